@@ -173,8 +173,10 @@ oj_engine_config oj_engine_config_default(void);
  * OJ_ERR_INVALID_ARGUMENT for a bad config, OJ_ERR_CAPACITY out of memory. */
 oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_error *err);
 /* Free the engine and everything it still owns (tensors of open scopes,
- * tape, pools). Tensors outside any scope must be released before; those
- * left over are freed and counted in oj_engine_leaked(). NULL is a no-op. */
+ * tape, pools). Tensors outside any scope should be released before (check
+ * oj_engine_live_tensors() to find leaks); those left over are freed too.
+ * Budgets created under the root budget must be freed before. NULL is a
+ * no-op. */
 void oj_engine_free(oj_engine *eng);
 
 oj_device oj_engine_device(const oj_engine *eng);
@@ -184,10 +186,12 @@ int oj_engine_threads(const oj_engine *eng);
 uint64_t oj_engine_seed(const oj_engine *eng);
 /* The root budget; owned by the engine. */
 oj_budget *oj_engine_budget(oj_engine *eng);
-/* Budget that new storage is charged to (default: root). Returns the
- * previous one. `b` must belong to this engine's tree; it is not owned. */
+/* Budget that new storage is charged to (default: root; NULL selects the
+ * root again). Returns the previous one. `b` must belong to this engine's
+ * tree (else OJ_ERR_INVALID_ARGUMENT, unchanged); it is not owned. */
 oj_budget *oj_engine_use_budget(oj_engine *eng, oj_budget *b);
-/* Bytes held in the engine's storage pools (reserved, not in use). */
+/* Bytes held in the engine's host storage pool (free blocks kept for
+ * reuse; they stay reserved on the root budget). */
 int64_t oj_engine_pooled_bytes(const oj_engine *eng);
 /* Return pooled storage to the system (and its bytes to the budget). */
 void oj_engine_trim_pool(oj_engine *eng);
@@ -226,7 +230,10 @@ typedef struct oj_tensor oj_tensor;
 /* Add a reference; returns t. Each retain needs one oj_release. */
 oj_tensor *oj_retain(oj_tensor *t);
 /* Drop a reference; the handle is freed at zero. NULL is a no-op. Releasing
- * a handle still listed in a scope removes it from the scope. */
+ * a handle still listed in a scope removes it from the scope (the scope
+ * holds the creation reference). A released handle stays detectable for a
+ * while (the last 4096 are quarantined): using it records
+ * OJ_ERR_INVALID_ARGUMENT instead of crashing. */
 void oj_release(oj_tensor *t);
 
 /* Accessors. On a NULL or released tensor they return 0 / -1 / NULL. */
@@ -296,40 +303,49 @@ oj_tensor *oj_from_host(oj_engine *eng, int rank, const int64_t *shape, oj_dtype
 /* Copy t (any strides, any device) row-major into host memory `dst` of
  * `nbytes` (must equal numel * dtype size). */
 oj_status oj_to_host(oj_tensor *t, void *dst, size_t nbytes);
-/* Element i (row-major flat index over t's shape) as double; NaN on error. */
+/* Element i (row-major flat index over t's shape) as double; NaN (and
+ * OJ_ERR_OUT_OF_RANGE) when i is outside [0, numel). */
 double oj_item_at(oj_tensor *t, int64_t i);
 /* Value of a one-element tensor as double; NaN (and an error) otherwise. */
 double oj_item(oj_tensor *t);
 
 /* New contiguous copy (same dtype/device). */
 oj_tensor *oj_clone(oj_tensor *t);
-/* t itself (retained, new reference owned by the scope) if contiguous,
- * else a contiguous copy. */
+/* A new handle sharing t's storage if t is contiguous, else a contiguous
+ * copy (oj_shares_storage tells which). */
 oj_tensor *oj_contiguous(oj_tensor *t);
 /* Copy src into dst in place (same shape; src broadcast to dst allowed;
- * dtype converted). Bumps dst's version. */
+ * dtype converted: float to integer truncates, to bool is != 0). src may
+ * overlap dst. OJ_ERR_SHAPE if src does not broadcast, OJ_ERR_DEVICE for
+ * different devices, OJ_ERR_INVALID_ARGUMENT when dst is an expanded view.
+ * Bumps dst's version. */
 oj_status oj_copy_(oj_tensor *dst, oj_tensor *src);
 /* Fill in place with value. Bumps the version. */
 oj_status oj_fill_(oj_tensor *t, double value);
 
 /* ---------------------------------------------------------------- random
  * Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
- * 3", SC 2011), keyed by (seed, stream); element i of a tensor uses counter
- * (offset + i/4), so values are the same whatever the thread count or
- * device. Each call advances the engine's stream counter. */
+ * 3", SC 2011), keyed by the seed, counter (block, stream 0); element i
+ * of a tensor uses counter block offset + i/4 (i/2 for f64 uniform, which
+ * takes 53 bits from two words), so values are the same whatever the
+ * thread count or device. Each call advances the engine's offset by the
+ * blocks it used. */
 
 /* One Philox4x32-10 block: counter ctr[4], key key[2] -> out[4]. */
 void oj_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
-/* U[low, high) float tensor (f32/f64/bf16/f16). */
+/* U[low, high) float tensor (f32/f64/bf16/f16; OJ_ERR_DTYPE otherwise);
+ * low < high finite (OJ_ERR_INVALID_ARGUMENT). */
 oj_tensor *oj_rand_uniform(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt,
                            double low, double high);
-/* N(mean, std^2) float tensor, Box-Muller on Philox output. */
+/* N(mean, std^2) float tensor, Box-Muller on Philox output (in f64);
+ * std >= 0. */
 oj_tensor *oj_rand_normal(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt,
                           double mean, double std);
 /* The engine RNG's position, for checkpoints. */
 uint64_t oj_rng_offset(const oj_engine *eng);
 void oj_rng_set_offset(oj_engine *eng, uint64_t offset);
+/* New seed; the offset restarts at 0. */
 void oj_rng_set_seed(oj_engine *eng, uint64_t seed);
 
 /* ---------------------------------------------------------------- scopes */
@@ -341,15 +357,19 @@ oj_status oj_scope_begin(oj_engine *eng);
 /* Close the innermost scope, releasing its tensors. OJ_ERR_STATE if none. */
 oj_status oj_scope_end(oj_engine *eng);
 /* Move t from the current scope to the enclosing one (or to the caller when
- * this is the outermost). Returns t. */
+ * this is the outermost, who then releases it). A tensor already in an
+ * outer scope or unscoped is left as is. Returns t (NULL for a NULL or
+ * released t). */
 oj_tensor *oj_keep(oj_tensor *t);
 int oj_scope_depth(const oj_engine *eng);
 
 /* ---------------------------------------------------------------- printing */
 
-/* Format like PyTorch: "tensor([[1.0000, 2.0000], ...], dtype=f32)", with
- * summarised rows ("...") beyond 1000 elements. Returns a malloc'd string
- * (caller frees with free()) or NULL on error. */
+/* Format exactly like PyTorch's repr (precision 4, summarised with "..."
+ * beyond 1000 elements, 80 columns), e.g.
+ *   "tensor([[1.5000, 2.0000],\n        [3.0000, 4.0000]])"
+ * except that a non-default dtype is named the ojas way (", dtype=f64").
+ * Returns a malloc'd string (caller frees with free()) or NULL on error. */
 char *oj_tensor_to_string(oj_tensor *t);
 /* Print oj_tensor_to_string(t) and a newline to stdout. */
 oj_status oj_print(oj_tensor *t);

@@ -11,6 +11,10 @@
 #define OJ_TENSOR_DEAD 0xdeadbeefu  /* released (kept in quarantine) */
 #define OJ_MAX_SCOPE_DEPTH 64
 #define OJ_ERRMSG_LEN 1024
+#define OJ_QUARANTINE_LEN 4096 /* released handles kept before free() */
+/* Host pool size classes: 64 B, then 4 classes per power of two
+ * (2^k, 1.25, 1.5, 1.75 x 2^k) up to 1.75 x 2^62. */
+#define OJ_POOL_CLASSES 232
 
 struct oj_backend; /* src/backend/backend.h */
 struct oj_node;    /* src/autograd: a tape node */
@@ -25,6 +29,7 @@ typedef struct oj_storage {
     size_t capacity;   /* bytes actually allocated (pool class), charged */
     oj_budget *budget; /* charged budget (NULL for external memory) */
     uint64_t version;  /* in-place write counter (autograd checks it) */
+    int pool_class;    /* host pool size class; -1 when not pooled */
     /* External memory (e.g. an mmap'd file): not pooled, not charged; on
      * last release `release(release_ctx)` is called if set. */
     void (*release)(void *ctx);
@@ -50,6 +55,7 @@ struct oj_tensor {
     /* ownership */
     int scope_depth;    /* 0: unscoped (owned by caller), else 1..depth */
     int64_t scope_slot; /* index in that scope's list */
+    oj_tensor *live_prev, *live_next; /* engine's list of live handles */
 };
 
 typedef struct oj_scope {
@@ -66,9 +72,9 @@ typedef struct oj_engine_ext {
 
 enum { OJ_EXT_TAPE = 0, OJ_EXT_BACKEND = 1, OJ_EXT_USER = 2, OJ_EXT_COUNT = 8 };
 
+/* A free host block; the header lives in the block's own first bytes. */
 typedef struct oj_pool_block {
     struct oj_pool_block *next;
-    void *data;
     size_t capacity;
 } oj_pool_block;
 
@@ -89,21 +95,28 @@ struct oj_engine {
     /* scopes */
     oj_scope scopes[OJ_MAX_SCOPE_DEPTH + 1]; /* [0] unused */
     int depth;
-    /* host storage pool: free blocks by size class */
-    oj_pool_block *pool[64];
+    /* host storage pool: free blocks by size class, charged to the root */
+    oj_pool_block *pool[OJ_POOL_CLASSES];
     int64_t pooled_bytes;
     /* released tensor handles kept so use-after-release is detected */
     oj_tensor **quarantine;
     int64_t quarantine_len, quarantine_pos;
     int64_t live_tensors;
+    oj_tensor *live_head; /* every live handle, for oj_engine_free */
+    /* Set by autograd: drops a tensor's reference to its grad_fn node. */
+    void (*node_release)(oj_engine *eng, struct oj_node *node);
     int64_t h2d_copies, d2h_copies; /* explicit transfers, counted */
+    uint64_t node_seq;    /* creation counter for autograd nodes (grad_node.c) */
+    int64_t backward_seq; /* backward passes run (visit marks) */
 };
 
 /* ---- validation helpers: each records an error naming `op` and returns
  * false when the check fails. */
 bool oj__check_tensor(oj_engine *eng, const oj_tensor *t, const char *op, const char *arg);
-/* Engine of the first non-NULL live tensor, or NULL. */
+/* Engine of a live or quarantined (released) tensor, else NULL. */
 oj_engine *oj__engine_of(const oj_tensor *t);
+/* "[2, 3]" for a shape array into buf (rank > 8 prints "rank N"). */
+char *oj__shape_fmt(char *buf, size_t len, int rank, const int64_t *shape);
 /* A live tensor (magic check)? */
 static inline bool oj__live(const oj_tensor *t) {
     return t != NULL && t->magic == OJ_TENSOR_MAGIC;
@@ -138,18 +151,52 @@ static inline void *oj__elem_ptr(const oj_tensor *t, const int64_t *idx) {
     for (int d = 0; d < t->rank; d++) off += idx[d] * t->stride[d];
     return (char *)t->storage->data + t->offset + off * (int64_t)oj_dtype_size(t->dtype);
 }
+/* Free every remaining handle (unscoped leftovers) and the quarantine;
+ * for oj_engine_free. */
+void oj__tensor_destroy_all(oj_engine *eng);
 /* Remove t from its scope list (it becomes unscoped). */
 void oj__scope_detach(oj_tensor *t);
-/* Register t in the current scope (or leave unscoped when depth is 0). */
-void oj__scope_attach(oj_engine *eng, oj_tensor *t);
+/* Register t in the current scope (or leave unscoped when depth is 0).
+ * False with OJ_ERR_CAPACITY recorded when the list cannot grow. */
+bool oj__scope_attach(oj_engine *eng, oj_tensor *t);
 
 /* ---- dtype element access (host) */
 double oj__load(const void *p, oj_dtype dt);
+/* Float to integer: truncation toward zero, NaN -> 0, saturating at the
+ * int64 range, then wrapping into narrower integers; bool: v != 0. */
 void oj__store(void *p, oj_dtype dt, double v);
+int64_t oj__load_i64(const void *p, oj_dtype dt);
+void oj__store_i64(void *p, oj_dtype dt, int64_t v);
+/* Convert one element from sdt at s to ddt at d (integer pairs go through
+ * int64, everything else through double). */
+void oj__convert(void *d, oj_dtype ddt, const void *s, oj_dtype sdt);
+
+/* ---- host copies (src/core/copy.c) */
+/* dst[i] = convert(src[i]) for every multi-index i of `shape` (rank dims):
+ * dst/src point at element 0, strides in elements (0 broadcasts). */
+void oj__host_copy(int rank, const int64_t *shape, void *dst, const int64_t *dstride,
+                   oj_dtype ddt, const void *src, const int64_t *sstride, oj_dtype sdt);
+/* Host address of t's element 0 for reading: the storage itself on the CPU,
+ * else a malloc'd mirror of the storage (*tmp set; free it). NULL with an
+ * error recorded on failure. */
+const void *oj__host_read_begin(oj_tensor *t, void **tmp, const char *op);
+
+/* ---- budget (src/core/budget.c) */
+/* Reserve like oj_budget_reserve; on OJ_ERR_CAPACITY *failed (if non-NULL)
+ * names the budget whose limit would be exceeded. */
+oj_status oj__budget_reserve_ex(oj_budget *b, int64_t bytes, oj_budget **failed);
+/* Atomically release bytes from `from` and reserve them on `to` (same
+ * tree). On OJ_ERR_CAPACITY nothing changes. */
+oj_status oj__budget_move(oj_budget *from, oj_budget *to, int64_t bytes, oj_budget **failed);
+/* Root of b's tree. */
+oj_budget *oj__budget_root(const oj_budget *b);
 
 /* ---- rng */
 /* Reserve n counter blocks of the engine's stream; returns the first. */
 uint64_t oj__rng_advance(oj_engine *eng, uint64_t nblocks);
+
+/* ---- autograd nodes (grad_node.c): a tensor's free drops its grad_fn */
+void oj__node_release(struct oj_node *n);
 
 /* ---- backend registry (src/backend/registry.c) */
 const struct oj_backend *oj__backend_for(oj_device_type type);

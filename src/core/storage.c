@@ -1,0 +1,193 @@
+/* Refcounted storage and the engine's host pool.
+ *
+ * Host blocks are rounded up to size classes (64 B, then 2^k, 1.25, 1.5 and
+ * 1.75 x 2^k) and kept on per-class free lists when released, because a
+ * fresh page costs ~13 us to fault in and a training step reallocates the
+ * same sizes every iteration. Pooled bytes stay reserved on the root budget;
+ * a block in use is charged to the budget that was current when it was
+ * taken. When a reservation fails the pool is trimmed and the reservation
+ * retried once. Device storage goes through the backend after the budget
+ * reservation (not pooled yet). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/internal.h"
+
+/* Size class of n bytes and its capacity; -1 when too large. */
+static int size_class(size_t n, size_t *cap) {
+    if (n <= 64) {
+        *cap = 64;
+        return 0;
+    }
+    int k = 63 - __builtin_clzll((unsigned long long)n); /* 2^k <= n < 2^(k+1) */
+    size_t base = (size_t)1 << k, quarter = base / 4;
+    size_t j = (n - base + quarter - 1) / quarter; /* 0..4 quarters above base */
+    if (j == 4) {
+        k++;
+        base <<= 1;
+        j = 0;
+    }
+    if (k > 62) return -1;
+    *cap = base + j * (base / 4);
+    return (k - 6) * 4 + (int)j; /* 64 B is class 0 */
+}
+
+static void capacity_error(oj_engine *eng, const char *op, size_t nbytes, oj_budget *over) {
+    if (over)
+        oj_set_error(eng, OJ_ERR_CAPACITY,
+                     "%s: cannot allocate %zu bytes: budget '%s' would exceed its limit "
+                     "(%lld of %lld bytes in use)",
+                     op, nbytes, oj_budget_name(over), (long long)oj_budget_current(over),
+                     (long long)oj_budget_limit(over));
+    else
+        oj_set_error(eng, OJ_ERR_CAPACITY, "%s: cannot allocate %zu bytes", op, nbytes);
+}
+
+/* Reserve on b; on failure trim the pool and retry once. */
+static bool reserve(oj_engine *eng, oj_budget *b, size_t bytes, const char *op, size_t nbytes) {
+    oj_budget *over = NULL;
+    if (bytes > (size_t)INT64_MAX) {
+        capacity_error(eng, op, nbytes, NULL);
+        return false;
+    }
+    if (oj__budget_reserve_ex(b, (int64_t)bytes, &over) == OJ_OK) return true;
+    if (eng->pooled_bytes > 0) {
+        oj_engine_trim_pool(eng);
+        if (oj__budget_reserve_ex(b, (int64_t)bytes, &over) == OJ_OK) return true;
+    }
+    capacity_error(eng, op, nbytes, over);
+    return false;
+}
+
+static void *host_alloc(oj_engine *eng, size_t cap) {
+    return oj_cpu_backend.alloc(eng, cap);
+}
+
+oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
+    oj_storage *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        oj_set_error(eng, OJ_ERR_CAPACITY, "%s: out of host memory", op);
+        return NULL;
+    }
+    s->refcount = 1;
+    s->eng = eng;
+    s->device = eng->device;
+    s->nbytes = nbytes;
+    s->budget = eng->budget;
+    s->pool_class = -1;
+    if (eng->device.type == OJ_DEVICE_CPU) {
+        size_t cap;
+        int cls = size_class(nbytes, &cap);
+        if (cls < 0) {
+            capacity_error(eng, op, nbytes, NULL);
+            free(s);
+            return NULL;
+        }
+        oj_pool_block *blk = eng->pool[cls];
+        if (blk) {
+            oj_budget *over = NULL;
+            if (oj__budget_move(eng->root_budget, s->budget, (int64_t)cap, &over) != OJ_OK) {
+                capacity_error(eng, op, nbytes, over);
+                free(s);
+                return NULL;
+            }
+            eng->pool[cls] = blk->next;
+            eng->pooled_bytes -= (int64_t)cap;
+            s->data = blk;
+        } else {
+            if (!reserve(eng, s->budget, cap, op, nbytes)) {
+                free(s);
+                return NULL;
+            }
+            s->data = host_alloc(eng, cap);
+            if (s->data == NULL) {
+                oj_budget_release(s->budget, (int64_t)cap);
+                oj_set_error(eng, OJ_ERR_CAPACITY, "%s: out of host memory allocating %zu bytes",
+                             op, cap);
+                free(s);
+                return NULL;
+            }
+        }
+        s->capacity = cap;
+        s->pool_class = cls;
+        return s;
+    }
+    /* Device memory: budget first, then the driver. */
+    size_t cap = (nbytes + 255) & ~(size_t)255;
+    if (cap == 0) cap = 256;
+    if (cap < nbytes || !reserve(eng, s->budget, cap, op, nbytes)) {
+        if (cap < nbytes) capacity_error(eng, op, nbytes, NULL);
+        free(s);
+        return NULL;
+    }
+    s->data = eng->backend->alloc(eng, cap);
+    if (s->data == NULL) {
+        oj_budget_release(s->budget, (int64_t)cap);
+        oj_set_error(eng, OJ_ERR_CAPACITY, "%s: %s device out of memory allocating %zu bytes", op,
+                     eng->backend->name, cap);
+        free(s);
+        return NULL;
+    }
+    s->capacity = cap;
+    return s;
+}
+
+oj_storage *oj__storage_wrap(oj_engine *eng, void *data, size_t nbytes, void (*release)(void *),
+                             void *ctx) {
+    oj_storage *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        oj_set_error(eng, OJ_ERR_CAPACITY, "storage_wrap: out of host memory");
+        return NULL;
+    }
+    s->refcount = 1;
+    s->eng = eng;
+    s->device = eng->device;
+    s->data = data;
+    s->nbytes = nbytes;
+    s->capacity = nbytes;
+    s->pool_class = -1;
+    s->release = release;
+    s->release_ctx = ctx;
+    return s;
+}
+
+void oj__storage_retain(oj_storage *s) {
+    if (s) s->refcount++;
+}
+
+void oj__storage_release(oj_storage *s) {
+    if (s == NULL || --s->refcount > 0) return;
+    oj_engine *eng = s->eng;
+    if (s->budget == NULL) { /* external memory */
+        if (s->release) s->release(s->release_ctx);
+    } else if (s->pool_class >= 0) {
+        /* Back to the pool: the charge moves to the root (cannot fail: the
+         * root gets back exactly what the chain releases). */
+        oj__budget_move(s->budget, eng->root_budget, (int64_t)s->capacity, NULL);
+        oj_pool_block *blk = s->data;
+        blk->capacity = s->capacity;
+        blk->next = eng->pool[s->pool_class];
+        eng->pool[s->pool_class] = blk;
+        eng->pooled_bytes += (int64_t)s->capacity;
+    } else {
+        const oj_backend *be = oj__backend_for(s->device.type);
+        if (be && be->free) be->free(eng, s->data, s->capacity);
+        oj_budget_release(s->budget, (int64_t)s->capacity);
+    }
+    free(s);
+}
+
+void oj_engine_trim_pool(oj_engine *eng) {
+    if (eng == NULL) return;
+    for (int c = 0; c < OJ_POOL_CLASSES; c++) {
+        while (eng->pool[c]) {
+            oj_pool_block *blk = eng->pool[c];
+            eng->pool[c] = blk->next;
+            int64_t cap = (int64_t)blk->capacity;
+            oj_cpu_backend.free(eng, blk, (size_t)cap);
+            oj_budget_release(eng->root_budget, cap);
+            eng->pooled_bytes -= cap;
+        }
+    }
+}

@@ -1,0 +1,224 @@
+// test: hierarchical budgets: limits, peaks, failure changes nothing, threads
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ojas/core.h"
+
+static void test_reserve_release_peak(void **state) {
+    (void)state;
+    oj_budget *root = oj_budget_create(NULL, "root", 1000);
+    assert_non_null(root);
+    assert_string_equal(oj_budget_name(root), "root");
+    assert_null(oj_budget_parent(root));
+    assert_int_equal(oj_budget_reserve(root, 400), OJ_OK);
+    assert_int_equal(oj_budget_reserve(root, 600), OJ_OK);
+    assert_int_equal(oj_budget_current(root), 1000);
+    assert_int_equal(oj_budget_reserve(root, 1), OJ_ERR_CAPACITY);
+    assert_int_equal(oj_budget_current(root), 1000);
+    assert_int_equal(oj_budget_release(root, 700), OJ_OK);
+    assert_int_equal(oj_budget_current(root), 300);
+    assert_int_equal(oj_budget_peak(root), 1000);
+    oj_budget_reset_peak(root);
+    assert_int_equal(oj_budget_peak(root), 300);
+    assert_int_equal(oj_budget_release(root, 301), OJ_ERR_STATE);
+    assert_int_equal(oj_budget_reserve(root, -1), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_budget_reserve(NULL, 1), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_budget_free(root), OJ_ERR_STATE); /* bytes still reserved */
+    assert_int_equal(oj_budget_release(root, 300), OJ_OK);
+    assert_int_equal(oj_budget_free(root), OJ_OK);
+    assert_int_equal(oj_budget_free(NULL), OJ_OK);
+    assert_null(oj_budget_create(NULL, "neg", -5));
+}
+
+static void test_hierarchy(void **state) {
+    (void)state;
+    oj_budget *root = oj_budget_create(NULL, "root", 1000);
+    oj_budget *a = oj_budget_create(root, "a", 600);
+    oj_budget *b = oj_budget_create(root, "b", OJ_UNLIMITED);
+    oj_budget *a1 = oj_budget_create(a, "a1", 500);
+    assert_ptr_equal(oj_budget_parent(a1), a);
+    assert_int_equal(oj_budget_reserve(a1, 500), OJ_OK);
+    assert_int_equal(oj_budget_current(a), 500);
+    assert_int_equal(oj_budget_current(root), 500);
+    /* a1's own limit */
+    assert_int_equal(oj_budget_reserve(a1, 1), OJ_ERR_CAPACITY);
+    /* a has room for 100 only */
+    assert_int_equal(oj_budget_reserve(a, 101), OJ_ERR_CAPACITY);
+    assert_int_equal(oj_budget_reserve(a, 100), OJ_OK);
+    /* b is unlimited but the root has 400 left */
+    assert_int_equal(oj_budget_reserve(b, 401), OJ_ERR_CAPACITY);
+    assert_int_equal(oj_budget_current(b), 0);
+    assert_int_equal(oj_budget_current(root), 600);
+    assert_int_equal(oj_budget_reserve(b, 400), OJ_OK);
+    assert_int_equal(oj_budget_current(root), 1000);
+    /* limits */
+    assert_int_equal(oj_budget_set_limit(a, 10), OJ_ERR_CAPACITY);
+    assert_int_equal(oj_budget_limit(a), 600);
+    assert_int_equal(oj_budget_set_limit(a, 700), OJ_OK);
+    assert_int_equal(oj_budget_limit(a), 700);
+    /* freeing with children or bytes fails */
+    assert_int_equal(oj_budget_free(a), OJ_ERR_STATE);
+    assert_int_equal(oj_budget_release(a1, 500), OJ_OK);
+    assert_int_equal(oj_budget_free(a1), OJ_OK);
+    assert_int_equal(oj_budget_release(a, 100), OJ_OK);
+    assert_int_equal(oj_budget_release(b, 400), OJ_OK);
+    assert_int_equal(oj_budget_current(root), 0);
+    assert_int_equal(oj_budget_peak(root), 1000);
+    assert_int_equal(oj_budget_free(root), OJ_ERR_STATE); /* children */
+    assert_int_equal(oj_budget_free(a), OJ_OK);
+    assert_int_equal(oj_budget_free(b), OJ_OK);
+    assert_int_equal(oj_budget_free(root), OJ_OK);
+}
+
+static void test_huge_values_do_not_overflow(void **state) {
+    (void)state;
+    oj_budget *root = oj_budget_create(NULL, "root", OJ_UNLIMITED);
+    assert_int_equal(oj_budget_reserve(root, INT64_MAX - 10), OJ_OK);
+    assert_int_equal(oj_budget_reserve(root, 11), OJ_ERR_CAPACITY);
+    assert_int_equal(oj_budget_reserve(root, INT64_MAX), OJ_ERR_CAPACITY);
+    assert_int_equal(oj_budget_current(root), INT64_MAX - 10);
+    assert_int_equal(oj_budget_release(root, INT64_MAX - 10), OJ_OK);
+    assert_int_equal(oj_budget_free(root), OJ_OK);
+}
+
+enum { THREADS = 8, ITERS = 20000 };
+
+typedef struct {
+    oj_budget *b;
+    int failures;
+} worker_arg;
+
+static void *worker(void *p) {
+    worker_arg *w = p;
+    for (int i = 0; i < ITERS; i++) {
+        int64_t n = 1 + (i % 7);
+        if (oj_budget_reserve(w->b, n) == OJ_OK) oj_budget_release(w->b, n);
+        else w->failures++;
+    }
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    /* Each thread holds at most 7 bytes at a time: 8 x 7 = 56 <= 64, so
+     * with a correct lock no reservation ever fails and the totals return
+     * to zero. */
+    oj_budget *root = oj_budget_create(NULL, "root", 64);
+    oj_budget *kids[THREADS];
+    pthread_t th[THREADS];
+    worker_arg args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        kids[i] = oj_budget_create(root, "kid", OJ_UNLIMITED);
+        args[i] = (worker_arg){kids[i], 0};
+        assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].failures, 0);
+        assert_int_equal(oj_budget_current(kids[i]), 0);
+    }
+    assert_int_equal(oj_budget_current(root), 0);
+    assert_true(oj_budget_peak(root) <= 56);
+    assert_true(oj_budget_peak(root) >= 1);
+    for (int i = 0; i < THREADS; i++) assert_int_equal(oj_budget_free(kids[i]), OJ_OK);
+    assert_int_equal(oj_budget_free(root), OJ_OK);
+}
+
+static void test_threads_contended_limit(void **state) {
+    (void)state;
+    /* Limit below demand: some reservations fail, but the root never
+     * exceeds its limit and ends at zero. */
+    oj_budget *root = oj_budget_create(NULL, "root", 20);
+    pthread_t th[THREADS];
+    worker_arg args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (worker_arg){root, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    assert_int_equal(oj_budget_current(root), 0);
+    assert_true(oj_budget_peak(root) <= 20);
+    assert_int_equal(oj_budget_free(root), OJ_OK);
+}
+
+static void test_engine_budget_capacity(void **state) {
+    (void)state;
+    oj_engine_config cfg = oj_engine_config_default();
+    cfg.budget_bytes = 1 << 20;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
+    oj_budget *root = oj_engine_budget(eng);
+    assert_int_equal(oj_budget_limit(root), 1 << 20);
+    int64_t big = 1 << 19; /* f32: 2 MiB > 1 MiB */
+    assert_null(oj_empty(eng, 1, &big, OJ_F32));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_CAPACITY);
+    assert_non_null(strstr(oj_last_error(eng), "root"));
+    assert_int_equal(oj_budget_current(root), 0);
+    oj_clear_error(eng);
+    /* A child budget charged by tensors; freed tensors return the bytes. */
+    oj_budget *act = oj_budget_create(root, "activations", 4096);
+    assert_ptr_equal(oj_engine_use_budget(eng, act), root);
+    int64_t n = 512; /* 2 KiB */
+    oj_tensor *t = oj_zeros(eng, 1, &n, OJ_F32);
+    assert_non_null(t);
+    assert_int_equal(oj_budget_current(act), 2048);
+    oj_tensor *u = oj_zeros(eng, 1, &n, OJ_F32);
+    assert_non_null(u);
+    assert_null(oj_zeros(eng, 1, &n, OJ_F32)); /* 6 KiB > 4 KiB */
+    assert_int_equal(oj_last_status(eng), OJ_ERR_CAPACITY);
+    assert_non_null(strstr(oj_last_error(eng), "activations"));
+    oj_clear_error(eng);
+    oj_release(t);
+    oj_release(u);
+    assert_int_equal(oj_budget_current(act), 0);
+    /* pooled bytes stay on the root */
+    assert_int_equal(oj_budget_current(root), oj_engine_pooled_bytes(eng));
+    assert_true(oj_engine_pooled_bytes(eng) >= 4096);
+    /* reuse from the pool moves the charge back to the child */
+    t = oj_zeros(eng, 1, &n, OJ_F32);
+    assert_int_equal(oj_budget_current(act), 2048);
+    oj_release(t);
+    oj_engine_use_budget(eng, NULL);
+    assert_int_equal(oj_budget_free(act), OJ_OK);
+    oj_engine_trim_pool(eng);
+    assert_int_equal(oj_engine_pooled_bytes(eng), 0);
+    assert_int_equal(oj_budget_current(root), 0);
+    oj_engine_free(eng);
+}
+
+static void test_pool_trimmed_when_full(void **state) {
+    (void)state;
+    oj_engine_config cfg = oj_engine_config_default();
+    cfg.budget_bytes = 1 << 20;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
+    int64_t a = 600 * 1024 / 4, b = 700 * 1024 / 4;
+    oj_tensor *t = oj_empty(eng, 1, &a, OJ_F32);
+    assert_non_null(t);
+    oj_release(t); /* ~600 KiB pooled in a class that does not fit 700 KiB */
+    assert_true(oj_engine_pooled_bytes(eng) > 0);
+    t = oj_empty(eng, 1, &b, OJ_F32); /* needs the pool trimmed to fit */
+    assert_non_null(t);
+    assert_int_equal(oj_last_status(eng), OJ_OK);
+    oj_release(t);
+    oj_engine_free(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reserve_release_peak),
+        cmocka_unit_test(test_hierarchy),
+        cmocka_unit_test(test_huge_values_do_not_overflow),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_contended_limit),
+        cmocka_unit_test(test_engine_budget_capacity),
+        cmocka_unit_test(test_pool_trimmed_when_full),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

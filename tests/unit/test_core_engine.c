@@ -1,0 +1,143 @@
+// test: engine creation, configuration, devices (no CPU fallback for CUDA)
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ojas/core.h"
+
+static void test_defaults(void **state) {
+    (void)state;
+    oj_engine_config c = oj_engine_config_default();
+    assert_int_equal(c.device.type, OJ_DEVICE_CPU);
+    assert_int_equal(c.numerics, OJ_NUMERICS_FAST);
+    oj_engine *eng = NULL;
+    oj_error err = {0};
+    assert_int_equal(oj_engine_create(NULL, &eng, &err), OJ_OK);
+    assert_non_null(eng);
+    assert_int_equal(err.status, OJ_OK);
+    assert_int_equal(oj_engine_device(eng).type, OJ_DEVICE_CPU);
+    assert_int_equal(oj_engine_numerics(eng), OJ_NUMERICS_FAST);
+    assert_true(oj_engine_threads(eng) >= 1);
+    assert_int_equal(oj_engine_seed(eng), 0);
+    assert_true(oj_grad_enabled(eng));
+    assert_int_equal(oj_budget_limit(oj_engine_budget(eng)), OJ_UNLIMITED);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    assert_int_equal(oj_scope_depth(eng), 0);
+    oj_engine_free(eng);
+    oj_engine_free(NULL);
+}
+
+static void test_settings(void **state) {
+    (void)state;
+    oj_engine_config c = oj_engine_config_default();
+    c.numerics = OJ_NUMERICS_EXACT;
+    c.threads = 3;
+    c.seed = 1234;
+    c.budget_bytes = 1 << 20;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(&c, &eng, NULL), OJ_OK);
+    assert_int_equal(oj_engine_numerics(eng), OJ_NUMERICS_EXACT);
+    assert_int_equal(oj_engine_threads(eng), 3);
+    assert_int_equal(oj_engine_seed(eng), 1234);
+    assert_int_equal(oj_budget_limit(oj_engine_budget(eng)), 1 << 20);
+    oj_engine_set_numerics(eng, OJ_NUMERICS_FAST);
+    assert_int_equal(oj_engine_numerics(eng), OJ_NUMERICS_FAST);
+    oj_engine_set_numerics(eng, (oj_numerics)7);
+    assert_int_equal(oj_last_status(eng), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    assert_true(oj_set_grad_enabled(eng, false));
+    assert_false(oj_grad_enabled(eng));
+    assert_false(oj_set_grad_enabled(eng, true));
+    /* a budget from another tree is refused */
+    oj_budget *other = oj_budget_create(NULL, "other", 100);
+    oj_budget *prev = oj_engine_use_budget(eng, other);
+    assert_ptr_equal(prev, oj_engine_budget(eng));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_INVALID_ARGUMENT);
+    oj_budget_free(other);
+    oj_engine_free(eng);
+}
+
+static void test_bad_config(void **state) {
+    (void)state;
+    oj_engine *eng = (oj_engine *)1;
+    oj_error err = {0};
+    oj_engine_config c = oj_engine_config_default();
+    c.threads = -1;
+    assert_int_equal(oj_engine_create(&c, &eng, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_null(eng);
+    assert_non_null(strstr(err.message, "threads"));
+    c = oj_engine_config_default();
+    c.budget_bytes = -5;
+    err = (oj_error){0};
+    assert_int_equal(oj_engine_create(&c, &eng, &err), OJ_ERR_INVALID_ARGUMENT);
+    c = oj_engine_config_default();
+    c.device.type = (oj_device_type)9;
+    assert_int_equal(oj_engine_create(&c, &eng, NULL), OJ_ERR_INVALID_ARGUMENT);
+    c = oj_engine_config_default();
+    c.device.index = 1; /* CPU has only index 0 */
+    assert_int_equal(oj_engine_create(&c, &eng, NULL), OJ_ERR_INVALID_ARGUMENT);
+    c = oj_engine_config_default();
+    c.numerics = (oj_numerics)5;
+    assert_int_equal(oj_engine_create(&c, &eng, NULL), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_engine_create(NULL, NULL, NULL), OJ_ERR_INVALID_ARGUMENT);
+}
+
+static void test_cuda_never_falls_back(void **state) {
+    (void)state;
+    oj_engine_config c = oj_engine_config_default();
+    c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+    oj_engine *eng = NULL;
+    oj_error err = {0};
+    oj_status st = oj_engine_create(&c, &eng, &err);
+#ifdef OJAS_HAVE_CUDA
+    if (st == OJ_OK) { /* a GPU is present: it must really be a CUDA engine */
+        assert_int_equal(oj_engine_device(eng).type, OJ_DEVICE_CUDA);
+        oj_engine_free(eng);
+    } else {
+        assert_int_equal(st, OJ_ERR_DEVICE);
+        assert_null(eng);
+        assert_true(strlen(err.message) > 0);
+    }
+#else
+    assert_int_equal(st, OJ_ERR_DEVICE);
+    assert_null(eng);
+    assert_non_null(strstr(err.message, "CUDA backend not built"));
+#endif
+    /* An ordinal no machine has. */
+    c.device.index = 4096;
+    err = (oj_error){0};
+    assert_int_equal(oj_engine_create(&c, &eng, &err), OJ_ERR_DEVICE);
+    assert_null(eng);
+    c.device.index = -1;
+    assert_int_equal(oj_engine_create(&c, &eng, NULL), OJ_ERR_INVALID_ARGUMENT);
+}
+
+static void test_free_releases_everything(void **state) {
+    (void)state;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    int64_t s[2] = {3, 4};
+    oj_tensor *unscoped = oj_ones(eng, 2, s, OJ_F32); /* leaked on purpose */
+    assert_non_null(unscoped);
+    assert_int_equal(oj_scope_begin(eng), OJ_OK);
+    assert_non_null(oj_zeros(eng, 2, s, OJ_F64));
+    assert_int_equal(oj_scope_begin(eng), OJ_OK);
+    assert_non_null(oj_eye(eng, 5, 5, OJ_I64));
+    assert_int_equal(oj_engine_live_tensors(eng), 3);
+    oj_engine_free(eng); /* LeakSanitizer checks that nothing remains */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_cuda_never_falls_back),
+        cmocka_unit_test(test_free_releases_everything),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

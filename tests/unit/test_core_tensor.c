@@ -1,0 +1,281 @@
+// test: tensor creation, accessors, host transfers, clone, contiguous, copy_, fill_
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ojas/core.h"
+#include "ojas/ops.h"
+
+static oj_engine *eng;
+
+static int setup(void **state) {
+    (void)state;
+    return oj_engine_create(NULL, &eng, NULL) == OJ_OK ? 0 : -1;
+}
+static int teardown(void **state) {
+    (void)state;
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+    return 0;
+}
+static int scope_in(void **state) {
+    (void)state;
+    return oj_scope_begin(eng) == OJ_OK ? 0 : -1;
+}
+static int scope_out(void **state) {
+    (void)state;
+    assert_int_equal(oj_last_status(eng), OJ_OK);
+    oj_scope_end(eng);
+    oj_clear_error(eng);
+    return 0;
+}
+
+static void expect_f64(oj_tensor *t, const double *want, int64_t n) {
+    assert_non_null(t);
+    assert_int_equal(oj_numel(t), n);
+    for (int64_t i = 0; i < n; i++) {
+        double v = oj_item_at(t, i);
+        if (isnan(want[i])) assert_true(isnan(v));
+        else assert_true(v == want[i]);
+    }
+}
+
+static void test_empty_zeros_ones_full(void **state) {
+    (void)state;
+    int64_t s[3] = {2, 3, 4};
+    oj_tensor *z = oj_zeros(eng, 3, s, OJ_F32);
+    assert_non_null(z);
+    assert_int_equal(oj_rank(z), 3);
+    assert_int_equal(oj_size(z, 0), 2);
+    assert_int_equal(oj_size(z, -1), 4);
+    assert_int_equal(oj_size(z, 3), -1);
+    assert_int_equal(oj_size(z, -4), -1);
+    assert_int_equal(oj_numel(z), 24);
+    assert_int_equal(oj_strides(z)[0], 12);
+    assert_int_equal(oj_strides(z)[1], 4);
+    assert_int_equal(oj_strides(z)[2], 1);
+    assert_true(oj_is_contiguous(z));
+    assert_int_equal(oj_tensor_dtype(z), OJ_F32);
+    assert_int_equal(oj_tensor_device(z).type, OJ_DEVICE_CPU);
+    assert_ptr_equal(oj_tensor_engine(z), eng);
+    assert_int_equal(oj_offset_bytes(z), 0);
+    assert_true(((uintptr_t)oj_data_ptr(z) & 63) == 0);
+    char buf[64];
+    assert_string_equal(oj_shape_str(z, buf, sizeof buf), "[2, 3, 4]");
+    float out[24];
+    assert_int_equal(oj_to_host(z, out, sizeof out), OJ_OK);
+    for (int i = 0; i < 24; i++) assert_true(out[i] == 0.0f);
+
+    oj_tensor *o = oj_ones(eng, 3, s, OJ_BF16);
+    for (int i = 0; i < 24; i++) assert_true(oj_item_at(o, i) == 1.0);
+    oj_tensor *f = oj_full(eng, 2, s, OJ_I32, -7.9);
+    for (int i = 0; i < 6; i++) assert_true(oj_item_at(f, i) == -7.0); /* truncation */
+    oj_tensor *b = oj_full(eng, 1, s, OJ_BOOL, 0.5);
+    assert_true(oj_item_at(b, 1) == 1.0);
+    oj_tensor *sc = oj_scalar(eng, 2.5, OJ_F64);
+    assert_int_equal(oj_rank(sc), 0);
+    assert_int_equal(oj_numel(sc), 1);
+    assert_true(oj_item(sc) == 2.5);
+    oj_tensor *e = oj_empty(eng, 3, s, OJ_U8);
+    assert_non_null(e);
+    int64_t zs[2] = {3, 0};
+    oj_tensor *ze = oj_zeros(eng, 2, zs, OJ_F32);
+    assert_non_null(ze);
+    assert_int_equal(oj_numel(ze), 0);
+    assert_int_equal(oj_to_host(ze, NULL, 0), OJ_OK);
+}
+
+static void test_arange_linspace_eye(void **state) {
+    (void)state;
+    oj_tensor *a = oj_arange(eng, 0, 5, 1, OJ_I64);
+    expect_f64(a, (double[]){0, 1, 2, 3, 4}, 5);
+    a = oj_arange(eng, 1, 2, 0.3, OJ_F64); /* ceil(1/0.3) = 4 */
+    expect_f64(a, (double[]){1, 1.3, 1 + 2 * 0.3, 1 + 3 * 0.3}, 4);
+    a = oj_arange(eng, 5, 0, -2, OJ_F32);
+    expect_f64(a, (double[]){5, 3, 1}, 3);
+    a = oj_arange(eng, 3, 3, 1, OJ_F32);
+    assert_int_equal(oj_numel(a), 0);
+    assert_null(oj_arange(eng, 0, 5, 0, OJ_F32));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    assert_null(oj_arange(eng, 0, 5, -1, OJ_F32));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+
+    oj_tensor *l = oj_linspace(eng, 0, 1, 5, OJ_F64);
+    expect_f64(l, (double[]){0, 0.25, 0.5, 0.75, 1}, 5);
+    /* f32 computes in f32 like torch: torch.linspace(-1, 1, 7) */
+    l = oj_linspace(eng, -1, 1, 7, OJ_F32);
+    float lv[7];
+    assert_int_equal(oj_to_host(l, lv, sizeof lv), OJ_OK);
+    const float step = 2.0f / 6.0f;
+    assert_true(lv[0] == -1.0f && lv[6] == 1.0f);
+    assert_true(lv[1] == -1.0f + step && lv[2] == -1.0f + 2 * step);
+    assert_true(lv[5] == 1.0f - step && lv[3] == 1.0f - 3 * step);
+    l = oj_linspace(eng, 3, 9, 1, OJ_F32);
+    expect_f64(l, (double[]){3}, 1);
+    l = oj_linspace(eng, 3, 9, 0, OJ_F32);
+    assert_int_equal(oj_numel(l), 0);
+    assert_null(oj_linspace(eng, 0, 1, -1, OJ_F32));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    oj_clear_error(eng);
+
+    oj_tensor *e = oj_eye(eng, 2, 3, OJ_F32);
+    expect_f64(e, (double[]){1, 0, 0, 0, 1, 0}, 6);
+    e = oj_eye(eng, 3, 2, OJ_I32);
+    expect_f64(e, (double[]){1, 0, 0, 1, 0, 0}, 6);
+}
+
+static void test_from_to_host(void **state) {
+    (void)state;
+    int64_t s[2] = {2, 3};
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    oj_tensor *t = oj_from_host(eng, 2, s, OJ_F32, v, sizeof v);
+    assert_non_null(t);
+    assert_ptr_not_equal(oj_data_ptr(t), v); /* copied */
+    v[0] = 100;
+    float out[6];
+    assert_int_equal(oj_to_host(t, out, sizeof out), OJ_OK);
+    assert_true(out[0] == 1 && out[5] == 6);
+    /* size mismatches */
+    assert_null(oj_from_host(eng, 2, s, OJ_F32, v, sizeof v - 4));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    oj_clear_error(eng);
+    assert_int_equal(oj_to_host(t, out, sizeof out + 4), OJ_ERR_SHAPE);
+    oj_clear_error(eng);
+    assert_null(oj_from_host(eng, 2, s, OJ_F32, NULL, sizeof v));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    /* item */
+    assert_true(isnan(oj_item(t)));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    oj_clear_error(eng);
+    assert_true(isnan(oj_item_at(t, 6)));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_OUT_OF_RANGE);
+    oj_clear_error(eng);
+    /* i64 exact beyond 2^53 */
+    int64_t big[2] = {INT64_MAX, INT64_MIN};
+    int64_t n2 = 2;
+    oj_tensor *bi = oj_from_host(eng, 1, &n2, OJ_I64, big, sizeof big);
+    int64_t back[2];
+    assert_int_equal(oj_to_host(bi, back, sizeof back), OJ_OK);
+    assert_true(back[0] == INT64_MAX && back[1] == INT64_MIN);
+}
+
+static void test_clone_contiguous(void **state) {
+    (void)state;
+    int64_t s[2] = {2, 3};
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    oj_tensor *t = oj_from_host(eng, 2, s, OJ_F32, v, sizeof v);
+    oj_tensor *c = oj_clone(t);
+    assert_non_null(c);
+    assert_false(oj_shares_storage(t, c));
+    expect_f64(c, (double[]){1, 2, 3, 4, 5, 6}, 6);
+    oj_tensor *same = oj_contiguous(t);
+    assert_true(oj_shares_storage(t, same));
+    oj_tensor *tr = oj_transpose(t, 0, 1); /* [3, 2] strides (1, 3) */
+    assert_false(oj_is_contiguous(tr));
+    expect_f64(tr, (double[]){1, 4, 2, 5, 3, 6}, 6);
+    oj_tensor *ct = oj_contiguous(tr);
+    assert_true(oj_is_contiguous(ct));
+    assert_false(oj_shares_storage(tr, ct));
+    float out[6];
+    assert_int_equal(oj_to_host(ct, out, sizeof out), OJ_OK);
+    assert_true(out[0] == 1 && out[1] == 4 && out[2] == 2 && out[3] == 5 && out[4] == 3 &&
+                out[5] == 6);
+    oj_tensor *cl = oj_clone(tr);
+    assert_int_equal(oj_size(cl, 0), 3);
+    assert_true(oj_is_contiguous(cl));
+    expect_f64(cl, (double[]){1, 4, 2, 5, 3, 6}, 6);
+}
+
+static void test_copy_broadcast_cast(void **state) {
+    (void)state;
+    int64_t s[2] = {2, 3};
+    oj_tensor *dst = oj_zeros(eng, 2, s, OJ_F32);
+    int32_t row[3] = {7, -8, 9};
+    int64_t n3 = 3;
+    oj_tensor *src = oj_from_host(eng, 1, &n3, OJ_I32, row, sizeof row);
+    uint64_t v0 = oj_version(dst);
+    assert_int_equal(oj_copy_(dst, src), OJ_OK);
+    assert_true(oj_version(dst) > v0);
+    expect_f64(dst, (double[]){7, -8, 9, 7, -8, 9}, 6);
+    /* column broadcast [2, 1] -> [2, 3], f64 -> f32 */
+    double col[2] = {0.5, -1.25};
+    int64_t cs[2] = {2, 1};
+    oj_tensor *c = oj_from_host(eng, 2, cs, OJ_F64, col, sizeof col);
+    assert_int_equal(oj_copy_(dst, c), OJ_OK);
+    expect_f64(dst, (double[]){0.5, 0.5, 0.5, -1.25, -1.25, -1.25}, 6);
+    /* into a strided view (transpose) */
+    oj_tensor *dt = oj_transpose(dst, 0, 1); /* [3, 2] */
+    double m[6] = {1, 2, 3, 4, 5, 6};
+    int64_t ms[2] = {3, 2};
+    oj_tensor *mm = oj_from_host(eng, 2, ms, OJ_F64, m, sizeof m);
+    assert_int_equal(oj_copy_(dt, mm), OJ_OK);
+    expect_f64(dst, (double[]){1, 3, 5, 2, 4, 6}, 6);
+    /* float -> int truncates, -> bool is != 0 */
+    oj_tensor *bi = oj_zeros(eng, 2, s, OJ_BOOL);
+    double bz[3] = {0, -0.5, NAN};
+    oj_tensor *bsrc = oj_from_host(eng, 1, &n3, OJ_F64, bz, sizeof bz);
+    assert_int_equal(oj_copy_(bi, bsrc), OJ_OK);
+    expect_f64(bi, (double[]){0, 1, 1, 0, 1, 1}, 6);
+    /* shape mismatch */
+    int64_t n4 = 4;
+    oj_tensor *bad = oj_zeros(eng, 1, &n4, OJ_F32);
+    assert_int_equal(oj_copy_(dst, bad), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "[4]"));
+    assert_non_null(strstr(oj_last_error(eng), "[2, 3]"));
+    oj_clear_error(eng);
+    /* overlapping copy within one storage: shift a row right by one */
+    oj_tensor *ar = oj_arange(eng, 0, 6, 1, OJ_F32);
+    oj_tensor *hi = oj_narrow(ar, 0, 1, 5), *lo = oj_narrow(ar, 0, 0, 5);
+    assert_int_equal(oj_copy_(hi, lo), OJ_OK);
+    expect_f64(ar, (double[]){0, 0, 1, 2, 3, 4}, 6);
+    /* expanded destination is refused */
+    int64_t one = 1;
+    oj_tensor *o1 = oj_zeros(eng, 1, &one, OJ_F32);
+    oj_tensor *ex = oj_expand(o1, 1, &n3);
+    assert_int_equal(oj_copy_(ex, src), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+}
+
+static void test_fill(void **state) {
+    (void)state;
+    int64_t s[2] = {3, 4};
+    oj_tensor *t = oj_zeros(eng, 2, s, OJ_F16);
+    oj_tensor *col = oj_select(t, 1, 2);
+    assert_int_equal(oj_fill_(col, 1.5), OJ_OK);
+    for (int i = 0; i < 12; i++) assert_true(oj_item_at(t, i) == (i % 4 == 2 ? 1.5 : 0.0));
+    assert_int_equal(oj_fill_(t, -2), OJ_OK);
+    for (int i = 0; i < 12; i++) assert_true(oj_item_at(t, i) == -2.0);
+}
+
+static void test_grad_fields(void **state) {
+    (void)state;
+    int64_t n = 3;
+    oj_tensor *f = oj_zeros(eng, 1, &n, OJ_F32);
+    assert_false(oj_requires_grad(f));
+    assert_ptr_equal(oj_set_requires_grad(f, true), f);
+    assert_true(oj_requires_grad(f));
+    assert_null(oj_grad(f));
+    oj_zero_grad(f);
+    oj_tensor *i = oj_zeros(eng, 1, &n, OJ_I64);
+    assert_null(oj_set_requires_grad(i, true));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_DTYPE);
+    oj_clear_error(eng);
+}
+
+int main(void) {
+#define T(f) cmocka_unit_test_setup_teardown(f, scope_in, scope_out)
+    const struct CMUnitTest tests[] = {
+        T(test_empty_zeros_ones_full), T(test_arange_linspace_eye), T(test_from_to_host),
+        T(test_clone_contiguous),      T(test_copy_broadcast_cast), T(test_fill),
+        T(test_grad_fields),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
