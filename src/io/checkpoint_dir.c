@@ -59,7 +59,7 @@ oj_status oj_checkpoint_list(const char *root, int64_t **steps, int64_t *n, oj_e
         free(v);
         return rc;
     }
-    qsort(v, (size_t)len, sizeof *v, cmp_asc);
+    if (len) qsort(v, (size_t)len, sizeof *v, cmp_asc);
     *steps = v;
     *n = len;
     return OJ_OK;

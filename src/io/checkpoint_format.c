@@ -200,7 +200,8 @@ static oj_status check_manifest(const oj__ckpt_bytes *b, bool check_hashes, int6
     }
     json_t *files = json_object_get(m, "files");
     if (!rc && !json_is_object(files)) rc = corrupt(err, file, "files is not an object");
-    if (!rc) rc = exact_keys(files, oj__ckpt_files, file, "files", err);
+    const char *const file_keys[] = {oj__ckpt_files[0], oj__ckpt_files[1], oj__ckpt_files[2], NULL};
+    if (!rc) rc = exact_keys(files, file_keys, file, "files", err);
     const size_t lens[OJ__CKPT_NFILES] = {b->model_len, b->optim_len, b->state_len};
     const uint8_t *data[OJ__CKPT_NFILES] = {b->model, b->optim, b->state};
     for (int f = 0; f < OJ__CKPT_NFILES && !rc; f++) {
@@ -256,7 +257,7 @@ static oj_status check_state(const oj__ckpt_bytes *b, int64_t step, char **state
     if (!rc && state_json) {
         char *t = malloc(b->state_len + 1);
         if (!t) return oj_error_set(err, OJ_ERR_CAPACITY, "checkpoint state: out of host memory");
-        memcpy(t, b->state, b->state_len);
+        if (b->state_len) memcpy(t, b->state, b->state_len);
         t[b->state_len] = '\0';
         *state_json = t;
     }
@@ -304,7 +305,7 @@ static oj_status check_expect(const oj_safetensors *st, const oj__expect *ex, co
     /* more tensors in the file than expected: name the first extra one */
     const char **sorted = malloc((size_t)(ex->n ? ex->n : 1) * sizeof *sorted);
     if (!sorted) return oj_error_set(err, OJ_ERR_CAPACITY, "checkpoint: out of host memory");
-    memcpy(sorted, ex->names, (size_t)ex->n * sizeof *sorted);
+    if (ex->n) memcpy(sorted, ex->names, (size_t)ex->n * sizeof *sorted);
     qsort(sorted, (size_t)ex->n, sizeof *sorted, cmp_cstr);
     const char *extra = NULL;
     for (int64_t k = 0; k < oj_safetensors_count(st) && !extra; k++) {

@@ -21,6 +21,7 @@ static void live_free(live *l) {
     free(l->dtypes);
     free(l->ranks);
     free(l->shapes);
+    memset(l, 0, sizeof *l);
 }
 
 static int cmp_cstr(const void *a, const void *b) {

@@ -89,7 +89,7 @@ static oj_status retain(const char *root, int64_t step, int keep_last, oj_error 
     int64_t *steps = NULL, n = 0;
     oj_status rc = oj_checkpoint_list(root, &steps, &n, err);
     if (rc) return rc;
-    qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
+    if (n) qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
     int kept = 1; /* `step` itself */
     bool removed = false;
     char path[4096];
