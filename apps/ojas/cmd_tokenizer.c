@@ -1,0 +1,271 @@
+/* ojas tokenizer encode | decode | train */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "ojas/data.h"
+
+static const char k_usage[] =
+    "usage: ojas tokenizer <encode|decode|train> [options]\n"
+    "\n"
+    "  ojas tokenizer encode --vocab DIR [FILE]\n"
+    "      print the token ids of FILE (default stdin), separated by spaces\n"
+    "      --allow-special    map \"<|endoftext|>\" in the text to its id\n"
+    "      --special-as-text  encode special-token text as ordinary text\n"
+    "                         (default: refuse text that contains one)\n"
+    "      --threads N        encode on N threads (default: all usable CPUs)\n"
+    "      --pcre2            use the PCRE2 reference pre-tokeniser\n"
+    "  ojas tokenizer decode --vocab DIR [FILE]\n"
+    "      read whitespace-separated ids from FILE (default stdin), write the text\n"
+    "      --strict           fail on invalid UTF-8 (default: U+FFFD replacement)\n"
+    "      --bytes            write the raw bytes, unchecked\n"
+    "  ojas tokenizer train --vocab-size N --out DIR FILE...\n"
+    "      learn byte-level BPE merges; writes encoder.json, vocab.bpe, ranks.tiktoken\n"
+    "      --threads N        threads for counting (default: all usable CPUs)\n"
+    "      --min-frequency N  stop when the best pair occurs fewer times (default 2)\n"
+    "\n"
+    "DIR holds encoder.json + vocab.bpe (GPT-2) or one *.tiktoken rank file.\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int load(const char *vocab, oj_tokenizer **tok) {
+    if (!vocab)
+        return cli_error(CLI_USAGE, "tokenizer: --vocab DIR is required");
+    oj_error err = {0};
+    if (oj_tokenizer_load(vocab, tok, &err))
+        return cli_error(CLI_FAIL, "%s", err.message);
+    return CLI_OK;
+}
+
+static int encode(int argc, char **argv) {
+    const char *vocab = NULL, *file = NULL;
+    unsigned flags = OJ_ENCODE_REFUSE_SPECIAL;
+    int64_t threads = 0;
+    bool pcre2 = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (cli_is_help(a)) {
+            fputs(k_usage, stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--vocab") == 0) {
+            if (!(vocab = cli_value(argc, argv, &i)))
+                return CLI_USAGE;
+        } else if (strcmp(a, "--allow-special") == 0)
+            flags = OJ_ENCODE_ALLOW_SPECIAL;
+        else if (strcmp(a, "--special-as-text") == 0)
+            flags = OJ_ENCODE_SPECIAL_AS_TEXT;
+        else if (strcmp(a, "--pcre2") == 0)
+            pcre2 = true;
+        else if (strcmp(a, "--threads") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_i64(a, v, 0, 1024, &threads))
+                return CLI_USAGE;
+        } else if (a[0] == '-' && a[1])
+            return cli_error(CLI_USAGE, "tokenizer encode: unknown option %s", a);
+        else if (!file)
+            file = a;
+        else
+            return cli_error(CLI_USAGE, "tokenizer encode: one FILE at most");
+    }
+    oj_tokenizer *tok;
+    int rc = load(vocab, &tok);
+    if (rc)
+        return rc;
+    oj_error err = {0};
+    if (pcre2 && oj_tokenizer_set_pretokenizer(tok, OJ_PRETOK_PCRE2, &err)) {
+        oj_tokenizer_free(tok);
+        return cli_error(CLI_FAIL, "%s", err.message);
+    }
+    size_t len;
+    char *text = cli_read_all(file, &len);
+    if (!text) {
+        oj_tokenizer_free(tok);
+        return CLI_FAIL;
+    }
+    oj_tokens ids = {0};
+    oj_status st = oj_tokenizer_encode_parallel(tok, text, len, flags, (int)threads, &ids, &err);
+    free(text);
+    if (!st) {
+        char buf[1 << 16];
+        size_t o = 0;
+        for (size_t i = 0; i < ids.len; i++) {
+            if (o > sizeof buf - 16) {
+                fwrite(buf, 1, o, stdout);
+                o = 0;
+            }
+            o += (size_t)snprintf(buf + o, 16, i + 1 < ids.len ? "%d " : "%d", (int)ids.ids[i]);
+        }
+        buf[o++] = '\n';
+        fwrite(buf, 1, o, stdout);
+        if (fflush(stdout) != 0)
+            st = oj_error_set(&err, OJ_ERR_IO, "tokenizer encode: cannot write the output");
+    }
+    oj_tokens_free(&ids);
+    oj_tokenizer_free(tok);
+    return st ? cli_error(CLI_FAIL, "%s", err.message) : CLI_OK;
+}
+
+static int decode(int argc, char **argv) {
+    const char *vocab = NULL, *file = NULL;
+    unsigned flags = OJ_DECODE_LOSSY;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            fputs(k_usage, stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--vocab") == 0) {
+            if (!(vocab = cli_value(argc, argv, &i)))
+                return CLI_USAGE;
+        } else if (strcmp(a, "--strict") == 0)
+            flags = OJ_DECODE_STRICT;
+        else if (strcmp(a, "--bytes") == 0)
+            flags = OJ_DECODE_BYTES;
+        else if (a[0] == '-' && a[1])
+            return cli_error(CLI_USAGE, "tokenizer decode: unknown option %s", a);
+        else if (!file)
+            file = a;
+        else
+            return cli_error(CLI_USAGE, "tokenizer decode: one FILE at most");
+    }
+    oj_tokenizer *tok;
+    int rc = load(vocab, &tok);
+    if (rc)
+        return rc;
+    size_t len;
+    char *text = cli_read_all(file, &len);
+    if (!text) {
+        oj_tokenizer_free(tok);
+        return CLI_FAIL;
+    }
+    oj_tokens ids = {0};
+    char *p = text;
+    rc = CLI_OK;
+    for (;;) {
+        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r' && *end != ',')) {
+            rc = cli_error(CLI_FAIL, "tokenizer decode: '%.20s' at byte %zu is not a token id", p,
+                           (size_t)(p - text));
+            break;
+        }
+        if (oj_tokens_push(&ids, (int32_t)v)) {
+            rc = cli_error(CLI_FAIL, "tokenizer decode: out of memory");
+            break;
+        }
+        p = end;
+    }
+    free(text);
+    if (!rc) {
+        oj_error err = {0};
+        char *out;
+        size_t olen;
+        if (oj_tokenizer_decode(tok, ids.ids, ids.len, flags, &out, &olen, &err))
+            rc = cli_error(CLI_FAIL, "%s", err.message);
+        else {
+            if (fwrite(out, 1, olen, stdout) != olen || fflush(stdout) != 0)
+                rc = cli_error(CLI_FAIL, "tokenizer decode: cannot write the output");
+            free(out);
+        }
+    }
+    oj_tokens_free(&ids);
+    oj_tokenizer_free(tok);
+    return rc;
+}
+
+static int train(int argc, char **argv) {
+    oj_bpe_train_config cfg = oj_bpe_train_config_default();
+    const char *out = NULL;
+    int64_t vs = -1, threads = 0, minf = 2;
+    char **files = calloc((size_t)argc, sizeof *files);
+    int nf = 0, rc = CLI_OK;
+    if (!files)
+        return cli_error(CLI_FAIL, "out of memory");
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i], *v;
+        if (cli_is_help(a)) {
+            fputs(k_usage, stdout);
+            free(files);
+            return CLI_OK;
+        } else if (strcmp(a, "--vocab-size") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_i64(a, v, 257, INT32_MAX - 1, &vs))
+                rc = CLI_USAGE;
+        } else if (strcmp(a, "--out") == 0) {
+            if (!(out = cli_value(argc, argv, &i)))
+                rc = CLI_USAGE;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_i64(a, v, 0, 1024, &threads))
+                rc = CLI_USAGE;
+        } else if (strcmp(a, "--min-frequency") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_i64(a, v, 1, INT64_MAX, &minf))
+                rc = CLI_USAGE;
+        } else if (a[0] == '-' && a[1])
+            rc = cli_error(CLI_USAGE, "tokenizer train: unknown option %s", a);
+        else
+            files[nf++] = argv[i];
+    }
+    if (!rc && (vs < 0 || !out || nf == 0))
+        rc = cli_error(CLI_USAGE, "tokenizer train: --vocab-size N, --out DIR and at least one FILE "
+                                  "are required");
+    char **texts = rc ? NULL : calloc((size_t)nf, sizeof *texts);
+    size_t *lens = rc ? NULL : calloc((size_t)nf, sizeof *lens);
+    if (!rc && (!texts || !lens))
+        rc = cli_error(CLI_FAIL, "out of memory");
+    size_t total = 0;
+    for (int i = 0; i < nf && !rc; i++) {
+        if (!(texts[i] = cli_read_all(files[i], &lens[i])))
+            rc = CLI_FAIL;
+        else
+            total += lens[i];
+    }
+    if (!rc) {
+        cfg.vocab_size = (int32_t)vs;
+        cfg.threads = (int)threads;
+        cfg.min_frequency = minf;
+        oj_tokenizer *tok = NULL;
+        oj_error err = {0};
+        double t0 = now_s();
+        if (oj_bpe_train(&cfg, (size_t)nf, (const char *const *)texts, lens, &tok, &err) ||
+            oj_tokenizer_save(tok, out, &err))
+            rc = cli_error(CLI_FAIL, "%s", err.message);
+        else
+            fprintf(stderr, "ojas: trained %d ids (%d requested) on %.2f MB in %.2f s -> %s\n",
+                    (int)oj_tokenizer_vocab_size(tok), (int)vs, (double)total / 1e6, now_s() - t0,
+                    out);
+        oj_tokenizer_free(tok);
+    }
+    for (int i = 0; texts && i < nf; i++)
+        free(texts[i]);
+    free(texts);
+    free(lens);
+    free(files);
+    return rc;
+}
+
+int cmd_tokenizer(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(k_usage, stderr);
+        return CLI_USAGE;
+    }
+    if (cli_is_help(argv[1])) {
+        fputs(k_usage, stdout);
+        return CLI_OK;
+    }
+    if (strcmp(argv[1], "encode") == 0)
+        return encode(argc - 1, argv + 1);
+    if (strcmp(argv[1], "decode") == 0)
+        return decode(argc - 1, argv + 1);
+    if (strcmp(argv[1], "train") == 0)
+        return train(argc - 1, argv + 1);
+    return cli_error(CLI_USAGE, "tokenizer: unknown subcommand '%s' (encode, decode or train)",
+                     argv[1]);
+}

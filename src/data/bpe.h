@@ -1,0 +1,95 @@
+/* Internal layout of oj_tokenizer, shared by the files of src/data that load,
+ * save, train and run it. */
+#ifndef OJAS_DATA_BPE_H
+#define OJAS_DATA_BPE_H
+
+#include <pthread.h>
+
+#include "data/hashmap.h"
+#include "ojas/data.h"
+
+struct oj_pretok_re;
+
+typedef struct oj_special {
+    char *text;
+    size_t len;
+    int32_t id;
+} oj_special;
+
+/* Per-thread encode scratch; a tokenizer keeps a free list of them. */
+typedef struct oj_tok_session {
+    struct oj_tok_session *next;
+    oj_strmap cache;      /* piece bytes -> (offset << 8 | count) into cache_ids */
+    int32_t *cache_ids;
+    size_t cache_len, cache_cap;
+    size_t *ends;         /* piece ends from the pre-tokeniser */
+    int32_t *part_id;     /* merge scratch, one per byte of the piece */
+    int32_t *part_rank;
+    int32_t *part_next, *part_prev;
+    uint64_t *heap;
+    size_t scratch_cap;
+    void *md;             /* PCRE2 match data (PCRE2 mode) */
+} oj_tok_session;
+
+typedef struct oj_tok_pool {
+    pthread_mutex_t mu;
+    oj_tok_session *free;
+} oj_tok_pool;
+
+struct oj_tokenizer {
+    int32_t n_ids;        /* max id + 1 */
+    uint32_t *tok_off;    /* [n_ids] offset into bytes */
+    uint32_t *tok_len;    /* [n_ids] 0 = no such id */
+    uint8_t *is_special;  /* [n_ids] */
+    uint8_t *bytes;
+    size_t bytes_len, bytes_cap;
+    size_t ids_cap;
+    oj_strmap ranks;      /* mergeable token bytes -> id */
+    oj_pairmap pairs;     /* (left id, right id) -> id of their concatenation */
+    int32_t byte_id[256];
+    oj_special *specials;
+    int n_specials;
+    int32_t eot;
+    int32_t (*merges)[2]; /* optional, in priority order (vocab.bpe) */
+    int64_t n_merges;
+    oj_pretokenizer pretok;
+    struct oj_pretok_re *re;
+    oj_tok_pool *pool;
+};
+
+/* Builder: new empty tokenizer; add mergeable tokens and specials; finish
+ * (checks every byte has a token and builds the pair table). */
+oj_tokenizer *oj_bpe_new(void);
+oj_status oj_bpe_add_token(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id,
+                           oj_error *err);
+oj_status oj_bpe_add_special(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id,
+                             oj_error *err);
+oj_status oj_bpe_finish(oj_tokenizer *tok, oj_error *err);
+
+/* Id of mergeable token b[0..len), or -1. */
+static inline int32_t oj_bpe_rank(const oj_tokenizer *tok, const uint8_t *b, size_t len) {
+    int64_t e = oj_strmap_find(&tok->ranks, b, len, oj_strmap_hash(b, len));
+    return e < 0 ? -1 : (int32_t)tok->ranks.ents[e].value;
+}
+
+/* Merge the bytes of one piece into ids (tiktoken's byte_pair_merge, with
+ * ranks restricted to < max_rank), appending to out. Uses sess scratch. */
+oj_status oj_bpe_merge(const oj_tokenizer *tok, oj_tok_session *sess, const uint8_t *b,
+                       size_t len, int32_t max_rank, oj_tokens *out);
+
+oj_tok_session *oj_tok_session_get(const oj_tokenizer *tok);
+void oj_tok_session_put(const oj_tokenizer *tok, oj_tok_session *s);
+/* Make sure sess can merge a piece of n bytes. 0 ok, -1 out of memory. */
+int oj_tok_session_reserve(oj_tok_session *s, size_t n);
+
+/* GPT-2's byte <-> printable-unicode mapping (bytes_to_unicode). */
+uint32_t oj_gpt2_byte_to_cp(uint8_t b);
+/* -1 if cp is not the image of a byte. */
+int oj_gpt2_cp_to_byte(uint32_t cp);
+/* Position of byte b in GPT-2's byte order (the id GPT-2 gives it). */
+int oj_gpt2_byte_rank(uint8_t b);
+
+/* Number of usable CPUs (sched affinity), >= 1. */
+int oj_data_cpu_count(void);
+
+#endif

@@ -1,0 +1,129 @@
+/* Corpus preparation: text files -> documents -> token stream (each document
+ * preceded by <|endoftext|>) -> train/val shards. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/fsutil.h"
+#include "ojas/data.h"
+
+oj_prepare_config oj_prepare_config_default(void) {
+    return (oj_prepare_config){.out_dir = NULL, .val_fraction = 0.0, .shard_tokens = 100000000,
+                               .threads = 0, .version = 0};
+}
+
+static oj_status slurp(const char *path, char **buf, size_t *len, oj_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return oj_error_set(err, OJ_ERR_IO, "data_prepare: cannot open %s: %s", path,
+                            strerror(errno));
+    size_t cap = 1 << 20, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        n += fread(b + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        cap *= 2;
+        char *nb = realloc(b, cap);
+        if (!nb)
+            free(b);
+        b = nb;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory reading %s", path);
+    if (bad) {
+        free(b);
+        return oj_error_set(err, OJ_ERR_IO, "data_prepare: read error on %s", path);
+    }
+    *buf = b;
+    *len = n;
+    return OJ_OK;
+}
+
+static oj_status write_split(const char *dir, const char *split, const int32_t *t, int64_t n,
+                             int64_t per, int version, int *shards, oj_error *err) {
+    size_t pl = strlen(dir) + strlen(split) + 32;
+    char *path = malloc(pl);
+    if (!path)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+    oj_status st = OJ_OK;
+    int k = 0;
+    for (int64_t i = 0; i < n && !st; i += per, k++) {
+        snprintf(path, pl, "%s/%s_%06d.bin", dir, split, k);
+        st = oj_shard_write(path, t + i, n - i < per ? n - i : per, version, err);
+    }
+    free(path);
+    *shards = k;
+    return st;
+}
+
+oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg, int n,
+                          const char *const *files, oj_prepare_stats *stats, oj_error *err) {
+    if (!tok || !cfg || !cfg->out_dir || n < 0 || (n && !files))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "data_prepare: NULL argument");
+    if (!(cfg->val_fraction >= 0.0 && cfg->val_fraction < 1.0) || cfg->shard_tokens < 1 ||
+        cfg->shard_tokens > INT32_MAX || (cfg->version < 0 || cfg->version > 2))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "data_prepare: val_fraction %g must be in [0, 1), shard_tokens %lld in "
+                            "[1, 2^31), version %d 0, 1 or 2",
+                            cfg->val_fraction, (long long)cfg->shard_tokens, cfg->version);
+    int32_t eot = oj_tokenizer_eot(tok);
+    if (eot < 0)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "data_prepare: the tokenizer has no <|endoftext|> token");
+    int version = cfg->version ? cfg->version : (oj_tokenizer_vocab_size(tok) <= 65536 ? 1 : 2);
+    if (version == 1 && oj_tokenizer_vocab_size(tok) > 65536)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "data_prepare: vocabulary of %d ids does not fit uint16 shards",
+                            (int)oj_tokenizer_vocab_size(tok));
+    oj_status st = oj_data_mkdirs(cfg->out_dir, err);
+    if (st)
+        return st;
+    oj_prepare_stats s = {0};
+    oj_tokens all = {0};
+    for (int f = 0; f < n && !st; f++) {
+        char *buf = NULL;
+        size_t len = 0;
+        if ((st = slurp(files[f], &buf, &len, err)))
+            break;
+        s.bytes += (int64_t)len;
+        size_t pos = 0;
+        while (pos <= len && !st) {
+            const char *sep = memmem(buf + pos, len - pos, "<|endoftext|>", 13);
+            size_t end = sep ? (size_t)(sep - buf) : len;
+            if (end > pos) {
+                s.documents++;
+                if (oj_tokens_push(&all, eot) != OJ_OK)
+                    st = oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+                else
+                    st = oj_tokenizer_encode_parallel(tok, buf + pos, end - pos,
+                                                      OJ_ENCODE_SPECIAL_AS_TEXT, cfg->threads, &all,
+                                                      err);
+            }
+            pos = end + 13;
+        }
+        free(buf);
+    }
+    if (!st && all.len > INT64_MAX / 2)
+        st = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "data_prepare: too many tokens");
+    if (!st) {
+        int64_t total = (int64_t)all.len;
+        int64_t nval = (int64_t)(cfg->val_fraction * (double)total + 0.5);
+        if (nval > total)
+            nval = total;
+        s.train_tokens = total - nval;
+        s.val_tokens = nval;
+        st = write_split(cfg->out_dir, "train", all.ids, s.train_tokens, cfg->shard_tokens, version,
+                         &s.train_shards, err);
+        if (!st)
+            st = write_split(cfg->out_dir, "val", all.ids + s.train_tokens, nval, cfg->shard_tokens,
+                             version, &s.val_shards, err);
+    }
+    oj_tokens_free(&all);
+    if (stats)
+        *stats = s;
+    return st;
+}

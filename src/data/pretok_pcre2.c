@@ -1,0 +1,83 @@
+/* Reference pre-tokeniser: the GPT-2 pattern through PCRE2 (UTF, UCP, JIT).
+ * \s is spelled out as ECMAScript's WhiteSpace + LineTerminator set, because
+ * the peer (js-tiktoken) runs the pattern through a JavaScript RegExp and
+ * PCRE2's \s differs from it (U+0085 is space in PCRE2, U+FEFF is not). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "data/pretok.h"
+
+#define WS "\\t-\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}"
+
+static const char k_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS
+                                "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+
+struct oj_pretok_re {
+    pcre2_code *code;
+    pcre2_jit_stack *stack;
+    pcre2_match_context *mctx;
+};
+
+struct oj_pretok_re *oj_pretok_pcre2_compile(char *errbuf, size_t errlen) {
+    struct oj_pretok_re *re = calloc(1, sizeof *re);
+    if (!re) {
+        snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    int ec;
+    PCRE2_SIZE eo;
+    re->code = pcre2_compile((PCRE2_SPTR)k_pattern, PCRE2_ZERO_TERMINATED,
+                             PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ec, &eo, NULL);
+    if (!re->code) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        snprintf(errbuf, errlen, "pcre2_compile at %zu: %s", (size_t)eo, (char *)msg);
+        free(re);
+        return NULL;
+    }
+    /* JIT when available; the interpreter gives the same matches. Long
+     * whitespace runs backtrack, so give the JIT a roomy stack. */
+    if (pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0) {
+        re->stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+        re->mctx = pcre2_match_context_create(NULL);
+        if (re->stack && re->mctx)
+            pcre2_jit_stack_assign(re->mctx, NULL, re->stack);
+    }
+    return re;
+}
+
+void oj_pretok_pcre2_free(struct oj_pretok_re *re) {
+    if (!re)
+        return;
+    pcre2_match_context_free(re->mctx);
+    pcre2_jit_stack_free(re->stack);
+    pcre2_code_free(re->code);
+    free(re);
+}
+
+void *oj_pretok_pcre2_match_data(const struct oj_pretok_re *re) {
+    return pcre2_match_data_create_from_pattern(re->code, NULL);
+}
+
+void oj_pretok_pcre2_match_data_free(void *md) { pcre2_match_data_free(md); }
+
+size_t oj_pretok_pcre2_split(const struct oj_pretok_re *re, void *md, const uint8_t *s, size_t n,
+                             size_t *pos, size_t *ends, size_t max) {
+    size_t i = *pos, k = 0;
+    while (i < n && k < max) {
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, i, PCRE2_NO_UTF_CHECK, md, re->mctx);
+        if (rc < 0)
+            return (size_t)-1;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        /* The pattern matches every character, so each match starts at i
+         * and is non-empty. */
+        if (ov[0] != i || ov[1] <= i)
+            return (size_t)-1;
+        i = ov[1];
+        ends[k++] = i;
+    }
+    *pos = i;
+    return k;
+}
