@@ -8,6 +8,36 @@
 
 #include "core/internal.h"
 
+/* Elementwise unary ops: out = f(x; alpha, beta). */
+typedef enum oj_unary_op {
+    OJ_UN_NEG, OJ_UN_ABS, OJ_UN_EXP, OJ_UN_LOG, OJ_UN_LOG1P, OJ_UN_SQRT, OJ_UN_RSQRT,
+    OJ_UN_SQUARE, OJ_UN_SIGN, OJ_UN_RELU, OJ_UN_LEAKY_RELU /* alpha: slope */,
+    OJ_UN_GELU_ERF, OJ_UN_GELU_TANH, OJ_UN_SILU, OJ_UN_SIGMOID, OJ_UN_TANH,
+    OJ_UN_SOFTPLUS /* alpha: beta, beta: threshold */, OJ_UN_ELU /* alpha */, OJ_UN_MISH,
+    OJ_UN_POW_SCALAR /* x^alpha */, OJ_UN_RPOW_SCALAR /* alpha^x */,
+    OJ_UN_CLAMP /* [alpha, beta]; NaN bound = none */, OJ_UN_AFFINE /* alpha*x + beta */,
+    OJ_UN_RECIPROCAL, OJ_UN_SIN, OJ_UN_COS, OJ_UN_NOT /* logical, to bool */,
+    OJ_UN_ISNAN /* to bool */, OJ_UN_ISFINITE /* to bool */,
+    OJ_UN_COUNT
+} oj_unary_op;
+
+/* Elementwise binary ops: out = f(a, b) (a and b already broadcast to
+ * out's shape by stride-0 views). Comparisons and logical ops write bool. */
+typedef enum oj_binary_op {
+    OJ_BIN_ADD, OJ_BIN_SUB, OJ_BIN_MUL, OJ_BIN_DIV, OJ_BIN_POW, OJ_BIN_MAXIMUM,
+    OJ_BIN_MINIMUM, OJ_BIN_EQ, OJ_BIN_NE, OJ_BIN_LT, OJ_BIN_LE, OJ_BIN_GT, OJ_BIN_GE,
+    OJ_BIN_AND, OJ_BIN_OR, OJ_BIN_XOR,
+    OJ_BIN_COUNT
+} oj_binary_op;
+
+/* Reductions over a set of dims (see reduce entry). */
+typedef enum oj_reduce_op {
+    OJ_RED_SUM, OJ_RED_MEAN, OJ_RED_PROD, OJ_RED_MAX, OJ_RED_MIN, OJ_RED_ARGMAX, OJ_RED_ARGMIN,
+    OJ_RED_VAR /* p: correction */, OJ_RED_LOGSUMEXP, OJ_RED_NORM_L1, OJ_RED_NORM_L2,
+    OJ_RED_NORM_INF, OJ_RED_ANY, OJ_RED_ALL,
+    OJ_RED_COUNT
+} oj_reduce_op;
+
 typedef struct oj_backend {
     const char *name;
     oj_device_type type;
@@ -26,7 +56,40 @@ typedef struct oj_backend {
     oj_status (*copy_d2d)(oj_engine *eng, void *dst, const void *src, size_t nbytes);
     oj_status (*memset0)(oj_engine *eng, void *dst, size_t nbytes);
     oj_status (*synchronize)(oj_engine *eng);
-    /* Kernel entries are appended below by the ops layer's needs. */
+
+    /* ---- kernels. Arguments are validated by the ops layer: shapes fit,
+     * dtypes are as documented, all tensors live on this device. Inputs may
+     * have any strides (stride 0 for broadcast); outputs are contiguous
+     * unless stated (elementwise entries accept strided outputs, and an
+     * output may alias an input exactly, for in-place ops). Float compute is f32 for f32/bf16/f16 and f64 for f64.
+     * Under OJ_NUMERICS_EXACT every reduction uses a fixed order. */
+
+    /* out[i] = x[i] converted to out's dtype (x broadcast to out's shape). */
+    oj_status (*copy)(oj_engine *eng, oj_tensor *out, const oj_tensor *x);
+    oj_status (*fill)(oj_engine *eng, oj_tensor *out, double value);
+    oj_status (*unary)(oj_engine *eng, oj_unary_op op, oj_tensor *out, const oj_tensor *x,
+                       double alpha, double beta);
+    /* dx = dy * f'(x) for differentiable unary ops (y = f(x) given too). */
+    oj_status (*unary_backward)(oj_engine *eng, oj_unary_op op, oj_tensor *dx,
+                                const oj_tensor *x, const oj_tensor *y, const oj_tensor *dy,
+                                double alpha, double beta);
+    oj_status (*binary)(oj_engine *eng, oj_binary_op op, oj_tensor *out, const oj_tensor *a,
+                        const oj_tensor *b);
+    /* out = cond ? a : b (cond bool, all broadcast to out). */
+    oj_status (*where)(oj_engine *eng, oj_tensor *out, const oj_tensor *cond,
+                       const oj_tensor *a, const oj_tensor *b);
+    /* Philox fill: uniform [lo, hi) or normal(mean=lo, std=hi), counter
+     * block `offset` of (seed, stream). */
+    oj_status (*rand)(oj_engine *eng, oj_tensor *out, bool normal, double lo, double hi,
+                      uint64_t seed, uint64_t offset);
+    /* Reduce x over the dims set in dim_mask (bit d = dim d). out has x's
+     * rank with reduced dims of size 1 (keepdim form), contiguous. For
+     * MAX/MIN `idx` (i64, same shape, may be NULL) receives the index along
+     * the single reduced dim (first occurrence); ARGMAX/ARGMIN write i64 to
+     * out. Accumulation is in double, in index-increasing order. */
+    oj_status (*reduce)(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
+                        const oj_tensor *x, uint32_t dim_mask, double p);
+    /* Further kernel entries (matmul, nn) are appended below. */
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

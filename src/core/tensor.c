@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grad_node.h"
 #include "core/internal.h"
 
 oj_status oj_shape_numel(int rank, const int64_t *shape, oj_dtype dt, int64_t *numel) {
@@ -270,7 +271,14 @@ oj_tensor *oj_set_requires_grad(oj_tensor *t, bool requires_grad) {
 }
 
 bool oj_requires_grad(const oj_tensor *t) { return oj__live(t) && t->requires_grad; }
-oj_tensor *oj_grad(const oj_tensor *t) { return oj__live(t) ? t->grad : NULL; }
+oj_tensor *oj_grad(const oj_tensor *t) {
+    if (!oj__live(t)) return NULL;
+    if (t->grad == NULL && t->grad_fn != NULL) { /* a non-leaf marked retain_grad */
+        oj_tensor *h = t->grad_fn->retained[t->output_index];
+        return h ? h->grad : NULL;
+    }
+    return t->grad;
+}
 
 void oj_zero_grad(oj_tensor *t) {
     if (!oj__live(t) || t->grad == NULL) return;

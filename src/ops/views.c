@@ -380,63 +380,70 @@ oj_tensor *oj_reshape(oj_tensor *t, int rank, const int64_t *shape) {
     if (!check(t, "reshape")) return NULL;
     int64_t s[OJ_MAX_RANK];
     if (!oj__view_infer_shape(t, "reshape", rank, shape, s)) return NULL;
-    return reshape_resolved(t, rank, s, true, "reshape");
+    return oj__view_record(t, reshape_resolved(t, rank, s, true, "reshape"), "reshape",
+                           OJ_VIEW_RESHAPE, 0, NULL);
 }
 
 oj_tensor *oj_view(oj_tensor *t, int rank, const int64_t *shape) {
     if (!check(t, "view")) return NULL;
     int64_t s[OJ_MAX_RANK];
     if (!oj__view_infer_shape(t, "view", rank, shape, s)) return NULL;
-    return reshape_resolved(t, rank, s, false, "view");
+    return oj__view_record(t, reshape_resolved(t, rank, s, false, "view"), "view",
+                           OJ_VIEW_RESHAPE, 0, NULL);
 }
 
 oj_tensor *oj_permute(oj_tensor *t, int ndims, const int *dims) {
     oj_view_geom g;
     if (!check(t, "permute") || !oj__view_permute(t, "permute", ndims, dims, &g)) return NULL;
-    return oj__view_make(t, &g);
+    int64_t p[OJ_MAX_RANK];
+    for (int d = 0; d < ndims && d < OJ_MAX_RANK; d++) p[d] = dims[d];
+    return oj__view_record(t, oj__view_make(t, &g), "permute", OJ_VIEW_PERMUTE, ndims, p);
 }
 
 oj_tensor *oj_transpose(oj_tensor *t, int d0, int d1) {
     oj_view_geom g;
     if (!check(t, "transpose") || !oj__view_transpose(t, d0, d1, &g)) return NULL;
-    return oj__view_make(t, &g);
+    int64_t p[2] = {d0, d1};
+    return oj__view_record(t, oj__view_make(t, &g), "transpose", OJ_VIEW_TRANSPOSE, 2, p);
 }
 
 oj_tensor *oj_narrow(oj_tensor *t, int dim, int64_t start, int64_t length) {
     oj_view_geom g;
     if (!check(t, "narrow") || !oj__view_narrow(t, dim, start, length, &g)) return NULL;
-    return oj__view_make(t, &g);
+    int64_t p[3] = {dim, start, length};
+    return oj__view_record(t, oj__view_make(t, &g), "narrow", OJ_VIEW_NARROW, 3, p);
 }
 
 oj_tensor *oj_slice(oj_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
     oj_view_geom g;
     if (!check(t, "slice") || !oj__view_slice(t, dim, start, end, step, &g)) return NULL;
-    return oj__view_make(t, &g);
+    int64_t p[4] = {dim, start, end, step};
+    return oj__view_record(t, oj__view_make(t, &g), "slice", OJ_VIEW_SLICE, 4, p);
 }
 
 oj_tensor *oj_expand(oj_tensor *t, int rank, const int64_t *shape) {
     oj_view_geom g;
     if (!check(t, "expand") || !oj__view_expand(t, rank, shape, &g)) return NULL;
-    return oj__view_make(t, &g);
+    return oj__view_record(t, oj__view_make(t, &g), "expand", OJ_VIEW_EXPAND, 0, NULL);
 }
 
 oj_tensor *oj_squeeze(oj_tensor *t, int dim) {
     oj_view_geom g;
     if (!check(t, "squeeze") || !oj__view_squeeze(t, dim, &g)) return NULL;
-    return oj__view_make(t, &g);
+    return oj__view_record(t, oj__view_make(t, &g), "squeeze", OJ_VIEW_RESHAPE, 0, NULL);
 }
 
 oj_tensor *oj_squeeze_all(oj_tensor *t) {
     oj_view_geom g;
     if (!check(t, "squeeze_all")) return NULL;
     oj__view_squeeze_all(t, &g);
-    return oj__view_make(t, &g);
+    return oj__view_record(t, oj__view_make(t, &g), "squeeze", OJ_VIEW_RESHAPE, 0, NULL);
 }
 
 oj_tensor *oj_unsqueeze(oj_tensor *t, int dim) {
     oj_view_geom g;
     if (!check(t, "unsqueeze") || !oj__view_unsqueeze(t, dim, &g)) return NULL;
-    return oj__view_make(t, &g);
+    return oj__view_record(t, oj__view_make(t, &g), "unsqueeze", OJ_VIEW_RESHAPE, 0, NULL);
 }
 
 oj_tensor *oj_flatten(oj_tensor *t, int start_dim, int end_dim) {
@@ -444,11 +451,13 @@ oj_tensor *oj_flatten(oj_tensor *t, int start_dim, int end_dim) {
     int64_t shape[OJ_MAX_RANK];
     if (!check(t, "flatten") || !oj__view_flatten_shape(t, start_dim, end_dim, &rank, shape))
         return NULL;
-    return reshape_resolved(t, rank, shape, true, "flatten");
+    return oj__view_record(t, reshape_resolved(t, rank, shape, true, "flatten"), "flatten",
+                           OJ_VIEW_RESHAPE, 0, NULL);
 }
 
 oj_tensor *oj_select(oj_tensor *t, int dim, int64_t index) {
     oj_view_geom g;
     if (!check(t, "select") || !oj__view_select(t, dim, index, &g)) return NULL;
-    return oj__view_make(t, &g);
+    int64_t p[2] = {dim, index};
+    return oj__view_record(t, oj__view_make(t, &g), "select", OJ_VIEW_SELECT, 2, p);
 }

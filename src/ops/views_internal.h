@@ -45,4 +45,19 @@ bool oj__view_flatten_shape(const oj_tensor *t, int start_dim, int end_dim, int 
 /* A new handle over t's storage with geometry g. */
 oj_tensor *oj__view_make(oj_tensor *t, const oj_view_geom *g);
 
+/* Autograd for views (views_grad.c). */
+typedef enum oj_view_kind {
+    OJ_VIEW_RESHAPE, /* reshape, view, flatten, squeeze, unsqueeze */
+    OJ_VIEW_EXPAND,
+    OJ_VIEW_PERMUTE,   /* params: dims */
+    OJ_VIEW_TRANSPOSE, /* params: d0, d1 */
+    OJ_VIEW_NARROW,    /* params: dim, start, length */
+    OJ_VIEW_SLICE,     /* params: dim, start, end, step */
+    OJ_VIEW_SELECT,    /* params: dim, index */
+} oj_view_kind;
+/* Record a node for view `out` of `in` when autograd needs it; returns out
+ * (NULL stays NULL). */
+oj_tensor *oj__view_record(oj_tensor *in, oj_tensor *out, const char *op, oj_view_kind kind,
+                           int nparams, const int64_t *params);
+
 #endif /* OJAS_OPS_VIEWS_INTERNAL_H */

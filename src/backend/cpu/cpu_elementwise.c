@@ -1,0 +1,291 @@
+/* CPU elementwise kernels: copy/cast, fill, unary (+ backward), binary,
+ * where, random fill. Every value goes through double; the f32 fast paths
+ * below only avoid the generic load/store switch. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_iter.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_scalar.h"
+
+static bool is_int_dtype(oj_dtype dt) {
+    return dt == OJ_I64 || dt == OJ_I32 || dt == OJ_U32 || dt == OJ_U16 || dt == OJ_U8;
+}
+
+static int64_t load_i64(const void *p, oj_dtype dt) {
+    switch (dt) {
+    case OJ_I64: return *(const int64_t *)p;
+    case OJ_I32: return *(const int32_t *)p;
+    case OJ_U32: return *(const uint32_t *)p;
+    case OJ_U16: return *(const uint16_t *)p;
+    case OJ_U8: return *(const uint8_t *)p;
+    case OJ_BOOL: return *(const uint8_t *)p != 0;
+    default: return (int64_t)oj__load(p, dt);
+    }
+}
+
+static void store_i64(void *p, oj_dtype dt, int64_t v) {
+    switch (dt) {
+    case OJ_I64: *(int64_t *)p = v; break;
+    case OJ_I32: *(int32_t *)p = (int32_t)v; break;
+    case OJ_U32: *(uint32_t *)p = (uint32_t)v; break;
+    case OJ_U16: *(uint16_t *)p = (uint16_t)v; break;
+    case OJ_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case OJ_BOOL: *(uint8_t *)p = v != 0; break;
+    default: oj__store(p, dt, (double)v); break;
+    }
+}
+
+/* ---------------------------------------------------------------- copy */
+
+typedef struct {
+    oj_dtype out, in;
+} copy_ctx;
+
+static void copy_run(char **p, const int64_t *st, int64_t n, void *vctx) {
+    const copy_ctx *c = vctx;
+    size_t es = oj_dtype_size(c->out);
+    if (c->out == c->in && st[0] == (int64_t)es && st[1] == (int64_t)es) {
+        memcpy(p[0], p[1], (size_t)n * es);
+        return;
+    }
+    if (c->out == c->in) {
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * st[0], p[1] + i * st[1], es);
+        return;
+    }
+    if (is_int_dtype(c->out) && (is_int_dtype(c->in) || c->in == OJ_BOOL)) {
+        for (int64_t i = 0; i < n; i++)
+            store_i64(p[0] + i * st[0], c->out, load_i64(p[1] + i * st[1], c->in));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        oj__store(p[0] + i * st[0], c->out, oj__load(p[1] + i * st[1], c->in));
+}
+
+oj_status oj_cpu_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
+    const oj_tensor *ts[2] = {out, x};
+    oj_iter it;
+    oj_iter_init(&it, out->rank, out->shape, 2, ts);
+    copy_ctx c = {out->dtype, x->dtype};
+    oj_iter_run(&it, copy_run, &c);
+    return OJ_OK;
+}
+
+/* ---------------------------------------------------------------- fill */
+
+typedef struct {
+    oj_dtype dt;
+    unsigned char bytes[8];
+} fill_ctx;
+
+static void fill_run(char **p, const int64_t *st, int64_t n, void *vctx) {
+    const fill_ctx *c = vctx;
+    size_t es = oj_dtype_size(c->dt);
+    for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * st[0], c->bytes, es);
+}
+
+oj_status oj_cpu_fill(oj_engine *eng, oj_tensor *out, double value) {
+    fill_ctx c = {.dt = out->dtype};
+    if (is_int_dtype(out->dtype))
+        store_i64(c.bytes, out->dtype, (int64_t)value);
+    else
+        oj__store(c.bytes, out->dtype, value);
+    const oj_tensor *ts[1] = {out};
+    oj_iter it;
+    oj_iter_init(&it, out->rank, out->shape, 1, ts);
+    oj_iter_run(&it, fill_run, &c);
+    return OJ_OK;
+}
+
+/* ---------------------------------------------------------------- unary */
+
+typedef struct {
+    oj_unary_op op;
+    oj_dtype out, in, in2, in3;
+    double a, b;
+} ew_ctx;
+
+static void unary_run(char **p, const int64_t *st, int64_t n, void *vctx) {
+    const ew_ctx *c = vctx;
+    if (c->out == OJ_F32 && c->in == OJ_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            double x = *(const float *)(p[1] + i * st[1]);
+            *(float *)(p[0] + i * st[0]) = (float)oj_unary_d(c->op, x, c->a, c->b);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double x = oj__load(p[1] + i * st[1], c->in);
+        oj__store(p[0] + i * st[0], c->out, oj_unary_d(c->op, x, c->a, c->b));
+    }
+}
+
+oj_status oj_cpu_unary(oj_engine *eng, oj_unary_op op, oj_tensor *out, const oj_tensor *x,
+                       double alpha, double beta) {
+    const oj_tensor *ts[2] = {out, x};
+    oj_iter it;
+    oj_iter_init(&it, out->rank, out->shape, 2, ts);
+    ew_ctx c = {.op = op, .out = out->dtype, .in = x->dtype, .a = alpha, .b = beta};
+    oj_iter_run(&it, unary_run, &c);
+    return OJ_OK;
+}
+
+static void unary_bwd_run(char **p, const int64_t *st, int64_t n, void *vctx) {
+    const ew_ctx *c = vctx;
+    for (int64_t i = 0; i < n; i++) {
+        double x = oj__load(p[1] + i * st[1], c->in);
+        double y = oj__load(p[2] + i * st[2], c->in2);
+        double dy = oj__load(p[3] + i * st[3], c->in3);
+        oj__store(p[0] + i * st[0], c->out, dy * oj_unary_grad_d(c->op, x, y, c->a, c->b));
+    }
+}
+
+oj_status oj_cpu_unary_backward(oj_engine *eng, oj_unary_op op, oj_tensor *dx, const oj_tensor *x,
+                                const oj_tensor *y, const oj_tensor *dy, double alpha,
+                                double beta) {
+    const oj_tensor *ts[4] = {dx, x, y, dy};
+    oj_iter it;
+    oj_iter_init(&it, dx->rank, dx->shape, 4, ts);
+    ew_ctx c = {.op = op, .out = dx->dtype, .in = x->dtype, .in2 = y->dtype, .in3 = dy->dtype,
+                .a = alpha, .b = beta};
+    oj_iter_run(&it, unary_bwd_run, &c);
+    return OJ_OK;
+}
+
+/* ---------------------------------------------------------------- binary */
+
+typedef struct {
+    oj_binary_op op;
+    oj_dtype out, a, b;
+    bool integer; /* exact int64 arithmetic */
+} bin_ctx;
+
+static int64_t binary_i64(oj_binary_op op, int64_t a, int64_t b) {
+    switch (op) {
+    case OJ_BIN_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
+    case OJ_BIN_SUB: return (int64_t)((uint64_t)a - (uint64_t)b);
+    case OJ_BIN_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
+    case OJ_BIN_MAXIMUM: return a > b ? a : b;
+    case OJ_BIN_MINIMUM: return a < b ? a : b;
+    case OJ_BIN_EQ: return a == b;
+    case OJ_BIN_NE: return a != b;
+    case OJ_BIN_LT: return a < b;
+    case OJ_BIN_LE: return a <= b;
+    case OJ_BIN_GT: return a > b;
+    case OJ_BIN_GE: return a >= b;
+    case OJ_BIN_AND: return a && b;
+    case OJ_BIN_OR: return a || b;
+    case OJ_BIN_XOR: return (a != 0) != (b != 0);
+    default: return 0; /* DIV/POW never reach here: the ops layer promotes */
+    }
+}
+
+static void binary_run(char **p, const int64_t *st, int64_t n, void *vctx) {
+    const bin_ctx *c = vctx;
+    if (c->integer) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t a = load_i64(p[1] + i * st[1], c->a);
+            int64_t b = load_i64(p[2] + i * st[2], c->b);
+            store_i64(p[0] + i * st[0], c->out, binary_i64(c->op, a, b));
+        }
+        return;
+    }
+    if (c->out == OJ_F32 && c->a == OJ_F32 && c->b == OJ_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            double a = *(const float *)(p[1] + i * st[1]);
+            double b = *(const float *)(p[2] + i * st[2]);
+            *(float *)(p[0] + i * st[0]) = (float)oj_binary_d(c->op, a, b);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double a = oj__load(p[1] + i * st[1], c->a);
+        double b = oj__load(p[2] + i * st[2], c->b);
+        oj__store(p[0] + i * st[0], c->out, oj_binary_d(c->op, a, b));
+    }
+}
+
+oj_status oj_cpu_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const oj_tensor *a,
+                        const oj_tensor *b) {
+    const oj_tensor *ts[3] = {out, a, b};
+    oj_iter it;
+    oj_iter_init(&it, out->rank, out->shape, 3, ts);
+    bool ints = (is_int_dtype(a->dtype) || a->dtype == OJ_BOOL) &&
+                (is_int_dtype(b->dtype) || b->dtype == OJ_BOOL);
+    bin_ctx c = {.op = op, .out = out->dtype, .a = a->dtype, .b = b->dtype, .integer = ints};
+    oj_iter_run(&it, binary_run, &c);
+    return OJ_OK;
+}
+
+/* ---------------------------------------------------------------- where */
+
+typedef struct {
+    oj_dtype out, c, a, b;
+} where_ctx;
+
+static void where_run(char **p, const int64_t *st, int64_t n, void *vctx) {
+    const where_ctx *c = vctx;
+    size_t es = oj_dtype_size(c->out);
+    for (int64_t i = 0; i < n; i++) {
+        bool take_a = oj__load(p[1] + i * st[1], c->c) != 0.0;
+        const char *src = take_a ? p[2] + i * st[2] : p[3] + i * st[3];
+        oj_dtype sdt = take_a ? c->a : c->b;
+        if (sdt == c->out)
+            memcpy(p[0] + i * st[0], src, es);
+        else
+            oj__store(p[0] + i * st[0], c->out, oj__load(src, sdt));
+    }
+}
+
+oj_status oj_cpu_where(oj_engine *eng, oj_tensor *out, const oj_tensor *cond, const oj_tensor *a,
+                       const oj_tensor *b) {
+    const oj_tensor *ts[4] = {out, cond, a, b};
+    oj_iter it;
+    oj_iter_init(&it, out->rank, out->shape, 4, ts);
+    where_ctx c = {out->dtype, cond->dtype, a->dtype, b->dtype};
+    oj_iter_run(&it, where_run, &c);
+    return OJ_OK;
+}
+
+/* ---------------------------------------------------------------- rand */
+
+/* Element i of a contiguous tensor takes word i%4 of Philox block
+ * offset + i/4 (uniform), or a Box-Muller pair from words (2j, 2j+1) of
+ * that block (normal), so values never depend on how work is split. */
+oj_status oj_cpu_rand(oj_engine *eng, oj_tensor *out, bool normal, double lo, double hi,
+                      uint64_t seed, uint64_t offset) {
+    int64_t n = oj_numel(out);
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    char *base = (char *)out->storage->data + out->offset;
+    size_t es = oj_dtype_size(out->dtype);
+    for (int64_t blk = 0; blk * 4 < n; blk++) {
+        uint64_t cnum = offset + (uint64_t)blk;
+        uint32_t ctr[4] = {(uint32_t)cnum, (uint32_t)(cnum >> 32), 0, 0};
+        uint32_t r[4];
+        oj_philox4x32_10(ctr, key, r);
+        double v[4];
+        if (normal) {
+            for (int j = 0; j < 4; j += 2) {
+                /* u1 in (0, 1], u2 in [0, 1) */
+                double u1 = ((double)r[j] + 1.0) / 4294967296.0;
+                double u2 = (double)r[j + 1] / 4294967296.0;
+                double rad = sqrt(-2.0 * log(u1));
+                v[j] = lo + hi * rad * cos(2.0 * M_PI * u2);
+                v[j + 1] = lo + hi * rad * sin(2.0 * M_PI * u2);
+            }
+        } else {
+            for (int j = 0; j < 4; j++) {
+                double u = (double)r[j] / 4294967296.0; /* [0, 1) */
+                v[j] = lo + (hi - lo) * u;
+                if (v[j] >= hi && hi > lo) v[j] = nextafter(hi, lo); /* rounding guard */
+            }
+        }
+        for (int j = 0; j < 4 && blk * 4 + j < n; j++) {
+            void *p = base + (size_t)(blk * 4 + j) * es;
+            oj__store(p, out->dtype, v[j]);
+            if (!normal && out->dtype != OJ_F64 && oj__load(p, out->dtype) >= hi && hi > lo)
+                oj__store(p, out->dtype, lo); /* rounding to f32/bf16 reached hi */
+        }
+    }
+    return OJ_OK;
+}

@@ -1,0 +1,26 @@
+/* CPU backend kernel entry points (see backend.h for their contracts). The
+ * table `oj_cpu_backend` (cpu_backend.c) points at these. */
+#ifndef OJAS_CPU_KERNELS_H
+#define OJAS_CPU_KERNELS_H
+
+#include "backend/backend.h"
+
+oj_status oj_cpu_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x);
+oj_status oj_cpu_fill(oj_engine *eng, oj_tensor *out, double value);
+oj_status oj_cpu_unary(oj_engine *eng, oj_unary_op op, oj_tensor *out, const oj_tensor *x,
+                       double alpha, double beta);
+oj_status oj_cpu_unary_backward(oj_engine *eng, oj_unary_op op, oj_tensor *dx, const oj_tensor *x,
+                                const oj_tensor *y, const oj_tensor *dy, double alpha,
+                                double beta);
+oj_status oj_cpu_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const oj_tensor *a,
+                        const oj_tensor *b);
+oj_status oj_cpu_where(oj_engine *eng, oj_tensor *out, const oj_tensor *cond, const oj_tensor *a,
+                       const oj_tensor *b);
+/* out must be contiguous. */
+oj_status oj_cpu_rand(oj_engine *eng, oj_tensor *out, bool normal, double lo, double hi,
+                      uint64_t seed, uint64_t offset);
+
+oj_status oj_cpu_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
+                        const oj_tensor *x, uint32_t dim_mask, double p);
+
+#endif /* OJAS_CPU_KERNELS_H */

@@ -1,0 +1,416 @@
+/* Elementwise ops (unary, binary, where, cast) and their backward rules. */
+#include <math.h>
+
+#include "ops/ops_common.h"
+
+/* ---------------------------------------------------------------- unary */
+
+typedef enum { UN_SAME, UN_FLOAT, UN_BOOL } un_out;
+
+static oj_status unary_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_tensor *x = oj__node_saved(n, 0), *y = oj__node_saved(n, 1);
+    if (x == NULL || y == NULL) return oj_last_status(n->eng);
+    oj_tensor *g = go[0];
+    oj_tensor *dx = oj__tensor_alloc(n->eng, x->rank, x->shape, x->dtype, n->op);
+    if (dx == NULL) return oj_last_status(n->eng);
+    oj_status st = n->eng->backend->unary_backward(n->eng, (oj_unary_op)n->i[0], dx, x, y, g,
+                                                   n->f[0], n->f[1]);
+    if (!oj__kernel_ok(n->eng, st, n->op)) {
+        oj_release(dx);
+        return oj_last_status(n->eng);
+    }
+    gi[0] = dx;
+    return OJ_OK;
+}
+
+static oj_tensor *unary(const char *name, oj_unary_op op, oj_tensor *x, double a, double b,
+                        un_out kind, bool differentiable) {
+    oj_engine *eng = oj__ops_engine1(name, x);
+    if (eng == NULL) return NULL;
+    oj_dtype odt = kind == UN_BOOL    ? OJ_BOOL
+                   : kind == UN_FLOAT ? oj__float_dtype(x->dtype)
+                                      : x->dtype;
+    oj_status (*k)(oj_engine *, oj_unary_op, oj_tensor *, const oj_tensor *, double, double) =
+        OJ_KERNEL(eng, unary, name);
+    if (k == NULL) return NULL;
+    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, odt, name);
+    if (out == NULL) return NULL;
+    if (!oj__kernel_ok(eng, k(eng, op, out, x, a, b), name)) {
+        oj_release(out);
+        return NULL;
+    }
+    if (differentiable && oj_dtype_is_float(odt)) {
+        oj_node *nd = oj__node_begin(eng, name, unary_backward, 1, x);
+        if (nd) {
+            /* Save y through a separate handle so the node does not own its
+             * own output (no reference cycle). */
+            oj_tensor *y = oj__tensor_view(out, out->rank, out->shape, out->stride, out->offset);
+            nd->i[0] = op;
+            nd->f[0] = a;
+            nd->f[1] = b;
+            oj__node_save(nd, x);
+            oj__node_save(nd, y);
+            oj_release(y);
+            oj__node_finish(nd, 1, &out);
+        }
+    }
+    return out;
+}
+
+oj_tensor *oj_neg(oj_tensor *x) { return unary("neg", OJ_UN_NEG, x, 0, 0, UN_SAME, true); }
+oj_tensor *oj_abs(oj_tensor *x) { return unary("abs", OJ_UN_ABS, x, 0, 0, UN_SAME, true); }
+oj_tensor *oj_exp(oj_tensor *x) { return unary("exp", OJ_UN_EXP, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_log(oj_tensor *x) { return unary("log", OJ_UN_LOG, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_log1p(oj_tensor *x) { return unary("log1p", OJ_UN_LOG1P, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_sqrt(oj_tensor *x) { return unary("sqrt", OJ_UN_SQRT, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_rsqrt(oj_tensor *x) { return unary("rsqrt", OJ_UN_RSQRT, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_square(oj_tensor *x) { return unary("square", OJ_UN_SQUARE, x, 0, 0, UN_SAME, true); }
+oj_tensor *oj_sign(oj_tensor *x) { return unary("sign", OJ_UN_SIGN, x, 0, 0, UN_SAME, true); }
+oj_tensor *oj_reciprocal(oj_tensor *x) {
+    return unary("reciprocal", OJ_UN_RECIPROCAL, x, 0, 0, UN_FLOAT, true);
+}
+oj_tensor *oj_sin(oj_tensor *x) { return unary("sin", OJ_UN_SIN, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_cos(oj_tensor *x) { return unary("cos", OJ_UN_COS, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_relu(oj_tensor *x) { return unary("relu", OJ_UN_RELU, x, 0, 0, UN_SAME, true); }
+oj_tensor *oj_leaky_relu(oj_tensor *x, double slope) {
+    return unary("leaky_relu", OJ_UN_LEAKY_RELU, x, slope, 0, UN_FLOAT, true);
+}
+oj_tensor *oj_gelu(oj_tensor *x) { return unary("gelu", OJ_UN_GELU_ERF, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_gelu_tanh(oj_tensor *x) {
+    return unary("gelu_tanh", OJ_UN_GELU_TANH, x, 0, 0, UN_FLOAT, true);
+}
+oj_tensor *oj_silu(oj_tensor *x) { return unary("silu", OJ_UN_SILU, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_sigmoid(oj_tensor *x) {
+    return unary("sigmoid", OJ_UN_SIGMOID, x, 0, 0, UN_FLOAT, true);
+}
+oj_tensor *oj_tanh(oj_tensor *x) { return unary("tanh", OJ_UN_TANH, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_softplus(oj_tensor *x, double beta, double threshold) {
+    return unary("softplus", OJ_UN_SOFTPLUS, x, beta, threshold, UN_FLOAT, true);
+}
+oj_tensor *oj_elu(oj_tensor *x, double alpha) {
+    return unary("elu", OJ_UN_ELU, x, alpha, 0, UN_FLOAT, true);
+}
+oj_tensor *oj_mish(oj_tensor *x) { return unary("mish", OJ_UN_MISH, x, 0, 0, UN_FLOAT, true); }
+oj_tensor *oj_pow_scalar(oj_tensor *x, double e) {
+    return unary("pow", OJ_UN_POW_SCALAR, x, e, 0, UN_FLOAT, true);
+}
+oj_tensor *oj_clamp(oj_tensor *x, double lo, double hi) {
+    return unary("clamp", OJ_UN_CLAMP, x, lo, hi, UN_SAME, true);
+}
+oj_tensor *oj_affine(oj_tensor *x, double scale, double shift) {
+    return unary("affine", OJ_UN_AFFINE, x, scale, shift, UN_FLOAT, true);
+}
+oj_tensor *oj_add_scalar(oj_tensor *x, double v) {
+    return unary("add_scalar", OJ_UN_AFFINE, x, 1.0, v, UN_FLOAT, true);
+}
+oj_tensor *oj_mul_scalar(oj_tensor *x, double v) {
+    return unary("mul_scalar", OJ_UN_AFFINE, x, v, 0.0, UN_FLOAT, true);
+}
+oj_tensor *oj_logical_not(oj_tensor *x) {
+    return unary("logical_not", OJ_UN_NOT, x, 0, 0, UN_BOOL, false);
+}
+oj_tensor *oj_isnan(oj_tensor *x) { return unary("isnan", OJ_UN_ISNAN, x, 0, 0, UN_BOOL, false); }
+oj_tensor *oj_isfinite(oj_tensor *x) {
+    return unary("isfinite", OJ_UN_ISFINITE, x, 0, 0, UN_BOOL, false);
+}
+
+/* ---------------------------------------------------------------- binary */
+
+static oj_tensor *binary_raw(const char *name, oj_binary_op op, oj_tensor *a, oj_tensor *b,
+                             oj_dtype *odt_out, bool logical);
+
+/* Backward rules compute with ops (grad mode is off during backward). */
+static oj_status binary_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_binary_op op = (oj_binary_op)n->i[0];
+    oj_tensor *g = go[0];
+    oj_tensor *a = NULL, *b = NULL;
+    if (op != OJ_BIN_ADD && op != OJ_BIN_SUB) {
+        a = oj__node_saved(n, 0);
+        b = oj__node_saved(n, 1);
+        if (a == NULL || b == NULL) return oj_last_status(n->eng);
+    }
+    oj_tensor *ga = NULL, *gb = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL;
+    bool na = oj__node_needs(n, 0), nb = oj__node_needs(n, 1);
+    switch (op) {
+    case OJ_BIN_ADD:
+        ga = na ? oj_retain(g) : NULL;
+        gb = nb ? oj_retain(g) : NULL;
+        break;
+    case OJ_BIN_SUB:
+        ga = na ? oj_retain(g) : NULL;
+        gb = nb ? oj_neg(g) : NULL;
+        break;
+    case OJ_BIN_MUL:
+        ga = na ? oj_mul(g, b) : NULL;
+        gb = nb ? oj_mul(g, a) : NULL;
+        break;
+    case OJ_BIN_DIV:
+        if (na) ga = oj_div(g, b);
+        if (nb) { /* -g a / b^2 */
+            t1 = oj_div(a, b);
+            t2 = oj_div(t1, b);
+            t3 = oj_mul(g, t2);
+            gb = oj_neg(t3);
+        }
+        break;
+    case OJ_BIN_POW: {
+        oj_tensor *y = oj__node_saved(n, 2);
+        if (y == NULL) return oj_last_status(n->eng);
+        if (na) { /* g * b * a^(b-1) */
+            t1 = oj_add_scalar(b, -1.0);
+            t2 = oj_pow(a, t1);
+            oj_release(t1);
+            t1 = oj_mul(t2, b);
+            ga = oj_mul(g, t1);
+            oj_release(t1);
+            oj_release(t2);
+            t1 = t2 = NULL;
+        }
+        if (nb) { /* g * y * log(a), 0 where a == 0 and b >= 0 */
+            t1 = oj_log(a);
+            t2 = oj_mul(y, t1);
+            oj_tensor *zero = oj_scalar(n->eng, 0.0, t2 ? t2->dtype : OJ_F32);
+            oj_tensor *az = oj_eq(a, zero), *bp = oj_ge(b, zero);
+            oj_tensor *mask = oj_logical_and(az, bp);
+            oj_tensor *safe = oj_where(mask, zero, t2);
+            gb = oj_mul(g, safe);
+            oj_release(zero);
+            oj_release(az);
+            oj_release(bp);
+            oj_release(mask);
+            oj_release(safe);
+        }
+        break;
+    }
+    case OJ_BIN_MAXIMUM:
+    case OJ_BIN_MINIMUM: {
+        /* torch: the winner takes g, a tie splits it in halves. */
+        oj_tensor *win = op == OJ_BIN_MAXIMUM ? oj_gt(a, b) : oj_lt(a, b);
+        oj_tensor *tie = oj_eq(a, b);
+        oj_tensor *half = oj_mul_scalar(g, 0.5);
+        oj_tensor *zero = oj_scalar(n->eng, 0.0, g ? g->dtype : OJ_F32);
+        oj_tensor *gw = oj_where(win, g, zero);
+        if (na) ga = oj_where(tie, half, gw);
+        if (nb) {
+            oj_tensor *lose = op == OJ_BIN_MAXIMUM ? oj_lt(a, b) : oj_gt(a, b);
+            oj_tensor *gl = oj_where(lose, g, zero);
+            gb = oj_where(tie, half, gl);
+            oj_release(lose);
+            oj_release(gl);
+        }
+        oj_release(win);
+        oj_release(tie);
+        oj_release(half);
+        oj_release(zero);
+        oj_release(gw);
+        break;
+    }
+    default:
+        return oj_set_error(n->eng, OJ_ERR_INTERNAL, "%s: no backward rule", n->op);
+    }
+    oj_release(t1);
+    oj_release(t2);
+    oj_release(t3);
+    if ((na && ga == NULL) || (nb && gb == NULL)) {
+        oj_release(ga);
+        oj_release(gb);
+        return oj_last_status(n->eng) ? oj_last_status(n->eng) : OJ_ERR_INTERNAL;
+    }
+    gi[0] = na ? oj__sum_to_input(n, 0, ga) : NULL;
+    gi[1] = nb ? oj__sum_to_input(n, 1, gb) : NULL;
+    oj_release(ga);
+    oj_release(gb);
+    return oj_last_status(n->eng);
+}
+
+static oj_tensor *binary_raw(const char *name, oj_binary_op op, oj_tensor *a, oj_tensor *b,
+                             oj_dtype *odt_out, bool logical) {
+    oj_tensor *in[2] = {a, b};
+    oj_engine *eng = oj__ops_engine(name, 2, in);
+    if (eng == NULL) return NULL;
+    int rank;
+    int64_t shape[OJ_MAX_RANK];
+    if (!oj__broadcast_shapes(eng, name, a->rank, a->shape, b->rank, b->shape, &rank, shape))
+        return NULL;
+    oj_dtype odt = oj__promote(a->dtype, b->dtype);
+    if (op == OJ_BIN_DIV || op == OJ_BIN_POW) odt = oj__float_dtype(odt);
+    if (logical) odt = OJ_BOOL;
+    *odt_out = odt;
+    oj_status (*k)(oj_engine *, oj_binary_op, oj_tensor *, const oj_tensor *, const oj_tensor *) =
+        OJ_KERNEL(eng, binary, name);
+    if (k == NULL) return NULL;
+    oj_tensor *out = oj__tensor_alloc(eng, rank, shape, odt, name);
+    if (out == NULL) return NULL;
+    if (!oj__kernel_ok(eng, k(eng, op, out, a, b), name)) {
+        oj_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+static oj_tensor *binary(const char *name, oj_binary_op op, oj_tensor *a, oj_tensor *b) {
+    bool logical = op >= OJ_BIN_EQ;
+    oj_dtype odt;
+    oj_tensor *out = binary_raw(name, op, a, b, &odt, logical);
+    if (out == NULL || logical || !oj_dtype_is_float(odt)) return out;
+    oj_node *nd = oj__node_begin(out->eng, name, binary_backward, 2, a, b);
+    if (nd) {
+        nd->i[0] = op;
+        if (op != OJ_BIN_ADD && op != OJ_BIN_SUB) {
+            oj__node_save(nd, a);
+            oj__node_save(nd, b);
+        }
+        if (op == OJ_BIN_POW) {
+            oj_tensor *y = oj__tensor_view(out, out->rank, out->shape, out->stride, out->offset);
+            oj__node_save(nd, y);
+            oj_release(y);
+        }
+        oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
+oj_tensor *oj_add(oj_tensor *a, oj_tensor *b) { return binary("add", OJ_BIN_ADD, a, b); }
+oj_tensor *oj_sub(oj_tensor *a, oj_tensor *b) { return binary("sub", OJ_BIN_SUB, a, b); }
+oj_tensor *oj_mul(oj_tensor *a, oj_tensor *b) { return binary("mul", OJ_BIN_MUL, a, b); }
+oj_tensor *oj_div(oj_tensor *a, oj_tensor *b) { return binary("div", OJ_BIN_DIV, a, b); }
+oj_tensor *oj_pow(oj_tensor *a, oj_tensor *b) { return binary("pow", OJ_BIN_POW, a, b); }
+oj_tensor *oj_maximum(oj_tensor *a, oj_tensor *b) {
+    return binary("maximum", OJ_BIN_MAXIMUM, a, b);
+}
+oj_tensor *oj_minimum(oj_tensor *a, oj_tensor *b) {
+    return binary("minimum", OJ_BIN_MINIMUM, a, b);
+}
+oj_tensor *oj_eq(oj_tensor *a, oj_tensor *b) { return binary("eq", OJ_BIN_EQ, a, b); }
+oj_tensor *oj_ne(oj_tensor *a, oj_tensor *b) { return binary("ne", OJ_BIN_NE, a, b); }
+oj_tensor *oj_lt(oj_tensor *a, oj_tensor *b) { return binary("lt", OJ_BIN_LT, a, b); }
+oj_tensor *oj_le(oj_tensor *a, oj_tensor *b) { return binary("le", OJ_BIN_LE, a, b); }
+oj_tensor *oj_gt(oj_tensor *a, oj_tensor *b) { return binary("gt", OJ_BIN_GT, a, b); }
+oj_tensor *oj_ge(oj_tensor *a, oj_tensor *b) { return binary("ge", OJ_BIN_GE, a, b); }
+oj_tensor *oj_logical_and(oj_tensor *a, oj_tensor *b) {
+    return binary("logical_and", OJ_BIN_AND, a, b);
+}
+oj_tensor *oj_logical_or(oj_tensor *a, oj_tensor *b) {
+    return binary("logical_or", OJ_BIN_OR, a, b);
+}
+oj_tensor *oj_logical_xor(oj_tensor *a, oj_tensor *b) {
+    return binary("logical_xor", OJ_BIN_XOR, a, b);
+}
+
+/* ---------------------------------------------------------------- where */
+
+static oj_status where_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_tensor *cond = oj__node_saved(n, 0);
+    if (cond == NULL) return oj_last_status(n->eng);
+    oj_tensor *zero = oj_scalar(n->eng, 0.0, go[0]->dtype);
+    for (int i = 1; i <= 2; i++) {
+        if (!oj__node_needs(n, i)) continue;
+        oj_tensor *g = i == 1 ? oj_where(cond, go[0], zero) : oj_where(cond, zero, go[0]);
+        gi[i] = oj__sum_to_input(n, i, g);
+        oj_release(g);
+    }
+    oj_release(zero);
+    return oj_last_status(n->eng);
+}
+
+oj_tensor *oj_where(oj_tensor *cond, oj_tensor *a, oj_tensor *b) {
+    oj_tensor *in[3] = {cond, a, b};
+    oj_engine *eng = oj__ops_engine("where", 3, in);
+    if (eng == NULL) return NULL;
+    int r1, rank;
+    int64_t s1[OJ_MAX_RANK], shape[OJ_MAX_RANK];
+    if (!oj__broadcast_shapes(eng, "where", a->rank, a->shape, b->rank, b->shape, &r1, s1) ||
+        !oj__broadcast_shapes(eng, "where", cond->rank, cond->shape, r1, s1, &rank, shape))
+        return NULL;
+    oj_dtype odt = oj__promote(a->dtype, b->dtype);
+    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
+                   const oj_tensor *) = OJ_KERNEL(eng, where, "where");
+    if (k == NULL) return NULL;
+    oj_tensor *out = oj__tensor_alloc(eng, rank, shape, odt, "where");
+    if (out == NULL) return NULL;
+    if (!oj__kernel_ok(eng, k(eng, out, cond, a, b), "where")) {
+        oj_release(out);
+        return NULL;
+    }
+    if (oj_dtype_is_float(odt)) {
+        oj_node *nd = oj__node_begin(eng, "where", where_backward, 3, cond, a, b);
+        if (nd) {
+            oj__node_save(nd, cond);
+            oj__node_finish(nd, 1, &out);
+        }
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------- cast */
+
+static oj_status cast_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    gi[0] = oj_cast(go[0], n->in[0].dtype);
+    return gi[0] ? OJ_OK : oj_last_status(n->eng);
+}
+
+oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt) {
+    oj_engine *eng = oj__ops_engine1("cast", x);
+    if (eng == NULL) return NULL;
+    if (!oj_dtype_valid(dt)) {
+        oj_set_error(eng, OJ_ERR_DTYPE, "cast: invalid target dtype %d", (int)dt);
+        return NULL;
+    }
+    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *) = OJ_KERNEL(eng, copy, "cast");
+    if (k == NULL) return NULL;
+    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, dt, "cast");
+    if (out == NULL) return NULL;
+    if (!oj__kernel_ok(eng, k(eng, out, x), "cast")) {
+        oj_release(out);
+        return NULL;
+    }
+    if (oj_dtype_is_float(dt) && oj_dtype_is_float(x->dtype)) {
+        oj_node *nd = oj__node_begin(eng, "cast", cast_backward, 1, x);
+        if (nd) oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------- in place */
+
+static bool inplace_ok(oj_engine *eng, oj_tensor *a, const char *op) {
+    if (a->requires_grad && eng->grad_enabled) {
+        oj_set_error(eng, OJ_ERR_STATE,
+                     "%s: in-place write to a tensor that requires grad while grad mode is on "
+                     "(wrap it in oj_set_grad_enabled(eng, false))",
+                     op);
+        return false;
+    }
+    return true;
+}
+
+oj_status oj_add_(oj_tensor *a, oj_tensor *b) {
+    oj_tensor *in[2] = {a, b};
+    oj_engine *eng = oj__ops_engine("add_", 2, in);
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    if (!inplace_ok(eng, a, "add_")) return OJ_ERR_STATE;
+    int rank;
+    int64_t shape[OJ_MAX_RANK];
+    if (!oj__broadcast_shapes(eng, "add_", a->rank, a->shape, b->rank, b->shape, &rank, shape))
+        return OJ_ERR_SHAPE;
+    bool fits = rank == a->rank;
+    for (int d = 0; fits && d < rank; d++) fits = shape[d] == a->shape[d];
+    if (!fits) {
+        char b1[128], b2[128];
+        return oj_set_error(eng, OJ_ERR_SHAPE, "add_: b of shape %s cannot be broadcast into %s",
+                            oj__shape_fmt(b1, sizeof b1, b->rank, b->shape),
+                            oj__shape_fmt(b2, sizeof b2, a->rank, a->shape));
+    }
+    oj_status st = eng->backend->binary(eng, OJ_BIN_ADD, a, a, b);
+    if (st == OJ_OK) a->storage->version++;
+    return st;
+}
+
+oj_status oj_mul_scalar_(oj_tensor *a, double v) {
+    oj_engine *eng = oj__ops_engine1("mul_scalar_", a);
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    if (!inplace_ok(eng, a, "mul_scalar_")) return OJ_ERR_STATE;
+    oj_status st = eng->backend->unary(eng, OJ_UN_AFFINE, a, a, v, 0.0);
+    if (st == OJ_OK) a->storage->version++;
+    return st;
+}

@@ -1,0 +1,125 @@
+/* Shared validation, broadcasting and promotion for the ops layer. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/ops_common.h"
+
+oj_engine *oj__ops_engine(const char *op, int n, oj_tensor *const *ts) {
+    oj_engine *eng = NULL;
+    for (int i = 0; i < n; i++) {
+        if (ts[i] == NULL) return NULL;
+        if (!oj__live(ts[i])) {
+            /* Find any live engine to report on. */
+            for (int j = 0; j < n; j++)
+                if (oj__live(ts[j])) {
+                    oj_set_error(ts[j]->eng, OJ_ERR_INVALID_ARGUMENT,
+                                 "%s: input %d is a released tensor", op, i);
+                    break;
+                }
+            return NULL;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (eng == NULL) {
+            eng = ts[i]->eng;
+            continue;
+        }
+        if (ts[i]->eng != eng) {
+            oj_set_error(eng, OJ_ERR_DEVICE, "%s: inputs 0 and %d belong to different engines",
+                         op, i);
+            return NULL;
+        }
+        if (ts[i]->storage->device.type != ts[0]->storage->device.type ||
+            ts[i]->storage->device.index != ts[0]->storage->device.index) {
+            oj_set_error(eng, OJ_ERR_DEVICE,
+                         "%s: inputs 0 and %d are on different devices (%s:%d and %s:%d); copy "
+                         "explicitly with oj_to_device",
+                         op, i, ts[0]->storage->device.type == OJ_DEVICE_CPU ? "cpu" : "cuda",
+                         ts[0]->storage->device.index,
+                         ts[i]->storage->device.type == OJ_DEVICE_CPU ? "cpu" : "cuda",
+                         ts[i]->storage->device.index);
+            return NULL;
+        }
+    }
+    return eng;
+}
+
+oj_engine *oj__ops_engine1(const char *op, oj_tensor *t) {
+    if (t == NULL) return NULL;
+    if (!oj__live(t)) return NULL; /* no engine to report on safely */
+    return t->eng;
+}
+
+bool oj__broadcast_shapes(oj_engine *eng, const char *op, int ra, const int64_t *sa, int rb,
+                          const int64_t *sb, int *rank, int64_t *shape) {
+    int r = ra > rb ? ra : rb;
+    for (int d = 0; d < r; d++) {
+        int da = d - (r - ra), db = d - (r - rb);
+        int64_t x = da >= 0 ? sa[da] : 1, y = db >= 0 ? sb[db] : 1;
+        if (x != y && x != 1 && y != 1) {
+            char b1[128], b2[128];
+            oj_set_error(eng, OJ_ERR_SHAPE,
+                         "%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)", op,
+                         oj__shape_fmt(b1, sizeof b1, ra, sa), oj__shape_fmt(b2, sizeof b2, rb, sb),
+                         d, (long long)x, (long long)y);
+            return false;
+        }
+        shape[d] = x == 1 ? y : x;
+    }
+    *rank = r;
+    return true;
+}
+
+static int dtype_rank(oj_dtype dt) {
+    switch (dt) {
+    case OJ_BOOL: return 0;
+    case OJ_U8: return 1;
+    case OJ_U16: return 2;
+    case OJ_I32: return 3;
+    case OJ_U32: return 4;
+    case OJ_I64: return 5;
+    case OJ_F16: return 6;
+    case OJ_BF16: return 6;
+    case OJ_F32: return 8;
+    case OJ_F64: return 9;
+    default: return -1;
+    }
+}
+
+oj_dtype oj__promote(oj_dtype a, oj_dtype b) {
+    if (a == b) return a;
+    if ((a == OJ_BF16 && b == OJ_F16) || (a == OJ_F16 && b == OJ_BF16)) return OJ_F32;
+    bool fa = oj_dtype_is_float(a), fb = oj_dtype_is_float(b);
+    if (fa && !fb) return a;
+    if (fb && !fa) return b;
+    return dtype_rank(a) >= dtype_rank(b) ? a : b;
+}
+
+oj_dtype oj__float_dtype(oj_dtype dt) { return oj_dtype_is_float(dt) ? dt : OJ_F32; }
+
+bool oj__norm_dim(oj_engine *eng, const char *op, int *dim, int rank) {
+    int r = rank == 0 ? 1 : rank;
+    int d = *dim < 0 ? *dim + r : *dim;
+    if (d < 0 || d >= r) {
+        oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: dim %d out of range for a tensor of rank %d",
+                     op, *dim, rank);
+        return false;
+    }
+    *dim = d;
+    return true;
+}
+
+oj_tensor *oj__broadcast_view(oj_tensor *t, int rank, const int64_t *shape) {
+    int64_t stride[OJ_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+        int td = d - (rank - t->rank);
+        stride[d] = (td >= 0 && t->shape[td] == shape[d]) ? t->stride[td] : 0;
+    }
+    return oj__tensor_view(t, rank, shape, stride, t->offset);
+}
+
+bool oj__kernel_ok(oj_engine *eng, oj_status st, const char *op) {
+    if (st == OJ_OK) return true;
+    if (oj_last_status(eng) == OJ_OK) oj_set_error(eng, st, "%s: kernel failed", op);
+    return false;
+}

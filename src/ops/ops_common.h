@@ -1,0 +1,58 @@
+/* Shared pieces of the ops layer: argument validation, broadcasting, type
+ * promotion, output allocation and kernel dispatch. Every op is:
+ *   validate -> allocate output (through the budget) -> backend kernel ->
+ *   record an autograd node when an input requires grad. */
+#ifndef OJAS_OPS_COMMON_H
+#define OJAS_OPS_COMMON_H
+
+#include "backend/backend.h"
+#include "core/grad_node.h"
+#include "ojas/autograd.h"
+#include "ojas/ops.h"
+
+/* The engine shared by inputs ts[0..n) (NULL entries are skipped only when
+ * `allow_null`). Returns NULL when an input is NULL (no error recorded: the
+ * error that produced it is already there), released
+ * (OJ_ERR_INVALID_ARGUMENT), or when inputs come from different engines or
+ * devices (OJ_ERR_DEVICE), naming `op`. */
+oj_engine *oj__ops_engine(const char *op, int n, oj_tensor *const *ts);
+/* Same for one tensor. */
+oj_engine *oj__ops_engine1(const char *op, oj_tensor *t);
+
+/* Broadcast the shapes of a and b (NumPy rules) into rank/shape. False
+ * with OJ_ERR_SHAPE recorded when they do not fit. */
+bool oj__broadcast_shapes(oj_engine *eng, const char *op, int ra, const int64_t *sa, int rb,
+                          const int64_t *sb, int *rank, int64_t *shape);
+/* Result dtype of a binary op on a and b (PyTorch promotion). */
+oj_dtype oj__promote(oj_dtype a, oj_dtype b);
+/* The float dtype an op computes in for input dtype dt (ints -> f32). */
+oj_dtype oj__float_dtype(oj_dtype dt);
+/* Normalise dim (negative counts from the end) for a tensor of rank r;
+ * false with OJ_ERR_OUT_OF_RANGE recorded (naming op) when out of range.
+ * rank 0 accepts dims -1 and 0 as PyTorch does when allow_scalar. */
+bool oj__norm_dim(oj_engine *eng, const char *op, int *dim, int rank);
+/* A view of t broadcast to rank/shape (stride 0 on stretched dims).
+ * Internal: never recorded by autograd. */
+oj_tensor *oj__broadcast_view(oj_tensor *t, int rank, const int64_t *shape);
+/* Status of a kernel call: on failure record an error naming op (unless the
+ * kernel already did). Returns true on success. */
+bool oj__kernel_ok(oj_engine *eng, oj_status st, const char *op);
+/* The backend table of eng; records OJ_ERR_UNSUPPORTED and returns NULL
+ * when the entry `fn` (non-NULL check done by caller via macro) is absent. */
+#define OJ_KERNEL(eng, entry, opname)                                                        \
+    ((eng)->backend && (eng)->backend->entry                                                 \
+         ? (eng)->backend->entry                                                             \
+         : (oj_set_error((eng), OJ_ERR_UNSUPPORTED, "%s: not implemented on the %s backend", \
+                         (opname), (eng)->backend ? (eng)->backend->name : "(none)"),        \
+            NULL))
+
+/* Reduce grad by summation to rank/shape (the shape of an input that was
+ * broadcast): sums the leading dims and the stretched dims. Returns grad
+ * retained when shapes already match. Used by backward rules. */
+oj_tensor *oj__sum_to(oj_tensor *grad, int rank, const int64_t *shape);
+/* grad of a node's input i reduced to that input's shape. */
+oj_tensor *oj__sum_to_input(oj_node *n, int i, oj_tensor *grad);
+/* Zeros shaped like output j of node n (for missing output gradients). */
+oj_tensor *oj__zeros_like_output(oj_node *n, int j);
+
+#endif /* OJAS_OPS_COMMON_H */
