@@ -101,6 +101,36 @@ static const char *duplicate_key(char *buf, size_t size, const uint8_t *h, size_
     return token_at(buf, size, h, hl, close);
 }
 
+/* The top-level key (tensor name) whose entry holds header byte `pos`:
+ * a scan that tracks strings and nesting depth. NULL when pos lies
+ * outside every entry. */
+static const char *enclosing_key(char *buf, size_t size, const uint8_t *h, size_t hl, size_t pos) {
+    size_t depth = 0, key = 0, key_end = 0, str = 0;
+    bool in_str = false, have = false;
+    for (size_t i = 0; i < hl && i < pos; i++) {
+        uint8_t c = h[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') {
+                in_str = false;
+                if (depth == 1) {
+                    size_t j = i + 1;
+                    while (j < hl && (h[j] == ' ' || h[j] == '\t' || h[j] == '\n' || h[j] == '\r')) j++;
+                    if (j < hl && h[j] == ':') key = str, key_end = i, have = true;
+                }
+            }
+        } else if (c == '"') {
+            in_str = true, str = i + 1;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (depth) depth--;
+        }
+    }
+    if (!have) return NULL;
+    return oj__quote(buf, size, (const char *)h + key, key_end - key);
+}
+
 static void shape_str(char *buf, size_t size, int rank, const int64_t *shape) {
     size_t o = 0;
     o += (size_t)snprintf(buf, size, "[");
@@ -326,7 +356,9 @@ oj_status oj__st_parse(oj__mapping *m, const char *what, oj_safetensors **out, o
         if (json_error_code(&je) == json_error_duplicate_key)
             return bad(err, what, "duplicate name %s in the header",
                        duplicate_key(q, sizeof q, h, hl, je.position));
-        return bad(err, what, "header is not valid JSON at byte %d: %s", je.position, je.text);
+        const char *k = enclosing_key(q, sizeof q, h, hl, je.position > 0 ? (size_t)je.position : 0);
+        return bad(err, what, "header is not valid JSON at byte %d%s%s: %s", je.position,
+                   k ? ", in the entry of " : "", k ? k : "", je.text);
     }
     if (!json_is_object(root)) {
         json_decref(root);
