@@ -46,7 +46,7 @@ static void *cuda_alloc(oj_engine *eng, size_t nbytes) {
     void *p = NULL;
     if (cudaSetDevice(cuda_ordinal(eng)) != cudaSuccess) return NULL;
     if (cudaMalloc(&p, nbytes) != cudaSuccess) {
-        cudaGetLastError(); /* clear the sticky-free OOM error */
+        cudaGetLastError(); /* reset the (non-sticky) out-of-memory error */
         return NULL;
     }
     return p;
