@@ -161,8 +161,14 @@ oj_status oj_checkpoint_save(const char *root, int64_t step, const oj_named_tens
     int k = snprintf(tmp, sizeof tmp, "%s/.%s.tmp-%ld", root, name, (long)getpid());
     if (!rc && (k < 0 || (size_t)k >= sizeof tmp))
         rc = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "checkpoint save: root %s is too long", root);
-    if (!rc && mkdir(root, 0755) != 0 && errno != EEXIST)
+    if (!rc && mkdir(root, 0755) == 0) {
+        /* a new root: make its entry in the parent durable too */
+        char parent[4096];
+        rc = oj__dirname(root, parent, sizeof parent, err);
+        if (!rc) rc = oj__fsync_dir(parent, err);
+    } else if (!rc && errno != EEXIST) {
         rc = oj_error_set(err, OJ_ERR_IO, "create directory %s: %s", root, strerror(errno));
+    }
     if (!rc) rc = remove_stale(root, err);
     if (!rc && mkdir(tmp, 0755) != 0)
         rc = oj_error_set(err, OJ_ERR_IO, "create directory %s: %s", tmp, strerror(errno));
