@@ -143,7 +143,9 @@ typedef struct oj_named_tensors {
  * the same step is replaced atomically. Then only the `keep_last` newest
  * checkpoints (by step, always including this one) are kept; 0 keeps all.
  * Stale temporaries of crashed writers are removed. OJ_ERR_IO on a failed
- * system call (nothing that was loadable before becomes unloadable). */
+ * system call (nothing that was loadable before becomes unloadable); if
+ * only the removal of old checkpoints fails, the new one is in place and
+ * the message says "saved, but removing old ones failed". */
 oj_status oj_checkpoint_save(const char *root, int64_t step, const oj_named_tensors *model,
                              const oj_named_tensors *optim, const char *state_json,
                              int keep_last, oj_error *err);
@@ -174,8 +176,9 @@ oj_status oj_checkpoint_load(const char *dir, const oj_named_tensors *model,
 /* Load the newest good checkpoint under `root`: the one `latest` names,
  * then the others by decreasing step, skipping those refused as
  * OJ_ERR_CORRUPT or OJ_ERR_IO (counted in info->skipped). Any other error
- * (a model that does not match) stops the search. OJ_ERR_IO when root
- * holds no checkpoint; when all are refused, the newest one's error. */
+ * (a model that does not match) stops the search. OJ_ERR_IO when root is
+ * missing or holds no checkpoint; when all are refused, the newest one's
+ * error. */
 oj_status oj_checkpoint_resume(const char *root, const oj_named_tensors *model,
                                const oj_named_tensors *optim, oj_checkpoint_info *info,
                                oj_error *err);
