@@ -1,0 +1,30 @@
+"""Fixtures for the PyTorch reference tests: a fresh engine per test (checked
+for leaked tensor handles at teardown), f32/f64 parametrisation and a numpy
+RNG seeded from the test's name, so every run draws the same inputs."""
+
+import zlib
+
+import numpy as np
+import pytest
+
+import ojas_ctypes
+
+FLOAT_DTYPES = ["f32", "f64"]
+
+
+@pytest.fixture
+def eng():
+    e = ojas_ctypes.Engine(threads=1)
+    yield e
+    leaked = e.close()
+    assert leaked == 0, "%d tensor handle(s) still live after Python released its own" % leaked
+
+
+@pytest.fixture(params=FLOAT_DTYPES)
+def dtype(request):
+    return request.param
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

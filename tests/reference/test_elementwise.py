@@ -1,0 +1,344 @@
+"""Elementwise ops of include/ojas/ops.h vs PyTorch: forward and gradients,
+f32 and f64, broadcast, non-contiguous, empty and rank-0 shapes, type
+promotion, comparisons and logical ops."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ojas_ctypes import OjasError, bf16_to_f32
+from refcheck import assert_close, check, rand
+
+# name -> (torch reference, positive-only domain, extra scalar args)
+UNARY = {
+    "neg": (torch.neg, False, ()),
+    "abs": (torch.abs, False, ()),
+    "exp": (torch.exp, False, ()),
+    "log": (torch.log, True, ()),
+    "log1p": (torch.log1p, True, ()),
+    "sqrt": (torch.sqrt, True, ()),
+    "rsqrt": (torch.rsqrt, True, ()),
+    "square": (torch.square, False, ()),
+    "sign": (torch.sign, False, ()),
+    "reciprocal": (torch.reciprocal, False, ()),
+    "sin": (torch.sin, False, ()),
+    "cos": (torch.cos, False, ()),
+    "relu": (torch.relu, False, ()),
+    "leaky_relu": (F.leaky_relu, False, (0.07,)),
+    "gelu": (F.gelu, False, ()),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), False, ()),
+    "silu": (F.silu, False, ()),
+    "sigmoid": (torch.sigmoid, False, ()),
+    "tanh": (torch.tanh, False, ()),
+    "softplus": (F.softplus, False, (2.0, 3.0)),  # beta x crosses the threshold
+    "elu": (F.elu, False, (0.8,)),
+    "mish": (F.mish, False, ()),
+    "pow_scalar": (torch.pow, False, (3.0,)),
+    "clamp": (torch.clamp, False, (-0.5, 0.7)),
+    "affine": (lambda x, s, b: x * s + b, False, (1.7, -0.3)),
+    "add_scalar": (torch.add, False, (0.375,)),
+    "mul_scalar": (torch.mul, False, (-1.25,)),
+}
+
+BINARY = {
+    "add": (torch.add, False),
+    "sub": (torch.sub, False),
+    "mul": (torch.mul, False),
+    "div": (torch.div, False),
+    "pow": (torch.pow, True),  # positive base
+    "maximum": (torch.maximum, False),
+    "minimum": (torch.minimum, False),
+}
+
+COMPARE = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
+           "ge": torch.ge}
+LOGICAL = {"logical_and": torch.logical_and, "logical_or": torch.logical_or,
+           "logical_xor": torch.logical_xor}
+
+# Known bugs in ojas (each an xfail with the bug named; remove when fixed).
+INT_DIV_BUG = pytest.mark.xfail(reason="bug: oj_div of two integer tensors returns an f32 "
+                                "tensor of zeros (CPU binary kernel), torch gives a / b")
+WHERE_COND_GRAD_BUG = pytest.mark.xfail(
+    reason="bug: oj_where with a float cond that requires grad fails backward with "
+    "OJ_ERR_INTERNAL 'backward gave no gradient for input 0' (cond should get none/zero)")
+
+BROADCAST_SHAPES = [
+    ((3, 4), (3, 4)),
+    ((3, 1), (1, 4)),
+    ((2, 3, 4), (4,)),
+    ((5,), (2, 1, 5)),
+    ((), (3, 2)),
+    ((2, 3), ()),
+    ((), ()),
+    ((0, 3), (1, 3)),
+    ((2, 0, 4), (4,)),
+]
+
+
+# ------------------------------------------------------------------ unary
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 5), (), (0, 4)])
+def test_unary(eng, dtype, rng, name, shape):
+    ref, pos, args = UNARY[name]
+    check(eng, name, [rand(rng, shape, dtype, positive=pos)], *args, ref=ref)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_noncontiguous(eng, dtype, rng, name):
+    ref, pos, args = UNARY[name]
+    check(eng, name, [rand(rng, (4, 6), dtype, positive=pos)], *args, ref=ref, noncontig=True)
+
+
+def test_unary_wide_range(eng, dtype, rng):
+    # Large magnitudes: saturation of sigmoid/tanh, softplus linear region.
+    x = rand(rng, (64,), dtype, low=0.5, high=30.0)
+    for name in ("sigmoid", "tanh", "silu", "gelu", "gelu_tanh", "mish", "elu", "exp"):
+        ref, _, args = UNARY[name]
+        check(eng, name, [x], *args, ref=ref)
+    check(eng, "softplus", [x], 1.0, 20.0, ref=F.softplus)
+
+
+def test_pow_scalar_fractional(eng, dtype, rng):
+    for e in (0.5, -1.5, 2.0, 0.0):
+        check(eng, "pow_scalar", [rand(rng, (3, 4), dtype, positive=True)], e, ref=torch.pow)
+
+
+def test_clamp_one_sided(eng, dtype, rng):
+    x = rand(rng, (5, 4), dtype)
+    check(eng, "clamp", [x], math.nan, 0.3, ref=lambda t, lo, hi: torch.clamp(t, max=hi))
+    check(eng, "clamp", [x], -0.3, math.nan, ref=lambda t, lo, hi: torch.clamp(t, min=lo))
+
+
+def test_leaky_relu_slopes(eng, dtype, rng):
+    for s in (0.0, 0.2, -0.5, 1.5):
+        check(eng, "leaky_relu", [rand(rng, (4, 4), dtype)], s, ref=F.leaky_relu)
+
+
+@pytest.mark.parametrize("name", ["exp", "sqrt", "sigmoid", "reciprocal", "log"])
+@pytest.mark.parametrize("idt", ["i64", "i32"])
+def test_unary_int_gives_f32(eng, rng, name, idt):
+    ref, _, args = UNARY[name]
+    check(eng, name, [rand(rng, (3, 4), idt, positive=True)], *args, ref=ref, grad=False)
+
+
+@pytest.mark.parametrize("name", ["neg", "abs", "square", "sign", "relu"])
+@pytest.mark.parametrize("idt", ["i64", "i32"])
+def test_unary_int_keeps_dtype(eng, rng, name, idt):
+    ref, _, args = UNARY[name]
+    check(eng, name, [rand(rng, (3, 4), idt)], *args, ref=ref, grad=False)
+
+
+def test_isnan_isfinite_logical_not(eng, dtype, rng):
+    x = rand(rng, (4, 5), dtype)
+    x[0, 0], x[1, 2], x[2, 3], x[3, 1] = np.nan, np.inf, -np.inf, 0.0
+    check(eng, "isnan", [x], ref=torch.isnan, grad=False)
+    check(eng, "isfinite", [x], ref=torch.isfinite, grad=False)
+    check(eng, "logical_not", [x], ref=torch.logical_not, grad=False)
+    check(eng, "logical_not", [rng.random((3, 3)) < 0.5], ref=torch.logical_not, grad=False)
+    # no grad recorded for bool outputs
+    t = eng.tensor(x, requires_grad=True)
+    assert not eng.call("isnan", t).requires_grad
+
+
+# ------------------------------------------------------------------ binary
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("shapes", BROADCAST_SHAPES, ids=str)
+def test_binary(eng, dtype, rng, name, shapes):
+    ref, pos = BINARY[name]
+    a, b = (rand(rng, s, dtype, positive=pos) for s in shapes)
+    check(eng, name, [a, b], ref=ref)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_noncontiguous(eng, dtype, rng, name):
+    ref, pos = BINARY[name]
+    a, b = rand(rng, (4, 5), dtype, positive=pos), rand(rng, (4, 5), dtype, positive=pos)
+    check(eng, name, [a, b], ref=ref, noncontig=True)
+    c = rand(rng, (3, 1, 5), dtype, positive=pos)
+    check(eng, name, [a, c], ref=ref, noncontig=True)
+
+
+def test_binary_same_input_twice(eng, dtype, rng):
+    # x op x: both edges lead to one leaf; gradients must add up.
+    x = rand(rng, (3, 4), dtype)
+    t = eng.tensor(x, requires_grad=True)
+    out = eng.call("mul", t, t)
+    g = rand(rng, (3, 4), dtype)
+    out.backward(g)
+    assert_close(t.grad.to_numpy(), 2 * x * g, dtype, "mul(x, x) grad")
+
+
+def test_pow_tensor_exponent_signs(eng, dtype, rng):
+    a = rand(rng, (4, 4), dtype, positive=True, low=0.3)
+    b = rand(rng, (4, 4), dtype, low=0.1, high=3.0)
+    check(eng, "pow", [a, b], ref=torch.pow)
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_max_min_ties_and_nan(eng, dtype, rng, name):
+    ref = BINARY[name][0]
+    a = rng.integers(-2, 3, size=(5, 6)).astype(dtype == "f32" and np.float32 or np.float64)
+    a[a == 0] = 0.5
+    b = rng.integers(-2, 3, size=(5, 6)).astype(a.dtype)
+    b[b == 0] = 0.5
+    assert (a == b).any()
+    check(eng, name, [a, b], ref=ref)  # ties split the gradient evenly, as torch
+    a[1, 1] = np.nan
+    b[2, 3] = np.nan
+    check(eng, name, [a, b], ref=ref, grad=False)
+
+
+PROMOTE = [
+    ("i64", "f32"), ("f32", "i64"), ("i32", "f64"), ("i32", "i64"), ("bool", "i32"),
+    ("u8", "i64"), ("f32", "f64"), ("bool", "f32"), ("u8", "u8"), ("i32", "i32"),
+]
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "maximum", "minimum"])
+@pytest.mark.parametrize("dts", PROMOTE, ids="-".join)
+def test_binary_type_promotion(eng, rng, request, name, dts):
+    if name == "sub" and "bool" in dts:
+        pytest.skip("torch refuses sub on bool")
+    if name == "div" and not any(d.startswith("f") for d in dts):
+        request.applymarker(INT_DIV_BUG)
+    a, b = rand(rng, (3, 4), dts[0], positive=True), rand(rng, (1, 4), dts[1], positive=True)
+    check(eng, name, [a, b], ref=BINARY[name][0])
+
+
+@INT_DIV_BUG
+def test_int_division_is_true_division(eng, rng):
+    a, b = rand(rng, (3, 4), "i64"), rand(rng, (3, 4), "i64")
+    out = check(eng, "div", [a, b], ref=torch.div)
+    assert out.dtype == "f32"
+
+
+# ------------------------------------------------------------------ comparisons
+
+def _tied(rng, shape, dtype):
+    """Small integers as floats, so that equal pairs occur."""
+    return (rng.integers(-3, 4, size=shape) + 0.5).astype(np.float32 if dtype == "f32"
+                                                          else np.float64)
+
+
+@pytest.mark.parametrize("name", sorted(COMPARE))
+@pytest.mark.parametrize("shapes", [((4, 5), (4, 5)), ((4, 1), (5,)), ((), (3,)), ((0, 2), (2,))],
+                         ids=str)
+def test_compare(eng, dtype, rng, name, shapes):
+    a, b = _tied(rng, shapes[0], dtype), _tied(rng, shapes[1], dtype)
+    out = check(eng, name, [a, b], ref=COMPARE[name])
+    assert out.dtype == "bool" and not out.requires_grad
+
+
+@pytest.mark.parametrize("name", sorted(COMPARE))
+def test_compare_mixed_dtypes_and_noncontig(eng, rng, name):
+    a = (rng.integers(-3, 4, size=(4, 4))).astype(np.int64)
+    b = _tied(rng, (4, 4), "f32") - 0.5
+    check(eng, name, [a, b], ref=COMPARE[name], noncontig=True)
+
+
+def test_compare_nan(eng, dtype, rng):
+    a, b = _tied(rng, (3, 3), dtype), _tied(rng, (3, 3), dtype)
+    a[0, 0] = b[0, 0] = np.nan
+    a[1, 1] = np.nan
+    for name, ref in COMPARE.items():
+        check(eng, name, [a, b], ref=ref)
+
+
+@pytest.mark.parametrize("name", sorted(LOGICAL))
+def test_logical(eng, rng, name):
+    a, b = rng.random((4, 5)) < 0.5, rng.random((1, 5)) < 0.5
+    check(eng, name, [a, b], ref=LOGICAL[name])
+    x, y = rand(rng, (4, 5), "f32"), rand(rng, (4, 5), "i64")
+    x[0, :] = 0.0
+    y[:, 1] = 0
+    check(eng, name, [x, y], ref=LOGICAL[name], grad=False)
+
+
+# ------------------------------------------------------------------ where / cast
+
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4), (3, 4)), ((3, 1), (1, 4), ()),
+                                    ((4,), (2, 1, 4), (2, 3, 1)), ((0, 4), (4,), (1, 4))],
+                         ids=str)
+def test_where(eng, dtype, rng, shapes):
+    c = rng.random(shapes[0]) < 0.5
+    a, b = rand(rng, shapes[1], dtype), rand(rng, shapes[2], dtype)
+    check(eng, "where", [c, a, b], ref=torch.where)
+
+
+def test_where_nonbool_cond_and_noncontig(eng, dtype, rng):
+    c = rng.integers(0, 3, size=(4, 5)).astype(np.float32)
+    a, b = rand(rng, (4, 5), dtype), rand(rng, (4, 5), dtype)
+    check(eng, "where", [c, a, b], ref=lambda c, a, b: torch.where(c != 0, a, b),
+          noncontig=True, grad_inputs=(1, 2))
+
+
+@WHERE_COND_GRAD_BUG
+def test_where_float_cond_requiring_grad(eng, dtype, rng):
+    c = rng.integers(0, 3, size=(4, 5)).astype(np.float32)
+    a, b = rand(rng, (4, 5), dtype), rand(rng, (4, 5), dtype)
+    check(eng, "where", [c, a, b], ref=lambda c, a, b: torch.where(c != 0, a, b))
+
+
+@pytest.mark.parametrize("src,dst", [("f32", "f64"), ("f64", "f32"), ("f32", "f32"),
+                                     ("i64", "f32"), ("i32", "f64"), ("bool", "f32"),
+                                     ("f32", "i32"), ("f64", "i64"), ("f32", "bool"),
+                                     ("i64", "i32"), ("i32", "u8"), ("f32", "f16"),
+                                     ("f16", "f32")])
+def test_cast(eng, rng, src, dst):
+    from refcheck import TORCH_DT
+    x = rand(rng, (3, 5), src, high=9.0)
+    if dst == "u8":
+        x = np.abs(x)
+    grad = src in ("f32", "f64", "f16") and dst in ("f32", "f64", "f16")
+    check(eng, "cast", [x], dst, ref=lambda t, d: t.to(TORCH_DT[d]), grad=grad,
+          rtol=1e-3 if "f16" in (src, dst) else None)
+
+
+def test_cast_bf16(eng, rng):
+    x = rand(rng, (4, 7), "f32", high=100.0)
+    t = eng.tensor(x)
+    out = eng.call("cast", t, "bf16")
+    assert out.dtype == "bf16"
+    want = torch.tensor(x).to(torch.bfloat16).to(torch.float32).numpy()
+    np.testing.assert_array_equal(bf16_to_f32(out.to_numpy()), want)
+    back = eng.call("cast", out, "f32")
+    np.testing.assert_array_equal(back.to_numpy(), want)
+
+
+def test_cast_grad_noncontig(eng, rng):
+    check(eng, "cast", [rand(rng, (4, 3), "f32")], "f64", ref=lambda t, d: t.double(),
+          noncontig=True)
+
+
+# ------------------------------------------------------------------ in place
+
+def test_add_inplace(eng, dtype, rng):
+    a, b = rand(rng, (3, 4), dtype), rand(rng, (4,), dtype)
+    ta, tb = eng.tensor(a), eng.tensor(b)
+    v0 = ta.version()
+    eng.call("add_", ta, tb)
+    assert ta.version() > v0
+    assert_close(ta.to_numpy(), a + b, dtype, "add_")
+    eng.call("mul_scalar_", ta, -2.5)
+    assert_close(ta.to_numpy(), (a + b) * -2.5, dtype, "mul_scalar_")
+
+
+def test_inplace_on_leaf_requiring_grad_is_error(eng, dtype, rng):
+    ta = eng.tensor(rand(rng, (3,), dtype), requires_grad=True)
+    with pytest.raises(OjasError) as e:
+        eng.call("add_", ta, eng.tensor(rand(rng, (3,), dtype)))
+    assert e.value.status == "OJ_ERR_STATE"
+    with eng.no_grad():
+        eng.call("mul_scalar_", ta, 2.0)
+
+
+def test_binary_shape_mismatch_is_error(eng, dtype, rng):
+    with pytest.raises(OjasError) as e:
+        eng.call("add", eng.tensor(rand(rng, (3, 4), dtype)), eng.tensor(rand(rng, (5,), dtype)))
+    assert e.value.status == "OJ_ERR_SHAPE"
+    assert "add" in e.value.message
