@@ -147,6 +147,40 @@ oj_tensor *oj_mean(oj_tensor *x, int ndims, const int *dims, bool keepdim);
 /* Sum of all elements (rank-0). */
 oj_tensor *oj_sum_all(oj_tensor *x);
 oj_tensor *oj_mean_all(oj_tensor *x);
+/* ================================================================ end of reductions (sum, mean) */
+
+/* ================================================================ linear algebra
+ * Float inputs of one dtype (f32, f64, bf16, f16; bf16/f16 accumulate in
+ * f32); OJ_ERR_DTYPE otherwise. Operands may be non-contiguous (transposed
+ * views are not copied) or broadcast. Under OJ_NUMERICS_FAST the CPU uses
+ * OpenBLAS when present; under OJ_NUMERICS_EXACT each element sums over
+ * the inner dim in index order, bit-identical across runs and threads.
+ * (Implemented in src/ops/linalg.c, kernel src/backend/cpu/cpu_matmul.c.) */
+
+/* torch.matmul. a [K] . b [K] -> [] (dot); a [N, K] @ b [K] -> [N];
+ * a [K] @ b [K, M] -> [M]; a [..., N, K] @ b [..., K, M] -> [..., N, M]
+ * with the leading (batch) dims broadcast and a 1-D operand treated as a
+ * row (a) or column (b) whose dim is then removed. OJ_ERR_SHAPE for a
+ * rank-0 operand, inner dims that differ ("matmul: shapes [2, 3] and
+ * [4, 5] do not fit: inner dims 3 != 4") or batch dims that do not
+ * broadcast. */
+oj_tensor *oj_matmul(oj_tensor *a, oj_tensor *b);
+/* Batched matrix product without broadcasting: a [B, N, K], b [B, K, M]
+ * -> [B, N, M]. OJ_ERR_SHAPE when ranks are not 3 or B or K differ. */
+oj_tensor *oj_bmm(oj_tensor *a, oj_tensor *b);
+/* x W^T + b: x [..., in], weight [out, in] (PyTorch layout), bias [out] or
+ * NULL -> [..., out]. The leading dims of x are treated as rows [N, in]
+ * (one GEMM; copied only when their strides cannot be walked as rows); the
+ * backward gives dW [out, in] = g^T x and db = the row sum of g without
+ * materialising broadcast copies. OJ_ERR_SHAPE when in features or the
+ * bias size differ. */
+oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias);
+/* beta * input + alpha * (a @ b): a [N, K], b [K, M], input broadcastable
+ * to [N, M] -> [N, M]. beta == 0 ignores input (NaN included), as
+ * torch.addmm. OJ_ERR_SHAPE for non-2-D a/b or an input that does not
+ * broadcast to [N, M]. */
+oj_tensor *oj_addmm(oj_tensor *input, oj_tensor *a, oj_tensor *b, double beta, double alpha);
+/* ================================================================ end of linear algebra */
 
 #ifdef __cplusplus
 }

@@ -90,6 +90,17 @@ typedef struct oj_backend {
     oj_status (*reduce)(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
                         const oj_tensor *x, uint32_t dim_mask, double p);
     /* Further kernel entries (matmul, nn) are appended below. */
+
+    /* Batched matrix multiply: out[i] = a[i] @ b[i] (accumulate: out[i] +=
+     * a[i] @ b[i]) for i < Bt. a [Bt, M, K], b [Bt, K, N] are rank-3 views
+     * with arbitrary strides (stride 0 on a broadcast batch, transposes
+     * expressed by strides); out [Bt, M, N] is contiguous and does not
+     * overlap a or b. a, b, out share one dtype: f32, f64, bf16 or f16
+     * (bf16/f16 compute in f32). K may be 0 (out = 0, or unchanged when
+     * accumulating). Under OJ_NUMERICS_EXACT each element sums over k in
+     * index-increasing order (bit-identical across runs and thread counts). */
+    oj_status (*matmul)(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
+                        bool accumulate);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -23,4 +23,5 @@ const oj_backend oj_cpu_backend = {
     .where = oj_cpu_where,
     .rand = oj_cpu_rand,
     .reduce = oj_cpu_reduce,
+    .matmul = oj_cpu_matmul,
 };

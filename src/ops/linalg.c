@@ -1,0 +1,411 @@
+/* Linear algebra ops: matmul (torch.matmul semantics), bmm, linear, addmm,
+ * and their backward rules. All of them end in the backend's batched
+ * `matmul` entry on rank-3 strided views; transposes and broadcast batches
+ * are expressed by strides and never copied. */
+#include <string.h>
+
+#include "ops/ops_common.h"
+
+/* A rank-3 view of t's storage for a kernel call: a stack copy of the
+ * handle (never registered, never escapes the op). off: elements. */
+static void kview(oj_tensor *v, const oj_tensor *t, int64_t off, int64_t n0, int64_t n1,
+                  int64_t n2, int64_t s0, int64_t s1, int64_t s2) {
+    *v = *t;
+    v->rank = 3;
+    v->shape[0] = n0, v->shape[1] = n1, v->shape[2] = n2;
+    v->stride[0] = s0, v->stride[1] = s1, v->stride[2] = s2;
+    v->offset = t->offset + off * (int64_t)oj_dtype_size(t->dtype);
+}
+
+static bool float_pair(oj_engine *eng, const char *op, const oj_tensor *a, const oj_tensor *b) {
+    if (!oj_dtype_is_float(a->dtype) || a->dtype != b->dtype) {
+        oj_set_error(eng, OJ_ERR_DTYPE,
+                     "%s: expected two tensors of one float dtype (f32, f64, bf16, f16), got %s "
+                     "and %s",
+                     op, oj_dtype_name(a->dtype), oj_dtype_name(b->dtype));
+        return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+/* An operand as a matrix stack: 1-D a becomes [1, K], 1-D b becomes [K, 1]. */
+typedef struct {
+    int rank;
+    int64_t shape[OJ_MAX_RANK], stride[OJ_MAX_RANK];
+} mm_operand;
+
+static void mm_operand_of(const oj_tensor *t, bool is_b, mm_operand *o) {
+    if (t->rank == 1) {
+        o->rank = 2;
+        if (is_b) {
+            o->shape[0] = t->shape[0], o->stride[0] = t->stride[0];
+            o->shape[1] = 1, o->stride[1] = 0;
+        } else {
+            o->shape[0] = 1, o->stride[0] = 0;
+            o->shape[1] = t->shape[0], o->stride[1] = t->stride[0];
+        }
+        return;
+    }
+    o->rank = t->rank;
+    memcpy(o->shape, t->shape, sizeof o->shape);
+    memcpy(o->stride, t->stride, sizeof o->stride);
+}
+
+static oj_status matmul_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_tensor *a = oj__node_saved(n, 0), *b = oj__node_saved(n, 1);
+    if (a == NULL || b == NULL) return oj_last_status(n->eng);
+    oj_tensor *A = a->rank == 1 ? oj_unsqueeze(a, 0) : oj_retain(a);
+    oj_tensor *B = b->rank == 1 ? oj_unsqueeze(b, 1) : oj_retain(b);
+    if (A == NULL || B == NULL) {
+        oj_release(A);
+        oj_release(B);
+        return oj_last_status(n->eng);
+    }
+    int64_t M = A->shape[A->rank - 2], K = A->shape[A->rank - 1], N = B->shape[B->rank - 1];
+    /* g with the 1-D dims restored: [batch..., M, N] */
+    int nb = n->out_rank[0] - (a->rank == 1 ? 0 : 1) - (b->rank == 1 ? 0 : 1);
+    int64_t gshape[OJ_MAX_RANK];
+    memcpy(gshape, n->out_shape[0], sizeof(int64_t) * (size_t)nb);
+    gshape[nb] = M, gshape[nb + 1] = N;
+    oj_tensor *G = oj_reshape(go[0], nb + 2, gshape);
+    if (G && oj__node_needs(n, 0)) { /* dA = G @ B^T, summed over broadcast batches */
+        oj_tensor *bt = oj_transpose(B, -2, -1);
+        oj_tensor *t = oj_matmul(G, bt);
+        oj_tensor *s = oj__sum_to(t, A->rank, A->shape);
+        gi[0] = s ? oj_reshape(s, a->rank, a->shape) : NULL;
+        oj_release(bt);
+        oj_release(t);
+        oj_release(s);
+    }
+    if (G && oj__node_needs(n, 1)) { /* dB = A^T @ G, summed over broadcast batches */
+        if (B->rank == 2 && A->rank > 2) {
+            /* one GEMM over all rows: [K, batch*M] @ [batch*M, N] */
+            int64_t s2a[2] = {-1, K}, s2g[2] = {-1, N};
+            oj_tensor *a2 = oj_reshape(A, 2, s2a), *g2 = oj_reshape(G, 2, s2g);
+            oj_tensor *a2t = oj_transpose(a2, 0, 1);
+            oj_tensor *t = oj_matmul(a2t, g2);
+            gi[1] = t ? oj_reshape(t, b->rank, b->shape) : NULL;
+            oj_release(a2);
+            oj_release(g2);
+            oj_release(a2t);
+            oj_release(t);
+        } else {
+            oj_tensor *at = oj_transpose(A, -2, -1);
+            oj_tensor *t = oj_matmul(at, G);
+            oj_tensor *s = oj__sum_to(t, B->rank, B->shape);
+            gi[1] = s ? oj_reshape(s, b->rank, b->shape) : NULL;
+            oj_release(at);
+            oj_release(t);
+            oj_release(s);
+        }
+    }
+    oj_release(G);
+    oj_release(A);
+    oj_release(B);
+    return oj_last_status(n->eng);
+}
+
+/* Run the kernel for out = a @ b over broadcast batches. The batch dims
+ * are merged where all three strides allow; the last merged dim goes to the
+ * kernel as its batch, the others are looped over here. When b is the same
+ * matrix for every batch and a's batches are evenly spaced rows, the batch
+ * folds into M (one large GEMM). */
+static bool matmul_dispatch(oj_engine *eng, const char *op, oj_tensor *out, const oj_tensor *a,
+                            const mm_operand *A, const oj_tensor *b, const mm_operand *B, int nb,
+                            const int64_t *bshape, bool accumulate) {
+    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *, bool) =
+        OJ_KERNEL(eng, matmul, op);
+    if (k == NULL) return false;
+    int64_t M = A->shape[A->rank - 2], K = A->shape[A->rank - 1], N = B->shape[B->rank - 1];
+    int64_t ars = A->stride[A->rank - 2], acs = A->stride[A->rank - 1];
+    int64_t brs = B->stride[B->rank - 2], bcs = B->stride[B->rank - 1];
+    /* batch strides per operand (0 where broadcast), skipping size-1 dims */
+    int64_t sh[OJ_MAX_RANK], sa[OJ_MAX_RANK], sb[OJ_MAX_RANK], so[OJ_MAX_RANK];
+    int nd = 0;
+    int64_t ostride = M * N;
+    int64_t ost[OJ_MAX_RANK];
+    for (int d = nb - 1; d >= 0; d--) {
+        ost[d] = ostride;
+        ostride *= bshape[d];
+    }
+    for (int d = 0; d < nb; d++) {
+        if (bshape[d] == 1) continue;
+        int da = d - (nb - (A->rank - 2)), db = d - (nb - (B->rank - 2));
+        sh[nd] = bshape[d];
+        sa[nd] = (da >= 0 && A->shape[da] == bshape[d]) ? A->stride[da] : 0;
+        sb[nd] = (db >= 0 && B->shape[db] == bshape[d]) ? B->stride[db] : 0;
+        so[nd] = ost[d];
+        nd++;
+    }
+    /* merge adjacent dims */
+    int m = 0;
+    for (int d = 0; d < nd; d++) {
+        if (m > 0 && sa[m - 1] == sa[d] * sh[d] && sb[m - 1] == sb[d] * sh[d] &&
+            so[m - 1] == so[d] * sh[d]) {
+            sh[m - 1] *= sh[d];
+            sa[m - 1] = sa[d], sb[m - 1] = sb[d], so[m - 1] = so[d];
+            continue;
+        }
+        sh[m] = sh[d], sa[m] = sa[d], sb[m] = sb[d], so[m] = so[d];
+        m++;
+    }
+    oj_tensor va, vb, vo;
+    if (m == 1 && sb[0] == 0 && sa[0] == M * ars) { /* fold the batch into M */
+        kview(&va, a, 0, 1, sh[0] * M, K, 0, ars, acs);
+        kview(&vb, b, 0, 1, K, N, 0, brs, bcs);
+        kview(&vo, out, 0, 1, sh[0] * M, N, 0, N, 1);
+        return oj__kernel_ok(eng, k(eng, &vo, &va, &vb, accumulate), op);
+    }
+    int64_t bt = m ? sh[m - 1] : 1;
+    int64_t kb_a = m ? sa[m - 1] : 0, kb_b = m ? sb[m - 1] : 0;
+    int64_t outer = 1;
+    for (int d = 0; d + 1 < m; d++) outer *= sh[d];
+    int64_t idx[OJ_MAX_RANK] = {0};
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t offa = 0, offb = 0, offo = 0;
+        for (int d = 0; d + 1 < m; d++) {
+            offa += idx[d] * sa[d];
+            offb += idx[d] * sb[d];
+            offo += idx[d] * so[d];
+        }
+        kview(&va, a, offa, bt, M, K, kb_a, ars, acs);
+        kview(&vb, b, offb, bt, K, N, kb_b, brs, bcs);
+        kview(&vo, out, offo, bt, M, N, M * N, N, 1);
+        if (!oj__kernel_ok(eng, k(eng, &vo, &va, &vb, accumulate), op)) return false;
+        for (int d = m - 2; d >= 0; d--) {
+            if (++idx[d] < sh[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return true;
+}
+
+static oj_tensor *matmul_impl(const char *op, oj_tensor *a, oj_tensor *b) {
+    oj_tensor *in[2] = {a, b};
+    oj_engine *eng = oj__ops_engine(op, 2, in);
+    if (eng == NULL) return NULL;
+    char b1[128], b2[128];
+    if (a->rank == 0 || b->rank == 0) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: both arguments need at least 1 dim, got %s and %s",
+                     op, oj__shape_fmt(b1, sizeof b1, a->rank, a->shape),
+                     oj__shape_fmt(b2, sizeof b2, b->rank, b->shape));
+        return NULL;
+    }
+    if (!float_pair(eng, op, a, b)) return NULL;
+    mm_operand A, B;
+    mm_operand_of(a, false, &A);
+    mm_operand_of(b, true, &B);
+    int64_t M = A.shape[A.rank - 2], K = A.shape[A.rank - 1];
+    int64_t K2 = B.shape[B.rank - 2], N = B.shape[B.rank - 1];
+    if (K != K2) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: shapes %s and %s do not fit: inner dims %lld != %lld",
+                     op, oj__shape_fmt(b1, sizeof b1, a->rank, a->shape),
+                     oj__shape_fmt(b2, sizeof b2, b->rank, b->shape), (long long)K,
+                     (long long)K2);
+        return NULL;
+    }
+    int nb;
+    int64_t bshape[OJ_MAX_RANK];
+    if (!oj__broadcast_shapes(eng, op, A.rank - 2, A.shape, B.rank - 2, B.shape, &nb, bshape))
+        return NULL;
+    int orank = nb;
+    int64_t oshape[OJ_MAX_RANK];
+    memcpy(oshape, bshape, sizeof(int64_t) * (size_t)nb);
+    if (a->rank != 1) oshape[orank++] = M;
+    if (b->rank != 1) oshape[orank++] = N;
+    oj_tensor *out = oj__tensor_alloc(eng, orank, oshape, a->dtype, op);
+    if (out == NULL) return NULL;
+    if (!matmul_dispatch(eng, op, out, a, &A, b, &B, nb, bshape, false)) {
+        oj_release(out);
+        return NULL;
+    }
+    oj_node *nd = oj__node_begin(eng, op, matmul_backward, 2, a, b);
+    if (nd) {
+        oj__node_save(nd, a);
+        oj__node_save(nd, b);
+        oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
+oj_tensor *oj_matmul(oj_tensor *a, oj_tensor *b) { return matmul_impl("matmul", a, b); }
+
+oj_tensor *oj_bmm(oj_tensor *a, oj_tensor *b) {
+    oj_tensor *in[2] = {a, b};
+    oj_engine *eng = oj__ops_engine("bmm", 2, in);
+    if (eng == NULL) return NULL;
+    if (a->rank != 3 || b->rank != 3 || a->shape[0] != b->shape[0]) {
+        char b1[128], b2[128];
+        oj_set_error(eng, OJ_ERR_SHAPE,
+                     "bmm: expected [B, N, K] and [B, K, M] with one batch size, got %s and %s",
+                     oj__shape_fmt(b1, sizeof b1, a->rank, a->shape),
+                     oj__shape_fmt(b2, sizeof b2, b->rank, b->shape));
+        return NULL;
+    }
+    return matmul_impl("bmm", a, b);
+}
+
+/* ---------------------------------------------------------------- linear */
+
+/* Can t's leading dims (all but the last) be walked as rows of one stride?
+ * Sets *rows and *rs. */
+static bool rows_view(const oj_tensor *t, int64_t *rows, int64_t *rs) {
+    int64_t n = 1, stride = 0;
+    bool ok = true;
+    for (int d = t->rank - 2; d >= 0; d--) {
+        if (t->shape[d] == 1) continue;
+        if (n == 1) stride = t->stride[d]; /* innermost non-1 row dim */
+        else if (t->stride[d] != stride * n) ok = false;
+        n *= t->shape[d];
+    }
+    *rows = n;
+    *rs = stride;
+    return ok;
+}
+
+static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_tensor *x = oj__node_saved(n, 0), *w = oj__node_saved(n, 1);
+    if (x == NULL || w == NULL) return oj_last_status(n->eng);
+    int64_t in_f = w->shape[1], out_f = w->shape[0];
+    int64_t g2s[2] = {-1, out_f}, x2s[2] = {-1, in_f};
+    if (in_f == 0 || out_f == 0) { /* -1 cannot be inferred from 0 elements */
+        int64_t rows = 1;
+        for (int d = 0; d + 1 < x->rank; d++) rows *= x->shape[d];
+        g2s[0] = x2s[0] = rows;
+    }
+    oj_tensor *g2 = oj_reshape(go[0], 2, g2s);
+    if (g2 == NULL) return oj_last_status(n->eng);
+    if (oj__node_needs(n, 0)) { /* dx = g W, [N, out] @ [out, in] */
+        oj_tensor *dx = oj_matmul(g2, w);
+        gi[0] = dx ? oj_reshape(dx, x->rank, x->shape) : NULL;
+        oj_release(dx);
+    }
+    if (oj__node_needs(n, 1)) { /* dW = g^T x, [out, N] @ [N, in] */
+        oj_tensor *x2 = oj_reshape(x, 2, x2s);
+        oj_tensor *gt = oj_transpose(g2, 0, 1);
+        gi[1] = oj_matmul(gt, x2);
+        oj_release(x2);
+        oj_release(gt);
+    }
+    if (n->n_in > 2 && oj__node_needs(n, 2)) { /* db = sum of g over rows */
+        int d0 = 0;
+        gi[2] = oj_sum(g2, 1, &d0, false);
+    }
+    oj_release(g2);
+    return oj_last_status(n->eng);
+}
+
+oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
+    const char *op = "linear";
+    oj_tensor *in[3] = {x, weight, bias};
+    int nin = bias ? 3 : 2;
+    oj_engine *eng = oj__ops_engine(op, nin, in);
+    if (eng == NULL) return NULL;
+    char b1[128], b2[128], b3[128];
+    if (x->rank < 1 || weight->rank != 2 || x->shape[x->rank - 1] != weight->shape[1]) {
+        oj_set_error(eng, OJ_ERR_SHAPE,
+                     "linear: x %s and weight %s do not fit: expected x [..., in] and weight "
+                     "[out, in]",
+                     oj__shape_fmt(b1, sizeof b1, x->rank, x->shape),
+                     oj__shape_fmt(b2, sizeof b2, weight->rank, weight->shape));
+        return NULL;
+    }
+    if (bias && (bias->rank != 1 || bias->shape[0] != weight->shape[0])) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "linear: bias %s does not fit weight %s: expected [%lld]",
+                     oj__shape_fmt(b3, sizeof b3, bias->rank, bias->shape),
+                     oj__shape_fmt(b2, sizeof b2, weight->rank, weight->shape),
+                     (long long)weight->shape[0]);
+        return NULL;
+    }
+    if (!float_pair(eng, op, x, weight) || (bias && !float_pair(eng, op, x, bias))) return NULL;
+    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *, bool) =
+        OJ_KERNEL(eng, matmul, op);
+    if (k == NULL) return NULL;
+    int64_t in_f = weight->shape[1], out_f = weight->shape[0];
+    int64_t oshape[OJ_MAX_RANK];
+    memcpy(oshape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+    oshape[x->rank - 1] = out_f;
+    oj_tensor *out = oj__tensor_alloc(eng, x->rank, oshape, x->dtype, op);
+    if (out == NULL) return NULL;
+    int64_t rows, rs;
+    oj_tensor *xc = NULL; /* contiguous copy when x's rows are not evenly spaced */
+    if (!rows_view(x, &rows, &rs)) {
+        bool prev = oj_set_grad_enabled(eng, false);
+        xc = oj_contiguous(x);
+        oj_set_grad_enabled(eng, prev);
+        if (xc == NULL) {
+            oj_release(out);
+            return NULL;
+        }
+        rows_view(xc, &rows, &rs);
+    }
+    const oj_tensor *xs = xc ? xc : x;
+    bool ok = true;
+    if (bias) {
+        oj_status (*cp)(oj_engine *, oj_tensor *, const oj_tensor *) = OJ_KERNEL(eng, copy, op);
+        ok = cp && oj__kernel_ok(eng, cp(eng, out, bias), op);
+    }
+    if (ok && rows > 0 && out_f > 0) {
+        oj_tensor va, vb, vo;
+        kview(&va, xs, 0, 1, rows, in_f, 0, rs, xs->stride[xs->rank - 1]);
+        kview(&vb, weight, 0, 1, in_f, out_f, 0, weight->stride[1], weight->stride[0]);
+        kview(&vo, out, 0, 1, rows, out_f, 0, out_f, 1);
+        ok = oj__kernel_ok(eng, k(eng, &vo, &va, &vb, bias != NULL), op);
+    }
+    oj_release(xc);
+    if (!ok) {
+        oj_release(out);
+        return NULL;
+    }
+    oj_node *nd = oj__node_begin_v(eng, op, linear_backward, nin, in);
+    if (nd) {
+        oj__node_save(nd, x);
+        oj__node_save(nd, weight);
+        oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------- addmm */
+
+oj_tensor *oj_addmm(oj_tensor *bias, oj_tensor *a, oj_tensor *b, double beta, double alpha) {
+    oj_tensor *in[3] = {bias, a, b};
+    oj_engine *eng = oj__ops_engine("addmm", 3, in);
+    if (eng == NULL) return NULL;
+    char b1[128], b2[128], b3[128];
+    if (a->rank != 2 || b->rank != 2) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "addmm: expected 2-D matrices, got %s and %s",
+                     oj__shape_fmt(b1, sizeof b1, a->rank, a->shape),
+                     oj__shape_fmt(b2, sizeof b2, b->rank, b->shape));
+        return NULL;
+    }
+    /* bias must broadcast to [n, p] without enlarging it */
+    bool fits = bias->rank <= 2 && a->shape[1] == b->shape[0];
+    for (int d = 0; fits && d < bias->rank; d++) {
+        int64_t want = d == bias->rank - 1 ? b->shape[1] : a->shape[0];
+        fits = bias->shape[d] == 1 || bias->shape[d] == want;
+    }
+    if (!fits && a->shape[1] == b->shape[0]) {
+        oj_set_error(eng, OJ_ERR_SHAPE,
+                     "addmm: input %s does not broadcast to the product's shape [%lld, %lld]",
+                     oj__shape_fmt(b3, sizeof b3, bias->rank, bias->shape),
+                     (long long)a->shape[0], (long long)b->shape[1]);
+        return NULL;
+    }
+    if (!float_pair(eng, "addmm", a, bias)) return NULL;
+    oj_tensor *p = matmul_impl("addmm", a, b);
+    if (p == NULL) return NULL;
+    if (alpha != 1.0) {
+        oj_tensor *s = oj_mul_scalar(p, alpha);
+        oj_release(p);
+        p = s;
+    }
+    if (beta == 0.0 || p == NULL) return p; /* as torch: input ignored, NaN included */
+    oj_tensor *bb = beta == 1.0 ? oj_retain(bias) : oj_mul_scalar(bias, beta);
+    oj_tensor *out = bb ? oj_add(bb, p) : NULL;
+    oj_release(bb);
+    oj_release(p);
+    return out;
+}

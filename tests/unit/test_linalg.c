@@ -1,0 +1,492 @@
+// test: linear algebra ops — matmul (all torch.matmul cases, broadcast
+// batches, transposed operands), bmm, linear, addmm: forward against a
+// double-precision reference in FAST and EXACT numerics, gradcheck, EXACT
+// determinism and in-order f32 accumulation, zero-size dims, bad input.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ojas/autograd.h"
+#include "ojas/ops.h"
+
+static oj_engine *eng_new(oj_numerics num) {
+    oj_engine *eng = NULL;
+    oj_engine_config cfg = oj_engine_config_default();
+    cfg.seed = 11;
+    cfg.numerics = num;
+    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
+    return eng;
+}
+
+static oj_tensor *rnd(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt) {
+    oj_tensor *t = oj_rand_uniform(eng, rank, shape, dt, -1, 1);
+    assert_non_null(t);
+    return t;
+}
+
+static oj_tensor *leaf(oj_engine *eng, int rank, const int64_t *shape) {
+    oj_tensor *t = rnd(eng, rank, shape, OJ_F64);
+    oj_set_requires_grad(t, true);
+    return t;
+}
+
+static double *host(oj_tensor *t) {
+    int64_t n = oj_numel(t);
+    double *p = malloc((size_t)(n ? n : 1) * sizeof(double));
+    oj_tensor *d = oj_cast(t, OJ_F64);
+    assert_int_equal(oj_to_host(d, p, (size_t)n * sizeof(double)), OJ_OK);
+    oj_release(d);
+    return p;
+}
+
+/* torch.matmul in double on row-major host data. Writes out (numel of the
+ * result) and returns its element count. */
+static int64_t ref_matmul(const double *a, int ra, const int64_t *sa, const double *b, int rb,
+                          const int64_t *sb, double *out) {
+    int64_t M = ra == 1 ? 1 : sa[ra - 2], K = sa[ra - 1];
+    int64_t N = rb == 1 ? 1 : sb[rb - 1];
+    int nba = ra > 2 ? ra - 2 : 0, nbb = rb > 2 ? rb - 2 : 0;
+    int nb = nba > nbb ? nba : nbb;
+    int64_t bs[8], total = 1;
+    for (int d = 0; d < nb; d++) {
+        int da = d - (nb - nba), db = d - (nb - nbb);
+        int64_t x = da >= 0 ? sa[da] : 1, y = db >= 0 ? sb[db] : 1;
+        bs[d] = x == 1 ? y : x;
+        total *= bs[d];
+    }
+    for (int64_t t = 0; t < total; t++) {
+        int64_t rem = t, ia = 0, ib = 0, mula = 1, mulb = 1;
+        for (int d = nb - 1; d >= 0; d--) {
+            int64_t i = rem % bs[d];
+            rem /= bs[d];
+            int da = d - (nb - nba), db = d - (nb - nbb);
+            if (da >= 0) {
+                ia += (sa[da] == 1 ? 0 : i) * mula;
+                mula *= sa[da];
+            }
+            if (db >= 0) {
+                ib += (sb[db] == 1 ? 0 : i) * mulb;
+                mulb *= sb[db];
+            }
+        }
+        const double *pa = a + ia * M * K, *pb = b + ib * K * N;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += pa[i * K + k] * pb[k * N + j];
+                out[t * M * N + i * N + j] = s;
+            }
+    }
+    return total * M * N;
+}
+
+static void check_against_ref(oj_tensor *a, oj_tensor *b, oj_tensor *y, double tol) {
+    assert_non_null(y);
+    double *ha = host(a), *hb = host(b), *hy = host(y);
+    double *r = malloc((size_t)(oj_numel(y) + 1) * sizeof(double));
+    int64_t n = ref_matmul(ha, oj_rank(a), oj_shape(a), hb, oj_rank(b), oj_shape(b), r);
+    assert_int_equal(n, oj_numel(y));
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(hy[i] - r[i]) > tol * (1 + fabs(r[i])))
+            fail_msg("element %lld: got %.17g, want %.17g", (long long)i, hy[i], r[i]);
+    free(ha);
+    free(hb);
+    free(hy);
+    free(r);
+}
+
+typedef struct {
+    int ra, rb;
+    int64_t sa[4], sb[4];
+    int orank;
+    int64_t oshape[4];
+} mm_case;
+
+static const mm_case mm_cases[] = {
+    {1, 1, {5}, {5}, 0, {0}},                          // dot
+    {2, 1, {3, 5}, {5}, 1, {3}},                       // matrix-vector
+    {1, 2, {5}, {5, 4}, 1, {4}},                       // vector-matrix
+    {2, 2, {3, 5}, {5, 4}, 2, {3, 4}},                 // matrix-matrix
+    {3, 2, {2, 3, 5}, {5, 4}, 3, {2, 3, 4}},           // batch folds into M
+    {2, 3, {3, 5}, {2, 5, 4}, 3, {2, 3, 4}},           // broadcast a
+    {4, 3, {2, 1, 3, 5}, {3, 5, 4}, 4, {2, 3, 3, 4}},  // broadcast both
+    {1, 3, {5}, {2, 5, 4}, 2, {2, 4}},                 // 1-D with batch
+    {3, 1, {2, 3, 5}, {5}, 2, {2, 3}},
+    {3, 3, {2, 70, 300}, {2, 300, 37}, 3, {2, 70, 37}}, // crosses the block sizes
+};
+
+static void run_forward_cases(oj_numerics num, oj_dtype dt, double tol) {
+    oj_engine *eng = eng_new(num);
+    for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0]; c++) {
+        const mm_case *k = &mm_cases[c];
+        oj_scope_begin(eng);
+        oj_tensor *a = rnd(eng, k->ra, k->sa, dt), *b = rnd(eng, k->rb, k->sb, dt);
+        oj_tensor *y = oj_matmul(a, b);
+        if (y == NULL) fail_msg("case %zu: %s", c, oj_last_error(eng));
+        assert_int_equal(oj_rank(y), k->orank);
+        for (int d = 0; d < k->orank; d++) assert_int_equal(oj_size(y, d), k->oshape[d]);
+        assert_int_equal(oj_tensor_dtype(y), dt);
+        check_against_ref(a, b, y, tol);
+        oj_scope_end(eng);
+    }
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+static void test_matmul_forward(void **state) {
+    (void)state;
+    run_forward_cases(OJ_NUMERICS_FAST, OJ_F64, 1e-12);
+    run_forward_cases(OJ_NUMERICS_EXACT, OJ_F64, 1e-12);
+    run_forward_cases(OJ_NUMERICS_FAST, OJ_F32, 1e-5);
+    run_forward_cases(OJ_NUMERICS_EXACT, OJ_F32, 1e-5);
+    run_forward_cases(OJ_NUMERICS_FAST, OJ_BF16, 1e-2);
+    run_forward_cases(OJ_NUMERICS_EXACT, OJ_F16, 2e-3);
+}
+
+// transposed, sliced and expanded (stride-0) operands, in both numerics
+static void test_matmul_strided(void **state) {
+    (void)state;
+    for (int num = 0; num < 2; num++) {
+        oj_engine *eng = eng_new(num ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST);
+        for (int dt = 0; dt < 2; dt++) {
+            oj_dtype t = dt ? OJ_F32 : OJ_F64;
+            double tol = dt ? 1e-5 : 1e-12;
+            oj_scope_begin(eng);
+            int64_t s1[3] = {3, 6, 5}, s2[3] = {3, 4, 6}, s3[2] = {9, 8}, s4[2] = {6, 1};
+            oj_tensor *a = oj_transpose(rnd(eng, 3, s1, t), 1, 2); // [3, 5, 6], inner stride 6
+            oj_tensor *b = oj_transpose(rnd(eng, 3, s2, t), 1, 2); // [3, 6, 4]
+            check_against_ref(a, b, oj_matmul(a, b), tol);
+            // a sliced on both dims: no unit stride anywhere
+            oj_tensor *big = rnd(eng, 2, s3, t);
+            oj_tensor *as = oj_slice(oj_slice(big, 0, 0, 9, 2), 1, 1, 8, 2); // [5, 4] strides 16, 2
+            oj_tensor *bb = rnd(eng, 2, (int64_t[]){4, 3}, t);
+            check_against_ref(as, bb, oj_matmul(as, bb), tol);
+            // expanded matrix (stride 0 rows) and expanded batch
+            oj_tensor *col = rnd(eng, 2, s4, t);
+            oj_tensor *ex = oj_expand(col, 2, (int64_t[]){6, 7}); // [6, 7] strides (1, 0)
+            oj_tensor *m = rnd(eng, 2, (int64_t[]){3, 6}, t);
+            check_against_ref(m, ex, oj_matmul(m, ex), tol);
+            oj_tensor *eb = oj_expand(rnd(eng, 3, (int64_t[]){1, 6, 4}, t), 3,
+                                      (int64_t[]){5, 6, 4}); // batch stride 0
+            oj_tensor *ea = rnd(eng, 3, (int64_t[]){5, 2, 6}, t);
+            check_against_ref(ea, eb, oj_matmul(ea, eb), tol);
+            // a permuted 4-D batch that does not merge into one stride
+            oj_tensor *p = oj_permute(rnd(eng, 4, (int64_t[]){3, 2, 4, 5}, t), 4,
+                                      (int[]){1, 0, 2, 3}); // [2, 3, 4, 5]
+            oj_tensor *q = rnd(eng, 4, (int64_t[]){2, 1, 5, 3}, t);
+            check_against_ref(p, q, oj_matmul(p, q), tol);
+            oj_scope_end(eng);
+        }
+        assert_int_equal(oj_engine_live_tensors(eng), 0);
+        oj_engine_free(eng);
+    }
+}
+
+// EXACT: the same bits on every run, and each element equals the plain
+// in-order f32 sum (what a GEMM accumulating in f32 over k computes).
+static void test_matmul_exact_determinism(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new(OJ_NUMERICS_EXACT);
+    oj_scope_begin(eng);
+    int64_t sa[2] = {67, 513}, sb[2] = {513, 45};
+    oj_tensor *a = rnd(eng, 2, sa, OJ_F32), *b = rnd(eng, 2, sb, OJ_F32);
+    float *y1 = malloc(67 * 45 * sizeof(float)), *y2 = malloc(67 * 45 * sizeof(float));
+    float *ha = malloc(67 * 513 * sizeof(float)), *hb = malloc(513 * 45 * sizeof(float));
+    assert_int_equal(oj_to_host(oj_matmul(a, b), y1, 67 * 45 * sizeof(float)), OJ_OK);
+    for (int rep = 0; rep < 3; rep++) {
+        assert_int_equal(oj_to_host(oj_matmul(a, b), y2, 67 * 45 * sizeof(float)), OJ_OK);
+        assert_memory_equal(y1, y2, 67 * 45 * sizeof(float));
+    }
+    oj_to_host(a, ha, 67 * 513 * sizeof(float));
+    oj_to_host(b, hb, 513 * 45 * sizeof(float));
+    for (int i = 0; i < 67; i++)
+        for (int j = 0; j < 45; j++) {
+            float s = 0.0f;
+            for (int k = 0; k < 513; k++) s += ha[i * 513 + k] * hb[k * 45 + j];
+            if (memcmp(&s, &y1[i * 45 + j], sizeof s) != 0)
+                fail_msg("(%d, %d): %.9g != in-order %.9g", i, j, y1[i * 45 + j], s);
+        }
+    // a transposed view gives the same bits as its contiguous copy
+    oj_tensor *at = oj_transpose(oj_contiguous(oj_transpose(a, 0, 1)), 0, 1);
+    assert_int_equal(oj_to_host(oj_matmul(at, b), y2, 67 * 45 * sizeof(float)), OJ_OK);
+    assert_memory_equal(y1, y2, 67 * 45 * sizeof(float));
+    free(y1);
+    free(y2);
+    free(ha);
+    free(hb);
+    oj_scope_end(eng);
+    oj_engine_free(eng);
+}
+
+static void test_matmul_zero_size(void **state) {
+    (void)state;
+    for (int num = 0; num < 2; num++) {
+        oj_engine *eng = eng_new(num ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST);
+        oj_scope_begin(eng);
+        oj_tensor *a = leaf(eng, 2, (int64_t[]){3, 0}), *b = leaf(eng, 2, (int64_t[]){0, 4});
+        oj_tensor *y = oj_matmul(a, b); // K = 0: zeros [3, 4]
+        assert_non_null(y);
+        assert_int_equal(oj_numel(y), 12);
+        for (int i = 0; i < 12; i++) assert_true(oj_item_at(y, i) == 0.0);
+        assert_int_equal(oj_backward(oj_sum_all(y), false), OJ_OK);
+        assert_int_equal(oj_numel(oj_grad(a)), 0);
+        oj_tensor *e = oj_matmul(rnd(eng, 3, (int64_t[]){0, 2, 3}, OJ_F32),
+                                 rnd(eng, 2, (int64_t[]){3, 5}, OJ_F32));
+        assert_non_null(e);
+        assert_int_equal(oj_size(e, 0), 0);
+        assert_int_equal(oj_size(e, 2), 5);
+        oj_tensor *l = oj_linear(rnd(eng, 2, (int64_t[]){0, 3}, OJ_F32),
+                                 rnd(eng, 2, (int64_t[]){4, 3}, OJ_F32),
+                                 rnd(eng, 1, (int64_t[]){4}, OJ_F32));
+        assert_non_null(l);
+        assert_int_equal(oj_numel(l), 0);
+        oj_scope_end(eng);
+        oj_engine_free(eng);
+    }
+}
+
+// ---- gradcheck
+
+typedef struct {
+    int ra, rb;
+    int64_t sa[4], sb[4];
+    int ta, tb; // operand given transposed (last two dims)
+} gc_case;
+
+static oj_tensor *mm_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    const gc_case *c = ctx;
+    oj_tensor *a = c->ta ? oj_transpose(in[0], -1, -2) : oj_retain(in[0]);
+    oj_tensor *b = c->tb ? oj_transpose(in[1], -1, -2) : oj_retain(in[1]);
+    oj_tensor *y = oj_matmul(a, b);
+    oj_release(a);
+    oj_release(b);
+    return y;
+}
+
+static void test_matmul_gradcheck(void **state) {
+    (void)state;
+    static const gc_case cases[] = {
+        {1, 1, {4}, {4}, 0, 0},
+        {2, 1, {3, 4}, {4}, 0, 0},
+        {1, 2, {4}, {4, 2}, 0, 0},
+        {2, 2, {3, 4}, {4, 2}, 0, 0},
+        {2, 2, {4, 3}, {2, 4}, 1, 1},             // both transposed
+        {3, 2, {2, 3, 4}, {4, 2}, 0, 0},          // folded batch, dB in one GEMM
+        {3, 2, {2, 4, 3}, {4, 2}, 1, 0},          // folded batch, a transposed
+        {2, 3, {3, 4}, {2, 4, 2}, 0, 0},          // a broadcast over the batch
+        {4, 3, {2, 1, 3, 4}, {3, 4, 2}, 0, 0},    // both broadcast
+        {1, 3, {4}, {2, 4, 3}, 0, 0},
+        {3, 1, {2, 3, 4}, {4}, 0, 0},
+        {3, 3, {2, 4, 3}, {2, 2, 4}, 1, 1},
+    };
+    for (int num = 0; num < 2; num++) {
+        oj_engine *eng = eng_new(num ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            oj_scope_begin(eng);
+            oj_tensor *in[2] = {leaf(eng, cases[c].ra, cases[c].sa),
+                                leaf(eng, cases[c].rb, cases[c].sb)};
+            oj_status st = oj_gradcheck(eng, mm_fn, (void *)&cases[c], in, 2, NULL);
+            if (st != OJ_OK) fail_msg("matmul case %zu: %s", c, oj_last_error(eng));
+            oj_scope_end(eng);
+        }
+        assert_int_equal(oj_engine_live_tensors(eng), 0);
+        oj_engine_free(eng);
+    }
+}
+
+static oj_tensor *bmm_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    (void)ctx;
+    oj_tensor *bt = oj_transpose(in[1], 1, 2);
+    oj_tensor *y = oj_bmm(in[0], bt);
+    oj_release(bt);
+    return y;
+}
+
+static int g_linear_mode; // 0: plain, 1: x transposed (non-contiguous rows), 2: x 1-D
+static oj_tensor *linear_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)ctx;
+    oj_tensor *x = g_linear_mode == 1 ? oj_transpose(in[0], 0, 1) : oj_retain(in[0]);
+    oj_tensor *y = oj_linear(x, in[1], n > 2 ? in[2] : NULL);
+    oj_release(x);
+    return y;
+}
+
+static double g_beta, g_alpha;
+static oj_tensor *addmm_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    (void)ctx;
+    return oj_addmm(in[0], in[1], in[2], g_beta, g_alpha);
+}
+
+static void test_bmm_linear_addmm_gradcheck(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new(OJ_NUMERICS_FAST);
+    oj_scope_begin(eng);
+    oj_tensor *bi[2] = {leaf(eng, 3, (int64_t[]){2, 3, 4}), leaf(eng, 3, (int64_t[]){2, 5, 4})};
+    assert_int_equal(oj_gradcheck(eng, bmm_fn, NULL, bi, 2, NULL), OJ_OK);
+
+    oj_tensor *w = leaf(eng, 2, (int64_t[]){5, 4}), *bias = leaf(eng, 1, (int64_t[]){5});
+    oj_tensor *x3 = leaf(eng, 3, (int64_t[]){2, 3, 4});
+    oj_tensor *xt = leaf(eng, 3, (int64_t[]){3, 2, 4});
+    oj_tensor *x1 = leaf(eng, 1, (int64_t[]){4});
+    for (int mode = 0; mode < 3; mode++) {
+        g_linear_mode = mode;
+        oj_tensor *x = mode == 0 ? x3 : mode == 1 ? xt : x1;
+        oj_tensor *in3[3] = {x, w, bias};
+        oj_status st = oj_gradcheck(eng, linear_fn, NULL, in3, 3, NULL);
+        if (st != OJ_OK) fail_msg("linear mode %d: %s", mode, oj_last_error(eng));
+        st = oj_gradcheck(eng, linear_fn, NULL, in3, 2, NULL); // no bias
+        if (st != OJ_OK) fail_msg("linear mode %d, no bias: %s", mode, oj_last_error(eng));
+    }
+    // linear forward equals x W^T + b
+    g_linear_mode = 0;
+    oj_tensor *y = oj_linear(x3, w, bias);
+    oj_tensor *wt = oj_transpose(w, 0, 1);
+    oj_tensor *r = oj_add(oj_matmul(x3, wt), bias);
+    for (int64_t i = 0; i < oj_numel(y); i++)
+        assert_float_equal(oj_item_at(y, i), oj_item_at(r, i), 1e-12);
+    assert_string_equal(oj_grad_fn_name(y), "linear");
+
+    oj_tensor *a = leaf(eng, 2, (int64_t[]){3, 4}), *b = leaf(eng, 2, (int64_t[]){4, 2});
+    oj_tensor *inputs[3] = {leaf(eng, 2, (int64_t[]){3, 2}), leaf(eng, 1, (int64_t[]){2}),
+                            leaf(eng, 2, (int64_t[]){3, 1})};
+    double betas[3] = {1.0, 0.5, 0.0}, alphas[3] = {1.0, -2.0, 3.0};
+    for (int i = 0; i < 3; i++) {
+        g_beta = betas[i];
+        g_alpha = alphas[i];
+        oj_tensor *in[3] = {inputs[i], a, b};
+        oj_status st = oj_gradcheck(eng, addmm_fn, NULL, in, 3, NULL);
+        if (st != OJ_OK) fail_msg("addmm %d: %s", i, oj_last_error(eng));
+    }
+    oj_scope_end(eng);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+// linear on a GPT-sized activation: one GEMM, grads match the matmul path
+static void test_linear_matches_matmul(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new(OJ_NUMERICS_FAST);
+    oj_scope_begin(eng);
+    oj_tensor *x = rnd(eng, 3, (int64_t[]){2, 16, 32}, OJ_F32);
+    oj_tensor *w = rnd(eng, 2, (int64_t[]){48, 32}, OJ_F32);
+    oj_tensor *b = rnd(eng, 1, (int64_t[]){48}, OJ_F32);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    oj_set_requires_grad(b, true);
+    oj_tensor *y1 = oj_linear(x, w, b);
+    assert_int_equal(oj_backward(oj_sum_all(oj_square(y1)), false), OJ_OK);
+    oj_tensor *gx1 = oj_clone(oj_grad(x)), *gw1 = oj_clone(oj_grad(w)), *gb1 = oj_clone(oj_grad(b));
+    oj_zero_grad(x);
+    oj_zero_grad(w);
+    oj_zero_grad(b);
+    oj_tensor *y2 = oj_add(oj_matmul(x, oj_transpose(w, 0, 1)), b);
+    assert_int_equal(oj_backward(oj_sum_all(oj_square(y2)), false), OJ_OK);
+    oj_tensor *pairs[4][2] = {{y1, y2}, {gx1, oj_grad(x)}, {gw1, oj_grad(w)}, {gb1, oj_grad(b)}};
+    for (int p = 0; p < 4; p++)
+        for (int64_t i = 0; i < oj_numel(pairs[p][0]); i++) {
+            double u = oj_item_at(pairs[p][0], i), v = oj_item_at(pairs[p][1], i);
+            assert_true(fabs(u - v) <= 1e-4 * (1 + fabs(v)));
+        }
+    oj_scope_end(eng);
+    oj_engine_free(eng);
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new(OJ_NUMERICS_FAST);
+    oj_scope_begin(eng);
+    oj_tensor *a = rnd(eng, 2, (int64_t[]){2, 3}, OJ_F32);
+    oj_tensor *b = rnd(eng, 2, (int64_t[]){4, 5}, OJ_F32);
+    assert_null(oj_matmul(a, b));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_string_equal(oj_last_error(eng),
+                        "matmul: shapes [2, 3] and [4, 5] do not fit: inner dims 3 != 4");
+    oj_clear_error(eng);
+
+    oj_tensor *s = oj_scalar(eng, 1.0, OJ_F32);
+    assert_null(oj_matmul(s, a));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "at least 1 dim"));
+    oj_clear_error(eng);
+
+    oj_tensor *d = rnd(eng, 2, (int64_t[]){3, 2}, OJ_F64);
+    assert_null(oj_matmul(a, d));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_DTYPE);
+    assert_non_null(strstr(oj_last_error(eng), "f32 and f64"));
+    oj_clear_error(eng);
+
+    oj_tensor *ia = oj_zeros(eng, 2, (int64_t[]){2, 2}, OJ_I64);
+    assert_null(oj_matmul(ia, ia));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_DTYPE);
+    oj_clear_error(eng);
+
+    // batch dims that do not broadcast
+    oj_tensor *x = rnd(eng, 3, (int64_t[]){2, 2, 3}, OJ_F32);
+    oj_tensor *y = rnd(eng, 3, (int64_t[]){3, 3, 2}, OJ_F32);
+    assert_null(oj_matmul(x, y));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "do not broadcast"));
+    oj_clear_error(eng);
+
+    assert_null(oj_bmm(a, b));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "bmm"));
+    oj_clear_error(eng);
+    assert_null(oj_bmm(x, oj_transpose(y, 1, 2)));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    oj_clear_error(eng);
+
+    oj_tensor *w = rnd(eng, 2, (int64_t[]){4, 5}, OJ_F32);
+    assert_null(oj_linear(a, w, NULL));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_string_equal(oj_last_error(eng),
+                        "linear: x [2, 3] and weight [4, 5] do not fit: expected x [..., in] "
+                        "and weight [out, in]");
+    oj_clear_error(eng);
+    oj_tensor *w2 = rnd(eng, 2, (int64_t[]){4, 3}, OJ_F32);
+    oj_tensor *bias = rnd(eng, 1, (int64_t[]){5}, OJ_F32);
+    assert_null(oj_linear(a, w2, bias));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "bias [5]"));
+    oj_clear_error(eng);
+
+    oj_tensor *big = rnd(eng, 2, (int64_t[]){4, 4}, OJ_F32);
+    assert_null(oj_addmm(big, a, w2 /* [4,3] */, 1, 1));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    oj_clear_error(eng);
+    oj_tensor *okb = rnd(eng, 2, (int64_t[]){3, 3}, OJ_F32);
+    assert_null(oj_addmm(big, okb, okb, 1, 1)); // [4,4] does not broadcast to [3,3]
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "addmm"));
+    oj_clear_error(eng);
+
+    assert_null(oj_matmul(NULL, a)); // NULL in: NULL out, no second error
+    assert_int_equal(oj_last_status(eng), OJ_OK);
+    assert_null(oj_linear(a, NULL, NULL));
+    assert_int_equal(oj_last_status(eng), OJ_OK);
+    oj_scope_end(eng);
+    oj_engine_free(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_forward),
+        cmocka_unit_test(test_matmul_strided),
+        cmocka_unit_test(test_matmul_exact_determinism),
+        cmocka_unit_test(test_matmul_zero_size),
+        cmocka_unit_test(test_matmul_gradcheck),
+        cmocka_unit_test(test_bmm_linear_addmm_gradcheck),
+        cmocka_unit_test(test_linear_matches_matmul),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
