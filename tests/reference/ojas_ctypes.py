@@ -16,7 +16,7 @@ non-contiguous, empty and rank-0 shapes.
 Adding a test for a new op is one line. `eng.call(name, *args)` looks up
 `oj_<name>` (its prototype is parsed from include/ojas/*.h, so a new op needs
 no binding code) and converts the arguments: Tensor, int, float, bool, dtype
-names ("f32"), lists for the `(int n, const int *dims)` / `(int rank, const
+names ("f32"), enum members by name ("sum" or "OJ_REDUCTION_SUM"), lists for the `(int n, const int *dims)` / `(int rank, const
 int64_t *shape)` / `(oj_tensor *const *ts, int n)` pairs, None for NULL.
 `refcheck.check` runs the op and its torch reference on the same inputs and
 compares output dtype, shape and values, then the input gradients for a
@@ -222,6 +222,47 @@ def _strip_header(text):
     return text.replace("}", " ")
 
 
+def _enum_members(raw_text):
+    """{enum type name: {member name: value}} from `typedef enum x {...} x;`."""
+    text = re.sub(r"/\*.*?\*/", " ", raw_text, flags=re.S)
+    out = {}
+    for body, name in re.findall(r"typedef\s+enum\s+\w*\s*\{([^}]*)\}\s*(\w+)\s*;", text):
+        members, v = {}, -1
+        for item in body.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if "=" in item:
+                k, val = item.split("=", 1)
+                try:
+                    v = int(val.strip(), 0)
+                except ValueError:
+                    continue
+                k = k.strip()
+            else:
+                k, v = item, v + 1
+            members[k] = v
+        out[name] = members
+    return out
+
+
+ENUMS = {}
+
+
+def enum_value(type_name, x):
+    """An enum argument from an int, a member name ('OJ_REDUCTION_SUM') or
+    its lower-case suffix ('sum')."""
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    members = ENUMS.get(type_name, {})
+    if x in members:
+        return members[x]
+    for k, v in members.items():
+        if k.lower().endswith("_" + str(x).lower()):
+            return v
+    raise ValueError("%r is not a member of %s (%s)" % (x, type_name, ", ".join(members)))
+
+
 def _param_kind(p):
     """(kind, ctype, name) of one C parameter declaration."""
     p = " ".join(p.split())
@@ -243,6 +284,8 @@ def _param_kind(p):
     if ty in _SCALAR_KINDS:
         k, ct = _SCALAR_KINDS[ty]
         return (k, ct, name)
+    if ty in ENUMS:
+        return ("enum:" + ty, C.c_int, name)
     return ("unsupported", None, ty + " " + name)
 
 
@@ -258,6 +301,8 @@ def _ret_kind(ty):
         return "str"
     if ty in _SCALAR_KINDS:
         return _SCALAR_KINDS[ty][0]
+    if ty in ENUMS:
+        return "int"
     return "unsupported"
 
 
@@ -310,12 +355,15 @@ def protos():
     if _protos is not None:
         return _protos
     out = {}
+    raw = {}
     for h in ("core.h", "ops.h", "autograd.h"):
         path = os.path.join(INCLUDE, h)
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            text = _strip_header(f.read())
+        if os.path.exists(path):
+            with open(path) as f:
+                raw[h] = f.read()
+            ENUMS.update(_enum_members(raw[h]))
+    for h, text in raw.items():
+        text = _strip_header(text)
         for stmt in text.split(";"):
             s = " ".join(stmt.split())
             if not s or s.startswith("typedef") or "..." in s or "va_list" in s:
@@ -545,6 +593,8 @@ class Engine:
                 cargs.append(float(a))
             elif kind == "dtype":
                 cargs.append(DT[dtype_name(a)])
+            elif kind.startswith("enum:"):
+                cargs.append(enum_value(kind[5:], a))
             else:  # folded arrays
                 if a is None:
                     n, arr = 0, None

@@ -1,0 +1,250 @@
+"""Autograd vs PyTorch: fan-out, accumulation across backward calls,
+retain_grad, retain_graph, in-place modification of saved tensors, grad mode,
+detach, leaves, deep chains, scopes and leaks."""
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+import ojas_ctypes
+from ojas_ctypes import OjasError
+from refcheck import assert_close, rand
+
+
+def _t(eng, x, grad=True):
+    return eng.tensor(x, requires_grad=grad)
+
+
+def test_fan_out_sums(eng, dtype, rng):
+    # x feeds four consumers (one of them twice); its gradient is the sum.
+    x = rand(rng, (3, 4), dtype)
+    t = _t(eng, x)
+    c = eng.call
+    y = c("add", c("add", c("mul", t, t), c("exp", t)), c("sin", c("sum", t, [1], True)))
+    loss = c("sum_all", c("mul", y, c("tanh", t)))
+    loss.backward()
+    tt = torch.tensor(x, requires_grad=True)
+    ty = tt * tt + tt.exp() + tt.sum(1, keepdim=True).sin()
+    (ty * tt.tanh()).sum().backward()
+    assert_close(loss.to_numpy(), (ty * tt.tanh()).sum().detach().numpy(), dtype, "loss")
+    assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, "x grad")
+
+
+def test_unused_branch(eng, dtype, rng):
+    x = rand(rng, (5,), dtype)
+    t = _t(eng, x)
+    unused = eng.call("cos", t)  # noqa: F841 (recorded, never reached)
+    eng.call("sum_all", eng.call("exp", t)).backward()
+    assert_close(t.grad.to_numpy(), np.exp(x), dtype, "grad")
+
+
+def test_grads_accumulate_and_zero_grad(eng, dtype, rng):
+    x = rand(rng, (4,), dtype)
+    t = _t(eng, x)
+    for _ in range(3):
+        eng.call("sum_all", eng.call("square", t)).backward()
+    assert_close(t.grad.to_numpy(), 3 * 2 * x, dtype, "accumulated grad")
+    t.zero_grad()
+    assert t.grad is None
+    eng.call("sum_all", t).backward()
+    assert_close(t.grad.to_numpy(), np.ones_like(x), dtype, "grad after zero_grad")
+
+
+def test_broadcast_grads_reduce_to_input_shape(eng, dtype, rng):
+    a, b = rand(rng, (3, 1), dtype), rand(rng, (1, 4), dtype)
+    ta, tb = _t(eng, a), _t(eng, b)
+    eng.call("sum_all", eng.call("mul", eng.call("add", ta, tb), tb)).backward()
+    A, B = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    ((A + B) * B).sum().backward()
+    assert ta.grad.shape == (3, 1) and tb.grad.shape == (1, 4)
+    assert_close(ta.grad.to_numpy(), A.grad.numpy(), dtype, "a grad")
+    assert_close(tb.grad.to_numpy(), B.grad.numpy(), dtype, "b grad")
+
+
+def test_retain_grad(eng, dtype, rng):
+    x = rand(rng, (3, 4), dtype)
+    t = _t(eng, x)
+    h = eng.call("mul_scalar", t, 3.0).retain_grad()
+    k = eng.call("exp", t)  # non-leaf without retain_grad
+    eng.call("sum_all", eng.call("mul", eng.call("mul", h, h), k)).backward()
+    tt = torch.tensor(x, requires_grad=True)
+    th = tt * 3.0
+    th.retain_grad()
+    (th * th * tt.exp()).sum().backward()
+    assert not h.is_leaf() and h.grad_fn_name() is not None
+    assert_close(h.grad.to_numpy(), th.grad.numpy(), dtype, "retained grad")
+    assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, "leaf grad")
+    assert k.grad is None
+
+
+def test_second_backward_needs_retain_graph(eng, dtype, rng):
+    x = rand(rng, (3,), dtype)
+    t = _t(eng, x)
+    loss = eng.call("sum_all", eng.call("mul", eng.call("exp", t), t))
+    loss.backward(retain_graph=True)
+    loss.backward()
+    g1 = np.exp(x) * (x + 1)
+    assert_close(t.grad.to_numpy(), 2 * g1, dtype, "two backwards")
+    with pytest.raises(OjasError) as e:
+        loss.backward()
+    assert e.value.status == "OJ_ERR_STATE"
+
+
+def test_inplace_after_save_is_error(eng, dtype, rng):
+    x, w = rand(rng, (3, 4), dtype), rand(rng, (3, 4), dtype)
+    t, tw = _t(eng, x), _t(eng, w, grad=False)
+    y = eng.call("mul", t, tw)  # saves w
+    eng.call("add_", tw, eng.tensor(rand(rng, (3, 4), dtype)))
+    with pytest.raises(OjasError) as e:
+        eng.call("sum_all", y).backward()
+    assert e.value.status == "OJ_ERR_STATE"
+    assert "mul" in e.value.message and "in place" in e.value.message
+
+
+def test_inplace_on_saved_nonleaf_is_error(eng, dtype, rng):
+    t = _t(eng, rand(rng, (4,), dtype))
+    h = eng.call("mul_scalar", t, 2.0)
+    y = eng.call("exp", h)  # saves h (and its output)
+    with eng.no_grad():  # ojas refuses in-place writes to any tensor requiring grad otherwise
+        eng.call("mul_scalar_", h, 0.5)
+    with pytest.raises(OjasError) as e:
+        eng.call("sum_all", y).backward()
+    assert e.value.status == "OJ_ERR_STATE" and "exp" in e.value.message
+
+
+def test_inplace_on_unsaved_input_is_fine(eng, dtype, rng):
+    x = rand(rng, (4,), dtype)
+    t, u = _t(eng, x), _t(eng, rand(rng, (4,), dtype), grad=False)
+    y = eng.call("add", t, u)  # add saves nothing
+    eng.call("mul_scalar_", u, 3.0)
+    eng.call("sum_all", y).backward()
+    assert_close(t.grad.to_numpy(), np.ones_like(x), dtype, "grad")
+
+
+def test_backward_errors(eng, dtype, rng):
+    t = _t(eng, rand(rng, (2, 3), dtype))
+    with pytest.raises(OjasError) as e:
+        eng.call("exp", t).backward()  # not one element, no seed
+    assert e.value.status == "OJ_ERR_SHAPE"
+    with pytest.raises(OjasError) as e:
+        eng.call("sum_all", _t(eng, rand(rng, (3,), dtype), grad=False)).backward()
+    assert e.value.status == "OJ_ERR_STATE"
+    with pytest.raises(OjasError):
+        _t(eng, np.array([1, 2], np.int64))  # requires_grad on an integer tensor
+
+
+def test_seeded_backward(eng, dtype, rng):
+    x, g = rand(rng, (2, 3), dtype), rand(rng, (2, 3), dtype)
+    t = _t(eng, x)
+    eng.call("sigmoid", t).backward(g)
+    s = 1 / (1 + np.exp(-x))
+    assert_close(t.grad.to_numpy(), g * s * (1 - s), dtype, "seeded grad")
+
+
+def test_no_grad_and_detach(eng, dtype, rng):
+    x = rand(rng, (3,), dtype)
+    t = _t(eng, x)
+    with eng.no_grad():
+        y = eng.call("exp", t)
+    assert not y.requires_grad and y.is_leaf()
+    d = eng.call("detach", t)
+    assert not d.requires_grad and d.shares_storage(t)
+    z = eng.call("mul", eng.call("exp", t), eng.call("exp", d))  # d is a constant
+    eng.call("sum_all", z).backward()
+    assert_close(t.grad.to_numpy(), np.exp(2 * x), dtype, "grad through detach")
+    assert d.grad is None
+
+
+def test_leaf_and_grad_fn(eng, rng):
+    t = _t(eng, rand(rng, (2,), "f64"))
+    assert t.is_leaf() and t.grad_fn_name() is None
+    y = eng.call("tanh", t)
+    assert not y.is_leaf() and y.grad_fn_name() == "tanh"
+    assert y.requires_grad
+
+
+def test_deep_chain(eng, rng):
+    # 3000 ops: backward and graph freeing must not recurse per node.
+    x = rand(rng, (4,), "f64", low=0.5, high=1.0)
+    t = _t(eng, x)
+    y = t
+    for _ in range(3000):
+        y = eng.call("mul_scalar", eng.call("add_scalar", y, 0.001), 0.9995)
+    eng.call("sum_all", y).backward()
+    assert_close(t.grad.to_numpy(), np.full(4, 0.9995 ** 3000), "f64", "deep chain grad")
+
+
+def test_dtype_crossing_grad(eng, rng):
+    x = rand(rng, (3, 2), "f32")
+    t = _t(eng, x)
+    y = eng.call("cast", t, "f64")
+    loss = eng.call("sum_all", eng.call("mul", y, eng.tensor(rand(rng, (3, 2), "f64"))))
+    loss.backward()
+    assert t.grad.dtype == "f32"
+
+
+def test_graph_freed_with_its_tensors(rng):
+    # Dropping every Python handle of a step frees its graph: no live handles.
+    with ojas_ctypes.Engine() as e:
+        t = e.tensor(rand(rng, (8, 8), "f32"), requires_grad=True)
+        base = e.live_tensors()
+        for _ in range(3):
+            y = e.call("sum_all", e.call("mul", e.call("gelu", t), e.call("exp", t)))
+            y.backward()
+            del y
+        gc.collect()
+        assert e.live_tensors() == base + 1  # t's grad
+        t.zero_grad()
+        assert e.live_tensors() == base
+
+
+def test_scope_releases_op_outputs_without_grad(rng):
+    with ojas_ctypes.Engine() as e:
+        t = e.tensor(rand(rng, (4,), "f32"))
+        base = e.live_tensors()
+        with e.scope():
+            a = e.call("exp", t)
+            b = e.call("add", a, t).keep()
+            assert e.live_tensors() == base + 2
+        assert e.live_tensors() == base + 1
+        with pytest.raises(OjasError):
+            a.to_numpy()  # its scope ended
+        np.testing.assert_allclose(b.to_numpy(), np.exp(t.to_numpy()) + t.to_numpy(), rtol=1e-6)
+
+
+def test_scope_with_grad_graph(rng):
+    # A training step: graph built and backpropagated inside a scope.
+    with ojas_ctypes.Engine() as e:
+        t = e.tensor(rand(rng, (4,), "f32"), requires_grad=True)
+        base = e.live_tensors()
+        with e.scope():
+            y = e.call("sum_all", e.call("exp", t))
+            y.backward()
+        g = t.grad
+        np.testing.assert_allclose(g.to_numpy(), np.exp(t.to_numpy()), rtol=1e-6)
+        del g
+        t.zero_grad()
+        assert e.live_tensors() == base
+
+
+SCOPE_SAVED_VIEW_BUG = pytest.mark.xfail(
+    reason="bug: oj_scope_end over a recorded unary op that was not backpropagated reports "
+    "'release: tensor was already released': the output view the unary node saves "
+    "(elementwise.c unary -> oj__node_save) stays listed in the scope, so the scope frees it "
+    "before the node releases it")
+
+
+@pytest.mark.parametrize("op", [pytest.param("neg", marks=SCOPE_SAVED_VIEW_BUG),
+                                pytest.param("exp", marks=SCOPE_SAVED_VIEW_BUG), "mul", "sum_all"])
+def test_scope_end_with_graph_not_backpropagated(rng, op):
+    # e.g. an evaluation step run with grad mode on.
+    with ojas_ctypes.Engine() as e:
+        t = e.tensor(rand(rng, (4,), "f32"), requires_grad=True)
+        base = e.live_tensors()
+        with e.scope():
+            y = e.call(op, t) if op != "mul" else e.call(op, t, t)
+            y = e.call("reshape", y, [-1])
+        assert e.live_tensors() == base
+        del y
