@@ -12,6 +12,12 @@ import ojas_ctypes
 FLOAT_DTYPES = ["f32", "f64"]
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "ops(*names): the ops a test targets, for scripts/ops_table.py "
+        "(overrides the guess from its parameter ids and function name)")
+
+
 @pytest.fixture
 def eng():
     e = ojas_ctypes.Engine(threads=1)
