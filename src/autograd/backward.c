@@ -189,7 +189,7 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
         }
         if (!retain_graph) {
             for (int s = 0; s < n->n_saved; s++) {
-                oj_release(n->saved[s]);
+                oj__unhold(n->saved[s]);
                 n->saved[s] = NULL;
             }
             n->freed = true;

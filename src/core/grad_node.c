@@ -19,7 +19,8 @@ static void node_set_edge(oj_node *n, int i, oj_tensor *t) {
         e->out_index = t->output_index;
         oj__node_retain(e->fn);
     } else {
-        e->leaf = oj_retain(t);
+        e->leaf = t;
+        oj__hold(t);
         /* A leaf held by the graph must not be freed with its scope while
          * the graph lives: the retain above covers it. */
     }
@@ -74,7 +75,8 @@ int oj__node_save(oj_node *n, oj_tensor *t) {
         return -1;
     }
     int k = n->n_saved++;
-    n->saved[k] = oj_retain(t);
+    n->saved[k] = t;
+    oj__hold(t);
     n->saved_version[k] = t ? t->storage->version : 0;
     /* Saved tensors belong to the node, not to the scope they came from. */
     return k;
@@ -130,7 +132,7 @@ void oj__node_retain(oj_node *n) {
 
 static void node_free_saved(oj_node *n) {
     for (int k = 0; k < n->n_saved; k++) {
-        oj_release(n->saved[k]);
+        oj__unhold(n->saved[k]);
         n->saved[k] = NULL;
     }
     if (n->ctx && n->ctx_free) n->ctx_free(n->ctx);
@@ -155,7 +157,7 @@ void oj__node_release(oj_node *n) {
             oj_release(c->grad_acc[j]);
         }
         for (int i = 0; i < c->n_in; i++) {
-            oj_release(c->in[i].leaf);
+            oj__unhold(c->in[i].leaf);
             if (c->in[i].fn) {
                 if (len == cap) {
                     oj_node **bigger = malloc((size_t)(cap * 2) * sizeof *bigger);

@@ -38,7 +38,8 @@ typedef struct oj_storage {
 
 struct oj_tensor {
     uint32_t magic;
-    int32_t refcount;
+    int32_t refcount; /* owner references: the scope's or the caller's, plus oj_retain */
+    int32_t holds;    /* internal holders (autograd nodes): oj__hold / oj__unhold */
     oj_engine *eng;
     oj_storage *storage;
     int64_t offset; /* bytes */
@@ -194,6 +195,12 @@ oj_budget *oj__budget_root(const oj_budget *b);
 /* ---- rng */
 /* Reserve n counter blocks of the engine's stream; returns the first. */
 uint64_t oj__rng_advance(oj_engine *eng, uint64_t nblocks);
+
+/* ---- internal holders: a handle lives while it has an owner reference or
+ * a hold. Holds never touch scopes, so a node keeping a tensor cannot
+ * consume the reference of the scope that owns it. */
+void oj__hold(oj_tensor *t);
+void oj__unhold(oj_tensor *t);
 
 /* ---- autograd nodes (grad_node.c): a tensor's free drops its grad_fn */
 void oj__node_release(struct oj_node *n);

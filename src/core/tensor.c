@@ -169,7 +169,21 @@ void oj_release(oj_tensor *t) {
         return;
     }
     if (t->magic != OJ_TENSOR_MAGIC) return;
-    if (--t->refcount > 0) return;
+    if (t->refcount <= 0) return; /* only holds remain: already released */
+    /* The scope's reference is the last owner reference: releasing it
+     * early takes the handle out of the scope. */
+    if (t->refcount == 1 && t->scope_depth > 0) oj__scope_detach(t);
+    if (--t->refcount > 0 || t->holds > 0) return;
+    tensor_destroy(t);
+}
+
+void oj__hold(oj_tensor *t) {
+    if (oj__live(t)) t->holds++;
+}
+
+void oj__unhold(oj_tensor *t) {
+    if (!oj__live(t) || t->holds <= 0) return;
+    if (--t->holds > 0 || t->refcount > 0) return;
     tensor_destroy(t);
 }
 
@@ -178,6 +192,7 @@ void oj__tensor_destroy_all(oj_engine *eng) {
     while (eng->live_head) {
         oj_tensor *t = eng->live_head;
         t->refcount = 0;
+        t->holds = 0;
         tensor_destroy(t);
     }
     if (eng->quarantine)
