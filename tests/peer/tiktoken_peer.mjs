@@ -1,0 +1,145 @@
+// Peer encoder for ojas's tokenizer tests and benchmark: GPT-2 ids from npm
+// js-tiktoken (pure JS) or tiktoken (Rust compiled to WASM).
+//
+//   node tiktoken_peer.mjs encode js|wasm IN OUT
+//     IN: records [u8 mode][u32le length][UTF-8 bytes]; mode 0 = special
+//     tokens encoded as text, 1 = "<|endoftext|>" allowed. Each record is
+//     decoded with a fatal TextDecoder (IN must be valid UTF-8: the test feeds
+//     invalid byte strings only after lossy U+FFFD replacement).
+//     OUT: one line of space-separated ids per record.
+//   node tiktoken_peer.mjs bench FILE REPEATS WORKERS
+//     encode FILE REPEATS times with each library, single-threaded and as a
+//     batch of ~64 KiB documents over WORKERS worker threads; prints JSON
+//     with the best time of each.
+import fs from 'fs';
+import path from 'path';
+import { createRequire } from 'module';
+import { fileURLToPath } from 'url';
+import { Worker, isMainThread, parentPort, workerData } from 'worker_threads';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const npmDir = process.env.OJAS_NPM_DIR || path.join(here, '..', '..', 'third_party', 'npm');
+const require = createRequire(path.join(npmDir, 'package.json'));
+const version = (pkg) =>
+  JSON.parse(fs.readFileSync(path.join(npmDir, 'node_modules', pkg, 'package.json'), 'utf8')).version;
+
+function load(lib) {
+  if (lib === 'js') {
+    const { Tiktoken } = require('js-tiktoken/lite');
+    const ranks = require('js-tiktoken/ranks/gpt2');
+    const enc = new Tiktoken(ranks.default ?? ranks);
+    return {
+      name: 'js-tiktoken ' + version('js-tiktoken'),
+      text: (s) => enc.encode(s, [], []),
+      allow: (s) => enc.encode(s, 'all'),
+    };
+  }
+  const tk = require('tiktoken');
+  const enc = tk.get_encoding('gpt2');
+  return {
+    name: 'tiktoken ' + version('tiktoken') + ' (WASM)',
+    text: (s) => enc.encode_ordinary(s),
+    allow: (s) => enc.encode(s, 'all'),
+  };
+}
+
+function encodeFile(lib, inPath, outPath) {
+  const enc = load(lib);
+  const buf = fs.readFileSync(inPath);
+  const dec = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+  const out = [];
+  let o = 0;
+  while (o < buf.length) {
+    const mode = buf[o];
+    const len = buf.readUInt32LE(o + 1);
+    const s = dec.decode(buf.subarray(o + 5, o + 5 + len));
+    o += 5 + len;
+    const ids = mode === 1 ? enc.allow(s) : enc.text(s);
+    out.push(Array.from(ids).join(' '));
+  }
+  fs.writeFileSync(outPath, out.join('\n') + '\n');
+}
+
+function bench(file, repeats, workers) {
+  const text = fs.readFileSync(file, 'utf8');
+  const mb = Buffer.byteLength(text) / 1e6;
+  const result = { bytes: Buffer.byteLength(text), node: process.version, peers: [] };
+  for (const lib of ['wasm', 'js']) {
+    const enc = load(lib);
+    enc.text(text.slice(0, 100000)); // warm up (JIT, WASM)
+    let best = Infinity, n = 0;
+    for (let r = 0; r < repeats; r++) {
+      const t0 = performance.now();
+      n = enc.text(text).length;
+      best = Math.min(best, (performance.now() - t0) / 1000);
+    }
+    result.peers.push({ name: enc.name, lib, threads: 1, tokens: n, seconds: best, mbps: mb / best });
+  }
+  return result;
+}
+
+// Documents for the batch benchmark: cut the file after the first '\n' at or
+// past every 64 KiB (bench_tokenizer.c cuts the same bytes).
+export function chunks(buf) {
+  const out = [];
+  let start = 0;
+  while (start < buf.length) {
+    let cut = buf.length;
+    if (buf.length - start > 65536) {
+      const nl = buf.indexOf(10, start + 65536);
+      if (nl >= 0 && nl + 1 < buf.length) cut = nl + 1;
+    }
+    out.push(buf.subarray(start, cut).toString('utf8'));
+    start = cut;
+  }
+  return out;
+}
+
+// Batch over worker threads: each worker encodes every WORKERS-th document.
+async function benchBatch(file, repeats, workers, result) {
+  const buf = fs.readFileSync(file);
+  const mb = buf.length / 1e6;
+  const docs = chunks(buf);
+  result.documents = docs.length;
+  for (const lib of ['wasm', 'js']) {
+    const pool = [];
+    for (let w = 0; w < workers; w++) {
+      const share = docs.filter((_, i) => i % workers === w);
+      pool.push(new Worker(fileURLToPath(import.meta.url), { workerData: { lib, share } }));
+    }
+    const call = (wk) => new Promise((res) => { wk.once('message', res); wk.postMessage('go'); });
+    await Promise.all(pool.map(call)); // warm up
+    let best = Infinity, n = 0;
+    for (let r = 0; r < repeats; r++) {
+      const t0 = performance.now();
+      const counts = await Promise.all(pool.map(call));
+      best = Math.min(best, (performance.now() - t0) / 1000);
+      n = counts.reduce((a, b) => a + b, 0);
+    }
+    for (const wk of pool) await wk.terminate();
+    result.peers.push({ name: load(lib).name, lib, threads: workers, tokens: n, seconds: best,
+                        mbps: mb / best });
+  }
+}
+
+if (!isMainThread) {
+  const enc = load(workerData.lib);
+  parentPort.on('message', () => {
+    let n = 0;
+    for (const s of workerData.share) n += enc.text(s).length;
+    parentPort.postMessage(n);
+  });
+} else {
+  const [cmd, ...args] = process.argv.slice(2);
+  if (cmd === 'encode') {
+    encodeFile(args[0], args[1], args[2]);
+  } else if (cmd === 'bench') {
+    const repeats = Number(args[1] ?? 3), workers = Number(args[2] ?? 2);
+    const result = bench(args[0], repeats, workers);
+    if (workers > 1) await benchBatch(args[0], repeats, workers, result);
+    process.stdout.write(JSON.stringify(result) + '\n');
+  } else {
+    process.stderr.write('usage: tiktoken_peer.mjs encode js|wasm IN OUT | bench FILE REPEATS WORKERS\n');
+    process.exit(2);
+  }
+}
