@@ -38,6 +38,22 @@ typedef enum oj_reduce_op {
     OJ_RED_COUNT
 } oj_reduce_op;
 
+/* Hyperparameters of one fused Adam/AdamW update (adam_step entry), as
+ * torch.optim.Adam/AdamW name them; bias_correction1/2 = 1 - beta1/2^step. */
+typedef struct oj_adam_args {
+    double lr, beta1, beta2, eps, weight_decay;
+    double bias_correction1, bias_correction2;
+    bool decoupled; /* AdamW: p *= 1 - lr*wd first; Adam: g += wd*p (L2) */
+} oj_adam_args;
+
+/* Hyperparameters of one fused SGD update (sgd_step entry), as
+ * torch.optim.SGD names them. first: the momentum buffer holds nothing yet
+ * (it is set to the gradient, without dampening, as torch does). */
+typedef struct oj_sgd_args {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov, first;
+} oj_sgd_args;
+
 typedef struct oj_backend {
     const char *name;
     oj_device_type type;
@@ -101,6 +117,33 @@ typedef struct oj_backend {
      * index-increasing order (bit-identical across runs and thread counts). */
     oj_status (*matmul)(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                         bool accumulate);
+    /* ---- optimizer updates (CPU: src/backend/cpu/cpu_optim.c; called by
+     * src/optim). All tensors contiguous, one shape, one dtype: f32 or f64
+     * (OJ_ERR_DTYPE otherwise). Elementwise in torch.optim's op order,
+     * rounding to the dtype after each tensor op. With check_only the
+     * entry writes nothing and returns OJ_ERR_NUMERIC (recording nothing)
+     * when any new parameter or state value would be non-finite; the
+     * optimizer runs it before the writing call so a skipped step changes
+     * nothing. */
+    /* Adam (Kingma & Ba 2015) / AdamW (Loshchilov & Hutter 2019), one
+     * tensor: [AdamW p *= 1 - lr wd | Adam g += wd p]; m = b1 m + (1-b1) g;
+     * v = b2 v + (1-b2) g^2; p += -(lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). */
+    oj_status (*adam_step)(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
+                           oj_tensor *exp_avg, oj_tensor *exp_avg_sq, const oj_adam_args *args,
+                           bool check_only);
+    /* SGD: d = g + wd p; buf = first ? d : mom buf + (1-damp) d;
+     * d = nesterov ? d + mom buf : buf (when momentum != 0; momentum_buf
+     * NULL when momentum == 0); p += -lr d. */
+    oj_status (*sgd_step)(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
+                          oj_tensor *momentum_buf, const oj_sgd_args *args, bool check_only);
+    /* Muon momentum (Jordan 2024): b = mu buf + g. update NULL: buf = b in
+     * place; else buf is left as is and update = nesterov ? g + mu b : b. */
+    oj_status (*muon_momentum)(oj_engine *eng, oj_tensor *buf, const oj_tensor *grad,
+                               oj_tensor *update, double momentum, bool nesterov);
+    /* p = p * decay + alpha * (update * scale) (decay 1 and scale 1 skip
+     * their multiplies). check_only as above. */
+    oj_status (*apply_update)(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
+                              double alpha, double scale, double decay, bool check_only);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

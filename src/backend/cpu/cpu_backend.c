@@ -24,4 +24,8 @@ const oj_backend oj_cpu_backend = {
     .rand = oj_cpu_rand,
     .reduce = oj_cpu_reduce,
     .matmul = oj_cpu_matmul,
+    .adam_step = oj_cpu_adam_step,
+    .sgd_step = oj_cpu_sgd_step,
+    .muon_momentum = oj_cpu_muon_momentum,
+    .apply_update = oj_cpu_apply_update,
 };

@@ -27,4 +27,15 @@ oj_status oj_cpu_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tens
 oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                         bool accumulate);
 
+/* cpu_optim.c */
+oj_status oj_cpu_adam_step(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
+                           oj_tensor *exp_avg, oj_tensor *exp_avg_sq, const oj_adam_args *args,
+                           bool check_only);
+oj_status oj_cpu_sgd_step(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
+                          oj_tensor *momentum_buf, const oj_sgd_args *args, bool check_only);
+oj_status oj_cpu_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *grad,
+                               oj_tensor *update, double momentum, bool nesterov);
+oj_status oj_cpu_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
+                              double alpha, double scale, double decay, bool check_only);
+
 #endif /* OJAS_CPU_KERNELS_H */

@@ -1,0 +1,62 @@
+/* Internal definitions of the optimizer (src/optim). */
+#ifndef OJAS_OPTIM_INTERNAL_H
+#define OJAS_OPTIM_INTERNAL_H
+
+#include "backend/backend.h"
+#include "ojas/ops.h"
+#include "ojas/optim.h"
+
+/* One parameter and its state (state tensors owned, unscoped). */
+typedef struct oj_optim_slot {
+    char *name;
+    oj_tensor *param; /* borrowed */
+    oj_tensor *exp_avg, *exp_avg_sq; /* Adam(W) */
+    oj_tensor *momentum_buffer;      /* SGD with momentum, Muon */
+    oj_tensor *step_tensor;          /* rank-0 i64 mirror of step, for the state_dict */
+    int64_t step;                    /* updates applied to this parameter */
+} oj_optim_slot;
+
+typedef struct oj_optim_group {
+    oj_optim_hparams hp;
+    oj_optim_algo algo; /* hp.algo at creation (the state depends on it) */
+    bool momentum;      /* SGD: momentum buffers were allocated */
+    int64_t n;
+    oj_optim_slot *params;
+} oj_optim_group;
+
+struct oj_optim {
+    oj_engine *eng;
+    oj_optim_group *groups;
+    int ngroups;
+    double lr_scale;
+    bool check_update;
+    int64_t steps, skipped;
+    char message[512];
+    oj_tensor *counters; /* i64 [2]: steps, skipped (state_dict mirror) */
+    /* state_dict view, rebuilt by oj_optim_state */
+    char **sd_names;
+    oj_tensor **sd_tensors;
+    int64_t sd_n, sd_cap;
+};
+
+/* OJ_OK, or OJ_ERR_INVALID_ARGUMENT recorded on eng naming the bad field. */
+oj_status oj__optim_hparams_check(oj_engine *eng, const oj_optim_hparams *hp);
+/* Name of an algorithm ("sgd", "adam", "adamw", "muon"). */
+const char *oj__optim_algo_name(oj_optim_algo a);
+/* L2 norm of t accumulated in double (backend reduce); NaN with an error
+ * recorded when the kernel fails. t non-NULL and live. */
+double oj__optim_tensor_norm(oj_tensor *t);
+/* A zero tensor shaped like t (dtype dt), unscoped; NULL with the error
+ * recorded. */
+oj_tensor *oj__optim_zeros_unscoped(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt);
+/* Muon update of one parameter with a gradient: the orthogonalised update
+ * (a new scoped tensor, contiguous, param's shape) computed from the
+ * momentum buffer and grad without touching either. NULL with the error
+ * recorded. */
+oj_tensor *oj__muon_update(oj_optim_slot *p, oj_tensor *grad, const oj_optim_hparams *hp);
+/* Drop the groups from index `ngroups` on, freeing their state. */
+void oj__optim_truncate_groups(oj_optim *o, int ngroups);
+/* sqrt(max(1, rows / cols)) for a [rows, cols] parameter. */
+double oj__muon_scale(const oj_tensor *param);
+
+#endif /* OJAS_OPTIM_INTERNAL_H */
