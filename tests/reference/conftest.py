@@ -18,6 +18,16 @@ def pytest_configure(config):
         "(overrides the guess from its parameter ids and function name)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _libojas():
+    """Load libojas once; stop the session with the loader's reason if it
+    cannot be loaded (rather than failing every test the same way)."""
+    try:
+        ojas_ctypes.lib()
+    except OSError as e:
+        pytest.exit("cannot load libojas (set OJAS_LIB, or `make build`): %s" % e, returncode=1)
+
+
 @pytest.fixture
 def eng():
     e = ojas_ctypes.Engine(threads=1)

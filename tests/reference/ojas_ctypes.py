@@ -29,8 +29,16 @@ and `rng` fixtures of conftest.py:
 signature differs. Options: grad=False (no backward), noncontig=True (inputs
 passed as transposed views), positive=True in `rand` for log-like domains.
 Mark a test that exposes a bug in ojas `pytest.mark.xfail(reason="...")` naming
-the bug; never widen a tolerance to make it pass. Then regenerate the op
-table: `/usr/bin/python3 scripts/ops_table.py`.
+the bug; never widen a tolerance to make it pass. When a test's parameter
+ids or function name do not name the op it targets, add
+`@pytest.mark.ops("name", ...)`. Then regenerate the op table:
+`/usr/bin/python3 scripts/ops_table.py` (docs/ops.md).
+
+Also at hand: `t.exp()` is eng.call("exp", t); `with eng.scope():`,
+`with eng.no_grad():`; t.backward(grad=None, retain_graph=False), t.grad,
+t.retain_grad(), t.requires_grad_(); errors raise OjasError with .status
+("OJ_ERR_SHAPE") and .message (oj_last_error), after which the engine's
+error is cleared.
 
 Ownership: a Tensor created with no scope open owns the creation reference
 and releases it (oj_release) when collected or when the engine closes. One

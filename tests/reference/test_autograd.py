@@ -229,17 +229,10 @@ def test_scope_with_grad_graph(rng):
         assert e.live_tensors() == base
 
 
-SCOPE_SAVED_VIEW_BUG = pytest.mark.xfail(
-    reason="bug: oj_scope_end over a recorded unary op that was not backpropagated reports "
-    "'release: tensor was already released': the output view the unary node saves "
-    "(elementwise.c unary -> oj__node_save) stays listed in the scope, so the scope frees it "
-    "before the node releases it")
-
-
-@pytest.mark.parametrize("op", [pytest.param("neg", marks=SCOPE_SAVED_VIEW_BUG),
-                                pytest.param("exp", marks=SCOPE_SAVED_VIEW_BUG), "mul", "sum_all"])
+@pytest.mark.parametrize("op", ["neg", "exp", "mul", "sum_all"])
 def test_scope_end_with_graph_not_backpropagated(rng, op):
-    # e.g. an evaluation step run with grad mode on.
+    # e.g. an evaluation step run with grad mode on. (Regression: the view a
+    # unary node saved used to be freed by the scope before the node.)
     with ojas_ctypes.Engine() as e:
         t = e.tensor(rand(rng, (4,), "f32"), requires_grad=True)
         base = e.live_tensors()
