@@ -182,6 +182,115 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias);
 oj_tensor *oj_addmm(oj_tensor *input, oj_tensor *a, oj_tensor *b, double beta, double alpha);
 /* ================================================================ end of linear algebra */
 
+/* ================================================================ nn
+ * Neural-network ops with fused forward/backward kernels (src/ops/nn_*.c).
+ * Float inputs: f32, f64, bf16 or f16, one dtype per call (OJ_ERR_DTYPE
+ * otherwise); index inputs: i64 or i32. Inputs may be non-contiguous. Each
+ * returns a new tensor owned by the current scope, or NULL with the error
+ * recorded. Statistics saved for backward (mean, rstd, logsumexp) are f32
+ * (f64 for f64 inputs); the CPU computes in double. */
+
+/* Reduction of a loss over its elements. MEAN over cross_entropy/nll_loss
+ * divides by the number of rows whose target is not ignore_index (as
+ * torch); if every row is ignored the mean is NaN (0/0), as torch. */
+typedef enum oj_reduction {
+    OJ_REDUCTION_MEAN = 0,
+    OJ_REDUCTION_SUM = 1,
+    OJ_REDUCTION_NONE = 2,
+} oj_reduction;
+
+/* Rows of a table: weight [V, C] float, indices [...] i64/i32 (any shape,
+ * rank <= 7) -> [..., C] in weight's dtype. An index outside [0, V) is
+ * OJ_ERR_OUT_OF_RANGE naming the index and its position. Gradient flows to
+ * weight only, accumulated row by row in index order (deterministic). */
+oj_tensor *oj_embedding(oj_tensor *weight, oj_tensor *indices);
+
+/* Layer normalisation over the last dim: x [..., C], weight [C] or NULL,
+ * bias [C] or NULL, eps >= 0 -> shaped like x. Biased variance, as torch.
+ * Ba, Kiros & Hinton, "Layer Normalization", 2016. */
+oj_tensor *oj_layer_norm(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, double eps);
+
+/* Root-mean-square normalisation over the last dim: x [..., C], weight [C]
+ * or NULL, eps >= 0 -> x / sqrt(mean(x^2) + eps) * weight, shaped like x.
+ * Zhang & Sennrich, "Root Mean Square Layer Normalization", 2019. */
+oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps);
+
+/* Softmax / log-softmax of x over dim (numerically stable: the max is
+ * subtracted; a row of all -inf gives NaN, as torch). Shaped like x. A
+ * rank-0 x is treated as one element (dim 0 or -1). */
+oj_tensor *oj_softmax(oj_tensor *x, int dim);
+oj_tensor *oj_log_softmax(oj_tensor *x, int dim);
+
+/* Cross-entropy with class indices, fused log-softmax + NLL (the softmax is
+ * never stored): logits [..., V] float, targets [...] i64/i32 (logits'
+ * shape without its last dim). Rows whose target is ignore_index count
+ * neither in the loss nor in the mean. label_smoothing in [0, 1] mixes the
+ * one-hot target with the uniform distribution as torch (Szegedy et al.
+ * 2016). reduction NONE gives [...], else a rank-0 tensor; logits' dtype.
+ * A target outside [0, V) (other than ignore_index) is OJ_ERR_OUT_OF_RANGE
+ * naming the target and its row. */
+oj_tensor *oj_cross_entropy(oj_tensor *logits, oj_tensor *targets, int64_t ignore_index,
+                            double label_smoothing, oj_reduction reduction);
+/* Negative log-likelihood: log_probs [..., V] float, targets [...]:
+ * loss = -log_probs[..., target]; ignore_index, reduction and errors as
+ * oj_cross_entropy. */
+oj_tensor *oj_nll_loss(oj_tensor *log_probs, oj_tensor *targets, int64_t ignore_index,
+                       oj_reduction reduction);
+
+/* Scaled dot-product attention: q [B, H, T, D], k [B, Hkv, S, D],
+ * v [B, Hkv, S, Dv] (one float dtype) -> [B, H, T, Dv] =
+ * softmax(scale q k^T + mask) v. Grouped-query attention (Ainslie et al.
+ * 2023) when Hkv divides H: head h uses kv head h / (H / Hkv).
+ * mask: NULL, or broadcastable to [B, H, T, S], bool (true = keep) or
+ * float (added to the scores); it receives no gradient.
+ * is_causal: query i sees keys j <= i + (S - T), i.e. the causal mask is
+ * aligned bottom-right, so T new queries at positions S-T..S-1 of a KV
+ * cache see every key up to their own position. For T == S this is
+ * torch's is_causal; for T != S torch 2.x aligns top-left (j <= i).
+ * scale NAN means 1 / sqrt(D). A query row with every key masked gives 0
+ * (not NaN) and no gradient. Tiled with an online softmax forward and
+ * backward, never storing the [T, S] matrix (Milakov & Gimelshein 2018;
+ * Dao et al., FlashAttention, 2022); saves out and a logsumexp [B, H, T].
+ * Errors: OJ_ERR_SHAPE (ranks, B/D/S/Dv mismatches, H not a multiple of
+ * Hkv, mask not broadcastable), OJ_ERR_DTYPE. */
+oj_tensor *oj_scaled_dot_product_attention(oj_tensor *q, oj_tensor *k, oj_tensor *v,
+                                           oj_tensor *mask, bool is_causal, double scale);
+
+/* Rotary position embedding, half-split layout (GPT-NeoX/Llama): x
+ * [B, H, T, D] (any rank >= 2: [..., T, D]), D even. With
+ * a(t, i) = (position_offset + t) * theta^(-2i / D), i < D/2, x1 = x[..., :D/2],
+ * x2 = x[..., D/2:]: out = cat(x1 cos a - x2 sin a, x2 cos a + x1 sin a).
+ * Angles in double. Backward rotates by -a. theta > 0 (e.g. 10000).
+ * Su et al., "RoFormer", 2021. */
+oj_tensor *oj_rotary_embedding(oj_tensor *x, int64_t position_offset, double theta);
+
+/* Dropout: when training and p > 0, each element is zeroed with
+ * probability p and the rest scaled by 1 / (1 - p); the Philox4x32-10 mask
+ * is keyed by the engine seed and a counter range reserved from the
+ * engine's RNG, so it is the same for the same seed and RNG offset
+ * whatever the thread count. p in [0, 1] (OJ_ERR_INVALID_ARGUMENT
+ * otherwise). Otherwise returns a view of x (identity). Srivastava et al.
+ * 2014. */
+oj_tensor *oj_dropout(oj_tensor *x, double p, bool training);
+
+/* Elementwise losses of a and b (broadcast together), reduced by reduction
+ * (NONE keeps the broadcast shape; MEAN/SUM give rank 0). */
+/* (a - b)^2 */
+oj_tensor *oj_mse_loss(oj_tensor *a, oj_tensor *b, oj_reduction reduction);
+/* |a - b| */
+oj_tensor *oj_l1_loss(oj_tensor *a, oj_tensor *b, oj_reduction reduction);
+/* Huber-like, torch's smooth_l1: 0.5 d^2 / beta where |d| < beta, else
+ * |d| - 0.5 beta (d = a - b, beta >= 0; beta 0 is l1). Girshick 2015. */
+oj_tensor *oj_smooth_l1_loss(oj_tensor *a, oj_tensor *b, double beta, oj_reduction reduction);
+/* -(t log p + (1 - t) log(1 - p)), probs in [0, 1], logs clamped at -100
+ * as torch (values outside [0, 1] give NaN). */
+oj_tensor *oj_binary_cross_entropy(oj_tensor *probs, oj_tensor *targets, oj_reduction reduction);
+/* softplus(x) - x t: the stable form of binary_cross_entropy(sigmoid(x), t),
+ * with gradient sigmoid(x) - t. */
+oj_tensor *oj_binary_cross_entropy_with_logits(oj_tensor *logits, oj_tensor *targets,
+                                               oj_reduction reduction);
+/* ================================================================ end of nn */
+
 #ifdef __cplusplus
 }
 #endif

@@ -144,6 +144,121 @@ typedef struct oj_backend {
      * their multiplies). check_only as above. */
     oj_status (*apply_update)(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
                               double alpha, double scale, double decay, bool check_only);
+
+    /* ---- nn (CPU: src/backend/cpu/cpu_nn_*.c). Unless stated, tensors are
+     * contiguous, float tensors share one dtype (f32, f64, bf16, f16), index
+     * tensors are i64 or i32, and "stat" tensors (mean, rstd, lse, per-row
+     * losses) are f64 for f64 inputs and f32 otherwise. The CPU computes and
+     * accumulates in double, rows in index-increasing order (deterministic). */
+
+    /* out [N, C] row n = weight [V, C] row idx[n] (idx [N]). Every index is
+     * checked: one outside [0, V) records OJ_ERR_OUT_OF_RANGE naming
+     * "embedding", the index and its position, and nothing is promised
+     * about out. */
+    oj_status (*embedding_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
+                                   const oj_tensor *idx);
+    /* dweight [V, C] = for n = 0..N-1 in order: row idx[n] += dout [N, C]
+     * row n. dweight is overwritten (rows no index names are zero). The
+     * indices were checked by the forward. */
+    oj_status (*embedding_backward)(oj_engine *eng, oj_tensor *dweight, const oj_tensor *dout,
+                                    const oj_tensor *idx);
+    /* Layer norm over the last dim of x [N, C] (Ba et al. 2016):
+     * out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps),
+     * var biased. weight, bias [C] or NULL (ones, zeros). mean, rstd [N]
+     * stat dtype, or NULL when not needed. */
+    oj_status (*layer_norm_forward)(oj_engine *eng, oj_tensor *out, oj_tensor *mean,
+                                    oj_tensor *rstd, const oj_tensor *x, const oj_tensor *weight,
+                                    const oj_tensor *bias, double eps);
+    /* From dy [N, C], x, the forward's mean and rstd and weight (NULL:
+     * ones): dx [N, C], dweight [C], dbias [C]; each output may be NULL
+     * (not wanted). dweight/dbias sum over rows in index order. */
+    oj_status (*layer_norm_backward)(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
+                                     oj_tensor *dbias, const oj_tensor *dy, const oj_tensor *x,
+                                     const oj_tensor *mean, const oj_tensor *rstd,
+                                     const oj_tensor *weight);
+    /* RMS norm over the last dim of x [N, C] (Zhang & Sennrich 2019):
+     * out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); weight [C]
+     * or NULL; rstd [N] stat dtype or NULL. */
+    oj_status (*rms_norm_forward)(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
+                                  const oj_tensor *x, const oj_tensor *weight, double eps);
+    /* dx [N, C] and dweight [C] (either NULL: not wanted) from dy, x, rstd
+     * and weight (NULL: ones). */
+    oj_status (*rms_norm_backward)(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
+                                   const oj_tensor *dy, const oj_tensor *x, const oj_tensor *rstd,
+                                   const oj_tensor *weight);
+    /* Softmax (log false) or log-softmax (log true) of x over dim `dim`
+     * (0 <= dim < rank, rank >= 1), max-subtracted; out shaped like x. */
+    oj_status (*softmax_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                                 bool log);
+    /* Given the forward's output y and dy (same shape): softmax
+     * dx = y * (dy - sum(dy * y)); log-softmax dx = dy - exp(y) * sum(dy),
+     * sums over dim. */
+    oj_status (*softmax_backward)(oj_engine *eng, oj_tensor *dx, const oj_tensor *y,
+                                  const oj_tensor *dy, int dim, bool log);
+    /* Fused log-softmax + NLL with label smoothing eps over logits [N, V]
+     * and targets [N]: lse[n] = logsumexp(row n) (lse may be NULL),
+     * loss[n] = (1 - eps) (lse - x[t]) + eps (lse - mean_j x[j]); rows whose
+     * target equals ignore_index get loss 0 and are not counted. *n_valid =
+     * rows counted. A target outside [0, V) (and not ignore_index) records
+     * OJ_ERR_OUT_OF_RANGE naming "cross_entropy", the target and its row. */
+    oj_status (*cross_entropy_forward)(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
+                                       const oj_tensor *logits, const oj_tensor *targets,
+                                       int64_t ignore_index, double label_smoothing,
+                                       int64_t *n_valid);
+    /* dlogits [N, V] = scale * dloss[n] * (softmax(row n) - (1 - eps)
+     * onehot(t) - eps / V), zero rows where ignored; the softmax is rebuilt
+     * from logits and the forward's lse, never stored. dloss [N] may have
+     * any stride (0: one value for every row). */
+    oj_status (*cross_entropy_backward)(oj_engine *eng, oj_tensor *dlogits,
+                                        const oj_tensor *logits, const oj_tensor *targets,
+                                        const oj_tensor *lse, const oj_tensor *dloss,
+                                        double scale, int64_t ignore_index,
+                                        double label_smoothing);
+    /* NLL over log-probabilities logp [N, V]: loss[n] = -logp[n, t[n]], 0
+     * (not counted) where t[n] == ignore_index; *n_valid as above; targets
+     * out of range as in cross_entropy_forward (naming "nll_loss"). */
+    oj_status (*nll_loss_forward)(oj_engine *eng, oj_tensor *loss, const oj_tensor *logp,
+                                  const oj_tensor *targets, int64_t ignore_index,
+                                  int64_t *n_valid);
+    /* dlogp [N, V] = 0 except dlogp[n, t[n]] = -scale * dloss[n] on
+     * counted rows; dloss [N] any stride (0: broadcast). */
+    oj_status (*nll_loss_backward)(oj_engine *eng, oj_tensor *dlogp, const oj_tensor *targets,
+                                   const oj_tensor *dloss, double scale, int64_t ignore_index);
+    /* Attention without the [T, S] matrix (online softmax, Milakov &
+     * Gimelshein 2018; FlashAttention, Dao et al. 2022). q [B, H, T, D],
+     * k [B, Hkv, S, D], v [B, Hkv, S, Dv] with any strides; head h uses kv
+     * head h / (H / Hkv). mask NULL, or a [B, H, T, S] view (stride 0 where
+     * broadcast) of bool (true = keep) or float (added to the scores).
+     * is_causal: query i sees keys j <= i + S - T (bottom-right aligned).
+     * out [B, H, T, Dv] = softmax(scale q k^T + mask) v; lse [B, H, T]
+     * (stat dtype, may be NULL) = logsumexp of each score row. A row with
+     * every key masked gives out 0 and lse -inf. */
+    oj_status (*attention_forward)(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
+                                   const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                   const oj_tensor *mask, bool is_causal, double scale);
+    /* dq, dk, dv (contiguous, shaped like q, k, v; any may be NULL) from
+     * dout [B, H, T, Dv] (any strides) and the forward's inputs, out and lse;
+     * probabilities are recomputed tile by tile (FlashAttention-2 backward).
+     * dk/dv sum over the H / Hkv query heads of their group in head order. */
+    oj_status (*attention_backward)(oj_engine *eng, oj_tensor *dq, oj_tensor *dk, oj_tensor *dv,
+                                    const oj_tensor *dout, const oj_tensor *q, const oj_tensor *k,
+                                    const oj_tensor *v, const oj_tensor *out,
+                                    const oj_tensor *lse, const oj_tensor *mask, bool is_causal,
+                                    double scale);
+    /* Rotary embedding, half-split layout (RoFormer, Su et al. 2021), over
+     * x [..., T, D] (D even): with a = (position_offset + t) *
+     * theta^(-2i / D), i < D/2 (negated when inverse),
+     * out[..., :D/2] = x1 cos a - x2 sin a, out[..., D/2:] = x2 cos a + x1 sin a.
+     * The backward is this entry with inverse = true applied to dout. */
+    oj_status (*rotary_embedding)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                  int64_t position_offset, double theta, bool inverse);
+    /* Dropout: element i (row-major) is kept when Philox4x32-10 word i % 4
+     * of counter block offset + i / 4 (key seed, stream 0), read as u =
+     * word / 2^32, has u >= p; kept elements are scaled by 1 / (1 - p),
+     * dropped ones are 0 (p == 1: all 0). The backward is this entry on
+     * dout with the same seed and offset. */
+    oj_status (*dropout)(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
+                         uint64_t seed, uint64_t offset);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

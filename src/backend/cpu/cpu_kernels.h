@@ -22,6 +22,8 @@ oj_status oj_cpu_rand(oj_engine *eng, oj_tensor *out, bool normal, double lo, do
 
 oj_status oj_cpu_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
                         const oj_tensor *x, uint32_t dim_mask, double p);
+oj_status oj_cpu_cumsum(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                        bool reverse);
 
 /* cpu_matmul.c */
 oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,

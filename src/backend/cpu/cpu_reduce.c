@@ -66,9 +66,9 @@ static void red_step(oj_reduce_op op, red_state *s, double v, int64_t k) {
 static double red_final(oj_reduce_op op, const red_state *s, double p) {
     switch (op) {
     case OJ_RED_MEAN: return s->n ? s->acc / (double)s->n : NAN;
-    case OJ_RED_VAR: {
+    case OJ_RED_VAR: { /* as torch: M2 / max(0, N - correction), so 0/0 is NaN */
         double den = (double)s->n - p;
-        return den > 0 ? s->acc2 / den : NAN;
+        return s->acc2 / (den > 0 ? den : 0.0);
     }
     case OJ_RED_LOGSUMEXP:
         if (isnan(s->m)) return NAN;
@@ -121,6 +121,54 @@ oj_status oj_cpu_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tens
         for (int i = nk - 1; i >= 0; i--) {
             if (++ko[i] < x->shape[kept[i]]) break;
             ko[i] = 0;
+        }
+    }
+    return OJ_OK;
+}
+
+oj_status oj_cpu_cumsum(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                        bool reverse) {
+    (void)eng;
+    int rank = x->rank;
+    int64_t len = rank ? x->shape[dim] : 1, xs = rank ? x->stride[dim] : 0;
+    int64_t os = 1; /* out is contiguous: stride of dim */
+    for (int d = rank - 1; d > dim; d--) os *= x->shape[d];
+    int64_t n_out = 1;
+    for (int d = 0; d < rank; d++)
+        if (d != dim) n_out *= x->shape[d];
+    if (len == 0 || n_out == 0) return OJ_OK;
+    size_t xes = oj_dtype_size(x->dtype), oes = oj_dtype_size(out->dtype);
+    bool integer = !oj_dtype_is_float(out->dtype);
+    const char *xb = (const char *)x->storage->data + x->offset;
+    char *ob = (char *)out->storage->data + out->offset;
+    int64_t idx[OJ_MAX_RANK] = {0};
+    for (int64_t o = 0; o < n_out; o++) {
+        int64_t xoff = 0, ooff = 0, ostride = 1;
+        for (int d = rank - 1; d >= 0; d--) {
+            if (d != dim) {
+                xoff += idx[d] * x->stride[d];
+                ooff += idx[d] * ostride;
+            }
+            ostride *= x->shape[d];
+        }
+        double acc = 0.0;
+        int64_t iacc = 0;
+        for (int64_t j = 0; j < len; j++) {
+            int64_t i = reverse ? len - 1 - j : j;
+            const char *src = xb + (xoff + i * xs) * (int64_t)xes;
+            char *dst = ob + (ooff + i * os) * (int64_t)oes;
+            if (integer) {
+                iacc = (int64_t)((uint64_t)iacc + (uint64_t)oj__load_i64(src, x->dtype));
+                oj__store_i64(dst, out->dtype, iacc);
+            } else {
+                acc += oj__load(src, x->dtype);
+                oj__store(dst, out->dtype, acc);
+            }
+        }
+        for (int d = rank - 1; d >= 0; d--) {
+            if (d == dim) continue;
+            if (++idx[d] < x->shape[d]) break;
+            idx[d] = 0;
         }
     }
     return OJ_OK;

@@ -1,0 +1,38 @@
+/* Shared validation and helpers of the nn ops (src/ops/nn_*.c). */
+#ifndef OJAS_NN_COMMON_H
+#define OJAS_NN_COMMON_H
+
+#include "ops/ops_common.h"
+
+/* t has a float dtype (f32, f64, bf16, f16); else OJ_ERR_DTYPE naming op,
+ * arg and the dtype. */
+bool oj__nn_check_float(oj_engine *eng, const char *op, const char *arg, const oj_tensor *t);
+/* t has the same dtype as ref (named ref_arg); else OJ_ERR_DTYPE. */
+bool oj__nn_check_same_dtype(oj_engine *eng, const char *op, const char *arg, const oj_tensor *t,
+                             const char *ref_arg, const oj_tensor *ref);
+/* t is an index tensor (i64 or i32); else OJ_ERR_DTYPE. */
+bool oj__nn_check_index(oj_engine *eng, const char *op, const char *arg, const oj_tensor *t);
+/* t is [C] (rank 1, size C); else OJ_ERR_SHAPE naming x's shape. */
+bool oj__nn_check_vec(oj_engine *eng, const char *op, const char *arg, const oj_tensor *t,
+                      int64_t C, const oj_tensor *x);
+/* reduction is one of oj_reduction; else OJ_ERR_INVALID_ARGUMENT. */
+bool oj__nn_check_reduction(oj_engine *eng, const char *op, int reduction);
+/* dtype of saved statistics: f64 for f64, else f32. */
+oj_dtype oj__nn_stat_dtype(oj_dtype dt);
+/* A contiguous handle on t (shares storage when already contiguous), or
+ * NULL with the error recorded. Never recorded by autograd. */
+oj_tensor *oj__nn_contig(oj_tensor *t);
+/* t viewed as [N, C] where C is its last dim (contiguous t). */
+oj_tensor *oj__nn_rows(oj_tensor *t);
+/* A second handle on out (same storage) for saving in out's own node
+ * without a reference cycle. */
+oj_tensor *oj__nn_alias(oj_tensor *out);
+/* Save a temporary created by this op (a scoped handle with one
+ * reference) in node nd and drop the op's reference: the node's becomes
+ * the only one (the handle leaves the scope). */
+void oj__nn_save_temp(oj_node *nd, oj_tensor *t);
+/* Reduce elementwise losses l by reduction (MEAN, SUM: rank 0; NONE:
+ * l retained). Recorded by autograd like oj_mean_all/oj_sum_all. */
+oj_tensor *oj__nn_reduce(oj_tensor *l, oj_reduction reduction);
+
+#endif /* OJAS_NN_COMMON_H */

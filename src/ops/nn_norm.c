@@ -1,0 +1,207 @@
+/* layer_norm (Ba et al. 2016) and rms_norm (Zhang & Sennrich 2019) over the
+ * last dim, each one fused kernel forward and one backward; the forward
+ * saves the per-row statistics (mean, rstd) for the backward. */
+#include <math.h>
+
+#include "ops/nn_common.h"
+
+/* Shared checks: x float rank >= 1, optional [C] vectors of x's dtype. */
+static bool norm_check(oj_engine *eng, const char *op, oj_tensor *x, oj_tensor *weight,
+                       oj_tensor *bias, double eps) {
+    if (!oj__nn_check_float(eng, op, "x", x)) return false;
+    if (x->rank < 1) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: x must have at least one dim ([..., C]), got a scalar",
+                     op);
+        return false;
+    }
+    int64_t C = x->shape[x->rank - 1];
+    if (weight && (!oj__nn_check_vec(eng, op, "weight", weight, C, x) ||
+                   !oj__nn_check_same_dtype(eng, op, "weight", weight, "x", x)))
+        return false;
+    if (bias && (!oj__nn_check_vec(eng, op, "bias", bias, C, x) ||
+                 !oj__nn_check_same_dtype(eng, op, "bias", bias, "x", x)))
+        return false;
+    if (!(eps >= 0.0) || isinf(eps)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g", op,
+                     eps);
+        return false;
+    }
+    return true;
+}
+
+/* Engine of x and the non-NULL vectors. */
+static oj_engine *norm_engine(const char *op, oj_tensor *x, oj_tensor *w, oj_tensor *b) {
+    oj_tensor *ins[3] = {x, w, b};
+    int n = 1;
+    if (w) ins[n++] = w;
+    if (b) ins[n++] = b;
+    return x ? oj__ops_engine(op, n, ins) : NULL;
+}
+
+/* ---------------------------------------------------------------- layer_norm */
+
+/* saved: 0 x rows (N,C), 1 mean (N), 2 rstd (N), 3 weight (C) or absent */
+static oj_status layer_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    oj_tensor *x = oj__node_saved(n, 0), *mean = oj__node_saved(n, 1),
+              *rstd = oj__node_saved(n, 2);
+    oj_tensor *w = n->i[0] ? oj__node_saved(n, 3) : NULL;
+    if (!x || !mean || !rstd || (n->i[0] && !w)) return oj_last_status(eng);
+    oj_tensor *gc = oj__nn_contig(go[0]);
+    oj_tensor *g2 = gc ? oj__nn_rows(gc) : NULL;
+    oj_tensor *dx = NULL, *dw = NULL, *db = NULL, *dx2 = NULL;
+    const oj_edge *ex = &n->in[0];
+    bool ok = g2 != NULL;
+    if (ok && oj__node_needs(n, 0)) {
+        dx = oj__tensor_alloc(eng, ex->rank, ex->shape, ex->dtype, n->op);
+        dx2 = dx ? oj__nn_rows(dx) : NULL;
+        ok = dx2 != NULL;
+    }
+    if (ok && oj__node_needs(n, 1))
+        ok = (dw = oj__tensor_alloc(eng, 1, n->in[1].shape, n->in[1].dtype, n->op)) != NULL;
+    if (ok && oj__node_needs(n, 2))
+        ok = (db = oj__tensor_alloc(eng, 1, n->in[2].shape, n->in[2].dtype, n->op)) != NULL;
+    if (ok)
+        ok = oj__kernel_ok(eng, eng->backend->layer_norm_backward(eng, dx2, dw, db, g2, x, mean,
+                                                                  rstd, w),
+                           n->op);
+    oj_release(dx2);
+    oj_release(g2);
+    oj_release(gc);
+    if (!ok) {
+        oj_release(dx);
+        oj_release(dw);
+        oj_release(db);
+        return oj_last_status(eng);
+    }
+    gi[0] = dx;
+    gi[1] = dw;
+    gi[2] = db;
+    return OJ_OK;
+}
+
+oj_tensor *oj_layer_norm(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, double eps) {
+    const char *op = "layer_norm";
+    oj_engine *eng = norm_engine(op, x, weight, bias);
+    if (eng == NULL || !norm_check(eng, op, x, weight, bias, eps)) return NULL;
+    if (OJ_KERNEL(eng, layer_norm_forward, op) == NULL ||
+        OJ_KERNEL(eng, layer_norm_backward, op) == NULL)
+        return NULL;
+    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, x->dtype, op);
+    oj_tensor *xc = out ? oj__nn_contig(x) : NULL;
+    oj_tensor *x2 = xc ? oj__nn_rows(xc) : NULL;
+    oj_tensor *o2 = x2 ? oj__nn_rows(out) : NULL;
+    oj_tensor *wc = weight && o2 ? oj__nn_contig(weight) : NULL;
+    oj_tensor *bc = bias && o2 ? oj__nn_contig(bias) : NULL;
+    bool ok = o2 && (!weight || wc) && (!bias || bc);
+    oj_node *nd = ok ? oj__node_begin(eng, op, layer_norm_backward, 3, x, weight, bias) : NULL;
+    oj_tensor *mean = NULL, *rstd = NULL;
+    if (nd) {
+        oj_dtype sdt = oj__nn_stat_dtype(x->dtype);
+        mean = oj__tensor_alloc(eng, 1, x2->shape, sdt, op);
+        rstd = mean ? oj__tensor_alloc(eng, 1, x2->shape, sdt, op) : NULL;
+        ok = rstd != NULL;
+    }
+    if (ok)
+        ok = oj__kernel_ok(eng, eng->backend->layer_norm_forward(eng, o2, mean, rstd, x2, wc, bc, eps),
+                           op);
+    if (ok && nd) {
+        nd->i[0] = weight != NULL;
+        oj__nn_save_temp(nd, x2);
+        oj__nn_save_temp(nd, mean);
+        oj__nn_save_temp(nd, rstd);
+        if (weight) oj__nn_save_temp(nd, wc);
+        x2 = wc = NULL;
+        oj__node_finish(nd, 1, &out);
+    } else {
+        oj__node_abort(nd);
+        oj_release(mean);
+        oj_release(rstd);
+    }
+    oj_release(o2);
+    oj_release(x2);
+    oj_release(xc);
+    oj_release(wc);
+    oj_release(bc);
+    if (!ok) {
+        oj_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------- rms_norm */
+
+/* saved: 0 x rows (N,C), 1 rstd (N), 2 weight (C) or absent */
+static oj_status rms_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    oj_tensor *x = oj__node_saved(n, 0), *rstd = oj__node_saved(n, 1);
+    oj_tensor *w = n->i[0] ? oj__node_saved(n, 2) : NULL;
+    if (!x || !rstd || (n->i[0] && !w)) return oj_last_status(eng);
+    oj_tensor *gc = oj__nn_contig(go[0]);
+    oj_tensor *g2 = gc ? oj__nn_rows(gc) : NULL;
+    oj_tensor *dx = NULL, *dw = NULL, *dx2 = NULL;
+    const oj_edge *ex = &n->in[0];
+    bool ok = g2 != NULL;
+    if (ok && oj__node_needs(n, 0)) {
+        dx = oj__tensor_alloc(eng, ex->rank, ex->shape, ex->dtype, n->op);
+        dx2 = dx ? oj__nn_rows(dx) : NULL;
+        ok = dx2 != NULL;
+    }
+    if (ok && oj__node_needs(n, 1))
+        ok = (dw = oj__tensor_alloc(eng, 1, n->in[1].shape, n->in[1].dtype, n->op)) != NULL;
+    if (ok)
+        ok = oj__kernel_ok(eng, eng->backend->rms_norm_backward(eng, dx2, dw, g2, x, rstd, w),
+                           n->op);
+    oj_release(dx2);
+    oj_release(g2);
+    oj_release(gc);
+    if (!ok) {
+        oj_release(dx);
+        oj_release(dw);
+        return oj_last_status(eng);
+    }
+    gi[0] = dx;
+    gi[1] = dw;
+    return OJ_OK;
+}
+
+oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps) {
+    const char *op = "rms_norm";
+    oj_engine *eng = norm_engine(op, x, weight, NULL);
+    if (eng == NULL || !norm_check(eng, op, x, weight, NULL, eps)) return NULL;
+    if (OJ_KERNEL(eng, rms_norm_forward, op) == NULL ||
+        OJ_KERNEL(eng, rms_norm_backward, op) == NULL)
+        return NULL;
+    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, x->dtype, op);
+    oj_tensor *xc = out ? oj__nn_contig(x) : NULL;
+    oj_tensor *x2 = xc ? oj__nn_rows(xc) : NULL;
+    oj_tensor *o2 = x2 ? oj__nn_rows(out) : NULL;
+    oj_tensor *wc = weight && o2 ? oj__nn_contig(weight) : NULL;
+    bool ok = o2 && (!weight || wc);
+    oj_node *nd = ok ? oj__node_begin(eng, op, rms_norm_backward, 2, x, weight) : NULL;
+    oj_tensor *rstd = NULL;
+    if (nd) ok = (rstd = oj__tensor_alloc(eng, 1, x2->shape, oj__nn_stat_dtype(x->dtype), op));
+    if (ok)
+        ok = oj__kernel_ok(eng, eng->backend->rms_norm_forward(eng, o2, rstd, x2, wc, eps), op);
+    if (ok && nd) {
+        nd->i[0] = weight != NULL;
+        oj__nn_save_temp(nd, x2);
+        oj__nn_save_temp(nd, rstd);
+        if (weight) oj__nn_save_temp(nd, wc);
+        x2 = wc = NULL;
+        oj__node_finish(nd, 1, &out);
+    } else {
+        oj__node_abort(nd);
+        oj_release(rstd);
+    }
+    oj_release(o2);
+    oj_release(x2);
+    oj_release(xc);
+    oj_release(wc);
+    if (!ok) {
+        oj_release(out);
+        return NULL;
+    }
+    return out;
+}

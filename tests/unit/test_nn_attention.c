@@ -1,0 +1,314 @@
+// test: scaled_dot_product_attention and rotary_embedding — forward against
+// a naive double reference (GQA, causal with T != S, bool and float masks,
+// several tiles, fully masked rows), KV-cache consistency, gradcheck on
+// non-contiguous inputs, bad input.
+#include "nn_testutil.h"
+
+typedef struct {
+    int64_t B, H, Hkv, T, S, D, Dv;
+} dims;
+
+/* Naive attention in double. mask: NULL or [B, H, T, S] dense values:
+ * for bool masks 0/1 (keep), for float masks added. */
+static void ref_attention(const dims *d, const double *q, const double *k, const double *v,
+                          const double *mask, bool mbool, bool causal, double scale, double *out) {
+    double *s = malloc((size_t)d->S * sizeof(double));
+    int64_t G = d->H / d->Hkv;
+    for (int64_t b = 0; b < d->B; b++)
+        for (int64_t h = 0; h < d->H; h++)
+            for (int64_t i = 0; i < d->T; i++) {
+                int64_t hk = h / G;
+                const double *qi = q + ((b * d->H + h) * d->T + i) * d->D;
+                double m = -INFINITY;
+                for (int64_t j = 0; j < d->S; j++) {
+                    const double *kj = k + ((b * d->Hkv + hk) * d->S + j) * d->D;
+                    double dot = 0;
+                    for (int64_t c = 0; c < d->D; c++) dot += qi[c] * kj[c];
+                    s[j] = scale * dot;
+                    double mv = mask ? mask[((b * d->H + h) * d->T + i) * d->S + j] : 0;
+                    if (mask && mbool && mv == 0) s[j] = -INFINITY;
+                    if (mask && !mbool) s[j] += mv;
+                    if (causal && j > i + d->S - d->T) s[j] = -INFINITY;
+                    m = fmax(m, s[j]);
+                }
+                double *o = out + ((b * d->H + h) * d->T + i) * d->Dv;
+                for (int64_t c = 0; c < d->Dv; c++) o[c] = 0;
+                if (m == -INFINITY) continue;
+                double l = 0;
+                for (int64_t j = 0; j < d->S; j++) l += exp(s[j] - m);
+                for (int64_t j = 0; j < d->S; j++) {
+                    double p = exp(s[j] - m) / l;
+                    const double *vj = v + ((b * d->Hkv + hk) * d->S + j) * d->Dv;
+                    for (int64_t c = 0; c < d->Dv; c++) o[c] += p * vj[c];
+                }
+            }
+    free(s);
+}
+
+/* mode 0: none, 1: bool mask [T, S] broadcast, 2: float mask [B, 1, T, S] */
+static void check_forward(oj_engine *eng, dims d, bool causal, int mode, oj_dtype dt,
+                          double tol) {
+    oj_scope_begin(eng);
+    int64_t qs[4] = {d.B, d.H, d.T, d.D}, ks[4] = {d.B, d.Hkv, d.S, d.D},
+            vs[4] = {d.B, d.Hkv, d.S, d.Dv};
+    oj_tensor *q = nt_rand(eng, 4, qs, dt, -1, 1), *k = nt_rand(eng, 4, ks, dt, -1, 1),
+              *v = nt_rand(eng, 4, vs, dt, -1, 1);
+    oj_tensor *mask = NULL;
+    int64_t n = d.B * d.H * d.T * d.S;
+    double *dense = NULL;
+    if (mode == 1) {
+        int64_t ms[2] = {d.T, d.S};
+        oj_tensor *r = nt_rand(eng, 2, ms, OJ_F32, 0, 1);
+        oj_tensor *th = oj_scalar(eng, 0.3, OJ_F32);
+        mask = oj_gt(r, th);
+        double *mv = nt_host(mask);
+        dense = malloc((size_t)n * sizeof(double));
+        for (int64_t e = 0; e < n; e++) dense[e] = mv[e % (d.T * d.S)];
+        free(mv);
+    } else if (mode == 2) {
+        int64_t ms[4] = {d.B, 1, d.T, d.S};
+        mask = nt_rand(eng, 4, ms, dt, -2, 2);
+        double *mv = nt_host(mask);
+        dense = malloc((size_t)n * sizeof(double));
+        for (int64_t b = 0; b < d.B; b++)
+            for (int64_t h = 0; h < d.H; h++)
+                for (int64_t e = 0; e < d.T * d.S; e++)
+                    dense[(b * d.H + h) * d.T * d.S + e] = mv[b * d.T * d.S + e];
+        free(mv);
+    }
+    oj_tensor *o = oj_scaled_dot_product_attention(q, k, v, mask, causal, NAN);
+    if (o == NULL) fail_msg("attention: %s", oj_last_error(eng));
+    double *qv = nt_host(q), *kv = nt_host(k), *vv = nt_host(v), *ov = nt_host(o);
+    int64_t no = d.B * d.H * d.T * d.Dv;
+    double *want = malloc((size_t)no * sizeof(double));
+    ref_attention(&d, qv, kv, vv, dense, mode == 1, causal, 1.0 / sqrt((double)d.D), want);
+    nt_close("attention", ov, want, no, tol, tol);
+    free(qv);
+    free(kv);
+    free(vv);
+    free(ov);
+    free(want);
+    free(dense);
+    oj_scope_end(eng);
+}
+
+static void test_attention_forward(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    dims small = {2, 4, 2, 5, 7, 3, 4};
+    for (int causal = 0; causal < 2; causal++)
+        for (int mode = 0; mode < 3; mode++) {
+            check_forward(eng, small, causal, mode, OJ_F64, 1e-12);
+            check_forward(eng, small, causal, mode, OJ_F32, 2e-6);
+        }
+    dims tiles = {1, 2, 1, 70, 130, 8, 5}; // several query and key tiles
+    check_forward(eng, tiles, true, 0, OJ_F32, 2e-6);
+    check_forward(eng, tiles, false, 2, OJ_F64, 1e-12);
+    dims sq = {1, 3, 3, 40, 40, 4, 4};
+    check_forward(eng, sq, true, 1, OJ_F64, 1e-12);
+    nt_engine_done(eng);
+}
+
+static void test_attention_masked_rows_and_kv_cache(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    // Row 1 of the mask keeps nothing: output 0, not NaN; no gradient.
+    int64_t qs[4] = {1, 1, 3, 2}, ms[2] = {3, 4}, ks[4] = {1, 1, 4, 2};
+    oj_tensor *q = nt_leaf(eng, 4, qs, -1, 1), *k = nt_leaf(eng, 4, ks, -1, 1),
+              *v = nt_leaf(eng, 4, ks, -1, 1);
+    double mv[12] = {1, 0, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0};
+    oj_tensor *mask = oj_cast(nt_from(eng, 2, ms, OJ_F64, mv), OJ_BOOL);
+    oj_tensor *o = oj_scaled_dot_product_attention(q, k, v, mask, false, 0.7);
+    double *ov = nt_host(o);
+    for (int c = 0; c < 2; c++) assert_float_equal(ov[2 + c], 0.0, 0);
+    for (int e = 0; e < 6; e++) assert_false(isnan(ov[e]));
+    free(ov);
+    assert_int_equal(oj_backward(oj_sum_all(o), false), OJ_OK);
+    double *gq = nt_host(oj_grad(q));
+    assert_float_equal(gq[2], 0.0, 0);
+    assert_float_equal(gq[3], 0.0, 0);
+    free(gq);
+    // float mask of -inf everywhere in a row: zeros as well
+    double fm[12] = {0, 0, 0, 0, -INFINITY, -INFINITY, -INFINITY, -INFINITY, 0, 1, 2, 3};
+    oj_tensor *o2 = oj_scaled_dot_product_attention(q, k, v, nt_from(eng, 2, ms, OJ_F64, fm),
+                                                    false, NAN);
+    assert_float_equal(oj_item_at(o2, 2), 0.0, 0);
+    assert_float_equal(oj_item_at(o2, 3), 0.0, 0);
+
+    // KV cache: the last T queries over all S keys (bottom-right causal)
+    // equal the last rows of full causal self-attention.
+    int64_t fs[4] = {1, 2, 9, 4}, ls[4] = {1, 2, 3, 4};
+    oj_tensor *Q = nt_rand(eng, 4, fs, OJ_F64, -1, 1), *K = nt_rand(eng, 4, fs, OJ_F64, -1, 1),
+              *V = nt_rand(eng, 4, fs, OJ_F64, -1, 1);
+    oj_tensor *full = oj_scaled_dot_product_attention(Q, K, V, NULL, true, NAN);
+    oj_tensor *qn = oj_narrow(Q, 2, 6, 3);
+    oj_tensor *part = oj_scaled_dot_product_attention(qn, K, V, NULL, true, NAN);
+    oj_tensor *want = oj_narrow(full, 2, 6, 3);
+    assert_int_equal(oj_size(part, 2), ls[2]);
+    double *pv = nt_host(part), *wv = nt_host(want);
+    nt_close("kv cache", pv, wv, 24, 1e-14, 1e-12);
+    free(pv);
+    free(wv);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+typedef struct {
+    bool causal;
+    int mode; // 0 none, 1 bool, 2 float
+    oj_tensor *mask;
+} attn_ctx;
+
+/* q arrives as [B, T, H, D] and is transposed to [B, H, T, D]. */
+static oj_tensor *attn_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    attn_ctx *c = ctx;
+    oj_tensor *q = oj_transpose(in[0], 1, 2);
+    oj_tensor *y = oj_scaled_dot_product_attention(q, in[1], in[2], c->mask, c->causal, NAN);
+    oj_release(q);
+    return y;
+}
+
+static void test_attention_gradcheck(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    // B=2, H=4 (GQA over Hkv=2), T=3, S=5, D=2, Dv=3
+    int64_t qs[4] = {2, 3, 4, 2}, ks[4] = {2, 2, 5, 2}, vs[4] = {2, 2, 5, 3}, ms[4] = {2, 1, 3, 5};
+    for (int causal = 0; causal < 2; causal++)
+        for (int mode = 0; mode < 3; mode++) {
+            oj_scope_begin(eng);
+            attn_ctx c = {causal, mode, NULL};
+            if (mode == 1) {
+                oj_tensor *r = nt_rand(eng, 4, ms, OJ_F64, 0, 1);
+                c.mask = oj_gt(r, oj_scalar(eng, 0.25, OJ_F64));
+            } else if (mode == 2) {
+                c.mask = nt_rand(eng, 4, ms, OJ_F64, -1, 1);
+            }
+            oj_tensor *in[3] = {nt_leaf(eng, 4, qs, -1, 1), nt_leaf(eng, 4, ks, -1, 1),
+                                nt_leaf(eng, 4, vs, -1, 1)};
+            nt_gradcheck(eng, "attention", attn_fn, &c, in, 3);
+            oj_scope_end(eng);
+        }
+    // several tiles in both directions
+    oj_scope_begin(eng);
+    int64_t q2[4] = {1, 34, 1, 1}, k2[4] = {1, 1, 66, 1};
+    attn_ctx c = {true, 0, NULL};
+    oj_tensor *in[3] = {nt_leaf(eng, 4, q2, -2, 2), nt_leaf(eng, 4, k2, -2, 2),
+                        nt_leaf(eng, 4, k2, -1, 1)};
+    nt_gradcheck(eng, "attention tiles", attn_fn, &c, in, 3);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+static void test_attention_errors(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t qs[4] = {1, 3, 4, 8}, ks[4] = {1, 2, 5, 8}, k1[4] = {1, 1, 5, 8},
+            kd[4] = {1, 1, 5, 6}, vb[4] = {1, 1, 6, 8}, q3[3] = {3, 4, 8}, ms[2] = {4, 6};
+    oj_tensor *q = nt_rand(eng, 4, qs, OJ_F32, -1, 1);
+    oj_tensor *k = nt_rand(eng, 4, k1, OJ_F32, -1, 1);
+    nt_expect_error(eng, oj_scaled_dot_product_attention(q, nt_rand(eng, 4, ks, OJ_F32, 0, 1),
+                                                         nt_rand(eng, 4, ks, OJ_F32, 0, 1), NULL,
+                                                         false, NAN),
+                    OJ_ERR_SHAPE, "multiple of the kv heads", "[1, 3, 4, 8]");
+    nt_expect_error(eng, oj_scaled_dot_product_attention(q, nt_rand(eng, 4, kd, OJ_F32, 0, 1), k,
+                                                         NULL, false, NAN),
+                    OJ_ERR_SHAPE, "head dims", NULL);
+    nt_expect_error(eng, oj_scaled_dot_product_attention(q, k, nt_rand(eng, 4, vb, OJ_F32, 0, 1),
+                                                         NULL, false, NAN),
+                    OJ_ERR_SHAPE, "same Hkv and S", NULL);
+    nt_expect_error(eng, oj_scaled_dot_product_attention(nt_rand(eng, 3, q3, OJ_F32, 0, 1), k, k,
+                                                         NULL, false, NAN),
+                    OJ_ERR_SHAPE, "[B, H, T, D]", NULL);
+    nt_expect_error(eng, oj_scaled_dot_product_attention(q, oj_cast(k, OJ_F64), k, NULL, false,
+                                                         NAN),
+                    OJ_ERR_DTYPE, "k is f64", NULL);
+    nt_expect_error(eng, oj_scaled_dot_product_attention(q, k, k, nt_rand(eng, 2, ms, OJ_F32, 0, 1),
+                                                         false, NAN),
+                    OJ_ERR_SHAPE, "mask [4, 6]", "[1, 3, 4, 5]");
+    nt_expect_error(eng, oj_scaled_dot_product_attention(q, k, k, oj_zeros(eng, 2, ms, OJ_I32),
+                                                         false, NAN),
+                    OJ_ERR_DTYPE, "mask", "i32");
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+// ---------------------------------------------------------------- rotary
+
+static void test_rotary_forward(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t xs[4] = {2, 3, 5, 6};
+    int64_t B = 2, H = 3, T = 5, D = 6, off = 7;
+    double theta = 10000.0;
+    for (int dt = 0; dt < 2; dt++) {
+        oj_tensor *x = nt_rand(eng, 4, xs, dt ? OJ_F64 : OJ_F32, -1, 1);
+        oj_tensor *y = oj_rotary_embedding(x, off, theta);
+        assert_non_null(y);
+        double *xv = nt_host(x), *yv = nt_host(y), want[180];
+        for (int64_t r = 0; r < B * H; r++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t i = 0; i < D / 2; i++) {
+                    double a = (double)(off + t) * pow(theta, -2.0 * (double)i / (double)D);
+                    const double *row = xv + (r * T + t) * D;
+                    want[(r * T + t) * D + i] = row[i] * cos(a) - row[i + D / 2] * sin(a);
+                    want[(r * T + t) * D + i + D / 2] = row[i + D / 2] * cos(a) + row[i] * sin(a);
+                }
+        nt_close("rotary", yv, want, 180, dt ? 1e-14 : 1e-6, dt ? 1e-13 : 1e-6);
+        free(xv);
+        free(yv);
+    }
+    // relative positions: <rot(q, m), rot(k, n)> depends on m - n only
+    int64_t one[4] = {1, 1, 1, 8};
+    oj_tensor *q = nt_rand(eng, 4, one, OJ_F64, -1, 1), *k = nt_rand(eng, 4, one, OJ_F64, -1, 1);
+    double d1 = oj_item(oj_sum_all(oj_mul(oj_rotary_embedding(q, 5, 100.0),
+                                          oj_rotary_embedding(k, 2, 100.0))));
+    double d2 = oj_item(oj_sum_all(oj_mul(oj_rotary_embedding(q, 13, 100.0),
+                                          oj_rotary_embedding(k, 10, 100.0))));
+    assert_float_equal(d1, d2, 1e-12);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+static oj_tensor *rotary_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    (void)ctx;
+    oj_tensor *x = oj_transpose(in[0], 1, 2); // [B, T, H, D] -> [B, H, T, D]
+    oj_tensor *y = oj_rotary_embedding(x, 3, 500.0);
+    oj_release(x);
+    return y;
+}
+
+static void test_rotary_gradcheck_and_errors(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t xs[4] = {2, 3, 2, 4};
+    oj_tensor *x = nt_leaf(eng, 4, xs, -1, 1);
+    nt_gradcheck(eng, "rotary", rotary_fn, NULL, &x, 1);
+    int64_t odd[4] = {1, 1, 2, 5}, r1[1] = {4};
+    nt_expect_error(eng, oj_rotary_embedding(nt_rand(eng, 4, odd, OJ_F32, 0, 1), 0, 1e4),
+                    OJ_ERR_SHAPE, "rotary_embedding", "D even");
+    nt_expect_error(eng, oj_rotary_embedding(nt_rand(eng, 1, r1, OJ_F32, 0, 1), 0, 1e4),
+                    OJ_ERR_SHAPE, "[4]", NULL);
+    nt_expect_error(eng, oj_rotary_embedding(x, 0, 0.0), OJ_ERR_INVALID_ARGUMENT, "theta", NULL);
+    nt_expect_error(eng, oj_rotary_embedding(oj_zeros(eng, 4, xs, OJ_I64), 0, 1e4), OJ_ERR_DTYPE,
+                    "i64", NULL);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_forward),
+        cmocka_unit_test(test_attention_masked_rows_and_kv_cache),
+        cmocka_unit_test(test_attention_gradcheck),
+        cmocka_unit_test(test_attention_errors),
+        cmocka_unit_test(test_rotary_forward),
+        cmocka_unit_test(test_rotary_gradcheck_and_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
