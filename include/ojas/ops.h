@@ -147,7 +147,54 @@ oj_tensor *oj_mean(oj_tensor *x, int ndims, const int *dims, bool keepdim);
 /* Sum of all elements (rank-0). */
 oj_tensor *oj_sum_all(oj_tensor *x);
 oj_tensor *oj_mean_all(oj_tensor *x);
-/* ================================================================ end of reductions (sum, mean) */
+/* More reductions (src/ops/reduce.c). dims/ndims/keepdim as above; a
+ * single `dim` may be negative; a rank-0 x accepts dim 0 or -1. Errors:
+ * OJ_ERR_OUT_OF_RANGE for a bad dim, OJ_ERR_INVALID_ARGUMENT for a
+ * repeated dim. Accumulation is in double, in index order. */
+
+/* Product. Integer/bool x gives i64. The gradient is the product of the
+ * other elements (exact when x has zeros: one zero gets the product of the
+ * rest, two or more give 0), as torch. */
+oj_tensor *oj_prod(oj_tensor *x, int ndims, const int *dims, bool keepdim);
+/* Largest (smallest) value along dim, in x's dtype; NaN wins (propagates).
+ * If indices is non-NULL, *indices receives a new i64 tensor of the same
+ * shape with the position along dim of the first occurrence (owned by the
+ * current scope; NULL on error). The gradient flows to that position only.
+ * OJ_ERR_SHAPE when dim has size 0. */
+oj_tensor *oj_max(oj_tensor *x, int dim, bool keepdim, oj_tensor **indices);
+oj_tensor *oj_min(oj_tensor *x, int dim, bool keepdim, oj_tensor **indices);
+/* Largest (smallest) value over dims, in x's dtype; the gradient is split
+ * evenly among tied elements (torch.amax/amin). OJ_ERR_SHAPE when a
+ * reduced dim has size 0. */
+oj_tensor *oj_amax(oj_tensor *x, int ndims, const int *dims, bool keepdim);
+oj_tensor *oj_amin(oj_tensor *x, int ndims, const int *dims, bool keepdim);
+/* Position (i64) of the first largest (smallest) value along dim; a NaN
+ * counts as largest (smallest). No grad. (Whole-tensor argmax: flatten
+ * first.) OJ_ERR_SHAPE when dim has size 0. */
+oj_tensor *oj_argmax(oj_tensor *x, int dim, bool keepdim);
+oj_tensor *oj_argmin(oj_tensor *x, int dim, bool keepdim);
+/* Variance sum((x - mean)^2) / max(0, N - correction) over dims (N the
+ * reduced count; correction 1 is Bessel's, 0 the biased form; 0/0 is
+ * NaN as torch); std is its square root (gradient 0 where std is 0).
+ * Float x only (OJ_ERR_DTYPE). Welford's algorithm in double. */
+oj_tensor *oj_var(oj_tensor *x, int ndims, const int *dims, double correction, bool keepdim);
+oj_tensor *oj_std(oj_tensor *x, int ndims, const int *dims, double correction, bool keepdim);
+/* log(sum(exp(x))) over dims, computed stably (running max); integer x
+ * gives f32. Empty dims give -inf. */
+oj_tensor *oj_logsumexp(oj_tensor *x, int ndims, const int *dims, bool keepdim);
+/* Vector p-norm over dims: p = 1 (sum |x|), 2 (sqrt of sum x^2) or
+ * INFINITY (max |x|); other p are OJ_ERR_INVALID_ARGUMENT. Float x only.
+ * Gradients as torch: 0 at a zero 2-norm; the inf-norm's split evenly
+ * among ties. */
+oj_tensor *oj_norm(oj_tensor *x, double p, int ndims, const int *dims, bool keepdim);
+/* Inclusive prefix sum along dim, shaped like x; integer/bool x gives
+ * i64. Backward: the reversed prefix sum of the gradient. */
+oj_tensor *oj_cumsum(oj_tensor *x, int dim);
+/* Is any (every) element over dims non-zero (NaN counts as non-zero)?
+ * Bool output, no grad. Empty dims give false (any) and true (all). */
+oj_tensor *oj_any(oj_tensor *x, int ndims, const int *dims, bool keepdim);
+oj_tensor *oj_all(oj_tensor *x, int ndims, const int *dims, bool keepdim);
+/* ================================================================ end of reductions */
 
 /* ================================================================ linear algebra
  * Float inputs of one dtype (f32, f64, bf16, f16; bf16/f16 accumulate in

@@ -117,6 +117,12 @@ typedef struct oj_backend {
      * index-increasing order (bit-identical across runs and thread counts). */
     oj_status (*matmul)(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                         bool accumulate);
+    /* Inclusive prefix sum along `dim`: out[.., i, ..] = sum of x[.., j, ..]
+     * for j <= i (reverse: j >= i). out contiguous, shaped like x; dtype x's
+     * for float x, i64 for integer/bool x. A rank-0 x has dim 0 (a copy).
+     * Sums in double (int64 for integers), in order along dim. */
+    oj_status (*cumsum)(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                        bool reverse);
     /* ---- optimizer updates (CPU: src/backend/cpu/cpu_optim.c; called by
      * src/optim). All tensors contiguous, one shape, one dtype: f32 or f64
      * (OJ_ERR_DTYPE otherwise). Elementwise in torch.optim's op order,

@@ -24,6 +24,7 @@ const oj_backend oj_cpu_backend = {
     .rand = oj_cpu_rand,
     .reduce = oj_cpu_reduce,
     .matmul = oj_cpu_matmul,
+    .cumsum = oj_cpu_cumsum,
     .adam_step = oj_cpu_adam_step,
     .sgd_step = oj_cpu_sgd_step,
     .muon_momentum = oj_cpu_muon_momentum,
