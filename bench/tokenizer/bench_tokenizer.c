@@ -1,0 +1,408 @@
+/* Tokenizer throughput: encode the King James Bible with ojas and, in the
+ * same run, with npm tiktoken (Rust compiled to WASM) and js-tiktoken (pure
+ * JavaScript) under node; single-threaded and as a multi-threaded batch of
+ * ~64 KiB documents. Reports MB/s (10^6 bytes of UTF-8 input per second,
+ * best of N runs) and the ratios, and checks that the token counts agree.
+ *
+ *   bench_tokenizer [--smoke] [--text FILE] [--vocab DIR] [--repeats N]
+ *                   [--threads N] [--no-peers] [--out FILE.md]
+ *
+ * --smoke: the first 256 KiB, one run each (CI: a few seconds). Paths default
+ * to the source tree this binary was built from (build/bin/ -> ../../).
+ * "Cold" runs load a fresh tokenizer first (empty piece cache); "warm" runs
+ * encode the same text again with the cache filled. */
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ojas/data.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char g_root[PATH_MAX];
+
+/* The source tree: two levels above the executable if it holds the peer
+ * script, else the current directory. */
+static void find_root(void) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    strcpy(g_root, ".");
+    if (n <= 0)
+        return;
+    exe[n] = 0;
+    for (int up = 0; up < 3; up++) {
+        char *s = strrchr(exe, '/');
+        if (!s)
+            return;
+        *s = 0;
+        char probe[PATH_MAX + 64];
+        snprintf(probe, sizeof probe, "%s/tests/peer/tiktoken_peer.mjs", exe);
+        if (access(probe, R_OK) == 0) {
+            snprintf(g_root, sizeof g_root, "%s", exe);
+            return;
+        }
+    }
+}
+
+static char *read_cmd(const char *cmd, size_t *len) {
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return NULL;
+    size_t cap = 1 << 20, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        n += fread(b + n, 1, cap - n - 1, p);
+        if (n < cap - 1)
+            break;
+        cap *= 2;
+        b = realloc(b, cap);
+    }
+    int rc = pclose(p);
+    if (!b || rc != 0 || n == 0) {
+        free(b);
+        return NULL;
+    }
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "cat '%s'", path);
+    return read_cmd(cmd, len);
+}
+
+/* Documents: cut after the first '\n' at or past every 64 KiB, exactly as
+ * tests/peer/tiktoken_peer.mjs does. */
+static size_t make_docs(const char *t, size_t n, const char ***docs, size_t **lens) {
+    size_t cap = n / 65536 + 2, k = 0, start = 0;
+    *docs = malloc(cap * sizeof **docs);
+    *lens = malloc(cap * sizeof **lens);
+    while (start < n) {
+        size_t cut = n;
+        if (n - start > 65536) {
+            const char *nl = memchr(t + start + 65536, '\n', n - start - 65536);
+            if (nl && (size_t)(nl - t) + 1 < n)
+                cut = (size_t)(nl - t) + 1;
+        }
+        (*docs)[k] = t + start;
+        (*lens)[k] = cut - start;
+        k++;
+        start = cut;
+    }
+    return k;
+}
+
+typedef struct row {
+    char name[96];
+    int threads;
+    double seconds, mbps;
+    long long tokens;
+} row;
+
+static row g_rows[32];
+static int g_nrows;
+
+static void add_row(const char *name, int threads, double s, double mb, long long tokens) {
+    row *r = &g_rows[g_nrows++];
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->threads = threads;
+    r->seconds = s;
+    r->mbps = mb / s;
+    r->tokens = tokens;
+}
+
+static const row *find_row(const char *prefix, int threads) {
+    for (int i = 0; i < g_nrows; i++)
+        if (strncmp(g_rows[i].name, prefix, strlen(prefix)) == 0 && g_rows[i].threads == threads)
+            return &g_rows[i];
+    return NULL;
+}
+
+static oj_tokenizer *load(const char *vocab, bool pcre2) {
+    oj_tokenizer *tok;
+    oj_error err = {0};
+    if (oj_tokenizer_load(vocab, &tok, &err) ||
+        (pcre2 && oj_tokenizer_set_pretokenizer(tok, OJ_PRETOK_PCRE2, &err))) {
+        fprintf(stderr, "bench_tokenizer: %s\n", err.message);
+        exit(1);
+    }
+    return tok;
+}
+
+static void check(oj_status st, const oj_error *err) {
+    if (st) {
+        fprintf(stderr, "bench_tokenizer: %s\n", err->message);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv) {
+    bool smoke = false, peers = true;
+    const char *text_path = NULL, *vocab = NULL, *out_md = NULL;
+    int repeats = 5, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--smoke") == 0)
+            smoke = true;
+        else if (strcmp(argv[i], "--no-peers") == 0)
+            peers = false;
+        else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc)
+            text_path = argv[++i];
+        else if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc)
+            vocab = argv[++i];
+        else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            out_md = argv[++i];
+        else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc)
+            repeats = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_tokenizer [--smoke] [--text FILE] [--vocab DIR] "
+                            "[--repeats N] [--threads N] [--no-peers] [--out FILE.md]\n");
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    if (smoke)
+        repeats = 1;
+    if (repeats < 1)
+        repeats = 1;
+    find_root();
+    char vocab_buf[PATH_MAX + 32];
+    if (!vocab) {
+        snprintf(vocab_buf, sizeof vocab_buf, "%s/third_party/gpt2", g_root);
+        vocab = vocab_buf;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads <= 0)
+        threads = ncpu > 1 ? (int)ncpu : 2;
+
+    size_t n = 0;
+    char *text = text_path ? read_file(text_path, &n)
+                           : read_cmd("bible 'gen1:1-rev22:21' 2>/dev/null", &n);
+    const char *source = text_path ? text_path : "King James Bible (bible-kjv, gen1:1-rev22:21)";
+    if (!text) {
+        if (!smoke) {
+            fprintf(stderr, "bench_tokenizer: no text (install bible-kjv or pass --text FILE)\n");
+            return 1;
+        }
+        /* smoke without the Bible: a synthetic text */
+        n = 1 << 18;
+        text = malloc(n + 1);
+        for (size_t i = 0; i < n; i++)
+            text[i] = (char)("the LORD said unto him, 42 times\n"[i % 33]);
+        text[n] = 0;
+        source = "synthetic text";
+    }
+    if (smoke && n > (1u << 18)) {
+        const char *nl = memchr(text + (1 << 18), '\n', n - (1 << 18));
+        n = nl ? (size_t)(nl - text) + 1 : n;
+        text[n] = 0;
+    }
+    double mb = (double)n / 1e6;
+    char tmp_text[] = "/tmp/ojas-bench-XXXXXX";
+    int fd = mkstemp(tmp_text);
+    if (fd < 0 || write(fd, text, n) != (ssize_t)n) {
+        fprintf(stderr, "bench_tokenizer: cannot write a temporary copy of the text\n");
+        return 1;
+    }
+    close(fd);
+    printf("text: %s, %zu bytes%s; %d run(s) each, best kept\n", source, n,
+           smoke ? " (smoke: first 256 KiB)" : "", repeats);
+
+    oj_error err = {0};
+    double t0 = now_s();
+    oj_tokenizer *tok = load(vocab, false);
+    double load_s = now_s() - t0;
+    oj_tokenizer_free(tok);
+
+    /* single thread, cold and warm */
+    long long ntok = 0;
+    double best_cold = 1e30, best_warm = 1e30, best_pcre = 1e30;
+    for (int r = 0; r < repeats; r++) {
+        tok = load(vocab, false);
+        oj_tokens ids = {0};
+        t0 = now_s();
+        check(oj_tokenizer_encode(tok, text, n, OJ_ENCODE_SPECIAL_AS_TEXT, &ids, &err), &err);
+        double dt = now_s() - t0;
+        best_cold = dt < best_cold ? dt : best_cold;
+        ntok = (long long)ids.len;
+        ids.len = 0;
+        t0 = now_s();
+        check(oj_tokenizer_encode(tok, text, n, OJ_ENCODE_SPECIAL_AS_TEXT, &ids, &err), &err);
+        dt = now_s() - t0;
+        best_warm = dt < best_warm ? dt : best_warm;
+        oj_tokens_free(&ids);
+        oj_tokenizer_free(tok);
+        tok = load(vocab, true);
+        t0 = now_s();
+        check(oj_tokenizer_encode(tok, text, n, OJ_ENCODE_SPECIAL_AS_TEXT, &ids, &err), &err);
+        dt = now_s() - t0;
+        best_pcre = dt < best_pcre ? dt : best_pcre;
+        oj_tokens_free(&ids);
+        oj_tokenizer_free(tok);
+    }
+    add_row("ojas (cold: fresh tokenizer)", 1, best_cold, mb, ntok);
+    add_row("ojas (warm: piece cache filled)", 1, best_warm, mb, ntok);
+    add_row("ojas, PCRE2 pre-tokeniser (cold)", 1, best_pcre, mb, ntok);
+
+    /* batch of documents on 1 and `threads` threads, cold */
+    const char **docs;
+    size_t *lens;
+    size_t nd = make_docs(text, n, &docs, &lens);
+    int tlist[2] = {1, threads};
+    long long nbatch = 0;
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && threads == 1)
+            break;
+        double best = 1e30;
+        for (int r = 0; r < repeats; r++) {
+            tok = load(vocab, false);
+            oj_tokens *outs = calloc(nd, sizeof *outs);
+            t0 = now_s();
+            check(oj_tokenizer_encode_batch(tok, nd, docs, lens, OJ_ENCODE_SPECIAL_AS_TEXT,
+                                            tlist[k], outs, &err),
+                  &err);
+            double dt = now_s() - t0;
+            best = dt < best ? dt : best;
+            nbatch = 0;
+            for (size_t i = 0; i < nd; i++) {
+                nbatch += (long long)outs[i].len;
+                oj_tokens_free(&outs[i]);
+            }
+            free(outs);
+            oj_tokenizer_free(tok);
+        }
+        char name[96];
+        snprintf(name, sizeof name, "ojas batch of %zu documents (cold)", nd);
+        add_row(name, tlist[k], best, mb, nbatch);
+    }
+
+    /* peers */
+    char node_version[64] = "";
+    bool peers_ok = false;
+    if (peers) {
+        char cmd[2 * PATH_MAX];
+        snprintf(cmd, sizeof cmd, "node '%s/tests/peer/tiktoken_peer.mjs' bench '%s' %d %d",
+                 g_root, tmp_text, repeats, threads);
+        size_t jl;
+        char *js = read_cmd(cmd, &jl);
+        json_error_t je;
+        json_t *root = js ? json_loads(js, 0, &je) : NULL;
+        json_t *arr = root ? json_object_get(root, "peers") : NULL;
+        if (arr && json_is_array(arr)) {
+            peers_ok = true;
+            snprintf(node_version, sizeof node_version, "%s",
+                     json_string_value(json_object_get(root, "node")));
+            size_t i;
+            json_t *p;
+            json_array_foreach(arr, i, p) {
+                const char *name = json_string_value(json_object_get(p, "name"));
+                int th = (int)json_integer_value(json_object_get(p, "threads"));
+                double s = json_number_value(json_object_get(p, "seconds"));
+                long long tk = (long long)json_integer_value(json_object_get(p, "tokens"));
+                char label[96];
+                if (th > 1)
+                    snprintf(label, sizeof label, "%s, %d worker_threads", name, th);
+                else
+                    snprintf(label, sizeof label, "%s", name);
+                add_row(label, th, s, mb, tk);
+                if (tk != (th > 1 ? nbatch : ntok)) {
+                    fprintf(stderr, "bench_tokenizer: %s gave %lld tokens, ojas %lld\n", name, tk,
+                            th > 1 ? nbatch : ntok);
+                    return 1;
+                }
+            }
+        } else
+            printf("peers: not run (node or third_party/npm missing: run scripts/deps.sh)\n");
+        json_decref(root);
+        free(js);
+    }
+    unlink(tmp_text);
+
+    /* report */
+    printf("\n%-58s %7s %10s %9s %10s\n", "encoder", "threads", "seconds", "MB/s", "tokens");
+    for (int i = 0; i < g_nrows; i++)
+        printf("%-58s %7d %10.4f %9.2f %10lld\n", g_rows[i].name, g_rows[i].threads,
+               g_rows[i].seconds, g_rows[i].mbps, g_rows[i].tokens);
+    printf("ojas tokenizer load (encoder.json + vocab.bpe): %.1f ms\n", load_s * 1e3);
+    const row *ours = find_row("ojas (cold", 1), *tk1 = find_row("tiktoken", 1);
+    const row *js1 = find_row("js-tiktoken", 1);
+    const row *omt = threads > 1 ? find_row("ojas batch", threads) : NULL;
+    const row *tkmt = threads > 1 ? find_row("tiktoken", threads) : NULL;
+    char ratio[512] = "";
+    if (peers_ok && tk1 && js1) {
+        snprintf(ratio, sizeof ratio,
+                 "single thread: ojas %.1f MB/s = %.1fx tiktoken (WASM) %.2f MB/s, %.1fx "
+                 "js-tiktoken %.2f MB/s",
+                 ours->mbps, ours->mbps / tk1->mbps, tk1->mbps, ours->mbps / js1->mbps, js1->mbps);
+        printf("\n%s\n", ratio);
+        if (omt && tkmt)
+            printf("batch on %d threads: ojas %.1f MB/s = %.1fx tiktoken on %d worker_threads "
+                   "(%.2f MB/s)\n",
+                   threads, omt->mbps, omt->mbps / tkmt->mbps, threads, tkmt->mbps);
+    }
+    if (out_md) {
+        FILE *f = fopen(out_md, "w");
+        if (!f) {
+            perror(out_md);
+            return 1;
+        }
+        char cpu[256] = "unknown";
+        FILE *ci = fopen("/proc/cpuinfo", "r");
+        char line[512];
+        while (ci && fgets(line, sizeof line, ci))
+            if (strncmp(line, "model name", 10) == 0) {
+                char *c = strchr(line, ':');
+                snprintf(cpu, sizeof cpu, "%.200s", c ? c + 2 : line);
+                cpu[strcspn(cpu, "\n")] = 0;
+                break;
+            }
+        if (ci)
+            fclose(ci);
+        time_t now = time(NULL);
+        char date[32];
+        strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+        struct utsname un;
+        uname(&un);
+        fprintf(f, "# Tokenizer benchmark\n\n");
+        fprintf(f, "- date: %s\n- machine: %s, %ld logical CPUs, %s %s\n", date, cpu, ncpu,
+                un.sysname, un.release);
+        fprintf(f, "- command: `");
+        for (int i = 0; i < argc; i++)
+            fprintf(f, i ? " %s" : "%s", argv[i]);
+        fprintf(f, "` (from the repository root, after `make build`)\n");
+        fprintf(f, "- text: %s, %zu bytes; best of %d run(s)\n", source, n, repeats);
+        if (peers_ok)
+            fprintf(f, "- peers: node %s running tests/peer/tiktoken_peer.mjs in the same run\n",
+                    node_version);
+        fprintf(f, "\n| encoder | threads | seconds | MB/s | tokens |\n|---|---:|---:|---:|---:|\n");
+        for (int i = 0; i < g_nrows; i++)
+            fprintf(f, "| %s | %d | %.4f | %.2f | %lld |\n", g_rows[i].name, g_rows[i].threads,
+                    g_rows[i].seconds, g_rows[i].mbps, g_rows[i].tokens);
+        fprintf(f, "\nojas tokenizer load (encoder.json + vocab.bpe): %.1f ms.\n", load_s * 1e3);
+        if (*ratio) {
+            fprintf(f, "\n**Ratio.** %s.", ratio);
+            if (omt && tkmt)
+                fprintf(f, " Batch on %d threads: ojas %.1f MB/s = %.1fx tiktoken on %d "
+                           "worker_threads (%.2f MB/s).",
+                        threads, omt->mbps, omt->mbps / tkmt->mbps, threads, tkmt->mbps);
+            fprintf(f, "\n");
+        }
+        fclose(f);
+        printf("wrote %s\n", out_md);
+    }
+    free(docs);
+    free(lens);
+    free(text);
+    return 0;
+}
