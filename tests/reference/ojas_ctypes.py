@@ -18,6 +18,9 @@ Adding a test for a new op is one line. `eng.call(name, *args)` looks up
 no binding code) and converts the arguments: Tensor, int, float, bool, dtype
 names ("f32"), enum members by name ("sum" or "OJ_REDUCTION_SUM"), lists for the `(int n, const int *dims)` / `(int rank, const
 int64_t *shape)` / `(oj_tensor *const *ts, int n)` pairs, None for NULL.
+An `oj_tensor **` output takes True (request it) or None: oj_max(x, dim,
+keepdim, True) returns (values, indices); oj_split(..., max_out, True)
+returns the list of pieces.
 `refcheck.check` runs the op and its torch reference on the same inputs and
 compares output dtype, shape and values, then the input gradients for a
 random upstream gradient, e.g. in a test function taking the `eng`, `dtype`
@@ -278,11 +281,16 @@ def _param_kind(p):
     if not m:
         return ("unsupported", None, p)
     ty, name = m.group(1).replace(" *", "*").replace("* ", "*").strip(), m.group(2)
-    ty = ty.replace("const ", "").replace("const*", "*").strip()
+    if ty.endswith("*const*"):
+        ty = ty[:-len("*const*")] + "*const*"  # pointer to const pointers: an input array
+    ty = re.sub(r"^const ", "", ty).replace("const*", "*") if not ty.endswith("*const*") \
+        else re.sub(r"^const ", "", ty)
     if ty in ("oj_tensor*",):
         return ("tensor", C.c_void_p, name)
-    if ty in ("oj_tensor**", "oj_tensor*const*"):
+    if ty == "oj_tensor*const*":
         return ("tensors", C.c_void_p, name)
+    if ty == "oj_tensor**":
+        return ("tensor_out", C.c_void_p, name)
     if ty == "oj_engine*":
         return ("engine", C.c_void_p, name)
     if ty == "int*":
@@ -298,20 +306,21 @@ def _param_kind(p):
 
 
 def _ret_kind(ty):
+    """(kind, ctypes restype) of a return type."""
     ty = " ".join(ty.replace("const ", "").split()).replace(" *", "*")
     if ty == "oj_tensor*":
-        return "tensor"
+        return "tensor", C.c_void_p
     if ty == "oj_status":
-        return "status"
+        return "status", C.c_int
     if ty == "void":
-        return "void"
+        return "void", None
     if ty == "char*":
-        return "str"
+        return "str", C.c_char_p
     if ty in _SCALAR_KINDS:
-        return _SCALAR_KINDS[ty][0]
+        return _SCALAR_KINDS[ty]
     if ty in ENUMS:
-        return "int"
-    return "unsupported"
+        return "int", C.c_int
+    return "unsupported", None
 
 
 class Proto:
@@ -321,10 +330,10 @@ class Proto:
     'dtype', 'engine'. Folded arrays carry ('count_first'|'count_last')."""
 
     def __init__(self, name, ret, cparams, header):
-        self.name, self.ret, self.header = name, ret, header
+        (self.ret, self.restype), self.name, self.header = ret, name, header
         self.cparams = cparams
         self.params = []
-        self.supported = ret != "unsupported"
+        self.supported = self.ret != "unsupported"
         used = set()
         for i, (k, ct, pname) in enumerate(cparams):
             if i in used:
@@ -569,8 +578,7 @@ class Engine:
                                       "OVERRIDES)" % (name, P.signature()))
         cf = getattr(lib(), P.name)
         cf.argtypes = P.argtypes
-        cf.restype = {"tensor": C.c_void_p, "status": C.c_int, "void": None,
-                      "str": C.c_char_p}.get(P.ret) or _SCALAR_KINDS_RET[P.ret]
+        cf.restype = P.restype
         self._fns[name] = (P, cf)
         return self._fns[name]
 
@@ -585,6 +593,8 @@ class Engine:
         it = iter(args)
         cargs, keep = [], []
         inputs = []
+        named = dict(zip([p[1] for p in want], args))
+        outs = None  # (ctypes array, single?) of an oj_tensor ** output parameter
         for kind, pname, fold, ct, ct2 in P.params:
             if kind == "engine":
                 cargs.append(self.handle)
@@ -603,6 +613,20 @@ class Engine:
                 cargs.append(DT[dtype_name(a)])
             elif kind.startswith("enum:"):
                 cargs.append(enum_value(kind[5:], a))
+            elif kind == "tensor_out":
+                # None/False: NULL. True: room for max_out (if the function
+                # takes one), else for as many as the folded array, else one.
+                if not a:
+                    cargs.append(None)
+                    outs = outs or (None, True)
+                    continue
+                folded = [len(v) for (k, n, f, *_r) in want if f and named.get(n) is not None
+                          for v in [named[n]]]
+                cap = int(named["max_out"]) if "max_out" in named else \
+                    (folded[0] if folded else 1)
+                arr = (C.c_void_p * max(1, cap))()
+                outs = (arr, "max_out" not in named and not folded)
+                cargs.append(C.cast(arr, C.c_void_p))
             else:  # folded arrays
                 if a is None:
                     n, arr = 0, None
@@ -619,6 +643,16 @@ class Engine:
                     arr = C.cast(arr, ct2)
                 cargs.extend([n, arr] if fold == "count_first" else [arr, n])
         r = cf(*cargs)
+        if outs is not None:
+            arr, single = outs
+            n = 0 if arr is None else 1 if single else (r if P.ret == "int" and r > 0 else 0)
+            got = [self._wrap_new(arr[i]) for i in range(n) if arr[i]]
+            if P.ret == "tensor":
+                main = self._wrap_new(r) if r else None
+                self.check()
+                return main, (got[0] if got else None)
+            self.check()
+            return got if arr is not None else r
         if P.ret == "tensor":
             if r and r in inputs:
                 # Same handle handed back: take a reference of our own.
@@ -632,10 +666,6 @@ class Engine:
         if P.ret == "str":
             return r.decode() if r is not None else None
         return r
-
-
-_SCALAR_KINDS_RET = {"int": C.c_int64, "float": C.c_double, "bool": C.c_bool,
-                     "dtype": C.c_int}
 
 
 def _handle(x):
