@@ -1,0 +1,264 @@
+"""nn ops of include/ojas/ops.h vs PyTorch 1.13: embedding, layer_norm,
+softmax, log_softmax, cross_entropy (ignore_index, label smoothing, every
+reduction), nll_loss and the elementwise losses, forward and gradients,
+f32 and f64, non-contiguous inputs. For what torch 1.13 lacks (rms_norm,
+scaled_dot_product_attention with GQA and bottom-right causal masks,
+rotary_embedding) the reference is written here with torch ops in float64,
+its gradient coming from torch's autograd."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ojas_ctypes import OjasError
+from refcheck import check, rand
+
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+def f64_ref(fn):
+    """Wrap a reference so it computes in float64 and returns the input's
+    dtype (the gradient flows back through the casts)."""
+    def r(*args):
+        dt = next(a.dtype for a in args if torch.is_tensor(a) and a.is_floating_point())
+        conv = [a.double() if torch.is_tensor(a) and a.is_floating_point() else a for a in args]
+        return fn(*conv).to(dt)
+    return r
+
+
+# ---------------------------------------------------------------- embedding
+
+@pytest.mark.parametrize("idt", ["i64", "i32"])
+def test_embedding(eng, dtype, rng, idt):
+    w = rand(rng, (10, 4), dtype)
+    idx = rng.integers(0, 10, size=(3, 5)).astype(np.int64 if idt == "i64" else np.int32)
+    idx[0, :3] = 7  # repeated rows accumulate
+    check(eng, "embedding", [w, idx], ref=lambda w, i: F.embedding(i.long(), w), grad_inputs=[0])
+    check(eng, "embedding", [w, idx], ref=lambda w, i: F.embedding(i.long(), w), grad_inputs=[0],
+          noncontig=True)
+
+
+def test_embedding_out_of_range(eng, rng):
+    w = eng.tensor(rand(rng, (10, 4), "f32"))
+    with pytest.raises(OjasError) as e:
+        eng.call("embedding", w, eng.tensor(np.array([1, 10, 2], dtype=np.int64)))
+    assert e.value.status == "OJ_ERR_OUT_OF_RANGE" and "index 10 at position 1" in e.value.message
+
+
+# ---------------------------------------------------------------- norms
+
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+@pytest.mark.parametrize("noncontig", [False, True])
+def test_layer_norm(eng, dtype, rng, affine, noncontig):
+    x = rand(rng, (2, 3, 8), dtype)
+    w, b = rand(rng, (8,), dtype), rand(rng, (8,), dtype)
+    eps = 1e-5
+    if affine == "none":
+        check(eng, "layer_norm", [x], None, None, eps, noncontig=noncontig,
+              ref=lambda x, w, b, e: F.layer_norm(x, (8,), None, None, e))
+    elif affine == "weight":
+        check(eng, "layer_norm", [x, w], None, eps, noncontig=noncontig,
+              ref=lambda x, w, b, e: F.layer_norm(x, (8,), w, None, e))
+    else:
+        check(eng, "layer_norm", [x, w, b], eps, noncontig=noncontig,
+              ref=lambda x, w, b, e: F.layer_norm(x, (8,), w, b, e))
+
+
+def _rms(x, w, eps):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * w if w is not None else y
+
+
+@pytest.mark.parametrize("weight", [False, True])
+@pytest.mark.parametrize("noncontig", [False, True])
+def test_rms_norm(eng, dtype, rng, weight, noncontig):
+    x = rand(rng, (2, 3, 8), dtype)
+    eps = 1e-6
+    if weight:
+        check(eng, "rms_norm", [x, rand(rng, (8,), dtype)], eps, noncontig=noncontig,
+              ref=f64_ref(lambda x, w, e: _rms(x, w, e)))
+    else:
+        check(eng, "rms_norm", [x], None, eps, noncontig=noncontig,
+              ref=f64_ref(lambda x, w, e: _rms(x, None, e)))
+
+
+# ---------------------------------------------------------------- softmax
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax(eng, dtype, rng, name, dim):
+    fn = F.softmax if name == "softmax" else F.log_softmax
+    x = rand(rng, (3, 4, 5), dtype, high=8.0)
+    check(eng, name, [x], dim, ref=lambda t, d: fn(t, dim=d))
+    check(eng, name, [x], dim, ref=lambda t, d: fn(t, dim=d), noncontig=True)
+
+
+# ---------------------------------------------------------------- class losses
+
+def _targets(rng, shape, V, ignore, idt="i64"):
+    t = rng.integers(0, V, size=shape)
+    t.reshape(-1)[::4] = ignore  # every fourth row ignored
+    return t.astype(np.int64 if idt == "i64" else np.int32)
+
+
+def _ce_ref(V, smoothing, red):
+    def r(x, t, ignore, *rest):
+        out = F.cross_entropy(x.reshape(-1, V), t.reshape(-1).long(), ignore_index=ignore,
+                              label_smoothing=smoothing, reduction=red)
+        return out.reshape(t.shape) if red == "none" else out
+    return r
+
+
+@pytest.mark.parametrize("red", REDUCTIONS)
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("shape", [(6,), (2, 3)], ids=str)
+def test_cross_entropy(eng, dtype, rng, red, smoothing, shape):
+    V = 7
+    x = rand(rng, shape + (V,), dtype, high=4.0)
+    t = _targets(rng, shape, V, -100, "i64" if len(shape) == 1 else "i32")
+    check(eng, "cross_entropy", [x, t], -100, smoothing, red, ref=_ce_ref(V, smoothing, red))
+    if len(shape) == 2:
+        check(eng, "cross_entropy", [x, t], -100, smoothing, red, noncontig=True,
+              ref=lambda x, t, *a: _ce_ref(V, smoothing, red)(x, t, *a))
+
+
+def test_cross_entropy_ignore_index_inside_range(eng, dtype, rng):
+    # ignore_index may name a real class: those rows drop out (torch).
+    x = rand(rng, (8, 5), dtype)
+    t = rng.integers(0, 5, size=(8,)).astype(np.int64)
+    t[:3] = 2
+    check(eng, "cross_entropy", [x, t], 2, 0.0, "mean", ref=_ce_ref(5, 0.0, "mean"))
+
+
+def test_cross_entropy_bad_target(eng, rng):
+    x = eng.tensor(rand(rng, (3, 4), "f32"))
+    with pytest.raises(OjasError) as e:
+        eng.call("cross_entropy", x, eng.tensor(np.array([0, 4, 1], dtype=np.int64)), -100, 0.0,
+                 "mean")
+    assert e.value.status == "OJ_ERR_OUT_OF_RANGE"
+    assert "cross_entropy" in e.value.message and "target 4 at row 1" in e.value.message
+
+
+@pytest.mark.parametrize("red", REDUCTIONS)
+def test_nll_loss(eng, dtype, rng, red):
+    V = 6
+    lp = torch.log_softmax(torch.tensor(rand(rng, (2, 4, V), dtype)), -1).numpy()
+    t = _targets(rng, (2, 4), V, -1)
+
+    def ref(x, t, ignore, red):
+        out = F.nll_loss(x.reshape(-1, V), t.reshape(-1), ignore_index=ignore, reduction=red)
+        return out.reshape(t.shape) if red == "none" else out
+    check(eng, "nll_loss", [lp, t], -1, red, ref=ref)
+
+
+# ---------------------------------------------------------------- attention
+
+def _attn_ref(q, k, v, mask, causal, scale):
+    H, Hkv, T, S = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    k = k.repeat_interleave(H // Hkv, dim=1)
+    v = v.repeat_interleave(H // Hkv, dim=1)
+    s = (q @ k.transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+    if causal:
+        keep = torch.ones(T, S, dtype=torch.bool).tril(S - T)  # j <= i + S - T
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (6, 1)], ids=lambda h: "H%d-Hkv%d" % h)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("T,S", [(5, 5), (3, 7), (33, 70)], ids=str)
+def test_attention(eng, dtype, rng, heads, causal, T, S):
+    H, Hkv = heads
+    B, D, Dv = 2, 8, 5
+    q, k, v = (rand(rng, (B, H, T, D), dtype), rand(rng, (B, Hkv, S, D), dtype),
+               rand(rng, (B, Hkv, S, Dv), dtype))
+    check(eng, "scaled_dot_product_attention", [q, k, v], None, causal, math.nan,
+          ref=f64_ref(lambda q, k, v, m, c, s: _attn_ref(q, k, v, None, c, 1 / math.sqrt(D))))
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_attention_mask(eng, dtype, rng, kind):
+    B, H, Hkv, T, S, D = 2, 4, 2, 6, 9, 4
+    q, k, v = (rand(rng, (B, H, T, D), dtype), rand(rng, (B, Hkv, S, D), dtype),
+               rand(rng, (B, Hkv, S, D), dtype))
+    if kind == "bool":
+        m = rng.random((B, 1, T, S)) < 0.7
+        m[..., 0] = True  # no fully masked row (torch would give NaN there)
+    else:
+        m = rand(rng, (T, S), dtype)
+    check(eng, "scaled_dot_product_attention", [q, k, v, m], False, 0.3, grad_inputs=[0, 1, 2],
+          ref=f64_ref(lambda q, k, v, m, c, s: _attn_ref(q, k, v, m, c, s)))
+
+
+def test_attention_noncontig(eng, dtype, rng):
+    # inputs passed as transposed views: q/k/v stored [B, H, D, T]
+    B, H, T, D = 1, 2, 6, 6
+    q, k, v = (rand(rng, (B, H, T, D), dtype) for _ in range(3))
+    check(eng, "scaled_dot_product_attention", [q, k, v], None, True, math.nan, noncontig=True,
+          ref=f64_ref(lambda q, k, v, m, c, s: _attn_ref(q, k, v, None, c, 1 / math.sqrt(D))))
+
+
+# ---------------------------------------------------------------- rotary
+
+def _rope_ref(x, off, theta):
+    T, D = x.shape[-2], x.shape[-1]
+    i = torch.arange(D // 2, dtype=torch.float64)
+    t = torch.arange(T, dtype=torch.float64) + off
+    a = t[:, None] * theta ** (-2.0 * i / D)
+    c, s = torch.cos(a), torch.sin(a)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+
+
+@pytest.mark.parametrize("off", [0, 37])
+def test_rotary_embedding(eng, dtype, rng, off):
+    x = rand(rng, (2, 3, 5, 8), dtype)
+    check(eng, "rotary_embedding", [x], off, 10000.0, ref=f64_ref(_rope_ref))
+    check(eng, "rotary_embedding", [rand(rng, (2, 3, 8, 8), dtype)], off, 500.0, noncontig=True,
+          ref=f64_ref(_rope_ref))
+
+
+# ---------------------------------------------------------------- dropout
+
+def test_dropout_identity_and_rate(eng, dtype, rng):
+    x = rand(rng, (4, 5), dtype)
+    check(eng, "dropout", [x], 0.5, False, ref=lambda t, p, tr: F.dropout(t, p, tr))
+    check(eng, "dropout", [x], 0.0, True, ref=lambda t, p, tr: F.dropout(t, p, tr))
+    y = eng.call("dropout", eng.tensor(np.ones((100, 100), dtype=np.float32)), 0.25, True)
+    a = y.to_numpy()
+    assert set(np.unique(a)) <= {0.0, np.float32(1 / 0.75)}
+    assert abs((a == 0).mean() - 0.25) < 0.02
+
+
+# ---------------------------------------------------------------- elementwise losses
+
+@pytest.mark.parametrize("red", REDUCTIONS)
+@pytest.mark.parametrize("name", ["mse_loss", "l1_loss", "smooth_l1_loss",
+                                  "binary_cross_entropy", "binary_cross_entropy_with_logits"])
+def test_losses(eng, dtype, rng, red, name):
+    shape = (3, 5)
+    if name == "binary_cross_entropy":
+        a = rng.uniform(0.02, 0.98, size=shape).astype(np.float32 if dtype == "f32" else np.float64)
+        b = rng.uniform(0, 1, size=shape).astype(a.dtype)
+    elif name == "binary_cross_entropy_with_logits":
+        a = rand(rng, shape, dtype, high=6.0)
+        b = rng.uniform(0, 1, size=shape).astype(a.dtype)
+    else:
+        a, b = rand(rng, shape, dtype), rand(rng, shape, dtype)
+    if name == "smooth_l1_loss":
+        check(eng, name, [a, b], 0.7, red,
+              ref=lambda x, y, beta, r: F.smooth_l1_loss(x, y, reduction=r, beta=beta))
+    else:
+        fn = getattr(F, name)
+        check(eng, name, [a, b], red, ref=lambda x, y, r: fn(x, y, reduction=r))
+        check(eng, name, [a, b], red, ref=lambda x, y, r: fn(x, y, reduction=r), noncontig=True)
+
+
+def test_mse_loss_broadcast(eng, dtype, rng):
+    check(eng, "mse_loss", [rand(rng, (3, 4), dtype), rand(rng, (4,), dtype)], "mean",
+          ref=lambda x, y, r: ((x - y) ** 2).mean())
