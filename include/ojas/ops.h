@@ -338,6 +338,76 @@ oj_tensor *oj_binary_cross_entropy_with_logits(oj_tensor *logits, oj_tensor *tar
                                                oj_reduction reduction);
 /* ================================================================ end of nn */
 
+/* ================================================================ shape and indexing
+ * Ops that build new tensors from pieces of others (src/ops/shape_ops.c,
+ * src/ops/index_ops.c). Float inputs record autograd; the result is a new
+ * contiguous tensor owned by the current scope unless said otherwise.
+ * Index tensors are i64 (i32 accepted); an index value outside its dim
+ * gives OJ_ERR_OUT_OF_RANGE naming the op, the value and its position.
+ * Semantics follow the torch function of the same name. */
+
+/* Concatenation of ts[0..n) along dim. Shapes must match except in dim
+ * (OJ_ERR_SHAPE naming both shapes); 1-D empty tensors are skipped as in
+ * torch; dtypes promote. n < 1 or ts NULL returns NULL (no engine to
+ * record on). Any number of inputs. */
+oj_tensor *oj_cat(int n, oj_tensor *const *ts, int dim);
+/* ts[0..n) (all the same shape S) stacked along a new dim:
+ * -rank(S)-1 <= dim <= rank(S). */
+oj_tensor *oj_stack(int n, oj_tensor *const *ts, int dim);
+/* Views of x cut along dim into pieces of split_size (the last may be
+ * smaller; a size-0 dim gives one empty piece). Writes the pieces (each a
+ * view owned by the current scope, with autograd) into outs and returns
+ * their count, or -1 with an error: OJ_ERR_INVALID_ARGUMENT for
+ * split_size <= 0 on a non-empty dim, OJ_ERR_OUT_OF_RANGE when the count
+ * exceeds max_out. outs NULL: only returns the count. */
+int oj_split(oj_tensor *x, int64_t split_size, int dim, int max_out, oj_tensor **outs);
+/* Views of x along dim of sizes[0..n) (must sum to the dim's size,
+ * OJ_ERR_SHAPE otherwise) into outs[0..n). Returns n or -1. */
+int oj_split_sizes(oj_tensor *x, int n, const int64_t *sizes, int dim, oj_tensor **outs);
+/* torch.chunk: split with split_size ceil(size / chunks), so it may give
+ * fewer than `chunks` pieces (a size-0 dim gives `chunks` empty ones).
+ * chunks > 0. Returns the count or -1, as oj_split. */
+int oj_chunk(oj_tensor *x, int chunks, int dim, int max_out, oj_tensor **outs);
+/* Copy of x with the order of elements reversed along dims[0..ndims)
+ * (duplicates: OJ_ERR_INVALID_ARGUMENT). */
+oj_tensor *oj_flip(oj_tensor *x, int ndims, const int *dims);
+/* Constant padding as torch.nn.functional.pad: pads[0..npad) holds
+ * (left, right) pairs starting from the last dim; npad even and
+ * <= 2 * rank. Negative pads crop. New elements hold `value`. */
+oj_tensor *oj_pad(oj_tensor *x, int npad, const int64_t *pads, double value);
+/* out[p] = x[p with p[dim] = index[p]]: out shaped like index (same rank
+ * as x; index.size(d) <= x.size(d) for d != dim, OJ_ERR_SHAPE otherwise).
+ * Gradient scatter-adds into x. */
+oj_tensor *oj_gather(oj_tensor *x, int dim, oj_tensor *index);
+/* Copy of x with src[p] added at x[p with p[dim] = index[p]] for every
+ * position p of index (index no larger than src anywhere, nor than x
+ * outside dim; x, src one dtype). Deterministic order. Gradient: g to x,
+ * gather(g, dim, index) to src. */
+oj_tensor *oj_scatter_add(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src);
+/* x with dim replaced by x's entries index[0..K) along it (index 1-D or
+ * rank 0). Gradient index-adds into x. */
+oj_tensor *oj_index_select(oj_tensor *x, int dim, oj_tensor *index);
+/* Copy of x with alpha * src[.., k, ..] added at x[.., index[k], ..]
+ * (index [K]; src shaped like x with dim of size K; one dtype). */
+oj_tensor *oj_index_add(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src, double alpha);
+/* x with `value` where mask (bool, broadcastable to x's shape) is true;
+ * no gradient flows to the filled elements. */
+oj_tensor *oj_masked_fill(oj_tensor *x, oj_tensor *mask, double value);
+/* Lower (tril) / upper (triu) triangle of the last two dims of x (rank
+ * >= 2): keeps x[.., i, j] where j - i <= diagonal (tril) or >= diagonal
+ * (triu), zero elsewhere. */
+oj_tensor *oj_tril(oj_tensor *x, int64_t diagonal);
+oj_tensor *oj_triu(oj_tensor *x, int64_t diagonal);
+/* i64 [..., num_classes]: 1 where the last index equals indices[...].
+ * num_classes -1 infers max + 1. No grad. A class outside [0,
+ * num_classes) is OJ_ERR_OUT_OF_RANGE. */
+oj_tensor *oj_one_hot(oj_tensor *indices, int64_t num_classes);
+/* x tiled repeats[d] times along each dim (n >= rank(x), n <= 8; x is
+ * treated as having n - rank leading size-1 dims), as torch.Tensor.repeat.
+ * Gradient sums over the copies. */
+oj_tensor *oj_repeat(oj_tensor *x, int n, const int64_t *repeats);
+/* ================================================================ end of shape and indexing */
+
 #ifdef __cplusplus
 }
 #endif

@@ -265,6 +265,33 @@ typedef struct oj_backend {
      * dout with the same seed and offset. */
     oj_status (*dropout)(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
                          uint64_t seed, uint64_t offset);
+
+    /* ---- indexing (CPU: cpu_index.c). Index tensors are i64 or i32 with
+     * any strides; data tensors have any strides, outputs written in place
+     * do not overlap the inputs. Index values are checked here (the ops
+     * layer cannot read them): one outside [0, size) records
+     * OJ_ERR_OUT_OF_RANGE naming the op, the value and its position, and
+     * nothing is promised about out. Accumulations run in a fixed order. */
+
+    /* out[p] = x[p with p[dim] = index[p]] for every position p of index;
+     * out shaped like index, x's dtype; index.size(d) <= x.size(d) for
+     * d != dim; ranks equal (rank 0: dim 0). */
+    oj_status (*gather)(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                        const oj_tensor *index);
+    /* out[p with p[dim] = index[p]] += src[p] for every position p of index,
+     * in place; out and src one dtype; index.size(d) <= src.size(d) for
+     * every d and <= out.size(d) for d != dim; ranks equal. */
+    oj_status (*scatter_add)(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                             const oj_tensor *src);
+    /* out = x with dim `dim` replaced by the rows index[0..K) (index [K] or
+     * rank 0 for K = 1); out contiguous, x's dtype. */
+    oj_status (*index_select)(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                              const oj_tensor *index);
+    /* out[.., index[k], ..] += alpha * src[.., k, ..] (k along dim) in place;
+     * src is out's shape with dim `dim` of size K; integer dtypes take an
+     * integral alpha. */
+    oj_status (*index_add)(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                           const oj_tensor *src, double alpha);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

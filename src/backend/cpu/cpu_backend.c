@@ -45,4 +45,8 @@ const oj_backend oj_cpu_backend = {
     .attention_backward = oj_cpu_attention_backward,
     .rotary_embedding = oj_cpu_rotary_embedding,
     .dropout = oj_cpu_dropout,
+    .gather = oj_cpu_gather,
+    .scatter_add = oj_cpu_scatter_add,
+    .index_select = oj_cpu_index_select,
+    .index_add = oj_cpu_index_add,
 };

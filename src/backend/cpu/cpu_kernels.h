@@ -40,4 +40,14 @@ oj_status oj_cpu_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *
 oj_status oj_cpu_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
                               double alpha, double scale, double decay, bool check_only);
 
+/* cpu_index.c */
+oj_status oj_cpu_gather(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                        const oj_tensor *index);
+oj_status oj_cpu_scatter_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                             const oj_tensor *src);
+oj_status oj_cpu_index_select(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                              const oj_tensor *index);
+oj_status oj_cpu_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                           const oj_tensor *src, double alpha);
+
 #endif /* OJAS_CPU_KERNELS_H */
