@@ -1,13 +1,15 @@
 """Reductions of include/ojas/ops.h vs PyTorch: sum, mean (any set of dims,
-negative dims, keepdim, all dims), sum_all, mean_all; forward and gradients,
-f32 and f64, non-contiguous, empty and rank-0 inputs."""
+negative dims, keepdim, all dims), sum_all, mean_all, prod, max/min (values
+and indices), amax/amin (ties), argmax/argmin, var/std (correction),
+logsumexp, norm (L1, L2, inf), cumsum, any/all; forward and gradients, f32
+and f64, non-contiguous, empty and rank-0 inputs."""
 
 import numpy as np
 import pytest
 import torch
 
 from ojas_ctypes import OjasError
-from refcheck import check, rand
+from refcheck import assert_close, check, rand
 
 REDUCE = {"sum": torch.sum, "mean": torch.mean}
 
@@ -90,3 +92,179 @@ def test_reduce_bad_dims(eng, dtype, rng):
     with pytest.raises(OjasError) as e:
         eng.call("sum", t, [-3], True)
     assert e.value.status == "OJ_ERR_OUT_OF_RANGE"
+
+
+# ------------------------------------------------------------------ more reductions
+
+def _multi(fn):
+    """A torch reduction over one dim made one over a list of dims (None:
+    all), applied dim by dim from the last."""
+    def r(t, dims, keepdim):
+        ds = range(t.dim()) if not dims else [d % t.dim() for d in dims]
+        out = t
+        for d in sorted(set(ds), reverse=True):
+            out = fn(out, d, True)
+        if not keepdim:
+            keep = [s for i, s in enumerate(out.shape) if i not in set(ds)]
+            out = out.reshape(keep)
+        return out
+    return r
+
+
+def _dims_kw(fn, **kw):
+    def r(t, dims, keepdim):
+        return fn(t, dim=tuple(dims) if dims else tuple(range(t.dim())), keepdim=keepdim, **kw)
+    return r
+
+
+MORE_DIMS = [None, [1], [-1], [0, 2], [-3, -1]]
+
+
+@pytest.mark.parametrize("dims", MORE_DIMS, ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_prod(eng, dtype, rng, dims, keepdim):
+    x = rand(rng, (3, 4, 2), dtype, low=0.5, high=1.5)
+    check(eng, "prod", [x], dims, keepdim, ref=_multi(lambda t, d, k: torch.prod(t, d, k)))
+
+
+def test_prod_with_zeros(eng, dtype, rng):
+    # one zero in a row: its gradient is the product of the others; two: 0.
+    x = rand(rng, (4, 5), dtype, low=0.5, high=1.5)
+    x[1, 2] = 0.0
+    x[2, 0] = x[2, 3] = 0.0
+    check(eng, "prod", [x], [1], False, ref=_multi(lambda t, d, k: torch.prod(t, d, k)))
+    check(eng, "prod", [x], None, False, ref=_multi(lambda t, d, k: torch.prod(t, d, k)))
+
+
+@pytest.mark.parametrize("idt", ["i64", "i32", "bool"])
+def test_prod_integer_gives_i64(eng, rng, idt):
+    x = rand(rng, (3, 4), idt)
+    check(eng, "prod", [x], [1], False, ref=_multi(lambda t, d, k: torch.prod(t, d, k)))
+
+
+@pytest.mark.parametrize("name", ["amax", "amin"])
+@pytest.mark.parametrize("dims", MORE_DIMS, ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_amax_amin(eng, dtype, rng, name, dims, keepdim):
+    # small integers: ties occur and the gradient is split evenly among them
+    x = (rng.integers(-3, 4, size=(3, 4, 5)) + 0.25).astype(np.dtype(
+        np.float32 if dtype == "f32" else np.float64))
+    check(eng, name, [x], dims, keepdim, ref=_dims_kw(getattr(torch, name)))
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_min_dim(eng, dtype, rng, name, dim, keepdim):
+    x = rand(rng, (4, 5, 3), dtype)  # distinct values: the index is unambiguous
+    tfn = getattr(torch, name)
+    t = eng.tensor(x, requires_grad=True)
+    vals, idx = eng.call(name, t, dim, keepdim, True)
+    tt = torch.tensor(x, requires_grad=True)
+    tv, ti = tfn(tt, dim, keepdim)
+    assert idx.dtype == "i64" and vals.dtype == dtype
+    assert_close(vals.to_numpy(), tv.detach().numpy(), dtype, name + " values")
+    np.testing.assert_array_equal(idx.to_numpy(), ti.numpy())
+    g = rand(rng, tuple(tv.shape), dtype)
+    vals.backward(g)
+    tv.backward(torch.tensor(g))
+    assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, name + " grad")
+    v2, none = eng.call(name, eng.tensor(x), dim, keepdim, None)
+    assert none is None and v2.shape == vals.shape
+
+
+def test_max_nan_and_empty(eng, dtype, rng):
+    x = rand(rng, (3, 4), dtype)
+    x[1, 2] = np.nan
+    vals, idx = eng.call("max", eng.tensor(x), 1, False, True)
+    tv, ti = torch.max(torch.tensor(x), 1)
+    assert_close(vals.to_numpy(), tv.numpy(), dtype, "max with NaN")
+    np.testing.assert_array_equal(idx.to_numpy(), ti.numpy())
+    with pytest.raises(OjasError) as e:
+        eng.call("max", eng.tensor(np.zeros((3, 0), x.dtype)), 1, False, None)
+    assert e.value.status == "OJ_ERR_SHAPE"
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+@pytest.mark.parametrize("dim", [0, -1, 1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_argmin(eng, dtype, rng, name, dim, keepdim):
+    x = rand(rng, (4, 5, 3), dtype)
+    check(eng, name, [x], dim, keepdim, ref=getattr(torch, name), noncontig=True)
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+@pytest.mark.parametrize("dims", MORE_DIMS, ids=str)
+@pytest.mark.parametrize("correction", [0.0, 1.0, 2.0])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_var_std(eng, dtype, rng, name, dims, correction, keepdim):
+    x = rand(rng, (3, 4, 5), dtype)
+    fn = getattr(torch, name)
+    check(eng, name, [x], dims, correction, keepdim,
+          ref=lambda t, d, c, k: fn(t, dim=tuple(d) if d else None, correction=int(c),
+                                    keepdim=k))
+
+
+def test_var_too_few_is_nan_and_noncontig(eng, dtype, rng):
+    x = rand(rng, (1, 4), dtype)
+    check(eng, "var", [x], [0], 1.0, False, grad=False,
+          ref=lambda t, d, c, k: torch.var(t, dim=tuple(d), correction=int(c), keepdim=k))
+    x = rand(rng, (5, 6), dtype)
+    check(eng, "std", [x], [1], 1.0, True, noncontig=True,
+          ref=lambda t, d, c, k: torch.std(t, dim=tuple(d), correction=int(c), keepdim=k))
+
+
+@pytest.mark.parametrize("dims", MORE_DIMS, ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_logsumexp(eng, dtype, rng, dims, keepdim):
+    x = rand(rng, (3, 4, 5), dtype, high=30.0)  # large values: must not overflow
+    check(eng, "logsumexp", [x], dims, keepdim, ref=_dims_kw(torch.logsumexp))
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, float("inf")], ids=["l1", "l2", "inf"])
+@pytest.mark.parametrize("dims", MORE_DIMS, ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_norm(eng, dtype, rng, p, dims, keepdim):
+    x = rand(rng, (3, 4, 5), dtype)
+    check(eng, "norm", [x], p, dims, keepdim,
+          ref=lambda t, p, d, k: torch.linalg.vector_norm(
+              t, ord=p, dim=tuple(d) if d else None, keepdim=k))
+
+
+def test_norm_inf_ties_and_bad_p(eng, dtype, rng):
+    x = np.array([[1.5, -1.5, 0.5], [2.0, 1.0, -2.0]], dtype=np.dtype(
+        np.float32 if dtype == "f32" else np.float64))
+    check(eng, "norm", [x], float("inf"), [1], False,
+          ref=lambda t, p, d, k: torch.linalg.vector_norm(t, ord=p, dim=tuple(d), keepdim=k))
+    with pytest.raises(OjasError) as e:
+        eng.call("norm", eng.tensor(x), 3.0, None, False)
+    assert e.value.status == "OJ_ERR_INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, -3])
+def test_cumsum(eng, dtype, rng, dim):
+    check(eng, "cumsum", [rand(rng, (3, 4, 5), dtype)], dim, ref=torch.cumsum)
+    check(eng, "cumsum", [rand(rng, (4, 5, 3), dtype)], dim, ref=torch.cumsum, noncontig=True)
+
+
+@pytest.mark.parametrize("idt", ["i64", "i32", "bool"])
+def test_cumsum_integer_gives_i64(eng, rng, idt):
+    check(eng, "cumsum", [rand(rng, (3, 4), idt)], 1, ref=torch.cumsum)
+
+
+@pytest.mark.parametrize("name", ["any", "all"])
+@pytest.mark.parametrize("dims", [None, [0], [-1], [0, 1]], ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_any_all(eng, rng, name, dims, keepdim):
+    x = rand(rng, (4, 3, 2), "f32")
+    x[rng.random(x.shape) < 0.4] = 0.0
+    x[0, 0, 0] = np.nan
+    fn = getattr(torch, name)
+    out = check(eng, name, [x], dims, keepdim, grad=False,
+                ref=_multi(lambda t, d, k: fn(t != 0, d, k)))
+    assert out.dtype == "bool"
+    b = rng.random((3, 4)) < 0.5
+    check(eng, name, [b], [1], keepdim, ref=_multi(lambda t, d, k: fn(t, d, k)))
+    # over an empty dim: any is false, all is true
+    check(eng, name, [np.zeros((0, 3), np.float32)], [0], keepdim, grad=False,
+          ref=_multi(lambda t, d, k: fn(t != 0, d, k)))
