@@ -67,6 +67,10 @@ struct oj_safetensors {
     char **meta_key, **meta_value; /* sorted by key */
 };
 
+/* The rule the reader applies to shapes: the product of the dims, zeros
+ * counted as 1, times `bits` per element, fits in 63 bits (so strides and
+ * byte counts never overflow, even for empty tensors). */
+bool oj__shape_span_ok(int rank, const int64_t *shape, unsigned bits);
 /* Parse and validate the safetensors bytes of m (retained by the handle on
  * success). `what` names the file in messages ("model.safetensors"). */
 oj_status oj__st_parse(oj__mapping *m, const char *what, oj_safetensors **out, oj_error *err);

@@ -22,6 +22,17 @@ const oj__st_dtype oj__st_dtypes[] = {
 };
 const int oj__st_dtype_count = (int)(sizeof oj__st_dtypes / sizeof oj__st_dtypes[0]);
 
+bool oj__shape_span_ok(int rank, const int64_t *shape, unsigned bits) {
+    uint64_t span = 1;
+    for (int d = 0; d < rank; d++) {
+        if (shape[d] < 0) return false;
+        uint64_t dim = shape[d] ? (uint64_t)shape[d] : 1;
+        if (span > (uint64_t)INT64_MAX / dim) return false;
+        span *= dim;
+    }
+    return span <= (uint64_t)INT64_MAX / bits;
+}
+
 static int dtype_lookup(const char *s) {
     for (int i = 0; i < oj__st_dtype_count; i++)
         if (strcmp(oj__st_dtypes[i].name, s) == 0) return i;
@@ -193,7 +204,11 @@ static oj_status parse_tensor(const char *what, const char *key, json_t *val, ui
     t->rank = (int)rank;
     t->shape = malloc((rank ? rank : 1) * sizeof *t->shape);
     if (!t->shape) return oj_error_set(err, OJ_ERR_CAPACITY, "safetensors %s: out of memory", what);
-    uint64_t numel = 1;
+    /* span: the product of the dims with zeros counted as 1. It must fit
+     * (in bits, then in int64 bytes) even when a zero dim empties the
+     * tensor: strides are products of the dims, and a file that asks for
+     * more is no real file. */
+    uint64_t span = 1;
     bool overflow = false, empty = false;
     for (size_t d = 0; d < rank; d++) {
         uint64_t dim;
@@ -201,8 +216,8 @@ static oj_status parse_tensor(const char *what, const char *key, json_t *val, ui
             return bad(err, what, "tensor %s: shape[%zu] is not a non-negative integer", q, d);
         t->shape[d] = (int64_t)dim;
         if (dim == 0) empty = true;
-        else if (numel > UINT64_MAX / dim) overflow = true;
-        numel *= dim;
+        else if (span > (uint64_t)INT64_MAX / dim) overflow = true;
+        else span *= dim;
     }
     shape_str(s, sizeof s, t->rank, t->shape);
     if (!json_is_array(jo) || json_array_size(jo) != 2 ||
@@ -213,11 +228,11 @@ static oj_status parse_tensor(const char *what, const char *key, json_t *val, ui
         return bad(err, what, "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin",
                    q, t->begin, t->end);
     const oj__st_dtype *dt = &oj__st_dtypes[t->dtype];
-    /* a zero dim makes any overflow of the others irrelevant */
-    if (empty) numel = 0;
-    else if (overflow || numel > UINT64_MAX / dt->bits)
-        return bad(err, what, "tensor %s: shape %s of %s overflows a 64-bit byte count", q, s,
-                   dt->name);
+    if (overflow || span > (uint64_t)INT64_MAX / dt->bits)
+        return bad(err, what,
+                   "tensor %s: shape %s of %s overflows (its dims, zeros counted as 1, exceed 2^63 bits)",
+                   q, s, dt->name);
+    uint64_t numel = empty ? 0 : span;
     uint64_t bits = numel * dt->bits;
     if (bits % 8)
         return bad(err, what, "tensor %s: shape %s of %s is not a whole number of bytes", q, s,

@@ -145,6 +145,8 @@ static oj_status collect(int64_t n, const oj_safetensors_entry *entries, const c
                                 "safetensors write: tensor %s: invalid dtype %d", q, (int)it->dtype);
         int64_t numel;
         rc = oj_shape_numel(it->rank, it->shape, it->dtype, &numel);
+        if (!rc && !oj__shape_span_ok(it->rank, it->shape, 8 * (unsigned)oj_dtype_size(it->dtype)))
+            rc = OJ_ERR_OUT_OF_RANGE;
         if (rc)
             return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                                 "safetensors write: tensor %s: shape is negative or overflows", q);

@@ -116,6 +116,8 @@ def safetensors_seeds():
         '{"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}}', f32(1, 2))
     s["bad_shape_overflow"] = raw_header(
         '{"w":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,0]}}')
+    s["bad_shape_overflow_empty"] = raw_header(  # found by fuzzing: strides overflowed
+        '{"w":{"dtype":"F32","shape":[429496729294,64967296,0],"data_offsets":[0,0]}}')
     s["bad_shape_not_array"] = raw_header(
         '{"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}}', f32(1, 2))
     s["bad_dtype_unknown"] = raw_header(

@@ -411,6 +411,9 @@ static void test_corruption_classes(void **state) {
     expect_corrupt("{" T("w", "F32", "3", "[0,4]") "}", d, 4, "\"w\"");
     expect_corrupt("{" T("w", "F32", "[4294967296,4294967296]", "[0,0]") "}", NULL, 0, "overflow");
     expect_corrupt("{" T("w", "F32", "[4611686018427387904]", "[0,0]") "}", NULL, 0, "overflow");
+    /* empty, but its dims would overflow strides (found by fuzzing) */
+    expect_corrupt("{" T("w", "F32", "[429496729294,64967296,0]", "[0,0]") "}", NULL, 0, "overflow");
+    expect_corrupt("{" T("w", "F32", "[0,4294967296,4294967296]", "[0,0]") "}", NULL, 0, "overflow");
     expect_corrupt("{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", d, 4, "missing \"data_offsets\"");
     expect_corrupt("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", d, 4,
                    "unknown key");
@@ -483,7 +486,7 @@ static void test_accepts_valid_variants(void **state) {
 static void test_write_errors(void **state) {
     (void)state;
     float a[1] = {1};
-    int64_t s[1] = {1}, neg[1] = {-1};
+    int64_t s[1] = {1}, neg[1] = {-1}, huge_empty[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 0};
     char path[512];
     path_of(path, sizeof path, "keep.safetensors");
     oj_safetensors_entry good[] = {{"w", OJ_F32, 1, s, a}};
@@ -502,6 +505,7 @@ static void test_write_errors(void **state) {
         {{{"w", (oj_dtype)42, 1, s, a}}, 1, "dtype"},
         {{{"w", OJ_F32, 1, neg, a}}, 1, "shape"},
         {{{"w", OJ_F32, 9, s, a}}, 1, "rank"},
+        {{{"w", OJ_F32, 3, huge_empty, a}}, 1, "shape"},
         {{{"w", OJ_F32, 1, s, NULL}}, 1, "NULL"},
         {{{NULL, OJ_F32, 1, s, a}}, 1, "NULL"},
     };
