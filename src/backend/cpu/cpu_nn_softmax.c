@@ -46,6 +46,26 @@ static double row_lse(const double *row, int64_t n) {
     return m + log(s);
 }
 
+/* Max of an f32 row (NaN is not propagated here; it reaches the sums). */
+static float row_max_f32(const float *r, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t k = 0; k < n; k++) m = r[k] > m ? r[k] : m;
+    return m;
+}
+
+/* logsumexp of an f32 row: float exponentials, summed in double. */
+static double row_lse_f32(const float *r, int64_t n) {
+    float m = row_max_f32(r, n);
+    if (m == -INFINITY || m == INFINITY) {
+        for (int64_t k = 0; k < n; k++)
+            if (isnan(r[k])) return NAN;
+        return m;
+    }
+    double s = 0.0;
+    for (int64_t k = 0; k < n; k++) s += expf(r[k] - m);
+    return (double)m + log(s);
+}
+
 oj_status oj_cpu_softmax_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
                                  bool logsm) {
     int64_t outer, n, inner;
@@ -143,6 +163,24 @@ oj_status oj_cpu_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tenso
     const char *tp = oj__nn_base(targets);
     int64_t valid = 0;
     for (int64_t n = 0; n < N; n++) {
+        if (logits->dtype == OJ_F32) { /* f32 fast path: expf, sums in double */
+            const float *r = (const float *)oj__nn_base(logits) + n * V;
+            double l = row_lse_f32(r, V);
+            if (lse) store_stat(lse, n, l);
+            int64_t t = oj__nn_index(tp, targets->dtype, n);
+            double li = 0.0;
+            if (t != ignore_index) {
+                valid++;
+                li = (1.0 - label_smoothing) * (l - (double)r[t]);
+                if (label_smoothing != 0.0) {
+                    double sx = 0.0;
+                    for (int64_t k = 0; k < V; k++) sx += (double)r[k];
+                    li += label_smoothing * (l - sx / (double)V);
+                }
+            }
+            store_stat(loss, n, li);
+            continue;
+        }
         oj__nn_load(oj__nn_base(logits) + (size_t)(n * V) * es, logits->dtype, V, 1, row);
         double l = row_lse(row, V);
         if (lse) store_stat(lse, n, l);
@@ -178,6 +216,18 @@ oj_status oj_cpu_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
     double off = label_smoothing / (double)V;
     for (int64_t n = 0; n < N; n++) {
         int64_t t = oj__nn_index(tp, targets->dtype, n);
+        if (t != ignore_index && logits->dtype == OJ_F32 && dlogits->dtype == OJ_F32) {
+            /* f32 fast path: p = expf(x - m) * exp(m - lse), m the row max */
+            const float *r = (const float *)oj__nn_base(logits) + n * V;
+            float *d = (float *)oj__nn_base(dlogits) + n * V;
+            float m = row_max_f32(r, V);
+            double l = oj__nn_get(oj__nn_base(lse), lse->dtype, n);
+            double g = scale * dloss_at(dloss, n);
+            float gs = (float)(g * exp((double)m - l)), go = (float)(g * off);
+            for (int64_t k = 0; k < V; k++) d[k] = gs * expf(r[k] - m) - go;
+            d[t] = (float)((double)d[t] - g * (1.0 - label_smoothing));
+            continue;
+        }
         if (t == ignore_index) {
             memset(row, 0, (size_t)V * sizeof(double));
         } else {
