@@ -40,6 +40,54 @@ oj_status oj_cpu_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *
 oj_status oj_cpu_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
                               double alpha, double scale, double decay, bool check_only);
 
+/* cpu_nn_*.c */
+oj_status oj_cpu_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
+                                   const oj_tensor *idx);
+oj_status oj_cpu_embedding_backward(oj_engine *eng, oj_tensor *dweight, const oj_tensor *dout,
+                                    const oj_tensor *idx);
+oj_status oj_cpu_layer_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *mean,
+                                    oj_tensor *rstd, const oj_tensor *x, const oj_tensor *weight,
+                                    const oj_tensor *bias, double eps);
+oj_status oj_cpu_layer_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
+                                     oj_tensor *dbias, const oj_tensor *dy, const oj_tensor *x,
+                                     const oj_tensor *mean, const oj_tensor *rstd,
+                                     const oj_tensor *weight);
+oj_status oj_cpu_rms_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
+                                  const oj_tensor *x, const oj_tensor *weight, double eps);
+oj_status oj_cpu_rms_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
+                                   const oj_tensor *dy, const oj_tensor *x, const oj_tensor *rstd,
+                                   const oj_tensor *weight);
+oj_status oj_cpu_softmax_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                                 bool log);
+oj_status oj_cpu_softmax_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor *y,
+                                  const oj_tensor *dy, int dim, bool log);
+oj_status oj_cpu_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
+                                       const oj_tensor *logits, const oj_tensor *targets,
+                                       int64_t ignore_index, double label_smoothing,
+                                       int64_t *n_valid);
+oj_status oj_cpu_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
+                                        const oj_tensor *logits, const oj_tensor *targets,
+                                        const oj_tensor *lse, const oj_tensor *dloss,
+                                        double scale, int64_t ignore_index,
+                                        double label_smoothing);
+oj_status oj_cpu_nll_loss_forward(oj_engine *eng, oj_tensor *loss, const oj_tensor *logp,
+                                  const oj_tensor *targets, int64_t ignore_index,
+                                  int64_t *n_valid);
+oj_status oj_cpu_nll_loss_backward(oj_engine *eng, oj_tensor *dlogp, const oj_tensor *targets,
+                                   const oj_tensor *dloss, double scale, int64_t ignore_index);
+oj_status oj_cpu_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
+                                   const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                   const oj_tensor *mask, bool is_causal, double scale);
+oj_status oj_cpu_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *dk, oj_tensor *dv,
+                                    const oj_tensor *dout, const oj_tensor *q, const oj_tensor *k,
+                                    const oj_tensor *v, const oj_tensor *out,
+                                    const oj_tensor *lse, const oj_tensor *mask, bool is_causal,
+                                    double scale);
+oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                  int64_t position_offset, double theta, bool inverse);
+oj_status oj_cpu_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
+                         uint64_t seed, uint64_t offset);
+
 /* cpu_index.c */
 oj_status oj_cpu_gather(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
                         const oj_tensor *index);
