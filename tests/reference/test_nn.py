@@ -169,6 +169,7 @@ def _attn_ref(q, k, v, mask, causal, scale):
     return torch.softmax(s, -1) @ v
 
 
+@pytest.mark.ops("scaled_dot_product_attention")
 @pytest.mark.parametrize("heads", [(4, 4), (4, 2), (6, 1)], ids=lambda h: "H%d-Hkv%d" % h)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("T,S", [(5, 5), (3, 7), (33, 70)], ids=str)
@@ -181,6 +182,7 @@ def test_attention(eng, dtype, rng, heads, causal, T, S):
           ref=f64_ref(lambda q, k, v, m, c, s: _attn_ref(q, k, v, None, c, 1 / math.sqrt(D))))
 
 
+@pytest.mark.ops("scaled_dot_product_attention")
 @pytest.mark.parametrize("kind", ["bool", "float"])
 def test_attention_mask(eng, dtype, rng, kind):
     B, H, Hkv, T, S, D = 2, 4, 2, 6, 9, 4
@@ -195,6 +197,7 @@ def test_attention_mask(eng, dtype, rng, kind):
           ref=f64_ref(lambda q, k, v, m, c, s: _attn_ref(q, k, v, m, c, s)))
 
 
+@pytest.mark.ops("scaled_dot_product_attention")
 def test_attention_noncontig(eng, dtype, rng):
     # inputs passed as transposed views: q/k/v stored [B, H, D, T]
     B, H, T, D = 1, 2, 6, 6
