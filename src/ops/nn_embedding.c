@@ -43,8 +43,7 @@ oj_tensor *oj_embedding(oj_tensor *weight, oj_tensor *indices) {
     oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *) =
         OJ_KERNEL(eng, embedding_forward, op);
     if (k == NULL || OJ_KERNEL(eng, embedding_backward, op) == NULL) return NULL;
-    int64_t V = weight->shape[0], C = weight->shape[1], N = oj_numel(indices);
-    (void)V;
+    int64_t C = weight->shape[1], N = oj_numel(indices);
     int64_t oshape[OJ_MAX_RANK], fshape[1] = {N}, o2[2] = {N, C};
     for (int d = 0; d < indices->rank; d++) oshape[d] = indices->shape[d];
     oshape[indices->rank] = C;
