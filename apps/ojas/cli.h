@@ -15,6 +15,8 @@ typedef int (*cli_main)(int argc, char **argv);
 
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_info(int argc, char **argv);
 
 /* True if arg is -h or --help. */
 bool cli_is_help(const char *arg);

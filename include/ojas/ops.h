@@ -408,6 +408,59 @@ oj_tensor *oj_one_hot(oj_tensor *indices, int64_t num_classes);
 oj_tensor *oj_repeat(oj_tensor *x, int n, const int64_t *repeats);
 /* ================================================================ end of shape and indexing */
 
+/* ================================================================ convolution and pooling
+ * NCHW (NCL for 1-D) float tensors of one dtype (OJ_ERR_DTYPE otherwise),
+ * any strides. Window geometry as torch: out = (in + 2 pad - dilation
+ * (k - 1) - 1) / stride + 1 (floor); a window larger than the padded input
+ * is OJ_ERR_SHAPE; non-positive kernel/stride/dilation or negative padding
+ * OJ_ERR_INVALID_ARGUMENT. NULL stride/padding/dilation arrays mean 1/0/1
+ * (pooling: NULL stride means the kernel size). Pooling, adaptive pooling
+ * and upsampling also take [C, H, W]. Each returns a new tensor owned by
+ * the current scope with autograd to every float input.
+ * (src/ops/conv.c; kernels im2col/col2im in src/backend/cpu/cpu_conv.c.) */
+
+/* torch.nn.functional.unfold: x [N, C, H, W] -> [N, C*kh*kw, OH*OW], row
+ * (c*kh + i)*kw + j holding the window tap (i, j) of channel c (zero
+ * padding). Gradient: the sum over overlapping windows (col2im). */
+oj_tensor *oj_unfold(oj_tensor *x, const int64_t kernel[2], const int64_t dilation[2],
+                     const int64_t padding[2], const int64_t stride[2]);
+/* 2-D cross-correlation: x [N, C, H, W], weight [O, C/groups, kh, kw],
+ * bias [O] or NULL -> [N, O, OH, OW]; groups >= 1 divides C and O
+ * (OJ_ERR_SHAPE otherwise). Computed as unfold (im2col) + matmul. */
+oj_tensor *oj_conv2d(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, const int64_t stride[2],
+                     const int64_t padding[2], const int64_t dilation[2], int groups);
+/* 1-D: x [N, C, L], weight [O, C/groups, K], bias [O] or NULL -> [N, O, OL]
+ * (conv2d over a height of 1). */
+oj_tensor *oj_conv1d(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, int64_t stride,
+                     int64_t padding, int64_t dilation, int groups);
+/* Max over each kernel window (padding counts as -inf; at most half the
+ * kernel, OJ_ERR_INVALID_ARGUMENT otherwise). The gradient goes to the
+ * first maximum of each window in row-major order, as torch. */
+oj_tensor *oj_max_pool2d(oj_tensor *x, const int64_t kernel[2], const int64_t stride[2],
+                         const int64_t padding[2]);
+/* Mean over each kernel window (zero padding, at most half the kernel);
+ * count_include_pad false divides by the in-bounds count instead. */
+oj_tensor *oj_avg_pool2d(oj_tensor *x, const int64_t kernel[2], const int64_t stride[2],
+                         const int64_t padding[2], bool count_include_pad);
+/* Output [.., out_h, out_w]; cell (i, j) averages rows [floor(i H / out_h),
+ * ceil((i + 1) H / out_h)) and the same for columns, as torch. */
+oj_tensor *oj_adaptive_avg_pool2d(oj_tensor *x, int64_t out_h, int64_t out_w);
+/* Nearest-neighbour resize to [.., out_h, out_w] with torch's source index
+ * min(floor(o * (float)in / out), in - 1). Gradient sums into the sources. */
+oj_tensor *oj_upsample_nearest2d(oj_tensor *x, int64_t out_h, int64_t out_w);
+/* Batch normalisation of x [N, C, ...] per channel, (x - mean) /
+ * sqrt(var + eps) * weight + bias (weight, bias [C] or NULL). training:
+ * batch statistics with the biased variance (more than one value per
+ * channel needed, OJ_ERR_SHAPE otherwise); when running_mean/running_var
+ * ([C], x's dtype, both or neither) are given they are updated in place,
+ * running = (1 - momentum) running + momentum stat, with the unbiased
+ * variance, as torch. Evaluation: the running statistics (required).
+ * Ioffe & Szegedy, "Batch Normalization", 2015. */
+oj_tensor *oj_batch_norm(oj_tensor *x, oj_tensor *running_mean, oj_tensor *running_var,
+                         oj_tensor *weight, oj_tensor *bias, bool training, double momentum,
+                         double eps);
+/* ================================================================ end of convolution and pooling */
+
 #ifdef __cplusplus
 }
 #endif

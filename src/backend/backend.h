@@ -54,6 +54,13 @@ typedef struct oj_sgd_args {
     bool nesterov, first;
 } oj_sgd_args;
 
+/* Window geometry of im2col/col2im: kernel, stride, padding, dilation
+ * (all > 0 except padding >= 0) and the output size they give. */
+typedef struct oj_im2col_args {
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t oh, ow;
+} oj_im2col_args;
+
 typedef struct oj_backend {
     const char *name;
     oj_device_type type;
@@ -292,6 +299,19 @@ typedef struct oj_backend {
      * integral alpha. */
     oj_status (*index_add)(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
                            const oj_tensor *src, double alpha);
+
+    /* ---- convolution helpers (CPU: cpu_conv.c), as torch's unfold/fold.
+     * x [N, C, H, W] (any strides), cols [N, C*kh*kw, OH*OW] contiguous,
+     * where OH = (H + 2 ph - dh (kh - 1) - 1) / sh + 1 (likewise OW), row
+     * (c*kh + i)*kw + j, column oh*OW + ow holding
+     * x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw], or pad_value outside x. */
+    oj_status (*im2col)(oj_engine *eng, oj_tensor *cols, const oj_tensor *x,
+                        const oj_im2col_args *a, double pad_value);
+    /* The adjoint: x [N, C, H, W] contiguous is overwritten with the sum of
+     * every cols element (any strides) at the position im2col read it from
+     * (padding dropped), summed in index order of cols. */
+    oj_status (*col2im)(oj_engine *eng, oj_tensor *x, const oj_tensor *cols,
+                        const oj_im2col_args *a);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

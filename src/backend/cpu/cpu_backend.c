@@ -49,4 +49,6 @@ const oj_backend oj_cpu_backend = {
     .scatter_add = oj_cpu_scatter_add,
     .index_select = oj_cpu_index_select,
     .index_add = oj_cpu_index_add,
+    .im2col = oj_cpu_im2col,
+    .col2im = oj_cpu_col2im,
 };

@@ -98,4 +98,10 @@ oj_status oj_cpu_index_select(oj_engine *eng, oj_tensor *out, const oj_tensor *x
 oj_status oj_cpu_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
                            const oj_tensor *src, double alpha);
 
+/* cpu_conv.c */
+oj_status oj_cpu_im2col(oj_engine *eng, oj_tensor *cols, const oj_tensor *x,
+                        const oj_im2col_args *a, double pad_value);
+oj_status oj_cpu_col2im(oj_engine *eng, oj_tensor *x, const oj_tensor *cols,
+                        const oj_im2col_args *a);
+
 #endif /* OJAS_CPU_KERNELS_H */

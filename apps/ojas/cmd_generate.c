@@ -1,0 +1,203 @@
+/* ojas generate: sample text from a checkpoint or a safetensors file. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ojas/data.h"
+#include "ojas/infer.h"
+
+static const char *k_help =
+    "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors --model PRESET)\n"
+    "                     --vocab DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
+    "                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
+    "                     [--device cpu|cuda] [--threads N]\n"
+    "Sample from a model. --checkpoint takes a checkpoint directory written by\n"
+    "'ojas train' (or its root: the newest good one is used); its state.json\n"
+    "holds the model config. Tokens stream to stdout as they are generated.\n";
+
+typedef struct {
+    const oj_tokenizer *tok;
+} stream_ctx;
+
+static bool print_token(int64_t seq, int32_t token, void *vctx) {
+    (void)seq;
+    stream_ctx *c = vctx;
+    char *text = NULL;
+    size_t len = 0;
+    oj_error e = {0};
+    if (oj_tokenizer_decode(c->tok, &token, 1, OJ_DECODE_BYTES, &text, &len, &e) == OJ_OK) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+    free(text);
+    return true;
+}
+
+/* Model config from a checkpoint's state.json ("config": {"model": {...}}). */
+static bool config_from_state(const char *state_json, oj_gpt_config *cfg) {
+    json_error_t je;
+    json_t *root = json_loads(state_json, 0, &je);
+    if (root == NULL) return false;
+    json_t *mc = json_object_get(json_object_get(root, "config"), "model");
+    bool ok = false;
+    if (json_is_object(mc)) {
+        const char *preset = json_string_value(json_object_get(mc, "preset"));
+        if (preset && oj_gpt_preset(preset, cfg)) {
+            ok = true;
+            const char *keys[] = {"vocab_size", "block_size", "n_layer", "n_head",
+                                  "n_kv_head", "n_embd", "mlp_hidden"};
+            int64_t *dst[] = {&cfg->vocab_size, &cfg->block_size, &cfg->n_layer, &cfg->n_head,
+                              &cfg->n_kv_head, &cfg->n_embd, &cfg->mlp_hidden};
+            for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+                json_t *v = json_object_get(mc, keys[i]);
+                if (json_is_integer(v)) *dst[i] = (int64_t)json_integer_value(v);
+            }
+        }
+    }
+    json_decref(root);
+    return ok;
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *ckpt = NULL, *weights = NULL, *preset = NULL, *vocab = NULL, *prompt = NULL;
+    const char *device = "cpu";
+    int64_t threads = 0;
+    oj_sampler_config sc = oj_sampler_config_default();
+    sc.max_new_tokens = 200;
+    sc.temperature = 0.8;
+    sc.top_k = 40;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (cli_is_help(a)) {
+            fputs(k_help, stdout);
+            return CLI_OK;
+        }
+#define VAL() ((v = cli_value(argc, argv, &i)) != NULL)
+        if (strcmp(a, "--checkpoint") == 0) { if (!VAL()) return CLI_USAGE; ckpt = v; }
+        else if (strcmp(a, "--weights") == 0) { if (!VAL()) return CLI_USAGE; weights = v; }
+        else if (strcmp(a, "--model") == 0) { if (!VAL()) return CLI_USAGE; preset = v; }
+        else if (strcmp(a, "--vocab") == 0) { if (!VAL()) return CLI_USAGE; vocab = v; }
+        else if (strcmp(a, "--prompt") == 0) { if (!VAL()) return CLI_USAGE; prompt = v; }
+        else if (strcmp(a, "--device") == 0) { if (!VAL()) return CLI_USAGE; device = v; }
+        else if (strcmp(a, "--threads") == 0) {
+            if (!VAL() || !cli_parse_i64(a, v, 0, 4096, &threads)) return CLI_USAGE;
+        } else if (strcmp(a, "--max-new-tokens") == 0) {
+            if (!VAL() || !cli_parse_i64(a, v, 0, 1 << 20, &sc.max_new_tokens)) return CLI_USAGE;
+        } else if (strcmp(a, "--top-k") == 0) {
+            if (!VAL() || !cli_parse_i64(a, v, 0, INT32_MAX, &sc.top_k)) return CLI_USAGE;
+        } else if (strcmp(a, "--seed") == 0) {
+            int64_t s;
+            if (!VAL() || !cli_parse_i64(a, v, 0, INT64_MAX, &s)) return CLI_USAGE;
+            sc.seed = (uint64_t)s;
+        } else if (strcmp(a, "--temperature") == 0) {
+            if (!VAL() || !cli_parse_double(a, v, &sc.temperature)) return CLI_USAGE;
+        } else if (strcmp(a, "--top-p") == 0) {
+            if (!VAL() || !cli_parse_double(a, v, &sc.top_p)) return CLI_USAGE;
+        } else if (strcmp(a, "--repetition-penalty") == 0) {
+            if (!VAL() || !cli_parse_double(a, v, &sc.repetition_penalty)) return CLI_USAGE;
+        } else {
+            return cli_error(CLI_USAGE, "generate: unknown option '%s' (see --help)", a);
+        }
+#undef VAL
+    }
+    if ((ckpt == NULL) == (weights == NULL))
+        return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
+    if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
+    if (vocab == NULL || prompt == NULL) return cli_error(CLI_USAGE, "generate: --vocab and --prompt are required");
+    if (sc.temperature < 0 || !(sc.top_p > 0 && sc.top_p <= 1) || !(sc.repetition_penalty > 0))
+        return cli_error(CLI_USAGE, "generate: need temperature >= 0, 0 < top-p <= 1, repetition-penalty > 0");
+
+    oj_error e = {0};
+    oj_tokenizer *tok = NULL;
+    if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK) return cli_error(CLI_FAIL, "generate: %s", e.message);
+    oj_engine_config ec = oj_engine_config_default();
+    if (strcmp(device, "cuda") == 0) ec.device.type = OJ_DEVICE_CUDA;
+    else if (strcmp(device, "cpu") != 0) {
+        oj_tokenizer_free(tok);
+        return cli_error(CLI_USAGE, "generate: --device must be cpu or cuda, got '%s'", device);
+    }
+    ec.threads = (int)threads;
+    oj_engine *eng = NULL;
+    if (oj_engine_create(&ec, &eng, &e) != OJ_OK) {
+        oj_tokenizer_free(tok);
+        return cli_error(CLI_FAIL, "generate: %s", e.message);
+    }
+    int rc = CLI_FAIL;
+    oj_gpt *m = NULL;
+    oj_gpt_config cfg;
+    oj_checkpoint_info info = {0};
+    if (ckpt) {
+        /* Read the config first (validation of the files happens in load). */
+        oj_error e2 = {0};
+        oj_status st = oj_checkpoint_verify(ckpt, &e2);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", ckpt);
+        if (st != OJ_OK) { /* maybe a root directory */
+            int64_t step;
+            oj_error e3 = {0};
+            if (oj_checkpoint_latest(ckpt, &step, &e3) == OJ_OK &&
+                oj_checkpoint_path(ckpt, step, dir, sizeof dir) == OJ_OK)
+                st = OJ_OK;
+        }
+        char path[4200];
+        snprintf(path, sizeof path, "%s/state.json", dir);
+        size_t n = 0;
+        char *state = st == OJ_OK ? cli_read_all(path, &n) : NULL;
+        if (state == NULL || !config_from_state(state, &cfg)) {
+            free(state);
+            cli_error(CLI_FAIL, "generate: %s is not a checkpoint with a model config (%s)", ckpt,
+                      e2.message);
+            goto done;
+        }
+        free(state);
+        if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK) {
+            cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
+            goto done;
+        }
+        oj_named_tensors sd = oj_gpt_state_dict(m);
+        if (oj_checkpoint_resume(ckpt, &sd, NULL, &info, &e) != OJ_OK &&
+            oj_checkpoint_load(dir, &sd, NULL, &info, &e) != OJ_OK) {
+            cli_error(CLI_FAIL, "generate: %s", e.message);
+            goto done;
+        }
+    } else {
+        if (!oj_gpt_preset(preset, &cfg)) {
+            cli_error(CLI_USAGE, "generate: unknown model preset '%s'", preset);
+            goto done;
+        }
+        if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK ||
+            oj_gpt_load_safetensors(m, weights, &e) != OJ_OK) {
+            cli_error(CLI_FAIL, "generate: %s", e.status ? e.message : oj_last_error(eng));
+            goto done;
+        }
+    }
+    oj_tokens ids = {0};
+    if (oj_tokenizer_encode(tok, prompt, strlen(prompt), OJ_ENCODE_ALLOW_SPECIAL, &ids, &e) != OJ_OK) {
+        cli_error(CLI_FAIL, "generate: %s", e.message);
+        goto done;
+    }
+    sc.stop_token = oj_tokenizer_eot(tok);
+    fputs(prompt, stdout);
+    stream_ctx sctx = {tok};
+    const int32_t *pp = ids.ids;
+    int64_t plen = (int64_t)ids.len;
+    int32_t *gen = NULL;
+    int64_t glen = 0;
+    oj_status gs = oj_generate(m, 1, &pp, &plen, &sc, &gen, &glen, print_token, &sctx);
+    fputc('\n', stdout);
+    free(gen);
+    oj_tokens_free(&ids);
+    if (gs != OJ_OK) {
+        cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
+        goto done;
+    }
+    rc = CLI_OK;
+done:
+    free(info.state_json);
+    oj_gpt_free(m);
+    oj_engine_free(eng);
+    oj_tokenizer_free(tok);
+    return rc;
+}

@@ -1,0 +1,114 @@
+/* ojas GPT models: one definition, configured by a struct, run on the tape
+ * for training and eagerly (grad mode off, KV cache) for decoding.
+ *
+ * Families:
+ * - OJ_GPT2: GPT-2 (Radford et al. 2019): learned positions, LayerNorm,
+ *   GELU (tanh) MLP 4x, biases, tied embedding. Parameter names and layouts
+ *   are Hugging Face's (Conv1D weights stored [in, out]), so a GPT-2
+ *   safetensors file exported from transformers loads unchanged.
+ * - OJ_NANOLAB: no biases, RMSNorm (eps 1e-6), half-split rotary
+ *   embeddings, parameter-free RMS QK-norm, causal attention with optional
+ *   grouped-query KV heads, a per-head sigmoid output gate
+ *   (sigmoid(x W_g + b_g) scales each head's output), value residual (each
+ *   layer's V mixed with layer 0's V: v = s v + (1 - s) v0, s =
+ *   sigmoid(lambda) learned per layer), SwiGLU MLP (silu(x W_gate) *
+ *   (x W_up), then W_down), tied embedding.
+ *
+ * Shapes: idx/targets [B, T] i64 or i32; logits [B, T, V]. */
+#ifndef OJAS_GPT_H
+#define OJAS_GPT_H
+
+#include "ojas/core.h"
+#include "ojas/io.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum oj_gpt_family { OJ_GPT2 = 0, OJ_NANOLAB = 1 } oj_gpt_family;
+
+typedef struct oj_gpt_config {
+    oj_gpt_family family;
+    int64_t vocab_size; /* V */
+    int64_t block_size; /* maximum context T (learned positions / rope tables) */
+    int64_t n_layer;
+    int64_t n_head;     /* H */
+    int64_t n_kv_head;  /* Hkv, divides H (nanolab; gpt2 uses H) */
+    int64_t n_embd;     /* C = H * D */
+    int64_t mlp_hidden; /* gpt2: 4C; nanolab: SwiGLU width */
+    double norm_eps;    /* gpt2 1e-5, nanolab 1e-6 */
+    double rope_theta;  /* nanolab, e.g. 10000 */
+    double init_std;    /* 0.02 */
+} oj_gpt_config;
+
+/* Fill *cfg from a preset name: "gpt2-124m", "gpt2-355m", "gpt2-774m",
+ * "gpt2-1558m", "nanolab-124m", and small ones for tests and the demo:
+ * "nanolab-tiny" (2 layers, C 64), "nanolab-small" (4 layers, C 128),
+ * "nanolab-demo" (6 layers, C 192), "gpt2-tiny". Returns false for an
+ * unknown name. vocab_size / block_size may be overridden afterwards. */
+bool oj_gpt_preset(const char *name, oj_gpt_config *cfg);
+/* OJ_OK or OJ_ERR_INVALID_ARGUMENT with a message naming the bad field. */
+oj_status oj_gpt_config_check(const oj_gpt_config *cfg, oj_error *err);
+/* "nanolab" / "gpt2". */
+const char *oj_gpt_family_name(oj_gpt_family f);
+
+typedef struct oj_gpt oj_gpt;
+
+/* Create a model with parameters initialised from (seed, parameter name)
+ * only, so initial values do not depend on creation order: normal(0,
+ * init_std) for matrices and embeddings, init_std / sqrt(2 n_layer) for the
+ * residual output projections, ones for norm weights, zeros for biases and
+ * lambdas. Parameters are f32 leaves requiring grad, owned by the model
+ * (unscoped), on eng's device. Errors: OJ_ERR_INVALID_ARGUMENT (config),
+ * OJ_ERR_CAPACITY (budget). */
+oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, oj_gpt **out);
+void oj_gpt_free(oj_gpt *m);
+const oj_gpt_config *oj_gpt_get_config(const oj_gpt *m);
+oj_engine *oj_gpt_engine(const oj_gpt *m);
+
+/* The state_dict: names and tensors (borrowed; valid while m lives). The
+ * tied lm_head is not listed (it is transformer.wte.weight). */
+oj_named_tensors oj_gpt_state_dict(const oj_gpt *m);
+/* Number of parameters (tied counted once). */
+int64_t oj_gpt_num_params(const oj_gpt *m);
+/* Load a safetensors file into the parameters (HF GPT-2 names with or
+ * without the "transformer." prefix accepted; HF's attention-mask buffers
+ * ignored). Everything is checked before any parameter changes:
+ * OJ_ERR_SHAPE / OJ_ERR_DTYPE naming the tensor, OJ_ERR_CORRUPT, OJ_ERR_IO.
+ * F32, BF16 and F16 files are converted to f32. */
+oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err);
+
+/* Forward FLOPs per token for training (6N + 12 L T C; Kaplan et al. 2020
+ * and PaLM's appendix B, attention counted with causal masking ignored). */
+double oj_gpt_flops_per_token(const oj_gpt *m, int64_t T);
+
+/* Logits [B, T, V] (f32) for idx [B, T] (T <= block_size), recorded on the
+ * tape when grad mode is on. Owned by the current scope. */
+oj_tensor *oj_gpt_forward(oj_gpt *m, oj_tensor *idx);
+/* Mean cross-entropy of next-token prediction: forward then
+ * cross_entropy(logits, targets) over all B*T positions (targets < 0 are
+ * ignored). Rank-0 f32. */
+oj_tensor *oj_gpt_loss(oj_gpt *m, oj_tensor *idx, oj_tensor *targets);
+
+/* ---------------------------------------------------------------- decoding
+ * A KV cache of `capacity` positions per sequence for `batch` sequences:
+ * keys/values [batch, Hkv, capacity, D] per layer, on m's device, charged
+ * to the engine's budget. */
+typedef struct oj_kv_cache oj_kv_cache;
+
+oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_cache **out);
+void oj_kv_cache_free(oj_kv_cache *c);
+/* Positions filled so far. */
+int64_t oj_kv_cache_len(const oj_kv_cache *c);
+void oj_kv_cache_reset(oj_kv_cache *c);
+
+/* Logits [B, T, V] for T new tokens idx [B, T] appended at the cache's
+ * current length (positions len..len+T-1); appends their keys/values.
+ * Runs with grad mode off. OJ_ERR_OUT_OF_RANGE when len + T exceeds the
+ * capacity or the model's block_size. */
+oj_tensor *oj_gpt_forward_cached(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OJAS_GPT_H */

@@ -1,0 +1,116 @@
+/* Generation: prefill a prompt into a KV cache, then decode token by token. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ojas/infer.h"
+#include "ojas/ops.h"
+
+/* Uniform [0, 1) for (seed, sequence, step): one Philox block. */
+static double draw(uint64_t seed, int64_t seq, int64_t step) {
+    uint32_t ctr[4] = {(uint32_t)step, (uint32_t)((uint64_t)step >> 32), (uint32_t)seq,
+                       0x67656e00u /* "gen" */};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    uint32_t r[4];
+    oj_philox4x32_10(ctr, key, r);
+    return (double)(((uint64_t)r[0] << 21) ^ r[1]) / 9007199254740992.0; /* 53 bits */
+}
+
+/* Logits of the last position of `logits` [1, T, V] into host memory. */
+static oj_status last_logits(oj_tensor *logits, float *dst, int64_t V) {
+    int64_t T = oj_size(logits, 1);
+    oj_tensor *row = oj_narrow(logits, 1, T - 1, 1);
+    oj_status st = row ? oj_to_host(row, dst, (size_t)V * sizeof(float)) : OJ_ERR_INTERNAL;
+    oj_release(row);
+    return st;
+}
+
+static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int64_t n,
+                              const oj_sampler_config *cfg, int32_t **out, int64_t *out_len,
+                              oj_token_fn on_token, void *ctx) {
+    oj_engine *eng = oj_gpt_engine(m);
+    const oj_gpt_config *mc = oj_gpt_get_config(m);
+    const int64_t V = mc->vocab_size, cap = mc->block_size;
+    if (n <= 0) return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "generate: prompt %lld is empty", (long long)seq);
+    if (n > cap)
+        return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
+                            "generate: prompt %lld has %lld tokens, the context holds %lld",
+                            (long long)seq, (long long)n, (long long)cap);
+    for (int64_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                                "generate: prompt %lld token %lld is %d, outside the vocabulary [0, %lld)",
+                                (long long)seq, (long long)i, prompt[i], (long long)V);
+    int64_t max_new = cfg->max_new_tokens;
+    if (max_new > cap - n) max_new = cap - n;
+    if (max_new < 0) max_new = 0;
+    int32_t *hist = malloc((size_t)(n + max_new + 1) * sizeof *hist);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    int32_t *gen = malloc((size_t)(max_new + 1) * sizeof *gen);
+    oj_kv_cache *cache = NULL;
+    oj_status st = OJ_OK;
+    if (hist == NULL || lg == NULL || gen == NULL)
+        st = oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
+    if (st == OJ_OK) st = oj_kv_cache_create(m, 1, cap, &cache);
+    int64_t len = 0;
+    if (st == OJ_OK) memcpy(hist, prompt, (size_t)n * sizeof *hist);
+    /* Prefill the whole prompt, then one token per step. */
+    const int32_t *feed = prompt;
+    int64_t feed_n = n;
+    for (int64_t step = 0; st == OJ_OK && step < max_new; step++) {
+        oj_scope_begin(eng);
+        int64_t shape[2] = {1, feed_n};
+        oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, feed, (size_t)feed_n * sizeof(int32_t));
+        oj_tensor *logits = oj_gpt_forward_cached(m, cache, idx);
+        st = logits ? last_logits(logits, lg, V) : oj_last_status(eng);
+        oj_scope_end(eng);
+        if (st != OJ_OK) break;
+        int32_t tok = oj_sample_logits(lg, V, cfg, hist, n + len, draw(cfg->seed, seq, step));
+        if (tok < 0) {
+            st = oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold NaN at step %lld", (long long)step);
+            break;
+        }
+        if (tok == cfg->stop_token) break;
+        gen[len] = tok;
+        hist[n + len] = tok;
+        len++;
+        if (on_token && !on_token(seq, tok, ctx)) break;
+        feed = &gen[len - 1];
+        feed_n = 1;
+    }
+    oj_kv_cache_free(cache);
+    free(hist);
+    free(lg);
+    if (st != OJ_OK) {
+        free(gen);
+        return st;
+    }
+    *out = gen;
+    *out_len = len;
+    return OJ_OK;
+}
+
+oj_status oj_generate(oj_gpt *m, int64_t batch, const int32_t *const *prompts,
+                      const int64_t *prompt_lens, const oj_sampler_config *cfg, int32_t **out,
+                      int64_t *out_lens, oj_token_fn on_token, void *ctx) {
+    if (m == NULL || prompts == NULL || prompt_lens == NULL || out == NULL || out_lens == NULL ||
+        batch < 0)
+        return OJ_ERR_INVALID_ARGUMENT;
+    oj_sampler_config c = cfg ? *cfg : oj_sampler_config_default();
+    oj_engine *eng = oj_gpt_engine(m);
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_status st = OJ_OK;
+    int64_t i = 0;
+    for (; i < batch && st == OJ_OK; i++) {
+        out[i] = NULL;
+        out_lens[i] = 0;
+        st = generate_one(m, i, prompts[i], prompt_lens[i], &c, &out[i], &out_lens[i], on_token, ctx);
+    }
+    if (st != OJ_OK)
+        for (int64_t j = 0; j < i; j++) {
+            free(out[j]);
+            out[j] = NULL;
+            out_lens[j] = 0;
+        }
+    oj_set_grad_enabled(eng, prev);
+    return st;
+}

@@ -1,0 +1,92 @@
+/* Token sampling: repetition penalty, temperature, top-k, top-p. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ojas/infer.h"
+
+oj_sampler_config oj_sampler_config_default(void) {
+    oj_sampler_config c = {1.0, 0, 1.0, 1.0, 0, 64, -1};
+    return c;
+}
+
+typedef struct {
+    double logit;
+    int32_t id;
+} cand;
+
+static int by_logit_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : (x->id > y->id); /* stable: lower id first */
+}
+
+int32_t oj_sample_logits(const float *logits, int64_t V, const oj_sampler_config *cfg,
+                         const int32_t *history, int64_t n, double u) {
+    if (logits == NULL || V <= 0 || cfg == NULL) return -1;
+    cand *c = malloc((size_t)V * sizeof *c);
+    if (c == NULL) return -1;
+    for (int64_t i = 0; i < V; i++) {
+        if (isnan(logits[i])) {
+            free(c);
+            return -1;
+        }
+        c[i].logit = logits[i];
+        c[i].id = (int32_t)i;
+    }
+    /* Repetition penalty on each distinct token seen (CTRL): positive logits
+     * are divided by the penalty, negative ones multiplied. */
+    if (cfg->repetition_penalty != 1.0 && history) {
+        for (int64_t k = 0; k < n; k++) {
+            int32_t t = history[k];
+            if (t < 0 || t >= V) continue;
+            bool seen = false;
+            for (int64_t j = 0; j < k && !seen; j++) seen = history[j] == t;
+            if (seen) continue;
+            double *l = &c[t].logit;
+            *l = *l > 0 ? *l / cfg->repetition_penalty : *l * cfg->repetition_penalty;
+        }
+    }
+    int32_t out;
+    if (cfg->temperature <= 0.0) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; i++)
+            if (c[i].logit > c[best].logit) best = i;
+        out = c[best].id;
+        free(c);
+        return out;
+    }
+    qsort(c, (size_t)V, sizeof *c, by_logit_desc);
+    int64_t keep = V;
+    if (cfg->top_k > 0 && cfg->top_k < keep) keep = cfg->top_k;
+    /* Softmax over the kept candidates at the temperature. */
+    double mx = c[0].logit, total = 0.0;
+    for (int64_t i = 0; i < keep; i++) {
+        c[i].logit = exp((c[i].logit - mx) / cfg->temperature);
+        total += c[i].logit;
+    }
+    /* Nucleus: the smallest prefix whose probability reaches top_p. */
+    if (cfg->top_p < 1.0 && cfg->top_p > 0.0) {
+        double acc = 0.0;
+        int64_t k = 0;
+        while (k < keep) {
+            acc += c[k].logit / total;
+            k++;
+            if (acc >= cfg->top_p) break;
+        }
+        keep = k;
+        total = 0.0;
+        for (int64_t i = 0; i < keep; i++) total += c[i].logit;
+    }
+    double r = u * total, acc = 0.0;
+    out = c[keep - 1].id;
+    for (int64_t i = 0; i < keep; i++) {
+        acc += c[i].logit;
+        if (r < acc) {
+            out = c[i].id;
+            break;
+        }
+    }
+    free(c);
+    return out;
+}

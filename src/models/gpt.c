@@ -1,0 +1,286 @@
+/* GPT model: parameters (creation, order-independent init, state_dict,
+ * safetensors loading) and the KV cache. The forward pass is gpt_forward.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/internal.h"
+#include "models/gpt_internal.h"
+#include "ojas/autograd.h"
+#include "ojas/ops.h"
+
+typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONES, INIT_ZEROS } init_kind;
+
+/* A parameter whose values depend only on (seed, name): the engine RNG is
+ * re-keyed with seed ^ XXH64(name) for the draw and restored after. */
+static oj_tensor *param(oj_gpt *m, uint64_t seed, const char *name, int rank,
+                        const int64_t *shape, init_kind kind) {
+    oj_engine *eng = m->eng;
+    if (m->n_params >= OJ_GPT_MAX_PARAMS) {
+        oj_set_error(eng, OJ_ERR_CAPACITY, "gpt: more than %d parameters", OJ_GPT_MAX_PARAMS);
+        return NULL;
+    }
+    oj_tensor *t = NULL;
+    if (kind == INIT_ONES) {
+        t = oj_ones(eng, rank, shape, OJ_F32);
+    } else if (kind == INIT_ZEROS) {
+        t = oj_zeros(eng, rank, shape, OJ_F32);
+    } else {
+        double std = m->cfg.init_std;
+        if (kind == INIT_RESID) std /= sqrt(2.0 * (double)m->cfg.n_layer);
+        uint64_t old_seed = oj_engine_seed(eng), old_off = oj_rng_offset(eng);
+        oj_rng_set_seed(eng, seed ^ XXH64(name, strlen(name), 0));
+        oj_rng_set_offset(eng, 0);
+        t = oj_rand_normal(eng, rank, shape, OJ_F32, 0.0, std);
+        oj_rng_set_seed(eng, old_seed);
+        oj_rng_set_offset(eng, old_off);
+    }
+    if (t == NULL) return NULL;
+    oj__scope_detach(t);
+    oj_set_requires_grad(t, true);
+    m->names[m->n_params] = strdup(name);
+    m->params[m->n_params] = t;
+    m->n_params++;
+    return t;
+}
+
+#define P(dst, kind, rank, ...)                                                             \
+    do {                                                                                    \
+        int64_t shp_[] = {__VA_ARGS__};                                                     \
+        snprintf(name, sizeof name, "transformer.h.%d.%s", l, pname);                        \
+        (dst) = param(m, seed, name, rank, shp_, kind);                                     \
+        if ((dst) == NULL) goto fail;                                                       \
+    } while (0)
+
+oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, oj_gpt **out) {
+    if (out) *out = NULL;
+    if (eng == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_error e = {0};
+    if (oj_gpt_config_check(cfg, &e) != OJ_OK)
+        return oj_set_error(eng, e.status, "%s", e.message);
+    oj_gpt *m = calloc(1, sizeof *m);
+    if (m == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt: out of host memory");
+    m->eng = eng;
+    m->cfg = *cfg;
+    m->blocks = calloc((size_t)cfg->n_layer, sizeof *m->blocks);
+    if (m->blocks == NULL) {
+        free(m);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt: out of host memory");
+    }
+    const int64_t C = cfg->n_embd, V = cfg->vocab_size, H = cfg->n_head, Hkv = cfg->n_kv_head;
+    const int64_t D = C / H, F = cfg->mlp_hidden;
+    const bool gpt2 = cfg->family == OJ_GPT2;
+    char name[256];
+    const char *pname;
+    int l = 0;
+    {
+        int64_t s[2] = {V, C};
+        m->wte = param(m, seed, "transformer.wte.weight", 2, s, INIT_NORMAL);
+        if (m->wte == NULL) goto fail;
+    }
+    if (gpt2) {
+        int64_t s[2] = {cfg->block_size, C};
+        m->wpe = param(m, seed, "transformer.wpe.weight", 2, s, INIT_NORMAL);
+        if (m->wpe == NULL) goto fail;
+    }
+    for (l = 0; l < (int)cfg->n_layer; l++) {
+        oj_gpt_block *b = &m->blocks[l];
+        pname = "ln_1.weight"; P(b->ln_1_w, INIT_ONES, 1, C);
+        pname = "ln_2.weight"; P(b->ln_2_w, INIT_ONES, 1, C);
+        if (gpt2) {
+            pname = "ln_1.bias"; P(b->ln_1_b, INIT_ZEROS, 1, C);
+            pname = "ln_2.bias"; P(b->ln_2_b, INIT_ZEROS, 1, C);
+            pname = "attn.c_attn.weight"; P(b->c_attn_w, INIT_NORMAL, 2, C, 3 * C);
+            pname = "attn.c_attn.bias"; P(b->c_attn_b, INIT_ZEROS, 1, 3 * C);
+            pname = "attn.c_proj.weight"; P(b->attn_proj_w, INIT_RESID, 2, C, C);
+            pname = "attn.c_proj.bias"; P(b->attn_proj_b, INIT_ZEROS, 1, C);
+            pname = "mlp.c_fc.weight"; P(b->c_fc_w, INIT_NORMAL, 2, C, F);
+            pname = "mlp.c_fc.bias"; P(b->c_fc_b, INIT_ZEROS, 1, F);
+            pname = "mlp.c_proj.weight"; P(b->mlp_proj_w, INIT_RESID, 2, F, C);
+            pname = "mlp.c_proj.bias"; P(b->mlp_proj_b, INIT_ZEROS, 1, C);
+        } else {
+            pname = "attn.q_proj.weight"; P(b->q_w, INIT_NORMAL, 2, H * D, C);
+            pname = "attn.k_proj.weight"; P(b->k_w, INIT_NORMAL, 2, Hkv * D, C);
+            pname = "attn.v_proj.weight"; P(b->v_w, INIT_NORMAL, 2, Hkv * D, C);
+            pname = "attn.o_proj.weight"; P(b->o_w, INIT_RESID, 2, C, H * D);
+            pname = "attn.gate.weight"; P(b->gate_w, INIT_NORMAL, 2, H, C);
+            pname = "attn.gate.bias"; P(b->gate_b, INIT_ZEROS, 1, H);
+            if (l > 0) {
+                pname = "attn.lambda"; P(b->lambda, INIT_ZEROS, 1, 1);
+            }
+            pname = "mlp.gate_proj.weight"; P(b->w_gate, INIT_NORMAL, 2, F, C);
+            pname = "mlp.up_proj.weight"; P(b->w_up, INIT_NORMAL, 2, F, C);
+            pname = "mlp.down_proj.weight"; P(b->w_down, INIT_RESID, 2, C, F);
+        }
+    }
+    {
+        int64_t s[1] = {C};
+        m->ln_f_w = param(m, seed, "transformer.ln_f.weight", 1, s, INIT_ONES);
+        if (m->ln_f_w == NULL) goto fail;
+        if (gpt2) {
+            m->ln_f_b = param(m, seed, "transformer.ln_f.bias", 1, s, INIT_ZEROS);
+            if (m->ln_f_b == NULL) goto fail;
+        }
+    }
+    *out = m;
+    return OJ_OK;
+fail:
+    oj_gpt_free(m);
+    return oj_last_status(eng) ? oj_last_status(eng) : OJ_ERR_INTERNAL;
+}
+#undef P
+
+void oj_gpt_free(oj_gpt *m) {
+    if (m == NULL) return;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        oj_release(m->params[i]);
+        free(m->names[i]);
+    }
+    free(m->blocks);
+    free(m);
+}
+
+const oj_gpt_config *oj_gpt_get_config(const oj_gpt *m) { return m ? &m->cfg : NULL; }
+oj_engine *oj_gpt_engine(const oj_gpt *m) { return m ? m->eng : NULL; }
+
+oj_named_tensors oj_gpt_state_dict(const oj_gpt *m) {
+    oj_named_tensors nt = {0, NULL, NULL};
+    if (m) {
+        nt.n = m->n_params;
+        nt.names = (const char *const *)m->names;
+        nt.tensors = (oj_tensor *const *)m->params;
+    }
+    return nt;
+}
+
+int64_t oj_gpt_num_params(const oj_gpt *m) {
+    int64_t n = 0;
+    for (int64_t i = 0; m && i < m->n_params; i++) n += oj_numel(m->params[i]);
+    return n;
+}
+
+double oj_gpt_flops_per_token(const oj_gpt *m, int64_t T) {
+    const oj_gpt_config *c = &m->cfg;
+    double n = (double)oj_gpt_num_params(m);
+    if (m->wpe) n -= (double)oj_numel(m->wpe); /* position table does no matmul work */
+    return 6.0 * n + 12.0 * (double)c->n_layer * (double)T * (double)c->n_embd;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static const char *strip_prefix(const char *name) {
+    return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
+}
+
+oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err) {
+    if (m == NULL || path == NULL) return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "gpt load: NULL");
+    oj_safetensors *st = NULL;
+    oj_status s = oj_safetensors_open(path, &st, err);
+    if (s != OJ_OK) return s;
+    int64_t *idx = calloc((size_t)m->n_params, sizeof *idx);
+    if (idx == NULL) {
+        oj_safetensors_close(st);
+        return oj_error_set(err, OJ_ERR_CAPACITY, "gpt load: out of host memory");
+    }
+    /* Validate everything first. */
+    for (int64_t i = 0; i < m->n_params && s == OJ_OK; i++) {
+        const char *want = strip_prefix(m->names[i]);
+        idx[i] = -1;
+        for (int64_t j = 0; j < oj_safetensors_count(st); j++)
+            if (strcmp(strip_prefix(oj_safetensors_name(st, j)), want) == 0) idx[i] = j;
+        if (idx[i] < 0) {
+            s = oj_error_set(err, OJ_ERR_SHAPE, "gpt load: %s has no tensor %s", path, m->names[i]);
+            break;
+        }
+        oj_dtype dt = oj_safetensors_dtype(st, idx[i]);
+        if (dt != OJ_F32 && dt != OJ_BF16 && dt != OJ_F16) {
+            s = oj_error_set(err, OJ_ERR_DTYPE, "gpt load: %s is %s, expected F32, BF16 or F16",
+                             m->names[i], oj_dtype_name(dt));
+            break;
+        }
+        int r = oj_safetensors_rank(st, idx[i]);
+        const int64_t *shp = oj_safetensors_shape(st, idx[i]);
+        bool ok = r == oj_rank(m->params[i]);
+        for (int d = 0; ok && d < r; d++) ok = shp[d] == oj_size(m->params[i], d);
+        if (!ok) {
+            char b1[128], b2[128];
+            oj_tensor *p = m->params[i];
+            s = oj_error_set(err, OJ_ERR_SHAPE, "gpt load: %s has shape %s in the file, the model has %s",
+                             m->names[i], oj__shape_fmt(b1, sizeof b1, r, shp),
+                             oj_shape_str(p, b2, sizeof b2));
+        }
+    }
+    /* Then copy (converting to f32) into the parameters. */
+    oj_engine *eng = m->eng;
+    for (int64_t i = 0; i < m->n_params && s == OJ_OK; i++) {
+        oj_scope_begin(eng);
+        oj_tensor *src = oj_safetensors_tensor(st, eng, oj_safetensors_name(st, idx[i]));
+        bool prev = oj_set_grad_enabled(eng, false);
+        s = src ? oj_copy_(m->params[i], src) : oj_last_status(eng);
+        oj_set_grad_enabled(eng, prev);
+        if (s != OJ_OK) oj_error_set(err, s, "gpt load: copying %s: %s", m->names[i], oj_last_error(eng));
+        oj_scope_end(eng);
+    }
+    free(idx);
+    oj_safetensors_close(st);
+    return s;
+}
+
+/* ---------------------------------------------------------------- KV cache */
+
+oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_cache **out) {
+    if (m == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    oj_engine *eng = m->eng;
+    if (batch <= 0 || capacity <= 0)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "kv_cache: batch %lld and capacity %lld must be > 0",
+                            (long long)batch, (long long)capacity);
+    oj_kv_cache *c = calloc(1, sizeof *c);
+    if (c) {
+        c->k = calloc((size_t)m->cfg.n_layer, sizeof *c->k);
+        c->v = calloc((size_t)m->cfg.n_layer, sizeof *c->v);
+    }
+    if (c == NULL || c->k == NULL || c->v == NULL) {
+        if (c) {
+            free(c->k);
+            free(c->v);
+        }
+        free(c);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "kv_cache: out of host memory");
+    }
+    c->m = m;
+    c->batch = batch;
+    c->capacity = capacity;
+    const int64_t D = m->cfg.n_embd / m->cfg.n_head;
+    int64_t shape[4] = {batch, m->cfg.n_kv_head, capacity, D};
+    for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+        c->k[l] = oj_zeros(eng, 4, shape, OJ_F32);
+        c->v[l] = oj_zeros(eng, 4, shape, OJ_F32);
+        if (c->k[l] == NULL || c->v[l] == NULL) {
+            oj_kv_cache_free(c);
+            return oj_last_status(eng);
+        }
+        oj__scope_detach(c->k[l]);
+        oj__scope_detach(c->v[l]);
+    }
+    *out = c;
+    return OJ_OK;
+}
+
+void oj_kv_cache_free(oj_kv_cache *c) {
+    if (c == NULL) return;
+    for (int64_t l = 0; l < c->m->cfg.n_layer; l++) {
+        oj_release(c->k[l]);
+        oj_release(c->v[l]);
+    }
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+int64_t oj_kv_cache_len(const oj_kv_cache *c) { return c ? c->len : 0; }
+void oj_kv_cache_reset(oj_kv_cache *c) {
+    if (c) c->len = 0;
+}

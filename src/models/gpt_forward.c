@@ -1,0 +1,214 @@
+/* GPT forward pass, shared by training (tape), full recompute and cached
+ * decoding. Shapes: B batch, T new tokens, P = past (cached) positions,
+ * C width, H heads, Hkv KV heads, D head dim, F MLP width, V vocabulary. */
+#include <math.h>
+
+#include "core/internal.h"
+#include "models/gpt_internal.h"
+#include "ojas/ops.h"
+
+/* [B, T, n*D] -> [B, n, T, D] */
+static oj_tensor *split_heads(oj_tensor *x, int64_t n, int64_t D) {
+    int64_t s[4] = {oj_size(x, 0), oj_size(x, 1), n, D};
+    oj_tensor *v = oj_reshape(x, 4, s);
+    oj_tensor *t = oj_transpose(v, 1, 2);
+    oj_release(v);
+    return t;
+}
+
+/* [B, H, T, D] -> [B, T, H*D] */
+static oj_tensor *merge_heads(oj_tensor *y) {
+    int64_t s[3] = {oj_size(y, 0), oj_size(y, 2), oj_size(y, 1) * oj_size(y, 3)};
+    oj_tensor *t = oj_transpose(y, 1, 2);
+    oj_tensor *r = oj_reshape(t, 3, s);
+    oj_release(t);
+    return r;
+}
+
+/* HF Conv1D: x [.., in] @ w [in, out] + b. */
+static oj_tensor *conv1d_hf(oj_tensor *x, oj_tensor *w, oj_tensor *b) {
+    oj_tensor *wt = oj_transpose(w, 0, 1); /* [out, in] view */
+    oj_tensor *y = oj_linear(x, wt, b);
+    oj_release(wt);
+    return y;
+}
+
+/* Append k, v [B, Hkv, T, D] to the cache at its length; return views of
+ * all cached positions [B, Hkv, P+T, D] in *k_all / *v_all. */
+static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_tensor **k_all,
+                         oj_tensor **v_all) {
+    int64_t T = oj_size(k, 2);
+    oj_tensor *kd = oj_narrow(c->k[l], 2, c->len, T);
+    oj_tensor *vd = oj_narrow(c->v[l], 2, c->len, T);
+    bool ok = kd && vd && oj_copy_(kd, k) == OJ_OK && oj_copy_(vd, v) == OJ_OK;
+    oj_release(kd);
+    oj_release(vd);
+    if (!ok) return false;
+    *k_all = oj_narrow(c->k[l], 2, 0, c->len + T);
+    *v_all = oj_narrow(c->v[l], 2, 0, c->len + T);
+    return *k_all && *v_all;
+}
+
+static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h,
+                                 oj_kv_cache *cache) {
+    const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
+    oj_tensor *qkv = conv1d_hf(h, b->c_attn_w, b->c_attn_b); /* [B, T, 3C] */
+    oj_tensor *q = oj_narrow(qkv, 2, 0, C), *k = oj_narrow(qkv, 2, C, C),
+              *v = oj_narrow(qkv, 2, 2 * C, C);
+    oj_tensor *qh = split_heads(q, H, D), *kh = split_heads(k, H, D), *vh = split_heads(v, H, D);
+    oj_tensor *ka = NULL, *va = NULL, *y = NULL;
+    if (cache == NULL || cache_append(cache, l, kh, vh, &ka, &va))
+        y = oj_scaled_dot_product_attention(qh, ka ? ka : kh, va ? va : vh, NULL, true, NAN);
+    oj_tensor *ym = merge_heads(y);
+    oj_tensor *out = conv1d_hf(ym, b->attn_proj_w, b->attn_proj_b);
+    oj_tensor *tmp[] = {qkv, q, k, v, qh, kh, vh, ka, va, y, ym};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+    return out;
+}
+
+static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h,
+                                    int64_t pos, oj_tensor **v_first, oj_kv_cache *cache) {
+    const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, Hkv = m->cfg.n_kv_head, D = C / H;
+    const double eps = m->cfg.norm_eps, theta = m->cfg.rope_theta;
+    oj_tensor *q0 = oj_linear(h, b->q_w, NULL), *k0 = oj_linear(h, b->k_w, NULL),
+              *v0 = oj_linear(h, b->v_w, NULL);
+    oj_tensor *q1 = split_heads(q0, H, D), *k1 = split_heads(k0, Hkv, D),
+              *v1 = split_heads(v0, Hkv, D);
+    /* RMS QK-norm over D (no weight), then rotary positions. */
+    oj_tensor *q2 = oj_rms_norm(q1, NULL, eps), *k2 = oj_rms_norm(k1, NULL, eps);
+    oj_tensor *q = oj_rotary_embedding(q2, pos, theta), *k = oj_rotary_embedding(k2, pos, theta);
+    /* Value residual: v = s v + (1 - s) v0, s = sigmoid(lambda). */
+    oj_tensor *v = NULL, *s = NULL, *a = NULL, *c = NULL, *diff = NULL;
+    if (l == 0) {
+        v = oj_retain(v1);
+        *v_first = oj_retain(v1);
+    } else {
+        s = oj_sigmoid(b->lambda);
+        diff = oj_sub(v1, *v_first);
+        a = oj_mul(diff, s);
+        v = oj_add(*v_first, a);
+    }
+    oj_tensor *ka = NULL, *va = NULL, *y = NULL;
+    if (cache == NULL || cache_append(cache, l, k, v, &ka, &va))
+        y = oj_scaled_dot_product_attention(q, ka ? ka : k, va ? va : v, NULL, true, NAN);
+    /* Per-head output gate: sigmoid(h W_g + b_g) [B, T, H] -> [B, H, T, 1]. */
+    oj_tensor *g0 = oj_linear(h, b->gate_w, b->gate_b);
+    oj_tensor *g1 = oj_sigmoid(g0);
+    oj_tensor *g2 = oj_transpose(g1, 1, 2);
+    oj_tensor *g3 = oj_unsqueeze(g2, 3);
+    oj_tensor *yg = oj_mul(y, g3);
+    oj_tensor *ym = merge_heads(yg);
+    oj_tensor *out = oj_linear(ym, b->o_w, NULL);
+    oj_tensor *tmp[] = {q0, k0, v0, q1, k1, v1, q2, k2, q, k, v, s, a, c, diff,
+                        ka, va, y, g0, g1, g2, g3, yg, ym};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+    return out;
+}
+
+static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
+    if (m->cfg.family == OJ_GPT2) {
+        oj_tensor *u = conv1d_hf(h, b->c_fc_w, b->c_fc_b);
+        oj_tensor *g = oj_gelu_tanh(u);
+        oj_tensor *o = conv1d_hf(g, b->mlp_proj_w, b->mlp_proj_b);
+        oj_release(u);
+        oj_release(g);
+        return o;
+    }
+    oj_tensor *gt = oj_linear(h, b->w_gate, NULL), *up = oj_linear(h, b->w_up, NULL);
+    oj_tensor *sg = oj_silu(gt);
+    oj_tensor *pr = oj_mul(sg, up);
+    oj_tensor *o = oj_linear(pr, b->w_down, NULL);
+    oj_release(gt);
+    oj_release(up);
+    oj_release(sg);
+    oj_release(pr);
+    return o;
+}
+
+static oj_tensor *norm(oj_gpt *m, oj_tensor *x, oj_tensor *w, oj_tensor *bias) {
+    return m->cfg.family == OJ_GPT2 ? oj_layer_norm(x, w, bias, m->cfg.norm_eps)
+                                    : oj_rms_norm(x, w, m->cfg.norm_eps);
+}
+
+oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
+    oj_engine *eng = m->eng;
+    if (idx == NULL) return NULL;
+    if (oj_rank(idx) != 2) {
+        char b[96];
+        oj_set_error(eng, OJ_ERR_SHAPE, "gpt forward: idx must be [B, T], got %s",
+                     oj_shape_str(idx, b, sizeof b));
+        return NULL;
+    }
+    const int64_t B = oj_size(idx, 0), T = oj_size(idx, 1);
+    const int64_t pos = cache ? cache->len : 0;
+    if (pos + T > m->cfg.block_size || (cache && pos + T > cache->capacity) || T == 0) {
+        oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
+                     "gpt forward: positions %lld..%lld exceed the context (block_size %lld%s%lld)",
+                     (long long)pos, (long long)(pos + T - 1), (long long)m->cfg.block_size,
+                     cache ? ", cache capacity " : "", (long long)(cache ? cache->capacity : 0));
+        return NULL;
+    }
+    if (cache && B != cache->batch) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "gpt forward: batch %lld != cache batch %lld", (long long)B,
+                     (long long)cache->batch);
+        return NULL;
+    }
+    oj_scope_begin(eng);
+    oj_tensor *x = oj_embedding(m->wte, idx); /* [B, T, C] */
+    if (m->cfg.family == OJ_GPT2) {
+        oj_tensor *pidx = oj_arange(eng, (double)pos, (double)(pos + T), 1.0, OJ_I64);
+        oj_tensor *pe = oj_embedding(m->wpe, pidx); /* [T, C] */
+        oj_tensor *x2 = oj_add(x, pe);
+        oj_release(x);
+        x = x2;
+    }
+    oj_tensor *v_first = NULL;
+    for (int l = 0; l < (int)m->cfg.n_layer && x; l++) {
+        oj_gpt_block *b = &m->blocks[l];
+        oj_tensor *h = norm(m, x, b->ln_1_w, b->ln_1_b);
+        oj_tensor *a = m->cfg.family == OJ_GPT2 ? attention_gpt2(m, b, l, h, cache)
+                                                : attention_nanolab(m, b, l, h, pos, &v_first, cache);
+        oj_tensor *x1 = oj_add(x, a);
+        oj_tensor *h2 = norm(m, x1, b->ln_2_w, b->ln_2_b);
+        oj_tensor *f = mlp(m, b, h2);
+        oj_tensor *x2 = oj_add(x1, f);
+        oj_tensor *tmp[] = {x, h, a, x1, h2, f};
+        for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+        x = x2;
+    }
+    oj_release(v_first);
+    oj_tensor *xf = norm(m, x, m->ln_f_w, m->ln_f_b);
+    oj_tensor *logits = oj_linear(xf, m->wte, NULL); /* tied head: [B, T, V] */
+    oj_release(x);
+    oj_release(xf);
+    if (logits) oj_keep(logits);
+    oj_scope_end(eng);
+    if (logits && cache) cache->len += T;
+    return logits;
+}
+
+oj_tensor *oj_gpt_forward(oj_gpt *m, oj_tensor *idx) {
+    if (m == NULL) return NULL;
+    return oj__gpt_run(m, idx, NULL);
+}
+
+oj_tensor *oj_gpt_loss(oj_gpt *m, oj_tensor *idx, oj_tensor *targets) {
+    if (m == NULL || targets == NULL) return NULL;
+    oj_tensor *logits = oj__gpt_run(m, idx, NULL);
+    if (logits == NULL) return NULL;
+    int64_t s2[2] = {-1, m->cfg.vocab_size}, s1[1] = {-1};
+    oj_tensor *l2 = oj_reshape(logits, 2, s2), *t1 = oj_reshape(targets, 1, s1);
+    oj_tensor *loss = oj_cross_entropy(l2, t1, -1, 0.0, OJ_REDUCTION_MEAN);
+    oj_release(logits);
+    oj_release(l2);
+    oj_release(t1);
+    return loss;
+}
+
+oj_tensor *oj_gpt_forward_cached(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx) {
+    if (m == NULL || c == NULL) return NULL;
+    bool prev = oj_set_grad_enabled(m->eng, false);
+    oj_tensor *out = oj__gpt_run(m, idx, c);
+    oj_set_grad_enabled(m->eng, prev);
+    return out;
+}

@@ -1,0 +1,48 @@
+/* The GPT model's parameters and the pieces shared by its files. */
+#ifndef OJAS_GPT_INTERNAL_H
+#define OJAS_GPT_INTERNAL_H
+
+#include "ojas/gpt.h"
+
+/* One transformer block. gpt2 uses ln/attn/mlp with biases and HF Conv1D
+ * layouts ([in, out]); nanolab uses the PyTorch Linear layout ([out, in]). */
+typedef struct oj_gpt_block {
+    oj_tensor *ln_1_w, *ln_1_b, *ln_2_w, *ln_2_b; /* [C] (biases gpt2 only) */
+    /* gpt2 */
+    oj_tensor *c_attn_w, *c_attn_b; /* [C, 3C], [3C] */
+    oj_tensor *attn_proj_w, *attn_proj_b; /* [C, C], [C] */
+    oj_tensor *c_fc_w, *c_fc_b;     /* [C, 4C], [4C] */
+    oj_tensor *mlp_proj_w, *mlp_proj_b; /* [4C, C], [C] */
+    /* nanolab */
+    oj_tensor *q_w, *k_w, *v_w, *o_w; /* [H D, C], [Hkv D, C] x2, [C, H D] */
+    oj_tensor *gate_w, *gate_b;       /* [H, C], [H] */
+    oj_tensor *lambda;                /* [1] value-residual mix (layers > 0) */
+    oj_tensor *w_gate, *w_up, *w_down; /* [F, C], [F, C], [C, F] */
+} oj_gpt_block;
+
+#define OJ_GPT_MAX_PARAMS 4096
+
+struct oj_gpt {
+    oj_engine *eng;
+    oj_gpt_config cfg;
+    oj_tensor *wte; /* [V, C] */
+    oj_tensor *wpe; /* [block_size, C] (gpt2) */
+    oj_tensor *ln_f_w, *ln_f_b;
+    oj_gpt_block *blocks;
+    /* state_dict */
+    int64_t n_params;
+    char *names[OJ_GPT_MAX_PARAMS];
+    oj_tensor *params[OJ_GPT_MAX_PARAMS];
+};
+
+struct oj_kv_cache {
+    oj_gpt *m;
+    int64_t batch, capacity, len;
+    oj_tensor **k, **v; /* per layer [batch, Hkv, capacity, D] */
+};
+
+/* Run the blocks and the head on x = embeddings [B, T, C] at positions
+ * pos..pos+T-1; cache may be NULL (training / full recompute). */
+oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
+
+#endif /* OJAS_GPT_INTERNAL_H */
