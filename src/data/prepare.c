@@ -60,6 +60,91 @@ static oj_status write_split(const char *dir, const char *split, const int32_t *
     return st;
 }
 
+/* Documents of one file (cut at "<|endoftext|>", empty ones dropped), each
+ * appended to *all after an end-of-text id: small documents are encoded
+ * as a batch over the threads, large ones split across them. */
+static oj_status encode_file(const oj_tokenizer *tok, const char *buf, size_t len, int threads,
+                             int32_t eot, oj_tokens *all, int64_t *documents, oj_error *err) {
+    size_t cap = 16, nd = 0, pos = 0;
+    const char **docs = malloc(cap * sizeof *docs);
+    size_t *lens = malloc(cap * sizeof *lens);
+    oj_status st = OJ_OK;
+    while (docs && lens && pos <= len) {
+        const char *sep = memmem(buf + pos, len - pos, "<|endoftext|>", 13);
+        size_t end = sep ? (size_t)(sep - buf) : len;
+        if (end > pos) {
+            if (nd == cap) {
+                cap *= 2;
+                const char **d = realloc(docs, cap * sizeof *d);
+                size_t *l = d ? realloc(lens, cap * sizeof *l) : NULL;
+                if (d)
+                    docs = d;
+                if (l)
+                    lens = l;
+                if (!d || !l)
+                    break;
+            }
+            docs[nd] = buf + pos;
+            lens[nd++] = end - pos;
+        }
+        pos = end + 13;
+    }
+    oj_tokens *outs = docs && lens && pos > len ? calloc(nd ? nd : 1, sizeof *outs) : NULL;
+    if (!outs) {
+        free(docs);
+        free(lens);
+        return oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+    }
+    /* large documents: one parallel encode each; the rest: one batch */
+    const size_t large = (size_t)1 << 22;
+    size_t nsmall = 0;
+    for (size_t i = 0; i < nd && !st; i++)
+        if (lens[i] >= large)
+            st = oj_tokenizer_encode_parallel(tok, docs[i], lens[i], OJ_ENCODE_SPECIAL_AS_TEXT,
+                                              threads, &outs[i], err);
+        else
+            nsmall++;
+    if (!st && nsmall) {
+        const char **sd = malloc(nsmall * sizeof *sd);
+        size_t *sl = malloc(nsmall * sizeof *sl);
+        oj_tokens *so = calloc(nsmall, sizeof *so);
+        if (!sd || !sl || !so)
+            st = oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+        else {
+            size_t k = 0;
+            for (size_t i = 0; i < nd; i++)
+                if (lens[i] < large) {
+                    sd[k] = docs[i];
+                    sl[k++] = lens[i];
+                }
+            st = oj_tokenizer_encode_batch(tok, nsmall, sd, sl, OJ_ENCODE_SPECIAL_AS_TEXT, threads,
+                                           so, err);
+            k = 0;
+            for (size_t i = 0; i < nd; i++)
+                if (lens[i] < large)
+                    outs[i] = so[k++];
+        }
+        free(sd);
+        free(sl);
+        free(so);
+    }
+    for (size_t i = 0; i < nd; i++) {
+        if (!st) {
+            if (oj_tokens_push(all, eot) != OJ_OK)
+                st = oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+            for (size_t k = 0; k < outs[i].len && !st; k++)
+                if (oj_tokens_push(all, outs[i].ids[k]) != OJ_OK)
+                    st = oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+        }
+        oj_tokens_free(&outs[i]);
+    }
+    *documents += (int64_t)nd;
+    free(outs);
+    free(docs);
+    free(lens);
+    return st;
+}
+
 oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg, int n,
                           const char *const *files, oj_prepare_stats *stats, oj_error *err) {
     if (!tok || !cfg || !cfg->out_dir || n < 0 || (n && !files))
@@ -90,21 +175,7 @@ oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg,
         if ((st = slurp(files[f], &buf, &len, err)))
             break;
         s.bytes += (int64_t)len;
-        size_t pos = 0;
-        while (pos <= len && !st) {
-            const char *sep = memmem(buf + pos, len - pos, "<|endoftext|>", 13);
-            size_t end = sep ? (size_t)(sep - buf) : len;
-            if (end > pos) {
-                s.documents++;
-                if (oj_tokens_push(&all, eot) != OJ_OK)
-                    st = oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
-                else
-                    st = oj_tokenizer_encode_parallel(tok, buf + pos, end - pos,
-                                                      OJ_ENCODE_SPECIAL_AS_TEXT, cfg->threads, &all,
-                                                      err);
-            }
-            pos = end + 13;
-        }
+        st = encode_file(tok, buf, len, cfg->threads, eot, &all, &s.documents, err);
         free(buf);
     }
     if (!st && all.len > INT64_MAX / 2)

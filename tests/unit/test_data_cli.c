@@ -1,0 +1,165 @@
+// test: the ojas command line: dispatch, --help, tokenizer encode/decode/train, data prepare
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "data_testutil.h"
+
+#define OJAS OJAS_BINARY_DIR "/bin/ojas"
+#define VOCAB OJAS_SOURCE_DIR "/third_party/gpt2"
+
+static char *g_dir;
+
+/* Run `ojas ARGS` with stdout and stderr in files; returns the exit code. */
+static int ojas(const char *args, char **out, char **errs) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", g_dir, OJAS, args);
+    int rc = system(cmd);
+    char *o = tu_path(g_dir, "out.txt"), *e = tu_path(g_dir, "err.txt");
+    if (out)
+        *out = tu_read(o, NULL);
+    if (errs)
+        *errs = tu_read(e, NULL);
+    free(o);
+    free(e);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void test_dispatch_and_help(void **state) {
+    (void)state;
+    char *out, *err;
+    assert_int_equal(ojas("", NULL, &err), 2);
+    assert_non_null(strstr(err, "usage"));
+    free(err);
+    assert_int_equal(ojas("--help", &out, NULL), 0);
+    assert_non_null(strstr(out, "tokenizer"));
+    assert_non_null(strstr(out, "data"));
+    free(out);
+    assert_int_equal(ojas("frobnicate", NULL, &err), 2);
+    assert_non_null(strstr(err, "unknown command 'frobnicate'"));
+    assert_null(strchr(strchr(err, '\n') + 1, '\n')); /* one line */
+    free(err);
+    const char *helps[] = {"tokenizer --help", "tokenizer encode --help", "tokenizer decode -h",
+                           "tokenizer train --help", "data --help", "data prepare --help"};
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        assert_int_equal(ojas(helps[i], &out, NULL), 0);
+        assert_non_null(strstr(out, "usage"));
+        free(out);
+    }
+    assert_int_equal(ojas("tokenizer encode --vocab " VOCAB " --bogus", NULL, &err), 2);
+    assert_non_null(strstr(err, "--bogus"));
+    free(err);
+    assert_int_equal(ojas("tokenizer frob", NULL, NULL), 2);
+    assert_int_equal(ojas("data frob", NULL, NULL), 2);
+    assert_int_equal(ojas("tokenizer encode in.txt", NULL, &err), 2); /* no --vocab */
+    free(err);
+}
+
+static void test_encode_decode(void **state) {
+    (void)state;
+    char *p = tu_path(g_dir, "in.txt");
+    tu_write(p, "Hello world", 11);
+    free(p);
+    char *out, *err;
+    assert_int_equal(ojas("tokenizer encode --vocab " VOCAB " in.txt", &out, NULL), 0);
+    assert_string_equal(out, "15496 995\n");
+    free(out);
+    assert_int_equal(ojas("tokenizer encode --vocab " VOCAB " --pcre2 --threads 1 < in.txt", &out, NULL), 0);
+    assert_string_equal(out, "15496 995\n");
+    free(out);
+    p = tu_path(g_dir, "ids.txt");
+    tu_write(p, "15496 995\n50256 0", 17);
+    free(p);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " ids.txt", &out, NULL), 0);
+    assert_string_equal(out, "Hello world<|endoftext|>!");
+    free(out);
+    /* a refused special, an unknown id, invalid UTF-8 in strict mode */
+    p = tu_path(g_dir, "sp.txt");
+    tu_write(p, "a<|endoftext|>", 14);
+    free(p);
+    assert_int_equal(ojas("tokenizer encode --vocab " VOCAB " sp.txt", NULL, &err), 1);
+    assert_non_null(strstr(err, "<|endoftext|>"));
+    free(err);
+    assert_int_equal(ojas("tokenizer encode --vocab " VOCAB " --allow-special sp.txt", &out, NULL), 0);
+    assert_string_equal(out, "64 50256\n");
+    free(out);
+    p = tu_path(g_dir, "bad.txt");
+    tu_write(p, "1 99999", 7);
+    free(p);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " bad.txt", NULL, &err), 1);
+    assert_non_null(strstr(err, "99999"));
+    free(err);
+    p = tu_path(g_dir, "half.txt");
+    tu_write(p, "171", 3); /* one byte of a multi-byte character */
+    free(p);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " --strict half.txt", NULL, &err), 1);
+    free(err);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " half.txt", &out, NULL), 0);
+    assert_string_equal(out, "\xEF\xBF\xBD");
+    free(out);
+}
+
+static void test_train_and_prepare(void **state) {
+    (void)state;
+    char *p = tu_path(g_dir, "corpus.txt");
+    char text[20000];
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = "and the LORD spake unto Moses, saying\n"[i % 38];
+    tu_write(p, text, sizeof text);
+    free(p);
+    char *err, *out;
+    assert_int_equal(ojas("tokenizer train --vocab-size 300 --out tok corpus.txt", NULL, &err), 0);
+    assert_non_null(strstr(err, "(300 requested)")); /* a tiny corpus may stop early */
+    free(err);
+    assert_int_equal(ojas("tokenizer encode --vocab tok corpus.txt", &out, NULL), 0);
+    size_t words = 0;
+    for (char *q = out; *q; q++)
+        words += *q == ' ';
+    assert_true(words + 1 < 20000 / 4);
+    free(out);
+    assert_int_equal(ojas("data prepare --vocab tok --out shards --val-fraction 0.5 "
+                          "--shard-tokens 100 corpus.txt", &out, NULL), 0);
+    assert_non_null(strstr(out, "1 documents"));
+    free(out);
+    char **paths;
+    int n;
+    char *sd = tu_path(g_dir, "shards");
+    assert_int_equal(oj_shard_list(sd, "val", &paths, &n, NULL), OJ_OK);
+    assert_true(n >= 2);
+    oj_paths_free(paths, n);
+    free(sd);
+    assert_int_equal(ojas("tokenizer train --out tok corpus.txt", NULL, &err), 2);
+    free(err);
+    assert_int_equal(ojas("data prepare --vocab tok --out s --val-fraction 2 corpus.txt", NULL, &err), 2);
+    free(err);
+}
+
+static int setup(void **state) {
+    (void)state;
+    g_dir = tu_tmpdir();
+    return g_dir ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    tu_rmdir(g_dir);
+    free(g_dir);
+    return 0;
+}
+
+int main(void) {
+    if (access(OJAS, X_OK) != 0) {
+        printf("SKIP: %s is not built\n", OJAS);
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dispatch_and_help),
+        cmocka_unit_test(test_encode_decode),
+        cmocka_unit_test(test_train_and_prepare),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
