@@ -370,6 +370,29 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
 
 /* ---------------------------------------------------------------- addmm */
 
+/* out = beta * input + alpha * a @ b: d input = beta g (summed to input's
+ * shape), da = alpha g b^T, db = alpha a^T g. */
+static oj_status addmm_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_tensor *a = oj__node_saved(n, 0), *b = oj__node_saved(n, 1);
+    if (a == NULL || b == NULL) return oj_last_status(n->eng);
+    double beta = n->f[0], alpha = n->f[1];
+    oj_tensor *g = go[0];
+    if (oj__node_needs(n, 0)) {
+        oj_tensor *t = oj_mul_scalar(g, beta);
+        gi[0] = oj__sum_to_input(n, 0, t);
+        oj_release(t);
+    }
+    for (int i = 1; i <= 2; i++) {
+        if (!oj__node_needs(n, i)) continue;
+        oj_tensor *tr = oj_transpose(i == 1 ? b : a, 0, 1);
+        oj_tensor *m = i == 1 ? oj_matmul(g, tr) : oj_matmul(tr, g);
+        gi[i] = alpha == 1.0 ? oj_retain(m) : oj_mul_scalar(m, alpha);
+        oj_release(tr);
+        oj_release(m);
+    }
+    return oj_last_status(n->eng);
+}
+
 oj_tensor *oj_addmm(oj_tensor *bias, oj_tensor *a, oj_tensor *b, double beta, double alpha) {
     oj_tensor *in[3] = {bias, a, b};
     oj_engine *eng = oj__ops_engine("addmm", 3, in);
@@ -395,17 +418,30 @@ oj_tensor *oj_addmm(oj_tensor *bias, oj_tensor *a, oj_tensor *b, double beta, do
         return NULL;
     }
     if (!float_pair(eng, "addmm", a, bias)) return NULL;
+    /* forward composed with grad mode off; one addmm node records it */
+    bool prev = oj_set_grad_enabled(eng, false);
     oj_tensor *p = matmul_impl("addmm", a, b);
-    if (p == NULL) return NULL;
-    if (alpha != 1.0) {
+    if (p && alpha != 1.0) {
         oj_tensor *s = oj_mul_scalar(p, alpha);
         oj_release(p);
         p = s;
     }
-    if (beta == 0.0 || p == NULL) return p; /* as torch: input ignored, NaN included */
-    oj_tensor *bb = beta == 1.0 ? oj_retain(bias) : oj_mul_scalar(bias, beta);
-    oj_tensor *out = bb ? oj_add(bb, p) : NULL;
-    oj_release(bb);
-    oj_release(p);
+    oj_tensor *out = p;
+    if (p && beta != 0.0) { /* beta == 0 ignores input, NaN included, as torch */
+        oj_tensor *bb = beta == 1.0 ? oj_retain(bias) : oj_mul_scalar(bias, beta);
+        out = bb ? oj_add(bb, p) : NULL;
+        oj_release(bb);
+        oj_release(p);
+    }
+    oj_set_grad_enabled(eng, prev);
+    if (out == NULL) return NULL;
+    oj_node *nd = oj__node_begin_v(eng, "addmm", addmm_backward, 3, in);
+    if (nd) {
+        nd->f[0] = beta;
+        nd->f[1] = alpha;
+        oj__node_save(nd, a);
+        oj__node_save(nd, b);
+        oj__node_finish(nd, 1, &out);
+    }
     return out;
 }

@@ -366,6 +366,13 @@ static void test_bmm_linear_addmm_gradcheck(void **state) {
         oj_status st = oj_gradcheck(eng, addmm_fn, NULL, in, 3, NULL);
         if (st != OJ_OK) fail_msg("addmm %d: %s", i, oj_last_error(eng));
     }
+    // one addmm node; with beta 0 the input still gets a (zero) gradient, as torch
+    oj_tensor *am = oj_addmm(inputs[0], a, b, 0.0, 2.0);
+    assert_string_equal(oj_grad_fn_name(am), "addmm");
+    oj_zero_grad(inputs[0]);
+    assert_int_equal(oj_backward(oj_sum_all(am), false), OJ_OK);
+    assert_non_null(oj_grad(inputs[0]));
+    for (int64_t i = 0; i < 6; i++) assert_true(oj_item_at(oj_grad(inputs[0]), i) == 0.0);
     oj_scope_end(eng);
     assert_int_equal(oj_engine_live_tensors(eng), 0);
     oj_engine_free(eng);
