@@ -133,8 +133,10 @@ oj_tensor *oj_where(oj_tensor *cond, oj_tensor *a, oj_tensor *b);
 /* New tensor of x converted to dt (gradient flows between float dtypes). */
 oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt);
 
-/* In place (bump the version; not recorded by autograd: OJ_ERR_STATE on a
- * leaf that requires grad while grad mode is on, as torch). a += b, etc. */
+/* In place: a += b (b broadcast to a), a *= v. Bumps a's version. In-place
+ * ops are not recorded by autograd, so while grad mode is on they refuse
+ * any tensor that requires grad (OJ_ERR_STATE; torch refuses leaves and
+ * records non-leaves); update parameters under oj_set_grad_enabled(false). */
 oj_status oj_add_(oj_tensor *a, oj_tensor *b);
 oj_status oj_mul_scalar_(oj_tensor *a, double v);
 

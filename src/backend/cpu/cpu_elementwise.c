@@ -210,8 +210,10 @@ oj_status oj_cpu_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const o
     const oj_tensor *ts[3] = {out, a, b};
     oj_iter it;
     oj_iter_init(&it, out->rank, out->shape, 3, ts);
+    /* Exact int64 arithmetic when both inputs and the result are integers
+     * (integer division promotes to float in the ops layer). */
     bool ints = (is_int_dtype(a->dtype) || a->dtype == OJ_BOOL) &&
-                (is_int_dtype(b->dtype) || b->dtype == OJ_BOOL);
+                (is_int_dtype(b->dtype) || b->dtype == OJ_BOOL) && !oj_dtype_is_float(out->dtype);
     bin_ctx c = {.op = op, .out = out->dtype, .a = a->dtype, .b = b->dtype, .integer = ints};
     oj_iter_run(&it, binary_run, &c);
     return OJ_OK;
