@@ -153,7 +153,7 @@ static void test_restore_mid_prefetch(void **state) {
     make_fixture(&f);
     oj_loader *L = open_loader(&f, 3, 0, 1, true, true, OJ_I32);
     oj_loader_state st;
-    run(L, 3, 0);
+    free(run(L, 3, 0));
     free(run(L, 3, 5));
     oj_loader_get_state(L, &st);
     int32_t *a = run(L, 3, 10);
