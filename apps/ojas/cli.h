@@ -15,6 +15,7 @@ typedef int (*cli_main)(int argc, char **argv);
 
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 

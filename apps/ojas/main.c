@@ -13,6 +13,7 @@ static const struct {
 } k_commands[] = {
     {"tokenizer", cmd_tokenizer, "encode, decode or train a GPT-2 byte-level BPE tokenizer"},
     {"data", cmd_data, "prepare token shards from text files"},
+    {"train", cmd_train, "train a GPT on token shards, with checkpoints and resume"},
     {"generate", cmd_generate, "sample text from a checkpoint or a safetensors file"},
     {"info", cmd_info, "show the CPU, its ISA, threads, memory and CUDA devices"},
 };

@@ -1,0 +1,223 @@
+/* ojas train: the GPT training loop behind `ojas train`.
+ *
+ * One step = grad_accum micro-batches of [B, T] tokens from the train
+ * shards (each micro-batch's loss scaled by 1 / grad_accum before
+ * backward), global grad-norm clipping (the pre-clip norm is reported), the
+ * LR schedule, an optimizer step (Muon for 2-D hidden matrices + AdamW for
+ * the rest, or AdamW for everything) and zeroed gradients, all inside one
+ * oj_scope. Every eval_every steps (and at the end) the model is evaluated
+ * on the first eval_batches batches of the val split.
+ *
+ * Reported per step: train loss, lr, pre-clip grad norm, tokens/s, MFU and
+ * the peak bytes of the engine's root budget; per eval: val loss and val
+ * bits per byte,
+ *   bpb = val_loss / ln 2 * tokens / bytes,
+ * where bytes sums the tokenizer's byte length of every evaluated target
+ * token (the end-of-text token counts 0 bytes: it is not text).
+ * MFU = flops_per_token * tokens/s / peak_flops with flops_per_token =
+ * oj_gpt_flops_per_token = 6 N + 12 L T C (N parameters without the
+ * position table, forward + backward, causal masking ignored; Kaplan et al.
+ * 2020, PaLM appendix B). peak_flops is the configured value, or else
+ * measured at start-up as the f32 GEMM throughput of the engine's own
+ * oj_matmul on square 512 (CPU) / 4096 (CUDA) matrices, so on the CPU MFU
+ * says how close a step comes to the engine's best matmul speed.
+ *
+ * Output under out_dir: ckpt-NNNNNN/ checkpoints (oj_checkpoint_save: model
+ * state_dict, optimizer state, state.json holding the step, loader state,
+ * engine RNG seed/offset, tokens seen, the full training config and the
+ * resolved model config), metrics.jsonl (one JSON object per step and per
+ * eval), loss.gp + loss.svg (gnuplot, when installed).
+ *
+ * Resume is bit-identical under OJ_NUMERICS_EXACT: N steps in one run equal
+ * N/2 steps + resume + N/2 steps, losses and parameters byte for byte. */
+#ifndef OJAS_TRAIN_H
+#define OJAS_TRAIN_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "ojas/core.h"
+#include "ojas/gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- config */
+
+typedef enum oj_train_optimizer {
+    OJ_TRAIN_ADAMW = 0, /* AdamW for every parameter */
+    OJ_TRAIN_MUON = 1,  /* Muon for 2-D hidden matrices, AdamW for the rest */
+} oj_train_optimizer;
+
+typedef enum oj_train_schedule {
+    OJ_SCHEDULE_COSINE = 0,   /* linear warmup, cosine decay to min_lr at max_steps */
+    OJ_SCHEDULE_WSD = 1,      /* warmup, stable, linear decay to min_lr over the last cooldown_frac */
+    OJ_SCHEDULE_CONSTANT = 2, /* linear warmup, then lr */
+} oj_train_schedule;
+
+/* Every key of a training config. Integer model fields set to 0 keep the
+ * preset's value (vocab_size 0: the tokenizer's vocabulary when
+ * tokenizer_dir is set, else the preset's); seq_len 0 means block_size. */
+typedef struct oj_train_config {
+    char model[64];          /* preset name (oj_gpt_preset), "nanolab-small" */
+    int64_t vocab_size, block_size, n_layer, n_head, n_kv_head, n_embd, mlp_hidden;
+    char data_dir[1024];     /* train_*.bin / val_*.bin shards, "data" */
+    char tokenizer_dir[1024]; /* for bits per byte; "" = no bpb */
+    int64_t batch_size;      /* B per micro-batch, 8 */
+    int64_t seq_len;         /* T, 0 */
+    int64_t grad_accum;      /* micro-batches per step, 1 */
+    int64_t max_steps;       /* 1000 */
+    double time_limit_seconds; /* 0 = none; else stop (and checkpoint) before exceeding it */
+    oj_train_optimizer optimizer; /* "muon" */
+    double lr;               /* AdamW peak lr, 1e-3 */
+    double muon_lr;          /* Muon peak lr, 0.02 */
+    double min_lr;           /* AdamW lr at the end of the decay, 1e-4 (Muon: same ratio) */
+    double muon_momentum;    /* 0.95 */
+    int64_t warmup_steps;    /* 100 */
+    oj_train_schedule schedule; /* "cosine" */
+    double cooldown_frac;    /* wsd: fraction of max_steps spent decaying, 0.2 */
+    double weight_decay;     /* decoupled, on 2-D matrices only; 0.1 */
+    double beta1, beta2;     /* key "betas": [0.9, 0.95] */
+    double adam_eps;         /* 1e-8 */
+    double grad_clip;        /* max global grad norm, 1.0; 0 = no clipping */
+    int64_t eval_every;      /* 100; 0 = only at the end */
+    int64_t eval_batches;    /* 20 */
+    int64_t ckpt_every;      /* 500; 0 = only at the end */
+    int64_t keep_last;       /* checkpoints kept, 3; 0 = all */
+    int64_t log_every;       /* plain-text log line cadence, 10 */
+    uint64_t seed;           /* model init and data order, 1337 */
+    bool shuffle;            /* shuffled train windows, true */
+    int64_t threads;         /* 0 = usable CPUs */
+    oj_numerics numerics;    /* "fast" | "exact" */
+    oj_device device;        /* "cpu" | "cuda" | "cuda:N" */
+    double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
+    int64_t budget_bytes;    /* engine root budget; 0 = unlimited */
+} oj_train_config;
+
+/* The defaults listed above. */
+oj_train_config oj_train_config_default(void);
+
+/* Apply every key of the JSON object `json` (text) to *c. Unknown keys,
+ * values of the wrong type or out of range are OJ_ERR_INVALID_ARGUMENT
+ * naming the key; *c is left unchanged on error. */
+oj_status oj_train_config_apply_json(oj_train_config *c, const char *json, oj_error *err);
+/* Read a JSON config file and apply it (OJ_ERR_IO if unreadable,
+ * OJ_ERR_INVALID_ARGUMENT for bad JSON naming line and column). */
+oj_status oj_train_config_load(oj_train_config *c, const char *path, oj_error *err);
+/* Apply one "key=value" override (as `--set key=value`): numbers and
+ * booleans are parsed from text, strings taken as they are, betas as
+ * "0.9,0.95" or "[0.9,0.95]". Same errors as oj_train_config_apply_json. */
+oj_status oj_train_config_set(oj_train_config *c, const char *assignment, oj_error *err);
+/* Cross-field checks (the optimizer, schedule and preset exist, the model
+ * config is valid, seq_len <= block_size, ...). */
+oj_status oj_train_config_check(const oj_train_config *c, oj_error *err);
+/* The whole config as a JSON object (every key), malloc'd; free() it.
+ * NULL when out of memory. Applying it to a default config gives *c back. */
+char *oj_train_config_to_json(const oj_train_config *c);
+/* The model config the trainer builds: the preset, the overrides, and
+ * vocab_size from tok_vocab (> 0: the tokenizer's vocabulary) when the
+ * config leaves it 0. */
+oj_status oj_train_model_config(const oj_train_config *c, int64_t tok_vocab, oj_gpt_config *out,
+                                oj_error *err);
+/* The training config stored in a checkpoint's state.json. `path` is a
+ * checkpoint directory or a root holding them (its newest, by `latest`).
+ * The result replaces *c. */
+oj_status oj_train_config_from_checkpoint(const char *path, oj_train_config *c, oj_error *err);
+
+/* ---------------------------------------------------------------- running */
+
+/* What a step or an eval reports (to on_metrics and metrics.jsonl). */
+typedef struct oj_train_metrics {
+    bool is_eval;           /* false: a train step; true: an eval */
+    int64_t step;           /* steps done (1-based after the first step) */
+    int64_t max_steps;
+    int64_t tokens;         /* train tokens seen so far */
+    double elapsed_s;       /* wall time of this run (excluding resumed runs) */
+    /* train step */
+    double loss;            /* mean micro-batch loss */
+    double lr, muon_lr;     /* this step's learning rates */
+    double grad_norm;       /* global L2 norm before clipping */
+    double step_s;          /* wall time of the step */
+    double tokens_per_s;    /* tokens of the step / step_s */
+    double mfu;             /* flops_per_token * tokens_per_s / peak_flops */
+    int64_t peak_bytes;     /* oj_budget_peak of the engine's root budget */
+    /* eval */
+    double val_loss;
+    double val_bpb;         /* NaN when no tokenizer was configured */
+} oj_train_metrics;
+
+/* Why a run ended. */
+typedef enum oj_train_stop {
+    OJ_TRAIN_DONE = 0,       /* max_steps reached */
+    OJ_TRAIN_TIME_LIMIT = 1, /* time_limit_seconds would have been exceeded */
+    OJ_TRAIN_SIGNAL = 2,     /* *stop became non-zero */
+} oj_train_stop;
+
+typedef struct oj_train_options {
+    const char *out_dir; /* required: checkpoints, metrics.jsonl, loss.svg */
+    const char *resume;  /* NULL, or a checkpoint directory or root to continue from */
+    FILE *log;           /* human-readable progress; NULL = silent */
+    bool progress_bar;   /* redraw one line with \r (for a TTY) instead of log lines */
+    bool plot;           /* write loss.gp and run gnuplot for loss.svg */
+    /* Polled after every step: non-zero finishes the step, checkpoints and
+     * returns OJ_TRAIN_SIGNAL. Set it from a signal handler. May be NULL. */
+    const volatile sig_atomic_t *stop;
+    /* Called after every step and eval (may be NULL). */
+    void (*on_metrics)(const oj_train_metrics *m, void *ctx);
+    void *ctx;
+} oj_train_options;
+
+/* The end of a run. */
+typedef struct oj_train_result {
+    oj_train_stop stop;
+    int64_t step;          /* steps done */
+    int64_t tokens;        /* train tokens seen */
+    double train_loss;     /* last step's loss (NaN if no step ran) */
+    double val_loss, val_bpb; /* last eval (NaN if none) */
+    double tokens_per_s;   /* mean over this run's steps */
+    double elapsed_s;
+    int64_t peak_bytes;
+    char checkpoint[4096]; /* the last checkpoint written ("" if none) */
+} oj_train_result;
+
+typedef struct oj_trainer oj_trainer;
+
+/* Build everything a run needs from a checked config: the engine (device,
+ * numerics, threads, seed, budget; OJ_ERR_DEVICE if the device cannot be
+ * opened, never a fallback), the model, the optimizer, the train and val
+ * loaders, the tokenizer's byte lengths, the out_dir; and with
+ * opts->resume, the checkpoint (model, optimizer, step, loader position,
+ * RNG, tokens seen). `opts` is copied (its strings too). On success *out
+ * owns the trainer (oj_trainer_free). */
+oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *opts,
+                            oj_trainer **out, oj_error *err);
+/* Train until max_steps, the time limit or *opts->stop; checkpoint every
+ * ckpt_every steps and at the end; write metrics.jsonl and the plot.
+ * `res` may be NULL. A signal or the time limit is a clean stop (OJ_OK). */
+oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err);
+/* The model, engine and steps done (borrowed; valid while t lives). */
+oj_gpt *oj_trainer_model(oj_trainer *t);
+oj_engine *oj_trainer_engine(oj_trainer *t);
+int64_t oj_trainer_step(const oj_trainer *t);
+/* Evaluate on the val split now: mean loss over eval_batches batches and
+ * bits per byte (NaN without a tokenizer). OJ_ERR_STATE without val data. */
+oj_status oj_trainer_eval(oj_trainer *t, double *val_loss, double *val_bpb, oj_error *err);
+/* Free the trainer, its model, optimizer, loaders and engine. NULL is a
+ * no-op. */
+void oj_trainer_free(oj_trainer *t);
+
+/* oj_trainer_create + oj_trainer_run + oj_trainer_free. */
+oj_status oj_train(const oj_train_config *cfg, const oj_train_options *opts,
+                   oj_train_result *res, oj_error *err);
+
+/* Write out_dir/loss.gp from out_dir/metrics.jsonl (train loss and val loss
+ * against step) and run gnuplot on it to make out_dir/loss.svg.
+ * OJ_ERR_UNSUPPORTED when gnuplot is not installed (the script is still
+ * written), OJ_ERR_IO when reading or writing fails or gnuplot fails. */
+oj_status oj_train_plot(const char *out_dir, oj_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OJAS_TRAIN_H */

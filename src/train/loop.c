@@ -1,0 +1,283 @@
+/* The training loop: steps, the LR schedule, evals, checkpoints, the time
+ * limit and the stop flag. */
+#include <math.h>
+#include <string.h>
+
+#include "ojas/autograd.h"
+#include "ojas/ops.h"
+#include "train/train_internal.h"
+
+static oj_status eng_error(oj_trainer *t, oj_error *err, const char *what) {
+    oj_status st = oj_last_status(t->eng) ? oj_last_status(t->eng) : OJ_ERR_INTERNAL;
+    oj_error_set(err, st, "%s: %s", what, oj_last_error(t->eng));
+    oj_clear_error(t->eng);
+    return st;
+}
+
+static double elapsed(const oj_trainer *t) { return oj__train_now() - t->t0; }
+
+/* Seconds to keep free at the end of a time-limited run: the final eval
+ * and checkpoint, as long as they last took, or before they ran once, a
+ * guess (a forward pass is about a third of a step's work). */
+static double reserve_s(const oj_trainer *t) {
+    double eval = t->eval_s > 0 ? t->eval_s
+                                : (double)t->val_batches * t->step_ema / (double)t->cfg.grad_accum / 3;
+    double ckpt = t->ckpt_s > 0 ? t->ckpt_s : 1.0;
+    return (t->val_batches ? eval : 0) + ckpt;
+}
+
+/* The step the schedule decays towards: max_steps, or with a time limit
+ * the step the remaining time is predicted to reach (re-estimated every
+ * step from the mean step time), so the decay completes within the
+ * budget. */
+static int64_t schedule_total(const oj_trainer *t) {
+    int64_t total = t->cfg.max_steps;
+    if (t->cfg.time_limit_seconds > 0 && t->run_steps >= 2 && t->step_ema > 0) {
+        double left = t->cfg.time_limit_seconds - elapsed(t) - reserve_s(t);
+        double est = (double)t->step + (left > 0 ? left / t->step_ema : 0);
+        if (est < (double)total)
+            total = (int64_t)est;
+    }
+    return total;
+}
+
+/* The schedule for a run ending at `total` steps. */
+static oj_lr_schedule make_schedule(const oj_train_config *c, int64_t total) {
+    double min_ratio = c->lr > 0 ? c->min_lr / c->lr : 0;
+    int64_t w = c->warmup_steps;
+    if (total <= w)
+        total = w + 1;
+    switch (c->schedule) {
+    case OJ_SCHEDULE_COSINE:
+        return oj_lr_cosine(w, total, min_ratio);
+    case OJ_SCHEDULE_WSD: {
+        int64_t d = (int64_t)llround(c->cooldown_frac * (double)total);
+        if (d < 1)
+            return oj_lr_constant(w);
+        if (d > total - w)
+            d = total - w;
+        return oj_lr_wsd(w, total, d, min_ratio);
+    }
+    case OJ_SCHEDULE_CONSTANT:
+        break;
+    }
+    return oj_lr_constant(w);
+}
+
+/* Grad of every parameter, clipped to grad_clip; the norm before. */
+static double clip(oj_trainer *t) {
+    if (t->cfg.grad_clip > 0)
+        return oj_optim_clip_grad_norm(t->optim, t->cfg.grad_clip);
+    oj_named_tensors sd = oj_gpt_state_dict(t->model);
+    return oj_grad_norm(sd.n, sd.tensors);
+}
+
+/* One optimizer step over grad_accum micro-batches. */
+static oj_status train_step(oj_trainer *t, oj_train_metrics *m, oj_error *err) {
+    const oj_train_config *c = &t->cfg;
+    double t0 = oj__train_now(), loss_sum = 0;
+    oj_engine *eng = t->eng;
+    if (oj_scope_begin(eng))
+        return eng_error(t, err, "step");
+    oj_status st = OJ_OK;
+    for (int64_t k = 0; !st && k < c->grad_accum; k++) {
+        oj_scope_begin(eng);
+        oj_tensor *x = NULL, *y = NULL;
+        if (oj_loader_next(t->train, eng, &x, &y) == OJ_OK) {
+            // x, y [B, T] token ids; loss rank-0 mean over B*T
+            oj_tensor *loss = oj_gpt_loss(t->model, x, y);
+            oj_tensor *scaled = c->grad_accum == 1 ? loss
+                                                   : oj_mul_scalar(loss, 1.0 / (double)c->grad_accum);
+            if (scaled && oj_backward(scaled, false) == OJ_OK)
+                loss_sum += oj_item(loss);
+        }
+        if (oj_last_status(eng))
+            st = eng_error(t, err, "train step");
+        oj_scope_end(eng);
+    }
+    double norm = NAN;
+    if (!st) {
+        norm = clip(t);
+        if (oj_last_status(eng))
+            st = eng_error(t, err, "grad clip");
+    }
+    oj_lr_schedule sch = make_schedule(c, schedule_total(t));
+    double factor = oj_lr_schedule_factor(&sch, t->step);
+    if (!st) {
+        oj_optim_set_lr_scale(t->optim, factor);
+        oj_optim_step_info info;
+        oj_status os = oj_optim_step(t->optim, &info);
+        if (os == OJ_ERR_NUMERIC)
+            oj__train_say(t, "warning: step %lld skipped: %s", (long long)t->step + 1,
+                          oj_optim_message(t->optim));
+        else if (os)
+            st = eng_error(t, err, "optimizer step");
+        oj_optim_zero_grad(t->optim);
+    }
+    oj_scope_end(eng);
+    if (st)
+        return st;
+    double dt = oj__train_now() - t0;
+    int64_t tokens = c->batch_size * t->T * c->grad_accum;
+    t->step++;
+    t->tokens += tokens;
+    t->run_steps++;
+    t->run_step_s += dt;
+    t->step_ema = t->run_steps == 1 ? dt : 0.9 * t->step_ema + 0.1 * dt;
+    t->last_loss = loss_sum / (double)c->grad_accum;
+    memset(m, 0, sizeof *m);
+    m->step = t->step;
+    m->max_steps = c->max_steps;
+    m->tokens = t->tokens;
+    m->elapsed_s = elapsed(t);
+    m->loss = t->last_loss;
+    m->lr = c->lr * factor;
+    m->muon_lr = c->optimizer == OJ_TRAIN_MUON ? c->muon_lr * factor : NAN;
+    m->grad_norm = norm;
+    m->step_s = dt;
+    m->tokens_per_s = (double)tokens / dt;
+    m->mfu = t->peak_flops > 0 ? t->flops_per_token * m->tokens_per_s / t->peak_flops : NAN;
+    m->peak_bytes = oj_budget_peak(oj_engine_budget(eng));
+    m->val_loss = m->val_bpb = NAN;
+    return OJ_OK;
+}
+
+oj_status oj_trainer_eval(oj_trainer *t, double *val_loss, double *val_bpb, oj_error *err) {
+    if (!t)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "eval: NULL trainer");
+    if (!t->val_batches)
+        return oj_error_set(err, OJ_ERR_STATE, "eval: no val data in %s", t->cfg.data_dir);
+    double t0 = oj__train_now(), sum = 0;
+    oj_engine *eng = t->eng;
+    const int64_t B = t->cfg.batch_size, T = t->T, shape[2] = {B, T};
+    const size_t per = (size_t)(B * T);
+    bool grad = oj_set_grad_enabled(eng, false);
+    oj_status st = OJ_OK;
+    for (int64_t b = 0; !st && b < t->val_batches; b++) {
+        oj_scope_begin(eng);
+        // x, y [B, T] i64 from the kept val batches
+        oj_tensor *x = oj_from_host(eng, 2, shape, OJ_I64, t->val_in + b * (int64_t)per,
+                                    per * sizeof(int64_t));
+        oj_tensor *y = oj_from_host(eng, 2, shape, OJ_I64, t->val_tg + b * (int64_t)per,
+                                    per * sizeof(int64_t));
+        double l = oj_item(oj_gpt_loss(t->model, x, y));
+        if (oj_last_status(eng))
+            st = eng_error(t, err, "eval");
+        sum += l;
+        oj_scope_end(eng);
+    }
+    oj_set_grad_enabled(eng, grad);
+    if (st)
+        return st;
+    double loss = sum / (double)t->val_batches;
+    // bits per byte = nats per token / ln 2 * tokens / bytes
+    double bpb = t->have_bpb ? loss / log(2.0) * (double)(t->val_batches * (int64_t)per) / t->val_bytes
+                             : NAN;
+    t->last_val_loss = loss;
+    t->last_val_bpb = bpb;
+    t->eval_s = oj__train_now() - t0;
+    if (val_loss)
+        *val_loss = loss;
+    if (val_bpb)
+        *val_bpb = bpb;
+    return OJ_OK;
+}
+
+static oj_status eval_report(oj_trainer *t, oj_error *err) {
+    oj_train_metrics m;
+    memset(&m, 0, sizeof m);
+    oj_status st = oj_trainer_eval(t, &m.val_loss, &m.val_bpb, err);
+    if (st)
+        return st;
+    m.is_eval = true;
+    m.step = t->step;
+    m.max_steps = t->cfg.max_steps;
+    m.tokens = t->tokens;
+    m.elapsed_s = elapsed(t);
+    m.loss = m.lr = m.muon_lr = m.grad_norm = m.tokens_per_s = m.mfu = NAN;
+    m.peak_bytes = oj_budget_peak(oj_engine_budget(t->eng));
+    oj__train_report(t, &m);
+    return OJ_OK;
+}
+
+static void plot(oj_trainer *t) {
+    if (!t->opts.plot)
+        return;
+    oj_error e = {0};
+    if (oj_train_plot(t->out_dir, &e) && !t->plot_warned) {
+        oj__train_say(t, "warning: %s", e.message);
+        t->plot_warned = true; /* once per run */
+    }
+}
+
+static oj_status checkpoint(oj_trainer *t, bool final, oj_error *err) {
+    oj_status st = oj__train_checkpoint(t, err);
+    if (!st && (final || !t->opts.progress_bar))
+        oj__train_say(t, "checkpoint %s", t->last_ckpt);
+    plot(t);
+    return st;
+}
+
+oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
+    if (!t)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "train: NULL trainer");
+    const oj_train_config *c = &t->cfg;
+    oj_train_stop why = OJ_TRAIN_DONE;
+    oj_status st = OJ_OK;
+    int64_t last_eval = -1, last_ckpt = -1;
+    t->t0 = oj__train_now();
+    t->run_steps = 0;
+    t->run_step_s = 0;
+    while (!st && t->step < c->max_steps) {
+        if (t->opts.stop && *t->opts.stop) {
+            why = OJ_TRAIN_SIGNAL;
+            break;
+        }
+        if (c->time_limit_seconds > 0 && t->run_steps > 0 &&
+            elapsed(t) + t->step_ema + reserve_s(t) > c->time_limit_seconds) {
+            why = OJ_TRAIN_TIME_LIMIT;
+            break;
+        }
+        oj_train_metrics m;
+        if ((st = train_step(t, &m, err)))
+            break;
+        oj__train_report(t, &m);
+        bool last = t->step == c->max_steps;
+        if (t->val_batches && c->eval_every > 0 && t->step % c->eval_every == 0 && !last) {
+            if (!(st = eval_report(t, err)))
+                last_eval = t->step;
+        }
+        if (!st && c->ckpt_every > 0 && t->step % c->ckpt_every == 0 && !last) {
+            if (!(st = checkpoint(t, false, err)))
+                last_ckpt = t->step;
+        }
+    }
+    if (!st && why == OJ_TRAIN_DONE && t->opts.stop && *t->opts.stop)
+        why = OJ_TRAIN_SIGNAL;
+    if (!st && why == OJ_TRAIN_SIGNAL)
+        oj__train_say(t, "stopping at step %lld (signal): checkpointing", (long long)t->step);
+    if (!st && why == OJ_TRAIN_TIME_LIMIT)
+        oj__train_say(t, "stopping at step %lld: the time limit of %gs would be exceeded",
+                      (long long)t->step, c->time_limit_seconds);
+    if (!st && t->val_batches && last_eval != t->step)
+        st = eval_report(t, err);
+    if (!st && last_ckpt != t->step)
+        st = checkpoint(t, true, err);
+    if (res) {
+        memset(res, 0, sizeof *res);
+        res->stop = why;
+        res->step = t->step;
+        res->tokens = t->tokens;
+        res->train_loss = t->last_loss;
+        res->val_loss = t->last_val_loss;
+        res->val_bpb = t->last_val_bpb;
+        res->tokens_per_s = t->run_step_s > 0 ? (double)(t->run_steps * c->batch_size * t->T *
+                                                         c->grad_accum) /
+                                                    t->run_step_s
+                                              : NAN;
+        res->elapsed_s = elapsed(t);
+        res->peak_bytes = oj_budget_peak(oj_engine_budget(t->eng));
+        snprintf(res->checkpoint, sizeof res->checkpoint, "%s", t->last_ckpt);
+    }
+    return st;
+}

@@ -1,0 +1,85 @@
+/* The trainer's state and the pieces shared by the files of src/train. */
+#ifndef OJAS_TRAIN_INTERNAL_H
+#define OJAS_TRAIN_INTERNAL_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "ojas/data.h"
+#include "ojas/optim.h"
+#include "ojas/train.h"
+
+struct oj_trainer {
+    oj_train_config cfg;
+    oj_train_options opts;
+    char out_dir[4096];
+    char resume[4096];
+    char resume_root[4096]; /* the run directory resumed from */
+    char metrics_path[4200];
+    oj_gpt_config mcfg;
+    int64_t T; /* sequence length */
+
+    oj_engine *eng;
+    oj_gpt *model;
+    oj_optim *optim;
+    oj_loader *train;
+    char **train_paths;
+    int n_train_paths;
+
+    /* val: the first eval_batches batches, kept on the host */
+    int64_t val_batches;     /* 0: no val data */
+    int64_t *val_in, *val_tg; /* [val_batches, B, T] */
+    double val_bytes;        /* byte length of every val target token */
+    bool have_bpb;
+
+    int64_t step;   /* steps done */
+    int64_t tokens; /* train tokens seen */
+    double flops_per_token, peak_flops;
+    bool peak_measured;
+    FILE *metrics;
+
+    /* timing of this run */
+    double t0, step_ema, eval_s, ckpt_s;
+    int64_t run_steps;
+    double run_step_s;
+    bool bar_drawn, plot_warned;
+    double last_loss, last_val_loss, last_val_bpb;
+    char last_ckpt[4096];
+};
+
+/* Seconds on a monotonic clock. */
+double oj__train_now(void);
+
+/* config.c */
+json_t *oj__train_config_json(const oj_train_config *c);
+oj_status oj__train_config_from_json(oj_train_config *c, const json_t *obj, oj_error *err);
+const char *oj__train_enum_name(const char *key, int v);
+void oj__train_device_name(oj_device d, char *buf, size_t len);
+
+/* state.c: resolve `path` (a checkpoint directory or a root) to a directory
+ * (copied into dir when dir_len > 0) and parse its state.json into *state
+ * (json_decref it). The files are verified first. */
+oj_status oj__train_read_state(const char *path, json_t **state, char *dir, size_t dir_len,
+                               oj_error *err);
+/* state.json's caller keys for the trainer's current position. */
+char *oj__train_state_json(const oj_trainer *t);
+/* Restore step, tokens, RNG and loader position from a parsed state. */
+oj_status oj__train_restore_state(oj_trainer *t, const json_t *state, oj_error *err);
+/* Write a checkpoint of the current step. */
+oj_status oj__train_checkpoint(oj_trainer *t, oj_error *err);
+/* Load the checkpoint at t->resume into the model and optimizer. */
+oj_status oj__train_resume(oj_trainer *t, oj_error *err);
+
+/* report.c: metrics.jsonl, log lines and the progress bar */
+oj_status oj__train_metrics_open(oj_trainer *t, oj_error *err);
+void oj__train_report(oj_trainer *t, const oj_train_metrics *m);
+void oj__train_say(oj_trainer *t, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* peak.c: measured f32 GEMM FLOP/s of the engine. */
+double oj__train_measure_peak(oj_engine *eng);
+
+#endif

@@ -1,0 +1,305 @@
+/* Building a trainer: engine, model, optimizer, loaders, val batches and
+ * their byte counts, peak FLOP/s, and the resumed state. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "train/train_internal.h"
+
+/* mkdir -p */
+static oj_status make_dirs(const char *path, oj_error *err) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "out dir: path too long");
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return oj_error_set(err, OJ_ERR_IO, "cannot create %s: %s", p, strerror(errno));
+        *s = '/';
+    }
+    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+        return oj_error_set(err, OJ_ERR_IO, "cannot create %s: %s", p, strerror(errno));
+    struct stat sb;
+    if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return oj_error_set(err, OJ_ERR_IO, "out dir %s is not a directory", p);
+    return OJ_OK;
+}
+
+static oj_status eng_error(oj_trainer *t, oj_error *err, const char *what) {
+    return oj_error_set(err, oj_last_status(t->eng) ? oj_last_status(t->eng) : OJ_ERR_INTERNAL,
+                        "%s: %s", what, oj_last_error(t->eng));
+}
+
+/* Optimizer groups: Muon on the eligible hidden matrices plus AdamW on the
+ * other matrices (weight decay) and on vectors (no weight decay); or AdamW
+ * alone with the same matrix / vector split. */
+static oj_status make_optim(oj_trainer *t, oj_error *err) {
+    const oj_train_config *c = &t->cfg;
+    t->optim = oj_optim_create(t->eng);
+    if (!t->optim)
+        return eng_error(t, err, "optimizer");
+    oj_named_tensors sd = oj_gpt_state_dict(t->model);
+    oj_optim_hparams adam = oj_adamw_hparams(c->lr, c->weight_decay);
+    adam.beta1 = c->beta1;
+    adam.beta2 = c->beta2;
+    adam.eps = c->adam_eps;
+    oj_optim_hparams adam_1d = adam;
+    adam_1d.weight_decay = 0;
+    if (c->optimizer == OJ_TRAIN_MUON) {
+        oj_optim_hparams muon = oj_muon_hparams(c->muon_lr);
+        muon.momentum = c->muon_momentum;
+        muon.weight_decay = c->weight_decay;
+        if (oj_optim_add_muon_split(t->optim, &sd, &muon, &adam, &adam_1d, NULL) < 0)
+            return eng_error(t, err, "optimizer");
+        return OJ_OK;
+    }
+    /* AdamW: matrices (rank >= 2) decay, the rest does not */
+    const char **names = malloc((size_t)sd.n * 2 * sizeof *names);
+    oj_tensor **ts = malloc((size_t)sd.n * 2 * sizeof *ts);
+    oj_status st = OJ_OK;
+    if (!names || !ts)
+        st = oj_error_set(err, OJ_ERR_CAPACITY, "optimizer: out of memory");
+    int64_t n2 = 0, n1 = 0;
+    for (int64_t i = 0; !st && i < sd.n; i++) {
+        int64_t at = oj_rank(sd.tensors[i]) >= 2 ? n2++ : sd.n + n1++;
+        names[at] = sd.names[i];
+        ts[at] = sd.tensors[i];
+    }
+    oj_named_tensors g2 = {n2, names, ts}, g1 = {n1, names + sd.n, ts + sd.n};
+    if (!st && (oj_optim_add_group(t->optim, &adam, &g2) < 0 ||
+                oj_optim_add_group(t->optim, &adam_1d, &g1) < 0))
+        st = eng_error(t, err, "optimizer");
+    free(names);
+    free(ts);
+    return st;
+}
+
+/* The first eval_batches batches of the val split, kept on the host, and
+ * the bytes their target tokens stand for. No val shards: no evals. */
+static oj_status load_val(oj_trainer *t, const oj_tokenizer *tok, oj_error *err) {
+    char **paths = NULL;
+    int n = 0;
+    if (oj_shard_list(t->cfg.data_dir, "val", &paths, &n, NULL) != OJ_OK) {
+        oj__train_say(t, "warning: no val_*.bin shards in %s: no evals", t->cfg.data_dir);
+        return OJ_OK;
+    }
+    oj_loader_config lc = oj_loader_config_default();
+    lc.paths = (const char *const *)paths;
+    lc.n_paths = n;
+    lc.B = t->cfg.batch_size;
+    lc.T = t->T;
+    lc.prefetch = false;
+    lc.vocab_size = t->mcfg.vocab_size;
+    oj_loader *L = NULL;
+    oj_error e2 = {0};
+    oj_status st = oj_loader_open(&lc, &L, &e2);
+    oj_paths_free(paths, n);
+    if (st == OJ_ERR_SHAPE) {
+        oj__train_say(t, "warning: the val split is shorter than one batch: no evals (%s)",
+                      e2.message);
+        return OJ_OK;
+    }
+    if (st)
+        return oj_error_set(err, st, "val data: %s", e2.message);
+    int64_t nb = oj_loader_steps_per_epoch(L);
+    if (nb > t->cfg.eval_batches)
+        nb = t->cfg.eval_batches;
+    size_t per = (size_t)(t->cfg.batch_size * t->T);
+    t->val_in = malloc(per * (size_t)nb * sizeof *t->val_in);
+    t->val_tg = malloc(per * (size_t)nb * sizeof *t->val_tg);
+    if (!t->val_in || !t->val_tg)
+        st = oj_error_set(err, OJ_ERR_CAPACITY, "val data: out of memory");
+    for (int64_t b = 0; !st && b < nb; b++)
+        st = oj_loader_next_host(L, t->val_in + (size_t)b * per, t->val_tg + (size_t)b * per, err);
+    oj_loader_free(L);
+    if (st)
+        return st;
+    t->val_batches = nb;
+    if (tok) {
+        int32_t eot = oj_tokenizer_eot(tok);
+        double bytes = 0;
+        for (size_t i = 0; i < per * (size_t)nb; i++) {
+            size_t len = 0;
+            int32_t id = (int32_t)t->val_tg[i];
+            if (id != eot && !oj_tokenizer_token_bytes(tok, id, &len))
+                return oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
+                                    "val data: token %d is not in the tokenizer %s", id,
+                                    t->cfg.tokenizer_dir);
+            bytes += id == eot ? 0 : (double)len;
+        }
+        t->val_bytes = bytes;
+        t->have_bpb = bytes > 0;
+    }
+    return OJ_OK;
+}
+
+static oj_status open_train(oj_trainer *t, oj_error *err) {
+    oj_status st = oj_shard_list(t->cfg.data_dir, "train", &t->train_paths, &t->n_train_paths, err);
+    if (st)
+        return st;
+    oj_loader_config lc = oj_loader_config_default();
+    lc.paths = (const char *const *)t->train_paths;
+    lc.n_paths = t->n_train_paths;
+    lc.B = t->cfg.batch_size;
+    lc.T = t->T;
+    lc.shuffle = t->cfg.shuffle;
+    lc.seed = t->cfg.seed;
+    lc.vocab_size = t->mcfg.vocab_size;
+    oj_error e2 = {0};
+    st = oj_loader_open(&lc, &t->train, &e2);
+    if (st)
+        return oj_error_set(err, st, "train data: %s", e2.message);
+    return OJ_OK;
+}
+
+static void say_setup(oj_trainer *t) {
+    const oj_train_config *c = &t->cfg;
+    const oj_gpt_config *m = &t->mcfg;
+    char dev[32];
+    oj__train_device_name(oj_engine_device(t->eng), dev, sizeof dev);
+    oj__train_say(t,
+                  "model %s (%s): %lld layers, %lld heads (%lld kv), C %lld, MLP %lld, V %lld, "
+                  "%.2fM parameters",
+                  c->model, oj_gpt_family_name(m->family), (long long)m->n_layer,
+                  (long long)m->n_head, (long long)m->n_kv_head, (long long)m->n_embd,
+                  (long long)m->mlp_hidden, (long long)m->vocab_size,
+                  (double)oj_gpt_num_params(t->model) / 1e6);
+    oj__train_say(t, "data %s: %lld train windows of %lld tokens; %lld tokens per step (B %lld x T "
+                     "%lld x accum %lld)",
+                  c->data_dir, (long long)oj_loader_num_windows(t->train), (long long)t->T,
+                  (long long)(c->batch_size * t->T * c->grad_accum), (long long)c->batch_size,
+                  (long long)t->T, (long long)c->grad_accum);
+    if (c->optimizer == OJ_TRAIN_MUON)
+        oj__train_say(t, "optimizer muon lr %g (hidden matrices) + adamw lr %g, %s schedule, "
+                         "warmup %lld, min lr %g",
+                      c->muon_lr, c->lr, oj__train_enum_name("schedule", (int)c->schedule),
+                      (long long)c->warmup_steps, c->min_lr);
+    else
+        oj__train_say(t, "optimizer adamw lr %g, %s schedule, warmup %lld, min lr %g", c->lr,
+                      oj__train_enum_name("schedule", (int)c->schedule),
+                      (long long)c->warmup_steps, c->min_lr);
+    oj__train_say(t, "engine %s, %d threads, %s numerics; MFU against %.1f GFLOP/s (%s)", dev,
+                  oj_engine_threads(t->eng), c->numerics == OJ_NUMERICS_EXACT ? "exact" : "fast",
+                  t->peak_flops / 1e9,
+                  t->peak_measured ? "measured f32 matmul" : "config peak_flops");
+    if (t->val_batches)
+        oj__train_say(t, "eval every %lld steps on %lld val batches%s", (long long)c->eval_every,
+                      (long long)t->val_batches, t->have_bpb ? "" : " (no tokenizer_dir: no bpb)");
+    if (t->have_bpb)
+        oj__train_say(t, "val: %.3f bytes per token", t->val_bytes /
+                                                          (double)(t->val_batches * c->batch_size * t->T));
+}
+
+oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *opts,
+                            oj_trainer **out, oj_error *err) {
+    if (!cfg || !opts || !out || !opts->out_dir || !opts->out_dir[0])
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "trainer: NULL config, options or out_dir");
+    *out = NULL;
+    oj_status st = oj_train_config_check(cfg, err);
+    if (st)
+        return st;
+    oj_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory");
+    t->cfg = *cfg;
+    t->opts = *opts;
+    snprintf(t->out_dir, sizeof t->out_dir, "%s", opts->out_dir);
+    t->opts.out_dir = t->out_dir;
+    if (opts->resume) {
+        snprintf(t->resume, sizeof t->resume, "%s", opts->resume);
+        t->opts.resume = t->resume;
+    }
+    t->last_loss = t->last_val_loss = t->last_val_bpb = NAN;
+
+    oj_tokenizer *tok = NULL;
+    int64_t tok_vocab = 0;
+    if (cfg->tokenizer_dir[0]) {
+        oj_error e2 = {0};
+        if ((st = oj_tokenizer_load(cfg->tokenizer_dir, &tok, &e2)))
+            oj_error_set(err, st, "tokenizer %s: %s", cfg->tokenizer_dir, e2.message);
+        else
+            tok_vocab = oj_tokenizer_vocab_size(tok);
+    }
+    if (!st)
+        st = oj_train_model_config(cfg, tok_vocab, &t->mcfg, err);
+    if (!st && tok && t->mcfg.vocab_size < tok_vocab)
+        st = oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                          "config: vocab_size %lld is smaller than the tokenizer's %lld",
+                          (long long)t->mcfg.vocab_size, (long long)tok_vocab);
+    t->T = cfg->seq_len > 0 ? cfg->seq_len : t->mcfg.block_size;
+    if (!st)
+        st = make_dirs(t->out_dir, err);
+    if (!st) {
+        oj_engine_config ec = oj_engine_config_default();
+        ec.device = cfg->device;
+        ec.numerics = cfg->numerics;
+        ec.threads = (int)cfg->threads;
+        ec.seed = cfg->seed;
+        ec.budget_bytes = cfg->budget_bytes;
+        st = oj_engine_create(&ec, &t->eng, err);
+    }
+    if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
+        st = eng_error(t, err, "model");
+    if (!st)
+        st = make_optim(t, err);
+    if (!st)
+        st = open_train(t, err);
+    if (!st)
+        st = load_val(t, tok, err);
+    oj_tokenizer_free(tok);
+    if (!st) {
+        t->flops_per_token = oj_gpt_flops_per_token(t->model, t->T);
+        t->peak_flops = cfg->peak_flops;
+        if (!(t->peak_flops > 0)) {
+            t->peak_flops = oj__train_measure_peak(t->eng);
+            t->peak_measured = true;
+        }
+        if (opts->resume)
+            st = oj__train_resume(t, err);
+    }
+    if (!st)
+        st = oj__train_metrics_open(t, err);
+    if (st) {
+        oj_trainer_free(t);
+        return st;
+    }
+    say_setup(t);
+    *out = t;
+    return OJ_OK;
+}
+
+oj_gpt *oj_trainer_model(oj_trainer *t) { return t ? t->model : NULL; }
+oj_engine *oj_trainer_engine(oj_trainer *t) { return t ? t->eng : NULL; }
+int64_t oj_trainer_step(const oj_trainer *t) { return t ? t->step : -1; }
+
+void oj_trainer_free(oj_trainer *t) {
+    if (!t)
+        return;
+    if (t->opts.log && t->bar_drawn)
+        fputc('\n', t->opts.log);
+    if (t->metrics)
+        fclose(t->metrics);
+    oj_loader_free(t->train);
+    oj_paths_free(t->train_paths, t->n_train_paths);
+    oj_optim_free(t->optim);
+    oj_gpt_free(t->model);
+    oj_engine_free(t->eng);
+    free(t->val_in);
+    free(t->val_tg);
+    free(t);
+}
+
+oj_status oj_train(const oj_train_config *cfg, const oj_train_options *opts,
+                   oj_train_result *res, oj_error *err) {
+    oj_trainer *t = NULL;
+    oj_status st = oj_trainer_create(cfg, opts, &t, err);
+    if (!st)
+        st = oj_trainer_run(t, res, err);
+    oj_trainer_free(t);
+    return st;
+}
