@@ -200,10 +200,11 @@ double oj_optim_clip_grad_norm(oj_optim *o, double max_norm);
  * (s + 1) / warmup_steps for s < warmup_steps (nanoGPT's form). */
 typedef enum oj_lr_kind {
     OJ_LR_CONSTANT = 0, /* 1 after warmup */
-    OJ_LR_COSINE = 1,   /* cosine from 1 at warmup_steps to min_ratio at total_steps, then min_ratio */
-    OJ_LR_WSD = 2,      /* warmup-stable-decay: 1 until total_steps - decay_steps, then linear to
+    OJ_LR_COSINE =
+        1,          /* cosine from 1 at warmup_steps to min_ratio at total_steps, then min_ratio */
+    OJ_LR_WSD = 2,  /* warmup-stable-decay: 1 until total_steps - decay_steps, then linear to
                            min_ratio at total_steps (Hu et al., MiniCPM, 2024) */
-    OJ_LR_STEP = 3,     /* gamma ^ floor((s - warmup_steps) / step_size) (torch StepLR) */
+    OJ_LR_STEP = 3, /* gamma ^ floor((s - warmup_steps) / step_size) (torch StepLR) */
 } oj_lr_kind;
 
 typedef struct oj_lr_schedule {

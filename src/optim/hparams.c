@@ -44,9 +44,11 @@ const char *oj__optim_algo_name(oj_optim_algo a) {
 
 oj_status oj__optim_hparams_check(oj_engine *eng, const oj_optim_hparams *hp) {
     if (hp == NULL) return BAD("optim: hyperparameters are NULL");
-    if ((unsigned)hp->algo > OJ_OPTIM_MUON) return BAD("optim: unknown algorithm %d", (int)hp->algo);
+    if ((unsigned)hp->algo > OJ_OPTIM_MUON)
+        return BAD("optim: unknown algorithm %d", (int)hp->algo);
     const char *a = oj__optim_algo_name(hp->algo);
-    if (!(isfinite(hp->lr) && hp->lr >= 0)) return BAD("optim %s: lr %g must be finite and >= 0", a, hp->lr);
+    if (!(isfinite(hp->lr) && hp->lr >= 0))
+        return BAD("optim %s: lr %g must be finite and >= 0", a, hp->lr);
     if (!(isfinite(hp->weight_decay) && hp->weight_decay >= 0))
         return BAD("optim %s: weight_decay %g must be finite and >= 0", a, hp->weight_decay);
     switch (hp->algo) {
@@ -57,7 +59,8 @@ oj_status oj__optim_hparams_check(oj_engine *eng, const oj_optim_hparams *hp) {
             return BAD("optim sgd: dampening %g must be in [0, 1]", hp->dampening);
         if (hp->nesterov && (hp->momentum <= 0 || hp->dampening != 0))
             return BAD("optim sgd: nesterov needs momentum > 0 and dampening 0 (momentum %g, "
-                       "dampening %g)", hp->momentum, hp->dampening);
+                       "dampening %g)",
+                       hp->momentum, hp->dampening);
         break;
     case OJ_OPTIM_ADAM:
     case OJ_OPTIM_ADAMW:

@@ -40,9 +40,9 @@ oj_tensor *oj_newton_schulz5(oj_tensor *g, int steps) {
     }
     for (int k = 0; x != NULL && k < steps; k++) {
         oj_tensor *xt = oj_transpose(x, 0, 1);
-        oj_tensor *a = oj_matmul(x, xt);                  /* A = X X^T */
-        oj_tensor *b = oj_addmm(a, a, a, NS_B, NS_C);     /* B = b A + c A A */
-        oj_tensor *xn = oj_addmm(x, b, x, NS_A, 1.0);     /* X = a X + B X */
+        oj_tensor *a = oj_matmul(x, xt);              /* A = X X^T */
+        oj_tensor *b = oj_addmm(a, a, a, NS_B, NS_C); /* B = b A + c A A */
+        oj_tensor *xn = oj_addmm(x, b, x, NS_A, 1.0); /* X = a X + B X */
         oj_release(xt);
         oj_release(a);
         oj_release(b);
@@ -72,8 +72,8 @@ oj_tensor *oj__muon_update(oj_optim_slot *p, oj_tensor *grad, const oj_optim_hpa
     oj_engine *eng = p->param->eng;
     oj_tensor *u = oj__tensor_alloc(eng, 2, p->param->shape, p->param->dtype, "muon");
     if (u == NULL) return NULL;
-    oj_status st = eng->backend->muon_momentum(eng, p->momentum_buffer, grad, u, hp->momentum,
-                                               hp->nesterov);
+    oj_status st =
+        eng->backend->muon_momentum(eng, p->momentum_buffer, grad, u, hp->momentum, hp->nesterov);
     if (st != OJ_OK) {
         oj_set_error(eng, st, "muon: momentum kernel failed for '%s'", p->name);
         oj_release(u);

@@ -80,25 +80,27 @@ static oj_status check_param(oj_optim *o, const oj_optim_hparams *hp, const char
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "optim %s: parameter '%s' is %s", alg,
                             name, t == NULL ? "NULL" : "a released tensor");
     if (t->eng != eng)
-        return oj_set_error(eng, OJ_ERR_DEVICE, "optim %s: parameter '%s' belongs to another engine",
-                            alg, name);
+        return oj_set_error(eng, OJ_ERR_DEVICE,
+                            "optim %s: parameter '%s' belongs to another engine", alg, name);
+    if (!t->requires_grad) return OJ_OK; /* left out (frozen, buffer): nothing else to check */
     if (t->dtype != OJ_F32 && t->dtype != OJ_F64)
-        return oj_set_error(eng, OJ_ERR_DTYPE, "optim %s: parameter '%s' is %s; f32 or f64 expected",
-                            alg, name, oj_dtype_name(t->dtype));
+        return oj_set_error(eng, OJ_ERR_DTYPE,
+                            "optim %s: parameter '%s' is %s; f32 or f64 expected", alg, name,
+                            oj_dtype_name(t->dtype));
     if (!oj_is_contiguous(t) || t->grad_fn != NULL)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "optim %s: parameter '%s' must be a contiguous leaf tensor", alg, name);
     if (hp->algo == OJ_OPTIM_MUON && t->rank != 2) {
         char b[128];
         return oj_set_error(eng, OJ_ERR_SHAPE,
-                            "optim muon: parameter '%s' has shape %s; Muon takes 2-D matrices", name,
-                            oj__shape_fmt(b, sizeof b, t->rank, t->shape));
+                            "optim muon: parameter '%s' has shape %s; Muon takes 2-D matrices",
+                            name, oj__shape_fmt(b, sizeof b, t->rank, t->shape));
     }
     const char *dup = find_dup(o, name, t);
     if (dup != NULL)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                            "optim %s: parameter '%s': the same %s is already in the optimizer", alg,
-                            name, dup);
+                            "optim %s: parameter '%s': the same %s is already in the optimizer",
+                            alg, name, dup);
     return OJ_OK;
 }
 
@@ -126,7 +128,8 @@ int oj_optim_add_group(oj_optim *o, const oj_optim_hparams *hp, const oj_named_t
     if (o == NULL) return -1;
     oj_engine *eng = o->eng;
     if (oj__optim_hparams_check(eng, hp) != OJ_OK) return -1;
-    if (params == NULL || params->n < 0 || (params->n > 0 && (!params->names || !params->tensors))) {
+    if (params == NULL || params->n < 0 ||
+        (params->n > 0 && (!params->names || !params->tensors))) {
         oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "optim: add_group given no parameter list");
         return -1;
     }
@@ -135,14 +138,15 @@ int oj_optim_add_group(oj_optim *o, const oj_optim_hparams *hp, const oj_named_t
     for (int64_t i = 0; i < params->n; i++) {
         oj_tensor *t = params->tensors[i];
         if (check_param(o, hp, params->names[i], t) != OJ_OK) return -1;
+        if (!t->requires_grad) continue;
         for (int64_t j = 0; j < i; j++)
             if (strcmp(params->names[j], params->names[i]) == 0 || params->tensors[j] == t) {
                 oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                             "optim %s: parameter '%s' is listed twice", oj__optim_algo_name(hp->algo),
-                             params->names[i]);
+                             "optim %s: parameter '%s' is listed twice",
+                             oj__optim_algo_name(hp->algo), params->names[i]);
                 return -1;
             }
-        if (t->requires_grad) take++;
+        take++;
     }
     oj_optim_group *ng = realloc(o->groups, (size_t)(o->ngroups + 1) * sizeof *ng);
     if (ng == NULL) {

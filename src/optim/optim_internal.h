@@ -9,7 +9,7 @@
 /* One parameter and its state (state tensors owned, unscoped). */
 typedef struct oj_optim_slot {
     char *name;
-    oj_tensor *param; /* borrowed */
+    oj_tensor *param;                /* borrowed */
     oj_tensor *exp_avg, *exp_avg_sq; /* Adam(W) */
     oj_tensor *momentum_buffer;      /* SGD with momentum, Muon */
     oj_tensor *step_tensor;          /* rank-0 i64 mirror of step, for the state_dict */

@@ -83,8 +83,7 @@ double oj_lr_schedule_factor(const oj_lr_schedule *s, int64_t step) {
         double t = (double)(step - start) / (double)s->decay_steps;
         return 1.0 - (1.0 - s->min_ratio) * t;
     }
-    case OJ_LR_STEP:
-        return pow(s->gamma, (double)((step - s->warmup_steps) / s->step_size));
+    case OJ_LR_STEP: return pow(s->gamma, (double)((step - s->warmup_steps) / s->step_size));
     }
     return NAN;
 }

@@ -5,8 +5,8 @@
 
 #include "optim/optim_internal.h"
 
-static const char *const default_excludes[] = {"wte", "wpe",  "embed", "lm_head",
-                                                "norm", "ln_", "bias",  NULL};
+static const char *const default_excludes[] = {"wte",  "wpe", "embed", "lm_head",
+                                               "norm", "ln_", "bias",  NULL};
 
 const char *const *oj_muon_default_excludes(void) { return default_excludes; }
 
@@ -23,7 +23,8 @@ int oj_optim_add_muon_split(oj_optim *o, const oj_named_tensors *params,
                             const oj_optim_hparams *adamw_1d, const char *const *exclude) {
     if (o == NULL) return -1;
     oj_engine *eng = o->eng;
-    if (params == NULL || params->n < 0 || (params->n > 0 && (!params->names || !params->tensors))) {
+    if (params == NULL || params->n < 0 ||
+        (params->n > 0 && (!params->names || !params->tensors))) {
         oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "optim muon split: no parameter list");
         return -1;
     }
@@ -52,7 +53,9 @@ int oj_optim_add_muon_split(oj_optim *o, const oj_named_tensors *params,
     int64_t cnt[3] = {0, 0, 0};
     for (int64_t i = 0; i < params->n; i++) {
         oj_tensor *t = params->tensors[i];
-        int k = oj_muon_eligible(params->names[i], t, exclude) ? 0 : (t->rank >= 2 || !adamw_1d) ? 1 : 2;
+        int k = oj_muon_eligible(params->names[i], t, exclude) ? 0
+                : (t->rank >= 2 || !adamw_1d)                  ? 1
+                                                               : 2;
         names[(size_t)k * n + (size_t)cnt[k]] = params->names[i];
         ts[(size_t)k * n + (size_t)cnt[k]] = t;
         cnt[k]++;
@@ -60,8 +63,8 @@ int oj_optim_add_muon_split(oj_optim *o, const oj_named_tensors *params,
     const oj_optim_hparams *hps[3] = {muon, adamw, adamw_1d};
     int ngroups = adamw_1d ? 3 : 2, first = -1, before = o->ngroups;
     for (int k = 0; k < ngroups; k++) {
-        oj_named_tensors nt = {.n = cnt[k], .names = names + (size_t)k * n,
-                               .tensors = ts + (size_t)k * n};
+        oj_named_tensors nt = {
+            .n = cnt[k], .names = names + (size_t)k * n, .tensors = ts + (size_t)k * n};
         int g = oj_optim_add_group(o, hps[k], &nt);
         if (g < 0) {
             first = -1;

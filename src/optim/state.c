@@ -48,7 +48,8 @@ static bool sd_rebuild(oj_optim *o) {
 
 oj_status oj_optim_state(oj_optim *o, oj_named_tensors *out) {
     if (o == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    if (!sd_rebuild(o)) return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim state: out of host memory");
+    if (!sd_rebuild(o))
+        return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim state: out of host memory");
     oj_status st = OJ_OK;
     int64_t counts[2] = {o->steps, o->skipped};
     for (int k = 0; k < 2 && st == OJ_OK; k++) {
@@ -108,7 +109,8 @@ static void apply_counts(oj_optim *o, const int64_t *vals) {
 oj_status oj_optim_state_sync(oj_optim *o) {
     if (o == NULL) return OJ_ERR_INVALID_ARGUMENT;
     int64_t *vals = malloc((size_t)(n_params(o) + 2) * sizeof *vals);
-    if (vals == NULL) return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim state: out of host memory");
+    if (vals == NULL)
+        return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim state: out of host memory");
     oj_status st = read_counts(o, vals);
     if (st == OJ_OK) apply_counts(o, vals);
     free(vals);
@@ -132,18 +134,19 @@ static oj_status check_file(oj_optim *o, oj_safetensors *st, const char *path, o
             bool found = false;
             for (int64_t j = 0; j < o->sd_n && !found; j++) found = strcmp(o->sd_names[j], nm) == 0;
             if (!found)
-                return oj_error_set(err, OJ_ERR_SHAPE, "optim load %s: unexpected tensor '%s'", path,
-                                    nm);
+                return oj_error_set(err, OJ_ERR_SHAPE, "optim load %s: unexpected tensor '%s'",
+                                    path, nm);
         }
     }
     for (int64_t j = 0; j < o->sd_n; j++) {
         const char *nm = o->sd_names[j];
         oj_tensor *t = o->sd_tensors[j];
         int64_t i = oj_safetensors_find(st, nm);
-        if (i < 0) return oj_error_set(err, OJ_ERR_SHAPE, "optim load %s: missing tensor '%s'", path, nm);
+        if (i < 0)
+            return oj_error_set(err, OJ_ERR_SHAPE, "optim load %s: missing tensor '%s'", path, nm);
         if (oj_safetensors_dtype(st, i) != t->dtype)
-            return oj_error_set(err, OJ_ERR_DTYPE, "optim load %s: '%s' is %s, expected %s", path, nm,
-                                oj_safetensors_dtype_str(st, i),
+            return oj_error_set(err, OJ_ERR_DTYPE, "optim load %s: '%s' is %s, expected %s", path,
+                                nm, oj_safetensors_dtype_str(st, i),
                                 oj_safetensors_dtype_to_str(t->dtype));
         int r = oj_safetensors_rank(st, i);
         const int64_t *sh = oj_safetensors_shape(st, i);
@@ -189,7 +192,8 @@ static oj_status file_counts(oj_optim *o, oj_safetensors *st, const char *path, 
             const char *pn = o->groups[g].params[i].name;
             size_t len = strlen(pn) + 6;
             char *nm = malloc(len);
-            if (nm == NULL) return oj_error_set(err, OJ_ERR_CAPACITY, "optim load: out of host memory");
+            if (nm == NULL)
+                return oj_error_set(err, OJ_ERR_CAPACITY, "optim load: out of host memory");
             snprintf(nm, len, "%s.step", pn);
             s = file_i64(st, path, nm, &vals[k++], 1, err);
             free(nm);
@@ -207,7 +211,8 @@ oj_status oj_optim_load(oj_optim *o, const char *path, oj_error *err) {
     if (s != OJ_OK) return s;
     int64_t *vals = malloc((size_t)(n_params(o) + 2) * sizeof *vals);
     oj_tensor **staged = calloc((size_t)o->sd_n, sizeof *staged);
-    if (vals == NULL || staged == NULL) s = oj_error_set(err, OJ_ERR_CAPACITY, "optim load: out of host memory");
+    if (vals == NULL || staged == NULL)
+        s = oj_error_set(err, OJ_ERR_CAPACITY, "optim load: out of host memory");
     if (s == OJ_OK) s = check_file(o, st, path, err);
     if (s == OJ_OK) s = file_counts(o, st, path, vals, err);
     if (s == OJ_OK) s = oj_scope_begin(eng);

@@ -43,7 +43,10 @@ static oj_status run_item(oj_optim *o, work_item *w, bool check_only) {
     case OJ_OPTIM_ADAM:
     case OJ_OPTIM_ADAMW: {
         double step = (double)(p->step + 1);
-        oj_adam_args a = {.lr = lr, .beta1 = hp->beta1, .beta2 = hp->beta2, .eps = hp->eps,
+        oj_adam_args a = {.lr = lr,
+                          .beta1 = hp->beta1,
+                          .beta2 = hp->beta2,
+                          .eps = hp->eps,
                           .weight_decay = hp->weight_decay,
                           .bias_correction1 = 1.0 - pow(hp->beta1, step),
                           .bias_correction2 = 1.0 - pow(hp->beta2, step),
@@ -52,8 +55,11 @@ static oj_status run_item(oj_optim *o, work_item *w, bool check_only) {
                                        check_only);
     }
     case OJ_OPTIM_SGD: {
-        oj_sgd_args a = {.lr = lr, .momentum = hp->momentum, .dampening = hp->dampening,
-                         .weight_decay = hp->weight_decay, .nesterov = hp->nesterov,
+        oj_sgd_args a = {.lr = lr,
+                         .momentum = hp->momentum,
+                         .dampening = hp->dampening,
+                         .weight_decay = hp->weight_decay,
+                         .nesterov = hp->nesterov,
                          .first = p->step == 0};
         return eng->backend->sgd_step(eng, p->param, w->grad, p->momentum_buffer, &a, check_only);
     }
@@ -75,7 +81,7 @@ static bool kernels_present(oj_optim *o) {
     const oj_backend *b = o->eng->backend;
     for (int g = 0; g < o->ngroups; g++) {
         oj_optim_algo a = o->groups[g].hp.algo;
-        bool ok = a == OJ_OPTIM_SGD ? b->sgd_step != NULL
+        bool ok = a == OJ_OPTIM_SGD    ? b->sgd_step != NULL
                   : a == OJ_OPTIM_MUON ? (b->muon_momentum != NULL && b->apply_update != NULL)
                                        : b->adam_step != NULL;
         if (!ok) {
@@ -95,19 +101,18 @@ static oj_status collect(oj_optim *o, work_item *items, int64_t *n_out) {
         for (int64_t i = 0; i < grp->n; i++) {
             oj_optim_slot *p = &grp->params[i];
             if (!oj__live(p->param))
-                return oj_set_error(o->eng, OJ_ERR_INVALID_ARGUMENT,
-                                    "optim: parameter '%s' was released while the optimizer uses it",
-                                    p->name);
+                return oj_set_error(
+                    o->eng, OJ_ERR_INVALID_ARGUMENT,
+                    "optim: parameter '%s' was released while the optimizer uses it", p->name);
             oj_tensor *g0 = p->param->grad;
             if (g0 == NULL) continue;
             if (g0->dtype != p->param->dtype || oj_numel(g0) != oj_numel(p->param)) {
                 char b1[128], b2[128];
-                return oj_set_error(o->eng, OJ_ERR_SHAPE,
-                                    "optim: grad of '%s' is %s %s, parameter %s %s", p->name,
-                                    oj_dtype_name(g0->dtype),
-                                    oj__shape_fmt(b1, sizeof b1, g0->rank, g0->shape),
-                                    oj_dtype_name(p->param->dtype),
-                                    oj__shape_fmt(b2, sizeof b2, p->param->rank, p->param->shape));
+                return oj_set_error(
+                    o->eng, OJ_ERR_SHAPE, "optim: grad of '%s' is %s %s, parameter %s %s", p->name,
+                    oj_dtype_name(g0->dtype), oj__shape_fmt(b1, sizeof b1, g0->rank, g0->shape),
+                    oj_dtype_name(p->param->dtype),
+                    oj__shape_fmt(b2, sizeof b2, p->param->rank, p->param->shape));
             }
             oj_tensor *gc = oj_contiguous(g0);
             if (gc == NULL) return oj_last_status(o->eng);
@@ -131,7 +136,8 @@ static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *
         if (isnan(v) && oj_last_status(eng) != OJ_OK) return oj_last_status(eng);
         if (!isfinite(v)) {
             if (info) info->grad_norm = v;
-            return skip(o, info, "optim: step skipped: the gradient of '%s' is not finite (norm %g)",
+            return skip(o, info,
+                        "optim: step skipped: the gradient of '%s' is not finite (norm %g)",
                         items[i].p->name, v);
         }
         sumsq += v * v;
@@ -181,8 +187,8 @@ oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
     if (info) *info = (oj_optim_step_info){0};
     o->message[0] = '\0';
     if (!(isfinite(o->lr_scale) && o->lr_scale >= 0))
-        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "optim: lr scale %g must be finite and >= 0",
-                            o->lr_scale);
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "optim: lr scale %g must be finite and >= 0", o->lr_scale);
     for (int g = 0; g < o->ngroups; g++) {
         const oj_optim_group *grp = &o->groups[g];
         oj_status hs = oj__optim_hparams_check(eng, &grp->hp);
@@ -194,8 +200,8 @@ oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
         if (grp->algo == OJ_OPTIM_SGD && (grp->hp.momentum != 0.0) != grp->momentum)
             return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                                 "optim: sgd group %d was created with%s momentum; it cannot be "
-                                "switched %s", g, grp->momentum ? "" : "out",
-                                grp->momentum ? "off" : "on");
+                                "switched %s",
+                                g, grp->momentum ? "" : "out", grp->momentum ? "off" : "on");
     }
     if (!kernels_present(o)) return OJ_ERR_UNSUPPORTED;
     int64_t total = 0;

@@ -71,7 +71,8 @@ static void set_grad(oj_tensor *p, const double *g) {
         else
             ((double *)buf)[i] = g[i];
     }
-    oj_tensor *c = oj_from_host(eng, oj_rank(p), oj_shape(p), dt, buf, (size_t)n * oj_dtype_size(dt));
+    oj_tensor *c =
+        oj_from_host(eng, oj_rank(p), oj_shape(p), dt, buf, (size_t)n * oj_dtype_size(dt));
     free(buf);
     oj_tensor *loss = oj_sum_all(oj_mul(p, c));
     assert_non_null(loss);
@@ -206,9 +207,12 @@ static void ref_newton_schulz(const double *g, double *out, int r, int c, int st
     const double a = 3.4445, b = -4.7750, cc = 2.0315;
     bool tall = r > c;
     int m = tall ? c : r, n = tall ? r : c; // X is [m x n], m <= n
-    double *x = malloc(sizeof(double) * (size_t)(m * n)), *A = malloc(sizeof(double) * (size_t)(m * m));
-    double *A2 = malloc(sizeof(double) * (size_t)(m * m)), *B = malloc(sizeof(double) * (size_t)(m * m));
-    double *BX = malloc(sizeof(double) * (size_t)(m * n)), *xt = malloc(sizeof(double) * (size_t)(m * n));
+    double *x = malloc(sizeof(double) * (size_t)(m * n)),
+           *A = malloc(sizeof(double) * (size_t)(m * m));
+    double *A2 = malloc(sizeof(double) * (size_t)(m * m)),
+           *B = malloc(sizeof(double) * (size_t)(m * m));
+    double *BX = malloc(sizeof(double) * (size_t)(m * n)),
+           *xt = malloc(sizeof(double) * (size_t)(m * n));
     double norm = 0;
     for (int i = 0; i < r * c; i++) norm += g[i] * g[i];
     norm = sqrt(norm);
@@ -287,9 +291,9 @@ static void muon_case(oj_dtype dt, int r, int c, double wd, double tol) {
 
 static void test_muon_reference(void **state) {
     (void)state;
-    muon_case(OJ_F64, 4, 6, 0.0, 1e-12);  // wide
-    muon_case(OJ_F64, 7, 3, 0.1, 1e-12);  // tall: transposed, scaled by sqrt(7/3)
-    muon_case(OJ_F32, 5, 8, 0.01, 2e-5);  // f32 against the f64 reference
+    muon_case(OJ_F64, 4, 6, 0.0, 1e-12); // wide
+    muon_case(OJ_F64, 7, 3, 0.1, 1e-12); // tall: transposed, scaled by sqrt(7/3)
+    muon_case(OJ_F32, 5, 8, 0.01, 2e-5); // f32 against the f64 reference
     muon_case(OJ_F32, 16, 4, 0.0, 2e-5);
 }
 
@@ -392,7 +396,8 @@ static void test_skip_nonfinite(void **state) {
     for (int64_t i = 0; i < total; i++) {
         // the counters tensor (skipped count) is the only thing allowed to change
         if (i >= 12 && i < 14) continue;
-        if (before[i] != after[i]) fail_msg("state element %lld changed on a skipped step", (long long)i);
+        if (before[i] != after[i])
+            fail_msg("state element %lld changed on a skipped step", (long long)i);
     }
 
     // back to a sane lr: the step applies and the message clears
@@ -578,10 +583,12 @@ static void test_muon_split_and_groups(void **state) {
             const char *nm = oj_optim_param_name(o, g, i);
             int k = 0;
             while (strcmp(spec[k].name, nm) != 0) k++;
-            if (spec[k].want != g) fail_msg("%s went to group %d, expected %d", nm, g, spec[k].want);
+            if (spec[k].want != g)
+                fail_msg("%s went to group %d, expected %d", nm, g, spec[k].want);
             assert_ptr_equal(oj_optim_param(o, g, i), ts[k]);
         }
-    assert_int_equal(oj_optim_group_size(o, 0) + oj_optim_group_size(o, 1) + oj_optim_group_size(o, 2), 7);
+    assert_int_equal(
+        oj_optim_group_size(o, 0) + oj_optim_group_size(o, 1) + oj_optim_group_size(o, 2), 7);
     assert_int_equal(oj_optim_group_hparams(o, 1)->algo, OJ_OPTIM_ADAMW);
     assert_null(oj_optim_group_hparams(o, 3));
     // adding the same tensors again is refused and changes nothing
@@ -616,7 +623,8 @@ static void test_muon_split_and_groups(void **state) {
     assert_int_equal(oj_optim_add_group(o, &wrong, &ok1), -1);
     assert_non_null(strstr(oj_last_error(eng), "betas"));
     oj_clear_error(eng);
-    oj_tensor *it = oj_zeros(eng, 1, (int64_t[]){3}, OJ_I64);
+    oj_tensor *it = oj_zeros(eng, 1, (int64_t[]){3}, OJ_F16); // f32/f64 only
+    oj_set_requires_grad(it, true);
     oj_named_tensors ints = {1, &names[0], &it};
     assert_int_equal(oj_optim_add_group(o, &aw, &ints), -1);
     assert_int_equal(oj_last_status(eng), OJ_ERR_DTYPE);
@@ -777,7 +785,8 @@ static void test_state_dict_round_trip(void **state) {
     double before[512], after[512];
     int nb = 0;
     for (int64_t i = 0; i < sd.n; i++)
-        for (int64_t j = 0; j < oj_numel(sd.tensors[i]); j++) before[nb++] = oj_item_at(sd.tensors[i], j);
+        for (int64_t j = 0; j < oj_numel(sd.tensors[i]); j++)
+            before[nb++] = oj_item_at(sd.tensors[i], j);
     err = (oj_error){0};
     assert_int_equal(oj_optim_load(d.o, path, &err), OJ_ERR_SHAPE);
     assert_non_null(strstr(err.message, "h.0.w"));
@@ -785,7 +794,8 @@ static void test_state_dict_round_trip(void **state) {
     assert_int_equal(oj_optim_state(d.o, &sd), OJ_OK);
     nb = 0;
     for (int64_t i = 0; i < sd.n; i++)
-        for (int64_t j = 0; j < oj_numel(sd.tensors[i]); j++) after[nb++] = oj_item_at(sd.tensors[i], j);
+        for (int64_t j = 0; j < oj_numel(sd.tensors[i]); j++)
+            after[nb++] = oj_item_at(sd.tensors[i], j);
     assert_memory_equal(before, after, sizeof(double) * (size_t)nb);
 
     // missing and unexpected names

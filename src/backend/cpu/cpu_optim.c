@@ -27,89 +27,88 @@
 
 /* The four kernels for one element type T, with attribute ATTR and name
  * suffix SUF. Each returns false when check_only finds a non-finite value. */
-#define CPU_OPTIM_KERNELS(T, FMA, SQRT, ATTR, SUF)                                            \
-    ATTR static bool adam_##SUF(T *restrict p, const T *restrict g, T *restrict m,            \
-                                T *restrict v, int64_t n, const oj_adam_args *a,              \
-                                bool check_only) {                                            \
-        const T b1 = (T)a->beta1, omb1 = (T)(1.0 - a->beta1);                                 \
-        const T b2 = (T)a->beta2, omb2 = (T)(1.0 - a->beta2);                                 \
-        const T eps = (T)a->eps, wd = (T)a->weight_decay;                                     \
-        const T decay = (T)(1.0 - a->lr * a->weight_decay);                                   \
-        const T neg_step = (T)(-(a->lr / a->bias_correction1));                               \
-        const T bc2_sqrt = (T)sqrt(a->bias_correction2);                                      \
-        const bool l2 = a->weight_decay != 0.0 && !a->decoupled;                              \
-        const bool dec = a->weight_decay != 0.0 && a->decoupled;                              \
-        bool finite = true;                                                                   \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            T pi = p[i], gi = g[i];                                                           \
-            if (dec) pi = pi * decay;              /* param.mul_(1 - lr * wd) */              \
-            if (l2) gi = FMA(pi, wd, gi);          /* grad.add(param, alpha=wd) */            \
-            T mi = FMA(gi, omb1, m[i] * b1);       /* m.mul_(b1).add_(g, alpha=1-b1) */       \
-            T vi = FMA(omb2 * gi, gi, v[i] * b2);  /* v.mul_(b2).addcmul_(g, g, 1-b2) */      \
-            T denom = SQRT(vi) / bc2_sqrt + eps;   /* (v.sqrt() / bc2_sqrt).add_(eps) */      \
-            pi = neg_step * mi / denom + pi;       /* param.addcdiv_(m, denom, -step) */      \
-            if (check_only) {                                                                 \
-                finite &= isfinite(pi) && isfinite(mi) && isfinite(vi);                       \
-            } else {                                                                          \
-                p[i] = pi;                                                                    \
-                m[i] = mi;                                                                    \
-                v[i] = vi;                                                                    \
-            }                                                                                 \
-        }                                                                                     \
-        return finite;                                                                        \
-    }                                                                                         \
-    ATTR static bool sgd_##SUF(T *restrict p, const T *restrict g, T *restrict buf,           \
-                               int64_t n, const oj_sgd_args *a, bool check_only) {            \
-        const T wd = (T)a->weight_decay, mom = (T)a->momentum;                                \
-        const T omd = (T)(1.0 - a->dampening), neg_lr = (T)(-a->lr);                          \
-        const bool has_wd = a->weight_decay != 0.0, has_mom = a->momentum != 0.0;            \
-        bool finite = true;                                                                   \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            T pi = p[i], d = g[i], bi = 0;                                                    \
-            if (has_wd) d = FMA(pi, wd, d); /* d_p.add(param, alpha=wd) */                    \
-            if (has_mom) {                                                                    \
-                /* first: buf = clone(d_p); else buf.mul_(mom).add_(d_p, alpha=1-damp) */     \
-                bi = a->first ? d : FMA(d, omd, buf[i] * mom);                                \
-                d = a->nesterov ? FMA(bi, mom, d) : bi; /* d_p.add(buf, alpha=mom) */         \
-            }                                                                                 \
-            pi = FMA(d, neg_lr, pi); /* param.add_(d_p, alpha=-lr) */                         \
-            if (check_only) {                                                                 \
-                finite &= isfinite(pi) && isfinite(bi);                                       \
-            } else {                                                                          \
-                p[i] = pi;                                                                    \
-                if (has_mom) buf[i] = bi;                                                     \
-            }                                                                                 \
-        }                                                                                     \
-        return finite;                                                                        \
-    }                                                                                         \
-    ATTR static void muon_momentum_##SUF(T *restrict buf, const T *restrict g, T *restrict u, \
-                                         int64_t n, double momentum, bool nesterov) {         \
-        const T mu = (T)momentum;                                                             \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            T b = buf[i] * mu + g[i]; /* buf.mul_(mu).add_(g) */                              \
-            if (u == NULL)                                                                    \
-                buf[i] = b;                                                                   \
-            else                                                                              \
-                u[i] = nesterov ? FMA(b, mu, g[i]) : b; /* g.add(buf, alpha=mu) */            \
-        }                                                                                     \
-    }                                                                                         \
-    ATTR static bool apply_update_##SUF(T *restrict p, const T *restrict u, int64_t n,        \
-                                        double alpha, double scale, double decay,             \
-                                        bool check_only) {                                    \
-        const T al = (T)alpha, sc = (T)scale, de = (T)decay;                                  \
-        const bool has_decay = decay != 1.0, has_scale = scale != 1.0;                        \
-        bool finite = true;                                                                   \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            T pi = p[i], ui = u[i];                                                           \
-            if (has_scale) ui = ui * sc;  /* update.mul_(scale) */                            \
-            if (has_decay) pi = pi * de;  /* param.mul_(1 - lr * wd) */                       \
-            pi = FMA(ui, al, pi);         /* param.add_(update, alpha=-lr) */                 \
-            if (check_only)                                                                   \
-                finite &= isfinite(pi);                                                       \
-            else                                                                              \
-                p[i] = pi;                                                                    \
-        }                                                                                     \
-        return finite;                                                                        \
+#define CPU_OPTIM_KERNELS(T, FMA, SQRT, ATTR, SUF)                                                 \
+    ATTR static bool adam_##SUF(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,  \
+                                int64_t n, const oj_adam_args *a, bool check_only) {               \
+        const T b1 = (T)a->beta1, omb1 = (T)(1.0 - a->beta1);                                      \
+        const T b2 = (T)a->beta2, omb2 = (T)(1.0 - a->beta2);                                      \
+        const T eps = (T)a->eps, wd = (T)a->weight_decay;                                          \
+        const T decay = (T)(1.0 - a->lr * a->weight_decay);                                        \
+        const T neg_step = (T)(-(a->lr / a->bias_correction1));                                    \
+        const T bc2_sqrt = (T)sqrt(a->bias_correction2);                                           \
+        const bool l2 = a->weight_decay != 0.0 && !a->decoupled;                                   \
+        const bool dec = a->weight_decay != 0.0 && a->decoupled;                                   \
+        bool finite = true;                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T pi = p[i], gi = g[i];                                                                \
+            if (dec) pi = pi * decay;             /* param.mul_(1 - lr * wd) */                    \
+            if (l2) gi = FMA(pi, wd, gi);         /* grad.add(param, alpha=wd) */                  \
+            T mi = FMA(gi, omb1, m[i] * b1);      /* m.mul_(b1).add_(g, alpha=1-b1) */             \
+            T vi = FMA(omb2 * gi, gi, v[i] * b2); /* v.mul_(b2).addcmul_(g, g, 1-b2) */            \
+            T denom = SQRT(vi) / bc2_sqrt + eps;  /* (v.sqrt() / bc2_sqrt).add_(eps) */            \
+            pi = neg_step * mi / denom + pi;      /* param.addcdiv_(m, denom, -step) */            \
+            if (check_only) {                                                                      \
+                finite &= isfinite(pi) && isfinite(mi) && isfinite(vi);                            \
+            } else {                                                                               \
+                p[i] = pi;                                                                         \
+                m[i] = mi;                                                                         \
+                v[i] = vi;                                                                         \
+            }                                                                                      \
+        }                                                                                          \
+        return finite;                                                                             \
+    }                                                                                              \
+    ATTR static bool sgd_##SUF(T *restrict p, const T *restrict g, T *restrict buf, int64_t n,     \
+                               const oj_sgd_args *a, bool check_only) {                            \
+        const T wd = (T)a->weight_decay, mom = (T)a->momentum;                                     \
+        const T omd = (T)(1.0 - a->dampening), neg_lr = (T)(-a->lr);                               \
+        const bool has_wd = a->weight_decay != 0.0, has_mom = a->momentum != 0.0;                  \
+        bool finite = true;                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T pi = p[i], d = g[i], bi = 0;                                                         \
+            if (has_wd) d = FMA(pi, wd, d); /* d_p.add(param, alpha=wd) */                         \
+            if (has_mom) {                                                                         \
+                /* first: buf = clone(d_p); else buf.mul_(mom).add_(d_p, alpha=1-damp) */          \
+                bi = a->first ? d : FMA(d, omd, buf[i] * mom);                                     \
+                d = a->nesterov ? FMA(bi, mom, d) : bi; /* d_p.add(buf, alpha=mom) */              \
+            }                                                                                      \
+            pi = FMA(d, neg_lr, pi); /* param.add_(d_p, alpha=-lr) */                              \
+            if (check_only) {                                                                      \
+                finite &= isfinite(pi) && isfinite(bi);                                            \
+            } else {                                                                               \
+                p[i] = pi;                                                                         \
+                if (has_mom) buf[i] = bi;                                                          \
+            }                                                                                      \
+        }                                                                                          \
+        return finite;                                                                             \
+    }                                                                                              \
+    ATTR static void muon_momentum_##SUF(T *restrict buf, const T *restrict g, T *restrict u,      \
+                                         int64_t n, double momentum, bool nesterov) {              \
+        const T mu = (T)momentum;                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T b = buf[i] * mu + g[i]; /* buf.mul_(mu).add_(g) */                                   \
+            if (u == NULL)                                                                         \
+                buf[i] = b;                                                                        \
+            else                                                                                   \
+                u[i] = nesterov ? FMA(b, mu, g[i]) : b; /* g.add(buf, alpha=mu) */                 \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static bool apply_update_##SUF(T *restrict p, const T *restrict u, int64_t n,             \
+                                        double alpha, double scale, double decay,                  \
+                                        bool check_only) {                                         \
+        const T al = (T)alpha, sc = (T)scale, de = (T)decay;                                       \
+        const bool has_decay = decay != 1.0, has_scale = scale != 1.0;                             \
+        bool finite = true;                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T pi = p[i], ui = u[i];                                                                \
+            if (has_scale) ui = ui * sc; /* update.mul_(scale) */                                  \
+            if (has_decay) pi = pi * de; /* param.mul_(1 - lr * wd) */                             \
+            pi = FMA(ui, al, pi);        /* param.add_(update, alpha=-lr) */                       \
+            if (check_only)                                                                        \
+                finite &= isfinite(pi);                                                            \
+            else                                                                                   \
+                p[i] = pi;                                                                         \
+        }                                                                                          \
+        return finite;                                                                             \
     }
 
 CPU_OPTIM_KERNELS(float, fmaf, sqrtf, , f32)
@@ -117,7 +116,9 @@ CPU_OPTIM_KERNELS(double, fma, sqrt, , f64)
 #if OJ_OPTIM_FMA_TARGET
 CPU_OPTIM_KERNELS(float, fmaf, sqrtf, OJ_TARGET_FMA, f32_fma)
 CPU_OPTIM_KERNELS(double, fma, sqrt, OJ_TARGET_FMA, f64_fma)
-static bool has_fma(void) { return __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2"); }
+static bool has_fma(void) {
+    return __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
+}
 #define PICK(fn, SUF) (has_fma() ? fn##_##SUF##_fma : fn##_##SUF)
 #else
 #define PICK(fn, SUF) fn##_##SUF
@@ -163,11 +164,13 @@ oj_status oj_cpu_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *
     (void)eng;
     int64_t n = oj_numel(buf);
     if (buf->dtype == OJ_F32)
-        PICK(muon_momentum, f32)(DATA(float, buf), DATA(const float, grad),
-                                 update ? DATA(float, update) : NULL, n, momentum, nesterov);
+        PICK(muon_momentum, f32)
+        (DATA(float, buf), DATA(const float, grad), update ? DATA(float, update) : NULL, n,
+         momentum, nesterov);
     else if (buf->dtype == OJ_F64)
-        PICK(muon_momentum, f64)(DATA(double, buf), DATA(const double, grad),
-                                 update ? DATA(double, update) : NULL, n, momentum, nesterov);
+        PICK(muon_momentum, f64)
+        (DATA(double, buf), DATA(const double, grad), update ? DATA(double, update) : NULL, n,
+         momentum, nesterov);
     else
         return OJ_ERR_DTYPE;
     return OJ_OK;
@@ -179,8 +182,8 @@ oj_status oj_cpu_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor 
     int64_t n = oj_numel(param);
     bool ok;
     if (param->dtype == OJ_F32)
-        ok = PICK(apply_update, f32)(DATA(float, param), DATA(const float, update), n, alpha,
-                                     scale, decay, check_only);
+        ok = PICK(apply_update, f32)(DATA(float, param), DATA(const float, update), n, alpha, scale,
+                                     decay, check_only);
     else if (param->dtype == OJ_F64)
         ok = PICK(apply_update, f64)(DATA(double, param), DATA(const double, update), n, alpha,
                                      scale, decay, check_only);
