@@ -27,8 +27,8 @@
 #define MM_MC 64
 #define MM_NC 512
 #define MM_MR 4
-#define MM_NRF 16 /* f32 register tile width */
-#define MM_NRD 8  /* f64 register tile width */
+#define MM_NRF 8 /* f32 register tile width (2 vectors) */
+#define MM_NRD 4 /* f64 register tile width (2 vectors) */
 
 /* One operand matrix of one batch: element (i, j) at base + i*rs + j*cs
  * (strides in elements), dtype dt. */
@@ -47,14 +47,50 @@ static inline float ld_f(const char *p, oj_dtype dt) {
     }
 }
 
+/* The k loop of the register tile: tile[i][j] += ap[k][i] * bp[k][j] for
+ * k = 0, 1, ... in order (one multiply and one add per term, never fused,
+ * so the bits match a plain in-order sum). With GNU C vector extensions the
+ * MR x NR accumulators live in 16-byte vector registers; otherwise plain C
+ * that the compiler may vectorise. */
+#if defined(__GNUC__)
+typedef float mm_vf __attribute__((vector_size(16)));
+typedef double mm_vd __attribute__((vector_size(16)));
+#define MM_TILE_LOOP(T, NR, VT)                                                              \
+    {                                                                                        \
+        enum { VW = 16 / sizeof(T), NV = NR / VW };                                          \
+        VT acc[MM_MR][NV];                                                                   \
+        memcpy(acc, tile, sizeof acc);                                                       \
+        for (int64_t k = 0; k < kc; k++) {                                                   \
+            VT bv[NV];                                                                       \
+            memcpy(bv, bp + k * NR, sizeof bv);                                              \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MM_MR; i++) {                       \
+                VT av;                                                                       \
+                _Pragma("GCC unroll 16") for (int q = 0; q < VW; q++) av[q] = ap[k * MM_MR + i]; \
+                _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++) acc[i][v] += av * bv[v]; \
+            }                                                                                \
+        }                                                                                    \
+        memcpy(tile, acc, sizeof acc);                                                       \
+    }
+#else
+typedef float mm_vf;
+typedef double mm_vd;
+#define MM_TILE_LOOP(T, NR, VT)                                                              \
+    for (int64_t k = 0; k < kc; k++)                                                         \
+        for (int i = 0; i < MM_MR; i++) {                                                    \
+            T av = ap[k * MM_MR + i];                                                        \
+            for (int j = 0; j < NR; j++) tile[i][j] += av * bp[k * NR + j];                  \
+        }
+#endif
+
 /* ---------------------------------------------------------------- f32 / f64
  * The blocked kernel, written once for each compute type by a macro:
  *   T     compute type (float, double)
  *   NR    register tile width
  *   SFX   name suffix
- *   LOAD  element loader (char *p, dtype) -> T */
+ *   LOAD  element loader (char *p, dtype) -> T
+ *   VT    16-byte vector type of T (GNU C vector extension) */
 
-#define MM_DEFINE_KERNEL(T, NR, SFX, LOAD)                                                     \
+#define MM_DEFINE_KERNEL(T, NR, SFX, LOAD, VT)                                                     \
     /* Bp[jt][k][j]: columns n0 + jt*NR + j, rows k0 + k; zero-padded. */                     \
     static void pack_b_##SFX(T *bp, const mm_mat *b, int64_t k0, int64_t kc, int64_t n0,     \
                              int64_t nc) {                                                   \
@@ -93,18 +129,12 @@ static inline float ld_f(const char *p, oj_dtype dt) {
     /* C tile (h x w valid of MR x NR, row stride ldc) += Ap-panel @ Bp-panel. */            \
     static void micro_##SFX(int64_t kc, const T *restrict ap, const T *restrict bp,          \
                             T *restrict c, int64_t ldc, int64_t h, int64_t w) {              \
-        T acc[MM_MR][NR];                                                                    \
+        T tile[MM_MR][NR];                                                                   \
         for (int i = 0; i < MM_MR; i++)                                                      \
-            for (int j = 0; j < NR; j++) acc[i][j] = (i < h && j < w) ? c[i * ldc + j] : 0; \
-        for (int64_t k = 0; k < kc; k++) {                                                   \
-            const T *brow = bp + k * NR;                                                     \
-            for (int i = 0; i < MM_MR; i++) {                                                \
-                T av = ap[k * MM_MR + i];                                                    \
-                for (int j = 0; j < NR; j++) acc[i][j] += av * brow[j];                      \
-            }                                                                                \
-        }                                                                                    \
+            for (int j = 0; j < NR; j++) tile[i][j] = (i < h && j < w) ? c[i * ldc + j] : 0; \
+        MM_TILE_LOOP(T, NR, VT)                                                              \
         for (int64_t i = 0; i < h; i++)                                                      \
-            for (int64_t j = 0; j < w; j++) c[i * ldc + j] = acc[i][j];                      \
+            for (int64_t j = 0; j < w; j++) c[i * ldc + j] = tile[i][j];                     \
     }                                                                                        \
     /* c (m x n, row stride ldc, already initialised) += a @ b. */                          \
     static oj_status gemm_##SFX(int64_t m, int64_t n, int64_t k, const mm_mat *a,            \
@@ -145,8 +175,8 @@ static inline float ld_f(const char *p, oj_dtype dt) {
 
 static inline double ld_d(const char *p, oj_dtype dt) { return oj__load(p, dt); }
 
-MM_DEFINE_KERNEL(float, MM_NRF, f32, ld_f)
-MM_DEFINE_KERNEL(double, MM_NRD, f64, ld_d)
+MM_DEFINE_KERNEL(float, MM_NRF, f32, ld_f, mm_vf)
+MM_DEFINE_KERNEL(double, MM_NRD, f64, ld_d, mm_vd)
 
 /* ---------------------------------------------------------------- OpenBLAS */
 
