@@ -29,12 +29,12 @@ extern "C" {
 typedef enum oj_init_kind {
     OJ_INIT_ZEROS = 0,
     OJ_INIT_ONES = 1,
-    OJ_INIT_CONSTANT = 2,       /* a */
-    OJ_INIT_NORMAL = 3,         /* mean a, std b */
-    OJ_INIT_UNIFORM = 4,        /* [a, b) */
-    OJ_INIT_TRUNC_NORMAL = 5,   /* mean a, std b, cut to [lo, hi] (torch trunc_normal_) */
-    OJ_INIT_XAVIER_UNIFORM = 6, /* U(-g sqrt(6 / (fan_in + fan_out)), +...) */
-    OJ_INIT_XAVIER_NORMAL = 7,  /* N(0, g^2 2 / (fan_in + fan_out)) */
+    OJ_INIT_CONSTANT = 2,        /* a */
+    OJ_INIT_NORMAL = 3,          /* mean a, std b */
+    OJ_INIT_UNIFORM = 4,         /* [a, b) */
+    OJ_INIT_TRUNC_NORMAL = 5,    /* mean a, std b, cut to [lo, hi] (torch trunc_normal_) */
+    OJ_INIT_XAVIER_UNIFORM = 6,  /* U(-g sqrt(6 / (fan_in + fan_out)), +...) */
+    OJ_INIT_XAVIER_NORMAL = 7,   /* N(0, g^2 2 / (fan_in + fan_out)) */
     OJ_INIT_KAIMING_UNIFORM = 8, /* U(-g sqrt(3 / fan), +...) */
     OJ_INIT_KAIMING_NORMAL = 9,  /* N(0, g^2 / fan) */
 } oj_init_kind;
@@ -159,6 +159,211 @@ oj_status oj_params_save(const oj_params *p, const char *path, const char *const
  * Everything is checked and staged before any tensor changes: a failed
  * load changes nothing. OJ_ERR_IO / OJ_ERR_CORRUPT from the reader. */
 oj_status oj_params_load(oj_params *p, const char *path, bool strict, oj_error *err);
+
+/* ---------------------------------------------------------------- layers
+ * Each layer is a plain struct filled by its init, which registers the
+ * layer's tensors in a registry under "<prefix>.<leaf>" (names as PyTorch's
+ * modules use them) with the given dtype; the struct borrows them (they
+ * live as long as the registry). init returns OJ_OK or the error (also
+ * recorded on the engine); on failure neither the registry nor the
+ * struct is changed.
+ * `winit` / `binit` arguments choose the initialisers of weights / biases;
+ * NULL means PyTorch's default for that module. Forward functions take
+ * inputs of the layer's dtype and return a new tensor owned by the current
+ * scope (NULL with the error recorded), recorded for autograd. Layers whose
+ * behaviour depends on training keep the registry and read its mode
+ * (oj_params_set_training). */
+
+/* Linear: y = x W^T + b, x [..., in] -> [..., out]; "weight" [out, in],
+ * "bias" [out]. Defaults (torch.nn.Linear): U(-1/sqrt(in), 1/sqrt(in))
+ * for both. */
+typedef struct oj_nn_linear {
+    oj_tensor *weight, *bias; /* bias NULL when built without */
+    int64_t in_features, out_features;
+} oj_nn_linear;
+oj_status oj_nn_linear_init(oj_nn_linear *l, oj_params *p, const char *prefix, int64_t in,
+                            int64_t out, bool bias, oj_dtype dt, const oj_init *winit,
+                            const oj_init *binit);
+oj_tensor *oj_nn_linear_forward(const oj_nn_linear *l, oj_tensor *x);
+
+/* Embedding: idx [...] i64/i32 -> [..., dim]; "weight" [num, dim],
+ * default N(0, 1) (torch.nn.Embedding). */
+typedef struct oj_nn_embedding {
+    oj_tensor *weight;
+    int64_t num_embeddings, embedding_dim;
+} oj_nn_embedding;
+oj_status oj_nn_embedding_init(oj_nn_embedding *l, oj_params *p, const char *prefix, int64_t num,
+                               int64_t dim, oj_dtype dt, const oj_init *winit);
+oj_tensor *oj_nn_embedding_forward(const oj_nn_embedding *l, oj_tensor *idx);
+
+/* LayerNorm over the last dim (size C): "weight" [C] ones, "bias" [C]
+ * zeros (bias false: none). eps e.g. 1e-5. Ba et al. 2016. */
+typedef struct oj_nn_layer_norm {
+    oj_tensor *weight, *bias;
+    double eps;
+} oj_nn_layer_norm;
+oj_status oj_nn_layer_norm_init(oj_nn_layer_norm *l, oj_params *p, const char *prefix, int64_t c,
+                                bool bias, double eps, oj_dtype dt);
+oj_tensor *oj_nn_layer_norm_forward(const oj_nn_layer_norm *l, oj_tensor *x);
+
+/* RMSNorm over the last dim: "weight" [C] ones (affine false: none, a
+ * parameter-free norm). Zhang & Sennrich 2019. */
+typedef struct oj_nn_rms_norm {
+    oj_tensor *weight;
+    double eps;
+} oj_nn_rms_norm;
+oj_status oj_nn_rms_norm_init(oj_nn_rms_norm *l, oj_params *p, const char *prefix, int64_t c,
+                              bool affine, double eps, oj_dtype dt);
+oj_tensor *oj_nn_rms_norm_forward(const oj_nn_rms_norm *l, oj_tensor *x);
+
+/* Dropout with probability p in [0, 1], active in training mode only
+ * (identity view in eval). No parameters; `params` only gives the mode. */
+typedef struct oj_nn_dropout {
+    const oj_params *params;
+    double p;
+} oj_nn_dropout;
+oj_status oj_nn_dropout_init(oj_nn_dropout *l, const oj_params *p, double prob);
+oj_tensor *oj_nn_dropout_forward(const oj_nn_dropout *l, oj_tensor *x);
+
+/* Causal self-attention with grouped-query attention (Ainslie et al.
+ * 2023) and optional rotary embeddings (Su et al. 2021, half-split).
+ * x [B, T, C] -> [B, T, C]. Tensors: "c_attn" Linear C -> (H + 2 Hkv) D
+ * (q, k, v stacked in that order, D = C / H), "c_proj" Linear C -> C.
+ * Dropout (p = dropout, training only) is applied to the output
+ * projection (attention probabilities are not dropped). */
+typedef struct oj_nn_attention_config {
+    int64_t n_embd;            /* C */
+    int64_t n_head;            /* H, divides C */
+    int64_t n_kv_head;         /* Hkv, divides H; 0 means H (plain multi-head) */
+    bool bias;                 /* biases on c_attn and c_proj */
+    bool rope;                 /* rotate q and k by position */
+    double rope_theta;         /* 0 means 10000 */
+    double dropout;            /* residual dropout probability */
+    const oj_init *winit;      /* c_attn weight (NULL: Linear default) */
+    const oj_init *proj_winit; /* c_proj weight (NULL: as winit) */
+} oj_nn_attention_config;
+typedef struct oj_nn_attention {
+    oj_nn_linear c_attn, c_proj;
+    oj_nn_dropout resid_dropout;
+    int64_t n_head, n_kv_head, head_dim;
+    bool rope;
+    double rope_theta;
+} oj_nn_attention;
+oj_status oj_nn_attention_init(oj_nn_attention *a, oj_params *p, const char *prefix,
+                               const oj_nn_attention_config *cfg, oj_dtype dt);
+/* x [B, T, C]; positions (for rope) start at position_offset. */
+oj_tensor *oj_nn_attention_forward(const oj_nn_attention *a, oj_tensor *x, int64_t position_offset);
+
+/* MLP: c_proj(gelu(c_fc(x))), "c_fc" Linear C -> hidden, "c_proj" Linear
+ * hidden -> C, GELU exact or tanh (GPT-2's), then dropout (training). */
+typedef struct oj_nn_mlp {
+    oj_nn_linear c_fc, c_proj;
+    oj_nn_dropout dropout;
+    bool gelu_tanh;
+} oj_nn_mlp;
+oj_status oj_nn_mlp_init(oj_nn_mlp *m, oj_params *p, const char *prefix, int64_t c, int64_t hidden,
+                         bool bias, bool gelu_tanh, double dropout, oj_dtype dt,
+                         const oj_init *winit, const oj_init *proj_winit);
+oj_tensor *oj_nn_mlp_forward(const oj_nn_mlp *m, oj_tensor *x);
+
+/* SwiGLU MLP (Shazeer 2020): down_proj(silu(gate_proj(x)) * up_proj(x)),
+ * Linear layers without bias "gate_proj", "up_proj" (C -> hidden) and
+ * "down_proj" (hidden -> C), as Llama names them. */
+typedef struct oj_nn_swiglu {
+    oj_nn_linear gate_proj, up_proj, down_proj;
+} oj_nn_swiglu;
+oj_status oj_nn_swiglu_init(oj_nn_swiglu *m, oj_params *p, const char *prefix, int64_t c,
+                            int64_t hidden, oj_dtype dt, const oj_init *winit,
+                            const oj_init *proj_winit);
+oj_tensor *oj_nn_swiglu_forward(const oj_nn_swiglu *m, oj_tensor *x);
+
+/* Conv2d: x [N, C, H, W] -> [N, O, OH, OW]; "weight" [O, C/groups, kh, kw],
+ * "bias" [O]. Defaults (torch.nn.Conv2d): U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+ * with fan_in = C/groups * kh * kw. */
+typedef struct oj_nn_conv2d {
+    oj_tensor *weight, *bias;
+    int64_t stride[2], padding[2], dilation[2];
+    int groups;
+} oj_nn_conv2d;
+oj_status oj_nn_conv2d_init(oj_nn_conv2d *l, oj_params *p, const char *prefix, int64_t in_ch,
+                            int64_t out_ch, const int64_t kernel[2], const int64_t stride[2],
+                            const int64_t padding[2], const int64_t dilation[2], int groups,
+                            bool bias, oj_dtype dt, const oj_init *winit, const oj_init *binit);
+oj_tensor *oj_nn_conv2d_forward(const oj_nn_conv2d *l, oj_tensor *x);
+
+/* BatchNorm2d over x [N, C, H, W] (Ioffe & Szegedy 2015): "weight" [C]
+ * ones, "bias" [C] zeros (affine false: none), buffers "running_mean"
+ * zeros, "running_var" ones, "num_batches_tracked" i64 (as torch's
+ * state_dict). Training mode uses batch statistics and updates the running
+ * ones (momentum e.g. 0.1); eval uses the running ones. */
+typedef struct oj_nn_batch_norm2d {
+    const oj_params *params;
+    oj_tensor *weight, *bias, *running_mean, *running_var, *num_batches_tracked;
+    double momentum, eps;
+} oj_nn_batch_norm2d;
+oj_status oj_nn_batch_norm2d_init(oj_nn_batch_norm2d *l, oj_params *p, const char *prefix,
+                                  int64_t c, bool affine, double momentum, double eps, oj_dtype dt);
+oj_tensor *oj_nn_batch_norm2d_forward(const oj_nn_batch_norm2d *l, oj_tensor *x);
+
+/* MaxPool2d (no parameters): stride NULL means the kernel size, padding
+ * NULL means 0. */
+typedef struct oj_nn_max_pool2d {
+    int64_t kernel[2], stride[2], padding[2];
+} oj_nn_max_pool2d;
+oj_nn_max_pool2d oj_nn_max_pool2d_make(const int64_t kernel[2], const int64_t stride[2],
+                                       const int64_t padding[2]);
+oj_tensor *oj_nn_max_pool2d_forward(const oj_nn_max_pool2d *l, oj_tensor *x);
+
+/* ---------------------------------------------------------------- sequential
+ * A fixed list of steps applied in order, each a layer (by kind and
+ * pointer, borrowed), an activation, a flatten, or a user function. */
+typedef enum oj_nn_kind {
+    OJ_NN_LINEAR = 0,
+    OJ_NN_EMBEDDING,
+    OJ_NN_LAYER_NORM,
+    OJ_NN_RMS_NORM,
+    OJ_NN_DROPOUT,
+    OJ_NN_ATTENTION, /* position offset 0 */
+    OJ_NN_MLP,
+    OJ_NN_SWIGLU,
+    OJ_NN_CONV2D,
+    OJ_NN_BATCH_NORM2D,
+    OJ_NN_MAX_POOL2D,
+    OJ_NN_RELU, /* activations: layer NULL */
+    OJ_NN_GELU,
+    OJ_NN_GELU_TANH,
+    OJ_NN_SILU,
+    OJ_NN_TANH,
+    OJ_NN_SIGMOID,
+    OJ_NN_FLATTEN, /* dims 1.. merged: [N, ...] -> [N, prod] */
+    OJ_NN_FN,      /* fn(ctx, x) */
+} oj_nn_kind;
+
+#define OJ_NN_SEQUENTIAL_MAX 64
+
+typedef struct oj_nn_step {
+    oj_nn_kind kind;
+    const void *layer;
+    oj_tensor *(*fn)(void *ctx, oj_tensor *x);
+    void *ctx;
+} oj_nn_step;
+
+typedef struct oj_nn_sequential {
+    int n;
+    oj_nn_step steps[OJ_NN_SEQUENTIAL_MAX];
+} oj_nn_sequential;
+
+/* Append a step: `layer` points at the struct of that kind (NULL for
+ * activations and flatten). OJ_ERR_OUT_OF_RANGE when full,
+ * OJ_ERR_INVALID_ARGUMENT for a NULL layer where one is needed. */
+oj_status oj_nn_sequential_add(oj_nn_sequential *s, oj_nn_kind kind, const void *layer);
+/* Append a user function step. */
+oj_status oj_nn_sequential_add_fn(oj_nn_sequential *s, oj_tensor *(*fn)(void *ctx, oj_tensor *x),
+                                  void *ctx);
+/* Run every step on x in order; intermediate tensors stay in the current
+ * scope. Returns the last step's output (with no steps, a new view of x),
+ * or NULL with the error recorded. */
+oj_tensor *oj_nn_sequential_forward(const oj_nn_sequential *s, oj_tensor *x);
 
 #ifdef __cplusplus
 }

@@ -156,21 +156,42 @@ static oj_status plan(oj_tensor *t, const oj_init *in, const char *name, gen *g)
     double fi = 0, fo = 0;
     memset(g, 0, sizeof *g);
     switch (in->kind) {
-    case OJ_INIT_ZEROS: g->kind = GEN_CONST; g->a = 0; return OJ_OK;
-    case OJ_INIT_ONES: g->kind = GEN_CONST; g->a = 1; return OJ_OK;
-    case OJ_INIT_CONSTANT: g->kind = GEN_CONST; g->a = in->a; return OJ_OK;
-    case OJ_INIT_NORMAL: g->kind = GEN_NORMAL; g->a = in->a; g->b = in->b; break;
+    case OJ_INIT_ZEROS:
+        g->kind = GEN_CONST;
+        g->a = 0;
+        return OJ_OK;
+    case OJ_INIT_ONES:
+        g->kind = GEN_CONST;
+        g->a = 1;
+        return OJ_OK;
+    case OJ_INIT_CONSTANT:
+        g->kind = GEN_CONST;
+        g->a = in->a;
+        return OJ_OK;
+    case OJ_INIT_NORMAL:
+        g->kind = GEN_NORMAL;
+        g->a = in->a;
+        g->b = in->b;
+        break;
     case OJ_INIT_UNIFORM:
         if (!(in->a < in->b) || !isfinite(in->a) || !isfinite(in->b))
             return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                                "init '%s': uniform needs finite low %g < high %g", name, in->a, in->b);
-        g->kind = GEN_UNIFORM; g->a = in->a; g->b = in->b;
+                                "init '%s': uniform needs finite low %g < high %g", name, in->a,
+                                in->b);
+        g->kind = GEN_UNIFORM;
+        g->a = in->a;
+        g->b = in->b;
         return OJ_OK;
     case OJ_INIT_TRUNC_NORMAL:
         if (!(in->lo < in->hi))
             return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                                "init '%s': trunc_normal needs lo %g < hi %g", name, in->lo, in->hi);
-        g->kind = GEN_TRUNC; g->a = in->a; g->b = in->b; g->lo = in->lo; g->hi = in->hi;
+                                "init '%s': trunc_normal needs lo %g < hi %g", name, in->lo,
+                                in->hi);
+        g->kind = GEN_TRUNC;
+        g->a = in->a;
+        g->b = in->b;
+        g->lo = in->lo;
+        g->hi = in->hi;
         if (in->b > 0) {
             g->ulo = 2.0 * norm_cdf((in->lo - in->a) / in->b) - 1.0;
             g->uhi = 2.0 * norm_cdf((in->hi - in->a) / in->b) - 1.0;
@@ -183,8 +204,8 @@ static oj_status plan(oj_tensor *t, const oj_init *in, const char *name, gen *g)
         oj_status st = fans(t, &fi, &fo, name);
         if (st != OJ_OK) return st;
         if (!(in->gain >= 0) || !isfinite(in->gain))
-            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "init '%s': gain %g must be >= 0", name,
-                                in->gain);
+            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "init '%s': gain %g must be >= 0",
+                                name, in->gain);
         bool xavier = in->kind == OJ_INIT_XAVIER_UNIFORM || in->kind == OJ_INIT_XAVIER_NORMAL;
         bool uni = in->kind == OJ_INIT_XAVIER_UNIFORM || in->kind == OJ_INIT_KAIMING_UNIFORM;
         double fan = xavier ? (fi + fo) / 2.0 : (in->mode == OJ_FAN_OUT ? fo : fi);
@@ -198,7 +219,9 @@ static oj_status plan(oj_tensor *t, const oj_init *in, const char *name, gen *g)
             g->b = bound;
             return OJ_OK;
         }
-        g->kind = GEN_NORMAL; g->a = 0; g->b = std;
+        g->kind = GEN_NORMAL;
+        g->a = 0;
+        g->b = std;
         break;
     }
     default:
@@ -207,7 +230,8 @@ static oj_status plan(oj_tensor *t, const oj_init *in, const char *name, gen *g)
     }
     if (!(g->b >= 0) || !isfinite(g->b) || !isfinite(g->a))
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                            "init '%s': mean %g and std %g must be finite, std >= 0", name, g->a, g->b);
+                            "init '%s': mean %g and std %g must be finite, std >= 0", name, g->a,
+                            g->b);
     return OJ_OK;
 }
 
@@ -237,13 +261,15 @@ oj_status oj_init_tensor(oj_tensor *t, const oj_init *init, uint64_t seed, const
     if (init == NULL || name == NULL)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "init: NULL initialiser or name");
     if (!oj_is_contiguous(t))
-        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "init '%s': tensor must be contiguous", name);
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "init '%s': tensor must be contiguous",
+                            name);
     gen g;
     oj_status st = plan(t, init, name, &g);
     if (st != OJ_OK) return st;
     if (g.kind != GEN_CONST && !oj_dtype_is_float(t->dtype))
-        return oj_set_error(eng, OJ_ERR_DTYPE, "init '%s': random initialisers need a float dtype, got %s",
-                            name, oj_dtype_name(t->dtype));
+        return oj_set_error(eng, OJ_ERR_DTYPE,
+                            "init '%s': random initialisers need a float dtype, got %s", name,
+                            oj_dtype_name(t->dtype));
     if (g.kind == GEN_CONST) {
         st = oj_fill_(t, g.a);
         return st;
@@ -253,7 +279,8 @@ oj_status oj_init_tensor(oj_tensor *t, const oj_init *init, uint64_t seed, const
     int64_t n = oj_numel(t);
     size_t es = oj_dtype_size(t->dtype);
     char *buf = malloc(n ? (size_t)n * es : 1);
-    if (buf == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "init '%s': out of host memory", name);
+    if (buf == NULL)
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "init '%s': out of host memory", name);
     for (int64_t i = 0; i < n; i++) oj__store(buf + (size_t)i * es, t->dtype, draw(&g, &r, i));
     if (n > 0) {
         st = eng->backend->copy_h2d(eng, (char *)t->storage->data + t->offset, buf, (size_t)n * es);

@@ -133,7 +133,8 @@ oj_tensor *oj_params_adopt(oj_params *p, const char *name, oj_tensor *t, bool bu
     }
     if (check_name(p, name) != OJ_OK) return NULL;
     if (t->grad_fn != NULL) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "params: adopting '%s': not a leaf tensor", name);
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "params: adopting '%s': not a leaf tensor",
+                     name);
         return NULL;
     }
     if (buffer && t->requires_grad) oj_set_requires_grad(t, false);
@@ -179,7 +180,8 @@ int64_t oj_params_freeze(oj_params *p, const char *prefix, bool frozen) {
     int64_t hits = 0;
     for (int64_t i = 0; i < p->n; i++) {
         const char *nm = p->names[i];
-        bool match = len == 0 || (strncmp(nm, prefix, len) == 0 && (nm[len] == '\0' || nm[len] == '.'));
+        bool match =
+            len == 0 || (strncmp(nm, prefix, len) == 0 && (nm[len] == '\0' || nm[len] == '.'));
         if (!match || p->buffer[i]) continue;
         hits++;
         oj_tensor *t = p->tensors[i];
@@ -205,4 +207,38 @@ oj_named_tensors oj_params_state_dict(const oj_params *p) {
     nt.names = (const char *const *)p->names;
     nt.tensors = (oj_tensor *const *)p->tensors;
     return nt;
+}
+
+void oj__params_truncate(oj_params *p, int64_t n) {
+    while (p->n > n) {
+        p->n--;
+        free(p->names[p->n]);
+        oj_release(p->tensors[p->n]);
+    }
+}
+
+oj_tensor *oj__nn_add(oj_params *p, const char *prefix, const char *leaf, int rank,
+                      const int64_t *shape, oj_dtype dt, const oj_init *init, bool buffer) {
+    if (p == NULL) return NULL;
+    char name[OJ_PARAM_NAME_MAX];
+    if (oj_param_name(name, sizeof name, prefix, leaf) == NULL) {
+        oj_set_error(p->eng, OJ_ERR_INVALID_ARGUMENT, "params: name '%s.%s' is too long",
+                     prefix ? prefix : "", leaf);
+        return NULL;
+    }
+    return buffer ? oj_params_add_buffer(p, name, rank, shape, dt, init)
+                  : oj_params_add(p, name, rank, shape, dt, init);
+}
+
+oj_status oj__nn_fail(oj_params *p, int64_t mark) {
+    oj__params_truncate(p, mark);
+    oj_status st = oj_last_status(p->eng);
+    return st != OJ_OK ? st : OJ_ERR_INTERNAL;
+}
+
+bool oj__nn_positive(oj_params *p, const char *layer, const char *what, int64_t v) {
+    if (v > 0) return true;
+    oj_set_error(p->eng, OJ_ERR_INVALID_ARGUMENT, "%s: %s must be > 0, got %lld", layer, what,
+                 (long long)v);
+    return false;
 }

@@ -85,8 +85,7 @@ static void test_init_order_independent(void **state) {
     oj_engine_free(eng);
 }
 
-static void moments(oj_tensor *t, double *mean, double *std, double *amax, double *mn,
-                    double *mx) {
+static void moments(oj_tensor *t, double *mean, double *std, double *amax, double *mn, double *mx) {
     int64_t n = oj_numel(t);
     double s = 0, s2 = 0, a = 0, lo = INFINITY, hi = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
@@ -153,7 +152,7 @@ static void test_init_distributions(void **state) {
     assert_true(lo >= -2.0 && hi <= 2.0);
     assert_true(amax > 1.9);
     assert_float_equal(mean, 0.0, 0.03);
-    assert_float_equal(sd, 0.8796, 0.02); // std of N(0,1) truncated to [-2, 2]
+    assert_float_equal(sd, 0.8796, 0.02);          // std of N(0,1) truncated to [-2, 2]
     in = oj_init_trunc_normal(1.0, 0.5, 0.9, 1.1); // narrow window near the mean
     moments(oj_params_add(p, "tn2", 2, s, OJ_F32, &in), &mean, &sd, &amax, &lo, &hi);
     assert_true(lo >= 0.9f && hi <= 1.1f);
@@ -369,7 +368,7 @@ static void test_state_dict_save_load(void **state) {
     assert_memory_equal(ebefore, eafter, 21 * sizeof(double));
     assert_int_equal(oj_params_load(e, path, false, &err), OJ_OK);
     snapshot(e, eafter);
-    assert_memory_equal(va, eafter, 12 * sizeof(double));                // l1.weight loaded
+    assert_memory_equal(va, eafter, 12 * sizeof(double));               // l1.weight loaded
     assert_memory_equal(ebefore + 12, eafter + 12, 9 * sizeof(double)); // l2 untouched
     assert_int_equal(oj_params_save(e, other, NULL, NULL), OJ_OK);
     err = (oj_error){0};
