@@ -578,12 +578,54 @@ static void test_conv_errors(void **state) {
     eng_done(eng);
 }
 
+
+/* ---------------------------------------------------------------- zero-size */
+
+static oj_tensor *empty_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    int which = *(int *)ctx;
+    oj_tensor *x = oj_permute(in[0], 4, (const int[]){0, 3, 1, 2});
+    int64_t k[2] = {2, 2};
+    oj_tensor *y = which == 0   ? oj_conv2d(x, in[1], in[2], NULL, (const int64_t[]){1, 0}, NULL, 1)
+                   : which == 1 ? oj_max_pool2d(x, k, NULL, NULL)
+                   : which == 2 ? oj_avg_pool2d(x, k, NULL, (const int64_t[]){1, 1}, false)
+                   : which == 3 ? oj_adaptive_avg_pool2d(x, 2, 3)
+                                : oj_upsample_nearest2d(x, 5, 2);
+    oj_release(x);
+    return y;
+}
+
+static void test_zero_size(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    oj_scope_begin(eng);
+    // empty batch (N = 0) and no channels (C = 0)
+    int64_t shapes[2][4] = {{0, 4, 3, 2}, {2, 4, 3, 0}}; // NHWC storage
+    for (int s = 0; s < 2; s++) {
+        oj_tensor *in[3] = {rnd(eng, 4, shapes[s], true),
+                            rnd(eng, 4, (const int64_t[]){3, shapes[s][3], 2, 2}, true),
+                            rnd(eng, 1, (const int64_t[]){3}, true)};
+        for (int which = 0; which < 5; which++) {
+            oj_tensor *y = empty_fn(in, 3, &which);
+            if (y == NULL) fail_msg("zero-size case %d/%d: %s", s, which, oj_last_error(eng));
+            if (which == 0 && s == 1) // no input channels: the bias alone
+                assert_int_equal(oj_numel(y), 2 * 3 * 5 * 2);
+            else
+                assert_int_equal(oj_numel(y), 0);
+            oj_release(y);
+            gradcheck_ok(eng, empty_fn, &which, in, which == 0 ? 3 : 1, "zero-size");
+        }
+    }
+    oj_scope_end(eng);
+    eng_done(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d_forward), cmocka_unit_test(test_conv_grad),
         cmocka_unit_test(test_unfold),         cmocka_unit_test(test_pooling),
         cmocka_unit_test(test_adaptive_upsample), cmocka_unit_test(test_batch_norm),
-        cmocka_unit_test(test_conv_errors),
+        cmocka_unit_test(test_conv_errors),    cmocka_unit_test(test_zero_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
