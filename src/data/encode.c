@@ -112,20 +112,26 @@ static oj_status encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, con
 }
 
 /* Earliest occurrence of any special in b[from..n) (longest at a tie);
- * returns its offset (n if none) and the special in *which. */
+ * returns its offset (n if none) and the special in *which. next[i], when
+ * not NULL, caches special i's next occurrence at or after the last `from`
+ * ((size_t)-1: unknown), so repeated calls with increasing `from` scan the
+ * text once per special. */
 static size_t find_special(const oj_tokenizer *tok, const uint8_t *b, size_t n, size_t from,
-                           const oj_special **which) {
+                           size_t *next, const oj_special **which) {
     size_t best = n;
     *which = NULL;
     for (int i = 0; i < tok->n_specials; i++) {
         const oj_special *sp = &tok->specials[i];
-        if (from >= n)
-            break;
-        const uint8_t *p = memmem(b + from, n - from, sp->text, sp->len);
-        if (!p)
-            continue;
-        size_t at = (size_t)(p - b);
-        if (at < best || (at == best && sp->len > (*which)->len)) {
+        size_t at;
+        if (next && next[i] != (size_t)-1 && next[i] >= from)
+            at = next[i];
+        else {
+            const uint8_t *p = from < n ? memmem(b + from, n - from, sp->text, sp->len) : NULL;
+            at = p ? (size_t)(p - b) : n;
+            if (next)
+                next[i] = at;
+        }
+        if (at < best || (at == best && at < n && sp->len > (*which)->len)) {
             best = at;
             *which = sp;
         }
@@ -139,7 +145,7 @@ static oj_status encode_with(const oj_tokenizer *tok, oj_tok_session *s, const u
         return encode_ordinary(tok, s, b, n, out, err);
     const oj_special *sp;
     if (flags == OJ_ENCODE_REFUSE_SPECIAL) {
-        size_t at = find_special(tok, b, n, 0, &sp);
+        size_t at = find_special(tok, b, n, 0, NULL, &sp);
         if (sp)
             return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                                 "tokenizer_encode: the text contains the special token %s at byte "
@@ -148,18 +154,25 @@ static oj_status encode_with(const oj_tokenizer *tok, oj_tok_session *s, const u
                                 sp->text, at);
         return encode_ordinary(tok, s, b, n, out, err);
     }
-    size_t pos = 0;
+    size_t stack_next[16], *next = stack_next, pos = 0;
+    if (tok->n_specials > 16 && !(next = malloc((size_t)tok->n_specials * sizeof *next)))
+        return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer_encode: out of memory");
+    for (int i = 0; i < tok->n_specials; i++)
+        next[i] = (size_t)-1;
+    oj_status st = OJ_OK;
     for (;;) {
-        size_t at = find_special(tok, b, n, pos, &sp);
-        oj_status st = encode_ordinary(tok, s, b + pos, at - pos, out, err);
-        if (st)
-            return st;
-        if (!sp)
-            return OJ_OK;
-        if ((st = push(out, sp->id)))
-            return oj_error_set(err, st, "tokenizer_encode: out of memory");
+        size_t at = find_special(tok, b, n, pos, next, &sp);
+        if ((st = encode_ordinary(tok, s, b + pos, at - pos, out, err)) || !sp)
+            break;
+        if ((st = push(out, sp->id))) {
+            oj_error_set(err, st, "tokenizer_encode: out of memory");
+            break;
+        }
         pos = at + sp->len;
     }
+    if (next != stack_next)
+        free(next);
+    return st;
 }
 
 static oj_status check_args(const oj_tokenizer *tok, const char *text, size_t len, unsigned flags,
@@ -284,7 +297,7 @@ oj_status oj_tokenizer_encode_parallel(const oj_tokenizer *tok, const char *text
     if (flags == OJ_ENCODE_REFUSE_SPECIAL) {
         /* Check the whole text once, then encode the pieces as text. */
         const oj_special *sp;
-        size_t at = find_special(tok, (const uint8_t *)text, len, 0, &sp);
+        size_t at = find_special(tok, (const uint8_t *)text, len, 0, NULL, &sp);
         if (sp)
             return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                                 "tokenizer_encode: the text contains the special token %s at byte "

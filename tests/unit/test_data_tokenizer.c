@@ -98,6 +98,14 @@ static void test_add_special(void **state) {
     assert_int_equal(t.len, 2);
     assert_int_equal(t.ids[0], 50257);
     assert_int_equal(t.ids[1], 50256);
+    /* a special that is a prefix of another: the longer wins at a tie */
+    assert_int_equal(oj_tokenizer_add_special(tok, "<|end", 50258, NULL), OJ_OK);
+    const char *u = "x<|pad|>y<|endoftext|>z<|end<|pad|> <|end";
+    t.len = 0;
+    assert_int_equal(oj_tokenizer_encode(tok, u, strlen(u), OJ_ENCODE_ALLOW_SPECIAL, &t, NULL), OJ_OK);
+    const int32_t want[] = {87, 50257, 88, 50256, 89, 50258, 50257, 220, 50258};
+    assert_int_equal(t.len, 9);
+    assert_memory_equal(t.ids, want, sizeof want);
     oj_tokens_free(&t);
     oj_tokenizer_free(tok);
 }
