@@ -75,7 +75,7 @@ oj_status oj_cpu_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
 
 typedef struct {
     oj_dtype dt;
-    unsigned char bytes[8];
+    _Alignas(8) unsigned char bytes[8]; /* aligned: store_i64 writes through typed pointers */
 } fill_ctx;
 
 static void fill_run(char **p, const int64_t *st, int64_t n, void *vctx) {
