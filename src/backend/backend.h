@@ -312,6 +312,12 @@ typedef struct oj_backend {
      * (padding dropped), summed in index order of cols. */
     oj_status (*col2im)(oj_engine *eng, oj_tensor *x, const oj_tensor *cols,
                         const oj_im2col_args *a);
+    /* ---- optimizer support (CPU: cpu_optim.c). *out = sum of x[i]^2 over a
+     * contiguous f32/f64 tensor x, accumulated in double in a fixed order
+     * (the CPU: 8 interleaved partial sums combined in index order), so the
+     * result does not depend on threads; written to host memory. Used for
+     * gradient norms: a non-finite element gives a non-finite sum. */
+    oj_status (*sum_squares)(oj_engine *eng, const oj_tensor *x, double *out);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

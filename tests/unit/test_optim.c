@@ -448,6 +448,13 @@ static void test_clip_grad_norm(void **state) {
     set_grad(ps[1], (double[]){INFINITY});
     assert_true(isinf(oj_clip_grad_norm(3, ps, 1.0)));
     assert_float_equal(oj_item_at(oj_grad(ps[0]), 0), 3 * c, 1e-12);
+    // f32, a length that is not a multiple of the kernel's 8 lanes: sqrt(1^2 + ... + 13^2)
+    double z13[13] = {0}, g13[13];
+    for (int i = 0; i < 13; i++) g13[i] = i + 1;
+    oj_tensor *p13 = param_new(eng, 1, (int64_t[]){13}, OJ_F32, z13);
+    set_grad(p13, g13);
+    assert_float_equal(oj_grad_norm(1, &p13), sqrt(819.0), 1e-12);
+    oj_release(p13);
     // bad max_norm
     assert_true(isnan(oj_clip_grad_norm(3, ps, 0.0)));
     assert_int_equal(oj_last_status(eng), OJ_ERR_INVALID_ARGUMENT);

@@ -51,4 +51,5 @@ const oj_backend oj_cpu_backend = {
     .index_add = oj_cpu_index_add,
     .im2col = oj_cpu_im2col,
     .col2im = oj_cpu_col2im,
+    .sum_squares = oj_cpu_sum_squares,
 };

@@ -39,6 +39,7 @@ oj_status oj_cpu_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *
                                oj_tensor *update, double momentum, bool nesterov);
 oj_status oj_cpu_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
                               double alpha, double scale, double decay, bool check_only);
+oj_status oj_cpu_sum_squares(oj_engine *eng, const oj_tensor *x, double *out);
 
 /* cpu_nn_*.c */
 oj_status oj_cpu_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
