@@ -1,0 +1,190 @@
+// test: `ojas train` from the command line: --help, one-line errors with
+// the right exit codes (missing options, unknown key, bad value, a CUDA
+// device that cannot be opened), a run with --set overrides, SIGINT in the
+// middle of a run (the step finishes, a checkpoint is written, exit 0) and
+// --resume from the run directory
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "ojas/io.h"
+#include "train_testutil.h"
+
+#define OJAS OJAS_BINARY_DIR "/bin/ojas"
+
+static char g_dir[256];
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Run `ojas ARGS` in g_dir with stdout and stderr in files; exit code. */
+static int ojas(const char *args, char **out, char **err) {
+    char cmd[8192], p[400];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", g_dir, OJAS, args);
+    int rc = system(cmd);
+    snprintf(p, sizeof p, "%s/out.txt", g_dir);
+    if (out)
+        *out = slurp(p);
+    snprintf(p, sizeof p, "%s/err.txt", g_dir);
+    if (err)
+        *err = slurp(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void assert_one_line(const char *s, const char *needle) {
+    assert_non_null(s);
+    if (!strstr(s, needle))
+        fail_msg("'%s' lacks '%s'", s, needle);
+    const char *nl = strchr(s, '\n');
+    assert_non_null(nl);
+    assert_int_equal(nl[1], 0);
+}
+
+static int setup(void **state) {
+    (void)state;
+    if (tt_tmpdir(g_dir, sizeof g_dir) || tt_write_shards(g_dir, 3000, 200))
+        return -1;
+    char p[400];
+    snprintf(p, sizeof p, "%s/c.json", g_dir);
+    FILE *f = fopen(p, "w");
+    fprintf(f, "{\"model\": \"nanolab-tiny\", \"vocab_size\": 512, \"seq_len\": 16,\n"
+               " \"batch_size\": 2, \"data_dir\": \"data\", \"max_steps\": 4, \"eval_every\": 2,\n"
+               " \"eval_batches\": 2, \"warmup_steps\": 1, \"peak_flops\": 1e10, \"threads\": 1}\n");
+    fclose(f);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    tt_rmdir(g_dir);
+    return 0;
+}
+
+static void test_usage_and_errors(void **state) {
+    (void)state;
+    char *out = NULL, *err = NULL;
+    assert_int_equal(ojas("train --help", &out, NULL), 0);
+    assert_non_null(strstr(out, "usage: ojas train"));
+    assert_non_null(strstr(out, "\"muon_lr\"")); /* the keys with defaults */
+    free(out);
+    assert_int_equal(ojas("train --out r", NULL, &err), 2);
+    assert_one_line(err, "--config");
+    free(err);
+    assert_int_equal(ojas("train --config c.json", NULL, &err), 2);
+    assert_one_line(err, "--out");
+    free(err);
+    assert_int_equal(ojas("train --config c.json --out r --set no_such_key=1", NULL, &err), 2);
+    assert_one_line(err, "unknown key 'no_such_key'");
+    free(err);
+    assert_int_equal(ojas("train --config c.json --out r --threads many", NULL, &err), 2);
+    assert_one_line(err, "threads");
+    free(err);
+    assert_int_equal(ojas("train --config c.json --out r --numerics loose", NULL, &err), 2);
+    assert_one_line(err, "numerics");
+    free(err);
+    assert_int_equal(ojas("train --config missing.json --out r", NULL, &err), 1);
+    assert_one_line(err, "missing.json");
+    free(err);
+    assert_int_equal(ojas("train --config c.json --out r --frob", NULL, &err), 2);
+    assert_one_line(err, "--frob");
+    free(err);
+#ifndef OJAS_HAVE_CUDA
+    assert_int_equal(ojas("train --config c.json --out r --device cuda", NULL, &err), 1);
+    assert_one_line(err, "CUDA");
+    free(err);
+#endif
+}
+
+static void test_run_and_resume(void **state) {
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(ojas("train --config c.json --out run --set max_steps=3 --seed 9", &out, NULL), 0);
+    assert_non_null(strstr(out, "step 3/3"));
+    assert_non_null(strstr(out, "eval step 2 | val loss"));
+    assert_non_null(strstr(out, "done: step 3"));
+    free(out);
+    /* the stored config (max_steps 3, seed 9) comes back; --set extends it */
+    assert_int_equal(ojas("train --resume run --out run --set max_steps=5", &out, NULL), 0);
+    assert_non_null(strstr(out, "resumed from"));
+    assert_non_null(strstr(out, "at step 3"));
+    assert_non_null(strstr(out, "done: step 5"));
+    free(out);
+    char p[400];
+    oj_train_config c;
+    snprintf(p, sizeof p, "%s/run", g_dir);
+    assert_int_equal(oj_train_config_from_checkpoint(p, &c, NULL), OJ_OK);
+    assert_int_equal(c.max_steps, 5);
+    assert_int_equal(c.seed, 9);
+}
+
+static int lines_of(const char *path) {
+    char *s = slurp(path);
+    int n = 0;
+    for (char *q = s; q && *q; q++)
+        n += *q == '\n';
+    free(s);
+    return n;
+}
+
+static void test_sigint_checkpoints(void **state) {
+    (void)state;
+    char metrics[400], log[400];
+    snprintf(metrics, sizeof metrics, "%s/sig/metrics.jsonl", g_dir);
+    snprintf(log, sizeof log, "%s/sig.txt", g_dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (chdir(g_dir) != 0 || !freopen(log, "w", stdout) || !freopen(log, "a", stderr))
+            _exit(127);
+        execl(OJAS, "ojas", "train", "--config", "c.json", "--out", "sig", "--set",
+              "max_steps=100000", "--set", "eval_every=0", (char *)NULL);
+        _exit(127);
+    }
+    /* wait for two steps, then interrupt */
+    for (int i = 0; i < 6000 && lines_of(metrics) < 2; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_true(lines_of(metrics) >= 2);
+    assert_int_equal(kill(pid, SIGINT), 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    char *out = slurp(log);
+    assert_non_null(strstr(out, "stopped by signal"));
+    free(out);
+    /* the checkpoint holds the last step reported */
+    char root[400];
+    snprintf(root, sizeof root, "%s/sig", g_dir);
+    int64_t step = -1;
+    assert_int_equal(oj_checkpoint_latest(root, &step, NULL), OJ_OK);
+    int n_train = lines_of(metrics) - 1; /* the final eval */
+    assert_int_equal(step, n_train);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_usage_and_errors),
+        cmocka_unit_test(test_run_and_resume),
+        cmocka_unit_test(test_sigint_checkpoints),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
