@@ -25,9 +25,11 @@ const char *oj_status_name(oj_status st) {
 oj_status oj_error_set(oj_error *e, oj_status st, const char *fmt, ...) {
     if (e == NULL || st == OJ_OK || e->status != OJ_OK) return st;
     e->status = st;
+    e->message[0] = 0;
+    if (fmt == NULL) return st;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt ? fmt : "", ap);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
     return st;
 }
