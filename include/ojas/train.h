@@ -212,7 +212,8 @@ oj_status oj_train(const oj_train_config *cfg, const oj_train_options *opts,
                    oj_train_result *res, oj_error *err);
 
 /* Write out_dir/loss.gp from out_dir/metrics.jsonl (train loss and val loss
- * against step) and run gnuplot on it to make out_dir/loss.svg.
+ * against step) and run gnuplot on it to make out_dir/loss.svg. The script
+ * also draws in a terminal: `gnuplot -e ascii=1 loss.gp`.
  * OJ_ERR_UNSUPPORTED when gnuplot is not installed (the script is still
  * written), OJ_ERR_IO when reading or writing fails or gnuplot fails. */
 oj_status oj_train_plot(const char *out_dir, oj_error *err);
