@@ -1,12 +1,13 @@
 /* ojas generate: sample text from a checkpoint or a safetensors file. */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ojas/data.h"
 #include "ojas/infer.h"
+#include "ojas/train.h"
 
 static const char *k_help =
     "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors --model PRESET)\n"
@@ -33,31 +34,6 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
     }
     free(text);
     return true;
-}
-
-/* Model config from a checkpoint's state.json ("config": {"model": {...}}). */
-static bool config_from_state(const char *state_json, oj_gpt_config *cfg) {
-    json_error_t je;
-    json_t *root = json_loads(state_json, 0, &je);
-    if (root == NULL) return false;
-    json_t *mc = json_object_get(json_object_get(root, "config"), "model");
-    bool ok = false;
-    if (json_is_object(mc)) {
-        const char *preset = json_string_value(json_object_get(mc, "preset"));
-        if (preset && oj_gpt_preset(preset, cfg)) {
-            ok = true;
-            const char *keys[] = {"vocab_size", "block_size", "n_layer", "n_head",
-                                  "n_kv_head", "n_embd", "mlp_hidden"};
-            int64_t *dst[] = {&cfg->vocab_size, &cfg->block_size, &cfg->n_layer, &cfg->n_head,
-                              &cfg->n_kv_head, &cfg->n_embd, &cfg->mlp_hidden};
-            for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-                json_t *v = json_object_get(mc, keys[i]);
-                if (json_is_integer(v)) *dst[i] = (int64_t)json_integer_value(v);
-            }
-        }
-    }
-    json_decref(root);
-    return ok;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -129,36 +105,24 @@ int cmd_generate(int argc, char **argv) {
     oj_gpt_config cfg;
     oj_checkpoint_info info = {0};
     if (ckpt) {
-        /* Read the config first (validation of the files happens in load). */
-        oj_error e2 = {0};
-        oj_status st = oj_checkpoint_verify(ckpt, &e2);
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", ckpt);
-        if (st != OJ_OK) { /* maybe a root directory */
-            int64_t step;
-            oj_error e3 = {0};
-            if (oj_checkpoint_latest(ckpt, &step, &e3) == OJ_OK &&
-                oj_checkpoint_path(ckpt, step, dir, sizeof dir) == OJ_OK)
-                st = OJ_OK;
-        }
-        char path[4200];
-        snprintf(path, sizeof path, "%s/state.json", dir);
-        size_t n = 0;
-        char *state = st == OJ_OK ? cli_read_all(path, &n) : NULL;
-        if (state == NULL || !config_from_state(state, &cfg)) {
-            free(state);
-            cli_error(CLI_FAIL, "generate: %s is not a checkpoint with a model config (%s)", ckpt,
-                      e2.message);
+        /* The model config is part of the training config in state.json. */
+        oj_train_config tc = oj_train_config_default();
+        if (oj_train_config_from_checkpoint(ckpt, &tc, &e) != OJ_OK ||
+            oj_train_model_config(&tc, oj_tokenizer_vocab_size(tok), &cfg, &e) != OJ_OK) {
+            cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
-        free(state);
         if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
             goto done;
         }
         oj_named_tensors sd = oj_gpt_state_dict(m);
-        if (oj_checkpoint_resume(ckpt, &sd, NULL, &info, &e) != OJ_OK &&
-            oj_checkpoint_load(dir, &sd, NULL, &info, &e) != OJ_OK) {
+        /* ckpt is a checkpoint directory, or a root whose newest good one is used. */
+        char manifest[4200];
+        snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
+        bool is_dir = access(manifest, F_OK) == 0;
+        if ((is_dir ? oj_checkpoint_load(ckpt, &sd, NULL, &info, &e)
+                    : oj_checkpoint_resume(ckpt, &sd, NULL, &info, &e)) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
