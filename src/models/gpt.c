@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "core/internal.h"
 #include "models/gpt_internal.h"
@@ -13,44 +12,24 @@
 
 typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONES, INIT_ZEROS } init_kind;
 
-/* A parameter whose values depend only on (seed, name): the engine RNG is
- * re-keyed with seed ^ XXH64(name) for the draw and restored after. */
-static oj_tensor *param(oj_gpt *m, uint64_t seed, const char *name, int rank,
-                        const int64_t *shape, init_kind kind) {
-    oj_engine *eng = m->eng;
-    if (m->n_params >= OJ_GPT_MAX_PARAMS) {
-        oj_set_error(eng, OJ_ERR_CAPACITY, "gpt: more than %d parameters", OJ_GPT_MAX_PARAMS);
-        return NULL;
-    }
-    oj_tensor *t = NULL;
-    if (kind == INIT_ONES) {
-        t = oj_ones(eng, rank, shape, OJ_F32);
-    } else if (kind == INIT_ZEROS) {
-        t = oj_zeros(eng, rank, shape, OJ_F32);
-    } else {
-        double std = m->cfg.init_std;
-        if (kind == INIT_RESID) std /= sqrt(2.0 * (double)m->cfg.n_layer);
-        uint64_t old_seed = oj_engine_seed(eng), old_off = oj_rng_offset(eng);
-        oj_rng_set_seed(eng, seed ^ XXH64(name, strlen(name), 0));
-        oj_rng_set_offset(eng, 0);
-        t = oj_rand_normal(eng, rank, shape, OJ_F32, 0.0, std);
-        oj_rng_set_seed(eng, old_seed);
-        oj_rng_set_offset(eng, old_off);
-    }
-    if (t == NULL) return NULL;
-    oj__scope_detach(t);
-    oj_set_requires_grad(t, true);
-    m->names[m->n_params] = strdup(name);
-    m->params[m->n_params] = t;
-    m->n_params++;
-    return t;
+/* A parameter in the model's registry; its values depend only on (seed,
+ * name) (oj_init_tensor): normal(0, init_std), init_std / sqrt(2 n_layer)
+ * for residual output projections, ones, zeros. f32, requires grad. */
+static oj_tensor *param(oj_gpt *m, const char *name, int rank, const int64_t *shape,
+                        init_kind kind) {
+    double std = m->cfg.init_std;
+    if (kind == INIT_RESID) std /= sqrt(2.0 * (double)m->cfg.n_layer);
+    oj_init init = kind == INIT_ONES    ? oj_init_ones()
+                   : kind == INIT_ZEROS ? oj_init_zeros()
+                                        : oj_init_normal(0.0, std);
+    return oj_params_add(m->params, name, rank, shape, OJ_F32, &init);
 }
 
 #define P(dst, kind, rank, ...)                                                             \
     do {                                                                                    \
         int64_t shp_[] = {__VA_ARGS__};                                                     \
         snprintf(name, sizeof name, "transformer.h.%d.%s", l, pname);                        \
-        (dst) = param(m, seed, name, rank, shp_, kind);                                     \
+        (dst) = param(m, name, rank, shp_, kind);                                     \
         if ((dst) == NULL) goto fail;                                                       \
     } while (0)
 
@@ -65,8 +44,9 @@ oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed,
     m->eng = eng;
     m->cfg = *cfg;
     m->blocks = calloc((size_t)cfg->n_layer, sizeof *m->blocks);
-    if (m->blocks == NULL) {
-        free(m);
+    m->params = oj_params_create(eng, seed);
+    if (m->blocks == NULL || m->params == NULL) {
+        oj_gpt_free(m);
         return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt: out of host memory");
     }
     const int64_t C = cfg->n_embd, V = cfg->vocab_size, H = cfg->n_head, Hkv = cfg->n_kv_head;
@@ -77,12 +57,12 @@ oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed,
     int l = 0;
     {
         int64_t s[2] = {V, C};
-        m->wte = param(m, seed, "transformer.wte.weight", 2, s, INIT_NORMAL);
+        m->wte = param(m, "transformer.wte.weight", 2, s, INIT_NORMAL);
         if (m->wte == NULL) goto fail;
     }
     if (gpt2) {
         int64_t s[2] = {cfg->block_size, C};
-        m->wpe = param(m, seed, "transformer.wpe.weight", 2, s, INIT_NORMAL);
+        m->wpe = param(m, "transformer.wpe.weight", 2, s, INIT_NORMAL);
         if (m->wpe == NULL) goto fail;
     }
     for (l = 0; l < (int)cfg->n_layer; l++) {
@@ -117,10 +97,10 @@ oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed,
     }
     {
         int64_t s[1] = {C};
-        m->ln_f_w = param(m, seed, "transformer.ln_f.weight", 1, s, INIT_ONES);
+        m->ln_f_w = param(m, "transformer.ln_f.weight", 1, s, INIT_ONES);
         if (m->ln_f_w == NULL) goto fail;
         if (gpt2) {
-            m->ln_f_b = param(m, seed, "transformer.ln_f.bias", 1, s, INIT_ZEROS);
+            m->ln_f_b = param(m, "transformer.ln_f.bias", 1, s, INIT_ZEROS);
             if (m->ln_f_b == NULL) goto fail;
         }
     }
@@ -134,10 +114,7 @@ fail:
 
 void oj_gpt_free(oj_gpt *m) {
     if (m == NULL) return;
-    for (int64_t i = 0; i < m->n_params; i++) {
-        oj_release(m->params[i]);
-        free(m->names[i]);
-    }
+    oj_params_free(m->params);
     free(m->blocks);
     free(m);
 }
@@ -147,19 +124,10 @@ oj_engine *oj_gpt_engine(const oj_gpt *m) { return m ? m->eng : NULL; }
 
 oj_named_tensors oj_gpt_state_dict(const oj_gpt *m) {
     oj_named_tensors nt = {0, NULL, NULL};
-    if (m) {
-        nt.n = m->n_params;
-        nt.names = (const char *const *)m->names;
-        nt.tensors = (oj_tensor *const *)m->params;
-    }
-    return nt;
+    return m ? oj_params_state_dict(m->params) : nt;
 }
 
-int64_t oj_gpt_num_params(const oj_gpt *m) {
-    int64_t n = 0;
-    for (int64_t i = 0; m && i < m->n_params; i++) n += oj_numel(m->params[i]);
-    return n;
-}
+int64_t oj_gpt_num_params(const oj_gpt *m) { return m ? oj_params_numel(m->params, false) : 0; }
 
 double oj_gpt_flops_per_token(const oj_gpt *m, int64_t T) {
     const oj_gpt_config *c = &m->cfg;
@@ -179,48 +147,49 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err) {
     oj_safetensors *st = NULL;
     oj_status s = oj_safetensors_open(path, &st, err);
     if (s != OJ_OK) return s;
-    int64_t *idx = calloc((size_t)m->n_params, sizeof *idx);
+    oj_named_tensors sd = oj_gpt_state_dict(m);
+    int64_t *idx = calloc((size_t)sd.n, sizeof *idx);
     if (idx == NULL) {
         oj_safetensors_close(st);
         return oj_error_set(err, OJ_ERR_CAPACITY, "gpt load: out of host memory");
     }
     /* Validate everything first. */
-    for (int64_t i = 0; i < m->n_params && s == OJ_OK; i++) {
-        const char *want = strip_prefix(m->names[i]);
+    for (int64_t i = 0; i < sd.n && s == OJ_OK; i++) {
+        const char *want = strip_prefix(sd.names[i]);
         idx[i] = -1;
         for (int64_t j = 0; j < oj_safetensors_count(st); j++)
             if (strcmp(strip_prefix(oj_safetensors_name(st, j)), want) == 0) idx[i] = j;
         if (idx[i] < 0) {
-            s = oj_error_set(err, OJ_ERR_SHAPE, "gpt load: %s has no tensor %s", path, m->names[i]);
+            s = oj_error_set(err, OJ_ERR_SHAPE, "gpt load: %s has no tensor %s", path, sd.names[i]);
             break;
         }
         oj_dtype dt = oj_safetensors_dtype(st, idx[i]);
         if (dt != OJ_F32 && dt != OJ_BF16 && dt != OJ_F16) {
             s = oj_error_set(err, OJ_ERR_DTYPE, "gpt load: %s is %s, expected F32, BF16 or F16",
-                             m->names[i], oj_dtype_name(dt));
+                             sd.names[i], oj_dtype_name(dt));
             break;
         }
         int r = oj_safetensors_rank(st, idx[i]);
         const int64_t *shp = oj_safetensors_shape(st, idx[i]);
-        bool ok = r == oj_rank(m->params[i]);
-        for (int d = 0; ok && d < r; d++) ok = shp[d] == oj_size(m->params[i], d);
+        bool ok = r == oj_rank(sd.tensors[i]);
+        for (int d = 0; ok && d < r; d++) ok = shp[d] == oj_size(sd.tensors[i], d);
         if (!ok) {
             char b1[128], b2[128];
-            oj_tensor *p = m->params[i];
+            oj_tensor *p = sd.tensors[i];
             s = oj_error_set(err, OJ_ERR_SHAPE, "gpt load: %s has shape %s in the file, the model has %s",
-                             m->names[i], oj__shape_fmt(b1, sizeof b1, r, shp),
+                             sd.names[i], oj__shape_fmt(b1, sizeof b1, r, shp),
                              oj_shape_str(p, b2, sizeof b2));
         }
     }
     /* Then copy (converting to f32) into the parameters. */
     oj_engine *eng = m->eng;
-    for (int64_t i = 0; i < m->n_params && s == OJ_OK; i++) {
+    for (int64_t i = 0; i < sd.n && s == OJ_OK; i++) {
         oj_scope_begin(eng);
         oj_tensor *src = oj_safetensors_tensor(st, eng, oj_safetensors_name(st, idx[i]));
         bool prev = oj_set_grad_enabled(eng, false);
-        s = src ? oj_copy_(m->params[i], src) : oj_last_status(eng);
+        s = src ? oj_copy_(sd.tensors[i], src) : oj_last_status(eng);
         oj_set_grad_enabled(eng, prev);
-        if (s != OJ_OK) oj_error_set(err, s, "gpt load: copying %s: %s", m->names[i], oj_last_error(eng));
+        if (s != OJ_OK) oj_error_set(err, s, "gpt load: copying %s: %s", sd.names[i], oj_last_error(eng));
         oj_scope_end(eng);
     }
     free(idx);

@@ -3,6 +3,7 @@
 #define OJAS_GPT_INTERNAL_H
 
 #include "ojas/gpt.h"
+#include "ojas/nn.h"
 
 /* One transformer block. gpt2 uses ln/attn/mlp with biases and HF Conv1D
  * layouts ([in, out]); nanolab uses the PyTorch Linear layout ([out, in]). */
@@ -20,19 +21,14 @@ typedef struct oj_gpt_block {
     oj_tensor *w_gate, *w_up, *w_down; /* [F, C], [F, C], [C, F] */
 } oj_gpt_block;
 
-#define OJ_GPT_MAX_PARAMS 4096
-
 struct oj_gpt {
     oj_engine *eng;
     oj_gpt_config cfg;
-    oj_tensor *wte; /* [V, C] */
-    oj_tensor *wpe; /* [block_size, C] (gpt2) */
+    oj_params *params; /* the state_dict, in registration order */
+    oj_tensor *wte;    /* [V, C] */
+    oj_tensor *wpe;    /* [block_size, C] (gpt2) */
     oj_tensor *ln_f_w, *ln_f_b;
     oj_gpt_block *blocks;
-    /* state_dict */
-    int64_t n_params;
-    char *names[OJ_GPT_MAX_PARAMS];
-    oj_tensor *params[OJ_GPT_MAX_PARAMS];
 };
 
 struct oj_kv_cache {
