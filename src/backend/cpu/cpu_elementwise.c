@@ -1,12 +1,70 @@
 /* CPU elementwise kernels: copy/cast, fill, unary (+ backward), binary,
- * where, random fill. Every value goes through double; the f32 fast paths
- * below only avoid the generic load/store switch. */
+ * where, random fill, threaded over pieces of the iteration
+ * (oj_iter_run_parallel; elements are independent, so any split gives the
+ * same result).
+ *
+ * f32 in and out: the ops that have a vector form (cpu_simd.h: exp,
+ * sigmoid, silu, gelu-tanh, tanh, relu, neg, square, affine, sqrt, rsqrt,
+ * reciprocal, abs; add, sub, mul, div, maximum, minimum) run in f32 on the
+ * engine's SIMD level, strided operands gathered through small buffers.
+ * add/sub/mul/div/sqrt/reciprocal/max/min/neg/abs/square/relu give the
+ * same bits as the double path (a double result of two f32 operands,
+ * rounded once, is the f32 result); the transcendental ones are within a
+ * few ulp of it. Everything else goes through double. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_iter.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_scalar.h"
+#include "backend/cpu/cpu_simd.h"
+
+#define EW_BLOCK 256 /* f32 elements gathered at a time for strided operands */
+
+/* The vector form of a unary op, or -1. */
+static int simd_unary_fn(oj_unary_op op) {
+    switch (op) {
+    case OJ_UN_EXP: return OJ_SF_EXP;
+    case OJ_UN_SIGMOID: return OJ_SF_SIGMOID;
+    case OJ_UN_SILU: return OJ_SF_SILU;
+    case OJ_UN_GELU_TANH: return OJ_SF_GELU_TANH;
+    case OJ_UN_TANH: return OJ_SF_TANH;
+    case OJ_UN_RELU: return OJ_SF_RELU;
+    case OJ_UN_NEG: return OJ_SF_NEG;
+    case OJ_UN_SQUARE: return OJ_SF_SQUARE;
+    case OJ_UN_AFFINE: return OJ_SF_AFFINE;
+    case OJ_UN_SQRT: return OJ_SF_SQRT;
+    case OJ_UN_RSQRT: return OJ_SF_RSQRT;
+    case OJ_UN_RECIPROCAL: return OJ_SF_RECIPROCAL;
+    case OJ_UN_ABS: return OJ_SF_ABS;
+    default: return -1;
+    }
+}
+
+static int simd_binary_op(oj_binary_op op) {
+    switch (op) {
+    case OJ_BIN_ADD: return OJ_SB_ADD;
+    case OJ_BIN_SUB: return OJ_SB_SUB;
+    case OJ_BIN_MUL: return OJ_SB_MUL;
+    case OJ_BIN_DIV: return OJ_SB_DIV;
+    case OJ_BIN_MAXIMUM: return OJ_SB_MAX;
+    case OJ_BIN_MINIMUM: return OJ_SB_MIN;
+    default: return -1;
+    }
+}
+
+/* f32 operand k of a run: a pointer to m contiguous values starting at
+ * element i0 (the run itself when unit-stride, else gathered into buf). */
+static const float *f32_in(char *p, int64_t step, int64_t i0, int64_t m, float *buf) {
+    if (step == 4) return (const float *)(p + i0 * 4);
+    for (int64_t i = 0; i < m; i++) buf[i] = *(const float *)(p + (i0 + i) * step);
+    return buf;
+}
+
+static void f32_out(char *p, int64_t step, int64_t i0, int64_t m, const float *buf) {
+    if (step == 4) return;
+    for (int64_t i = 0; i < m; i++) *(float *)(p + (i0 + i) * step) = buf[i];
+}
 
 static bool is_int_dtype(oj_dtype dt) {
     return dt == OJ_I64 || dt == OJ_I32 || dt == OJ_U32 || dt == OJ_U16 || dt == OJ_U8;
@@ -67,7 +125,7 @@ oj_status oj_cpu_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
     oj_iter it;
     oj_iter_init(&it, out->rank, out->shape, 2, ts);
     copy_ctx c = {out->dtype, x->dtype};
-    oj_iter_run(&it, copy_run, &c);
+    oj_iter_run_parallel(eng, &it, copy_run, &c);
     return OJ_OK;
 }
 
@@ -93,7 +151,7 @@ oj_status oj_cpu_fill(oj_engine *eng, oj_tensor *out, double value) {
     const oj_tensor *ts[1] = {out};
     oj_iter it;
     oj_iter_init(&it, out->rank, out->shape, 1, ts);
-    oj_iter_run(&it, fill_run, &c);
+    oj_iter_run_parallel(eng, &it, fill_run, &c);
     return OJ_OK;
 }
 
@@ -103,10 +161,23 @@ typedef struct {
     oj_unary_op op;
     oj_dtype out, in, in2, in3;
     double a, b;
+    const oj_simd *sd; /* f32 vector path, or NULL */
+    int fn;
 } ew_ctx;
 
 static void unary_run(char **p, const int64_t *st, int64_t n, void *vctx) {
     const ew_ctx *c = vctx;
+    if (c->sd) {
+        float xb[EW_BLOCK], yb[EW_BLOCK];
+        for (int64_t i0 = 0; i0 < n; i0 += EW_BLOCK) {
+            int64_t m = n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK;
+            const float *x = f32_in(p[1], st[1], i0, m, xb);
+            float *y = st[0] == 4 ? (float *)(p[0] + i0 * 4) : yb;
+            c->sd->unary((oj_simd_fn)c->fn, y, x, m, (float)c->a, (float)c->b);
+            f32_out(p[0], st[0], i0, m, yb);
+        }
+        return;
+    }
     if (c->out == OJ_F32 && c->in == OJ_F32) {
         for (int64_t i = 0; i < n; i++) {
             double x = *(const float *)(p[1] + i * st[1]);
@@ -125,13 +196,28 @@ oj_status oj_cpu_unary(oj_engine *eng, oj_unary_op op, oj_tensor *out, const oj_
     const oj_tensor *ts[2] = {out, x};
     oj_iter it;
     oj_iter_init(&it, out->rank, out->shape, 2, ts);
-    ew_ctx c = {.op = op, .out = out->dtype, .in = x->dtype, .a = alpha, .b = beta};
-    oj_iter_run(&it, unary_run, &c);
+    ew_ctx c = {.op = op, .out = out->dtype, .in = x->dtype, .a = alpha, .b = beta,
+                .fn = simd_unary_fn(op)};
+    if (c.fn >= 0 && out->dtype == OJ_F32 && x->dtype == OJ_F32) c.sd = oj_simd_of(eng);
+    oj_iter_run_parallel(eng, &it, unary_run, &c);
     return OJ_OK;
 }
 
 static void unary_bwd_run(char **p, const int64_t *st, int64_t n, void *vctx) {
     const ew_ctx *c = vctx;
+    if (c->sd) {
+        float xb[EW_BLOCK], yb[EW_BLOCK], gb[EW_BLOCK], db[EW_BLOCK];
+        for (int64_t i0 = 0; i0 < n; i0 += EW_BLOCK) {
+            int64_t m = n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK;
+            const float *x = f32_in(p[1], st[1], i0, m, xb);
+            const float *y = f32_in(p[2], st[2], i0, m, yb);
+            const float *g = f32_in(p[3], st[3], i0, m, gb);
+            float *dx = st[0] == 4 ? (float *)(p[0] + i0 * 4) : db;
+            c->sd->unary_grad((oj_simd_fn)c->fn, dx, x, y, g, m, (float)c->a, (float)c->b);
+            f32_out(p[0], st[0], i0, m, db);
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         double x = oj__load(p[1] + i * st[1], c->in);
         double y = oj__load(p[2] + i * st[2], c->in2);
@@ -147,8 +233,11 @@ oj_status oj_cpu_unary_backward(oj_engine *eng, oj_unary_op op, oj_tensor *dx, c
     oj_iter it;
     oj_iter_init(&it, dx->rank, dx->shape, 4, ts);
     ew_ctx c = {.op = op, .out = dx->dtype, .in = x->dtype, .in2 = y->dtype, .in3 = dy->dtype,
-                .a = alpha, .b = beta};
-    oj_iter_run(&it, unary_bwd_run, &c);
+                .a = alpha, .b = beta, .fn = simd_unary_fn(op)};
+    if (c.fn >= 0 && dx->dtype == OJ_F32 && x->dtype == OJ_F32 && y->dtype == OJ_F32 &&
+        dy->dtype == OJ_F32)
+        c.sd = oj_simd_of(eng);
+    oj_iter_run_parallel(eng, &it, unary_bwd_run, &c);
     return OJ_OK;
 }
 
@@ -158,6 +247,8 @@ typedef struct {
     oj_binary_op op;
     oj_dtype out, a, b;
     bool integer; /* exact int64 arithmetic */
+    const oj_simd *sd; /* f32 vector path, or NULL */
+    int sop;
 } bin_ctx;
 
 static int64_t binary_i64(oj_binary_op op, int64_t a, int64_t b) {
@@ -182,6 +273,19 @@ static int64_t binary_i64(oj_binary_op op, int64_t a, int64_t b) {
 
 static void binary_run(char **p, const int64_t *st, int64_t n, void *vctx) {
     const bin_ctx *c = vctx;
+    if (c->sd) {
+        float ab[EW_BLOCK], bb[EW_BLOCK], ob[EW_BLOCK];
+        for (int64_t i0 = 0; i0 < n; i0 += EW_BLOCK) {
+            int64_t m = n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK;
+            /* a stride-0 operand is passed as one broadcast value */
+            const float *a = st[1] == 0 ? (const float *)p[1] : f32_in(p[1], st[1], i0, m, ab);
+            const float *b = st[2] == 0 ? (const float *)p[2] : f32_in(p[2], st[2], i0, m, bb);
+            float *o = st[0] == 4 ? (float *)(p[0] + i0 * 4) : ob;
+            c->sd->binary((oj_simd_bin)c->sop, o, a, st[1] != 0, b, st[2] != 0, m);
+            f32_out(p[0], st[0], i0, m, ob);
+        }
+        return;
+    }
     if (c->integer) {
         for (int64_t i = 0; i < n; i++) {
             int64_t a = load_i64(p[1] + i * st[1], c->a);
@@ -214,8 +318,11 @@ oj_status oj_cpu_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const o
      * (integer division promotes to float in the ops layer). */
     bool ints = (is_int_dtype(a->dtype) || a->dtype == OJ_BOOL) &&
                 (is_int_dtype(b->dtype) || b->dtype == OJ_BOOL) && !oj_dtype_is_float(out->dtype);
-    bin_ctx c = {.op = op, .out = out->dtype, .a = a->dtype, .b = b->dtype, .integer = ints};
-    oj_iter_run(&it, binary_run, &c);
+    bin_ctx c = {.op = op, .out = out->dtype, .a = a->dtype, .b = b->dtype, .integer = ints,
+                 .sop = simd_binary_op(op)};
+    if (c.sop >= 0 && out->dtype == OJ_F32 && a->dtype == OJ_F32 && b->dtype == OJ_F32)
+        c.sd = oj_simd_of(eng);
+    oj_iter_run_parallel(eng, &it, binary_run, &c);
     return OJ_OK;
 }
 
@@ -245,7 +352,7 @@ oj_status oj_cpu_where(oj_engine *eng, oj_tensor *out, const oj_tensor *cond, co
     oj_iter it;
     oj_iter_init(&it, out->rank, out->shape, 4, ts);
     where_ctx c = {out->dtype, cond->dtype, a->dtype, b->dtype};
-    oj_iter_run(&it, where_run, &c);
+    oj_iter_run_parallel(eng, &it, where_run, &c);
     return OJ_OK;
 }
 

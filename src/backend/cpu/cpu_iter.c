@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_iter.h"
+#include "backend/cpu/cpu_pool.h"
 
 void oj_iter_init(oj_iter *it, int rank, const int64_t *shape, int n, const oj_tensor *const *t) {
     memset(it, 0, sizeof *it);
@@ -73,4 +74,71 @@ void oj_iter_run(const oj_iter *it, oj_iter_fn fn, void *ctx) {
         }
         if (d < 0) break;
     }
+}
+
+typedef struct {
+    const oj_iter *it;
+    oj_iter_fn fn;
+    void *ctx;
+    int64_t inner; /* elements per row */
+} par_ctx;
+
+/* Rank 1: elements [begin, end) of the single run. */
+static void run_piece(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const par_ctx *pc = vc;
+    const oj_iter *it = pc->it;
+    char *ptr[OJ_ITER_MAX];
+    int64_t step[OJ_ITER_MAX];
+    for (int k = 0; k < it->n; k++) {
+        step[k] = it->stride[k][0];
+        ptr[k] = it->base[k] + begin * step[k];
+    }
+    pc->fn(ptr, step, end - begin, pc->ctx);
+}
+
+/* Rank > 1: rows [begin, end) (a row = one run of the last dim). */
+static void run_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const par_ctx *pc = vc;
+    const oj_iter *it = pc->it;
+    int inner = it->rank - 1;
+    int64_t idx[OJ_MAX_RANK] = {0};
+    int64_t rem = begin;
+    for (int d = inner - 1; d >= 0; d--) {
+        idx[d] = rem % it->shape[d];
+        rem /= it->shape[d];
+    }
+    char *ptr[OJ_ITER_MAX];
+    int64_t step[OJ_ITER_MAX];
+    for (int k = 0; k < it->n; k++) step[k] = it->stride[k][inner];
+    for (int64_t r = begin; r < end; r++) {
+        for (int k = 0; k < it->n; k++) {
+            char *p = it->base[k];
+            for (int d = 0; d < inner; d++) p += idx[d] * it->stride[k][d];
+            ptr[k] = p;
+        }
+        pc->fn(ptr, step, pc->inner, pc->ctx);
+        for (int d = inner - 1; d >= 0; d--) {
+            if (++idx[d] < it->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+void oj_iter_run_parallel(oj_engine *eng, const oj_iter *it, oj_iter_fn fn, void *ctx) {
+    int64_t n = oj_iter_numel(it);
+    if (n == 0) return;
+    if (n < 2 * OJ_ITER_GRAIN || oj_cpu_threads(eng) < 2) {
+        oj_iter_run(it, fn, ctx);
+        return;
+    }
+    par_ctx pc = {it, fn, ctx, it->shape[it->rank - 1]};
+    if (it->rank == 1) {
+        oj_cpu_parallel_for(eng, n, OJ_ITER_GRAIN, run_piece, &pc);
+        return;
+    }
+    int64_t rows = n / pc.inner;
+    int64_t grain = OJ_ITER_GRAIN / pc.inner;
+    oj_cpu_parallel_for(eng, rows, grain < 1 ? 1 : grain, run_rows, &pc);
 }

@@ -25,6 +25,12 @@ typedef void (*oj_iter_fn)(char **ptr, const int64_t *step, int64_t n, void *ctx
 void oj_iter_init(oj_iter *it, int rank, const int64_t *shape, int n, const oj_tensor *const *t);
 /* Call fn for every run. */
 void oj_iter_run(const oj_iter *it, oj_iter_fn fn, void *ctx);
+/* Call fn for every run, spread over eng's threads in pieces of about
+ * OJ_ITER_GRAIN elements (a long run is cut into pieces). Only for kernels
+ * whose result per element does not depend on the other elements
+ * (elementwise ops), since the pieces are not those of oj_iter_run. */
+void oj_iter_run_parallel(oj_engine *eng, const oj_iter *it, oj_iter_fn fn, void *ctx);
+#define OJ_ITER_GRAIN 32768
 /* Element count of the iteration. */
 int64_t oj_iter_numel(const oj_iter *it);
 

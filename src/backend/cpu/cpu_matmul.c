@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_pool.h"
 
 #ifdef OJAS_HAVE_OPENBLAS
 #include <cblas.h>
@@ -270,6 +271,10 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
     bool use_blas = false;
 #ifdef OJAS_HAVE_OPENBLAS
     use_blas = eng->numerics == OJ_NUMERICS_FAST && k > 0;
+    /* OpenBLAS's pool is process-wide: size it to this engine's threads
+     * (its idle workers otherwise spin and yield on the cores ours use). */
+    if (use_blas && openblas_get_num_threads() != oj_cpu_threads(eng))
+        openblas_set_num_threads(oj_cpu_threads(eng));
 #endif
     size_t cbytes = (size_t)(m * n) * (dbl ? sizeof(double) : sizeof(float));
     void *tmp = NULL;

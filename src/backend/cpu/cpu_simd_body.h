@@ -1,0 +1,456 @@
+/* The vector implementation of the oj_simd entries, included by cpu_simd.c
+ * once per SIMD level after it defines (see there):
+ *   V VL M NAME(x)           vector type, lanes, tail-mask type, name suffix
+ *   v_* primitives           load/store (masked), arithmetic, compares,
+ *                            blends, horizontal sum/max, integer exponent ops
+ * No include guard: included twice. */
+
+/* ---------------------------------------------------------------- exp */
+
+static inline V NAME(vexp)(V x) {
+    const V hi = v_set1(88.72283935546875f), lo = v_set1(-103.97208404541015625f);
+    V xc = v_min(v_max(x, lo), hi); /* NaN becomes lo here; fixed at the end */
+    V n = v_round(v_mul(xc, v_set1(1.44269504088896341f)));
+    V r = v_fnmadd(n, v_set1(0.693359375f), xc);
+    r = v_fnmadd(n, v_set1(-2.12194440e-4f), r);
+    V z = v_mul(r, r);
+    V p = v_fmadd(v_set1(1.9875691500e-4f), r, v_set1(1.3981999507e-3f));
+    p = v_fmadd(p, r, v_set1(8.3334519073e-3f));
+    p = v_fmadd(p, r, v_set1(4.1665795894e-2f));
+    p = v_fmadd(p, r, v_set1(1.6666665459e-1f));
+    p = v_fmadd(p, r, v_set1(5.0000001201e-1f));
+    p = v_fmadd(p, z, r);
+    p = v_add(p, v_set1(1.0f));
+    VI ni = v_cvt_i(n);
+    VI n1 = v_i_srai1(ni), n2 = v_i_sub(ni, n1);
+    V y = v_mul(v_mul(p, v_pow2(n1)), v_pow2(n2));
+    y = v_blend(v_gt(x, hi), y, v_set1(INFINITY));
+    y = v_blend(v_lt(x, lo), y, v_zero());
+    return v_blend(v_isnan(x), y, x);
+}
+
+/* 1 / (1 + exp(-x)), written as e / (1 + e) with e = exp(x) for x < 0 so
+ * that neither form overflows or loses small results. */
+static inline V NAME(vsigmoid)(V x) {
+    V e = NAME(vexp)(v_neg(v_abs(x)));
+    V s = v_div(v_set1(1.0f), v_add(v_set1(1.0f), e));
+    return v_blend(v_ge(x, v_zero()), v_mul(e, s), s);
+}
+
+/* tanh: Cephes tanhf (odd polynomial below |x| 0.625, else
+ * (1 - e) / (1 + e) with e = exp(-2|x|), sign restored). */
+static inline V NAME(vtanh)(V x) {
+    V ax = v_abs(x);
+    V z = v_mul(x, x);
+    V p = v_fmadd(v_set1(-5.70498872745e-3f), z, v_set1(2.06390887954e-2f));
+    p = v_fmadd(p, z, v_set1(-5.37397155531e-2f));
+    p = v_fmadd(p, z, v_set1(1.33314422036e-1f));
+    p = v_fmadd(p, z, v_set1(-3.33332819422e-1f));
+    V small = v_fmadd(v_mul(p, z), x, x);
+    V e = NAME(vexp)(v_mul(v_set1(-2.0f), ax));
+    V t = v_div(v_sub(v_set1(1.0f), e), v_add(v_set1(1.0f), e));
+    V big = v_copysign(t, x);
+    return v_blend(v_lt(ax, v_set1(0.625f)), big, small);
+}
+
+/* gelu (tanh form): 0.5 x (1 + tanh(u)) = x sigmoid(2u),
+ * u = sqrt(2/pi) (x + 0.044715 x^3). */
+static inline V NAME(vgelu_s)(V x) {
+    const float k2 = 2.0f * 0.7978845608028654f;
+    V x2 = v_mul(x, x);
+    V u2 = v_mul(x, v_fmadd(v_set1(k2 * 0.044715f), x2, v_set1(k2)));
+    return NAME(vsigmoid)(u2);
+}
+
+static inline V NAME(vunary)(oj_simd_fn f, V x, V a, V b) {
+    switch (f) {
+    case OJ_SF_EXP: return NAME(vexp)(x);
+    case OJ_SF_SIGMOID: return NAME(vsigmoid)(x);
+    case OJ_SF_SILU: return v_mul(x, NAME(vsigmoid)(x));
+    case OJ_SF_GELU_TANH: return v_mul(x, NAME(vgelu_s)(x));
+    case OJ_SF_TANH: return NAME(vtanh)(x);
+    case OJ_SF_RELU: return v_blend(v_or_mask(v_gt(x, v_zero()), v_isnan(x)), v_zero(), x);
+    case OJ_SF_NEG: return v_neg(x);
+    case OJ_SF_SQUARE: return v_mul(x, x);
+    case OJ_SF_AFFINE: return v_fmadd(a, x, b);
+    case OJ_SF_SQRT: return v_sqrt(x);
+    case OJ_SF_RSQRT: return v_div(v_set1(1.0f), v_sqrt(x));
+    case OJ_SF_RECIPROCAL: return v_div(v_set1(1.0f), x);
+    case OJ_SF_ABS: return v_abs(x);
+    default: return x;
+    }
+}
+
+/* f'(x) (times nothing: the caller multiplies by dy). */
+static inline V NAME(vgrad)(oj_simd_fn f, V x, V y, V a) {
+    const V one = v_set1(1.0f);
+    switch (f) {
+    case OJ_SF_EXP: return y;
+    case OJ_SF_SIGMOID: return v_mul(y, v_sub(one, y));
+    case OJ_SF_TANH: return v_fnmadd(y, y, one);
+    case OJ_SF_SILU: {
+        V s = NAME(vsigmoid)(x);
+        return v_mul(s, v_fmadd(x, v_sub(one, s), one));
+    }
+    case OJ_SF_GELU_TANH: {
+        /* s + 2 x s (1 - s) du, du = sqrt(2/pi) (1 + 3 0.044715 x^2) */
+        const float k = 0.7978845608028654f;
+        V s = NAME(vgelu_s)(x);
+        V du = v_fmadd(v_set1(k * 3.0f * 0.044715f), v_mul(x, x), v_set1(k));
+        V t = v_mul(v_mul(v_add(x, x), s), v_sub(one, s));
+        return v_fmadd(t, du, s);
+    }
+    case OJ_SF_RELU: return v_blend(v_gt(x, v_zero()), v_zero(), one);
+    case OJ_SF_NEG: return v_set1(-1.0f);
+    case OJ_SF_SQUARE: return v_add(x, x);
+    case OJ_SF_AFFINE: return a;
+    case OJ_SF_SQRT: return v_div(v_set1(0.5f), y);
+    case OJ_SF_RSQRT: return v_mul(v_set1(-0.5f), v_mul(y, v_mul(y, y)));
+    case OJ_SF_RECIPROCAL: return v_neg(v_mul(y, y));
+    case OJ_SF_ABS:
+        return v_sub(v_blend(v_gt(x, v_zero()), v_zero(), one),
+                     v_blend(v_lt(x, v_zero()), v_zero(), one));
+    default: return one;
+    }
+}
+
+/* ---------------------------------------------------------------- entries */
+
+/* The multi-row products (see oj_simd in cpu_simd.h). Each is written once
+ * for a constant number of rows R (<= OJ_SIMD_ROWS) and of vectors Q (<=
+ * QD) along the wide dimension, with masked loads and stores (mask[q] all
+ * ones for full vectors), and instantiated by a switch on (R, Q). */
+#define OJ_AI static inline __attribute__((always_inline))
+
+OJ_AI void NAME(masks)(int64_t rem, M *mk) {
+#pragma GCC unroll 8
+    for (int q = 0; q < QD; q++) mk[q] = v_tailmask(rem - q * VL > 0 ? rem - q * VL : 0);
+}
+
+/* keys j0 .. j0 + Q*VL (masked by mk) of out rows */
+OJ_AI void NAME(rowdot_rq)(const int R, const int Q, const float *const *x, const float *mt,
+                           int64_t ld, int64_t d, const M *mk, V sc, float *out, int64_t ldo) {
+    V acc[OJ_SIMD_ROWS][QD];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) acc[r][q] = v_zero();
+    const float *row = mt;
+    for (int64_t c = 0; c < d; c++, row += ld) {
+        V kv[QD];
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) kv[q] = v_loadm(row + q * VL, mk[q]);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            V xr = v_set1(x[r][c]);
+#pragma GCC unroll 8
+            for (int q = 0; q < Q; q++) acc[r][q] = v_fmadd(xr, kv[q], acc[r][q]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) v_storem(out + r * ldo + q * VL, v_mul(acc[r][q], sc), mk[q]);
+}
+
+/* columns c0 .. c0 + Q*VL of acc rows */
+OJ_AI void NAME(rowcomb_rq)(const int R, const int Q, const float *w, int64_t ldw, int64_t n,
+                            const float *m, int64_t ld, const M *mk, float *acc, int64_t lda) {
+    V a[OJ_SIMD_ROWS][QD];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) a[r][q] = v_loadm(acc + r * lda + q * VL, mk[q]);
+    const float *row = m;
+    for (int64_t j = 0; j < n; j++, row += ld) {
+        V mv[QD];
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) mv[q] = v_loadm(row + q * VL, mk[q]);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            V wr = v_set1(w[r * ldw + j]);
+#pragma GCC unroll 8
+            for (int q = 0; q < Q; q++) a[r][q] = v_fmadd(wr, mv[q], a[r][q]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) v_storem(acc + r * lda + q * VL, a[r][q], mk[q]);
+}
+
+/* columns c0 .. c0 + Q*VL of y rows 0..n */
+OJ_AI void NAME(rank_rq)(const int R, const int Q, const float *w, int64_t ldw, int64_t n,
+                         const float *const *x, int64_t c0, const M *mk, float *y, int64_t ld) {
+    V xv[OJ_SIMD_ROWS][QD];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) xv[r][q] = v_loadm(x[r] + c0 + q * VL, mk[q]);
+    float *row = y;
+    for (int64_t j = 0; j < n; j++, row += ld) {
+        V yv[QD];
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) yv[q] = v_loadm(row + q * VL, mk[q]);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            V wr = v_set1(w[r * ldw + j]);
+#pragma GCC unroll 8
+            for (int q = 0; q < Q; q++) yv[q] = v_fmadd(wr, xv[r][q], yv[q]);
+        }
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; q++) v_storem(row + q * VL, yv[q], mk[q]);
+    }
+}
+
+/* Instantiate K(R, Q, args) for R in 1..4 and Q in 1..QD. */
+#define OJ_DISPATCH_RQ(K, nr, nq, ...)                                                     \
+    do {                                                                                   \
+        int oj_r_ = (nr) < 1 ? 1 : (nr) > 4 ? 4 : (nr);                                    \
+        int oj_q_ = (nq) < 1 ? 1 : (nq) > QD ? QD : (nq);                                  \
+        switch (oj_r_ * 8 + oj_q_) {                                                       \
+        case 9: K(1, 1, __VA_ARGS__); break;                                               \
+        case 10: K(1, 2, __VA_ARGS__); break;                                              \
+        case 17: K(2, 1, __VA_ARGS__); break;                                              \
+        case 18: K(2, 2, __VA_ARGS__); break;                                              \
+        case 25: K(3, 1, __VA_ARGS__); break;                                              \
+        case 26: K(3, 2, __VA_ARGS__); break;                                              \
+        case 33: K(4, 1, __VA_ARGS__); break;                                              \
+        case 34: K(4, 2, __VA_ARGS__); break;                                              \
+        OJ_DISPATCH_Q34(K, __VA_ARGS__)                                                    \
+        default: break;                                                                    \
+        }                                                                                  \
+    } while (0)
+
+static void NAME(rowdot)(int nr, const float *const *x, const float *mt, int64_t ld, int64_t d,
+                         int64_t n, float scale, float *out, int64_t ldo) {
+    const V sc = v_set1(scale);
+    for (int64_t j0 = 0; j0 < n; j0 += QD * VL) {
+        M mk[QD];
+        NAME(masks)(n - j0, mk);
+        int64_t rem = n - j0, nq = (rem + VL - 1) / VL;
+#define K(R, Q, ...) NAME(rowdot_rq)(R, Q, __VA_ARGS__)
+        OJ_DISPATCH_RQ(K, nr, nq, x, mt + j0, ld, d, mk, sc, out + j0, ldo);
+#undef K
+    }
+}
+
+static void NAME(rowcomb)(int nr, const float *w, int64_t ldw, int64_t n, const float *m,
+                          int64_t ld, int64_t d, float *acc, int64_t lda) {
+    for (int64_t c0 = 0; c0 < d; c0 += QD * VL) {
+        M mk[QD];
+        NAME(masks)(d - c0, mk);
+        int64_t rem = d - c0, nq = (rem + VL - 1) / VL;
+#define K(R, Q, ...) NAME(rowcomb_rq)(R, Q, __VA_ARGS__)
+        OJ_DISPATCH_RQ(K, nr, nq, w, ldw, n, m + c0, ld, mk, acc + c0, lda);
+#undef K
+    }
+}
+
+static void NAME(rank)(int nr, const float *w, int64_t ldw, int64_t n, const float *const *x,
+                       int64_t d, float *y, int64_t ld) {
+    for (int64_t c0 = 0; c0 < d; c0 += QD * VL) {
+        M mk[QD];
+        NAME(masks)(d - c0, mk);
+        int64_t rem = d - c0, nq = (rem + VL - 1) / VL;
+#define K(R, Q, ...) NAME(rank_rq)(R, Q, __VA_ARGS__)
+        OJ_DISPATCH_RQ(K, nr, nq, w, ldw, n, x, c0, mk, y + c0, ld);
+#undef K
+    }
+}
+#undef OJ_DISPATCH_RQ
+
+static float NAME(expsum)(float *s, int64_t n, float m) {
+    const V mv = v_set1(m);
+    V acc = v_zero();
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) {
+        V e = NAME(vexp)(v_sub(v_load(s + j), mv));
+        v_store(s + j, e);
+        acc = v_add(acc, e);
+    }
+    if (j < n) {
+        M mk = v_tailmask(n - j);
+        V e = NAME(vexp)(v_sub(v_loadm(s + j, mk), mv));
+        e = v_and_tail(e, mk);
+        v_storem(s + j, e, mk);
+        acc = v_add(acc, e);
+    }
+    return v_hsum(acc);
+}
+
+static float NAME(vmax)(const float *x, int64_t n) {
+    V acc = v_set1(-INFINITY), nan = v_zero();
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) {
+        V v = v_load(x + j);
+        acc = v_max(acc, v);
+        nan = v_or_nan(nan, v);
+    }
+    if (j < n) {
+        M mk = v_tailmask(n - j);
+        V v = v_blend_tail(v_set1(-INFINITY), v_loadm(x + j, mk), mk);
+        acc = v_max(acc, v);
+        nan = v_or_nan(nan, v);
+    }
+    if (v_has_nan(nan)) return NAN;
+    return v_hmax(acc);
+}
+
+static float NAME(dot)(const float *a, const float *b, int64_t n) {
+    V acc = v_zero();
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) acc = v_fmadd(v_load(a + j), v_load(b + j), acc);
+    if (j < n) {
+        M mk = v_tailmask(n - j);
+        acc = v_fmadd(v_loadm(a + j, mk), v_loadm(b + j, mk), acc);
+    }
+    return v_hsum(acc);
+}
+
+static float NAME(sum)(const float *x, int64_t n) {
+    V acc = v_zero();
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) acc = v_add(acc, v_load(x + j));
+    if (j < n) acc = v_add(acc, v_loadm(x + j, v_tailmask(n - j)));
+    return v_hsum(acc);
+}
+
+static void NAME(scale)(float *y, int64_t n, float a) {
+    const V av = v_set1(a);
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) v_store(y + j, v_mul(v_load(y + j), av));
+    if (j < n) {
+        M mk = v_tailmask(n - j);
+        v_storem(y + j, v_mul(v_loadm(y + j, mk), av), mk);
+    }
+}
+
+/* One loop per function so the switch stays outside the loop. */
+#define OJ_UNARY_CASE(F)                                                                   \
+    case F:                                                                                \
+        for (; j + VL <= n; j += VL) v_store(y + j, NAME(vunary)(F, v_load(x + j), av, bv)); \
+        if (j < n) {                                                                       \
+            M mk = v_tailmask(n - j);                                                      \
+            v_storem(y + j, NAME(vunary)(F, v_loadm(x + j, mk), av, bv), mk);              \
+        }                                                                                  \
+        break;
+
+static void NAME(unary)(oj_simd_fn f, float *y, const float *x, int64_t n, float a, float b) {
+    const V av = v_set1(a), bv = v_set1(b);
+    int64_t j = 0;
+    switch (f) {
+        OJ_UNARY_CASE(OJ_SF_EXP)
+        OJ_UNARY_CASE(OJ_SF_SIGMOID)
+        OJ_UNARY_CASE(OJ_SF_SILU)
+        OJ_UNARY_CASE(OJ_SF_GELU_TANH)
+        OJ_UNARY_CASE(OJ_SF_TANH)
+        OJ_UNARY_CASE(OJ_SF_RELU)
+        OJ_UNARY_CASE(OJ_SF_NEG)
+        OJ_UNARY_CASE(OJ_SF_SQUARE)
+        OJ_UNARY_CASE(OJ_SF_AFFINE)
+        OJ_UNARY_CASE(OJ_SF_SQRT)
+        OJ_UNARY_CASE(OJ_SF_RSQRT)
+        OJ_UNARY_CASE(OJ_SF_RECIPROCAL)
+        OJ_UNARY_CASE(OJ_SF_ABS)
+    default: break;
+    }
+}
+#undef OJ_UNARY_CASE
+
+#define OJ_GRAD_CASE(F)                                                                    \
+    case F:                                                                                \
+        for (; j + VL <= n; j += VL)                                                       \
+            v_store(dx + j, v_mul(v_load(dy + j),                                          \
+                                  NAME(vgrad)(F, v_load(x + j), v_load(y + j), av)));      \
+        if (j < n) {                                                                       \
+            M mk = v_tailmask(n - j);                                                      \
+            v_storem(dx + j, v_mul(v_loadm(dy + j, mk),                                    \
+                                   NAME(vgrad)(F, v_loadm(x + j, mk), v_loadm(y + j, mk), av)), \
+                     mk);                                                                  \
+        }                                                                                  \
+        break;
+
+static void NAME(unary_grad)(oj_simd_fn f, float *dx, const float *x, const float *y,
+                             const float *dy, int64_t n, float a, float b) {
+    (void)b;
+    const V av = v_set1(a);
+    int64_t j = 0;
+    switch (f) {
+        OJ_GRAD_CASE(OJ_SF_EXP)
+        OJ_GRAD_CASE(OJ_SF_SIGMOID)
+        OJ_GRAD_CASE(OJ_SF_SILU)
+        OJ_GRAD_CASE(OJ_SF_GELU_TANH)
+        OJ_GRAD_CASE(OJ_SF_TANH)
+        OJ_GRAD_CASE(OJ_SF_RELU)
+        OJ_GRAD_CASE(OJ_SF_NEG)
+        OJ_GRAD_CASE(OJ_SF_SQUARE)
+        OJ_GRAD_CASE(OJ_SF_AFFINE)
+        OJ_GRAD_CASE(OJ_SF_SQRT)
+        OJ_GRAD_CASE(OJ_SF_RSQRT)
+        OJ_GRAD_CASE(OJ_SF_RECIPROCAL)
+        OJ_GRAD_CASE(OJ_SF_ABS)
+    default: break;
+    }
+}
+#undef OJ_GRAD_CASE
+
+static inline V NAME(vbin)(oj_simd_bin op, V a, V b) {
+    switch (op) {
+    case OJ_SB_ADD: return v_add(a, b);
+    case OJ_SB_SUB: return v_sub(a, b);
+    case OJ_SB_MUL: return v_mul(a, b);
+    case OJ_SB_DIV: return v_div(a, b);
+    case OJ_SB_MAX: /* NaN if either is NaN, else a > b ? a : b */
+        return v_blend(v_or_mask(v_isnan(a), v_isnan(b)), v_blend(v_gt(a, b), b, a),
+                       v_add(a, b));
+    case OJ_SB_MIN:
+        return v_blend(v_or_mask(v_isnan(a), v_isnan(b)), v_blend(v_lt(a, b), b, a),
+                       v_add(a, b));
+    default: return a;
+    }
+}
+
+#define OJ_BIN_CASE(OP)                                                                    \
+    case OP:                                                                               \
+        for (; j + VL <= n; j += VL) {                                                     \
+            V av = a_step ? v_load(a + j) : ab, bv = b_step ? v_load(b + j) : bb;          \
+            v_store(out + j, NAME(vbin)(OP, av, bv));                                      \
+        }                                                                                  \
+        if (j < n) {                                                                       \
+            M mk = v_tailmask(n - j);                                                      \
+            V av = a_step ? v_loadm(a + j, mk) : ab, bv = b_step ? v_loadm(b + j, mk) : bb; \
+            v_storem(out + j, NAME(vbin)(OP, av, bv), mk);                                 \
+        }                                                                                  \
+        break;
+
+static void NAME(binary)(oj_simd_bin op, float *out, const float *a, int64_t a_step,
+                         const float *b, int64_t b_step, int64_t n) {
+    const V ab = v_set1(a[0]), bb = v_set1(b[0]);
+    int64_t j = 0;
+    switch (op) {
+        OJ_BIN_CASE(OJ_SB_ADD)
+        OJ_BIN_CASE(OJ_SB_SUB)
+        OJ_BIN_CASE(OJ_SB_MUL)
+        OJ_BIN_CASE(OJ_SB_DIV)
+        OJ_BIN_CASE(OJ_SB_MAX)
+        OJ_BIN_CASE(OJ_SB_MIN)
+    default: break;
+    }
+}
+#undef OJ_BIN_CASE
+
+static const oj_simd NAME(table) = {
+    .isa = NAME(isa_level),
+    .rowdot = NAME(rowdot),
+    .rowcomb = NAME(rowcomb),
+    .rank = NAME(rank),
+    .expsum = NAME(expsum),
+    .max = NAME(vmax),
+    .dot = NAME(dot),
+    .sum = NAME(sum),
+    .scale = NAME(scale),
+    .unary = NAME(unary),
+    .unary_grad = NAME(unary_grad),
+    .binary = NAME(binary),
+};
