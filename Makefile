@@ -4,7 +4,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all build deps test test-unit test-asan test-reference demo install clean fuzz bench
+.PHONY: all build deps test test-unit test-install test-asan test-reference demo install clean fuzz bench
 
 all: build
 
@@ -22,11 +22,15 @@ deps:
 test: deps
 	$(MAKE) build
 	$(MAKE) test-unit
+	$(MAKE) test-install
 	$(MAKE) test-asan
 	$(MAKE) test-reference
 
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-install: build
+	bash tests/install/check.sh $(BUILD)
 
 test-asan:
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DOJAS_SANITIZE=ON -DOJAS_CUDA=OFF -DOJAS_BENCH=OFF
