@@ -352,7 +352,7 @@ oj_tensor *oj_one_hot(oj_tensor *indices, int64_t num_classes) {
     } else {
         int64_t lo, hi;
         if (!int_range(eng, indices, &lo, &hi)) return NULL;
-        if (num_classes < 0) num_classes = hi + 1;
+        if (num_classes < 0) num_classes = hi < INT64_MAX ? hi + 1 : hi;
         if (lo < 0 || hi >= num_classes) {
             oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
                          "one_hot: class index %lld out of range [0, %lld) in indices %s",

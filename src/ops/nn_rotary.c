@@ -41,6 +41,12 @@ oj_tensor *oj_rotary_embedding(oj_tensor *x, int64_t position_offset, double the
                      theta);
         return NULL;
     }
+    if (position_offset > INT64_MAX - x->shape[x->rank - 2]) {
+        oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
+                     "%s: position_offset %lld + %lld positions overflows int64", op,
+                     (long long)position_offset, (long long)x->shape[x->rank - 2]);
+        return NULL;
+    }
     if (OJ_KERNEL(eng, rotary_embedding, op) == NULL) return NULL;
     oj_tensor *out = rotate(eng, op, x, position_offset, theta, false);
     if (out == NULL) return NULL;

@@ -9,13 +9,15 @@ oj_engine *oj__ops_engine(const char *op, int n, oj_tensor *const *ts) {
     for (int i = 0; i < n; i++) {
         if (ts[i] == NULL) return NULL;
         if (!oj__live(ts[i])) {
-            /* Find any live engine to report on. */
-            for (int j = 0; j < n; j++)
-                if (oj__live(ts[j])) {
-                    oj_set_error(ts[j]->eng, OJ_ERR_INVALID_ARGUMENT,
-                                 "%s: input %d is a released tensor", op, i);
-                    break;
-                }
+            /* Report on a live input's engine, else on the released
+             * (quarantined) handle's own engine, as oj__check_tensor does. */
+            oj_engine *e = NULL;
+            for (int j = 0; j < n && e == NULL; j++)
+                if (oj__live(ts[j])) e = ts[j]->eng;
+            if (e == NULL) e = oj__engine_of(ts[i]);
+            if (e != NULL)
+                oj_set_error(e, OJ_ERR_INVALID_ARGUMENT, "%s: input %d is a released tensor", op,
+                             i);
             return NULL;
         }
     }
@@ -46,7 +48,10 @@ oj_engine *oj__ops_engine(const char *op, int n, oj_tensor *const *ts) {
 
 oj_engine *oj__ops_engine1(const char *op, oj_tensor *t) {
     if (t == NULL) return NULL;
-    if (!oj__live(t)) return NULL; /* no engine to report on safely */
+    if (!oj__live(t)) {
+        oj__check_tensor(NULL, t, op, "x"); /* records on a released handle's engine */
+        return NULL;
+    }
     return t->eng;
 }
 
