@@ -1,0 +1,65 @@
+/* The CUDA backend table: every entry of struct oj_backend, implemented in
+ * the .cu files beside this one (one family each). Tested entry by entry
+ * against the CPU backend by tests/gpu/test_gpu_ops.c. */
+#include "backend/cuda/cuda_internal.cuh"
+
+static oj_backend make_cuda_backend() {
+    oj_backend b = {};
+    b.name = "cuda";
+    b.type = OJ_DEVICE_CUDA;
+    /* memory (cuda_memory.cu) */
+    b.open = oj_cuda_open;
+    b.close = oj_cuda_close;
+    b.alloc = oj_cuda_alloc;
+    b.free = oj_cuda_free;
+    b.copy_h2d = oj_cuda_copy_h2d;
+    b.copy_d2h = oj_cuda_copy_d2h;
+    b.copy_d2d = oj_cuda_copy_d2d;
+    b.memset0 = oj_cuda_memset0;
+    b.synchronize = oj_cuda_synchronize;
+    /* elementwise (cuda_elementwise.cu) */
+    b.copy = oj_cuda_copy;
+    b.fill = oj_cuda_fill;
+    b.unary = oj_cuda_unary;
+    b.unary_backward = oj_cuda_unary_backward;
+    b.binary = oj_cuda_binary;
+    b.where = oj_cuda_where;
+    b.rand = oj_cuda_rand;
+    /* reductions (cuda_reduce.cu), matmul (cuda_matmul.cu) */
+    b.reduce = oj_cuda_reduce;
+    b.matmul = oj_cuda_matmul;
+    b.cumsum = oj_cuda_cumsum;
+    /* nn (cuda_nn_*.cu) */
+    b.embedding_forward = oj_cuda_embedding_forward;
+    b.embedding_backward = oj_cuda_embedding_backward;
+    b.layer_norm_forward = oj_cuda_layer_norm_forward;
+    b.layer_norm_backward = oj_cuda_layer_norm_backward;
+    b.rms_norm_forward = oj_cuda_rms_norm_forward;
+    b.rms_norm_backward = oj_cuda_rms_norm_backward;
+    b.softmax_forward = oj_cuda_softmax_forward;
+    b.softmax_backward = oj_cuda_softmax_backward;
+    b.cross_entropy_forward = oj_cuda_cross_entropy_forward;
+    b.cross_entropy_backward = oj_cuda_cross_entropy_backward;
+    b.nll_loss_forward = oj_cuda_nll_loss_forward;
+    b.nll_loss_backward = oj_cuda_nll_loss_backward;
+    b.attention_forward = oj_cuda_attention_forward;
+    b.attention_backward = oj_cuda_attention_backward;
+    b.rotary_embedding = oj_cuda_rotary_embedding;
+    b.dropout = oj_cuda_dropout;
+    /* optimizer updates (cuda_optim.cu) */
+    b.adam_step = oj_cuda_adam_step;
+    b.sgd_step = oj_cuda_sgd_step;
+    b.muon_momentum = oj_cuda_muon_momentum;
+    b.apply_update = oj_cuda_apply_update;
+    b.sum_squares = oj_cuda_sum_squares;
+    /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
+    b.gather = oj_cuda_gather;
+    b.scatter_add = oj_cuda_scatter_add;
+    b.index_select = oj_cuda_index_select;
+    b.index_add = oj_cuda_index_add;
+    b.im2col = oj_cuda_im2col;
+    b.col2im = oj_cuda_col2im;
+    return b;
+}
+
+extern "C" const oj_backend oj_cuda_backend = make_cuda_backend();

@@ -1,0 +1,468 @@
+/* Shared pieces of the CUDA backend (the .cu files of src/backend/cuda): per-engine
+ * state, error reporting, launch helpers, dtype loads/stores that mirror the
+ * host conversions bit for bit, strided iteration, Philox4x32-10.
+ *
+ * Every entry runs on the legacy default stream, so kernels, cuBLAS calls
+ * and the synchronous cudaMemcpy of the memory entries are ordered without
+ * explicit synchronisation. A kernel launch error (or, with the environment
+ * variable OJAS_CUDA_SYNC=1, any fault the kernel raised) is reported as
+ * OJ_ERR_DEVICE naming the kernel. */
+#ifndef OJAS_CUDA_INTERNAL_CUH
+#define OJAS_CUDA_INTERNAL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+}
+
+/* ---------------------------------------------------------------- engine state */
+
+/* Per-engine state, in eng->ext[OJ_EXT_BACKEND].ptr (freed by its destroy
+ * hook, which core runs after close). */
+struct oj_cuda_state {
+    int ordinal;
+    bool sync_check;     /* OJAS_CUDA_SYNC=1: synchronise after every kernel */
+    bool blas_ready;     /* blas created (first matmul) */
+    cublasHandle_t blas;
+    /* Small device buffer for status words written by kernels (first bad
+     * index, counters, non-finite flags): OJ_CUDA_FLAG_WORDS u64, allocated
+     * at open (bookkeeping outside the budget, 256 bytes). */
+    unsigned long long *flags;
+};
+#define OJ_CUDA_FLAG_WORDS 32
+
+static inline oj_cuda_state *oj_cuda_state_of(oj_engine *eng) {
+    return (oj_cuda_state *)eng->ext[OJ_EXT_BACKEND].ptr;
+}
+
+/* Make the engine's device current. OJ_ERR_DEVICE naming op on failure. */
+oj_status oj_cuda_begin(oj_engine *eng, const char *op);
+/* Record OJ_ERR_DEVICE for CUDA error e during `what`; returns it. */
+oj_status oj_cuda_fail(oj_engine *eng, cudaError_t e, const char *what);
+/* After a launch: the launch error (and with OJAS_CUDA_SYNC=1 the
+ * kernel's own fault) as OJ_ERR_DEVICE naming the kernel. */
+oj_status oj_cuda_check(oj_engine *eng, const char *kernel);
+/* Set flags[0..nwords) to `value` (0 or all ones bytes: 0x00 / 0xff). */
+oj_status oj_cuda_flags_reset(oj_engine *eng, int nwords, int byte, const char *op);
+/* Copy flags[0..nwords) to host (synchronises the stream). */
+oj_status oj_cuda_flags_read(oj_engine *eng, unsigned long long *host, int nwords,
+                             const char *op);
+/* Copy `nbytes` at device address src to host dst (synchronous). */
+oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes, const char *op);
+/* The cuBLAS handle, created on first use; NULL with OJ_ERR_DEVICE recorded. */
+cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op);
+
+/* Device scratch charged to the engine's budget: storage is returned in
+ * *hold (release with oj__storage_release). NULL with OJ_ERR_CAPACITY
+ * recorded. */
+static inline void *oj_cuda_scratch(oj_engine *eng, size_t nbytes, const char *op,
+                                    oj_storage **hold) {
+    *hold = oj__storage_new(eng, nbytes ? nbytes : 1, op);
+    return *hold ? (*hold)->data : NULL;
+}
+
+/* Address of element 0 of a device tensor. */
+static inline char *oj_cuda_ptr(const oj_tensor *t) {
+    return (char *)t->storage->data + t->offset;
+}
+
+/* Is t laid out row-major without gaps (size-1 dims ignored)? */
+static inline bool oj_cuda_contig(const oj_tensor *t) {
+    int64_t expect = 1;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+/* OJ_ERR_INTERNAL naming op and arg unless t (may be NULL) is contiguous:
+ * the ops layer promised it; a violation is a bug, not a wrong result. */
+oj_status oj_cuda_need_contig(oj_engine *eng, const oj_tensor *t, const char *op,
+                              const char *arg);
+
+static inline int64_t oj_cuda_numel(const oj_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->rank; d++) n *= t->shape[d];
+    return n;
+}
+
+/* Launch geometry for n work items with grid-stride loops. */
+#define OJ_CUDA_THREADS 256
+static inline unsigned oj_cuda_blocks(int64_t n, int threads = OJ_CUDA_THREADS) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > (1 << 20)) b = 1 << 20;
+    return (unsigned)b;
+}
+
+/* ---------------------------------------------------------------- dtypes
+ * Loads and stores with the host's semantics (src/core/dtype.c): bf16/f16
+ * round to nearest even with NaN kept quiet, float to integer truncates
+ * (NaN -> 0, saturating at the int64 range, then wrapping), bool is != 0. */
+
+__host__ __device__ static __forceinline__ uint32_t oj_cu_f32_bits(float x) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    uint32_t u;
+    __builtin_memcpy(&u, &x, 4);
+    return u;
+#endif
+}
+__host__ __device__ static __forceinline__ float oj_cu_bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float x;
+    __builtin_memcpy(&x, &u, 4);
+    return x;
+#endif
+}
+
+__host__ __device__ static __forceinline__ uint16_t oj_cu_f32_to_bf16(float x) {
+    uint32_t u = oj_cu_f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+__host__ __device__ static __forceinline__ float oj_cu_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+    return oj_cu_bits_f32(u);
+}
+__host__ __device__ static __forceinline__ uint16_t oj_cu_f32_to_f16(float x) {
+    uint32_t u = oj_cu_f32_bits(x);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
+    if (u >= 0x47800000u) return (uint16_t)(sign | 0x7c00u);
+    if (u >= 0x38800000u) {
+        uint32_t odd = (u >> 13) & 1u;
+        u += 0xc8000fffu + odd;
+        return (uint16_t)(sign | (u >> 13));
+    }
+    uint32_t e = u >> 23;
+    if (e < 102) return sign;
+    uint32_t m = (u & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e;
+    uint32_t q = m >> shift, r = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (r > half || (r == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q);
+}
+__host__ __device__ static __forceinline__ float oj_cu_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    uint32_t u;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+        if (m) u |= 0x00400000u;
+    } else if (e != 0) {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    } else if (m == 0) {
+        u = sign;
+    } else {
+        int k = 0;
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            k++;
+        }
+        u = sign | ((uint32_t)(113 - k) << 23) | ((m & 0x3ffu) << 13);
+    }
+    return oj_cu_bits_f32(u);
+}
+
+/* Element of dtype dt at p as double (oj__load). */
+__device__ static __forceinline__ double oj_cu_ld(const char *p, int dt) {
+    switch (dt) {
+    case OJ_F32: return (double)*(const float *)p;
+    case OJ_F64: return *(const double *)p;
+    case OJ_BF16: return (double)oj_cu_bf16_to_f32(*(const uint16_t *)p);
+    case OJ_F16: return (double)oj_cu_f16_to_f32(*(const uint16_t *)p);
+    case OJ_I64: return (double)*(const long long *)p;
+    case OJ_I32: return (double)*(const int32_t *)p;
+    case OJ_U32: return (double)*(const uint32_t *)p;
+    case OJ_U16: return (double)*(const uint16_t *)p;
+    case OJ_U8: return (double)*(const uint8_t *)p;
+    case OJ_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+    default: return __longlong_as_double(0x7ff8000000000000ll);
+    }
+}
+
+/* Float element as float (f32, bf16, f16; f64 rounded). */
+__device__ static __forceinline__ float oj_cu_ldf(const char *p, int dt) {
+    switch (dt) {
+    case OJ_F32: return *(const float *)p;
+    case OJ_BF16: return oj_cu_bf16_to_f32(*(const uint16_t *)p);
+    case OJ_F16: return oj_cu_f16_to_f32(*(const uint16_t *)p);
+    default: return (float)oj_cu_ld(p, dt);
+    }
+}
+
+/* Integer store with wrap-around (oj__store_i64). */
+__device__ static __forceinline__ void oj_cu_st_i64(char *p, int dt, long long v) {
+    unsigned long long w = (unsigned long long)v;
+    switch (dt) {
+    case OJ_I64: *(long long *)p = v; break;
+    case OJ_I32: *(int32_t *)p = (int32_t)(uint32_t)w; break;
+    case OJ_U32: *(uint32_t *)p = (uint32_t)w; break;
+    case OJ_U16: *(uint16_t *)p = (uint16_t)w; break;
+    case OJ_U8: *(uint8_t *)p = (uint8_t)w; break;
+    case OJ_BOOL: *(uint8_t *)p = v != 0; break;
+    case OJ_F32: *(float *)p = (float)(double)v; break;
+    case OJ_F64: *(double *)p = (double)v; break;
+    case OJ_BF16: *(uint16_t *)p = oj_cu_f32_to_bf16((float)(double)v); break;
+    case OJ_F16: *(uint16_t *)p = oj_cu_f32_to_f16((float)(double)v); break;
+    default: break;
+    }
+}
+
+/* Store double v as dtype dt (oj__store). */
+__device__ static __forceinline__ void oj_cu_st(char *p, int dt, double v) {
+    switch (dt) {
+    case OJ_F32: *(float *)p = (float)v; break;
+    case OJ_F64: *(double *)p = v; break;
+    case OJ_BF16: *(uint16_t *)p = oj_cu_f32_to_bf16((float)v); break;
+    case OJ_F16: *(uint16_t *)p = oj_cu_f32_to_f16((float)v); break;
+    case OJ_BOOL: *(uint8_t *)p = v != 0.0; break;
+    default: {
+        long long i;
+        if (v != v) i = 0;
+        else if (v >= 9223372036854775808.0) i = INT64_MAX;
+        else if (v < -9223372036854775808.0) i = INT64_MIN;
+        else i = (long long)v;
+        oj_cu_st_i64(p, dt, i);
+        break;
+    }
+    }
+}
+
+/* Store float v as a float dtype (f32, bf16, f16, f64). */
+__device__ static __forceinline__ void oj_cu_stf(char *p, int dt, float v) {
+    switch (dt) {
+    case OJ_F32: *(float *)p = v; break;
+    case OJ_BF16: *(uint16_t *)p = oj_cu_f32_to_bf16(v); break;
+    case OJ_F16: *(uint16_t *)p = oj_cu_f32_to_f16(v); break;
+    default: oj_cu_st(p, dt, (double)v); break;
+    }
+}
+
+/* Index value (i64 or i32) at p. */
+__device__ static __forceinline__ long long oj_cu_ld_index(const char *p, int dt) {
+    return dt == OJ_I32 ? (long long)*(const int32_t *)p : *(const long long *)p;
+}
+
+/* ---------------------------------------------------------------- strided iteration
+ * Up to OJ_CU_ITER_MAX tensors walked over one shape (the first tensor's
+ * for elementwise ops). Built on the host like the CPU's oj_iter: size-1
+ * dims dropped, inputs of lower rank aligned right, adjacent dims merged
+ * when every tensor steps through them as one run. Strides in bytes. */
+#define OJ_CU_ITER_MAX 4
+struct oj_cu_iter {
+    int rank; /* >= 1 */
+    int n;
+    int64_t numel;
+    int64_t shape[OJ_MAX_RANK];
+    int64_t stride[OJ_CU_ITER_MAX][OJ_MAX_RANK];
+    char *base[OJ_CU_ITER_MAX];
+    int dt[OJ_CU_ITER_MAX];
+};
+
+void oj_cu_iter_init(oj_cu_iter *it, int rank, const int64_t *shape, int n,
+                     const oj_tensor *const *t);
+
+/* Byte offsets off[0..n) of flat element i. */
+__device__ static __forceinline__ void oj_cu_iter_offsets(const oj_cu_iter &it, int64_t i,
+                                                          int64_t *off) {
+    for (int k = 0; k < OJ_CU_ITER_MAX; k++) off[k] = 0;
+    if (it.rank == 1) {
+        for (int k = 0; k < it.n; k++) off[k] = i * it.stride[k][0];
+        return;
+    }
+    for (int d = it.rank - 1; d >= 0; d--) {
+        int64_t s = it.shape[d];
+        int64_t q = i / s, r = i - q * s;
+        i = q;
+        for (int k = 0; k < it.n; k++) off[k] += r * it.stride[k][d];
+    }
+}
+
+/* A rank-<=8 strided view passed by value: element strides. */
+struct oj_cu_view {
+    char *p;
+    int dt;
+    int rank;
+    int64_t shape[OJ_MAX_RANK];
+    int64_t stride[OJ_MAX_RANK];
+};
+static inline oj_cu_view oj_cu_view_of(const oj_tensor *t) {
+    oj_cu_view v;
+    v.p = t ? oj_cuda_ptr(t) : NULL;
+    v.dt = t ? (int)t->dtype : 0;
+    v.rank = t ? t->rank : 0;
+    for (int d = 0; d < OJ_MAX_RANK; d++) {
+        v.shape[d] = t && d < t->rank ? t->shape[d] : 1;
+        v.stride[d] = t && d < t->rank ? t->stride[d] : 0;
+    }
+    return v;
+}
+
+/* ---------------------------------------------------------------- Philox4x32-10 */
+__device__ static __forceinline__ void oj_cu_philox(unsigned long long counter, uint32_t k0,
+                                                    uint32_t k1, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint32_t lo0 = 0xD2511F53u * c0, hi0 = __umulhi(0xD2511F53u, c0);
+        uint32_t lo1 = 0xCD9E8D57u * c2, hi1 = __umulhi(0xCD9E8D57u, c2);
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+/* ---------------------------------------------------------------- warp/block sums */
+__device__ static __forceinline__ double oj_cu_warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ static __forceinline__ float oj_cu_warp_sumf(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32, <= 1024) in a fixed
+ * tree order; every thread gets the result. sh: >= 32 doubles of shared
+ * memory, reused after the call returns. */
+__device__ static __forceinline__ double oj_cu_block_sum(double v, double *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = oj_cu_warp_sum(v);
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    double t = lane < nw ? sh[lane] : 0.0;
+    return oj_cu_warp_sum(t);
+}
+
+/* ---------------------------------------------------------------- entries (one file each family) */
+/* cuda_elementwise.cu */
+oj_status oj_cuda_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x);
+oj_status oj_cuda_fill(oj_engine *eng, oj_tensor *out, double value);
+oj_status oj_cuda_unary(oj_engine *eng, oj_unary_op op, oj_tensor *out, const oj_tensor *x,
+                        double alpha, double beta);
+oj_status oj_cuda_unary_backward(oj_engine *eng, oj_unary_op op, oj_tensor *dx,
+                                 const oj_tensor *x, const oj_tensor *y, const oj_tensor *dy,
+                                 double alpha, double beta);
+oj_status oj_cuda_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const oj_tensor *a,
+                         const oj_tensor *b);
+oj_status oj_cuda_where(oj_engine *eng, oj_tensor *out, const oj_tensor *cond, const oj_tensor *a,
+                        const oj_tensor *b);
+oj_status oj_cuda_rand(oj_engine *eng, oj_tensor *out, bool normal, double lo, double hi,
+                       uint64_t seed, uint64_t offset);
+/* cuda_reduce.cu */
+oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
+                         const oj_tensor *x, uint32_t dim_mask, double p);
+oj_status oj_cuda_cumsum(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                         bool reverse);
+/* cuda_matmul.cu */
+oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
+                         bool accumulate);
+/* cuda_nn_embedding.cu */
+oj_status oj_cuda_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
+                                    const oj_tensor *idx);
+oj_status oj_cuda_embedding_backward(oj_engine *eng, oj_tensor *dweight, const oj_tensor *dout,
+                                     const oj_tensor *idx);
+/* cuda_nn_norm.cu */
+oj_status oj_cuda_layer_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *mean,
+                                     oj_tensor *rstd, const oj_tensor *x, const oj_tensor *weight,
+                                     const oj_tensor *bias, double eps);
+oj_status oj_cuda_layer_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
+                                      oj_tensor *dbias, const oj_tensor *dy, const oj_tensor *x,
+                                      const oj_tensor *mean, const oj_tensor *rstd,
+                                      const oj_tensor *weight);
+oj_status oj_cuda_rms_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
+                                   const oj_tensor *x, const oj_tensor *weight, double eps);
+oj_status oj_cuda_rms_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
+                                    const oj_tensor *dy, const oj_tensor *x, const oj_tensor *rstd,
+                                    const oj_tensor *weight);
+/* cuda_nn_softmax.cu */
+oj_status oj_cuda_softmax_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                                  bool log);
+oj_status oj_cuda_softmax_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor *y,
+                                   const oj_tensor *dy, int dim, bool log);
+oj_status oj_cuda_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
+                                        const oj_tensor *logits, const oj_tensor *targets,
+                                        int64_t ignore_index, double label_smoothing,
+                                        int64_t *n_valid);
+oj_status oj_cuda_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
+                                         const oj_tensor *logits, const oj_tensor *targets,
+                                         const oj_tensor *lse, const oj_tensor *dloss,
+                                         double scale, int64_t ignore_index,
+                                         double label_smoothing);
+oj_status oj_cuda_nll_loss_forward(oj_engine *eng, oj_tensor *loss, const oj_tensor *logp,
+                                   const oj_tensor *targets, int64_t ignore_index,
+                                   int64_t *n_valid);
+oj_status oj_cuda_nll_loss_backward(oj_engine *eng, oj_tensor *dlogp, const oj_tensor *targets,
+                                    const oj_tensor *dloss, double scale, int64_t ignore_index);
+/* cuda_nn_attention.cu */
+oj_status oj_cuda_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
+                                    const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                    const oj_tensor *mask, bool is_causal, double scale);
+oj_status oj_cuda_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *dk, oj_tensor *dv,
+                                     const oj_tensor *dout, const oj_tensor *q,
+                                     const oj_tensor *k, const oj_tensor *v, const oj_tensor *out,
+                                     const oj_tensor *lse, const oj_tensor *mask, bool is_causal,
+                                     double scale);
+/* cuda_nn_misc.cu */
+oj_status oj_cuda_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                   int64_t position_offset, double theta, bool inverse);
+oj_status oj_cuda_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
+                          uint64_t seed, uint64_t offset);
+/* cuda_index.cu */
+oj_status oj_cuda_gather(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                         const oj_tensor *index);
+oj_status oj_cuda_scatter_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                              const oj_tensor *src);
+oj_status oj_cuda_index_select(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
+                               const oj_tensor *index);
+oj_status oj_cuda_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                            const oj_tensor *src, double alpha);
+/* cuda_conv.cu */
+oj_status oj_cuda_im2col(oj_engine *eng, oj_tensor *cols, const oj_tensor *x,
+                         const oj_im2col_args *a, double pad_value);
+oj_status oj_cuda_col2im(oj_engine *eng, oj_tensor *x, const oj_tensor *cols,
+                         const oj_im2col_args *a);
+/* cuda_optim.cu */
+oj_status oj_cuda_adam_step(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
+                            oj_tensor *exp_avg, oj_tensor *exp_avg_sq, const oj_adam_args *args,
+                            bool check_only);
+oj_status oj_cuda_sgd_step(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
+                           oj_tensor *momentum_buf, const oj_sgd_args *args, bool check_only);
+oj_status oj_cuda_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *grad,
+                                oj_tensor *update, double momentum, bool nesterov);
+oj_status oj_cuda_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
+                               double alpha, double scale, double decay, bool check_only);
+oj_status oj_cuda_sum_squares(oj_engine *eng, const oj_tensor *x, double *out);
+
+/* Memory entries (cuda_memory.cu). */
+oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err);
+void oj_cuda_close(oj_engine *eng);
+void *oj_cuda_alloc(oj_engine *eng, size_t nbytes);
+void oj_cuda_free(oj_engine *eng, void *ptr, size_t nbytes);
+oj_status oj_cuda_copy_h2d(oj_engine *eng, void *dst, const void *src, size_t nbytes);
+oj_status oj_cuda_copy_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes);
+oj_status oj_cuda_copy_d2d(oj_engine *eng, void *dst, const void *src, size_t nbytes);
+oj_status oj_cuda_memset0(oj_engine *eng, void *dst, size_t nbytes);
+oj_status oj_cuda_synchronize(oj_engine *eng);
+
+#endif /* OJAS_CUDA_INTERNAL_CUH */

@@ -1,0 +1,190 @@
+/* CUDA batched matrix multiply through cuBLAS (cublasGemmStridedBatchedEx):
+ * out[i] (+)= a[i] @ b[i] on rank-3 strided views, row-major.
+ *
+ * cuBLAS is column-major, so the row-major product C = A B is computed as
+ * C^T = B^T A^T: a row-major matrix with unit column stride is its own
+ * transpose in column-major with ld = row stride (op N), one with unit row
+ * stride is passed with op T. An operand whose strides fit neither (or a
+ * leading dimension beyond int) is packed contiguous first.
+ *
+ * Precision: f32 accumulates in f32 (TF32 tensor cores only under
+ * OJ_NUMERICS_FAST; EXACT asks for the pedantic f32 path), bf16/f16 inputs
+ * accumulate in f32 and round once into out, f64 in f64. cuBLAS gives the
+ * same bits on every run for the same shapes on the same GPU (its
+ * reproducibility guarantee), which is what EXACT promises here; the
+ * summation order over k is cuBLAS's, not the CPU's index order. */
+#include <limits.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+/* dst [nb, R, C] contiguous = src (batch stride sb, row stride rs, col
+ * stride cs; elements of es bytes). */
+__global__ void k_pack3(char *dst, const char *src, int64_t nb, int64_t R, int64_t C, int64_t sb,
+                        int64_t rs, int64_t cs, int es) {
+    int64_t n = nb * R * C;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % C, t = i / C, r = t % R, b = t / R;
+        const char *s = src + (b * sb + r * rs + c * cs) * es;
+        char *d = dst + i * es;
+        switch (es) {
+        case 2: *(uint16_t *)d = *(const uint16_t *)s; break;
+        case 4: *(uint32_t *)d = *(const uint32_t *)s; break;
+        default: *(unsigned long long *)d = *(const unsigned long long *)s; break;
+        }
+    }
+}
+
+/* One operand: a row-major R x C matrix stack wanted as its transpose in
+ * column-major (C x R). */
+struct mm_arg {
+    const char *ptr;
+    int64_t bstride; /* elements between batches (0: shared) */
+    cublasOperation_t op;
+    int64_t ld;
+    oj_storage *packed; /* owned scratch, or NULL */
+};
+
+static bool layout(int64_t R, int64_t C, int64_t rs, int64_t cs, cublasOperation_t *op,
+                   int64_t *ld) {
+    int64_t c1 = C > 1 ? C : 1, r1 = R > 1 ? R : 1;
+    if (rs < 0 || cs < 0) return false;
+    if ((cs == 1 || C == 1) && (R == 1 || rs >= c1)) {
+        *op = CUBLAS_OP_N;
+        *ld = R == 1 ? c1 : rs;
+        return *ld <= INT_MAX;
+    }
+    if ((rs == 1 || R == 1) && (C == 1 || cs >= r1)) {
+        *op = CUBLAS_OP_T;
+        *ld = C == 1 ? r1 : cs;
+        return *ld <= INT_MAX;
+    }
+    return false;
+}
+
+static oj_status prepare(oj_engine *eng, const oj_tensor *t, int64_t bt, int64_t R, int64_t C,
+                         mm_arg *m) {
+    memset(m, 0, sizeof *m);
+    int64_t sb = bt > 1 ? t->stride[0] : 0, rs = t->stride[1], cs = t->stride[2];
+    if (sb >= 0 && layout(R, C, rs, cs, &m->op, &m->ld)) {
+        m->ptr = oj_cuda_ptr(t);
+        m->bstride = sb;
+        return OJ_OK;
+    }
+    /* pack: one batch when shared (stride 0), else all */
+    int64_t nb = sb == 0 ? 1 : bt;
+    int es = (int)oj_dtype_size(t->dtype);
+    void *p = oj_cuda_scratch(eng, (size_t)(nb * R * C) * (size_t)es, "matmul", &m->packed);
+    if (p == NULL) return oj_last_status(eng);
+    k_pack3<<<oj_cuda_blocks(nb * R * C), OJ_CUDA_THREADS>>>((char *)p, oj_cuda_ptr(t), nb, R, C,
+                                                             sb, rs, cs, es);
+    oj_status st = oj_cuda_check(eng, "matmul (pack operand)");
+    if (st != OJ_OK) return st;
+    m->ptr = (const char *)p;
+    m->bstride = sb == 0 ? 0 : R * C;
+    m->op = CUBLAS_OP_N;
+    m->ld = C > 1 ? C : 1;
+    return OJ_OK;
+}
+
+static oj_status blas_error(oj_engine *eng, cublasStatus_t st, const char *what) {
+    return oj_set_error(eng, OJ_ERR_DEVICE, "matmul: %s failed: %s", what,
+                        cublasGetStatusString(st));
+}
+
+oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
+                         bool accumulate) {
+    const char *op = "matmul";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    int64_t bt = out->shape[0], M = out->shape[1], N = out->shape[2], K = a->shape[2];
+    if (bt == 0 || M == 0 || N == 0) return OJ_OK;
+    oj_dtype dt = out->dtype;
+    size_t es = oj_dtype_size(dt);
+    int64_t ldc = M > 1 ? out->stride[1] : (N > 1 ? N : 1);
+    int64_t sc = bt > 1 ? out->stride[0] : M * N;
+    if ((N > 1 && out->stride[2] != 1) || ldc < N || (bt > 1 && sc < M * ldc))
+        return oj_set_error(eng, OJ_ERR_INTERNAL,
+                            "matmul: the cuda kernel expects a row-major out, got strides [%lld, "
+                            "%lld, %lld]",
+                            (long long)out->stride[0], (long long)out->stride[1],
+                            (long long)out->stride[2]);
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || ldc > INT_MAX)
+        return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                            "matmul: dims M %lld, N %lld, K %lld exceed cuBLAS's int range",
+                            (long long)M, (long long)N, (long long)K);
+    if (K == 0) { /* out = 0, or unchanged when accumulating */
+        if (accumulate) return OJ_OK;
+        cudaError_t e = cudaSuccess;
+        for (int64_t i = 0; i < bt && e == cudaSuccess; i++)
+            e = cudaMemset2D(oj_cuda_ptr(out) + i * sc * (int64_t)es, (size_t)ldc * es, 0,
+                             (size_t)N * es, (size_t)M);
+        return e == cudaSuccess ? OJ_OK : oj_cuda_fail(eng, e, "matmul (zero out)");
+    }
+    cublasHandle_t h = oj_cuda_blas(eng, op);
+    if (h == NULL) return oj_last_status(eng);
+    mm_arg A, B;
+    memset(&A, 0, sizeof A);
+    memset(&B, 0, sizeof B);
+    /* A^T: a is M x K; B^T: b is K x N */
+    oj_status st = prepare(eng, a, bt, M, K, &A);
+    if (st == OJ_OK) st = prepare(eng, b, bt, K, N, &B);
+    if (st != OJ_OK) {
+        if (A.packed) oj__storage_release(A.packed);
+        if (B.packed) oj__storage_release(B.packed);
+        return st;
+    }
+    bool exact = eng->numerics == OJ_NUMERICS_EXACT;
+    cudaDataType_t ty;
+    cublasComputeType_t ct;
+    float alpha_f = 1.0f, beta_f = accumulate ? 1.0f : 0.0f;
+    double alpha_d = 1.0, beta_d = accumulate ? 1.0 : 0.0;
+    const void *alpha = &alpha_f, *beta = &beta_f;
+    switch (dt) {
+    case OJ_F32:
+        ty = CUDA_R_32F;
+        ct = exact ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F_FAST_TF32;
+        break;
+    case OJ_F64:
+        ty = CUDA_R_64F;
+        ct = exact ? CUBLAS_COMPUTE_64F_PEDANTIC : CUBLAS_COMPUTE_64F;
+        alpha = &alpha_d;
+        beta = &beta_d;
+        break;
+    case OJ_BF16:
+        ty = CUDA_R_16BF;
+        ct = exact ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+        break;
+    default:
+        ty = CUDA_R_16F;
+        ct = exact ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+        break;
+    }
+    char *c = oj_cuda_ptr(out);
+    cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+    const int64_t chunk = 65535;
+    for (int64_t b0 = 0; b0 < bt && cs == CUBLAS_STATUS_SUCCESS; b0 += chunk) {
+        int64_t nb = bt - b0 < chunk ? bt - b0 : chunk;
+        const char *pa = A.ptr + b0 * A.bstride * (int64_t)es;
+        const char *pb = B.ptr + b0 * B.bstride * (int64_t)es;
+        char *pc = c + b0 * sc * (int64_t)es;
+        for (int attempt = 0; attempt < 2; attempt++) {
+            /* column-major: C^T (N x M) = op(B) (N x K) * op(A) (K x M) */
+            cs = cublasGemmStridedBatchedEx(h, B.op, A.op, (int)N, (int)M, (int)K, alpha, pb, ty,
+                                            (int)B.ld, (long long)B.bstride, pa, ty, (int)A.ld,
+                                            (long long)A.bstride, beta, pc, ty, (int)ldc,
+                                            (long long)sc, (int)nb, ct, CUBLAS_GEMM_DEFAULT);
+            /* Some cuBLAS builds refuse the pedantic mode for half types:
+             * the plain f32-accumulating mode is the same contract. */
+            if (cs == CUBLAS_STATUS_NOT_SUPPORTED && ct == CUBLAS_COMPUTE_32F_PEDANTIC) {
+                ct = CUBLAS_COMPUTE_32F;
+                continue;
+            }
+            break;
+        }
+    }
+    if (A.packed) oj__storage_release(A.packed);
+    if (B.packed) oj__storage_release(B.packed);
+    if (cs != CUBLAS_STATUS_SUCCESS) return blas_error(eng, cs, "cublasGemmStridedBatchedEx");
+    return oj_cuda_check(eng, "matmul (cublasGemmStridedBatchedEx)");
+}

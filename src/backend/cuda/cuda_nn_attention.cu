@@ -1,0 +1,480 @@
+/* CUDA scaled dot-product attention without the [T, S] matrix: tiled, with
+ * an online softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al.
+ * 2022) forward, and a FlashAttention-2-style backward that recomputes the
+ * probabilities from the saved row logsumexp.
+ *
+ * q (B,H,T,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv) any strides, mask (B,H,T,S)
+ * view or NULL, out (B,H,T,Dv), lse (B,H,T). Head h uses kv head
+ * h / (H / Hkv). Causal: query i sees key j <= i + S - T (bottom-right).
+ * D, Dv <= 256.
+ *
+ * Layout of the work: one warp per query row (forward, dq) or per key row
+ * (dk/dv); a lane holds the head dims lane, lane + 32, ... in registers.
+ * Key (or query) tiles of 32 rows are staged in shared memory by the whole
+ * block. Dot products reduce across the warp in a fixed butterfly; every
+ * accumulation runs in a fixed order (keys ascending for a query; heads of
+ * the group, then queries ascending, for a key, as the CPU), so results are
+ * deterministic without atomics. Compute is f32 for f32/bf16/f16 inputs and
+ * f64 for f64. This is the correct, simple kernel; the speed issue tunes it. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+#define ATT_WARPS 8 /* rows per block */
+#define ATT_TILE 32 /* keys (queries) per shared tile: one per lane */
+#define ATT_MAXD 256
+#define ATT_REG (ATT_MAXD / 32)
+
+struct attn_args {
+    const char *q, *k, *v, *mask, *dout, *out, *lse_in;
+    char *o, *lse, *dq, *dk, *dv;
+    void *delta; /* [B, H, T] compute type (backward) */
+    int dt, mdt, odt, sdt, gdt, es, mes, oes, ses, ges;
+    int64_t B, H, Hkv, T, S, D, Dv, group;
+    int64_t qs[4], ks[4], vs[4], ms[4], gs[4], os[4];
+    bool causal;
+    double scale;
+};
+
+template <typename T> __device__ __forceinline__ T ldT(const char *p, int dt);
+template <> __device__ __forceinline__ float ldT<float>(const char *p, int dt) {
+    return oj_cu_ldf(p, dt);
+}
+template <> __device__ __forceinline__ double ldT<double>(const char *p, int dt) {
+    return oj_cu_ld(p, dt);
+}
+__device__ __forceinline__ void stT(char *p, int dt, float v) { oj_cu_stf(p, dt, v); }
+__device__ __forceinline__ void stT(char *p, int dt, double v) { oj_cu_st(p, dt, v); }
+
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T warp_max_nan(T v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        T w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = isnan(v) ? v : (isnan(w) ? w : (w > v ? w : v));
+    }
+    return v;
+}
+
+__device__ __forceinline__ int64_t off4(const int64_t *s, int64_t a, int64_t b, int64_t c,
+                                        int64_t d) {
+    return a * s[0] + b * s[1] + c * s[2] + d * s[3];
+}
+
+/* Score of query i against key j: scale * dot + mask, or -inf when masked
+ * or beyond the causal limit. */
+template <typename T>
+__device__ __forceinline__ T masked_score(const attn_args &a, T dot, int64_t b, int64_t h,
+                                          int64_t i, int64_t j) {
+    if (a.causal && j > i + a.S - a.T) return -INFINITY;
+    T add = 0;
+    if (a.mask) {
+        const char *mp = a.mask + off4(a.ms, b, h, i, j) * a.mes;
+        if (a.mdt == OJ_BOOL) {
+            if (*(const uint8_t *)mp == 0) return -INFINITY;
+        } else {
+            add = ldT<T>(mp, a.mdt);
+        }
+    }
+    return (T)a.scale * dot + add;
+}
+
+/* Stage rows [r0, r0 + n) of head (b, hh) of a strided rank-4 tensor into
+ * sh [n][cols] (compute type). */
+template <typename T>
+__device__ __forceinline__ void stage(T *sh, const char *base, const int64_t *st, int dt, int es,
+                                      int64_t b, int64_t hh, int64_t r0, int n, int64_t cols) {
+    for (int64_t e = threadIdx.x; e < (int64_t)n * cols; e += blockDim.x) {
+        int64_t r = e / cols, c = e - r * cols;
+        sh[e] = ldT<T>(base + off4(st, b, hh, r0 + r, c) * es, dt);
+    }
+}
+
+/* Keys visible to some query of [i0, i0 + nq) (causal bound). */
+__device__ __forceinline__ int64_t keys_visible(const attn_args &a, int64_t i0, int64_t nq) {
+    if (!a.causal) return a.S;
+    int64_t last = i0 + nq - 1 + a.S - a.T + 1;
+    return last < 0 ? 0 : (last > a.S ? a.S : last);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+template <typename T> __global__ void k_attn_forward(attn_args a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *kt = (T *)smem, *vt = kt + ATT_TILE * a.D;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t nqt = (a.T + ATT_WARPS - 1) / ATT_WARPS, total = nqt * a.H * a.B;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        int64_t qt = blk % nqt, bh = blk / nqt, h = bh % a.H, b = bh / a.H, hk = h / a.group;
+        int64_t i0 = qt * ATT_WARPS, i = i0 + warp;
+        int64_t nq = a.T - i0 < ATT_WARPS ? a.T - i0 : ATT_WARPS;
+        bool active = i < a.T;
+        T qr[ATT_REG], acc[ATT_REG];
+        for (int r = 0; r < ATT_REG; r++) {
+            int64_t c = lane + 32 * r;
+            qr[r] = active && c < a.D ? ldT<T>(a.q + off4(a.qs, b, h, i, c) * a.es, a.dt) : (T)0;
+            acc[r] = 0;
+        }
+        T m = -INFINITY, l = 0;
+        int64_t kend = keys_visible(a, i0, nq);
+        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TILE) {
+            int nk = (int)(kend - j0 < ATT_TILE ? kend - j0 : ATT_TILE);
+            __syncthreads();
+            stage<T>(kt, a.k, a.ks, a.dt, a.es, b, hk, j0, nk, a.D);
+            stage<T>(vt, a.v, a.vs, a.dt, a.es, b, hk, j0, nk, a.Dv);
+            __syncthreads();
+            if (!active) continue;
+            T my = -INFINITY;
+            for (int jj = 0; jj < nk; jj++) {
+                T part = 0;
+                for (int r = 0; r < ATT_REG; r++) {
+                    int64_t c = lane + 32 * r;
+                    if (c < a.D) part += qr[r] * kt[jj * a.D + c];
+                }
+                T dot = warp_sum(part);
+                if (lane == jj) my = dot;
+            }
+            T s = lane < nk ? masked_score<T>(a, my, b, h, i, j0 + lane) : (T)-INFINITY;
+            T mb = warp_max_nan(s);
+            if (mb == -INFINITY) continue; /* every key of the tile masked */
+            T mn = (mb > m || isnan(mb)) ? mb : m;
+            T corr = m == -INFINITY ? (T)0 : exp(m - mn);
+            T p = s == -INFINITY ? (T)0 : exp(s - mn);
+            l = l * corr + warp_sum(p);
+            for (int r = 0; r < ATT_REG; r++) acc[r] *= corr;
+            for (int jj = 0; jj < nk; jj++) {
+                T pj = __shfl_sync(0xffffffffu, p, jj);
+                for (int r = 0; r < ATT_REG; r++) {
+                    int64_t c = lane + 32 * r;
+                    if (c < a.Dv) acc[r] += pj * vt[jj * a.Dv + c];
+                }
+            }
+            m = mn;
+        }
+        if (active) {
+            T inv = l > 0 ? (T)1 / l : (T)0; /* fully masked row: 0 */
+            int64_t row = (b * a.H + h) * a.T + i;
+            for (int r = 0; r < ATT_REG; r++) {
+                int64_t c = lane + 32 * r;
+                if (c < a.Dv) stT(a.o + (row * a.Dv + c) * a.oes, a.odt, acc[r] * inv);
+            }
+            if (lane == 0 && a.lse) {
+                T lv = l > 0 ? m + log(l) : (T)-INFINITY;
+                if (isnan(m)) lv = m;
+                stT(a.lse + row * a.ses, a.sdt, lv);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* delta[b,h,i] = dout_i . out_i (one warp per row). */
+template <typename T> __global__ void k_attn_delta(attn_args a) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t rows = a.B * a.H * a.T;
+    for (int64_t row = (int64_t)blockIdx.x * ATT_WARPS + warp; row < rows;
+         row += (int64_t)gridDim.x * ATT_WARPS) {
+        int64_t i = row % a.T, bh = row / a.T, h = bh % a.H, b = bh / a.H;
+        T part = 0;
+        for (int64_t c = lane; c < a.Dv; c += 32)
+            part += ldT<T>(a.dout + off4(a.gs, b, h, i, c) * a.ges, a.gdt) *
+                    ldT<T>(a.out + off4(a.os, b, h, i, c) * a.oes, a.odt);
+        T d = warp_sum(part);
+        if (lane == 0) ((T *)a.delta)[row] = d;
+    }
+}
+
+/* dq: one warp per query row, keys ascending. */
+template <typename T> __global__ void k_attn_dq(attn_args a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *kt = (T *)smem, *vt = kt + ATT_TILE * a.D;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t nqt = (a.T + ATT_WARPS - 1) / ATT_WARPS, total = nqt * a.H * a.B;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        int64_t qt = blk % nqt, bh = blk / nqt, h = bh % a.H, b = bh / a.H, hk = h / a.group;
+        int64_t i0 = qt * ATT_WARPS, i = i0 + warp;
+        int64_t nq = a.T - i0 < ATT_WARPS ? a.T - i0 : ATT_WARPS;
+        int64_t row = (b * a.H + h) * a.T + i;
+        bool active = i < a.T;
+        T lr = active ? ldT<T>(a.lse_in + row * a.ses, a.sdt) : (T)-INFINITY;
+        T delta = active ? ((const T *)a.delta)[row] : (T)0;
+        bool live = active && lr != -INFINITY; /* fully masked rows get no gradient */
+        T qr[ATT_REG], gr[ATT_REG], dq[ATT_REG];
+        for (int r = 0; r < ATT_REG; r++) {
+            int64_t c = lane + 32 * r;
+            qr[r] = live && c < a.D ? ldT<T>(a.q + off4(a.qs, b, h, i, c) * a.es, a.dt) : (T)0;
+            gr[r] = live && c < a.Dv ? ldT<T>(a.dout + off4(a.gs, b, h, i, c) * a.ges, a.gdt)
+                                     : (T)0;
+            dq[r] = 0;
+        }
+        int64_t kend = keys_visible(a, i0, nq);
+        for (int64_t j0 = 0; j0 < kend; j0 += ATT_TILE) {
+            int nk = (int)(kend - j0 < ATT_TILE ? kend - j0 : ATT_TILE);
+            __syncthreads();
+            stage<T>(kt, a.k, a.ks, a.dt, a.es, b, hk, j0, nk, a.D);
+            stage<T>(vt, a.v, a.vs, a.dt, a.es, b, hk, j0, nk, a.Dv);
+            __syncthreads();
+            if (!live) continue;
+            T my_s = 0, my_dp = 0;
+            for (int jj = 0; jj < nk; jj++) {
+                T ps = 0, pd = 0;
+                for (int r = 0; r < ATT_REG; r++) {
+                    int64_t c = lane + 32 * r;
+                    if (c < a.D) ps += qr[r] * kt[jj * a.D + c];
+                    if (c < a.Dv) pd += gr[r] * vt[jj * a.Dv + c];
+                }
+                T s = warp_sum(ps), dp = warp_sum(pd);
+                if (lane == jj) {
+                    my_s = s;
+                    my_dp = dp;
+                }
+            }
+            T s = lane < nk ? masked_score<T>(a, my_s, b, h, i, j0 + lane) : (T)-INFINITY;
+            T ds = s == -INFINITY ? (T)0 : exp(s - lr) * (my_dp - delta) * (T)a.scale;
+            for (int jj = 0; jj < nk; jj++) {
+                T dj = __shfl_sync(0xffffffffu, ds, jj);
+                for (int r = 0; r < ATT_REG; r++) {
+                    int64_t c = lane + 32 * r;
+                    if (c < a.D) dq[r] += dj * kt[jj * a.D + c];
+                }
+            }
+        }
+        if (active)
+            for (int r = 0; r < ATT_REG; r++) {
+                int64_t c = lane + 32 * r;
+                if (c < a.D) stT(a.dq + (row * a.D + c) * a.es, a.dt, dq[r]);
+            }
+    }
+}
+
+/* dk, dv: one warp per key row of kv head (b, hk); the group's heads in
+ * order, queries ascending. Tiles of queries (q, dout, lse, delta) staged
+ * in shared memory. */
+template <typename T> __global__ void k_attn_dkv(attn_args a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *qsh = (T *)smem, *gsh = qsh + ATT_TILE * a.D, *lsh = gsh + ATT_TILE * a.Dv,
+      *dsh = lsh + ATT_TILE;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t nkt = (a.S + ATT_WARPS - 1) / ATT_WARPS, total = nkt * a.Hkv * a.B;
+    for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+        int64_t kb = blk % nkt, bh = blk / nkt, hk = bh % a.Hkv, b = bh / a.Hkv;
+        int64_t j0 = kb * ATT_WARPS, j = j0 + warp;
+        bool active = j < a.S;
+        T kr[ATT_REG], vr[ATT_REG], dk[ATT_REG], dv[ATT_REG];
+        for (int r = 0; r < ATT_REG; r++) {
+            int64_t c = lane + 32 * r;
+            kr[r] = active && c < a.D ? ldT<T>(a.k + off4(a.ks, b, hk, j, c) * a.es, a.dt) : (T)0;
+            vr[r] = active && c < a.Dv ? ldT<T>(a.v + off4(a.vs, b, hk, j, c) * a.es, a.dt) : (T)0;
+            dk[r] = 0;
+            dv[r] = 0;
+        }
+        /* first query that may see key j0 (causal) */
+        int64_t istart = 0;
+        if (a.causal) {
+            istart = j0 - (a.S - a.T);
+            if (istart < 0) istart = 0;
+        }
+        for (int64_t h = hk * a.group; h < (hk + 1) * a.group; h++) {
+            for (int64_t q0 = istart; q0 < a.T; q0 += ATT_TILE) {
+                int nq = (int)(a.T - q0 < ATT_TILE ? a.T - q0 : ATT_TILE);
+                __syncthreads();
+                stage<T>(qsh, a.q, a.qs, a.dt, a.es, b, h, q0, nq, a.D);
+                stage<T>(gsh, a.dout, a.gs, a.gdt, a.ges, b, h, q0, nq, a.Dv);
+                for (int e = threadIdx.x; e < nq; e += blockDim.x) {
+                    int64_t row = (b * a.H + h) * a.T + q0 + e;
+                    lsh[e] = ldT<T>(a.lse_in + row * a.ses, a.sdt);
+                    dsh[e] = ((const T *)a.delta)[row];
+                }
+                __syncthreads();
+                if (!active) continue;
+                for (int qq = 0; qq < nq; qq++) {
+                    int64_t i = q0 + qq;
+                    T lr = lsh[qq];
+                    if (lr == -INFINITY) continue; /* fully masked row: no gradient */
+                    if (a.causal && j > i + a.S - a.T) continue;
+                    T ps = 0, pd = 0;
+                    for (int r = 0; r < ATT_REG; r++) {
+                        int64_t c = lane + 32 * r;
+                        if (c < a.D) ps += kr[r] * qsh[qq * a.D + c];
+                        if (c < a.Dv) pd += vr[r] * gsh[qq * a.Dv + c];
+                    }
+                    T s = masked_score<T>(a, warp_sum(ps), b, h, i, j);
+                    if (s == -INFINITY) continue;
+                    T dp = warp_sum(pd);
+                    T p = exp(s - lr);
+                    T ds = p * (dp - dsh[qq]) * (T)a.scale;
+                    for (int r = 0; r < ATT_REG; r++) {
+                        int64_t c = lane + 32 * r;
+                        if (c < a.Dv) dv[r] += p * gsh[qq * a.Dv + c];
+                        if (c < a.D) dk[r] += ds * qsh[qq * a.D + c];
+                    }
+                }
+            }
+        }
+        if (active) {
+            int64_t krow = (b * a.Hkv + hk) * a.S + j;
+            for (int r = 0; r < ATT_REG; r++) {
+                int64_t c = lane + 32 * r;
+                if (a.dk && c < a.D) stT(a.dk + (krow * a.D + c) * a.es, a.dt, dk[r]);
+                if (a.dv && c < a.Dv) stT(a.dv + (krow * a.Dv + c) * a.es, a.dt, dv[r]);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- host */
+
+static void fill_strides(int64_t *dst, const oj_tensor *t) {
+    for (int d = 0; d < 4; d++) dst[d] = t ? t->stride[d] : 0;
+}
+
+static void args_init(attn_args *a, const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                      const oj_tensor *mask, bool causal, double scale) {
+    memset(a, 0, sizeof *a);
+    a->q = oj_cuda_ptr(q);
+    a->k = oj_cuda_ptr(k);
+    a->v = oj_cuda_ptr(v);
+    a->mask = mask ? oj_cuda_ptr(mask) : NULL;
+    a->dt = (int)q->dtype;
+    a->es = (int)oj_dtype_size(q->dtype);
+    a->mdt = mask ? (int)mask->dtype : 0;
+    a->mes = mask ? (int)oj_dtype_size(mask->dtype) : 0;
+    a->B = q->shape[0];
+    a->H = q->shape[1];
+    a->T = q->shape[2];
+    a->D = q->shape[3];
+    a->Hkv = k->shape[1];
+    a->S = k->shape[2];
+    a->Dv = v->shape[3];
+    a->group = a->Hkv ? a->H / a->Hkv : 1;
+    if (a->group < 1) a->group = 1;
+    fill_strides(a->qs, q);
+    fill_strides(a->ks, k);
+    fill_strides(a->vs, v);
+    fill_strides(a->ms, mask);
+    a->causal = causal;
+    a->scale = scale;
+}
+
+static oj_status check_dims(oj_engine *eng, const attn_args *a) {
+    if (a->D > ATT_MAXD || a->Dv > ATT_MAXD)
+        return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                            "scaled_dot_product_attention: the cuda kernel supports head dims up "
+                            "to %d, got D %lld and Dv %lld",
+                            ATT_MAXD, (long long)a->D, (long long)a->Dv);
+    return OJ_OK;
+}
+
+static unsigned grid_of(int64_t total) { return (unsigned)(total < (1 << 30) ? total : (1 << 30)); }
+
+/* Launch kernel k with `smem` bytes of dynamic shared memory (opting in
+ * above the 48 KiB default). */
+template <typename K>
+static oj_status launch(oj_engine *eng, K kernel, int64_t total, size_t smem, const attn_args &a,
+                        const char *name) {
+    if (total <= 0) return OJ_OK;
+    if (smem > 48 * 1024) {
+        cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
+    }
+    kernel<<<grid_of(total), ATT_WARPS * 32, smem>>>(a);
+    return oj_cuda_check(eng, name);
+}
+
+template <typename T>
+static oj_status forward_t(oj_engine *eng, const attn_args &a) {
+    int64_t total = (a.T + ATT_WARPS - 1) / ATT_WARPS * a.H * a.B;
+    size_t smem = (size_t)ATT_TILE * (size_t)(a.D + a.Dv) * sizeof(T);
+    return launch(eng, k_attn_forward<T>, total, smem, a, "attention_forward");
+}
+
+oj_status oj_cuda_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
+                                    const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                    const oj_tensor *mask, bool is_causal, double scale) {
+    const char *op = "scaled_dot_product_attention";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, out, op, "out") != OJ_OK ||
+        oj_cuda_need_contig(eng, lse, op, "lse") != OJ_OK)
+        return oj_last_status(eng);
+    attn_args a;
+    args_init(&a, q, k, v, mask, is_causal, scale);
+    if (check_dims(eng, &a) != OJ_OK) return oj_last_status(eng);
+    a.o = oj_cuda_ptr(out);
+    a.odt = (int)out->dtype;
+    a.oes = (int)oj_dtype_size(out->dtype);
+    a.lse = lse ? oj_cuda_ptr(lse) : NULL;
+    a.sdt = lse ? (int)lse->dtype : 0;
+    a.ses = lse ? (int)oj_dtype_size(lse->dtype) : 0;
+    if (a.B * a.H * a.T == 0) return OJ_OK;
+    return q->dtype == OJ_F64 ? forward_t<double>(eng, a) : forward_t<float>(eng, a);
+}
+
+template <typename T>
+static oj_status backward_t(oj_engine *eng, attn_args &a, bool want_dq, bool want_dkv) {
+    oj_storage *hold = NULL;
+    a.delta = oj_cuda_scratch(eng, (size_t)(a.B * a.H * a.T) * sizeof(T),
+                              "scaled_dot_product_attention", &hold);
+    if (a.delta == NULL) return oj_last_status(eng);
+    int64_t rows = a.B * a.H * a.T;
+    oj_status st = launch(eng, k_attn_delta<T>, (rows + ATT_WARPS - 1) / ATT_WARPS, 0, a,
+                          "attention_backward (delta)");
+    if (st == OJ_OK && want_dq) {
+        int64_t total = (a.T + ATT_WARPS - 1) / ATT_WARPS * a.H * a.B;
+        size_t smem = (size_t)ATT_TILE * (size_t)(a.D + a.Dv) * sizeof(T);
+        st = launch(eng, k_attn_dq<T>, total, smem, a, "attention_backward (dq)");
+    }
+    if (st == OJ_OK && want_dkv) {
+        int64_t total = (a.S + ATT_WARPS - 1) / ATT_WARPS * a.Hkv * a.B;
+        size_t smem = (size_t)ATT_TILE * (size_t)(a.D + a.Dv + 2) * sizeof(T);
+        st = launch(eng, k_attn_dkv<T>, total, smem, a, "attention_backward (dk, dv)");
+    }
+    oj__storage_release(hold);
+    return st;
+}
+
+oj_status oj_cuda_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *dk, oj_tensor *dv,
+                                     const oj_tensor *dout, const oj_tensor *q,
+                                     const oj_tensor *k, const oj_tensor *v, const oj_tensor *out,
+                                     const oj_tensor *lse, const oj_tensor *mask, bool is_causal,
+                                     double scale) {
+    const char *op = "scaled_dot_product_attention";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *chk[4] = {dq, dk, dv, lse};
+    for (int i = 0; i < 4; i++)
+        if (oj_cuda_need_contig(eng, chk[i], op, "dq, dk, dv and lse") != OJ_OK)
+            return oj_last_status(eng);
+    attn_args a;
+    args_init(&a, q, k, v, mask, is_causal, scale);
+    if (check_dims(eng, &a) != OJ_OK) return oj_last_status(eng);
+    a.dout = oj_cuda_ptr(dout);
+    a.gdt = (int)dout->dtype;
+    a.ges = (int)oj_dtype_size(dout->dtype);
+    fill_strides(a.gs, dout);
+    a.out = oj_cuda_ptr(out);
+    a.odt = (int)out->dtype;
+    a.oes = (int)oj_dtype_size(out->dtype);
+    fill_strides(a.os, out);
+    a.lse_in = oj_cuda_ptr(lse);
+    a.sdt = (int)lse->dtype;
+    a.ses = (int)oj_dtype_size(lse->dtype);
+    a.dq = dq ? oj_cuda_ptr(dq) : NULL;
+    a.dk = dk ? oj_cuda_ptr(dk) : NULL;
+    a.dv = dv ? oj_cuda_ptr(dv) : NULL;
+    /* With no query row (T == 0) dk/dv are zero; dq is empty. */
+    if (a.B * a.H * a.T == 0) {
+        cudaError_t e = cudaSuccess;
+        if (dk && oj_cuda_numel(dk)) e = cudaMemset(a.dk, 0, (size_t)oj_cuda_numel(dk) * (size_t)a.es);
+        if (e == cudaSuccess && dv && oj_cuda_numel(dv))
+            e = cudaMemset(a.dv, 0, (size_t)oj_cuda_numel(dv) * (size_t)a.es);
+        return e == cudaSuccess ? OJ_OK : oj_cuda_fail(eng, e, "attention_backward (zero)");
+    }
+    bool want_dq = dq != NULL, want_dkv = dk != NULL || dv != NULL;
+    if (!want_dq && !want_dkv) return OJ_OK;
+    return q->dtype == OJ_F64 ? backward_t<double>(eng, a, want_dq, want_dkv)
+                              : backward_t<float>(eng, a, want_dq, want_dkv);
+}

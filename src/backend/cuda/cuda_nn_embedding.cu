@@ -1,0 +1,166 @@
+/* CUDA embedding lookup and its deterministic backward.
+ *
+ * Backward without atomics: the (index, position) pairs are sorted by index
+ * with a stable radix sort (CUB), so each table row's positions come out in
+ * increasing order; one block per run of equal indices then sums its
+ * gradient rows in that order, a thread per channel. Every row is
+ * accumulated exactly as the CPU does (f32 tables in f32, bf16/f16 in
+ * double rounded once), so the result is bit-identical to the CPU's and
+ * the same in every mode and run. */
+#include <limits.h>
+#include <string.h>
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+// weight (V,C), idx (N), out (N,C)
+__global__ void k_embedding_forward(char *out, const char *w, const char *idx, int idt, int64_t N,
+                                    int64_t C, int64_t V, int es,
+                                    unsigned long long *first_bad) {
+    int64_t n_el = N * C;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_el;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t n = i / C, c = i - n * C;
+        long long t = oj_cu_ld_index(idx + n * (idt == OJ_I32 ? 4 : 8), idt);
+        if (t < 0 || t >= V) {
+            if (c == 0) atomicMin(first_bad, (unsigned long long)n);
+            continue;
+        }
+        const char *s = w + (t * C + c) * es;
+        char *d = out + i * es;
+        switch (es) {
+        case 2: *(uint16_t *)d = *(const uint16_t *)s; break;
+        case 4: *(uint32_t *)d = *(const uint32_t *)s; break;
+        default: *(unsigned long long *)d = *(const unsigned long long *)s; break;
+        }
+    }
+}
+
+oj_status oj_cuda_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
+                                    const oj_tensor *idx) {
+    const char *op = "embedding";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, out, op, "out") != OJ_OK ||
+        oj_cuda_need_contig(eng, weight, op, "weight") != OJ_OK ||
+        oj_cuda_need_contig(eng, idx, op, "indices") != OJ_OK)
+        return oj_last_status(eng);
+    int64_t V = weight->shape[0], C = weight->shape[1], N = oj_cuda_numel(idx);
+    if (N == 0) return OJ_OK;
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (oj_cuda_flags_reset(eng, 1, 0xff, op) != OJ_OK) return oj_last_status(eng);
+    int es = (int)oj_dtype_size(weight->dtype);
+    int64_t work = N * (C > 0 ? C : 1);
+    k_embedding_forward<<<oj_cuda_blocks(work), OJ_CUDA_THREADS>>>(
+        oj_cuda_ptr(out), oj_cuda_ptr(weight), oj_cuda_ptr(idx), (int)idx->dtype, N,
+        C > 0 ? C : 1, V, es, s->flags);
+    if (oj_cuda_check(eng, "embedding_forward") != OJ_OK) return oj_last_status(eng);
+    unsigned long long bad;
+    if (oj_cuda_flags_read(eng, &bad, 1, op) != OJ_OK) return oj_last_status(eng);
+    if (bad == ~0ull) return OJ_OK;
+    int64_t t = 0;
+    size_t is = oj_dtype_size(idx->dtype);
+    unsigned char buf[8] = {0};
+    if (oj_cuda_d2h(eng, buf, oj_cuda_ptr(idx) + (size_t)bad * is, is, op) != OJ_OK)
+        return oj_last_status(eng);
+    if (idx->dtype == OJ_I32) {
+        int32_t v;
+        memcpy(&v, buf, 4);
+        t = v;
+    } else {
+        memcpy(&t, buf, 8);
+    }
+    return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
+                        "embedding: index %lld at position %lld is out of range for a table of "
+                        "%lld rows (expected 0 <= index < %lld)",
+                        (long long)t, (long long)bad, (long long)V, (long long)V);
+}
+
+__global__ void k_embedding_keys(const char *idx, int idt, int64_t N, int *keys, int *vals) {
+    for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N;
+         n += (int64_t)gridDim.x * blockDim.x) {
+        keys[n] = (int)oj_cu_ld_index(idx + n * (idt == OJ_I32 ? 4 : 8), idt);
+        vals[n] = (int)n;
+    }
+}
+
+/* One block per run of equal sorted keys (blocks not at a run's start
+ * exit): dweight row key = sum over the run of dout rows vals[j], in order. */
+__global__ void k_embedding_rows(char *dw, int dwdt, const char *dout, int gdt, const int *keys,
+                                 const int *vals, int64_t N, int64_t C, int64_t V) {
+    int ges = gdt == OJ_F64 ? 8 : (gdt == OJ_F32 ? 4 : 2);
+    int wes = dwdt == OJ_F64 ? 8 : (dwdt == OJ_F32 ? 4 : 2);
+    for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+        if (i > 0 && keys[i] == keys[i - 1]) continue;
+        int row = keys[i];
+        if (row < 0 || row >= V) continue; /* checked by the forward; never written */
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            if (dwdt == OJ_F32) {
+                float acc = 0.0f;
+                for (int64_t j = i; j < N && keys[j] == row; j++)
+                    acc = __fadd_rn(acc, oj_cu_ldf(dout + ((int64_t)vals[j] * C + c) * ges, gdt));
+                *(float *)(dw + ((int64_t)row * C + c) * wes) = acc;
+            } else {
+                double acc = 0.0;
+                for (int64_t j = i; j < N && keys[j] == row; j++)
+                    acc = __dadd_rn(acc, oj_cu_ld(dout + ((int64_t)vals[j] * C + c) * ges, gdt));
+                oj_cu_st(dw + ((int64_t)row * C + c) * wes, dwdt, acc);
+            }
+        }
+    }
+}
+
+// dout (N,C), idx (N), dweight (V,C)
+oj_status oj_cuda_embedding_backward(oj_engine *eng, oj_tensor *dweight, const oj_tensor *dout,
+                                     const oj_tensor *idx) {
+    const char *op = "embedding";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, dweight, op, "dweight") != OJ_OK ||
+        oj_cuda_need_contig(eng, dout, op, "dout") != OJ_OK ||
+        oj_cuda_need_contig(eng, idx, op, "indices") != OJ_OK)
+        return oj_last_status(eng);
+    int64_t V = dweight->shape[0], C = dweight->shape[1], N = oj_cuda_numel(idx);
+    size_t wbytes = (size_t)(V * C) * oj_dtype_size(dweight->dtype);
+    cudaError_t e = wbytes ? cudaMemset(oj_cuda_ptr(dweight), 0, wbytes) : cudaSuccess;
+    if (e != cudaSuccess) return oj_cuda_fail(eng, e, "embedding backward (zero dweight)");
+    if (N == 0 || C == 0) return OJ_OK;
+    if (N > INT_MAX || V > INT_MAX)
+        return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                            "embedding: backward on cuda supports up to %d indices and rows, got "
+                            "%lld indices and %lld rows",
+                            INT_MAX, (long long)N, (long long)V);
+    int end_bit = 1;
+    while (end_bit < 31 && ((int64_t)1 << end_bit) < V) end_bit++;
+    size_t temp = 0;
+    if (cub::DeviceRadixSort::SortPairs(NULL, temp, (const int *)NULL, (int *)NULL,
+                                        (const int *)NULL, (int *)NULL, (int)N, 0, end_bit,
+                                        (cudaStream_t)0) != cudaSuccess)
+        return oj_set_error(eng, OJ_ERR_DEVICE, "embedding: cub radix sort size query failed");
+    size_t arr = ((size_t)N * sizeof(int) + 255) & ~(size_t)255;
+    oj_storage *hold = NULL;
+    char *scratch = (char *)oj_cuda_scratch(eng, 4 * arr + temp, op, &hold);
+    if (scratch == NULL) return oj_last_status(eng);
+    int *keys_in = (int *)scratch, *vals_in = (int *)(scratch + arr);
+    int *keys = (int *)(scratch + 2 * arr), *vals = (int *)(scratch + 3 * arr);
+    void *tmp = scratch + 4 * arr;
+    oj_status st = OJ_OK;
+    k_embedding_keys<<<oj_cuda_blocks(N), OJ_CUDA_THREADS>>>(oj_cuda_ptr(idx), (int)idx->dtype, N,
+                                                             keys_in, vals_in);
+    st = oj_cuda_check(eng, "embedding_backward (keys)");
+    if (st == OJ_OK) {
+        e = cub::DeviceRadixSort::SortPairs(tmp, temp, keys_in, keys, vals_in, vals, (int)N, 0,
+                                            end_bit, (cudaStream_t)0);
+        st = e == cudaSuccess ? oj_cuda_check(eng, "embedding_backward (radix sort)")
+                              : oj_cuda_fail(eng, e, "embedding_backward (radix sort)");
+    }
+    if (st == OJ_OK) {
+        int threads = C >= 256 ? 256 : (C > 128 ? 256 : (C > 64 ? 128 : (C > 32 ? 64 : 32)));
+        int64_t blocks = N < (1 << 20) ? N : (1 << 20);
+        k_embedding_rows<<<(unsigned)blocks, threads>>>(oj_cuda_ptr(dweight), (int)dweight->dtype,
+                                                        oj_cuda_ptr(dout), (int)dout->dtype, keys,
+                                                        vals, N, C, V);
+        st = oj_cuda_check(eng, "embedding_backward (rows)");
+    }
+    oj__storage_release(hold);
+    return st;
+}

@@ -1,0 +1,307 @@
+/* CUDA optimizer kernels: fused Adam/AdamW, SGD, Muon momentum and the
+ * scaled parameter update, element for element the operations of the CPU
+ * kernels (cpu_optim.c, torch.optim's single-tensor order): every multiply,
+ * add, divide and square root is an explicitly rounded intrinsic (no FMA
+ * contraction) and the fused steps ATen fuses use fma(), so the GPU update
+ * is bit-identical to the CPU's. Hyperparameters are rounded to the
+ * parameter dtype on the host exactly as the CPU does. check_only writes
+ * nothing and reports a non-finite new value through a status word. */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+static __device__ __forceinline__ float MUL(float a, float b) { return __fmul_rn(a, b); }
+static __device__ __forceinline__ double MUL(double a, double b) { return __dmul_rn(a, b); }
+static __device__ __forceinline__ float ADD(float a, float b) { return __fadd_rn(a, b); }
+static __device__ __forceinline__ double ADD(double a, double b) { return __dadd_rn(a, b); }
+static __device__ __forceinline__ float DIV(float a, float b) { return __fdiv_rn(a, b); }
+static __device__ __forceinline__ double DIV(double a, double b) { return __ddiv_rn(a, b); }
+static __device__ __forceinline__ float SQRT(float a) { return __fsqrt_rn(a); }
+static __device__ __forceinline__ double SQRT(double a) { return __dsqrt_rn(a); }
+static __device__ __forceinline__ float FMA(float a, float b, float c) { return fmaf(a, b, c); }
+static __device__ __forceinline__ double FMA(double a, double b, double c) { return fma(a, b, c); }
+
+template <typename T> struct adam_c {
+    T b1, omb1, b2, omb2, eps, wd, decay, neg_step, bc2_sqrt;
+    bool l2, dec;
+};
+
+#define OPT_LOOP(i, n)                                                                       \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+template <typename T>
+__global__ void k_adam(T *p, const T *g, T *m, T *v, int64_t n, adam_c<T> c, bool check_only,
+                       unsigned long long *bad) {
+    OPT_LOOP(i, n) {
+        T pi = p[i], gi = g[i];
+        if (c.dec) pi = MUL(pi, c.decay);
+        if (c.l2) gi = FMA(pi, c.wd, gi);
+        T mi = FMA(gi, c.omb1, MUL(m[i], c.b1));
+        T vi = FMA(MUL(c.omb2, gi), gi, MUL(v[i], c.b2));
+        T denom = ADD(DIV(SQRT(vi), c.bc2_sqrt), c.eps);
+        pi = ADD(DIV(MUL(c.neg_step, mi), denom), pi);
+        if (check_only) {
+            if (!(isfinite(pi) && isfinite(mi) && isfinite(vi))) *bad = 1ull;
+        } else {
+            p[i] = pi;
+            m[i] = mi;
+            v[i] = vi;
+        }
+    }
+}
+
+template <typename T> struct sgd_c {
+    T wd, mom, omd, neg_lr;
+    bool has_wd, has_mom, nesterov, first;
+};
+
+template <typename T>
+__global__ void k_sgd(T *p, const T *g, T *buf, int64_t n, sgd_c<T> c, bool check_only,
+                      unsigned long long *bad) {
+    OPT_LOOP(i, n) {
+        T pi = p[i], d = g[i], bi = 0;
+        if (c.has_wd) d = FMA(pi, c.wd, d);
+        if (c.has_mom) {
+            bi = c.first ? d : FMA(d, c.omd, MUL(buf[i], c.mom));
+            d = c.nesterov ? FMA(bi, c.mom, d) : bi;
+        }
+        pi = FMA(d, c.neg_lr, pi);
+        if (check_only) {
+            if (!(isfinite(pi) && isfinite(bi))) *bad = 1ull;
+        } else {
+            p[i] = pi;
+            if (c.has_mom) buf[i] = bi;
+        }
+    }
+}
+
+template <typename T>
+__global__ void k_muon_momentum(T *buf, const T *g, T *u, int64_t n, T mu, bool nesterov) {
+    OPT_LOOP(i, n) {
+        T b = ADD(MUL(buf[i], mu), g[i]);
+        if (u == NULL)
+            buf[i] = b;
+        else
+            u[i] = nesterov ? FMA(b, mu, g[i]) : b;
+    }
+}
+
+template <typename T>
+__global__ void k_apply_update(T *p, const T *u, int64_t n, T al, T sc, T de, bool has_scale,
+                               bool has_decay, bool check_only, unsigned long long *bad) {
+    OPT_LOOP(i, n) {
+        T pi = p[i], ui = u[i];
+        if (has_scale) ui = MUL(ui, sc);
+        if (has_decay) pi = MUL(pi, de);
+        pi = FMA(ui, al, pi);
+        if (check_only) {
+            if (!isfinite(pi)) *bad = 1ull;
+        } else {
+            p[i] = pi;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- host */
+
+#define PTR(T, t) ((T *)oj_cuda_ptr(t))
+
+static oj_status check_args(oj_engine *eng, const char *op, const oj_tensor *const *ts, int n) {
+    for (int i = 0; i < n; i++)
+        if (oj_cuda_need_contig(eng, ts[i], op, "every tensor") != OJ_OK) return oj_last_status(eng);
+    return OJ_OK;
+}
+
+/* After a launch: the kernel's status, then with check_only the flag
+ * (OJ_ERR_NUMERIC, recorded nowhere, as the CPU). */
+static oj_status finish(oj_engine *eng, const char *kernel, bool check_only) {
+    if (oj_cuda_check(eng, kernel) != OJ_OK) return oj_last_status(eng);
+    if (!check_only) return OJ_OK;
+    unsigned long long f;
+    if (oj_cuda_flags_read(eng, &f, 1, kernel) != OJ_OK) return oj_last_status(eng);
+    return f ? OJ_ERR_NUMERIC : OJ_OK;
+}
+
+template <typename T>
+static void adam_consts(adam_c<T> *c, const oj_adam_args *a) {
+    c->b1 = (T)a->beta1;
+    c->omb1 = (T)(1.0 - a->beta1);
+    c->b2 = (T)a->beta2;
+    c->omb2 = (T)(1.0 - a->beta2);
+    c->eps = (T)a->eps;
+    c->wd = (T)a->weight_decay;
+    c->decay = (T)(1.0 - a->lr * a->weight_decay);
+    c->neg_step = (T)(-(a->lr / a->bias_correction1));
+    c->bc2_sqrt = (T)sqrt(a->bias_correction2);
+    c->l2 = a->weight_decay != 0.0 && !a->decoupled;
+    c->dec = a->weight_decay != 0.0 && a->decoupled;
+}
+
+oj_status oj_cuda_adam_step(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
+                            oj_tensor *exp_avg, oj_tensor *exp_avg_sq, const oj_adam_args *args,
+                            bool check_only) {
+    const char *op = "adam_step";
+    if (param->dtype != OJ_F32 && param->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts[4] = {param, grad, exp_avg, exp_avg_sq};
+    if (check_args(eng, op, ts, 4) != OJ_OK) return oj_last_status(eng);
+    int64_t n = oj_cuda_numel(param);
+    if (n == 0) return OJ_OK;
+    if (check_only && oj_cuda_flags_reset(eng, 1, 0, op) != OJ_OK) return oj_last_status(eng);
+    unsigned long long *bad = oj_cuda_state_of(eng)->flags;
+    if (param->dtype == OJ_F32) {
+        adam_c<float> c;
+        adam_consts(&c, args);
+        k_adam<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+            PTR(float, param), PTR(const float, grad), PTR(float, exp_avg), PTR(float, exp_avg_sq),
+            n, c, check_only, bad);
+    } else {
+        adam_c<double> c;
+        adam_consts(&c, args);
+        k_adam<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+            PTR(double, param), PTR(const double, grad), PTR(double, exp_avg),
+            PTR(double, exp_avg_sq), n, c, check_only, bad);
+    }
+    return finish(eng, op, check_only);
+}
+
+template <typename T>
+static void sgd_consts(sgd_c<T> *c, const oj_sgd_args *a) {
+    c->wd = (T)a->weight_decay;
+    c->mom = (T)a->momentum;
+    c->omd = (T)(1.0 - a->dampening);
+    c->neg_lr = (T)(-a->lr);
+    c->has_wd = a->weight_decay != 0.0;
+    c->has_mom = a->momentum != 0.0;
+    c->nesterov = a->nesterov;
+    c->first = a->first;
+}
+
+oj_status oj_cuda_sgd_step(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
+                           oj_tensor *momentum_buf, const oj_sgd_args *args, bool check_only) {
+    const char *op = "sgd_step";
+    if (param->dtype != OJ_F32 && param->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts[3] = {param, grad, momentum_buf};
+    if (check_args(eng, op, ts, 3) != OJ_OK) return oj_last_status(eng);
+    if (args->momentum != 0.0 && momentum_buf == NULL)
+        return oj_set_error(eng, OJ_ERR_INTERNAL, "sgd_step: momentum %g without a buffer",
+                            args->momentum);
+    int64_t n = oj_cuda_numel(param);
+    if (n == 0) return OJ_OK;
+    if (check_only && oj_cuda_flags_reset(eng, 1, 0, op) != OJ_OK) return oj_last_status(eng);
+    unsigned long long *bad = oj_cuda_state_of(eng)->flags;
+    if (param->dtype == OJ_F32) {
+        sgd_c<float> c;
+        sgd_consts(&c, args);
+        k_sgd<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+            PTR(float, param), PTR(const float, grad),
+            momentum_buf ? PTR(float, momentum_buf) : NULL, n, c, check_only, bad);
+    } else {
+        sgd_c<double> c;
+        sgd_consts(&c, args);
+        k_sgd<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+            PTR(double, param), PTR(const double, grad),
+            momentum_buf ? PTR(double, momentum_buf) : NULL, n, c, check_only, bad);
+    }
+    return finish(eng, op, check_only);
+}
+
+oj_status oj_cuda_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *grad,
+                                oj_tensor *update, double momentum, bool nesterov) {
+    const char *op = "muon_momentum";
+    if (buf->dtype != OJ_F32 && buf->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts[3] = {buf, grad, update};
+    if (check_args(eng, op, ts, 3) != OJ_OK) return oj_last_status(eng);
+    int64_t n = oj_cuda_numel(buf);
+    if (n == 0) return OJ_OK;
+    if (buf->dtype == OJ_F32)
+        k_muon_momentum<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+            PTR(float, buf), PTR(const float, grad), update ? PTR(float, update) : NULL, n,
+            (float)momentum, nesterov);
+    else
+        k_muon_momentum<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+            PTR(double, buf), PTR(const double, grad), update ? PTR(double, update) : NULL, n,
+            momentum, nesterov);
+    return finish(eng, op, false);
+}
+
+oj_status oj_cuda_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
+                               double alpha, double scale, double decay, bool check_only) {
+    const char *op = "apply_update";
+    if (param->dtype != OJ_F32 && param->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts[2] = {param, update};
+    if (check_args(eng, op, ts, 2) != OJ_OK) return oj_last_status(eng);
+    int64_t n = oj_cuda_numel(param);
+    if (n == 0) return OJ_OK;
+    if (check_only && oj_cuda_flags_reset(eng, 1, 0, op) != OJ_OK) return oj_last_status(eng);
+    unsigned long long *bad = oj_cuda_state_of(eng)->flags;
+    bool has_scale = scale != 1.0, has_decay = decay != 1.0;
+    if (param->dtype == OJ_F32)
+        k_apply_update<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+            PTR(float, param), PTR(const float, update), n, (float)alpha, (float)scale,
+            (float)decay, has_scale, has_decay, check_only, bad);
+    else
+        k_apply_update<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+            PTR(double, param), PTR(const double, update), n, alpha, scale, decay, has_scale,
+            has_decay, check_only, bad);
+    return finish(eng, op, check_only);
+}
+
+/* ---------------------------------------------------------------- sum of squares
+ * Fixed partition: SQ_BLOCKS blocks (fewer for short x) of SQ_THREADS
+ * threads; thread t of block b folds elements b*SQ_THREADS + t + k*stride in
+ * order, each block reduces in a fixed tree, and one thread sums the block
+ * partials in order. The result depends on n only: deterministic. */
+#define SQ_BLOCKS 256
+#define SQ_THREADS 256
+
+template <typename T>
+__global__ void k_sum_squares(const T *x, int64_t n, double *partial) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        double v = (double)x[i];
+        s = __dadd_rn(s, __dmul_rn(v, v));
+    }
+    s = oj_cu_block_sum(s, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void k_sum_partials(double *partial, int nb) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double s = 0.0;
+    for (int b = 0; b < nb; b++) s += partial[b];
+    partial[0] = s;
+}
+
+oj_status oj_cuda_sum_squares(oj_engine *eng, const oj_tensor *x, double *out) {
+    const char *op = "sum_squares";
+    if (x->dtype != OJ_F32 && x->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, x, op, "x") != OJ_OK) return oj_last_status(eng);
+    int64_t n = oj_cuda_numel(x);
+    *out = 0.0;
+    if (n == 0) return OJ_OK;
+    int64_t nb64 = (n + SQ_THREADS - 1) / SQ_THREADS;
+    int nb = (int)(nb64 < SQ_BLOCKS ? nb64 : SQ_BLOCKS);
+    oj_storage *hold = NULL;
+    double *partial = (double *)oj_cuda_scratch(eng, (size_t)nb * sizeof(double), op, &hold);
+    if (partial == NULL) return oj_last_status(eng);
+    if (x->dtype == OJ_F32)
+        k_sum_squares<float><<<nb, SQ_THREADS>>>(PTR(const float, x), n, partial);
+    else
+        k_sum_squares<double><<<nb, SQ_THREADS>>>(PTR(const double, x), n, partial);
+    oj_status st = oj_cuda_check(eng, op);
+    if (st == OJ_OK) {
+        k_sum_partials<<<1, 32>>>(partial, nb);
+        st = oj_cuda_check(eng, op);
+    }
+    if (st == OJ_OK) st = oj_cuda_d2h(eng, out, partial, sizeof(double), op);
+    oj__storage_release(hold);
+    return st;
+}

@@ -1,0 +1,139 @@
+/* Device copies of the scalar elementwise definitions of
+ * src/backend/cpu/cpu_scalar.h (kept in the same order, computed in double),
+ * so CUDA and CPU elementwise results differ only by the math library's
+ * last-place rounding. Keep the two in step. */
+#ifndef OJAS_CUDA_SCALAR_CUH
+#define OJAS_CUDA_SCALAR_CUH
+
+#include "backend/cuda/cuda_internal.cuh"
+
+#define OJ_CU_NAN __longlong_as_double(0x7ff8000000000000ll)
+
+__device__ static __forceinline__ double oj_sigmoid_d(double x) {
+    return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+}
+
+__device__ static __forceinline__ double oj_softplus_d(double x, double beta, double threshold) {
+    double bx = beta * x;
+    return bx > threshold ? x : log1p(exp(bx)) / beta;
+}
+
+#define OJ_GELU_TANH_K 0.7978845608028654 /* sqrt(2/pi) */
+
+__device__ static __forceinline__ double oj_unary_d(oj_unary_op op, double x, double a, double b) {
+    switch (op) {
+    case OJ_UN_NEG: return -x;
+    case OJ_UN_ABS: return fabs(x);
+    case OJ_UN_EXP: return exp(x);
+    case OJ_UN_LOG: return log(x);
+    case OJ_UN_LOG1P: return log1p(x);
+    case OJ_UN_SQRT: return sqrt(x);
+    case OJ_UN_RSQRT: return 1.0 / sqrt(x);
+    case OJ_UN_SQUARE: return x * x;
+    case OJ_UN_SIGN: return isnan(x) ? x : (double)((x > 0) - (x < 0));
+    case OJ_UN_RELU: return x > 0 ? x : (isnan(x) ? x : 0.0);
+    case OJ_UN_LEAKY_RELU: return x > 0 ? x : a * x;
+    case OJ_UN_GELU_ERF: return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+    case OJ_UN_GELU_TANH:
+        return 0.5 * x * (1.0 + tanh(OJ_GELU_TANH_K * (x + 0.044715 * x * x * x)));
+    case OJ_UN_SILU: return x * oj_sigmoid_d(x);
+    case OJ_UN_SIGMOID: return oj_sigmoid_d(x);
+    case OJ_UN_TANH: return tanh(x);
+    case OJ_UN_SOFTPLUS: return oj_softplus_d(x, a, b);
+    case OJ_UN_ELU: return x > 0 ? x : a * expm1(x);
+    case OJ_UN_MISH: return x * tanh(oj_softplus_d(x, 1.0, 20.0));
+    case OJ_UN_POW_SCALAR: return pow(x, a);
+    case OJ_UN_RPOW_SCALAR: return pow(a, x);
+    case OJ_UN_CLAMP: {
+        double y = x;
+        if (!isnan(a) && y < a) y = a;
+        if (!isnan(b) && y > b) y = b;
+        return y;
+    }
+    case OJ_UN_AFFINE: return a * x + b;
+    case OJ_UN_RECIPROCAL: return 1.0 / x;
+    case OJ_UN_SIN: return sin(x);
+    case OJ_UN_COS: return cos(x);
+    case OJ_UN_NOT: return x == 0.0 ? 1.0 : 0.0;
+    case OJ_UN_ISNAN: return isnan(x) ? 1.0 : 0.0;
+    case OJ_UN_ISFINITE: return isfinite(x) ? 1.0 : 0.0;
+    case OJ_UN_COUNT: break;
+    }
+    return OJ_CU_NAN;
+}
+
+/* d f(x) / dx given x and y = f(x). */
+__device__ static __forceinline__ double oj_unary_grad_d(oj_unary_op op, double x, double y, double a, double b) {
+    switch (op) {
+    case OJ_UN_NEG: return -1.0;
+    case OJ_UN_ABS: return (double)((x > 0) - (x < 0));
+    case OJ_UN_EXP: return y;
+    case OJ_UN_LOG: return 1.0 / x;
+    case OJ_UN_LOG1P: return 1.0 / (1.0 + x);
+    case OJ_UN_SQRT: return 0.5 / y;
+    case OJ_UN_RSQRT: return -0.5 * y * y * y;
+    case OJ_UN_SQUARE: return 2.0 * x;
+    case OJ_UN_SIGN: return 0.0;
+    case OJ_UN_RELU: return x > 0 ? 1.0 : 0.0;
+    case OJ_UN_LEAKY_RELU: return x > 0 ? 1.0 : a;
+    case OJ_UN_GELU_ERF: {
+        double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752440));
+        double pdf = exp(-0.5 * x * x) * 0.3989422804014327; /* 1/sqrt(2 pi) */
+        return cdf + x * pdf;
+    }
+    case OJ_UN_GELU_TANH: {
+        double u = OJ_GELU_TANH_K * (x + 0.044715 * x * x * x);
+        double t = tanh(u);
+        double du = OJ_GELU_TANH_K * (1.0 + 3.0 * 0.044715 * x * x);
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+    }
+    case OJ_UN_SILU: {
+        double s = oj_sigmoid_d(x);
+        return s * (1.0 + x * (1.0 - s));
+    }
+    case OJ_UN_SIGMOID: return y * (1.0 - y);
+    case OJ_UN_TANH: return 1.0 - y * y;
+    case OJ_UN_SOFTPLUS: return a * x > b ? 1.0 : oj_sigmoid_d(a * x);
+    case OJ_UN_ELU: return x > 0 ? 1.0 : y + a;
+    case OJ_UN_MISH: {
+        double sp = oj_softplus_d(x, 1.0, 20.0);
+        double t = tanh(sp);
+        return t + x * (1.0 - t * t) * oj_sigmoid_d(x);
+    }
+    case OJ_UN_POW_SCALAR: return a == 0.0 ? 0.0 : a * pow(x, a - 1.0);
+    case OJ_UN_RPOW_SCALAR: return y * log(a);
+    case OJ_UN_CLAMP:
+        return ((!isnan(a) && x < a) || (!isnan(b) && x > b)) ? 0.0 : 1.0;
+    case OJ_UN_AFFINE: return a;
+    case OJ_UN_RECIPROCAL: return -y * y;
+    case OJ_UN_SIN: return cos(x);
+    case OJ_UN_COS: return -sin(x);
+    default: break;
+    }
+    return 0.0;
+}
+
+__device__ static __forceinline__ double oj_binary_d(oj_binary_op op, double a, double b) {
+    switch (op) {
+    case OJ_BIN_ADD: return a + b;
+    case OJ_BIN_SUB: return a - b;
+    case OJ_BIN_MUL: return a * b;
+    case OJ_BIN_DIV: return a / b;
+    case OJ_BIN_POW: return pow(a, b);
+    case OJ_BIN_MAXIMUM: return (isnan(a) || isnan(b)) ? OJ_CU_NAN : (a > b ? a : b);
+    case OJ_BIN_MINIMUM: return (isnan(a) || isnan(b)) ? OJ_CU_NAN : (a < b ? a : b);
+    case OJ_BIN_EQ: return a == b;
+    case OJ_BIN_NE: return a != b;
+    case OJ_BIN_LT: return a < b;
+    case OJ_BIN_LE: return a <= b;
+    case OJ_BIN_GT: return a > b;
+    case OJ_BIN_GE: return a >= b;
+    case OJ_BIN_AND: return (a != 0) && (b != 0);
+    case OJ_BIN_OR: return (a != 0) || (b != 0);
+    case OJ_BIN_XOR: return (a != 0) != (b != 0);
+    case OJ_BIN_COUNT: break;
+    }
+    return OJ_CU_NAN;
+}
+
+#endif /* OJAS_CUDA_SCALAR_CUH */
