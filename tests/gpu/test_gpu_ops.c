@@ -1,0 +1,1308 @@
+// test: every CUDA backend entry agrees with the CPU backend on random
+// non-zero inputs (outputs poisoned with NaN before each run), ops forward
+// and backward through oj_backward, mixed devices refused, EXACT runs
+// bit-identical. Skips (77) without a CUDA device.
+//
+// Entries are called through the backend tables directly (as ggml's
+// test-backend-ops does), with the same arguments on a CPU engine and a
+// CUDA engine; outputs are compared per dtype: f32 ~1e-5 relative, TF32
+// 2e-3 of the largest value, bf16/f16 1e-2, f64 1e-12; integer, bool and
+// index outputs exactly; NaN never passes (infinities must match).
+//
+// OJAS_GPU_TEST_ON_CPU=1 runs the same checks with a second CPU engine in
+// place of the CUDA one (a self-check of this harness on machines without
+// a GPU; every comparison is then exact).
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "ojas/autograd.h"
+#include "ojas/ops.h"
+
+static oj_engine *cpu, *gpu;     /* EXACT numerics */
+static oj_engine *cpuf, *gpuf;   /* FAST numerics */
+static bool on_cpu;              /* self-check mode */
+static int SIDE;                 /* 0: CPU, 1: GPU (see E and T below) */
+
+#define E (SIDE ? gpu : cpu)
+#define T(p) ((p).t[SIDE])
+
+/* Run `expr` (using E and T(...)) on the CPU, then on the GPU; both must
+ * return OJ_OK. */
+#define BOTH(expr)                                                                           \
+    do {                                                                                     \
+        for (SIDE = 0; SIDE < 2; SIDE++) {                                                   \
+            oj_status st_ = (expr);                                                          \
+            if (st_ != OJ_OK)                                                                \
+                fail_msg("%s:%d on %s: %s -> %s: %s", __FILE__, __LINE__,                    \
+                         SIDE ? "cuda" : "cpu", #expr, oj_status_name(st_),                  \
+                         oj_last_error(E));                                                  \
+        }                                                                                    \
+        SIDE = 0;                                                                            \
+    } while (0)
+
+/* A tensor on each engine. */
+typedef struct {
+    oj_tensor *t[2];
+} pr;
+
+/* ---------------------------------------------------------------- random data */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) { /* [0, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * 0x1p-53;
+}
+/* Uniform in [lo, hi), kept away from 0 when the range straddles it. */
+static double nzrand(double lo, double hi) {
+    double v = lo + (hi - lo) * urand();
+    if (lo < 0 && hi > 0 && fabs(v) < 0.02 * (hi - lo)) v += v < 0 ? -0.05 * (hi - lo) : 0.05 * (hi - lo);
+    return v;
+}
+
+static int64_t numel_of(int rank, const int64_t *shape) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= shape[d];
+    return n;
+}
+
+/* Store v as dtype dt at p (host). */
+static void host_store(void *p, oj_dtype dt, double v) {
+    switch (dt) {
+    case OJ_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case OJ_F64: memcpy(p, &v, 8); break;
+    case OJ_BF16: { uint16_t h = oj_f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
+    case OJ_F16: { uint16_t h = oj_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+    case OJ_I64: { int64_t i = (int64_t)v; memcpy(p, &i, 8); break; }
+    case OJ_I32: { int32_t i = (int32_t)v; memcpy(p, &i, 4); break; }
+    case OJ_U32: { uint32_t i = (uint32_t)v; memcpy(p, &i, 4); break; }
+    case OJ_U16: { uint16_t i = (uint16_t)v; memcpy(p, &i, 2); break; }
+    case OJ_U8: { uint8_t i = (uint8_t)v; memcpy(p, &i, 1); break; }
+    case OJ_BOOL: { uint8_t b = v != 0; memcpy(p, &b, 1); break; }
+    default: break;
+    }
+}
+
+static double host_load(const void *p, oj_dtype dt) {
+    switch (dt) {
+    case OJ_F32: { float f; memcpy(&f, p, 4); return f; }
+    case OJ_F64: { double d; memcpy(&d, p, 8); return d; }
+    case OJ_BF16: { uint16_t h; memcpy(&h, p, 2); return oj_bf16_to_f32(h); }
+    case OJ_F16: { uint16_t h; memcpy(&h, p, 2); return oj_f16_to_f32(h); }
+    case OJ_I64: { int64_t i; memcpy(&i, p, 8); return (double)i; }
+    case OJ_I32: { int32_t i; memcpy(&i, p, 4); return i; }
+    case OJ_U32: { uint32_t i; memcpy(&i, p, 4); return i; }
+    case OJ_U16: { uint16_t i; memcpy(&i, p, 2); return i; }
+    case OJ_U8: return *(const uint8_t *)p;
+    case OJ_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+    default: return NAN;
+    }
+}
+
+/* The same values (converted to dt) on both engines. */
+static pr up(int rank, const int64_t *shape, oj_dtype dt, const double *vals) {
+    int64_t n = numel_of(rank, shape);
+    size_t es = oj_dtype_size(dt);
+    unsigned char *buf = malloc((size_t)n * es + 1);
+    assert_non_null(buf);
+    for (int64_t i = 0; i < n; i++) host_store(buf + i * (int64_t)es, dt, vals[i]);
+    pr p;
+    p.t[0] = oj_from_host(cpu, rank, shape, dt, buf, (size_t)n * es);
+    p.t[1] = oj_from_host(gpu, rank, shape, dt, buf, (size_t)n * es);
+    free(buf);
+    if (p.t[0] == NULL || p.t[1] == NULL)
+        fail_msg("upload failed: cpu '%s' cuda '%s'", oj_last_error(cpu), oj_last_error(gpu));
+    return p;
+}
+
+static pr rnd(int rank, const int64_t *shape, oj_dtype dt, double lo, double hi) {
+    int64_t n = numel_of(rank, shape);
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = nzrand(lo, hi);
+    pr p = up(rank, shape, dt, v);
+    free(v);
+    return p;
+}
+
+/* Random integers in [lo, hi]. */
+static pr rint_(int rank, const int64_t *shape, oj_dtype dt, int64_t lo, int64_t hi) {
+    int64_t n = numel_of(rank, shape);
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = (double)(lo + (int64_t)(urand() * (double)(hi - lo + 1)));
+    pr p = up(rank, shape, dt, v);
+    free(v);
+    return p;
+}
+
+/* Uninitialised-looking outputs: NaN for floats, a sentinel for integers. */
+static pr empty(int rank, const int64_t *shape, oj_dtype dt) {
+    pr p;
+    for (int s = 0; s < 2; s++) {
+        p.t[s] = oj_empty(s ? gpu : cpu, rank, shape, dt);
+        assert_non_null(p.t[s]);
+        assert_int_equal(oj_fill_(p.t[s], oj_dtype_is_float(dt) ? NAN : (dt == OJ_BOOL ? 1 : 77)),
+                         OJ_OK);
+    }
+    return p;
+}
+
+static pr perm(pr p, int n, const int *dims) {
+    pr q;
+    for (int s = 0; s < 2; s++) assert_non_null(q.t[s] = oj_permute(p.t[s], n, dims));
+    return q;
+}
+static pr narrow(pr p, int dim, int64_t start, int64_t len) {
+    pr q;
+    for (int s = 0; s < 2; s++) assert_non_null(q.t[s] = oj_narrow(p.t[s], dim, start, len));
+    return q;
+}
+static pr expand(pr p, int rank, const int64_t *shape) {
+    pr q;
+    for (int s = 0; s < 2; s++) assert_non_null(q.t[s] = oj_expand(p.t[s], rank, shape));
+    return q;
+}
+static pr dup(pr p) {
+    pr q;
+    for (int s = 0; s < 2; s++) assert_non_null(q.t[s] = oj_clone(p.t[s]));
+    return q;
+}
+/* ---------------------------------------------------------------- comparison */
+
+static double *to_doubles(oj_tensor *t) {
+    int64_t n = oj_numel(t);
+    size_t es = oj_dtype_size(oj_tensor_dtype(t));
+    unsigned char *b = malloc((size_t)n * es + 1);
+    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    assert_non_null(b);
+    assert_non_null(d);
+    if (oj_to_host(t, b, (size_t)n * es) != OJ_OK)
+        fail_msg("to_host failed: %s", oj_last_error(oj_tensor_engine(t)));
+    for (int64_t i = 0; i < n; i++) d[i] = host_load(b + i * (int64_t)es, oj_tensor_dtype(t));
+    free(b);
+    return d;
+}
+
+/* |g - c| <= rtol (|c| + 0.1 max|c|) elementwise, or with `normwise`
+ * |g - c| <= rtol max|c|. rtol 0: exact (bits of the value). */
+static void cmp_tensors(oj_tensor *g, oj_tensor *c, double rtol, bool normwise, const char *what) {
+    assert_non_null(g);
+    assert_non_null(c);
+    if (oj_rank(g) != oj_rank(c) || oj_numel(g) != oj_numel(c) ||
+        oj_tensor_dtype(g) != oj_tensor_dtype(c))
+        fail_msg("%s: shapes/dtypes differ (cuda %s rank %d, cpu %s rank %d)", what,
+                 oj_dtype_name(oj_tensor_dtype(g)), oj_rank(g), oj_dtype_name(oj_tensor_dtype(c)),
+                 oj_rank(c));
+    int64_t n = oj_numel(c);
+    double *dg = to_doubles(g), *dc = to_doubles(c);
+    double mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(dc[i]) && fabs(dc[i]) > mx) mx = fabs(dc[i]);
+    for (int64_t i = 0; i < n; i++) {
+        double a = dg[i], b = dc[i];
+        bool ok;
+        if (isnan(a) || isnan(b))
+            ok = false; /* NaN never passes */
+        else if (isinf(a) || isinf(b))
+            ok = a == b;
+        else if (rtol == 0)
+            ok = a == b;
+        else
+            ok = fabs(a - b) <= (normwise ? rtol * mx : rtol * (fabs(b) + 0.1 * mx)) + 1e-300;
+        if (!ok) {
+            free(dg);
+            free(dc);
+            fail_msg("%s: element %lld: cuda %.9g, cpu %.9g (rtol %g%s, max |cpu| %g)", what,
+                     (long long)i, a, b, rtol, normwise ? " normwise" : "", mx);
+        }
+    }
+    free(dg);
+    free(dc);
+}
+
+static void cmp(pr p, double rtol, const char *what) {
+    cmp_tensors(p.t[1], p.t[0], rtol, false, what);
+}
+
+/* The CPU side's values of p uploaded to both engines (so a backward gets
+ * identical inputs). */
+static pr cpu_result(pr p) {
+    double *v = to_doubles(p.t[0]);
+    pr q = up(oj_rank(p.t[0]), oj_shape(p.t[0]), oj_tensor_dtype(p.t[0]), v);
+    free(v);
+    return q;
+}
+
+/* Tolerance for float outputs of dtype dt computed alike on both sides. */
+static double tol(oj_dtype dt, double f32) {
+    switch (dt) {
+    case OJ_F64: return 1e-12;
+    case OJ_BF16: return 1e-2;
+    case OJ_F16: return 2e-3;
+    default: return f32;
+    }
+}
+
+/* ---------------------------------------------------------------- fixtures */
+
+static int group_setup(void **state) {
+    (void)state;
+    on_cpu = getenv("OJAS_GPU_TEST_ON_CPU") != NULL;
+    oj_engine_config c = oj_engine_config_default();
+    c.seed = 1234;
+    c.numerics = OJ_NUMERICS_EXACT;
+    if (oj_engine_create(&c, &cpu, NULL) != OJ_OK) return -1;
+    c.numerics = OJ_NUMERICS_FAST;
+    if (oj_engine_create(&c, &cpuf, NULL) != OJ_OK) return -1;
+    if (!on_cpu) c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+    c.numerics = OJ_NUMERICS_EXACT;
+    if (oj_engine_create(&c, &gpu, NULL) != OJ_OK) return -1;
+    c.numerics = OJ_NUMERICS_FAST;
+    if (oj_engine_create(&c, &gpuf, NULL) != OJ_OK) return -1;
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    oj_engine_free(gpu);
+    oj_engine_free(gpuf);
+    oj_engine_free(cpu);
+    oj_engine_free(cpuf);
+    return 0;
+}
+
+static int test_setup(void **state) {
+    (void)state;
+    oj_engine *es[4] = {cpu, gpu, cpuf, gpuf};
+    for (int i = 0; i < 4; i++) {
+        oj_clear_error(es[i]);
+        oj_scope_begin(es[i]);
+    }
+    return 0;
+}
+
+static int test_teardown(void **state) {
+    (void)state;
+    oj_engine *es[4] = {cpu, gpu, cpuf, gpuf};
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        if (oj_last_status(es[i]) != OJ_OK) {
+            print_error("engine %d left an error: %s\n", i, oj_last_error(es[i]));
+            bad = 1;
+        }
+        oj_scope_end(es[i]);
+        if (oj_engine_live_tensors(es[i]) != 0) {
+            print_error("engine %d: %lld live tensors\n", i, (long long)oj_engine_live_tensors(es[i]));
+            bad = 1;
+        }
+    }
+    if (oj_budget_current(oj_engine_budget(gpu)) - oj_engine_pooled_bytes(gpu) != 0) {
+        print_error("cuda engine: %lld bytes still charged\n",
+                    (long long)(oj_budget_current(oj_engine_budget(gpu)) - oj_engine_pooled_bytes(gpu)));
+        bad = 1;
+    }
+    return bad ? -1 : 0;
+}
+
+/* ================================================================ elementwise */
+
+static void test_copy_fill(void **state) {
+    (void)state;
+    int64_t s3[3] = {3, 4, 5}, s5[1] = {5}, s35[3] = {5, 3, 4};
+    int pm[3] = {2, 0, 1};
+    struct {
+        oj_dtype in, out;
+    } casts[] = {{OJ_F32, OJ_F32}, {OJ_F32, OJ_BF16}, {OJ_BF16, OJ_F32}, {OJ_I64, OJ_F32},
+                 {OJ_F32, OJ_I32},  {OJ_BOOL, OJ_F32}, {OJ_I32, OJ_I64}, {OJ_F64, OJ_F16},
+                 {OJ_F16, OJ_F64},  {OJ_F32, OJ_BOOL}, {OJ_I64, OJ_U8},  {OJ_U16, OJ_I32}};
+    for (size_t k = 0; k < sizeof casts / sizeof casts[0]; k++) {
+        pr x = oj_dtype_is_float(casts[k].in) ? rnd(3, s35, casts[k].in, -50, 50)
+                                              : rint_(3, s35, casts[k].in, -300, 300);
+        if (casts[k].in == OJ_BOOL || casts[k].in == OJ_U16) x = rint_(3, s35, casts[k].in, 0, 1);
+        pr xv = perm(x, 3, pm); /* [3, 4, 5] non-contiguous view */
+        pr out = empty(3, s3, casts[k].out);
+        BOTH(E->backend->copy(E, T(out), T(xv)));
+        char what[64];
+        snprintf(what, sizeof what, "copy %s -> %s", oj_dtype_name(casts[k].in),
+                 oj_dtype_name(casts[k].out));
+        cmp(out, 0, what);
+    }
+    /* broadcast [5] -> [3, 4, 5] into a strided output (narrowed view) */
+    pr src = rnd(1, s5, OJ_F32, -1, 1);
+    int64_t s6[3] = {3, 6, 5};
+    pr big = empty(3, s6, OJ_F32);
+    pr dst = narrow(big, 1, 1, 4);
+    BOTH(E->backend->copy(E, T(dst), T(src)));
+    cmp(dst, 0, "copy broadcast");
+    /* fill */
+    oj_dtype fdt[5] = {OJ_F32, OJ_BF16, OJ_I64, OJ_F64, OJ_BOOL};
+    for (int k = 0; k < 5; k++) {
+        pr o = empty(3, s6, fdt[k]);
+        pr ov = narrow(o, 2, 1, 3);
+        BOTH(E->backend->fill(E, T(ov), k == 2 ? -3.0 : 0.1));
+        cmp(ov, 0, "fill of a strided view");
+    }
+}
+
+static void test_fill_keeps_outside(void **state) {
+    (void)state;
+    int64_t s[2] = {4, 6};
+    pr o = up(2, s, OJ_F32, (double[24]){0});
+    pr ov = narrow(o, 1, 2, 3);
+    BOTH(E->backend->fill(E, T(ov), 2.5));
+    cmp(o, 0, "fill of a view");
+}
+
+/* x values for unary op `op` (in its domain). */
+static void unary_domain(oj_unary_op op, double *lo, double *hi) {
+    *lo = -3;
+    *hi = 3;
+    switch (op) {
+    case OJ_UN_LOG: case OJ_UN_SQRT: case OJ_UN_RSQRT: case OJ_UN_POW_SCALAR:
+        *lo = 0.1;
+        break;
+    case OJ_UN_LOG1P: *lo = -0.9; break;
+    default: break;
+    }
+}
+
+static void unary_params(oj_unary_op op, double *a, double *b) {
+    *a = 0;
+    *b = 0;
+    switch (op) {
+    case OJ_UN_LEAKY_RELU: *a = 0.1; break;
+    case OJ_UN_SOFTPLUS: *a = 1.5; *b = 3; break;
+    case OJ_UN_ELU: *a = 0.7; break;
+    case OJ_UN_POW_SCALAR: *a = 2.5; break;
+    case OJ_UN_RPOW_SCALAR: *a = 1.7; break;
+    case OJ_UN_CLAMP: *a = -0.5; *b = 0.75; break;
+    case OJ_UN_AFFINE: *a = 2.0; *b = 0.5; break;
+    default: break;
+    }
+}
+
+static bool unary_bool_out(oj_unary_op op) {
+    return op == OJ_UN_NOT || op == OJ_UN_ISNAN || op == OJ_UN_ISFINITE;
+}
+
+static void test_unary(void **state) {
+    (void)state;
+    int64_t s[2] = {7, 33};
+    oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F64};
+    for (int k = 0; k < 3; k++)
+        for (int op = 0; op < OJ_UN_COUNT; op++) {
+            double lo, hi, a, b;
+            unary_domain((oj_unary_op)op, &lo, &hi);
+            unary_params((oj_unary_op)op, &a, &b);
+            pr x = rnd(2, s, dts[k], lo, hi);
+            pr out = empty(2, s, unary_bool_out((oj_unary_op)op) ? OJ_BOOL : dts[k]);
+            BOTH(E->backend->unary(E, (oj_unary_op)op, T(out), T(x), a, b));
+            char what[64];
+            snprintf(what, sizeof what, "unary op %d %s", op, oj_dtype_name(dts[k]));
+            cmp(out, tol(dts[k], 1e-6), what);
+            if (unary_bool_out((oj_unary_op)op)) continue;
+            /* backward from the CPU's y (the same values on both sides) */
+            pr y = cpu_result(out);
+            pr dy = rnd(2, s, dts[k], -1, 1);
+            pr dx = empty(2, s, dts[k]);
+            BOTH(E->backend->unary_backward(E, (oj_unary_op)op, T(dx), T(x), T(y), T(dy), a, b));
+            snprintf(what, sizeof what, "unary_backward op %d %s", op, oj_dtype_name(dts[k]));
+            cmp(dx, tol(dts[k], 1e-6), what);
+        }
+    /* in place, on an integer tensor */
+    pr xi = rint_(2, s, OJ_I64, -100, 100);
+    BOTH(E->backend->unary(E, OJ_UN_NEG, T(xi), T(xi), 0, 0));
+    cmp(xi, 0, "unary neg i64 in place");
+}
+
+static void test_binary_where(void **state) {
+    (void)state;
+    int64_t sa[3] = {3, 1, 5}, sb[2] = {4, 5}, so[3] = {3, 4, 5};
+    for (int op = 0; op < OJ_BIN_COUNT; op++) {
+        bool logical = op >= OJ_BIN_EQ;
+        double lo = op == OJ_BIN_POW ? 0.2 : -2;
+        pr a = rnd(3, sa, OJ_F32, lo, 2), b = rnd(2, sb, OJ_F32, -2, 2);
+        pr out = empty(3, so, logical ? OJ_BOOL : OJ_F32);
+        BOTH(E->backend->binary(E, (oj_binary_op)op, T(out), T(a), T(b)));
+        char what[64];
+        snprintf(what, sizeof what, "binary op %d f32", op);
+        cmp(out, op <= OJ_BIN_DIV ? 0 : 1e-6, what);
+        /* integers (no DIV/POW: the ops layer promotes those) */
+        if (op == OJ_BIN_DIV || op == OJ_BIN_POW) continue;
+        pr ai = rint_(3, sa, OJ_I64, -5, 5), bi = rint_(2, sb, OJ_I32, -5, 5);
+        pr oi = empty(3, so, logical ? OJ_BOOL : OJ_I64);
+        BOTH(E->backend->binary(E, (oj_binary_op)op, T(oi), T(ai), T(bi)));
+        snprintf(what, sizeof what, "binary op %d int", op);
+        cmp(oi, 0, what);
+    }
+    /* mixed dtypes: bf16 (+) f32 -> f32; i64 * f32 -> f32; f16 out */
+    pr a = rnd(3, sa, OJ_BF16, -2, 2), b = rnd(2, sb, OJ_F32, -2, 2);
+    pr out = empty(3, so, OJ_F32);
+    BOTH(E->backend->binary(E, OJ_BIN_ADD, T(out), T(a), T(b)));
+    cmp(out, 0, "binary bf16 + f32");
+    pr ai = rint_(3, sa, OJ_I64, -9, 9);
+    pr o16 = empty(3, so, OJ_F16);
+    BOTH(E->backend->binary(E, OJ_BIN_MUL, T(o16), T(ai), T(b)));
+    cmp(o16, 0, "binary i64 * f32 -> f16");
+    /* in place a += b */
+    pr acc = rnd(3, so, OJ_F32, -1, 1);
+    BOTH(E->backend->binary(E, OJ_BIN_ADD, T(acc), T(acc), T(b)));
+    cmp(acc, 0, "binary in place");
+    /* where: cond [3, 4, 1] bool, a [3, 4, 5] f32, b [5] bf16 -> f32 */
+    int64_t sc[3] = {3, 4, 1}, s5[1] = {5};
+    pr cond = rint_(3, sc, OJ_BOOL, 0, 1);
+    pr wa = rnd(3, so, OJ_F32, -1, 1), wb = rnd(1, s5, OJ_BF16, -1, 1);
+    pr wo = empty(3, so, OJ_F32);
+    BOTH(E->backend->where(E, T(wo), T(cond), T(wa), T(wb)));
+    cmp(wo, 0, "where");
+    pr wo2 = empty(3, so, OJ_F32);
+    pr fcond = rnd(3, sc, OJ_F32, -1, 1); /* non-bool condition: nonzero is true */
+    BOTH(E->backend->where(E, T(wo2), T(fcond), T(wa), T(wa)));
+    cmp(wo2, 0, "where float cond");
+}
+
+static void test_rand(void **state) {
+    (void)state;
+    int64_t n[1] = {1001};
+    oj_dtype dts[4] = {OJ_F32, OJ_BF16, OJ_F64, OJ_F16};
+    for (int k = 0; k < 4; k++) {
+        pr u = empty(1, n, dts[k]);
+        BOTH(E->backend->rand(E, T(u), false, -1.5, 2.0, 77, 123456789));
+        cmp(u, 0, "rand uniform (bit-identical)");
+        pr g = empty(1, n, dts[k]);
+        BOTH(E->backend->rand(E, T(g), true, 0.5, 2.0, 0xabcdef0123ull, 5));
+        cmp(g, tol(dts[k], 1e-6), "rand normal");
+    }
+}
+
+/* ================================================================ reductions */
+
+static void test_reduce(void **state) {
+    (void)state;
+    int64_t s[3] = {7, 6, 40}; /* stored [7, 40, 6], viewed [7, 6, 40] */
+    int64_t st[3] = {7, 40, 6};
+    int pm[3] = {0, 2, 1};
+    uint32_t masks[5] = {1u << 2, 1u << 1, (1u << 0) | (1u << 2), 7u, 0u};
+    for (int op = 0; op < OJ_RED_COUNT; op++) {
+        for (int mi = 0; mi < 5; mi++) {
+            uint32_t mask = masks[mi];
+            bool single = mask == (1u << 2) || mask == (1u << 1);
+            bool minmax = op == OJ_RED_MAX || op == OJ_RED_MIN || op == OJ_RED_ARGMAX ||
+                          op == OJ_RED_ARGMIN;
+            if ((op == OJ_RED_ARGMAX || op == OJ_RED_ARGMIN) && !single) continue;
+            if (op == OJ_RED_VAR && mask == 0) continue; /* 0/0: NaN on both sides */
+            /* quantised values so max/min ties happen (first index must win) */
+            int64_t n = numel_of(3, st);
+            double *v = malloc((size_t)n * sizeof *v);
+            for (int64_t i = 0; i < n; i++) {
+                double r = nzrand(-2, 2);
+                v[i] = minmax ? floor(r * 4) / 4 : (op == OJ_RED_PROD ? 1 + 0.02 * r : r);
+            }
+            pr x0 = up(3, st, OJ_F32, v);
+            free(v);
+            pr x = perm(x0, 3, pm);
+            int64_t os[3];
+            for (int d = 0; d < 3; d++) os[d] = (mask >> d) & 1 ? 1 : s[d];
+            oj_dtype odt = op == OJ_RED_ARGMAX || op == OJ_RED_ARGMIN ? OJ_I64
+                           : (op == OJ_RED_ANY || op == OJ_RED_ALL) ? OJ_BOOL
+                                                                     : OJ_F32;
+            pr out = empty(3, os, odt);
+            pr idx = empty(3, os, OJ_I64);
+            bool want_idx = single && (op == OJ_RED_MAX || op == OJ_RED_MIN);
+            BOTH(E->backend->reduce(E, (oj_reduce_op)op, T(out), want_idx ? T(idx) : NULL, T(x),
+                                    mask, op == OJ_RED_VAR ? 1.0 : 0.0));
+            char what[64];
+            snprintf(what, sizeof what, "reduce op %d mask %u", op, mask);
+            cmp(out, 1e-6, what);
+            if (want_idx) cmp(idx, 0, "reduce max/min index");
+        }
+    }
+    /* integer input summed into i64; a bool input into bool any/all; f64 */
+    int64_t s2[2] = {9, 50};
+    pr xi = rint_(2, s2, OJ_I32, -1000, 1000);
+    int64_t o2[2] = {9, 1};
+    pr oi = empty(2, o2, OJ_I64);
+    BOTH(E->backend->reduce(E, OJ_RED_SUM, T(oi), NULL, T(xi), 2u, 0));
+    cmp(oi, 0, "reduce sum i32 -> i64");
+    pr xd = rnd(2, s2, OJ_F64, -1, 1);
+    pr od = empty(2, o2, OJ_F64);
+    BOTH(E->backend->reduce(E, OJ_RED_VAR, T(od), NULL, T(xd), 2u, 0.0));
+    cmp(od, 1e-12, "reduce var f64");
+    /* a long reduction (block path) in bf16 */
+    int64_t s3[1] = {100000}, o3[1] = {1};
+    pr xb = rnd(1, s3, OJ_BF16, -1, 1);
+    pr ob = empty(1, o3, OJ_F32);
+    BOTH(E->backend->reduce(E, OJ_RED_SUM, T(ob), NULL, T(xb), 1u, 0));
+    cmp(ob, 1e-6, "reduce long sum");
+    /* empty reduced dim: sum 0, prod 1, logsumexp -inf */
+    int64_t s0[2] = {3, 0}, o0[2] = {3, 1};
+    pr x0 = empty(2, s0, OJ_F32);
+    oj_reduce_op eops[3] = {OJ_RED_SUM, OJ_RED_PROD, OJ_RED_LOGSUMEXP};
+    for (int k = 0; k < 3; k++) {
+        pr o = empty(2, o0, OJ_F32);
+        BOTH(E->backend->reduce(E, eops[k], T(o), NULL, T(x0), 2u, 0));
+        cmp(o, 0, "reduce over an empty dim");
+    }
+}
+
+static void test_cumsum(void **state) {
+    (void)state;
+    int64_t s[2] = {5, 300};
+    pr x = rnd(2, s, OJ_F32, -1, 1);
+    for (int dim = 0; dim < 2; dim++)
+        for (int rev = 0; rev < 2; rev++) {
+            pr out = empty(2, s, OJ_F32);
+            BOTH(E->backend->cumsum(E, T(out), T(x), dim, rev != 0));
+            cmp(out, 1e-6, "cumsum f32");
+        }
+    pr xi = rint_(2, s, OJ_I32, -50, 50);
+    pr oi = empty(2, s, OJ_I64);
+    BOTH(E->backend->cumsum(E, T(oi), T(xi), 1, false));
+    cmp(oi, 0, "cumsum i32 -> i64");
+    pr xs = rnd(0, NULL, OJ_F32, -1, 1);
+    pr os = empty(0, NULL, OJ_F32);
+    BOTH(E->backend->cumsum(E, T(os), T(xs), 0, false));
+    cmp(os, 0, "cumsum rank 0");
+}
+
+/* ================================================================ matmul */
+
+/* a [bt, m, k] (transposed storage when ta), b [bt|1, k, n]. */
+static void one_matmul(oj_dtype dt, int64_t bt, int64_t m, int64_t k, int64_t n, bool ta,
+                       bool bshared, bool accumulate, bool fast, double rtol, bool normwise,
+                       const char *what) {
+    oj_engine *ce = fast ? cpuf : cpu, *ge = fast ? gpuf : gpu;
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = ce;
+    gpu = ge;
+    int64_t sa[3] = {bt, ta ? k : m, ta ? m : k}, sb[3] = {bshared ? 1 : bt, k, n};
+    int64_t so[3] = {bt, m, n};
+    pr a = rnd(3, sa, dt, -1, 1), b = rnd(3, sb, dt, -1, 1);
+    int tp[3] = {0, 2, 1};
+    pr av = ta ? perm(a, 3, tp) : a;
+    pr bv = bshared ? expand(b, 3, (int64_t[3]){bt, k, n}) : b;
+    pr out = accumulate ? rnd(3, so, dt, -1, 1) : empty(3, so, dt);
+    BOTH(E->backend->matmul(E, T(out), T(av), T(bv), accumulate));
+    cmp_tensors(out.t[1], out.t[0], rtol, normwise, what);
+    cpu = save_c;
+    gpu = save_g;
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    one_matmul(OJ_F32, 3, 17, 33, 9, false, false, false, false, 1e-5, false, "matmul f32");
+    one_matmul(OJ_F32, 3, 17, 33, 9, true, true, false, false, 1e-5, false,
+               "matmul f32 a transposed, b shared");
+    one_matmul(OJ_F32, 2, 5, 64, 130, false, false, true, false, 1e-5, false,
+               "matmul f32 accumulate");
+    one_matmul(OJ_F32, 1, 1, 40, 1, false, false, false, false, 1e-5, false, "matmul 1x1");
+    one_matmul(OJ_F32, 2, 4, 0, 3, false, false, false, false, 0, false, "matmul K = 0");
+    one_matmul(OJ_F32, 2, 4, 0, 3, false, false, true, false, 0, false, "matmul K = 0 accumulate");
+    one_matmul(OJ_F64, 2, 9, 31, 7, true, false, false, false, 1e-12, false, "matmul f64");
+    one_matmul(OJ_BF16, 2, 16, 24, 8, false, false, false, false, 1e-2, false, "matmul bf16");
+    one_matmul(OJ_BF16, 2, 16, 24, 8, true, false, true, false, 1e-2, false,
+               "matmul bf16 transposed accumulate");
+    one_matmul(OJ_F16, 2, 16, 24, 8, false, true, false, false, 2e-3, false, "matmul f16");
+    /* FAST: TF32 allowed on the GPU (OpenBLAS on the CPU) */
+    one_matmul(OJ_F32, 2, 64, 256, 48, false, false, false, true, 2e-3, true, "matmul f32 FAST");
+    /* an operand cuBLAS cannot take as is (both strides > 1): packed first */
+    pr a = rnd(3, (int64_t[3]){2, 12, 20}, OJ_F32, -1, 1);
+    pr av; /* [2, 6, 10], strides (240, 40, 2) */
+    for (int sd = 0; sd < 2; sd++)
+        assert_non_null(av.t[sd] = oj_slice(oj_slice(a.t[sd], 1, 0, 12, 2), 2, 0, 20, 2));
+    pr b = rnd(3, (int64_t[3]){2, 10, 6}, OJ_F32, -1, 1);
+    pr out = empty(3, (int64_t[3]){2, 6, 6}, OJ_F32);
+    BOTH(E->backend->matmul(E, T(out), T(av), T(b), false));
+    cmp(out, 1e-5, "matmul packed operand");
+}
+
+/* ================================================================ nn */
+
+static void test_embedding(void **state) {
+    (void)state;
+    int64_t V = 50, C = 24, N = 37;
+    oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F64};
+    for (int k = 0; k < 3; k++) {
+        pr w = rnd(2, (int64_t[2]){V, C}, dts[k], -1, 1);
+        pr idx = rint_(1, &N, k == 1 ? OJ_I32 : OJ_I64, 0, 9); /* many repeats */
+        pr out = empty(2, (int64_t[2]){N, C}, dts[k]);
+        BOTH(E->backend->embedding_forward(E, T(out), T(w), T(idx)));
+        cmp(out, 0, "embedding forward");
+        pr g = rnd(2, (int64_t[2]){N, C}, dts[k], -1, 1);
+        pr dw = empty(2, (int64_t[2]){V, C}, dts[k]);
+        BOTH(E->backend->embedding_backward(E, T(dw), T(g), T(idx)));
+        cmp(dw, 0, "embedding backward (bit-identical)");
+    }
+    /* a bad index: OJ_ERR_OUT_OF_RANGE with the CPU's message */
+    double iv[5] = {1, 2, 50, 3, -1};
+    pr bad = up(1, (int64_t[1]){5}, OJ_I64, iv);
+    pr w = rnd(2, (int64_t[2]){V, C}, OJ_F32, -1, 1);
+    pr out = empty(2, (int64_t[2]){5, C}, OJ_F32);
+    char msg[2][1024];
+    for (SIDE = 0; SIDE < 2; SIDE++) {
+        assert_int_equal(E->backend->embedding_forward(E, T(out), T(w), T(bad)), OJ_ERR_OUT_OF_RANGE);
+        snprintf(msg[SIDE], sizeof msg[SIDE], "%s", oj_last_error(E));
+        oj_clear_error(E);
+    }
+    SIDE = 0;
+    assert_string_equal(msg[1], msg[0]);
+}
+
+static void test_norms(void **state) {
+    (void)state;
+    int64_t Cs[3] = {7, 300, 1024};
+    oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F64};
+    for (int k = 0; k < 3; k++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int affine = 0; affine < 2; affine++) {
+                int64_t N = 13, C = Cs[ci], s[2] = {N, C};
+                oj_dtype dt = dts[k], sdt = dt == OJ_F64 ? OJ_F64 : OJ_F32;
+                pr x = rnd(2, s, dt, -2, 3);
+                pr w = rnd(1, &C, dt, 0.5, 1.5), b = rnd(1, &C, dt, -1, 1);
+                pr out = empty(2, s, dt), mean = empty(1, &N, sdt), rstd = empty(1, &N, sdt);
+                double rt = tol(dt, 1e-5);
+                BOTH(E->backend->layer_norm_forward(E, T(out), T(mean), T(rstd), T(x),
+                                                    affine ? T(w) : NULL, affine ? T(b) : NULL,
+                                                    1e-5));
+                cmp(out, rt, "layer_norm forward");
+                cmp(mean, tol(sdt, 1e-6), "layer_norm mean");
+                cmp(rstd, tol(sdt, 1e-6), "layer_norm rstd");
+                pr dy = rnd(2, s, dt, -1, 1);
+                pr dx = empty(2, s, dt), dw = empty(1, &C, dt), db = empty(1, &C, dt);
+                BOTH(E->backend->layer_norm_backward(E, T(dx), T(dw), T(db), T(dy), T(x),
+                                                     T(mean), T(rstd), affine ? T(w) : NULL));
+                cmp(dx, rt, "layer_norm dx");
+                cmp(dw, rt, "layer_norm dweight");
+                cmp(db, rt, "layer_norm dbias");
+                pr ro = empty(2, s, dt), rr = empty(1, &N, sdt);
+                BOTH(E->backend->rms_norm_forward(E, T(ro), T(rr), T(x), affine ? T(w) : NULL,
+                                                  1e-6));
+                cmp(ro, rt, "rms_norm forward");
+                cmp(rr, tol(sdt, 1e-6), "rms_norm rstd");
+                pr rdx = empty(2, s, dt), rdw = empty(1, &C, dt);
+                BOTH(E->backend->rms_norm_backward(E, T(rdx), T(rdw), T(dy), T(x), T(rr),
+                                                   affine ? T(w) : NULL));
+                cmp(rdx, rt, "rms_norm dx");
+                cmp(rdw, rt, "rms_norm dweight");
+                /* outputs not wanted */
+                pr dx2 = empty(2, s, dt);
+                BOTH(E->backend->layer_norm_backward(E, T(dx2), NULL, NULL, T(dy), T(x), T(mean),
+                                                     T(rstd), affine ? T(w) : NULL));
+                cmp(dx2, rt, "layer_norm dx only");
+                pr rdw2 = empty(1, &C, dt);
+                BOTH(E->backend->rms_norm_backward(E, NULL, T(rdw2), T(dy), T(x), T(rr),
+                                                   affine ? T(w) : NULL));
+                cmp(rdw2, rt, "rms_norm dweight only");
+            }
+}
+
+static void test_softmax(void **state) {
+    (void)state;
+    int64_t s[3] = {4, 37, 5};
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++)
+        for (int dim = 0; dim < 3; dim++)
+            for (int lg = 0; lg < 2; lg++) {
+                pr x = rnd(3, s, dts[k], -4, 4);
+                pr y = empty(3, s, dts[k]);
+                BOTH(E->backend->softmax_forward(E, T(y), T(x), dim, lg != 0));
+                cmp(y, tol(dts[k], 1e-5), "softmax forward");
+                pr yc = cpu_result(y); /* the CPU's y on both */
+                pr dy = rnd(3, s, dts[k], -1, 1);
+                pr dx = empty(3, s, dts[k]);
+                BOTH(E->backend->softmax_backward(E, T(dx), T(yc), T(dy), dim, lg != 0));
+                cmp(dx, tol(dts[k], 1e-5), "softmax backward");
+            }
+    /* a long row (block loop) */
+    int64_t sl[2] = {3, 5000};
+    pr x = rnd(2, sl, OJ_F32, -5, 5);
+    pr y = empty(2, sl, OJ_F32);
+    BOTH(E->backend->softmax_forward(E, T(y), T(x), 1, true));
+    cmp(y, 1e-5, "log_softmax long row");
+}
+
+static void test_class_losses(void **state) {
+    (void)state;
+    int64_t N = 9, V = 1000, s[2] = {N, V};
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++)
+        for (int ls = 0; ls < 2; ls++) {
+            oj_dtype dt = dts[k];
+            pr x = rnd(2, s, dt, -3, 3);
+            double tv[9] = {5, 999, 0, -100, 17, 3, 3, 500, 42}; /* -100 ignored */
+            pr t = up(1, &N, ls ? OJ_I32 : OJ_I64, tv);
+            pr loss = empty(1, &N, OJ_F32), lse = empty(1, &N, OJ_F32);
+            int64_t nv[2] = {-1, -1};
+            double eps = ls ? 0.1 : 0.0;
+            BOTH(E->backend->cross_entropy_forward(E, T(loss), T(lse), T(x), T(t), -100, eps,
+                                                   &nv[SIDE]));
+            assert_int_equal(nv[1], nv[0]);
+            assert_int_equal(nv[0], 8);
+            cmp(loss, 1e-5, "cross_entropy loss");
+            cmp(lse, 1e-6, "cross_entropy lse");
+            /* backward: dloss broadcast (stride 0) and per row */
+            pr g1 = rnd(1, (int64_t[1]){1}, OJ_F32, 0.5, 1.5);
+            pr gb = expand(g1, 1, &N);
+            pr dx = empty(2, s, dt);
+            BOTH(E->backend->cross_entropy_backward(E, T(dx), T(x), T(t), T(lse), T(gb), 1.0 / 8,
+                                                    -100, eps));
+            cmp(dx, tol(dt, 1e-5), "cross_entropy backward (broadcast dloss)");
+            pr gr = rnd(1, &N, OJ_F32, -1, 1);
+            BOTH(E->backend->cross_entropy_backward(E, T(dx), T(x), T(t), T(lse), T(gr), 1.0,
+                                                    -100, eps));
+            cmp(dx, tol(dt, 1e-5), "cross_entropy backward");
+            /* nll over log-probabilities */
+            pr nl = empty(1, &N, OJ_F32);
+            BOTH(E->backend->nll_loss_forward(E, T(nl), T(x), T(t), -100, &nv[SIDE]));
+            assert_int_equal(nv[1], nv[0]);
+            cmp(nl, 0, "nll_loss forward");
+            pr ndx = empty(2, s, dt);
+            BOTH(E->backend->nll_loss_backward(E, T(ndx), T(t), T(gr), 0.5, -100));
+            cmp(ndx, 0, "nll_loss backward");
+        }
+    /* a bad target: the CPU's error, word for word */
+    double tv[3] = {1, 1000, 2};
+    pr t = up(1, (int64_t[1]){3}, OJ_I64, tv);
+    pr x = rnd(2, (int64_t[2]){3, V}, OJ_F32, -1, 1);
+    pr loss = empty(1, (int64_t[1]){3}, OJ_F32);
+    char msg[2][2][1024];
+    int64_t nv;
+    for (SIDE = 0; SIDE < 2; SIDE++) {
+        assert_int_equal(E->backend->cross_entropy_forward(E, T(loss), NULL, T(x), T(t), -100, 0,
+                                                           &nv),
+                         OJ_ERR_OUT_OF_RANGE);
+        snprintf(msg[SIDE][0], sizeof msg[SIDE][0], "%s", oj_last_error(E));
+        oj_clear_error(E);
+        assert_int_equal(E->backend->nll_loss_forward(E, T(loss), T(x), T(t), -100, &nv),
+                         OJ_ERR_OUT_OF_RANGE);
+        snprintf(msg[SIDE][1], sizeof msg[SIDE][1], "%s", oj_last_error(E));
+        oj_clear_error(E);
+    }
+    SIDE = 0;
+    assert_string_equal(msg[1][0], msg[0][0]);
+    assert_string_equal(msg[1][1], msg[0][1]);
+}
+
+typedef struct {
+    int64_t B, H, Hkv, T, S, D, Dv;
+    bool causal;
+    int mask; /* 0 none, 1 bool [B,1,T,S] broadcast, 2 float [1,1,T,S] */
+    oj_dtype dt;
+    bool q_strided;
+} attn_case;
+
+static void one_attention(const attn_case *c, double rtol) {
+    int64_t B = c->B, H = c->H, Hkv = c->Hkv, Tq = c->T, S = c->S, D = c->D, Dv = c->Dv;
+    oj_dtype dt = c->dt, sdt = dt == OJ_F64 ? OJ_F64 : OJ_F32;
+    pr q;
+    if (c->q_strided) { /* stored [B, T, H, D], viewed [B, H, T, D] */
+        pr q0 = rnd(4, (int64_t[4]){B, Tq, H, D}, dt, -1, 1);
+        q = perm(q0, 4, (int[4]){0, 2, 1, 3});
+    } else {
+        q = rnd(4, (int64_t[4]){B, H, Tq, D}, dt, -1, 1);
+    }
+    pr k = rnd(4, (int64_t[4]){B, Hkv, S, D}, dt, -1, 1);
+    pr v = rnd(4, (int64_t[4]){B, Hkv, S, Dv}, dt, -1, 1);
+    int64_t full[4] = {B, H, Tq, S};
+    pr mask = {{NULL, NULL}};
+    if (c->mask == 1) {
+        int64_t n = B * Tq * S;
+        double *mv = malloc((size_t)n * sizeof *mv);
+        for (int64_t i = 0; i < n; i++) mv[i] = urand() < 0.7;
+        /* one query row of batch 0 fully masked: out 0, lse -inf */
+        for (int64_t j = 0; j < S && Tq > 1; j++) mv[1 * S + j] = 0;
+        pr m0 = up(4, (int64_t[4]){B, 1, Tq, S}, OJ_BOOL, mv);
+        free(mv);
+        mask = expand(m0, 4, full);
+    } else if (c->mask == 2) {
+        pr m0 = rnd(4, (int64_t[4]){1, 1, Tq, S}, dt, -2, 0.5);
+        mask = expand(m0, 4, full);
+    }
+    pr out = empty(4, (int64_t[4]){B, H, Tq, Dv}, dt);
+    pr lse = empty(3, (int64_t[3]){B, H, Tq}, sdt);
+    double scale = 1.0 / sqrt((double)D);
+    BOTH(E->backend->attention_forward(E, T(out), T(lse), T(q), T(k), T(v),
+                                       c->mask ? T(mask) : NULL, c->causal, scale));
+    char what[160];
+    snprintf(what, sizeof what, "attention forward B%lld H%lld/%lld T%lld S%lld D%lld/%lld %s%s mask %d",
+             (long long)B, (long long)H, (long long)Hkv, (long long)Tq, (long long)S, (long long)D,
+             (long long)Dv, oj_dtype_name(dt), c->causal ? " causal" : "", c->mask);
+    cmp(out, rtol, what);
+    cmp(lse, rtol, "attention lse");
+    /* backward from the CPU's out and lse, dout strided */
+    pr oc = cpu_result(out), lc = cpu_result(lse);
+    pr g0 = rnd(4, (int64_t[4]){B, Tq, H, Dv}, dt, -1, 1);
+    pr g = perm(g0, 4, (int[4]){0, 2, 1, 3});
+    pr dq = empty(4, (int64_t[4]){B, H, Tq, D}, dt);
+    pr dk = empty(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    pr dv = empty(4, (int64_t[4]){B, Hkv, S, Dv}, dt);
+    BOTH(E->backend->attention_backward(E, T(dq), T(dk), T(dv), T(g), T(q), T(k), T(v), T(oc),
+                                        T(lc), c->mask ? T(mask) : NULL, c->causal, scale));
+    snprintf(what + strlen(what), sizeof what - strlen(what), " dq");
+    cmp(dq, rtol, what);
+    cmp(dk, rtol, "attention dk");
+    cmp(dv, rtol, "attention dv");
+    /* only dk (dq and dv not wanted) */
+    pr dk2 = empty(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    BOTH(E->backend->attention_backward(E, NULL, T(dk2), NULL, T(g), T(q), T(k), T(v), T(oc),
+                                        T(lc), c->mask ? T(mask) : NULL, c->causal, scale));
+    cmp(dk2, rtol, "attention dk only");
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    attn_case cases[] = {
+        {2, 4, 2, 37, 37, 16, 16, true, 0, OJ_F32, false},
+        {1, 2, 2, 5, 70, 64, 32, true, 0, OJ_F32, true},   /* T < S: bottom-right causal */
+        {2, 2, 1, 33, 20, 32, 32, false, 1, OJ_F32, false}, /* bool mask, a fully masked row */
+        {1, 3, 3, 19, 45, 8, 24, true, 2, OJ_F32, true},   /* float mask */
+        {1, 2, 1, 40, 40, 256, 256, true, 0, OJ_F32, false}, /* largest head dim */
+        {1, 2, 2, 17, 23, 40, 40, false, 0, OJ_F32, false},  /* D not a multiple of 32 */
+        {2, 2, 1, 21, 21, 16, 16, true, 1, OJ_F64, false},
+        {1, 4, 2, 32, 32, 64, 64, true, 0, OJ_BF16, false},
+        {1, 2, 2, 9, 9, 64, 64, false, 0, OJ_F16, false},
+        {1, 1, 1, 70, 70, 128, 128, true, 0, OJ_F32, false}, /* several tiles */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        one_attention(&cases[i], tol(cases[i].dt, 2e-5));
+}
+
+static void test_rotary_dropout(void **state) {
+    (void)state;
+    int64_t s[4] = {2, 3, 10, 8};
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++)
+        for (int inv = 0; inv < 2; inv++) {
+            pr x = rnd(4, s, dts[k], -1, 1);
+            pr out = empty(4, s, dts[k]);
+            BOTH(E->backend->rotary_embedding(E, T(out), T(x), 5, 10000.0, inv != 0));
+            cmp(out, tol(dts[k], 1e-6), "rotary_embedding");
+        }
+    int64_t n = 1001;
+    for (int k = 0; k < 2; k++) {
+        pr x = rnd(1, &n, dts[k], -1, 1);
+        double ps[3] = {0.3, 0.0, 1.0};
+        for (int pi = 0; pi < 3; pi++) {
+            pr out = empty(1, &n, dts[k]);
+            BOTH(E->backend->dropout(E, T(out), T(x), ps[pi], 4242, 99));
+            cmp(out, 0, "dropout (same mask)");
+        }
+    }
+}
+
+/* ================================================================ indexing, conv */
+
+static void test_index(void **state) {
+    (void)state;
+    int64_t sx[3] = {5, 6, 7};
+    oj_dtype dts[3] = {OJ_F32, OJ_I64, OJ_BF16};
+    for (int k = 0; k < 3; k++) {
+        oj_dtype dt = dts[k];
+        pr x = dt == OJ_I64 ? rint_(3, sx, dt, -9, 9) : rnd(3, sx, dt, -1, 1);
+        for (int dim = 0; dim < 3; dim++) {
+            int64_t si[3] = {4, 5, 6};
+            pr idx = rint_(3, si, OJ_I64, 0, sx[dim] - 1);
+            pr out = empty(3, si, dt);
+            BOTH(E->backend->gather(E, T(out), T(x), dim, T(idx)));
+            cmp(out, 0, "gather");
+            pr src = dt == OJ_I64 ? rint_(3, si, dt, -9, 9) : rnd(3, si, dt, -1, 1);
+            pr acc = dup(x);
+            BOTH(E->backend->scatter_add(E, T(acc), dim, T(idx), T(src)));
+            cmp(acc, 0, "scatter_add");
+            int64_t K = 9;
+            pr i1 = rint_(1, &K, OJ_I32, 0, sx[dim] - 1);
+            int64_t so[3] = {5, 6, 7};
+            so[dim] = K;
+            pr sel = empty(3, so, dt);
+            BOTH(E->backend->index_select(E, T(sel), T(x), dim, T(i1)));
+            cmp(sel, 0, "index_select");
+            pr src2 = dt == OJ_I64 ? rint_(3, so, dt, -9, 9) : rnd(3, so, dt, -1, 1);
+            pr acc2 = dup(x);
+            BOTH(E->backend->index_add(E, T(acc2), dim, T(i1), T(src2), dt == OJ_I64 ? 2.0 : 0.5));
+            cmp(acc2, 0, "index_add");
+        }
+    }
+    /* strided index (a transposed view) and rank-0 index_select */
+    pr x = rnd(2, (int64_t[2]){4, 5}, OJ_F32, -1, 1);
+    pr i0 = rint_(2, (int64_t[2]){5, 4}, OJ_I64, 0, 4);
+    pr it = perm(i0, 2, (int[2]){1, 0});
+    pr out = empty(2, (int64_t[2]){4, 5}, OJ_F32);
+    BOTH(E->backend->gather(E, T(out), T(x), 1, T(it)));
+    cmp(out, 0, "gather strided index");
+    double one = 3;
+    pr isc = up(0, NULL, OJ_I64, &one);
+    pr o1 = empty(2, (int64_t[2]){4, 1}, OJ_F32);
+    BOTH(E->backend->index_select(E, T(o1), T(x), 1, T(isc)));
+    cmp(o1, 0, "index_select rank-0 index");
+    /* bad indices: the CPU's message */
+    double bad[4] = {0, 1, 7, 2};
+    pr ib = up(2, (int64_t[2]){2, 2}, OJ_I64, bad);
+    pr ob = empty(2, (int64_t[2]){2, 2}, OJ_F32);
+    pr i1b = up(1, (int64_t[1]){4}, OJ_I64, bad);
+    pr ob2 = empty(2, (int64_t[2]){4, 4}, OJ_F32);
+    char msg[2][2][1024];
+    for (SIDE = 0; SIDE < 2; SIDE++) {
+        assert_int_equal(E->backend->gather(E, T(ob), T(x), 1, T(ib)), OJ_ERR_OUT_OF_RANGE);
+        snprintf(msg[SIDE][0], sizeof msg[SIDE][0], "%s", oj_last_error(E));
+        oj_clear_error(E);
+        assert_int_equal(E->backend->index_select(E, T(ob2), T(x), 1, T(i1b)), OJ_ERR_OUT_OF_RANGE);
+        snprintf(msg[SIDE][1], sizeof msg[SIDE][1], "%s", oj_last_error(E));
+        oj_clear_error(E);
+    }
+    SIDE = 0;
+    assert_string_equal(msg[1][0], msg[0][0]);
+    assert_string_equal(msg[1][1], msg[0][1]);
+}
+
+static void test_im2col(void **state) {
+    (void)state;
+    int64_t s[4] = {2, 3, 9, 8};
+    oj_im2col_args a = {.kh = 3, .kw = 2, .sh = 2, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 2};
+    a.oh = (9 + 2 * 1 - 1 * (3 - 1) - 1) / 2 + 1;
+    a.ow = (8 + 2 * 1 - 2 * (2 - 1) - 1) / 1 + 1;
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++) {
+        pr x0 = rnd(4, (int64_t[4]){2, 9, 3, 8}, dts[k], -1, 1);
+        pr x = perm(x0, 4, (int[4]){0, 2, 1, 3}); /* strided [2, 3, 9, 8] */
+        int64_t cs[3] = {2, 3 * 3 * 2, a.oh * a.ow};
+        pr cols = empty(3, cs, dts[k]);
+        BOTH(E->backend->im2col(E, T(cols), T(x), &a, -0.5));
+        cmp(cols, 0, "im2col");
+        pr back = empty(4, s, dts[k]);
+        pr g = rnd(3, cs, dts[k], -1, 1);
+        BOTH(E->backend->col2im(E, T(back), T(g), &a));
+        cmp(back, 0, "col2im (same order, same bits)");
+    }
+}
+
+/* ================================================================ optimizers */
+
+static void test_optim(void **state) {
+    (void)state;
+    int64_t n = 1000;
+    oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int k = 0; k < 2; k++) {
+        oj_dtype dt = dts[k];
+        for (int dec = 0; dec < 2; dec++) {
+            pr p = rnd(1, &n, dt, -1, 1), g = rnd(1, &n, dt, -1, 1);
+            pr m = rnd(1, &n, dt, -0.1, 0.1), v = rnd(1, &n, dt, 0.001, 0.1);
+            oj_adam_args a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                              .weight_decay = 0.1, .bias_correction1 = 1 - pow(0.9, 3),
+                              .bias_correction2 = 1 - pow(0.95, 3), .decoupled = dec != 0};
+            BOTH(E->backend->adam_step(E, T(p), T(g), T(m), T(v), &a, true));
+            BOTH(E->backend->adam_step(E, T(p), T(g), T(m), T(v), &a, false));
+            cmp(p, 0, "adam param (bit-identical)");
+            cmp(m, 0, "adam exp_avg");
+            cmp(v, 0, "adam exp_avg_sq");
+        }
+        for (int variant = 0; variant < 4; variant++) {
+            pr p = rnd(1, &n, dt, -1, 1), g = rnd(1, &n, dt, -1, 1), buf = rnd(1, &n, dt, -1, 1);
+            oj_sgd_args a = {.lr = 0.1, .momentum = variant ? 0.9 : 0.0, .dampening = variant == 2 ? 0.1 : 0,
+                             .weight_decay = 0.01, .nesterov = variant == 3, .first = variant == 1};
+            BOTH(E->backend->sgd_step(E, T(p), T(g), variant ? T(buf) : NULL, &a, false));
+            cmp(p, 0, "sgd param");
+            cmp(buf, 0, "sgd momentum buffer");
+        }
+        pr buf = rnd(1, &n, dt, -1, 1), g = rnd(1, &n, dt, -1, 1), u = empty(1, &n, dt);
+        BOTH(E->backend->muon_momentum(E, T(buf), T(g), T(u), 0.95, true));
+        cmp(u, 0, "muon update");
+        cmp(buf, 0, "muon buffer unchanged");
+        BOTH(E->backend->muon_momentum(E, T(buf), T(g), NULL, 0.95, false));
+        cmp(buf, 0, "muon buffer");
+        pr p = rnd(1, &n, dt, -1, 1);
+        BOTH(E->backend->apply_update(E, T(p), T(u), -0.02, 1.5, 0.999, false));
+        cmp(p, 0, "apply_update");
+        double ss[2];
+        BOTH(E->backend->sum_squares(E, T(p), &ss[SIDE]));
+        assert_true(fabs(ss[1] - ss[0]) <= 1e-12 * fabs(ss[0]));
+    }
+    /* a non-finite gradient: check_only reports OJ_ERR_NUMERIC on both and
+     * changes nothing */
+    double gv[4] = {1, INFINITY, 2, 3};
+    pr g = up(1, (int64_t[1]){4}, OJ_F32, gv);
+    pr p = rnd(1, (int64_t[1]){4}, OJ_F32, -1, 1);
+    pr p0 = dup(p);
+    pr m = rnd(1, (int64_t[1]){4}, OJ_F32, -1, 1), v = rnd(1, (int64_t[1]){4}, OJ_F32, 0.1, 1);
+    oj_adam_args a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                      .bias_correction1 = 0.1, .bias_correction2 = 0.05, .decoupled = true};
+    for (SIDE = 0; SIDE < 2; SIDE++) {
+        assert_int_equal(E->backend->adam_step(E, T(p), T(g), T(m), T(v), &a, true), OJ_ERR_NUMERIC);
+        assert_int_equal(oj_last_status(E), OJ_OK);
+    }
+    SIDE = 0;
+    cmp_tensors(p.t[1], p0.t[1], 0, false, "adam check_only changed nothing");
+    /* a long sum of squares (several blocks) */
+    int64_t big = 300001;
+    pr x = rnd(1, &big, OJ_F32, -1, 1);
+    double ss[2];
+    BOTH(E->backend->sum_squares(E, T(x), &ss[SIDE]));
+    assert_true(fabs(ss[1] - ss[0]) <= 1e-12 * fabs(ss[0]));
+}
+
+/* ================================================================ ops: forward and backward */
+
+/* Leaves requiring grad on both engines. */
+static pr leaf(int rank, const int64_t *shape, double lo, double hi) {
+    pr p = rnd(rank, shape, OJ_F32, lo, hi);
+    for (int s = 0; s < 2; s++) assert_non_null(oj_set_requires_grad(p.t[s], true));
+    return p;
+}
+
+static void cmp_grad(pr p, double rtol, const char *what) {
+    oj_tensor *gc = oj_grad(p.t[0]), *gg = oj_grad(p.t[1]);
+    if (gc == NULL || gg == NULL) fail_msg("%s: missing gradient (cpu %p cuda %p)", what, (void *)gc, (void *)gg);
+    cmp_tensors(gg, gc, rtol, false, what);
+}
+
+static void backward_both(pr loss) {
+    for (int s = 0; s < 2; s++) {
+        oj_status st = oj_backward(loss.t[s], false);
+        if (st != OJ_OK) fail_msg("backward on %s: %s", s ? "cuda" : "cpu", oj_last_error(s ? gpu : cpu));
+    }
+}
+
+static void test_ops_mlp_backward(void **state) {
+    (void)state;
+    pr x = leaf(2, (int64_t[2]){6, 8}, -1, 1);
+    pr w = leaf(2, (int64_t[2]){16, 8}, -0.5, 0.5);
+    pr b = leaf(1, (int64_t[1]){16}, -0.1, 0.1);
+    pr lw = leaf(1, (int64_t[1]){16}, 0.5, 1.5);
+    pr y, loss;
+    for (int s = 0; s < 2; s++) {
+        oj_tensor *h = oj_linear(x.t[s], w.t[s], b.t[s]);
+        h = oj_gelu_tanh(h);
+        h = oj_layer_norm(h, lw.t[s], NULL, 1e-5);
+        h = oj_mul(h, oj_sigmoid(h));
+        y.t[s] = h;
+        loss.t[s] = oj_mean_all(oj_square(h));
+        assert_non_null(loss.t[s]);
+    }
+    cmp(y, 1e-5, "mlp forward");
+    cmp(loss, 1e-5, "mlp loss");
+    backward_both(loss);
+    cmp_grad(x, 1e-4, "mlp dx");
+    cmp_grad(w, 1e-4, "mlp dW");
+    cmp_grad(b, 1e-4, "mlp db");
+    cmp_grad(lw, 1e-4, "mlp d(norm weight)");
+}
+
+static void test_ops_attention_backward(void **state) {
+    (void)state;
+    pr q = leaf(4, (int64_t[4]){2, 4, 12, 16}, -1, 1);
+    pr k = leaf(4, (int64_t[4]){2, 2, 12, 16}, -1, 1);
+    pr v = leaf(4, (int64_t[4]){2, 2, 12, 16}, -1, 1);
+    pr loss;
+    for (int s = 0; s < 2; s++) {
+        oj_tensor *qr = oj_rotary_embedding(q.t[s], 0, 10000.0);
+        oj_tensor *kr = oj_rotary_embedding(k.t[s], 0, 10000.0);
+        oj_tensor *o = oj_scaled_dot_product_attention(qr, kr, v.t[s], NULL, true, NAN);
+        loss.t[s] = oj_sum_all(oj_mul(o, o));
+        assert_non_null(loss.t[s]);
+    }
+    cmp(loss, 1e-5, "attention loss");
+    backward_both(loss);
+    cmp_grad(q, 1e-4, "attention dq");
+    cmp_grad(k, 1e-4, "attention dk");
+    cmp_grad(v, 1e-4, "attention dv");
+}
+
+static void test_ops_losses_backward(void **state) {
+    (void)state;
+    pr emb = leaf(2, (int64_t[2]){30, 12}, -1, 1);
+    pr head = leaf(2, (int64_t[2]){30, 12}, -0.5, 0.5);
+    double iv[10] = {1, 4, 4, 29, 0, 7, 7, 7, 13, 2};
+    double tv[10] = {4, 4, 29, 0, 7, 7, -1, 13, 2, 1};
+    pr idx = up(2, (int64_t[2]){2, 5}, OJ_I64, iv);
+    pr tgt = up(2, (int64_t[2]){2, 5}, OJ_I64, tv);
+    pr loss;
+    for (int s = 0; s < 2; s++) {
+        oj_tensor *h = oj_embedding(emb.t[s], idx.t[s]);
+        h = oj_rms_norm(h, NULL, 1e-6);
+        oj_tensor *logits = oj_linear(h, head.t[s], NULL);
+        oj_tensor *ce = oj_cross_entropy(logits, tgt.t[s], -1, 0.05, OJ_REDUCTION_MEAN);
+        oj_tensor *ls = oj_log_softmax(logits, -1);
+        oj_tensor *nll = oj_nll_loss(ls, tgt.t[s], -1, OJ_REDUCTION_SUM);
+        oj_tensor *sm = oj_softmax(logits, 1);
+        loss.t[s] = oj_add(oj_add(ce, oj_mul_scalar(nll, 0.1)), oj_mean_all(oj_mul(sm, sm)));
+        assert_non_null(loss.t[s]);
+    }
+    cmp(loss, 1e-5, "losses");
+    backward_both(loss);
+    cmp_grad(emb, 1e-4, "embedding grad");
+    cmp_grad(head, 1e-4, "head grad");
+}
+
+static void test_ops_conv_index_backward(void **state) {
+    (void)state;
+    pr x = leaf(4, (int64_t[4]){2, 3, 8, 8}, -1, 1);
+    pr w = leaf(4, (int64_t[4]){4, 3, 3, 3}, -0.5, 0.5);
+    double iv[6] = {0, 2, 1, 1, 3, 0};
+    pr idx = up(1, (int64_t[1]){6}, OJ_I64, iv);
+    pr loss;
+    for (int s = 0; s < 2; s++) {
+        oj_tensor *y = oj_conv2d(x.t[s], w.t[s], NULL, (int64_t[2]){1, 1}, (int64_t[2]){1, 1},
+                                 (int64_t[2]){1, 1}, 1);
+        y = oj_max_pool2d(y, (int64_t[2]){2, 2}, NULL, (int64_t[2]){0, 0});
+        y = oj_index_select(y, 1, idx.t[s]);
+        oj_tensor *c = oj_cumsum(oj_flatten(y, 1, 3), 1);
+        loss.t[s] = oj_add(oj_mean_all(oj_tanh(c)), oj_logsumexp(oj_flatten(y, 0, 3), 0, NULL, false));
+        assert_non_null(loss.t[s]);
+    }
+    cmp(loss, 1e-5, "conv loss");
+    backward_both(loss);
+    cmp_grad(x, 1e-4, "conv dx");
+    cmp_grad(w, 1e-4, "conv dW");
+}
+
+/* ================================================================ devices, determinism */
+
+static void test_mixed_devices_refused(void **state) {
+    (void)state;
+    if (on_cpu) skip();
+    pr a = rnd(1, (int64_t[1]){4}, OJ_F32, -1, 1);
+    oj_tensor *r = oj_add(a.t[1], a.t[0]);
+    assert_null(r);
+    oj_status sg = oj_last_status(gpu), sc = oj_last_status(cpu);
+    assert_true(sg == OJ_ERR_DEVICE || sc == OJ_ERR_DEVICE);
+    oj_clear_error(gpu);
+    oj_clear_error(cpu);
+    assert_null(oj_matmul(a.t[0], a.t[1]));
+    assert_true(oj_last_status(gpu) == OJ_ERR_DEVICE || oj_last_status(cpu) == OJ_ERR_DEVICE);
+    oj_clear_error(gpu);
+    oj_clear_error(cpu);
+    assert_int_equal(oj_copy_(a.t[1], a.t[0]), OJ_ERR_DEVICE);
+    oj_clear_error(gpu);
+    oj_clear_error(cpu);
+}
+
+/* Bytes of a GPU tensor. */
+static void *bytes_of(oj_tensor *t, size_t *nb) {
+    *nb = (size_t)oj_numel(t) * oj_dtype_size(oj_tensor_dtype(t));
+    void *b = malloc(*nb + 1);
+    assert_int_equal(oj_to_host(t, b, *nb), OJ_OK);
+    return b;
+}
+
+static void same_bits(oj_tensor *a, oj_tensor *b, const char *what) {
+    size_t na, nb;
+    void *pa = bytes_of(a, &na), *pb = bytes_of(b, &nb);
+    assert_int_equal(na, nb);
+    if (memcmp(pa, pb, na) != 0) fail_msg("%s: two EXACT runs differ", what);
+    free(pa);
+    free(pb);
+}
+
+static void test_exact_bit_identical(void **state) {
+    (void)state;
+    SIDE = 1;
+    /* reductions */
+    int64_t s[2] = {3, 200000};
+    pr x = rnd(2, s, OJ_F32, -1, 1);
+    oj_tensor *r1 = oj_sum(T(x), 1, (int[1]){1}, false), *r2 = oj_sum(T(x), 1, (int[1]){1}, false);
+    same_bits(r1, r2, "sum");
+    oj_tensor *v1 = oj_var(T(x), 0, NULL, 1, false), *v2 = oj_var(T(x), 0, NULL, 1, false);
+    same_bits(v1, v2, "var");
+    /* embedding backward with heavy repeats */
+    int64_t V = 64, C = 256, N = 4096;
+    pr idx = rint_(1, &N, OJ_I64, 0, 7);
+    pr g = rnd(2, (int64_t[2]){N, C}, OJ_F32, -1, 1);
+    oj_tensor *dw[2];
+    for (int k = 0; k < 2; k++) {
+        dw[k] = oj_empty(gpu, 2, (int64_t[2]){V, C}, OJ_F32);
+        assert_int_equal(gpu->backend->embedding_backward(gpu, dw[k], T(g), T(idx)), OJ_OK);
+    }
+    same_bits(dw[0], dw[1], "embedding backward");
+    /* attention backward */
+    pr q = rnd(4, (int64_t[4]){2, 4, 64, 32}, OJ_F32, -1, 1);
+    pr k = rnd(4, (int64_t[4]){2, 2, 64, 32}, OJ_F32, -1, 1);
+    pr v = rnd(4, (int64_t[4]){2, 2, 64, 32}, OJ_F32, -1, 1);
+    pr o = empty(4, (int64_t[4]){2, 4, 64, 32}, OJ_F32);
+    pr l = empty(3, (int64_t[3]){2, 4, 64}, OJ_F32);
+    assert_int_equal(gpu->backend->attention_forward(gpu, T(o), T(l), T(q), T(k), T(v), NULL, true, 0.2),
+                     OJ_OK);
+    pr go = rnd(4, (int64_t[4]){2, 4, 64, 32}, OJ_F32, -1, 1);
+    oj_tensor *d[2][3];
+    for (int r = 0; r < 2; r++) {
+        d[r][0] = oj_empty(gpu, 4, (int64_t[4]){2, 4, 64, 32}, OJ_F32);
+        d[r][1] = oj_empty(gpu, 4, (int64_t[4]){2, 2, 64, 32}, OJ_F32);
+        d[r][2] = oj_empty(gpu, 4, (int64_t[4]){2, 2, 64, 32}, OJ_F32);
+        assert_int_equal(gpu->backend->attention_backward(gpu, d[r][0], d[r][1], d[r][2], T(go),
+                                                          T(q), T(k), T(v), T(o), T(l), NULL, true,
+                                                          0.2),
+                         OJ_OK);
+    }
+    same_bits(d[0][0], d[1][0], "attention dq");
+    same_bits(d[0][1], d[1][1], "attention dk");
+    same_bits(d[0][2], d[1][2], "attention dv");
+    /* matmul and norm weight gradients */
+    pr a = rnd(2, (int64_t[2]){300, 200}, OJ_F32, -1, 1), b = rnd(2, (int64_t[2]){200, 100}, OJ_F32, -1, 1);
+    same_bits(oj_matmul(T(a), T(b)), oj_matmul(T(a), T(b)), "matmul");
+    pr lnx = rnd(2, (int64_t[2]){5000, 64}, OJ_F32, -1, 1);
+    pr lny = rnd(2, (int64_t[2]){5000, 64}, OJ_F32, -1, 1);
+    pr mean = empty(1, (int64_t[1]){5000}, OJ_F32), rstd = empty(1, (int64_t[1]){5000}, OJ_F32);
+    pr lout = empty(2, (int64_t[2]){5000, 64}, OJ_F32);
+    assert_int_equal(gpu->backend->layer_norm_forward(gpu, T(lout), T(mean), T(rstd), T(lnx), NULL,
+                                                      NULL, 1e-5),
+                     OJ_OK);
+    oj_tensor *dws[2];
+    for (int r = 0; r < 2; r++) {
+        dws[r] = oj_empty(gpu, 1, (int64_t[1]){64}, OJ_F32);
+        assert_int_equal(gpu->backend->layer_norm_backward(gpu, NULL, dws[r], NULL, T(lny), T(lnx),
+                                                           T(mean), T(rstd), NULL),
+                         OJ_OK);
+    }
+    same_bits(dws[0], dws[1], "layer_norm dweight");
+    SIDE = 0;
+}
+
+int main(void) {
+    oj_engine_config c = oj_engine_config_default();
+    c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+    oj_engine *probe = NULL;
+    oj_error err = {0};
+    if (getenv("OJAS_GPU_TEST_ON_CPU") == NULL) {
+        if (oj_engine_create(&c, &probe, &err) != OJ_OK) {
+            printf("skipped: no CUDA device (%s)\n", err.message);
+            return 77;
+        }
+        oj_engine_free(probe);
+    } else {
+        printf("OJAS_GPU_TEST_ON_CPU: self-check with a second CPU engine in place of CUDA\n");
+    }
+#define T_(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
+    const struct CMUnitTest tests[] = {
+        T_(test_copy_fill),
+        T_(test_fill_keeps_outside),
+        T_(test_unary),
+        T_(test_binary_where),
+        T_(test_rand),
+        T_(test_reduce),
+        T_(test_cumsum),
+        T_(test_matmul),
+        T_(test_embedding),
+        T_(test_norms),
+        T_(test_softmax),
+        T_(test_class_losses),
+        T_(test_attention),
+        T_(test_rotary_dropout),
+        T_(test_index),
+        T_(test_im2col),
+        T_(test_optim),
+        T_(test_ops_mlp_backward),
+        T_(test_ops_attention_backward),
+        T_(test_ops_losses_backward),
+        T_(test_ops_conv_index_backward),
+        T_(test_mixed_devices_refused),
+        T_(test_exact_bit_identical),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
