@@ -1,4 +1,5 @@
 /* ojas generate: sample text from a checkpoint or a safetensors file. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,8 +83,10 @@ int cmd_generate(int argc, char **argv) {
         return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
     if (vocab == NULL || prompt == NULL) return cli_error(CLI_USAGE, "generate: --vocab and --prompt are required");
-    if (sc.temperature < 0 || !(sc.top_p > 0 && sc.top_p <= 1) || !(sc.repetition_penalty > 0))
-        return cli_error(CLI_USAGE, "generate: need temperature >= 0, 0 < top-p <= 1, repetition-penalty > 0");
+    if (!(sc.temperature >= 0) || isinf(sc.temperature) || !(sc.top_p > 0 && sc.top_p <= 1) ||
+        !(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
+        return cli_error(CLI_USAGE, "generate: need a finite temperature >= 0, 0 < top-p <= 1 "
+                                    "and a finite repetition-penalty > 0");
 
     oj_error e = {0};
     oj_tokenizer *tok = NULL;

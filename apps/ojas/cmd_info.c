@@ -46,6 +46,7 @@ int cmd_info(int argc, char **argv) {
              "and the CUDA devices this build can open.");
         return CLI_OK;
     }
+    if (argc > 1) return cli_error(CLI_USAGE, "info: unexpected argument '%s' (see --help)", argv[1]);
     char model[256], isa[256];
     cpu_info(model, sizeof model, isa, sizeof isa);
     printf("ojas %s\n", OJ_VERSION_STRING);

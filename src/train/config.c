@@ -345,7 +345,7 @@ static json_t *value_from_text(const key_def *k, const char *s, oj_error *err) {
     case K_F64: {
         errno = 0;
         double d = strtod(s, &end);
-        if (!errno && end != s && !*end)
+        if (!errno && end != s && !*end && isfinite(d)) /* JSON has no NaN or inf */
             return json_real(d);
         break;
     }
