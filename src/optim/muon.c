@@ -32,6 +32,8 @@ oj_tensor *oj_newton_schulz5(oj_tensor *g, int steps) {
     oj_tensor *x = NULL;
     double norm = oj__optim_tensor_norm(g);
     if (!isnan(norm)) x = oj_mul_scalar(g, 1.0 / (norm + 1e-7)); /* X = G / (||G|| + eps) */
+    else /* kept when the norm itself failed: the first error wins */
+        oj_set_error(eng, OJ_ERR_NUMERIC, "newton_schulz5: the input holds NaN (its norm is NaN)");
     bool tall = g->shape[0] > g->shape[1];
     if (x != NULL && tall) { /* work on the wide orientation: A = X X^T is the small one */
         oj_tensor *t = oj_transpose(x, 0, 1);
