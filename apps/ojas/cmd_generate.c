@@ -108,10 +108,13 @@ int cmd_generate(int argc, char **argv) {
     oj_gpt_config cfg;
     oj_checkpoint_info info = {0};
     if (ckpt) {
-        /* The model config is part of the training config in state.json. */
+        /* The model config is part of the training config in state.json.
+         * As in the trainer, the tokenizer sets the vocabulary only when
+         * the run had a tokenizer_dir (otherwise vocab_size or the preset's). */
         oj_train_config tc = oj_train_config_default();
         if (oj_train_config_from_checkpoint(ckpt, &tc, &e) != OJ_OK ||
-            oj_train_model_config(&tc, oj_tokenizer_vocab_size(tok), &cfg, &e) != OJ_OK) {
+            oj_train_model_config(&tc, tc.tokenizer_dir[0] ? oj_tokenizer_vocab_size(tok) : 0,
+                                  &cfg, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
