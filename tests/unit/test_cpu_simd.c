@@ -3,8 +3,9 @@
 // with the special values right; sigmoid/tanh/silu/gelu and their
 // gradients against double; the attention products (rowdot, rowcomb, rank)
 // against double and independent of how rows are grouped; f32 attention
-// forward and backward and the f32 elementwise ops against the double
-// path, through the public ops on an engine pinned to each level.
+// forward and backward, the f32 elementwise ops, norms, softmax and
+// cross-entropy against the double path, through the public ops on an
+// engine pinned to each level.
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -369,6 +370,79 @@ static void test_elementwise_levels(void **state) {
     }
 }
 
+/* Row ops (norms, softmax, cross-entropy), forward and backward, f32 against
+ * f64 on each level. */
+typedef oj_tensor *(*row_op)(oj_tensor *x, oj_tensor *w, oj_tensor *b, oj_tensor *t);
+static oj_tensor *op_ln(oj_tensor *x, oj_tensor *w, oj_tensor *b, oj_tensor *t) {
+    (void)t;
+    return oj_layer_norm(x, w, b, 1e-5);
+}
+static oj_tensor *op_ln_plain(oj_tensor *x, oj_tensor *w, oj_tensor *b, oj_tensor *t) {
+    (void)w, (void)b, (void)t;
+    return oj_layer_norm(x, NULL, NULL, 1e-5);
+}
+static oj_tensor *op_rms(oj_tensor *x, oj_tensor *w, oj_tensor *b, oj_tensor *t) {
+    (void)b, (void)t;
+    return oj_rms_norm(x, w, 1e-6);
+}
+static oj_tensor *op_sm(oj_tensor *x, oj_tensor *w, oj_tensor *b, oj_tensor *t) {
+    (void)w, (void)b, (void)t;
+    return oj_softmax(x, -1);
+}
+static oj_tensor *op_lsm(oj_tensor *x, oj_tensor *w, oj_tensor *b, oj_tensor *t) {
+    (void)w, (void)b, (void)t;
+    return oj_log_softmax(x, -1);
+}
+static oj_tensor *op_ce(oj_tensor *x, oj_tensor *w, oj_tensor *b, oj_tensor *t) {
+    (void)w, (void)b;
+    return oj_cross_entropy(x, t, 3, 0.1, OJ_REDUCTION_NONE);
+}
+
+static void test_rows_levels(void **state) {
+    (void)state;
+    oj_cpu_isa lv[3];
+    int nl = levels(lv);
+    row_op ops[] = {op_ln, op_ln_plain, op_rms, op_sm, op_lsm, op_ce};
+    const char *names[] = {"layer_norm", "layer_norm (no affine)", "rms_norm", "softmax",
+                           "log_softmax", "cross_entropy"};
+    for (int l = 0; l < nl; l++) {
+        oj_engine *eng = engine_at(lv[l], 3);
+        oj_scope_begin(eng);
+        int64_t sh[2] = {70, 203}, sc[1] = {203}, st[1] = {70};
+        oj_tensor *x = oj_set_requires_grad(oj_rand_uniform(eng, 2, sh, OJ_F32, -3, 3), true);
+        oj_tensor *w = oj_set_requires_grad(oj_rand_uniform(eng, 1, sc, OJ_F32, 0.5, 1.5), true);
+        oj_tensor *b = oj_set_requires_grad(oj_rand_uniform(eng, 1, sc, OJ_F32, -1, 1), true);
+        oj_tensor *x64 = oj_set_requires_grad(oj_detach(oj_cast(x, OJ_F64)), true);
+        oj_tensor *w64 = oj_set_requires_grad(oj_detach(oj_cast(w, OJ_F64)), true);
+        oj_tensor *b64 = oj_set_requires_grad(oj_detach(oj_cast(b, OJ_F64)), true);
+        int64_t tv[70];
+        uint32_t s = 9;
+        for (int i = 0; i < 70; i++) tv[i] = (int64_t)(lcg(&s) >> 8) % 203;
+        oj_tensor *t = oj_from_host(eng, 1, st, OJ_I64, tv, sizeof tv);
+        oj_tensor *g = oj_rand_uniform(eng, 2, sh, OJ_F32, -1, 1);
+        for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+            oj_tensor *y = ops[k](x, w, b, t), *y64 = ops[k](x64, w64, b64, t);
+            if (!y || !y64) fail_msg("%s: %s", names[k], oj_last_error(eng));
+            oj_tensor *gy = k == 5 ? oj_narrow(oj_select(g, 1, 0), 0, 0, 70) : g;
+            assert_int_equal(oj_backward_seeded(y, gy, false), OJ_OK);
+            assert_int_equal(oj_backward_seeded(y64, oj_cast(gy, OJ_F64), false), OJ_OK);
+            oj_tensor *pairs[4][2] = {{y, y64}, {oj_grad(x), oj_grad(x64)},
+                                      {oj_grad(w), oj_grad(w64)}, {oj_grad(b), oj_grad(b64)}};
+            for (int i = 0; i < 4; i++) {
+                if (pairs[i][1] == NULL) continue;
+                double *a = host(pairs[i][0]), *c = host(pairs[i][1]);
+                close_arrays(names[k], a, c, oj_numel(pairs[i][1]), 1e-5);
+                free(a), free(c);
+            }
+            oj_zero_grad(x), oj_zero_grad(w), oj_zero_grad(b);
+            oj_zero_grad(x64), oj_zero_grad(w64), oj_zero_grad(b64);
+        }
+        oj_scope_end(eng);
+        assert_int_equal(oj_last_status(eng), OJ_OK);
+        oj_engine_free(eng);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp_accuracy),
@@ -376,6 +450,7 @@ int main(void) {
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_attention_levels),
         cmocka_unit_test(test_elementwise_levels),
+        cmocka_unit_test(test_rows_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,11 +1,116 @@
 /* CPU layer norm (Ba et al. 2016) and RMS norm (Zhang & Sennrich 2019) over
- * the last dim, fused forward and backward. One row at a time in double;
- * weight/bias gradients sum over rows in index order. */
+ * the last dim, fused forward and backward.
+ * - f32 (x, out, weight, bias and statistics f32): rows in parallel, each
+ *   row's sums in f32 on the engine's SIMD level (cpu_simd.h); weight/bias
+ *   gradients in a second pass, in parallel over column blocks, each column
+ *   summed over rows in index order in double, as the reference path does.
+ * - other dtypes: one row at a time in double; weight/bias gradients sum
+ *   over rows in index order.
+ * Either way every value is computed by one task in a fixed order, so
+ * results do not depend on the thread count. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_nn_util.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_simd.h"
+
+/* ---------------------------------------------------------------- f32 */
+
+static bool f32_or_null(const oj_tensor *t) { return t == NULL || t->dtype == OJ_F32; }
+
+static const float *f32p(const oj_tensor *t) {
+    return t ? (const float *)oj__nn_base(t) : NULL;
+}
+
+typedef struct {
+    const oj_simd *sd;
+    int64_t N, C;
+    double eps;
+    bool rms;
+    const float *x, *w, *b, *dy, *mean, *rstd;
+    float *out, *om, *ors, *dx, *dw, *db;
+} norm_ctx;
+
+static int64_t row_grain(int64_t C) {
+    int64_t g = 16384 / (C > 0 ? C : 1);
+    return g < 1 ? 1 : g;
+}
+
+static void fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const norm_ctx *c = vc;
+    int64_t C = c->C;
+    for (int64_t n = begin; n < end; n++) {
+        const float *x = c->x + n * C;
+        float m = 0.0f, rs;
+        if (c->rms) {
+            float ss = c->sd->sumsq_dev(x, C, 0.0f);
+            rs = (float)(1.0 / sqrt((double)ss / (double)C + c->eps));
+        } else {
+            m = c->sd->sum(x, C) / (float)C;
+            float var = c->sd->sumsq_dev(x, C, m) / (float)C;
+            rs = (float)(1.0 / sqrt((double)var + c->eps));
+        }
+        c->sd->norm_apply(c->out + n * C, x, C, m, rs, c->w, c->b);
+        if (c->om) c->om[n] = m;
+        if (c->ors) c->ors[n] = rs;
+    }
+}
+
+static void bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const norm_ctx *c = vc;
+    int64_t C = c->C;
+    for (int64_t n = begin; n < end; n++) {
+        const float *x = c->x + n * C, *dy = c->dy + n * C;
+        float m = c->rms ? 0.0f : c->mean[n], rs = c->rstd[n], sg, sgx;
+        c->sd->norm_bwd_sums(x, dy, c->w, C, m, rs, &sg, &sgx);
+        c->sd->norm_bwd_dx(c->dx + n * C, x, dy, c->w, C, m, rs, c->rms ? 0.0f : sg / (float)C,
+                           sgx / (float)C);
+    }
+}
+
+#define OJ_NORM_COLS 512 /* widest column block of the weight-gradient pass */
+
+/* dweight[c] = sum_n dy xhat, dbias[c] = sum_n dy over rows in index
+ * order, in double, for columns [begin, end). */
+static void bwd_cols(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const norm_ctx *c = vc;
+    int64_t C = c->C, w = end - begin;
+    double dw[OJ_NORM_COLS], db[OJ_NORM_COLS];
+    for (int64_t k = 0; k < w; k++) dw[k] = db[k] = 0.0;
+    for (int64_t n = 0; n < c->N; n++) {
+        double m = c->rms ? 0.0 : (double)c->mean[n], rs = c->rstd[n];
+        c->sd->norm_cols(dw, c->db ? db : NULL, c->x + n * C + begin, c->dy + n * C + begin, w, m,
+                         rs);
+    }
+    for (int64_t k = 0; k < w; k++) {
+        if (c->dw) c->dw[begin + k] = (float)dw[k];
+        if (c->db) c->db[begin + k] = (float)db[k];
+    }
+}
+
+/* The f32 path of all four entries: forward when dy is NULL. */
+static oj_status norm_f32(oj_engine *eng, norm_ctx *c) {
+    c->sd = oj_simd_of(eng);
+    if (c->dy == NULL) {
+        oj_cpu_parallel_for(eng, c->N, row_grain(c->C), fwd_rows, c);
+        return OJ_OK;
+    }
+    if (c->dx) oj_cpu_parallel_for(eng, c->N, row_grain(c->C), bwd_rows, c);
+    if (c->dw || c->db) {
+        /* Each column is summed by one task whatever the split, so the block
+         * width may follow the thread count: wide blocks read whole lines. */
+        int64_t t = oj_cpu_threads(eng), g = (c->C + t - 1) / t;
+        g = (g + 15) / 16 * 16;
+        g = g < 64 ? 64 : g > OJ_NORM_COLS ? OJ_NORM_COLS : g;
+        oj_cpu_parallel_for(eng, c->C, g, bwd_cols, c);
+    }
+    return OJ_OK;
+}
 
 /* Row-major [N, C] geometry of x. */
 static void rows_of(const oj_tensor *x, int64_t *N, int64_t *C) {
@@ -30,6 +135,14 @@ oj_status oj_cpu_layer_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *m
                                     const oj_tensor *bias, double eps) {
     int64_t N, C;
     rows_of(x, &N, &C);
+    if (x->dtype == OJ_F32 && out->dtype == OJ_F32 && f32_or_null(weight) &&
+        f32_or_null(bias) && f32_or_null(mean) && f32_or_null(rstd)) {
+        norm_ctx c = {.N = N, .C = C, .eps = eps, .x = f32p(x), .w = f32p(weight),
+                      .b = f32p(bias), .out = (float *)oj__nn_base(out),
+                      .om = mean ? (float *)oj__nn_base(mean) : NULL,
+                      .ors = rstd ? (float *)oj__nn_base(rstd) : NULL};
+        return norm_f32(eng, &c);
+    }
     size_t es = oj_dtype_size(x->dtype);
     double *w = channel_vec(eng, weight, C, 1.0, "layer_norm");
     double *b = channel_vec(eng, bias, C, 0.0, "layer_norm");
@@ -67,6 +180,16 @@ oj_status oj_cpu_layer_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *d
                                      const oj_tensor *weight) {
     int64_t N, C;
     rows_of(x, &N, &C);
+    if (x->dtype == OJ_F32 && dy->dtype == OJ_F32 && mean->dtype == OJ_F32 &&
+        rstd->dtype == OJ_F32 && f32_or_null(weight) && f32_or_null(dx) &&
+        f32_or_null(dweight) && f32_or_null(dbias)) {
+        norm_ctx c = {.N = N, .C = C, .x = f32p(x), .w = f32p(weight), .dy = f32p(dy),
+                      .mean = f32p(mean), .rstd = f32p(rstd),
+                      .dx = dx ? (float *)oj__nn_base(dx) : NULL,
+                      .dw = dweight ? (float *)oj__nn_base(dweight) : NULL,
+                      .db = dbias ? (float *)oj__nn_base(dbias) : NULL};
+        return norm_f32(eng, &c);
+    }
     size_t es = oj_dtype_size(x->dtype), gs = oj_dtype_size(dy->dtype);
     double *w = channel_vec(eng, weight, C, 1.0, "layer_norm");
     double *xr = oj__nn_scratch(eng, C, "layer_norm");
@@ -119,6 +242,12 @@ oj_status oj_cpu_rms_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rst
                                   const oj_tensor *x, const oj_tensor *weight, double eps) {
     int64_t N, C;
     rows_of(x, &N, &C);
+    if (x->dtype == OJ_F32 && out->dtype == OJ_F32 && f32_or_null(weight) && f32_or_null(rstd)) {
+        norm_ctx c = {.N = N, .C = C, .eps = eps, .rms = true, .x = f32p(x), .w = f32p(weight),
+                      .out = (float *)oj__nn_base(out),
+                      .ors = rstd ? (float *)oj__nn_base(rstd) : NULL};
+        return norm_f32(eng, &c);
+    }
     size_t es = oj_dtype_size(x->dtype);
     double *w = channel_vec(eng, weight, C, 1.0, "rms_norm");
     double *row = oj__nn_scratch(eng, C, "rms_norm");
@@ -147,6 +276,14 @@ oj_status oj_cpu_rms_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *dwe
                                    const oj_tensor *weight) {
     int64_t N, C;
     rows_of(x, &N, &C);
+    if (x->dtype == OJ_F32 && dy->dtype == OJ_F32 && rstd->dtype == OJ_F32 &&
+        f32_or_null(weight) && f32_or_null(dx) && f32_or_null(dweight)) {
+        norm_ctx c = {.N = N, .C = C, .rms = true, .x = f32p(x), .w = f32p(weight),
+                      .dy = f32p(dy), .rstd = f32p(rstd),
+                      .dx = dx ? (float *)oj__nn_base(dx) : NULL,
+                      .dw = dweight ? (float *)oj__nn_base(dweight) : NULL};
+        return norm_f32(eng, &c);
+    }
     size_t es = oj_dtype_size(x->dtype), gs = oj_dtype_size(dy->dtype);
     double *w = channel_vec(eng, weight, C, 1.0, "rms_norm");
     double *xr = oj__nn_scratch(eng, C, "rms_norm");

@@ -1,11 +1,62 @@
 /* CPU softmax / log-softmax over any dim, and the fused cross-entropy
- * (log-softmax + NLL, label smoothing, ignore_index) and NLL kernels. Rows
- * are computed in double with the max subtracted. */
+ * (log-softmax + NLL, label smoothing, ignore_index) and NLL kernels.
+ * f32 rows over a contiguous last dim run in parallel on the engine's SIMD
+ * level (max, exp and sums in f32, cpu_simd.h); everything else is
+ * computed in double with the max subtracted. Each row is one task's work
+ * in a fixed order, so results do not depend on the thread count. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_nn_util.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_simd.h"
+
+static int64_t rows_grain(int64_t n) {
+    int64_t g = 16384 / (n > 0 ? n : 1);
+    return g < 1 ? 1 : g;
+}
+
+/* ---------------------------------------------------------------- f32 rows */
+
+typedef struct {
+    oj_engine *eng;
+    const oj_simd *sd;
+    int64_t n; /* row length */
+    bool log;
+    const float *x, *y, *dy;
+    float *out;
+} sm_ctx;
+
+static void sm_fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const sm_ctx *c = vc;
+    int64_t n = c->n;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = c->x + r * n;
+        float *o = c->out + r * n;
+        float m = c->sd->max(x, n);
+        memcpy(o, x, (size_t)n * sizeof(float));
+        float s = c->sd->expsum(o, n, m);
+        if (c->log) { /* x - lse rounded once: lse kept in double */
+            double l = (double)m + log((double)s);
+            for (int64_t k = 0; k < n; k++) o[k] = (float)((double)x[k] - l);
+        } else {
+            c->sd->scale(o, n, 1.0f / s);
+        }
+    }
+}
+
+static void sm_bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const sm_ctx *c = vc;
+    int64_t n = c->n;
+    for (int64_t r = begin; r < end; r++) {
+        const float *y = c->y + r * n, *dy = c->dy + r * n;
+        float s = c->log ? c->sd->sum(dy, n) : c->sd->dot(dy, y, n);
+        c->sd->softmax_bwd(c->out + r * n, y, dy, n, s, c->log);
+    }
+}
 
 /* x viewed as [outer, n, inner] around dim. */
 static void split_dim(const oj_tensor *x, int dim, int64_t *outer, int64_t *n, int64_t *inner) {
@@ -46,30 +97,16 @@ static double row_lse(const double *row, int64_t n) {
     return m + log(s);
 }
 
-/* Max of an f32 row (NaN is not propagated here; it reaches the sums). */
-static float row_max_f32(const float *r, int64_t n) {
-    float m = -INFINITY;
-    for (int64_t k = 0; k < n; k++) m = r[k] > m ? r[k] : m;
-    return m;
-}
-
-/* logsumexp of an f32 row: float exponentials, summed in double. */
-static double row_lse_f32(const float *r, int64_t n) {
-    float m = row_max_f32(r, n);
-    if (m == -INFINITY || m == INFINITY) {
-        for (int64_t k = 0; k < n; k++)
-            if (isnan(r[k])) return NAN;
-        return m;
-    }
-    double s = 0.0;
-    for (int64_t k = 0; k < n; k++) s += expf(r[k] - m);
-    return (double)m + log(s);
-}
-
 oj_status oj_cpu_softmax_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
                                  bool logsm) {
     int64_t outer, n, inner;
     split_dim(x, dim, &outer, &n, &inner);
+    if (x->dtype == OJ_F32 && out->dtype == OJ_F32 && inner == 1 && n > 0) {
+        sm_ctx c = {eng, oj_simd_of(eng), n, logsm, (const float *)oj__nn_base(x), NULL, NULL,
+                    (float *)oj__nn_base(out)};
+        oj_cpu_parallel_for(eng, outer, rows_grain(n), sm_fwd_rows, &c);
+        return OJ_OK;
+    }
     double *row = oj__nn_scratch(eng, n, logsm ? "log_softmax" : "softmax");
     if (row == NULL) return OJ_ERR_CAPACITY;
     for (int64_t o = 0; o < outer; o++)
@@ -96,6 +133,12 @@ oj_status oj_cpu_softmax_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor
                                   const oj_tensor *dy, int dim, bool logsm) {
     int64_t outer, n, inner;
     split_dim(y, dim, &outer, &n, &inner);
+    if (y->dtype == OJ_F32 && dy->dtype == OJ_F32 && dx->dtype == OJ_F32 && inner == 1 && n > 0) {
+        sm_ctx c = {eng, oj_simd_of(eng), n, logsm, NULL, (const float *)oj__nn_base(y),
+                    (const float *)oj__nn_base(dy), (float *)oj__nn_base(dx)};
+        oj_cpu_parallel_for(eng, outer, rows_grain(n), sm_bwd_rows, &c);
+        return OJ_OK;
+    }
     double *yr = oj__nn_scratch(eng, n, logsm ? "log_softmax" : "softmax");
     double *gr = oj__nn_scratch(eng, n, logsm ? "log_softmax" : "softmax");
     if (yr == NULL || gr == NULL) {
@@ -149,6 +192,73 @@ static double dloss_at(const oj_tensor *g, int64_t n) {
     return oj__nn_get(oj__nn_base(g), g->dtype, n * s);
 }
 
+/* ---------------------------------------------------------------- f32 cross-entropy */
+
+typedef struct {
+    oj_engine *eng;
+    const oj_simd *sd;
+    int64_t V, ignore;
+    double eps, scale;
+    const float *logits;
+    const oj_tensor *targets, *dloss, *lse_in;
+    oj_tensor *loss, *lse;
+    float *dlogits;
+} ce_ctx;
+
+/* logsumexp of an f32 row (tmp: V floats of scratch). */
+static double ce_lse(const oj_simd *sd, const float *r, int64_t V, float *tmp) {
+    float m = sd->max(r, V);
+    if (isnan(m) || m == INFINITY || m == -INFINITY) return m;
+    memcpy(tmp, r, (size_t)V * sizeof(float));
+    return (double)m + log((double)sd->expsum(tmp, V, m));
+}
+
+static void ce_fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    const ce_ctx *c = vc;
+    int64_t V = c->V;
+    float *tmp = oj_cpu_scratch(c->eng, tid, (size_t)V * sizeof(float));
+    const char *tp = oj__nn_base(c->targets);
+    for (int64_t n = begin; n < end; n++) {
+        const float *r = c->logits + n * V;
+        double l = ce_lse(c->sd, r, V, tmp);
+        if (c->lse) store_stat(c->lse, n, l);
+        int64_t t = oj__nn_index(tp, c->targets->dtype, n);
+        double li = 0.0;
+        if (t != c->ignore) {
+            li = (1.0 - c->eps) * (l - (double)r[t]);
+            if (c->eps != 0.0) li += c->eps * (l - (double)c->sd->sum(r, V) / (double)V);
+        }
+        store_stat(c->loss, n, li);
+    }
+}
+
+/* d = scale dloss[n] (softmax(row) - (1 - eps) onehot(t) - eps / V), the
+ * softmax rebuilt as exp(x - m) exp(m - lse), m the row max. */
+static void ce_bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const ce_ctx *c = vc;
+    int64_t V = c->V;
+    const char *tp = oj__nn_base(c->targets);
+    double off = c->eps / (double)V;
+    for (int64_t n = begin; n < end; n++) {
+        int64_t t = oj__nn_index(tp, c->targets->dtype, n);
+        float *d = c->dlogits + n * V;
+        if (t == c->ignore) {
+            memset(d, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        const float *r = c->logits + n * V;
+        float m = c->sd->max(r, V);
+        double l = oj__nn_get(oj__nn_base(c->lse_in), c->lse_in->dtype, n);
+        double g = c->scale * dloss_at(c->dloss, n);
+        float gs = (float)(g * exp((double)m - l)), go = (float)(g * off);
+        memcpy(d, r, (size_t)V * sizeof(float));
+        c->sd->expsum(d, V, m);
+        c->sd->unary(OJ_SF_AFFINE, d, d, V, gs, -go);
+        d[t] = (float)((double)d[t] - g * (1.0 - c->eps));
+    }
+}
+
 // logits (N,V), targets (N) -> loss (N), lse (N)
 oj_status oj_cpu_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
                                        const oj_tensor *logits, const oj_tensor *targets,
@@ -157,30 +267,27 @@ oj_status oj_cpu_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tenso
     int64_t N = logits->shape[0], V = logits->shape[1];
     oj_status st = check_targets(eng, "cross_entropy", targets, V, ignore_index);
     if (st != OJ_OK) return st;
+    if (logits->dtype == OJ_F32 && V > 0) {
+        int nt = oj_cpu_threads(eng);
+        for (int t = 0; t < nt; t++)
+            if (oj_cpu_scratch(eng, t, (size_t)V * sizeof(float)) == NULL)
+                return oj_set_error(eng, OJ_ERR_CAPACITY, "cross_entropy: out of host memory");
+        ce_ctx c = {.eng = eng, .sd = oj_simd_of(eng), .V = V, .ignore = ignore_index,
+                    .eps = label_smoothing, .logits = (const float *)oj__nn_base(logits),
+                    .targets = targets, .loss = loss, .lse = lse};
+        oj_cpu_parallel_for(eng, N, rows_grain(V), ce_fwd_rows, &c);
+        const char *tp = oj__nn_base(targets);
+        int64_t valid = 0;
+        for (int64_t n = 0; n < N; n++) valid += oj__nn_index(tp, targets->dtype, n) != ignore_index;
+        *n_valid = valid;
+        return OJ_OK;
+    }
     double *row = oj__nn_scratch(eng, V, "cross_entropy");
     if (row == NULL) return OJ_ERR_CAPACITY;
     size_t es = oj_dtype_size(logits->dtype);
     const char *tp = oj__nn_base(targets);
     int64_t valid = 0;
     for (int64_t n = 0; n < N; n++) {
-        if (logits->dtype == OJ_F32) { /* f32 fast path: expf, sums in double */
-            const float *r = (const float *)oj__nn_base(logits) + n * V;
-            double l = row_lse_f32(r, V);
-            if (lse) store_stat(lse, n, l);
-            int64_t t = oj__nn_index(tp, targets->dtype, n);
-            double li = 0.0;
-            if (t != ignore_index) {
-                valid++;
-                li = (1.0 - label_smoothing) * (l - (double)r[t]);
-                if (label_smoothing != 0.0) {
-                    double sx = 0.0;
-                    for (int64_t k = 0; k < V; k++) sx += (double)r[k];
-                    li += label_smoothing * (l - sx / (double)V);
-                }
-            }
-            store_stat(loss, n, li);
-            continue;
-        }
         oj__nn_load(oj__nn_base(logits) + (size_t)(n * V) * es, logits->dtype, V, 1, row);
         double l = row_lse(row, V);
         if (lse) store_stat(lse, n, l);
@@ -209,6 +316,14 @@ oj_status oj_cpu_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
                                         double scale, int64_t ignore_index,
                                         double label_smoothing) {
     int64_t N = logits->shape[0], V = logits->shape[1];
+    if (logits->dtype == OJ_F32 && dlogits->dtype == OJ_F32 && V > 0) {
+        ce_ctx c = {.eng = eng, .sd = oj_simd_of(eng), .V = V, .ignore = ignore_index,
+                    .eps = label_smoothing, .scale = scale,
+                    .logits = (const float *)oj__nn_base(logits), .targets = targets,
+                    .dloss = dloss, .lse_in = lse, .dlogits = (float *)oj__nn_base(dlogits)};
+        oj_cpu_parallel_for(eng, N, rows_grain(V), ce_bwd_rows, &c);
+        return OJ_OK;
+    }
     double *row = oj__nn_scratch(eng, V, "cross_entropy");
     if (row == NULL) return OJ_ERR_CAPACITY;
     size_t es = oj_dtype_size(logits->dtype), ds = oj_dtype_size(dlogits->dtype);
@@ -216,18 +331,6 @@ oj_status oj_cpu_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
     double off = label_smoothing / (double)V;
     for (int64_t n = 0; n < N; n++) {
         int64_t t = oj__nn_index(tp, targets->dtype, n);
-        if (t != ignore_index && logits->dtype == OJ_F32 && dlogits->dtype == OJ_F32) {
-            /* f32 fast path: p = expf(x - m) * exp(m - lse), m the row max */
-            const float *r = (const float *)oj__nn_base(logits) + n * V;
-            float *d = (float *)oj__nn_base(dlogits) + n * V;
-            float m = row_max_f32(r, V);
-            double l = oj__nn_get(oj__nn_base(lse), lse->dtype, n);
-            double g = scale * dloss_at(dloss, n);
-            float gs = (float)(g * exp((double)m - l)), go = (float)(g * off);
-            for (int64_t k = 0; k < V; k++) d[k] = gs * expf(r[k] - m) - go;
-            d[t] = (float)((double)d[t] - g * (1.0 - label_smoothing));
-            continue;
-        }
         if (t == ignore_index) {
             memset(row, 0, (size_t)V * sizeof(double));
         } else {

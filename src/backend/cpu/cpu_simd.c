@@ -149,6 +149,57 @@ static void sc_scale(float *y, int64_t n, float a) {
     for (int64_t j = 0; j < n; j++) y[j] *= a;
 }
 
+static float sc_sumsq_dev(const float *x, int64_t n, float m) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; j++) acc += (x[j] - m) * (x[j] - m);
+    return acc;
+}
+
+static void sc_norm_apply(float *y, const float *x, int64_t n, float m, float rs, const float *w,
+                          const float *b) {
+    for (int64_t j = 0; j < n; j++) {
+        float v = (x[j] - m) * rs;
+        if (w) v *= w[j];
+        if (b) v += b[j];
+        y[j] = v;
+    }
+}
+
+static void sc_norm_bwd_sums(const float *x, const float *dy, const float *w, int64_t n, float m,
+                             float rs, float *sg, float *sgx) {
+    float a = 0.0f, c = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        float g = w ? dy[j] * w[j] : dy[j];
+        a += g;
+        c += g * ((x[j] - m) * rs);
+    }
+    *sg = a;
+    *sgx = c;
+}
+
+static void sc_norm_bwd_dx(float *dx, const float *x, const float *dy, const float *w, int64_t n,
+                           float m, float rs, float a, float c) {
+    for (int64_t j = 0; j < n; j++) {
+        float g = w ? dy[j] * w[j] : dy[j];
+        dx[j] = rs * (g - a - ((x[j] - m) * rs) * c);
+    }
+}
+
+static void sc_norm_cols(double *dw, double *db, const float *x, const float *dy, int64_t n,
+                         double m, double rs) {
+    for (int64_t j = 0; j < n; j++) {
+        double g = dy[j];
+        dw[j] += g * (((double)x[j] - m) * rs);
+        if (db) db[j] += g;
+    }
+}
+
+static void sc_softmax_bwd(float *dx, const float *y, const float *dy, int64_t n, float s,
+                           bool log) {
+    for (int64_t j = 0; j < n; j++)
+        dx[j] = log ? dy[j] - oj_expf_poly(y[j]) * s : y[j] * (dy[j] - s);
+}
+
 static void sc_unary(oj_simd_fn f, float *y, const float *x, int64_t n, float a, float b) {
     for (int64_t j = 0; j < n; j++) y[j] = s_unary(f, x[j], a, b);
 }
@@ -186,6 +237,12 @@ static const oj_simd scalar_table = {
     .dot = sc_dot,
     .sum = sc_sum,
     .scale = sc_scale,
+    .sumsq_dev = sc_sumsq_dev,
+    .norm_apply = sc_norm_apply,
+    .norm_bwd_sums = sc_norm_bwd_sums,
+    .norm_bwd_dx = sc_norm_bwd_dx,
+    .norm_cols = sc_norm_cols,
+    .softmax_bwd = sc_softmax_bwd,
     .unary = sc_unary,
     .unary_grad = sc_unary_grad,
     .binary = sc_binary,
@@ -259,6 +316,16 @@ typedef __mmask16 B;
 #define v_has_nan(acc) (v_isnan(acc) != 0)
 #define v_hsum(v) _mm512_reduce_add_ps(v)
 #define v_hmax(v) _mm512_reduce_max_ps(v)
+/* double vectors: VLD lanes, loaded from f32 */
+#define VD __m512d
+#define VLD 8
+#define vd_set1(a) _mm512_set1_pd(a)
+#define vd_load(p) _mm512_loadu_pd(p)
+#define vd_store(p, v) _mm512_storeu_pd(p, v)
+#define vd_from_f32(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+#define vd_add(a, b) _mm512_add_pd(a, b)
+#define vd_sub(a, b) _mm512_sub_pd(a, b)
+#define vd_mul(a, b) _mm512_mul_pd(a, b)
 #include "backend/cpu/cpu_simd_body.h"
 #undef OJ_SFX
 #undef VL
@@ -301,6 +368,15 @@ typedef __mmask16 B;
 #undef v_has_nan
 #undef v_hsum
 #undef v_hmax
+#undef VD
+#undef VLD
+#undef vd_set1
+#undef vd_load
+#undef vd_store
+#undef vd_from_f32
+#undef vd_add
+#undef vd_sub
+#undef vd_mul
 #pragma GCC pop_options
 
 /* ---------------------------------------------------------------- AVX2 */
@@ -374,6 +450,15 @@ static inline float avx2_hmax(__m256 v) {
 #define v_has_nan(acc) (_mm256_movemask_ps(acc) != 0)
 #define v_hsum(v) avx2_hsum(v)
 #define v_hmax(v) avx2_hmax(v)
+#define VD __m256d
+#define VLD 4
+#define vd_set1(a) _mm256_set1_pd(a)
+#define vd_load(p) _mm256_loadu_pd(p)
+#define vd_store(p, v) _mm256_storeu_pd(p, v)
+#define vd_from_f32(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define vd_add(a, b) _mm256_add_pd(a, b)
+#define vd_sub(a, b) _mm256_sub_pd(a, b)
+#define vd_mul(a, b) _mm256_mul_pd(a, b)
 #include "backend/cpu/cpu_simd_body.h"
 #pragma GCC pop_options
 #endif

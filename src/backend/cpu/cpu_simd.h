@@ -68,6 +68,28 @@ typedef struct oj_simd {
     float (*sum)(const float *x, int64_t n);
     /* y[j] *= a. */
     void (*scale)(float *y, int64_t n, float a);
+    /* Row kernels of the norms (w, b NULL: ones, zeros):
+     * sumsq_dev = sum_j (x[j] - m)^2;
+     * norm_apply: y[j] = (x[j] - m) * rs * w[j] + b[j];
+     * norm_bwd_sums: *sg = sum_j dy[j] w[j], *sgx = sum_j dy[j] w[j] xh[j]
+     *   with xh[j] = (x[j] - m) rs;
+     * norm_bwd_dx: dx[j] = rs (dy[j] w[j] - a - xh[j] c). */
+    float (*sumsq_dev)(const float *x, int64_t n, float m);
+    void (*norm_apply)(float *y, const float *x, int64_t n, float m, float rs, const float *w,
+                       const float *b);
+    void (*norm_bwd_sums)(const float *x, const float *dy, const float *w, int64_t n, float m,
+                          float rs, float *sg, float *sgx);
+    void (*norm_bwd_dx)(float *dx, const float *x, const float *dy, const float *w, int64_t n,
+                        float m, float rs, float a, float c);
+    /* One row of the norms' weight/bias gradients, in double without
+     * fused multiply-adds (the same bits on every level): for j < n,
+     * dw[j] += dy[j] ((x[j] - m) rs), db[j] += dy[j] (db may be NULL). */
+    void (*norm_cols)(double *dw, double *db, const float *x, const float *dy, int64_t n,
+                      double m, double rs);
+    /* softmax backward of a row: dx[j] = y[j] (dy[j] - s); with log true
+     * (y = log-softmax): dx[j] = dy[j] - exp(y[j]) s. */
+    void (*softmax_bwd)(float *dx, const float *y, const float *dy, int64_t n, float s,
+                        bool log);
     /* y[j] = f(x[j]; a, b) (y may equal x). */
     void (*unary)(oj_simd_fn f, float *y, const float *x, int64_t n, float a, float b);
     /* dx[j] = dy[j] * f'(x[j]) given y = f(x) (for EXP, SIGMOID, TANH, SQRT,

@@ -326,6 +326,89 @@ static void NAME(scale)(float *y, int64_t n, float a) {
     }
 }
 
+static float NAME(sumsq_dev)(const float *x, int64_t n, float m) {
+    const V mv = v_set1(m);
+    V acc = v_zero();
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) {
+        V d = v_sub(v_load(x + j), mv);
+        acc = v_fmadd(d, d, acc);
+    }
+    if (j < n) {
+        M mk = v_tailmask(n - j);
+        V d = v_and_tail(v_sub(v_loadm(x + j, mk), mv), mk);
+        acc = v_fmadd(d, d, acc);
+    }
+    return v_hsum(acc);
+}
+
+static void NAME(norm_apply)(float *y, const float *x, int64_t n, float m, float rs,
+                             const float *w, const float *b) {
+    const V mv = v_set1(m), rv = v_set1(rs), one = v_set1(1.0f);
+    for (int64_t j = 0; j < n; j += VL) {
+        M mk = v_tailmask(n - j);
+        V v = v_mul(v_sub(v_loadm(x + j, mk), mv), rv);
+        v = v_mul(v, w ? v_loadm(w + j, mk) : one);
+        if (b) v = v_add(v, v_loadm(b + j, mk));
+        v_storem(y + j, v, mk);
+    }
+}
+
+static void NAME(norm_bwd_sums)(const float *x, const float *dy, const float *w, int64_t n,
+                                float m, float rs, float *sg, float *sgx) {
+    const V mv = v_set1(m), rv = v_set1(rs), one = v_set1(1.0f);
+    V a = v_zero(), c = v_zero();
+    for (int64_t j = 0; j < n; j += VL) {
+        M mk = v_tailmask(n - j);
+        V g = v_mul(v_loadm(dy + j, mk), w ? v_loadm(w + j, mk) : one);
+        V xh = v_mul(v_sub(v_loadm(x + j, mk), mv), rv);
+        xh = v_and_tail(xh, mk);
+        a = v_add(a, g);
+        c = v_fmadd(g, xh, c);
+    }
+    *sg = v_hsum(a);
+    *sgx = v_hsum(c);
+}
+
+static void NAME(norm_bwd_dx)(float *dx, const float *x, const float *dy, const float *w,
+                              int64_t n, float m, float rs, float a, float c) {
+    const V mv = v_set1(m), rv = v_set1(rs), av = v_set1(a), cv = v_set1(c), one = v_set1(1.0f);
+    for (int64_t j = 0; j < n; j += VL) {
+        M mk = v_tailmask(n - j);
+        V g = v_mul(v_loadm(dy + j, mk), w ? v_loadm(w + j, mk) : one);
+        V xh = v_mul(v_sub(v_loadm(x + j, mk), mv), rv);
+        v_storem(dx + j, v_mul(rv, v_fnmadd(xh, cv, v_sub(g, av))), mk);
+    }
+}
+
+static void NAME(norm_cols)(double *dw, double *db, const float *x, const float *dy, int64_t n,
+                            double m, double rs) {
+    const VD mv = vd_set1(m), rv = vd_set1(rs);
+    int64_t j = 0;
+    for (; j + VLD <= n; j += VLD) {
+        VD g = vd_from_f32(dy + j);
+        VD xh = vd_mul(vd_sub(vd_from_f32(x + j), mv), rv);
+        vd_store(dw + j, vd_add(vd_load(dw + j), vd_mul(g, xh)));
+        if (db) vd_store(db + j, vd_add(vd_load(db + j), g));
+    }
+    for (; j < n; j++) {
+        double g = dy[j];
+        dw[j] += g * (((double)x[j] - m) * rs);
+        if (db) db[j] += g;
+    }
+}
+
+static void NAME(softmax_bwd)(float *dx, const float *y, const float *dy, int64_t n, float s,
+                              bool log) {
+    const V sv = v_set1(s);
+    for (int64_t j = 0; j < n; j += VL) {
+        M mk = v_tailmask(n - j);
+        V yv = v_loadm(y + j, mk), g = v_loadm(dy + j, mk);
+        V r = log ? v_fnmadd(NAME(vexp)(yv), sv, g) : v_mul(yv, v_sub(g, sv));
+        v_storem(dx + j, r, mk);
+    }
+}
+
 /* One loop per function so the switch stays outside the loop. */
 #define OJ_UNARY_CASE(F)                                                                   \
     case F:                                                                                \
@@ -450,6 +533,12 @@ static const oj_simd NAME(table) = {
     .dot = NAME(dot),
     .sum = NAME(sum),
     .scale = NAME(scale),
+    .sumsq_dev = NAME(sumsq_dev),
+    .norm_apply = NAME(norm_apply),
+    .norm_bwd_sums = NAME(norm_bwd_sums),
+    .norm_bwd_dx = NAME(norm_bwd_dx),
+    .norm_cols = NAME(norm_cols),
+    .softmax_bwd = NAME(softmax_bwd),
     .unary = NAME(unary),
     .unary_grad = NAME(unary_grad),
     .binary = NAME(binary),
