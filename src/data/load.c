@@ -15,6 +15,11 @@ static oj_status read_file(const char *path, char **buf, size_t *len, oj_error *
     FILE *f = fopen(path, "rb");
     if (!f)
         return oj_error_set(err, OJ_ERR_IO, "tokenizer: cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a device or FIFO never ends */
+        fclose(f);
+        return oj_error_set(err, OJ_ERR_IO, "tokenizer: %s is not a regular file", path);
+    }
     size_t cap = 1 << 16, n = 0;
     char *b = malloc(cap);
     for (;;) {

@@ -305,6 +305,10 @@ oj_status oj_bpe_train(const oj_bpe_train_config *cfg_in, size_t n, const char *
     if (!out || (n && (!texts || !lens)))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "bpe_train: NULL argument");
     *out = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!texts[i] && lens[i])
+            return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                                "bpe_train: text %zu is NULL with length %zu", i, lens[i]);
     oj_bpe_train_config cfg = cfg_in ? *cfg_in : oj_bpe_train_config_default();
     static const char *const default_specials[] = {"<|endoftext|>"};
     const char *const *specials = cfg.specials ? cfg.specials : default_specials;
