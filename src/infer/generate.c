@@ -1,4 +1,5 @@
 /* Generation: prefill a prompt into a KV cache, then decode token by token. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,9 @@ static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int
     const oj_gpt_config *mc = oj_gpt_get_config(m);
     const int64_t V = mc->vocab_size, cap = mc->block_size;
     if (n <= 0) return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "generate: prompt %lld is empty", (long long)seq);
+    if (prompt == NULL)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "generate: prompt %lld is NULL",
+                            (long long)seq);
     if (n > cap)
         return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
                             "generate: prompt %lld has %lld tokens, the context holds %lld",
@@ -97,6 +101,13 @@ oj_status oj_generate(oj_gpt *m, int64_t batch, const int32_t *const *prompts,
         return OJ_ERR_INVALID_ARGUMENT;
     oj_sampler_config c = cfg ? *cfg : oj_sampler_config_default();
     oj_engine *eng = oj_gpt_engine(m);
+    /* NaN compares false everywhere in the sampler: it would pick garbage */
+    if (!isfinite(c.temperature) || isnan(c.top_p) || !(c.repetition_penalty > 0) ||
+        isinf(c.repetition_penalty))
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "generate: temperature %g and repetition_penalty %g must be finite "
+                            "(penalty > 0), top_p %g a number",
+                            c.temperature, c.repetition_penalty, c.top_p);
     bool prev = oj_set_grad_enabled(eng, false);
     oj_status st = OJ_OK;
     int64_t i = 0;

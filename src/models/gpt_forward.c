@@ -2,6 +2,7 @@
  * decoding. Shapes: B batch, T new tokens, P = past (cached) positions,
  * C width, H heads, Hkv KV heads, D head dim, F MLP width, V vocabulary. */
 #include <math.h>
+#include <stdio.h>
 
 #include "core/internal.h"
 #include "models/gpt_internal.h"
@@ -142,10 +143,11 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     const int64_t B = oj_size(idx, 0), T = oj_size(idx, 1);
     const int64_t pos = cache ? cache->len : 0;
     if (pos + T > m->cfg.block_size || (cache && pos + T > cache->capacity) || T == 0) {
+        char cap[48] = "";
+        if (cache) snprintf(cap, sizeof cap, ", cache capacity %lld", (long long)cache->capacity);
         oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
-                     "gpt forward: positions %lld..%lld exceed the context (block_size %lld%s%lld)",
-                     (long long)pos, (long long)(pos + T - 1), (long long)m->cfg.block_size,
-                     cache ? ", cache capacity " : "", (long long)(cache ? cache->capacity : 0));
+                     "gpt forward: positions %lld..%lld exceed the context (block_size %lld%s)",
+                     (long long)pos, (long long)(pos + T - 1), (long long)m->cfg.block_size, cap);
         return NULL;
     }
     if (cache && B != cache->batch) {
@@ -206,7 +208,12 @@ oj_tensor *oj_gpt_loss(oj_gpt *m, oj_tensor *idx, oj_tensor *targets) {
 }
 
 oj_tensor *oj_gpt_forward_cached(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx) {
-    if (m == NULL || c == NULL) return NULL;
+    if (m == NULL) return NULL;
+    if (c == NULL || c->m != m) { /* another model's cache has other layers and shapes */
+        oj_set_error(m->eng, OJ_ERR_INVALID_ARGUMENT, "gpt forward: %s",
+                     c ? "the KV cache was created for another model" : "the KV cache is NULL");
+        return NULL;
+    }
     bool prev = oj_set_grad_enabled(m->eng, false);
     oj_tensor *out = oj__gpt_run(m, idx, c);
     oj_set_grad_enabled(m->eng, prev);
