@@ -1,6 +1,7 @@
 // test: a tiny GPT trained on the GPU follows the CPU's loss curve (SGD on
 // nanolab-tiny, AdamW on gpt2-tiny, Muon + AdamW on nanolab-tiny), and the
-// parameters end where the CPU's do. Skips (77) without a CUDA device.
+// parameters end where the CPU's do; a checkpoint written on the GPU
+// resumes on the CPU and back. Skips (77) without a CUDA device.
 //
 // Both engines run EXACT numerics (cuBLAS pedantic f32 GEMMs on the GPU),
 // so the curves agree to ~1e-5; the tolerance below leaves room for the
@@ -22,6 +23,7 @@
 
 #include "ojas/autograd.h"
 #include "ojas/gpt.h"
+#include "ojas/io.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
 
@@ -192,6 +194,119 @@ static void test_exact_runs_identical(void **state) {
     oj_engine_free(b);
 }
 
+/* ---------------------------------------------------------------- checkpoints */
+
+/* A model with its AdamW optimizer and a fixed batch on one engine. */
+typedef struct {
+    oj_engine *eng;
+    oj_gpt *m;
+    oj_optim *o;
+    oj_tensor *x, *y;
+    oj_named_tensors sd;
+} run;
+
+static void run_open(run *r, oj_engine *eng) {
+    oj_gpt_config cfg;
+    assert_true(oj_gpt_preset("gpt2-tiny", &cfg));
+    r->eng = eng;
+    if (oj_gpt_create(eng, &cfg, 1, &r->m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(eng));
+    r->sd = oj_gpt_state_dict(r->m);
+    r->o = oj_optim_create(eng);
+    assert_non_null(r->o);
+    oj_optim_hparams hp = oj_adamw_hparams(3e-3, 0.1);
+    assert_int_equal(oj_optim_add_group(r->o, &hp, &r->sd), 0);
+    r->x = tokens(eng, cfg.vocab_size, 3);
+    r->y = tokens(eng, cfg.vocab_size, 4);
+}
+
+static void run_close(run *r) {
+    oj_release(r->x);
+    oj_release(r->y);
+    oj_optim_free(r->o);
+    oj_gpt_free(r->m);
+    assert_int_equal(oj_last_status(r->eng), OJ_OK);
+}
+
+static void run_steps(run *r, int from, int to, double *losses) {
+    for (int step = from; step < to; step++) {
+        oj_scope_begin(r->eng);
+        oj_tensor *loss = oj_gpt_loss(r->m, r->x, r->y);
+        if (loss == NULL) fail_msg("step %d: %s", step, oj_last_error(r->eng));
+        losses[step] = oj_item(loss);
+        assert_int_equal(oj_backward(loss, false), OJ_OK);
+        if (oj_optim_step(r->o, NULL) != OJ_OK) fail_msg("optim_step: %s", oj_last_error(r->eng));
+        oj_optim_zero_grad(r->o);
+        oj_scope_end(r->eng);
+    }
+}
+
+static void run_save(run *r, const char *root, int64_t step) {
+    oj_named_tensors os;
+    assert_int_equal(oj_optim_state(r->o, &os), OJ_OK);
+    oj_error err = {0};
+    if (oj_checkpoint_save(root, step, &r->sd, &os, NULL, 0, &err) != OJ_OK)
+        fail_msg("checkpoint_save: %s", err.message);
+}
+
+static void run_resume(run *r, const char *root, int64_t want_step) {
+    oj_named_tensors os;
+    assert_int_equal(oj_optim_state(r->o, &os), OJ_OK);
+    oj_error err = {0};
+    oj_checkpoint_info info;
+    memset(&info, 0, sizeof info);
+    if (oj_checkpoint_resume(root, &r->sd, &os, &info, &err) != OJ_OK)
+        fail_msg("checkpoint_resume: %s", err.message);
+    free(info.state_json);
+    assert_int_equal(info.step, want_step);
+    assert_int_equal(oj_optim_state_sync(r->o), OJ_OK);
+}
+
+/* 6 AdamW steps: all on the CPU, against GPU 0-2 -> checkpoint -> CPU 3-4
+ * -> checkpoint -> GPU 5. The losses agree within the GPU tolerance. */
+static void test_checkpoint_gpu_cpu_gpu(void **state) {
+    (void)state;
+    char root[] = "/tmp/ojas_gpu_ckpt_XXXXXX";
+    assert_non_null(mkdtemp(root));
+    double ref[STEPS], mixed[STEPS];
+    oj_engine *c0 = engine(false, OJ_NUMERICS_EXACT);
+    run r;
+    run_open(&r, c0);
+    run_steps(&r, 0, STEPS, ref);
+    run_close(&r);
+    oj_engine_free(c0);
+
+    oj_engine *g1 = engine(true, OJ_NUMERICS_EXACT);
+    run_open(&r, g1);
+    run_steps(&r, 0, 3, mixed);
+    run_save(&r, root, 3);
+    run_close(&r);
+    oj_engine_free(g1);
+
+    oj_engine *c2 = engine(false, OJ_NUMERICS_EXACT);
+    run_open(&r, c2);
+    run_resume(&r, root, 3);
+    run_steps(&r, 3, 5, mixed);
+    run_save(&r, root, 5);
+    run_close(&r);
+    oj_engine_free(c2);
+
+    oj_engine *g3 = engine(true, OJ_NUMERICS_EXACT);
+    run_open(&r, g3);
+    run_resume(&r, root, 5);
+    run_steps(&r, 5, STEPS, mixed);
+    run_close(&r);
+    oj_engine_free(g3);
+
+    for (int s = 0; s < STEPS; s++) {
+        printf("  checkpoint round trip step %d: cpu %.7f gpu/cpu/gpu %.7f\n", s, ref[s], mixed[s]);
+        if (!(fabs(mixed[s] - ref[s]) <= 1e-4 * fabs(ref[s])))
+            fail_msg("step %d: %.9g after the round trip vs %.9g on the CPU", s, mixed[s], ref[s]);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0) print_error("could not remove %s\n", root);
+}
+
 int main(void) {
     on_cpu = getenv("OJAS_GPU_TEST_ON_CPU") != NULL;
     if (!on_cpu) {
@@ -213,6 +328,7 @@ int main(void) {
         cmocka_unit_test(test_nanolab_muon),
         cmocka_unit_test(test_nanolab_sgd_fast),
         cmocka_unit_test(test_exact_runs_identical),
+        cmocka_unit_test(test_checkpoint_gpu_cpu_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
