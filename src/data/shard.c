@@ -139,8 +139,8 @@ oj_status oj_shard_read(const oj_shard *s, int64_t start, int64_t n, int32_t *ds
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "shard_read: NULL argument");
     if (start < 0 || n < 0 || start > s->len || n > s->len - start)
         return oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
-                            "shard_read: tokens [%lld, %lld) outside the shard's %lld",
-                            (long long)start, (long long)(start + n), (long long)s->len);
+                            "shard_read: %lld tokens from %lld are outside the shard's %lld",
+                            (long long)n, (long long)start, (long long)s->len);
     if (s->version == 1) {
         const uint8_t *p = s->tokens + (size_t)start * 2;
         for (int64_t i = 0; i < n; i++) {

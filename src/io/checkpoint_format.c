@@ -20,12 +20,13 @@ void oj__ckpt_dirname(int64_t step, char buf[32]) {
 }
 
 bool oj__ckpt_parse_dirname(const char *name, size_t len, int64_t *step) {
-    if (len < 11 || len > 23 || memcmp(name, "ckpt-", 5) != 0) return false;
+    if (len < 11 || len > 24 || memcmp(name, "ckpt-", 5) != 0) return false; /* 19 digits */
     int64_t v = 0;
     for (size_t i = 5; i < len; i++) {
         if (name[i] < '0' || name[i] > '9') return false;
-        if (v > (INT64_MAX - 9) / 10) return false;
-        v = v * 10 + (name[i] - '0');
+        int d = name[i] - '0';
+        if (v > (INT64_MAX - d) / 10) return false; /* exact: every step save accepts parses */
+        v = v * 10 + d;
     }
     char canon[32];
     oj__ckpt_dirname(v, canon);
