@@ -1,10 +1,19 @@
-/* CPU reductions: one output element at a time, reduced elements visited in
- * index-increasing order with a double accumulator, so results do not
- * depend on threads (EXACT) and are accurate for the reference. */
+/* CPU reductions: every output element is accumulated in double over its
+ * reduced elements in index-increasing order, by one task, so results do
+ * not depend on threads (EXACT) and are accurate for the reference.
+ *
+ * Fast path (sum, mean, L1/L2 norms of a contiguous f32/f64 tensor whose
+ * reduced dims form one block, x viewed as [K1, R, K2]): outputs are split
+ * over threads; with K2 > 1 each task walks the R rows once, adding a row
+ * segment of K2 columns to K2 accumulators (vectorised across outputs, each
+ * output still summed in index order); with K2 == 1 four outputs are summed
+ * side by side. Otherwise one output at a time, still in parallel. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_simd.h"
 
 typedef struct {
     double acc, acc2, m; /* running values (acc2: Welford M2; m: max for lse) */
@@ -81,48 +90,193 @@ static double red_final(oj_reduce_op op, const red_state *s, double p) {
     }
 }
 
-oj_status oj_cpu_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
-                        const oj_tensor *x, uint32_t dim_mask, double p) {
-    int rank = x->rank;
-    int kept[OJ_MAX_RANK], red[OJ_MAX_RANK], nk = 0, nr = 0;
-    for (int d = 0; d < rank; d++) {
-        if (dim_mask & (1u << d))
-            red[nr++] = d;
-        else
-            kept[nk++] = d;
+/* ---------------------------------------------------------------- fast path */
+
+typedef struct {
+    const oj_simd *sd;
+    oj_reduce_op op;
+    int64_t K1, R, K2;
+    const char *x;
+    oj_dtype xdt;
+    char *out;
+    oj_dtype odt;
+    int64_t cols; /* column block width (any split gives the same sums) */
+} blk_ctx;
+
+static inline double blk_val(oj_reduce_op op, double v) {
+    return op == OJ_RED_NORM_L1 ? fabs(v) : op == OJ_RED_NORM_L2 ? v * v : v;
+}
+
+static inline double blk_final(const blk_ctx *c, double acc) {
+    if (c->op == OJ_RED_MEAN) return c->R ? acc / (double)c->R : NAN;
+    if (c->op == OJ_RED_NORM_L2) return sqrt(acc);
+    return acc;
+}
+
+static inline double blk_load(const blk_ctx *c, int64_t i) {
+    return c->xdt == OJ_F32 ? (double)((const float *)c->x)[i] : ((const double *)c->x)[i];
+}
+
+#define BLK_COLS 2048 /* accumulators per task along K2, at most */
+
+/* Items: (k1, column block) pairs. */
+static void blk_cols(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const blk_ctx *c = vc;
+    int64_t cw = c->cols, nb = (c->K2 + cw - 1) / cw;
+    double acc[BLK_COLS];
+    for (int64_t it = begin; it < end; it++) {
+        int64_t k1 = it / nb, c0 = (it % nb) * cw;
+        int64_t w = c->K2 - c0 < cw ? c->K2 - c0 : cw;
+        for (int64_t k = 0; k < w; k++) acc[k] = 0.0;
+        int64_t base = k1 * c->R * c->K2 + c0;
+        if (c->xdt == OJ_F32) { /* 8 rows per pass over the accumulators */
+            int kind = c->op == OJ_RED_NORM_L1 ? 1 : c->op == OJ_RED_NORM_L2 ? 2 : 0;
+            for (int64_t r = 0; r < c->R; r += 8)
+                c->sd->acc_cols(acc, (const float *)c->x + base + r * c->K2, c->K2,
+                                c->R - r < 8 ? c->R - r : 8, w, kind);
+        } else {
+            for (int64_t r = 0; r < c->R; r++)
+                for (int64_t k = 0; k < w; k++)
+                    acc[k] += blk_val(c->op, blk_load(c, base + r * c->K2 + k));
+        }
+        for (int64_t k = 0; k < w; k++)
+            oj__store(c->out + (k1 * c->K2 + c0 + k) * (int64_t)oj_dtype_size(c->odt), c->odt,
+                      blk_final(c, acc[k]));
     }
-    int64_t n_out = 1, n_red = 1;
-    for (int i = 0; i < nk; i++) n_out *= x->shape[kept[i]];
-    for (int i = 0; i < nr; i++) n_red *= x->shape[red[i]];
-    size_t es = oj_dtype_size(x->dtype);
+}
+
+/* Items: outputs k1 (K2 == 1), four side by side. */
+static void blk_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const blk_ctx *c = vc;
+    int64_t R = c->R, es = (int64_t)oj_dtype_size(c->odt);
+    int64_t k = begin;
+    for (; k + 4 <= end; k += 4) {
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (int64_t r = 0; r < R; r++) {
+            a0 += blk_val(c->op, blk_load(c, k * R + r));
+            a1 += blk_val(c->op, blk_load(c, (k + 1) * R + r));
+            a2 += blk_val(c->op, blk_load(c, (k + 2) * R + r));
+            a3 += blk_val(c->op, blk_load(c, (k + 3) * R + r));
+        }
+        oj__store(c->out + k * es, c->odt, blk_final(c, a0));
+        oj__store(c->out + (k + 1) * es, c->odt, blk_final(c, a1));
+        oj__store(c->out + (k + 2) * es, c->odt, blk_final(c, a2));
+        oj__store(c->out + (k + 3) * es, c->odt, blk_final(c, a3));
+    }
+    for (; k < end; k++) {
+        double a = 0;
+        for (int64_t r = 0; r < R; r++) a += blk_val(c->op, blk_load(c, k * R + r));
+        oj__store(c->out + k * es, c->odt, blk_final(c, a));
+    }
+}
+
+/* The fast path when it applies (see the top of the file); false if not. */
+static bool reduce_block(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
+                         const oj_tensor *x, uint32_t dim_mask) {
+    if (idx || (op != OJ_RED_SUM && op != OJ_RED_MEAN && op != OJ_RED_NORM_L1 &&
+                op != OJ_RED_NORM_L2))
+        return false;
+    if ((x->dtype != OJ_F32 && x->dtype != OJ_F64) || !oj_is_contiguous(x)) return false;
+    if (!oj_dtype_is_float(out->dtype)) return false;
+    int first = -1, last = -1;
+    for (int d = 0; d < x->rank; d++)
+        if (dim_mask & (1u << d)) {
+            if (first < 0) first = d;
+            else if (last != d - 1) return false; /* reduced dims not one block */
+            last = d;
+        }
+    if (first < 0) return false;
+    blk_ctx c = {oj_simd_of(eng), op, 1, 1, 1, (const char *)x->storage->data + x->offset, x->dtype,
+                 (char *)out->storage->data + out->offset, out->dtype, 0};
+    for (int d = 0; d < first; d++) c.K1 *= x->shape[d];
+    for (int d = first; d <= last; d++) c.R *= x->shape[d];
+    for (int d = last + 1; d < x->rank; d++) c.K2 *= x->shape[d];
+    if (c.K1 * c.K2 == 0) return true;
+    if (c.K2 > 1) {
+        /* Wide blocks read long row segments; split K2 only as far as the
+         * threads need (each column is summed by one task either way). */
+        int64_t t = oj_cpu_threads(eng), per_t = c.K1 >= t ? c.K2 : (c.K2 * c.K1 + t - 1) / t;
+        c.cols = per_t < 64 ? 64 : per_t > BLK_COLS ? BLK_COLS : (per_t + 15) / 16 * 16;
+        int64_t nb = (c.K2 + c.cols - 1) / c.cols, items = c.K1 * nb;
+        int64_t per = c.R * (c.K2 < c.cols ? c.K2 : c.cols);
+        int64_t grain = 32768 / (per > 0 ? per : 1);
+        oj_cpu_parallel_for(eng, items, grain < 1 ? 1 : grain, blk_cols, &c);
+    } else {
+        int64_t grain = 4 * (1 + 8192 / (c.R > 0 ? c.R : 1));
+        oj_cpu_parallel_for(eng, c.K1, grain, blk_rows, &c);
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- general */
+
+typedef struct {
+    oj_reduce_op op;
+    double p;
+    const oj_tensor *x;
+    oj_tensor *out, *idx;
+    int nk, nr;
+    int kept[OJ_MAX_RANK], red[OJ_MAX_RANK];
+    int64_t n_red;
+} gen_ctx;
+
+/* Outputs [begin, end), each reduced alone in index order. */
+static void gen_outputs(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const gen_ctx *c = vc;
+    const oj_tensor *x = c->x;
+    size_t es = oj_dtype_size(x->dtype), oes = oj_dtype_size(c->out->dtype);
     const char *xb = (const char *)x->storage->data + x->offset;
-    char *ob = (char *)out->storage->data + out->offset;
-    char *ib = idx ? (char *)idx->storage->data + idx->offset : NULL;
+    char *ob = (char *)c->out->storage->data + c->out->offset;
+    char *ib = c->idx ? (char *)c->idx->storage->data + c->idx->offset : NULL;
     int64_t ko[OJ_MAX_RANK] = {0};
-    for (int64_t o = 0; o < n_out; o++) {
-        /* offset of this output's first input element */
-        int64_t base = 0;
-        for (int i = 0; i < nk; i++) base += ko[i] * x->stride[kept[i]];
+    int64_t rem = begin;
+    for (int i = c->nk - 1; i >= 0; i--) {
+        ko[i] = rem % x->shape[c->kept[i]];
+        rem /= x->shape[c->kept[i]];
+    }
+    for (int64_t o = begin; o < end; o++) {
+        int64_t base = 0; /* offset of this output's first input element */
+        for (int i = 0; i < c->nk; i++) base += ko[i] * x->stride[c->kept[i]];
         red_state s;
-        red_init(op, &s);
+        red_init(c->op, &s);
         int64_t ri[OJ_MAX_RANK] = {0};
-        for (int64_t k = 0; k < n_red; k++) {
+        for (int64_t k = 0; k < c->n_red; k++) {
             int64_t off = base;
-            for (int i = 0; i < nr; i++) off += ri[i] * x->stride[red[i]];
-            red_step(op, &s, oj__load(xb + off * (int64_t)es, x->dtype), k);
-            for (int i = nr - 1; i >= 0; i--) {
-                if (++ri[i] < x->shape[red[i]]) break;
+            for (int i = 0; i < c->nr; i++) off += ri[i] * x->stride[c->red[i]];
+            red_step(c->op, &s, oj__load(xb + off * (int64_t)es, x->dtype), k);
+            for (int i = c->nr - 1; i >= 0; i--) {
+                if (++ri[i] < x->shape[c->red[i]]) break;
                 ri[i] = 0;
             }
         }
-        double v = red_final(op, &s, p);
-        oj__store(ob + o * (int64_t)oj_dtype_size(out->dtype), out->dtype, v);
+        oj__store(ob + o * (int64_t)oes, c->out->dtype, red_final(c->op, &s, c->p));
         if (ib) oj__store(ib + o * 8, OJ_I64, (double)(s.arg < 0 ? 0 : s.arg));
-        for (int i = nk - 1; i >= 0; i--) {
-            if (++ko[i] < x->shape[kept[i]]) break;
+        for (int i = c->nk - 1; i >= 0; i--) {
+            if (++ko[i] < x->shape[c->kept[i]]) break;
             ko[i] = 0;
         }
     }
+}
+
+oj_status oj_cpu_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
+                        const oj_tensor *x, uint32_t dim_mask, double p) {
+    if (reduce_block(eng, op, out, idx, x, dim_mask)) return OJ_OK;
+    gen_ctx c = {.op = op, .p = p, .x = x, .out = out, .idx = idx, .n_red = 1};
+    int64_t n_out = 1;
+    for (int d = 0; d < x->rank; d++) {
+        if (dim_mask & (1u << d)) {
+            c.red[c.nr++] = d;
+            c.n_red *= x->shape[d];
+        } else {
+            c.kept[c.nk++] = d;
+            n_out *= x->shape[d];
+        }
+    }
+    int64_t grain = 1 + 32768 / (c.n_red > 0 ? c.n_red : 1);
+    oj_cpu_parallel_for(eng, n_out, grain, gen_outputs, &c);
     return OJ_OK;
 }
 

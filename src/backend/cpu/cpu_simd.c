@@ -194,6 +194,15 @@ static void sc_norm_cols(double *dw, double *db, const float *x, const float *dy
     }
 }
 
+static void sc_acc_cols(double *acc, const float *x, int64_t ld, int64_t nr, int64_t n,
+                        int kind) {
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t j = 0; j < n; j++) {
+            double v = x[r * ld + j];
+            acc[j] += kind == 1 ? fabs(v) : kind == 2 ? v * v : v;
+        }
+}
+
 static void sc_softmax_bwd(float *dx, const float *y, const float *dy, int64_t n, float s,
                            bool log) {
     for (int64_t j = 0; j < n; j++)
@@ -242,6 +251,7 @@ static const oj_simd scalar_table = {
     .norm_bwd_sums = sc_norm_bwd_sums,
     .norm_bwd_dx = sc_norm_bwd_dx,
     .norm_cols = sc_norm_cols,
+    .acc_cols = sc_acc_cols,
     .softmax_bwd = sc_softmax_bwd,
     .unary = sc_unary,
     .unary_grad = sc_unary_grad,
@@ -326,6 +336,7 @@ typedef __mmask16 B;
 #define vd_add(a, b) _mm512_add_pd(a, b)
 #define vd_sub(a, b) _mm512_sub_pd(a, b)
 #define vd_mul(a, b) _mm512_mul_pd(a, b)
+#define vd_abs(a) _mm512_abs_pd(a)
 #include "backend/cpu/cpu_simd_body.h"
 #undef OJ_SFX
 #undef VL
@@ -377,6 +388,7 @@ typedef __mmask16 B;
 #undef vd_add
 #undef vd_sub
 #undef vd_mul
+#undef vd_abs
 #pragma GCC pop_options
 
 /* ---------------------------------------------------------------- AVX2 */
@@ -459,6 +471,7 @@ static inline float avx2_hmax(__m256 v) {
 #define vd_add(a, b) _mm256_add_pd(a, b)
 #define vd_sub(a, b) _mm256_sub_pd(a, b)
 #define vd_mul(a, b) _mm256_mul_pd(a, b)
+#define vd_abs(a) _mm256_and_pd(a, _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL)))
 #include "backend/cpu/cpu_simd_body.h"
 #pragma GCC pop_options
 #endif

@@ -86,6 +86,10 @@ typedef struct oj_simd {
      * dw[j] += dy[j] ((x[j] - m) rs), db[j] += dy[j] (db may be NULL). */
     void (*norm_cols)(double *dw, double *db, const float *x, const float *dy, int64_t n,
                       double m, double rs);
+    /* For r < nr in order: acc[j] += x[r * ld + j] (kind 0), |x[..]| (1)
+     * or x[..]^2 (2), in double, j < n: steps of column sums (no FMA: the
+     * same bits on every level). */
+    void (*acc_cols)(double *acc, const float *x, int64_t ld, int64_t nr, int64_t n, int kind);
     /* softmax backward of a row: dx[j] = y[j] (dy[j] - s); with log true
      * (y = log-softmax): dx[j] = dy[j] - exp(y[j]) s. */
     void (*softmax_bwd)(float *dx, const float *y, const float *dy, int64_t n, float s,

@@ -398,6 +398,25 @@ static void NAME(norm_cols)(double *dw, double *db, const float *x, const float 
     }
 }
 
+static void NAME(acc_cols)(double *acc, const float *x, int64_t ld, int64_t nr, int64_t n,
+                           int kind) {
+    int64_t j = 0;
+    for (; j + VLD <= n; j += VLD) {
+        VD a = vd_load(acc + j);
+        for (int64_t r = 0; r < nr; r++) {
+            VD v = vd_from_f32(x + r * ld + j);
+            v = kind == 1 ? vd_abs(v) : kind == 2 ? vd_mul(v, v) : v;
+            a = vd_add(a, v);
+        }
+        vd_store(acc + j, a);
+    }
+    for (; j < n; j++)
+        for (int64_t r = 0; r < nr; r++) {
+            double v = x[r * ld + j];
+            acc[j] += kind == 1 ? fabs(v) : kind == 2 ? v * v : v;
+        }
+}
+
 static void NAME(softmax_bwd)(float *dx, const float *y, const float *dy, int64_t n, float s,
                               bool log) {
     const V sv = v_set1(s);
@@ -538,6 +557,7 @@ static const oj_simd NAME(table) = {
     .norm_bwd_sums = NAME(norm_bwd_sums),
     .norm_bwd_dx = NAME(norm_bwd_dx),
     .norm_cols = NAME(norm_cols),
+    .acc_cols = NAME(acc_cols),
     .softmax_bwd = NAME(softmax_bwd),
     .unary = NAME(unary),
     .unary_grad = NAME(unary_grad),
