@@ -303,6 +303,16 @@ oj_tensor *oj_from_host(oj_engine *eng, int rank, const int64_t *shape, oj_dtype
 /* Copy t (any strides, any device) row-major into host memory `dst` of
  * `nbytes` (must equal numel * dtype size). */
 oj_status oj_to_host(oj_tensor *t, void *dst, size_t nbytes);
+/* The explicit copy between devices: a new contiguous tensor with t's
+ * shape, dtype and values on `dst`'s device, owned by dst's current scope
+ * and charged to dst's budget (t may belong to another engine; it is
+ * staged through host memory). Counted in the engines' transfer counters
+ * (oj_engine_transfers). Not recorded by autograd (the result is a leaf).
+ * NULL with the error recorded on dst. */
+oj_tensor *oj_to_device(oj_tensor *t, oj_engine *dst);
+/* Explicit host<->device transfers so far (from_host, to_host, to_device
+ * staging). */
+void oj_engine_transfers(const oj_engine *eng, int64_t *h2d, int64_t *d2h);
 /* Element i (row-major flat index over t's shape) as double; NaN (and
  * OJ_ERR_OUT_OF_RANGE) when i is outside [0, numel). */
 double oj_item_at(oj_tensor *t, int64_t i);

@@ -292,3 +292,31 @@ oj_status oj_fill_(oj_tensor *t, double value) {
     if (st == OJ_OK) t->storage->version++;
     return st;
 }
+
+oj_tensor *oj_to_device(oj_tensor *t, oj_engine *dst) {
+    if (dst == NULL || t == NULL) return NULL;
+    if (!oj__live(t)) {
+        oj_set_error(dst, OJ_ERR_INVALID_ARGUMENT, "to_device: the tensor was released");
+        return NULL;
+    }
+    size_t nbytes = (size_t)oj_numel(t) * oj_dtype_size(t->dtype);
+    void *buf = malloc(nbytes ? nbytes : 1);
+    if (buf == NULL) {
+        oj_set_error(dst, OJ_ERR_CAPACITY, "to_device: out of host memory staging %zu bytes",
+                     nbytes);
+        return NULL;
+    }
+    oj_tensor *out = NULL;
+    if (oj_to_host(t, buf, nbytes) != OJ_OK)
+        oj_set_error(dst, oj_last_status(t->eng), "to_device: reading the source: %s",
+                     oj_last_error(t->eng));
+    else
+        out = oj_from_host(dst, t->rank, t->shape, t->dtype, buf, nbytes);
+    free(buf);
+    return out;
+}
+
+void oj_engine_transfers(const oj_engine *eng, int64_t *h2d, int64_t *d2h) {
+    if (h2d) *h2d = eng ? eng->h2d_copies : 0;
+    if (d2h) *d2h = eng ? eng->d2h_copies : 0;
+}

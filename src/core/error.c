@@ -53,7 +53,13 @@ bool oj__check_tensor(oj_engine *eng, const oj_tensor *t, const char *op, const 
         return false;
     }
     if (eng != NULL && t->eng != eng) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: %s belongs to another engine", op, arg);
+        /* Tensors of two devices never meet inside an op; copies between
+         * devices are explicit. */
+        bool other_device = t->eng->device.type != eng->device.type ||
+                            t->eng->device.index != eng->device.index;
+        oj_set_error(eng, other_device ? OJ_ERR_DEVICE : OJ_ERR_INVALID_ARGUMENT,
+                     "%s: %s belongs to another engine%s", op, arg,
+                     other_device ? " on another device (copy it with oj_to_device)" : "");
         return false;
     }
     return true;
