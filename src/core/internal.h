@@ -74,6 +74,12 @@ typedef struct oj_engine_ext {
 enum { OJ_EXT_TAPE = 0, OJ_EXT_BACKEND = 1, OJ_EXT_USER = 2, OJ_EXT_COUNT = 8 };
 
 /* A free host block; the header lives in the block's own first bytes. */
+typedef struct oj_dev_block {
+    struct oj_dev_block *next;
+    void *ptr; /* device pointer */
+    size_t capacity;
+} oj_dev_block;
+
 typedef struct oj_pool_block {
     struct oj_pool_block *next;
     size_t capacity;
@@ -98,6 +104,10 @@ struct oj_engine {
     int depth;
     /* host storage pool: free blocks by size class, charged to the root */
     oj_pool_block *pool[OJ_POOL_CLASSES];
+    /* device pool: released device blocks by size class, reused in stream
+     * order (one stream per engine), so steady-state training never calls
+     * the driver's allocator; their bytes stay reserved like host ones */
+    struct oj_dev_block *dev_pool[OJ_POOL_CLASSES];
     int64_t pooled_bytes;
     /* released tensor handles kept so use-after-release is detected */
     oj_tensor **quarantine;

@@ -6,8 +6,11 @@
  * same sizes every iteration. Pooled bytes stay reserved on the root budget;
  * a block in use is charged to the budget that was current when it was
  * taken. When a reservation fails the pool is trimmed and the reservation
- * retried once. Device storage goes through the backend after the budget
- * reservation (not pooled yet). */
+ * retried once. Device storage uses the same size classes: a released
+ * device block goes to a per-class list of small host nodes (device memory
+ * cannot hold the links) and is reused by the next request of its class;
+ * with one stream per engine, reuse in stream order is safe. New device
+ * blocks are reserved on the budget before the driver is asked. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,23 +116,42 @@ oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
         s->pool_class = cls;
         return s;
     }
-    /* Device memory: budget first, then the driver. */
-    size_t cap = (nbytes + 255) & ~(size_t)255;
-    if (cap == 0) cap = 256;
-    if (cap < nbytes || !reserve(eng, s->budget, cap, op, nbytes)) {
-        if (cap < nbytes) capacity_error(eng, op, nbytes, NULL);
+    /* Device memory: the pool, else budget first, then the driver. */
+    size_t cap;
+    int cls = size_class(nbytes < 256 ? 256 : nbytes, &cap);
+    if (cls < 0) {
+        capacity_error(eng, op, nbytes, NULL);
         free(s);
         return NULL;
     }
-    s->data = eng->backend->alloc(eng, cap);
-    if (s->data == NULL) {
-        oj_budget_release(s->budget, (int64_t)cap);
-        oj_set_error(eng, OJ_ERR_CAPACITY, "%s: %s device out of memory allocating %zu bytes", op,
-                     eng->backend->name, cap);
-        free(s);
-        return NULL;
+    oj_dev_block *blk = eng->dev_pool[cls];
+    if (blk) {
+        oj_budget *over = NULL;
+        if (oj__budget_move(eng->root_budget, s->budget, (int64_t)cap, &over) != OJ_OK) {
+            capacity_error(eng, op, nbytes, over);
+            free(s);
+            return NULL;
+        }
+        eng->dev_pool[cls] = blk->next;
+        eng->pooled_bytes -= (int64_t)cap;
+        s->data = blk->ptr;
+        free(blk);
+    } else {
+        if (!reserve(eng, s->budget, cap, op, nbytes)) {
+            free(s);
+            return NULL;
+        }
+        s->data = eng->backend->alloc(eng, cap);
+        if (s->data == NULL) {
+            oj_budget_release(s->budget, (int64_t)cap);
+            oj_set_error(eng, OJ_ERR_CAPACITY, "%s: %s device out of memory allocating %zu bytes",
+                         op, eng->backend->name, cap);
+            free(s);
+            return NULL;
+        }
     }
     s->capacity = cap;
+    s->pool_class = cls;
     return s;
 }
 
@@ -161,6 +183,20 @@ void oj__storage_release(oj_storage *s) {
     oj_engine *eng = s->eng;
     if (s->budget == NULL) { /* external memory */
         if (s->release) s->release(s->release_ctx);
+    } else if (s->pool_class >= 0 && s->device.type != OJ_DEVICE_CPU) {
+        oj_dev_block *blk = malloc(sizeof *blk);
+        const oj_backend *be = oj__backend_for(s->device.type);
+        if (blk == NULL) { /* no node for the list: give the block back */
+            if (be && be->free) be->free(eng, s->data, s->capacity);
+            oj_budget_release(s->budget, (int64_t)s->capacity);
+        } else {
+            oj__budget_move(s->budget, eng->root_budget, (int64_t)s->capacity, NULL);
+            blk->ptr = s->data;
+            blk->capacity = s->capacity;
+            blk->next = eng->dev_pool[s->pool_class];
+            eng->dev_pool[s->pool_class] = blk;
+            eng->pooled_bytes += (int64_t)s->capacity;
+        }
     } else if (s->pool_class >= 0) {
         /* Back to the pool: the charge moves to the root (cannot fail: the
          * root gets back exactly what the chain releases). */
@@ -188,6 +224,15 @@ void oj_engine_trim_pool(oj_engine *eng) {
             oj_cpu_backend.free(eng, blk, (size_t)cap);
             oj_budget_release(eng->root_budget, cap);
             eng->pooled_bytes -= cap;
+        }
+        while (eng->dev_pool[c]) {
+            oj_dev_block *blk = eng->dev_pool[c];
+            eng->dev_pool[c] = blk->next;
+            int64_t cap = (int64_t)blk->capacity;
+            if (eng->backend && eng->backend->free) eng->backend->free(eng, blk->ptr, (size_t)cap);
+            oj_budget_release(eng->root_budget, cap);
+            eng->pooled_bytes -= cap;
+            free(blk);
         }
     }
 }
