@@ -106,6 +106,17 @@ static oj_status write_end(oj_tensor *t, void *tmp, const char *op) {
 /* dst[i] = src[i'] (i' the broadcast index; sstride aligned to dst's rank). */
 static oj_status tensor_copy(oj_tensor *dst, oj_tensor *src, const int64_t *sstride,
                              const char *op) {
+    if (!on_host(dst) && !on_host(src) && dst->eng->backend->copy) {
+        /* On the device: the backend's strided copy kernel, src seen through
+         * a view broadcast to dst's shape. */
+        oj_tensor *sv = oj__tensor_view(src, dst->rank, dst->shape, sstride, src->offset);
+        if (sv == NULL) return oj_last_status(dst->eng);
+        oj_status st = dst->eng->backend->copy(dst->eng, dst, sv);
+        oj_release(sv);
+        if (st != OJ_OK && oj_last_status(dst->eng) == OJ_OK)
+            oj_set_error(dst->eng, st, "%s: device copy kernel failed", op);
+        return st;
+    }
     void *stmp = NULL, *dtmp = NULL;
     const void *sp = oj__host_read_begin(src, &stmp, op);
     if (sp == NULL) return oj_last_status(dst->eng);
@@ -281,6 +292,12 @@ oj_status oj_fill_(oj_tensor *t, double value) {
     oj_engine *eng = oj__engine_of(t);
     if (!oj__check_tensor(eng, t, "fill_", "tensor"))
         return eng ? oj_last_status(eng) : OJ_ERR_INVALID_ARGUMENT;
+    if (!on_host(t) && eng->backend->fill) { /* the device's fill kernel */
+        oj_status fst = eng->backend->fill(eng, t, value);
+        if (fst == OJ_OK) t->storage->version++;
+        else if (oj_last_status(eng) == OJ_OK) oj_set_error(eng, fst, "fill_: device fill kernel failed");
+        return fst;
+    }
     unsigned char v[8];
     oj__store(v, t->dtype, value);
     int64_t zero[OJ_MAX_RANK] = {0};
