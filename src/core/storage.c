@@ -79,73 +79,44 @@ oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
     s->nbytes = nbytes;
     s->budget = eng->budget;
     s->pool_class = -1;
-    if (eng->device.type == OJ_DEVICE_CPU) {
-        size_t cap;
-        int cls = size_class(nbytes, &cap);
-        if (cls < 0) {
-            capacity_error(eng, op, nbytes, NULL);
-            free(s);
-            return NULL;
-        }
-        oj_pool_block *blk = eng->pool[cls];
-        if (blk) {
-            oj_budget *over = NULL;
-            if (oj__budget_move(eng->root_budget, s->budget, (int64_t)cap, &over) != OJ_OK) {
-                capacity_error(eng, op, nbytes, over);
-                free(s);
-                return NULL;
-            }
-            eng->pool[cls] = blk->next;
-            eng->pooled_bytes -= (int64_t)cap;
-            s->data = blk;
-        } else {
-            if (!reserve(eng, s->budget, cap, op, nbytes)) {
-                free(s);
-                return NULL;
-            }
-            s->data = host_alloc(eng, cap);
-            if (s->data == NULL) {
-                oj_budget_release(s->budget, (int64_t)cap);
-                oj_set_error(eng, OJ_ERR_CAPACITY, "%s: out of host memory allocating %zu bytes",
-                             op, cap);
-                free(s);
-                return NULL;
-            }
-        }
-        s->capacity = cap;
-        s->pool_class = cls;
-        return s;
-    }
-    /* Device memory: the pool, else budget first, then the driver. */
+    /* A pooled block of the size class, else budget first, then the
+     * allocator (host memory, or the device's driver). */
+    const bool host = eng->device.type == OJ_DEVICE_CPU;
     size_t cap;
-    int cls = size_class(nbytes < 256 ? 256 : nbytes, &cap);
+    int cls = size_class(host || nbytes >= 256 ? nbytes : 256, &cap);
     if (cls < 0) {
         capacity_error(eng, op, nbytes, NULL);
         free(s);
         return NULL;
     }
-    oj_dev_block *blk = eng->dev_pool[cls];
-    if (blk) {
+    void *pooled = host ? (void *)eng->pool[cls] : (void *)eng->dev_pool[cls];
+    if (pooled) {
         oj_budget *over = NULL;
         if (oj__budget_move(eng->root_budget, s->budget, (int64_t)cap, &over) != OJ_OK) {
             capacity_error(eng, op, nbytes, over);
             free(s);
             return NULL;
         }
-        eng->dev_pool[cls] = blk->next;
         eng->pooled_bytes -= (int64_t)cap;
-        s->data = blk->ptr;
-        free(blk);
+        if (host) {
+            eng->pool[cls] = eng->pool[cls]->next;
+            s->data = pooled;
+        } else {
+            oj_dev_block *blk = pooled;
+            eng->dev_pool[cls] = blk->next;
+            s->data = blk->ptr;
+            free(blk);
+        }
     } else {
         if (!reserve(eng, s->budget, cap, op, nbytes)) {
             free(s);
             return NULL;
         }
-        s->data = eng->backend->alloc(eng, cap);
+        s->data = host ? host_alloc(eng, cap) : eng->backend->alloc(eng, cap);
         if (s->data == NULL) {
             oj_budget_release(s->budget, (int64_t)cap);
-            oj_set_error(eng, OJ_ERR_CAPACITY, "%s: %s device out of memory allocating %zu bytes",
-                         op, eng->backend->name, cap);
+            oj_set_error(eng, OJ_ERR_CAPACITY, "%s: %s out of memory allocating %zu bytes", op,
+                         host ? "host" : eng->backend->name, cap);
             free(s);
             return NULL;
         }
