@@ -4,19 +4,24 @@
  * - OJ_NUMERICS_FAST with OpenBLAS: cblas_sgemm / cblas_dgemm per batch
  *   when a matrix has a unit stride in one of its last two dims (else it is
  *   packed to a contiguous copy first); bf16/f16 are widened to f32.
- * - otherwise (EXACT, or no OpenBLAS): our own cache-blocked kernel. Every
- *   output element is a sum over k in index-increasing order (k blocks are
- *   visited in increasing order and the partial sum stays in the output
- *   between blocks), so results do not depend on blocking or threads. f32
- *   (and bf16/f16, widened) accumulate in f32, f64 in f64, as a GEMM does.
+ * - otherwise (EXACT, or no OpenBLAS): our own kernels. f32 (and bf16/f16,
+ *   widened) go to the packed, vectorised, threaded GEMM of cpu_gemm.c
+ *   (small batched products run one batch per task instead); f64 to the
+ *   cache-blocked scalar kernel below. Every output element is a sum over
+ *   k in index-increasing order (k blocks are visited in increasing order
+ *   and the partial sum stays in the output between blocks), so results
+ *   do not depend on blocking or threads. f32 accumulates in f32, f64 in
+ *   f64, as a GEMM does.
  *
  * Blocking follows the usual GotoBLAS/BLIS structure (Goto & van de Geijn,
  * "Anatomy of high-performance matrix multiplication", TOMS 2008): pack a
  * KC x NC panel of b and an MC x KC block of a, then an MR x NR register
  * tile loops over k with its accumulators held in locals. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_pool.h"
 
@@ -31,13 +36,7 @@
 #define MM_NRF 8 /* f32 register tile width (2 vectors) */
 #define MM_NRD 4 /* f64 register tile width (2 vectors) */
 
-/* One operand matrix of one batch: element (i, j) at base + i*rs + j*cs
- * (strides in elements), dtype dt. */
-typedef struct {
-    const char *base;
-    int64_t rs, cs;
-    oj_dtype dt;
-} mm_mat;
+typedef oj_mm_mat mm_mat;
 
 static inline float ld_f(const char *p, oj_dtype dt) {
     switch (dt) {
@@ -176,7 +175,6 @@ typedef double mm_vd;
 
 static inline double ld_d(const char *p, oj_dtype dt) { return oj__load(p, dt); }
 
-MM_DEFINE_KERNEL(float, MM_NRF, f32, ld_f, mm_vf)
 MM_DEFINE_KERNEL(double, MM_NRD, f64, ld_d, mm_vd)
 
 /* ---------------------------------------------------------------- OpenBLAS */
@@ -260,6 +258,51 @@ static oj_status blas_gemm(int64_t m, int64_t n, int64_t k, const mm_mat *a, con
 
 /* ---------------------------------------------------------------- entry */
 
+/* f32 products in f32 outputs through cpu_gemm.c. */
+typedef struct {
+    oj_engine *eng;
+    oj_tensor *out;
+    const oj_tensor *a, *b;
+    int64_t m, n, k;
+    atomic_int failed;
+} f32_batches;
+
+static void f32_batch_one(const f32_batches *fb, int64_t bi, int tid, atomic_int *failed) {
+    const oj_tensor *a = fb->a, *b = fb->b;
+    float *c = (float *)((char *)fb->out->storage->data + fb->out->offset) + bi * fb->m * fb->n;
+    mm_mat ma = {(const char *)a->storage->data + a->offset +
+                     bi * a->stride[0] * (int64_t)oj_dtype_size(a->dtype),
+                 a->stride[1], a->stride[2], a->dtype};
+    mm_mat mb = {(const char *)b->storage->data + b->offset +
+                     bi * b->stride[0] * (int64_t)oj_dtype_size(b->dtype),
+                 b->stride[1], b->stride[2], b->dtype};
+    if (oj__cpu_sgemm(fb->eng, fb->m, fb->n, fb->k, &ma, &mb, c, fb->n, tid) != OJ_OK)
+        atomic_store(failed, 1);
+}
+
+static void f32_batch_chunk(void *vc, int64_t begin, int64_t end, int tid) {
+    f32_batches *fb = vc;
+    for (int64_t bi = begin; bi < end; bi++) f32_batch_one(fb, bi, tid, &fb->failed);
+}
+
+static oj_status matmul_f32(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
+                            bool accumulate) {
+    int64_t bt = out->shape[0], m = out->shape[1], n = out->shape[2], k = a->shape[2];
+    float *o = (float *)((char *)out->storage->data + out->offset);
+    if (!accumulate) memset(o, 0, (size_t)(bt * m * n) * sizeof(float));
+    f32_batches fb = {eng, out, a, b, m, n, k, 0};
+    /* Small products of a batch: one batch per task (the GEMM alone would
+     * not feed the threads); large ones: the GEMM threads itself. Either
+     * way every element's sum is the same. */
+    if (bt > 1 && m * n * k <= ((int64_t)1 << 21) && oj_cpu_threads(eng) > 1)
+        oj_cpu_parallel_for(eng, bt, 1, f32_batch_chunk, &fb);
+    else
+        for (int64_t bi = 0; bi < bt && !fb.failed; bi++) f32_batch_one(&fb, bi, -1, &fb.failed);
+    if (fb.failed)
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "matmul: out of host memory for GEMM scratch");
+    return OJ_OK;
+}
+
 oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                         bool accumulate) {
     int64_t bt = out->shape[0], m = out->shape[1], n = out->shape[2], k = a->shape[2];
@@ -269,6 +312,7 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
     size_t oes = oj_dtype_size(dt), aes = oj_dtype_size(a->dtype), bes = oj_dtype_size(b->dtype);
     if (bt == 0 || m == 0 || n == 0) return OJ_OK;
     bool use_blas = false;
+    bool use_own_f32 = dt == OJ_F32 && a->dtype == OJ_F32 && b->dtype == OJ_F32;
 #ifdef OJAS_HAVE_OPENBLAS
     use_blas = eng->numerics == OJ_NUMERICS_FAST && k > 0;
     /* OpenBLAS's pool is process-wide: size it to this engine's threads
@@ -276,6 +320,7 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
     if (use_blas && openblas_get_num_threads() != oj_cpu_threads(eng))
         openblas_set_num_threads(oj_cpu_threads(eng));
 #endif
+    if (use_own_f32 && !use_blas) return matmul_f32(eng, out, a, b, accumulate);
     size_t cbytes = (size_t)(m * n) * (dbl ? sizeof(double) : sizeof(float));
     void *tmp = NULL;
     if (!direct) {
@@ -310,7 +355,8 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
         }
 #endif
         if (!done && k > 0)
-            st = dbl ? gemm_f64(m, n, k, &ma, &mb, c, n) : gemm_f32(m, n, k, &ma, &mb, c, n);
+            st = dbl ? gemm_f64(m, n, k, &ma, &mb, c, n)
+                     : oj__cpu_sgemm(eng, m, n, k, &ma, &mb, c, n, -1);
         if (!direct && st == OJ_OK) {
             for (int64_t i = 0; i < m * n; i++) {
                 float v = ((float *)c)[i];

@@ -41,6 +41,7 @@ typedef struct oj_cpu_state {
     oj_cpu_isa isa;
     int nthreads; /* caller included */
     scratch_buf *scratch; /* [nthreads] */
+    scratch_buf workspace; /* shared by the threads */
     /* pool (started lazily) */
     bool started;
     pthread_t *workers; /* [nthreads - 1] */
@@ -120,6 +121,7 @@ static void state_destroy(oj_engine *eng, void *p) {
     }
     free(st->workers);
     for (int i = 0; i < st->nthreads; i++) free(st->scratch[i].ptr);
+    free(st->workspace.ptr);
     free(st->scratch);
     free(st);
 }
@@ -165,10 +167,7 @@ int oj_cpu_threads(oj_engine *eng) {
     return st ? st->nthreads : 1;
 }
 
-void *oj_cpu_scratch(oj_engine *eng, int tid, size_t nbytes) {
-    oj_cpu_state *st = state_of(eng);
-    if (st == NULL || tid < 0 || tid >= st->nthreads) return NULL;
-    scratch_buf *b = &st->scratch[tid];
+static void *grow(scratch_buf *b, size_t nbytes) {
     if (nbytes == 0) nbytes = 64;
     if (b->cap < nbytes) {
         size_t cap = b->cap ? b->cap : 4096;
@@ -180,6 +179,17 @@ void *oj_cpu_scratch(oj_engine *eng, int tid, size_t nbytes) {
         b->cap = cap;
     }
     return b->ptr;
+}
+
+void *oj_cpu_scratch(oj_engine *eng, int tid, size_t nbytes) {
+    oj_cpu_state *st = state_of(eng);
+    if (st == NULL || tid < 0 || tid >= st->nthreads) return NULL;
+    return grow(&st->scratch[tid], nbytes);
+}
+
+void *oj_cpu_workspace(oj_engine *eng, size_t nbytes) {
+    oj_cpu_state *st = state_of(eng);
+    return st ? grow(&st->workspace, nbytes) : NULL;
 }
 
 /* ---------------------------------------------------------------- pool */

@@ -55,6 +55,12 @@ int oj_cpu_threads(oj_engine *eng);
  * for the same tid with a larger size. */
 void *oj_cpu_scratch(oj_engine *eng, int tid, size_t nbytes);
 
+/* A 64-byte aligned buffer of at least nbytes shared by all threads (one
+ * per engine, e.g. a packed GEMM panel that every thread reads), kept and
+ * reused like the scratch. Only the calling (engine) thread may ask for
+ * it, outside parallel chunks. NULL when out of memory. */
+void *oj_cpu_workspace(oj_engine *eng, size_t nbytes);
+
 /* The number of chunks of [0, n) at `grain`. */
 static inline int64_t oj_cpu_chunks(int64_t n, int64_t grain) {
     return n <= 0 ? 0 : (n + grain - 1) / grain;
