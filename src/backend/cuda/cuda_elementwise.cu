@@ -41,6 +41,42 @@ static __device__ __forceinline__ void copy_bytes(char *d, const char *s, int es
 
 static int dt_size(int dt) { return (int)oj_dtype_size((oj_dtype)dt); }
 
+/* Kernel names per op, for errors and the OJAS_CUDA_PROFILE table. */
+static const char *const unary_names[] = {
+    "unary neg", "unary abs", "unary exp", "unary log", "unary log1p", "unary sqrt",
+    "unary rsqrt", "unary square", "unary sign", "unary relu", "unary leaky_relu",
+    "unary gelu_erf", "unary gelu_tanh", "unary silu", "unary sigmoid", "unary tanh",
+    "unary softplus", "unary elu", "unary mish", "unary pow_scalar", "unary rpow_scalar",
+    "unary clamp", "unary affine", "unary reciprocal", "unary sin", "unary cos", "unary not",
+    "unary isnan", "unary isfinite"};
+static const char *const unary_bw_names[] = {
+    "unary_backward neg", "unary_backward abs", "unary_backward exp", "unary_backward log",
+    "unary_backward log1p", "unary_backward sqrt", "unary_backward rsqrt",
+    "unary_backward square", "unary_backward sign", "unary_backward relu",
+    "unary_backward leaky_relu", "unary_backward gelu_erf", "unary_backward gelu_tanh",
+    "unary_backward silu", "unary_backward sigmoid", "unary_backward tanh",
+    "unary_backward softplus", "unary_backward elu", "unary_backward mish",
+    "unary_backward pow_scalar", "unary_backward rpow_scalar", "unary_backward clamp",
+    "unary_backward affine", "unary_backward reciprocal", "unary_backward sin",
+    "unary_backward cos", "unary_backward not", "unary_backward isnan",
+    "unary_backward isfinite"};
+static const char *const binary_names[] = {
+    "binary add", "binary sub", "binary mul", "binary div", "binary pow", "binary maximum",
+    "binary minimum", "binary eq", "binary ne", "binary lt", "binary le", "binary gt",
+    "binary ge", "binary and", "binary or", "binary xor"};
+static_assert(sizeof unary_names / sizeof unary_names[0] == OJ_UN_COUNT, "unary names");
+static_assert(sizeof unary_bw_names / sizeof unary_bw_names[0] == OJ_UN_COUNT, "unary names");
+static_assert(sizeof binary_names / sizeof binary_names[0] == OJ_BIN_COUNT, "binary names");
+static const char *unary_name(oj_unary_op op) {
+    return (unsigned)op < OJ_UN_COUNT ? unary_names[op] : "unary";
+}
+static const char *unary_bw_name(oj_unary_op op) {
+    return (unsigned)op < OJ_UN_COUNT ? unary_bw_names[op] : "unary_backward";
+}
+static const char *binary_name(oj_binary_op op) {
+    return (unsigned)op < OJ_BIN_COUNT ? binary_names[op] : "binary";
+}
+
 #define GRID_LOOP(i, n)                                                                      \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
          i += (int64_t)gridDim.x * blockDim.x)
@@ -124,7 +160,7 @@ oj_status oj_cuda_unary(oj_engine *eng, oj_unary_op op, oj_tensor *out, const oj
     oj_cu_iter_init(&it, out->rank, out->shape, 2, ts);
     if (it.numel == 0) return OJ_OK;
     k_unary<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, op, alpha, beta);
-    return oj_cuda_check(eng, "unary");
+    return oj_cuda_check(eng, unary_name(op));
 }
 
 __global__ void k_unary_backward(oj_cu_iter it, oj_unary_op op, double a, double b) {
@@ -147,7 +183,7 @@ oj_status oj_cuda_unary_backward(oj_engine *eng, oj_unary_op op, oj_tensor *dx,
     oj_cu_iter_init(&it, dx->rank, dx->shape, 4, ts);
     if (it.numel == 0) return OJ_OK;
     k_unary_backward<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, op, alpha, beta);
-    return oj_cuda_check(eng, "unary_backward");
+    return oj_cuda_check(eng, unary_bw_name(op));
 }
 
 /* ---------------------------------------------------------------- binary */
@@ -216,7 +252,7 @@ oj_status oj_cuda_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const 
              (op == OJ_BIN_ADD || op == OJ_BIN_SUB || op == OJ_BIN_MUL || op == OJ_BIN_DIV))
         mode = 2;
     k_binary<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, op, mode);
-    return oj_cuda_check(eng, "binary");
+    return oj_cuda_check(eng, binary_name(op));
 }
 
 /* ---------------------------------------------------------------- where */

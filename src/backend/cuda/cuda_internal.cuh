@@ -31,6 +31,10 @@ struct oj_cuda_state {
      * index, counters, non-finite flags): OJ_CUDA_FLAG_WORDS u64, allocated
      * at open (bookkeeping outside the budget, 256 bytes). */
     unsigned long long *flags;
+    /* OJAS_CUDA_PROFILE=1: per-kernel cumulative device time (cudaEvent
+     * pairs around each launch, resolved in batches), printed to stderr
+     * when the engine is freed; NULL when off. */
+    struct oj_cuda_prof *prof;
 };
 #define OJ_CUDA_FLAG_WORDS 32
 
@@ -38,12 +42,16 @@ static inline oj_cuda_state *oj_cuda_state_of(oj_engine *eng) {
     return (oj_cuda_state *)eng->ext[OJ_EXT_BACKEND].ptr;
 }
 
-/* Make the engine's device current. OJ_ERR_DEVICE naming op on failure. */
+/* Make the engine's device current (and, when profiling, mark the start
+ * of the entry's first kernel). OJ_ERR_DEVICE naming op on failure. */
 oj_status oj_cuda_begin(oj_engine *eng, const char *op);
 /* Record OJ_ERR_DEVICE for CUDA error e during `what`; returns it. */
 oj_status oj_cuda_fail(oj_engine *eng, cudaError_t e, const char *what);
 /* After a launch: the launch error (and with OJAS_CUDA_SYNC=1 the
- * kernel's own fault) as OJ_ERR_DEVICE naming the kernel. */
+ * kernel's own fault) as OJ_ERR_DEVICE naming the kernel. With
+ * OJAS_CUDA_PROFILE=1 the device time since the previous mark (the begin
+ * of the entry or the previous check) is charged to `kernel` (a string
+ * literal or otherwise long-lived). */
 oj_status oj_cuda_check(oj_engine *eng, const char *kernel);
 /* Set flags[0..nwords) to `value` (0 or all ones bytes: 0x00 / 0xff). */
 oj_status oj_cuda_flags_reset(oj_engine *eng, int nwords, int byte, const char *op);

@@ -4,10 +4,107 @@
  * host side of strided iteration. Opening never falls back to the CPU: a
  * missing driver, no device or a bad ordinal is OJ_ERR_DEVICE naming the
  * CUDA error. The table oj_cuda_backend is in cuda_backend.cu. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+
+/* ---------------------------------------------------------------- profile
+ * OJAS_CUDA_PROFILE=1: an event is recorded on the default stream at each
+ * entry's begin and after each kernel (oj_cuda_check); the time between a
+ * kernel's event and the one before it is charged to the kernel's name.
+ * Pairs are resolved in batches (when the event pool is used up, and at
+ * close), so profiling adds no synchronisation inside a step; it adds ~2
+ * host microseconds per launch. Host round trips (device-to-host copies,
+ * which synchronise) are counted too. */
+#define PROF_EVENTS 8192
+#define PROF_NAMES 256
+struct prof_name {
+    const char *name;
+    double ms;
+    long long calls;
+};
+struct oj_cuda_prof {
+    cudaEvent_t ev[PROF_EVENTS];
+    const char *evname[PROF_EVENTS]; /* name charged for the interval ending at ev[i]; NULL: a start mark */
+    int nev, created;
+    prof_name names[PROF_NAMES];
+    int nnames;
+    long long d2h_calls, d2h_bytes, launches;
+};
+
+static void prof_charge(oj_cuda_prof *p, const char *name, double ms) {
+    int i;
+    for (i = 0; i < p->nnames; i++)
+        if (p->names[i].name == name || strcmp(p->names[i].name, name) == 0) break;
+    if (i == p->nnames) {
+        if (p->nnames == PROF_NAMES) i = PROF_NAMES - 1; /* lumped into the last slot */
+        else p->names[p->nnames++].name = name;
+    }
+    p->names[i].ms += ms;
+    p->names[i].calls++;
+}
+
+/* Resolve every recorded interval (waits for the last event). */
+static void prof_flush(oj_cuda_prof *p) {
+    if (p->nev == 0) return;
+    cudaEventSynchronize(p->ev[p->nev - 1]);
+    for (int i = 1; i < p->nev; i++) {
+        if (p->evname[i] == NULL) continue;
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, p->ev[i - 1], p->ev[i]) == cudaSuccess)
+            prof_charge(p, p->evname[i], (double)ms);
+    }
+    cudaGetLastError();
+    /* the last event starts the next batch */
+    cudaEvent_t t = p->ev[0];
+    p->ev[0] = p->ev[p->nev - 1];
+    p->ev[p->nev - 1] = t;
+    p->evname[0] = NULL;
+    p->nev = 1;
+}
+
+static void prof_mark(oj_cuda_prof *p, const char *name) {
+    if (name == NULL && p->nev > 0 && p->evname[p->nev - 1] == NULL) return; /* start already marked */
+    if (p->nev == PROF_EVENTS) prof_flush(p);
+    if (name != NULL && p->nev == 0) return; /* no start mark: cannot time this one */
+    /* name == NULL after a kernel's event: that event already marks the
+     * start, but host time may have passed; a fresh mark excludes it. */
+    if (p->nev >= p->created) {
+        if (cudaEventCreate(&p->ev[p->nev]) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        p->created++;
+    }
+    cudaEventRecord(p->ev[p->nev], 0);
+    p->evname[p->nev++] = name;
+    if (name) p->launches++;
+}
+
+static int prof_cmp(const void *a, const void *b) {
+    double x = ((const prof_name *)a)->ms, y = ((const prof_name *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+static void prof_report(oj_cuda_prof *p, int ordinal) {
+    prof_flush(p);
+    qsort(p->names, (size_t)p->nnames, sizeof p->names[0], prof_cmp);
+    double total = 0.0;
+    for (int i = 0; i < p->nnames; i++) total += p->names[i].ms;
+    fprintf(stderr,
+            "== cuda profile (cuda:%d): %lld timed launches, %.3f ms device time; %lld "
+            "device-to-host copies (%lld bytes)\n",
+            ordinal, p->launches, total, p->d2h_calls, p->d2h_bytes);
+    fprintf(stderr, "%-44s %10s %12s %10s %7s\n", "kernel", "calls", "total ms", "mean us", "%");
+    for (int i = 0; i < p->nnames; i++)
+        fprintf(stderr, "%-44s %10lld %12.3f %10.2f %6.2f%%\n", p->names[i].name,
+                p->names[i].calls, p->names[i].ms, 1e3 * p->names[i].ms / (double)p->names[i].calls,
+                total > 0 ? 100.0 * p->names[i].ms / total : 0.0);
+    for (int i = 0; i < p->created; i++) cudaEventDestroy(p->ev[i]);
+    p->created = 0;
+}
 
 static int cuda_ordinal(oj_engine *eng) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
@@ -48,6 +145,9 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
     s->flags = flags;
     const char *sync = getenv("OJAS_CUDA_SYNC");
     s->sync_check = sync != NULL && sync[0] != '\0' && strcmp(sync, "0") != 0;
+    const char *prof = getenv("OJAS_CUDA_PROFILE");
+    if (prof != NULL && prof[0] != '\0' && strcmp(prof, "0") != 0)
+        s->prof = (oj_cuda_prof *)calloc(1, sizeof *s->prof); /* NULL: no profile */
     eng->ext[OJ_EXT_BACKEND].ptr = s;
     eng->ext[OJ_EXT_BACKEND].destroy = state_destroy;
     return OJ_OK;
@@ -58,6 +158,11 @@ void oj_cuda_close(oj_engine *eng) {
     cudaSetDevice(cuda_ordinal(eng));
     cudaDeviceSynchronize();
     if (s == NULL) return;
+    if (s->prof) {
+        prof_report(s->prof, s->ordinal);
+        free(s->prof);
+        s->prof = NULL;
+    }
     if (s->blas_ready) cublasDestroy(s->blas);
     s->blas_ready = false;
     if (s->flags) cudaFree(s->flags);
@@ -94,7 +199,16 @@ static oj_status copy(oj_engine *eng, void *dst, const void *src, size_t nbytes,
 oj_status oj_cuda_copy_h2d(oj_engine *eng, void *dst, const void *src, size_t nbytes) {
     return copy(eng, dst, src, nbytes, cudaMemcpyHostToDevice, "host-to-device copy");
 }
+static void count_d2h(oj_engine *eng, size_t nbytes) {
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (s && s->prof) {
+        s->prof->d2h_calls++;
+        s->prof->d2h_bytes += (long long)nbytes;
+    }
+}
+
 oj_status oj_cuda_copy_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes) {
+    count_d2h(eng, nbytes);
     return copy(eng, dst, src, nbytes, cudaMemcpyDeviceToHost, "device-to-host copy");
 }
 oj_status oj_cuda_copy_d2d(oj_engine *eng, void *dst, const void *src, size_t nbytes) {
@@ -129,6 +243,8 @@ oj_status oj_cuda_fail(oj_engine *eng, cudaError_t e, const char *what) {
 oj_status oj_cuda_begin(oj_engine *eng, const char *op) {
     cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (s && s->prof) prof_mark(s->prof, NULL);
     return OJ_OK;
 }
 
@@ -136,6 +252,7 @@ oj_status oj_cuda_check(oj_engine *eng, const char *kernel) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
         oj_cuda_state *s = oj_cuda_state_of(eng);
+        if (s && s->prof) prof_mark(s->prof, kernel);
         if (s && s->sync_check) e = cudaDeviceSynchronize();
     }
     if (e != cudaSuccess)
@@ -157,6 +274,7 @@ oj_status oj_cuda_flags_read(oj_engine *eng, unsigned long long *host, int nword
                              const char *op) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
     if (nwords > OJ_CUDA_FLAG_WORDS) nwords = OJ_CUDA_FLAG_WORDS;
+    count_d2h(eng, (size_t)nwords * sizeof *host);
     cudaError_t e = cudaMemcpy(host, s->flags, (size_t)nwords * sizeof *host,
                                cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
@@ -165,6 +283,7 @@ oj_status oj_cuda_flags_read(oj_engine *eng, unsigned long long *host, int nword
 
 oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes, const char *op) {
     if (nbytes == 0) return OJ_OK;
+    count_d2h(eng, nbytes);
     cudaError_t e = cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
     return OJ_OK;

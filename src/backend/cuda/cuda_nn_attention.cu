@@ -17,6 +17,7 @@
  * deterministic without atomics. Compute is f32 for f32/bf16/f16 inputs and
  * f64 for f64. This is the correct, simple kernel; the speed issue tunes it. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -326,6 +327,295 @@ template <typename T> __global__ void k_attn_dkv(attn_args a) {
     }
 }
 
+/* ---------------------------------------------------------------- tiled (flash) kernels
+ * The fast path for f32/bf16/f16 without a mask and D == Dv in {16, 32,
+ * 64, 128}: a block of 256 threads (16 x 16) owns 64 query rows (forward,
+ * dq) or 64 key rows (dk/dv) and walks 64-row tiles of the other side staged
+ * in shared memory ([64][D + 1] floats: the +1 keeps column walks free of
+ * bank conflicts). Thread (tx, ty) computes the 4 x 4 scores of rows
+ * ty + 16 i and columns tx + 16 j with register blocking (f32 FMA), and
+ * owns output columns tx + 16 c of its 4 rows. Row max/sum reduce over the
+ * 16 lanes of a half-warp. Causal: tiles past the diagonal are never
+ * loaded, heavy query tiles are scheduled first. Every sum runs in a fixed
+ * order (d ascending, keys ascending, heads then queries ascending for
+ * dk/dv), so results are deterministic without atomics. */
+#define FA_B 64      /* rows per tile */
+#define FA_THREADS 256
+#define FA_PLD (FA_B + 1)
+
+template <int D>
+__device__ __forceinline__ void fa_stage(float *sh, const char *base, const int64_t *st, int dt,
+                                         int es, int64_t b, int64_t hh, int64_t r0, int64_t n) {
+    const char *p0 = base + (b * st[0] + hh * st[1] + r0 * st[2]) * es;
+    for (int e = threadIdx.x; e < FA_B * D; e += FA_THREADS) {
+        int r = e / D, c = e - r * D;
+        float v = 0.0f;
+        if (r < n) v = oj_cu_ldf(p0 + ((int64_t)r * st[2] + (int64_t)c * st[3]) * es, dt);
+        sh[r * (D + 1) + c] = v;
+    }
+}
+
+__device__ __forceinline__ float fa_hmax(float v) {
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float fa_hsum(float v) {
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <int D> __global__ void __launch_bounds__(FA_THREADS) k_fa_forward(attn_args a) {
+    constexpr int LD = D + 1, NC = D / 16;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float *qs = (float *)smem, *ks = qs + FA_B * LD, *vs = ks + FA_B * LD, *ps = vs + FA_B * LD;
+    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    int64_t nqt = (a.T + FA_B - 1) / FA_B;
+    int64_t qt = nqt - 1 - (int64_t)blockIdx.x % nqt, bh = (int64_t)blockIdx.x / nqt;
+    int64_t h = bh % a.H, b = bh / a.H, hk = h / a.group;
+    int64_t i0 = qt * FA_B, nq = a.T - i0 < FA_B ? a.T - i0 : FA_B, diag = a.S - a.T;
+    float scale = (float)a.scale;
+    fa_stage<D>(qs, a.q, a.qs, a.dt, a.es, b, h, i0, nq);
+    float m[4], l[4], acc[4][NC];
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        for (int c = 0; c < NC; c++) acc[i][c] = 0.0f;
+    }
+    int64_t kend = keys_visible(a, i0, nq);
+    for (int64_t j0 = 0; j0 < kend; j0 += FA_B) {
+        int64_t nk = kend - j0 < FA_B ? kend - j0 : FA_B;
+        __syncthreads();
+        fa_stage<D>(ks, a.k, a.ks, a.dt, a.es, b, hk, j0, nk);
+        fa_stage<D>(vs, a.v, a.vs, a.dt, a.es, b, hk, j0, nk);
+        __syncthreads();
+        float s[4][4];
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) s[i][j] = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < D; d++) {
+            float qv[4], kv[4];
+            for (int i = 0; i < 4; i++) qv[i] = qs[(ty + 16 * i) * LD + d];
+            for (int j = 0; j < 4; j++) kv[j] = ks[(tx + 16 * j) * LD + d];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) s[i][j] = fmaf(qv[i], kv[j], s[i][j]);
+        }
+        for (int i = 0; i < 4; i++) {
+            int64_t row = i0 + ty + 16 * i;
+            float mx = -INFINITY;
+            for (int j = 0; j < 4; j++) {
+                int cj = tx + 16 * j;
+                float v = s[i][j] * scale;
+                if (cj >= nk || (a.causal && j0 + cj > row + diag)) v = -INFINITY;
+                s[i][j] = v;
+                mx = fmaxf(mx, v);
+            }
+            mx = fa_hmax(mx);
+            float mn = fmaxf(m[i], mx);
+            float corr = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
+            float rs = 0.0f;
+            for (int j = 0; j < 4; j++) {
+                float p = s[i][j] == -INFINITY ? 0.0f : expf(s[i][j] - mn);
+                ps[(ty + 16 * i) * FA_PLD + tx + 16 * j] = p;
+                rs += p;
+            }
+            rs = fa_hsum(rs);
+            l[i] = l[i] * corr + rs;
+            for (int c = 0; c < NC; c++) acc[i][c] *= corr;
+            m[i] = mn;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < nk; kk++) {
+            float pv[4];
+            for (int i = 0; i < 4; i++) pv[i] = ps[(ty + 16 * i) * FA_PLD + kk];
+            for (int c = 0; c < NC; c++) {
+                float vv = vs[kk * LD + tx + 16 * c];
+                for (int i = 0; i < 4; i++) acc[i][c] = fmaf(pv[i], vv, acc[i][c]);
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        int64_t row = i0 + ty + 16 * i;
+        if (row >= a.T) continue;
+        int64_t orow = (b * a.H + h) * a.T + row;
+        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f; /* fully masked row: 0 */
+        for (int c = 0; c < NC; c++)
+            stT(a.o + (orow * D + tx + 16 * c) * a.oes, a.odt, acc[i][c] * inv);
+        if (tx == 0 && a.lse)
+            stT(a.lse + orow * a.ses, a.sdt, l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY);
+    }
+}
+
+/* dq for 64 query rows: keys ascending; ds tile through shared memory. */
+template <int D> __global__ void __launch_bounds__(FA_THREADS) k_fa_dq(attn_args a) {
+    constexpr int LD = D + 1, NC = D / 16;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float *qs = (float *)smem, *gs = qs + FA_B * LD, *ks = gs + FA_B * LD, *vs = ks + FA_B * LD,
+          *dss = vs + FA_B * LD;
+    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    int64_t nqt = (a.T + FA_B - 1) / FA_B;
+    int64_t qt = nqt - 1 - (int64_t)blockIdx.x % nqt, bh = (int64_t)blockIdx.x / nqt;
+    int64_t h = bh % a.H, b = bh / a.H, hk = h / a.group;
+    int64_t i0 = qt * FA_B, nq = a.T - i0 < FA_B ? a.T - i0 : FA_B, diag = a.S - a.T;
+    float scale = (float)a.scale;
+    fa_stage<D>(qs, a.q, a.qs, a.dt, a.es, b, h, i0, nq);
+    fa_stage<D>(gs, a.dout, a.gs, a.gdt, a.ges, b, h, i0, nq);
+    float lr[4], dl[4], acc[4][NC];
+    for (int i = 0; i < 4; i++) {
+        int64_t row = i0 + ty + 16 * i, orow = (b * a.H + h) * a.T + row;
+        lr[i] = row < a.T ? ldT<float>(a.lse_in + orow * a.ses, a.sdt) : -INFINITY;
+        dl[i] = row < a.T ? ((const float *)a.delta)[orow] : 0.0f;
+        for (int c = 0; c < NC; c++) acc[i][c] = 0.0f;
+    }
+    int64_t kend = keys_visible(a, i0, nq);
+    for (int64_t j0 = 0; j0 < kend; j0 += FA_B) {
+        int64_t nk = kend - j0 < FA_B ? kend - j0 : FA_B;
+        __syncthreads();
+        fa_stage<D>(ks, a.k, a.ks, a.dt, a.es, b, hk, j0, nk);
+        fa_stage<D>(vs, a.v, a.vs, a.dt, a.es, b, hk, j0, nk);
+        __syncthreads();
+        float s[4][4], dp[4][4];
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) s[i][j] = dp[i][j] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < D; d++) {
+            float qv[4], gv[4], kv[4], vv[4];
+            for (int i = 0; i < 4; i++) {
+                qv[i] = qs[(ty + 16 * i) * LD + d];
+                gv[i] = gs[(ty + 16 * i) * LD + d];
+            }
+            for (int j = 0; j < 4; j++) {
+                kv[j] = ks[(tx + 16 * j) * LD + d];
+                vv[j] = vs[(tx + 16 * j) * LD + d];
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) {
+                    s[i][j] = fmaf(qv[i], kv[j], s[i][j]);
+                    dp[i][j] = fmaf(gv[i], vv[j], dp[i][j]);
+                }
+        }
+        for (int i = 0; i < 4; i++) {
+            int64_t row = i0 + ty + 16 * i;
+            for (int j = 0; j < 4; j++) {
+                int cj = tx + 16 * j;
+                bool ok = cj < nk && lr[i] != -INFINITY && !(a.causal && j0 + cj > row + diag);
+                float p = ok ? expf(s[i][j] * scale - lr[i]) : 0.0f;
+                dss[(ty + 16 * i) * FA_PLD + cj] = ok ? p * (dp[i][j] - dl[i]) * scale : 0.0f;
+            }
+        }
+        __syncthreads();
+        for (int kk = 0; kk < nk; kk++) {
+            float dv4[4];
+            for (int i = 0; i < 4; i++) dv4[i] = dss[(ty + 16 * i) * FA_PLD + kk];
+            for (int c = 0; c < NC; c++) {
+                float kv = ks[kk * LD + tx + 16 * c];
+                for (int i = 0; i < 4; i++) acc[i][c] = fmaf(dv4[i], kv, acc[i][c]);
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        int64_t row = i0 + ty + 16 * i;
+        if (row >= a.T) continue;
+        int64_t orow = (b * a.H + h) * a.T + row;
+        for (int c = 0; c < NC; c++) stT(a.dq + (orow * D + tx + 16 * c) * a.es, a.dt, acc[i][c]);
+    }
+}
+
+/* dk, dv for 64 key rows of kv head (b, hk): the group's heads in order,
+ * query tiles ascending from the first query that sees the tile. */
+template <int D> __global__ void __launch_bounds__(FA_THREADS) k_fa_dkv(attn_args a) {
+    constexpr int LD = D + 1, NC = D / 16;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float *ks = (float *)smem, *vs = ks + FA_B * LD, *qs = vs + FA_B * LD, *gs = qs + FA_B * LD,
+          *pss = gs + FA_B * LD, *dss = pss + FA_B * FA_PLD, *lsh = dss + FA_B * FA_PLD,
+          *dsh = lsh + FA_B;
+    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    int64_t nkt = (a.S + FA_B - 1) / FA_B;
+    int64_t kt = (int64_t)blockIdx.x % nkt, bh = (int64_t)blockIdx.x / nkt;
+    int64_t hk = bh % a.Hkv, b = bh / a.Hkv;
+    int64_t j0 = kt * FA_B, nk = a.S - j0 < FA_B ? a.S - j0 : FA_B, diag = a.S - a.T;
+    float scale = (float)a.scale;
+    fa_stage<D>(ks, a.k, a.ks, a.dt, a.es, b, hk, j0, nk);
+    fa_stage<D>(vs, a.v, a.vs, a.dt, a.es, b, hk, j0, nk);
+    float dk[4][NC], dv[4][NC];
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < NC; c++) dk[i][c] = dv[i][c] = 0.0f;
+    int64_t istart = 0;
+    if (a.causal) {
+        istart = j0 - diag;
+        if (istart < 0) istart = 0;
+    }
+    for (int64_t h = hk * a.group; h < (hk + 1) * a.group; h++) {
+        for (int64_t q0 = istart; q0 < a.T; q0 += FA_B) {
+            int64_t nq = a.T - q0 < FA_B ? a.T - q0 : FA_B;
+            __syncthreads();
+            fa_stage<D>(qs, a.q, a.qs, a.dt, a.es, b, h, q0, nq);
+            fa_stage<D>(gs, a.dout, a.gs, a.gdt, a.ges, b, h, q0, nq);
+            if (threadIdx.x < FA_B) {
+                int e = threadIdx.x;
+                int64_t orow = (b * a.H + h) * a.T + q0 + e;
+                lsh[e] = e < nq ? ldT<float>(a.lse_in + orow * a.ses, a.sdt) : -INFINITY;
+                dsh[e] = e < nq ? ((const float *)a.delta)[orow] : 0.0f;
+            }
+            __syncthreads();
+            float s[4][4], dp[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) s[i][j] = dp[i][j] = 0.0f;
+#pragma unroll 4
+            for (int d = 0; d < D; d++) {
+                float kv[4], vv[4], qv[4], gv[4];
+                for (int i = 0; i < 4; i++) {
+                    kv[i] = ks[(ty + 16 * i) * LD + d];
+                    vv[i] = vs[(ty + 16 * i) * LD + d];
+                }
+                for (int j = 0; j < 4; j++) {
+                    qv[j] = qs[(tx + 16 * j) * LD + d];
+                    gv[j] = gs[(tx + 16 * j) * LD + d];
+                }
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++) {
+                        s[i][j] = fmaf(kv[i], qv[j], s[i][j]);
+                        dp[i][j] = fmaf(vv[i], gv[j], dp[i][j]);
+                    }
+            }
+            for (int i = 0; i < 4; i++) {
+                int64_t key = j0 + ty + 16 * i;
+                for (int j = 0; j < 4; j++) {
+                    int cj = tx + 16 * j;
+                    float lq = lsh[cj];
+                    bool ok = key < a.S && lq != -INFINITY && !(a.causal && key > q0 + cj + diag);
+                    float p = ok ? expf(s[i][j] * scale - lq) : 0.0f;
+                    pss[(ty + 16 * i) * FA_PLD + cj] = p;
+                    dss[(ty + 16 * i) * FA_PLD + cj] = ok ? p * (dp[i][j] - dsh[cj]) * scale : 0.0f;
+                }
+            }
+            __syncthreads();
+            for (int cc = 0; cc < nq; cc++) {
+                float p4[4], d4[4];
+                for (int i = 0; i < 4; i++) {
+                    p4[i] = pss[(ty + 16 * i) * FA_PLD + cc];
+                    d4[i] = dss[(ty + 16 * i) * FA_PLD + cc];
+                }
+                for (int c = 0; c < NC; c++) {
+                    float go = gs[cc * LD + tx + 16 * c], qv = qs[cc * LD + tx + 16 * c];
+                    for (int i = 0; i < 4; i++) {
+                        dv[i][c] = fmaf(p4[i], go, dv[i][c]);
+                        dk[i][c] = fmaf(d4[i], qv, dk[i][c]);
+                    }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        int64_t key = j0 + ty + 16 * i;
+        if (key >= a.S) continue;
+        int64_t krow = (b * a.Hkv + hk) * a.S + key;
+        for (int c = 0; c < NC; c++) {
+            if (a.dk) stT(a.dk + (krow * D + tx + 16 * c) * a.es, a.dt, dk[i][c]);
+            if (a.dv) stT(a.dv + (krow * D + tx + 16 * c) * a.es, a.dt, dv[i][c]);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- host */
 
 static void fill_strides(int64_t *dst, const oj_tensor *t) {
@@ -386,8 +676,80 @@ static oj_status launch(oj_engine *eng, K kernel, int64_t total, size_t smem, co
     return oj_cuda_check(eng, name);
 }
 
+/* As launch, for the tiled kernels (FA_THREADS threads, one block per tile). */
+template <typename K>
+static oj_status launch_fa(oj_engine *eng, K kernel, int64_t total, size_t smem,
+                           const attn_args &a, const char *name) {
+    if (total <= 0) return OJ_OK;
+    if (total > INT32_MAX)
+        return oj_set_error(eng, OJ_ERR_UNSUPPORTED, "%s: %lld tiles exceed the grid", name,
+                            (long long)total);
+    if (smem > 48 * 1024) {
+        cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
+    }
+    kernel<<<(unsigned)total, FA_THREADS, smem>>>(a);
+    return oj_cuda_check(eng, name);
+}
+
+/* The tiled kernels apply: f32 compute, no mask, D == Dv in {16, 32, 64, 128}. */
+static size_t fa_smem(int64_t D, int tiles, int ptiles) {
+    return ((size_t)tiles * FA_B * (size_t)(D + 1) + (size_t)ptiles * FA_B * FA_PLD + 2 * FA_B) *
+           sizeof(float);
+}
+/* ... and the device grants the backward's shared memory (the largest:
+ * 162 KiB at D 128; Hopper and A100 do, smaller parts fall back). */
+static bool fa_ok(const attn_args &a) {
+    if (a.dt == OJ_F64 || a.mask != NULL || a.D != a.Dv ||
+        !(a.D == 16 || a.D == 32 || a.D == 64 || a.D == 128))
+        return false;
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return fa_smem(a.D, 4, 2) <= (size_t)optin;
+}
+
+template <int D> static oj_status fa_forward_d(oj_engine *eng, const attn_args &a) {
+    int64_t total = (a.T + FA_B - 1) / FA_B * a.H * a.B;
+    return launch_fa(eng, k_fa_forward<D>, total, fa_smem(D, 3, 1), a, "attention_forward (tiled)");
+}
+template <int D>
+static oj_status fa_backward_d(oj_engine *eng, const attn_args &a, bool want_dq, bool want_dkv) {
+    oj_status st = OJ_OK;
+    if (want_dq)
+        st = launch_fa(eng, k_fa_dq<D>, (a.T + FA_B - 1) / FA_B * a.H * a.B, fa_smem(D, 4, 1), a,
+                       "attention_backward (tiled dq)");
+    if (st == OJ_OK && want_dkv)
+        st = launch_fa(eng, k_fa_dkv<D>, (a.S + FA_B - 1) / FA_B * a.Hkv * a.B, fa_smem(D, 4, 2),
+                       a, "attention_backward (tiled dk, dv)");
+    return st;
+}
+
+static oj_status fa_forward(oj_engine *eng, const attn_args &a) {
+    switch (a.D) {
+    case 16: return fa_forward_d<16>(eng, a);
+    case 32: return fa_forward_d<32>(eng, a);
+    case 64: return fa_forward_d<64>(eng, a);
+    default: return fa_forward_d<128>(eng, a);
+    }
+}
+static oj_status fa_backward(oj_engine *eng, const attn_args &a, bool want_dq, bool want_dkv) {
+    switch (a.D) {
+    case 16: return fa_backward_d<16>(eng, a, want_dq, want_dkv);
+    case 32: return fa_backward_d<32>(eng, a, want_dq, want_dkv);
+    case 64: return fa_backward_d<64>(eng, a, want_dq, want_dkv);
+    default: return fa_backward_d<128>(eng, a, want_dq, want_dkv);
+    }
+}
+
 template <typename T>
 static oj_status forward_t(oj_engine *eng, const attn_args &a) {
+    if (fa_ok(a)) return fa_forward(eng, a);
     int64_t total = (a.T + ATT_WARPS - 1) / ATT_WARPS * a.H * a.B;
     size_t smem = (size_t)ATT_TILE * (size_t)(a.D + a.Dv) * sizeof(T);
     return launch(eng, k_attn_forward<T>, total, smem, a, "attention_forward");
@@ -423,6 +785,11 @@ static oj_status backward_t(oj_engine *eng, attn_args &a, bool want_dq, bool wan
     int64_t rows = a.B * a.H * a.T;
     oj_status st = launch(eng, k_attn_delta<T>, (rows + ATT_WARPS - 1) / ATT_WARPS, 0, a,
                           "attention_backward (delta)");
+    if (st == OJ_OK && fa_ok(a)) {
+        st = fa_backward(eng, a, want_dq, want_dkv);
+        oj__storage_release(hold);
+        return st;
+    }
     if (st == OJ_OK && want_dq) {
         int64_t total = (a.T + ATT_WARPS - 1) / ATT_WARPS * a.H * a.B;
         size_t smem = (size_t)ATT_TILE * (size_t)(a.D + a.Dv) * sizeof(T);

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# GPU profile run (issue 8): build with CUDA in build-gpu/, run the GPU
+# tests, then bench_gpu_ops (every op of a nanolab-124m and a gpt2-124m
+# training step at B=16, T=1024, forward and backward timed separately)
+# and bench_gpu_train for both presets (3 warm-up + 5 timed steps), all
+# with OJAS_CUDA_PROFILE=1 so each engine prints its per-kernel cumulative
+# device times (cudaEvent pairs, per kernel name) to stderr when it is
+# freed. The train profile covers model creation and all 8 steps: divide
+# by the step count ("calls" says how often each kernel ran).
+#
+# Files in $OUT (else build-gpu/profile), flat, 7 at most:
+#   profile.log   everything this script printed (summary at the end)
+#   build.log     configure + build output
+#   ctest.log     the GPU tests
+#   ops.log       bench_gpu_ops: the per-op tables (stdout) + kernel profile
+#   train_gpt2-124m.log, train_nanolab-124m.log   per-step times + kernel profile
+#   train.jsonl   bench_gpu_train's JSON lines
+#
+# Libraries: as scripts/gpu_check.sh (carry third_party/gpudeps where the
+# image lacks pkg-config/jansson/pcre2/xxhash/cmocka). Budget: stops
+# starting new stages after PROFILE_BUDGET seconds (default 450), each
+# stage under a timeout, so the whole run stays within 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+O=${OUT:-$ROOT/build-gpu/profile}
+mkdir -p "$O"
+exec > >(tee "$O/profile.log") 2>&1
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+BUDGET=${PROFILE_BUDGET:-450}
+T0=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+# timeout for a stage: min(want, time left), at least 10 s
+tmo() { local l; l=$(left); [ "$l" -lt "$1" ] && echo $(( l > 10 ? l : 10 )) || echo "$1"; }
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+finish() {
+  echo; echo "==================== gpu_profile summary ($(( $(date +%s) - T0 )) s)"
+  printf '%s\n' "${summary[@]}"; exit "${1:-0}"
+}
+
+echo "== gpu_profile $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+echo "== git: $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(git status --short 2>/dev/null | wc -l) changed files"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || echo "(no nvidia-smi)"
+NVCC=""
+for c in /usr/local/cuda/bin/nvcc "$(command -v nvcc 2>/dev/null)"; do
+  if [ -n "$c" ] && [ -x "$c" ]; then NVCC=$c; break; fi
+done
+[ -z "$NVCC" ] && { note "FAIL: no nvcc"; finish 1; }
+
+# ---------------------------------------------------------------- libraries (as gpu_check.sh)
+mods=(jansson libpcre2-8 libxxhash cmocka)
+have_mods() {
+  command -v "${PKG_CONFIG:-pkg-config}" >/dev/null 2>&1 || return 1
+  "${PKG_CONFIG:-pkg-config}" --exists "${mods[@]}" 2>/dev/null
+}
+cmake_extra=()
+if ! have_mods; then
+  debs=(third_party/gpudeps/*.deb)
+  [ -e "${debs[0]}" ] || { note "FAIL: libraries missing and third_party/gpudeps absent (scripts/gpu_deps.sh)"; finish 1; }
+  R=/tmp/ojas-gpudeps
+  rm -rf "$R" && mkdir -p "$R"
+  for f in "${debs[@]}"; do
+    if command -v dpkg >/dev/null; then
+      dpkg -x "$f" "$R"
+    else
+      (t=$(mktemp -d) && cd "$t" && ar x "$ROOT/$f" && tar xf data.tar.* -C "$R" && rm -rf "$t")
+    fi
+  done
+  L=$R/usr/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH="$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG_LIBDIR="$L/pkgconfig:$R/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$R"
+  command -v "${PKG_CONFIG:-pkg-config}" >/dev/null 2>&1 || export PKG_CONFIG="$R/usr/bin/pkgconf"
+  cmake_extra+=("-DPKG_CONFIG_EXECUTABLE=${PKG_CONFIG:-$(command -v pkg-config)}")
+  have_mods || { note "FAIL: libraries still missing after unpacking third_party/gpudeps"; finish 1; }
+  note "libraries: unpacked third_party/gpudeps under $R"
+fi
+
+# ---------------------------------------------------------------- build
+gen=()
+command -v ninja >/dev/null && [ ! -f build-gpu/Makefile ] && gen=(-G Ninja)
+t=$(date +%s)
+if ! { cmake -S . -B build-gpu "${gen[@]}" -DOJAS_CUDA=ON -DOJAS_BENCH=ON -DOJAS_TESTS=ON \
+         -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_COMPILER="$NVCC" "${cmake_extra[@]}" &&
+       cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt \
+         bench_gpu_ops bench_gpu_train; } > "$O/build.log" 2>&1; then
+  grep -E "error|Error" "$O/build.log" | head -30
+  note "FAIL: build (build.log)"; finish 1
+fi
+note "build: ok in $(( $(date +%s) - t )) s"
+
+# ---------------------------------------------------------------- tests
+t=$(date +%s)
+(cd build-gpu && ctest -R '^test_(core_cuda|gpu_ops|gpu_gpt)$' --output-on-failure \
+   --timeout "$(tmo 120)") > "$O/ctest.log" 2>&1
+rc=$?
+tail -8 "$O/ctest.log"
+if [ $rc -ne 0 ]; then note "FAIL: GPU tests (ctest.log) in $(( $(date +%s) - t )) s"
+elif grep -qiE "\*\*\*Skipped|Not Run" "$O/ctest.log"; then note "FAIL: a GPU test skipped (ctest.log)"
+else note "GPU tests: passed in $(( $(date +%s) - t )) s"; fi
+
+# ---------------------------------------------------------------- per-op bench
+export OJAS_CUDA_PROFILE=1
+t=$(date +%s)
+timeout "$(tmo 150)" build-gpu/bin/bench_gpu_ops all 16 1024 5 > "$O/ops.log" 2>&1
+rc=$?
+note "bench_gpu_ops: exit $rc in $(( $(date +%s) - t )) s (ops.log)"
+grep -E "^(== |total)" "$O/ops.log"
+
+# ---------------------------------------------------------------- training steps
+: > "$O/train.jsonl"
+for p in gpt2-124m nanolab-124m; do
+  l=$(left)
+  if [ "$l" -lt 30 ]; then note "bench_gpu_train $p: not run (budget spent)"; continue; fi
+  t=$(date +%s)
+  timeout "$(tmo 120)" build-gpu/bin/bench_gpu_train "$p" 16 1024 5 3 >> "$O/train.jsonl" \
+    2> "$O/train_$p.log"
+  rc=$?
+  note "bench_gpu_train $p: exit $rc in $(( $(date +%s) - t )) s (train_$p.log)"
+  grep -E "^step" "$O/train_$p.log" | tail -2
+  grep -A12 "== cuda profile" "$O/train_$p.log"
+done
+cat "$O/train.jsonl"
+finish 0
