@@ -129,7 +129,7 @@ static void run_rows(void *vc, int64_t begin, int64_t end, int tid) {
 void oj_iter_run_parallel(oj_engine *eng, const oj_iter *it, oj_iter_fn fn, void *ctx) {
     int64_t n = oj_iter_numel(it);
     if (n == 0) return;
-    if (n < 2 * OJ_ITER_GRAIN || oj_cpu_threads(eng) < 2) {
+    if (oj_cpu_threads(eng) < 2) {
         oj_iter_run(it, fn, ctx);
         return;
     }

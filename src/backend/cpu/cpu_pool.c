@@ -10,6 +10,7 @@
  * chunks still running elsewhere (spinning briefly, then sleeping); it
  * never waits for a worker that has not woken up yet, which matters on a
  * machine shared with other processes. */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,7 @@ typedef struct oj_cpu_state {
     bool stop;
     bool caller_waiting;
     int64_t spin_ns;
+    int grain_shift; /* tests: grains divided by 2^grain_shift */
     job_desc job; /* the current job (written under mu) */
 } oj_cpu_state;
 
@@ -141,7 +143,12 @@ static oj_cpu_state *state_of(oj_engine *eng) {
         free(st);
         return NULL;
     }
-    st->spin_ns = 30000;
+    /* Spin only when every thread can have a CPU: with more threads than
+     * CPUs a spinning thread takes the CPU a chunk's owner needs. */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    st->spin_ns = st->nthreads <= cpus ? 30000 : 0;
     const char *spin = getenv("OJAS_SPIN_US");
     if (spin) st->spin_ns = (int64_t)(atof(spin) * 1000.0);
     ext->ptr = st;
@@ -160,6 +167,11 @@ oj_cpu_isa oj__cpu_set_isa(oj_engine *eng, oj_cpu_isa isa) {
     oj_cpu_isa best = oj_cpu_isa_detect();
     st->isa = isa < best ? isa : best;
     return st->isa;
+}
+
+void oj__cpu_set_grain_shift(oj_engine *eng, int shift) {
+    oj_cpu_state *st = state_of(eng);
+    if (st) st->grain_shift = shift < 0 ? 0 : shift > 40 ? 40 : shift;
 }
 
 int oj_cpu_threads(oj_engine *eng) {
@@ -278,9 +290,10 @@ static bool pool_start(oj_cpu_state *st) {
 void oj_cpu_parallel_for(oj_engine *eng, int64_t n, int64_t grain, oj_cpu_chunk_fn fn,
                          void *ctx) {
     if (n <= 0) return;
+    oj_cpu_state *st = state_of(eng);
+    if (st && st->grain_shift) grain >>= st->grain_shift;
     if (grain < 1) grain = 1;
     int64_t nchunks = oj_cpu_chunks(n, grain);
-    oj_cpu_state *st = state_of(eng);
     bool serial = st == NULL || st->nthreads < 2 || nchunks < 2 || tls_tid >= 0 ||
                   nchunks >= ((int64_t)1 << 31);
     if (!serial && !pool_start(st)) serial = true;

@@ -47,6 +47,10 @@ typedef void (*oj_cpu_chunk_fn)(void *ctx, int64_t begin, int64_t end, int tid);
  * called from inside a chunk (no nesting). */
 void oj_cpu_parallel_for(oj_engine *eng, int64_t n, int64_t grain, oj_cpu_chunk_fn fn,
                          void *ctx);
+/* Divide every grain of eng's parallel-fors by 2^shift (at least 1), so
+ * small tensors are split too. For tests: no CPU kernel's result depends on
+ * its chunk boundaries, so this changes timings only, never bits. */
+void oj__cpu_set_grain_shift(oj_engine *eng, int shift);
 /* Threads that may run chunks (the engine's thread count, >= 1). */
 int oj_cpu_threads(oj_engine *eng);
 /* A 64-byte aligned scratch buffer of at least nbytes for thread tid,
