@@ -100,26 +100,35 @@ static void micro_scalar(int64_t kc, const float *restrict ap, const float *rest
     X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)  \
     X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
 
+/* The tile body, with MAC(acc, a, b) the per-term operation. */
+#define Z_BODY(MAC)                                                                        \
+    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffffu : (1u << w) - 1u);                       \
+    Z_ROWS(Z_DECL)                                                                         \
+    for (int64_t k = 0; k < kc; k++) {                                                     \
+        __m512 b0 = _mm512_load_ps(bp);                                                    \
+        Z_ROWS(MAC)                                                                        \
+        ap += Z_MR;                                                                        \
+        bp += Z_NR;                                                                        \
+    }                                                                                      \
+    Z_ROWS(Z_STORE)
+#define Z_DECL(i)                                                                          \
+    __m512 c##i = (i) < h ? _mm512_maskz_loadu_ps(m0, c + (i) * ldc) : _mm512_setzero_ps();
+#define Z_STORE(i)                                                                         \
+    if ((i) < h) _mm512_mask_storeu_ps(c + (i) * ldc, m0, c##i);
+#define Z_MULADD(i) c##i = _mm512_add_ps(c##i, _mm512_mul_ps(_mm512_set1_ps(ap[i]), b0));
+#define Z_FMA(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(ap[i]), b0, c##i);
+
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) static void
 micro_avx512(int64_t kc, const float *restrict ap, const float *restrict bp, float *restrict c,
              int64_t ldc, int h, int w) {
-    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffffu : (1u << w) - 1u);
-#define Z_DECL(i)                                                                          \
-    __m512 c##i = (i) < h ? _mm512_maskz_loadu_ps(m0, c + (i) * ldc) : _mm512_setzero_ps();
-    Z_ROWS(Z_DECL)
-#undef Z_DECL
-    for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(bp);
-#define Z_MAC(i) c##i = _mm512_add_ps(c##i, _mm512_mul_ps(_mm512_set1_ps(ap[i]), b0));
-        Z_ROWS(Z_MAC)
-#undef Z_MAC
-        ap += Z_MR;
-        bp += Z_NR;
-    }
-#define Z_STORE(i)                                                                         \
-    if ((i) < h) _mm512_mask_storeu_ps(c + (i) * ldc, m0, c##i);
-    Z_ROWS(Z_STORE)
-#undef Z_STORE
+    Z_BODY(Z_MULADD)
+}
+
+/* FAST numerics: the same tile with fused multiply-adds. */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) static void
+micro_avx512_fma(int64_t kc, const float *restrict ap, const float *restrict bp,
+                 float *restrict c, int64_t ldc, int h, int w) {
+    Z_BODY(Z_FMA)
 }
 
 /* AVX2: 6 rows x 16 columns. */
@@ -128,46 +137,60 @@ micro_avx512(int64_t kc, const float *restrict ap, const float *restrict bp, flo
 
 #define Y_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
-__attribute__((target("avx2"))) static void micro_avx2(int64_t kc, const float *restrict ap,
-                                                          const float *restrict bp,
-                                                          float *restrict c, int64_t ldc, int h,
-                                                          int w) {
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w > 8 ? 8 : w), lanes);
-    __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w > 16 ? 8 : w > 8 ? w - 8 : 0), lanes);
+#define Y_BODY(MAC)                                                                        \
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);                       \
+    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w > 8 ? 8 : w), lanes);              \
+    __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w > 16 ? 8 : w > 8 ? w - 8 : 0), lanes); \
+    Y_ROWS(Y_DECL)                                                                         \
+    for (int64_t k = 0; k < kc; k++) {                                                     \
+        __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);                       \
+        __m256 a;                                                                          \
+        Y_ROWS(MAC)                                                                        \
+        ap += Y_MR;                                                                        \
+        bp += Y_NR;                                                                        \
+    }                                                                                      \
+    Y_ROWS(Y_STORE)
 #define Y_DECL(i)                                                                          \
     __m256 c##i##a = (i) < h ? _mm256_maskload_ps(c + (i) * ldc, m0) : _mm256_setzero_ps(); \
     __m256 c##i##b = (i) < h ? _mm256_maskload_ps(c + (i) * ldc + 8, m1) : _mm256_setzero_ps();
-    Y_ROWS(Y_DECL)
-#undef Y_DECL
-    for (int64_t k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-        __m256 a;
-#define Y_FMA(i)                                                                           \
-    a = _mm256_broadcast_ss(ap + (i));                                                     \
-    c##i##a = _mm256_add_ps(c##i##a, _mm256_mul_ps(a, b0));                                \
-    c##i##b = _mm256_add_ps(c##i##b, _mm256_mul_ps(a, b1));
-        Y_ROWS(Y_FMA)
-#undef Y_FMA
-        ap += Y_MR;
-        bp += Y_NR;
-    }
 #define Y_STORE(i)                                                                         \
     if ((i) < h) {                                                                         \
         _mm256_maskstore_ps(c + (i) * ldc, m0, c##i##a);                                   \
         _mm256_maskstore_ps(c + (i) * ldc + 8, m1, c##i##b);                               \
     }
-    Y_ROWS(Y_STORE)
-#undef Y_STORE
+#define Y_MULADD(i)                                                                        \
+    a = _mm256_broadcast_ss(ap + (i));                                                     \
+    c##i##a = _mm256_add_ps(c##i##a, _mm256_mul_ps(a, b0));                                \
+    c##i##b = _mm256_add_ps(c##i##b, _mm256_mul_ps(a, b1));
+#define Y_FMA(i)                                                                           \
+    a = _mm256_broadcast_ss(ap + (i));                                                     \
+    c##i##a = _mm256_fmadd_ps(a, b0, c##i##a);                                             \
+    c##i##b = _mm256_fmadd_ps(a, b1, c##i##b);
+
+__attribute__((target("avx2"))) static void micro_avx2(int64_t kc, const float *restrict ap,
+                                                      const float *restrict bp,
+                                                      float *restrict c, int64_t ldc, int h,
+                                                      int w) {
+    Y_BODY(Y_MULADD)
+}
+
+__attribute__((target("avx2,fma"))) static void micro_avx2_fma(int64_t kc,
+                                                              const float *restrict ap,
+                                                              const float *restrict bp,
+                                                              float *restrict c, int64_t ldc,
+                                                              int h, int w) {
+    Y_BODY(Y_FMA)
 }
 #endif
 
-static gemm_cfg cfg_for(oj_cpu_isa isa) {
+static gemm_cfg cfg_for(oj_cpu_isa isa, bool fused) {
 #ifdef OJ_GEMM_X86
-    if (isa == OJ_ISA_AVX512) return (gemm_cfg){Z_MR, Z_NR, 144, 256, 3072, micro_avx512};
-    if (isa == OJ_ISA_AVX2) return (gemm_cfg){Y_MR, Y_NR, 120, 256, 3072, micro_avx2};
+    if (isa == OJ_ISA_AVX512)
+        return (gemm_cfg){Z_MR, Z_NR, 144, 256, 3072, fused ? micro_avx512_fma : micro_avx512};
+    if (isa == OJ_ISA_AVX2)
+        return (gemm_cfg){Y_MR, Y_NR, 120, 256, 3072, fused ? micro_avx2_fma : micro_avx2};
 #endif
-    (void)isa;
+    (void)isa, (void)fused;
     return (gemm_cfg){S_MR, S_NR, 64, 256, 1024, micro_scalar};
 }
 
@@ -294,9 +317,9 @@ static void compute_chunk(void *vd, int64_t begin, int64_t end, int tid) {
 }
 
 oj_status oj__cpu_sgemm(oj_engine *eng, int64_t m, int64_t n, int64_t k, const oj_mm_mat *a,
-                        const oj_mm_mat *b, float *c, int64_t ldc, int tid) {
+                        const oj_mm_mat *b, float *c, int64_t ldc, int tid, bool fused) {
     if (m == 0 || n == 0 || k == 0) return OJ_OK;
-    drv d = {.eng = eng, .cfg = cfg_for(oj_cpu_isa_of(eng)), .a = a, .b = b, .c = c,
+    drv d = {.eng = eng, .cfg = cfg_for(oj_cpu_isa_of(eng), fused), .a = a, .b = b, .c = c,
              .ldc = ldc, .m = m};
     gemm_cfg *g = &d.cfg;
     bool parallel = tid < 0;

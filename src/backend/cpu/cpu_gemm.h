@@ -20,9 +20,10 @@ typedef struct {
  * Every element is its initial value plus the products over k = 0..K-1 in
  * increasing order, a multiply then an add per term (never fused): the
  * bits of the plain in-order f32 sum on every SIMD level, whatever the
- * blocking and the thread count. OJ_ERR_CAPACITY when scratch memory
- * cannot be had. */
+ * blocking and the thread count. fused: fused multiply-adds where the CPU
+ * has them (FAST numerics; the same order, other bits, ~10% faster).
+ * OJ_ERR_CAPACITY when scratch memory cannot be had. */
 oj_status oj__cpu_sgemm(oj_engine *eng, int64_t m, int64_t n, int64_t k, const oj_mm_mat *a,
-                        const oj_mm_mat *b, float *c, int64_t ldc, int tid);
+                        const oj_mm_mat *b, float *c, int64_t ldc, int tid, bool fused);
 
 #endif /* OJAS_CPU_GEMM_H */

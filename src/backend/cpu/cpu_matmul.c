@@ -1,9 +1,12 @@
 /* CPU matrix multiply: out[b] (+)= a[b] @ b[b] on rank-3 strided views.
  *
- * Two paths:
- * - OJ_NUMERICS_FAST with OpenBLAS: cblas_sgemm / cblas_dgemm per batch
- *   when a matrix has a unit stride in one of its last two dims (else it is
- *   packed to a contiguous copy first); bf16/f16 are widened to f32.
+ * Paths:
+ * - OJ_NUMERICS_FAST, f32/bf16/f16: the GEMM of cpu_gemm.c with fused
+ *   multiply-adds, or OpenBLAS's cblas_sgemm, as oj_cpu_fast_gemm says
+ *   (OJAS_GEMM=ojas|openblas; by default ours where the CPU has AVX2);
+ *   f64: cblas_dgemm. BLAS gets each batch when a matrix has a unit stride
+ *   in one of its last two dims (else it is packed to a contiguous copy
+ *   first); bf16/f16 are widened to f32.
  * - otherwise (EXACT, or no OpenBLAS): our own kernels. f32 (and bf16/f16,
  *   widened) go to the packed, vectorised, threaded GEMM of cpu_gemm.c
  *   (small batched products run one batch per task instead); f64 to the
@@ -264,6 +267,7 @@ typedef struct {
     oj_tensor *out;
     const oj_tensor *a, *b;
     int64_t m, n, k;
+    bool fused;
     atomic_int failed;
 } f32_batches;
 
@@ -276,7 +280,7 @@ static void f32_batch_one(const f32_batches *fb, int64_t bi, int tid, atomic_int
     mm_mat mb = {(const char *)b->storage->data + b->offset +
                      bi * b->stride[0] * (int64_t)oj_dtype_size(b->dtype),
                  b->stride[1], b->stride[2], b->dtype};
-    if (oj__cpu_sgemm(fb->eng, fb->m, fb->n, fb->k, &ma, &mb, c, fb->n, tid) != OJ_OK)
+    if (oj__cpu_sgemm(fb->eng, fb->m, fb->n, fb->k, &ma, &mb, c, fb->n, tid, fb->fused) != OJ_OK)
         atomic_store(failed, 1);
 }
 
@@ -286,11 +290,11 @@ static void f32_batch_chunk(void *vc, int64_t begin, int64_t end, int tid) {
 }
 
 static oj_status matmul_f32(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
-                            bool accumulate) {
+                            bool accumulate, bool fused) {
     int64_t bt = out->shape[0], m = out->shape[1], n = out->shape[2], k = a->shape[2];
     float *o = (float *)((char *)out->storage->data + out->offset);
     if (!accumulate) memset(o, 0, (size_t)(bt * m * n) * sizeof(float));
-    f32_batches fb = {eng, out, a, b, m, n, k, 0};
+    f32_batches fb = {eng, out, a, b, m, n, k, fused, 0};
     /* Small products of a batch: one batch per task (the GEMM alone would
      * not feed the threads); large ones: the GEMM threads itself. Either
      * way every element's sum is the same. */
@@ -311,16 +315,19 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
     bool direct = dt == OJ_F32 || dt == OJ_F64; /* accumulate straight into out */
     size_t oes = oj_dtype_size(dt), aes = oj_dtype_size(a->dtype), bes = oj_dtype_size(b->dtype);
     if (bt == 0 || m == 0 || n == 0) return OJ_OK;
-    bool use_blas = false;
+    bool use_blas = false, fast = eng->numerics == OJ_NUMERICS_FAST;
     bool use_own_f32 = dt == OJ_F32 && a->dtype == OJ_F32 && b->dtype == OJ_F32;
+    /* FAST f32: our fused kernel or OpenBLAS, whichever oj_cpu_fast_gemm
+     * picked (docs/bench-cpu.md has the measurements behind the default). */
+    bool own_fast = fast && !dbl && oj_cpu_fast_gemm(eng) == OJ_GEMM_OWN;
 #ifdef OJAS_HAVE_OPENBLAS
-    use_blas = eng->numerics == OJ_NUMERICS_FAST && k > 0;
+    use_blas = fast && k > 0 && !own_fast;
     /* OpenBLAS's pool is process-wide: size it to this engine's threads
      * (its idle workers otherwise spin and yield on the cores ours use). */
     if (use_blas && openblas_get_num_threads() != oj_cpu_threads(eng))
         openblas_set_num_threads(oj_cpu_threads(eng));
 #endif
-    if (use_own_f32 && !use_blas) return matmul_f32(eng, out, a, b, accumulate);
+    if (use_own_f32 && !use_blas) return matmul_f32(eng, out, a, b, accumulate, fast);
     size_t cbytes = (size_t)(m * n) * (dbl ? sizeof(double) : sizeof(float));
     void *tmp = NULL;
     if (!direct) {
@@ -356,7 +363,7 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
 #endif
         if (!done && k > 0)
             st = dbl ? gemm_f64(m, n, k, &ma, &mb, c, n)
-                     : oj__cpu_sgemm(eng, m, n, k, &ma, &mb, c, n, -1);
+                     : oj__cpu_sgemm(eng, m, n, k, &ma, &mb, c, n, -1, fast);
         if (!direct && st == OJ_OK) {
             for (int64_t i = 0; i < m * n; i++) {
                 float v = ((float *)c)[i];

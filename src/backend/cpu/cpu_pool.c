@@ -56,6 +56,7 @@ typedef struct oj_cpu_state {
     bool caller_waiting;
     int64_t spin_ns;
     int grain_shift; /* tests: grains divided by 2^grain_shift */
+    oj_cpu_gemm_choice gemm; /* FAST f32 GEMM */
     job_desc job; /* the current job (written under mu) */
 } oj_cpu_state;
 
@@ -151,6 +152,13 @@ static oj_cpu_state *state_of(oj_engine *eng) {
     st->spin_ns = st->nthreads <= cpus ? 30000 : 0;
     const char *spin = getenv("OJAS_SPIN_US");
     if (spin) st->spin_ns = (int64_t)(atof(spin) * 1000.0);
+    st->gemm = st->isa >= OJ_ISA_AVX2 ? OJ_GEMM_OWN : OJ_GEMM_BLAS;
+    const char *gemm = getenv("OJAS_GEMM");
+    if (gemm && strcmp(gemm, "openblas") == 0) st->gemm = OJ_GEMM_BLAS;
+    if (gemm && strcmp(gemm, "ojas") == 0) st->gemm = OJ_GEMM_OWN;
+#ifndef OJAS_HAVE_OPENBLAS
+    st->gemm = OJ_GEMM_OWN;
+#endif
     ext->ptr = st;
     ext->destroy = state_destroy;
     return st;
@@ -172,6 +180,20 @@ oj_cpu_isa oj__cpu_set_isa(oj_engine *eng, oj_cpu_isa isa) {
 void oj__cpu_set_grain_shift(oj_engine *eng, int shift) {
     oj_cpu_state *st = state_of(eng);
     if (st) st->grain_shift = shift < 0 ? 0 : shift > 40 ? 40 : shift;
+}
+
+oj_cpu_gemm_choice oj_cpu_fast_gemm(oj_engine *eng) {
+    oj_cpu_state *st = state_of(eng);
+    return st ? st->gemm : OJ_GEMM_BLAS;
+}
+
+void oj__cpu_set_fast_gemm(oj_engine *eng, oj_cpu_gemm_choice g) {
+    oj_cpu_state *st = state_of(eng);
+#ifdef OJAS_HAVE_OPENBLAS
+    if (st) st->gemm = g;
+#else
+    (void)st, (void)g;
+#endif
 }
 
 int oj_cpu_threads(oj_engine *eng) {
