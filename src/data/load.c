@@ -48,6 +48,14 @@ static oj_status read_file(const char *path, char **buf, size_t *len, oj_error *
     return OJ_OK;
 }
 
+/* The id table is sized by the largest id, so ids far beyond the number of
+ * entries (a file of a few lines naming id 2e9 would need gigabytes) are
+ * refused as corrupt; real vocabularies are dense. */
+static int64_t id_limit(size_t entries) {
+    uint64_t lim = (uint64_t)entries * 2 + 1024;
+    return lim > INT32_MAX - 2 ? INT32_MAX - 2 : (int64_t)lim;
+}
+
 /* GPT-2 byte-to-unicode string -> bytes (at most as many as s has). */
 static bool unmap_gpt2(const char *s, size_t n, uint8_t *out, size_t *outlen) {
     size_t i = 0, o = 0;
@@ -121,6 +129,12 @@ oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe
         if (id < 0 || id >= INT32_MAX) {
             st = oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s: \"%s\" has no valid id",
                               encoder_json, key);
+            break;
+        }
+        if (id > id_limit(nkeys)) {
+            st = oj_error_set(err, OJ_ERR_CORRUPT,
+                              "tokenizer: %s: \"%s\" has id %lld, far beyond the %zu entries",
+                              encoder_json, key, (long long)id, nkeys);
             break;
         }
         if (!unmap_gpt2(key, strlen(key), kb, &bl) || bl == 0) {
@@ -290,8 +304,10 @@ oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_er
         goto done;
     }
     char *p = buf, *end = buf + len;
-    size_t line_no = 0;
+    size_t line_no = 0, n_lines = 1;
     int64_t max_id = -1;
+    for (char *q = buf; (q = memchr(q, '\n', (size_t)(end - q))); q++)
+        n_lines++;
     while (p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *le = nl ? nl : end;
@@ -320,6 +336,12 @@ oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_er
         if (bl <= 0 || id < 0 || id >= INT32_MAX - 1) {
             st = oj_error_set(err, OJ_ERR_CORRUPT,
                               "tokenizer: %s:%zu: expected \"<base64 bytes> <rank>\"", path, line_no);
+            goto done;
+        }
+        if (id > id_limit(n_lines)) {
+            st = oj_error_set(err, OJ_ERR_CORRUPT,
+                              "tokenizer: %s:%zu: rank %lld is far beyond the file's %zu lines",
+                              path, line_no, id, n_lines);
             goto done;
         }
         if ((st = oj_bpe_add_token(tok, tmp, (size_t)bl, (int32_t)id, err)))

@@ -1,7 +1,8 @@
 // test: adversarial inputs to the tokenizer found by probing: a rank file
 // that is a device (endless) is refused instead of being read until memory
 // runs out, and bpe_train given a NULL text with a length is an error, not
-// a NULL dereference.
+// a NULL dereference; a rank file naming a huge id is refused instead of
+// sizing the id table by it.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -58,10 +59,63 @@ static void test_bpe_train_null_text(void **state) {
     oj_tokenizer_free(tok);
 }
 
+/* Was: a few lines naming id 2000000000 made the id table grow to 2^31
+ * entries (about 18 GB allocated, 11 GB touched; minutes under ASan).
+ * Found by fuzz_tokenizer (seed bad_id_huge). */
+static void test_tokenizer_refuses_far_ids(void **state) {
+    (void)state;
+    char dir[] = "/tmp/ojas_adv_data_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char p[256], q[256];
+    /* tiktoken: every byte 0..255 (base64), then one rank far out */
+    snprintf(p, sizeof p, "%s/r.tiktoken", dir);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int b = 0; b < 256; b++)
+        fprintf(f, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
+    fprintf(f, "YWI= 2000000000\n");
+    fclose(f);
+    oj_tokenizer *tok = (oj_tokenizer *)1;
+    oj_error e = {0};
+    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, &e), OJ_ERR_CORRUPT);
+    assert_null(tok);
+    assert_non_null(strstr(e.message, "far beyond"));
+    /* a gap that stays near the entry count is still a tokenizer */
+    f = fopen(p, "wb");
+    assert_non_null(f);
+    for (int b = 0; b < 256; b++)
+        fprintf(f, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
+    fprintf(f, "YWI= 600\n");
+    fclose(f);
+    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, NULL), OJ_OK);
+    assert_int_equal(oj_tokenizer_vocab_size(tok), 602);
+    oj_tokenizer_free(tok);
+    unlink(p);
+    /* encoder.json: the same id as a special token */
+    snprintf(p, sizeof p, "%s/encoder.json", dir);
+    snprintf(q, sizeof q, "%s/vocab.bpe", dir);
+    f = fopen(p, "wb");
+    assert_non_null(f);
+    fprintf(f, "{\"!\": 0, \"<|big|>\": 2000000000}");
+    fclose(f);
+    f = fopen(q, "wb");
+    assert_non_null(f);
+    fclose(f);
+    oj_error e2 = {0};
+    assert_int_equal(oj_tokenizer_load_gpt2(p, q, &tok, &e2), OJ_ERR_CORRUPT);
+    assert_null(tok);
+    assert_non_null(strstr(e2.message, "far beyond"));
+    unlink(p);
+    unlink(q);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_refuses_non_regular_files),
         cmocka_unit_test(test_bpe_train_null_text),
+        cmocka_unit_test(test_tokenizer_refuses_far_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
