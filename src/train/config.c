@@ -329,8 +329,14 @@ static json_t *value_from_text(const key_def *k, const char *s, oj_error *err) {
     switch (k->type) {
     case K_STR:
     case K_ENUM:
-    case K_DEVICE:
-        return json_string(s);
+    case K_DEVICE: {
+        json_t *v = json_string(s); /* NULL when s is not UTF-8 */
+        if (v)
+            return v;
+        oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "config key '%s': the value is not UTF-8",
+                     k->key);
+        return NULL;
+    }
     case K_I64:
     case K_U64: {
         errno = 0;

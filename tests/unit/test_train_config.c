@@ -69,6 +69,10 @@ static void test_set_values(void **state) {
         {"shuffle=maybe", "shuffle"},
         {"noequals", "key=value"},
         {"=3", "key=value"},
+        /* was: refused with no message (fuzz_train_config) */
+        {"device=\xed" "cuda:-1", "'device': the value is not UTF-8"},
+        {"model=\xff", "'model': the value is not UTF-8"},
+        {"schedule=\xc3", "'schedule'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         oj_error err = {0};
