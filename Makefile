@@ -3,6 +3,8 @@ BUILD      ?= build
 BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+PREFIX     ?=
+MAKEFLAGS  += --no-print-directory
 
 .PHONY: all build deps test test-unit test-install test-asan test-reference demo install clean fuzz bench
 
@@ -48,7 +50,7 @@ demo: deps
 	bash scripts/demo.sh
 
 install: build
-	cmake --install $(BUILD)
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
 
 fuzz:
 	bash scripts/fuzz.sh

@@ -17,7 +17,7 @@ echo "   $(wc -c < "$DATA/kjv.txt") bytes"
 
 if [ ! -f "$DATA/tok/vocab.bpe" ]; then
   echo "== tokenizer: byte-level BPE, 4096 tokens"
-  time $OJAS tokenizer train --vocab-size 4096 --out "$DATA/tok" "$DATA/kjv.txt"
+  $OJAS tokenizer train --vocab-size 4096 --out "$DATA/tok" "$DATA/kjv.txt"
 fi
 
 if ! ls "$DATA"/shards/train_*.bin >/dev/null 2>&1; then
@@ -26,8 +26,11 @@ if ! ls "$DATA"/shards/train_*.bin >/dev/null 2>&1; then
 fi
 
 echo "== train: nanolab-demo on the CPU (time-limited; see configs/demo.json)"
-$OJAS train --config configs/demo.json --out "$RUN" \
-  --set data_dir="$DATA/shards" --set tokenizer_dir="$DATA/tok" ${DEMO_SET:-}
+if [ -d "$RUN" ]; then
+  echo "   (replacing the previous run in $RUN)"
+  rm -rf "$RUN"
+fi
+$OJAS train --config configs/demo.json --out "$RUN" ${DEMO_SET:-}
 
 echo "== loss curve ($RUN/loss.svg; metrics in $RUN/metrics.jsonl)"
 if command -v gnuplot >/dev/null && [ -f "$RUN/loss.gp" ]; then

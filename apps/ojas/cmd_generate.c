@@ -82,7 +82,8 @@ int cmd_generate(int argc, char **argv) {
     if ((ckpt == NULL) == (weights == NULL))
         return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
-    if (vocab == NULL || prompt == NULL) return cli_error(CLI_USAGE, "generate: --vocab and --prompt are required");
+    if (vocab == NULL) return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer)");
+    if (prompt == NULL) return cli_error(CLI_USAGE, "generate: --prompt TEXT is required");
     if (!(sc.temperature >= 0) || isinf(sc.temperature) || !(sc.top_p > 0 && sc.top_p <= 1) ||
         !(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
         return cli_error(CLI_USAGE, "generate: need a finite temperature >= 0, 0 < top-p <= 1 "

@@ -5,12 +5,19 @@ set -euo pipefail
 BUILD=${1:-build}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 prefix=$root/$BUILD/install-test
-rm -rf "$prefix" "$root/$BUILD/consumer-cmake"
+rm -rf "$prefix" "$root/$BUILD"/consumer-*
 cmake --install "$root/$BUILD" --prefix "$prefix" >/dev/null
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 cc "$root/tests/install/consumer.c" $(pkg-config --cflags --libs ojas) -o "$prefix/consumer-pc"
 LD_LIBRARY_PATH=$prefix/lib "$prefix/consumer-pc"
-cmake -S "$root/tests/install" -B "$root/$BUILD/consumer-cmake" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$root/$BUILD/consumer-cmake" >/dev/null
-LD_LIBRARY_PATH=$prefix/lib "$root/$BUILD/consumer-cmake/consumer"
-echo "install check: pkg-config and find_package(ojas) both work"
+cc "$root/tests/install/consumer.c" $(pkg-config --cflags ojas) "$prefix/lib/libojas.a" \
+  $(pkg-config --static --libs-only-other --libs-only-L ojas | sed 's/-lojas//') \
+  $(pkg-config --static --libs ojas | sed 's/-L[^ ]*//g; s/-lojas//') -o "$prefix/consumer-static"
+"$prefix/consumer-static"
+for target in ojas ojas_static; do
+  cmake -S "$root/tests/install" -B "$root/$BUILD/consumer-$target" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DOJAS_TARGET=ojas::$target >/dev/null
+  cmake --build "$root/$BUILD/consumer-$target" >/dev/null
+  LD_LIBRARY_PATH=$prefix/lib "$root/$BUILD/consumer-$target/consumer"
+done
+echo "install check: pkg-config (shared and static) and find_package(ojas) (ojas::ojas, ojas::ojas_static) work"

@@ -121,7 +121,9 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return oj_error_set(err, OJ_ERR_DEVICE, "engine_create: cannot open cuda:%d: %s (%s)",
+        return oj_error_set(err, OJ_ERR_DEVICE,
+                            "engine_create: cannot open cuda:%d: no usable NVIDIA GPU and driver "
+                            "(the CUDA runtime says: %s, %s)",
                             index, cudaGetErrorString(e), cudaGetErrorName(e));
     }
     if (index >= count)
@@ -133,7 +135,9 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
     if (e == cudaSuccess) e = cudaMalloc((void **)&flags, OJ_CUDA_FLAG_WORDS * sizeof *flags);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return oj_error_set(err, OJ_ERR_DEVICE, "engine_create: cannot open cuda:%d: %s (%s)",
+        return oj_error_set(err, OJ_ERR_DEVICE,
+                            "engine_create: cannot open cuda:%d: no usable NVIDIA GPU and driver "
+                            "(the CUDA runtime says: %s, %s)",
                             index, cudaGetErrorString(e), cudaGetErrorName(e));
     }
     oj_cuda_state *s = (oj_cuda_state *)calloc(1, sizeof *s);
