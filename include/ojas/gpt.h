@@ -104,8 +104,13 @@ void oj_kv_cache_reset(oj_kv_cache *c);
 
 /* Logits [B, T, V] for T new tokens idx [B, T] appended at the cache's
  * current length (positions len..len+T-1); appends their keys/values.
- * Runs with grad mode off. OJ_ERR_OUT_OF_RANGE when len + T exceeds the
- * capacity or the model's block_size. */
+ * Runs with grad mode off. Once len reaches the capacity, a nanolab model
+ * keeps decoding one token at a time over a sliding window: the cache is a
+ * ring, each new key/value replaces the oldest, and the query attends to
+ * the last `capacity` positions (rotary positions keep counting). Errors:
+ * OJ_ERR_OUT_OF_RANGE when len + T exceeds the capacity or block_size
+ * otherwise (gpt2's learned positions end at block_size; a prefill never
+ * wraps). */
 oj_tensor *oj_gpt_forward_cached(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx);
 
 #ifdef __cplusplus

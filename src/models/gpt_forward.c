@@ -34,19 +34,27 @@ static oj_tensor *conv1d_hf(oj_tensor *x, oj_tensor *w, oj_tensor *b) {
     return y;
 }
 
-/* Append k, v [B, Hkv, T, D] to the cache at its length; return views of
- * all cached positions [B, Hkv, P+T, D] in *k_all / *v_all. */
+/* Append k, v [B, Hkv, T, D] to the cache at its length and return views
+ * of the keys/values to attend to in *k_all / *v_all: all cached positions
+ * [B, Hkv, P+T, D] while they fit; once the cache is full it is a ring (a
+ * sliding window): one new position overwrites the oldest slot and the
+ * query attends to the whole ring. Order inside the ring does not matter:
+ * rotary embeddings were applied at each key's absolute position before it
+ * was cached, and a single query sees every cached key. */
 static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_tensor **k_all,
                          oj_tensor **v_all) {
     int64_t T = oj_size(k, 2);
-    oj_tensor *kd = oj_narrow(c->k[l], 2, c->len, T);
-    oj_tensor *vd = oj_narrow(c->v[l], 2, c->len, T);
+    bool ring = c->len + T > c->capacity; /* then T == 1 (checked by the caller) */
+    int64_t slot = ring ? c->len % c->capacity : c->len;
+    oj_tensor *kd = oj_narrow(c->k[l], 2, slot, T);
+    oj_tensor *vd = oj_narrow(c->v[l], 2, slot, T);
     bool ok = kd && vd && oj_copy_(kd, k) == OJ_OK && oj_copy_(vd, v) == OJ_OK;
     oj_release(kd);
     oj_release(vd);
     if (!ok) return false;
-    *k_all = oj_narrow(c->k[l], 2, 0, c->len + T);
-    *v_all = oj_narrow(c->v[l], 2, 0, c->len + T);
+    int64_t n = ring ? c->capacity : c->len + T;
+    *k_all = oj_narrow(c->k[l], 2, 0, n);
+    *v_all = oj_narrow(c->v[l], 2, 0, n);
     return *k_all && *v_all;
 }
 
@@ -142,7 +150,12 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     }
     const int64_t B = oj_size(idx, 0), T = oj_size(idx, 1);
     const int64_t pos = cache ? cache->len : 0;
-    if (pos + T > m->cfg.block_size || (cache && pos + T > cache->capacity) || T == 0) {
+    /* Past a full cache, nanolab (rotary positions) decodes one token at a
+     * time over a sliding window; gpt2's learned positions end at
+     * block_size. */
+    const bool window = cache && m->cfg.family == OJ_NANOLAB && T == 1 && T <= cache->capacity;
+    const bool past_context = pos + T > m->cfg.block_size || (cache && pos + T > cache->capacity);
+    if ((past_context && !window) || T == 0) {
         char cap[48] = "";
         if (cache) snprintf(cap, sizeof cap, ", cache capacity %lld", (long long)cache->capacity);
         oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,

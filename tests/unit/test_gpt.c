@@ -155,6 +155,52 @@ static void test_cached_decode_equals_recompute(void **state) {
     }
 }
 
+// A one-layer nanolab model with a full ring cache of W positions: the
+// logits for a new token equal a fresh forward over the last W tokens,
+// since rotary attention depends on relative positions only.
+static void test_sliding_window_decode(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    oj_gpt_config cfg;
+    assert_true(oj_gpt_preset("nanolab-tiny", &cfg));
+    cfg.n_layer = 1;
+    cfg.block_size = 8;
+    oj_gpt *m = NULL;
+    assert_int_equal(oj_gpt_create(eng, &cfg, 4, &m), OJ_OK);
+    oj_set_grad_enabled(eng, false);
+    const int64_t W = 6, N = 13, V = cfg.vocab_size;
+    oj_kv_cache *c = NULL;
+    assert_int_equal(oj_kv_cache_create(m, 1, W, &c), OJ_OK);
+    oj_scope_begin(eng);
+    oj_tensor *x = tokens(eng, 1, N, V, 21);
+    oj_tensor *pre = oj_narrow(x, 1, 0, W);
+    oj_tensor *prec = oj_contiguous(pre);
+    assert_non_null(oj_gpt_forward_cached(m, c, prec));
+    for (int64_t t = W; t < N; t++) { // past block_size (8) too
+        oj_tensor *one = oj_contiguous(oj_narrow(x, 1, t, 1));
+        oj_tensor *got = oj_gpt_forward_cached(m, c, one);
+        if (got == NULL) fail_msg("step %lld: %s", (long long)t, oj_last_error(eng));
+        oj_tensor *win = oj_contiguous(oj_narrow(x, 1, t - W + 1, W));
+        oj_tensor *full = oj_gpt_forward(m, win);
+        oj_tensor *ref = oj_narrow(full, 1, W - 1, 1);
+        for (int64_t i = 0; i < V; i++) {
+            double a = oj_item_at(got, i), b = oj_item_at(ref, i);
+            if (fabs(a - b) > 1e-4 * (1 + fabs(b)))
+                fail_msg("position %lld logit %lld: window %g vs fresh %g", (long long)t,
+                         (long long)i, a, b);
+        }
+    }
+    // a prefill never wraps, and gpt2 stops at block_size
+    oj_tensor *two = oj_contiguous(oj_narrow(x, 1, 0, 2));
+    assert_null(oj_gpt_forward_cached(m, c, two));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_OUT_OF_RANGE);
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    oj_kv_cache_free(c);
+    oj_gpt_free(m);
+    oj_engine_free(eng);
+}
+
 static void test_sgd_steps_lower_the_loss(void **state) {
     (void)state;
     oj_engine *eng = eng_new();
@@ -226,6 +272,7 @@ int main(void) {
         cmocka_unit_test(test_forward_shapes_and_initial_loss),
         cmocka_unit_test(test_init_depends_only_on_seed_and_name),
         cmocka_unit_test(test_cached_decode_equals_recompute),
+        cmocka_unit_test(test_sliding_window_decode),
         cmocka_unit_test(test_sgd_steps_lower_the_loss),
         cmocka_unit_test(test_bad_inputs),
     };
