@@ -16,6 +16,7 @@ static const struct {
     {"train", cmd_train, "train a GPT on token shards, with checkpoints and resume"},
     {"generate", cmd_generate, "sample text from a checkpoint or a safetensors file"},
     {"info", cmd_info, "show the CPU, its ISA, threads, memory and CUDA devices"},
+    {"bench", cmd_bench, "time training steps of a GPT preset on this machine"},
 };
 
 static void usage(FILE *f) {

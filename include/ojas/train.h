@@ -218,6 +218,31 @@ oj_status oj_train(const oj_train_config *cfg, const oj_train_options *opts,
  * written), OJ_ERR_IO when reading or writing fails or gnuplot fails. */
 oj_status oj_train_plot(const char *out_dir, oj_error *err);
 
+/* ---------------------------------------------------------------- benchmark */
+
+/* What oj_bench_train_step measured. */
+typedef struct oj_bench_result {
+    double step_ms;         /* median over the timed steps */
+    double min_ms, max_ms;
+    double tokens_per_s;    /* B * T / median step */
+    double flops_per_token; /* oj_gpt_flops_per_token: 6 N + 12 L C T */
+    double achieved_flops;  /* flops_per_token * tokens_per_s, FLOP/s */
+    double loss;            /* the last step's loss */
+    int64_t peak_bytes;     /* peak of the engine's root budget */
+    int64_t params;
+} oj_bench_result;
+
+/* Time full training steps (forward, backward, clip 1.0, optimizer) of a
+ * model built from `mc` on eng's device: B x T random tokens kept on the
+ * device; AdamW (lr 6e-4, wd 0.1) on every parameter for gpt2, Muon on
+ * hidden matrices + AdamW for nanolab. `warmup` untimed steps, then
+ * `steps` timed ones (each ends by reading the loss, which waits for the
+ * device). The method of PyTorch's anchor benchmark, so the figures are
+ * comparable. Errors: those of model creation and the step, recorded on
+ * eng; OJ_ERR_INVALID_ARGUMENT for B, T, steps < 1 or warmup < 0. */
+oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B, int64_t T,
+                              int warmup, int steps, oj_bench_result *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -181,9 +181,26 @@ static void test_tokenizer_data_train_resume_generate(void **state) {
     free(b);
 }
 
+// ojas bench times training steps and reports tokens/s; bad options are
+// one line and exit 2.
+static void test_bench(void **state) {
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(ojas("bench --model nanolab-tiny --batch 2 --seq 16 --steps 2 --warmup 0 "
+                          "--peak-flops 1e11",
+                          &out),
+                     0);
+    contains(out, "tokens/s");
+    contains(out, "MFU");
+    free(out);
+    assert_int_equal(ojas("bench --model no-such-model", NULL), 2);
+    assert_int_equal(ojas("bench --seq 100000", NULL), 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_data_train_resume_generate),
+        cmocka_unit_test(test_bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
