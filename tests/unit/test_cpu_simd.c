@@ -5,7 +5,8 @@
 // against double and independent of how rows are grouped; f32 attention
 // forward and backward, the f32 elementwise ops, norms, softmax and
 // cross-entropy against the double path, through the public ops on an
-// engine pinned to each level.
+// engine pinned to each level; the GEMM (EXACT: the in-order f32 sum bit
+// for bit on every level).
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -443,6 +444,67 @@ static void test_rows_levels(void **state) {
     }
 }
 
+/* EXACT matmul on every level equals the plain in-order f32 sum bit for
+ * bit (so all levels agree), for row-major and transposed operands, edge
+ * tiles, several k blocks, threads 1 and 3, batched; FAST (fused) is close. */
+static void test_gemm_levels(void **state) {
+    (void)state;
+    oj_cpu_isa lv[3];
+    int nl = levels(lv);
+    const int dims[][3] = {{1, 1, 1}, {5, 7, 3}, {25, 17, 33}, {67, 45, 513}, {150, 70, 600},
+                           {31, 300, 20}};
+    for (int l = 0; l < nl; l++)
+        for (int threads = 1; threads <= 3; threads += 2)
+            for (int exact = 0; exact < 2; exact++) {
+                oj_engine *eng = NULL;
+                oj_engine_config cfg = oj_engine_config_default();
+                cfg.threads = threads;
+                cfg.numerics = exact ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST;
+                assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
+                oj__cpu_set_isa(eng, lv[l]);
+                oj__cpu_set_fast_gemm(eng, OJ_GEMM_OWN);
+                for (size_t t = 0; t < sizeof dims / sizeof *dims; t++)
+                    for (int tr = 0; tr < 4; tr++) {
+                        int m = dims[t][0], n = dims[t][1], k = dims[t][2];
+                        bool ta = tr & 1, tb = tr & 2;
+                        oj_scope_begin(eng);
+                        int64_t sa[3] = {2, ta ? k : m, ta ? m : k}, sb[3] = {2, tb ? n : k, tb ? k : n};
+                        oj_tensor *a = oj_rand_uniform(eng, 3, sa, OJ_F32, -1, 1);
+                        oj_tensor *b = oj_rand_uniform(eng, 3, sb, OJ_F32, -1, 1);
+                        float *ha = malloc((size_t)(2 * m * k) * 4), *hb = malloc((size_t)(2 * k * n) * 4);
+                        float *hc = malloc((size_t)(2 * m * n) * 4);
+                        oj_to_host(a, ha, (size_t)(2 * m * k) * 4);
+                        oj_to_host(b, hb, (size_t)(2 * k * n) * 4);
+                        oj_tensor *c = oj_matmul(ta ? oj_transpose(a, 1, 2) : a,
+                                                 tb ? oj_transpose(b, 1, 2) : b);
+                        assert_non_null(c);
+                        oj_to_host(c, hc, (size_t)(2 * m * n) * 4);
+                        for (int bi = 0; bi < 2; bi++)
+                            for (int i = 0; i < m; i++)
+                                for (int j = 0; j < n; j++) {
+                                    float s = 0.0f;
+                                    double d = 0.0;
+                                    for (int q = 0; q < k; q++) {
+                                        float av = ta ? ha[bi * m * k + q * m + i] : ha[bi * m * k + i * k + q];
+                                        float bv = tb ? hb[bi * k * n + j * k + q] : hb[bi * k * n + q * n + j];
+                                        s += av * bv;
+                                        d += (double)av * bv;
+                                    }
+                                    float got = hc[bi * m * n + i * n + j];
+                                    if (exact ? memcmp(&s, &got, 4) != 0
+                                              : fabs(got - d) > 1e-5 * (1 + sqrt((double)k)))
+                                        fail_msg("%s %s %d threads %dx%dx%d ta %d tb %d (%d,%d): %.9g, "
+                                                 "in-order %.9g", oj_cpu_isa_name(lv[l]),
+                                                 exact ? "EXACT" : "FAST", threads, m, n, k, ta, tb,
+                                                 i, j, (double)got, (double)s);
+                                }
+                        free(ha), free(hb), free(hc);
+                        oj_scope_end(eng);
+                    }
+                oj_engine_free(eng);
+            }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp_accuracy),
@@ -451,6 +513,7 @@ int main(void) {
         cmocka_unit_test(test_attention_levels),
         cmocka_unit_test(test_elementwise_levels),
         cmocka_unit_test(test_rows_levels),
+        cmocka_unit_test(test_gemm_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -186,7 +186,7 @@ __attribute__((target("avx2,fma"))) static void micro_avx2_fma(int64_t kc,
 static gemm_cfg cfg_for(oj_cpu_isa isa, bool fused) {
 #ifdef OJ_GEMM_X86
     if (isa == OJ_ISA_AVX512)
-        return (gemm_cfg){Z_MR, Z_NR, 144, 256, 3072, fused ? micro_avx512_fma : micro_avx512};
+        return (gemm_cfg){Z_MR, Z_NR, 144, 512, 3072, fused ? micro_avx512_fma : micro_avx512};
     if (isa == OJ_ISA_AVX2)
         return (gemm_cfg){Y_MR, Y_NR, 120, 256, 3072, fused ? micro_avx2_fma : micro_avx2};
 #endif
@@ -234,6 +234,59 @@ static void pack_b(float *bp, const oj_mm_mat *b, int64_t k0, int64_t kc, int64_
     }
 }
 
+#ifdef OJ_GEMM_X86
+/* The 24-row sliver of a row-major f32 a for the AVX-512 tile: 16 k at a
+ * time, rows 0-15 as a 16 x 16 in-register transpose and rows 16-23 as an
+ * 8 x 16 one, so every load and store is a full contiguous vector (gathers
+ * and scalar copies ran at a few GB/s here). */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) static inline void
+tr16(__m512 *r) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* r[4g + j] now holds, per 128-bit lane L, rows 4g..4g+3 of column 4L + j */
+    for (int i = 0; i < 8; i++) {
+        int g = i / 4, j = i % 4; /* pair groups (0,1) and (2,3) */
+        t[i] = _mm512_shuffle_f32x4(r[8 * g + j], r[8 * g + 4 + j], 0x88);
+        t[i + 8] = _mm512_shuffle_f32x4(r[8 * g + j], r[8 * g + 4 + j], 0xdd);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[4 + j], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[4 + j], 0xdd);
+        r[j + 4] = _mm512_shuffle_f32x4(t[8 + j], t[12 + j], 0x88);
+        r[j + 12] = _mm512_shuffle_f32x4(t[8 + j], t[12 + j], 0xdd);
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) static void
+pack_a_rows24(float *dst, const float *base, int64_t rs, int64_t h, int64_t kc) {
+    int64_t k = 0;
+    for (; k + 16 <= kc; k += 16, dst += 16 * 24) {
+        __m512 r[16], q[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = i < h ? _mm512_loadu_ps(base + i * rs + k) : _mm512_setzero_ps();
+        for (int i = 0; i < 16; i++)
+            q[i] = 16 + i < h && i < 8 ? _mm512_loadu_ps(base + (16 + i) * rs + k) : _mm512_setzero_ps();
+        tr16(r);
+        tr16(q);
+        for (int j = 0; j < 16; j++) { /* k + j: rows 0-15, then 16-23 */
+            _mm512_storeu_ps(dst + j * 24, r[j]);
+            _mm512_mask_storeu_ps(dst + j * 24 + 16, 0xff, q[j]);
+        }
+    }
+    for (; k < kc; k++, dst += 24)
+        for (int64_t i = 0; i < 24; i++) dst[i] = i < h ? base[i * rs + k] : 0.0f;
+}
+#endif
+
 /* The mc x kc block of a at (m0, k0) as slivers of mr rows: ap[s][k][i],
  * zero beyond mc. */
 static void pack_a(float *ap, const oj_mm_mat *a, int64_t m0, int64_t mc, int64_t k0, int64_t kc,
@@ -243,13 +296,18 @@ static void pack_a(float *ap, const oj_mm_mat *a, int64_t m0, int64_t mc, int64_
         float *dst = ap + (i0 / mr) * kc * mr;
         int64_t h = mc - i0 < mr ? mc - i0 : mr;
         const char *base = a->base + ((m0 + i0) * a->rs + k0 * a->cs) * es;
+#ifdef OJ_GEMM_X86
+        if (a->dt == OJ_F32 && a->cs == 1 && mr == 24 && a->rs * 24 < INT32_MAX &&
+            oj_cpu_isa_detect() >= OJ_ISA_AVX512) {
+            pack_a_rows24(dst, (const float *)base, a->rs, h, kc);
+            continue;
+        }
+#endif
         if (a->dt == OJ_F32 && a->cs == 1) { /* rows contiguous along k */
-            for (int64_t i = 0; i < h; i++) {
-                const float *row = (const float *)base + i * a->rs;
-                for (int64_t k = 0; k < kc; k++) dst[k * mr + i] = row[k];
-            }
-            for (int64_t k = 0; k < kc; k++)
-                for (int64_t i = h; i < mr; i++) dst[k * mr + i] = 0.0f;
+            const float *rows[32];
+            for (int64_t i = 0; i < mr; i++) rows[i] = (const float *)base + (i < h ? i : 0) * a->rs;
+            for (int64_t k = 0; k < kc; k++, dst += mr) /* writes in order */
+                for (int64_t i = 0; i < mr; i++) dst[i] = i < h ? rows[i][k] : 0.0f;
         } else if (a->dt == OJ_F32 && a->rs == 1) {
             for (int64_t k = 0; k < kc; k++) {
                 memcpy(dst + k * mr, (const float *)base + k * a->cs, (size_t)h * sizeof(float));

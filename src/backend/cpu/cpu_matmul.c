@@ -3,7 +3,7 @@
  * Paths:
  * - OJ_NUMERICS_FAST, f32/bf16/f16: the GEMM of cpu_gemm.c with fused
  *   multiply-adds, or OpenBLAS's cblas_sgemm, as oj_cpu_fast_gemm says
- *   (OJAS_GEMM=ojas|openblas; by default ours where the CPU has AVX2);
+ *   (OJAS_GEMM=ojas|openblas; OpenBLAS by default);
  *   f64: cblas_dgemm. BLAS gets each batch when a matrix has a unit stride
  *   in one of its last two dims (else it is packed to a contiguous copy
  *   first); bf16/f16 are widened to f32.

@@ -152,7 +152,7 @@ static oj_cpu_state *state_of(oj_engine *eng) {
     st->spin_ns = st->nthreads <= cpus ? 30000 : 0;
     const char *spin = getenv("OJAS_SPIN_US");
     if (spin) st->spin_ns = (int64_t)(atof(spin) * 1000.0);
-    st->gemm = st->isa >= OJ_ISA_AVX2 ? OJ_GEMM_OWN : OJ_GEMM_BLAS;
+    st->gemm = OJ_GEMM_BLAS;
     const char *gemm = getenv("OJAS_GEMM");
     if (gemm && strcmp(gemm, "openblas") == 0) st->gemm = OJ_GEMM_BLAS;
     if (gemm && strcmp(gemm, "ojas") == 0) st->gemm = OJ_GEMM_OWN;

@@ -37,12 +37,11 @@ oj_cpu_isa oj_cpu_isa_of(oj_engine *eng);
  * the level now in use. For tests that run every path on one machine. */
 oj_cpu_isa oj__cpu_set_isa(oj_engine *eng, oj_cpu_isa isa);
 
-/* Which GEMM FAST numerics use for f32: ours (cpu_gemm.c, fused) or the
- * BLAS built in. The environment variable OJAS_GEMM=ojas|openblas decides
- * when set; otherwise ours when the CPU has AVX2 (measured in
- * docs/bench-cpu.md: on AVX-512 it matches OpenBLAS's own AVX-512 kernels
- * and shares our thread pool instead of starting a second one), else the
- * BLAS. Always ours in a build without BLAS. */
+/* Which GEMM FAST numerics use for f32: the BLAS built in (OpenBLAS), or
+ * ours (cpu_gemm.c with fused multiply-adds). The environment variable
+ * OJAS_GEMM=ojas|openblas decides when set; otherwise the BLAS, which
+ * measured as fast or faster on a GPT training step here
+ * (docs/bench-cpu.md). Always ours in a build without BLAS. */
 typedef enum { OJ_GEMM_OWN = 0, OJ_GEMM_BLAS = 1 } oj_cpu_gemm_choice;
 oj_cpu_gemm_choice oj_cpu_fast_gemm(oj_engine *eng);
 /* Set it for eng (benchmarks compare both in one run). */
