@@ -9,45 +9,13 @@
 
 #include <cmocka.h>
 
+#include "cli_testutil.h"
 #include "train_testutil.h"
-
-#define OJAS OJAS_BINARY_DIR "/bin/ojas"
 
 static char g_dir[256];
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t got = fread(b, 1, (size_t)n, f);
-    b[got] = 0;
-    fclose(f);
-    return b;
-}
-
 /* Run `ojas ARGS` in g_dir; exit code; stderr in *err (free it). */
-static int ojas(const char *args, char **err) {
-    char cmd[4096], p[400];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", g_dir, OJAS, args);
-    int rc = system(cmd);
-    snprintf(p, sizeof p, "%s/err.txt", g_dir);
-    *err = slurp(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-/* One line "ojas: ...<needle>...\n" with more than the prefix. */
-static void assert_one_line(const char *s, const char *needle) {
-    assert_non_null(s);
-    if (!strstr(s, needle))
-        fail_msg("'%s' lacks '%s'", s, needle);
-    const char *nl = strchr(s, '\n');
-    assert_non_null(nl);
-    assert_int_equal(nl[1], 0);
-}
+static int ojas(const char *args, char **err) { return ct_ojas(g_dir, args, NULL, err); }
 
 static int setup(void **state) {
     (void)state;
@@ -72,7 +40,7 @@ static void test_info_rejects_arguments(void **state) {
     (void)state;
     char *err;
     assert_int_equal(ojas("info --bogus", &err), 2);
-    assert_one_line(err, "--bogus");
+    ct_assert_one_line(err, "--bogus");
     free(err);
     assert_int_equal(ojas("info --help", &err), 0);
     free(err);
@@ -86,7 +54,7 @@ static void test_train_set_non_finite(void **state) {
         char args[256], *err;
         snprintf(args, sizeof args, "train --config c.json --out run --set %s", vals[i]);
         assert_int_equal(ojas(args, &err), 2);
-        assert_one_line(err, "cannot parse value");
+        ct_assert_one_line(err, "cannot parse value");
         free(err);
     }
     /* the library call itself names the key */
@@ -108,7 +76,7 @@ static void test_generate_non_finite_sampling(void **state) {
         snprintf(args, sizeof args,
                  "generate --checkpoint nowhere --vocab nowhere --prompt x %s", opts[i]);
         assert_int_equal(ojas(args, &err), 2);
-        assert_one_line(err, "generate: need a finite temperature");
+        ct_assert_one_line(err, "generate: need a finite temperature");
         free(err);
     }
 }

@@ -16,40 +16,18 @@
 
 #include <cmocka.h>
 
-#define OJAS OJAS_BINARY_DIR "/bin/ojas"
+#include "cli_testutil.h"
 
 static char g_dir[256];
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t got = fread(b, 1, (size_t)n, f);
-    b[got] = 0;
-    fclose(f);
-    return b;
-}
 
 /* Run `ojas ARGS` in g_dir with stdout and stderr in files; exit code (-1
  * when it did not exit normally). On a non-zero code stderr is echoed. */
 static int ojas(const char *args, char **out) {
-    char cmd[8192], p[400];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", g_dir, OJAS, args);
-    int rc = system(cmd);
-    rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    snprintf(p, sizeof p, "%s/out.txt", g_dir);
-    if (out)
-        *out = slurp(p);
-    if (rc != 0) {
-        snprintf(p, sizeof p, "%s/err.txt", g_dir);
-        char *err = slurp(p);
+    char *err = NULL;
+    int rc = ct_ojas(g_dir, args, out, &err);
+    if (rc != 0)
         fprintf(stderr, "ojas %s -> %d: %s\n", args, rc, err ? err : "(no stderr)");
-        free(err);
-    }
+    free(err);
     return rc;
 }
 

@@ -7,27 +7,15 @@
 
 #include <cmocka.h>
 
+#include "cli_testutil.h"
 #include "data_testutil.h"
 
-#define OJAS OJAS_BINARY_DIR "/bin/ojas"
 #define VOCAB OJAS_SOURCE_DIR "/third_party/gpt2"
 
 static char *g_dir;
 
 /* Run `ojas ARGS` with stdout and stderr in files; returns the exit code. */
-static int ojas(const char *args, char **out, char **errs) {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", g_dir, OJAS, args);
-    int rc = system(cmd);
-    char *o = tu_path(g_dir, "out.txt"), *e = tu_path(g_dir, "err.txt");
-    if (out)
-        *out = tu_read(o, NULL);
-    if (errs)
-        *errs = tu_read(e, NULL);
-    free(o);
-    free(e);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+static int ojas(const char *args, char **out, char **errs) { return ct_ojas(g_dir, args, out, errs); }
 
 static void test_dispatch_and_help(void **state) {
     (void)state;
@@ -152,8 +140,8 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    if (access(OJAS, X_OK) != 0) {
-        printf("SKIP: %s is not built\n", OJAS);
+    if (access(CT_OJAS, X_OK) != 0) {
+        printf("SKIP: %s is not built\n", CT_OJAS);
         return 77;
     }
     const struct CMUnitTest tests[] = {

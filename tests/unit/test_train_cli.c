@@ -14,48 +14,13 @@
 #include <cmocka.h>
 
 #include "ojas/io.h"
+#include "cli_testutil.h"
 #include "train_testutil.h"
-
-#define OJAS OJAS_BINARY_DIR "/bin/ojas"
 
 static char g_dir[256];
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t got = fread(b, 1, (size_t)n, f);
-    b[got] = 0;
-    fclose(f);
-    return b;
-}
-
 /* Run `ojas ARGS` in g_dir with stdout and stderr in files; exit code. */
-static int ojas(const char *args, char **out, char **err) {
-    char cmd[8192], p[400];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", g_dir, OJAS, args);
-    int rc = system(cmd);
-    snprintf(p, sizeof p, "%s/out.txt", g_dir);
-    if (out)
-        *out = slurp(p);
-    snprintf(p, sizeof p, "%s/err.txt", g_dir);
-    if (err)
-        *err = slurp(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static void assert_one_line(const char *s, const char *needle) {
-    assert_non_null(s);
-    if (!strstr(s, needle))
-        fail_msg("'%s' lacks '%s'", s, needle);
-    const char *nl = strchr(s, '\n');
-    assert_non_null(nl);
-    assert_int_equal(nl[1], 0);
-}
+static int ojas(const char *args, char **out, char **err) { return ct_ojas(g_dir, args, out, err); }
 
 static int setup(void **state) {
     (void)state;
@@ -85,29 +50,29 @@ static void test_usage_and_errors(void **state) {
     assert_non_null(strstr(out, "\"muon_lr\"")); /* the keys with defaults */
     free(out);
     assert_int_equal(ojas("train --out r", NULL, &err), 2);
-    assert_one_line(err, "--config");
+    ct_assert_one_line(err, "--config");
     free(err);
     assert_int_equal(ojas("train --config c.json", NULL, &err), 2);
-    assert_one_line(err, "--out");
+    ct_assert_one_line(err, "--out");
     free(err);
     assert_int_equal(ojas("train --config c.json --out r --set no_such_key=1", NULL, &err), 2);
-    assert_one_line(err, "unknown key 'no_such_key'");
+    ct_assert_one_line(err, "unknown key 'no_such_key'");
     free(err);
     assert_int_equal(ojas("train --config c.json --out r --threads many", NULL, &err), 2);
-    assert_one_line(err, "threads");
+    ct_assert_one_line(err, "threads");
     free(err);
     assert_int_equal(ojas("train --config c.json --out r --numerics loose", NULL, &err), 2);
-    assert_one_line(err, "numerics");
+    ct_assert_one_line(err, "numerics");
     free(err);
     assert_int_equal(ojas("train --config missing.json --out r", NULL, &err), 1);
-    assert_one_line(err, "missing.json");
+    ct_assert_one_line(err, "missing.json");
     free(err);
     assert_int_equal(ojas("train --config c.json --out r --frob", NULL, &err), 2);
-    assert_one_line(err, "--frob");
+    ct_assert_one_line(err, "--frob");
     free(err);
 #ifndef OJAS_HAVE_CUDA
     assert_int_equal(ojas("train --config c.json --out r --device cuda", NULL, &err), 1);
-    assert_one_line(err, "CUDA");
+    ct_assert_one_line(err, "CUDA");
     free(err);
 #endif
 }
@@ -135,7 +100,7 @@ static void test_run_and_resume(void **state) {
 }
 
 static int lines_of(const char *path) {
-    char *s = slurp(path);
+    char *s = ct_slurp(path);
     int n = 0;
     for (char *q = s; q && *q; q++)
         n += *q == '\n';
@@ -153,7 +118,7 @@ static void test_sigint_checkpoints(void **state) {
     if (pid == 0) {
         if (chdir(g_dir) != 0 || !freopen(log, "w", stdout) || !freopen(log, "a", stderr))
             _exit(127);
-        execl(OJAS, "ojas", "train", "--config", "c.json", "--out", "sig", "--set",
+        execl(CT_OJAS, "ojas", "train", "--config", "c.json", "--out", "sig", "--set",
               "max_steps=100000", "--set", "eval_every=0", (char *)NULL);
         _exit(127);
     }
@@ -168,7 +133,7 @@ static void test_sigint_checkpoints(void **state) {
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    char *out = slurp(log);
+    char *out = ct_slurp(log);
     assert_non_null(strstr(out, "stopped by signal"));
     free(out);
     /* the checkpoint holds the last step reported */

@@ -1,0 +1,64 @@
+/* Helpers shared by the tests that run the `ojas` binary: read a file whole,
+ * run `ojas ARGS` in a directory with its output in files, and check that
+ * an error is one line. */
+#ifndef OJAS_CLI_TESTUTIL_H
+#define OJAS_CLI_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#define CT_OJAS OJAS_BINARY_DIR "/bin/ojas"
+
+/* The whole of PATH, NUL-terminated, or NULL when it cannot be opened;
+ * free() the result. */
+static inline char *ct_slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Run `ojas ARGS` in DIR with stdout and stderr in DIR/out.txt and
+ * DIR/err.txt; the exit code (-1 when it did not exit normally). Where OUT
+ * or ERR is not NULL it gets that file's text (free it). */
+static inline int ct_ojas(const char *dir, const char *args, char **out, char **err) {
+    char cmd[8192], p[4200];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", dir, CT_OJAS, args);
+    int rc = system(cmd);
+    if (out) {
+        snprintf(p, sizeof p, "%s/out.txt", dir);
+        *out = ct_slurp(p);
+    }
+    if (err) {
+        snprintf(p, sizeof p, "%s/err.txt", dir);
+        *err = ct_slurp(p);
+    }
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* S is one line (ending in '\n', nothing after it) that holds NEEDLE. */
+static inline void ct_assert_one_line(const char *s, const char *needle) {
+    assert_non_null(s);
+    if (!strstr(s, needle))
+        fail_msg("'%s' lacks '%s'", s, needle);
+    const char *nl = strchr(s, '\n');
+    assert_non_null(nl);
+    assert_int_equal(nl[1], 0);
+}
+
+#endif
