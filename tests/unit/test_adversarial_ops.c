@@ -13,30 +13,7 @@
 #include "ojas/autograd.h"
 #include "ojas/core.h"
 #include "ojas/ops.h"
-
-static oj_engine *eng;
-
-static int setup(void **state) {
-    (void)state;
-    return oj_engine_create(NULL, &eng, NULL) == OJ_OK ? 0 : -1;
-}
-static int teardown(void **state) {
-    (void)state;
-    oj_engine_free(eng);
-    return 0;
-}
-static int clear(void **state) {
-    (void)state;
-    oj_clear_error(eng);
-    return 0;
-}
-
-#define EXPECT_ERR(st, fragment)                                            \
-    do {                                                                    \
-        assert_int_equal(oj_last_status(eng), (st));                        \
-        assert_non_null(strstr(oj_last_error(eng), (fragment)));            \
-        oj_clear_error(eng);                                                \
-    } while (0)
+#include "engine_testutil.h"
 
 /* Found by probing: oj_add(t, t) and oj_exp(t) on a released t returned
  * NULL with no error recorded (the header promises OJ_ERR_INVALID_ARGUMENT). */
@@ -45,17 +22,17 @@ static void test_released_inputs_record_an_error(void **state) {
     oj_tensor *t = oj_ones(eng, 1, (int64_t[]){3}, OJ_F32);
     oj_release(t);
     assert_null(oj_add(t, t));
-    EXPECT_ERR(OJ_ERR_INVALID_ARGUMENT, "released");
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "released");
     assert_null(oj_exp(t));
-    EXPECT_ERR(OJ_ERR_INVALID_ARGUMENT, "released");
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "released");
     assert_null(oj_sum_all(t));
-    EXPECT_ERR(OJ_ERR_INVALID_ARGUMENT, "released");
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "released");
     assert_null(oj_softmax(t, 0));
-    EXPECT_ERR(OJ_ERR_INVALID_ARGUMENT, "released");
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "released");
     /* with a live input as well, the error names the released one */
     oj_tensor *u = oj_ones(eng, 1, (int64_t[]){3}, OJ_F32);
     assert_null(oj_mul(u, t));
-    EXPECT_ERR(OJ_ERR_INVALID_ARGUMENT, "input 1 is a released tensor");
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "input 1 is a released tensor");
     oj_release(u);
     assert_int_equal(oj_engine_live_tensors(eng), 0);
 }
@@ -79,9 +56,9 @@ static void test_rotary_offset_overflow(void **state) {
     (void)state;
     oj_tensor *x = oj_ones(eng, 4, (int64_t[]){1, 1, 3, 4}, OJ_F32);
     assert_null(oj_rotary_embedding(x, INT64_MAX, 10000.0));
-    EXPECT_ERR(OJ_ERR_OUT_OF_RANGE, "position_offset");
+    ET_EXPECT_ERR_HAS(OJ_ERR_OUT_OF_RANGE, "position_offset");
     assert_null(oj_rotary_embedding(x, INT64_MAX - 2, 10000.0));
-    EXPECT_ERR(OJ_ERR_OUT_OF_RANGE, "overflows");
+    ET_EXPECT_ERR_HAS(OJ_ERR_OUT_OF_RANGE, "overflows");
     /* the largest offset that fits still works */
     oj_tensor *y = oj_rotary_embedding(x, INT64_MAX - 3, 10000.0);
     assert_non_null(y);
@@ -91,9 +68,9 @@ static void test_rotary_offset_overflow(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_released_inputs_record_an_error, clear),
-        cmocka_unit_test_setup(test_one_hot_infer_int64_max, clear),
-        cmocka_unit_test_setup(test_rotary_offset_overflow, clear),
+        cmocka_unit_test_setup(test_released_inputs_record_an_error, et_clear),
+        cmocka_unit_test_setup(test_one_hot_infer_int64_max, et_clear),
+        cmocka_unit_test_setup(test_rotary_offset_overflow, et_clear),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, et_setup, et_teardown);
 }

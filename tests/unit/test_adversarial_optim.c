@@ -15,18 +15,7 @@
 #include "ojas/core.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
-
-static oj_engine *eng;
-
-static int setup(void **state) {
-    (void)state;
-    return oj_engine_create(NULL, &eng, NULL) == OJ_OK ? 0 : -1;
-}
-static int teardown(void **state) {
-    (void)state;
-    oj_engine_free(eng);
-    return 0;
-}
+#include "engine_testutil.h"
 
 /* Was: NULL returned with OJ_OK still the engine's status. */
 static void test_newton_schulz_nan_input(void **state) {
@@ -87,5 +76,5 @@ int main(void) {
         cmocka_unit_test(test_newton_schulz_nan_input),
         cmocka_unit_test(test_non_finite_grad_skips_every_algo),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, et_setup, et_teardown);
 }

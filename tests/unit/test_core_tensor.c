@@ -10,30 +10,7 @@
 
 #include "ojas/core.h"
 #include "ojas/ops.h"
-
-static oj_engine *eng;
-
-static int setup(void **state) {
-    (void)state;
-    return oj_engine_create(NULL, &eng, NULL) == OJ_OK ? 0 : -1;
-}
-static int teardown(void **state) {
-    (void)state;
-    assert_int_equal(oj_engine_live_tensors(eng), 0);
-    oj_engine_free(eng);
-    return 0;
-}
-static int scope_in(void **state) {
-    (void)state;
-    return oj_scope_begin(eng) == OJ_OK ? 0 : -1;
-}
-static int scope_out(void **state) {
-    (void)state;
-    assert_int_equal(oj_last_status(eng), OJ_OK);
-    oj_scope_end(eng);
-    oj_clear_error(eng);
-    return 0;
-}
+#include "engine_testutil.h"
 
 static void expect_f64(oj_tensor *t, const double *want, int64_t n) {
     assert_non_null(t);
@@ -271,11 +248,11 @@ static void test_grad_fields(void **state) {
 }
 
 int main(void) {
-#define T(f) cmocka_unit_test_setup_teardown(f, scope_in, scope_out)
+#define T(f) cmocka_unit_test_setup_teardown(f, et_scope_in, et_scope_out)
     const struct CMUnitTest tests[] = {
         T(test_empty_zeros_ones_full), T(test_arange_linspace_eye), T(test_from_to_host),
         T(test_clone_contiguous),      T(test_copy_broadcast_cast), T(test_fill),
         T(test_grad_fields),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, et_setup, et_teardown_no_leaks);
 }

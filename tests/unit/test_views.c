@@ -10,29 +10,7 @@
 
 #include "ojas/core.h"
 #include "ojas/ops.h"
-
-static oj_engine *eng;
-
-static int setup(void **state) {
-    (void)state;
-    return oj_engine_create(NULL, &eng, NULL) == OJ_OK ? 0 : -1;
-}
-static int teardown(void **state) {
-    (void)state;
-    assert_int_equal(oj_engine_live_tensors(eng), 0);
-    oj_engine_free(eng);
-    return 0;
-}
-static int scope_in(void **state) {
-    (void)state;
-    return oj_scope_begin(eng) == OJ_OK ? 0 : -1;
-}
-static int scope_out(void **state) {
-    (void)state;
-    assert_int_equal(oj_last_status(eng), OJ_OK);
-    oj_scope_end(eng);
-    return 0;
-}
+#include "engine_testutil.h"
 
 #define EXPECT_ERR(st, msg)                                     \
     do {                                                        \
@@ -289,11 +267,11 @@ static void test_views_of_views_and_offsets(void **state) {
 }
 
 int main(void) {
-#define T(f) cmocka_unit_test_setup_teardown(f, scope_in, scope_out)
+#define T(f) cmocka_unit_test_setup_teardown(f, et_scope_in, et_scope_out)
     const struct CMUnitTest tests[] = {
         T(test_reshape_view_and_copy), T(test_permute_transpose), T(test_narrow_select),
         T(test_slice),                 T(test_expand),            T(test_squeeze_unsqueeze_flatten),
         T(test_views_of_views_and_offsets),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, et_setup, et_teardown_no_leaks);
 }
