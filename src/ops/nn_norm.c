@@ -38,6 +38,27 @@ static oj_engine *norm_engine(const char *op, oj_tensor *x, oj_tensor *w, oj_ten
     return x ? oj__ops_engine(op, n, ins) : NULL;
 }
 
+/* The start both backwards share: go[0] made contiguous (*gc) and seen as
+ * rows (*g2); where the node needs them, dx shaped like input 0 with its
+ * rows view (*dx, *dx2) and dw shaped like input 1 (*dw). false on a
+ * failure; the caller releases whatever was made either way. */
+static bool norm_grads_begin(oj_node *n, oj_tensor *const *go, oj_tensor **gc, oj_tensor **g2,
+                             oj_tensor **dx, oj_tensor **dx2, oj_tensor **dw) {
+    oj_engine *eng = n->eng;
+    *gc = oj__nn_contig(go[0]);
+    *g2 = *gc ? oj__nn_rows(*gc) : NULL;
+    const oj_edge *ex = &n->in[0];
+    bool ok = *g2 != NULL;
+    if (ok && oj__node_needs(n, 0)) {
+        *dx = oj__tensor_alloc(eng, ex->rank, ex->shape, ex->dtype, n->op);
+        *dx2 = *dx ? oj__nn_rows(*dx) : NULL;
+        ok = *dx2 != NULL;
+    }
+    if (ok && oj__node_needs(n, 1))
+        ok = (*dw = oj__tensor_alloc(eng, 1, n->in[1].shape, n->in[1].dtype, n->op)) != NULL;
+    return ok;
+}
+
 /* ---------------------------------------------------------------- layer_norm */
 
 /* saved: 0 x rows (N,C), 1 mean (N), 2 rstd (N), 3 weight (C) or absent */
@@ -47,18 +68,8 @@ static oj_status layer_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor
               *rstd = oj__node_saved(n, 2);
     oj_tensor *w = n->i[0] ? oj__node_saved(n, 3) : NULL;
     if (!x || !mean || !rstd || (n->i[0] && !w)) return oj_last_status(eng);
-    oj_tensor *gc = oj__nn_contig(go[0]);
-    oj_tensor *g2 = gc ? oj__nn_rows(gc) : NULL;
-    oj_tensor *dx = NULL, *dw = NULL, *db = NULL, *dx2 = NULL;
-    const oj_edge *ex = &n->in[0];
-    bool ok = g2 != NULL;
-    if (ok && oj__node_needs(n, 0)) {
-        dx = oj__tensor_alloc(eng, ex->rank, ex->shape, ex->dtype, n->op);
-        dx2 = dx ? oj__nn_rows(dx) : NULL;
-        ok = dx2 != NULL;
-    }
-    if (ok && oj__node_needs(n, 1))
-        ok = (dw = oj__tensor_alloc(eng, 1, n->in[1].shape, n->in[1].dtype, n->op)) != NULL;
+    oj_tensor *gc = NULL, *g2 = NULL, *dx = NULL, *dw = NULL, *db = NULL, *dx2 = NULL;
+    bool ok = norm_grads_begin(n, go, &gc, &g2, &dx, &dx2, &dw);
     if (ok && oj__node_needs(n, 2))
         ok = (db = oj__tensor_alloc(eng, 1, n->in[2].shape, n->in[2].dtype, n->op)) != NULL;
     if (ok)
@@ -138,18 +149,8 @@ static oj_status rms_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor *
     oj_tensor *x = oj__node_saved(n, 0), *rstd = oj__node_saved(n, 1);
     oj_tensor *w = n->i[0] ? oj__node_saved(n, 2) : NULL;
     if (!x || !rstd || (n->i[0] && !w)) return oj_last_status(eng);
-    oj_tensor *gc = oj__nn_contig(go[0]);
-    oj_tensor *g2 = gc ? oj__nn_rows(gc) : NULL;
-    oj_tensor *dx = NULL, *dw = NULL, *dx2 = NULL;
-    const oj_edge *ex = &n->in[0];
-    bool ok = g2 != NULL;
-    if (ok && oj__node_needs(n, 0)) {
-        dx = oj__tensor_alloc(eng, ex->rank, ex->shape, ex->dtype, n->op);
-        dx2 = dx ? oj__nn_rows(dx) : NULL;
-        ok = dx2 != NULL;
-    }
-    if (ok && oj__node_needs(n, 1))
-        ok = (dw = oj__tensor_alloc(eng, 1, n->in[1].shape, n->in[1].dtype, n->op)) != NULL;
+    oj_tensor *gc = NULL, *g2 = NULL, *dx = NULL, *dw = NULL, *dx2 = NULL;
+    bool ok = norm_grads_begin(n, go, &gc, &g2, &dx, &dx2, &dw);
     if (ok)
         ok = oj__kernel_ok(eng, eng->backend->rms_norm_backward(eng, dx2, dw, g2, x, rstd, w),
                            n->op);
