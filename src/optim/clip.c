@@ -27,6 +27,47 @@ double oj__optim_tensor_norm(oj_tensor *t) {
     return NAN;
 }
 
+/* out[i] = L2 norm of ts[i] (0 for NULL entries) for n tensors of eng.
+ * On a device every norm is a reduction into one slot of a single f64
+ * device buffer, read back once: one host synchronisation for all of them
+ * instead of one per tensor. The CPU keeps the sum_squares entry. */
+oj_status oj__optim_norms(oj_engine *eng, int64_t n, oj_tensor *const *ts, double *out) {
+    if (eng->device.type == OJ_DEVICE_CPU || eng->backend->reduce == NULL ||
+        eng->backend->copy_d2h == NULL) {
+        for (int64_t i = 0; i < n; i++) {
+            out[i] = ts[i] ? oj__optim_tensor_norm(ts[i]) : 0.0;
+            if (isnan(out[i]) && oj_last_status(eng) != OJ_OK) return oj_last_status(eng);
+        }
+        return OJ_OK;
+    }
+    if (n == 0) return OJ_OK;
+    int64_t shape[1] = {n};
+    oj_tensor *buf = oj__tensor_alloc(eng, 1, shape, OJ_F64, "grad_norm");
+    if (buf == NULL) return oj_last_status(eng);
+    oj_status st = OJ_OK;
+    for (int64_t i = 0; i < n && st == OJ_OK; i++) {
+        oj_tensor *t = ts[i];
+        oj_tensor slot = *buf; /* stack view of buf[i] in t's rank, never registered */
+        slot.rank = t ? t->rank : 1;
+        for (int d = 0; d < slot.rank; d++) slot.shape[d] = 1, slot.stride[d] = 1;
+        slot.offset = buf->offset + i * (int64_t)sizeof(double);
+        if (t == NULL) {
+            st = eng->backend->fill(eng, &slot, 0.0);
+            continue;
+        }
+        uint32_t mask = t->rank ? (uint32_t)((1u << t->rank) - 1u) : 0u;
+        st = eng->backend->reduce(eng, OJ_RED_NORM_L2, &slot, NULL, t, mask, 0.0);
+    }
+    if (st == OJ_OK)
+        st = eng->backend->copy_d2h(eng, out, (const char *)buf->storage->data + buf->offset,
+                                    (size_t)n * sizeof(double));
+    oj_release(buf);
+    if (st != OJ_OK)
+        return oj_set_error(eng, st, "grad_norm: reduction failed on the %s backend",
+                            eng->backend->name);
+    return OJ_OK;
+}
+
 /* The engine of the first live tensor of params, recording an error for a
  * NULL or released entry. */
 static oj_engine *params_engine(int64_t n, oj_tensor *const *params, const char *op) {
@@ -43,13 +84,22 @@ static oj_engine *params_engine(int64_t n, oj_tensor *const *params, const char 
 }
 
 static double norm_of(int64_t n, oj_tensor *const *params) {
-    double sumsq = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        oj_tensor *g = params[i]->grad;
-        if (g == NULL) continue;
-        double v = oj__optim_tensor_norm(g);
-        sumsq += v * v;
+    oj_engine *eng = params[0]->eng;
+    oj_tensor **gs = calloc((size_t)n, sizeof *gs);
+    double *v = calloc((size_t)n, sizeof *v);
+    if (gs == NULL || v == NULL) {
+        free(gs);
+        free(v);
+        oj_set_error(eng, OJ_ERR_CAPACITY, "grad_norm: out of host memory");
+        return NAN;
     }
+    for (int64_t i = 0; i < n; i++) gs[i] = params[i]->grad;
+    double sumsq = 0.0;
+    if (oj__optim_norms(eng, n, gs, v) != OJ_OK) sumsq = NAN;
+    for (int64_t i = 0; i < n && !isnan(sumsq); i++)
+        if (gs[i] != NULL) sumsq += v[i] * v[i];
+    free(gs);
+    free(v);
     return sqrt(sumsq);
 }
 

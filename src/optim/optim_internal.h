@@ -46,6 +46,9 @@ const char *oj__optim_algo_name(oj_optim_algo a);
 /* L2 norm of t accumulated in double (backend reduce); NaN with an error
  * recorded when the kernel fails. t non-NULL and live. */
 double oj__optim_tensor_norm(oj_tensor *t);
+/* out[i] = L2 norm of ts[i] (0 for NULL) for n tensors of eng; on a device
+ * with one host read-back for all of them. */
+oj_status oj__optim_norms(oj_engine *eng, int64_t n, oj_tensor *const *ts, double *out);
 /* A zero tensor shaped like t (dtype dt), unscoped; NULL with the error
  * recorded. */
 oj_tensor *oj__optim_zeros_unscoped(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt);

@@ -131,10 +131,24 @@ static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *
 
     /* 1. gradients must be finite: one global norm */
     double sumsq = 0.0;
+    double *norms = calloc((size_t)(n ? n : 1), sizeof *norms);
+    oj_tensor **gs = calloc((size_t)(n ? n : 1), sizeof *gs);
+    if (norms == NULL || gs == NULL) {
+        free(norms);
+        free(gs);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+    }
+    for (int64_t i = 0; i < n; i++) gs[i] = items[i].grad;
+    st = oj__optim_norms(eng, n, gs, norms); /* one read-back on a device */
+    free(gs);
+    if (st != OJ_OK) {
+        free(norms);
+        return st;
+    }
     for (int64_t i = 0; i < n; i++) {
-        double v = oj__optim_tensor_norm(items[i].grad);
-        if (isnan(v) && oj_last_status(eng) != OJ_OK) return oj_last_status(eng);
+        double v = norms[i];
         if (!isfinite(v)) {
+            free(norms);
             if (info) info->grad_norm = v;
             return skip(o, info,
                         "optim: step skipped: the gradient of '%s' is not finite (norm %g)",
@@ -142,6 +156,7 @@ static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *
         }
         sumsq += v * v;
     }
+    free(norms);
     if (info) info->grad_norm = sqrt(sumsq);
 
     /* 2. updates that need more than one pass (Muon), state untouched */

@@ -4,7 +4,18 @@
  *   (cpu_reduce.c) does;
  * - a longer one runs one block per output: thread t folds elements t,
  *   t + B, t + 2B, ... in order, then the block combines the per-thread
- *   states in a fixed tree. The block size depends on the shape only.
+ *   states in a fixed tree. The block size depends on the shape only;
+ * - a long one with few outputs (the gradient of a tensor broadcast over a
+ *   whole activation: millions of elements into one value) runs in two
+ *   passes: each output's reduced range is cut into a fixed number of
+ *   equal chunks (a partition computed from the shape alone, never from
+ *   the device), one block reduces each chunk as above into a state in
+ *   pooled scratch, and a second kernel combines each output's chunk
+ *   states in chunk order. Same bits on every run, in every numerics mode.
+ * Before launching, adjacent kept (and reduced) dims that are one run of
+ * memory are merged and size-1 dims dropped: the flat indices, and so the
+ * order of every fold, are unchanged; the per-element offset costs fewer
+ * divisions.
  * States are kept in double as on the CPU (Welford for var, a running max
  * for logsumexp, first index for max/min/argmax/argmin). */
 #include <math.h>
@@ -238,6 +249,76 @@ __global__ void k_reduce_block(red_geom g, oj_reduce_op op, double p) {
     }
 }
 
+/* Pass 1 of the split path: block b reduces chunk b % nc of output
+ * b / nc (reduced indices [c L, min((c+1) L, n_red))) into part[b]. */
+__global__ void k_reduce_chunks(red_geom g, oj_reduce_op op, int64_t nc, int64_t L,
+                                red_state *part) {
+    __shared__ red_state sh[RED_THREADS];
+    int t = threadIdx.x, nt = blockDim.x;
+    for (int64_t b = blockIdx.x; b < g.n_out * nc; b += gridDim.x) {
+        int64_t o = b / nc, c = b - o * nc;
+        int64_t base = kept_offset(g, o);
+        int64_t k0 = c * L, k1 = k0 + L < g.n_red ? k0 + L : g.n_red;
+        red_state s;
+        red_init(op, &s);
+        for (int64_t k = k0 + t; k < k1; k += nt)
+            red_step(op, &s, oj_cu_ld(g.x + (base + red_offset(g, k)) * g.xes, g.xdt), k);
+        sh[t] = s;
+        __syncthreads();
+        for (int half = nt / 2; half > 0; half >>= 1) {
+            if (t < half) {
+                red_state a = sh[t], bb = sh[t + half];
+                red_combine(op, &a, &bb);
+                sh[t] = a;
+            }
+            __syncthreads();
+        }
+        if (t == 0) part[b] = sh[0];
+        __syncthreads();
+    }
+}
+
+/* Pass 2: output o = its nc chunk states combined in chunk order. */
+__global__ void k_reduce_combine(red_geom g, oj_reduce_op op, int64_t nc, const red_state *part,
+                                 double p) {
+    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < g.n_out;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        red_state s;
+        red_init(op, &s);
+        s.n = 0;
+        for (int64_t c = 0; c < nc; c++) {
+            red_state b = part[o * nc + c];
+            red_combine(op, &s, &b);
+        }
+        red_store(g, op, o, &s, p);
+    }
+}
+
+/* Split geometry: outputs up to SPLIT_OUT_MAX, chunks of at least
+ * SPLIT_CHUNK elements, at most max(2, SPLIT_BLOCKS / n_out) chunks per
+ * output. Depends on (n_out, n_red) only. */
+#define SPLIT_OUT_MAX 512
+#define SPLIT_CHUNK 16384
+#define SPLIT_BLOCKS 4096
+
+/* Merge adjacent dims of one list (shape, stride) that form one run of
+ * memory, dropping size-1 dims; the row-major flat index is unchanged. */
+static void merge_dims(int *n, int64_t *shape, int64_t *stride) {
+    int m = 0;
+    for (int i = 0; i < *n; i++) {
+        if (shape[i] == 1) continue;
+        if (m > 0 && stride[m - 1] == stride[i] * shape[i]) {
+            shape[m - 1] *= shape[i];
+            stride[m - 1] = stride[i];
+            continue;
+        }
+        shape[m] = shape[i];
+        stride[m] = stride[i];
+        m++;
+    }
+    *n = m;
+}
+
 oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_tensor *idx,
                          const oj_tensor *x, uint32_t dim_mask, double p) {
     if (oj_cuda_begin(eng, "reduce") != OJ_OK) return oj_last_status(eng);
@@ -267,9 +348,33 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
     g.oes = (int)oj_dtype_size(out->dtype);
     g.idx = idx ? oj_cuda_ptr(idx) : NULL;
     if (g.n_out == 0) return OJ_OK;
+    merge_dims(&g.nk, g.kshape, g.kstride);
+    merge_dims(&g.nr, g.rshape, g.rstride);
     if (g.n_red <= SERIAL_MAX) {
         k_reduce_serial<<<oj_cuda_blocks(g.n_out), OJ_CUDA_THREADS>>>(g, op, p);
         return oj_cuda_check(eng, "reduce (serial)");
+    }
+    if (g.n_out <= SPLIT_OUT_MAX && g.n_red >= 2 * (int64_t)SPLIT_CHUNK) {
+        int64_t nc = (g.n_red + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
+        int64_t cap = SPLIT_BLOCKS / g.n_out;
+        if (cap < 2) cap = 2;
+        if (nc > cap) nc = cap;
+        int64_t L = (g.n_red + nc - 1) / nc;
+        nc = (g.n_red + L - 1) / L; /* no empty chunk */
+        oj_storage *hold = NULL;
+        red_state *part = (red_state *)oj_cuda_scratch(
+            eng, (size_t)(g.n_out * nc) * sizeof(red_state), "reduce", &hold);
+        if (part == NULL) return oj_last_status(eng);
+        int64_t nblk = g.n_out * nc;
+        k_reduce_chunks<<<(unsigned)(nblk < (1 << 20) ? nblk : (1 << 20)), RED_THREADS>>>(
+            g, op, nc, L, part);
+        oj_status st = oj_cuda_check(eng, "reduce (split, chunks)");
+        if (st == OJ_OK) {
+            k_reduce_combine<<<oj_cuda_blocks(g.n_out, 64), 64>>>(g, op, nc, part, p);
+            st = oj_cuda_check(eng, "reduce (split, combine)");
+        }
+        oj__storage_release(hold); /* later users run after these kernels (one stream) */
+        return st;
     }
     int threads = 32;
     while (threads < RED_THREADS && threads < g.n_red) threads *= 2;
