@@ -218,9 +218,10 @@ static void *pack_full(const mm_mat *x, int64_t rows, int64_t cols, bool dbl) {
     return p;
 }
 
-/* c (m x n contiguous, compute type) = beta*c + a @ b through BLAS. */
-static oj_status blas_gemm(int64_t m, int64_t n, int64_t k, const mm_mat *a, const mm_mat *b,
-                           void *c, bool dbl, bool beta1) {
+/* c (m x n, row stride ldc, compute type) = beta*c + a @ b through BLAS
+ * on the calling thread. */
+static oj_status blas_gemm1(int64_t m, int64_t n, int64_t k, const mm_mat *a, const mm_mat *b,
+                            void *c, int64_t ldc64, bool dbl, bool beta1) {
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return OJ_ERR_UNSUPPORTED;
     bool ta, tb;
     int64_t lda, ldb;
@@ -244,7 +245,7 @@ static oj_status blas_gemm(int64_t m, int64_t n, int64_t k, const mm_mat *a, con
         }
         db = pb, tb = false, ldb = n > 1 ? n : 1;
     }
-    int ldc = (int)(n > 1 ? n : 1);
+    int ldc = (int)(ldc64 > 1 ? ldc64 : 1);
     if (dbl)
         cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     (int)m, (int)n, (int)k, 1.0, da, (int)lda, db, (int)ldb, beta1 ? 1.0 : 0.0,
@@ -256,6 +257,52 @@ static oj_status blas_gemm(int64_t m, int64_t n, int64_t k, const mm_mat *a, con
     free(pa);
     free(pb);
     return OJ_OK;
+}
+
+/* BLAS split over our threads: OpenBLAS runs single-threaded inside each
+ * chunk, a block of rows (or of columns when n > m) of c, so the process
+ * has one thread pool (an idle OpenBLAS worker spins and yields for about
+ * 0.1 s after every call, which on a small machine takes the CPU our
+ * workers need). */
+typedef struct {
+    int64_t m, n, k;
+    const mm_mat *a, *b;
+    char *c;
+    bool dbl, beta1, rows;
+    atomic_int status;
+} blas_split;
+
+static void blas_chunk(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    blas_split *s = vc;
+    size_t ces = s->dbl ? sizeof(double) : sizeof(float);
+    mm_mat a = *s->a, b = *s->b;
+    oj_status st;
+    if (s->rows) {
+        a.base += begin * a.rs * (int64_t)oj_dtype_size(a.dt);
+        st = blas_gemm1(end - begin, s->n, s->k, &a, &b, s->c + (size_t)(begin * s->n) * ces, s->n,
+                        s->dbl, s->beta1);
+    } else {
+        b.base += begin * b.cs * (int64_t)oj_dtype_size(b.dt);
+        st = blas_gemm1(s->m, end - begin, s->k, &a, &b, s->c + (size_t)begin * ces, s->n, s->dbl,
+                        s->beta1);
+    }
+    if (st != OJ_OK) atomic_store(&s->status, (int)st);
+}
+
+/* c (m x n contiguous) = beta*c + a @ b through BLAS, threaded by us. */
+static oj_status blas_gemm(oj_engine *eng, int64_t m, int64_t n, int64_t k, const mm_mat *a,
+                           const mm_mat *b, void *c, bool dbl, bool beta1) {
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return OJ_ERR_UNSUPPORTED;
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    int t = oj_cpu_threads(eng);
+    if (t < 2 || m * n * k < ((int64_t)1 << 21))
+        return blas_gemm1(m, n, k, a, b, c, n, dbl, beta1);
+    blas_split s = {m, n, k, a, b, c, dbl, beta1, m >= n, 0};
+    int64_t len = s.rows ? m : n, grain = (len + 2 * t - 1) / (2 * t);
+    grain = (grain + 15) / 16 * 16;
+    oj_cpu_parallel_for(eng, len, grain, blas_chunk, &s);
+    return (oj_status)atomic_load(&s.status);
 }
 #endif
 
@@ -322,10 +369,6 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
     bool own_fast = fast && !dbl && oj_cpu_fast_gemm(eng) == OJ_GEMM_OWN;
 #ifdef OJAS_HAVE_OPENBLAS
     use_blas = fast && k > 0 && !own_fast;
-    /* OpenBLAS's pool is process-wide: size it to this engine's threads
-     * (its idle workers otherwise spin and yield on the cores ours use). */
-    if (use_blas && openblas_get_num_threads() != oj_cpu_threads(eng))
-        openblas_set_num_threads(oj_cpu_threads(eng));
 #endif
     if (use_own_f32 && !use_blas) return matmul_f32(eng, out, a, b, accumulate, fast);
     size_t cbytes = (size_t)(m * n) * (dbl ? sizeof(double) : sizeof(float));
@@ -353,7 +396,7 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
         bool done = false;
 #ifdef OJAS_HAVE_OPENBLAS
         if (use_blas) {
-            st = blas_gemm(m, n, k, &ma, &mb, c, dbl, accumulate);
+            st = blas_gemm(eng, m, n, k, &ma, &mb, c, dbl, accumulate);
             done = st != OJ_ERR_UNSUPPORTED;
             if (!done) { /* dims beyond BLAS's int: our kernel */
                 if (!accumulate) memset(c, 0, cbytes);
