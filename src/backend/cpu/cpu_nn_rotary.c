@@ -1,10 +1,41 @@
 /* CPU rotary position embedding, half-split layout (Su et al., "RoFormer:
  * Enhanced Transformer with Rotary Position Embedding", 2021; the layout of
- * GPT-NeoX and Llama). Angles are computed in double. */
+ * GPT-NeoX and Llama). Angles are computed in double; rows of x run in
+ * parallel (each row by one task, so the bits do not depend on threads). */
 #include <math.h>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_nn_util.h"
+#include "backend/cpu/cpu_pool.h"
+
+typedef struct {
+    oj_engine *eng;
+    const oj_tensor *x;
+    oj_tensor *out;
+    int64_t T, D;
+    const double *cs;
+} rot_ctx;
+
+/* Lines [begin, end) of x viewed as [rows * T, D]. */
+static void rot_lines(void *vc, int64_t begin, int64_t end, int tid) {
+    const rot_ctx *c = vc;
+    int64_t T = c->T, D = c->D, half = D / 2;
+    double *row = oj_cpu_scratch(c->eng, tid, (size_t)(2 * D) * sizeof(double)), *y = row + D;
+    size_t es = oj_dtype_size(c->x->dtype);
+    for (int64_t ln = begin; ln < end; ln++) {
+        int64_t t = ln % T;
+        size_t off = (size_t)(ln * D) * es;
+        oj__nn_load(oj__nn_base(c->x) + off, c->x->dtype, D, 1, row);
+        const double *cst = c->cs + 2 * t * half;
+        for (int64_t i = 0; i < half; i++) {
+            double co = cst[2 * i], si = cst[2 * i + 1];
+            double x1 = row[i], x2 = row[half + i];
+            y[i] = x1 * co - x2 * si;
+            y[half + i] = x2 * co + x1 * si;
+        }
+        oj__nn_store(oj__nn_base(c->out) + off, c->out->dtype, D, y);
+    }
+}
 
 // x (..., T, D), out (..., T, D)
 oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
@@ -13,12 +44,13 @@ oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tenso
     int64_t rows = T > 0 && D > 0 ? oj_numel(x) / (T * D) : 0;
     /* cos/sin table [T, D/2] */
     double *cs = oj__nn_scratch(eng, 2 * T * half, "rotary_embedding");
-    double *row = oj__nn_scratch(eng, 2 * D, "rotary_embedding");
-    if (cs == NULL || row == NULL) {
-        free(cs);
-        free(row);
-        return OJ_ERR_CAPACITY;
-    }
+    if (cs == NULL) return OJ_ERR_CAPACITY;
+    int nt = oj_cpu_threads(eng);
+    for (int t = 0; t < nt; t++)
+        if (oj_cpu_scratch(eng, t, (size_t)(2 * (D > 0 ? D : 1)) * sizeof(double)) == NULL) {
+            free(cs);
+            return oj_set_error(eng, OJ_ERR_CAPACITY, "rotary_embedding: out of host memory");
+        }
     double sign = inverse ? -1.0 : 1.0;
     for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < half; i++) {
@@ -27,21 +59,9 @@ oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tenso
             cs[2 * (t * half + i)] = cos(a);
             cs[2 * (t * half + i) + 1] = sign * sin(a);
         }
-    size_t es = oj_dtype_size(x->dtype);
-    double *y = row + D;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t t = 0; t < T; t++) {
-            size_t off = (size_t)((r * T + t) * D) * es;
-            oj__nn_load(oj__nn_base(x) + off, x->dtype, D, 1, row);
-            for (int64_t i = 0; i < half; i++) {
-                double c = cs[2 * (t * half + i)], s = cs[2 * (t * half + i) + 1];
-                double x1 = row[i], x2 = row[half + i];
-                y[i] = x1 * c - x2 * s;
-                y[half + i] = x2 * c + x1 * s;
-            }
-            oj__nn_store(oj__nn_base(out) + off, out->dtype, D, y);
-        }
+    rot_ctx c = {eng, x, out, T, D, cs};
+    int64_t grain = 16384 / (D > 0 ? D : 1);
+    oj_cpu_parallel_for(eng, rows * T, grain < 1 ? 1 : grain, rot_lines, &c);
     free(cs);
-    free(row);
     return OJ_OK;
 }
