@@ -84,7 +84,7 @@ t=$(date +%s)
 if ! { cmake -S . -B build-gpu "${gen[@]}" -DOJAS_CUDA=ON -DOJAS_BENCH=ON -DOJAS_TESTS=ON \
          -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_COMPILER="$NVCC" "${cmake_extra[@]}" &&
        cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt \
-         bench_gpu_ops bench_gpu_train; } > "$O/build.log" 2>&1; then
+         bench_gpu_ops bench_gpu_train ojas_cli; } > "$O/build.log" 2>&1; then
   grep -E "error|Error" "$O/build.log" | head -30
   note "FAIL: build (build.log)"; finish 1
 fi
@@ -100,13 +100,39 @@ if [ $rc -ne 0 ]; then note "FAIL: GPU tests (ctest.log) in $(( $(date +%s) - t 
 elif grep -qiE "\*\*\*Skipped|Not Run" "$O/ctest.log"; then note "FAIL: a GPU test skipped (ctest.log)"
 else note "GPU tests: passed in $(( $(date +%s) - t )) s"; fi
 
+# ---------------------------------------------------------------- ojas train --device cuda
+# A tiny corpus, tokenizer and shards; train on the GPU, resume the GPU's
+# checkpoint on the CPU, then generate on the GPU (set PROFILE_TRAIN_SMOKE=0
+# to skip).
+if [ "${PROFILE_TRAIN_SMOKE:-1}" = 1 ]; then
+  t=$(date +%s)
+  S=$(mktemp -d)
+  J='{"model": "nanolab-tiny", "batch_size": 4, "seq_len": 64, "max_steps": 20, "eval_every": 10,
+      "eval_batches": 2, "ckpt_every": 10, "warmup_steps": 2}'
+  {
+    cat README.md docs/*.md > "$S/c.txt" && echo "$J" > "$S/c.json" &&
+    build-gpu/bin/ojas tokenizer train --vocab-size 300 --out "$S/tok" "$S/c.txt" &&
+    build-gpu/bin/ojas data prepare --vocab "$S/tok" --out "$S/sh" --val-fraction 0.1 "$S/c.txt" &&
+    build-gpu/bin/ojas train --config "$S/c.json" --out "$S/run" --device cuda --no-progress \
+      --set data_dir="$S/sh" --set tokenizer_dir="$S/tok" --set max_steps=10 &&
+    build-gpu/bin/ojas train --resume "$S/run" --out "$S/run" --device cpu --no-progress &&
+    build-gpu/bin/ojas generate --checkpoint "$S/run" --vocab "$S/tok" --prompt "ojas" \
+      --max-new-tokens 20 --seed 1 --device cuda
+  } > "$O/train_smoke.log" 2>&1
+  rc=$?
+  note "ojas train --device cuda, resume on cpu, generate on cuda: exit $rc in $(( $(date +%s) - t )) s"
+  grep -E "^(done|time limit|checkpoint|eval)|ojas" "$O/train_smoke.log" | tail -8
+fi
+
 # ---------------------------------------------------------------- per-op bench
 export OJAS_CUDA_PROFILE=1
-t=$(date +%s)
-timeout "$(tmo 150)" build-gpu/bin/bench_gpu_ops all 16 1024 5 > "$O/ops.log" 2>&1
-rc=$?
-note "bench_gpu_ops: exit $rc in $(( $(date +%s) - t )) s (ops.log)"
-grep -E "^(== |total)" "$O/ops.log"
+if [ "${PROFILE_OPS:-1}" = 1 ]; then
+  t=$(date +%s)
+  timeout "$(tmo 150)" build-gpu/bin/bench_gpu_ops all 16 1024 5 > "$O/ops.log" 2>&1
+  rc=$?
+  note "bench_gpu_ops: exit $rc in $(( $(date +%s) - t )) s (ops.log)"
+  grep -E "^(== |total)" "$O/ops.log"
+fi
 
 # ---------------------------------------------------------------- training steps
 : > "$O/train.jsonl"

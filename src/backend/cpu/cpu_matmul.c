@@ -369,6 +369,8 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
     bool own_fast = fast && !dbl && oj_cpu_fast_gemm(eng) == OJ_GEMM_OWN;
 #ifdef OJAS_HAVE_OPENBLAS
     use_blas = fast && k > 0 && !own_fast;
+#else
+    (void)own_fast; /* without OpenBLAS every f32 product takes our kernel */
 #endif
     if (use_own_f32 && !use_blas) return matmul_f32(eng, out, a, b, accumulate, fast);
     size_t cbytes = (size_t)(m * n) * (dbl ? sizeof(double) : sizeof(float));
