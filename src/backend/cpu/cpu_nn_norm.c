@@ -31,6 +31,7 @@ typedef struct {
     bool rms;
     const float *x, *w, *b, *dy, *mean, *rstd;
     float *out, *om, *ors, *dx, *dw, *db;
+    double *dwp, *dbp; /* per row block partial gradients (backward) */
 } norm_ctx;
 
 static int64_t row_grain(int64_t C) {
@@ -59,56 +60,73 @@ static void fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
     }
 }
 
+#define OJ_NORM_RB 32 /* rows per block of the weight-gradient partial sums */
+
+/* Row blocks [begin, end) of OJ_NORM_RB rows: dx of each row, and the
+ * block's partial weight/bias gradients (in double, rows in order) while
+ * the rows are in cache: dwp/dbp row `block`. */
 static void bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
     (void)tid;
     const norm_ctx *c = vc;
     int64_t C = c->C;
-    for (int64_t n = begin; n < end; n++) {
-        const float *x = c->x + n * C, *dy = c->dy + n * C;
-        float m = c->rms ? 0.0f : c->mean[n], rs = c->rstd[n], sg, sgx;
-        c->sd->norm_bwd_sums(x, dy, c->w, C, m, rs, &sg, &sgx);
-        c->sd->norm_bwd_dx(c->dx + n * C, x, dy, c->w, C, m, rs, c->rms ? 0.0f : sg / (float)C,
-                           sgx / (float)C);
+    for (int64_t blk = begin; blk < end; blk++) {
+        double *dwp = c->dwp ? c->dwp + blk * C : NULL, *dbp = c->dbp ? c->dbp + blk * C : NULL;
+        if (dwp) memset(dwp, 0, (size_t)C * sizeof(double));
+        if (dbp) memset(dbp, 0, (size_t)C * sizeof(double));
+        int64_t n1 = (blk + 1) * OJ_NORM_RB < c->N ? (blk + 1) * OJ_NORM_RB : c->N;
+        for (int64_t n = blk * OJ_NORM_RB; n < n1; n++) {
+            const float *x = c->x + n * C, *dy = c->dy + n * C;
+            float m = c->rms ? 0.0f : c->mean[n], rs = c->rstd[n], sg, sgx;
+            if (c->dx) {
+                c->sd->norm_bwd_sums(x, dy, c->w, C, m, rs, &sg, &sgx);
+                c->sd->norm_bwd_dx(c->dx + n * C, x, dy, c->w, C, m, rs,
+                                   c->rms ? 0.0f : sg / (float)C, sgx / (float)C);
+            }
+            if (dwp) c->sd->norm_cols(dwp, dbp, x, dy, C, m, rs);
+        }
     }
 }
 
-#define OJ_NORM_COLS 512 /* widest column block of the weight-gradient pass */
-
-/* dweight[c] = sum_n dy xhat, dbias[c] = sum_n dy over rows in index
- * order, in double, for columns [begin, end). */
+/* dweight/dbias columns [begin, end): the blocks' partial sums added in
+ * block order. */
 static void bwd_cols(void *vc, int64_t begin, int64_t end, int tid) {
     (void)tid;
     const norm_ctx *c = vc;
-    int64_t C = c->C, w = end - begin;
-    double dw[OJ_NORM_COLS], db[OJ_NORM_COLS];
-    for (int64_t k = 0; k < w; k++) dw[k] = db[k] = 0.0;
-    for (int64_t n = 0; n < c->N; n++) {
-        double m = c->rms ? 0.0 : (double)c->mean[n], rs = c->rstd[n];
-        c->sd->norm_cols(dw, c->db ? db : NULL, c->x + n * C + begin, c->dy + n * C + begin, w, m,
-                         rs);
-    }
-    for (int64_t k = 0; k < w; k++) {
-        if (c->dw) c->dw[begin + k] = (float)dw[k];
-        if (c->db) c->db[begin + k] = (float)db[k];
+    int64_t C = c->C, nb = (c->N + OJ_NORM_RB - 1) / OJ_NORM_RB;
+    for (int64_t k = begin; k < end; k++) {
+        double w = 0.0, b = 0.0;
+        for (int64_t blk = 0; blk < nb; blk++) {
+            w += c->dwp[blk * C + k];
+            if (c->dbp) b += c->dbp[blk * C + k];
+        }
+        if (c->dw) c->dw[k] = (float)w;
+        if (c->db) c->db[k] = (float)b;
     }
 }
 
-/* The f32 path of all four entries: forward when dy is NULL. */
+/* The f32 path of all four entries: forward when dy is NULL. Weight and
+ * bias gradients are sums over fixed blocks of OJ_NORM_RB rows (each in row
+ * order), then over the blocks in order: the bits depend on neither the
+ * thread count nor the split (the CUDA backend sums the same way). */
 static oj_status norm_f32(oj_engine *eng, norm_ctx *c) {
     c->sd = oj_simd_of(eng);
     if (c->dy == NULL) {
         oj_cpu_parallel_for(eng, c->N, row_grain(c->C), fwd_rows, c);
         return OJ_OK;
     }
-    if (c->dx) oj_cpu_parallel_for(eng, c->N, row_grain(c->C), bwd_rows, c);
+    int64_t nb = (c->N + OJ_NORM_RB - 1) / OJ_NORM_RB;
     if (c->dw || c->db) {
-        /* Each column is summed by one task whatever the split, so the block
-         * width may follow the thread count: wide blocks read whole lines. */
-        int64_t t = oj_cpu_threads(eng), g = (c->C + t - 1) / t;
-        g = (g + 15) / 16 * 16;
-        g = g < 64 ? 64 : g > OJ_NORM_COLS ? OJ_NORM_COLS : g;
-        oj_cpu_parallel_for(eng, c->C, g, bwd_cols, c);
+        size_t per = (size_t)(nb * c->C) * sizeof(double);
+        double *ws = oj_cpu_workspace(eng, 2 * per + 64);
+        if (ws == NULL)
+            return oj_set_error(eng, OJ_ERR_CAPACITY, "%s: out of host memory for %zu bytes",
+                                c->rms ? "rms_norm" : "layer_norm", 2 * per);
+        c->dwp = ws;
+        c->dbp = c->db ? ws + nb * c->C : NULL;
     }
+    int64_t grain = row_grain(c->C) / OJ_NORM_RB;
+    oj_cpu_parallel_for(eng, nb, grain < 1 ? 1 : grain, bwd_rows, c);
+    if (c->dw || c->db) oj_cpu_parallel_for(eng, c->C, 64, bwd_cols, c);
     return OJ_OK;
 }
 
