@@ -33,7 +33,7 @@ static inline V NAME(vexp)(V x) {
  * that neither form overflows or loses small results. */
 static inline V NAME(vsigmoid)(V x) {
     V e = NAME(vexp)(v_neg(v_abs(x)));
-    V s = v_div(v_set1(1.0f), v_add(v_set1(1.0f), e));
+    V s = v_recip(v_add(v_set1(1.0f), e));
     return v_blend(v_ge(x, v_zero()), v_mul(e, s), s);
 }
 
@@ -48,7 +48,7 @@ static inline V NAME(vtanh)(V x) {
     p = v_fmadd(p, z, v_set1(-3.33332819422e-1f));
     V small = v_fmadd(v_mul(p, z), x, x);
     V e = NAME(vexp)(v_mul(v_set1(-2.0f), ax));
-    V t = v_div(v_sub(v_set1(1.0f), e), v_add(v_set1(1.0f), e));
+    V t = v_mul(v_sub(v_set1(1.0f), e), v_recip(v_add(v_set1(1.0f), e)));
     V big = v_copysign(t, x);
     return v_blend(v_lt(ax, v_set1(0.625f)), big, small);
 }
