@@ -5,10 +5,11 @@
  * 4d MLP, vocab 4096, B*T = 2048 rows): each linear layer's forward
  * (x W^T), input gradient (g W) and weight gradient (g^T x). Rows:
  *   openblas           cblas_sgemm on the same buffers (transposes passed
- *                      as flags; OpenBLAS's threads set to N)
- *   ojas FAST (own)    oj_matmul, FAST numerics, ojas's GEMM with fused
- *                      multiply-adds (the default where the CPU has AVX2)
- *   ojas FAST (blas)   oj_matmul, FAST numerics, through OpenBLAS
+ *                      as flags; OpenBLAS threading itself over N threads)
+ *   ojas FAST (own)    oj_matmul, FAST numerics with OJAS_GEMM=ojas: ojas's
+ *                      GEMM with fused multiply-adds
+ *   ojas FAST (blas)   oj_matmul, FAST numerics (the default): OpenBLAS,
+ *                      single-threaded on blocks of c run by ojas's pool
  *   ojas EXACT         oj_matmul, EXACT numerics: ojas's GEMM, each element
  *                      the in-order f32 sum (--levels: every SIMD level)
  * GFLOP/s = 2 M N K / time (median of reps; oj_matmul rows include the
@@ -97,6 +98,9 @@ static void bench_one(const char *label, int m, int n, int k, bool ta, bool tb, 
     g.hc = malloc((size_t)m * n * 4);
     double blas_s = -1;
 #ifdef OJAS_HAVE_OPENBLAS
+    /* ojas's FAST path leaves OpenBLAS single-threaded (it threads the calls
+     * itself): give OpenBLAS its threads back for its own row */
+    openblas_set_num_threads(threads);
     blas_s = time_med(run_blas, &g, reps);
     row(label, "openblas", blas_s, flops, blas_s);
 #endif

@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
         op_fn fn;
         double arrays; /* arrays of n floats moved */
     } ops[] = {{"add (a + b)", op_add, 3},       {"mul (a * b)", op_mul, 3},
-               {"mul_scalar (0.5 a)", op_scale, 2}, {"copy (clone)", op_copy, 2},
+               {"mul_scalar (0.5 a)", op_scale, 2}, {"clone (core memcpy)", op_copy, 2},
                {"exp", op_exp, 2},               {"gelu_tanh", op_gelu, 2},
                {"silu", op_silu, 2},             {"sum over rows -> [C]", op_sum_rows, 1},
                {"sum over cols -> [R]", op_sum_cols, 1}, {"sum_all", op_sum_all, 1}};
