@@ -16,7 +16,7 @@
 
 #include "backend/cpu/cpu_iter.h"
 #include "backend/cpu/cpu_kernels.h"
-#include "backend/cpu/cpu_scalar.h"
+#include "backend/scalar_ops.h"
 #include "backend/cpu/cpu_simd.h"
 
 #define EW_BLOCK 256 /* f32 elements gathered at a time for strided operands */

@@ -5,7 +5,8 @@
  * the same bits as the double computation rounded to float. */
 #include <string.h>
 
-#include "backend/cuda/cuda_scalar.cuh"
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/scalar_ops.h"
 
 static __device__ __forceinline__ bool is_int_dt(int dt) {
     return dt == OJ_I64 || dt == OJ_I32 || dt == OJ_U32 || dt == OJ_U16 || dt == OJ_U8;

@@ -1,25 +1,32 @@
-/* Scalar definitions of the elementwise ops, shared by the CPU kernels (and
- * mirrored by the CUDA ones). Computed in double; the kernel rounds to the
- * output dtype. */
-#ifndef OJAS_CPU_SCALAR_H
-#define OJAS_CPU_SCALAR_H
+/* Scalar definitions of the elementwise ops: the one source of their
+ * semantics for every backend (the CPU kernels call them on host doubles,
+ * the CUDA kernels on device doubles), so the backends differ only by the
+ * math library's last-place rounding. Computed in double; kernels round to
+ * the output dtype. Include after backend/backend.h (for the op enums). */
+#ifndef OJAS_BACKEND_SCALAR_OPS_H
+#define OJAS_BACKEND_SCALAR_OPS_H
 
 #include <math.h>
 
-#include "backend/backend.h"
+#if defined(__CUDACC__)
+#define OJ_SCALAR_FN __host__ __device__ static __forceinline__
+#else
+#define OJ_SCALAR_FN static inline
+#endif
+#define OJ_SCALAR_NAN nan("")
 
-static inline double oj_sigmoid_d(double x) {
+OJ_SCALAR_FN double oj_sigmoid_d(double x) {
     return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
 }
 
-static inline double oj_softplus_d(double x, double beta, double threshold) {
+OJ_SCALAR_FN double oj_softplus_d(double x, double beta, double threshold) {
     double bx = beta * x;
     return bx > threshold ? x : log1p(exp(bx)) / beta;
 }
 
 #define OJ_GELU_TANH_K 0.7978845608028654 /* sqrt(2/pi) */
 
-static inline double oj_unary_d(oj_unary_op op, double x, double a, double b) {
+OJ_SCALAR_FN double oj_unary_d(oj_unary_op op, double x, double a, double b) {
     switch (op) {
     case OJ_UN_NEG: return -x;
     case OJ_UN_ABS: return fabs(x);
@@ -32,7 +39,7 @@ static inline double oj_unary_d(oj_unary_op op, double x, double a, double b) {
     case OJ_UN_SIGN: return isnan(x) ? x : (double)((x > 0) - (x < 0));
     case OJ_UN_RELU: return x > 0 ? x : (isnan(x) ? x : 0.0);
     case OJ_UN_LEAKY_RELU: return x > 0 ? x : a * x;
-    case OJ_UN_GELU_ERF: return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
+    case OJ_UN_GELU_ERF: return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
     case OJ_UN_GELU_TANH:
         return 0.5 * x * (1.0 + tanh(OJ_GELU_TANH_K * (x + 0.044715 * x * x * x)));
     case OJ_UN_SILU: return x * oj_sigmoid_d(x);
@@ -58,11 +65,11 @@ static inline double oj_unary_d(oj_unary_op op, double x, double a, double b) {
     case OJ_UN_ISFINITE: return isfinite(x) ? 1.0 : 0.0;
     case OJ_UN_COUNT: break;
     }
-    return NAN;
+    return OJ_SCALAR_NAN;
 }
 
 /* d f(x) / dx given x and y = f(x). */
-static inline double oj_unary_grad_d(oj_unary_op op, double x, double y, double a, double b) {
+OJ_SCALAR_FN double oj_unary_grad_d(oj_unary_op op, double x, double y, double a, double b) {
     switch (op) {
     case OJ_UN_NEG: return -1.0;
     case OJ_UN_ABS: return (double)((x > 0) - (x < 0));
@@ -76,7 +83,7 @@ static inline double oj_unary_grad_d(oj_unary_op op, double x, double y, double 
     case OJ_UN_RELU: return x > 0 ? 1.0 : 0.0;
     case OJ_UN_LEAKY_RELU: return x > 0 ? 1.0 : a;
     case OJ_UN_GELU_ERF: {
-        double cdf = 0.5 * (1.0 + erf(x * M_SQRT1_2));
+        double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752440));
         double pdf = exp(-0.5 * x * x) * 0.3989422804014327; /* 1/sqrt(2 pi) */
         return cdf + x * pdf;
     }
@@ -112,15 +119,15 @@ static inline double oj_unary_grad_d(oj_unary_op op, double x, double y, double 
     return 0.0;
 }
 
-static inline double oj_binary_d(oj_binary_op op, double a, double b) {
+OJ_SCALAR_FN double oj_binary_d(oj_binary_op op, double a, double b) {
     switch (op) {
     case OJ_BIN_ADD: return a + b;
     case OJ_BIN_SUB: return a - b;
     case OJ_BIN_MUL: return a * b;
     case OJ_BIN_DIV: return a / b;
     case OJ_BIN_POW: return pow(a, b);
-    case OJ_BIN_MAXIMUM: return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
-    case OJ_BIN_MINIMUM: return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b);
+    case OJ_BIN_MAXIMUM: return (isnan(a) || isnan(b)) ? OJ_SCALAR_NAN : (a > b ? a : b);
+    case OJ_BIN_MINIMUM: return (isnan(a) || isnan(b)) ? OJ_SCALAR_NAN : (a < b ? a : b);
     case OJ_BIN_EQ: return a == b;
     case OJ_BIN_NE: return a != b;
     case OJ_BIN_LT: return a < b;
@@ -132,7 +139,7 @@ static inline double oj_binary_d(oj_binary_op op, double a, double b) {
     case OJ_BIN_XOR: return (a != 0) != (b != 0);
     case OJ_BIN_COUNT: break;
     }
-    return NAN;
+    return OJ_SCALAR_NAN;
 }
 
-#endif /* OJAS_CPU_SCALAR_H */
+#endif /* OJAS_BACKEND_SCALAR_OPS_H */
