@@ -140,13 +140,18 @@ int cmd_train(int argc, char **argv) {
     if (st)
         return cli_error(CLI_FAIL, "train: %s", err.message);
     static const char *const why[] = {"done", "time limit", "stopped by signal"};
-    printf("%s: step %lld, %.2fM tokens, train loss %.4f", why[res.stop], (long long)res.step,
-           (double)res.tokens / 1e6, res.train_loss);
+    printf("%s: step %lld, %.2fM tokens", why[res.stop], (long long)res.step,
+           (double)res.tokens / 1e6);
+    /* A resume that finds max_steps already reached runs no step: no train
+     * loss or speed to report. */
+    if (!isnan(res.train_loss))
+        printf(", train loss %.4f", res.train_loss);
     if (!isnan(res.val_loss))
         printf(", val loss %.4f", res.val_loss);
     if (!isnan(res.val_bpb))
         printf(", val bpb %.4f", res.val_bpb);
-    printf(", %.0f tokens/s, %.1fs, peak %.1f MB\n", res.tokens_per_s, res.elapsed_s,
-           (double)res.peak_bytes / 1e6);
+    if (isfinite(res.tokens_per_s))
+        printf(", %.0f tokens/s", res.tokens_per_s);
+    printf(", %.1fs, peak %.1f MB\n", res.elapsed_s, (double)res.peak_bytes / 1e6);
     return CLI_OK;
 }
