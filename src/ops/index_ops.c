@@ -85,24 +85,24 @@ static bool index_fits(oj_engine *eng, const char *op, const oj_tensor *index,
     return true;
 }
 
-oj_tensor *oj_gather(oj_tensor *x, int dim, oj_tensor *index) {
-    oj_tensor *in[2] = {x, index};
-    oj_engine *eng = oj__ops_engine("gather", 2, in);
-    if (eng == NULL) return NULL;
-    if (!index_dtype_ok(eng, "gather", index) || !oj__norm_dim(eng, "gather", &dim, x->rank) ||
-        !index_fits(eng, "gather", index, x, "x", dim, false))
-        return NULL;
-    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, int, const oj_tensor *) =
-        OJ_KERNEL(eng, gather, "gather");
-    if (k == NULL) return NULL;
-    oj_tensor *out = oj__tensor_alloc(eng, index->rank, index->shape, x->dtype, "gather");
+/* The gather and index_select kernel entries: out = k(x, dim, index). */
+typedef oj_status (*index_kernel)(oj_engine *, oj_tensor *, const oj_tensor *, int,
+                                  const oj_tensor *);
+
+/* Shared tail of gather and index_select: a new [rank, shape] tensor of x's
+ * dtype filled by k, recorded with `backward` (dim in i[0], the index
+ * saved) when x is a float tensor. */
+static oj_tensor *run_indexed(oj_engine *eng, const char *op, index_kernel k,
+                              oj_backward_fn backward, oj_tensor *x, int dim, oj_tensor *index,
+                              int rank, const int64_t *shape) {
+    oj_tensor *out = oj__tensor_alloc(eng, rank, shape, x->dtype, op);
     if (out == NULL) return NULL;
-    if (!oj__kernel_ok(eng, k(eng, out, x, dim, index), "gather")) {
+    if (!oj__kernel_ok(eng, k(eng, out, x, dim, index), op)) {
         oj_release(out);
         return NULL;
     }
     if (oj_dtype_is_float(x->dtype)) {
-        oj_node *nd = oj__node_begin(eng, "gather", gather_backward, 1, x);
+        oj_node *nd = oj__node_begin(eng, op, backward, 1, x);
         if (nd) {
             nd->i[0] = dim;
             oj__node_save(nd, index);
@@ -110,6 +110,19 @@ oj_tensor *oj_gather(oj_tensor *x, int dim, oj_tensor *index) {
         }
     }
     return out;
+}
+
+oj_tensor *oj_gather(oj_tensor *x, int dim, oj_tensor *index) {
+    oj_tensor *in[2] = {x, index};
+    oj_engine *eng = oj__ops_engine("gather", 2, in);
+    if (eng == NULL) return NULL;
+    if (!index_dtype_ok(eng, "gather", index) || !oj__norm_dim(eng, "gather", &dim, x->rank) ||
+        !index_fits(eng, "gather", index, x, "x", dim, false))
+        return NULL;
+    index_kernel k = OJ_KERNEL(eng, gather, "gather");
+    if (k == NULL) return NULL;
+    return run_indexed(eng, "gather", k, gather_backward, x, dim, index, index->rank,
+                       index->shape);
 }
 
 /* ---------------------------------------------------------------- scatter_add */
@@ -215,24 +228,10 @@ oj_tensor *oj_index_select(oj_tensor *x, int dim, oj_tensor *index) {
         return NULL;
     }
     if (x->rank) shape[dim] = K;
-    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, int, const oj_tensor *) =
-        OJ_KERNEL(eng, index_select, "index_select");
+    index_kernel k = OJ_KERNEL(eng, index_select, "index_select");
     if (k == NULL) return NULL;
-    oj_tensor *out = oj__tensor_alloc(eng, x->rank, shape, x->dtype, "index_select");
-    if (out == NULL) return NULL;
-    if (!oj__kernel_ok(eng, k(eng, out, x, dim, index), "index_select")) {
-        oj_release(out);
-        return NULL;
-    }
-    if (oj_dtype_is_float(x->dtype)) {
-        oj_node *nd = oj__node_begin(eng, "index_select", index_select_backward, 1, x);
-        if (nd) {
-            nd->i[0] = dim;
-            oj__node_save(nd, index);
-            oj__node_finish(nd, 1, &out);
-        }
-    }
-    return out;
+    return run_indexed(eng, "index_select", k, index_select_backward, x, dim, index, x->rank,
+                       shape);
 }
 
 /* ---------------------------------------------------------------- index_add */
