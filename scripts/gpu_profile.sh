@@ -17,8 +17,10 @@
 #   train.jsonl   bench_gpu_train's JSON lines
 #
 # Libraries: as scripts/gpu_check.sh (carry third_party/gpudeps where the
-# image lacks pkg-config/jansson/pcre2/xxhash/cmocka). Budget: stops
-# starting new stages after PROFILE_BUDGET seconds (default 450), each
+# image lacks pkg-config/jansson/pcre2/xxhash/cmocka).
+# PROFILE_TRAIN_STEPS / PROFILE_TRAIN_WARMUP change the 5 + 3 steps;
+# OJAS_BENCH_PHASES=1 adds per-phase wall/user/sys times (src/train/bench.c).
+# Budget: stops starting new stages after PROFILE_BUDGET seconds (default 450), each
 # stage under a timeout, so the whole run stays within 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -140,12 +142,14 @@ for p in gpt2-124m nanolab-124m; do
   l=$(left)
   if [ "$l" -lt 30 ]; then note "bench_gpu_train $p: not run (budget spent)"; continue; fi
   t=$(date +%s)
-  timeout "$(tmo 120)" build-gpu/bin/bench_gpu_train "$p" 16 1024 5 3 >> "$O/train.jsonl" \
+  timeout "$(tmo 120)" build-gpu/bin/bench_gpu_train "$p" 16 1024 "${PROFILE_TRAIN_STEPS:-5}" \
+    "${PROFILE_TRAIN_WARMUP:-3}" >> "$O/train.jsonl" \
     2> "$O/train_$p.log"
   rc=$?
   note "bench_gpu_train $p: exit $rc in $(( $(date +%s) - t )) s (train_$p.log)"
   grep -E "^step" "$O/train_$p.log" | tail -2
   grep -A12 "== cuda profile" "$O/train_$p.log"
+  grep -E "^phase|== host time" "$O/train_$p.log" | tail -14
 done
 cat "$O/train.jsonl"
 finish 0

@@ -195,6 +195,10 @@ oj_budget *oj_engine_use_budget(oj_engine *eng, oj_budget *b);
 int64_t oj_engine_pooled_bytes(const oj_engine *eng);
 /* Return pooled storage to the system (and its bytes to the budget). */
 void oj_engine_trim_pool(oj_engine *eng);
+/* Wait until every operation queued on the engine's device has finished
+ * (torch.cuda.synchronize). A no-op on the CPU. Returns OJ_ERR_DEVICE
+ * naming the CUDA error when an earlier asynchronous kernel failed. */
+oj_status oj_engine_synchronize(oj_engine *eng);
 /* Live tensor handles (all scopes and unscoped). */
 int64_t oj_engine_live_tensors(const oj_engine *eng);
 

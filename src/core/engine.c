@@ -129,6 +129,11 @@ int oj_engine_threads(const oj_engine *eng) { return eng ? eng->threads : 0; }
 uint64_t oj_engine_seed(const oj_engine *eng) { return eng ? eng->seed : 0; }
 oj_budget *oj_engine_budget(oj_engine *eng) { return eng ? eng->root_budget : NULL; }
 
+oj_status oj_engine_synchronize(oj_engine *eng) {
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    return eng->backend->synchronize ? eng->backend->synchronize(eng) : OJ_OK;
+}
+
 oj_budget *oj_engine_use_budget(oj_engine *eng, oj_budget *b) {
     if (eng == NULL) return NULL;
     oj_budget *prev = eng->budget;

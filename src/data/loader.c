@@ -269,7 +269,7 @@ static oj_status next_batch(oj_loader *L, void *in, void *tg, oj_engine *eng, oj
     }
     /* threaded: copy out under the lock (the worker waits for !ready) */
     if (!st) {
-        if (eng) {
+        if (!in) { /* tensors wanted (oj_loader_next) */
             *tin = oj_from_host(eng, 2, shape, L->cfg.dtype, src_in, nbytes);
             *ttg = *tin ? oj_from_host(eng, 2, shape, L->cfg.dtype, src_tg, nbytes) : NULL;
             if (!*tin || !*ttg) {

@@ -1,7 +1,9 @@
 /* Training-step benchmark (oj_bench_train_step), shared by `ojas bench`
  * and bench/gpu/bench_gpu_train. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "ojas/autograd.h"
@@ -12,6 +14,34 @@ static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* OJAS_BENCH_PHASES=1: each phase of each step ends with a device
+ * synchronisation and prints its wall, user and system time and minor page
+ * faults to stderr, so host time can be told apart from device time. */
+typedef struct {
+    bool on;
+    double wall, user, sys;
+    long minflt;
+} phase_clock;
+
+static void phase_read(phase_clock *c) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    c->wall = now_ms();
+    c->user = (double)ru.ru_utime.tv_sec * 1e3 + (double)ru.ru_utime.tv_usec * 1e-3;
+    c->sys = (double)ru.ru_stime.tv_sec * 1e3 + (double)ru.ru_stime.tv_usec * 1e-3;
+    c->minflt = ru.ru_minflt;
+}
+
+static void phase_end(oj_engine *eng, phase_clock *c, int it, const char *name) {
+    if (!c->on) return;
+    oj_engine_synchronize(eng);
+    phase_clock n;
+    phase_read(&n);
+    fprintf(stderr, "phase step %d %-9s wall %9.2f ms  user %9.2f  sys %9.2f  minflt %ld\n", it,
+            name, n.wall - c->wall, n.user - c->user, n.sys - c->sys, n.minflt - c->minflt);
+    phase_read(c);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -60,19 +90,28 @@ oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B
     if (st == OJ_OK) st = random_batch(eng, B, T, mc->vocab_size, &x, &y);
     if (opt) oj_optim_set_check_update(opt, false);
     double loss = NAN;
+    const char *ph = getenv("OJAS_BENCH_PHASES");
+    phase_clock pc = {.on = ph && ph[0] == '1'};
     for (int it = 0; st == OJ_OK && it < warmup + steps; it++) {
+        if (pc.on) oj_engine_synchronize(eng), phase_read(&pc);
         double t0 = now_ms();
         oj_scope_begin(eng);
         oj_tensor *l = oj_gpt_loss(m, x, y);
+        phase_end(eng, &pc, it, "forward");
         st = l ? oj_backward(l, false) : oj_last_status(eng);
+        phase_end(eng, &pc, it, "backward");
         if (st == OJ_OK) oj_optim_clip_grad_norm(opt, 1.0);
+        phase_end(eng, &pc, it, "clip");
         if (st == OJ_OK) {
             st = oj_optim_step(opt, NULL);
             if (st == OJ_ERR_NUMERIC) st = OJ_OK; /* a skipped step still took its time */
         }
+        phase_end(eng, &pc, it, "step");
         if (st == OJ_OK) loss = oj_item(l); /* waits for the device */
         oj_optim_zero_grad(opt);
+        phase_end(eng, &pc, it, "zero_grad");
         oj_scope_end(eng);
+        phase_end(eng, &pc, it, "scope_end");
         if (it >= warmup) ms[it - warmup] = now_ms() - t0;
     }
     if (st == OJ_OK) {

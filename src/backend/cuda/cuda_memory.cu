@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -32,7 +33,16 @@ struct oj_cuda_prof {
     prof_name names[PROF_NAMES];
     int nnames;
     long long d2h_calls, d2h_bytes, launches;
+    /* host time spent in the driver's allocator and synchronous copies */
+    long long malloc_calls, free_calls, copy_calls;
+    double malloc_ms, free_ms, copy_ms, malloc_bytes;
 };
+
+static double host_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
 
 static void prof_charge(oj_cuda_prof *p, const char *name, double ms) {
     int i;
@@ -97,6 +107,11 @@ static void prof_report(oj_cuda_prof *p, int ordinal) {
             "== cuda profile (cuda:%d): %lld timed launches, %.3f ms device time; %lld "
             "device-to-host copies (%lld bytes)\n",
             ordinal, p->launches, total, p->d2h_calls, p->d2h_bytes);
+    fprintf(stderr,
+            "== host time in the driver: cudaMalloc %lld calls %.3f ms (%.3f GiB); cudaFree %lld "
+            "calls %.3f ms; synchronous copies %lld calls %.3f ms\n",
+            p->malloc_calls, p->malloc_ms, p->malloc_bytes / 1073741824.0, p->free_calls,
+            p->free_ms, p->copy_calls, p->copy_ms);
     fprintf(stderr, "%-44s %10s %12s %10s %7s\n", "kernel", "calls", "total ms", "mean us", "%");
     for (int i = 0; i < p->nnames; i++)
         fprintf(stderr, "%-44s %10lld %12.3f %10.2f %6.2f%%\n", p->names[i].name,
@@ -176,7 +191,15 @@ void oj_cuda_close(oj_engine *eng) {
 void *oj_cuda_alloc(oj_engine *eng, size_t nbytes) {
     void *p = NULL;
     if (cudaSetDevice(cuda_ordinal(eng)) != cudaSuccess) return NULL;
-    if (cudaMalloc(&p, nbytes) != cudaSuccess) {
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    double t0 = s && s->prof ? host_ms() : 0.0;
+    cudaError_t e = cudaMalloc(&p, nbytes);
+    if (s && s->prof) {
+        s->prof->malloc_calls++;
+        s->prof->malloc_ms += host_ms() - t0;
+        s->prof->malloc_bytes += (double)nbytes;
+    }
+    if (e != cudaSuccess) {
         cudaGetLastError(); /* reset the (non-sticky) out-of-memory error */
         return NULL;
     }
@@ -186,14 +209,26 @@ void *oj_cuda_alloc(oj_engine *eng, size_t nbytes) {
 void oj_cuda_free(oj_engine *eng, void *ptr, size_t nbytes) {
     (void)nbytes;
     cudaSetDevice(cuda_ordinal(eng));
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    double t0 = s && s->prof ? host_ms() : 0.0;
     cudaFree(ptr);
+    if (s && s->prof) {
+        s->prof->free_calls++;
+        s->prof->free_ms += host_ms() - t0;
+    }
 }
 
 static oj_status copy(oj_engine *eng, void *dst, const void *src, size_t nbytes,
                       cudaMemcpyKind kind, const char *what) {
     if (nbytes == 0) return OJ_OK;
     cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    double t0 = s && s->prof ? host_ms() : 0.0;
     if (e == cudaSuccess) e = cudaMemcpy(dst, src, nbytes, kind);
+    if (s && s->prof) {
+        s->prof->copy_calls++;
+        s->prof->copy_ms += host_ms() - t0;
+    }
     if (e != cudaSuccess)
         return oj_set_error(eng, OJ_ERR_DEVICE, "cuda %s of %zu bytes failed: %s (%s)", what,
                             nbytes, cudaGetErrorString(e), cudaGetErrorName(e));
