@@ -1,6 +1,7 @@
 /* Creation: empty, zeros, ones, full, scalar, arange, linspace, eye,
- * from_host. Values are computed on the host; device tensors get them with
- * one host-to-device copy. */
+ * from_host. zeros/ones/full run the device's fill kernel on a device;
+ * the others compute their values on the host and device tensors get them
+ * with one host-to-device copy. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,14 @@ static oj_tensor *full(oj_engine *eng, int rank, const int64_t *shape, oj_dtype 
                        const char *op) {
     oj_tensor *t = oj__tensor_alloc(eng, rank, shape, dt, op);
     if (t == NULL) return NULL;
+    if (t->storage->device.type != OJ_DEVICE_CPU && eng->backend->fill) {
+        /* the device's fill kernel: no host staging, no copy */
+        oj_status st = eng->backend->fill(eng, t, value);
+        if (st == OJ_OK) return t;
+        oj_set_error(eng, st, "%s: device fill kernel failed", op);
+        oj_release(t);
+        return NULL;
+    }
     char *p = stage(t, op);
     if (p == NULL) {
         oj_release(t);

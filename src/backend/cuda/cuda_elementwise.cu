@@ -129,11 +129,17 @@ oj_status oj_cuda_fill(oj_engine *eng, oj_tensor *out, double value) {
     fill_bytes v;
     memset(&v, 0, sizeof v);
     oj_dtype dt = out->dtype;
-    bool is_int = dt == OJ_I64 || dt == OJ_I32 || dt == OJ_U32 || dt == OJ_U16 || dt == OJ_U8;
-    if (is_int)
-        oj__store_i64(v.b, dt, (int64_t)value);
-    else
-        oj__store(v.b, dt, value);
+    oj__store(v.b, dt, value); /* the host's conversion (NaN, saturation) */
+    size_t es = dt_size(dt);
+    bool zero = true;
+    for (size_t i = 0; i < es; i++) zero = zero && v.b[i] == 0;
+    if (zero && oj_is_contiguous(out)) { /* zeros: the driver's memset, stream ordered */
+        size_t nb = (size_t)oj_cuda_numel(out) * es;
+        cudaError_t e = nb ? cudaMemsetAsync((char *)out->storage->data + out->offset, 0, nb, 0)
+                           : cudaSuccess;
+        if (e != cudaSuccess) return oj_cuda_fail(eng, e, "fill (memset)");
+        return oj_cuda_check(eng, "fill");
+    }
     const oj_tensor *ts[1] = {out};
     oj_cu_iter it;
     oj_cu_iter_init(&it, out->rank, out->shape, 1, ts);
