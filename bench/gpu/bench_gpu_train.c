@@ -8,7 +8,8 @@
  * reported against 989 TFLOP/s (H200 dense bf16 datasheet) and against the
  * GEMM ceiling in MM_TFLOPS (measured by the anchors in the same run).
  *
- * usage: bench_gpu_train PRESET B T [steps] [warmup] [cpu] */
+ * usage: bench_gpu_train PRESET B T [steps] [warmup] [cpu|cuda] [f32|bf16]
+ * bf16: the forward runs under bf16 autocast (f32 master weights). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +18,14 @@
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s PRESET B T [steps] [warmup] [cpu]\n", argv[0]);
+        fprintf(stderr, "usage: %s PRESET B T [steps] [warmup] [cpu|cuda] [f32|bf16]\n", argv[0]);
         return 2;
     }
     const char *preset = argv[1];
     int64_t B = atoll(argv[2]), T = atoll(argv[3]);
     int steps = argc > 4 ? atoi(argv[4]) : 20, warmup = argc > 5 ? atoi(argv[5]) : 5;
     bool on_cpu = argc > 6 && strcmp(argv[6], "cpu") == 0;
+    bool bf16 = argc > 7 && strcmp(argv[7], "bf16") == 0;
     oj_gpt_config mc;
     if (!oj_gpt_preset(preset, &mc)) {
         fprintf(stderr, "unknown preset %s\n", preset);
@@ -39,6 +41,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "skipped: %s\n", err.message);
         return 77;
     }
+    if (bf16) oj_set_autocast(eng, true, OJ_BF16);
     oj_bench_result r;
     if (oj_bench_train_step(eng, &mc, B, T, warmup, steps, &r) != OJ_OK) {
         fprintf(stderr, "bench: %s\n", oj_last_error(eng));
@@ -48,10 +51,11 @@ int main(int argc, char **argv) {
     const char *mm = getenv("MM_TFLOPS");
     double mm_tflops = mm ? atof(mm) : 798.0;
     printf("{\"system\": \"ojas\", \"preset\": \"%s\", \"device\": \"%s\", \"B\": %lld, \"T\": %lld, "
-           "\"dtype\": \"f32 (TF32 GEMMs)\", \"step_ms\": %.3f, \"min_ms\": %.3f, \"tok_s\": %.0f, "
+           "\"dtype\": \"%s\", \"step_ms\": %.3f, \"min_ms\": %.3f, \"tok_s\": %.0f, "
            "\"flops_per_token\": %.4g, \"mfu_989\": %.4f, \"mfu_mm\": %.4f, \"peak_gib\": %.3f, "
            "\"loss\": %.4f, \"params\": %lld}\n",
-           preset, on_cpu ? "cpu" : "cuda", (long long)B, (long long)T, r.step_ms, r.min_ms,
+           preset, on_cpu ? "cpu" : "cuda", (long long)B, (long long)T,
+           bf16 ? "bf16 autocast, f32 master" : "f32 (TF32 GEMMs)", r.step_ms, r.min_ms,
            r.tokens_per_s, r.flops_per_token, r.achieved_flops / 989e12,
            r.achieved_flops / (mm_tflops * 1e12), (double)r.peak_bytes / (1024.0 * 1024 * 1024),
            r.loss, (long long)r.params);

@@ -202,6 +202,22 @@ oj_status oj_engine_synchronize(oj_engine *eng);
 /* Live tensor handles (all scopes and unscoped). */
 int64_t oj_engine_live_tensors(const oj_engine *eng);
 
+/* Autocast (torch.autocast), default off. While on with dtype dt (OJ_BF16
+ * or OJ_F16): matmul, bmm, linear, addmm, conv1d, conv2d and
+ * scaled_dot_product_attention cast floating inputs of another dtype to dt
+ * and compute in dt (f32 accumulation in the GEMMs); layer_norm, rms_norm,
+ * softmax, log_softmax and the losses cast bf16/f16 inputs to f32 and
+ * compute in f32; every other op follows type promotion. The casts are ops
+ * on the tape, so f32 parameters get f32 gradients: mixed-precision
+ * training with f32 master weights (Micikevicius et al. 2018, "Mixed
+ * Precision Training"). oj_backward runs with autocast off. Returns the
+ * previous on/off state; a dt other than OJ_BF16/OJ_F16 with enabled true
+ * records OJ_ERR_DTYPE and changes nothing. */
+bool oj_set_autocast(oj_engine *eng, bool enabled, oj_dtype dt);
+bool oj_autocast_enabled(const oj_engine *eng);
+/* The dtype autocast computes in (OJ_BF16 unless set otherwise). */
+oj_dtype oj_autocast_dtype(const oj_engine *eng);
+
 /* Grad mode (default on). Returns the previous value. */
 bool oj_set_grad_enabled(oj_engine *eng, bool enabled);
 bool oj_grad_enabled(const oj_engine *eng);

@@ -56,6 +56,12 @@ typedef enum oj_train_schedule {
     OJ_SCHEDULE_CONSTANT = 2, /* linear warmup, then lr */
 } oj_train_schedule;
 
+typedef enum oj_train_dtype {
+    OJ_TRAIN_F32 = 0,  /* f32 everywhere (TF32 GEMMs on a GPU under FAST numerics) */
+    OJ_TRAIN_BF16 = 1, /* bf16 autocast forward (oj_set_autocast), f32 master weights and moments */
+    OJ_TRAIN_F16 = 2,  /* f16 autocast forward (no loss scaling: prefer bf16) */
+} oj_train_dtype;
+
 /* Every key of a training config. Integer model fields set to 0 keep the
  * preset's value (vocab_size 0: the tokenizer's vocabulary when
  * tokenizer_dir is set, else the preset's); seq_len 0 means block_size. */
@@ -91,6 +97,7 @@ typedef struct oj_train_config {
     int64_t threads;         /* 0 = usable CPUs */
     oj_numerics numerics;    /* "fast" | "exact" */
     oj_device device;        /* "cpu" | "cuda" | "cuda:N" */
+    oj_train_dtype dtype;    /* compute dtype: "f32" | "bf16" | "f16" */
     double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
     int64_t budget_bytes;    /* engine root budget; 0 = unlimited */
 } oj_train_config;

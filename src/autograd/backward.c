@@ -78,10 +78,13 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
         return oj_set_error(eng, OJ_ERR_STATE,
                             "backward: the tensor does not require grad (no graph was recorded)");
     bool prev_mode = oj_set_grad_enabled(eng, false);
+    bool prev_autocast = eng->autocast; /* backward computes in the recorded dtypes */
+    eng->autocast = false;
     oj_status st = OJ_OK;
     if (out->grad_fn == NULL) { /* a leaf: its gradient is the seed */
         st = accumulate_leaf(eng, out, grad);
         oj_set_grad_enabled(eng, prev_mode);
+        eng->autocast = prev_autocast;
         return st;
     }
     /* Collect reachable nodes (iterative DFS) and order by creation. */
@@ -110,6 +113,7 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
     if (st != OJ_OK) {
         free(all.items);
         oj_set_grad_enabled(eng, prev_mode);
+        eng->autocast = prev_autocast;
         return oj_set_error(eng, st, "backward: out of host memory ordering the graph");
     }
     qsort(all.items, (size_t)all.len, sizeof *all.items, by_seq_desc);
@@ -172,6 +176,18 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
                                   oj__shape_fmt(b2, sizeof b2, e->rank, e->shape));
                 break;
             }
+            if (gi[i]->dtype != e->dtype && oj_dtype_is_float(e->dtype)) {
+                /* a gradient takes its input's dtype (as PyTorch's engine
+                 * does): a bf16 activation used by an f32 op gets a bf16
+                 * gradient */
+                oj_tensor *c = oj_cast(gi[i], e->dtype);
+                if (c == NULL) {
+                    st = oj_last_status(eng);
+                    break;
+                }
+                oj_release(gi[i]);
+                gi[i] = c;
+            }
             if (e->fn)
                 st = accumulate(eng, &e->fn->grad_acc[e->out_index], gi[i]);
             else
@@ -198,6 +214,7 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
     for (int64_t k = 0; k < all.len; k++) oj__node_release(all.items[k]);
     free(all.items);
     oj_set_grad_enabled(eng, prev_mode);
+    eng->autocast = prev_autocast;
     return st;
 }
 

@@ -72,6 +72,7 @@ oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_erro
     eng->threads = c.threads ? c.threads : usable_cpus();
     eng->seed = c.seed;
     eng->grad_enabled = true;
+    eng->autocast_dtype = OJ_BF16;
     eng->backend = be;
     eng->root_budget = oj_budget_create(NULL, "root", c.budget_bytes ? c.budget_bytes : OJ_UNLIMITED);
     if (eng->root_budget == NULL) {
@@ -158,3 +159,18 @@ bool oj_set_grad_enabled(oj_engine *eng, bool enabled) {
     return prev;
 }
 bool oj_grad_enabled(const oj_engine *eng) { return eng ? eng->grad_enabled : false; }
+
+bool oj_set_autocast(oj_engine *eng, bool enabled, oj_dtype dt) {
+    if (eng == NULL) return false;
+    bool prev = eng->autocast;
+    if (enabled && dt != OJ_BF16 && dt != OJ_F16) {
+        oj_set_error(eng, OJ_ERR_DTYPE, "set_autocast: dtype %s is not bf16 or f16",
+                     oj_dtype_valid(dt) ? oj_dtype_name(dt) : "(invalid)");
+        return prev;
+    }
+    eng->autocast = enabled;
+    if (enabled) eng->autocast_dtype = dt;
+    return prev;
+}
+bool oj_autocast_enabled(const oj_engine *eng) { return eng ? eng->autocast : false; }
+oj_dtype oj_autocast_dtype(const oj_engine *eng) { return eng ? eng->autocast_dtype : OJ_BF16; }

@@ -94,6 +94,8 @@ struct oj_engine {
     oj_budget *root_budget;
     oj_budget *budget; /* current */
     bool grad_enabled;
+    bool autocast;          /* oj_set_autocast */
+    oj_dtype autocast_dtype; /* OJ_BF16 or OJ_F16 */
     const struct oj_backend *backend;
     oj_engine_ext ext[OJ_EXT_COUNT];
     /* errors */

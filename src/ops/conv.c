@@ -143,6 +143,8 @@ oj_tensor *oj_unfold(oj_tensor *x, const int64_t kernel[2], const int64_t dilati
 
 oj_tensor *oj_conv2d(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, const int64_t stride[2],
                      const int64_t padding[2], const int64_t dilation[2], int groups) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_conv2d(ac[0], ac[1], ac[2], stride, padding, dilation, groups));
     oj_tensor *in[3] = {x, weight, bias};
     oj_engine *eng = oj__ops_engine("conv2d", bias ? 3 : 2, in);
     if (eng == NULL) return NULL;
@@ -199,6 +201,8 @@ oj_tensor *oj_conv2d(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, const int
 
 oj_tensor *oj_conv1d(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, int64_t stride,
                      int64_t padding, int64_t dilation, int groups) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_conv1d(ac[0], ac[1], ac[2], stride, padding, dilation, groups));
     oj_tensor *in[3] = {x, weight, bias};
     oj_engine *eng = oj__ops_engine("conv1d", bias ? 3 : 2, in);
     if (eng == NULL) return NULL;

@@ -230,9 +230,15 @@ static oj_tensor *matmul_impl(const char *op, oj_tensor *a, oj_tensor *b) {
     return out;
 }
 
-oj_tensor *oj_matmul(oj_tensor *a, oj_tensor *b) { return matmul_impl("matmul", a, b); }
+oj_tensor *oj_matmul(oj_tensor *a, oj_tensor *b) {
+    oj_tensor *ac_in[2] = {a, b};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 2, ac_in, oj_matmul(ac[0], ac[1]));
+    return matmul_impl("matmul", a, b);
+}
 
 oj_tensor *oj_bmm(oj_tensor *a, oj_tensor *b) {
+    oj_tensor *ac_in[2] = {a, b};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 2, ac_in, oj_bmm(ac[0], ac[1]));
     oj_tensor *in[2] = {a, b};
     oj_engine *eng = oj__ops_engine("bmm", 2, in);
     if (eng == NULL) return NULL;
@@ -298,6 +304,8 @@ static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
 }
 
 oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_linear(ac[0], ac[1], ac[2]));
     const char *op = "linear";
     oj_tensor *in[3] = {x, weight, bias};
     int nin = bias ? 3 : 2;
@@ -394,6 +402,8 @@ static oj_status addmm_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi
 }
 
 oj_tensor *oj_addmm(oj_tensor *bias, oj_tensor *a, oj_tensor *b, double beta, double alpha) {
+    oj_tensor *ac_in[3] = {bias, a, b};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_addmm(ac[0], ac[1], ac[2], beta, alpha));
     oj_tensor *in[3] = {bias, a, b};
     oj_engine *eng = oj__ops_engine("addmm", 3, in);
     if (eng == NULL) return NULL;

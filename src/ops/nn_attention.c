@@ -81,6 +81,8 @@ oj_tensor *oj_scaled_dot_product_attention(oj_tensor *q, oj_tensor *k, oj_tensor
                                            oj_tensor *mask, bool is_causal, double scale) {
     const char *op = "scaled_dot_product_attention";
     oj_tensor *ins[4] = {q, k, v, mask};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 4, ins,
+                 oj_scaled_dot_product_attention(ac[0], ac[1], ac[2], ac[3], is_causal, scale));
     oj_engine *eng = q && k && v ? oj__ops_engine(op, mask ? 4 : 3, ins) : NULL;
     if (eng == NULL || !attention_check(eng, op, q, k, v, mask)) return NULL;
     if (OJ_KERNEL(eng, attention_forward, op) == NULL ||

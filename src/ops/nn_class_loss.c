@@ -147,11 +147,15 @@ static oj_tensor *class_loss(const char *op, bool ce, oj_tensor *x, oj_tensor *t
 
 oj_tensor *oj_cross_entropy(oj_tensor *logits, oj_tensor *targets, int64_t ignore_index,
                             double label_smoothing, oj_reduction reduction) {
+    oj_tensor *ac_in[1] = {logits};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 1, ac_in, oj_cross_entropy(ac[0], targets, ignore_index, label_smoothing, reduction));
     return class_loss("cross_entropy", true, logits, targets, ignore_index, label_smoothing,
                       reduction);
 }
 
 oj_tensor *oj_nll_loss(oj_tensor *log_probs, oj_tensor *targets, int64_t ignore_index,
                        oj_reduction reduction) {
+    oj_tensor *ac_in[1] = {log_probs};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 1, ac_in, oj_nll_loss(ac[0], targets, ignore_index, reduction));
     return class_loss("nll_loss", false, log_probs, targets, ignore_index, 0.0, reduction);
 }

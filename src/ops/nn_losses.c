@@ -35,6 +35,8 @@ static oj_tensor *finish(oj_tensor *l, oj_reduction reduction) {
 }
 
 oj_tensor *oj_mse_loss(oj_tensor *a, oj_tensor *b, oj_reduction reduction) {
+    oj_tensor *ac_in[2] = {a, b};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 2, ac_in, oj_mse_loss(ac[0], ac[1], reduction));
     if (loss_check("mse_loss", a, b, (int)reduction, false) == NULL) return NULL;
     oj_tensor *d = oj_sub(a, b);
     oj_tensor *l = oj_square(d);
@@ -43,6 +45,8 @@ oj_tensor *oj_mse_loss(oj_tensor *a, oj_tensor *b, oj_reduction reduction) {
 }
 
 oj_tensor *oj_l1_loss(oj_tensor *a, oj_tensor *b, oj_reduction reduction) {
+    oj_tensor *ac_in[2] = {a, b};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 2, ac_in, oj_l1_loss(ac[0], ac[1], reduction));
     if (loss_check("l1_loss", a, b, (int)reduction, false) == NULL) return NULL;
     oj_tensor *d = oj_sub(a, b);
     oj_tensor *l = oj_abs(d);
@@ -51,6 +55,8 @@ oj_tensor *oj_l1_loss(oj_tensor *a, oj_tensor *b, oj_reduction reduction) {
 }
 
 oj_tensor *oj_smooth_l1_loss(oj_tensor *a, oj_tensor *b, double beta, oj_reduction reduction) {
+    oj_tensor *ac_in[2] = {a, b};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 2, ac_in, oj_smooth_l1_loss(ac[0], ac[1], beta, reduction));
     const char *op = "smooth_l1_loss";
     oj_engine *eng = loss_check(op, a, b, (int)reduction, false);
     if (eng == NULL) return NULL;
@@ -79,6 +85,8 @@ oj_tensor *oj_smooth_l1_loss(oj_tensor *a, oj_tensor *b, double beta, oj_reducti
 }
 
 oj_tensor *oj_binary_cross_entropy(oj_tensor *p, oj_tensor *t, oj_reduction reduction) {
+    oj_tensor *ac_in[2] = {p, t};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 2, ac_in, oj_binary_cross_entropy(ac[0], ac[1], reduction));
     if (loss_check("binary_cross_entropy", p, t, (int)reduction, true) == NULL) return NULL;
     /* -(t log p + (1 - t) log(1 - p)), each log clamped at -100 (torch) */
     oj_tensor *lp0 = oj_log(p);
@@ -105,6 +113,8 @@ oj_tensor *oj_binary_cross_entropy(oj_tensor *p, oj_tensor *t, oj_reduction redu
 
 oj_tensor *oj_binary_cross_entropy_with_logits(oj_tensor *x, oj_tensor *t,
                                                oj_reduction reduction) {
+    oj_tensor *ac_in[2] = {x, t};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 2, ac_in, oj_binary_cross_entropy_with_logits(ac[0], ac[1], reduction));
     if (loss_check("binary_cross_entropy_with_logits", x, t, (int)reduction, true) == NULL)
         return NULL;
     /* softplus(x) - x t = log(1 + e^x) - x t; softplus is linear above 40,

@@ -92,6 +92,8 @@ static oj_status layer_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor
 }
 
 oj_tensor *oj_layer_norm(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, double eps) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 3, ac_in, oj_layer_norm(ac[0], ac[1], ac[2], eps));
     const char *op = "layer_norm";
     oj_engine *eng = norm_engine(op, x, weight, bias);
     if (eng == NULL || !norm_check(eng, op, x, weight, bias, eps)) return NULL;
@@ -168,6 +170,8 @@ static oj_status rms_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor *
 }
 
 oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps) {
+    oj_tensor *ac_in[2] = {x, weight};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 2, ac_in, oj_rms_norm(ac[0], ac[1], eps));
     const char *op = "rms_norm";
     oj_engine *eng = norm_engine(op, x, weight, NULL);
     if (eng == NULL || !norm_check(eng, op, x, weight, NULL, eps)) return NULL;

@@ -65,7 +65,13 @@ static oj_tensor *softmax_op(const char *op, oj_tensor *x, int dim, bool log) {
     return out;
 }
 
-oj_tensor *oj_softmax(oj_tensor *x, int dim) { return softmax_op("softmax", x, dim, false); }
+oj_tensor *oj_softmax(oj_tensor *x, int dim) {
+    oj_tensor *ac_in[1] = {x};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 1, ac_in, oj_softmax(ac[0], dim));
+    return softmax_op("softmax", x, dim, false);
+}
 oj_tensor *oj_log_softmax(oj_tensor *x, int dim) {
+    oj_tensor *ac_in[1] = {x};
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 1, ac_in, oj_log_softmax(ac[0], dim));
     return softmax_op("log_softmax", x, dim, true);
 }

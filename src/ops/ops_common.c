@@ -128,3 +128,37 @@ bool oj__kernel_ok(oj_engine *eng, oj_status st, const char *op) {
     if (oj_last_status(eng) == OJ_OK) oj_set_error(eng, st, "%s: kernel failed", op);
     return false;
 }
+
+/* ---------------------------------------------------------------- autocast */
+
+static bool autocast_eligible(oj_dtype dt) { /* f64 is never cast, as in PyTorch */
+    return dt == OJ_F32 || dt == OJ_BF16 || dt == OJ_F16;
+}
+
+bool oj__autocast(int cls, int n, oj_tensor *const *in, oj_tensor **out) {
+    oj_engine *eng = NULL;
+    for (int i = 0; i < n && eng == NULL; i++)
+        if (in[i] && oj__live(in[i])) eng = in[i]->eng;
+    if (eng == NULL || !eng->autocast) return false;
+    oj_dtype want = cls == OJ__AUTOCAST_LOW ? eng->autocast_dtype : OJ_F32;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        oj_tensor *t = in[i];
+        if (t && oj__live(t) && t->eng == eng && autocast_eligible(t->dtype) && t->dtype != want)
+            any = true;
+    }
+    if (!any) return false;
+    for (int i = 0; i < n; i++) {
+        oj_tensor *t = in[i];
+        if (t && oj__live(t) && t->eng == eng && autocast_eligible(t->dtype) && t->dtype != want)
+            out[i] = oj_cast(t, want);
+        else
+            out[i] = t && oj__live(t) ? oj_retain(t) : t;
+    }
+    return true;
+}
+
+void oj__autocast_release(int n, oj_tensor **out) {
+    for (int i = 0; i < n; i++)
+        if (out[i] && oj__live(out[i])) oj_release(out[i]);
+}

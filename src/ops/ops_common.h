@@ -46,6 +46,27 @@ bool oj__kernel_ok(oj_engine *eng, oj_status st, const char *op);
                          (opname), (eng)->backend ? (eng)->backend->name : "(none)"),        \
             NULL))
 
+/* Autocast (oj_set_autocast). OJ__AUTOCAST_LOW: the op computes in the
+ * engine's autocast dtype; OJ__AUTOCAST_F32: in f32. When autocast is on
+ * and some f32/bf16/f16 input among in[0..n) (NULL entries allowed) has
+ * another dtype, out[i] gets the cast (an op on the tape) or a retained
+ * in[i], and true is returned: the caller runs the op again on out[] and
+ * releases every out[i]. False (out untouched) when nothing needs a cast. */
+enum { OJ__AUTOCAST_LOW, OJ__AUTOCAST_F32 };
+bool oj__autocast(int cls, int n, oj_tensor *const *in, oj_tensor **out);
+void oj__autocast_release(int n, oj_tensor **out);
+/* First statement of an autocast op: when inputs in[0..n) need a cast,
+ * return `expr` evaluated on the casts ac[0..n). */
+#define OJ__AUTOCAST(cls, n, in, expr)                                                       \
+    do {                                                                                     \
+        oj_tensor *ac[n];                                                                    \
+        if (oj__autocast((cls), (n), (in), ac)) {                                            \
+            oj_tensor *ac_result = (expr);                                                   \
+            oj__autocast_release((n), ac);                                                   \
+            return ac_result;                                                                \
+        }                                                                                    \
+    } while (0)
+
 /* Reduce grad by summation to rank/shape (the shape of an input that was
  * broadcast): sums the leading dims and the stretched dims. Returns grad
  * retained when shapes already match. Used by backward rules. */

@@ -226,7 +226,11 @@ oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
     oj_status st = oj_scope_begin(eng);
     if (st == OJ_OK) {
         bool prev = oj_set_grad_enabled(eng, false);
+        /* the update runs in the parameters' dtype (f32 master weights),
+         * whatever autocast says */
+        bool prev_ac = oj_set_autocast(eng, false, OJ_BF16);
         st = step_scoped(o, items, info);
+        if (prev_ac) oj_set_autocast(eng, true, oj_autocast_dtype(eng));
         oj_set_grad_enabled(eng, prev);
         oj_scope_end(eng);
     }

@@ -58,6 +58,7 @@ typedef struct {
 static const char *const k_optimizers[] = {"adamw", "muon", NULL};
 static const char *const k_schedules[] = {"cosine", "wsd", "constant", NULL};
 static const char *const k_numerics[] = {"fast", "exact", NULL};
+static const char *const k_dtypes[] = {"f32", "bf16", "f16", NULL};
 
 #define OFF(f) offsetof(oj_train_config, f)
 #define STR(f) {#f, K_STR, OFF(f), sizeof(((oj_train_config *)0)->f), 0, 0, NULL}
@@ -103,6 +104,7 @@ static const key_def k_keys[] = {
     I64(threads, 0, 4096),
     {"numerics", K_ENUM, OFF(numerics), sizeof(oj_numerics), 0, 0, k_numerics},
     {"device", K_DEVICE, OFF(device), 0, 0, 0, NULL},
+    {"dtype", K_ENUM, OFF(dtype), sizeof(oj_train_dtype), 0, 0, k_dtypes},
     F64(peak_flops, 0, HUGE_VAL),
     I64(budget_bytes, 0, BIG),
 };

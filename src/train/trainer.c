@@ -243,6 +243,8 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         ec.budget_bytes = cfg->budget_bytes;
         st = oj_engine_create(&ec, &t->eng, err);
     }
+    if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */
+        oj_set_autocast(t->eng, true, cfg->dtype == OJ_TRAIN_BF16 ? OJ_BF16 : OJ_F16);
     if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
         st = eng_error(t, err, "model");
     if (!st)
