@@ -15,15 +15,28 @@
  * libm's fma() gives the same bits, slower. */
 #include <float.h>
 #include <math.h>
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#endif
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_pool.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define OJ_OPTIM_FMA_TARGET 1
 #if defined(__clang__)
 #define OJ_TARGET_FMA __attribute__((target("avx2,fma")))
-#else /* -O2 vectorises none of these loops; -O3 most (Adam's sqrt needs -fno-math-errno) */
-#define OJ_TARGET_FMA __attribute__((target("avx2,fma"), optimize("O3")))
+#define OJ_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
+#else
+/* -O2 vectorises none of these loops; -O3 does, given -fno-math-errno for
+ * Adam's sqrt (a vector sqrt is the same correctly rounded operation, and
+ * the argument is never negative but for NaN input, which the check
+ * reports). The AVX-512 variant asks for 512-bit vectors. */
+#define OJ_TARGET_FMA                                                                              \
+    __attribute__((target("avx2,fma"), optimize("O3", "no-math-errno")))
+#define OJ_TARGET_AVX512                                                                           \
+    __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512"),          \
+                   optimize("O3", "no-math-errno")))
 #endif
 #else
 #define OJ_OPTIM_FMA_TARGET 0
@@ -157,88 +170,215 @@ CPU_OPTIM_KERNELS(double, fma, sqrt, fabs, DBL_MAX, , f64)
 #if OJ_OPTIM_FMA_TARGET
 CPU_OPTIM_KERNELS(float, fmaf, sqrtf, fabsf, FLT_MAX, OJ_TARGET_FMA, f32_fma)
 CPU_OPTIM_KERNELS(double, fma, sqrt, fabs, DBL_MAX, OJ_TARGET_FMA, f64_fma)
+CPU_OPTIM_KERNELS(float, fmaf, sqrtf, fabsf, FLT_MAX, OJ_TARGET_AVX512, f32_avx512)
+CPU_OPTIM_KERNELS(double, fma, sqrt, fabs, DBL_MAX, OJ_TARGET_AVX512, f64_avx512)
 CPU_SUMSQ(float, OJ_TARGET_FMA, f32_fma)
 CPU_SUMSQ(double, OJ_TARGET_FMA, f64_fma)
-static bool has_fma(void) {
-    return __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
-}
-#define PICK(fn, SUF) (has_fma() ? fn##_##SUF##_fma : fn##_##SUF)
+
+/* f32 Adam/AdamW in explicit vectors: gcc does not vectorise the loop above
+ * under -std=c11 (sqrtf keeps its errno path). The same operations in the
+ * same order, each correctly rounded (vector sqrt, division and fused
+ * multiply-add are the scalar ones lane by lane), so the bits are those of
+ * ADAM_ELEM; the tail runs ADAM_ELEM itself. PFX: the intrinsic prefix,
+ * V: the vector type, W: lanes; FINITE(x, maxv): all lanes finite. */
+#define ADAM_F32_VEC(ATTR, SUF, PFX, V, W, FINITE, TAIL)                                                 \
+    ATTR static bool adam_f32_##SUF(float *restrict p, const float *restrict g, float *restrict m, \
+                                    float *restrict v, int64_t n, const oj_adam_args *a,           \
+                                    bool check_only) {                                             \
+        const bool dec = a->weight_decay != 0.0 && a->decoupled;                                   \
+        const bool l2 = a->weight_decay != 0.0 && !a->decoupled;                                   \
+        const V b1 = PFX##set1_ps((float)a->beta1), omb1 = PFX##set1_ps((float)(1.0 - a->beta1));  \
+        const V b2 = PFX##set1_ps((float)a->beta2), omb2 = PFX##set1_ps((float)(1.0 - a->beta2));  \
+        const V eps = PFX##set1_ps((float)a->eps), wd = PFX##set1_ps((float)a->weight_decay);      \
+        const V decay = PFX##set1_ps(dec ? (float)(1.0 - a->lr * a->weight_decay) : 1.0f);         \
+        const V neg_step = PFX##set1_ps((float)(-(a->lr / a->bias_correction1)));                  \
+        const V bc2_sqrt = PFX##set1_ps((float)sqrt(a->bias_correction2));                         \
+        const V maxv = PFX##set1_ps(FLT_MAX);                                                      \
+        bool ok = true;                                                                            \
+        int64_t i = 0;                                                                             \
+        for (; i + W <= n; i += W) {                                                               \
+            V pi = PFX##mul_ps(PFX##loadu_ps(p + i), decay), gi = PFX##loadu_ps(g + i);            \
+            if (l2) gi = PFX##fmadd_ps(pi, wd, gi);                                                \
+            V mi = PFX##fmadd_ps(gi, omb1, PFX##mul_ps(PFX##loadu_ps(m + i), b1));                 \
+            V vi = PFX##fmadd_ps(PFX##mul_ps(omb2, gi), gi, PFX##mul_ps(PFX##loadu_ps(v + i), b2)); \
+            V denom = PFX##add_ps(PFX##div_ps(PFX##sqrt_ps(vi), bc2_sqrt), eps);                   \
+            pi = PFX##add_ps(PFX##div_ps(PFX##mul_ps(neg_step, mi), denom), pi);                   \
+            if (check_only) {                                                                      \
+                ok &= FINITE(pi, maxv) & FINITE(mi, maxv) & FINITE(vi, maxv);                      \
+            } else {                                                                               \
+                PFX##storeu_ps(p + i, pi);                                                         \
+                PFX##storeu_ps(m + i, mi);                                                         \
+                PFX##storeu_ps(v + i, vi);                                                         \
+            }                                                                                      \
+        }                                                                                          \
+        if (i < n) ok &= TAIL(p + i, g + i, m + i, v + i, n - i, a, check_only);          \
+        return ok;                                                                                 \
+    }
+#define FINITE_512(x, maxv) (_mm512_cmp_ps_mask(_mm512_abs_ps(x), maxv, _CMP_LE_OQ) == 0xFFFF)
+#define FINITE_256(x, maxv)                                                                        \
+    (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), maxv,          \
+                                      _CMP_LE_OQ)) == 0xFF)
+ADAM_F32_VEC(OJ_TARGET_AVX512, vec512, _mm512_, __m512, 16, FINITE_512, adam_f32_avx512)
+ADAM_F32_VEC(OJ_TARGET_FMA, vec256, _mm256_, __m256, 8, FINITE_256, adam_f32_fma)
+/* The variant for eng's SIMD level (fmaf/fma give the same bits on every
+ * level: one correctly rounded fused operation; so do the vector sqrt and
+ * division). */
+#define PICK(eng, fn, SUF)                                                                         \
+    (oj_cpu_isa_of(eng) >= OJ_ISA_AVX512 ? fn##_##SUF##_avx512                                     \
+     : oj_cpu_isa_of(eng) >= OJ_ISA_AVX2 ? fn##_##SUF##_fma                                        \
+                                          : fn##_##SUF)
+#define PICK_SUMSQ(eng, SUF) (oj_cpu_isa_of(eng) >= OJ_ISA_AVX2 ? sumsq_##SUF##_fma : sumsq_##SUF)
 #else
-#define PICK(fn, SUF) fn##_##SUF
+#define PICK(eng, fn, SUF) fn##_##SUF
+#define PICK_SUMSQ(eng, SUF) sumsq_##SUF
 #endif
 
 #define DATA(T, t) ((T *)((char *)(t)->storage->data + (t)->offset))
 
+/* The updates are elementwise (each element's new value depends on that
+ * element alone), so they run over the pool in chunks of OPTIM_GRAIN
+ * elements: any split gives the same bits. */
+#define OPTIM_GRAIN 32768
+
+typedef enum { K_ADAM, K_SGD, K_MUON, K_APPLY } optim_kind;
+
+typedef struct {
+    optim_kind kind;
+    size_t esize; /* 4 (f32) or 8 (f64) */
+    void *p, *m, *v;
+    const void *g;
+    const oj_adam_args *adam;
+    const oj_sgd_args *sgd;
+    double momentum, alpha, scale, decay;
+    bool nesterov, check_only;
+    int bad; /* set (atomically) by a chunk that found a non-finite value */
+    bool (*adam_f32)(float *restrict, const float *restrict, float *restrict, float *restrict,
+                     int64_t, const oj_adam_args *, bool);
+    bool (*adam_f64)(double *restrict, const double *restrict, double *restrict,
+                     double *restrict, int64_t, const oj_adam_args *, bool);
+    bool (*sgd_f32)(float *restrict, const float *restrict, float *restrict, int64_t,
+                    const oj_sgd_args *, bool);
+    bool (*sgd_f64)(double *restrict, const double *restrict, double *restrict, int64_t,
+                    const oj_sgd_args *, bool);
+    void (*muon_f32)(float *restrict, const float *restrict, float *restrict, int64_t, double,
+                     bool);
+    void (*muon_f64)(double *restrict, const double *restrict, double *restrict, int64_t, double,
+                     bool);
+    bool (*apply_f32)(float *restrict, const float *restrict, int64_t, double, double, double,
+                      bool);
+    bool (*apply_f64)(double *restrict, const double *restrict, int64_t, double, double, double,
+                      bool);
+} optim_job;
+
+/* Element `begin` of buffer x (NULL stays NULL). */
+static void *at(const optim_job *j, const void *x, int64_t begin) {
+    return x ? (char *)x + (size_t)begin * j->esize : NULL;
+}
+
+static void optim_chunk(void *ctx, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    optim_job *j = ctx;
+    int64_t n = end - begin;
+    void *p = at(j, j->p, begin), *m = at(j, j->m, begin), *v = at(j, j->v, begin);
+    const void *g = at(j, j->g, begin);
+    bool f32 = j->esize == sizeof(float), ok = true;
+    switch (j->kind) {
+    case K_ADAM:
+        ok = f32 ? j->adam_f32(p, g, m, v, n, j->adam, j->check_only)
+                 : j->adam_f64(p, g, m, v, n, j->adam, j->check_only);
+        break;
+    case K_SGD:
+        ok = f32 ? j->sgd_f32(p, g, m, n, j->sgd, j->check_only)
+                 : j->sgd_f64(p, g, m, n, j->sgd, j->check_only);
+        break;
+    case K_MUON: /* p: the momentum buffer, m: the update (or NULL) */
+        if (f32) j->muon_f32(p, g, m, n, j->momentum, j->nesterov);
+        else j->muon_f64(p, g, m, n, j->momentum, j->nesterov);
+        break;
+    case K_APPLY:
+        ok = f32 ? j->apply_f32(p, g, n, j->alpha, j->scale, j->decay, j->check_only)
+                 : j->apply_f64(p, g, n, j->alpha, j->scale, j->decay, j->check_only);
+        break;
+    }
+    if (!ok) __atomic_store_n(&j->bad, 1, __ATOMIC_RELAXED);
+}
+
+/* Run job j over n elements on eng's pool; OJ_ERR_DTYPE for a dtype other
+ * than f32/f64, OJ_ERR_NUMERIC when a chunk found a non-finite value. */
+static oj_status optim_run(oj_engine *eng, optim_job *j, oj_dtype dt, int64_t n) {
+    if (dt != OJ_F32 && dt != OJ_F64) return OJ_ERR_DTYPE;
+    j->esize = dt == OJ_F32 ? sizeof(float) : sizeof(double);
+#if OJ_OPTIM_FMA_TARGET
+    j->adam_f32 = oj_cpu_isa_of(eng) >= OJ_ISA_AVX512 ? adam_f32_vec512
+                  : oj_cpu_isa_of(eng) >= OJ_ISA_AVX2 ? adam_f32_vec256
+                                                       : adam_f32;
+#else
+    j->adam_f32 = adam_f32;
+#endif
+    j->adam_f64 = PICK(eng, adam, f64);
+    j->sgd_f32 = PICK(eng, sgd, f32);
+    j->sgd_f64 = PICK(eng, sgd, f64);
+    j->muon_f32 = PICK(eng, muon_momentum, f32);
+    j->muon_f64 = PICK(eng, muon_momentum, f64);
+    j->apply_f32 = PICK(eng, apply_update, f32);
+    j->apply_f64 = PICK(eng, apply_update, f64);
+    oj_cpu_parallel_for(eng, n, OPTIM_GRAIN, optim_chunk, j);
+    return j->bad ? OJ_ERR_NUMERIC : OJ_OK;
+}
+
 oj_status oj_cpu_adam_step(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
                            oj_tensor *exp_avg, oj_tensor *exp_avg_sq, const oj_adam_args *args,
                            bool check_only) {
-    (void)eng;
-    int64_t n = oj_numel(param);
-    bool ok;
-    if (param->dtype == OJ_F32)
-        ok = PICK(adam, f32)(DATA(float, param), DATA(const float, grad), DATA(float, exp_avg),
-                             DATA(float, exp_avg_sq), n, args, check_only);
-    else if (param->dtype == OJ_F64)
-        ok = PICK(adam, f64)(DATA(double, param), DATA(const double, grad), DATA(double, exp_avg),
-                             DATA(double, exp_avg_sq), n, args, check_only);
-    else
-        return OJ_ERR_DTYPE;
-    return ok ? OJ_OK : OJ_ERR_NUMERIC;
+    optim_job j = {.kind = K_ADAM,
+                   .p = DATA(char, param),
+                   .g = DATA(const char, grad),
+                   .m = DATA(char, exp_avg),
+                   .v = DATA(char, exp_avg_sq),
+                   .adam = args,
+                   .check_only = check_only};
+    return optim_run(eng, &j, param->dtype, oj_numel(param));
 }
 
 oj_status oj_cpu_sgd_step(oj_engine *eng, oj_tensor *param, const oj_tensor *grad,
                           oj_tensor *momentum_buf, const oj_sgd_args *args, bool check_only) {
-    (void)eng;
-    int64_t n = oj_numel(param);
-    bool ok;
-    if (param->dtype == OJ_F32)
-        ok = PICK(sgd, f32)(DATA(float, param), DATA(const float, grad),
-                            momentum_buf ? DATA(float, momentum_buf) : NULL, n, args, check_only);
-    else if (param->dtype == OJ_F64)
-        ok = PICK(sgd, f64)(DATA(double, param), DATA(const double, grad),
-                            momentum_buf ? DATA(double, momentum_buf) : NULL, n, args, check_only);
-    else
-        return OJ_ERR_DTYPE;
-    return ok ? OJ_OK : OJ_ERR_NUMERIC;
+    optim_job j = {.kind = K_SGD,
+                   .p = DATA(char, param),
+                   .g = DATA(const char, grad),
+                   .m = momentum_buf ? DATA(char, momentum_buf) : NULL,
+                   .sgd = args,
+                   .check_only = check_only};
+    return optim_run(eng, &j, param->dtype, oj_numel(param));
 }
 
 oj_status oj_cpu_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *grad,
                                oj_tensor *update, double momentum, bool nesterov) {
-    (void)eng;
-    int64_t n = oj_numel(buf);
-    if (buf->dtype == OJ_F32) PICK(muon_momentum, f32)
-    (DATA(float, buf), DATA(const float, grad), update ? DATA(float, update) : NULL, n, momentum,
-     nesterov);
-    else if (buf->dtype == OJ_F64)
-        PICK(muon_momentum, f64)(DATA(double, buf), DATA(const double, grad),
-                                 update ? DATA(double, update) : NULL, n, momentum, nesterov);
-    else return OJ_ERR_DTYPE;
-    return OJ_OK;
+    optim_job j = {.kind = K_MUON,
+                   .p = DATA(char, buf),
+                   .g = DATA(const char, grad),
+                   .m = update ? DATA(char, update) : NULL,
+                   .momentum = momentum,
+                   .nesterov = nesterov};
+    return optim_run(eng, &j, buf->dtype, oj_numel(buf));
 }
 
 oj_status oj_cpu_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor *update,
                               double alpha, double scale, double decay, bool check_only) {
-    (void)eng;
-    int64_t n = oj_numel(param);
-    bool ok;
-    if (param->dtype == OJ_F32)
-        ok = PICK(apply_update, f32)(DATA(float, param), DATA(const float, update), n, alpha, scale,
-                                     decay, check_only);
-    else if (param->dtype == OJ_F64)
-        ok = PICK(apply_update, f64)(DATA(double, param), DATA(const double, update), n, alpha,
-                                     scale, decay, check_only);
-    else
-        return OJ_ERR_DTYPE;
-    return ok ? OJ_OK : OJ_ERR_NUMERIC;
+    optim_job j = {.kind = K_APPLY,
+                   .p = DATA(char, param),
+                   .g = DATA(const char, update),
+                   .alpha = alpha,
+                   .scale = scale,
+                   .decay = decay,
+                   .check_only = check_only};
+    return optim_run(eng, &j, param->dtype, oj_numel(param));
 }
 
 oj_status oj_cpu_sum_squares(oj_engine *eng, const oj_tensor *x, double *out) {
-    (void)eng;
     int64_t n = oj_numel(x);
     if (x->dtype == OJ_F32)
-        *out = PICK(sumsq, f32)(DATA(const float, x), n);
+        *out = PICK_SUMSQ(eng, f32)(DATA(const float, x), n);
     else if (x->dtype == OJ_F64)
-        *out = PICK(sumsq, f64)(DATA(const double, x), n);
+        *out = PICK_SUMSQ(eng, f64)(DATA(const double, x), n);
     else
         return OJ_ERR_DTYPE;
     return OJ_OK;
