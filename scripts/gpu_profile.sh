@@ -13,12 +13,13 @@
 #   build.log     configure + build output
 #   ctest.log     the GPU tests
 #   ops.log       bench_gpu_ops: the per-op tables (stdout) + kernel profile
-#   train_gpt2-124m.log, train_nanolab-124m.log   per-step times + kernel profile
+#   train_<preset>_<dtype>.log   per-step times + kernel profile
 #   train.jsonl   bench_gpu_train's JSON lines
 #
 # Libraries: as scripts/gpu_check.sh (carry third_party/gpudeps where the
 # image lacks pkg-config/jansson/pcre2/xxhash/cmocka).
 # PROFILE_TRAIN_STEPS / PROFILE_TRAIN_WARMUP change the 5 + 3 steps;
+# PROFILE_DTYPES="f32 bf16" picks the compute dtypes (default f32);
 # OJAS_BENCH_PHASES=1 adds per-phase wall/user/sys times (src/train/bench.c).
 # Budget: stops starting new stages after PROFILE_BUDGET seconds (default 450), each
 # stage under a timeout, so the whole run stays within 8 minutes.
@@ -138,18 +139,19 @@ fi
 
 # ---------------------------------------------------------------- training steps
 : > "$O/train.jsonl"
+for dt in ${PROFILE_DTYPES:-f32}; do
 for p in gpt2-124m nanolab-124m; do
   l=$(left)
-  if [ "$l" -lt 30 ]; then note "bench_gpu_train $p: not run (budget spent)"; continue; fi
+  if [ "$l" -lt 30 ]; then note "bench_gpu_train $p $dt: not run (budget spent)"; continue; fi
   t=$(date +%s)
   timeout "$(tmo 120)" build-gpu/bin/bench_gpu_train "$p" 16 1024 "${PROFILE_TRAIN_STEPS:-5}" \
-    "${PROFILE_TRAIN_WARMUP:-3}" >> "$O/train.jsonl" \
-    2> "$O/train_$p.log"
+    "${PROFILE_TRAIN_WARMUP:-3}" cuda "$dt" >> "$O/train.jsonl" 2> "$O/train_${p}_$dt.log"
   rc=$?
-  note "bench_gpu_train $p: exit $rc in $(( $(date +%s) - t )) s (train_$p.log)"
-  grep -E "^step" "$O/train_$p.log" | tail -2
-  grep -A12 "== cuda profile" "$O/train_$p.log"
-  grep -E "^phase|== host time" "$O/train_$p.log" | tail -14
+  note "bench_gpu_train $p $dt: exit $rc in $(( $(date +%s) - t )) s (train_${p}_$dt.log)"
+  grep -E "^step" "$O/train_${p}_$dt.log" | tail -2
+  grep -A14 "== cuda profile" "$O/train_${p}_$dt.log"
+  grep -E "^phase|== host time" "$O/train_${p}_$dt.log" | tail -7
+done
 done
 cat "$O/train.jsonl"
 finish 0
