@@ -26,12 +26,34 @@ static int by_seq_desc(const void *a, const void *b) {
     return x->seq < y->seq ? 1 : (x->seq > y->seq ? -1 : 0);
 }
 
+static bool shape_eq(int ra, const int64_t *a, int rb, const int64_t *b) {
+    if (ra != rb) return false;
+    for (int d = 0; d < ra; d++)
+        if (a[d] != b[d]) return false;
+    return true;
+}
+
+/* t is reachable from nothing but the one reference being considered: no
+ * other owner reference, no node holding it, no other handle on its
+ * storage, and it is the whole storage, densely. Writing into t in place,
+ * or handing that reference on, is then invisible to everyone else. */
+static bool sole_owner(const oj_tensor *t) {
+    return t->refcount == 1 && t->holds == 0 && t->grad == NULL && t->grad_fn == NULL &&
+           t->storage->refcount == 1 && t->offset == 0 && oj_is_contiguous(t) &&
+           t->storage->nbytes == (size_t)oj_numel(t) * oj_dtype_size(t->dtype);
+}
+
 /* Add g into *slot (slot owns its tensor; g is borrowed). Outside scopes:
- * the sum is detached from every scope so it survives until consumed. */
+ * the sum is detached from every scope so it survives until consumed.
+ * When nothing else can see the slot's tensor the sum is formed in place
+ * (the same elementwise add, so the same bits), saving a buffer. */
 static oj_status accumulate(oj_engine *eng, oj_tensor **slot, oj_tensor *g) {
     oj_tensor *sum;
     if (*slot == NULL) {
         sum = oj_retain(g);
+    } else if (sole_owner(*slot) && (*slot)->dtype == g->dtype &&
+               shape_eq((*slot)->rank, (*slot)->shape, g->rank, g->shape)) {
+        return oj_add_(*slot, g);
     } else {
         sum = oj_add(*slot, g);
         if (sum == NULL) return oj_last_status(eng);
@@ -43,24 +65,28 @@ static oj_status accumulate(oj_engine *eng, oj_tensor **slot, oj_tensor *g) {
 }
 
 /* Leaf gradients accumulate into leaf->grad, kept in the leaf's dtype and
- * contiguous, owned by the leaf. */
-static oj_status accumulate_leaf(oj_engine *eng, oj_tensor *leaf, oj_tensor *g) {
+ * contiguous, owned by the leaf. *g: the gradient; when `owned` the caller
+ * holds *g's only reference and would release it after this call, so a
+ * first gradient that nothing else can see becomes leaf->grad as it is
+ * (*g set to NULL: the reference moved) instead of being copied. */
+static oj_status accumulate_leaf(oj_engine *eng, oj_tensor *leaf, oj_tensor **g, bool owned) {
+    oj_tensor *gr = *g;
     if (leaf->grad == NULL) {
-        oj_tensor *c = g->dtype == leaf->dtype ? oj_clone(g) : oj_cast(g, leaf->dtype);
+        if (owned && gr->dtype == leaf->dtype && sole_owner(gr)) {
+            oj__scope_detach(gr);
+            gr->requires_grad = false;
+            leaf->grad = gr;
+            *g = NULL;
+            return OJ_OK;
+        }
+        oj_tensor *c = gr->dtype == leaf->dtype ? oj_clone(gr) : oj_cast(gr, leaf->dtype);
         if (c == NULL) return oj_last_status(eng);
         oj__scope_detach(c);
         leaf->grad = c;
         return OJ_OK;
     }
-    oj_status st = oj_add_(leaf->grad, g);
+    oj_status st = oj_add_(leaf->grad, gr);
     return st;
-}
-
-static bool shape_eq(int ra, const int64_t *a, int rb, const int64_t *b) {
-    if (ra != rb) return false;
-    for (int d = 0; d < ra; d++)
-        if (a[d] != b[d]) return false;
-    return true;
 }
 
 oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph) {
@@ -82,7 +108,7 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
     eng->autocast = false;
     oj_status st = OJ_OK;
     if (out->grad_fn == NULL) { /* a leaf: its gradient is the seed */
-        st = accumulate_leaf(eng, out, grad);
+        st = accumulate_leaf(eng, out, &grad, false);
         oj_set_grad_enabled(eng, prev_mode);
         eng->autocast = prev_autocast;
         return st;
@@ -191,7 +217,7 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
             if (e->fn)
                 st = accumulate(eng, &e->fn->grad_acc[e->out_index], gi[i]);
             else
-                st = accumulate_leaf(eng, e->leaf, gi[i]);
+                st = accumulate_leaf(eng, e->leaf, &gi[i], true);
         }
         for (int i = 0; i < OJ_NODE_MAX_IN; i++) oj_release(gi[i]);
         for (int j = 0; j < n->n_out; j++) oj_release(go[j]);
