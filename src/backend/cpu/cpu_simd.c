@@ -320,6 +320,7 @@ static inline __m512 avx512_recip(__m512 a) {
 #define v_i_srai1(a) _mm512_srai_epi32(a, 1)
 #define v_i_sub(a, b) _mm512_sub_epi32(a, b)
 #define v_pow2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23))
+#define v_scalef(p, n) _mm512_scalef_ps(p, n)
 #define v_gt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
 #define v_ge(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
 #define v_lt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
@@ -375,6 +376,7 @@ static inline __m512 avx512_recip(__m512 a) {
 #undef v_i_srai1
 #undef v_i_sub
 #undef v_pow2
+#undef v_scalef
 #undef v_gt
 #undef v_ge
 #undef v_lt
