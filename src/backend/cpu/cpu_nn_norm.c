@@ -74,16 +74,18 @@ static void bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
         if (dwp) memset(dwp, 0, (size_t)C * sizeof(double));
         if (dbp) memset(dbp, 0, (size_t)C * sizeof(double));
         int64_t n1 = (blk + 1) * OJ_NORM_RB < c->N ? (blk + 1) * OJ_NORM_RB : c->N;
-        for (int64_t n = blk * OJ_NORM_RB; n < n1; n++) {
+        int64_t n0 = blk * OJ_NORM_RB;
+        for (int64_t n = n0; c->dx && n < n1; n++) {
             const float *x = c->x + n * C, *dy = c->dy + n * C;
             float m = c->rms ? 0.0f : c->mean[n], rs = c->rstd[n], sg, sgx;
-            if (c->dx) {
-                c->sd->norm_bwd_sums(x, dy, c->w, C, m, rs, &sg, &sgx);
-                c->sd->norm_bwd_dx(c->dx + n * C, x, dy, c->w, C, m, rs,
-                                   c->rms ? 0.0f : sg / (float)C, sgx / (float)C);
-            }
-            if (dwp) c->sd->norm_cols(dwp, dbp, x, dy, C, m, rs);
+            c->sd->norm_bwd_sums(x, dy, c->w, C, m, rs, &sg, &sgx);
+            c->sd->norm_bwd_dx(c->dx + n * C, x, dy, c->w, C, m, rs,
+                               c->rms ? 0.0f : sg / (float)C, sgx / (float)C);
         }
+        /* the block's rows, still in cache, into its partial sums */
+        if (dwp)
+            c->sd->norm_cols(dwp, dbp, c->x + n0 * C, c->dy + n0 * C, C, n1 - n0, C,
+                             c->rms ? NULL : c->mean + n0, c->rstd + n0);
     }
 }
 

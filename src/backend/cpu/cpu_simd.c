@@ -185,12 +185,15 @@ static void sc_norm_bwd_dx(float *dx, const float *x, const float *dy, const flo
     }
 }
 
-static void sc_norm_cols(double *dw, double *db, const float *x, const float *dy, int64_t n,
-                         double m, double rs) {
-    for (int64_t j = 0; j < n; j++) {
-        double g = dy[j];
-        dw[j] += g * (((double)x[j] - m) * rs);
-        if (db) db[j] += g;
+static void sc_norm_cols(double *dw, double *db, const float *x, const float *dy, int64_t ld,
+                         int64_t nr, int64_t n, const float *mean, const float *rstd) {
+    for (int64_t r = 0; r < nr; r++) {
+        double m = mean ? (double)mean[r] : 0.0, rs = rstd[r];
+        for (int64_t j = 0; j < n; j++) {
+            double g = dy[r * ld + j];
+            dw[j] += g * (((double)x[r * ld + j] - m) * rs);
+            if (db) db[j] += g;
+        }
     }
 }
 

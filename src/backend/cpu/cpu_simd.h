@@ -81,11 +81,13 @@ typedef struct oj_simd {
                           float rs, float *sg, float *sgx);
     void (*norm_bwd_dx)(float *dx, const float *x, const float *dy, const float *w, int64_t n,
                         float m, float rs, float a, float c);
-    /* One row of the norms' weight/bias gradients, in double without
-     * fused multiply-adds (the same bits on every level): for j < n,
-     * dw[j] += dy[j] ((x[j] - m) rs), db[j] += dy[j] (db may be NULL). */
-    void (*norm_cols)(double *dw, double *db, const float *x, const float *dy, int64_t n,
-                      double m, double rs);
+    /* Rows of the norms' weight/bias gradients, in double without fused
+     * multiply-adds (the same bits on every level): for r < nr in order
+     * and j < n, with xr = x + r ld, gr = dy + r ld, m = mean[r] (0 when
+     * mean is NULL), rs = rstd[r]: dw[j] += gr[j] ((xr[j] - m) rs),
+     * db[j] += gr[j] (db may be NULL). */
+    void (*norm_cols)(double *dw, double *db, const float *x, const float *dy, int64_t ld,
+                      int64_t nr, int64_t n, const float *mean, const float *rstd);
     /* For r < nr in order: acc[j] += x[r * ld + j] (kind 0), |x[..]| (1)
      * or x[..]^2 (2), in double, j < n: steps of column sums (no FMA: the
      * same bits on every level). */

@@ -324,23 +324,39 @@ static float NAME(vmax)(const float *x, int64_t n) {
     return v_hmax(acc);
 }
 
+/* Four interleaved chains for long rows (as sum below); rows shorter than
+ * 4 VL (the attention's head dim) use one. */
 static float NAME(dot)(const float *a, const float *b, int64_t n) {
-    V acc = v_zero();
+    V a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
     int64_t j = 0;
-    for (; j + VL <= n; j += VL) acc = v_fmadd(v_load(a + j), v_load(b + j), acc);
+    for (; j + 4 * VL <= n; j += 4 * VL) {
+        a0 = v_fmadd(v_load(a + j), v_load(b + j), a0);
+        a1 = v_fmadd(v_load(a + j + VL), v_load(b + j + VL), a1);
+        a2 = v_fmadd(v_load(a + j + 2 * VL), v_load(b + j + 2 * VL), a2);
+        a3 = v_fmadd(v_load(a + j + 3 * VL), v_load(b + j + 3 * VL), a3);
+    }
+    for (; j + VL <= n; j += VL) a0 = v_fmadd(v_load(a + j), v_load(b + j), a0);
     if (j < n) {
         M mk = v_tailmask(n - j);
-        acc = v_fmadd(v_loadm(a + j, mk), v_loadm(b + j, mk), acc);
+        a0 = v_fmadd(v_loadm(a + j, mk), v_loadm(b + j, mk), a0);
     }
-    return v_hsum(acc);
+    return v_hsum(v_add(v_add(a0, a1), v_add(a2, a3)));
 }
 
+/* Four interleaved vector sums (add latency, not the load, bounds one
+ * chain), combined (0 + 1) + (2 + 3) before the horizontal sum. */
 static float NAME(sum)(const float *x, int64_t n) {
-    V acc = v_zero();
+    V a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
     int64_t j = 0;
-    for (; j + VL <= n; j += VL) acc = v_add(acc, v_load(x + j));
-    if (j < n) acc = v_add(acc, v_loadm(x + j, v_tailmask(n - j)));
-    return v_hsum(acc);
+    for (; j + 4 * VL <= n; j += 4 * VL) {
+        a0 = v_add(a0, v_load(x + j));
+        a1 = v_add(a1, v_load(x + j + VL));
+        a2 = v_add(a2, v_load(x + j + 2 * VL));
+        a3 = v_add(a3, v_load(x + j + 3 * VL));
+    }
+    for (; j + VL <= n; j += VL) a0 = v_add(a0, v_load(x + j));
+    if (j < n) a0 = v_add(a0, v_loadm(x + j, v_tailmask(n - j)));
+    return v_hsum(v_add(v_add(a0, a1), v_add(a2, a3)));
 }
 
 static void NAME(scale)(float *y, int64_t n, float a) {
@@ -355,18 +371,26 @@ static void NAME(scale)(float *y, int64_t n, float a) {
 
 static float NAME(sumsq_dev)(const float *x, int64_t n, float m) {
     const V mv = v_set1(m);
-    V acc = v_zero();
+    V a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
     int64_t j = 0;
+    for (; j + 4 * VL <= n; j += 4 * VL) {
+        V d0 = v_sub(v_load(x + j), mv), d1 = v_sub(v_load(x + j + VL), mv);
+        V d2 = v_sub(v_load(x + j + 2 * VL), mv), d3 = v_sub(v_load(x + j + 3 * VL), mv);
+        a0 = v_fmadd(d0, d0, a0);
+        a1 = v_fmadd(d1, d1, a1);
+        a2 = v_fmadd(d2, d2, a2);
+        a3 = v_fmadd(d3, d3, a3);
+    }
     for (; j + VL <= n; j += VL) {
         V d = v_sub(v_load(x + j), mv);
-        acc = v_fmadd(d, d, acc);
+        a0 = v_fmadd(d, d, a0);
     }
     if (j < n) {
         M mk = v_tailmask(n - j);
         V d = v_and_tail(v_sub(v_loadm(x + j, mk), mv), mk);
-        acc = v_fmadd(d, d, acc);
+        a0 = v_fmadd(d, d, a0);
     }
-    return v_hsum(acc);
+    return v_hsum(v_add(v_add(a0, a1), v_add(a2, a3)));
 }
 
 static void NAME(norm_apply)(float *y, const float *x, int64_t n, float m, float rs,
@@ -381,20 +405,33 @@ static void NAME(norm_apply)(float *y, const float *x, int64_t n, float m, float
     }
 }
 
+/* Two interleaved pairs of sums (the fused add's latency bounds one
+ * chain), combined at the end. */
 static void NAME(norm_bwd_sums)(const float *x, const float *dy, const float *w, int64_t n,
                                 float m, float rs, float *sg, float *sgx) {
     const V mv = v_set1(m), rv = v_set1(rs), one = v_set1(1.0f);
-    V a = v_zero(), c = v_zero();
-    for (int64_t j = 0; j < n; j += VL) {
+    V a0 = v_zero(), c0 = v_zero(), a1 = v_zero(), c1 = v_zero();
+    int64_t j = 0;
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+        V g0 = v_mul(v_load(dy + j), w ? v_load(w + j) : one);
+        V g1 = v_mul(v_load(dy + j + VL), w ? v_load(w + j + VL) : one);
+        V xh0 = v_mul(v_sub(v_load(x + j), mv), rv);
+        V xh1 = v_mul(v_sub(v_load(x + j + VL), mv), rv);
+        a0 = v_add(a0, g0);
+        a1 = v_add(a1, g1);
+        c0 = v_fmadd(g0, xh0, c0);
+        c1 = v_fmadd(g1, xh1, c1);
+    }
+    for (; j < n; j += VL) {
         M mk = v_tailmask(n - j);
         V g = v_mul(v_loadm(dy + j, mk), w ? v_loadm(w + j, mk) : one);
         V xh = v_mul(v_sub(v_loadm(x + j, mk), mv), rv);
         xh = v_and_tail(xh, mk);
-        a = v_add(a, g);
-        c = v_fmadd(g, xh, c);
+        a0 = v_add(a0, g);
+        c0 = v_fmadd(g, xh, c0);
     }
-    *sg = v_hsum(a);
-    *sgx = v_hsum(c);
+    *sg = v_hsum(v_add(a0, a1));
+    *sgx = v_hsum(v_add(c0, c1));
 }
 
 static void NAME(norm_bwd_dx)(float *dx, const float *x, const float *dy, const float *w,
@@ -408,21 +445,34 @@ static void NAME(norm_bwd_dx)(float *dx, const float *x, const float *dy, const 
     }
 }
 
-static void NAME(norm_cols)(double *dw, double *db, const float *x, const float *dy, int64_t n,
-                            double m, double rs) {
-    const VD mv = vd_set1(m), rv = vd_set1(rs);
+/* Rows r < nr in order into each column: every dw[j] gets the same adds
+ * in the same order as one row at a time, but is loaded and stored once
+ * per nr rows, two column vectors at a time (two add chains). */
+static void NAME(norm_cols)(double *dw, double *db, const float *x, const float *dy, int64_t ld,
+                            int64_t nr, int64_t n, const float *mean, const float *rstd) {
     int64_t j = 0;
-    for (; j + VLD <= n; j += VLD) {
-        VD g = vd_from_f32(dy + j);
-        VD xh = vd_mul(vd_sub(vd_from_f32(x + j), mv), rv);
-        vd_store(dw + j, vd_add(vd_load(dw + j), vd_mul(g, xh)));
-        if (db) vd_store(db + j, vd_add(vd_load(db + j), g));
+    for (; j + 2 * VLD <= n; j += 2 * VLD) {
+        VD w0 = vd_load(dw + j), w1 = vd_load(dw + j + VLD);
+        VD b0 = db ? vd_load(db + j) : vd_set1(0.0), b1 = db ? vd_load(db + j + VLD) : vd_set1(0.0);
+        for (int64_t r = 0; r < nr; r++) {
+            const VD mv = vd_set1(mean ? (double)mean[r] : 0.0), rv = vd_set1((double)rstd[r]);
+            const float *xr = x + r * ld + j, *gr = dy + r * ld + j;
+            VD g0 = vd_from_f32(gr), g1 = vd_from_f32(gr + VLD);
+            w0 = vd_add(w0, vd_mul(g0, vd_mul(vd_sub(vd_from_f32(xr), mv), rv)));
+            w1 = vd_add(w1, vd_mul(g1, vd_mul(vd_sub(vd_from_f32(xr + VLD), mv), rv)));
+            b0 = vd_add(b0, g0);
+            b1 = vd_add(b1, g1);
+        }
+        vd_store(dw + j, w0);
+        vd_store(dw + j + VLD, w1);
+        if (db) vd_store(db + j, b0), vd_store(db + j + VLD, b1);
     }
-    for (; j < n; j++) {
-        double g = dy[j];
-        dw[j] += g * (((double)x[j] - m) * rs);
-        if (db) db[j] += g;
-    }
+    for (; j < n; j++)
+        for (int64_t r = 0; r < nr; r++) {
+            double g = dy[r * ld + j], m = mean ? (double)mean[r] : 0.0, rs = rstd[r];
+            dw[j] += g * (((double)x[r * ld + j] - m) * rs);
+            if (db) db[j] += g;
+        }
 }
 
 static void NAME(acc_cols)(double *acc, const float *x, int64_t ld, int64_t nr, int64_t n,
