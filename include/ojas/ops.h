@@ -285,6 +285,19 @@ oj_tensor *oj_cross_entropy(oj_tensor *logits, oj_tensor *targets, int64_t ignor
  * oj_cross_entropy. */
 oj_tensor *oj_nll_loss(oj_tensor *log_probs, oj_tensor *targets, int64_t ignore_index,
                        oj_reduction reduction);
+/* cross_entropy(linear(x, weight), targets) without the [N, V] logits:
+ * x [..., C] float, weight [V, C] (same dtype), targets [...] i64/i32.
+ * Rows are processed in chunks whose logits are freed at once; when a
+ * gradient is wanted, dx and dweight are computed in the forward and kept
+ * by the graph (Liger-Kernel / cut cross-entropy method: Hsu et al. 2024,
+ * Wijmans et al. 2024), so peak memory is O(chunk V + V C + N C), not
+ * O(N V). reduction MEAN or SUM (NONE: OJ_ERR_INVALID_ARGUMENT); returns a
+ * rank-0 f32 tensor (f64 for f64 inputs). ignore_index, label_smoothing
+ * and target errors as oj_cross_entropy. Under autocast the products run
+ * in the autocast dtype and the softmax in f32. */
+oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *targets,
+                                   int64_t ignore_index, double label_smoothing,
+                                   oj_reduction reduction);
 
 /* Scaled dot-product attention: q [B, H, T, D], k [B, Hkv, S, D],
  * v [B, Hkv, S, Dv] (one float dtype) -> [B, H, T, Dv] =

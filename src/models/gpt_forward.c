@@ -139,7 +139,8 @@ static oj_tensor *norm(oj_gpt *m, oj_tensor *x, oj_tensor *w, oj_tensor *bias) {
                                     : oj_rms_norm(x, w, m->cfg.norm_eps);
 }
 
-oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
+/* The final hidden states xf [B, T, C] (after the last norm) of idx. */
+static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     oj_engine *eng = m->eng;
     if (idx == NULL) return NULL;
     if (oj_rank(idx) != 2) {
@@ -193,12 +194,17 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     }
     oj_release(v_first);
     oj_tensor *xf = norm(m, x, m->ln_f_w, m->ln_f_b);
-    oj_tensor *logits = oj_linear(xf, m->wte, NULL); /* tied head: [B, T, V] */
     oj_release(x);
-    oj_release(xf);
-    if (logits) oj_keep(logits);
+    if (xf) oj_keep(xf);
     oj_scope_end(eng);
-    if (logits && cache) cache->len += T;
+    if (xf && cache) cache->len += T;
+    return xf;
+}
+
+oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
+    oj_tensor *xf = gpt_hidden(m, idx, cache);
+    oj_tensor *logits = xf ? oj_linear(xf, m->wte, NULL) : NULL; /* tied head: [B, T, V] */
+    oj_release(xf);
     return logits;
 }
 
@@ -209,14 +215,11 @@ oj_tensor *oj_gpt_forward(oj_gpt *m, oj_tensor *idx) {
 
 oj_tensor *oj_gpt_loss(oj_gpt *m, oj_tensor *idx, oj_tensor *targets) {
     if (m == NULL || targets == NULL) return NULL;
-    oj_tensor *logits = oj__gpt_run(m, idx, NULL);
-    if (logits == NULL) return NULL;
-    int64_t s2[2] = {-1, m->cfg.vocab_size}, s1[1] = {-1};
-    oj_tensor *l2 = oj_reshape(logits, 2, s2), *t1 = oj_reshape(targets, 1, s1);
-    oj_tensor *loss = oj_cross_entropy(l2, t1, -1, 0.0, OJ_REDUCTION_MEAN);
-    oj_release(logits);
-    oj_release(l2);
-    oj_release(t1);
+    /* the tied head and the loss fused: the [B, T, V] logits never exist */
+    oj_tensor *xf = gpt_hidden(m, idx, NULL);
+    if (xf == NULL) return NULL;
+    oj_tensor *loss = oj_linear_cross_entropy(xf, m->wte, targets, -1, 0.0, OJ_REDUCTION_MEAN);
+    oj_release(xf);
     return loss;
 }
 

@@ -125,6 +125,21 @@ def test_cross_entropy(eng, dtype, rng, red, smoothing, shape):
               ref=lambda x, t, *a: _ce_ref(V, smoothing, red)(x, t, *a))
 
 
+@pytest.mark.parametrize("red", ["mean", "sum"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("shape", [(6,), (2, 3)], ids=str)
+def test_linear_cross_entropy(eng, dtype, rng, red, smoothing, shape):
+    # the fused op against torch's cross_entropy(linear(x, w)); loss in f32 (f64)
+    V, C = 7, 5
+    x = rand(rng, shape + (C,), dtype)
+    w = rand(rng, (V, C), dtype)
+    t = _targets(rng, shape, V, -100, "i64" if len(shape) == 1 else "i32")
+    check(eng, "linear_cross_entropy", [x, w, t], -100, smoothing, red,
+          ref=lambda x, w, t, ig, sm, r: F.cross_entropy(
+              F.linear(x, w).reshape(-1, V), t.reshape(-1).long(), ignore_index=ig,
+              label_smoothing=sm, reduction=r))
+
+
 def test_cross_entropy_ignore_index_inside_range(eng, dtype, rng):
     # ignore_index may name a real class: those rows drop out (torch).
     x = rand(rng, (8, 5), dtype)

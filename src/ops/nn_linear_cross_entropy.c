@@ -1,0 +1,192 @@
+/* linear_cross_entropy: cross_entropy(x W^T, targets) without the [N, V]
+ * logits. Rows are taken in chunks; each chunk's logits live only while
+ * its loss and, when a gradient is wanted, its gradients are computed:
+ * dlogits = softmax - onehot (the cross_entropy_backward kernel with
+ * dloss = 1), dx rows = dlogits W, dW += dlogits^T x. The node keeps dx
+ * and dW and its backward only scales them by the incoming gradient (and
+ * 1 / counted rows for MEAN). The method of the "cut cross-entropy" and
+ * Liger-Kernel fused linear cross-entropy (Wijmans et al. 2024; Hsu et
+ * al. 2024): peak memory O(chunk V + V C) instead of O(N V).
+ *
+ * Chunk rows: as many as keep one chunk's logits under 256 MiB (at least
+ * 1), a function of the shapes only, so results are reproducible. The
+ * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+#include "ops/nn_common.h"
+
+static int64_t chunk_rows(int64_t N, int64_t V, size_t es) {
+    const char *env = getenv("OJAS_LCE_CHUNK_ROWS");
+    int64_t r = env && atoll(env) > 0 ? atoll(env) : (int64_t)((256u << 20) / ((size_t)V * es));
+    if (r < 1) r = 1;
+    return r < N ? r : N;
+}
+
+/* saved: 0 dx [N, C] (or absent), 1 dW [V, C] in the accumulation dtype
+ * (or absent). i[0]: has dx, i[1]: has dW; f[0]: scale. */
+static oj_status lce_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    int s = 0;
+    oj_tensor *dx = n->i[0] ? oj__node_saved(n, s++) : NULL;
+    oj_tensor *dw = n->i[1] ? oj__node_saved(n, s++) : NULL;
+    oj_tensor *g = oj_mul_scalar(go[0], n->f[0]); /* rank 0 */
+    if (g == NULL) return oj_last_status(eng);
+    for (int i = 0; i < 2; i++) {
+        oj_tensor *d = i == 0 ? dx : dw;
+        if (!oj__node_needs(n, i) || d == NULL) continue;
+        const oj_edge *e = &n->in[i];
+        oj_tensor *m = oj_mul(d, g);
+        oj_tensor *c = m && m->dtype != e->dtype ? oj_cast(m, e->dtype) : (m ? oj_retain(m) : NULL);
+        gi[i] = c ? oj_reshape(c, e->rank, e->shape) : NULL;
+        oj_release(c);
+        oj_release(m);
+    }
+    oj_release(g);
+    return oj_last_status(eng);
+}
+
+/* The chunk loop: loss[N] (stat dtype), and dx / dw when not NULL. */
+static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor *w,
+                       oj_tensor *t1, int64_t ignore_index, double eps, oj_tensor *loss,
+                       oj_tensor *dx, oj_tensor *dw, int64_t *valid) {
+    const oj_backend *be = eng->backend;
+    int64_t N = x2->shape[0], V = w->shape[0];
+    int64_t R = chunk_rows(N, V, oj_dtype_size(x2->dtype));
+    oj_dtype sdt = loss->dtype;
+    oj_tensor *wt = oj_transpose(w, 0, 1); /* [C, V] view */
+    oj_tensor *one = dx || dw ? oj_full(eng, 0, NULL, sdt, 1.0) : NULL;
+    bool ok = wt && (!(dx || dw) || one);
+    *valid = 0;
+    for (int64_t r0 = 0; ok && r0 < N; r0 += R) {
+        int64_t n = N - r0 < R ? N - r0 : R, zero = 0;
+        oj_tensor *xc = oj_narrow(x2, 0, r0, n), *tc = oj_narrow(t1, 0, r0, n);
+        oj_tensor *lc = oj_narrow(loss, 0, r0, n);
+        oj_tensor *logits = xc ? oj_matmul(xc, wt) : NULL; /* [n, V] */
+        oj_tensor *lse = logits ? oj__tensor_alloc(eng, 1, &n, sdt, op) : NULL;
+        int64_t v = 0;
+        ok = lse && tc && lc &&
+             oj__kernel_ok(eng, be->cross_entropy_forward(eng, lc, lse, logits, tc, ignore_index,
+                                                          eps, &v),
+                           op);
+        *valid += v;
+        oj_tensor *dl = NULL, *ones = NULL;
+        if (ok && (dx || dw)) {
+            int64_t shp[2] = {n, V};
+            dl = oj__tensor_alloc(eng, 2, shp, x2->dtype, op);
+            ones = oj__tensor_view(one, 1, &n, &zero, one->offset);
+            ok = dl && ones &&
+                 oj__kernel_ok(eng, be->cross_entropy_backward(eng, dl, logits, tc, lse, ones, 1.0,
+                                                               ignore_index, eps),
+                               op);
+        }
+        if (ok && dx) { /* dx rows = dlogits W: [n, V] @ [V, C] */
+            oj_tensor *dxc = oj_narrow(dx, 0, r0, n);
+            oj_tensor *p = oj_matmul(dl, w);
+            ok = dxc && p && oj_copy_(dxc, p) == OJ_OK;
+            oj_release(p);
+            oj_release(dxc);
+        }
+        if (ok && dw) { /* dW += dlogits^T x: [V, n] @ [n, C] */
+            oj_tensor *dlt = oj_transpose(dl, 0, 1);
+            oj_tensor *p = dlt ? oj_matmul(dlt, xc) : NULL;
+            ok = p && oj_add_(dw, p) == OJ_OK;
+            oj_release(p);
+            oj_release(dlt);
+        }
+        oj_tensor *tmp[] = {xc, tc, lc, logits, lse, dl, ones};
+        for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+    }
+    oj_release(one);
+    oj_release(wt);
+    return ok;
+}
+
+oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *targets,
+                                   int64_t ignore_index, double label_smoothing,
+                                   oj_reduction reduction) {
+    const char *op = "linear_cross_entropy";
+    oj_tensor *ac_in[3] = {x, weight, targets};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in,
+                 oj_linear_cross_entropy(ac[0], ac[1], ac[2], ignore_index, label_smoothing,
+                                         reduction));
+    oj_engine *eng = oj__ops_engine(op, 3, ac_in);
+    if (eng == NULL) return NULL;
+    if (!oj__nn_check_float(eng, op, "x", x) ||
+        !oj__nn_check_same_dtype(eng, op, "weight", weight, "x", x) ||
+        !oj__nn_check_index(eng, op, "targets", targets) ||
+        !oj__nn_check_reduction(eng, op, (int)reduction))
+        return NULL;
+    if (reduction == OJ_REDUCTION_NONE) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                     "%s: reduction must be mean or sum (per-row losses: use linear + "
+                     "cross_entropy)",
+                     op);
+        return NULL;
+    }
+    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: label_smoothing must be in [0, 1], got %g",
+                     op, label_smoothing);
+        return NULL;
+    }
+    char b1[128], b2[128], b3[128];
+    bool fits = x->rank >= 1 && weight->rank == 2 && x->shape[x->rank - 1] == weight->shape[1] &&
+                targets->rank == x->rank - 1 && weight->shape[0] > 0;
+    for (int d = 0; fits && d < targets->rank; d++) fits = targets->shape[d] == x->shape[d];
+    if (!fits) {
+        oj_set_error(eng, OJ_ERR_SHAPE,
+                     "%s: x %s, weight %s and targets %s do not fit: expected x [..., C], "
+                     "weight [V, C] with V > 0, targets [...]",
+                     op, oj__shape_fmt(b1, sizeof b1, x->rank, x->shape),
+                     oj__shape_fmt(b2, sizeof b2, weight->rank, weight->shape),
+                     oj__shape_fmt(b3, sizeof b3, targets->rank, targets->shape));
+        return NULL;
+    }
+    if (!OJ_KERNEL(eng, cross_entropy_forward, op) || !OJ_KERNEL(eng, cross_entropy_backward, op))
+        return NULL;
+    int64_t N = oj_numel(targets), C = weight->shape[1], V = weight->shape[0];
+    bool want_dx = eng->grad_enabled && x->requires_grad;
+    bool want_dw = eng->grad_enabled && weight->requires_grad;
+    oj_dtype sdt = oj__nn_stat_dtype(x->dtype); /* loss and dW accumulate in f32 (f64) */
+    bool prev = oj_set_grad_enabled(eng, false);
+    int64_t xs[2] = {N, C}, ws[2] = {V, C};
+    oj_tensor *xc = oj__nn_contig(x);
+    oj_tensor *x2 = xc ? oj_reshape(xc, 2, xs) : NULL;
+    oj_tensor *tc = x2 ? oj__nn_contig(targets) : NULL;
+    oj_tensor *t1 = tc ? oj__tensor_view(tc, 1, &N, NULL, tc->offset) : NULL;
+    oj_tensor *loss = t1 ? oj__tensor_alloc(eng, 1, &N, sdt, op) : NULL;
+    oj_tensor *dx = loss && want_dx ? oj__tensor_alloc(eng, 2, xs, x->dtype, op) : NULL;
+    oj_tensor *dw = loss && want_dw ? oj_zeros(eng, 2, ws, sdt) : NULL;
+    int64_t valid = 0;
+    bool ok = loss && (!want_dx || dx) && (!want_dw || dw) &&
+              lce_chunks(eng, op, x2, weight, t1, ignore_index, label_smoothing, loss, dx, dw,
+                         &valid);
+    double scale = reduction == OJ_REDUCTION_MEAN ? (valid > 0 ? 1.0 / (double)valid : NAN) : 1.0;
+    oj_tensor *out = NULL;
+    if (ok) {
+        oj_tensor *s = oj_sum_all(loss);
+        out = s ? oj_mul_scalar(s, scale) : NULL; /* MEAN over no counted row: NaN, as torch */
+        oj_release(s);
+        ok = out != NULL;
+    }
+    oj_set_grad_enabled(eng, prev);
+    if (ok && (want_dx || want_dw)) {
+        oj_node *nd = oj__node_begin(eng, op, lce_backward, 2, x, weight);
+        if (nd) {
+            nd->i[0] = dx != NULL;
+            nd->i[1] = dw != NULL;
+            nd->f[0] = scale;
+            if (dx) oj__nn_save_temp(nd, dx), dx = NULL;
+            if (dw) oj__nn_save_temp(nd, dw), dw = NULL;
+            oj__node_finish(nd, 1, &out);
+        }
+    }
+    oj_tensor *tmp[] = {dx, dw, loss, t1, tc, x2, xc};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+    if (!ok) {
+        oj_release(out);
+        return NULL;
+    }
+    return out;
+}

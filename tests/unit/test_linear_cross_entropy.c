@@ -1,0 +1,168 @@
+// test: linear_cross_entropy equals cross_entropy(linear(x, W)) in value
+// and gradients (f32 and f64, several chunks, ignored rows, label
+// smoothing, mean and sum, an upstream gradient other than 1), works
+// without grad and under bf16 autocast, and refuses bad arguments.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ojas/autograd.h"
+#include "ojas/ops.h"
+
+static oj_engine *new_engine(void) {
+    oj_engine *e = NULL;
+    oj_engine_config cfg = oj_engine_config_default();
+    cfg.seed = 5;
+    cfg.numerics = OJ_NUMERICS_EXACT;
+    assert_int_equal(oj_engine_create(&cfg, &e, NULL), OJ_OK);
+    return e;
+}
+
+enum { B = 3, T = 13, C = 12, V = 23 };
+
+static oj_tensor *make_targets(oj_engine *e, int64_t ignore) {
+    int64_t t[B * T];
+    for (int i = 0; i < B * T; i++) t[i] = i % 7 == 3 ? ignore : (i * 5 + 2) % V;
+    return oj_from_host(e, 2, (int64_t[]){B, T}, OJ_I64, t, sizeof t);
+}
+
+static double max_rel(oj_tensor *a, oj_tensor *b) {
+    int64_t n = oj_numel(b);
+    assert_int_equal(oj_numel(a), n);
+    double m = 0.0, ref = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        double x = oj_item_at(a, i), y = oj_item_at(b, i);
+        if (isnan(x) || isnan(y)) return INFINITY;
+        m = fmax(m, fabs(x - y));
+        ref = fmax(ref, fabs(y));
+    }
+    return m / ref;
+}
+
+static void compare(oj_dtype dt, oj_reduction red, double smoothing, double tol) {
+    oj_engine *e = new_engine();
+    oj_scope_begin(e);
+    oj_tensor *x = oj_rand_normal(e, 3, (int64_t[]){B, T, C}, dt, 0, 1);
+    oj_tensor *w = oj_rand_normal(e, 2, (int64_t[]){V, C}, dt, 0, 0.5);
+    oj_tensor *t = make_targets(e, -100);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    // reference: unfused, times 3 so the upstream gradient is not 1
+    oj_tensor *ref = oj_mul_scalar(oj_cross_entropy(oj_linear(x, w, NULL), t, -100, smoothing, red), 3.0);
+    assert_int_equal(oj_backward(ref, false), OJ_OK);
+    oj_tensor *gx = oj_clone(oj_grad(x)), *gw = oj_clone(oj_grad(w));
+    oj_zero_grad(x);
+    oj_zero_grad(w);
+    oj_tensor *got = oj_mul_scalar(oj_linear_cross_entropy(x, w, t, -100, smoothing, red), 3.0);
+    if (got == NULL) fail_msg("%s", oj_last_error(e));
+    assert_int_equal(oj_rank(got), 0);
+    assert_int_equal(oj_backward(got, false), OJ_OK);
+    double l_ref = oj_item(ref), l_got = oj_item(got);
+    if (!(fabs(l_got - l_ref) <= tol * fabs(l_ref)))
+        fail_msg("loss %.17g vs %.17g", l_got, l_ref);
+    double ex = max_rel(oj_grad(x), gx), ew = max_rel(oj_grad(w), gw);
+    if (!(ex <= tol && ew <= tol)) fail_msg("grad errors dx %g dw %g (tol %g)", ex, ew, tol);
+    assert_int_equal(oj_tensor_dtype(oj_grad(x)), dt);
+    assert_int_equal(oj_tensor_dtype(oj_grad(w)), dt);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    oj_scope_end(e);
+    assert_int_equal(oj_engine_live_tensors(e), 0);
+    oj_engine_free(e);
+}
+
+static void test_matches_unfused(void **state) {
+    (void)state;
+    const char *chunks[] = {"1", "5", "39", "1000"};
+    for (int c = 0; c < 4; c++) {
+        setenv("OJAS_LCE_CHUNK_ROWS", chunks[c], 1);
+        compare(OJ_F32, OJ_REDUCTION_MEAN, 0.0, 2e-6);
+        compare(OJ_F32, OJ_REDUCTION_SUM, 0.1, 2e-6);
+        compare(OJ_F64, OJ_REDUCTION_MEAN, 0.1, 1e-13);
+        compare(OJ_F64, OJ_REDUCTION_SUM, 0.0, 1e-13);
+    }
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+    compare(OJ_F32, OJ_REDUCTION_MEAN, 0.0, 2e-6); // the default chunking
+}
+
+static void test_no_grad_and_autocast(void **state) {
+    (void)state;
+    oj_engine *e = new_engine();
+    oj_scope_begin(e);
+    oj_tensor *x = oj_rand_normal(e, 3, (int64_t[]){B, T, C}, OJ_F32, 0, 1);
+    oj_tensor *w = oj_rand_normal(e, 2, (int64_t[]){V, C}, OJ_F32, 0, 0.5);
+    oj_tensor *t = make_targets(e, -1);
+    oj_set_requires_grad(w, true);
+    double ref = oj_item(oj_cross_entropy(oj_linear(x, w, NULL), t, -1, 0.0, OJ_REDUCTION_MEAN));
+    bool prev = oj_set_grad_enabled(e, false);
+    oj_tensor *l = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    assert_false(oj_requires_grad(l));
+    assert_true(fabs(oj_item(l) - ref) <= 2e-6 * fabs(ref));
+    oj_set_grad_enabled(e, prev);
+    oj_set_autocast(e, true, OJ_BF16);
+    oj_tensor *lb = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    oj_set_autocast(e, false, OJ_BF16);
+    assert_int_equal(oj_tensor_dtype(lb), OJ_F32);
+    assert_true(fabs(oj_item(lb) - ref) <= 2e-2 * fabs(ref));
+    assert_int_equal(oj_backward(lb, false), OJ_OK);
+    assert_int_equal(oj_tensor_dtype(oj_grad(w)), OJ_F32); // through the autocast cast
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    oj_scope_end(e);
+    oj_engine_free(e);
+}
+
+static void test_bad_arguments(void **state) {
+    (void)state;
+    oj_engine *e = new_engine();
+    oj_scope_begin(e);
+    oj_tensor *x = oj_rand_normal(e, 2, (int64_t[]){4, C}, OJ_F32, 0, 1);
+    oj_tensor *w = oj_rand_normal(e, 2, (int64_t[]){V, C}, OJ_F32, 0, 1);
+    oj_tensor *w64 = oj_cast(w, OJ_F64);
+    oj_tensor *wbad = oj_rand_normal(e, 2, (int64_t[]){V, C + 1}, OJ_F32, 0, 1);
+    int64_t tv[4] = {0, 1, 2, 3}, tbad[4] = {0, 1, V, 3}, tign[4] = {-1, -1, -1, -1};
+    oj_tensor *t = oj_from_host(e, 1, (int64_t[]){4}, OJ_I64, tv, sizeof tv);
+    oj_tensor *to = oj_from_host(e, 1, (int64_t[]){4}, OJ_I64, tbad, sizeof tbad);
+    oj_tensor *ti = oj_from_host(e, 1, (int64_t[]){4}, OJ_I64, tign, sizeof tign);
+    struct {
+        oj_tensor *x, *w, *t;
+        oj_reduction r;
+        double eps;
+        oj_status want;
+    } cases[] = {
+        {x, w, t, OJ_REDUCTION_NONE, 0.0, OJ_ERR_INVALID_ARGUMENT},
+        {x, wbad, t, OJ_REDUCTION_MEAN, 0.0, OJ_ERR_SHAPE},
+        {x, w64, t, OJ_REDUCTION_MEAN, 0.0, OJ_ERR_DTYPE},
+        {x, w, x, OJ_REDUCTION_MEAN, 0.0, OJ_ERR_DTYPE},
+        {x, w, to, OJ_REDUCTION_MEAN, 0.0, OJ_ERR_OUT_OF_RANGE},
+        {x, w, t, OJ_REDUCTION_MEAN, 1.5, OJ_ERR_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        oj_tensor *l = oj_linear_cross_entropy(cases[i].x, cases[i].w, cases[i].t, -1,
+                                               cases[i].eps, cases[i].r);
+        assert_null(l);
+        if (oj_last_status(e) != cases[i].want)
+            fail_msg("case %zu: status %d (%s)", i, oj_last_status(e), oj_last_error(e));
+        assert_non_null(strstr(oj_last_error(e), "cross_entropy"));
+        oj_clear_error(e);
+    }
+    // every row ignored: MEAN is NaN (0/0), SUM is 0, as torch
+    assert_true(isnan(oj_item(oj_linear_cross_entropy(x, w, ti, -1, 0.0, OJ_REDUCTION_MEAN))));
+    assert_true(oj_item(oj_linear_cross_entropy(x, w, ti, -1, 0.0, OJ_REDUCTION_SUM)) == 0.0);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    oj_scope_end(e);
+    oj_engine_free(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_unfused),
+        cmocka_unit_test(test_no_grad_and_autocast),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
