@@ -242,6 +242,39 @@ static pr cpu_result(pr p) {
     return q;
 }
 
+/* Normwise comparison for outputs whose rounding differs by design (the
+ * CUDA tensor-core attention): ||g - c|| <= rtol ||c|| and max |g - c| <=
+ * rtol max |c|; g and c may differ in dtype (bf16 vs an f32 reference).
+ * NaN never passes; infinities must match. */
+static void cmp_norm(oj_tensor *g, oj_tensor *c, double rtol, const char *what) {
+    assert_non_null(g);
+    assert_non_null(c);
+    if (oj_numel(g) != oj_numel(c)) fail_msg("%s: sizes differ", what);
+    int64_t n = oj_numel(c);
+    double *dg = to_doubles(g), *dc = to_doubles(c);
+    double num = 0, den = 0, mx = 0, mxerr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = dg[i], b = dc[i];
+        if (isnan(a) || isnan(b) || ((isinf(a) || isinf(b)) && a != b)) {
+            free(dg);
+            free(dc);
+            fail_msg("%s: element %lld: cuda %.9g, cpu %.9g", what, (long long)i, a, b);
+        }
+        if (isinf(b)) continue;
+        num += (a - b) * (a - b);
+        den += b * b;
+        if (fabs(b) > mx) mx = fabs(b);
+        if (fabs(a - b) > mxerr) mxerr = fabs(a - b);
+    }
+    free(dg);
+    free(dc);
+    double rel = sqrt(num) / (sqrt(den) + 1e-300);
+    if (!(sqrt(num) <= rtol * sqrt(den)) || !(mxerr <= rtol * mx))
+        fail_msg("%s: ||cuda - cpu|| / ||cpu|| = %.3g, max |cuda - cpu| = %.3g, max |cpu| = %.3g "
+                 "(rtol %g)",
+                 what, rel, mxerr, mx, rtol);
+}
+
 /* Tolerance for float outputs of dtype dt computed alike on both sides. */
 static double tol(oj_dtype dt, double f32) {
     switch (dt) {
@@ -836,7 +869,11 @@ static void one_attention(const attn_case *c, double rtol) {
     snprintf(what, sizeof what, "attention forward B%lld H%lld/%lld T%lld S%lld D%lld/%lld %s%s mask %d",
              (long long)B, (long long)H, (long long)Hkv, (long long)Tq, (long long)S, (long long)D,
              (long long)Dv, oj_dtype_name(dt), c->causal ? " causal" : "", c->mask);
-    cmp(out, rtol, what);
+    /* bf16/f16 take the tensor-core path (p and ds rounded to 16 bits, as
+     * FlashAttention-2): compared normwise, see cmp_norm */
+    bool half = dt == OJ_BF16 || dt == OJ_F16;
+    if (half) cmp_norm(out.t[1], out.t[0], 2e-2, what);
+    else cmp(out, rtol, what);
     cmp(lse, rtol, "attention lse");
     /* backward from the CPU's out and lse, dout strided */
     pr oc = cpu_result(out), lc = cpu_result(lse);
@@ -848,14 +885,21 @@ static void one_attention(const attn_case *c, double rtol) {
     BOTH(E->backend->attention_backward(E, T(dq), T(dk), T(dv), T(g), T(q), T(k), T(v), T(oc),
                                         T(lc), c->mask ? T(mask) : NULL, c->causal, scale));
     snprintf(what + strlen(what), sizeof what - strlen(what), " dq");
-    cmp(dq, rtol, what);
-    cmp(dk, rtol, "attention dk");
-    cmp(dv, rtol, "attention dv");
+    if (half) {
+        cmp_norm(dq.t[1], dq.t[0], 3e-2, what);
+        cmp_norm(dk.t[1], dk.t[0], 3e-2, "attention dk");
+        cmp_norm(dv.t[1], dv.t[0], 3e-2, "attention dv");
+    } else {
+        cmp(dq, rtol, what);
+        cmp(dk, rtol, "attention dk");
+        cmp(dv, rtol, "attention dv");
+    }
     /* only dk (dq and dv not wanted) */
     pr dk2 = empty(4, (int64_t[4]){B, Hkv, S, D}, dt);
     BOTH(E->backend->attention_backward(E, NULL, T(dk2), NULL, T(g), T(q), T(k), T(v), T(oc),
                                         T(lc), c->mask ? T(mask) : NULL, c->causal, scale));
-    cmp(dk2, rtol, "attention dk only");
+    if (half) cmp_norm(dk2.t[1], dk2.t[0], 3e-2, "attention dk only");
+    else cmp(dk2, rtol, "attention dk only");
 }
 
 static void test_attention(void **state) {
@@ -1264,6 +1308,147 @@ static void test_exact_bit_identical(void **state) {
     SIDE = 0;
 }
 
+/* The values rounded to dt: dt on the CUDA engine, f32 on the CPU engine
+ * (an f32 reference on exactly the GPU's inputs). */
+static pr up_ref(int rank, const int64_t *shape, oj_dtype dt, double *vals) {
+    int64_t n = numel_of(rank, shape);
+    unsigned char tmp[8];
+    for (int64_t i = 0; i < n; i++) {
+        host_store(tmp, dt, vals[i]);
+        vals[i] = host_load(tmp, dt);
+    }
+    pr hi = up(rank, shape, dt, vals), lo = up(rank, shape, OJ_F32, vals);
+    pr p = {{lo.t[0], hi.t[1]}};
+    return p;
+}
+static pr rnd_ref(int rank, const int64_t *shape, oj_dtype dt) {
+    int64_t n = numel_of(rank, shape);
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = nzrand(-1, 1);
+    pr p = up_ref(rank, shape, dt, v);
+    free(v);
+    return p;
+}
+/* An output pair: dt (NaN-poisoned) on the CUDA engine, f32 on the CPU. */
+static pr empty_ref(int rank, const int64_t *shape, oj_dtype dt) {
+    pr a = empty(rank, shape, dt), b = empty(rank, shape, OJ_F32);
+    pr p = {{b.t[0], a.t[1]}};
+    return p;
+}
+
+typedef struct {
+    int64_t B, H, Hkv, T, S, D;
+    bool causal;
+    bool packed; /* q, k, v views of one [B, T, 3, H, D] buffer (H == Hkv, T == S) */
+    oj_dtype dt;
+} tc_case;
+
+/* One case of the tensor-core attention (bf16/f16, D in {64, 128}, no mask)
+ * against the CPU in f32 on the same rounded inputs: out (2e-2) and lse,
+ * then dq/dk/dv (3e-2) from dout given as a strided view, and a second
+ * backward that must give the same bytes. */
+static void one_attention_tc(const tc_case *c) {
+    int64_t B = c->B, H = c->H, Hkv = c->Hkv, Tq = c->T, S = c->S, D = c->D;
+    oj_dtype dt = c->dt;
+    pr q, k, v;
+    if (c->packed) {
+        pr qkv = rnd_ref(5, (int64_t[5]){B, Tq, 3, H, D}, dt);
+        pr part[3];
+        for (int w = 0; w < 3; w++) {
+            for (int s = 0; s < 2; s++)
+                assert_non_null(part[w].t[s] = oj_select(qkv.t[s], 2, w)); /* [B, T, H, D] */
+            part[w] = perm(part[w], 4, (int[4]){0, 2, 1, 3});
+        }
+        q = part[0];
+        k = part[1];
+        v = part[2];
+    } else {
+        q = rnd_ref(4, (int64_t[4]){B, H, Tq, D}, dt);
+        k = rnd_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
+        v = rnd_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    }
+    double scale = 1.0 / sqrt((double)D);
+    pr out = empty_ref(4, (int64_t[4]){B, H, Tq, D}, dt);
+    pr lse = empty(3, (int64_t[3]){B, H, Tq}, OJ_F32);
+    BOTH(E->backend->attention_forward(E, T(out), T(lse), T(q), T(k), T(v), NULL, c->causal,
+                                       scale));
+    char what[160];
+    int len = snprintf(what, sizeof what, "tc attention B%lld H%lld/%lld T%lld S%lld D%lld %s%s%s",
+                       (long long)B, (long long)H, (long long)Hkv, (long long)Tq, (long long)S,
+                       (long long)D, oj_dtype_name(dt), c->causal ? " causal" : "",
+                       c->packed ? " packed" : "");
+    snprintf(what + len, sizeof what - (size_t)len, " out");
+    cmp_norm(out.t[1], out.t[0], 2e-2, what);
+    snprintf(what + len, sizeof what - (size_t)len, " lse");
+    cmp_tensors(lse.t[1], lse.t[0], 1e-4, false, what);
+    if (c->causal && Tq > S) { /* query 0 sees no key: out exactly 0, lse -inf */
+        double *o = to_doubles(out.t[1]), *l = to_doubles(lse.t[1]);
+        for (int64_t d = 0; d < D; d++)
+            if (o[d] != 0) fail_msg("%s: out[0, 0, 0, %lld] = %g, not 0", what, (long long)d, o[d]);
+        if (!(isinf(l[0]) && l[0] < 0)) fail_msg("%s: lse[0] = %g, not -inf", what, l[0]);
+        free(o);
+        free(l);
+    }
+    /* backward from the CPU's out (rounded to dt on the GPU) and lse */
+    double *ov = to_doubles(out.t[0]);
+    pr oc = up_ref(4, (int64_t[4]){B, H, Tq, D}, dt, ov);
+    free(ov);
+    pr lc = cpu_result(lse);
+    pr g0 = rnd_ref(4, (int64_t[4]){B, Tq, H, D}, dt);
+    pr g = perm(g0, 4, (int[4]){0, 2, 1, 3});
+    pr dq = empty_ref(4, (int64_t[4]){B, H, Tq, D}, dt);
+    pr dk = empty_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    pr dv = empty_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    BOTH(E->backend->attention_backward(E, T(dq), T(dk), T(dv), T(g), T(q), T(k), T(v), T(oc),
+                                        T(lc), NULL, c->causal, scale));
+    const char *names[3] = {" dq", " dk", " dv"};
+    pr *grads[3] = {&dq, &dk, &dv};
+    for (int w = 0; w < 3; w++) {
+        snprintf(what + len, sizeof what - (size_t)len, "%s", names[w]);
+        cmp_norm(grads[w]->t[1], grads[w]->t[0], 3e-2, what);
+    }
+    /* rerun: bit-identical (no atomics) */
+    pr dq2 = empty(4, (int64_t[4]){B, H, Tq, D}, dt);
+    pr dk2 = empty(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    pr dv2 = empty(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    SIDE = 1;
+    assert_int_equal(E->backend->attention_backward(E, T(dq2), T(dk2), T(dv2), T(g), T(q), T(k),
+                                                    T(v), T(oc), T(lc), NULL, c->causal, scale),
+                     OJ_OK);
+    SIDE = 0;
+    snprintf(what + len, sizeof what - (size_t)len, " rerun dq");
+    same_bits(dq2.t[1], dq.t[1], what);
+    snprintf(what + len, sizeof what - (size_t)len, " rerun dk");
+    same_bits(dk2.t[1], dk.t[1], what);
+    snprintf(what + len, sizeof what - (size_t)len, " rerun dv");
+    same_bits(dv2.t[1], dv.t[1], what);
+}
+
+static void test_attention_tc(void **state) {
+    (void)state;
+    tc_case cases[] = {
+        {1, 1, 1, 1, 1, 64, true, false, OJ_BF16},
+        {1, 2, 2, 7, 7, 64, false, false, OJ_BF16},
+        {1, 2, 2, 7, 7, 128, true, false, OJ_F16},
+        {1, 2, 1, 64, 64, 128, true, false, OJ_BF16},
+        {2, 2, 2, 65, 65, 64, true, false, OJ_F16},
+        {2, 2, 1, 65, 65, 128, false, false, OJ_BF16},
+        {2, 2, 2, 200, 200, 128, false, false, OJ_BF16},
+        {1, 2, 2, 200, 200, 64, true, false, OJ_F16},
+        {1, 2, 1, 1024, 1024, 64, true, false, OJ_BF16},
+        {1, 1, 1, 1024, 1024, 128, false, false, OJ_F16},
+        {1, 1, 1, 1024, 1024, 128, true, false, OJ_BF16},
+        {1, 4, 2, 3, 130, 128, true, false, OJ_BF16},   /* decode-like, bottom-right causal */
+        {1, 2, 2, 3, 130, 64, false, false, OJ_F16},
+        {1, 2, 1, 130, 70, 64, true, false, OJ_BF16},   /* T > S: rows with no visible key */
+        {2, 8, 2, 100, 100, 64, true, false, OJ_BF16},  /* GQA */
+        {1, 8, 2, 65, 97, 128, false, false, OJ_F16},   /* GQA, T != S */
+        {2, 3, 3, 77, 77, 64, true, true, OJ_BF16},     /* q/k/v views of [B, T, 3, H, D] */
+        {1, 2, 2, 130, 130, 128, false, true, OJ_F16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_attention_tc(&cases[i]);
+}
+
 int main(void) {
     oj_engine_config c = oj_engine_config_default();
     c.device = (oj_device){OJ_DEVICE_CUDA, 0};
@@ -1303,6 +1488,7 @@ int main(void) {
         T_(test_ops_conv_index_backward),
         T_(test_mixed_devices_refused),
         T_(test_exact_bit_identical),
+        T_(test_attention_tc),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -618,6 +618,20 @@ template <int D> __global__ void __launch_bounds__(FA_THREADS) k_fa_dkv(attn_arg
 
 /* ---------------------------------------------------------------- host */
 
+/* The tensor-core path (cuda_attention_tc.cu): bf16/f16, no mask, D == Dv
+ * in {64, 128}, 16-byte aligned rows; `more` are the other tensors it reads
+ * or writes (out; dout, dq, dk, dv), NULL ones skipped. */
+bool oj_cuda_attention_tc_ok(const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                             const oj_tensor *mask, const oj_tensor *const *more, int nmore);
+oj_status oj_cuda_attention_tc_forward(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
+                                       const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                       bool is_causal, double scale);
+oj_status oj_cuda_attention_tc_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *dk,
+                                        oj_tensor *dv, const oj_tensor *dout, const oj_tensor *q,
+                                        const oj_tensor *k, const oj_tensor *v,
+                                        const oj_tensor *out, const oj_tensor *lse,
+                                        bool is_causal, double scale);
+
 static void fill_strides(int64_t *dst, const oj_tensor *t) {
     for (int d = 0; d < 4; d++) dst[d] = t ? t->stride[d] : 0;
 }
@@ -773,6 +787,9 @@ oj_status oj_cuda_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *l
     a.sdt = lse ? (int)lse->dtype : 0;
     a.ses = lse ? (int)oj_dtype_size(lse->dtype) : 0;
     if (a.B * a.H * a.T == 0) return OJ_OK;
+    const oj_tensor *more[1] = {out};
+    if (oj_cuda_attention_tc_ok(q, k, v, mask, more, 1))
+        return oj_cuda_attention_tc_forward(eng, out, lse, q, k, v, is_causal, scale);
     return q->dtype == OJ_F64 ? forward_t<double>(eng, a) : forward_t<float>(eng, a);
 }
 
@@ -842,6 +859,10 @@ oj_status oj_cuda_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *d
     }
     bool want_dq = dq != NULL, want_dkv = dk != NULL || dv != NULL;
     if (!want_dq && !want_dkv) return OJ_OK;
+    const oj_tensor *more[4] = {dout, dq, dk, dv};
+    if (oj_cuda_attention_tc_ok(q, k, v, mask, more, 4))
+        return oj_cuda_attention_tc_backward(eng, dq, dk, dv, dout, q, k, v, out, lse, is_causal,
+                                             scale);
     return q->dtype == OJ_F64 ? backward_t<double>(eng, a, want_dq, want_dkv)
                               : backward_t<float>(eng, a, want_dq, want_dkv);
 }
