@@ -7,7 +7,8 @@
 // cross-entropy against the double path, through the public ops on an
 // engine pinned to each level; the GEMM (EXACT: the in-order f32 sum bit
 // for bit on every level); the optimizer updates (Adam/AdamW, SGD, Muon,
-// apply) bit for bit against a plain loop on every level and thread count.
+// apply) bit for bit against a plain loop on every level and thread count;
+// the transpose on every level.
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -578,6 +579,35 @@ static void test_optim_levels(void **state) {
     free(p0), free(g), free(m0), free(v0), free(pr), free(mr), free(vr), free(out);
 }
 
+/* transpose: exact on every level, tiles and edges (sizes around 16) */
+static void test_transpose_levels(void **state) {
+    (void)state;
+    oj_cpu_isa lv[3];
+    int nl = levels(lv);
+    const int64_t sizes[] = {1, 7, 16, 17, 32, 45, 256};
+    float *src = malloc(300 * 300 * sizeof(float)), *dst = malloc(300 * 300 * sizeof(float));
+    for (int i = 0; i < 300 * 300; i++) src[i] = (float)i;
+    for (int l = 0; l < nl; l++)
+        for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
+            for (size_t b = 0; b < sizeof sizes / sizeof *sizes; b++) {
+                int64_t rows = sizes[a], cols = sizes[b], lds = cols + 3, ldd = rows + 5;
+                memset(dst, 0xff, 300 * 300 * sizeof(float));
+                oj_simd_for(lv[l])->transpose(dst, ldd, src, lds, rows, cols);
+                for (int64_t c = 0; c < cols; c++)
+                    for (int64_t j = 0; j < ldd; j++) {
+                        float want = j < rows ? src[j * lds + c] : dst[c * ldd + j];
+                        if (j >= rows) {
+                            uint32_t u;
+                            memcpy(&u, &dst[c * ldd + j], 4);
+                            assert_int_equal(u, 0xffffffffu); /* nothing past rows written */
+                        } else {
+                            assert_true(dst[c * ldd + j] == want);
+                        }
+                    }
+            }
+    free(src), free(dst);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp_accuracy),
@@ -588,6 +618,7 @@ int main(void) {
         cmocka_unit_test(test_rows_levels),
         cmocka_unit_test(test_gemm_levels),
         cmocka_unit_test(test_optim_levels),
+        cmocka_unit_test(test_transpose_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,10 +56,15 @@ static rows_f32 head_rows(const oj_tensor *t, int64_t b, int64_t h, int64_t n, f
 }
 
 /* mt [cols, n] = transpose of rows 0..n of head (b, h) of t. */
-static void head_transpose(const oj_tensor *t, int64_t b, int64_t h, int64_t n, float *mt) {
+static void head_transpose(const oj_simd *sd, const oj_tensor *t, int64_t b, int64_t h, int64_t n,
+                           float *mt) {
     const int64_t *s = t->stride;
     const float *p = (const float *)oj__nn_base(t) + b * s[0] + h * s[1];
     int64_t cols = t->shape[3];
+    if (unit_rows(t)) {
+        sd->transpose(mt, n, p, s[2], n, cols);
+        return;
+    }
     for (int64_t j = 0; j < n; j++) {
         const float *r = p + j * s[2];
         for (int64_t c = 0; c < cols; c++) mt[c * n + j] = r[c * s[3]];
@@ -132,7 +137,7 @@ static void fwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
     for (int64_t bh = begin; bh < end; bh++) {
         int64_t b = bh / g->H, h = bh % g->H, hk = h / g->group;
         int64_t kend_all = oj_attn_keys_visible(g, 0, g->T);
-        head_transpose(g->k, b, hk, kend_all, kt);
+        head_transpose(sd, g->k, b, hk, kend_all, kt);
         rows_f32 vr = head_rows(g->v, b, hk, kend_all, vbuf);
         int64_t ldk = kend_all; /* kt row stride */
         for (int64_t i0 = 0; i0 < g->T; i0 += TQ) {
@@ -250,8 +255,8 @@ static void bwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
     for (int64_t bk = begin; bk < end; bk++) {
         int64_t b = bk / g->Hkv, hk = bk % g->Hkv;
         int64_t kend_all = oj_attn_keys_visible(g, 0, g->T);
-        head_transpose(g->k, b, hk, kend_all, kt);
-        head_transpose(g->v, b, hk, kend_all, vt);
+        head_transpose(sd, g->k, b, hk, kend_all, kt);
+        head_transpose(sd, g->v, b, hk, kend_all, vt);
         rows_f32 kr = head_rows(g->k, b, hk, kend_all, kbuf);
         int64_t ld = kend_all;
         memset(dka, 0, (size_t)(S * D) * sizeof(float));

@@ -197,6 +197,17 @@ static void sc_norm_cols(double *dw, double *db, const float *x, const float *dy
     }
 }
 
+/* Transpose in 8 x 8 tiles (both sides stay in a few cache lines). */
+static void sc_transpose(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                         int64_t cols) {
+    for (int64_t j0 = 0; j0 < rows; j0 += 8)
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            int64_t j1 = j0 + 8 < rows ? j0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t j = j0; j < j1; j++) dst[c * ldd + j] = src[j * lds + c];
+        }
+}
+
 static void sc_acc_cols(double *acc, const float *x, int64_t ld, int64_t nr, int64_t n,
                         int kind) {
     for (int64_t r = 0; r < nr; r++)
@@ -256,6 +267,7 @@ static const oj_simd scalar_table = {
     .norm_cols = sc_norm_cols,
     .acc_cols = sc_acc_cols,
     .softmax_bwd = sc_softmax_bwd,
+    .transpose = sc_transpose,
     .unary = sc_unary,
     .unary_grad = sc_unary_grad,
     .binary = sc_binary,
@@ -324,6 +336,41 @@ static inline __m512 avx512_recip(__m512 a) {
 #define v_i_sub(a, b) _mm512_sub_epi32(a, b)
 #define v_pow2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23))
 #define v_scalef(p, n) _mm512_scalef_ps(p, n)
+/* 16 x 16 in-register transpose (unpack, then shuffles of 32-bit pairs
+ * and of 128-bit lanes), for the transpose entry's full tiles */
+#define v_transpose16 avx512_tr16
+static inline void avx512_tr16(const float *src, int64_t lds, float *dst, int64_t ldd) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i++) {
+        int g = i / 4, j = i % 4;
+        t[i] = _mm512_shuffle_f32x4(r[8 * g + j], r[8 * g + 4 + j], 0x88);
+        t[i + 8] = _mm512_shuffle_f32x4(r[8 * g + j], r[8 * g + 4 + j], 0xdd);
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[4 + j], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[4 + j], 0xdd);
+        r[j + 4] = _mm512_shuffle_f32x4(t[8 + j], t[12 + j], 0x88);
+        r[j + 12] = _mm512_shuffle_f32x4(t[8 + j], t[12 + j], 0xdd);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
 #define v_gt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
 #define v_ge(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
 #define v_lt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
@@ -380,6 +427,7 @@ static inline __m512 avx512_recip(__m512 a) {
 #undef v_i_sub
 #undef v_pow2
 #undef v_scalef
+#undef v_transpose16
 #undef v_gt
 #undef v_ge
 #undef v_lt

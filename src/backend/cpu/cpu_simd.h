@@ -96,6 +96,10 @@ typedef struct oj_simd {
      * (y = log-softmax): dx[j] = dy[j] - exp(y[j]) s. */
     void (*softmax_bwd)(float *dx, const float *y, const float *dy, int64_t n, float s,
                         bool log);
+    /* dst[c * ldd + j] = src[j * lds + c] for j < rows, c < cols (a
+     * transpose; exact, the same on every level). */
+    void (*transpose)(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                      int64_t cols);
     /* y[j] = f(x[j]; a, b) (y may equal x). */
     void (*unary)(oj_simd_fn f, float *y, const float *x, int64_t n, float a, float b);
     /* dx[j] = dy[j] * f'(x[j]) given y = f(x) (for EXP, SIGMOID, TANH, SQRT,

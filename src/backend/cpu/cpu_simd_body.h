@@ -619,6 +619,29 @@ static void NAME(binary)(oj_simd_bin op, float *out, const float *a, int64_t a_s
 }
 #undef OJ_BIN_CASE
 
+/* Full 16 x 16 tiles in registers where the level has them, the rest
+ * (and other levels) in 8 x 8 scalar tiles. */
+static void NAME(transpose)(float *dst, int64_t ldd, const float *src, int64_t lds,
+                            int64_t rows, int64_t cols) {
+    int64_t r16 = 0, c16 = 0;
+#ifdef v_transpose16
+    r16 = rows / 16 * 16, c16 = cols / 16 * 16;
+    for (int64_t j0 = 0; j0 < r16; j0 += 16)
+        for (int64_t c0 = 0; c0 < c16; c0 += 16)
+            v_transpose16(src + j0 * lds + c0, lds, dst + c0 * ldd + j0, ldd);
+#endif
+    /* the columns right of the tiles, for the tiled rows; then the rest */
+    for (int64_t j0 = 0; j0 < r16; j0 += 8)
+        for (int64_t c = c16; c < cols; c++)
+            for (int64_t j = j0; j < j0 + 8; j++) dst[c * ldd + j] = src[j * lds + c];
+    for (int64_t j0 = r16; j0 < rows; j0 += 8)
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            int64_t j1 = j0 + 8 < rows ? j0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t j = j0; j < j1; j++) dst[c * ldd + j] = src[j * lds + c];
+        }
+}
+
 static const oj_simd NAME(table) = {
     .isa = NAME(isa_level),
     .rowdot = NAME(rowdot),
@@ -636,6 +659,7 @@ static const oj_simd NAME(table) = {
     .norm_cols = NAME(norm_cols),
     .acc_cols = NAME(acc_cols),
     .softmax_bwd = NAME(softmax_bwd),
+    .transpose = NAME(transpose),
     .unary = NAME(unary),
     .unary_grad = NAME(unary_grad),
     .binary = NAME(binary),
