@@ -21,6 +21,7 @@
 # PROFILE_TRAIN_STEPS / PROFILE_TRAIN_WARMUP change the 5 + 3 steps;
 # PROFILE_DTYPES="f32 bf16" picks the compute dtypes (default f32);
 # OJAS_BENCH_PHASES=1 adds per-phase wall/user/sys times (src/train/bench.c).
+# PROFILE_DECODE=0 skips the batch-1 decode benchmark (bench_gpu_decode).
 # Budget: stops starting new stages after PROFILE_BUDGET seconds (default 450), each
 # stage under a timeout, so the whole run stays within 8 minutes.
 set -uo pipefail
@@ -87,7 +88,7 @@ t=$(date +%s)
 if ! { cmake -S . -B build-gpu "${gen[@]}" -DOJAS_CUDA=ON -DOJAS_BENCH=ON -DOJAS_TESTS=ON \
          -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_COMPILER="$NVCC" "${cmake_extra[@]}" &&
        cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt \
-         bench_gpu_ops bench_gpu_train ojas_cli; } > "$O/build.log" 2>&1; then
+         bench_gpu_ops bench_gpu_train bench_gpu_decode ojas_cli; } > "$O/build.log" 2>&1; then
   grep -E "error|Error" "$O/build.log" | head -30
   note "FAIL: build (build.log)"; finish 1
 fi
@@ -153,5 +154,14 @@ for p in gpt2-124m nanolab-124m; do
   grep -E "^phase|== host time" "$O/train_${p}_$dt.log" | tail -7
 done
 done
+# ---------------------------------------------------------------- decode
+if [ "${PROFILE_DECODE:-1}" = 1 ]; then
+  for dt in ${PROFILE_DTYPES:-f32}; do
+    t=$(date +%s)
+    OJAS_CUDA_PROFILE=0 timeout "$(tmo 90)" build-gpu/bin/bench_gpu_decode 3 cuda "$dt" >> "$O/train.jsonl" \
+      2> "$O/decode_$dt.log"
+    note "bench_gpu_decode $dt: exit $? in $(( $(date +%s) - t )) s"
+  done
+fi
 cat "$O/train.jsonl"
 finish 0
