@@ -1,8 +1,15 @@
 /* CUDA elementwise kernels: copy/cast (with broadcast strides), fill, unary
- * (+ backward), binary, where, and the Philox random fill. Every value goes
- * through double exactly as in the CPU kernels (cpu_elementwise.c), except
- * f32 add/sub/mul/div, computed in float: IEEE float results of those are
- * the same bits as the double computation rounded to float. */
+ * (+ backward), binary, where, and the Philox random fill.
+ *
+ * Fast paths (below) for f32/bf16/f16 operands of one dtype laid out as
+ * rows x cols compute in float (scalar_ops.h's float definitions;
+ * add/sub/mul/div explicitly rounded, so f32 results are the CPU's bits),
+ * and strided same-dtype copies run as memcpy, row copies or transposing
+ * tiles. Everything else (f64, integers, mixed dtypes, other layouts) goes
+ * through the generic strided iterator and double, exactly as the CPU
+ * kernels (cpu_elementwise.c), except f32 add/sub/mul/div, computed in
+ * float: IEEE float results of those are the same bits as the double
+ * computation rounded to float. */
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -82,6 +89,421 @@ static const char *binary_name(oj_binary_op op) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
          i += (int64_t)gridDim.x * blockDim.x)
 
+/* ---------------------------------------------------------------- fast paths
+ * Chosen on the host per call from the merged iteration (oj_cu_iter_init
+ * drops size-1 dims and merges dims every operand steps through as one).
+ * When that leaves at most two dims (rows x cols), every operand is dense
+ * along cols (or takes one value per row) and steps through rows by any
+ * stride (0: a row broadcast over rows), the kernel k_ew walks rows x cols
+ * with no index division, N = 16 / element size elements per thread, as
+ * one 16-byte load/store per operand when all of them are aligned (scalar
+ * loads otherwise, e.g. a view at an odd offset), computing in float.
+ * That covers dense tensors (one row of numel), [N, C] op [C], [B, T, C]
+ * op [C] and [N, C] op [N, 1], for f32/bf16/f16 operands of one dtype.
+ * f64 and mixed or integer dtypes keep the generic double path below.
+ *
+ * Bytes moved per element (estimates until measured on the H200; copy
+ * bandwidth 4.1 TB/s, target >= 3.5 TB/s for large tensors):
+ *   unary f32 8 B (read, write): 50 M elements = 400 MB, ~0.10 ms;
+ *   unary backward 12 B (x or y, dy, dx; the operand the gradient of that
+ *     op does not read is not loaded): gelu backward of 50 M, ~0.15 ms;
+ *   binary 12 B dense, 8 B with a broadcast row (read from cache);
+ *   cast f32 -> bf16 6 B; bf16 tensors half of the f32 figures.
+ * FLOPs are negligible against bytes except gelu/erf/pow (~20-40 float
+ * instructions per element; at 4 B/element bf16 the H200 issues ~30
+ * per element at full bandwidth, so bf16 gelu may be compute-bound). */
+
+struct ew_in {
+    const char *p;
+    int64_t rs; /* row stride, elements (0: the same row for every row) */
+    int bc;     /* 1: one value per row (column stride 0) */
+};
+struct ew_geom {
+    int64_t rows, cols;
+    char *out;
+    int64_t ors; /* output row stride, elements */
+    int vec;     /* every operand aligned for N-element vector accesses */
+    ew_in in[3];
+};
+
+/* k_ew: out[r, c] = f(in0[r, c], in1[r, c], in2[r, c]); inputs k with bit
+ * k of USE clear are not read (passed as 0). */
+template <typename TO, typename TI, int N, int NI, unsigned USE, class F>
+__global__ void __launch_bounds__(256) k_ew(ew_geom g, F f) {
+    const int64_t nvec = (g.cols + N - 1) / N;
+    for (int64_t r = blockIdx.y; r < g.rows; r += gridDim.y) {
+        TO *orow = (TO *)g.out + r * g.ors;
+        for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec;
+             v += (int64_t)gridDim.x * blockDim.x) {
+            const int64_t c0 = v * N;
+            const bool full = g.vec && c0 + N <= g.cols;
+            float x[3][N];
+#pragma unroll
+            for (int k = 0; k < 3; k++) {
+#pragma unroll
+                for (int j = 0; j < N; j++) x[k][j] = 0.0f;
+                if (k >= NI || !((USE >> k) & 1u)) continue;
+                const TI *p = (const TI *)g.in[k].p + r * g.in[k].rs;
+                if (g.in[k].bc) {
+                    float s = oj_cu_tof(p[0]);
+#pragma unroll
+                    for (int j = 0; j < N; j++) x[k][j] = s;
+                } else if (full) {
+                    oj_cu_ldv<TI, N>(p + c0, x[k]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < N; j++)
+                        if (c0 + j < g.cols) x[k][j] = oj_cu_tof(p[c0 + j]);
+                }
+            }
+            float o[N];
+#pragma unroll
+            for (int j = 0; j < N; j++) o[j] = f(x[0][j], x[1][j], x[2][j]);
+            if (full) {
+                oj_cu_stv<TO, N>(orow + c0, o);
+            } else {
+#pragma unroll
+                for (int j = 0; j < N; j++)
+                    if (c0 + j < g.cols) orow[c0 + j] = oj_cu_fromf<TO>(o[j]);
+            }
+        }
+    }
+}
+
+/* The rows x cols form of a merged iteration (operand 0 the output), or
+ * false when it has more than two dims or an operand is strided along
+ * cols. */
+static bool ew_plan(const oj_cu_iter &it, ew_geom *g) {
+    memset(g, 0, sizeof *g);
+    if (it.rank > 2 || it.n > 4) return false;
+    int R = it.rank;
+    g->rows = R == 2 ? it.shape[0] : 1;
+    g->cols = it.shape[R - 1];
+    for (int k = 0; k < it.n; k++) {
+        int64_t es = (int64_t)oj_dtype_size((oj_dtype)it.dt[k]);
+        int64_t inner = it.stride[k][R - 1], outer = R == 2 ? it.stride[k][0] : 0;
+        int bc;
+        if (inner == es && g->cols > 1)
+            bc = 0;
+        else if (inner == 0 && k > 0)
+            bc = 1;
+        else
+            return false;
+        if (outer % es != 0) return false;
+        if (k == 0) {
+            g->out = it.base[0];
+            g->ors = outer / es;
+        } else {
+            g->in[k - 1].p = it.base[k];
+            g->in[k - 1].rs = outer / es;
+            g->in[k - 1].bc = bc;
+        }
+    }
+    return true;
+}
+
+static bool ew_aligned(const ew_geom &g, int nin, int n, int eso, int esi) {
+    if ((uintptr_t)g.out % (uintptr_t)(n * eso) != 0) return false;
+    if (g.rows > 1 && g.ors % n != 0) return false;
+    for (int k = 0; k < nin; k++) {
+        if (g.in[k].bc) continue;
+        if ((uintptr_t)g.in[k].p % (uintptr_t)(n * esi) != 0) return false;
+        if (g.rows > 1 && g.in[k].rs % n != 0) return false;
+    }
+    return true;
+}
+
+template <typename TO, typename TI, int NI, unsigned USE, class F>
+static void ew_launch(ew_geom g, F f) {
+    constexpr int es = sizeof(TO) > sizeof(TI) ? (int)sizeof(TO) : (int)sizeof(TI);
+    constexpr int N = 16 / es;
+    g.vec = ew_aligned(g, NI, N, (int)sizeof(TO), (int)sizeof(TI));
+    int64_t nvec = (g.cols + N - 1) / N;
+    int threads = nvec >= 256 ? 256 : (int)((nvec + 31) / 32 * 32);
+    int64_t by = g.rows < 65535 ? g.rows : 65535;
+    int64_t bx = (nvec + threads - 1) / threads;
+    int64_t cap = ((int64_t)1 << 22) / by;
+    if (bx > cap) bx = cap;
+    if (bx < 1) bx = 1;
+    k_ew<TO, TI, N, NI, USE><<<dim3((unsigned)bx, (unsigned)by), threads>>>(g, f);
+}
+
+/* Unary ops with a float result (the bool ones keep the generic path). */
+#define UNARY_FLOAT_OPS(X)                                                                   \
+    X(OJ_UN_NEG) X(OJ_UN_ABS) X(OJ_UN_EXP) X(OJ_UN_LOG) X(OJ_UN_LOG1P) X(OJ_UN_SQRT)       \
+    X(OJ_UN_RSQRT) X(OJ_UN_SQUARE) X(OJ_UN_SIGN) X(OJ_UN_RELU) X(OJ_UN_LEAKY_RELU)           \
+    X(OJ_UN_GELU_ERF) X(OJ_UN_GELU_TANH) X(OJ_UN_SILU) X(OJ_UN_SIGMOID) X(OJ_UN_TANH)        \
+    X(OJ_UN_SOFTPLUS) X(OJ_UN_ELU) X(OJ_UN_MISH) X(OJ_UN_POW_SCALAR) X(OJ_UN_RPOW_SCALAR)    \
+    X(OJ_UN_CLAMP) X(OJ_UN_AFFINE) X(OJ_UN_RECIPROCAL) X(OJ_UN_SIN) X(OJ_UN_COS)
+
+template <int OP> struct un_fn {
+    float a, b;
+    __device__ __forceinline__ float operator()(float x, float, float) const {
+        return oj_unary_f((oj_unary_op)OP, x, a, b);
+    }
+};
+template <int OP> struct un_bw_fn {
+    float a, b;
+    __device__ __forceinline__ float operator()(float x, float y, float dy) const {
+        return dy * oj_unary_grad_f((oj_unary_op)OP, x, y, a, b);
+    }
+};
+/* Which of x (bit 0) and y (bit 1) oj_unary_grad_f reads for op. */
+static constexpr unsigned grad_uses(int op) {
+    return (op == OJ_UN_NEG || op == OJ_UN_SIGN || op == OJ_UN_AFFINE) ? 0u
+           : (op == OJ_UN_EXP || op == OJ_UN_SQRT || op == OJ_UN_RSQRT || op == OJ_UN_SIGMOID ||
+              op == OJ_UN_TANH || op == OJ_UN_RPOW_SCALAR || op == OJ_UN_RECIPROCAL)
+               ? 2u
+           : op == OJ_UN_ELU ? 3u
+                             : 1u;
+}
+
+template <typename T> static bool unary_fast_t(const ew_geom &g, oj_unary_op op, float a, float b) {
+    switch (op) {
+#define X(o)                                                                                 \
+    case o: ew_launch<T, T, 1, 1u>(g, un_fn<o>{a, b}); return true;
+        UNARY_FLOAT_OPS(X)
+#undef X
+    default: return false;
+    }
+}
+template <typename T>
+static bool unary_bw_fast_t(const ew_geom &g, oj_unary_op op, float a, float b) {
+    switch (op) {
+#define X(o)                                                                                 \
+    case o: ew_launch<T, T, 3, grad_uses(o) | 4u>(g, un_bw_fn<o>{a, b}); return true;
+        UNARY_FLOAT_OPS(X)
+#undef X
+    default: return false;
+    }
+}
+
+template <int OP> struct bin_fn {
+    __device__ __forceinline__ float operator()(float a, float b, float) const {
+        switch (OP) {
+        case OJ_BIN_ADD: return __fadd_rn(a, b);
+        case OJ_BIN_SUB: return __fsub_rn(a, b);
+        case OJ_BIN_MUL: return __fmul_rn(a, b);
+        case OJ_BIN_DIV: return __fdiv_rn(a, b);
+        case OJ_BIN_POW: return powf(a, b);
+        case OJ_BIN_MAXIMUM: return (isnan(a) || isnan(b)) ? __int_as_float(0x7fc00000) : (a > b ? a : b);
+        default: return (isnan(a) || isnan(b)) ? __int_as_float(0x7fc00000) : (a < b ? a : b);
+        }
+    }
+};
+template <typename T> static bool binary_fast_t(const ew_geom &g, oj_binary_op op) {
+    switch (op) {
+#define X(o)                                                                                 \
+    case o: ew_launch<T, T, 2, 3u>(g, bin_fn<o>()); return true;
+        X(OJ_BIN_ADD) X(OJ_BIN_SUB) X(OJ_BIN_MUL) X(OJ_BIN_DIV) X(OJ_BIN_POW) X(OJ_BIN_MAXIMUM)
+        X(OJ_BIN_MINIMUM)
+#undef X
+    default: return false;
+    }
+}
+
+struct cast_fn {
+    __device__ __forceinline__ float operator()(float x, float, float) const { return x; }
+};
+
+/* Does the iteration's every operand share one f32/bf16/f16 dtype? */
+static bool one_float_dtype(const oj_cu_iter &it) {
+    for (int k = 0; k < it.n; k++)
+        if (it.dt[k] != it.dt[0]) return false;
+    return oj_cu_is_f16ish((oj_dtype)it.dt[0]);
+}
+
+/* ---------------------------------------------------------------- strided copy fast paths
+ * Same dtype, after merging:
+ * - one dense run in both: cudaMemcpyAsync (the driver's copy, ~bandwidth);
+ * - inner dim dense in both (contiguous() of a [B,H,T,D] view permuted to
+ *   [B,T,H,D] and back): k_copy_rows moves each row in units of U bytes
+ *   (16 when every row start is 16-byte aligned), the row's offsets
+ *   decomposed once per row (32-bit division when the row count fits);
+ * - the inner dims transposed (one side dense along the last dim, the
+ *   other along the one before, e.g. [B,T,C] -> [B,C,T]): k_copy_tile
+ *   stages 32 x 32 tiles in shared memory, so reads and writes are both
+ *   coalesced.
+ * Bytes: 2 x numel x element size; rows of >= 64 B copy near bandwidth
+ * (estimate ~3.5 TB/s; a 100 MB permute ~60 us instead of ~250 us through
+ * the per-element iterator), tiles ~3 TB/s. */
+
+struct rows_geom {
+    char *out;
+    const char *in;
+    int nd; /* outer dims */
+    int64_t rows, units;
+    int64_t shape[OJ_MAX_RANK], so[OJ_MAX_RANK], si[OJ_MAX_RANK]; /* strides in bytes */
+};
+
+/* Byte offsets of outer index q (mixed radix over shape[0..nd)). */
+__device__ static __forceinline__ void outer_offsets(int nd, const int64_t *shape,
+                                                     const int64_t *so, const int64_t *si,
+                                                     int64_t q, bool small, int64_t *oo,
+                                                     int64_t *oi) {
+    int64_t a = 0, b = 0;
+    if (small) {
+        uint32_t q32 = (uint32_t)q;
+        for (int d = nd - 1; d >= 0; d--) {
+            uint32_t s = (uint32_t)shape[d], t = q32 / s, m = q32 - t * s;
+            q32 = t;
+            a += (int64_t)m * so[d];
+            b += (int64_t)m * si[d];
+        }
+    } else {
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t s = shape[d], t = q / s, m = q - t * s;
+            q = t;
+            a += m * so[d];
+            b += m * si[d];
+        }
+    }
+    *oo = a;
+    *oi = b;
+}
+
+template <typename U> __global__ void k_copy_rows(rows_geom g) {
+    const bool small = g.rows <= 0xffffffffll;
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < g.rows;
+         r += (int64_t)gridDim.x * blockDim.y) {
+        int64_t oo, oi;
+        outer_offsets(g.nd, g.shape, g.so, g.si, r, small, &oo, &oi);
+        U *o = (U *)(g.out + oo);
+        const U *i = (const U *)(g.in + oi);
+        for (int64_t u = threadIdx.x; u < g.units; u += blockDim.x) o[u] = i[u];
+    }
+}
+
+struct tile_geom {
+    char *out;
+    const char *in;
+    int nd; /* batch dims */
+    int64_t batch, n0, n1, t0, t1; /* tiled dims i (size n0), j (n1); tiles along each */
+    int64_t shape[OJ_MAX_RANK], so[OJ_MAX_RANK], si[OJ_MAX_RANK];
+    int64_t so0, so1, si0, si1; /* byte strides along i and j */
+    int in_fast_j, out_fast_j;  /* dense along j (else along i) */
+};
+
+#define TILE 32
+template <typename E> __global__ void __launch_bounds__(256) k_copy_tile(tile_geom g) {
+    __shared__ E tile[TILE][TILE + 1];
+    const int64_t per = g.t0 * g.t1;
+    const bool small = g.batch <= 0xffffffffll;
+    for (int64_t t = blockIdx.x; t < g.batch * per; t += gridDim.x) {
+        int64_t b = t / per, rem = t - b * per;
+        int64_t ti = rem / g.t1, tj = rem - ti * g.t1;
+        int64_t oo, oi;
+        outer_offsets(g.nd, g.shape, g.so, g.si, b, small, &oo, &oi);
+        int64_t i0 = ti * TILE, j0 = tj * TILE;
+        for (int k = threadIdx.y; k < TILE; k += blockDim.y) {
+            int a = g.in_fast_j ? k : (int)threadIdx.x, c = g.in_fast_j ? (int)threadIdx.x : k;
+            int64_t i = i0 + a, j = j0 + c;
+            if (i < g.n0 && j < g.n1) tile[a][c] = *(const E *)(g.in + oi + i * g.si0 + j * g.si1);
+        }
+        __syncthreads();
+        for (int k = threadIdx.y; k < TILE; k += blockDim.y) {
+            int a = g.out_fast_j ? k : (int)threadIdx.x, c = g.out_fast_j ? (int)threadIdx.x : k;
+            int64_t i = i0 + a, j = j0 + c;
+            if (i < g.n0 && j < g.n1) *(E *)(g.out + oo + i * g.so0 + j * g.so1) = tile[a][c];
+        }
+        __syncthreads();
+    }
+}
+
+static unsigned grid_cap(int64_t n) { return (unsigned)(n < (1 << 20) ? (n < 1 ? 1 : n) : (1 << 20)); }
+
+/* The fast paths of a same-dtype copy; false: not handled (nothing run). */
+static bool copy_same_fast(oj_engine *eng, const oj_cu_iter &it, int64_t es, oj_status *st) {
+    int R = it.rank;
+    const int64_t *so = it.stride[0], *si = it.stride[1];
+    if (R == 1 && so[0] == es && si[0] == es) {
+        if (it.base[0] != it.base[1]) {
+            cudaError_t e = cudaMemcpyAsync(it.base[0], it.base[1], (size_t)(it.numel * es),
+                                            cudaMemcpyDeviceToDevice, 0);
+            if (e != cudaSuccess) {
+                *st = oj_cuda_fail(eng, e, "copy (dense)");
+                return true;
+            }
+        }
+        *st = oj_cuda_check(eng, "copy (dense)");
+        return true;
+    }
+    if (R < 2) return false;
+    if (so[R - 1] == es && si[R - 1] == es) {
+        rows_geom g;
+        memset(&g, 0, sizeof g);
+        g.out = it.base[0];
+        g.in = it.base[1];
+        g.nd = R - 1;
+        g.rows = 1;
+        for (int d = 0; d < R - 1; d++) {
+            g.shape[d] = it.shape[d];
+            g.so[d] = so[d];
+            g.si[d] = si[d];
+            g.rows *= it.shape[d];
+        }
+        int64_t rb = it.shape[R - 1] * es;
+        int64_t u = 16;
+        while (u > 1) {
+            bool ok = rb % u == 0 && (uintptr_t)g.out % (uintptr_t)u == 0 &&
+                      (uintptr_t)g.in % (uintptr_t)u == 0;
+            for (int d = 0; d < R - 1 && ok; d++) ok = g.so[d] % u == 0 && g.si[d] % u == 0;
+            if (ok) break;
+            u /= 2;
+        }
+        g.units = rb / u;
+        int tx = 1;
+        while (tx < 256 && tx < g.units) tx *= 2;
+        int ty = 256 / tx;
+        dim3 block((unsigned)tx, (unsigned)ty);
+        unsigned grid = grid_cap((g.rows + ty - 1) / ty);
+        switch (u) {
+        case 16: k_copy_rows<uint4><<<grid, block>>>(g); break;
+        case 8: k_copy_rows<uint2><<<grid, block>>>(g); break;
+        case 4: k_copy_rows<unsigned><<<grid, block>>>(g); break;
+        case 2: k_copy_rows<unsigned short><<<grid, block>>>(g); break;
+        default: k_copy_rows<unsigned char><<<grid, block>>>(g); break;
+        }
+        *st = oj_cuda_check(eng, "copy (rows)");
+        return true;
+    }
+    bool a = si[R - 2] == es && so[R - 1] == es; /* in dense along i, out along j */
+    bool b = si[R - 1] == es && so[R - 2] == es; /* in dense along j, out along i */
+    if (!a && !b) return false;
+    tile_geom g;
+    memset(&g, 0, sizeof g);
+    g.out = it.base[0];
+    g.in = it.base[1];
+    g.nd = R - 2;
+    g.batch = 1;
+    for (int d = 0; d < R - 2; d++) {
+        g.shape[d] = it.shape[d];
+        g.so[d] = so[d];
+        g.si[d] = si[d];
+        g.batch *= it.shape[d];
+    }
+    g.n0 = it.shape[R - 2];
+    g.n1 = it.shape[R - 1];
+    g.t0 = (g.n0 + TILE - 1) / TILE;
+    g.t1 = (g.n1 + TILE - 1) / TILE;
+    g.so0 = so[R - 2];
+    g.so1 = so[R - 1];
+    g.si0 = si[R - 2];
+    g.si1 = si[R - 1];
+    g.in_fast_j = a ? 0 : 1;
+    g.out_fast_j = a ? 1 : 0;
+    dim3 block(TILE, 8);
+    unsigned grid = grid_cap(g.batch * g.t0 * g.t1);
+    switch (es) {
+    case 8: k_copy_tile<unsigned long long><<<grid, block>>>(g); break;
+    case 4: k_copy_tile<unsigned><<<grid, block>>>(g); break;
+    case 2: k_copy_tile<unsigned short><<<grid, block>>>(g); break;
+    default: k_copy_tile<unsigned char><<<grid, block>>>(g); break;
+    }
+    *st = oj_cuda_check(eng, "copy (transpose tiles)");
+    return true;
+}
+
 /* ---------------------------------------------------------------- copy */
 
 __global__ void k_copy(oj_cu_iter it, int es) {
@@ -106,6 +528,17 @@ oj_status oj_cuda_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
     oj_cu_iter it;
     oj_cu_iter_init(&it, out->rank, out->shape, 2, ts);
     if (it.numel == 0) return OJ_OK;
+    if (out->dtype == x->dtype) {
+        oj_status st;
+        if (copy_same_fast(eng, it, dt_size(out->dtype), &st)) return st;
+    } else if (oj_cu_is_f16ish(out->dtype) && oj_cu_is_f16ish(x->dtype)) {
+        ew_geom g;
+        if (ew_plan(it, &g)) {
+            OJ_CU_FLOAT_TYPE(it.dt[0], TO,
+                             OJ_CU_FLOAT_TYPE(it.dt[1], TI, ew_launch<TO, TI, 1, 1u>(g, cast_fn())));
+            return oj_cuda_check(eng, "copy (cast)");
+        }
+    }
     k_copy<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, dt_size(out->dtype));
     return oj_cuda_check(eng, "copy");
 }
@@ -166,6 +599,12 @@ oj_status oj_cuda_unary(oj_engine *eng, oj_unary_op op, oj_tensor *out, const oj
     oj_cu_iter it;
     oj_cu_iter_init(&it, out->rank, out->shape, 2, ts);
     if (it.numel == 0) return OJ_OK;
+    ew_geom g;
+    if (one_float_dtype(it) && ew_plan(it, &g)) {
+        bool done = false;
+        OJ_CU_FLOAT_TYPE(it.dt[0], T, done = unary_fast_t<T>(g, op, (float)alpha, (float)beta));
+        if (done) return oj_cuda_check(eng, unary_name(op));
+    }
     k_unary<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, op, alpha, beta);
     return oj_cuda_check(eng, unary_name(op));
 }
@@ -189,6 +628,12 @@ oj_status oj_cuda_unary_backward(oj_engine *eng, oj_unary_op op, oj_tensor *dx,
     oj_cu_iter it;
     oj_cu_iter_init(&it, dx->rank, dx->shape, 4, ts);
     if (it.numel == 0) return OJ_OK;
+    ew_geom g;
+    if (one_float_dtype(it) && ew_plan(it, &g)) {
+        bool done = false;
+        OJ_CU_FLOAT_TYPE(it.dt[0], T, done = unary_bw_fast_t<T>(g, op, (float)alpha, (float)beta));
+        if (done) return oj_cuda_check(eng, unary_bw_name(op));
+    }
     k_unary_backward<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, op, alpha, beta);
     return oj_cuda_check(eng, unary_bw_name(op));
 }
@@ -252,6 +697,12 @@ oj_status oj_cuda_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const 
         return d == OJ_I64 || d == OJ_I32 || d == OJ_U32 || d == OJ_U16 || d == OJ_U8 ||
                d == OJ_BOOL;
     };
+    ew_geom g;
+    if (one_float_dtype(it) && ew_plan(it, &g)) {
+        bool done = false;
+        OJ_CU_FLOAT_TYPE(it.dt[0], T, done = binary_fast_t<T>(g, op));
+        if (done) return oj_cuda_check(eng, binary_name(op));
+    }
     int mode = 0;
     if (intlike(a->dtype) && intlike(b->dtype) && !oj_dtype_is_float(out->dtype))
         mode = 1;

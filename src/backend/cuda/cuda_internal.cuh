@@ -257,6 +257,76 @@ __device__ static __forceinline__ void oj_cu_stf(char *p, int dt, float v) {
     }
 }
 
+/* ---------------------------------------------------------------- typed f32 compute
+ * The fast paths of the memory-bound kernels are templates over the
+ * storage type (float, oj_cu_bf16, oj_cu_f16) and compute in float;
+ * conversions are the bit-exact routines above. */
+struct oj_cu_bf16 {
+    uint16_t u;
+};
+struct oj_cu_f16 {
+    uint16_t u;
+};
+__device__ static __forceinline__ float oj_cu_tof(float v) { return v; }
+__device__ static __forceinline__ float oj_cu_tof(oj_cu_bf16 v) { return oj_cu_bf16_to_f32(v.u); }
+__device__ static __forceinline__ float oj_cu_tof(oj_cu_f16 v) { return oj_cu_f16_to_f32(v.u); }
+template <typename T> __device__ __forceinline__ T oj_cu_fromf(float v);
+template <> __device__ __forceinline__ float oj_cu_fromf<float>(float v) { return v; }
+template <> __device__ __forceinline__ oj_cu_bf16 oj_cu_fromf<oj_cu_bf16>(float v) {
+    oj_cu_bf16 r;
+    r.u = oj_cu_f32_to_bf16(v);
+    return r;
+}
+template <> __device__ __forceinline__ oj_cu_f16 oj_cu_fromf<oj_cu_f16>(float v) {
+    oj_cu_f16 r;
+    r.u = oj_cu_f32_to_f16(v);
+    return r;
+}
+
+/* N elements of T at p (aligned to N * sizeof(T) bytes, 2..16) as one
+ * vector load / store. */
+template <int B> struct oj_cu_raw;
+template <> struct oj_cu_raw<16> { typedef uint4 t; };
+template <> struct oj_cu_raw<8> { typedef uint2 t; };
+template <> struct oj_cu_raw<4> { typedef unsigned t; };
+template <> struct oj_cu_raw<2> { typedef unsigned short t; };
+template <typename T, int N> __device__ __forceinline__ void oj_cu_ldv(const T *p, float *f) {
+    typedef typename oj_cu_raw<(int)sizeof(T) * N>::t R;
+    union {
+        R r;
+        T e[N];
+    } u;
+    u.r = *(const R *)p;
+#pragma unroll
+    for (int k = 0; k < N; k++) f[k] = oj_cu_tof(u.e[k]);
+}
+template <typename T, int N> __device__ __forceinline__ void oj_cu_stv(T *p, const float *f) {
+    typedef typename oj_cu_raw<(int)sizeof(T) * N>::t R;
+    union {
+        R r;
+        T e[N];
+    } u;
+#pragma unroll
+    for (int k = 0; k < N; k++) u.e[k] = oj_cu_fromf<T>(f[k]);
+    *(R *)p = u.r;
+}
+
+/* Run `body` with T the storage type of float dtype dt (f32, bf16, f16);
+ * other dtypes run nothing. */
+#define OJ_CU_FLOAT_TYPE(dt, T, ...)                                                         \
+    do {                                                                                     \
+        switch (dt) {                                                                        \
+        case OJ_F32: { typedef float T; __VA_ARGS__; } break;                                \
+        case OJ_BF16: { typedef oj_cu_bf16 T; __VA_ARGS__; } break;                          \
+        case OJ_F16: { typedef oj_cu_f16 T; __VA_ARGS__; } break;                            \
+        default: break;                                                                      \
+        }                                                                                    \
+    } while (0)
+
+static inline bool oj_cu_is_f16ish(oj_dtype dt) {
+    return dt == OJ_F32 || dt == OJ_BF16 || dt == OJ_F16;
+}
+
 /* Index value (i64 or i32) at p. */
 __device__ static __forceinline__ long long oj_cu_ld_index(const char *p, int dt) {
     return dt == OJ_I32 ? (long long)*(const int32_t *)p : *(const long long *)p;
@@ -360,6 +430,23 @@ __device__ static __forceinline__ double oj_cu_block_sum(double v, double *sh) {
     __syncthreads();
     double t = lane < nw ? sh[lane] : 0.0;
     return oj_cu_warp_sum(t);
+}
+
+/* Float sum of v over the TPR threads of a row: a warp (TPR 32, no block
+ * synchronisation; warps independent) or the whole block (TPR ==
+ * blockDim.x, a multiple of 32, <= 1024; every thread must call it). Xor
+ * butterfly in each warp, then the warps' sums in warp order: a fixed
+ * order, every thread gets the same bits. sh: >= 32 floats of shared
+ * memory (block case). */
+template <int TPR> __device__ static __forceinline__ float oj_cu_row_sumf(float v, float *sh) {
+    v = oj_cu_warp_sumf(v);
+    if (TPR == 32) return v;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads(); /* sh may still be read by the previous call */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = lane < TPR / 32 ? sh[lane] : 0.0f;
+    return oj_cu_warp_sumf(t);
 }
 
 /* ---------------------------------------------------------------- entries (one file each family) */
