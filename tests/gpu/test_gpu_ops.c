@@ -1449,6 +1449,310 @@ static void test_attention_tc(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_attention_tc(&cases[i]);
 }
 
+/* ================================================================ fast paths
+ * Cases that reach the CUDA backend's fast paths (flat and row-broadcast
+ * elementwise kernels with 16-byte vectors and their scalar fallback,
+ * strided copies as rows or transposing tiles, register-resident norms,
+ * online softmax and cross-entropy over long rows), compared with the CPU
+ * as above. */
+
+static const int64_t FAST_N = 1000003; /* odd: a vector tail; offset views misalign */
+
+// test: flat unary/binary/backward/cast kernels agree with the CPU, aligned and at offset 1
+static void test_fast_elementwise(void **state) {
+    (void)state;
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    oj_unary_op ops[5] = {OJ_UN_GELU_TANH, OJ_UN_GELU_ERF, OJ_UN_SILU, OJ_UN_RELU, OJ_UN_EXP};
+    int64_t n = FAST_N, n1 = FAST_N - 1;
+    for (int k = 0; k < 2; k++) {
+        oj_dtype dt = dts[k];
+        pr x = rnd(1, &n, dt, -3, 3), dy = rnd(1, &n, dt, -1, 1);
+        for (int off = 0; off < 2; off++) {
+            /* off 1: every input a view at element 1 (not 16-byte aligned) */
+            pr xv = off ? narrow(x, 0, 1, n1) : x, gv = off ? narrow(dy, 0, 1, n1) : dy;
+            int64_t m = off ? n1 : n;
+            for (int o = 0; o < 5; o++) {
+                char what[96];
+                pr out = empty(1, &m, dt);
+                BOTH(E->backend->unary(E, ops[o], T(out), T(xv), 0, 0));
+                snprintf(what, sizeof what, "fast unary op %d %s off %d", (int)ops[o],
+                         oj_dtype_name(dt), off);
+                cmp(out, tol(dt, 1e-6), what);
+                pr y = cpu_result(out);
+                pr dx = empty(1, &m, dt);
+                BOTH(E->backend->unary_backward(E, ops[o], T(dx), T(xv), T(y), T(gv), 0, 0));
+                snprintf(what, sizeof what, "fast unary_backward op %d %s off %d", (int)ops[o],
+                         oj_dtype_name(dt), off);
+                cmp(dx, tol(dt, 1e-6), what);
+            }
+            /* binary, output misaligned too when off = 1 */
+            int64_t mb = m + 1;
+            pr obuf = empty(1, &mb, dt);
+            pr ob = narrow(obuf, 0, off, m);
+            for (int op = OJ_BIN_ADD; op <= OJ_BIN_MINIMUM; op++) {
+                if (op == OJ_BIN_POW) continue;
+                char what[96];
+                BOTH(E->backend->binary(E, (oj_binary_op)op, T(ob), T(xv), T(gv)));
+                snprintf(what, sizeof what, "fast binary op %d %s off %d", op, oj_dtype_name(dt),
+                         off);
+                cmp(ob, dt == OJ_F32 && op <= OJ_BIN_DIV ? 0 : tol(dt, 1e-6), what);
+            }
+            /* a value broadcast to every element (stride 0) */
+            pr s1 = rnd(1, (int64_t[1]){1}, dt, 0.5, 1.5);
+            pr sb = expand(s1, 1, &m);
+            pr os = empty(1, &m, dt);
+            BOTH(E->backend->binary(E, OJ_BIN_MUL, T(os), T(xv), T(sb)));
+            cmp(os, dt == OJ_F32 ? 0 : tol(dt, 1e-6), "fast binary x * scalar");
+            /* casts both ways (bit-identical) */
+            oj_dtype other = dt == OJ_F32 ? OJ_BF16 : OJ_F32;
+            pr oc = empty(1, &m, other);
+            BOTH(E->backend->copy(E, T(oc), T(xv)));
+            cmp(oc, 0, "fast cast");
+            pr oh = empty(1, &m, OJ_F16);
+            BOTH(E->backend->copy(E, T(oh), T(xv)));
+            cmp(oh, 0, "fast cast to f16");
+            /* same-dtype dense copy (memcpy) */
+            pr od = empty(1, &m, dt);
+            BOTH(E->backend->copy(E, T(od), T(xv)));
+            cmp(od, 0, "fast dense copy");
+        }
+        /* in place a += b */
+        pr acc = dup(x);
+        BOTH(E->backend->binary(E, OJ_BIN_ADD, T(acc), T(acc), T(dy)));
+        cmp(acc, dt == OJ_F32 ? 0 : tol(dt, 1e-6), "fast binary in place");
+    }
+}
+
+// test: row-broadcast binary kernels ([N,C] op [C], [B,T,C] op [C], [N,C] op [N,1]) agree with the CPU
+static void test_fast_broadcast(void **state) {
+    (void)state;
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    int64_t Cs[3] = {768, 771, 8}; /* 771: rows not 16-byte aligned (scalar path) */
+    for (int k = 0; k < 2; k++)
+        for (int ci = 0; ci < 3; ci++) {
+            oj_dtype dt = dts[k];
+            int64_t N = 257, C = Cs[ci], s[2] = {N, C}, s3[3] = {3, 37, C}, sc[2] = {N, 1};
+            pr a = rnd(2, s, dt, -2, 2), b = rnd(1, &C, dt, -2, 2), col = rnd(2, sc, dt, 0.5, 2);
+            double rt = dt == OJ_F32 ? 0 : tol(dt, 1e-6);
+            char what[96];
+            for (int op = OJ_BIN_ADD; op <= OJ_BIN_DIV; op++) {
+                pr o = empty(2, s, dt);
+                BOTH(E->backend->binary(E, (oj_binary_op)op, T(o), T(a), T(b)));
+                snprintf(what, sizeof what, "fast [N,C] op %d [C] %s C %lld", op,
+                         oj_dtype_name(dt), (long long)C);
+                cmp(o, rt, what);
+                pr o2 = empty(2, s, dt);
+                BOTH(E->backend->binary(E, (oj_binary_op)op, T(o2), T(b), T(a)));
+                snprintf(what, sizeof what, "fast [C] op %d [N,C] %s", op, oj_dtype_name(dt));
+                cmp(o2, rt, what);
+                pr o3 = empty(2, s, dt);
+                BOTH(E->backend->binary(E, (oj_binary_op)op, T(o3), T(a), T(col)));
+                snprintf(what, sizeof what, "fast [N,C] op %d [N,1] %s", op, oj_dtype_name(dt));
+                cmp(o3, rt, what);
+            }
+            pr a3 = rnd(3, s3, dt, -2, 2);
+            pr o4 = empty(3, s3, dt);
+            BOTH(E->backend->binary(E, OJ_BIN_MUL, T(o4), T(a3), T(b)));
+            cmp(o4, rt, "fast [B,T,C] * [C]");
+            /* a strided output rows view: [N, C] inside [N, C + 8] */
+            int64_t sw[2] = {N, C + 8};
+            pr wide = empty(2, sw, dt);
+            pr ov = narrow(wide, 1, 0, C);
+            BOTH(E->backend->binary(E, OJ_BIN_ADD, T(ov), T(a), T(b)));
+            cmp(ov, rt, "fast [N,C] + [C] into a strided view");
+        }
+}
+
+// test: strided copies (rows, transposing tiles, memcpy) agree with the CPU bit for bit
+static void test_fast_copy(void **state) {
+    (void)state;
+    /* contiguous() of [B,H,T,D] permuted to [B,T,H,D] and back */
+    int64_t shapes[6][4] = {{2, 3, 5, 7}, {2, 4, 1, 9}, {2, 12, 64, 64}, {2, 3, 17, 64},
+                            {2, 3, 5, 1}, {1, 5, 33, 3}};
+    oj_dtype dts[4] = {OJ_F32, OJ_BF16, OJ_F64, OJ_U8};
+    int p0213[4] = {0, 2, 1, 3};
+    for (int k = 0; k < 4; k++)
+        for (int si = 0; si < 6; si++) {
+            oj_dtype dt = dts[k];
+            int64_t *sh = shapes[si], st[4] = {sh[0], sh[2], sh[1], sh[3]};
+            pr x = oj_dtype_is_float(dt) ? rnd(4, sh, dt, -5, 5) : rint_(4, sh, dt, 0, 255);
+            pr xv = perm(x, 4, p0213);
+            pr out = empty(4, st, dt);
+            BOTH(E->backend->copy(E, T(out), T(xv)));
+            char what[96];
+            snprintf(what, sizeof what, "fast copy [B,H,T,D]->[B,T,H,D] %s shape %d",
+                     oj_dtype_name(dt), si);
+            cmp(out, 0, what);
+            /* the last two dims transposed: [B,H,T,D] -> [B,H,D,T] */
+            int p0132[4] = {0, 1, 3, 2};
+            int64_t s2[4] = {sh[0], sh[1], sh[3], sh[2]};
+            pr xt = perm(x, 4, p0132);
+            pr o2 = empty(4, s2, dt);
+            BOTH(E->backend->copy(E, T(o2), T(xt)));
+            snprintf(what, sizeof what, "fast copy transpose %s shape %d", oj_dtype_name(dt), si);
+            cmp(o2, 0, what);
+            /* into a transposed output view: out^T = x */
+            pr o3 = empty(4, s2, dt);
+            pr o3v = perm(o3, 4, p0132);
+            BOTH(E->backend->copy(E, T(o3v), T(x)));
+            snprintf(what, sizeof what, "fast copy into a transposed view %s shape %d",
+                     oj_dtype_name(dt), si);
+            cmp(o3, 0, what);
+        }
+    /* rows at an odd element offset (unit 4 bytes, not 16) */
+    int64_t s[3] = {6, 10, 33}, sv[3] = {6, 9, 32};
+    pr x = rnd(3, s, OJ_F32, -1, 1);
+    pr xv = narrow(narrow(x, 1, 1, 9), 2, 1, 32);
+    pr out = empty(3, sv, OJ_F32);
+    BOTH(E->backend->copy(E, T(out), T(xv)));
+    cmp(out, 0, "fast copy rows at an offset");
+    /* a row broadcast (stride 0 over an outer dim) */
+    int64_t sb[3] = {4, 1, 40}, sbo[3] = {4, 7, 40};
+    pr b = rnd(3, sb, OJ_BF16, -1, 1);
+    pr ob = empty(3, sbo, OJ_BF16);
+    BOTH(E->backend->copy(E, T(ob), T(b)));
+    cmp(ob, 0, "fast copy broadcast rows");
+}
+
+static void fast_norm_case(oj_dtype dt, int64_t N, int64_t C, bool affine) {
+    int64_t s[2] = {N, C};
+    pr x = rnd(2, s, dt, -2, 3);
+    pr w = rnd(1, &C, dt, 0.5, 1.5), b = rnd(1, &C, dt, -1, 1);
+    pr out = empty(2, s, dt), mean = empty(1, &N, OJ_F32), rstd = empty(1, &N, OJ_F32);
+    double rt = tol(dt, 1e-5);
+    char what[96];
+    snprintf(what, sizeof what, "fast norms %s N %lld C %lld affine %d", oj_dtype_name(dt),
+             (long long)N, (long long)C, (int)affine);
+    BOTH(E->backend->layer_norm_forward(E, T(out), T(mean), T(rstd), T(x), affine ? T(w) : NULL,
+                                        affine ? T(b) : NULL, 1e-5));
+    cmp(out, rt, what);
+    cmp(mean, 1e-6, what);
+    cmp(rstd, 1e-6, what);
+    pr dy = rnd(2, s, dt, -1, 1);
+    pr dx = empty(2, s, dt), dw = empty(1, &C, dt), db = empty(1, &C, dt);
+    BOTH(E->backend->layer_norm_backward(E, T(dx), T(dw), T(db), T(dy), T(x), T(mean), T(rstd),
+                                         affine ? T(w) : NULL));
+    cmp(dx, rt, what);
+    cmp(dw, rt, what);
+    cmp(db, rt, what);
+    pr dw2 = empty(1, &C, dt);
+    BOTH(E->backend->layer_norm_backward(E, NULL, T(dw2), NULL, T(dy), T(x), T(mean), T(rstd),
+                                         affine ? T(w) : NULL));
+    cmp(dw2, rt, what);
+    pr ro = empty(2, s, dt), rr = empty(1, &N, OJ_F32);
+    BOTH(E->backend->rms_norm_forward(E, T(ro), T(rr), T(x), affine ? T(w) : NULL, 1e-6));
+    cmp(ro, rt, what);
+    cmp(rr, 1e-6, what);
+    pr rdx = empty(2, s, dt), rdw = empty(1, &C, dt);
+    BOTH(E->backend->rms_norm_backward(E, T(rdx), T(rdw), T(dy), T(x), T(rr),
+                                       affine ? T(w) : NULL));
+    cmp(rdx, rt, what);
+    cmp(rdw, rt, what);
+}
+
+// test: warp- and block-per-row norms (C 1, 768, 4097; grouped weight gradients) agree with the CPU
+static void test_fast_norms(void **state) {
+    (void)state;
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++) {
+        fast_norm_case(dts[k], 13, 768, true);
+        fast_norm_case(dts[k], 13, 1, true);
+        fast_norm_case(dts[k], 13, 4097, true);
+        fast_norm_case(dts[k], 3000, 768, true); /* 3 rows per weight-gradient group */
+        fast_norm_case(dts[k], 1100, 4097, false);
+    }
+    fast_norm_case(OJ_F32, 5, 8192, true);
+    fast_norm_case(OJ_F32, 5, 8193, true); /* past the fast path: the double kernels */
+}
+
+// test: online softmax over long rows and cross-entropy over a GPT-2 vocabulary agree with the CPU
+static void test_fast_softmax_ce(void **state) {
+    (void)state;
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    int64_t ns[3] = {50257, 100, 1025};
+    for (int k = 0; k < 2; k++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int lg = 0; lg < 2; lg++) {
+                oj_dtype dt = dts[k];
+                int64_t s[2] = {5, ns[ni]};
+                pr x = rnd(2, s, dt, -8, 8);
+                pr y = empty(2, s, dt);
+                char what[96];
+                snprintf(what, sizeof what, "fast %ssoftmax %s n %lld", lg ? "log_" : "",
+                         oj_dtype_name(dt), (long long)ns[ni]);
+                BOTH(E->backend->softmax_forward(E, T(y), T(x), 1, lg != 0));
+                cmp(y, tol(dt, 1e-5), what);
+                pr yc = cpu_result(y);
+                pr dy = rnd(2, s, dt, -1, 1);
+                pr dx = empty(2, s, dt);
+                BOTH(E->backend->softmax_backward(E, T(dx), T(yc), T(dy), 1, lg != 0));
+                cmp(dx, tol(dt, 1e-5), what);
+            }
+    int64_t N = 6, V = 50257, s[2] = {N, V};
+    for (int k = 0; k < 2; k++)
+        for (int ls = 0; ls < 2; ls++) {
+            oj_dtype dt = dts[k];
+            pr x = rnd(2, s, dt, -6, 6);
+            double tv[6] = {5, 50256, -100, 0, 31337, -100}; /* -100 ignored */
+            pr t = up(1, &N, ls ? OJ_I32 : OJ_I64, tv);
+            pr loss = empty(1, &N, OJ_F32), lse = empty(1, &N, OJ_F32);
+            int64_t nv[2] = {-1, -1};
+            double eps = ls ? 0.1 : 0.0;
+            BOTH(E->backend->cross_entropy_forward(E, T(loss), T(lse), T(x), T(t), -100, eps,
+                                                   &nv[SIDE]));
+            assert_int_equal(nv[0], 4);
+            assert_int_equal(nv[1], 4);
+            cmp(loss, 1e-5, "fast cross_entropy loss");
+            cmp(lse, 1e-6, "fast cross_entropy lse");
+            pr g1 = rnd(1, (int64_t[1]){1}, OJ_F32, 0.5, 1.5);
+            pr gb = expand(g1, 1, &N);
+            pr dx = empty(2, s, dt);
+            BOTH(E->backend->cross_entropy_backward(E, T(dx), T(x), T(t), T(lse), T(gb), 0.25,
+                                                    -100, eps));
+            cmp(dx, tol(dt, 1e-5), "fast cross_entropy backward");
+        }
+}
+
+// test: the fast paths' EXACT reruns are bit-identical (norm weight gradients, softmax, cross-entropy)
+static void test_fast_exact(void **state) {
+    (void)state;
+    SIDE = 1;
+    int64_t N = 3000, C = 768, s[2] = {N, C};
+    pr x = rnd(2, s, OJ_F32, -1, 1), dy = rnd(2, s, OJ_F32, -1, 1), w = rnd(1, &C, OJ_F32, 0.5, 1.5);
+    pr out = empty(2, s, OJ_F32), mean = empty(1, &N, OJ_F32), rstd = empty(1, &N, OJ_F32);
+    assert_int_equal(gpu->backend->layer_norm_forward(gpu, T(out), T(mean), T(rstd), T(x), T(w),
+                                                      NULL, 1e-5),
+                     OJ_OK);
+    oj_tensor *dw[2], *db[2], *rw[2], *sm[2], *ce[2];
+    int64_t V = 50257, sv[2] = {4, V}, n4 = 4;
+    pr lg = rnd(2, sv, OJ_BF16, -6, 6);
+    pr tg = up(1, &n4, OJ_I64, (double[4]){1, 2, 3, 50000});
+    for (int r = 0; r < 2; r++) {
+        dw[r] = oj_empty(gpu, 1, &C, OJ_F32);
+        db[r] = oj_empty(gpu, 1, &C, OJ_F32);
+        assert_int_equal(gpu->backend->layer_norm_backward(gpu, NULL, dw[r], db[r], T(dy), T(x),
+                                                           T(mean), T(rstd), T(w)),
+                         OJ_OK);
+        rw[r] = oj_empty(gpu, 1, &C, OJ_F32);
+        assert_int_equal(gpu->backend->rms_norm_backward(gpu, NULL, rw[r], T(dy), T(x), T(rstd),
+                                                         T(w)),
+                         OJ_OK);
+        sm[r] = oj_empty(gpu, 2, sv, OJ_BF16);
+        assert_int_equal(gpu->backend->softmax_forward(gpu, sm[r], T(lg), 1, false), OJ_OK);
+        ce[r] = oj_empty(gpu, 1, &n4, OJ_F32);
+        int64_t nv;
+        assert_int_equal(gpu->backend->cross_entropy_forward(gpu, ce[r], NULL, T(lg), T(tg), -100,
+                                                             0.1, &nv),
+                         OJ_OK);
+    }
+    same_bits(dw[0], dw[1], "fast layer_norm dweight");
+    same_bits(db[0], db[1], "fast layer_norm dbias");
+    same_bits(rw[0], rw[1], "fast rms_norm dweight");
+    same_bits(sm[0], sm[1], "fast softmax");
+    same_bits(ce[0], ce[1], "fast cross_entropy");
+    SIDE = 0;
+}
+
 int main(void) {
     oj_engine_config c = oj_engine_config_default();
     c.device = (oj_device){OJ_DEVICE_CUDA, 0};
@@ -1488,6 +1792,12 @@ int main(void) {
         T_(test_ops_conv_index_backward),
         T_(test_mixed_devices_refused),
         T_(test_exact_bit_identical),
+        T_(test_fast_elementwise),
+        T_(test_fast_broadcast),
+        T_(test_fast_copy),
+        T_(test_fast_norms),
+        T_(test_fast_softmax_ce),
+        T_(test_fast_exact),
         T_(test_attention_tc),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
