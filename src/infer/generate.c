@@ -16,11 +16,15 @@ static double draw(uint64_t seed, int64_t seq, int64_t step) {
     return (double)(((uint64_t)r[0] << 21) ^ r[1]) / 9007199254740992.0; /* 53 bits */
 }
 
-/* Logits of the last position of `logits` [1, T, V] into host memory. */
+/* Logits of the last position of `logits` [1, T, V] into host memory as
+ * f32 (bf16/f16 logits of an autocast forward are converted first). */
 static oj_status last_logits(oj_tensor *logits, float *dst, int64_t V) {
     int64_t T = oj_size(logits, 1);
     oj_tensor *row = oj_narrow(logits, 1, T - 1, 1);
-    oj_status st = row ? oj_to_host(row, dst, (size_t)V * sizeof(float)) : OJ_ERR_INTERNAL;
+    oj_tensor *r32 = row && oj_tensor_dtype(row) != OJ_F32 ? oj_cast(row, OJ_F32) : NULL;
+    oj_tensor *src = r32 ? r32 : row;
+    oj_status st = src ? oj_to_host(src, dst, (size_t)V * sizeof(float)) : OJ_ERR_INTERNAL;
+    oj_release(r32);
     oj_release(row);
     return st;
 }

@@ -2,7 +2,7 @@
 // f32, f32 gradients for f32 parameters, grads of bf16 tensors stay bf16,
 // backward runs with autocast off, a bad dtype is refused, and a tiny GPT
 // trained under bf16 autocast follows the f32 loss curve and is
-// bit-identical across two EXACT runs.
+// bit-identical across two EXACT runs; generation under autocast works.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +15,7 @@
 
 #include "ojas/autograd.h"
 #include "ojas/gpt.h"
+#include "ojas/infer.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
 
@@ -212,12 +213,47 @@ static void test_gpt_trains_under_autocast(void **state) {
     }
 }
 
+/* Generation under autocast: the bf16 logits are converted for the
+ * sampler, and every step yields a token of the vocabulary. */
+static void test_generate_under_autocast(void **state) {
+    (void)state;
+    const char *presets[] = {"nanolab-tiny", "gpt2-tiny"};
+    for (int p = 0; p < 2; p++) {
+        oj_engine *e = new_engine();
+        oj_gpt_config cfg;
+        assert_true(oj_gpt_preset(presets[p], &cfg));
+        oj_gpt *m = NULL;
+        assert_int_equal(oj_gpt_create(e, &cfg, 7, &m), OJ_OK);
+        int32_t prompt[5] = {1, 2, 3, 4, 5};
+        const int32_t *ps[1] = {prompt};
+        int64_t pl[1] = {5}, ol[2] = {0, 0};
+        oj_sampler_config sc = oj_sampler_config_default();
+        sc.temperature = 0.0;
+        sc.max_new_tokens = 8;
+        int32_t *o32[1] = {NULL}, *obf[1] = {NULL};
+        assert_int_equal(oj_generate(m, 1, ps, pl, &sc, o32, &ol[0], NULL, NULL), OJ_OK);
+        oj_set_autocast(e, true, OJ_BF16);
+        if (oj_generate(m, 1, ps, pl, &sc, obf, &ol[1], NULL, NULL) != OJ_OK)
+            fail_msg("%s: %s", presets[p], oj_last_error(e));
+        oj_set_autocast(e, false, OJ_BF16);
+        assert_int_equal(ol[0], 8);
+        assert_int_equal(ol[1], 8);
+        for (int i = 0; i < 8; i++) assert_true(obf[0][i] >= 0 && obf[0][i] < cfg.vocab_size);
+        free(o32[0]);
+        free(obf[0]);
+        oj_gpt_free(m);
+        assert_int_equal(oj_engine_live_tensors(e), 0);
+        oj_engine_free(e);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_runs_in_bf16_with_f32_grads),
         cmocka_unit_test(test_op_classes),
         cmocka_unit_test(test_grad_of_bf16_tensor_is_bf16),
         cmocka_unit_test(test_gpt_trains_under_autocast),
+        cmocka_unit_test(test_generate_under_autocast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
