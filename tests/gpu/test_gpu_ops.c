@@ -1753,6 +1753,44 @@ static void test_fast_exact(void **state) {
     SIDE = 0;
 }
 
+// test: column sums (SUM/MEAN over outer rows, e.g. bias gradients) agree with the CPU and rerun bit-identically
+static void test_fast_colsum(void **state) {
+    (void)state;
+    int64_t shapes[3][2] = {{3000, 40}, {16384, 77}, {33, 768}};
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++)
+        for (int si = 0; si < 3; si++)
+            for (int op = OJ_RED_SUM; op <= OJ_RED_MEAN; op++) {
+                int64_t *sh = shapes[si], os[2] = {1, sh[1]};
+                pr x = rnd(2, sh, dts[k], -1, 1);
+                pr out = empty(2, os, OJ_F32);
+                BOTH(E->backend->reduce(E, (oj_reduce_op)op, T(out), NULL, T(x), 1u, 0.0));
+                char what[96];
+                snprintf(what, sizeof what, "fast column %s %s [%lld, %lld]",
+                         op == OJ_RED_SUM ? "sum" : "mean", oj_dtype_name(dts[k]),
+                         (long long)sh[0], (long long)sh[1]);
+                cmp(out, 1e-6, what);
+            }
+    /* [B, T, C] over (B, T), and a row-strided view */
+    int64_t s3[3] = {4, 300, 96}, o3[3] = {1, 1, 96};
+    pr x3 = rnd(3, s3, OJ_F32, -1, 1);
+    pr out3 = empty(3, o3, OJ_F32);
+    BOTH(E->backend->reduce(E, OJ_RED_SUM, T(out3), NULL, T(x3), 3u, 0.0));
+    cmp(out3, 1e-6, "fast column sum over (B, T)");
+    pr xv = narrow(x3, 2, 8, 64);
+    pr ov = empty(3, (int64_t[3]){1, 1, 64}, OJ_F32);
+    BOTH(E->backend->reduce(E, OJ_RED_SUM, T(ov), NULL, T(xv), 3u, 0.0));
+    cmp(ov, 1e-6, "fast column sum of a row-strided view");
+    SIDE = 1;
+    oj_tensor *r[2];
+    for (int i = 0; i < 2; i++) {
+        r[i] = oj_empty(gpu, 3, o3, OJ_F32);
+        assert_int_equal(gpu->backend->reduce(gpu, OJ_RED_SUM, r[i], NULL, T(x3), 3u, 0.0), OJ_OK);
+    }
+    same_bits(r[0], r[1], "fast column sum");
+    SIDE = 0;
+}
+
 int main(void) {
     oj_engine_config c = oj_engine_config_default();
     c.device = (oj_device){OJ_DEVICE_CUDA, 0};
@@ -1798,6 +1836,7 @@ int main(void) {
         T_(test_fast_norms),
         T_(test_fast_softmax_ce),
         T_(test_fast_exact),
+        T_(test_fast_colsum),
         T_(test_attention_tc),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
