@@ -3,8 +3,9 @@
  * - reshape-like (reshape, view, flatten, squeeze, unsqueeze): reshape the
  *   gradient back to the input's shape;
  * - expand: sum the gradient over the broadcast dims;
- * - the others (permute, transpose, narrow, slice, select): apply the same
- *   view to a zero tensor shaped like the input and copy the gradient in. */
+ * - permute, transpose: the inverse view of the gradient (no copy);
+ * - the others (narrow, slice, select): apply the same view to a zero
+ *   tensor shaped like the input and copy the gradient in. */
 #include "ops/ops_common.h"
 #include "ops/views_internal.h"
 
@@ -31,6 +32,15 @@ static oj_status view_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi)
     oj_view_kind kind = (oj_view_kind)n->i[0];
     if (kind == OJ_VIEW_RESHAPE) {
         gi[0] = oj_reshape(g, e->rank, e->shape);
+    } else if (kind == OJ_VIEW_TRANSPOSE) { /* its own inverse: a view of g, no copy */
+        gi[0] = oj_transpose(g, (int)n->i[1], (int)n->i[2]);
+    } else if (kind == OJ_VIEW_PERMUTE) { /* the inverse permutation of g */
+        int inv[OJ_MAX_RANK];
+        for (int d = 0; d < e->rank; d++) {
+            int k = (int)n->i[1 + d];
+            inv[k < 0 ? k + e->rank : k] = d; /* dims were validated by the forward */
+        }
+        gi[0] = oj_permute(g, e->rank, inv);
     } else if (kind == OJ_VIEW_EXPAND) {
         gi[0] = oj__sum_to(g, e->rank, e->shape);
     } else {
