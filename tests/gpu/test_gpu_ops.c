@@ -1483,7 +1483,10 @@ static void test_fast_elementwise(void **state) {
                 BOTH(E->backend->unary_backward(E, ops[o], T(dx), T(xv), T(y), T(gv), 0, 0));
                 snprintf(what, sizeof what, "fast unary_backward op %d %s off %d", (int)ops[o],
                          oj_dtype_name(dt), off);
-                cmp(dx, tol(dt, 1e-6), what);
+                /* f32 math: gelu_tanh's derivative sums several terms and
+                 * lands ~10 ulp from the CPU's double-based result (seen
+                 * 1.3e-6 on the H200): the issue's f32 bar of 1e-5 */
+                cmp(dx, tol(dt, 1e-5), what);
             }
             /* binary, output misaligned too when off = 1 */
             int64_t mb = m + 1;
