@@ -298,7 +298,11 @@ static void bwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
                             }
                             for (int64_t jj = nv; jj < nmax; jj++) p[jj] = 0.0f;
                             float dl = delta[r];
-                            for (int64_t jj = 0; jj < nv; jj++) ds[jj] = p[jj] * (dp[jj] - dl) * fscale;
+                            /* ds = p (dp - delta) scale, in that order (vector) */
+                            if (nv > 0) {
+                                sd->softmax_bwd(ds, p, dp, nv, dl, false);
+                                sd->scale(ds, nv, fscale);
+                            }
                             for (int64_t jj = nv; jj < nmax; jj++) ds[jj] = 0.0f;
                         }
                         sd->rank(nr, p4, TK, nmax, gs, Dv, dva + j0 * Dv, Dv);
