@@ -1092,6 +1092,60 @@ static void test_optim(void **state) {
     assert_true(fabs(ss[1] - ss[0]) <= 1e-12 * fabs(ss[0]));
 }
 
+/* sum_squares_multi: mixed dtypes and sizes (0, 1, one chunk + 1, many
+ * chunks, more tensors than one launch's table), each against the CPU;
+ * on the CPU an f32 result is sum_squares' own bits; an EXACT rerun on
+ * the GPU is bit-identical. */
+static void test_sum_squares_multi(void **state) {
+    (void)state;
+    enum { NT = 160 };
+    static const int64_t sizes[] = {0, 1, 65537, 3000001, 65536, 7, 131072, 200003};
+    static const oj_dtype dts[] = {OJ_F32, OJ_BF16, OJ_F64, OJ_F16};
+    pr x[NT];
+    const oj_tensor *ts[2][NT];
+    for (int i = 0; i < NT; i++) {
+        int ns = (int)(sizeof sizes / sizeof sizes[0]);
+        int64_t n = i < ns ? sizes[i] : 1 + (int64_t)(urand() * 3000);
+        oj_dtype dt = dts[i % 4];
+        if (i % 5 == 4) { /* 2-D: [r, c] */
+            int64_t sh[2] = {n > 0 ? 1 : 0, n};
+            x[i] = rnd(2, sh, dt, -2, 2);
+        } else {
+            x[i] = rnd(1, &n, dt, -2, 2);
+        }
+        ts[0][i] = x[i].t[0];
+        ts[1][i] = x[i].t[1];
+    }
+    double out[2][NT], again[NT];
+    for (int k = 0; k < NT; k++) out[0][k] = out[1][k] = again[k] = NAN;
+    BOTH(E->backend->sum_squares_multi(E, NT, ts[SIDE], out[SIDE]));
+    for (int i = 0; i < NT; i++) {
+        double a = out[0][i], b = out[1][i];
+        if (!(fabs(b - a) <= 1e-12 * fabs(a)))
+            fail_msg("sum_squares_multi tensor %d (%s, %lld elements): cpu %.17g cuda %.17g", i,
+                     oj_dtype_name(oj_tensor_dtype(ts[0][i])), (long long)oj_numel(ts[0][i]), a,
+                     b);
+        if (oj_numel(ts[0][i]) == 0) assert_true(a == 0.0 && b == 0.0);
+        if (oj_tensor_dtype(ts[0][i]) == OJ_F32) {
+            double ref = NAN;
+            assert_int_equal(cpu->backend->sum_squares(cpu, ts[0][i], &ref), OJ_OK);
+            assert_true(memcmp(&ref, &out[0][i], sizeof ref) == 0);
+        }
+    }
+    /* n = 0 writes nothing and succeeds */
+    BOTH(E->backend->sum_squares_multi(E, 0, ts[SIDE], out[SIDE]));
+    /* EXACT: a second run gives the same bits */
+    assert_int_equal(gpu->backend->sum_squares_multi(gpu, NT, ts[1], again), OJ_OK);
+    assert_true(memcmp(again, out[1], sizeof again) == 0);
+    /* a non-finite element gives a non-finite sum */
+    double bad[3] = {1, INFINITY, 2};
+    pr inf = up(1, (int64_t[1]){3}, OJ_F32, bad);
+    const oj_tensor *one[2] = {inf.t[0], inf.t[1]};
+    double r[2];
+    BOTH(E->backend->sum_squares_multi(E, 1, &one[SIDE], &r[SIDE]));
+    assert_true(isinf(r[0]) && isinf(r[1]));
+}
+
 /* ================================================================ ops: forward and backward */
 
 /* Leaves requiring grad on both engines. */
@@ -1526,6 +1580,31 @@ static void test_fast_elementwise(void **state) {
     }
 }
 
+// test: f32 out from an f32 and a bf16 input (autocast's residual stream) agrees bit for bit
+static void test_fast_mixed_binary(void **state) {
+    (void)state;
+    int64_t n = FAST_N, n1 = FAST_N - 1, N = 129, C = 771, s2[2] = {N, C};
+    pr a = rnd(1, &n, OJ_F32, -3, 3), h = rnd(1, &n, OJ_BF16, -3, 3);
+    for (int off = 0; off < 2; off++) {
+        pr av = off ? narrow(a, 0, 1, n1) : a, hv = off ? narrow(h, 0, 1, n1) : h;
+        int64_t m = off ? n1 : n;
+        for (int op = OJ_BIN_ADD; op <= OJ_BIN_MUL; op++) {
+            char what[96];
+            pr o = empty(1, &m, OJ_F32), o2 = empty(1, &m, OJ_F32);
+            BOTH(E->backend->binary(E, (oj_binary_op)op, T(o), T(av), T(hv)));
+            snprintf(what, sizeof what, "mixed f32 op %d bf16, off %d", op, off);
+            cmp(o, 0, what); /* one float rounding of exact inputs: the CPU's bits */
+            BOTH(E->backend->binary(E, (oj_binary_op)op, T(o2), T(hv), T(av)));
+            snprintf(what, sizeof what, "mixed bf16 op %d f32, off %d", op, off);
+            cmp(o2, 0, what);
+        }
+    }
+    /* [N, C] f32 + [C] bf16 (a bias row) */
+    pr x = rnd(2, s2, OJ_F32, -2, 2), b = rnd(1, &C, OJ_BF16, -2, 2), o = empty(2, s2, OJ_F32);
+    BOTH(E->backend->binary(E, OJ_BIN_ADD, T(o), T(x), T(b)));
+    cmp(o, 0, "mixed [N,C] f32 + [C] bf16");
+}
+
 // test: row-broadcast binary kernels ([N,C] op [C], [B,T,C] op [C], [N,C] op [N,1]) agree with the CPU
 static void test_fast_broadcast(void **state) {
     (void)state;
@@ -1827,6 +1906,7 @@ int main(void) {
         T_(test_index),
         T_(test_im2col),
         T_(test_optim),
+        T_(test_sum_squares_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),
         T_(test_ops_losses_backward),
@@ -1834,6 +1914,7 @@ int main(void) {
         T_(test_mixed_devices_refused),
         T_(test_exact_bit_identical),
         T_(test_fast_elementwise),
+        T_(test_fast_mixed_binary),
         T_(test_fast_broadcast),
         T_(test_fast_copy),
         T_(test_fast_norms),

@@ -127,8 +127,27 @@ struct ew_geom {
 };
 
 /* k_ew: out[r, c] = f(in0[r, c], in1[r, c], in2[r, c]); inputs k with bit
- * k of USE clear are not read (passed as 0). */
-template <typename TO, typename TI, int N, int NI, unsigned USE, class F>
+ * k of USE clear are not read (passed as 0). in0 has type TI, the others
+ * TI1 (the same unless a binary op mixes f32 with bf16/f16). */
+/* N elements of row r from column c0 of one operand into x. */
+template <typename T, int N>
+static __device__ __forceinline__ void ew_load(const ew_in &in, int64_t r, int64_t c0,
+                                               int64_t cols, bool full, float *x) {
+    const T *p = (const T *)in.p + r * in.rs;
+    if (in.bc) {
+        float s = oj_cu_tof(p[0]);
+#pragma unroll
+        for (int j = 0; j < N; j++) x[j] = s;
+    } else if (full) {
+        oj_cu_ldv<T, N>(p + c0, x);
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (c0 + j < cols) x[j] = oj_cu_tof(p[c0 + j]);
+    }
+}
+
+template <typename TO, typename TI, int N, int NI, unsigned USE, class F, typename TI1 = TI>
 __global__ void __launch_bounds__(256) k_ew(ew_geom g, F f) {
     const int64_t nvec = (g.cols + N - 1) / N;
     for (int64_t r = blockIdx.y; r < g.rows; r += gridDim.y) {
@@ -143,18 +162,10 @@ __global__ void __launch_bounds__(256) k_ew(ew_geom g, F f) {
 #pragma unroll
                 for (int j = 0; j < N; j++) x[k][j] = 0.0f;
                 if (k >= NI || !((USE >> k) & 1u)) continue;
-                const TI *p = (const TI *)g.in[k].p + r * g.in[k].rs;
-                if (g.in[k].bc) {
-                    float s = oj_cu_tof(p[0]);
-#pragma unroll
-                    for (int j = 0; j < N; j++) x[k][j] = s;
-                } else if (full) {
-                    oj_cu_ldv<TI, N>(p + c0, x[k]);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < N; j++)
-                        if (c0 + j < g.cols) x[k][j] = oj_cu_tof(p[c0 + j]);
-                }
+                if (k == 0)
+                    ew_load<TI, N>(g.in[0], r, c0, g.cols, full, x[0]);
+                else
+                    ew_load<TI1, N>(g.in[k], r, c0, g.cols, full, x[k]);
             }
             float o[N];
 #pragma unroll
@@ -202,22 +213,23 @@ static bool ew_plan(const oj_cu_iter &it, ew_geom *g) {
     return true;
 }
 
-static bool ew_aligned(const ew_geom &g, int nin, int n, int eso, int esi) {
+static bool ew_aligned(const ew_geom &g, int nin, int n, int eso, int esi, int esi1) {
     if ((uintptr_t)g.out % (uintptr_t)(n * eso) != 0) return false;
     if (g.rows > 1 && g.ors % n != 0) return false;
     for (int k = 0; k < nin; k++) {
         if (g.in[k].bc) continue;
-        if ((uintptr_t)g.in[k].p % (uintptr_t)(n * esi) != 0) return false;
+        if ((uintptr_t)g.in[k].p % (uintptr_t)(n * (k ? esi1 : esi)) != 0) return false;
         if (g.rows > 1 && g.in[k].rs % n != 0) return false;
     }
     return true;
 }
 
-template <typename TO, typename TI, int NI, unsigned USE, class F>
+template <typename TO, typename TI, int NI, unsigned USE, class F, typename TI1 = TI>
 static void ew_launch(ew_geom g, F f) {
-    constexpr int es = sizeof(TO) > sizeof(TI) ? (int)sizeof(TO) : (int)sizeof(TI);
+    constexpr int es0 = sizeof(TO) > sizeof(TI) ? (int)sizeof(TO) : (int)sizeof(TI);
+    constexpr int es = es0 > (int)sizeof(TI1) ? es0 : (int)sizeof(TI1);
     constexpr int N = 16 / es;
-    g.vec = ew_aligned(g, NI, N, (int)sizeof(TO), (int)sizeof(TI));
+    g.vec = ew_aligned(g, NI, N, (int)sizeof(TO), (int)sizeof(TI), (int)sizeof(TI1));
     int64_t nvec = (g.cols + N - 1) / N;
     int threads = nvec >= 256 ? 256 : (int)((nvec + 31) / 32 * 32);
     int64_t by = g.rows < 65535 ? g.rows : 65535;
@@ -225,7 +237,7 @@ static void ew_launch(ew_geom g, F f) {
     int64_t cap = ((int64_t)1 << 22) / by;
     if (bx > cap) bx = cap;
     if (bx < 1) bx = 1;
-    k_ew<TO, TI, N, NI, USE><<<dim3((unsigned)bx, (unsigned)by), threads>>>(g, f);
+    k_ew<TO, TI, N, NI, USE, F, TI1><<<dim3((unsigned)bx, (unsigned)by), threads>>>(g, f);
 }
 
 /* Unary ops with a float result (the bool ones keep the generic path). */
@@ -298,6 +310,17 @@ template <typename T> static bool binary_fast_t(const ew_geom &g, oj_binary_op o
         X(OJ_BIN_ADD) X(OJ_BIN_SUB) X(OJ_BIN_MUL) X(OJ_BIN_DIV) X(OJ_BIN_POW) X(OJ_BIN_MAXIMUM)
         X(OJ_BIN_MINIMUM)
 #undef X
+    default: return false;
+    }
+}
+
+/* add, sub, mul of an f32 output with one f32 and one bf16 input (the
+ * residual stream of an autocast model: f32 + bf16 -> f32). */
+template <typename TA, typename TB> static bool binary_mixed_t(const ew_geom &g, oj_binary_op op) {
+    switch (op) {
+    case OJ_BIN_ADD: ew_launch<float, TA, 2, 3u, bin_fn<OJ_BIN_ADD>, TB>(g, bin_fn<OJ_BIN_ADD>()); return true;
+    case OJ_BIN_SUB: ew_launch<float, TA, 2, 3u, bin_fn<OJ_BIN_SUB>, TB>(g, bin_fn<OJ_BIN_SUB>()); return true;
+    case OJ_BIN_MUL: ew_launch<float, TA, 2, 3u, bin_fn<OJ_BIN_MUL>, TB>(g, bin_fn<OJ_BIN_MUL>()); return true;
     default: return false;
     }
 }
@@ -701,6 +724,12 @@ oj_status oj_cuda_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const 
     if (one_float_dtype(it) && ew_plan(it, &g)) {
         bool done = false;
         OJ_CU_FLOAT_TYPE(it.dt[0], T, done = binary_fast_t<T>(g, op));
+        if (done) return oj_cuda_check(eng, binary_name(op));
+    } else if (it.dt[0] == OJ_F32 && ((it.dt[1] == OJ_F32 && it.dt[2] == OJ_BF16) ||
+                                      (it.dt[1] == OJ_BF16 && it.dt[2] == OJ_F32)) &&
+               ew_plan(it, &g)) {
+        bool done = it.dt[1] == OJ_F32 ? binary_mixed_t<float, oj_cu_bf16>(g, op)
+                                       : binary_mixed_t<oj_cu_bf16, float>(g, op);
         if (done) return oj_cuda_check(eng, binary_name(op));
     }
     int mode = 0;
