@@ -88,7 +88,7 @@ t=$(date +%s)
 if ! { cmake -S . -B build-gpu "${gen[@]}" -DOJAS_CUDA=ON -DOJAS_BENCH=ON -DOJAS_TESTS=ON \
          -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_COMPILER="$NVCC" "${cmake_extra[@]}" &&
        cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt \
-         bench_gpu_ops bench_gpu_train bench_gpu_decode ojas_cli; } > "$O/build.log" 2>&1; then
+         bench_gpu_ops bench_gpu_train bench_gpu_decode bench_gpu_gemm ojas_cli; } > "$O/build.log" 2>&1; then
   grep -E "error|Error" "$O/build.log" | head -30
   note "FAIL: build (build.log)"; finish 1
 fi
