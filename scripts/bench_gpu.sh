@@ -1,39 +1,75 @@
 #!/usr/bin/env bash
-# GPU training benchmark, ojas beside PyTorch in one run on one GPU
-# (docs/bench-gpu.md). Needs a CUDA machine; the PyTorch side is the
-# project's anchor scripts, copied (git-ignored) into third_party/anchors
-# from ../shared/anchors (copy them there before carrying this tree).
+# GPU benchmarks, ojas beside PyTorch in one run on one GPU
+# (docs/bench-gpu.md): training steps of gpt2-124m and nanolab-124m at
+# B=16 and B=32, T=1024 (ojas bf16 autocast; PyTorch eager and
+# torch.compile, bf16 autocast), batch-1 greedy decode of GPT-2 124M
+# (ojas oj_generate; PyTorch eager KV cache and its static-cache CUDA graph),
+# and the GEMMs of a step (oj_matmul beside torch.matmul). The PyTorch side
+# is the project's anchor scripts, copied (git-ignored) into
+# third_party/anchors from ../shared/anchors before carrying this tree.
+#
 # usage: bash scripts/bench_gpu.sh [OUTDIR]   (default $OUT or build-gpu/bench)
+# Environment: BUILD (build dir, default build-gpu), STEPS/WARMUP (ojas
+# timed/warm-up steps, 10/3), BENCH_BUDGET (seconds after which no new stage
+# starts, default 540), BENCH_SKIP_COMPILE=1 (no torch.compile runs),
+# BENCH_BATCHES (default "16 32").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${1:-${OUT:-build-gpu/bench}}
 mkdir -p "$O"
 J=$O/bench.jsonl
 : > "$J"
+T0=$(date +%s)
+BUDGET=${BENCH_BUDGET:-540}
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+stage() { # stage NAME SECONDS CMD...: run unless the budget is spent; never longer than what is left
+  local name=$1 want=$2 l; shift 2
+  l=$(left)
+  if [ "$l" -lt 20 ]; then echo "== $name: not run (budget spent)"; return; fi
+  [ "$l" -lt "$want" ] && want=$l
+  echo "== $name ($(date -u +%H:%M:%S))"
+  timeout "$want" "$@" || echo "== $name: exit $?"
+}
 BUILD=${BUILD:-build-gpu}
-if [ ! -x "$BUILD/bin/bench_gpu_train" ]; then
+if [ ! -x "$BUILD/bin/bench_gpu_train" ] || [ ! -x "$BUILD/bin/bench_gpu_decode" ]; then
   cmake -S . -B "$BUILD" -DOJAS_CUDA=ON -DOJAS_TESTS=OFF -DOJAS_BENCH=ON ${CMAKE_EXTRA:-} >/dev/null &&
-    cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_train >/dev/null || { echo "build failed"; exit 1; }
+    cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_train bench_gpu_decode bench_gpu_gemm \
+      >/dev/null || { echo "build failed"; exit 1; }
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$O/gpu.txt"
 A=third_party/anchors
 MMF=/tmp/anchors_mm_tflops.txt
-if [ -f "$A/ceilings.py" ]; then
-  timeout 120 python3 "$A/ceilings.py" --jsonl "$J" --mmfile "$MMF" || echo "ceilings failed"
-fi
+[ -f "$A/ceilings.py" ] && stage "ceilings" 120 python3 "$A/ceilings.py" --jsonl "$J" --mmfile "$MMF"
 MM=$(cat "$MMF" 2>/dev/null || echo 798)
-for cfg in "gpt2-124m 16 1024" "nanolab-124m 16 1024"; do
-  echo "== ojas $cfg"
-  MM_TFLOPS=$MM timeout 300 "$BUILD/bin/bench_gpu_train" $cfg ${STEPS:-10} ${WARMUP:-3} \
-    >>"$J" 2>"$O/ojas_${cfg%% *}.log" || echo "ojas $cfg failed: $(tail -3 "$O/ojas_${cfg%% *}.log")"
-  tail -2 "$O/ojas_${cfg%% *}.log"
+export MM_TFLOPS=$MM
+BATCHES=${BENCH_BATCHES:-16 32}
+for p in gpt2-124m nanolab-124m; do
+  for b in $BATCHES; do
+    stage "ojas $p B=$b bf16" 120 sh -c "'$BUILD/bin/bench_gpu_train' $p $b 1024 ${STEPS:-10} \
+      ${WARMUP:-3} cuda bf16 >> '$J' 2> '$O/ojas_${p}_$b.log'"
+  done
 done
+stage "ojas decode" 90 sh -c "'$BUILD/bin/bench_gpu_decode' 3 cuda f32 >> '$J' 2> '$O/ojas_decode.log'"
+blist=$(echo "$BATCHES" | tr ' ' ',')
 if [ -f "$A/train_bench.py" ]; then
   for arch in gpt2 nanolab; do
-    echo "== PyTorch eager $arch B=16"
-    MM_TFLOPS=$MM timeout 150 python3 "$A/train_bench.py" --arch $arch --batches 16 --jsonl "$J" \
-      >"$O/torch_$arch.log" 2>&1 || echo "torch $arch failed: $(tail -3 "$O/torch_$arch.log")"
+    stage "PyTorch eager $arch" 150 sh -c "python3 '$A/train_bench.py' --arch $arch --batches $blist \
+      --jsonl '$J' > '$O/torch_eager_$arch.log' 2>&1"
   done
 fi
-echo "== results ($J)"
+if [ -f "$A/infer_bench.py" ]; then
+  stage "PyTorch decode" 120 sh -c "python3 '$A/infer_bench.py' --no-hf --no-check --jsonl '$J' \
+    > '$O/torch_decode.log' 2>&1"
+fi
+if [ -f "$A/train_bench.py" ] && [ "${BENCH_SKIP_COMPILE:-0}" != 1 ]; then
+  for arch in gpt2 nanolab; do
+    stage "PyTorch compile $arch" 200 sh -c "python3 '$A/train_bench.py' --arch $arch --compile \
+      --batches $blist --jsonl '$J' > '$O/torch_compile_$arch.log' 2>&1"
+  done
+fi
+if [ -x "$BUILD/bin/bench_gpu_gemm" ]; then
+  stage "GEMMs" 60 sh -c "'$BUILD/bin/bench_gpu_gemm' 20 >> '$J' 2> '$O/gemm.log' &&
+    python3 bench/gpu/gemm_torch.py 20 >> '$J' 2>> '$O/gemm.log'"
+fi
+echo "== results ($J, $(( $(date +%s) - T0 )) s)"
 cat "$J"
