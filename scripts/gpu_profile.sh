@@ -21,6 +21,7 @@
 # PROFILE_TRAIN_STEPS / PROFILE_TRAIN_WARMUP change the 5 + 3 steps;
 # PROFILE_DTYPES="f32 bf16" picks the compute dtypes (default f32);
 # OJAS_BENCH_PHASES=1 adds per-phase wall/user/sys times (src/train/bench.c).
+# PROFILE_TESTS=0 skips building and running the GPU tests.
 # PROFILE_DECODE=0 skips the batch-1 decode benchmark (bench_gpu_decode).
 # Budget: stops starting new stages after PROFILE_BUDGET seconds (default 450), each
 # stage under a timeout, so the whole run stays within 8 minutes.
@@ -85,16 +86,18 @@ fi
 gen=()
 command -v ninja >/dev/null && [ ! -f build-gpu/Makefile ] && gen=(-G Ninja)
 t=$(date +%s)
+targets="bench_gpu_ops bench_gpu_train bench_gpu_decode bench_gpu_gemm ojas_cli"
+[ "${PROFILE_TESTS:-1}" = 1 ] && targets="test_core_cuda test_gpu_ops test_gpu_gpt $targets"
 if ! { cmake -S . -B build-gpu "${gen[@]}" -DOJAS_CUDA=ON -DOJAS_BENCH=ON -DOJAS_TESTS=ON \
          -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_COMPILER="$NVCC" "${cmake_extra[@]}" &&
-       cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt \
-         bench_gpu_ops bench_gpu_train bench_gpu_decode bench_gpu_gemm ojas_cli; } > "$O/build.log" 2>&1; then
+       cmake --build build-gpu -j "$JOBS" --target $targets; } > "$O/build.log" 2>&1; then
   grep -E "error|Error" "$O/build.log" | head -30
   note "FAIL: build (build.log)"; finish 1
 fi
 note "build: ok in $(( $(date +%s) - t )) s"
 
 # ---------------------------------------------------------------- tests
+if [ "${PROFILE_TESTS:-1}" = 1 ]; then
 t=$(date +%s)
 (cd build-gpu && ctest -R '^test_(core_cuda|gpu_ops|gpu_gpt)$' --output-on-failure \
    --timeout "$(tmo 120)") > "$O/ctest.log" 2>&1
@@ -103,6 +106,7 @@ tail -8 "$O/ctest.log"
 if [ $rc -ne 0 ]; then note "FAIL: GPU tests (ctest.log) in $(( $(date +%s) - t )) s"
 elif grep -qiE "\*\*\*Skipped|Not Run" "$O/ctest.log"; then note "FAIL: a GPU test skipped (ctest.log)"
 else note "GPU tests: passed in $(( $(date +%s) - t )) s"; fi
+fi
 
 # ---------------------------------------------------------------- ojas train --device cuda
 # A tiny corpus, tokenizer and shards; train on the GPU, resume the GPU's
