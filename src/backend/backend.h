@@ -318,6 +318,16 @@ typedef struct oj_backend {
      * result does not depend on threads; written to host memory. Used for
      * gradient norms: a non-finite element gives a non-finite sum. */
     oj_status (*sum_squares)(oj_engine *eng, const oj_tensor *x, double *out);
+    /* out[i] = sum of squares of ts[i] for i < n, every ts[i] contiguous,
+     * f32/f64/bf16/f16 (OJ_ERR_DTYPE otherwise), 0 for an empty tensor;
+     * accumulated in double with a partition that depends only on the
+     * shapes, so the results are bit-identical across runs and thread
+     * counts. out: host memory, n doubles. One entry for all of a model's
+     * gradients: the CPU spreads the tensors over its threads (each summed
+     * by the sum_squares kernel, so its bits), CUDA sums fixed chunks of
+     * every tensor in a few launches and reads the n results back once. */
+    oj_status (*sum_squares_multi)(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
+                                   double *out);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

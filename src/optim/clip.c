@@ -1,6 +1,7 @@
 /* Gradient norms and global-norm clipping (torch.nn.utils.clip_grad_norm_). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "optim/optim_internal.h"
 
@@ -27,45 +28,108 @@ double oj__optim_tensor_norm(oj_tensor *t) {
     return NAN;
 }
 
-/* out[i] = L2 norm of ts[i] (0 for NULL entries) for n tensors of eng.
- * On a device every norm is a reduction into one slot of a single f64
- * device buffer, read back once: one host synchronisation for all of them
- * instead of one per tensor. The CPU keeps the sum_squares entry. */
-oj_status oj__optim_norms(oj_engine *eng, int64_t n, oj_tensor *const *ts, double *out) {
-    if (eng->device.type == OJ_DEVICE_CPU || eng->backend->reduce == NULL ||
-        eng->backend->copy_d2h == NULL) {
-        for (int64_t i = 0; i < n; i++) {
-            out[i] = ts[i] ? oj__optim_tensor_norm(ts[i]) : 0.0;
-            if (isnan(out[i]) && oj_last_status(eng) != OJ_OK) return oj_last_status(eng);
-        }
-        return OJ_OK;
-    }
-    if (n == 0) return OJ_OK;
-    int64_t shape[1] = {n};
+/* Generic path of oj__optim_norms on a device: out[idx[j]] = L2 norm of
+ * ts[idx[j]] for j < m, each a reduction into one slot of a single f64
+ * device buffer, read back once. */
+static oj_status device_reduce_norms(oj_engine *eng, int64_t m, const int64_t *idx,
+                                     oj_tensor *const *ts, double *out) {
+    int64_t shape[1] = {m};
     oj_tensor *buf = oj__tensor_alloc(eng, 1, shape, OJ_F64, "grad_norm");
-    if (buf == NULL) return oj_last_status(eng);
+    double *host = malloc((size_t)m * sizeof *host);
+    if (buf == NULL || host == NULL) {
+        oj_release(buf);
+        free(host);
+        return buf ? oj_set_error(eng, OJ_ERR_CAPACITY, "grad_norm: out of host memory")
+                   : oj_last_status(eng);
+    }
     oj_status st = OJ_OK;
-    for (int64_t i = 0; i < n && st == OJ_OK; i++) {
-        oj_tensor *t = ts[i];
-        oj_tensor slot = *buf; /* stack view of buf[i] in t's rank, never registered */
-        slot.rank = t ? t->rank : 1;
+    for (int64_t j = 0; j < m && st == OJ_OK; j++) {
+        oj_tensor *t = ts[idx[j]];
+        oj_tensor slot = *buf; /* stack view of buf[j] in t's rank, never registered */
+        slot.rank = t->rank;
         for (int d = 0; d < slot.rank; d++) slot.shape[d] = 1, slot.stride[d] = 1;
-        slot.offset = buf->offset + i * (int64_t)sizeof(double);
-        if (t == NULL) {
-            st = eng->backend->fill(eng, &slot, 0.0);
-            continue;
-        }
+        slot.offset = buf->offset + j * (int64_t)sizeof(double);
         uint32_t mask = t->rank ? (uint32_t)((1u << t->rank) - 1u) : 0u;
         st = eng->backend->reduce(eng, OJ_RED_NORM_L2, &slot, NULL, t, mask, 0.0);
     }
     if (st == OJ_OK)
-        st = eng->backend->copy_d2h(eng, out, (const char *)buf->storage->data + buf->offset,
-                                    (size_t)n * sizeof(double));
+        st = eng->backend->copy_d2h(eng, host, (const char *)buf->storage->data + buf->offset,
+                                    (size_t)m * sizeof(double));
+    if (st == OJ_OK)
+        for (int64_t j = 0; j < m; j++) out[idx[j]] = host[j];
     oj_release(buf);
-    if (st != OJ_OK)
+    free(host);
+    return st;
+}
+
+/* Can the sum_squares_multi entry take t (on a device: every float dtype;
+ * on the CPU f32/f64, as oj__optim_tensor_norm's fast path)? */
+static bool multi_takes(const oj_engine *eng, const oj_tensor *t) {
+    oj_dtype dt = t->dtype;
+    bool fl = dt == OJ_F32 || dt == OJ_F64 ||
+              (eng->device.type != OJ_DEVICE_CPU && (dt == OJ_BF16 || dt == OJ_F16));
+    return fl && oj_is_contiguous(t);
+}
+
+/* out[i] = L2 norm of ts[i] (0 for NULL entries) for n tensors of eng.
+ * Contiguous float tensors go to the sum_squares_multi entry together (on
+ * a device a few launches and one read-back for all of them; on the CPU
+ * spread over the threads, each summed as sum_squares sums it). The others
+ * take the generic reduction: on a device each into one slot of a single
+ * f64 buffer, read back once. */
+oj_status oj__optim_norms(oj_engine *eng, int64_t n, oj_tensor *const *ts, double *out) {
+    if (n == 0) return OJ_OK;
+    bool dev = eng->device.type != OJ_DEVICE_CPU && eng->backend->reduce != NULL &&
+               eng->backend->copy_d2h != NULL;
+    bool multi = eng->backend->sum_squares_multi != NULL;
+    const oj_tensor **mt = malloc((size_t)n * sizeof *mt);
+    int64_t *midx = malloc((size_t)n * sizeof *midx), *gidx = malloc((size_t)n * sizeof *gidx);
+    double *ss = malloc((size_t)n * sizeof *ss);
+    if (mt == NULL || midx == NULL || gidx == NULL || ss == NULL) {
+        free(mt);
+        free(midx);
+        free(gidx);
+        free(ss);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "grad_norm: out of host memory");
+    }
+    int64_t nm = 0, ng = 0;
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = 0.0;
+        if (ts[i] == NULL) continue;
+        if (multi && multi_takes(eng, ts[i])) {
+            mt[nm] = ts[i];
+            midx[nm++] = i;
+        } else {
+            gidx[ng++] = i;
+        }
+    }
+    oj_status st = OJ_OK;
+    if (nm > 0) {
+        st = eng->backend->sum_squares_multi(eng, nm, mt, ss);
+        if (st == OJ_OK)
+            for (int64_t j = 0; j < nm; j++) out[midx[j]] = sqrt(ss[j]);
+    }
+    if (st == OJ_OK && ng > 0) {
+        if (dev) {
+            st = device_reduce_norms(eng, ng, gidx, ts, out);
+        } else {
+            for (int64_t j = 0; j < ng; j++) {
+                out[gidx[j]] = oj__optim_tensor_norm(ts[gidx[j]]);
+                if (isnan(out[gidx[j]]) && oj_last_status(eng) != OJ_OK) {
+                    st = oj_last_status(eng);
+                    break;
+                }
+            }
+        }
+    }
+    free(mt);
+    free(midx);
+    free(gidx);
+    free(ss);
+    if (st != OJ_OK && oj_last_status(eng) == OJ_OK)
         return oj_set_error(eng, st, "grad_norm: reduction failed on the %s backend",
                             eng->backend->name);
-    return OJ_OK;
+    return st;
 }
 
 /* The engine of the first live tensor of params, recording an error for a
@@ -83,7 +147,9 @@ static oj_engine *params_engine(int64_t n, oj_tensor *const *params, const char 
     return eng;
 }
 
-static double norm_of(int64_t n, oj_tensor *const *params) {
+/* Global norm of the grads of params (NULL grads count 0); with `each`,
+ * each[i] = the norm of params[i]'s grad. */
+static double norm_of(int64_t n, oj_tensor *const *params, double *each) {
     oj_engine *eng = params[0]->eng;
     oj_tensor **gs = calloc((size_t)n, sizeof *gs);
     double *v = calloc((size_t)n, sizeof *v);
@@ -98,6 +164,7 @@ static double norm_of(int64_t n, oj_tensor *const *params) {
     if (oj__optim_norms(eng, n, gs, v) != OJ_OK) sumsq = NAN;
     for (int64_t i = 0; i < n && !isnan(sumsq); i++)
         if (gs[i] != NULL) sumsq += v[i] * v[i];
+    if (each) memcpy(each, v, (size_t)n * sizeof *v);
     free(gs);
     free(v);
     return sqrt(sumsq);
@@ -106,10 +173,15 @@ static double norm_of(int64_t n, oj_tensor *const *params) {
 double oj_grad_norm(int64_t n, oj_tensor *const *params) {
     if (n == 0) return 0.0;
     if (params_engine(n, params, "grad_norm") == NULL) return NAN;
-    return norm_of(n, params);
+    return norm_of(n, params, NULL);
 }
 
-double oj_clip_grad_norm(int64_t n, oj_tensor *const *params, double max_norm) {
+/* oj_clip_grad_norm; with `each`, each[i] = the norm of params[i]'s grad
+ * before clipping and *coef = the factor the grads were multiplied by (1
+ * when not clipped), both set only when the result is finite and every
+ * grad was scaled. */
+static double clip(int64_t n, oj_tensor *const *params, double max_norm, double *each,
+                   double *coef_out) {
     if (n == 0) return 0.0;
     oj_engine *eng = params_engine(n, params, "clip_grad_norm");
     if (eng == NULL) return NAN;
@@ -118,10 +190,14 @@ double oj_clip_grad_norm(int64_t n, oj_tensor *const *params, double max_norm) {
                      max_norm);
         return NAN;
     }
-    double norm = norm_of(n, params);
+    double norm = norm_of(n, params, each);
+    if (coef_out) *coef_out = NAN;
     if (!isfinite(norm)) return norm;
     double coef = max_norm / (norm + 1e-6);
-    if (coef >= 1.0) return norm;
+    if (coef >= 1.0) {
+        if (coef_out) *coef_out = 1.0;
+        return norm;
+    }
     bool prev = oj_set_grad_enabled(eng, false);
     for (int64_t i = 0; i < n; i++) {
         oj_tensor *g = params[i]->grad;
@@ -131,23 +207,59 @@ double oj_clip_grad_norm(int64_t n, oj_tensor *const *params, double max_norm) {
         }
     }
     oj_set_grad_enabled(eng, prev);
+    if (coef_out && !isnan(norm)) *coef_out = coef;
     return norm;
+}
+
+double oj_clip_grad_norm(int64_t n, oj_tensor *const *params, double max_norm) {
+    return clip(n, params, max_norm, NULL, NULL);
+}
+
+void oj__optim_clip_cache_clear(oj_optim *o) {
+    for (int g = 0; g < o->ngroups; g++)
+        for (int64_t i = 0; i < o->groups[g].n; i++) {
+            oj_optim_slot *p = &o->groups[g].params[i];
+            oj_release(p->clip_grad);
+            p->clip_grad = NULL;
+        }
 }
 
 double oj_optim_clip_grad_norm(oj_optim *o, double max_norm) {
     if (o == NULL) return NAN;
+    oj__optim_clip_cache_clear(o);
     int64_t n = 0;
     for (int g = 0; g < o->ngroups; g++) n += o->groups[g].n;
     if (n == 0) return 0.0;
     oj_tensor **ps = malloc((size_t)n * sizeof *ps);
-    if (ps == NULL) {
+    oj_optim_slot **slots = malloc((size_t)n * sizeof *slots);
+    double *each = malloc((size_t)n * sizeof *each);
+    if (ps == NULL || slots == NULL || each == NULL) {
+        free(ps);
+        free(slots);
+        free(each);
         oj_set_error(o->eng, OJ_ERR_CAPACITY, "clip_grad_norm: out of host memory");
         return NAN;
     }
     int64_t k = 0;
     for (int g = 0; g < o->ngroups; g++)
-        for (int64_t i = 0; i < o->groups[g].n; i++) ps[k++] = o->groups[g].params[i].param;
-    double norm = oj_clip_grad_norm(n, ps, max_norm);
+        for (int64_t i = 0; i < o->groups[g].n; i++, k++) {
+            slots[k] = &o->groups[g].params[i];
+            ps[k] = slots[k]->param;
+        }
+    double coef = NAN;
+    double norm = clip(n, ps, max_norm, each, &coef);
+    /* the step after this one may take these norms instead of computing
+     * them again: finite, and scaled exactly as the grads were */
+    if (isfinite(norm) && isfinite(coef))
+        for (k = 0; k < n; k++) {
+            oj_tensor *gr = ps[k]->grad;
+            if (gr == NULL) continue;
+            slots[k]->clip_grad = oj_retain(gr);
+            slots[k]->clip_version = oj_version(gr);
+            slots[k]->clip_norm = each[k] * coef;
+        }
     free(ps);
+    free(slots);
+    free(each);
     return norm;
 }

@@ -30,6 +30,7 @@ static void param_free(oj_optim_slot *p) {
     oj_release(p->exp_avg_sq);
     oj_release(p->momentum_buffer);
     oj_release(p->step_tensor);
+    oj_release(p->clip_grad);
 }
 
 void oj__optim_truncate_groups(oj_optim *o, int ngroups) {
@@ -220,6 +221,7 @@ bool oj_optim_set_check_update(oj_optim *o, bool on) {
 
 void oj_optim_zero_grad(oj_optim *o) {
     if (o == NULL) return;
+    oj__optim_clip_cache_clear(o); /* its references would keep the grads alive */
     for (int g = 0; g < o->ngroups; g++)
         for (int64_t i = 0; i < o->groups[g].n; i++) oj_zero_grad(o->groups[g].params[i].param);
 }

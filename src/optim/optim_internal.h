@@ -14,6 +14,15 @@ typedef struct oj_optim_slot {
     oj_tensor *momentum_buffer;      /* SGD with momentum, Muon */
     oj_tensor *step_tensor;          /* rank-0 i64 mirror of step, for the state_dict */
     int64_t step;                    /* updates applied to this parameter */
+    /* Set by oj_optim_clip_grad_norm for the next step: the grad it saw
+     * (retained, so the handle cannot be reused by another tensor), that
+     * grad's storage version after the clip's own scaling, and its norm
+     * after the scaling (the norm before times the clip factor). The step
+     * reuses the norm only while param->grad is that handle at that
+     * version; the step and zero_grad drop it. */
+    oj_tensor *clip_grad;
+    uint64_t clip_version;
+    double clip_norm;
 } oj_optim_slot;
 
 typedef struct oj_optim_group {
@@ -57,6 +66,8 @@ oj_tensor *oj__optim_zeros_unscoped(oj_engine *eng, int rank, const int64_t *sha
  * momentum buffer and grad without touching either. NULL with the error
  * recorded. */
 oj_tensor *oj__muon_update(oj_optim_slot *p, oj_tensor *grad, const oj_optim_hparams *hp);
+/* Release every slot's clip cache (clip_grad). */
+void oj__optim_clip_cache_clear(oj_optim *o);
 /* Drop the groups from index `ngroups` on, freeing their state. */
 void oj__optim_truncate_groups(oj_optim *o, int ngroups);
 /* sqrt(max(1, rows / cols)) for a [rows, cols] parameter. */

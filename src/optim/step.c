@@ -138,8 +138,20 @@ static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *
         free(gs);
         return oj_set_error(eng, OJ_ERR_CAPACITY, "optim: out of host memory");
     }
-    for (int64_t i = 0; i < n; i++) gs[i] = items[i].grad;
-    st = oj__optim_norms(eng, n, gs, norms); /* one read-back on a device */
+    /* oj_optim_clip_grad_norm just measured these very grads (same
+     * handles, unwritten since its own scaling): take its norms, scaled as
+     * the grads were, instead of measuring again */
+    bool from_clip = n > 0;
+    for (int64_t i = 0; i < n && from_clip; i++) {
+        const oj_optim_slot *p = items[i].p;
+        from_clip = p->clip_grad != NULL && p->clip_grad == p->param->grad &&
+                    oj_version(p->clip_grad) == p->clip_version;
+        norms[i] = p->clip_norm;
+    }
+    if (!from_clip) {
+        for (int64_t i = 0; i < n; i++) gs[i] = items[i].grad;
+        st = oj__optim_norms(eng, n, gs, norms); /* one read-back on a device */
+    }
     free(gs);
     if (st != OJ_OK) {
         free(norms);
@@ -230,6 +242,7 @@ oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
          * whatever autocast says */
         bool prev_ac = oj_set_autocast(eng, false, OJ_BF16);
         st = step_scoped(o, items, info);
+        oj__optim_clip_cache_clear(o); /* good for this step only */
         if (prev_ac) oj_set_autocast(eng, true, oj_autocast_dtype(eng));
         oj_set_grad_enabled(eng, prev);
         oj_scope_end(eng);

@@ -3,6 +3,10 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_memory.h"
 
+/* cpu_optim.c (declared here: cpu_kernels.h is shared with other work) */
+oj_status oj_cpu_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
+                                   double *out);
+
 const oj_backend oj_cpu_backend = {
     .name = "cpu",
     .type = OJ_DEVICE_CPU,
@@ -52,4 +56,5 @@ const oj_backend oj_cpu_backend = {
     .im2col = oj_cpu_im2col,
     .col2im = oj_cpu_col2im,
     .sum_squares = oj_cpu_sum_squares,
+    .sum_squares_multi = oj_cpu_sum_squares_multi,
 };

@@ -383,3 +383,54 @@ oj_status oj_cpu_sum_squares(oj_engine *eng, const oj_tensor *x, double *out) {
         return OJ_ERR_DTYPE;
     return OJ_OK;
 }
+
+/* Sum of squares of a bf16/f16 tensor in double, in the order of
+ * CPU_SUMSQ (8 interleaved partial sums combined in index order). */
+static double sumsq_half(const uint16_t *x, int64_t n, bool bf16) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < n; i++) {
+        double v = bf16 ? (double)oj_bf16_to_f32(x[i]) : (double)oj_f16_to_f32(x[i]);
+        acc[i & 7] += v * v;
+    }
+    double s = 0;
+    for (int j = 0; j < 8; j++) s += acc[j];
+    return s;
+}
+
+typedef struct {
+    const oj_tensor *const *ts;
+    double *out;
+    double (*f32)(const float *restrict, int64_t);
+    double (*f64)(const double *restrict, int64_t);
+} sumsq_multi_job;
+
+/* Tensors [begin, end): each one summed whole by one thread, so the bits
+ * do not depend on the thread count. */
+static void sumsq_multi_chunk(void *ctx, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const sumsq_multi_job *j = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        const oj_tensor *x = j->ts[i];
+        int64_t n = oj_numel(x);
+        switch (x->dtype) {
+        case OJ_F32: j->out[i] = j->f32(DATA(const float, x), n); break;
+        case OJ_F64: j->out[i] = j->f64(DATA(const double, x), n); break;
+        case OJ_BF16: j->out[i] = sumsq_half(DATA(const uint16_t, x), n, true); break;
+        default: j->out[i] = sumsq_half(DATA(const uint16_t, x), n, false); break;
+        }
+    }
+}
+
+oj_status oj_cpu_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
+                                   double *out); /* registered in cpu_backend.c */
+oj_status oj_cpu_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
+                                   double *out) {
+    for (int64_t i = 0; i < n; i++) {
+        oj_dtype dt = ts[i]->dtype;
+        if (dt != OJ_F32 && dt != OJ_F64 && dt != OJ_BF16 && dt != OJ_F16) return OJ_ERR_DTYPE;
+    }
+    sumsq_multi_job j = {.ts = ts, .out = out, .f32 = PICK_SUMSQ(eng, f32),
+                         .f64 = PICK_SUMSQ(eng, f64)};
+    if (n > 0) oj_cpu_parallel_for(eng, n, 1, sumsq_multi_chunk, &j);
+    return OJ_OK;
+}

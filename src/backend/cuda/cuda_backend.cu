@@ -3,6 +3,10 @@
  * against the CPU backend by tests/gpu/test_gpu_ops.c. */
 #include "backend/cuda/cuda_internal.cuh"
 
+/* cuda_optim.cu (declared here: cuda_internal.cuh is shared with other work) */
+oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
+                                    double *out);
+
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
     b.name = "cuda";
@@ -52,6 +56,7 @@ static oj_backend make_cuda_backend() {
     b.muon_momentum = oj_cuda_muon_momentum;
     b.apply_update = oj_cuda_apply_update;
     b.sum_squares = oj_cuda_sum_squares;
+    b.sum_squares_multi = oj_cuda_sum_squares_multi;
     /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
     b.gather = oj_cuda_gather;
     b.scatter_add = oj_cuda_scatter_add;

@@ -7,6 +7,7 @@
  * parameter dtype on the host exactly as the CPU does. check_only writes
  * nothing and reports a non-finite new value through a status word. */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -302,6 +303,138 @@ oj_status oj_cuda_sum_squares(oj_engine *eng, const oj_tensor *x, double *out) {
         st = oj_cuda_check(eng, op);
     }
     if (st == OJ_OK) st = oj_cuda_d2h(eng, out, partial, sizeof(double), op);
+    oj__storage_release(hold);
+    return st;
+}
+
+/* ---------------------------------------------------------------- sum of squares of many tensors
+ * Every tensor is cut into chunks of SQM_CHUNK elements; one block of
+ * SQM_THREADS threads per (tensor, chunk) folds its chunk (thread t takes
+ * elements t, t + SQM_THREADS, ... in order), reduces in the fixed block
+ * tree and writes one double partial; then one thread per tensor sums that
+ * tensor's partials in chunk order. The partition depends only on the
+ * shapes: bit-identical across runs. The tensor table travels by value as
+ * the kernels' argument (at most SQM_BATCH tensors per launch, under the
+ * 4 KiB parameter limit), so nothing is uploaded; the n results are read
+ * back with one copy. */
+#define SQM_CHUNK 65536
+#define SQM_THREADS 256
+#define SQM_BATCH 128
+
+struct sqm_batch {
+    const void *ptr[SQM_BATCH];
+    int64_t numel[SQM_BATCH];
+    int64_t chunk0[SQM_BATCH + 1]; /* first chunk of tensor i in the batch; [count] = total */
+    unsigned char dtype[SQM_BATCH];
+    int count;
+};
+/* kernel parameters are limited to 4 KiB (the table and two pointers) */
+static_assert(sizeof(sqm_batch) + 2 * sizeof(void *) <= 4096, "sqm_batch too large");
+
+static __device__ __forceinline__ double sqm_load(const float *x, int64_t i) { return (double)x[i]; }
+static __device__ __forceinline__ double sqm_load(const double *x, int64_t i) { return x[i]; }
+static __device__ __forceinline__ double sqm_load(const oj_cu_bf16 *x, int64_t i) {
+    return (double)oj_cu_tof(x[i]);
+}
+static __device__ __forceinline__ double sqm_load(const oj_cu_f16 *x, int64_t i) {
+    return (double)oj_cu_tof(x[i]);
+}
+
+template <typename T>
+static __device__ __forceinline__ double sqm_fold(const void *p, int64_t lo, int64_t hi) {
+    const T *x = (const T *)p;
+    double s = 0.0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += SQM_THREADS) {
+        double v = sqm_load(x, i);
+        s = __dadd_rn(s, __dmul_rn(v, v));
+    }
+    return s;
+}
+
+__global__ void __launch_bounds__(SQM_THREADS) k_sqm_chunks(const sqm_batch b, double *partial) {
+    __shared__ double sh[32];
+    int64_t c = blockIdx.x;
+    /* the tensor holding chunk c: the last i with chunk0[i] <= c (empty
+     * tensors own no chunk, so it is never one of them) */
+    int lo = 0, hi = b.count;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (b.chunk0[mid] <= c) lo = mid;
+        else hi = mid;
+    }
+    int64_t first = (c - b.chunk0[lo]) * SQM_CHUNK, n = b.numel[lo];
+    int64_t last = first + SQM_CHUNK < n ? first + SQM_CHUNK : n;
+    const void *p = b.ptr[lo];
+    double s;
+    switch (b.dtype[lo]) {
+    case OJ_F32: s = sqm_fold<float>(p, first, last); break;
+    case OJ_F64: s = sqm_fold<double>(p, first, last); break;
+    case OJ_BF16: s = sqm_fold<oj_cu_bf16>(p, first, last); break;
+    default: s = sqm_fold<oj_cu_f16>(p, first, last); break;
+    }
+    s = oj_cu_block_sum(s, sh);
+    if (threadIdx.x == 0) partial[c] = s;
+}
+
+/* out[i] = the partials of tensor i summed in chunk order (0 when empty). */
+__global__ void k_sqm_finish(const sqm_batch b, const double *partial, double *out) {
+    int i = threadIdx.x;
+    if (i >= b.count) return;
+    double s = 0.0;
+    for (int64_t c = b.chunk0[i]; c < b.chunk0[i + 1]; c++) s = __dadd_rn(s, partial[c]);
+    out[i] = s;
+}
+
+oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
+                                    double *out) {
+    const char *op = "sum_squares_multi";
+    for (int64_t i = 0; i < n; i++) {
+        oj_dtype dt = ts[i]->dtype;
+        if (dt != OJ_F32 && dt != OJ_F64 && dt != OJ_BF16 && dt != OJ_F16) return OJ_ERR_DTYPE;
+    }
+    if (n == 0) return OJ_OK;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    int64_t total = 0; /* chunks over all tensors */
+    for (int64_t i = 0; i < n; i++) {
+        if (oj_cuda_need_contig(eng, ts[i], op, "every tensor") != OJ_OK)
+            return oj_last_status(eng);
+        total += (oj_cuda_numel(ts[i]) + SQM_CHUNK - 1) / SQM_CHUNK;
+    }
+    /* scratch: the partials of every chunk, then the n results */
+    oj_storage *hold = NULL;
+    double *partial =
+        (double *)oj_cuda_scratch(eng, (size_t)(total + n) * sizeof(double), op, &hold);
+    if (partial == NULL) return oj_last_status(eng);
+    double *res = partial + total;
+    oj_status st = OJ_OK;
+    sqm_batch b;
+    for (int64_t i0 = 0, p0 = 0; i0 < n && st == OJ_OK; i0 += SQM_BATCH) {
+        memset(&b, 0, sizeof b);
+        b.count = (int)(n - i0 < SQM_BATCH ? n - i0 : SQM_BATCH);
+        for (int k = 0; k < b.count; k++) {
+            const oj_tensor *t = ts[i0 + k];
+            b.ptr[k] = oj_cuda_ptr(t);
+            b.numel[k] = oj_cuda_numel(t);
+            b.dtype[k] = (unsigned char)t->dtype;
+            b.chunk0[k + 1] = b.chunk0[k] + (b.numel[k] + SQM_CHUNK - 1) / SQM_CHUNK;
+        }
+        int64_t chunks = b.chunk0[b.count];
+        if (chunks > 0x7fffffff) {
+            st = oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: %lld chunks in one launch", op,
+                              (long long)chunks);
+            break;
+        }
+        if (chunks > 0) {
+            k_sqm_chunks<<<(unsigned)chunks, SQM_THREADS>>>(b, partial + p0);
+            st = oj_cuda_check(eng, "sum_squares_multi_chunks");
+        }
+        if (st == OJ_OK) {
+            k_sqm_finish<<<1, SQM_BATCH>>>(b, partial + p0, res + i0);
+            st = oj_cuda_check(eng, "sum_squares_multi_finish");
+        }
+        p0 += chunks;
+    }
+    if (st == OJ_OK) st = oj_cuda_d2h(eng, out, res, (size_t)n * sizeof(double), op);
     oj__storage_release(hold);
     return st;
 }
