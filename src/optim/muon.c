@@ -67,41 +67,102 @@ oj_tensor *oj_newton_schulz5(oj_tensor *g, int steps) {
     return out;
 }
 
-/* The optimizer's path: X = G / (||G|| + eps) with the norm kept on the
- * device (no host round trip per matrix); a non-finite G gives a
- * non-finite X, which the optimizer's finiteness checks report. */
-static oj_tensor *ns5_on_device(oj_tensor *g, int steps) {
-    oj_engine *eng = g->eng;
-    bool prev = oj_set_grad_enabled(eng, false);
-    oj_tensor *n = oj_norm(g, 2.0, 0, NULL, false); /* rank 0 */
-    oj_tensor *d = n ? oj_add_scalar(n, 1e-7) : NULL;
-    oj_tensor *x = d ? oj_div(g, d) : NULL;
-    oj_tensor *out = x ? ns_iterate(x, steps) : NULL;
-    oj_release(n);
-    oj_release(d);
-    oj_release(x);
-    oj_set_grad_enabled(eng, prev);
-    return out;
-}
-
 double oj__muon_scale(const oj_tensor *param) {
     double r = (double)param->shape[0] / (double)param->shape[1];
     return sqrt(r > 1.0 ? r : 1.0);
 }
 
-oj_tensor *oj__muon_update(oj_optim_slot *p, oj_tensor *grad, const oj_optim_hparams *hp) {
-    oj_engine *eng = p->param->eng;
-    oj_tensor *u = oj__tensor_alloc(eng, 2, p->param->shape, p->param->dtype, "muon");
-    if (u == NULL) return NULL;
-    oj_status st =
-        eng->backend->muon_momentum(eng, p->momentum_buffer, grad, u, hp->momentum, hp->nesterov);
-    if (st != OJ_OK) {
-        oj_set_error(eng, st, "muon: momentum kernel failed for '%s'", p->name);
-        oj_release(u);
-        return NULL;
+/* The quintic iteration on a stack of normalised matrices x0 [k, m, n]
+ * (f32/f64), batched: the same operations, in the same order, as
+ * ns_iterate applies to each matrix (oj_addmm's: the product, times alpha,
+ * plus beta times the input). Returns [k, m, n], contiguous. Grad mode
+ * must be off. */
+static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps) {
+    bool tall = x0->shape[1] > x0->shape[2];
+    /* work on the wide orientation: A = X X^T is the small one */
+    oj_tensor *x = tall ? oj_transpose(x0, 1, 2) : oj_retain(x0);
+    for (int k = 0; x != NULL && k < steps; k++) {
+        oj_tensor *xt = oj_transpose(x, 1, 2);
+        oj_tensor *a = oj_bmm(x, xt); /* A = X X^T */
+        oj_tensor *aa = oj_bmm(a, a);
+        oj_tensor *aa_c = oj_mul_scalar(aa, NS_C);
+        oj_tensor *a_b = oj_mul_scalar(a, NS_B);
+        oj_tensor *b = oj_add(a_b, aa_c); /* B = b A + c A A */
+        oj_tensor *bx = oj_bmm(b, x);
+        oj_tensor *x_a = oj_mul_scalar(x, NS_A);
+        oj_tensor *xn = oj_add(x_a, bx); /* X = a X + B X */
+        oj_tensor *tmp[] = {xt, a, aa, aa_c, a_b, b, bx, x_a, x};
+        for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+        x = xn;
     }
-    oj_tensor *x = eng->device.type == OJ_DEVICE_CPU ? oj_newton_schulz5(u, hp->ns_steps)
-                                                     : ns5_on_device(u, hp->ns_steps);
+    if (x != NULL && tall) {
+        oj_tensor *t = oj_transpose(x, 1, 2);
+        oj_release(x);
+        x = t;
+    }
+    oj_tensor *out = x ? oj_contiguous(x) : NULL;
+    oj_release(x);
+    return out;
+}
+
+oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *const *grads,
+                                const oj_optim_hparams *hp, oj_tensor **updates) {
+    oj_engine *eng = ps[0]->param->eng;
+    const oj_tensor *p0 = ps[0]->param;
+    int64_t r = p0->shape[0], c = p0->shape[1];
+    for (int64_t j = 0; j < k; j++) updates[j] = NULL;
+    int64_t shape[3] = {k, r, c};
+    oj_tensor *u = oj__tensor_alloc(eng, 3, shape, p0->dtype, "muon");
+    if (u == NULL) return oj_last_status(eng);
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_status st = OJ_OK;
+    /* each momentum output goes straight into its slice of the stack */
+    for (int64_t j = 0; j < k && st == OJ_OK; j++) {
+        oj_tensor *slice = oj_select(u, 0, j); /* [r, c], contiguous */
+        if (slice == NULL) {
+            st = oj_last_status(eng);
+            break;
+        }
+        st = eng->backend->muon_momentum(eng, ps[j]->momentum_buffer, grads[j], slice,
+                                         hp->momentum, hp->nesterov);
+        if (st != OJ_OK)
+            oj_set_error(eng, st, "muon: momentum kernel failed for '%s'", ps[j]->name);
+        oj_release(slice);
+    }
+    oj_tensor *x = NULL;
+    if (st == OJ_OK) {
+        /* X = G * (1 / (||G|| + eps)) per matrix with the norms kept on
+         * the device, computed as oj_newton_schulz5 does on the host: the
+         * norm and the reciprocal in double, the factor rounded to the
+         * dtype, one multiply (so f32 gets its bits, not an f32 norm's). A
+         * non-finite G gives a non-finite X, which the optimizer's
+         * finiteness checks report. */
+        static const int dims[2] = {1, 2};
+        oj_tensor *u64 = u->dtype == OJ_F64 ? oj_retain(u) : oj_cast(u, OJ_F64);
+        oj_tensor *n = u64 ? oj_norm(u64, 2.0, 2, dims, true) : NULL; /* [k, 1, 1] */
+        oj_release(u64);
+        oj_tensor *d = n ? oj_add_scalar(n, 1e-7) : NULL;
+        oj_tensor *r64 = d ? oj_reciprocal(d) : NULL;
+        oj_tensor *rc = r64 == NULL ? NULL
+                       : u->dtype == OJ_F64 ? oj_retain(r64)
+                                            : oj_cast(r64, u->dtype);
+        oj_tensor *x0 = rc ? oj_mul(u, rc) : NULL;
+        x = x0 ? ns_iterate_batch(x0, hp->ns_steps) : NULL;
+        oj_tensor *tmp[] = {n, d, r64, rc, x0};
+        for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+        if (x == NULL) st = oj_last_status(eng);
+    }
     oj_release(u);
-    return x;
+    for (int64_t j = 0; j < k && st == OJ_OK; j++) {
+        updates[j] = oj_select(x, 0, j); /* a contiguous [r, c] view of the result */
+        if (updates[j] == NULL) st = oj_last_status(eng);
+    }
+    oj_release(x);
+    if (st != OJ_OK)
+        for (int64_t j = 0; j < k; j++) {
+            oj_release(updates[j]);
+            updates[j] = NULL;
+        }
+    oj_set_grad_enabled(eng, prev);
+    return st == OJ_OK ? OJ_OK : (oj_last_status(eng) != OJ_OK ? oj_last_status(eng) : st);
 }

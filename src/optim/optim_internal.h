@@ -61,11 +61,16 @@ oj_status oj__optim_norms(oj_engine *eng, int64_t n, oj_tensor *const *ts, doubl
 /* A zero tensor shaped like t (dtype dt), unscoped; NULL with the error
  * recorded. */
 oj_tensor *oj__optim_zeros_unscoped(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt);
-/* Muon update of one parameter with a gradient: the orthogonalised update
- * (a new scoped tensor, contiguous, param's shape) computed from the
- * momentum buffer and grad without touching either. NULL with the error
- * recorded. */
-oj_tensor *oj__muon_update(oj_optim_slot *p, oj_tensor *grad, const oj_optim_hparams *hp);
+/* Muon updates of k >= 1 parameters ps[j] of one shape [r, c] and dtype
+ * (f32/f64) with gradients grads[j] (contiguous) and one hp: updates[j] =
+ * the orthogonalised update (a new scoped tensor, contiguous, [r, c]: a
+ * view of one stack), computed from the momentum buffer and grad without
+ * touching either. The momentum outputs are written into one [k, r, c]
+ * stack, normalised per matrix on the device, and the Newton-Schulz
+ * iteration runs on the stack with batched products. On failure the
+ * updates are NULL and the error is recorded. */
+oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *const *grads,
+                                const oj_optim_hparams *hp, oj_tensor **updates);
 /* Release every slot's clip cache (clip_grad). */
 void oj__optim_clip_cache_clear(oj_optim *o);
 /* Drop the groups from index `ngroups` on, freeing their state. */

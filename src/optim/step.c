@@ -123,6 +123,45 @@ static oj_status collect(oj_optim *o, work_item *items, int64_t *n_out) {
     return OJ_OK;
 }
 
+/* Same Newton-Schulz batch: same param group (hp), shape and dtype. */
+static bool same_batch(const work_item *a, const work_item *b) {
+    const oj_tensor *x = a->p->param, *y = b->p->param;
+    return a->hp == b->hp && x->dtype == y->dtype && x->shape[0] == y->shape[0] &&
+           x->shape[1] == y->shape[1];
+}
+
+/* Muon's orthogonalised updates, the items grouped by (param group, shape,
+ * dtype) in order of first appearance, one batched Newton-Schulz per
+ * group. */
+static oj_status muon_updates(oj_optim *o, work_item *items, int64_t n) {
+    oj_engine *eng = o->eng;
+    int64_t *member = malloc((size_t)(n ? n : 1) * sizeof *member);
+    oj_optim_slot **ps = malloc((size_t)(n ? n : 1) * sizeof *ps);
+    oj_tensor **gs = malloc((size_t)(n ? n : 1) * sizeof *gs);
+    oj_tensor **us = malloc((size_t)(n ? n : 1) * sizeof *us);
+    oj_status st = OJ_OK;
+    if (member == NULL || ps == NULL || gs == NULL || us == NULL)
+        st = oj_set_error(eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+    for (int64_t i = 0; i < n && st == OJ_OK; i++) {
+        if (items[i].hp->algo != OJ_OPTIM_MUON || items[i].update != NULL) continue;
+        int64_t k = 0;
+        for (int64_t j = i; j < n; j++)
+            if (items[j].hp->algo == OJ_OPTIM_MUON && items[j].update == NULL &&
+                same_batch(&items[i], &items[j])) {
+                member[k] = j;
+                ps[k] = items[j].p;
+                gs[k++] = items[j].grad;
+            }
+        st = oj__muon_update_batch(k, ps, gs, items[i].hp, us);
+        for (int64_t m = 0; m < k && st == OJ_OK; m++) items[member[m]].update = us[m];
+    }
+    free(member);
+    free(ps);
+    free(gs);
+    free(us);
+    return st;
+}
+
 static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *info) {
     oj_engine *eng = o->eng;
     int64_t n = 0;
@@ -172,11 +211,8 @@ static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *
     if (info) info->grad_norm = sqrt(sumsq);
 
     /* 2. updates that need more than one pass (Muon), state untouched */
-    for (int64_t i = 0; i < n; i++)
-        if (items[i].hp->algo == OJ_OPTIM_MUON) {
-            items[i].update = oj__muon_update(items[i].p, items[i].grad, items[i].hp);
-            if (items[i].update == NULL) return oj_last_status(eng);
-        }
+    st = muon_updates(o, items, n);
+    if (st != OJ_OK) return st;
 
     /* 3. read-only pass: nothing may become non-finite */
     if (o->check_update)
