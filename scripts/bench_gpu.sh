@@ -12,7 +12,9 @@
 # Environment: BUILD (build dir, default build-gpu), STEPS/WARMUP (ojas
 # timed/warm-up steps, 10/3), BENCH_BUDGET (seconds after which no new stage
 # starts, default 540), BENCH_SKIP_COMPILE=1 (no torch.compile runs),
-# BENCH_BATCHES (default "16 32").
+# BENCH_SKIP_CEILINGS=1 (MFU against 798 TFLOP/s, the anchors' measured
+# ceiling), BENCH_BATCHES (default "16 32"), BENCH_COMPILE_BATCHES
+# (torch.compile's, default the same, comma-separated).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${1:-${OUT:-build-gpu/bench}}
@@ -31,42 +33,51 @@ stage() { # stage NAME SECONDS CMD...: run unless the budget is spent; never lon
   timeout "$want" "$@" || echo "== $name: exit $?"
 }
 BUILD=${BUILD:-build-gpu}
+. scripts/gpu_env.sh
+gpu_env_setup || { echo "$gpu_env_note"; exit 1; }
 if [ ! -x "$BUILD/bin/bench_gpu_train" ] || [ ! -x "$BUILD/bin/bench_gpu_decode" ]; then
-  cmake -S . -B "$BUILD" -DOJAS_CUDA=ON -DOJAS_TESTS=OFF -DOJAS_BENCH=ON ${CMAKE_EXTRA:-} >/dev/null &&
+  cmake -S . -B "$BUILD" -DOJAS_CUDA=ON -DOJAS_TESTS=OFF -DOJAS_BENCH=ON "${cmake_extra[@]}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_EXTRA:-} >/dev/null &&
     cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_train bench_gpu_decode bench_gpu_gemm \
       >/dev/null || { echo "build failed"; exit 1; }
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$O/gpu.txt"
 A=third_party/anchors
 MMF=/tmp/anchors_mm_tflops.txt
-[ -f "$A/ceilings.py" ] && stage "ceilings" 120 python3 "$A/ceilings.py" --jsonl "$J" --mmfile "$MMF"
+[ -f "$A/ceilings.py" ] && [ "${BENCH_SKIP_CEILINGS:-0}" != 1 ] &&
+  stage "ceilings" 120 python3 "$A/ceilings.py" --jsonl "$J" --mmfile "$MMF"
 MM=$(cat "$MMF" 2>/dev/null || echo 798)
 export MM_TFLOPS=$MM
 BATCHES=${BENCH_BATCHES:-16 32}
-for p in gpt2-124m nanolab-124m; do
-  for b in $BATCHES; do
-    stage "ojas $p B=$b bf16" 120 sh -c "'$BUILD/bin/bench_gpu_train' $p $b 1024 ${STEPS:-10} \
-      ${WARMUP:-3} cuda bf16 >> '$J' 2> '$O/ojas_${p}_$b.log'"
-  done
-done
-stage "ojas decode" 90 sh -c "'$BUILD/bin/bench_gpu_decode' 3 cuda f32 >> '$J' 2> '$O/ojas_decode.log'"
 blist=$(echo "$BATCHES" | tr ' ' ',')
+first=${BATCHES%% *}
+ojas_train() { # preset batch
+  stage "ojas $1 B=$2 bf16" 120 sh -c "'$BUILD/bin/bench_gpu_train' $1 $2 1024 ${STEPS:-10} \
+    ${WARMUP:-3} cuda bf16 >> '$J' 2> '$O/ojas_$1_$2.log'"
+}
+# most wanted first: each system at the first batch size, then the rest
+for p in gpt2-124m nanolab-124m; do ojas_train $p "$first"; done
 if [ -f "$A/train_bench.py" ]; then
   for arch in gpt2 nanolab; do
     stage "PyTorch eager $arch" 150 sh -c "python3 '$A/train_bench.py' --arch $arch --batches $blist \
       --jsonl '$J' > '$O/torch_eager_$arch.log' 2>&1"
   done
+  if [ "${BENCH_SKIP_COMPILE:-0}" != 1 ]; then
+    for arch in gpt2 nanolab; do
+      stage "PyTorch compile $arch" 200 sh -c "python3 '$A/train_bench.py' --arch $arch --compile \
+        --batches ${BENCH_COMPILE_BATCHES:-$blist} --jsonl '$J' > '$O/torch_compile_$arch.log' 2>&1"
+    done
+  fi
 fi
+stage "ojas decode" 90 sh -c "'$BUILD/bin/bench_gpu_decode' 3 cuda f32 >> '$J' 2> '$O/ojas_decode.log'"
 if [ -f "$A/infer_bench.py" ]; then
   stage "PyTorch decode" 120 sh -c "python3 '$A/infer_bench.py' --no-hf --no-check --jsonl '$J' \
     > '$O/torch_decode.log' 2>&1"
 fi
-if [ -f "$A/train_bench.py" ] && [ "${BENCH_SKIP_COMPILE:-0}" != 1 ]; then
-  for arch in gpt2 nanolab; do
-    stage "PyTorch compile $arch" 200 sh -c "python3 '$A/train_bench.py' --arch $arch --compile \
-      --batches $blist --jsonl '$J' > '$O/torch_compile_$arch.log' 2>&1"
-  done
-fi
+for b in $BATCHES; do
+  [ "$b" = "$first" ] && continue
+  for p in gpt2-124m nanolab-124m; do ojas_train $p "$b"; done
+done
 if [ -x "$BUILD/bin/bench_gpu_gemm" ]; then
   stage "GEMMs" 60 sh -c "'$BUILD/bin/bench_gpu_gemm' 20 >> '$J' 2> '$O/gemm.log' &&
     python3 bench/gpu/gemm_torch.py 20 >> '$J' 2>> '$O/gemm.log'"

@@ -48,41 +48,9 @@ echo "== nvcc: $NVCC ($("$NVCC" --version | tail -1))"
 echo "== cmake: $(cmake --version | head -1)"
 
 # ---------------------------------------------------------------- libraries
-mods=(jansson libpcre2-8 libxxhash cmocka)
-have_mods() {
-  command -v "${PKG_CONFIG:-pkg-config}" >/dev/null 2>&1 || return 1
-  "${PKG_CONFIG:-pkg-config}" --exists "${mods[@]}" 2>/dev/null
-}
-cmake_extra=()
-if ! have_mods; then
-  debs=(third_party/gpudeps/*.deb)
-  if [ ! -e "${debs[0]}" ]; then
-    fail "pkg-config cannot find ${mods[*]} and third_party/gpudeps is absent: run scripts/gpu_deps.sh where apt works and carry third_party/gpudeps"
-    printf '%s\n' "${summary[@]}"; exit 1
-  fi
-  R=/tmp/ojas-gpudeps
-  rm -rf "$R" && mkdir -p "$R"
-  for f in "${debs[@]}"; do
-    if command -v dpkg >/dev/null; then
-      dpkg -x "$f" "$R"
-    else # a .deb is an ar archive holding data.tar.*
-      (t=$(mktemp -d) && cd "$t" && ar x "$ROOT/$f" && tar xf data.tar.* -C "$R" && rm -rf "$t")
-    fi
-  done
-  L=$R/usr/lib/x86_64-linux-gnu
-  export LD_LIBRARY_PATH="$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export PKG_CONFIG_LIBDIR="$L/pkgconfig:$R/usr/share/pkgconfig"
-  export PKG_CONFIG_SYSROOT_DIR="$R"
-  command -v "${PKG_CONFIG:-pkg-config}" >/dev/null 2>&1 || export PKG_CONFIG="$R/usr/bin/pkgconf"
-  cmake_extra+=("-DPKG_CONFIG_EXECUTABLE=${PKG_CONFIG:-$(command -v pkg-config)}")
-  if have_mods; then
-    note "libraries: unpacked third_party/gpudeps under $R"
-  else
-    fail "libraries still missing after unpacking third_party/gpudeps ($("${PKG_CONFIG:-pkg-config}" --print-errors --exists "${mods[@]}" 2>&1 | head -3))"
-    printf '%s\n' "${summary[@]}"; exit 1
-  fi
-else
-  note "libraries: found by the system pkg-config"
+. scripts/gpu_env.sh
+if gpu_env_setup; then note "$gpu_env_note"; else
+  fail "$gpu_env_note"; printf '%s\n' "${summary[@]}"; exit 1
 fi
 
 # ---------------------------------------------------------------- build

@@ -53,34 +53,9 @@ for c in /usr/local/cuda/bin/nvcc "$(command -v nvcc 2>/dev/null)"; do
 done
 [ -z "$NVCC" ] && { note "FAIL: no nvcc"; finish 1; }
 
-# ---------------------------------------------------------------- libraries (as gpu_check.sh)
-mods=(jansson libpcre2-8 libxxhash cmocka)
-have_mods() {
-  command -v "${PKG_CONFIG:-pkg-config}" >/dev/null 2>&1 || return 1
-  "${PKG_CONFIG:-pkg-config}" --exists "${mods[@]}" 2>/dev/null
-}
-cmake_extra=()
-if ! have_mods; then
-  debs=(third_party/gpudeps/*.deb)
-  [ -e "${debs[0]}" ] || { note "FAIL: libraries missing and third_party/gpudeps absent (scripts/gpu_deps.sh)"; finish 1; }
-  R=/tmp/ojas-gpudeps
-  rm -rf "$R" && mkdir -p "$R"
-  for f in "${debs[@]}"; do
-    if command -v dpkg >/dev/null; then
-      dpkg -x "$f" "$R"
-    else
-      (t=$(mktemp -d) && cd "$t" && ar x "$ROOT/$f" && tar xf data.tar.* -C "$R" && rm -rf "$t")
-    fi
-  done
-  L=$R/usr/lib/x86_64-linux-gnu
-  export LD_LIBRARY_PATH="$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export PKG_CONFIG_LIBDIR="$L/pkgconfig:$R/usr/share/pkgconfig"
-  export PKG_CONFIG_SYSROOT_DIR="$R"
-  command -v "${PKG_CONFIG:-pkg-config}" >/dev/null 2>&1 || export PKG_CONFIG="$R/usr/bin/pkgconf"
-  cmake_extra+=("-DPKG_CONFIG_EXECUTABLE=${PKG_CONFIG:-$(command -v pkg-config)}")
-  have_mods || { note "FAIL: libraries still missing after unpacking third_party/gpudeps"; finish 1; }
-  note "libraries: unpacked third_party/gpudeps under $R"
-fi
+# ---------------------------------------------------------------- libraries
+. scripts/gpu_env.sh
+if gpu_env_setup; then note "$gpu_env_note"; else note "FAIL: $gpu_env_note"; finish 1; fi
 
 # ---------------------------------------------------------------- build
 gen=()
