@@ -146,7 +146,13 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
     /* Keep every node alive while we walk (releasing grads may free them). */
     for (int64_t k = 0; k < all.len; k++) oj__node_retain(all.items[k]);
 
-    st = accumulate(eng, &out->grad_fn->grad_acc[out->output_index], grad);
+    /* The seed takes the output's dtype, as every gradient does. A new
+     * handle either way: accumulate detaches what it keeps from its scope,
+     * which must not be the caller's handle (scoped, it would leak). */
+    oj_tensor *seed = grad->dtype == out->dtype ? oj_detach(grad) : oj_cast(grad, out->dtype);
+    st = seed ? accumulate(eng, &out->grad_fn->grad_acc[out->output_index], seed)
+              : oj_last_status(eng);
+    oj_release(seed);
     for (int64_t k = 0; st == OJ_OK && k < all.len; k++) {
         oj_node *n = all.items[k];
         oj_tensor *go[OJ_NODE_MAX_OUT] = {0};

@@ -176,7 +176,10 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
         if (nd) {
             nd->i[0] = dx != NULL;
             nd->i[1] = dw != NULL;
-            nd->f[0] = scale;
+            /* MEAN over no counted row: the loss is NaN but nothing was
+             * counted, so the gradients are 0 (as cross_entropy's and
+             * torch's), not dx * NaN */
+            nd->f[0] = valid > 0 || reduction != OJ_REDUCTION_MEAN ? scale : 0.0;
             if (dx) oj__nn_save_temp(nd, dx), dx = NULL;
             if (dw) oj__nn_save_temp(nd, dw), dw = NULL;
             oj__node_finish(nd, 1, &out);

@@ -479,6 +479,20 @@ oj_status oj_train_model_config(const oj_train_config *c, int64_t tok_vocab, oj_
 oj_status oj_train_config_check(const oj_train_config *c, oj_error *err) {
     if (!c)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "config: NULL");
+    /* enums set from C: a value outside the table would run as something
+     * else (dtype 7 as f16) and index past the names when serialised */
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &k_keys[i];
+        if (k->type != K_ENUM)
+            continue;
+        int v = enum_get((const char *)c + k->off), n = 0;
+        while (k->names[n])
+            n++;
+        if (v < 0 || v >= n)
+            return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                                "config key '%s': value %d is not one of the %d choices (\"%s\" ...)",
+                                k->key, v, n, k->names[0]);
+    }
     oj_gpt_config m;
     oj_status st = oj_train_model_config(c, 0, &m, err);
     if (st)
