@@ -7,6 +7,9 @@
  * matmuls, i.e. all but the position table), the anchors' formula; MFU is
  * reported against 989 TFLOP/s (H200 dense bf16 datasheet) and against the
  * GEMM ceiling in MM_TFLOPS (measured by the anchors in the same run).
+ * peak_gib: the root budget's peak (pooled free blocks included, like
+ * max_memory_reserved); peak_alloc_gib: live storage only, PyTorch's
+ * max_memory_allocated.
  *
  * usage: bench_gpu_train PRESET B T [steps] [warmup] [cpu|cuda] [f32|bf16]
  * bf16: the forward runs under bf16 autocast (f32 master weights). */
@@ -53,11 +56,13 @@ int main(int argc, char **argv) {
     printf("{\"system\": \"ojas\", \"preset\": \"%s\", \"device\": \"%s\", \"B\": %lld, \"T\": %lld, "
            "\"dtype\": \"%s\", \"step_ms\": %.3f, \"min_ms\": %.3f, \"tok_s\": %.0f, "
            "\"flops_per_token\": %.4g, \"mfu_989\": %.4f, \"mfu_mm\": %.4f, \"peak_gib\": %.3f, "
+           "\"peak_alloc_gib\": %.3f, "
            "\"loss\": %.4f, \"params\": %lld}\n",
            preset, on_cpu ? "cpu" : "cuda", (long long)B, (long long)T,
            bf16 ? "bf16 autocast, f32 master" : "f32 (TF32 GEMMs)", r.step_ms, r.min_ms,
            r.tokens_per_s, r.flops_per_token, r.achieved_flops / 989e12,
            r.achieved_flops / (mm_tflops * 1e12), (double)r.peak_bytes / (1024.0 * 1024 * 1024),
+           (double)r.peak_allocated_bytes / (1024.0 * 1024 * 1024),
            r.loss, (long long)r.params);
     oj_engine_free(eng);
     return 0;

@@ -193,6 +193,12 @@ oj_budget *oj_engine_use_budget(oj_engine *eng, oj_budget *b);
 /* Bytes held in the engine's host storage pool (free blocks kept for
  * reuse; they stay reserved on the root budget). */
 int64_t oj_engine_pooled_bytes(const oj_engine *eng);
+/* Bytes of the storage that live tensors hold (capacities, pooled free
+ * blocks excluded; torch.cuda.memory_allocated) and its peak since the
+ * engine was created (max_memory_allocated). oj_budget_peak of the root
+ * budget also counts the pool's free blocks (like max_memory_reserved). */
+int64_t oj_engine_memory_allocated(const oj_engine *eng);
+int64_t oj_engine_max_memory_allocated(const oj_engine *eng);
 /* Return pooled storage to the system (and its bytes to the budget). */
 void oj_engine_trim_pool(oj_engine *eng);
 /* Wait until every operation queued on the engine's device has finished

@@ -235,7 +235,8 @@ typedef struct oj_bench_result {
     double flops_per_token; /* oj_gpt_flops_per_token: 6 N + 12 L C T */
     double achieved_flops;  /* flops_per_token * tokens_per_s, FLOP/s */
     double loss;            /* the last step's loss */
-    int64_t peak_bytes;     /* peak of the engine's root budget */
+    int64_t peak_bytes;     /* peak of the engine's root budget (pooled free blocks included) */
+    int64_t peak_allocated_bytes; /* oj_engine_max_memory_allocated (live storage only) */
     int64_t params;
 } oj_bench_result;
 

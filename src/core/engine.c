@@ -150,6 +150,8 @@ oj_budget *oj_engine_use_budget(oj_engine *eng, oj_budget *b) {
 }
 
 int64_t oj_engine_pooled_bytes(const oj_engine *eng) { return eng ? eng->pooled_bytes : 0; }
+int64_t oj_engine_memory_allocated(const oj_engine *eng) { return eng ? eng->live_bytes : 0; }
+int64_t oj_engine_max_memory_allocated(const oj_engine *eng) { return eng ? eng->live_peak : 0; }
 int64_t oj_engine_live_tensors(const oj_engine *eng) { return eng ? eng->live_tensors : 0; }
 
 bool oj_set_grad_enabled(oj_engine *eng, bool enabled) {

@@ -111,6 +111,7 @@ struct oj_engine {
      * the driver's allocator; their bytes stay reserved like host ones */
     struct oj_dev_block *dev_pool[OJ_POOL_CLASSES];
     int64_t pooled_bytes;
+    int64_t live_bytes, live_peak; /* budget-charged storage in use (capacity), and its peak */
     /* released tensor handles kept so use-after-release is detected */
     oj_tensor **quarantine;
     int64_t quarantine_len, quarantine_pos;

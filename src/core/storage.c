@@ -123,6 +123,8 @@ oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
     }
     s->capacity = cap;
     s->pool_class = cls;
+    eng->live_bytes += (int64_t)cap;
+    if (eng->live_bytes > eng->live_peak) eng->live_peak = eng->live_bytes;
     return s;
 }
 
@@ -152,6 +154,7 @@ void oj__storage_retain(oj_storage *s) {
 void oj__storage_release(oj_storage *s) {
     if (s == NULL || --s->refcount > 0) return;
     oj_engine *eng = s->eng;
+    if (s->budget != NULL) eng->live_bytes -= (int64_t)s->capacity;
     if (s->budget == NULL) { /* external memory */
         if (s->release) s->release(s->release_ctx);
     } else if (s->pool_class >= 0 && s->device.type != OJ_DEVICE_CPU) {

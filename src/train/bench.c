@@ -124,6 +124,7 @@ oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B
         out->achieved_flops = out->flops_per_token * out->tokens_per_s;
         out->loss = loss;
         out->peak_bytes = oj_budget_peak(oj_engine_budget(eng));
+        out->peak_allocated_bytes = oj_engine_max_memory_allocated(eng);
         out->params = oj_gpt_num_params(m);
     }
     free(ms);

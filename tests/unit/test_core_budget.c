@@ -210,6 +210,34 @@ static void test_pool_trimmed_when_full(void **state) {
     oj_engine_free(eng);
 }
 
+/* memory_allocated counts live storage only: a released tensor's block
+ * goes to the pool (still on the budget) and leaves memory_allocated;
+ * max_memory_allocated keeps the high-water mark. */
+static void test_memory_allocated_excludes_pool(void **state) {
+    (void)state;
+    oj_engine *e = NULL;
+    assert_int_equal(oj_engine_create(NULL, &e, NULL), OJ_OK);
+    assert_int_equal(oj_engine_memory_allocated(e), 0);
+    int64_t shape[1] = {1 << 20}; /* 4 MiB of f32 */
+    oj_tensor *a = oj_zeros(e, 1, shape, OJ_F32), *b = oj_zeros(e, 1, shape, OJ_F32);
+    int64_t both = oj_engine_memory_allocated(e);
+    assert_true(both >= 2 * (4 << 20));
+    assert_int_equal(oj_engine_max_memory_allocated(e), both);
+    oj_release(a);
+    int64_t one = oj_engine_memory_allocated(e);
+    assert_true(one < both && one >= (4 << 20));
+    assert_true(oj_engine_pooled_bytes(e) > 0); /* a's block waits in the pool */
+    assert_true(oj_budget_current(oj_engine_budget(e)) >= both); /* and stays on the budget */
+    assert_int_equal(oj_engine_max_memory_allocated(e), both);
+    oj_tensor *c = oj_zeros(e, 1, shape, OJ_F32); /* reuses the pooled block */
+    assert_int_equal(oj_engine_memory_allocated(e), both);
+    oj_release(b);
+    oj_release(c);
+    assert_int_equal(oj_engine_memory_allocated(e), 0);
+    assert_int_equal(oj_engine_max_memory_allocated(e), both);
+    oj_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reserve_release_peak),
@@ -219,6 +247,7 @@ int main(void) {
         cmocka_unit_test(test_threads_contended_limit),
         cmocka_unit_test(test_engine_budget_capacity),
         cmocka_unit_test(test_pool_trimmed_when_full),
+        cmocka_unit_test(test_memory_allocated_excludes_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
