@@ -137,10 +137,19 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
          * dtype, one multiply (so f32 gets its bits, not an f32 norm's). A
          * non-finite G gives a non-finite X, which the optimizer's
          * finiteness checks report. */
-        static const int dims[2] = {1, 2};
-        oj_tensor *u64 = u->dtype == OJ_F64 ? oj_retain(u) : oj_cast(u, OJ_F64);
-        oj_tensor *n = u64 ? oj_norm(u64, 2.0, 2, dims, true) : NULL; /* [k, 1, 1] */
-        oj_release(u64);
+        int64_t ks[3] = {k, 1, 1};
+        oj_tensor *n = oj__tensor_alloc(eng, 3, ks, OJ_F64, "muon"); /* [k, 1, 1] */
+        /* the reduction reads u's f32 values and sums their squares in
+         * double into an f64 output: no f64 copy of the stack */
+        oj_status rs = n ? eng->backend->reduce(eng, OJ_RED_NORM_L2, n, NULL, u,
+                                                0x6u /* dims 1, 2 */, 0.0)
+                         : OJ_OK;
+        if (rs != OJ_OK) {
+            oj_set_error(eng, rs, "muon: norm reduction failed on the %s backend",
+                         eng->backend->name);
+            oj_release(n);
+            n = NULL;
+        }
         oj_tensor *d = n ? oj_add_scalar(n, 1e-7) : NULL;
         oj_tensor *r64 = d ? oj_reciprocal(d) : NULL;
         oj_tensor *rc = r64 == NULL ? NULL
