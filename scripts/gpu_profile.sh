@@ -97,7 +97,7 @@ if [ "${PROFILE_TRAIN_SMOKE:-1}" = 1 ]; then
     build-gpu/bin/ojas tokenizer train --vocab-size 300 --out "$S/tok" "$S/c.txt" &&
     build-gpu/bin/ojas data prepare --vocab "$S/tok" --out "$S/sh" --val-fraction 0.1 "$S/c.txt" &&
     build-gpu/bin/ojas train --config "$S/c.json" --out "$S/run" --device cuda --no-progress \
-      --set data_dir="$S/sh" --set tokenizer_dir="$S/tok" --set max_steps=10 &&
+      --set data_dir="$S/sh" --set tokenizer_dir="$S/tok" --set max_steps=10 --set dtype=bf16 &&
     build-gpu/bin/ojas train --resume "$S/run" --out "$S/run" --device cpu --no-progress &&
     build-gpu/bin/ojas generate --checkpoint "$S/run" --vocab "$S/tok" --prompt "ojas" \
       --max-new-tokens 20 --seed 1 --device cuda
