@@ -58,32 +58,19 @@ static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_t
     return *k_all && *v_all;
 }
 
-/* Columns [i C, (i + 1) C) of the fused c_attn projection: x @ w[:, part]
- * + b[part]. Three products on column views of the weight rather than one
- * product narrowed three ways: the gradient of a narrowed activation is a
- * zero-filled full-size buffer per part (then summed), the gradient of a
- * narrowed weight is only weight-sized. */
-static oj_tensor *c_attn_part(oj_tensor *h, oj_gpt_block *b, int64_t C, int i) {
-    oj_tensor *w = oj_narrow(b->c_attn_w, 1, i * C, C); /* [C, C] view, row stride 3C */
-    oj_tensor *bb = oj_narrow(b->c_attn_b, 0, i * C, C);
-    oj_tensor *y = w && bb ? conv1d_hf(h, w, bb) : NULL; /* [B, T, C] */
-    oj_release(w);
-    oj_release(bb);
-    return y;
-}
-
 static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h,
                                  oj_kv_cache *cache) {
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
-    oj_tensor *q = c_attn_part(h, b, C, 0), *k = c_attn_part(h, b, C, 1),
-              *v = c_attn_part(h, b, C, 2);
+    oj_tensor *qkv = conv1d_hf(h, b->c_attn_w, b->c_attn_b); /* [B, T, 3C] */
+    oj_tensor *q = oj_narrow(qkv, 2, 0, C), *k = oj_narrow(qkv, 2, C, C),
+              *v = oj_narrow(qkv, 2, 2 * C, C);
     oj_tensor *qh = split_heads(q, H, D), *kh = split_heads(k, H, D), *vh = split_heads(v, H, D);
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
     if (cache == NULL || cache_append(cache, l, kh, vh, &ka, &va))
         y = oj_scaled_dot_product_attention(qh, ka ? ka : kh, va ? va : vh, NULL, true, NAN);
     oj_tensor *ym = merge_heads(y);
     oj_tensor *out = conv1d_hf(ym, b->attn_proj_w, b->attn_proj_b);
-    oj_tensor *tmp[] = {q, k, v, qh, kh, vh, ka, va, y, ym};
+    oj_tensor *tmp[] = {qkv, q, k, v, qh, kh, vh, ka, va, y, ym};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     return out;
 }
