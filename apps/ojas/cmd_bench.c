@@ -8,14 +8,15 @@
 static const char *k_help =
     "usage: ojas bench [--model PRESET] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
     "                  [--device cpu|cuda] [--threads N] [--numerics fast|exact]\n"
-    "                  [--peak-flops F]\n"
+    "                  [--dtype f32|bf16] [--peak-flops F]\n"
     "Time full training steps (forward, backward, optimizer) of a GPT preset on\n"
     "random tokens and print the median step time, tokens/s, achieved FLOP/s\n"
-    "(6N + 12LCT per token) and, with --peak-flops, MFU. Defaults: nanolab-small,\n"
-    "B 8, T 128, 5 steps after 2 warm-up steps, cpu.\n";
+    "(6N + 12LCT per token) and, with --peak-flops, MFU. --dtype bf16 runs the\n"
+    "forward under bf16 autocast (f32 master weights). Defaults: nanolab-small,\n"
+    "B 8, T 128, 5 steps after 2 warm-up steps, cpu, f32.\n";
 
 int cmd_bench(int argc, char **argv) {
-    const char *preset = "nanolab-small", *device = "cpu", *numerics = "fast";
+    const char *preset = "nanolab-small", *device = "cpu", *numerics = "fast", *dtype = "f32";
     int64_t B = 8, T = 128, steps = 5, warmup = 2, threads = 0;
     double peak = 0;
     for (int i = 1; i < argc; i++) {
@@ -28,6 +29,7 @@ int cmd_bench(int argc, char **argv) {
         if (strcmp(a, "--model") == 0) { if (!VAL()) return CLI_USAGE; preset = v; }
         else if (strcmp(a, "--device") == 0) { if (!VAL()) return CLI_USAGE; device = v; }
         else if (strcmp(a, "--numerics") == 0) { if (!VAL()) return CLI_USAGE; numerics = v; }
+        else if (strcmp(a, "--dtype") == 0) { if (!VAL()) return CLI_USAGE; dtype = v; }
         else if (strcmp(a, "--batch") == 0) { if (!VAL() || !cli_parse_i64(a, v, 1, 1 << 20, &B)) return CLI_USAGE; }
         else if (strcmp(a, "--seq") == 0) { if (!VAL() || !cli_parse_i64(a, v, 1, 1 << 20, &T)) return CLI_USAGE; }
         else if (strcmp(a, "--steps") == 0) { if (!VAL() || !cli_parse_i64(a, v, 1, 100000, &steps)) return CLI_USAGE; }
@@ -51,13 +53,16 @@ int cmd_bench(int argc, char **argv) {
     else if (strcmp(device, "cpu") != 0) return cli_error(CLI_USAGE, "bench: --device must be cpu or cuda");
     if (strcmp(numerics, "exact") == 0) ec.numerics = OJ_NUMERICS_EXACT;
     else if (strcmp(numerics, "fast") != 0) return cli_error(CLI_USAGE, "bench: --numerics must be fast or exact");
+    bool bf16 = strcmp(dtype, "bf16") == 0;
+    if (!bf16 && strcmp(dtype, "f32") != 0) return cli_error(CLI_USAGE, "bench: --dtype must be f32 or bf16");
     ec.threads = (int)threads;
     oj_engine *eng = NULL;
     oj_error e = {0};
     if (oj_engine_create(&ec, &eng, &e) != OJ_OK) return cli_error(CLI_FAIL, "bench: %s", e.message);
-    printf("bench: %s (%s), B %lld x T %lld, %s, %d threads, %s numerics\n", preset,
+    if (bf16) oj_set_autocast(eng, true, OJ_BF16);
+    printf("bench: %s (%s), B %lld x T %lld, %s, %d threads, %s numerics, %s\n", preset,
            oj_gpt_family_name(mc.family), (long long)B, (long long)T, device,
-           oj_engine_threads(eng), numerics);
+           oj_engine_threads(eng), numerics, bf16 ? "bf16 autocast" : "f32");
     oj_bench_result r;
     if (oj_bench_train_step(eng, &mc, B, T, (int)warmup, (int)steps, &r) != OJ_OK) {
         int rc = cli_error(CLI_FAIL, "bench: %s", oj_last_error(eng));
@@ -69,7 +74,8 @@ int cmd_bench(int argc, char **argv) {
            (double)r.params / 1e6, r.step_ms, (long long)steps, r.min_ms, r.max_ms, r.tokens_per_s,
            r.achieved_flops / 1e9);
     if (peak > 0) printf(" | MFU %.1f%% of %.0f GFLOP/s", 100.0 * r.achieved_flops / peak, peak / 1e9);
-    printf(" | peak memory %.1f MB\n", (double)r.peak_bytes / 1e6);
+    printf(" | peak memory %.1f MB (%.1f MB in live tensors)\n", (double)r.peak_bytes / 1e6,
+           (double)r.peak_allocated_bytes / 1e6);
     oj_engine_free(eng);
     return CLI_OK;
 }

@@ -171,6 +171,14 @@ static void test_bench(void **state) {
     contains(out, "tokens/s");
     contains(out, "MFU");
     free(out);
+    assert_int_equal(ojas("bench --model nanolab-tiny --batch 2 --seq 16 --steps 1 --warmup 0 "
+                          "--dtype bf16",
+                          &out),
+                     0);
+    contains(out, "bf16 autocast");
+    contains(out, "in live tensors");
+    free(out);
+    assert_int_equal(ojas("bench --dtype f64", NULL), 2);
     assert_int_equal(ojas("bench --model no-such-model", NULL), 2);
     assert_int_equal(ojas("bench --seq 100000", NULL), 2);
 }
