@@ -224,6 +224,17 @@ bool oj_autocast_enabled(const oj_engine *eng);
 /* The dtype autocast computes in (OJ_BF16 unless set otherwise). */
 oj_dtype oj_autocast_dtype(const oj_engine *eng);
 
+/* Detect-anomaly mode (torch.autograd.set_detect_anomaly), default off, or
+ * on from engine creation when the environment has OJAS_DETECT_ANOMALY=1.
+ * While on, the outputs of every recorded op (one with an input that
+ * requires grad) and every gradient the backward computes are checked; the
+ * first NaN or inf records OJ_ERR_NUMERIC naming the op, e.g.
+ * "detect_anomaly: the output 0 of log [3] holds a non-finite value
+ * (NaN)". A debugging mode: each check costs a reduction and, on a device,
+ * a synchronisation. Returns the previous value. */
+bool oj_set_detect_anomaly(oj_engine *eng, bool enabled);
+bool oj_detect_anomaly_enabled(const oj_engine *eng);
+
 /* Grad mode (default on). Returns the previous value. */
 bool oj_set_grad_enabled(oj_engine *eng, bool enabled);
 bool oj_grad_enabled(const oj_engine *eng);

@@ -220,6 +220,11 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
                 oj_release(gi[i]);
                 gi[i] = c;
             }
+            if (eng->detect_anomaly) {
+                oj__anomaly_check(gi[i], "the gradient of input %d computed by the backward of %s",
+                                  i, n->op);
+                if ((st = oj_last_status(eng)) != OJ_OK) break;
+            }
             if (e->fn)
                 st = accumulate(eng, &e->fn->grad_acc[e->out_index], gi[i]);
             else

@@ -115,6 +115,8 @@ void oj__node_finish(oj_node *n, int n_out, oj_tensor *const *outs) {
         o->requires_grad = true;
         oj__node_retain(n);
     }
+    if (n->eng->detect_anomaly)
+        for (int j = 0; j < n_out; j++) oj__anomaly_check(outs[j], "the output %d of %s", j, n->op);
     oj__node_release(n); /* creator's reference */
 }
 

@@ -96,6 +96,7 @@ struct oj_engine {
     bool grad_enabled;
     bool autocast;          /* oj_set_autocast */
     oj_dtype autocast_dtype; /* OJ_BF16 or OJ_F16 */
+    bool detect_anomaly;     /* oj_set_detect_anomaly */
     const struct oj_backend *backend;
     oj_engine_ext ext[OJ_EXT_COUNT];
     /* errors */
@@ -220,5 +221,14 @@ void oj__node_release(struct oj_node *n);
 
 /* ---- backend registry (src/backend/registry.c) */
 const struct oj_backend *oj__backend_for(oj_device_type type);
+
+/* Detect-anomaly mode: when on (and no error is recorded yet), record
+ * OJ_ERR_NUMERIC naming `fmt ...` and t's shape if float tensor t holds a
+ * NaN or an inf (src/core/anomaly.c). */
+void oj__anomaly_check(oj_tensor *t, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 #endif /* OJAS_CORE_INTERNAL_H */

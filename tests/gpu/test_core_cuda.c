@@ -1,5 +1,6 @@
 // test: core on a CUDA engine agrees with the CPU engine (creation, host
-// transfers, copies, views, RNG, budget). Skips (77) without a GPU.
+// transfers, copies, views, RNG, budget, detect-anomaly). Skips (77)
+// without a GPU.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -121,6 +122,26 @@ static void test_budget_before_driver(void **state) {
     assert_int_equal(oj_budget_free(b), OJ_OK);
 }
 
+/* detect-anomaly on the device: the first non-finite output is named, as
+ * on the CPU; a finite op passes. */
+static void test_detect_anomaly(void **state) {
+    (void)state;
+    oj_set_detect_anomaly(gpu, true);
+    float v[4] = {1.0f, 2.0f, -3.0f, 4.0f};
+    int64_t n = 4;
+    oj_tensor *x = oj_from_host(gpu, 1, &n, OJ_F32, v, sizeof v);
+    oj_set_requires_grad(x, true);
+    assert_non_null(oj_exp(x));
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    oj_tensor *y = oj_sqrt(x); /* sqrt(-3): NaN */
+    (void)y;
+    assert_int_equal(oj_last_status(gpu), OJ_ERR_NUMERIC);
+    assert_non_null(strstr(oj_last_error(gpu), "output 0 of sqrt"));
+    assert_non_null(strstr(oj_last_error(gpu), "NaN"));
+    oj_clear_error(gpu);
+    oj_set_detect_anomaly(gpu, false);
+}
+
 int main(void) {
     oj_engine_config c = oj_engine_config_default();
     c.device = (oj_device){OJ_DEVICE_CUDA, 0};
@@ -136,6 +157,7 @@ int main(void) {
         cmocka_unit_test(test_rng_same_on_both_devices),
         cmocka_unit_test(test_views_copies),
         cmocka_unit_test(test_budget_before_driver),
+        cmocka_unit_test(test_detect_anomaly),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
