@@ -10,30 +10,17 @@
 #define NS_B (-4.7750)
 #define NS_C 2.0315
 
-/* The quintic iteration on a normalised X (2-D, f32/f64); a new
- * contiguous tensor. Grad mode must be off. */
+static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps);
+
+/* The quintic iteration on a normalised X (2-D, f32/f64): the batched
+ * iteration on a stack of one. A new contiguous tensor. Grad mode must be
+ * off. */
 static oj_tensor *ns_iterate(oj_tensor *x0, int steps) {
-    bool tall = x0->shape[0] > x0->shape[1];
-    /* work on the wide orientation: A = X X^T is the small one */
-    oj_tensor *x = tall ? oj_transpose(x0, 0, 1) : oj_retain(x0);
-    for (int k = 0; x != NULL && k < steps; k++) {
-        oj_tensor *xt = oj_transpose(x, 0, 1);
-        oj_tensor *a = oj_matmul(x, xt);              /* A = X X^T */
-        oj_tensor *b = oj_addmm(a, a, a, NS_B, NS_C); /* B = b A + c A A */
-        oj_tensor *xn = oj_addmm(x, b, x, NS_A, 1.0); /* X = a X + B X */
-        oj_release(xt);
-        oj_release(a);
-        oj_release(b);
-        oj_release(x);
-        x = xn;
-    }
-    if (x != NULL && tall) {
-        oj_tensor *t = oj_transpose(x, 0, 1);
-        oj_release(x);
-        x = t;
-    }
-    oj_tensor *out = x ? oj_contiguous(x) : NULL;
-    oj_release(x);
+    oj_tensor *x3 = oj_unsqueeze(x0, 0);
+    oj_tensor *r3 = x3 ? ns_iterate_batch(x3, steps) : NULL;
+    oj_tensor *out = r3 ? oj_squeeze(r3, 0) : NULL; /* a contiguous view */
+    oj_release(x3);
+    oj_release(r3);
     return out;
 }
 
@@ -73,10 +60,9 @@ double oj__muon_scale(const oj_tensor *param) {
 }
 
 /* The quintic iteration on a stack of normalised matrices x0 [k, m, n]
- * (f32/f64), batched: the same operations, in the same order, as
- * ns_iterate applies to each matrix (oj_addmm's: the product, times alpha,
- * plus beta times the input). Returns [k, m, n], contiguous. Grad mode
- * must be off. */
+ * (f32/f64), batched, each step in oj_addmm's order (the product, times
+ * alpha, plus beta times the input). Returns [k, m, n], contiguous. Grad
+ * mode must be off. */
 static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps) {
     bool tall = x0->shape[1] > x0->shape[2];
     /* work on the wide orientation: A = X X^T is the small one */
