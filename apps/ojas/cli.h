@@ -34,6 +34,18 @@ bool cli_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64
 bool cli_parse_double(const char *opt, const char *s, double *out);
 /* The value of option argv[*i] (advancing *i), or NULL with an error. */
 const char *cli_value(int argc, char **argv, int *i);
+
+/* A subcommand of a command: `ojas <cmd> <name> ...` runs fn(argc - 1,
+ * argv + 1). */
+typedef struct cli_sub {
+    const char *name;
+    cli_main fn;
+} cli_sub;
+/* Run the subcommand argv[1] of command `cmd` from subs[0..n): with no
+ * argument, usage to stderr and CLI_USAGE; with --help/-h, usage to stdout
+ * and CLI_OK; an unknown name is CLI_USAGE naming the valid ones. */
+int cli_dispatch(int argc, char **argv, const char *cmd, const char *usage, const cli_sub *subs,
+                 int n);
 /* Read a whole file ("-" or NULL: stdin) into a malloc'd buffer (NUL
  * added, not counted). NULL with an error printed on failure. */
 char *cli_read_all(const char *path, size_t *len);

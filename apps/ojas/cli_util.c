@@ -84,3 +84,24 @@ char *cli_read_all(const char *path, size_t *len) {
     *len = n;
     return b;
 }
+
+int cli_dispatch(int argc, char **argv, const char *cmd, const char *usage, const cli_sub *subs,
+                 int n) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return CLI_USAGE;
+    }
+    if (cli_is_help(argv[1])) {
+        fputs(usage, stdout);
+        return CLI_OK;
+    }
+    for (int i = 0; i < n; i++)
+        if (strcmp(argv[1], subs[i].name) == 0) return subs[i].fn(argc - 1, argv + 1);
+    char names[256] = "";
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ",
+                 subs[i].name);
+    }
+    return cli_error(CLI_USAGE, "%s: unknown subcommand '%s' (%s)", cmd, argv[1], names);
+}

@@ -83,15 +83,6 @@ static int prepare(int argc, char **argv) {
 }
 
 int cmd_data(int argc, char **argv) {
-    if (argc < 2) {
-        fputs(k_usage, stderr);
-        return CLI_USAGE;
-    }
-    if (cli_is_help(argv[1])) {
-        fputs(k_usage, stdout);
-        return CLI_OK;
-    }
-    if (strcmp(argv[1], "prepare") == 0)
-        return prepare(argc - 1, argv + 1);
-    return cli_error(CLI_USAGE, "data: unknown subcommand '%s' (prepare)", argv[1]);
+    static const cli_sub subs[] = {{"prepare", prepare}};
+    return cli_dispatch(argc, argv, "data", k_usage, subs, 1);
 }

@@ -252,20 +252,6 @@ static int train(int argc, char **argv) {
 }
 
 int cmd_tokenizer(int argc, char **argv) {
-    if (argc < 2) {
-        fputs(k_usage, stderr);
-        return CLI_USAGE;
-    }
-    if (cli_is_help(argv[1])) {
-        fputs(k_usage, stdout);
-        return CLI_OK;
-    }
-    if (strcmp(argv[1], "encode") == 0)
-        return encode(argc - 1, argv + 1);
-    if (strcmp(argv[1], "decode") == 0)
-        return decode(argc - 1, argv + 1);
-    if (strcmp(argv[1], "train") == 0)
-        return train(argc - 1, argv + 1);
-    return cli_error(CLI_USAGE, "tokenizer: unknown subcommand '%s' (encode, decode or train)",
-                     argv[1]);
+    static const cli_sub subs[] = {{"encode", encode}, {"decode", decode}, {"train", train}};
+    return cli_dispatch(argc, argv, "tokenizer", k_usage, subs, 3);
 }
