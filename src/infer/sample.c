@@ -24,6 +24,15 @@ static int by_logit_desc(const void *a, const void *b) {
 int32_t oj_sample_logits(const float *logits, int64_t V, const oj_sampler_config *cfg,
                          const int32_t *history, int64_t n, double u) {
     if (logits == NULL || V <= 0 || cfg == NULL) return -1;
+    if (cfg->temperature <= 0.0 && (cfg->repetition_penalty == 1.0 || history == NULL)) {
+        /* greedy without a penalty: one pass, no candidate array */
+        int64_t best = 0;
+        for (int64_t i = 0; i < V; i++) {
+            if (isnan(logits[i])) return -1;
+            if (logits[i] > logits[best]) best = i; /* ties: the lowest id */
+        }
+        return (int32_t)best;
+    }
     cand *c = malloc((size_t)V * sizeof *c);
     if (c == NULL) return -1;
     for (int64_t i = 0; i < V; i++) {
