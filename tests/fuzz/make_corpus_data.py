@@ -158,7 +158,7 @@ CONFIG = {
     "cooldown_frac": 0.3, "weight_decay": 0.1, "betas": [0.9, 0.99], "adam_eps": 1e-8,
     "grad_clip": 1.0, "eval_every": 50, "eval_batches": 2, "ckpt_every": 50, "keep_last": 2,
     "log_every": 5, "seed": 42, "shuffle": False, "threads": 2, "numerics": "exact",
-    "device": "cuda:1", "peak_flops": 1e12, "budget_bytes": 1000000000,
+    "device": "cuda:1", "dtype": "bf16", "peak_flops": 1e12, "budget_bytes": 1000000000,
 }
 
 
@@ -197,6 +197,7 @@ def config_seeds():
         "bad_long_string": cfg_seed(0, {"model": "m" * 100}, b"model=" + b"m" * 70),
         "bad_device": cfg_seed(0, {"device": "cuda:x"}, b"device=cuda:99999\ndevice=tpu\ndevice=cuda:-1"),
         "bad_enum": cfg_seed(0, {"optimizer": "sgd"}, b"schedule=linear\nnumerics=FAST"),
+        "bad_dtype": cfg_seed(0, {"dtype": "bfloat16"}, b"dtype=f64\ndtype=\ndtype=1"),
         "bad_state_no_config": cfg_seed(2, {"step": 1}),
         "bad_state_config_bad": cfg_seed(2, {"config": {"lr": -1}}),
         "bad_state_config_not_object": cfg_seed(2, {"config": [1]}),
