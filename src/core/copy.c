@@ -103,6 +103,10 @@ static oj_status write_end(oj_tensor *t, void *tmp, const char *op) {
     return st;
 }
 
+/* Host copies of at least this many elements (same dtype) go to the CPU
+ * backend's threaded copy kernel; smaller ones stay in oj__host_copy. */
+#define HOST_KERNEL_MIN 16384
+
 /* dst[i] = src[i'] (i' the broadcast index; sstride aligned to dst's rank). */
 static oj_status tensor_copy(oj_tensor *dst, oj_tensor *src, const int64_t *sstride,
                              const char *op) {
@@ -115,6 +119,20 @@ static oj_status tensor_copy(oj_tensor *dst, oj_tensor *src, const int64_t *sstr
         oj_release(sv);
         if (st != OJ_OK && oj_last_status(dst->eng) == OJ_OK)
             oj_set_error(dst->eng, st, "%s: device copy kernel failed", op);
+        return st;
+    }
+    if (on_host(dst) && on_host(src) && dst->eng->device.type == OJ_DEVICE_CPU &&
+        dst->eng->backend->copy && dst->dtype == src->dtype &&
+        oj_numel(dst) >= HOST_KERNEL_MIN) {
+        /* A large host copy: the CPU backend's copy kernel runs it on the
+         * engine's threads (and transposes in tiles). A copy is exact, so
+         * the bits are those of oj__host_copy for any thread count. */
+        oj_tensor *sv = oj__tensor_view(src, dst->rank, dst->shape, sstride, src->offset);
+        if (sv == NULL) return oj_last_status(dst->eng);
+        oj_status st = dst->eng->backend->copy(dst->eng, dst, sv);
+        oj_release(sv);
+        if (st != OJ_OK && oj_last_status(dst->eng) == OJ_OK)
+            oj_set_error(dst->eng, st, "%s: copy kernel failed", op);
         return st;
     }
     void *stmp = NULL, *dtmp = NULL;
@@ -296,6 +314,15 @@ oj_status oj_fill_(oj_tensor *t, double value) {
         oj_status fst = eng->backend->fill(eng, t, value);
         if (fst == OJ_OK) t->storage->version++;
         else if (oj_last_status(eng) == OJ_OK) oj_set_error(eng, fst, "fill_: device fill kernel failed");
+        return fst;
+    }
+    if (on_host(t) && eng->device.type == OJ_DEVICE_CPU && eng->backend->fill &&
+        oj_dtype_is_float(t->dtype) && oj_numel(t) >= HOST_KERNEL_MIN) {
+        /* A large float fill: the CPU backend's threaded kernel (which
+         * stores the value as oj__store does). */
+        oj_status fst = eng->backend->fill(eng, t, value);
+        if (fst == OJ_OK) t->storage->version++;
+        else if (oj_last_status(eng) == OJ_OK) oj_set_error(eng, fst, "fill_: fill kernel failed");
         return fst;
     }
     unsigned char v[8];

@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_iter.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_pool.h"
 #include "backend/scalar_ops.h"
 #include "backend/cpu/cpu_simd.h"
 
@@ -107,8 +108,16 @@ static void copy_run(char **p, const int64_t *st, int64_t n, void *vctx) {
         memcpy(p[0], p[1], (size_t)n * es);
         return;
     }
-    if (c->out == c->in) {
-        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * st[0], p[1] + i * st[1], es);
+    if (c->out == c->in) { /* strided: fixed-size moves (a memcpy call per element is slow) */
+        char *d = p[0];
+        const char *s = p[1];
+        switch (es) {
+        case 1: for (int64_t i = 0; i < n; i++) d[i * st[0]] = s[i * st[1]]; break;
+        case 2: for (int64_t i = 0; i < n; i++) memcpy(d + i * st[0], s + i * st[1], 2); break;
+        case 4: for (int64_t i = 0; i < n; i++) memcpy(d + i * st[0], s + i * st[1], 4); break;
+        case 8: for (int64_t i = 0; i < n; i++) memcpy(d + i * st[0], s + i * st[1], 8); break;
+        default: for (int64_t i = 0; i < n; i++) memcpy(d + i * st[0], s + i * st[1], es); break;
+        }
         return;
     }
     if (is_int_dtype(c->out) && (is_int_dtype(c->in) || c->in == OJ_BOOL)) {
@@ -120,10 +129,64 @@ static void copy_run(char **p, const int64_t *st, int64_t n, void *vctx) {
         oj__store(p[0] + i * st[0], c->out, oj__load(p[1] + i * st[1], c->in));
 }
 
+/* A transposing f32 copy: after merging, out's last dim is dense and x
+ * walks the last two dims column-wise (x's stride of the dim before the last
+ * is one element), as when a transposed weight gradient is made contiguous.
+ * Element by element that is one cache line per element on the x side; the
+ * SIMD level's tile transpose moves 16 x 16 blocks instead. Tasks are
+ * (outer index, block of TR_ROWS output rows); every element is written by
+ * one task and a copy is exact, so any split gives the same bits. */
+#define TR_ROWS 64
+
+typedef struct {
+    const oj_iter *it;
+    const oj_simd *sd;
+    int64_t rblocks; /* row blocks per outer index */
+} tr_ctx;
+
+static void tr_chunk(void *vc, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const tr_ctx *c = vc;
+    const oj_iter *it = c->it;
+    const int r = it->rank; /* >= 2 */
+    const int64_t R = it->shape[r - 2], C = it->shape[r - 1];
+    const int64_t ldd = it->stride[0][r - 2] / 4, lds = it->stride[1][r - 1] / 4;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t outer = t / c->rblocks, r0 = (t % c->rblocks) * TR_ROWS;
+        int64_t nr = R - r0 < TR_ROWS ? R - r0 : TR_ROWS;
+        char *dp = it->base[0], *sp = it->base[1];
+        for (int d = r - 3; d >= 0; d--) { /* outer index -> offsets */
+            int64_t i = outer % it->shape[d];
+            outer /= it->shape[d];
+            dp += i * it->stride[0][d];
+            sp += i * it->stride[1][d];
+        }
+        /* out[i][j] = x[j * lds + i] for rows i in [r0, r0 + nr), j < C */
+        c->sd->transpose((float *)dp + r0 * ldd, ldd, (const float *)sp + r0, lds, C, nr);
+    }
+}
+
+static bool copy_transposed(oj_engine *eng, const oj_iter *it, oj_dtype out, oj_dtype in) {
+    const int r = it->rank;
+    if (out != OJ_F32 || in != OJ_F32 || r < 2) return false;
+    const int64_t *so = it->stride[0], *si = it->stride[1];
+    if (so[r - 1] != 4 || si[r - 2] != 4 || so[r - 2] % 4 || si[r - 1] % 4) return false;
+    if (so[r - 2] < 4 * it->shape[r - 1] || si[r - 1] < 4 * it->shape[r - 2]) return false;
+    if (it->shape[r - 2] < 16 || it->shape[r - 1] < 16) return false; /* tiles would not pay */
+    tr_ctx c = {it, oj_simd_of(eng), (it->shape[r - 2] + TR_ROWS - 1) / TR_ROWS};
+    int64_t outer = 1;
+    for (int d = 0; d < r - 2; d++) outer *= it->shape[d];
+    int64_t per = TR_ROWS * it->shape[r - 1]; /* elements per task */
+    int64_t grain = OJ_ITER_GRAIN / per;
+    oj_cpu_parallel_for(eng, outer * c.rblocks, grain < 1 ? 1 : grain, tr_chunk, &c);
+    return true;
+}
+
 oj_status oj_cpu_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
     const oj_tensor *ts[2] = {out, x};
     oj_iter it;
     oj_iter_init(&it, out->rank, out->shape, 2, ts);
+    if (copy_transposed(eng, &it, out->dtype, x->dtype)) return OJ_OK;
     copy_ctx c = {out->dtype, x->dtype};
     oj_iter_run_parallel(eng, &it, copy_run, &c);
     return OJ_OK;
@@ -139,6 +202,26 @@ typedef struct {
 static void fill_run(char **p, const int64_t *st, int64_t n, void *vctx) {
     const fill_ctx *c = vctx;
     size_t es = oj_dtype_size(c->dt);
+    if (st[0] == (int64_t)es) { /* a dense run: memset for zeros, else a typed loop */
+        bool zero = true;
+        for (size_t b = 0; b < es; b++) zero = zero && c->bytes[b] == 0;
+        if (zero || es == 1) {
+            memset(p[0], c->bytes[0], (size_t)n * es);
+            return;
+        }
+        if (es == 4) {
+            uint32_t v, *d = (uint32_t *)(void *)p[0];
+            memcpy(&v, c->bytes, 4);
+            for (int64_t i = 0; i < n; i++) d[i] = v;
+            return;
+        }
+        if (es == 8) {
+            uint64_t v, *d = (uint64_t *)(void *)p[0];
+            memcpy(&v, c->bytes, 8);
+            for (int64_t i = 0; i < n; i++) d[i] = v;
+            return;
+        }
+    }
     for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * st[0], c->bytes, es);
 }
 

@@ -58,17 +58,19 @@ void oj_iter_run(const oj_iter *it, oj_iter_fn fn, void *ctx) {
     int64_t idx[OJ_MAX_RANK] = {0};
     char *ptr[OJ_ITER_MAX];
     int64_t step[OJ_ITER_MAX];
-    for (int k = 0; k < it->n; k++) step[k] = it->stride[k][inner];
+    for (int k = 0; k < it->n; k++) {
+        step[k] = it->stride[k][inner];
+        ptr[k] = it->base[k];
+    }
     for (;;) {
-        for (int k = 0; k < it->n; k++) {
-            char *p = it->base[k];
-            for (int d = 0; d < inner; d++) p += idx[d] * it->stride[k][d];
-            ptr[k] = p;
-        }
-        fn(ptr, step, it->shape[inner], ctx);
+        char *run[OJ_ITER_MAX];
+        for (int k = 0; k < it->n; k++) run[k] = ptr[k]; /* fn may not change ptr */
+        fn(run, step, it->shape[inner], ctx);
         int d = inner - 1;
-        while (d >= 0) {
+        while (d >= 0) { /* next row: step the pointers (no re-multiplying) */
+            for (int k = 0; k < it->n; k++) ptr[k] += it->stride[k][d];
             if (++idx[d] < it->shape[d]) break;
+            for (int k = 0; k < it->n; k++) ptr[k] -= it->stride[k][d] * it->shape[d];
             idx[d] = 0;
             d--;
         }
@@ -111,16 +113,20 @@ static void run_rows(void *vc, int64_t begin, int64_t end, int tid) {
     }
     char *ptr[OJ_ITER_MAX];
     int64_t step[OJ_ITER_MAX];
-    for (int k = 0; k < it->n; k++) step[k] = it->stride[k][inner];
+    for (int k = 0; k < it->n; k++) {
+        step[k] = it->stride[k][inner];
+        char *p = it->base[k];
+        for (int d = 0; d < inner; d++) p += idx[d] * it->stride[k][d];
+        ptr[k] = p;
+    }
     for (int64_t r = begin; r < end; r++) {
-        for (int k = 0; k < it->n; k++) {
-            char *p = it->base[k];
-            for (int d = 0; d < inner; d++) p += idx[d] * it->stride[k][d];
-            ptr[k] = p;
-        }
-        pc->fn(ptr, step, pc->inner, pc->ctx);
-        for (int d = inner - 1; d >= 0; d--) {
+        char *run[OJ_ITER_MAX];
+        for (int k = 0; k < it->n; k++) run[k] = ptr[k]; /* fn may not change ptr */
+        pc->fn(run, step, pc->inner, pc->ctx);
+        for (int d = inner - 1; d >= 0; d--) { /* next row: step the pointers */
+            for (int k = 0; k < it->n; k++) ptr[k] += it->stride[k][d];
             if (++idx[d] < it->shape[d]) break;
+            for (int k = 0; k < it->n; k++) ptr[k] -= it->stride[k][d] * it->shape[d];
             idx[d] = 0;
         }
     }
