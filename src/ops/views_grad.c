@@ -5,7 +5,8 @@
  * - expand: sum the gradient over the broadcast dims;
  * - permute, transpose: the inverse view of the gradient (no copy);
  * - the others (narrow, slice, select): apply the same view to a zero
- *   tensor shaped like the input and copy the gradient in. */
+ *   tensor shaped like the input and copy the gradient in (narrow and
+ *   select zero only the part outside the view). */
 #include "ops/ops_common.h"
 #include "ops/views_internal.h"
 
@@ -26,6 +27,22 @@ static bool reapply(oj_node *n, oj_tensor *z, oj_view_geom *g) {
     }
 }
 
+/* Zeros in z outside [lo, hi) of dim `dim`. */
+static oj_status zero_outside(oj_tensor *z, int dim, int64_t lo, int64_t hi) {
+    const int64_t part[2][2] = {{0, lo}, {hi, z->shape[dim]}};
+    for (int k = 0; k < 2; k++) {
+        if (part[k][1] <= part[k][0]) continue;
+        oj_view_geom g;
+        if (!oj__view_narrow(z, dim, part[k][0], part[k][1] - part[k][0], &g))
+            return oj_last_status(z->eng);
+        oj_tensor *v = oj__view_make(z, &g);
+        oj_status st = v ? oj_fill_(v, 0.0) : oj_last_status(z->eng);
+        oj_release(v);
+        if (st != OJ_OK) return st;
+    }
+    return OJ_OK;
+}
+
 static oj_status view_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     const oj_edge *e = &n->in[0];
     oj_tensor *g = go[0];
@@ -44,9 +61,24 @@ static oj_status view_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi)
     } else if (kind == OJ_VIEW_EXPAND) {
         gi[0] = oj__sum_to(g, e->rank, e->shape);
     } else {
-        oj_tensor *z = oj_zeros(n->eng, e->rank, e->shape, g->dtype);
+        /* narrow and select cover one range [lo, hi) of one dim: only the
+         * rest of z needs zeros (the range is overwritten by the copy). */
+        int64_t lo = 0, hi = 0;
+        int dim = -1;
+        if (kind == OJ_VIEW_NARROW || kind == OJ_VIEW_SELECT) {
+            dim = (int)(n->i[1] < 0 ? n->i[1] + e->rank : n->i[1]);
+            int64_t size = e->shape[dim], start = n->i[2] < 0 ? n->i[2] + size : n->i[2];
+            lo = start;
+            hi = kind == OJ_VIEW_NARROW ? start + n->i[3] : start + 1;
+        }
+        oj_tensor *z = dim >= 0 ? oj_empty(n->eng, e->rank, e->shape, g->dtype)
+                                : oj_zeros(n->eng, e->rank, e->shape, g->dtype);
         oj_view_geom geom;
         if (z == NULL) return oj_last_status(n->eng);
+        if (dim >= 0 && zero_outside(z, dim, lo, hi) != OJ_OK) {
+            oj_release(z);
+            return oj_last_status(n->eng);
+        }
         if (!reapply(n, z, &geom)) {
             oj_release(z);
             return oj_set_error(n->eng, OJ_ERR_INTERNAL, "%s: backward could not rebuild the view",
