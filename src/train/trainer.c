@@ -182,8 +182,13 @@ static void say_setup(oj_trainer *t) {
         oj__train_say(t, "optimizer adamw lr %g, %s schedule, warmup %lld, min lr %g", c->lr,
                       oj__train_enum_name("schedule", (int)c->schedule),
                       (long long)c->warmup_steps, c->min_lr);
-    oj__train_say(t, "engine %s, %d threads, %s numerics; MFU against %.1f GFLOP/s (%s)", dev,
-                  oj_engine_threads(t->eng), c->numerics == OJ_NUMERICS_EXACT ? "exact" : "fast",
+    oj__train_say(t, "engine %s, %d threads, %s numerics, %s%s; MFU against %.1f GFLOP/s (%s)",
+                  dev, oj_engine_threads(t->eng),
+                  c->numerics == OJ_NUMERICS_EXACT ? "exact" : "fast",
+                  c->dtype == OJ_TRAIN_BF16  ? "bf16 autocast"
+                  : c->dtype == OJ_TRAIN_F16 ? "f16 autocast"
+                                             : "f32",
+                  oj_detect_anomaly_enabled(t->eng) ? ", detect_anomaly on (slow)" : "",
                   t->peak_flops / 1e9,
                   t->peak_measured ? "measured f32 matmul" : "config peak_flops");
     if (t->val_batches)
@@ -232,9 +237,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
                           "config: vocab_size %lld is smaller than the tokenizer's %lld",
                           (long long)t->mcfg.vocab_size, (long long)tok_vocab);
     t->T = cfg->seq_len > 0 ? cfg->seq_len : t->mcfg.block_size;
-    if (!st)
-        st = make_dirs(t->out_dir, err);
-    if (!st) {
+    if (!st) { /* the engine first: a device that cannot be opened leaves no out_dir behind */
         oj_engine_config ec = oj_engine_config_default();
         ec.device = cfg->device;
         ec.numerics = cfg->numerics;
@@ -243,6 +246,8 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         ec.budget_bytes = cfg->budget_bytes;
         st = oj_engine_create(&ec, &t->eng, err);
     }
+    if (!st)
+        st = make_dirs(t->out_dir, err);
     if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */
         oj_set_autocast(t->eng, true, cfg->dtype == OJ_TRAIN_BF16 ? OJ_BF16 : OJ_F16);
     if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))

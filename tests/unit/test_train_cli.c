@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include <sys/stat.h>
+
 #include <cmocka.h>
 
 #include "ojas/io.h"
@@ -75,6 +77,15 @@ static void test_usage_and_errors(void **state) {
     ct_assert_one_line(err, "CUDA");
     free(err);
 #endif
+    /* a device that cannot be opened leaves no out_dir behind (the engine
+     * is opened before the directories are made) */
+    err = NULL;
+    int rc = ojas("train --config c.json --out r_nodev --device cuda --set max_steps=1", NULL, &err);
+    free(err);
+    char nd[4200];
+    snprintf(nd, sizeof nd, "%s/r_nodev", g_dir);
+    struct stat sb;
+    if (rc == 1) assert_int_not_equal(stat(nd, &sb), 0);
 }
 
 static void test_run_and_resume(void **state) {
