@@ -44,7 +44,10 @@ int cmd_bench(int argc, char **argv) {
 #undef VAL
     }
     oj_gpt_config mc;
-    if (!oj_gpt_preset(preset, &mc)) return cli_error(CLI_USAGE, "bench: unknown model preset '%s'", preset);
+    char names[512];
+    if (!oj_gpt_preset(preset, &mc))
+        return cli_error(CLI_USAGE, "bench: unknown model preset '%s' (presets: %s)", preset,
+                         oj_gpt_preset_list(names, sizeof names));
     if (T > mc.block_size)
         return cli_error(CLI_USAGE, "bench: --seq %lld exceeds the preset's block_size %lld",
                          (long long)T, (long long)mc.block_size);

@@ -12,12 +12,14 @@
 
 static const char *k_help =
     "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors --model PRESET)\n"
-    "                     --vocab DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
+    "                     [--vocab DIR] --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
     "                     [--device cpu|cuda] [--threads N]\n"
     "Sample from a model. --checkpoint takes a checkpoint directory written by\n"
     "'ojas train' (or its root: the newest good one is used); its state.json\n"
-    "holds the model config. Tokens stream to stdout as they are generated.\n";
+    "holds the model config, and its tokenizer_dir is the default for --vocab\n"
+    "(relative to where the run was started). Tokens stream to stdout as they\n"
+    "are generated.\n";
 
 typedef struct {
     const oj_tokenizer *tok;
@@ -82,7 +84,15 @@ int cmd_generate(int argc, char **argv) {
     if ((ckpt == NULL) == (weights == NULL))
         return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
-    if (vocab == NULL) return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer)");
+    oj_train_config run_cfg = oj_train_config_default();
+    if (vocab == NULL && ckpt) { /* the tokenizer the run was trained with */
+        oj_error ce = {0};
+        if (oj_train_config_from_checkpoint(ckpt, &run_cfg, &ce) == OJ_OK && run_cfg.tokenizer_dir[0])
+            vocab = run_cfg.tokenizer_dir;
+    }
+    if (vocab == NULL)
+        return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
+                                    "supplies it only when its run had a tokenizer_dir)");
     if (prompt == NULL) return cli_error(CLI_USAGE, "generate: --prompt TEXT is required");
     if (!(sc.temperature >= 0) || isinf(sc.temperature) || !(sc.top_p > 0 && sc.top_p <= 1) ||
         !(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
@@ -135,7 +145,9 @@ int cmd_generate(int argc, char **argv) {
         }
     } else {
         if (!oj_gpt_preset(preset, &cfg)) {
-            cli_error(CLI_USAGE, "generate: unknown model preset '%s'", preset);
+            char names[512];
+            cli_error(CLI_USAGE, "generate: unknown model preset '%s' (presets: %s)", preset,
+                      oj_gpt_preset_list(names, sizeof names));
             goto done;
         }
         if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK ||

@@ -47,6 +47,10 @@ typedef struct oj_gpt_config {
  * "nanolab-demo" (6 layers, C 192), "gpt2-tiny". Returns false for an
  * unknown name. vocab_size / block_size may be overridden afterwards. */
 bool oj_gpt_preset(const char *name, oj_gpt_config *cfg);
+/* The name of preset i (0, 1, ...), NULL past the last: for listing them. */
+const char *oj_gpt_preset_name(int i);
+/* The preset names joined by ", " into buf (truncated to len); buf. */
+char *oj_gpt_preset_list(char *buf, size_t len);
 /* OJ_OK or OJ_ERR_INVALID_ARGUMENT with a message naming the bad field. */
 oj_status oj_gpt_config_check(const oj_gpt_config *cfg, oj_error *err);
 /* "nanolab" / "gpt2". */

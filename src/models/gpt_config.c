@@ -1,4 +1,5 @@
 /* GPT presets and config validation. */
+#include <stdio.h>
 #include <string.h>
 
 #include "ojas/gpt.h"
@@ -32,6 +33,20 @@ bool oj_gpt_preset(const char *name, oj_gpt_config *cfg) {
         }
     }
     return false;
+}
+
+const char *oj_gpt_preset_name(int i) {
+    return i >= 0 && (size_t)i < sizeof presets / sizeof presets[0] ? presets[i].name : NULL;
+}
+
+char *oj_gpt_preset_list(char *buf, size_t len) {
+    if (buf == NULL || len == 0) return buf;
+    buf[0] = '\0';
+    for (int i = 0; oj_gpt_preset_name(i); i++) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, len - n, "%s%s", i ? ", " : "", oj_gpt_preset_name(i));
+    }
+    return buf;
 }
 
 const char *oj_gpt_family_name(oj_gpt_family f) {

@@ -452,9 +452,12 @@ oj_status oj__train_config_from_json(oj_train_config *c, const json_t *obj, oj_e
 oj_status oj_train_model_config(const oj_train_config *c, int64_t tok_vocab, oj_gpt_config *out,
                                 oj_error *err) {
     oj_gpt_config m;
-    if (!oj_gpt_preset(c->model, &m))
-        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "config key 'model': unknown preset '%s'",
-                            c->model);
+    if (!oj_gpt_preset(c->model, &m)) {
+        char names[512];
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "config key 'model': unknown preset '%s' (presets: %s)", c->model,
+                            oj_gpt_preset_list(names, sizeof names));
+    }
 #define OVR(f)        \
     if (c->f > 0)     \
         m.f = c->f;

@@ -155,6 +155,24 @@ static void test_tokenizer_data_train_resume_generate(void **state) {
                           &b),
                      0);
     assert_string_equal(a, b);
+    free(b);
+
+    free(a);
+
+    /* Without --vocab: refused for a run without tokenizer_dir, the run's
+     * tokenizer_dir otherwise. */
+    assert_int_equal(ojas("generate --checkpoint run --prompt 'x'", NULL), 2);
+    assert_int_equal(ojas("train --config c.json --out run2 --set tokenizer_dir=tok --set "
+                          "max_steps=1 --no-progress --no-plot",
+                          NULL),
+                     0);
+    const char *gen2 = "generate --checkpoint run2 --prompt '" PROMPT "' --max-new-tokens 8 --seed 1";
+    assert_int_equal(ojas(gen2, &a), 0);
+    assert_int_equal(ojas("generate --checkpoint run2 --vocab tok --prompt '" PROMPT
+                          "' --max-new-tokens 8 --seed 1",
+                          &b),
+                     0);
+    assert_string_equal(a, b);
     free(a);
     free(b);
 }
