@@ -7,9 +7,9 @@
 
 /* ---------------------------------------------------------------- exp */
 
-static inline V NAME(vexp)(V x) {
-    const V hi = v_set1(88.72283935546875f), lo = v_set1(-103.97208404541015625f);
-    V xc = v_min(v_max(x, lo), hi); /* NaN becomes lo here; fixed at the end */
+/* The shared core of exp on a clamped argument xc: n = round(xc / ln 2)
+ * into *n_out, and p = exp(xc - n ln 2) (ln 2 in two parts, degree 6). */
+static inline V NAME(vexp_poly)(V xc, V *n_out) {
     V n = v_round(v_mul(xc, v_set1(1.44269504088896341f)));
     V r = v_fnmadd(n, v_set1(0.693359375f), xc);
     r = v_fnmadd(n, v_set1(-2.12194440e-4f), r);
@@ -20,7 +20,15 @@ static inline V NAME(vexp)(V x) {
     p = v_fmadd(p, r, v_set1(1.6666665459e-1f));
     p = v_fmadd(p, r, v_set1(5.0000001201e-1f));
     p = v_fmadd(p, z, r);
-    p = v_add(p, v_set1(1.0f));
+    *n_out = n;
+    return v_add(p, v_set1(1.0f));
+}
+
+static inline V NAME(vexp)(V x) {
+    const V hi = v_set1(88.72283935546875f), lo = v_set1(-103.97208404541015625f);
+    V xc = v_min(v_max(x, lo), hi); /* NaN becomes lo here; fixed at the end */
+    V n;
+    V p = NAME(vexp_poly)(xc, &n);
     VI ni = v_cvt_i(n);
     VI n1 = v_i_srai1(ni), n2 = v_i_sub(ni, n1);
     V y = v_mul(v_mul(p, v_pow2(n1)), v_pow2(n2));
@@ -38,18 +46,8 @@ static inline V NAME(vexp)(V x) {
  * instructions, which is what keeps gelu and silu at memory speed. */
 #ifdef v_scalef
 static inline V NAME(vexp_neg)(V x) {
-    V xc = v_max(v_set1(-110.0f), x);
-    V n = v_round(v_mul(xc, v_set1(1.44269504088896341f)));
-    V r = v_fnmadd(n, v_set1(0.693359375f), xc);
-    r = v_fnmadd(n, v_set1(-2.12194440e-4f), r);
-    V z = v_mul(r, r);
-    V p = v_fmadd(v_set1(1.9875691500e-4f), r, v_set1(1.3981999507e-3f));
-    p = v_fmadd(p, r, v_set1(8.3334519073e-3f));
-    p = v_fmadd(p, r, v_set1(4.1665795894e-2f));
-    p = v_fmadd(p, r, v_set1(1.6666665459e-1f));
-    p = v_fmadd(p, r, v_set1(5.0000001201e-1f));
-    p = v_fmadd(p, z, r);
-    p = v_add(p, v_set1(1.0f));
+    V n;
+    V p = NAME(vexp_poly)(v_max(v_set1(-110.0f), x), &n);
     return v_scalef(p, n);
 }
 #else
