@@ -173,6 +173,10 @@ static void say_setup(oj_trainer *t) {
                   c->data_dir, (long long)oj_loader_num_windows(t->train), (long long)t->T,
                   (long long)(c->batch_size * t->T * c->grad_accum), (long long)c->batch_size,
                   (long long)t->T, (long long)c->grad_accum);
+    if (c->time_limit_seconds > 0)
+        oj__train_say(t, "stops after step %lld or before %.0f s, whichever comes first (the "
+                         "schedule decays towards the step the time is predicted to reach)",
+                      (long long)c->max_steps, c->time_limit_seconds);
     if (c->optimizer == OJ_TRAIN_MUON)
         oj__train_say(t, "optimizer muon lr %g (hidden matrices) + adamw lr %g, %s schedule, "
                          "warmup %lld, min lr %g",
