@@ -192,6 +192,15 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
             st = n->backward(n, go, gi);
             if (st == OJ_OK && oj_last_status(eng) != OJ_OK) st = oj_last_status(eng);
         }
+        /* The incoming gradients are done with: drop them before the input
+         * gradients are accumulated, so an input gradient that is a view
+         * of one (a transpose's backward) can be the only user of its
+         * storage and be taken by a leaf without a copy, and the memory
+         * is free sooner. */
+        for (int j = 0; j < n->n_out; j++) {
+            oj_release(go[j]);
+            go[j] = NULL;
+        }
         for (int i = 0; st == OJ_OK && i < n->n_in; i++) {
             if (!oj__node_needs(n, i)) continue;
             const oj_edge *e = &n->in[i];
