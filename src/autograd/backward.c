@@ -197,10 +197,7 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
          * of one (a transpose's backward) can be the only user of its
          * storage and be taken by a leaf without a copy, and the memory
          * is free sooner. */
-        for (int j = 0; j < n->n_out; j++) {
-            oj_release(go[j]);
-            go[j] = NULL;
-        }
+        for (int j = 0; j < n->n_out; j++) oj_release(go[j]);
         for (int i = 0; st == OJ_OK && i < n->n_in; i++) {
             if (!oj__node_needs(n, i)) continue;
             const oj_edge *e = &n->in[i];
@@ -240,7 +237,6 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
                 st = accumulate_leaf(eng, e->leaf, &gi[i], true);
         }
         for (int i = 0; i < OJ_NODE_MAX_IN; i++) oj_release(gi[i]);
-        for (int j = 0; j < n->n_out; j++) oj_release(go[j]);
     }
     /* Drop leftover accumulators (error paths) and free saved tensors. */
     for (int64_t k = 0; k < all.len; k++) {
