@@ -22,15 +22,9 @@ bool oj_detect_anomaly_enabled(const oj_engine *eng) { return eng ? eng->detect_
 /* Largest |element| of float tensor t (NaN when one is NaN), through the
  * backend's reduction; NAN with an error recorded when it fails. */
 static double max_abs(oj_engine *eng, oj_tensor *t) {
-    int64_t ones[OJ_MAX_RANK];
-    for (int d = 0; d < t->rank; d++) ones[d] = 1;
-    oj_tensor *out = oj__tensor_alloc(eng, t->rank, ones, OJ_F64, "detect_anomaly");
-    if (out == NULL) return NAN;
-    uint32_t mask = t->rank ? (uint32_t)((1u << t->rank) - 1u) : 0u;
-    oj_status st = eng->backend->reduce(eng, OJ_RED_NORM_INF, out, NULL, t, mask, 0.0);
-    double v = st == OJ_OK ? oj_item(out) : NAN;
+    oj_status st;
+    double v = oj__reduce_all(t, OJ_RED_NORM_INF, "detect_anomaly", &st);
     if (st != OJ_OK) oj_set_error(eng, st, "detect_anomaly: the reduction failed");
-    oj_release(out);
     return v;
 }
 

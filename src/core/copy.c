@@ -207,6 +207,22 @@ double oj_item_at(oj_tensor *t, int64_t i) {
     return oj__load(tmp, t->dtype);
 }
 
+double oj__reduce_all(oj_tensor *t, int op, const char *opname, oj_status *st) {
+    oj_engine *eng = t->eng;
+    int64_t ones[OJ_MAX_RANK];
+    for (int d = 0; d < t->rank; d++) ones[d] = 1;
+    oj_tensor *out = oj__tensor_alloc(eng, t->rank, ones, OJ_F64, opname);
+    if (out == NULL) {
+        *st = oj_last_status(eng);
+        return NAN;
+    }
+    uint32_t mask = t->rank ? (uint32_t)((1u << t->rank) - 1u) : 0u;
+    *st = eng->backend->reduce(eng, (oj_reduce_op)op, out, NULL, t, mask, 0.0);
+    double v = *st == OJ_OK ? oj_item(out) : NAN;
+    oj_release(out);
+    return v;
+}
+
 double oj_item(oj_tensor *t) {
     oj_engine *eng = oj__engine_of(t);
     if (!oj__check_tensor(eng, t, "item", "tensor")) return NAN;

@@ -222,6 +222,13 @@ void oj__node_release(struct oj_node *n);
 /* ---- backend registry (src/backend/registry.c) */
 const struct oj_backend *oj__backend_for(oj_device_type type);
 
+/* Reduction `op` (an oj_reduce_op) of every element of t into one double,
+ * through the engine's backend: a reduce into an f64 tensor of t's rank with
+ * every dim 1, read back. *st gets the status (an allocation failure's or
+ * the kernel's); NAN when it is not OJ_OK. Records nothing itself beyond
+ * what the allocation records. */
+double oj__reduce_all(oj_tensor *t, int op, const char *opname, oj_status *st);
+
 /* Detect-anomaly mode: when on (and no error is recorded yet), record
  * OJ_ERR_NUMERIC naming `fmt ...` and t's shape if float tensor t holds a
  * NaN or an inf (src/core/anomaly.c). */

@@ -14,14 +14,7 @@ double oj__optim_tensor_norm(oj_tensor *t) {
         st = eng->backend->sum_squares(eng, t, &v); /* the fast path */
         if (st == OJ_OK) return sqrt(v);
     } else { /* any dtype or layout: the generic reduction */
-        int64_t ones[OJ_MAX_RANK];
-        for (int d = 0; d < t->rank; d++) ones[d] = 1;
-        oj_tensor *out = oj__tensor_alloc(eng, t->rank, ones, OJ_F64, "grad_norm");
-        if (out == NULL) return NAN;
-        uint32_t mask = t->rank ? (uint32_t)((1u << t->rank) - 1u) : 0u;
-        st = eng->backend->reduce(eng, OJ_RED_NORM_L2, out, NULL, t, mask, 0.0);
-        if (st == OJ_OK) v = oj_item(out);
-        oj_release(out);
+        v = oj__reduce_all(t, OJ_RED_NORM_L2, "grad_norm", &st);
         if (st == OJ_OK) return v;
     }
     oj_set_error(eng, st, "grad_norm: reduction failed on the %s backend", eng->backend->name);
