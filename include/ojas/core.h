@@ -208,6 +208,43 @@ oj_status oj_engine_synchronize(oj_engine *eng);
 /* Live tensor handles (all scopes and unscoped). */
 int64_t oj_engine_live_tensors(const oj_engine *eng);
 
+/* ---- CUDA graphs (torch.cuda.CUDAGraph: capture_begin, capture_end,
+ * replay). Between oj_graph_capture_begin and oj_graph_capture_end every
+ * op still runs its host side (checks, autograd recording, allocation),
+ * but its device work is recorded instead of executed; oj_graph_replay
+ * then runs the recorded work with one launch, at a fraction of the host
+ * cost. Memory allocated during the capture comes from the graph's
+ * private pool and is never used by anything else while the graph lives,
+ * so tensors created during the capture (outputs, gradients) are the
+ * graph's static outputs: every replay rewrites them in place. Inputs are
+ * static too: to change them, write new values into the same tensors
+ * (oj_copy_from_host, oj_copy_) before a replay. Tensors the graph reads
+ * must stay alive while it is replayed.
+ * During a capture, anything that reads a value back to the host (oj_item,
+ * oj_to_host, gradient norms, oj_engine_synchronize), uploads host memory
+ * or draws random numbers fails with OJ_ERR_UNSUPPORTED naming it; index
+ * and target range checks are deferred to each replay (a bad index fails
+ * the replay with the eager op's message). Only CUDA engines capture (else
+ * OJ_ERR_UNSUPPORTED). Errors: OJ_ERR_INVALID_ARGUMENT (capture already
+ * running / none running), OJ_ERR_DEVICE (the driver refused). */
+typedef struct oj_graph oj_graph;
+oj_status oj_graph_capture_begin(oj_engine *eng);
+/* Ends the capture: the instantiated graph (owned by the caller; free with
+ * oj_graph_free), or NULL with the error recorded (the capture is then
+ * abandoned; nothing was executed). An error recorded by any op during
+ * the capture also abandons it. */
+oj_graph *oj_graph_capture_end(oj_engine *eng);
+/* Run the graph on the engine's stream. Asynchronous unless the graph has
+ * deferred index checks, which read back its status words once.
+ * OJ_ERR_OUT_OF_RANGE from a check, OJ_ERR_DEVICE from the driver. */
+oj_status oj_graph_replay(oj_graph *g);
+/* Free the graph (waits for its replays) and its private pool; storage of
+ * the pool still held by live tensors is freed when they are released.
+ * NULL is a no-op. Free graphs before their engine. */
+void oj_graph_free(oj_graph *g);
+/* Is a capture in progress on eng? */
+bool oj_graph_capturing(const oj_engine *eng);
+
 /* Autocast (torch.autocast), default off. While on with dtype dt (OJ_BF16
  * or OJ_F16): matmul, bmm, linear, addmm, conv1d, conv2d and
  * scaled_dot_product_attention cast floating inputs of another dtype to dt
@@ -340,6 +377,12 @@ oj_tensor *oj_from_host(oj_engine *eng, int rank, const int64_t *shape, oj_dtype
 /* Copy t (any strides, any device) row-major into host memory `dst` of
  * `nbytes` (must equal numel * dtype size). */
 oj_status oj_to_host(oj_tensor *t, void *dst, size_t nbytes);
+/* Overwrite contiguous t (any device) with `nbytes` of host data (row-major,
+ * t's dtype; nbytes must equal numel * dtype size, else OJ_ERR_SHAPE; a
+ * non-contiguous t is OJ_ERR_INVALID_ARGUMENT). In place: t's storage and
+ * address stay (how new inputs reach a captured graph). src may be freed
+ * on return. Bumps t's version. */
+oj_status oj_copy_from_host(oj_tensor *t, const void *src, size_t nbytes);
 /* The explicit copy between devices: a new contiguous tensor with t's
  * shape, dtype and values on `dst`'s device, owned by dst's current scope
  * and charged to dst's budget (t may belong to another engine; it is

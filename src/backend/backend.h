@@ -79,6 +79,15 @@ typedef struct oj_backend {
     oj_status (*copy_d2d)(oj_engine *eng, void *dst, const void *src, size_t nbytes);
     oj_status (*memset0)(oj_engine *eng, void *dst, size_t nbytes);
     oj_status (*synchronize)(oj_engine *eng);
+    /* Graph capture of the engine's stream (NULL where the device has no
+     * graphs; see oj_graph_capture_begin): begin; end (the instantiated
+     * graph in *graph); abort (drop a capture after an error); replay (run
+     * it, then the deferred checks); destroy. */
+    oj_status (*graph_begin)(oj_engine *eng);
+    oj_status (*graph_end)(oj_engine *eng, void **graph);
+    void (*graph_abort)(oj_engine *eng);
+    oj_status (*graph_replay)(oj_engine *eng, void *graph);
+    void (*graph_destroy)(oj_engine *eng, void *graph);
 
     /* ---- kernels. Arguments are validated by the ops layer: shapes fit,
      * dtypes are as documented, all tensors live on this device. Inputs may
@@ -212,7 +221,8 @@ typedef struct oj_backend {
      * and targets [N]: lse[n] = logsumexp(row n) (lse may be NULL),
      * loss[n] = (1 - eps) (lse - x[t]) + eps (lse - mean_j x[j]); rows whose
      * target equals ignore_index get loss 0 and are not counted. *n_valid =
-     * rows counted. A target outside [0, V) (and not ignore_index) records
+     * rows counted (n_valid may be NULL: not wanted, nothing read back when
+     * every target is valid; during a CUDA graph capture it must be NULL). A target outside [0, V) (and not ignore_index) records
      * OJ_ERR_OUT_OF_RANGE naming "cross_entropy", the target and its row. */
     oj_status (*cross_entropy_forward)(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
                                        const oj_tensor *logits, const oj_tensor *targets,

@@ -150,6 +150,33 @@ static oj_status tensor_copy(oj_tensor *dst, oj_tensor *src, const int64_t *sstr
 
 /* ---------------------------------------------------------------- public */
 
+oj_status oj_copy_from_host(oj_tensor *t, const void *src, size_t nbytes) {
+    oj_engine *eng = oj__engine_of(t);
+    if (!oj__check_tensor(eng, t, "copy_from_host", "tensor"))
+        return eng ? oj_last_status(eng) : OJ_ERR_INVALID_ARGUMENT;
+    size_t need = (size_t)oj_numel(t) * oj_dtype_size(t->dtype);
+    char buf[160];
+    if (nbytes != need)
+        return oj_set_error(eng, OJ_ERR_SHAPE,
+                            "copy_from_host: %zu bytes do not fit %s %s (%zu bytes)", nbytes,
+                            oj_shape_str(t, buf, sizeof buf), oj_dtype_name(t->dtype), need);
+    if (!oj_is_contiguous(t))
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "copy_from_host: tensor %s is not contiguous",
+                            oj_shape_str(t, buf, sizeof buf));
+    if (need == 0) return OJ_OK;
+    if (src == NULL) return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "copy_from_host: src is NULL");
+    char *dst = (char *)t->storage->data + t->offset;
+    if (on_host(t)) {
+        memcpy(dst, src, need);
+    } else {
+        eng->h2d_copies++;
+        if (eng->backend->copy_h2d(eng, dst, src, need) != OJ_OK) return oj_last_status(eng);
+    }
+    oj_bump_version(t);
+    return OJ_OK;
+}
+
 oj_status oj_to_host(oj_tensor *t, void *dst, size_t nbytes) {
     oj_engine *eng = oj__engine_of(t);
     if (!oj__check_tensor(eng, t, "to_host", "tensor"))

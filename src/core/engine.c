@@ -98,6 +98,7 @@ oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_erro
 
 void oj_engine_free(oj_engine *eng) {
     if (eng == NULL) return;
+    oj__graph_capture_abandon(eng); /* a capture still running */
     /* Layers above core first: the tape holds references to tensors. */
     for (int i = 0; i < OJ_EXT_COUNT; i++) {
         if (eng->ext[i].destroy && i != OJ_EXT_BACKEND) eng->ext[i].destroy(eng, eng->ext[i].ptr);

@@ -34,6 +34,7 @@ typedef struct oj_storage {
      * last release `release(release_ctx)` is called if set. */
     void (*release)(void *ctx);
     void *release_ctx;
+    struct oj_graph_pool *gpool; /* allocated during a graph capture: returns there */
 } oj_storage;
 
 struct oj_tensor {
@@ -85,6 +86,18 @@ typedef struct oj_pool_block {
     size_t capacity;
 } oj_pool_block;
 
+/* A graph's private device pool (src/core/graph.c): every block allocated
+ * while the graph was captured. Its free blocks are reused only by that
+ * capture, never by other work, because replays write them. Blocks stay
+ * reserved on the root budget while free, like the engine's pool. Kept
+ * alive by the graph and by each storage that holds one of its blocks. */
+typedef struct oj_graph_pool {
+    int64_t refs;      /* the graph (until freed) + storages holding blocks */
+    bool graph_alive;  /* false once the graph is freed: blocks go back to the driver */
+    oj_dev_block *free_list[OJ_POOL_CLASSES];
+    int64_t bytes;     /* capacity of every block it owns, free or held */
+} oj_graph_pool;
+
 struct oj_engine {
     oj_device device;
     oj_numerics numerics;
@@ -112,6 +125,7 @@ struct oj_engine {
      * the driver's allocator; their bytes stay reserved like host ones */
     struct oj_dev_block *dev_pool[OJ_POOL_CLASSES];
     int64_t pooled_bytes;
+    oj_graph_pool *capture_pool; /* set during oj_graph_capture_begin..end */
     int64_t live_bytes, live_peak; /* budget-charged storage in use (capacity), and its peak */
     /* released tensor handles kept so use-after-release is detected */
     oj_tensor **quarantine;
@@ -136,6 +150,11 @@ char *oj__shape_fmt(char *buf, size_t len, int rank, const int64_t *shape);
 static inline bool oj__live(const oj_tensor *t) {
     return t != NULL && t->magic == OJ_TENSOR_MAGIC;
 }
+
+/* ---- graphs: drop one reference to a graph pool (graph.c) */
+void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p);
+/* End a capture in progress without a graph (engine teardown). */
+void oj__graph_capture_abandon(oj_engine *eng);
 
 /* ---- storage */
 /* New storage of nbytes on the engine's device charged to the current

@@ -46,6 +46,10 @@ void oj_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
 }
 
 uint64_t oj__rng_advance(oj_engine *eng, uint64_t nblocks) {
+    if (eng->capture_pool) /* recorded once, the draw would repeat on every replay */
+        oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                     "random numbers (rand, dropout) during a CUDA graph capture: every replay "
+                     "would draw the same ones");
     uint64_t first = eng->rng_offset;
     eng->rng_offset += nblocks;
     return first;

@@ -10,7 +10,9 @@
  * device block goes to a per-class list of small host nodes (device memory
  * cannot hold the links) and is reused by the next request of its class;
  * with one stream per engine, reuse in stream order is safe. New device
- * blocks are reserved on the budget before the driver is asked. */
+ * blocks are reserved on the budget before the driver is asked. During a
+ * graph capture device blocks come from, and go back to, the graph's
+ * private pool instead (src/core/graph.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,7 +91,10 @@ oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
         free(s);
         return NULL;
     }
-    void *pooled = host ? (void *)eng->pool[cls] : (void *)eng->dev_pool[cls];
+    /* during a graph capture device blocks come from the graph's pool */
+    oj_graph_pool *gp = host ? NULL : eng->capture_pool;
+    oj_dev_block **dev_list = gp ? &gp->free_list[cls] : &eng->dev_pool[cls];
+    void *pooled = host ? (void *)eng->pool[cls] : (void *)*dev_list;
     if (pooled) {
         oj_budget *over = NULL;
         if (oj__budget_move(eng->root_budget, s->budget, (int64_t)cap, &over) != OJ_OK) {
@@ -97,13 +102,14 @@ oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
             free(s);
             return NULL;
         }
-        eng->pooled_bytes -= (int64_t)cap;
         if (host) {
+            eng->pooled_bytes -= (int64_t)cap;
             eng->pool[cls] = eng->pool[cls]->next;
             s->data = pooled;
         } else {
+            if (!gp) eng->pooled_bytes -= (int64_t)cap;
             oj_dev_block *blk = pooled;
-            eng->dev_pool[cls] = blk->next;
+            *dev_list = blk->next;
             s->data = blk->ptr;
             free(blk);
         }
@@ -120,6 +126,11 @@ oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
             free(s);
             return NULL;
         }
+    }
+    if (gp) {
+        if (!pooled) gp->bytes += (int64_t)cap;
+        s->gpool = gp;
+        gp->refs++;
     }
     s->capacity = cap;
     s->pool_class = cls;
@@ -157,6 +168,22 @@ void oj__storage_release(oj_storage *s) {
     if (s->budget != NULL) eng->live_bytes -= (int64_t)s->capacity;
     if (s->budget == NULL) { /* external memory */
         if (s->release) s->release(s->release_ctx);
+    } else if (s->gpool) { /* back to its graph's pool while the graph lives */
+        oj_graph_pool *gp = s->gpool;
+        oj_dev_block *blk = gp->graph_alive ? malloc(sizeof *blk) : NULL;
+        if (blk == NULL) {
+            const oj_backend *be = oj__backend_for(s->device.type);
+            if (be && be->free) be->free(eng, s->data, s->capacity);
+            oj_budget_release(s->budget, (int64_t)s->capacity);
+            gp->bytes -= (int64_t)s->capacity;
+        } else {
+            oj__budget_move(s->budget, eng->root_budget, (int64_t)s->capacity, NULL);
+            blk->ptr = s->data;
+            blk->capacity = s->capacity;
+            blk->next = gp->free_list[s->pool_class];
+            gp->free_list[s->pool_class] = blk;
+        }
+        oj__graph_pool_unref(eng, gp);
     } else if (s->pool_class >= 0 && s->device.type != OJ_DEVICE_CPU) {
         oj_dev_block *blk = malloc(sizeof *blk);
         const oj_backend *be = oj__backend_for(s->device.type);

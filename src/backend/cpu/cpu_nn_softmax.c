@@ -279,7 +279,7 @@ oj_status oj_cpu_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tenso
         const char *tp = oj__nn_base(targets);
         int64_t valid = 0;
         for (int64_t n = 0; n < N; n++) valid += oj__nn_index(tp, targets->dtype, n) != ignore_index;
-        *n_valid = valid;
+        if (n_valid) *n_valid = valid;
         return OJ_OK;
     }
     double *row = oj__nn_scratch(eng, V, "cross_entropy");
@@ -305,7 +305,7 @@ oj_status oj_cpu_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tenso
         store_stat(loss, n, li);
     }
     free(row);
-    *n_valid = valid;
+    if (n_valid) *n_valid = valid;
     return OJ_OK;
 }
 
@@ -364,7 +364,7 @@ oj_status oj_cpu_nll_loss_forward(oj_engine *eng, oj_tensor *loss, const oj_tens
         }
         store_stat(loss, n, li);
     }
-    *n_valid = valid;
+    if (n_valid) *n_valid = valid;
     return OJ_OK;
 }
 

@@ -630,7 +630,7 @@ static oj_status tc_launch(oj_engine *eng, K kernel, int64_t blocks, size_t smem
     cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
-    kernel<<<(unsigned)blocks, TC_THREADS, smem>>>(a);
+    kernel<<<(unsigned)blocks, TC_THREADS, smem, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, name);
 }
 
@@ -714,7 +714,7 @@ oj_status oj_cuda_attention_tc_backward(oj_engine *eng, oj_tensor *dq, oj_tensor
     d.lse2 = scratch;
     d.delta = scratch + rows;
     int64_t nb = (rows + TC_THREADS / 32 - 1) / (TC_THREADS / 32);
-    k_tc_delta<<<(unsigned)(nb < (1 << 20) ? nb : (1 << 20)), TC_THREADS>>>(d);
+    k_tc_delta<<<(unsigned)(nb < (1 << 20) ? nb : (1 << 20)), TC_THREADS, 0, OJ_STREAM>>>(d);
     oj_status st = oj_cuda_check(eng, "attention_backward (tensor core delta)");
 
     bool want_dq = dq != NULL, want_dkv = dk != NULL || dv != NULL, bf = q->dtype == OJ_BF16;

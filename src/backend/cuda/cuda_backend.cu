@@ -21,6 +21,12 @@ static oj_backend make_cuda_backend() {
     b.copy_d2d = oj_cuda_copy_d2d;
     b.memset0 = oj_cuda_memset0;
     b.synchronize = oj_cuda_synchronize;
+    /* graphs (cuda_graph.cu) */
+    b.graph_begin = oj_cuda_graph_begin;
+    b.graph_end = oj_cuda_graph_end;
+    b.graph_abort = oj_cuda_graph_abort;
+    b.graph_replay = oj_cuda_graph_replay;
+    b.graph_destroy = oj_cuda_graph_destroy;
     /* elementwise (cuda_elementwise.cu) */
     b.copy = oj_cuda_copy;
     b.fill = oj_cuda_fill;

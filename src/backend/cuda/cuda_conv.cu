@@ -53,7 +53,7 @@ oj_status oj_cuda_im2col(oj_engine *eng, oj_tensor *cols, const oj_tensor *x,
     oj__store(a.pad, x->dtype, pad_value);
     int64_t n = a.N * a.C * a.kh * a.kw * a.oh * a.ow;
     if (n == 0) return OJ_OK;
-    k_im2col<<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(a);
+    k_im2col<<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, "im2col");
 }
 
@@ -118,6 +118,6 @@ oj_status oj_cuda_col2im(oj_engine *eng, oj_tensor *x, const oj_tensor *cols,
     if (a.sh <= 0 || a.sw <= 0)
         return oj_set_error(eng, OJ_ERR_INTERNAL, "col2im: stride %lld x %lld is not positive",
                             (long long)a.sh, (long long)a.sw);
-    k_col2im<<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(a);
+    k_col2im<<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, "col2im");
 }

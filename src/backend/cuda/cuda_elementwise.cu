@@ -237,7 +237,7 @@ static void ew_launch(ew_geom g, F f) {
     int64_t cap = ((int64_t)1 << 22) / by;
     if (bx > cap) bx = cap;
     if (bx < 1) bx = 1;
-    k_ew<TO, TI, N, NI, USE, F, TI1><<<dim3((unsigned)bx, (unsigned)by), threads>>>(g, f);
+    k_ew<TO, TI, N, NI, USE, F, TI1><<<dim3((unsigned)bx, (unsigned)by), threads, 0, OJ_STREAM>>>(g, f);
 }
 
 /* Unary ops with a float result (the bool ones keep the generic path). */
@@ -442,7 +442,7 @@ static bool copy_same_fast(oj_engine *eng, const oj_cu_iter &it, int64_t es, oj_
     if (R == 1 && so[0] == es && si[0] == es) {
         if (it.base[0] != it.base[1]) {
             cudaError_t e = cudaMemcpyAsync(it.base[0], it.base[1], (size_t)(it.numel * es),
-                                            cudaMemcpyDeviceToDevice, 0);
+                                            cudaMemcpyDeviceToDevice, OJ_STREAM);
             if (e != cudaSuccess) {
                 *st = oj_cuda_fail(eng, e, "copy (dense)");
                 return true;
@@ -481,11 +481,11 @@ static bool copy_same_fast(oj_engine *eng, const oj_cu_iter &it, int64_t es, oj_
         dim3 block((unsigned)tx, (unsigned)ty);
         unsigned grid = grid_cap((g.rows + ty - 1) / ty);
         switch (u) {
-        case 16: k_copy_rows<uint4><<<grid, block>>>(g); break;
-        case 8: k_copy_rows<uint2><<<grid, block>>>(g); break;
-        case 4: k_copy_rows<unsigned><<<grid, block>>>(g); break;
-        case 2: k_copy_rows<unsigned short><<<grid, block>>>(g); break;
-        default: k_copy_rows<unsigned char><<<grid, block>>>(g); break;
+        case 16: k_copy_rows<uint4><<<grid, block, 0, OJ_STREAM>>>(g); break;
+        case 8: k_copy_rows<uint2><<<grid, block, 0, OJ_STREAM>>>(g); break;
+        case 4: k_copy_rows<unsigned><<<grid, block, 0, OJ_STREAM>>>(g); break;
+        case 2: k_copy_rows<unsigned short><<<grid, block, 0, OJ_STREAM>>>(g); break;
+        default: k_copy_rows<unsigned char><<<grid, block, 0, OJ_STREAM>>>(g); break;
         }
         *st = oj_cuda_check(eng, "copy (rows)");
         return true;
@@ -518,10 +518,10 @@ static bool copy_same_fast(oj_engine *eng, const oj_cu_iter &it, int64_t es, oj_
     dim3 block(TILE, 8);
     unsigned grid = grid_cap(g.batch * g.t0 * g.t1);
     switch (es) {
-    case 8: k_copy_tile<unsigned long long><<<grid, block>>>(g); break;
-    case 4: k_copy_tile<unsigned><<<grid, block>>>(g); break;
-    case 2: k_copy_tile<unsigned short><<<grid, block>>>(g); break;
-    default: k_copy_tile<unsigned char><<<grid, block>>>(g); break;
+    case 8: k_copy_tile<unsigned long long><<<grid, block, 0, OJ_STREAM>>>(g); break;
+    case 4: k_copy_tile<unsigned><<<grid, block, 0, OJ_STREAM>>>(g); break;
+    case 2: k_copy_tile<unsigned short><<<grid, block, 0, OJ_STREAM>>>(g); break;
+    default: k_copy_tile<unsigned char><<<grid, block, 0, OJ_STREAM>>>(g); break;
     }
     *st = oj_cuda_check(eng, "copy (transpose tiles)");
     return true;
@@ -562,7 +562,7 @@ oj_status oj_cuda_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
             return oj_cuda_check(eng, "copy (cast)");
         }
     }
-    k_copy<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, dt_size(out->dtype));
+    k_copy<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(it, dt_size(out->dtype));
     return oj_cuda_check(eng, "copy");
 }
 
@@ -591,7 +591,7 @@ oj_status oj_cuda_fill(oj_engine *eng, oj_tensor *out, double value) {
     for (size_t i = 0; i < es; i++) zero = zero && v.b[i] == 0;
     if (zero && oj_is_contiguous(out)) { /* zeros: the driver's memset, stream ordered */
         size_t nb = (size_t)oj_cuda_numel(out) * es;
-        cudaError_t e = nb ? cudaMemsetAsync((char *)out->storage->data + out->offset, 0, nb, 0)
+        cudaError_t e = nb ? cudaMemsetAsync((char *)out->storage->data + out->offset, 0, nb, OJ_STREAM)
                            : cudaSuccess;
         if (e != cudaSuccess) return oj_cuda_fail(eng, e, "fill (memset)");
         return oj_cuda_check(eng, "fill");
@@ -600,7 +600,7 @@ oj_status oj_cuda_fill(oj_engine *eng, oj_tensor *out, double value) {
     oj_cu_iter it;
     oj_cu_iter_init(&it, out->rank, out->shape, 1, ts);
     if (it.numel == 0) return OJ_OK;
-    k_fill<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, v, dt_size(dt));
+    k_fill<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(it, v, dt_size(dt));
     return oj_cuda_check(eng, "fill");
 }
 
@@ -628,7 +628,7 @@ oj_status oj_cuda_unary(oj_engine *eng, oj_unary_op op, oj_tensor *out, const oj
         OJ_CU_FLOAT_TYPE(it.dt[0], T, done = unary_fast_t<T>(g, op, (float)alpha, (float)beta));
         if (done) return oj_cuda_check(eng, unary_name(op));
     }
-    k_unary<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, op, alpha, beta);
+    k_unary<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(it, op, alpha, beta);
     return oj_cuda_check(eng, unary_name(op));
 }
 
@@ -657,7 +657,7 @@ oj_status oj_cuda_unary_backward(oj_engine *eng, oj_unary_op op, oj_tensor *dx,
         OJ_CU_FLOAT_TYPE(it.dt[0], T, done = unary_bw_fast_t<T>(g, op, (float)alpha, (float)beta));
         if (done) return oj_cuda_check(eng, unary_bw_name(op));
     }
-    k_unary_backward<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, op, alpha, beta);
+    k_unary_backward<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(it, op, alpha, beta);
     return oj_cuda_check(eng, unary_bw_name(op));
 }
 
@@ -738,7 +738,7 @@ oj_status oj_cuda_binary(oj_engine *eng, oj_binary_op op, oj_tensor *out, const 
     else if (out->dtype == OJ_F32 && a->dtype == OJ_F32 && b->dtype == OJ_F32 &&
              (op == OJ_BIN_ADD || op == OJ_BIN_SUB || op == OJ_BIN_MUL || op == OJ_BIN_DIV))
         mode = 2;
-    k_binary<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, op, mode);
+    k_binary<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(it, op, mode);
     return oj_cuda_check(eng, binary_name(op));
 }
 
@@ -765,7 +765,7 @@ oj_status oj_cuda_where(oj_engine *eng, oj_tensor *out, const oj_tensor *cond, c
     oj_cu_iter it;
     oj_cu_iter_init(&it, out->rank, out->shape, 4, ts);
     if (it.numel == 0) return OJ_OK;
-    k_where<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS>>>(it, dt_size(out->dtype));
+    k_where<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(it, dt_size(out->dtype));
     return oj_cuda_check(eng, "where");
 }
 
@@ -813,7 +813,7 @@ oj_status oj_cuda_rand(oj_engine *eng, oj_tensor *out, bool normal, double lo, d
     if (oj_cuda_need_contig(eng, out, "rand", "out") != OJ_OK) return oj_last_status(eng);
     int64_t n = oj_cuda_numel(out);
     if (n == 0) return OJ_OK;
-    k_rand<<<oj_cuda_blocks((n + 3) / 4), OJ_CUDA_THREADS>>>(
+    k_rand<<<oj_cuda_blocks((n + 3) / 4), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
         oj_cuda_ptr(out), (int)out->dtype, dt_size(out->dtype), n, normal, lo, hi,
         (uint32_t)seed, (uint32_t)(seed >> 32), (unsigned long long)offset);
     return oj_cuda_check(eng, "rand");

@@ -240,9 +240,9 @@ oj_status oj_cuda_gather(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int
     a.size = x->rank ? x->shape[dim] : 1;
     a.tstride = x->rank ? x->stride[dim] : 0;
     if (a.n == 0) return OJ_OK;
-    if (oj_cuda_flags_reset(eng, 1, 0xff, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_flags_reset(eng, 1, 0xff, 0xff, op) != OJ_OK) return oj_last_status(eng);
     a.flag = oj_cuda_state_of(eng)->flags;
-    k_gather<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS>>>(a);
+    k_gather<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     return finish(eng, op, "gather", index, dim, a.size, false);
 }
 
@@ -262,9 +262,9 @@ oj_status oj_cuda_scatter_add(oj_engine *eng, oj_tensor *out, int dim, const oj_
     a.K = index->rank ? index->shape[dim] : 1;
     a.n = a.K ? a.n / a.K : 0; /* lines */
     if (a.n == 0) return OJ_OK;
-    if (oj_cuda_flags_reset(eng, 1, 0xff, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_flags_reset(eng, 1, 0xff, 0xff, op) != OJ_OK) return oj_last_status(eng);
     a.flag = oj_cuda_state_of(eng)->flags;
-    k_scatter_add<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS>>>(a);
+    k_scatter_add<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     return finish(eng, op, "scatter_add", index, dim, a.size, false);
 }
 
@@ -273,8 +273,8 @@ static oj_status check_1d(oj_engine *eng, const char *op, const oj_tensor *index
                           int64_t size) {
     int64_t n = index->rank ? index->shape[0] : 1;
     if (n == 0) return OJ_OK;
-    if (oj_cuda_flags_reset(eng, 1, 0xff, op) != OJ_OK) return oj_last_status(eng);
-    k_index_check<<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+    if (oj_cuda_flags_reset(eng, 1, 0xff, 0xff, op) != OJ_OK) return oj_last_status(eng);
+    k_index_check<<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
         oj_cuda_ptr(index), (int)index->dtype, (int)oj_dtype_size(index->dtype),
         index->rank ? index->stride[0] : 0, n, size, oj_cuda_state_of(eng)->flags);
     return finish(eng, op, "index check", index, dim, size, true);
@@ -297,7 +297,7 @@ oj_status oj_cuda_index_select(oj_engine *eng, oj_tensor *out, const oj_tensor *
     if (out->rank) a.st[2][dim] = index->rank ? index->stride[0] : 0;
     a.size = size;
     a.tstride = x->rank ? x->stride[dim] : 0;
-    k_index_select<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS>>>(a);
+    k_index_select<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, "index_select");
 }
 
@@ -323,6 +323,6 @@ oj_status oj_cuda_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_te
     a.n = a.K ? a.n / a.K : 0;
     a.alpha = alpha;
     if (a.n == 0) return OJ_OK;
-    k_index_add<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS>>>(a);
+    k_index_add<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, "index_add");
 }

@@ -2,9 +2,13 @@
  * state, error reporting, launch helpers, dtype loads/stores that mirror the
  * host conversions bit for bit, strided iteration, Philox4x32-10.
  *
- * Every entry runs on the legacy default stream, so kernels, cuBLAS calls
- * and the synchronous cudaMemcpy of the memory entries are ordered without
- * explicit synchronisation. A kernel launch error (or, with the environment
+ * Every engine owns one stream; every kernel, cuBLAS call, memset and copy
+ * of the engine goes to it (OJ_STREAM in a launch), so work is ordered
+ * without explicit synchronisation, and a sequence of entries can be
+ * captured into a CUDA graph (oj_graph_capture_begin). Host read-backs
+ * (copies to the host, status words) synchronise that stream; during a
+ * capture they are refused, or deferred to the replay (the status words).
+ * A kernel launch error (or, with the environment
  * variable OJAS_CUDA_SYNC=1, any fault the kernel raised) is reported as
  * OJ_ERR_DEVICE naming the kernel. */
 #ifndef OJAS_CUDA_INTERNAL_CUH
@@ -30,13 +34,26 @@ struct oj_cuda_state {
     /* Small device buffer for status words written by kernels (first bad
      * index, counters, non-finite flags): OJ_CUDA_FLAG_WORDS u64, allocated
      * at open (bookkeeping outside the budget, 256 bytes). */
-    unsigned long long *flags;
+    unsigned long long *flags;      /* the current status words (see oj_cuda_flags_reset) */
+    unsigned long long *flags_base; /* the fixed buffer of them */
     /* OJAS_CUDA_PROFILE=1: per-kernel cumulative device time (cudaEvent
      * pairs around each launch, resolved in batches), printed to stderr
      * when the engine is freed; NULL when off. */
     struct oj_cuda_prof *prof;
+    cudaStream_t stream; /* the engine's stream (blocking, created at open) */
+    void *blas_ws;       /* cuBLAS workspace (fixed, so cuBLAS can be captured) */
+    /* During a capture (oj_graph_capture_begin): the graph being built.
+     * Status words then come from its own region (one per check, never
+     * reset by a later op) and are checked after each replay. */
+    struct oj_cuda_graph *capture;
 };
+struct oj_cuda_graph;
 #define OJ_CUDA_FLAG_WORDS 32
+
+/* The stream of the engine whose entry runs on this thread (set by
+ * oj_cuda_begin; every entry calls it before launching). */
+extern thread_local cudaStream_t oj_cuda_tls_stream;
+#define OJ_STREAM (oj_cuda_tls_stream)
 
 static inline oj_cuda_state *oj_cuda_state_of(oj_engine *eng) {
     return (oj_cuda_state *)eng->ext[OJ_EXT_BACKEND].ptr;
@@ -53,15 +70,36 @@ oj_status oj_cuda_fail(oj_engine *eng, cudaError_t e, const char *what);
  * of the entry or the previous check) is charged to `kernel` (a string
  * literal or otherwise long-lived). */
 oj_status oj_cuda_check(oj_engine *eng, const char *kernel);
-/* Set flags[0..nwords) to `value` (0 or all ones bytes: 0x00 / 0xff). */
-oj_status oj_cuda_flags_reset(oj_engine *eng, int nwords, int byte, const char *op);
-/* Copy flags[0..nwords) to host (synchronises the stream). */
+/* Status words: oj_cuda_flags_reset points s->flags at nwords fresh words
+ * set to `byte` (0x00 or 0xff in every byte) and returns; kernels write
+ * s->flags; oj_cuda_flags_read copies them to the host (synchronising the
+ * stream). Outside a capture the words are the engine's fixed buffer;
+ * during a capture each reset takes new words of the graph, and
+ * flags_read returns OJ_ERR_UNSUPPORTED: use oj_cuda_flags_defer. */
+oj_status oj_cuda_flags_reset(oj_engine *eng, int nwords, int first_byte, int rest_byte,
+                              const char *op);
 oj_status oj_cuda_flags_read(oj_engine *eng, unsigned long long *host, int nwords,
                              const char *op);
-/* Copy `nbytes` at device address src to host dst (synchronous). */
+/* During a capture: check the current status words after every replay
+ * instead of now. kind: OJ_CUDA_CHECK_INDEX (word 0 = first bad position,
+ * ~0 = none: index tensor at `idx` (dtype, limit V) named by op) or
+ * OJ_CUDA_CHECK_TARGET (cross-entropy: word 0 first bad row, targets at
+ * idx with V classes and ignore_index). The index tensor's device address
+ * is kept: it must stay alive while the graph is replayed. */
+enum { OJ_CUDA_CHECK_INDEX = 1, OJ_CUDA_CHECK_TARGET = 2 };
+oj_status oj_cuda_flags_defer(oj_engine *eng, int kind, const char *op, const oj_tensor *idx,
+                              int64_t V, int64_t ignore_index);
+/* Copy `nbytes` at device address src to host dst (synchronous; refused
+ * during a capture). */
 oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes, const char *op);
 /* The cuBLAS handle, created on first use; NULL with OJ_ERR_DEVICE recorded. */
 cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op);
+
+/* Is a capture in progress on eng? */
+static inline bool oj_cuda_capturing(oj_engine *eng) {
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    return s != NULL && s->capture != NULL;
+}
 
 /* Device scratch charged to the engine's budget: storage is returned in
  * *hold (release with oj__storage_release). NULL with OJ_ERR_CAPACITY
@@ -518,6 +556,20 @@ oj_status oj_cuda_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *d
                                      const oj_tensor *k, const oj_tensor *v, const oj_tensor *out,
                                      const oj_tensor *lse, const oj_tensor *mask, bool is_causal,
                                      double scale);
+/* cuda_graph.cu: capture, replay and the deferred checks */
+oj_status oj_cuda_graph_begin(oj_engine *eng);
+oj_status oj_cuda_graph_end(oj_engine *eng, void **graph);
+void oj_cuda_graph_abort(oj_engine *eng);
+oj_status oj_cuda_graph_replay(oj_engine *eng, void *graph);
+void oj_cuda_graph_destroy(oj_engine *eng, void *graph);
+/* nwords fresh status words of the graph being captured (NULL with
+ * OJ_ERR_CAPACITY recorded when its region is full). */
+unsigned long long *oj_cuda_graph_flags(oj_engine *eng, int nwords, const char *op);
+/* The error an out-of-range index (kind OJ_CUDA_CHECK_INDEX) or target
+ * (OJ_CUDA_CHECK_TARGET) at position pos of the index tensor at device
+ * address idx (dtype idt) is reported with; reads the value back. */
+oj_status oj_cuda_bad_index(oj_engine *eng, int kind, const char *op, const char *idx, int idt,
+                            unsigned long long pos, int64_t V, int64_t ignore_index);
 /* cuda_nn_misc.cu */
 oj_status oj_cuda_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                    int64_t position_offset, double theta, bool inverse);

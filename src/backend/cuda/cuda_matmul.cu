@@ -77,7 +77,7 @@ static oj_status prepare(oj_engine *eng, const oj_tensor *t, int64_t bt, int64_t
     int es = (int)oj_dtype_size(t->dtype);
     void *p = oj_cuda_scratch(eng, (size_t)(nb * R * C) * (size_t)es, "matmul", &m->packed);
     if (p == NULL) return oj_last_status(eng);
-    k_pack3<<<oj_cuda_blocks(nb * R * C), OJ_CUDA_THREADS>>>((char *)p, oj_cuda_ptr(t), nb, R, C,
+    k_pack3<<<oj_cuda_blocks(nb * R * C), OJ_CUDA_THREADS, 0, OJ_STREAM>>>((char *)p, oj_cuda_ptr(t), nb, R, C,
                                                              sb, rs, cs, es);
     oj_status st = oj_cuda_check(eng, "matmul (pack operand)");
     if (st != OJ_OK) return st;
@@ -117,8 +117,8 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
         if (accumulate) return OJ_OK;
         cudaError_t e = cudaSuccess;
         for (int64_t i = 0; i < bt && e == cudaSuccess; i++)
-            e = cudaMemset2D(oj_cuda_ptr(out) + i * sc * (int64_t)es, (size_t)ldc * es, 0,
-                             (size_t)N * es, (size_t)M);
+            e = cudaMemset2DAsync(oj_cuda_ptr(out) + i * sc * (int64_t)es, (size_t)ldc * es, 0,
+                             (size_t)N * es, (size_t)M, OJ_STREAM);
         return e == cudaSuccess ? OJ_OK : oj_cuda_fail(eng, e, "matmul (zero out)");
     }
     cublasHandle_t h = oj_cuda_blas(eng, op);

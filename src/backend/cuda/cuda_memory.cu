@@ -11,6 +11,8 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 
+thread_local cudaStream_t oj_cuda_tls_stream = 0;
+
 /* ---------------------------------------------------------------- profile
  * OJAS_CUDA_PROFILE=1: an event is recorded on the default stream at each
  * entry's begin and after each kernel (oj_cuda_check); the time between a
@@ -88,7 +90,7 @@ static void prof_mark(oj_cuda_prof *p, const char *name) {
         }
         p->created++;
     }
-    cudaEventRecord(p->ev[p->nev], 0);
+    cudaEventRecord(p->ev[p->nev], OJ_STREAM);
     p->evname[p->nev++] = name;
     if (name) p->launches++;
 }
@@ -162,6 +164,17 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
     }
     s->ordinal = index;
     s->flags = flags;
+    s->flags_base = flags;
+    /* A blocking stream: work that some library puts on the legacy
+     * default stream stays ordered with the engine's. */
+    e = cudaStreamCreate(&s->stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(flags);
+        free(s);
+        return oj_error_set(err, OJ_ERR_DEVICE, "engine_create: cannot create a stream on cuda:%d: %s",
+                            index, cudaGetErrorString(e));
+    }
     const char *sync = getenv("OJAS_CUDA_SYNC");
     s->sync_check = sync != NULL && sync[0] != '\0' && strcmp(sync, "0") != 0;
     const char *prof = getenv("OJAS_CUDA_PROFILE");
@@ -184,8 +197,12 @@ void oj_cuda_close(oj_engine *eng) {
     }
     if (s->blas_ready) cublasDestroy(s->blas);
     s->blas_ready = false;
-    if (s->flags) cudaFree(s->flags);
-    s->flags = NULL;
+    if (s->blas_ws) cudaFree(s->blas_ws);
+    s->blas_ws = NULL;
+    if (s->flags_base) cudaFree(s->flags_base);
+    s->flags = s->flags_base = NULL;
+    if (s->stream) cudaStreamDestroy(s->stream);
+    s->stream = NULL;
 }
 
 void *oj_cuda_alloc(oj_engine *eng, size_t nbytes) {
@@ -218,14 +235,29 @@ void oj_cuda_free(oj_engine *eng, void *ptr, size_t nbytes) {
     }
 }
 
+/* Refuse a host round trip during a capture (it cannot be recorded in a
+ * graph; the graph would replay without it). */
+static oj_status refuse_in_capture(oj_engine *eng, const char *what) {
+    return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                        "%s during a CUDA graph capture: a graph cannot read values back to the "
+                        "host or upload host memory; do it before oj_graph_capture_begin or after "
+                        "the replay",
+                        what);
+}
+
+/* Copies on the engine's stream; a copy to the host waits for it. A
+ * pageable host source is staged by the driver before cudaMemcpyAsync
+ * returns, so the caller may free it at once. */
 static oj_status copy(oj_engine *eng, void *dst, const void *src, size_t nbytes,
                       cudaMemcpyKind kind, const char *what) {
     if (nbytes == 0) return OJ_OK;
-    cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
     oj_cuda_state *s = oj_cuda_state_of(eng);
-    double t0 = s && s->prof ? host_ms() : 0.0;
-    if (e == cudaSuccess) e = cudaMemcpy(dst, src, nbytes, kind);
-    if (s && s->prof) {
+    if (s->capture && kind != cudaMemcpyDeviceToDevice) return refuse_in_capture(eng, what);
+    cudaError_t e = cudaSetDevice(s->ordinal);
+    double t0 = s->prof ? host_ms() : 0.0;
+    if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, nbytes, kind, s->stream);
+    if (e == cudaSuccess && kind == cudaMemcpyDeviceToHost) e = cudaStreamSynchronize(s->stream);
+    if (s->prof && kind != cudaMemcpyDeviceToDevice) {
         s->prof->copy_calls++;
         s->prof->copy_ms += host_ms() - t0;
     }
@@ -255,8 +287,9 @@ oj_status oj_cuda_copy_d2d(oj_engine *eng, void *dst, const void *src, size_t nb
 }
 
 oj_status oj_cuda_memset0(oj_engine *eng, void *dst, size_t nbytes) {
-    cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
-    if (e == cudaSuccess && nbytes) e = cudaMemset(dst, 0, nbytes);
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    cudaError_t e = cudaSetDevice(s->ordinal);
+    if (e == cudaSuccess && nbytes) e = cudaMemsetAsync(dst, 0, nbytes, s->stream);
     if (e != cudaSuccess)
         return oj_set_error(eng, OJ_ERR_DEVICE, "cuda memset of %zu bytes failed: %s (%s)", nbytes,
                             cudaGetErrorString(e), cudaGetErrorName(e));
@@ -264,8 +297,11 @@ oj_status oj_cuda_memset0(oj_engine *eng, void *dst, size_t nbytes) {
 }
 
 oj_status oj_cuda_synchronize(oj_engine *eng) {
-    cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (s->capture) return refuse_in_capture(eng, "synchronize");
+    cudaError_t e = cudaSetDevice(s->ordinal);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess)
         return oj_set_error(eng, OJ_ERR_DEVICE, "cuda synchronize failed: %s (%s)",
                             cudaGetErrorString(e), cudaGetErrorName(e));
@@ -283,7 +319,8 @@ oj_status oj_cuda_begin(oj_engine *eng, const char *op) {
     cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
     oj_cuda_state *s = oj_cuda_state_of(eng);
-    if (s && s->prof) prof_mark(s->prof, NULL);
+    oj_cuda_tls_stream = s->stream;
+    if (s->prof && !s->capture) prof_mark(s->prof, NULL);
     return OJ_OK;
 }
 
@@ -291,8 +328,8 @@ oj_status oj_cuda_check(oj_engine *eng, const char *kernel) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
         oj_cuda_state *s = oj_cuda_state_of(eng);
-        if (s && s->prof) prof_mark(s->prof, kernel);
-        if (s && s->sync_check) e = cudaDeviceSynchronize();
+        if (s && s->prof && !s->capture) prof_mark(s->prof, kernel);
+        if (s && s->sync_check && !s->capture) e = cudaStreamSynchronize(s->stream);
     }
     if (e != cudaSuccess)
         return oj_set_error(eng, OJ_ERR_DEVICE, "cuda kernel %s failed on cuda:%d: %s (%s)",
@@ -301,10 +338,20 @@ oj_status oj_cuda_check(oj_engine *eng, const char *kernel) {
     return OJ_OK;
 }
 
-oj_status oj_cuda_flags_reset(oj_engine *eng, int nwords, int byte, const char *op) {
+oj_status oj_cuda_flags_reset(oj_engine *eng, int nwords, int first_byte, int rest_byte,
+                              const char *op) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
     if (nwords > OJ_CUDA_FLAG_WORDS) nwords = OJ_CUDA_FLAG_WORDS;
-    cudaError_t e = cudaMemset(s->flags, byte, (size_t)nwords * sizeof *s->flags);
+    if (s->capture) {
+        s->flags = oj_cuda_graph_flags(eng, nwords, op);
+        if (s->flags == NULL) return oj_last_status(eng);
+    } else {
+        s->flags = s->flags_base;
+    }
+    cudaError_t e = cudaMemsetAsync(s->flags, first_byte, sizeof *s->flags, s->stream);
+    if (e == cudaSuccess && nwords > 1)
+        e = cudaMemsetAsync(s->flags + 1, rest_byte, (size_t)(nwords - 1) * sizeof *s->flags,
+                            s->stream);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
     return OJ_OK;
 }
@@ -313,32 +360,52 @@ oj_status oj_cuda_flags_read(oj_engine *eng, unsigned long long *host, int nword
                              const char *op) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
     if (nwords > OJ_CUDA_FLAG_WORDS) nwords = OJ_CUDA_FLAG_WORDS;
-    count_d2h(eng, (size_t)nwords * sizeof *host);
-    cudaError_t e = cudaMemcpy(host, s->flags, (size_t)nwords * sizeof *host,
-                               cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
-    return OJ_OK;
+    return oj_cuda_d2h(eng, host, s->flags, (size_t)nwords * sizeof *host, op);
 }
 
 oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes, const char *op) {
     if (nbytes == 0) return OJ_OK;
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (s->capture) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: a read-back to the host", op);
+        return refuse_in_capture(eng, what);
+    }
     count_d2h(eng, nbytes);
-    cudaError_t e = cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
     return OJ_OK;
 }
 
+/* cuBLAS's workspace: fixed, so the handle never allocates inside a graph
+ * capture (the size cuBLAS recommends for Hopper). */
+#define BLAS_WORKSPACE (32u << 20)
+
 cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
     if (s->blas_ready) return s->blas;
+    if (s->capture) {
+        refuse_in_capture(eng, "creating the cuBLAS handle (run one matmul before capturing)");
+        return NULL;
+    }
     cublasStatus_t st = cublasCreate(&s->blas);
     if (st != CUBLAS_STATUS_SUCCESS) {
         oj_set_error(eng, OJ_ERR_DEVICE, "%s: cublasCreate failed on cuda:%d: %s", op,
                      s->ordinal, cublasGetStatusString(st));
         return NULL;
     }
-    /* Default stream, default math (TF32 is requested per call in FAST). */
-    cublasSetStream(s->blas, 0);
+    cudaError_t e = s->blas_ws ? cudaSuccess : cudaMalloc(&s->blas_ws, BLAS_WORKSPACE);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cublasDestroy(s->blas);
+        oj_set_error(eng, OJ_ERR_CAPACITY, "%s: no device memory for cuBLAS's %u MiB workspace",
+                     op, BLAS_WORKSPACE >> 20);
+        return NULL;
+    }
+    /* the engine's stream, host scalars (TF32 is requested per call in FAST) */
+    cublasSetStream(s->blas, s->stream);
+    cublasSetWorkspace(s->blas, s->blas_ws, BLAS_WORKSPACE);
     cublasSetPointerMode(s->blas, CUBLAS_POINTER_MODE_HOST);
     s->blas_ready = true;
     return s->blas;

@@ -686,7 +686,7 @@ static oj_status launch(oj_engine *eng, K kernel, int64_t total, size_t smem, co
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
     }
-    kernel<<<grid_of(total), ATT_WARPS * 32, smem>>>(a);
+    kernel<<<grid_of(total), ATT_WARPS * 32, smem, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, name);
 }
 
@@ -703,7 +703,7 @@ static oj_status launch_fa(oj_engine *eng, K kernel, int64_t total, size_t smem,
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
     }
-    kernel<<<(unsigned)total, FA_THREADS, smem>>>(a);
+    kernel<<<(unsigned)total, FA_THREADS, smem, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, name);
 }
 
@@ -852,9 +852,9 @@ oj_status oj_cuda_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *d
     /* With no query row (T == 0) dk/dv are zero; dq is empty. */
     if (a.B * a.H * a.T == 0) {
         cudaError_t e = cudaSuccess;
-        if (dk && oj_cuda_numel(dk)) e = cudaMemset(a.dk, 0, (size_t)oj_cuda_numel(dk) * (size_t)a.es);
+        if (dk && oj_cuda_numel(dk)) e = cudaMemsetAsync(a.dk, 0, (size_t)oj_cuda_numel(dk) * (size_t)a.es, OJ_STREAM);
         if (e == cudaSuccess && dv && oj_cuda_numel(dv))
-            e = cudaMemset(a.dv, 0, (size_t)oj_cuda_numel(dv) * (size_t)a.es);
+            e = cudaMemsetAsync(a.dv, 0, (size_t)oj_cuda_numel(dv) * (size_t)a.es, OJ_STREAM);
         return e == cudaSuccess ? OJ_OK : oj_cuda_fail(eng, e, "attention_backward (zero)");
     }
     bool want_dq = dq != NULL, want_dkv = dk != NULL || dv != NULL;

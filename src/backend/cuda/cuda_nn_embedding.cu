@@ -48,32 +48,20 @@ oj_status oj_cuda_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_ten
     int64_t V = weight->shape[0], C = weight->shape[1], N = oj_cuda_numel(idx);
     if (N == 0) return OJ_OK;
     oj_cuda_state *s = oj_cuda_state_of(eng);
-    if (oj_cuda_flags_reset(eng, 1, 0xff, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_flags_reset(eng, 1, 0xff, 0xff, op) != OJ_OK) return oj_last_status(eng);
     int es = (int)oj_dtype_size(weight->dtype);
     int64_t work = N * (C > 0 ? C : 1);
-    k_embedding_forward<<<oj_cuda_blocks(work), OJ_CUDA_THREADS>>>(
+    k_embedding_forward<<<oj_cuda_blocks(work), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
         oj_cuda_ptr(out), oj_cuda_ptr(weight), oj_cuda_ptr(idx), (int)idx->dtype, N,
         C > 0 ? C : 1, V, es, s->flags);
     if (oj_cuda_check(eng, "embedding_forward") != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_capturing(eng)) /* checked after each replay */
+        return oj_cuda_flags_defer(eng, OJ_CUDA_CHECK_INDEX, op, idx, V, 0);
     unsigned long long bad;
     if (oj_cuda_flags_read(eng, &bad, 1, op) != OJ_OK) return oj_last_status(eng);
     if (bad == ~0ull) return OJ_OK;
-    int64_t t = 0;
-    size_t is = oj_dtype_size(idx->dtype);
-    unsigned char buf[8] = {0};
-    if (oj_cuda_d2h(eng, buf, oj_cuda_ptr(idx) + (size_t)bad * is, is, op) != OJ_OK)
-        return oj_last_status(eng);
-    if (idx->dtype == OJ_I32) {
-        int32_t v;
-        memcpy(&v, buf, 4);
-        t = v;
-    } else {
-        memcpy(&t, buf, 8);
-    }
-    return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
-                        "embedding: index %lld at position %lld is out of range for a table of "
-                        "%lld rows (expected 0 <= index < %lld)",
-                        (long long)t, (long long)bad, (long long)V, (long long)V);
+    return oj_cuda_bad_index(eng, OJ_CUDA_CHECK_INDEX, op, oj_cuda_ptr(idx), (int)idx->dtype, bad,
+                             V, 0);
 }
 
 __global__ void k_embedding_keys(const char *idx, int idt, int64_t N, int *keys, int *vals) {
@@ -121,7 +109,7 @@ oj_status oj_cuda_embedding_backward(oj_engine *eng, oj_tensor *dweight, const o
         return oj_last_status(eng);
     int64_t V = dweight->shape[0], C = dweight->shape[1], N = oj_cuda_numel(idx);
     size_t wbytes = (size_t)(V * C) * oj_dtype_size(dweight->dtype);
-    cudaError_t e = wbytes ? cudaMemset(oj_cuda_ptr(dweight), 0, wbytes) : cudaSuccess;
+    cudaError_t e = wbytes ? cudaMemsetAsync(oj_cuda_ptr(dweight), 0, wbytes, OJ_STREAM) : cudaSuccess;
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, "embedding backward (zero dweight)");
     if (N == 0 || C == 0) return OJ_OK;
     if (N > INT_MAX || V > INT_MAX)
@@ -134,7 +122,7 @@ oj_status oj_cuda_embedding_backward(oj_engine *eng, oj_tensor *dweight, const o
     size_t temp = 0;
     if (cub::DeviceRadixSort::SortPairs(NULL, temp, (const int *)NULL, (int *)NULL,
                                         (const int *)NULL, (int *)NULL, (int)N, 0, end_bit,
-                                        (cudaStream_t)0) != cudaSuccess)
+                                        OJ_STREAM) != cudaSuccess)
         return oj_set_error(eng, OJ_ERR_DEVICE, "embedding: cub radix sort size query failed");
     size_t arr = ((size_t)N * sizeof(int) + 255) & ~(size_t)255;
     oj_storage *hold = NULL;
@@ -144,19 +132,19 @@ oj_status oj_cuda_embedding_backward(oj_engine *eng, oj_tensor *dweight, const o
     int *keys = (int *)(scratch + 2 * arr), *vals = (int *)(scratch + 3 * arr);
     void *tmp = scratch + 4 * arr;
     oj_status st = OJ_OK;
-    k_embedding_keys<<<oj_cuda_blocks(N), OJ_CUDA_THREADS>>>(oj_cuda_ptr(idx), (int)idx->dtype, N,
+    k_embedding_keys<<<oj_cuda_blocks(N), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(oj_cuda_ptr(idx), (int)idx->dtype, N,
                                                              keys_in, vals_in);
     st = oj_cuda_check(eng, "embedding_backward (keys)");
     if (st == OJ_OK) {
         e = cub::DeviceRadixSort::SortPairs(tmp, temp, keys_in, keys, vals_in, vals, (int)N, 0,
-                                            end_bit, (cudaStream_t)0);
+                                            end_bit, OJ_STREAM);
         st = e == cudaSuccess ? oj_cuda_check(eng, "embedding_backward (radix sort)")
                               : oj_cuda_fail(eng, e, "embedding_backward (radix sort)");
     }
     if (st == OJ_OK) {
         int threads = C >= 256 ? 256 : (C > 128 ? 256 : (C > 64 ? 128 : (C > 32 ? 64 : 32)));
         int64_t blocks = N < (1 << 20) ? N : (1 << 20);
-        k_embedding_rows<<<(unsigned)blocks, threads>>>(oj_cuda_ptr(dweight), (int)dweight->dtype,
+        k_embedding_rows<<<(unsigned)blocks, threads, 0, OJ_STREAM>>>(oj_cuda_ptr(dweight), (int)dweight->dtype,
                                                         oj_cuda_ptr(dout), (int)dout->dtype, keys,
                                                         vals, N, C, V);
         st = oj_cuda_check(eng, "embedding_backward (rows)");

@@ -36,7 +36,7 @@ oj_status oj_cuda_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tens
     int64_t rows = T > 0 && D > 0 ? oj_cuda_numel(x) / (T * D) : 0;
     int64_t n = rows * T * (D / 2);
     if (n == 0) return OJ_OK;
-    k_rotary<<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+    k_rotary<<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
         oj_cuda_ptr(out), (int)out->dtype, (int)oj_dtype_size(out->dtype), oj_cuda_ptr(x),
         (int)x->dtype, (int)oj_dtype_size(x->dtype), rows, T, D, position_offset, theta,
         inverse ? -1.0 : 1.0);
@@ -70,7 +70,7 @@ oj_status oj_cuda_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, do
     int64_t n = oj_cuda_numel(x);
     if (n == 0) return OJ_OK;
     double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
-    k_dropout<<<oj_cuda_blocks((n + 3) / 4), OJ_CUDA_THREADS>>>(
+    k_dropout<<<oj_cuda_blocks((n + 3) / 4), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
         oj_cuda_ptr(out), (int)out->dtype, (int)oj_dtype_size(out->dtype), oj_cuda_ptr(x),
         (int)x->dtype, (int)oj_dtype_size(x->dtype), n, p, scale, (uint32_t)seed,
         (uint32_t)(seed >> 32), (unsigned long long)offset);

@@ -333,7 +333,7 @@ template <typename T> static void norm_fwd_fast_launch(const norm_args &a, int n
                                 : row_blocks(a.N);
     unsigned threads = tpr == 32 ? 128u : (unsigned)tpr;
 #define X(n, t)                                                                              \
-    if (npt == (n) && tpr == (t)) k_norm_fwd_fast<T, n, t><<<blocks, threads>>>(a);
+    if (npt == (n) && tpr == (t)) k_norm_fwd_fast<T, n, t><<<blocks, threads, 0, OJ_STREAM>>>(a);
     NORM_CFGS(X)
 #undef X
 }
@@ -352,7 +352,7 @@ static void norm_bwd_fast_launch(const norm_args &a, int npt, int tpr, float *pa
     unsigned blocks = tpr == 32 ? (unsigned)((G + 3) / 4) : (unsigned)G;
     unsigned threads = tpr == 32 ? 128u : (unsigned)tpr;
 #define X(n, t)                                                                              \
-    if (npt == (n) && tpr == (t)) k_norm_bwd_fast<T, n, t><<<blocks, threads>>>(a, part, R);
+    if (npt == (n) && tpr == (t)) k_norm_bwd_fast<T, n, t><<<blocks, threads, 0, OJ_STREAM>>>(a, part, R);
     NORM_CFGS(X)
 #undef X
 }
@@ -406,7 +406,7 @@ static oj_status forward(oj_engine *eng, const char *op, bool rms, oj_tensor *ou
         OJ_CU_FLOAT_TYPE(x->dtype, T, norm_fwd_fast_launch<T>(a, npt, tpr));
         return oj_cuda_check(eng, rms ? "rms_norm_forward" : "layer_norm_forward");
     }
-    k_norm_forward<<<row_blocks(a.N), row_threads(a.C)>>>(a);
+    k_norm_forward<<<row_blocks(a.N), row_threads(a.C), 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, rms ? "rms_norm_forward" : "layer_norm_forward");
 }
 
@@ -453,7 +453,7 @@ static oj_status backward(oj_engine *eng, const char *op, bool rms, oj_tensor *d
         if (st == OJ_OK && part) {
             dim3 blk(32, 16);
             OJ_CU_FLOAT_TYPE(x->dtype, T,
-                             k_norm_wgrad_combine<T><<<(unsigned)((a.C + 31) / 32), blk>>>(
+                             k_norm_wgrad_combine<T><<<(unsigned)((a.C + 31) / 32), blk, 0, OJ_STREAM>>>(
                                  part, G, a.C, dweight ? (T *)oj_cuda_ptr(dweight) : (T *)NULL,
                                  dbias ? (T *)oj_cuda_ptr(dbias) : (T *)NULL));
             st = oj_cuda_check(eng, kname);
@@ -465,7 +465,7 @@ static oj_status backward(oj_engine *eng, const char *op, bool rms, oj_tensor *d
         a.dx = oj_cuda_ptr(dx);
         a.dxdt = (int)dx->dtype;
         a.dxes = esz(dx);
-        k_norm_backward_dx<<<row_blocks(a.N), row_threads(a.C)>>>(a);
+        k_norm_backward_dx<<<row_blocks(a.N), row_threads(a.C), 0, OJ_STREAM>>>(a);
         if (oj_cuda_check(eng, kname) != OJ_OK) return oj_last_status(eng);
     }
     if ((dweight == NULL && dbias == NULL) || a.C == 0) return OJ_OK;
@@ -480,14 +480,14 @@ static oj_status backward(oj_engine *eng, const char *op, bool rms, oj_tensor *d
     oj_status st = OJ_OK;
     if (a.N > 0) {
         dim3 grid((unsigned)((a.C + 255) / 256), (unsigned)nchunks);
-        k_norm_wgrad_partial<<<grid, 256>>>(a, chunk, part);
+        k_norm_wgrad_partial<<<grid, 256, 0, OJ_STREAM>>>(a, chunk, part);
         st = oj_cuda_check(eng, kname);
     } else {
-        cudaError_t e = cudaMemset(part, 0, (size_t)(2 * a.C) * sizeof(double));
+        cudaError_t e = cudaMemsetAsync(part, 0, (size_t)(2 * a.C) * sizeof(double), OJ_STREAM);
         if (e != cudaSuccess) st = oj_cuda_fail(eng, e, kname);
     }
     if (st == OJ_OK) {
-        k_norm_wgrad_final<<<(unsigned)((a.C + 255) / 256), 256>>>(
+        k_norm_wgrad_final<<<(unsigned)((a.C + 255) / 256), 256, 0, OJ_STREAM>>>(
             part, nchunks, a.C, dweight ? oj_cuda_ptr(dweight) : NULL,
             dweight ? (int)dweight->dtype : 0, dbias ? oj_cuda_ptr(dbias) : NULL,
             dbias ? (int)dbias->dtype : 0);

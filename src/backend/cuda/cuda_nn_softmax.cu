@@ -227,17 +227,17 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR)
 template <typename T>
 static void softmax_fwd_fast_launch(const T *x, T *out, int64_t rows, int64_t n, bool log) {
     if (n <= 1024)
-        k_softmax_fwd_fast<T, 32><<<line_blocks((rows + 3) / 4), 128>>>(x, out, rows, n, log);
+        k_softmax_fwd_fast<T, 32><<<line_blocks((rows + 3) / 4), 128, 0, OJ_STREAM>>>(x, out, rows, n, log);
     else
-        k_softmax_fwd_fast<T, 512><<<line_blocks(rows), 512>>>(x, out, rows, n, log);
+        k_softmax_fwd_fast<T, 512><<<line_blocks(rows), 512, 0, OJ_STREAM>>>(x, out, rows, n, log);
 }
 template <typename T>
 static void softmax_bwd_fast_launch(const T *y, const T *dy, T *dx, int64_t rows, int64_t n,
                                     bool log) {
     if (n <= 1024)
-        k_softmax_bwd_fast<T, 32><<<line_blocks((rows + 3) / 4), 128>>>(y, dy, dx, rows, n, log);
+        k_softmax_bwd_fast<T, 32><<<line_blocks((rows + 3) / 4), 128, 0, OJ_STREAM>>>(y, dy, dx, rows, n, log);
     else
-        k_softmax_bwd_fast<T, 512><<<line_blocks(rows), 512>>>(y, dy, dx, rows, n, log);
+        k_softmax_bwd_fast<T, 512><<<line_blocks(rows), 512, 0, OJ_STREAM>>>(y, dy, dx, rows, n, log);
 }
 
 static void split_dim(const oj_tensor *x, int dim, int64_t *outer, int64_t *n, int64_t *inner) {
@@ -271,7 +271,7 @@ oj_status oj_cuda_softmax_forward(oj_engine *eng, oj_tensor *out, const oj_tenso
                          softmax_fwd_fast_launch<T>((const T *)a.x, (T *)a.out, a.outer, a.n, log));
         return oj_cuda_check(eng, log ? "log_softmax_forward" : "softmax_forward");
     }
-    k_softmax_forward<<<line_blocks(a.outer * a.inner), line_threads(a.n)>>>(a);
+    k_softmax_forward<<<line_blocks(a.outer * a.inner), line_threads(a.n), 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, log ? "log_softmax_forward" : "softmax_forward");
 }
 
@@ -304,7 +304,7 @@ oj_status oj_cuda_softmax_backward(oj_engine *eng, oj_tensor *dx, const oj_tenso
                                                     a.outer, a.n, log));
         return oj_cuda_check(eng, log ? "log_softmax_backward" : "softmax_backward");
     }
-    k_softmax_backward<<<line_blocks(a.outer * a.inner), line_threads(a.n)>>>(a);
+    k_softmax_backward<<<line_blocks(a.outer * a.inner), line_threads(a.n), 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, log ? "log_softmax_backward" : "softmax_backward");
 }
 
@@ -478,48 +478,43 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_ce_bwd_fast(ce_args a
 
 template <typename T> static void ce_fwd_fast_launch(const ce_args &a) {
     if (a.V <= 1024)
-        k_ce_fwd_fast<T, 32><<<line_blocks((a.N + 3) / 4), 128>>>(a);
+        k_ce_fwd_fast<T, 32><<<line_blocks((a.N + 3) / 4), 128, 0, OJ_STREAM>>>(a);
     else
-        k_ce_fwd_fast<T, 512><<<line_blocks(a.N), 512>>>(a);
+        k_ce_fwd_fast<T, 512><<<line_blocks(a.N), 512, 0, OJ_STREAM>>>(a);
 }
 template <typename T> static void ce_bwd_fast_launch(const ce_args &a) {
     if (a.V <= 1024)
-        k_ce_bwd_fast<T, 32><<<line_blocks((a.N + 3) / 4), 128>>>(a);
+        k_ce_bwd_fast<T, 32><<<line_blocks((a.N + 3) / 4), 128, 0, OJ_STREAM>>>(a);
     else
-        k_ce_bwd_fast<T, 512><<<line_blocks(a.N), 512>>>(a);
+        k_ce_bwd_fast<T, 512><<<line_blocks(a.N), 512, 0, OJ_STREAM>>>(a);
 }
 
 static oj_status reset_flags(oj_engine *eng, const char *op) {
-    if (oj_cuda_flags_reset(eng, 2, 0x00, op) != OJ_OK) return oj_last_status(eng);
-    return oj_cuda_flags_reset(eng, 1, 0xff, op);
+    /* [0] first bad row (none: all ones), [1] rows counted */
+    return oj_cuda_flags_reset(eng, 2, 0xff, 0x00, op);
 }
 
-/* After a forward: *n_valid, or the CPU's error for the first bad row. */
+/* After a forward: *n_valid (when wanted), or the CPU's error for the
+ * first bad row. During a capture the check is deferred to the replays
+ * and the count cannot be had. */
 static oj_status finish_forward(oj_engine *eng, const char *op, const oj_tensor *targets,
                                 int64_t V, int64_t ignore_index, int64_t *n_valid) {
+    if (oj_cuda_capturing(eng)) {
+        if (n_valid)
+            return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                                "%s: the count of counted rows would be read back to the host, "
+                                "which a CUDA graph capture cannot do",
+                                op);
+        return oj_cuda_flags_defer(eng, OJ_CUDA_CHECK_TARGET, op, targets, V, ignore_index);
+    }
     unsigned long long f[2];
     if (oj_cuda_flags_read(eng, f, 2, op) != OJ_OK) return oj_last_status(eng);
     if (f[0] == ~0ull) {
-        *n_valid = (int64_t)f[1];
+        if (n_valid) *n_valid = (int64_t)f[1];
         return OJ_OK;
     }
-    size_t ts = oj_dtype_size(targets->dtype);
-    unsigned char buf[8] = {0};
-    if (oj_cuda_d2h(eng, buf, oj_cuda_ptr(targets) + (size_t)f[0] * ts, ts, op) != OJ_OK)
-        return oj_last_status(eng);
-    long long t;
-    if (targets->dtype == OJ_I32) {
-        int32_t v;
-        memcpy(&v, buf, 4);
-        t = v;
-    } else {
-        memcpy(&t, buf, 8);
-    }
-    return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
-                        "%s: target %lld at row %lld is out of range for %lld classes "
-                        "(expected 0 <= target < %lld, or ignore_index %lld)",
-                        op, t, (long long)f[0], (long long)V, (long long)V,
-                        (long long)ignore_index);
+    return oj_cuda_bad_index(eng, OJ_CUDA_CHECK_TARGET, op, oj_cuda_ptr(targets),
+                             (int)targets->dtype, f[0], V, ignore_index);
 }
 
 static void ce_fill(ce_args *a, const oj_tensor *x, const oj_tensor *targets) {
@@ -546,7 +541,7 @@ oj_status oj_cuda_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tens
     ce_args a;
     ce_fill(&a, logits, targets);
     a.N = logits->shape[0];
-    *n_valid = 0;
+    if (n_valid) *n_valid = 0;
     if (a.N == 0) return OJ_OK;
     a.loss = oj_cuda_ptr(loss);
     a.lse = lse ? oj_cuda_ptr(lse) : NULL;
@@ -554,13 +549,13 @@ oj_status oj_cuda_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tens
     a.ses = (int)oj_dtype_size(loss->dtype);
     a.ignore = ignore_index;
     a.eps = label_smoothing;
-    a.flags = oj_cuda_state_of(eng)->flags;
     if (reset_flags(eng, op) != OJ_OK) return oj_last_status(eng);
+    a.flags = oj_cuda_state_of(eng)->flags;
     if (oj_cu_is_f16ish(logits->dtype) && loss->dtype == OJ_F32 &&
         (lse == NULL || lse->dtype == OJ_F32) && a.V > 0)
         OJ_CU_FLOAT_TYPE(logits->dtype, T, ce_fwd_fast_launch<T>(a));
     else
-        k_cross_entropy_forward<<<line_blocks(a.N), line_threads(a.V)>>>(a);
+        k_cross_entropy_forward<<<line_blocks(a.N), line_threads(a.V), 0, OJ_STREAM>>>(a);
     if (oj_cuda_check(eng, "cross_entropy_forward") != OJ_OK) return oj_last_status(eng);
     return finish_forward(eng, op, targets, a.V, ignore_index, n_valid);
 }
@@ -596,7 +591,7 @@ oj_status oj_cuda_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
         lse->dtype == OJ_F32)
         OJ_CU_FLOAT_TYPE(logits->dtype, T, ce_bwd_fast_launch<T>(a));
     else
-        k_cross_entropy_backward<<<line_blocks(a.N), line_threads(a.V)>>>(a);
+        k_cross_entropy_backward<<<line_blocks(a.N), line_threads(a.V), 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, "cross_entropy_backward");
 }
 
@@ -611,15 +606,15 @@ oj_status oj_cuda_nll_loss_forward(oj_engine *eng, oj_tensor *loss, const oj_ten
     ce_args a;
     ce_fill(&a, logp, targets);
     a.N = logp->shape[0];
-    *n_valid = 0;
+    if (n_valid) *n_valid = 0;
     if (a.N == 0) return OJ_OK;
     a.loss = oj_cuda_ptr(loss);
     a.sdt = (int)loss->dtype;
     a.ses = (int)oj_dtype_size(loss->dtype);
     a.ignore = ignore_index;
-    a.flags = oj_cuda_state_of(eng)->flags;
     if (reset_flags(eng, op) != OJ_OK) return oj_last_status(eng);
-    k_nll_forward<<<oj_cuda_blocks(a.N), OJ_CUDA_THREADS>>>(a);
+    a.flags = oj_cuda_state_of(eng)->flags;
+    k_nll_forward<<<oj_cuda_blocks(a.N), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     if (oj_cuda_check(eng, "nll_loss_forward") != OJ_OK) return oj_last_status(eng);
     return finish_forward(eng, op, targets, a.V, ignore_index, n_valid);
 }
@@ -636,7 +631,7 @@ oj_status oj_cuda_nll_loss_backward(oj_engine *eng, oj_tensor *dlogp, const oj_t
     a.N = dlogp->shape[0];
     a.x = NULL;
     size_t bytes = (size_t)(a.N * a.V) * oj_dtype_size(dlogp->dtype);
-    cudaError_t e = bytes ? cudaMemset(oj_cuda_ptr(dlogp), 0, bytes) : cudaSuccess;
+    cudaError_t e = bytes ? cudaMemsetAsync(oj_cuda_ptr(dlogp), 0, bytes, OJ_STREAM) : cudaSuccess;
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, "nll_loss_backward (zero)");
     if (a.N == 0 || a.V == 0) return OJ_OK;
     a.dloss = oj_cuda_ptr(dloss);
@@ -648,6 +643,6 @@ oj_status oj_cuda_nll_loss_backward(oj_engine *eng, oj_tensor *dlogp, const oj_t
     a.des = (int)oj_dtype_size(dlogp->dtype);
     a.ignore = ignore_index;
     a.scale = scale;
-    k_nll_backward<<<oj_cuda_blocks(a.N), OJ_CUDA_THREADS>>>(a);
+    k_nll_backward<<<oj_cuda_blocks(a.N), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, "nll_loss_backward");
 }

@@ -149,18 +149,18 @@ oj_status oj_cuda_adam_step(oj_engine *eng, oj_tensor *param, const oj_tensor *g
     if (check_args(eng, op, ts, 4) != OJ_OK) return oj_last_status(eng);
     int64_t n = oj_cuda_numel(param);
     if (n == 0) return OJ_OK;
-    if (check_only && oj_cuda_flags_reset(eng, 1, 0, op) != OJ_OK) return oj_last_status(eng);
+    if (check_only && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
     unsigned long long *bad = oj_cuda_state_of(eng)->flags;
     if (param->dtype == OJ_F32) {
         adam_c<float> c;
         adam_consts(&c, args);
-        k_adam<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+        k_adam<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(float, param), PTR(const float, grad), PTR(float, exp_avg), PTR(float, exp_avg_sq),
             n, c, check_only, bad);
     } else {
         adam_c<double> c;
         adam_consts(&c, args);
-        k_adam<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+        k_adam<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(double, param), PTR(const double, grad), PTR(double, exp_avg),
             PTR(double, exp_avg_sq), n, c, check_only, bad);
     }
@@ -191,18 +191,18 @@ oj_status oj_cuda_sgd_step(oj_engine *eng, oj_tensor *param, const oj_tensor *gr
                             args->momentum);
     int64_t n = oj_cuda_numel(param);
     if (n == 0) return OJ_OK;
-    if (check_only && oj_cuda_flags_reset(eng, 1, 0, op) != OJ_OK) return oj_last_status(eng);
+    if (check_only && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
     unsigned long long *bad = oj_cuda_state_of(eng)->flags;
     if (param->dtype == OJ_F32) {
         sgd_c<float> c;
         sgd_consts(&c, args);
-        k_sgd<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+        k_sgd<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(float, param), PTR(const float, grad),
             momentum_buf ? PTR(float, momentum_buf) : NULL, n, c, check_only, bad);
     } else {
         sgd_c<double> c;
         sgd_consts(&c, args);
-        k_sgd<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+        k_sgd<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(double, param), PTR(const double, grad),
             momentum_buf ? PTR(double, momentum_buf) : NULL, n, c, check_only, bad);
     }
@@ -219,11 +219,11 @@ oj_status oj_cuda_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor 
     int64_t n = oj_cuda_numel(buf);
     if (n == 0) return OJ_OK;
     if (buf->dtype == OJ_F32)
-        k_muon_momentum<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+        k_muon_momentum<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(float, buf), PTR(const float, grad), update ? PTR(float, update) : NULL, n,
             (float)momentum, nesterov);
     else
-        k_muon_momentum<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+        k_muon_momentum<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(double, buf), PTR(const double, grad), update ? PTR(double, update) : NULL, n,
             momentum, nesterov);
     return finish(eng, op, false);
@@ -238,15 +238,15 @@ oj_status oj_cuda_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor
     if (check_args(eng, op, ts, 2) != OJ_OK) return oj_last_status(eng);
     int64_t n = oj_cuda_numel(param);
     if (n == 0) return OJ_OK;
-    if (check_only && oj_cuda_flags_reset(eng, 1, 0, op) != OJ_OK) return oj_last_status(eng);
+    if (check_only && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
     unsigned long long *bad = oj_cuda_state_of(eng)->flags;
     bool has_scale = scale != 1.0, has_decay = decay != 1.0;
     if (param->dtype == OJ_F32)
-        k_apply_update<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+        k_apply_update<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(float, param), PTR(const float, update), n, (float)alpha, (float)scale,
             (float)decay, has_scale, has_decay, check_only, bad);
     else
-        k_apply_update<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS>>>(
+        k_apply_update<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(double, param), PTR(const double, update), n, alpha, scale, decay, has_scale,
             has_decay, check_only, bad);
     return finish(eng, op, check_only);
@@ -294,12 +294,12 @@ oj_status oj_cuda_sum_squares(oj_engine *eng, const oj_tensor *x, double *out) {
     double *partial = (double *)oj_cuda_scratch(eng, (size_t)nb * sizeof(double), op, &hold);
     if (partial == NULL) return oj_last_status(eng);
     if (x->dtype == OJ_F32)
-        k_sum_squares<float><<<nb, SQ_THREADS>>>(PTR(const float, x), n, partial);
+        k_sum_squares<float><<<nb, SQ_THREADS, 0, OJ_STREAM>>>(PTR(const float, x), n, partial);
     else
-        k_sum_squares<double><<<nb, SQ_THREADS>>>(PTR(const double, x), n, partial);
+        k_sum_squares<double><<<nb, SQ_THREADS, 0, OJ_STREAM>>>(PTR(const double, x), n, partial);
     oj_status st = oj_cuda_check(eng, op);
     if (st == OJ_OK) {
-        k_sum_partials<<<1, 32>>>(partial, nb);
+        k_sum_partials<<<1, 32, 0, OJ_STREAM>>>(partial, nb);
         st = oj_cuda_check(eng, op);
     }
     if (st == OJ_OK) st = oj_cuda_d2h(eng, out, partial, sizeof(double), op);
@@ -425,11 +425,11 @@ oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *
             break;
         }
         if (chunks > 0) {
-            k_sqm_chunks<<<(unsigned)chunks, SQM_THREADS>>>(b, partial + p0);
+            k_sqm_chunks<<<(unsigned)chunks, SQM_THREADS, 0, OJ_STREAM>>>(b, partial + p0);
             st = oj_cuda_check(eng, "sum_squares_multi_chunks");
         }
         if (st == OJ_OK) {
-            k_sqm_finish<<<1, SQM_BATCH>>>(b, partial + p0, res + i0);
+            k_sqm_finish<<<1, SQM_BATCH, 0, OJ_STREAM>>>(b, partial + p0, res + i0);
             st = oj_cuda_check(eng, "sum_squares_multi_finish");
         }
         p0 += chunks;

@@ -391,10 +391,10 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
                                                  "reduce", &hold);
         if (part == NULL) return oj_last_status(eng);
         dim3 grid((unsigned)((K + 255) / 256), (unsigned)nch);
-        k_colsum_chunks<<<grid, 256>>>(g.x, g.xdt, g.xes, R, K, g.rstride[0], L, part);
+        k_colsum_chunks<<<grid, 256, 0, OJ_STREAM>>>(g.x, g.xdt, g.xes, R, K, g.rstride[0], L, part);
         oj_status st = oj_cuda_check(eng, "reduce (columns, chunks)");
         if (st == OJ_OK) {
-            k_colsum_final<<<(unsigned)((K + 255) / 256), 256>>>(
+            k_colsum_final<<<(unsigned)((K + 255) / 256), 256, 0, OJ_STREAM>>>(
                 part, nch, K, op == OJ_RED_MEAN ? (double)R : 0.0, g.out, g.odt, g.oes);
             st = oj_cuda_check(eng, "reduce (columns, combine)");
         }
@@ -402,7 +402,7 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
         return st;
     }
     if (g.n_red <= SERIAL_MAX) {
-        k_reduce_serial<<<oj_cuda_blocks(g.n_out), OJ_CUDA_THREADS>>>(g, op, p);
+        k_reduce_serial<<<oj_cuda_blocks(g.n_out), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(g, op, p);
         return oj_cuda_check(eng, "reduce (serial)");
     }
     if (g.n_out <= SPLIT_OUT_MAX && g.n_red >= 2 * (int64_t)SPLIT_CHUNK) {
@@ -417,11 +417,11 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
             eng, (size_t)(g.n_out * nc) * sizeof(red_state), "reduce", &hold);
         if (part == NULL) return oj_last_status(eng);
         int64_t nblk = g.n_out * nc;
-        k_reduce_chunks<<<(unsigned)(nblk < (1 << 20) ? nblk : (1 << 20)), RED_THREADS>>>(
+        k_reduce_chunks<<<(unsigned)(nblk < (1 << 20) ? nblk : (1 << 20)), RED_THREADS, 0, OJ_STREAM>>>(
             g, op, nc, L, part);
         oj_status st = oj_cuda_check(eng, "reduce (split, chunks)");
         if (st == OJ_OK) {
-            k_reduce_combine<<<oj_cuda_blocks(g.n_out, 64), 64>>>(g, op, nc, part, p);
+            k_reduce_combine<<<oj_cuda_blocks(g.n_out, 64), 64, 0, OJ_STREAM>>>(g, op, nc, part, p);
             st = oj_cuda_check(eng, "reduce (split, combine)");
         }
         oj__storage_release(hold); /* later users run after these kernels (one stream) */
@@ -430,7 +430,7 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
     int threads = 32;
     while (threads < RED_THREADS && threads < g.n_red) threads *= 2;
     int64_t blocks = g.n_out < (1 << 20) ? g.n_out : (1 << 20);
-    k_reduce_block<<<(unsigned)blocks, threads>>>(g, op, p);
+    k_reduce_block<<<(unsigned)blocks, threads, 0, OJ_STREAM>>>(g, op, p);
     return oj_cuda_check(eng, "reduce (block)");
 }
 
@@ -523,6 +523,6 @@ oj_status oj_cuda_cumsum(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int
     g.oes = (int)oj_dtype_size(out->dtype);
     g.integer = !oj_dtype_is_float(out->dtype);
     g.reverse = reverse;
-    k_cumsum<<<oj_cuda_blocks(g.n_lines), OJ_CUDA_THREADS>>>(g);
+    k_cumsum<<<oj_cuda_blocks(g.n_lines), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(g);
     return oj_cuda_check(eng, "cumsum");
 }

@@ -1,0 +1,115 @@
+/* CUDA graphs, the device-independent half: the public API and each
+ * graph's private memory pool (see oj_graph_pool in internal.h). The
+ * backend records and replays (src/backend/cuda/cuda_graph.cu); storage.c
+ * takes blocks from the pool being captured into. */
+#include <stdlib.h>
+
+#include "backend/backend.h"
+#include "core/internal.h"
+
+struct oj_graph {
+    oj_engine *eng;
+    void *handle; /* the backend's instantiated graph */
+    oj_graph_pool *pool;
+};
+
+void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p) {
+    (void)eng;
+    if (--p->refs == 0) free(p);
+}
+
+/* The graph is gone (or its capture failed): free blocks go back to the
+ * driver now, held ones when their storage is released. */
+static void pool_drop(oj_engine *eng, oj_graph_pool *p) {
+    p->graph_alive = false;
+    for (int c = 0; c < OJ_POOL_CLASSES; c++)
+        while (p->free_list[c]) {
+            oj_dev_block *blk = p->free_list[c];
+            p->free_list[c] = blk->next;
+            eng->backend->free(eng, blk->ptr, blk->capacity);
+            oj_budget_release(eng->root_budget, (int64_t)blk->capacity);
+            p->bytes -= (int64_t)blk->capacity;
+            free(blk);
+        }
+    oj__graph_pool_unref(eng, p);
+}
+
+void oj__graph_capture_abandon(oj_engine *eng) {
+    oj_graph_pool *p = eng->capture_pool;
+    if (p == NULL) return;
+    eng->capture_pool = NULL;
+    eng->backend->graph_abort(eng);
+    pool_drop(eng, p);
+}
+
+bool oj_graph_capturing(const oj_engine *eng) { return eng != NULL && eng->capture_pool != NULL; }
+
+oj_status oj_graph_capture_begin(oj_engine *eng) {
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    if (eng->err != OJ_OK) return eng->err; /* a capture starts from a clean state */
+    const oj_backend *be = eng->backend;
+    if (be->graph_begin == NULL)
+        return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                            "graph_capture_begin: the %s backend has no graphs (CUDA engines only)",
+                            be->name);
+    if (eng->capture_pool)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "graph_capture_begin: a capture is already in progress");
+    oj_graph_pool *p = calloc(1, sizeof *p);
+    if (p == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "graph_capture_begin: out of host memory");
+    p->refs = 1;
+    p->graph_alive = true;
+    /* the free blocks of eager work would sit beside the graph's own:
+     * give them back first, so the graph's pool can reuse their memory */
+    oj_engine_trim_pool(eng);
+    oj_status st = be->graph_begin(eng);
+    if (st != OJ_OK) {
+        free(p);
+        return st;
+    }
+    eng->capture_pool = p;
+    return OJ_OK;
+}
+
+oj_graph *oj_graph_capture_end(oj_engine *eng) {
+    if (eng == NULL) return NULL;
+    oj_graph_pool *p = eng->capture_pool;
+    if (p == NULL) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "graph_capture_end: no capture in progress");
+        return NULL;
+    }
+    void *h = NULL;
+    if (eng->err != OJ_OK) { /* an op failed during the capture */
+        oj__graph_capture_abandon(eng);
+        return NULL;
+    }
+    eng->capture_pool = NULL;
+    oj_graph *g = calloc(1, sizeof *g);
+    oj_status st = g ? eng->backend->graph_end(eng, &h)
+                     : oj_set_error(eng, OJ_ERR_CAPACITY, "graph_capture_end: out of host memory");
+    if (st != OJ_OK) {
+        if (g == NULL) eng->backend->graph_abort(eng);
+        free(g);
+        pool_drop(eng, p);
+        return NULL;
+    }
+    *g = (oj_graph){.eng = eng, .handle = h, .pool = p};
+    return g;
+}
+
+oj_status oj_graph_replay(oj_graph *g) {
+    if (g == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = g->eng;
+    if (eng->capture_pool)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "graph_replay: cannot replay a graph during a capture");
+    return eng->backend->graph_replay(eng, g->handle);
+}
+
+void oj_graph_free(oj_graph *g) {
+    if (g == NULL) return;
+    oj_engine *eng = g->eng;
+    eng->backend->graph_destroy(eng, g->handle);
+    pool_drop(eng, g->pool);
+    free(g);
+}
