@@ -8,17 +8,20 @@
 static const char *k_help =
     "usage: ojas bench [--model PRESET] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
     "                  [--device cpu|cuda] [--threads N] [--numerics fast|exact]\n"
-    "                  [--dtype f32|bf16] [--peak-flops F]\n"
+    "                  [--dtype f32|bf16] [--cuda-graph] [--peak-flops F]\n"
     "Time full training steps (forward, backward, optimizer) of a GPT preset on\n"
     "random tokens and print the median step time, tokens/s, achieved FLOP/s\n"
     "(6N + 12LCT per token) and, with --peak-flops, MFU. --dtype bf16 runs the\n"
-    "forward under bf16 autocast (f32 master weights). Defaults: nanolab-small,\n"
+    "forward under bf16 autocast (f32 master weights). --cuda-graph captures the\n"
+    "forward and backward once as a CUDA graph and replays it every step.\n"
+    "Defaults: nanolab-small,\n"
     "B 8, T 128, 5 steps after 2 warm-up steps, cpu, f32.\n";
 
 int cmd_bench(int argc, char **argv) {
     const char *preset = "nanolab-small", *device = "cpu", *numerics = "fast", *dtype = "f32";
     int64_t B = 8, T = 128, steps = 5, warmup = 2, threads = 0;
     double peak = 0;
+    bool graph = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(a)) {
@@ -27,6 +30,7 @@ int cmd_bench(int argc, char **argv) {
         }
 #define VAL() ((v = cli_value(argc, argv, &i)) != NULL)
         if (strcmp(a, "--model") == 0) { if (!VAL()) return CLI_USAGE; preset = v; }
+        else if (strcmp(a, "--cuda-graph") == 0) graph = true;
         else if (strcmp(a, "--device") == 0) { if (!VAL()) return CLI_USAGE; device = v; }
         else if (strcmp(a, "--numerics") == 0) { if (!VAL()) return CLI_USAGE; numerics = v; }
         else if (strcmp(a, "--dtype") == 0) { if (!VAL()) return CLI_USAGE; dtype = v; }
@@ -67,7 +71,7 @@ int cmd_bench(int argc, char **argv) {
            oj_gpt_family_name(mc.family), (long long)B, (long long)T, device,
            oj_engine_threads(eng), numerics, bf16 ? "bf16 autocast" : "f32");
     oj_bench_result r;
-    if (oj_bench_train_step(eng, &mc, B, T, (int)warmup, (int)steps, &r) != OJ_OK) {
+    if (oj_bench_train_step(eng, &mc, B, T, (int)warmup, (int)steps, graph, &r) != OJ_OK) {
         int rc = cli_error(CLI_FAIL, "bench: %s", oj_last_error(eng));
         oj_engine_free(eng);
         return rc;

@@ -246,10 +246,14 @@ typedef struct oj_bench_result {
  * hidden matrices + AdamW for nanolab. `warmup` untimed steps, then
  * `steps` timed ones (each ends by reading the loss, which waits for the
  * device). The method of PyTorch's anchor benchmark, so the figures are
- * comparable. Errors: those of model creation and the step, recorded on
- * eng; OJ_ERR_INVALID_ARGUMENT for B, T, steps < 1 or warmup < 0. */
+ * comparable. cuda_graph (CUDA engines): after the first (eager) step the
+ * forward and backward are captured once as a CUDA graph and replayed by
+ * every later step (the optimizer runs eagerly after it; see
+ * oj_graph_capture_begin); OJ_ERR_UNSUPPORTED on a CPU engine. Errors:
+ * those of model creation and the step, recorded on eng;
+ * OJ_ERR_INVALID_ARGUMENT for B, T, steps < 1 or warmup < 0. */
 oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B, int64_t T,
-                              int warmup, int steps, oj_bench_result *out);
+                              int warmup, int steps, bool cuda_graph, oj_bench_result *out);
 
 #ifdef __cplusplus
 }

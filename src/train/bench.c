@@ -9,6 +9,7 @@
 #include "ojas/autograd.h"
 #include "ojas/optim.h"
 #include "ojas/train.h"
+#include "train/train_internal.h"
 
 static double now_ms(void) {
     struct timespec t;
@@ -68,7 +69,7 @@ static oj_status random_batch(oj_engine *eng, int64_t B, int64_t T, int64_t V, o
 }
 
 oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B, int64_t T,
-                              int warmup, int steps, oj_bench_result *out) {
+                              int warmup, int steps, bool cuda_graph, oj_bench_result *out) {
     if (eng == NULL || mc == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
     if (B < 1 || T < 1 || steps < 1 || warmup < 0)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
@@ -92,14 +93,29 @@ oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B
     double loss = NAN;
     const char *ph = getenv("OJAS_BENCH_PHASES");
     phase_clock pc = {.on = ph && ph[0] == '1'};
+    oj__step_graph sg = {0};
     for (int it = 0; st == OJ_OK && it < warmup + steps; it++) {
+        /* with a graph: the first step runs eagerly (the optimizer's state
+         * and cuBLAS come to exist), the capture follows (untimed when
+         * warmup >= 2) */
+        if (cuda_graph && sg.graph == NULL && (it == 1 || warmup + steps == 1)) {
+            st = oj__step_graph_capture(m, x, y, &sg);
+            if (st != OJ_OK) break;
+        }
         if (pc.on) oj_engine_synchronize(eng), phase_read(&pc);
         double t0 = now_ms();
         oj_scope_begin(eng);
-        oj_tensor *l = oj_gpt_loss(m, x, y);
-        phase_end(eng, &pc, it, "forward");
-        st = l ? oj_backward(l, false) : oj_last_status(eng);
-        phase_end(eng, &pc, it, "backward");
+        oj_tensor *l = NULL;
+        if (sg.graph) {
+            st = oj__step_graph_run(&sg, NULL, NULL);
+            l = sg.loss;
+            phase_end(eng, &pc, it, "graph");
+        } else {
+            l = oj_gpt_loss(m, x, y);
+            phase_end(eng, &pc, it, "forward");
+            st = l ? oj_backward(l, false) : oj_last_status(eng);
+            phase_end(eng, &pc, it, "backward");
+        }
         if (st == OJ_OK) oj_optim_clip_grad_norm(opt, 1.0);
         phase_end(eng, &pc, it, "clip");
         if (st == OJ_OK) {
@@ -108,11 +124,12 @@ oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B
         }
         phase_end(eng, &pc, it, "step");
         if (st == OJ_OK) loss = oj_item(l); /* waits for the device */
-        oj_optim_zero_grad(opt);
+        if (sg.graph == NULL) oj_optim_zero_grad(opt); /* the graph rewrites its gradients */
         phase_end(eng, &pc, it, "zero_grad");
         oj_scope_end(eng);
         phase_end(eng, &pc, it, "scope_end");
         if (it >= warmup) ms[it - warmup] = now_ms() - t0;
+        if (st == OJ_OK && oj_last_status(eng) != OJ_OK) st = oj_last_status(eng);
     }
     if (st == OJ_OK) {
         qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
@@ -128,6 +145,7 @@ oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B
         out->params = oj_gpt_num_params(m);
     }
     free(ms);
+    oj__step_graph_free(&sg);
     oj_release(x);
     oj_release(y);
     oj_optim_free(opt);

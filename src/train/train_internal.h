@@ -9,6 +9,21 @@
 #include "ojas/optim.h"
 #include "ojas/train.h"
 
+/* step_graph.c: a forward + backward of oj_gpt_loss captured as a CUDA
+ * graph (a CUDA engine; grad_accum 1). capture clones x and y [B, T] into
+ * the static inputs g->x, g->y, drops every parameter's grad, captures
+ * (nothing runs yet) and keeps the loss; run copies x and y (NULL: keep
+ * the static inputs) and replays, leaving g->loss and the parameters'
+ * grads rewritten. Errors: those of the capture (OJ_ERR_UNSUPPORTED naming
+ * an op that cannot be captured) and the replay. free releases all. */
+typedef struct oj__step_graph {
+    oj_graph *graph;
+    oj_tensor *x, *y, *loss;
+} oj__step_graph;
+oj_status oj__step_graph_capture(oj_gpt *m, oj_tensor *x, oj_tensor *y, oj__step_graph *g);
+oj_status oj__step_graph_run(oj__step_graph *g, oj_tensor *x, oj_tensor *y);
+void oj__step_graph_free(oj__step_graph *g);
+
 struct oj_trainer {
     oj_train_config cfg;
     oj_train_options opts;

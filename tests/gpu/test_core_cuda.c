@@ -1,5 +1,6 @@
 // test: core on a CUDA engine agrees with the CPU engine (creation, host
-// transfers, copies, views, RNG, budget, detect-anomaly). Skips (77)
+// transfers, copies, views, RNG, budget, detect-anomaly, CUDA graphs).
+// Skips (77)
 // without a GPU.
 #include <math.h>
 #include <setjmp.h>
@@ -142,6 +143,113 @@ static void test_detect_anomaly(void **state) {
     oj_set_detect_anomaly(gpu, false);
 }
 
+/* ---------------------------------------------------------------- graphs */
+
+static void to_floats(oj_tensor *t, float *out, size_t n) {
+    assert_int_equal(oj_to_host(t, out, n * sizeof *out), OJ_OK);
+}
+
+/* A captured sequence (matmul, add, tanh, a reduction) replays to what the
+ * same ops give eagerly, again after new inputs are copied in; nothing runs
+ * at capture time; the graph's pool goes back to the budget when freed. */
+static void test_graph_capture_replay(void **state) {
+    (void)state;
+    int64_t base = oj_budget_current(oj_engine_budget(gpu));
+    float av[6] = {1, -2, 3, 0.5f, -1, 2}, bv[6] = {0.25f, 1, -1, 2, 3, -0.5f};
+    int64_t sa[2] = {2, 3}, sb[2] = {3, 2};
+    oj_tensor *a = oj_from_host(gpu, 2, sa, OJ_F32, av, sizeof av);
+    oj_tensor *b = oj_from_host(gpu, 2, sb, OJ_F32, bv, sizeof bv);
+    assert_int_equal(oj_graph_capturing(gpu), false);
+    assert_int_equal(oj_graph_capture_begin(gpu), OJ_OK);
+    assert_true(oj_graph_capturing(gpu));
+    oj_tensor *c = oj_matmul(a, b);                     /* [2, 2] */
+    oj_tensor *d = oj_tanh(oj_add(c, oj_narrow(a, 1, 0, 2)));
+    oj_tensor *s = oj_sum_all(d);
+    assert_non_null(s);
+    oj_graph *g = oj_graph_capture_end(gpu);
+    assert_non_null(g);
+    assert_false(oj_graph_capturing(gpu));
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) { /* new inputs, same tensors */
+            for (int i = 0; i < 6; i++) av[i] = -0.5f * av[i] + 0.125f * (float)i;
+            assert_int_equal(oj_copy_from_host(a, av, sizeof av), OJ_OK);
+        }
+        assert_int_equal(oj_graph_replay(g), OJ_OK);
+        oj_tensor *ca = oj_from_host(cpu, 2, sa, OJ_F32, av, sizeof av);
+        oj_tensor *cb = oj_from_host(cpu, 2, sb, OJ_F32, bv, sizeof bv);
+        oj_tensor *cd = oj_tanh(oj_add(oj_matmul(ca, cb), oj_narrow(ca, 1, 0, 2)));
+        float got[4], want[4], gs, ws;
+        to_floats(d, got, 4);
+        to_floats(cd, want, 4);
+        for (int i = 0; i < 4; i++) assert_float_equal(got[i], want[i], 1e-6);
+        to_floats(s, &gs, 1);
+        to_floats(oj_sum_all(cd), &ws, 1);
+        assert_float_equal(gs, ws, 1e-5);
+    }
+    assert_true(oj_budget_current(oj_engine_budget(gpu)) > base); /* the pool is held */
+    oj_graph_free(g);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+}
+
+/* A read-back during a capture is refused by name and abandons the
+ * capture; the engine works on afterwards. Random draws too. */
+static void test_graph_refusals(void **state) {
+    (void)state;
+    float v[3] = {1, 2, 3};
+    int64_t n = 3;
+    oj_tensor *x = oj_from_host(gpu, 1, &n, OJ_F32, v, sizeof v);
+    assert_int_equal(oj_graph_capture_begin(gpu), OJ_OK);
+    assert_int_equal(oj_graph_capture_begin(gpu), OJ_ERR_INVALID_ARGUMENT); /* nested */
+    oj_clear_error(gpu);
+    oj_tensor *y = oj_mul_scalar(x, 2.0);
+    double item = oj_item(oj_sum_all(y));
+    assert_true(isnan(item));
+    assert_int_equal(oj_last_status(gpu), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oj_last_error(gpu), "CUDA graph capture"));
+    assert_null(oj_graph_capture_end(gpu));
+    assert_false(oj_graph_capturing(gpu));
+    oj_clear_error(gpu);
+    assert_null(oj_graph_capture_end(gpu)); /* none running */
+    assert_int_equal(oj_last_status(gpu), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(gpu);
+    /* dropout draws random numbers: refused */
+    assert_int_equal(oj_graph_capture_begin(gpu), OJ_OK);
+    oj_dropout(x, 0.5, true);
+    assert_null(oj_graph_capture_end(gpu));
+    assert_non_null(strstr(oj_last_error(gpu), "random numbers"));
+    oj_clear_error(gpu);
+    /* the engine still computes */
+    assert_float_equal(oj_item(oj_sum_all(oj_mul_scalar(x, 2.0))), 12.0, 0);
+}
+
+/* An embedding's index check runs at each replay: a bad index copied in
+ * after the capture fails the replay with the eager op's message. */
+static void test_graph_deferred_index_check(void **state) {
+    (void)state;
+    int64_t ws[2] = {5, 4}, n = 3;
+    oj_tensor *w = oj_rand_normal(gpu, 2, ws, OJ_F32, 0.0, 1.0);
+    int64_t iv[3] = {0, 4, 2};
+    oj_tensor *idx = oj_from_host(gpu, 1, &n, OJ_I64, iv, sizeof iv);
+    assert_int_equal(oj_graph_capture_begin(gpu), OJ_OK);
+    oj_tensor *e = oj_embedding(w, idx);
+    oj_graph *g = oj_graph_capture_end(gpu);
+    assert_non_null(g);
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    float row[4], want[4];
+    to_floats(oj_select(e, 0, 1), row, 4);
+    to_floats(oj_select(w, 0, 4), want, 4);
+    assert_memory_equal(row, want, sizeof row);
+    iv[2] = 7;
+    assert_int_equal(oj_copy_from_host(idx, iv, sizeof iv), OJ_OK);
+    assert_int_equal(oj_graph_replay(g), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(oj_last_error(gpu), "index 7 at position 2"));
+    oj_clear_error(gpu);
+    iv[2] = 3;
+    assert_int_equal(oj_copy_from_host(idx, iv, sizeof iv), OJ_OK);
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    oj_graph_free(g);
+}
+
 int main(void) {
     oj_engine_config c = oj_engine_config_default();
     c.device = (oj_device){OJ_DEVICE_CUDA, 0};
@@ -158,6 +266,9 @@ int main(void) {
         cmocka_unit_test(test_views_copies),
         cmocka_unit_test(test_budget_before_driver),
         cmocka_unit_test(test_detect_anomaly),
+        cmocka_unit_test(test_graph_capture_replay),
+        cmocka_unit_test(test_graph_refusals),
+        cmocka_unit_test(test_graph_deferred_index_check),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

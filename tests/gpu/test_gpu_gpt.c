@@ -33,6 +33,7 @@
 
 static bool on_cpu;
 static bool autocast_bf16; /* forward under bf16 autocast (f32 master weights) */
+static bool use_graph;     /* steps 1.. replay a CUDA graph of step 1's forward + backward */
 
 static oj_engine *engine(bool gpu, oj_numerics num) {
     oj_engine_config c = oj_engine_config_default();
@@ -83,21 +84,43 @@ static void train(oj_engine *eng, const char *preset, run_kind kind, double *los
     }
     oj_tensor *x = tokens(eng, cfg.vocab_size, 3);
     oj_tensor *y = tokens(eng, cfg.vocab_size, 4);
+    oj_graph *graph = NULL;
+    oj_tensor *graph_loss = NULL;
     for (int step = 0; step < STEPS; step++) {
+        if (use_graph && step == 1) { /* capture after one eager step */
+            assert_int_equal(oj_graph_capture_begin(eng), OJ_OK);
+            oj_scope_begin(eng);
+            oj_set_autocast(eng, autocast_bf16, OJ_BF16);
+            graph_loss = oj_keep(oj_gpt_loss(m, x, y));
+            oj_set_autocast(eng, false, OJ_BF16);
+            if (graph_loss) oj_backward(graph_loss, false);
+            oj_scope_end(eng);
+            graph = oj_graph_capture_end(eng);
+            if (graph == NULL) fail_msg("capture: %s", oj_last_error(eng));
+        }
         oj_scope_begin(eng);
-        oj_set_autocast(eng, autocast_bf16, OJ_BF16);
-        oj_tensor *loss = oj_gpt_loss(m, x, y);
-        oj_set_autocast(eng, false, OJ_BF16);
+        oj_tensor *loss = NULL;
+        if (graph) {
+            if (oj_graph_replay(graph) != OJ_OK) fail_msg("replay: %s", oj_last_error(eng));
+            loss = graph_loss;
+        } else {
+            oj_set_autocast(eng, autocast_bf16, OJ_BF16);
+            loss = oj_gpt_loss(m, x, y);
+            oj_set_autocast(eng, false, OJ_BF16);
+        }
         if (loss == NULL) fail_msg("%s step %d: %s", preset, step, oj_last_error(eng));
         losses[step] = oj_item(loss);
-        if (oj_backward(loss, false) != OJ_OK) fail_msg("backward: %s", oj_last_error(eng));
+        if (!graph && oj_backward(loss, false) != OJ_OK) fail_msg("backward: %s", oj_last_error(eng));
         oj_optim_step_info info;
         if (oj_optim_step(o, &info) != OJ_OK)
             fail_msg("optim_step: %s / %s", oj_last_error(eng), oj_optim_message(o));
         assert_false(info.skipped);
-        oj_optim_zero_grad(o);
+        if (!graph) oj_optim_zero_grad(o); /* the graph's replays rewrite its gradients */
+        if (use_graph && step == 0) oj_optim_zero_grad(o);
         oj_scope_end(eng);
     }
+    oj_graph_free(graph);
+    oj_release(graph_loss);
     int64_t total = 0;
     for (int64_t i = 0; i < sd.n; i++) total += oj_numel(sd.tensors[i]);
     double *p = malloc((size_t)total * sizeof *p);
@@ -216,6 +239,42 @@ static void test_exact_runs_identical(void **state) {
         oj_engine_free(a);
         oj_engine_free(b);
     }
+    autocast_bf16 = false;
+}
+
+/* CUDA graph: steps 1.. replay one captured forward + backward; under
+ * EXACT the same kernels run in the same order, so losses and parameters
+ * equal the eager run's bit for bit (gpt2 + AdamW and nanolab + Muon, f32
+ * and bf16 autocast). */
+static void test_graph_matches_eager(void **state) {
+    (void)state;
+    if (on_cpu) skip();
+    for (int ac = 0; ac < 2; ac++)
+        for (int k = 0; k < 2; k++) {
+            autocast_bf16 = ac == 1;
+            const char *preset = k == 0 ? "gpt2-tiny" : "nanolab-tiny";
+            run_kind kind = k == 0 ? RUN_ADAMW : RUN_MUON;
+            oj_engine *a = engine(true, OJ_NUMERICS_EXACT), *b = engine(true, OJ_NUMERICS_EXACT);
+            double la[STEPS], lb[STEPS];
+            double *pa = NULL, *pb = NULL;
+            int64_t na = 0, nb = 0;
+            train(a, preset, kind, la, &pa, &na);
+            use_graph = true;
+            train(b, preset, kind, lb, &pb, &nb);
+            use_graph = false;
+            for (int s = 0; s < STEPS; s++)
+                printf("  %s%s step %d: eager %.9g graph %.9g\n", preset, ac ? " bf16" : "", s,
+                       la[s], lb[s]);
+            assert_int_equal(na, nb);
+            assert_memory_equal(la, lb, sizeof la);
+            assert_memory_equal(pa, pb, (size_t)na * sizeof *pa);
+            free(pa);
+            free(pb);
+            oj_engine_trim_pool(b);
+            assert_int_equal(oj_budget_current(oj_engine_budget(b)), 0); /* the graph's pool is gone */
+            oj_engine_free(a);
+            oj_engine_free(b);
+        }
     autocast_bf16 = false;
 }
 
@@ -355,6 +414,7 @@ int main(void) {
         cmocka_unit_test(test_gpt2_adamw_bf16),
         cmocka_unit_test(test_nanolab_muon_bf16),
         cmocka_unit_test(test_exact_runs_identical),
+        cmocka_unit_test(test_graph_matches_eager),
         cmocka_unit_test(test_checkpoint_gpu_cpu_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
