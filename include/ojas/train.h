@@ -98,6 +98,8 @@ typedef struct oj_train_config {
     oj_numerics numerics;    /* "fast" | "exact" */
     oj_device device;        /* "cpu" | "cuda" | "cuda:N" */
     oj_train_dtype dtype;    /* compute dtype: "f32" | "bf16" | "f16" */
+    bool cuda_graph;         /* replay forward + backward as a CUDA graph, false
+                              * (device cuda, grad_accum 1; oj_graph_capture_begin) */
     double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
     int64_t budget_bytes;    /* engine root budget; 0 = unlimited */
 } oj_train_config;

@@ -105,6 +105,7 @@ static const key_def k_keys[] = {
     {"numerics", K_ENUM, OFF(numerics), sizeof(oj_numerics), 0, 0, k_numerics},
     {"device", K_DEVICE, OFF(device), 0, 0, 0, NULL},
     {"dtype", K_ENUM, OFF(dtype), sizeof(oj_train_dtype), 0, 0, k_dtypes},
+    {"cuda_graph", K_BOOL, OFF(cuda_graph), 0, 0, 0, NULL},
     F64(peak_flops, 0, HUGE_VAL),
     I64(budget_bytes, 0, BIG),
 };
@@ -509,6 +510,14 @@ oj_status oj_train_config_check(const oj_train_config *c, oj_error *err) {
                             c->min_lr, c->lr);
     if (!c->data_dir[0])
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "config key 'data_dir' is empty");
+    if (c->cuda_graph && c->device.type != OJ_DEVICE_CUDA)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "config: cuda_graph needs device cuda (CUDA graphs are a CUDA feature)");
+    if (c->cuda_graph && c->grad_accum != 1)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "config: cuda_graph needs grad_accum 1 (got %lld): the graph rewrites "
+                            "the gradients each step",
+                            (long long)c->grad_accum);
     return OJ_OK;
 }
 

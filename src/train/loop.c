@@ -83,7 +83,12 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, oj_error *err) {
     for (int64_t k = 0; !st && k < c->grad_accum; k++) {
         oj_scope_begin(eng);
         oj_tensor *x = NULL, *y = NULL;
-        if (oj_loader_next(t->train, eng, &x, &y) == OJ_OK) {
+        if (c->cuda_graph && oj_loader_next(t->train, eng, &x, &y) == OJ_OK) {
+            /* grad_accum 1 (config check): capture once, replay after */
+            oj_status gs = t->graph.graph ? OJ_OK : oj__step_graph_capture(t->model, x, y, &t->graph);
+            if (gs == OJ_OK && oj__step_graph_run(&t->graph, x, y) == OJ_OK)
+                loss_sum += oj_item(t->graph.loss);
+        } else if (!c->cuda_graph && oj_loader_next(t->train, eng, &x, &y) == OJ_OK) {
             // x, y [B, T] token ids; loss rank-0 mean over B*T
             oj_tensor *loss = oj_gpt_loss(t->model, x, y);
             oj_tensor *scaled = c->grad_accum == 1 ? loss
@@ -112,7 +117,8 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, oj_error *err) {
                           oj_optim_message(t->optim));
         else if (os)
             st = eng_error(t, err, "optimizer step");
-        oj_optim_zero_grad(t->optim);
+        if (!c->cuda_graph) /* the graph's replays rewrite its gradients */
+            oj_optim_zero_grad(t->optim);
     }
     oj_scope_end(eng);
     if (st)

@@ -6,6 +6,7 @@
  * gradients, rewritten by every replay (the graph creates them, so they
  * must not be dropped between steps: no zero_grad). The optimizer step
  * stays outside the graph. */
+#include "core/internal.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
 #include "train/train_internal.h"
@@ -17,8 +18,11 @@ oj_status oj__step_graph_capture(oj_gpt *m, oj_tensor *x, oj_tensor *y, oj__step
      * graph's pool), so every replay writes them afresh */
     oj_named_tensors sd = oj_gpt_state_dict(m);
     for (int64_t i = 0; i < sd.n; i++) oj_zero_grad(sd.tensors[i]);
+    /* the graph's tensors belong to g, whatever scope is open */
     g->x = oj_clone(x);
     g->y = g->x ? oj_clone(y) : NULL;
+    if (g->x) oj__scope_detach(g->x);
+    if (g->y) oj__scope_detach(g->y);
     oj_status st = g->y ? oj_graph_capture_begin(eng) : oj_last_status(eng);
     if (st != OJ_OK) {
         oj__step_graph_free(g);
@@ -27,7 +31,8 @@ oj_status oj__step_graph_capture(oj_gpt *m, oj_tensor *x, oj_tensor *y, oj__step
     oj_scope_begin(eng);
     oj_tensor *loss = oj_gpt_loss(m, g->x, g->y);
     if (loss) oj_backward(loss, false);
-    g->loss = oj_keep(loss);
+    if (loss) oj__scope_detach(loss);
+    g->loss = loss;
     oj_scope_end(eng);
     g->graph = oj_graph_capture_end(eng);
     if (g->graph == NULL) {

@@ -37,6 +37,7 @@ struct oj_trainer {
     oj_engine *eng;
     oj_gpt *model;
     oj_optim *optim;
+    oj__step_graph graph; /* cfg.cuda_graph: captured at the first step */
     oj_loader *train;
     char **train_paths;
     int n_train_paths;

@@ -186,12 +186,13 @@ static void say_setup(oj_trainer *t) {
         oj__train_say(t, "optimizer adamw lr %g, %s schedule, warmup %lld, min lr %g", c->lr,
                       oj__train_enum_name("schedule", (int)c->schedule),
                       (long long)c->warmup_steps, c->min_lr);
-    oj__train_say(t, "engine %s, %d threads, %s numerics, %s%s; MFU against %.1f GFLOP/s (%s)",
+    oj__train_say(t, "engine %s, %d threads, %s numerics, %s%s%s; MFU against %.1f GFLOP/s (%s)",
                   dev, oj_engine_threads(t->eng),
                   c->numerics == OJ_NUMERICS_EXACT ? "exact" : "fast",
                   c->dtype == OJ_TRAIN_BF16  ? "bf16 autocast"
                   : c->dtype == OJ_TRAIN_F16 ? "f16 autocast"
                                              : "f32",
+                  c->cuda_graph ? ", forward + backward as a CUDA graph" : "",
                   oj_detect_anomaly_enabled(t->eng) ? ", detect_anomaly on (slow)" : "",
                   t->peak_flops / 1e9,
                   t->peak_measured ? "measured f32 matmul" : "config peak_flops");
@@ -297,6 +298,7 @@ void oj_trainer_free(oj_trainer *t) {
         fclose(t->metrics);
     oj_loader_free(t->train);
     oj_paths_free(t->train_paths, t->n_train_paths);
+    oj__step_graph_free(&t->graph);
     oj_optim_free(t->optim);
     oj_gpt_free(t->model);
     oj_engine_free(t->eng);

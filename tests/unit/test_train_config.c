@@ -151,6 +151,20 @@ static void test_check_and_model(void **state) {
     c.vocab_size = 320;
     assert_int_equal(oj_train_model_config(&c, 300, &m, NULL), OJ_OK);
     assert_int_equal(m.vocab_size, 320);
+    /* cuda_graph: a CUDA device and grad_accum 1 */
+    c = oj_train_config_default();
+    assert_int_equal(oj_train_config_set(&c, "cuda_graph=true", NULL), OJ_OK);
+    assert_true(c.cuda_graph);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(oj_train_config_check(&c, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "cuda_graph needs device cuda"));
+    c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+    c.grad_accum = 2;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(oj_train_config_check(&c, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "grad_accum 1"));
+    c.grad_accum = 1;
+    assert_int_equal(oj_train_config_check(&c, NULL), OJ_OK);
 }
 
 static int count_lines(const char *path, const char *needle) {
