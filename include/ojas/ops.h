@@ -325,6 +325,14 @@ oj_tensor *oj_scaled_dot_product_attention(oj_tensor *q, oj_tensor *k, oj_tensor
  * Angles in double. Backward rotates by -a. theta > 0 (e.g. 10000).
  * Su et al., "RoFormer", 2021. */
 oj_tensor *oj_rotary_embedding(oj_tensor *x, int64_t position_offset, double theta);
+/* rotary_embedding with per-row positions: row t of x [..., T, D] is
+ * rotated by positions[t] * theta^(-2i / D), positions [T] i64/i32 on x's
+ * device (PyTorch's position_ids). The positions are read on the device,
+ * so a position that changes from one replay of a CUDA graph to the next
+ * needs no host value; the same position gives the bits of
+ * oj_rotary_embedding. Backward rotates by -a. Errors as
+ * oj_rotary_embedding, OJ_ERR_SHAPE / OJ_ERR_DTYPE for positions. */
+oj_tensor *oj_rotary_embedding_at(oj_tensor *x, oj_tensor *positions, double theta);
 
 /* Dropout: when training and p > 0, each element is zeroed with
  * probability p and the rest scaled by 1 / (1 - p); the Philox4x32-10 mask
@@ -405,6 +413,15 @@ oj_tensor *oj_index_select(oj_tensor *x, int dim, oj_tensor *index);
 /* Copy of x with alpha * src[.., k, ..] added at x[.., index[k], ..]
  * (index [K]; src shaped like x with dim of size K; one dtype). */
 oj_tensor *oj_index_add(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src, double alpha);
+/* In place: x[.., index[k], ..] = src[.., k, ..] (torch.Tensor.index_copy_;
+ * index [K] or rank 0, i64/i32; src shaped like x with dim of size K, x's
+ * dtype); with a repeated index the last k wins. The index values are read
+ * on the device (a KV cache written at a position a CUDA graph keeps on
+ * the device). Not recorded by autograd: while grad mode is on a x that
+ * requires grad is OJ_ERR_STATE. Bumps x's version. An index outside
+ * [0, x.size(dim)) is OJ_ERR_OUT_OF_RANGE and writes nothing (in a captured
+ * graph it fails the replay instead). */
+oj_status oj_index_copy_(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src);
 /* x with `value` where mask (bool, broadcastable to x's shape) is true;
  * no gradient flows to the filled elements. */
 oj_tensor *oj_masked_fill(oj_tensor *x, oj_tensor *mask, double value);

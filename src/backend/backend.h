@@ -275,6 +275,13 @@ typedef struct oj_backend {
      * The backward is this entry with inverse = true applied to dout. */
     oj_status (*rotary_embedding)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                   int64_t position_offset, double theta, bool inverse);
+    /* rotary_embedding with the position of row t read from positions[t]
+     * (i64/i32 [T], any stride; PyTorch's position_ids) instead of
+     * position_offset + t, so a position held on the device (a CUDA graph's
+     * decode step) needs no host value. The angle is the offset entry's for
+     * the same position, and so are the bits. */
+    oj_status (*rotary_embedding_at)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                     const oj_tensor *positions, double theta, bool inverse);
     /* Dropout: element i (row-major) is kept when Philox4x32-10 word i % 4
      * of counter block offset + i / 4 (key seed, stream 0), read as u =
      * word / 2^32, has u >= p; kept elements are scaled by 1 / (1 - p),
@@ -309,6 +316,11 @@ typedef struct oj_backend {
      * integral alpha. */
     oj_status (*index_add)(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
                            const oj_tensor *src, double alpha);
+    /* out[.., index[k], ..] = src[.., k, ..] in place (torch's index_copy_;
+     * shapes as index_add); with a repeated index the last k wins. Used to
+     * write a KV cache at a position held on the device. */
+    oj_status (*index_copy)(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                            const oj_tensor *src);
 
     /* ---- convolution helpers (CPU: cpu_conv.c), as torch's unfold/fold.
      * x [N, C, H, W] (any strides), cols [N, C*kh*kw, OH*OW] contiguous,

@@ -1,5 +1,5 @@
-/* Index ops: gather, scatter_add, index_select, index_add (backend index
- * kernels) and one_hot (composed). Index tensors are i64 (or i32); values
+/* Index ops: gather, scatter_add, index_select, index_add, index_copy_
+ * (backend index kernels) and one_hot (composed). Index tensors are i64 (or i32); values
  * are checked by the kernels, which fail with OJ_ERR_OUT_OF_RANGE naming
  * the op and the bad index. */
 #include <math.h>
@@ -294,6 +294,43 @@ oj_tensor *oj_index_add(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src,
         }
     }
     return out;
+}
+
+/* ---------------------------------------------------------------- index_copy_ */
+
+oj_status oj_index_copy_(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src) {
+    const char *op = "index_copy_";
+    oj_tensor *in[3] = {x, index, src};
+    oj_engine *eng = oj__ops_engine(op, 3, in);
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    if (!index_1d(eng, op, index) || !same_dtype(eng, op, x, src) ||
+        !oj__norm_dim(eng, op, &dim, x->rank))
+        return oj_last_status(eng);
+    if (x->requires_grad && eng->grad_enabled)
+        return oj_set_error(eng, OJ_ERR_STATE,
+                            "%s: in-place write to a tensor that requires grad while grad mode "
+                            "is on (wrap it in oj_set_grad_enabled(eng, false))",
+                            op);
+    char b1[160], b2[160], b3[160];
+    bool fits = src->rank == x->rank;
+    int64_t K = oj_numel(index);
+    for (int d = 0; fits && d < x->rank; d++)
+        fits = src->shape[d] == (d == dim ? K : x->shape[d]);
+    if (x->rank == 0) fits = fits && K == 1;
+    if (!fits)
+        return oj_set_error(eng, OJ_ERR_SHAPE,
+                            "%s: src %s must be x %s with dim %d of size %lld (the index %s)", op,
+                            SHAPE(src, b1), SHAPE(x, b2), dim, (long long)K, SHAPE(index, b3));
+    if (src->storage == x->storage || index->storage == x->storage)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "%s: x shares memory with %s (copy it first)", op,
+                            src->storage == x->storage ? "src" : "index");
+    oj_status (*k)(oj_engine *, oj_tensor *, int, const oj_tensor *, const oj_tensor *) =
+        OJ_KERNEL(eng, index_copy, op);
+    if (k == NULL || !oj__kernel_ok(eng, k(eng, x, dim, index, src), op))
+        return oj_last_status(eng);
+    x->storage->version++;
+    return OJ_OK;
 }
 
 /* ---------------------------------------------------------------- one_hot */

@@ -1,8 +1,8 @@
-/* CPU indexing kernels: gather, scatter_add, index_select, index_add (see
- * backend.h for the contracts). Each walks the positions of one tensor in
- * row-major order, so scatter-style accumulation runs in a fixed order and
- * is deterministic. Index values are checked here (the ops layer cannot
- * read them without a device copy): a bad one fails with
+/* CPU indexing kernels: gather, scatter_add, index_select, index_add,
+ * index_copy (see backend.h for the contracts). Each walks the positions
+ * of one tensor in row-major order, so scatter-style accumulation runs in
+ * a fixed order and is deterministic. Index values are checked here (the
+ * ops layer cannot read them without a device copy): a bad one fails with
  * OJ_ERR_OUT_OF_RANGE naming the op, the value and its position. */
 #include <stdio.h>
 #include <string.h>
@@ -178,6 +178,29 @@ oj_status oj_cpu_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_ten
     do {
         int64_t j = index_at(index, src->rank ? w.idx[dim] : 0);
         add_elem(ob + w.off[1] + j * os, sb + w.off[0], out->dtype, alpha);
+    } while (walk_next(&w));
+    return OJ_OK;
+}
+
+oj_status oj_cpu_index_copy(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                            const oj_tensor *src) {
+    int64_t size = out->rank ? out->shape[dim] : 1;
+    oj_status st = check_index_1d(eng, "index_copy", index, dim, size);
+    if (st != OJ_OK) return st;
+    /* walk src's shape: 0 src, 1 out (dim from the index); row-major, so a
+     * repeated index keeps the last k */
+    walk w;
+    walk_init(&w, src->rank, src->shape, 2);
+    walk_set(&w, 0, src, -1);
+    if (out->rank) walk_set(&w, 1, out, dim);
+    if (walk_numel(&w) == 0) return OJ_OK;
+    int64_t os = out->rank ? out->stride[dim] * (int64_t)oj_dtype_size(out->dtype) : 0;
+    size_t es = oj_dtype_size(out->dtype);
+    const char *sb = base(src);
+    char *ob = base(out);
+    do {
+        int64_t j = index_at(index, src->rank ? w.idx[dim] : 0);
+        memmove(ob + w.off[1] + j * os, sb + w.off[0], es);
     } while (walk_next(&w));
     return OJ_OK;
 }

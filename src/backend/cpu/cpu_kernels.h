@@ -86,6 +86,8 @@ oj_status oj_cpu_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *dk
                                     double scale);
 oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                   int64_t position_offset, double theta, bool inverse);
+oj_status oj_cpu_rotary_embedding_at(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                     const oj_tensor *positions, double theta, bool inverse);
 oj_status oj_cpu_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
                          uint64_t seed, uint64_t offset);
 
@@ -98,6 +100,8 @@ oj_status oj_cpu_index_select(oj_engine *eng, oj_tensor *out, const oj_tensor *x
                               const oj_tensor *index);
 oj_status oj_cpu_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
                            const oj_tensor *src, double alpha);
+oj_status oj_cpu_index_copy(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                            const oj_tensor *src);
 
 /* cpu_conv.c */
 oj_status oj_cpu_im2col(oj_engine *eng, oj_tensor *cols, const oj_tensor *x,

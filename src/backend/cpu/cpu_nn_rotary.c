@@ -37,9 +37,18 @@ static void rot_lines(void *vc, int64_t begin, int64_t end, int tid) {
     }
 }
 
-// x (..., T, D), out (..., T, D)
-oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
-                                  int64_t position_offset, double theta, bool inverse) {
+/* Position of row t: positions[t] when given, else offset + t. */
+static int64_t position_of(const oj_tensor *positions, int64_t offset, int64_t t) {
+    if (positions == NULL) return offset + t;
+    int64_t st = positions->rank ? positions->stride[0] : 0;
+    const char *p = oj__nn_base(positions) + t * st * (int64_t)oj_dtype_size(positions->dtype);
+    return positions->dtype == OJ_I32 ? *(const int32_t *)p : *(const int64_t *)p;
+}
+
+// x (..., T, D), out (..., T, D), positions (T) or NULL
+static oj_status rotary(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                        const oj_tensor *positions, int64_t position_offset, double theta,
+                        bool inverse) {
     int64_t T = x->shape[x->rank - 2], D = x->shape[x->rank - 1], half = D / 2;
     int64_t rows = T > 0 && D > 0 ? oj_numel(x) / (T * D) : 0;
     /* cos/sin table [T, D/2] */
@@ -52,16 +61,28 @@ oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tenso
             return oj_set_error(eng, OJ_ERR_CAPACITY, "rotary_embedding: out of host memory");
         }
     double sign = inverse ? -1.0 : 1.0;
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t t = 0; t < T; t++) {
+        int64_t pos = position_of(positions, position_offset, t);
         for (int64_t i = 0; i < half; i++) {
             double freq = pow(theta, -2.0 * (double)i / (double)D);
-            double a = (double)(position_offset + t) * freq;
+            double a = (double)pos * freq;
             cs[2 * (t * half + i)] = cos(a);
             cs[2 * (t * half + i) + 1] = sign * sin(a);
         }
+    }
     rot_ctx c = {eng, x, out, T, D, cs};
     int64_t grain = 16384 / (D > 0 ? D : 1);
     oj_cpu_parallel_for(eng, rows * T, grain < 1 ? 1 : grain, rot_lines, &c);
     free(cs);
     return OJ_OK;
+}
+
+oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                  int64_t position_offset, double theta, bool inverse) {
+    return rotary(eng, out, x, NULL, position_offset, theta, inverse);
+}
+
+oj_status oj_cpu_rotary_embedding_at(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                     const oj_tensor *positions, double theta, bool inverse) {
+    return rotary(eng, out, x, positions, 0, theta, inverse);
 }

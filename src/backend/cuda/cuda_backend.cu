@@ -55,6 +55,7 @@ static oj_backend make_cuda_backend() {
     b.attention_forward = oj_cuda_attention_forward;
     b.attention_backward = oj_cuda_attention_backward;
     b.rotary_embedding = oj_cuda_rotary_embedding;
+    b.rotary_embedding_at = oj_cuda_rotary_embedding_at;
     b.dropout = oj_cuda_dropout;
     /* optimizer updates (cuda_optim.cu) */
     b.adam_step = oj_cuda_adam_step;
@@ -68,6 +69,7 @@ static oj_backend make_cuda_backend() {
     b.scatter_add = oj_cuda_scatter_add;
     b.index_select = oj_cuda_index_select;
     b.index_add = oj_cuda_index_add;
+    b.index_copy = oj_cuda_index_copy;
     b.im2col = oj_cuda_im2col;
     b.col2im = oj_cuda_col2im;
     return b;

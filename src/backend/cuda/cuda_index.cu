@@ -1,5 +1,5 @@
-/* CUDA indexing kernels: gather, scatter_add, index_select, index_add
- * (contracts in backend.h; reference cpu_index.c).
+/* CUDA indexing kernels: gather, scatter_add, index_select, index_add,
+ * index_copy (contracts in backend.h; reference cpu_index.c).
  *
  * Accumulating kernels run one thread per "line" (every coordinate but
  * dim), adding along dim in increasing order: contributions to one output
@@ -160,6 +160,28 @@ __global__ void k_index_add(ix_args a) {
             long long j = oj_cu_ld_index(a.p[2] + k * s2 * a.es[2], a.dt[2]);
             add_el(a.p[1] + (off[1] + j * a.tstride) * a.es[1],
                    a.p[0] + (off[0] + k * s0) * a.es[0], a.dt[1], a.alpha);
+        }
+    }
+}
+
+/* index_copy: lines of src's shape without dim; 0 src, 1 out, 2 index
+ * (strides: [dim] only). k in order, so a repeated index keeps the last k.
+ * A bad index (possible only in a captured graph, whose check runs after
+ * the replay) is flagged and skipped. */
+__global__ void k_index_copy(ix_args a) {
+    for (int64_t line = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; line < a.n;
+         line += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        ix_offsets(a, line, a.dim, off);
+        int64_t s0 = a.dim >= 0 ? a.st[0][a.dim] : 0, s2 = a.dim >= 0 ? a.st[2][a.dim] : 0;
+        for (int64_t k = 0; k < a.K; k++) {
+            long long j = oj_cu_ld_index(a.p[2] + k * s2 * a.es[2], a.dt[2]);
+            if (j < 0 || j >= a.size) {
+                atomicMin(a.flag, (unsigned long long)k);
+                continue;
+            }
+            copy_el(a.p[1] + (off[1] + j * a.tstride) * a.es[1],
+                    a.p[0] + (off[0] + k * s0) * a.es[0], a.es[1]);
         }
     }
 }
@@ -325,4 +347,45 @@ oj_status oj_cuda_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_te
     if (a.n == 0) return OJ_OK;
     k_index_add<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, "index_add");
+}
+
+oj_status oj_cuda_index_copy(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                             const oj_tensor *src) {
+    const char *op = "index_copy";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    int64_t size = out->rank ? out->shape[dim] : 1;
+    ix_args a;
+    ix_init(&a, src->rank, src->shape);
+    a.dim = src->rank ? dim : -1;
+    a.K = src->rank ? src->shape[dim] : 1;
+    a.n = a.K ? a.n / a.K : 0;
+    bool capture = oj_cuda_capturing(eng);
+    if (!capture) {
+        /* eager: every index checked before anything is written */
+        if (check_1d(eng, op, index, dim, size) != OJ_OK) return oj_last_status(eng);
+        if (a.n == 0) return OJ_OK;
+    } else {
+        if (a.n == 0) return OJ_OK;
+        /* captured: the kernel flags a bad index and the replay reports it,
+         * reading the value at index + position (so a unit stride) */
+        if (index->rank && index->shape[0] > 1 && index->stride[0] != 1)
+            return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                                "%s: a strided index during a CUDA graph capture (copy it "
+                                "contiguous before capturing)",
+                                op);
+        if (oj_cuda_flags_reset(eng, 1, 0xff, 0xff, op) != OJ_OK) return oj_last_status(eng);
+    }
+    ix_set(&a, 0, src, -1);
+    ix_set(&a, 1, out, out->rank ? dim : -1);
+    a.p[2] = oj_cuda_ptr(index);
+    a.dt[2] = (int)index->dtype;
+    a.es[2] = (int)oj_dtype_size(index->dtype);
+    if (src->rank) a.st[2][dim] = index->rank ? index->stride[0] : 0;
+    a.size = size;
+    a.tstride = out->rank ? out->stride[dim] : 0;
+    a.flag = oj_cuda_state_of(eng)->flags;
+    k_index_copy<<<oj_cuda_blocks(a.n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(a);
+    if (oj_cuda_check(eng, "index_copy") != OJ_OK) return oj_last_status(eng);
+    if (capture) return oj_cuda_flags_defer(eng, OJ_CUDA_CHECK_INDEX, op, index, size, 0);
+    return OJ_OK;
 }

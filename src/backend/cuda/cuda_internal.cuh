@@ -573,6 +573,8 @@ oj_status oj_cuda_bad_index(oj_engine *eng, int kind, const char *op, const char
 /* cuda_nn_misc.cu */
 oj_status oj_cuda_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                    int64_t position_offset, double theta, bool inverse);
+oj_status oj_cuda_rotary_embedding_at(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                      const oj_tensor *positions, double theta, bool inverse);
 oj_status oj_cuda_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
                           uint64_t seed, uint64_t offset);
 /* cuda_index.cu */
@@ -584,6 +586,8 @@ oj_status oj_cuda_index_select(oj_engine *eng, oj_tensor *out, const oj_tensor *
                                const oj_tensor *index);
 oj_status oj_cuda_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
                             const oj_tensor *src, double alpha);
+oj_status oj_cuda_index_copy(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                             const oj_tensor *src);
 /* cuda_conv.cu */
 oj_status oj_cuda_im2col(oj_engine *eng, oj_tensor *cols, const oj_tensor *x,
                          const oj_im2col_args *a, double pad_value);

@@ -6,16 +6,20 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 
-// x (..., T, D), out (..., T, D); one thread per rotated pair
+// x (..., T, D), out (..., T, D); one thread per rotated pair. The position
+// of row t is positions[t] (i64/i32, element stride ps) when given, else
+// pos + t.
 __global__ void k_rotary(char *out, int odt, int oes, const char *x, int xdt, int xes,
-                         int64_t rows, int64_t T, int64_t D, int64_t pos, double theta,
-                         double sign) {
+                         int64_t rows, int64_t T, int64_t D, int64_t pos, const char *positions,
+                         int pdt, int64_t ps, double theta, double sign) {
     int64_t half = D / 2, n = rows * T * half;
+    int pes = pdt == OJ_I32 ? 4 : 8;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = e % half, rt = e / half, t = rt % T;
+        int64_t p = positions ? (int64_t)oj_cu_ld_index(positions + t * ps * pes, pdt) : pos + t;
         double freq = pow(theta, -2.0 * (double)i / (double)D);
-        double ang = (double)(pos + t) * freq;
+        double ang = (double)p * freq;
         double c = cos(ang), s = sign * sin(ang);
         int64_t base = rt * D;
         double x1 = oj_cu_ld(x + (base + i) * xes, xdt);
@@ -25,8 +29,9 @@ __global__ void k_rotary(char *out, int odt, int oes, const char *x, int xdt, in
     }
 }
 
-oj_status oj_cuda_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
-                                   int64_t position_offset, double theta, bool inverse) {
+static oj_status rotary(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                        const oj_tensor *positions, int64_t position_offset, double theta,
+                        bool inverse) {
     const char *op = "rotary_embedding";
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     if (oj_cuda_need_contig(eng, out, op, "out") != OJ_OK ||
@@ -38,9 +43,20 @@ oj_status oj_cuda_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tens
     if (n == 0) return OJ_OK;
     k_rotary<<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
         oj_cuda_ptr(out), (int)out->dtype, (int)oj_dtype_size(out->dtype), oj_cuda_ptr(x),
-        (int)x->dtype, (int)oj_dtype_size(x->dtype), rows, T, D, position_offset, theta,
-        inverse ? -1.0 : 1.0);
+        (int)x->dtype, (int)oj_dtype_size(x->dtype), rows, T, D, position_offset,
+        positions ? oj_cuda_ptr(positions) : NULL, positions ? (int)positions->dtype : OJ_I64,
+        positions && positions->rank ? positions->stride[0] : 0, theta, inverse ? -1.0 : 1.0);
     return oj_cuda_check(eng, "rotary_embedding");
+}
+
+oj_status oj_cuda_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                   int64_t position_offset, double theta, bool inverse) {
+    return rotary(eng, out, x, NULL, position_offset, theta, inverse);
+}
+
+oj_status oj_cuda_rotary_embedding_at(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                      const oj_tensor *positions, double theta, bool inverse) {
+    return rotary(eng, out, x, positions, 0, theta, inverse);
 }
 
 // x (N), out (N), both contiguous; one thread per Philox block of 4
