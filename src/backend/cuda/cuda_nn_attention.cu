@@ -632,6 +632,14 @@ oj_status oj_cuda_attention_tc_backward(oj_engine *eng, oj_tensor *dq, oj_tensor
                                         const oj_tensor *out, const oj_tensor *lse,
                                         bool is_causal, double scale);
 
+/* One query row per head (T == 1, a decode step), split over the keys
+ * (cuda_attention_decode.cu): f32/bf16/f16, D, Dv <= 256, any mask. */
+bool oj_cuda_attention_decode_ok(const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                 const oj_tensor *out);
+oj_status oj_cuda_attention_decode(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
+                                   const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                   const oj_tensor *mask, double scale);
+
 static void fill_strides(int64_t *dst, const oj_tensor *t) {
     for (int d = 0; d < 4; d++) dst[d] = t ? t->stride[d] : 0;
 }
@@ -787,6 +795,8 @@ oj_status oj_cuda_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *l
     a.sdt = lse ? (int)lse->dtype : 0;
     a.ses = lse ? (int)oj_dtype_size(lse->dtype) : 0;
     if (a.B * a.H * a.T == 0) return OJ_OK;
+    if (oj_cuda_attention_decode_ok(q, k, v, out))
+        return oj_cuda_attention_decode(eng, out, lse, q, k, v, mask, scale);
     const oj_tensor *more[1] = {out};
     if (oj_cuda_attention_tc_ok(q, k, v, mask, more, 1))
         return oj_cuda_attention_tc_forward(eng, out, lse, q, k, v, is_causal, scale);
