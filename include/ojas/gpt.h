@@ -117,6 +117,56 @@ void oj_kv_cache_reset(oj_kv_cache *c);
  * wraps). */
 oj_tensor *oj_gpt_forward_cached(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx);
 
+/* ------------------------------------------------- greedy static decoding
+ * One sequence decoded greedily one token per step, with every value that
+ * changes from token to token (the position, the cache slot, the
+ * attention mask, the next token) held in device tensors: a step launches
+ * the same work every time, so on a CUDA engine it is captured into a CUDA
+ * graph on first use and replayed for every later token, with no host work
+ * but one read-back of the new token (PyTorch's static KV cache with CUDA
+ * graphs). On the CPU (or with graphs off) the same step runs eagerly; it
+ * gives the tokens of oj_generate at temperature 0 (same logits, bit for
+ * bit, on the CPU).
+ *
+ * Usage: create, prefill(prompt) -> first token, then step() -> each next
+ * token; prefill again to start another sequence (the graph is kept).
+ * The step's attention covers all `capacity` cache slots (the unwritten
+ * ones masked), so capacity should be what the sequence needs (prompt +
+ * new tokens), not more. */
+typedef struct oj_gpt_decoder oj_gpt_decoder;
+
+/* A decoder of one sequence for m with a KV cache of `capacity` positions
+ * (> 0; gpt2 needs no more than block_size). use_graph: capture the step
+ * into a CUDA graph on a CUDA engine (ignored elsewhere). The graph
+ * records the autocast setting of the first step. Errors:
+ * OJ_ERR_INVALID_ARGUMENT, OJ_ERR_CAPACITY. Free before m. */
+oj_status oj_gpt_decoder_create(oj_gpt *m, int64_t capacity, bool use_graph, oj_gpt_decoder **out);
+void oj_gpt_decoder_free(oj_gpt_decoder *d);
+/* Start a sequence: run prompt[0..n) (1 <= n <= capacity, ids < V)
+ * eagerly into the cache and write the greedy next token (argmax of the
+ * last position's logits, lowest id on ties) to *next. Grad mode off.
+ * Errors: OJ_ERR_INVALID_ARGUMENT (prompt), OJ_ERR_OUT_OF_RANGE (too long),
+ * the model's. */
+oj_status oj_gpt_decoder_prefill(oj_gpt_decoder *d, const int32_t *prompt, int64_t n,
+                                 int32_t *next);
+/* Feed the pending token (the one prefill or the last step returned, or
+ * oj_gpt_decoder_set_token's) at the next position and write the greedy
+ * token after it to *next. gpt2 stops at min(capacity, block_size)
+ * positions (OJ_ERR_OUT_OF_RANGE); nanolab goes on over a sliding window
+ * of the last `capacity` positions, as oj_generate. NaN logits are not
+ * detected (that would need a read-back): their argmax is returned.
+ * Errors: OJ_ERR_STATE (no prefill), a failed capture or replay. */
+oj_status oj_gpt_decoder_step(oj_gpt_decoder *d, int32_t *next);
+/* Replace the pending token (e.g. by one sampled from the logits). */
+oj_status oj_gpt_decoder_set_token(oj_gpt_decoder *d, int32_t token);
+/* Logits [1, 1, V] of the last prefill or step (borrowed: valid until the
+ * next call on d), NULL before a prefill. */
+oj_tensor *oj_gpt_decoder_logits(const oj_gpt_decoder *d);
+/* Positions in the cache (prompt + steps). */
+int64_t oj_gpt_decoder_len(const oj_gpt_decoder *d);
+/* Whether the steps replay a CUDA graph (after the first step). */
+bool oj_gpt_decoder_graphed(const oj_gpt_decoder *d);
+
 #ifdef __cplusplus
 }
 #endif

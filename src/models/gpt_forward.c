@@ -1,6 +1,8 @@
-/* GPT forward pass, shared by training (tape), full recompute and cached
- * decoding. Shapes: B batch, T new tokens, P = past (cached) positions,
- * C width, H heads, Hkv KV heads, D head dim, F MLP width, V vocabulary. */
+/* GPT forward pass, shared by training (tape), full recompute, cached
+ * decoding and the static decode step (positions held on the device, so a
+ * CUDA graph can replay it; gpt_decoder.c). Shapes: B batch, T new tokens,
+ * P = past (cached) positions, C width, H heads, Hkv KV heads, D head dim,
+ * F MLP width, V vocabulary, N the cache capacity. */
 #include <math.h>
 #include <stdio.h>
 
@@ -34,6 +36,25 @@ static oj_tensor *conv1d_hf(oj_tensor *x, oj_tensor *w, oj_tensor *b) {
     return y;
 }
 
+/* cache [B, Hkv, N, D] at slot `slot` (i64 [1] on the device) = x
+ * [B, Hkv, 1, D], converted to the cache's dtype (autocast computes k, v
+ * in bf16; the eager path's copy_ converts the same way). */
+static bool cache_write_at(oj_tensor *cache, oj_tensor *slot, oj_tensor *x) {
+    oj_dtype dt = oj_tensor_dtype(cache);
+    oj_tensor *xc = oj_tensor_dtype(x) == dt ? oj_retain(x) : oj_cast(x, dt);
+    bool ok = xc && oj_index_copy_(cache, 2, slot, xc) == OJ_OK;
+    oj_release(xc);
+    return ok;
+}
+
+/* softmax(q k^T / sqrt(D)) v: over the new tokens alone or the cached
+ * positions (causal, bottom-right aligned), or in the static step over
+ * every slot of the cache with the slots not yet written masked. */
+static oj_tensor *attend(oj_kv_cache *c, oj_tensor *q, oj_tensor *k, oj_tensor *v) {
+    bool dev = c && c->dev;
+    return oj_scaled_dot_product_attention(q, k, v, dev ? c->dev->mask : NULL, !dev, NAN);
+}
+
 /* Append k, v [B, Hkv, T, D] to the cache at its length and return views
  * of the keys/values to attend to in *k_all / *v_all: all cached positions
  * [B, Hkv, P+T, D] while they fit; once the cache is full it is a ring (a
@@ -43,6 +64,13 @@ static oj_tensor *conv1d_hf(oj_tensor *x, oj_tensor *w, oj_tensor *b) {
  * was cached, and a single query sees every cached key. */
 static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_tensor **k_all,
                          oj_tensor **v_all) {
+    if (c->dev) { /* the static step: slot and positions live on the device */
+        oj_tensor *slot = c->dev->slot;
+        bool ok = cache_write_at(c->k[l], slot, k) && cache_write_at(c->v[l], slot, v);
+        *k_all = ok ? oj_retain(c->k[l]) : NULL; /* every slot, masked by dev->mask */
+        *v_all = ok ? oj_retain(c->v[l]) : NULL;
+        return ok;
+    }
     int64_t T = oj_size(k, 2);
     bool ring = c->len + T > c->capacity; /* then T == 1 (checked by the caller) */
     int64_t slot = ring ? c->len % c->capacity : c->len;
@@ -67,7 +95,7 @@ static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h
     oj_tensor *qh = split_heads(q, H, D), *kh = split_heads(k, H, D), *vh = split_heads(v, H, D);
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
     if (cache == NULL || cache_append(cache, l, kh, vh, &ka, &va))
-        y = oj_scaled_dot_product_attention(qh, ka ? ka : kh, va ? va : vh, NULL, true, NAN);
+        y = attend(cache, qh, ka ? ka : kh, va ? va : vh);
     oj_tensor *ym = merge_heads(y);
     oj_tensor *out = conv1d_hf(ym, b->attn_proj_w, b->attn_proj_b);
     oj_tensor *tmp[] = {qkv, q, k, v, qh, kh, vh, ka, va, y, ym};
@@ -85,7 +113,14 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
               *v1 = split_heads(v0, Hkv, D);
     /* RMS QK-norm over D (no weight), then rotary positions. */
     oj_tensor *q2 = oj_rms_norm(q1, NULL, eps), *k2 = oj_rms_norm(k1, NULL, eps);
-    oj_tensor *q = oj_rotary_embedding(q2, pos, theta), *k = oj_rotary_embedding(k2, pos, theta);
+    oj_tensor *q, *k;
+    if (cache && cache->dev) { /* the position is read on the device */
+        q = oj_rotary_embedding_at(q2, cache->dev->pos, theta);
+        k = oj_rotary_embedding_at(k2, cache->dev->pos, theta);
+    } else {
+        q = oj_rotary_embedding(q2, pos, theta);
+        k = oj_rotary_embedding(k2, pos, theta);
+    }
     /* Value residual: v = s v + (1 - s) v0, s = sigmoid(lambda). */
     oj_tensor *v = NULL, *s = NULL, *a = NULL, *c = NULL, *diff = NULL;
     if (l == 0) {
@@ -99,7 +134,7 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     }
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
     if (cache == NULL || cache_append(cache, l, k, v, &ka, &va))
-        y = oj_scaled_dot_product_attention(q, ka ? ka : k, va ? va : v, NULL, true, NAN);
+        y = attend(cache, q, ka ? ka : k, va ? va : v);
     /* Per-head output gate: sigmoid(h W_g + b_g) [B, T, H] -> [B, H, T, 1]. */
     oj_tensor *g0 = oj_linear(h, b->gate_w, b->gate_b);
     oj_tensor *g1 = oj_sigmoid(g0);
@@ -150,13 +185,14 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
         return NULL;
     }
     const int64_t B = oj_size(idx, 0), T = oj_size(idx, 1);
-    const int64_t pos = cache ? cache->len : 0;
+    const bool dev = cache && cache->dev; /* its caller checked the positions */
+    const int64_t pos = cache && !dev ? cache->len : 0;
     /* Past a full cache, nanolab (rotary positions) decodes one token at a
      * time over a sliding window; gpt2's learned positions end at
      * block_size. */
     const bool window = cache && m->cfg.family == OJ_NANOLAB && T == 1 && T <= cache->capacity;
     const bool past_context = pos + T > m->cfg.block_size || (cache && pos + T > cache->capacity);
-    if ((past_context && !window) || T == 0) {
+    if (((past_context && !window) || T == 0) && !dev) {
         char cap[48] = "";
         if (cache) snprintf(cap, sizeof cap, ", cache capacity %lld", (long long)cache->capacity);
         oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
@@ -171,7 +207,14 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     }
     oj_scope_begin(eng);
     oj_tensor *x = oj_embedding(m->wte, idx); /* [B, T, C] */
-    if (m->cfg.family == OJ_GPT2) {
+    if (m->cfg.family == OJ_GPT2 && dev) {
+        /* the row of wpe at the device position: [1, C] */
+        oj_tensor *pe = oj_embedding(m->wpe, cache->dev->pos);
+        oj_tensor *x2 = oj_add(x, pe);
+        oj_release(pe);
+        oj_release(x);
+        x = x2;
+    } else if (m->cfg.family == OJ_GPT2) {
         oj_tensor *pidx = oj_arange(eng, (double)pos, (double)(pos + T), 1.0, OJ_I64);
         oj_tensor *pe = oj_embedding(m->wpe, pidx); /* [T, C] */
         oj_tensor *x2 = oj_add(x, pe);
@@ -197,7 +240,7 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     oj_release(x);
     if (xf) oj_keep(xf);
     oj_scope_end(eng);
-    if (xf && cache) cache->len += T;
+    if (xf && cache && !dev) cache->len += T;
     return xf;
 }
 
@@ -206,6 +249,21 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     oj_tensor *logits = xf ? oj_linear(xf, m->wte, NULL) : NULL; /* tied head: [B, T, V] */
     oj_release(xf);
     return logits;
+}
+
+oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
+                              const oj_gpt_dev_pos *dp) {
+    if (idx && oj_rank(idx) == 2 && oj_size(idx, 1) != 1) {
+        oj_set_error(m->eng, OJ_ERR_SHAPE, "gpt decode step: idx must be [B, 1], got T %lld",
+                     (long long)oj_size(idx, 1));
+        return NULL;
+    }
+    c->dev = dp;
+    bool prev = oj_set_grad_enabled(m->eng, false);
+    oj_tensor *out = oj__gpt_run(m, idx, c);
+    oj_set_grad_enabled(m->eng, prev);
+    c->dev = NULL;
+    return out;
 }
 
 oj_tensor *oj_gpt_forward(oj_gpt *m, oj_tensor *idx) {

@@ -31,14 +31,32 @@ struct oj_gpt {
     oj_gpt_block *blocks;
 };
 
+/* The positions of a static decode step (gpt_decoder.c), held on the
+ * device so that nothing the step does depends on a host value that
+ * changes from one token to the next: it can be captured once into a CUDA
+ * graph and replayed for every token. */
+typedef struct oj_gpt_dev_pos {
+    oj_tensor *pos;  /* i64 [1]: the new token's position (rotary angle, gpt2's wpe row) */
+    oj_tensor *slot; /* i64 [1]: the cache slot its key and value go to (pos mod capacity) */
+    oj_tensor *mask; /* bool [1, 1, 1, capacity]: the slots written so far, attended to */
+} oj_gpt_dev_pos;
+
 struct oj_kv_cache {
     oj_gpt *m;
     int64_t batch, capacity, len;
     oj_tensor **k, **v; /* per layer [batch, Hkv, capacity, D] */
+    const oj_gpt_dev_pos *dev; /* set during oj__gpt_run_static only */
 };
 
 /* Run the blocks and the head on x = embeddings [B, T, C] at positions
  * pos..pos+T-1; cache may be NULL (training / full recompute). */
 oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
+/* The static decode step: logits [B, 1, V] of idx [B, 1] at the positions
+ * of dp, writing each layer's key and value into slot dp->slot of c and
+ * attending to every slot dp->mask keeps. Grad mode off. Reads and changes
+ * no host position (c->len is left to the caller, which also checks the
+ * positions against block_size and the capacity). */
+oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
+                              const oj_gpt_dev_pos *dp);
 
 #endif /* OJAS_GPT_INTERNAL_H */

@@ -1,0 +1,270 @@
+// test: the static greedy decoder (oj_gpt_decoder, positions on the device)
+// gives the eager cached decode's tokens and, on the CPU, its logits bit
+// for bit: gpt2-tiny and nanolab-tiny, f32 and bf16 autocast, a nanolab
+// ring (capacity below the sequence), a second prefill, a fed token; it
+// matches oj_generate at temperature 0; limits and refusals; no leaks.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ojas/gpt.h"
+#include "ojas/infer.h"
+#include "ojas/ops.h"
+
+static oj_engine *eng;
+
+static int setup(void **state) {
+    (void)state;
+    oj_engine_config c = oj_engine_config_default();
+    c.seed = 5;
+    return oj_engine_create(&c, &eng, NULL) == OJ_OK ? 0 : -1;
+}
+static int teardown(void **state) {
+    (void)state;
+    oj_engine_free(eng);
+    return 0;
+}
+
+static oj_gpt *model(const char *preset) {
+    oj_gpt_config cfg;
+    assert_true(oj_gpt_preset(preset, &cfg));
+    cfg.init_std = 0.3; /* at 0.02 a tiny model repeats one token: greedy tokens would say little */
+    oj_gpt *m = NULL;
+    if (oj_gpt_create(eng, &cfg, 7, &m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(eng));
+    return m;
+}
+
+static void make_prompt(int32_t *p, int64_t n, int64_t V, uint32_t salt) {
+    uint32_t s = 2463534242u ^ salt;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+        p[i] = (int32_t)(s % (uint32_t)V);
+    }
+}
+
+/* The last row of logits [1, T, V] as f32 on the host. */
+static void last_row(oj_tensor *logits, float *dst, int64_t V) {
+    oj_scope_begin(eng);
+    oj_tensor *row = oj_narrow(logits, 1, oj_size(logits, 1) - 1, 1);
+    oj_tensor *r32 = oj_cast(row, OJ_F32);
+    assert_non_null(r32);
+    assert_int_equal(oj_to_host(r32, dst, (size_t)V * sizeof(float)), OJ_OK);
+    oj_scope_end(eng);
+}
+
+static int32_t host_argmax(const float *x, int64_t V) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < V; i++)
+        if (x[i] > x[b]) b = i;
+    return (int32_t)b;
+}
+
+/* Reference: the eager cached forward with a cache of `cap` positions,
+ * greedy on the host. toks[0..steps], logits [(steps + 1) * V]. */
+static void eager_greedy(oj_gpt *m, int64_t cap, const int32_t *prompt, int64_t n, int steps,
+                         int32_t *toks, float *logits) {
+    int64_t V = oj_gpt_get_config(m)->vocab_size;
+    oj_kv_cache *c = NULL;
+    assert_int_equal(oj_kv_cache_create(m, 1, cap, &c), OJ_OK);
+    const int32_t *feed = prompt;
+    int64_t fn = n;
+    for (int s = 0; s <= steps; s++) {
+        oj_scope_begin(eng);
+        int64_t shape[2] = {1, fn};
+        oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, feed, (size_t)fn * sizeof(int32_t));
+        oj_tensor *lg = oj_gpt_forward_cached(m, c, idx);
+        if (lg == NULL) fail_msg("eager step %d: %s", s, oj_last_error(eng));
+        last_row(lg, logits + (int64_t)s * V, V);
+        oj_scope_end(eng);
+        toks[s] = host_argmax(logits + (int64_t)s * V, V);
+        feed = &toks[s];
+        fn = 1;
+    }
+    oj_kv_cache_free(c);
+}
+
+/* The decoder's tokens and logits for the same run. */
+static void static_greedy(oj_gpt_decoder *d, int64_t V, const int32_t *prompt, int64_t n,
+                          int steps, int32_t *toks, float *logits) {
+    if (oj_gpt_decoder_prefill(d, prompt, n, &toks[0]) != OJ_OK)
+        fail_msg("prefill: %s", oj_last_error(eng));
+    last_row(oj_gpt_decoder_logits(d), logits, V);
+    for (int s = 1; s <= steps; s++) {
+        if (oj_gpt_decoder_step(d, &toks[s]) != OJ_OK) fail_msg("step %d: %s", s, oj_last_error(eng));
+        last_row(oj_gpt_decoder_logits(d), logits + (int64_t)s * V, V);
+    }
+    assert_int_equal(oj_gpt_decoder_len(d), n + steps);
+}
+
+/* decoder == eager: tokens, and logits bit for bit. */
+static void check_same(const char *preset, int64_t cap, int64_t n, int steps, bool bf16) {
+    oj_gpt *m = model(preset);
+    int64_t V = oj_gpt_get_config(m)->vocab_size;
+    int64_t live0 = oj_engine_live_tensors(eng);
+    int32_t *prompt = malloc((size_t)n * sizeof *prompt);
+    int32_t *ta = malloc((size_t)(steps + 1) * sizeof *ta), *tb = malloc((size_t)(steps + 1) * sizeof *tb);
+    float *la = malloc((size_t)((steps + 1) * V) * sizeof *la);
+    float *lb = malloc((size_t)((steps + 1) * V) * sizeof *lb);
+    make_prompt(prompt, n, V, (uint32_t)cap);
+    oj_set_autocast(eng, bf16, OJ_BF16);
+    eager_greedy(m, cap, prompt, n, steps, ta, la);
+    oj_gpt_decoder *d = NULL;
+    assert_int_equal(oj_gpt_decoder_create(m, cap, true, &d), OJ_OK);
+    assert_false(oj_gpt_decoder_graphed(d)); /* a CPU engine runs the step eagerly */
+    static_greedy(d, V, prompt, n, steps, tb, lb);
+    oj_set_autocast(eng, false, OJ_BF16);
+    for (int s = 0; s <= steps; s++)
+        if (ta[s] != tb[s]) fail_msg("%s: token %d: eager %d, static %d", preset, s, ta[s], tb[s]);
+    assert_memory_equal(la, lb, (size_t)((steps + 1) * V) * sizeof *la);
+    oj_gpt_decoder_free(d);
+    assert_int_equal(oj_engine_live_tensors(eng), live0);
+    free(prompt);
+    free(ta);
+    free(tb);
+    free(la);
+    free(lb);
+    oj_gpt_free(m);
+}
+
+static void test_gpt2_same_as_eager(void **state) {
+    (void)state;
+    check_same("gpt2-tiny", 40, 7, 32, false);
+    check_same("gpt2-tiny", 64, 1, 63, false); /* the whole context */
+}
+
+static void test_nanolab_same_as_eager(void **state) {
+    (void)state;
+    check_same("nanolab-tiny", 48, 9, 38, false);
+}
+
+/* Past the capacity nanolab decodes over a ring, rotary positions going on
+ * (past block_size too). */
+static void test_nanolab_ring(void **state) {
+    (void)state;
+    check_same("nanolab-tiny", 12, 5, 40, false);
+    check_same("nanolab-tiny", 64, 30, 80, false);
+}
+
+static void test_bf16_autocast(void **state) {
+    (void)state;
+    check_same("gpt2-tiny", 24, 4, 12, true);
+    check_same("nanolab-tiny", 16, 4, 20, true);
+}
+
+/* The same tokens as oj_generate at temperature 0; a second prefill starts
+ * over; a fed token continues from it. */
+static void test_generate_refill_feed(void **state) {
+    (void)state;
+    oj_gpt *m = model("nanolab-tiny");
+    const int64_t V = 512, n = 6;
+    enum { STEPS = 20 };
+    int32_t prompt[6];
+    make_prompt(prompt, n, V, 99);
+    oj_sampler_config sc = oj_sampler_config_default();
+    sc.temperature = 0.0;
+    sc.max_new_tokens = STEPS + 1;
+    const int32_t *pp = prompt;
+    int64_t plen = n, glen = 0;
+    int32_t *gen = NULL;
+    assert_int_equal(oj_generate(m, 1, &pp, &plen, &sc, &gen, &glen, NULL, NULL), OJ_OK);
+    assert_int_equal(glen, STEPS + 1);
+    oj_gpt_decoder *d = NULL;
+    assert_int_equal(oj_gpt_decoder_create(m, 64, false, &d), OJ_OK);
+    int32_t t[STEPS + 1];
+    for (int round = 0; round < 2; round++) { /* the second run starts over */
+        int32_t other[3] = {1, 2, 3};
+        if (round == 1) { /* something else in the cache first */
+            assert_int_equal(oj_gpt_decoder_prefill(d, other, 3, &t[0]), OJ_OK);
+            assert_int_equal(oj_gpt_decoder_step(d, &t[0]), OJ_OK);
+        }
+        assert_int_equal(oj_gpt_decoder_prefill(d, prompt, n, &t[0]), OJ_OK);
+        for (int s = 1; s <= STEPS; s++) assert_int_equal(oj_gpt_decoder_step(d, &t[s]), OJ_OK);
+        assert_memory_equal(t, gen, sizeof t);
+    }
+    /* feed token 17 after the prompt: the eager forward of prompt + 17 */
+    int32_t first, next;
+    assert_int_equal(oj_gpt_decoder_prefill(d, prompt, n, &first), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_set_token(d, 17), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_step(d, &next), OJ_OK);
+    int32_t p2[7];
+    memcpy(p2, prompt, sizeof prompt);
+    p2[6] = 17;
+    int32_t want[1];
+    float lg[512];
+    eager_greedy(m, 64, p2, 7, 0, want, lg);
+    assert_int_equal(next, want[0]);
+    assert_int_equal(oj_gpt_decoder_set_token(d, 512), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    assert_int_equal(oj_gpt_decoder_set_token(d, -1), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    free(gen);
+    oj_gpt_decoder_free(d);
+    oj_gpt_free(m);
+}
+
+static void test_limits_and_refusals(void **state) {
+    (void)state;
+    oj_gpt *m = model("gpt2-tiny");
+    oj_gpt_decoder *d = NULL;
+    assert_int_equal(oj_gpt_decoder_create(m, 0, true, &d), OJ_ERR_INVALID_ARGUMENT);
+    assert_null(d);
+    oj_clear_error(eng);
+    assert_int_equal(oj_gpt_decoder_create(NULL, 8, true, &d), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_gpt_decoder_create(m, 10, true, &d), OJ_OK);
+    int32_t t;
+    assert_int_equal(oj_gpt_decoder_step(d, &t), OJ_ERR_STATE); /* before a prefill */
+    oj_clear_error(eng);
+    assert_null(oj_gpt_decoder_logits(d));
+    int32_t p[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    assert_int_equal(oj_gpt_decoder_prefill(d, p, 0, &t), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    assert_int_equal(oj_gpt_decoder_prefill(d, NULL, 3, &t), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    int32_t bad[2] = {3, 512};
+    assert_int_equal(oj_gpt_decoder_prefill(d, bad, 2, &t), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    assert_int_equal(oj_gpt_decoder_prefill(d, p, 11, &t), OJ_ERR_OUT_OF_RANGE); /* > capacity */
+    oj_clear_error(eng);
+    assert_int_equal(oj_gpt_decoder_step(d, &t), OJ_ERR_STATE); /* the failed prefill */
+    oj_clear_error(eng);
+    /* 4 prompt positions + 6 steps fill the 10 slots; gpt2 stops there */
+    assert_int_equal(oj_gpt_decoder_prefill(d, p, 4, &t), OJ_OK);
+    for (int s = 0; s < 6; s++) assert_int_equal(oj_gpt_decoder_step(d, &t), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_len(d), 10);
+    assert_int_equal(oj_gpt_decoder_step(d, &t), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(oj_last_error(eng), "exceeds the context"));
+    oj_clear_error(eng);
+    assert_int_equal(oj_gpt_decoder_prefill(d, p, 10, &t), OJ_OK); /* a full prefill */
+    assert_int_equal(oj_gpt_decoder_step(d, &t), OJ_ERR_OUT_OF_RANGE);
+    oj_clear_error(eng);
+    oj_gpt_decoder_free(d);
+    oj_gpt_decoder_free(NULL);
+    /* the capacity bounds nothing past block_size for gpt2 either */
+    assert_int_equal(oj_gpt_decoder_create(m, 100, false, &d), OJ_OK);
+    int32_t q[64];
+    make_prompt(q, 64, 512, 1);
+    assert_int_equal(oj_gpt_decoder_prefill(d, q, 64, &t), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_step(d, &t), OJ_ERR_OUT_OF_RANGE);
+    oj_clear_error(eng);
+    oj_gpt_decoder_free(d);
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt2_same_as_eager),
+        cmocka_unit_test(test_nanolab_same_as_eager),
+        cmocka_unit_test(test_nanolab_ring),
+        cmocka_unit_test(test_bf16_autocast),
+        cmocka_unit_test(test_generate_refill_feed),
+        cmocka_unit_test(test_limits_and_refusals),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
