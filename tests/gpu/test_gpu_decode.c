@@ -1,0 +1,582 @@
+// test: decoding with the position on the device, on the GPU against the
+// CPU. index_copy_ and rotary_embedding_at give the CPU's values, eagerly
+// and replayed from a CUDA graph whose index/positions change between
+// replays (a bad index fails the replay). Attention with one query row
+// (the split-key decode kernel) matches the CPU over lengths around its
+// chunk size, GQA, every mask kind, strided caches, f32/bf16/f16, and its
+// logsumexp carries the gradient. oj_gpt_decoder: the replayed graph gives
+// the tokens and logits of the same step run eagerly on the GPU, of the
+// GPU's eager cached decode and of the CPU decoder (gpt2-tiny and
+// nanolab-tiny, a nanolab ring, a second prefill after the capture, bf16
+// autocast, gpt2-124m), and frees everything it took.
+//
+// Greedy tokens are compared exactly up to the first step where the two
+// runs' top logits are within rounding of each other (a genuine near tie,
+// then the sequences may part); logits to a per-dtype tolerance.
+//
+// Skips (77) without a CUDA device. OJAS_GPU_TEST_ON_CPU=1 runs the same
+// checks with a CPU engine in place of the CUDA one (a self-check of this
+// test; the graph parts then skip).
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "ojas/autograd.h"
+#include "ojas/gpt.h"
+#include "ojas/ops.h"
+
+static bool on_cpu;
+
+static oj_engine *engine(bool gpu, oj_numerics num) {
+    oj_engine_config c = oj_engine_config_default();
+    c.seed = 11;
+    c.numerics = num;
+    if (gpu && !on_cpu) c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+    oj_engine *e = NULL;
+    oj_error err = {0};
+    if (oj_engine_create(&c, &e, &err) != OJ_OK) fail_msg("engine_create: %s", err.message);
+    return e;
+}
+
+/* t as doubles on the host (malloc'd). */
+static double *host_f64(oj_tensor *t) {
+    oj_engine *e = oj_tensor_engine(t);
+    oj_scope_begin(e);
+    oj_tensor *c = oj_cast(t, OJ_F64);
+    if (c == NULL) fail_msg("cast: %s", oj_last_error(e));
+    int64_t n = oj_numel(c);
+    double *h = malloc((size_t)(n ? n : 1) * sizeof *h);
+    assert_int_equal(oj_to_host(c, h, (size_t)n * sizeof *h), OJ_OK);
+    oj_scope_end(e);
+    return h;
+}
+
+/* max |a - b| <= tol * max(1, max |b|), NaN only where both are NaN. */
+static void assert_close(const char *what, oj_tensor *a, oj_tensor *b, double tol) {
+    assert_int_equal(oj_numel(a), oj_numel(b));
+    double *x = host_f64(a), *y = host_f64(b);
+    int64_t n = oj_numel(a);
+    double scale = 1.0, worst = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(y[i]) > scale && isfinite(y[i])) scale = fabs(y[i]);
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i]) || isnan(y[i])) {
+            if (!(isnan(x[i]) && isnan(y[i]))) fail_msg("%s: element %lld: %g vs %g", what, (long long)i, x[i], y[i]);
+            continue;
+        }
+        if (x[i] == y[i]) continue; /* infinities */
+        double d = fabs(x[i] - y[i]);
+        if (d > worst) worst = d;
+        if (d > tol * scale)
+            fail_msg("%s: element %lld: %.9g vs %.9g (tolerance %g of %g)", what, (long long)i, x[i],
+                     y[i], tol, scale);
+    }
+    free(x);
+    free(y);
+}
+
+static oj_tensor *to_gpu(oj_tensor *t, oj_engine *gpu) {
+    oj_tensor *g = oj_to_device(t, gpu);
+    if (g == NULL) fail_msg("to_device: %s", oj_last_error(gpu));
+    return g;
+}
+
+static oj_tensor *i64s(oj_engine *e, int64_t n, const int64_t *v) {
+    int64_t s[1] = {n};
+    oj_tensor *t = oj_from_host(e, 1, s, OJ_I64, v, (size_t)n * sizeof *v);
+    assert_non_null(t);
+    return t;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static void test_index_copy(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_EXACT), *gpu = engine(true, OJ_NUMERICS_EXACT);
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_I64};
+    for (int k = 0; k < 3; k++) {
+        int64_t xs[3] = {3, 5, 7}, ss[3] = {3, 2, 7};
+        oj_tensor *x = oj_cast(oj_rand_normal(cpu, 3, xs, OJ_F32, 0, 10), dts[k]);
+        oj_tensor *src = oj_cast(oj_rand_normal(cpu, 3, ss, OJ_F32, 0, 10), dts[k]);
+        int64_t iv[2] = {4, 1};
+        oj_tensor *idx = i64s(cpu, 2, iv);
+        oj_tensor *xg = to_gpu(x, gpu), *sg = to_gpu(src, gpu), *ig = to_gpu(idx, gpu);
+        assert_int_equal(oj_index_copy_(x, 1, idx, src), OJ_OK);
+        assert_int_equal(oj_index_copy_(xg, 1, ig, sg), OJ_OK);
+        assert_close("index_copy_", xg, x, 0.0);
+        /* a strided target: dim 0 of a transposed view */
+        oj_tensor *xt = oj_transpose(x, 0, 2), *xgt = oj_transpose(xg, 0, 2); /* [7, 5, 3] */
+        int64_t s2[3] = {2, 5, 3};
+        oj_tensor *src2 = oj_cast(oj_rand_normal(cpu, 3, s2, OJ_F32, 0, 10), dts[k]);
+        oj_tensor *sg2 = to_gpu(src2, gpu);
+        int64_t jv[2] = {6, 0};
+        oj_tensor *j = i64s(cpu, 2, jv), *jg = to_gpu(j, gpu);
+        assert_int_equal(oj_index_copy_(xt, 0, j, src2), OJ_OK);
+        assert_int_equal(oj_index_copy_(xgt, 0, jg, sg2), OJ_OK);
+        assert_close("index_copy_ strided", xg, x, 0.0);
+    }
+    /* a bad index writes nothing */
+    int64_t xs[2] = {4, 3}, ss[2] = {1, 3}, bad = 4;
+    oj_tensor *x = oj_zeros(gpu, 2, xs, OJ_F32), *src = oj_ones(gpu, 2, ss, OJ_F32);
+    oj_tensor *bi = i64s(gpu, 1, &bad);
+    assert_int_equal(oj_index_copy_(x, 0, bi, src), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(oj_last_error(gpu), "index_copy"));
+    oj_clear_error(gpu);
+    double *h = host_f64(x);
+    for (int i = 0; i < 12; i++) assert_true(h[i] == 0.0);
+    free(h);
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+/* The mechanism of the decoder: an index_copy_ and a rotary_embedding_at
+ * captured once, their index and positions rewritten between replays. */
+static void test_captured_positions(void **state) {
+    (void)state;
+    if (on_cpu) skip();
+    oj_engine *cpu = engine(false, OJ_NUMERICS_EXACT), *gpu = engine(true, OJ_NUMERICS_EXACT);
+    int64_t xs[3] = {2, 6, 4}, ss[3] = {2, 1, 4}, rs[4] = {1, 2, 1, 8};
+    oj_tensor *x = oj_zeros(gpu, 3, xs, OJ_F32);
+    oj_tensor *src = oj_rand_normal(gpu, 3, ss, OJ_F32, 0, 1);
+    oj_tensor *q = oj_rand_normal(gpu, 4, rs, OJ_F32, 0, 1);
+    int64_t zero = 0;
+    oj_tensor *slot = i64s(gpu, 1, &zero), *pos = i64s(gpu, 1, &zero);
+    oj_tensor *qc = oj_to_device(q, cpu);
+    assert_int_equal(oj_graph_capture_begin(gpu), OJ_OK);
+    assert_int_equal(oj_index_copy_(x, 1, slot, src), OJ_OK);
+    oj_tensor *rot = oj_rotary_embedding_at(q, pos, 10000.0);
+    assert_non_null(rot);
+    oj_graph *g = oj_graph_capture_end(gpu);
+    if (g == NULL) fail_msg("capture: %s", oj_last_error(gpu));
+    int64_t slots[3] = {4, 0, 5}, positions[3] = {3, 1000, 17};
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(oj_copy_from_host(slot, &slots[r], sizeof slots[r]), OJ_OK);
+        assert_int_equal(oj_copy_from_host(pos, &positions[r], sizeof positions[r]), OJ_OK);
+        assert_int_equal(oj_graph_replay(g), OJ_OK);
+        oj_tensor *want = oj_rotary_embedding(qc, positions[r], 10000.0);
+        assert_close("replayed rotary_embedding_at", rot, want, 1e-6);
+        oj_release(want);
+        oj_tensor *row = oj_narrow(x, 1, slots[r], 1);
+        assert_close("replayed index_copy_", row, src, 0.0);
+        oj_release(row);
+    }
+    int64_t bad = 6;
+    assert_int_equal(oj_copy_from_host(slot, &bad, sizeof bad), OJ_OK);
+    assert_int_equal(oj_graph_replay(g), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(oj_last_error(gpu), "index_copy"));
+    oj_clear_error(gpu);
+    oj_graph_free(g);
+    oj_tensor *ts[] = {x, src, q, slot, pos, rot, qc};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) oj_release(ts[i]);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+static void test_rotary_at(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_EXACT), *gpu = engine(true, OJ_NUMERICS_EXACT);
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    int64_t xs[4] = {2, 3, 5, 16}, pv[5] = {0, 7, 1000, 3, 65537};
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    double tols[2] = {1e-6, 1e-2};
+    for (int k = 0; k < 2; k++) {
+        oj_tensor *x = oj_cast(oj_rand_normal(cpu, 4, xs, OJ_F32, 0, 1), dts[k]);
+        oj_tensor *p = i64s(cpu, 5, pv);
+        oj_tensor *a = oj_rotary_embedding_at(x, p, 10000.0);
+        oj_tensor *b = oj_rotary_embedding_at(to_gpu(x, gpu), to_gpu(p, gpu), 10000.0);
+        assert_non_null(b);
+        assert_close("rotary_embedding_at", b, a, tols[k]);
+    }
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+/* ---------------------------------------------------------------- attention, one query row */
+
+enum { MASK_NONE, MASK_PREFIX, MASK_RANDOM, MASK_FLOAT, MASK_KINDS };
+
+/* A mask of kind `kind` for [B, H, 1, S] (NULL for MASK_NONE). */
+static oj_tensor *make_mask(oj_engine *e, int kind, int64_t B, int64_t H, int64_t S) {
+    if (kind == MASK_NONE) return NULL;
+    if (kind == MASK_PREFIX) { /* the decoder's: slots 0..p, broadcast */
+        int64_t p = S > 3 ? S - 3 : 0, ms[4] = {1, 1, 1, S};
+        oj_tensor *ar = oj_arange(e, 0, (double)S, 1, OJ_I64);
+        oj_tensor *pt = i64s(e, 1, &p);
+        oj_tensor *m = oj_le(ar, pt);
+        return oj_reshape(m, 4, ms);
+    }
+    if (kind == MASK_RANDOM) { /* keep 70%, and one row (b 0, h 0) all masked */
+        int64_t ms[4] = {B, H, 1, S};
+        oj_tensor *u = oj_rand_uniform(e, 4, ms, OJ_F32, 0, 1);
+        oj_tensor *keep = oj_lt(u, oj_scalar(e, 0.7, OJ_F32));
+        oj_tensor *row = oj_narrow(oj_narrow(keep, 0, 0, 1), 1, 0, 1);
+        assert_int_equal(oj_fill_(row, 0.0), OJ_OK);
+        return keep;
+    }
+    int64_t ms[4] = {B, 1, 1, S}; /* additive, broadcast over heads */
+    return oj_rand_normal(e, 4, ms, OJ_F32, 0, 2);
+}
+
+/* out and, for f32, the gradients through the saved logsumexp. */
+static void attention_case(oj_engine *cpu, oj_engine *gpu, oj_dtype dt, int64_t B, int64_t H,
+                           int64_t Hkv, int64_t S, int64_t D, int64_t Dv, int kind, bool strided) {
+    char what[160];
+    snprintf(what, sizeof what, "attention T=1 %s B%lld H%lld Hkv%lld S%lld D%lld Dv%lld mask %d%s",
+             oj_dtype_name(dt), (long long)B, (long long)H, (long long)Hkv, (long long)S,
+             (long long)D, (long long)Dv, kind, strided ? " strided" : "");
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    int64_t qs[4] = {B, H, 1, D};
+    oj_tensor *q = oj_cast(oj_rand_normal(cpu, 4, qs, OJ_F32, 0, 1), dt), *k, *v;
+    if (strided) { /* a cache [B, S + 5, Hkv, D] seen as [B, Hkv, S, D] */
+        int64_t ks[4] = {B, S + 5, Hkv, D}, vs[4] = {B, S + 5, Hkv, Dv};
+        k = oj_transpose(oj_narrow(oj_cast(oj_rand_normal(cpu, 4, ks, OJ_F32, 0, 1), dt), 1, 2, S), 1, 2);
+        v = oj_transpose(oj_narrow(oj_cast(oj_rand_normal(cpu, 4, vs, OJ_F32, 0, 1), dt), 1, 2, S), 1, 2);
+    } else {
+        int64_t ks[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv};
+        k = oj_cast(oj_rand_normal(cpu, 4, ks, OJ_F32, 0, 1), dt);
+        v = oj_cast(oj_rand_normal(cpu, 4, vs, OJ_F32, 0, 1), dt);
+    }
+    oj_tensor *mask = make_mask(cpu, kind, B, H, S);
+    if (mask && kind == MASK_FLOAT) mask = oj_cast(mask, dt);
+    /* the same values on the GPU, in the same layout */
+    oj_tensor *qg = to_gpu(q, gpu), *kg, *vg;
+    if (strided) {
+        kg = oj_transpose(to_gpu(oj_transpose(k, 1, 2), gpu), 1, 2);
+        vg = oj_transpose(to_gpu(oj_transpose(v, 1, 2), gpu), 1, 2);
+    } else {
+        kg = to_gpu(k, gpu);
+        vg = to_gpu(v, gpu);
+    }
+    oj_tensor *mg = mask ? to_gpu(mask, gpu) : NULL;
+    if (mask && kind == MASK_PREFIX) { /* keep the broadcast view on the GPU too */
+        int64_t ms[4] = {B, H, 1, S};
+        mask = oj_expand(mask, 4, ms);
+        mg = oj_expand(mg, 4, ms);
+    }
+    oj_tensor *oc = oj_scaled_dot_product_attention(q, k, v, mask, true, NAN);
+    oj_tensor *og = oj_scaled_dot_product_attention(qg, kg, vg, mg, true, NAN);
+    if (oc == NULL || og == NULL) fail_msg("%s: %s / %s", what, oj_last_error(cpu), oj_last_error(gpu));
+    double tol = dt == OJ_F32 ? 2e-5 : dt == OJ_BF16 ? 1.6e-2 : 2e-3;
+    assert_close(what, og, oc, tol);
+    if (dt == OJ_F32 && kind != MASK_RANDOM) { /* the gradient, through the saved logsumexp */
+        oj_tensor *in_c[3] = {q, k, v}, *in_g[3] = {qg, kg, vg};
+        for (int i = 0; i < 3; i++) {
+            in_c[i] = oj_clone(in_c[i]);
+            in_g[i] = oj_clone(in_g[i]);
+            oj_set_requires_grad(in_c[i], true);
+            oj_set_requires_grad(in_g[i], true);
+        }
+        oj_tensor *gc = oj_scaled_dot_product_attention(in_c[0], in_c[1], in_c[2], mask, true, NAN);
+        oj_tensor *gg = oj_scaled_dot_product_attention(in_g[0], in_g[1], in_g[2], mg, true, NAN);
+        int64_t os[4] = {B, H, 1, Dv};
+        oj_tensor *w = oj_rand_normal(cpu, 4, os, OJ_F32, 0, 1);
+        assert_int_equal(oj_backward(oj_sum_all(oj_mul(gc, w)), false), OJ_OK);
+        assert_int_equal(oj_backward(oj_sum_all(oj_mul(gg, to_gpu(w, gpu))), false), OJ_OK);
+        for (int i = 0; i < 3; i++) assert_close(what, oj_grad(in_g[i]), oj_grad(in_c[i]), 1e-4);
+    }
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+}
+
+static void test_attention_one_row(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_EXACT), *gpu = engine(true, OJ_NUMERICS_EXACT);
+    const int64_t lengths[] = {1, 5, 31, 32, 33, 100, 1024};
+    const int64_t heads[3][3] = {{1, 12, 12}, {2, 4, 2}, {1, 8, 1}}; /* B, H, Hkv */
+    oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+        for (int hi = 0; hi < 3; hi++)
+            for (int kind = 0; kind < MASK_KINDS; kind++) {
+                int64_t S = lengths[li], D = hi == 2 ? 128 : 64;
+                attention_case(cpu, gpu, OJ_F32, heads[hi][0], heads[hi][1], heads[hi][2], S, D, D,
+                               kind, (li + (size_t)kind) % 2 == 1);
+            }
+    for (int d = 1; d < 3; d++)
+        for (int kind = 0; kind < MASK_KINDS; kind++)
+            attention_case(cpu, gpu, dts[d], 2, 4, 2, 77, 64, 64, kind, kind == MASK_PREFIX);
+    /* head dims: small, odd Dv, the largest */
+    attention_case(cpu, gpu, OJ_F32, 1, 2, 1, 40, 16, 16, MASK_NONE, false);
+    attention_case(cpu, gpu, OJ_F32, 2, 2, 2, 70, 64, 24, MASK_PREFIX, true);
+    attention_case(cpu, gpu, OJ_F32, 1, 4, 2, 65, 256, 256, MASK_RANDOM, false);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+/* ---------------------------------------------------------------- the decoder */
+
+typedef struct {
+    int steps;
+    int64_t V;
+    int32_t *tok; /* [steps + 1] */
+    float *lg;    /* [(steps + 1) V] */
+} run;
+
+static run run_new(int steps, int64_t V) {
+    run r = {steps, V, calloc((size_t)steps + 1, sizeof(int32_t)),
+             calloc((size_t)((steps + 1) * V), sizeof(float))};
+    return r;
+}
+static void run_free(run *r) {
+    free(r->tok);
+    free(r->lg);
+}
+
+static void row_to(oj_tensor *logits, float *dst, int64_t V) {
+    oj_engine *e = oj_tensor_engine(logits);
+    oj_scope_begin(e);
+    oj_tensor *row = oj_narrow(logits, 1, oj_size(logits, 1) - 1, 1);
+    oj_tensor *r32 = oj_cast(row, OJ_F32);
+    assert_non_null(r32);
+    assert_int_equal(oj_to_host(r32, dst, (size_t)V * sizeof(float)), OJ_OK);
+    oj_scope_end(e);
+}
+
+static oj_gpt *model(oj_engine *e, const char *preset) {
+    oj_gpt_config cfg;
+    assert_true(oj_gpt_preset(preset, &cfg));
+    if (strstr(preset, "tiny")) cfg.init_std = 0.3; /* else a tiny model repeats one token */
+    oj_gpt *m = NULL;
+    if (oj_gpt_create(e, &cfg, 7, &m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(e));
+    return m;
+}
+
+static void prompt_of(int32_t *p, int64_t n, int64_t V, uint32_t salt) {
+    uint32_t s = 2463534242u ^ salt;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+        p[i] = (int32_t)(s % (uint32_t)V);
+    }
+}
+
+/* The decoder's run (prefill then r->steps steps) on engine e. */
+static void decode(oj_engine *e, oj_gpt_decoder *d, const int32_t *prompt, int64_t n, run *r) {
+    if (oj_gpt_decoder_prefill(d, prompt, n, &r->tok[0]) != OJ_OK)
+        fail_msg("prefill: %s", oj_last_error(e));
+    row_to(oj_gpt_decoder_logits(d), r->lg, r->V);
+    for (int s = 1; s <= r->steps; s++) {
+        if (oj_gpt_decoder_step(d, &r->tok[s]) != OJ_OK) fail_msg("step %d: %s", s, oj_last_error(e));
+        row_to(oj_gpt_decoder_logits(d), r->lg + (int64_t)s * r->V, r->V);
+    }
+}
+
+/* The eager cached decode (oj_gpt_forward_cached), greedy on the host. */
+static void decode_eager(oj_gpt *m, int64_t cap, const int32_t *prompt, int64_t n, run *r) {
+    oj_engine *e = oj_gpt_engine(m);
+    oj_kv_cache *c = NULL;
+    assert_int_equal(oj_kv_cache_create(m, 1, cap, &c), OJ_OK);
+    const int32_t *feed = prompt;
+    int64_t fn = n;
+    for (int s = 0; s <= r->steps; s++) {
+        oj_scope_begin(e);
+        int64_t shape[2] = {1, fn};
+        oj_tensor *idx = oj_from_host(e, 2, shape, OJ_I32, feed, (size_t)fn * sizeof(int32_t));
+        oj_tensor *lg = oj_gpt_forward_cached(m, c, idx);
+        if (lg == NULL) fail_msg("eager step %d: %s", s, oj_last_error(e));
+        float *row = r->lg + (int64_t)s * r->V;
+        row_to(lg, row, r->V);
+        oj_scope_end(e);
+        int64_t b = 0;
+        for (int64_t i = 1; i < r->V; i++)
+            if (row[i] > row[b]) b = i;
+        r->tok[s] = (int32_t)b;
+        feed = &r->tok[s];
+        fn = 1;
+    }
+    oj_kv_cache_free(c);
+}
+
+/* Run a against the reference b: logits within tol (of the row's largest
+ * magnitude) and the same tokens, until the first step where they differ
+ * by a near tie of b's logits (within tie of each other); anything else
+ * fails. Returns the steps compared. */
+static int compare_runs(const char *what, const run *a, const run *b, double tol, double tie) {
+    for (int s = 0; s <= a->steps; s++) {
+        const float *x = a->lg + (int64_t)s * a->V, *y = b->lg + (int64_t)s * b->V;
+        double scale = 1.0;
+        for (int64_t i = 0; i < a->V; i++)
+            if (fabs(y[i]) > scale) scale = fabs(y[i]);
+        for (int64_t i = 0; i < a->V; i++)
+            if (!(fabs((double)x[i] - y[i]) <= tol * scale))
+                fail_msg("%s: step %d logit %lld: %.9g vs %.9g (tolerance %g of %g)", what, s,
+                         (long long)i, x[i], y[i], tol, scale);
+        if (a->tok[s] != b->tok[s]) {
+            double gap = fabs((double)y[a->tok[s]] - y[b->tok[s]]);
+            if (gap > tie * scale)
+                fail_msg("%s: step %d token %d vs %d, logits %.9g vs %.9g: not a near tie", what, s,
+                         a->tok[s], b->tok[s], y[a->tok[s]], y[b->tok[s]]);
+            printf("%s: a near tie at step %d (%d vs %d, gap %.3g): compared up to it\n", what, s,
+                   a->tok[s], b->tok[s], gap);
+            return s;
+        }
+    }
+    return a->steps;
+}
+
+/* graph (GPU) vs the same step eager (GPU) vs the eager cached decode (GPU)
+ * vs the CPU decoder. */
+static void decoder_case(const char *preset, int64_t cap, int64_t n, int steps, bool bf16) {
+    char what[128];
+    oj_engine *cpu = engine(false, OJ_NUMERICS_EXACT), *gpu = engine(true, OJ_NUMERICS_EXACT);
+    oj_gpt *mc = model(cpu, preset), *mg = model(gpu, preset);
+    int64_t V = oj_gpt_get_config(mg)->vocab_size;
+    int64_t live0 = oj_engine_live_tensors(gpu);
+    int32_t *prompt = malloc((size_t)n * sizeof *prompt);
+    prompt_of(prompt, n, V, (uint32_t)(cap * 131 + n));
+    oj_set_autocast(cpu, bf16, OJ_BF16);
+    oj_set_autocast(gpu, bf16, OJ_BF16);
+    run graph = run_new(steps, V), eager = run_new(steps, V), cached = run_new(steps, V),
+        host = run_new(steps, V);
+    oj_gpt_decoder *dg = NULL, *de = NULL, *dc = NULL;
+    assert_int_equal(oj_gpt_decoder_create(mg, cap, true, &dg), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_create(mg, cap, false, &de), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_create(mc, cap, true, &dc), OJ_OK);
+    decode(gpu, dg, prompt, n, &graph);
+    assert_int_equal(oj_gpt_decoder_graphed(dg), !on_cpu);
+    decode(gpu, de, prompt, n, &eager);
+    assert_false(oj_gpt_decoder_graphed(de));
+    decode(cpu, dc, prompt, n, &host);
+    if (cap >= n + steps || !strstr(preset, "gpt2")) decode_eager(mg, cap, prompt, n, &cached);
+    double tol = bf16 ? 2e-2 : 1e-5, tie = bf16 ? 4e-2 : 1e-5;
+    snprintf(what, sizeof what, "%s cap %lld%s: graph vs eager step", preset, (long long)cap,
+             bf16 ? " bf16" : "");
+    compare_runs(what, &graph, &eager, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "%s cap %lld%s: graph vs eager cached", preset, (long long)cap,
+             bf16 ? " bf16" : "");
+    compare_runs(what, &graph, &cached, tol, tie);
+    snprintf(what, sizeof what, "%s cap %lld%s: GPU graph vs CPU", preset, (long long)cap,
+             bf16 ? " bf16" : "");
+    compare_runs(what, &graph, &host, bf16 ? 4e-2 : 1e-4, bf16 ? 8e-2 : 1e-4);
+    /* a second sequence on the captured graph: as a fresh decoder's */
+    if (!bf16) {
+        int32_t *p2 = malloc((size_t)n * sizeof *p2); /* as long, other tokens */
+        prompt_of(p2, n, V, 77);
+        run again = run_new(steps, V), fresh = run_new(steps, V);
+        decode(gpu, dg, p2, n, &again);
+        oj_gpt_decoder *df = NULL;
+        assert_int_equal(oj_gpt_decoder_create(mg, cap, true, &df), OJ_OK);
+        decode(gpu, df, p2, n, &fresh);
+        snprintf(what, sizeof what, "%s cap %lld: second prefill", preset, (long long)cap);
+        compare_runs(what, &again, &fresh, 1e-6, 1e-6);
+        oj_gpt_decoder_free(df);
+        run_free(&again);
+        run_free(&fresh);
+        free(p2);
+    }
+    oj_set_autocast(cpu, false, OJ_BF16);
+    oj_set_autocast(gpu, false, OJ_BF16);
+    oj_gpt_decoder_free(dg);
+    oj_gpt_decoder_free(de);
+    oj_gpt_decoder_free(dc);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(gpu), live0);
+    run_free(&graph);
+    run_free(&eager);
+    run_free(&cached);
+    run_free(&host);
+    free(prompt);
+    oj_gpt_free(mg);
+    oj_gpt_free(mc);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+static void test_decoder_gpt2(void **state) {
+    (void)state;
+    decoder_case("gpt2-tiny", 48, 7, 40, false);
+    decoder_case("gpt2-tiny", 64, 1, 63, false); /* the whole context */
+}
+
+static void test_decoder_nanolab(void **state) {
+    (void)state;
+    decoder_case("nanolab-tiny", 48, 9, 38, false);
+    decoder_case("nanolab-tiny", 12, 5, 40, false); /* a ring */
+}
+
+static void test_decoder_bf16(void **state) {
+    (void)state;
+    decoder_case("gpt2-tiny", 40, 6, 30, true);
+    decoder_case("nanolab-tiny", 40, 6, 30, true);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The bench's model: greedy tokens of the graph against the eager cached
+ * decode, and how long each took (information, not checked). */
+static void test_decoder_gpt2_124m(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* minutes on a CPU */
+    oj_engine *gpu = engine(true, OJ_NUMERICS_EXACT);
+    oj_gpt *m = model(gpu, "gpt2-124m");
+    const int64_t n = 64;
+    enum { STEPS = 64 };
+    int32_t prompt[64];
+    prompt_of(prompt, n, 50257, 3);
+    run graph = run_new(STEPS, 50257), cached = run_new(STEPS, 50257);
+    oj_gpt_decoder *d = NULL;
+    assert_int_equal(oj_gpt_decoder_create(m, n + STEPS, true, &d), OJ_OK);
+    double t0 = now_s();
+    decode(gpu, d, prompt, n, &graph);
+    double t1 = now_s();
+    decode_eager(m, n + STEPS, prompt, n, &cached);
+    double t2 = now_s();
+    printf("gpt2-124m, %d steps with logits read back: graph %.3f s, eager %.3f s\n", STEPS,
+           t1 - t0, t2 - t1);
+    compare_runs("gpt2-124m: graph vs eager cached", &graph, &cached, 1e-4, 1e-4);
+    oj_gpt_decoder_free(d);
+    run_free(&graph);
+    run_free(&cached);
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
+int main(void) {
+    on_cpu = getenv("OJAS_GPU_TEST_ON_CPU") != NULL;
+    if (!on_cpu) {
+        oj_engine_config c = oj_engine_config_default();
+        c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+        oj_engine *probe = NULL;
+        oj_error err = {0};
+        if (oj_engine_create(&c, &probe, &err) != OJ_OK) {
+            printf("skipped: no CUDA device (%s)\n", err.message);
+            return 77;
+        }
+        oj_engine_free(probe);
+    } else {
+        printf("OJAS_GPU_TEST_ON_CPU: self-check with a CPU engine in place of CUDA\n");
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_index_copy),
+        cmocka_unit_test(test_captured_positions),
+        cmocka_unit_test(test_rotary_at),
+        cmocka_unit_test(test_attention_one_row),
+        cmocka_unit_test(test_decoder_gpt2),
+        cmocka_unit_test(test_decoder_nanolab),
+        cmocka_unit_test(test_decoder_bf16),
+        cmocka_unit_test(test_decoder_gpt2_124m),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
