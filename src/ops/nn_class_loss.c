@@ -1,14 +1,13 @@
 /* Class-index losses: cross_entropy (fused log-softmax + NLL with
  * ignore_index and label smoothing; the softmax is rebuilt in the backward
  * from the saved logsumexp, never stored) and nll_loss. */
-#include <math.h>
-
 #include "ops/nn_common.h"
 
 /* saved: cross_entropy: 0 logits rows (N,V), 1 targets (N), 2 lse (N);
- * nll_loss: 0 targets (N).
+ * nll_loss: 0 targets (N); then for MEAN the rank-0 f64 gradient scale
+ * (count > 0 ? 1 / count : 0, counted on the device: no read-back).
  * i[0] ignore_index, i[1] reduction, i[2] cross_entropy?; f[0] label
- * smoothing, f[1] scale (1 / counted rows for MEAN, else 1). */
+ * smoothing. */
 static oj_status class_loss_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     bool ce = n->i[2] != 0;
@@ -23,15 +22,20 @@ static oj_status class_loss_backward(oj_node *n, oj_tensor *const *go, oj_tensor
         gc = oj__nn_contig(g);
         g1 = gc ? oj__tensor_view(gc, 1, &N, NULL, gc->offset) : NULL;
     } else {
-        g1 = oj__tensor_view(g, 1, &N, &zero, g->offset); /* one value for every row */
+        if (n->i[1] == OJ_REDUCTION_MEAN) { /* go * scale in f64, as the kernels form
+                                              * scale * dloss from a double scale */
+            oj_tensor *sc = oj__node_saved(n, ce ? 3 : 1);
+            g = gc = sc ? oj_mul(g, sc) : NULL;
+        }
+        g1 = g ? oj__tensor_view(g, 1, &N, &zero, g->offset) : NULL; /* one value for every row */
     }
     oj_tensor *dx = g1 ? oj__tensor_alloc(eng, e->rank, e->shape, e->dtype, n->op) : NULL;
     oj_tensor *dx2 = dx ? oj__tensor_view(dx, 2, rows, NULL, dx->offset) : NULL;
     bool ok = false;
     if (dx2) {
-        oj_status st = ce ? eng->backend->cross_entropy_backward(eng, dx2, x, t, lse, g1, n->f[1],
+        oj_status st = ce ? eng->backend->cross_entropy_backward(eng, dx2, x, t, lse, g1, 1.0,
                                                                   n->i[0], n->f[0])
-                          : eng->backend->nll_loss_backward(eng, dx2, t, g1, n->f[1], n->i[0]);
+                          : eng->backend->nll_loss_backward(eng, dx2, t, g1, 1.0, n->i[0]);
         ok = oj__kernel_ok(eng, st, n->op);
     }
     oj_release(dx2);
@@ -83,25 +87,26 @@ static oj_tensor *class_loss(const char *op, bool ce, oj_tensor *x, oj_tensor *t
     oj_tensor *t1 = tc ? oj__tensor_view(tc, 1, &N, NULL, tc->offset) : NULL;
     oj_tensor *loss = t1 ? oj__tensor_alloc(eng, 1, &N, sdt, op) : NULL;
     oj_tensor *lse = loss && ce ? oj__tensor_alloc(eng, 1, &N, sdt, op) : NULL;
-    oj_tensor *out = NULL;
-    int64_t valid = 0;
+    oj_tensor *out = NULL, *gscale = NULL;
     bool ok = loss && (!ce || lse);
-    if (ok) {
+    if (ok) { /* no count wanted (NULL): nothing read back; MEAN counts on the device */
         oj_status st = ce ? eng->backend->cross_entropy_forward(eng, loss, lse, x2, t1, ignore_index,
-                                                                 smoothing, &valid)
-                          : eng->backend->nll_loss_forward(eng, loss, x2, t1, ignore_index, &valid);
+                                                                 smoothing, NULL)
+                          : eng->backend->nll_loss_forward(eng, loss, x2, t1, ignore_index, NULL);
         ok = oj__kernel_ok(eng, st, op);
     }
-    double scale = 1.0;
+    oj_tensor *cnt = NULL;
     if (ok) {
         oj_tensor *r = NULL;
         if (reduction == OJ_REDUCTION_NONE) {
             r = oj__tensor_view(loss, targets->rank, targets->shape, NULL, loss->offset);
         } else {
             oj_tensor *s = oj_sum_all(loss);
-            if (reduction == OJ_REDUCTION_MEAN) {
-                scale = valid > 0 ? 1.0 / (double)valid : NAN; /* torch: 0/0 */
-                r = valid > 0 ? oj_mul_scalar(s, scale) : oj_mul_scalar(s, NAN);
+            if (s && reduction == OJ_REDUCTION_MEAN) { /* sum * (1 / count); torch: 0/0 is NaN */
+                cnt = oj__nn_count_rows(t1, ignore_index);
+                oj_tensor *inv = cnt ? oj__nn_inv_count(cnt, sdt, false) : NULL;
+                r = inv ? oj_mul(s, inv) : NULL;
+                oj_release(inv);
                 oj_release(s);
             } else {
                 r = s;
@@ -115,6 +120,11 @@ static oj_tensor *class_loss(const char *op, bool ce, oj_tensor *x, oj_tensor *t
         }
         ok = out != NULL;
     }
+    if (ok && cnt && eng->grad_enabled && x->requires_grad) {
+        /* MEAN: count > 0 ? 1 / count : 0 (nothing counted: zero gradients) */
+        gscale = oj__nn_inv_count(cnt, OJ_F64, true);
+        ok = gscale != NULL;
+    }
     if (ok) {
         oj_node *nd = oj__node_begin(eng, op, class_loss_backward, 1, x);
         if (nd) {
@@ -122,7 +132,6 @@ static oj_tensor *class_loss(const char *op, bool ce, oj_tensor *x, oj_tensor *t
             nd->i[1] = reduction;
             nd->i[2] = ce;
             nd->f[0] = smoothing;
-            nd->f[1] = scale;
             if (ce) {
                 oj__nn_save_temp(nd, x2);
                 x2 = NULL;
@@ -133,15 +142,19 @@ static oj_tensor *class_loss(const char *op, bool ce, oj_tensor *x, oj_tensor *t
                 oj__nn_save_temp(nd, lse);
                 lse = NULL;
             }
+            if (gscale) oj__nn_save_temp(nd, gscale), gscale = NULL;
             oj__node_finish(nd, 1, &out);
         }
     }
+    oj_release(gscale);
+    oj_release(cnt);
     oj_release(lse);
     oj_release(loss);
     oj_release(t1);
     oj_release(tc);
     oj_release(x2);
     oj_release(xc);
+    if (!ok) oj_release(out);
     return ok ? out : NULL;
 }
 

@@ -56,6 +56,43 @@ oj_tensor *oj__nn_alias(oj_tensor *out) {
     return oj__tensor_view(out, out->rank, out->shape, out->stride, out->offset);
 }
 
+oj_tensor *oj__nn_count_rows(oj_tensor *t, int64_t ignore_index) {
+    /* the fill value is a double: exact up to 2^53 in magnitude */
+    const int64_t big = (int64_t)1 << 53;
+    oj_tensor *k, *m = NULL;
+    if (ignore_index >= -big && ignore_index <= big) {
+        k = oj_scalar(t->eng, (double)ignore_index, OJ_I64);
+        if (k) m = oj_ne(t, k);
+    } else { /* ignore_index is no class (V <= 2^53), and the kernel refused any
+              * other target outside [0, V): the counted rows are those in [0, 2^53] */
+        k = oj_scalar(t->eng, ignore_index > 0 ? (double)big : -(double)big, OJ_I64);
+        if (k) m = ignore_index > 0 ? oj_le(t, k) : oj_ge(t, k);
+    }
+    oj_tensor *n = m ? oj_sum_all(m) : NULL; /* i64 */
+    oj_tensor *c = n ? oj_cast(n, OJ_F64) : NULL;
+    oj_release(n);
+    oj_release(m);
+    oj_release(k);
+    return c;
+}
+
+oj_tensor *oj__nn_inv_count(oj_tensor *count, oj_dtype dt, bool grad) {
+    oj_tensor *r = oj_reciprocal(count), *z = NULL, *pos = NULL;
+    if (r && grad) { /* count > 0 ? 1 / count : 0 */
+        z = oj_scalar(count->eng, 0.0, OJ_F64);
+        pos = z ? oj_gt(count, z) : NULL;
+        oj_tensor *w = pos ? oj_where(pos, r, z) : NULL;
+        oj_release(r);
+        r = w;
+    }
+    oj_release(pos);
+    oj_release(z);
+    if (r == NULL || r->dtype == dt) return r;
+    oj_tensor *out = oj_cast(r, dt);
+    oj_release(r);
+    return out;
+}
+
 oj_tensor *oj__nn_reduce(oj_tensor *l, oj_reduction reduction) {
     if (l == NULL) return NULL;
     if (reduction == OJ_REDUCTION_MEAN) return oj_mean_all(l);

@@ -31,6 +31,19 @@ oj_tensor *oj__nn_alias(oj_tensor *out);
  * reference) in node nd and drop the op's reference: the node's becomes
  * the only one (the handle leaves the scope). */
 void oj__nn_save_temp(oj_node *nd, oj_tensor *t);
+/* The MEAN of a class-index loss without a read-back (so a training step
+ * can be captured into a CUDA graph): the rows of targets t [N] (i64/i32)
+ * whose target is not ignore_index, counted on the device with ops, as a
+ * rank-0 f64 tensor. Call it after the loss kernel accepted t (a target
+ * outside [0, V) that is not ignore_index was refused there). NULL with
+ * the error recorded. */
+oj_tensor *oj__nn_count_rows(oj_tensor *t, int64_t ignore_index);
+/* 1 / count (count from oj__nn_count_rows) computed in f64 and rounded
+ * once to dt, a rank-0 tensor. For the loss (grad false) a count of 0
+ * gives inf: the loss sum, 0 then, times inf is NaN, as torch's 0/0. For
+ * the gradient (grad true) it gives 0: nothing was counted, so nothing
+ * moves (as torch). */
+oj_tensor *oj__nn_inv_count(oj_tensor *count, oj_dtype dt, bool grad);
 /* Reduce elementwise losses l by reduction (MEAN, SUM: rank 0; NONE:
  * l retained). Recorded by autograd like oj_mean_all/oj_sum_all. */
 oj_tensor *oj__nn_reduce(oj_tensor *l, oj_reduction reduction);

@@ -8,10 +8,13 @@
  * Liger-Kernel fused linear cross-entropy (Wijmans et al. 2024; Hsu et
  * al. 2024): peak memory O(chunk V + V C) instead of O(N V).
  *
+ * Nothing is read back to the host (so a training step can be captured
+ * into a CUDA graph): MEAN counts the rows on the device and keeps its
+ * scales in tensors.
+ *
  * Chunk rows: as many as keep one chunk's logits under 256 MiB (at least
  * 1), a function of the shapes only, so results are reproducible. The
  * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning). */
-#include <math.h>
 #include <stdlib.h>
 
 #include "core/internal.h"
@@ -24,14 +27,17 @@ static int64_t chunk_rows(int64_t N, int64_t V, size_t es) {
     return r < N ? r : N;
 }
 
-/* saved: 0 dx [N, C] (or absent), 1 dW [V, C] in the accumulation dtype
- * (or absent). i[0]: has dx, i[1]: has dW; f[0]: scale. */
+/* saved: dx [N, C] (if i[0]), dW [V, C] in the accumulation dtype (if
+ * i[1]), then for MEAN (i[2]) the rank-0 gradient scale (count > 0 ?
+ * 1 / count : 0, in the loss dtype). */
 static oj_status lce_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     int s = 0;
     oj_tensor *dx = n->i[0] ? oj__node_saved(n, s++) : NULL;
     oj_tensor *dw = n->i[1] ? oj__node_saved(n, s++) : NULL;
-    oj_tensor *g = oj_mul_scalar(go[0], n->f[0]); /* rank 0 */
+    oj_tensor *sc = n->i[2] ? oj__node_saved(n, s++) : NULL;
+    if (n->i[2] && sc == NULL) return oj_last_status(eng);
+    oj_tensor *g = sc ? oj_mul(go[0], sc) : go[0]; /* rank 0 */
     if (g == NULL) return oj_last_status(eng);
     for (int i = 0; i < 2; i++) {
         oj_tensor *d = i == 0 ? dx : dw;
@@ -43,14 +49,14 @@ static oj_status lce_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) 
         oj_release(c);
         oj_release(m);
     }
-    oj_release(g);
+    if (g != go[0]) oj_release(g);
     return oj_last_status(eng);
 }
 
 /* The chunk loop: loss[N] (stat dtype), and dx / dw when not NULL. */
 static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor *w,
                        oj_tensor *t1, int64_t ignore_index, double eps, oj_tensor *loss,
-                       oj_tensor *dx, oj_tensor *dw, int64_t *valid) {
+                       oj_tensor *dx, oj_tensor *dw) {
     const oj_backend *be = eng->backend;
     int64_t N = x2->shape[0], V = w->shape[0];
     int64_t R = chunk_rows(N, V, oj_dtype_size(x2->dtype));
@@ -58,19 +64,16 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
     oj_tensor *wt = oj_transpose(w, 0, 1); /* [C, V] view */
     oj_tensor *one = dx || dw ? oj_full(eng, 0, NULL, sdt, 1.0) : NULL;
     bool ok = wt && (!(dx || dw) || one);
-    *valid = 0;
     for (int64_t r0 = 0; ok && r0 < N; r0 += R) {
         int64_t n = N - r0 < R ? N - r0 : R, zero = 0;
         oj_tensor *xc = oj_narrow(x2, 0, r0, n), *tc = oj_narrow(t1, 0, r0, n);
         oj_tensor *lc = oj_narrow(loss, 0, r0, n);
         oj_tensor *logits = xc ? oj_matmul(xc, wt) : NULL; /* [n, V] */
         oj_tensor *lse = logits ? oj__tensor_alloc(eng, 1, &n, sdt, op) : NULL;
-        int64_t v = 0;
-        ok = lse && tc && lc &&
+        ok = lse && tc && lc && /* no count wanted (NULL): nothing read back */
              oj__kernel_ok(eng, be->cross_entropy_forward(eng, lc, lse, logits, tc, ignore_index,
-                                                          eps, &v),
+                                                          eps, NULL),
                            op);
-        *valid += v;
         oj_tensor *dl = NULL, *ones = NULL;
         if (ok && (dx || dw)) {
             int64_t shp[2] = {n, V};
@@ -158,34 +161,39 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
     oj_tensor *loss = t1 ? oj__tensor_alloc(eng, 1, &N, sdt, op) : NULL;
     oj_tensor *dx = loss && want_dx ? oj__tensor_alloc(eng, 2, xs, x->dtype, op) : NULL;
     oj_tensor *dw = loss && want_dw ? oj_zeros(eng, 2, ws, sdt) : NULL;
-    int64_t valid = 0;
+    bool mean = reduction == OJ_REDUCTION_MEAN;
     bool ok = loss && (!want_dx || dx) && (!want_dw || dw) &&
-              lce_chunks(eng, op, x2, weight, t1, ignore_index, label_smoothing, loss, dx, dw,
-                         &valid);
-    double scale = reduction == OJ_REDUCTION_MEAN ? (valid > 0 ? 1.0 / (double)valid : NAN) : 1.0;
-    oj_tensor *out = NULL;
-    if (ok) {
-        oj_tensor *s = oj_sum_all(loss);
-        out = s ? oj_mul_scalar(s, scale) : NULL; /* MEAN over no counted row: NaN, as torch */
-        oj_release(s);
-        ok = out != NULL;
+              lce_chunks(eng, op, x2, weight, t1, ignore_index, label_smoothing, loss, dx, dw);
+    /* MEAN: sum * (1 / count) (NaN over no counted row, as torch); the
+     * gradient scale is 0 there instead: nothing was counted, so the
+     * gradients are 0 (as cross_entropy's and torch's), not dx * NaN */
+    oj_tensor *out = ok ? oj_sum_all(loss) : NULL, *gscale = NULL;
+    if (out && mean) {
+        oj_tensor *cnt = oj__nn_count_rows(t1, ignore_index);
+        oj_tensor *inv = cnt ? oj__nn_inv_count(cnt, sdt, false) : NULL;
+        oj_tensor *m = inv ? oj_mul(out, inv) : NULL;
+        gscale = m && (want_dx || want_dw) ? oj__nn_inv_count(cnt, sdt, true) : NULL;
+        oj_release(out);
+        out = m && (!(want_dx || want_dw) || gscale) ? m : NULL;
+        if (out == NULL) oj_release(m);
+        oj_release(inv);
+        oj_release(cnt);
     }
+    ok = out != NULL;
     oj_set_grad_enabled(eng, prev);
     if (ok && (want_dx || want_dw)) {
         oj_node *nd = oj__node_begin(eng, op, lce_backward, 2, x, weight);
         if (nd) {
             nd->i[0] = dx != NULL;
             nd->i[1] = dw != NULL;
-            /* MEAN over no counted row: the loss is NaN but nothing was
-             * counted, so the gradients are 0 (as cross_entropy's and
-             * torch's), not dx * NaN */
-            nd->f[0] = valid > 0 || reduction != OJ_REDUCTION_MEAN ? scale : 0.0;
+            nd->i[2] = gscale != NULL;
             if (dx) oj__nn_save_temp(nd, dx), dx = NULL;
             if (dw) oj__nn_save_temp(nd, dw), dw = NULL;
+            if (gscale) oj__nn_save_temp(nd, gscale), gscale = NULL;
             oj__node_finish(nd, 1, &out);
         }
     }
-    oj_tensor *tmp[] = {dx, dw, loss, t1, tc, x2, xc};
+    oj_tensor *tmp[] = {gscale, dx, dw, loss, t1, tc, x2, xc};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     if (!ok) {
         oj_release(out);

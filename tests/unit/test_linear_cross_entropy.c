@@ -1,7 +1,9 @@
 // test: linear_cross_entropy equals cross_entropy(linear(x, W)) in value
 // and gradients (f32 and f64, several chunks, ignored rows, label
 // smoothing, mean and sum, an upstream gradient other than 1), works
-// without grad and under bf16 autocast, and refuses bad arguments.
+// without grad and under bf16 autocast, and refuses bad arguments; the
+// rows counted on the device for MEAN honour an ignore_index beyond 2^53
+// (cross_entropy and nll_loss too).
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -158,11 +160,64 @@ static void test_bad_arguments(void **state) {
     oj_engine_free(e);
 }
 
+/* MEAN counts rows on the device; an ignore_index that a double cannot
+ * hold (beyond 2^53) must count like any other: the same rows ignored as
+ * -100 gives the same loss and gradients, bit for bit. */
+static void test_far_ignore_index(void **state) {
+    (void)state;
+    oj_engine *e = new_engine();
+    oj_scope_begin(e);
+    oj_tensor *x = oj_rand_normal(e, 3, (int64_t[]){B, T, C}, OJ_F32, 0, 1);
+    oj_tensor *w = oj_rand_normal(e, 2, (int64_t[]){V, C}, OJ_F32, 0, 0.5);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    const int64_t far[3] = {-100, ((int64_t)1 << 60) + 1, INT64_MIN + 1};
+    double loss[3][3];
+    oj_tensor *grads[3][3];
+    for (int f = 0; f < 3; f++) {
+        oj_tensor *t = make_targets(e, far[f]);
+        for (int k = 0; k < 3; k++) {
+            oj_zero_grad(x);
+            oj_zero_grad(w);
+            oj_tensor *l = k == 0   ? oj_linear_cross_entropy(x, w, t, far[f], 0.1, OJ_REDUCTION_MEAN)
+                           : k == 1 ? oj_cross_entropy(oj_linear(x, w, NULL), t, far[f], 0.1,
+                                                       OJ_REDUCTION_MEAN)
+                                    : oj_nll_loss(oj_log_softmax(oj_linear(x, w, NULL), -1), t,
+                                                  far[f], OJ_REDUCTION_MEAN);
+            if (l == NULL) fail_msg("%s", oj_last_error(e));
+            assert_int_equal(oj_backward(l, false), OJ_OK);
+            loss[f][k] = oj_item(l);
+            grads[f][k] = oj_clone(oj_grad(w));
+        }
+    }
+    for (int f = 1; f < 3; f++)
+        for (int k = 0; k < 3; k++) {
+            if (loss[f][k] != loss[0][k])
+                fail_msg("op %d, ignore_index %lld: loss %.17g, with -100 %.17g", k,
+                         (long long)far[f], loss[f][k], loss[0][k]);
+            assert_true(max_rel(grads[f][k], grads[0][k]) == 0.0);
+        }
+    // every row ignored by a far ignore_index: NaN loss, zero gradients
+    int64_t tall[B * T];
+    for (int i = 0; i < B * T; i++) tall[i] = far[1];
+    oj_tensor *ta = oj_from_host(e, 2, (int64_t[]){B, T}, OJ_I64, tall, sizeof tall);
+    oj_zero_grad(w);
+    oj_tensor *l = oj_linear_cross_entropy(x, w, ta, far[1], 0.0, OJ_REDUCTION_MEAN);
+    assert_true(isnan(oj_item(l)));
+    assert_int_equal(oj_backward(l, false), OJ_OK);
+    for (int64_t i = 0; i < oj_numel(oj_grad(w)); i++) assert_true(oj_item_at(oj_grad(w), i) == 0.0);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    oj_scope_end(e);
+    assert_int_equal(oj_engine_live_tensors(e), 0);
+    oj_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_unfused),
         cmocka_unit_test(test_no_grad_and_autocast),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_far_ignore_index),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
