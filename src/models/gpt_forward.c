@@ -215,8 +215,9 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
         oj_release(x);
         x = x2;
     } else if (m->cfg.family == OJ_GPT2) {
-        oj_tensor *pidx = oj_arange(eng, (double)pos, (double)(pos + T), 1.0, OJ_I64);
-        oj_tensor *pe = oj_embedding(m->wpe, pidx); /* [T, C] */
+        /* rows pos..pos+T-1 of wpe, a view (no index upload); its gradient
+         * flows through narrow's backward */
+        oj_tensor *pe = oj_narrow(m->wpe, 0, pos, T); /* [T, C] */
         oj_tensor *x2 = oj_add(x, pe);
         oj_release(x);
         x = x2;
