@@ -14,7 +14,9 @@
 # starts, default 540), BENCH_SKIP_COMPILE=1 (no torch.compile runs),
 # BENCH_SKIP_CEILINGS=1 (MFU against 798 TFLOP/s, the anchors' measured
 # ceiling), BENCH_BATCHES (default "16 32"), BENCH_COMPILE_BATCHES
-# (torch.compile's, default the same, comma-separated).
+# (torch.compile's, default the same, comma-separated), BENCH_GRAPH (ojas
+# training modes, default "graph eager": forward + backward replayed as a
+# CUDA graph, and the eager step).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${1:-${OUT:-build-gpu/bench}}
@@ -52,8 +54,10 @@ BATCHES=${BENCH_BATCHES:-16 32}
 blist=$(echo "$BATCHES" | tr ' ' ',')
 first=${BATCHES%% *}
 ojas_train() { # preset batch
-  stage "ojas $1 B=$2 bf16" 120 sh -c "'$BUILD/bin/bench_gpu_train' $1 $2 1024 ${STEPS:-10} \
-    ${WARMUP:-3} cuda bf16 >> '$J' 2> '$O/ojas_$1_$2.log'"
+  for mode in ${BENCH_GRAPH:-graph eager}; do
+    stage "ojas $1 B=$2 bf16 $mode" 120 sh -c "'$BUILD/bin/bench_gpu_train' $1 $2 1024 ${STEPS:-10} \
+      ${WARMUP:-3} cuda bf16 $mode >> '$J' 2> '$O/ojas_$1_$2_$mode.log'"
+  done
 }
 # most wanted first: each system at the first batch size, then the rest
 for p in gpt2-124m nanolab-124m; do ojas_train $p "$first"; done

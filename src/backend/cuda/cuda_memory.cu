@@ -379,8 +379,14 @@ oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes,
 }
 
 /* cuBLAS's workspace: fixed, so the handle never allocates inside a graph
- * capture (the size cuBLAS recommends for Hopper). */
-#define BLAS_WORKSPACE (32u << 20)
+ * capture (32 MiB, the size cuBLAS recommends for Hopper). The environment
+ * variable OJAS_CUBLAS_WORKSPACE_MIB sets another size; 0 leaves cuBLAS
+ * its own (then graph capture of a matmul may fail). */
+static size_t blas_workspace_bytes(void) {
+    const char *e = getenv("OJAS_CUBLAS_WORKSPACE_MIB");
+    long mib = e && e[0] ? strtol(e, NULL, 10) : 32;
+    return mib > 0 && mib <= 4096 ? (size_t)mib << 20 : 0;
+}
 
 cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
@@ -395,17 +401,18 @@ cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op) {
                      s->ordinal, cublasGetStatusString(st));
         return NULL;
     }
-    cudaError_t e = s->blas_ws ? cudaSuccess : cudaMalloc(&s->blas_ws, BLAS_WORKSPACE);
+    size_t ws = blas_workspace_bytes();
+    cudaError_t e = s->blas_ws || ws == 0 ? cudaSuccess : cudaMalloc(&s->blas_ws, ws);
     if (e != cudaSuccess) {
         cudaGetLastError();
         cublasDestroy(s->blas);
-        oj_set_error(eng, OJ_ERR_CAPACITY, "%s: no device memory for cuBLAS's %u MiB workspace",
-                     op, BLAS_WORKSPACE >> 20);
+        oj_set_error(eng, OJ_ERR_CAPACITY, "%s: no device memory for cuBLAS's %zu MiB workspace",
+                     op, ws >> 20);
         return NULL;
     }
     /* the engine's stream, host scalars (TF32 is requested per call in FAST) */
     cublasSetStream(s->blas, s->stream);
-    cublasSetWorkspace(s->blas, s->blas_ws, BLAS_WORKSPACE);
+    if (ws) cublasSetWorkspace(s->blas, s->blas_ws, ws);
     cublasSetPointerMode(s->blas, CUBLAS_POINTER_MODE_HOST);
     s->blas_ready = true;
     return s->blas;
