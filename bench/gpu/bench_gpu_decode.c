@@ -1,14 +1,25 @@
 /* Batch-1 decode benchmark, the PyTorch anchors' inference setting
  * (../shared/anchors/infer_bench.py): GPT-2 124M from random init, greedy,
- * a 64-token prompt, 512 new tokens through oj_generate (KV cache, one
- * forward per token, logits of the new position read back and argmax'd on
- * the host). tok/s = new tokens / wall time of the whole generation,
- * prefill included; the median over the repeats after the first call.
- * Prints one JSON line.
+ * a 64-token prompt, 512 new tokens, two ways:
+ * - eager: oj_generate (KV cache, one forward per token run op by op from
+ *   the host, logits of the new position read back and argmax'd on the
+ *   host): tok_s, ms_per_token, first_call_s;
+ * - graph: oj_gpt_decoder (static KV cache of prompt + new positions, the
+ *   decode step captured into a CUDA graph on its first call and replayed
+ *   for every token, argmax on the device, one token read back per step;
+ *   the anchors' "static KV cache + CUDA graph" variant): graph_tok_s,
+ *   graph_ms_per_token, graph_first_call_s (the capture included),
+ *   graph_tokens_equal (of new_tokens, against eager) and
+ *   graph_first_diff (-1: none); static_tok_s is the same decoder with
+ *   the step run eagerly (graphs off), which separates the graph's gain
+ *   from the static step's.
+ * tok/s = new tokens / wall time of the whole generation, prefill
+ * included; the median over the repeats after the first call. Prints one
+ * JSON line.
  *
- * usage: bench_gpu_decode [repeats] [cpu|cuda] [f32|bf16]
+ * usage: bench_gpu_decode [repeats] [cpu|cuda] [f32|bf16] [all|eager|graph]
  * bf16: the forward runs under bf16 autocast (weights stay f32 and are
- * cast per use). */
+ * cast per use, inside the graph too; the anchors hold bf16 weights). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +38,71 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+enum { PROMPT = 64, NEW = 512 };
+
+/* Median of t[1..repeats] (t[0] is the first call); sorts them. */
+static double median_after_first(double *t, int repeats) {
+    qsort(t + 1, (size_t)repeats, sizeof *t, cmp_double);
+    return t[1 + repeats / 2];
+}
+
+/* oj_generate greedy: wall times t[0..repeats], tokens of the last run. */
+static oj_status run_eager(oj_gpt *m, const int32_t *prompt, int repeats, double *t,
+                           int32_t *toks) {
+    oj_engine *eng = oj_gpt_engine(m);
+    const int32_t *prompts[1] = {prompt};
+    int64_t plen[1] = {PROMPT}, olen[1] = {0};
+    oj_sampler_config sc = oj_sampler_config_default();
+    sc.temperature = 0.0; /* greedy */
+    sc.max_new_tokens = NEW;
+    oj_status st = OJ_OK;
+    for (int r = 0; st == OJ_OK && r <= repeats; r++) { /* r == 0: the first call */
+        int32_t *out[1] = {NULL};
+        oj_engine_synchronize(eng);
+        double t0 = now_s();
+        st = oj_generate(m, 1, prompts, plen, &sc, out, olen, NULL, NULL);
+        t[r] = now_s() - t0;
+        if (st == OJ_OK && olen[0] != NEW) {
+            fprintf(stderr, "bench: generated %lld tokens, wanted %d\n", (long long)olen[0], NEW);
+            st = OJ_ERR_INTERNAL;
+        }
+        if (st == OJ_OK) memcpy(toks, out[0], NEW * sizeof *toks);
+        free(out[0]);
+    }
+    return st;
+}
+
+/* oj_gpt_decoder (graph or not): the first call creates the decoder (and
+ * captures); every run is prefill + NEW - 1 steps. */
+static oj_status run_decoder(oj_gpt *m, const int32_t *prompt, bool graph, int repeats, double *t,
+                             int32_t *toks) {
+    oj_engine *eng = oj_gpt_engine(m);
+    oj_gpt_decoder *d = NULL;
+    oj_status st = OJ_OK;
+    for (int r = 0; st == OJ_OK && r <= repeats; r++) {
+        oj_engine_synchronize(eng);
+        double t0 = now_s();
+        if (d == NULL) st = oj_gpt_decoder_create(m, PROMPT + NEW, graph, &d);
+        if (st == OJ_OK) st = oj_gpt_decoder_prefill(d, prompt, PROMPT, &toks[0]);
+        for (int i = 1; st == OJ_OK && i < NEW; i++) st = oj_gpt_decoder_step(d, &toks[i]);
+        t[r] = now_s() - t0;
+    }
+    if (st == OJ_OK && graph && oj_engine_device(eng).type == OJ_DEVICE_CUDA &&
+        !oj_gpt_decoder_graphed(d)) {
+        fprintf(stderr, "bench: the decoder did not capture a graph\n");
+        st = OJ_ERR_INTERNAL;
+    }
+    oj_gpt_decoder_free(d);
+    return st;
+}
+
 int main(int argc, char **argv) {
     int repeats = argc > 1 ? atoi(argv[1]) : 5;
     bool on_cpu = argc > 2 && strcmp(argv[2], "cpu") == 0;
     bool bf16 = argc > 3 && strcmp(argv[3], "bf16") == 0;
+    const char *which = argc > 4 ? argv[4] : "all";
+    bool do_eager = strcmp(which, "graph") != 0, do_graph = strcmp(which, "eager") != 0;
     if (repeats < 1) repeats = 1;
-    enum { PROMPT = 64, NEW = 512 };
     oj_gpt_config mc;
     if (!oj_gpt_preset("gpt2-124m", &mc)) return 2;
     oj_engine_config ec = oj_engine_config_default();
@@ -56,38 +126,51 @@ int main(int argc, char **argv) {
         s ^= s << 13, s ^= s >> 17, s ^= s << 5;
         prompt[i] = (int32_t)(s % (uint32_t)mc.vocab_size);
     }
-    const int32_t *prompts[1] = {prompt};
-    int64_t plen[1] = {PROMPT}, olen[1] = {0};
-    oj_sampler_config sc = oj_sampler_config_default();
-    sc.temperature = 0.0; /* greedy */
-    sc.max_new_tokens = NEW;
-    double *t = calloc((size_t)repeats + 1, sizeof *t);
+    double *te = calloc((size_t)repeats + 1, sizeof *te), *tg = calloc((size_t)repeats + 1, sizeof *tg);
+    double *ts = calloc((size_t)repeats + 1, sizeof *ts);
+    int32_t *toks_e = calloc(NEW, sizeof *toks_e), *toks_g = calloc(NEW, sizeof *toks_g);
+    int32_t *toks_s = calloc(NEW, sizeof *toks_s);
     oj_status st = OJ_OK;
-    for (int r = 0; st == OJ_OK && r <= repeats; r++) { /* r == 0: the first call */
-        int32_t *out[1] = {NULL};
-        oj_engine_synchronize(eng);
-        double t0 = now_s();
-        st = oj_generate(m, 1, prompts, plen, &sc, out, olen, NULL, NULL);
-        t[r] = now_s() - t0;
-        if (st == OJ_OK && olen[0] != NEW) {
-            fprintf(stderr, "bench: generated %lld tokens, wanted %d\n", (long long)olen[0], NEW);
-            st = OJ_ERR_INTERNAL;
-        }
-        free(out[0]);
-    }
+    if (do_eager) st = run_eager(m, prompt, repeats, te, toks_e);
+    if (st == OJ_OK && do_graph) st = run_decoder(m, prompt, true, repeats, tg, toks_g);
+    if (st == OJ_OK && do_graph) st = run_decoder(m, prompt, false, repeats, ts, toks_s);
     if (st != OJ_OK) {
         fprintf(stderr, "bench: %s\n", oj_last_error(eng));
         return 1;
     }
-    double first = t[0];
-    qsort(t + 1, (size_t)repeats, sizeof *t, cmp_double);
-    double med = t[1 + repeats / 2];
     printf("{\"system\": \"ojas\", \"bench\": \"decode\", \"preset\": \"gpt2-124m\", \"device\": "
-           "\"%s\", \"dtype\": \"%s\", \"prompt\": %d, \"new_tokens\": %d, \"ms_per_token\": %.4f, "
-           "\"tok_s\": %.1f, \"first_call_s\": %.3f, \"peak_gib\": %.3f}\n",
-           on_cpu ? "cpu" : "cuda", bf16 ? "bf16 autocast" : "f32", PROMPT, NEW, 1e3 * med / NEW,
-           NEW / med, first, (double)oj_budget_peak(oj_engine_budget(eng)) / (1 << 30));
-    free(t);
+           "\"%s\", \"dtype\": \"%s\", \"prompt\": %d, \"new_tokens\": %d",
+           on_cpu ? "cpu" : "cuda", bf16 ? "bf16 autocast" : "f32", PROMPT, NEW);
+    if (do_eager) {
+        double first = te[0], med = median_after_first(te, repeats);
+        printf(", \"ms_per_token\": %.4f, \"tok_s\": %.1f, \"first_call_s\": %.3f",
+               1e3 * med / NEW, NEW / med, first);
+    }
+    if (do_graph) {
+        double first = tg[0], med = median_after_first(tg, repeats);
+        double smed = median_after_first(ts, repeats);
+        printf(", \"graph_capacity\": %d, \"graph_ms_per_token\": %.4f, \"graph_tok_s\": %.1f, "
+               "\"graph_first_call_s\": %.3f, \"static_tok_s\": %.1f",
+               PROMPT + NEW, 1e3 * med / NEW, NEW / med, first, NEW / smed);
+        int same_s = 0;
+        for (int i = 0; i < NEW; i++) same_s += toks_s[i] == toks_g[i];
+        printf(", \"graph_tokens_equal_static\": %d", same_s);
+        if (do_eager) {
+            int same = 0, diff = -1;
+            for (int i = 0; i < NEW; i++) {
+                same += toks_e[i] == toks_g[i];
+                if (diff < 0 && toks_e[i] != toks_g[i]) diff = i;
+            }
+            printf(", \"graph_tokens_equal\": %d, \"graph_first_diff\": %d", same, diff);
+        }
+    }
+    printf(", \"peak_gib\": %.3f}\n", (double)oj_budget_peak(oj_engine_budget(eng)) / (1 << 30));
+    free(te);
+    free(tg);
+    free(ts);
+    free(toks_e);
+    free(toks_g);
+    free(toks_s);
     oj_gpt_free(m);
     oj_engine_free(eng);
     return 0;
