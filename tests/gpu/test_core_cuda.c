@@ -161,8 +161,10 @@ static void test_graph_capture_replay(void **state) {
     assert_int_equal(oj_graph_capturing(gpu), false);
     assert_int_equal(oj_graph_capture_begin(gpu), OJ_OK);
     assert_true(oj_graph_capturing(gpu));
-    oj_tensor *c = oj_matmul(a, b);                     /* [2, 2] */
-    oj_tensor *d = oj_tanh(oj_add(c, oj_narrow(a, 1, 0, 2)));
+    oj_tensor *c = oj_matmul(a, b); /* [2, 2] */
+    oj_tensor *an = oj_narrow(a, 1, 0, 2);
+    oj_tensor *cs = oj_add(c, an);
+    oj_tensor *d = oj_tanh(cs);
     oj_tensor *s = oj_sum_all(d);
     assert_non_null(s);
     oj_graph *g = oj_graph_capture_end(gpu);
@@ -186,7 +188,9 @@ static void test_graph_capture_replay(void **state) {
         assert_float_equal(gs, ws, 1e-5);
     }
     /* the graph's pool stays reserved (trimming leaves it) until the graph
-     * is freed: then its free blocks go back (c, d, s still hold theirs) */
+     * is freed: then its blocks go back */
+    oj_tensor *made[] = {c, an, cs, d, s};
+    for (int i = 0; i < 5; i++) oj_release(made[i]);
     oj_engine_trim_pool(gpu);
     int64_t held = oj_budget_current(oj_engine_budget(gpu));
     oj_graph_free(g);

@@ -14,6 +14,7 @@
  * reproducibility guarantee), which is what EXACT promises here; the
  * summation order over k is cuBLAS's, not the CPU's index order. */
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -86,6 +87,24 @@ static oj_status prepare(oj_engine *eng, const oj_tensor *t, int64_t bt, int64_t
     m->op = CUBLAS_OP_N;
     m->ld = C > 1 ? C : 1;
     return OJ_OK;
+}
+
+/* With OJAS_CUDA_PROFILE=1 each GEMM is charged under its shape, dtype
+ * and operand layout ("matmul bf16 NT b16 1024x2304x768"), names interned
+ * for the profile's lifetime (up to 128 distinct ones, then one bucket). */
+static const char *prof_name(oj_dtype dt, cublasOperation_t oa, cublasOperation_t ob, int64_t bt,
+                             int64_t M, int64_t N, int64_t K, bool acc) {
+    static char names[128][128];
+    static int n;
+    char key[128];
+    snprintf(key, sizeof key, "matmul %s %c%c b%lld %lldx%lldx%lld%s", oj_dtype_name(dt),
+             oa == CUBLAS_OP_N ? 'N' : 'T', ob == CUBLAS_OP_N ? 'N' : 'T', (long long)bt,
+             (long long)M, (long long)N, (long long)K, acc ? " +=" : "");
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], key) == 0) return names[i];
+    if (n == 128) return "matmul (other shapes)";
+    memcpy(names[n], key, sizeof key);
+    return names[n++];
 }
 
 static oj_status blas_error(oj_engine *eng, cublasStatus_t st, const char *what) {
@@ -186,5 +205,7 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
     if (A.packed) oj__storage_release(A.packed);
     if (B.packed) oj__storage_release(B.packed);
     if (cs != CUBLAS_STATUS_SUCCESS) return blas_error(eng, cs, "cublasGemmStridedBatchedEx");
+    if (oj_cuda_state_of(eng)->prof)
+        return oj_cuda_check(eng, prof_name(dt, A.op, B.op, bt, M, N, K, accumulate));
     return oj_cuda_check(eng, "matmul (cublasGemmStridedBatchedEx)");
 }
