@@ -123,10 +123,10 @@ oj_tensor *oj_gpt_forward_cached(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx);
  * attention mask, the next token) held in device tensors: a step launches
  * the same work every time, so on a CUDA engine it is captured into a CUDA
  * graph on first use and replayed for every later token, with no host work
- * but one read-back of the new token (PyTorch's static KV cache with CUDA
- * graphs). On the CPU (or with graphs off) the same step runs eagerly; it
- * gives the tokens of oj_generate at temperature 0 (same logits, bit for
- * bit, on the CPU).
+ * but the launch, the read-back of the replay's index checks and that of
+ * the new token (PyTorch's static KV cache with CUDA graphs). On the CPU
+ * (or with graphs off) the same step runs eagerly; it gives the tokens of
+ * oj_generate at temperature 0 (same logits, bit for bit, on the CPU).
  *
  * Usage: create, prefill(prompt) -> first token, then step() -> each next
  * token; prefill again to start another sequence (the graph is kept).
