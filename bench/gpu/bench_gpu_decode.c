@@ -17,7 +17,8 @@
  * included; the median over the repeats after the first call. Prints one
  * JSON line.
  *
- * usage: bench_gpu_decode [repeats] [cpu|cuda] [f32|bf16] [all|eager|graph]
+ * usage: bench_gpu_decode [repeats] [cpu|cuda] [f32|bf16] [all|eager|graph] [preset]
+ * (preset default gpt2-124m; nanolab-124m runs the same way).
  * bf16: the forward runs under bf16 autocast (weights stay f32 and are
  * cast per use, inside the graph too; the anchors hold bf16 weights). */
 #include <stdio.h>
@@ -101,10 +102,14 @@ int main(int argc, char **argv) {
     bool on_cpu = argc > 2 && strcmp(argv[2], "cpu") == 0;
     bool bf16 = argc > 3 && strcmp(argv[3], "bf16") == 0;
     const char *which = argc > 4 ? argv[4] : "all";
+    const char *preset = argc > 5 ? argv[5] : "gpt2-124m";
     bool do_eager = strcmp(which, "graph") != 0, do_graph = strcmp(which, "eager") != 0;
     if (repeats < 1) repeats = 1;
     oj_gpt_config mc;
-    if (!oj_gpt_preset("gpt2-124m", &mc)) return 2;
+    if (!oj_gpt_preset(preset, &mc)) {
+        fprintf(stderr, "bench: unknown preset %s\n", preset);
+        return 2;
+    }
     oj_engine_config ec = oj_engine_config_default();
     ec.device.type = on_cpu ? OJ_DEVICE_CPU : OJ_DEVICE_CUDA;
     ec.seed = 1;
@@ -138,9 +143,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", oj_last_error(eng));
         return 1;
     }
-    printf("{\"system\": \"ojas\", \"bench\": \"decode\", \"preset\": \"gpt2-124m\", \"device\": "
+    printf("{\"system\": \"ojas\", \"bench\": \"decode\", \"preset\": \"%s\", \"device\": "
            "\"%s\", \"dtype\": \"%s\", \"prompt\": %d, \"new_tokens\": %d",
-           on_cpu ? "cpu" : "cuda", bf16 ? "bf16 autocast" : "f32", PROMPT, NEW);
+           preset, on_cpu ? "cpu" : "cuda", bf16 ? "bf16 autocast" : "f32", PROMPT, NEW);
     if (do_eager) {
         double first = te[0], med = median_after_first(te, repeats);
         printf(", \"ms_per_token\": %.4f, \"tok_s\": %.1f, \"first_call_s\": %.3f",
