@@ -350,6 +350,30 @@ typedef struct oj_backend {
      * every tensor in a few launches and reads the n results back once. */
     oj_status (*sum_squares_multi)(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
                                    double *out);
+    /* ---- multi-tensor optimizer entries (torch.optim's foreach/fused
+     * forms): one call for a whole step's tensors, so a device runs it in
+     * a few launches instead of one (or three) per tensor. Element for
+     * element each gives the bits of the per-tensor entry it batches. The
+     * tensors written (params, exp_avgs, exp_avg_sqs; ts) overlap no other
+     * tensor of the call: the order of the tensors is not promised. */
+    /* adam_step for every i < n: params[i], grads[i], exp_avgs[i],
+     * exp_avg_sqs[i] with args[i] (one per tensor: the step count, hence
+     * the bias corrections, is per parameter, lr and weight decay per
+     * param group). Each i as adam_step takes it (contiguous, one shape,
+     * one dtype f32 or f64; different i may differ in dtype). OJ_ERR_DTYPE
+     * (nothing written) when a parameter is not f32/f64. check_only writes
+     * nothing and returns OJ_ERR_NUMERIC (recording nothing) when any new
+     * value of any tensor would be non-finite (CUDA: one status word for
+     * the whole call, read back once). */
+    oj_status (*adam_step_multi)(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                 const oj_tensor *const *grads, oj_tensor *const *exp_avgs,
+                                 oj_tensor *const *exp_avg_sqs, const oj_adam_args *args,
+                                 bool check_only);
+    /* ts[i] *= alpha in place for every i < n (torch._foreach_mul_), each
+     * ts[i] contiguous f32/f64/bf16/f16 (OJ_ERR_DTYPE otherwise, nothing
+     * written): the bits unary(OJ_UN_AFFINE, ts[i], ts[i], alpha, 0) gives
+     * on the same backend. Used by the gradient clip. */
+    oj_status (*mul_scalar_multi)(oj_engine *eng, int64_t n, oj_tensor *const *ts, double alpha);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

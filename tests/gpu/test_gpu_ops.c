@@ -1146,6 +1146,139 @@ static void test_sum_squares_multi(void **state) {
     assert_true(isinf(r[0]) && isinf(r[1]));
 }
 
+/* The bytes of a and b (same dtype and size) are equal: -0.0 is not 0.0. */
+static void same_bytes(oj_tensor *a, oj_tensor *b, const char *what, int i) {
+    assert_int_equal(oj_tensor_dtype(a), oj_tensor_dtype(b));
+    assert_int_equal(oj_numel(a), oj_numel(b));
+    size_t nb = (size_t)oj_numel(a) * oj_dtype_size(oj_tensor_dtype(a));
+    unsigned char *ba = malloc(nb + 1), *bb = malloc(nb + 1);
+    assert_int_equal(oj_to_host(a, ba, nb), OJ_OK);
+    assert_int_equal(oj_to_host(b, bb, nb), OJ_OK);
+    bool same = memcmp(ba, bb, nb) == 0;
+    free(ba);
+    free(bb);
+    if (!same) fail_msg("%s %d: bytes differ", what, i);
+}
+
+/* adam_step_multi: 100 tensors, f32 and f64 interleaved (more than one
+ * launch's table of each), sizes 0, 1, around the 4096-element chunk and
+ * several chunks, per-tensor step counts, lr, weight decay, Adam and AdamW:
+ * the CUDA multi entry gives the CPU's bits and its own adam_step's bits,
+ * over two passes; check_only finds one infinite gradient element in a
+ * late tensor (OJ_ERR_NUMERIC, nothing recorded, nothing written). */
+static void test_adam_step_multi(void **state) {
+    (void)state;
+    enum { NT = 100 };
+    static const int64_t sizes[] = {1, 0, 4095, 4096, 4097, 8193, 300001, 65537, 7, 1};
+    pr p[NT], g[NT], m[NT], v[NT], p1[NT], m1[NT], v1[NT];
+    oj_tensor *ts[2][4][NT];
+    oj_adam_args args[NT];
+    for (int i = 0; i < NT; i++) {
+        int ns = (int)(sizeof sizes / sizeof sizes[0]);
+        int64_t n = i < ns ? sizes[i] : 1 + (int64_t)(urand() * 2500);
+        oj_dtype dt = i % 3 == 1 ? OJ_F64 : OJ_F32;
+        p[i] = rnd(1, &n, dt, -1, 1);
+        g[i] = rnd(1, &n, dt, -1, 1);
+        m[i] = rnd(1, &n, dt, -0.1, 0.1);
+        v[i] = rnd(1, &n, dt, 0.001, 0.1);
+        p1[i] = dup(p[i]);
+        m1[i] = dup(m[i]);
+        v1[i] = dup(v[i]);
+        for (int s = 0; s < 2; s++) {
+            ts[s][0][i] = p[i].t[s];
+            ts[s][1][i] = g[i].t[s];
+            ts[s][2][i] = m[i].t[s];
+            ts[s][3][i] = v[i].t[s];
+        }
+        double step = 1 + i % 7, b1 = 0.9, b2 = i % 2 ? 0.95 : 0.999;
+        args[i] = (oj_adam_args){.lr = i % 4 ? 1e-3 : 6e-4, .beta1 = b1, .beta2 = b2,
+                                 .eps = 1e-8, .weight_decay = i % 5 ? 0.1 : 0.0,
+                                 .bias_correction1 = 1 - pow(b1, step),
+                                 .bias_correction2 = 1 - pow(b2, step),
+                                 .decoupled = i % 3 != 2};
+    }
+#define ADAM_MULTI(check)                                                                    \
+    E->backend->adam_step_multi(E, NT, ts[SIDE][0], (const oj_tensor *const *)ts[SIDE][1],   \
+                                ts[SIDE][2], ts[SIDE][3], args, check)
+    for (int pass = 0; pass < 2; pass++) {
+        BOTH(ADAM_MULTI(true));
+        BOTH(ADAM_MULTI(false));
+        for (int i = 0; i < NT; i++) {
+            assert_int_equal(gpu->backend->adam_step(gpu, p1[i].t[1], g[i].t[1], m1[i].t[1],
+                                                     v1[i].t[1], &args[i], false),
+                             OJ_OK);
+            cmp(p[i], 0, "adam_step_multi param vs cpu");
+            cmp(m[i], 0, "adam_step_multi exp_avg vs cpu");
+            cmp(v[i], 0, "adam_step_multi exp_avg_sq vs cpu");
+            same_bytes(p[i].t[1], p1[i].t[1], "adam_step_multi param vs adam_step", i);
+            same_bytes(m[i].t[1], m1[i].t[1], "adam_step_multi exp_avg vs adam_step", i);
+            same_bytes(v[i].t[1], v1[i].t[1], "adam_step_multi exp_avg_sq vs adam_step", i);
+        }
+    }
+    /* one infinite gradient element in a tensor of a late table */
+    pr keep = dup(p[NT - 3]);
+    for (int s = 0; s < 2; s++) {
+        bool prev = oj_set_grad_enabled(s ? gpu : cpu, false);
+        assert_int_equal(oj_fill_(oj_narrow(g[NT - 3].t[s], 0, 0, 1), INFINITY), OJ_OK);
+        oj_set_grad_enabled(s ? gpu : cpu, prev);
+    }
+    for (SIDE = 0; SIDE < 2; SIDE++) {
+        assert_int_equal(ADAM_MULTI(true), OJ_ERR_NUMERIC);
+        assert_int_equal(oj_last_status(E), OJ_OK);
+    }
+    SIDE = 0;
+#undef ADAM_MULTI
+    same_bytes(p[NT - 3].t[1], keep.t[1], "adam_step_multi check_only wrote", NT - 3);
+    /* n = 0 */
+    BOTH(E->backend->adam_step_multi(E, 0, ts[SIDE][0], (const oj_tensor *const *)ts[SIDE][1],
+                                     ts[SIDE][2], ts[SIDE][3], args, true));
+}
+
+/* mul_scalar_multi (the clip's scaling): 200 tensors of f32, bf16, f64
+ * and f16 (more than one launch's table), sizes 0, 1 and around the chunk,
+ * with signed zeros, subnormals and infinities: the CUDA multi entry gives
+ * the bits of its own unary(AFFINE, alpha, 0) tensor by tensor (float
+ * math with (float)alpha on its fast path, double for f64 and a single
+ * element), and the CPU's values within the dtype's tolerance; an integer
+ * tensor is OJ_ERR_DTYPE on both. */
+static void test_mul_scalar_multi(void **state) {
+    (void)state;
+    enum { NT = 200 };
+    static const int64_t sizes[] = {1, 1, 1, 1, 0, 4097, 4096, 100003, 9, 3, 2, 65536};
+    static const oj_dtype dts[] = {OJ_F32, OJ_BF16, OJ_F64, OJ_F16};
+    const double alpha = 0.3183098861837907; /* not exact in f32, bf16 or f16 */
+    pr x[NT], ref[NT];
+    oj_tensor *ts[2][NT];
+    for (int i = 0; i < NT; i++) {
+        int ns = (int)(sizeof sizes / sizeof sizes[0]);
+        int64_t n = i < ns ? sizes[i] : 1 + (int64_t)(urand() * 3000);
+        oj_dtype dt = dts[i % 4];
+        double *vals = malloc((size_t)(n > 0 ? n : 1) * sizeof *vals);
+        static const double special[6] = {-0.0, 0.0, -1e-41, 3e-39, INFINITY, -INFINITY};
+        for (int64_t k = 0; k < n; k++) vals[k] = k < 6 && n > 8 ? special[k] : nzrand(-3, 3);
+        x[i] = up(1, &n, dt, vals);
+        free(vals);
+        ref[i] = dup(x[i]);
+        ts[0][i] = x[i].t[0];
+        ts[1][i] = x[i].t[1];
+    }
+    BOTH(E->backend->mul_scalar_multi(E, NT, ts[SIDE], alpha));
+    for (int i = 0; i < NT; i++) {
+        assert_int_equal(
+            gpu->backend->unary(gpu, OJ_UN_AFFINE, ref[i].t[1], ref[i].t[1], alpha, 0.0), OJ_OK);
+        same_bytes(x[i].t[1], ref[i].t[1], "mul_scalar_multi vs unary affine", i);
+        cmp(x[i], tol(oj_tensor_dtype(x[i].t[0]), 1e-6), "mul_scalar_multi vs cpu");
+    }
+    int64_t three = 3;
+    pr it = rint_(1, &three, OJ_I64, 0, 5);
+    for (SIDE = 0; SIDE < 2; SIDE++) {
+        oj_tensor *two[2] = {x[5].t[SIDE], it.t[SIDE]};
+        assert_int_equal(E->backend->mul_scalar_multi(E, 2, two, 2.0), OJ_ERR_DTYPE);
+    }
+    SIDE = 0;
+    BOTH(E->backend->mul_scalar_multi(E, 0, ts[SIDE], alpha));
+}
+
 /* ================================================================ ops: forward and backward */
 
 /* Leaves requiring grad on both engines. */
@@ -1907,6 +2040,8 @@ int main(void) {
         T_(test_im2col),
         T_(test_optim),
         T_(test_sum_squares_multi),
+        T_(test_adam_step_multi),
+        T_(test_mul_scalar_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),
         T_(test_ops_losses_backward),

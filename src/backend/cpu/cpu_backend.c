@@ -6,6 +6,12 @@
 /* cpu_optim.c (declared here: cpu_kernels.h is shared with other work) */
 oj_status oj_cpu_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
                                    double *out);
+oj_status oj_cpu_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                 const oj_tensor *const *grads, oj_tensor *const *exp_avgs,
+                                 oj_tensor *const *exp_avg_sqs, const oj_adam_args *args,
+                                 bool check_only);
+oj_status oj_cpu_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
+                                  double alpha);
 
 const oj_backend oj_cpu_backend = {
     .name = "cpu",
@@ -59,4 +65,6 @@ const oj_backend oj_cpu_backend = {
     .col2im = oj_cpu_col2im,
     .sum_squares = oj_cpu_sum_squares,
     .sum_squares_multi = oj_cpu_sum_squares_multi,
+    .adam_step_multi = oj_cpu_adam_step_multi,
+    .mul_scalar_multi = oj_cpu_mul_scalar_multi,
 };

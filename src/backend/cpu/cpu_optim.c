@@ -434,3 +434,39 @@ oj_status oj_cpu_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *c
     if (n > 0) oj_cpu_parallel_for(eng, n, 1, sumsq_multi_chunk, &j);
     return OJ_OK;
 }
+
+/* ---------------------------------------------------------------- multi-tensor entries
+ * The per-tensor kernels on each tensor in turn (each spread over the
+ * pool), so the bits are theirs by construction; on the CPU a launch costs
+ * nothing worth batching away. */
+
+oj_status oj_cpu_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                 const oj_tensor *const *grads, oj_tensor *const *exp_avgs,
+                                 oj_tensor *const *exp_avg_sqs, const oj_adam_args *args,
+                                 bool check_only); /* registered in cpu_backend.c */
+oj_status oj_cpu_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                 const oj_tensor *const *grads, oj_tensor *const *exp_avgs,
+                                 oj_tensor *const *exp_avg_sqs, const oj_adam_args *args,
+                                 bool check_only) {
+    for (int64_t i = 0; i < n; i++)
+        if (params[i]->dtype != OJ_F32 && params[i]->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    oj_status st = OJ_OK;
+    for (int64_t i = 0; i < n && st == OJ_OK; i++)
+        st = oj_cpu_adam_step(eng, params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], &args[i],
+                              check_only);
+    return st;
+}
+
+oj_status oj_cpu_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
+                                  double alpha); /* registered in cpu_backend.c */
+oj_status oj_cpu_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
+                                  double alpha) {
+    for (int64_t i = 0; i < n; i++) {
+        oj_dtype dt = ts[i]->dtype;
+        if (dt != OJ_F32 && dt != OJ_F64 && dt != OJ_BF16 && dt != OJ_F16) return OJ_ERR_DTYPE;
+    }
+    oj_status st = OJ_OK;
+    for (int64_t i = 0; i < n && st == OJ_OK; i++)
+        st = oj_cpu_unary(eng, OJ_UN_AFFINE, ts[i], ts[i], alpha, 0.0);
+    return st;
+}

@@ -6,6 +6,12 @@
 /* cuda_optim.cu (declared here: cuda_internal.cuh is shared with other work) */
 oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
                                     double *out);
+oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                  const oj_tensor *const *grads, oj_tensor *const *exp_avgs,
+                                  oj_tensor *const *exp_avg_sqs, const oj_adam_args *args,
+                                  bool check_only);
+oj_status oj_cuda_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
+                                   double alpha);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -64,6 +70,8 @@ static oj_backend make_cuda_backend() {
     b.apply_update = oj_cuda_apply_update;
     b.sum_squares = oj_cuda_sum_squares;
     b.sum_squares_multi = oj_cuda_sum_squares_multi;
+    b.adam_step_multi = oj_cuda_adam_step_multi;
+    b.mul_scalar_multi = oj_cuda_mul_scalar_multi;
     /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
     b.gather = oj_cuda_gather;
     b.scatter_add = oj_cuda_scatter_add;

@@ -6,10 +6,12 @@
  * is bit-identical to the CPU's. Hyperparameters are rounded to the
  * parameter dtype on the host exactly as the CPU does. check_only writes
  * nothing and reports a non-finite new value through a status word. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/scalar_ops.h"
 
 static __device__ __forceinline__ float MUL(float a, float b) { return __fmul_rn(a, b); }
 static __device__ __forceinline__ double MUL(double a, double b) { return __dmul_rn(a, b); }
@@ -31,24 +33,32 @@ template <typename T> struct adam_c {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
          i += (int64_t)gridDim.x * blockDim.x)
 
+/* Element i of one Adam/AdamW update (ADAM_ELEM's order in cpu_optim.c):
+ * writes the new values, or with check_only writes nothing and returns
+ * false when one would be non-finite. k_adam and k_adam_multi both run
+ * it, so they give the same bits. */
+template <typename T>
+static __device__ __forceinline__ bool adam_elem(T *p, const T *g, T *m, T *v, int64_t i,
+                                                 const adam_c<T> &c, bool check_only) {
+    T pi = p[i], gi = g[i];
+    if (c.dec) pi = MUL(pi, c.decay);
+    if (c.l2) gi = FMA(pi, c.wd, gi);
+    T mi = FMA(gi, c.omb1, MUL(m[i], c.b1));
+    T vi = FMA(MUL(c.omb2, gi), gi, MUL(v[i], c.b2));
+    T denom = ADD(DIV(SQRT(vi), c.bc2_sqrt), c.eps);
+    pi = ADD(DIV(MUL(c.neg_step, mi), denom), pi);
+    if (check_only) return isfinite(pi) && isfinite(mi) && isfinite(vi);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    return true;
+}
+
 template <typename T>
 __global__ void k_adam(T *p, const T *g, T *m, T *v, int64_t n, adam_c<T> c, bool check_only,
                        unsigned long long *bad) {
     OPT_LOOP(i, n) {
-        T pi = p[i], gi = g[i];
-        if (c.dec) pi = MUL(pi, c.decay);
-        if (c.l2) gi = FMA(pi, c.wd, gi);
-        T mi = FMA(gi, c.omb1, MUL(m[i], c.b1));
-        T vi = FMA(MUL(c.omb2, gi), gi, MUL(v[i], c.b2));
-        T denom = ADD(DIV(SQRT(vi), c.bc2_sqrt), c.eps);
-        pi = ADD(DIV(MUL(c.neg_step, mi), denom), pi);
-        if (check_only) {
-            if (!(isfinite(pi) && isfinite(mi) && isfinite(vi))) *bad = 1ull;
-        } else {
-            p[i] = pi;
-            m[i] = mi;
-            v[i] = vi;
-        }
+        if (!adam_elem(p, g, m, v, i, c, check_only)) *bad = 1ull;
     }
 }
 
@@ -437,4 +447,236 @@ oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *
     if (st == OJ_OK) st = oj_cuda_d2h(eng, out, res, (size_t)n * sizeof(double), op);
     oj__storage_release(hold);
     return st;
+}
+
+/* ---------------------------------------------------------------- multi-tensor updates
+ * torch's foreach/fused form of a step: adam_step_multi and
+ * mul_scalar_multi cut every tensor of the call into chunks of MT_CHUNK
+ * elements; one block of MT_THREADS threads takes one (tensor, chunk) pair
+ * (thread t: elements t, t + MT_THREADS, ... of the chunk, coalesced). The
+ * tensor table (pointers, sizes, per-tensor scalars, and the first chunk
+ * of each tensor, which a block searches for its own) travels by value as
+ * the kernel's argument, under the 4 KiB parameter limit: nothing is
+ * uploaded, a launch per table, and the launches can be captured into a
+ * graph. Each element is computed by the per-tensor kernels' own code, so
+ * the bits are theirs. The tensors of one call do not overlap (backend.h),
+ * so the blocks are independent. */
+#define MT_CHUNK 4096
+#define MT_THREADS 256
+
+/* The table entry that owns chunk c: the last k with chunk0[k] <= c (empty
+ * tensors are left out of the tables, so each entry owns >= 1 chunk). */
+template <typename B>
+static __device__ __forceinline__ int mt_entry(const B &b, int c) {
+    int lo = 0, hi = b.count;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (b.chunk0[mid] <= c) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Up to CAP Adam/AdamW tensors of one dtype: 48 f32 or 32 f64 (the
+ * per-tensor constants are most of the table). */
+template <typename T> struct adam_batch {
+    enum { CAP = sizeof(T) == sizeof(float) ? 48 : 32 };
+    T *p[CAP];
+    const T *g[CAP];
+    T *m[CAP];
+    T *v[CAP];
+    int64_t numel[CAP];
+    adam_c<T> c[CAP];
+    int chunk0[CAP + 1]; /* first chunk of entry k; [count] = the launch's blocks */
+    int count;
+};
+/* kernel parameters: the table, check_only and the status word pointer */
+static_assert(sizeof(adam_batch<float>) + 2 * sizeof(void *) <= 4096, "adam_batch<float> too large");
+static_assert(sizeof(adam_batch<double>) + 2 * sizeof(void *) <= 4096, "adam_batch<double> too large");
+
+template <typename T>
+__global__ void __launch_bounds__(MT_THREADS)
+    k_adam_multi(const adam_batch<T> b, bool check_only, unsigned long long *bad) {
+    int c = (int)blockIdx.x, k = mt_entry(b, c);
+    int64_t first = (int64_t)(c - b.chunk0[k]) * MT_CHUNK;
+    int64_t last = first + MT_CHUNK < b.numel[k] ? first + MT_CHUNK : b.numel[k];
+    T *p = b.p[k], *m = b.m[k], *v = b.v[k];
+    const T *g = b.g[k];
+    const adam_c<T> cc = b.c[k];
+    bool ok = true;
+    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS)
+        ok &= adam_elem(p, g, m, v, i, cc, check_only);
+    if (!ok) *bad = 1ull;
+}
+
+template <typename T>
+static oj_status adam_multi_launch(oj_engine *eng, const adam_batch<T> &b, bool check_only,
+                                   unsigned long long *bad) {
+    k_adam_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(b, check_only,
+                                                                               bad);
+    return oj_cuda_check(eng, "adam_step_multi");
+}
+
+/* Every non-empty tensor of dtype dt (element type T) of the call, in
+ * tables of up to CAP tensors and INT_MAX chunks, one launch each. */
+template <typename T>
+static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
+                                  oj_tensor *const *params, const oj_tensor *const *grads,
+                                  oj_tensor *const *exp_avgs, oj_tensor *const *exp_avg_sqs,
+                                  const oj_adam_args *args, bool check_only,
+                                  unsigned long long *bad) {
+    adam_batch<T> b;
+    memset(&b, 0, sizeof b);
+    for (int64_t i = 0; i < n; i++) {
+        if (params[i]->dtype != dt) continue;
+        int64_t ne = oj_cuda_numel(params[i]);
+        if (ne == 0) continue;
+        int64_t chunks = (ne + MT_CHUNK - 1) / MT_CHUNK;
+        if (chunks > INT_MAX)
+            return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
+                                "adam_step_multi: a tensor of %lld elements", (long long)ne);
+        if (b.count == adam_batch<T>::CAP || b.chunk0[b.count] + chunks > INT_MAX) {
+            if (adam_multi_launch(eng, b, check_only, bad) != OJ_OK) return oj_last_status(eng);
+            memset(&b, 0, sizeof b);
+        }
+        int k = b.count++;
+        b.p[k] = PTR(T, params[i]);
+        b.g[k] = PTR(const T, grads[i]);
+        b.m[k] = PTR(T, exp_avgs[i]);
+        b.v[k] = PTR(T, exp_avg_sqs[i]);
+        b.numel[k] = ne;
+        adam_consts(&b.c[k], &args[i]);
+        b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
+    }
+    if (b.count > 0 && adam_multi_launch(eng, b, check_only, bad) != OJ_OK)
+        return oj_last_status(eng);
+    return OJ_OK;
+}
+
+oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                  const oj_tensor *const *grads, oj_tensor *const *exp_avgs,
+                                  oj_tensor *const *exp_avg_sqs, const oj_adam_args *args,
+                                  bool check_only); /* registered in cuda_backend.cu */
+oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                  const oj_tensor *const *grads, oj_tensor *const *exp_avgs,
+                                  oj_tensor *const *exp_avg_sqs, const oj_adam_args *args,
+                                  bool check_only) {
+    const char *op = "adam_step_multi";
+    for (int64_t i = 0; i < n; i++)
+        if (params[i]->dtype != OJ_F32 && params[i]->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (n == 0) return OJ_OK;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    for (int64_t i = 0; i < n; i++) {
+        const oj_tensor *ts[4] = {params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]};
+        if (check_args(eng, op, ts, 4) != OJ_OK) return oj_last_status(eng);
+    }
+    if (check_only && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
+    unsigned long long *bad = oj_cuda_state_of(eng)->flags;
+    oj_status st = adam_multi_dtype<float>(eng, OJ_F32, n, params, grads, exp_avgs, exp_avg_sqs,
+                                           args, check_only, bad);
+    if (st == OJ_OK)
+        st = adam_multi_dtype<double>(eng, OJ_F64, n, params, grads, exp_avgs, exp_avg_sqs, args,
+                                      check_only, bad);
+    if (st != OJ_OK || !check_only) return st;
+    unsigned long long f;
+    if (oj_cuda_flags_read(eng, &f, 1, op) != OJ_OK) return oj_last_status(eng);
+    return f ? OJ_ERR_NUMERIC : OJ_OK;
+}
+
+/* mul_scalar_multi: up to SCL_BATCH tensors of any float dtype. The
+ * per-tensor entry (oj_cuda_unary, OJ_UN_AFFINE with (alpha, 0)) computes
+ * a tensor of more than one f32/bf16/f16 element on its fast path, in
+ * float with (float)alpha (oj_unary_f), and everything else (f64, and a
+ * single element, which its rows x cols plan does not take) on its
+ * generic path, in double with alpha itself (oj_unary_d, oj_cu_ld/st); so
+ * does this kernel, tensor by tensor. */
+#define SCL_BATCH 160
+
+struct scl_batch {
+    void *ptr[SCL_BATCH];
+    int64_t numel[SCL_BATCH];
+    int chunk0[SCL_BATCH + 1];
+    unsigned char dtype[SCL_BATCH];
+    int count;
+    float af, bf;  /* alpha and 0 for the float path */
+    double ad, bd; /* and for the double path */
+};
+static_assert(sizeof(scl_batch) <= 4096, "scl_batch too large");
+
+template <typename T>
+static __device__ __forceinline__ void scl_float(void *ptr, int64_t lo, int64_t hi, float a,
+                                                 float b) {
+    T *x = (T *)ptr;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += MT_THREADS)
+        x[i] = oj_cu_fromf<T>(oj_unary_f(OJ_UN_AFFINE, oj_cu_tof(x[i]), a, b));
+}
+
+__global__ void __launch_bounds__(MT_THREADS) k_mul_scalar_multi(const scl_batch b) {
+    int c = (int)blockIdx.x, k = mt_entry(b, c);
+    int64_t n = b.numel[k], first = (int64_t)(c - b.chunk0[k]) * MT_CHUNK;
+    int64_t last = first + MT_CHUNK < n ? first + MT_CHUNK : n;
+    int dt = b.dtype[k];
+    if (dt == OJ_F64 || n == 1) { /* the generic path's double */
+        int64_t es = dt == OJ_F64 ? 8 : dt == OJ_F32 ? 4 : 2;
+        for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
+            char *p = (char *)b.ptr[k] + i * es;
+            oj_cu_st(p, dt, oj_unary_d(OJ_UN_AFFINE, oj_cu_ld(p, dt), b.ad, b.bd));
+        }
+        return;
+    }
+    switch (dt) {
+    case OJ_F32: scl_float<float>(b.ptr[k], first, last, b.af, b.bf); break;
+    case OJ_BF16: scl_float<oj_cu_bf16>(b.ptr[k], first, last, b.af, b.bf); break;
+    default: scl_float<oj_cu_f16>(b.ptr[k], first, last, b.af, b.bf); break;
+    }
+}
+
+static oj_status scl_launch(oj_engine *eng, const scl_batch &b) {
+    k_mul_scalar_multi<<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(b);
+    return oj_cuda_check(eng, "mul_scalar_multi");
+}
+
+static void scl_reset(scl_batch *b, double alpha) {
+    memset(b, 0, sizeof *b);
+    b->af = (float)alpha;
+    b->bf = 0.0f;
+    b->ad = alpha;
+    b->bd = 0.0;
+}
+
+oj_status oj_cuda_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
+                                   double alpha); /* registered in cuda_backend.cu */
+oj_status oj_cuda_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
+                                   double alpha) {
+    const char *op = "mul_scalar_multi";
+    for (int64_t i = 0; i < n; i++) {
+        oj_dtype dt = ts[i]->dtype;
+        if (dt != OJ_F32 && dt != OJ_F64 && dt != OJ_BF16 && dt != OJ_F16) return OJ_ERR_DTYPE;
+    }
+    if (n == 0) return OJ_OK;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    for (int64_t i = 0; i < n; i++)
+        if (oj_cuda_need_contig(eng, ts[i], op, "every tensor") != OJ_OK)
+            return oj_last_status(eng);
+    scl_batch b;
+    scl_reset(&b, alpha);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ne = oj_cuda_numel(ts[i]);
+        if (ne == 0) continue;
+        int64_t chunks = (ne + MT_CHUNK - 1) / MT_CHUNK;
+        if (chunks > INT_MAX)
+            return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: a tensor of %lld elements", op,
+                                (long long)ne);
+        if (b.count == SCL_BATCH || b.chunk0[b.count] + chunks > INT_MAX) {
+            if (scl_launch(eng, b) != OJ_OK) return oj_last_status(eng);
+            scl_reset(&b, alpha);
+        }
+        int k = b.count++;
+        b.ptr[k] = oj_cuda_ptr(ts[i]);
+        b.numel[k] = ne;
+        b.dtype[k] = (unsigned char)ts[i]->dtype;
+        b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
+    }
+    if (b.count > 0 && scl_launch(eng, b) != OJ_OK) return oj_last_status(eng);
+    return OJ_OK;
 }
