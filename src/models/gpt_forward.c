@@ -90,8 +90,9 @@ static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h
                                  oj_kv_cache *cache) {
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
     oj_tensor *qkv = conv1d_hf(h, b->c_attn_w, b->c_attn_b); /* [B, T, 3C] */
-    oj_tensor *q = oj_narrow(qkv, 2, 0, C), *k = oj_narrow(qkv, 2, C, C),
-              *v = oj_narrow(qkv, 2, 2 * C, C);
+    oj_tensor *qkv3[3] = {NULL, NULL, NULL}; /* one split: its backward is one cat */
+    if (qkv) oj_split(qkv, C, 2, 3, qkv3);
+    oj_tensor *q = qkv3[0], *k = qkv3[1], *v = qkv3[2];
     oj_tensor *qh = split_heads(q, H, D), *kh = split_heads(k, H, D), *vh = split_heads(v, H, D);
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
     if (cache == NULL || cache_append(cache, l, kh, vh, &ka, &va))

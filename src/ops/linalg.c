@@ -296,8 +296,20 @@ static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
         oj_release(gt);
     }
     if (n->n_in > 2 && oj__node_needs(n, 2)) { /* db = sum of g over rows */
-        int d0 = 0;
-        gi[2] = oj_sum(g2, 1, &d0, false);
+        if (n->eng->device.type != OJ_DEVICE_CPU && (g2->dtype == OJ_BF16 || g2->dtype == OJ_F16)) {
+            /* on a device, bf16/f16: ones [1, N] @ g, the GEMM's f32
+             * accumulation at memory speed (the column reduction kernel
+             * took 5x longer) */
+            int64_t os[2] = {1, g2->shape[0]};
+            oj_tensor *ones = oj_full(n->eng, 2, os, g2->dtype, 1.0);
+            oj_tensor *s = ones ? oj_matmul(ones, g2) : NULL; /* [1, out] */
+            gi[2] = s ? oj_reshape(s, 1, &out_f) : NULL;
+            oj_release(s);
+            oj_release(ones);
+        } else {
+            int d0 = 0;
+            gi[2] = oj_sum(g2, 1, &d0, false);
+        }
     }
     oj_release(g2);
     return oj_last_status(n->eng);

@@ -253,7 +253,17 @@ static bool split_dim(oj_tensor *x, const char *op, int *dim) {
     return oj__norm_dim(x->eng, op, dim, x->rank);
 }
 
-/* outs[i] = narrow(x, dim, starts.., sizes[i]) for i < count. */
+/* The pieces' gradients (zeros for a piece that got none, filled in by
+ * the engine) side by side: one cat, each written once, instead of a
+ * zero-padded full-size gradient per piece and their sum. */
+static oj_status split_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    gi[0] = oj_cat(n->n_out, go, (int)n->i[0]);
+    return gi[0] ? OJ_OK : oj_last_status(n->eng);
+}
+
+/* outs[i] = narrow(x, dim, starts.., sizes[i]) for i < count. With a
+ * gradient wanted and at most OJ_NODE_MAX_OUT pieces, one node records all
+ * of them (backward: cat); else each narrow records its own. */
 static int split_views(oj_tensor *x, const char *op, int dim, int count, const int64_t *sizes,
                        int64_t uniform, int max_out, oj_tensor **outs) {
     if (outs == NULL) return count;
@@ -262,6 +272,10 @@ static int split_views(oj_tensor *x, const char *op, int dim, int count, const i
                      "fit in max_out %d", op, count, dim, (long long)x->shape[dim], max_out);
         return -1;
     }
+    oj_engine *eng = x->eng;
+    bool one_node = count >= 2 && count <= OJ_NODE_MAX_OUT && eng->grad_enabled &&
+                    x->requires_grad;
+    bool prev = one_node ? oj_set_grad_enabled(eng, false) : false;
     int64_t start = 0, size = x->shape[dim];
     for (int i = 0; i < count; i++) {
         int64_t len = sizes ? sizes[i] : (size - start < uniform ? size - start : uniform);
@@ -271,9 +285,18 @@ static int split_views(oj_tensor *x, const char *op, int dim, int count, const i
                 oj_release(outs[j]);
                 outs[j] = NULL;
             }
+            if (one_node) oj_set_grad_enabled(eng, prev);
             return -1;
         }
         start += len;
+    }
+    if (one_node) {
+        oj_set_grad_enabled(eng, prev);
+        oj_node *nd = oj__node_begin(eng, op, split_backward, 1, x);
+        if (nd) {
+            nd->i[0] = dim;
+            oj__node_finish(nd, count, outs);
+        }
     }
     return count;
 }
