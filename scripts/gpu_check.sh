@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build ojas with the CUDA backend in build-gpu/ and run the GPU tests
-# (tests/gpu: test_core_cuda, test_gpu_ops, test_gpu_gpt) on a machine with
+# (tests/gpu: test_core_cuda, test_gpu_ops, test_gpu_gpt, test_gpu_decode) on a machine with
 # an NVIDIA GPU, then check test_gpu_ops under compute-sanitizer memcheck
 # when the sanitizer is there. Logs go to $OUT when it is set (else
 # build-gpu/logs): gpu_check.log (everything), ctest.log, sync.log (a
@@ -75,7 +75,7 @@ fi
 note "build: ok in $(( $(date +%s) - t0 )) s"
 
 # ---------------------------------------------------------------- tests
-tests='^test_(core_cuda|gpu_ops|gpu_gpt)$'
+tests='^test_(core_cuda|gpu_ops|gpu_gpt|gpu_decode)$'
 (cd build-gpu && ctest -R "$tests" --output-on-failure --timeout "$TEST_TIMEOUT") 2>&1 |
   tee "$LOGS/ctest.log"
 ctest_rc=${PIPESTATUS[0]}
