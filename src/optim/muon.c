@@ -142,7 +142,18 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
                        : u->dtype == OJ_F64 ? oj_retain(r64)
                                             : oj_cast(r64, u->dtype);
         oj_tensor *x0 = rc ? oj_mul(u, rc) : NULL;
-        x = x0 ? ns_iterate_batch(x0, hp->ns_steps) : NULL;
+        /* On a device under FAST numerics the iteration runs in bf16 (f32
+         * accumulation), as Jordan's reference does: bf16 tensor-core
+         * GEMMs and half the bytes; the orthogonalised update is cast back
+         * to the parameters' f32. EXACT and the CPU keep f32. */
+        bool low = x0 && x0->dtype == OJ_F32 && eng->device.type != OJ_DEVICE_CPU &&
+                   eng->numerics == OJ_NUMERICS_FAST;
+        oj_tensor *xb = low ? oj_cast(x0, OJ_BF16) : NULL;
+        oj_tensor *xi = low ? (xb ? ns_iterate_batch(xb, hp->ns_steps) : NULL)
+                            : (x0 ? ns_iterate_batch(x0, hp->ns_steps) : NULL);
+        x = low && xi ? oj_cast(xi, OJ_F32) : (low ? NULL : xi);
+        if (low) oj_release(xi);
+        oj_release(xb);
         oj_tensor *tmp[] = {n, d, r64, rc, x0};
         for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
         if (x == NULL) st = oj_last_status(eng);
