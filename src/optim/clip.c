@@ -1,5 +1,6 @@
 /* Gradient norms and global-norm clipping (torch.nn.utils.clip_grad_norm_). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,37 @@ double oj__optim_tensor_norm(oj_tensor *t) {
     }
     oj_set_error(eng, st, "grad_norm: reduction failed on the %s backend", eng->backend->name);
     return NAN;
+}
+
+/* A tensor's bytes in its storage, for oj__optim_disjoint. */
+typedef struct {
+    uintptr_t storage;
+    int64_t lo, hi;
+} byte_span;
+
+static int span_cmp(const void *a, const void *b) {
+    const byte_span *x = a, *y = b;
+    if (x->storage != y->storage) return x->storage < y->storage ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+bool oj__optim_disjoint(int64_t n, oj_tensor *const *ts) {
+    byte_span *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
+    if (s == NULL) return false;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const oj_tensor *t = ts[i];
+        if (t == NULL) continue;
+        int64_t nb = oj_numel(t) * (int64_t)oj_dtype_size(t->dtype);
+        if (nb > 0) s[k++] = (byte_span){(uintptr_t)t->storage, t->offset, t->offset + nb};
+    }
+    /* sorted by (storage, first byte), disjoint spans follow one another */
+    qsort(s, (size_t)k, sizeof *s, span_cmp);
+    bool ok = true;
+    for (int64_t j = 1; j < k && ok; j++)
+        ok = s[j].storage != s[j - 1].storage || s[j].lo >= s[j - 1].hi;
+    free(s);
+    return ok;
 }
 
 /* Generic path of oj__optim_norms on a device: out[idx[j]] = L2 norm of
@@ -169,6 +201,46 @@ double oj_grad_norm(int64_t n, oj_tensor *const *params) {
     return norm_of(n, params, NULL);
 }
 
+/* Every grad of params *= coef (NULL grads skipped); false with the error
+ * recorded on failure. The mul_scalar_multi entry takes them all in one
+ * call (torch._foreach_mul_; on a device a launch per table of tensors
+ * instead of one per tensor) when every grad is a contiguous float tensor
+ * and no two overlap; otherwise oj_mul_scalar_ scales each. The entry
+ * gives oj_mul_scalar_'s bits, so the two paths agree. */
+static bool scale_grads(oj_engine *eng, int64_t n, oj_tensor *const *params, double coef) {
+    oj_tensor **gs = malloc((size_t)n * sizeof *gs);
+    bool multi = gs != NULL && eng->backend->mul_scalar_multi != NULL;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n && multi; i++) {
+        oj_tensor *g = params[i]->grad;
+        if (g == NULL) continue;
+        oj_dtype dt = g->dtype;
+        multi = (dt == OJ_F32 || dt == OJ_F64 || dt == OJ_BF16 || dt == OJ_F16) &&
+                oj_is_contiguous(g) && oj__live(g) && g->eng == eng;
+        gs[k++] = g;
+    }
+    if (multi) multi = oj__optim_disjoint(k, gs);
+    bool ok = true;
+    if (multi) {
+        oj_status st = eng->backend->mul_scalar_multi(eng, k, gs, coef);
+        if (st == OJ_OK) {
+            for (int64_t j = 0; j < k; j++) oj_bump_version(gs[j]);
+        } else {
+            if (oj_last_status(eng) == OJ_OK)
+                oj_set_error(eng, st, "clip_grad_norm: scaling failed on the %s backend",
+                             eng->backend->name);
+            ok = false;
+        }
+    } else {
+        for (int64_t i = 0; i < n && ok; i++) {
+            oj_tensor *g = params[i]->grad;
+            if (g != NULL && oj_mul_scalar_(g, coef) != OJ_OK) ok = false;
+        }
+    }
+    free(gs);
+    return ok;
+}
+
 /* oj_clip_grad_norm; with `each`, each[i] = the norm of params[i]'s grad
  * before clipping and *coef = the factor the grads were multiplied by (1
  * when not clipped), both set only when the result is finite and every
@@ -192,13 +264,7 @@ static double clip(int64_t n, oj_tensor *const *params, double max_norm, double 
         return norm;
     }
     bool prev = oj_set_grad_enabled(eng, false);
-    for (int64_t i = 0; i < n; i++) {
-        oj_tensor *g = params[i]->grad;
-        if (g != NULL && oj_mul_scalar_(g, coef) != OJ_OK) {
-            norm = NAN;
-            break;
-        }
-    }
+    if (!scale_grads(eng, n, params, coef)) norm = NAN;
     oj_set_grad_enabled(eng, prev);
     if (coef_out && !isnan(norm)) *coef_out = coef;
     return norm;

@@ -58,6 +58,10 @@ double oj__optim_tensor_norm(oj_tensor *t);
 /* out[i] = L2 norm of ts[i] (0 for NULL) for n tensors of eng; on a device
  * with one host read-back for all of them. */
 oj_status oj__optim_norms(oj_engine *eng, int64_t n, oj_tensor *const *ts, double *out);
+/* Do the n tensors (contiguous; NULL entries skipped) occupy disjoint
+ * bytes? Multi-tensor entries write their tensors in no promised order,
+ * so they are used only when this holds. */
+bool oj__optim_disjoint(int64_t n, oj_tensor *const *ts);
 /* A zero tensor shaped like t (dtype dt), unscoped; NULL with the error
  * recorded. */
 oj_tensor *oj__optim_zeros_unscoped(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "optim/optim_internal.h"
 
@@ -33,6 +34,25 @@ static oj_status skip(oj_optim *o, oj_optim_step_info *info, const char *fmt, ..
 
 static double lr_of(const oj_optim *o, const oj_optim_hparams *hp) { return hp->lr * o->lr_scale; }
 
+static bool is_adam(const work_item *w) {
+    return w->hp->algo == OJ_OPTIM_ADAM || w->hp->algo == OJ_OPTIM_ADAMW;
+}
+
+/* The Adam/AdamW hyperparameters of item w for this step (its slot's own
+ * step count: parameters added later, or skipped, are at other steps). */
+static oj_adam_args adam_args(const oj_optim *o, const work_item *w) {
+    const oj_optim_hparams *hp = w->hp;
+    double step = (double)(w->p->step + 1);
+    return (oj_adam_args){.lr = lr_of(o, hp),
+                          .beta1 = hp->beta1,
+                          .beta2 = hp->beta2,
+                          .eps = hp->eps,
+                          .weight_decay = hp->weight_decay,
+                          .bias_correction1 = 1.0 - pow(hp->beta1, step),
+                          .bias_correction2 = 1.0 - pow(hp->beta2, step),
+                          .decoupled = hp->algo == OJ_OPTIM_ADAMW};
+}
+
 /* Run the kernel of one item; check_only writes nothing. */
 static oj_status run_item(oj_optim *o, work_item *w, bool check_only) {
     oj_engine *eng = o->eng;
@@ -42,15 +62,7 @@ static oj_status run_item(oj_optim *o, work_item *w, bool check_only) {
     switch (hp->algo) {
     case OJ_OPTIM_ADAM:
     case OJ_OPTIM_ADAMW: {
-        double step = (double)(p->step + 1);
-        oj_adam_args a = {.lr = lr,
-                          .beta1 = hp->beta1,
-                          .beta2 = hp->beta2,
-                          .eps = hp->eps,
-                          .weight_decay = hp->weight_decay,
-                          .bias_correction1 = 1.0 - pow(hp->beta1, step),
-                          .bias_correction2 = 1.0 - pow(hp->beta2, step),
-                          .decoupled = hp->algo == OJ_OPTIM_ADAMW};
+        oj_adam_args a = adam_args(o, w);
         return eng->backend->adam_step(eng, p->param, w->grad, p->exp_avg, p->exp_avg_sq, &a,
                                        check_only);
     }
@@ -75,6 +87,89 @@ static oj_status run_item(oj_optim *o, work_item *w, bool check_only) {
     }
     }
     return OJ_ERR_INTERNAL;
+}
+
+/* The Adam/AdamW items of a step as one adam_step_multi call per pass
+ * (torch's foreach form; on a device a few launches instead of one per
+ * parameter and pass, and one status read-back for the check pass).
+ * n == 0: each item runs alone. */
+typedef struct {
+    int64_t n;
+    int64_t *idx; /* positions in items */
+    oj_tensor **p, **m, **v;
+    const oj_tensor **g;
+    oj_adam_args *args;
+} adam_batch;
+
+static void adam_batch_free(adam_batch *b) {
+    free(b->idx);
+    free(b->p);
+    free(b->m);
+    free(b->v);
+    free(b->g);
+    free(b->args);
+    memset(b, 0, sizeof *b);
+}
+
+/* Fill b with the Adam/AdamW items when the backend has adam_step_multi
+ * and no two parameters or gradients of the step overlap (the entry's
+ * order is not the items' order; with overlapping tensors only the
+ * per-item order is defined). The arguments are this step's. */
+static oj_status adam_batch_init(oj_optim *o, work_item *items, int64_t n, adam_batch *b) {
+    memset(b, 0, sizeof *b);
+    if (o->eng->backend->adam_step_multi == NULL) return OJ_OK;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += is_adam(&items[i]);
+    if (k == 0) return OJ_OK;
+    size_t K = (size_t)k;
+    oj_tensor **span = malloc(2 * (size_t)n * sizeof *span);
+    b->idx = malloc(K * sizeof *b->idx);
+    b->p = malloc(K * sizeof *b->p);
+    b->m = malloc(K * sizeof *b->m);
+    b->v = malloc(K * sizeof *b->v);
+    b->g = malloc(K * sizeof *b->g);
+    b->args = malloc(K * sizeof *b->args);
+    if (span == NULL || !b->idx || !b->p || !b->m || !b->v || !b->g || !b->args) {
+        free(span);
+        adam_batch_free(b);
+        return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        span[2 * i] = items[i].p->param;
+        span[2 * i + 1] = items[i].grad;
+    }
+    bool disjoint = oj__optim_disjoint(2 * n, span);
+    free(span);
+    if (!disjoint) {
+        adam_batch_free(b);
+        return OJ_OK;
+    }
+    for (int64_t i = 0, j = 0; i < n; i++) {
+        if (!is_adam(&items[i])) continue;
+        oj_optim_slot *p = items[i].p;
+        b->idx[j] = i;
+        b->p[j] = p->param;
+        b->g[j] = items[i].grad;
+        b->m[j] = p->exp_avg;
+        b->v[j] = p->exp_avg_sq;
+        b->args[j++] = adam_args(o, &items[i]);
+    }
+    b->n = k;
+    return OJ_OK;
+}
+
+static oj_status adam_batch_run(oj_optim *o, const adam_batch *b, bool check_only) {
+    oj_engine *eng = o->eng;
+    return eng->backend->adam_step_multi(eng, b->n, b->p, b->g, b->m, b->v, b->args, check_only);
+}
+
+/* After an item's update was written: its step count and versions. */
+static void mark_written(oj_optim_slot *p) {
+    p->step++;
+    oj_bump_version(p->param);
+    if (p->exp_avg) oj_bump_version(p->exp_avg);
+    if (p->exp_avg_sq) oj_bump_version(p->exp_avg_sq);
+    if (p->momentum_buffer) oj_bump_version(p->momentum_buffer);
 }
 
 static bool kernels_present(oj_optim *o) {
@@ -162,6 +257,60 @@ static oj_status muon_updates(oj_optim *o, work_item *items, int64_t n) {
     return st;
 }
 
+/* Steps 3 and 4: the read-only pass (nothing may become non-finite), then
+ * the writing pass. The items of ab go through adam_step_multi together;
+ * when that check finds a non-finite value, its items are checked one by
+ * one in order (the same kernel bits) to name the first. */
+static oj_status check_and_write(oj_optim *o, work_item *items, int64_t n, const adam_batch *ab,
+                                 oj_optim_step_info *info) {
+    oj_engine *eng = o->eng;
+    const char *ab_algo = ab->n ? oj__optim_algo_name(items[ab->idx[0]].hp->algo) : "";
+    oj_status st;
+    if (o->check_update) {
+        bool ab_bad = false;
+        if (ab->n > 0) {
+            st = adam_batch_run(o, ab, true);
+            if (st == OJ_ERR_NUMERIC) ab_bad = true;
+            else if (st != OJ_OK)
+                return oj_set_error(eng, st, "optim %s: kernel failed on %lld parameters", ab_algo,
+                                    (long long)ab->n);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            if (ab->n > 0 && is_adam(&items[i]) && !ab_bad) continue; /* all finite */
+            st = run_item(o, &items[i], true);
+            if (st == OJ_ERR_NUMERIC)
+                return skip(o, info, "optim: step skipped: the %s update of '%s' is not finite",
+                            oj__optim_algo_name(items[i].hp->algo), items[i].p->name);
+            if (st != OJ_OK)
+                return oj_set_error(eng, st, "optim %s: kernel failed on '%s'",
+                                    oj__optim_algo_name(items[i].hp->algo), items[i].p->name);
+        }
+        if (ab_bad) /* not reached while the entries agree */
+            return skip(o, info, "optim: step skipped: an %s update is not finite", ab_algo);
+    }
+
+    if (ab->n > 0) {
+        st = adam_batch_run(o, ab, false);
+        if (st != OJ_OK && st != OJ_ERR_NUMERIC)
+            return oj_set_error(eng, st,
+                                "optim %s: kernel failed on %lld parameters (step partly applied)",
+                                ab_algo, (long long)ab->n);
+        for (int64_t j = 0; j < ab->n; j++) mark_written(items[ab->idx[j]].p);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        oj_optim_slot *p = items[i].p;
+        if (ab->n > 0 && is_adam(&items[i])) continue; /* written above */
+        st = run_item(o, &items[i], false);
+        if (st != OJ_OK && st != OJ_ERR_NUMERIC)
+            return oj_set_error(eng, st, "optim %s: kernel failed on '%s' (step partly applied)",
+                                oj__optim_algo_name(items[i].hp->algo), p->name);
+        mark_written(p);
+    }
+    o->steps++;
+    if (info) info->params_updated = n;
+    return OJ_OK;
+}
+
 static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *info) {
     oj_engine *eng = o->eng;
     int64_t n = 0;
@@ -214,34 +363,13 @@ static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *
     st = muon_updates(o, items, n);
     if (st != OJ_OK) return st;
 
-    /* 3. read-only pass: nothing may become non-finite */
-    if (o->check_update)
-        for (int64_t i = 0; i < n; i++) {
-            st = run_item(o, &items[i], true);
-            if (st == OJ_ERR_NUMERIC)
-                return skip(o, info, "optim: step skipped: the %s update of '%s' is not finite",
-                            oj__optim_algo_name(items[i].hp->algo), items[i].p->name);
-            if (st != OJ_OK)
-                return oj_set_error(eng, st, "optim %s: kernel failed on '%s'",
-                                    oj__optim_algo_name(items[i].hp->algo), items[i].p->name);
-        }
-
-    /* 4. write */
-    for (int64_t i = 0; i < n; i++) {
-        oj_optim_slot *p = items[i].p;
-        st = run_item(o, &items[i], false);
-        if (st != OJ_OK && st != OJ_ERR_NUMERIC)
-            return oj_set_error(eng, st, "optim %s: kernel failed on '%s' (step partly applied)",
-                                oj__optim_algo_name(items[i].hp->algo), p->name);
-        p->step++;
-        oj_bump_version(p->param);
-        if (p->exp_avg) oj_bump_version(p->exp_avg);
-        if (p->exp_avg_sq) oj_bump_version(p->exp_avg_sq);
-        if (p->momentum_buffer) oj_bump_version(p->momentum_buffer);
-    }
-    o->steps++;
-    if (info) info->params_updated = n;
-    return OJ_OK;
+    /* the Adam/AdamW items: one multi-tensor call per pass */
+    adam_batch ab;
+    st = adam_batch_init(o, items, n, &ab);
+    if (st != OJ_OK) return st;
+    st = check_and_write(o, items, n, &ab, info);
+    adam_batch_free(&ab);
+    return st;
 }
 
 oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
