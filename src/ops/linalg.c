@@ -363,13 +363,7 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     const oj_tensor *xs = xc ? xc : x;
     bool ok = true;
-    /* The bias: on the CPU out starts as the broadcast bias and the GEMM
-     * accumulates onto it; on a device the GEMM writes out and one
-     * broadcast add follows, because cuBLAS's accumulating bf16 GEMMs can
-     * take a far slower kernel (28x for [16384, 768] x [768, 2304] on an
-     * H200) than the add costs. */
-    bool prefill = bias && eng->device.type == OJ_DEVICE_CPU;
-    if (prefill) {
+    if (bias) { /* out starts as the broadcast bias; the GEMM accumulates onto it */
         oj_status (*cp)(oj_engine *, oj_tensor *, const oj_tensor *) = OJ_KERNEL(eng, copy, op);
         ok = cp && oj__kernel_ok(eng, cp(eng, out, bias), op);
     }
@@ -378,19 +372,7 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
         kview(&va, xs, 0, 1, rows, in_f, 0, rs, xs->stride[xs->rank - 1]);
         kview(&vb, weight, 0, 1, in_f, out_f, 0, weight->stride[1], weight->stride[0]);
         kview(&vo, out, 0, 1, rows, out_f, 0, out_f, 1);
-        ok = oj__kernel_ok(eng, k(eng, &vo, &va, &vb, prefill), op);
-    }
-    if (ok && bias && !prefill) {
-        oj_status (*add)(oj_engine *, oj_binary_op, oj_tensor *, const oj_tensor *,
-                         const oj_tensor *) = OJ_KERNEL(eng, binary, op);
-        oj_tensor vbias = *bias; /* stack view: bias broadcast over out's rows */
-        vbias.rank = out->rank;
-        for (int d = 0; d < out->rank; d++) {
-            vbias.shape[d] = out->shape[d];
-            vbias.stride[d] = 0;
-        }
-        vbias.stride[out->rank - 1] = bias->stride[0];
-        ok = add && oj__kernel_ok(eng, add(eng, OJ_BIN_ADD, out, out, &vbias), op);
+        ok = oj__kernel_ok(eng, k(eng, &vo, &va, &vb, bias != NULL), op);
     }
     oj_release(xc);
     if (!ok) {
