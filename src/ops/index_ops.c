@@ -253,6 +253,22 @@ static oj_status index_add_backward(oj_node *n, oj_tensor *const *go, oj_tensor 
     return OJ_OK;
 }
 
+/* index_add / index_copy_: src must be x's shape with dim of the index's
+ * length (OJ_ERR_SHAPE naming op otherwise). */
+static bool src_fits_index(oj_engine *eng, const char *op, const oj_tensor *x, int dim,
+                           const oj_tensor *index, const oj_tensor *src) {
+    bool fits = src->rank == x->rank;
+    int64_t K = oj_numel(index);
+    for (int d = 0; fits && d < x->rank; d++)
+        fits = src->shape[d] == (d == dim ? K : x->shape[d]);
+    if (x->rank == 0) fits = fits && K == 1;
+    if (fits) return true;
+    char b1[160], b2[160], b3[160];
+    oj_set_error(eng, OJ_ERR_SHAPE, "%s: src %s must be x %s with dim %d of size %lld (the index %s)",
+                 op, SHAPE(src, b1), SHAPE(x, b2), dim, (long long)K, SHAPE(index, b3));
+    return false;
+}
+
 oj_tensor *oj_index_add(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src, double alpha) {
     oj_tensor *in[3] = {x, index, src};
     oj_engine *eng = oj__ops_engine("index_add", 3, in);
@@ -260,18 +276,7 @@ oj_tensor *oj_index_add(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src,
     if (!index_1d(eng, "index_add", index) || !same_dtype(eng, "index_add", x, src) ||
         !oj__norm_dim(eng, "index_add", &dim, x->rank))
         return NULL;
-    char b1[160], b2[160], b3[160];
-    bool fits = src->rank == x->rank;
-    int64_t K = oj_numel(index);
-    for (int d = 0; fits && d < x->rank; d++)
-        fits = src->shape[d] == (d == dim ? K : x->shape[d]);
-    if (x->rank == 0) fits = fits && K == 1;
-    if (!fits) {
-        oj_set_error(eng, OJ_ERR_SHAPE,
-                     "index_add: src %s must be x %s with dim %d of size %lld (the index %s)",
-                     SHAPE(src, b1), SHAPE(x, b2), dim, (long long)K, SHAPE(index, b3));
-        return NULL;
-    }
+    if (!src_fits_index(eng, "index_add", x, dim, index, src)) return NULL;
     if (!oj_dtype_is_float(x->dtype) && alpha != floor(alpha)) {
         oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                      "index_add: alpha %g must be an integer for %s tensors", alpha,
@@ -311,16 +316,7 @@ oj_status oj_index_copy_(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src
                             "%s: in-place write to a tensor that requires grad while grad mode "
                             "is on (wrap it in oj_set_grad_enabled(eng, false))",
                             op);
-    char b1[160], b2[160], b3[160];
-    bool fits = src->rank == x->rank;
-    int64_t K = oj_numel(index);
-    for (int d = 0; fits && d < x->rank; d++)
-        fits = src->shape[d] == (d == dim ? K : x->shape[d]);
-    if (x->rank == 0) fits = fits && K == 1;
-    if (!fits)
-        return oj_set_error(eng, OJ_ERR_SHAPE,
-                            "%s: src %s must be x %s with dim %d of size %lld (the index %s)", op,
-                            SHAPE(src, b1), SHAPE(x, b2), dim, (long long)K, SHAPE(index, b3));
+    if (!src_fits_index(eng, op, x, dim, index, src)) return oj_last_status(eng);
     if (src->storage == x->storage || index->storage == x->storage)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "%s: x shares memory with %s (copy it first)", op,

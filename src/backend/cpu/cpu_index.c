@@ -161,34 +161,15 @@ oj_status oj_cpu_index_select(oj_engine *eng, oj_tensor *out, const oj_tensor *x
     return OJ_OK;
 }
 
-oj_status oj_cpu_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
-                           const oj_tensor *src, double alpha) {
+/* out's slices along dim at index[k] get src's slice k, added (times
+ * alpha) or copied; src's shape walked row-major, so for a copy a repeated
+ * index keeps the last k. */
+static oj_status index_put(oj_engine *eng, const char *op, oj_tensor *out, int dim,
+                           const oj_tensor *index, const oj_tensor *src, bool add, double alpha) {
     int64_t size = out->rank ? out->shape[dim] : 1;
-    oj_status st = check_index_1d(eng, "index_add", index, dim, size);
+    oj_status st = check_index_1d(eng, op, index, dim, size);
     if (st != OJ_OK) return st;
     /* walk src's shape: 0 src, 1 out (dim from the index) */
-    walk w;
-    walk_init(&w, src->rank, src->shape, 2);
-    walk_set(&w, 0, src, -1);
-    if (out->rank) walk_set(&w, 1, out, dim);
-    if (walk_numel(&w) == 0) return OJ_OK;
-    int64_t os = out->rank ? out->stride[dim] * (int64_t)oj_dtype_size(out->dtype) : 0;
-    const char *sb = base(src);
-    char *ob = base(out);
-    do {
-        int64_t j = index_at(index, src->rank ? w.idx[dim] : 0);
-        add_elem(ob + w.off[1] + j * os, sb + w.off[0], out->dtype, alpha);
-    } while (walk_next(&w));
-    return OJ_OK;
-}
-
-oj_status oj_cpu_index_copy(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
-                            const oj_tensor *src) {
-    int64_t size = out->rank ? out->shape[dim] : 1;
-    oj_status st = check_index_1d(eng, "index_copy", index, dim, size);
-    if (st != OJ_OK) return st;
-    /* walk src's shape: 0 src, 1 out (dim from the index); row-major, so a
-     * repeated index keeps the last k */
     walk w;
     walk_init(&w, src->rank, src->shape, 2);
     walk_set(&w, 0, src, -1);
@@ -200,7 +181,18 @@ oj_status oj_cpu_index_copy(oj_engine *eng, oj_tensor *out, int dim, const oj_te
     char *ob = base(out);
     do {
         int64_t j = index_at(index, src->rank ? w.idx[dim] : 0);
-        memmove(ob + w.off[1] + j * os, sb + w.off[0], es);
+        if (add) add_elem(ob + w.off[1] + j * os, sb + w.off[0], out->dtype, alpha);
+        else memmove(ob + w.off[1] + j * os, sb + w.off[0], es);
     } while (walk_next(&w));
     return OJ_OK;
+}
+
+oj_status oj_cpu_index_add(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                           const oj_tensor *src, double alpha) {
+    return index_put(eng, "index_add", out, dim, index, src, true, alpha);
+}
+
+oj_status oj_cpu_index_copy(oj_engine *eng, oj_tensor *out, int dim, const oj_tensor *index,
+                            const oj_tensor *src) {
+    return index_put(eng, "index_copy", out, dim, index, src, false, 0.0);
 }
