@@ -162,42 +162,41 @@ void oj__storage_retain(oj_storage *s) {
     if (s) s->refcount++;
 }
 
+/* Released device storage s onto lists[its class] (a small host node
+ * holds the link; the charge moves to the root), or, with lists NULL or no
+ * node, back to the driver (the charge released). True when kept. */
+static bool device_block_keep(oj_engine *eng, oj_storage *s, oj_dev_block **lists) {
+    oj_dev_block *blk = lists ? malloc(sizeof *blk) : NULL;
+    if (blk == NULL) {
+        const oj_backend *be = oj__backend_for(s->device.type);
+        if (be && be->free) be->free(eng, s->data, s->capacity);
+        oj_budget_release(s->budget, (int64_t)s->capacity);
+        return false;
+    }
+    oj__budget_move(s->budget, eng->root_budget, (int64_t)s->capacity, NULL);
+    blk->ptr = s->data;
+    blk->capacity = s->capacity;
+    blk->next = lists[s->pool_class];
+    lists[s->pool_class] = blk;
+    return true;
+}
+
 void oj__storage_release(oj_storage *s) {
     if (s == NULL || --s->refcount > 0) return;
     oj_engine *eng = s->eng;
     if (s->budget != NULL) eng->live_bytes -= (int64_t)s->capacity;
     if (s->budget == NULL) { /* external memory */
         if (s->release) s->release(s->release_ctx);
-    } else if (s->gpool) { /* back to its graph's pool while the graph lives */
-        oj_graph_pool *gp = s->gpool;
-        oj_dev_block *blk = gp->graph_alive ? malloc(sizeof *blk) : NULL;
-        if (blk == NULL) {
-            const oj_backend *be = oj__backend_for(s->device.type);
-            if (be && be->free) be->free(eng, s->data, s->capacity);
-            oj_budget_release(s->budget, (int64_t)s->capacity);
-            gp->bytes -= (int64_t)s->capacity;
-        } else {
-            oj__budget_move(s->budget, eng->root_budget, (int64_t)s->capacity, NULL);
-            blk->ptr = s->data;
-            blk->capacity = s->capacity;
-            blk->next = gp->free_list[s->pool_class];
-            gp->free_list[s->pool_class] = blk;
-        }
-        oj__graph_pool_unref(eng, gp);
     } else if (s->pool_class >= 0 && s->device.type != OJ_DEVICE_CPU) {
-        oj_dev_block *blk = malloc(sizeof *blk);
-        const oj_backend *be = oj__backend_for(s->device.type);
-        if (blk == NULL) { /* no node for the list: give the block back */
-            if (be && be->free) be->free(eng, s->data, s->capacity);
-            oj_budget_release(s->budget, (int64_t)s->capacity);
-        } else {
-            oj__budget_move(s->budget, eng->root_budget, (int64_t)s->capacity, NULL);
-            blk->ptr = s->data;
-            blk->capacity = s->capacity;
-            blk->next = eng->dev_pool[s->pool_class];
-            eng->dev_pool[s->pool_class] = blk;
+        /* back to its graph's pool while the graph lives, else the engine's */
+        oj_graph_pool *gp = s->gpool;
+        if (!device_block_keep(eng, s, gp ? (gp->graph_alive ? gp->free_list : NULL)
+                                          : eng->dev_pool)) {
+            if (gp) gp->bytes -= (int64_t)s->capacity;
+        } else if (!gp) {
             eng->pooled_bytes += (int64_t)s->capacity;
         }
+        if (gp) oj__graph_pool_unref(eng, gp);
     } else if (s->pool_class >= 0) {
         /* Back to the pool: the charge moves to the root (cannot fail: the
          * root gets back exactly what the chain releases). */
