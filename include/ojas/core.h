@@ -240,7 +240,8 @@ oj_graph *oj_graph_capture_end(oj_engine *eng);
 oj_status oj_graph_replay(oj_graph *g);
 /* Free the graph (waits for its replays) and its private pool; storage of
  * the pool still held by live tensors is freed when they are released.
- * NULL is a no-op. Free graphs before their engine. */
+ * NULL is a no-op. oj_engine_free frees the graphs still alive (as it does
+ * tensors), so a graph must not be freed after its engine. */
 void oj_graph_free(oj_graph *g);
 /* Is a capture in progress on eng? */
 bool oj_graph_capturing(const oj_engine *eng);

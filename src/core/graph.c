@@ -11,6 +11,7 @@ struct oj_graph {
     oj_engine *eng;
     void *handle; /* the backend's instantiated graph */
     oj_graph_pool *pool;
+    struct oj_graph *prev, *next; /* the engine's live graphs */
 };
 
 void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p) {
@@ -93,7 +94,9 @@ oj_graph *oj_graph_capture_end(oj_engine *eng) {
         pool_drop(eng, p);
         return NULL;
     }
-    *g = (oj_graph){.eng = eng, .handle = h, .pool = p};
+    *g = (oj_graph){.eng = eng, .handle = h, .pool = p, .next = eng->graphs};
+    if (eng->graphs) eng->graphs->prev = g;
+    eng->graphs = g;
     return g;
 }
 
@@ -109,7 +112,14 @@ oj_status oj_graph_replay(oj_graph *g) {
 void oj_graph_free(oj_graph *g) {
     if (g == NULL) return;
     oj_engine *eng = g->eng;
+    if (g->prev) g->prev->next = g->next;
+    else eng->graphs = g->next;
+    if (g->next) g->next->prev = g->prev;
     eng->backend->graph_destroy(eng, g->handle);
     pool_drop(eng, g->pool);
     free(g);
+}
+
+void oj__graph_free_all(oj_engine *eng) {
+    while (eng->graphs) oj_graph_free(eng->graphs);
 }

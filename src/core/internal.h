@@ -126,6 +126,7 @@ struct oj_engine {
     struct oj_dev_block *dev_pool[OJ_POOL_CLASSES];
     int64_t pooled_bytes;
     oj_graph_pool *capture_pool; /* set during oj_graph_capture_begin..end */
+    struct oj_graph *graphs;     /* live graphs (freed by oj_engine_free if still alive) */
     int64_t live_bytes, live_peak; /* budget-charged storage in use (capacity), and its peak */
     /* released tensor handles kept so use-after-release is detected */
     oj_tensor **quarantine;
@@ -155,6 +156,8 @@ static inline bool oj__live(const oj_tensor *t) {
 void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p);
 /* End a capture in progress without a graph (engine teardown). */
 void oj__graph_capture_abandon(oj_engine *eng);
+/* Free every graph still alive (engine teardown). */
+void oj__graph_free_all(oj_engine *eng);
 
 /* ---- storage */
 /* New storage of nbytes on the engine's device charged to the current

@@ -257,6 +257,25 @@ static void test_graph_deferred_index_check(void **state) {
     oj_graph_free(g);
 }
 
+/* An engine freed with a graph still alive frees the graph and its pool
+ * (as it frees leftover tensors). */
+static void test_graph_freed_with_engine(void **state) {
+    (void)state;
+    oj_engine_config c = oj_engine_config_default();
+    c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+    oj_engine *e = NULL;
+    assert_int_equal(oj_engine_create(&c, &e, NULL), OJ_OK);
+    int64_t n = 1024;
+    oj_tensor *x = oj_ones(e, 1, &n, OJ_F32);
+    assert_int_equal(oj_graph_capture_begin(e), OJ_OK);
+    oj_tensor *y = oj_mul_scalar(x, 3.0);
+    oj_graph *g = oj_graph_capture_end(e);
+    assert_non_null(g);
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    assert_float_equal(oj_item_at(y, 7), 3.0, 0);
+    oj_engine_free(e); /* x, y and g still alive */
+}
+
 int main(void) {
     oj_engine_config c = oj_engine_config_default();
     c.device = (oj_device){OJ_DEVICE_CUDA, 0};
@@ -276,6 +295,7 @@ int main(void) {
         cmocka_unit_test(test_graph_capture_replay),
         cmocka_unit_test(test_graph_refusals),
         cmocka_unit_test(test_graph_deferred_index_check),
+        cmocka_unit_test(test_graph_freed_with_engine),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
