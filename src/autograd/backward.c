@@ -164,6 +164,7 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
         }
         if (!any) continue;
         for (int j = 0; j < n->n_out; j++) {
+            bool received = go[j] != NULL;
             if (go[j] == NULL) {
                 go[j] = oj__zeros_like_output(n, j);
                 if (go[j] == NULL) {
@@ -172,7 +173,9 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
                 }
                 oj__scope_detach(go[j]);
             }
-            if (n->retained[j]) {
+            /* an output no gradient reached keeps none (torch: None), even
+             * when its node runs for a sibling output (a split piece) */
+            if (n->retained[j] && received) {
                 oj_tensor *r = n->retained[j];
                 if (r->grad == NULL) {
                     r->grad = oj_clone(go[j]);

@@ -289,6 +289,61 @@ static void test_split_chunk(void **state) {
     eng_done(eng);
 }
 
+/* split/chunk record one node for all pieces (backward: one cat); its
+ * gradients equal those of separate narrows when only some pieces are
+ * used, a piece twice, a second backward with retain_graph, more pieces
+ * than a node holds; a retained piece that no gradient reached keeps none,
+ * as with narrow. */
+static void test_split_one_node_grads(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    oj_scope_begin(eng);
+    int64_t s[2] = {3, 7};
+    oj_tensor *x = leaf(eng, 2, s, -1, 1);
+    oj_tensor *w = leaf(eng, 2, s, -1, 1);
+    oj_tensor *g[2] = {NULL, NULL};
+    for (int pieces = 4; pieces <= 7; pieces += 3) { /* 7 > OJ_NODE_MAX_OUT (4) */
+        for (int ref = 0; ref < 2; ref++) {
+            oj_scope_begin(eng);
+            oj_tensor *p[7] = {0}, *q[7] = {0};
+            int64_t len = pieces == 4 ? 2 : 1;
+            if (ref) {
+                for (int k = 0; k < pieces; k++)
+                    p[k] = oj_narrow(x, 1, k * len, k == pieces - 1 ? 7 - k * len : len);
+            } else {
+                assert_int_equal(oj_chunk(x, pieces, -1, 7, p), pieces);
+            }
+            for (int k = 0; k < pieces; k++)
+                q[k] = oj_narrow(w, 1, k * len, k == pieces - 1 ? 7 - k * len : len);
+            oj_retain_grad(p[0]);
+            oj_retain_grad(p[1]);
+            /* p[0] unused; p[1] twice; the last piece once */
+            oj_tensor *a = oj_sum_all(oj_mul(oj_mul(p[1], p[1]), q[1]));
+            oj_tensor *b = oj_sum_all(oj_mul(p[1], q[1]));
+            oj_tensor *c = oj_sum_all(oj_mul(p[pieces - 1], q[pieces - 1]));
+            oj_tensor *loss = oj_add(oj_add(a, b), c);
+            assert_non_null(loss);
+            assert_int_equal(oj_backward(loss, true), OJ_OK);
+            assert_int_equal(oj_backward(loss, false), OJ_OK);
+            assert_null(oj_grad(p[0]));
+            assert_non_null(oj_grad(p[1]));
+            g[ref] = oj_clone(oj_grad(x));
+            oj_keep(g[ref]);
+            oj_zero_grad(x);
+            oj_scope_end(eng);
+        }
+        double *want = malloc(21 * sizeof *want);
+        assert_int_equal(oj_to_host(g[1], want, 21 * sizeof *want), OJ_OK);
+        expect_values(g[0], want, 21);
+        free(want);
+        oj_release(g[0]);
+        oj_release(g[1]);
+    }
+    assert_int_equal(oj_last_status(eng), OJ_OK);
+    oj_scope_end(eng);
+    eng_done(eng);
+}
+
 /* ---------------------------------------------------------------- flip */
 
 static oj_tensor *flip_fn(oj_tensor *const *in, int n, void *ctx) {
@@ -798,7 +853,8 @@ static void test_zero_size_grads(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cat),          cmocka_unit_test(test_stack),
-        cmocka_unit_test(test_split_chunk),  cmocka_unit_test(test_flip),
+        cmocka_unit_test(test_split_chunk),  cmocka_unit_test(test_split_one_node_grads),
+        cmocka_unit_test(test_flip),
         cmocka_unit_test(test_pad),          cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_index_select_add), cmocka_unit_test(test_masked_tri),
         cmocka_unit_test(test_one_hot),      cmocka_unit_test(test_repeat),
