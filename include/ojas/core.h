@@ -232,7 +232,9 @@ oj_status oj_graph_capture_begin(oj_engine *eng);
 /* Ends the capture: the instantiated graph (owned by the caller; free with
  * oj_graph_free), or NULL with the error recorded (the capture is then
  * abandoned; nothing was executed). An error recorded by any op during
- * the capture also abandons it. */
+ * the capture also abandons it, even when oj_clear_error cleared it before
+ * the end (then OJ_ERR_STATE is recorded: the failed op is not in the
+ * graph). */
 oj_graph *oj_graph_capture_end(oj_engine *eng);
 /* Run the graph on the engine's stream. Asynchronous unless the graph has
  * deferred index checks, which read back its status words once.

@@ -17,7 +17,11 @@ void oj_clear_error(oj_engine *eng) {
 }
 
 oj_status oj_set_errorv(oj_engine *eng, oj_status st, const char *fmt, va_list ap) {
-    if (eng == NULL || st == OJ_OK || eng->err != OJ_OK) return st;
+    if (eng == NULL || st == OJ_OK) return st;
+    /* the capture is abandoned at its end, even if this error is cleared
+     * before then (the refused op is missing from the graph) */
+    if (eng->capture_pool) eng->capture_pool->failed = true;
+    if (eng->err != OJ_OK) return st;
     eng->err = st;
     vsnprintf(eng->errmsg, sizeof eng->errmsg, fmt ? fmt : "", ap);
     return st;

@@ -80,7 +80,9 @@ oj_graph *oj_graph_capture_end(oj_engine *eng) {
         return NULL;
     }
     void *h = NULL;
-    if (eng->err != OJ_OK) { /* an op failed during the capture */
+    if (eng->err != OJ_OK || p->failed) { /* an op failed during the capture */
+        oj_set_error(eng, OJ_ERR_STATE, "graph_capture_end: an error recorded during the capture "
+                     "was cleared; the capture is abandoned (the failed op is not in it)");
         oj__graph_capture_abandon(eng);
         return NULL;
     }

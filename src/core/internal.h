@@ -94,6 +94,7 @@ typedef struct oj_pool_block {
 typedef struct oj_graph_pool {
     int64_t refs;      /* the graph (until freed) + storages holding blocks */
     bool graph_alive;  /* false once the graph is freed: blocks go back to the driver */
+    bool failed;       /* an error was recorded during its capture (even if cleared since) */
     oj_dev_block *free_list[OJ_POOL_CLASSES];
     int64_t bytes;     /* capacity of every block it owns, free or held */
 } oj_graph_pool;
