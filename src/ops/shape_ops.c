@@ -311,7 +311,9 @@ int oj_split(oj_tensor *x, int64_t split_size, int dim, int max_out, oj_tensor *
                      (long long)split_size, dim, (long long)size);
         return -1;
     }
-    int64_t count = size == 0 ? 1 : (size + split_size - 1) / split_size;
+    /* ceil(size / split_size) without size + split_size (which overflows
+     * for a split_size near INT64_MAX) */
+    int64_t count = size == 0 ? 1 : (size - 1) / split_size + 1;
     if (count > INT32_MAX) {
         oj_set_error(x->eng, OJ_ERR_OUT_OF_RANGE, "split: %lld pieces are too many",
                      (long long)count);
@@ -355,8 +357,8 @@ int oj_chunk(oj_tensor *x, int chunks, int dim, int max_out, oj_tensor **outs) {
     int64_t size = x->shape[dim];
     if (size == 0) /* torch: `chunks` empty pieces */
         return split_views(x, "chunk", dim, chunks, NULL, 0, max_out, outs);
-    int64_t ss = (size + chunks - 1) / chunks;
-    int count = (int)((size + ss - 1) / ss);
+    int64_t ss = (size - 1) / chunks + 1; /* ceil, as in split */
+    int count = (int)((size - 1) / ss + 1);
     return split_views(x, "chunk", dim, count, NULL, ss, max_out, outs);
 }
 

@@ -266,6 +266,21 @@ static void test_split_chunk(void **state) {
         assert_int_equal(oj_size(p[k], 1), 0);
         oj_release(p[k]);
     }
+    // split sizes near INT64_MAX: one piece (ceil without overflow)
+    assert_int_equal(oj_split(x, INT64_MAX, 1, 4, p), 1);
+    assert_int_equal(oj_size(p[0], 1), 5);
+    oj_release(p[0]);
+    assert_int_equal(oj_split(x, INT64_MAX - 2, 1, 4, p), 1);
+    oj_release(p[0]);
+    int64_t one = 1, huge = INT64_MAX;
+    oj_tensor *o = oj_ones(eng, 1, &one, OJ_BOOL);
+    oj_tensor *hx = oj_expand(o, 1, &huge); // a view of INT64_MAX elements
+    assert_int_equal(oj_chunk(hx, 3, 0, 4, p), 3);
+    assert_int_equal(oj_size(p[0], 0), 3074457345618258603); // ceil(INT64_MAX / 3)
+    assert_int_equal(oj_size(p[2], 0), 3074457345618258601);
+    for (int k = 0; k < 3; k++) oj_release(p[k]);
+    oj_release(hx);
+    oj_release(o);
     // gradients flow through the pieces
     int64_t s35[2] = {3, 5};
     oj_tensor *l = leaf(eng, 2, s35, -1, 1);
