@@ -84,6 +84,25 @@ def test_chunk(eng, dtype, rng, chunks, dim):
             ref=lambda t: torch.chunk(t, chunks, dim), noncontig=True)
 
 
+@pytest.mark.ops("split", "chunk")
+@pytest.mark.parametrize("kind", ["split", "chunk"])
+def test_split_some_pieces(eng, dtype, rng, kind):
+    # the pieces share one autograd node (backward: one cat): unused pieces
+    # give zeros, a piece used twice sums, on a non-contiguous input
+    x = rand(rng, (4, 7), dtype)
+
+    def oj(t):
+        ps = eng.call("split", t, 2, 0, 8, True) if kind == "split" else \
+            eng.call("chunk", t, 3, 0, 8, True)
+        return eng.call("add", eng.call("mul", ps[1], ps[1]), ps[-1])
+
+    def ref(t):
+        ps = torch.split(t, 2, 0) if kind == "split" else torch.chunk(t, 3, 0)
+        return ps[1] * ps[1] + ps[-1]
+
+    fncheck(eng, oj, [x], ref=ref, noncontig=True)
+
+
 def test_split_chunk_empty(eng, rng):
     x = rand(rng, (0, 3), "f64")
     fncheck(eng, lambda t: eng.call("split", t, 2, 0, 8, True), [x],
