@@ -512,7 +512,8 @@ oj_status oj_train_config_check(const oj_train_config *c, oj_error *err) {
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "config key 'data_dir' is empty");
     if (c->cuda_graph && c->device.type != OJ_DEVICE_CUDA)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
-                            "config: cuda_graph needs device cuda (CUDA graphs are a CUDA feature)");
+                            "config: cuda_graph needs device cuda (CUDA graphs are a CUDA feature; "
+                            "--set cuda_graph=false runs without)");
     if (c->cuda_graph && c->grad_accum != 1)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "config: cuda_graph needs grad_accum 1 (got %lld): the graph rewrites "
