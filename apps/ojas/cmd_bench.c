@@ -12,10 +12,10 @@ static const char *k_help =
     "Time full training steps (forward, backward, optimizer) of a GPT preset on\n"
     "random tokens and print the median step time, tokens/s, achieved FLOP/s\n"
     "(6N + 12LCT per token) and, with --peak-flops, MFU. --dtype bf16 runs the\n"
-    "forward under bf16 autocast (f32 master weights). --cuda-graph captures the\n"
-    "forward and backward once as a CUDA graph and replays it every step.\n"
-    "Defaults: nanolab-small,\n"
-    "B 8, T 128, 5 steps after 2 warm-up steps, cpu, f32.\n";
+    "forward under bf16 autocast (f32 master weights). --cuda-graph (--device\n"
+    "cuda) captures the forward and backward once as a CUDA graph and replays\n"
+    "it every step. Defaults: nanolab-small, B 8, T 128, 5 steps after 2\n"
+    "warm-up steps, cpu, f32. Presets: %s.\n";
 
 int cmd_bench(int argc, char **argv) {
     const char *preset = "nanolab-small", *device = "cpu", *numerics = "fast", *dtype = "f32";
@@ -25,7 +25,8 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(a)) {
-            fputs(k_help, stdout);
+            char names[512];
+            printf(k_help, oj_gpt_preset_list(names, sizeof names));
             return CLI_OK;
         }
 #define VAL() ((v = cli_value(argc, argv, &i)) != NULL)
@@ -60,6 +61,9 @@ int cmd_bench(int argc, char **argv) {
     else if (strcmp(device, "cpu") != 0) return cli_error(CLI_USAGE, "bench: --device must be cpu or cuda");
     if (strcmp(numerics, "exact") == 0) ec.numerics = OJ_NUMERICS_EXACT;
     else if (strcmp(numerics, "fast") != 0) return cli_error(CLI_USAGE, "bench: --numerics must be fast or exact");
+    if (graph && ec.device.type != OJ_DEVICE_CUDA)
+        return cli_error(CLI_USAGE, "bench: --cuda-graph needs --device cuda (CUDA graphs are a "
+                                    "CUDA feature)");
     bool bf16 = strcmp(dtype, "bf16") == 0;
     if (!bf16 && strcmp(dtype, "f32") != 0) return cli_error(CLI_USAGE, "bench: --dtype must be f32 or bf16");
     ec.threads = (int)threads;
