@@ -321,6 +321,14 @@ oj_status oj_index_copy_(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "%s: x shares memory with %s (copy it first)", op,
                             src->storage == x->storage ? "src" : "index");
+    for (int d = 0; d < x->rank; d++)
+        if (x->stride[d] == 0 && x->shape[d] > 1) {
+            char b[160];
+            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                                "%s: x %s has several elements at one memory location (an "
+                                "expanded view); clone it first",
+                                op, SHAPE(x, b));
+        }
     oj_status (*k)(oj_engine *, oj_tensor *, int, const oj_tensor *, const oj_tensor *) =
         OJ_KERNEL(eng, index_copy, op);
     if (k == NULL || !oj__kernel_ok(eng, k(eng, x, dim, index, src), op))

@@ -99,6 +99,11 @@ static void test_index_copy_refusals(void **state) {
     oj_tensor *row = oj_narrow(x, 0, 0, 1); /* src overlapping x */
     assert_int_equal(oj_index_copy_(x, 0, oidx, row), OJ_ERR_INVALID_ARGUMENT);
     ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "shares memory");
+    int64_t es[2] = {4, 2}, one_row[2] = {1, 2}; /* an expanded destination */
+    oj_tensor *r1 = oj_zeros(eng, 2, one_row, OJ_F32);
+    oj_tensor *ex = oj_expand(r1, 2, es);
+    assert_int_equal(oj_index_copy_(ex, 0, oidx, src), OJ_ERR_INVALID_ARGUMENT);
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "expanded view");
     oj_set_requires_grad(x, true);
     assert_int_equal(oj_index_copy_(x, 0, oidx, src), OJ_ERR_STATE);
     oj_clear_error(eng);
