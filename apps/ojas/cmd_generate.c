@@ -19,7 +19,9 @@ static const char *k_help =
     "'ojas train' (or its root: the newest good one is used); its state.json\n"
     "holds the model config, and its tokenizer_dir is the default for --vocab\n"
     "(relative to where the run was started). Tokens stream to stdout as they\n"
-    "are generated.\n";
+    "are generated. Defaults: --max-new-tokens 200, --temperature 0.8 (0:\n"
+    "greedy), --top-k 40 (0: off), --top-p %g (1: off), --repetition-penalty %g\n"
+    "(1: off), --seed %llu, --device cpu.\n";
 
 typedef struct {
     const oj_tokenizer *tok;
@@ -50,7 +52,7 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(a)) {
-            fputs(k_help, stdout);
+            printf(k_help, sc.top_p, sc.repetition_penalty, (unsigned long long)sc.seed);
             return CLI_OK;
         }
 #define VAL() ((v = cli_value(argc, argv, &i)) != NULL)

@@ -66,6 +66,12 @@ static void usage(FILE *f) {
         fputc('\n', f);
         free(js);
     }
+    char names[512];
+    fprintf(f,
+            "values: model %s; optimizer muon | adamw; schedule cosine | wsd | constant;\n"
+            "        dtype f32 | bf16 | f16 (bf16/f16 autocast, for the GPU); numerics fast | "
+            "exact;\n        device cpu | cuda | cuda:N; cuda_graph needs device cuda and grad_accum 1\n",
+            oj_gpt_preset_list(names, sizeof names));
 }
 
 int cmd_train(int argc, char **argv) {

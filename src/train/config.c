@@ -439,7 +439,18 @@ char *oj_train_config_to_json(const oj_train_config *c) {
     if (!c)
         return NULL;
     json_t *o = oj__train_config_json(c);
-    char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+    /* the fewest significant digits (15..17) that read back to the same
+     * values: 0.95, not 0.94999999999999996 */
+    char *s = NULL;
+    for (int p = 15; o && p <= 17 && !s; p++) {
+        s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p));
+        json_t *back = s && p < 17 ? json_loads(s, 0, NULL) : NULL;
+        if (p < 17 && !(back && json_equal(o, back))) {
+            free(s);
+            s = NULL;
+        }
+        json_decref(back);
+    }
     json_decref(o);
     return s;
 }
