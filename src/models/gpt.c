@@ -200,9 +200,10 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err) {
 /* ---------------------------------------------------------------- KV cache */
 
 oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_cache **out) {
-    if (m == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    *out = NULL;
+    if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_engine *eng = m->eng;
+    if (out == NULL) return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "kv_cache: out is NULL");
+    *out = NULL;
     if (batch <= 0 || capacity <= 0)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "kv_cache: batch %lld and capacity %lld must be > 0",
                             (long long)batch, (long long)capacity);

@@ -52,9 +52,11 @@ static void set_logits(oj_gpt_decoder *d, oj_tensor *t) {
 
 oj_status oj_gpt_decoder_create(oj_gpt *m, int64_t capacity, bool use_graph,
                                 oj_gpt_decoder **out) {
-    if (m == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    *out = NULL;
+    if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_engine *eng = m->eng;
+    if (out == NULL)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "gpt decoder: out is NULL");
+    *out = NULL;
     if (capacity <= 0)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "gpt decoder: capacity %lld must be > 0",
                             (long long)capacity);
