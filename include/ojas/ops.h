@@ -224,6 +224,14 @@ oj_tensor *oj_bmm(oj_tensor *a, oj_tensor *b);
  * materialising broadcast copies. OJ_ERR_SHAPE when in features or the
  * bias size differ. */
 oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias);
+/* linear(gelu(x), weight, bias) (approximate: the tanh form, gelu_tanh)
+ * that keeps x, not gelu(x), for the backward and recomputes gelu(x) there:
+ * one [..., in] activation less per MLP for one more elementwise pass
+ * (activation recomputation: Chen et al. 2016; Korthikanti et al. 2022).
+ * x [..., in], weight [out, in], bias [out] or NULL -> [..., out]. Values
+ * and gradients equal the two ops'; under autocast every input is cast
+ * first, so gelu runs in the autocast dtype. Errors: linear's. */
+oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate);
 /* beta * input + alpha * (a @ b): a [N, K], b [K, M], input broadcastable
  * to [N, M] -> [N, M]. beta == 0 ignores input (NaN included), as
  * torch.addmm. OJ_ERR_SHAPE for non-2-D a/b or an input that does not

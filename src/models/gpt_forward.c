@@ -152,11 +152,13 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
 
 static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
     if (m->cfg.family == OJ_GPT2) {
+        /* gelu(u) is recomputed in the backward instead of kept: [B, T, 4C]
+         * less per layer (oj_gelu_linear) */
         oj_tensor *u = conv1d_hf(h, b->c_fc_w, b->c_fc_b);
-        oj_tensor *g = oj_gelu_tanh(u);
-        oj_tensor *o = conv1d_hf(g, b->mlp_proj_w, b->mlp_proj_b);
+        oj_tensor *wt = oj_transpose(b->mlp_proj_w, 0, 1); /* [out, in] view */
+        oj_tensor *o = u && wt ? oj_gelu_linear(u, wt, b->mlp_proj_b, true) : NULL;
+        oj_release(wt);
         oj_release(u);
-        oj_release(g);
         return o;
     }
     oj_tensor *gt = oj_linear(h, b->w_gate, NULL), *up = oj_linear(h, b->w_up, NULL);

@@ -7,20 +7,23 @@
 
 typedef enum { UN_SAME, UN_FLOAT, UN_BOOL } un_out;
 
+oj_tensor *oj__unary_grad(oj_engine *eng, const char *opname, oj_unary_op op, oj_tensor *x,
+                          oj_tensor *y, oj_tensor *g, double alpha, double beta) {
+    oj_tensor *dx = oj__tensor_alloc(eng, x->rank, x->shape, x->dtype, opname);
+    if (dx == NULL) return NULL;
+    oj_status st = eng->backend->unary_backward(eng, op, dx, x, y, g, alpha, beta);
+    if (!oj__kernel_ok(eng, st, opname)) {
+        oj_release(dx);
+        return NULL;
+    }
+    return dx;
+}
+
 static oj_status unary_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_tensor *x = oj__node_saved(n, 0), *y = oj__node_saved(n, 1);
     if (x == NULL || y == NULL) return oj_last_status(n->eng);
-    oj_tensor *g = go[0];
-    oj_tensor *dx = oj__tensor_alloc(n->eng, x->rank, x->shape, x->dtype, n->op);
-    if (dx == NULL) return oj_last_status(n->eng);
-    oj_status st = n->eng->backend->unary_backward(n->eng, (oj_unary_op)n->i[0], dx, x, y, g,
-                                                   n->f[0], n->f[1]);
-    if (!oj__kernel_ok(n->eng, st, n->op)) {
-        oj_release(dx);
-        return oj_last_status(n->eng);
-    }
-    gi[0] = dx;
-    return OJ_OK;
+    gi[0] = oj__unary_grad(n->eng, n->op, (oj_unary_op)n->i[0], x, y, go[0], n->f[0], n->f[1]);
+    return gi[0] ? OJ_OK : oj_last_status(n->eng);
 }
 
 static oj_tensor *unary(const char *name, oj_unary_op op, oj_tensor *x, double a, double b,

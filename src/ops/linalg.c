@@ -271,9 +271,10 @@ static bool rows_view(const oj_tensor *t, int64_t *rows, int64_t *rs) {
     return ok;
 }
 
-static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
-    oj_tensor *x = oj__node_saved(n, 0), *w = oj__node_saved(n, 1);
-    if (x == NULL || w == NULL) return oj_last_status(n->eng);
+/* The gradients of y = x W^T + b given dy (go): gi[0] dx (x's shape), gi[1]
+ * dW, gi[2] db, each only where need[i]. Shared by linear and gelu_linear. */
+static void linear_grads(oj_engine *eng, oj_tensor *g, oj_tensor *x, oj_tensor *w,
+                         const bool need[3], oj_tensor **gi) {
     int64_t in_f = w->shape[1], out_f = w->shape[0];
     int64_t g2s[2] = {-1, out_f}, x2s[2] = {-1, in_f};
     if (in_f == 0 || out_f == 0) { /* -1 cannot be inferred from 0 elements */
@@ -281,30 +282,30 @@ static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
         for (int d = 0; d + 1 < x->rank; d++) rows *= x->shape[d];
         g2s[0] = x2s[0] = rows;
     }
-    oj_tensor *g2 = oj_reshape(go[0], 2, g2s);
-    if (g2 == NULL) return oj_last_status(n->eng);
-    if (oj__node_needs(n, 0)) { /* dx = g W, [N, out] @ [out, in] */
+    oj_tensor *g2 = oj_reshape(g, 2, g2s);
+    if (g2 == NULL) return;
+    if (need[0]) { /* dx = g W, [N, out] @ [out, in] */
         oj_tensor *dx = oj_matmul(g2, w);
         gi[0] = dx ? oj_reshape(dx, x->rank, x->shape) : NULL;
         oj_release(dx);
     }
-    if (oj__node_needs(n, 1)) { /* dW = g^T x, [out, N] @ [N, in] */
+    if (need[1]) { /* dW = g^T x, [out, N] @ [N, in] */
         oj_tensor *x2 = oj_reshape(x, 2, x2s);
         oj_tensor *gt = oj_transpose(g2, 0, 1);
         gi[1] = oj_matmul(gt, x2);
         oj_release(x2);
         oj_release(gt);
     }
-    if (n->n_in > 2 && oj__node_needs(n, 2)) { /* db = sum of g over rows */
-        if (n->eng->device.type != OJ_DEVICE_CPU && (g2->dtype == OJ_BF16 || g2->dtype == OJ_F16)) {
+    if (need[2]) { /* db = sum of g over rows */
+        if (eng->device.type != OJ_DEVICE_CPU && (g2->dtype == OJ_BF16 || g2->dtype == OJ_F16)) {
             /* on a device, bf16/f16: ones [1, N] @ g, the GEMM's f32
              * accumulation at memory speed (the column reduction kernel
              * took 5x longer) */
             int64_t os[2] = {1, g2->shape[0]};
-            oj_tensor *ones = oj_full(n->eng, 2, os, g2->dtype, 1.0);
-            oj_tensor *s = ones ? oj_matmul(ones, g2) : NULL; /* [1, out] */
-            gi[2] = s ? oj_reshape(s, 1, &out_f) : NULL;
-            oj_release(s);
+            oj_tensor *ones = oj_full(eng, 2, os, g2->dtype, 1.0);
+            oj_tensor *sm = ones ? oj_matmul(ones, g2) : NULL; /* [1, out] */
+            gi[2] = sm ? oj_reshape(sm, 1, &out_f) : NULL;
+            oj_release(sm);
             oj_release(ones);
         } else {
             int d0 = 0;
@@ -312,6 +313,14 @@ static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
         }
     }
     oj_release(g2);
+}
+
+static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_tensor *x = oj__node_saved(n, 0), *w = oj__node_saved(n, 1);
+    if (x == NULL || w == NULL) return oj_last_status(n->eng);
+    bool need[3] = {oj__node_needs(n, 0), oj__node_needs(n, 1),
+                    n->n_in > 2 && oj__node_needs(n, 2)};
+    linear_grads(n->eng, go[0], x, w, need, gi);
     return oj_last_status(n->eng);
 }
 
@@ -381,6 +390,54 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     oj_node *nd = oj__node_begin_v(eng, op, linear_backward, nin, in);
     if (nd) {
+        oj__node_save(nd, x);
+        oj__node_save(nd, weight);
+        oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------- gelu_linear */
+
+/* saved: x, W. i[0]: the unary op (GELU erf or tanh). The backward
+ * recomputes h = gelu(x), then runs linear's and gelu's rules on it. */
+static oj_status gelu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    oj_tensor *x = oj__node_saved(n, 0), *w = oj__node_saved(n, 1);
+    if (x == NULL || w == NULL) return oj_last_status(eng);
+    oj_unary_op act = (oj_unary_op)n->i[0];
+    oj_tensor *h = act == OJ_UN_GELU_TANH ? oj_gelu_tanh(x) : oj_gelu(x); /* grad mode is off */
+    if (h == NULL) return oj_last_status(eng);
+    bool need[3] = {oj__node_needs(n, 0), oj__node_needs(n, 1),
+                    n->n_in > 2 && oj__node_needs(n, 2)};
+    oj_tensor *lg[3] = {NULL, NULL, NULL};
+    linear_grads(eng, go[0], h, w, need, lg);
+    gi[1] = lg[1];
+    gi[2] = lg[2];
+    if (need[0] && lg[0]) gi[0] = oj__unary_grad(eng, n->op, act, x, h, lg[0], 0.0, 0.0);
+    oj_release(lg[0]);
+    oj_release(h);
+    return oj_last_status(eng);
+}
+
+oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate) {
+    const char *op = "gelu_linear";
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_gelu_linear(ac[0], ac[1], ac[2], approximate));
+    oj_tensor *in[3] = {x, weight, bias};
+    int nin = bias ? 3 : 2;
+    oj_engine *eng = oj__ops_engine(op, nin, in);
+    if (eng == NULL) return NULL;
+    if (!float_pair(eng, op, x, weight)) return NULL;
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *h = approximate ? oj_gelu_tanh(x) : oj_gelu(x);
+    oj_tensor *out = h ? oj_linear(h, weight, bias) : NULL; /* checks the shapes */
+    oj_release(h);
+    oj_set_grad_enabled(eng, prev);
+    if (out == NULL) return NULL;
+    oj_node *nd = oj__node_begin_v(eng, op, gelu_linear_backward, nin, in);
+    if (nd) {
+        nd->i[0] = approximate ? OJ_UN_GELU_TANH : OJ_UN_GELU_ERF;
         oj__node_save(nd, x);
         oj__node_save(nd, weight);
         oj__node_finish(nd, 1, &out);

@@ -67,6 +67,12 @@ void oj__autocast_release(int n, oj_tensor **out);
         }                                                                                    \
     } while (0)
 
+/* dx = g * f'(x) for unary op `op` (y = f(x) given too), a new tensor of
+ * x's shape and dtype; NULL with the error recorded (naming opname). The
+ * rule of every differentiable unary op (elementwise.c). */
+oj_tensor *oj__unary_grad(oj_engine *eng, const char *opname, oj_unary_op op, oj_tensor *x,
+                          oj_tensor *y, oj_tensor *g, double alpha, double beta);
+
 /* Reduce grad by summation to rank/shape (the shape of an input that was
  * broadcast): sums the leading dims and the stretched dims. Returns grad
  * retained when shapes already match. Used by backward rules. */

@@ -74,6 +74,21 @@ def test_linear(neng, dtype, rng, xshape, bias):
         check(neng, "linear", ins, None, ref=lambda x, w, _: F.linear(x, w))
 
 
+@pytest.mark.parametrize("approx", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_gelu_linear(neng, dtype, rng, approx, bias):
+    # linear(gelu(x)) with gelu(x) recomputed in the backward
+    mode = "tanh" if approx else "none"
+    w = rand(rng, (5, 4), dtype)
+    ins = [rand(rng, (2, 3, 4), dtype), w] + ([rand(rng, (5,), dtype)] if bias else [])
+    if bias:
+        check(neng, "gelu_linear", ins, approx,
+              ref=lambda x, w, b, a: F.linear(F.gelu(x, approximate=mode), w, b))
+    else:
+        check(neng, "gelu_linear", ins, None, approx,
+              ref=lambda x, w, _, a: F.linear(F.gelu(x, approximate=mode), w))
+
+
 def test_linear_noncontig(neng, dtype, rng):
     # x and weight passed as transposed views
     check(neng, "linear", [rand(rng, (2, 3, 4), dtype), rand(rng, (5, 4), dtype),

@@ -484,6 +484,106 @@ static void test_bad_input(void **state) {
     oj_engine_free(eng);
 }
 
+/* ---------------------------------------------------------------- gelu_linear */
+
+static bool g_gl_tanh;
+static oj_tensor *g_w1; /* [6, 6]: the MLP's first product in gl_run */
+static oj_tensor *gelu_linear_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)ctx;
+    return oj_gelu_linear(in[0], in[1], n > 2 ? in[2] : NULL, g_gl_tanh);
+}
+
+/* Values and gradients of x, W, b through one of the two forms. */
+static void gl_run(oj_engine *eng, bool fused, bool tanh_form, bool with_bias, oj_tensor *x,
+                   oj_tensor *w, oj_tensor *b, float *out, float *gx, float *gw, float *gb) {
+    oj_zero_grad(x);
+    oj_zero_grad(w);
+    oj_zero_grad(b);
+    oj_scope_begin(eng);
+    oj_tensor *bb = with_bias ? b : NULL, *y;
+    /* an MLP's shape: u = x W1^T (bf16 under autocast, as gelu's input is in
+     * a GPT), then the two forms on u */
+    oj_tensor *u = oj_linear(x, g_w1, NULL);
+    if (fused) {
+        y = oj_gelu_linear(u, w, bb, tanh_form);
+    } else {
+        oj_tensor *h = tanh_form ? oj_gelu_tanh(u) : oj_gelu(u);
+        y = oj_linear(h, w, bb);
+    }
+    assert_non_null(y);
+    int64_t ny = oj_numel(y);
+    oj_tensor *yf = oj_cast(y, OJ_F32);
+    assert_int_equal(oj_to_host(yf, out, (size_t)ny * sizeof(float)), OJ_OK);
+    /* a non-uniform upstream gradient */
+    oj_tensor *wgt = oj_rand_uniform(eng, oj_rank(y), oj_shape(y), oj_tensor_dtype(y), -1, 1);
+    assert_int_equal(oj_backward(oj_sum_all(oj_mul(y, wgt)), false), OJ_OK);
+    oj_tensor *grads[3] = {oj_grad(x), oj_grad(w), with_bias ? oj_grad(b) : NULL};
+    float *dst[3] = {gx, gw, gb};
+    for (int i = 0; i < 3; i++) {
+        if (grads[i] == NULL) continue;
+        oj_tensor *gf = oj_cast(grads[i], OJ_F32);
+        assert_int_equal(oj_to_host(gf, dst[i], (size_t)oj_numel(gf) * sizeof(float)), OJ_OK);
+    }
+    oj_scope_end(eng);
+}
+
+/* gelu_linear equals gelu + linear bit for bit (values and the three
+ * gradients; erf and tanh forms; with and without bias; f32 and under
+ * bf16 autocast), keeps x instead of gelu(x), and passes gradcheck. */
+static void test_gelu_linear(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new(OJ_NUMERICS_FAST);
+    int64_t xs[3] = {2, 5, 6}, ws[2] = {7, 6}, bs[1] = {7};
+    oj_tensor *x = rnd(eng, 3, xs, OJ_F32), *w = rnd(eng, 2, ws, OJ_F32), *b = rnd(eng, 1, bs, OJ_F32);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    oj_set_requires_grad(b, true);
+    int64_t w1s[2] = {6, 6};
+    g_w1 = rnd(eng, 2, w1s, OJ_F32);
+    for (int ac = 0; ac < 2; ac++)
+        for (int form = 0; form < 2; form++)
+            for (int bias = 0; bias < 2; bias++) {
+                oj_set_autocast(eng, ac == 1, OJ_BF16);
+                float o1[70], o2[70], gx1[60], gx2[60], gw1[42], gw2[42], gb1[7] = {0}, gb2[7] = {0};
+                uint64_t off = oj_rng_offset(eng);
+                gl_run(eng, false, form, bias, x, w, b, o1, gx1, gw1, gb1);
+                oj_rng_set_offset(eng, off); /* the same upstream gradient */
+                gl_run(eng, true, form, bias, x, w, b, o2, gx2, gw2, gb2);
+                oj_set_autocast(eng, false, OJ_BF16);
+                if (memcmp(o1, o2, sizeof o1) || memcmp(gx1, gx2, sizeof gx1) ||
+                    memcmp(gw1, gw2, sizeof gw1) || memcmp(gb1, gb2, sizeof gb1))
+                    fail_msg("gelu_linear differs from gelu + linear (autocast %d, tanh %d, "
+                             "bias %d)",
+                             ac, form, bias);
+            }
+    oj_scope_begin(eng);
+    oj_tensor *y = oj_gelu_linear(x, w, b, true);
+    assert_string_equal(oj_grad_fn_name(y), "gelu_linear");
+    oj_scope_end(eng);
+    /* gradcheck in f64 */
+    oj_scope_begin(eng);
+    oj_tensor *in[3] = {leaf(eng, 3, xs), leaf(eng, 2, ws), leaf(eng, 1, bs)};
+    for (int form = 0; form < 2; form++) {
+        g_gl_tanh = form == 1;
+        oj_status st = oj_gradcheck(eng, gelu_linear_fn, NULL, in, 3, NULL);
+        if (st != OJ_OK) fail_msg("gelu_linear form %d: %s", form, oj_last_error(eng));
+        st = oj_gradcheck(eng, gelu_linear_fn, NULL, in, 2, NULL);
+        if (st != OJ_OK) fail_msg("gelu_linear form %d, no bias: %s", form, oj_last_error(eng));
+    }
+    /* a shape error names linear's check */
+    int64_t bad[2] = {7, 5};
+    assert_null(oj_gelu_linear(in[0], rnd(eng, 2, bad, OJ_F64), NULL, false));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    oj_release(x);
+    oj_release(w);
+    oj_release(b);
+    oj_release(g_w1);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_forward),
@@ -494,6 +594,7 @@ int main(void) {
         cmocka_unit_test(test_bmm_linear_addmm_gradcheck),
         cmocka_unit_test(test_linear_matches_matmul),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_gelu_linear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
