@@ -232,6 +232,14 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias);
  * and gradients equal the two ops'; under autocast every input is cast
  * first, so gelu runs in the autocast dtype. Errors: linear's. */
 oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate);
+/* linear(silu(gate) * up, weight, bias), the SwiGLU MLP's down projection
+ * (Shazeer 2020), keeping gate and up and recomputing silu(gate) and the
+ * product in the backward (two [..., hidden] activations less). gate, up
+ * [..., hidden] (one shape), weight [out, hidden], bias [out] or NULL ->
+ * [..., out]. Values and gradients equal silu, mul and linear's; under
+ * autocast every input is cast first. Errors: OJ_ERR_SHAPE (gate and up
+ * differ), linear's. */
+oj_tensor *oj_swiglu_linear(oj_tensor *gate, oj_tensor *up, oj_tensor *weight, oj_tensor *bias);
 /* beta * input + alpha * (a @ b): a [N, K], b [K, M], input broadcastable
  * to [N, M] -> [N, M]. beta == 0 ignores input (NaN included), as
  * torch.addmm. OJ_ERR_SHAPE for non-2-D a/b or an input that does not

@@ -161,14 +161,11 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
         oj_release(u);
         return o;
     }
+    /* silu(gate) * up is recomputed in the backward (oj_swiglu_linear) */
     oj_tensor *gt = oj_linear(h, b->w_gate, NULL), *up = oj_linear(h, b->w_up, NULL);
-    oj_tensor *sg = oj_silu(gt);
-    oj_tensor *pr = oj_mul(sg, up);
-    oj_tensor *o = oj_linear(pr, b->w_down, NULL);
+    oj_tensor *o = gt && up ? oj_swiglu_linear(gt, up, b->w_down, NULL) : NULL;
     oj_release(gt);
     oj_release(up);
-    oj_release(sg);
-    oj_release(pr);
     return o;
 }
 

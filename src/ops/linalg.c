@@ -445,6 +445,76 @@ oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool
     return out;
 }
 
+/* ---------------------------------------------------------------- swiglu_linear */
+
+/* saved: gate, up, W. The backward recomputes s = silu(gate) and
+ * p = s * up, then runs linear's, mul's and silu's rules on them. */
+static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    oj_tensor *gate = oj__node_saved(n, 0), *up = oj__node_saved(n, 1), *w = oj__node_saved(n, 2);
+    if (gate == NULL || up == NULL || w == NULL) return oj_last_status(eng);
+    bool ng = oj__node_needs(n, 0), nu = oj__node_needs(n, 1);
+    oj_tensor *s = oj_silu(gate); /* grad mode is off */
+    oj_tensor *p = s ? oj_mul(s, up) : NULL;
+    if (p == NULL) {
+        oj_release(s);
+        return oj_last_status(eng);
+    }
+    bool need[3] = {ng || nu, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
+    oj_tensor *lg[3] = {NULL, NULL, NULL};
+    linear_grads(eng, go[0], p, w, need, lg);
+    gi[2] = lg[1];
+    gi[3] = lg[2];
+    if (lg[0]) { /* mul's rule (g b, g a), then silu's */
+        if (nu) gi[1] = oj_mul(lg[0], s);
+        if (ng) {
+            oj_tensor *ds = oj_mul(lg[0], up);
+            gi[0] = ds ? oj__unary_grad(eng, n->op, OJ_UN_SILU, gate, s, ds, 0.0, 0.0) : NULL;
+            oj_release(ds);
+        }
+    }
+    oj_release(lg[0]);
+    oj_release(p);
+    oj_release(s);
+    return oj_last_status(eng);
+}
+
+oj_tensor *oj_swiglu_linear(oj_tensor *gate, oj_tensor *up, oj_tensor *weight, oj_tensor *bias) {
+    const char *op = "swiglu_linear";
+    oj_tensor *ac_in[4] = {gate, up, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 4, ac_in, oj_swiglu_linear(ac[0], ac[1], ac[2], ac[3]));
+    oj_tensor *in[4] = {gate, up, weight, bias};
+    int nin = bias ? 4 : 3;
+    oj_engine *eng = oj__ops_engine(op, nin, in);
+    if (eng == NULL) return NULL;
+    if (!float_pair(eng, op, gate, up) || !float_pair(eng, op, gate, weight)) return NULL;
+    bool same = gate->rank == up->rank;
+    for (int d = 0; same && d < gate->rank; d++) same = gate->shape[d] == up->shape[d];
+    if (!same) {
+        char b1[160], b2[160];
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: gate %s and up %s must have one shape", op,
+                     oj__shape_fmt(b1, sizeof b1, gate->rank, gate->shape),
+                     oj__shape_fmt(b2, sizeof b2, up->rank, up->shape));
+        return NULL;
+    }
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *s = oj_silu(gate);
+    oj_tensor *p = s ? oj_mul(s, up) : NULL;
+    oj_tensor *out = p ? oj_linear(p, weight, bias) : NULL; /* checks the shapes */
+    oj_release(p);
+    oj_release(s);
+    oj_set_grad_enabled(eng, prev);
+    if (out == NULL) return NULL;
+    oj_node *nd = oj__node_begin_v(eng, op, swiglu_linear_backward, nin, in);
+    if (nd) {
+        oj__node_save(nd, gate);
+        oj__node_save(nd, up);
+        oj__node_save(nd, weight);
+        oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
 /* ---------------------------------------------------------------- addmm */
 
 /* out = beta * input + alpha * a @ b: d input = beta g (summed to input's

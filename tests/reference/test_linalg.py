@@ -89,6 +89,18 @@ def test_gelu_linear(neng, dtype, rng, approx, bias):
               ref=lambda x, w, _, a: F.linear(F.gelu(x, approximate=mode), w))
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_swiglu_linear(neng, dtype, rng, bias):
+    # linear(silu(gate) * up) with silu(gate) * up recomputed in the backward
+    ins = [rand(rng, (2, 3, 6), dtype), rand(rng, (2, 3, 6), dtype), rand(rng, (5, 6), dtype)]
+    if bias:
+        check(neng, "swiglu_linear", ins + [rand(rng, (5,), dtype)],
+              ref=lambda g, u, w, b: F.linear(F.silu(g) * u, w, b))
+    else:
+        check(neng, "swiglu_linear", ins, None,
+              ref=lambda g, u, w, _: F.linear(F.silu(g) * u, w))
+
+
 def test_linear_noncontig(neng, dtype, rng):
     # x and weight passed as transposed views
     check(neng, "linear", [rand(rng, (2, 3, 4), dtype), rand(rng, (5, 4), dtype),

@@ -584,6 +584,76 @@ static void test_gelu_linear(void **state) {
     oj_engine_free(eng);
 }
 
+/* swiglu_linear equals silu + mul + linear bit for bit (values, the
+ * gradients of x through both products, of W and b; f32 and bf16
+ * autocast), and passes gradcheck. */
+static void sw_run(oj_engine *eng, bool fused, bool with_bias, oj_tensor *x, oj_tensor *wg,
+                   oj_tensor *wu, oj_tensor *w, oj_tensor *b, float *out, float *grads) {
+    oj_tensor *ps[5] = {x, wg, wu, w, b};
+    for (int i = 0; i < 5; i++) oj_zero_grad(ps[i]);
+    oj_scope_begin(eng);
+    oj_tensor *bb = with_bias ? b : NULL, *y;
+    oj_tensor *gate = oj_linear(x, wg, NULL), *up = oj_linear(x, wu, NULL);
+    if (fused) y = oj_swiglu_linear(gate, up, w, bb);
+    else y = oj_linear(oj_mul(oj_silu(gate), up), w, bb);
+    assert_non_null(y);
+    oj_tensor *yf = oj_cast(y, OJ_F32);
+    assert_int_equal(oj_to_host(yf, out, (size_t)oj_numel(yf) * sizeof(float)), OJ_OK);
+    oj_tensor *wgt = oj_rand_uniform(eng, oj_rank(y), oj_shape(y), oj_tensor_dtype(y), -1, 1);
+    assert_int_equal(oj_backward(oj_sum_all(oj_mul(y, wgt)), false), OJ_OK);
+    size_t at = 0;
+    for (int i = 0; i < 5; i++) {
+        if (i == 4 && !with_bias) continue;
+        oj_tensor *gf = oj_cast(oj_grad(ps[i]), OJ_F32);
+        assert_non_null(gf);
+        assert_int_equal(oj_to_host(gf, grads + at, (size_t)oj_numel(gf) * sizeof(float)), OJ_OK);
+        at += (size_t)oj_numel(gf);
+    }
+    oj_scope_end(eng);
+}
+
+static oj_tensor *swiglu_linear_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)ctx;
+    return oj_swiglu_linear(in[0], in[1], in[2], n > 3 ? in[3] : NULL);
+}
+
+static void test_swiglu_linear(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new(OJ_NUMERICS_FAST);
+    int64_t xs[3] = {2, 3, 4}, hs[2] = {6, 4}, ws[2] = {5, 6}, bs[1] = {5};
+    oj_tensor *x = rnd(eng, 3, xs, OJ_F32), *wg = rnd(eng, 2, hs, OJ_F32),
+              *wu = rnd(eng, 2, hs, OJ_F32), *w = rnd(eng, 2, ws, OJ_F32), *b = rnd(eng, 1, bs, OJ_F32);
+    oj_tensor *ps[5] = {x, wg, wu, w, b};
+    for (int i = 0; i < 5; i++) oj_set_requires_grad(ps[i], true);
+    for (int ac = 0; ac < 2; ac++)
+        for (int bias = 0; bias < 2; bias++) {
+            oj_set_autocast(eng, ac == 1, OJ_BF16);
+            float o1[30], o2[30], g1[24 + 24 + 24 + 30 + 5] = {0}, g2[24 + 24 + 24 + 30 + 5] = {0};
+            uint64_t off = oj_rng_offset(eng);
+            sw_run(eng, false, bias, x, wg, wu, w, b, o1, g1);
+            oj_rng_set_offset(eng, off);
+            sw_run(eng, true, bias, x, wg, wu, w, b, o2, g2);
+            oj_set_autocast(eng, false, OJ_BF16);
+            if (memcmp(o1, o2, sizeof o1) || memcmp(g1, g2, sizeof g1))
+                fail_msg("swiglu_linear differs from silu * up + linear (autocast %d, bias %d)",
+                         ac, bias);
+        }
+    oj_scope_begin(eng);
+    int64_t gs[3] = {2, 3, 6};
+    oj_tensor *in[4] = {leaf(eng, 3, gs), leaf(eng, 3, gs), leaf(eng, 2, ws), leaf(eng, 1, bs)};
+    assert_int_equal(oj_gradcheck(eng, swiglu_linear_fn, NULL, in, 4, NULL), OJ_OK);
+    assert_int_equal(oj_gradcheck(eng, swiglu_linear_fn, NULL, in, 3, NULL), OJ_OK);
+    int64_t other[3] = {2, 3, 5};
+    assert_null(oj_swiglu_linear(in[0], leaf(eng, 3, other), in[2], NULL));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "one shape"));
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    for (int i = 0; i < 5; i++) oj_release(ps[i]);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_forward),
@@ -595,6 +665,7 @@ int main(void) {
         cmocka_unit_test(test_linear_matches_matmul),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_gelu_linear),
+        cmocka_unit_test(test_swiglu_linear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
