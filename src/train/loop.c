@@ -83,12 +83,13 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, oj_error *err) {
     for (int64_t k = 0; !st && k < c->grad_accum; k++) {
         oj_scope_begin(eng);
         oj_tensor *x = NULL, *y = NULL;
-        if (c->cuda_graph && oj_loader_next(t->train, eng, &x, &y) == OJ_OK) {
+        bool got = oj_loader_next(t->train, eng, &x, &y) == OJ_OK; /* else reported below */
+        if (got && c->cuda_graph) {
             /* grad_accum 1 (config check): capture once, replay after */
             oj_status gs = t->graph.graph ? OJ_OK : oj__step_graph_capture(t->model, x, y, &t->graph);
             if (gs == OJ_OK && oj__step_graph_run(&t->graph, x, y) == OJ_OK)
                 loss_sum += oj_item(t->graph.loss);
-        } else if (!c->cuda_graph && oj_loader_next(t->train, eng, &x, &y) == OJ_OK) {
+        } else if (got) {
             // x, y [B, T] token ids; loss rank-0 mean over B*T
             oj_tensor *loss = oj_gpt_loss(t->model, x, y);
             oj_tensor *scaled = c->grad_accum == 1 ? loss
