@@ -312,12 +312,7 @@ oj_status oj_copy_(oj_tensor *dst, oj_tensor *src) {
     if (!ok)
         return oj_set_error(eng, OJ_ERR_SHAPE, "copy_: src %s cannot be broadcast to dst %s",
                             oj_shape_str(src, b1, sizeof b1), oj_shape_str(dst, b2, sizeof b2));
-    for (int d = 0; d < dst->rank; d++)
-        if (dst->stride[d] == 0 && dst->shape[d] > 1)
-            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                                "copy_: dst %s has several elements at one memory location "
-                                "(an expanded view); clone it first",
-                                oj_shape_str(dst, b2, sizeof b2));
+    if (!oj__check_writable(eng, dst, "copy_", "dst")) return OJ_ERR_INVALID_ARGUMENT;
     oj_status st;
     if (src->storage == dst->storage) {
         /* Possible overlap: read src into a private buffer first. */

@@ -69,6 +69,19 @@ bool oj__check_tensor(oj_engine *eng, const oj_tensor *t, const char *op, const 
     return true;
 }
 
+bool oj__check_writable(oj_engine *eng, const oj_tensor *t, const char *op, const char *arg) {
+    for (int d = 0; d < t->rank; d++)
+        if (t->stride[d] == 0 && t->shape[d] > 1) {
+            char b[160];
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                         "%s: %s %s has several elements at one memory location (an expanded "
+                         "view); clone it first",
+                         op, arg, oj__shape_fmt(b, sizeof b, t->rank, t->shape));
+            return false;
+        }
+    return true;
+}
+
 char *oj__shape_fmt(char *buf, size_t len, int rank, const int64_t *shape) {
     if (buf == NULL || len == 0) return buf;
     if (rank < 0 || rank > OJ_MAX_RANK || (rank > 0 && shape == NULL)) {

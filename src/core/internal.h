@@ -144,6 +144,9 @@ struct oj_engine {
 /* ---- validation helpers: each records an error naming `op` and returns
  * false when the check fails. */
 bool oj__check_tensor(oj_engine *eng, const oj_tensor *t, const char *op, const char *arg);
+/* A destination written in place: no element may share its memory with
+ * another (a stride-0 dim of size > 1, an expanded view). */
+bool oj__check_writable(oj_engine *eng, const oj_tensor *t, const char *op, const char *arg);
 /* Engine of a live or quarantined (released) tensor, else NULL. */
 oj_engine *oj__engine_of(const oj_tensor *t);
 /* "[2, 3]" for a shape array into buf (rank > 8 prints "rank N"). */

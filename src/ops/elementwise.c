@@ -377,22 +377,11 @@ oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt) {
 
 /* ---------------------------------------------------------------- in place */
 
-static bool inplace_ok(oj_engine *eng, oj_tensor *a, const char *op) {
-    if (a->requires_grad && eng->grad_enabled) {
-        oj_set_error(eng, OJ_ERR_STATE,
-                     "%s: in-place write to a tensor that requires grad while grad mode is on "
-                     "(wrap it in oj_set_grad_enabled(eng, false))",
-                     op);
-        return false;
-    }
-    return true;
-}
-
 oj_status oj_add_(oj_tensor *a, oj_tensor *b) {
     oj_tensor *in[2] = {a, b};
     oj_engine *eng = oj__ops_engine("add_", 2, in);
     if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    if (!inplace_ok(eng, a, "add_")) return OJ_ERR_STATE;
+    if (!oj__inplace_ok(eng, a, "add_")) return OJ_ERR_STATE;
     int rank;
     int64_t shape[OJ_MAX_RANK];
     if (!oj__broadcast_shapes(eng, "add_", a->rank, a->shape, b->rank, b->shape, &rank, shape))
@@ -413,7 +402,7 @@ oj_status oj_add_(oj_tensor *a, oj_tensor *b) {
 oj_status oj_mul_scalar_(oj_tensor *a, double v) {
     oj_engine *eng = oj__ops_engine1("mul_scalar_", a);
     if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    if (!inplace_ok(eng, a, "mul_scalar_")) return OJ_ERR_STATE;
+    if (!oj__inplace_ok(eng, a, "mul_scalar_")) return OJ_ERR_STATE;
     oj_status st = eng->backend->unary(eng, OJ_UN_AFFINE, a, a, v, 0.0);
     if (st == OJ_OK) a->storage->version++;
     return st;

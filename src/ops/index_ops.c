@@ -311,24 +311,13 @@ oj_status oj_index_copy_(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src
     if (!index_1d(eng, op, index) || !same_dtype(eng, op, x, src) ||
         !oj__norm_dim(eng, op, &dim, x->rank))
         return oj_last_status(eng);
-    if (x->requires_grad && eng->grad_enabled)
-        return oj_set_error(eng, OJ_ERR_STATE,
-                            "%s: in-place write to a tensor that requires grad while grad mode "
-                            "is on (wrap it in oj_set_grad_enabled(eng, false))",
-                            op);
+    if (!oj__inplace_ok(eng, x, op)) return OJ_ERR_STATE;
     if (!src_fits_index(eng, op, x, dim, index, src)) return oj_last_status(eng);
     if (src->storage == x->storage || index->storage == x->storage)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "%s: x shares memory with %s (copy it first)", op,
                             src->storage == x->storage ? "src" : "index");
-    for (int d = 0; d < x->rank; d++)
-        if (x->stride[d] == 0 && x->shape[d] > 1) {
-            char b[160];
-            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                                "%s: x %s has several elements at one memory location (an "
-                                "expanded view); clone it first",
-                                op, SHAPE(x, b));
-        }
+    if (!oj__check_writable(eng, x, op, "x")) return OJ_ERR_INVALID_ARGUMENT;
     oj_status (*k)(oj_engine *, oj_tensor *, int, const oj_tensor *, const oj_tensor *) =
         OJ_KERNEL(eng, index_copy, op);
     if (k == NULL || !oj__kernel_ok(eng, k(eng, x, dim, index, src), op))

@@ -162,3 +162,14 @@ void oj__autocast_release(int n, oj_tensor **out) {
     for (int i = 0; i < n; i++)
         if (out[i] && oj__live(out[i])) oj_release(out[i]);
 }
+
+bool oj__inplace_ok(oj_engine *eng, const oj_tensor *a, const char *op) {
+    if (a->requires_grad && eng->grad_enabled) {
+        oj_set_error(eng, OJ_ERR_STATE,
+                     "%s: in-place write to a tensor that requires grad while grad mode is on "
+                     "(wrap it in oj_set_grad_enabled(eng, false))",
+                     op);
+        return false;
+    }
+    return true;
+}

@@ -67,6 +67,10 @@ void oj__autocast_release(int n, oj_tensor **out);
         }                                                                                    \
     } while (0)
 
+/* An in-place op may write a: not while a requires grad and grad mode is
+ * on (OJ_ERR_STATE recorded, naming op). */
+bool oj__inplace_ok(oj_engine *eng, const oj_tensor *a, const char *op);
+
 /* dx = g * f'(x) for unary op `op` (y = f(x) given too), a new tensor of
  * x's shape and dtype; NULL with the error recorded (naming opname). The
  * rule of every differentiable unary op (elementwise.c). */
