@@ -29,7 +29,6 @@ static void pool_drop(oj_engine *eng, oj_graph_pool *p) {
             p->free_list[c] = blk->next;
             eng->backend->free(eng, blk->ptr, blk->capacity);
             oj_budget_release(eng->root_budget, (int64_t)blk->capacity);
-            p->bytes -= (int64_t)blk->capacity;
             free(blk);
         }
     oj__graph_pool_unref(eng, p);

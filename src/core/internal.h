@@ -96,7 +96,6 @@ typedef struct oj_graph_pool {
     bool graph_alive;  /* false once the graph is freed: blocks go back to the driver */
     bool failed;       /* an error was recorded during its capture (even if cleared since) */
     oj_dev_block *free_list[OJ_POOL_CLASSES];
-    int64_t bytes;     /* capacity of every block it owns, free or held */
 } oj_graph_pool;
 
 struct oj_engine {

@@ -128,7 +128,6 @@ oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
         }
     }
     if (gp) {
-        if (!pooled) gp->bytes += (int64_t)cap;
         s->gpool = gp;
         gp->refs++;
     }
@@ -190,12 +189,9 @@ void oj__storage_release(oj_storage *s) {
     } else if (s->pool_class >= 0 && s->device.type != OJ_DEVICE_CPU) {
         /* back to its graph's pool while the graph lives, else the engine's */
         oj_graph_pool *gp = s->gpool;
-        if (!device_block_keep(eng, s, gp ? (gp->graph_alive ? gp->free_list : NULL)
-                                          : eng->dev_pool)) {
-            if (gp) gp->bytes -= (int64_t)s->capacity;
-        } else if (!gp) {
-            eng->pooled_bytes += (int64_t)s->capacity;
-        }
+        bool kept = device_block_keep(eng, s, gp ? (gp->graph_alive ? gp->free_list : NULL)
+                                                 : eng->dev_pool);
+        if (kept && !gp) eng->pooled_bytes += (int64_t)s->capacity;
         if (gp) oj__graph_pool_unref(eng, gp);
     } else if (s->pool_class >= 0) {
         /* Back to the pool: the charge moves to the root (cannot fail: the
