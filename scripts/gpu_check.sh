@@ -65,7 +65,7 @@ if ! cmake -S . -B build-gpu "${gen[@]}" -DOJAS_CUDA=ON -DOJAS_BENCH=OFF -DOJAS_
 fi
 grep -q "CUDA backend ON" "$LOGS/configure.log" || { fail "configure did not enable the CUDA backend"; }
 t0=$(date +%s)
-if ! cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt \
+if ! cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt test_gpu_decode \
      > "$LOGS/build.log" 2>&1; then
   grep -E "error|Error" "$LOGS/build.log" | head -40
   tail -20 "$LOGS/build.log"

@@ -1829,6 +1829,87 @@ static void test_fast_copy(void **state) {
     cmp(ob, 0, "fast copy broadcast rows");
 }
 
+static pr unsq(pr p, int dim) {
+    pr q;
+    for (int s = 0; s < 2; s++) assert_non_null(q.t[s] = oj_unsqueeze(p.t[s], dim));
+    return q;
+}
+
+// test: elementwise kernels over views with more than two merged dims (heads seen through a transpose, a per-head gate, rank 5) agree with the CPU
+static void test_fast_strided_elementwise(void **state) {
+    (void)state;
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    int64_t Ds[3] = {128, 100, 7}; /* 100: a vector tail per row (bf16); 7: scalar rows */
+    int p0213[4] = {0, 2, 1, 3}, p021[3] = {0, 2, 1};
+    for (int k = 0; k < 2; k++)
+        for (int di = 0; di < 3; di++) {
+            oj_dtype dt = dts[k];
+            int64_t B = 2, Tn = 37, H = 3, D = Ds[di];
+            int64_t sx[4] = {B, Tn, H, D}, sh[4] = {B, H, Tn, D}, sg[3] = {B, Tn, H};
+            double rt = dt == OJ_F32 ? 0 : tol(dt, 1e-6);
+            char what[96];
+            pr x = rnd(4, sx, dt, -2, 2), y = rnd(4, sx, dt, -2, 2);
+            pr xv = perm(x, 4, p0213), yv = perm(y, 4, p0213); /* [B, H, T, D] views */
+            /* v1 - v_first over two transposed views */
+            pr o = empty(4, sh, dt);
+            BOTH(E->backend->binary(E, OJ_BIN_SUB, T(o), T(xv), T(yv)));
+            snprintf(what, sizeof what, "strided [B,H,T,D] - [B,H,T,D] %s D %lld", oj_dtype_name(dt),
+                     (long long)D);
+            cmp(o, rt, what);
+            /* y [B, H, T, D] * gate [B, T, H] -> [B, H, T, 1] */
+            pr gate = rnd(3, sg, dt, 0.1, 1);
+            pr g4 = unsq(perm(gate, 3, p021), 3);
+            pr yc = dup(xv);
+            pr og = empty(4, sh, dt);
+            BOTH(E->backend->binary(E, OJ_BIN_MUL, T(og), T(yc), T(g4)));
+            snprintf(what, sizeof what, "strided y * per-head gate %s D %lld", oj_dtype_name(dt),
+                     (long long)D);
+            cmp(og, rt, what);
+            pr og2 = empty(4, sh, dt);
+            BOTH(E->backend->binary(E, OJ_BIN_MUL, T(og2), T(g4), T(xv)));
+            cmp(og2, rt, "strided gate * view");
+            /* into a transposed output view */
+            pr obuf = empty(4, sx, dt);
+            pr ov = perm(obuf, 4, p0213);
+            BOTH(E->backend->binary(E, OJ_BIN_ADD, T(ov), T(yc), T(g4)));
+            cmp(obuf, rt, "strided add into a transposed view");
+            /* unary and its backward on views */
+            pr u = empty(4, sh, dt);
+            BOTH(E->backend->unary(E, OJ_UN_SILU, T(u), T(xv), 0, 0));
+            snprintf(what, sizeof what, "strided silu %s D %lld", oj_dtype_name(dt), (long long)D);
+            cmp(u, tol(dt, 1e-6), what);
+            pr du = empty(4, sh, dt);
+            BOTH(E->backend->unary_backward(E, OJ_UN_SILU, T(du), T(xv), T(u), T(yv), 0, 0));
+            cmp(du, tol(dt, 1e-5), "strided silu backward");
+            /* casts of a view, and f32 + bf16 over views */
+            oj_dtype other = dt == OJ_F32 ? OJ_BF16 : OJ_F32;
+            pr oc = empty(4, sh, other);
+            BOTH(E->backend->copy(E, T(oc), T(xv)));
+            cmp(oc, 0, "strided cast");
+            pr xo = rnd(4, sx, other, -2, 2);
+            pr xov = perm(xo, 4, p0213);
+            pr om = empty(4, sh, OJ_F32);
+            BOTH(E->backend->binary(E, OJ_BIN_ADD, T(om), T(xv), T(xov)));
+            cmp(om, 0, "strided mixed f32/bf16 add");
+            /* a view at an odd element offset (no 16-byte vectors) */
+            int64_t s1[4] = {B, Tn, H, D - 1};
+            pr xn = narrow(x, 3, 1, D - 1), yn = narrow(y, 3, 1, D - 1);
+            pr xnv = perm(xn, 4, p0213), ynv = perm(yn, 4, p0213);
+            int64_t s1h[4] = {B, H, Tn, s1[3]};
+            pr on = empty(4, s1h, dt);
+            BOTH(E->backend->binary(E, OJ_BIN_MUL, T(on), T(xnv), T(ynv)));
+            cmp(on, rt, "strided views at an offset");
+        }
+    /* rank 5 after merging: [2,3,4,5,6] permuted (1,0,3,2,4) */
+    int64_t s5[5] = {2, 3, 4, 5, 6}, s5p[5] = {3, 2, 5, 4, 6};
+    int p5[5] = {1, 0, 3, 2, 4};
+    pr a = rnd(5, s5, OJ_BF16, -2, 2), b = rnd(5, s5, OJ_BF16, -2, 2);
+    pr o5 = empty(5, s5p, OJ_BF16);
+    pr av = perm(a, 5, p5), bv = perm(b, 5, p5);
+    BOTH(E->backend->binary(E, OJ_BIN_DIV, T(o5), T(av), T(bv)));
+    cmp(o5, tol(OJ_BF16, 1e-6), "strided rank-5 divide");
+}
+
 static void fast_norm_case(oj_dtype dt, int64_t N, int64_t C, bool affine) {
     int64_t s[2] = {N, C};
     pr x = rnd(2, s, dt, -2, 3);
@@ -2052,6 +2133,7 @@ int main(void) {
         T_(test_fast_mixed_binary),
         T_(test_fast_broadcast),
         T_(test_fast_copy),
+        T_(test_fast_strided_elementwise),
         T_(test_fast_norms),
         T_(test_fast_softmax_ce),
         T_(test_fast_exact),

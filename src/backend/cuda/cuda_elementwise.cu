@@ -92,14 +92,22 @@ static const char *binary_name(oj_binary_op op) {
 /* ---------------------------------------------------------------- fast paths
  * Chosen on the host per call from the merged iteration (oj_cu_iter_init
  * drops size-1 dims and merges dims every operand steps through as one).
- * When that leaves at most two dims (rows x cols), every operand is dense
- * along cols (or takes one value per row) and steps through rows by any
- * stride (0: a row broadcast over rows), the kernel k_ew walks rows x cols
- * with no index division, N = 16 / element size elements per thread, as
- * one 16-byte load/store per operand when all of them are aligned (scalar
- * loads otherwise, e.g. a view at an odd offset), computing in float.
+ * When every operand is dense along the innermost merged dim (cols) or
+ * takes one value per row (column stride 0), the kernel k_ew walks
+ * rows x cols, the rows being every index of the outer dims with any
+ * strides (0: broadcast); each thread takes N = 16 / element size
+ * elements of one row, decomposing its flat vector index into (row, column
+ * block) and the row into outer indices with 32-bit divisions (64-bit only
+ * past 2^32 vectors), as one 16-byte load/store per operand when all of
+ * them are aligned (scalar loads otherwise, e.g. a view at an odd offset),
+ * computing in float. Vectors are numbered row-major, so a warp covers
+ * consecutive memory of a dense operand even when rows are short (D = 128
+ * heads: 16 vectors of bf16 per row).
  * That covers dense tensors (one row of numel), [N, C] op [C], [B, T, C]
- * op [C] and [N, C] op [N, 1], for f32/bf16/f16 operands of one dtype.
+ * op [C], [N, C] op [N, 1], and views such as a [B, T, H, D] tensor seen
+ * as [B, H, T, D] times a per-head gate [B, H, T, 1] taken from a
+ * transposed [B, T, H] (rank 4 after merging, cols = D), for f32/bf16/f16
+ * operands of one dtype (and f32 with bf16/f16 for add/sub/mul).
  * f64 and mixed or integer dtypes keep the generic double path below.
  *
  * Bytes moved per element (estimates until measured on the H200; copy
@@ -113,28 +121,52 @@ static const char *binary_name(oj_binary_op op) {
  * instructions per element; at 4 B/element bf16 the H200 issues ~30
  * per element at full bandwidth, so bf16 gelu may be compute-bound). */
 
+#define EW_MAXD (OJ_MAX_RANK - 1)
 struct ew_in {
     const char *p;
-    int64_t rs; /* row stride, elements (0: the same row for every row) */
-    int bc;     /* 1: one value per row (column stride 0) */
+    int bc; /* 1: one value per row (column stride 0) */
 };
 struct ew_geom {
     int64_t rows, cols;
     char *out;
-    int64_t ors; /* output row stride, elements */
-    int vec;     /* every operand aligned for N-element vector accesses */
+    int nd;    /* outer dims; rows is the product of oshape[0..nd) */
+    int small; /* rows x vectors per row < 2^32: 32-bit index math */
+    int vec;   /* every operand aligned for N-element vector accesses */
+    int64_t oshape[EW_MAXD];
+    int64_t ostride[4][EW_MAXD]; /* element strides along the outer dims: out, in[0..3) */
     ew_in in[3];
 };
 
-/* k_ew: out[r, c] = f(in0[r, c], in1[r, c], in2[r, c]); inputs k with bit
- * k of USE clear are not read (passed as 0). in0 has type TI, the others
- * TI1 (the same unless a binary op mixes f32 with bf16/f16). */
-/* N elements of row r from column c0 of one operand into x. */
+/* Element offsets off[0..4) (out, in0, in1, in2) of row r. */
+static __device__ __forceinline__ void ew_row(const ew_geom &g, int64_t r, int64_t *off) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) off[k] = 0;
+    if (g.nd == 1) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) off[k] = r * g.ostride[k][0];
+    } else if (g.small) {
+        uint32_t q = (uint32_t)r;
+        for (int d = g.nd - 1; d >= 0; d--) {
+            uint32_t s = (uint32_t)g.oshape[d], t = q / s, m = q - t * s;
+            q = t;
+#pragma unroll
+            for (int k = 0; k < 4; k++) off[k] += (int64_t)m * g.ostride[k][d];
+        }
+    } else {
+        for (int d = g.nd - 1; d >= 0; d--) {
+            int64_t s = g.oshape[d], t = r / s, m = r - t * s;
+            r = t;
+#pragma unroll
+            for (int k = 0; k < 4; k++) off[k] += m * g.ostride[k][d];
+        }
+    }
+}
+
+/* N elements from column c0 of one operand's row p into x. */
 template <typename T, int N>
-static __device__ __forceinline__ void ew_load(const ew_in &in, int64_t r, int64_t c0,
-                                               int64_t cols, bool full, float *x) {
-    const T *p = (const T *)in.p + r * in.rs;
-    if (in.bc) {
+static __device__ __forceinline__ void ew_load(const T *p, int bc, int64_t c0, int64_t cols,
+                                               bool full, float *x) {
+    if (bc) {
         float s = oj_cu_tof(p[0]);
 #pragma unroll
         for (int j = 0; j < N; j++) x[j] = s;
@@ -147,52 +179,70 @@ static __device__ __forceinline__ void ew_load(const ew_in &in, int64_t r, int64
     }
 }
 
+/* k_ew: out[r, c] = f(in0[r, c], in1[r, c], in2[r, c]); inputs k with bit
+ * k of USE clear are not read (passed as 0). in0 has type TI, the others
+ * TI1 (the same unless a binary op mixes f32 with bf16/f16). */
 template <typename TO, typename TI, int N, int NI, unsigned USE, class F, typename TI1 = TI>
 __global__ void __launch_bounds__(256) k_ew(ew_geom g, F f) {
-    const int64_t nvec = (g.cols + N - 1) / N;
-    for (int64_t r = blockIdx.y; r < g.rows; r += gridDim.y) {
-        TO *orow = (TO *)g.out + r * g.ors;
-        for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec;
-             v += (int64_t)gridDim.x * blockDim.x) {
-            const int64_t c0 = v * N;
-            const bool full = g.vec && c0 + N <= g.cols;
-            float x[3][N];
+    const int64_t nvec = (g.cols + N - 1) / N, total = g.rows * nvec;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r, v;
+        if (g.small) {
+            uint32_t t32 = (uint32_t)t, n32 = (uint32_t)nvec, q = t32 / n32;
+            r = q;
+            v = t32 - q * n32;
+        } else {
+            r = t / nvec;
+            v = t - r * nvec;
+        }
+        int64_t off[4];
+        ew_row(g, r, off);
+        const int64_t c0 = v * N;
+        const bool full = g.vec && c0 + N <= g.cols;
+        float x[3][N];
 #pragma unroll
-            for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 3; k++) {
 #pragma unroll
-                for (int j = 0; j < N; j++) x[k][j] = 0.0f;
-                if (k >= NI || !((USE >> k) & 1u)) continue;
-                if (k == 0)
-                    ew_load<TI, N>(g.in[0], r, c0, g.cols, full, x[0]);
-                else
-                    ew_load<TI1, N>(g.in[k], r, c0, g.cols, full, x[k]);
-            }
-            float o[N];
+            for (int j = 0; j < N; j++) x[k][j] = 0.0f;
+            if (k >= NI || !((USE >> k) & 1u)) continue;
+            if (k == 0)
+                ew_load<TI, N>((const TI *)g.in[0].p + off[1], g.in[0].bc, c0, g.cols, full, x[0]);
+            else
+                ew_load<TI1, N>((const TI1 *)g.in[k].p + off[k + 1], g.in[k].bc, c0, g.cols, full,
+                                x[k]);
+        }
+        float o[N];
 #pragma unroll
-            for (int j = 0; j < N; j++) o[j] = f(x[0][j], x[1][j], x[2][j]);
-            if (full) {
-                oj_cu_stv<TO, N>(orow + c0, o);
-            } else {
+        for (int j = 0; j < N; j++) o[j] = f(x[0][j], x[1][j], x[2][j]);
+        TO *orow = (TO *)g.out + off[0];
+        if (full) {
+            oj_cu_stv<TO, N>(orow + c0, o);
+        } else {
 #pragma unroll
-                for (int j = 0; j < N; j++)
-                    if (c0 + j < g.cols) orow[c0 + j] = oj_cu_fromf<TO>(o[j]);
-            }
+            for (int j = 0; j < N; j++)
+                if (c0 + j < g.cols) orow[c0 + j] = oj_cu_fromf<TO>(o[j]);
         }
     }
 }
 
 /* The rows x cols form of a merged iteration (operand 0 the output), or
- * false when it has more than two dims or an operand is strided along
- * cols. */
+ * false when an operand is strided along the innermost dim (or the output
+ * does not step through it). */
 static bool ew_plan(const oj_cu_iter &it, ew_geom *g) {
     memset(g, 0, sizeof *g);
-    if (it.rank > 2 || it.n > 4) return false;
-    int R = it.rank;
-    g->rows = R == 2 ? it.shape[0] : 1;
+    if (it.n > 4 || it.rank - 1 > EW_MAXD) return false;
+    const int R = it.rank;
     g->cols = it.shape[R - 1];
+    g->nd = R - 1;
+    g->rows = 1;
+    for (int d = 0; d < R - 1; d++) {
+        g->oshape[d] = it.shape[d];
+        g->rows *= it.shape[d];
+    }
     for (int k = 0; k < it.n; k++) {
         int64_t es = (int64_t)oj_dtype_size((oj_dtype)it.dt[k]);
-        int64_t inner = it.stride[k][R - 1], outer = R == 2 ? it.stride[k][0] : 0;
+        int64_t inner = it.stride[k][R - 1];
         int bc;
         if (inner == es && g->cols > 1)
             bc = 0;
@@ -200,26 +250,30 @@ static bool ew_plan(const oj_cu_iter &it, ew_geom *g) {
             bc = 1;
         else
             return false;
-        if (outer % es != 0) return false;
+        for (int d = 0; d < R - 1; d++) {
+            if (it.stride[k][d] % es != 0) return false;
+            g->ostride[k][d] = it.stride[k][d] / es;
+        }
         if (k == 0) {
             g->out = it.base[0];
-            g->ors = outer / es;
         } else {
             g->in[k - 1].p = it.base[k];
-            g->in[k - 1].rs = outer / es;
             g->in[k - 1].bc = bc;
         }
     }
     return true;
 }
 
+/* Is every row start of every dense operand aligned for n-element
+ * vectors? (out of element size eso, in0 esi, the others esi1) */
 static bool ew_aligned(const ew_geom &g, int nin, int n, int eso, int esi, int esi1) {
-    if ((uintptr_t)g.out % (uintptr_t)(n * eso) != 0) return false;
-    if (g.rows > 1 && g.ors % n != 0) return false;
-    for (int k = 0; k < nin; k++) {
-        if (g.in[k].bc) continue;
-        if ((uintptr_t)g.in[k].p % (uintptr_t)(n * (k ? esi1 : esi)) != 0) return false;
-        if (g.rows > 1 && g.in[k].rs % n != 0) return false;
+    for (int k = 0; k <= nin; k++) {
+        if (k > 0 && g.in[k - 1].bc) continue;
+        const char *p = k == 0 ? g.out : g.in[k - 1].p;
+        int es = k == 0 ? eso : k == 1 ? esi : esi1;
+        if ((uintptr_t)p % (uintptr_t)(n * es) != 0) return false;
+        for (int d = 0; d < g.nd; d++)
+            if (g.ostride[k][d] % n != 0) return false;
     }
     return true;
 }
@@ -230,14 +284,12 @@ static void ew_launch(ew_geom g, F f) {
     constexpr int es = es0 > (int)sizeof(TI1) ? es0 : (int)sizeof(TI1);
     constexpr int N = 16 / es;
     g.vec = ew_aligned(g, NI, N, (int)sizeof(TO), (int)sizeof(TI), (int)sizeof(TI1));
-    int64_t nvec = (g.cols + N - 1) / N;
-    int threads = nvec >= 256 ? 256 : (int)((nvec + 31) / 32 * 32);
-    int64_t by = g.rows < 65535 ? g.rows : 65535;
-    int64_t bx = (nvec + threads - 1) / threads;
-    int64_t cap = ((int64_t)1 << 22) / by;
-    if (bx > cap) bx = cap;
-    if (bx < 1) bx = 1;
-    k_ew<TO, TI, N, NI, USE, F, TI1><<<dim3((unsigned)bx, (unsigned)by), threads, 0, OJ_STREAM>>>(g, f);
+    const int64_t total = g.rows * ((g.cols + N - 1) / N);
+    g.small = total <= (int64_t)0xffffffffll;
+    int64_t blocks = (total + 255) / 256;
+    if (blocks > ((int64_t)1 << 20)) blocks = (int64_t)1 << 20;
+    if (blocks < 1) blocks = 1;
+    k_ew<TO, TI, N, NI, USE, F, TI1><<<(unsigned)blocks, 256, 0, OJ_STREAM>>>(g, f);
 }
 
 /* Unary ops with a float result (the bool ones keep the generic path). */
