@@ -86,6 +86,22 @@ static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_t
     return *k_all && *v_all;
 }
 
+/* x [.., C] times n weights w[i] [n_out[i], C] (no bias) as one linear
+ * over the weights concatenated along dim 0, split back into outs[i]
+ * [.., n_out[i]] (views of one tensor, one split node). The same values
+ * as n linears up to the GEMM's summation order; used while training,
+ * where it saves the input's autocast copy per extra weight and launches
+ * one GEMM. The cat copies the weights, so decoding keeps n linears. */
+static bool project_fused(oj_tensor *x, int n, oj_tensor *const *w, const int64_t *n_out,
+                          oj_tensor **outs) {
+    oj_tensor *wc = oj_cat(n, w, 0);
+    oj_tensor *y = wc ? oj_linear(x, wc, NULL) : NULL;
+    int got = y ? oj_split_sizes(y, n, n_out, oj_rank(y) - 1, outs) : -1;
+    oj_release(wc);
+    oj_release(y);
+    return got == n;
+}
+
 static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h,
                                  oj_kv_cache *cache) {
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
@@ -108,8 +124,21 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
                                     int64_t pos, oj_tensor **v_first, oj_kv_cache *cache) {
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, Hkv = m->cfg.n_kv_head, D = C / H;
     const double eps = m->cfg.norm_eps, theta = m->cfg.rope_theta;
-    oj_tensor *q0 = oj_linear(h, b->q_w, NULL), *k0 = oj_linear(h, b->k_w, NULL),
-              *v0 = oj_linear(h, b->v_w, NULL);
+    oj_tensor *q0 = NULL, *k0 = NULL, *v0 = NULL, *g0 = NULL;
+    if (oj_grad_enabled(m->eng)) {
+        /* training: q, k, v and the gate as one GEMM over the weights
+         * concatenated (one bf16 copy of h saved instead of four; the
+         * input gradient summed inside one GEMM); b_g added to its slice */
+        oj_tensor *w4[4] = {b->q_w, b->k_w, b->v_w, b->gate_w}, *o4[4] = {NULL, NULL, NULL, NULL};
+        const int64_t n4[4] = {C, Hkv * D, Hkv * D, H};
+        if (!project_fused(h, 4, w4, n4, o4)) return NULL;
+        q0 = o4[0], k0 = o4[1], v0 = o4[2];
+        g0 = oj_add(o4[3], b->gate_b);
+        oj_release(o4[3]);
+    } else {
+        q0 = oj_linear(h, b->q_w, NULL), k0 = oj_linear(h, b->k_w, NULL);
+        v0 = oj_linear(h, b->v_w, NULL), g0 = oj_linear(h, b->gate_w, b->gate_b);
+    }
     oj_tensor *q1 = split_heads(q0, H, D), *k1 = split_heads(k0, Hkv, D),
               *v1 = split_heads(v0, Hkv, D);
     /* RMS QK-norm over D (no weight), then rotary positions. */
@@ -137,7 +166,6 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     if (cache == NULL || cache_append(cache, l, k, v, &ka, &va))
         y = attend(cache, q, ka ? ka : k, va ? va : v);
     /* Per-head output gate: sigmoid(h W_g + b_g) [B, T, H] -> [B, H, T, 1]. */
-    oj_tensor *g0 = oj_linear(h, b->gate_w, b->gate_b);
     oj_tensor *g1 = oj_sigmoid(g0);
     oj_tensor *g2 = oj_transpose(g1, 1, 2);
     oj_tensor *g3 = oj_unsqueeze(g2, 3);
@@ -162,7 +190,15 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
         return o;
     }
     /* silu(gate) * up is recomputed in the backward (oj_swiglu_linear) */
-    oj_tensor *gt = oj_linear(h, b->w_gate, NULL), *up = oj_linear(h, b->w_up, NULL);
+    oj_tensor *gt = NULL, *up = NULL;
+    if (oj_grad_enabled(m->eng)) { /* training: one GEMM, as the attention projections */
+        oj_tensor *w2[2] = {b->w_gate, b->w_up}, *o2[2] = {NULL, NULL};
+        const int64_t n2[2] = {m->cfg.mlp_hidden, m->cfg.mlp_hidden};
+        if (!project_fused(h, 2, w2, n2, o2)) return NULL;
+        gt = o2[0], up = o2[1];
+    } else {
+        gt = oj_linear(h, b->w_gate, NULL), up = oj_linear(h, b->w_up, NULL);
+    }
     oj_tensor *o = gt && up ? oj_swiglu_linear(gt, up, b->w_down, NULL) : NULL;
     oj_release(gt);
     oj_release(up);
