@@ -8,6 +8,8 @@
 # device time. Writes $OUT/ncu.csv (or build-gpu/ncu.csv).
 #
 # usage: [PRESET=gpt2-124m] [B=16] [SKIP=1600] [COUNT=1700] bash scripts/gpu_ncu.sh
+#        [DECODE=1]: bench_gpu_decode's graph decoder instead (bf16 unless
+#        DTYPE=f32); the window then covers a few hundred tokens' kernels.
 # Measured on the H200: about 60 s for a gpt2-124m step (1,163 kernels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,16 +19,19 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/
 [ -n "$NCU" ] || { echo "no ncu found"; exit 1; }
 . scripts/gpu_env.sh
 gpu_env_setup >/dev/null || { echo "$gpu_env_note"; exit 1; }
-if [ ! -x build-gpu/bin/bench_gpu_train ]; then
+if [ ! -x build-gpu/bin/bench_gpu_train ] || [ ! -x build-gpu/bin/bench_gpu_decode ]; then
   cmake -S . -B build-gpu -DOJAS_CUDA=ON -DOJAS_BENCH=ON -DOJAS_TESTS=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cmake_extra[@]}" >/dev/null &&
-    cmake --build build-gpu -j"$(nproc)" --target bench_gpu_train >/dev/null ||
+    cmake --build build-gpu -j"$(nproc)" --target bench_gpu_train bench_gpu_decode >/dev/null ||
     { echo "build failed"; exit 1; }
 fi
 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
   --launch-skip "${SKIP:-1600}" --launch-count "${COUNT:-1700}" \
-  build-gpu/bin/bench_gpu_train "${PRESET:-gpt2-124m}" "${B:-16}" 1024 1 1 cuda bf16 \
-  > "$O/ncu.csv" 2> "$O/ncu.err" || { tail -5 "$O/ncu.err"; exit 1; }
+  $(if [ "${DECODE:-0}" = 1 ]; then
+      echo build-gpu/bin/bench_gpu_decode 1 cuda "${DTYPE:-bf16}" graph "${PRESET:-gpt2-124m}"
+    else
+      echo build-gpu/bin/bench_gpu_train "${PRESET:-gpt2-124m}" "${B:-16}" 1024 1 1 cuda bf16
+    fi) > "$O/ncu.csv" 2> "$O/ncu.err" || { tail -5 "$O/ncu.err"; exit 1; }
 python3 - "$O/ncu.csv" <<'PY'
 import collections, csv, sys
 hdr, agg = None, collections.defaultdict(lambda: [0, 0.0])
