@@ -1954,11 +1954,98 @@ static void test_fast_norms(void **state) {
         fast_norm_case(dts[k], 13, 768, true);
         fast_norm_case(dts[k], 13, 1, true);
         fast_norm_case(dts[k], 13, 4097, true);
-        fast_norm_case(dts[k], 3000, 768, true); /* 3 rows per weight-gradient group */
+        fast_norm_case(dts[k], 3000, 768, true); /* about 12 rows per weight-gradient group */
         fast_norm_case(dts[k], 1100, 4097, false);
     }
     fast_norm_case(OJ_F32, 5, 8192, true);
     fast_norm_case(OJ_F32, 5, 8193, true); /* past the fast path: the double kernels */
+}
+
+/* Norm backward through the fast path's row partitions: dx alone (no
+ * partials), dx with the weight (and bias) gradients and the gradients
+ * alone (grouped partials), against the CPU on the CPU's mean and rstd; a
+ * second GPU run must give the same bits. */
+static void norm_bwd_case(oj_dtype dt, int64_t N, int64_t C) {
+    int64_t s[2] = {N, C};
+    pr x = rnd(2, s, dt, -2, 3), dy = rnd(2, s, dt, -1, 1), w = rnd(1, &C, dt, 0.5, 1.5);
+    pr lo = empty(2, s, dt), lm = empty(1, &N, OJ_F32), lr = empty(1, &N, OJ_F32);
+    pr ro = empty(2, s, dt), rr = empty(1, &N, OJ_F32);
+    BOTH(E->backend->layer_norm_forward(E, T(lo), T(lm), T(lr), T(x), T(w), NULL, 1e-5));
+    BOTH(E->backend->rms_norm_forward(E, T(ro), T(rr), T(x), T(w), 1e-6));
+    pr mean = cpu_result(lm), rstd = cpu_result(lr), rrs = cpu_result(rr);
+    double rt = tol(dt, 1e-5);
+    char what[128];
+#define NB_WHAT(k)                                                                           \
+    snprintf(what, sizeof what, "norm backward %s N %lld C %lld: %s", oj_dtype_name(dt),       \
+             (long long)N, (long long)C, k)
+    /* RMS norm without weight, dx alone (the QK-norm) */
+    pr d1 = empty(2, s, dt);
+    BOTH(E->backend->rms_norm_backward(E, T(d1), NULL, T(dy), T(x), T(rrs), NULL));
+    NB_WHAT("rms dx, no weight");
+    cmp(d1, rt, what);
+    /* RMS norm with weight: dx alone, dx and dweight, dweight alone */
+    pr d2 = empty(2, s, dt), d3 = empty(2, s, dt), w3 = empty(1, &C, dt), w4 = empty(1, &C, dt);
+    BOTH(E->backend->rms_norm_backward(E, T(d2), NULL, T(dy), T(x), T(rrs), T(w)));
+    NB_WHAT("rms dx");
+    cmp(d2, rt, what);
+    BOTH(E->backend->rms_norm_backward(E, T(d3), T(w3), T(dy), T(x), T(rrs), T(w)));
+    NB_WHAT("rms dx with dweight");
+    cmp(d3, rt, what);
+    NB_WHAT("rms dweight");
+    cmp(w3, rt, what);
+    BOTH(E->backend->rms_norm_backward(E, NULL, T(w4), T(dy), T(x), T(rrs), T(w)));
+    NB_WHAT("rms dweight alone");
+    cmp(w4, rt, what);
+    /* layer norm with weight and bias: dx alone, all three, dbias alone */
+    pr d5 = empty(2, s, dt), d6 = empty(2, s, dt), w6 = empty(1, &C, dt), b6 = empty(1, &C, dt);
+    pr b7 = empty(1, &C, dt);
+    BOTH(E->backend->layer_norm_backward(E, T(d5), NULL, NULL, T(dy), T(x), T(mean), T(rstd),
+                                         T(w)));
+    NB_WHAT("layer dx");
+    cmp(d5, rt, what);
+    BOTH(E->backend->layer_norm_backward(E, T(d6), T(w6), T(b6), T(dy), T(x), T(mean), T(rstd),
+                                         T(w)));
+    NB_WHAT("layer dx with dweight, dbias");
+    cmp(d6, rt, what);
+    NB_WHAT("layer dweight");
+    cmp(w6, rt, what);
+    NB_WHAT("layer dbias");
+    cmp(b6, rt, what);
+    BOTH(E->backend->layer_norm_backward(E, NULL, NULL, T(b7), T(dy), T(x), T(mean), T(rstd),
+                                         T(w)));
+    NB_WHAT("layer dbias alone");
+    cmp(b7, rt, what);
+#undef NB_WHAT
+    /* a second GPU run of the grouped sums: the same bits */
+    SIDE = 1;
+    oj_tensor *rw = oj_empty(gpu, 1, &C, dt), *lw = oj_empty(gpu, 1, &C, dt);
+    oj_tensor *lb = oj_empty(gpu, 1, &C, dt);
+    oj_tensor *rd = oj_empty(gpu, 2, s, dt), *ld = oj_empty(gpu, 2, s, dt);
+    assert_int_equal(gpu->backend->rms_norm_backward(gpu, rd, rw, T(dy), T(x), T(rrs), T(w)), OJ_OK);
+    assert_int_equal(gpu->backend->layer_norm_backward(gpu, ld, lw, lb, T(dy), T(x), T(mean),
+                                                       T(rstd), T(w)),
+                     OJ_OK);
+    same_bits(rd, T(d3), "norm backward rms dx rerun");
+    same_bits(ld, T(d6), "norm backward layer dx rerun");
+    same_bits(rw, T(w3), "norm backward rms dweight rerun");
+    same_bits(lw, T(w6), "norm backward layer dweight rerun");
+    same_bits(lb, T(b6), "norm backward layer dbias rerun");
+    SIDE = 0;
+}
+
+// test: norm backward agrees with the CPU over the fast path's partitions (C 128, 24, 768, 1500 block mode; N 5 to 20000) and reruns bit-identically
+static void test_fast_norm_backward(void **state) {
+    (void)state;
+    norm_bwd_case(OJ_F32, 3000, 128);  /* QK-norm width: a row per warp for dx alone */
+    norm_bwd_case(OJ_F32, 20000, 128); /* weight gradients: about 5 rows per warp */
+    norm_bwd_case(OJ_F32, 2051, 768);  /* groups of 8 and 9 rows */
+    norm_bwd_case(OJ_F32, 2051, 24);
+    norm_bwd_case(OJ_F32, 20000, 24);
+    norm_bwd_case(OJ_F32, 2051, 1500); /* a block per row */
+    norm_bwd_case(OJ_F32, 5, 768);     /* fewer rows than the warps of one block */
+    norm_bwd_case(OJ_BF16, 3000, 128);
+    norm_bwd_case(OJ_BF16, 2051, 768);
+    norm_bwd_case(OJ_BF16, 2051, 1500);
 }
 
 // test: online softmax over long rows and cross-entropy over a GPT-2 vocabulary agree with the CPU
@@ -2135,6 +2222,7 @@ int main(void) {
         T_(test_fast_copy),
         T_(test_fast_strided_elementwise),
         T_(test_fast_norms),
+        T_(test_fast_norm_backward),
         T_(test_fast_softmax_ce),
         T_(test_fast_exact),
         T_(test_fast_colsum),

@@ -142,29 +142,49 @@ static unsigned row_blocks(int64_t N) { return (unsigned)(N < (1 << 20) ? N : (1
 
 /* ---------------------------------------------------------------- fast path
  * f32/bf16/f16 rows (every float tensor of x's dtype, stats f32), C up to
- * 8192: TPR threads per row, a warp (TPR 32, four rows per 128-thread
- * block) for C <= 1024, a block of 256 above (larger blocks would spill
- * the backward's 4 x NPT registers). Each thread keeps the
- * NPT values c = tid + TPR k of its row in registers, so x (and dy) are
- * read once; compute is float (rstd from the float variance in double);
- * row sums reduce by warp shuffles (xor butterfly) and, across warps,
- * through shared memory in warp order: a fixed order, so every run gives
- * the same bits. f64, C > 8192 and N = 0 keep the double kernels above.
+ * 8192: TPR threads per row, a warp (TPR 32) for C <= 1024, a block of 256
+ * above (larger blocks would spill the backward's 4 x NPT registers). Each
+ * thread keeps the NPT values c = tid + TPR k of its row in registers, so
+ * x (and dy) are read once; compute is float (rstd from the float variance
+ * in double); row sums reduce by warp shuffles (xor butterfly) and, across
+ * warps, through shared memory in warp order: a fixed order, so every run
+ * gives the same bits. f64, C > 8192 and N = 0 keep the double kernels
+ * above. The forward runs four rows per 128-thread block in warp mode.
  *
- * The backward fuses dx with the weight/bias gradients: rows are cut into
- * G groups of R consecutive rows (R = ceil(N / 1024) for warps,
- * ceil(N / 512) for blocks: a partition that depends on the shape only);
- * each group's warp/block adds dy * xhat and dy of its rows in row order
- * into per-thread registers and writes one partial row per group,
- * part [G, 2, C]; k_norm_wgrad_combine then sums the partials in a fixed
- * order (16 slices of consecutive groups per column, each in group order
- * and in double, then the slices in order). No atomics.
+ * The backward runs blocks of 256 threads: NORM_BWD_WARPS = 8 row workers
+ * (warps) in warp mode, one (the block) in block mode. Rows are cut into
+ * G groups, group g holding rows g, g + G, g + 2 G, ... (interleaved, so
+ * the blocks in flight sweep memory together); one block per group, its
+ * worker w taking the group's rows w, w + 8, w + 16, ... in order. Each
+ * worker issues a row's 2 NPT loads before using any (loads under a
+ * branch each waited for the one before: the old kernel's 0.8 TB/s). With
+ * weight/bias gradients each worker adds dy * xhat and dy of its rows into
+ * per-thread registers; the block adds its 8 warps' sums in warp order
+ * through shared memory into one partial row per group, part [G, P, C]
+ * (P = 2 with the bias gradient, 1 for RMS norm or without it);
+ * k_norm_wgrad_combine then sums the partials in a fixed order (32 slices
+ * of consecutive groups per column, each in group order and in double,
+ * then the slices in order). No atomics. G depends on the shape only
+ * (norm_groups): in warp mode min(ceil(N / 8), 2048 / NPT clamped to
+ * [256, 1024]), about one wave of blocks, with or without the gradients
+ * (for dx alone a few rows per warp measured faster than one: 39 vs 46 us
+ * for the QK-norm); in block mode 512 with the gradients, else N (a block
+ * per row).
  *
  * Bytes (N x C, element size s): forward reads x and writes out (2 s N C,
  * plus w, b from cache); backward reads x, dy, writes dx (3 s N C) plus
- * the partials (2 x 4 x G x C written and read; 6 MB for G = 1024,
- * C = 768). gpt2-124m (N 16384, C 768, f32): forward 100 MB ~25 us,
- * backward 151 MB + 12 MB ~40 us at 4.1 TB/s (estimates until measured). */
+ * the partials (4 P G C written, then read). nanolab-124m / gpt2-124m
+ * training shapes, f32 (norms under bf16 autocast), measured on the H200
+ * with Nsight Compute (device time per call; the old kernel ~190-220 us):
+ *   RMS norm with weight, N 16384, C 768 (NPT 24): G 256 blocks of 64
+ *     rows, 8 per warp; 151 MB + 0.8 MB of partials: 38 us + 4 us combine.
+ *   layer norm with weight and bias, same shape: G 256, P 2; 151 MB +
+ *     1.6 MB: 39 us + 5 us.
+ *   QK RMS norm without weight, N 98304, C 128 (NPT 4): G 512 blocks of
+ *     192 rows, 24 per warp, no partials; 151 MB: 39 us.
+ * That is ~3.9 TB/s for the main kernel (ncu: ~75% of peak DRAM
+ * throughput). Block mode is slower: C 1500 (NPT 8, 27% of the lanes
+ * idle) ran 121 us for 295 MB, C 4096 198 us for 805 MB. */
 
 // x (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N)
 template <typename T, int NPT, int TPR>
@@ -219,81 +239,123 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_ar
     }
 }
 
+/* Row workers (warps) per backward block in warp mode. */
+#define NORM_BWD_WARPS 8
+
 // dy (N,C), x (N,C), mean (N), rstd (N), weight (C) -> dx (N,C) (a.dx may
-// be NULL), part [G, 2, C] (NULL: no weight/bias gradient) for groups of
-// R rows
+// be NULL), part [G, P, C] (NULL: no weight/bias gradient; row 0 of a group
+// sums dy * xhat, row 1, when P = 2, dy) for G interleaved groups of rows.
+// Blocks of 256 threads (W row workers), one group per block.
 template <typename T, int NPT, int TPR>
-__global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_bwd_fast(norm_args a, float *part,
-                                                                         int64_t R) {
+__global__ void __launch_bounds__(256, NPT <= 24 ? 2 : 1)
+    k_norm_bwd_fast(norm_args a, float *part, int P, int64_t G) {
+    constexpr int W = TPR == 32 ? NORM_BWD_WARPS : 1;
+    constexpr int CW = NPT * TPR; /* columns a worker holds */
     __shared__ float sh[32];
+    __shared__ float ws[CW];                      /* weight (1 without), columns of a worker */
+    __shared__ float red[TPR == 32 ? W * CW : 1]; /* red [W, CW]: the warps' partial rows */
     const int tid = TPR == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-    const int64_t g =
-        TPR == 32 ? (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32 : (int64_t)blockIdx.x;
-    const int64_t C = a.C, n0 = g * R;
-    if (n0 >= a.N) return; /* uniform over the block in block mode (g = blockIdx.x) */
-    const int64_t n1 = n0 + R < a.N ? n0 + R : a.N;
+    const int wk = TPR == 32 ? (int)(threadIdx.x >> 5) : 0;
+    const int64_t C = a.C, N = a.N;
     const T *w = (const T *)a.w;
-    float pw[NPT], pb[NPT];
+    for (int i = (int)threadIdx.x; i < CW; i += (int)blockDim.x)
+        ws[i] = w && i < C ? oj_cu_tof(w[i]) : 1.0f;
+    __syncthreads();
+    /* g, P and part are uniform over the block: every thread meets every barrier */
+    for (int64_t g = blockIdx.x; g < G; g += gridDim.x) {
+        float pw[NPT], pb[NPT];
 #pragma unroll
-    for (int k = 0; k < NPT; k++) pw[k] = pb[k] = 0.0f;
-    for (int64_t n = n0; n < n1; n++) {
-        const T *xr = (const T *)a.x + n * C, *gr = (const T *)a.dy + n * C;
-        const float m = a.rms ? 0.0f : ((const float *)a.mean)[n];
-        const float rs = ((const float *)a.rstd)[n];
-        float xh[NPT], gw[NPT];
-        float sg = 0.0f, sgx = 0.0f;
+        for (int k = 0; k < NPT; k++) pw[k] = pb[k] = 0.0f;
+        for (int64_t n = g + G * wk; n < N; n += G * W) {
+            const T *xr = (const T *)a.x + n * C, *gr = (const T *)a.dy + n * C;
+            const float m = a.rms ? 0.0f : ((const float *)a.mean)[n];
+            const float rs = ((const float *)a.rstd)[n];
+            /* the row's 2 NPT loads first, so they are in flight together
+             * (loads under a branch each waited for the one before: 4x
+             * slower, measured); full rows (C = NPT TPR) need no predicate */
+            float xh[NPT], gw[NPT];
+            if (C == CW) {
 #pragma unroll
-        for (int k = 0; k < NPT; k++) {
-            int64_t c = tid + (int64_t)TPR * k;
-            xh[k] = 0.0f;
-            gw[k] = 0.0f;
-            if (c < C) {
-                float dy = oj_cu_tof(gr[c]);
-                xh[k] = (oj_cu_tof(xr[c]) - m) * rs;
-                gw[k] = w ? dy * oj_cu_tof(w[c]) : dy;
+                for (int k = 0; k < NPT; k++) {
+                    xh[k] = oj_cu_tof(xr[tid + TPR * k]);
+                    gw[k] = oj_cu_tof(gr[tid + TPR * k]);
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    const int64_t c = tid + (int64_t)TPR * k;
+                    xh[k] = c < C ? oj_cu_tof(xr[c]) : 0.0f;
+                    gw[k] = c < C ? oj_cu_tof(gr[c]) : 0.0f; /* past C: dy = 0 adds nothing below */
+                }
+            }
+            float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                const float dy = gw[k];
+                xh[k] = (xh[k] - m) * rs;
+                gw[k] = dy * ws[tid + TPR * k];
                 pw[k] += dy * xh[k];
                 pb[k] += dy;
+                sg += gw[k];
+                sgx += gw[k] * xh[k];
             }
-            sg += gw[k];
-            sgx += gw[k] * xh[k];
-        }
-        if (a.dx == NULL) continue;
-        sg = a.rms ? 0.0f : oj_cu_row_sumf<TPR>(sg, sh) / (float)C;
-        sgx = oj_cu_row_sumf<TPR>(sgx, sh) / (float)C;
-        T *dr = (T *)a.dx + n * C;
+            if (a.dx == NULL) continue;
+            sg = a.rms ? 0.0f : oj_cu_row_sumf<TPR>(sg, sh) / (float)C;
+            sgx = oj_cu_row_sumf<TPR>(sgx, sh) / (float)C;
+            T *dr = (T *)a.dx + n * C;
 #pragma unroll
-        for (int k = 0; k < NPT; k++) {
-            int64_t c = tid + (int64_t)TPR * k;
-            if (c < C) dr[c] = oj_cu_fromf<T>(rs * (gw[k] - sg - xh[k] * sgx));
+            for (int k = 0; k < NPT; k++) {
+                int64_t c = tid + (int64_t)TPR * k;
+                if (c < C) dr[c] = oj_cu_fromf<T>(rs * (gw[k] - sg - xh[k] * sgx));
+            }
         }
-    }
-    if (part == NULL) return;
-    float *pr = part + g * 2 * C;
+        if (part == NULL) continue;
+        float *pr = part + g * P * C;
+        if constexpr (TPR == 32) {
+            /* the W warps' rows, added in warp order by column */
+            for (int p = 0; p < P; p++) {
+                __syncthreads(); /* red may still be read (the last p or group) */
 #pragma unroll
-    for (int k = 0; k < NPT; k++) {
-        int64_t c = tid + (int64_t)TPR * k;
-        if (c < C) {
-            pr[c] = pw[k];
-            pr[C + c] = pb[k];
+                for (int k = 0; k < NPT; k++) red[wk * CW + tid + 32 * k] = p ? pb[k] : pw[k];
+                __syncthreads();
+                for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+                    float s = red[c];
+#pragma unroll
+                    for (int i = 1; i < W; i++) s += red[i * CW + c];
+                    pr[p * C + c] = s;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                int64_t c = tid + (int64_t)TPR * k;
+                if (c < C) {
+                    pr[c] = pw[k];
+                    if (P == 2) pr[C + c] = pb[k];
+                }
+            }
         }
     }
 }
 
-/* dweight[c] / dbias[c] = sum over groups of part [G, 2, C]: block (32, 16)
- * per 32 columns; slice s sums groups [s q, (s + 1) q) in order in double,
- * then slice 0 adds the 16 slices in order. */
+/* dweight[c] / dbias[c] = sum over groups of part [G, P, C] (P = 1: no
+ * dbias rows, db NULL): block (32, 32) per 32 columns; slice s sums groups
+ * [s q, (s + 1) q) in order in double, then slice 0 adds the 32 slices in
+ * order. */
 template <typename T>
-__global__ void __launch_bounds__(512) k_norm_wgrad_combine(const float *part, int64_t G, int64_t C,
-                                                             T *dw, T *db) {
-    __shared__ double sw[16][32], sb[16][32];
+__global__ void __launch_bounds__(1024) k_norm_wgrad_combine(const float *part, int P, int64_t G,
+                                                              int64_t C, T *dw, T *db) {
+    __shared__ double sw[32][32], sb[32][32];
     const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
-    const int64_t q = (G + 15) / 16;
+    const int64_t q = (G + 31) / 32;
     double w = 0.0, b = 0.0;
     if (c < C) {
-        int64_t g0 = threadIdx.y * q, g1 = g0 + q < G ? g0 + q : G;
+        const int64_t g0 = threadIdx.y * q, g1 = g0 + q < G ? g0 + q : G;
+        const float *pc = part + c;
+#pragma unroll 4
         for (int64_t gi = g0; gi < g1; gi++) {
-            w += (double)part[gi * 2 * C + c];
-            b += (double)part[gi * 2 * C + C + c];
+            w += (double)pc[gi * P * C];
+            if (P == 2) b += (double)pc[gi * P * C + C];
         }
     }
     sw[threadIdx.y][threadIdx.x] = w;
@@ -302,7 +364,7 @@ __global__ void __launch_bounds__(512) k_norm_wgrad_combine(const float *part, i
     if (threadIdx.y == 0 && c < C) {
         w = 0.0;
         b = 0.0;
-        for (int s = 0; s < 16; s++) {
+        for (int s = 0; s < 32; s++) {
             w += sw[s][threadIdx.x];
             b += sb[s][threadIdx.x];
         }
@@ -338,21 +400,27 @@ template <typename T> static void norm_fwd_fast_launch(const norm_args &a, int n
 #undef X
 }
 
-/* Groups of the backward partition: R rows each, G groups. */
-static void norm_groups(int64_t N, int tpr, int64_t *R, int64_t *G) {
-    int64_t target = tpr == 32 ? 1024 : 512;
-    *R = (N + target - 1) / target;
-    if (*R < 1) *R = 1;
-    *G = (N + *R - 1) / *R;
+/* The backward's number of groups (see the comment above the fast path):
+ * depends on N, C (through npt) and whether partials are wanted only. */
+static int64_t norm_groups(int64_t N, int npt, int tpr, bool wgrad) {
+    int64_t workers = tpr == 32 ? NORM_BWD_WARPS : 1;
+    int64_t most = (N + workers - 1) / workers; /* one row per worker */
+    int64_t target = most;
+    if (tpr == 32) {
+        target = 2048 / npt;
+        target = target < 256 ? 256 : (target > 1024 ? 1024 : target);
+    } else if (wgrad) {
+        target = 512;
+    }
+    return target < most ? target : most;
 }
 
 template <typename T>
-static void norm_bwd_fast_launch(const norm_args &a, int npt, int tpr, float *part, int64_t R,
+static void norm_bwd_fast_launch(const norm_args &a, int npt, int tpr, float *part, int P,
                                  int64_t G) {
-    unsigned blocks = tpr == 32 ? (unsigned)((G + 3) / 4) : (unsigned)G;
-    unsigned threads = tpr == 32 ? 128u : (unsigned)tpr;
+    unsigned blocks = (unsigned)(G < (1 << 20) ? G : (1 << 20));
 #define X(n, t)                                                                              \
-    if (npt == (n) && tpr == (t)) k_norm_bwd_fast<T, n, t><<<blocks, threads, 0, OJ_STREAM>>>(a, part, R);
+    if (npt == (n) && tpr == (t)) k_norm_bwd_fast<T, n, t><<<blocks, 256, 0, OJ_STREAM>>>(a, part, P, G);
     NORM_CFGS(X)
 #undef X
 }
@@ -439,22 +507,23 @@ static oj_status backward(oj_engine *eng, const char *op, bool rms, oj_tensor *d
     const oj_tensor *same[5] = {dx, dweight, dbias, dy, weight}, *stats[2] = {mean, rstd};
     if ((dx || dweight || dbias) && norm_fast_ok(x, same, 5, stats, 2, a.N, a.C)) {
         int npt = 0, tpr = norm_cfg(a.C, &npt);
-        int64_t R, G;
-        norm_groups(a.N, tpr, &R, &G);
+        const bool wgrad = dweight || dbias;
+        const int P = dbias ? 2 : 1;
+        const int64_t G = norm_groups(a.N, npt, tpr, wgrad);
         a.dx = dx ? oj_cuda_ptr(dx) : NULL;
         oj_storage *hold = NULL;
         float *part = NULL;
-        if (dweight || dbias) {
-            part = (float *)oj_cuda_scratch(eng, (size_t)(G * 2 * a.C) * sizeof(float), op, &hold);
+        if (wgrad) {
+            part = (float *)oj_cuda_scratch(eng, (size_t)(G * P * a.C) * sizeof(float), op, &hold);
             if (part == NULL) return oj_last_status(eng);
         }
-        OJ_CU_FLOAT_TYPE(x->dtype, T, norm_bwd_fast_launch<T>(a, npt, tpr, part, R, G));
+        OJ_CU_FLOAT_TYPE(x->dtype, T, norm_bwd_fast_launch<T>(a, npt, tpr, part, P, G));
         oj_status st = oj_cuda_check(eng, kname);
         if (st == OJ_OK && part) {
-            dim3 blk(32, 16);
+            dim3 blk(32, 32);
             OJ_CU_FLOAT_TYPE(x->dtype, T,
                              k_norm_wgrad_combine<T><<<(unsigned)((a.C + 31) / 32), blk, 0, OJ_STREAM>>>(
-                                 part, G, a.C, dweight ? (T *)oj_cuda_ptr(dweight) : (T *)NULL,
+                                 part, P, G, a.C, dweight ? (T *)oj_cuda_ptr(dweight) : (T *)NULL,
                                  dbias ? (T *)oj_cuda_ptr(dbias) : (T *)NULL));
             st = oj_cuda_check(eng, kname);
         }
