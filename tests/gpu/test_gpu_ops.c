@@ -2174,6 +2174,210 @@ static void test_fast_colsum(void **state) {
     SIDE = 0;
 }
 
+/* One reduction on both engines into a fresh output: x reduced over mask,
+ * output dtype odt (and the index for MAX/MIN when idx), compared with
+ * rtol (0: exact). */
+static void red_case(pr x, int op, uint32_t mask, oj_dtype odt, bool want_idx, double rtol,
+                     const char *what) {
+    int r = oj_rank(x.t[0]);
+    int64_t os[OJ_MAX_RANK];
+    for (int d = 0; d < r; d++) os[d] = (mask >> d) & 1 ? 1 : oj_shape(x.t[0])[d];
+    pr out = empty(r, os, odt), idx = empty(r, os, OJ_I64);
+    BOTH(E->backend->reduce(E, (oj_reduce_op)op, T(out), want_idx ? T(idx) : NULL, T(x), mask,
+                            op == OJ_RED_VAR ? 1.0 : 0.0));
+    char w[160];
+    snprintf(w, sizeof w, "%s (op %d, mask %#x)", what, op, mask);
+    cmp(out, rtol, w);
+    if (want_idx) cmp(idx, 0, w);
+}
+
+/* Every op over x's last dim (x float); sum and mean exactly (the rows path
+ * folds in the CPU's order). */
+static void red_all_ops_last(pr x, const char *what) {
+    uint32_t mask = 1u << (oj_rank(x.t[0]) - 1);
+    for (int op = 0; op < OJ_RED_COUNT; op++) {
+        bool arg = op == OJ_RED_ARGMAX || op == OJ_RED_ARGMIN;
+        bool mm = op == OJ_RED_MAX || op == OJ_RED_MIN;
+        oj_dtype odt = arg ? OJ_I64 : (op == OJ_RED_ANY || op == OJ_RED_ALL) ? OJ_BOOL : OJ_F32;
+        bool exact = op == OJ_RED_SUM || op == OJ_RED_MEAN || mm || arg || odt == OJ_BOOL;
+        double rtol = exact ? 0 : 1e-6;
+        red_case(x, op, mask, odt, mm, rtol, what);
+    }
+}
+
+// test: reductions over the innermost dim (the rows path: one thread per output, the CPU's order) agree with the CPU, sum and mean bit for bit, for short and long rows, f32/bf16/f16/f64/i32, strided views; the block path beside it
+static void test_fast_reduce_rows(void **state) {
+    (void)state;
+    oj_dtype fdt[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int k = 0; k < 3; k++) {
+        char what[96];
+        /* short rows (any number of outputs), the nanolab gate gradient's D */
+        pr a = rnd(4, (int64_t[4]){3, 5, 37, 64}, fdt[k], -1, 1);
+        snprintf(what, sizeof what, "rows [3, 5, 37, 64] %s", oj_dtype_name(fdt[k]));
+        red_case(a, OJ_RED_SUM, 8u, OJ_F32, false, 0, what);
+        red_case(a, OJ_RED_SUM, 8u, fdt[k], false, 0, what); /* out in x's dtype, as autograd */
+        red_case(a, OJ_RED_MEAN, 8u, OJ_F32, false, 0, what);
+        /* many outputs: every op, one partial block of rows */
+        pr b = rnd(4, (int64_t[4]){4, 4, 1031, 128}, fdt[k], -1, 1);
+        snprintf(what, sizeof what, "rows [4, 4, 1031, 128] %s", oj_dtype_name(fdt[k]));
+        red_all_ops_last(b, what);
+        /* a partial last tile (100 = 3 x 32 + 4), odd lengths */
+        pr c = rnd(2, (int64_t[2]){17000, 100}, fdt[k], -1, 1);
+        snprintf(what, sizeof what, "rows [17000, 100] %s", oj_dtype_name(fdt[k]));
+        red_case(c, OJ_RED_SUM, 2u, OJ_F32, false, 0, what);
+        red_case(c, OJ_RED_MAX, 2u, OJ_F32, true, 0, what);
+        pr d = rnd(2, (int64_t[2]){5, 37}, fdt[k], -1, 1);
+        snprintf(what, sizeof what, "rows [5, 37] %s", oj_dtype_name(fdt[k]));
+        red_all_ops_last(d, what);
+        /* the block path (555 outputs of 128) */
+        pr e = rnd(4, (int64_t[4]){3, 5, 37, 128}, fdt[k], -1, 1);
+        snprintf(what, sizeof what, "block [3, 5, 37, 128] %s", oj_dtype_name(fdt[k]));
+        red_case(e, OJ_RED_SUM, 8u, OJ_F32, false, 1e-6, what);
+        red_case(e, OJ_RED_VAR, 8u, OJ_F32, false, 1e-6, what);
+    }
+    /* the gate gradient of a [4, 6, 700, 128] bf16 activation, out in bf16 */
+    pr g = rnd(4, (int64_t[4]){4, 6, 700, 128}, OJ_BF16, -1, 1);
+    red_case(g, OJ_RED_SUM, 8u, OJ_BF16, false, 0, "rows [4, 6, 700, 128] bf16");
+    /* f64 and i32 (the loads of any dtype) */
+    pr xd = rnd(2, (int64_t[2]){16500, 70}, OJ_F64, -1, 1);
+    red_case(xd, OJ_RED_SUM, 2u, OJ_F64, false, 0, "rows f64");
+    red_case(xd, OJ_RED_VAR, 2u, OJ_F64, false, 1e-12, "rows f64");
+    pr xi = rint_(2, (int64_t[2]){16500, 3}, OJ_I32, -1000, 1000);
+    red_case(xi, OJ_RED_SUM, 2u, OJ_I64, false, 0, "rows i32 -> i64");
+    /* views: kept dims permuted (not mergeable), rows not 16-byte aligned
+     * (a narrowed last dim), and the reduced dim not of stride 1 */
+    pr s1 = rnd(4, (int64_t[4]){37, 5, 3, 64}, OJ_F32, -1, 1);
+    pr v1 = perm(s1, 4, (int[4]){2, 1, 0, 3});
+    red_case(v1, OJ_RED_SUM, 8u, OJ_F32, false, 0, "rows of a permuted view");
+    red_case(v1, OJ_RED_ARGMAX, 8u, OJ_I64, false, 0, "rows of a permuted view");
+    pr s2 = rnd(3, (int64_t[3]){600, 40, 130}, OJ_BF16, -1, 1);
+    pr v2 = narrow(s2, 2, 3, 120);
+    red_case(v2, OJ_RED_SUM, 4u, OJ_F32, false, 0, "rows of a narrowed view");
+    red_case(v2, OJ_RED_LOGSUMEXP, 4u, OJ_F32, false, 1e-6, "rows of a narrowed view");
+    pr s3 = rnd(4, (int64_t[4]){3, 5, 64, 37}, OJ_F32, -1, 1);
+    pr v3 = perm(s3, 4, (int[4]){0, 1, 3, 2});
+    red_case(v3, OJ_RED_SUM, 8u, OJ_F32, false, 1e-6, "a reduced dim of stride 37");
+    red_case(v3, OJ_RED_MIN, 8u, OJ_F32, true, 0, "a reduced dim of stride 37");
+    /* reruns: the same bits */
+    SIDE = 1;
+    oj_tensor *r[2];
+    for (int i = 0; i < 2; i++) {
+        r[i] = oj_empty(gpu, 4, (int64_t[4]){4, 6, 700, 1}, OJ_F32);
+        assert_int_equal(gpu->backend->reduce(gpu, OJ_RED_SUM, r[i], NULL, T(g), 8u, 0.0), OJ_OK);
+    }
+    same_bits(r[0], r[1], "rows sum rerun");
+    SIDE = 0;
+}
+
+// test: long reductions into few outputs (the split path: chunks of groups of 8, then a block per output) agree with the CPU, for every op, contiguous or strided, aligned or not, with the same bits on a rerun and for an unaligned view as for its aligned copy
+static void test_fast_reduce_split(void **state) {
+    (void)state;
+    int64_t n = 1000003;
+    oj_dtype fdt[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int k = 0; k < 3; k++) {
+        pr x = rnd(1, &n, fdt[k], -1, 1);
+        char what[96];
+        snprintf(what, sizeof what, "full reduction of %lld %s", (long long)n, oj_dtype_name(fdt[k]));
+        for (int op = 0; op < OJ_RED_COUNT; op++) {
+            bool arg = op == OJ_RED_ARGMAX || op == OJ_RED_ARGMIN;
+            bool mm = op == OJ_RED_MAX || op == OJ_RED_MIN;
+            if (op == OJ_RED_PROD) continue; /* under/overflows */
+            oj_dtype odt = arg ? OJ_I64 : (op == OJ_RED_ANY || op == OJ_RED_ALL) ? OJ_BOOL : OJ_F32;
+            red_case(x, op, 1u, odt, mm, mm || arg || odt == OJ_BOOL ? 0 : 1e-6, what);
+        }
+        /* unaligned (element 1 on): the same bits as its aligned copy */
+        pr xv = narrow(x, 0, 1, n - 1);
+        pr xc = dup(xv);
+        snprintf(what, sizeof what, "full sum of an unaligned view %s", oj_dtype_name(fdt[k]));
+        red_case(xv, OJ_RED_SUM, 1u, OJ_F32, false, 1e-6, what);
+        SIDE = 1;
+        oj_tensor *a = oj_sum(T(xv), 0, NULL, false), *b = oj_sum(T(xc), 0, NULL, false);
+        oj_tensor *a2 = oj_sum(T(xv), 0, NULL, false);
+        same_bits(a, b, "full sum: unaligned view vs its aligned copy");
+        same_bits(a, a2, "full sum rerun");
+        SIDE = 0;
+    }
+    /* a few long outputs, rows 1 and 2 unaligned */
+    pr y = rnd(2, (int64_t[2]){3, 200003}, OJ_BF16, -1, 1);
+    red_case(y, OJ_RED_SUM, 2u, OJ_F32, false, 1e-6, "split [3, 200003] bf16");
+    red_case(y, OJ_RED_MAX, 2u, OJ_BF16, true, 0, "split [3, 200003] bf16");
+    red_case(y, OJ_RED_VAR, 2u, OJ_F32, false, 1e-6, "split [3, 200003] bf16");
+    /* the gate bias gradient: [B T, H] over rows (stride H) */
+    pr gb = rnd(2, (int64_t[2]){16384, 12}, OJ_BF16, -1, 1);
+    red_case(gb, OJ_RED_SUM, 1u, OJ_F32, false, 1e-6, "split [16384, 12] over rows");
+    red_case(gb, OJ_RED_SUM, 1u, OJ_BF16, false, 1e-2, "split [16384, 12] over rows");
+    /* the value-residual gradient: all of [2, 6, 300, 64] f32 */
+    pr vr = rnd(4, (int64_t[4]){2, 6, 300, 64}, OJ_F32, -1, 1);
+    red_case(vr, OJ_RED_SUM, 15u, OJ_F32, false, 1e-6, "split: all of [2, 6, 300, 64]");
+    /* two reduced dims around a kept one (offsets by division) */
+    pr w = rnd(3, (int64_t[3]){50, 3, 400}, OJ_F32, -1, 1);
+    red_case(w, OJ_RED_SUM, 5u, OJ_F32, false, 1e-6, "split [50, 3, 400] over dims 0, 2");
+    red_case(w, OJ_RED_MAX, 5u, OJ_F32, false, 0, "split [50, 3, 400] over dims 0, 2");
+    red_case(w, OJ_RED_LOGSUMEXP, 5u, OJ_F32, false, 1e-6, "split [50, 3, 400] over dims 0, 2");
+    /* integers summed exactly */
+    int64_t ni = 100000;
+    pr xi = rint_(1, &ni, OJ_I32, -1000, 1000);
+    red_case(xi, OJ_RED_SUM, 1u, OJ_I64, false, 0, "split i32 -> i64");
+}
+
+/* Rotary embedding of random x [.., T, D] of dtype dt through the backend
+ * entries, both directions, at offset pos and at positions tensors. */
+static void rotary_case(int rank, const int64_t *s, oj_dtype dt, int64_t pos) {
+    char what[128];
+    snprintf(what, sizeof what, "rotary %s [%lld, .., %lld, %lld] at %lld", oj_dtype_name(dt),
+             (long long)s[0], (long long)s[rank - 2], (long long)s[rank - 1], (long long)pos);
+    /* f64: CUDA's double pow/sin/cos are within 2 ulp of glibc's, an error
+     * that angles of up to 4000 rad magnify past 1e-12 */
+    double rt = dt == OJ_F64 ? 1e-9 : tol(dt, 1e-6);
+    pr x = rnd(rank, s, dt, -1, 1);
+    for (int inv = 0; inv < 2; inv++) {
+        pr out = empty(rank, s, dt);
+        BOTH(E->backend->rotary_embedding(E, T(out), T(x), pos, 10000.0, inv != 0));
+        cmp(out, rt, what);
+    }
+    int64_t Tn = s[rank - 2];
+    oj_dtype pdts[2] = {OJ_I64, OJ_I32};
+    for (int k = 0; k < 2; k++) {
+        pr p = rint_(1, &Tn, pdts[k], 0, 4000);
+        pr out = empty(rank, s, dt);
+        BOTH(E->backend->rotary_embedding_at(E, T(out), T(x), T(p), 500000.0, k == 1));
+        cmp(out, rt, what);
+    }
+}
+
+// test: rotary embedding (a thread per pair walking the rows) agrees with the CPU: f32/bf16/f16/f64, D 64/128/2/6, odd T, row counts not a multiple of the unroll, large positions, positions tensors, and its backward through oj_backward
+static void test_fast_rotary(void **state) {
+    (void)state;
+    oj_dtype dts[4] = {OJ_F32, OJ_BF16, OJ_F16, OJ_F64};
+    for (int k = 0; k < 4; k++) {
+        rotary_case(4, (int64_t[4]){2, 3, 37, 64}, dts[k], 0);
+        rotary_case(4, (int64_t[4]){3, 2, 33, 128}, dts[k], 7);
+        rotary_case(4, (int64_t[4]){2, 6, 257, 128}, dts[k], 0);
+    }
+    rotary_case(4, (int64_t[4]){1, 1, 1, 128}, OJ_F32, 1000);  /* one decode row */
+    rotary_case(4, (int64_t[4]){4, 6, 1, 64}, OJ_BF16, 100000); /* decode, large angles */
+    rotary_case(3, (int64_t[3]){5, 301, 2}, OJ_F32, 3);         /* one pair per row */
+    rotary_case(2, (int64_t[2]){1001, 6}, OJ_F32, 0);           /* no leading dims */
+    rotary_case(5, (int64_t[5]){2, 2, 3, 19, 64}, OJ_F32, 11);
+    /* forward and backward through the ops, f32 and bf16 */
+    oj_dtype bdts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++) {
+        int64_t s[4] = {2, 6, 41, 128};
+        pr q = rnd(4, s, bdts[k], -1, 1), w = rnd(4, s, bdts[k], -1, 1);
+        for (int i = 0; i < 2; i++) assert_non_null(oj_set_requires_grad(q.t[i], true));
+        pr y, loss;
+        for (int i = 0; i < 2; i++) {
+            y.t[i] = oj_rotary_embedding(q.t[i], 5, 10000.0);
+            loss.t[i] = oj_sum_all(oj_mul(y.t[i], w.t[i]));
+            assert_non_null(loss.t[i]);
+        }
+        double rt = tol(bdts[k], 1e-5);
+        cmp(y, rt, "rotary forward (ops)");
+        backward_both(loss);
+        cmp_grad(q, rt, "rotary backward (ops)");
+    }
+}
+
 int main(void) {
     oj_engine_config c = oj_engine_config_default();
     c.device = (oj_device){OJ_DEVICE_CUDA, 0};
@@ -2226,6 +2430,9 @@ int main(void) {
         T_(test_fast_softmax_ce),
         T_(test_fast_exact),
         T_(test_fast_colsum),
+        T_(test_fast_reduce_rows),
+        T_(test_fast_reduce_split),
+        T_(test_fast_rotary),
         T_(test_attention_tc),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,24 +1,42 @@
 /* CUDA reductions over a dim mask and cumsum. Deterministic in every mode:
- * - a short reduction (<= SERIAL_MAX elements per output) runs one thread
- *   per output, elements in index order, exactly as the CPU kernel
- *   (cpu_reduce.c) does;
- * - a longer one runs one block per output: thread t folds elements t,
- *   t + B, t + 2B, ... in order, then the block combines the per-thread
- *   states in a fixed tree. The block size depends on the shape only;
- * - a long one with few outputs (the gradient of a tensor broadcast over a
- *   whole activation: millions of elements into one value) runs in two
- *   passes: each output's reduced range is cut into a fixed number of
- *   equal chunks (a partition computed from the shape alone, never from
- *   the device), one block reduces each chunk as above into a state in
- *   pooled scratch, and a second kernel combines each output's chunk
- *   states in chunk order. Same bits on every run, in every numerics mode.
- * Before launching, adjacent kept (and reduced) dims that are one run of
- * memory are merged and size-1 dims dropped: the flat indices, and so the
- * order of every fold, are unchanged; the per-element offset costs fewer
- * divisions.
- * States are kept in double as on the CPU (Welford for var, a running max
- * for logsumexp, first index for max/min/argmax/argmin). */
+ * the order in which each output's elements are folded depends only on the
+ * shape and strides of x, never on the device, the launch or timing; no
+ * atomics; states are kept in double as on the CPU (Welford for var, a
+ * running max for logsumexp, first index for max/min/argmax/argmin).
+ * Before a path is chosen, adjacent kept (and reduced) dims that are one
+ * run of memory are merged and size-1 dims dropped: the flat indices, and
+ * so the order of every fold, are unchanged; the per-element offset costs
+ * fewer divisions (none with one kept or one reduced dim). Paths:
+ * - columns: SUM/MEAN over outer rows of a dense inner block of >= 32
+ *   kept columns (bias gradients), see k_colsum_chunks;
+ * - rows: the reduced dims are one contiguous innermost run (stride 1) of
+ *   at most ROWS_RED_MAX elements, short (<= ROWS_SHORT) or with many
+ *   outputs (>= ROWS_MIN_OUT): one thread per output folds its elements in
+ *   index order, exactly as the CPU kernel (cpu_reduce.c) does (the same
+ *   bits for sum and mean), reading through shared-memory tiles so that
+ *   global loads are coalesced (k_reduce_rows);
+ * - serial: other short reductions (<= SERIAL_MAX elements per output), one
+ *   thread per output, elements in index order, as on the CPU;
+ * - split: a long reduction with few outputs (<= SPLIT_OUT_MAX; e.g. the
+ *   gradient of a scalar broadcast over a whole activation: millions of
+ *   elements into one value) runs in two passes: each output's reduced
+ *   range is cut into chunks (a partition computed from n_out and n_red
+ *   alone), one block reduces each chunk into a state in pooled scratch
+ *   (thread t folds groups t, t + B, t + 2B, ... of SPLIT_G consecutive
+ *   elements, each in order, then the block combines the per-thread states
+ *   in its fixed tree), and a second kernel, one block per output, combines
+ *   the chunk states the same way (thread t: chunks t, t + B, ... in order,
+ *   then the tree);
+ * - block: the rest, one block per output: thread t folds elements t,
+ *   t + B, t + 2B, ... in order, then the block's fixed tree. The block
+ *   size depends on the shape only.
+ * A block's fixed tree: each warp's 32 states by shuffles (lane l takes
+ * lane l + 16, then l + 8, ..., l + 1), then the warps' results the same way
+ * in warp 0 (red_block). Vector loads are used where x is aligned, element
+ * loads otherwise, with the same order. Same bits on every run, in every
+ * numerics mode. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -99,6 +117,19 @@ static __device__ __forceinline__ void red_step(oj_reduce_op op, red_state *s, d
     default: break;
     }
     s->n++;
+}
+
+/* red_step with SUM/MEAN (SUM true) inlined: the same arithmetic, without
+ * the switch in the hot loops. */
+template <bool SUM>
+static __device__ __forceinline__ void red_step_t(oj_reduce_op op, red_state *s, double v,
+                                                  long long k) {
+    if (SUM) {
+        s->acc += v;
+        s->n++;
+    } else {
+        red_step(op, s, v, k);
+    }
 }
 
 /* a = a (+) b where b's elements are not all after a's: index ties and
@@ -184,8 +215,9 @@ static __device__ __forceinline__ double red_final(oj_reduce_op op, const red_st
     }
 }
 
-/* Offset (elements) of output o's first input element. */
+/* Offset (elements) of output o's first input element (o < n_out). */
 static __device__ __forceinline__ int64_t kept_offset(const red_geom &g, int64_t o) {
+    if (g.nk == 1) return o * g.kstride[0];
     int64_t off = 0;
     for (int i = g.nk - 1; i >= 0; i--) {
         int64_t q = o / g.kshape[i];
@@ -194,7 +226,9 @@ static __device__ __forceinline__ int64_t kept_offset(const red_geom &g, int64_t
     }
     return off;
 }
+/* Offset (elements) of reduced element k (k < n_red) from its output's first. */
 static __device__ __forceinline__ int64_t red_offset(const red_geom &g, int64_t k) {
+    if (g.nr == 1) return k * g.rstride[0];
     int64_t off = 0;
     for (int i = g.nr - 1; i >= 0; i--) {
         int64_t q = k / g.rshape[i];
@@ -210,6 +244,171 @@ static __device__ __forceinline__ void red_store(const red_geom &g, oj_reduce_op
     if (g.idx) *(long long *)(g.idx + o * 8) = s->arg < 0 ? 0 : s->arg;
 }
 
+/* red_combine with SUM/MEAN (SUM true) inlined: the same result. */
+template <bool SUM>
+static __device__ __forceinline__ void red_combine_t(oj_reduce_op op, red_state *a,
+                                                     const red_state *b) {
+    if (SUM) {
+        if (b->n == 0) return;
+        if (a->n == 0) {
+            *a = *b;
+            return;
+        }
+        a->acc += b->acc;
+        a->n += b->n;
+    } else {
+        red_combine(op, a, b);
+    }
+}
+
+/* The state of lane + off (lanes past 31: their own); SUM: acc and n only. */
+template <bool SUM>
+static __device__ __forceinline__ red_state red_shfl_down(const red_state &s, int off) {
+    red_state r;
+    r.acc = __shfl_down_sync(0xffffffffu, s.acc, off);
+    r.n = __shfl_down_sync(0xffffffffu, s.n, off);
+    if (SUM) {
+        r.acc2 = 0.0;
+        r.m = 0.0;
+        r.arg = 0;
+    } else {
+        r.acc2 = __shfl_down_sync(0xffffffffu, s.acc2, off);
+        r.m = __shfl_down_sync(0xffffffffu, s.m, off);
+        r.arg = __shfl_down_sync(0xffffffffu, s.arg, off);
+    }
+    return r;
+}
+
+/* Lane 0 := the warp's 32 states in a fixed tree (lane l takes lane l + 16,
+ * then l + 8, ..., l + 1). Every lane of the warp calls it. */
+template <bool SUM>
+static __device__ __forceinline__ void red_warp(oj_reduce_op op, red_state *s) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        red_state o = red_shfl_down<SUM>(*s, off);
+        if (lane < off) red_combine_t<SUM>(op, s, &o);
+    }
+}
+
+/* Thread 0's *s := the states of all blockDim.x threads (a multiple of 32,
+ * at most 1024) combined in a fixed tree: each warp's, then the warps' in
+ * warp 0. Every thread calls it; sh holds 32 states. Starts with a barrier
+ * (sh may still be read from a previous call) and has one more inside. */
+template <bool SUM>
+static __device__ __forceinline__ void red_block(oj_reduce_op op, red_state *s, red_state *sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    red_warp<SUM>(op, s);
+    __syncthreads();
+    if (lane == 0) sh[w] = *s;
+    __syncthreads();
+    if (w == 0) {
+        if (lane < nw) {
+            *s = sh[lane];
+        } else {
+            red_init(op, s);
+        }
+        red_warp<SUM>(op, s);
+    }
+}
+
+/* ---------------------------------------------------------------- loads
+ * red_ld<T> reads x of storage type T (float, oj_cu_bf16, oj_cu_f16)
+ * through typed pointers; red_ld<red_any> any dtype through oj_cu_ld. Both
+ * give the value oj_cu_ld gives. S: the shared-memory tile type of the rows
+ * kernel (float holds f32/bf16/f16 exactly). Loads are issued before any
+ * of their values is used, and without branches between them (indices
+ * past the end are clamped to a valid element and the value ignored), so
+ * that they are in flight together. */
+#define SPLIT_G 8 /* elements per group (split path) */
+#define SPLIT_U 4 /* groups per thread in flight */
+
+template <typename T> static __device__ __forceinline__ void red_ld8(const T *q, float *f) {
+    oj_cu_ldv<T, 8>(q, f); /* 16-bit types: 16 bytes */
+}
+template <> __device__ __forceinline__ void red_ld8<float>(const float *q, float *f) {
+    oj_cu_ldv<float, 4>(q, f);
+    oj_cu_ldv<float, 4>(q + 4, f + 4);
+}
+
+struct red_any {};
+
+template <typename T> struct red_ld {
+    typedef float S;
+    static __device__ __forceinline__ float one(const red_geom &g, int64_t off) {
+        return oj_cu_tof(((const T *)g.x)[off]);
+    }
+};
+template <> struct red_ld<red_any> {
+    typedef double S;
+    static __device__ __forceinline__ double one(const red_geom &g, int64_t off) {
+        return oj_cu_ld(g.x + off * g.xes, g.xdt);
+    }
+};
+
+/* Split path: fold the nfull full groups gi = t, t + B, ... (B =
+ * RED_THREADS) of SPLIT_G elements of the chunk starting at reduced index
+ * k0 of the output at base, each group in order. The typed version needs
+ * one reduced dim (stride rs); VEC: rs == 1 and x + base + k0 16-byte
+ * aligned (then every group is: k0 and the group size are multiples of 8
+ * elements), groups read with 16-byte loads. */
+template <typename T, bool SUM, bool VEC>
+static __device__ __forceinline__ void red_groups_t(const red_geom &g, oj_reduce_op op,
+                                                    int64_t base, int64_t k0, int64_t nfull,
+                                                    red_state *s) {
+    const T *x0 = (const T *)g.x + base + k0 * g.rstride[0];
+    const int64_t rs = g.rstride[0];
+    for (int64_t gi = threadIdx.x; gi < nfull; gi += SPLIT_U * RED_THREADS) {
+        float f[SPLIT_U][SPLIT_G];
+#pragma unroll
+        for (int h = 0; h < SPLIT_U; h++) {
+            int64_t gh = gi + h * RED_THREADS;
+            if (gh >= nfull) gh = gi; /* loaded, not folded */
+            if (VEC) {
+                red_ld8<T>(x0 + gh * SPLIT_G, f[h]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < SPLIT_G; j++) f[h][j] = oj_cu_tof(x0[(gh * SPLIT_G + j) * rs]);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < SPLIT_U; h++) {
+            const int64_t gh = gi + h * RED_THREADS;
+            if (gh < nfull) {
+#pragma unroll
+                for (int j = 0; j < SPLIT_G; j++)
+                    red_step_t<SUM>(op, s, (double)f[h][j], k0 + gh * SPLIT_G + j);
+            }
+        }
+    }
+}
+
+template <typename L, bool SUM> struct red_groups {
+    template <typename T>
+    static __device__ __forceinline__ void run(const red_geom &g, oj_reduce_op op, int64_t base,
+                                               int64_t k0, int64_t nfull, red_state *s) {
+        const T *x0 = (const T *)g.x + base + k0;
+        if (g.rstride[0] == 1 && ((uintptr_t)x0 & 15u) == 0)
+            red_groups_t<T, SUM, true>(g, op, base, k0, nfull, s);
+        else
+            red_groups_t<T, SUM, false>(g, op, base, k0, nfull, s);
+    }
+};
+
+/* Any dtype and layout: element by element through red_offset. */
+template <bool SUM>
+static __device__ __forceinline__ void red_groups_any(const red_geom &g, oj_reduce_op op,
+                                                      int64_t base, int64_t k0, int64_t nfull,
+                                                      red_state *s) {
+    for (int64_t gi = threadIdx.x; gi < nfull; gi += RED_THREADS)
+        for (int j = 0; j < SPLIT_G; j++) {
+            const int64_t k = k0 + gi * SPLIT_G + j;
+            red_step_t<SUM>(op, s, oj_cu_ld(g.x + (base + red_offset(g, k)) * g.xes, g.xdt), k);
+        }
+}
+
+/* ---------------------------------------------------------------- kernels */
+
 __global__ void k_reduce_serial(red_geom g, oj_reduce_op op, double p) {
     for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < g.n_out;
          o += (int64_t)gridDim.x * blockDim.x) {
@@ -222,8 +421,76 @@ __global__ void k_reduce_serial(red_geom g, oj_reduce_op op, double p) {
     }
 }
 
-__global__ void k_reduce_block(red_geom g, oj_reduce_op op, double p) {
-    __shared__ red_state sh[RED_THREADS];
+/* Rows: x's reduced dims are one run of stride 1 (the innermost), n_red
+ * >= 1. Block: ROWS_T consecutive outputs, thread t owns output o0 + t and
+ * folds its elements in index order (the CPU's order). The block walks the
+ * run in tiles of ROWS_KC columns: each warp loads one row's ROWS_KC
+ * consecutive elements per instruction (coalesced; a thread's ROWS_KC
+ * loads in flight together) into shared memory, then each thread folds its
+ * row of the tile. Shared memory: ROWS_T x (ROWS_KC + 1) S (16.9 KB float,
+ * 33.8 KB double; the +1 keeps a column read on 32 banks) + ROWS_T
+ * offsets; at most 128 registers (72 for f32/bf16 sums).
+ * Cost: n_out n_red elements read once (coalesced), n_out written; one
+ * double add per element for sum/mean. The nanolab gate gradient, sum over
+ * D of [16, 12, 1024, 64] bf16 (196,608 outputs of 64; 1,536 blocks):
+ * 25.2 MB read + 0.4 MB written, 12.6 M double adds, estimated ~7 us at
+ * 3.6 TB/s; measured on the H200 (ncu, 2026-11-29): 13.0-13.8 us (~1.9
+ * TB/s; was 274 us as k_reduce_block, one 64-thread block per output). The
+ * [16, 6, 1024, 128] layout (98,304 outputs of 128, 768 blocks): 13.2-14.3
+ * us. */
+#define ROWS_T 128
+#define ROWS_KC 32
+#define ROWS_SHORT 64      /* any number of outputs */
+#define ROWS_RED_MAX 4096  /* longer: block or split path */
+#define ROWS_MIN_OUT 16384 /* 128 blocks */
+
+template <typename L, bool SUM>
+__global__ void __launch_bounds__(ROWS_T, 4) k_reduce_rows(red_geom g, oj_reduce_op op, double p) {
+    typedef typename L::S S;
+    __shared__ S tile[ROWS_T][ROWS_KC + 1];
+    __shared__ int64_t rowbase[ROWS_T];
+    const int t = threadIdx.x, c = t % ROWS_KC;
+    for (int64_t o0 = (int64_t)blockIdx.x * ROWS_T; o0 < g.n_out;
+         o0 += (int64_t)gridDim.x * ROWS_T) {
+        const int nrow = g.n_out - o0 < ROWS_T ? (int)(g.n_out - o0) : ROWS_T;
+        rowbase[t] = kept_offset(g, o0 + (t < nrow ? t : 0));
+        red_state s;
+        red_init(op, &s);
+        __syncthreads();
+        for (int64_t k0 = 0; k0 < g.n_red; k0 += ROWS_KC) {
+            const int kc = g.n_red - k0 < ROWS_KC ? (int)(g.n_red - k0) : ROWS_KC;
+            /* tile element j ROWS_T + t: row j (ROWS_T / ROWS_KC) + t / ROWS_KC,
+             * column c; rows past nrow read their block's row 0, columns past
+             * kc column 0 (valid elements, never folded) */
+            const int64_t cc = k0 + (c < kc ? c : 0);
+            S v[ROWS_KC];
+#pragma unroll
+            for (int j = 0; j < ROWS_KC; j++) {
+                const int r = j * (ROWS_T / ROWS_KC) + t / ROWS_KC;
+                v[j] = (S)L::one(g, rowbase[r] + cc);
+            }
+#pragma unroll
+            for (int j = 0; j < ROWS_KC; j++) tile[j * (ROWS_T / ROWS_KC) + t / ROWS_KC][c] = v[j];
+            __syncthreads();
+            if (t < nrow) {
+                if (kc == ROWS_KC) {
+#pragma unroll
+                    for (int q = 0; q < ROWS_KC; q++)
+                        red_step_t<SUM>(op, &s, (double)tile[t][q], k0 + q);
+                } else {
+                    for (int q = 0; q < kc; q++)
+                        red_step_t<SUM>(op, &s, (double)tile[t][q], k0 + q);
+                }
+            }
+            __syncthreads();
+        }
+        if (t < nrow) red_store(g, op, o0 + t, &s, p);
+    }
+}
+
+__global__ void __launch_bounds__(RED_THREADS) k_reduce_block(red_geom g, oj_reduce_op op,
+                                                              double p) {
+    __shared__ red_state sh[32];
     int t = threadIdx.x, nt = blockDim.x;
     for (int64_t o = blockIdx.x; o < g.n_out; o += gridDim.x) {
         int64_t base = kept_offset(g, o);
@@ -231,75 +498,131 @@ __global__ void k_reduce_block(red_geom g, oj_reduce_op op, double p) {
         red_init(op, &s);
         for (int64_t k = t; k < g.n_red; k += nt)
             red_step(op, &s, oj_cu_ld(g.x + (base + red_offset(g, k)) * g.xes, g.xdt), k);
-        sh[t] = s;
-        __syncthreads();
-        for (int half = nt / 2; half > 0; half >>= 1) {
-            if (t < half) {
-                red_state a = sh[t], b = sh[t + half];
-                red_combine(op, &a, &b);
-                sh[t] = a;
-            }
-            __syncthreads();
-        }
-        if (t == 0) {
-            red_state r = sh[0];
-            red_store(g, op, o, &r, p);
-        }
-        __syncthreads();
+        red_block<false>(op, &s, sh);
+        if (t == 0) red_store(g, op, o, &s, p);
     }
 }
 
-/* Pass 1 of the split path: block b reduces chunk b % nc of output
- * b / nc (reduced indices [c L, min((c+1) L, n_red))) into part[b]. */
-__global__ void k_reduce_chunks(red_geom g, oj_reduce_op op, int64_t nc, int64_t L,
-                                red_state *part) {
-    __shared__ red_state sh[RED_THREADS];
-    int t = threadIdx.x, nt = blockDim.x;
-    for (int64_t b = blockIdx.x; b < g.n_out * nc; b += gridDim.x) {
-        int64_t o = b / nc, c = b - o * nc;
-        int64_t base = kept_offset(g, o);
-        int64_t k0 = c * L, k1 = k0 + L < g.n_red ? k0 + L : g.n_red;
-        red_state s;
-        red_init(op, &s);
-        for (int64_t k = k0 + t; k < k1; k += nt)
-            red_step(op, &s, oj_cu_ld(g.x + (base + red_offset(g, k)) * g.xes, g.xdt), k);
-        sh[t] = s;
-        __syncthreads();
-        for (int half = nt / 2; half > 0; half >>= 1) {
-            if (t < half) {
-                red_state a = sh[t], bb = sh[t + half];
-                red_combine(op, &a, &bb);
-                sh[t] = a;
-            }
-            __syncthreads();
-        }
-        if (t == 0) part[b] = sh[0];
-        __syncthreads();
-    }
-}
-
-/* Pass 2: output o = its nc chunk states combined in chunk order. */
-__global__ void k_reduce_combine(red_geom g, oj_reduce_op op, int64_t nc, const red_state *part,
-                                 double p) {
-    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < g.n_out;
-         o += (int64_t)gridDim.x * blockDim.x) {
-        red_state s;
-        red_init(op, &s);
-        s.n = 0;
-        for (int64_t c = 0; c < nc; c++) {
-            red_state b = part[o * nc + c];
-            red_combine(op, &s, &b);
-        }
-        red_store(g, op, o, &s, p);
-    }
-}
-
-/* Split geometry: outputs up to SPLIT_OUT_MAX, chunks of at least
- * SPLIT_CHUNK elements, at most max(2, SPLIT_BLOCKS / n_out) chunks per
- * output. Depends on (n_out, n_red) only. */
+/* Pass 1 of the split path (blockDim RED_THREADS): block b reduces chunk
+ * c = b % nc of output o = b / nc (reduced indices [c len, min((c + 1) len,
+ * n_red)), len a multiple of SPLIT_G) into part[b]. Thread t folds groups
+ * t, t + B, t + 2B, ... of SPLIT_G elements (SPLIT_U groups' loads in
+ * flight), the thread that owns the partial last group (if any) last; then
+ * the block's shuffle tree.
+ * Cost: n_out n_red elements read once + 40 bytes of state per chunk; one
+ * double add per element for sum/mean. The nanolab value-residual
+ * gradient, a sum of all of [16, 12, 1024, 64] f32 (12.6 M elements): 1,536
+ * chunks of 8,192 (32 elements per thread, one iteration), 50.3 MB read
+ * with 16-byte loads + 61 KB of states, estimated ~13 us at 3.9 TB/s;
+ * measured on the H200 (ncu, 2026-11-29): 21-22 us (~2.4 TB/s), then 5.3
+ * us for k_reduce_combine (was 129 us here, with a 64-bit division per
+ * element, + 268 us to combine). The same in bf16: 15 us + 5.3 us; the gate
+ * bias gradient, [16384, 12] bf16 over rows (stride 12): 7.9 us + 4.0 us. */
 #define SPLIT_OUT_MAX 512
-#define SPLIT_CHUNK 16384
-#define SPLIT_BLOCKS 4096
+#define SPLIT_CHUNK 8192  /* elements per chunk (fewer chunks when capped) */
+#define SPLIT_BLOCKS 4096 /* chunks per output at most max(2, this / n_out) */
+
+template <typename L, bool SUM>
+__global__ void __launch_bounds__(RED_THREADS) k_reduce_chunks(red_geom g, oj_reduce_op op,
+                                                               int64_t nc, int64_t len,
+                                                               red_state *part) {
+    __shared__ red_state sh[32];
+    for (int64_t b = blockIdx.x; b < g.n_out * nc; b += gridDim.x) {
+        const int64_t o = b / nc, c = b - o * nc;
+        const int64_t base = kept_offset(g, o);
+        const int64_t k0 = c * len, k1 = k0 + len < g.n_red ? k0 + len : g.n_red;
+        const int64_t nfull = (k1 - k0) / SPLIT_G; /* full groups */
+        red_state s;
+        red_init(op, &s);
+        L::fold(g, op, base, k0, nfull, &s);
+        if (k0 + nfull * SPLIT_G < k1 && threadIdx.x == nfull % RED_THREADS)
+            for (int64_t k = k0 + nfull * SPLIT_G; k < k1; k++) /* the partial group */
+                red_step_t<SUM>(op, &s, oj_cu_ld(g.x + (base + red_offset(g, k)) * g.xes, g.xdt),
+                                k);
+        red_block<SUM>(op, &s, sh);
+        if (threadIdx.x == 0) part[b] = s;
+    }
+}
+
+/* Folders for k_reduce_chunks: typed (one reduced dim, f32/bf16/f16) and any. */
+template <typename T, bool SUM> struct red_fold_t {
+    static __device__ __forceinline__ void fold(const red_geom &g, oj_reduce_op op, int64_t base,
+                                                int64_t k0, int64_t nfull, red_state *s) {
+        red_groups<red_ld<T>, SUM>::template run<T>(g, op, base, k0, nfull, s);
+    }
+};
+template <bool SUM> struct red_fold_any {
+    static __device__ __forceinline__ void fold(const red_geom &g, oj_reduce_op op, int64_t base,
+                                                int64_t k0, int64_t nfull, red_state *s) {
+        red_groups_any<SUM>(g, op, base, k0, nfull, s);
+    }
+};
+
+/* Pass 2 (blockDim a power of two from 32 to 1024, >= nc where it can be):
+ * output o = its nc chunk states, thread t combining chunks t, t + B, ...
+ * in order, then the block's shuffle tree. One block per output (a single
+ * thread walking 4,096 states one after another, each a dependent global
+ * load, took 268 us). */
+template <bool SUM>
+__global__ void __launch_bounds__(1024) k_reduce_combine(red_geom g, oj_reduce_op op, int64_t nc,
+                                                         const red_state *part, double p) {
+    __shared__ red_state sh[32];
+    for (int64_t o = blockIdx.x; o < g.n_out; o += gridDim.x) {
+        red_state s;
+        red_init(op, &s);
+        for (int64_t c = threadIdx.x; c < nc; c += blockDim.x) {
+            red_state b = part[o * nc + c];
+            red_combine_t<SUM>(op, &s, &b);
+        }
+        red_block<SUM>(op, &s, sh);
+        if (threadIdx.x == 0) red_store(g, op, o, &s, p);
+    }
+}
+
+/* Launch the rows kernel for x's dtype (typed loads for f32/bf16/f16). */
+template <bool SUM> static void launch_rows(const red_geom &g, oj_reduce_op op, double p,
+                                            unsigned blocks) {
+    switch (g.xdt) {
+    case OJ_F32:
+        k_reduce_rows<red_ld<float>, SUM><<<blocks, ROWS_T, 0, OJ_STREAM>>>(g, op, p);
+        break;
+    case OJ_BF16:
+        k_reduce_rows<red_ld<oj_cu_bf16>, SUM><<<blocks, ROWS_T, 0, OJ_STREAM>>>(g, op, p);
+        break;
+    case OJ_F16:
+        k_reduce_rows<red_ld<oj_cu_f16>, SUM><<<blocks, ROWS_T, 0, OJ_STREAM>>>(g, op, p);
+        break;
+    default:
+        k_reduce_rows<red_ld<red_any>, SUM><<<blocks, ROWS_T, 0, OJ_STREAM>>>(g, op, p);
+        break;
+    }
+}
+
+/* Launch pass 1 of the split path; typed: one reduced dim and x f32, bf16
+ * or f16 (typed loads), else red_offset and oj_cu_ld per element. */
+template <bool SUM> static void launch_chunks(const red_geom &g, oj_reduce_op op, int64_t nc,
+                                              int64_t len, red_state *part, unsigned blocks,
+                                              bool typed) {
+    const int dt = typed ? g.xdt : -1;
+    switch (dt) {
+    case OJ_F32:
+        k_reduce_chunks<red_fold_t<float, SUM>, SUM>
+            <<<blocks, RED_THREADS, 0, OJ_STREAM>>>(g, op, nc, len, part);
+        break;
+    case OJ_BF16:
+        k_reduce_chunks<red_fold_t<oj_cu_bf16, SUM>, SUM>
+            <<<blocks, RED_THREADS, 0, OJ_STREAM>>>(g, op, nc, len, part);
+        break;
+    case OJ_F16:
+        k_reduce_chunks<red_fold_t<oj_cu_f16, SUM>, SUM>
+            <<<blocks, RED_THREADS, 0, OJ_STREAM>>>(g, op, nc, len, part);
+        break;
+    default:
+        k_reduce_chunks<red_fold_any<SUM>, SUM>
+            <<<blocks, RED_THREADS, 0, OJ_STREAM>>>(g, op, nc, len, part);
+        break;
+    }
+}
 
 /* Merge adjacent dims of one list (shape, stride) that form one run of
  * memory, dropping size-1 dims; the row-major flat index is unchanged. */
@@ -401,6 +724,16 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
         oj__storage_release(hold);
         return st;
     }
+    const bool sum = op == OJ_RED_SUM || op == OJ_RED_MEAN;
+    const bool inner = g.nr == 1 && g.rstride[0] == 1; /* reduced: one run of stride 1 */
+    if (inner && g.n_red >= 1 && g.n_red <= ROWS_RED_MAX &&
+        (g.n_red <= ROWS_SHORT || g.n_out >= ROWS_MIN_OUT)) {
+        int64_t nb = (g.n_out + ROWS_T - 1) / ROWS_T;
+        unsigned blocks = (unsigned)(nb < (1 << 20) ? nb : (1 << 20));
+        if (sum) launch_rows<true>(g, op, p, blocks);
+        else launch_rows<false>(g, op, p, blocks);
+        return oj_cuda_check(eng, "reduce (rows)");
+    }
     if (g.n_red <= SERIAL_MAX) {
         k_reduce_serial<<<oj_cuda_blocks(g.n_out), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(g, op, p);
         return oj_cuda_check(eng, "reduce (serial)");
@@ -410,18 +743,26 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
         int64_t cap = SPLIT_BLOCKS / g.n_out;
         if (cap < 2) cap = 2;
         if (nc > cap) nc = cap;
-        int64_t L = (g.n_red + nc - 1) / nc;
-        nc = (g.n_red + L - 1) / L; /* no empty chunk */
+        int64_t len = (g.n_red + nc - 1) / nc;
+        len = (len + SPLIT_G - 1) / SPLIT_G * SPLIT_G; /* chunks start on a group */
+        nc = (g.n_red + len - 1) / len;                /* no empty chunk */
         oj_storage *hold = NULL;
         red_state *part = (red_state *)oj_cuda_scratch(
             eng, (size_t)(g.n_out * nc) * sizeof(red_state), "reduce", &hold);
         if (part == NULL) return oj_last_status(eng);
         int64_t nblk = g.n_out * nc;
-        k_reduce_chunks<<<(unsigned)(nblk < (1 << 20) ? nblk : (1 << 20)), RED_THREADS, 0, OJ_STREAM>>>(
-            g, op, nc, L, part);
+        unsigned blocks = (unsigned)(nblk < (1 << 20) ? nblk : (1 << 20));
+        bool typed = g.nr == 1 && oj_cu_is_f16ish(x->dtype);
+        if (sum) launch_chunks<true>(g, op, nc, len, part, blocks, typed);
+        else launch_chunks<false>(g, op, nc, len, part, blocks, typed);
         oj_status st = oj_cuda_check(eng, "reduce (split, chunks)");
         if (st == OJ_OK) {
-            k_reduce_combine<<<oj_cuda_blocks(g.n_out, 64), 64, 0, OJ_STREAM>>>(g, op, nc, part, p);
+            int ct = 32;
+            while (ct < 1024 && ct < nc) ct *= 2;
+            if (sum)
+                k_reduce_combine<true><<<(unsigned)g.n_out, ct, 0, OJ_STREAM>>>(g, op, nc, part, p);
+            else
+                k_reduce_combine<false><<<(unsigned)g.n_out, ct, 0, OJ_STREAM>>>(g, op, nc, part, p);
             st = oj_cuda_check(eng, "reduce (split, combine)");
         }
         oj__storage_release(hold); /* later users run after these kernels (one stream) */
