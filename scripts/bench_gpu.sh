@@ -73,7 +73,9 @@ if [ -f "$A/train_bench.py" ]; then
     done
   fi
 fi
-stage "ojas decode" 90 sh -c "'$BUILD/bin/bench_gpu_decode' 3 cuda f32 >> '$J' 2> '$O/ojas_decode.log'"
+for dt in bf16w f32; do # bf16w: bf16 weights, as the anchors hold them
+  stage "ojas decode $dt" 90 sh -c "'$BUILD/bin/bench_gpu_decode' 3 cuda $dt >> '$J' 2> '$O/ojas_decode_$dt.log'"
+done
 if [ -f "$A/infer_bench.py" ]; then
   stage "PyTorch decode" 120 sh -c "python3 '$A/infer_bench.py' --no-hf --no-check --jsonl '$J' \
     > '$O/torch_decode.log' 2>&1"

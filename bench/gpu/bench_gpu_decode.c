@@ -17,10 +17,11 @@
  * included; the median over the repeats after the first call. Prints one
  * JSON line.
  *
- * usage: bench_gpu_decode [repeats] [cpu|cuda] [f32|bf16] [all|eager|graph] [preset]
+ * usage: bench_gpu_decode [repeats] [cpu|cuda] [f32|bf16|bf16w] [all|eager|graph] [preset]
  * (preset default gpt2-124m; nanolab-124m runs the same way).
  * bf16: the forward runs under bf16 autocast (weights stay f32 and are
- * cast per use, inside the graph too; the anchors hold bf16 weights). */
+ * cast per use, inside the graph too); bf16w: the weights converted to
+ * bf16 (oj_gpt_to_dtype), as the anchors hold them: half the bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,7 @@ int main(int argc, char **argv) {
     int repeats = argc > 1 ? atoi(argv[1]) : 5;
     bool on_cpu = argc > 2 && strcmp(argv[2], "cpu") == 0;
     bool bf16 = argc > 3 && strcmp(argv[3], "bf16") == 0;
+    bool bf16w = argc > 3 && strcmp(argv[3], "bf16w") == 0;
     const char *which = argc > 4 ? argv[4] : "all";
     const char *preset = argc > 5 ? argv[5] : "gpt2-124m";
     bool do_eager = strcmp(which, "graph") != 0, do_graph = strcmp(which, "eager") != 0;
@@ -125,6 +127,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (bf16) oj_set_autocast(eng, true, OJ_BF16);
+    if (bf16w && oj_gpt_to_dtype(m, OJ_BF16) != OJ_OK) {
+        fprintf(stderr, "bench: %s\n", oj_last_error(eng));
+        return 1;
+    }
     int32_t prompt[PROMPT];
     uint32_t s = 2463534242u;
     for (int i = 0; i < PROMPT; i++) {
@@ -145,7 +151,8 @@ int main(int argc, char **argv) {
     }
     printf("{\"system\": \"ojas\", \"bench\": \"decode\", \"preset\": \"%s\", \"device\": "
            "\"%s\", \"dtype\": \"%s\", \"prompt\": %d, \"new_tokens\": %d",
-           preset, on_cpu ? "cpu" : "cuda", bf16 ? "bf16 autocast" : "f32", PROMPT, NEW);
+           preset, on_cpu ? "cpu" : "cuda", bf16 ? "bf16 autocast" : bf16w ? "bf16 weights" : "f32",
+           PROMPT, NEW);
     if (do_eager) {
         double first = te[0], med = median_after_first(te, repeats);
         printf(", \"ms_per_token\": %.4f, \"tok_s\": %.1f, \"first_call_s\": %.3f",

@@ -339,6 +339,18 @@ bool oj_shares_storage(const oj_tensor *a, const oj_tensor *b);
 /* "[2, 3, 4]" into buf; returns buf. */
 char *oj_shape_str(const oj_tensor *t, char *buf, size_t len);
 
+/* t.data = src (PyTorch's `param.data = x`): the leaf t takes src's
+ * storage (shared, retained), offset, dtype, shape and strides; the handle
+ * t stays valid, so whatever holds it (a model, an optimizer) sees the new
+ * data. Used for model.to(dtype)-style conversion (oj_params_to_dtype).
+ * A gradient of another dtype or shape is dropped. Errors (t unchanged):
+ * OJ_ERR_STATE when t is not a leaf, is saved by a recorded autograd node,
+ * or the engine holds captured CUDA graphs (they read storage by address)
+ * or is capturing; OJ_ERR_INVALID_ARGUMENT (OJ_ERR_DEVICE: on another
+ * device) for another engine's src; OJ_ERR_DTYPE
+ * for a non-float src when t requires grad. An optimizer's state is not
+ * converted: create optimizers after the conversion. */
+oj_status oj_set_data(oj_tensor *t, oj_tensor *src);
 /* requires_grad on a leaf (float dtypes only: OJ_ERR_DTYPE otherwise).
  * Returns t or NULL. */
 oj_tensor *oj_set_requires_grad(oj_tensor *t, bool requires_grad);

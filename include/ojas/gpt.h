@@ -75,6 +75,14 @@ oj_engine *oj_gpt_engine(const oj_gpt *m);
 oj_named_tensors oj_gpt_state_dict(const oj_gpt *m);
 /* Number of parameters (tied counted once). */
 int64_t oj_gpt_num_params(const oj_gpt *m);
+/* Convert the parameters to the float dtype dt in place (model.to(dtype);
+ * oj_params_to_dtype's contract and errors): bf16 weights halve the bytes
+ * read per decoded token; the forward then runs in that dtype (norm
+ * statistics and softmax in f32 inside the kernels), and KV caches
+ * created afterwards hold it too. For inference: train in f32 (with
+ * autocast) and convert after. Free decoders (their captured graphs)
+ * before converting. */
+oj_status oj_gpt_to_dtype(oj_gpt *m, oj_dtype dt);
 /* Load a safetensors file into the parameters (HF GPT-2 names with or
  * without the "transformer." prefix accepted; HF's attention-mask buffers
  * ignored). Everything is checked before any parameter changes:
@@ -96,8 +104,9 @@ oj_tensor *oj_gpt_loss(oj_gpt *m, oj_tensor *idx, oj_tensor *targets);
 
 /* ---------------------------------------------------------------- decoding
  * A KV cache of `capacity` positions per sequence for `batch` sequences:
- * keys/values [batch, Hkv, capacity, D] per layer, on m's device, charged
- * to the engine's budget. */
+ * keys/values [batch, Hkv, capacity, D] per layer in the weights' dtype
+ * (f32 unless oj_gpt_to_dtype), on m's device, charged to the engine's
+ * budget. */
 typedef struct oj_kv_cache oj_kv_cache;
 
 oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_cache **out);

@@ -138,6 +138,17 @@ int64_t oj_params_freeze(oj_params *p, const char *prefix, bool frozen);
 /* Drop every gradient. */
 void oj_params_zero_grad(oj_params *p);
 
+/* Convert every float parameter and buffer to the float dtype dt in place
+ * (PyTorch's module.to(dtype)): each handle keeps its identity and takes a
+ * converted copy of its data (oj_set_data); integer buffers are left
+ * alone. Every copy is made and every swap checked before any tensor
+ * changes, so peak memory holds both dtypes and a failure changes nothing.
+ * For inference in bf16/f16 weights (half the bytes per decoded token);
+ * create optimizers after converting. Errors: OJ_ERR_DTYPE (dt not
+ * float), OJ_ERR_CAPACITY (budget), OJ_ERR_STATE (oj_set_data's: a
+ * tensor saved by a recorded autograd graph, live CUDA graphs). */
+oj_status oj_params_to_dtype(oj_params *p, oj_dtype dt);
+
 /* Train/eval mode flag read by Dropout and BatchNorm (default training). */
 void oj_params_set_training(oj_params *p, bool training);
 bool oj_params_training(const oj_params *p);

@@ -148,6 +148,8 @@ bool oj__check_tensor(oj_engine *eng, const oj_tensor *t, const char *op, const 
 bool oj__check_writable(oj_engine *eng, const oj_tensor *t, const char *op, const char *arg);
 /* Engine of a live or quarantined (released) tensor, else NULL. */
 oj_engine *oj__engine_of(const oj_tensor *t);
+/* Would oj_set_data(t, src) succeed? false with its error recorded. */
+bool oj__set_data_ok(oj_tensor *t, oj_tensor *src);
 /* "[2, 3]" for a shape array into buf (rank > 8 prints "rank N"). */
 char *oj__shape_fmt(char *buf, size_t len, int rank, const int64_t *shape);
 /* A live tensor (magic check)? */

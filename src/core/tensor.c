@@ -285,6 +285,48 @@ oj_tensor *oj_set_requires_grad(oj_tensor *t, bool requires_grad) {
     return t;
 }
 
+bool oj__set_data_ok(oj_tensor *t, oj_tensor *src) {
+    oj_engine *eng = oj__engine_of(t);
+    if (!oj__check_tensor(eng, t, "set_data", "tensor") ||
+        !oj__check_tensor(eng, src, "set_data", "src"))
+        return false;
+    if (t->grad_fn != NULL) {
+        oj_set_error(eng, OJ_ERR_STATE, "set_data: the tensor is not a leaf (it has a grad_fn); "
+                                        "only leaves' data can be replaced");
+    } else if (t->holds > 0) {
+        oj_set_error(eng, OJ_ERR_STATE, "set_data: the tensor is saved by %d recorded autograd "
+                     "node(s); run or free that graph first", (int)t->holds);
+    } else if (t->requires_grad && !oj_dtype_is_float(src->dtype)) {
+        oj_set_error(eng, OJ_ERR_DTYPE, "set_data: the tensor requires grad and src is %s (float "
+                     "dtypes only)", oj_dtype_name(src->dtype));
+    } else if (eng->graphs != NULL || oj_graph_capturing(eng)) {
+        oj_set_error(eng, OJ_ERR_STATE, "set_data: the engine %s CUDA graphs, which read storage "
+                     "by address; free them first", eng->graphs ? "holds captured" : "is capturing");
+    } else {
+        return true;
+    }
+    return false;
+}
+
+oj_status oj_set_data(oj_tensor *t, oj_tensor *src) {
+    if (!oj__set_data_ok(t, src)) {
+        oj_engine *eng = oj__engine_of(t);
+        return eng ? oj_last_status(eng) : OJ_ERR_INVALID_ARGUMENT;
+    }
+    if (t->grad != NULL && (t->grad->dtype != src->dtype || t->grad->rank != src->rank ||
+                            memcmp(t->grad->shape, src->shape, sizeof(int64_t) * (size_t)src->rank)))
+        oj_zero_grad(t); /* a gradient of the old dtype or shape no longer fits */
+    oj__storage_retain(src->storage);
+    oj__storage_release(t->storage);
+    t->storage = src->storage;
+    t->offset = src->offset;
+    t->dtype = src->dtype;
+    t->rank = src->rank;
+    memcpy(t->shape, src->shape, sizeof t->shape);
+    memcpy(t->stride, src->stride, sizeof t->stride);
+    return OJ_OK;
+}
+
 bool oj_requires_grad(const oj_tensor *t) { return oj__live(t) && t->requires_grad; }
 oj_tensor *oj_grad(const oj_tensor *t) {
     if (!oj__live(t)) return NULL;

@@ -127,6 +127,10 @@ oj_named_tensors oj_gpt_state_dict(const oj_gpt *m) {
     return m ? oj_params_state_dict(m->params) : nt;
 }
 
+oj_status oj_gpt_to_dtype(oj_gpt *m, oj_dtype dt) {
+    return m ? oj_params_to_dtype(m->params, dt) : OJ_ERR_INVALID_ARGUMENT;
+}
+
 int64_t oj_gpt_num_params(const oj_gpt *m) { return m ? oj_params_numel(m->params, false) : 0; }
 
 double oj_gpt_flops_per_token(const oj_gpt *m, int64_t T) {
@@ -226,8 +230,8 @@ oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_c
     const int64_t D = m->cfg.n_embd / m->cfg.n_head;
     int64_t shape[4] = {batch, m->cfg.n_kv_head, capacity, D};
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-        c->k[l] = oj_zeros(eng, 4, shape, OJ_F32);
-        c->v[l] = oj_zeros(eng, 4, shape, OJ_F32);
+        c->k[l] = oj_zeros(eng, 4, shape, m->wte->dtype); /* the weights' dtype */
+        c->v[l] = oj_zeros(eng, 4, shape, m->wte->dtype);
         if (c->k[l] == NULL || c->v[l] == NULL) {
             oj_kv_cache_free(c);
             return oj_last_status(eng);

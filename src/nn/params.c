@@ -5,6 +5,7 @@
 
 #include "core/internal.h"
 #include "nn/nn_internal.h"
+#include "ojas/ops.h"
 
 oj_params *oj_params_create(oj_engine *eng, uint64_t seed) {
     if (eng == NULL) return NULL;
@@ -193,6 +194,36 @@ int64_t oj_params_freeze(oj_params *p, const char *prefix, bool frozen) {
 
 void oj_params_zero_grad(oj_params *p) {
     for (int64_t i = 0; p && i < p->n; i++) oj_zero_grad(p->tensors[i]);
+}
+
+oj_status oj_params_to_dtype(oj_params *p, oj_dtype dt) {
+    if (p == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = p->eng;
+    if (!oj_dtype_is_float(dt))
+        return oj_set_error(eng, OJ_ERR_DTYPE, "params_to_dtype: %s is not a float dtype",
+                            oj_dtype_name(dt));
+    oj_tensor **staged = calloc((size_t)(p->n > 0 ? p->n : 1), sizeof *staged);
+    if (staged == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "params_to_dtype: out of host memory");
+    bool prev = oj_set_grad_enabled(eng, false);
+    bool ok = true;
+    /* stage every copy first and check every swap: a failure changes nothing */
+    for (int64_t i = 0; ok && i < p->n; i++) {
+        oj_tensor *t = p->tensors[i];
+        if (!oj_dtype_is_float(t->dtype) || t->dtype == dt) continue;
+        oj_scope_begin(eng);
+        staged[i] = oj_cast(t, dt);
+        if (staged[i]) oj_keep(staged[i]);
+        oj_scope_end(eng);
+        ok = staged[i] != NULL && oj__set_data_ok(t, staged[i]);
+        if (staged[i] == NULL && oj_last_status(eng) == OJ_OK)
+            oj_set_error(eng, OJ_ERR_INTERNAL, "params_to_dtype: cast of '%s' failed", p->names[i]);
+    }
+    for (int64_t i = 0; ok && i < p->n; i++)
+        if (staged[i] && oj_set_data(p->tensors[i], staged[i]) != OJ_OK) ok = false;
+    for (int64_t i = 0; i < p->n; i++) oj_release(staged[i]);
+    free(staged);
+    oj_set_grad_enabled(eng, prev);
+    return ok ? OJ_OK : oj_last_status(eng);
 }
 
 void oj_params_set_training(oj_params *p, bool training) {

@@ -8,7 +8,7 @@
 // the tokens and logits of the same step run eagerly on the GPU, of the
 // GPU's eager cached decode and of the CPU decoder (gpt2-tiny and
 // nanolab-tiny, a nanolab ring, a second prefill after the capture, bf16
-// autocast, gpt2-124m), and frees everything it took.
+// autocast, bf16 weights, gpt2-124m), and frees everything it took.
 //
 // Greedy tokens are compared exactly up to the first step where the two
 // runs' top logits are within rounding of each other (a genuine near tie,
@@ -433,16 +433,22 @@ static int compare_runs(const char *what, const run *a, const run *b, double tol
 
 /* graph (GPU) vs the same step eager (GPU) vs the eager cached decode (GPU)
  * vs the CPU decoder. */
-static void decoder_case(const char *preset, int64_t cap, int64_t n, int steps, bool bf16) {
+static void decoder_case_w(const char *preset, int64_t cap, int64_t n, int steps, bool autocast,
+                           bool wbf16) {
     char what[128];
+    bool bf16 = autocast || wbf16; /* bf16 tolerances */
     oj_engine *cpu = engine(false, OJ_NUMERICS_EXACT), *gpu = engine(true, OJ_NUMERICS_EXACT);
     oj_gpt *mc = model(cpu, preset), *mg = model(gpu, preset);
+    if (wbf16) { /* weights converted to bf16, no autocast */
+        assert_int_equal(oj_gpt_to_dtype(mc, OJ_BF16), OJ_OK);
+        assert_int_equal(oj_gpt_to_dtype(mg, OJ_BF16), OJ_OK);
+    }
     int64_t V = oj_gpt_get_config(mg)->vocab_size;
     int64_t live0 = oj_engine_live_tensors(gpu);
     int32_t *prompt = malloc((size_t)n * sizeof *prompt);
     prompt_of(prompt, n, V, (uint32_t)(cap * 131 + n));
-    oj_set_autocast(cpu, bf16, OJ_BF16);
-    oj_set_autocast(gpu, bf16, OJ_BF16);
+    oj_set_autocast(cpu, autocast, OJ_BF16);
+    oj_set_autocast(gpu, autocast, OJ_BF16);
     run graph = run_new(steps, V), eager = run_new(steps, V), cached = run_new(steps, V),
         host = run_new(steps, V);
     oj_gpt_decoder *dg = NULL, *de = NULL, *dc = NULL;
@@ -498,6 +504,9 @@ static void decoder_case(const char *preset, int64_t cap, int64_t n, int steps, 
     oj_engine_free(gpu);
     oj_engine_free(cpu);
 }
+static void decoder_case(const char *preset, int64_t cap, int64_t n, int steps, bool bf16) {
+    decoder_case_w(preset, cap, n, steps, bf16, false);
+}
 
 static void test_decoder_gpt2(void **state) {
     (void)state;
@@ -515,6 +524,14 @@ static void test_decoder_bf16(void **state) {
     (void)state;
     decoder_case("gpt2-tiny", 40, 6, 30, true);
     decoder_case("nanolab-tiny", 40, 6, 30, true);
+}
+
+/* weights in bf16 (oj_gpt_to_dtype): bf16 KV caches, the whole forward in
+ * bf16; the graph equals the eager step, and both stay near the CPU's */
+static void test_decoder_bf16_weights(void **state) {
+    (void)state;
+    decoder_case_w("gpt2-tiny", 40, 6, 30, false, true);
+    decoder_case_w("nanolab-tiny", 40, 6, 30, false, true);
 }
 
 static double now_s(void) {
@@ -576,6 +593,7 @@ int main(void) {
         cmocka_unit_test(test_decoder_gpt2),
         cmocka_unit_test(test_decoder_nanolab),
         cmocka_unit_test(test_decoder_bf16),
+        cmocka_unit_test(test_decoder_bf16_weights),
         cmocka_unit_test(test_decoder_gpt2_124m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

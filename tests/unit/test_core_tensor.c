@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "ojas/autograd.h"
 #include "ojas/core.h"
 #include "ojas/ops.h"
 #include "engine_testutil.h"
@@ -247,12 +248,63 @@ static void test_grad_fields(void **state) {
     oj_clear_error(eng);
 }
 
+// test: oj_set_data swaps a leaf's data (dtype, shape) keeping the handle; refuses non-leaves, saved tensors, other engines' data
+static void test_set_data(void **state) {
+    (void)state;
+    int64_t n = 3, s2[2] = {2, 2};
+    double v3[3] = {1.5, -2.25, 3.0}, v4[4] = {1, 2, 3, 4};
+    oj_tensor *p = oj_set_requires_grad(oj_full(eng, 1, &n, OJ_F32, 7.0), true);
+    oj_tensor *b = oj_cast(oj_from_host(eng, 1, &n, OJ_F64, v3, sizeof v3), OJ_BF16);
+    assert_non_null(b);
+    /* a gradient of the old dtype is dropped */
+    oj_tensor *pp = oj_mul(p, p), *loss = oj_sum(pp, 0, NULL, false);
+    assert_int_equal(oj_backward(loss, false), OJ_OK);
+    assert_non_null(oj_grad(p));
+    oj_release(loss); /* the recorded nodes go with their outputs */
+    oj_release(pp);
+    assert_int_equal(oj_set_data(p, b), OJ_OK);
+    assert_int_equal(oj_tensor_dtype(p), OJ_BF16);
+    assert_true(oj_shares_storage(p, b));
+    assert_null(oj_grad(p));
+    assert_true(oj_requires_grad(p));
+    expect_f64(p, v3, 3);
+    /* a new shape */
+    oj_tensor *q = oj_from_host(eng, 2, s2, OJ_F64, v4, sizeof v4);
+    assert_int_equal(oj_set_data(p, q), OJ_OK);
+    assert_int_equal(oj_rank(p), 2);
+    expect_f64(p, v4, 4);
+    /* a non-leaf */
+    oj_tensor *y = oj_mul_scalar(p, 2.0);
+    assert_int_equal(oj_set_data(y, q), OJ_ERR_STATE);
+    oj_clear_error(eng);
+    /* saved by a recorded node: refused, unchanged */
+    oj_tensor *sq = oj_mul(p, p);
+    assert_int_equal(oj_set_data(p, b), OJ_ERR_STATE);
+    assert_int_equal(oj_tensor_dtype(p), OJ_F64);
+    oj_clear_error(eng);
+    oj_release(sq);
+    oj_release(y);
+    /* an integer src for a tensor requiring grad */
+    oj_tensor *iz = oj_zeros(eng, 1, &n, OJ_I64);
+    assert_int_equal(oj_set_data(p, iz), OJ_ERR_DTYPE);
+    oj_clear_error(eng);
+    /* another engine's src */
+    oj_engine *e2 = NULL;
+    oj_engine_config c = oj_engine_config_default();
+    assert_int_equal(oj_engine_create(&c, &e2, NULL), OJ_OK);
+    oj_tensor *o = oj_zeros(e2, 1, &n, OJ_F32);
+    assert_int_equal(oj_set_data(p, o), OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    oj_engine_free(e2);
+    assert_int_equal(oj_set_data(NULL, b), OJ_ERR_INVALID_ARGUMENT);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, et_scope_in, et_scope_out)
     const struct CMUnitTest tests[] = {
         T(test_empty_zeros_ones_full), T(test_arange_linspace_eye), T(test_from_to_host),
         T(test_clone_contiguous),      T(test_copy_broadcast_cast), T(test_fill),
-        T(test_grad_fields),
+        T(test_grad_fields),           T(test_set_data),
     };
     return cmocka_run_group_tests(tests, et_setup, et_teardown_no_leaks);
 }

@@ -103,8 +103,10 @@ static void static_greedy(oj_gpt_decoder *d, int64_t V, const int32_t *prompt, i
 }
 
 /* decoder == eager: tokens, and logits bit for bit. */
-static void check_same(const char *preset, int64_t cap, int64_t n, int steps, bool bf16) {
+static void check_same_w(const char *preset, int64_t cap, int64_t n, int steps, bool bf16,
+                         oj_dtype wdt) {
     oj_gpt *m = model(preset);
+    if (wdt != OJ_F32) assert_int_equal(oj_gpt_to_dtype(m, wdt), OJ_OK);
     int64_t V = oj_gpt_get_config(m)->vocab_size;
     int64_t live0 = oj_engine_live_tensors(eng);
     int32_t *prompt = malloc((size_t)n * sizeof *prompt);
@@ -131,6 +133,9 @@ static void check_same(const char *preset, int64_t cap, int64_t n, int steps, bo
     free(lb);
     oj_gpt_free(m);
 }
+static void check_same(const char *preset, int64_t cap, int64_t n, int steps, bool bf16) {
+    check_same_w(preset, cap, n, steps, bf16, OJ_F32);
+}
 
 static void test_gpt2_same_as_eager(void **state) {
     (void)state;
@@ -155,6 +160,61 @@ static void test_bf16_autocast(void **state) {
     (void)state;
     check_same("gpt2-tiny", 24, 4, 12, true);
     check_same("nanolab-tiny", 16, 4, 20, true);
+}
+
+/* Weights converted to bf16 (oj_gpt_to_dtype): the decoder equals eager
+ * on the bf16 model; the caches hold bf16; its logits stay within bf16
+ * rounding of the f32 model's; conversion is refused while a decoder
+ * (on a CUDA engine: its graph) could read the old storage only there, so
+ * on the CPU it goes through and the decoder made after it works. */
+static void test_bf16_weights(void **state) {
+    (void)state;
+    check_same_w("gpt2-tiny", 24, 4, 12, false, OJ_BF16);
+    check_same_w("nanolab-tiny", 16, 4, 20, false, OJ_BF16);
+    const char *presets[2] = {"gpt2-tiny", "nanolab-tiny"};
+    for (int k = 0; k < 2; k++) {
+        oj_gpt *m = model(presets[k]);
+        int64_t V = oj_gpt_get_config(m)->vocab_size, n = 6, shape[2] = {1, n};
+        int32_t prompt[6];
+        make_prompt(prompt, n, V, 11);
+        float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+        oj_scope_begin(eng);
+        oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, prompt, sizeof prompt);
+        oj_tensor *lg = oj_gpt_forward(m, idx); /* recorded: its graph saves the weights */
+        last_row(lg, a, V);
+        assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_ERR_STATE);
+        assert_int_equal(oj_tensor_dtype(oj_gpt_state_dict(m).tensors[0]), OJ_F32);
+        oj_clear_error(eng);
+        oj_release(lg); /* frees the graph */
+        bool prev = oj_set_grad_enabled(eng, false);
+        assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+        oj_named_tensors sd = oj_gpt_state_dict(m);
+        for (int64_t i = 0; i < sd.n; i++) assert_int_equal(oj_tensor_dtype(sd.tensors[i]), OJ_BF16);
+        last_row(oj_gpt_forward(m, idx), b, V);
+        oj_set_grad_enabled(eng, prev);
+        double maxa = 0, maxd = 0;
+        for (int64_t i = 0; i < V; i++) {
+            maxa = fmax(maxa, fabs(a[i]));
+            maxd = fmax(maxd, fabs((double)a[i] - b[i]));
+        }
+        if (!(maxd <= 0.05 * maxa))
+            fail_msg("%s: bf16 weights' logits differ by %g (max |logit| %g)", presets[k], maxd, maxa);
+        assert_true(maxd > 0); /* the conversion did happen */
+        oj_kv_cache *c = NULL;
+        assert_int_equal(oj_kv_cache_create(m, 1, 8, &c), OJ_OK);
+        oj_kv_cache_free(c);
+        /* not a float dtype: refused, nothing changed */
+        assert_int_equal(oj_gpt_to_dtype(m, OJ_I32), OJ_ERR_DTYPE);
+        oj_clear_error(eng);
+        assert_int_equal(oj_tensor_dtype(sd.tensors[0]), OJ_BF16);
+        /* back to f32 */
+        assert_int_equal(oj_gpt_to_dtype(m, OJ_F32), OJ_OK);
+        assert_int_equal(oj_tensor_dtype(sd.tensors[0]), OJ_F32);
+        oj_scope_end(eng);
+        free(a);
+        free(b);
+        oj_gpt_free(m);
+    }
 }
 
 /* The same tokens as oj_generate at temperature 0; a second prefill starts
@@ -263,6 +323,7 @@ int main(void) {
         cmocka_unit_test(test_nanolab_same_as_eager),
         cmocka_unit_test(test_nanolab_ring),
         cmocka_unit_test(test_bf16_autocast),
+        cmocka_unit_test(test_bf16_weights),
         cmocka_unit_test(test_generate_refill_feed),
         cmocka_unit_test(test_limits_and_refusals),
     };
