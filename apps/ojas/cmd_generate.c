@@ -14,14 +14,15 @@ static const char *k_help =
     "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors --model PRESET)\n"
     "                     [--vocab DIR] --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
-    "                     [--device cpu|cuda] [--threads N]\n"
+    "                     [--device cpu|cuda] [--dtype f32|bf16|f16] [--threads N]\n"
     "Sample from a model. --checkpoint takes a checkpoint directory written by\n"
     "'ojas train' (or its root: the newest good one is used); its state.json\n"
     "holds the model config, and its tokenizer_dir is the default for --vocab\n"
     "(relative to where the run was started). Tokens stream to stdout as they\n"
     "are generated. Defaults: --max-new-tokens 200, --temperature 0.8 (0:\n"
     "greedy), --top-k 40 (0: off), --top-p %g (1: off), --repetition-penalty %g\n"
-    "(1: off), --seed %llu, --device cpu.\n";
+    "(1: off), --seed %llu, --device cpu, --dtype f32. --dtype bf16 converts the\n"
+    "weights after loading (half the bytes read per token; the KV cache too).\n";
 
 typedef struct {
     const oj_tokenizer *tok;
@@ -43,7 +44,7 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
 
 int cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *weights = NULL, *preset = NULL, *vocab = NULL, *prompt = NULL;
-    const char *device = "cpu";
+    const char *device = "cpu", *dtype = "f32";
     int64_t threads = 0;
     oj_sampler_config sc = oj_sampler_config_default();
     sc.max_new_tokens = 200;
@@ -62,6 +63,7 @@ int cmd_generate(int argc, char **argv) {
         else if (strcmp(a, "--vocab") == 0) { if (!VAL()) return CLI_USAGE; vocab = v; }
         else if (strcmp(a, "--prompt") == 0) { if (!VAL()) return CLI_USAGE; prompt = v; }
         else if (strcmp(a, "--device") == 0) { if (!VAL()) return CLI_USAGE; device = v; }
+        else if (strcmp(a, "--dtype") == 0) { if (!VAL()) return CLI_USAGE; dtype = v; }
         else if (strcmp(a, "--threads") == 0) {
             if (!VAL() || !cli_parse_i64(a, v, 0, 4096, &threads)) return CLI_USAGE;
         } else if (strcmp(a, "--max-new-tokens") == 0) {
@@ -100,6 +102,10 @@ int cmd_generate(int argc, char **argv) {
         !(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
         return cli_error(CLI_USAGE, "generate: need a finite temperature >= 0, 0 < top-p <= 1 "
                                     "and a finite repetition-penalty > 0");
+
+    oj_dtype wdt = strcmp(dtype, "bf16") == 0 ? OJ_BF16 : strcmp(dtype, "f16") == 0 ? OJ_F16 : OJ_F32;
+    if (wdt == OJ_F32 && strcmp(dtype, "f32") != 0)
+        return cli_error(CLI_USAGE, "generate: --dtype must be f32, bf16 or f16, got '%s'", dtype);
 
     oj_error e = {0};
     oj_tokenizer *tok = NULL;
@@ -157,6 +163,10 @@ int cmd_generate(int argc, char **argv) {
             cli_error(CLI_FAIL, "generate: %s", e.status ? e.message : oj_last_error(eng));
             goto done;
         }
+    }
+    if (wdt != OJ_F32 && oj_gpt_to_dtype(m, wdt) != OJ_OK) {
+        cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
+        goto done;
     }
     oj_tokens ids = {0};
     if (oj_tokenizer_encode(tok, prompt, strlen(prompt), OJ_ENCODE_ALLOW_SPECIAL, &ids, &e) != OJ_OK) {

@@ -157,6 +157,17 @@ static void test_tokenizer_data_train_resume_generate(void **state) {
     assert_string_equal(a, b);
     free(b);
 
+    /* bf16 weights: prompt echoed, some text after it; a bad dtype refused */
+    assert_int_equal(ojas("generate --checkpoint run --vocab tok --prompt '" PROMPT
+                          "' --max-new-tokens 8 --seed 1 --dtype bf16",
+                          &b),
+                     0);
+    assert_non_null(b);
+    if (strncmp(b, PROMPT, strlen(PROMPT)) != 0 || strlen(b) <= strlen(PROMPT "\n"))
+        fail_msg("generate --dtype bf16 printed '%s'", b);
+    free(b);
+    assert_int_equal(ojas("generate --checkpoint run --vocab tok --prompt 'x' --dtype i8", NULL), 2);
+
     free(a);
 
     /* Without --vocab: refused for a run without tokenizer_dir, the run's
