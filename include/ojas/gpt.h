@@ -123,7 +123,8 @@ void oj_kv_cache_reset(oj_kv_cache *c);
  * the last `capacity` positions (rotary positions keep counting). Errors:
  * OJ_ERR_OUT_OF_RANGE when len + T exceeds the capacity or block_size
  * otherwise (gpt2's learned positions end at block_size; a prefill never
- * wraps). */
+ * wraps); OJ_ERR_DTYPE, with autocast off, for a cache whose dtype is not
+ * the weights' (made before oj_gpt_to_dtype). */
 oj_tensor *oj_gpt_forward_cached(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx);
 
 /* ------------------------------------------------- greedy static decoding

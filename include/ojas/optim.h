@@ -117,7 +117,11 @@ typedef struct oj_optim_step_info {
  * not finite (nothing changed, oj_optim_skipped_steps incremented, the
  * reason in oj_optim_message; NOT recorded on the engine, so training can
  * go on); other codes (recorded on the engine) when a kernel fails, in
- * which case parameters may be partly updated. info may be NULL. */
+ * which case parameters may be partly updated. A parameter whose data was
+ * replaced after it was added (oj_set_data, oj_params_to_dtype) so that
+ * it no longer fits its state (dtype, shape, a contiguous f32/f64 leaf) is
+ * refused before anything is written: OJ_ERR_STATE / OJ_ERR_DTYPE /
+ * OJ_ERR_INVALID_ARGUMENT naming it. info may be NULL. */
 oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info);
 /* Drop the grad of every parameter (oj_zero_grad). */
 void oj_optim_zero_grad(oj_optim *o);

@@ -253,6 +253,19 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
                      (long long)cache->batch);
         return NULL;
     }
+    /* A cache made before oj_gpt_to_dtype holds the old dtype; without
+     * autocast (which casts q, k, v to one dtype) attention would refuse
+     * the mix deep inside, after layer 0's keys were written. */
+    if (cache && !oj_autocast_enabled(eng) &&
+        oj_tensor_dtype(cache->k[0]) != oj_tensor_dtype(m->wte)) {
+        oj_set_error(eng, OJ_ERR_DTYPE,
+                     "gpt forward: the KV cache holds %s but the weights are %s (converted by "
+                     "oj_gpt_to_dtype after the cache or decoder was created); create caches and "
+                     "decoders after converting",
+                     oj_dtype_name(oj_tensor_dtype(cache->k[0])),
+                     oj_dtype_name(oj_tensor_dtype(m->wte)));
+        return NULL;
+    }
     oj_scope_begin(eng);
     oj_tensor *x = oj_embedding(m->wte, idx); /* [B, T, C] */
     if (m->cfg.family == OJ_GPT2 && dev) {

@@ -215,8 +215,15 @@ oj_status oj_params_to_dtype(oj_params *p, oj_dtype dt) {
         if (staged[i]) oj_keep(staged[i]);
         oj_scope_end(eng);
         ok = staged[i] != NULL && oj__set_data_ok(t, staged[i]);
-        if (staged[i] == NULL && oj_last_status(eng) == OJ_OK)
-            oj_set_error(eng, OJ_ERR_INTERNAL, "params_to_dtype: cast of '%s' failed", p->names[i]);
+        if (staged[i] == NULL) { /* name the tensor: "cast: cannot allocate ..." alone does not */
+            oj_status st = oj_last_status(eng);
+            char why[400];
+            snprintf(why, sizeof why, "%s", st != OJ_OK ? oj_last_error(eng) : "cast failed");
+            oj_clear_error(eng); /* the first error wins: replace it by the named one */
+            oj_set_error(eng, st != OJ_OK ? st : OJ_ERR_INTERNAL,
+                         "params_to_dtype: converting '%s' to %s (nothing was converted): %s",
+                         p->names[i], oj_dtype_name(dt), why);
+        }
     }
     for (int64_t i = 0; ok && i < p->n; i++)
         if (staged[i] && oj_set_data(p->tensors[i], staged[i]) != OJ_OK) ok = false;

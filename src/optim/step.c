@@ -188,7 +188,51 @@ static bool kernels_present(oj_optim *o) {
     return true;
 }
 
-/* Collect the parameters that have a grad, checking each grad. */
+/* Does parameter p still fit what the optimizer made for it when it was
+ * added? Its data may have been replaced since (oj_set_data,
+ * oj_params_to_dtype: PyTorch's param.data = x): the kernels read and
+ * write the parameter and its state densely in the parameter's dtype and
+ * size, so another dtype, shape or layout would overrun the state or
+ * write through an expanded view. Refused, nothing written. */
+static oj_status check_slot(oj_optim *o, const oj_optim_hparams *hp, const oj_optim_slot *p) {
+    const oj_tensor *t = p->param;
+    char b1[128], b2[128];
+    if (t->dtype != OJ_F32 && t->dtype != OJ_F64)
+        return oj_set_error(o->eng, OJ_ERR_DTYPE,
+                            "optim: parameter '%s' is now %s (its data was replaced after it was "
+                            "added); f32 or f64 expected: create the optimizer after converting",
+                            p->name, oj_dtype_name(t->dtype));
+    if (!oj_is_contiguous(t))
+        return oj_set_error(o->eng, OJ_ERR_INVALID_ARGUMENT,
+                            "optim: parameter '%s' %s is no longer contiguous (its data was "
+                            "replaced after it was added); it must be a contiguous leaf tensor",
+                            p->name, oj__shape_fmt(b1, sizeof b1, t->rank, t->shape));
+    const oj_tensor *state[3] = {p->exp_avg, p->exp_avg_sq, p->momentum_buffer};
+    for (int i = 0; i < 3; i++) {
+        const oj_tensor *s = state[i];
+        if (s == NULL) continue;
+        bool same = s->dtype == t->dtype && s->rank == t->rank;
+        for (int d = 0; same && d < t->rank; d++) same = s->shape[d] == t->shape[d];
+        if (!same)
+            return oj_set_error(o->eng, OJ_ERR_STATE,
+                                "optim: parameter '%s' is now %s %s but its optimizer state is %s "
+                                "%s (its data was replaced after it was added, e.g. by "
+                                "oj_set_data or oj_params_to_dtype); create the optimizer after "
+                                "converting",
+                                p->name, oj_dtype_name(t->dtype),
+                                oj__shape_fmt(b1, sizeof b1, t->rank, t->shape),
+                                oj_dtype_name(s->dtype),
+                                oj__shape_fmt(b2, sizeof b2, s->rank, s->shape));
+    }
+    if (hp->algo == OJ_OPTIM_MUON && t->rank != 2)
+        return oj_set_error(o->eng, OJ_ERR_SHAPE,
+                            "optim muon: parameter '%s' is now %s; Muon takes 2-D matrices",
+                            p->name, oj__shape_fmt(b1, sizeof b1, t->rank, t->shape));
+    return OJ_OK;
+}
+
+/* Collect the parameters that have a grad, checking each parameter and
+ * grad. */
 static oj_status collect(oj_optim *o, work_item *items, int64_t *n_out) {
     int64_t n = 0;
     for (int g = 0; g < o->ngroups; g++) {
@@ -201,6 +245,8 @@ static oj_status collect(oj_optim *o, work_item *items, int64_t *n_out) {
                     "optim: parameter '%s' was released while the optimizer uses it", p->name);
             oj_tensor *g0 = p->param->grad;
             if (g0 == NULL) continue;
+            oj_status cs = check_slot(o, &grp->hp, p);
+            if (cs != OJ_OK) return cs;
             if (g0->dtype != p->param->dtype || oj_numel(g0) != oj_numel(p->param)) {
                 char b1[128], b2[128];
                 return oj_set_error(
