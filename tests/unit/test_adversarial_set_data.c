@@ -80,6 +80,63 @@ static oj_optim *optim_of(oj_tensor *p, oj_optim_hparams hp) {
     return o;
 }
 
+/* Held up under probing (kept as a guard): the storage accounting of
+ * oj_set_data. The old storage goes when its last handle does, src's is
+ * shared (retained once), nothing is charged twice; t = src, a view of t
+ * itself and a 0-element src work; NULL and released tensors are refused
+ * with t unchanged. */
+static void test_set_data_accounting(void **state) {
+    (void)state;
+    const int64_t live0 = oj_engine_live_tensors(eng), mem0 = oj_engine_memory_allocated(eng);
+    int64_t n = 1000, m = 10, z[2] = {0, 3};
+    oj_tensor *p = oj_set_requires_grad(oj_full(eng, 1, &n, OJ_F32, 1.0), true);
+    const int64_t mem_p = oj_engine_memory_allocated(eng) - mem0;
+    oj_tensor *src = oj_full(eng, 1, &m, OJ_F32, 2.0);
+    const int64_t mem_src = oj_engine_memory_allocated(eng) - mem0 - mem_p;
+    assert_int_equal(oj_set_data(p, src), OJ_OK);
+    assert_int_equal(oj_engine_memory_allocated(eng) - mem0, mem_src); /* p's old storage freed */
+    oj_release(src);
+    assert_int_equal(oj_engine_memory_allocated(eng) - mem0, mem_src); /* still held by p */
+    assert_true(oj_item_at(p, 9) == 2.0);
+    assert_int_equal(oj_set_data(p, p), OJ_OK);
+    assert_int_equal(oj_numel(p), m);
+    /* a view of p's own storage (made with grad mode on, its node holds p:
+     * refused; made without, it goes through) */
+    oj_tensor *v = oj_narrow(p, 0, 2, 3);
+    assert_int_equal(oj_set_data(p, v), OJ_ERR_STATE);
+    EXPECT_ERR(OJ_ERR_STATE, "saved by 1 recorded autograd node");
+    oj_release(v);
+    bool prev = oj_set_grad_enabled(eng, false);
+    v = oj_narrow(p, 0, 2, 3);
+    oj_set_grad_enabled(eng, prev);
+    assert_int_equal(oj_set_data(p, v), OJ_OK);
+    oj_release(v);
+    assert_int_equal(oj_numel(p), 3);
+    assert_int_equal(oj_engine_memory_allocated(eng) - mem0, mem_src);
+    grad_of_square(p);
+    assert_true(oj_item_at(oj_grad(p), 0) == 4.0);
+    /* NULL, released: refused, p unchanged */
+    assert_int_equal(oj_set_data(p, NULL), OJ_ERR_INVALID_ARGUMENT);
+    EXPECT_ERR(OJ_ERR_INVALID_ARGUMENT, "set_data: src is NULL");
+    oj_tensor *dead = oj_full(eng, 1, &m, OJ_F32, 3.0);
+    oj_release(dead);
+    assert_int_equal(oj_set_data(p, dead), OJ_ERR_INVALID_ARGUMENT);
+    EXPECT_ERR(OJ_ERR_INVALID_ARGUMENT, "src is a released tensor");
+    assert_int_equal(oj_numel(p), 3);
+    /* 0 elements: the gradient of another shape is dropped */
+    oj_tensor *e = oj_zeros(eng, 2, z, OJ_F32);
+    assert_int_equal(oj_set_data(p, e), OJ_OK);
+    oj_release(e);
+    assert_null(oj_grad(p));
+    grad_of_square(p);
+    assert_int_equal(oj_numel(oj_grad(p)), 0);
+    oj_release(p);
+    assert_int_equal(oj_set_data(p, p), OJ_ERR_INVALID_ARGUMENT);
+    EXPECT_ERR(OJ_ERR_INVALID_ARGUMENT, "tensor is a released tensor");
+    assert_int_equal(oj_engine_live_tensors(eng), live0);
+    assert_int_equal(oj_engine_memory_allocated(eng), mem0);
+}
+
 /* Was: AdamW's step read and wrote exp_avg / exp_avg_sq (made for [4]) over
  * the new [1000] parameter: heap-buffer-overflow (ASan). Now refused,
  * nothing written. */
@@ -365,6 +422,7 @@ static void test_fused_projections_frozen_and_modes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_set_data_accounting, et_clear, et_clear),
         cmocka_unit_test_setup_teardown(test_optim_after_set_data_bigger, et_clear, et_clear),
         cmocka_unit_test_setup_teardown(test_optim_after_set_data_expanded, et_clear, et_clear),
         cmocka_unit_test_setup_teardown(test_optim_after_params_to_dtype, et_clear, et_clear),
