@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One device call: build with tests and benchmarks, run the GPU tests
+# (scripts/gpu_check.sh, memcheck off unless GPU_CHECK_MEMCHECK=1), then the
+# benchmarks beside PyTorch (scripts/bench_gpu.sh, torch.compile at B=16
+# only) and, if time is left, an ncu profile of each model's step
+# (scripts/gpu_ncu.sh). Everything lands in one tarball, $OUT/gpu_all.tgz
+# (the device tool brings back few files). Budget: ALL_BUDGET seconds in all
+# (default 560, under the 600 s limit of one call); each stage starts only
+# while time is left.
+#
+# usage (from the repository root, anchors copied into third_party/anchors):
+#   OUT=/some/dir bash scripts/gpu_all.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+BUDGET=${ALL_BUDGET:-560}
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+R=/tmp/gpu_all
+rm -rf "$R" && mkdir -p "$R"
+OUT=${OUT:-build-gpu}
+mkdir -p "$OUT"
+GPU_CHECK_MEMCHECK=${GPU_CHECK_MEMCHECK:-0} OUT=$R/check bash scripts/gpu_check.sh > "$R/check.txt" 2>&1
+echo "gpu_check rc=$? ($(( $(date +%s) - T0 )) s)"
+grep -E "Test +#|FAIL|ALL PASSED|SOME STAGES" "$R/check.txt" | head -20
+. scripts/gpu_env.sh
+gpu_env_setup >/dev/null
+cmake -S . -B build-gpu -DOJAS_BENCH=ON > /dev/null 2>&1
+cmake --build build-gpu -j"$(nproc)" --target bench_gpu_train bench_gpu_decode bench_gpu_gemm \
+  > "$R/benchbuild.log" 2>&1 || tail -20 "$R/benchbuild.log"
+l=$(left)
+if [ "$l" -gt 120 ]; then
+  BUILD=build-gpu BENCH_BUDGET=$(( l > 460 ? 400 : l - 60 )) BENCH_SKIP_CEILINGS=1 \
+    BENCH_COMPILE_BATCHES=16 STEPS=10 WARMUP=3 bash scripts/bench_gpu.sh "$R/bench" > "$R/bench.txt" 2>&1
+  grep "^==" "$R/bench.txt" | head -30
+  cat "$R/bench/bench.jsonl" 2>/dev/null
+fi
+for p in nanolab-124m gpt2-124m; do
+  [ "$(left)" -gt 90 ] || break
+  mkdir -p "$R/ncu_$p"
+  PRESET=$p B=16 OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh | head -30
+done
+tar -czf "$OUT/gpu_all.tgz" -C /tmp gpu_all
+echo "gpu_all: $(( $(date +%s) - T0 )) s; results in $OUT/gpu_all.tgz"
