@@ -56,7 +56,7 @@ fuzz:
 	bash scripts/fuzz.sh
 
 bench: build
-	bash scripts/bench.sh
+	bash bench/cpu/run.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) build-fuzz

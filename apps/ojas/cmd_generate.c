@@ -22,7 +22,8 @@ static const char *k_help =
     "are generated. Defaults: --max-new-tokens 200, --temperature 0.8 (0:\n"
     "greedy), --top-k 40 (0: off), --top-p %g (1: off), --repetition-penalty %g\n"
     "(1: off), --seed %llu, --device cpu, --dtype f32. --dtype bf16 converts the\n"
-    "weights after loading (half the bytes read per token; the KV cache too).\n";
+    "weights after loading (half the bytes read per token on a GPU, the KV cache\n"
+    "too; on the CPU bf16 is slower than f32).\n";
 
 typedef struct {
     const oj_tokenizer *tok;
@@ -89,6 +90,8 @@ int cmd_generate(int argc, char **argv) {
         return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
     oj_train_config run_cfg = oj_train_config_default();
+    if (vocab == NULL && ckpt && access(ckpt, F_OK) != 0) /* before asking for --vocab */
+        return cli_error(CLI_FAIL, "generate: checkpoint '%s' does not exist", ckpt);
     if (vocab == NULL && ckpt) { /* the tokenizer the run was trained with */
         oj_error ce = {0};
         if (oj_train_config_from_checkpoint(ckpt, &run_cfg, &ce) == OJ_OK && run_cfg.tokenizer_dir[0])
@@ -97,7 +100,8 @@ int cmd_generate(int argc, char **argv) {
     if (vocab == NULL)
         return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
                                     "supplies it only when its run had a tokenizer_dir)");
-    if (prompt == NULL) return cli_error(CLI_USAGE, "generate: --prompt TEXT is required");
+    if (prompt == NULL || prompt[0] == '\0')
+        return cli_error(CLI_USAGE, "generate: --prompt TEXT is required (and must not be empty)");
     if (!(sc.temperature >= 0) || isinf(sc.temperature) || !(sc.top_p > 0 && sc.top_p <= 1) ||
         !(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
         return cli_error(CLI_USAGE, "generate: need a finite temperature >= 0, 0 < top-p <= 1 "

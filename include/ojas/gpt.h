@@ -94,7 +94,8 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err);
  * and PaLM's appendix B, attention counted with causal masking ignored). */
 double oj_gpt_flops_per_token(const oj_gpt *m, int64_t T);
 
-/* Logits [B, T, V] (f32) for idx [B, T] (T <= block_size), recorded on the
+/* Logits [B, T, V] (f32; the weights' dtype after oj_gpt_to_dtype, the
+ * autocast dtype under autocast) for idx [B, T] (T <= block_size), recorded on the
  * tape when grad mode is on. Owned by the current scope. */
 oj_tensor *oj_gpt_forward(oj_gpt *m, oj_tensor *idx);
 /* Mean cross-entropy of next-token prediction: forward then

@@ -81,11 +81,25 @@ static void test_generate_non_finite_sampling(void **state) {
     }
 }
 
+// test: generate names a missing checkpoint (not the --vocab it could not read from it) and refuses an empty prompt once-prefixed
+static void test_generate_missing_checkpoint_empty_prompt(void **state) {
+    (void)state;
+    char *err;
+    assert_int_equal(ojas("generate --checkpoint nowhere --prompt x", &err), 1);
+    ct_assert_one_line(err, "generate: checkpoint 'nowhere' does not exist");
+    free(err);
+    assert_int_equal(ojas("generate --checkpoint nowhere --vocab nowhere --prompt ''", &err), 2);
+    ct_assert_one_line(err, "generate: --prompt TEXT is required (and must not be empty)");
+    assert_null(strstr(err, "generate: generate:"));
+    free(err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info_rejects_arguments),
         cmocka_unit_test(test_train_set_non_finite),
         cmocka_unit_test(test_generate_non_finite_sampling),
+        cmocka_unit_test(test_generate_missing_checkpoint_empty_prompt),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
