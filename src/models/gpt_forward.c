@@ -133,7 +133,13 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
         const int64_t n4[4] = {C, Hkv * D, Hkv * D, H};
         if (!project_fused(h, 4, w4, n4, o4)) return NULL;
         q0 = o4[0], k0 = o4[1], v0 = o4[2];
-        g0 = oj_add(o4[3], b->gate_b);
+        /* the bias in the GEMM's dtype, as a linear under autocast adds it
+         * (an f32 bias would promote the gate, and y * gate after it, to f32) */
+        oj_tensor *gb = oj_tensor_dtype(b->gate_b) == oj_tensor_dtype(o4[3])
+                            ? oj_retain(b->gate_b)
+                            : oj_cast(b->gate_b, oj_tensor_dtype(o4[3]));
+        g0 = oj_add(o4[3], gb);
+        oj_release(gb);
         oj_release(o4[3]);
     } else {
         q0 = oj_linear(h, b->q_w, NULL), k0 = oj_linear(h, b->k_w, NULL);
