@@ -7,12 +7,12 @@
 
 static const char *k_help =
     "usage: ojas bench [--model PRESET] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
-    "                  [--device cpu|cuda] [--threads N] [--numerics fast|exact]\n"
-    "                  [--dtype f32|bf16] [--cuda-graph] [--peak-flops F]\n"
+    "                  [--device cpu|cuda|cuda:N] [--threads N] [--numerics fast|exact]\n"
+    "                  [--dtype f32|bf16|f16] [--cuda-graph] [--peak-flops F]\n"
     "Time full training steps (forward, backward, optimizer) of a GPT preset on\n"
     "random tokens and print the median step time, tokens/s, achieved FLOP/s\n"
-    "(6N + 12LCT per token) and, with --peak-flops, MFU. --dtype bf16 runs the\n"
-    "forward under bf16 autocast (f32 master weights). --cuda-graph (--device\n"
+    "(6N + 12LCT per token) and, with --peak-flops, MFU. --dtype bf16 (f16) runs\n"
+    "the forward under bf16 (f16) autocast (f32 master weights). --cuda-graph (--device\n"
     "cuda) captures the forward and backward once as a CUDA graph and replays\n"
     "it every step. Defaults: nanolab-small, B 8, T 128, 5 steps after 2\n"
     "warm-up steps, cpu, f32. Presets: %s.\n";
@@ -57,23 +57,25 @@ int cmd_bench(int argc, char **argv) {
         return cli_error(CLI_USAGE, "bench: --seq %lld exceeds the preset's block_size %lld",
                          (long long)T, (long long)mc.block_size);
     oj_engine_config ec = oj_engine_config_default();
-    if (strcmp(device, "cuda") == 0) ec.device.type = OJ_DEVICE_CUDA;
-    else if (strcmp(device, "cpu") != 0) return cli_error(CLI_USAGE, "bench: --device must be cpu or cuda");
+    if (!oj_device_parse(device, &ec.device))
+        return cli_error(CLI_USAGE, "bench: --device must be cpu, cuda or cuda:N, got '%s'", device);
     if (strcmp(numerics, "exact") == 0) ec.numerics = OJ_NUMERICS_EXACT;
     else if (strcmp(numerics, "fast") != 0) return cli_error(CLI_USAGE, "bench: --numerics must be fast or exact");
     if (graph && ec.device.type != OJ_DEVICE_CUDA)
         return cli_error(CLI_USAGE, "bench: --cuda-graph needs --device cuda (CUDA graphs are a "
                                     "CUDA feature)");
-    bool bf16 = strcmp(dtype, "bf16") == 0;
-    if (!bf16 && strcmp(dtype, "f32") != 0) return cli_error(CLI_USAGE, "bench: --dtype must be f32 or bf16");
+    oj_dtype ad = strcmp(dtype, "bf16") == 0 ? OJ_BF16 : strcmp(dtype, "f16") == 0 ? OJ_F16 : OJ_F32;
+    if (ad == OJ_F32 && strcmp(dtype, "f32") != 0)
+        return cli_error(CLI_USAGE, "bench: --dtype must be f32, bf16 or f16, got '%s'", dtype);
     ec.threads = (int)threads;
     oj_engine *eng = NULL;
     oj_error e = {0};
     if (oj_engine_create(&ec, &eng, &e) != OJ_OK) return cli_error(CLI_FAIL, "bench: %s", e.message);
-    if (bf16) oj_set_autocast(eng, true, OJ_BF16);
+    if (ad != OJ_F32) oj_set_autocast(eng, true, ad);
     printf("bench: %s (%s), B %lld x T %lld, %s, %d threads, %s numerics, %s\n", preset,
            oj_gpt_family_name(mc.family), (long long)B, (long long)T, device,
-           oj_engine_threads(eng), numerics, bf16 ? "bf16 autocast" : "f32");
+           oj_engine_threads(eng), numerics,
+           ad == OJ_BF16 ? "bf16 autocast" : ad == OJ_F16 ? "f16 autocast" : "f32");
     oj_bench_result r;
     if (oj_bench_train_step(eng, &mc, B, T, (int)warmup, (int)steps, graph, &r) != OJ_OK) {
         int rc = cli_error(CLI_FAIL, "bench: %s", oj_last_error(eng));

@@ -14,7 +14,7 @@ static const char *k_help =
     "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors --model PRESET)\n"
     "                     [--vocab DIR] --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
-    "                     [--device cpu|cuda] [--dtype f32|bf16|f16] [--threads N]\n"
+    "                     [--device cpu|cuda|cuda:N] [--dtype f32|bf16|f16] [--threads N]\n"
     "Sample from a model. --checkpoint takes a checkpoint directory written by\n"
     "'ojas train' (or its root: the newest good one is used); its state.json\n"
     "holds the model config, and its tokenizer_dir is the default for --vocab\n"
@@ -115,10 +115,10 @@ int cmd_generate(int argc, char **argv) {
     oj_tokenizer *tok = NULL;
     if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK) return cli_error(CLI_FAIL, "generate: %s", e.message);
     oj_engine_config ec = oj_engine_config_default();
-    if (strcmp(device, "cuda") == 0) ec.device.type = OJ_DEVICE_CUDA;
-    else if (strcmp(device, "cpu") != 0) {
+    if (!oj_device_parse(device, &ec.device)) {
         oj_tokenizer_free(tok);
-        return cli_error(CLI_USAGE, "generate: --device must be cpu or cuda, got '%s'", device);
+        return cli_error(CLI_USAGE, "generate: --device must be cpu, cuda or cuda:N, got '%s'",
+                         device);
     }
     ec.threads = (int)threads;
     oj_engine *eng = NULL;

@@ -109,6 +109,12 @@ typedef struct oj_device {
     int index; /* CUDA ordinal; 0 on CPU */
 } oj_device;
 
+/* "cpu", "cuda" (ordinal 0) or "cuda:N" (N in 0..1024, decimal) into *d;
+ * false for anything else (d unchanged), as torch.device's strings. */
+bool oj_device_parse(const char *s, oj_device *d);
+/* The inverse: "cpu", "cuda" (ordinal 0), "cuda:N" into buf of len bytes. */
+void oj_device_name(oj_device d, char *buf, size_t len);
+
 typedef enum oj_numerics {
     OJ_NUMERICS_FAST = 0,  /* any summation order, library GEMM allowed */
     OJ_NUMERICS_EXACT = 1, /* fixed order: bit-identical across thread counts and runs */

@@ -1,12 +1,43 @@
 /* Engine lifetime and settings: device, numerics, threads, seed, budgets,
  * grad mode. Every piece of mutable state lives here; nothing is global. */
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/internal.h"
+
+bool oj_device_parse(const char *s, oj_device *d) {
+    if (s == NULL || d == NULL) return false;
+    if (strcmp(s, "cpu") == 0) {
+        *d = (oj_device){OJ_DEVICE_CPU, 0};
+        return true;
+    }
+    if (strncmp(s, "cuda", 4) != 0) return false;
+    if (s[4] == 0) {
+        *d = (oj_device){OJ_DEVICE_CUDA, 0};
+        return true;
+    }
+    if (s[4] != ':' || s[5] < '0' || s[5] > '9') return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s + 5, &end, 10);
+    if (errno || *end || v > 1024) return false;
+    *d = (oj_device){OJ_DEVICE_CUDA, (int)v};
+    return true;
+}
+
+void oj_device_name(oj_device d, char *buf, size_t len) {
+    if (d.type == OJ_DEVICE_CPU)
+        snprintf(buf, len, "cpu");
+    else if (d.index == 0)
+        snprintf(buf, len, "cuda");
+    else
+        snprintf(buf, len, "cuda:%d", d.index);
+}
 
 oj_engine_config oj_engine_config_default(void) {
     oj_engine_config c = {.device = {OJ_DEVICE_CPU, 0},

@@ -133,37 +133,6 @@ const char *oj__train_enum_name(const char *key, int v) {
     return "?";
 }
 
-static bool parse_device(const char *s, oj_device *d) {
-    if (strcmp(s, "cpu") == 0) {
-        *d = (oj_device){OJ_DEVICE_CPU, 0};
-        return true;
-    }
-    if (strncmp(s, "cuda", 4) != 0)
-        return false;
-    if (s[4] == 0) {
-        *d = (oj_device){OJ_DEVICE_CUDA, 0};
-        return true;
-    }
-    if (s[4] != ':' || s[5] < '0' || s[5] > '9')
-        return false;
-    char *end;
-    errno = 0;
-    long v = strtol(s + 5, &end, 10);
-    if (errno || *end || v > 1024)
-        return false;
-    *d = (oj_device){OJ_DEVICE_CUDA, (int)v};
-    return true;
-}
-
-void oj__train_device_name(oj_device d, char *buf, size_t len) {
-    if (d.type == OJ_DEVICE_CPU)
-        snprintf(buf, len, "cpu");
-    else if (d.index == 0)
-        snprintf(buf, len, "cuda");
-    else
-        snprintf(buf, len, "cuda:%d", d.index);
-}
-
 /* ---------------------------------------------------------------- apply */
 
 /* A JSON number that is an integer (also 1e6 written as a real). */
@@ -264,7 +233,7 @@ static oj_status apply_one(oj_train_config *c, const key_def *k, const json_t *v
     }
     case K_DEVICE: {
         oj_device d;
-        if (!json_is_string(v) || !parse_device(json_string_value(v), &d))
+        if (!json_is_string(v) || !oj_device_parse(json_string_value(v), &d))
             return bad(err, k, "\"cpu\", \"cuda\" or \"cuda:N\"");
         c->device = d;
         return OJ_OK;
@@ -423,7 +392,7 @@ json_t *oj__train_config_json(const oj_train_config *c) {
         case K_ENUM: v = json_string(k->names[enum_get(base + k->off)]); break;
         case K_BETAS: v = json_pack("[ff]", c->beta1, c->beta2); break;
         case K_DEVICE:
-            oj__train_device_name(c->device, buf, sizeof buf);
+            oj_device_name(c->device, buf, sizeof buf);
             v = json_string(buf);
             break;
         }

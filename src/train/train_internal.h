@@ -70,7 +70,6 @@ double oj__train_now(void);
 json_t *oj__train_config_json(const oj_train_config *c);
 oj_status oj__train_config_from_json(oj_train_config *c, const json_t *obj, oj_error *err);
 const char *oj__train_enum_name(const char *key, int v);
-void oj__train_device_name(oj_device d, char *buf, size_t len);
 
 /* state.c: resolve `path` (a checkpoint directory or a root) to a directory
  * (copied into dir when dir_len > 0) and parse its state.json into *state

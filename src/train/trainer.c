@@ -160,7 +160,7 @@ static void say_setup(oj_trainer *t) {
     const oj_train_config *c = &t->cfg;
     const oj_gpt_config *m = &t->mcfg;
     char dev[32];
-    oj__train_device_name(oj_engine_device(t->eng), dev, sizeof dev);
+    oj_device_name(oj_engine_device(t->eng), dev, sizeof dev);
     oj__train_say(t,
                   "model %s (%s): %lld layers, %lld heads (%lld kv), C %lld, MLP %lld, V %lld, "
                   "%.2fM parameters",

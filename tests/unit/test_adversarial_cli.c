@@ -81,7 +81,7 @@ static void test_generate_non_finite_sampling(void **state) {
     }
 }
 
-// test: generate names a missing checkpoint (not the --vocab it could not read from it) and refuses an empty prompt once-prefixed
+// test: generate names a missing checkpoint (not the --vocab it could not read from it) and refuses an empty prompt once-prefixed; bench names a malformed device
 static void test_generate_missing_checkpoint_empty_prompt(void **state) {
     (void)state;
     char *err;
@@ -91,6 +91,10 @@ static void test_generate_missing_checkpoint_empty_prompt(void **state) {
     assert_int_equal(ojas("generate --checkpoint nowhere --vocab nowhere --prompt ''", &err), 2);
     ct_assert_one_line(err, "generate: --prompt TEXT is required (and must not be empty)");
     assert_null(strstr(err, "generate: generate:"));
+    free(err);
+    /* devices as train takes them: a malformed one refused by name */
+    assert_int_equal(ojas("bench --device cuda:x", &err), 2);
+    ct_assert_one_line(err, "bench: --device must be cpu, cuda or cuda:N, got 'cuda:x'");
     free(err);
 }
 

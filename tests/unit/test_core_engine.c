@@ -131,6 +131,33 @@ static void test_free_releases_everything(void **state) {
     oj_engine_free(eng); /* LeakSanitizer checks that nothing remains */
 }
 
+// test: device strings parse as torch.device's ("cpu", "cuda", "cuda:N") and print back; anything else is refused, leaving d unchanged
+static void test_device_parse(void **state) {
+    (void)state;
+    const char *good[4] = {"cpu", "cuda", "cuda:3", "cuda:1024"};
+    oj_device want[4] = {{OJ_DEVICE_CPU, 0}, {OJ_DEVICE_CUDA, 0}, {OJ_DEVICE_CUDA, 3},
+                         {OJ_DEVICE_CUDA, 1024}};
+    for (int i = 0; i < 4; i++) {
+        oj_device d = {OJ_DEVICE_CPU, 77};
+        assert_true(oj_device_parse(good[i], &d));
+        assert_int_equal(d.type, want[i].type);
+        assert_int_equal(d.index, want[i].index);
+        char buf[16];
+        oj_device_name(d, buf, sizeof buf);
+        assert_string_equal(buf, i == 3 ? "cuda:1024" : good[i]);
+    }
+    const char *bad[9] = {"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:1025", "cuda:1x", "cuda0",
+                          "cpu:0"};
+    for (int i = 0; i < 9; i++) {
+        oj_device d = {OJ_DEVICE_CPU, 77};
+        assert_false(oj_device_parse(bad[i], &d));
+        assert_int_equal(d.index, 77);
+    }
+    oj_device d;
+    assert_false(oj_device_parse(NULL, &d));
+    assert_false(oj_device_parse("cpu", NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -138,6 +165,7 @@ int main(void) {
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_cuda_never_falls_back),
         cmocka_unit_test(test_free_releases_everything),
+        cmocka_unit_test(test_device_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
