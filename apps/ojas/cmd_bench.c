@@ -14,12 +14,12 @@ static const char *k_help =
     "(6N + 12LCT per token) and, with --peak-flops, MFU. --dtype bf16 (f16) runs\n"
     "the forward under bf16 (f16) autocast (f32 master weights). --cuda-graph (--device\n"
     "cuda) captures the forward and backward once as a CUDA graph and replays\n"
-    "it every step. Defaults: nanolab-small, B 8, T 128, 5 steps after 2\n"
-    "warm-up steps, cpu, f32. Presets: %s.\n";
+    "it every step. Defaults: nanolab-small, B 8, T 128 (the preset's block size\n"
+    "when smaller), 5 steps after 2 warm-up steps, cpu, f32. Presets: %s.\n";
 
 int cmd_bench(int argc, char **argv) {
     const char *preset = "nanolab-small", *device = "cpu", *numerics = "fast", *dtype = "f32";
-    int64_t B = 8, T = 128, steps = 5, warmup = 2, threads = 0;
+    int64_t B = 8, T = 0, steps = 5, warmup = 2, threads = 0; /* T 0: 128 or the block size */
     double peak = 0;
     bool graph = false;
     for (int i = 1; i < argc; i++) {
@@ -53,6 +53,7 @@ int cmd_bench(int argc, char **argv) {
     if (!oj_gpt_preset(preset, &mc))
         return cli_error(CLI_USAGE, "bench: unknown model preset '%s' (presets: %s)", preset,
                          oj_gpt_preset_list(names, sizeof names));
+    if (T == 0) T = mc.block_size < 128 ? mc.block_size : 128;
     if (T > mc.block_size)
         return cli_error(CLI_USAGE, "bench: --seq %lld exceeds the preset's block_size %lld",
                          (long long)T, (long long)mc.block_size);

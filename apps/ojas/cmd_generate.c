@@ -113,7 +113,12 @@ int cmd_generate(int argc, char **argv) {
 
     oj_error e = {0};
     oj_tokenizer *tok = NULL;
-    if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK) return cli_error(CLI_FAIL, "generate: %s", e.message);
+    if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
+        return cli_error(CLI_FAIL, "generate: %s%s", e.message,
+                         vocab == run_cfg.tokenizer_dir
+                             ? " (the run's tokenizer_dir, relative to where it was started: "
+                               "give --vocab DIR)"
+                             : "");
     oj_engine_config ec = oj_engine_config_default();
     if (!oj_device_parse(device, &ec.device)) {
         oj_tokenizer_free(tok);
