@@ -15,6 +15,7 @@
 
 #include "ojas/core.h"
 #include "ojas/ops.h"
+#include "gpu_testutil.h"
 
 static oj_engine *gpu, *cpu;
 
@@ -277,15 +278,7 @@ static void test_graph_freed_with_engine(void **state) {
 }
 
 int main(void) {
-    oj_engine_config c = oj_engine_config_default();
-    c.device = (oj_device){OJ_DEVICE_CUDA, 0};
-    oj_engine *probe = NULL;
-    oj_error err = {0};
-    if (oj_engine_create(&c, &probe, &err) != OJ_OK) {
-        printf("SKIP: no usable CUDA device: %s\n", err.message);
-        return 77;
-    }
-    oj_engine_free(probe);
+    if (gpu_test_probe(false, NULL) != 0) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_creation_matches_cpu),
         cmocka_unit_test(test_rng_same_on_both_devices),

@@ -26,6 +26,7 @@
 #include "ojas/io.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
+#include "gpu_testutil.h"
 
 #define STEPS 6
 #define B 2
@@ -392,20 +393,7 @@ static void test_checkpoint_gpu_cpu_gpu(void **state) {
 }
 
 int main(void) {
-    on_cpu = getenv("OJAS_GPU_TEST_ON_CPU") != NULL;
-    if (!on_cpu) {
-        oj_engine_config c = oj_engine_config_default();
-        c.device = (oj_device){OJ_DEVICE_CUDA, 0};
-        oj_engine *probe = NULL;
-        oj_error err = {0};
-        if (oj_engine_create(&c, &probe, &err) != OJ_OK) {
-            printf("skipped: no CUDA device (%s)\n", err.message);
-            return 77;
-        }
-        oj_engine_free(probe);
-    } else {
-        printf("OJAS_GPU_TEST_ON_CPU: self-check with a CPU engine in place of CUDA\n");
-    }
+    if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nanolab_sgd),
         cmocka_unit_test(test_gpt2_adamw),

@@ -26,6 +26,7 @@
 #include "backend/backend.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
+#include "gpu_testutil.h"
 
 static oj_engine *cpu, *gpu;     /* EXACT numerics */
 static oj_engine *cpuf, *gpuf;   /* FAST numerics */
@@ -289,7 +290,6 @@ static double tol(oj_dtype dt, double f32) {
 
 static int group_setup(void **state) {
     (void)state;
-    on_cpu = getenv("OJAS_GPU_TEST_ON_CPU") != NULL;
     oj_engine_config c = oj_engine_config_default();
     c.seed = 1234;
     c.numerics = OJ_NUMERICS_EXACT;
@@ -2379,19 +2379,7 @@ static void test_fast_rotary(void **state) {
 }
 
 int main(void) {
-    oj_engine_config c = oj_engine_config_default();
-    c.device = (oj_device){OJ_DEVICE_CUDA, 0};
-    oj_engine *probe = NULL;
-    oj_error err = {0};
-    if (getenv("OJAS_GPU_TEST_ON_CPU") == NULL) {
-        if (oj_engine_create(&c, &probe, &err) != OJ_OK) {
-            printf("skipped: no CUDA device (%s)\n", err.message);
-            return 77;
-        }
-        oj_engine_free(probe);
-    } else {
-        printf("OJAS_GPU_TEST_ON_CPU: self-check with a second CPU engine in place of CUDA\n");
-    }
+    if (gpu_test_probe(true, &on_cpu) != 0) return 77;
 #define T_(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
     const struct CMUnitTest tests[] = {
         T_(test_copy_fill),
