@@ -22,47 +22,25 @@
 #include "ojas/io.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
+#include "optim_testutil.h"
 
-static oj_engine *eng_new_num(oj_numerics num) {
-    oj_engine *eng = NULL;
-    oj_engine_config cfg = oj_engine_config_default();
-    cfg.numerics = num;
-    cfg.seed = 5;
-    cfg.threads = 2;
-    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
-    return eng;
-}
+static oj_engine *eng_new_num(oj_numerics num) { return ot_engine(num, 5); }
 static oj_engine *eng_new(void) { return eng_new_num(OJ_NUMERICS_FAST); }
 
 static uint64_t g_lcg = 0x9e3779b9u;
-static double rnd(void) { /* [-1, 1) */
-    g_lcg = g_lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(g_lcg >> 11) * 0x1p-52 - 1.0;
-}
 
 /* A tensor of random values in [-1, 1) (unscoped when no scope is open). */
 static oj_tensor *rand_tensor(oj_engine *eng, const int64_t *shape, oj_dtype dt) {
     int64_t n = shape[0] * shape[1];
     double *v = malloc((size_t)n * sizeof *v);
     float *f = malloc((size_t)n * sizeof *f);
-    for (int64_t i = 0; i < n; i++) f[i] = (float)(v[i] = rnd());
+    for (int64_t i = 0; i < n; i++) f[i] = (float)(v[i] = ot_rnd(&g_lcg));
     oj_tensor *t = dt == OJ_F32 ? oj_from_host(eng, 2, shape, dt, f, (size_t)n * 4)
                                 : oj_from_host(eng, 2, shape, dt, v, (size_t)n * 8);
     free(v);
     free(f);
     assert_non_null(t);
     return t;
-}
-
-/* p->grad = exactly g (a copy, unscoped), through backward of sum(p * g). */
-static void set_grad(oj_tensor *p, oj_tensor *g) {
-    oj_engine *eng = oj_tensor_engine(p);
-    oj_zero_grad(p);
-    oj_scope_begin(eng);
-    oj_tensor *loss = oj_sum_all(oj_mul(p, g));
-    assert_non_null(loss);
-    assert_int_equal(oj_backward(loss, false), OJ_OK);
-    oj_scope_end(eng);
 }
 
 static double max_abs_diff(oj_tensor *a, oj_tensor *b) {
@@ -107,7 +85,7 @@ static void batched_vs_single(oj_dtype dt, oj_numerics num, double tol) {
             assert_int_equal(oj_fill_(pref[i], 0.0), OJ_OK);
             oj_set_grad_enabled(eng, prev);
             oj_tensor *g = rand_tensor(eng, shapes[i], dt);
-            set_grad(p[i], g);
+            ot_set_grad(p[i], g);
             /* the reference: per-matrix momentum, oj_newton_schulz5, update */
             oj_tensor *u = oj_zeros(eng, 2, shapes[i], dt);
             assert_int_equal(be->muon_momentum(eng, bref[i], g, u, h.momentum, h.nesterov), OJ_OK);
@@ -184,8 +162,8 @@ static void test_clip_norms_reused(void **state) {
         for (int i = 0; i < 2; i++) {
             oj_tensor *g = rand_tensor(eng, sh[i], OJ_F32);
             oj_tensor *g5 = oj_mul_scalar(g, 5.0);
-            set_grad(p[0][i], g5);
-            set_grad(p[1][i], g5);
+            ot_set_grad(p[0][i], g5);
+            ot_set_grad(p[1][i], g5);
         }
         double n0 = oj_optim_clip_grad_norm(o[0], 1.0);
         double n1 = oj_clip_grad_norm(2, p[1], 1.0);
@@ -198,8 +176,8 @@ static void test_clip_norms_reused(void **state) {
     }
     /* written after the clip: measured again (here: infinite, skipped) */
     oj_tensor *g = rand_tensor(eng, sh[0], OJ_F32);
-    set_grad(p[0][0], g);
-    set_grad(p[0][1], rand_tensor(eng, sh[1], OJ_F32));
+    ot_set_grad(p[0][0], g);
+    ot_set_grad(p[0][1], rand_tensor(eng, sh[1], OJ_F32));
     assert_true(isfinite(oj_optim_clip_grad_norm(o[0], 1.0)));
     bool prev = oj_set_grad_enabled(eng, false);
     assert_int_equal(oj_fill_(oj_grad(p[0][0]), INFINITY), OJ_OK);

@@ -29,26 +29,16 @@
 #include "ojas/io.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
+#include "optim_testutil.h"
 
-static oj_engine *eng_new(void) {
-    oj_engine *eng = NULL;
-    oj_engine_config cfg = oj_engine_config_default();
-    cfg.seed = 7;
-    cfg.threads = 2;
-    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
-    return eng;
-}
+static oj_engine *eng_new(void) { return ot_engine(OJ_NUMERICS_FAST, 7); }
 
 static uint64_t g_lcg = 0x2545f4914f6cdd1dull;
-static double rnd(void) { /* [-1, 1) */
-    g_lcg = g_lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(g_lcg >> 11) * 0x1p-52 - 1.0;
-}
 
 /* A tensor of n values lo + (hi - lo) * u (u uniform in [0, 1)) of dtype dt. */
 static oj_tensor *rand_1d(oj_engine *eng, int64_t n, oj_dtype dt, double lo, double hi) {
     double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (rnd() + 1.0) * 0.5;
+    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (ot_rnd(&g_lcg) + 1.0) * 0.5;
     oj_tensor *t = oj_from_host(eng, 1, &n, OJ_F64, v, (size_t)n * sizeof *v);
     free(v);
     assert_non_null(t);
@@ -252,17 +242,6 @@ static oj_optim *optim_new(oj_engine *eng, oj_tensor **p) {
     return o;
 }
 
-/* p's grad = exactly the values of g (through backward of sum(p * g)). */
-static void set_grad(oj_tensor *p, oj_tensor *g) {
-    oj_engine *eng = oj_tensor_engine(p);
-    oj_zero_grad(p);
-    oj_scope_begin(eng);
-    oj_tensor *loss = oj_sum_all(oj_mul(p, g));
-    assert_non_null(loss);
-    assert_int_equal(oj_backward(loss, false), OJ_OK);
-    oj_scope_end(eng);
-}
-
 /* The same values on both engines (a copy through the host). */
 static void twin(oj_engine *e0, oj_engine *e1, int64_t n, oj_dtype dt, double lo, double hi,
                  oj_tensor **t0, oj_tensor **t1) {
@@ -310,8 +289,8 @@ static void test_step_multi_vs_single(void **state) {
             oj_tensor *g0, *g1;
             for (int s = 0; s < 2; s++) oj_scope_begin(e[s]);
             twin(e[0], e[1], psize[i], pdt[i], -2, 2, &g0, &g1);
-            set_grad(p[0][i], g0);
-            set_grad(p[1][i], g1);
+            ot_set_grad(p[0][i], g0);
+            ot_set_grad(p[1][i], g1);
             for (int s = 0; s < 2; s++) oj_scope_end(e[s]);
         }
         spy_reset();
@@ -345,8 +324,8 @@ static void test_step_multi_vs_single(void **state) {
         for (int s = 0; s < 2; s++) oj_scope_begin(e[s]);
         double mag = (i == 3 || i == 6) ? 1e30 : 1;
         twin(e[0], e[1], psize[i], pdt[i], mag, 2 * mag, &g0, &g1);
-        set_grad(p[0][i], g0);
-        set_grad(p[1][i], g1);
+        ot_set_grad(p[0][i], g0);
+        ot_set_grad(p[1][i], g1);
         for (int s = 0; s < 2; s++) oj_scope_end(e[s]);
     }
     for (int s = 0; s < 2; s++) {
@@ -399,8 +378,8 @@ static void views_case(bool overlap) {
             oj_tensor *g0, *g1;
             for (int s = 0; s < 2; s++) oj_scope_begin(e[s]);
             twin(e[0], e[1], 6, OJ_F32, -1, 1, &g0, &g1);
-            set_grad(p[0][i], g0);
-            set_grad(p[1][i], g1);
+            ot_set_grad(p[0][i], g0);
+            ot_set_grad(p[1][i], g1);
             for (int s = 0; s < 2; s++) oj_scope_end(e[s]);
         }
         spy_reset();
