@@ -220,25 +220,42 @@ static void test_nanolab_muon_bf16(void **state) {
     autocast_bf16 = false;
 }
 
+/* preset trained twice on two EXACT GPU engines, the second run replaying
+ * its step as a CUDA graph when graph: the same losses and parameters, bit
+ * for bit; after a graph run its engine holds nothing (the pool is gone). */
+static void train_twice_same(const char *preset, run_kind kind, bool graph) {
+    oj_engine *a = engine(true, OJ_NUMERICS_EXACT), *b = engine(true, OJ_NUMERICS_EXACT);
+    double la[STEPS], lb[STEPS];
+    double *pa = NULL, *pb = NULL;
+    int64_t na = 0, nb = 0;
+    train(a, preset, kind, la, &pa, &na);
+    use_graph = graph;
+    train(b, preset, kind, lb, &pb, &nb);
+    use_graph = false;
+    if (graph)
+        for (int s = 0; s < STEPS; s++)
+            printf("  %s%s step %d: eager %.9g graph %.9g\n", preset,
+                   autocast_bf16 ? " bf16" : "", s, la[s], lb[s]);
+    assert_int_equal(na, nb);
+    assert_memory_equal(la, lb, sizeof la);
+    assert_memory_equal(pa, pb, (size_t)na * sizeof *pa);
+    free(pa);
+    free(pb);
+    if (graph) {
+        oj_engine_trim_pool(b);
+        assert_int_equal(oj_budget_current(oj_engine_budget(b)), 0);
+    }
+    oj_engine_free(a);
+    oj_engine_free(b);
+}
+
 /* EXACT on the GPU: two runs give the same losses and parameters, bit for
  * bit, in f32 and under bf16 autocast. */
 static void test_exact_runs_identical(void **state) {
     (void)state;
     for (int ac = 0; ac < 2; ac++) {
         autocast_bf16 = ac == 1;
-        oj_engine *a = engine(true, OJ_NUMERICS_EXACT), *b = engine(true, OJ_NUMERICS_EXACT);
-        double la[STEPS], lb[STEPS];
-        double *pa = NULL, *pb = NULL;
-        int64_t na = 0, nb = 0;
-        train(a, "nanolab-tiny", RUN_MUON, la, &pa, &na);
-        train(b, "nanolab-tiny", RUN_MUON, lb, &pb, &nb);
-        assert_int_equal(na, nb);
-        assert_memory_equal(la, lb, sizeof la);
-        assert_memory_equal(pa, pb, (size_t)na * sizeof *pa);
-        free(pa);
-        free(pb);
-        oj_engine_free(a);
-        oj_engine_free(b);
+        train_twice_same("nanolab-tiny", RUN_MUON, false);
     }
     autocast_bf16 = false;
 }
@@ -253,28 +270,8 @@ static void test_graph_matches_eager(void **state) {
     for (int ac = 0; ac < 2; ac++)
         for (int k = 0; k < 2; k++) {
             autocast_bf16 = ac == 1;
-            const char *preset = k == 0 ? "gpt2-tiny" : "nanolab-tiny";
-            run_kind kind = k == 0 ? RUN_ADAMW : RUN_MUON;
-            oj_engine *a = engine(true, OJ_NUMERICS_EXACT), *b = engine(true, OJ_NUMERICS_EXACT);
-            double la[STEPS], lb[STEPS];
-            double *pa = NULL, *pb = NULL;
-            int64_t na = 0, nb = 0;
-            train(a, preset, kind, la, &pa, &na);
-            use_graph = true;
-            train(b, preset, kind, lb, &pb, &nb);
-            use_graph = false;
-            for (int s = 0; s < STEPS; s++)
-                printf("  %s%s step %d: eager %.9g graph %.9g\n", preset, ac ? " bf16" : "", s,
-                       la[s], lb[s]);
-            assert_int_equal(na, nb);
-            assert_memory_equal(la, lb, sizeof la);
-            assert_memory_equal(pa, pb, (size_t)na * sizeof *pa);
-            free(pa);
-            free(pb);
-            oj_engine_trim_pool(b);
-            assert_int_equal(oj_budget_current(oj_engine_budget(b)), 0); /* the graph's pool is gone */
-            oj_engine_free(a);
-            oj_engine_free(b);
+            train_twice_same(k == 0 ? "gpt2-tiny" : "nanolab-tiny", k == 0 ? RUN_ADAMW : RUN_MUON,
+                             true);
         }
     autocast_bf16 = false;
 }
