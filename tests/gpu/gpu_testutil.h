@@ -3,9 +3,15 @@
 #ifndef OJAS_GPU_TESTUTIL_H
 #define OJAS_GPU_TESTUTIL_H
 
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <cmocka.h>
 
 #include "ojas/core.h"
 
@@ -30,6 +36,20 @@ static inline int gpu_test_probe(bool allow_cpu, bool *on_cpu) {
     }
     oj_engine_free(probe);
     return 0;
+}
+
+/* An engine with numerics num and RNG seed `seed`: on cuda:0 when gpu
+ * (a CPU engine in its place in the on_cpu self-check), else on the CPU.
+ * Fails the test when it cannot be made. */
+static inline oj_engine *gpu_test_engine(bool gpu, bool on_cpu, oj_numerics num, uint64_t seed) {
+    oj_engine_config c = oj_engine_config_default();
+    c.seed = seed;
+    c.numerics = num;
+    if (gpu && !on_cpu) c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+    oj_engine *e = NULL;
+    oj_error err = {0};
+    if (oj_engine_create(&c, &e, &err) != OJ_OK) fail_msg("engine_create: %s", err.message);
+    return e;
 }
 
 #endif

@@ -37,14 +37,7 @@
 static bool on_cpu;
 
 static oj_engine *engine(bool gpu, oj_numerics num) {
-    oj_engine_config c = oj_engine_config_default();
-    c.seed = 11;
-    c.numerics = num;
-    if (gpu && !on_cpu) c.device = (oj_device){OJ_DEVICE_CUDA, 0};
-    oj_engine *e = NULL;
-    oj_error err = {0};
-    if (oj_engine_create(&c, &e, &err) != OJ_OK) fail_msg("engine_create: %s", err.message);
-    return e;
+    return gpu_test_engine(gpu, on_cpu, num, 11);
 }
 
 /* t as doubles on the host (malloc'd). */

@@ -37,14 +37,7 @@ static bool autocast_bf16; /* forward under bf16 autocast (f32 master weights) *
 static bool use_graph;     /* steps 1.. replay a CUDA graph of step 1's forward + backward */
 
 static oj_engine *engine(bool gpu, oj_numerics num) {
-    oj_engine_config c = oj_engine_config_default();
-    c.seed = 3;
-    c.numerics = num;
-    if (gpu && !on_cpu) c.device = (oj_device){OJ_DEVICE_CUDA, 0};
-    oj_engine *e = NULL;
-    oj_error err = {0};
-    if (oj_engine_create(&c, &e, &err) != OJ_OK) fail_msg("engine_create: %s", err.message);
-    return e;
+    return gpu_test_engine(gpu, on_cpu, num, 3);
 }
 
 static oj_tensor *tokens(oj_engine *eng, int64_t V, uint32_t salt) {
