@@ -210,10 +210,8 @@ oj_status oj_params_to_dtype(oj_params *p, oj_dtype dt) {
     for (int64_t i = 0; ok && i < p->n; i++) {
         oj_tensor *t = p->tensors[i];
         if (!oj_dtype_is_float(t->dtype) || t->dtype == dt) continue;
-        oj_scope_begin(eng);
         staged[i] = oj_cast(t, dt);
-        if (staged[i]) oj_keep(staged[i]);
-        oj_scope_end(eng);
+        if (staged[i]) oj__scope_detach(staged[i]); /* owned here, released below */
         ok = staged[i] != NULL && oj__set_data_ok(t, staged[i]);
         if (staged[i] == NULL) { /* name the tensor: "cast: cannot allocate ..." alone does not */
             oj_status st = oj_last_status(eng);
