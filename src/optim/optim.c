@@ -71,6 +71,38 @@ static const char *find_dup(const oj_optim *o, const char *name, const oj_tensor
     return NULL;
 }
 
+oj_status oj__optim_check_tensor(oj_engine *eng, const oj_optim_hparams *hp, const char *name,
+                                 const oj_tensor *t, bool later) {
+    const char *alg = oj__optim_algo_name(hp->algo);
+    const char *now = later ? "now " : "";
+    const char *why = later ? " (its data was replaced after it was added)" : "";
+    char b[128];
+    if (t->dtype != OJ_F32 && t->dtype != OJ_F64)
+        return oj_set_error(eng, OJ_ERR_DTYPE, "optim %s: parameter '%s' is %s%s%s; f32 or f64 "
+                            "expected%s", alg, name, now, oj_dtype_name(t->dtype), why,
+                            later ? ": create the optimizer after converting" : "");
+    if (!oj_is_contiguous(t) || t->grad_fn != NULL) {
+        if (later)
+            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "optim %s: parameter '%s' %s is no "
+                                "longer contiguous%s; it must be a contiguous leaf tensor", alg,
+                                name, oj__shape_fmt(b, sizeof b, t->rank, t->shape), why);
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "optim %s: parameter '%s' must be a contiguous leaf tensor", alg, name);
+    }
+    return OJ_OK;
+}
+
+oj_status oj__optim_check_muon_shape(oj_engine *eng, const oj_optim_hparams *hp, const char *name,
+                                     const oj_tensor *t, bool later) {
+    char b[128];
+    if (hp->algo == OJ_OPTIM_MUON && t->rank != 2)
+        return oj_set_error(eng, OJ_ERR_SHAPE,
+                            "optim muon: parameter '%s' %s %s; Muon takes 2-D matrices", name,
+                            later ? "is now" : "has shape",
+                            oj__shape_fmt(b, sizeof b, t->rank, t->shape));
+    return OJ_OK;
+}
+
 static oj_status check_param(oj_optim *o, const oj_optim_hparams *hp, const char *name,
                              oj_tensor *t) {
     oj_engine *eng = o->eng;
@@ -84,19 +116,9 @@ static oj_status check_param(oj_optim *o, const oj_optim_hparams *hp, const char
         return oj_set_error(eng, OJ_ERR_DEVICE,
                             "optim %s: parameter '%s' belongs to another engine", alg, name);
     if (!t->requires_grad) return OJ_OK; /* left out (frozen, buffer): nothing else to check */
-    if (t->dtype != OJ_F32 && t->dtype != OJ_F64)
-        return oj_set_error(eng, OJ_ERR_DTYPE,
-                            "optim %s: parameter '%s' is %s; f32 or f64 expected", alg, name,
-                            oj_dtype_name(t->dtype));
-    if (!oj_is_contiguous(t) || t->grad_fn != NULL)
-        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                            "optim %s: parameter '%s' must be a contiguous leaf tensor", alg, name);
-    if (hp->algo == OJ_OPTIM_MUON && t->rank != 2) {
-        char b[128];
-        return oj_set_error(eng, OJ_ERR_SHAPE,
-                            "optim muon: parameter '%s' has shape %s; Muon takes 2-D matrices",
-                            name, oj__shape_fmt(b, sizeof b, t->rank, t->shape));
-    }
+    if (oj__optim_check_tensor(eng, hp, name, t, false) != OJ_OK ||
+        oj__optim_check_muon_shape(eng, hp, name, t, false) != OJ_OK)
+        return oj_last_status(eng);
     const char *dup = find_dup(o, name, t);
     if (dup != NULL)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,

@@ -52,6 +52,15 @@ struct oj_optim {
 oj_status oj__optim_hparams_check(oj_engine *eng, const oj_optim_hparams *hp);
 /* Name of an algorithm ("sgd", "adam", "adamw", "muon"). */
 const char *oj__optim_algo_name(oj_optim_algo a);
+/* A parameter tensor the optimizer can update: f32/f64 and a contiguous
+ * leaf (check_tensor), 2-D for Muon (check_muon_shape). Checked when it is
+ * added and, with later, at each step (its data may have been replaced
+ * since: oj_set_data, oj_params_to_dtype; the message says so). OJ_OK or
+ * the error recorded on eng. */
+oj_status oj__optim_check_tensor(oj_engine *eng, const oj_optim_hparams *hp, const char *name,
+                                 const oj_tensor *t, bool later);
+oj_status oj__optim_check_muon_shape(oj_engine *eng, const oj_optim_hparams *hp, const char *name,
+                                     const oj_tensor *t, bool later);
 /* L2 norm of t accumulated in double (backend reduce); NaN with an error
  * recorded when the kernel fails. t non-NULL and live. */
 double oj__optim_tensor_norm(oj_tensor *t);

@@ -197,16 +197,7 @@ static bool kernels_present(oj_optim *o) {
 static oj_status check_slot(oj_optim *o, const oj_optim_hparams *hp, const oj_optim_slot *p) {
     const oj_tensor *t = p->param;
     char b1[128], b2[128];
-    if (t->dtype != OJ_F32 && t->dtype != OJ_F64)
-        return oj_set_error(o->eng, OJ_ERR_DTYPE,
-                            "optim: parameter '%s' is now %s (its data was replaced after it was "
-                            "added); f32 or f64 expected: create the optimizer after converting",
-                            p->name, oj_dtype_name(t->dtype));
-    if (!oj_is_contiguous(t))
-        return oj_set_error(o->eng, OJ_ERR_INVALID_ARGUMENT,
-                            "optim: parameter '%s' %s is no longer contiguous (its data was "
-                            "replaced after it was added); it must be a contiguous leaf tensor",
-                            p->name, oj__shape_fmt(b1, sizeof b1, t->rank, t->shape));
+    if (oj__optim_check_tensor(o->eng, hp, p->name, t, true) != OJ_OK) return oj_last_status(o->eng);
     const oj_tensor *state[3] = {p->exp_avg, p->exp_avg_sq, p->momentum_buffer};
     for (int i = 0; i < 3; i++) {
         const oj_tensor *s = state[i];
@@ -224,11 +215,7 @@ static oj_status check_slot(oj_optim *o, const oj_optim_hparams *hp, const oj_op
                                 oj_dtype_name(s->dtype),
                                 oj__shape_fmt(b2, sizeof b2, s->rank, s->shape));
     }
-    if (hp->algo == OJ_OPTIM_MUON && t->rank != 2)
-        return oj_set_error(o->eng, OJ_ERR_SHAPE,
-                            "optim muon: parameter '%s' is now %s; Muon takes 2-D matrices",
-                            p->name, oj__shape_fmt(b1, sizeof b1, t->rank, t->shape));
-    return OJ_OK;
+    return oj__optim_check_muon_shape(o->eng, hp, p->name, t, true);
 }
 
 /* Collect the parameters that have a grad, checking each parameter and
