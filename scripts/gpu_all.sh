@@ -3,7 +3,8 @@
 # (scripts/gpu_check.sh, memcheck off unless GPU_CHECK_MEMCHECK=1), then the
 # benchmarks beside PyTorch (scripts/bench_gpu.sh, torch.compile at B=16
 # only) and, if time is left, an ncu profile of each model's step
-# (scripts/gpu_ncu.sh). Everything lands in one tarball, $OUT/gpu_all.tgz
+# (scripts/gpu_ncu.sh; ALL_NCU lists them, default "nanolab-124m gpt2-124m
+# decode"). Everything lands in one tarball, $OUT/gpu_all.tgz
 # (the device tool brings back few files). Budget: ALL_BUDGET seconds in all
 # (default 560, under the 600 s limit of one call); each stage starts only
 # while time is left.
@@ -34,10 +35,14 @@ if [ "$l" -gt 120 ]; then
   grep "^==" "$R/bench.txt" | head -30
   cat "$R/bench/bench.jsonl" 2>/dev/null
 fi
-for p in nanolab-124m gpt2-124m; do
+for p in ${ALL_NCU:-nanolab-124m gpt2-124m decode}; do
   [ "$(left)" -gt 90 ] || break
   mkdir -p "$R/ncu_$p"
-  PRESET=$p B=16 OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh | head -30
+  if [ "$p" = decode ]; then
+    DECODE=1 DTYPE=bf16w SKIP=3000 COUNT=2000 OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh | head -30
+  else
+    PRESET=$p B=16 OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh | head -30
+  fi
 done
 tar -czf "$OUT/gpu_all.tgz" -C /tmp gpu_all
 echo "gpu_all: $(( $(date +%s) - T0 )) s; results in $OUT/gpu_all.tgz"
