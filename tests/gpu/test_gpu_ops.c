@@ -920,6 +920,90 @@ static void test_attention(void **state) {
         one_attention(&cases[i], tol(cases[i].dt, 2e-5));
 }
 
+/* One attention decode step (T == 1): the split-key kernel's fast path
+ * (D 64/128, 16-byte rows) or its general fallback, chosen by layout:
+ * 0 contiguous K and V; 1 rows of D + 8 elements from element 8 (strided,
+ * still 16-byte rows: fast); 2 rows of D + 1 (not 16-byte rows: fallback);
+ * 3 stored [B, Hkv, D, S] (last stride S: fallback). mask: 0 none; 1 bool
+ * [B,1,1,S] broadcast over heads, batch 0 a prefix (the KV cache's), batch
+ * 1 keeps 70%, batch 2 nothing (out 0, lse -inf); 2 additive [B,1,1,S] of
+ * dtype mdt in [-2, 0.5), -inf at every 7th key. */
+typedef struct {
+    int64_t B, H, Hkv, S, D;
+    oj_dtype dt;
+    int mask;
+    oj_dtype mdt;
+    int layout;
+} dec_case;
+
+static pr dec_kv(const dec_case *c) {
+    int64_t B = c->B, Hkv = c->Hkv, S = c->S, D = c->D;
+    if (c->layout == 1 || c->layout == 2) {
+        int64_t pad = c->layout == 1 ? 8 : 1, start = c->layout == 1 ? 8 : 0;
+        return narrow(rnd(4, (int64_t[4]){B, Hkv, S, D + pad}, c->dt, -1, 1), 3, start, D);
+    }
+    if (c->layout == 3)
+        return perm(rnd(4, (int64_t[4]){B, Hkv, D, S}, c->dt, -1, 1), 4, (int[4]){0, 1, 3, 2});
+    return rnd(4, (int64_t[4]){B, Hkv, S, D}, c->dt, -1, 1);
+}
+
+static void one_attention_decode(const dec_case *c) {
+    int64_t B = c->B, H = c->H, S = c->S, D = c->D;
+    pr q = rnd(4, (int64_t[4]){B, H, 1, D}, c->dt, -1, 1);
+    pr k = dec_kv(c), v = dec_kv(c);
+    pr mask = {{NULL, NULL}};
+    if (c->mask) {
+        double *mv = malloc((size_t)(B * S) * sizeof *mv);
+        assert_non_null(mv);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < S; j++) {
+                double *m = &mv[b * S + j];
+                if (c->mask == 1) *m = b == 0 ? j < S - S / 3 : b == 1 ? urand() < 0.7 : 0;
+                else *m = j % 7 == 3 ? -INFINITY : nzrand(-2, 0.5);
+            }
+        pr m0 = up(4, (int64_t[4]){B, 1, 1, S}, c->mask == 1 ? OJ_BOOL : c->mdt, mv);
+        free(mv);
+        mask = expand(m0, 4, (int64_t[4]){B, H, 1, S});
+    }
+    pr out = empty(4, (int64_t[4]){B, H, 1, D}, c->dt);
+    pr lse = empty(3, (int64_t[3]){B, H, 1}, OJ_F32);
+    BOTH(E->backend->attention_forward(E, T(out), T(lse), T(q), T(k), T(v),
+                                       c->mask ? T(mask) : NULL, true, 1.0 / sqrt((double)D)));
+    char what[160];
+    snprintf(what, sizeof what, "attention decode B%lld H%lld/%lld S%lld D%lld %s mask %d %s layout %d",
+             (long long)B, (long long)H, (long long)c->Hkv, (long long)S, (long long)D,
+             oj_dtype_name(c->dt), c->mask, oj_dtype_name(c->mdt), c->layout);
+    /* f32: of the largest value (out averages up to 2,100 values of either
+     * sign, summed in another order than the CPU's) */
+    cmp_tensors(out.t[1], out.t[0], tol(c->dt, 2e-5), c->dt == OJ_F32, what);
+    snprintf(what + strlen(what), sizeof what - strlen(what), " lse");
+    cmp(lse, 2e-5, what);
+}
+
+// test: one query row (T == 1, the split-key decode kernels) agrees with
+// the CPU: the GPT-2 decode shape, GQA, D 64/128, S not a multiple of a
+// chunk, several steps a block and several combine batches (S 1300, 2100),
+// one chunk (S 5), bool and float masks, strided K/V on the fast path and
+// on the fallback
+static void test_attention_decode(void **state) {
+    (void)state;
+    const dec_case cases[] = {
+        {1, 12, 12, 576, 64, OJ_BF16, 1, OJ_BOOL, 0}, /* GPT-2 124M */
+        {1, 12, 12, 576, 64, OJ_BF16, 2, OJ_BF16, 0},
+        {3, 4, 2, 100, 64, OJ_F32, 1, OJ_BOOL, 0}, /* GQA, a fully masked batch */
+        {3, 8, 2, 77, 128, OJ_BF16, 1, OJ_BOOL, 1},
+        {2, 8, 2, 77, 128, OJ_BF16, 2, OJ_F32, 1},
+        {1, 4, 1, 1000, 128, OJ_F32, 0, OJ_F32, 0},
+        {2, 16, 4, 1300, 128, OJ_F32, 2, OJ_F32, 0}, /* 3 steps a block, 28 chunks */
+        {2, 32, 8, 2100, 64, OJ_BF16, 1, OJ_BOOL, 0}, /* 3 steps a block, 11 chunks */
+        {2, 3, 3, 130, 64, OJ_F32, 2, OJ_F16, 1},
+        {1, 2, 2, 5, 64, OJ_F16, 2, OJ_F16, 0}, /* one chunk: no combine */
+        {2, 4, 2, 70, 64, OJ_F32, 1, OJ_BOOL, 2},  /* fallback: rows not 16-byte */
+        {1, 4, 4, 45, 128, OJ_BF16, 2, OJ_F32, 3}, /* fallback: last stride S */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_attention_decode(&cases[i]);
+}
+
 static void test_rotary_dropout(void **state) {
     (void)state;
     int64_t s[4] = {2, 3, 10, 8};
@@ -2395,6 +2479,7 @@ int main(void) {
         T_(test_softmax),
         T_(test_class_losses),
         T_(test_attention),
+        T_(test_attention_decode),
         T_(test_rotary_dropout),
         T_(test_index),
         T_(test_im2col),

@@ -1,24 +1,59 @@
 /* CUDA attention for one query row per head (T == 1: a decode step), split
- * over the keys (flash-decoding: Dao, Haziza, Massa, Sizov 2023). The
- * general kernel gives each query row one warp that walks all S keys, so a
- * decode step (B H rows, e.g. 12) keeps 12 warps of the GPU busy; here the
- * keys are cut into chunks of DEC_CHUNK, one block per (chunk, row), and a
- * second kernel merges the chunks' partial softmax results.
+ * over the keys (flash-decoding: Dao, Haziza, Massa, Sizov 2023): the keys
+ * are cut into chunks, one block per (chunk, row) computes the chunk's
+ * partial softmax state (max m, sum l, unnormalised accumulator acc), and
+ * a second kernel merges the chunks: M = max m, L = sum l e^(m - M),
+ * out = sum acc e^(m - M) / L, lse = M + log L.
  *
  * q (B,H,1,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv) any strides, mask (B,H,1,S)
  * view (stride 0 where broadcast) bool (true = keep) or float (added) or
  * NULL; a causal mask sees every key when T == 1 (j <= 0 + S - 1). f32,
- * bf16, f16 inputs, f32 compute, D and Dv <= 256.
+ * bf16, f16 inputs, f32 compute, D and Dv <= 256. Scores are
+ * scale q.k + mask; a row with every key masked gives 0 and lse -inf; NaN
+ * propagates. Every sum runs in an order fixed by the shapes (no atomics),
+ * so results are deterministic.
  *
- * Partial (one block per chunk and row): the scores of the chunk's keys
- * (a warp per key, DEC_KU keys in flight per warp, the dot product reduced
- * across the warp in a fixed butterfly; a masked key is not read), their
- * max m, p = exp(s - m) and l = sum p (one warp, fixed order), then
- * acc = sum p v over the chunk (DEC_G key groups, summed in group order).
- * Combine (one warp per row): M = max m, L = sum l e^(m - M) and
- * out = sum acc e^(m - M) / L over the chunks in order; lse = M + log L.
- * Every sum runs in a fixed order, so results are deterministic. A row
- * with every key masked gives 0 and lse -inf, as the general kernel. */
+ * Fast path (D == Dv in {64, 128}, q, k, v of one dtype, unit last stride,
+ * 16-byte aligned rows and row strides; mask NULL, bool, f32, bf16 or f16):
+ * the kernels are templates over the element type, D and the mask's width,
+ * so the loops are unrolled and no load goes through a dtype switch. The
+ * time of a decode step is latency, not bandwidth, so the kernels are
+ * written to have every load of a step in flight at once:
+ * - partial: 4 warps; a key row is D * size / 16 lanes of 16-byte loads
+ *   (bf16 D 64: 8 lanes, 4 keys per warp load); each lane issues 4 loads of
+ *   K, 4 of V and its keys' mask elements, then uses them. Keys past the
+ *   chunk or masked are loaded from a clamped valid row and dropped by
+ *   select (a masked key's K and V never reach the sums), not by a branch
+ *   around the load. q stays in registers. Dot products are reduced over
+ *   the key's lanes by a fixed butterfly, each warp keeps an online
+ *   softmax state over its steps, and the block merges its 4 warps in
+ *   order through shared memory. A block step is 4 warps x 4 loads
+ *   x 32 / (D * size / 16) keys (bf16 D 64: 64; f32 D 128: 16); a chunk is
+ *   one step, or several when one-step chunks would make more than
+ *   DF_BLOCKS blocks or DF_MAXSPLIT chunks a row (the chunking depends on
+ *   the shapes only). With one chunk the partial kernel writes the output
+ *   and the combine is skipped.
+ * - combine: a block of D threads per row, thread c merges column c over
+ *   the chunks, DF_CB chunks' m, l and acc loaded at once (an online max
+ *   across batches), so a row of <= 16 chunks is one round of loads.
+ *
+ * GPT-2 124M decode (q [1,12,1,64] bf16, k and v [1,12,576,64] bf16, a
+ * bool mask [1,1,1,576] broadcast): 9 chunks of 64 keys x 12 rows = 108
+ * blocks of 128 threads (one step each, near one per SM of an H200's 132).
+ * Bytes: K and V 2 x 884,736 = 1,769,472, q 1,536, mask 576 (read 12
+ * times, from L2), partial states 108 x 66 x 4 = 28,512 written and read
+ * back, out 1,536: about 1.83 MB, 0.46 us at ~4 TB/s. Each kernel is about
+ * one DRAM/L2 round trip plus its launch ramp, so the estimate (not
+ * measured) is ~2 us for the partial and ~1.5 us for the combine, ~3.5 us
+ * a call against 28 + 7.6 us before.
+ *
+ * General fallback (other shapes, strides, dtypes): one block per chunk of
+ * DEC_CHUNK keys and row; the scores of the chunk's keys (a warp per key,
+ * DEC_KU keys in flight per warp, the dot product reduced across the warp
+ * in a fixed butterfly; a masked key is not read), their max m,
+ * p = exp(s - m) and l = sum p (one warp, fixed order), then
+ * acc = sum p v over the chunk (DEC_G key groups, summed in group order);
+ * the combine takes one warp per row. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +72,7 @@ struct dec_args {
     const char *q, *k, *v, *mask;
     int dt, es, mdt, mes;
     int64_t H, group, S, D, Dv, nsplit;
+    int64_t chunk, steps; /* fast path: keys per block, block steps per block */
     int64_t qs[4], ks[4], vs[4], ms[4];
     float scale;
     float *pm, *pl, *pacc; /* per (row, chunk): max, sum, [Dv] accumulator */
@@ -188,6 +224,288 @@ __global__ void k_attn_decode_combine(dec_args a, int64_t rows) {
     }
 }
 
+/* ---------------------------------------------------------------- fast path
+ * T the storage type, D = Dv the head dim, MB the mask's element bytes (0
+ * none, 1 bool, 2 bf16/f16, 4 f32). A key row is LPK lanes x 16 bytes, so
+ * one warp load covers KPI = 32 / LPK keys; a warp takes DF_U such loads of
+ * K and of V (and the keys' mask elements) per step, all issued before any
+ * is used. Keys past the block's range or masked are loaded from a clamped
+ * valid row and dropped by select. */
+#define DF_WARPS 4
+#define DF_THREADS (DF_WARPS * 32)
+#define DF_U 4          /* 16-byte loads of K (and of V) per lane per step */
+#define DF_BLOCKS 1024  /* blocks wanted before a block takes several steps */
+#define DF_MAXSPLIT 128 /* chunks per row at most (the combine's length) */
+#define DF_CB 16        /* chunks the combine loads at once */
+
+template <typename T, int N> __device__ __forceinline__ void df_unpack(uint4 r, float *f) {
+    union {
+        uint4 r;
+        T e[N];
+    } u;
+    u.r = r;
+#pragma unroll
+    for (int k = 0; k < N; k++) f[k] = oj_cu_tof(u.e[k]);
+}
+
+/* Output column c of row `row` from its max M, sum L and accumulator x. */
+__device__ __forceinline__ void df_finish(const dec_args &a, int64_t row, float M, float L, float x,
+                                          int c, int Dv) {
+    float inv = L > 0.0f ? 1.0f / L : 0.0f; /* every key masked: 0 */
+    if (isnan(L)) inv = L;
+    oj_cu_stf(a.o + (row * Dv + c) * a.oes, a.odt, x * inv);
+    if (c == 0 && a.lse) {
+        float lv = L > 0.0f ? M + logf(L) : -INFINITY;
+        if (isnan(M) || isnan(L)) lv = NAN;
+        oj_cu_stf(a.lse + row * a.ses, a.sdt, lv);
+    }
+}
+
+// grid (nsplit, B*H), DF_THREADS threads; block `split` takes keys
+// [split * chunk, min(S, (split + 1) * chunk)) in `steps` steps
+template <typename T, int D, int MB>
+__global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
+    constexpr int VEC = 16 / (int)sizeof(T); /* elements per 16 bytes */
+    constexpr int LPK = D / VEC;              /* lanes per key row */
+    constexpr int KPI = 32 / LPK;             /* keys per warp load */
+    constexpr int KW = DF_U * KPI;            /* keys per warp step */
+    constexpr int KB = DF_WARPS * KW;         /* keys per block step */
+    static_assert(LPK >= 1 && LPK <= 32 && 32 % LPK == 0 && D <= DF_THREADS, "head dim");
+    __shared__ float wm[DF_WARPS], wl[DF_WARPS];
+    __shared__ float wacc[DF_WARPS][D];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int sub = lane % LPK, kg = lane / LPK; /* columns sub*VEC.., key kg of a load */
+    const int64_t split = blockIdx.x, row = blockIdx.y;
+    const int64_t b = row / a.H, h = row % a.H, hk = h / a.group;
+    const int64_t j0 = split * a.chunk, jend = j0 + a.chunk < a.S ? j0 + a.chunk : a.S;
+    const uint4 qraw = __ldg((const uint4 *)(a.q + (b * a.qs[0] + h * a.qs[1]) * a.es) + sub);
+    const char *kb = a.k + (b * a.ks[0] + hk * a.ks[1]) * a.es + sub * 16;
+    const char *vb = a.v + (b * a.vs[0] + hk * a.vs[1]) * a.es + sub * 16;
+    const int64_t kst = a.ks[2] * a.es, vst = a.vs[2] * a.es;
+    const char *mrow = MB ? a.mask + (b * a.ms[0] + h * a.ms[1]) * MB : NULL;
+    const int64_t mst = a.ms[3] * MB;
+    float m = -INFINITY, l = 0.0f, acc[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; e++) acc[e] = 0.0f;
+    for (int64_t st = 0; st < a.steps; st++) {
+        const int64_t jb = j0 + st * KB + warp * KW; /* this warp's first key */
+        if (jb >= jend) break;                       /* uniform over the warp */
+        uint4 kr[DF_U], vr[DF_U];
+        float madd[DF_U];
+        unsigned mkeep[DF_U];
+#pragma unroll
+        for (int u = 0; u < DF_U; u++) { /* every load of the step, then their use */
+            int64_t j = jb + u * KPI + kg, jc = j < a.S ? j : a.S - 1;
+            kr[u] = __ldg((const uint4 *)(kb + jc * kst));
+            vr[u] = __ldg((const uint4 *)(vb + jc * vst));
+            mkeep[u] = 1u;
+            madd[u] = 0.0f;
+            if (MB == 1) mkeep[u] = __ldg((const unsigned char *)(mrow + jc * mst));
+            if (MB == 2) mkeep[u] = __ldg((const unsigned short *)(mrow + jc * mst));
+            if (MB == 4) madd[u] = __ldg((const float *)(mrow + jc * mst));
+        }
+        float q[VEC], s[DF_U];
+        df_unpack<T, VEC>(qraw, q);
+#pragma unroll
+        for (int u = 0; u < DF_U; u++) {
+            float kf[VEC], d = 0.0f;
+            df_unpack<T, VEC>(kr[u], kf);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) d = fmaf(q[e], kf[e], d);
+#pragma unroll
+            for (int o = LPK / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            float add = madd[u];
+            if (MB == 2)
+                add = a.mdt == OJ_BF16 ? oj_cu_bf16_to_f32((uint16_t)mkeep[u])
+                                       : oj_cu_f16_to_f32((uint16_t)mkeep[u]);
+            bool keep = jb + u * KPI + kg < jend && (MB != 1 || mkeep[u] != 0u);
+            s[u] = keep ? a.scale * d + add : -INFINITY;
+        }
+        float mx = s[0];
+#pragma unroll
+        for (int u = 1; u < DF_U; u++) mx = dec_max_nan(mx, s[u]);
+#pragma unroll
+        for (int o = LPK; o < 32; o <<= 1) mx = dec_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float mn = dec_max_nan(m, mx);
+        if (mn == -INFINITY) continue; /* every key so far masked */
+        const float al = m == -INFINITY ? 0.0f : expf(m - mn);
+        l *= al;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) acc[e] *= al;
+#pragma unroll
+        for (int u = 0; u < DF_U; u++) {
+            const bool live = s[u] != -INFINITY;
+            const float p = live ? expf(s[u] - mn) : 0.0f;
+            float vf[VEC];
+            df_unpack<T, VEC>(vr[u], vf);
+            l += p;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc[e] += live ? p * vf[e] : 0.0f;
+        }
+        m = mn;
+    }
+    /* the warp's state: sum over its key groups (all lanes share m) */
+#pragma unroll
+    for (int o = LPK; o < 32; o <<= 1) {
+        l += __shfl_xor_sync(0xffffffffu, l, o);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
+    }
+    if (kg == 0) {
+#pragma unroll
+        for (int e = 0; e < VEC; e++) wacc[warp][sub * VEC + e] = acc[e];
+    }
+    if (lane == 0) {
+        wm[warp] = m;
+        wl[warp] = l;
+    }
+    __syncthreads();
+    if (threadIdx.x >= D) return;
+    /* the block's state, warps in order; thread c takes column c */
+    const int c = threadIdx.x;
+    float M = -INFINITY, L = 0.0f, x = 0.0f;
+#pragma unroll
+    for (int w = 0; w < DF_WARPS; w++) M = dec_max_nan(M, wm[w]);
+    if (M != -INFINITY) {
+#pragma unroll
+        for (int w = 0; w < DF_WARPS; w++) {
+            const bool live = wm[w] != -INFINITY;
+            const float g = live ? expf(wm[w] - M) : 0.0f;
+            L += live ? wl[w] * g : 0.0f;
+            x += live ? wacc[w][c] * g : 0.0f;
+        }
+    }
+    if (a.nsplit == 1) {
+        df_finish(a, row, M, L, x, c, D);
+        return;
+    }
+    const int64_t slot = row * a.nsplit + split;
+    a.pacc[slot * D + c] = x;
+    if (c == 0) {
+        a.pm[slot] = M;
+        a.pl[slot] = L;
+    }
+}
+
+// grid B*H, D threads: thread c merges column c of the row's chunks in
+// order, DF_CB chunks' loads at a time (an online max over the batches)
+template <int D> __global__ void __launch_bounds__(D) k_dec_fast_combine(dec_args a) {
+    const int64_t row = blockIdx.x;
+    const int c = threadIdx.x, ns = (int)a.nsplit;
+    const float *pm = a.pm + row * ns, *pl = a.pl + row * ns, *px = a.pacc + row * ns * D + c;
+    float M = -INFINITY, L = 0.0f, x = 0.0f;
+    for (int s0 = 0; s0 < ns; s0 += DF_CB) {
+        float mv[DF_CB], lv[DF_CB], xv[DF_CB];
+#pragma unroll
+        for (int i = 0; i < DF_CB; i++) {
+            const int s = s0 + i < ns ? s0 + i : ns - 1;
+            mv[i] = pm[s];
+            lv[i] = pl[s];
+            xv[i] = px[(int64_t)s * D];
+        }
+        float mn = M;
+#pragma unroll
+        for (int i = 0; i < DF_CB; i++) {
+            if (s0 + i >= ns) mv[i] = -INFINITY;
+            mn = dec_max_nan(mn, mv[i]);
+        }
+        if (mn == -INFINITY) continue; /* every key so far masked */
+        const float al = M == -INFINITY ? 0.0f : expf(M - mn);
+        L *= al;
+        x *= al;
+#pragma unroll
+        for (int i = 0; i < DF_CB; i++) {
+            const bool live = mv[i] != -INFINITY;
+            const float g = live ? expf(mv[i] - mn) : 0.0f;
+            L += live ? lv[i] * g : 0.0f;
+            x += live ? xv[i] * g : 0.0f;
+        }
+        M = mn;
+    }
+    df_finish(a, row, M, L, x, c, D);
+}
+
+/* Mask element bytes of the fast path: 0 none, 1 bool, 2 bf16/f16, 4 f32;
+ * -1 for another dtype. */
+static int df_mask_bytes(const oj_tensor *mask) {
+    if (mask == NULL) return 0;
+    switch (mask->dtype) {
+    case OJ_BOOL: return 1;
+    case OJ_BF16:
+    case OJ_F16: return 2;
+    case OJ_F32: return 4;
+    default: return -1;
+    }
+}
+
+/* Does t (rank 4) have unit last stride, a 16-byte aligned start and
+ * 16-byte multiples for the strides of its non-unit leading dims? */
+static bool df_rows_aligned(const oj_tensor *t) {
+    int64_t es = (int64_t)oj_dtype_size(t->dtype);
+    if (t->stride[3] != 1 || (uintptr_t)oj_cuda_ptr(t) % 16 != 0) return false;
+    for (int d = 0; d < 3; d++)
+        if (t->shape[d] != 1 && (t->stride[d] * es) % 16 != 0) return false;
+    return true;
+}
+
+static bool df_ok(const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                  const oj_tensor *mask) {
+    int64_t D = q->shape[3];
+    return (D == 64 || D == 128) && v->shape[3] == D && df_mask_bytes(mask) >= 0 &&
+           df_rows_aligned(q) && df_rows_aligned(k) && df_rows_aligned(v);
+}
+
+template <typename T, int D, int MB> static void df_launch(const dec_args &a, int64_t rows) {
+    dim3 grid((unsigned)a.nsplit, (unsigned)rows);
+    k_dec_fast_partial<T, D, MB><<<grid, DF_THREADS, 0, OJ_STREAM>>>(a);
+}
+
+template <typename T, int D> static void df_launch_d(const dec_args &a, int64_t rows, int mb) {
+    switch (mb) {
+    case 0: df_launch<T, D, 0>(a, rows); break;
+    case 1: df_launch<T, D, 1>(a, rows); break;
+    case 2: df_launch<T, D, 2>(a, rows); break;
+    default: df_launch<T, D, 4>(a, rows); break;
+    }
+}
+
+/* The fast path: chunks of `steps` block steps, so that B*H*nsplit stays
+ * near DF_BLOCKS and nsplit <= DF_MAXSPLIT; the chunking depends on the
+ * shapes only. */
+static oj_status df_run(oj_engine *eng, dec_args *a, int64_t rows, int mb) {
+    int64_t lpk = a->D * a->es / 16, kb = DF_WARPS * DF_U * (32 / lpk);
+    int64_t n0 = (a->S + kb - 1) / kb;
+    int64_t steps = (rows * n0 + DF_BLOCKS - 1) / DF_BLOCKS;
+    int64_t smin = (n0 + DF_MAXSPLIT - 1) / DF_MAXSPLIT;
+    if (steps < smin) steps = smin;
+    if (steps > n0) steps = n0;
+    a->steps = steps;
+    a->chunk = kb * steps;
+    a->nsplit = (a->S + a->chunk - 1) / a->chunk;
+    oj_storage *hold = NULL;
+    if (a->nsplit > 1) {
+        size_t nf = (size_t)(rows * a->nsplit) * (size_t)(2 + a->D);
+        float *scratch = (float *)oj_cuda_scratch(eng, nf * sizeof(float),
+                                                  "scaled_dot_product_attention", &hold);
+        if (scratch == NULL) return oj_last_status(eng);
+        a->pm = scratch;
+        a->pl = a->pm + rows * a->nsplit;
+        a->pacc = a->pl + rows * a->nsplit;
+    }
+    OJ_CU_FLOAT_TYPE(a->dt, T, {
+        if (a->D == 64) df_launch_d<T, 64>(*a, rows, mb);
+        else df_launch_d<T, 128>(*a, rows, mb);
+    });
+    oj_status st = oj_cuda_check(eng, "attention_forward (decode)");
+    if (st == OJ_OK && a->nsplit > 1) {
+        if (a->D == 64) k_dec_fast_combine<64><<<(unsigned)rows, 64, 0, OJ_STREAM>>>(*a);
+        else k_dec_fast_combine<128><<<(unsigned)rows, 128, 0, OJ_STREAM>>>(*a);
+        st = oj_cuda_check(eng, "attention_forward (decode combine)");
+    }
+    oj__storage_release(hold);
+    return st;
+}
+
 static bool float_dt(oj_dtype dt) { return dt == OJ_F32 || dt == OJ_BF16 || dt == OJ_F16; }
 
 bool oj_cuda_attention_decode_ok(const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
@@ -238,6 +556,7 @@ oj_status oj_cuda_attention_decode(oj_engine *eng, oj_tensor *out, oj_tensor *ls
     a.sdt = lse ? (int)lse->dtype : 0;
     a.ses = lse ? (int)oj_dtype_size(lse->dtype) : 0;
     int64_t rows = q->shape[0] * a.H;
+    if (df_ok(q, k, v, mask)) return df_run(eng, &a, rows, df_mask_bytes(mask));
     size_t nf = (size_t)(rows * a.nsplit) * (size_t)(2 + a.Dv);
     oj_storage *hold = NULL;
     float *scratch = (float *)oj_cuda_scratch(eng, nf * sizeof(float),
