@@ -39,7 +39,7 @@ for p in ${ALL_NCU:-nanolab-124m gpt2-124m decode}; do
   [ "$(left)" -gt 90 ] || break
   mkdir -p "$R/ncu_$p"
   if [ "$p" = decode ]; then
-    DECODE=1 DTYPE=bf16w SKIP=3000 COUNT=2000 OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh | head -30
+    DECODE=1 DTYPE=bf16w SKIP=3000 COUNT=${DECODE_COUNT:-2000} OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh | head -30
   else
     # windows over the timed step of `bench_gpu_train P 16 1024 1 1` (counted on the H200,
     # 2026-11-29: gpt2-124m's run launches ~2,160 kernels, nanolab's timed step starts at ~1,733)
