@@ -658,6 +658,91 @@ static void test_matmul(void **state) {
     cmp(out, 1e-5, "matmul packed operand");
 }
 
+/* One row (M == 1, batch 1) times a weight, as a decode step's linear
+ * layers call it: the CUDA one-row kernels (cuda_gemv.cu) where the views
+ * suit them, cuBLAS otherwise. layout 0: W [N, K] seen transposed
+ * (nn.Linear, the tied lm head: b's k-stride 1); 1: W [K, N] (HF Conv1D:
+ * n-stride 1), rows of N + pad elements. xstep: x's element stride.
+ * misalign: x (layout 0) or W (layout 1) starts one element into its
+ * storage (not 16-byte aligned). */
+typedef struct {
+    oj_dtype dt;
+    int64_t K, N;
+    int layout;
+    int64_t pad, xstep;
+    bool misalign, accumulate;
+} gemv_case;
+
+static void one_gemv(const gemv_case *c) {
+    int64_t K = c->K, N = c->N, off = c->misalign ? 1 : 0;
+    int64_t xoff = c->layout == 0 ? off : 0, woff = c->layout == 1 ? off : 0;
+    pr x0 = rnd(3, (int64_t[3]){1, 1, K * c->xstep + xoff}, c->dt, -1, 1);
+    pr x;
+    for (int sd = 0; sd < 2; sd++)
+        assert_non_null(x.t[sd] = oj_slice(x0.t[sd], 2, xoff, xoff + K * c->xstep, c->xstep));
+    pr b;
+    if (c->layout == 0) {
+        b = perm(rnd(3, (int64_t[3]){1, N, K}, c->dt, -1, 1), 3, (int[3]){0, 2, 1});
+    } else {
+        pr w = rnd(3, (int64_t[3]){1, K, N + c->pad + woff}, c->dt, -1, 1);
+        b = narrow(w, 2, woff, N);
+    }
+    int64_t so[3] = {1, 1, N};
+    pr out = c->accumulate ? rnd(3, so, c->dt, -1, 1) : empty(3, so, c->dt);
+    BOTH(E->backend->matmul(E, T(out), T(x), T(b), c->accumulate));
+    char what[160];
+    snprintf(what, sizeof what, "one-row matmul %s K %lld N %lld %s pad %lld xstep %lld%s%s",
+             oj_dtype_name(c->dt), (long long)K, (long long)N, c->layout ? "W [K, N]" : "W [N, K]",
+             (long long)c->pad, (long long)c->xstep, c->misalign ? " misaligned" : "",
+             c->accumulate ? " +=" : "");
+    cmp(out, tol(c->dt, 1e-5), what);
+}
+
+// test: one row times a weight (batch-1 decoding) agrees with the CPU in
+// bf16 and f16, both weight layouts, accumulate on and off: the GPT-2
+// shapes (the lm head's odd N 50257), K not a multiple of 256, odd N (the
+// Conv1D's last column group reads row padding), 2, 4 and 8 column groups
+// a block, K 1, N 1, a strided x; and the layouts the kernels refuse
+// (misaligned x or W, unpadded odd rows, K not a multiple of 8: cuBLAS)
+static void test_gemv(void **state) {
+    (void)state;
+    const gemv_case cases[] = {
+        {OJ_BF16, 776, 1001, 0, 0, 1, false, false},
+        {OJ_BF16, 776, 1001, 0, 0, 1, false, true},
+        {OJ_F16, 776, 1001, 0, 0, 1, false, true},
+        {OJ_F16, 3072, 768, 0, 0, 1, false, false}, /* two rounds of 8 chunks a lane */
+        {OJ_BF16, 64, 1, 0, 0, 1, false, true},     /* N 1 */
+        {OJ_BF16, 768, 50257, 0, 0, 1, false, false}, /* GPT-2 lm head */
+        {OJ_BF16, 776, 1001, 1, 7, 1, false, false},
+        {OJ_BF16, 776, 1001, 1, 7, 1, false, true},
+        {OJ_F16, 776, 1001, 1, 7, 1, false, false},
+        {OJ_F16, 776, 1001, 1, 15, 2, false, true}, /* strided x */
+        {OJ_BF16, 768, 2304, 1, 0, 1, false, true}, /* GPT-2 c_attn */
+        {OJ_BF16, 3072, 768, 1, 0, 1, false, true}, /* GPT-2 mlp c_proj: 16 rows in flight */
+        {OJ_F16, 3072, 768, 1, 0, 1, false, false},
+        {OJ_BF16, 40, 8200, 1, 0, 1, false, false}, /* 4 column groups a block */
+        {OJ_BF16, 40, 16385, 1, 7, 1, false, true}, /* 8, odd N */
+        {OJ_BF16, 1, 5, 1, 3, 1, false, true},      /* K 1 */
+        /* refused: cuBLAS */
+        {OJ_BF16, 776, 1001, 0, 0, 1, true, true},  /* x not 16-byte aligned */
+        {OJ_BF16, 776, 1001, 0, 0, 2, false, false}, /* strided x */
+        {OJ_BF16, 777, 1001, 0, 0, 1, false, false}, /* K % 8 */
+        {OJ_BF16, 776, 1001, 1, 7, 1, true, true},  /* W not 16-byte aligned */
+        {OJ_F16, 776, 1001, 1, 0, 1, false, false}, /* rows of 1001 elements */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_gemv(&cases[i]);
+    /* through oj_linear (bias copied into out, then accumulated onto) */
+    oj_dtype dts[2] = {OJ_BF16, OJ_F16};
+    for (int k = 0; k < 2; k++) {
+        pr x = rnd(3, (int64_t[3]){1, 1, 776}, dts[k], -1, 1);
+        pr w = rnd(2, (int64_t[2]){1001, 776}, dts[k], -1, 1);
+        pr bias = rnd(1, (int64_t[1]){1001}, dts[k], -1, 1);
+        pr y;
+        for (int sd = 0; sd < 2; sd++) assert_non_null(y.t[sd] = oj_linear(x.t[sd], w.t[sd], bias.t[sd]));
+        cmp(y, tol(dts[k], 1e-5), "one-row linear with bias");
+    }
+}
+
 /* ================================================================ nn */
 
 static void test_embedding(void **state) {
@@ -1561,6 +1646,12 @@ static void test_exact_bit_identical(void **state) {
     /* matmul and norm weight gradients */
     pr a = rnd(2, (int64_t[2]){300, 200}, OJ_F32, -1, 1), b = rnd(2, (int64_t[2]){200, 100}, OJ_F32, -1, 1);
     same_bits(oj_matmul(T(a), T(b)), oj_matmul(T(a), T(b)), "matmul");
+    /* one row (the decode kernels), both weight layouts */
+    pr gx = rnd(2, (int64_t[2]){1, 768}, OJ_BF16, -1, 1);
+    pr gw = rnd(2, (int64_t[2]){768, 2304}, OJ_BF16, -1, 1);
+    same_bits(oj_matmul(T(gx), T(gw)), oj_matmul(T(gx), T(gw)), "one-row matmul W [K, N]");
+    oj_tensor *gb = oj_transpose(oj_contiguous(oj_transpose(T(gw), 0, 1)), 0, 1);
+    same_bits(oj_matmul(T(gx), gb), oj_matmul(T(gx), gb), "one-row matmul W [N, K]");
     pr lnx = rnd(2, (int64_t[2]){5000, 64}, OJ_F32, -1, 1);
     pr lny = rnd(2, (int64_t[2]){5000, 64}, OJ_F32, -1, 1);
     pr mean = empty(1, (int64_t[1]){5000}, OJ_F32), rstd = empty(1, (int64_t[1]){5000}, OJ_F32);
@@ -2474,6 +2565,7 @@ int main(void) {
         T_(test_reduce),
         T_(test_cumsum),
         T_(test_matmul),
+        T_(test_gemv),
         T_(test_embedding),
         T_(test_norms),
         T_(test_softmax),

@@ -12,12 +12,26 @@
  * accumulate in f32 and round once into out, f64 in f64. cuBLAS gives the
  * same bits on every run for the same shapes on the same GPU (its
  * reproducibility guarantee), which is what EXACT promises here; the
- * summation order over k is cuBLAS's, not the CPU's index order. */
+ * summation order over k is cuBLAS's, not the CPU's index order.
+ *
+ * One row of 16-bit floats (batch-1 decoding: M == 1, one batch) takes the
+ * matrix-vector kernels of cuda_gemv.cu instead when the views suit them
+ * (16-byte aligned weight rows, see oj_cuda_gemv_path): the same contract
+ * (f32 accumulation, out rounded once, a fixed summation order, so EXACT
+ * holds), a few us less per call. OJAS_CUDA_GEMV=0 keeps every call on
+ * cuBLAS (comparisons). */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+
+/* cuda_gemv.cu: the one-row path. oj_cuda_gemv_path says which kernel
+ * takes out[1, 1, N] (+)= a[1, 1, K] @ b[1, K, N]: 1 (b's k-stride 1), 2
+ * (b's n-stride 1), or 0 (none: cuBLAS); oj_cuda_gemv launches it. */
+int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b);
+void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, bool accumulate,
+                  int path);
 
 /* dst [nb, R, C] contiguous = src (batch stride sb, row stride rs, col
  * stride cs; elements of es bytes). */
@@ -90,16 +104,16 @@ static oj_status prepare(oj_engine *eng, const oj_tensor *t, int64_t bt, int64_t
 }
 
 /* With OJAS_CUDA_PROFILE=1 each GEMM is charged under its shape, dtype
- * and operand layout ("matmul bf16 NT b16 1024x2304x768"), names interned
- * for the profile's lifetime (up to 128 distinct ones, then one bucket). */
-static const char *prof_name(oj_dtype dt, cublasOperation_t oa, cublasOperation_t ob, int64_t bt,
-                             int64_t M, int64_t N, int64_t K, bool acc) {
+ * and operand layout ("matmul bf16 NT b16 1024x2304x768"; the one-row
+ * kernels "gemv-nk" / "gemv-kn"), names interned for the profile's
+ * lifetime (up to 128 distinct ones, then one bucket). */
+static const char *prof_name(oj_dtype dt, const char *layout, int64_t bt, int64_t M, int64_t N,
+                             int64_t K, bool acc) {
     static char names[128][128];
     static int n;
     char key[128];
-    snprintf(key, sizeof key, "matmul %s %c%c b%lld %lldx%lldx%lld%s", oj_dtype_name(dt),
-             oa == CUBLAS_OP_N ? 'N' : 'T', ob == CUBLAS_OP_N ? 'N' : 'T', (long long)bt,
-             (long long)M, (long long)N, (long long)K, acc ? " +=" : "");
+    snprintf(key, sizeof key, "matmul %s %s b%lld %lldx%lldx%lld%s", oj_dtype_name(dt), layout,
+             (long long)bt, (long long)M, (long long)N, (long long)K, acc ? " +=" : "");
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], key) == 0) return names[i];
     if (n == 128) return "matmul (other shapes)";
@@ -139,6 +153,14 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
             e = cudaMemset2DAsync(oj_cuda_ptr(out) + i * sc * (int64_t)es, (size_t)ldc * es, 0,
                              (size_t)N * es, (size_t)M, OJ_STREAM);
         return e == cudaSuccess ? OJ_OK : oj_cuda_fail(eng, e, "matmul (zero out)");
+    }
+    int gemv = oj_cuda_gemv_path(out, a, b);
+    if (gemv != 0) {
+        oj_cuda_gemv(out, a, b, accumulate, gemv);
+        if (oj_cuda_state_of(eng)->prof)
+            return oj_cuda_check(eng, prof_name(dt, gemv == 1 ? "gemv-nk" : "gemv-kn", bt, M, N,
+                                                K, accumulate));
+        return oj_cuda_check(eng, "matmul (gemv)");
     }
     cublasHandle_t h = oj_cuda_blas(eng, op);
     if (h == NULL) return oj_last_status(eng);
@@ -205,7 +227,9 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
     if (A.packed) oj__storage_release(A.packed);
     if (B.packed) oj__storage_release(B.packed);
     if (cs != CUBLAS_STATUS_SUCCESS) return blas_error(eng, cs, "cublasGemmStridedBatchedEx");
-    if (oj_cuda_state_of(eng)->prof)
-        return oj_cuda_check(eng, prof_name(dt, A.op, B.op, bt, M, N, K, accumulate));
+    if (oj_cuda_state_of(eng)->prof) {
+        const char lay[3] = {A.op == CUBLAS_OP_N ? 'N' : 'T', B.op == CUBLAS_OP_N ? 'N' : 'T', 0};
+        return oj_cuda_check(eng, prof_name(dt, lay, bt, M, N, K, accumulate));
+    }
     return oj_cuda_check(eng, "matmul (cublasGemmStridedBatchedEx)");
 }

@@ -1,0 +1,270 @@
+/* One-row matrix multiply for batch-1 decoding: out[1, N] (+)= x[1, K] @ B[K, N]
+ * on bf16/f16 operands, f32 accumulation, out rounded once (with
+ * `accumulate` the f32 sum is added to out's old value, then rounded). The
+ * cuBLAS GEMMs of a GPT-2 124M decode step took ~5 us each (plus ~3 us
+ * split-K reduces on some) for 1-5 MB of weights; these kernels stream the
+ * weight once with 16-byte loads, every load of an iteration issued before
+ * any use (the launch bounds' minimum blocks let ptxas keep them all in
+ * registers: 52-80 a thread "nk", 72-124 "kn", no spills).
+ *
+ * Two layouts of the weight (W the stored matrix):
+ *  - "nk": B[k, n] = W[n, k] (nn.Linear, the tied lm head): B's k-stride 1.
+ *    One warp per output n, four per 128-thread block, grid ceil(N / 4).
+ *    Lane l reads the 16-byte chunks l, l + 32, ... of W's row n and of x
+ *    (x is 1.5-6 KB, served by L1), U = 4 (K <= 1024) or 8 chunks of each
+ *    in flight, f32 FMAs in chunk order, then a xor butterfly over the warp.
+ *  - "kn": B[k, n] = W[k, n] (HF Conv1D: c_attn, c_fc, c_proj): B's
+ *    n-stride 1. A 256-thread block owns 8 G consecutive outputs: G 8 or 4
+ *    when that still leaves >= 256 blocks, else 2 (a block reads 32-byte
+ *    sectors of a row whole); chosen from N alone. Thread t = s G + g
+ *    owns the outputs 8 g .. 8 g + 7 of the tile (one 16-byte load a row)
+ *    and the rows k = s, s + 256 / G, ...; U = 8 rows in flight (16 when a
+ *    thread has more than 8). Sums are combined by a xor butterfly over
+ *    the lanes of one column group, then over the 8 warps in warp order
+ *    through shared memory.
+ * Every order of summation is fixed by (N, K): the same bits on every run
+ * and every GPU, no atomics.
+ *
+ * Expected time per call, an estimate until measured on the device (H200
+ * at ~4 TB/s, plus ~1 us of DRAM latency and ramp; launch gaps not
+ * counted), bf16 weights of GPT-2 124M:
+ *   c_attn      kn K 768  N 2304   3.5 MB  144 blocks, one round  ~2 us
+ *   attn c_proj kn K 768  N 768    1.2 MB   48 blocks, one round  ~1.3 us
+ *   c_fc        kn K 768  N 3072   4.7 MB  192 blocks, one round  ~2.2 us
+ *   mlp c_proj  kn K 3072 N 768    4.7 MB   48 blocks, two rounds ~2.5-3 us
+ *   lm head     nk K 768  N 50257   77 MB  12,565 blocks          ~19 us
+ * (the nn.Linear layouts of the same shapes about the same): ~8-9 us a
+ * layer instead of ~25, ~120 us of a token's GEMMs instead of ~300. */
+#include <cuda_fp16.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+/* The entries (declared in cuda_matmul.cu, their one caller). */
+#define OJ_CUDA_GEMV_NK 1
+#define OJ_CUDA_GEMV_KN 2
+int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b);
+void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, bool accumulate,
+                  int path);
+
+#define NK_THREADS 128 /* 4 warps, one output row each */
+#define KN_THREADS 256 /* 8 warps splitting K */
+/* Blocks a multiprocessor should hold: caps the registers at 128 a thread,
+ * and keeps ptxas from interleaving the loads with their uses (without a
+ * minimum it aims at full occupancy, 32 registers, and a load chain). */
+#define NK_MIN_BLOCKS 4
+#define KN_MIN_BLOCKS 2
+
+/* 8 consecutive 16-bit elements (one 16-byte load) as floats. bf16 -> f32
+ * is a shift (NaN payloads aside, the host's conversion); f16 -> f32 the
+ * hardware conversion (exact). */
+template <typename T> __device__ __forceinline__ void gv_unpack8(uint4 v, float *f);
+template <> __device__ __forceinline__ void gv_unpack8<oj_cu_bf16>(uint4 v, float *f) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+template <> __device__ __forceinline__ void gv_unpack8<oj_cu_f16>(uint4 v, float *f) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __half2 h;
+        memcpy(&h, &w[i], 4);
+        float2 p = __half22float2(h);
+        f[2 * i] = p.x;
+        f[2 * i + 1] = p.y;
+    }
+}
+template <typename T> __device__ __forceinline__ float gv_tof(unsigned short h);
+template <> __device__ __forceinline__ float gv_tof<oj_cu_bf16>(unsigned short h) {
+    return __uint_as_float((unsigned)h << 16);
+}
+template <> __device__ __forceinline__ float gv_tof<oj_cu_f16>(unsigned short h) {
+    return __half2float(__ushort_as_half(h));
+}
+
+/* "nk": out[n] (+)= sum_k x[k] W[n, k]; W rows ldw elements apart, K8 =
+ * K / 8 chunks of 16 bytes; x, W and ldw 16-byte aligned. */
+template <typename T, int U>
+__global__ void __launch_bounds__(NK_THREADS, NK_MIN_BLOCKS)
+    k_gemv_nk(unsigned short *out, const unsigned short *x, const unsigned short *w, int64_t ldw,
+              int N, int K8, int acc) {
+    const int lane = threadIdx.x & 31;
+    const int64_t n = (int64_t)blockIdx.x * (NK_THREADS / 32) + (threadIdx.x >> 5);
+    if (n >= N) return; /* the whole warp; the kernel has no block barrier */
+    const uint4 *wr = (const uint4 *)(w + n * ldw), *xr = (const uint4 *)x;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    float s = 0.0f;
+    for (int c0 = 0; c0 < K8; c0 += 32 * U) {
+        uint4 wv[U], xv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* every load first */
+            const int c = c0 + u * 32 + lane;
+            const bool ok = c < K8;
+            wv[u] = ok ? __ldcs(wr + c) : zero; /* streamed once per token */
+            xv[u] = ok ? __ldg(xr + c) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float wf[8], xf[8];
+            gv_unpack8<T>(wv[u], wf);
+            gv_unpack8<T>(xv[u], xf);
+#pragma unroll
+            for (int e = 0; e < 8; e++) s = fmaf(wf[e], xf[e], s);
+        }
+    }
+    s = oj_cu_warp_sumf(s);
+    if (lane == 0) {
+        if (acc) s += gv_tof<T>(out[n]);
+        out[n] = oj_cu_fromf<T>(s).u;
+    }
+}
+
+/* "kn": out[n] (+)= sum_k x[k * xs] W[k, n]; W rows ldw elements apart
+ * (ldw and W 16-byte aligned), W's n-stride 1; x any stride. When N is not
+ * a multiple of 8 the last group reads a row's 16-byte chunk past N (in
+ * the row's padding, which oj_cuda_gemv_path checked is inside W's
+ * storage); those columns' sums are dropped. */
+template <typename T, int G, int U>
+__global__ void __launch_bounds__(KN_THREADS, KN_MIN_BLOCKS)
+    k_gemv_kn(unsigned short *out, const unsigned short *x, int64_t xs, const unsigned short *w,
+              int64_t ldw, int N, int K, int acc) {
+    constexpr int KS = KN_THREADS / G; /* k-slices of the block */
+    __shared__ float red[KN_THREADS / 32][8 * G];
+    const int t = threadIdx.x, g = t % G, s = t / G;
+    const int64_t n0 = ((int64_t)blockIdx.x * G + g) * 8;
+    /* a group past N (the last block's) reads group 0 and stores nothing */
+    const unsigned short *wc = w + (n0 < N ? n0 : 0);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    float a[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) a[e] = 0.0f;
+    for (int64_t k0 = s; k0 < K; k0 += (int64_t)KS * U) {
+        uint4 wv[U];
+        unsigned short xv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* every load first (predicated off past K) */
+            const int64_t k = k0 + (int64_t)u * KS;
+            const bool ok = k < K;
+            wv[u] = ok ? __ldcs((const uint4 *)(wc + k * ldw)) : zero; /* streamed once */
+            xv[u] = ok ? __ldg(x + k * xs) : (unsigned short)0;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (k0 + (int64_t)u * KS >= K) break;
+            float wf[8];
+            gv_unpack8<T>(wv[u], wf);
+            const float xf = gv_tof<T>(xv[u]);
+#pragma unroll
+            for (int e = 0; e < 8; e++) a[e] = fmaf(wf[e], xf, a[e]);
+        }
+    }
+    /* lanes l and l ^ o (o >= G) share a column group: butterfly over them */
+#pragma unroll
+    for (int o = G; o < 32; o <<= 1)
+#pragma unroll
+        for (int e = 0; e < 8; e++) a[e] += __shfl_xor_sync(0xffffffffu, a[e], o);
+    const int lane = t & 31, wp = t >> 5;
+    if (lane < G) /* lane == g: the warp's sums of group g */
+#pragma unroll
+        for (int e = 0; e < 8; e++) red[wp][lane * 8 + e] = a[e];
+    __syncthreads();
+    if (t < 8 * G) {
+        const int64_t n = (int64_t)blockIdx.x * 8 * G + t;
+        if (n < N) {
+            float v = 0.0f;
+#pragma unroll
+            for (int i = 0; i < KN_THREADS / 32; i++) v += red[i][t];
+            if (acc) v += gv_tof<T>(out[n]);
+            out[n] = oj_cu_fromf<T>(v).u;
+        }
+    }
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b) {
+    static int off = -1; /* OJAS_CUDA_GEMV=0 turns the path off (comparisons) */
+    if (off < 0) {
+        const char *e = getenv("OJAS_CUDA_GEMV");
+        off = e != NULL && strcmp(e, "0") == 0;
+    }
+    oj_dtype dt = out->dtype;
+    if (off || (dt != OJ_BF16 && dt != OJ_F16) || a->dtype != dt || b->dtype != dt) return 0;
+    if (out->rank != 3 || a->rank != 3 || b->rank != 3) return 0;
+    int64_t bt = out->shape[0], M = out->shape[1], N = out->shape[2], K = a->shape[2];
+    if (bt != 1 || M != 1 || N < 1 || K < 1 || N > INT_MAX || K > INT_MAX) return 0;
+    if (N > 1 && out->stride[2] != 1) return 0;
+    int64_t xs = a->stride[2], bk = b->stride[1], bn = b->stride[2];
+    const char *pa = oj_cuda_ptr(a), *pb = oj_cuda_ptr(b);
+    if (xs < 0 || bk < 0 || bn < 0 || !aligned16(pb)) return 0;
+    if (bk == 1 && K % 8 == 0 && (N == 1 || bn % 8 == 0) && xs == 1 && aligned16(pa))
+        return OJ_CUDA_GEMV_NK;
+    if ((bn != 1 && N > 1) || (K > 1 && bk % 8 != 0)) return 0;
+    /* whole 16-byte chunks of every row: the last row's, up to N rounded
+     * up to 8, must lie inside the storage */
+    int64_t end = (K - 1) * bk + (N + 7) / 8 * 8;
+    if (b->offset + end * 2 > (int64_t)b->storage->nbytes) return 0;
+    return OJ_CUDA_GEMV_KN;
+}
+
+/* Column groups of 8 per "kn" block: the widest tile (8, 4 groups) that
+ * still leaves >= 256 blocks, else 2; from N alone (it fixes the order of
+ * the sums). */
+static int kn_groups(int64_t N) {
+    int64_t groups = (N + 7) / 8;
+    return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
+}
+
+template <typename T>
+static void launch_kn(unsigned short *o, const unsigned short *x, int64_t xs,
+                      const unsigned short *w, int64_t ldw, int N, int K, int acc) {
+    int G = kn_groups(N);
+    int64_t rows = (K + KN_THREADS / G - 1) / (KN_THREADS / G); /* per thread */
+    unsigned blocks = (unsigned)((N + 8 * G - 1) / (8 * G));
+#define KN_(G_, U_) k_gemv_kn<T, G_, U_><<<blocks, KN_THREADS, 0, OJ_STREAM>>>(o, x, xs, w, ldw, N, K, acc)
+    if (G == 2) {
+        if (rows <= 8) KN_(2, 8);
+        else KN_(2, 16);
+    } else if (G == 4) {
+        if (rows <= 8) KN_(4, 8);
+        else KN_(4, 16);
+    } else {
+        if (rows <= 8) KN_(8, 8);
+        else KN_(8, 16);
+    }
+#undef KN_
+}
+
+void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, bool accumulate,
+                  int path) {
+    int64_t N = out->shape[2], K = a->shape[2];
+    unsigned short *o = (unsigned short *)oj_cuda_ptr(out);
+    const unsigned short *x = (const unsigned short *)oj_cuda_ptr(a);
+    const unsigned short *w = (const unsigned short *)oj_cuda_ptr(b);
+    int acc = accumulate ? 1 : 0;
+    bool bf = out->dtype == OJ_BF16;
+    if (path == OJ_CUDA_GEMV_NK) {
+        int64_t ldw = N > 1 ? b->stride[2] : 0;
+        unsigned blocks = (unsigned)((N + NK_THREADS / 32 - 1) / (NK_THREADS / 32));
+        int K8 = (int)(K / 8);
+        bool small = K <= 32 * 8 * 4; /* every chunk of a lane in one round of 4 */
+        if (bf && small)
+            k_gemv_nk<oj_cu_bf16, 4><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, acc);
+        else if (bf)
+            k_gemv_nk<oj_cu_bf16, 8><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, acc);
+        else if (small)
+            k_gemv_nk<oj_cu_f16, 4><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, acc);
+        else
+            k_gemv_nk<oj_cu_f16, 8><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, acc);
+        return;
+    }
+    int64_t ldw = K > 1 ? b->stride[1] : 0, xs = K > 1 ? a->stride[2] : 0;
+    if (bf) launch_kn<oj_cu_bf16>(o, x, xs, w, ldw, (int)N, (int)K, acc);
+    else launch_kn<oj_cu_f16>(o, x, xs, w, ldw, (int)N, (int)K, acc);
+}
