@@ -95,29 +95,36 @@ static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_t
  * an output row of 2,316 bf16 (nanolab's q, k, v and 12 gate columns) is
  * not 16-byte aligned, which put the GEMMs on cuBLAS's 4-byte-aligned
  * kernels (~260 us each vs ~80) and the head views off the tensor-core
- * attention (a 3.4 ms backward). The cat copies the weights, so decoding
- * keeps n linears. */
+ * attention (a 3.4 ms backward). The padding rides on the last piece (a
+ * fifth piece would exceed a node's 4 outputs: each piece then recorded
+ * its own narrow, whose backward wrote a zero-padded full-size gradient:
+ * 15 ms of fills per nanolab step). The cat copies the weights, so
+ * decoding keeps n linears. */
 static bool project_fused(oj_tensor *x, int n, oj_tensor *const *w, const int64_t *n_out,
                           oj_tensor **outs) {
-    oj_tensor *ws[5], *parts[5] = {NULL, NULL, NULL, NULL, NULL};
-    int64_t sizes[5], total = 0;
+    oj_tensor *ws[5], *parts[4] = {NULL, NULL, NULL, NULL};
+    int64_t sizes[4], total = 0;
     for (int i = 0; i < n; i++) ws[i] = w[i], sizes[i] = n_out[i], total += n_out[i];
-    int np = n;
-    if (total % 8 != 0) {
-        int64_t zs[2] = {8 - total % 8, oj_size(w[0], 1)};
-        ws[np] = oj_zeros(oj_tensor_engine(w[0]), 2, zs, oj_tensor_dtype(w[0]));
-        if (ws[np] == NULL) return false;
-        sizes[np++] = zs[0];
+    const int64_t pad = (8 - total % 8) % 8;
+    if (pad) {
+        int64_t zs[2] = {pad, oj_size(w[0], 1)};
+        ws[n] = oj_zeros(oj_tensor_engine(w[0]), 2, zs, oj_tensor_dtype(w[0]));
+        if (ws[n] == NULL) return false;
+        sizes[n - 1] += pad; /* the last piece carries the padding: still one split node */
     }
-    oj_tensor *wc = oj_cat(np, ws, 0);
+    oj_tensor *wc = oj_cat(pad ? n + 1 : n, ws, 0);
     oj_tensor *y = wc ? oj_linear(x, wc, NULL) : NULL;
-    int got = y ? oj_split_sizes(y, np, sizes, oj_rank(y) - 1, parts) : -1;
-    if (np > n) oj_release(ws[n]);
-    oj_release(parts[n]); /* the padding's columns, if any */
+    int got = y ? oj_split_sizes(y, n, sizes, oj_rank(y) - 1, parts) : -1;
+    if (pad) oj_release(ws[n]);
     for (int i = 0; i < n; i++) outs[i] = parts[i];
+    if (got == n && pad) { /* the last piece without the padding's columns */
+        outs[n - 1] = oj_narrow(parts[n - 1], oj_rank(y) - 1, 0, n_out[n - 1]);
+        oj_release(parts[n - 1]);
+        if (outs[n - 1] == NULL) got = -1;
+    }
     oj_release(wc);
     oj_release(y);
-    return got == np;
+    return got == n;
 }
 
 static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h,

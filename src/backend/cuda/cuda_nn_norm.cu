@@ -234,7 +234,12 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_ar
 #pragma unroll
         for (int k = 0; k < NPT; k++) {
             int64_t c = tid + (int64_t)TPR * k;
-            if (c < C) orow[c] = oj_cu_fromf<T>((v[k] - m) * rs * wv[k] + bv[k]);
+            if (c < C) { /* each step rounded, as the CPU's float code (no fma) */
+                float y = __fmul_rn(v[k] - m, rs);
+                if (w) y = __fmul_rn(y, wv[k]);
+                if (b) y = __fadd_rn(y, bv[k]);
+                orow[c] = oj_cu_fromf<T>(y);
+            }
         }
         if (tid == 0) {
             if (a.mean_out) ((float *)a.mean_out)[n] = m;
