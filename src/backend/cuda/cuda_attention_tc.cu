@@ -22,9 +22,24 @@
  * scale * log2 e, ex2.approx). p and ds are rounded to the input dtype for
  * the second product of each pair, as in FA2.
  *
- * Forward: a CTA of 4 warps owns 64 query rows of (b, h), a warp 16 rows;
- * key/value tiles of 64 rows; causal tiles with no visible key are never
- * loaded; heavy (late) query tiles are launched first.
+ * Forward: a CTA of 4 warps owns BM = 64 MT query rows of (b, h), a warp
+ * MT m16 tiles (16 MT rows); key/value tiles of 64 rows; causal tiles with
+ * no visible key are never loaded; heavy (late) query tiles are launched
+ * first. MT 1 (64 rows per CTA, the default) reads every K/V fragment from
+ * shared memory once per mma: at 16 rows per warp the kernel is likely
+ * bound by ldmatrix traffic and instruction issue (H200, ncu, GPT-2 124M
+ * q/k/v [16, 12, 1024, 64] bf16 causal: 167 us, ~154 TFLOP/s). MT 2 (128
+ * rows per CTA, FA2's Hopper forward tiling; OJAS_CUDA_ATTN_MT=2) feeds
+ * each K/V fragment to two mma, halves the K/V traffic per query row and
+ * skips, per warp, causal tiles none of its rows sees; its speed is not
+ * yet measured. Same per-row operations in the same order, so MT 2 should
+ * give the bits of MT 1 (the tiles it adds or skips are exact no-ops for a
+ * row); the tests check it against the CPU like MT 1. Registers (ptxas,
+ * sm_90): MT 1 141 (D 64) / 173 (D 128), MT 2 254 / 255, no spills; at
+ * MT 2, D 128 the q fragments are read from shared memory per key tile
+ * instead of held in registers (o alone takes 128).
+ * dq stays at 64 rows per CTA: MT 2 there spilled (s, dp and dq in
+ * registers: 8 bytes at D 64, ~450 at D 128).
  * Backward, deterministic without atomics:
  *  - k_tc_delta: delta = rowsum(dout * out) (f32) and lse in log2 units;
  *  - k_tc_dq: a CTA per (64 query rows, b, h), key tiles ascending;
@@ -44,7 +59,7 @@
 /* ---------------------------------------------------------------- args */
 
 #define TC_THREADS 128 /* 4 warps */
-#define TC_BM 64       /* query rows per CTA (forward, dq) */
+#define TC_BM 64       /* query rows per CTA (dq; forward: TC_BM MT) */
 #define TC_BN 64       /* keys per tile (forward, dq), per CTA (dk/dv) */
 #define TC_LOG2E 1.4426950408889634f
 #define TC_LN2 0.6931471805599453f
@@ -211,31 +226,48 @@ __device__ __forceinline__ int tc_kend(const tc_args &a, int i0, int n) {
     return last < 0 ? 0 : (last > a.S ? a.S : last);
 }
 
-/* Forward: out [B,H,T,D] (input dtype), lse [B,H,T]. Grid: (T/64) B H CTAs,
- * the latest query tiles first. Shared: Q [64][LD], K and V [2][64][LD]. */
-template <int D, bool BF> __global__ void __launch_bounds__(TC_THREADS) k_tc_forward(tc_args a) {
-    constexpr int LD = D + 8, KD = D / 16, ND = D / 8, NB = TC_BN / 8;
+/* Forward: out [B,H,T,D] (input dtype), lse [B,H,T]. A CTA of 4 warps per
+ * BM = 64 MT query rows, a warp MT m16 tiles (rows warp 16 MT ..), so each
+ * K/V fragment read by ldmatrix feeds MT mma. Grid: ceil(T / BM) B H CTAs,
+ * the latest query tiles first. Shared: Q [BM][LD], K and V [2][64][LD].
+ * q fragments stay in registers across key tiles at MT 1 or D 64 (QREG);
+ * at MT 2, D 128 they are read again per tile (o alone is 128 registers).
+ * At MT 2 a warp skips the causal tiles that none of its rows sees (the
+ * update would leave m, l, o as they are). */
+template <int D, int MT, bool BF>
+__global__ void __launch_bounds__(TC_THREADS) k_tc_forward(tc_args a) {
+    constexpr int BM = TC_BM * MT, LD = D + 8, KD = D / 16, ND = D / 8, NB = TC_BN / 8;
+    constexpr bool QREG = MT == 1 || D == 64;
     extern __shared__ __align__(16) unsigned char tc_smem[];
-    uint16_t *qsm = (uint16_t *)tc_smem, *ksm = qsm + TC_BM * LD, *vsm = ksm + 2 * TC_BN * LD;
+    uint16_t *qsm = (uint16_t *)tc_smem, *ksm = qsm + BM * LD, *vsm = ksm + 2 * TC_BN * LD;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    int nqt = (a.T + TC_BM - 1) / TC_BM, nbh = a.B * a.H, blk = (int)blockIdx.x;
+    int nqt = (a.T + BM - 1) / BM, nbh = a.B * a.H, blk = (int)blockIdx.x;
     int qt = nqt - 1 - blk / nbh, bh = blk % nbh, h = bh % a.H, b = bh / a.H, hk = h / a.group;
-    int i0 = qt * TC_BM, diag = a.S - a.T;
-    int nq = a.T - i0 < TC_BM ? a.T - i0 : TC_BM;
+    int i0 = qt * BM, diag = a.S - a.T;
+    int nq = a.T - i0 < BM ? a.T - i0 : BM;
     int ntile = (tc_kend(a, i0, nq) + TC_BN - 1) / TC_BN;
     const uint16_t *qb = a.q + b * a.qs[0] + h * a.qs[1];
     const uint16_t *kb = a.k + b * a.ks[0] + hk * a.ks[1];
     const uint16_t *vb = a.v + b * a.vs[0] + hk * a.vs[1];
-    tc_load_tile<D, TC_BM>(qsm, qb, a.qs[2], i0, a.T);
+    tc_load_tile<D, BM>(qsm, qb, a.qs[2], i0, a.T);
     if (ntile > 0) {
         tc_load_tile<D, TC_BN>(ksm, kb, a.ks[2], 0, a.S);
         tc_load_tile<D, TC_BN>(vsm, vb, a.vs[2], 0, a.S);
     }
     tc_commit();
-    int row0 = i0 + warp * 16 + g; /* query row of c[0], c[1]; row0 + 8 of c[2], c[3] */
-    float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    uint32_t qf[KD][4];
+    int w0 = warp * 16 * MT; /* the warp's first row in the CTA's tile */
+    int row0 = i0 + w0 + g;  /* row of c[0], c[1] of m-tile mt: row0 + 16 mt; c[2], c[3]: + 8 */
+    /* the warp's last row sees keys < wend (causal; MT 1: never used) */
+    int wend = a.causal ? i0 + w0 + 16 * MT + diag : a.S;
+    float o[MT][ND][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    for (int mt = 0; mt < MT; mt++)
+        for (int n = 0; n < ND; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    uint32_t qf[MT][KD][4]; /* QREG only */
     for (int it = 0; it < ntile; it++) {
         int j0 = it * TC_BN;
         if (it + 1 < ntile) {
@@ -246,80 +278,112 @@ template <int D, bool BF> __global__ void __launch_bounds__(TC_THREADS) k_tc_for
         tc_commit();
         tc_wait<1>();
         __syncthreads();
-        if (it == 0)
-            for (int kc = 0; kc < KD; kc++) tc_lda<LD>(qf[kc], qsm, warp * 16, kc * 16, lane);
-        const uint16_t *kt = ksm + (it & 1) * TC_BN * LD, *vt = vsm + (it & 1) * TC_BN * LD;
-        /* s = q k^T: 16 rows x 64 keys per warp */
-        float s[NB][4];
-        for (int n = 0; n < NB; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        for (int kc = 0; kc < KD; kc++)
-            for (int n2 = 0; n2 < NB / 2; n2++) {
-                uint32_t bk[4];
-                tc_ldb_nk<LD>(bk, kt, n2 * 16, kc * 16, lane);
-                tc_mma<BF>(s[2 * n2], qf[kc], bk[0], bk[1]);
-                tc_mma<BF>(s[2 * n2 + 1], qf[kc], bk[2], bk[3]);
-            }
-        /* online softmax in log2 units */
-        bool edge = j0 + TC_BN > a.S || (a.causal && j0 + TC_BN - 1 > i0 + diag);
-        float mx[2] = {-INFINITY, -INFINITY};
-        for (int n = 0; n < NB; n++)
-            for (int e = 0; e < 4; e++) {
-                float x = s[n][e] * a.sl2;
-                if (edge) {
-                    int j = j0 + n * 8 + 2 * t4 + (e & 1), i = row0 + (e >> 1) * 8;
-                    if (j >= a.S || (a.causal && j > i + diag)) x = -INFINITY;
-                }
-                s[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
-        float base[2];
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], tc_shfl_xor(mx[r], 1));
-            mx[r] = fmaxf(mx[r], tc_shfl_xor(mx[r], 2));
-            float mn = fmaxf(m[r], mx[r]);
-            base[r] = mn == -INFINITY ? 0.0f : mn; /* no visible key yet: p = 0 */
-            float corr = tc_ex2(m[r] - base[r]);
-            m[r] = mn;
-            l[r] *= corr;
-            for (int n = 0; n < ND; n++) {
-                o[n][2 * r] *= corr;
-                o[n][2 * r + 1] *= corr;
-            }
+        if (QREG && it == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                for (int kc = 0; kc < KD; kc++)
+                    tc_lda<LD>(qf[mt][kc], qsm, w0 + 16 * mt, kc * 16, lane);
         }
-        for (int n = 0; n < NB; n++)
-            for (int e = 0; e < 4; e++) {
-                float p = tc_ex2(s[n][e] - base[e >> 1]);
-                s[n][e] = p;
-                l[e >> 1] += p;
+        if (MT == 1 || j0 < wend) { /* warp-uniform */
+            const uint16_t *kt = ksm + (it & 1) * TC_BN * LD, *vt = vsm + (it & 1) * TC_BN * LD;
+            /* s = q k^T: 16 MT rows x 64 keys per warp */
+            float s[MT][NB][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                for (int n = 0; n < NB; n++)
+                    for (int e = 0; e < 4; e++) s[mt][n][e] = 0.0f;
+            for (int kc = 0; kc < KD; kc++) {
+                uint32_t qa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    if (QREG)
+                        for (int e = 0; e < 4; e++) qa[mt][e] = qf[mt][kc][e];
+                    else
+                        tc_lda<LD>(qa[mt], qsm, w0 + 16 * mt, kc * 16, lane);
+                }
+                for (int n2 = 0; n2 < NB / 2; n2++) {
+                    uint32_t bk[4];
+                    tc_ldb_nk<LD>(bk, kt, n2 * 16, kc * 16, lane);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        tc_mma<BF>(s[mt][2 * n2], qa[mt], bk[0], bk[1]);
+                        tc_mma<BF>(s[mt][2 * n2 + 1], qa[mt], bk[2], bk[3]);
+                    }
+                }
             }
-        /* o += p v */
-        for (int kc = 0; kc < NB / 2; kc++) {
-            uint32_t pa[4];
-            tc_c2a<BF>(pa, s[2 * kc], s[2 * kc + 1]);
-            for (int d2 = 0; d2 < ND / 2; d2++) {
-                uint32_t bv[4];
-                tc_ldb_kn<LD>(bv, vt, kc * 16, d2 * 16, lane);
-                tc_mma<BF>(o[2 * d2], pa, bv[0], bv[1]);
-                tc_mma<BF>(o[2 * d2 + 1], pa, bv[2], bv[3]);
+            /* online softmax in log2 units, per row as at MT 1 */
+            bool edge = j0 + TC_BN > a.S || (a.causal && j0 + TC_BN - 1 > i0 + diag);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                float mx[2] = {-INFINITY, -INFINITY};
+                for (int n = 0; n < NB; n++)
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[mt][n][e] * a.sl2;
+                        if (edge) {
+                            int j = j0 + n * 8 + 2 * t4 + (e & 1);
+                            int i = row0 + 16 * mt + (e >> 1) * 8;
+                            if (j >= a.S || (a.causal && j > i + diag)) x = -INFINITY;
+                        }
+                        s[mt][n][e] = x;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                    }
+                float base[2];
+                for (int r = 0; r < 2; r++) {
+                    mx[r] = fmaxf(mx[r], tc_shfl_xor(mx[r], 1));
+                    mx[r] = fmaxf(mx[r], tc_shfl_xor(mx[r], 2));
+                    float mn = fmaxf(m[mt][r], mx[r]);
+                    base[r] = mn == -INFINITY ? 0.0f : mn; /* no visible key yet: p = 0 */
+                    float corr = tc_ex2(m[mt][r] - base[r]);
+                    m[mt][r] = mn;
+                    l[mt][r] *= corr;
+                    for (int n = 0; n < ND; n++) {
+                        o[mt][n][2 * r] *= corr;
+                        o[mt][n][2 * r + 1] *= corr;
+                    }
+                }
+                for (int n = 0; n < NB; n++)
+                    for (int e = 0; e < 4; e++) {
+                        float p = tc_ex2(s[mt][n][e] - base[e >> 1]);
+                        s[mt][n][e] = p;
+                        l[mt][e >> 1] += p;
+                    }
+            }
+            /* o += p v */
+            for (int kc = 0; kc < NB / 2; kc++) {
+                uint32_t pa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    tc_c2a<BF>(pa[mt], s[mt][2 * kc], s[mt][2 * kc + 1]);
+                for (int d2 = 0; d2 < ND / 2; d2++) {
+                    uint32_t bv[4];
+                    tc_ldb_kn<LD>(bv, vt, kc * 16, d2 * 16, lane);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        tc_mma<BF>(o[mt][2 * d2], pa[mt], bv[0], bv[1]);
+                        tc_mma<BF>(o[mt][2 * d2 + 1], pa[mt], bv[2], bv[3]);
+                    }
+                }
             }
         }
         __syncthreads();
     }
     tc_wait<0>();
-    for (int r = 0; r < 2; r++) {
-        l[r] += tc_shfl_xor(l[r], 1);
-        l[r] += tc_shfl_xor(l[r], 2);
-        int i = row0 + 8 * r;
-        if (i >= a.T) continue;
-        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* no visible key: out 0 */
-        int64_t orow = ((int64_t)bh * a.T + i) * D;
-        for (int n = 0; n < ND; n++)
-            *(uint32_t *)(a.o + orow + n * 8 + 2 * t4) =
-                tc_pack<BF>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-        if (t4 == 0 && a.lse)
-            oj_cu_stf(a.lse + ((int64_t)bh * a.T + i) * a.ses, a.sdt,
-                      l[r] > 0.0f ? (m[r] + log2f(l[r])) * TC_LN2 : -INFINITY);
-    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        for (int r = 0; r < 2; r++) {
+            l[mt][r] += tc_shfl_xor(l[mt][r], 1);
+            l[mt][r] += tc_shfl_xor(l[mt][r], 2);
+            int i = row0 + 16 * mt + 8 * r;
+            if (i >= a.T) continue;
+            float inv = l[mt][r] > 0.0f ? 1.0f / l[mt][r] : 0.0f; /* no visible key: out 0 */
+            int64_t orow = ((int64_t)bh * a.T + i) * D;
+            for (int n = 0; n < ND; n++)
+                *(uint32_t *)(a.o + orow + n * 8 + 2 * t4) =
+                    tc_pack<BF>(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+            if (t4 == 0 && a.lse)
+                oj_cu_stf(a.lse + ((int64_t)bh * a.T + i) * a.ses, a.sdt,
+                          l[mt][r] > 0.0f ? (m[mt][r] + log2f(l[mt][r])) * TC_LN2 : -INFINITY);
+        }
 }
 
 /* delta[row] = sum_d dout[row, d] out[row, d] (f32, lanes then a fixed
@@ -601,7 +665,19 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_dkv(tc_args a) {
  * in registers. */
 #define TC_BQ(D) ((D) == 64 ? 64 : 32)
 
-static size_t tc_smem_fwd(int D) { return (size_t)(TC_BM + 4 * TC_BN) * (D + 8) * 2; }
+/* m16 tiles per warp of the forward: OJAS_CUDA_ATTN_MT=2 selects MT 2
+ * (128 query rows per CTA), anything else MT 1 (the default until the H200
+ * comparison). Read once per process. */
+static int tc_mt(void) {
+    static int mt = 0;
+    if (mt == 0) {
+        const char *e = getenv("OJAS_CUDA_ATTN_MT");
+        mt = e != NULL && strcmp(e, "2") == 0 ? 2 : 1;
+    }
+    return mt;
+}
+
+static size_t tc_smem_fwd(int D, int mt) { return (size_t)(TC_BM * mt + 4 * TC_BN) * (D + 8) * 2; }
 static size_t tc_smem_dq(int D) { return (size_t)(2 * TC_BM + 4 * TC_BN) * (D + 8) * 2; }
 static size_t tc_smem_dkv(int D) {
     return (size_t)(2 * TC_BN + 4 * TC_BQ(D)) * (D + 8) * 2 + (size_t)4 * TC_BQ(D) * 4;
@@ -643,8 +719,9 @@ bool oj_cuda_attention_tc_ok(const oj_tensor *q, const oj_tensor *k, const oj_te
         cudaGetLastError();
         return false;
     }
-    size_t need = tc_smem_dq((int)D) > tc_smem_dkv((int)D) ? tc_smem_dq((int)D) : tc_smem_dkv((int)D);
-    return need <= (size_t)optin;
+    size_t fwd = tc_smem_fwd((int)D, tc_mt()), dq = tc_smem_dq((int)D), dkv = tc_smem_dkv((int)D);
+    size_t need = fwd > dq ? fwd : dq;
+    return (need > dkv ? need : dkv) <= (size_t)optin;
 }
 
 static void tc_args_init(tc_args *a, const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
@@ -682,9 +759,11 @@ static oj_status tc_launch(oj_engine *eng, K kernel, int64_t blocks, size_t smem
 }
 
 template <int D, bool BF> static oj_status tc_forward_d(oj_engine *eng, const tc_args &a) {
-    int64_t blocks = (int64_t)(a.T + TC_BM - 1) / TC_BM * a.B * a.H;
-    return tc_launch(eng, k_tc_forward<D, BF>, blocks, tc_smem_fwd(D), a,
-                     "attention_forward (tensor core)");
+    const char *name = "attention_forward (tensor core)";
+    int mt = tc_mt();
+    int64_t blocks = (int64_t)(a.T + TC_BM * mt - 1) / (TC_BM * mt) * a.B * a.H;
+    if (mt == 2) return tc_launch(eng, k_tc_forward<D, 2, BF>, blocks, tc_smem_fwd(D, 2), a, name);
+    return tc_launch(eng, k_tc_forward<D, 1, BF>, blocks, tc_smem_fwd(D, 1), a, name);
 }
 
 template <int D, bool BF>
