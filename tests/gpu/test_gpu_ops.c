@@ -1989,6 +1989,27 @@ static void test_fast_copy(void **state) {
                      oj_dtype_name(dt), si);
             cmp(o3, 0, what);
         }
+    /* casts of a transposed view and into one (gpt2's Conv1D weights
+     * under autocast): f32 <-> bf16 <-> f16, bit-identical to the CPU */
+    int64_t cs[2] = {77, 130}, ct[2] = {130, 77};
+    int p10[2] = {1, 0};
+    oj_dtype cdt[3][2] = {{OJ_F32, OJ_BF16}, {OJ_BF16, OJ_F32}, {OJ_F16, OJ_BF16}};
+    for (int c = 0; c < 3; c++) {
+        char what[96];
+        pr w = rnd(2, cs, cdt[c][0], -3, 3);
+        pr wt = perm(w, 2, p10);
+        pr o = empty(2, ct, cdt[c][1]);
+        BOTH(E->backend->copy(E, T(o), T(wt)));
+        snprintf(what, sizeof what, "cast of a transposed view %s -> %s",
+                 oj_dtype_name(cdt[c][0]), oj_dtype_name(cdt[c][1]));
+        cmp(o, 0, what);
+        pr o2 = empty(2, cs, cdt[c][1]);
+        pr o2v = perm(o2, 2, p10);
+        BOTH(E->backend->copy(E, T(o2v), T(wt)));
+        snprintf(what, sizeof what, "cast into a transposed view %s -> %s",
+                 oj_dtype_name(cdt[c][0]), oj_dtype_name(cdt[c][1]));
+        cmp(o2, 0, what);
+    }
     /* rows at an odd element offset (unit 4 bytes, not 16) */
     int64_t s[3] = {6, 10, 33}, sv[3] = {6, 9, 32};
     pr x = rnd(3, s, OJ_F32, -1, 1);

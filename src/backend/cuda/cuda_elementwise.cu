@@ -12,6 +12,8 @@
  * computation rounded to float. */
 #include <string.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/scalar_ops.h"
 
@@ -497,8 +499,19 @@ struct tile_geom {
 };
 
 #define TILE 32
-template <typename E> __global__ void __launch_bounds__(256) k_copy_tile(tile_geom g) {
-    __shared__ E tile[TILE][TILE + 1];
+/* Elements of type TI in, TO out, staged as S: all three the same raw
+ * type for a copy, or f32/bf16/f16 through float for a cast. */
+template <typename S, typename T> __device__ __forceinline__ S tile_cvt(T v) {
+    if constexpr (std::is_same<S, T>::value)
+        return v;
+    else if constexpr (std::is_same<S, float>::value)
+        return oj_cu_tof(v);
+    else
+        return oj_cu_fromf<S>(v);
+}
+template <typename TO, typename TI, typename S>
+__global__ void __launch_bounds__(256) k_copy_tile(tile_geom g) {
+    __shared__ S tile[TILE][TILE + 1];
     const int64_t per = g.t0 * g.t1;
     const bool small = g.batch <= 0xffffffffll;
     for (int64_t t = blockIdx.x; t < g.batch * per; t += gridDim.x) {
@@ -510,19 +523,22 @@ template <typename E> __global__ void __launch_bounds__(256) k_copy_tile(tile_ge
         for (int k = threadIdx.y; k < TILE; k += blockDim.y) {
             int a = g.in_fast_j ? k : (int)threadIdx.x, c = g.in_fast_j ? (int)threadIdx.x : k;
             int64_t i = i0 + a, j = j0 + c;
-            if (i < g.n0 && j < g.n1) tile[a][c] = *(const E *)(g.in + oi + i * g.si0 + j * g.si1);
+            if (i < g.n0 && j < g.n1)
+                tile[a][c] = tile_cvt<S>(*(const TI *)(g.in + oi + i * g.si0 + j * g.si1));
         }
         __syncthreads();
         for (int k = threadIdx.y; k < TILE; k += blockDim.y) {
             int a = g.out_fast_j ? k : (int)threadIdx.x, c = g.out_fast_j ? (int)threadIdx.x : k;
             int64_t i = i0 + a, j = j0 + c;
-            if (i < g.n0 && j < g.n1) *(E *)(g.out + oo + i * g.so0 + j * g.so1) = tile[a][c];
+            if (i < g.n0 && j < g.n1) *(TO *)(g.out + oo + i * g.so0 + j * g.so1) = tile_cvt<TO>(tile[a][c]);
         }
         __syncthreads();
     }
 }
 
 static unsigned grid_cap(int64_t n) { return (unsigned)(n < (1 << 20) ? (n < 1 ? 1 : n) : (1 << 20)); }
+
+static bool copy_tile_fast(oj_engine *eng, const oj_cu_iter &it, oj_status *st);
 
 /* The fast paths of a same-dtype copy; false: not handled (nothing run). */
 static bool copy_same_fast(oj_engine *eng, const oj_cu_iter &it, int64_t es, oj_status *st) {
@@ -579,8 +595,18 @@ static bool copy_same_fast(oj_engine *eng, const oj_cu_iter &it, int64_t es, oj_
         *st = oj_cuda_check(eng, "copy (rows)");
         return true;
     }
-    bool a = si[R - 2] == es && so[R - 1] == es; /* in dense along i, out along j */
-    bool b = si[R - 1] == es && so[R - 2] == es; /* in dense along j, out along i */
+    return copy_tile_fast(eng, it, st);
+}
+
+/* The transposing tile path of a copy or (f32/bf16/f16) cast: one side
+ * dense along the last dim, the other along the one before. */
+static bool copy_tile_fast(oj_engine *eng, const oj_cu_iter &it, oj_status *st) {
+    const int R = it.rank;
+    if (R < 2) return false;
+    const int64_t *so = it.stride[0], *si = it.stride[1];
+    const int64_t eo = dt_size((oj_dtype)it.dt[0]), ei = dt_size((oj_dtype)it.dt[1]);
+    bool a = si[R - 2] == ei && so[R - 1] == eo; /* in dense along i, out along j */
+    bool b = si[R - 1] == ei && so[R - 2] == eo; /* in dense along j, out along i */
     if (!a && !b) return false;
     tile_geom g;
     memset(&g, 0, sizeof g);
@@ -606,11 +632,17 @@ static bool copy_same_fast(oj_engine *eng, const oj_cu_iter &it, int64_t es, oj_
     g.out_fast_j = a ? 1 : 0;
     dim3 block(TILE, 8);
     unsigned grid = grid_cap(g.batch * g.t0 * g.t1);
-    switch (es) {
-    case 8: k_copy_tile<unsigned long long><<<grid, block, 0, OJ_STREAM>>>(g); break;
-    case 4: k_copy_tile<unsigned><<<grid, block, 0, OJ_STREAM>>>(g); break;
-    case 2: k_copy_tile<unsigned short><<<grid, block, 0, OJ_STREAM>>>(g); break;
-    default: k_copy_tile<unsigned char><<<grid, block, 0, OJ_STREAM>>>(g); break;
+    if (it.dt[0] != it.dt[1]) { /* a cast: f32/bf16/f16 both (the caller checked) */
+        OJ_CU_FLOAT_TYPE(it.dt[0], TO, OJ_CU_FLOAT_TYPE(it.dt[1], TI,
+            (k_copy_tile<TO, TI, float><<<grid, block, 0, OJ_STREAM>>>(g))));
+        *st = oj_cuda_check(eng, "copy (cast, transpose tiles)");
+        return true;
+    }
+    switch (eo) {
+    case 8: k_copy_tile<uint64_t, uint64_t, uint64_t><<<grid, block, 0, OJ_STREAM>>>(g); break;
+    case 4: k_copy_tile<uint32_t, uint32_t, uint32_t><<<grid, block, 0, OJ_STREAM>>>(g); break;
+    case 2: k_copy_tile<uint16_t, uint16_t, uint16_t><<<grid, block, 0, OJ_STREAM>>>(g); break;
+    default: k_copy_tile<uint8_t, uint8_t, uint8_t><<<grid, block, 0, OJ_STREAM>>>(g); break;
     }
     *st = oj_cuda_check(eng, "copy (transpose tiles)");
     return true;
@@ -650,6 +682,10 @@ oj_status oj_cuda_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
                              OJ_CU_FLOAT_TYPE(it.dt[1], TI, ew_launch<TO, TI, 1, 1u>(g, cast_fn())));
             return oj_cuda_check(eng, "copy (cast)");
         }
+        /* a transposed view cast (gpt2's Conv1D weights under autocast: the
+         * per-element kernel took 32 us per weight, 48 a step) */
+        oj_status st;
+        if (copy_tile_fast(eng, it, &st)) return st;
     }
     k_copy<<<oj_cuda_blocks(it.numel), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(it, dt_size(out->dtype));
     return oj_cuda_check(eng, "copy");
