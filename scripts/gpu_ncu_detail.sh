@@ -18,7 +18,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "no ncu found"; exit 1; }
 . scripts/gpu_env.sh
 gpu_env_setup >/dev/null || { echo "$gpu_env_note"; exit 1; }
-"$NCU" --clock-control none --kernel-name "regex:$re" --launch-skip "$skip" --launch-count "$count" \
+"$NCU" --clock-control none --kernel-name-base demangled --kernel-name "regex:$re" --launch-skip "$skip" --launch-count "$count" \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
   --section Occupancy --section WarpStateStats "$@" 2>&1 |
   grep -vE "^==PROF==|^\s*$" | grep -E "k_|Duration|Throughput|DRAM|Registers|Block Size|Grid Size|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Local|Spill|Waves|Memory \[%\]|Compute \(SM\)|Shared Memory Configuration Size|Dynamic Shared" | head -${DETAIL_LINES:-80}
