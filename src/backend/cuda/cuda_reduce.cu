@@ -751,7 +751,13 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
         return oj_cuda_check(eng, "reduce (serial)");
     }
     if (g.n_out <= SPLIT_OUT_MAX && g.n_red >= 2 * (int64_t)SPLIT_CHUNK) {
-        int64_t nc = (g.n_red + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
+        /* chunks halved (to one group per thread) while the blocks would
+         * not cover two waves' worth of SMs: the argmax of one 50,257-logit
+         * row ran 7 blocks, 28 us of latency chains (H200, ncu) */
+        int64_t chunk = SPLIT_CHUNK;
+        while (chunk > SPLIT_G * RED_THREADS && g.n_out * ((g.n_red + chunk - 1) / chunk) < 264)
+            chunk /= 2;
+        int64_t nc = (g.n_red + chunk - 1) / chunk;
         int64_t cap = SPLIT_BLOCKS / g.n_out;
         if (cap < 2) cap = 2;
         if (nc > cap) nc = cap;
