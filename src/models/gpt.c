@@ -213,11 +213,13 @@ oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_c
                             (long long)batch, (long long)capacity);
     oj_kv_cache *c = calloc(1, sizeof *c);
     if (c) {
+        c->kv = calloc((size_t)m->cfg.n_layer, sizeof *c->kv);
         c->k = calloc((size_t)m->cfg.n_layer, sizeof *c->k);
         c->v = calloc((size_t)m->cfg.n_layer, sizeof *c->v);
     }
-    if (c == NULL || c->k == NULL || c->v == NULL) {
+    if (c == NULL || c->kv == NULL || c->k == NULL || c->v == NULL) {
         if (c) {
+            free(c->kv);
             free(c->k);
             free(c->v);
         }
@@ -228,10 +230,17 @@ oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_c
     c->batch = batch;
     c->capacity = capacity;
     const int64_t D = m->cfg.n_embd / m->cfg.n_head;
-    int64_t shape[4] = {batch, m->cfg.n_kv_head, capacity, D};
+    /* keys and values of a layer in one tensor: the static decode step
+     * writes both with one index_copy_ when they sit side by side in the
+     * projection's output (gpt2's c_attn) */
+    int64_t shape[5] = {2, batch, m->cfg.n_kv_head, capacity, D};
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-        c->k[l] = oj_zeros(eng, 4, shape, m->wte->dtype); /* the weights' dtype */
-        c->v[l] = oj_zeros(eng, 4, shape, m->wte->dtype);
+        c->kv[l] = oj_zeros(eng, 5, shape, m->wte->dtype); /* the weights' dtype */
+        if (c->kv[l]) {
+            oj__scope_detach(c->kv[l]);
+            c->k[l] = oj_select(c->kv[l], 0, 0);
+            c->v[l] = oj_select(c->kv[l], 0, 1);
+        }
         if (c->k[l] == NULL || c->v[l] == NULL) {
             oj_kv_cache_free(c);
             return oj_last_status(eng);
@@ -248,7 +257,9 @@ void oj_kv_cache_free(oj_kv_cache *c) {
     for (int64_t l = 0; l < c->m->cfg.n_layer; l++) {
         oj_release(c->k[l]);
         oj_release(c->v[l]);
+        oj_release(c->kv[l]);
     }
+    free(c->kv);
     free(c->k);
     free(c->v);
     free(c);

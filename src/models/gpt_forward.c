@@ -36,13 +36,14 @@ static oj_tensor *conv1d_hf(oj_tensor *x, oj_tensor *w, oj_tensor *b) {
     return y;
 }
 
-/* cache [B, Hkv, N, D] at slot `slot` (i64 [1] on the device) = x
- * [B, Hkv, 1, D], converted to the cache's dtype (autocast computes k, v
- * in bf16; the eager path's copy_ converts the same way). */
-static bool cache_write_at(oj_tensor *cache, oj_tensor *slot, oj_tensor *x) {
+/* cache [.., N, D] at slot `slot` (i64 [1] on the device) of its dim
+ * `dim` (the positions) = x [.., 1, D], converted to the cache's dtype
+ * (autocast computes k, v in bf16; the eager path's copy_ converts the
+ * same way). */
+static bool cache_write_at(oj_tensor *cache, int dim, oj_tensor *slot, oj_tensor *x) {
     oj_dtype dt = oj_tensor_dtype(cache);
     oj_tensor *xc = oj_tensor_dtype(x) == dt ? oj_retain(x) : oj_cast(x, dt);
-    bool ok = xc && oj_index_copy_(cache, 2, slot, xc) == OJ_OK;
+    bool ok = xc && oj_index_copy_(cache, dim, slot, xc) == OJ_OK;
     oj_release(xc);
     return ok;
 }
@@ -62,11 +63,13 @@ static oj_tensor *attend(oj_kv_cache *c, oj_tensor *q, oj_tensor *k, oj_tensor *
  * query attends to the whole ring. Order inside the ring does not matter:
  * rotary embeddings were applied at each key's absolute position before it
  * was cached, and a single query sees every cached key. */
-static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_tensor **k_all,
-                         oj_tensor **v_all) {
+static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_tensor *kv,
+                         oj_tensor **k_all, oj_tensor **v_all) {
     if (c->dev) { /* the static step: slot and positions live on the device */
         oj_tensor *slot = c->dev->slot;
-        bool ok = cache_write_at(c->k[l], slot, k) && cache_write_at(c->v[l], slot, v);
+        /* kv [2, B, Hkv, 1, D] (keys then values, one view): one write */
+        bool ok = kv ? cache_write_at(c->kv[l], 3, slot, kv)
+                     : cache_write_at(c->k[l], 2, slot, k) && cache_write_at(c->v[l], 2, slot, v);
         *k_all = ok ? oj_retain(c->k[l]) : NULL; /* every slot, masked by dev->mask */
         *v_all = ok ? oj_retain(c->v[l]) : NULL;
         return ok;
@@ -135,12 +138,23 @@ static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h
     if (qkv) oj_split(qkv, C, 2, 3, qkv3);
     oj_tensor *q = qkv3[0], *k = qkv3[1], *v = qkv3[2];
     oj_tensor *qh = split_heads(q, H, D), *kh = split_heads(k, H, D), *vh = split_heads(v, H, D);
+    oj_tensor *kv = NULL; /* the static step: k and v side by side, [2, B, H, T, D] */
+    if (cache && cache->dev && qkv) {
+        int64_t s5[5] = {oj_size(qkv, 0), oj_size(qkv, 1), 2, H, D};
+        const int p5[5] = {2, 0, 3, 1, 4};
+        oj_tensor *n = oj_narrow(qkv, 2, C, 2 * C);
+        oj_tensor *r = n ? oj_reshape(n, 5, s5) : NULL;
+        kv = r ? oj_permute(r, 5, p5) : NULL;
+        oj_release(r);
+        oj_release(n);
+    }
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
-    if (cache == NULL || cache_append(cache, l, kh, vh, &ka, &va))
+    bool kv_ok = cache == NULL || cache->dev == NULL || kv != NULL;
+    if (kv_ok && (cache == NULL || cache_append(cache, l, kh, vh, kv, &ka, &va)))
         y = attend(cache, qh, ka ? ka : kh, va ? va : vh);
     oj_tensor *ym = merge_heads(y);
     oj_tensor *out = conv1d_hf(ym, b->attn_proj_w, b->attn_proj_b);
-    oj_tensor *tmp[] = {qkv, q, k, v, qh, kh, vh, ka, va, y, ym};
+    oj_tensor *tmp[] = {qkv, q, k, v, qh, kh, vh, kv, ka, va, y, ym};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     return out;
 }
@@ -206,7 +220,7 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
         v = oj_add(*v_first, a);
     }
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
-    if (cache == NULL || cache_append(cache, l, k, v, &ka, &va))
+    if (cache == NULL || cache_append(cache, l, k, v, NULL, &ka, &va))
         y = attend(cache, q, ka ? ka : k, va ? va : v);
     /* Per-head output gate: sigmoid(h W_g + b_g) [B, T, H] -> [B, H, T, 1]. */
     oj_tensor *g1 = oj_sigmoid(g0);
