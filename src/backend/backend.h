@@ -133,6 +133,11 @@ typedef struct oj_backend {
      * index-increasing order (bit-identical across runs and thread counts). */
     oj_status (*matmul)(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                         bool accumulate);
+    /* Optional (NULL: the ops layer copies the bias into out and calls
+     * matmul accumulating): out[i] = a[i] @ b[i] + bias, bias [N] of out's
+     * dtype broadcast over the rows, the bits of that copy-and-accumulate. */
+    oj_status (*matmul_bias)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                             const oj_tensor *b, const oj_tensor *bias);
     /* Inclusive prefix sum along `dim`: out[.., i, ..] = sum of x[.., j, ..]
      * for j <= i (reverse: j >= i). out contiguous, shaped like x; dtype x's
      * for float x, i64 for integer/bool x. A rank-0 x has dim 0 (a copy).
@@ -208,6 +213,18 @@ typedef struct oj_backend {
     oj_status (*rms_norm_backward)(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
                                    const oj_tensor *dy, const oj_tensor *x, const oj_tensor *rstd,
                                    const oj_tensor *weight);
+    /* Residual add + norm (vLLM's fused_add_rms_norm): sum = x + r, then
+     * out = layer norm (rms false) or RMS norm (rms true; bias NULL) of sum
+     * over its last dim. x, r: float, one shape [..., C], any strides;
+     * sum: contiguous, x's shape, their promoted dtype; out: contiguous
+     * like sum; weight, bias [C] contiguous of sum's dtype or NULL; mean,
+     * rstd [N] stat dtype or NULL. sum, out, mean and rstd are the bits
+     * binary(OJ_BIN_ADD) then layer_norm_forward / rms_norm_forward give
+     * on the same backend (the norm reads sum as stored). */
+    oj_status (*add_norm_forward)(oj_engine *eng, oj_tensor *out, oj_tensor *sum,
+                                  oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
+                                  const oj_tensor *r, const oj_tensor *weight,
+                                  const oj_tensor *bias, double eps, bool rms);
     /* Softmax (log false) or log-softmax (log true) of x over dim `dim`
      * (0 <= dim < rank, rank >= 1), max-subtracted; out shaped like x. */
     oj_status (*softmax_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,

@@ -372,7 +372,12 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     const oj_tensor *xs = xc ? xc : x;
     bool ok = true;
-    if (bias) { /* out starts as the broadcast bias; the GEMM accumulates onto it */
+    /* the backend adds the bias itself when it can (matmul_bias: same
+     * bits), else out starts as the broadcast bias and the GEMM
+     * accumulates onto it */
+    bool fused = bias && eng->backend->matmul_bias && bias->dtype == out->dtype && rows > 0 &&
+                 out_f > 0;
+    if (bias && !fused) {
         oj_status (*cp)(oj_engine *, oj_tensor *, const oj_tensor *) = OJ_KERNEL(eng, copy, op);
         ok = cp && oj__kernel_ok(eng, cp(eng, out, bias), op);
     }
@@ -381,7 +386,9 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
         kview(&va, xs, 0, 1, rows, in_f, 0, rs, xs->stride[xs->rank - 1]);
         kview(&vb, weight, 0, 1, in_f, out_f, 0, weight->stride[1], weight->stride[0]);
         kview(&vo, out, 0, 1, rows, out_f, 0, out_f, 1);
-        ok = oj__kernel_ok(eng, k(eng, &vo, &va, &vb, bias != NULL), op);
+        ok = oj__kernel_ok(eng, fused ? eng->backend->matmul_bias(eng, &vo, &va, &vb, bias)
+                                      : k(eng, &vo, &va, &vb, bias != NULL),
+                           op);
     }
     oj_release(xc);
     if (!ok) {

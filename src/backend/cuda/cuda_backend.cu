@@ -12,6 +12,11 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
                                   bool check_only);
 oj_status oj_cuda_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
                                    double alpha);
+/* cuda_nn_norm.cu (declared here, as above) */
+oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum,
+                                   oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
+                                   const oj_tensor *r, const oj_tensor *weight,
+                                   const oj_tensor *bias, double eps, bool rms);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -44,6 +49,7 @@ static oj_backend make_cuda_backend() {
     /* reductions (cuda_reduce.cu), matmul (cuda_matmul.cu) */
     b.reduce = oj_cuda_reduce;
     b.matmul = oj_cuda_matmul;
+    b.matmul_bias = oj_cuda_matmul_bias;
     b.cumsum = oj_cuda_cumsum;
     /* nn (cuda_nn_*.cu) */
     b.embedding_forward = oj_cuda_embedding_forward;
@@ -52,6 +58,7 @@ static oj_backend make_cuda_backend() {
     b.layer_norm_backward = oj_cuda_layer_norm_backward;
     b.rms_norm_forward = oj_cuda_rms_norm_forward;
     b.rms_norm_backward = oj_cuda_rms_norm_backward;
+    b.add_norm_forward = oj_cuda_add_norm_forward;
     b.softmax_forward = oj_cuda_softmax_forward;
     b.softmax_backward = oj_cuda_softmax_backward;
     b.cross_entropy_forward = oj_cuda_cross_entropy_forward;

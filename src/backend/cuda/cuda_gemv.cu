@@ -46,7 +46,7 @@
 #define OJ_CUDA_GEMV_NK 1
 #define OJ_CUDA_GEMV_KN 2
 int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b);
-void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, bool accumulate,
+void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, const void *addend,
                   int path);
 
 #define NK_THREADS 128 /* 4 warps, one output row each */
@@ -93,7 +93,7 @@ template <> __device__ __forceinline__ float gv_tof<oj_cu_f16>(unsigned short h)
 template <typename T, int U>
 __global__ void __launch_bounds__(NK_THREADS, NK_MIN_BLOCKS)
     k_gemv_nk(unsigned short *out, const unsigned short *x, const unsigned short *w, int64_t ldw,
-              int N, int K8, int acc) {
+              int N, int K8, const unsigned short *add) {
     const int lane = threadIdx.x & 31;
     const int64_t n = (int64_t)blockIdx.x * (NK_THREADS / 32) + (threadIdx.x >> 5);
     if (n >= N) return; /* the whole warp; the kernel has no block barrier */
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(NK_THREADS, NK_MIN_BLOCKS)
     }
     s = oj_cu_warp_sumf(s);
     if (lane == 0) {
-        if (acc) s += gv_tof<T>(out[n]);
+        if (add) s += gv_tof<T>(add[n]);
         out[n] = oj_cu_fromf<T>(s).u;
     }
 }
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(NK_THREADS, NK_MIN_BLOCKS)
 template <typename T, int G, int U>
 __global__ void __launch_bounds__(KN_THREADS, KN_MIN_BLOCKS)
     k_gemv_kn(unsigned short *out, const unsigned short *x, int64_t xs, const unsigned short *w,
-              int64_t ldw, int N, int K, int acc) {
+              int64_t ldw, int N, int K, const unsigned short *add) {
     constexpr int KS = KN_THREADS / G; /* k-slices of the block */
     __shared__ float red[KN_THREADS / 32][8 * G];
     const int t = threadIdx.x, g = t % G, s = t / G;
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(KN_THREADS, KN_MIN_BLOCKS)
             float v = 0.0f;
 #pragma unroll
             for (int i = 0; i < KN_THREADS / 32; i++) v += red[i][t];
-            if (acc) v += gv_tof<T>(out[n]);
+            if (add) v += gv_tof<T>(add[n]);
             out[n] = oj_cu_fromf<T>(v).u;
         }
     }
@@ -223,11 +223,12 @@ static int kn_groups(int64_t N) {
 
 template <typename T>
 static void launch_kn(unsigned short *o, const unsigned short *x, int64_t xs,
-                      const unsigned short *w, int64_t ldw, int N, int K, int acc) {
+                      const unsigned short *w, int64_t ldw, int N, int K,
+                      const unsigned short *add) {
     int G = kn_groups(N);
     int64_t rows = (K + KN_THREADS / G - 1) / (KN_THREADS / G); /* per thread */
     unsigned blocks = (unsigned)((N + 8 * G - 1) / (8 * G));
-#define KN_(G_, U_) k_gemv_kn<T, G_, U_><<<blocks, KN_THREADS, 0, OJ_STREAM>>>(o, x, xs, w, ldw, N, K, acc)
+#define KN_(G_, U_) k_gemv_kn<T, G_, U_><<<blocks, KN_THREADS, 0, OJ_STREAM>>>(o, x, xs, w, ldw, N, K, add)
     if (G == 2) {
         if (rows <= 8) KN_(2, 8);
         else KN_(2, 16);
@@ -241,13 +242,13 @@ static void launch_kn(unsigned short *o, const unsigned short *x, int64_t xs,
 #undef KN_
 }
 
-void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, bool accumulate,
+void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, const void *addend,
                   int path) {
     int64_t N = out->shape[2], K = a->shape[2];
     unsigned short *o = (unsigned short *)oj_cuda_ptr(out);
     const unsigned short *x = (const unsigned short *)oj_cuda_ptr(a);
     const unsigned short *w = (const unsigned short *)oj_cuda_ptr(b);
-    int acc = accumulate ? 1 : 0;
+    const unsigned short *add = (const unsigned short *)addend;
     bool bf = out->dtype == OJ_BF16;
     if (path == OJ_CUDA_GEMV_NK) {
         int64_t ldw = N > 1 ? b->stride[2] : 0;
@@ -255,16 +256,16 @@ void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, bool a
         int K8 = (int)(K / 8);
         bool small = K <= 32 * 8 * 4; /* every chunk of a lane in one round of 4 */
         if (bf && small)
-            k_gemv_nk<oj_cu_bf16, 4><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, acc);
+            k_gemv_nk<oj_cu_bf16, 4><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, add);
         else if (bf)
-            k_gemv_nk<oj_cu_bf16, 8><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, acc);
+            k_gemv_nk<oj_cu_bf16, 8><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, add);
         else if (small)
-            k_gemv_nk<oj_cu_f16, 4><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, acc);
+            k_gemv_nk<oj_cu_f16, 4><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, add);
         else
-            k_gemv_nk<oj_cu_f16, 8><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, acc);
+            k_gemv_nk<oj_cu_f16, 8><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, add);
         return;
     }
     int64_t ldw = K > 1 ? b->stride[1] : 0, xs = K > 1 ? a->stride[2] : 0;
-    if (bf) launch_kn<oj_cu_bf16>(o, x, xs, w, ldw, (int)N, (int)K, acc);
-    else launch_kn<oj_cu_f16>(o, x, xs, w, ldw, (int)N, (int)K, acc);
+    if (bf) launch_kn<oj_cu_bf16>(o, x, xs, w, ldw, (int)N, (int)K, add);
+    else launch_kn<oj_cu_f16>(o, x, xs, w, ldw, (int)N, (int)K, add);
 }

@@ -565,6 +565,8 @@ oj_status oj_cuda_cumsum(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int
 /* cuda_matmul.cu */
 oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                          bool accumulate);
+oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                              const oj_tensor *b, const oj_tensor *bias);
 /* cuda_nn_embedding.cu */
 oj_status oj_cuda_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
                                     const oj_tensor *idx);

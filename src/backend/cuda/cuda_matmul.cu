@@ -27,10 +27,11 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 /* cuda_gemv.cu: the one-row path. oj_cuda_gemv_path says which kernel
- * takes out[1, 1, N] (+)= a[1, 1, K] @ b[1, K, N]: 1 (b's k-stride 1), 2
- * (b's n-stride 1), or 0 (none: cuBLAS); oj_cuda_gemv launches it. */
+ * takes out[1, 1, N] = a[1, 1, K] @ b[1, K, N] (+ addend[N], out's dtype,
+ * when not NULL: out itself to accumulate, or a bias): 1 (b's k-stride 1),
+ * 2 (b's n-stride 1), or 0 (none: cuBLAS); oj_cuda_gemv launches it. */
 int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b);
-void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, bool accumulate,
+void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, const void *addend,
                   int path);
 
 /* dst [nb, R, C] contiguous = src (batch stride sb, row stride rs, col
@@ -156,7 +157,7 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
     }
     int gemv = oj_cuda_gemv_path(out, a, b);
     if (gemv != 0) {
-        oj_cuda_gemv(out, a, b, accumulate, gemv);
+        oj_cuda_gemv(out, a, b, accumulate ? oj_cuda_ptr(out) : NULL, gemv);
         if (oj_cuda_state_of(eng)->prof)
             return oj_cuda_check(eng, prof_name(dt, gemv == 1 ? "gemv-nk" : "gemv-kn", bt, M, N,
                                                 K, accumulate));
@@ -232,4 +233,29 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
         return oj_cuda_check(eng, prof_name(dt, lay, bt, M, N, K, accumulate));
     }
     return oj_cuda_check(eng, "matmul (cublasGemmStridedBatchedEx)");
+}
+
+/* out = a @ b + bias (bias [N] contiguous, out's dtype, broadcast over the
+ * rows). One row: the matrix-vector kernel adds the bias itself (a decode
+ * step's linears: no copy node before each GEMM); else the bias is copied
+ * into out and the GEMM accumulates onto it. The same bits either way: the
+ * f32 sum plus the stored bias, rounded once. */
+oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                              const oj_tensor *b, const oj_tensor *bias) {
+    if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
+    const int64_t N = out->shape[2];
+    int gemv = out->shape[1] > 0 && a->shape[2] > 0 ? oj_cuda_gemv_path(out, a, b) : 0;
+    if (gemv != 0 && bias->dtype == out->dtype && (N == 1 || bias->stride[0] == 1)) {
+        oj_cuda_gemv(out, a, b, oj_cuda_ptr(bias), gemv);
+        return oj_cuda_check(eng, "matmul (gemv, bias)");
+    }
+    oj_tensor bv = *out; /* bias seen as out's shape: stride 0 over batch and rows */
+    bv.dtype = bias->dtype;
+    bv.storage = bias->storage;
+    bv.offset = bias->offset;
+    bv.stride[0] = 0;
+    bv.stride[1] = 0;
+    bv.stride[2] = N > 1 ? bias->stride[0] : 1;
+    oj_status st = oj_cuda_copy(eng, out, &bv);
+    return st == OJ_OK ? oj_cuda_matmul(eng, out, a, b, true) : st;
 }
