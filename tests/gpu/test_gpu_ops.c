@@ -731,7 +731,7 @@ static void test_gemv(void **state) {
         {OJ_F16, 776, 1001, 1, 0, 1, false, false}, /* rows of 1001 elements */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_gemv(&cases[i]);
-    /* through oj_linear (bias copied into out, then accumulated onto) */
+    /* through oj_linear (the one-row kernel adds the bias: matmul_bias) */
     oj_dtype dts[2] = {OJ_BF16, OJ_F16};
     for (int k = 0; k < 2; k++) {
         pr x = rnd(3, (int64_t[3]){1, 1, 776}, dts[k], -1, 1);
