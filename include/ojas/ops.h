@@ -280,6 +280,26 @@ oj_tensor *oj_layer_norm(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, doubl
  * Zhang & Sennrich, "Root Mean Square Layer Normalization", 2019. */
 oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps);
 
+/* Residual add fused with a norm, as a transformer layer's `x = x + a;
+ * h = norm(x)` (vLLM's fused_add_rms_norm): s = x + r, returned through
+ * *sum (a new tensor owned by the current scope, as the result; sum must
+ * not be NULL), and the function returns
+ * oj_layer_norm(s, weight, bias, eps) / oj_rms_norm(s, weight, eps). x, r:
+ * float, one shape [..., C] (no broadcasting); s is what oj_add(x, r) gives
+ * (the promoted dtype: f32 + bf16 -> f32), value for value and bit for
+ * bit, and the result what the norm of s gives (autocast included);
+ * weight, bias [C] or NULL. One pass over the rows where the backend can
+ * (CUDA: one kernel), else add then norm. Gradients flow into both outputs.
+ * NULL with *sum NULL on error: OJ_ERR_SHAPE (r's shape differs from x's,
+ * weight/bias not [C], x a scalar), OJ_ERR_DTYPE (integer x or r;
+ * weight/bias not of s's dtype), OJ_ERR_INVALID_ARGUMENT (sum NULL, eps).
+ * Xiong et al., "On Layer Normalization in the Transformer Architecture",
+ * 2020 (the pre-norm residual stream). */
+oj_tensor *oj_add_layer_norm(oj_tensor *x, oj_tensor *r, oj_tensor *weight, oj_tensor *bias,
+                             double eps, oj_tensor **sum);
+oj_tensor *oj_add_rms_norm(oj_tensor *x, oj_tensor *r, oj_tensor *weight, double eps,
+                           oj_tensor **sum);
+
 /* Softmax / log-softmax of x over dim (numerically stable: the max is
  * subtracted; a row of all -inf gives NaN, as torch). Shaped like x. A
  * rank-0 x is treated as one element (dim 0 or -1). */

@@ -1,6 +1,8 @@
 /* layer_norm (Ba et al. 2016) and rms_norm (Zhang & Sennrich 2019) over the
  * last dim, each one fused kernel forward and one backward; the forward
- * saves the per-row statistics (mean, rstd) for the backward. */
+ * saves the per-row statistics (mean, rstd) for the backward. add_layer_norm
+ * and add_rms_norm fuse the residual add before them (one forward kernel,
+ * the norms' backward kernels). */
 #include <math.h>
 
 #include "ops/nn_common.h"
@@ -38,24 +40,26 @@ static oj_engine *norm_engine(const char *op, oj_tensor *x, oj_tensor *w, oj_ten
     return x ? oj__ops_engine(op, n, ins) : NULL;
 }
 
-/* The start both backwards share: go[0] made contiguous (*gc) and seen as
- * rows (*g2); where the node needs them, dx shaped like input 0 with its
- * rows view (*dx, *dx2) and dw shaped like input 1 (*dw). false on a
- * failure; the caller releases whatever was made either way. */
-static bool norm_grads_begin(oj_node *n, oj_tensor *const *go, oj_tensor **gc, oj_tensor **g2,
-                             oj_tensor **dx, oj_tensor **dx2, oj_tensor **dw) {
+/* The start every backward shares: go[0] made contiguous (*gc) and seen as
+ * rows (*g2); when need_dx, dx shaped like input 0 in dtype dxdt with its
+ * rows view (*dx, *dx2); when the node needs input wi (the weight), dw
+ * shaped like it (*dw). false on a failure; the caller releases whatever
+ * was made either way. */
+static bool norm_grads_begin(oj_node *n, oj_tensor *const *go, bool need_dx, oj_dtype dxdt, int wi,
+                             oj_tensor **gc, oj_tensor **g2, oj_tensor **dx, oj_tensor **dx2,
+                             oj_tensor **dw) {
     oj_engine *eng = n->eng;
     *gc = oj__nn_contig(go[0]);
     *g2 = *gc ? oj__nn_rows(*gc) : NULL;
     const oj_edge *ex = &n->in[0];
     bool ok = *g2 != NULL;
-    if (ok && oj__node_needs(n, 0)) {
-        *dx = oj__tensor_alloc(eng, ex->rank, ex->shape, ex->dtype, n->op);
+    if (ok && need_dx) {
+        *dx = oj__tensor_alloc(eng, ex->rank, ex->shape, dxdt, n->op);
         *dx2 = *dx ? oj__nn_rows(*dx) : NULL;
         ok = *dx2 != NULL;
     }
-    if (ok && oj__node_needs(n, 1))
-        ok = (*dw = oj__tensor_alloc(eng, 1, n->in[1].shape, n->in[1].dtype, n->op)) != NULL;
+    if (ok && oj__node_needs(n, wi))
+        ok = (*dw = oj__tensor_alloc(eng, 1, n->in[wi].shape, n->in[wi].dtype, n->op)) != NULL;
     return ok;
 }
 
@@ -69,7 +73,8 @@ static oj_status layer_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor
     oj_tensor *w = n->i[0] ? oj__node_saved(n, 3) : NULL;
     if (!x || !mean || !rstd || (n->i[0] && !w)) return oj_last_status(eng);
     oj_tensor *gc = NULL, *g2 = NULL, *dx = NULL, *dw = NULL, *db = NULL, *dx2 = NULL;
-    bool ok = norm_grads_begin(n, go, &gc, &g2, &dx, &dx2, &dw);
+    bool ok = norm_grads_begin(n, go, oj__node_needs(n, 0), n->in[0].dtype, 1, &gc, &g2, &dx,
+                               &dx2, &dw);
     if (ok && oj__node_needs(n, 2))
         ok = (db = oj__tensor_alloc(eng, 1, n->in[2].shape, n->in[2].dtype, n->op)) != NULL;
     if (ok)
@@ -152,7 +157,8 @@ static oj_status rms_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor *
     oj_tensor *w = n->i[0] ? oj__node_saved(n, 2) : NULL;
     if (!x || !rstd || (n->i[0] && !w)) return oj_last_status(eng);
     oj_tensor *gc = NULL, *g2 = NULL, *dx = NULL, *dw = NULL, *dx2 = NULL;
-    bool ok = norm_grads_begin(n, go, &gc, &g2, &dx, &dx2, &dw);
+    bool ok = norm_grads_begin(n, go, oj__node_needs(n, 0), n->in[0].dtype, 1, &gc, &g2, &dx,
+                               &dx2, &dw);
     if (ok)
         ok = oj__kernel_ok(eng, eng->backend->rms_norm_backward(eng, dx2, dw, g2, x, rstd, w),
                            n->op);
@@ -209,4 +215,185 @@ oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps) {
         return NULL;
     }
     return out;
+}
+
+/* ---------------------------------------------------------------- add + norm */
+
+/* saved: 0 s rows (N,C), then mean (N) (layer norm only), rstd (N), weight
+ * (C) or absent. Inputs x, r, weight, bias; outputs 0 the norm, 1 s.
+ * ds = go[1] + the norm's dx of go[0]; dx = dr = ds (the engine casts each
+ * to its input's dtype, as for oj_add). */
+static oj_status add_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    bool rms = n->i[1] != 0;
+    int k = 0;
+    oj_tensor *s = oj__node_saved(n, k++);
+    oj_tensor *mean = rms ? NULL : oj__node_saved(n, k++);
+    oj_tensor *rstd = oj__node_saved(n, k++);
+    oj_tensor *w = n->i[0] ? oj__node_saved(n, k) : NULL;
+    if (!s || (!rms && !mean) || !rstd || (n->i[0] && !w)) return oj_last_status(eng);
+    bool nx = oj__node_needs(n, 0), nr = oj__node_needs(n, 1);
+    oj_tensor *gc = NULL, *g2 = NULL, *dn = NULL, *dn2 = NULL, *dw = NULL, *db = NULL, *ds = NULL;
+    bool ok = norm_grads_begin(n, go, nx || nr, n->out_dtype[1], 2, &gc, &g2, &dn, &dn2, &dw);
+    if (ok && oj__node_needs(n, 3))
+        ok = (db = oj__tensor_alloc(eng, 1, n->in[3].shape, n->in[3].dtype, n->op)) != NULL;
+    if (ok)
+        ok = oj__kernel_ok(eng,
+                           rms ? eng->backend->rms_norm_backward(eng, dn2, dw, g2, s, rstd, w)
+                               : eng->backend->layer_norm_backward(eng, dn2, dw, db, g2, s, mean,
+                                                                   rstd, w),
+                           n->op);
+    if (ok && dn) ok = (ds = go[1] ? oj_add(go[1], dn) : oj_retain(dn)) != NULL;
+    oj_release(dn2);
+    oj_release(dn);
+    oj_release(g2);
+    oj_release(gc);
+    if (!ok) {
+        oj_release(dw);
+        oj_release(db);
+        return oj_last_status(eng);
+    }
+    gi[0] = nx ? oj_retain(ds) : NULL;
+    gi[1] = nr ? oj_retain(ds) : NULL;
+    gi[2] = dw;
+    gi[3] = db;
+    oj_release(ds);
+    return OJ_OK;
+}
+
+/* x, r float of one shape [..., C]; weight, bias [C] or NULL; eps. */
+static bool add_norm_check(oj_engine *eng, const char *op, oj_tensor *x, oj_tensor *r,
+                           oj_tensor *weight, oj_tensor *bias, double eps) {
+    if (!oj__nn_check_float(eng, op, "x", x) || !oj__nn_check_float(eng, op, "r", r))
+        return false;
+    bool same = x->rank == r->rank;
+    for (int d = 0; same && d < x->rank; d++) same = x->shape[d] == r->shape[d];
+    if (!same) {
+        char b1[160], b2[160];
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: r has shape %s but x has shape %s (they must be "
+                     "equal: no broadcasting)", op, oj__shape_fmt(b1, sizeof b1, r->rank, r->shape),
+                     oj__shape_fmt(b2, sizeof b2, x->rank, x->shape));
+        return false;
+    }
+    if (x->rank < 1) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: x must have at least one dim ([..., C]), got a scalar",
+                     op);
+        return false;
+    }
+    int64_t C = x->shape[x->rank - 1];
+    if ((weight && !oj__nn_check_vec(eng, op, "weight", weight, C, x)) ||
+        (bias && !oj__nn_check_vec(eng, op, "bias", bias, C, x)))
+        return false;
+    if (!(eps >= 0.0) || isinf(eps)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g", op,
+                     eps);
+        return false;
+    }
+    return true;
+}
+
+/* weight/bias t (may be NULL) has s's dtype sdt. */
+static bool add_norm_dtype(oj_engine *eng, const char *op, const char *arg, oj_tensor *t,
+                           oj_dtype sdt) {
+    if (t == NULL || t->dtype == sdt) return true;
+    oj_set_error(eng, OJ_ERR_DTYPE, "%s: %s is %s but x + r is %s (expected one dtype)", op, arg,
+                 oj_dtype_name(t->dtype), oj_dtype_name(sdt));
+    return false;
+}
+
+static bool autocast_casts(oj_tensor *t) {
+    return t && (t->dtype == OJ_BF16 || t->dtype == OJ_F16);
+}
+
+static oj_tensor *add_norm(const char *op, bool rms, oj_tensor *x, oj_tensor *r, oj_tensor *weight,
+                           oj_tensor *bias, double eps, oj_tensor **sum) {
+    if (sum) *sum = NULL;
+    oj_tensor *ins[4] = {x, r, weight, bias};
+    int n = 2;
+    if (weight) ins[n++] = weight;
+    if (bias) ins[n++] = bias;
+    oj_engine *eng = oj__ops_engine(op, n, ins);
+    if (eng == NULL) return NULL;
+    if (sum == NULL) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                     "%s: sum is NULL (the x + r output is required: pass an oj_tensor *)", op);
+        return NULL;
+    }
+    if (!add_norm_check(eng, op, x, r, weight, bias, eps)) return NULL;
+    oj_dtype sdt = oj__promote(x->dtype, r->dtype);
+    /* Autocast would cast the norm's inputs (s, weight, bias) to f32, or the
+     * backend has no fused entry: the two ops, exactly as the caller's. */
+    bool ac = eng->autocast && (sdt == OJ_BF16 || sdt == OJ_F16 || autocast_casts(weight) ||
+                                autocast_casts(bias));
+    if (ac || eng->backend == NULL || eng->backend->add_norm_forward == NULL) {
+        oj_tensor *s = oj_add(x, r);
+        oj_tensor *out = s ? (rms ? oj_rms_norm(s, weight, eps)
+                                  : oj_layer_norm(s, weight, bias, eps))
+                           : NULL;
+        if (out == NULL) {
+            oj_release(s);
+            return NULL;
+        }
+        *sum = s;
+        return out;
+    }
+    if (!add_norm_dtype(eng, op, "weight", weight, sdt) ||
+        !add_norm_dtype(eng, op, "bias", bias, sdt))
+        return NULL;
+    if ((rms ? OJ_KERNEL(eng, rms_norm_backward, op) == NULL
+             : OJ_KERNEL(eng, layer_norm_backward, op) == NULL))
+        return NULL;
+    oj_tensor *s = oj__tensor_alloc(eng, x->rank, x->shape, sdt, op);
+    oj_tensor *out = s ? oj__tensor_alloc(eng, x->rank, x->shape, sdt, op) : NULL;
+    oj_tensor *wc = weight && out ? oj__nn_contig(weight) : NULL;
+    oj_tensor *bc = bias && out ? oj__nn_contig(bias) : NULL;
+    bool ok = out && (!weight || wc) && (!bias || bc);
+    oj_node *nd = ok ? oj__node_begin(eng, op, add_norm_backward, 4, x, r, weight, bias) : NULL;
+    oj_tensor *s2 = NULL, *mean = NULL, *rstd = NULL;
+    if (nd) {
+        s2 = oj__nn_rows(s);
+        oj_dtype st = oj__nn_stat_dtype(sdt);
+        mean = s2 && !rms ? oj__tensor_alloc(eng, 1, s2->shape, st, op) : NULL;
+        rstd = s2 && (rms || mean) ? oj__tensor_alloc(eng, 1, s2->shape, st, op) : NULL;
+        ok = rstd != NULL;
+    }
+    if (ok)
+        ok = oj__kernel_ok(eng, eng->backend->add_norm_forward(eng, out, s, mean, rstd, x, r, wc,
+                                                               bc, eps, rms),
+                           op);
+    if (ok && nd) {
+        nd->i[0] = weight != NULL;
+        nd->i[1] = rms;
+        oj__nn_save_temp(nd, s2);
+        if (!rms) oj__nn_save_temp(nd, mean);
+        oj__nn_save_temp(nd, rstd);
+        if (weight) oj__nn_save_temp(nd, wc);
+        s2 = mean = rstd = wc = NULL;
+        oj_tensor *outs[2] = {out, s};
+        oj__node_finish(nd, 2, outs);
+    } else {
+        oj__node_abort(nd);
+    }
+    oj_release(s2);
+    oj_release(mean);
+    oj_release(rstd);
+    oj_release(wc);
+    oj_release(bc);
+    if (!ok) {
+        oj_release(out);
+        oj_release(s);
+        return NULL;
+    }
+    *sum = s;
+    return out;
+}
+
+oj_tensor *oj_add_layer_norm(oj_tensor *x, oj_tensor *r, oj_tensor *weight, oj_tensor *bias,
+                             double eps, oj_tensor **sum) {
+    return add_norm("add_layer_norm", false, x, r, weight, bias, eps, sum);
+}
+
+oj_tensor *oj_add_rms_norm(oj_tensor *x, oj_tensor *r, oj_tensor *weight, double eps,
+                           oj_tensor **sum) {
+    return add_norm("add_rms_norm", true, x, r, weight, NULL, eps, sum);
 }

@@ -823,6 +823,66 @@ static void test_norms(void **state) {
             }
 }
 
+/* add_norm_forward (residual add + layer/RMS norm): sum bit for bit with
+ * the CPU, the norm and its statistics to the dtype's tolerance, and every
+ * output bit for bit with the same engine's binary add then norm (the
+ * fused row kernel normalises sum as stored). f32 + bf16 is the autocast
+ * residual stream (the fast path; bf16 + f32 too, operands swapped); f64
+ * and a transposed x take the two-kernel fallback. */
+static void test_add_norm(void **state) {
+    (void)state;
+    const oj_dtype dts[6][2] = {{OJ_BF16, OJ_BF16}, {OJ_F32, OJ_F32}, {OJ_F32, OJ_BF16},
+                                {OJ_BF16, OJ_F32},  {OJ_F64, OJ_F64}, {OJ_F32, OJ_F32}};
+    const int64_t Cs[3] = {768, 64, 1000}, Ns[2] = {1, 4097};
+    for (int k = 0; k < 6; k++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int ni = 0; ni < 2; ni++)
+                for (int m = 0; m < 4; m++) { /* bit 0 rms, bit 1 weight (and bias) */
+                    if (k >= 3 && (ni == 1 || m == 1 || m == 2)) continue; /* fallbacks: fewer */
+                    bool rms = m & 1, affine = m & 2, tr = k == 5;
+                    int64_t N = Ns[ni], C = Cs[ci], s[2] = {N, C}, st[2] = {C, N};
+                    oj_dtype xdt = dts[k][0], rdt = dts[k][1];
+                    oj_dtype sdt = xdt == rdt ? xdt : OJ_F32, mdt = sdt == OJ_F64 ? OJ_F64 : OJ_F32;
+                    pr x = tr ? perm(rnd(2, st, xdt, -2, 3), 2, (int[]){1, 0})
+                              : rnd(2, s, xdt, -2, 3);
+                    pr r = rnd(2, s, rdt, -3, 2);
+                    pr w = rnd(1, &C, sdt, 0.5, 1.5), b = rnd(1, &C, sdt, -1, 1);
+                    pr out = empty(2, s, sdt), sum = empty(2, s, sdt);
+                    pr mean = empty(1, &N, mdt), rstd = empty(1, &N, mdt);
+                    BOTH(E->backend->add_norm_forward(E, T(out), T(sum), rms ? NULL : T(mean),
+                                                      T(rstd), T(x), T(r), affine ? T(w) : NULL,
+                                                      affine && !rms ? T(b) : NULL, 1e-5, rms));
+                    char what[128];
+                    snprintf(what, sizeof what, "add_%s_norm %s + %s%s, N %lld, C %lld%s",
+                             rms ? "rms" : "layer", oj_dtype_name(xdt), oj_dtype_name(rdt),
+                             tr ? " (x transposed)" : "", (long long)N, (long long)C,
+                             affine ? ", affine" : "");
+                    cmp(sum, 0, what);
+                    cmp(out, tol(sdt, 1e-5), what);
+                    if (!rms) cmp(mean, tol(mdt, 1e-6), what);
+                    cmp(rstd, tol(mdt, 1e-6), what);
+                    /* the same engine's two entries */
+                    pr out2 = empty(2, s, sdt), sum2 = empty(2, s, sdt);
+                    pr mean2 = empty(1, &N, mdt), rstd2 = empty(1, &N, mdt);
+                    for (SIDE = 0; SIDE < 2; SIDE++) {
+                        assert_int_equal(E->backend->binary(E, OJ_BIN_ADD, T(sum2), T(x), T(r)),
+                                         OJ_OK);
+                        oj_status st2 =
+                            rms ? E->backend->rms_norm_forward(E, T(out2), T(rstd2), T(sum2),
+                                                               affine ? T(w) : NULL, 1e-5)
+                                : E->backend->layer_norm_forward(E, T(out2), T(mean2), T(rstd2),
+                                                                 T(sum2), affine ? T(w) : NULL,
+                                                                 affine ? T(b) : NULL, 1e-5);
+                        assert_int_equal(st2, OJ_OK);
+                        cmp_tensors(T(sum), T(sum2), 0, false, what);
+                        cmp_tensors(T(out), T(out2), 0, false, what);
+                        if (!rms) cmp_tensors(T(mean), T(mean2), 0, false, what);
+                        cmp_tensors(T(rstd), T(rstd2), 0, false, what);
+                    }
+                    SIDE = 0;
+                }
+}
+
 static void test_softmax(void **state) {
     (void)state;
     int64_t s[3] = {4, 37, 5};
@@ -2589,6 +2649,7 @@ int main(void) {
         T_(test_gemv),
         T_(test_embedding),
         T_(test_norms),
+        T_(test_add_norm),
         T_(test_softmax),
         T_(test_class_losses),
         T_(test_attention),

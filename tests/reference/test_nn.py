@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fncheck import fncheck
 from ojas_ctypes import OjasError
 from refcheck import check, rand
 
@@ -83,6 +84,24 @@ def test_rms_norm(eng, dtype, rng, weight, noncontig):
     else:
         check(eng, "rms_norm", [x], None, eps, noncontig=noncontig,
               ref=f64_ref(lambda x, w, e: _rms(x, None, e)))
+
+
+@pytest.mark.ops("add_layer_norm", "add_rms_norm")
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("noncontig", [False, True])
+def test_add_norm(eng, dtype, rng, kind, noncontig):
+    """The residual add fused with the norm: (norm(x + r), x + r), both
+    outputs differentiated (fncheck's loss sums over the two)."""
+    x, r = rand(rng, (2, 3, 8), dtype), rand(rng, (2, 3, 8), dtype)
+    w, b = rand(rng, (8,), dtype), rand(rng, (8,), dtype)
+    if kind == "layer":
+        fncheck(eng, lambda x, r, w, b: eng.call("add_layer_norm", x, r, w, b, 1e-5, True),
+                [x, r, w, b], noncontig=noncontig,
+                ref=lambda x, r, w, b: (F.layer_norm(x + r, (8,), w, b, 1e-5), x + r))
+    else:
+        fncheck(eng, lambda x, r, w: eng.call("add_rms_norm", x, r, w, 1e-6, True),
+                [x, r, w], noncontig=noncontig,
+                ref=lambda x, r, w: (_rms((x + r).double(), w.double(), 1e-6).to(x.dtype), x + r))
 
 
 # ---------------------------------------------------------------- softmax

@@ -45,6 +45,7 @@ const oj_backend oj_cpu_backend = {
     .layer_norm_backward = oj_cpu_layer_norm_backward,
     .rms_norm_forward = oj_cpu_rms_norm_forward,
     .rms_norm_backward = oj_cpu_rms_norm_backward,
+    .add_norm_forward = oj_cpu_add_norm_forward,
     .softmax_forward = oj_cpu_softmax_forward,
     .softmax_backward = oj_cpu_softmax_backward,
     .cross_entropy_forward = oj_cpu_cross_entropy_forward,

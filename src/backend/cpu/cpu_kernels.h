@@ -58,6 +58,10 @@ oj_status oj_cpu_rms_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rst
 oj_status oj_cpu_rms_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
                                    const oj_tensor *dy, const oj_tensor *x, const oj_tensor *rstd,
                                    const oj_tensor *weight);
+oj_status oj_cpu_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum,
+                                  oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
+                                  const oj_tensor *r, const oj_tensor *weight,
+                                  const oj_tensor *bias, double eps, bool rms);
 oj_status oj_cpu_softmax_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
                                  bool log);
 oj_status oj_cpu_softmax_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor *y,

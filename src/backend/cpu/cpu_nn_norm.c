@@ -32,6 +32,10 @@ typedef struct {
     const float *x, *w, *b, *dy, *mean, *rstd;
     float *out, *om, *ors, *dx, *dw, *db;
     double *dwp, *dbp; /* per row block partial gradients (backward) */
+    /* add_norm: sum = x + r (r f32 rf or bf16 rb) normalised as x */
+    const float *rf;
+    const uint16_t *rb;
+    float *sum;
 } norm_ctx;
 
 static int64_t row_grain(int64_t C) {
@@ -45,6 +49,14 @@ static void fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
     int64_t C = c->C;
     for (int64_t n = begin; n < end; n++) {
         const float *x = c->x + n * C;
+        if (c->sum) { /* the row of x + r, as binary's float add, while in cache */
+            float *s = c->sum + n * C;
+            if (c->rb)
+                for (int64_t k = 0; k < C; k++) s[k] = x[k] + oj_bf16_to_f32(c->rb[n * C + k]);
+            else
+                for (int64_t k = 0; k < C; k++) s[k] = x[k] + c->rf[n * C + k];
+            x = s;
+        }
         float m = 0.0f, rs;
         if (c->rms) {
             float ss = c->sd->sumsq_dev(x, C, 0.0f);
@@ -340,4 +352,39 @@ done:
     free(gr);
     free(dw);
     return st;
+}
+
+/* sum = x + r, then the norm of sum. f32 sum, out, weight, bias, stats and
+ * contiguous x, r of f32 (or one bf16: the autocast residual stream) run
+ * one pass over the rows (fwd_rows, adding each row first: a float add
+ * gives binary's bits, whose double sum rounds once to the same float);
+ * anything else is the two entries. */
+oj_status oj_cpu_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum,
+                                  oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
+                                  const oj_tensor *r, const oj_tensor *weight,
+                                  const oj_tensor *bias, double eps, bool rms) {
+    if (x->dtype == OJ_BF16 && r->dtype == OJ_F32) { /* a + b == b + a, bit for bit */
+        const oj_tensor *t = x;
+        x = r;
+        r = t;
+    }
+    if (sum->dtype == OJ_F32 && out->dtype == OJ_F32 && x->dtype == OJ_F32 &&
+        (r->dtype == OJ_F32 || r->dtype == OJ_BF16) && oj_is_contiguous(x) &&
+        oj_is_contiguous(r) && f32_or_null(weight) && f32_or_null(bias) && f32_or_null(mean) &&
+        f32_or_null(rstd)) {
+        int64_t N, C;
+        rows_of(x, &N, &C);
+        norm_ctx c = {.N = N, .C = C, .eps = eps, .rms = rms, .x = f32p(x), .w = f32p(weight),
+                      .b = rms ? NULL : f32p(bias), .out = (float *)oj__nn_base(out),
+                      .om = mean && !rms ? (float *)oj__nn_base(mean) : NULL,
+                      .ors = rstd ? (float *)oj__nn_base(rstd) : NULL,
+                      .sum = (float *)oj__nn_base(sum)};
+        if (r->dtype == OJ_F32) c.rf = f32p(r);
+        else c.rb = (const uint16_t *)oj__nn_base(r);
+        return norm_f32(eng, &c);
+    }
+    oj_status st = oj_cpu_binary(eng, OJ_BIN_ADD, sum, x, r);
+    if (st != OJ_OK) return st;
+    return rms ? oj_cpu_rms_norm_forward(eng, out, rstd, sum, weight, eps)
+               : oj_cpu_layer_norm_forward(eng, out, mean, rstd, sum, weight, bias, eps);
 }

@@ -1,5 +1,6 @@
 /* CUDA layer norm (Ba et al. 2016) and RMS norm (Zhang & Sennrich 2019)
- * over the last dim, forward and backward. f32/bf16/f16 rows take the
+ * over the last dim, forward and backward, and the residual add fused into
+ * the forward (add_norm_forward, at the end). f32/bf16/f16 rows take the
  * fast path (float compute, values in registers; see below); f64 (and
  * C > 8192) keep the kernels first in this file, computed in double like
  * the CPU kernels (cpu_nn_norm.c): one block per row, row sums reduce in a
@@ -14,6 +15,8 @@
 struct norm_args {
     const char *x, *w, *b, *dy, *mean, *rstd;
     char *out, *mean_out, *rstd_out, *dx;
+    const char *r; /* add_norm: the residual, added to x into sum, which is normalised */
+    char *sum;
     int xdt, wdt, bdt, gdt, sdt, odt, dxdt, xes, wes, bes, ges, ses, oes, dxes;
     int64_t N, C;
     double eps;
@@ -190,7 +193,10 @@ static unsigned row_blocks(int64_t N) { return (unsigned)(N < (1 << 20) ? N : (1
 // PRE: w and b loaded with x before the row's sums (few rows: a decode
 // step's latency); else when each output is written (many rows: 72 more
 // registers per thread cost occupancy, 33 -> 58 us for 16384 x 768 f32)
-template <typename T, int NPT, int TPR, bool PRE>
+// ADD (add_norm): r (N,C) of TR loaded with x, sum (N,C) = x + r written
+// in T, and the row normalised is sum's values as stored (rounded to T):
+// the bits of the binary add kernel then this kernel on sum.
+template <typename T, int NPT, int TPR, bool PRE, typename TR = T, bool ADD = false>
 __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_args a) {
     __shared__ float sh[32];
     const int tid = TPR == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
@@ -203,14 +209,25 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_ar
         /* every load of the row issued before any use: a load under
          * `c < C` waited for the one before it (one row, as in a decode
          * step, took 14 us on the H200 as a chain of 72 loads) */
-        float v[NPT], wv[NPT], bv[NPT];
+        float v[NPT], wv[NPT], bv[NPT], rv[NPT];
 #pragma unroll
         for (int k = 0; k < NPT; k++) {
             int64_t c = tid + (int64_t)TPR * k, cc = c < C ? c : C - 1;
             v[k] = oj_cu_tof(xr[cc]);
+            if (ADD) rv[k] = oj_cu_tof(((const TR *)a.r + n * C)[cc]);
             if (PRE) {
                 wv[k] = w ? oj_cu_tof(w[cc]) : 1.0f;
                 bv[k] = b ? oj_cu_tof(b[cc]) : 0.0f;
+            }
+        }
+        if constexpr (ADD) { /* as the binary kernel: float add, rounded once to T */
+            T *srow = (T *)a.sum + n * C;
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                const int64_t c = tid + (int64_t)TPR * k;
+                const T st = oj_cu_fromf<T>(__fadd_rn(v[k], rv[k]));
+                v[k] = oj_cu_tof(st);
+                if (c < C) srow[c] = st;
             }
         }
         float s = 0.0f;
@@ -404,16 +421,17 @@ static int norm_cfg(int64_t C, int *npt) {
     return tpr;
 }
 
-template <typename T> static void norm_fwd_fast_launch(const norm_args &a, int npt, int tpr) {
+template <typename T, typename TR = T, bool ADD = false>
+static void norm_fwd_fast_launch(const norm_args &a, int npt, int tpr) {
     unsigned blocks = tpr == 32 ? (unsigned)((a.N + 3) / 4 < (1 << 20) ? (a.N + 3) / 4 : (1 << 20))
                                 : row_blocks(a.N);
     unsigned threads = tpr == 32 ? 128u : (unsigned)tpr;
 #define X(n, t)                                                                              \
     if (npt == (n) && tpr == (t)) {                                                          \
         if (a.N <= 64)                                                                       \
-            k_norm_fwd_fast<T, n, t, true><<<blocks, threads, 0, OJ_STREAM>>>(a);             \
+            k_norm_fwd_fast<T, n, t, true, TR, ADD><<<blocks, threads, 0, OJ_STREAM>>>(a);    \
         else                                                                                 \
-            k_norm_fwd_fast<T, n, t, false><<<blocks, threads, 0, OJ_STREAM>>>(a);            \
+            k_norm_fwd_fast<T, n, t, false, TR, ADD><<<blocks, threads, 0, OJ_STREAM>>>(a);   \
     }
     NORM_CFGS(X)
 #undef X
@@ -457,17 +475,16 @@ static bool norm_fast_ok(const oj_tensor *x, const oj_tensor *const *same, int n
     return norm_cfg(C, &npt) != 0;
 }
 
-static oj_status forward(oj_engine *eng, const char *op, bool rms, oj_tensor *out,
-                         oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
-                         const oj_tensor *weight, const oj_tensor *bias, double eps) {
-    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+/* The forward's arguments (every tensor contiguous, else false with
+ * OJ_ERR_INTERNAL recorded). */
+static bool fwd_args(oj_engine *eng, const char *op, bool rms, norm_args &a, oj_tensor *out,
+                     oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
+                     const oj_tensor *weight, const oj_tensor *bias, double eps) {
     const oj_tensor *chk[6] = {out, mean, rstd, x, weight, bias};
     for (int i = 0; i < 6; i++)
-        if (oj_cuda_need_contig(eng, chk[i], op, "every tensor") != OJ_OK) return oj_last_status(eng);
-    norm_args a;
+        if (oj_cuda_need_contig(eng, chk[i], op, "every tensor") != OJ_OK) return false;
     memset(&a, 0, sizeof a);
     rows_of(x, &a.N, &a.C);
-    if (a.N == 0) return OJ_OK;
     a.x = oj_cuda_ptr(x);
     a.xdt = (int)x->dtype;
     a.xes = esz(x);
@@ -487,6 +504,17 @@ static oj_status forward(oj_engine *eng, const char *op, bool rms, oj_tensor *ou
     a.ses = esz(stat);
     a.eps = eps;
     a.rms = rms;
+    return true;
+}
+
+static oj_status forward(oj_engine *eng, const char *op, bool rms, oj_tensor *out,
+                         oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
+                         const oj_tensor *weight, const oj_tensor *bias, double eps) {
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    norm_args a;
+    if (!fwd_args(eng, op, rms, a, out, mean, rstd, x, weight, bias, eps))
+        return oj_last_status(eng);
+    if (a.N == 0) return OJ_OK;
     const oj_tensor *same[3] = {out, weight, bias}, *stats[2] = {mean, rstd};
     if (norm_fast_ok(x, same, 3, stats, 2, a.N, a.C)) {
         int npt = 0, tpr = norm_cfg(a.C, &npt);
@@ -607,4 +635,49 @@ oj_status oj_cuda_rms_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *dw
                                     const oj_tensor *dy, const oj_tensor *x, const oj_tensor *rstd,
                                     const oj_tensor *weight) {
     return backward(eng, "rms_norm", true, dx, dweight, NULL, dy, x, NULL, rstd, weight);
+}
+
+/* ---------------------------------------------------------------- add + norm
+ * sum = x + r and the norm of sum in one k_norm_fwd_fast pass (ADD): x, r
+ * contiguous and f32/bf16/f16 of sum's dtype, or f32 and bf16 (either
+ * order: the autocast residual stream), sum, out, weight, bias and stats
+ * as the norm's fast path takes them. A decode step's [1, 768] reads x and
+ * r once and writes sum and out in one launch instead of two. Anything
+ * else (f64, f16 mixed with f32, strided x or r, C > 8192) runs the binary
+ * add kernel, then the norm on sum. */
+oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum,
+                                   oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
+                                   const oj_tensor *r, const oj_tensor *weight,
+                                   const oj_tensor *bias, double eps, bool rms) {
+    const char *op = rms ? "add_rms_norm" : "add_layer_norm";
+    if (rms) {
+        mean = NULL;
+        bias = NULL;
+    }
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (x->dtype == OJ_BF16 && r->dtype == OJ_F32) { /* a + b == b + a, bit for bit */
+        const oj_tensor *t = x;
+        x = r;
+        r = t;
+    }
+    norm_args a;
+    if (!fwd_args(eng, op, rms, a, out, mean, rstd, sum, weight, bias, eps))
+        return oj_last_status(eng);
+    const oj_tensor *same[3] = {out, weight, bias}, *stats[2] = {mean, rstd};
+    const bool mixed = sum->dtype == OJ_F32 && r->dtype == OJ_BF16;
+    if (a.N > 0 && x->dtype == sum->dtype && (r->dtype == sum->dtype || mixed) &&
+        oj_cuda_contig(x) && oj_cuda_contig(r) && norm_fast_ok(sum, same, 3, stats, 2, a.N, a.C)) {
+        a.x = oj_cuda_ptr(x);
+        a.r = oj_cuda_ptr(r);
+        a.sum = oj_cuda_ptr(sum);
+        int npt = 0, tpr = norm_cfg(a.C, &npt);
+        if (mixed)
+            norm_fwd_fast_launch<float, oj_cu_bf16, true>(a, npt, tpr);
+        else
+            OJ_CU_FLOAT_TYPE(sum->dtype, T, (norm_fwd_fast_launch<T, T, true>(a, npt, tpr)));
+        return oj_cuda_check(eng, op);
+    }
+    if (oj_cuda_binary(eng, OJ_BIN_ADD, sum, x, r) != OJ_OK) return oj_last_status(eng);
+    return forward(eng, rms ? "rms_norm" : "layer_norm", rms, out, mean, rstd, sum, weight, bias,
+                   eps);
 }
