@@ -267,6 +267,16 @@ static oj_tensor *norm(oj_gpt *m, oj_tensor *x, oj_tensor *w, oj_tensor *bias) {
                                     : oj_rms_norm(x, w, m->cfg.norm_eps);
 }
 
+/* norm(x + r), *sum = x + r: the residual add and the next norm in one
+ * kernel where the backend has it (oj_add_layer_norm / oj_add_rms_norm). */
+static oj_tensor *add_norm(oj_gpt *m, oj_tensor *x, oj_tensor *r, oj_tensor *w, oj_tensor *bias,
+                           oj_tensor **sum) {
+    *sum = NULL;
+    if (x == NULL || r == NULL) return NULL;
+    return m->cfg.family == OJ_GPT2 ? oj_add_layer_norm(x, r, w, bias, m->cfg.norm_eps, sum)
+                                    : oj_add_rms_norm(x, r, w, m->cfg.norm_eps, sum);
+}
+
 /* The final hidden states xf [B, T, C] (after the last norm) of idx. */
 static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     oj_engine *eng = m->eng;
@@ -328,22 +338,28 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
         oj_release(x);
         x = x2;
     }
+    /* each residual add runs with the norm after it: x1 = x + attn(ln_1(x))
+     * and ln_2(x1) together, x + mlp(..) and the next block's ln_1 (or
+     * ln_f) together */
     oj_tensor *v_first = NULL;
-    for (int l = 0; l < (int)m->cfg.n_layer && x; l++) {
+    oj_tensor *h = x ? norm(m, x, m->blocks[0].ln_1_w, m->blocks[0].ln_1_b) : NULL;
+    for (int l = 0; l < (int)m->cfg.n_layer && h; l++) {
         oj_gpt_block *b = &m->blocks[l];
-        oj_tensor *h = norm(m, x, b->ln_1_w, b->ln_1_b);
         oj_tensor *a = m->cfg.family == OJ_GPT2 ? attention_gpt2(m, b, l, h, cache)
                                                 : attention_nanolab(m, b, l, h, pos, &v_first, cache);
-        oj_tensor *x1 = oj_add(x, a);
-        oj_tensor *h2 = norm(m, x1, b->ln_2_w, b->ln_2_b);
-        oj_tensor *f = mlp(m, b, h2);
-        oj_tensor *x2 = oj_add(x1, f);
+        oj_tensor *x1 = NULL, *x2 = NULL;
+        oj_tensor *h2 = add_norm(m, x, a, b->ln_2_w, b->ln_2_b, &x1);
+        oj_tensor *f = h2 ? mlp(m, b, h2) : NULL;
+        const bool last = l + 1 == (int)m->cfg.n_layer;
+        oj_tensor *hn = add_norm(m, x1, f, last ? m->ln_f_w : m->blocks[l + 1].ln_1_w,
+                                 last ? m->ln_f_b : m->blocks[l + 1].ln_1_b, &x2);
         oj_tensor *tmp[] = {x, h, a, x1, h2, f};
         for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
         x = x2;
+        h = hn;
     }
     oj_release(v_first);
-    oj_tensor *xf = norm(m, x, m->ln_f_w, m->ln_f_b);
+    oj_tensor *xf = h;
     oj_release(x);
     if (xf) oj_keep(xf);
     oj_scope_end(eng);
