@@ -196,76 +196,99 @@ static unsigned row_blocks(int64_t N) { return (unsigned)(N < (1 << 20) ? N : (1
 // ADD (add_norm): r (N,C) of TR loaded with x, sum (N,C) = x + r written
 // in T, and the row normalised is sum's values as stored (rounded to T):
 // the bits of the binary add kernel then this kernel on sum.
+// RR: rows per warp at once in warp mode (their loads in flight together):
+// short rows (NPT <= 8) keep a warp's bytes in flight high enough; one row
+// of 64 bf16 per warp left the QK-norm latency-bound (78 us for 196,608
+// rows on the H200 against ~13 us of traffic)
+template <int NPT, int TPR> struct norm_rr {
+    static constexpr int v = TPR != 32 ? 1 : NPT <= 4 ? 4 : NPT <= 8 ? 2 : 1;
+};
+
 template <typename T, int NPT, int TPR, bool PRE, typename TR = T, bool ADD = false>
 __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_args a) {
+    constexpr int RR = norm_rr<NPT, TPR>::v;
     __shared__ float sh[32];
     const int tid = TPR == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
     const int64_t rpb = TPR == 32 ? blockDim.x / 32 : 1;
     const int64_t r0 = (int64_t)blockIdx.x * rpb + (TPR == 32 ? threadIdx.x / 32 : 0);
     const int64_t C = a.C;
     const T *w = (const T *)a.w, *b = (const T *)a.b;
-    for (int64_t n = r0; n < a.N; n += (int64_t)gridDim.x * rpb) {
-        const T *xr = (const T *)a.x + n * C;
-        /* every load of the row issued before any use: a load under
-         * `c < C` waited for the one before it (one row, as in a decode
-         * step, took 14 us on the H200 as a chain of 72 loads) */
-        float v[NPT], wv[NPT], bv[NPT], rv[NPT];
+    float wv[NPT], bv[NPT];
+    if (PRE) {
 #pragma unroll
         for (int k = 0; k < NPT; k++) {
             int64_t c = tid + (int64_t)TPR * k, cc = c < C ? c : C - 1;
-            v[k] = oj_cu_tof(xr[cc]);
-            if (ADD) rv[k] = oj_cu_tof(((const TR *)a.r + n * C)[cc]);
-            if (PRE) {
-                wv[k] = w ? oj_cu_tof(w[cc]) : 1.0f;
-                bv[k] = b ? oj_cu_tof(b[cc]) : 0.0f;
-            }
+            wv[k] = w ? oj_cu_tof(w[cc]) : 1.0f;
+            bv[k] = b ? oj_cu_tof(b[cc]) : 0.0f;
         }
-        if constexpr (ADD) { /* as the binary kernel: float add, rounded once to T */
-            T *srow = (T *)a.sum + n * C;
+    }
+    for (int64_t g = r0; g * RR < a.N; g += (int64_t)gridDim.x * rpb) {
+        /* rows g RR .. g RR + RR - 1 (uniform over the warp); every load
+         * of them issued before any use: a load under `c < C` waited for
+         * the one before it (one row, as in a decode step, took 14 us on
+         * the H200 as a chain of 72 loads) */
+        float v[RR][NPT], rv[RR][NPT];
+#pragma unroll
+        for (int i = 0; i < RR; i++) {
+            const int64_t n = g * RR + i < a.N ? g * RR + i : a.N - 1;
 #pragma unroll
             for (int k = 0; k < NPT; k++) {
-                const int64_t c = tid + (int64_t)TPR * k;
-                const T st = oj_cu_fromf<T>(__fadd_rn(v[k], rv[k]));
-                v[k] = oj_cu_tof(st);
-                if (c < C) srow[c] = st;
+                int64_t c = tid + (int64_t)TPR * k, cc = c < C ? c : C - 1;
+                v[i][k] = oj_cu_tof(((const T *)a.x + n * C)[cc]);
+                if (ADD) rv[i][k] = oj_cu_tof(((const TR *)a.r + n * C)[cc]);
             }
         }
-        float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < NPT; k++) {
-            if (tid + (int64_t)TPR * k >= C) v[k] = 0.0f;
-            s += a.rms ? v[k] * v[k] : v[k];
-        }
-        s = oj_cu_row_sumf<TPR>(s, sh);
-        float m = 0.0f, var;
-        if (a.rms) {
-            var = s / (float)C;
-        } else {
-            m = s / (float)C;
-            float d2 = 0.0f;
+        for (int i = 0; i < RR; i++) {
+            const int64_t n = g * RR + i;
+            if (n >= a.N) break; /* uniform over the warp (the block, TPR > 32) */
+            if constexpr (ADD) { /* as the binary kernel: float add, rounded once to T */
+                T *srow = (T *)a.sum + n * C;
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    const int64_t c = tid + (int64_t)TPR * k;
+                    const T st = oj_cu_fromf<T>(__fadd_rn(v[i][k], rv[i][k]));
+                    v[i][k] = oj_cu_tof(st);
+                    if (c < C) srow[c] = st;
+                }
+            }
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                if (tid + (int64_t)TPR * k >= C) v[i][k] = 0.0f;
+                s += a.rms ? v[i][k] * v[i][k] : v[i][k];
+            }
+            s = oj_cu_row_sumf<TPR>(s, sh);
+            float m = 0.0f, var;
+            if (a.rms) {
+                var = s / (float)C;
+            } else {
+                m = s / (float)C;
+                float d2 = 0.0f;
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    int64_t c = tid + (int64_t)TPR * k;
+                    float d = v[i][k] - m;
+                    if (c < C) d2 += d * d;
+                }
+                var = oj_cu_row_sumf<TPR>(d2, sh) / (float)C;
+            }
+            float rs = (float)(1.0 / sqrt((double)var + a.eps));
+            T *orow = (T *)a.out + n * C;
 #pragma unroll
             for (int k = 0; k < NPT; k++) {
                 int64_t c = tid + (int64_t)TPR * k;
-                float d = v[k] - m;
-                if (c < C) d2 += d * d;
+                if (c < C) { /* each step rounded, as the CPU's float code (no fma) */
+                    float y = __fmul_rn(v[i][k] - m, rs);
+                    if (w) y = __fmul_rn(y, PRE ? wv[k] : oj_cu_tof(w[c]));
+                    if (b) y = __fadd_rn(y, PRE ? bv[k] : oj_cu_tof(b[c]));
+                    orow[c] = oj_cu_fromf<T>(y);
+                }
             }
-            var = oj_cu_row_sumf<TPR>(d2, sh) / (float)C;
-        }
-        float rs = (float)(1.0 / sqrt((double)var + a.eps));
-        T *orow = (T *)a.out + n * C;
-#pragma unroll
-        for (int k = 0; k < NPT; k++) {
-            int64_t c = tid + (int64_t)TPR * k;
-            if (c < C) { /* each step rounded, as the CPU's float code (no fma) */
-                float y = __fmul_rn(v[k] - m, rs);
-                if (w) y = __fmul_rn(y, PRE ? wv[k] : oj_cu_tof(w[c]));
-                if (b) y = __fadd_rn(y, PRE ? bv[k] : oj_cu_tof(b[c]));
-                orow[c] = oj_cu_fromf<T>(y);
+            if (tid == 0) {
+                if (a.mean_out) ((float *)a.mean_out)[n] = m;
+                if (a.rstd_out) ((float *)a.rstd_out)[n] = rs;
             }
-        }
-        if (tid == 0) {
-            if (a.mean_out) ((float *)a.mean_out)[n] = m;
-            if (a.rstd_out) ((float *)a.rstd_out)[n] = rs;
         }
     }
 }
@@ -423,11 +446,12 @@ static int norm_cfg(int64_t C, int *npt) {
 
 template <typename T, typename TR = T, bool ADD = false>
 static void norm_fwd_fast_launch(const norm_args &a, int npt, int tpr) {
-    unsigned blocks = tpr == 32 ? (unsigned)((a.N + 3) / 4 < (1 << 20) ? (a.N + 3) / 4 : (1 << 20))
-                                : row_blocks(a.N);
     unsigned threads = tpr == 32 ? 128u : (unsigned)tpr;
 #define X(n, t)                                                                              \
     if (npt == (n) && tpr == (t)) {                                                          \
+        const int64_t per = (t == 32 ? 4 : 1) * norm_rr<n, t>::v; /* rows per block */       \
+        const int64_t nb = (a.N + per - 1) / per;                                            \
+        const unsigned blocks = (unsigned)(nb < (1 << 20) ? nb : (1 << 20));                 \
         if (a.N <= 64)                                                                       \
             k_norm_fwd_fast<T, n, t, true, TR, ADD><<<blocks, threads, 0, OJ_STREAM>>>(a);    \
         else                                                                                 \
