@@ -859,7 +859,10 @@ static void test_add_norm(void **state) {
                              affine ? ", affine" : "");
                     cmp(sum, 0, what);
                     cmp(out, tol(sdt, 1e-5), what);
-                    if (!rms) cmp(mean, tol(mdt, 1e-6), what);
+                    /* the mean of x + r is near 0 (a cancelling float sum of
+                     * values up to 5): normwise (seen 4e-8 apart of 0.009,
+                     * max 0.28, on the H200) */
+                    if (!rms) cmp_tensors(mean.t[1], mean.t[0], tol(mdt, 1e-6), true, what);
                     cmp(rstd, tol(mdt, 1e-6), what);
                     /* the same engine's two entries */
                     pr out2 = empty(2, s, sdt), sum2 = empty(2, s, sdt);
