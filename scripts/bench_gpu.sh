@@ -59,8 +59,14 @@ ojas_train() { # preset batch
       ${WARMUP:-3} cuda bf16 $mode >> '$J' 2> '$O/ojas_$1_$2_$mode.log'"
   done
 }
-# most wanted first: each system at the first batch size, then the rest
+# most wanted first: each system at the first batch size, the decode side
+# by side, then the rest
 for p in gpt2-124m nanolab-124m; do ojas_train $p "$first"; done
+stage "ojas decode bf16w" 90 sh -c "'$BUILD/bin/bench_gpu_decode' 3 cuda bf16w >> '$J' 2> '$O/ojas_decode_bf16w.log'"
+if [ -f "$A/infer_bench.py" ]; then
+  stage "PyTorch decode" 120 sh -c "python3 '$A/infer_bench.py' --no-hf --no-check --jsonl '$J' \
+    > '$O/torch_decode.log' 2>&1"
+fi
 if [ -f "$A/train_bench.py" ]; then
   for arch in gpt2 nanolab; do
     stage "PyTorch eager $arch" 150 sh -c "python3 '$A/train_bench.py' --arch $arch --batches $blist \
@@ -73,13 +79,8 @@ if [ -f "$A/train_bench.py" ]; then
     done
   fi
 fi
-for dt in bf16w f32; do # bf16w: bf16 weights, as the anchors hold them
-  stage "ojas decode $dt" 90 sh -c "'$BUILD/bin/bench_gpu_decode' 3 cuda $dt >> '$J' 2> '$O/ojas_decode_$dt.log'"
-done
-if [ -f "$A/infer_bench.py" ]; then
-  stage "PyTorch decode" 120 sh -c "python3 '$A/infer_bench.py' --no-hf --no-check --jsonl '$J' \
-    > '$O/torch_decode.log' 2>&1"
-fi
+# f32 weights (bf16w, as the anchors hold them, ran above)
+stage "ojas decode f32" 90 sh -c "'$BUILD/bin/bench_gpu_decode' 3 cuda f32 >> '$J' 2> '$O/ojas_decode_f32.log'"
 for b in $BATCHES; do
   [ "$b" = "$first" ] && continue
   for p in gpt2-124m nanolab-124m; do ojas_train $p "$b"; done
