@@ -859,10 +859,23 @@ static void test_add_norm(void **state) {
                              affine ? ", affine" : "");
                     cmp(sum, 0, what);
                     cmp(out, tol(sdt, 1e-5), what);
-                    /* the mean of x + r is near 0 (a cancelling float sum of
-                     * values up to 5): normwise (seen 4e-8 apart of 0.009,
-                     * max 0.28, on the H200) */
-                    if (!rms) cmp_tensors(mean.t[1], mean.t[0], tol(mdt, 1e-6), true, what);
+                    /* the mean of x + r is near 0, a cancelling float sum
+                     * of values up to 5: held to 1e-6 of the values' scale
+                     * (5), not of the mean (seen 4e-8 apart of 0.009 and
+                     * 1.5e-8 of 0.0092 on the H200) */
+                    if (!rms) {
+                        double *mg = to_doubles(mean.t[1]), *mc = to_doubles(mean.t[0]);
+                        int64_t bad = -1;
+                        double bg = 0, bc = 0;
+                        for (int64_t i = 0; i < N && bad < 0; i++)
+                            if (!(fabs(mg[i] - mc[i]) <= 5.0 * tol(mdt, 1e-6)))
+                                bad = i, bg = mg[i], bc = mc[i];
+                        free(mg);
+                        free(mc);
+                        if (bad >= 0)
+                            fail_msg("%s: mean %lld: cuda %.9g, cpu %.9g", what, (long long)bad,
+                                     bg, bc);
+                    }
                     cmp(rstd, tol(mdt, 1e-6), what);
                     /* the same engine's two entries */
                     pr out2 = empty(2, s, sdt), sum2 = empty(2, s, sdt);
