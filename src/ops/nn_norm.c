@@ -7,6 +7,16 @@
 
 #include "ops/nn_common.h"
 
+/* eps finite and >= 0, else the error naming op. */
+static bool eps_ok(oj_engine *eng, const char *op, double eps) {
+    if (!(eps >= 0.0) || isinf(eps)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g", op,
+                     eps);
+        return false;
+    }
+    return true;
+}
+
 /* Shared checks: x float rank >= 1, optional [C] vectors of x's dtype. */
 static bool norm_check(oj_engine *eng, const char *op, oj_tensor *x, oj_tensor *weight,
                        oj_tensor *bias, double eps) {
@@ -23,12 +33,7 @@ static bool norm_check(oj_engine *eng, const char *op, oj_tensor *x, oj_tensor *
     if (bias && (!oj__nn_check_vec(eng, op, "bias", bias, C, x) ||
                  !oj__nn_check_same_dtype(eng, op, "bias", bias, "x", x)))
         return false;
-    if (!(eps >= 0.0) || isinf(eps)) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g", op,
-                     eps);
-        return false;
-    }
-    return true;
+    return eps_ok(eng, op, eps);
 }
 
 /* Engine of x and the non-NULL vectors. */
@@ -284,12 +289,7 @@ static bool add_norm_check(oj_engine *eng, const char *op, oj_tensor *x, oj_tens
     if ((weight && !oj__nn_check_vec(eng, op, "weight", weight, C, x)) ||
         (bias && !oj__nn_check_vec(eng, op, "bias", bias, C, x)))
         return false;
-    if (!(eps >= 0.0) || isinf(eps)) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g", op,
-                     eps);
-        return false;
-    }
-    return true;
+    return eps_ok(eng, op, eps);
 }
 
 /* weight/bias t (may be NULL) has s's dtype sdt. */
