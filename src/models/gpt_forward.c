@@ -94,14 +94,11 @@ static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_t
  * outs[i] [.., n_out[i]] (views of one tensor, one split node). The same
  * values as n linears up to the GEMM's summation order; used while
  * training, where it saves the input's autocast copy per extra weight and
- * launches one GEMM. The rows are padded with zeros to a multiple of 8:
- * an output row of 2,316 bf16 (nanolab's q, k, v and 12 gate columns) is
- * not 16-byte aligned, which put the GEMMs on cuBLAS's 4-byte-aligned
- * kernels (~260 us each vs ~80) and the head views off the tensor-core
- * attention (a 3.4 ms backward). The padding rides on the last piece (a
- * fifth piece would exceed a node's 4 outputs: each piece then recorded
- * its own narrow, whose backward wrote a zero-padded full-size gradient:
- * 15 ms of fills per nanolab step). The cat copies the weights, so
+ * launches one GEMM. Rows are padded with zeros to a multiple of 8 so the
+ * output rows are 16-byte aligned (nanolab's 2,316 columns put the GEMMs
+ * on cuBLAS's slow 4-byte-aligned kernels and the head views off the
+ * tensor-core attention); the last piece carries the padding, as a fifth
+ * piece would exceed a node's 4 outputs. The cat copies the weights, so
  * decoding keeps n linears. */
 static bool project_fused(oj_tensor *x, int n, oj_tensor *const *w, const int64_t *n_out,
                           oj_tensor **outs) {
