@@ -111,6 +111,7 @@ oj_tensor *oj_gpt_loss(oj_gpt *m, oj_tensor *idx, oj_tensor *targets);
 typedef struct oj_kv_cache oj_kv_cache;
 
 oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_cache **out);
+/* Free c (NULL: nothing), before or after its model; before the engine. */
 void oj_kv_cache_free(oj_kv_cache *c);
 /* Positions filled so far. */
 int64_t oj_kv_cache_len(const oj_kv_cache *c);

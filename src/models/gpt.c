@@ -227,6 +227,7 @@ oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_c
         return oj_set_error(eng, OJ_ERR_CAPACITY, "kv_cache: out of host memory");
     }
     c->m = m;
+    c->n_layer = m->cfg.n_layer;
     c->batch = batch;
     c->capacity = capacity;
     const int64_t D = m->cfg.n_embd / m->cfg.n_head;
@@ -254,7 +255,7 @@ oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_c
 
 void oj_kv_cache_free(oj_kv_cache *c) {
     if (c == NULL) return;
-    for (int64_t l = 0; l < c->m->cfg.n_layer; l++) {
+    for (int64_t l = 0; l < c->n_layer; l++) {
         oj_release(c->k[l]);
         oj_release(c->v[l]);
         oj_release(c->kv[l]);

@@ -44,6 +44,7 @@ typedef struct oj_gpt_dev_pos {
 struct oj_kv_cache {
     oj_gpt *m;
     int64_t batch, capacity, len;
+    int64_t n_layer; /* m's, kept so the cache can be freed after m */
     oj_tensor **kv;     /* per layer [2, batch, Hkv, capacity, D]: keys, values */
     oj_tensor **k, **v; /* per layer [batch, Hkv, capacity, D]: views of kv[l] */
     const oj_gpt_dev_pos *dev; /* set during oj__gpt_run_static only */

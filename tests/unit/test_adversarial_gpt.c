@@ -1,7 +1,7 @@
 // test: adversarial use of the GPT and generation API found by probing: a
 // KV cache created for one model and used with another (heap overflow
-// under ASan), a NULL cache, a NULL prompt, NaN sampling settings, and the
-// context error message.
+// under ASan), a NULL cache, a NULL prompt, NaN sampling settings, the
+// context error message, and a cache freed after its model.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -69,6 +69,21 @@ static void test_cache_of_another_model(void **state) {
     oj_kv_cache_free(c);
 }
 
+/* Was: oj_kv_cache_free read the layer count from the freed model
+ * (heap-use-after-free under ASan). */
+static void test_cache_freed_after_model(void **state) {
+    (void)state;
+    const int64_t live = oj_engine_live_tensors(eng);
+    oj_gpt_config c = *oj_gpt_get_config(m2);
+    oj_gpt *m = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c, 3, &m), OJ_OK);
+    oj_kv_cache *kc = NULL;
+    assert_int_equal(oj_kv_cache_create(m, 2, 8, &kc), OJ_OK);
+    oj_gpt_free(m);
+    oj_kv_cache_free(kc);
+    assert_int_equal(oj_engine_live_tensors(eng), live);
+}
+
 /* Was: "positions 0..8 exceed the context (block_size 80)" for block_size 8
  * (a stray 0 printed for the missing cache capacity). */
 static void test_context_message(void **state) {
@@ -119,6 +134,7 @@ static void test_generate_bad_arguments(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cache_of_another_model),
+        cmocka_unit_test(test_cache_freed_after_model),
         cmocka_unit_test(test_context_message),
         cmocka_unit_test(test_generate_bad_arguments),
     };
