@@ -289,7 +289,9 @@ oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps);
  * (the promoted dtype: f32 + bf16 -> f32), value for value and bit for
  * bit, and the result what the norm of s gives (autocast included);
  * weight, bias [C] or NULL. One pass over the rows where the backend can
- * (CUDA: one kernel), else add then norm. Gradients flow into both outputs.
+ * (CUDA: one kernel), else add then norm. Gradients flow into both outputs;
+ * s and the result come from one node, so oj_retain_grad(s) keeps only the
+ * gradient of s's own uses (not the norm's part), unlike add then norm.
  * NULL with *sum NULL on error: OJ_ERR_SHAPE (r's shape differs from x's,
  * weight/bias not [C], x a scalar), OJ_ERR_DTYPE (integer x or r;
  * weight/bias not of s's dtype), OJ_ERR_INVALID_ARGUMENT (sum NULL, eps).
