@@ -39,7 +39,7 @@ for p in ${ALL_NCU:-nanolab-124m gpt2-124m decode}; do
   [ "$(left)" -gt 90 ] || break
   mkdir -p "$R/ncu_$p"
   if [ "$p" = decode ]; then
-    DECODE=1 DTYPE=bf16w SKIP=3000 COUNT=${DECODE_COUNT:-2000} OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh | head -30
+    DECODE=1 DTYPE=bf16w SKIP=3000 COUNT=${DECODE_COUNT:-2000} OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh > "$R/ncu_$p/top.txt" 2>&1; head -30 "$R/ncu_$p/top.txt"
   else
     # windows over the timed step of `bench_gpu_train P 16 1024 1 1` (counted on the H200,
     # 2026-11-29: gpt2-124m's run launches ~2,160 kernels, nanolab's timed step starts at ~1,733)
@@ -49,7 +49,7 @@ for p in ${ALL_NCU:-nanolab-124m gpt2-124m decode}; do
       *) sk=1600 ct=1700 ;;
     esac
     PRESET=$p B=16 SKIP=${SKIP:-$sk} COUNT=${COUNT:-$ct} OUT="$R/ncu_$p" \
-      timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh | head -30
+      timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh > "$R/ncu_$p/top.txt" 2>&1; head -30 "$R/ncu_$p/top.txt"
   fi
 done
 tar -czf "$OUT/gpu_all.tgz" -C /tmp gpu_all
