@@ -238,16 +238,6 @@ __global__ void k_attn_decode_combine(dec_args a, int64_t rows) {
 #define DF_MAXSPLIT 128 /* chunks per row at most (the combine's length) */
 #define DF_CB 16        /* chunks the combine loads at once */
 
-template <typename T, int N> __device__ __forceinline__ void df_unpack(uint4 r, float *f) {
-    union {
-        uint4 r;
-        T e[N];
-    } u;
-    u.r = r;
-#pragma unroll
-    for (int k = 0; k < N; k++) f[k] = oj_cu_tof(u.e[k]);
-}
-
 /* Output column c of row `row` from its max M, sum L and accumulator x. */
 __device__ __forceinline__ void df_finish(const dec_args &a, int64_t row, float M, float L, float x,
                                           int c, int Dv) {
@@ -305,11 +295,11 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
             if (MB == 4) madd[u] = __ldg((const float *)(mrow + jc * mst));
         }
         float q[VEC], s[DF_U];
-        df_unpack<T, VEC>(qraw, q);
+        oj_cu_unpackv<T, VEC>(qraw, q);
 #pragma unroll
         for (int u = 0; u < DF_U; u++) {
             float kf[VEC], d = 0.0f;
-            df_unpack<T, VEC>(kr[u], kf);
+            oj_cu_unpackv<T, VEC>(kr[u], kf);
 #pragma unroll
             for (int e = 0; e < VEC; e++) d = fmaf(q[e], kf[e], d);
 #pragma unroll
@@ -337,7 +327,7 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
             const bool live = s[u] != -INFINITY;
             const float p = live ? expf(s[u] - mn) : 0.0f;
             float vf[VEC];
-            df_unpack<T, VEC>(vr[u], vf);
+            oj_cu_unpackv<T, VEC>(vr[u], vf);
             l += p;
 #pragma unroll
             for (int e = 0; e < VEC; e++) acc[e] += live ? p * vf[e] : 0.0f;

@@ -156,17 +156,6 @@ template <bool BF> __device__ __forceinline__ uint32_t tc_pack(float lo, float h
     }
     return u;
 }
-/* The two 16-bit values of u as floats, the low half in .x. */
-template <bool BF> __device__ __forceinline__ float2 tc_unpack2(uint32_t u) {
-    if (BF) {
-        __nv_bfloat162 v;
-        memcpy(&v, &u, 4);
-        return __bfloat1622float2(v);
-    }
-    __half2 v;
-    memcpy(&v, &u, 4);
-    return __half22float2(v);
-}
 __device__ __forceinline__ float tc_shfl_xor(float v, int m) {
     return __shfl_xor_sync(0xffffffffu, v, m);
 }
@@ -428,14 +417,13 @@ template <int D, bool BF> __global__ void __launch_bounds__(TC_THREADS) k_tc_del
                                           i * a.gs[2] + sub * 8);
         const uint4 ov = *(const uint4 *)((const uint16_t *)a.out + b * a.os[0] + h * a.os[1] +
                                           i * a.os[2] + sub * 8);
-        const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w}, ow[4] = {ov.x, ov.y, ov.z, ov.w};
+        typedef typename std::conditional<BF, oj_cu_bf16, oj_cu_f16>::type T;
+        float gf[8], of[8];
+        oj_cu_unpackv<T, 8>(gv, gf);
+        oj_cu_unpackv<T, 8>(ov, of);
         float part = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float2 g2 = tc_unpack2<BF>(gw[j]), o2 = tc_unpack2<BF>(ow[j]);
-            part += g2.x * o2.x;
-            part += g2.y * o2.y;
-        }
+        for (int j = 0; j < 8; j++) part += gf[j] * of[j];
 #pragma unroll
         for (int o = L / 2; o > 0; o >>= 1) part += tc_shfl_xor(part, o);
         if (row < a.rows && sub == 0) {

@@ -57,37 +57,6 @@ void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, const 
 #define NK_MIN_BLOCKS 4
 #define KN_MIN_BLOCKS 2
 
-/* 8 consecutive 16-bit elements (one 16-byte load) as floats. bf16 -> f32
- * is a shift (NaN payloads aside, the host's conversion); f16 -> f32 the
- * hardware conversion (exact). */
-template <typename T> __device__ __forceinline__ void gv_unpack8(uint4 v, float *f);
-template <> __device__ __forceinline__ void gv_unpack8<oj_cu_bf16>(uint4 v, float *f) {
-    const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-}
-template <> __device__ __forceinline__ void gv_unpack8<oj_cu_f16>(uint4 v, float *f) {
-    const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        __half2 h;
-        memcpy(&h, &w[i], 4);
-        float2 p = __half22float2(h);
-        f[2 * i] = p.x;
-        f[2 * i + 1] = p.y;
-    }
-}
-template <typename T> __device__ __forceinline__ float gv_tof(unsigned short h);
-template <> __device__ __forceinline__ float gv_tof<oj_cu_bf16>(unsigned short h) {
-    return __uint_as_float((unsigned)h << 16);
-}
-template <> __device__ __forceinline__ float gv_tof<oj_cu_f16>(unsigned short h) {
-    return __half2float(__ushort_as_half(h));
-}
-
 /* "nk": out[n] (+)= sum_k x[k] W[n, k]; W rows ldw elements apart, K8 =
  * K / 8 chunks of 16 bytes; x, W and ldw 16-byte aligned. */
 template <typename T, int U>
@@ -112,15 +81,15 @@ __global__ void __launch_bounds__(NK_THREADS, NK_MIN_BLOCKS)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             float wf[8], xf[8];
-            gv_unpack8<T>(wv[u], wf);
-            gv_unpack8<T>(xv[u], xf);
+            oj_cu_unpackv<T, 8>(wv[u], wf);
+            oj_cu_unpackv<T, 8>(xv[u], xf);
 #pragma unroll
             for (int e = 0; e < 8; e++) s = fmaf(wf[e], xf[e], s);
         }
     }
     s = oj_cu_warp_sumf(s);
     if (lane == 0) {
-        if (add) s += gv_tof<T>(add[n]);
+        if (add) s += oj_cu_hw_tof(T{add[n]});
         out[n] = oj_cu_fromf<T>(s).u;
     }
 }
@@ -158,8 +127,8 @@ __global__ void __launch_bounds__(KN_THREADS, KN_MIN_BLOCKS)
         for (int u = 0; u < U; u++) {
             if (k0 + (int64_t)u * KS >= K) break;
             float wf[8];
-            gv_unpack8<T>(wv[u], wf);
-            const float xf = gv_tof<T>(xv[u]);
+            oj_cu_unpackv<T, 8>(wv[u], wf);
+            const float xf = oj_cu_hw_tof(T{xv[u]});
 #pragma unroll
             for (int e = 0; e < 8; e++) a[e] = fmaf(wf[e], xf, a[e]);
         }
@@ -180,7 +149,7 @@ __global__ void __launch_bounds__(KN_THREADS, KN_MIN_BLOCKS)
             float v = 0.0f;
 #pragma unroll
             for (int i = 0; i < KN_THREADS / 32; i++) v += red[i][t];
-            if (add) v += gv_tof<T>(add[n]);
+            if (add) v += oj_cu_hw_tof(T{add[n]});
             out[n] = oj_cu_fromf<T>(v).u;
         }
     }

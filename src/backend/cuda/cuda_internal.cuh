@@ -357,6 +357,20 @@ template <> __device__ __forceinline__ oj_cu_f16 oj_cu_hw_fromf<oj_cu_f16>(float
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.u) : "f"(v));
     return r;
 }
+/* The N elements of T packed in r (a raw vector as loaded: uint4, ...) as
+ * floats by the hardware's conversion: every value exact, a NaN stays a
+ * NaN (its payload and quiet bit as the hardware leaves them; oj_cu_ldv
+ * gives the bit routines' NaNs). For kernels whose arithmetic consumes the
+ * values (a NaN input gives a NaN result either way). */
+template <typename T, int N, typename R> __device__ __forceinline__ void oj_cu_unpackv(R r, float *f) {
+    union {
+        R r;
+        T e[N];
+    } u;
+    u.r = r;
+#pragma unroll
+    for (int k = 0; k < N; k++) f[k] = oj_cu_hw_tof(u.e[k]);
+}
 template <typename T, int N> __device__ __forceinline__ void oj_cu_ldv(const T *p, float *f) {
     typedef typename oj_cu_raw<(int)sizeof(T) * N>::t R;
     union {
@@ -364,12 +378,10 @@ template <typename T, int N> __device__ __forceinline__ void oj_cu_ldv(const T *
         T e[N];
     } u;
     u.r = *(const R *)p;
+    oj_cu_unpackv<T, N>(u.r, f);
     bool nan = false;
 #pragma unroll
-    for (int k = 0; k < N; k++) {
-        f[k] = oj_cu_hw_tof(u.e[k]);
-        nan |= f[k] != f[k];
-    }
+    for (int k = 0; k < N; k++) nan |= f[k] != f[k];
     if (sizeof(T) == 2 && nan)
 #pragma unroll
         for (int k = 0; k < N; k++) f[k] = oj_cu_tof(u.e[k]);
