@@ -702,7 +702,7 @@ static void one_gemv(const gemv_case *c) {
 // bf16 and f16, both weight layouts, accumulate on and off: the GPT-2
 // shapes (the lm head's odd N 50257), K not a multiple of 256, odd N (the
 // Conv1D's last column group reads row padding), 2, 4 and 8 column groups
-// a block, K 1, N 1, a strided x; and the layouts the kernels refuse
+// a block, K 1, N 1, a strided x, K split over blocks; and the layouts the kernels refuse
 // (misaligned x or W, unpadded odd rows, K not a multiple of 8: cuBLAS)
 static void test_gemv(void **state) {
     (void)state;
@@ -723,6 +723,11 @@ static void test_gemv(void **state) {
         {OJ_BF16, 40, 8200, 1, 0, 1, false, false}, /* 4 column groups a block */
         {OJ_BF16, 40, 16385, 1, 7, 1, false, true}, /* 8, odd N */
         {OJ_BF16, 1, 5, 1, 3, 1, false, true},      /* K 1 */
+        /* split K (a bias gradient: ones [1, rows] @ dy [rows, N]) */
+        {OJ_BF16, 16384, 768, 1, 0, 1, false, false},  /* 6 slices */
+        {OJ_BF16, 16384, 2304, 1, 0, 1, false, true},  /* 2 slices, += */
+        {OJ_F16, 10000, 100, 1, 4, 1, false, true},    /* odd N, a short last slice */
+        {OJ_BF16, 5000, 13, 1, 3, 2, false, false},    /* strided x */
         /* refused: cuBLAS */
         {OJ_BF16, 776, 1001, 0, 0, 1, true, true},  /* x not 16-byte aligned */
         {OJ_BF16, 776, 1001, 0, 0, 2, false, false}, /* strided x */

@@ -21,7 +21,9 @@
  *    and the rows k = s, s + 256 / G, ...; U = 8 rows in flight (16 when a
  *    thread has more than 8). Sums are combined by a xor butterfly over
  *    the lanes of one column group, then over the 8 warps in warp order
- *    through shared memory.
+ *    through shared memory. Long, narrow products (training's bias
+ *    gradient, ones [1, 16384] @ dy [16384, 768]: 48 blocks over N alone)
+ *    split K over a second grid dimension (launch_kn).
  * Every order of summation is fixed by (N, K): the same bits on every run
  * and every GPU, no atomics.
  *
@@ -46,8 +48,8 @@
 #define OJ_CUDA_GEMV_NK 1
 #define OJ_CUDA_GEMV_KN 2
 int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b);
-void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, const void *addend,
-                  int path);
+oj_status oj_cuda_gemv(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
+                       const void *addend, int path);
 
 #define NK_THREADS 128 /* 4 warps, one output row each */
 #define KN_THREADS 256 /* 8 warps splitting K */
@@ -102,8 +104,11 @@ __global__ void __launch_bounds__(NK_THREADS, NK_MIN_BLOCKS)
 template <typename T, int G, int U>
 __global__ void __launch_bounds__(KN_THREADS, KN_MIN_BLOCKS)
     k_gemv_kn(unsigned short *out, const unsigned short *x, int64_t xs, const unsigned short *w,
-              int64_t ldw, int N, int K, const unsigned short *add) {
+              int64_t ldw, int N, int K, const unsigned short *add, int64_t kb, float *part) {
     constexpr int KS = KN_THREADS / G; /* k-slices of the block */
+    /* split K (part != NULL): block row y sums rows [y kb, (y + 1) kb) */
+    const int64_t kbeg = part ? (int64_t)blockIdx.y * kb : 0;
+    const int64_t kend = part && kbeg + kb < K ? kbeg + kb : K;
     __shared__ float red[KN_THREADS / 32][8 * G];
     const int t = threadIdx.x, g = t % G, s = t / G;
     const int64_t n0 = ((int64_t)blockIdx.x * G + g) * 8;
@@ -113,19 +118,19 @@ __global__ void __launch_bounds__(KN_THREADS, KN_MIN_BLOCKS)
     float a[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) a[e] = 0.0f;
-    for (int64_t k0 = s; k0 < K; k0 += (int64_t)KS * U) {
+    for (int64_t k0 = kbeg + s; k0 < kend; k0 += (int64_t)KS * U) {
         uint4 wv[U];
         unsigned short xv[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) { /* every load first (predicated off past K) */
+        for (int u = 0; u < U; u++) { /* every load first (predicated off past the slice) */
             const int64_t k = k0 + (int64_t)u * KS;
-            const bool ok = k < K;
+            const bool ok = k < kend;
             wv[u] = ok ? __ldcs((const uint4 *)(wc + k * ldw)) : zero; /* streamed once */
             xv[u] = ok ? __ldg(x + k * xs) : (unsigned short)0;
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (k0 + (int64_t)u * KS >= K) break;
+            if (k0 + (int64_t)u * KS >= kend) break;
             float wf[8];
             oj_cu_unpackv<T, 8>(wv[u], wf);
             const float xf = oj_cu_hw_tof(T{xv[u]});
@@ -149,10 +154,27 @@ __global__ void __launch_bounds__(KN_THREADS, KN_MIN_BLOCKS)
             float v = 0.0f;
 #pragma unroll
             for (int i = 0; i < KN_THREADS / 32; i++) v += red[i][t];
+            if (part) {
+                part[(int64_t)blockIdx.y * N + n] = v;
+                return;
+            }
             if (add) v += oj_cu_hw_tof(T{add[n]});
             out[n] = oj_cu_fromf<T>(v).u;
         }
     }
+}
+
+/* out[n] = (sum over the S slices' partial sums of column n, in slice
+ * order) (+ add[n]), rounded once: the end of a split-K "kn" product. */
+template <typename T>
+__global__ void k_gemv_kn_combine(unsigned short *out, const float *part, int S, int N,
+                                  const unsigned short *add) {
+    const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    float v = 0.0f;
+    for (int y = 0; y < S; y++) v += part[(int64_t)y * N + n];
+    if (add) v += oj_cu_hw_tof(T{add[n]});
+    out[n] = oj_cu_fromf<T>(v).u;
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -190,14 +212,39 @@ static int kn_groups(int64_t N) {
     return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
 }
 
+/* Split K for long, narrow products (a bias gradient: ones [1, rows] @
+ * dy [rows, N]): fewer than KN_SPLIT_BLOCKS blocks over N alone leave most
+ * multiprocessors idle, so the rows are cut into S slices of whole k-slice
+ * rounds (at least 16 rows a thread each), partial sums go to f32 scratch
+ * [S, N] and a second kernel adds them in slice order. S depends on (N, K)
+ * only: the same bits on every GPU. */
+#define KN_SPLIT_BLOCKS 264
+
 template <typename T>
-static void launch_kn(unsigned short *o, const unsigned short *x, int64_t xs,
-                      const unsigned short *w, int64_t ldw, int N, int K,
-                      const unsigned short *add) {
-    int G = kn_groups(N);
-    int64_t rows = (K + KN_THREADS / G - 1) / (KN_THREADS / G); /* per thread */
-    unsigned blocks = (unsigned)((N + 8 * G - 1) / (8 * G));
-#define KN_(G_, U_) k_gemv_kn<T, G_, U_><<<blocks, KN_THREADS, 0, OJ_STREAM>>>(o, x, xs, w, ldw, N, K, add)
+static oj_status launch_kn(oj_engine *eng, unsigned short *o, const unsigned short *x,
+                           int64_t xs, const unsigned short *w, int64_t ldw, int N, int K,
+                           const unsigned short *add) {
+    const int G = kn_groups(N), KS = KN_THREADS / G;
+    const unsigned blocks = (unsigned)((N + 8 * G - 1) / (8 * G));
+    int64_t rows = (K + KS - 1) / KS; /* per thread */
+    int64_t S = blocks < KN_SPLIT_BLOCKS ? (KN_SPLIT_BLOCKS + blocks - 1) / blocks : 1;
+    if (S > rows / 16) S = rows / 16;
+    if (S < 1) S = 1;
+    int64_t kb = K; /* rows per slice, a multiple of KS */
+    float *part = NULL;
+    oj_storage *hold = NULL;
+    if (S > 1) {
+        kb = ((K + S - 1) / S + KS - 1) / KS * KS;
+        S = (K + kb - 1) / kb;
+        rows = kb / KS;
+        part = (float *)oj_cuda_scratch(eng, (size_t)(S * N) * sizeof(float), "matmul (gemv)",
+                                        &hold);
+        if (part == NULL) return oj_last_status(eng);
+    }
+    dim3 grid(blocks, (unsigned)S);
+#define KN_(G_, U_)                                                                             \
+    k_gemv_kn<T, G_, U_><<<grid, KN_THREADS, 0, OJ_STREAM>>>(o, x, xs, w, ldw, N, K, add, kb,  \
+                                                             part)
     if (G == 2) {
         if (rows <= 8) KN_(2, 8);
         else KN_(2, 16);
@@ -209,10 +256,16 @@ static void launch_kn(unsigned short *o, const unsigned short *x, int64_t xs,
         else KN_(8, 16);
     }
 #undef KN_
+    if (part) {
+        k_gemv_kn_combine<T><<<(unsigned)((N + 255) / 256), 256, 0, OJ_STREAM>>>(o, part, (int)S,
+                                                                              N, add);
+        oj__storage_release(hold); /* later users run after these kernels (one stream) */
+    }
+    return OJ_OK;
 }
 
-void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, const void *addend,
-                  int path) {
+oj_status oj_cuda_gemv(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
+                       const void *addend, int path) {
     int64_t N = out->shape[2], K = a->shape[2];
     unsigned short *o = (unsigned short *)oj_cuda_ptr(out);
     const unsigned short *x = (const unsigned short *)oj_cuda_ptr(a);
@@ -232,9 +285,9 @@ void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, const 
             k_gemv_nk<oj_cu_f16, 4><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, add);
         else
             k_gemv_nk<oj_cu_f16, 8><<<blocks, NK_THREADS, 0, OJ_STREAM>>>(o, x, w, ldw, (int)N, K8, add);
-        return;
+        return OJ_OK;
     }
     int64_t ldw = K > 1 ? b->stride[1] : 0, xs = K > 1 ? a->stride[2] : 0;
-    if (bf) launch_kn<oj_cu_bf16>(o, x, xs, w, ldw, (int)N, (int)K, add);
-    else launch_kn<oj_cu_f16>(o, x, xs, w, ldw, (int)N, (int)K, add);
+    if (bf) return launch_kn<oj_cu_bf16>(eng, o, x, xs, w, ldw, (int)N, (int)K, add);
+    return launch_kn<oj_cu_f16>(eng, o, x, xs, w, ldw, (int)N, (int)K, add);
 }

@@ -31,8 +31,8 @@
  * when not NULL: out itself to accumulate, or a bias): 1 (b's k-stride 1),
  * 2 (b's n-stride 1), or 0 (none: cuBLAS); oj_cuda_gemv launches it. */
 int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b);
-void oj_cuda_gemv(oj_tensor *out, const oj_tensor *a, const oj_tensor *b, const void *addend,
-                  int path);
+oj_status oj_cuda_gemv(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
+                       const void *addend, int path);
 
 /* dst [nb, R, C] contiguous = src (batch stride sb, row stride rs, col
  * stride cs; elements of es bytes). */
@@ -157,7 +157,8 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
     }
     int gemv = oj_cuda_gemv_path(out, a, b);
     if (gemv != 0) {
-        oj_cuda_gemv(out, a, b, accumulate ? oj_cuda_ptr(out) : NULL, gemv);
+        if (oj_cuda_gemv(eng, out, a, b, accumulate ? oj_cuda_ptr(out) : NULL, gemv) != OJ_OK)
+            return oj_last_status(eng);
         if (oj_cuda_state_of(eng)->prof)
             return oj_cuda_check(eng, prof_name(dt, gemv == 1 ? "gemv-nk" : "gemv-kn", bt, M, N,
                                                 K, accumulate));
@@ -246,7 +247,8 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
     const int64_t N = out->shape[2];
     int gemv = out->shape[1] > 0 && a->shape[2] > 0 ? oj_cuda_gemv_path(out, a, b) : 0;
     if (gemv != 0 && bias->dtype == out->dtype && (N == 1 || bias->stride[0] == 1)) {
-        oj_cuda_gemv(out, a, b, oj_cuda_ptr(bias), gemv);
+        if (oj_cuda_gemv(eng, out, a, b, oj_cuda_ptr(bias), gemv) != OJ_OK)
+            return oj_last_status(eng);
         return oj_cuda_check(eng, "matmul (gemv, bias)");
     }
     oj_tensor bv = *out; /* bias seen as out's shape: stride 0 over batch and rows */
