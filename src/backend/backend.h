@@ -135,7 +135,10 @@ typedef struct oj_backend {
                         bool accumulate);
     /* Optional (NULL: the ops layer copies the bias into out and calls
      * matmul accumulating): out[i] = a[i] @ b[i] + bias, bias [N] of out's
-     * dtype broadcast over the rows, the bits of that copy-and-accumulate. */
+     * dtype broadcast over the rows: the f32 (f64) sum plus the bias,
+     * rounded once. Under OJ_NUMERICS_EXACT the bits of that
+     * copy-and-accumulate; otherwise the GEMM may sum over k in another
+     * order (a fused bias epilogue's algorithm). */
     oj_status (*matmul_bias)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                              const oj_tensor *b, const oj_tensor *bias);
     /* Inclusive prefix sum along `dim`: out[.., i, ..] = sum of x[.., j, ..]

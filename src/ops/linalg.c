@@ -372,9 +372,8 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     const oj_tensor *xs = xc ? xc : x;
     bool ok = true;
-    /* the backend adds the bias itself when it can (matmul_bias: same
-     * bits), else out starts as the broadcast bias and the GEMM
-     * accumulates onto it */
+    /* the backend adds the bias itself when it can (matmul_bias), else
+     * out starts as the broadcast bias and the GEMM accumulates onto it */
     bool fused = bias && eng->backend->matmul_bias && bias->dtype == out->dtype && rows > 0 &&
                  out_f > 0;
     if (bias && !fused) {

@@ -658,6 +658,45 @@ static void test_matmul(void **state) {
     cmp(out, 1e-5, "matmul packed operand");
 }
 
+/* y = x W^T + bias through oj_linear (the backend's matmul_bias): rows >
+ * 1 under FAST take cuBLASLt's bias epilogue on the GPU, under EXACT (and a
+ * bias not 16-byte aligned) the copy-and-accumulate path. conv1d: W stored
+ * [in, out] and seen transposed (GPT-2's Conv1D). */
+static void one_linear_bias(oj_dtype dt, int64_t M, int64_t K, int64_t N, bool conv1d,
+                            int64_t bias_off, bool fast) {
+    oj_engine *save_c = cpu, *save_g = gpu;
+    if (fast) cpu = cpuf, gpu = gpuf;
+    pr x = rnd(2, (int64_t[2]){M, K}, dt, -1, 1);
+    pr w = conv1d ? perm(rnd(2, (int64_t[2]){K, N}, dt, -1, 1), 2, (int[2]){1, 0})
+                  : rnd(2, (int64_t[2]){N, K}, dt, -1, 1);
+    pr b0 = rnd(1, (int64_t[1]){N + bias_off}, dt, -1, 1);
+    pr bias = narrow(b0, 0, bias_off, N);
+    pr y;
+    for (int sd = 0; sd < 2; sd++) assert_non_null(y.t[sd] = oj_linear(x.t[sd], w.t[sd], bias.t[sd]));
+    char what[160];
+    snprintf(what, sizeof what, "linear with bias %s %lldx%lldx%lld%s bias offset %lld %s",
+             oj_dtype_name(dt), (long long)M, (long long)K, (long long)N,
+             conv1d ? " W [in, out]" : "", (long long)bias_off, fast ? "FAST" : "EXACT");
+    cmp_tensors(y.t[1], y.t[0], dt == OJ_F32 && fast ? 2e-3 : tol(dt, 1e-5), dt == OJ_F32 && fast,
+                what);
+    cpu = save_c;
+    gpu = save_g;
+}
+
+// test: linear layers with a bias over many rows agree with the CPU:
+// cuBLASLt's bias epilogue (FAST) in bf16, f16 and f32, both weight
+// layouts, odd N; the copy path (EXACT, a misaligned bias)
+static void test_linear_bias(void **state) {
+    (void)state;
+    one_linear_bias(OJ_BF16, 37, 776, 1001, false, 0, true);
+    one_linear_bias(OJ_BF16, 256, 768, 2304, true, 0, true);
+    one_linear_bias(OJ_F16, 100, 64, 96, true, 0, true);
+    one_linear_bias(OJ_F32, 65, 130, 257, false, 0, true);
+    one_linear_bias(OJ_BF16, 37, 776, 1001, false, 1, true); /* bias not 16-byte aligned */
+    one_linear_bias(OJ_BF16, 37, 776, 1001, true, 0, false);
+    one_linear_bias(OJ_F32, 65, 130, 257, false, 0, false);
+}
+
 /* One row (M == 1, batch 1) times a weight, as a decode step's linear
  * layers call it: the CUDA one-row kernels (cuda_gemv.cu) where the views
  * suit them, cuBLAS otherwise. layout 0: W [N, K] seen transposed
@@ -2667,6 +2706,7 @@ int main(void) {
         T_(test_reduce),
         T_(test_cumsum),
         T_(test_matmul),
+        T_(test_linear_bias),
         T_(test_gemv),
         T_(test_embedding),
         T_(test_norms),

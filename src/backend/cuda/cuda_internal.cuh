@@ -14,6 +14,7 @@
 #ifndef OJAS_CUDA_INTERNAL_CUH
 #define OJAS_CUDA_INTERNAL_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -44,6 +45,9 @@ struct oj_cuda_state {
     struct oj_cuda_prof *prof;
     cudaStream_t stream; /* the engine's stream (blocking, created at open) */
     void *blas_ws;       /* cuBLAS workspace (fixed, so cuBLAS can be captured) */
+    size_t blas_ws_bytes;
+    bool lt_ready;       /* lt created (first GEMM with a bias epilogue) */
+    cublasLtHandle_t lt; /* cuBLASLt (epilogues), sharing blas_ws */
     /* During a capture (oj_graph_capture_begin): the graph being built.
      * Status words then come from its own region (one per check, never
      * reset by a later op) and are checked after each replay. */

@@ -197,6 +197,8 @@ void oj_cuda_close(oj_engine *eng) {
     }
     if (s->blas_ready) cublasDestroy(s->blas);
     s->blas_ready = false;
+    if (s->lt_ready) cublasLtDestroy(s->lt);
+    s->lt_ready = false;
     if (s->blas_ws) cudaFree(s->blas_ws);
     s->blas_ws = NULL;
     if (s->flags_base) cudaFree(s->flags_base);
@@ -413,6 +415,7 @@ cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op) {
     /* the engine's stream, host scalars (TF32 is requested per call in FAST) */
     cublasSetStream(s->blas, s->stream);
     if (ws) cublasSetWorkspace(s->blas, s->blas_ws, ws);
+    s->blas_ws_bytes = ws;
     cublasSetPointerMode(s->blas, CUBLAS_POINTER_MODE_HOST);
     s->blas_ready = true;
     return s->blas;
