@@ -31,6 +31,22 @@ static oj_status attention_backward(oj_node *n, oj_tensor *const *go, oj_tensor 
     return OJ_OK;
 }
 
+/* out [B, H, T, Dv] as a view of fresh [B, T, H, Dv] storage (strides
+ * T H Dv, Dv, H Dv, 1): FlashAttention's native layout, so merging the
+ * heads afterwards (transpose(1, 2) then reshape to [B, T, H Dv]) is a
+ * view, not a copy. NULL with the error recorded. */
+static oj_tensor *alloc_heads_last(oj_engine *eng, const int64_t *oshape, oj_dtype dt,
+                                   const char *op) {
+    int64_t B = oshape[0], H = oshape[1], T = oshape[2], Dv = oshape[3];
+    int64_t bshape[4] = {B, T, H, Dv};
+    oj_tensor *base = oj__tensor_alloc(eng, 4, bshape, dt, op);
+    if (base == NULL) return NULL;
+    int64_t st[4] = {T * H * Dv, Dv, H * Dv, 1};
+    oj_tensor *out = oj__tensor_view(base, 4, oshape, st, base->offset);
+    oj_release(base);
+    return out;
+}
+
 static bool attention_check(oj_engine *eng, const char *op, oj_tensor *q, oj_tensor *k,
                             oj_tensor *v, oj_tensor *mask) {
     if (!oj__nn_check_float(eng, op, "q", q) || !oj__nn_check_same_dtype(eng, op, "k", k, "q", q) ||
@@ -93,7 +109,7 @@ oj_tensor *oj_scaled_dot_product_attention(oj_tensor *q, oj_tensor *k, oj_tensor
     if (isnan(scale)) scale = D > 0 ? 1.0 / sqrt((double)D) : 1.0;
     int64_t full[4] = {B, H, T, S}, oshape[4] = {B, H, T, Dv};
     oj_tensor *mv = mask ? oj__broadcast_view(mask, 4, full) : NULL;
-    oj_tensor *out = !mask || mv ? oj__tensor_alloc(eng, 4, oshape, q->dtype, op) : NULL;
+    oj_tensor *out = !mask || mv ? alloc_heads_last(eng, oshape, q->dtype, op) : NULL;
     bool ok = out != NULL;
     oj_node *nd = ok ? oj__node_begin(eng, op, attention_backward, 3, q, k, v) : NULL;
     oj_tensor *lse = NULL;

@@ -4,6 +4,9 @@
 // non-contiguous inputs, bad input.
 #include "nn_testutil.h"
 
+#include "backend/backend.h"
+#include "core/internal.h"
+
 typedef struct {
     int64_t B, H, Hkv, T, S, D, Dv;
 } dims;
@@ -106,6 +109,124 @@ static void test_attention_forward(void **state) {
     check_forward(eng, tiles, false, 2, OJ_F64, 1e-12);
     dims sq = {1, 3, 3, 40, 40, 4, 4};
     check_forward(eng, sq, true, 1, OJ_F64, 1e-12);
+    nt_engine_done(eng);
+}
+
+/* The output is a [B, H, T, Dv] view of [B, T, H, Dv] storage, so merging
+ * the heads (transpose(1, 2), reshape to [B, T, H Dv]) is a view of it,
+ * with the reference's values. */
+static void test_attention_out_layout(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const dims all[2] = {{2, 3, 3, 5, 5, 4, 6}, {1, 4, 2, 7, 9, 3, 5}}; /* MHA; GQA, T != S */
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < 2; t++) {
+            oj_scope_begin(eng);
+            dims d = all[c];
+            int64_t qs[4] = {d.B, d.H, d.T, d.D}, ks[4] = {d.B, d.Hkv, d.S, d.D},
+                    vs[4] = {d.B, d.Hkv, d.S, d.Dv};
+            oj_tensor *q = nt_rand(eng, 4, qs, dts[t], -1, 1),
+                      *k = nt_rand(eng, 4, ks, dts[t], -1, 1),
+                      *v = nt_rand(eng, 4, vs, dts[t], -1, 1);
+            oj_tensor *o = oj_scaled_dot_product_attention(q, k, v, NULL, c == 1, NAN);
+            assert_non_null(o);
+            const int64_t *st = oj_strides(o);
+            assert_int_equal(st[0], d.T * d.H * d.Dv);
+            assert_int_equal(st[1], d.Dv);
+            assert_int_equal(st[2], d.H * d.Dv);
+            assert_int_equal(st[3], 1);
+            oj_tensor *ot = oj_transpose(o, 1, 2);
+            int64_t s3[3] = {d.B, d.T, d.H * d.Dv};
+            oj_tensor *y = oj_reshape(ot, 3, s3);
+            assert_true(oj_is_contiguous(y));
+            assert_ptr_equal(oj_data_ptr(y), oj_data_ptr(o)); /* a view: no copy */
+            double *qv = nt_host(q), *kv = nt_host(k), *vv = nt_host(v), *ov = nt_host(o);
+            int64_t no = d.B * d.H * d.T * d.Dv;
+            double *want = malloc((size_t)no * sizeof(double));
+            ref_attention(&d, qv, kv, vv, NULL, false, c == 1, 1.0 / sqrt((double)d.D), want);
+            nt_close("attention layout", ov, want, no, t == 0 ? 2e-6 : 1e-12,
+                     t == 0 ? 2e-6 : 1e-12);
+            free(qv);
+            free(kv);
+            free(vv);
+            free(ov);
+            free(want);
+            oj_scope_end(eng);
+        }
+    nt_engine_done(eng);
+}
+
+/* a and b hold the same values bit for bit (logical order, any strides). */
+static void same_bits(const char *what, oj_tensor *a, oj_tensor *b) {
+    double *x = nt_host(a), *y = nt_host(b);
+    int64_t n = oj_numel(a);
+    assert_int_equal(n, oj_numel(b));
+    for (int64_t e = 0; e < n; e++)
+        if (memcmp(&x[e], &y[e], sizeof(double)) != 0)
+            fail_msg("%s: element %lld differs: %.17g vs %.17g", what, (long long)e, x[e], y[e]);
+    free(x);
+    free(y);
+}
+
+/* [B, n, R, C] as a strided view: mode 0 a [B, R, n, C] buffer transposed
+ * (rows of unit stride), mode 1 every other element of [B, n, R, 2 C]. */
+static oj_tensor *strided_like(oj_engine *eng, const int64_t *shape, oj_dtype dt, int mode) {
+    if (mode == 0) {
+        int64_t s[4] = {shape[0], shape[2], shape[1], shape[3]};
+        return oj_transpose(oj_full(eng, 4, s, dt, 7.0), 1, 2);
+    }
+    int64_t s[4] = {shape[0], shape[1], shape[2], 2 * shape[3]};
+    return oj_slice(oj_full(eng, 4, s, dt, 7.0), 3, 0, 2 * shape[3], 2);
+}
+
+/* The backend entries write out, dq, dk, dv through their strides: the
+ * same bits as into contiguous tensors (f64: the double path; f32: the
+ * SIMD path), for MHA and GQA. */
+static void test_attention_strided_outputs_backend(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_backend *be = eng->backend;
+    const dims all[2] = {{2, 3, 3, 37, 37, 5, 5}, {1, 6, 2, 9, 70, 4, 3}};
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < 2; t++)
+            for (int mode = 0; mode < 2; mode++) {
+                oj_scope_begin(eng);
+                dims d = all[c];
+                oj_dtype dt = dts[t];
+                int64_t qs[4] = {d.B, d.H, d.T, d.D}, ks[4] = {d.B, d.Hkv, d.S, d.D},
+                        vs[4] = {d.B, d.Hkv, d.S, d.Dv}, os[4] = {d.B, d.H, d.T, d.Dv},
+                        ls[3] = {d.B, d.H, d.T};
+                oj_tensor *q = nt_rand(eng, 4, qs, dt, -1, 1), *k = nt_rand(eng, 4, ks, dt, -1, 1),
+                          *v = nt_rand(eng, 4, vs, dt, -1, 1), *go = nt_rand(eng, 4, os, dt, -1, 1);
+                double scale = 1.0 / sqrt((double)d.D);
+                bool causal = c == 0;
+                oj_tensor *o1 = oj_empty(eng, 4, os, dt), *o2 = strided_like(eng, os, dt, mode);
+                oj_tensor *l1 = oj_empty(eng, 3, ls, dt), *l2 = oj_empty(eng, 3, ls, dt);
+                assert_int_equal(be->attention_forward(eng, o1, l1, q, k, v, NULL, causal, scale),
+                                 OJ_OK);
+                assert_int_equal(be->attention_forward(eng, o2, l2, q, k, v, NULL, causal, scale),
+                                 OJ_OK);
+                same_bits("out", o1, o2);
+                same_bits("lse", l1, l2);
+                oj_tensor *d1[3] = {oj_empty(eng, 4, qs, dt), oj_empty(eng, 4, ks, dt),
+                                    oj_empty(eng, 4, vs, dt)};
+                oj_tensor *d2[3] = {strided_like(eng, qs, dt, mode),
+                                    strided_like(eng, ks, dt, 1 - mode),
+                                    strided_like(eng, vs, dt, mode)};
+                assert_int_equal(be->attention_backward(eng, d1[0], d1[1], d1[2], go, q, k, v, o1,
+                                                        l1, NULL, causal, scale),
+                                 OJ_OK);
+                /* the strided out feeds the backward as well */
+                assert_int_equal(be->attention_backward(eng, d2[0], d2[1], d2[2], go, q, k, v, o2,
+                                                        l2, NULL, causal, scale),
+                                 OJ_OK);
+                same_bits("dq", d1[0], d2[0]);
+                same_bits("dk", d1[1], d2[1]);
+                same_bits("dv", d1[2], d2[2]);
+                oj_scope_end(eng);
+            }
     nt_engine_done(eng);
 }
 
@@ -304,6 +425,8 @@ static void test_rotary_gradcheck_and_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_forward),
+        cmocka_unit_test(test_attention_out_layout),
+        cmocka_unit_test(test_attention_strided_outputs_backend),
         cmocka_unit_test(test_attention_masked_rows_and_kv_cache),
         cmocka_unit_test(test_attention_gradcheck),
         cmocka_unit_test(test_attention_errors),
