@@ -5,6 +5,7 @@
 #include "nn_testutil.h"
 
 #include "backend/backend.h"
+#include "core/grad_node.h"
 #include "core/internal.h"
 
 typedef struct {
@@ -230,6 +231,163 @@ static void test_attention_strided_outputs_backend(void **state) {
     nt_engine_done(eng);
 }
 
+/* gpt2's attention: x [B, T, 3C] split into thirds, each [B, T, H, D]
+ * transposed to [B, H, T, D] (views), causal attention, heads merged back
+ * to [B, T, C]; with `copies` q, k, v are first made contiguous (the
+ * layout that keeps the gradients contiguous: the path before the shared
+ * gradient buffer). */
+typedef struct {
+    int64_t H, D;
+    bool copies;
+} qkv_ctx;
+
+static oj_tensor *qkv_attention(oj_tensor *x, const qkv_ctx *c) {
+    int64_t B = oj_size(x, 0), T = oj_size(x, 1), C = c->H * c->D;
+    oj_tensor *p[3] = {NULL, NULL, NULL}, *h[3];
+    assert_int_equal(oj_split(x, C, 2, 3, p), 3);
+    int64_t s4[4] = {B, T, c->H, c->D}, s3[3] = {B, T, C};
+    for (int j = 0; j < 3; j++) {
+        oj_tensor *r = oj_reshape(p[j], 4, s4);
+        h[j] = oj_transpose(r, 1, 2);
+        oj_release(r);
+        oj_release(p[j]);
+        if (c->copies) { /* h * 1: a contiguous copy, recorded, exact both ways */
+            oj_tensor *one = oj_scalar(oj_tensor_engine(x), 1.0, oj_tensor_dtype(x));
+            oj_tensor *cc = oj_mul(h[j], one);
+            assert_true(oj_is_contiguous(cc));
+            oj_release(one);
+            oj_release(h[j]);
+            h[j] = cc;
+        }
+    }
+    oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN);
+    for (int j = 0; j < 3; j++) oj_release(h[j]);
+    oj_tensor *yt = oj_transpose(y, 1, 2);
+    oj_tensor *ym = oj_reshape(yt, 3, s3);
+    oj_release(yt);
+    oj_release(y);
+    return ym;
+}
+
+static oj_tensor *qkv_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    return qkv_attention(in[0], ctx);
+}
+
+/* The q, k, v gradients of gpt2's layout are views of one buffer laid out
+ * like q, k, v (so no copy follows), and x's gradient has the bits of the
+ * contiguous-gradient path (f32 SIMD and f64 paths); gradcheck. */
+static void test_attention_qkv_shared_grads(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int t = 0; t < 2; t++) {
+        oj_scope_begin(eng);
+        int64_t xs[3] = {2, 37, 3 * 3 * 5}, ys[3] = {2, 37, 15};
+        qkv_ctx views = {3, 5, false}, copies = {3, 5, true};
+        oj_tensor *x0 = nt_rand(eng, 3, xs, dts[t], -1, 1), *w = nt_rand(eng, 3, ys, dts[t], -1, 1);
+        oj_tensor *grads[2];
+        for (int k = 0; k < 2; k++) {
+            oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true);
+            oj_tensor *y = qkv_attention(x, k == 0 ? &views : &copies);
+            oj_status bst = oj_backward(oj_sum_all(oj_mul(y, w)), false);
+            if (bst != OJ_OK) fail_msg("backward: %s", oj_last_error(eng));
+            grads[k] = oj_grad(x);
+            assert_non_null(grads[k]);
+        }
+        same_bits("qkv gradient", grads[0], grads[1]);
+        oj_scope_end(eng);
+    }
+    /* the node's own output: dq, dk, dv views of one storage, strided like q, k, v */
+    oj_scope_begin(eng);
+    int64_t xs[3] = {2, 9, 3 * 2 * 4}, os[4] = {2, 2, 9, 4};
+    oj_tensor *x = nt_leaf(eng, 3, xs, -1, 1);
+    oj_tensor *p[3] = {NULL, NULL, NULL}, *h[3];
+    assert_int_equal(oj_split(x, 8, 2, 3, p), 3);
+    int64_t s4[4] = {2, 9, 2, 4};
+    for (int j = 0; j < 3; j++) h[j] = oj_transpose(oj_reshape(p[j], 4, s4), 1, 2);
+    oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, false, NAN);
+    oj_node *nd = y->grad_fn;
+    assert_non_null(nd);
+    oj_tensor *go[1] = {nt_rand(eng, 4, os, OJ_F64, -1, 1)}, *gi[OJ_NODE_MAX_IN] = {0};
+    assert_int_equal(nd->backward(nd, go, gi), OJ_OK);
+    for (int j = 0; j < 3; j++) {
+        assert_non_null(gi[j]);
+        assert_ptr_equal(gi[j]->storage, gi[0]->storage);
+        assert_int_equal(gi[j]->offset - gi[0]->offset, (h[j]->offset - h[0]->offset));
+        for (int d = 0; d < 4; d++) assert_int_equal(gi[j]->stride[d], h[j]->stride[d]);
+    }
+    assert_int_equal(gi[0]->storage->nbytes, (size_t)oj_numel(x) * sizeof(double));
+    for (int j = 0; j < 3; j++) oj_release(gi[j]);
+    /* q and k the same tensor: no shared buffer (they overlap): contiguous */
+    oj_tensor *y2 = oj_scaled_dot_product_attention(h[0], h[0], h[2], NULL, false, NAN);
+    nd = y2->grad_fn;
+    oj_tensor *gj[OJ_NODE_MAX_IN] = {0};
+    assert_int_equal(nd->backward(nd, go, gj), OJ_OK);
+    for (int j = 0; j < 3; j++) {
+        assert_true(oj_is_contiguous(gj[j]));
+        assert_ptr_not_equal(gj[j]->storage, gj[(j + 1) % 3]->storage);
+        oj_release(gj[j]);
+    }
+    oj_scope_end(eng);
+    /* gradcheck through the shared buffer and the split's view */
+    oj_scope_begin(eng);
+    int64_t gs[3] = {1, 6, 3 * 2 * 3};
+    qkv_ctx c = {2, 3, false};
+    oj_tensor *in[1] = {nt_leaf(eng, 3, gs, -1, 1)};
+    nt_gradcheck(eng, "attention qkv views", qkv_fn, &c, in, 1);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* A split's backward (a cat) returns its pieces' gradients as one view
+ * when they lie side by side in one dense tensor shaped like the input
+ * (how the attention's shared gradient buffer reaches gpt2's qkv); pieces
+ * out of order or strided otherwise are concatenated (copied) as before. */
+static void test_split_backward_adjacent_view(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t xs[3] = {2, 3, 12};
+    oj_tensor *x = nt_leaf(eng, 3, xs, -1, 1), *p[3] = {NULL, NULL, NULL};
+    assert_int_equal(oj_split(x, 4, 2, 3, p), 3);
+    oj_node *nd = p[0]->grad_fn;
+    assert_non_null(nd);
+    assert_ptr_equal(p[2]->grad_fn, nd);
+    oj_tensor *g = nt_rand(eng, 3, xs, OJ_F64, -1, 1);
+    double *gv = nt_host(g);
+    for (int mode = 0; mode < 3; mode++) {
+        /* 0 adjacent; 1 pieces 0 and 1 swapped; 2 pieces of a transposed buffer */
+        oj_tensor *src = g;
+        if (mode == 2) {
+            int64_t ts[3] = {2, 12, 3};
+            src = oj_transpose(nt_from(eng, 3, ts, OJ_F64, gv), 1, 2); /* other values */
+        }
+        int64_t start[3] = {0, 4, 8};
+        if (mode == 1) start[0] = 4, start[1] = 0;
+        oj_tensor *go[3], *gi[OJ_NODE_MAX_IN] = {0};
+        for (int j = 0; j < 3; j++) go[j] = oj_narrow(src, 2, start[j], 4);
+        assert_int_equal(nd->backward(nd, go, gi), OJ_OK);
+        assert_non_null(gi[0]);
+        assert_int_equal(oj_rank(gi[0]), 3);
+        for (int d = 0; d < 3; d++) assert_int_equal(oj_size(gi[0], d), xs[d]);
+        if (mode == 0) {
+            assert_ptr_equal(oj_data_ptr(gi[0]), oj_data_ptr(g)); /* a view: no copy */
+            assert_true(oj_is_contiguous(gi[0]));
+        } else {
+            assert_ptr_not_equal(gi[0]->storage, src->storage);
+        }
+        oj_tensor *want = oj_cat(3, go, 2);
+        same_bits("split backward", gi[0], want);
+        if (mode == 0) same_bits("split backward values", gi[0], g);
+        oj_release(gi[0]);
+        for (int j = 0; j < 3; j++) oj_release(go[j]);
+    }
+    free(gv);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 static void test_attention_masked_rows_and_kv_cache(void **state) {
     (void)state;
     oj_engine *eng = nt_engine();
@@ -427,6 +585,8 @@ int main(void) {
         cmocka_unit_test(test_attention_forward),
         cmocka_unit_test(test_attention_out_layout),
         cmocka_unit_test(test_attention_strided_outputs_backend),
+        cmocka_unit_test(test_attention_qkv_shared_grads),
+        cmocka_unit_test(test_split_backward_adjacent_view),
         cmocka_unit_test(test_attention_masked_rows_and_kv_cache),
         cmocka_unit_test(test_attention_gradcheck),
         cmocka_unit_test(test_attention_errors),
