@@ -351,6 +351,9 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
  * (not NaN) and no gradient. Tiled with an online softmax forward and
  * backward, never storing the [T, S] matrix (Milakov & Gimelshein 2018;
  * Dao et al., FlashAttention, 2022); saves out and a logsumexp [B, H, T].
+ * The result is a [B, H, T, Dv] view of [B, T, H, Dv] storage (not
+ * contiguous unless H == 1 or T == 1), so transpose(1, 2) then reshape to
+ * [B, T, H Dv] is a view (oj_contiguous gives a contiguous copy).
  * Errors: OJ_ERR_SHAPE (ranks, B/D/S/Dv mismatches, H not a multiple of
  * Hkv, mask not broadcastable), OJ_ERR_DTYPE. */
 oj_tensor *oj_scaled_dot_product_attention(oj_tensor *q, oj_tensor *k, oj_tensor *v,

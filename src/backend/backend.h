@@ -273,14 +273,20 @@ typedef struct oj_backend {
      * head h / (H / Hkv). mask NULL, or a [B, H, T, S] view (stride 0 where
      * broadcast) of bool (true = keep) or float (added to the scores).
      * is_causal: query i sees keys j <= i + S - T (bottom-right aligned).
-     * out [B, H, T, Dv] = softmax(scale q k^T + mask) v; lse [B, H, T]
-     * (stat dtype, may be NULL) = logsumexp of each score row. A row with
+     * out [B, H, T, Dv] = softmax(scale q k^T + mask) v, written through
+     * out's strides (any non-overlapping layout: the op passes a [B, H, T,
+     * Dv] view of [B, T, H, Dv] storage, FlashAttention's native layout, so
+     * merging the heads back is a view); lse [B, H, T] (stat dtype,
+     * contiguous, may be NULL) = logsumexp of each score row. A row with
      * every key masked gives out 0 and lse -inf. */
     oj_status (*attention_forward)(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
                                    const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
                                    const oj_tensor *mask, bool is_causal, double scale);
-    /* dq, dk, dv (contiguous, shaped like q, k, v; any may be NULL) from
-     * dout [B, H, T, Dv] (any strides) and the forward's inputs, out and lse;
+    /* dq, dk, dv (shaped like q, k, v; any may be NULL; written through
+     * their strides: any layout whose elements do not overlap, each other's
+     * included: the op may hand three views of one buffer laid out like
+     * q, k, v) from dout [B, H, T, Dv] and out (any strides), lse
+     * (contiguous) and the forward's inputs;
      * probabilities are recomputed tile by tile (FlashAttention-2 backward).
      * dk/dv sum over the H / Hkv query heads of their group in head order. */
     oj_status (*attention_backward)(oj_engine *eng, oj_tensor *dq, oj_tensor *dk, oj_tensor *dv,

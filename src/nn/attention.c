@@ -100,7 +100,7 @@ oj_tensor *oj_nn_attention_forward(const oj_nn_attention *a, oj_tensor *x,
     oj_tensor *yt = oj_transpose(y, 1, 2); // [B, T, H, D]
     oj_release(y);
     int64_t s3[3] = {B, T, C};
-    oj_tensor *yc = oj_reshape(yt, 3, s3); // [B, T, C] (a copy: yt is not contiguous)
+    oj_tensor *yc = oj_reshape(yt, 3, s3); // [B, T, C]: a view (the op stores [B, T, H, D])
     oj_release(yt);
     oj_tensor *o = oj_nn_linear_forward(&a->c_proj, yc);
     oj_release(yc);

@@ -253,11 +253,48 @@ static bool split_dim(oj_tensor *x, const char *op, int *dim) {
     return oj__norm_dim(x->eng, op, dim, x->rank);
 }
 
+/* The pieces' gradients go[0..n) when they already lie side by side: one
+ * storage and dtype, each shaped like its piece and strided like a
+ * contiguous tensor shaped like the input, piece k starting where piece
+ * k - 1 ends along dim, so together they are exactly that tensor (dense,
+ * no overlap). Then a new handle on it (a view, no copy); else NULL
+ * (nothing recorded). Attention's backward hands gpt2's q, k, v gradients
+ * over this way (nn_attention.c). Safe for the engine: it drops go after
+ * the backward, and accumulates into a gradient in place only when that
+ * gradient's handle is the sole user of its whole storage. */
+static oj_tensor *pieces_adjacent(oj_node *n, oj_tensor *const *go) {
+    const oj_edge *e = &n->in[0];
+    int dim = (int)n->i[0];
+    const oj_tensor *g0 = go[0];
+    if (g0 == NULL || e->rank != g0->rank) return NULL;
+    int64_t st[OJ_MAX_RANK], es = (int64_t)oj_dtype_size(g0->dtype), start = 0;
+    oj__contiguous_strides(e->rank, e->shape, st);
+    for (int j = 0; j < n->n_out; j++) {
+        const oj_tensor *g = go[j];
+        if (g == NULL || g->storage != g0->storage || g->dtype != g0->dtype || g->rank != e->rank)
+            return NULL;
+        for (int d = 0; d < e->rank; d++) {
+            if (d != dim && g->shape[d] != e->shape[d]) return NULL;
+            if (g->shape[d] > 1 && g->stride[d] != st[d]) return NULL;
+        }
+        if (g->offset != g0->offset + start * st[dim] * es) return NULL;
+        start += g->shape[dim];
+    }
+    int64_t numel = 1;
+    for (int d = 0; d < e->rank; d++) numel *= e->shape[d];
+    if (start != e->shape[dim] || numel == 0 ||
+        (size_t)(g0->offset + numel * es) > g0->storage->nbytes)
+        return NULL;
+    return oj__tensor_new(n->eng, g0->storage, g0->offset, e->rank, e->shape, NULL, g0->dtype);
+}
+
 /* The pieces' gradients (zeros for a piece that got none, filled in by
- * the engine) side by side: one cat, each written once, instead of a
+ * the engine) side by side: a view when they already are
+ * (pieces_adjacent), else one cat, each written once, instead of a
  * zero-padded full-size gradient per piece and their sum. */
 static oj_status split_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
-    gi[0] = oj_cat(n->n_out, go, (int)n->i[0]);
+    gi[0] = pieces_adjacent(n, go);
+    if (gi[0] == NULL) gi[0] = oj_cat(n->n_out, go, (int)n->i[0]);
     return gi[0] ? OJ_OK : oj_last_status(n->eng);
 }
 

@@ -1036,7 +1036,18 @@ typedef struct {
     int mask; /* 0 none, 1 bool [B,1,T,S] broadcast, 2 float [1,1,T,S] */
     oj_dtype dt;
     bool q_strided;
+    /* out a [B, H, T, Dv] view of [B, T, H, Dv] storage (the op's layout),
+     * dq, dk, dv views of [B, T, H, D] / [B, S, Hkv, D] storage */
+    bool out_strided;
 } attn_case;
+
+/* [B, n, R, C] empty: contiguous, or (strided) a view of [B, R, n, C]
+ * storage. */
+static pr empty_heads(const int64_t *shape, oj_dtype dt, bool strided) {
+    if (!strided) return empty(4, shape, dt);
+    return perm(empty(4, (int64_t[4]){shape[0], shape[2], shape[1], shape[3]}, dt), 4,
+                (int[4]){0, 2, 1, 3});
+}
 
 static void one_attention(const attn_case *c, double rtol) {
     int64_t B = c->B, H = c->H, Hkv = c->Hkv, Tq = c->T, S = c->S, D = c->D, Dv = c->Dv;
@@ -1065,15 +1076,17 @@ static void one_attention(const attn_case *c, double rtol) {
         pr m0 = rnd(4, (int64_t[4]){1, 1, Tq, S}, dt, -2, 0.5);
         mask = expand(m0, 4, full);
     }
-    pr out = empty(4, (int64_t[4]){B, H, Tq, Dv}, dt);
+    const bool so = c->out_strided;
+    pr out = empty_heads((int64_t[4]){B, H, Tq, Dv}, dt, so);
     pr lse = empty(3, (int64_t[3]){B, H, Tq}, sdt);
     double scale = 1.0 / sqrt((double)D);
     BOTH(E->backend->attention_forward(E, T(out), T(lse), T(q), T(k), T(v),
                                        c->mask ? T(mask) : NULL, c->causal, scale));
     char what[160];
-    snprintf(what, sizeof what, "attention forward B%lld H%lld/%lld T%lld S%lld D%lld/%lld %s%s mask %d",
+    snprintf(what, sizeof what, "attention forward B%lld H%lld/%lld T%lld S%lld D%lld/%lld %s%s mask %d%s",
              (long long)B, (long long)H, (long long)Hkv, (long long)Tq, (long long)S, (long long)D,
-             (long long)Dv, oj_dtype_name(dt), c->causal ? " causal" : "", c->mask);
+             (long long)Dv, oj_dtype_name(dt), c->causal ? " causal" : "", c->mask,
+             so ? " strided out" : "");
     /* bf16/f16 take the tensor-core path (p and ds rounded to 16 bits, as
      * FlashAttention-2): compared normwise, see cmp_norm */
     bool half = dt == OJ_BF16 || dt == OJ_F16;
@@ -1084,9 +1097,9 @@ static void one_attention(const attn_case *c, double rtol) {
     pr oc = cpu_result(out), lc = cpu_result(lse);
     pr g0 = rnd(4, (int64_t[4]){B, Tq, H, Dv}, dt, -1, 1);
     pr g = perm(g0, 4, (int[4]){0, 2, 1, 3});
-    pr dq = empty(4, (int64_t[4]){B, H, Tq, D}, dt);
-    pr dk = empty(4, (int64_t[4]){B, Hkv, S, D}, dt);
-    pr dv = empty(4, (int64_t[4]){B, Hkv, S, Dv}, dt);
+    pr dq = empty_heads((int64_t[4]){B, H, Tq, D}, dt, so);
+    pr dk = empty_heads((int64_t[4]){B, Hkv, S, D}, dt, so);
+    pr dv = empty_heads((int64_t[4]){B, Hkv, S, Dv}, dt, so);
     BOTH(E->backend->attention_backward(E, T(dq), T(dk), T(dv), T(g), T(q), T(k), T(v), T(oc),
                                         T(lc), c->mask ? T(mask) : NULL, c->causal, scale));
     snprintf(what + strlen(what), sizeof what - strlen(what), " dq");
@@ -1100,7 +1113,7 @@ static void one_attention(const attn_case *c, double rtol) {
         cmp(dv, rtol, "attention dv");
     }
     /* only dk (dq and dv not wanted) */
-    pr dk2 = empty(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    pr dk2 = empty_heads((int64_t[4]){B, Hkv, S, D}, dt, so);
     BOTH(E->backend->attention_backward(E, NULL, T(dk2), NULL, T(g), T(q), T(k), T(v), T(oc),
                                         T(lc), c->mask ? T(mask) : NULL, c->causal, scale));
     if (half) cmp_norm(dk2.t[1], dk2.t[0], 3e-2, "attention dk only");
@@ -1110,16 +1123,23 @@ static void one_attention(const attn_case *c, double rtol) {
 static void test_attention(void **state) {
     (void)state;
     attn_case cases[] = {
-        {2, 4, 2, 37, 37, 16, 16, true, 0, OJ_F32, false},
-        {1, 2, 2, 5, 70, 64, 32, true, 0, OJ_F32, true},   /* T < S: bottom-right causal */
-        {2, 2, 1, 33, 20, 32, 32, false, 1, OJ_F32, false}, /* bool mask, a fully masked row */
-        {1, 3, 3, 19, 45, 8, 24, true, 2, OJ_F32, true},   /* float mask */
-        {1, 2, 1, 40, 40, 256, 256, true, 0, OJ_F32, false}, /* largest head dim */
-        {1, 2, 2, 17, 23, 40, 40, false, 0, OJ_F32, false},  /* D not a multiple of 32 */
-        {2, 2, 1, 21, 21, 16, 16, true, 1, OJ_F64, false},
-        {1, 4, 2, 32, 32, 64, 64, true, 0, OJ_BF16, false},
-        {1, 2, 2, 9, 9, 64, 64, false, 0, OJ_F16, false},
-        {1, 1, 1, 70, 70, 128, 128, true, 0, OJ_F32, false}, /* several tiles */
+        {2, 4, 2, 37, 37, 16, 16, true, 0, OJ_F32, false, false},
+        {1, 2, 2, 5, 70, 64, 32, true, 0, OJ_F32, true, false},   /* T < S: bottom-right causal */
+        {2, 2, 1, 33, 20, 32, 32, false, 1, OJ_F32, false, false}, /* bool mask, a masked row */
+        {1, 3, 3, 19, 45, 8, 24, true, 2, OJ_F32, true, false},   /* float mask */
+        {1, 2, 1, 40, 40, 256, 256, true, 0, OJ_F32, false, false}, /* largest head dim */
+        {1, 2, 2, 17, 23, 40, 40, false, 0, OJ_F32, false, false},  /* D not a multiple of 32 */
+        {2, 2, 1, 21, 21, 16, 16, true, 1, OJ_F64, false, false},
+        {1, 4, 2, 32, 32, 64, 64, true, 0, OJ_BF16, false, false},
+        {1, 2, 2, 9, 9, 64, 64, false, 0, OJ_F16, false, false},
+        {1, 1, 1, 70, 70, 128, 128, true, 0, OJ_F32, false, false}, /* several tiles */
+        /* out, dq, dk, dv strided (views of [B, T, H, D] storage) on every path */
+        {2, 12, 4, 77, 77, 64, 64, true, 0, OJ_F32, false, true}, /* tiled, GQA */
+        {1, 4, 4, 45, 45, 128, 128, false, 0, OJ_F32, true, true}, /* tiled, D 128 */
+        {1, 3, 3, 21, 30, 40, 40, true, 1, OJ_F32, false, true},   /* generic, bool mask */
+        {2, 2, 1, 21, 21, 16, 24, true, 0, OJ_F64, false, true},   /* generic f64, D != Dv */
+        {1, 12, 4, 100, 100, 64, 64, true, 0, OJ_BF16, false, true}, /* tensor cores, GQA */
+        {1, 2, 2, 9, 9, 128, 128, false, 0, OJ_F16, true, true},    /* tensor cores, D 128 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         one_attention(&cases[i], tol(cases[i].dt, 2e-5));
@@ -1139,6 +1159,7 @@ typedef struct {
     int mask;
     oj_dtype mdt;
     int layout;
+    bool out_strided; /* out rows D + 8 apart (a narrow of [B, H, 1, D + 8]) */
 } dec_case;
 
 static pr dec_kv(const dec_case *c) {
@@ -1170,14 +1191,16 @@ static void one_attention_decode(const dec_case *c) {
         free(mv);
         mask = expand(m0, 4, (int64_t[4]){B, H, 1, S});
     }
-    pr out = empty(4, (int64_t[4]){B, H, 1, D}, c->dt);
+    pr out = c->out_strided ? narrow(empty(4, (int64_t[4]){B, H, 1, D + 8}, c->dt), 3, 0, D)
+                            : empty(4, (int64_t[4]){B, H, 1, D}, c->dt);
     pr lse = empty(3, (int64_t[3]){B, H, 1}, OJ_F32);
     BOTH(E->backend->attention_forward(E, T(out), T(lse), T(q), T(k), T(v),
                                        c->mask ? T(mask) : NULL, true, 1.0 / sqrt((double)D)));
     char what[160];
-    snprintf(what, sizeof what, "attention decode B%lld H%lld/%lld S%lld D%lld %s mask %d %s layout %d",
+    snprintf(what, sizeof what, "attention decode B%lld H%lld/%lld S%lld D%lld %s mask %d %s layout %d%s",
              (long long)B, (long long)H, (long long)c->Hkv, (long long)S, (long long)D,
-             oj_dtype_name(c->dt), c->mask, oj_dtype_name(c->mdt), c->layout);
+             oj_dtype_name(c->dt), c->mask, oj_dtype_name(c->mdt), c->layout,
+             c->out_strided ? " strided out" : "");
     /* f32: of the largest value (out averages up to 2,100 values of either
      * sign, summed in another order than the CPU's) */
     cmp_tensors(out.t[1], out.t[0], tol(c->dt, 2e-5), c->dt == OJ_F32, what);
@@ -1193,18 +1216,20 @@ static void one_attention_decode(const dec_case *c) {
 static void test_attention_decode(void **state) {
     (void)state;
     const dec_case cases[] = {
-        {1, 12, 12, 576, 64, OJ_BF16, 1, OJ_BOOL, 0}, /* GPT-2 124M */
-        {1, 12, 12, 576, 64, OJ_BF16, 2, OJ_BF16, 0},
-        {3, 4, 2, 100, 64, OJ_F32, 1, OJ_BOOL, 0}, /* GQA, a fully masked batch */
-        {3, 8, 2, 77, 128, OJ_BF16, 1, OJ_BOOL, 1},
-        {2, 8, 2, 77, 128, OJ_BF16, 2, OJ_F32, 1},
-        {1, 4, 1, 1000, 128, OJ_F32, 0, OJ_F32, 0},
-        {2, 16, 4, 1300, 128, OJ_F32, 2, OJ_F32, 0}, /* 3 steps a block, 28 chunks */
-        {2, 32, 8, 2100, 64, OJ_BF16, 1, OJ_BOOL, 0}, /* 3 steps a block, 11 chunks */
-        {2, 3, 3, 130, 64, OJ_F32, 2, OJ_F16, 1},
-        {1, 2, 2, 5, 64, OJ_F16, 2, OJ_F16, 0}, /* one chunk: no combine */
-        {2, 4, 2, 70, 64, OJ_F32, 1, OJ_BOOL, 2},  /* fallback: rows not 16-byte */
-        {1, 4, 4, 45, 128, OJ_BF16, 2, OJ_F32, 3}, /* fallback: last stride S */
+        {1, 12, 12, 576, 64, OJ_BF16, 1, OJ_BOOL, 0, false}, /* GPT-2 124M */
+        {1, 12, 12, 576, 64, OJ_BF16, 2, OJ_BF16, 0, false},
+        {3, 4, 2, 100, 64, OJ_F32, 1, OJ_BOOL, 0, false}, /* GQA, a fully masked batch */
+        {3, 8, 2, 77, 128, OJ_BF16, 1, OJ_BOOL, 1, false},
+        {2, 8, 2, 77, 128, OJ_BF16, 2, OJ_F32, 1, false},
+        {1, 4, 1, 1000, 128, OJ_F32, 0, OJ_F32, 0, false},
+        {2, 16, 4, 1300, 128, OJ_F32, 2, OJ_F32, 0, false}, /* 3 steps a block, 28 chunks */
+        {2, 32, 8, 2100, 64, OJ_BF16, 1, OJ_BOOL, 0, false}, /* 3 steps a block, 11 chunks */
+        {2, 3, 3, 130, 64, OJ_F32, 2, OJ_F16, 1, false},
+        {1, 2, 2, 5, 64, OJ_F16, 2, OJ_F16, 0, false}, /* one chunk: no combine */
+        {2, 4, 2, 70, 64, OJ_F32, 1, OJ_BOOL, 2, false},  /* fallback: rows not 16-byte */
+        {1, 4, 4, 45, 128, OJ_BF16, 2, OJ_F32, 3, false}, /* fallback: last stride S */
+        {2, 12, 12, 576, 64, OJ_BF16, 1, OJ_BOOL, 0, true}, /* strided out, fast path */
+        {2, 4, 2, 70, 64, OJ_F32, 1, OJ_BOOL, 2, true},     /* strided out, fallback */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_attention_decode(&cases[i]);
 }
@@ -1823,6 +1848,10 @@ typedef struct {
     bool causal;
     bool packed; /* q, k, v views of one [B, T, 3, H, D] buffer (H == Hkv, T == S) */
     oj_dtype dt;
+    /* 0 out, dq, dk, dv contiguous; 1 each a view of [B, T, H, D] storage
+     * (the op's out); 2 (packed) out as in 1, dq, dk, dv views of one
+     * [B, T, 3, H, D] buffer laid out like q, k, v (the op's gpt2 grads) */
+    int grads;
 } tc_case;
 
 /* One case of the tensor-core attention (bf16/f16, D in {64, 128}, no mask)
@@ -1850,15 +1879,17 @@ static void one_attention_tc(const tc_case *c) {
         v = rnd_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
     }
     double scale = 1.0 / sqrt((double)D);
-    pr out = empty_ref(4, (int64_t[4]){B, H, Tq, D}, dt);
+    const int bhtd[4] = {0, 2, 1, 3};
+    pr out = c->grads ? perm(empty_ref(4, (int64_t[4]){B, Tq, H, D}, dt), 4, bhtd)
+                      : empty_ref(4, (int64_t[4]){B, H, Tq, D}, dt);
     pr lse = empty(3, (int64_t[3]){B, H, Tq}, OJ_F32);
     BOTH(E->backend->attention_forward(E, T(out), T(lse), T(q), T(k), T(v), NULL, c->causal,
                                        scale));
     char what[160];
-    int len = snprintf(what, sizeof what, "tc attention B%lld H%lld/%lld T%lld S%lld D%lld %s%s%s",
+    int len = snprintf(what, sizeof what, "tc attention B%lld H%lld/%lld T%lld S%lld D%lld %s%s%s grads %d",
                        (long long)B, (long long)H, (long long)Hkv, (long long)Tq, (long long)S,
                        (long long)D, oj_dtype_name(dt), c->causal ? " causal" : "",
-                       c->packed ? " packed" : "");
+                       c->packed ? " packed" : "", c->grads);
     snprintf(what + len, sizeof what - (size_t)len, " out");
     cmp_norm(out.t[1], out.t[0], 2e-2, what);
     snprintf(what + len, sizeof what - (size_t)len, " lse");
@@ -1878,9 +1909,26 @@ static void one_attention_tc(const tc_case *c) {
     pr lc = cpu_result(lse);
     pr g0 = rnd_ref(4, (int64_t[4]){B, Tq, H, D}, dt);
     pr g = perm(g0, 4, (int[4]){0, 2, 1, 3});
-    pr dq = empty_ref(4, (int64_t[4]){B, H, Tq, D}, dt);
-    pr dk = empty_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
-    pr dv = empty_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    pr dq, dk, dv;
+    if (c->grads == 2) { /* one [B, T, 3, H, D] buffer, as q, k, v */
+        pr g3 = empty_ref(5, (int64_t[5]){B, Tq, 3, H, D}, dt);
+        pr part[3];
+        for (int w = 0; w < 3; w++) {
+            for (int s = 0; s < 2; s++) assert_non_null(part[w].t[s] = oj_select(g3.t[s], 2, w));
+            part[w] = perm(part[w], 4, bhtd);
+        }
+        dq = part[0];
+        dk = part[1];
+        dv = part[2];
+    } else if (c->grads == 1) {
+        dq = perm(empty_ref(4, (int64_t[4]){B, Tq, H, D}, dt), 4, bhtd);
+        dk = perm(empty_ref(4, (int64_t[4]){B, S, Hkv, D}, dt), 4, bhtd);
+        dv = perm(empty_ref(4, (int64_t[4]){B, S, Hkv, D}, dt), 4, bhtd);
+    } else {
+        dq = empty_ref(4, (int64_t[4]){B, H, Tq, D}, dt);
+        dk = empty_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
+        dv = empty_ref(4, (int64_t[4]){B, Hkv, S, D}, dt);
+    }
     BOTH(E->backend->attention_backward(E, T(dq), T(dk), T(dv), T(g), T(q), T(k), T(v), T(oc),
                                         T(lc), NULL, c->causal, scale));
     const char *names[3] = {" dq", " dk", " dv"};
@@ -1909,24 +1957,30 @@ static void one_attention_tc(const tc_case *c) {
 static void test_attention_tc(void **state) {
     (void)state;
     tc_case cases[] = {
-        {1, 1, 1, 1, 1, 64, true, false, OJ_BF16},
-        {1, 2, 2, 7, 7, 64, false, false, OJ_BF16},
-        {1, 2, 2, 7, 7, 128, true, false, OJ_F16},
-        {1, 2, 1, 64, 64, 128, true, false, OJ_BF16},
-        {2, 2, 2, 65, 65, 64, true, false, OJ_F16},
-        {2, 2, 1, 65, 65, 128, false, false, OJ_BF16},
-        {2, 2, 2, 200, 200, 128, false, false, OJ_BF16},
-        {1, 2, 2, 200, 200, 64, true, false, OJ_F16},
-        {1, 2, 1, 1024, 1024, 64, true, false, OJ_BF16},
-        {1, 1, 1, 1024, 1024, 128, false, false, OJ_F16},
-        {1, 1, 1, 1024, 1024, 128, true, false, OJ_BF16},
-        {1, 4, 2, 3, 130, 128, true, false, OJ_BF16},   /* decode-like, bottom-right causal */
-        {1, 2, 2, 3, 130, 64, false, false, OJ_F16},
-        {1, 2, 1, 130, 70, 64, true, false, OJ_BF16},   /* T > S: rows with no visible key */
-        {2, 8, 2, 100, 100, 64, true, false, OJ_BF16},  /* GQA */
-        {1, 8, 2, 65, 97, 128, false, false, OJ_F16},   /* GQA, T != S */
-        {2, 3, 3, 77, 77, 64, true, true, OJ_BF16},     /* q/k/v views of [B, T, 3, H, D] */
-        {1, 2, 2, 130, 130, 128, false, true, OJ_F16},
+        {1, 1, 1, 1, 1, 64, true, false, OJ_BF16, 0},
+        {1, 2, 2, 7, 7, 64, false, false, OJ_BF16, 0},
+        {1, 2, 2, 7, 7, 128, true, false, OJ_F16, 0},
+        {1, 2, 1, 64, 64, 128, true, false, OJ_BF16, 0},
+        {2, 2, 2, 65, 65, 64, true, false, OJ_F16, 0},
+        {2, 2, 1, 65, 65, 128, false, false, OJ_BF16, 0},
+        {2, 2, 2, 200, 200, 128, false, false, OJ_BF16, 0},
+        {1, 2, 2, 200, 200, 64, true, false, OJ_F16, 0},
+        {1, 2, 1, 1024, 1024, 64, true, false, OJ_BF16, 0},
+        {1, 1, 1, 1024, 1024, 128, false, false, OJ_F16, 0},
+        {1, 1, 1, 1024, 1024, 128, true, false, OJ_BF16, 0},
+        {1, 4, 2, 3, 130, 128, true, false, OJ_BF16, 0},   /* decode-like, bottom-right causal */
+        {1, 2, 2, 3, 130, 64, false, false, OJ_F16, 0},
+        {1, 2, 1, 130, 70, 64, true, false, OJ_BF16, 0},   /* T > S: rows with no visible key */
+        {2, 8, 2, 100, 100, 64, true, false, OJ_BF16, 0},  /* GQA */
+        {1, 8, 2, 65, 97, 128, false, false, OJ_F16, 0},   /* GQA, T != S */
+        {2, 3, 3, 77, 77, 64, true, true, OJ_BF16, 0},     /* q/k/v views of [B, T, 3, H, D] */
+        {1, 2, 2, 130, 130, 128, false, true, OJ_F16, 0},
+        /* out, dq, dk, dv written through strides (the op's layouts) */
+        {2, 12, 4, 100, 100, 64, true, false, OJ_BF16, 1}, /* GQA, T not a multiple of 64 */
+        {1, 12, 4, 77, 77, 128, false, false, OJ_F16, 1},
+        {1, 2, 2, 3, 130, 64, true, false, OJ_BF16, 1}, /* T != S */
+        {2, 12, 12, 100, 100, 64, true, true, OJ_BF16, 2}, /* gpt2: one gradient buffer */
+        {1, 4, 4, 130, 130, 128, true, true, OJ_F16, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_attention_tc(&cases[i]);
 }

@@ -4,6 +4,10 @@
 // non-contiguous inputs, bad input.
 #include "nn_testutil.h"
 
+#include "backend/backend.h"
+#include "core/grad_node.h"
+#include "core/internal.h"
+
 typedef struct {
     int64_t B, H, Hkv, T, S, D, Dv;
 } dims;
@@ -106,6 +110,281 @@ static void test_attention_forward(void **state) {
     check_forward(eng, tiles, false, 2, OJ_F64, 1e-12);
     dims sq = {1, 3, 3, 40, 40, 4, 4};
     check_forward(eng, sq, true, 1, OJ_F64, 1e-12);
+    nt_engine_done(eng);
+}
+
+/* The output is a [B, H, T, Dv] view of [B, T, H, Dv] storage, so merging
+ * the heads (transpose(1, 2), reshape to [B, T, H Dv]) is a view of it,
+ * with the reference's values. */
+static void test_attention_out_layout(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const dims all[2] = {{2, 3, 3, 5, 5, 4, 6}, {1, 4, 2, 7, 9, 3, 5}}; /* MHA; GQA, T != S */
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < 2; t++) {
+            oj_scope_begin(eng);
+            dims d = all[c];
+            int64_t qs[4] = {d.B, d.H, d.T, d.D}, ks[4] = {d.B, d.Hkv, d.S, d.D},
+                    vs[4] = {d.B, d.Hkv, d.S, d.Dv};
+            oj_tensor *q = nt_rand(eng, 4, qs, dts[t], -1, 1),
+                      *k = nt_rand(eng, 4, ks, dts[t], -1, 1),
+                      *v = nt_rand(eng, 4, vs, dts[t], -1, 1);
+            oj_tensor *o = oj_scaled_dot_product_attention(q, k, v, NULL, c == 1, NAN);
+            assert_non_null(o);
+            const int64_t *st = oj_strides(o);
+            assert_int_equal(st[0], d.T * d.H * d.Dv);
+            assert_int_equal(st[1], d.Dv);
+            assert_int_equal(st[2], d.H * d.Dv);
+            assert_int_equal(st[3], 1);
+            oj_tensor *ot = oj_transpose(o, 1, 2);
+            int64_t s3[3] = {d.B, d.T, d.H * d.Dv};
+            oj_tensor *y = oj_reshape(ot, 3, s3);
+            assert_true(oj_is_contiguous(y));
+            assert_ptr_equal(oj_data_ptr(y), oj_data_ptr(o)); /* a view: no copy */
+            double *qv = nt_host(q), *kv = nt_host(k), *vv = nt_host(v), *ov = nt_host(o);
+            int64_t no = d.B * d.H * d.T * d.Dv;
+            double *want = malloc((size_t)no * sizeof(double));
+            ref_attention(&d, qv, kv, vv, NULL, false, c == 1, 1.0 / sqrt((double)d.D), want);
+            nt_close("attention layout", ov, want, no, t == 0 ? 2e-6 : 1e-12,
+                     t == 0 ? 2e-6 : 1e-12);
+            free(qv);
+            free(kv);
+            free(vv);
+            free(ov);
+            free(want);
+            oj_scope_end(eng);
+        }
+    nt_engine_done(eng);
+}
+
+/* a and b hold the same values bit for bit (logical order, any strides). */
+static void same_bits(const char *what, oj_tensor *a, oj_tensor *b) {
+    double *x = nt_host(a), *y = nt_host(b);
+    int64_t n = oj_numel(a);
+    assert_int_equal(n, oj_numel(b));
+    for (int64_t e = 0; e < n; e++)
+        if (memcmp(&x[e], &y[e], sizeof(double)) != 0)
+            fail_msg("%s: element %lld differs: %.17g vs %.17g", what, (long long)e, x[e], y[e]);
+    free(x);
+    free(y);
+}
+
+/* [B, n, R, C] as a strided view: mode 0 a [B, R, n, C] buffer transposed
+ * (rows of unit stride), mode 1 every other element of [B, n, R, 2 C]. */
+static oj_tensor *strided_like(oj_engine *eng, const int64_t *shape, oj_dtype dt, int mode) {
+    if (mode == 0) {
+        int64_t s[4] = {shape[0], shape[2], shape[1], shape[3]};
+        return oj_transpose(oj_full(eng, 4, s, dt, 7.0), 1, 2);
+    }
+    int64_t s[4] = {shape[0], shape[1], shape[2], 2 * shape[3]};
+    return oj_slice(oj_full(eng, 4, s, dt, 7.0), 3, 0, 2 * shape[3], 2);
+}
+
+/* The backend entries write out, dq, dk, dv through their strides: the
+ * same bits as into contiguous tensors (f64: the double path; f32: the
+ * SIMD path), for MHA and GQA. */
+static void test_attention_strided_outputs_backend(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_backend *be = eng->backend;
+    const dims all[2] = {{2, 3, 3, 37, 37, 5, 5}, {1, 6, 2, 9, 70, 4, 3}};
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < 2; t++)
+            for (int mode = 0; mode < 2; mode++) {
+                oj_scope_begin(eng);
+                dims d = all[c];
+                oj_dtype dt = dts[t];
+                int64_t qs[4] = {d.B, d.H, d.T, d.D}, ks[4] = {d.B, d.Hkv, d.S, d.D},
+                        vs[4] = {d.B, d.Hkv, d.S, d.Dv}, os[4] = {d.B, d.H, d.T, d.Dv},
+                        ls[3] = {d.B, d.H, d.T};
+                oj_tensor *q = nt_rand(eng, 4, qs, dt, -1, 1), *k = nt_rand(eng, 4, ks, dt, -1, 1),
+                          *v = nt_rand(eng, 4, vs, dt, -1, 1), *go = nt_rand(eng, 4, os, dt, -1, 1);
+                double scale = 1.0 / sqrt((double)d.D);
+                bool causal = c == 0;
+                oj_tensor *o1 = oj_empty(eng, 4, os, dt), *o2 = strided_like(eng, os, dt, mode);
+                oj_tensor *l1 = oj_empty(eng, 3, ls, dt), *l2 = oj_empty(eng, 3, ls, dt);
+                assert_int_equal(be->attention_forward(eng, o1, l1, q, k, v, NULL, causal, scale),
+                                 OJ_OK);
+                assert_int_equal(be->attention_forward(eng, o2, l2, q, k, v, NULL, causal, scale),
+                                 OJ_OK);
+                same_bits("out", o1, o2);
+                same_bits("lse", l1, l2);
+                oj_tensor *d1[3] = {oj_empty(eng, 4, qs, dt), oj_empty(eng, 4, ks, dt),
+                                    oj_empty(eng, 4, vs, dt)};
+                oj_tensor *d2[3] = {strided_like(eng, qs, dt, mode),
+                                    strided_like(eng, ks, dt, 1 - mode),
+                                    strided_like(eng, vs, dt, mode)};
+                assert_int_equal(be->attention_backward(eng, d1[0], d1[1], d1[2], go, q, k, v, o1,
+                                                        l1, NULL, causal, scale),
+                                 OJ_OK);
+                /* the strided out feeds the backward as well */
+                assert_int_equal(be->attention_backward(eng, d2[0], d2[1], d2[2], go, q, k, v, o2,
+                                                        l2, NULL, causal, scale),
+                                 OJ_OK);
+                same_bits("dq", d1[0], d2[0]);
+                same_bits("dk", d1[1], d2[1]);
+                same_bits("dv", d1[2], d2[2]);
+                oj_scope_end(eng);
+            }
+    nt_engine_done(eng);
+}
+
+/* gpt2's attention: x [B, T, 3C] split into thirds, each [B, T, H, D]
+ * transposed to [B, H, T, D] (views), causal attention, heads merged back
+ * to [B, T, C]; with `copies` q, k, v are first made contiguous (the
+ * layout that keeps the gradients contiguous: the path before the shared
+ * gradient buffer). */
+typedef struct {
+    int64_t H, D;
+    bool copies;
+} qkv_ctx;
+
+static oj_tensor *qkv_attention(oj_tensor *x, const qkv_ctx *c) {
+    int64_t B = oj_size(x, 0), T = oj_size(x, 1), C = c->H * c->D;
+    oj_tensor *p[3] = {NULL, NULL, NULL}, *h[3];
+    assert_int_equal(oj_split(x, C, 2, 3, p), 3);
+    int64_t s4[4] = {B, T, c->H, c->D}, s3[3] = {B, T, C};
+    for (int j = 0; j < 3; j++) {
+        oj_tensor *r = oj_reshape(p[j], 4, s4);
+        h[j] = oj_transpose(r, 1, 2);
+        oj_release(r);
+        oj_release(p[j]);
+        if (c->copies) { /* h * 1: a contiguous copy, recorded, exact both ways */
+            oj_tensor *one = oj_scalar(oj_tensor_engine(x), 1.0, oj_tensor_dtype(x));
+            oj_tensor *cc = oj_mul(h[j], one);
+            assert_true(oj_is_contiguous(cc));
+            oj_release(one);
+            oj_release(h[j]);
+            h[j] = cc;
+        }
+    }
+    oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN);
+    for (int j = 0; j < 3; j++) oj_release(h[j]);
+    oj_tensor *yt = oj_transpose(y, 1, 2);
+    oj_tensor *ym = oj_reshape(yt, 3, s3);
+    oj_release(yt);
+    oj_release(y);
+    return ym;
+}
+
+static oj_tensor *qkv_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    return qkv_attention(in[0], ctx);
+}
+
+/* The q, k, v gradients of gpt2's layout are views of one buffer laid out
+ * like q, k, v (so no copy follows), and x's gradient has the bits of the
+ * contiguous-gradient path (f32 SIMD and f64 paths); gradcheck. */
+static void test_attention_qkv_shared_grads(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int t = 0; t < 2; t++) {
+        oj_scope_begin(eng);
+        int64_t xs[3] = {2, 37, 3 * 3 * 5}, ys[3] = {2, 37, 15};
+        qkv_ctx views = {3, 5, false}, copies = {3, 5, true};
+        oj_tensor *x0 = nt_rand(eng, 3, xs, dts[t], -1, 1), *w = nt_rand(eng, 3, ys, dts[t], -1, 1);
+        oj_tensor *grads[2];
+        for (int k = 0; k < 2; k++) {
+            oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true);
+            oj_tensor *y = qkv_attention(x, k == 0 ? &views : &copies);
+            oj_status bst = oj_backward(oj_sum_all(oj_mul(y, w)), false);
+            if (bst != OJ_OK) fail_msg("backward: %s", oj_last_error(eng));
+            grads[k] = oj_grad(x);
+            assert_non_null(grads[k]);
+        }
+        same_bits("qkv gradient", grads[0], grads[1]);
+        oj_scope_end(eng);
+    }
+    /* the node's own output: dq, dk, dv views of one storage, strided like q, k, v */
+    oj_scope_begin(eng);
+    int64_t xs[3] = {2, 9, 3 * 2 * 4}, os[4] = {2, 2, 9, 4};
+    oj_tensor *x = nt_leaf(eng, 3, xs, -1, 1);
+    oj_tensor *p[3] = {NULL, NULL, NULL}, *h[3];
+    assert_int_equal(oj_split(x, 8, 2, 3, p), 3);
+    int64_t s4[4] = {2, 9, 2, 4};
+    for (int j = 0; j < 3; j++) h[j] = oj_transpose(oj_reshape(p[j], 4, s4), 1, 2);
+    oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, false, NAN);
+    oj_node *nd = y->grad_fn;
+    assert_non_null(nd);
+    oj_tensor *go[1] = {nt_rand(eng, 4, os, OJ_F64, -1, 1)}, *gi[OJ_NODE_MAX_IN] = {0};
+    assert_int_equal(nd->backward(nd, go, gi), OJ_OK);
+    for (int j = 0; j < 3; j++) {
+        assert_non_null(gi[j]);
+        assert_ptr_equal(gi[j]->storage, gi[0]->storage);
+        assert_int_equal(gi[j]->offset - gi[0]->offset, (h[j]->offset - h[0]->offset));
+        for (int d = 0; d < 4; d++) assert_int_equal(gi[j]->stride[d], h[j]->stride[d]);
+    }
+    assert_int_equal(gi[0]->storage->nbytes, (size_t)oj_numel(x) * sizeof(double));
+    for (int j = 0; j < 3; j++) oj_release(gi[j]);
+    /* q and k the same tensor: no shared buffer (they overlap): contiguous */
+    oj_tensor *y2 = oj_scaled_dot_product_attention(h[0], h[0], h[2], NULL, false, NAN);
+    nd = y2->grad_fn;
+    oj_tensor *gj[OJ_NODE_MAX_IN] = {0};
+    assert_int_equal(nd->backward(nd, go, gj), OJ_OK);
+    for (int j = 0; j < 3; j++) {
+        assert_true(oj_is_contiguous(gj[j]));
+        assert_ptr_not_equal(gj[j]->storage, gj[(j + 1) % 3]->storage);
+        oj_release(gj[j]);
+    }
+    oj_scope_end(eng);
+    /* gradcheck through the shared buffer and the split's view */
+    oj_scope_begin(eng);
+    int64_t gs[3] = {1, 6, 3 * 2 * 3};
+    qkv_ctx c = {2, 3, false};
+    oj_tensor *in[1] = {nt_leaf(eng, 3, gs, -1, 1)};
+    nt_gradcheck(eng, "attention qkv views", qkv_fn, &c, in, 1);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* A split's backward (a cat) returns its pieces' gradients as one view
+ * when they lie side by side in one dense tensor shaped like the input
+ * (how the attention's shared gradient buffer reaches gpt2's qkv); pieces
+ * out of order or strided otherwise are concatenated (copied) as before. */
+static void test_split_backward_adjacent_view(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t xs[3] = {2, 3, 12};
+    oj_tensor *x = nt_leaf(eng, 3, xs, -1, 1), *p[3] = {NULL, NULL, NULL};
+    assert_int_equal(oj_split(x, 4, 2, 3, p), 3);
+    oj_node *nd = p[0]->grad_fn;
+    assert_non_null(nd);
+    assert_ptr_equal(p[2]->grad_fn, nd);
+    oj_tensor *g = nt_rand(eng, 3, xs, OJ_F64, -1, 1);
+    double *gv = nt_host(g);
+    for (int mode = 0; mode < 3; mode++) {
+        /* 0 adjacent; 1 pieces 0 and 1 swapped; 2 pieces of a transposed buffer */
+        oj_tensor *src = g;
+        if (mode == 2) {
+            int64_t ts[3] = {2, 12, 3};
+            src = oj_transpose(nt_from(eng, 3, ts, OJ_F64, gv), 1, 2); /* other values */
+        }
+        int64_t start[3] = {0, 4, 8};
+        if (mode == 1) start[0] = 4, start[1] = 0;
+        oj_tensor *go[3], *gi[OJ_NODE_MAX_IN] = {0};
+        for (int j = 0; j < 3; j++) go[j] = oj_narrow(src, 2, start[j], 4);
+        assert_int_equal(nd->backward(nd, go, gi), OJ_OK);
+        assert_non_null(gi[0]);
+        assert_int_equal(oj_rank(gi[0]), 3);
+        for (int d = 0; d < 3; d++) assert_int_equal(oj_size(gi[0], d), xs[d]);
+        if (mode == 0) {
+            assert_ptr_equal(oj_data_ptr(gi[0]), oj_data_ptr(g)); /* a view: no copy */
+            assert_true(oj_is_contiguous(gi[0]));
+        } else {
+            assert_ptr_not_equal(gi[0]->storage, src->storage);
+        }
+        oj_tensor *want = oj_cat(3, go, 2);
+        same_bits("split backward", gi[0], want);
+        if (mode == 0) same_bits("split backward values", gi[0], g);
+        oj_release(gi[0]);
+        for (int j = 0; j < 3; j++) oj_release(go[j]);
+    }
+    free(gv);
+    oj_scope_end(eng);
     nt_engine_done(eng);
 }
 
@@ -304,6 +583,10 @@ static void test_rotary_gradcheck_and_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_forward),
+        cmocka_unit_test(test_attention_out_layout),
+        cmocka_unit_test(test_attention_strided_outputs_backend),
+        cmocka_unit_test(test_attention_qkv_shared_grads),
+        cmocka_unit_test(test_split_backward_adjacent_view),
         cmocka_unit_test(test_attention_masked_rows_and_kv_cache),
         cmocka_unit_test(test_attention_gradcheck),
         cmocka_unit_test(test_attention_errors),

@@ -4,7 +4,8 @@
  * 2022, and FlashAttention-2's backward, 2023).
  *
  * q (B,H,T,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv), mask (B,H,T,S) view or NULL,
- * out (B,H,T,Dv), lse (B,H,T). Query i of a row sees key j when the mask
+ * out (B,H,T,Dv) and dq, dk, dv (shaped like q, k, v) any strides (written
+ * through them), lse (B,H,T) contiguous. Query i of a row sees key j when the mask
  * keeps it and, if causal, j <= i + S - T (bottom-right aligned, so T new
  * queries at the end of a KV cache see every earlier key).
  *
@@ -36,6 +37,20 @@ static void load_row4(const oj_tensor *t, int64_t b, int64_t h, int64_t i, int64
     const int64_t *s = t->stride;
     int64_t off = b * s[0] + h * s[1] + i * s[2];
     oj__nn_load(oj__nn_base(t) + off * (int64_t)oj_dtype_size(t->dtype), t->dtype, n, s[3], dst);
+}
+
+/* Row (b, h, i) of a rank-4 strided tensor = src (n values rounded to its
+ * dtype). */
+static void store_row4(const oj_tensor *t, int64_t b, int64_t h, int64_t i, int64_t n,
+                       const double *src) {
+    const int64_t *s = t->stride;
+    int64_t es = (int64_t)oj_dtype_size(t->dtype);
+    char *p = oj__nn_base(t) + (b * s[0] + h * s[1] + i * s[2]) * es;
+    if (s[3] == 1 || n <= 1) {
+        oj__nn_store(p, t->dtype, n, src);
+        return;
+    }
+    for (int64_t c = 0; c < n; c++) oj__nn_store(p + c * s[3] * es, t->dtype, 1, src + c);
 }
 
 /* Rows [r0, r0 + nr) of head (b, h) of a strided rank-4 tensor: dst [nr, n]. */
@@ -98,7 +113,6 @@ static void fwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
     double *kt = qt + TQ * D, *vt = kt + TK * D, *acc = vt + TK * Dv, *s = acc + TQ * Dv;
     double *m = s + TK, *l = m + TQ;
     const oj_tensor *out = cx->out, *lse = cx->lse;
-    size_t os = oj_dtype_size(out->dtype);
     for (int64_t bh = begin; bh < end; bh++) {
         int64_t b = bh / g->H, h = bh % g->H, hk = h / g->group;
         for (int64_t i0 = 0; i0 < g->T; i0 += TQ) {
@@ -141,7 +155,7 @@ static void fwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
                 double inv = l[r] > 0.0 ? 1.0 / l[r] : 0.0; /* fully masked row: 0 */
                 for (int64_t c = 0; c < Dv; c++) a[c] *= inv;
                 int64_t row = (b * g->H + h) * g->T + i0 + r;
-                oj__nn_store(oj__nn_base(out) + (size_t)(row * Dv) * os, out->dtype, Dv, a);
+                store_row4(out, b, h, i0 + r, Dv, a);
                 if (lse) {
                     double lv = l[r] > 0.0 ? m[r] + log(l[r]) : -INFINITY;
                     if (isnan(m[r])) lv = NAN;
@@ -219,8 +233,7 @@ static void bwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
                     int64_t row = (b * g->H + h) * g->T + i0 + r;
                     lr[r] = oj__nn_get(oj__nn_base(lse), lse->dtype, row);
                     /* delta_i = dout_i . out_i (= sum_j p_ij dp_ij) */
-                    oj__nn_load(oj__nn_base(out) + (size_t)(row * Dv) * oj_dtype_size(out->dtype),
-                                out->dtype, Dv, 1, ot);
+                    load_row4(out, b, h, i0 + r, Dv, ot);
                     double d = 0.0;
                     for (int64_t c = 0; c < Dv; c++) d += got[r * Dv + c] * ot[c];
                     delta[r] = d;
@@ -253,19 +266,13 @@ static void bwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
                         }
                     }
                 }
-                if (dq) {
-                    int64_t row0 = (b * g->H + h) * g->T + i0;
-                    oj__nn_store(oj__nn_base(dq) + (size_t)(row0 * D) * oj_dtype_size(dq->dtype),
-                                 dq->dtype, nq * D, dqt);
-                }
+                if (dq)
+                    for (int64_t r = 0; r < nq; r++) store_row4(dq, b, h, i0 + r, D, dqt + r * D);
             }
-        int64_t krow0 = (b * g->Hkv + hk) * S;
-        if (dk)
-            oj__nn_store(oj__nn_base(dk) + (size_t)(krow0 * D) * oj_dtype_size(dk->dtype),
-                         dk->dtype, S * D, dka);
-        if (dv)
-            oj__nn_store(oj__nn_base(dv) + (size_t)(krow0 * Dv) * oj_dtype_size(dv->dtype),
-                         dv->dtype, S * Dv, dva);
+        for (int64_t j = 0; j < S; j++) {
+            if (dk) store_row4(dk, b, hk, j, D, dka + j * D);
+            if (dv) store_row4(dv, b, hk, j, Dv, dva + j * Dv);
+        }
     }
 }
 

@@ -71,6 +71,23 @@ static void head_transpose(const oj_simd *sd, const oj_tensor *t, int64_t b, int
     }
 }
 
+/* Rows [r0, r0 + nr) of head (b, h) of the f32 tensor t (any strides) =
+ * src [nr, cols]. */
+static void store_rows_f32(const oj_tensor *t, int64_t b, int64_t h, int64_t r0, int64_t nr,
+                           const float *src) {
+    const int64_t *s = t->stride;
+    int64_t cols = t->shape[3];
+    float *p = (float *)oj__nn_base(t) + b * s[0] + h * s[1] + r0 * s[2];
+    for (int64_t r = 0; r < nr; r++) {
+        float *d = p + r * s[2];
+        const float *x = src + r * cols;
+        if (unit_rows(t))
+            memcpy(d, x, (size_t)cols * sizeof(float));
+        else
+            for (int64_t c = 0; c < cols; c++) d[c * s[3]] = x[c];
+    }
+}
+
 /* Keys of tile [j0, j0 + nk) that query i may see under the causal bound
  * (all nk without it); 0 when none. */
 static int64_t tile_visible(const oj_attn_geom *g, int64_t i, int64_t j0, int64_t nk) {
@@ -132,7 +149,8 @@ static void fwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
     float *vbuf = kt + D * S;
     float *acc = vbuf + (cx->v_direct ? 0 : S * Dv), *s4 = acc + TQ * Dv, *qtmp = s4 + R * TK;
     float *m = qtmp + R * D, *l = m + TQ;
-    float *out = (float *)oj__nn_base(cx->out);
+    const oj_tensor *out = cx->out;
+    const int64_t *os = out->stride;
     float fscale = (float)g->scale;
     for (int64_t bh = begin; bh < end; bh++) {
         int64_t b = bh / g->H, h = bh % g->H, hk = h / g->group;
@@ -189,8 +207,8 @@ static void fwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
                 float *a = acc + r * Dv;
                 float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* fully masked row: 0 */
                 int64_t row = (b * g->H + h) * g->T + i0 + r;
-                float *o = out + row * Dv;
-                for (int64_t c = 0; c < Dv; c++) o[c] = a[c] * inv;
+                float *o = (float *)oj__nn_base(out) + b * os[0] + h * os[1] + (i0 + r) * os[2];
+                for (int64_t c = 0; c < Dv; c++) o[c * os[3]] = a[c] * inv;
                 if (cx->lse) {
                     double lv = l[r] > 0.0f ? (double)m[r] + log((double)l[r]) : -INFINITY;
                     if (isnan(m[r])) lv = NAN;
@@ -311,14 +329,10 @@ static void bwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
                                     dqt + r0 * D, D);
                     }
                 }
-                if (cx->dq) {
-                    float *dq = (float *)oj__nn_base(cx->dq) + ((b * g->H + h) * g->T + i0) * D;
-                    memcpy(dq, dqt, (size_t)(nq * D) * sizeof(float));
-                }
+                if (cx->dq) store_rows_f32(cx->dq, b, h, i0, nq, dqt);
             }
-        int64_t krow0 = (b * g->Hkv + hk) * S;
-        if (cx->dk) memcpy((float *)oj__nn_base(cx->dk) + krow0 * D, dka, (size_t)(S * D) * sizeof(float));
-        if (cx->dv) memcpy((float *)oj__nn_base(cx->dv) + krow0 * Dv, dva, (size_t)(S * Dv) * sizeof(float));
+        if (cx->dk) store_rows_f32(cx->dk, b, hk, 0, S, dka);
+        if (cx->dv) store_rows_f32(cx->dv, b, hk, 0, S, dva);
     }
 }
 

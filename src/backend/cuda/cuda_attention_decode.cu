@@ -7,7 +7,8 @@
  *
  * q (B,H,1,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv) any strides, mask (B,H,1,S)
  * view (stride 0 where broadcast) bool (true = keep) or float (added) or
- * NULL; a causal mask sees every key when T == 1 (j <= 0 + S - 1). f32,
+ * NULL, out (B,H,1,Dv) any strides (written through them); a causal mask
+ * sees every key when T == 1 (j <= 0 + S - 1). f32,
  * bf16, f16 inputs, f32 compute, D and Dv <= 256. Scores are
  * scale q.k + mask; a row with every key masked gives 0 and lse -inf; NaN
  * propagates. Every sum runs in an order fixed by the shapes (no atomics),
@@ -77,6 +78,7 @@ struct dec_args {
     float scale;
     float *pm, *pl, *pacc; /* per (row, chunk): max, sum, [Dv] accumulator */
     char *o, *lse;
+    int64_t os[4]; /* out [B, H, 1, Dv] is written through its strides */
     int odt, oes, sdt, ses;
 };
 
@@ -95,6 +97,11 @@ __device__ __forceinline__ float dec_warp_max_nan(float v) {
 __device__ __forceinline__ int64_t dec_off(const int64_t *s, int64_t a, int64_t b, int64_t c,
                                            int64_t d) {
     return a * s[0] + b * s[1] + c * s[2] + d * s[3];
+}
+
+/* Element offset of column c of output row bh = b H + h (T == 1). */
+__device__ __forceinline__ int64_t dec_out_off(const dec_args &a, int64_t bh, int64_t c) {
+    return (bh / a.H) * a.os[0] + (bh % a.H) * a.os[1] + c * a.os[3];
 }
 
 /* Mask of key j of row (b, h): false when masked; *add gets a float mask's
@@ -215,7 +222,7 @@ __global__ void k_attn_decode_combine(dec_args a, int64_t rows) {
         float acc = 0.0f;
         for (int64_t s = 0; s < a.nsplit; s++)
             if (pm[s] != -INFINITY) acc += pacc[s * a.Dv + c] * expf(pm[s] - M);
-        oj_cu_stf(a.o + (bh * a.Dv + c) * a.oes, a.odt, acc * inv);
+        oj_cu_stf(a.o + dec_out_off(a, bh, c) * a.oes, a.odt, acc * inv);
     }
     if (lane == 0 && a.lse) {
         float lv = L > 0.0f ? M + logf(L) : -INFINITY;
@@ -243,7 +250,7 @@ __device__ __forceinline__ void df_finish(const dec_args &a, int64_t row, float 
                                           int c, int Dv) {
     float inv = L > 0.0f ? 1.0f / L : 0.0f; /* every key masked: 0 */
     if (isnan(L)) inv = L;
-    oj_cu_stf(a.o + (row * Dv + c) * a.oes, a.odt, x * inv);
+    oj_cu_stf(a.o + dec_out_off(a, row, c) * a.oes, a.odt, x * inv);
     if (c == 0 && a.lse) {
         float lv = L > 0.0f ? M + logf(L) : -INFINITY;
         if (isnan(M) || isnan(L)) lv = NAN;
@@ -540,6 +547,7 @@ oj_status oj_cuda_attention_decode(oj_engine *eng, oj_tensor *out, oj_tensor *ls
     }
     a.scale = (float)scale;
     a.o = oj_cuda_ptr(out);
+    for (int d = 0; d < 4; d++) a.os[d] = out->stride[d];
     a.odt = (int)out->dtype;
     a.oes = (int)oj_dtype_size(out->dtype);
     a.lse = lse ? oj_cuda_ptr(lse) : NULL;

@@ -67,7 +67,8 @@
 
 /* q [B,H,T,D], k/v [B,Hkv,S,D], dout [B,H,T,D]: element pointers and the
  * strides of dims 0..2 in elements (dim 3 has stride 1). o, dq [B,H,T,D] and
- * dk, dv [B,Hkv,S,D] contiguous (any of dq/dk/dv NULL: not stored). */
+ * dk, dv [B,Hkv,S,D] are written through their strides of dims 0..2 (dim 3
+ * stride 1; any of dq/dk/dv NULL: not stored). */
 struct tc_args {
     const uint16_t *q, *k, *v, *dout;
     uint16_t *o, *dq, *dk, *dv;
@@ -76,6 +77,7 @@ struct tc_args {
     const float *lse2;   /* backward: lse * log2 e [B,H,T], +inf where lse is -inf */
     const float *delta;  /* backward: rowsum(dout * out) [B,H,T] */
     int64_t qs[3], ks[3], vs[3], gs[3];
+    int64_t os[3], dqs[3], dks[3], dvs[3];
     int B, H, Hkv, group, T, S;
     float scale, sl2; /* scale, scale * log2 e */
     bool causal;
@@ -366,7 +368,7 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_forward(tc_args a) {
             int i = row0 + 16 * mt + 8 * r;
             if (i >= a.T) continue;
             float inv = l[mt][r] > 0.0f ? 1.0f / l[mt][r] : 0.0f; /* no visible key: out 0 */
-            int64_t orow = ((int64_t)bh * a.T + i) * D;
+            int64_t orow = (int64_t)b * a.os[0] + (int64_t)h * a.os[1] + (int64_t)i * a.os[2];
             for (int n = 0; n < ND; n++)
                 *(uint32_t *)(a.o + orow + n * 8 + 2 * t4) =
                     tc_pack<BF>(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
@@ -524,7 +526,7 @@ template <int D, bool BF> __global__ void __launch_bounds__(TC_THREADS) k_tc_dq(
     for (int r = 0; r < 2; r++) {
         int i = row0 + 8 * r;
         if (i >= a.T) continue;
-        int64_t orow = ((int64_t)bh * a.T + i) * D;
+        int64_t orow = (int64_t)b * a.dqs[0] + (int64_t)h * a.dqs[1] + (int64_t)i * a.dqs[2];
         for (int n = 0; n < ND; n++)
             *(uint32_t *)(a.dq + orow + n * 8 + 2 * t4) = tc_pack<BF>(dq[n][2 * r], dq[n][2 * r + 1]);
     }
@@ -636,13 +638,14 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_dkv(tc_args a) {
     for (int r = 0; r < 2; r++) {
         int j = key0 + 8 * r;
         if (j >= a.S) continue;
-        int64_t krow = ((int64_t)bh * a.S + j) * D;
+        int64_t krow = (int64_t)b * a.dks[0] + (int64_t)hk * a.dks[1] + (int64_t)j * a.dks[2];
+        int64_t vrow = (int64_t)b * a.dvs[0] + (int64_t)hk * a.dvs[1] + (int64_t)j * a.dvs[2];
         for (int n = 0; n < ND; n++) {
             if (a.dk)
                 *(uint32_t *)(a.dk + krow + n * 8 + 2 * t4) =
                     tc_pack<BF>(dk[n][2 * r], dk[n][2 * r + 1]);
             if (a.dv)
-                *(uint32_t *)(a.dv + krow + n * 8 + 2 * t4) =
+                *(uint32_t *)(a.dv + vrow + n * 8 + 2 * t4) =
                     tc_pack<BF>(dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
@@ -770,13 +773,15 @@ static oj_status tc_backward_d(oj_engine *eng, const tc_args &a, bool want_dq, b
 }
 
 /* Forward on the tensor-core path (oj_cuda_attention_tc_ok holds; B H T > 0):
- * out [B,H,T,D] contiguous, lse [B,H,T] contiguous of any float dtype or NULL. */
+ * out [B,H,T,D] any strides tc_view_ok accepts (written through them), lse
+ * [B,H,T] contiguous of any float dtype or NULL. */
 oj_status oj_cuda_attention_tc_forward(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
                                        const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
                                        bool is_causal, double scale) {
     tc_args a;
     tc_args_init(&a, q, k, v, is_causal, scale);
     a.o = (uint16_t *)oj_cuda_ptr(out);
+    for (int d = 0; d < 3; d++) a.os[d] = out->stride[d];
     a.lse = lse ? oj_cuda_ptr(lse) : NULL;
     a.sdt = lse ? (int)lse->dtype : 0;
     a.ses = lse ? (int)oj_dtype_size(lse->dtype) : 0;
@@ -786,8 +791,8 @@ oj_status oj_cuda_attention_tc_forward(oj_engine *eng, oj_tensor *out, oj_tensor
 }
 
 /* Backward on the tensor-core path (oj_cuda_attention_tc_ok holds for q, k,
- * v, dout, dq, dk, dv; B H T > 0): dq/dk/dv contiguous or NULL, out any
- * strides, lse [B,H,T] contiguous of any float dtype. */
+ * v, dout, dq, dk, dv; B H T > 0): dq/dk/dv NULL or written through their
+ * strides, out any strides, lse [B,H,T] contiguous of any float dtype. */
 oj_status oj_cuda_attention_tc_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *dk,
                                         oj_tensor *dv, const oj_tensor *dout, const oj_tensor *q,
                                         const oj_tensor *k, const oj_tensor *v,
@@ -801,6 +806,11 @@ oj_status oj_cuda_attention_tc_backward(oj_engine *eng, oj_tensor *dq, oj_tensor
     a.dq = dq ? (uint16_t *)oj_cuda_ptr(dq) : NULL;
     a.dk = dk ? (uint16_t *)oj_cuda_ptr(dk) : NULL;
     a.dv = dv ? (uint16_t *)oj_cuda_ptr(dv) : NULL;
+    for (int d = 0; d < 3; d++) {
+        a.dqs[d] = dq ? dq->stride[d] : 0;
+        a.dks[d] = dk ? dk->stride[d] : 0;
+        a.dvs[d] = dv ? dv->stride[d] : 0;
+    }
     int64_t rows = (int64_t)a.B * a.H * a.T;
     oj_storage *hold = NULL;
     float *scratch = (float *)oj_cuda_scratch(eng, (size_t)rows * 2 * sizeof(float), op, &hold);

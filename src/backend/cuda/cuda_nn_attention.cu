@@ -4,7 +4,8 @@
  * probabilities from the saved row logsumexp.
  *
  * q (B,H,T,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv) any strides, mask (B,H,T,S)
- * view or NULL, out (B,H,T,Dv), lse (B,H,T). Head h uses kv head
+ * view or NULL, out (B,H,T,Dv) and dq, dk, dv (shaped like q, k, v) any
+ * strides (stored through them), lse (B,H,T) contiguous. Head h uses kv head
  * h / (H / Hkv). Causal: query i sees key j <= i + S - T (bottom-right).
  * D, Dv <= 256.
  *
@@ -33,7 +34,9 @@ struct attn_args {
     void *delta; /* [B, H, T] compute type (backward) */
     int dt, mdt, odt, sdt, gdt, es, mes, oes, ses, ges;
     int64_t B, H, Hkv, T, S, D, Dv, group;
-    int64_t qs[4], ks[4], vs[4], ms[4], gs[4], os[4];
+    int64_t qs[4], ks[4], vs[4], ms[4], gs[4];
+    int64_t os[4];               /* out: written (forward), read (backward) */
+    int64_t dqs[4], dks[4], dvs[4]; /* written through (backward) */
     bool causal;
     double scale;
 };
@@ -160,7 +163,7 @@ template <typename T> __global__ void k_attn_forward(attn_args a) {
             int64_t row = (b * a.H + h) * a.T + i;
             for (int r = 0; r < ATT_REG; r++) {
                 int64_t c = lane + 32 * r;
-                if (c < a.Dv) stT(a.o + (row * a.Dv + c) * a.oes, a.odt, acc[r] * inv);
+                if (c < a.Dv) stT(a.o + off4(a.os, b, h, i, c) * a.oes, a.odt, acc[r] * inv);
             }
             if (lane == 0 && a.lse) {
                 T lv = l > 0 ? m + log(l) : (T)-INFINITY;
@@ -247,7 +250,7 @@ template <typename T> __global__ void k_attn_dq(attn_args a) {
         if (active)
             for (int r = 0; r < ATT_REG; r++) {
                 int64_t c = lane + 32 * r;
-                if (c < a.D) stT(a.dq + (row * a.D + c) * a.es, a.dt, dq[r]);
+                if (c < a.D) stT(a.dq + off4(a.dqs, b, h, i, c) * a.es, a.dt, dq[r]);
             }
     }
 }
@@ -317,11 +320,10 @@ template <typename T> __global__ void k_attn_dkv(attn_args a) {
             }
         }
         if (active) {
-            int64_t krow = (b * a.Hkv + hk) * a.S + j;
             for (int r = 0; r < ATT_REG; r++) {
                 int64_t c = lane + 32 * r;
-                if (a.dk && c < a.D) stT(a.dk + (krow * a.D + c) * a.es, a.dt, dk[r]);
-                if (a.dv && c < a.Dv) stT(a.dv + (krow * a.Dv + c) * a.es, a.dt, dv[r]);
+                if (a.dk && c < a.D) stT(a.dk + off4(a.dks, b, hk, j, c) * a.es, a.dt, dk[r]);
+                if (a.dv && c < a.Dv) stT(a.dv + off4(a.dvs, b, hk, j, c) * a.es, a.dt, dv[r]);
             }
         }
     }
@@ -439,7 +441,7 @@ template <int D> __global__ void __launch_bounds__(FA_THREADS) k_fa_forward(attn
         int64_t orow = (b * a.H + h) * a.T + row;
         float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f; /* fully masked row: 0 */
         for (int c = 0; c < NC; c++)
-            stT(a.o + (orow * D + tx + 16 * c) * a.oes, a.odt, acc[i][c] * inv);
+            stT(a.o + off4(a.os, b, h, row, tx + 16 * c) * a.oes, a.odt, acc[i][c] * inv);
         if (tx == 0 && a.lse)
             stT(a.lse + orow * a.ses, a.sdt, l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY);
     }
@@ -515,8 +517,8 @@ template <int D> __global__ void __launch_bounds__(FA_THREADS) k_fa_dq(attn_args
     for (int i = 0; i < 4; i++) {
         int64_t row = i0 + ty + 16 * i;
         if (row >= a.T) continue;
-        int64_t orow = (b * a.H + h) * a.T + row;
-        for (int c = 0; c < NC; c++) stT(a.dq + (orow * D + tx + 16 * c) * a.es, a.dt, acc[i][c]);
+        for (int c = 0; c < NC; c++)
+            stT(a.dq + off4(a.dqs, b, h, row, tx + 16 * c) * a.es, a.dt, acc[i][c]);
     }
 }
 
@@ -608,10 +610,9 @@ template <int D> __global__ void __launch_bounds__(FA_THREADS) k_fa_dkv(attn_arg
     for (int i = 0; i < 4; i++) {
         int64_t key = j0 + ty + 16 * i;
         if (key >= a.S) continue;
-        int64_t krow = (b * a.Hkv + hk) * a.S + key;
         for (int c = 0; c < NC; c++) {
-            if (a.dk) stT(a.dk + (krow * D + tx + 16 * c) * a.es, a.dt, dk[i][c]);
-            if (a.dv) stT(a.dv + (krow * D + tx + 16 * c) * a.es, a.dt, dv[i][c]);
+            if (a.dk) stT(a.dk + off4(a.dks, b, hk, key, tx + 16 * c) * a.es, a.dt, dk[i][c]);
+            if (a.dv) stT(a.dv + off4(a.dvs, b, hk, key, tx + 16 * c) * a.es, a.dt, dv[i][c]);
         }
     }
 }
@@ -782,15 +783,14 @@ oj_status oj_cuda_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *l
                                     const oj_tensor *mask, bool is_causal, double scale) {
     const char *op = "scaled_dot_product_attention";
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
-    if (oj_cuda_need_contig(eng, out, op, "out") != OJ_OK ||
-        oj_cuda_need_contig(eng, lse, op, "lse") != OJ_OK)
-        return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, lse, op, "lse") != OJ_OK) return oj_last_status(eng);
     attn_args a;
     args_init(&a, q, k, v, mask, is_causal, scale);
     if (check_dims(eng, &a) != OJ_OK) return oj_last_status(eng);
     a.o = oj_cuda_ptr(out);
     a.odt = (int)out->dtype;
     a.oes = (int)oj_dtype_size(out->dtype);
+    fill_strides(a.os, out);
     a.lse = lse ? oj_cuda_ptr(lse) : NULL;
     a.sdt = lse ? (int)lse->dtype : 0;
     a.ses = lse ? (int)oj_dtype_size(lse->dtype) : 0;
@@ -838,10 +838,7 @@ oj_status oj_cuda_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *d
                                      double scale) {
     const char *op = "scaled_dot_product_attention";
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
-    const oj_tensor *chk[4] = {dq, dk, dv, lse};
-    for (int i = 0; i < 4; i++)
-        if (oj_cuda_need_contig(eng, chk[i], op, "dq, dk, dv and lse") != OJ_OK)
-            return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, lse, op, "lse") != OJ_OK) return oj_last_status(eng);
     attn_args a;
     args_init(&a, q, k, v, mask, is_causal, scale);
     if (check_dims(eng, &a) != OJ_OK) return oj_last_status(eng);
@@ -859,13 +856,16 @@ oj_status oj_cuda_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *d
     a.dq = dq ? oj_cuda_ptr(dq) : NULL;
     a.dk = dk ? oj_cuda_ptr(dk) : NULL;
     a.dv = dv ? oj_cuda_ptr(dv) : NULL;
-    /* With no query row (T == 0) dk/dv are zero; dq is empty. */
+    fill_strides(a.dqs, dq);
+    fill_strides(a.dks, dk);
+    fill_strides(a.dvs, dv);
+    /* With no query row (T == 0) dk/dv are zero (through their strides); dq
+     * is empty. */
     if (a.B * a.H * a.T == 0) {
-        cudaError_t e = cudaSuccess;
-        if (dk && oj_cuda_numel(dk)) e = cudaMemsetAsync(a.dk, 0, (size_t)oj_cuda_numel(dk) * (size_t)a.es, OJ_STREAM);
-        if (e == cudaSuccess && dv && oj_cuda_numel(dv))
-            e = cudaMemsetAsync(a.dv, 0, (size_t)oj_cuda_numel(dv) * (size_t)a.es, OJ_STREAM);
-        return e == cudaSuccess ? OJ_OK : oj_cuda_fail(eng, e, "attention_backward (zero)");
+        oj_status st = OJ_OK;
+        if (dk && oj_cuda_numel(dk)) st = oj_cuda_fill(eng, dk, 0.0);
+        if (st == OJ_OK && dv && oj_cuda_numel(dv)) st = oj_cuda_fill(eng, dv, 0.0);
+        return st;
     }
     bool want_dq = dq != NULL, want_dkv = dk != NULL || dv != NULL;
     if (!want_dq && !want_dkv) return OJ_OK;
