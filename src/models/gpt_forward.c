@@ -219,12 +219,16 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
     if (cache == NULL || cache_append(cache, l, k, v, NULL, &ka, &va))
         y = attend(cache, q, ka ? ka : k, va ? va : v);
-    /* Per-head output gate: sigmoid(h W_g + b_g) [B, T, H] -> [B, H, T, 1]. */
+    /* Per-head output gate: sigmoid(h W_g + b_g) [B, T, H] -> [B, T, H, 1],
+     * applied to y seen as [B, T, H, D] (attention's output is stored in
+     * that order): the product comes out in the merged-head order, so
+     * merging the heads is a view, not a copy */
     oj_tensor *g1 = oj_sigmoid(g0);
-    oj_tensor *g2 = oj_transpose(g1, 1, 2);
-    oj_tensor *g3 = oj_unsqueeze(g2, 3);
-    oj_tensor *yg = oj_mul(y, g3);
-    oj_tensor *ym = merge_heads(yg);
+    oj_tensor *g3 = oj_unsqueeze(g1, 3);
+    oj_tensor *g2 = y ? oj_transpose(y, 1, 2) : NULL; /* [B, T, H, D] */
+    oj_tensor *yg = g2 && g3 ? oj_mul(g2, g3) : NULL;
+    int64_t ms[3] = {oj_size(h, 0), oj_size(h, 1), C};
+    oj_tensor *ym = yg ? oj_reshape(yg, 3, ms) : NULL;
     oj_tensor *out = oj_linear(ym, b->o_w, NULL);
     oj_tensor *tmp[] = {q0, k0, v0, q1, k1, v1, q2, k2, q, k, v, s, a, c, diff,
                         ka, va, y, g0, g1, g2, g3, yg, ym};
