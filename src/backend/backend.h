@@ -141,6 +141,16 @@ typedef struct oj_backend {
      * order (a fused bias epilogue's algorithm). */
     oj_status (*matmul_bias)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                              const oj_tensor *b, const oj_tensor *bias);
+    /* Optional (NULL, or OJ_ERR_UNSUPPORTED returned with nothing
+     * recorded: the ops layer runs matmul then unary_backward): out =
+     * (a @ b) * f'(x) for the unary op f (OJ_UN_GELU_TANH is the one CUDA
+     * takes), i.e. the gradient of f's input from the product giving the
+     * gradient of its output. a [1, M, K], b [1, K, N] as matmul's, out and
+     * x [1, M, N] of one dtype. The product is not rounded before the
+     * multiply (one rounding, into out), so the bits are not the unfused
+     * pair's; the backend uses it only under OJ_NUMERICS_FAST. */
+    oj_status (*matmul_act_backward)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                     const oj_tensor *b, const oj_tensor *x, oj_unary_op op);
     /* Inclusive prefix sum along `dim`: out[.., i, ..] = sum of x[.., j, ..]
      * for j <= i (reverse: j >= i). out contiguous, shaped like x; dtype x's
      * for float x, i64 for integer/bool x. A rank-0 x has dim 0 (a copy).

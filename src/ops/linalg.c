@@ -405,22 +405,65 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
 
 /* ---------------------------------------------------------------- gelu_linear */
 
+/* dx = (g W) * act'(x) in one backend call (matmul_act_backward: a GEMM
+ * epilogue), g [..., out], W [out, in], x [..., in]; NULL with *st
+ * OJ_ERR_UNSUPPORTED (nothing recorded) when the backend has no entry or
+ * does not take these operands, another status when it failed. */
+static oj_tensor *act_input_grad(oj_engine *eng, const char *op, oj_tensor *g, oj_tensor *x,
+                                 oj_tensor *w, oj_unary_op act, oj_status *st) {
+    *st = OJ_ERR_UNSUPPORTED;
+    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
+                   const oj_tensor *, oj_unary_op) = eng->backend->matmul_act_backward;
+    int64_t in_f = w->shape[1], out_f = w->shape[0], rows, gs, xs;
+    if (k == NULL || g->dtype != x->dtype || w->dtype != x->dtype || in_f == 0 || out_f == 0 ||
+        !rows_view(g, &rows, &gs) || !rows_view(x, &rows, &xs) || rows < 2 ||
+        g->stride[g->rank - 1] != 1 || x->stride[x->rank - 1] != 1)
+        return NULL;
+    oj_tensor *dx = oj__tensor_alloc(eng, x->rank, x->shape, x->dtype, op);
+    if (dx == NULL) {
+        *st = oj_last_status(eng);
+        return NULL;
+    }
+    oj_tensor va, vb, vo, vx;
+    kview(&va, g, 0, 1, rows, out_f, 0, gs, 1);
+    kview(&vb, w, 0, 1, out_f, in_f, 0, w->stride[0], w->stride[1]);
+    kview(&vo, dx, 0, 1, rows, in_f, 0, in_f, 1);
+    kview(&vx, x, 0, 1, rows, in_f, 0, xs, 1);
+    *st = k(eng, &vo, &va, &vb, &vx, act);
+    if (*st != OJ_OK) {
+        oj_release(dx);
+        if (*st != OJ_ERR_UNSUPPORTED) oj__kernel_ok(eng, *st, op);
+        return NULL;
+    }
+    return dx;
+}
+
 /* saved: x, W. i[0]: the unary op (GELU erf or tanh). The backward
- * recomputes h = gelu(x), then runs linear's and gelu's rules on it. */
+ * recomputes h = gelu(x), then runs linear's and gelu's rules on it; dx
+ * in one GEMM with the activation's gradient as its epilogue where the
+ * backend has one (act_input_grad). */
 static oj_status gelu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     oj_tensor *x = oj__node_saved(n, 0), *w = oj__node_saved(n, 1);
     if (x == NULL || w == NULL) return oj_last_status(eng);
     oj_unary_op act = (oj_unary_op)n->i[0];
-    oj_tensor *h = act == OJ_UN_GELU_TANH ? oj_gelu_tanh(x) : oj_gelu(x); /* grad mode is off */
-    if (h == NULL) return oj_last_status(eng);
     bool need[3] = {oj__node_needs(n, 0), oj__node_needs(n, 1),
                     n->n_in > 2 && oj__node_needs(n, 2)};
+    if (need[0]) {
+        oj_status st;
+        gi[0] = act_input_grad(eng, n->op, go[0], x, w, act, &st);
+        if (st != OJ_OK && st != OJ_ERR_UNSUPPORTED) return st;
+        if (gi[0]) need[0] = false;
+    }
+    bool fused = gi[0] != NULL;
+    if (fused && !need[1] && !need[2]) return oj_last_status(eng);
+    oj_tensor *h = act == OJ_UN_GELU_TANH ? oj_gelu_tanh(x) : oj_gelu(x); /* grad mode is off */
+    if (h == NULL) return oj_last_status(eng);
     oj_tensor *lg[3] = {NULL, NULL, NULL};
     linear_grads(eng, go[0], h, w, need, lg);
     gi[1] = lg[1];
     gi[2] = lg[2];
-    if (need[0] && lg[0]) gi[0] = oj__unary_grad(eng, n->op, act, x, h, lg[0], 0.0, 0.0);
+    if (!fused && need[0] && lg[0]) gi[0] = oj__unary_grad(eng, n->op, act, x, h, lg[0], 0.0, 0.0);
     oj_release(lg[0]);
     oj_release(h);
     return oj_last_status(eng);

@@ -1640,6 +1640,53 @@ static void test_ops_mlp_backward(void **state) {
     cmp_grad(lw, 1e-4, "mlp d(norm weight)");
 }
 
+/* gelu_linear's input gradient through the backend's matmul_act_backward
+ * (FAST numerics: cuBLASLt's DGELU epilogue on the GPU; the CPU runs the
+ * matmul and the GELU gradient): u [2, 33, 96] of dtype dt, W [40, 96]
+ * (conv1d: stored [96, 40]), bias [40]; loss = sum(y r). */
+static void one_gelu_linear_grad(oj_dtype dt, bool approximate, bool conv1d, double rtol) {
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = cpuf, gpu = gpuf;
+    pr u = rnd(3, (int64_t[3]){2, 33, 96}, dt, -3, 3);
+    pr w = conv1d ? perm(rnd(2, (int64_t[2]){96, 40}, dt, -0.3, 0.3), 2, (int[2]){1, 0})
+                  : rnd(2, (int64_t[2]){40, 96}, dt, -0.3, 0.3);
+    pr b = rnd(1, (int64_t[1]){40}, dt, -0.1, 0.1);
+    pr r = rnd(3, (int64_t[3]){2, 33, 40}, dt, -1, 1);
+    for (int sd = 0; sd < 2; sd++) {
+        assert_non_null(oj_set_requires_grad(u.t[sd], true));
+        assert_non_null(oj_set_requires_grad(w.t[sd], true));
+        assert_non_null(oj_set_requires_grad(b.t[sd], true));
+    }
+    pr loss;
+    for (int sd = 0; sd < 2; sd++) {
+        oj_tensor *y = oj_gelu_linear(u.t[sd], w.t[sd], b.t[sd], approximate);
+        assert_non_null(loss.t[sd] = oj_sum_all(oj_mul(y, r.t[sd])));
+    }
+    backward_both(loss);
+    char what[128];
+    snprintf(what, sizeof what, "gelu_linear %s %s%s du", oj_dtype_name(dt),
+             approximate ? "tanh" : "erf", conv1d ? " W [in, out]" : "");
+    cmp_tensors(oj_grad(u.t[1]), oj_grad(u.t[0]), rtol, true, what);
+    snprintf(what, sizeof what, "gelu_linear %s dW", oj_dtype_name(dt));
+    cmp_tensors(oj_grad(w.t[1]), oj_grad(w.t[0]), rtol, true, what);
+    snprintf(what, sizeof what, "gelu_linear %s db", oj_dtype_name(dt));
+    cmp_tensors(oj_grad(b.t[1]), oj_grad(b.t[0]), rtol, true, what);
+    cpu = save_c;
+    gpu = save_g;
+}
+
+// test: gelu_linear's gradients under FAST numerics agree with the CPU:
+// the tanh GELU's input gradient as a GEMM epilogue (bf16, f16, f32, both
+// weight layouts) and the erf GELU (unfused) beside it
+static void test_gelu_linear_fused(void **state) {
+    (void)state;
+    one_gelu_linear_grad(OJ_BF16, true, false, 2e-2);
+    one_gelu_linear_grad(OJ_BF16, true, true, 2e-2);
+    one_gelu_linear_grad(OJ_F16, true, true, 5e-3);
+    one_gelu_linear_grad(OJ_F32, true, false, 5e-3);
+    one_gelu_linear_grad(OJ_BF16, false, true, 2e-2);
+}
+
 static void test_ops_attention_backward(void **state) {
     (void)state;
     pr q = leaf(4, (int64_t[4]){2, 4, 12, 16}, -1, 1);
@@ -2761,6 +2808,7 @@ int main(void) {
         T_(test_cumsum),
         T_(test_matmul),
         T_(test_linear_bias),
+        T_(test_gelu_linear_fused),
         T_(test_gemv),
         T_(test_embedding),
         T_(test_norms),

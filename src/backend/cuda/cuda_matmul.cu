@@ -245,20 +245,27 @@ static uint32_t align_of(const void *p) {
     return al;
 }
 
-/* out = a @ b + bias through cuBLASLt's bias epilogue (CUBLASLT_EPILOGUE_BIAS:
- * the bias [N] added to every row of the row-major out inside the GEMM,
- * in f32 before the one rounding): one GEMM instead of a copy of the bias
- * into every row and a GEMM reading it back (11-25 us of copies per
- * linear of GPT-2 124M at B 16, T 1024). One batch, f32/bf16/f16, the
- * heuristic's first algorithm. OJ_ERR_UNSUPPORTED (nothing recorded) when
- * it does not apply or no algorithm fits: the caller copies instead. The
- * algorithm may differ from the plain GEMM's (another summation order over
- * k), so OJ_NUMERICS_EXACT does not come here. */
-static oj_status lt_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
-                         const oj_tensor *bias) {
-    static int off = -1; /* OJAS_CUDA_LT_BIAS=0: the copy path (comparisons) */
+/* out = epilogue(a @ b) through cuBLASLt, one batch, f32/bf16/f16 (out's
+ * dtype for a, b and the vectors):
+ *  - CUBLASLT_EPILOGUE_BIAS: + bias [N] on every row of the row-major out
+ *    (in f32 before the one rounding): one GEMM instead of a copy of the
+ *    bias into every row and a GEMM reading it back (11-25 us of copies
+ *    per linear of GPT-2 124M at B 16, T 1024);
+ *  - CUBLASLT_EPILOGUE_DGELU: * gelu_tanh'(aux), aux [M, N] row-major
+ *    (row stride aux_ld): the gradient of a GELU's input from the product
+ *    giving its output's, without the product's own rounding and a 300 MB
+ *    elementwise pass (110 us a layer of GPT-2 124M).
+ * The heuristic's first algorithm. OJ_ERR_UNSUPPORTED (nothing recorded)
+ * when it does not apply or no algorithm fits: the caller takes the
+ * unfused path. The algorithm may differ from the plain GEMM's (another
+ * summation order over k), so OJ_NUMERICS_EXACT never comes here.
+ * OJAS_CUDA_LT=0 turns it off (comparisons). */
+static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                             const oj_tensor *b, cublasLtEpilogue_t epi, const oj_tensor *bias,
+                             const void *aux, int64_t aux_ld) {
+    static int off = -1;
     if (off < 0) {
-        const char *e = getenv("OJAS_CUDA_LT_BIAS");
+        const char *e = getenv("OJAS_CUDA_LT");
         off = e != NULL && strcmp(e, "0") == 0;
     }
     oj_cuda_state *s = oj_cuda_state_of(eng);
@@ -266,10 +273,13 @@ static oj_status lt_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
     int64_t bt = out->shape[0], M = out->shape[1], N = out->shape[2], K = a->shape[2];
     int64_t ldc = M > 1 ? out->stride[1] : N;
     if (off || eng->numerics == OJ_NUMERICS_EXACT || bt != 1 || M < 2 || N < 2 || K < 1 ||
-        (dt != OJ_BF16 && dt != OJ_F16 && dt != OJ_F32) || bias->dtype != dt ||
-        bias->stride[0] != 1 || align_of(oj_cuda_ptr(bias)) < 16 || out->stride[2] != 1 ||
-        ldc < N || M > INT_MAX || N > INT_MAX || K > INT_MAX || ldc > INT_MAX)
+        (dt != OJ_BF16 && dt != OJ_F16 && dt != OJ_F32) || a->dtype != dt || b->dtype != dt ||
+        out->stride[2] != 1 || ldc < N || M > INT_MAX || N > INT_MAX || K > INT_MAX ||
+        ldc > INT_MAX)
         return OJ_ERR_UNSUPPORTED;
+    if (bias && (bias->dtype != dt || bias->stride[0] != 1 || align_of(oj_cuda_ptr(bias)) < 16))
+        return OJ_ERR_UNSUPPORTED;
+    if (aux && (aux_ld < N || aux_ld % 8 != 0 || align_of(aux) < 16)) return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_blas(eng, "matmul") == NULL) return oj_last_status(eng); /* the workspace */
     if (!s->lt_ready) {
         if (s->capture || cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS)
@@ -294,47 +304,46 @@ static oj_status lt_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     char *c = oj_cuda_ptr(out);
-    const void *bp = oj_cuda_ptr(bias);
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const void *bp = bias ? oj_cuda_ptr(bias) : NULL;
+    int64_t ald = aux_ld;
     uint64_t wsb = s->blas_ws_bytes;
     uint32_t al[3] = {align_of(B.ptr), align_of(A.ptr), align_of(c)};
-    /* column-major: C^T (N x M) = op(B) (N x K) * op(A) (K x M), the bias
-     * along C^T's rows (out's columns) */
-    bool ok = cublasLtMatmulDescCreate(&md, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &B.op,
-                                             sizeof B.op) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &A.op,
-                                             sizeof A.op) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                             sizeof epi) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
-                                             sizeof bp) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatrixLayoutCreate(&la, ty, B.op == CUBLAS_OP_N ? N : K,
-                                         B.op == CUBLAS_OP_N ? K : N, B.ld) ==
-                  CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatrixLayoutCreate(&lb, ty, A.op == CUBLAS_OP_N ? K : M,
-                                         A.op == CUBLAS_OP_N ? M : K, A.ld) ==
-                  CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatrixLayoutCreate(&lc, ty, N, M, ldc) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceSetAttribute(pref,
-                                                   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                   &wsb, sizeof wsb) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceSetAttribute(
-                  pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]) ==
-                  CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceSetAttribute(
-                  pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]) ==
-                  CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceSetAttribute(
-                  pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]) ==
-                  CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceSetAttribute(
-                  pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]) ==
-                  CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulAlgoGetHeuristic(s->lt, md, la, lb, lc, lc, pref, 1, &res, &nres) ==
-                  CUBLAS_STATUS_SUCCESS &&
+#define LT_OK(x) ((x) == CUBLAS_STATUS_SUCCESS)
+    /* column-major: C^T (N x M) = op(B) (N x K) * op(A) (K x M); the bias
+     * runs along C^T's rows (out's columns), aux is laid out as C^T */
+    bool ok = LT_OK(cublasLtMatmulDescCreate(&md, ct, CUDA_R_32F)) &&
+              LT_OK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &B.op,
+                                                   sizeof B.op)) &&
+              LT_OK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &A.op,
+                                                   sizeof A.op)) &&
+              LT_OK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                   sizeof epi)) &&
+              (!bp || LT_OK(cublasLtMatmulDescSetAttribute(
+                          md, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp))) &&
+              (!aux || (LT_OK(cublasLtMatmulDescSetAttribute(
+                            md, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux)) &&
+                        LT_OK(cublasLtMatmulDescSetAttribute(
+                            md, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ald, sizeof ald)))) &&
+              LT_OK(cublasLtMatrixLayoutCreate(&la, ty, B.op == CUBLAS_OP_N ? N : K,
+                                               B.op == CUBLAS_OP_N ? K : N, B.ld)) &&
+              LT_OK(cublasLtMatrixLayoutCreate(&lb, ty, A.op == CUBLAS_OP_N ? K : M,
+                                               A.op == CUBLAS_OP_N ? M : K, A.ld)) &&
+              LT_OK(cublasLtMatrixLayoutCreate(&lc, ty, N, M, ldc)) &&
+              LT_OK(cublasLtMatmulPreferenceCreate(&pref)) &&
+              LT_OK(cublasLtMatmulPreferenceSetAttribute(
+                  pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb)) &&
+              LT_OK(cublasLtMatmulPreferenceSetAttribute(
+                  pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0])) &&
+              LT_OK(cublasLtMatmulPreferenceSetAttribute(
+                  pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1])) &&
+              LT_OK(cublasLtMatmulPreferenceSetAttribute(
+                  pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2])) &&
+              LT_OK(cublasLtMatmulPreferenceSetAttribute(
+                  pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2])) &&
+              LT_OK(cublasLtMatmulAlgoGetHeuristic(s->lt, md, la, lb, lc, lc, pref, 1, &res,
+                                                   &nres)) &&
               nres > 0;
+#undef LT_OK
     cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
     if (ok) {
         const float one = 1.0f, zero = 0.0f;
@@ -349,18 +358,19 @@ static oj_status lt_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
     if (A.packed) oj__storage_release(A.packed);
     if (B.packed) oj__storage_release(B.packed);
     if (!ok) return OJ_ERR_UNSUPPORTED;
-    if (cs != CUBLAS_STATUS_SUCCESS) return blas_error(eng, cs, "cublasLtMatmul (bias)");
+    if (cs != CUBLAS_STATUS_SUCCESS) return blas_error(eng, cs, "cublasLtMatmul (epilogue)");
     if (s->prof) {
-        const char lay[3] = {A.op == CUBLAS_OP_N ? 'N' : 'T', B.op == CUBLAS_OP_N ? 'N' : 'T', 0};
+        const char lay[4] = {A.op == CUBLAS_OP_N ? 'N' : 'T', B.op == CUBLAS_OP_N ? 'N' : 'T',
+                             aux ? 'g' : 'b', 0};
         return oj_cuda_check(eng, prof_name(dt, lay, 1, M, N, K, false));
     }
-    return oj_cuda_check(eng, "matmul (cublasLtMatmul, bias)");
+    return oj_cuda_check(eng, "matmul (cublasLtMatmul, epilogue)");
 }
 
 /* out = a @ b + bias (bias [N] contiguous, out's dtype, broadcast over the
  * rows). One row: the matrix-vector kernel adds the bias itself (a decode
  * step's linears: no copy node before each GEMM); more rows: cuBLASLt's
- * bias epilogue (lt_bias), or else the bias is copied into out and the
+ * bias epilogue (lt_epilogue), or else the bias is copied into out and the
  * GEMM accumulates onto it. Each is the f32 sum plus the stored bias,
  * rounded once (the epilogue's GEMM may sum over k in another order). */
 oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
@@ -373,7 +383,7 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
             return oj_last_status(eng);
         return oj_cuda_check(eng, "matmul (gemv, bias)");
     }
-    oj_status lst = lt_bias(eng, out, a, b, bias);
+    oj_status lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BIAS, bias, NULL, 0);
     if (lst != OJ_ERR_UNSUPPORTED) return lst;
     oj_tensor bv = *out; /* bias seen as out's shape: stride 0 over batch and rows */
     bv.dtype = bias->dtype;
@@ -384,4 +394,18 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
     bv.stride[2] = N > 1 ? bias->stride[0] : 1;
     oj_status st = oj_cuda_copy(eng, out, &bv);
     return st == OJ_OK ? oj_cuda_matmul(eng, out, a, b, true) : st;
+}
+
+/* out = (a @ b) * f'(x), f = GELU (tanh form): cuBLASLt's DGELU epilogue
+ * (lt_epilogue) where it applies; OJ_ERR_UNSUPPORTED (nothing recorded)
+ * otherwise, the caller then runs matmul and unary_backward. */
+oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                      const oj_tensor *b, const oj_tensor *x, oj_unary_op op) {
+    if (op != OJ_UN_GELU_TANH || x->dtype != out->dtype || x->rank != 3 ||
+        x->shape[0] != 1 || x->shape[1] != out->shape[1] || x->shape[2] != out->shape[2] ||
+        x->stride[2] != 1 || (x->shape[1] > 1 && x->stride[1] < x->shape[2]))
+        return OJ_ERR_UNSUPPORTED;
+    if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
+    int64_t ld = x->shape[1] > 1 ? x->stride[1] : x->shape[2];
+    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DGELU, NULL, oj_cuda_ptr(x), ld);
 }
