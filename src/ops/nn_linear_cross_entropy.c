@@ -177,7 +177,8 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
                      oj__shape_fmt(b3, sizeof b3, targets->rank, targets->shape));
         return NULL;
     }
-    if (!OJ_KERNEL(eng, cross_entropy_forward, op) || !OJ_KERNEL(eng, cross_entropy_backward, op))
+    if (!OJ_KERNEL(eng, cross_entropy_forward, op) || !OJ_KERNEL(eng, cross_entropy_backward, op) ||
+        !OJ_KERNEL(eng, matmul, op))
         return NULL;
     int64_t N = oj_numel(targets), C = weight->shape[1], V = weight->shape[0];
     bool want_dx = eng->grad_enabled && x->requires_grad;
