@@ -306,6 +306,10 @@ static void test_fused_entry(void **state) {
                      OJ_ERR_OUT_OF_RANGE);
     assert_string_equal(oj_last_error(e), msg);
     oj_clear_error(e);
+    /* lse is required: the gradient reads it */
+    assert_int_equal(e->backend->cross_entropy_fused(e, l, NULL, x, x, t, g, 1.0, 10, 0.0, NULL),
+                     OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(e);
     oj_scope_end(e);
     assert_int_equal(oj_engine_live_tensors(e), 0);
     oj_engine_free(e);

@@ -394,6 +394,9 @@ oj_status oj_cpu_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor 
                                      double scale, int64_t ignore_index, double label_smoothing,
                                      int64_t *n_valid) {
     int64_t N = logits->shape[0], V = logits->shape[1];
+    if (lse == NULL)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "cross_entropy: the fused entry needs lse (its gradient reads it)");
     oj_status st = check_targets(eng, "cross_entropy", targets, V, ignore_index);
     if (st != OJ_OK) return st;
     if (logits->dtype == OJ_F32 && dlogits->dtype == OJ_F32 && V > 0) {

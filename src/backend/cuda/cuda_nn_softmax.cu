@@ -874,6 +874,9 @@ oj_status oj_cuda_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor
                                       double label_smoothing, int64_t *n_valid) {
     const char *op = "cross_entropy";
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (lse == NULL)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "cross_entropy: the fused entry needs lse (its gradient reads it)");
     const oj_tensor *chk[5] = {loss, lse, dlogits, logits, targets};
     for (int i = 0; i < 5; i++)
         if (oj_cuda_need_contig(eng, chk[i], op, "every tensor") != OJ_OK) return oj_last_status(eng);
