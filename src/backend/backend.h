@@ -128,7 +128,11 @@ typedef struct oj_backend {
      * with arbitrary strides (stride 0 on a broadcast batch, transposes
      * expressed by strides); out [Bt, M, N] is contiguous and does not
      * overlap a or b. a, b, out share one dtype: f32, f64, bf16 or f16
-     * (bf16/f16 compute in f32). K may be 0 (out = 0, or unchanged when
+     * (bf16/f16 compute in f32); or a and b are both bf16 or both f16 and
+     * out is f32: the f32 sums go into out (accumulate: added to it)
+     * without rounding to 16 bits (a chunked gradient accumulates into its
+     * f32 buffer with no 16-bit product in between; every backend must
+     * take this form). K may be 0 (out = 0, or unchanged when
      * accumulating). Under OJ_NUMERICS_EXACT each element sums over k in
      * index-increasing order (bit-identical across runs and thread counts). */
     oj_status (*matmul)(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
@@ -267,6 +271,23 @@ typedef struct oj_backend {
                                         const oj_tensor *lse, const oj_tensor *dloss,
                                         double scale, int64_t ignore_index,
                                         double label_smoothing);
+    /* Optional (NULL: the ops layer calls cross_entropy_forward, then
+     * cross_entropy_backward): both in one pass over each row. loss [N] and
+     * lse [N] (stat dtype, lse required) as cross_entropy_forward writes
+     * them, dlogits [N, V] as cross_entropy_backward writes it from that
+     * lse, the same bits as those two calls on the same backend; targets
+     * out of range and *n_valid as cross_entropy_forward. dloss [N] any
+     * stride (0: broadcast), known before the loss (linear_cross_entropy
+     * passes ones and scales later). dlogits may be logits itself (in place:
+     * the same storage, offset and dtype; each row's values are read before
+     * its gradient overwrites them); otherwise they must not overlap. Bytes:
+     * one read of the logits and one write of dlogits, where the two calls
+     * read the logits twice. */
+    oj_status (*cross_entropy_fused)(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
+                                     oj_tensor *dlogits, const oj_tensor *logits,
+                                     const oj_tensor *targets, const oj_tensor *dloss,
+                                     double scale, int64_t ignore_index, double label_smoothing,
+                                     int64_t *n_valid);
     /* NLL over log-probabilities logp [N, V]: loss[n] = -logp[n, t[n]], 0
      * (not counted) where t[n] == ignore_index; *n_valid as above; targets
      * out of range as in cross_entropy_forward (naming "nll_loss"). */

@@ -2,7 +2,10 @@
  * logits. Rows are taken in chunks; each chunk's logits live only while
  * its loss and, when a gradient is wanted, its gradients are computed:
  * dlogits = softmax - onehot (the cross_entropy_backward kernel with
- * dloss = 1), dx rows = dlogits W, dW += dlogits^T x. The node keeps dx
+ * dloss = 1), dx rows = dlogits W, dW += dlogits^T x. When the backend has
+ * cross_entropy_fused, the loss and dlogits come from one pass over the
+ * logits, and dlogits overwrite the logits in place (no second [chunk, V]
+ * buffer). The node keeps dx
  * and dW and its backward only scales them by the incoming gradient (and
  * 1 / counted rows for MEAN). The method of the "cut cross-entropy" and
  * Liger-Kernel fused linear cross-entropy (Wijmans et al. 2024; Hsu et
@@ -53,12 +56,26 @@ static oj_status lce_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) 
     return oj_last_status(eng);
 }
 
-/* The chunk loop: loss[N] (stat dtype), and dx / dw when not NULL. */
+/* v: the rank-3 [1, rows, cols] kernel view of matrix t (strides rs, cs). */
+static void mm_view(oj_tensor *v, const oj_tensor *t, int64_t rows, int64_t cols, int64_t rs,
+                    int64_t cs) {
+    *v = *t;
+    v->rank = 3;
+    v->shape[0] = 1, v->shape[1] = rows, v->shape[2] = cols;
+    v->stride[0] = rows * cols, v->stride[1] = rs, v->stride[2] = cs;
+}
+
+/* The chunk loop: loss[N] (stat dtype), and dx / dw when not NULL. dx
+ * rows come from the matmul kernel straight into dx; dW accumulates in
+ * the matmul kernel itself (accumulate, out f32 over bf16/f16 dlogits and
+ * x: the backend contract's mixed form), so each chunk's product is never
+ * rounded to 16 bits (more accurate than a 16-bit product added after, and
+ * one [V, C] pass less per chunk). */
 static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor *w,
                        oj_tensor *t1, int64_t ignore_index, double eps, oj_tensor *loss,
                        oj_tensor *dx, oj_tensor *dw) {
     const oj_backend *be = eng->backend;
-    int64_t N = x2->shape[0], V = w->shape[0];
+    int64_t N = x2->shape[0], V = w->shape[0], C = w->shape[1];
     int64_t R = chunk_rows(N, V, oj_dtype_size(x2->dtype));
     oj_dtype sdt = loss->dtype;
     oj_tensor *wt = oj_transpose(w, 0, 1); /* [C, V] view */
@@ -70,33 +87,47 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
         oj_tensor *lc = oj_narrow(loss, 0, r0, n);
         oj_tensor *logits = xc ? oj_matmul(xc, wt) : NULL; /* [n, V] */
         oj_tensor *lse = logits ? oj__tensor_alloc(eng, 1, &n, sdt, op) : NULL;
-        ok = lse && tc && lc && /* no count wanted (NULL): nothing read back */
-             oj__kernel_ok(eng, be->cross_entropy_forward(eng, lc, lse, logits, tc, ignore_index,
-                                                          eps, NULL),
-                           op);
         oj_tensor *dl = NULL, *ones = NULL;
-        if (ok && (dx || dw)) {
-            int64_t shp[2] = {n, V};
-            dl = oj__tensor_alloc(eng, 2, shp, x2->dtype, op);
-            ones = oj__tensor_view(one, 1, &n, &zero, one->offset);
-            ok = dl && ones &&
-                 oj__kernel_ok(eng, be->cross_entropy_backward(eng, dl, logits, tc, lse, ones, 1.0,
-                                                               ignore_index, eps),
+        if (dx || dw) {
+            ones = lse ? oj__tensor_view(one, 1, &n, &zero, one->offset) : NULL;
+            if (be->cross_entropy_fused) { /* one pass; dlogits over the logits */
+                dl = ones && tc && lc ? oj_retain(logits) : NULL;
+                ok = dl && oj__kernel_ok(eng,
+                                         be->cross_entropy_fused(eng, lc, lse, dl, logits, tc, ones,
+                                                                 1.0, ignore_index, eps, NULL),
+                                         op);
+            } else {
+                ok = ones && tc && lc &&
+                     oj__kernel_ok(eng, be->cross_entropy_forward(eng, lc, lse, logits, tc,
+                                                                  ignore_index, eps, NULL),
+                                   op);
+                int64_t shp[2] = {n, V};
+                dl = ok ? oj__tensor_alloc(eng, 2, shp, x2->dtype, op) : NULL;
+                ok = dl && oj__kernel_ok(eng,
+                                         be->cross_entropy_backward(eng, dl, logits, tc, lse, ones,
+                                                                    1.0, ignore_index, eps),
+                                         op);
+            }
+        } else {
+            ok = lse && tc && lc && /* no count wanted (NULL): nothing read back */
+                 oj__kernel_ok(eng, be->cross_entropy_forward(eng, lc, lse, logits, tc,
+                                                              ignore_index, eps, NULL),
                                op);
         }
-        if (ok && dx) { /* dx rows = dlogits W: [n, V] @ [V, C] */
-            oj_tensor *dxc = oj_narrow(dx, 0, r0, n);
-            oj_tensor *p = oj_matmul(dl, w);
-            ok = dxc && p && oj_copy_(dxc, p) == OJ_OK;
-            oj_release(p);
-            oj_release(dxc);
+        if (ok && dx) { /* dx rows = dlogits W: [n, V] @ [V, C], written in place */
+            oj_tensor va, vb, vo;
+            mm_view(&va, dl, n, V, V, 1);
+            mm_view(&vb, w, V, C, w->stride[0], w->stride[1]);
+            mm_view(&vo, dx, n, C, C, 1);
+            vo.offset += r0 * C * (int64_t)oj_dtype_size(dx->dtype);
+            ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, false), op);
         }
-        if (ok && dw) { /* dW += dlogits^T x: [V, n] @ [n, C] */
-            oj_tensor *dlt = oj_transpose(dl, 0, 1);
-            oj_tensor *p = dlt ? oj_matmul(dlt, xc) : NULL;
-            ok = p && oj_add_(dw, p) == OJ_OK;
-            oj_release(p);
-            oj_release(dlt);
+        if (ok && dw) { /* dW += dlogits^T x: [V, n] @ [n, C], summed into the f32 (f64) dW */
+            oj_tensor va, vb, vo;
+            mm_view(&va, dl, V, n, 1, V);
+            mm_view(&vb, xc, n, C, xc->stride[0], xc->stride[1]);
+            mm_view(&vo, dw, V, C, C, 1);
+            ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, true), op);
         }
         oj_tensor *tmp[] = {xc, tc, lc, logits, lse, dl, ones};
         for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
@@ -146,7 +177,8 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
                      oj__shape_fmt(b3, sizeof b3, targets->rank, targets->shape));
         return NULL;
     }
-    if (!OJ_KERNEL(eng, cross_entropy_forward, op) || !OJ_KERNEL(eng, cross_entropy_backward, op))
+    if (!OJ_KERNEL(eng, cross_entropy_forward, op) || !OJ_KERNEL(eng, cross_entropy_backward, op) ||
+        !OJ_KERNEL(eng, matmul, op))
         return NULL;
     int64_t N = oj_numel(targets), C = weight->shape[1], V = weight->shape[0];
     bool want_dx = eng->grad_enabled && x->requires_grad;

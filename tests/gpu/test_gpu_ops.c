@@ -1030,6 +1030,160 @@ static void test_class_losses(void **state) {
     assert_string_equal(msg[1][1], msg[0][1]);
 }
 
+static void same_bytes(oj_tensor *a, oj_tensor *b, const char *what, int i);
+
+/* cross_entropy_fused on [N, V] logits of dt: the CPU's values; on the
+ * GPU the bits of its own forward + backward (k_ce_fused shares their row
+ * routines), in place too. off: the logits start `off` elements into
+ * their storage (misaligned rows); doff: dlogits likewise (a vector-aligned
+ * logits with a misaligned dlogits takes the two kernels). */
+static void one_ce_fused(oj_dtype dt, int64_t N, int64_t V, double eps, int64_t off, int64_t doff,
+                         const char *what) {
+    oj_dtype sdt = dt == OJ_F64 ? OJ_F64 : OJ_F32;
+    int64_t s[2] = {N, V}, tot = N * V + 1;
+    pr xb = rnd(1, &tot, dt, -6, 6);
+    pr x = {{NULL, NULL}};
+    for (int sd = 0; sd < 2; sd++)
+        assert_non_null(x.t[sd] = oj_reshape(oj_narrow(xb.t[sd], 0, off, N * V), 2, s));
+    double *tv = malloc((size_t)N * sizeof *tv);
+    for (int64_t i = 0; i < N; i++) tv[i] = i % 3 == 1 ? -100 : (double)((i * 7919 + 5) % V);
+    if (N > 2) tv[2] = (double)(V - 1);
+    pr t = up(1, &N, N % 2 ? OJ_I32 : OJ_I64, tv);
+    free(tv);
+    pr g1 = rnd(1, (int64_t[1]){1}, sdt, 0.5, 1.5);
+    pr g = N % 2 ? expand(g1, 1, &N) : rnd(1, &N, sdt, -1, 1);
+    pr loss = empty(1, &N, sdt), lse = empty(1, &N, sdt);
+    pr db = empty(1, &tot, dt), dx = {{NULL, NULL}};
+    for (int sd = 0; sd < 2; sd++)
+        assert_non_null(dx.t[sd] = oj_reshape(oj_narrow(db.t[sd], 0, doff, N * V), 2, s));
+    int64_t nv[2] = {-1, -1};
+    BOTH(E->backend->cross_entropy_fused(E, T(loss), T(lse), T(dx), T(x), T(t), T(g), 0.5, -100,
+                                         eps, &nv[SIDE]));
+    assert_int_equal(nv[1], nv[0]);
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s: loss", what);
+    cmp(loss, 1e-5, msg);
+    snprintf(msg, sizeof msg, "%s: lse", what);
+    cmp(lse, sdt == OJ_F64 ? 1e-12 : 1e-6, msg);
+    snprintf(msg, sizeof msg, "%s: dlogits", what);
+    cmp(dx, tol(dt, 1e-5), msg);
+    /* the GPU's unfused entries: the same bits */
+    SIDE = 1;
+    pr l2 = empty(1, &N, sdt), s2 = empty(1, &N, sdt), d2 = empty(2, s, dt);
+    assert_int_equal(E->backend->cross_entropy_forward(E, T(l2), T(s2), T(x), T(t), -100, eps,
+                                                       NULL),
+                     OJ_OK);
+    assert_int_equal(E->backend->cross_entropy_backward(E, T(d2), T(x), T(t), T(s2), T(g), 0.5,
+                                                        -100, eps),
+                     OJ_OK);
+    same_bytes(T(loss), T(l2), what, 0);
+    same_bytes(T(lse), T(s2), what, 1);
+    same_bytes(T(dx), T(d2), what, 2);
+    /* in place over a copy of the logits (the same alignment), twice
+     * (EXACT: the same bits every run) */
+    for (int rep = 0; rep < 2; rep++) {
+        pr xc = dup(xb), xi = {{NULL, NULL}};
+        assert_non_null(xi.t[1] = oj_reshape(oj_narrow(xc.t[1], 0, off, N * V), 2, s));
+        assert_int_equal(E->backend->cross_entropy_fused(E, T(l2), T(s2), T(xi), T(xi), T(t), T(g),
+                                                         0.5, -100, eps, NULL),
+                         OJ_OK);
+        same_bytes(T(l2), T(loss), what, 3);
+        same_bytes(T(s2), T(lse), what, 4);
+        same_bytes(T(xi), T(dx), what, 5);
+    }
+    SIDE = 0;
+}
+
+static void test_cross_entropy_fused(void **state) {
+    (void)state;
+    const oj_dtype dts[3] = {OJ_BF16, OJ_F32, OJ_F16};
+    for (int d = 0; d < 3; d++)
+        for (int ls = 0; ls < 2; ls++) {
+            double eps = ls ? 0.1 : 0.0;
+            oj_dtype dt = dts[d];
+            one_ce_fused(dt, 9, 1000, eps, 0, 0, "ce_fused warp rows");
+            one_ce_fused(dt, 7, 1003, eps, 0, 0, "ce_fused warp rows, V % 8 != 0");
+            one_ce_fused(dt, 5, 50304, eps, 0, 0, "ce_fused vector rows");
+            one_ce_fused(dt, 4, 50257, eps, 0, 0, "ce_fused element rows");
+            one_ce_fused(dt, 1, 37, eps, 0, 0, "ce_fused one row");
+            one_ce_fused(dt, 3, 2048, eps, 1, 0, "ce_fused misaligned logits");
+            one_ce_fused(dt, 3, 2048, eps, 0, 1, "ce_fused misaligned dlogits");
+            one_ce_fused(dt, 6, 4, eps, 0, 0, "ce_fused four classes");
+        }
+    /* rows beyond the shared memory (f32, > 227 KiB): read twice */
+    one_ce_fused(OJ_F32, 2, 70001, 0.0, 0, 0, "ce_fused f32 row past shared memory");
+    one_ce_fused(OJ_F32, 2, 70000, 0.1, 0, 0, "ce_fused f32 vector row past shared memory");
+    one_ce_fused(OJ_F64, 5, 300, 0.1, 0, 0, "ce_fused f64");
+    /* a bad target: the forward's error, word for word */
+    double tv[3] = {1, 1000, 2};
+    pr t = up(1, (int64_t[1]){3}, OJ_I64, tv);
+    pr x = rnd(2, (int64_t[2]){3, 1000}, OJ_BF16, -1, 1);
+    pr g = rnd(1, (int64_t[1]){3}, OJ_F32, -1, 1);
+    pr loss = empty(1, (int64_t[1]){3}, OJ_F32), lse = empty(1, (int64_t[1]){3}, OJ_F32);
+    char msg[2][1024];
+    for (SIDE = 0; SIDE < 2; SIDE++) {
+        assert_int_equal(E->backend->cross_entropy_fused(E, T(loss), T(lse), T(x), T(x), T(t),
+                                                         T(g), 1.0, -100, 0.0, NULL),
+                         OJ_ERR_OUT_OF_RANGE);
+        snprintf(msg[SIDE], sizeof msg[SIDE], "%s", oj_last_error(E));
+        oj_clear_error(E);
+    }
+    SIDE = 0;
+    assert_string_equal(msg[1], msg[0]);
+}
+
+/* matmul with an f32 out over bf16/f16 operands (dW += dlogits^T x):
+ * the CPU's f32 sums within f32 rounding; EXACT reruns the same bits. */
+static void test_matmul_mixed(void **state) {
+    (void)state;
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F16};
+    const int64_t dims[3][3] = {{50, 37, 24}, {1, 300, 7}, {129, 64, 130}}; /* M, K, N */
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 3; c++)
+            for (int acc = 0; acc < 2; acc++) {
+                int64_t M = dims[c][0], K = dims[c][1], N = dims[c][2];
+                pr at = rnd(3, (int64_t[3]){1, K, M}, dts[d], -1, 1);
+                pr a = perm(at, 3, (int[3]){0, 2, 1});
+                pr b = rnd(3, (int64_t[3]){1, K, N}, dts[d], -1, 1);
+                pr o0 = rnd(3, (int64_t[3]){1, M, N}, OJ_F32, -1, 1);
+                pr out = dup(o0), out2 = dup(o0);
+                BOTH(E->backend->matmul(E, T(out), T(a), T(b), acc != 0));
+                cmp(out, 1e-5, "matmul f32 out, 16-bit operands");
+                SIDE = 1;
+                assert_int_equal(E->backend->matmul(E, T(out2), T(a), T(b), acc != 0), OJ_OK);
+                same_bytes(T(out2), T(out), "matmul f32 out rerun", c);
+                SIDE = 0;
+            }
+}
+
+/* linear_cross_entropy in bf16 (the fused entry in place, dW summed in
+ * f32 by the GEMM) against the CPU, chunks of 7 rows. */
+static void test_linear_cross_entropy_chunks(void **state) {
+    (void)state;
+    setenv("OJAS_LCE_CHUNK_ROWS", "7", 1);
+    int64_t N = 30, C = 40, V = 1003;
+    pr x = rnd(2, (int64_t[2]){N, C}, OJ_BF16, -1, 1);
+    pr w = rnd(2, (int64_t[2]){V, C}, OJ_BF16, -1, 1);
+    double tv[30];
+    for (int i = 0; i < 30; i++) tv[i] = i % 5 == 4 ? -100 : (i * 37) % V;
+    pr t = up(1, &N, OJ_I64, tv);
+    pr loss = {{NULL, NULL}}, gx = {{NULL, NULL}}, gw = {{NULL, NULL}};
+    for (SIDE = 0; SIDE < 2; SIDE++) {
+        oj_set_requires_grad(T(x), true);
+        oj_set_requires_grad(T(w), true);
+        loss.t[SIDE] = oj_linear_cross_entropy(T(x), T(w), T(t), -100, 0.1, OJ_REDUCTION_MEAN);
+        if (loss.t[SIDE] == NULL) fail_msg("%s", oj_last_error(E));
+        assert_int_equal(oj_backward(loss.t[SIDE], false), OJ_OK);
+        gx.t[SIDE] = oj_grad(T(x));
+        gw.t[SIDE] = oj_grad(T(w));
+    }
+    SIDE = 0;
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+    cmp(loss, 1e-5, "linear_cross_entropy loss");
+    cmp(gx, 1e-2, "linear_cross_entropy dx");
+    cmp(gw, 1e-2, "linear_cross_entropy dW");
+}
+
 typedef struct {
     int64_t B, H, Hkv, T, S, D, Dv;
     bool causal;
@@ -2815,6 +2969,9 @@ int main(void) {
         T_(test_add_norm),
         T_(test_softmax),
         T_(test_class_losses),
+        T_(test_cross_entropy_fused),
+        T_(test_matmul_mixed),
+        T_(test_linear_cross_entropy_chunks),
         T_(test_attention),
         T_(test_attention_decode),
         T_(test_rotary_dropout),

@@ -50,6 +50,7 @@ const oj_backend oj_cpu_backend = {
     .softmax_backward = oj_cpu_softmax_backward,
     .cross_entropy_forward = oj_cpu_cross_entropy_forward,
     .cross_entropy_backward = oj_cpu_cross_entropy_backward,
+    .cross_entropy_fused = oj_cpu_cross_entropy_fused,
     .nll_loss_forward = oj_cpu_nll_loss_forward,
     .nll_loss_backward = oj_cpu_nll_loss_backward,
     .attention_forward = oj_cpu_attention_forward,

@@ -75,6 +75,11 @@ oj_status oj_cpu_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
                                         const oj_tensor *lse, const oj_tensor *dloss,
                                         double scale, int64_t ignore_index,
                                         double label_smoothing);
+oj_status oj_cpu_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
+                                     oj_tensor *dlogits, const oj_tensor *logits,
+                                     const oj_tensor *targets, const oj_tensor *dloss,
+                                     double scale, int64_t ignore_index, double label_smoothing,
+                                     int64_t *n_valid);
 oj_status oj_cpu_nll_loss_forward(oj_engine *eng, oj_tensor *loss, const oj_tensor *logp,
                                   const oj_tensor *targets, int64_t ignore_index,
                                   int64_t *n_valid);

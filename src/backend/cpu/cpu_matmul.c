@@ -363,7 +363,9 @@ oj_status oj_cpu_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, cons
     size_t oes = oj_dtype_size(dt), aes = oj_dtype_size(a->dtype), bes = oj_dtype_size(b->dtype);
     if (bt == 0 || m == 0 || n == 0) return OJ_OK;
     bool use_blas = false, fast = eng->numerics == OJ_NUMERICS_FAST;
-    bool use_own_f32 = dt == OJ_F32 && a->dtype == OJ_F32 && b->dtype == OJ_F32;
+    /* f32 out: f32 operands, or bf16/f16 ones widened (their f32 sums go
+     * straight into out, never rounded to 16 bits) */
+    bool use_own_f32 = dt == OJ_F32;
     /* FAST f32: our fused kernel or OpenBLAS, whichever oj_cpu_fast_gemm
      * picked (docs/bench-cpu.md has the measurements behind the default). */
     bool own_fast = fast && !dbl && oj_cpu_fast_gemm(eng) == OJ_GEMM_OWN;

@@ -213,50 +213,125 @@ static double ce_lse(const oj_simd *sd, const float *r, int64_t V, float *tmp) {
     return (double)m + log((double)sd->expsum(tmp, V, m));
 }
 
-static void ce_fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
-    const ce_ctx *c = vc;
+/* Forward of f32 row n: lse[n] (when lse), loss[n]. */
+static void ce_fwd_row(const ce_ctx *c, int64_t n, float *tmp) {
     int64_t V = c->V;
-    float *tmp = oj_cpu_scratch(c->eng, tid, (size_t)V * sizeof(float));
-    const char *tp = oj__nn_base(c->targets);
-    for (int64_t n = begin; n < end; n++) {
-        const float *r = c->logits + n * V;
-        double l = ce_lse(c->sd, r, V, tmp);
-        if (c->lse) store_stat(c->lse, n, l);
-        int64_t t = oj__nn_index(tp, c->targets->dtype, n);
-        double li = 0.0;
-        if (t != c->ignore) {
-            li = (1.0 - c->eps) * (l - (double)r[t]);
-            if (c->eps != 0.0) li += c->eps * (l - (double)c->sd->sum(r, V) / (double)V);
-        }
-        store_stat(c->loss, n, li);
+    const float *r = c->logits + n * V;
+    double l = ce_lse(c->sd, r, V, tmp);
+    if (c->lse) store_stat(c->lse, n, l);
+    int64_t t = oj__nn_index(oj__nn_base(c->targets), c->targets->dtype, n);
+    double li = 0.0;
+    if (t != c->ignore) {
+        li = (1.0 - c->eps) * (l - (double)r[t]);
+        if (c->eps != 0.0) li += c->eps * (l - (double)c->sd->sum(r, V) / (double)V);
     }
+    store_stat(c->loss, n, li);
 }
 
-/* d = scale dloss[n] (softmax(row) - (1 - eps) onehot(t) - eps / V), the
- * softmax rebuilt as exp(x - m) exp(m - lse), m the row max. */
+/* Gradient of f32 row n: d = scale dloss[n] (softmax(row) - (1 - eps)
+ * onehot(t) - eps / V), the softmax rebuilt as exp(x - m) exp(m - lse), m
+ * the row max, lse as stored in lse_in. The row of dlogits may be the row
+ * of logits itself (in place: every value is read before it is written). */
+static void ce_bwd_row(const ce_ctx *c, int64_t n) {
+    int64_t V = c->V;
+    int64_t t = oj__nn_index(oj__nn_base(c->targets), c->targets->dtype, n);
+    float *d = c->dlogits + n * V;
+    if (t == c->ignore) {
+        memset(d, 0, (size_t)V * sizeof(float));
+        return;
+    }
+    const float *r = c->logits + n * V;
+    float m = c->sd->max(r, V);
+    double l = oj__nn_get(oj__nn_base(c->lse_in), c->lse_in->dtype, n);
+    double g = c->scale * dloss_at(c->dloss, n);
+    float gs = (float)(g * exp((double)m - l)), go = (float)(g * (c->eps / (double)V));
+    if (d != r) memcpy(d, r, (size_t)V * sizeof(float));
+    c->sd->expsum(d, V, m);
+    c->sd->unary(OJ_SF_AFFINE, d, d, V, gs, -go);
+    d[t] = (float)((double)d[t] - g * (1.0 - c->eps));
+}
+
+static void ce_fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    const ce_ctx *c = vc;
+    float *tmp = oj_cpu_scratch(c->eng, tid, (size_t)c->V * sizeof(float));
+    for (int64_t n = begin; n < end; n++) ce_fwd_row(c, n, tmp);
+}
+
 static void ce_bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
     (void)tid;
     const ce_ctx *c = vc;
-    int64_t V = c->V;
-    const char *tp = oj__nn_base(c->targets);
-    double off = c->eps / (double)V;
+    for (int64_t n = begin; n < end; n++) ce_bwd_row(c, n);
+}
+
+/* Both, row by row (the cross_entropy_fused entry): the row's gradient is
+ * written after its forward has read it. */
+static void ce_fused_rows(void *vc, int64_t begin, int64_t end, int tid) {
+    const ce_ctx *c = vc;
+    float *tmp = oj_cpu_scratch(c->eng, tid, (size_t)c->V * sizeof(float));
     for (int64_t n = begin; n < end; n++) {
-        int64_t t = oj__nn_index(tp, c->targets->dtype, n);
-        float *d = c->dlogits + n * V;
-        if (t == c->ignore) {
-            memset(d, 0, (size_t)V * sizeof(float));
-            continue;
-        }
-        const float *r = c->logits + n * V;
-        float m = c->sd->max(r, V);
-        double l = oj__nn_get(oj__nn_base(c->lse_in), c->lse_in->dtype, n);
-        double g = c->scale * dloss_at(c->dloss, n);
-        float gs = (float)(g * exp((double)m - l)), go = (float)(g * off);
-        memcpy(d, r, (size_t)V * sizeof(float));
-        c->sd->expsum(d, V, m);
-        c->sd->unary(OJ_SF_AFFINE, d, d, V, gs, -go);
-        d[t] = (float)((double)d[t] - g * (1.0 - c->eps));
+        ce_fwd_row(c, n, tmp);
+        ce_bwd_row(c, n);
     }
+}
+
+/* ---------------------------------------------------------------- other dtypes (double rows) */
+
+/* Forward of row n (any dtype, loaded into row[V] doubles). */
+static void ce_fwd_row_d(const oj_tensor *logits, const oj_tensor *targets, int64_t n,
+                         int64_t ignore_index, double label_smoothing, oj_tensor *loss,
+                         oj_tensor *lse, double *row) {
+    int64_t V = logits->shape[1];
+    size_t es = oj_dtype_size(logits->dtype);
+    oj__nn_load(oj__nn_base(logits) + (size_t)(n * V) * es, logits->dtype, V, 1, row);
+    double l = row_lse(row, V);
+    if (lse) store_stat(lse, n, l);
+    int64_t t = oj__nn_index(oj__nn_base(targets), targets->dtype, n);
+    double li = 0.0;
+    if (t != ignore_index) {
+        li = (1.0 - label_smoothing) * (l - row[t]);
+        if (label_smoothing != 0.0) {
+            double s = 0.0;
+            for (int64_t k = 0; k < V; k++) s += row[k];
+            li += label_smoothing * (l - s / (double)V);
+        }
+    }
+    store_stat(loss, n, li);
+}
+
+/* Gradient of row n (any dtypes; dlogits may be logits itself: the row is
+ * loaded whole before it is stored). */
+static void ce_bwd_row_d(oj_tensor *dlogits, const oj_tensor *logits, const oj_tensor *targets,
+                         const oj_tensor *lse, const oj_tensor *dloss, double scale, int64_t n,
+                         int64_t ignore_index, double label_smoothing, double *row) {
+    int64_t V = logits->shape[1];
+    size_t es = oj_dtype_size(logits->dtype), ds = oj_dtype_size(dlogits->dtype);
+    int64_t t = oj__nn_index(oj__nn_base(targets), targets->dtype, n);
+    if (t == ignore_index) {
+        memset(row, 0, (size_t)V * sizeof(double));
+    } else {
+        oj__nn_load(oj__nn_base(logits) + (size_t)(n * V) * es, logits->dtype, V, 1, row);
+        double l = oj__nn_get(oj__nn_base(lse), lse->dtype, n);
+        double g = scale * dloss_at(dloss, n), off = label_smoothing / (double)V;
+        for (int64_t k = 0; k < V; k++) row[k] = g * (exp(row[k] - l) - off);
+        row[t] -= g * (1.0 - label_smoothing);
+    }
+    oj__nn_store(oj__nn_base(dlogits) + (size_t)(n * V) * ds, dlogits->dtype, V, row);
+}
+
+static int64_t count_valid(const oj_tensor *targets, int64_t N, int64_t ignore_index) {
+    const char *tp = oj__nn_base(targets);
+    int64_t valid = 0;
+    for (int64_t n = 0; n < N; n++) valid += oj__nn_index(tp, targets->dtype, n) != ignore_index;
+    return valid;
+}
+
+/* Every thread's V floats of scratch (ce_lse). */
+static oj_status ce_scratch(oj_engine *eng, int64_t V) {
+    int nt = oj_cpu_threads(eng);
+    for (int t = 0; t < nt; t++)
+        if (oj_cpu_scratch(eng, t, (size_t)V * sizeof(float)) == NULL)
+            return oj_set_error(eng, OJ_ERR_CAPACITY, "cross_entropy: out of host memory");
+    return OJ_OK;
 }
 
 // logits (N,V), targets (N) -> loss (N), lse (N)
@@ -268,44 +343,19 @@ oj_status oj_cpu_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tenso
     oj_status st = check_targets(eng, "cross_entropy", targets, V, ignore_index);
     if (st != OJ_OK) return st;
     if (logits->dtype == OJ_F32 && V > 0) {
-        int nt = oj_cpu_threads(eng);
-        for (int t = 0; t < nt; t++)
-            if (oj_cpu_scratch(eng, t, (size_t)V * sizeof(float)) == NULL)
-                return oj_set_error(eng, OJ_ERR_CAPACITY, "cross_entropy: out of host memory");
+        if (ce_scratch(eng, V) != OJ_OK) return OJ_ERR_CAPACITY;
         ce_ctx c = {.eng = eng, .sd = oj_simd_of(eng), .V = V, .ignore = ignore_index,
                     .eps = label_smoothing, .logits = (const float *)oj__nn_base(logits),
                     .targets = targets, .loss = loss, .lse = lse};
         oj_cpu_parallel_for(eng, N, rows_grain(V), ce_fwd_rows, &c);
-        const char *tp = oj__nn_base(targets);
-        int64_t valid = 0;
-        for (int64_t n = 0; n < N; n++) valid += oj__nn_index(tp, targets->dtype, n) != ignore_index;
-        if (n_valid) *n_valid = valid;
-        return OJ_OK;
+    } else {
+        double *row = oj__nn_scratch(eng, V, "cross_entropy");
+        if (row == NULL) return OJ_ERR_CAPACITY;
+        for (int64_t n = 0; n < N; n++)
+            ce_fwd_row_d(logits, targets, n, ignore_index, label_smoothing, loss, lse, row);
+        free(row);
     }
-    double *row = oj__nn_scratch(eng, V, "cross_entropy");
-    if (row == NULL) return OJ_ERR_CAPACITY;
-    size_t es = oj_dtype_size(logits->dtype);
-    const char *tp = oj__nn_base(targets);
-    int64_t valid = 0;
-    for (int64_t n = 0; n < N; n++) {
-        oj__nn_load(oj__nn_base(logits) + (size_t)(n * V) * es, logits->dtype, V, 1, row);
-        double l = row_lse(row, V);
-        if (lse) store_stat(lse, n, l);
-        int64_t t = oj__nn_index(tp, targets->dtype, n);
-        double li = 0.0;
-        if (t != ignore_index) {
-            valid++;
-            li = (1.0 - label_smoothing) * (l - row[t]);
-            if (label_smoothing != 0.0) {
-                double s = 0.0;
-                for (int64_t k = 0; k < V; k++) s += row[k];
-                li += label_smoothing * (l - s / (double)V);
-            }
-        }
-        store_stat(loss, n, li);
-    }
-    free(row);
-    if (n_valid) *n_valid = valid;
+    if (n_valid) *n_valid = count_valid(targets, N, ignore_index);
     return OJ_OK;
 }
 
@@ -326,23 +376,48 @@ oj_status oj_cpu_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
     }
     double *row = oj__nn_scratch(eng, V, "cross_entropy");
     if (row == NULL) return OJ_ERR_CAPACITY;
-    size_t es = oj_dtype_size(logits->dtype), ds = oj_dtype_size(dlogits->dtype);
-    const char *tp = oj__nn_base(targets);
-    double off = label_smoothing / (double)V;
-    for (int64_t n = 0; n < N; n++) {
-        int64_t t = oj__nn_index(tp, targets->dtype, n);
-        if (t == ignore_index) {
-            memset(row, 0, (size_t)V * sizeof(double));
-        } else {
-            oj__nn_load(oj__nn_base(logits) + (size_t)(n * V) * es, logits->dtype, V, 1, row);
-            double l = oj__nn_get(oj__nn_base(lse), lse->dtype, n);
-            double g = scale * dloss_at(dloss, n);
-            for (int64_t k = 0; k < V; k++) row[k] = g * (exp(row[k] - l) - off);
-            row[t] -= g * (1.0 - label_smoothing);
-        }
-        oj__nn_store(oj__nn_base(dlogits) + (size_t)(n * V) * ds, dlogits->dtype, V, row);
-    }
+    for (int64_t n = 0; n < N; n++)
+        ce_bwd_row_d(dlogits, logits, targets, lse, dloss, scale, n, ignore_index,
+                     label_smoothing, row);
     free(row);
+    return OJ_OK;
+}
+
+/* Forward and backward in one pass over the rows: each row's loss and lse
+ * as oj_cpu_cross_entropy_forward, then its gradient as
+ * oj_cpu_cross_entropy_backward from the stored lse (the same routines, so
+ * the same bits). dlogits may be logits itself. Targets are checked
+ * first, so an error writes nothing. */
+oj_status oj_cpu_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
+                                     oj_tensor *dlogits, const oj_tensor *logits,
+                                     const oj_tensor *targets, const oj_tensor *dloss,
+                                     double scale, int64_t ignore_index, double label_smoothing,
+                                     int64_t *n_valid) {
+    int64_t N = logits->shape[0], V = logits->shape[1];
+    if (lse == NULL)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "cross_entropy: the fused entry needs lse (its gradient reads it)");
+    oj_status st = check_targets(eng, "cross_entropy", targets, V, ignore_index);
+    if (st != OJ_OK) return st;
+    if (logits->dtype == OJ_F32 && dlogits->dtype == OJ_F32 && V > 0) {
+        if (ce_scratch(eng, V) != OJ_OK) return OJ_ERR_CAPACITY;
+        ce_ctx c = {.eng = eng, .sd = oj_simd_of(eng), .V = V, .ignore = ignore_index,
+                    .eps = label_smoothing, .scale = scale,
+                    .logits = (const float *)oj__nn_base(logits), .targets = targets,
+                    .dloss = dloss, .lse_in = lse, .loss = loss, .lse = lse,
+                    .dlogits = (float *)oj__nn_base(dlogits)};
+        oj_cpu_parallel_for(eng, N, rows_grain(V), ce_fused_rows, &c);
+    } else {
+        double *row = oj__nn_scratch(eng, V, "cross_entropy");
+        if (row == NULL) return OJ_ERR_CAPACITY;
+        for (int64_t n = 0; n < N; n++) {
+            ce_fwd_row_d(logits, targets, n, ignore_index, label_smoothing, loss, lse, row);
+            ce_bwd_row_d(dlogits, logits, targets, lse, dloss, scale, n, ignore_index,
+                         label_smoothing, row);
+        }
+        free(row);
+    }
+    if (n_valid) *n_valid = count_valid(targets, N, ignore_index);
     return OJ_OK;
 }
 

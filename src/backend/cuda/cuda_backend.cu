@@ -64,6 +64,7 @@ static oj_backend make_cuda_backend() {
     b.softmax_backward = oj_cuda_softmax_backward;
     b.cross_entropy_forward = oj_cuda_cross_entropy_forward;
     b.cross_entropy_backward = oj_cuda_cross_entropy_backward;
+    b.cross_entropy_fused = oj_cuda_cross_entropy_fused;
     b.nll_loss_forward = oj_cuda_nll_loss_forward;
     b.nll_loss_backward = oj_cuda_nll_loss_backward;
     b.attention_forward = oj_cuda_attention_forward;

@@ -9,7 +9,9 @@
  *
  * Precision: f32 accumulates in f32 (TF32 tensor cores only under
  * OJ_NUMERICS_FAST; EXACT asks for the pedantic f32 path), bf16/f16 inputs
- * accumulate in f32 and round once into out, f64 in f64. cuBLAS gives the
+ * accumulate in f32 and round once into out (or, with an f32 out, add
+ * into it unrounded: C type CUDA_R_32F, a type pair cublasGemmEx lists for
+ * CUBLAS_COMPUTE_32F), f64 in f64. cuBLAS gives the
  * same bits on every run for the same shapes on the same GPU (its
  * reproducibility guarantee), which is what EXACT promises here; the
  * summation order over k is cuBLAS's, not the CPU's index order.
@@ -179,12 +181,12 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
         return st;
     }
     bool exact = eng->numerics == OJ_NUMERICS_EXACT;
-    cudaDataType_t ty;
+    cudaDataType_t ty, tc; /* a and b's type; out's (f32 over bf16/f16 operands) */
     cublasComputeType_t ct;
     float alpha_f = 1.0f, beta_f = accumulate ? 1.0f : 0.0f;
     double alpha_d = 1.0, beta_d = accumulate ? 1.0 : 0.0;
     const void *alpha = &alpha_f, *beta = &beta_f;
-    switch (dt) {
+    switch (a->dtype) {
     case OJ_F32:
         ty = CUDA_R_32F;
         ct = exact ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -204,19 +206,21 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
         ct = exact ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
         break;
     }
+    tc = dt == a->dtype ? ty : CUDA_R_32F;
+    const int64_t aes = (int64_t)oj_dtype_size(a->dtype);
     char *c = oj_cuda_ptr(out);
     cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
     const int64_t chunk = 65535;
     for (int64_t b0 = 0; b0 < bt && cs == CUBLAS_STATUS_SUCCESS; b0 += chunk) {
         int64_t nb = bt - b0 < chunk ? bt - b0 : chunk;
-        const char *pa = A.ptr + b0 * A.bstride * (int64_t)es;
-        const char *pb = B.ptr + b0 * B.bstride * (int64_t)es;
+        const char *pa = A.ptr + b0 * A.bstride * aes;
+        const char *pb = B.ptr + b0 * B.bstride * aes;
         char *pc = c + b0 * sc * (int64_t)es;
         for (int attempt = 0; attempt < 2; attempt++) {
             /* column-major: C^T (N x M) = op(B) (N x K) * op(A) (K x M) */
             cs = cublasGemmStridedBatchedEx(h, B.op, A.op, (int)N, (int)M, (int)K, alpha, pb, ty,
                                             (int)B.ld, (long long)B.bstride, pa, ty, (int)A.ld,
-                                            (long long)A.bstride, beta, pc, ty, (int)ldc,
+                                            (long long)A.bstride, beta, pc, tc, (int)ldc,
                                             (long long)sc, (int)nb, ct, CUBLAS_GEMM_DEFAULT);
             /* Some cuBLAS builds refuse the pedantic mode for half types:
              * the plain f32-accumulating mode is the same contract. */

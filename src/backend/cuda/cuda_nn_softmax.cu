@@ -427,24 +427,136 @@ __global__ void k_nll_backward(ce_args a) {
 }
 
 /* Fast paths of the fused cross-entropy (f32/bf16/f16 logits, f32 loss and
- * lse; see the comment on the softmax fast paths for the layout). */
+ * lse; see the comment on the softmax fast paths for the layout).
+ *
+ * The forward (k_ce_fwd_fast) and the one-pass forward + backward
+ * (k_ce_fused) take each row's (max, sum of exp) from the same routine,
+ * ce_row_stats, so their loss and lse have the same bits; the backward
+ * (k_ce_bwd_fast) and k_ce_fused write each gradient with the same
+ * ce_grad, so their dlogits have the same bits. ce_row_stats reads a row
+ * as packs of W elements: 16-byte vectors (W = 16 / sizeof(T)) when every
+ * row starts 16-byte aligned (VEC: the base aligned and V * sizeof(T) a
+ * multiple of 16), else single elements (W = 1). Thread tid takes packs
+ * tid + TPR j, U packs in flight (their loads issued first), keeps a
+ * running (max, sum) rescaled when a group of U packs raises the max
+ * (online softmax, Milakov & Gimelshein 2018), and the row's threads merge
+ * in the fixed order of row_ms_reduce: the same bits every run. */
+
+/* Pack of W elements of T as one load: a 16-byte vector, or T itself. */
+template <typename T, bool VEC> struct ce_pack {
+    typedef uint4 P;
+    static constexpr int W = 16 / (int)sizeof(T);
+};
+template <typename T> struct ce_pack<T, false> {
+    typedef T P;
+    static constexpr int W = 1;
+};
+
+template <typename T, bool VEC>
+__device__ static __forceinline__ void ce_unpack(typename ce_pack<T, VEC>::P r, float *f) {
+    if constexpr (VEC)
+        oj_cu_unpackv<T, ce_pack<T, VEC>::W>(r, f); /* a NaN stays a NaN */
+    else
+        f[0] = oj_cu_hw_tof(r);
+}
+
+/* Packs per thread in flight in the row loops. */
+template <typename T, bool VEC> struct ce_unroll {
+    static constexpr int U = VEC ? 4 : 8;
+};
+
+/* This thread's running (max m, sum s of exp(x - m)) over its packs of
+ * row (np packs), and (ax not NULL) the plain sum of its values. stage
+ * (not NULL): each pack read is also stored at stage[pack] (the fused
+ * kernel reads it back from there: the row comes from DRAM once). */
+template <typename T, int TPR, bool VEC>
+__device__ static __forceinline__ void ce_row_stats(const typename ce_pack<T, VEC>::P *row,
+                                                    int64_t np, int tid,
+                                                    typename ce_pack<T, VEC>::P *stage, float *pm,
+                                                    float *ps, float *ax) {
+    typedef typename ce_pack<T, VEC>::P P;
+    constexpr int W = ce_pack<T, VEC>::W, U = ce_unroll<T, VEC>::U;
+    float m = -INFINITY, s = 0.0f, sx = 0.0f;
+    for (int64_t p0 = tid; p0 < np; p0 += (int64_t)TPR * U) {
+        P r[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) { /* every load issued first: past np, the last pack */
+            int64_t p = p0 + (int64_t)TPR * j;
+            r[j] = row[p < np ? p : np - 1];
+        }
+        float mc = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            int64_t p = p0 + (int64_t)TPR * j;
+            if (p >= np) break;
+            if (stage) stage[p] = r[j];
+            float v[W];
+            ce_unpack<T, VEC>(r[j], v);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                mc = fmaxf(mc, v[k]); /* NaN skipped here; it reaches s below */
+                if (ax) sx += v[k];
+            }
+        }
+        /* explicit roundings (never contracted into an FMA, whatever the
+         * inlining context: the forward and the fused kernel agree) */
+        if (mc > m) {
+            s = __fmul_rn(s, expf(m - mc));
+            m = mc;
+        }
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            int64_t p = p0 + (int64_t)TPR * j;
+            if (p >= np) break;
+            float v[W];
+            ce_unpack<T, VEC>(r[j], v);
+#pragma unroll
+            for (int k = 0; k < W; k++) /* 16-bit rows: __expf (see ce_grad) */
+                if (v[k] != -INFINITY)
+                    s = __fadd_rn(s, sizeof(T) == 2 ? __expf(v[k] - m) : expf(v[k] - m));
+        }
+    }
+    *pm = m;
+    *ps = s;
+    if (ax) *ax = sx;
+}
+
+/* lse of a row from its merged (max, sum), as the forward stores it (in
+ * double, then rounded to the f32 lse). */
+__device__ static __forceinline__ double ce_lse_of(float m, float s) {
+    return (m == INFINITY || m == -INFINITY) ? (double)m : (double)m + log((double)s);
+}
+
+/* One gradient element: g (exp(x - l) - off), less gt at the target.
+ * 16-bit gradients take __expf (relative ~1e-6 in float, under their 2^-9
+ * rounding; the same bits every run). The product is rounded on its own
+ * (__fmul_rn: never contracted with the target's subtraction), so every
+ * kernel calling this gives the same bits. */
+template <typename T>
+__device__ static __forceinline__ float ce_grad(float x, float l, float g, float off, float gt,
+                                                bool is_t) {
+    float e = sizeof(T) == 2 ? __expf(x - l) : expf(x - l);
+    float v = __fmul_rn(g, e - off);
+    return is_t ? v - gt : v;
+}
 
 // logits (N,V), targets (N) -> loss (N), lse (N)
-template <typename T, int TPR>
+template <typename T, int TPR, bool VEC>
 __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_ce_fwd_fast(ce_args a) {
+    typedef typename ce_pack<T, VEC>::P P;
+    constexpr int W = ce_pack<T, VEC>::W;
     __shared__ float shm[32], shs[32];
     SM_GEOM();
+    const int64_t np = a.V / W;
     for (int64_t n = r0; n < a.N; n += rstep) {
         const T *row = (const T *)a.x + n * a.V;
         float m, s, sx = 0.0f;
-        if (a.eps != 0.0)
-            row_max_sum<T, TPR>(row, a.V, tid, &m, &s, &sx);
-        else
-            row_max_sum<T, TPR>(row, a.V, tid, &m, &s, NULL);
+        ce_row_stats<T, TPR, VEC>((const P *)row, np, tid, NULL, &m, &s,
+                                  a.eps != 0.0 ? &sx : NULL);
         row_ms_reduce<TPR>(m, s, shm, shs);
         if (a.eps != 0.0) sx = oj_cu_row_sumf<TPR>(sx, shm);
         if (tid == 0) {
-            double l = (m == INFINITY || m == -INFINITY) ? (double)m : (double)m + log((double)s);
+            double l = ce_lse_of(m, s);
             bool counted, bad;
             long long t = target_of(a, n, &counted, &bad);
             double li = 0.0;
@@ -480,8 +592,7 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_ce_bwd_fast(ce_args a
         const float off = (float)(a.eps / (double)a.V);
         /* U loads in flight per thread (one after another they were a
          * latency chain: 281 us for [2341, 50304] bf16 on the H200, 1.7
-         * TB/s); 16-bit gradients take __expf (relative ~1e-6 in float,
-         * under their 2^-9 rounding; the same bits every run) */
+         * TB/s) */
         constexpr int U = sizeof(T) == 2 ? 16 : 8;
         for (int64_t k0 = tid; k0 < a.V; k0 += (int64_t)TPR * U) {
             float x[U];
@@ -494,26 +605,155 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_ce_bwd_fast(ce_args a
             for (int j = 0; j < U; j++) {
                 int64_t k = k0 + (int64_t)TPR * j;
                 if (k >= a.V) break;
-                float e = sizeof(T) == 2 ? __expf(x[j] - l) : expf(x[j] - l);
-                float v = g * (e - off);
-                if (k == t) v -= gt;
-                drow[k] = oj_cu_fromf<T>(v);
+                drow[k] = oj_cu_fromf<T>(ce_grad<T>(x[j], l, g, off, gt, k == t));
             }
         }
     }
 }
 
+/* Forward and backward in one pass (the cross_entropy_fused entry): the
+ * row's (max, sum) as k_ce_fwd_fast (ce_row_stats; the packs staged in
+ * dynamic shared memory when `stage`, else read again from global memory,
+ * where they are likely still in L2), loss and lse as it writes them,
+ * then the gradient of each pack as k_ce_bwd_fast's (ce_grad, lse rounded
+ * to f32 first). Each thread writes only the packs it read, after reading
+ * them, and the target's logit is read before the block's barrier, so
+ * dlogits may be the logits (in place). Bytes per row: V s read, V s
+ * written (the two kernels: 2 V s read, V s written). Shared memory
+ * (stage): ceil(V / W) packs of 16 (or s) bytes, <= the opt-in limit
+ * (227 KiB on the H100/H200: bf16 rows up to ~116k classes; two blocks of
+ * a 50304-class bf16 row, 98 KiB each, fit one SM). */
+template <typename T, int TPR, bool VEC> /* two blocks of 512 per SM: <= 64 registers */
+__global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, TPR == 32 ? 8 : 2)
+    k_ce_fused(ce_args a, bool stage) {
+    typedef typename ce_pack<T, VEC>::P P;
+    constexpr int W = ce_pack<T, VEC>::W, U = ce_unroll<T, VEC>::U;
+    extern __shared__ __align__(16) unsigned char ce_smem[];
+    __shared__ float shm[32], shs[32];
+    SM_GEOM();
+    P *st = stage ? (P *)ce_smem : NULL;
+    const int64_t np = a.V / W;
+    for (int64_t n = r0; n < a.N; n += rstep) {
+        const T *row = (const T *)a.x + n * a.V;
+        float m, s, sx = 0.0f;
+        ce_row_stats<T, TPR, VEC>((const P *)row, np, tid, st, &m, &s, a.eps != 0.0 ? &sx : NULL);
+        bool counted, bad;
+        long long t = target_of(a, n, &counted, &bad);
+        /* the target's logit, read before any thread of the row writes */
+        float xt = tid == 0 && counted && !bad ? oj_cu_tof(row[t]) : 0.0f;
+        row_ms_reduce<TPR>(m, s, shm, shs);
+        if (a.eps != 0.0) sx = oj_cu_row_sumf<TPR>(sx, shm);
+        if (TPR == 32)
+            __syncwarp();
+        else
+            __syncthreads();
+        const double l = ce_lse_of(m, s);
+        if (tid == 0) {
+            double li = 0.0;
+            if (bad) {
+                atomicMin(&a.flags[0], (unsigned long long)n);
+            } else if (counted) {
+                li = (1.0 - a.eps) * (l - (double)xt);
+                if (a.eps != 0.0) li += a.eps * (l - (double)sx / (double)a.V);
+            }
+            if (counted) atomicAdd(&a.flags[1], 1ull);
+            ((float *)a.lse)[n] = (float)l;
+            ((float *)a.loss)[n] = (float)li;
+        }
+        T *drow = (T *)a.dx + n * a.V;
+        if (!counted || bad) {
+            float z[W];
+#pragma unroll
+            for (int k = 0; k < W; k++) z[k] = 0.0f;
+            for (int64_t p = tid; p < np; p += TPR) {
+                if constexpr (VEC)
+                    oj_cu_stv<T, W>(drow + p * W, z);
+                else
+                    drow[p] = oj_cu_fromf<T>(0.0f);
+            }
+            continue;
+        }
+        const float lf = (float)l;
+        const double gd = a.scale * oj_cu_ld(a.dloss + n * a.gstride * a.ges, a.gdt);
+        const float g = (float)gd, gt = (float)(gd * (1.0 - a.eps));
+        const float off = (float)(a.eps / (double)a.V);
+        for (int64_t p0 = tid; p0 < np; p0 += (int64_t)TPR * U) {
+            P r[U];
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                int64_t p = p0 + (int64_t)TPR * j;
+                if (p < np) r[j] = st ? st[p] : ((const P *)row)[p];
+            }
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                int64_t p = p0 + (int64_t)TPR * j;
+                if (p >= np) break;
+                float v[W];
+                ce_unpack<T, VEC>(r[j], v);
+#pragma unroll
+                for (int k = 0; k < W; k++) v[k] = ce_grad<T>(v[k], lf, g, off, gt, p * W + k == t);
+                if constexpr (VEC)
+                    oj_cu_stv<T, W>(drow + p * W, v);
+                else
+                    drow[p] = oj_cu_fromf<T>(v[0]);
+            }
+        }
+    }
+}
+
+/* Rows start 16-byte aligned: the vector packs. */
+template <typename T> static bool ce_vec_ok(const ce_args &a) {
+    return ((uintptr_t)a.x % 16 == 0) && ((size_t)a.V * sizeof(T)) % 16 == 0;
+}
+
 template <typename T> static void ce_fwd_fast_launch(const ce_args &a) {
-    if (a.V <= 1024)
-        k_ce_fwd_fast<T, 32><<<line_blocks((a.N + 3) / 4), 128, 0, OJ_STREAM>>>(a);
-    else
-        k_ce_fwd_fast<T, 512><<<line_blocks(a.N), 512, 0, OJ_STREAM>>>(a);
+    bool vec = ce_vec_ok<T>(a);
+    if (a.V <= 1024) {
+        unsigned nb = line_blocks((a.N + 3) / 4);
+        if (vec)
+            k_ce_fwd_fast<T, 32, true><<<nb, 128, 0, OJ_STREAM>>>(a);
+        else
+            k_ce_fwd_fast<T, 32, false><<<nb, 128, 0, OJ_STREAM>>>(a);
+    } else if (vec) {
+        k_ce_fwd_fast<T, 512, true><<<line_blocks(a.N), 512, 0, OJ_STREAM>>>(a);
+    } else {
+        k_ce_fwd_fast<T, 512, false><<<line_blocks(a.N), 512, 0, OJ_STREAM>>>(a);
+    }
 }
 template <typename T> static void ce_bwd_fast_launch(const ce_args &a) {
     if (a.V <= 1024)
         k_ce_bwd_fast<T, 32><<<line_blocks((a.N + 3) / 4), 128, 0, OJ_STREAM>>>(a);
     else
         k_ce_bwd_fast<T, 512><<<line_blocks(a.N), 512, 0, OJ_STREAM>>>(a);
+}
+
+/* The fused kernel for rows of T (the same TPR and packs as
+ * ce_fwd_fast_launch, so the same loss bits); rows of > 1024 classes are
+ * staged in shared memory when they fit the opt-in limit. */
+template <typename T, bool VEC> static cudaError_t ce_fused_launch_v(const ce_args &a) {
+    constexpr int W = ce_pack<T, VEC>::W;
+    if (a.V <= 1024) {
+        k_ce_fused<T, 32, VEC><<<line_blocks((a.N + 3) / 4), 128, 0, OJ_STREAM>>>(a, false);
+        return cudaSuccess;
+    }
+    size_t smem = (size_t)(a.V / W) * sizeof(typename ce_pack<T, VEC>::P);
+    int dev = 0, optin = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess) return e;
+    /* the block's static shared memory (shm, shs) comes out of the same limit */
+    bool stage = smem + 2 * 32 * sizeof(float) <= (size_t)optin;
+    if (stage) {
+        e = cudaFuncSetAttribute(k_ce_fused<T, 512, VEC>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    k_ce_fused<T, 512, VEC><<<line_blocks(a.N), 512, stage ? smem : 0, OJ_STREAM>>>(a, stage);
+    return cudaSuccess;
+}
+template <typename T> static cudaError_t ce_fused_launch(const ce_args &a) {
+    return ce_vec_ok<T>(a) ? ce_fused_launch_v<T, true>(a) : ce_fused_launch_v<T, false>(a);
 }
 
 static oj_status reset_flags(oj_engine *eng, const char *op) {
@@ -620,6 +860,68 @@ oj_status oj_cuda_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
     else
         k_cross_entropy_backward<<<line_blocks(a.N), line_threads(a.V), 0, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, "cross_entropy_backward");
+}
+
+/* Forward + backward in one pass (k_ce_fused) when the logits take the
+ * fast path; otherwise (f64, a non-f32 loss or lse, dlogits of another
+ * dtype, or vector-aligned logits with a dlogits that is not) the two
+ * kernels of the entries above one after the other, which is in place
+ * safe too (the backward reads each element before it writes it). */
+oj_status oj_cuda_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
+                                      oj_tensor *dlogits, const oj_tensor *logits,
+                                      const oj_tensor *targets, const oj_tensor *dloss,
+                                      double scale, int64_t ignore_index,
+                                      double label_smoothing, int64_t *n_valid) {
+    const char *op = "cross_entropy";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (lse == NULL)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "cross_entropy: the fused entry needs lse (its gradient reads it)");
+    const oj_tensor *chk[5] = {loss, lse, dlogits, logits, targets};
+    for (int i = 0; i < 5; i++)
+        if (oj_cuda_need_contig(eng, chk[i], op, "every tensor") != OJ_OK) return oj_last_status(eng);
+    ce_args a;
+    ce_fill(&a, logits, targets);
+    a.N = logits->shape[0];
+    if (n_valid) *n_valid = 0;
+    if (a.N == 0) return OJ_OK;
+    a.loss = oj_cuda_ptr(loss);
+    a.lse = oj_cuda_ptr(lse);
+    a.lse_in = a.lse;
+    a.sdt = (int)loss->dtype;
+    a.ses = (int)oj_dtype_size(loss->dtype);
+    a.dloss = oj_cuda_ptr(dloss);
+    a.gdt = (int)dloss->dtype;
+    a.ges = (int)oj_dtype_size(dloss->dtype);
+    a.gstride = dloss->rank ? dloss->stride[0] : 0;
+    a.dx = oj_cuda_ptr(dlogits);
+    a.ddt = (int)dlogits->dtype;
+    a.des = (int)oj_dtype_size(dlogits->dtype);
+    a.ignore = ignore_index;
+    a.eps = label_smoothing;
+    a.scale = scale;
+    if (reset_flags(eng, op) != OJ_OK) return oj_last_status(eng);
+    a.flags = oj_cuda_state_of(eng)->flags;
+    bool fast = oj_cu_is_f16ish(logits->dtype) && loss->dtype == OJ_F32 &&
+                lse->dtype == OJ_F32 && dlogits->dtype == logits->dtype && a.V > 0;
+    if (fast) {
+        cudaError_t e = cudaSuccess;
+        bool fused = true;
+        OJ_CU_FLOAT_TYPE(logits->dtype, T,
+                         fused = !ce_vec_ok<T>(a) || (uintptr_t)a.dx % 16 == 0;
+                         if (fused) e = ce_fused_launch<T>(a);
+                         else {
+                             ce_fwd_fast_launch<T>(a);
+                             ce_bwd_fast_launch<T>(a);
+                         });
+        if (e != cudaSuccess) return oj_cuda_fail(eng, e, "cross_entropy_fused");
+    } else {
+        k_cross_entropy_forward<<<line_blocks(a.N), line_threads(a.V), 0, OJ_STREAM>>>(a);
+        if (a.V > 0)
+            k_cross_entropy_backward<<<line_blocks(a.N), line_threads(a.V), 0, OJ_STREAM>>>(a);
+    }
+    if (oj_cuda_check(eng, "cross_entropy_fused") != OJ_OK) return oj_last_status(eng);
+    return finish_forward(eng, op, targets, a.V, ignore_index, n_valid);
 }
 
 oj_status oj_cuda_nll_loss_forward(oj_engine *eng, oj_tensor *loss, const oj_tensor *logp,
