@@ -639,7 +639,8 @@ static oj_status backward(oj_engine *eng, const char *op, bool rms, oj_tensor *d
     a.rms = rms;
     const char *kname = rms ? "rms_norm_backward" : "layer_norm_backward";
     /* dy bf16/f16 for f32 x: the gradient of a low out (glow 1 / 2) */
-    const int glow = low_code(x, dy), olow = dx_low ? low_code(x, dx_low) : 0;
+    const int glow = low_code(x, dy);
+    const int olow = dx_low == NULL ? 0 : low_code(x, dx_low) > 0 ? low_code(x, dx_low) : -1;
     const oj_tensor *same[6] = {dx, dweight, dbias, glow > 0 ? NULL : dy, weight, dres},
                     *stats[2] = {mean, rstd};
     if ((dx || dweight || dbias) && glow >= 0 && olow >= 0 && (dx || (!dres && !dx_low)) &&
