@@ -99,7 +99,8 @@ static void test_forward_bits(void **state) {
     /* under autocast: bf16 x (cast to f32 by the autocast), or the bf16
      * sum of add (the unfused add then norm path) */
     int64_t xs[2] = {4, 96}, cs[1] = {96};
-    oj_tensor *x16 = nt_rand(eng, 2, xs, OJ_BF16, -2, 2), *r16 = nt_rand(eng, 2, xs, OJ_BF16, -2, 2);
+    oj_tensor *x16 = nt_rand(eng, 2, xs, OJ_BF16, -2, 2);
+    oj_tensor *r16 = nt_rand(eng, 2, xs, OJ_BF16, -2, 2);
     oj_tensor *x32 = nt_rand(eng, 2, xs, OJ_F32, -2, 2);
     oj_tensor *w = nt_rand(eng, 1, cs, OJ_F32, 0.5, 1.5), *b = nt_rand(eng, 1, cs, OJ_F32, -1, 1);
     oj_tensor *w16 = nt_rand(eng, 1, cs, OJ_BF16, 0.5, 1.5);
