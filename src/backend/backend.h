@@ -209,13 +209,21 @@ typedef struct oj_backend {
     /* Layer norm over the last dim of x [N, C] (Ba et al. 2016):
      * out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps),
      * var biased. weight, bias [C] or NULL (ones, zeros). mean, rstd [N]
-     * stat dtype, or NULL when not needed. */
+     * stat dtype, or NULL when not needed. out has x's dtype, or (x f32)
+     * bf16/f16: then it holds the f32 result rounded once as copy rounds
+     * f32 to that dtype (the bits of an f32 out then a cast; the autocast
+     * norm feeding a linear, which needs no cast then). The same for every
+     * norm forward entry below (rms_norm_forward, add_norm_forward: x there
+     * is sum). */
     oj_status (*layer_norm_forward)(oj_engine *eng, oj_tensor *out, oj_tensor *mean,
                                     oj_tensor *rstd, const oj_tensor *x, const oj_tensor *weight,
                                     const oj_tensor *bias, double eps);
     /* From dy [N, C], x, the forward's mean and rstd and weight (NULL:
      * ones): dx [N, C], dweight [C], dbias [C]; each output may be NULL
-     * (not wanted). dweight/dbias sum over rows in index order. */
+     * (not wanted). dweight/dbias sum over rows in index order. dy has
+     * x's dtype or (x f32) bf16/f16 (the gradient of a low-dtype out):
+     * the same bits as dy cast to f32 first (exact). The same holds for
+     * rms_norm_backward and norm_backward_add. */
     oj_status (*layer_norm_backward)(oj_engine *eng, oj_tensor *dx, oj_tensor *dweight,
                                      oj_tensor *dbias, const oj_tensor *dy, const oj_tensor *x,
                                      const oj_tensor *mean, const oj_tensor *rstd,
@@ -242,6 +250,26 @@ typedef struct oj_backend {
                                   oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
                                   const oj_tensor *r, const oj_tensor *weight,
                                   const oj_tensor *bias, double eps, bool rms);
+    /* OPTIONAL (NULL: the norm's backward entry, binary(OJ_BIN_ADD) and
+     * copy, as separate steps). The backward of add_norm_forward with the
+     * residual gradient folded in: dx [N, C] = dres + the dx that
+     * layer_norm_backward (rms false) / rms_norm_backward (rms true; mean
+     * and dbias NULL) gives for dy, x (= sum), mean, rstd, weight: one
+     * float add rounded once to dx's dtype, the bits of binary(OJ_BIN_ADD,
+     * dx, dres, norm dx) on the same backend. dres [N, C] of x's dtype, or
+     * NULL (adds nothing: dx is the norm's dx). dx_low [N, C] (NULL: not
+     * wanted; only for x f32) bf16 or f16: dx rounded as copy rounds it
+     * (the gradient of the residual add's low-dtype operand, the autocast
+     * branch). dx required, dweight/dbias optional, as the norm's entry;
+     * every tensor contiguous, x's dtype but dy (see layer_norm_backward)
+     * and dx_low. One pass over the rows where the backend can: the
+     * residual stream's gradient read and written once (vLLM / Liger
+     * fuse the residual gradient the same way). */
+    oj_status (*norm_backward_add)(oj_engine *eng, oj_tensor *dx, oj_tensor *dx_low,
+                                   oj_tensor *dweight, oj_tensor *dbias, const oj_tensor *dy,
+                                   const oj_tensor *dres, const oj_tensor *x,
+                                   const oj_tensor *mean, const oj_tensor *rstd,
+                                   const oj_tensor *weight, bool rms);
     /* Softmax (log false) or log-softmax (log true) of x over dim `dim`
      * (0 <= dim < rank, rank >= 1), max-subtracted; out shaped like x. */
     oj_status (*softmax_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,

@@ -265,4 +265,26 @@ void oj__anomaly_check(oj_tensor *t, const char *fmt, ...)
 #endif
     ;
 
+/* ---- norms with an explicit output dtype (src/ops/nn_norm.c), for models
+ * whose norm output feeds only linears under autocast */
+/* oj_layer_norm / oj_rms_norm / oj_add_layer_norm / oj_add_rms_norm (same
+ * inputs, autocast, checks, errors, *sum and gradients) with the norm's
+ * output in out_dtype (a float dtype, else OJ_ERR_DTYPE): the bits of
+ * oj_cast(the public op's result, out_dtype). f32 computation (the norms
+ * under autocast) and bf16/f16 out_dtype is one kernel writing the low
+ * dtype (the extended backend contract); its gradient reaches the norm's
+ * backward in that dtype (no cast kernel either way; the values are the
+ * f32 ones the cast's backward would give). Other pairs run the norm, then
+ * oj_cast. A model's linear after the norm under bf16 autocast then needs
+ * no cast (PyTorch's autocast: layer_norm in f32, then the linear casts its
+ * input once: the same bits, as long as the output is used only by ops
+ * that would cast it to out_dtype). */
+oj_tensor *oj__layer_norm_to(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, double eps,
+                             oj_dtype out_dtype);
+oj_tensor *oj__rms_norm_to(oj_tensor *x, oj_tensor *weight, double eps, oj_dtype out_dtype);
+oj_tensor *oj__add_layer_norm_to(oj_tensor *x, oj_tensor *r, oj_tensor *weight, oj_tensor *bias,
+                                 double eps, oj_tensor **sum, oj_dtype out_dtype);
+oj_tensor *oj__add_rms_norm_to(oj_tensor *x, oj_tensor *r, oj_tensor *weight, double eps,
+                               oj_tensor **sum, oj_dtype out_dtype);
+
 #endif /* OJAS_CORE_INTERNAL_H */

@@ -263,19 +263,43 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
     return o;
 }
 
+/* Whether the block norms write the autocast dtype (*dt) directly: under
+ * autocast every use of their output is a linear (the attention
+ * projections, the MLP's first GEMMs, the head or the fused head + loss),
+ * which would cast the f32 norm to that dtype first; writing it from the
+ * norm's kernel gives the same bits without the cast kernel and its
+ * backward (oj__layer_norm_to). Weights of another dtype (f64: autocast
+ * leaves them) keep the f32 norm. */
+static bool norm_low(oj_gpt *m, oj_dtype *dt) {
+    oj_engine *eng = m->eng;
+    oj_dtype wdt = oj_tensor_dtype(m->wte);
+    *dt = oj_autocast_dtype(eng);
+    return oj_autocast_enabled(eng) && (wdt == OJ_F32 || wdt == OJ_BF16 || wdt == OJ_F16);
+}
+
 static oj_tensor *norm(oj_gpt *m, oj_tensor *x, oj_tensor *w, oj_tensor *bias) {
-    return m->cfg.family == OJ_GPT2 ? oj_layer_norm(x, w, bias, m->cfg.norm_eps)
-                                    : oj_rms_norm(x, w, m->cfg.norm_eps);
+    const double eps = m->cfg.norm_eps;
+    oj_dtype dt;
+    if (norm_low(m, &dt))
+        return m->cfg.family == OJ_GPT2 ? oj__layer_norm_to(x, w, bias, eps, dt)
+                                        : oj__rms_norm_to(x, w, eps, dt);
+    return m->cfg.family == OJ_GPT2 ? oj_layer_norm(x, w, bias, eps) : oj_rms_norm(x, w, eps);
 }
 
 /* norm(x + r), *sum = x + r: the residual add and the next norm in one
- * kernel where the backend has it (oj_add_layer_norm / oj_add_rms_norm). */
+ * kernel where the backend has it (oj_add_layer_norm / oj_add_rms_norm);
+ * the norm's output as norm() writes it. */
 static oj_tensor *add_norm(oj_gpt *m, oj_tensor *x, oj_tensor *r, oj_tensor *w, oj_tensor *bias,
                            oj_tensor **sum) {
     *sum = NULL;
     if (x == NULL || r == NULL) return NULL;
-    return m->cfg.family == OJ_GPT2 ? oj_add_layer_norm(x, r, w, bias, m->cfg.norm_eps, sum)
-                                    : oj_add_rms_norm(x, r, w, m->cfg.norm_eps, sum);
+    const double eps = m->cfg.norm_eps;
+    oj_dtype dt;
+    if (norm_low(m, &dt))
+        return m->cfg.family == OJ_GPT2 ? oj__add_layer_norm_to(x, r, w, bias, eps, sum, dt)
+                                        : oj__add_rms_norm_to(x, r, w, eps, sum, dt);
+    return m->cfg.family == OJ_GPT2 ? oj_add_layer_norm(x, r, w, bias, eps, sum)
+                                    : oj_add_rms_norm(x, r, w, eps, sum);
 }
 
 /* The final hidden states xf [B, T, C] (after the last norm) of idx. */

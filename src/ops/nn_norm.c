@@ -36,6 +36,34 @@ static bool norm_check(oj_engine *eng, const char *op, oj_tensor *x, oj_tensor *
     return eps_ok(eng, op, eps);
 }
 
+/* A norm's output dtype: odt < 0 is x's dtype (the public ops); otherwise a
+ * float dtype, checked. *direct: the kernels write it (x's dtype, or x f32
+ * and odt bf16/f16, the extended entries' contract); else the caller
+ * computes in x's dtype and casts (the same bits, two steps). */
+static bool out_dtype_of(oj_engine *eng, const char *op, oj_dtype xdt, int odt, oj_dtype *out,
+                         bool *direct) {
+    if (odt < 0) {
+        *out = xdt;
+        *direct = true;
+        return true;
+    }
+    if (!oj_dtype_is_float((oj_dtype)odt)) {
+        oj_set_error(eng, OJ_ERR_DTYPE, "%s: the output dtype must be a float dtype, got %s", op,
+                     oj_dtype_name((oj_dtype)odt));
+        return false;
+    }
+    *out = (oj_dtype)odt;
+    *direct = *out == xdt || (xdt == OJ_F32 && (*out == OJ_BF16 || *out == OJ_F16));
+    return true;
+}
+
+/* y cast to dt (y released); NULL when y is. */
+static oj_tensor *cast_to(oj_tensor *y, oj_dtype dt) {
+    oj_tensor *c = y ? oj_cast(y, dt) : NULL;
+    oj_release(y);
+    return c;
+}
+
 /* Engine of x and the non-NULL vectors. */
 static oj_engine *norm_engine(const char *op, oj_tensor *x, oj_tensor *w, oj_tensor *b) {
     oj_tensor *ins[3] = {x, w, b};
@@ -101,16 +129,22 @@ static oj_status layer_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor
     return OJ_OK;
 }
 
-oj_tensor *oj_layer_norm(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, double eps) {
+/* oj_layer_norm with its output in odt (< 0: x's dtype, after autocast). */
+static oj_tensor *layer_norm_to(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, double eps,
+                                int odt) {
     oj_tensor *ac_in[3] = {x, weight, bias};
-    OJ__AUTOCAST(OJ__AUTOCAST_F32, 3, ac_in, oj_layer_norm(ac[0], ac[1], ac[2], eps));
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 3, ac_in, layer_norm_to(ac[0], ac[1], ac[2], eps, odt));
     const char *op = "layer_norm";
     oj_engine *eng = norm_engine(op, x, weight, bias);
     if (eng == NULL || !norm_check(eng, op, x, weight, bias, eps)) return NULL;
+    oj_dtype od;
+    bool direct;
+    if (!out_dtype_of(eng, op, x->dtype, odt, &od, &direct)) return NULL;
+    if (!direct) return cast_to(layer_norm_to(x, weight, bias, eps, -1), od);
     if (OJ_KERNEL(eng, layer_norm_forward, op) == NULL ||
         OJ_KERNEL(eng, layer_norm_backward, op) == NULL)
         return NULL;
-    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, x->dtype, op);
+    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, od, op);
     oj_tensor *xc = out ? oj__nn_contig(x) : NULL;
     oj_tensor *x2 = xc ? oj__nn_rows(xc) : NULL;
     oj_tensor *o2 = x2 ? oj__nn_rows(out) : NULL;
@@ -153,6 +187,15 @@ oj_tensor *oj_layer_norm(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, doubl
     return out;
 }
 
+oj_tensor *oj_layer_norm(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, double eps) {
+    return layer_norm_to(x, weight, bias, eps, -1);
+}
+
+oj_tensor *oj__layer_norm_to(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, double eps,
+                             oj_dtype out_dtype) {
+    return layer_norm_to(x, weight, bias, eps, (int)out_dtype);
+}
+
 /* ---------------------------------------------------------------- rms_norm */
 
 /* saved: 0 x rows (N,C), 1 rstd (N), 2 weight (C) or absent */
@@ -180,16 +223,21 @@ static oj_status rms_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor *
     return OJ_OK;
 }
 
-oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps) {
+/* oj_rms_norm with its output in odt (< 0: x's dtype, after autocast). */
+static oj_tensor *rms_norm_to(oj_tensor *x, oj_tensor *weight, double eps, int odt) {
     oj_tensor *ac_in[2] = {x, weight};
-    OJ__AUTOCAST(OJ__AUTOCAST_F32, 2, ac_in, oj_rms_norm(ac[0], ac[1], eps));
+    OJ__AUTOCAST(OJ__AUTOCAST_F32, 2, ac_in, rms_norm_to(ac[0], ac[1], eps, odt));
     const char *op = "rms_norm";
     oj_engine *eng = norm_engine(op, x, weight, NULL);
     if (eng == NULL || !norm_check(eng, op, x, weight, NULL, eps)) return NULL;
+    oj_dtype od;
+    bool direct;
+    if (!out_dtype_of(eng, op, x->dtype, odt, &od, &direct)) return NULL;
+    if (!direct) return cast_to(rms_norm_to(x, weight, eps, -1), od);
     if (OJ_KERNEL(eng, rms_norm_forward, op) == NULL ||
         OJ_KERNEL(eng, rms_norm_backward, op) == NULL)
         return NULL;
-    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, x->dtype, op);
+    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, od, op);
     oj_tensor *xc = out ? oj__nn_contig(x) : NULL;
     oj_tensor *x2 = xc ? oj__nn_rows(xc) : NULL;
     oj_tensor *o2 = x2 ? oj__nn_rows(out) : NULL;
@@ -222,12 +270,35 @@ oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps) {
     return out;
 }
 
+oj_tensor *oj_rms_norm(oj_tensor *x, oj_tensor *weight, double eps) {
+    return rms_norm_to(x, weight, eps, -1);
+}
+
+oj_tensor *oj__rms_norm_to(oj_tensor *x, oj_tensor *weight, double eps, oj_dtype out_dtype) {
+    return rms_norm_to(x, weight, eps, (int)out_dtype);
+}
+
 /* ---------------------------------------------------------------- add + norm */
 
+/* The input of node n (0 x, 1 r) that gets ds rounded to its bf16/f16
+ * dtype by norm_backward_add (dx_low), or -1: the first one (r first)
+ * that needs a gradient and has a low dtype other than s's (sdt f32). */
+static int low_input(oj_node *n, oj_dtype sdt) {
+    if (sdt != OJ_F32) return -1;
+    for (int i = 1; i >= 0; i--) {
+        oj_dtype dt = n->in[i].dtype;
+        if (oj__node_needs(n, i) && (dt == OJ_BF16 || dt == OJ_F16)) return i;
+    }
+    return -1;
+}
+
 /* saved: 0 s rows (N,C), then mean (N) (layer norm only), rstd (N), weight
- * (C) or absent. Inputs x, r, weight, bias; outputs 0 the norm, 1 s.
- * ds = go[1] + the norm's dx of go[0]; dx = dr = ds (the engine casts each
- * to its input's dtype, as for oj_add). */
+ * (C) or absent. Inputs x, r, weight, bias; outputs 0 the norm (any
+ * dtype the forward wrote), 1 s. ds = go[1] + the norm's dx of go[0];
+ * dx = dr = ds (the engine casts each to its input's dtype, as for oj_add).
+ * With the backend's norm_backward_add the add runs in the norm's kernel
+ * and the one low-dtype input's gradient comes rounded from it (the bits
+ * of the add then the engine's cast). */
 static oj_status add_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     bool rms = n->i[1] != 0;
@@ -238,31 +309,59 @@ static oj_status add_norm_backward(oj_node *n, oj_tensor *const *go, oj_tensor *
     oj_tensor *w = n->i[0] ? oj__node_saved(n, k) : NULL;
     if (!s || (!rms && !mean) || !rstd || (n->i[0] && !w)) return oj_last_status(eng);
     bool nx = oj__node_needs(n, 0), nr = oj__node_needs(n, 1);
+    const oj_dtype sdt = n->out_dtype[1];
     oj_tensor *gc = NULL, *g2 = NULL, *dn = NULL, *dn2 = NULL, *dw = NULL, *db = NULL, *ds = NULL;
-    bool ok = norm_grads_begin(n, go, nx || nr, n->out_dtype[1], 2, &gc, &g2, &dn, &dn2, &dw);
+    oj_tensor *rc = NULL, *r2 = NULL, *lo = NULL, *lo2 = NULL;
+    bool ok = norm_grads_begin(n, go, nx || nr, sdt, 2, &gc, &g2, &dn, &dn2, &dw);
     if (ok && oj__node_needs(n, 3))
         ok = (db = oj__tensor_alloc(eng, 1, n->in[3].shape, n->in[3].dtype, n->op)) != NULL;
-    if (ok)
+    /* the fused entry: the residual gradient go[1] (s's dtype) added in
+     * the kernel, the low input's gradient rounded there */
+    const bool fused = ok && dn && eng->backend->norm_backward_add &&
+                       (go[1] == NULL || go[1]->dtype == sdt);
+    const int li = fused ? low_input(n, sdt) : -1;
+    if (fused && go[1]) {
+        rc = oj__nn_contig(go[1]);
+        r2 = rc ? oj__nn_rows(rc) : NULL;
+        ok = r2 != NULL;
+    }
+    if (ok && li >= 0) {
+        const oj_edge *e = &n->in[li];
+        lo = oj__tensor_alloc(eng, e->rank, e->shape, e->dtype, n->op);
+        lo2 = lo ? oj__nn_rows(lo) : NULL;
+        ok = lo2 != NULL;
+    }
+    if (ok && fused)
+        ok = oj__kernel_ok(eng,
+                           eng->backend->norm_backward_add(eng, dn2, lo2, dw, db, g2, r2, s, mean,
+                                                           rstd, w, rms),
+                           n->op);
+    else if (ok)
         ok = oj__kernel_ok(eng,
                            rms ? eng->backend->rms_norm_backward(eng, dn2, dw, g2, s, rstd, w)
                                : eng->backend->layer_norm_backward(eng, dn2, dw, db, g2, s, mean,
                                                                    rstd, w),
                            n->op);
-    if (ok && dn) ok = (ds = go[1] ? oj_add(go[1], dn) : oj_retain(dn)) != NULL;
+    if (ok && dn) ok = (ds = go[1] && !fused ? oj_add(go[1], dn) : oj_retain(dn)) != NULL;
     oj_release(dn2);
     oj_release(dn);
     oj_release(g2);
     oj_release(gc);
+    oj_release(r2);
+    oj_release(rc);
+    oj_release(lo2);
     if (!ok) {
         oj_release(dw);
         oj_release(db);
+        oj_release(lo);
         return oj_last_status(eng);
     }
-    gi[0] = nx ? oj_retain(ds) : NULL;
-    gi[1] = nr ? oj_retain(ds) : NULL;
+    gi[0] = nx ? oj_retain(li == 0 ? lo : ds) : NULL;
+    gi[1] = nr ? oj_retain(li == 1 ? lo : ds) : NULL;
     gi[2] = dw;
     gi[3] = db;
     oj_release(ds);
+    oj_release(lo);
     return OJ_OK;
 }
 
@@ -305,8 +404,10 @@ static bool autocast_casts(oj_tensor *t) {
     return t && (t->dtype == OJ_BF16 || t->dtype == OJ_F16);
 }
 
+/* The fused add + norm, the norm's output in odt (< 0: s's dtype after
+ * autocast's casts, the public ops). */
 static oj_tensor *add_norm(const char *op, bool rms, oj_tensor *x, oj_tensor *r, oj_tensor *weight,
-                           oj_tensor *bias, double eps, oj_tensor **sum) {
+                           oj_tensor *bias, double eps, oj_tensor **sum, int odt) {
     if (sum) *sum = NULL;
     oj_tensor *ins[4] = {x, r, weight, bias};
     int n = 2;
@@ -327,8 +428,8 @@ static oj_tensor *add_norm(const char *op, bool rms, oj_tensor *x, oj_tensor *r,
                                 autocast_casts(bias));
     if (ac || eng->backend == NULL || eng->backend->add_norm_forward == NULL) {
         oj_tensor *s = oj_add(x, r);
-        oj_tensor *out = s ? (rms ? oj_rms_norm(s, weight, eps)
-                                  : oj_layer_norm(s, weight, bias, eps))
+        oj_tensor *out = s ? (rms ? rms_norm_to(s, weight, eps, odt)
+                                  : layer_norm_to(s, weight, bias, eps, odt))
                            : NULL;
         if (out == NULL) {
             oj_release(s);
@@ -340,11 +441,22 @@ static oj_tensor *add_norm(const char *op, bool rms, oj_tensor *x, oj_tensor *r,
     if (!add_norm_dtype(eng, op, "weight", weight, sdt) ||
         !add_norm_dtype(eng, op, "bias", bias, sdt))
         return NULL;
+    oj_dtype od;
+    bool direct;
+    if (!out_dtype_of(eng, op, sdt, odt, &od, &direct)) return NULL;
+    if (!direct) { /* the norm in s's dtype, then the cast (f64 s, say) */
+        oj_tensor *y = cast_to(add_norm(op, rms, x, r, weight, bias, eps, sum, -1), od);
+        if (y == NULL) {
+            oj_release(*sum);
+            *sum = NULL;
+        }
+        return y;
+    }
     if ((rms ? OJ_KERNEL(eng, rms_norm_backward, op) == NULL
              : OJ_KERNEL(eng, layer_norm_backward, op) == NULL))
         return NULL;
     oj_tensor *s = oj__tensor_alloc(eng, x->rank, x->shape, sdt, op);
-    oj_tensor *out = s ? oj__tensor_alloc(eng, x->rank, x->shape, sdt, op) : NULL;
+    oj_tensor *out = s ? oj__tensor_alloc(eng, x->rank, x->shape, od, op) : NULL;
     oj_tensor *wc = weight && out ? oj__nn_contig(weight) : NULL;
     oj_tensor *bc = bias && out ? oj__nn_contig(bias) : NULL;
     bool ok = out && (!weight || wc) && (!bias || bc);
@@ -390,10 +502,20 @@ static oj_tensor *add_norm(const char *op, bool rms, oj_tensor *x, oj_tensor *r,
 
 oj_tensor *oj_add_layer_norm(oj_tensor *x, oj_tensor *r, oj_tensor *weight, oj_tensor *bias,
                              double eps, oj_tensor **sum) {
-    return add_norm("add_layer_norm", false, x, r, weight, bias, eps, sum);
+    return add_norm("add_layer_norm", false, x, r, weight, bias, eps, sum, -1);
 }
 
 oj_tensor *oj_add_rms_norm(oj_tensor *x, oj_tensor *r, oj_tensor *weight, double eps,
                            oj_tensor **sum) {
-    return add_norm("add_rms_norm", true, x, r, weight, NULL, eps, sum);
+    return add_norm("add_rms_norm", true, x, r, weight, NULL, eps, sum, -1);
+}
+
+oj_tensor *oj__add_layer_norm_to(oj_tensor *x, oj_tensor *r, oj_tensor *weight, oj_tensor *bias,
+                                 double eps, oj_tensor **sum, oj_dtype out_dtype) {
+    return add_norm("add_layer_norm", false, x, r, weight, bias, eps, sum, (int)out_dtype);
+}
+
+oj_tensor *oj__add_rms_norm_to(oj_tensor *x, oj_tensor *r, oj_tensor *weight, double eps,
+                               oj_tensor **sum, oj_dtype out_dtype) {
+    return add_norm("add_rms_norm", true, x, r, weight, NULL, eps, sum, (int)out_dtype);
 }

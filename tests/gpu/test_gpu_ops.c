@@ -2619,6 +2619,146 @@ static void test_fast_norm_backward(void **state) {
     norm_bwd_case(OJ_BF16, 2051, 1500);
 }
 
+/* Each side's b equals its own a bit for bit (a fused entry against the
+ * chain of entries it stands for, on one engine). */
+static void same_side_bits(pr a, pr b, const char *what) {
+    for (int sd = 0; sd < 2; sd++) {
+        char w[192];
+        snprintf(w, sizeof w, "%s (%s: fused vs unfused)", what, sd ? "cuda" : "cpu");
+        SIDE = sd;
+        cmp_tensors(T(a), T(b), 0, false, w);
+    }
+    SIDE = 0;
+}
+
+/* The norms under autocast with the casts and adds around them folded in
+ * (x f32, the output, dy and the low gradient in ldt = bf16/f16): against
+ * the CPU to ldt's / f32's tolerance, and on each side bit for bit against
+ * the unfused chain of the same engine: f32 out then copy; dy copied to
+ * f32 then the backward; the backward, binary add of dres, copy. */
+static void norm_low_case(int64_t N, int64_t C, oj_dtype ldt, bool affine) {
+    int64_t s[2] = {N, C};
+    char what[160];
+    const double lt = tol(ldt, 1e-5), ft = 1e-5;
+    pr x = rnd(2, s, OJ_F32, -2, 3), r = rnd(2, s, OJ_BF16, -3, 2);
+    pr w = rnd(1, &C, OJ_F32, 0.5, 1.5), b = rnd(1, &C, OJ_F32, -1, 1);
+    for (int rms = 0; rms < 2; rms++) {
+        snprintf(what, sizeof what, "%s norm low %s N %lld C %lld affine %d",
+                 rms ? "rms" : "layer", oj_dtype_name(ldt), (long long)N, (long long)C,
+                 (int)affine);
+        /* forward: the norm, then add + norm */
+        pr out = empty(2, s, ldt), o32 = empty(2, s, OJ_F32), oc = empty(2, s, ldt);
+        pr mean = empty(1, &N, OJ_F32), rstd = empty(1, &N, OJ_F32);
+        pr m2 = empty(1, &N, OJ_F32), r2 = empty(1, &N, OJ_F32);
+        oj_tensor *wn = NULL, *bn = NULL;
+#define WB (wn = affine ? T(w) : NULL, bn = affine && !rms ? T(b) : NULL)
+        BOTH((WB, rms ? E->backend->rms_norm_forward(E, T(out), T(rstd), T(x), wn, 1e-5)
+                      : E->backend->layer_norm_forward(E, T(out), T(mean), T(rstd), T(x), wn, bn,
+                                                       1e-5)));
+        cmp(out, lt, what);
+        BOTH((WB, rms ? E->backend->rms_norm_forward(E, T(o32), T(r2), T(x), wn, 1e-5)
+                      : E->backend->layer_norm_forward(E, T(o32), T(m2), T(r2), T(x), wn, bn,
+                                                       1e-5)));
+        BOTH(E->backend->copy(E, T(oc), T(o32)));
+        same_side_bits(out, oc, what);
+        same_side_bits(rstd, r2, what);
+        pr sum = empty(2, s, OJ_F32), aout = empty(2, s, ldt), sum2 = empty(2, s, OJ_F32);
+        pr ao32 = empty(2, s, OJ_F32), aoc = empty(2, s, ldt);
+        BOTH((WB, E->backend->add_norm_forward(E, T(aout), T(sum), rms ? NULL : T(mean), T(rstd),
+                                               T(x), T(r), wn, bn, 1e-5, rms)));
+        cmp(sum, 0, what);
+        cmp(aout, lt, what);
+        BOTH((WB, E->backend->add_norm_forward(E, T(ao32), T(sum2), rms ? NULL : T(m2), T(r2),
+                                               T(x), T(r), wn, bn, 1e-5, rms)));
+        BOTH(E->backend->copy(E, T(aoc), T(ao32)));
+        same_side_bits(aout, aoc, what);
+        same_side_bits(sum, sum2, what);
+        /* backward on the CPU's statistics of sum */
+        pr xs = cpu_result(sum), mn = cpu_result(mean), rs = cpu_result(rstd);
+        pr dy = rnd(2, s, ldt, -1, 1), dres = rnd(2, s, OJ_F32, -1, 1);
+        pr dy32 = empty(2, s, OJ_F32);
+        BOTH(E->backend->copy(E, T(dy32), T(dy)));
+        pr dx = empty(2, s, OJ_F32), dw = empty(1, &C, OJ_F32), db = empty(1, &C, OJ_F32);
+        pr dxu = empty(2, s, OJ_F32), dwu = empty(1, &C, OJ_F32), dbu = empty(1, &C, OJ_F32);
+        oj_tensor *dbn = NULL;
+#define DB (WB, dbn = affine && !rms ? T(db) : NULL)
+#define DBU (WB, dbn = affine && !rms ? T(dbu) : NULL)
+        /* the norm's own entry with a low dy */
+        BOTH((DB, rms ? E->backend->rms_norm_backward(E, T(dx), affine ? T(dw) : NULL, T(dy), T(xs),
+                                                      T(rs), wn)
+                      : E->backend->layer_norm_backward(E, T(dx), affine ? T(dw) : NULL, dbn,
+                                                        T(dy), T(xs), T(mn), T(rs), wn)));
+        BOTH((DBU, rms ? E->backend->rms_norm_backward(E, T(dxu), affine ? T(dwu) : NULL,
+                                                       T(dy32), T(xs), T(rs), wn)
+                       : E->backend->layer_norm_backward(E, T(dxu), affine ? T(dwu) : NULL, dbn,
+                                                         T(dy32), T(xs), T(mn), T(rs), wn)));
+        cmp(dx, ft, what);
+        same_side_bits(dx, dxu, what);
+        if (affine) {
+            cmp(dw, ft, what);
+            same_side_bits(dw, dwu, what);
+            if (!rms) same_side_bits(db, dbu, what);
+        }
+        /* norm_backward_add: dres and dx_low, each alone and together */
+        for (int v = 1; v < 4; v++) { /* bit 0 dres, bit 1 dx_low */
+            bool hr = v & 1, hl = v & 2;
+            pr fx = empty(2, s, OJ_F32), fl = empty(2, s, ldt), fw = empty(1, &C, OJ_F32);
+            pr fb = empty(1, &C, OJ_F32);
+            BOTH((WB, E->backend->norm_backward_add(E, T(fx), hl ? T(fl) : NULL,
+                                                    affine ? T(fw) : NULL,
+                                                    affine && !rms ? T(fb) : NULL, T(dy),
+                                                    hr ? T(dres) : NULL, T(xs),
+                                                    rms ? NULL : T(mn), T(rs), wn, rms)));
+            char w2[200];
+            snprintf(w2, sizeof w2, "%s: norm_backward_add dres %d dx_low %d", what, (int)hr,
+                     (int)hl);
+            /* the chain on each engine: dxu (dy cast to f32) + dres, copy */
+            pr cx = dup(dxu), cl = empty(2, s, ldt);
+            if (hr) BOTH(E->backend->binary(E, OJ_BIN_ADD, T(cx), T(dres), T(cx)));
+            if (hl) BOTH(E->backend->copy(E, T(cl), T(cx)));
+            cmp(fx, ft, w2);
+            same_side_bits(fx, cx, w2);
+            if (hl) {
+                cmp(fl, lt, w2);
+                same_side_bits(fl, cl, w2);
+            }
+            if (affine) {
+                same_side_bits(fw, dwu, w2);
+                if (!rms) same_side_bits(fb, dbu, w2);
+            }
+        }
+#undef DB
+#undef DBU
+#undef WB
+    }
+}
+
+// test: the norms with a bf16/f16 output, a bf16/f16 dy for f32 x and norm_backward_add (the residual gradient added, the branch's gradient rounded) agree with the CPU and, on each engine, bit for bit with the unfused chain (C 768, 1000, 64, 4096; N 1, 17, 300; f64 and C 8193 take the chain)
+static void test_norm_low_dtype(void **state) {
+    (void)state;
+    const int64_t Cs[4] = {768, 1000, 64, 4096}, Ns[3] = {1, 17, 300};
+    for (int ci = 0; ci < 4; ci++)
+        for (int ni = 0; ni < 3; ni++) norm_low_case(Ns[ni], Cs[ci], OJ_BF16, true);
+    norm_low_case(17, 768, OJ_BF16, false);
+    norm_low_case(17, 1000, OJ_F16, true);
+    norm_low_case(300, 64, OJ_F16, false);
+    norm_low_case(5, 8193, OJ_BF16, true); /* past the fast path: the chain */
+    /* f64 x: norm_backward_add runs the chain on both engines */
+    int64_t N = 9, C = 33, s[2] = {N, C};
+    pr x = rnd(2, s, OJ_F64, -2, 3), w = rnd(1, &C, OJ_F64, 0.5, 1.5);
+    pr mean = empty(1, &N, OJ_F64), rstd = empty(1, &N, OJ_F64), out = empty(2, s, OJ_F64);
+    BOTH(E->backend->layer_norm_forward(E, T(out), T(mean), T(rstd), T(x), T(w), NULL, 1e-5));
+    pr mn = cpu_result(mean), rs = cpu_result(rstd);
+    pr dy = rnd(2, s, OJ_F64, -1, 1), dres = rnd(2, s, OJ_F64, -1, 1);
+    pr dx = empty(2, s, OJ_F64), dw = empty(1, &C, OJ_F64), dxu = empty(2, s, OJ_F64);
+    BOTH(E->backend->norm_backward_add(E, T(dx), NULL, T(dw), NULL, T(dy), T(dres), T(x), T(mn),
+                                       T(rs), T(w), false));
+    BOTH(E->backend->layer_norm_backward(E, T(dxu), NULL, NULL, T(dy), T(x), T(mn), T(rs), T(w)));
+    BOTH(E->backend->binary(E, OJ_BIN_ADD, T(dxu), T(dres), T(dxu)));
+    cmp(dx, tol(OJ_F64, 0), "norm_backward_add f64");
+    same_side_bits(dx, dxu, "norm_backward_add f64");
+}
+
 // test: online softmax over long rows and cross-entropy over a GPT-2 vocabulary agree with the CPU
 static void test_fast_softmax_ce(void **state) {
     (void)state;
@@ -2994,6 +3134,7 @@ int main(void) {
         T_(test_fast_strided_elementwise),
         T_(test_fast_norms),
         T_(test_fast_norm_backward),
+        T_(test_norm_low_dtype),
         T_(test_fast_softmax_ce),
         T_(test_fast_exact),
         T_(test_fast_colsum),

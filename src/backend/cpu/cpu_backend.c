@@ -46,6 +46,7 @@ const oj_backend oj_cpu_backend = {
     .rms_norm_forward = oj_cpu_rms_norm_forward,
     .rms_norm_backward = oj_cpu_rms_norm_backward,
     .add_norm_forward = oj_cpu_add_norm_forward,
+    .norm_backward_add = oj_cpu_norm_backward_add,
     .softmax_forward = oj_cpu_softmax_forward,
     .softmax_backward = oj_cpu_softmax_backward,
     .cross_entropy_forward = oj_cpu_cross_entropy_forward,

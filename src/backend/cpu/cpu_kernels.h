@@ -62,6 +62,11 @@ oj_status oj_cpu_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum
                                   oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
                                   const oj_tensor *r, const oj_tensor *weight,
                                   const oj_tensor *bias, double eps, bool rms);
+oj_status oj_cpu_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx_low,
+                                   oj_tensor *dweight, oj_tensor *dbias, const oj_tensor *dy,
+                                   const oj_tensor *dres, const oj_tensor *x,
+                                   const oj_tensor *mean, const oj_tensor *rstd,
+                                   const oj_tensor *weight, bool rms);
 oj_status oj_cpu_softmax_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
                                  bool log);
 oj_status oj_cpu_softmax_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor *y,

@@ -19,6 +19,14 @@
 /* ---------------------------------------------------------------- f32 */
 
 static bool f32_or_null(const oj_tensor *t) { return t == NULL || t->dtype == OJ_F32; }
+static bool is_low(oj_dtype dt) { return dt == OJ_BF16 || dt == OJ_F16; }
+/* An f32-path output or gradient: f32, or bf16/f16 (rounded once from f32). */
+static bool f32_or_low(const oj_tensor *t) { return t->dtype == OJ_F32 || is_low(t->dtype); }
+
+/* f32 v rounded to bf16/f16 as copy (oj_cast) rounds it. */
+static inline uint16_t to_low(float v, oj_dtype dt) {
+    return dt == OJ_BF16 ? oj_f32_to_bf16(v) : oj_f32_to_f16(v);
+}
 
 static const float *f32p(const oj_tensor *t) {
     return t ? (const float *)oj__nn_base(t) : NULL;
@@ -32,10 +40,18 @@ typedef struct {
     const float *x, *w, *b, *dy, *mean, *rstd;
     float *out, *om, *ors, *dx, *dw, *db;
     double *dwp, *dbp; /* per row block partial gradients (backward) */
+    /* forward: outl (not NULL) replaces out, in dtype odt (bf16/f16);
+     * backward: dx = dres + dx when dres, then dxl = dx rounded to odt */
+    uint16_t *outl, *dxl;
+    const float *dres;
+    oj_dtype odt;
     /* add_norm: sum = x + r (r f32 rf or bf16 rb) normalised as x */
     const float *rf;
     const uint16_t *rb;
     float *sum;
+    /* backward: a bf16/f16 dy (dydt), dy NULL until norm_f32 converts it */
+    const uint16_t *dylow;
+    oj_dtype dydt;
 } norm_ctx;
 
 static int64_t row_grain(int64_t C) {
@@ -66,7 +82,17 @@ static void fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
             float var = c->sd->sumsq_dev(x, C, m) / (float)C;
             rs = (float)(1.0 / sqrt((double)var + c->eps));
         }
-        c->sd->norm_apply(c->out + n * C, x, C, m, rs, c->w, c->b);
+        if (c->outl) { /* norm_apply is elementwise: pieces give the same floats */
+            float t[256];
+            for (int64_t k0 = 0; k0 < C; k0 += 256) {
+                int64_t len = C - k0 < 256 ? C - k0 : 256;
+                c->sd->norm_apply(t, x + k0, len, m, rs, c->w ? c->w + k0 : NULL,
+                                  c->b ? c->b + k0 : NULL);
+                for (int64_t k = 0; k < len; k++) c->outl[n * C + k0 + k] = to_low(t[k], c->odt);
+            }
+        } else {
+            c->sd->norm_apply(c->out + n * C, x, C, m, rs, c->w, c->b);
+        }
         if (c->om) c->om[n] = m;
         if (c->ors) c->ors[n] = rs;
     }
@@ -91,8 +117,14 @@ static void bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
             const float *x = c->x + n * C, *dy = c->dy + n * C;
             float m = c->rms ? 0.0f : c->mean[n], rs = c->rstd[n], sg, sgx;
             c->sd->norm_bwd_sums(x, dy, c->w, C, m, rs, &sg, &sgx);
-            c->sd->norm_bwd_dx(c->dx + n * C, x, dy, c->w, C, m, rs,
-                               c->rms ? 0.0f : sg / (float)C, sgx / (float)C);
+            float *dx = c->dx + n * C;
+            c->sd->norm_bwd_dx(dx, x, dy, c->w, C, m, rs, c->rms ? 0.0f : sg / (float)C,
+                               sgx / (float)C);
+            /* the residual gradient: binary's float add of the stored dx */
+            if (c->dres)
+                for (int64_t k = 0; k < C; k++) dx[k] = c->dres[n * C + k] + dx[k];
+            if (c->dxl)
+                for (int64_t k = 0; k < C; k++) c->dxl[n * C + k] = to_low(dx[k], c->odt);
         }
         /* the block's rows, still in cache, into its partial sums */
         if (dwp)
@@ -118,16 +150,35 @@ static void bwd_cols(void *vc, int64_t begin, int64_t end, int tid) {
     }
 }
 
-/* The f32 path of all four entries: forward when dy is NULL. Weight and
+static oj_status norm_f32_bwd(oj_engine *eng, norm_ctx *c);
+
+/* The f32 path of all four entries: forward when dy and dylow are NULL. Weight and
  * bias gradients are sums over fixed blocks of OJ_NORM_RB rows (each in row
  * order), then over the blocks in order: the bits depend on neither the
  * thread count nor the split (the CUDA backend sums the same way). */
 static oj_status norm_f32(oj_engine *eng, norm_ctx *c) {
     c->sd = oj_simd_of(eng);
-    if (c->dy == NULL) {
+    if (c->dy == NULL && c->dylow == NULL) {
         oj_cpu_parallel_for(eng, c->N, row_grain(c->C), fwd_rows, c);
         return OJ_OK;
     }
+    float *dyf = NULL; /* a bf16/f16 dy as floats (exact) */
+    if (c->dylow) {
+        size_t n = (size_t)(c->N * c->C);
+        dyf = malloc((n ? n : 1) * sizeof(float));
+        if (dyf == NULL)
+            return oj_set_error(eng, OJ_ERR_CAPACITY, "%s: out of host memory for %zu bytes",
+                                c->rms ? "rms_norm" : "layer_norm", n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            dyf[i] = c->dydt == OJ_BF16 ? oj_bf16_to_f32(c->dylow[i]) : oj_f16_to_f32(c->dylow[i]);
+        c->dy = dyf;
+    }
+    oj_status st = norm_f32_bwd(eng, c);
+    free(dyf);
+    return st;
+}
+
+static oj_status norm_f32_bwd(oj_engine *eng, norm_ctx *c) {
     int64_t nb = (c->N + OJ_NORM_RB - 1) / OJ_NORM_RB;
     if (c->dw || c->db) {
         size_t per = (size_t)(nb * c->C) * sizeof(double);
@@ -142,6 +193,26 @@ static oj_status norm_f32(oj_engine *eng, norm_ctx *c) {
     oj_cpu_parallel_for(eng, nb, grain < 1 ? 1 : grain, bwd_rows, c);
     if (c->dw || c->db) oj_cpu_parallel_for(eng, c->C, 64, bwd_cols, c);
     return OJ_OK;
+}
+
+/* out (f32, or bf16/f16 written through outl) into c. */
+static void set_out(norm_ctx *c, oj_tensor *out) {
+    if (out->dtype == OJ_F32) {
+        c->out = (float *)oj__nn_base(out);
+    } else {
+        c->outl = (uint16_t *)oj__nn_base(out);
+        c->odt = out->dtype;
+    }
+}
+
+/* dy (f32, or bf16/f16 converted by norm_f32) into c. */
+static void set_dy(norm_ctx *c, const oj_tensor *dy) {
+    if (dy->dtype == OJ_F32) {
+        c->dy = f32p(dy);
+    } else {
+        c->dylow = (const uint16_t *)oj__nn_base(dy);
+        c->dydt = dy->dtype;
+    }
 }
 
 /* Row-major [N, C] geometry of x. */
@@ -167,12 +238,12 @@ oj_status oj_cpu_layer_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *m
                                     const oj_tensor *bias, double eps) {
     int64_t N, C;
     rows_of(x, &N, &C);
-    if (x->dtype == OJ_F32 && out->dtype == OJ_F32 && f32_or_null(weight) &&
+    if (x->dtype == OJ_F32 && f32_or_low(out) && f32_or_null(weight) &&
         f32_or_null(bias) && f32_or_null(mean) && f32_or_null(rstd)) {
         norm_ctx c = {.N = N, .C = C, .eps = eps, .x = f32p(x), .w = f32p(weight),
-                      .b = f32p(bias), .out = (float *)oj__nn_base(out),
-                      .om = mean ? (float *)oj__nn_base(mean) : NULL,
+                      .b = f32p(bias), .om = mean ? (float *)oj__nn_base(mean) : NULL,
                       .ors = rstd ? (float *)oj__nn_base(rstd) : NULL};
+        set_out(&c, out);
         return norm_f32(eng, &c);
     }
     size_t es = oj_dtype_size(x->dtype);
@@ -212,14 +283,15 @@ oj_status oj_cpu_layer_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *d
                                      const oj_tensor *weight) {
     int64_t N, C;
     rows_of(x, &N, &C);
-    if (x->dtype == OJ_F32 && dy->dtype == OJ_F32 && mean->dtype == OJ_F32 &&
+    if (x->dtype == OJ_F32 && f32_or_low(dy) && mean->dtype == OJ_F32 &&
         rstd->dtype == OJ_F32 && f32_or_null(weight) && f32_or_null(dx) &&
         f32_or_null(dweight) && f32_or_null(dbias)) {
-        norm_ctx c = {.N = N, .C = C, .x = f32p(x), .w = f32p(weight), .dy = f32p(dy),
+        norm_ctx c = {.N = N, .C = C, .x = f32p(x), .w = f32p(weight),
                       .mean = f32p(mean), .rstd = f32p(rstd),
                       .dx = dx ? (float *)oj__nn_base(dx) : NULL,
                       .dw = dweight ? (float *)oj__nn_base(dweight) : NULL,
                       .db = dbias ? (float *)oj__nn_base(dbias) : NULL};
+        set_dy(&c, dy);
         return norm_f32(eng, &c);
     }
     size_t es = oj_dtype_size(x->dtype), gs = oj_dtype_size(dy->dtype);
@@ -274,10 +346,10 @@ oj_status oj_cpu_rms_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rst
                                   const oj_tensor *x, const oj_tensor *weight, double eps) {
     int64_t N, C;
     rows_of(x, &N, &C);
-    if (x->dtype == OJ_F32 && out->dtype == OJ_F32 && f32_or_null(weight) && f32_or_null(rstd)) {
+    if (x->dtype == OJ_F32 && f32_or_low(out) && f32_or_null(weight) && f32_or_null(rstd)) {
         norm_ctx c = {.N = N, .C = C, .eps = eps, .rms = true, .x = f32p(x), .w = f32p(weight),
-                      .out = (float *)oj__nn_base(out),
                       .ors = rstd ? (float *)oj__nn_base(rstd) : NULL};
+        set_out(&c, out);
         return norm_f32(eng, &c);
     }
     size_t es = oj_dtype_size(x->dtype);
@@ -308,12 +380,12 @@ oj_status oj_cpu_rms_norm_backward(oj_engine *eng, oj_tensor *dx, oj_tensor *dwe
                                    const oj_tensor *weight) {
     int64_t N, C;
     rows_of(x, &N, &C);
-    if (x->dtype == OJ_F32 && dy->dtype == OJ_F32 && rstd->dtype == OJ_F32 &&
+    if (x->dtype == OJ_F32 && f32_or_low(dy) && rstd->dtype == OJ_F32 &&
         f32_or_null(weight) && f32_or_null(dx) && f32_or_null(dweight)) {
         norm_ctx c = {.N = N, .C = C, .rms = true, .x = f32p(x), .w = f32p(weight),
-                      .dy = f32p(dy), .rstd = f32p(rstd),
-                      .dx = dx ? (float *)oj__nn_base(dx) : NULL,
+                      .rstd = f32p(rstd), .dx = dx ? (float *)oj__nn_base(dx) : NULL,
                       .dw = dweight ? (float *)oj__nn_base(dweight) : NULL};
+        set_dy(&c, dy);
         return norm_f32(eng, &c);
     }
     size_t es = oj_dtype_size(x->dtype), gs = oj_dtype_size(dy->dtype);
@@ -368,17 +440,18 @@ oj_status oj_cpu_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum
         x = r;
         r = t;
     }
-    if (sum->dtype == OJ_F32 && out->dtype == OJ_F32 && x->dtype == OJ_F32 &&
+    if (sum->dtype == OJ_F32 && f32_or_low(out) && x->dtype == OJ_F32 &&
         (r->dtype == OJ_F32 || r->dtype == OJ_BF16) && oj_is_contiguous(x) &&
         oj_is_contiguous(r) && f32_or_null(weight) && f32_or_null(bias) && f32_or_null(mean) &&
         f32_or_null(rstd)) {
         int64_t N, C;
         rows_of(x, &N, &C);
         norm_ctx c = {.N = N, .C = C, .eps = eps, .rms = rms, .x = f32p(x), .w = f32p(weight),
-                      .b = rms ? NULL : f32p(bias), .out = (float *)oj__nn_base(out),
+                      .b = rms ? NULL : f32p(bias),
                       .om = mean && !rms ? (float *)oj__nn_base(mean) : NULL,
                       .ors = rstd ? (float *)oj__nn_base(rstd) : NULL,
                       .sum = (float *)oj__nn_base(sum)};
+        set_out(&c, out);
         if (r->dtype == OJ_F32) c.rf = f32p(r);
         else c.rb = (const uint16_t *)oj__nn_base(r);
         return norm_f32(eng, &c);
@@ -387,4 +460,41 @@ oj_status oj_cpu_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum
     if (st != OJ_OK) return st;
     return rms ? oj_cpu_rms_norm_forward(eng, out, rstd, sum, weight, eps)
                : oj_cpu_layer_norm_forward(eng, out, mean, rstd, sum, weight, bias, eps);
+}
+
+/* dx = dres + the norm's dx of dy, dx_low = dx rounded to bf16/f16. The f32
+ * path (x, dx, dres f32; dy f32/bf16/f16; f32 stats and weight) adds dres
+ * to each row's dx (a float add of the stored value: binary's bits) and
+ * rounds it while the row is in cache; anything else runs the norm's
+ * backward, binary(OJ_BIN_ADD) and copy, the chain it stands for. */
+oj_status oj_cpu_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx_low,
+                                   oj_tensor *dweight, oj_tensor *dbias, const oj_tensor *dy,
+                                   const oj_tensor *dres, const oj_tensor *x,
+                                   const oj_tensor *mean, const oj_tensor *rstd,
+                                   const oj_tensor *weight, bool rms) {
+    if (rms) {
+        mean = NULL;
+        dbias = NULL;
+    }
+    int64_t N, C;
+    rows_of(x, &N, &C);
+    if (x->dtype == OJ_F32 && dx->dtype == OJ_F32 && f32_or_low(dy) && f32_or_null(dres) &&
+        (dx_low == NULL || is_low(dx_low->dtype)) && f32_or_null(mean) &&
+        rstd->dtype == OJ_F32 && f32_or_null(weight) && f32_or_null(dweight) &&
+        f32_or_null(dbias)) {
+        norm_ctx c = {.N = N, .C = C, .rms = rms, .x = f32p(x), .w = f32p(weight),
+                      .mean = f32p(mean), .rstd = f32p(rstd), .dx = (float *)oj__nn_base(dx),
+                      .dw = dweight ? (float *)oj__nn_base(dweight) : NULL,
+                      .db = dbias ? (float *)oj__nn_base(dbias) : NULL, .dres = f32p(dres),
+                      .dxl = dx_low ? (uint16_t *)oj__nn_base(dx_low) : NULL,
+                      .odt = dx_low ? dx_low->dtype : OJ_F32};
+        set_dy(&c, dy);
+        return norm_f32(eng, &c);
+    }
+    oj_status st = rms ? oj_cpu_rms_norm_backward(eng, dx, dweight, dy, x, rstd, weight)
+                       : oj_cpu_layer_norm_backward(eng, dx, dweight, dbias, dy, x, mean, rstd,
+                                                    weight);
+    if (st == OJ_OK && dres) st = oj_cpu_binary(eng, OJ_BIN_ADD, dx, dres, dx);
+    if (st == OJ_OK && dx_low) st = oj_cpu_copy(eng, dx_low, dx);
+    return st;
 }

@@ -17,6 +17,11 @@ oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *su
                                    oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
                                    const oj_tensor *r, const oj_tensor *weight,
                                    const oj_tensor *bias, double eps, bool rms);
+oj_status oj_cuda_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx_low,
+                                    oj_tensor *dweight, oj_tensor *dbias, const oj_tensor *dy,
+                                    const oj_tensor *dres, const oj_tensor *x,
+                                    const oj_tensor *mean, const oj_tensor *rstd,
+                                    const oj_tensor *weight, bool rms);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -60,6 +65,7 @@ static oj_backend make_cuda_backend() {
     b.rms_norm_forward = oj_cuda_rms_norm_forward;
     b.rms_norm_backward = oj_cuda_rms_norm_backward;
     b.add_norm_forward = oj_cuda_add_norm_forward;
+    b.norm_backward_add = oj_cuda_norm_backward_add;
     b.softmax_forward = oj_cuda_softmax_forward;
     b.softmax_backward = oj_cuda_softmax_backward;
     b.cross_entropy_forward = oj_cuda_cross_entropy_forward;

@@ -17,6 +17,12 @@ struct norm_args {
     char *out, *mean_out, *rstd_out, *dx;
     const char *r; /* add_norm: the residual, added to x into sum, which is normalised */
     char *sum;
+    /* fast path, T float only: olow 1 / 2 writes out (forward) or dxl
+     * (backward) as bf16 / f16 instead of T; dres (T, NULL: none) is added
+     * to the backward's dx */
+    int olow;
+    const char *dres;
+    char *dxl;
     int xdt, wdt, bdt, gdt, sdt, odt, dxdt, xes, wes, bes, ges, ses, oes, dxes;
     int64_t N, C;
     double eps;
@@ -282,7 +288,11 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_ar
                     float y = __fmul_rn(v[i][k] - m, rs);
                     if (w) y = __fmul_rn(y, PRE ? wv[k] : oj_cu_tof(w[c]));
                     if (b) y = __fadd_rn(y, PRE ? bv[k] : oj_cu_tof(b[c]));
-                    orow[c] = oj_cu_fromf<T>(y);
+                    if (std::is_same<T, float>::value && a.olow) /* f32 rounded once, as copy */
+                        ((uint16_t *)a.out)[n * C + c] = a.olow == 1 ? oj_cu_f32_to_bf16(y)
+                                                                     : oj_cu_f32_to_f16(y);
+                    else
+                        orow[c] = oj_cu_fromf<T>(y);
                 }
             }
             if (tid == 0) {
@@ -300,7 +310,11 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_ar
 // be NULL), part [G, P, C] (NULL: no weight/bias gradient; row 0 of a group
 // sums dy * xhat, row 1, when P = 2, dy) for G interleaved groups of rows.
 // Blocks of 256 threads (W row workers), one group per block.
-template <typename T, int NPT, int TPR>
+// dy of TG: T, or bf16/f16 when T is float (the gradient of a low out).
+// With a.dres (T) each dx is dres + dx (a float add, rounded once: the
+// binary add kernel's bits), with a.olow dx is also written rounded to
+// bf16/f16 into a.dxl (the copy kernel's bits).
+template <typename T, typename TG, int NPT, int TPR>
 __global__ void __launch_bounds__(256, NPT <= 24 ? 2 : 1)
     k_norm_bwd_fast(norm_args a, float *part, int P, int64_t G) {
     constexpr int W = TPR == 32 ? NORM_BWD_WARPS : 1;
@@ -321,7 +335,8 @@ __global__ void __launch_bounds__(256, NPT <= 24 ? 2 : 1)
 #pragma unroll
         for (int k = 0; k < NPT; k++) pw[k] = pb[k] = 0.0f;
         for (int64_t n = g + G * wk; n < N; n += G * W) {
-            const T *xr = (const T *)a.x + n * C, *gr = (const T *)a.dy + n * C;
+            const T *xr = (const T *)a.x + n * C;
+            const TG *gr = (const TG *)a.dy + n * C;
             const float m = a.rms ? 0.0f : ((const float *)a.mean)[n];
             const float rs = ((const float *)a.rstd)[n];
             /* the row's 2 NPT loads first, so they are in flight together
@@ -357,10 +372,44 @@ __global__ void __launch_bounds__(256, NPT <= 24 ? 2 : 1)
             sg = a.rms ? 0.0f : oj_cu_row_sumf<TPR>(sg, sh) / (float)C;
             sgx = oj_cu_row_sumf<TPR>(sgx, sh) / (float)C;
             T *dr = (T *)a.dx + n * C;
+            if (a.dres == NULL && a.olow == 0) {
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    int64_t c = tid + (int64_t)TPR * k;
+                    if (c < C) dr[c] = oj_cu_fromf<T>(rs * (gw[k] - sg - xh[k] * sgx));
+                }
+                continue;
+            }
+            /* dx into gw, rounded to T (the value the unfused kernel
+             * stores), then the row's dres loads together into xh */
+#pragma unroll
+            for (int k = 0; k < NPT; k++)
+                gw[k] = oj_cu_tof(oj_cu_fromf<T>(rs * (gw[k] - sg - xh[k] * sgx)));
+            if (a.dres) {
+                const T *rr = (const T *)a.dres + n * C;
+                if (C == CW) {
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) xh[k] = oj_cu_tof(rr[tid + TPR * k]);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        const int64_t c = tid + (int64_t)TPR * k;
+                        xh[k] = c < C ? oj_cu_tof(rr[c]) : 0.0f;
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < NPT; k++)
+                    gw[k] = oj_cu_tof(oj_cu_fromf<T>(__fadd_rn(xh[k], gw[k])));
+            }
 #pragma unroll
             for (int k = 0; k < NPT; k++) {
                 int64_t c = tid + (int64_t)TPR * k;
-                if (c < C) dr[c] = oj_cu_fromf<T>(rs * (gw[k] - sg - xh[k] * sgx));
+                if (c < C) {
+                    dr[c] = oj_cu_fromf<T>(gw[k]);
+                    if (std::is_same<T, float>::value && a.olow)
+                        ((uint16_t *)a.dxl)[n * C + c] = a.olow == 1 ? oj_cu_f32_to_bf16(gw[k])
+                                                                     : oj_cu_f32_to_f16(gw[k]);
+                }
             }
         }
         if (part == NULL) continue;
@@ -476,12 +525,12 @@ static int64_t norm_groups(int64_t N, int npt, int tpr, bool wgrad) {
     return target < most ? target : most;
 }
 
-template <typename T>
+template <typename T, typename TG = T>
 static void norm_bwd_fast_launch(const norm_args &a, int npt, int tpr, float *part, int P,
                                  int64_t G) {
     unsigned blocks = (unsigned)(G < (1 << 20) ? G : (1 << 20));
 #define X(n, t)                                                                              \
-    if (npt == (n) && tpr == (t)) k_norm_bwd_fast<T, n, t><<<blocks, 256, 0, OJ_STREAM>>>(a, part, P, G);
+    if (npt == (n) && tpr == (t)) k_norm_bwd_fast<T, TG, n, t><<<blocks, 256, 0, OJ_STREAM>>>(a, part, P, G);
     NORM_CFGS(X)
 #undef X
 }
@@ -497,6 +546,14 @@ static bool norm_fast_ok(const oj_tensor *x, const oj_tensor *const *same, int n
         if (stats[i] && stats[i]->dtype != OJ_F32) return false;
     int npt;
     return norm_cfg(C, &npt) != 0;
+}
+
+/* How the fast path writes t against x's dtype: 0 as x's dtype, 1 / 2
+ * bf16 / f16 from f32 x (norm_args.olow), -1 not at all. */
+static int low_code(const oj_tensor *x, const oj_tensor *t) {
+    if (t->dtype == x->dtype) return 0;
+    if (x->dtype != OJ_F32) return -1;
+    return t->dtype == OJ_BF16 ? 1 : t->dtype == OJ_F16 ? 2 : -1;
 }
 
 /* The forward's arguments (every tensor contiguous, else false with
@@ -539,9 +596,11 @@ static oj_status forward(oj_engine *eng, const char *op, bool rms, oj_tensor *ou
     if (!fwd_args(eng, op, rms, a, out, mean, rstd, x, weight, bias, eps))
         return oj_last_status(eng);
     if (a.N == 0) return OJ_OK;
-    const oj_tensor *same[3] = {out, weight, bias}, *stats[2] = {mean, rstd};
-    if (norm_fast_ok(x, same, 3, stats, 2, a.N, a.C)) {
+    const int olow = low_code(x, out); /* an f32 norm written as bf16/f16 */
+    const oj_tensor *same[3] = {olow > 0 ? NULL : out, weight, bias}, *stats[2] = {mean, rstd};
+    if (olow >= 0 && norm_fast_ok(x, same, 3, stats, 2, a.N, a.C)) {
         int npt = 0, tpr = norm_cfg(a.C, &npt);
+        a.olow = olow;
         OJ_CU_FLOAT_TYPE(x->dtype, T, norm_fwd_fast_launch<T>(a, npt, tpr));
         return oj_cuda_check(eng, rms ? "rms_norm_forward" : "layer_norm_forward");
     }
@@ -549,13 +608,17 @@ static oj_status forward(oj_engine *eng, const char *op, bool rms, oj_tensor *ou
     return oj_cuda_check(eng, rms ? "rms_norm_forward" : "layer_norm_forward");
 }
 
+/* The norms' backward; with dres / dx_low (norm_backward_add) the fast
+ * path folds the residual gradient in and writes the rounded copy, any
+ * other path runs binary add and copy after it (dx given then). */
 static oj_status backward(oj_engine *eng, const char *op, bool rms, oj_tensor *dx,
                           oj_tensor *dweight, oj_tensor *dbias, const oj_tensor *dy,
                           const oj_tensor *x, const oj_tensor *mean, const oj_tensor *rstd,
-                          const oj_tensor *weight) {
+                          const oj_tensor *weight, const oj_tensor *dres = NULL,
+                          oj_tensor *dx_low = NULL) {
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
-    const oj_tensor *chk[8] = {dx, dweight, dbias, dy, x, mean, rstd, weight};
-    for (int i = 0; i < 8; i++)
+    const oj_tensor *chk[10] = {dx, dweight, dbias, dy, x, mean, rstd, weight, dres, dx_low};
+    for (int i = 0; i < 10; i++)
         if (oj_cuda_need_contig(eng, chk[i], op, "every tensor") != OJ_OK) return oj_last_status(eng);
     norm_args a;
     memset(&a, 0, sizeof a);
@@ -575,20 +638,33 @@ static oj_status backward(oj_engine *eng, const char *op, bool rms, oj_tensor *d
     a.ses = esz(rstd);
     a.rms = rms;
     const char *kname = rms ? "rms_norm_backward" : "layer_norm_backward";
-    const oj_tensor *same[5] = {dx, dweight, dbias, dy, weight}, *stats[2] = {mean, rstd};
-    if ((dx || dweight || dbias) && norm_fast_ok(x, same, 5, stats, 2, a.N, a.C)) {
+    /* dy bf16/f16 for f32 x: the gradient of a low out (glow 1 / 2) */
+    const int glow = low_code(x, dy);
+    const int olow = dx_low == NULL ? 0 : low_code(x, dx_low) > 0 ? low_code(x, dx_low) : -1;
+    const oj_tensor *same[6] = {dx, dweight, dbias, glow > 0 ? NULL : dy, weight, dres},
+                    *stats[2] = {mean, rstd};
+    if ((dx || dweight || dbias) && glow >= 0 && olow >= 0 && (dx || (!dres && !dx_low)) &&
+        norm_fast_ok(x, same, 6, stats, 2, a.N, a.C)) {
         int npt = 0, tpr = norm_cfg(a.C, &npt);
         const bool wgrad = dweight || dbias;
         const int P = dbias ? 2 : 1;
         const int64_t G = norm_groups(a.N, npt, tpr, wgrad);
         a.dx = dx ? oj_cuda_ptr(dx) : NULL;
+        a.dres = dres ? oj_cuda_ptr(dres) : NULL;
+        a.dxl = dx_low ? oj_cuda_ptr(dx_low) : NULL;
+        a.olow = olow;
         oj_storage *hold = NULL;
         float *part = NULL;
         if (wgrad) {
             part = (float *)oj_cuda_scratch(eng, (size_t)(G * P * a.C) * sizeof(float), op, &hold);
             if (part == NULL) return oj_last_status(eng);
         }
-        OJ_CU_FLOAT_TYPE(x->dtype, T, norm_bwd_fast_launch<T>(a, npt, tpr, part, P, G));
+        if (glow == 1)
+            norm_bwd_fast_launch<float, oj_cu_bf16>(a, npt, tpr, part, P, G);
+        else if (glow == 2)
+            norm_bwd_fast_launch<float, oj_cu_f16>(a, npt, tpr, part, P, G);
+        else
+            OJ_CU_FLOAT_TYPE(x->dtype, T, norm_bwd_fast_launch<T>(a, npt, tpr, part, P, G));
         oj_status st = oj_cuda_check(eng, kname);
         if (st == OJ_OK && part) {
             dim3 blk(32, 32);
@@ -599,6 +675,12 @@ static oj_status backward(oj_engine *eng, const char *op, bool rms, oj_tensor *d
             st = oj_cuda_check(eng, kname);
         }
         oj__storage_release(hold);
+        return st;
+    }
+    if ((dres || dx_low) && a.N > 0) { /* the chain: the norm, binary add, copy */
+        oj_status st = backward(eng, op, rms, dx, dweight, dbias, dy, x, mean, rstd, weight);
+        if (st == OJ_OK && dres) st = oj_cuda_binary(eng, OJ_BIN_ADD, dx, dres, dx);
+        if (st == OJ_OK && dx_low) st = oj_cuda_copy(eng, dx_low, dx);
         return st;
     }
     if (dx && a.N > 0) {
@@ -687,13 +769,15 @@ oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *su
     norm_args a;
     if (!fwd_args(eng, op, rms, a, out, mean, rstd, sum, weight, bias, eps))
         return oj_last_status(eng);
-    const oj_tensor *same[3] = {out, weight, bias}, *stats[2] = {mean, rstd};
+    const int olow = low_code(sum, out); /* an f32 norm written as bf16/f16 */
+    const oj_tensor *same[3] = {olow > 0 ? NULL : out, weight, bias}, *stats[2] = {mean, rstd};
     const bool mixed = sum->dtype == OJ_F32 && r->dtype == OJ_BF16;
-    if (a.N > 0 && x->dtype == sum->dtype && (r->dtype == sum->dtype || mixed) &&
+    if (a.N > 0 && olow >= 0 && x->dtype == sum->dtype && (r->dtype == sum->dtype || mixed) &&
         oj_cuda_contig(x) && oj_cuda_contig(r) && norm_fast_ok(sum, same, 3, stats, 2, a.N, a.C)) {
         a.x = oj_cuda_ptr(x);
         a.r = oj_cuda_ptr(r);
         a.sum = oj_cuda_ptr(sum);
+        a.olow = olow;
         int npt = 0, tpr = norm_cfg(a.C, &npt);
         if (mixed)
             norm_fwd_fast_launch<float, oj_cu_bf16, true>(a, npt, tpr);
@@ -704,4 +788,26 @@ oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *su
     if (oj_cuda_binary(eng, OJ_BIN_ADD, sum, x, r) != OJ_OK) return oj_last_status(eng);
     return forward(eng, rms ? "rms_norm" : "layer_norm", rms, out, mean, rstd, sum, weight, bias,
                    eps);
+}
+
+/* dx = dres + the norm's dx, dx_low = dx rounded (backend.h). The fast
+ * path (f32/bf16/f16 rows as the norm's backward takes them, dy bf16/f16
+ * for f32 x) does it in k_norm_bwd_fast's row pass: per element it reads
+ * x, dy and dres and writes dx and dx_low, 4 + 2 + 4 + 4 + 2 = 16 bytes
+ * for f32 x with bf16 dy and dx_low, where the unfused chain (cast dy to
+ * f32, the norm, the add, the cast of the sum) moves 6 + 12 + 12 + 6 = 36.
+ * Other shapes and dtypes run that chain. */
+oj_status oj_cuda_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx_low,
+                                    oj_tensor *dweight, oj_tensor *dbias, const oj_tensor *dy,
+                                    const oj_tensor *dres, const oj_tensor *x,
+                                    const oj_tensor *mean, const oj_tensor *rstd,
+                                    const oj_tensor *weight, bool rms) {
+    const char *op = rms ? "rms_norm" : "layer_norm";
+    if (rms) {
+        mean = NULL;
+        dbias = NULL;
+    }
+    if (dx == NULL)
+        return oj_set_error(eng, OJ_ERR_INTERNAL, "%s: norm_backward_add needs dx", op);
+    return backward(eng, op, rms, dx, dweight, dbias, dy, x, mean, rstd, weight, dres, dx_low);
 }
