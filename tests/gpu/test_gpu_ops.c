@@ -2650,11 +2650,60 @@ static void test_fast_rotary(void **state) {
     }
 }
 
+/* The swiglu entries on gate, up: column slices of one [N, 2F] tensor (the
+ * fused GEMM's output, row stride 2F), against the CPU; on the GPU also
+ * the bits of the unfused calls (unary SILU, binary MUL, unary_backward). */
+static void swiglu_case(int64_t N, int64_t F, oj_dtype dt) {
+    char what[96];
+    snprintf(what, sizeof what, "swiglu %s [%lld, %lld]", oj_dtype_name(dt), (long long)N,
+             (long long)F);
+    int64_t s2[2] = {N, 2 * F}, s1[2] = {N, F};
+    pr gu = rnd(2, s2, dt, -4, 4);
+    pr g = narrow(gu, 1, 0, F), u = narrow(gu, 1, F, F), dp = rnd(2, s1, dt, -1, 1);
+    pr out = empty(2, s1, dt), dg = empty(2, s1, dt), du = empty(2, s1, dt);
+    BOTH(E->backend->swiglu_forward(E, T(out), T(g), T(u)));
+    cmp(out, tol(dt, 1e-5), what);
+    BOTH(E->backend->swiglu_backward(E, T(dg), T(du), T(g), T(u), T(dp)));
+    cmp(dg, tol(dt, 1e-5), what);
+    cmp(du, tol(dt, 1e-5), what);
+    pr dg1 = empty(2, s1, dt); /* dgate alone */
+    BOTH(E->backend->swiglu_backward(E, T(dg1), NULL, T(g), T(u), T(dp)));
+    cmp(dg1, tol(dt, 1e-5), what);
+    SIDE = 1;
+    pr sv = empty(2, s1, dt), p = empty(2, s1, dt), ds = empty(2, s1, dt), rg = empty(2, s1, dt),
+       ru = empty(2, s1, dt);
+    assert_int_equal(E->backend->unary(E, OJ_UN_SILU, T(sv), T(g), 0.0, 0.0), OJ_OK);
+    assert_int_equal(E->backend->binary(E, OJ_BIN_MUL, T(p), T(sv), T(u)), OJ_OK);
+    assert_int_equal(E->backend->binary(E, OJ_BIN_MUL, T(ru), T(dp), T(sv)), OJ_OK);
+    assert_int_equal(E->backend->binary(E, OJ_BIN_MUL, T(ds), T(dp), T(u)), OJ_OK);
+    assert_int_equal(E->backend->unary_backward(E, OJ_UN_SILU, T(rg), T(g), T(sv), T(ds), 0.0, 0.0),
+                     OJ_OK);
+    same_bits(T(out), T(p), "swiglu forward vs silu then mul (cuda)");
+    same_bits(T(dg), T(rg), "swiglu dgate vs the unfused calls (cuda)");
+    same_bits(T(du), T(ru), "swiglu dup vs the unfused calls (cuda)");
+    same_bits(T(dg1), T(rg), "swiglu dgate alone (cuda)");
+    SIDE = 0;
+}
+
+// test: swiglu (silu(gate) * up and its gradients in one pass) agrees with the CPU and, on the GPU, with the unfused calls bit for bit: f32/bf16/f16, strided column slices, F a multiple of 8 (vector path) or not, one row, F = 1 (the unfused calls)
+static void test_swiglu(void **state) {
+    (void)state;
+    oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int k = 0; k < 3; k++) {
+        swiglu_case(37, 64, dts[k]);
+        swiglu_case(5, 77, dts[k]);
+        swiglu_case(1, 3072, dts[k]);
+        swiglu_case(9, 1, dts[k]);
+    }
+    swiglu_case(2048, 3072, OJ_BF16); /* the model's shape, fewer rows */
+}
+
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
 #define T_(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
     const struct CMUnitTest tests[] = {
         T_(test_copy_fill),
+        T_(test_swiglu),
         T_(test_fill_keeps_outside),
         T_(test_unary),
         T_(test_binary_where),

@@ -18,6 +18,12 @@ oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *su
                                    const oj_tensor *r, const oj_tensor *weight,
                                    const oj_tensor *bias, double eps, bool rms);
 
+/* cuda_elementwise.cu: silu(gate) * up and its gradients */
+oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *gate,
+                                 const oj_tensor *up);
+oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                  const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
     b.name = "cuda";
@@ -69,6 +75,8 @@ static oj_backend make_cuda_backend() {
     b.attention_backward = oj_cuda_attention_backward;
     b.rotary_embedding = oj_cuda_rotary_embedding;
     b.rotary_embedding_at = oj_cuda_rotary_embedding_at;
+    b.swiglu_forward = oj_cuda_swiglu_forward;
+    b.swiglu_backward = oj_cuda_swiglu_backward;
     b.dropout = oj_cuda_dropout;
     /* optimizer updates (cuda_optim.cu) */
     b.adam_step = oj_cuda_adam_step;
