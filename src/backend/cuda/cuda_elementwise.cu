@@ -992,27 +992,29 @@ __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const 
          q += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = q / nv, c = (q - r * nv) * V;
         float x[V], u[V], s[V], g[V], a[V], b[V];
+        (void)g;
+        (void)b;
         oj_cu_ldv<T, V>(gate + r * gs + c, x);
         oj_cu_ldv<T, V>(up + r * us + c, u);
         if (BWD) oj_cu_ldv<T, V>(dp + r * ps + c, g);
 #pragma unroll
         for (int k = 0; k < V; k++) /* s as unary(SILU) stores it */
             s[k] = oj_cu_tof(oj_cu_fromf<T>(un_fn<OJ_UN_SILU, LOW>{0.0f, 0.0f}(x[k], 0.0f, 0.0f)));
-        if (!BWD) {
+        if constexpr (!BWD) {
 #pragma unroll
             for (int k = 0; k < V; k++) a[k] = bin_fn<OJ_BIN_MUL>()(s[k], u[k], 0.0f);
             oj_cu_stv<T, V>(o0 + r * F + c, a);
-            continue;
-        }
+        } else {
 #pragma unroll
-        for (int k = 0; k < V; k++) {
-            /* ds = dp * up as binary(MUL) stores it, then silu's rule */
-            const float ds = oj_cu_tof(oj_cu_fromf<T>(bin_fn<OJ_BIN_MUL>()(g[k], u[k], 0.0f)));
-            a[k] = un_bw_fn<OJ_UN_SILU, LOW>{0.0f, 0.0f}(x[k], s[k], ds);
-            b[k] = bin_fn<OJ_BIN_MUL>()(g[k], s[k], 0.0f);
+            for (int k = 0; k < V; k++) {
+                /* ds = dp * up as binary(MUL) stores it, then silu's rule */
+                const float ds = oj_cu_tof(oj_cu_fromf<T>(bin_fn<OJ_BIN_MUL>()(g[k], u[k], 0.0f)));
+                a[k] = un_bw_fn<OJ_UN_SILU, LOW>{0.0f, 0.0f}(x[k], s[k], ds);
+                b[k] = bin_fn<OJ_BIN_MUL>()(g[k], s[k], 0.0f);
+            }
+            if (o0) oj_cu_stv<T, V>(o0 + r * F + c, a);
+            if (o1) oj_cu_stv<T, V>(o1 + r * F + c, b);
         }
-        if (o0) oj_cu_stv<T, V>(o0 + r * F + c, a);
-        if (o1) oj_cu_stv<T, V>(o1 + r * F + c, b);
     }
 }
 
