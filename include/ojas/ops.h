@@ -373,9 +373,10 @@ oj_tensor *oj_rotary_embedding(oj_tensor *x, int64_t position_offset, double the
 oj_tensor *oj_rotary_embedding_at(oj_tensor *x, oj_tensor *positions, double theta);
 /* RMS norm over D then the rotary embedding, fused (the QK-norm of
  * nanolab-style attention): the value and gradients of
- * oj_rotary_embedding(oj_rms_norm(x, weight, eps), position_offset, theta),
- * bit for bit on the same backend (the norm's output rounded to its dtype
- * before the rotation, as the two ops store it). x [..., T, D] float with
+ * oj_rotary_embedding(oj_rms_norm(x, weight, eps), position_offset, theta)
+ * (the norm's output rounded to its dtype before the rotation, as the two
+ * ops store it): bit for bit on the CPU, within float rounding on CUDA
+ * (its own fused kernels; the same bits run to run). x [..., T, D] float with
  * D even and any strides (a head view [B, H, T, D] of a [B, T, H*D]
  * projection is read in place, no contiguous copy); weight [D] of x's
  * dtype or NULL; eps >= 0 -> a new contiguous tensor shaped like x.

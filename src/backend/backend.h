@@ -306,19 +306,24 @@ typedef struct oj_backend {
      * [B, T, H*D] projection: no contiguous copy); out contiguous, x's shape
      * and dtype; weight [D] contiguous of x's dtype or NULL (ones); rstd [N]
      * (N = numel / D, rows in x's row-major order) of the stat dtype
-     * (oj__nn_stat_dtype) or NULL. out and rstd are the bits of
-     * rms_norm_forward on a contiguous copy of x, its output (rounded to
-     * x's dtype) given to rotary_embedding(position_offset, theta), on the
-     * same backend. */
+     * (oj__nn_stat_dtype) or NULL. out and rstd are what rms_norm_forward
+     * on a contiguous copy of x gives, its output (rounded to x's dtype)
+     * given to rotary_embedding(position_offset, theta): on the CPU
+     * backend the bits of that composition; on others (CUDA) within float
+     * rounding of it (the same rounding points, a reduction order of their
+     * own) and the same bits run to run (no atomics). */
     oj_status (*rms_norm_rotary_forward)(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
                                          const oj_tensor *x, const oj_tensor *weight, double eps,
                                          int64_t position_offset, double theta);
     /* Its input gradient, OPTIONAL (NULL: rotary_embedding inverse, then
      * rms_norm_backward): dx [..., T, D] contiguous of x's dtype from dy
      * (x's shape, float, any strides), x (any strides), the forward's rstd
-     * and weight (NULL: ones). The bits of rotary_embedding(inverse) of dy
+     * and weight (NULL: ones). What rotary_embedding(inverse) of dy
      * (rounded to dy's dtype) given with a contiguous copy of x to
-     * rms_norm_backward (dweight NULL) on the same backend. */
+     * rms_norm_backward (dweight NULL) gives: the bits of that composition
+     * on the CPU backend, within float rounding of it on others (CUDA),
+     * the same bits run to run. No weight gradient (the ops layer takes
+     * the composed path when one is needed). */
     oj_status (*rms_norm_rotary_backward)(oj_engine *eng, oj_tensor *dx, const oj_tensor *dy,
                                           const oj_tensor *x, const oj_tensor *rstd,
                                           const oj_tensor *weight, int64_t position_offset,

@@ -200,7 +200,7 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
         q2 = oj_rms_norm(q1, NULL, eps), k2 = oj_rms_norm(k1, NULL, eps);
         q = oj_rotary_embedding_at(q2, cache->dev->pos, theta);
         k = oj_rotary_embedding_at(k2, cache->dev->pos, theta);
-    } else { /* norm and rotation in one pass over the head views (same bits) */
+    } else { /* norm and rotation in one pass over the head views */
         q = oj_rms_norm_rotary(q1, NULL, eps, pos, theta);
         k = oj_rms_norm_rotary(k1, NULL, eps, pos, theta);
     }

@@ -75,6 +75,8 @@ static oj_backend make_cuda_backend() {
     b.attention_backward = oj_cuda_attention_backward;
     b.rotary_embedding = oj_cuda_rotary_embedding;
     b.rotary_embedding_at = oj_cuda_rotary_embedding_at;
+    b.rms_norm_rotary_forward = oj_cuda_rms_norm_rotary_forward;
+    b.rms_norm_rotary_backward = oj_cuda_rms_norm_rotary_backward;
     b.swiglu_forward = oj_cuda_swiglu_forward;
     b.swiglu_backward = oj_cuda_swiglu_backward;
     b.dropout = oj_cuda_dropout;
