@@ -19,10 +19,11 @@
  * l + 32 k, k < NPT, so element l + 32 p and its rotary partner
  * l + 32 p + D/2 = l + 32 (p + NPT/2) are in the same lane: the rotation
  * needs no exchange. The row's sum of squares is a warp xor butterfly
- * (k_norm_fwd_fast's order). A warp owns one position t and a chunk of the
- * R = B H rows of that t: it computes cos/sin of its NPT/2 angles once
- * (pow, cos, sin in double, as k_rotary; before its first loads: computed
- * between them, the values held across the trigonometry spilled) and
+ * (k_norm_fwd_fast's order). A block computes the D/2 frequencies (pow in
+ * double) into shared memory; a warp owns one position t and a chunk of
+ * the R = B H rows of that t: it computes cos/sin of its NPT/2 angles once
+ * (in double, as k_rotary; before its first loads: computed between them,
+ * the values held across the trigonometry spilled) and
  * walks its rows r (the [R1, R2] index advanced by a carry, no division),
  * the loads of RR rows issued together before any use (one row of 64 bf16
  * per warp left the unfused QK-norm latency-bound).
@@ -30,7 +31,9 @@
  * Geometry: T * nchunk warps, nchunk = ceil(RNR_TARGET_WARPS / T) clamped
  * to R (the results do not depend on it). nanolab-124m training, q or k
  * [16, 12, 1024, 64] bf16 viewed in [16, 1024, 2320]: 8 chunks of 24 rows,
- * 8192 warps in 1024 blocks; 262,144 lanes compute one angle each.
+ * 8192 warps in 1024 blocks (~2.6 waves at 3 blocks per SM); 1024 blocks
+ * x 32 pow and 262,144 lanes x (cos, sin) in double, about 60 M double
+ * instructions (~3.5 us of an SM's FP64 pipes, overlapping the traffic).
  * Bytes: forward reads x (25.2 MB) and writes out (25.2 MB) and rstd
  * (0.4 MB): ~13 us at 4 TB/s, against copy + norm + rotary (16 + 58 + 24
  * us measured); backward reads x, dy and rstd and writes dx (75.9 MB,
@@ -61,20 +64,27 @@ struct rnr_args {
     double theta, eps;
 };
 
-/* cos and sign * sin of the angle of pair i at position p: k_rotary's
- * formulas (cuda_nn_misc.cu), the same bits. */
-__device__ static __forceinline__ void rnr_angle(int64_t p, int64_t i, int64_t D, double theta,
-                                                 double sign, double *c, double *s) {
-    double freq = pow(theta, -2.0 * (double)i / (double)D);
+/* The frequency theta^(-2i/D) of pair i, and cos and sign * sin of its
+ * angle at position p: k_rotary's formulas (cuda_nn_misc.cu), the same
+ * bits. */
+__device__ static __forceinline__ double rnr_freq(int64_t i, int64_t D, double theta) {
+    return pow(theta, -2.0 * (double)i / (double)D);
+}
+__device__ static __forceinline__ void rnr_cs(int64_t p, double freq, double sign, double *c,
+                                              double *s) {
     double ang = (double)p * freq;
     *c = cos(ang);
     *s = sign * sin(ang);
+}
+__device__ static __forceinline__ void rnr_angle(int64_t p, int64_t i, int64_t D, double theta,
+                                                 double sign, double *c, double *s) {
+    rnr_cs(p, rnr_freq(i, D, theta), sign, c, s);
 }
 
 /* Rows per warp whose loads are in flight at once: about 16 loads per
  * lane (NPT per row forward, 2 NPT backward), at least one row. Register
  * bounds (ptxas, sm_90, no spills): the forward fits 80 registers (3
- * blocks of 256 per SM), the backward up to 98 (bf16, NPT 2; 2 blocks). */
+ * blocks of 256 per SM), the backward up to 103 (bf16, NPT 4; 2 blocks). */
 template <int NPT, bool BWD> struct rnr_rr {
     static constexpr int v = (BWD ? 8 : 16) / NPT > 1 ? (BWD ? 8 : 16) / NPT : 1;
 };
@@ -83,6 +93,9 @@ template <int NPT, bool BWD> struct rnr_rr {
 template <typename T, int NPT>
 __global__ void __launch_bounds__(RNR_THREADS, 3) k_rnr_fwd(rnr_args a) {
     constexpr int P = NPT / 2, RR = rnr_rr<NPT, false>::v, D = 32 * NPT;
+    __shared__ double fq[16 * NPT]; /* the D/2 frequencies, once per block */
+    for (int i = (int)threadIdx.x; i < 16 * NPT; i += RNR_THREADS) fq[i] = rnr_freq(i, D, a.theta);
+    __syncthreads(); /* the only barrier: warps may leave after it */
     const int lane = (int)(threadIdx.x & 31);
     const int64_t wid = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5);
     if (wid >= a.T * a.nchunk) return; /* the whole warp */
@@ -96,7 +109,7 @@ __global__ void __launch_bounds__(RNR_THREADS, 3) k_rnr_fwd(rnr_args a) {
     double cs[P], sn[P];
 #pragma unroll
     for (int p = 0; p < P; p++)
-        rnr_angle(a.pos + t, lane + 32 * p, D, a.theta, 1.0, &cs[p], &sn[p]);
+        rnr_cs(a.pos + t, fq[lane + 32 * p], 1.0, &cs[p], &sn[p]);
     int64_t q1 = rb / a.R2, q2 = rb - q1 * a.R2; /* row r = q1 R2 + q2 */
     const int64_t toff = t * a.sxT;
     for (int64_t r = rb; r < re; r += RR) {
@@ -151,6 +164,9 @@ __global__ void __launch_bounds__(RNR_THREADS, 3) k_rnr_fwd(rnr_args a) {
 template <typename T, int NPT>
 __global__ void __launch_bounds__(RNR_THREADS, 2) k_rnr_bwd(rnr_args a) {
     constexpr int P = NPT / 2, RR = rnr_rr<NPT, true>::v, D = 32 * NPT;
+    __shared__ double fq[16 * NPT]; /* the D/2 frequencies, once per block */
+    for (int i = (int)threadIdx.x; i < 16 * NPT; i += RNR_THREADS) fq[i] = rnr_freq(i, D, a.theta);
+    __syncthreads(); /* the only barrier: warps may leave after it */
     const int lane = (int)(threadIdx.x & 31);
     const int64_t wid = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5);
     if (wid >= a.T * a.nchunk) return;
@@ -165,7 +181,7 @@ __global__ void __launch_bounds__(RNR_THREADS, 2) k_rnr_bwd(rnr_args a) {
     double cs[P], sn[P];
 #pragma unroll
     for (int p = 0; p < P; p++)
-        rnr_angle(a.pos + t, lane + 32 * p, D, a.theta, -1.0, &cs[p], &sn[p]);
+        rnr_cs(a.pos + t, fq[lane + 32 * p], -1.0, &cs[p], &sn[p]);
     int64_t q1 = rb / a.R2, q2 = rb - q1 * a.R2;
     const int64_t tx = t * a.sxT, tg = t * a.sgT;
     for (int64_t r = rb; r < re; r += RR) {
