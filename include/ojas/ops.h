@@ -374,6 +374,19 @@ oj_tensor *oj_rotary_embedding(oj_tensor *x, int64_t position_offset, double the
  * oj_rotary_embedding. Backward rotates by -a. Errors as
  * oj_rotary_embedding, OJ_ERR_SHAPE / OJ_ERR_DTYPE for positions. */
 oj_tensor *oj_rotary_embedding_at(oj_tensor *x, oj_tensor *positions, double theta);
+/* RMS norm over D then the rotary embedding, fused (the QK-norm of
+ * nanolab-style attention): the value and gradients of
+ * oj_rotary_embedding(oj_rms_norm(x, weight, eps), position_offset, theta)
+ * (the norm's output rounded to its dtype before the rotation, as the two
+ * ops store it): bit for bit on the CPU, within float rounding on CUDA
+ * (its own fused kernels; the same bits run to run). x [..., T, D] float with
+ * D even and any strides (a head view [B, H, T, D] of a [B, T, H*D]
+ * projection is read in place, no contiguous copy); weight [D] of x's
+ * dtype or NULL; eps >= 0 -> a new contiguous tensor shaped like x.
+ * Autocast: computes in f32 (as oj_rms_norm). Saves x (the view) and the
+ * per-row rstd for the backward. Errors: those of the two ops. */
+oj_tensor *oj_rms_norm_rotary(oj_tensor *x, oj_tensor *weight, double eps,
+                              int64_t position_offset, double theta);
 
 /* Dropout: when training and p > 0, each element is zeroed with
  * probability p and the rest scaled by 1 / (1 - p); the Philox4x32-10 mask

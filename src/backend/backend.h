@@ -367,6 +367,52 @@ typedef struct oj_backend {
      * the same position, and so are the bits. */
     oj_status (*rotary_embedding_at)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                      const oj_tensor *positions, double theta, bool inverse);
+    /* RMS norm over D then the rotary embedding (oj_rms_norm_rotary; the
+     * QK-norm of nanolab-style attention) in one pass, OPTIONAL (NULL: the
+     * ops layer runs copy, rms_norm_forward, rotary_embedding). x [..., T, D]
+     * float with D even and ANY strides (a head view [B, H, T, D] of a
+     * [B, T, H*D] projection: no contiguous copy); out contiguous, x's shape
+     * and dtype; weight [D] contiguous of x's dtype or NULL (ones); rstd [N]
+     * (N = numel / D, rows in x's row-major order) of the stat dtype
+     * (oj__nn_stat_dtype) or NULL. out and rstd are what rms_norm_forward
+     * on a contiguous copy of x gives, its output (rounded to x's dtype)
+     * given to rotary_embedding(position_offset, theta): on the CPU
+     * backend the bits of that composition; on others (CUDA) within float
+     * rounding of it (the same rounding points, a reduction order of their
+     * own) and the same bits run to run (no atomics). */
+    oj_status (*rms_norm_rotary_forward)(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
+                                         const oj_tensor *x, const oj_tensor *weight, double eps,
+                                         int64_t position_offset, double theta);
+    /* Its input gradient, OPTIONAL (NULL: rotary_embedding inverse, then
+     * rms_norm_backward): dx [..., T, D] contiguous of x's dtype from dy
+     * (x's shape, float, any strides), x (any strides), the forward's rstd
+     * and weight (NULL: ones). What rotary_embedding(inverse) of dy
+     * (rounded to dy's dtype) given with a contiguous copy of x to
+     * rms_norm_backward (dweight NULL) gives: the bits of that composition
+     * on the CPU backend, within float rounding of it on others (CUDA),
+     * the same bits run to run. No weight gradient (the ops layer takes
+     * the composed path when one is needed). */
+    oj_status (*rms_norm_rotary_backward)(oj_engine *eng, oj_tensor *dx, const oj_tensor *dy,
+                                          const oj_tensor *x, const oj_tensor *rstd,
+                                          const oj_tensor *weight, int64_t position_offset,
+                                          double theta);
+    /* SwiGLU's product (Shazeer 2020, "GLU Variants Improve Transformer"),
+     * OPTIONAL (NULL: unary(OJ_UN_SILU) then binary(OJ_BIN_MUL)):
+     * out = silu(gate) * up. gate, up: one float dtype, one shape, any
+     * strides; out contiguous, their shape and dtype. The bits of
+     * unary(SILU, s, gate) (s in that dtype) then binary(MUL, out, s, up) on
+     * the same backend. */
+    oj_status (*swiglu_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *gate,
+                                const oj_tensor *up);
+    /* Its gradients from dp (the product's gradient; gate's dtype and
+     * shape, any strides), OPTIONAL (NULL: the unary/binary entries):
+     * dup = dp * s with s = silu(gate) rounded to the dtype, dgate =
+     * unary_backward(SILU) of gate with dy = dp * up rounded to the dtype.
+     * dgate, dup contiguous, gate's shape and dtype; either may be NULL (not
+     * wanted). The bits of those unary, binary and unary_backward calls on
+     * the same backend. */
+    oj_status (*swiglu_backward)(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                 const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
     /* Dropout: element i (row-major) is kept when Philox4x32-10 word i % 4
      * of counter block offset + i / 4 (key seed, stream 0), read as u =
      * word / 2^32, has u >= p; kept elements are scaled by 1 / (1 - p),

@@ -195,16 +195,16 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     const oj_dtype adt = oj_autocast_dtype(eng);
     const bool low = ac && q1 && oj_tensor_dtype(q1) == adt;
     if (low) oj_set_autocast(eng, false, adt);
-    oj_tensor *q2 = oj_rms_norm(q1, NULL, eps), *k2 = oj_rms_norm(k1, NULL, eps);
-    if (low) oj_set_autocast(eng, true, adt);
-    oj_tensor *q, *k;
+    oj_tensor *q2 = NULL, *k2 = NULL, *q, *k;
     if (cache && cache->dev) { /* the position is read on the device */
+        q2 = oj_rms_norm(q1, NULL, eps), k2 = oj_rms_norm(k1, NULL, eps);
         q = oj_rotary_embedding_at(q2, cache->dev->pos, theta);
         k = oj_rotary_embedding_at(k2, cache->dev->pos, theta);
-    } else {
-        q = oj_rotary_embedding(q2, pos, theta);
-        k = oj_rotary_embedding(k2, pos, theta);
+    } else { /* norm and rotation in one pass over the head views */
+        q = oj_rms_norm_rotary(q1, NULL, eps, pos, theta);
+        k = oj_rms_norm_rotary(k1, NULL, eps, pos, theta);
     }
+    if (low) oj_set_autocast(eng, true, adt);
     /* Value residual: v = s v + (1 - s) v0, s = sigmoid(lambda). */
     oj_tensor *v = NULL, *s = NULL, *a = NULL, *c = NULL, *diff = NULL;
     if (l == 0) {

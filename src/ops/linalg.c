@@ -496,35 +496,65 @@ oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool
 
 /* ---------------------------------------------------------------- swiglu_linear */
 
-/* saved: gate, up, W. The backward recomputes s = silu(gate) and
- * p = s * up, then runs linear's, mul's and silu's rules on them. */
+/* p = silu(gate) * up (gate, up: one float dtype and shape, checked), a
+ * new contiguous tensor: the backend's fused entry when it has one (the
+ * same bits), else silu then mul. Grad mode is off. NULL on an error. */
+static oj_tensor *swiglu_product(oj_engine *eng, const char *op, oj_tensor *gate, oj_tensor *up) {
+    if (eng->backend->swiglu_forward) {
+        oj_tensor *p = oj__tensor_alloc(eng, gate->rank, gate->shape, gate->dtype, op);
+        if (p && !oj__kernel_ok(eng, eng->backend->swiglu_forward(eng, p, gate, up), op)) {
+            oj_release(p);
+            p = NULL;
+        }
+        return p;
+    }
+    oj_tensor *s = oj_silu(gate);
+    oj_tensor *p = s ? oj_mul(s, up) : NULL;
+    oj_release(s);
+    return p;
+}
+
+/* saved: gate, up, W. The backward recomputes p = silu(gate) * up, then
+ * runs linear's rule on it, and mul's and silu's for gate and up: in one
+ * pass (swiglu_backward) where the backend has it and dp has gate's
+ * dtype, else s = silu(gate), dup = dp s, dgate = silu'(gate) (dp up). */
 static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     oj_tensor *gate = oj__node_saved(n, 0), *up = oj__node_saved(n, 1), *w = oj__node_saved(n, 2);
     if (gate == NULL || up == NULL || w == NULL) return oj_last_status(eng);
     bool ng = oj__node_needs(n, 0), nu = oj__node_needs(n, 1);
-    oj_tensor *s = oj_silu(gate); /* grad mode is off */
-    oj_tensor *p = s ? oj_mul(s, up) : NULL;
-    if (p == NULL) {
-        oj_release(s);
-        return oj_last_status(eng);
-    }
+    oj_tensor *p = swiglu_product(eng, n->op, gate, up); /* grad mode is off */
+    if (p == NULL) return oj_last_status(eng);
     bool need[3] = {ng || nu, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
     oj_tensor *lg[3] = {NULL, NULL, NULL};
     linear_grads(eng, go[0], p, w, need, lg);
+    oj_release(p);
     gi[2] = lg[1];
     gi[3] = lg[2];
-    if (lg[0]) { /* mul's rule (g b, g a), then silu's */
-        if (nu) gi[1] = oj_mul(lg[0], s);
-        if (ng) {
+    if (lg[0] && eng->backend->swiglu_backward && lg[0]->dtype == gate->dtype) {
+        oj_tensor *dg = ng ? oj__tensor_alloc(eng, gate->rank, gate->shape, gate->dtype, n->op)
+                           : NULL;
+        oj_tensor *du = nu ? oj__tensor_alloc(eng, up->rank, up->shape, up->dtype, n->op) : NULL;
+        if ((!ng || dg) && (!nu || du) &&
+            oj__kernel_ok(eng, eng->backend->swiglu_backward(eng, dg, du, gate, up, lg[0]),
+                          n->op)) {
+            gi[0] = dg;
+            gi[1] = du;
+        } else {
+            oj_release(dg);
+            oj_release(du);
+        }
+    } else if (lg[0]) { /* mul's rule (g b, g a), then silu's */
+        oj_tensor *s = oj_silu(gate);
+        if (s && nu) gi[1] = oj_mul(lg[0], s);
+        if (s && ng) {
             oj_tensor *ds = oj_mul(lg[0], up);
             gi[0] = ds ? oj__unary_grad(eng, n->op, OJ_UN_SILU, gate, s, ds, 0.0, 0.0) : NULL;
             oj_release(ds);
         }
+        oj_release(s);
     }
     oj_release(lg[0]);
-    oj_release(p);
-    oj_release(s);
     return oj_last_status(eng);
 }
 
@@ -547,11 +577,9 @@ oj_tensor *oj_swiglu_linear(oj_tensor *gate, oj_tensor *up, oj_tensor *weight, o
         return NULL;
     }
     bool prev = oj_set_grad_enabled(eng, false);
-    oj_tensor *s = oj_silu(gate);
-    oj_tensor *p = s ? oj_mul(s, up) : NULL;
+    oj_tensor *p = swiglu_product(eng, op, gate, up);
     oj_tensor *out = p ? oj_linear(p, weight, bias) : NULL; /* checks the shapes */
     oj_release(p);
-    oj_release(s);
     oj_set_grad_enabled(eng, prev);
     if (out == NULL) return NULL;
     oj_node *nd = oj__node_begin_v(eng, op, swiglu_linear_backward, nin, in);

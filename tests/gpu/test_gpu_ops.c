@@ -3089,11 +3089,220 @@ static void test_fast_rotary(void **state) {
     }
 }
 
+/* The swiglu entries on gate, up: column slices of one [N, 2F] tensor (the
+ * fused GEMM's output, row stride 2F), against the CPU; on the GPU also
+ * the bits of the unfused calls (unary SILU, binary MUL, unary_backward). */
+static void swiglu_case(int64_t N, int64_t F, oj_dtype dt) {
+    char what[96];
+    snprintf(what, sizeof what, "swiglu %s [%lld, %lld]", oj_dtype_name(dt), (long long)N,
+             (long long)F);
+    int64_t s2[2] = {N, 2 * F}, s1[2] = {N, F};
+    pr gu = rnd(2, s2, dt, -4, 4);
+    pr g = narrow(gu, 1, 0, F), u = narrow(gu, 1, F, F), dp = rnd(2, s1, dt, -1, 1);
+    pr out = empty(2, s1, dt), dg = empty(2, s1, dt), du = empty(2, s1, dt);
+    BOTH(E->backend->swiglu_forward(E, T(out), T(g), T(u)));
+    cmp(out, tol(dt, 1e-5), what);
+    BOTH(E->backend->swiglu_backward(E, T(dg), T(du), T(g), T(u), T(dp)));
+    cmp(dg, tol(dt, 1e-5), what);
+    cmp(du, tol(dt, 1e-5), what);
+    pr dg1 = empty(2, s1, dt); /* dgate alone */
+    BOTH(E->backend->swiglu_backward(E, T(dg1), NULL, T(g), T(u), T(dp)));
+    cmp(dg1, tol(dt, 1e-5), what);
+    SIDE = 1;
+    pr sv = empty(2, s1, dt), p = empty(2, s1, dt), ds = empty(2, s1, dt), rg = empty(2, s1, dt),
+       ru = empty(2, s1, dt);
+    assert_int_equal(E->backend->unary(E, OJ_UN_SILU, T(sv), T(g), 0.0, 0.0), OJ_OK);
+    assert_int_equal(E->backend->binary(E, OJ_BIN_MUL, T(p), T(sv), T(u)), OJ_OK);
+    assert_int_equal(E->backend->binary(E, OJ_BIN_MUL, T(ru), T(dp), T(sv)), OJ_OK);
+    assert_int_equal(E->backend->binary(E, OJ_BIN_MUL, T(ds), T(dp), T(u)), OJ_OK);
+    assert_int_equal(E->backend->unary_backward(E, OJ_UN_SILU, T(rg), T(g), T(sv), T(ds), 0.0, 0.0),
+                     OJ_OK);
+    same_bits(T(out), T(p), "swiglu forward vs silu then mul (cuda)");
+    same_bits(T(dg), T(rg), "swiglu dgate vs the unfused calls (cuda)");
+    same_bits(T(du), T(ru), "swiglu dup vs the unfused calls (cuda)");
+    same_bits(T(dg1), T(rg), "swiglu dgate alone (cuda)");
+    SIDE = 0;
+}
+
+// test: swiglu (silu(gate) * up and its gradients in one pass) agrees with the CPU and, on the GPU, with the unfused calls bit for bit: f32/bf16/f16, strided column slices, F a multiple of 8 (vector path) or not, one row, F = 1 (the unfused calls)
+static void test_swiglu(void **state) {
+    (void)state;
+    oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int k = 0; k < 3; k++) {
+        swiglu_case(37, 64, dts[k]);
+        swiglu_case(5, 77, dts[k]);
+        swiglu_case(1, 3072, dts[k]);
+        swiglu_case(9, 1, dts[k]);
+    }
+    swiglu_case(2048, 3072, OJ_BF16); /* the model's shape, fewer rows */
+}
+
+/* ---------------------------------------------------------------- rms_norm_rotary */
+
+#define RNR_EPS 1e-6
+#define RNR_THETA 10000.0
+
+/* The head view [B, H, T, D] of columns [col0, col0 + H D) of st [B, T, C]
+ * (the model's split_heads: narrow, reshape, transpose). */
+static pr head_view(pr st, int64_t col0, int64_t H, int64_t D) {
+    pr q;
+    for (int s = 0; s < 2; s++) {
+        oj_tensor *n = oj_narrow(st.t[s], 2, col0, H * D);
+        assert_non_null(n);
+        int64_t s4[4] = {oj_size(n, 0), oj_size(n, 1), H, D};
+        oj_tensor *v = oj_reshape(n, 4, s4);
+        assert_non_null(v);
+        assert_non_null(q.t[s] = oj_transpose(v, 1, 2));
+    }
+    return q;
+}
+
+/* The fused entries on x (any view, [.., T, D]) against the CPU: out and
+ * rstd (also rstd NULL), dx from dy (any view) on the CPU's rstd; on the
+ * GPU also a second run (same bits) and the unfused CUDA ops (rms_norm
+ * then rotary_embedding) within the same tolerance (exactly in the CPU
+ * self-check: the CPU entry's contract). Low-precision outputs compare
+ * normwise: a norm output rounded the other way (the CPU's double vs
+ * CUDA's float product) moves its rotary partner's result by one ulp of
+ * the input, which a cancellation in the rotation leaves large relative
+ * to a small output. */
+static void rnr_entry_case(const char *geo, pr x, pr dy, oj_dtype dt, bool weight, int64_t pos) {
+    const int rank = oj_rank(x.t[0]);
+    const int64_t *s = oj_shape(x.t[0]);
+    const int64_t D = s[rank - 1], N = oj_numel(x.t[0]) / D;
+    const oj_dtype sdt = dt == OJ_F64 ? OJ_F64 : OJ_F32;
+    char what[160];
+    snprintf(what, sizeof what, "rms_norm_rotary %s %s D %lld weight %d pos %lld", geo,
+             oj_dtype_name(dt), (long long)D, (int)weight, (long long)pos);
+    /* f64: CUDA's pow/sin/cos within 2 ulp of glibc's (rotary_case) */
+    const double rt = dt == OJ_F64 ? 1e-9 : tol(dt, 1e-5);
+    const bool lowp = dt == OJ_BF16 || dt == OJ_F16;
+    pr w = rnd(1, &D, dt, 0.5, 1.5);
+    pr out = empty(rank, s, dt), rstd = empty(1, &N, sdt), out2 = empty(rank, s, dt);
+    BOTH(E->backend->rms_norm_rotary_forward(E, T(out), T(rstd), T(x), weight ? T(w) : NULL,
+                                             RNR_EPS, pos, RNR_THETA));
+    cmp_tensors(out.t[1], out.t[0], rt, lowp, what);
+    cmp(rstd, tol(sdt, 1e-6), what);
+    BOTH(E->backend->rms_norm_rotary_forward(E, T(out2), NULL, T(x), weight ? T(w) : NULL,
+                                             RNR_EPS, pos, RNR_THETA));
+    cmp_tensors(out2.t[1], out2.t[0], rt, lowp, what);
+    same_bits(out.t[1], out2.t[1], what); /* rstd NULL changes nothing; run to run */
+    /* the unfused ops on the GPU engine */
+    oj_tensor *nrm = oj_rms_norm(x.t[1], weight ? w.t[1] : NULL, RNR_EPS);
+    oj_tensor *ref = nrm ? oj_rotary_embedding(nrm, pos, RNR_THETA) : NULL;
+    if (ref == NULL) fail_msg("%s: unfused ops: %s", what, oj_last_error(gpu));
+    cmp_tensors(out.t[1], ref, on_cpu ? 0 : rt, lowp, what);
+    /* backward on the CPU's rstd */
+    pr rs = cpu_result(rstd);
+    pr dx = empty(rank, s, dt), dx2 = empty(rank, s, dt);
+    BOTH(E->backend->rms_norm_rotary_backward(E, T(dx), T(dy), T(x), T(rs),
+                                              weight ? T(w) : NULL, pos, RNR_THETA));
+    cmp(dx, rt, what);
+    BOTH(E->backend->rms_norm_rotary_backward(E, T(dx2), T(dy), T(x), T(rs),
+                                              weight ? T(w) : NULL, pos, RNR_THETA));
+    same_bits(dx.t[1], dx2.t[1], what);
+}
+
+/* Head views of [B, T, H D + pad] at column pad (the model's q/k inside
+ * its fused projection), dy contiguous and, second, a head view too. */
+static void rnr_heads_case(int64_t B, int64_t H, int64_t Tn, int64_t D, int64_t pad, oj_dtype dt,
+                           bool weight, int64_t pos) {
+    int64_t st[3] = {B, Tn, H * D + pad}, s4[4] = {B, H, Tn, D};
+    pr x = head_view(rnd(3, st, dt, -2, 3), pad, H, D);
+    rnr_entry_case("heads", x, rnd(4, s4, dt, -1, 1), dt, weight, pos);
+    rnr_entry_case("heads, dy a view", x, head_view(rnd(3, st, dt, -1, 1), pad, H, D), dt, weight,
+                   pos);
+}
+
+// test: rms_norm_rotary entries (RMS norm then rotary in one pass over strided head views) agree with the CPU, run to run and with the unfused CUDA ops: f32/bf16/f16 (f64 and odd D on the generic kernels), D 64/128/192 (warp per row) and 6/32/96 (generic), with and without weight, offsets 0 and 37, odd T, one row, leading dims that do not merge, a strided last dim, dy a view or broadcast
+static void test_rms_norm_rotary(void **state) {
+    (void)state;
+    oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int k = 0; k < 3; k++)
+        for (int m = 0; m < 4; m++) { /* bit 0 weight, bit 1 offset 37 */
+            const bool wt = m & 1;
+            const int64_t pos = (m & 2) ? 37 : 0;
+            rnr_heads_case(2, 3, 37, 64, 16, dts[k], wt, pos);
+            rnr_heads_case(3, 2, 33, 128, 8, dts[k], wt, pos);
+            rnr_heads_case(2, 3, 19, 96, 4, dts[k], wt, pos); /* generic */
+            rnr_heads_case(2, 2, 5, 6, 3, dts[k], wt, pos);   /* generic */
+        }
+    for (int m = 0; m < 4; m++) { /* f64: the generic kernels */
+        rnr_heads_case(2, 3, 37, 64, 16, OJ_F64, m & 1, (m & 2) ? 37 : 0);
+        rnr_heads_case(2, 2, 5, 6, 3, OJ_F64, m & 1, (m & 2) ? 37 : 0);
+    }
+    rnr_heads_case(2, 2, 17, 192, 0, OJ_BF16, true, 5);  /* NPT 6 */
+    rnr_heads_case(1, 2, 9, 256, 8, OJ_F32, false, 5);   /* NPT 8 */
+    rnr_heads_case(2, 3, 11, 32, 0, OJ_BF16, false, 1);  /* D 32: generic */
+    rnr_heads_case(1, 1, 1, 64, 0, OJ_BF16, false, 999); /* one decode row */
+    rnr_heads_case(4, 6, 1, 128, 8, OJ_F32, true, 100000); /* decode, large angles */
+    rnr_heads_case(16, 12, 64, 64, 16, OJ_BF16, false, 0); /* the model's layout, fewer T */
+    /* rank 5 whose leading dims do not merge (the generic kernels) and
+     * rank 5 whose leading dims merge to two (the warp kernels) */
+    {
+        int64_t st[5] = {2, 7, 3, 2, 64}, s5[5] = {3, 2, 2, 7, 64};
+        pr base = rnd(5, st, OJ_BF16, -2, 3);
+        pr x = perm(base, 5, (const int[5]){2, 0, 3, 1, 4}); /* [3, 2, 2, 7, 64] */
+        rnr_entry_case("rank 5 unmerged", x, rnd(5, s5, OJ_BF16, -1, 1), OJ_BF16, true, 3);
+        pr x2 = perm(base, 5, (const int[5]){0, 2, 3, 1, 4}); /* [2, 3, 2, 7, 64] */
+        int64_t s52[5] = {2, 3, 2, 7, 64};
+        rnr_entry_case("rank 5 merged", x2, rnd(5, s52, OJ_BF16, -1, 1), OJ_BF16, false, 3);
+    }
+    /* a strided last dim (the generic kernels), and dy broadcast over
+     * rows (stride 0: the warp kernels) */
+    for (int k = 0; k < 2; k++) {
+        int64_t st[4] = {2, 3, 64, 21}, s4[4] = {2, 3, 21, 64}, s1[4] = {1, 1, 1, 64};
+        pr x = perm(rnd(4, st, dts[k], -2, 3), 4, (const int[4]){0, 1, 3, 2});
+        rnr_entry_case("last dim strided", x, rnd(4, s4, dts[k], -1, 1), dts[k], true, 2);
+        pr xh = head_view(rnd(3, (int64_t[3]){2, 21, 3 * 64 + 8}, dts[k], -2, 3), 8, 3, 64);
+        rnr_entry_case("dy broadcast", xh, expand(rnd(4, s1, dts[k], -1, 1), 4, s4), dts[k], false,
+                       2);
+    }
+}
+
+// test: oj_rms_norm_rotary forward and backward through oj_backward on both engines (the fused entries; with the weight's gradient the composed backward): f32 and bf16 head views of a [B, T, H D + pad] leaf, D 64 and 96
+static void test_ops_rms_norm_rotary(void **state) {
+    (void)state;
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++)
+        for (int m = 0; m < 4; m++) { /* bit 0 weight (with its gradient), bit 1 D 96 */
+            const int64_t B = 2, H = 3, Tn = 29, D = (m & 2) ? 96 : 64, pad = 8;
+            int64_t st[3] = {B, Tn, H * D + pad}, s4[4] = {B, H, Tn, D};
+            pr x = rnd(3, st, dts[k], -2, 3), g = rnd(4, s4, dts[k], -1, 1);
+            pr w = rnd(1, &D, dts[k], 0.5, 1.5);
+            for (int i = 0; i < 2; i++) {
+                assert_non_null(oj_set_requires_grad(x.t[i], true));
+                if (m & 1) assert_non_null(oj_set_requires_grad(w.t[i], true));
+            }
+            pr xh = head_view(x, pad, H, D);
+            pr y, loss;
+            for (int i = 0; i < 2; i++) {
+                y.t[i] = oj_rms_norm_rotary(xh.t[i], (m & 1) ? w.t[i] : NULL, RNR_EPS, 7,
+                                            RNR_THETA);
+                if (y.t[i] == NULL) fail_msg("rms_norm_rotary on %s: %s", i ? "cuda" : "cpu",
+                                             oj_last_error(i ? gpu : cpu));
+                loss.t[i] = oj_sum_all(oj_mul(y.t[i], g.t[i]));
+                assert_non_null(loss.t[i]);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "rms_norm_rotary (ops) %s mode %d", oj_dtype_name(dts[k]),
+                     m);
+            const double rt = tol(dts[k], 1e-5);
+            cmp_tensors(y.t[1], y.t[0], rt, dts[k] != OJ_F32, what);
+            backward_both(loss);
+            cmp_grad(x, rt, what);
+            if (m & 1) cmp_grad(w, rt, what);
+        }
+}
+
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
 #define T_(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
     const struct CMUnitTest tests[] = {
         T_(test_copy_fill),
+        T_(test_swiglu),
+        T_(test_rms_norm_rotary),
+        T_(test_ops_rms_norm_rotary),
         T_(test_fill_keeps_outside),
         T_(test_unary),
         T_(test_binary_where),

@@ -481,3 +481,31 @@ oj_status oj_cpu_rand(oj_engine *eng, oj_tensor *out, bool normal, double lo, do
     }
     return OJ_OK;
 }
+
+/* ---------------------------------------------------------------- swiglu
+ * silu(gate) * up and its gradients through this file's own entries, the
+ * outputs holding the intermediates (in-place elementwise calls): the bits
+ * of the unfused unary / binary / unary_backward calls by construction. */
+
+// gate, up (any strides) -> out = silu(gate) * up (contiguous)
+oj_status oj_cpu_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *gate,
+                                const oj_tensor *up) {
+    oj_status st = oj_cpu_unary(eng, OJ_UN_SILU, out, gate, 0.0, 0.0); /* s */
+    return st == OJ_OK ? oj_cpu_binary(eng, OJ_BIN_MUL, out, out, up) : st;
+}
+
+// gate, up, dp (any strides) -> dgate = silu'(gate) (dp up), dup = dp silu(gate)
+oj_status oj_cpu_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                 const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp) {
+    oj_status st = OJ_OK;
+    if (dup) st = oj_cpu_unary(eng, OJ_UN_SILU, dup, gate, 0.0, 0.0); /* s */
+    if (st == OJ_OK && dgate) {
+        st = oj_cpu_binary(eng, OJ_BIN_MUL, dgate, dp, up); /* ds */
+        /* silu's rule reads x only; y (s, or gate when s is not made) has the dtype */
+        if (st == OJ_OK)
+            st = oj_cpu_unary_backward(eng, OJ_UN_SILU, dgate, gate, dup ? dup : gate, dgate, 0.0,
+                                       0.0);
+    }
+    if (st == OJ_OK && dup) st = oj_cpu_binary(eng, OJ_BIN_MUL, dup, dp, dup);
+    return st;
+}

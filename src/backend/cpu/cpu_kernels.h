@@ -102,6 +102,19 @@ oj_status oj_cpu_rotary_embedding(oj_engine *eng, oj_tensor *out, const oj_tenso
                                   int64_t position_offset, double theta, bool inverse);
 oj_status oj_cpu_rotary_embedding_at(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                      const oj_tensor *positions, double theta, bool inverse);
+/* cpu_nn_rotary.c: RMS norm then rotary embedding, one pass per row */
+oj_status oj_cpu_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
+                                         const oj_tensor *x, const oj_tensor *weight, double eps,
+                                         int64_t position_offset, double theta);
+oj_status oj_cpu_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor *dy,
+                                          const oj_tensor *x, const oj_tensor *rstd,
+                                          const oj_tensor *weight, int64_t position_offset,
+                                          double theta);
+/* cpu_elementwise.c: silu(gate) * up and its gradients */
+oj_status oj_cpu_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *gate,
+                                const oj_tensor *up);
+oj_status oj_cpu_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                 const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
 oj_status oj_cpu_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
                          uint64_t seed, uint64_t offset);
 

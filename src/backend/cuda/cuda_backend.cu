@@ -23,6 +23,12 @@ oj_status oj_cuda_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx
                                     const oj_tensor *mean, const oj_tensor *rstd,
                                     const oj_tensor *weight, bool rms);
 
+/* cuda_elementwise.cu: silu(gate) * up and its gradients */
+oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *gate,
+                                 const oj_tensor *up);
+oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                  const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
     b.name = "cuda";
@@ -77,6 +83,10 @@ static oj_backend make_cuda_backend() {
     b.attention_backward = oj_cuda_attention_backward;
     b.rotary_embedding = oj_cuda_rotary_embedding;
     b.rotary_embedding_at = oj_cuda_rotary_embedding_at;
+    b.rms_norm_rotary_forward = oj_cuda_rms_norm_rotary_forward;
+    b.rms_norm_rotary_backward = oj_cuda_rms_norm_rotary_backward;
+    b.swiglu_forward = oj_cuda_swiglu_forward;
+    b.swiglu_backward = oj_cuda_swiglu_backward;
     b.dropout = oj_cuda_dropout;
     /* optimizer updates (cuda_optim.cu) */
     b.adam_step = oj_cuda_adam_step;

@@ -657,6 +657,14 @@ oj_status oj_cuda_rotary_embedding_at(oj_engine *eng, oj_tensor *out, const oj_t
                                       const oj_tensor *positions, double theta, bool inverse);
 oj_status oj_cuda_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
                           uint64_t seed, uint64_t offset);
+/* cuda_nn_norm_rotary.cu */
+oj_status oj_cuda_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
+                                          const oj_tensor *x, const oj_tensor *weight, double eps,
+                                          int64_t position_offset, double theta);
+oj_status oj_cuda_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor *dy,
+                                           const oj_tensor *x, const oj_tensor *rstd,
+                                           const oj_tensor *weight, int64_t position_offset,
+                                           double theta);
 /* cuda_index.cu */
 oj_status oj_cuda_gather(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
                          const oj_tensor *index);

@@ -1,0 +1,505 @@
+/* CUDA RMS norm over the last dim D then the rotary embedding (half-split
+ * layout; Zhang & Sennrich 2019, Su et al. 2021): oj_rms_norm_rotary, the
+ * QK-norm of nanolab-style attention, in one pass over a strided head view
+ * [B, H, T, D] of the fused projection (no contiguous copy, no second
+ * kernel). The CPU entry (cpu_nn_rotary.c) defines the values; this one
+ * keeps its rounding points (the norm's output rounded to the dtype before
+ * the rotation; dy's inverse rotation rounded to dy's dtype before the
+ * norm's dx rule) and computes them as the two CUDA kernels it replaces do
+ * (the fast norm's float arithmetic, cuda_nn_norm.cu; k_rotary's angles,
+ * cos/sin and products in double, cuda_nn_misc.cu), so it agrees with the
+ * CPU within float rounding. No atomics, every row by one warp in a fixed
+ * order: the same bits run to run, whatever the launch geometry.
+ *
+ * Fast path: x (and dy), out, weight of one dtype f32/bf16/f16, rstd f32,
+ * D = 32 NPT with NPT in {2, 4, 6, 8} (D 64, 128, 192, 256), the last dim
+ * of x (and dy) of stride 1 and its leading dims (all but T and D) viewable
+ * as two strided dims [R1, R2] (size-1 dims dropped, adjacent dims merged;
+ * [B, H] of a head view). One warp per row; lane l holds the elements
+ * l + 32 k, k < NPT, so element l + 32 p and its rotary partner
+ * l + 32 p + D/2 = l + 32 (p + NPT/2) are in the same lane: the rotation
+ * needs no exchange. The row's sum of squares is a warp xor butterfly
+ * (k_norm_fwd_fast's order). A block computes the D/2 frequencies (pow in
+ * double) into shared memory; a warp owns one position t and a chunk of
+ * the R = B H rows of that t: it computes cos/sin of its NPT/2 angles once
+ * (in double, as k_rotary; before its first loads: computed between them,
+ * the values held across the trigonometry spilled) and
+ * walks its rows r (the [R1, R2] index advanced by a carry, no division),
+ * the loads of RR rows issued together before any use (one row of 64 bf16
+ * per warp left the unfused QK-norm latency-bound).
+ *
+ * Geometry: T * nchunk warps, nchunk = ceil(RNR_TARGET_WARPS / T) clamped
+ * to R (the results do not depend on it). nanolab-124m training, q or k
+ * [16, 12, 1024, 64] bf16 viewed in [16, 1024, 2320]: 8 chunks of 24 rows,
+ * 8192 warps in 1024 blocks (~2.6 waves at 3 blocks per SM); 1024 blocks
+ * x 32 pow and 262,144 lanes x (cos, sin) in double, about 60 M double
+ * instructions (~3.5 us of an SM's FP64 pipes, overlapping the traffic).
+ * Bytes: forward reads x (25.2 MB) and writes out (25.2 MB) and rstd
+ * (0.4 MB): ~13 us at 4 TB/s, against copy + norm + rotary (16 + 58 + 24
+ * us measured); backward reads x, dy and rstd and writes dx (75.9 MB,
+ * ~19 us) against rotary + copy + norm backward. FLOPs are negligible (a
+ * few per element, 4 double multiply-adds per pair).
+ *
+ * Anything else (f64, mixed dtypes, another even D, a strided last dim,
+ * leading dims that do not merge to two) takes the generic kernels: a warp
+ * per row over any strides, everything in double (the CPU's double path),
+ * the angles recomputed per row and pair (~70 us for the shape above: a
+ * fallback, not the model's path). */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+#define RNR_THREADS 256
+#define RNR_WARPS (RNR_THREADS / 32)
+#define RNR_TARGET_WARPS 8192 /* about one wave of 256-thread blocks on an H200 */
+
+struct rnr_args {
+    const char *x, *dy, *w, *rstd_in;
+    char *out, *rstd_out, *dx;
+    int64_t R, R2, T;
+    int64_t sx1, sx2, sxT; /* x: element strides of R1, R2 and T */
+    int64_t sg1, sg2, sgT; /* dy (backward) */
+    int64_t chunk, nchunk;
+    int64_t pos;
+    double theta, eps;
+};
+
+/* The frequency theta^(-2i/D) of pair i, and cos and sign * sin of its
+ * angle at position p: k_rotary's formulas (cuda_nn_misc.cu), the same
+ * bits. */
+__device__ static __forceinline__ double rnr_freq(int64_t i, int64_t D, double theta) {
+    return pow(theta, -2.0 * (double)i / (double)D);
+}
+__device__ static __forceinline__ void rnr_cs(int64_t p, double freq, double sign, double *c,
+                                              double *s) {
+    double ang = (double)p * freq;
+    *c = cos(ang);
+    *s = sign * sin(ang);
+}
+__device__ static __forceinline__ void rnr_angle(int64_t p, int64_t i, int64_t D, double theta,
+                                                 double sign, double *c, double *s) {
+    rnr_cs(p, rnr_freq(i, D, theta), sign, c, s);
+}
+
+/* Rows per warp whose loads are in flight at once: about 16 loads per
+ * lane (NPT per row forward, 2 NPT backward), at least one row. Register
+ * bounds (ptxas, sm_90, no spills): the forward fits 80 registers (3
+ * blocks of 256 per SM), the backward up to 103 (bf16, NPT 4; 2 blocks). */
+template <int NPT, bool BWD> struct rnr_rr {
+    static constexpr int v = (BWD ? 8 : 16) / NPT > 1 ? (BWD ? 8 : 16) / NPT : 1;
+};
+
+// x (R1, R2, T, D) strided, weight (D) -> out (R, T, D) contiguous, rstd (R T)
+template <typename T, int NPT>
+__global__ void __launch_bounds__(RNR_THREADS, 3) k_rnr_fwd(rnr_args a) {
+    constexpr int P = NPT / 2, RR = rnr_rr<NPT, false>::v, D = 32 * NPT;
+    __shared__ double fq[16 * NPT]; /* the D/2 frequencies, once per block */
+    for (int i = (int)threadIdx.x; i < 16 * NPT; i += RNR_THREADS) fq[i] = rnr_freq(i, D, a.theta);
+    __syncthreads(); /* the only barrier: warps may leave after it */
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t wid = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5);
+    if (wid >= a.T * a.nchunk) return; /* the whole warp */
+    const int64_t ch = wid / a.T, t = wid - ch * a.T;
+    const int64_t rb = ch * a.chunk, re = rb + a.chunk < a.R ? rb + a.chunk : a.R;
+    const T *x = (const T *)a.x, *w = (const T *)a.w;
+    T *out = (T *)a.out;
+    float wv[NPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) wv[k] = w ? oj_cu_tof(w[lane + 32 * k]) : 1.0f;
+    double cs[P], sn[P];
+#pragma unroll
+    for (int p = 0; p < P; p++)
+        rnr_cs(a.pos + t, fq[lane + 32 * p], 1.0, &cs[p], &sn[p]);
+    int64_t q1 = rb / a.R2, q2 = rb - q1 * a.R2; /* row r = q1 R2 + q2 */
+    const int64_t toff = t * a.sxT;
+    for (int64_t r = rb; r < re; r += RR) {
+        /* the RR rows' loads (rows past re reread the last row, not stored);
+         * the index advances only within [rb, re) */
+        float v[RR][NPT];
+        int64_t o = q1 * a.sx1 + q2 * a.sx2 + toff;
+#pragma unroll
+        for (int u = 0; u < RR; u++) {
+#pragma unroll
+            for (int k = 0; k < NPT; k++) v[u][k] = oj_cu_tof(x[o + lane + 32 * k]);
+            if (r + u + 1 < re) {
+                if (++q2 == a.R2) {
+                    q2 = 0;
+                    q1++;
+                }
+                o = q1 * a.sx1 + q2 * a.sx2 + toff;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < RR; u++) {
+            if (r + u >= re) break; /* uniform over the warp */
+            const int64_t n = (r + u) * a.T + t;
+            /* k_norm_fwd_fast's RMS norm: float sums, rstd from the float
+             * mean square in double, each product rounded */
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < NPT; k++) s += v[u][k] * v[u][k];
+            s = oj_cu_warp_sumf(s);
+            const float var = s / (float)D;
+            const float rs = (float)(1.0 / sqrt((double)var + a.eps));
+            float y[NPT];
+#pragma unroll
+            for (int k = 0; k < NPT; k++) { /* the norm's output as stored (T) */
+                float z = __fmul_rn(v[u][k], rs);
+                if (w) z = __fmul_rn(z, wv[k]);
+                y[k] = oj_cu_tof(oj_cu_fromf<T>(z));
+            }
+            T *orow = out + n * D;
+#pragma unroll
+            for (int p = 0; p < P; p++) { /* k_rotary's rotation, in double */
+                const double x1 = (double)y[p], x2 = (double)y[p + P];
+                orow[lane + 32 * p] = oj_cu_fromf<T>((float)(x1 * cs[p] - x2 * sn[p]));
+                orow[lane + 32 * (p + P)] = oj_cu_fromf<T>((float)(x2 * cs[p] + x1 * sn[p]));
+            }
+            if (lane == 0 && a.rstd_out) ((float *)a.rstd_out)[n] = rs;
+        }
+    }
+}
+
+// dy, x (R1, R2, T, D) strided, rstd (R T), weight (D) -> dx (R, T, D) contiguous
+template <typename T, int NPT>
+__global__ void __launch_bounds__(RNR_THREADS, 2) k_rnr_bwd(rnr_args a) {
+    constexpr int P = NPT / 2, RR = rnr_rr<NPT, true>::v, D = 32 * NPT;
+    __shared__ double fq[16 * NPT]; /* the D/2 frequencies, once per block */
+    for (int i = (int)threadIdx.x; i < 16 * NPT; i += RNR_THREADS) fq[i] = rnr_freq(i, D, a.theta);
+    __syncthreads(); /* the only barrier: warps may leave after it */
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t wid = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5);
+    if (wid >= a.T * a.nchunk) return;
+    const int64_t ch = wid / a.T, t = wid - ch * a.T;
+    const int64_t rb = ch * a.chunk, re = rb + a.chunk < a.R ? rb + a.chunk : a.R;
+    const T *x = (const T *)a.x, *dy = (const T *)a.dy, *w = (const T *)a.w;
+    const float *rstd = (const float *)a.rstd_in;
+    T *dx = (T *)a.dx;
+    float ws[NPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) ws[k] = w ? oj_cu_tof(w[lane + 32 * k]) : 1.0f;
+    double cs[P], sn[P];
+#pragma unroll
+    for (int p = 0; p < P; p++)
+        rnr_cs(a.pos + t, fq[lane + 32 * p], -1.0, &cs[p], &sn[p]);
+    int64_t q1 = rb / a.R2, q2 = rb - q1 * a.R2;
+    const int64_t tx = t * a.sxT, tg = t * a.sgT;
+    for (int64_t r = rb; r < re; r += RR) {
+        float xv[RR][NPT], gv[RR][NPT], rsv[RR];
+        int64_t ox = q1 * a.sx1 + q2 * a.sx2 + tx, og = q1 * a.sg1 + q2 * a.sg2 + tg;
+#pragma unroll
+        for (int u = 0; u < RR; u++) {
+            const int64_t ru = r + u < re ? r + u : re - 1;
+            rsv[u] = rstd[ru * a.T + t];
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                xv[u][k] = oj_cu_tof(x[ox + lane + 32 * k]);
+                gv[u][k] = oj_cu_tof(dy[og + lane + 32 * k]);
+            }
+            if (r + u + 1 < re) {
+                if (++q2 == a.R2) {
+                    q2 = 0;
+                    q1++;
+                }
+                ox = q1 * a.sx1 + q2 * a.sx2 + tx;
+                og = q1 * a.sg1 + q2 * a.sg2 + tg;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < RR; u++) {
+            if (r + u >= re) break;
+            const int64_t n = (r + u) * a.T + t;
+            const float rs = rsv[u];
+            /* the inverse rotation of dy (k_rotary, sign -1), stored in T */
+            float g[NPT];
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                const double d1 = (double)gv[u][p], d2 = (double)gv[u][p + P];
+                g[p] = oj_cu_tof(oj_cu_fromf<T>((float)(d1 * cs[p] - d2 * sn[p])));
+                g[p + P] = oj_cu_tof(oj_cu_fromf<T>((float)(d2 * cs[p] + d1 * sn[p])));
+            }
+            /* k_norm_bwd_fast's RMS rule (mean 0, no sum of dy) */
+            float xh[NPT], gw[NPT], sgx = 0.0f;
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                xh[k] = xv[u][k] * rs;
+                gw[k] = g[k] * ws[k];
+                sgx += gw[k] * xh[k];
+            }
+            sgx = oj_cu_warp_sumf(sgx) / (float)D;
+            T *dr = dx + n * D;
+#pragma unroll
+            for (int k = 0; k < NPT; k++)
+                dr[lane + 32 * k] = oj_cu_fromf<T>(rs * (gw[k] - xh[k] * sgx));
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- generic path */
+
+/* Size of float dtype dt (f64, f32, bf16, f16). */
+__device__ static __forceinline__ int rnr_esz(int dt) {
+    return dt == OJ_F64 ? 8 : dt == OJ_F32 ? 4 : 2;
+}
+
+/* v rounded to float dtype dt (as oj_cu_st stores it) and read back. */
+__device__ static __forceinline__ double rnr_round(double v, int dt) {
+    switch (dt) {
+    case OJ_F32: return (double)(float)v;
+    case OJ_BF16: return (double)oj_cu_bf16_to_f32(oj_cu_f32_to_bf16((float)v));
+    case OJ_F16: return (double)oj_cu_f16_to_f32(oj_cu_f32_to_f16((float)v));
+    default: return v;
+    }
+}
+
+/* Element offset of row n (every dim but the last, row-major) of view v. */
+__device__ static __forceinline__ int64_t rnr_row_offset(const oj_cu_view &v, int64_t n) {
+    int64_t off = 0;
+    for (int d = v.rank - 2; d >= 0; d--) {
+        const int64_t s = v.shape[d], q = n / s;
+        off += (n - q * s) * v.stride[d];
+        n = q;
+    }
+    return off;
+}
+
+// x (.., T, D) any strides, weight (D) -> out (N, D) contiguous, rstd (N);
+// a warp per row, the CPU's double path (oj_cpu_rms_norm_rotary_forward)
+__global__ void __launch_bounds__(RNR_THREADS) k_rnr_fwd_any(oj_cu_view x, const char *w, int wdt,
+                                                             char *out, int odt, char *rstd,
+                                                             int sdt, int64_t N, int64_t T,
+                                                             int64_t D, double eps, int64_t pos,
+                                                             double theta) {
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t half = D / 2, sD = x.stride[x.rank - 1];
+    const int xes = rnr_esz(x.dt), oes = rnr_esz(odt), wes = rnr_esz(wdt), ses = rnr_esz(sdt);
+    for (int64_t n = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5); n < N;
+         n += (int64_t)gridDim.x * RNR_WARPS) {
+        const char *xr = x.p + rnr_row_offset(x, n) * xes;
+        const int64_t t = n % T;
+        double ss = 0.0;
+        for (int64_t c = lane; c < D; c += 32) {
+            const double v = oj_cu_ld(xr + c * sD * xes, x.dt);
+            ss += v * v;
+        }
+        ss = oj_cu_warp_sum(ss);
+        const double rs = 1.0 / sqrt(ss / (double)D + eps);
+        char *orow = out + n * D * oes;
+        for (int64_t i = lane; i < half; i += 32) {
+            const double w1 = w ? oj_cu_ld(w + i * wes, wdt) : 1.0;
+            const double w2 = w ? oj_cu_ld(w + (i + half) * wes, wdt) : 1.0;
+            const double x1 = rnr_round(oj_cu_ld(xr + i * sD * xes, x.dt) * rs * w1, odt);
+            const double x2 = rnr_round(oj_cu_ld(xr + (i + half) * sD * xes, x.dt) * rs * w2, odt);
+            double c, s;
+            rnr_angle(pos + t, i, D, theta, 1.0, &c, &s);
+            oj_cu_st(orow + i * oes, odt, x1 * c - x2 * s);
+            oj_cu_st(orow + (i + half) * oes, odt, x2 * c + x1 * s);
+        }
+        if (lane == 0 && rstd) oj_cu_st(rstd + n * ses, sdt, rs);
+    }
+}
+
+// dy, x (.., T, D) any strides, rstd (N), weight (D) -> dx (N, D) contiguous;
+// a warp per row in double (the CPU entry's double path); the rotated dy
+// is recomputed in the second pass
+__global__ void __launch_bounds__(RNR_THREADS) k_rnr_bwd_any(oj_cu_view dy, oj_cu_view x,
+                                                             const char *rstd, int sdt,
+                                                             const char *w, int wdt, char *dx,
+                                                             int dxdt, int64_t N, int64_t T,
+                                                             int64_t D, int64_t pos,
+                                                             double theta) {
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t half = D / 2, sD = x.stride[x.rank - 1], gD = dy.stride[dy.rank - 1];
+    const int xes = rnr_esz(x.dt), ges = rnr_esz(dy.dt), wes = rnr_esz(wdt);
+    const int ses = rnr_esz(sdt), des = rnr_esz(dxdt);
+    for (int64_t n = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5); n < N;
+         n += (int64_t)gridDim.x * RNR_WARPS) {
+        const char *xr = x.p + rnr_row_offset(x, n) * xes;
+        const char *gr = dy.p + rnr_row_offset(dy, n) * ges;
+        const int64_t t = n % T;
+        const double rs = oj_cu_ld(rstd + n * ses, sdt);
+        char *dr = dx + n * D * des;
+        double sgx = 0.0;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int64_t i = lane; i < half; i += 32) {
+                const double d1 = oj_cu_ld(gr + i * gD * ges, dy.dt);
+                const double d2 = oj_cu_ld(gr + (i + half) * gD * ges, dy.dt);
+                double c, s;
+                rnr_angle(pos + t, i, D, theta, -1.0, &c, &s);
+                const double g1 = rnr_round(d1 * c - d2 * s, dy.dt);
+                const double g2 = rnr_round(d2 * c + d1 * s, dy.dt);
+                const double w1 = w ? oj_cu_ld(w + i * wes, wdt) : 1.0;
+                const double w2 = w ? oj_cu_ld(w + (i + half) * wes, wdt) : 1.0;
+                const double xh1 = oj_cu_ld(xr + i * sD * xes, x.dt) * rs;
+                const double xh2 = oj_cu_ld(xr + (i + half) * sD * xes, x.dt) * rs;
+                if (pass == 0) {
+                    sgx += g1 * w1 * xh1;
+                    sgx += g2 * w2 * xh2;
+                } else {
+                    oj_cu_st(dr + i * des, dxdt, rs * (g1 * w1 - xh1 * sgx));
+                    oj_cu_st(dr + (i + half) * des, dxdt, rs * (g2 * w2 - xh2 * sgx));
+                }
+            }
+            if (pass == 0) sgx = oj_cu_warp_sum(sgx) / (double)D;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- host */
+
+/* The leading dims (all but T and D) of ts[0..nt) (one shape) as two
+ * strided dims [R1, R2] (element strides s1[i], s2[i] of tensor i): size-1
+ * dims dropped, adjacent dims merged where every tensor steps through them
+ * as one run. false when more than two remain. */
+static bool rnr_outer(const oj_tensor *const *ts, int nt, int64_t *R2, int64_t *s1,
+                      int64_t *s2) {
+    const oj_tensor *x = ts[0];
+    int64_t sh[OJ_MAX_RANK], st[2][OJ_MAX_RANK];
+    int m = 0;
+    for (int d = 0; d < x->rank - 2; d++) {
+        if (x->shape[d] == 1) continue;
+        bool merge = m > 0;
+        for (int i = 0; i < nt && merge; i++)
+            merge = st[i][m - 1] == ts[i]->stride[d] * x->shape[d];
+        if (merge) {
+            sh[m - 1] *= x->shape[d];
+        } else {
+            if (m == 2) return false;
+            sh[m++] = x->shape[d];
+        }
+        for (int i = 0; i < nt; i++) st[i][m - 1] = ts[i]->stride[d];
+    }
+    *R2 = m >= 1 ? sh[m - 1] : 1;
+    for (int i = 0; i < nt; i++) {
+        s2[i] = m >= 1 ? st[i][m - 1] : 0;
+        s1[i] = m == 2 ? st[i][0] : 0;
+    }
+    return true;
+}
+
+/* NPT of the fast path for D, 0 if none. */
+static int rnr_npt(int64_t D) {
+    return D % 64 == 0 && D >= 64 && D <= 256 ? (int)(D / 32) : 0;
+}
+
+/* The fast path's geometry: nchunk chunks of chunk rows per position. */
+static void rnr_chunks(rnr_args &a) {
+    int64_t nchunk = (RNR_TARGET_WARPS + a.T - 1) / a.T;
+    if (nchunk > a.R) nchunk = a.R;
+    if (nchunk < 1) nchunk = 1;
+    a.chunk = (a.R + nchunk - 1) / nchunk;
+    a.nchunk = (a.R + a.chunk - 1) / a.chunk;
+}
+
+static unsigned rnr_blocks(int64_t warps) {
+    int64_t b = (warps + RNR_WARPS - 1) / RNR_WARPS;
+    return (unsigned)(b < (1 << 20) ? b : (1 << 20));
+}
+
+#define RNR_NPTS(X) X(2) X(4) X(6) X(8)
+
+template <typename T> static void rnr_fwd_launch(const rnr_args &a, int npt) {
+    const unsigned blocks = rnr_blocks(a.T * a.nchunk);
+#define X(n)                                                                                 \
+    if (npt == (n)) k_rnr_fwd<T, n><<<blocks, RNR_THREADS, 0, OJ_STREAM>>>(a);
+    RNR_NPTS(X)
+#undef X
+}
+
+template <typename T> static void rnr_bwd_launch(const rnr_args &a, int npt) {
+    const unsigned blocks = rnr_blocks(a.T * a.nchunk);
+#define X(n)                                                                                 \
+    if (npt == (n)) k_rnr_bwd<T, n><<<blocks, RNR_THREADS, 0, OJ_STREAM>>>(a);
+    RNR_NPTS(X)
+#undef X
+}
+
+// x (..., T, D) any strides, weight (D), out (..., T, D), rstd (N)
+oj_status oj_cuda_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
+                                          const oj_tensor *x, const oj_tensor *weight, double eps,
+                                          int64_t position_offset, double theta) {
+    const char *op = "rms_norm_rotary";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, out, op, "out") != OJ_OK ||
+        oj_cuda_need_contig(eng, rstd, op, "rstd") != OJ_OK ||
+        oj_cuda_need_contig(eng, weight, op, "weight") != OJ_OK)
+        return oj_last_status(eng);
+    const int64_t T = x->shape[x->rank - 2], D = x->shape[x->rank - 1];
+    const int64_t N = D > 0 ? oj_cuda_numel(x) / D : 0;
+    if (N == 0 || D == 0 || T == 0) return OJ_OK;
+    rnr_args a = {};
+    a.R = N / T;
+    a.T = T;
+    a.pos = position_offset;
+    a.theta = theta;
+    a.eps = eps;
+    const int npt = rnr_npt(D);
+    int64_t s1, s2;
+    if (npt && oj_cu_is_f16ish(x->dtype) && out->dtype == x->dtype &&
+        (!weight || weight->dtype == x->dtype) && (!rstd || rstd->dtype == OJ_F32) &&
+        x->stride[x->rank - 1] == 1 && rnr_outer(&x, 1, &a.R2, &s1, &s2)) {
+        a.x = oj_cuda_ptr(x);
+        a.w = weight ? oj_cuda_ptr(weight) : NULL;
+        a.out = oj_cuda_ptr(out);
+        a.rstd_out = rstd ? oj_cuda_ptr(rstd) : NULL;
+        a.sx1 = s1;
+        a.sx2 = s2;
+        a.sxT = x->stride[x->rank - 2];
+        rnr_chunks(a);
+        OJ_CU_FLOAT_TYPE(x->dtype, T_, rnr_fwd_launch<T_>(a, npt));
+        return oj_cuda_check(eng, op);
+    }
+    k_rnr_fwd_any<<<rnr_blocks(N), RNR_THREADS, 0, OJ_STREAM>>>(
+        oj_cu_view_of(x), weight ? oj_cuda_ptr(weight) : NULL, weight ? (int)weight->dtype : 0,
+        oj_cuda_ptr(out), (int)out->dtype, rstd ? oj_cuda_ptr(rstd) : NULL,
+        rstd ? (int)rstd->dtype : 0, N, T, D, eps, position_offset, theta);
+    return oj_cuda_check(eng, op);
+}
+
+// dy (..., T, D) any strides, x (..., T, D) any strides, rstd (N), weight (D) -> dx
+oj_status oj_cuda_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor *dy,
+                                           const oj_tensor *x, const oj_tensor *rstd,
+                                           const oj_tensor *weight, int64_t position_offset,
+                                           double theta) {
+    const char *op = "rms_norm_rotary";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, dx, op, "dx") != OJ_OK ||
+        oj_cuda_need_contig(eng, rstd, op, "rstd") != OJ_OK ||
+        oj_cuda_need_contig(eng, weight, op, "weight") != OJ_OK)
+        return oj_last_status(eng);
+    const int64_t T = x->shape[x->rank - 2], D = x->shape[x->rank - 1];
+    const int64_t N = D > 0 ? oj_cuda_numel(x) / D : 0;
+    if (N == 0 || D == 0 || T == 0) return OJ_OK;
+    rnr_args a = {};
+    a.R = N / T;
+    a.T = T;
+    a.pos = position_offset;
+    a.theta = theta;
+    const int npt = rnr_npt(D);
+    const oj_tensor *ts[2] = {x, dy};
+    int64_t s1[2], s2[2];
+    if (npt && oj_cu_is_f16ish(x->dtype) && dy->dtype == x->dtype && dx->dtype == x->dtype &&
+        (!weight || weight->dtype == x->dtype) && rstd->dtype == OJ_F32 &&
+        x->stride[x->rank - 1] == 1 && dy->stride[dy->rank - 1] == 1 &&
+        rnr_outer(ts, 2, &a.R2, s1, s2)) {
+        a.x = oj_cuda_ptr(x);
+        a.dy = oj_cuda_ptr(dy);
+        a.w = weight ? oj_cuda_ptr(weight) : NULL;
+        a.rstd_in = oj_cuda_ptr(rstd);
+        a.dx = oj_cuda_ptr(dx);
+        a.sx1 = s1[0];
+        a.sx2 = s2[0];
+        a.sxT = x->stride[x->rank - 2];
+        a.sg1 = s1[1];
+        a.sg2 = s2[1];
+        a.sgT = dy->stride[dy->rank - 2];
+        rnr_chunks(a);
+        OJ_CU_FLOAT_TYPE(x->dtype, T_, rnr_bwd_launch<T_>(a, npt));
+        return oj_cuda_check(eng, op);
+    }
+    k_rnr_bwd_any<<<rnr_blocks(N), RNR_THREADS, 0, OJ_STREAM>>>(
+        oj_cu_view_of(dy), oj_cu_view_of(x), oj_cuda_ptr(rstd), (int)rstd->dtype,
+        weight ? oj_cuda_ptr(weight) : NULL, weight ? (int)weight->dtype : 0, oj_cuda_ptr(dx),
+        (int)dx->dtype, N, T, D, position_offset, theta);
+    return oj_cuda_check(eng, op);
+}
