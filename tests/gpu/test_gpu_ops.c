@@ -2513,7 +2513,10 @@ static void fast_norm_case(oj_dtype dt, int64_t N, int64_t C, bool affine) {
     pr rdx = empty(2, s, dt), rdw = empty(1, &C, dt);
     BOTH(E->backend->rms_norm_backward(E, T(rdx), T(rdw), T(dy), T(x), T(rr),
                                        affine ? T(w) : NULL));
-    cmp(rdx, rt, what);
+    /* C 1: dx = rstd dy w (1 - xhat^2) with xhat^2 = x^2 / (x^2 + eps): a
+     * cancellation to ~eps / x^2 that f32 knows to ~6e-8 absolute (the
+     * CPU sums in double), so it is held normwise there */
+    cmp_tensors(rdx.t[1], rdx.t[0], C == 1 ? 0.05 : rt, C == 1, what);
     cmp(rdw, rt, what);
 }
 
