@@ -219,12 +219,15 @@ static int kn_groups(int64_t N) {
  * [S, N] and a second kernel adds them in slice order. S depends on (N, K)
  * only: the same bits on every GPU. */
 #define KN_SPLIT_BLOCKS 264
+#define KN_LONG_K 4096
 
 template <typename T>
 static oj_status launch_kn(oj_engine *eng, unsigned short *o, const unsigned short *x,
                            int64_t xs, const unsigned short *w, int64_t ldw, int N, int K,
                            const unsigned short *add) {
-    const int G = kn_groups(N), KS = KN_THREADS / G;
+    /* long K: 8 column groups (128 bytes of a row per warp load: with 2,
+     * 32-byte pieces of rows 1.5 KB apart kept DRAM at ~2 TB/s) */
+    const int G = K >= KN_LONG_K ? 8 : kn_groups(N), KS = KN_THREADS / G;
     const unsigned blocks = (unsigned)((N + 8 * G - 1) / (8 * G));
     int64_t rows = (K + KS - 1) / KS; /* per thread */
     int64_t S = blocks < KN_SPLIT_BLOCKS ? (KN_SPLIT_BLOCKS + blocks - 1) / blocks : 1;

@@ -46,6 +46,7 @@
  * the angles recomputed per row and pair (~70 us for the shape above: a
  * fallback, not the model's path). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -384,7 +385,12 @@ static int rnr_npt(int64_t D) {
 
 /* The fast path's geometry: nchunk chunks of chunk rows per position. */
 static void rnr_chunks(rnr_args &a) {
-    int64_t nchunk = (RNR_TARGET_WARPS + a.T - 1) / a.T;
+    static int64_t target = -1; /* OJAS_CUDA_RNR_WARPS overrides (tuning runs) */
+    if (target < 0) {
+        const char *e = getenv("OJAS_CUDA_RNR_WARPS");
+        target = e && atoll(e) > 0 ? atoll(e) : RNR_TARGET_WARPS;
+    }
+    int64_t nchunk = (target + a.T - 1) / a.T;
     if (nchunk > a.R) nchunk = a.R;
     if (nchunk < 1) nchunk = 1;
     a.chunk = (a.R + nchunk - 1) / nchunk;
