@@ -796,6 +796,22 @@ static void ce_fill(ce_args *a, const oj_tensor *x, const oj_tensor *targets) {
     a->tes = (int)oj_dtype_size(targets->dtype);
 }
 
+/* The backward's part of a: dloss [N] (any stride, 0 broadcast), dlogits,
+ * ignore_index, label smoothing and the scale. */
+static void ce_fill_grad(ce_args *a, const oj_tensor *dloss, const oj_tensor *dlogits,
+                         int64_t ignore_index, double label_smoothing, double scale) {
+    a->dloss = oj_cuda_ptr(dloss);
+    a->gdt = (int)dloss->dtype;
+    a->ges = (int)oj_dtype_size(dloss->dtype);
+    a->gstride = dloss->rank ? dloss->stride[0] : 0;
+    a->dx = oj_cuda_ptr(dlogits);
+    a->ddt = (int)dlogits->dtype;
+    a->des = (int)oj_dtype_size(dlogits->dtype);
+    a->ignore = ignore_index;
+    a->eps = label_smoothing;
+    a->scale = scale;
+}
+
 oj_status oj_cuda_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tensor *lse,
                                         const oj_tensor *logits, const oj_tensor *targets,
                                         int64_t ignore_index, double label_smoothing,
@@ -844,16 +860,7 @@ oj_status oj_cuda_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
     a.lse_in = oj_cuda_ptr(lse);
     a.sdt = (int)lse->dtype;
     a.ses = (int)oj_dtype_size(lse->dtype);
-    a.dloss = oj_cuda_ptr(dloss);
-    a.gdt = (int)dloss->dtype;
-    a.ges = (int)oj_dtype_size(dloss->dtype);
-    a.gstride = dloss->rank ? dloss->stride[0] : 0;
-    a.dx = oj_cuda_ptr(dlogits);
-    a.ddt = (int)dlogits->dtype;
-    a.des = (int)oj_dtype_size(dlogits->dtype);
-    a.ignore = ignore_index;
-    a.eps = label_smoothing;
-    a.scale = scale;
+    ce_fill_grad(&a, dloss, dlogits, ignore_index, label_smoothing, scale);
     if (oj_cu_is_f16ish(logits->dtype) && dlogits->dtype == logits->dtype &&
         lse->dtype == OJ_F32)
         OJ_CU_FLOAT_TYPE(logits->dtype, T, ce_bwd_fast_launch<T>(a));
@@ -890,16 +897,7 @@ oj_status oj_cuda_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor
     a.lse_in = a.lse;
     a.sdt = (int)loss->dtype;
     a.ses = (int)oj_dtype_size(loss->dtype);
-    a.dloss = oj_cuda_ptr(dloss);
-    a.gdt = (int)dloss->dtype;
-    a.ges = (int)oj_dtype_size(dloss->dtype);
-    a.gstride = dloss->rank ? dloss->stride[0] : 0;
-    a.dx = oj_cuda_ptr(dlogits);
-    a.ddt = (int)dlogits->dtype;
-    a.des = (int)oj_dtype_size(dlogits->dtype);
-    a.ignore = ignore_index;
-    a.eps = label_smoothing;
-    a.scale = scale;
+    ce_fill_grad(&a, dloss, dlogits, ignore_index, label_smoothing, scale);
     if (reset_flags(eng, op) != OJ_OK) return oj_last_status(eng);
     a.flags = oj_cuda_state_of(eng)->flags;
     bool fast = oj_cu_is_f16ish(logits->dtype) && loss->dtype == OJ_F32 &&
