@@ -407,6 +407,50 @@ static void test_linear_matches_matmul(void **state) {
     oj_engine_free(eng);
 }
 
+// test: a linear over a transposed weight (GPT-2's Conv1D [in, out] seen as
+// [out, in]) under bf16 autocast: the bf16 copy keeps the transposed layout
+// (cast preserves a transposed matrix), the gradient reaches the stored
+// [in, out] leaf contiguous, and values and gradients equal those of the
+// same weight stored [out, in] bit for bit (EXACT)
+static void test_linear_conv1d_layout(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new(OJ_NUMERICS_EXACT);
+    oj_scope_begin(eng);
+    oj_tensor *x = rnd(eng, 3, (int64_t[]){2, 5, 24}, OJ_F32);
+    oj_tensor *wc = rnd(eng, 2, (int64_t[]){24, 40}, OJ_F32); /* [in, out] */
+    oj_tensor *wl = oj_contiguous(oj_transpose(wc, 0, 1));     /* [out, in] */
+    oj_tensor *b = rnd(eng, 1, (int64_t[]){40}, OJ_F32);
+    oj_set_requires_grad(wc, true);
+    oj_set_requires_grad(wl, true);
+    /* cast of a transposed matrix: same values, transposed strides */
+    oj_tensor *wt = oj_transpose(wc, 0, 1);
+    oj_tensor *wb = oj_cast(wt, OJ_BF16);
+    assert_non_null(wb);
+    assert_int_equal(oj_strides(wb)[0], 1);
+    assert_int_equal(oj_strides(wb)[1], 40);
+    oj_tensor *wr = oj_cast(oj_contiguous(wt), OJ_BF16);
+    for (int64_t i = 0; i < oj_numel(wb); i++)
+        assert_true(oj_item_at(wb, i) == oj_item_at(wr, i));
+    oj_tensor *r = rnd(eng, 3, (int64_t[]){2, 5, 40}, OJ_F32);
+    oj_set_autocast(eng, true, OJ_BF16);
+    oj_tensor *y1 = oj_linear(x, wt, b), *y2 = oj_linear(x, wl, b);
+    oj_set_autocast(eng, false, OJ_BF16);
+    assert_int_equal(oj_backward(oj_sum_all(oj_mul(y1, r)), false), OJ_OK);
+    assert_int_equal(oj_backward(oj_sum_all(oj_mul(y2, r)), false), OJ_OK);
+    for (int64_t i = 0; i < oj_numel(y1); i++)
+        assert_true(oj_item_at(y1, i) == oj_item_at(y2, i));
+    oj_tensor *g1 = oj_grad(wc), *g2 = oj_grad(wl);
+    assert_non_null(g1);
+    assert_non_null(g2);
+    assert_true(oj_is_contiguous(g1));
+    assert_int_equal(oj_tensor_dtype(g1), OJ_F32);
+    oj_tensor *g1t = oj_transpose(g1, 0, 1); /* [out, in] */
+    for (int64_t i = 0; i < oj_numel(g2); i++)
+        assert_true(oj_item_at(g1t, i) == oj_item_at(g2, i));
+    oj_scope_end(eng);
+    oj_engine_free(eng);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     oj_engine *eng = eng_new(OJ_NUMERICS_FAST);
@@ -663,6 +707,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_gradcheck),
         cmocka_unit_test(test_bmm_linear_addmm_gradcheck),
         cmocka_unit_test(test_linear_matches_matmul),
+        cmocka_unit_test(test_linear_conv1d_layout),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_gelu_linear),
         cmocka_unit_test(test_swiglu_linear),
