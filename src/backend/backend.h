@@ -408,9 +408,10 @@ typedef struct oj_backend {
      * shape, any strides), OPTIONAL (NULL: the unary/binary entries):
      * dup = dp * s with s = silu(gate) rounded to the dtype, dgate =
      * unary_backward(SILU) of gate with dy = dp * up rounded to the dtype.
-     * dgate, dup contiguous, gate's shape and dtype; either may be NULL (not
-     * wanted). The bits of those unary, binary and unary_backward calls on
-     * the same backend. */
+     * dgate, dup gate's shape and dtype, any strides (the ops layer passes
+     * the two halves of one [..., 2F] buffer for a split gate/up pair);
+     * either may be NULL (not wanted). The bits of those unary, binary and
+     * unary_backward calls on the same backend. */
     oj_status (*swiglu_backward)(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
                                  const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
     /* Dropout: element i (row-major) is kept when Philox4x32-10 word i % 4

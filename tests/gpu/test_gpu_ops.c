@@ -3111,6 +3111,12 @@ static void swiglu_case(int64_t N, int64_t F, oj_dtype dt) {
     pr dg1 = empty(2, s1, dt); /* dgate alone */
     BOTH(E->backend->swiglu_backward(E, T(dg1), NULL, T(g), T(u), T(dp)));
     cmp(dg1, tol(dt, 1e-5), what);
+    /* the gradients as the two halves of one [N, 2F] buffer (the ops
+     * layer's layout for a split gate/up pair) */
+    pr dgu = empty(2, s2, dt);
+    pr dgh = narrow(dgu, 1, 0, F), duh = narrow(dgu, 1, F, F);
+    BOTH(E->backend->swiglu_backward(E, T(dgh), T(duh), T(g), T(u), T(dp)));
+    cmp(dgu, tol(dt, 1e-5), what);
     SIDE = 1;
     pr sv = empty(2, s1, dt), p = empty(2, s1, dt), ds = empty(2, s1, dt), rg = empty(2, s1, dt),
        ru = empty(2, s1, dt);
@@ -3124,6 +3130,8 @@ static void swiglu_case(int64_t N, int64_t F, oj_dtype dt) {
     same_bits(T(dg), T(rg), "swiglu dgate vs the unfused calls (cuda)");
     same_bits(T(du), T(ru), "swiglu dup vs the unfused calls (cuda)");
     same_bits(T(dg1), T(rg), "swiglu dgate alone (cuda)");
+    same_bits(T(dgh), T(rg), "swiglu dgate as a half of [N, 2F] (cuda)");
+    same_bits(T(duh), T(ru), "swiglu dup as a half of [N, 2F] (cuda)");
     SIDE = 0;
 }
 

@@ -687,6 +687,32 @@ static void test_swiglu_linear(void **state) {
     oj_tensor *in[4] = {leaf(eng, 3, gs), leaf(eng, 3, gs), leaf(eng, 2, ws), leaf(eng, 1, bs)};
     assert_int_equal(oj_gradcheck(eng, swiglu_linear_fn, NULL, in, 4, NULL), OJ_OK);
     assert_int_equal(oj_gradcheck(eng, swiglu_linear_fn, NULL, in, 3, NULL), OJ_OK);
+    /* gate and up the halves of one [.., 2F] tensor (a fused projection
+     * split in two): their gradients are written as the halves of one
+     * buffer that the split's backward passes on as a view; the same bits
+     * as separate gate and up leaves */
+    int64_t g2s[3] = {2, 3, 12};
+    oj_tensor *gu = rnd(eng, 3, g2s, OJ_F32), *wd = rnd(eng, 2, ws, OJ_F32);
+    oj_set_requires_grad(gu, true);
+    oj_tensor *halves[2] = {NULL, NULL};
+    assert_int_equal(oj_split(gu, 6, 2, 2, halves), 2);
+    assert_int_equal(oj_backward(oj_sum_all(oj_square(oj_swiglu_linear(halves[0], halves[1], wd,
+                                                                        NULL))),
+                                 false),
+                     OJ_OK);
+    oj_tensor *ga = oj_contiguous(halves[0]), *ua = oj_contiguous(halves[1]);
+    oj_tensor *gd = oj_detach(ga), *ud = oj_detach(ua);
+    oj_set_requires_grad(gd, true);
+    oj_set_requires_grad(ud, true);
+    assert_int_equal(oj_backward(oj_sum_all(oj_square(oj_swiglu_linear(gd, ud, wd, NULL))), false),
+                     OJ_OK);
+    oj_tensor *gg = oj_grad(gu);
+    assert_non_null(gg);
+    for (int64_t r = 0; r < 6; r++)
+        for (int64_t c = 0; c < 12; c++) {
+            oj_tensor *ref = c < 6 ? oj_grad(gd) : oj_grad(ud);
+            assert_true(oj_item_at(gg, r * 12 + c) == oj_item_at(ref, r * 6 + c % 6));
+        }
     int64_t other[3] = {2, 3, 5};
     assert_null(oj_swiglu_linear(in[0], leaf(eng, 3, other), in[2], NULL));
     assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);

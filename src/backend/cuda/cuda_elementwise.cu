@@ -982,10 +982,10 @@ static bool sw_rows(const oj_tensor *t, int64_t *rs) {
 
 // gate (N,F) row stride gs, up (N,F) us, dp (N,F) ps (backward) ->
 // forward: o0 = silu(gate) * up; backward: o0 = dgate, o1 = dup (either
-// NULL), contiguous
+// NULL); outputs (N,F) of row strides o0s, o1s
 template <typename T, int V, bool BWD>
 __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const T *up, int64_t us,
-                         const T *dp, int64_t ps, T *o0, T *o1) {
+                         const T *dp, int64_t ps, T *o0, int64_t o0s, T *o1, int64_t o1s) {
     constexpr bool LOW = sizeof(T) == 2;
     const int64_t nv = F / V, total = N * nv;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total;
@@ -1003,7 +1003,7 @@ __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const 
         if constexpr (!BWD) {
 #pragma unroll
             for (int k = 0; k < V; k++) a[k] = bin_fn<OJ_BIN_MUL>()(s[k], u[k], 0.0f);
-            oj_cu_stv<T, V>(o0 + r * F + c, a);
+            oj_cu_stv<T, V>(o0 + r * o0s + c, a);
         } else {
 #pragma unroll
             for (int k = 0; k < V; k++) {
@@ -1012,31 +1012,35 @@ __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const 
                 a[k] = un_bw_fn<OJ_UN_SILU, LOW>{0.0f, 0.0f}(x[k], s[k], ds);
                 b[k] = bin_fn<OJ_BIN_MUL>()(g[k], s[k], 0.0f);
             }
-            if (o0) oj_cu_stv<T, V>(o0 + r * F + c, a);
-            if (o1) oj_cu_stv<T, V>(o1 + r * F + c, b);
+            if (o0) oj_cu_stv<T, V>(o0 + r * o0s + c, a);
+            if (o1) oj_cu_stv<T, V>(o1 + r * o1s + c, b);
         }
     }
 }
 
 template <typename T, bool BWD>
 static void swiglu_launch(int64_t N, int64_t F, const char *gate, int64_t gs, const char *up,
-                          int64_t us, const char *dp, int64_t ps, char *o0, char *o1) {
+                          int64_t us, const char *dp, int64_t ps, char *o0, int64_t o0s, char *o1,
+                          int64_t o1s) {
     constexpr int V = 16 / (int)sizeof(T);
-    bool vec = F % V == 0 && gs % V == 0 && us % V == 0 && (!BWD || ps % V == 0);
+    bool vec = F % V == 0 && gs % V == 0 && us % V == 0 && (!BWD || ps % V == 0) &&
+               o0s % V == 0 && o1s % V == 0;
     const char *ptrs[5] = {gate, up, dp, o0, o1};
     for (int i = 0; i < 5; i++) vec = vec && (ptrs[i] == NULL || (uintptr_t)ptrs[i] % 16 == 0);
     const int64_t items = vec ? N * (F / V) : N * F;
     const unsigned blocks = oj_cuda_blocks(items);
     if (vec)
         k_swiglu<T, V, BWD><<<blocks, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
-            N, F, (const T *)gate, gs, (const T *)up, us, (const T *)dp, ps, (T *)o0, (T *)o1);
+            N, F, (const T *)gate, gs, (const T *)up, us, (const T *)dp, ps, (T *)o0, o0s,
+            (T *)o1, o1s);
     else
         k_swiglu<T, 1, BWD><<<blocks, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
-            N, F, (const T *)gate, gs, (const T *)up, us, (const T *)dp, ps, (T *)o0, (T *)o1);
+            N, F, (const T *)gate, gs, (const T *)up, us, (const T *)dp, ps, (T *)o0, o0s,
+            (T *)o1, o1s);
 }
 
-/* The fused path's operands: one f16ish dtype, [N, F] rows with F > 1, the
- * outputs contiguous. */
+/* The fused path's operands: one f16ish dtype, [N, F] rows (last dim of
+ * stride 1, the other dims one run of rows) with F > 1. */
 static bool sw_fast(const oj_tensor *const *ts, int n, int64_t *rs, int64_t *N, int64_t *F) {
     const oj_tensor *t0 = ts[0];
     *F = t0->rank ? t0->shape[t0->rank - 1] : 1;
@@ -1064,7 +1068,7 @@ oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor
     if (N == 0) return OJ_OK;
     OJ_CU_FLOAT_TYPE(gate->dtype, T,
                      (swiglu_launch<T, false>(N, F, oj_cuda_ptr(gate), rs[0], oj_cuda_ptr(up),
-                                              rs[1], NULL, 0, oj_cuda_ptr(out), NULL)));
+                                              rs[1], NULL, 0, oj_cuda_ptr(out), rs[2], NULL, 0)));
     return oj_cuda_check(eng, op);
 }
 
@@ -1072,9 +1076,6 @@ oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *d
                                   const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp) {
     const char *op = "swiglu_backward";
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
-    if (oj_cuda_need_contig(eng, dgate, op, "dgate") != OJ_OK ||
-        oj_cuda_need_contig(eng, dup, op, "dup") != OJ_OK)
-        return oj_last_status(eng);
     const oj_tensor *ts[5] = {gate, up, dp, dgate, dup};
     int64_t rs[5], N, F;
     if (!sw_fast(ts, 5, rs, &N, &F)) { /* the unfused calls (cpu_elementwise.c's order) */
@@ -1093,7 +1094,7 @@ oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *d
     OJ_CU_FLOAT_TYPE(gate->dtype, T,
                      (swiglu_launch<T, true>(N, F, oj_cuda_ptr(gate), rs[0], oj_cuda_ptr(up), rs[1],
                                              oj_cuda_ptr(dp), rs[2],
-                                             dgate ? oj_cuda_ptr(dgate) : NULL,
-                                             dup ? oj_cuda_ptr(dup) : NULL)));
+                                             dgate ? oj_cuda_ptr(dgate) : NULL, rs[3],
+                                             dup ? oj_cuda_ptr(dup) : NULL, rs[4])));
     return oj_cuda_check(eng, op);
 }
