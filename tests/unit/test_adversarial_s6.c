@@ -151,12 +151,27 @@ static void test_nr_values(void **state) {
     int64_t r1[3] = {1, 1, 8};
     oj_tensor *e = oj_expand(nt_rand(eng, 3, r1, OJ_F32, -2, 2), 3, s3);
     check_nr(eng, "expanded", e, w, EPS, 1, 0);
+    /* stride 0 along D itself (every row constant) */
+    int64_t c1[3] = {2, 3, 1};
+    oj_tensor *ed = oj_expand(nt_rand(eng, 3, c1, OJ_F32, -2, 2), 3, s3);
+    check_nr(eng, "expanded D", ed, w, EPS, 1, 0);
+    check_nr(eng, "expanded D f64", oj_cast(ed, OJ_F64), oj_cast(w, OJ_F64), EPS, 1, 0);
+    /* a weight that is itself a strided view */
+    oj_tensor *w16 = nt_rand(eng, 1, (int64_t[]){16}, OJ_F32, .5, 1.5);
+    check_nr(eng, "strided weight", x, oj_slice(w16, 0, 0, 16, 2), EPS, 1, 0);
     /* a strided slice along D (stride 2) and along T */
     int64_t s16[3] = {2, 3, 16};
     oj_tensor *xs = oj_slice(nt_rand(eng, 3, s16, OJ_F32, -2, 2), 2, 1, 16, 2);
     check_nr(eng, "D stride 2", xs, w, EPS, 2, 0);
     oj_tensor *xt = oj_transpose(nt_rand(eng, 3, (int64_t[]){3, 2, 8}, OJ_F32, -2, 2), 0, 1);
     check_nr(eng, "transposed rows", xt, w, EPS, 2, 0);
+    /* D with SIMD tails */
+    const int64_t Ds[3] = {130, 18, 34};
+    for (int i = 0; i < 3; i++) {
+        int64_t sx[3] = {2, 5, Ds[i]}, sw[1] = {Ds[i]};
+        check_nr(eng, "SIMD tail", nt_rand(eng, 3, sx, OJ_F32, -3, 3),
+                 nt_rand(eng, 1, sw, OJ_F32, .5, 1.5), EPS, 11, 0);
+    }
     /* D 2, T 1 */
     check_nr(eng, "D 2", nt_rand(eng, 3, (int64_t[]){1, 1, 2}, OJ_F32, -2, 2), NULL, EPS, 0, 0);
     oj_scope_end(eng);
@@ -693,6 +708,209 @@ static void test_gpt_autocast_grads(void **state) {
     }
 }
 
+/* rank 2 and rank 5 inputs; f16 autocast; the same bits for 1, 2 and 3
+ * threads (EXACT) */
+static void test_nr_ranks_threads(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t s2[2] = {7, 6}, s5[5] = {2, 1, 3, 2, 4}, w6[1] = {6}, w4[1] = {4};
+    check_nr(eng, "rank 2", nt_rand(eng, 2, s2, OJ_F32, -2, 2), nt_rand(eng, 1, w6, OJ_F32, .5, 1.5),
+             EPS, 9, 0);
+    check_nr(eng, "rank 5", nt_rand(eng, 5, s5, OJ_F64, -2, 2), nt_rand(eng, 1, w4, OJ_F64, .5, 1.5),
+             EPS, 9, 0);
+    oj_tensor *xh = nt_rand(eng, 2, s2, OJ_F16, -2, 2);
+    oj_set_autocast(eng, true, OJ_F16);
+    oj_tensor *y = oj_rms_norm_rotary(xh, NULL, EPS, 1, THETA), *r = unfused_nr(xh, NULL, EPS, 1);
+    oj_set_autocast(eng, false, OJ_F16);
+    close_to("f16 autocast", y, r, 0, 0);
+    assert_int_equal(oj_tensor_dtype(y), OJ_F32);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+    double *out[3], *dx[3];
+    const int64_t xs[3] = {3, 37, 64};
+    for (int t = 0; t < 3; t++) {
+        oj_engine *e = NULL;
+        oj_engine_config cfg = oj_engine_config_default();
+        cfg.seed = 77;
+        cfg.threads = t + 1;
+        cfg.numerics = OJ_NUMERICS_EXACT;
+        assert_int_equal(oj_engine_create(&cfg, &e, NULL), OJ_OK);
+        oj_scope_begin(e);
+        oj_tensor *x = oj_set_requires_grad(nt_rand(e, 3, xs, OJ_F32, -2, 2), true);
+        oj_tensor *yy = oj_rms_norm_rotary(heads(x, 4, 16), NULL, EPS, 3, THETA);
+        assert_int_equal(oj_backward(oj_sum_all(oj_mul(yy, yy)), false), OJ_OK);
+        out[t] = nt_host(yy);
+        dx[t] = nt_host(oj_grad(x));
+        oj_scope_end(e);
+        nt_engine_done(e);
+    }
+    for (int t = 1; t < 3; t++) {
+        assert_memory_equal(out[t], out[0], 3 * 37 * 64 * sizeof(double));
+        assert_memory_equal(dx[t], dx[0], 3 * 37 * 64 * sizeof(double));
+    }
+    for (int t = 0; t < 3; t++) {
+        free(out[t]);
+        free(dx[t]);
+    }
+}
+
+/* shared q/k/v gradients in every float dtype, with a mask, a scale, not
+ * causal, T 1, H 1, against contiguous copies of q, k, v (the unshared
+ * path) bit for bit; empty batch and empty T */
+static void test_attn_shared_dtypes(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_dtype dts[4] = {OJ_F32, OJ_F64, OJ_BF16, OJ_F16};
+    const int64_t geo[3][4] = {{2, 5, 3, 4}, {1, 1, 2, 8}, {2, 6, 1, 5}}; /* B T H D */
+    for (int k = 0; k < 4; k++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int m = 0; m < 2; m++) { /* 0 causal, 1 bool mask + scale 0.3 */
+                oj_scope_begin(eng);
+                const int64_t B = geo[gi][0], T = geo[gi][1], H = geo[gi][2], D = geo[gi][3];
+                int64_t xs[3] = {B, T, 3 * H * D}, gs[4] = {B, H, T, D};
+                oj_tensor *x0 = nt_rand(eng, 3, xs, dts[k], -1, 1);
+                oj_tensor *g = nt_rand(eng, 4, gs, dts[k], -1, 1);
+                oj_tensor *mask = NULL;
+                if (m) {
+                    int64_t ms[2] = {T, T};
+                    mask = oj_gt(nt_rand(eng, 2, ms, OJ_F32, 0, 1), oj_scalar(eng, 0.3, OJ_F32));
+                }
+                const int ord[3] = {0, 1, 2};
+                oj_tensor *gx[2], *y[2];
+                for (int c = 0; c < 2; c++) {
+                    oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true), *h[3];
+                    qkv_heads(x, H, D, ord, h);
+                    if (c)
+                        for (int j = 0; j < 3; j++) h[j] = oj_mul(h[j], oj_scalar(eng, 1.0, dts[k]));
+                    y[c] = oj_scaled_dot_product_attention(h[0], h[1], h[2], mask, !m, m ? 0.3 : NAN);
+                    if (y[c] == NULL) fail_msg("%s", oj_last_error(eng));
+                    assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[c], g)), false), OJ_OK);
+                    gx[c] = oj_grad(x);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "%s geo %d mode %d", oj_dtype_name(dts[k]), gi, m);
+                close_to(what, y[0], y[1], 0, 0);
+                close_to(what, gx[0], gx[1], 0, 0);
+                oj_scope_end(eng);
+            }
+    /* empty */
+    oj_scope_begin(eng);
+    const int64_t es[2][3] = {{0, 4, 3 * 2 * 2}, {2, 0, 3 * 2 * 2}};
+    for (int e = 0; e < 2; e++) {
+        const int ord[3] = {0, 1, 2};
+        oj_tensor *x = oj_set_requires_grad(nt_rand(eng, 3, es[e], OJ_F32, -1, 1), true), *h[3];
+        qkv_heads(x, 2, 2, ord, h);
+        oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN);
+        if (y == NULL) fail_msg("empty %d: %s", e, oj_last_error(eng));
+        assert_int_equal(oj_numel(y), 0);
+        assert_int_equal(oj_backward(oj_sum_all(y), false), OJ_OK);
+        assert_non_null(oj_grad(x));
+    }
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* ---------------------------------------------------------------- add + norm */
+
+/* the public add + norm ops with mixed-dtype x and r (norm_backward_add's
+ * low input either one, or neither low), every subset of inputs needing a
+ * gradient, s used again or not: bit for bit against add then the norm */
+static void test_add_norm_mixed(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_dtype pairs[5][2] = {{OJ_BF16, OJ_F32}, {OJ_F32, OJ_BF16}, {OJ_BF16, OJ_F16},
+                                  {OJ_F16, OJ_F32},  {OJ_F32, OJ_F32}};
+    int64_t xs[2] = {3, 20}, cs[1] = {20};
+    for (int p = 0; p < 5; p++)
+        for (int rms = 0; rms < 2; rms++)
+            for (int need = 1; need < 8; need++) /* bit 0 x, 1 r, 2 weight */
+                for (int use = 0; use < 2; use++) {
+                    oj_scope_begin(eng);
+                    oj_tensor *x0 = nt_rand(eng, 2, xs, pairs[p][0], -2, 2);
+                    oj_tensor *r0 = nt_rand(eng, 2, xs, pairs[p][1], -2, 2);
+                    oj_dtype sdt = oj_tensor_dtype(oj_add(x0, r0));
+                    oj_tensor *w0 = nt_rand(eng, 1, cs, sdt, 0.5, 1.5);
+                    oj_tensor *g1 = nt_rand(eng, 2, xs, sdt, -1, 1);
+                    oj_tensor *gr[2][3];
+                    for (int f = 0; f < 2; f++) {
+                        oj_tensor *x = oj_set_requires_grad(oj_clone(x0), need & 1);
+                        oj_tensor *r = oj_set_requires_grad(oj_clone(r0), (need & 2) != 0);
+                        oj_tensor *w = oj_set_requires_grad(oj_clone(w0), (need & 4) != 0);
+                        oj_tensor *sum = NULL, *y;
+                        if (f) {
+                            y = rms ? oj_add_rms_norm(x, r, w, 1e-5, &sum)
+                                    : oj_add_layer_norm(x, r, w, NULL, 1e-5, &sum);
+                        } else {
+                            sum = oj_add(x, r);
+                            y = rms ? oj_rms_norm(sum, w, 1e-5) : oj_layer_norm(sum, w, NULL, 1e-5);
+                        }
+                        if (y == NULL) fail_msg("%s", oj_last_error(eng));
+                        oj_tensor *l = oj_sum_all(oj_mul(y, g1));
+                        if (use) l = oj_add(l, oj_sum_all(oj_mul(sum, sum)));
+                        assert_int_equal(oj_backward(l, false), OJ_OK);
+                        gr[f][0] = oj_grad(x);
+                        gr[f][1] = oj_grad(r);
+                        gr[f][2] = oj_grad(w);
+                    }
+                    for (int i = 0; i < 3; i++) {
+                        char what[96];
+                        snprintf(what, sizeof what, "pair %d rms %d need %d use %d grad %d", p, rms,
+                                 need, use, i);
+                        if (!(need >> i & 1)) {
+                            assert_null(gr[1][i]);
+                            continue;
+                        }
+                        if (gr[1][i] == NULL || gr[0][i] == NULL) fail_msg("%s: no gradient", what);
+                        assert_int_equal(oj_tensor_dtype(gr[1][i]), oj_tensor_dtype(gr[0][i]));
+                        close_to(what, gr[1][i], gr[0][i], 0, 0);
+                    }
+                    oj_scope_end(eng);
+                }
+    nt_engine_done(eng);
+}
+
+/* grouped-query attention with T < S (a KV cache's bottom-right causal
+ * mask) in f32 and f64: values and q/k/v gradients against the
+ * composition on k, v repeated per query head */
+static void test_attn_gqa(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int k = 0; k < 2; k++) {
+        oj_scope_begin(eng);
+        const int64_t B = 2, H = 4, Hkv = 2, T = 3, S = 7, D = 5;
+        int64_t qs[4] = {B, T, H, D}, ks[4] = {B, Hkv, S, D}, gs[4] = {B, H, T, D};
+        oj_tensor *q0 = nt_rand(eng, 4, qs, dts[k], -1, 1), *k0 = nt_rand(eng, 4, ks, dts[k], -1, 1);
+        oj_tensor *v0 = nt_rand(eng, 4, ks, dts[k], -1, 1), *g = nt_rand(eng, 4, gs, dts[k], -1, 1);
+        oj_tensor *y[2], *gr[2][3];
+        for (int f = 0; f < 2; f++) {
+            oj_tensor *ql = oj_set_requires_grad(oj_clone(q0), true);
+            oj_tensor *kl = oj_set_requires_grad(oj_clone(k0), true);
+            oj_tensor *vl = oj_set_requires_grad(oj_clone(v0), true);
+            oj_tensor *q = oj_transpose(ql, 1, 2);
+            if (f) {
+                y[f] = oj_scaled_dot_product_attention(q, kl, vl, NULL, true, NAN);
+            } else {
+                int64_t e5[5] = {B, Hkv, H / Hkv, S, D}, r4[4] = {B, H, S, D};
+                oj_tensor *kr = oj_reshape(oj_expand(oj_unsqueeze(kl, 2), 5, e5), 4, r4);
+                oj_tensor *vr = oj_reshape(oj_expand(oj_unsqueeze(vl, 2), 5, e5), 4, r4);
+                y[f] = ref_attn(q, kr, vr);
+            }
+            if (y[f] == NULL) fail_msg("%s", oj_last_error(eng));
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[f], g)), false), OJ_OK);
+            gr[f][0] = oj_grad(ql);
+            gr[f][1] = oj_grad(kl);
+            gr[f][2] = oj_grad(vl);
+        }
+        double tol = k ? 1e-12 : 1e-5;
+        close_to("gqa y", y[1], y[0], tol, tol);
+        for (int i = 0; i < 3; i++) close_to("gqa grad", gr[1][i], gr[0][i], tol, tol);
+        oj_scope_end(eng);
+    }
+    nt_engine_done(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nr_empty),          cmocka_unit_test(test_nr_errors),
@@ -702,7 +920,9 @@ int main(void) {
         cmocka_unit_test(test_attn_shared_grads), cmocka_unit_test(test_attn_grad_reuse),
         cmocka_unit_test(test_attn_other_tilings), cmocka_unit_test(test_swiglu_strided),
         cmocka_unit_test(test_lce_corners), cmocka_unit_test(test_lce_views_errors),
-        cmocka_unit_test(test_gpt_autocast_grads),
+        cmocka_unit_test(test_gpt_autocast_grads), cmocka_unit_test(test_nr_ranks_threads),
+        cmocka_unit_test(test_attn_shared_dtypes), cmocka_unit_test(test_add_norm_mixed),
+        cmocka_unit_test(test_attn_gqa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
