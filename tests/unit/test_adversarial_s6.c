@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "nn_testutil.h"
+#include "core/internal.h"
 #include "ojas/gpt.h"
 #include "ojas/io.h"
 
@@ -911,6 +912,166 @@ static void test_attn_gqa(void **state) {
     nt_engine_done(eng);
 }
 
+/* the split's backward view when the pieces' gradients come side by side
+ * from a cat's backward (not attention): values, and no aliasing between
+ * the leaf's gradient and another leaf's that shared the seed */
+static void test_split_cat_view(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t xs[2] = {3, 6};
+    for (int order = 0; order < 2; order++) {
+        oj_tensor *x = nt_leaf(eng, 2, xs, -1, 1), *a = nt_leaf(eng, 2, xs, -1, 1);
+        oj_tensor *p[3] = {NULL, NULL, NULL};
+        assert_int_equal(oj_split(x, 2, 1, 3, p), 3);
+        oj_tensor *q[3] = {order ? p[2] : p[0], p[1], order ? p[0] : p[2]};
+        oj_tensor *z = oj_add(oj_cat(3, q, 1), a);
+        oj_tensor *l = oj_add(oj_sum_all(z), oj_sum_all(oj_mul(x, x)));
+        assert_int_equal(oj_backward(l, false), OJ_OK);
+        /* d/dx = 1 + 2 x, d/da = 1 */
+        oj_tensor *want = oj_add_scalar(oj_mul_scalar(x, 2.0), 1.0);
+        close_to("split/cat dx", oj_grad(x), want, 1e-14, 1e-14);
+        assert_int_equal(oj_mul_scalar_(oj_grad(a), 5.0), OJ_OK);
+        close_to("dx unchanged by a.grad", oj_grad(x), want, 1e-14, 1e-14);
+        close_to("da", oj_grad(a), oj_full(eng, 2, xs, OJ_F64, 5.0), 0, 0);
+        for (int j = 0; j < 3; j++) oj_release(p[j]);
+    }
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* ---------------------------------------------------------------- out of memory */
+
+/* Runs case k's forward and backward on the leaves in[]; false when a step
+ * failed (the error left recorded). */
+typedef bool (*oom_case)(oj_engine *eng, oj_tensor **in, int k);
+
+static bool oom_nr(oj_engine *eng, oj_tensor **in, int k) {
+    (void)eng;
+    oj_tensor *y = oj_rms_norm_rotary(heads(in[0], 2, 8), k ? in[1] : NULL, EPS, 3, THETA);
+    return y && oj_backward(oj_sum_all(oj_mul(y, y)), false) == OJ_OK;
+}
+
+static bool oom_attn(oj_engine *eng, oj_tensor **in, int k) {
+    (void)eng;
+    const int ord[3] = {0, 1, 2};
+    oj_tensor *h[3] = {NULL, NULL, NULL};
+    oj_tensor *p[3] = {NULL, NULL, NULL};
+    if (oj_split(in[0], 8, 2, 3, p) != 3) return false;
+    (void)ord;
+    int64_t s4[4] = {2, 5, 2, 4};
+    for (int j = 0; j < 3; j++) {
+        oj_tensor *r = oj_reshape(p[j], 4, s4);
+        h[j] = r ? oj_transpose(r, 1, 2) : NULL;
+        if (h[j] == NULL) return false;
+    }
+    oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, k == 0, NAN);
+    return y && oj_backward(oj_sum_all(oj_mul(y, y)), false) == OJ_OK;
+}
+
+static bool oom_lce(oj_engine *eng, oj_tensor **in, int k) {
+    int64_t tg[10] = {1, 2, -100, 0, 6, 3, 3, 1, 0, 2}, ts[1] = {10};
+    oj_tensor *t = oj_from_host(eng, 1, ts, OJ_I64, tg, sizeof tg);
+    if (t == NULL) return false;
+    oj_tensor *x = k ? oj_cast(in[0], OJ_BF16) : in[0], *w = k ? oj_cast(in[1], OJ_BF16) : in[1];
+    oj_tensor *l = x && w ? oj_linear_cross_entropy(x, w, t, -100, 0.1, OJ_REDUCTION_MEAN) : NULL;
+    return l && oj_backward(l, false) == OJ_OK;
+}
+
+static bool oom_swiglu(oj_engine *eng, oj_tensor **in, int k) {
+    (void)eng;
+    oj_tensor *g = oj_narrow(in[0], 1, 0, 8), *u = oj_narrow(in[0], 1, 8, 8);
+    oj_tensor *y = g && u ? oj_swiglu_linear(g, u, in[1], k ? in[2] : NULL) : NULL;
+    return y && oj_backward(oj_sum_all(oj_mul(y, y)), false) == OJ_OK;
+}
+
+static bool oom_addnorm(oj_engine *eng, oj_tensor **in, int k) {
+    (void)eng;
+    oj_tensor *r = oj_cast(in[1], OJ_BF16), *sum = NULL;
+    oj_tensor *y = r ? (k ? oj__add_rms_norm_to(in[0], r, in[2], 1e-5, &sum, OJ_BF16)
+                          : oj__add_layer_norm_to(in[0], r, in[2], NULL, 1e-5, &sum, OJ_BF16))
+                     : NULL;
+    if (y == NULL) return false;
+    oj_tensor *l = oj_add(oj_cast(oj_sum_all(y), OJ_F32), oj_sum_all(oj_mul(sum, sum)));
+    return l && oj_backward(l, false) == OJ_OK;
+}
+
+/* Every byte budget from 0 up to the one the case fits in: a failure is
+ * OJ_ERR_CAPACITY, and nothing leaks (tensors, budget bytes). */
+static void oom_sweep(const char *what, oom_case fn, int k, int nin, const int64_t shapes[][3],
+                      const int *ranks) {
+    oj_engine *eng = nt_engine();
+    oj_tensor *in[3];
+    for (int i = 0; i < nin; i++) in[i] = oj_set_requires_grad(
+                                      nt_rand(eng, ranks[i], shapes[i], OJ_F32, -1, 1), true);
+    int64_t live = oj_engine_live_tensors(eng);
+    bool done = false;
+    int fails = 0;
+    for (int64_t lim = 0; !done && lim < (1 << 22); lim += lim < 16384 ? 16 : lim / 16) {
+        oj_budget *b = oj_budget_create(oj_engine_budget(eng), "sweep", lim);
+        assert_non_null(b);
+        oj_engine_use_budget(eng, b);
+        oj_scope_begin(eng);
+        done = fn(eng, in, k);
+        if (!done) {
+            fails++;
+            if (oj_last_status(eng) != OJ_ERR_CAPACITY)
+                fail_msg("%s (%d) at %lld bytes: %s: %s", what, k, (long long)lim,
+                         oj_status_name(oj_last_status(eng)), oj_last_error(eng));
+            oj_clear_error(eng);
+        }
+        oj_scope_end(eng);
+        for (int i = 0; i < nin; i++) oj_zero_grad(in[i]);
+        oj_engine_use_budget(eng, NULL);
+        if (oj_budget_current(b) != 0)
+            fail_msg("%s (%d) at %lld bytes: %lld bytes left charged", what, k, (long long)lim,
+                     (long long)oj_budget_current(b));
+        assert_int_equal(oj_budget_free(b), OJ_OK);
+        if (oj_engine_live_tensors(eng) != live)
+            fail_msg("%s (%d) at %lld bytes: %lld tensors leaked", what, k, (long long)lim,
+                     (long long)(oj_engine_live_tensors(eng) - live));
+    }
+    if (!done) fail_msg("%s (%d): never fit", what, k);
+    if (getenv("OJAS_ADV_VERBOSE")) printf("%s (%d): %d failing budgets\n", what, k, fails);
+    for (int i = 0; i < nin; i++) oj_release(in[i]);
+    nt_engine_done(eng);
+}
+
+static void test_out_of_memory(void **state) {
+    (void)state;
+    const int64_t nr[2][3] = {{2, 5, 16}, {8}}, at[1][3] = {{2, 5, 24}};
+    const int64_t lce[2][3] = {{10, 6}, {7, 6}}, sw[3][3] = {{4, 16}, {3, 8}, {3}};
+    const int64_t an[3][3] = {{4, 12}, {4, 12}, {12}};
+    const int r31[2] = {3, 1}, r3[1] = {3}, r22[2] = {2, 2}, r221[3] = {2, 2, 1};
+    for (int k = 0; k < 2; k++) {
+        oom_sweep("rms_norm_rotary", oom_nr, k, 2, nr, r31);
+        oom_sweep("attention", oom_attn, k, 1, at, r3);
+        oom_sweep("linear_cross_entropy", oom_lce, k, 2, lce, r22);
+        oom_sweep("swiglu_linear", oom_swiglu, k, 3, sw, r221);
+        oom_sweep("add norm to bf16", oom_addnorm, k, 3, an, r221);
+    }
+}
+
+/* x and weight views of one leaf: the two gradients summed into it */
+static void test_nr_weight_aliases_x(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t as[2] = {1, 8}, ws[1] = {8};
+    oj_tensor *a0 = nt_rand(eng, 2, as, OJ_F64, 0.5, 1.5), *g[2];
+    for (int f = 0; f < 2; f++) {
+        oj_tensor *a = oj_set_requires_grad(oj_clone(a0), true);
+        oj_tensor *w = oj_reshape(a, 1, ws);
+        oj_tensor *y = f ? oj_rms_norm_rotary(a, w, EPS, 2, THETA) : unfused_nr(a, w, EPS, 2);
+        assert_non_null(y);
+        assert_int_equal(oj_backward(oj_sum_all(oj_mul(y, y)), false), OJ_OK);
+        g[f] = oj_grad(a);
+    }
+    close_to("aliased weight", g[1], g[0], 0, 0);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nr_empty),          cmocka_unit_test(test_nr_errors),
@@ -922,7 +1083,8 @@ int main(void) {
         cmocka_unit_test(test_lce_corners), cmocka_unit_test(test_lce_views_errors),
         cmocka_unit_test(test_gpt_autocast_grads), cmocka_unit_test(test_nr_ranks_threads),
         cmocka_unit_test(test_attn_shared_dtypes), cmocka_unit_test(test_add_norm_mixed),
-        cmocka_unit_test(test_attn_gqa),
+        cmocka_unit_test(test_attn_gqa), cmocka_unit_test(test_split_cat_view),
+        cmocka_unit_test(test_out_of_memory), cmocka_unit_test(test_nr_weight_aliases_x),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
