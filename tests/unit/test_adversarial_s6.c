@@ -8,8 +8,8 @@
 // bf16, chunks of one row), each against a composition of simpler ops.
 #include <stdio.h>
 
-#include "nn_testutil.h"
 #include "core/internal.h"
+#include "nn_testutil.h"
 #include "ojas/gpt.h"
 #include "ojas/io.h"
 
@@ -17,9 +17,11 @@ static const double EPS = 1e-6, THETA = 10000.0;
 
 /* a and b hold the same values (NaN matching NaN) within atol + rtol |b|. */
 static void close_to(const char *what, oj_tensor *a, oj_tensor *b, double atol, double rtol) {
-    if (a == NULL || b == NULL) fail_msg("%s: NULL tensor", what);
+    if (a == NULL || b == NULL)
+        fail_msg("%s: NULL tensor", what);
     assert_int_equal(oj_rank(a), oj_rank(b));
-    for (int d = 0; d < oj_rank(a); d++) assert_int_equal(oj_size(a, d), oj_size(b, d));
+    for (int d = 0; d < oj_rank(a); d++)
+        assert_int_equal(oj_size(a, d), oj_size(b, d));
     double *x = nt_host(a), *y = nt_host(b);
     nt_close(what, x, y, oj_numel(a), atol, rtol);
     free(x);
@@ -54,13 +56,15 @@ static void test_nr_empty(void **state) {
         oj_set_requires_grad(x, true);
         oj_set_requires_grad(w, true);
         oj_tensor *y = oj_rms_norm_rotary(x, w, EPS, 3, THETA);
-        if (y == NULL) fail_msg("shape %d: %s", i, oj_last_error(eng));
+        if (y == NULL)
+            fail_msg("shape %d: %s", i, oj_last_error(eng));
         assert_int_equal(oj_numel(y), 0);
         assert_int_equal(oj_backward(oj_sum_all(y), false), OJ_OK);
         oj_tensor *g = oj_grad(w);
         assert_non_null(g);
         double *h = nt_host(g);
-        for (int64_t k = 0; k < oj_numel(g); k++) assert_true(h[k] == 0.0);
+        for (int64_t k = 0; k < oj_numel(g); k++)
+            assert_true(h[k] == 0.0);
         free(h);
     }
     oj_scope_end(eng);
@@ -73,15 +77,17 @@ static void test_nr_errors(void **state) {
     oj_scope_begin(eng);
     int64_t s1[1] = {4}, s3[3] = {2, 3, 4}, w4[1] = {4}, w22[2] = {2, 2};
     oj_tensor *x = nt_rand(eng, 3, s3, OJ_F32, -1, 1);
-    nt_expect_error(eng, oj_rms_norm_rotary(nt_rand(eng, 1, s1, OJ_F32, -1, 1), NULL, EPS, 0, THETA),
+    nt_expect_error(eng,
+                    oj_rms_norm_rotary(nt_rand(eng, 1, s1, OJ_F32, -1, 1), NULL, EPS, 0, THETA),
                     OJ_ERR_SHAPE, "rms_norm_rotary", NULL);
     nt_expect_error(eng, oj_rms_norm_rotary(oj_cast(x, OJ_I32), NULL, EPS, 0, THETA), OJ_ERR_DTYPE,
                     "rms_norm_rotary", NULL);
     nt_expect_error(eng, oj_rms_norm_rotary(x, nt_rand(eng, 1, w4, OJ_BF16, -1, 1), EPS, 0, THETA),
                     OJ_ERR_DTYPE, "rms_norm_rotary", "weight");
-    nt_expect_error(eng, oj_rms_norm_rotary(x, oj_cast(nt_rand(eng, 1, w4, OJ_F32, -1, 1), OJ_I64),
-                                            EPS, 0, THETA),
-                    OJ_ERR_DTYPE, "rms_norm_rotary", "weight");
+    nt_expect_error(
+        eng,
+        oj_rms_norm_rotary(x, oj_cast(nt_rand(eng, 1, w4, OJ_F32, -1, 1), OJ_I64), EPS, 0, THETA),
+        OJ_ERR_DTYPE, "rms_norm_rotary", "weight");
     nt_expect_error(eng, oj_rms_norm_rotary(x, nt_rand(eng, 2, w22, OJ_F32, -1, 1), EPS, 0, THETA),
                     OJ_ERR_SHAPE, "rms_norm_rotary", "weight");
     nt_expect_error(eng, oj_rms_norm_rotary(x, NULL, NAN, 0, THETA), OJ_ERR_INVALID_ARGUMENT,
@@ -92,8 +98,8 @@ static void test_nr_errors(void **state) {
                     "rms_norm_rotary", "theta");
     nt_expect_error(eng, oj_rms_norm_rotary(x, NULL, EPS, 0, INFINITY), OJ_ERR_INVALID_ARGUMENT,
                     "rms_norm_rotary", "theta");
-    nt_expect_error(eng, oj_rms_norm_rotary(x, NULL, EPS, INT64_MAX - 2, THETA), OJ_ERR_OUT_OF_RANGE,
-                    "rms_norm_rotary", NULL);
+    nt_expect_error(eng, oj_rms_norm_rotary(x, NULL, EPS, INT64_MAX - 2, THETA),
+                    OJ_ERR_OUT_OF_RANGE, "rms_norm_rotary", NULL);
     assert_null(oj_rms_norm_rotary(NULL, NULL, EPS, 0, THETA));
     oj_scope_end(eng);
     nt_engine_done(eng);
@@ -106,12 +112,15 @@ static void check_nr(oj_engine *eng, const char *what, oj_tensor *x0, oj_tensor 
     for (int f = 0; f < 2; f++) {
         oj_tensor *x = oj_detach(x0), *w = w0 ? oj_detach(w0) : NULL;
         oj_set_requires_grad(x, true);
-        if (w) oj_set_requires_grad(w, true);
+        if (w)
+            oj_set_requires_grad(w, true);
         oj_tensor *xv = x;
         y[f] = f ? oj_rms_norm_rotary(xv, w, eps, off, THETA) : unfused_nr(xv, w, eps, off);
-        if (y[f] == NULL) fail_msg("%s (%d): %s", what, f, oj_last_error(eng));
+        if (y[f] == NULL)
+            fail_msg("%s (%d): %s", what, f, oj_last_error(eng));
         oj_tensor *s = oj_sum_all(oj_mul(y[f], y[f]));
-        if (oj_backward(s, false) != OJ_OK) fail_msg("%s: backward: %s", what, oj_last_error(eng));
+        if (oj_backward(s, false) != OJ_OK)
+            fail_msg("%s: backward: %s", what, oj_last_error(eng));
         g[f][0] = oj_grad(x);
         g[f][1] = w ? oj_grad(w) : NULL;
     }
@@ -121,7 +130,8 @@ static void check_nr(oj_engine *eng, const char *what, oj_tensor *x0, oj_tensor 
     snprintf(b, sizeof b, "%s dx", what);
     close_to(b, g[1][0], g[0][0], tol, tol);
     snprintf(b, sizeof b, "%s dw", what);
-    if (w0) close_to(b, g[1][1], g[0][1], tol, tol);
+    if (w0)
+        close_to(b, g[1][1], g[0][1], tol, tol);
     (void)eng;
 }
 
@@ -138,7 +148,8 @@ static void test_nr_values(void **state) {
     free(h);
     v[3] = NAN;
     v[12] = INFINITY;
-    for (int i = 16; i < 24; i++) v[i] = 0.0;
+    for (int i = 16; i < 24; i++)
+        v[i] = 0.0;
     oj_tensor *xn = nt_from(eng, 3, s3, OJ_F32, v);
     check_nr(eng, "nan/inf", xn, w, EPS, 0, 0);
     check_nr(eng, "eps 0 zero row", xn, NULL, 0.0, 0, 0);
@@ -185,8 +196,10 @@ static void test_nr_backward_twice(void **state) {
     oj_scope_begin(eng);
     int64_t xs[3] = {2, 3, 16}, w8[1] = {8};
     for (int m = 0; m < 4; m++) { /* bit 0 weight needs grad, bit 1 x needs grad (not both 0) */
-        if (m == 0) continue;
-        oj_tensor *x = nt_rand(eng, 3, xs, OJ_F32, -2, 2), *w = nt_rand(eng, 1, w8, OJ_F32, .5, 1.5);
+        if (m == 0)
+            continue;
+        oj_tensor *x = nt_rand(eng, 3, xs, OJ_F32, -2, 2),
+                  *w = nt_rand(eng, 1, w8, OJ_F32, .5, 1.5);
         oj_set_requires_grad(x, (m & 2) != 0);
         oj_set_requires_grad(w, (m & 1) != 0);
         oj_tensor *y = oj_rms_norm_rotary(heads(x, 2, 8), w, EPS, 4, THETA);
@@ -196,9 +209,12 @@ static void test_nr_backward_twice(void **state) {
         oj_tensor *gx1 = (m & 2) ? oj_clone(oj_grad(x)) : NULL;
         oj_tensor *gw1 = (m & 1) ? oj_clone(oj_grad(w)) : NULL;
         assert_int_equal(oj_backward(s, false), OJ_OK);
-        if (m & 2) close_to("dx twice", oj_grad(x), oj_mul_scalar(gx1, 2.0), 1e-6, 1e-6);
-        if (m & 1) close_to("dw twice", oj_grad(w), oj_mul_scalar(gw1, 2.0), 1e-6, 1e-6);
-        if (!(m & 2)) assert_null(oj_grad(x));
+        if (m & 2)
+            close_to("dx twice", oj_grad(x), oj_mul_scalar(gx1, 2.0), 1e-6, 1e-6);
+        if (m & 1)
+            close_to("dw twice", oj_grad(w), oj_mul_scalar(gw1, 2.0), 1e-6, 1e-6);
+        if (!(m & 2))
+            assert_null(oj_grad(x));
         /* a third backward: the saved tensors are freed */
         assert_int_not_equal(oj_backward(s, false), OJ_OK);
         oj_clear_error(eng);
@@ -213,7 +229,8 @@ static void test_nr_inplace_after(void **state) {
     oj_scope_begin(eng);
     int64_t xs[3] = {2, 3, 8}, w8[1] = {8};
     for (int which = 0; which < 2; which++) {
-        oj_tensor *x = nt_rand(eng, 3, xs, OJ_F32, -2, 2), *w = nt_rand(eng, 1, w8, OJ_F32, .5, 1.5);
+        oj_tensor *x = nt_rand(eng, 3, xs, OJ_F32, -2, 2),
+                  *w = nt_rand(eng, 1, w8, OJ_F32, .5, 1.5);
         oj_tensor *a = nt_rand(eng, 3, xs, OJ_F32, -2, 2);
         oj_set_requires_grad(a, true);
         oj_set_requires_grad(w, true);
@@ -243,7 +260,8 @@ static void test_nr_autocast(void **state) {
     oj_tensor *r = unfused_nr(heads(x, 2, 8), w, EPS, 4);
     oj_tensor *yf = oj_rms_norm_rotary(heads(oj_cast(x, OJ_F32), 2, 8), w, EPS, 4, THETA);
     oj_set_autocast(eng, false, OJ_BF16);
-    if (y == NULL || r == NULL || yf == NULL) fail_msg("%s", oj_last_error(eng));
+    if (y == NULL || r == NULL || yf == NULL)
+        fail_msg("%s", oj_last_error(eng));
     close_to("autocast", y, r, 0, 0);
     close_to("autocast f32 x", yf, r, 0, 0);
     assert_int_equal(oj_backward(oj_sum_all(oj_mul(y, y)), false), OJ_OK);
@@ -261,7 +279,8 @@ static oj_tensor *ref_attn(oj_tensor *q, oj_tensor *k, oj_tensor *v) {
     int64_t T = oj_size(q, 2), S = oj_size(k, 2), D = oj_size(q, 3);
     double *m = malloc((size_t)(T * S) * sizeof(double));
     for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < S; j++) m[i * S + j] = j <= i + (S - T) ? 0.0 : -INFINITY;
+        for (int64_t j = 0; j < S; j++)
+            m[i * S + j] = j <= i + (S - T) ? 0.0 : -INFINITY;
     oj_tensor *mask = nt_from(eng, 2, (int64_t[]){T, S}, oj_tensor_dtype(q), m);
     free(m);
     oj_tensor *kt = oj_transpose(k, 2, 3);
@@ -275,7 +294,8 @@ static void qkv_heads(oj_tensor *x, int64_t H, int64_t D, const int *ord, oj_ten
     oj_tensor *p[3] = {NULL, NULL, NULL};
     assert_int_equal(oj_split(x, H * D, 2, 3, p), 3);
     int64_t s4[4] = {B, T, H, D};
-    for (int j = 0; j < 3; j++) h[j] = oj_transpose(oj_reshape(p[ord[j]], 4, s4), 1, 2);
+    for (int j = 0; j < 3; j++)
+        h[j] = oj_transpose(oj_reshape(p[ord[j]], 4, s4), 1, 2);
 }
 
 static void test_attn_output_use(void **state) {
@@ -323,7 +343,8 @@ static void test_attn_output_use(void **state) {
     assert_int_equal(oj_add_(y, oj_ones(eng, 4, (int64_t[]){B, H, T, D}, OJ_F64)), OJ_OK);
     close_to("add_ into output", y, oj_add_scalar(r, 1.0), 1e-12, 1e-12);
     oj_tensor *merged = oj_reshape(oj_transpose(y, 1, 2), 3, (int64_t[]){B, T, H * D});
-    oj_tensor *rm = oj_reshape(oj_transpose(oj_add_scalar(r, 1.0), 1, 2), 3, (int64_t[]){B, T, H * D});
+    oj_tensor *rm =
+        oj_reshape(oj_transpose(oj_add_scalar(r, 1.0), 1, 2), 3, (int64_t[]){B, T, H * D});
     close_to("merged view", merged, rm, 1e-12, 1e-12);
     assert_int_equal(oj_add_(merged, merged), OJ_OK);
     close_to("add_ merged into itself", y, oj_mul_scalar(oj_add_scalar(r, 1.0), 2.0), 1e-12, 1e-12);
@@ -458,7 +479,8 @@ static void test_swiglu_strided(void **state) {
         for (int m = 0; m < 4; m++) { /* bit 0 bias, bit 1 interleaved (stride 2) gate/up */
             oj_scope_begin(eng);
             oj_tensor *h0 = nt_rand(eng, 2, gu, dts[k], -2, 2);
-            oj_tensor *w0 = nt_rand(eng, 2, ws, dts[k], -1, 1), *b0 = nt_rand(eng, 1, bs, dts[k], -1, 1);
+            oj_tensor *w0 = nt_rand(eng, 2, ws, dts[k], -1, 1),
+                      *b0 = nt_rand(eng, 1, bs, dts[k], -1, 1);
             oj_tensor *y[2], *gh[2], *gw[2], *gb[2];
             for (int f = 0; f < 2; f++) {
                 oj_tensor *h = oj_set_requires_grad(oj_clone(h0), true);
@@ -468,7 +490,8 @@ static void test_swiglu_strided(void **state) {
                 oj_tensor *up = (m & 2) ? oj_slice(h, 1, 1, 2 * Hd, 2) : oj_narrow(h, 1, Hd, Hd);
                 y[f] = f ? oj_swiglu_linear(gate, up, w, b)
                          : oj_linear(oj_mul(oj_silu(gate), up), w, b);
-                if (y[f] == NULL) fail_msg("%s", oj_last_error(eng));
+                if (y[f] == NULL)
+                    fail_msg("%s", oj_last_error(eng));
                 assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[f], y[f])), false), OJ_OK);
                 gh[f] = oj_grad(h);
                 gw[f] = oj_grad(w);
@@ -477,7 +500,8 @@ static void test_swiglu_strided(void **state) {
             close_to("swiglu y", y[1], y[0], 0, 0);
             close_to("swiglu dh", gh[1], gh[0], 0, 0);
             close_to("swiglu dw", gw[1], gw[0], 0, 0);
-            if (m & 1) close_to("swiglu db", gb[1], gb[0], 0, 0);
+            if (m & 1)
+                close_to("swiglu db", gb[1], gb[0], 0, 0);
             oj_scope_end(eng);
         }
     /* gate and up one tensor; mismatched shapes; dtypes */
@@ -510,9 +534,8 @@ static void test_swiglu_strided(void **state) {
 
 /* ---------------------------------------------------------------- linear_cross_entropy */
 
-static void lce_case(oj_engine *eng, const char *what, oj_dtype dt, int64_t N, int64_t C,
-                     int64_t V, const int64_t *tg, int64_t ignore, double ls, oj_reduction red,
-                     double tol) {
+static void lce_case(oj_engine *eng, const char *what, oj_dtype dt, int64_t N, int64_t C, int64_t V,
+                     const int64_t *tg, int64_t ignore, double ls, oj_reduction red, double tol) {
     int64_t xs[2] = {N, C}, ws[2] = {V, C}, ts[1] = {N};
     oj_tensor *x0 = nt_rand(eng, 2, xs, dt, -2, 2), *w0 = nt_rand(eng, 2, ws, dt, -1, 1);
     oj_tensor *t = oj_from_host(eng, 1, ts, OJ_I64, tg, (size_t)N * sizeof(int64_t));
@@ -527,7 +550,8 @@ static void lce_case(oj_engine *eng, const char *what, oj_dtype dt, int64_t N, i
             l[f] = oj_cross_entropy(oj_linear(oj_cast(x, wd), oj_cast(w, wd), NULL), t, ignore, ls,
                                     red);
         }
-        if (l[f] == NULL) fail_msg("%s: %s", what, oj_last_error(eng));
+        if (l[f] == NULL)
+            fail_msg("%s: %s", what, oj_last_error(eng));
         assert_int_equal(oj_backward(oj_mul_scalar(l[f], 2.5), true), OJ_OK);
         assert_int_equal(oj_backward(l[f], false), OJ_OK); /* twice: 3.5 times the gradient */
         gx[f] = oj_grad(x);
@@ -606,7 +630,8 @@ static void test_lce_views_errors(void **state) {
     oj_tensor *we = oj_set_requires_grad(nt_rand(eng, 2, w2, OJ_F32, -1, 1), true);
     oj_tensor *te = oj_zeros(eng, 1, e1, OJ_I64);
     oj_tensor *ls = oj_linear_cross_entropy(xe, we, te, -100, 0.0, OJ_REDUCTION_SUM);
-    if (ls == NULL) fail_msg("empty batch: %s", oj_last_error(eng));
+    if (ls == NULL)
+        fail_msg("empty batch: %s", oj_last_error(eng));
     assert_true(oj_item(ls) == 0.0);
     assert_int_equal(oj_backward(ls, false), OJ_OK);
     oj_tensor *lm = oj_linear_cross_entropy(xe, we, te, -100, 0.0, OJ_REDUCTION_MEAN);
@@ -621,19 +646,24 @@ static void test_lce_views_errors(void **state) {
                     OJ_ERR_INVALID_ARGUMENT, "label_smoothing", NULL);
     nt_expect_error(eng, oj_linear_cross_entropy(x, w, t, -100, 0.0, OJ_REDUCTION_NONE),
                     OJ_ERR_INVALID_ARGUMENT, "reduction", NULL);
-    nt_expect_error(eng, oj_linear_cross_entropy(x, oj_cast(w, OJ_BF16), t, -100, 0, OJ_REDUCTION_SUM),
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, oj_cast(w, OJ_BF16), t, -100, 0, OJ_REDUCTION_SUM),
                     OJ_ERR_DTYPE, "weight", NULL);
-    nt_expect_error(eng, oj_linear_cross_entropy(x, w, oj_cast(t, OJ_F32), -100, 0, OJ_REDUCTION_SUM),
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, w, oj_cast(t, OJ_F32), -100, 0, OJ_REDUCTION_SUM),
                     OJ_ERR_DTYPE, "targets", NULL);
     int64_t bad[4] = {1, 6, 0, 0};
-    nt_expect_error(eng, oj_linear_cross_entropy(x, w, oj_from_host(eng, 1, ts, OJ_I64, bad, sizeof bad),
-                                                 -100, 0, OJ_REDUCTION_SUM),
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, w, oj_from_host(eng, 1, ts, OJ_I64, bad, sizeof bad),
+                                            -100, 0, OJ_REDUCTION_SUM),
                     OJ_ERR_OUT_OF_RANGE, NULL, NULL);
-    nt_expect_error(eng, oj_linear_cross_entropy(x, nt_rand(eng, 2, (int64_t[]){0, C}, OJ_F32, 0, 1), t,
-                                                 -100, 0, OJ_REDUCTION_SUM),
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, nt_rand(eng, 2, (int64_t[]){0, C}, OJ_F32, 0, 1), t,
+                                            -100, 0, OJ_REDUCTION_SUM),
                     OJ_ERR_SHAPE, NULL, NULL);
-    nt_expect_error(eng, oj_linear_cross_entropy(x, w, nt_rand(eng, 1, (int64_t[]){N + 1}, OJ_F32, 0, 1),
-                                                 -100, 0, OJ_REDUCTION_SUM),
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, w, nt_rand(eng, 1, (int64_t[]){N + 1}, OJ_F32, 0, 1),
+                                            -100, 0, OJ_REDUCTION_SUM),
                     OJ_ERR_DTYPE, NULL, NULL);
     oj_scope_end(eng);
     nt_engine_done(eng);
@@ -656,7 +686,8 @@ static void test_gpt_autocast_grads(void **state) {
         assert_int_equal(oj_gpt_create(eng, &cfg, 2, &m), OJ_OK);
         const int64_t B = 2, T = 12;
         int64_t v[2 * 13], xs[2] = {B, T};
-        for (int i = 0; i < 2 * 13; i++) v[i] = (i * 37 + 11) % cfg.vocab_size;
+        for (int i = 0; i < 2 * 13; i++)
+            v[i] = (i * 37 + 11) % cfg.vocab_size;
         oj_tensor *idx = oj_from_host(eng, 2, (int64_t[]){B, 13}, OJ_I64, v, sizeof v);
         oj_tensor *nx = oj_narrow(idx, 1, 0, T), *ny = oj_narrow(idx, 1, 1, T);
         oj_tensor *x = oj_contiguous(nx), *y = oj_contiguous(ny);
@@ -672,12 +703,14 @@ static void test_gpt_autocast_grads(void **state) {
             oj_set_autocast(eng, run > 0, OJ_BF16);
             oj_tensor *l = oj_gpt_loss(m, x, y);
             oj_set_autocast(eng, false, OJ_BF16);
-            if (l == NULL) fail_msg("%s: %s", presets[p], oj_last_error(eng));
+            if (l == NULL)
+                fail_msg("%s: %s", presets[p], oj_last_error(eng));
             loss[run] = oj_item(l);
             assert_int_equal(oj_backward(l, false), OJ_OK);
             for (int64_t i = 0; i < sd.n; i++) {
                 oj_tensor *gr = oj_grad(sd.tensors[i]);
-                if (gr == NULL) fail_msg("%s: no gradient for %s", presets[p], sd.names[i]);
+                if (gr == NULL)
+                    fail_msg("%s: no gradient for %s", presets[p], sd.names[i]);
                 g[run][i] = nt_host(gr);
                 oj_zero_grad(sd.tensors[i]);
             }
@@ -699,7 +732,8 @@ static void test_gpt_autocast_grads(void **state) {
             if (!(sqrt(num) <= 0.1 * sqrt(den) + 1e-6))
                 fail_msg("%s: %s gradient bf16 vs f32: rel %g", presets[p], sd.names[i],
                          sqrt(num / (den > 0 ? den : 1)));
-            for (int run = 0; run < 3; run++) free(g[run][i]);
+            for (int run = 0; run < 3; run++)
+                free(g[run][i]);
         }
         oj_release(idx);
         oj_release(x);
@@ -716,10 +750,10 @@ static void test_nr_ranks_threads(void **state) {
     oj_engine *eng = nt_engine();
     oj_scope_begin(eng);
     int64_t s2[2] = {7, 6}, s5[5] = {2, 1, 3, 2, 4}, w6[1] = {6}, w4[1] = {4};
-    check_nr(eng, "rank 2", nt_rand(eng, 2, s2, OJ_F32, -2, 2), nt_rand(eng, 1, w6, OJ_F32, .5, 1.5),
-             EPS, 9, 0);
-    check_nr(eng, "rank 5", nt_rand(eng, 5, s5, OJ_F64, -2, 2), nt_rand(eng, 1, w4, OJ_F64, .5, 1.5),
-             EPS, 9, 0);
+    check_nr(eng, "rank 2", nt_rand(eng, 2, s2, OJ_F32, -2, 2),
+             nt_rand(eng, 1, w6, OJ_F32, .5, 1.5), EPS, 9, 0);
+    check_nr(eng, "rank 5", nt_rand(eng, 5, s5, OJ_F64, -2, 2),
+             nt_rand(eng, 1, w4, OJ_F64, .5, 1.5), EPS, 9, 0);
     oj_tensor *xh = nt_rand(eng, 2, s2, OJ_F16, -2, 2);
     oj_set_autocast(eng, true, OJ_F16);
     oj_tensor *y = oj_rms_norm_rotary(xh, NULL, EPS, 1, THETA), *r = unfused_nr(xh, NULL, EPS, 1);
@@ -783,9 +817,12 @@ static void test_attn_shared_dtypes(void **state) {
                     oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true), *h[3];
                     qkv_heads(x, H, D, ord, h);
                     if (c)
-                        for (int j = 0; j < 3; j++) h[j] = oj_mul(h[j], oj_scalar(eng, 1.0, dts[k]));
-                    y[c] = oj_scaled_dot_product_attention(h[0], h[1], h[2], mask, !m, m ? 0.3 : NAN);
-                    if (y[c] == NULL) fail_msg("%s", oj_last_error(eng));
+                        for (int j = 0; j < 3; j++)
+                            h[j] = oj_mul(h[j], oj_scalar(eng, 1.0, dts[k]));
+                    y[c] =
+                        oj_scaled_dot_product_attention(h[0], h[1], h[2], mask, !m, m ? 0.3 : NAN);
+                    if (y[c] == NULL)
+                        fail_msg("%s", oj_last_error(eng));
                     assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[c], g)), false), OJ_OK);
                     gx[c] = oj_grad(x);
                 }
@@ -803,7 +840,8 @@ static void test_attn_shared_dtypes(void **state) {
         oj_tensor *x = oj_set_requires_grad(nt_rand(eng, 3, es[e], OJ_F32, -1, 1), true), *h[3];
         qkv_heads(x, 2, 2, ord, h);
         oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN);
-        if (y == NULL) fail_msg("empty %d: %s", e, oj_last_error(eng));
+        if (y == NULL)
+            fail_msg("empty %d: %s", e, oj_last_error(eng));
         assert_int_equal(oj_numel(y), 0);
         assert_int_equal(oj_backward(oj_sum_all(y), false), OJ_OK);
         assert_non_null(oj_grad(x));
@@ -820,8 +858,11 @@ static void test_attn_shared_dtypes(void **state) {
 static void test_add_norm_mixed(void **state) {
     (void)state;
     oj_engine *eng = nt_engine();
-    const oj_dtype pairs[5][2] = {{OJ_BF16, OJ_F32}, {OJ_F32, OJ_BF16}, {OJ_BF16, OJ_F16},
-                                  {OJ_F16, OJ_F32},  {OJ_F32, OJ_F32}};
+    const oj_dtype pairs[5][2] = {{OJ_BF16, OJ_F32},
+                                  {OJ_F32, OJ_BF16},
+                                  {OJ_BF16, OJ_F16},
+                                  {OJ_F16, OJ_F32},
+                                  {OJ_F32, OJ_F32}};
     int64_t xs[2] = {3, 20}, cs[1] = {20};
     for (int p = 0; p < 5; p++)
         for (int rms = 0; rms < 2; rms++)
@@ -846,9 +887,11 @@ static void test_add_norm_mixed(void **state) {
                             sum = oj_add(x, r);
                             y = rms ? oj_rms_norm(sum, w, 1e-5) : oj_layer_norm(sum, w, NULL, 1e-5);
                         }
-                        if (y == NULL) fail_msg("%s", oj_last_error(eng));
+                        if (y == NULL)
+                            fail_msg("%s", oj_last_error(eng));
                         oj_tensor *l = oj_sum_all(oj_mul(y, g1));
-                        if (use) l = oj_add(l, oj_sum_all(oj_mul(sum, sum)));
+                        if (use)
+                            l = oj_add(l, oj_sum_all(oj_mul(sum, sum)));
                         assert_int_equal(oj_backward(l, false), OJ_OK);
                         gr[f][0] = oj_grad(x);
                         gr[f][1] = oj_grad(r);
@@ -862,7 +905,8 @@ static void test_add_norm_mixed(void **state) {
                             assert_null(gr[1][i]);
                             continue;
                         }
-                        if (gr[1][i] == NULL || gr[0][i] == NULL) fail_msg("%s: no gradient", what);
+                        if (gr[1][i] == NULL || gr[0][i] == NULL)
+                            fail_msg("%s: no gradient", what);
                         assert_int_equal(oj_tensor_dtype(gr[1][i]), oj_tensor_dtype(gr[0][i]));
                         close_to(what, gr[1][i], gr[0][i], 0, 0);
                     }
@@ -882,7 +926,8 @@ static void test_attn_gqa(void **state) {
         oj_scope_begin(eng);
         const int64_t B = 2, H = 4, Hkv = 2, T = 3, S = 7, D = 5;
         int64_t qs[4] = {B, T, H, D}, ks[4] = {B, Hkv, S, D}, gs[4] = {B, H, T, D};
-        oj_tensor *q0 = nt_rand(eng, 4, qs, dts[k], -1, 1), *k0 = nt_rand(eng, 4, ks, dts[k], -1, 1);
+        oj_tensor *q0 = nt_rand(eng, 4, qs, dts[k], -1, 1),
+                  *k0 = nt_rand(eng, 4, ks, dts[k], -1, 1);
         oj_tensor *v0 = nt_rand(eng, 4, ks, dts[k], -1, 1), *g = nt_rand(eng, 4, gs, dts[k], -1, 1);
         oj_tensor *y[2], *gr[2][3];
         for (int f = 0; f < 2; f++) {
@@ -898,7 +943,8 @@ static void test_attn_gqa(void **state) {
                 oj_tensor *vr = oj_reshape(oj_expand(oj_unsqueeze(vl, 2), 5, e5), 4, r4);
                 y[f] = ref_attn(q, kr, vr);
             }
-            if (y[f] == NULL) fail_msg("%s", oj_last_error(eng));
+            if (y[f] == NULL)
+                fail_msg("%s", oj_last_error(eng));
             assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[f], g)), false), OJ_OK);
             gr[f][0] = oj_grad(ql);
             gr[f][1] = oj_grad(kl);
@@ -906,7 +952,8 @@ static void test_attn_gqa(void **state) {
         }
         double tol = k ? 1e-12 : 1e-5;
         close_to("gqa y", y[1], y[0], tol, tol);
-        for (int i = 0; i < 3; i++) close_to("gqa grad", gr[1][i], gr[0][i], tol, tol);
+        for (int i = 0; i < 3; i++)
+            close_to("gqa grad", gr[1][i], gr[0][i], tol, tol);
         oj_scope_end(eng);
     }
     nt_engine_done(eng);
@@ -934,7 +981,8 @@ static void test_split_cat_view(void **state) {
         assert_int_equal(oj_mul_scalar_(oj_grad(a), 5.0), OJ_OK);
         close_to("dx unchanged by a.grad", oj_grad(x), want, 1e-14, 1e-14);
         close_to("da", oj_grad(a), oj_full(eng, 2, xs, OJ_F64, 5.0), 0, 0);
-        for (int j = 0; j < 3; j++) oj_release(p[j]);
+        for (int j = 0; j < 3; j++)
+            oj_release(p[j]);
     }
     oj_scope_end(eng);
     nt_engine_done(eng);
@@ -957,13 +1005,15 @@ static bool oom_attn(oj_engine *eng, oj_tensor **in, int k) {
     const int ord[3] = {0, 1, 2};
     oj_tensor *h[3] = {NULL, NULL, NULL};
     oj_tensor *p[3] = {NULL, NULL, NULL};
-    if (oj_split(in[0], 8, 2, 3, p) != 3) return false;
+    if (oj_split(in[0], 8, 2, 3, p) != 3)
+        return false;
     (void)ord;
     int64_t s4[4] = {2, 5, 2, 4};
     for (int j = 0; j < 3; j++) {
         oj_tensor *r = oj_reshape(p[j], 4, s4);
         h[j] = r ? oj_transpose(r, 1, 2) : NULL;
-        if (h[j] == NULL) return false;
+        if (h[j] == NULL)
+            return false;
     }
     oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, k == 0, NAN);
     return y && oj_backward(oj_sum_all(oj_mul(y, y)), false) == OJ_OK;
@@ -972,7 +1022,8 @@ static bool oom_attn(oj_engine *eng, oj_tensor **in, int k) {
 static bool oom_lce(oj_engine *eng, oj_tensor **in, int k) {
     int64_t tg[10] = {1, 2, -100, 0, 6, 3, 3, 1, 0, 2}, ts[1] = {10};
     oj_tensor *t = oj_from_host(eng, 1, ts, OJ_I64, tg, sizeof tg);
-    if (t == NULL) return false;
+    if (t == NULL)
+        return false;
     oj_tensor *x = k ? oj_cast(in[0], OJ_BF16) : in[0], *w = k ? oj_cast(in[1], OJ_BF16) : in[1];
     oj_tensor *l = x && w ? oj_linear_cross_entropy(x, w, t, -100, 0.1, OJ_REDUCTION_MEAN) : NULL;
     return l && oj_backward(l, false) == OJ_OK;
@@ -991,7 +1042,8 @@ static bool oom_addnorm(oj_engine *eng, oj_tensor **in, int k) {
     oj_tensor *y = r ? (k ? oj__add_rms_norm_to(in[0], r, in[2], 1e-5, &sum, OJ_BF16)
                           : oj__add_layer_norm_to(in[0], r, in[2], NULL, 1e-5, &sum, OJ_BF16))
                      : NULL;
-    if (y == NULL) return false;
+    if (y == NULL)
+        return false;
     oj_tensor *l = oj_add(oj_cast(oj_sum_all(y), OJ_F32), oj_sum_all(oj_mul(sum, sum)));
     return l && oj_backward(l, false) == OJ_OK;
 }
@@ -1002,8 +1054,8 @@ static void oom_sweep(const char *what, oom_case fn, int k, int nin, const int64
                       const int *ranks) {
     oj_engine *eng = nt_engine();
     oj_tensor *in[3];
-    for (int i = 0; i < nin; i++) in[i] = oj_set_requires_grad(
-                                      nt_rand(eng, ranks[i], shapes[i], OJ_F32, -1, 1), true);
+    for (int i = 0; i < nin; i++)
+        in[i] = oj_set_requires_grad(nt_rand(eng, ranks[i], shapes[i], OJ_F32, -1, 1), true);
     int64_t live = oj_engine_live_tensors(eng);
     bool done = false;
     int fails = 0;
@@ -1021,7 +1073,8 @@ static void oom_sweep(const char *what, oom_case fn, int k, int nin, const int64
             oj_clear_error(eng);
         }
         oj_scope_end(eng);
-        for (int i = 0; i < nin; i++) oj_zero_grad(in[i]);
+        for (int i = 0; i < nin; i++)
+            oj_zero_grad(in[i]);
         oj_engine_use_budget(eng, NULL);
         if (oj_budget_current(b) != 0)
             fail_msg("%s (%d) at %lld bytes: %lld bytes left charged", what, k, (long long)lim,
@@ -1031,9 +1084,12 @@ static void oom_sweep(const char *what, oom_case fn, int k, int nin, const int64
             fail_msg("%s (%d) at %lld bytes: %lld tensors leaked", what, k, (long long)lim,
                      (long long)(oj_engine_live_tensors(eng) - live));
     }
-    if (!done) fail_msg("%s (%d): never fit", what, k);
-    if (getenv("OJAS_ADV_VERBOSE")) printf("%s (%d): %d failing budgets\n", what, k, fails);
-    for (int i = 0; i < nin; i++) oj_release(in[i]);
+    if (!done)
+        fail_msg("%s (%d): never fit", what, k);
+    if (getenv("OJAS_ADV_VERBOSE"))
+        printf("%s (%d): %d failing budgets\n", what, k, fails);
+    for (int i = 0; i < nin; i++)
+        oj_release(in[i]);
     nt_engine_done(eng);
 }
 
@@ -1074,17 +1130,28 @@ static void test_nr_weight_aliases_x(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nr_empty),          cmocka_unit_test(test_nr_errors),
-        cmocka_unit_test(test_nr_values),         cmocka_unit_test(test_nr_backward_twice),
-        cmocka_unit_test(test_nr_inplace_after),  cmocka_unit_test(test_nr_autocast),
-        cmocka_unit_test(test_attn_output_use), cmocka_unit_test(test_attn_inplace_then_backward),
-        cmocka_unit_test(test_attn_shared_grads), cmocka_unit_test(test_attn_grad_reuse),
-        cmocka_unit_test(test_attn_other_tilings), cmocka_unit_test(test_swiglu_strided),
-        cmocka_unit_test(test_lce_corners), cmocka_unit_test(test_lce_views_errors),
-        cmocka_unit_test(test_gpt_autocast_grads), cmocka_unit_test(test_nr_ranks_threads),
-        cmocka_unit_test(test_attn_shared_dtypes), cmocka_unit_test(test_add_norm_mixed),
-        cmocka_unit_test(test_attn_gqa), cmocka_unit_test(test_split_cat_view),
-        cmocka_unit_test(test_out_of_memory), cmocka_unit_test(test_nr_weight_aliases_x),
+        cmocka_unit_test(test_nr_empty),
+        cmocka_unit_test(test_nr_errors),
+        cmocka_unit_test(test_nr_values),
+        cmocka_unit_test(test_nr_backward_twice),
+        cmocka_unit_test(test_nr_inplace_after),
+        cmocka_unit_test(test_nr_autocast),
+        cmocka_unit_test(test_attn_output_use),
+        cmocka_unit_test(test_attn_inplace_then_backward),
+        cmocka_unit_test(test_attn_shared_grads),
+        cmocka_unit_test(test_attn_grad_reuse),
+        cmocka_unit_test(test_attn_other_tilings),
+        cmocka_unit_test(test_swiglu_strided),
+        cmocka_unit_test(test_lce_corners),
+        cmocka_unit_test(test_lce_views_errors),
+        cmocka_unit_test(test_gpt_autocast_grads),
+        cmocka_unit_test(test_nr_ranks_threads),
+        cmocka_unit_test(test_attn_shared_dtypes),
+        cmocka_unit_test(test_add_norm_mixed),
+        cmocka_unit_test(test_attn_gqa),
+        cmocka_unit_test(test_split_cat_view),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_nr_weight_aliases_x),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

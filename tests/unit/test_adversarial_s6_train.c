@@ -62,14 +62,13 @@ static void assert_same_file(const char *a, const char *b) {
 
 static void run(const oj_train_config *c, const char *out, const char *resume, run_log *r,
                 oj_train_result *res) {
-    oj_train_options o = {.out_dir = out, .resume = resume, .stop = &r->stop,
-                          .on_metrics = on_metrics, .ctx = r};
+    oj_train_options o = {
+        .out_dir = out, .resume = resume, .stop = &r->stop, .on_metrics = on_metrics, .ctx = r};
     oj_error err = {0};
     oj_status st = oj_train(c, &o, res, &err);
     if (st)
         fail_msg("train: %s", err.message);
 }
-
 
 /* bf16 autocast training (the low-dtype norm outputs, norm_backward_add,
  * the fused norm + rotary for nanolab, attention's shared gradients for
@@ -88,7 +87,8 @@ static void resume_bf16(const char *model) {
     run_log full = {.stop_at = -1};
     run(&c, a, NULL, &full, &res);
     assert_int_equal(res.step, N_STEPS);
-    for (int s = 1; s <= N_STEPS; s++) assert_true(isfinite(full.loss[s]));
+    for (int s = 1; s <= N_STEPS; s++)
+        assert_true(isfinite(full.loss[s]));
     if (!(full.loss[N_STEPS] < full.loss[1]))
         fail_msg("%s: loss %g -> %g", model, full.loss[1], full.loss[N_STEPS]);
     run_log half = {.stop_at = N_STEPS / 2};
