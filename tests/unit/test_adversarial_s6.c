@@ -1,11 +1,18 @@
-// test: adversarial inputs for session 6's additions: rms_norm_rotary
-// (empty shapes, dtypes, NaN/inf, eps, extreme position offsets, stride-0
-// and strided views, backward twice, weight-only gradients, autocast),
-// swiglu_linear on strided slices, attention's [B, T, H, D]-stored output
-// (contiguous copies, saving, in-place writes, q/k/v sharing one buffer or
-// one tensor, accumulation over two backward calls, retain_grad) and
-// linear_cross_entropy corner cases (every row ignored, smoothing 1, V 1,
-// bf16, chunks of one row), each against a composition of simpler ops.
+// test: adversarial inputs for session 6's additions, each against a
+// composition of simpler ops (or float64, or bit for bit): rms_norm_rotary
+// (empty shapes, bad dtypes/shapes/eps/theta/offsets, NaN/inf, eps 0,
+// extreme offsets, stride-0 and strided views, ranks 2-5, SIMD tails,
+// backward twice, weight-only gradients, in-place writes after the
+// forward, autocast bf16/f16, thread-count invariance, weight aliasing x);
+// swiglu_linear on strided slices with bias; attention's [B, T, H, D]-stored
+// output (contiguous copies, raw data, safetensors, in-place writes) and
+// q/k/v gradients through one buffer (every order of the thirds, q = k = v,
+// other tilings, every dtype, masks, T 1, H 1, empty, GQA, retain_grad, two
+// backward calls); split/cat backward views; add + norm with mixed dtypes;
+// linear_cross_entropy corners (all ignored, ignore_index a class, smoothing
+// 1, V 1, C 1, bf16, chunks of 1 row, strided inputs, empty batch, errors,
+// EXACT thread invariance); gpt under bf16 autocast (gradients near f32,
+// bf16/f64 weights); out-of-memory sweeps (only OJ_ERR_CAPACITY, no leak).
 #include <stdio.h>
 
 #include "core/internal.h"
@@ -1128,6 +1135,102 @@ static void test_nr_weight_aliases_x(void **state) {
     nt_engine_done(eng);
 }
 
+/* autocast with bf16 and f64 weights (the low-dtype norms with bf16 norm
+ * weights; f64 keeps the f32 norms): finite losses and gradients for
+ * every parameter, the same bits run to run */
+static void test_gpt_autocast_weight_dtypes(void **state) {
+    (void)state;
+    const char *presets[2] = {"nanolab-tiny", "gpt2-tiny"};
+    const oj_dtype wdts[2] = {OJ_BF16, OJ_F64};
+    for (int p = 0; p < 2; p++)
+        for (int d = 0; d < 2; d++) {
+            oj_engine *eng = nt_engine();
+            oj_gpt_config cfg;
+            assert_true(oj_gpt_preset(presets[p], &cfg));
+            oj_gpt *m = NULL;
+            assert_int_equal(oj_gpt_create(eng, &cfg, 2, &m), OJ_OK);
+            assert_int_equal(oj_gpt_to_dtype(m, wdts[d]), OJ_OK);
+            int64_t v[2 * 9], xs[2] = {2, 9};
+            for (int i = 0; i < 18; i++)
+                v[i] = (i * 53 + 7) % cfg.vocab_size;
+            oj_tensor *x = oj_from_host(eng, 2, xs, OJ_I64, v, sizeof v);
+            oj_named_tensors sd = oj_gpt_state_dict(m);
+            double loss[2];
+            for (int run = 0; run < 2; run++) {
+                oj_scope_begin(eng);
+                oj_set_autocast(eng, true, OJ_BF16);
+                oj_tensor *l = oj_gpt_loss(m, x, x);
+                oj_set_autocast(eng, false, OJ_BF16);
+                if (l == NULL)
+                    fail_msg("%s %d: %s", presets[p], d, oj_last_error(eng));
+                loss[run] = oj_item(l);
+                assert_true(isfinite(loss[run]));
+                assert_int_equal(oj_backward(l, false), OJ_OK);
+                for (int64_t i = 0; i < sd.n; i++) {
+                    oj_tensor *g = oj_grad(sd.tensors[i]);
+                    if (g == NULL)
+                        fail_msg("%s %d: no gradient for %s", presets[p], d, sd.names[i]);
+                    assert_int_equal(oj_tensor_dtype(g), wdts[d]);
+                    double *h = nt_host(g);
+                    for (int64_t k = 0; k < oj_numel(g); k++)
+                        if (!isfinite(h[k]))
+                            fail_msg("%s: %s not finite", presets[p], sd.names[i]);
+                    free(h);
+                    oj_zero_grad(sd.tensors[i]);
+                }
+                oj_scope_end(eng);
+            }
+            assert_memory_equal(&loss[0], &loss[1], sizeof(double));
+            oj_release(x);
+            oj_gpt_free(m);
+            nt_engine_done(eng);
+        }
+}
+
+/* linear_cross_entropy in bf16 under EXACT numerics: the same bits for
+ * 1, 2 and 3 threads and chunks of 1 and 3 rows equal to each other in
+ * the loss (the dW sums run in the matmul kernel's f32 accumulation) */
+static void test_lce_exact_threads(void **state) {
+    (void)state;
+    double ref[3] = {0, 0, 0};
+    for (int t = 0; t < 3; t++) {
+        oj_engine *e = NULL;
+        oj_engine_config cfg = oj_engine_config_default();
+        cfg.seed = 9;
+        cfg.threads = t + 1;
+        cfg.numerics = OJ_NUMERICS_EXACT;
+        assert_int_equal(oj_engine_create(&cfg, &e, NULL), OJ_OK);
+        oj_scope_begin(e);
+        int64_t xs[2] = {33, 40}, ws[2] = {77, 40}, ts[1] = {33}, tg[33];
+        for (int i = 0; i < 33; i++)
+            tg[i] = i % 5 == 0 ? -100 : (i * 13) % 77;
+        oj_tensor *x = oj_set_requires_grad(nt_rand(e, 2, xs, OJ_BF16, -2, 2), true);
+        oj_tensor *w = oj_set_requires_grad(nt_rand(e, 2, ws, OJ_BF16, -1, 1), true);
+        oj_tensor *tt = oj_from_host(e, 1, ts, OJ_I64, tg, sizeof tg);
+        setenv("OJAS_LCE_CHUNK_ROWS", "4", 1);
+        oj_tensor *l = oj_linear_cross_entropy(x, w, tt, -100, 0.05, OJ_REDUCTION_MEAN);
+        unsetenv("OJAS_LCE_CHUNK_ROWS");
+        assert_non_null(l);
+        assert_int_equal(oj_backward(l, false), OJ_OK);
+        double *gx = nt_host(oj_grad(x)), *gw = nt_host(oj_grad(w));
+        double sx = 0, sw = 0;
+        for (int i = 0; i < 33 * 40; i++)
+            sx += gx[i] * (i + 1);
+        for (int i = 0; i < 77 * 40; i++)
+            sw += gw[i] * (i + 1);
+        free(gx);
+        free(gw);
+        double got[3] = {oj_item(l), sx, sw};
+        if (t == 0)
+            memcpy(ref, got, sizeof ref);
+        for (int k = 0; k < 3; k++)
+            if (memcmp(&got[k], &ref[k], sizeof(double)) != 0)
+                fail_msg("threads %d: value %d %.17g vs %.17g", t + 1, k, got[k], ref[k]);
+        oj_scope_end(e);
+        nt_engine_done(e);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nr_empty),
@@ -1152,6 +1255,8 @@ int main(void) {
         cmocka_unit_test(test_split_cat_view),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_nr_weight_aliases_x),
+        cmocka_unit_test(test_gpt_autocast_weight_dtypes),
+        cmocka_unit_test(test_lce_exact_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
