@@ -1,0 +1,133 @@
+// test: bf16 autocast training of gpt2-tiny and nanolab-tiny on the CPU
+// (session 6's low-dtype norm outputs, fused norm + rotary and shared
+// attention gradients on the training path): finite, falling losses, and a
+// stop + resume equal to the uninterrupted run bit for bit (losses, model
+// and optimizer files)
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ojas/io.h"
+#include "train_testutil.h"
+
+#define N_STEPS 6
+
+typedef struct {
+    double loss[N_STEPS + 1], val[N_STEPS + 1];
+    int64_t stop_at;
+    volatile sig_atomic_t stop;
+} run_log;
+
+static void on_metrics(const oj_train_metrics *m, void *ctx) {
+    run_log *r = ctx;
+    assert_true(m->step >= 1 && m->step <= N_STEPS);
+    if (m->is_eval) {
+        r->val[m->step] = m->val_loss;
+        return;
+    }
+    r->loss[m->step] = m->loss;
+    assert_true(m->tokens == m->step * 2 * 16 * 2);
+    assert_true(m->grad_norm > 0 && m->lr > 0 && m->tokens_per_s > 0 && m->peak_bytes > 0);
+    if (m->step == r->stop_at)
+        r->stop = 1; /* what the SIGINT handler does */
+}
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    b[len] = 0;
+    *n = (size_t)len;
+    return b;
+}
+
+static void assert_same_file(const char *a, const char *b) {
+    size_t na, nb;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(x, y, na);
+    free(x);
+    free(y);
+}
+
+static void run(const oj_train_config *c, const char *out, const char *resume, run_log *r,
+                oj_train_result *res) {
+    oj_train_options o = {
+        .out_dir = out, .resume = resume, .stop = &r->stop, .on_metrics = on_metrics, .ctx = r};
+    oj_error err = {0};
+    oj_status st = oj_train(c, &o, res, &err);
+    if (st)
+        fail_msg("train: %s", err.message);
+}
+
+/* bf16 autocast training (the low-dtype norm outputs, norm_backward_add,
+ * the fused norm + rotary for nanolab, attention's shared gradients for
+ * gpt2): finite losses that fall, and a stop + resume gives the bits of
+ * the uninterrupted run */
+static void resume_bf16(const char *model) {
+    char dir[256], a[300], b[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    oj_train_config c = tt_config(dir);
+    snprintf(c.model, sizeof c.model, "%s", model);
+    c.dtype = OJ_TRAIN_BF16;
+    oj_train_result res;
+    run_log full = {.stop_at = -1};
+    run(&c, a, NULL, &full, &res);
+    assert_int_equal(res.step, N_STEPS);
+    for (int s = 1; s <= N_STEPS; s++)
+        assert_true(isfinite(full.loss[s]));
+    if (!(full.loss[N_STEPS] < full.loss[1]))
+        fail_msg("%s: loss %g -> %g", model, full.loss[1], full.loss[N_STEPS]);
+    run_log half = {.stop_at = N_STEPS / 2};
+    run(&c, b, NULL, &half, &res);
+    assert_int_equal(res.step, N_STEPS / 2);
+    half.stop = 0;
+    half.stop_at = -1;
+    run(&c, b, b, &half, &res);
+    assert_int_equal(res.step, N_STEPS);
+    for (int s = 1; s <= N_STEPS; s++) {
+        if (memcmp(&full.loss[s], &half.loss[s], sizeof(double)) != 0)
+            fail_msg("%s: step %d loss %.17g vs resumed %.17g", model, s, full.loss[s],
+                     half.loss[s]);
+        assert_memory_equal(&full.val[s], &half.val[s], sizeof(double));
+    }
+    char pa[400], pb[400];
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(pa, sizeof pa, "%s/ckpt-000006/%s", a, files[i]);
+        snprintf(pb, sizeof pb, "%s/ckpt-000006/%s", b, files[i]);
+        assert_same_file(pa, pb);
+    }
+    tt_rmdir(dir);
+}
+
+static void test_resume_bf16_nanolab(void **state) {
+    (void)state;
+    resume_bf16("nanolab-tiny");
+}
+
+static void test_resume_bf16_gpt2(void **state) {
+    (void)state;
+    resume_bf16("gpt2-tiny");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_bf16_nanolab),
+        cmocka_unit_test(test_resume_bf16_gpt2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
