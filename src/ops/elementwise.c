@@ -362,21 +362,7 @@ oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt) {
     }
     oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *) = OJ_KERNEL(eng, copy, "cast");
     if (k == NULL) return NULL;
-    /* A transposed matrix (stride 1 on dim 0, dense: a Conv1D weight seen
-     * as [out, in], or its gradient) keeps its layout, as torch's
-     * preserve_format does: the copy is an elementwise pass instead of a
-     * transposing one, and a GEMM takes the transposed operand as it is.
-     * Anything else comes out contiguous. */
-    oj_tensor *out;
-    if (x->rank == 2 && x->shape[0] > 1 && x->shape[1] > 1 && x->stride[0] == 1 &&
-        x->stride[1] == x->shape[0]) {
-        int64_t ts[2] = {x->shape[1], x->shape[0]}, st[2] = {1, x->shape[0]};
-        oj_tensor *base = oj__tensor_alloc(eng, 2, ts, dt, "cast");
-        out = base ? oj__tensor_new(eng, base->storage, base->offset, 2, x->shape, st, dt) : NULL;
-        oj_release(base);
-    } else {
-        out = oj__tensor_alloc(eng, x->rank, x->shape, dt, "cast");
-    }
+    oj_tensor *out = oj__tensor_alloc(eng, x->rank, x->shape, dt, "cast");
     if (out == NULL) return NULL;
     if (!oj__kernel_ok(eng, k(eng, out, x), "cast")) {
         oj_release(out);

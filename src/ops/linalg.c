@@ -291,23 +291,10 @@ static void linear_grads(oj_engine *eng, oj_tensor *g, oj_tensor *x, oj_tensor *
     }
     if (need[1]) { /* dW = g^T x, [out, N] @ [N, in] */
         oj_tensor *x2 = oj_reshape(x, 2, x2s);
-        if (w->stride[0] == 1 && w->shape[0] > 1 && w->shape[1] > 1 &&
-            w->stride[1] == w->shape[0]) {
-            /* W transposed (Conv1D's [in, out] seen as [out, in]): dW^T =
-             * x^T g in W's own layout, handed back transposed, so the
-             * gradient reaches the stored [in, out] without a transposing
-             * copy (the same products in the same order) */
-            oj_tensor *xt = x2 ? oj_transpose(x2, 0, 1) : NULL;
-            oj_tensor *p = xt ? oj_matmul(xt, g2) : NULL; /* [in, out] */
-            gi[1] = p ? oj_transpose(p, 0, 1) : NULL;
-            oj_release(p);
-            oj_release(xt);
-        } else {
-            oj_tensor *gt = oj_transpose(g2, 0, 1);
-            gi[1] = oj_matmul(gt, x2);
-            oj_release(gt);
-        }
+        oj_tensor *gt = oj_transpose(g2, 0, 1);
+        gi[1] = oj_matmul(gt, x2);
         oj_release(x2);
+        oj_release(gt);
     }
     if (need[2]) { /* db = sum of g over rows */
         if (eng->device.type != OJ_DEVICE_CPU && (g2->dtype == OJ_BF16 || g2->dtype == OJ_F16)) {
