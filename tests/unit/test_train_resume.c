@@ -2,9 +2,13 @@
 // SIGINT), a resume from the checkpoint and N/2 more steps: the same train
 // and val losses bit for bit and byte-identical model and optimizer files,
 // under EXACT numerics with Muon + AdamW, grad accumulation and shuffled
-// data
+// data; and the same under bf16 autocast for gpt2-tiny and nanolab-tiny
+// (the low-dtype norm outputs and norm_backward_add, the fused norm +
+// rotary, attention's shared q/k/v gradients on the training path)
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,21 +72,25 @@ static void run(const oj_train_config *c, const char *out, const char *resume, r
         fail_msg("train: %s", err.message);
 }
 
-static void test_resume_bit_identical(void **state) {
-    (void)state;
+/* model NULL: tt_config's; bf16: bf16 autocast training */
+static void resume_case(const char *model, bool bf16) {
     char dir[256], a[300], b[300];
     assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
     assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
     oj_train_config c = tt_config(dir);
+    if (model) snprintf(c.model, sizeof c.model, "%s", model);
+    if (bf16) c.dtype = OJ_TRAIN_BF16;
     oj_train_result res;
 
     run_log full = {.stop_at = -1};
     run(&c, a, NULL, &full, &res);
     assert_int_equal(res.stop, OJ_TRAIN_DONE);
     assert_int_equal(res.step, N_STEPS);
-    assert_true(full.loss[N_STEPS] < full.loss[1]);
+    for (int s = 1; s <= N_STEPS; s++) assert_true(isfinite(full.loss[s]));
+    if (!(full.loss[N_STEPS] < full.loss[1]))
+        fail_msg("%s: loss %g -> %g", c.model, full.loss[1], full.loss[N_STEPS]);
 
     run_log half = {.stop_at = N_STEPS / 2};
     run(&c, b, NULL, &half, &res);
@@ -118,9 +126,26 @@ static void test_resume_bit_identical(void **state) {
     tt_rmdir(dir);
 }
 
+static void test_resume_bit_identical(void **state) {
+    (void)state;
+    resume_case(NULL, false);
+}
+
+static void test_resume_bf16_nanolab(void **state) {
+    (void)state;
+    resume_case("nanolab-tiny", true);
+}
+
+static void test_resume_bf16_gpt2(void **state) {
+    (void)state;
+    resume_case("gpt2-tiny", true);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_resume_bf16_nanolab),
+        cmocka_unit_test(test_resume_bf16_gpt2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
