@@ -42,10 +42,11 @@ for p in ${ALL_NCU:-nanolab-124m gpt2-124m decode}; do
     DECODE=1 DTYPE=bf16w SKIP=3000 COUNT=${DECODE_COUNT:-2000} OUT="$R/ncu_$p" timeout $(( $(left) - 30 )) bash scripts/gpu_ncu.sh > "$R/ncu_$p/top.txt" 2>&1; head -30 "$R/ncu_$p/top.txt"
   else
     # windows over the timed step of `bench_gpu_train P 16 1024 1 1` (counted on the H200,
-    # 2026-11-29: gpt2-124m's run launches ~2,160 kernels, nanolab's timed step starts at ~1,733)
+    # 2026-11-30 after the sixth session's fusions: gpt2-124m's run launches ~1,600 kernels,
+    # ~800 a step; nanolab-124m's ~2,960, ~1,480 a step)
     case $p in
-      gpt2-124m) sk=950 ct=1250 ;;
-      nanolab-124m) sk=1720 ct=1900 ;;
+      gpt2-124m) sk=800 ct=900 ;;
+      nanolab-124m) sk=1480 ct=1600 ;;
       *) sk=1600 ct=1700 ;;
     esac
     PRESET=$p B=16 SKIP=${SKIP:-$sk} COUNT=${COUNT:-$ct} OUT="$R/ncu_$p" \
