@@ -45,6 +45,8 @@ if [ ! -x "$BUILD/bin/bench_gpu_train" ] || [ ! -x "$BUILD/bin/bench_gpu_decode"
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$O/gpu.txt"
 A=third_party/anchors
+[ -f "$A/train_bench.py" ] ||
+  echo "== PyTorch stages: skipped (no $A: the PyTorch reference scripts are not in this repository)"
 MMF=/tmp/anchors_mm_tflops.txt
 [ -f "$A/ceilings.py" ] && [ "${BENCH_SKIP_CEILINGS:-0}" != 1 ] &&
   stage "ceilings" 120 python3 "$A/ceilings.py" --jsonl "$J" --mmfile "$MMF"
