@@ -518,45 +518,6 @@ static oj_tensor *swiglu_product(oj_engine *eng, const char *op, oj_tensor *gate
  * runs linear's rule on it, and mul's and silu's for gate and up: in one
  * pass (swiglu_backward) where the backend has it and dp has gate's
  * dtype, else s = silu(gate), dup = dp s, dgate = silu'(gate) (dp up). */
-/* gate and up the two halves of one [..., 2F] tensor, side by side (the
- * fused gate/up projection split in two, nanolab's MLP): their gradients
- * as the two halves of one new [..., 2F] buffer, so the split's backward
- * hands that buffer on as a view instead of concatenating two copies
- * (shape_ops.c). false (nothing allocated, nothing recorded) when they are
- * not laid out so. */
-static bool swiglu_pair_grads(oj_engine *eng, const char *op, const oj_tensor *gate,
-                              const oj_tensor *up, oj_tensor **dg, oj_tensor **du) {
-    const int R = gate->rank;
-    if (R < 1 || up->storage != gate->storage || up->dtype != gate->dtype || up->rank != R)
-        return false;
-    int64_t shp[OJ_MAX_RANK], st[OJ_MAX_RANK];
-    memcpy(shp, gate->shape, sizeof(int64_t) * (size_t)R);
-    const int64_t F = shp[R - 1], es = (int64_t)oj_dtype_size(gate->dtype);
-    shp[R - 1] = 2 * F;
-    oj__contiguous_strides(R, shp, st);
-    if (F < 1 || up->offset != gate->offset + F * es) return false;
-    for (int d = 0; d < R; d++)
-        if (up->shape[d] != gate->shape[d] ||
-            (gate->shape[d] > 1 && (gate->stride[d] != st[d] || up->stride[d] != st[d])))
-            return false;
-    oj_tensor *buf = oj__tensor_alloc(eng, R, shp, gate->dtype, op);
-    if (buf == NULL) {
-        oj_clear_error(eng); /* the caller allocates the two gradients apart */
-        return false;
-    }
-    *dg = oj__tensor_new(eng, buf->storage, buf->offset, R, gate->shape, st, gate->dtype);
-    *du = *dg ? oj__tensor_new(eng, buf->storage, buf->offset + F * es, R, up->shape, st,
-                               up->dtype)
-              : NULL;
-    oj_release(buf);
-    if (*du == NULL) {
-        oj_release(*dg);
-        *dg = NULL;
-        return false;
-    }
-    return true;
-}
-
 static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     oj_tensor *gate = oj__node_saved(n, 0), *up = oj__node_saved(n, 1), *w = oj__node_saved(n, 2);
@@ -571,8 +532,13 @@ static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_ten
     gi[2] = lg[1];
     gi[3] = lg[2];
     if (lg[0] && eng->backend->swiglu_backward && lg[0]->dtype == gate->dtype) {
-        oj_tensor *dg = NULL, *du = NULL;
-        if (!(ng && nu && swiglu_pair_grads(eng, n->op, gate, up, &dg, &du))) {
+        /* gate and up the halves of one [..., 2F] (the fused projection
+         * split in two): their gradients the halves of one buffer, which
+         * the split's backward passes on as a view */
+        oj_tensor *pair[2] = {gate, up}, *dgu[2] = {NULL, NULL};
+        int r = ng && nu ? oj__tiled_grads(eng, n->op, 2, pair, dgu) : 0;
+        oj_tensor *dg = dgu[0], *du = dgu[1];
+        if (r == 0) {
             dg = ng ? oj__tensor_alloc(eng, gate->rank, gate->shape, gate->dtype, n->op) : NULL;
             du = nu ? oj__tensor_alloc(eng, up->rank, up->shape, up->dtype, n->op) : NULL;
         }

@@ -5,84 +5,16 @@
 
 #include "ops/nn_common.h"
 
-/* q, k, v (x[0..2]) are three equally spaced copies of one layout in one
- * storage that together tile a dense block of it: same shape, dtype and
- * strides (all > 0 where the size is > 1), offsets o, o + delta, o + 2
- * delta in some order (delta > 0), and the rank-5 layout [3, B, H, T, D]
- * with strides [delta, strides] a permutation of a contiguous one. gpt2's
- * heads of the three thirds of one [B, T, 3C] projection are such copies.
- * Then *first gets the smallest offset (bytes). */
-static bool tiles_one_block(oj_tensor *const *x, int64_t *first) {
-    const oj_tensor *q = x[0];
-    for (int j = 1; j < 3; j++) {
-        const oj_tensor *t = x[j];
-        if (t->storage != q->storage || t->dtype != q->dtype || t->rank != q->rank) return false;
-        for (int d = 0; d < q->rank; d++)
-            if (t->shape[d] != q->shape[d] || t->stride[d] != q->stride[d]) return false;
-    }
-    int64_t es = (int64_t)oj_dtype_size(q->dtype), off[3];
-    for (int j = 0; j < 3; j++) {
-        if (x[j]->offset % es != 0) return false;
-        off[j] = x[j]->offset / es;
-    }
-    int64_t lo = off[0], hi = off[0];
-    for (int j = 1; j < 3; j++) {
-        lo = off[j] < lo ? off[j] : lo;
-        hi = off[j] > hi ? off[j] : hi;
-    }
-    int64_t delta = (hi - lo) / 2, mid = lo + delta;
-    bool has_mid = off[0] == mid || off[1] == mid || off[2] == mid;
-    if (delta <= 0 || hi - lo != 2 * delta || !has_mid) return false;
-    /* the dims of size > 1 (and the copies' dim), sorted by stride, must be
-     * contiguous: stride 1, then each the product of the sizes below */
-    int64_t sz[OJ_MAX_RANK + 1], sd[OJ_MAX_RANK + 1];
-    int n = 0;
-    sz[n] = 3;
-    sd[n++] = delta;
-    for (int d = 0; d < q->rank; d++) {
-        if (q->shape[d] == 0) return false;
-        if (q->shape[d] == 1) continue;
-        if (q->stride[d] <= 0) return false;
-        sz[n] = q->shape[d];
-        sd[n++] = q->stride[d];
-    }
-    for (int a = 1; a < n; a++) /* insertion sort by stride */
-        for (int b = a; b > 0 && sd[b] < sd[b - 1]; b--) {
-            int64_t ts = sd[b], tz = sz[b];
-            sd[b] = sd[b - 1], sz[b] = sz[b - 1];
-            sd[b - 1] = ts, sz[b - 1] = tz;
-        }
-    int64_t want = 1;
-    for (int a = 0; a < n; a++) {
-        if (sd[a] != want) return false;
-        want *= sz[a];
-    }
-    *first = lo * es;
-    return true;
-}
-
-/* d[0..2] = gradients for q, k, v (x[0..2]): views of one fresh buffer with
- * the strides and relative offsets of x when they tile one block
- * (tiles_one_block), so the views' backward (transpose, reshape) stays a
- * view and a split's backward (cat) finds its pieces side by side (no copy
- * of dq, dk, dv anywhere); else contiguous tensors. Only the gradients
- * wanted are made (the shared buffer needs all three). false with the error
- * recorded. */
+/* d[0..2] = gradients for q, k, v (x[0..2]): views of one buffer laid out
+ * like x when they tile one block (oj__tiled_grads: no copy of dq, dk, dv
+ * in the views' and the split's backward), else contiguous tensors. Only
+ * the gradients wanted are made (the shared buffer needs all three).
+ * false with the error recorded. */
 static bool alloc_input_grads(oj_node *n, oj_tensor *const *x, oj_tensor **d) {
     oj_engine *eng = n->eng;
     bool all = oj__node_needs(n, 0) && oj__node_needs(n, 1) && oj__node_needs(n, 2);
-    int64_t first = 0;
-    if (all && tiles_one_block(x, &first)) {
-        int64_t numel = oj_numel(x[0]), flat[1] = {3 * numel};
-        oj_tensor *buf = oj__tensor_alloc(eng, 1, flat, x[0]->dtype, n->op);
-        if (buf == NULL) return false;
-        bool ok = true;
-        for (int j = 0; j < 3 && ok; j++)
-            ok = (d[j] = oj__tensor_view(buf, x[j]->rank, x[j]->shape, x[j]->stride,
-                                         buf->offset + x[j]->offset - first)) != NULL;
-        oj_release(buf);
-        return ok;
-    }
+    int r = all ? oj__tiled_grads(eng, n->op, 3, x, d) : 0;
+    if (r != 0) return r > 0;
     for (int j = 0; j < 3; j++)
         if (oj__node_needs(n, j) &&
             (d[j] = oj__tensor_alloc(eng, 4, n->in[j].shape, n->in[j].dtype, n->op)) == NULL)

@@ -173,3 +173,74 @@ bool oj__inplace_ok(oj_engine *eng, const oj_tensor *a, const char *op) {
     }
     return true;
 }
+
+/* x[0..n) equally spaced copies of one layout tiling a dense block (see
+ * oj__tiled_grads); *first gets the smallest offset (bytes). */
+static bool tiles_one_block(int n, oj_tensor *const *x, int64_t *first) {
+    const oj_tensor *q = x[0];
+    for (int j = 1; j < n; j++) {
+        const oj_tensor *t = x[j];
+        if (t->storage != q->storage || t->dtype != q->dtype || t->rank != q->rank) return false;
+        for (int d = 0; d < q->rank; d++)
+            if (t->shape[d] != q->shape[d] || t->stride[d] != q->stride[d]) return false;
+    }
+    int64_t es = (int64_t)oj_dtype_size(q->dtype), off[4];
+    for (int j = 0; j < n; j++) {
+        if (x[j]->offset % es != 0) return false;
+        off[j] = x[j]->offset / es;
+    }
+    for (int a = 1; a < n; a++) /* insertion sort of the offsets */
+        for (int b = a; b > 0 && off[b] < off[b - 1]; b--) {
+            int64_t t = off[b];
+            off[b] = off[b - 1], off[b - 1] = t;
+        }
+    int64_t delta = off[1] - off[0];
+    if (delta <= 0) return false;
+    for (int j = 2; j < n; j++)
+        if (off[j] - off[j - 1] != delta) return false;
+    /* the dims of size > 1 (and the copies' dim), sorted by stride, must be
+     * contiguous: stride 1, then each the product of the sizes below */
+    int64_t sz[OJ_MAX_RANK + 1], sd[OJ_MAX_RANK + 1];
+    int m = 0;
+    sz[m] = n;
+    sd[m++] = delta;
+    for (int d = 0; d < q->rank; d++) {
+        if (q->shape[d] == 0) return false;
+        if (q->shape[d] == 1) continue;
+        if (q->stride[d] <= 0) return false;
+        sz[m] = q->shape[d];
+        sd[m++] = q->stride[d];
+    }
+    for (int a = 1; a < m; a++) /* insertion sort by stride */
+        for (int b = a; b > 0 && sd[b] < sd[b - 1]; b--) {
+            int64_t ts = sd[b], tz = sz[b];
+            sd[b] = sd[b - 1], sz[b] = sz[b - 1];
+            sd[b - 1] = ts, sz[b - 1] = tz;
+        }
+    int64_t want = 1;
+    for (int a = 0; a < m; a++) {
+        if (sd[a] != want) return false;
+        want *= sz[a];
+    }
+    *first = off[0] * es;
+    return true;
+}
+
+int oj__tiled_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d) {
+    int64_t first = 0;
+    if (n < 2 || n > 4 || !tiles_one_block(n, x, &first)) return 0;
+    int64_t flat[1] = {n * oj_numel(x[0])};
+    oj_tensor *buf = oj__tensor_alloc(eng, 1, flat, x[0]->dtype, op);
+    if (buf == NULL) return -1;
+    bool ok = true;
+    for (int j = 0; j < n && ok; j++)
+        ok = (d[j] = oj__tensor_view(buf, x[j]->rank, x[j]->shape, x[j]->stride,
+                                     buf->offset + x[j]->offset - first)) != NULL;
+    oj_release(buf);
+    if (!ok)
+        for (int j = 0; j < n; j++) {
+            oj_release(d[j]);
+            d[j] = NULL;
+        }
+    return ok ? 1 : -1;
+}

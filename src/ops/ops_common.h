@@ -86,4 +86,17 @@ oj_tensor *oj__sum_to_input(oj_node *n, int i, oj_tensor *grad);
 /* Zeros shaped like output j of node n (for missing output gradients). */
 oj_tensor *oj__zeros_like_output(oj_node *n, int j);
 
+/* Gradients for n (2 to 4) inputs x that are equally spaced copies of one
+ * layout in one storage tiling a dense block of it (same shape, dtype and
+ * strides, offsets o, o + delta, ... in some order, and [n, ...shape] with
+ * strides [delta, ...strides] a permutation of a contiguous layout): gpt2's
+ * q, k, v heads of the thirds of one [B, T, 3C] projection, nanolab's gate
+ * and up halves of one [..., 2F]. d[j] are views of one fresh buffer with
+ * x[j]'s strides and relative offset, so the views' backward (transpose,
+ * reshape) stays a view and a split's backward finds its pieces side by
+ * side (shape_ops.c): no copies of the gradients. Returns 1 when made, 0
+ * when x are not so laid out (nothing made or recorded), -1 on an error
+ * (recorded, naming op). */
+int oj__tiled_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d);
+
 #endif /* OJAS_OPS_COMMON_H */
