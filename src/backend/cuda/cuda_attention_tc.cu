@@ -683,7 +683,7 @@ static bool tc_view_ok(const oj_tensor *t, oj_dtype dt, int64_t d) {
     if (t->rank != 4 || t->dtype != dt || t->shape[3] != d || t->stride[3] != 1) return false;
     for (int i = 0; i < 3; i++)
         if (t->shape[i] != 1 && t->stride[i] % 8 != 0) return false;
-    return ((uintptr_t)oj_cuda_ptr(t) & 15) == 0;
+    return oj_cu_aligned16(oj_cuda_ptr(t));
 }
 
 bool oj_cuda_attention_tc_ok(const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,

@@ -1026,7 +1026,7 @@ static void swiglu_launch(int64_t N, int64_t F, const char *gate, int64_t gs, co
     bool vec = F % V == 0 && gs % V == 0 && us % V == 0 && (!BWD || ps % V == 0) &&
                o0s % V == 0 && o1s % V == 0;
     const char *ptrs[5] = {gate, up, dp, o0, o1};
-    for (int i = 0; i < 5; i++) vec = vec && (ptrs[i] == NULL || (uintptr_t)ptrs[i] % 16 == 0);
+    for (int i = 0; i < 5; i++) vec = vec && (ptrs[i] == NULL || oj_cu_aligned16(ptrs[i]));
     const int64_t items = vec ? N * (F / V) : N * F;
     const unsigned blocks = oj_cuda_blocks(items);
     if (vec)

@@ -177,8 +177,6 @@ __global__ void k_gemv_kn_combine(unsigned short *out, const float *part, int S,
     out[n] = oj_cu_fromf<T>(v).u;
 }
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
 int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b) {
     static int off = -1; /* OJAS_CUDA_GEMV=0 turns the path off (comparisons) */
     if (off < 0) {
@@ -193,8 +191,8 @@ int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor 
     if (N > 1 && out->stride[2] != 1) return 0;
     int64_t xs = a->stride[2], bk = b->stride[1], bn = b->stride[2];
     const char *pa = oj_cuda_ptr(a), *pb = oj_cuda_ptr(b);
-    if (xs < 0 || bk < 0 || bn < 0 || !aligned16(pb)) return 0;
-    if (bk == 1 && K % 8 == 0 && (N == 1 || bn % 8 == 0) && xs == 1 && aligned16(pa))
+    if (xs < 0 || bk < 0 || bn < 0 || !oj_cu_aligned16(pb)) return 0;
+    if (bk == 1 && K % 8 == 0 && (N == 1 || bn % 8 == 0) && xs == 1 && oj_cu_aligned16(pa))
         return OJ_CUDA_GEMV_NK;
     if ((bn != 1 && N > 1) || (K > 1 && bk % 8 != 0)) return 0;
     /* whole 16-byte chunks of every row: the last row's, up to N rounded

@@ -116,6 +116,11 @@ static inline void *oj_cuda_scratch(oj_engine *eng, size_t nbytes, const char *o
     return *hold ? (*hold)->data : NULL;
 }
 
+/* Is p 16-byte aligned (the vector loads' and cp.async's condition)? */
+static inline __host__ __device__ bool oj_cu_aligned16(const void *p) {
+    return ((uintptr_t)p & 15u) == 0;
+}
+
 /* Address of element 0 of a device tensor. */
 static inline char *oj_cuda_ptr(const oj_tensor *t) {
     return (char *)t->storage->data + t->offset;

@@ -281,9 +281,10 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
         out->stride[2] != 1 || ldc < N || M > INT_MAX || N > INT_MAX || K > INT_MAX ||
         ldc > INT_MAX)
         return OJ_ERR_UNSUPPORTED;
-    if (bias && (bias->dtype != dt || bias->stride[0] != 1 || align_of(oj_cuda_ptr(bias)) < 16))
+    if (bias &&
+        (bias->dtype != dt || bias->stride[0] != 1 || !oj_cu_aligned16(oj_cuda_ptr(bias))))
         return OJ_ERR_UNSUPPORTED;
-    if (aux && (aux_ld < N || aux_ld % 8 != 0 || align_of(aux) < 16)) return OJ_ERR_UNSUPPORTED;
+    if (aux && (aux_ld < N || aux_ld % 8 != 0 || !oj_cu_aligned16(aux))) return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_blas(eng, "matmul") == NULL) return oj_last_status(eng); /* the workspace */
     if (!s->lt_ready) {
         if (s->capture || cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS)

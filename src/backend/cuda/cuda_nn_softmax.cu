@@ -703,7 +703,7 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, TPR == 32 ? 8 : 2)
 
 /* Rows start 16-byte aligned: the vector packs. */
 template <typename T> static bool ce_vec_ok(const ce_args &a) {
-    return ((uintptr_t)a.x % 16 == 0) && ((size_t)a.V * sizeof(T)) % 16 == 0;
+    return oj_cu_aligned16(a.x) && ((size_t)a.V * sizeof(T)) % 16 == 0;
 }
 
 template <typename T> static void ce_fwd_fast_launch(const ce_args &a) {
@@ -906,7 +906,7 @@ oj_status oj_cuda_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor
         cudaError_t e = cudaSuccess;
         bool fused = true;
         OJ_CU_FLOAT_TYPE(logits->dtype, T,
-                         fused = !ce_vec_ok<T>(a) || (uintptr_t)a.dx % 16 == 0;
+                         fused = !ce_vec_ok<T>(a) || oj_cu_aligned16(a.dx);
                          if (fused) e = ce_fused_launch<T>(a);
                          else {
                              ce_fwd_fast_launch<T>(a);

@@ -400,7 +400,7 @@ template <typename L, bool SUM> struct red_groups {
     static __device__ __forceinline__ void run(const red_geom &g, oj_reduce_op op, int64_t base,
                                                int64_t k0, int64_t nfull, red_state *s) {
         const T *x0 = (const T *)g.x + base + k0;
-        if (g.rstride[0] == 1 && ((uintptr_t)x0 & 15u) == 0)
+        if (g.rstride[0] == 1 && oj_cu_aligned16(x0))
             red_groups_t<T, SUM, true>(g, op, base, k0, nfull, s);
         else
             red_groups_t<T, SUM, false>(g, op, base, k0, nfull, s);
