@@ -437,6 +437,19 @@ template <typename T> static void rnr_bwd_launch(const rnr_args &a, int npt) {
 #undef X
 }
 
+/* The rows of x [..., T, D] into a (R = rows / T, T, the position offset
+ * and theta); returns the row count N, 0 when x is empty (nothing to do). */
+static int64_t rnr_init(rnr_args *a, const oj_tensor *x, int64_t pos, double theta) {
+    const int64_t T = x->shape[x->rank - 2], D = x->shape[x->rank - 1];
+    const int64_t N = D > 0 ? oj_cuda_numel(x) / D : 0;
+    if (N == 0 || T == 0) return 0;
+    a->R = N / T;
+    a->T = T;
+    a->pos = pos;
+    a->theta = theta;
+    return N;
+}
+
 // x (..., T, D) any strides, weight (D), out (..., T, D), rstd (N)
 oj_status oj_cuda_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
                                           const oj_tensor *x, const oj_tensor *weight, double eps,
@@ -447,14 +460,9 @@ oj_status oj_cuda_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_ten
         oj_cuda_need_contig(eng, rstd, op, "rstd") != OJ_OK ||
         oj_cuda_need_contig(eng, weight, op, "weight") != OJ_OK)
         return oj_last_status(eng);
-    const int64_t T = x->shape[x->rank - 2], D = x->shape[x->rank - 1];
-    const int64_t N = D > 0 ? oj_cuda_numel(x) / D : 0;
-    if (N == 0 || D == 0 || T == 0) return OJ_OK;
     rnr_args a = {};
-    a.R = N / T;
-    a.T = T;
-    a.pos = position_offset;
-    a.theta = theta;
+    const int64_t N = rnr_init(&a, x, position_offset, theta), T = a.T, D = x->shape[x->rank - 1];
+    if (N == 0) return OJ_OK;
     a.eps = eps;
     const int npt = rnr_npt(D);
     int64_t s1, s2;
@@ -490,14 +498,9 @@ oj_status oj_cuda_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const 
         oj_cuda_need_contig(eng, rstd, op, "rstd") != OJ_OK ||
         oj_cuda_need_contig(eng, weight, op, "weight") != OJ_OK)
         return oj_last_status(eng);
-    const int64_t T = x->shape[x->rank - 2], D = x->shape[x->rank - 1];
-    const int64_t N = D > 0 ? oj_cuda_numel(x) / D : 0;
-    if (N == 0 || D == 0 || T == 0) return OJ_OK;
     rnr_args a = {};
-    a.R = N / T;
-    a.T = T;
-    a.pos = position_offset;
-    a.theta = theta;
+    const int64_t N = rnr_init(&a, x, position_offset, theta), T = a.T, D = x->shape[x->rank - 1];
+    if (N == 0) return OJ_OK;
     const int npt = rnr_npt(D);
     const oj_tensor *ts[2] = {x, dy};
     int64_t s1[2], s2[2];
