@@ -175,6 +175,10 @@ typedef struct oj_train_options {
     /* Called after every step and eval (may be NULL). */
     void (*on_metrics)(const oj_train_metrics *m, void *ctx);
     void *ctx;
+    /* The user's consent to reuse an out_dir that holds another run
+     * (`ojas train --overwrite`). Not yet read: the trainer does not check
+     * what out_dir holds. */
+    bool overwrite;
 } oj_train_options;
 
 /* The end of a run. */
