@@ -2,7 +2,8 @@
 // subcommands: "--key=value" beside "--key value", the short options, one
 // line and exit 2 naming an unknown option, a missing value, a value given
 // to a flag or an ambiguous prefix; `ojas train` from --set alone (and the
-// required key it lacks named); `ojas generate --budget-bytes` honoured
+// required key it lacks named); no run or shard directory left behind by a
+// config or input that fails; `ojas generate --budget-bytes` honoured
 // (refused on a tiny budget, fine on a large one).
 #include <setjmp.h>
 #include <stdarg.h>
@@ -201,6 +202,40 @@ static void test_train_from_set_alone(void **state) {
     usage_error("train -o run --overwrite=yes " SET_RUN, "option '--overwrite' takes no value");
 }
 
+/* Was: `ojas train` made --out before it found that the data (or the
+ * tokenizer, or the model's memory) was wrong, and left an empty directory;
+ * `ojas data prepare` made --out before reading its input. */
+static void test_no_directory_on_failure(void **state) {
+    (void)state;
+    char *err = NULL;
+    assert_int_equal(ojas("train -c c.json -o r_nodata --set data_dir=nowhere", NULL, &err), 1);
+    ct_assert_one_line(err, "nowhere");
+    free(err);
+    assert_false(exists("r_nodata"));
+    assert_int_equal(ojas("train -c c.json -o r_notok --set tokenizer_dir=nowhere", NULL, &err), 1);
+    ct_assert_one_line(err, "nowhere");
+    free(err);
+    assert_false(exists("r_notok"));
+    /* a budget too small for the model */
+    assert_int_equal(ojas("train -c c.json -o r_budget --set budget_bytes=65536", NULL, &err), 1);
+    free(err);
+    assert_false(exists("r_budget"));
+    /* invalid config values and keys: refused before anything */
+    usage_error("train -c c.json -o r_key --set no_such_key=1", "unknown key 'no_such_key'");
+    usage_error("train -c c.json -o r_seq --set seq_len=100000", "seq_len");
+    assert_false(exists("r_key") || exists("r_seq"));
+    /* data prepare on a missing input file */
+    assert_int_equal(ojas("data prepare --vocab " VOCAB " -o shards_missing missing.txt", NULL, &err),
+                     1);
+    ct_assert_one_line(err, "missing.txt");
+    free(err);
+    assert_false(exists("shards_missing"));
+    assert_int_equal(ojas("data prepare --vocab=" VOCAB " -o shards -j1 --val-fraction=0.5 in.txt",
+                          NULL, NULL),
+                     0);
+    assert_true(exists("shards/val_000000.bin"));
+}
+
 /* ojas generate --budget-bytes sets the engine's root budget: a model that
  * does not fit is refused by name, one that fits runs. */
 static void test_generate_budget_bytes(void **state) {
@@ -244,6 +279,7 @@ int main(void) {
         cmocka_unit_test(test_equals_and_short_forms),
         cmocka_unit_test(test_option_errors),
         cmocka_unit_test(test_train_from_set_alone),
+        cmocka_unit_test(test_no_directory_on_failure),
         cmocka_unit_test(test_generate_budget_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
