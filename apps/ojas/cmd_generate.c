@@ -127,6 +127,12 @@ int cmd_generate(int argc, char **argv) {
     if ((ckpt == NULL) == (weights == NULL))
         return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
+    oj_gpt_config preset_cfg;
+    if (weights && !oj_gpt_preset(preset, &preset_cfg)) {
+        char names[512];
+        return cli_error(CLI_USAGE, "generate: unknown model preset '%s' (presets: %s)", preset,
+                         oj_gpt_preset_list(names, sizeof names));
+    }
     if (prompt == NULL || prompt[0] == '\0')
         return cli_error(CLI_USAGE, "generate: --prompt TEXT is required (and must not be empty)");
     if (!(sc.temperature >= 0) || isinf(sc.temperature) || !(sc.top_p > 0 && sc.top_p <= 1) ||
@@ -201,12 +207,7 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
     } else {
-        if (!oj_gpt_preset(preset, &cfg)) {
-            char names[512];
-            cli_error(CLI_USAGE, "generate: unknown model preset '%s' (presets: %s)", preset,
-                      oj_gpt_preset_list(names, sizeof names));
-            goto done;
-        }
+        oj_gpt_preset(preset, &cfg); /* known: checked with the arguments */
         if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK ||
             oj_gpt_load_safetensors(m, weights, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.status ? e.message : oj_last_error(eng));

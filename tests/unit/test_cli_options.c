@@ -124,6 +124,8 @@ static void test_equals_and_short_forms(void **state) {
                 "--max-new-tokens");
     usage_error("generate --checkpoint nowhere --vocab nowhere -p x -s=1", "--seed");
     usage_error("generate --checkpoint nowhere --vocab nowhere -p x -d tpu", "--device");
+    usage_error("generate --weights w.safetensors -m no-such-model -p x --vocab " VOCAB,
+                "generate: unknown model preset 'no-such-model'");
     usage_error("bench -m no-such-model", "unknown model preset 'no-such-model'");
     usage_error("bench --model=no-such-model", "unknown model preset 'no-such-model'");
     usage_error("bench -d cuda:x", "bench: --device must be cpu, cuda or cuda:N, got 'cuda:x'");
