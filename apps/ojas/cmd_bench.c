@@ -67,13 +67,13 @@ int cmd_bench(int argc, char **argv) {
         case OPT_NUMERICS: numerics = v; break;
         case OPT_DTYPE: dtype = v; break;
         case OPT_GRAPH: graph = true; break;
-        case OPT_BATCH: ok = cli_parse_i64("--batch", v, 1, 1 << 20, &B); break;
-        case OPT_SEQ: ok = cli_parse_i64("--seq", v, 1, 1 << 20, &T); break;
-        case OPT_STEPS: ok = cli_parse_i64("--steps", v, 1, 100000, &steps); break;
-        case OPT_WARMUP: ok = cli_parse_i64("--warmup", v, 0, 100000, &warmup); break;
-        case 'j': ok = cli_parse_i64("--threads", v, 0, 4096, &threads); break;
+        case OPT_BATCH: ok = cli_parse_i64("bench: --batch", v, 1, 1 << 20, &B); break;
+        case OPT_SEQ: ok = cli_parse_i64("bench: --seq", v, 1, 1 << 20, &T); break;
+        case OPT_STEPS: ok = cli_parse_i64("bench: --steps", v, 1, 100000, &steps); break;
+        case OPT_WARMUP: ok = cli_parse_i64("bench: --warmup", v, 0, 100000, &warmup); break;
+        case 'j': ok = cli_parse_i64("bench: --threads", v, 0, 4096, &threads); break;
         case OPT_PEAK:
-            if ((ok = cli_parse_double("--peak-flops", v, &peak)) && !(peak > 0))
+            if ((ok = cli_parse_double("bench: --peak-flops", v, &peak)) && !(peak > 0))
                 return cli_error(CLI_USAGE, "bench: --peak-flops must be a positive number");
             break;
         default: return CLI_USAGE;

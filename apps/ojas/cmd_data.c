@@ -50,19 +50,19 @@ static int prepare(int argc, char **argv) {
         case OPT_VOCAB: vocab = v; break;
         case 'o': cfg.out_dir = v; break;
         case OPT_VAL_FRACTION:
-            if ((ok = cli_parse_double("--val-fraction", v, &cfg.val_fraction)) &&
+            if ((ok = cli_parse_double("data prepare: --val-fraction", v, &cfg.val_fraction)) &&
                 !(cfg.val_fraction >= 0 && cfg.val_fraction < 1))
                 return cli_error(CLI_USAGE, "data prepare: --val-fraction %s is not in [0, 1)", v);
             break;
         case OPT_SHARD_TOKENS:
-            ok = cli_parse_i64("--shard-tokens", v, 1, INT32_MAX, &cfg.shard_tokens);
+            ok = cli_parse_i64("data prepare: --shard-tokens", v, 1, INT32_MAX, &cfg.shard_tokens);
             break;
         case 'j':
-            if ((ok = cli_parse_i64("--threads", v, 0, 1024, &v64)))
+            if ((ok = cli_parse_i64("data prepare: --threads", v, 0, 1024, &v64)))
                 cfg.threads = (int)v64;
             break;
         case OPT_VERSION:
-            if ((ok = cli_parse_i64("--version", v, 1, 2, &v64)))
+            if ((ok = cli_parse_i64("data prepare: --version", v, 1, 2, &v64)))
                 cfg.version = (int)v64;
             break;
         default: return CLI_USAGE;

@@ -104,19 +104,19 @@ int cmd_generate(int argc, char **argv) {
         case 'p': prompt = v; break;
         case 'd': device = v; break;
         case OPT_DTYPE: dtype = v; break;
-        case 'j': ok = cli_parse_i64("--threads", v, 0, 4096, &threads); break;
-        case 'n': ok = cli_parse_i64("--max-new-tokens", v, 0, 1 << 20, &sc.max_new_tokens); break;
-        case 'k': ok = cli_parse_i64("--top-k", v, 0, INT32_MAX, &sc.top_k); break;
+        case 'j': ok = cli_parse_i64("generate: --threads", v, 0, 4096, &threads); break;
+        case 'n': ok = cli_parse_i64("generate: --max-new-tokens", v, 0, 1 << 20, &sc.max_new_tokens); break;
+        case 'k': ok = cli_parse_i64("generate: --top-k", v, 0, INT32_MAX, &sc.top_k); break;
         case 's': {
             int64_t sd;
-            ok = cli_parse_i64("--seed", v, 0, INT64_MAX, &sd);
+            ok = cli_parse_i64("generate: --seed", v, 0, INT64_MAX, &sd);
             sc.seed = (uint64_t)sd;
             break;
         }
-        case 't': ok = cli_parse_double("--temperature", v, &sc.temperature); break;
-        case OPT_TOP_P: ok = cli_parse_double("--top-p", v, &sc.top_p); break;
-        case OPT_REP: ok = cli_parse_double("--repetition-penalty", v, &sc.repetition_penalty); break;
-        case OPT_BUDGET: ok = cli_parse_bytes("--budget-bytes", v, &budget); break;
+        case 't': ok = cli_parse_double("generate: --temperature", v, &sc.temperature); break;
+        case OPT_TOP_P: ok = cli_parse_double("generate: --top-p", v, &sc.top_p); break;
+        case OPT_REP: ok = cli_parse_double("generate: --repetition-penalty", v, &sc.repetition_penalty); break;
+        case OPT_BUDGET: ok = cli_parse_bytes("generate: --budget-bytes", v, &budget); break;
         default: return CLI_USAGE;
         }
         if (!ok)

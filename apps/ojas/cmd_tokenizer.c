@@ -75,7 +75,7 @@ static int encode(int argc, char **argv) {
         case OPT_SPECIAL_AS_TEXT: flags = OJ_ENCODE_SPECIAL_AS_TEXT; break;
         case OPT_PCRE2: pcre2 = true; break;
         case 'j':
-            if (!cli_parse_i64("--threads", optarg, 0, 1024, &threads))
+            if (!cli_parse_i64("tokenizer encode: --threads", optarg, 0, 1024, &threads))
                 return CLI_USAGE;
             break;
         default: return CLI_USAGE;
@@ -222,10 +222,10 @@ static int train(int argc, char **argv) {
         case 'h':
             fputs(k_usage, stdout);
             return CLI_OK;
-        case OPT_VOCAB_SIZE: ok = cli_parse_i64("--vocab-size", optarg, 257, INT32_MAX - 1, &vs); break;
+        case OPT_VOCAB_SIZE: ok = cli_parse_i64("tokenizer train: --vocab-size", optarg, 257, INT32_MAX - 1, &vs); break;
         case 'o': out = optarg; break;
-        case 'j': ok = cli_parse_i64("--threads", optarg, 0, 1024, &threads); break;
-        case OPT_MIN_FREQUENCY: ok = cli_parse_i64("--min-frequency", optarg, 1, INT64_MAX, &minf); break;
+        case 'j': ok = cli_parse_i64("tokenizer train: --threads", optarg, 0, 1024, &threads); break;
+        case OPT_MIN_FREQUENCY: ok = cli_parse_i64("tokenizer train: --min-frequency", optarg, 1, INT64_MAX, &minf); break;
         default: return CLI_USAGE;
         }
         if (!ok)

@@ -129,7 +129,7 @@ static void test_equals_and_short_forms(void **state) {
     usage_error("bench -m no-such-model", "unknown model preset 'no-such-model'");
     usage_error("bench --model=no-such-model", "unknown model preset 'no-such-model'");
     usage_error("bench -d cuda:x", "bench: --device must be cpu, cuda or cuda:N, got 'cuda:x'");
-    usage_error("bench -j many", "--threads");
+    usage_error("bench -j many", "bench: --threads: expected an integer");
     usage_error("train -c c.json -o r -j many", "threads");
     usage_error("train --config=c.json --out=r --numerics=loose", "numerics");
     usage_error("train -c c.json -o r -s x", "seed");
@@ -265,7 +265,7 @@ static void test_generate_budget_bytes(void **state) {
     free(a);
     free(b);
     usage_error("generate --checkpoint gen --vocab " VOCAB " -p x --budget-bytes 0",
-                "--budget-bytes");
+                "generate: --budget-bytes: expected a positive byte count");
     usage_error("generate --checkpoint gen --vocab " VOCAB " -p x --budget-bytes 12Q",
                 "--budget-bytes");
     usage_error("generate --checkpoint gen --vocab " VOCAB " -p x --budget-bytes 99999999T",
