@@ -1,4 +1,5 @@
-// test: hierarchical budgets: limits, peaks, failure changes nothing, threads
+// test: hierarchical budgets: limits, peaks, failure changes nothing, threads;
+// the fused ops under every byte budget fail only with OJ_ERR_CAPACITY, leaking nothing
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>

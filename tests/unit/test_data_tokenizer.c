@@ -525,7 +525,7 @@ static void test_tokenizer_refuses_non_regular_files(void **state) {
     assert_null(tok);
     assert_non_null(strstr(e.message, "/dev/zero"));
     /* through a directory whose rank file is a link to a device */
-    char dir[] = "/tmp/ojas_adv_data_XXXXXX";
+    char dir[] = "/tmp/ojas_tok_files_XXXXXX";
     assert_non_null(mkdtemp(dir));
     char link[256];
     snprintf(link, sizeof link, "%s/r.tiktoken", dir);
@@ -567,7 +567,7 @@ static void test_bpe_train_null_text(void **state) {
  * bad_id_huge is the same input. */
 static void test_tokenizer_refuses_far_ids(void **state) {
     (void)state;
-    char dir[] = "/tmp/ojas_adv_data_XXXXXX";
+    char dir[] = "/tmp/ojas_tok_files_XXXXXX";
     assert_non_null(mkdtemp(dir));
     char p[256], q[256];
     /* tiktoken: every byte 0..255 (base64), then one rank far out */

@@ -3,6 +3,7 @@
 // several tiles, fully masked rows), KV-cache consistency, gradcheck on
 // non-contiguous inputs, bad input.
 #include <stdio.h>
+#include <unistd.h>
 
 #include "nn_testutil.h"
 
@@ -646,7 +647,8 @@ static void test_attn_output_use(void **state) {
                     assert_true(fabs(got - want) <= 1e-12);
                 }
     /* save through safetensors and read back */
-    const char *path = "/tmp/ojas_adv_s6_attn.safetensors";
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/ojas_attn_out_%ld.safetensors", (long)getpid());
     const char *names[1] = {"y"};
     oj_tensor *ts[1] = {y};
     assert_int_equal(oj_safetensors_save(path, 1, names, ts, NULL, NULL), OJ_OK);
