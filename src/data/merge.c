@@ -27,7 +27,7 @@ static oj_status merge_linear(const oj_tokenizer *tok, oj_tok_session *s, const 
             }
         if (best == INT32_MAX)
             break;
-        id[bi] = best;
+        id[bi] = tok->merge_id ? tok->merge_id[best] : best;
         memmove(id + bi + 1, id + bi + 2, (m - bi - 2) * sizeof *id);
         if (bi + 2 < m)
             memmove(rk + bi + 1, rk + bi + 2, (m - bi - 3) * sizeof *rk);
@@ -110,18 +110,18 @@ static oj_status merge_heap(const oj_tokenizer *tok, oj_tok_session *s, const ui
         if (id[l] < 0 || next[l] >= N || oj_pairmap_get(&tok->pairs, id[l], id[next[l]]) != r)
             continue; /* stale */
         int32_t rt = next[l];
-        id[l] = r;
+        id[l] = tok->merge_id ? tok->merge_id[r] : r;
         id[rt] = -1;
         next[l] = next[rt];
         if (next[rt] < N)
             prev[next[rt]] = l;
         if (prev[l] >= 0) {
-            int32_t q = oj_pairmap_get(&tok->pairs, id[prev[l]], r);
+            int32_t q = oj_pairmap_get(&tok->pairs, id[prev[l]], id[l]);
             if (q >= 0 && q < max_rank)
                 heap_push(h, &hn, (uint64_t)q << 32 | (uint32_t)prev[l]);
         }
         if (next[l] < N) {
-            int32_t q = oj_pairmap_get(&tok->pairs, r, id[next[l]]);
+            int32_t q = oj_pairmap_get(&tok->pairs, id[l], id[next[l]]);
             if (q >= 0 && q < max_rank)
                 heap_push(h, &hn, (uint64_t)q << 32 | (uint32_t)l);
         }

@@ -146,7 +146,7 @@ oj_status oj_bpe_add_special(oj_tokenizer *tok, const uint8_t *b, size_t len, in
         free(text);
         return st;
     }
-    sp[tok->n_specials++] = (oj_special){text, len, id};
+    sp[tok->n_specials++] = (oj_special){text, len, id, false};
     if (len == 13 && memcmp(b, "<|endoftext|>", 13) == 0)
         tok->eot = id;
     return OJ_OK;
@@ -210,6 +210,8 @@ void oj_tokenizer_free(oj_tokenizer *tok) {
     free(tok->is_special);
     free(tok->bytes);
     free(tok->merges);
+    free(tok->merge_id);
+    free(tok->tmpl_ids);
     oj_strmap_free(&tok->ranks);
     oj_pairmap_free(&tok->pairs);
     oj_pretok_pcre2_free(tok->re);
@@ -313,6 +315,10 @@ oj_status oj_tokenizer_set_pretokenizer(oj_tokenizer *tok, oj_pretokenizer p, oj
     if (!tok || (p != OJ_PRETOK_FAST && p != OJ_PRETOK_PCRE2))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "tokenizer_set_pretokenizer: NULL tokenizer or unknown mode %d", (int)p);
+    if (tok->hf && tok->hf_split != OJ_SPLIT_GPT2)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "tokenizer_set_pretokenizer: this tokenizer.json tokenizer splits "
+                            "text with its own pre-tokenizer, not the GPT-2 pattern");
     if (p == OJ_PRETOK_PCRE2 && !tok->re) {
         char msg[256];
         tok->re = oj_pretok_pcre2_compile(msg, sizeof msg);

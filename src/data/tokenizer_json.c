@@ -1,0 +1,790 @@
+/* Hugging Face tokenizer.json: byte-level BPE (GPT-2 / Llama 3 / Qwen2-3
+ * files) with the file's normalizer, pre-tokenizer regex, merges, added
+ * tokens and post-processor template, encoding to the ids that the
+ * reference encoder (tokenizers.js, npm @huggingface/tokenizers) gives.
+ * What the file asks for and this code cannot do exactly is refused by
+ * name, never approximated. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifdef OJAS_HAVE_ICU
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+#endif
+
+#include "data/bpe.h"
+#include "data/hf_regex.h"
+#include "data/pretok.h"
+#include "data/unicode.h"
+
+#define OJ_SESSION_PIECES 4096
+
+/* ---------------------------------------------------------------- errors */
+
+typedef struct ctx {
+    const char *path;
+    oj_error *err;
+} ctx;
+
+/* "tokenizer: PATH: FIELD: what" */
+static oj_status bad(const ctx *c, oj_status st, const char *field, const char *fmt, ...) {
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return oj_error_set(c->err, st, "tokenizer: %s: %s: %s", c->path, field, msg);
+}
+
+static oj_status oom(const ctx *c) {
+    return oj_error_set(c->err, OJ_ERR_CAPACITY, "tokenizer: %s: out of memory", c->path);
+}
+
+/* A member that must be absent or null (a feature that is not supported). */
+static oj_status want_null(const ctx *c, json_t *obj, const char *key, const char *field) {
+    json_t *v = json_object_get(obj, key);
+    if (v && !json_is_null(v))
+        return bad(c, OJ_ERR_UNSUPPORTED, field, "is set; only null is supported");
+    return OJ_OK;
+}
+
+/* A member that must be absent, null or false. */
+static oj_status want_false(const ctx *c, json_t *obj, const char *key, const char *field) {
+    json_t *v = json_object_get(obj, key);
+    if (v && !json_is_null(v) && !json_is_false(v))
+        return bad(c, OJ_ERR_UNSUPPORTED, field, "is %s; only false is supported",
+                   json_is_true(v) ? "true" : "not a boolean");
+    return OJ_OK;
+}
+
+/* A boolean member (absent/null = def). */
+static oj_status get_bool(const ctx *c, json_t *obj, const char *key, const char *field, bool def,
+                          bool *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return OJ_OK;
+    }
+    if (!json_is_boolean(v))
+        return bad(c, OJ_ERR_CORRUPT, field, "expected true or false");
+    *out = json_is_true(v);
+    return OJ_OK;
+}
+
+static const char *type_of(json_t *obj) {
+    json_t *t = json_is_object(obj) ? json_object_get(obj, "type") : NULL;
+    return json_is_string(t) ? json_string_value(t) : NULL;
+}
+
+/* ---------------------------------------------------------------- parts */
+
+/* GPT-2 byte-to-unicode string -> bytes; false if a character is no byte's
+ * image. out has room for n bytes. */
+static bool unmap_bytes(const char *s, size_t n, uint8_t *out, size_t *outlen) {
+    size_t i = 0, o = 0;
+    while (i < n) {
+        uint32_t cp;
+        int l = oj_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        int b = l ? oj_gpt2_cp_to_byte(cp) : -1;
+        if (b < 0)
+            return false;
+        out[o++] = (uint8_t)b;
+        i += (size_t)l;
+    }
+    *outlen = o;
+    return true;
+}
+
+/* The pieces of the pipeline this file asks for. */
+typedef struct spec {
+    bool nfc;
+    oj_hf_split split;
+    char *pattern; /* PCRE2 form of the Split regex */
+    bool byte_level;
+} spec;
+
+static oj_status parse_normalizer(const ctx *c, json_t *n, spec *sp) {
+    if (!n || json_is_null(n))
+        return OJ_OK;
+    const char *t = type_of(n);
+    if (!t)
+        return bad(c, OJ_ERR_CORRUPT, "normalizer", "expected an object with a \"type\"");
+    if (strcmp(t, "Sequence") == 0) {
+        json_t *list = json_object_get(n, "normalizers");
+        if (!json_is_array(list))
+            return bad(c, OJ_ERR_CORRUPT, "normalizer.normalizers", "expected an array");
+        size_t i;
+        json_t *e;
+        json_array_foreach(list, i, e) {
+            oj_status st = parse_normalizer(c, e, sp);
+            if (st)
+                return st;
+        }
+        return OJ_OK;
+    }
+    if (strcmp(t, "NFC") == 0) {
+        if (sp->nfc)
+            return bad(c, OJ_ERR_UNSUPPORTED, "normalizer", "NFC appears twice");
+#ifndef OJAS_HAVE_ICU
+        return bad(c, OJ_ERR_UNSUPPORTED, "normalizer",
+                   "NFC needs ICU, and this build of ojas has none (install libicu-dev and "
+                   "rebuild)");
+#else
+        sp->nfc = true;
+        return OJ_OK;
+#endif
+    }
+    return bad(c, OJ_ERR_UNSUPPORTED, "normalizer", "type \"%s\" is not supported", t);
+}
+
+static oj_status parse_byte_level(const ctx *c, json_t *p, const char *field, bool *use_regex) {
+    char f[96];
+    snprintf(f, sizeof f, "%s.add_prefix_space", field);
+    oj_status st = want_false(c, p, "add_prefix_space", f);
+    if (st)
+        return st;
+    snprintf(f, sizeof f, "%s.use_regex", field);
+    return get_bool(c, p, "use_regex", f, true, use_regex);
+}
+
+static oj_status parse_split(const ctx *c, json_t *p, const char *field, spec *sp) {
+    char f[96];
+    json_t *pat = json_object_get(p, "pattern");
+    json_t *rx = json_is_object(pat) ? json_object_get(pat, "Regex") : NULL;
+    snprintf(f, sizeof f, "%s.pattern", field);
+    if (!json_is_string(rx))
+        return bad(c, json_is_object(pat) && json_object_get(pat, "String") ? OJ_ERR_UNSUPPORTED
+                                                                              : OJ_ERR_CORRUPT,
+                   f, "expected {\"Regex\": string} (a String pattern is not supported)");
+    json_t *beh = json_object_get(p, "behavior");
+    snprintf(f, sizeof f, "%s.behavior", field);
+    if (!json_is_string(beh) || strcmp(json_string_value(beh), "Isolated") != 0)
+        return bad(c, OJ_ERR_UNSUPPORTED, f, "\"%s\": only \"Isolated\" is supported",
+                   json_is_string(beh) ? json_string_value(beh) : "?");
+    snprintf(f, sizeof f, "%s.invert", field);
+    oj_status st = want_false(c, p, "invert", f);
+    if (st)
+        return st;
+    if (sp->pattern)
+        return bad(c, OJ_ERR_UNSUPPORTED, field, "a second Split is not supported");
+    char why[160];
+    sp->pattern = oj_hf_regex_to_pcre2(json_string_value(rx), why, sizeof why);
+    snprintf(f, sizeof f, "%s.pattern.Regex", field);
+    if (!sp->pattern)
+        return bad(c, OJ_ERR_UNSUPPORTED, f, "%s", why);
+    return OJ_OK;
+}
+
+static oj_status parse_pre_tokenizer(const ctx *c, json_t *p, spec *sp) {
+    sp->split = OJ_SPLIT_NONE;
+    if (!p || json_is_null(p))
+        return OJ_OK;
+    const char *t = type_of(p);
+    if (!t)
+        return bad(c, OJ_ERR_CORRUPT, "pre_tokenizer", "expected an object with a \"type\"");
+    json_t *one[1] = {p};
+    json_t **items = one;
+    size_t n = 1;
+    json_t *list = NULL;
+    if (strcmp(t, "Sequence") == 0) {
+        list = json_object_get(p, "pretokenizers");
+        if (!json_is_array(list))
+            return bad(c, OJ_ERR_CORRUPT, "pre_tokenizer.pretokenizers", "expected an array");
+        n = json_array_size(list);
+        items = NULL;
+    }
+    bool split_seen = false, gpt2_regex = false;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = items ? items[i] : json_array_get(list, i);
+        char f[64];
+        if (items)
+            snprintf(f, sizeof f, "pre_tokenizer");
+        else
+            snprintf(f, sizeof f, "pre_tokenizer.pretokenizers[%zu]", i);
+        const char *et = type_of(e);
+        if (!et)
+            return bad(c, OJ_ERR_CORRUPT, f, "expected an object with a \"type\"");
+        oj_status st;
+        if (strcmp(et, "Split") == 0) {
+            if (sp->byte_level)
+                return bad(c, OJ_ERR_UNSUPPORTED, f, "a Split after ByteLevel is not supported");
+            if ((st = parse_split(c, e, f, sp)))
+                return st;
+            split_seen = true;
+        } else if (strcmp(et, "ByteLevel") == 0) {
+            bool use_regex = false;
+            if (sp->byte_level)
+                return bad(c, OJ_ERR_UNSUPPORTED, f, "a second ByteLevel is not supported");
+            if ((st = parse_byte_level(c, e, f, &use_regex)))
+                return st;
+            if (use_regex && split_seen)
+                return bad(c, OJ_ERR_UNSUPPORTED, f,
+                           "use_regex true after a Split is not supported");
+            sp->byte_level = true;
+            gpt2_regex = use_regex;
+        } else
+            return bad(c, OJ_ERR_UNSUPPORTED, f, "type \"%s\" is not supported", et);
+    }
+    sp->split = split_seen ? OJ_SPLIT_REGEX : gpt2_regex ? OJ_SPLIT_GPT2 : OJ_SPLIT_NONE;
+    return OJ_OK;
+}
+
+static oj_status parse_decoder(const ctx *c, json_t *d, const spec *sp) {
+    if (!d || json_is_null(d))
+        return OJ_OK;
+    const char *t = type_of(d);
+    if (!t)
+        return bad(c, OJ_ERR_CORRUPT, "decoder", "expected an object with a \"type\"");
+    if (sp->byte_level && strcmp(t, "ByteLevel") == 0)
+        return OJ_OK; /* decode() concatenates token bytes: ByteLevel's result */
+    return bad(c, OJ_ERR_UNSUPPORTED, "decoder", "type \"%s\" is not supported%s", t,
+               sp->byte_level ? " with a ByteLevel pre-tokenizer" : "");
+}
+
+/* added_tokens: check the flags; collect (content, id, special). */
+static oj_status check_added(const ctx *c, json_t *added, bool has_normalizer) {
+    if (!added || json_is_null(added))
+        return OJ_OK;
+    if (!json_is_array(added))
+        return bad(c, OJ_ERR_CORRUPT, "added_tokens", "expected an array");
+    size_t i;
+    json_t *a;
+    json_array_foreach(added, i, a) {
+        char f[64];
+        snprintf(f, sizeof f, "added_tokens[%zu]", i);
+        json_t *content = json_object_get(a, "content"), *id = json_object_get(a, "id");
+        if (!json_is_object(a) || !json_is_string(content) || !json_string_length(content) ||
+            !json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= INT32_MAX - 1)
+            return bad(c, OJ_ERR_CORRUPT, f,
+                       "expected {\"id\": id >= 0, \"content\": non-empty string, ...}");
+        static const char *const flags[] = {"lstrip", "rstrip", "single_word"};
+        for (size_t k = 0; k < 3; k++) {
+            char ff[96];
+            snprintf(ff, sizeof ff, "%s.%s", f, flags[k]);
+            oj_status st = want_false(c, a, flags[k], ff);
+            if (st)
+                return st;
+        }
+        bool special = false, normalized = false;
+        char ff[96];
+        snprintf(ff, sizeof ff, "%s.special", f);
+        oj_status st = get_bool(c, a, "special", ff, false, &special);
+        snprintf(ff, sizeof ff, "%s.normalized", f);
+        if (!st)
+            st = get_bool(c, a, "normalized", ff, !special, &normalized);
+        if (st)
+            return st;
+        if (normalized && has_normalizer)
+            return bad(c, OJ_ERR_UNSUPPORTED, ff,
+                       "true with a normalizer is not supported (the token would be matched "
+                       "in normalized text)");
+    }
+    return OJ_OK;
+}
+
+/* Is s (UTF-8) the content of an added token whose id is id? */
+static bool is_added(json_t *added, const char *s, json_int_t id) {
+    size_t i;
+    json_t *a;
+    json_array_foreach(added, i, a) {
+        if (json_integer_value(json_object_get(a, "id")) == id &&
+            strcmp(json_string_value(json_object_get(a, "content")), s) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The vocabulary, byte-level: every key a GPT-2 byte string. */
+static oj_status load_vocab(const ctx *c, oj_tokenizer *tok, json_t *vocab, json_t *added) {
+    if (!json_is_object(vocab))
+        return bad(c, OJ_ERR_CORRUPT, "model.vocab", "expected an object of token: id");
+    size_t n = json_object_size(vocab), maxkey = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab, key, v) {
+        size_t kl = strlen(key);
+        if (kl > maxkey)
+            maxkey = kl;
+    }
+    uint8_t *kb = malloc(maxkey + 1);
+    if (!kb)
+        return oom(c);
+    oj_status st = OJ_OK;
+    int64_t lim = (int64_t)n * 2 + 1024 + (int64_t)json_array_size(added);
+    json_object_foreach(vocab, key, v) {
+        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        size_t bl;
+        if (id < 0 || id >= INT32_MAX - 1 || id > lim) {
+            st = bad(c, OJ_ERR_CORRUPT, "model.vocab", "\"%.64s\" has no valid id%s", key,
+                     id > lim ? " (far beyond the number of entries)" : "");
+            break;
+        }
+        if (added && is_added(added, key, id))
+            continue; /* an added token: a special, not a mergeable token */
+        if (!unmap_bytes(key, strlen(key), kb, &bl) || bl == 0) {
+            st = bad(c, OJ_ERR_CORRUPT, "model.vocab",
+                     "\"%.64s\" is not a ByteLevel (GPT-2 byte-to-unicode) string", key);
+            break;
+        }
+        if (oj_bpe_rank(tok, kb, bl) >= 0) {
+            st = bad(c, OJ_ERR_CORRUPT, "model.vocab", "\"%.64s\" appears twice", key);
+            break;
+        }
+        if ((int32_t)id < tok->n_ids && tok->tok_len[id]) {
+            st = bad(c, OJ_ERR_CORRUPT, "model.vocab", "id %lld appears twice", (long long)id);
+            break;
+        }
+        oj_error e = {0};
+        if ((st = oj_bpe_add_token(tok, kb, bl, (int32_t)id, &e))) {
+            st = bad(c, st, "model.vocab", "\"%.64s\": %s", key, e.message);
+            break;
+        }
+    }
+    free(kb);
+    return st;
+}
+
+/* One merge as its two parts (each a string of at most cap-1 bytes). */
+static bool merge_parts(json_t *m, const char **a, size_t *al, const char **b, size_t *bl) {
+    if (json_is_string(m)) {
+        const char *s = json_string_value(m);
+        size_t n = json_string_length(m);
+        const char *sp = memchr(s, ' ', n);
+        if (!sp || sp == s || sp == s + n - 1 || memchr(sp + 1, ' ', n - (size_t)(sp - s) - 1))
+            return false;
+        *a = s;
+        *al = (size_t)(sp - s);
+        *b = sp + 1;
+        *bl = n - *al - 1;
+        return true;
+    }
+    if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+        json_is_string(json_array_get(m, 1))) {
+        *a = json_string_value(json_array_get(m, 0));
+        *al = json_string_length(json_array_get(m, 0));
+        *b = json_string_value(json_array_get(m, 1));
+        *bl = json_string_length(json_array_get(m, 1));
+        return *al && *bl;
+    }
+    return false;
+}
+
+/* merges, in priority order: pair table (left id, right id) -> rank and
+ * merge_id[rank] = the merged token. A merge whose parts are not both in
+ * the vocabulary can never apply (every symbol BPE makes is a vocabulary
+ * token: the bytes are, and so is every merge result, which is checked);
+ * a later duplicate of a pair replaces the earlier rank (as a Map built
+ * from the list does in tokenizers.js). */
+static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges) {
+    if (!json_is_array(merges))
+        return bad(c, OJ_ERR_CORRUPT, "model.merges", "expected an array");
+    size_t n = json_array_size(merges);
+    if (n >= INT32_MAX / 2)
+        return bad(c, OJ_ERR_CAPACITY, "model.merges", "too many merges (%zu)", n);
+    tok->merge_id = malloc((n ? n : 1) * sizeof *tok->merge_id);
+    if (!tok->merge_id || oj_pairmap_init(&tok->pairs, n * 2 + 16) != 0)
+        return oom(c);
+    tok->n_merges = (int64_t)n;
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *a, *b;
+        size_t al, bl, ua, ub;
+        char f[48];
+        snprintf(f, sizeof f, "model.merges[%zu]", i);
+        if (!merge_parts(json_array_get(merges, i), &a, &al, &b, &bl)) {
+            free(buf);
+            return bad(c, OJ_ERR_CORRUPT, f, "expected \"A B\" (one space) or [\"A\", \"B\"]");
+        }
+        if (al + bl > cap) {
+            cap = (al + bl) * 2 + 64;
+            uint8_t *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                return oom(c);
+            }
+            buf = nb;
+        }
+        if (!unmap_bytes(a, al, buf, &ua) || !unmap_bytes(b, bl, buf + ua, &ub)) {
+            free(buf);
+            return bad(c, OJ_ERR_CORRUPT, f, "a part is not a ByteLevel string");
+        }
+        int32_t ia = oj_bpe_rank(tok, buf, ua), ib = oj_bpe_rank(tok, buf + ua, ub);
+        tok->merge_id[i] = -1;
+        if (ia < 0 || ib < 0)
+            continue;
+        int32_t ic = oj_bpe_rank(tok, buf, ua + ub);
+        if (ic < 0) {
+            free(buf);
+            return bad(c, OJ_ERR_CORRUPT, f, "\"%.*s\" + \"%.*s\" is not in model.vocab",
+                       (int)(al > 64 ? 64 : al), a, (int)(bl > 64 ? 64 : bl), b);
+        }
+        tok->merge_id[i] = ic;
+        if (oj_pairmap_set(&tok->pairs, ia, ib, (int32_t)i) != 0) {
+            free(buf);
+            return oom(c);
+        }
+    }
+    free(buf);
+    return OJ_OK;
+}
+
+static oj_status parse_model(const ctx *c, oj_tokenizer *tok, json_t *m, json_t *added,
+                             const spec *sp) {
+    const char *t = type_of(m);
+    if (!t)
+        return bad(c, OJ_ERR_CORRUPT, "model", "expected an object with a \"type\"");
+    if (strcmp(t, "BPE") != 0)
+        return bad(c, OJ_ERR_UNSUPPORTED, "model.type", "\"%s\": only \"BPE\" is supported", t);
+    oj_status st;
+    if ((st = want_null(c, m, "dropout", "model.dropout")) ||
+        (st = want_false(c, m, "byte_fallback", "model.byte_fallback")))
+        return st;
+    static const char *const empty_ok[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *v = json_object_get(m, empty_ok[k]);
+        char f[64];
+        snprintf(f, sizeof f, "model.%s", empty_ok[k]);
+        if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
+            return bad(c, OJ_ERR_UNSUPPORTED, f, "only null or \"\" is supported");
+    }
+    bool ignore_merges = false;
+    if ((st = get_bool(c, m, "ignore_merges", "model.ignore_merges", false, &ignore_merges)))
+        return st;
+    if (!sp->byte_level)
+        return bad(c, OJ_ERR_UNSUPPORTED, "pre_tokenizer",
+                   "BPE without a ByteLevel pre-tokenizer and without byte_fallback is not "
+                   "supported");
+    tok->merges_only = !ignore_merges;
+    if ((st = load_vocab(c, tok, json_object_get(m, "vocab"), added)))
+        return st;
+    for (int b = 0; b < 256; b++)
+        if (tok->byte_id[b] < 0)
+            return bad(c, OJ_ERR_CORRUPT, "model.vocab", "byte 0x%02x has no token", b);
+    return load_merges(c, tok, json_object_get(m, "merges"));
+}
+
+static oj_status add_added(const ctx *c, oj_tokenizer *tok, json_t *added) {
+    size_t i;
+    json_t *a;
+    json_array_foreach(added, i, a) {
+        const char *s = json_string_value(json_object_get(a, "content"));
+        int32_t id = (int32_t)json_integer_value(json_object_get(a, "id"));
+        char f[48];
+        snprintf(f, sizeof f, "added_tokens[%zu]", i);
+        if (id < tok->n_ids && tok->tok_len[id])
+            return bad(c, OJ_ERR_CORRUPT, f, "id %d is already \"%.*s\"", (int)id,
+                       (int)(tok->tok_len[id] > 64 ? 64 : tok->tok_len[id]),
+                       (const char *)tok->bytes + tok->tok_off[id]);
+        oj_error e = {0};
+        oj_status st = oj_bpe_add_special(tok, (const uint8_t *)s, strlen(s), id, &e);
+        if (st)
+            return bad(c, st, f, "%s", e.message);
+        tok->specials[tok->n_specials - 1].always =
+            !json_is_true(json_object_get(a, "special"));
+    }
+    return OJ_OK;
+}
+
+static int32_t special_named(const oj_tokenizer *tok, const char *s) {
+    return oj_tokenizer_special_id(tok, s);
+}
+
+/* post_processor: ByteLevel (no change to ids) or TemplateProcessing, whose
+ * single-sequence template gives the ids placed around the text. */
+static oj_status parse_post(const ctx *c, oj_tokenizer *tok, json_t *p) {
+    if (!p || json_is_null(p))
+        return OJ_OK;
+    const char *t = type_of(p);
+    if (!t)
+        return bad(c, OJ_ERR_CORRUPT, "post_processor", "expected an object with a \"type\"");
+    if (strcmp(t, "ByteLevel") == 0)
+        return OJ_OK; /* offsets only */
+    if (strcmp(t, "TemplateProcessing") != 0)
+        return bad(c, OJ_ERR_UNSUPPORTED, "post_processor", "type \"%s\" is not supported", t);
+    json_t *single = json_object_get(p, "single"), *sp = json_object_get(p, "special_tokens");
+    if (!json_is_array(single))
+        return bad(c, OJ_ERR_CORRUPT, "post_processor.single", "expected an array");
+    size_t cap = 0, n = 0, i;
+    json_t *item;
+    int seq_at = -1;
+    json_array_foreach(single, i, item) {
+        json_t *st = json_object_get(item, "SpecialToken"), *seq = json_object_get(item, "Sequence");
+        char f[64];
+        snprintf(f, sizeof f, "post_processor.single[%zu]", i);
+        if (json_is_object(seq)) {
+            json_t *sid = json_object_get(seq, "id");
+            if (!json_is_string(sid) || strcmp(json_string_value(sid), "A") != 0 || seq_at >= 0)
+                return bad(c, OJ_ERR_UNSUPPORTED, f, "only one Sequence \"A\" is supported");
+            seq_at = (int)n;
+            continue;
+        }
+        json_t *name = json_is_object(st) ? json_object_get(st, "id") : NULL;
+        if (!json_is_string(name))
+            return bad(c, OJ_ERR_CORRUPT, f, "expected {\"SpecialToken\": {\"id\": name}} or "
+                                             "{\"Sequence\": {\"id\": \"A\"}}");
+        json_t *def = json_object_get(sp, json_string_value(name));
+        json_t *ids = json_is_object(def) ? json_object_get(def, "ids") : NULL;
+        if (!json_is_array(ids))
+            return bad(c, OJ_ERR_CORRUPT, f, "\"%.64s\" is not in post_processor.special_tokens",
+                       json_string_value(name));
+        size_t k;
+        json_t *idv;
+        json_array_foreach(ids, k, idv) {
+            json_int_t id = json_is_integer(idv) ? json_integer_value(idv) : -1;
+            if (id < 0 || id >= tok->n_ids || !tok->tok_len[id])
+                return bad(c, OJ_ERR_CORRUPT, f, "special token \"%.64s\" has id %lld, not in "
+                                                 "the vocabulary",
+                           json_string_value(name), (long long)id);
+            if (n == cap) {
+                cap = cap ? cap * 2 : 8;
+                int32_t *q = realloc(tok->tmpl_ids, cap * sizeof *q);
+                if (!q)
+                    return oom(c);
+                tok->tmpl_ids = q;
+            }
+            tok->tmpl_ids[n++] = (int32_t)id;
+        }
+    }
+    if (seq_at < 0)
+        return bad(c, OJ_ERR_CORRUPT, "post_processor.single", "has no Sequence \"A\"");
+    tok->n_prefix = seq_at;
+    tok->n_suffix = (int)n - seq_at;
+    return OJ_OK;
+}
+
+/* eot: "<|endoftext|>" where the file has it, else the eos_token that
+ * tokenizer_config.json beside the file names (a string or {"content"}). */
+static void read_config_eos(oj_tokenizer *tok, const char *path) {
+    if (tok->eot >= 0)
+        return;
+    size_t pl = strlen(path);
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
+    char *cfg = malloc(dl + 32);
+    if (!cfg)
+        return;
+    memcpy(cfg, path, dl);
+    snprintf(cfg + dl, 32, "tokenizer_config.json");
+    (void)pl;
+    json_t *root = json_load_file(cfg, 0, NULL);
+    free(cfg);
+    json_t *eos = root ? json_object_get(root, "eos_token") : NULL;
+    if (json_is_object(eos))
+        eos = json_object_get(eos, "content");
+    if (json_is_string(eos))
+        tok->eot = special_named(tok, json_string_value(eos));
+    json_decref(root);
+}
+
+oj_status oj_tokenizer_load_hf(const char *path, oj_tokenizer **out, oj_error *err) {
+    if (!path || !out)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load_hf: NULL argument");
+    *out = NULL;
+    ctx c = {path, err};
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return oj_error_set(err, OJ_ERR_IO, "tokenizer: cannot open %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return oj_error_set(err, OJ_ERR_IO, "tokenizer: %s is not a regular file", path);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return oj_error_set(err, je.line < 0 ? OJ_ERR_IO : OJ_ERR_CORRUPT,
+                            "tokenizer: %s:%d:%d: not valid JSON: %s", path, je.line, je.column,
+                            je.text);
+    oj_status st = OJ_OK;
+    spec sp = {0};
+    oj_tokenizer *tok = NULL;
+    if (!json_is_object(root)) {
+        st = oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s: not a JSON object", path);
+        goto done;
+    }
+    json_t *model = json_object_get(root, "model"), *added = json_object_get(root, "added_tokens");
+    json_t *normalizer = json_object_get(root, "normalizer");
+    if (!model) {
+        st = bad(&c, OJ_ERR_CORRUPT, "model", "missing");
+        goto done;
+    }
+    if ((st = want_null(&c, root, "truncation", "truncation")) ||
+        (st = want_null(&c, root, "padding", "padding")) ||
+        (st = parse_normalizer(&c, normalizer, &sp)) ||
+        (st = parse_pre_tokenizer(&c, json_object_get(root, "pre_tokenizer"), &sp)) ||
+        (st = parse_decoder(&c, json_object_get(root, "decoder"), &sp)) ||
+        (st = check_added(&c, added, normalizer && !json_is_null(normalizer))))
+        goto done;
+    if (!(tok = oj_bpe_new())) {
+        st = oom(&c);
+        goto done;
+    }
+    tok->hf = 1;
+    tok->hf_nfc = sp.nfc;
+    tok->hf_split = (uint8_t)sp.split;
+    if ((st = parse_model(&c, tok, model, json_is_array(added) ? added : NULL, &sp)))
+        goto done;
+    if (json_is_array(added) && (st = add_added(&c, tok, added)))
+        goto done;
+    if ((st = parse_post(&c, tok, json_object_get(root, "post_processor"))))
+        goto done;
+    if (sp.split == OJ_SPLIT_REGEX) {
+        char msg[256];
+        tok->re = oj_pretok_pcre2_compile_pattern(sp.pattern, msg, sizeof msg);
+        if (!tok->re) {
+            st = bad(&c, OJ_ERR_UNSUPPORTED, "pre_tokenizer", "the regex (as PCRE2 \"%.120s\"): %s",
+                     sp.pattern, msg);
+            goto done;
+        }
+        tok->pretok = OJ_PRETOK_PCRE2;
+    }
+    read_config_eos(tok, path);
+done:
+    free(sp.pattern);
+    json_decref(root);
+    if (st) {
+        oj_tokenizer_free(tok);
+        return st;
+    }
+    *out = tok;
+    return OJ_OK;
+}
+
+void oj_tokenizer_template(const oj_tokenizer *tok, const int32_t **prefix, size_t *n_prefix,
+                           const int32_t **suffix, size_t *n_suffix) {
+    bool any = tok && tok->tmpl_ids;
+    if (prefix)
+        *prefix = any ? tok->tmpl_ids : NULL;
+    if (n_prefix)
+        *n_prefix = any ? (size_t)tok->n_prefix : 0;
+    if (suffix)
+        *suffix = any ? tok->tmpl_ids + tok->n_prefix : NULL;
+    if (n_suffix)
+        *n_suffix = any ? (size_t)tok->n_suffix : 0;
+}
+
+/* ---------------------------------------------------------------- encode */
+
+static bool valid_utf8(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        int l = oj_utf8_decode(s + i, n - i, &cp);
+        if (!l)
+            return false;
+        i += (size_t)l;
+    }
+    return true;
+}
+
+#ifdef OJAS_HAVE_ICU
+/* NFC of valid UTF-8 b[0..n) into a new buffer (ICU). Text whose code
+ * points are all below U+0300 (no lead byte >= 0xCC) is NFC already: then
+ * *out = NULL. */
+static oj_status nfc(const uint8_t *b, size_t n, uint8_t **out, size_t *outn, oj_error *err) {
+    *out = NULL;
+    size_t i = 0;
+    while (i < n && b[i] < 0xCC)
+        i++;
+    if (i == n)
+        return OJ_OK;
+    if (n > INT32_MAX / 4)
+        return oj_error_set(err, OJ_ERR_CAPACITY,
+                            "tokenizer_encode: NFC of a text section over 512 MiB");
+    UErrorCode ec = U_ZERO_ERROR;
+    const UNormalizer2 *norm = unorm2_getNFCInstance(&ec);
+    int32_t n16 = 0;
+    UChar *src = malloc((n + 1) * sizeof *src), *dst = NULL;
+    uint8_t *res = NULL;
+    if (!src)
+        goto fail;
+    u_strFromUTF8(src, (int32_t)n + 1, &n16, (const char *)b, (int32_t)n, &ec);
+    int32_t cap = n16 * 3 + 16; /* NFC grows a string by at most 3x */
+    if (U_FAILURE(ec) || !(dst = malloc((size_t)cap * sizeof *dst)))
+        goto fail;
+    int32_t m = unorm2_normalize(norm, src, n16, dst, cap, &ec);
+    int32_t n8 = 0;
+    if (U_FAILURE(ec) || !(res = malloc((size_t)m * 3 + 1)))
+        goto fail;
+    u_strToUTF8((char *)res, m * 3 + 1, &n8, dst, m, &ec);
+    if (U_FAILURE(ec))
+        goto fail;
+    free(src);
+    free(dst);
+    *out = res;
+    *outn = (size_t)n8;
+    return OJ_OK;
+fail:
+    free(src);
+    free(dst);
+    free(res);
+    if (U_SUCCESS(ec))
+        return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer_encode: out of memory in NFC");
+    return oj_error_set(err, OJ_ERR_INTERNAL, "tokenizer_encode: ICU NFC failed: %s",
+                        u_errorName(ec));
+}
+#endif
+
+oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
+                                size_t n, oj_tokens *out, oj_error *err) {
+    if (n == 0)
+        return OJ_OK;
+    if (!valid_utf8(b, n))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "tokenizer_encode: a tokenizer.json tokenizer needs valid UTF-8 text");
+    uint8_t *norm = NULL;
+#ifdef OJAS_HAVE_ICU
+    if (tok->hf_nfc) {
+        size_t nn;
+        oj_status st = nfc(b, n, &norm, &nn, err);
+        if (st)
+            return st;
+        if (norm) {
+            b = norm;
+            n = nn;
+        }
+    }
+#endif
+    oj_status st = OJ_OK;
+    if (tok->hf_split == OJ_SPLIT_NONE) {
+        if ((st = oj_bpe_encode_piece(tok, s, b, n, out)))
+            oj_error_set(err, st, "tokenizer_encode: out of memory");
+        free(norm);
+        return st;
+    }
+    size_t pos = 0;
+    for (;;) {
+        size_t start = pos, k;
+        if (tok->hf_split == OJ_SPLIT_REGEX)
+            k = oj_pretok_pcre2_split_isolated(tok->re, s->md, b, n, &pos, s->ends,
+                                               OJ_SESSION_PIECES);
+        else if (tok->pretok == OJ_PRETOK_PCRE2)
+            k = oj_pretok_pcre2_split(tok->re, s->md, b, n, &pos, s->ends, OJ_SESSION_PIECES);
+        else
+            k = oj_pretok_split(b, n, &pos, s->ends, OJ_SESSION_PIECES);
+        if (k == (size_t)-1) {
+            st = oj_error_set(err, OJ_ERR_INTERNAL,
+                              "tokenizer_encode: PCRE2 match failed at byte %zu", pos);
+            break;
+        }
+        if (k == 0)
+            break;
+        for (size_t i = 0; i < k && !st; i++) {
+            if ((st = oj_bpe_encode_piece(tok, s, b + start, s->ends[i] - start, out)))
+                oj_error_set(err, st, "tokenizer_encode: out of memory");
+            start = s->ends[i];
+        }
+        if (st)
+            break;
+    }
+    free(norm);
+    return st;
+}
