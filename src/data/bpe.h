@@ -62,7 +62,8 @@ struct oj_tokenizer {
      * the other formats. */
     uint8_t hf;             /* encode_ordinary goes through oj_hf_encode_ordinary */
     uint8_t hf_split;       /* oj_hf_split */
-    uint8_t hf_nfc;         /* the NFC normalizer */
+    uint8_t strip_space;    /* decode drops one leading space (a Strip decoder) */
+    struct oj_hf *hfx;      /* normalizer and SentencePiece-style state */
     uint8_t merges_only;    /* ignore_merges false: a piece is merged even when
                                the vocabulary holds it whole */
     int32_t *merge_id;      /* [n_merges] merge rank -> id of the merged token;
@@ -94,6 +95,14 @@ oj_status oj_bpe_add_token(oj_tokenizer *tok, const uint8_t *b, size_t len, int3
 oj_status oj_bpe_add_special(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id,
                              oj_error *err);
 oj_status oj_bpe_finish(oj_tokenizer *tok, oj_error *err);
+/* Store the bytes of id (no merge table entry): len > 0, id unused. */
+oj_status oj_bpe_put_id(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id, bool special,
+                        oj_error *err);
+/* Free the tokenizer.json extras (NULL is a no-op). */
+void oj_hf_free(struct oj_hf *x);
+/* Min-heap of uint64 (merge.c); the caller sizes h. */
+void oj_heap_push(uint64_t *h, size_t *n, uint64_t v);
+uint64_t oj_heap_pop(uint64_t *h, size_t *n);
 
 /* Id of mergeable token b[0..len), or -1. */
 static inline int32_t oj_bpe_rank(const oj_tokenizer *tok, const uint8_t *b, size_t len) {

@@ -100,46 +100,120 @@ static bool unmap_bytes(const char *s, size_t n, uint8_t *out, size_t *outlen) {
     return true;
 }
 
+/* Normalizer steps, applied in order to each text section. */
+typedef enum norm_kind { NORM_NFC, NORM_PREPEND, NORM_REPLACE } norm_kind;
+typedef struct norm_op {
+    norm_kind kind;
+    char *a, *b; /* PREPEND: a; REPLACE: every a -> b */
+    size_t al, bl;
+} norm_op;
+
+struct oj_hf {
+    norm_op *ops;
+    int n_ops;
+    bool sp;               /* SentencePiece-style BPE: symbols are characters */
+    int32_t ascii_id[128]; /* sp: id of each ASCII character's token, -1 none */
+    int32_t byte_fb[256];  /* sp: id of "<0xXX>" (byte_fallback) */
+};
+
+void oj_hf_free(struct oj_hf *x) {
+    if (!x)
+        return;
+    for (int i = 0; i < x->n_ops; i++) {
+        free(x->ops[i].a);
+        free(x->ops[i].b);
+    }
+    free(x->ops);
+    free(x);
+}
+
 /* The pieces of the pipeline this file asks for. */
 typedef struct spec {
-    bool nfc;
+    struct oj_hf *hfx;
     oj_hf_split split;
     char *pattern; /* PCRE2 form of the Split regex */
     bool byte_level;
+    bool strip_space; /* decoder */
 } spec;
 
-static oj_status parse_normalizer(const ctx *c, json_t *n, spec *sp) {
+static oj_status add_op(const ctx *c, spec *sp, norm_kind k, json_t *a, json_t *b) {
+    norm_op *ops = realloc(sp->hfx->ops, (size_t)(sp->hfx->n_ops + 1) * sizeof *ops);
+    if (!ops)
+        return oom(c);
+    sp->hfx->ops = ops;
+    norm_op *op = &ops[sp->hfx->n_ops];
+    *op = (norm_op){.kind = k};
+    if (a) {
+        op->al = json_string_length(a);
+        op->a = malloc(op->al + 1);
+        if (op->a)
+            memcpy(op->a, json_string_value(a), op->al + 1);
+    }
+    if (b) {
+        op->bl = json_string_length(b);
+        op->b = malloc(op->bl + 1);
+        if (op->b)
+            memcpy(op->b, json_string_value(b), op->bl + 1);
+    }
+    sp->hfx->n_ops++;
+    if ((a && !op->a) || (b && !op->b))
+        return oom(c);
+    return OJ_OK;
+}
+
+static oj_status parse_normalizer(const ctx *c, json_t *n, const char *field, spec *sp) {
     if (!n || json_is_null(n))
         return OJ_OK;
     const char *t = type_of(n);
     if (!t)
-        return bad(c, OJ_ERR_CORRUPT, "normalizer", "expected an object with a \"type\"");
+        return bad(c, OJ_ERR_CORRUPT, field, "expected an object with a \"type\"");
+    char f[96];
     if (strcmp(t, "Sequence") == 0) {
         json_t *list = json_object_get(n, "normalizers");
+        snprintf(f, sizeof f, "%s.normalizers", field);
         if (!json_is_array(list))
-            return bad(c, OJ_ERR_CORRUPT, "normalizer.normalizers", "expected an array");
+            return bad(c, OJ_ERR_CORRUPT, f, "expected an array");
         size_t i;
         json_t *e;
         json_array_foreach(list, i, e) {
-            oj_status st = parse_normalizer(c, e, sp);
+            char fi[96];
+            snprintf(fi, sizeof fi, "%s.normalizers[%zu]", field, i);
+            oj_status st = parse_normalizer(c, e, fi, sp);
             if (st)
                 return st;
         }
         return OJ_OK;
     }
     if (strcmp(t, "NFC") == 0) {
-        if (sp->nfc)
-            return bad(c, OJ_ERR_UNSUPPORTED, "normalizer", "NFC appears twice");
 #ifndef OJAS_HAVE_ICU
-        return bad(c, OJ_ERR_UNSUPPORTED, "normalizer",
+        return bad(c, OJ_ERR_UNSUPPORTED, field,
                    "NFC needs ICU, and this build of ojas has none (install libicu-dev and "
                    "rebuild)");
 #else
-        sp->nfc = true;
-        return OJ_OK;
+        return add_op(c, sp, NORM_NFC, NULL, NULL);
 #endif
     }
-    return bad(c, OJ_ERR_UNSUPPORTED, "normalizer", "type \"%s\" is not supported", t);
+    if (strcmp(t, "Prepend") == 0) {
+        json_t *a = json_object_get(n, "prepend");
+        snprintf(f, sizeof f, "%s.prepend", field);
+        if (!json_is_string(a))
+            return bad(c, OJ_ERR_CORRUPT, f, "expected a string");
+        return add_op(c, sp, NORM_PREPEND, a, NULL);
+    }
+    if (strcmp(t, "Replace") == 0) {
+        json_t *pat = json_object_get(n, "pattern"), *to = json_object_get(n, "content");
+        json_t *a = json_is_object(pat) ? json_object_get(pat, "String") : NULL;
+        snprintf(f, sizeof f, "%s.pattern", field);
+        if (!json_is_string(a) || !json_string_length(a))
+            return bad(c, json_is_object(pat) && json_object_get(pat, "Regex") ? OJ_ERR_UNSUPPORTED
+                                                                                : OJ_ERR_CORRUPT,
+                       f, "expected {\"String\": non-empty string} (a Regex is not supported)");
+        snprintf(f, sizeof f, "%s.content", field);
+        if (!json_is_string(to))
+            return bad(c, OJ_ERR_CORRUPT, f, "expected a string");
+        return add_op(c, sp, NORM_REPLACE, a, to);
+    }
+    return bad(c, OJ_ERR_UNSUPPORTED, field, "type \"%s\" is not supported", t);
 }
 
 static oj_status parse_byte_level(const ctx *c, json_t *p, const char *field, bool *use_regex) {
@@ -234,16 +308,48 @@ static oj_status parse_pre_tokenizer(const ctx *c, json_t *p, spec *sp) {
     return OJ_OK;
 }
 
-static oj_status parse_decoder(const ctx *c, json_t *d, const spec *sp) {
+/* The decoders whose result is the concatenation of token bytes: ByteLevel
+ * (for byte-level BPE), and SentencePiece's Replace "\u2581" -> " ",
+ * ByteFallback, Fuse, Strip(" ", 1, 0) (for byte_fallback BPE, whose token
+ * bytes hold spaces and raw bytes; Strip drops one leading space). */
+static oj_status parse_decoder(const ctx *c, json_t *d, spec *sp) {
     if (!d || json_is_null(d))
         return OJ_OK;
     const char *t = type_of(d);
     if (!t)
         return bad(c, OJ_ERR_CORRUPT, "decoder", "expected an object with a \"type\"");
-    if (sp->byte_level && strcmp(t, "ByteLevel") == 0)
-        return OJ_OK; /* decode() concatenates token bytes: ByteLevel's result */
-    return bad(c, OJ_ERR_UNSUPPORTED, "decoder", "type \"%s\" is not supported%s", t,
-               sp->byte_level ? " with a ByteLevel pre-tokenizer" : "");
+    if (sp->byte_level) {
+        if (strcmp(t, "ByteLevel") == 0)
+            return OJ_OK;
+        return bad(c, OJ_ERR_UNSUPPORTED, "decoder",
+                   "type \"%s\" is not supported with a ByteLevel pre-tokenizer", t);
+    }
+    json_t *list = json_object_get(d, "decoders");
+    static const char *const want[] = {"Replace", "ByteFallback", "Fuse", "Strip"};
+    bool ok = strcmp(t, "Sequence") == 0 && json_is_array(list) && json_array_size(list) == 4;
+    for (size_t i = 0; ok && i < 4; i++) {
+        json_t *e = json_array_get(list, i);
+        const char *et = type_of(e);
+        ok = et && strcmp(et, want[i]) == 0;
+    }
+    if (ok) {
+        json_t *r = json_array_get(list, 0), *st = json_array_get(list, 3);
+        json_t *pat = json_object_get(r, "pattern");
+        json_t *from = json_is_object(pat) ? json_object_get(pat, "String") : NULL;
+        json_t *to = json_object_get(r, "content"), *sc = json_object_get(st, "content");
+        ok = json_is_string(from) && strcmp(json_string_value(from), "\xE2\x96\x81") == 0 &&
+             json_is_string(to) && strcmp(json_string_value(to), " ") == 0 && json_is_string(sc) &&
+             strcmp(json_string_value(sc), " ") == 0 &&
+             json_integer_value(json_object_get(st, "start")) == 1 &&
+             json_integer_value(json_object_get(st, "stop")) == 0;
+    }
+    if (!ok)
+        return bad(c, OJ_ERR_UNSUPPORTED, "decoder",
+                   "type \"%s\" is not supported (for BPE with byte_fallback: only Sequence "
+                   "[Replace \"\u2581\" -> \" \", ByteFallback, Fuse, Strip \" \" 1 0])",
+                   t);
+    sp->strip_space = true;
+    return OJ_OK;
 }
 
 /* added_tokens: check the flags; collect (content, id, special). */
@@ -350,6 +456,80 @@ static oj_status load_vocab(const ctx *c, oj_tokenizer *tok, json_t *vocab, json
     return st;
 }
 
+/* SentencePiece-style vocabulary (byte_fallback): keys are text, "\u2581"
+ * standing for a space and "<0xXX>" for byte XX. tok->ranks maps each key
+ * to its id (for characters and merges); the token bytes (for decode) have
+ * spaces and raw bytes. */
+static oj_status load_vocab_sp(const ctx *c, oj_tokenizer *tok, json_t *vocab, json_t *added,
+                               struct oj_hf *x) {
+    if (!json_is_object(vocab))
+        return bad(c, OJ_ERR_CORRUPT, "model.vocab", "expected an object of token: id");
+    for (int i = 0; i < 128; i++)
+        x->ascii_id[i] = -1;
+    for (int i = 0; i < 256; i++)
+        x->byte_fb[i] = -1;
+    size_t n = json_object_size(vocab), maxkey = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab, key, v) {
+        size_t kl = strlen(key);
+        if (kl > maxkey)
+            maxkey = kl;
+    }
+    uint8_t *kb = malloc(maxkey + 1);
+    if (!kb)
+        return oom(c);
+    oj_status st = OJ_OK;
+    int64_t lim = (int64_t)n * 2 + 1024 + (int64_t)json_array_size(added);
+    json_object_foreach(vocab, key, v) {
+        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        size_t kl = strlen(key), bl = 0;
+        if (id < 0 || id >= INT32_MAX - 1 || id > lim || kl == 0) {
+            st = bad(c, OJ_ERR_CORRUPT, "model.vocab", "\"%.64s\" has no valid id%s", key,
+                     id > lim ? " (far beyond the number of entries)" : "");
+            break;
+        }
+        if (added && is_added(added, key, id))
+            continue;
+        unsigned hx;
+        char tail;
+        if (kl == 6 && sscanf(key, "<0x%2X%c", &hx, &tail) == 2 && tail == '>' &&
+            strchr("0123456789ABCDEF", key[3]) && strchr("0123456789ABCDEF", key[4])) {
+            kb[bl++] = (uint8_t)hx;
+            x->byte_fb[hx] = (int32_t)id;
+        } else
+            for (size_t i = 0; i < kl;) {
+                if (i + 3 <= kl && memcmp(key + i, "\xE2\x96\x81", 3) == 0) {
+                    kb[bl++] = ' ';
+                    i += 3;
+                } else
+                    kb[bl++] = (uint8_t)key[i++];
+            }
+        if (kl == 1 && (uint8_t)key[0] < 128)
+            x->ascii_id[(uint8_t)key[0]] = (int32_t)id;
+        oj_error e = {0};
+        bool fresh;
+        if ((int32_t)id < tok->n_ids && tok->tok_len[id]) {
+            st = bad(c, OJ_ERR_CORRUPT, "model.vocab", "id %lld appears twice", (long long)id);
+            break;
+        }
+        if ((st = oj_bpe_put_id(tok, kb, bl, (int32_t)id, false, &e))) {
+            st = bad(c, st, "model.vocab", "\"%.64s\": %s", key, e.message);
+            break;
+        }
+        if (oj_strmap_put(&tok->ranks, key, kl, oj_strmap_hash(key, kl), id, &fresh) < 0) {
+            st = oom(c);
+            break;
+        }
+    }
+    free(kb);
+    for (int b = 0; b < 256 && !st; b++)
+        if (x->byte_fb[b] < 0)
+            st = bad(c, OJ_ERR_CORRUPT, "model.vocab",
+                     "byte_fallback is set but <0x%02X> is missing", b);
+    return st;
+}
+
 /* One merge as its two parts (each a string of at most cap-1 bytes). */
 static bool merge_parts(json_t *m, const char **a, size_t *al, const char **b, size_t *bl) {
     if (json_is_string(m)) {
@@ -381,7 +561,7 @@ static bool merge_parts(json_t *m, const char **a, size_t *al, const char **b, s
  * token: the bytes are, and so is every merge result, which is checked);
  * a later duplicate of a pair replaces the earlier rank (as a Map built
  * from the list does in tokenizers.js). */
-static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges) {
+static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges, bool sp) {
     if (!json_is_array(merges))
         return bad(c, OJ_ERR_CORRUPT, "model.merges", "expected an array");
     size_t n = json_array_size(merges);
@@ -411,12 +591,22 @@ static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges) {
             }
             buf = nb;
         }
-        if (!unmap_bytes(a, al, buf, &ua) || !unmap_bytes(b, bl, buf + ua, &ub)) {
+        if (sp) { /* text keys, and every part must be a token */
+            memcpy(buf, a, al);
+            memcpy(buf + al, b, bl);
+            ua = al;
+            ub = bl;
+        } else if (!unmap_bytes(a, al, buf, &ua) || !unmap_bytes(b, bl, buf + ua, &ub)) {
             free(buf);
             return bad(c, OJ_ERR_CORRUPT, f, "a part is not a ByteLevel string");
         }
         int32_t ia = oj_bpe_rank(tok, buf, ua), ib = oj_bpe_rank(tok, buf + ua, ub);
         tok->merge_id[i] = -1;
+        if (sp && (ia < 0 || ib < 0)) {
+            free(buf);
+            return bad(c, OJ_ERR_CORRUPT, f, "\"%.*s\" is not in model.vocab",
+                       (int)(ia < 0 ? (al > 64 ? 64 : al) : (bl > 64 ? 64 : bl)), ia < 0 ? a : b);
+        }
         if (ia < 0 || ib < 0)
             continue;
         int32_t ic = oj_bpe_rank(tok, buf, ua + ub);
@@ -436,15 +626,14 @@ static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges) {
 }
 
 static oj_status parse_model(const ctx *c, oj_tokenizer *tok, json_t *m, json_t *added,
-                             const spec *sp) {
+                             spec *sp) {
     const char *t = type_of(m);
     if (!t)
         return bad(c, OJ_ERR_CORRUPT, "model", "expected an object with a \"type\"");
     if (strcmp(t, "BPE") != 0)
         return bad(c, OJ_ERR_UNSUPPORTED, "model.type", "\"%s\": only \"BPE\" is supported", t);
     oj_status st;
-    if ((st = want_null(c, m, "dropout", "model.dropout")) ||
-        (st = want_false(c, m, "byte_fallback", "model.byte_fallback")))
+    if ((st = want_null(c, m, "dropout", "model.dropout")))
         return st;
     static const char *const empty_ok[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t k = 0; k < 2; k++) {
@@ -454,20 +643,33 @@ static oj_status parse_model(const ctx *c, oj_tokenizer *tok, json_t *m, json_t 
         if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
             return bad(c, OJ_ERR_UNSUPPORTED, f, "only null or \"\" is supported");
     }
-    bool ignore_merges = false;
-    if ((st = get_bool(c, m, "ignore_merges", "model.ignore_merges", false, &ignore_merges)))
+    bool ignore_merges = false, byte_fallback = false;
+    if ((st = get_bool(c, m, "ignore_merges", "model.ignore_merges", false, &ignore_merges)) ||
+        (st = get_bool(c, m, "byte_fallback", "model.byte_fallback", false, &byte_fallback)))
         return st;
-    if (!sp->byte_level)
+    if (sp->byte_level && byte_fallback)
+        return bad(c, OJ_ERR_UNSUPPORTED, "model.byte_fallback",
+                   "true with a ByteLevel pre-tokenizer is not supported");
+    if (!sp->byte_level && !byte_fallback)
         return bad(c, OJ_ERR_UNSUPPORTED, "pre_tokenizer",
                    "BPE without a ByteLevel pre-tokenizer and without byte_fallback is not "
                    "supported");
+    if (byte_fallback && ignore_merges)
+        return bad(c, OJ_ERR_UNSUPPORTED, "model.ignore_merges",
+                   "true with byte_fallback is not supported");
     tok->merges_only = !ignore_merges;
-    if ((st = load_vocab(c, tok, json_object_get(m, "vocab"), added)))
-        return st;
-    for (int b = 0; b < 256; b++)
-        if (tok->byte_id[b] < 0)
-            return bad(c, OJ_ERR_CORRUPT, "model.vocab", "byte 0x%02x has no token", b);
-    return load_merges(c, tok, json_object_get(m, "merges"));
+    sp->hfx->sp = byte_fallback;
+    if (byte_fallback) {
+        if ((st = load_vocab_sp(c, tok, json_object_get(m, "vocab"), added, sp->hfx)))
+            return st;
+    } else {
+        if ((st = load_vocab(c, tok, json_object_get(m, "vocab"), added)))
+            return st;
+        for (int b = 0; b < 256; b++)
+            if (tok->byte_id[b] < 0)
+                return bad(c, OJ_ERR_CORRUPT, "model.vocab", "byte 0x%02x has no token", b);
+    }
+    return load_merges(c, tok, json_object_get(m, "merges"), byte_fallback);
 }
 
 static oj_status add_added(const ctx *c, oj_tokenizer *tok, json_t *added) {
@@ -612,9 +814,13 @@ oj_status oj_tokenizer_load_hf(const char *path, oj_tokenizer **out, oj_error *e
         st = bad(&c, OJ_ERR_CORRUPT, "model", "missing");
         goto done;
     }
+    if (!(sp.hfx = calloc(1, sizeof *sp.hfx))) {
+        st = oom(&c);
+        goto done;
+    }
     if ((st = want_null(&c, root, "truncation", "truncation")) ||
         (st = want_null(&c, root, "padding", "padding")) ||
-        (st = parse_normalizer(&c, normalizer, &sp)) ||
+        (st = parse_normalizer(&c, normalizer, "normalizer", &sp)) ||
         (st = parse_pre_tokenizer(&c, json_object_get(root, "pre_tokenizer"), &sp)) ||
         (st = parse_decoder(&c, json_object_get(root, "decoder"), &sp)) ||
         (st = check_added(&c, added, normalizer && !json_is_null(normalizer))))
@@ -624,8 +830,8 @@ oj_status oj_tokenizer_load_hf(const char *path, oj_tokenizer **out, oj_error *e
         goto done;
     }
     tok->hf = 1;
-    tok->hf_nfc = sp.nfc;
     tok->hf_split = (uint8_t)sp.split;
+    tok->strip_space = sp.strip_space;
     if ((st = parse_model(&c, tok, model, json_is_array(added) ? added : NULL, &sp)))
         goto done;
     if (json_is_array(added) && (st = add_added(&c, tok, added)))
@@ -643,8 +849,11 @@ oj_status oj_tokenizer_load_hf(const char *path, oj_tokenizer **out, oj_error *e
         tok->pretok = OJ_PRETOK_PCRE2;
     }
     read_config_eos(tok, path);
+    tok->hfx = sp.hfx;
+    sp.hfx = NULL;
 done:
     free(sp.pattern);
+    oj_hf_free(sp.hfx);
     json_decref(root);
     if (st) {
         oj_tokenizer_free(tok);
@@ -733,6 +942,147 @@ fail:
 }
 #endif
 
+/* Apply the normalizer steps to b[0..n): *buf is NULL (b unchanged) or a
+ * new buffer holding the result, *bn its length. */
+static oj_status normalize(const struct oj_hf *x, const uint8_t *b, size_t n, uint8_t **buf,
+                           size_t *bn, oj_error *err) {
+    uint8_t *cur = NULL; /* owned, or NULL while b is current */
+    size_t cn = n;
+    *buf = NULL;
+    for (int k = 0; k < x->n_ops; k++) {
+        const norm_op *op = &x->ops[k];
+        const uint8_t *src = cur ? cur : b;
+        uint8_t *next = NULL;
+        size_t nn = 0;
+        if (op->kind == NORM_NFC) {
+#ifdef OJAS_HAVE_ICU
+            oj_status st = nfc(src, cn, &next, &nn, err);
+            if (st) {
+                free(cur);
+                return st;
+            }
+#endif
+            if (!next)
+                continue;
+        } else if (op->kind == NORM_PREPEND) {
+            if (!(next = malloc(op->al + cn + 1)))
+                goto nomem;
+            memcpy(next, op->a, op->al);
+            memcpy(next + op->al, src, cn);
+            nn = op->al + cn;
+        } else { /* REPLACE, left to right, matches not overlapping */
+            size_t hits = 0;
+            for (const uint8_t *p = src; (p = memmem(p, cn - (size_t)(p - src), op->a, op->al));
+                 p += op->al)
+                hits++;
+            if (!hits)
+                continue;
+            nn = cn - hits * op->al + hits * op->bl;
+            if (!(next = malloc(nn + 1)))
+                goto nomem;
+            size_t o = 0, i = 0;
+            while (i < cn) {
+                if (i + op->al <= cn && memcmp(src + i, op->a, op->al) == 0) {
+                    memcpy(next + o, op->b, op->bl);
+                    o += op->bl;
+                    i += op->al;
+                } else
+                    next[o++] = src[i++];
+            }
+        }
+        free(cur);
+        cur = next;
+        cn = nn;
+    }
+    *buf = cur;
+    *bn = cn;
+    return OJ_OK;
+nomem:
+    free(cur);
+    return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer_encode: out of memory normalizing");
+}
+
+/* SentencePiece-style BPE of one piece (valid UTF-8): each character is its
+ * token or, if the vocabulary lacks it, a symbol that never merges and is
+ * written as its UTF-8 bytes' <0xXX> tokens; then merges by rank, lowest
+ * first, leftmost on ties (the heap of merge.c). */
+static oj_status sp_piece(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b, size_t n,
+                          oj_tokens *out) {
+    const struct oj_hf *x = tok->hfx;
+    if (n > INT32_MAX / 4)
+        return OJ_ERR_CAPACITY;
+    if (oj_tok_session_reserve(s, n) != 0)
+        return OJ_ERR_CAPACITY;
+    int32_t *id = s->part_id, *next = s->part_next, *prev = s->part_prev;
+    uint64_t *h = s->heap;
+    int32_t N = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = 1;
+        int32_t v;
+        if (b[i] < 0x80)
+            v = x->ascii_id[b[i]];
+        else {
+            uint32_t cp;
+            l = (size_t)oj_utf8_decode(b + i, n - i, &cp);
+            v = oj_bpe_rank(tok, b + i, l);
+        }
+        id[N] = v >= 0 ? v : -(int32_t)i - 2; /* unknown: -(offset) - 2 */
+        next[N] = N + 1;
+        prev[N] = N - 1;
+        N++;
+        i += l;
+    }
+    size_t hn = 0;
+#define PAIR(a, c) ((a) < 0 || (c) < 0 ? -1 : oj_pairmap_get(&tok->pairs, (a), (c)))
+    for (int32_t i = 0; i + 1 < N; i++) {
+        int32_t r = PAIR(id[i], id[i + 1]);
+        if (r >= 0)
+            oj_heap_push(h, &hn, (uint64_t)r << 32 | (uint32_t)i);
+    }
+    while (hn) {
+        uint64_t top = oj_heap_pop(h, &hn);
+        int32_t r = (int32_t)(top >> 32), l = (int32_t)(uint32_t)top;
+        if (id[l] < 0 || next[l] >= N || PAIR(id[l], id[next[l]]) != r)
+            continue; /* stale */
+        int32_t rt = next[l];
+        id[l] = tok->merge_id[r];
+        id[rt] = INT32_MIN;
+        next[l] = next[rt];
+        if (next[rt] < N)
+            prev[next[rt]] = l;
+        if (prev[l] >= 0) {
+            int32_t q = PAIR(id[prev[l]], id[l]);
+            if (q >= 0)
+                oj_heap_push(h, &hn, (uint64_t)q << 32 | (uint32_t)prev[l]);
+        }
+        if (next[l] < N) {
+            int32_t q = PAIR(id[l], id[next[l]]);
+            if (q >= 0)
+                oj_heap_push(h, &hn, (uint64_t)q << 32 | (uint32_t)l);
+        }
+    }
+#undef PAIR
+    for (int32_t i = 0; i < N; i = next[i]) {
+        if (id[i] >= 0) {
+            if (oj_tokens_push(out, id[i]) != OJ_OK)
+                return OJ_ERR_CAPACITY;
+            continue;
+        }
+        size_t off = (size_t)(-(int64_t)id[i] - 2);
+        uint32_t cp;
+        int l = oj_utf8_decode(b + off, n - off, &cp);
+        for (int k = 0; k < l; k++)
+            if (oj_tokens_push(out, x->byte_fb[b[off + (size_t)k]]) != OJ_OK)
+                return OJ_ERR_CAPACITY;
+    }
+    return OJ_OK;
+}
+
+static oj_status encode_piece(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
+                              size_t n, oj_tokens *out) {
+    return tok->hfx->sp ? sp_piece(tok, s, b, n, out) : oj_bpe_encode_piece(tok, s, b, n, out);
+}
+
 oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
                                 size_t n, oj_tokens *out, oj_error *err) {
     if (n == 0)
@@ -741,21 +1091,16 @@ oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, cons
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "tokenizer_encode: a tokenizer.json tokenizer needs valid UTF-8 text");
     uint8_t *norm = NULL;
-#ifdef OJAS_HAVE_ICU
-    if (tok->hf_nfc) {
-        size_t nn;
-        oj_status st = nfc(b, n, &norm, &nn, err);
-        if (st)
-            return st;
-        if (norm) {
-            b = norm;
-            n = nn;
-        }
+    size_t nn = 0;
+    oj_status st = normalize(tok->hfx, b, n, &norm, &nn, err);
+    if (st)
+        return st;
+    if (norm) {
+        b = norm;
+        n = nn;
     }
-#endif
-    oj_status st = OJ_OK;
     if (tok->hf_split == OJ_SPLIT_NONE) {
-        if ((st = oj_bpe_encode_piece(tok, s, b, n, out)))
+        if ((st = encode_piece(tok, s, b, n, out)))
             oj_error_set(err, st, "tokenizer_encode: out of memory");
         free(norm);
         return st;
@@ -778,7 +1123,7 @@ oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, cons
         if (k == 0)
             break;
         for (size_t i = 0; i < k && !st; i++) {
-            if ((st = oj_bpe_encode_piece(tok, s, b + start, s->ends[i] - start, out)))
+            if ((st = encode_piece(tok, s, b + start, s->ends[i] - start, out)))
                 oj_error_set(err, st, "tokenizer_encode: out of memory");
             start = s->ends[i];
         }

@@ -58,8 +58,7 @@ oj_tokenizer *oj_bpe_new(void) {
     return tok;
 }
 
-/* Make room for id and store its bytes. */
-static oj_status put_id(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id, bool special,
+oj_status oj_bpe_put_id(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id, bool special,
                         oj_error *err) {
     if (id < 0 || id == INT32_MAX)
         return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: id %d out of range", (int)id);
@@ -115,7 +114,7 @@ oj_status oj_bpe_add_token(oj_tokenizer *tok, const uint8_t *b, size_t len, int3
     if (oj_strmap_find(&tok->ranks, b, len, h) >= 0)
         return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: token bytes of id %d appear twice",
                             (int)id);
-    oj_status st = put_id(tok, b, len, id, false, err);
+    oj_status st = oj_bpe_put_id(tok, b, len, id, false, err);
     if (st)
         return st;
     if (oj_strmap_put(&tok->ranks, b, len, h, id, &added) < 0)
@@ -141,7 +140,7 @@ oj_status oj_bpe_add_special(oj_tokenizer *tok, const uint8_t *b, size_t len, in
         return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer: out of memory");
     memcpy(text, b, len);
     text[len] = 0;
-    oj_status st = put_id(tok, b, len, id, true, err);
+    oj_status st = oj_bpe_put_id(tok, b, len, id, true, err);
     if (st) {
         free(text);
         return st;
@@ -212,6 +211,7 @@ void oj_tokenizer_free(oj_tokenizer *tok) {
     free(tok->merges);
     free(tok->merge_id);
     free(tok->tmpl_ids);
+    oj_hf_free(tok->hfx);
     oj_strmap_free(&tok->ranks);
     oj_pairmap_free(&tok->pairs);
     oj_pretok_pcre2_free(tok->re);

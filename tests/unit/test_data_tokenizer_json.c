@@ -1,6 +1,7 @@
 // test: tokenizer.json loading on small made-up files: merge ranks (not
 // ids) order merging and ignore_merges, both merge formats, added tokens
-// under each encode flag, the template, the regex translation; refusals
+// under each encode flag, the template, the regex translation,
+// SentencePiece-style BPE with byte fallback; refusals
 // name the file and the field (truncated JSON, unsupported types and
 // options, a merge whose result is not in the vocabulary)
 #include <setjmp.h>
@@ -293,6 +294,113 @@ static void test_truncated(void **state) {
     free(p);
 }
 
+/* Llama 2 style: <unk> <s> </s>, <0x00>..<0xFF> as 3..258, then
+ * \u2581=259 a=260 b=261 \u2581a=262 ab=263 \u2581ab=264; merges
+ * "\u2581 a", "a b", "\u2581a b". */
+#define MS "\xE2\x96\x81"
+static json_t *sp_base(void) {
+    json_t *vocab = json_object();
+    json_object_set_new(vocab, "<unk>", json_integer(0));
+    json_object_set_new(vocab, "<s>", json_integer(1));
+    json_object_set_new(vocab, "</s>", json_integer(2));
+    for (int b = 0; b < 256; b++) {
+        char k[8];
+        snprintf(k, sizeof k, "<0x%02X>", b);
+        json_object_set_new(vocab, k, json_integer(3 + b));
+    }
+    static const char *const t[] = {MS, "a", "b", MS "a", "ab", MS "ab"};
+    for (int i = 0; i < 6; i++)
+        json_object_set_new(vocab, t[i], json_integer(259 + i));
+    json_t *root = json_pack(
+        "{s:n, s:n, s:[{s:i, s:s, s:b}, {s:i, s:s, s:b}, {s:i, s:s, s:b}],"
+        " s:{s:s, s:[{s:s, s:s}, {s:s, s:{s:s}, s:s}]}, s:n,"
+        " s:{s:s, s:[{s:{s:s}}, {s:{s:s}}], s:{s:{s:[i]}}},"
+        " s:{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}, {s:s, s:s, s:i, s:i}]},"
+        " s:{s:s, s:o, s:[sss], s:b, s:s, s:b}}",
+        "truncation", "padding", "added_tokens", "id", 0, "content", "<unk>", "special", 1, "id",
+        1, "content", "<s>", "special", 1, "id", 2, "content", "</s>", "special", 1, "normalizer",
+        "type", "Sequence", "normalizers", "type", "Prepend", "prepend", MS, "type", "Replace",
+        "pattern", "String", " ", "content", MS, "pre_tokenizer", "post_processor", "type",
+        "TemplateProcessing", "single", "SpecialToken", "id", "<s>", "Sequence", "id", "A",
+        "special_tokens", "<s>", "ids", 1, "decoder", "type", "Sequence", "decoders", "type",
+        "Replace", "pattern", "String", MS, "content", " ", "type", "ByteFallback", "type", "Fuse",
+        "type", "Strip", "content", " ", "start", 1, "stop", 0, "model", "type", "BPE", "vocab",
+        vocab, "merges", MS " a", "a b", MS "a b", "byte_fallback", 1, "unk_token", "<unk>",
+        "fuse_unk", 1);
+    assert_non_null(root);
+    return root;
+}
+
+// test: SentencePiece-style BPE: "\u2581" prepended and for spaces, merges by
+// rank over characters, characters outside the vocabulary as <0xXX> tokens,
+// specials split first; decode turns it back into the text
+static void test_sentencepiece_byte_fallback(void **state) {
+    (void)state;
+    oj_tokenizer *tok = NULL;
+    oj_error e = {0};
+    assert_int_equal(load(sp_base(), &tok, &e), OJ_OK);
+    /* "\u2581ab": "\u2581 a" (rank 0) first, then "\u2581a b" */
+    expect(tok, "ab", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){264}, 1);
+    /* "\u2581a\u2581b": no merge joins "\u2581" and "b" */
+    expect(tok, "a b", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){262, 259, 261}, 3);
+    /* é (C3 A9) and a NUL byte are not in the vocabulary */
+    expect(tok, "b\xC3\xA9", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){259, 261, 3 + 0xC3, 3 + 0xA9}, 4);
+    /* each section between specials gets its own "\u2581" */
+    expect(tok, "a</s>a", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){262, 2, 262}, 3);
+    const int32_t *pre;
+    size_t np;
+    oj_tokenizer_template(tok, &pre, &np, NULL, NULL);
+    assert_int_equal(np, 1);
+    assert_int_equal(pre[0], 1);
+    assert_int_equal(oj_tokenizer_eot(tok), -1);
+    char *text;
+    size_t len;
+    assert_int_equal(oj_tokenizer_decode(tok, (int32_t[]){262, 259, 261, 3 + 0xC3, 3 + 0xA9}, 5,
+                                         OJ_DECODE_STRICT, &text, &len, &e),
+                     OJ_OK);
+    assert_string_equal(text, "a b\xC3\xA9");
+    free(text);
+    oj_tokenizer_free(tok);
+}
+
+static void m_sp_no_byte(json_t *r) {
+    json_object_del(json_object_get(json_object_get(r, "model"), "vocab"), "<0x41>");
+}
+static void m_sp_merge_part(json_t *r) {
+    json_array_append_new(json_object_get(json_object_get(r, "model"), "merges"),
+                          json_string("x b"));
+}
+static void m_sp_decoder(json_t *r) {
+    json_object_set_new(r, "decoder", json_pack("{s:s}", "type", "Metaspace"));
+}
+static void m_sp_regex_replace(json_t *r) {
+    json_t *rep = json_array_get(json_object_get(json_object_get(r, "normalizer"), "normalizers"), 1);
+    json_object_set_new(rep, "pattern", json_pack("{s:s}", "Regex", " +"));
+}
+
+static void sp_refused(void (*f)(json_t *), oj_status st, const char *n1, const char *n2) {
+    json_t *root = sp_base();
+    f(root);
+    oj_tokenizer *tok = NULL;
+    oj_error e = {0};
+    assert_int_equal(load(root, &tok, &e), st);
+    assert_null(tok);
+    if (!strstr(e.message, "tokenizer.json") || !strstr(e.message, n1) ||
+        (n2 && !strstr(e.message, n2))) {
+        fprintf(stderr, "message: %s\n", e.message);
+        fail();
+    }
+}
+
+// test: SentencePiece-style files: refusals name the field
+static void test_sentencepiece_refusals(void **state) {
+    (void)state;
+    sp_refused(m_sp_no_byte, OJ_ERR_CORRUPT, "model.vocab", "<0x41>");
+    sp_refused(m_sp_merge_part, OJ_ERR_CORRUPT, "model.merges[3]", "\"x\"");
+    sp_refused(m_sp_decoder, OJ_ERR_UNSUPPORTED, "decoder", "Metaspace");
+    sp_refused(m_sp_regex_replace, OJ_ERR_UNSUPPORTED, "normalizer.normalizers[1].pattern", NULL);
+}
+
 static int setup(void **state) {
     (void)state;
     g_dir = tu_tmpdir();
@@ -313,6 +421,8 @@ int main(void) {
         cmocka_unit_test(test_added_tokens_and_template),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_sentencepiece_byte_fallback),
+        cmocka_unit_test(test_sentencepiece_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
