@@ -98,6 +98,10 @@ oj_status oj_bpe_finish(oj_tokenizer *tok, oj_error *err);
 /* Store the bytes of id (no merge table entry): len > 0, id unused. */
 oj_status oj_bpe_put_id(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id, bool special,
                         oj_error *err);
+/* Does decode(encode(text)) give valid UTF-8 text back byte for byte? True
+ * for the GPT-2 and tiktoken formats and for tokenizer.json byte-level BPE
+ * without a normalizer. */
+bool oj_hf_text_round_trips(const oj_tokenizer *tok);
 /* Free the tokenizer.json extras (NULL is a no-op). */
 void oj_hf_free(struct oj_hf *x);
 /* Min-heap of uint64 (merge.c); the caller sizes h. */

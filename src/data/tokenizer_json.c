@@ -127,6 +127,10 @@ void oj_hf_free(struct oj_hf *x) {
     free(x);
 }
 
+bool oj_hf_text_round_trips(const oj_tokenizer *tok) {
+    return !tok->hf || (tok->hfx && tok->hfx->n_ops == 0 && !tok->hfx->sp && !tok->strip_space);
+}
+
 /* The pieces of the pipeline this file asks for. */
 typedef struct spec {
     struct oj_hf *hfx;
@@ -681,9 +685,8 @@ static oj_status add_added(const ctx *c, oj_tokenizer *tok, json_t *added) {
         char f[48];
         snprintf(f, sizeof f, "added_tokens[%zu]", i);
         if (id < tok->n_ids && tok->tok_len[id])
-            return bad(c, OJ_ERR_CORRUPT, f, "id %d is already \"%.*s\"", (int)id,
-                       (int)(tok->tok_len[id] > 64 ? 64 : tok->tok_len[id]),
-                       (const char *)tok->bytes + tok->tok_off[id]);
+            return bad(c, OJ_ERR_CORRUPT, f, "id %d is already a token of model.vocab or "
+                                             "added_tokens", (int)id);
         oj_error e = {0};
         oj_status st = oj_bpe_add_special(tok, (const uint8_t *)s, strlen(s), id, &e);
         if (st)
