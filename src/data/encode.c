@@ -158,7 +158,7 @@ static oj_status encode_with(const oj_tokenizer *tok, oj_tok_session *s, const u
         for (int i = 0; i < tok->n_specials; i++) {
             const oj_special *c = &tok->specials[i];
             const uint8_t *p = c->always ? NULL : memmem(b, n, c->text, c->len);
-            if (p && (size_t)(p - b) < at) {
+            if (p && ((size_t)(p - b) < at || ((size_t)(p - b) == at && c->len > sp->len))) {
                 at = (size_t)(p - b);
                 sp = c;
             }

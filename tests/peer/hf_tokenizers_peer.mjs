@@ -7,9 +7,11 @@
 //     without the post-processor's special tokens (add_special_tokens:
 //     false), 1 = with them. Records are decoded with a fatal TextDecoder.
 //     OUT: one line of space-separated ids per record.
-//   node hf_tokenizers_peer.mjs bench DIR FILE REPEATS
-//     encode FILE REPEATS times single-threaded; prints JSON with the best
-//     wall time and the best process CPU time.
+//   node hf_tokenizers_peer.mjs bench DIR FILE REPEATS DOC_BYTES
+//     encode FILE, cut into documents after the first '\n' at or past every
+//     DOC_BYTES bytes (bench/tokenizer/bench_tokenizer_json.c cuts the same
+//     bytes), REPEATS times single-threaded; prints JSON with the best wall
+//     time and the best process CPU time.
 import fs from 'fs';
 import path from 'path';
 
@@ -45,20 +47,37 @@ function encodeFile(dir, inPath, outPath) {
   fs.writeFileSync(outPath, out.join('\n') + '\n');
 }
 
-function bench(dir, file, repeats) {
+function documents(buf, size) {
+  const out = [];
+  let start = 0;
+  while (start < buf.length) {
+    let cut = buf.length;
+    if (buf.length - start > size) {
+      const nl = buf.indexOf(10, start + size);
+      if (nl >= 0 && nl + 1 < buf.length) cut = nl + 1;
+    }
+    out.push(buf.subarray(start, cut).toString('utf8'));
+    start = cut;
+  }
+  return out;
+}
+
+function bench(dir, file, repeats, docBytes) {
   const tok = load(dir);
-  const text = fs.readFileSync(file, 'utf8');
-  const mb = Buffer.byteLength(text) / 1e6;
-  tok.encode(text.slice(0, 100000), { add_special_tokens: false }); // warm up the JIT
+  const buf = fs.readFileSync(file);
+  const docs = documents(buf, docBytes);
+  const mb = buf.length / 1e6;
+  tok.encode(docs[0], { add_special_tokens: false }); // warm up the JIT
   let best = Infinity, bestCpu = Infinity, n = 0;
   for (let r = 0; r < repeats; r++) {
     const c0 = process.cpuUsage(), t0 = performance.now();
-    n = tok.encode(text, { add_special_tokens: false }).ids.length;
+    n = 0;
+    for (const d of docs) n += tok.encode(d, { add_special_tokens: false }).ids.length;
     const c = process.cpuUsage(c0);
     best = Math.min(best, (performance.now() - t0) / 1000);
     bestCpu = Math.min(bestCpu, (c.user + c.system) / 1e6);
   }
-  return { bytes: Buffer.byteLength(text), node: process.version,
+  return { bytes: buf.length, documents: docs.length, node: process.version,
            peer: { name: '@huggingface/tokenizers ' + version, threads: 1, tokens: n,
                    seconds: best, mbps: mb / best, cpu_seconds: bestCpu } };
 }
@@ -67,8 +86,9 @@ const [cmd, ...args] = process.argv.slice(2);
 if (cmd === 'encode') {
   encodeFile(args[0], args[1], args[2]);
 } else if (cmd === 'bench') {
-  process.stdout.write(JSON.stringify(bench(args[0], args[1], Number(args[2] ?? 3))) + '\n');
+  process.stdout.write(JSON.stringify(bench(args[0], args[1], Number(args[2] ?? 3),
+                                            Number(args[3] ?? 4096))) + '\n');
 } else {
-  process.stderr.write('usage: hf_tokenizers_peer.mjs encode DIR IN OUT | bench DIR FILE REPEATS\n');
+  process.stderr.write('usage: hf_tokenizers_peer.mjs encode DIR IN OUT | bench DIR FILE REPEATS DOC_BYTES\n');
   process.exit(2);
 }
