@@ -70,7 +70,8 @@ oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_er
  * without ICU refuse it); added_tokens, which split the text before
  * anything else: special ones obey the encode flags like "<|endoftext|>",
  * the others are split out in every mode; a TemplateProcessing
- * post-processor's single template (oj_tokenizer_template). Encoding needs
+ * post-processor's single template, alone or in a Sequence after ByteLevel
+ * (oj_tokenizer_template). Encoding needs
  * valid UTF-8 and gives the ids of npm @huggingface/tokenizers. eot is
  * "<|endoftext|>" if the file has it, else the eos_token named by a
  * tokenizer_config.json beside the file. Whatever else the file asks for

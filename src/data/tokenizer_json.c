@@ -701,8 +701,11 @@ static int32_t special_named(const oj_tokenizer *tok, const char *s) {
     return oj_tokenizer_special_id(tok, s);
 }
 
-/* post_processor: ByteLevel (no change to ids) or TemplateProcessing, whose
- * single-sequence template gives the ids placed around the text. */
+static oj_status parse_template(const ctx *c, oj_tokenizer *tok, json_t *p, const char *field);
+
+/* post_processor: ByteLevel (no change to ids), TemplateProcessing, or a
+ * Sequence of ByteLevel and at most one TemplateProcessing (Meta's Llama 3
+ * files). */
 static oj_status parse_post(const ctx *c, oj_tokenizer *tok, json_t *p) {
     if (!p || json_is_null(p))
         return OJ_OK;
@@ -711,18 +714,48 @@ static oj_status parse_post(const ctx *c, oj_tokenizer *tok, json_t *p) {
         return bad(c, OJ_ERR_CORRUPT, "post_processor", "expected an object with a \"type\"");
     if (strcmp(t, "ByteLevel") == 0)
         return OJ_OK; /* offsets only */
-    if (strcmp(t, "TemplateProcessing") != 0)
+    if (strcmp(t, "TemplateProcessing") == 0)
+        return parse_template(c, tok, p, "post_processor");
+    if (strcmp(t, "Sequence") != 0)
         return bad(c, OJ_ERR_UNSUPPORTED, "post_processor", "type \"%s\" is not supported", t);
+    json_t *list = json_object_get(p, "processors");
+    if (!json_is_array(list))
+        return bad(c, OJ_ERR_CORRUPT, "post_processor.processors", "expected an array");
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        char f[64];
+        snprintf(f, sizeof f, "post_processor.processors[%zu]", i);
+        const char *et = type_of(e);
+        if (et && strcmp(et, "ByteLevel") == 0)
+            continue;
+        if (!et || strcmp(et, "TemplateProcessing") != 0 || tok->tmpl_ids)
+            return bad(c, et ? OJ_ERR_UNSUPPORTED : OJ_ERR_CORRUPT, f,
+                       "only ByteLevel and one TemplateProcessing are supported (got %s)",
+                       et ? et : "no type");
+        oj_status st = parse_template(c, tok, e, f);
+        if (st)
+            return st;
+    }
+    return OJ_OK;
+}
+
+/* TemplateProcessing: its single-sequence template gives the ids placed
+ * around the text. */
+static oj_status parse_template(const ctx *c, oj_tokenizer *tok, json_t *p, const char *field) {
+    char fs[96], fsp[96];
+    snprintf(fs, sizeof fs, "%s.single", field);
+    snprintf(fsp, sizeof fsp, "%s.special_tokens", field);
     json_t *single = json_object_get(p, "single"), *sp = json_object_get(p, "special_tokens");
     if (!json_is_array(single))
-        return bad(c, OJ_ERR_CORRUPT, "post_processor.single", "expected an array");
+        return bad(c, OJ_ERR_CORRUPT, fs, "expected an array");
     size_t cap = 0, n = 0, i;
     json_t *item;
     int seq_at = -1;
     json_array_foreach(single, i, item) {
         json_t *st = json_object_get(item, "SpecialToken"), *seq = json_object_get(item, "Sequence");
-        char f[64];
-        snprintf(f, sizeof f, "post_processor.single[%zu]", i);
+        char f[128];
+        snprintf(f, sizeof f, "%s[%zu]", fs, i);
         if (json_is_object(seq)) {
             json_t *sid = json_object_get(seq, "id");
             if (!json_is_string(sid) || strcmp(json_string_value(sid), "A") != 0 || seq_at >= 0)
@@ -737,8 +770,8 @@ static oj_status parse_post(const ctx *c, oj_tokenizer *tok, json_t *p) {
         json_t *def = json_object_get(sp, json_string_value(name));
         json_t *ids = json_is_object(def) ? json_object_get(def, "ids") : NULL;
         if (!json_is_array(ids))
-            return bad(c, OJ_ERR_CORRUPT, f, "\"%.64s\" is not in post_processor.special_tokens",
-                       json_string_value(name));
+            return bad(c, OJ_ERR_CORRUPT, f, "\"%.64s\" is not in %s", json_string_value(name),
+                       fsp);
         size_t k;
         json_t *idv;
         json_array_foreach(ids, k, idv) {
@@ -758,7 +791,7 @@ static oj_status parse_post(const ctx *c, oj_tokenizer *tok, json_t *p) {
         }
     }
     if (seq_at < 0)
-        return bad(c, OJ_ERR_CORRUPT, "post_processor.single", "has no Sequence \"A\"");
+        return bad(c, OJ_ERR_CORRUPT, fs, "has no Sequence \"A\"");
     tok->n_prefix = seq_at;
     tok->n_suffix = (int)n - seq_at;
     return OJ_OK;
@@ -769,7 +802,6 @@ static oj_status parse_post(const ctx *c, oj_tokenizer *tok, json_t *p) {
 static void read_config_eos(oj_tokenizer *tok, const char *path) {
     if (tok->eot >= 0)
         return;
-    size_t pl = strlen(path);
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
     char *cfg = malloc(dl + 32);
@@ -777,7 +809,6 @@ static void read_config_eos(oj_tokenizer *tok, const char *path) {
         return;
     memcpy(cfg, path, dl);
     snprintf(cfg + dl, 32, "tokenizer_config.json");
-    (void)pl;
     json_t *root = json_load_file(cfg, 0, NULL);
     free(cfg);
     json_t *eos = root ? json_object_get(root, "eos_token") : NULL;

@@ -190,6 +190,17 @@ static void test_added_tokens_and_template(void **state) {
     free(sv);
     oj_tokens_free(&ids);
     oj_tokenizer_free(tok);
+    /* Meta's Llama 3 files: Sequence [ByteLevel, TemplateProcessing] */
+    json_t *root = base(false, false);
+    json_t *t = json_object_get(root, "post_processor");
+    json_object_set_new(root, "post_processor",
+                        json_pack("{s:s, s:[{s:s}, O]}", "type", "Sequence", "processors", "type",
+                                  "ByteLevel", t));
+    assert_int_equal(load(root, &tok, &e), OJ_OK);
+    oj_tokenizer_template(tok, &pre, &np, &suf, &ns);
+    assert_int_equal(np, 1);
+    assert_int_equal(pre[0], 260);
+    oj_tokenizer_free(tok);
 }
 
 /* Load the file changed by f, expect status st and a message holding the
@@ -250,6 +261,11 @@ static void m_truncation(json_t *r) {
 static void m_decoder(json_t *r) {
     json_object_set_new(r, "decoder", json_pack("{s:s}", "type", "WordPiece"));
 }
+static void m_post_two_templates(json_t *r) {
+    json_t *t = json_object_get(r, "post_processor");
+    json_object_set_new(r, "post_processor",
+                        json_pack("{s:s, s:[O, O]}", "type", "Sequence", "processors", t, t));
+}
 static void m_post(json_t *r) {
     json_object_set_new(r, "post_processor", json_pack("{s:s}", "type", "BertProcessing"));
 }
@@ -270,6 +286,7 @@ static void test_refusals(void **state) {
     refused(m_truncation, OJ_ERR_UNSUPPORTED, "truncation", NULL);
     refused(m_decoder, OJ_ERR_UNSUPPORTED, "decoder", "WordPiece");
     refused(m_post, OJ_ERR_UNSUPPORTED, "post_processor", "BertProcessing");
+    refused(m_post_two_templates, OJ_ERR_UNSUPPORTED, "post_processor.processors[1]", NULL);
 }
 
 // test: a truncated tokenizer.json is one line naming the file, line and column
