@@ -60,29 +60,34 @@ oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe
 /* A tiktoken rank file: lines "<base64 bytes> <rank>". Rank = id. The
  * special token "<|endoftext|>" is added with id (max rank + 1). */
 oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_error *err);
-/* A Hugging Face tokenizer.json with a byte-level BPE model (GPT-2, Llama 3,
- * Qwen2/3 files): model.type "BPE" over a ByteLevel pre-tokenizer, alone or
- * after a Split whose regex (Oniguruma syntax) is translated to PCRE2 with
- * tokenizers.js's meaning (\s = Unicode White_Space, (?i:) folds ASCII
- * only); merges as "A B" strings or ["A", "B"] pairs, merged by their rank
- * (lowest first, leftmost on ties); model.ignore_merges (a piece the
- * vocabulary holds whole is one token); the NFC normalizer (ICU; builds
- * without ICU refuse it); added_tokens, which split the text before
- * anything else: special ones obey the encode flags like "<|endoftext|>",
- * the others are split out in every mode; a TemplateProcessing
- * post-processor's single template, alone or in a Sequence after ByteLevel
- * (oj_tokenizer_template). Encoding needs
- * valid UTF-8 and gives the ids of npm @huggingface/tokenizers. eot is
- * "<|endoftext|>" if the file has it, else the eos_token named by a
- * tokenizer_config.json beside the file. Whatever else the file asks for
- * (another model, normalizer, pre-tokenizer, decoder, post-processor,
- * dropout, truncation, padding, lstrip/rstrip/single_word tokens, ...) is
- * OJ_ERR_UNSUPPORTED naming the field; bad JSON or a bad field is
+/* A Hugging Face tokenizer.json whose model.type is "BPE", encoded to the ids
+ * of npm @huggingface/tokenizers (tokenizers.js):
+ * - byte-level (GPT-2, Llama 3, Qwen2/3 files): a ByteLevel pre-tokenizer,
+ *   alone (its GPT-2 regex) or after a Split whose regex (Oniguruma syntax)
+ *   is translated to PCRE2 with tokenizers.js's meaning (\s = Unicode
+ *   White_Space, (?i:) folds ASCII only); model.ignore_merges (a piece the
+ *   vocabulary holds whole is one token);
+ * - SentencePiece-style (Llama 2 files): model.byte_fallback, merges over
+ *   characters, a character outside the vocabulary as its <0xXX> tokens, no
+ *   pre-tokenizer, the Replace/ByteFallback/Fuse/Strip decoder.
+ * Merges are "A B" strings or ["A", "B"] pairs, applied by their index
+ * (lowest first, leftmost on ties). Normalizers: NFC (ICU; builds without
+ * ICU refuse it), Prepend, Replace of a string, Sequence. added_tokens split
+ * the text before anything else: special ones obey the encode flags like
+ * "<|endoftext|>", the others are split out in every mode. A
+ * TemplateProcessing post-processor, alone or in a Sequence after ByteLevel,
+ * gives oj_tokenizer_template. Encoding needs valid UTF-8
+ * (OJ_ERR_INVALID_ARGUMENT). eot is "<|endoftext|>" if the file has it, else
+ * the eos_token named by a tokenizer_config.json beside the file. Whatever
+ * else the file asks for (another model, normalizer, pre-tokenizer, decoder,
+ * post-processor, dropout, truncation, padding, lstrip/rstrip/single_word
+ * tokens, a regex construct outside the translated subset, ...) is
+ * OJ_ERR_UNSUPPORTED naming the file and field; bad JSON or a bad field is
  * OJ_ERR_CORRUPT naming the file and field (JSON errors: line and column);
  * OJ_ERR_IO when unreadable. The tokenizer cannot be saved
  * (oj_tokenizer_save refuses) and keeps its pre-tokenizer
- * (oj_tokenizer_set_pretokenizer refuses a change, except for files that
- * use the GPT-2 pattern). */
+ * (oj_tokenizer_set_pretokenizer refuses a change, except for files that use
+ * the GPT-2 pattern). On success *out owns a new tokenizer. */
 oj_status oj_tokenizer_load_hf(const char *tokenizer_json, oj_tokenizer **out, oj_error *err);
 /* The ids that tokenizer.json's post-processor places around one encoded
  * text (TemplateProcessing "single": e.g. Llama's BOS before it): *prefix
