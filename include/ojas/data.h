@@ -69,7 +69,8 @@ oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_er
  *   vocabulary holds whole is one token);
  * - SentencePiece-style (Llama 2 files): model.byte_fallback, merges over
  *   characters, a character outside the vocabulary as its <0xXX> tokens, no
- *   pre-tokenizer, the Replace/ByteFallback/Fuse/Strip decoder.
+ *   pre-tokenizer or Metaspace (split false), the Replace/ByteFallback/Fuse/
+ *   Strip decoder.
  * Merges are "A B" strings or ["A", "B"] pairs, applied by their index
  * (lowest first, leftmost on ties). Normalizers: NFC (ICU; builds without
  * ICU refuse it), Prepend, Replace of a string, Sequence. added_tokens split

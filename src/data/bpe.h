@@ -83,9 +83,10 @@ typedef enum oj_hf_split {
  * cache, or oj_bpe_merge. Appends to out; OJ_ERR_CAPACITY out of memory. */
 oj_status oj_bpe_encode_piece(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
                               size_t len, oj_tokens *out);
-/* Ordinary text (no added tokens) through a tokenizer.json pipeline. */
+/* Ordinary text (no added tokens) through a tokenizer.json pipeline; first:
+ * the section starts the text (no added token before it). */
 oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
-                                size_t n, oj_tokens *out, oj_error *err);
+                                size_t n, bool first, oj_tokens *out, oj_error *err);
 
 /* Builder: new empty tokenizer; add mergeable tokens and specials; finish
  * (checks every byte has a token and builds the pair table). */

@@ -84,12 +84,12 @@ static bool valid_utf8(const uint8_t *s, size_t n) {
     return true;
 }
 
-/* Ordinary text (no special handling). */
+/* Ordinary text (no special handling); `first`: it starts the whole text. */
 static oj_status encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
-                                 size_t n, oj_tokens *out, oj_error *err) {
+                                 size_t n, bool first, oj_tokens *out, oj_error *err) {
     size_t pos = 0;
     if (tok->hf)
-        return oj_hf_encode_ordinary(tok, s, b, n, out, err);
+        return oj_hf_encode_ordinary(tok, s, b, n, first, out, err);
     if (tok->pretok == OJ_PRETOK_PCRE2 && !valid_utf8(b, n))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "tokenizer_encode: the PCRE2 pre-tokeniser needs valid UTF-8");
@@ -149,7 +149,7 @@ static oj_status encode_with(const oj_tokenizer *tok, oj_tok_session *s, const u
     for (int i = 0; i < tok->n_specials; i++)
         any_always |= tok->specials[i].always;
     if ((flags == OJ_ENCODE_SPECIAL_AS_TEXT && !any_always) || tok->n_specials == 0)
-        return encode_ordinary(tok, s, b, n, out, err);
+        return encode_ordinary(tok, s, b, n, true, out, err);
     const oj_special *sp;
     if (flags == OJ_ENCODE_REFUSE_SPECIAL) {
         /* (tokenizer.json added tokens that are not special are text) */
@@ -170,7 +170,7 @@ static oj_status encode_with(const oj_tokenizer *tok, oj_tok_session *s, const u
                                 "(OJ_ENCODE_SPECIAL_AS_TEXT)",
                                 sp->text, at);
         if (!any_always)
-            return encode_ordinary(tok, s, b, n, out, err);
+            return encode_ordinary(tok, s, b, n, true, out, err);
     }
     bool only_always = flags != OJ_ENCODE_ALLOW_SPECIAL;
     size_t stack_next[16], *next = stack_next, pos = 0;
@@ -181,7 +181,7 @@ static oj_status encode_with(const oj_tokenizer *tok, oj_tok_session *s, const u
     oj_status st = OJ_OK;
     for (;;) {
         size_t at = find_special(tok, b, n, pos, next, only_always, &sp);
-        if ((st = encode_ordinary(tok, s, b + pos, at - pos, out, err)) || !sp)
+        if ((st = encode_ordinary(tok, s, b + pos, at - pos, pos == 0, out, err)) || !sp)
             break;
         if ((st = push(out, sp->id))) {
             oj_error_set(err, st, "tokenizer_encode: out of memory");

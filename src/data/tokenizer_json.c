@@ -1,7 +1,8 @@
 /* Hugging Face tokenizer.json: byte-level BPE (GPT-2 / Llama 3 / Qwen2-3
- * files) with the file's normalizer, pre-tokenizer regex, merges, added
- * tokens and post-processor template, encoding to the ids that the
- * reference encoder (tokenizers.js, npm @huggingface/tokenizers) gives.
+ * files) and SentencePiece-style BPE with byte fallback (Llama 2 files), with
+ * the file's normalizer, pre-tokenizer, merges, added tokens and
+ * post-processor template, encoding to the ids that the reference encoder
+ * (tokenizers.js, npm @huggingface/tokenizers) gives.
  * What the file asks for and this code cannot do exactly is refused by
  * name, never approximated. */
 #include <errno.h>
@@ -31,13 +32,17 @@ typedef struct ctx {
     oj_error *err;
 } ctx;
 
-/* "tokenizer: PATH: FIELD: what" */
+/* "tokenizer: PATH: FIELD: what", on one line (control characters quoted
+ * from the file become '?'). */
 static oj_status bad(const ctx *c, oj_status st, const char *field, const char *fmt, ...) {
     char msg[384];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    for (char *q = msg; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7F)
+            *q = '?';
     return oj_error_set(c->err, st, "tokenizer: %s: %s: %s", c->path, field, msg);
 }
 
@@ -101,11 +106,14 @@ static bool unmap_bytes(const char *s, size_t n, uint8_t *out, size_t *outlen) {
 }
 
 /* Normalizer steps, applied in order to each text section. */
-typedef enum norm_kind { NORM_NFC, NORM_PREPEND, NORM_REPLACE } norm_kind;
+typedef enum norm_kind { NORM_NFC, NORM_PREPEND, NORM_REPLACE, NORM_META_PREPEND } norm_kind;
+typedef enum meta_scheme { META_ALWAYS, META_FIRST, META_NEVER } meta_scheme;
 typedef struct norm_op {
     norm_kind kind;
-    char *a, *b; /* PREPEND: a; REPLACE: every a -> b */
+    char *a, *b; /* PREPEND: a; REPLACE: every a -> b; META_PREPEND: a unless the
+                    text starts with it, by `scheme` (the Metaspace pre-tokenizer) */
     size_t al, bl;
+    meta_scheme scheme;
 } norm_op;
 
 struct oj_hf {
@@ -258,6 +266,51 @@ static oj_status parse_split(const ctx *c, json_t *p, const char *field, spec *s
     return OJ_OK;
 }
 
+/* Metaspace (split false): each section's spaces become the replacement,
+ * which is prepended unless the section starts with it, for every section
+ * ("always") or the one that starts the text ("first"), as tokenizers.js
+ * does; the section stays one piece. split true (the default of HF's Rust
+ * tokenizers, which tokenizers.js ignores) is refused. */
+static oj_status parse_metaspace(const ctx *c, json_t *p, spec *sp) {
+    json_t *rep = json_object_get(p, "replacement"), *scheme = json_object_get(p, "prepend_scheme");
+    json_t *split = json_object_get(p, "split"), *str_rep = json_object_get(p, "str_rep");
+    if (rep && !json_is_string(rep))
+        return bad(c, OJ_ERR_CORRUPT, "pre_tokenizer.replacement", "expected a string");
+    const char *r = rep ? json_string_value(rep) : "\xE2\x96\x81";
+    if (!*r)
+        return bad(c, OJ_ERR_CORRUPT, "pre_tokenizer.replacement", "is empty");
+    if (!json_is_false(split))
+        return bad(c, OJ_ERR_UNSUPPORTED, "pre_tokenizer.split",
+                   "only false is supported (true splits words in HF tokenizers but not in "
+                   "tokenizers.js)");
+    if (str_rep && !(json_is_string(str_rep) && strcmp(json_string_value(str_rep), r) == 0))
+        return bad(c, OJ_ERR_UNSUPPORTED, "pre_tokenizer.str_rep",
+                   "only absent or equal to replacement is supported");
+    meta_scheme m;
+    const char *sc = json_is_string(scheme) ? json_string_value(scheme) : "";
+    if (!strcmp(sc, "always"))
+        m = META_ALWAYS;
+    else if (!strcmp(sc, "first"))
+        m = META_FIRST;
+    else if (!strcmp(sc, "never"))
+        m = META_NEVER;
+    else
+        return bad(c, OJ_ERR_UNSUPPORTED, "pre_tokenizer.prepend_scheme",
+                   "expected \"always\", \"first\" or \"never\" (older files' add_prefix_space "
+                   "alone is not supported)");
+    json_t *space = json_string(" "), *rj = json_string(r);
+    oj_status st = space && rj ? add_op(c, sp, NORM_REPLACE, space, rj) : oom(c);
+    if (!st)
+        st = add_op(c, sp, NORM_META_PREPEND, rj, NULL);
+    json_decref(space);
+    json_decref(rj);
+    if (st)
+        return st;
+    sp->hfx->ops[sp->hfx->n_ops - 1].scheme = m;
+    sp->split = OJ_SPLIT_NONE;
+    return OJ_OK;
+}
+
 static oj_status parse_pre_tokenizer(const ctx *c, json_t *p, spec *sp) {
     sp->split = OJ_SPLIT_NONE;
     if (!p || json_is_null(p))
@@ -265,6 +318,8 @@ static oj_status parse_pre_tokenizer(const ctx *c, json_t *p, spec *sp) {
     const char *t = type_of(p);
     if (!t)
         return bad(c, OJ_ERR_CORRUPT, "pre_tokenizer", "expected an object with a \"type\"");
+    if (strcmp(t, "Metaspace") == 0)
+        return parse_metaspace(c, p, sp);
     json_t *one[1] = {p};
     json_t **items = one;
     size_t n = 1;
@@ -831,10 +886,14 @@ oj_status oj_tokenizer_load_hf(const char *path, oj_tokenizer **out, oj_error *e
         return oj_error_set(err, OJ_ERR_IO, "tokenizer: %s is not a regular file", path);
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
+    if (!root) {
+        for (char *q = je.text; *q; q++) /* (it may quote the file) */
+            if ((unsigned char)*q < 0x20 || *q == 0x7F)
+                *q = '?';
         return oj_error_set(err, je.line < 0 ? OJ_ERR_IO : OJ_ERR_CORRUPT,
                             "tokenizer: %s:%d:%d: not valid JSON: %s", path, je.line, je.column,
                             je.text);
+    }
     oj_status st = OJ_OK;
     spec sp = {0};
     oj_tokenizer *tok = NULL;
@@ -978,8 +1037,8 @@ fail:
 
 /* Apply the normalizer steps to b[0..n): *buf is NULL (b unchanged) or a
  * new buffer holding the result, *bn its length. */
-static oj_status normalize(const struct oj_hf *x, const uint8_t *b, size_t n, uint8_t **buf,
-                           size_t *bn, oj_error *err) {
+static oj_status normalize(const struct oj_hf *x, const uint8_t *b, size_t n, bool first,
+                           uint8_t **buf, size_t *bn, oj_error *err) {
     uint8_t *cur = NULL; /* owned, or NULL while b is current */
     size_t cn = n;
     *buf = NULL;
@@ -998,7 +1057,12 @@ static oj_status normalize(const struct oj_hf *x, const uint8_t *b, size_t n, ui
 #endif
             if (!next)
                 continue;
-        } else if (op->kind == NORM_PREPEND) {
+        } else if (op->kind == NORM_PREPEND || op->kind == NORM_META_PREPEND) {
+            if (op->kind == NORM_META_PREPEND &&
+                (cn == 0 /* an empty normalized text reaches no pre-tokenizer */ ||
+                 op->scheme == META_NEVER || (op->scheme == META_FIRST && !first) ||
+                 (cn >= op->al && memcmp(src, op->a, op->al) == 0)))
+                continue;
             if (!(next = malloc(op->al + cn + 1)))
                 goto nomem;
             memcpy(next, op->a, op->al);
@@ -1118,7 +1182,7 @@ static oj_status encode_piece(const oj_tokenizer *tok, oj_tok_session *s, const 
 }
 
 oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
-                                size_t n, oj_tokens *out, oj_error *err) {
+                                size_t n, bool first, oj_tokens *out, oj_error *err) {
     if (n == 0)
         return OJ_OK;
     if (!valid_utf8(b, n))
@@ -1126,12 +1190,16 @@ oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, cons
                             "tokenizer_encode: a tokenizer.json tokenizer needs valid UTF-8 text");
     uint8_t *norm = NULL;
     size_t nn = 0;
-    oj_status st = normalize(tok->hfx, b, n, &norm, &nn, err);
+    oj_status st = normalize(tok->hfx, b, n, first, &norm, &nn, err);
     if (st)
         return st;
     if (norm) {
         b = norm;
         n = nn;
+    }
+    if (n == 0) {
+        free(norm);
+        return OJ_OK;
     }
     if (tok->hf_split == OJ_SPLIT_NONE) {
         if ((st = encode_piece(tok, s, b, n, out)))

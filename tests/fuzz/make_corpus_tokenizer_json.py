@@ -7,7 +7,8 @@ tests/fuzz/corpus/fuzz_tokenizer_json/  flags byte, then
     tokenizer.json|OJSEP|text: small byte-level BPE files (Split regex +
     ByteLevel, ByteLevel's own GPT-2 regex, NFC, both merge formats,
     ignore_merges, added tokens, a template), a SentencePiece-style file
-    (Prepend/Replace normalizer, byte_fallback), and one file per refusal.
+    (Prepend/Replace normalizer or a Metaspace pre-tokenizer, byte_fallback),
+    and one file per refusal.
 """
 import copy
 import json
@@ -137,6 +138,13 @@ def seeds():
     s["valid_nfc"] = seed(2, byte_level(nfc=True))
     s["valid_sentencepiece"] = seed(2, sp)
     s["valid_sentencepiece_text_flags"] = seed(4, sp)
+    meta = edit(sp, lambda t: (t.__setitem__("normalizer", None),
+                               t.__setitem__("pre_tokenizer", {
+                                   "type": "Metaspace", "replacement": MS,
+                                   "prepend_scheme": "first", "split": False})))
+    s["valid_metaspace"] = seed(2, meta)
+    s["bad_metaspace_split"] = seed(0, edit(meta, lambda t: t["pre_tokenizer"]
+                                            .__setitem__("split", True)))
     s["valid_invalid_utf8_text"] = seed(2, b, b"ab\xff\xc3 cd")
     s["valid_empty_text"] = seed(0, b, b"")
     full = json.dumps(b).encode()

