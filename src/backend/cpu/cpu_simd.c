@@ -7,8 +7,10 @@
 
 /* ---------------------------------------------------------------- scalar */
 
+/* As the vector kernels (cpu_simd_body.h): for x >= 0, e is clamped at
+ * exp(-18) (1 + e is 1 below it), so no subnormal e is built. */
 static inline float s_sigmoid(float x) {
-    float e = oj_expf_poly(-fabsf(x));
+    float e = oj_expf_poly(x >= 0 ? fmaxf(-x, -18.0f) : x);
     float s = 1.0f / (1.0f + e);
     return x >= 0 ? s : e * s;
 }
@@ -24,7 +26,7 @@ static inline float s_tanh(float x) {
         p = p * z - 3.33332819422e-1f;
         return p * z * x + x;
     }
-    float e = oj_expf_poly(-2.0f * ax);
+    float e = oj_expf_poly(-2.0f * (ax > 9.0f ? 9.0f : ax)); /* exactly 1 beyond 9 */
     return copysignf((1.0f - e) / (1.0f + e), x);
 }
 
@@ -460,6 +462,7 @@ static inline void avx512_tr16(const float *src, int64_t lds, float *dst, int64_
 #define V __m256
 #define VI __m256i
 #define M __m256i
+#define B __m256 /* a compare result */
 #define VL 8
 #define QD 2
 #define OJ_DISPATCH_Q34(K, ...)

@@ -1,6 +1,7 @@
 /* The vector implementation of the oj_simd entries, included by cpu_simd.c
  * once per SIMD level after it defines (see there):
- *   V VL M NAME(x)           vector type, lanes, tail-mask type, name suffix
+ *   V VL M B NAME(x)         vector type, lanes, tail-mask type, compare
+ *                            result type, name suffix
  *   v_* primitives           load/store (masked), arithmetic, compares,
  *                            blends, horizontal sum/max, integer exponent ops
  * No include guard: included twice. */
@@ -24,9 +25,14 @@ static inline V NAME(vexp_poly)(V xc, V *n_out) {
     return v_add(p, v_set1(1.0f));
 }
 
+/* Below lo the result is 0: those lanes compute exp(0) and are blended to 0
+ * at the end. Clamping them to lo instead (as this once did) made every
+ * such lane build a subnormal, which the CPU handles in microcode, 10-20x
+ * slower; now only lanes whose result is subnormal, x in [lo, -87.34),
+ * take that path. */
 static inline V NAME(vexp)(V x) {
     const V hi = v_set1(88.72283935546875f), lo = v_set1(-103.97208404541015625f);
-    V xc = v_min(v_max(x, lo), hi); /* NaN becomes lo here; fixed at the end */
+    V xc = v_blend(v_lt(x, lo), v_min(x, hi), v_zero()); /* NaN becomes hi here; fixed at the end */
     V n;
     V p = NAME(vexp_poly)(xc, &n);
     VI ni = v_cvt_i(n);
@@ -39,31 +45,41 @@ static inline V NAME(vexp)(V x) {
 
 /* exp(x) for x <= 0 (or NaN): what sigmoid, tanh, softmax and the
  * attention need. With AVX-512's scalef (p 2^n in one correctly rounded
- * step, subnormals included: the same bits as the two steps of vexp) the
- * special cases need no blends: NaN flows through (max returns x when x is
- * NaN), and below -104 the scaled result rounds to 0 by itself, as vexp's
- * blend makes it. Bit for bit vexp on x <= 0, at about half the
- * instructions, which is what keeps gelu and silu at memory speed. */
+ * step, subnormals included: the same bits as the two steps of vexp) only
+ * the lanes below lo need a blend: they compute exp(0) and are set to 0,
+ * as in vexp (a scalef that underflows to 0 is as slow as one that makes a
+ * subnormal). NaN flows through (a NaN compares false). Bit for bit vexp
+ * on x <= 0, at about half the instructions, which is what keeps gelu and
+ * silu at memory speed. */
 #ifdef v_scalef
 static inline V NAME(vexp_neg)(V x) {
+    B under = v_lt(x, v_set1(-103.97208404541015625f));
     V n;
-    V p = NAME(vexp_poly)(v_max(v_set1(-110.0f), x), &n);
-    return v_scalef(p, n);
+    V p = NAME(vexp_poly)(v_blend(under, x, v_zero()), &n);
+    return v_blend(under, v_scalef(p, n), v_zero());
 }
 #else
 static inline V NAME(vexp_neg)(V x) { return NAME(vexp)(x); }
 #endif
 
 /* 1 / (1 + exp(-x)), written as e / (1 + e) with e = exp(x) for x < 0 so
- * that neither form overflows or loses small results. */
+ * that neither form overflows or loses small results. For x >= 0, e only
+ * enters through 1 + e, which is exactly 1 once e < 2^-25 (x > 17.33):
+ * the exp argument is clamped at -18 there, so a large positive x never
+ * builds a subnormal e (same bits, none of the CPU's slow path). */
 static inline V NAME(vsigmoid)(V x) {
-    V e = NAME(vexp_neg)(v_neg(v_abs(x)));
+    B pos = v_ge(x, v_zero());
+    V t = v_neg(v_abs(x));
+    V e = NAME(vexp_neg)(v_blend(pos, t, v_max(t, v_set1(-18.0f))));
     V s = v_recip(v_add(v_set1(1.0f), e));
-    return v_blend(v_ge(x, v_zero()), v_mul(e, s), s);
+    return v_blend(pos, v_mul(e, s), s);
 }
 
 /* tanh: Cephes tanhf (odd polynomial below |x| 0.625, else
- * (1 - e) / (1 + e) with e = exp(-2|x|), sign restored). */
+ * (1 - e) / (1 + e) with e = exp(-2|x|), sign restored). Beyond |x| = 9,
+ * e < 2^-25 and the quotient is exactly 1, so |x| is clamped at 9 before
+ * the exp (same bits; no subnormal e, which the CPU makes in microcode,
+ * for |x| >= 44). min(9, NaN) is NaN. */
 static inline V NAME(vtanh)(V x) {
     V ax = v_abs(x);
     V z = v_mul(x, x);
@@ -72,7 +88,7 @@ static inline V NAME(vtanh)(V x) {
     p = v_fmadd(p, z, v_set1(1.33314422036e-1f));
     p = v_fmadd(p, z, v_set1(-3.33332819422e-1f));
     V small = v_fmadd(v_mul(p, z), x, x);
-    V e = NAME(vexp_neg)(v_mul(v_set1(-2.0f), ax));
+    V e = NAME(vexp_neg)(v_mul(v_set1(-2.0f), v_min(v_set1(9.0f), ax)));
     V t = v_mul(v_sub(v_set1(1.0f), e), v_recip(v_add(v_set1(1.0f), e)));
     V big = v_copysign(t, x);
     return v_blend(v_lt(ax, v_set1(0.625f)), big, small);
