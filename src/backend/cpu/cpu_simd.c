@@ -35,7 +35,20 @@ static inline float s_gelu_s(float x) {
     return s_sigmoid(x * (k2 * 0.044715f * (x * x) + k2));
 }
 
+/* The standard normal CDF in double (libm's erfc: no cancellation in the
+ * left tail), *pdf its density; exactly 0 or 1 beyond |x| = 20, where
+ * erfc would underflow. */
+static inline double s_phi(double x, double *pdf) {
+    if (fabs(x) > 20.0) {
+        *pdf = 0.0;
+        return x > 0 ? 1.0 : 0.0;
+    }
+    *pdf = exp(-0.5 * x * x) * 0.39894228040143267794;
+    return 0.5 * erfc(x * -0.70710678118654752440);
+}
+
 static inline float s_unary(oj_simd_fn f, float x, float a, float b) {
+    double pdf;
     switch (f) {
     case OJ_SF_EXP: return oj_expf_poly(x);
     case OJ_SF_SIGMOID: return s_sigmoid(x);
@@ -50,11 +63,13 @@ static inline float s_unary(oj_simd_fn f, float x, float a, float b) {
     case OJ_SF_RSQRT: return 1.0f / sqrtf(x);
     case OJ_SF_RECIPROCAL: return 1.0f / x;
     case OJ_SF_ABS: return fabsf(x);
+    case OJ_SF_GELU: return (float)(x * s_phi(x, &pdf));
     default: return x;
     }
 }
 
 static inline float s_grad(oj_simd_fn f, float x, float y, float a) {
+    double pdf, phi;
     switch (f) {
     case OJ_SF_EXP: return y;
     case OJ_SF_SIGMOID: return y * (1.0f - y);
@@ -77,6 +92,9 @@ static inline float s_grad(oj_simd_fn f, float x, float y, float a) {
     case OJ_SF_RSQRT: return -0.5f * (y * (y * y));
     case OJ_SF_RECIPROCAL: return -(y * y);
     case OJ_SF_ABS: return (float)((x > 0) - (x < 0));
+    case OJ_SF_GELU: /* Phi(x) + x phi(x) */
+        phi = s_phi(x, &pdf);
+        return (float)(phi + x * pdf);
     default: return 1.0f;
     }
 }

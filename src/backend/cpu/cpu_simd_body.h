@@ -103,6 +103,50 @@ static inline V NAME(vgelu_s)(V x) {
     return NAME(vsigmoid)(u2);
 }
 
+/* m Phi(x), Phi the standard normal CDF (gelu = x Phi(x)); *e_out =
+ * exp(-x^2 / 2). |x| < 1 / sqrt 2: Phi = 1/2 + x P(x^2), P of degree 6
+ * (1/2 and x P do not cancel there). Beyond, with z = |x| / sqrt 2 and
+ * t = 1 / (1 + z / 2): erfc(z) = t H(t) exp(-z^2), H of degree 8 (the
+ * form of Numerical Recipes' erfcc; both polynomials least-squares fits
+ * to erf/erfc made for f32, 1e-8 relative), and Phi = erfc(z) / 2 for x < 0, 1 - erfc(z) / 2 for x > 0:
+ * no cancellation on either side (1 + erf(x / sqrt 2), PyTorch's form, is
+ * 0 below x = -5.4 in f32). z^2 = x^2 / 2 is taken exactly as the sum of
+ * two floats (a fused multiply-add gives the rounding error of x^2) and
+ * the small part applied as exp(-hi - lo) = exp(-hi) (1 - lo), and for
+ * x < 0 the exp factor multiplies last, so the left tail keeps its
+ * relative accuracy down to the subnormal range. |x| is clamped at 20
+ * (Phi is 0 or 1 in f32 long before), which keeps t, x^2 and its error
+ * finite; NaN flows through. */
+static inline V NAME(vphi)(V x, V m, V *e_out) {
+    const V zero = v_zero(), one = v_set1(1.0f), half = v_set1(0.5f);
+    V ax = v_min(v_set1(20.0f), v_abs(x));
+    V s = v_mul(ax, ax);
+    V slo = v_fmadd(ax, ax, v_neg(s));
+    V e = NAME(vexp_neg)(v_mul(v_set1(-0.5f), s));
+    e = v_fnmadd(e, v_mul(half, slo), e);
+    *e_out = e;
+    V p = v_fmadd(v_set1(4.3350391473e-07f), s, v_set1(-8.8478827581e-06f));
+    p = v_fmadd(p, s, v_set1(1.1464187203e-04f));
+    p = v_fmadd(p, s, v_set1(-1.1867766922e-03f));
+    p = v_fmadd(p, s, v_set1(9.9733719045e-03f));
+    p = v_fmadd(p, s, v_set1(-6.6490356492e-02f));
+    p = v_fmadd(p, s, v_set1(3.9894227990e-01f));
+    V small = v_mul(m, v_fmadd(x, p, half));
+    V t = v_recip(v_fmadd(v_set1(0.35355339059327376f), ax, one));
+    V h = v_fmadd(v_set1(-0.0629627249f), t, v_set1(0.3028051074f));
+    h = v_fmadd(h, t, v_set1(-0.5225362833f));
+    h = v_fmadd(h, t, v_set1(0.3151540796f));
+    h = v_fmadd(h, t, v_set1(-0.0496670195f));
+    h = v_fmadd(h, t, v_set1(0.2113516888f));
+    h = v_fmadd(h, t, v_set1(0.2411811235f));
+    h = v_fmadd(h, t, v_set1(0.2826051073f));
+    h = v_fmadd(h, t, v_set1(0.2820750972f));
+    V k = v_mul(v_mul(half, t), h); /* erfc(z) / 2 = k e */
+    V left = v_mul(v_mul(m, k), e), right = v_mul(m, v_fnmadd(k, e, one));
+    V big = v_blend(v_lt(x, zero), right, left);
+    return v_blend(v_lt(s, half), big, small);
+}
+
 static inline V NAME(vunary)(oj_simd_fn f, V x, V a, V b) {
     switch (f) {
     case OJ_SF_EXP: return NAME(vexp)(x);
@@ -110,6 +154,10 @@ static inline V NAME(vunary)(oj_simd_fn f, V x, V a, V b) {
     case OJ_SF_SILU: return v_mul(x, NAME(vsigmoid)(x));
     case OJ_SF_GELU_TANH: return v_mul(x, NAME(vgelu_s)(x));
     case OJ_SF_TANH: return NAME(vtanh)(x);
+    case OJ_SF_GELU: {
+        V e;
+        return NAME(vphi)(x, x, &e);
+    }
     case OJ_SF_RELU: return v_blend(v_or_mask(v_gt(x, v_zero()), v_isnan(x)), v_zero(), x);
     case OJ_SF_NEG: return v_neg(x);
     case OJ_SF_SQUARE: return v_mul(x, x);
@@ -140,6 +188,11 @@ static inline V NAME(vgrad)(oj_simd_fn f, V x, V y, V a) {
         V du = v_fmadd(v_set1(k * 3.0f * 0.044715f), v_mul(x, x), v_set1(k));
         V t = v_mul(v_mul(v_add(x, x), s), v_sub(one, s));
         return v_fmadd(t, du, s);
+    }
+    case OJ_SF_GELU: { /* Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi) */
+        V e;
+        V phi = NAME(vphi)(x, one, &e);
+        return v_fmadd(v_mul(x, e), v_set1(0.3989422804014327f), phi);
     }
     case OJ_SF_RELU: return v_blend(v_gt(x, v_zero()), v_zero(), one);
     case OJ_SF_NEG: return v_set1(-1.0f);
@@ -546,6 +599,7 @@ static void NAME(unary)(oj_simd_fn f, float *y, const float *x, int64_t n, float
         OJ_UNARY_CASE(OJ_SF_RSQRT)
         OJ_UNARY_CASE(OJ_SF_RECIPROCAL)
         OJ_UNARY_CASE(OJ_SF_ABS)
+        OJ_UNARY_CASE(OJ_SF_GELU)
     default: break;
     }
 }
@@ -583,6 +637,7 @@ static void NAME(unary_grad)(oj_simd_fn f, float *dx, const float *x, const floa
         OJ_GRAD_CASE(OJ_SF_RSQRT)
         OJ_GRAD_CASE(OJ_SF_RECIPROCAL)
         OJ_GRAD_CASE(OJ_SF_ABS)
+        OJ_GRAD_CASE(OJ_SF_GELU)
     default: break;
     }
 }
