@@ -99,7 +99,7 @@ def test_unary_wide_range(eng, dtype, rng):
 
 def _f64_activation(name, x):
     """The activations in float64 from forms without cancellation (gelu
-    through erfc: torch's 1 + erf is 0 below x = -8.3 even in float64)."""
+    through erfc: torch's 1 + erf is 0 from x = -8.4 on even in float64)."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         if name == "sigmoid":

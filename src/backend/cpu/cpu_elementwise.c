@@ -11,7 +11,7 @@
  * relu give the same bits as the double path (a double result of two f32
  * operands, rounded once, is the f32 result); the transcendental ones are
  * within a few ulp of it (gelu's left tail closer to the true value than
- * the double path's 1 + erf, which is 0 below x = -8.3). Everything else
+ * the double path's 1 + erf, which is 0 from x = -8.4 on). Everything else
  * goes through double. */
 #include <math.h>
 #include <string.h>
