@@ -394,6 +394,7 @@ static inline void avx512_tr16(const float *src, int64_t lds, float *dst, int64_
 #define v_gt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
 #define v_ge(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
 #define v_lt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
+#define v_nge(a, b) _mm512_cmp_ps_mask(a, b, _CMP_NGE_UQ) /* a < b or NaN */
 #define v_isnan(a) _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q)
 #define v_or_mask(a, b) ((B)((a) | (b)))
 #define v_blend(m, a, b) _mm512_mask_blend_ps(m, a, b)
@@ -451,6 +452,7 @@ static inline void avx512_tr16(const float *src, int64_t lds, float *dst, int64_
 #undef v_gt
 #undef v_ge
 #undef v_lt
+#undef v_nge
 #undef v_isnan
 #undef v_or_mask
 #undef v_blend
@@ -480,7 +482,6 @@ static inline void avx512_tr16(const float *src, int64_t lds, float *dst, int64_
 #define V __m256
 #define VI __m256i
 #define M __m256i
-#define B __m256 /* a compare result */
 #define VL 8
 #define QD 2
 #define OJ_DISPATCH_Q34(K, ...)
@@ -536,6 +537,7 @@ static inline float avx2_hmax(__m256 v) {
 #define v_gt(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
 #define v_ge(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
 #define v_lt(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
+#define v_nge(a, b) _mm256_cmp_ps(a, b, _CMP_NGE_UQ) /* a < b or NaN */
 #define v_isnan(a) _mm256_cmp_ps(a, a, _CMP_UNORD_Q)
 #define v_or_mask(a, b) _mm256_or_ps(a, b)
 #define v_blend(m, a, b) _mm256_blendv_ps(a, b, m)

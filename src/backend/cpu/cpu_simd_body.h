@@ -1,7 +1,6 @@
 /* The vector implementation of the oj_simd entries, included by cpu_simd.c
  * once per SIMD level after it defines (see there):
- *   V VL M B NAME(x)         vector type, lanes, tail-mask type, compare
- *                            result type, name suffix
+ *   V VL M NAME(x)           vector type, lanes, tail-mask type, name suffix
  *   v_* primitives           load/store (masked), arithmetic, compares,
  *                            blends, horizontal sum/max, integer exponent ops
  * No include guard: included twice. */
@@ -25,38 +24,39 @@ static inline V NAME(vexp_poly)(V xc, V *n_out) {
     return v_add(p, v_set1(1.0f));
 }
 
-/* Below lo the result is 0: those lanes compute exp(0) and are blended to 0
- * at the end. Clamping them to lo instead (as this once did) made every
- * such lane build a subnormal, which the CPU handles in microcode, 10-20x
- * slower; now only lanes whose result is subnormal, x in [lo, -87.34),
- * take that path. */
+/* Below lo the result is 0: for those lanes (and NaN, fixed at the end)
+ * the second scale factor is 0 instead of 2^n2, so p 2^n1 (normal) times
+ * it is an exact 0. Scaling them by 2^n2 and blending 0 in afterwards (as
+ * this once did) made every such lane build a subnormal first, which the
+ * CPU does in microcode, 10-20x slower; now only lanes whose result is
+ * subnormal, x in [lo, -87.34), take that path. */
 static inline V NAME(vexp)(V x) {
     const V hi = v_set1(88.72283935546875f), lo = v_set1(-103.97208404541015625f);
-    V xc = v_blend(v_lt(x, lo), v_min(x, hi), v_zero()); /* NaN becomes hi here; fixed at the end */
+    V xc = v_min(v_max(x, lo), hi); /* NaN becomes lo here; fixed at the end */
     V n;
     V p = NAME(vexp_poly)(xc, &n);
     VI ni = v_cvt_i(n);
     VI n1 = v_i_srai1(ni), n2 = v_i_sub(ni, n1);
-    V y = v_mul(v_mul(p, v_pow2(n1)), v_pow2(n2));
+    V s2 = v_blend(v_nge(x, lo), v_pow2(n2), v_zero());
+    V y = v_mul(v_mul(p, v_pow2(n1)), s2);
     y = v_blend(v_gt(x, hi), y, v_set1(INFINITY));
-    y = v_blend(v_lt(x, lo), y, v_zero());
     return v_blend(v_isnan(x), y, x);
 }
 
 /* exp(x) for x <= 0 (or NaN): what sigmoid, tanh, softmax and the
  * attention need. With AVX-512's scalef (p 2^n in one correctly rounded
- * step, subnormals included: the same bits as the two steps of vexp) only
- * the lanes below lo need a blend: they compute exp(0) and are set to 0,
- * as in vexp (a scalef that underflows to 0 is as slow as one that makes a
- * subnormal). NaN flows through (a NaN compares false). Bit for bit vexp
+ * step, subnormals included: the same bits as the two steps of vexp) the
+ * special cases need one blend: below lo (and for NaN) p is replaced by 0,
+ * so the scaled result is an exact 0 (NaN stays NaN through n) instead of
+ * an underflow, which is as slow as making a subnormal. Bit for bit vexp
  * on x <= 0, at about half the instructions, which is what keeps gelu and
  * silu at memory speed. */
 #ifdef v_scalef
 static inline V NAME(vexp_neg)(V x) {
-    B under = v_lt(x, v_set1(-103.97208404541015625f));
     V n;
-    V p = NAME(vexp_poly)(v_blend(under, x, v_zero()), &n);
-    return v_blend(under, v_scalef(p, n), v_zero());
+    V p = NAME(vexp_poly)(v_max(v_set1(-110.0f), x), &n);
+    p = v_blend(v_nge(x, v_set1(-103.97208404541015625f)), p, v_zero());
+    return v_scalef(p, n);
 }
 #else
 static inline V NAME(vexp_neg)(V x) { return NAME(vexp)(x); }
@@ -68,11 +68,12 @@ static inline V NAME(vexp_neg)(V x) { return NAME(vexp)(x); }
  * the exp argument is clamped at -18 there, so a large positive x never
  * builds a subnormal e (same bits, none of the CPU's slow path). */
 static inline V NAME(vsigmoid)(V x) {
-    B pos = v_ge(x, v_zero());
-    V t = v_neg(v_abs(x));
-    V e = NAME(vexp_neg)(v_blend(pos, t, v_max(t, v_set1(-18.0f))));
+    /* x < 0: x; x >= 0: max(-x, -18); NaN stays NaN (max and min return
+     * their second operand when one is NaN) */
+    V t = v_min(v_max(v_set1(-18.0f), v_neg(x)), x);
+    V e = NAME(vexp_neg)(t);
     V s = v_recip(v_add(v_set1(1.0f), e));
-    return v_blend(pos, v_mul(e, s), s);
+    return v_blend(v_ge(x, v_zero()), v_mul(e, s), s);
 }
 
 /* tanh: Cephes tanhf (odd polynomial below |x| 0.625, else
@@ -104,48 +105,41 @@ static inline V NAME(vgelu_s)(V x) {
 }
 
 /* m Phi(x), Phi the standard normal CDF (gelu = x Phi(x)); *e_out =
- * exp(-x^2 / 2). |x| < 1 / sqrt 2: Phi = 1/2 + x P(x^2), P of degree 6
- * (1/2 and x P do not cancel there). Beyond, with z = |x| / sqrt 2 and
- * t = 1 / (1 + z / 2): erfc(z) = t H(t) exp(-z^2), H of degree 8 (the
- * form of Numerical Recipes' erfcc; both polynomials least-squares fits
- * to erf/erfc made for f32, 1e-8 relative), and Phi = erfc(z) / 2 for
- * x < 0, 1 - erfc(z) / 2 for x > 0: no cancellation on either side
- * (1 + erf(x / sqrt 2), PyTorch's form, is 0 from x = -5.6 on in f32),
- * within 8 ulp of float64 over [-20, 20]. z^2 = x^2 / 2 is taken exactly
- * as the sum of two floats (a fused multiply-add gives the rounding error
- * of x^2) and the small part applied as exp(-hi - lo) = exp(-hi) (1 - lo),
- * and for x < 0 the exp factor multiplies last, so the left tail keeps
- * its relative accuracy down to the subnormal range. |x| is clamped at 20
- * (Phi is 0 or 1 in f32 long before), which keeps t, x^2 and its error
- * finite; NaN flows through. */
+ * exp(-x^2 / 2). With z = |x| / sqrt 2 and t = 1 / (1 + z / 2):
+ * erfc(z) = t H(t) exp(-z^2), H of degree 10 (the form of Numerical
+ * Recipes' erfcc; a least-squares fit made for f32 over z in [0, 10.1],
+ * 4e-9 relative), and Phi = erfc(z) / 2 for x < 0, 1 - erfc(z) / 2 for
+ * x >= 0: no cancellation on either side (1 + erf(x / sqrt 2), PyTorch's
+ * form, is 0 from x = -5.6 on in f32), within 8 ulp of float64 over
+ * [-20, 20]. z^2 = x^2 / 2 is taken exactly as the sum of two floats (a
+ * fused multiply-add gives the rounding error of x^2) and the small part
+ * applied as exp(-hi - lo) = exp(-hi) (1 - lo), and for x < 0 the exp
+ * factor multiplies last, so the left tail keeps its relative accuracy
+ * down to the subnormal range. |x| is clamped at 20 (Phi is 0 or 1 in f32
+ * long before), which keeps t, x^2 and its error finite; NaN flows
+ * through. */
 static inline V NAME(vphi)(V x, V m, V *e_out) {
-    const V zero = v_zero(), one = v_set1(1.0f), half = v_set1(0.5f);
+    const V one = v_set1(1.0f), half = v_set1(0.5f);
     V ax = v_min(v_set1(20.0f), v_abs(x));
     V s = v_mul(ax, ax);
     V slo = v_fmadd(ax, ax, v_neg(s));
     V e = NAME(vexp_neg)(v_mul(v_set1(-0.5f), s));
     e = v_fnmadd(e, v_mul(half, slo), e);
     *e_out = e;
-    V p = v_fmadd(v_set1(4.3350391473e-07f), s, v_set1(-8.8478827581e-06f));
-    p = v_fmadd(p, s, v_set1(1.1464187203e-04f));
-    p = v_fmadd(p, s, v_set1(-1.1867766922e-03f));
-    p = v_fmadd(p, s, v_set1(9.9733719045e-03f));
-    p = v_fmadd(p, s, v_set1(-6.6490356492e-02f));
-    p = v_fmadd(p, s, v_set1(3.9894227990e-01f));
-    V small = v_mul(m, v_fmadd(x, p, half));
     V t = v_recip(v_fmadd(v_set1(0.35355339059327376f), ax, one));
-    V h = v_fmadd(v_set1(-0.0629627249f), t, v_set1(0.3028051074f));
-    h = v_fmadd(h, t, v_set1(-0.5225362833f));
-    h = v_fmadd(h, t, v_set1(0.3151540796f));
-    h = v_fmadd(h, t, v_set1(-0.0496670195f));
-    h = v_fmadd(h, t, v_set1(0.2113516888f));
-    h = v_fmadd(h, t, v_set1(0.2411811235f));
-    h = v_fmadd(h, t, v_set1(0.2826051073f));
-    h = v_fmadd(h, t, v_set1(0.2820750972f));
+    V h = v_fmadd(v_set1(3.5917875567e-02f), t, v_set1(-1.9191202248e-01f));
+    h = v_fmadd(h, t, v_set1(3.8365040826e-01f));
+    h = v_fmadd(h, t, v_set1(-2.9282947596e-01f));
+    h = v_fmadd(h, t, v_set1(-1.8998183169e-02f));
+    h = v_fmadd(h, t, v_set1(3.3629097554e-02f));
+    h = v_fmadd(h, t, v_set1(5.5581876715e-02f));
+    h = v_fmadd(h, t, v_set1(1.8541413086e-01f));
+    h = v_fmadd(h, t, v_set1(2.4520779260e-01f));
+    h = v_fmadd(h, t, v_set1(2.8224989128e-01f));
+    h = v_fmadd(h, t, v_set1(2.8208861228e-01f));
     V k = v_mul(v_mul(half, t), h); /* erfc(z) / 2 = k e */
     V left = v_mul(v_mul(m, k), e), right = v_mul(m, v_fnmadd(k, e, one));
-    V big = v_blend(v_lt(x, zero), right, left);
-    return v_blend(v_lt(s, half), big, small);
+    return v_blend(v_lt(x, v_zero()), right, left);
 }
 
 static inline V NAME(vunary)(oj_simd_fn f, V x, V a, V b) {
