@@ -61,7 +61,7 @@ static bool unmap_gpt2(const char *s, size_t n, uint8_t *out, size_t *outlen) {
     size_t i = 0, o = 0;
     while (i < n) {
         uint32_t cp;
-        int l = oj_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        int l = oj__utf8_decode((const uint8_t *)s + i, n - i, &cp);
         if (!l)
             return false;
         int b = oj_gpt2_cp_to_byte(cp);

@@ -13,7 +13,7 @@ static void put_gpt2(FILE *f, const uint8_t *b, size_t n, bool json) {
         if (json && (cp == '"' || cp == '\\'))
             fputc('\\', f);
         uint8_t u[4];
-        fwrite(u, 1, (size_t)oj_utf8_encode(cp, u), f);
+        fwrite(u, 1, (size_t)oj__utf8_encode(cp, u), f);
     }
 }
 

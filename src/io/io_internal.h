@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/utf8.h"
 #include "ojas/io.h"
 
 /* Largest safetensors header accepted (as the reference implementation). */
@@ -168,9 +169,6 @@ oj_status oj__path_join(char *buf, size_t len, const char *a, const char *b, oj_
 uint64_t oj__xxh3(const void *data, size_t len);
 
 /* ---------------------------------------------------------------- text */
-/* True if s[0..len) is valid UTF-8 (no overlongs, surrogates or values
- * beyond U+10FFFF); *bad gets the offset of the first bad byte. */
-bool oj__utf8_valid(const uint8_t *s, size_t len, size_t *bad);
 /* A short printable rendition of s[0..len) for messages, in double quotes,
  * with control and non-UTF-8 bytes as \xNN, cut with "..." to fit. */
 const char *oj__quote(char *buf, size_t size, const char *s, size_t len);
