@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/fsutil.h"
+#include "core/fs.h"
 #include "ojas/data.h"
 
 oj_prepare_config oj_prepare_config_default(void) {
@@ -164,7 +164,7 @@ oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg,
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "data_prepare: vocabulary of %d ids does not fit uint16 shards",
                             (int)oj_tokenizer_vocab_size(tok));
-    oj_status st = oj_data_mkdirs(cfg->out_dir, err);
+    oj_status st = oj__mkdirs(cfg->out_dir, err);
     if (st)
         return st;
     oj_prepare_stats s = {0};
