@@ -37,17 +37,18 @@ static oj_status write_script(const char *out_dir, int64_t *n_points, oj_error *
     char mpath[4200], gpath[4200];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out_dir);
     snprintf(gpath, sizeof gpath, "%s/loss.gp", out_dir);
-    FILE *in = fopen(mpath, "rb");
-    if (!in)
-        return oj_error_set(err, OJ_ERR_IO, "plot: cannot open %s: %s", mpath, strerror(errno));
-    /* two passes over the file: train points, then val points */
     oj__atomic_file af;
     oj_status st = oj__atomic_open(&af, gpath, err);
-    if (st) {
-        fclose(in);
+    if (st)
+        return st;
+    FILE *o = af.f;
+    /* two passes over the file: train points, then val points */
+    FILE *in = fopen(mpath, "rb");
+    if (!in) {
+        st = oj_error_set(err, OJ_ERR_IO, "plot: cannot open %s: %s", mpath, strerror(errno));
+        oj__atomic_abort(&af);
         return st;
     }
-    FILE *o = af.f;
     fputs("# Loss curve of an ojas training run, from metrics.jsonl.\n"
           "# Re-render in this directory with: gnuplot loss.gp\n"
           "# or draw it in the terminal with:  gnuplot -e ascii=1 loss.gp\n"

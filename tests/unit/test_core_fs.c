@@ -16,11 +16,13 @@
 
 #include "core/fs.h"
 
-static char tmpdir[256];
+static char tmpdir[512];
 
+/* A fresh directory under $TMPDIR (or /tmp); oj__rmtree removes it. */
 static int setup(void **state) {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ojas-test-fs-XXXXXX");
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/ojas-test-fs-XXXXXX", base && *base ? base : "/tmp");
     return mkdtemp(tmpdir) ? 0 : -1;
 }
 
@@ -29,8 +31,9 @@ static int teardown(void **state) {
     return oj__rmtree(tmpdir, NULL) == OJ_OK ? 0 : -1;
 }
 
+/* tmpdir/name into buf */
 static void path_of(char *buf, size_t len, const char *name) {
-    snprintf(buf, len, "%s/%s", tmpdir, name);
+    assert_int_equal(oj__path_join(buf, len, tmpdir, name, NULL), OJ_OK);
 }
 
 static bool is_dir(const char *p) {
@@ -99,12 +102,17 @@ static void test_mkdirs(void **state) {
     assert_non_null(strstr(e.message, "is not a directory"));
 }
 
+/* A new directory tmpdir/sub into d[512] and the path of `file` in it into p[512]. */
+static void subdir(const char *sub, const char *file, char *d, char *p) {
+    path_of(d, 512, sub);
+    assert_int_equal(oj__mkdirs(d, NULL), OJ_OK);
+    assert_int_equal(oj__path_join(p, 512, d, file, NULL), OJ_OK);
+}
+
 static void test_atomic_write_replaces(void **state) {
     (void)state;
     char d[512], p[512], names[1024];
-    path_of(d, sizeof d, "w");
-    assert_int_equal(oj__mkdirs(d, NULL), OJ_OK);
-    path_of(p, sizeof p, "w/file.txt");
+    subdir("w", "file.txt", d, p);
     assert_int_equal(oj__atomic_write(p, "first", 5, NULL), OJ_OK);
     expect_content(p, "first");
     assert_int_equal(oj__atomic_write(p, "second, longer", 14, NULL), OJ_OK);
@@ -139,9 +147,7 @@ static void test_atomic_write_replaces(void **state) {
 static void test_atomic_failures_keep_old(void **state) {
     (void)state;
     char d[512], p[512], names[1024];
-    path_of(d, sizeof d, "k");
-    assert_int_equal(oj__mkdirs(d, NULL), OJ_OK);
-    path_of(p, sizeof p, "k/keep.txt");
+    subdir("k", "keep.txt", d, p);
     assert_int_equal(oj__atomic_write(p, "old", 3, NULL), OJ_OK);
 
     /* abort: the old file stays, the temporary goes */
