@@ -175,6 +175,10 @@ typedef struct oj_train_options {
     /* Called after every step and eval (may be NULL). */
     void (*on_metrics)(const oj_train_metrics *m, void *ctx);
     void *ctx;
+    /* The user's consent to reuse an out_dir that holds another run
+     * (`ojas train --overwrite`). Not yet read: the trainer does not check
+     * what out_dir holds. */
+    bool overwrite;
 } oj_train_options;
 
 /* The end of a run. */
@@ -195,9 +199,10 @@ typedef struct oj_trainer oj_trainer;
 /* Build everything a run needs from a checked config: the engine (device,
  * numerics, threads, seed, budget; OJ_ERR_DEVICE if the device cannot be
  * opened, never a fallback), the model, the optimizer, the train and val
- * loaders, the tokenizer's byte lengths, the out_dir; and with
- * opts->resume, the checkpoint (model, optimizer, step, loader position,
- * RNG, tokens seen). `opts` is copied (its strings too). On success *out
+ * loaders, the tokenizer's byte lengths; with opts->resume, the checkpoint
+ * (model, optimizer, step, loader position, RNG, tokens seen); and last the
+ * out_dir, so that a failure of any of the others leaves no directory
+ * behind. `opts` is copied (its strings too). On success *out
  * owns the trainer (oj_trainer_free). */
 oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *opts,
                             oj_trainer **out, oj_error *err);

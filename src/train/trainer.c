@@ -222,7 +222,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
                           "config: vocab_size %lld is smaller than the tokenizer's %lld",
                           (long long)t->mcfg.vocab_size, (long long)tok_vocab);
     t->T = cfg->seq_len > 0 ? cfg->seq_len : t->mcfg.block_size;
-    if (!st) { /* the engine first: a device that cannot be opened leaves no out_dir behind */
+    if (!st) {
         oj_engine_config ec = oj_engine_config_default();
         ec.device = cfg->device;
         ec.numerics = cfg->numerics;
@@ -231,8 +231,6 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         ec.budget_bytes = cfg->budget_bytes;
         st = oj_engine_create(&ec, &t->eng, err);
     }
-    if (!st)
-        st = oj__mkdirs(t->out_dir, err);
     if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */
         oj_set_autocast(t->eng, true, cfg->dtype == OJ_TRAIN_BF16 ? OJ_BF16 : OJ_F16);
     if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
@@ -254,6 +252,10 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         if (opts->resume)
             st = oj__train_resume(t, err);
     }
+    /* out_dir last: a config, device, model, data or checkpoint that fails
+     * leaves no directory behind */
+    if (!st)
+        st = oj__mkdirs(t->out_dir, err);
     if (!st)
         st = oj__train_metrics_open(t, err);
     if (st) {
