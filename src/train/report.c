@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "train/train_internal.h"
 
 double oj__train_now(void) {
@@ -25,13 +26,13 @@ static oj_status keep_prefix(const char *src, const char *dst, int64_t keep_step
     FILE *f = fopen(src, "rb");
     if (!f)
         return OJ_OK; /* nothing to keep */
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
-    FILE *o = fopen(tmp, "wb");
-    if (!o) {
+    oj__atomic_file af;
+    oj_status st = oj__atomic_open(&af, dst, err);
+    if (st) {
         fclose(f);
-        return oj_error_set(err, OJ_ERR_IO, "cannot write %s", tmp);
+        return st;
     }
+    FILE *o = af.f;
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -44,12 +45,7 @@ static oj_status keep_prefix(const char *src, const char *dst, int64_t keep_step
     }
     free(line);
     fclose(f);
-    bool bad = fclose(o) != 0;
-    if (bad || rename(tmp, dst) != 0) {
-        remove(tmp);
-        return oj_error_set(err, OJ_ERR_IO, "cannot write %s", dst);
-    }
-    return OJ_OK;
+    return oj__atomic_commit(&af, err);
 }
 
 oj_status oj__train_metrics_open(oj_trainer *t, oj_error *err) {

@@ -6,28 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/fs.h"
 #include "train/train_internal.h"
-
-/* mkdir -p */
-static oj_status make_dirs(const char *path, oj_error *err) {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
-        return oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "out dir: path too long");
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
-            return oj_error_set(err, OJ_ERR_IO, "cannot create %s: %s", p, strerror(errno));
-        *s = '/';
-    }
-    if (mkdir(p, 0777) != 0 && errno != EEXIST)
-        return oj_error_set(err, OJ_ERR_IO, "cannot create %s: %s", p, strerror(errno));
-    struct stat sb;
-    if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return oj_error_set(err, OJ_ERR_IO, "out dir %s is not a directory", p);
-    return OJ_OK;
-}
 
 static oj_status eng_error(oj_trainer *t, oj_error *err, const char *what) {
     return oj_error_set(err, oj_last_status(t->eng) ? oj_last_status(t->eng) : OJ_ERR_INTERNAL,
@@ -275,7 +255,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     /* out_dir last: a config, device, model, data or checkpoint that fails
      * leaves no directory behind */
     if (!st)
-        st = make_dirs(t->out_dir, err);
+        st = oj__mkdirs(t->out_dir, err);
     if (!st)
         st = oj__train_metrics_open(t, err);
     if (st) {

@@ -451,7 +451,7 @@ static char *byte_encoder(const char *extra) {
         while (oj_gpt2_byte_rank((uint8_t)b) != id)
             b++;
         uint8_t u[4];
-        int l = oj_utf8_encode(oj_gpt2_byte_to_cp((uint8_t)b), u);
+        int l = oj__utf8_encode(oj_gpt2_byte_to_cp((uint8_t)b), u);
         s[o++] = '"';
         if (u[0] == '"' || u[0] == '\\')
             s[o++] = '\\';
