@@ -16,9 +16,10 @@ static const char *k_help =
     "                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
     "                     [--device cpu|cuda|cuda:N] [--dtype f32|bf16|f16] [--threads N]\n"
     "Sample from a model. --checkpoint takes a checkpoint directory written by\n"
-    "'ojas train' (or its root: the newest good one is used); its state.json\n"
-    "holds the model config, and its tokenizer_dir is the default for --vocab\n"
-    "(relative to where the run was started). Tokens stream to stdout as they\n"
+    "'ojas train' (or its root: the one 'latest' names, else the newest, that\n"
+    "verifies; a warning names any newer one refused); its state.json holds the\n"
+    "model config, and its tokenizer_dir is the default for --vocab (stored as an\n"
+    "absolute path). Tokens stream to stdout as they\n"
     "are generated. Defaults: --max-new-tokens 200, --temperature 0.8 (0:\n"
     "greedy), --top-k 40 (0: off), --top-p %g (1: off), --repetition-penalty %g\n"
     "(1: off), --seed %llu, --device cpu, --dtype f32. --dtype bf16 converts the\n"
@@ -89,36 +90,47 @@ int cmd_generate(int argc, char **argv) {
     if ((ckpt == NULL) == (weights == NULL))
         return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
-    oj_train_config run_cfg = oj_train_config_default();
-    if (vocab == NULL && ckpt && access(ckpt, F_OK) != 0) /* before asking for --vocab */
-        return cli_error(CLI_FAIL, "generate: checkpoint '%s' does not exist", ckpt);
-    if (vocab == NULL && ckpt) { /* the tokenizer the run was trained with */
-        oj_error ce = {0};
-        if (oj_train_config_from_checkpoint(ckpt, &run_cfg, &ce) == OJ_OK && run_cfg.tokenizer_dir[0])
-            vocab = run_cfg.tokenizer_dir;
-    }
-    if (vocab == NULL)
-        return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
-                                    "supplies it only when its run had a tokenizer_dir)");
     if (prompt == NULL || prompt[0] == '\0')
         return cli_error(CLI_USAGE, "generate: --prompt TEXT is required (and must not be empty)");
     if (!(sc.temperature >= 0) || isinf(sc.temperature) || !(sc.top_p > 0 && sc.top_p <= 1) ||
         !(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
         return cli_error(CLI_USAGE, "generate: need a finite temperature >= 0, 0 < top-p <= 1 "
                                     "and a finite repetition-penalty > 0");
-
     oj_dtype wdt = strcmp(dtype, "bf16") == 0 ? OJ_BF16 : strcmp(dtype, "f16") == 0 ? OJ_F16 : OJ_F32;
     if (wdt == OJ_F32 && strcmp(dtype, "f32") != 0)
         return cli_error(CLI_USAGE, "generate: --dtype must be f32, bf16 or f16, got '%s'", dtype);
+
+    /* The checkpoint first (a refused one is the real error, before any
+     * question of --vocab), resolved once: the config and the weights come
+     * from the same checkpoint directory. */
+    oj_train_config run_cfg = oj_train_config_default();
+    char ckpt_dir[4096] = "";
+    if (ckpt) {
+        if (access(ckpt, F_OK) != 0)
+            return cli_error(CLI_FAIL, "generate: checkpoint '%s' does not exist", ckpt);
+        oj_error ce = {0}, why = {0};
+        int skipped = 0;
+        if (oj_checkpoint_find(ckpt, ckpt_dir, sizeof ckpt_dir, &skipped, &why, &ce) != OJ_OK ||
+            oj_train_config_from_checkpoint(ckpt_dir, &run_cfg, &ce) != OJ_OK)
+            return cli_error(CLI_FAIL, "generate: %s", ce.message);
+        if (skipped)
+            fprintf(stderr,
+                    "ojas: warning: generate: skipped %d newer checkpoint(s) under %s that failed "
+                    "verification (the newest: %s); using %s\n",
+                    skipped, ckpt, why.message, ckpt_dir);
+        if (vocab == NULL && run_cfg.tokenizer_dir[0]) /* the tokenizer the run was trained with */
+            vocab = run_cfg.tokenizer_dir;
+    }
+    if (vocab == NULL)
+        return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
+                                    "supplies it only when its run had a tokenizer_dir)");
 
     oj_error e = {0};
     oj_tokenizer *tok = NULL;
     if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
         return cli_error(CLI_FAIL, "generate: %s%s", e.message,
-                         vocab == run_cfg.tokenizer_dir
-                             ? " (the run's tokenizer_dir, relative to where it was started: "
-                               "give --vocab DIR)"
-                             : "");
+                         vocab == run_cfg.tokenizer_dir ? " (the run's tokenizer_dir: give --vocab DIR)"
+                                                        : "");
     oj_engine_config ec = oj_engine_config_default();
     if (!oj_device_parse(device, &ec.device)) {
         oj_tokenizer_free(tok);
@@ -139,10 +151,9 @@ int cmd_generate(int argc, char **argv) {
         /* The model config is part of the training config in state.json.
          * As in the trainer, the tokenizer sets the vocabulary only when
          * the run had a tokenizer_dir (otherwise vocab_size or the preset's). */
-        oj_train_config tc = oj_train_config_default();
-        if (oj_train_config_from_checkpoint(ckpt, &tc, &e) != OJ_OK ||
-            oj_train_model_config(&tc, tc.tokenizer_dir[0] ? oj_tokenizer_vocab_size(tok) : 0,
-                                  &cfg, &e) != OJ_OK) {
+        const oj_train_config *tc = &run_cfg;
+        if (oj_train_model_config(tc, tc->tokenizer_dir[0] ? oj_tokenizer_vocab_size(tok) : 0, &cfg,
+                                  &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
@@ -151,12 +162,7 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         oj_named_tensors sd = oj_gpt_state_dict(m);
-        /* ckpt is a checkpoint directory, or a root whose newest good one is used. */
-        char manifest[4200];
-        snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
-        bool is_dir = access(manifest, F_OK) == 0;
-        if ((is_dir ? oj_checkpoint_load(ckpt, &sd, NULL, &info, &e)
-                    : oj_checkpoint_resume(ckpt, &sd, NULL, &info, &e)) != OJ_OK) {
+        if (oj_checkpoint_load(ckpt_dir, &sd, NULL, &info, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }

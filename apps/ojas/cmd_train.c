@@ -7,20 +7,28 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ojas/io.h"
 #include "ojas/train.h"
 
 static const char k_usage[] =
-    "usage: ojas train --config FILE --out DIR [options]\n"
+    "usage: ojas train --config FILE --out DIR [--overwrite] [options]\n"
     "       ojas train --resume DIR --out DIR [options]\n"
     "\n"
     "  train a GPT on token shards (data_dir/train_*.bin, val_*.bin from 'ojas data\n"
     "  prepare'); write checkpoints DIR/ckpt-NNNNNN, DIR/metrics.jsonl (one JSON\n"
     "  object per step and eval) and the loss curve DIR/loss.svg (gnuplot)\n"
     "      --config FILE      JSON object of config keys (below)\n"
-    "      --out DIR          run directory (created if missing)\n"
+    "      --out DIR          run directory (created if missing); a new run refuses a\n"
+    "                         non-empty one. One trainer at a time (DIR/.lock)\n"
+    "      --overwrite        first remove the previous run's files from DIR\n"
+    "                         (checkpoints, latest, metrics.jsonl, loss.*, abandoned-*);\n"
+    "                         refused, removing nothing, if DIR holds anything else\n"
     "      --resume DIR       continue from a checkpoint directory or the newest good\n"
-    "                         one under a run directory; without --config its stored\n"
-    "                         config is used. Bit-identical under exact numerics\n"
+    "                         one under a run directory (config and weights from that\n"
+    "                         one checkpoint); without --config its stored config is\n"
+    "                         used. Bit-identical under exact numerics. Checkpoints of\n"
+    "                         --out that do not lead to it (the later steps of an\n"
+    "                         abandoned branch) move to --out/abandoned-stepN/\n"
     "      --device D         cpu | cuda | cuda:N (never falls back to another device)\n"
     "      --threads N        CPU threads (0: all usable CPUs)\n"
     "      --numerics M       fast | exact (bit-reproducible, any thread count)\n"
@@ -76,7 +84,7 @@ static void usage(FILE *f) {
 
 int cmd_train(int argc, char **argv) {
     const char *config = NULL, *out = NULL, *resume = NULL;
-    bool progress = isatty(fileno(stdout)), plot = true;
+    bool progress = isatty(fileno(stdout)), plot = true, overwrite = false;
     /* first pass: the files; overrides are applied in order afterwards */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -93,6 +101,10 @@ int cmd_train(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-plot")) {
             plot = false;
+            continue;
+        }
+        if (!strcmp(a, "--overwrite")) {
+            overwrite = true;
             continue;
         }
         if (!takes)
@@ -112,15 +124,31 @@ int cmd_train(int argc, char **argv) {
         return cli_error(CLI_USAGE, "train: --out DIR is required");
     if (!config && !resume)
         return cli_error(CLI_USAGE, "train: --config FILE (or --resume DIR) is required");
+    if (resume && overwrite)
+        return cli_error(CLI_USAGE, "train: --resume continues a run and --overwrite replaces one: "
+                                    "give one of them");
 
     oj_train_config cfg = oj_train_config_default();
     oj_error err = {0};
+    /* one checkpoint for both the stored config and the weights */
+    char resume_dir[4096];
+    if (resume) {
+        int skipped = 0;
+        oj_error why = {0};
+        if (oj_checkpoint_find(resume, resume_dir, sizeof resume_dir, &skipped, &why, &err))
+            return cli_error(CLI_FAIL, "train: %s", err.message);
+        if (skipped)
+            printf("warning: skipped %d newer checkpoint(s) under %s that failed verification "
+                   "(the newest: %s)\n",
+                   skipped, resume, why.message);
+        resume = resume_dir;
+    }
     if (config ? oj_train_config_load(&cfg, config, &err)
                : oj_train_config_from_checkpoint(resume, &cfg, &err))
         return cli_error(CLI_FAIL, "train: %s", err.message);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--no-progress") || !strcmp(a, "--no-plot"))
+        if (!strcmp(a, "--no-progress") || !strcmp(a, "--no-plot") || !strcmp(a, "--overwrite"))
             continue;
         const char *v = argv[++i];
         char buf[2048];
@@ -138,7 +166,8 @@ int cmd_train(int argc, char **argv) {
 
     install_handlers();
     oj_train_options opts = {.out_dir = out, .resume = resume, .log = stdout,
-                             .progress_bar = progress, .plot = plot, .stop = &g_stop};
+                             .progress_bar = progress, .plot = plot, .stop = &g_stop,
+                             .overwrite = overwrite};
     oj_train_result res;
     oj_status st = oj_train(&cfg, &opts, &res, &err);
     signal(SIGINT, SIG_DFL);

@@ -102,6 +102,9 @@ typedef struct oj_train_config {
                               * (device cuda, grad_accum 1; oj_graph_capture_begin) */
     double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
     int64_t budget_bytes;    /* engine root budget; 0 = unlimited */
+    int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row
+                                * skipped as non-finite, naming the first op with a
+                                * non-finite output (detect_anomaly); 10; 0 = never */
 } oj_train_config;
 
 /* The defaults listed above. */
@@ -175,6 +178,11 @@ typedef struct oj_train_options {
     /* Called after every step and eval (may be NULL). */
     void (*on_metrics)(const oj_train_metrics *m, void *ctx);
     void *ctx;
+    /* A new run (resume NULL) refuses a non-empty out_dir; overwrite first
+     * removes what a previous run wrote there (checkpoints, latest,
+     * metrics.jsonl, loss.gp/svg, abandoned-* branches), and still refuses,
+     * removing nothing, when out_dir holds anything else. */
+    bool overwrite;
 } oj_train_options;
 
 /* The end of a run. */
