@@ -325,7 +325,7 @@ oj_status oj__train_branch(oj_trainer *t, const json_t *state, oj_error *err) {
         snprintf(to, sizeof to, "%s/metrics.jsonl", dir);
         if (!st && metrics && rename(p, to) != 0)
             st = oj_error_set(err, OJ_ERR_IO, "rename %s to %s: %s", p, to, strerror(errno));
-        if (!st && metrics && own_metrics) /* continue its records up to step s */
+        if (!st && metrics && own_metrics && t->ckpt_in_out >= 0) /* continue its records */
             snprintf(t->metrics_src, sizeof t->metrics_src, "%s", to);
         if (!st)
             oj__train_say(t,
@@ -334,6 +334,11 @@ oj_status oj__train_branch(oj_trainer *t, const json_t *state, oj_error *err) {
                           t->out_dir, (long long)n_moved, t->resume,
                           metrics ? ", with their metrics.jsonl," : "", dir);
     }
+    /* resumed from elsewhere: that run's records up to step s */
+    char theirs[4300];
+    snprintf(theirs, sizeof theirs, "%s/metrics.jsonl", t->resume_root);
+    if (!st && t->ckpt_in_out < 0 && !here && access(theirs, F_OK) == 0)
+        snprintf(t->metrics_src, sizeof t->metrics_src, "%s", theirs);
     free(steps);
     free(ids);
     free(parents);

@@ -155,6 +155,9 @@ static oj_status claim_out_dir(oj_trainer *t, oj_error *err) {
  * oj_checkpoint_resume would choose under a root) into t->resume. */
 static oj_status resolve_resume(oj_trainer *t, oj_error *err) {
     char dir[4096];
+    snprintf(dir, sizeof dir, "%s/manifest.json", t->opts.resume);
+    if (access(dir, F_OK) == 0) /* a checkpoint directory: the load verifies it */
+        return OJ_OK;
     oj_error refused = {0};
     oj_status st = oj_checkpoint_find(t->opts.resume, dir, sizeof dir, &t->resume_skipped,
                                       &refused, err);

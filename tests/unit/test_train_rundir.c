@@ -211,6 +211,22 @@ static void test_branch_moves_abandoned_checkpoints_aside(void **state) {
     assert_int_equal(ojas(TRAIN "--resume r9 --out r9 --set max_steps=5", &out, NULL), 0);
     contains(out, "at step 4");
     free(out);
+    /* the abandoned branch is resumable: then the other one moves aside */
+    char *a3 = json_key("r9/abandoned-step2/ckpt-000003/state.json", "id");
+    assert_int_equal(ojas(TRAIN "--resume r9/abandoned-step2 --out r9 --set max_steps=4", &out,
+                          NULL),
+                     0);
+    contains(out, "at step 3");
+    free(out);
+    assert_true(exists("r9/abandoned-step3/ckpt-000005") && exists("r9/abandoned-step3/ckpt-000004"));
+    char *p4 = json_key("r9/ckpt-000004/state.json", "parent");
+    assert_string_equal(p4, a3);
+    free(p4);
+    free(a3);
+    assert_false(exists("r9/ckpt-000005"));
+    /* its curve: steps 1-3 of the first run (from the branch's metrics), then 4 */
+    assert_int_equal(count_lines("r9/metrics.jsonl", "\"type\":\"train\""), 4);
+    assert_int_equal(count_lines("r9/metrics.jsonl", "\"step\":5,"), 0);
 }
 
 /* Was: the config came from the highest-step checkpoint that verified, the
