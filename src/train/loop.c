@@ -65,13 +65,17 @@ static oj_lr_schedule make_schedule(const oj_train_config *c, int64_t total) {
 }
 
 /* A line when the step the schedule decays towards moves so far that this
- * step's LR differs by more than 20% from what the previous total gave:
- * on a resume with another max_steps, or when a time limit (which starts
- * again with every run) re-estimates the last step. */
+ * step's LR differs by more than 20% from what the previous total gave, at
+ * the two steps where the total changes its source: the first step of a
+ * run (against the resumed checkpoint's total: another max_steps, or a
+ * time limit, which counts from each run's start) and the third, when a
+ * time limit's estimate takes over. The estimate's drift from step to step
+ * in between is the method, not news. */
 static void say_schedule_change(oj_trainer *t, int64_t total, double factor) {
     int64_t was = t->sched_total;
     t->sched_total = total;
-    if (was < 0 || was == total)
+    bool switch_point = t->run_steps == 0 || (t->run_steps == 2 && t->cfg.time_limit_seconds > 0);
+    if (!switch_point || was < 0 || was == total)
         return;
     oj_lr_schedule old = make_schedule(&t->cfg, was);
     double f0 = oj_lr_schedule_factor(&old, t->step);

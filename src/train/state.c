@@ -222,6 +222,8 @@ oj_status oj__train_resume(oj_trainer *t, oj_error *err) {
     st = oj__train_restore_state(t, state, err);
     if (!st) { /* the run directory: the checkpoint's parent */
         snprintf(t->resume_root, sizeof t->resume_root, "%s", info.dir);
+        for (size_t k = strlen(t->resume_root); k > 1 && t->resume_root[k - 1] == '/'; k--)
+            t->resume_root[k - 1] = 0; /* "run/ckpt-000002/" */
         char *slash = strrchr(t->resume_root, '/');
         if (slash)
             *slash = 0;
@@ -327,7 +329,10 @@ oj_status oj__train_branch(oj_trainer *t, const json_t *state, oj_error *err) {
             st = oj_error_set(err, OJ_ERR_IO, "rename %s to %s: %s", p, to, strerror(errno));
         if (!st && metrics && own_metrics && t->ckpt_in_out >= 0) /* continue its records */
             snprintf(t->metrics_src, sizeof t->metrics_src, "%s", to);
-        if (!st)
+        if (!st && n_moved == 0)
+            oj__train_say(t, "%s: moved the metrics.jsonl of another run aside to %s", t->out_dir,
+                          dir);
+        else if (!st)
             oj__train_say(t,
                           "%s: moved %lld checkpoint(s) that are not %s or its ancestors (the "
                           "later steps of an abandoned branch, or another run)%s aside to %s",
