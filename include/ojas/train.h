@@ -204,17 +204,18 @@ typedef struct oj_trainer oj_trainer;
 
 /* Build everything a run needs from a checked config: the engine (device,
  * numerics, threads, seed, budget; OJ_ERR_DEVICE if the device cannot be
- * opened, never a fallback), the out_dir (created; then locked with flock
- * on out_dir/.lock until oj_trainer_free: a second trainer gets
- * OJ_ERR_STATE naming the holder's PID), the model, the optimizer, the
- * train and val loaders, the tokenizer's byte lengths (tokenizer_dir is
- * stored absolute); and with opts->resume, the checkpoint (model,
- * optimizer, step, loader position, RNG, tokens seen; a root resolves by
- * oj_checkpoint_find), after which out_dir's checkpoints that are not it or
- * its ancestors move to out_dir/abandoned-stepS/. Without opts->resume a
- * non-empty out_dir is OJ_ERR_STATE unless opts->overwrite (see there).
- * `opts` is copied (its strings too). On success *out owns the trainer
- * (oj_trainer_free). */
+ * opened, never a fallback), the model, the optimizer, the train and val
+ * loaders, the tokenizer's byte lengths (tokenizer_dir is stored
+ * absolute); with opts->resume, the checkpoint (model, optimizer, step,
+ * loader position, RNG, tokens seen; a root resolves by
+ * oj_checkpoint_find); and last the out_dir, so that a failure of any of
+ * the others leaves no directory behind. The out_dir is then locked with
+ * flock on out_dir/.lock until oj_trainer_free (a second trainer gets
+ * OJ_ERR_STATE naming the holder's PID); a new run (no opts->resume) needs
+ * it empty unless opts->overwrite (OJ_ERR_STATE, see there); a resume moves
+ * out_dir's checkpoints that are not the resumed one or its ancestors to
+ * out_dir/abandoned-stepS/. `opts` is copied (its strings too). On success
+ * *out owns the trainer (oj_trainer_free). */
 oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *opts,
                             oj_trainer **out, oj_error *err);
 /* Train until max_steps, the time limit or *opts->stop; checkpoint every

@@ -234,8 +234,6 @@ oj_status oj__train_resume(oj_trainer *t, oj_error *err) {
         oj__train_say(t, "warning: skipped %d newer checkpoint(s) that failed verification "
                          "(the newest: %s)",
                       t->resume_skipped, t->resume_refused);
-    if (!st)
-        st = oj__train_branch(t, state, err);
     json_decref(state);
     if (!st)
         oj__train_say(t, "resumed from %s at step %lld (%lld tokens seen)", info.dir,
@@ -250,8 +248,8 @@ static bool same_dir(const char *a, const char *b) {
            sa.st_ino == sb.st_ino;
 }
 
-oj_status oj__train_branch(oj_trainer *t, const json_t *state, oj_error *err) {
-    const char *cid = get_id(state, "id");
+oj_status oj__train_branch(oj_trainer *t, oj_error *err) {
+    const char *cid = t->parent_id[0] ? t->parent_id : NULL; /* the resumed checkpoint's id */
     const int64_t s = t->step;
     bool here = same_dir(t->resume_root, t->out_dir);
     int64_t *steps = NULL, n = 0;

@@ -96,11 +96,12 @@ char *oj__train_state_json(const oj_trainer *t, const char *id);
 oj_status oj__train_restore_state(oj_trainer *t, const json_t *state, oj_error *err);
 /* 16 random lower-case hex digits (a run or checkpoint id) into buf. */
 void oj__train_new_id(char buf[17]);
-/* After a resume into out_dir: move out_dir's checkpoints that are not the
+/* After a resume (t->step, t->parent_id: the resumed checkpoint's step
+ * and id) with out_dir locked: move out_dir's checkpoints that are not the
  * resumed checkpoint or its ancestors (another run, or the later steps of
  * an abandoned branch) aside into out_dir/abandoned-step<S>[-k]/, with
- * out_dir's metrics.jsonl. `state` is the resumed checkpoint's. */
-oj_status oj__train_branch(oj_trainer *t, const json_t *state, oj_error *err);
+ * out_dir's metrics.jsonl, and choose the metrics.jsonl to continue. */
+oj_status oj__train_branch(oj_trainer *t, oj_error *err);
 /* Write a checkpoint of the current step. */
 oj_status oj__train_checkpoint(oj_trainer *t, oj_error *err);
 /* Load the checkpoint at t->resume into the model and optimizer. */

@@ -388,7 +388,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
                           "config: vocab_size %lld is smaller than the tokenizer's %lld",
                           (long long)t->mcfg.vocab_size, (long long)tok_vocab);
     t->T = cfg->seq_len > 0 ? cfg->seq_len : t->mcfg.block_size;
-    if (!st) { /* the engine first: a device that cannot be opened leaves no out_dir behind */
+    if (!st) {
         oj_engine_config ec = oj_engine_config_default();
         ec.device = cfg->device;
         ec.numerics = cfg->numerics;
@@ -397,12 +397,8 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         ec.budget_bytes = cfg->budget_bytes;
         st = oj_engine_create(&ec, &t->eng, err);
     }
-    if (!st)
-        st = make_dirs(t->out_dir, err);
-    if (!st) /* before anything in out_dir is read or written */
-        st = lock_run(t, err);
-    if (!st)
-        st = opts->resume ? resolve_resume(t, err) : claim_out_dir(t, err);
+    if (!st && opts->resume) /* the checkpoint, before anything is built from it */
+        st = resolve_resume(t, err);
     if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */
         oj_set_autocast(t->eng, true, cfg->dtype == OJ_TRAIN_BF16 ? OJ_BF16 : OJ_F16);
     if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
@@ -424,6 +420,14 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         if (opts->resume)
             st = oj__train_resume(t, err);
     }
+    /* out_dir last: a config, device, model, data or checkpoint that fails
+     * leaves no directory behind */
+    if (!st)
+        st = make_dirs(t->out_dir, err);
+    if (!st) /* before anything in out_dir is read or written */
+        st = lock_run(t, err);
+    if (!st)
+        st = opts->resume ? oj__train_branch(t, err) : claim_out_dir(t, err);
     if (!st)
         st = oj__train_metrics_open(t, err);
     if (st) {
