@@ -76,7 +76,9 @@ static oj_status lock_run(oj_trainer *t, oj_error *err) {
 /* A file or directory that a run writes into its directory. */
 static bool is_run_entry(const char *name, bool dir) {
     if (dir)
-        return !strncmp(name, "ckpt-", 5) || !strncmp(name, "abandoned-", 10) ||
+        return (!strncmp(name, "ckpt-", 5) && name[5] &&
+                strspn(name + 5, "0123456789") == strlen(name + 5)) ||
+               !strncmp(name, "abandoned-step", 14) ||
                (!strncmp(name, ".ckpt-", 6) && (strstr(name, ".tmp-") || strstr(name, ".old-")));
     return !strcmp(name, "latest") || !strcmp(name, "metrics.jsonl") ||
            !strcmp(name, "metrics.jsonl.tmp") || !strcmp(name, "loss.gp") ||
@@ -379,7 +381,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
             tok_vocab = oj_tokenizer_vocab_size(tok);
         /* stored absolute, so that the run's checkpoints find it from anywhere */
         if (!st && realpath(cfg->tokenizer_dir, abs) && strlen(abs) < sizeof t->cfg.tokenizer_dir)
-            snprintf(t->cfg.tokenizer_dir, sizeof t->cfg.tokenizer_dir, "%s", abs);
+            memcpy(t->cfg.tokenizer_dir, abs, strlen(abs) + 1);
     }
     if (!st)
         st = oj_train_model_config(cfg, tok_vocab, &t->mcfg, err);
