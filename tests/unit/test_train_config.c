@@ -244,7 +244,8 @@ static void test_runs(void **state) {
     snprintf(p, sizeof p, "%s/ckpt-000001/manifest.json", out);
     assert_int_equal(access(p, R_OK), 0);
 
-    /* missing data is one clear error */
+    /* missing data is one clear error (a fresh out dir: "timed" holds a run) */
+    snprintf(out, sizeof out, "%s/nodata_run", dir);
     c.time_limit_seconds = 0;
     snprintf(c.data_dir, sizeof c.data_dir, "%s/nodata", dir);
     memset(&err, 0, sizeof err);
