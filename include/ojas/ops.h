@@ -182,7 +182,10 @@ oj_tensor *oj_argmin(oj_tensor *x, int dim, bool keepdim);
 oj_tensor *oj_var(oj_tensor *x, int ndims, const int *dims, double correction, bool keepdim);
 oj_tensor *oj_std(oj_tensor *x, int ndims, const int *dims, double correction, bool keepdim);
 /* log(sum(exp(x))) over dims, computed stably (running max); integer x
- * gives f32. Empty dims give -inf. */
+ * gives f32. Empty dims give -inf. Backward g exp(x - y), exactly 0 where
+ * the upstream gradient g is 0; a nonzero g on a group of all -inf (y =
+ * -inf) gives NaN there (x - y is -inf + inf; the limit depends on how the
+ * values went to -inf), as torch. */
 oj_tensor *oj_logsumexp(oj_tensor *x, int ndims, const int *dims, bool keepdim);
 /* Vector p-norm over dims: p = 1 (sum |x|), 2 (sqrt of sum x^2) or
  * INFINITY (max |x|); other p are OJ_ERR_INVALID_ARGUMENT. Float x only.
@@ -304,7 +307,10 @@ oj_tensor *oj_add_rms_norm(oj_tensor *x, oj_tensor *r, oj_tensor *weight, double
 
 /* Softmax / log-softmax of x over dim (numerically stable: the max is
  * subtracted; a row of all -inf gives NaN, as torch). Shaped like x. A
- * rank-0 x is treated as one element (dim 0 or -1). */
+ * rank-0 x is treated as one element (dim 0 or -1). Backward: a row whose
+ * upstream gradient is all zero gets exactly 0, also a row of all -inf
+ * (torch gives NaN there); a row of all -inf with any nonzero upstream
+ * gradient gets NaN in every element (its output is NaN). */
 oj_tensor *oj_softmax(oj_tensor *x, int dim);
 oj_tensor *oj_log_softmax(oj_tensor *x, int dim);
 
