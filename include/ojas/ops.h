@@ -256,7 +256,12 @@ oj_tensor *oj_addmm(oj_tensor *input, oj_tensor *a, oj_tensor *b, double beta, d
  * otherwise); index inputs: i64 or i32. Inputs may be non-contiguous. Each
  * returns a new tensor owned by the current scope, or NULL with the error
  * recorded. Statistics saved for backward (mean, rstd, logsumexp) are f32
- * (f64 for f64 inputs); the CPU computes in double. */
+ * (f64 for f64 inputs). The CPU computes in double, except its f32 paths
+ * (softmax, cross-entropy, attention and the norms over contiguous f32
+ * rows), which sum in f32 on the SIMD level; a norm row whose float sums
+ * overflow (finite values with a sum of squares past FLT_MAX, |x| from
+ * about 1.8e19) is redone in double, so every finite row is normalised
+ * right, with the same bits at any thread count. */
 
 /* Reduction of a loss over its elements. MEAN over cross_entropy/nll_loss
  * divides by the number of rows whose target is not ignore_index (as
