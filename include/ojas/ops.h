@@ -95,7 +95,8 @@ oj_tensor *oj_softplus(oj_tensor *x, double beta, double threshold);
 oj_tensor *oj_elu(oj_tensor *x, double alpha);
 /* x tanh(softplus(x)). Misra 2019. */
 oj_tensor *oj_mish(oj_tensor *x);
-/* x ** exponent. */
+/* x ** exponent; gradient exponent x^(exponent-1), 0 for exponent 0
+ * (pow(0, 0) = 1 with gradient 0, as torch). */
 oj_tensor *oj_pow_scalar(oj_tensor *x, double exponent);
 /* Clamp to [min, max]; pass NAN for a missing bound. Gradient 0 outside. */
 oj_tensor *oj_clamp(oj_tensor *x, double min, double max);
@@ -114,6 +115,9 @@ oj_tensor *oj_sub(oj_tensor *a, oj_tensor *b);
 oj_tensor *oj_mul(oj_tensor *a, oj_tensor *b);
 /* True division (integers promote to f32). */
 oj_tensor *oj_div(oj_tensor *a, oj_tensor *b);
+/* a ** b, float output (integers promote to f32). Gradients as torch:
+ * d/da = g b a^(b-1), 0 where b == 0; d/db = g a^b log(a), 0 where a == 0
+ * and b >= 0. So pow(0, 0) = 1 with gradients (0, 0). */
 oj_tensor *oj_pow(oj_tensor *a, oj_tensor *b);
 /* Elementwise max/min; NaN propagates; gradient split evenly on ties as torch. */
 oj_tensor *oj_maximum(oj_tensor *a, oj_tensor *b);

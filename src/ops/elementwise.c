@@ -159,12 +159,18 @@ static oj_status binary_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
     case OJ_BIN_POW: {
         oj_tensor *y = oj__node_saved(n, 2);
         if (y == NULL) return oj_last_status(n->eng);
-        if (na) { /* g * b * a^(b-1) */
+        if (na) { /* g * b * a^(b-1), 0 where b == 0 (a = 0 would give 0 * inf) */
             t1 = oj_add_scalar(b, -1.0);
             t2 = oj_pow(a, t1);
             oj_release(t1);
             t1 = oj_mul(t2, b);
-            ga = oj_mul(g, t1);
+            oj_release(t2);
+            t2 = oj_mul(g, t1);
+            oj_tensor *zero = oj_scalar(n->eng, 0.0, t2 ? t2->dtype : OJ_F32);
+            oj_tensor *bz = oj_eq(b, zero);
+            ga = oj_where(bz, zero, t2);
+            oj_release(zero);
+            oj_release(bz);
             oj_release(t1);
             oj_release(t2);
             t1 = t2 = NULL;
