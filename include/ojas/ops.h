@@ -137,10 +137,17 @@ oj_tensor *oj_where(oj_tensor *cond, oj_tensor *a, oj_tensor *b);
 /* New tensor of x converted to dt (gradient flows between float dtypes). */
 oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt);
 
-/* In place: a += b (b broadcast to a), a *= v. Bumps a's version. In-place
- * ops are not recorded by autograd, so while grad mode is on they refuse
- * any tensor that requires grad (OJ_ERR_STATE; torch refuses leaves and
- * records non-leaves); update parameters under oj_set_grad_enabled(false). */
+/* In place: a += b (b broadcast to a), a *= v. Bumps a's version. While
+ * grad mode is on and a or b requires grad (a float), the write is
+ * recorded by autograd as torch does: a's history becomes the in-place
+ * op's node over its old one (y = 2 x; y += 1; backward is legal). Every
+ * op saves only what its backward reads, so a write invalidates only the
+ * nodes that read a (theirs refuse backward, naming the op: exp(y) then
+ * y += 1). OJ_ERR_STATE with grad mode on for a leaf that requires grad
+ * (update parameters under oj_set_grad_enabled(false)) and for an a whose
+ * storage another live tensor shares (a view of a, or a a view of it:
+ * autograd would not follow the write into the other; torch does). With
+ * grad mode off nothing is recorded (the history stays the old one). */
 oj_status oj_add_(oj_tensor *a, oj_tensor *b);
 oj_status oj_mul_scalar_(oj_tensor *a, double v);
 
