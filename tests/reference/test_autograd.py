@@ -222,6 +222,30 @@ def test_inplace_binary_saves_what_it_reads(eng, dtype, rng):
         assert e.value.status == "OJ_ERR_STATE" and op in e.value.message
 
 
+@pytest.mark.parametrize("op", ["matmul", "linear"])
+def test_inplace_matmul_linear_save_what_they_read(eng, dtype, rng, op):
+    # h @ W (or linear(h, W)) with W constant saves W only: writing h
+    # afterwards is legal (torch: the same); writing W is refused
+    x, w = rand(rng, (3, 4), dtype), rand(rng, (4, 4), dtype)
+    t, tw = _t(eng, x), _t(eng, w, grad=False)
+    h = eng.call("mul_scalar", t, 2.0)
+    y = eng.call(op, h, tw) if op == "matmul" else eng.call(op, h, tw, None)
+    eng.call("mul_scalar_", h, 3.0)
+    eng.call("sum_all", eng.call("mul", y, y)).backward()
+    tt = torch.tensor(x, requires_grad=True)
+    th = tt * 2.0
+    ty = th @ torch.tensor(w) if op == "matmul" else torch.nn.functional.linear(th, torch.tensor(w))
+    th.mul_(3.0)
+    (ty * ty).sum().backward()
+    assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, op + " grad")
+    h = eng.call("mul_scalar", t, 2.0)
+    y = eng.call(op, h, tw) if op == "matmul" else eng.call(op, h, tw, None)
+    eng.call("mul_scalar_", tw, 2.0)
+    with pytest.raises(OjasError) as e:
+        eng.call("sum_all", y).backward()
+    assert e.value.status == "OJ_ERR_STATE" and op in e.value.message
+
+
 def test_inplace_add_of_grad_tensor_is_recorded(eng, dtype, rng):
     # a += t with a constant and t requiring grad: a takes t's history
     x = rand(rng, (3,), dtype)
