@@ -480,7 +480,8 @@ static bool inplace_begin(oj_engine *eng, oj_tensor *a, oj_tensor *b, const char
                          op);
             return false;
         }
-    *node = b ? oj__node_begin(eng, op, backward, 2, a, b) : oj__node_begin(eng, op, backward, 1, a);
+    *node = b ? oj__node_begin(eng, op, backward, 2, a, b)
+              : oj__node_begin(eng, op, backward, 1, a);
     return *node != NULL || oj_last_status(eng) == OJ_OK;
 }
 

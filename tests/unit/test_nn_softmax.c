@@ -265,7 +265,8 @@ static void test_softmax_minf_row_backward(void **state) {
                 free(dx);
                 dx = minf_row_grad(eng, t, lg, in, 1.0);
                 for (int k = 0; k < 3; k++)
-                    if (!isnan(dx[k])) fail_msg("nonzero gradient on a -inf row: dx[0][%d] = %g", k, dx[k]);
+                    if (!isnan(dx[k]))
+                        fail_msg("nonzero gradient on a -inf row: dx[0][%d] = %g", k, dx[k]);
                 free(dx);
                 oj_scope_end(eng);
             }
