@@ -15,7 +15,9 @@ it. --check exits 77 (ctest: skipped) when pytest or torch cannot be
 imported, since the table names torch's functions.
 
 Sources: the prototypes and comments of ops.h (a "no grad" or "not recorded"
-in the comment governing a declaration means no gradient), and the items
+in the comment governing a declaration means no gradient; an in-place op,
+returning oj_status, records one only where its comment says "recorded by
+autograd"), and the items
 pytest collects under tests/reference (nothing is run, libojas is not
 loaded). A test item targets an op when the op's name is one of its
 parameter ids (e.g. test_unary[f32-shape0-exp]) or, failing that, a part of
@@ -81,8 +83,8 @@ def parse_ops():
             if m:
                 text = " ".join(comment)
                 no_grad = re.search(r"\bno grad(?!ient)|not recorded", text, re.I)
-                if m.group(1).startswith("oj_status"):
-                    no_grad = True
+                if m.group(1).startswith("oj_status"):  # in place: only where recorded
+                    no_grad = no_grad or not re.search(r"recorded by autograd", text, re.I)
                 sec = section.split(":")[0].split("(")[0].strip() or "?"
                 ops.append((m.group(2)[3:], sec, "no" if no_grad else "yes", text))
             decl = " "
