@@ -440,6 +440,8 @@ void oj_trainer_free(oj_trainer *t) {
     oj_optim_free(t->optim);
     oj_gpt_free(t->model);
     oj_engine_free(t->eng);
+    free(t->batch_in);
+    free(t->batch_tg);
     free(t->val_in);
     free(t->val_tg);
     free(t);
