@@ -4,8 +4,8 @@
  * (GOLDEN below, printed by a failing run as a table to compare), for
  * Muon + AdamW with gradient accumulation, AdamW alone, and bf16 autocast;
  * steps skipped as non-finite are skipped and max_skipped_steps stops the
- * run as before; OJAS_TRAIN_PROFILE=1 prints one line per phase of each
- * step. */
+ * run as before; OJAS_TRAIN_PROFILE=1 prints a line of per-phase times
+ * for each step; oj_bench_trainer times this very step. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <cmocka.h>
@@ -187,6 +188,99 @@ static void test_skipped_steps_never_stop_at_zero(void **state) {
     skip_case(0, N_STEPS, OJ_OK, N_STEPS);
 }
 
+/* oj_bench_trainer runs the trainer's own step: on the same config, its
+ * last loss is the loss oj_train reports at the same step, bit for bit;
+ * it reports the device work back to back and the difference. */
+static void test_bench_runs_the_trainer_step(void **state) {
+    (void)state;
+    char dir[256], out[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(out, sizeof out, "%s/run", dir);
+    oj_train_config c = tt_config(dir);
+    c.max_steps = 3;
+    oj_train_options o = {.out_dir = out};
+    oj_train_result res;
+    oj_error err = {0};
+    if (oj_train(&c, &o, &res, &err) != OJ_OK) fail_msg("train: %s", err.message);
+    oj_bench_result r;
+    if (oj_bench_trainer(&c, 1, 2, true, &r, &err) != OJ_OK) fail_msg("bench: %s", err.message);
+    assert_memory_equal(&r.loss, &res.train_loss, sizeof r.loss);
+    assert_true(r.step_ms > 0 && r.min_ms <= r.step_ms && r.step_ms <= r.max_ms);
+    assert_true(r.kernel_ms > 0);
+    assert_memory_equal(&(double){r.step_ms - r.kernel_ms}, &r.overhead_ms, sizeof(double));
+    assert_true(r.tokens_per_s > 0 && r.params > 0 && r.peak_bytes > 0);
+    /* without the kernel loop: not measured */
+    if (oj_bench_trainer(&c, 0, 1, false, &r, &err) != OJ_OK) fail_msg("bench: %s", err.message);
+    assert_true(isnan(r.kernel_ms) && isnan(r.overhead_ms));
+    tt_rmdir(dir);
+    /* no data directory: a generated shard below the model's vocabulary */
+    c.data_dir[0] = '\0';
+    if (oj_bench_trainer(&c, 1, 1, true, &r, &err) != OJ_OK) fail_msg("bench: %s", err.message);
+    assert_true(isfinite(r.loss) && r.loss > 0);
+    assert_int_equal(oj_bench_trainer(&c, 1, 0, true, &r, &err), OJ_ERR_INVALID_ARGUMENT);
+    snprintf(c.data_dir, sizeof c.data_dir, "%s/nowhere", dir);
+    err = (oj_error){0};
+    oj_status bst = oj_bench_trainer(&c, 1, 1, true, &r, &err);
+    if (bst == OJ_OK) fail_msg("bench on a missing directory ran");
+    if (strstr(err.message, "nowhere") == NULL) fail_msg("%d: %s", (int)bst, err.message);
+}
+
+/* OJAS_TRAIN_PROFILE=1 (and 2): one line per step on stderr naming every
+ * phase; the run's bits are unchanged. */
+static void profile_case(const char *mode) {
+    char dir[256], out[300], log[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(log, sizeof log, "%s/stderr.txt", dir);
+    oj_train_config c = tt_config(dir);
+    c.max_steps = 3;
+    c.eval_every = c.ckpt_every = 0;
+    step_log r = {0};
+    oj_train_options o = {.out_dir = out, .on_metrics = on_metrics, .ctx = &r};
+    oj_train_result res;
+    oj_error err = {0};
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(log, "w");
+    assert_non_null(f);
+    dup2(fileno(f), 2);
+    setenv("OJAS_TRAIN_PROFILE", mode, 1);
+    oj_status st = oj_train(&c, &o, &res, &err);
+    unsetenv("OJAS_TRAIN_PROFILE");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fclose(f);
+    if (st) fail_msg("train: %s", err.message);
+    f = fopen(log, "r");
+    char line[1024];
+    int steps = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "profile step ", 13) != 0) continue;
+        steps++;
+        const char *want[] = {"loader ", "fwd_bwd ", "clip ", "loss ", "optim ", "metrics ",
+                              "total "};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            if (strstr(line, want[i]) == NULL) fail_msg("'%s' lacks '%s'", line, want[i]);
+    }
+    fclose(f);
+    tt_rmdir(dir);
+    assert_int_equal(steps, 3);
+    const golden *g = find_golden("nanolab-accum2");
+    for (int s = 0; s < 3; s++) {
+        assert_int_equal(bits(r.loss[s + 1]), g->loss[s]);
+        assert_int_equal(bits(r.norm[s + 1]), g->norm[s]);
+    }
+}
+
+static void test_profile_lines(void **state) {
+    (void)state;
+    profile_case("1");
+    profile_case("2");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_muon_accum_bits),
@@ -194,6 +288,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_bits),
         cmocka_unit_test(test_skipped_steps_stop_the_run),
         cmocka_unit_test(test_skipped_steps_never_stop_at_zero),
+        cmocka_unit_test(test_bench_runs_the_trainer_step),
+        cmocka_unit_test(test_profile_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
