@@ -29,8 +29,8 @@ static int cmp_double(const void *a, const void *b) {
 /* A fresh directory under $TMPDIR (or /tmp) into buf; "" on failure. */
 static bool make_tmpdir(char *buf, size_t len, const char *what) {
     const char *base = getenv("TMPDIR");
-    snprintf(buf, len, "%s/ojas-bench-%s-XXXXXX", base && *base ? base : "/tmp", what);
-    if (mkdtemp(buf) != NULL) return true;
+    int n = snprintf(buf, len, "%s/ojas-bench-%s-XXXXXX", base && *base ? base : "/tmp", what);
+    if (n > 0 && (size_t)n < len && mkdtemp(buf) != NULL) return true;
     buf[0] = '\0';
     return false;
 }
@@ -135,7 +135,7 @@ oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bo
     oj_train_config c = *cfg;
     c.max_steps = warmup + steps;
     c.eval_every = c.ckpt_every = 0; /* evals and checkpoints only at a run's end: none here */
-    char data_dir[4096] = "", out_dir[4096] = "";
+    char data_dir[sizeof c.data_dir] = "", out_dir[4096] = "";
     oj_status st = OJ_OK;
     if (c.data_dir[0] == '\0') {
         oj_gpt_config mc;
@@ -147,7 +147,7 @@ oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bo
             st = write_random_shard(data_dir, (int64_t)(warmup + steps + 1) * c.grad_accum *
                                                       c.batch_size * T + 1,
                                     mc.vocab_size, err);
-        snprintf(c.data_dir, sizeof c.data_dir, "%s", data_dir);
+        memcpy(c.data_dir, data_dir, sizeof c.data_dir);
     }
     if (!st && !make_tmpdir(out_dir, sizeof out_dir, "run"))
         st = oj_error_set(err, OJ_ERR_IO, "bench: cannot create a temporary directory");
