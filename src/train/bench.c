@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "optim/optim_internal.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
@@ -66,6 +67,8 @@ static oj_status write_random_shard(const char *dir, int64_t n, int64_t V, oj_er
     return st;
 }
 
+static void read_item(void *t) { oj_item(t); }
+
 /* The device work of the trainer's step back to back on one resident
  * batch: forward + backward (the trainer's graph, or eager), clip, the
  * trainer's optimizer step (its non-finite check included) and the loss
@@ -95,16 +98,17 @@ static oj_status kernel_steps(oj_trainer *t, int steps, double *ms, oj_error *er
             }
         }
         if (oj_last_status(eng) == OJ_OK) {
-            if (c->grad_clip > 0) oj_optim_clip_grad_norm(t->optim, c->grad_clip);
-            else {
+            /* the loss read where the trainer reads it: after the norms */
+            if (c->grad_clip > 0) {
+                oj__optim_clip_grad_norm_then(t->optim, c->grad_clip, read_item, loss);
+            } else {
                 oj_named_tensors sd = oj_gpt_state_dict(t->model);
                 oj_grad_norm(sd.n, sd.tensors);
+                oj_item(loss);
             }
         }
-        if (oj_last_status(eng) == OJ_OK) {
-            oj_item(loss);
+        if (oj_last_status(eng) == OJ_OK)
             oj_optim_step(t->optim, NULL); /* a skipped step took its time too */
-        }
         if (!c->cuda_graph) oj_optim_zero_grad(t->optim);
         oj_scope_end(eng);
         each[it] = now_ms() - t0;

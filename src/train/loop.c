@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "optim/optim_internal.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
 #include "train/train_internal.h"
@@ -93,14 +94,6 @@ static void say_schedule_change(oj_trainer *t, int64_t total, double factor) {
                   t->cfg.lr * factor, t->cfg.lr * f0);
 }
 
-/* Grad of every parameter, clipped to grad_clip; the norm before. */
-static double clip(oj_trainer *t) {
-    if (t->cfg.grad_clip > 0)
-        return oj_optim_clip_grad_norm(t->optim, t->cfg.grad_clip);
-    oj_named_tensors sd = oj_gpt_state_dict(t->model);
-    return oj_grad_norm(sd.n, sd.tensors);
-}
-
 /* OJAS_TRAIN_PROFILE=1: the host milliseconds of each phase of every step
  * on one line of stderr. Nothing waits for the device that would not
  * wait without it, so a phase that reads a value back (clip: the grad
@@ -137,6 +130,48 @@ static void prof_print(const oj_trainer *t, const step_prof *p) {
         total += p->ms[i];
     }
     fprintf(stderr, "%s | total %.3f ms\n", line, total);
+}
+
+/* The losses of a step's micro-batches, read (in micro-step order, each
+ * added to sum as the step read it) when clip's norms are back. */
+typedef struct {
+    oj_trainer *t;
+    step_prof *pf;
+    oj_tensor **losses; /* eager path: detached handles */
+    int64_t n;
+    double sum;
+    bool done;
+} loss_read;
+
+static void read_losses(void *arg) {
+    loss_read *r = arg;
+    oj_engine *eng = r->t->eng;
+    if (r->done)
+        return;
+    r->done = true;
+    prof_mark(r->t, r->pf, PH_CLIP);
+    if (oj_last_status(eng) == OJ_OK) {
+        if (r->t->cfg.cuda_graph)
+            r->sum += oj_item(r->t->graph.loss);
+        for (int64_t k = 0; k < r->n; k++)
+            r->sum += oj_item(r->losses[k]);
+    }
+    prof_mark(r->t, r->pf, PH_LOSS);
+}
+
+/* Grad of every parameter, clipped to grad_clip; the norm before. The
+ * losses are read between the norms' read-back and the scaling, when the
+ * device has nothing queued, so that read waits for no work. */
+static double clip(oj_trainer *t, loss_read *lr) {
+    double norm;
+    if (t->cfg.grad_clip > 0) {
+        norm = oj__optim_clip_grad_norm_then(t->optim, t->cfg.grad_clip, read_losses, lr);
+    } else {
+        oj_named_tensors sd = oj_gpt_state_dict(t->model);
+        norm = oj_grad_norm(sd.n, sd.tensors);
+    }
+    read_losses(lr); /* when clip did not (no clipping, or it failed early) */
+    return norm;
 }
 
 /* The graph path's micro-step: the next batch is uploaded straight into
@@ -180,9 +215,9 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
 }
 
 /* One optimizer step over grad_accum micro-batches. The device is waited
- * for once before the optimizer: the losses are read after clip's norm
- * read-back (which waits for the forward and backward anyway), so reading
- * them waits for no more work. */
+ * for once before the optimizer: the losses are read right after clip's
+ * norm read-back (which waits for the forward and backward anyway), so
+ * reading them waits for no more work. */
 static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, oj_error *err) {
     const oj_train_config *c = &t->cfg;
     double t0 = oj__train_now(), loss_sum = 0;
@@ -222,26 +257,18 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         oj_scope_end(eng);
     }
     double norm = NAN;
+    loss_read lr = {.t = t, .pf = pf, .losses = losses, .n = n_loss};
     if (!st) {
-        norm = clip(t);
+        norm = clip(t, &lr);
+        loss_sum = lr.sum;
         if (oj_last_status(eng))
-            st = eng_error(t, err, "grad clip");
+            st = eng_error(t, err, "grad clip or reading the loss");
     }
     prof_mark(t, pf, PH_CLIP);
-    if (!st) {
-        /* in micro-step order, as each was added when read at once */
-        if (c->cuda_graph)
-            loss_sum += oj_item(t->graph.loss);
-        for (int64_t k = 0; k < n_loss; k++)
-            loss_sum += oj_item(losses[k]);
-        if (oj_last_status(eng))
-            st = eng_error(t, err, "train step: reading the loss");
-    }
     for (int64_t k = 0; k < n_loss; k++)
         oj_release(losses[k]);
     if (losses != kept)
         free(losses);
-    prof_mark(t, pf, PH_LOSS);
     int64_t total = schedule_total(t);
     oj_lr_schedule sch = make_schedule(c, total);
     double factor = oj_lr_schedule_factor(&sch, t->step);
