@@ -105,7 +105,9 @@ typedef struct oj_safetensors_entry {
  * safetensors library requires). `metadata` is NULL or a NULL-terminated
  * array of key, value, key, value, ... UTF-8 strings (keys unique).
  * OJ_ERR_INVALID_ARGUMENT for a bad name, duplicate, dtype or shape,
- * OJ_ERR_IO when writing fails (the old file, if any, is left as it was). */
+ * OJ_ERR_OUT_OF_RANGE when the header would exceed the 100,000,000 bytes
+ * that oj_safetensors_open (and the reference reader) accept, OJ_ERR_IO
+ * when writing fails (the old file, if any, is left as it was). */
 oj_status oj_safetensors_write(const char *path, int64_t n, const oj_safetensors_entry *entries,
                                const char *const *metadata, oj_error *err);
 
