@@ -9,17 +9,14 @@
 
 #include "data/bpe.h"
 #include "data/unicode.h"
+#include "io/io_internal.h"
 
 /* Read a whole file into a NUL-terminated buffer. */
 static oj_status read_file(const char *path, char **buf, size_t *len, oj_error *err) {
-    FILE *f = fopen(path, "rb");
+    oj_error e2 = {0};
+    FILE *f = oj__fopen_regular(path, NULL, &e2); /* a FIFO or device would never end */
     if (!f)
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a device or FIFO never ends */
-        fclose(f);
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: %s is not a regular file", path);
-    }
+        return oj_error_set(err, OJ_ERR_IO, "tokenizer: %s", e2.message);
     size_t cap = 1 << 16, n = 0;
     char *b = malloc(cap);
     for (;;) {
@@ -79,20 +76,19 @@ oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe
     if (!out || !encoder_json || !vocab_bpe)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load_gpt2: NULL argument");
     *out = NULL;
+    char *ejson = NULL;
+    size_t ejson_len = 0;
+    oj_status st = read_file(encoder_json, &ejson, &ejson_len, err);
+    if (st)
+        return st;
     json_error_t je;
-    json_t *root = json_load_file(encoder_json, 0, &je);
-    if (!root) {
-        FILE *f = fopen(encoder_json, "rb");
-        if (!f)
-            return oj_error_set(err, OJ_ERR_IO, "tokenizer: cannot open %s: %s", encoder_json,
-                                strerror(errno));
-        fclose(f);
+    json_t *root = json_loadb(ejson, ejson_len, 0, &je);
+    free(ejson);
+    if (!root)
         return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s:%d:%d: %s", encoder_json, je.line,
                             je.column, je.text);
-    }
     char *bpe = NULL;
     size_t bpe_len = 0;
-    oj_status st = OJ_OK;
     oj_tokenizer *tok = NULL;
     oj_strmap enc = {0}, made = {0};
     uint8_t *tmp = NULL;

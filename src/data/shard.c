@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "data/fsutil.h"
+#include "io/io_internal.h"
 #include "ojas/data.h"
 
 struct oj_shard {
@@ -68,15 +69,10 @@ oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
     if (!path || !out)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "shard_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return oj_error_set(err, OJ_ERR_IO, "shard %s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        oj_status st = oj_error_set(err, OJ_ERR_IO, "shard %s: stat: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
+    int fd = oj__open_regular(path, "shard", &sb, err);
+    if (fd < 0)
+        return OJ_ERR_IO;
     size_t size = (size_t)sb.st_size;
     if (size < OJ_SHARD_HEADER_BYTES) {
         close(fd);
@@ -178,7 +174,8 @@ oj_status oj_shard_list(const char *dir, const char *split, char ***paths, int *
     *n = 0;
     DIR *d = opendir(dir);
     if (!d)
-        return oj_error_set(err, OJ_ERR_IO, "shard_list: cannot open %s: %s", dir, strerror(errno));
+        return oj_error_set(err, OJ_ERR_IO, "shard_list: cannot open the data directory %s: %s", dir,
+                            strerror(errno));
     size_t sl = strlen(split), dl = strlen(dir);
     char **v = NULL;
     int cnt = 0, cap = 0;

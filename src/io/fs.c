@@ -102,21 +102,65 @@ oj_status oj__atomic_write(const char *path, const void *data, size_t len, oj_er
     return oj__fsync_dir(dir, err);
 }
 
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO (named pipe)"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "something else";
+}
+
+int oj__open_regular(const char *path, const char *what, struct stat *sb, oj_error *err) {
+    const char *w = what ? what : "", *sp = what ? " " : "";
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        oj_error_set(err, OJ_ERR_IO, "cannot open %s%s%s: %s", w, sp, path, strerror(errno));
+        return -1;
+    }
+    struct stat local;
+    if (!sb) sb = &local;
+    if (fstat(fd, sb) != 0) {
+        oj_error_set(err, OJ_ERR_IO, "cannot stat %s%s%s: %s", w, sp, path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        oj_error_set(err, OJ_ERR_IO, "%s%s%s is %s, not a regular file", w, sp, path,
+                     file_kind(sb->st_mode));
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        oj_error_set(err, OJ_ERR_IO, "cannot open %s%s%s: %s", w, sp, path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+FILE *oj__fopen_regular(const char *path, const char *what, oj_error *err) {
+    int fd = oj__open_regular(path, what, NULL, err);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        oj_error_set(err, OJ_ERR_IO, "cannot open %s%s%s: %s", what ? what : "", what ? " " : "",
+                     path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 oj_status oj__read_file(const char *path, size_t max, uint8_t **buf, size_t *len, oj_error *err) {
     *buf = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return oj_error_set(err, OJ_ERR_IO, "open %s: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        oj_status st = oj_error_set(err, OJ_ERR_IO, "stat %s: %s", path, strerror(errno));
+    int fd = oj__open_regular(path, NULL, &sb, err);
+    if (fd < 0) return OJ_ERR_IO;
+    if ((uint64_t)sb.st_size > max) {
         close(fd);
-        return st;
-    }
-    if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > max) {
-        close(fd);
-        if (!S_ISREG(sb.st_mode))
-            return oj_error_set(err, OJ_ERR_IO, "%s is not a regular file", path);
         return oj_error_set(err, OJ_ERR_CORRUPT, "%s is %lld bytes, more than the %zu accepted",
                             path, (long long)sb.st_size, max);
     }

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "ojas/io.h"
 
@@ -155,6 +156,17 @@ oj_status oj__temp_sibling(const char *path, char *buf, size_t len, oj_error *er
 /* Replace `path` with `len` bytes atomically (temp sibling, fsync, rename,
  * fsync dir). */
 oj_status oj__atomic_write(const char *path, const void *data, size_t len, oj_error *err);
+/* Open `path` for reading when it is a regular file. Anything else is
+ * refused before a read could block or fail obscurely (a FIFO would wait
+ * for a writer, a device may never end, a directory reads as an error): the
+ * open is non-blocking, fstat decides, then the descriptor is made blocking
+ * again. `what` (may be NULL) names the file's role in messages ("corpus").
+ * Returns the descriptor (close it) with *sb filled when sb is not NULL, or
+ * -1 with OJ_ERR_IO recorded in err naming the path and what it is. Every
+ * file reader of the library opens through this or oj__fopen_regular. */
+int oj__open_regular(const char *path, const char *what, struct stat *sb, oj_error *err);
+/* The same as a FILE* in "rb" mode (fclose it), or NULL with OJ_ERR_IO. */
+FILE *oj__fopen_regular(const char *path, const char *what, oj_error *err);
 /* Read a whole file of at most `max` bytes into a malloc'd buffer (NUL
  * appended, not counted). OJ_ERR_IO, or OJ_ERR_CORRUPT when larger. */
 oj_status oj__read_file(const char *path, size_t max, uint8_t **buf, size_t *len, oj_error *err);

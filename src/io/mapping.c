@@ -13,18 +13,9 @@
 
 oj_status oj__map_file(const char *path, oj__mapping **out, oj_error *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return oj_error_set(err, OJ_ERR_IO, "open %s: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        oj_status st = oj_error_set(err, OJ_ERR_IO, "stat %s: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return oj_error_set(err, OJ_ERR_IO, "%s is not a regular file", path);
-    }
+    int fd = oj__open_regular(path, NULL, &sb, err);
+    if (fd < 0) return OJ_ERR_IO;
     oj__mapping *m = calloc(1, sizeof *m);
     if (!m) {
         close(fd);

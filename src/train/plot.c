@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "io/io_internal.h"
 #include "train/train_internal.h"
 
 extern char **environ;
@@ -37,9 +38,10 @@ static oj_status write_script(const char *out_dir, int64_t *n_points, oj_error *
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out_dir);
     snprintf(gpath, sizeof gpath, "%s/loss.gp", out_dir);
     snprintf(tmp, sizeof tmp, "%s/.loss.gp.tmp", out_dir);
-    FILE *in = fopen(mpath, "rb");
+    oj_error e2 = {0};
+    FILE *in = oj__fopen_regular(mpath, NULL, &e2);
     if (!in)
-        return oj_error_set(err, OJ_ERR_IO, "plot: cannot open %s: %s", mpath, strerror(errno));
+        return oj_error_set(err, OJ_ERR_IO, "plot: %s", e2.message);
     /* two passes over the file: train points, then val points */
     FILE *o = fopen(tmp, "wb");
     if (!o) {

@@ -130,15 +130,23 @@ oj_status oj__train_read_state(const char *path, json_t **state, char *dir, size
         oj_status st = oj_checkpoint_list(path, &steps, &n, err);
         if (st)
             return st;
-        /* the newest that verifies */
+        /* the newest that verifies; why each newer one was refused */
+        char why[sizeof err->message] = "";
+        size_t wl = 0;
         for (int64_t i = n - 1; i >= 0 && step < 0; i--) {
             oj_checkpoint_path(path, steps[i], d, sizeof d);
-            if (oj_checkpoint_verify(d, NULL) == OJ_OK)
+            oj_error ve = {0};
+            if (oj_checkpoint_verify(d, &ve) == OJ_OK)
                 step = steps[i];
+            else if (wl < sizeof why)
+                wl += (size_t)snprintf(why + wl, sizeof why - wl, "; ckpt-%06lld refused: %s",
+                                       (long long)steps[i], ve.message);
         }
         free(steps);
+        if (n == 0)
+            return oj_error_set(err, OJ_ERR_IO, "%s: no checkpoint (no ckpt-NNNNNN directory)", path);
         if (step < 0)
-            return oj_error_set(err, OJ_ERR_IO, "%s: no good checkpoint found", path);
+            return oj_error_set(err, OJ_ERR_IO, "%s: no good checkpoint found%s", path, why);
     }
     oj_status st = oj_checkpoint_verify(d, err);
     if (st)

@@ -138,9 +138,10 @@ static oj_status load_val(oj_trainer *t, const oj_tokenizer *tok, oj_error *err)
 }
 
 static oj_status open_train(oj_trainer *t, oj_error *err) {
-    oj_status st = oj_shard_list(t->cfg.data_dir, "train", &t->train_paths, &t->n_train_paths, err);
+    oj_error e1 = {0};
+    oj_status st = oj_shard_list(t->cfg.data_dir, "train", &t->train_paths, &t->n_train_paths, &e1);
     if (st)
-        return st;
+        return oj_error_set(err, st, "data_dir: %s", e1.message);
     oj_loader_config lc = oj_loader_config_default();
     lc.paths = (const char *const *)t->train_paths;
     lc.n_paths = t->n_train_paths;
