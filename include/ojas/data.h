@@ -43,22 +43,37 @@ void oj_tokens_free(oj_tokens *t);
 typedef struct oj_tokenizer oj_tokenizer;
 
 /* Load from a directory holding `encoder.json` + `vocab.bpe` (GPT-2 / HF
- * format) or else exactly one `*.tiktoken` rank file. OJ_ERR_IO when the
+ * format) or else exactly one `*.tiktoken` rank file (as
+ * oj_tokenizer_load_tiktoken: GPT-2's ranks only). OJ_ERR_IO when the
  * files are missing or unreadable, OJ_ERR_CORRUPT when malformed (bad JSON,
  * bad base64, duplicate tokens or ids, a missing byte token, merges that
- * reference unknown tokens), OJ_ERR_UNSUPPORTED when vocab.bpe's merge
- * order disagrees with encoder.json's ids, OJ_ERR_CAPACITY out of memory.
+ * reference unknown tokens, an encoder.json entry that no merge produces
+ * although the pre-tokenizer would keep it whole: a truncated vocab.bpe),
+ * OJ_ERR_UNSUPPORTED when vocab.bpe's merge order disagrees with
+ * encoder.json's ids or a rank file is not GPT-2's, OJ_ERR_CAPACITY out of
+ * memory.
  * On success *out owns a new tokenizer (free with oj_tokenizer_free). */
 oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err);
 /* GPT-2 files: encoder.json maps byte-to-unicode strings to ids; vocab.bpe
  * lists merges in priority order. Entries of encoder.json that are neither
  * single bytes nor the result of a merge (GPT-2: "<|endoftext|>") become
- * special tokens. */
+ * special tokens, but only when the pre-tokenizer splits them (a special
+ * is never met whole in text); one it keeps whole is a merge missing from
+ * vocab.bpe, OJ_ERR_CORRUPT naming the entry and vocab.bpe's last line. */
 oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe,
                                  oj_tokenizer **out, oj_error *err);
 /* A tiktoken rank file: lines "<base64 bytes> <rank>". Rank = id. The
- * special token "<|endoftext|>" is added with id (max rank + 1). */
+ * special token "<|endoftext|>" is added with id (max rank + 1). The file
+ * does not say which pre-tokenisation pattern its ranks belong to, and
+ * ojas has GPT-2's only, so only GPT-2's ranks (tiktoken's gpt2 /
+ * r50k_base: ranks 0..50255, identified by their XXH3-64 hash) are
+ * accepted; any other set of ranks is OJ_ERR_UNSUPPORTED, naming
+ * cl100k_base, o200k_base or p50k_base when it has their size. */
 oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_error *err);
+/* The same without the identification: the caller vouches that the ranks
+ * were made with GPT-2's pattern (e.g. ranks.tiktoken written by
+ * oj_tokenizer_save for a tokenizer trained with oj_bpe_train). */
+oj_status oj_tokenizer_load_tiktoken_as_gpt2(const char *path, oj_tokenizer **out, oj_error *err);
 /* Write `encoder.json`, `vocab.bpe` and `ranks.tiktoken` into dir (created
  * if missing), each written to a temporary name and renamed. Merges are the
  * ones loaded or trained, or else recovered from the ranks (OJ_ERR_UNSUPPORTED
