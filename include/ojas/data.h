@@ -185,11 +185,20 @@ oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int
 /* A read-only memory-mapped shard. */
 typedef struct oj_shard oj_shard;
 
-/* Open and validate path. OJ_ERR_IO if it cannot be opened or mapped;
- * OJ_ERR_CORRUPT for a short header, bad magic, unknown version, negative
- * count, or a size that is not header + count * token size (truncated or
- * trailing bytes). On success *out owns the mapping (oj_shard_close). */
+/* Open and validate path's header. OJ_ERR_IO if it is not a regular file
+ * or cannot be opened or mapped; OJ_ERR_CORRUPT for a short header, bad
+ * magic, unknown version, negative count, a reserved header int (3..255)
+ * that is not 0, or a size that is not header + count * token size
+ * (truncated or trailing bytes). On success *out owns the mapping
+ * (oj_shard_close). The tokens are checked by oj_shard_check_vocab. */
 oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err);
+/* Scan every token of s (near memory speed: a vectorised maximum per
+ * block, the offender located only in a block that has one) and refuse the
+ * first id >= vocab_size with OJ_ERR_CORRUPT naming the shard's path, the
+ * token index, its byte offset in the file and the id. vocab_size >= 1
+ * (OJ_ERR_INVALID_ARGUMENT otherwise); a shard whose version cannot hold
+ * such an id is not read. */
+oj_status oj_shard_check_vocab(const oj_shard *s, int64_t vocab_size, oj_error *err);
 void oj_shard_close(oj_shard *s);
 int64_t oj_shard_len(const oj_shard *s);
 int oj_shard_version(const oj_shard *s);
@@ -267,9 +276,12 @@ typedef struct oj_loader oj_loader;
 /* world_size 1, dtype OJ_I64, prefetch on, everything else 0/NULL. */
 oj_loader_config oj_loader_config_default(void);
 
-/* Open every shard (OJ_ERR_IO / OJ_ERR_CORRUPT as oj_shard_open),
- * OJ_ERR_INVALID_ARGUMENT for a bad config, OJ_ERR_SHAPE when the shards
- * hold fewer than B * world_size windows. */
+/* Open every shard (OJ_ERR_IO / OJ_ERR_CORRUPT as oj_shard_open) and scan
+ * its tokens (oj_shard_check_vocab against vocab_size, or against 2^31 when
+ * vocab_size is 0), so a bad token stops the run before its first step
+ * rather than when its batch comes; OJ_ERR_INVALID_ARGUMENT for a bad
+ * config, OJ_ERR_SHAPE when the shards hold fewer than B * world_size
+ * windows. */
 oj_status oj_loader_open(const oj_loader_config *cfg, oj_loader **out, oj_error *err);
 /* Stops the prefetch thread and unmaps the shards. NULL is a no-op. */
 void oj_loader_free(oj_loader *L);
