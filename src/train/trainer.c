@@ -252,6 +252,8 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         ec.budget_bytes = cfg->budget_bytes;
         st = oj_engine_create(&ec, &t->eng, err);
     }
+    if (!st) /* the memory the run needs, before anything is allocated or made */
+        st = oj__train_preflight(t, err);
     if (!st)
         st = make_dirs(t->out_dir, err);
     if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */

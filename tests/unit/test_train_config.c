@@ -355,12 +355,44 @@ static void test_cuda_never_falls_back(void **state) {
     tt_rmdir(dir);
 }
 
+/* The trainer checks its memory before allocating anything or making the
+ * run directory: weights + gradients + optimizer state, and a lower bound
+ * of a micro-batch's activations, against budget_bytes. */
+static void test_memory_preflight(void **state) {
+    (void)state;
+    char dir[256], p[400];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(p, sizeof p, "%s/run", dir);
+    oj_train_options o = {.out_dir = p};
+    struct stat sb;
+    /* the state alone does not fit 1 MiB */
+    oj_train_config c = tt_config(dir);
+    c.budget_bytes = INT64_C(1) << 20;
+    oj_trainer *t = NULL;
+    oj_error e1 = {0};
+    assert_int_equal(oj_trainer_create(&c, &o, &t, &e1), OJ_ERR_CAPACITY);
+    assert_null(t);
+    assert_non_null(strstr(e1.message, "optimizer state"));
+    assert_non_null(strstr(e1.message, "nothing was allocated"));
+    assert_int_not_equal(stat(p, &sb), 0); /* no run directory made */
+    /* the activations of a huge batch do not fit 64 MiB */
+    c.budget_bytes = INT64_C(64) << 20;
+    c.batch_size = 1 << 16;
+    oj_error e2 = {0};
+    assert_int_equal(oj_trainer_create(&c, &o, &t, &e2), OJ_ERR_CAPACITY);
+    assert_non_null(strstr(e2.message, "activations of B 65536 x T 16"));
+    assert_int_not_equal(stat(p, &sb), 0);
+    tt_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_round_trip), cmocka_unit_test(test_set_values),
         cmocka_unit_test(test_json),                cmocka_unit_test(test_check_and_model),
         cmocka_unit_test(test_runs),                cmocka_unit_test(test_bits_per_byte),
         cmocka_unit_test(test_cuda_never_falls_back),
+        cmocka_unit_test(test_memory_preflight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
