@@ -10,8 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/fsutil.h"
-#include "io/io_internal.h"
+#include "core/fs.h"
 #include "ojas/data.h"
 
 struct oj_shard {
@@ -41,8 +40,8 @@ oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int
             return oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
                                 "shard_write %s: token %d at %lld does not fit version %d", path,
                                 (int)tokens[i], (long long)i, version);
-    oj_atomic_file af;
-    oj_status st = oj_atomic_open(&af, path, err);
+    oj__atomic_file af;
+    oj_status st = oj__atomic_open(&af, path, err);
     if (st)
         return st;
     int32_t header[256] = {OJ_SHARD_MAGIC, version, (int32_t)n};
@@ -63,18 +62,18 @@ oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int
         else
             fwrite(b32, 4, (size_t)m, af.f);
     }
-    return oj_atomic_commit(&af, err);
+    return oj__atomic_commit(&af, err);
 }
 
 oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
     if (!path || !out)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "shard_open: NULL argument");
     *out = NULL;
-    struct stat sb;
-    int fd = oj__open_regular(path, "shard", &sb, err);
-    if (fd < 0)
-        return OJ_ERR_IO;
-    size_t size = (size_t)sb.st_size;
+    int fd;
+    size_t size;
+    oj_status st = oj__open_regular(path, "shard", &fd, &size, err);
+    if (st)
+        return st;
     if (size < OJ_SHARD_HEADER_BYTES) {
         close(fd);
         return oj_error_set(err, OJ_ERR_CORRUPT,
@@ -87,7 +86,6 @@ oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
         return oj_error_set(err, OJ_ERR_IO, "shard %s: mmap: %s", path, strerror(errno));
     int32_t h[256];
     memcpy(h, map, sizeof h);
-    oj_status st = OJ_OK;
     size_t width = h[1] == 1 ? 2 : 4;
     int reserved = 3; /* the first header int past the count that is not 0 */
     while (reserved < 256 && h[reserved] == 0)

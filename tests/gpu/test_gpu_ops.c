@@ -1184,6 +1184,64 @@ static void test_linear_cross_entropy_chunks(void **state) {
     cmp(gw, 1e-2, "linear_cross_entropy dW");
 }
 
+/* linear_cross_entropy at vocabularies that are not a multiple of the
+ * CUDA backend's ce_row_align (GPT-2's 50257 among them): the padded
+ * logits rows give the CPU's loss and gradients, and those of the packed
+ * layout (OJAS_LCE_PAD=0) within rounding; label smoothing and ignored
+ * rows included. */
+static void test_linear_cross_entropy_padded(void **state) {
+    (void)state;
+    const int64_t Vs[4] = {50257, 1003, 37, 4};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int d = 0; d < 2; d++)
+        for (int v = 0; v < 4; v++) {
+            int64_t N = 19, C = 48, V = Vs[v];
+            pr x = rnd(2, (int64_t[2]){N, C}, dts[d], -1, 1);
+            pr w = rnd(2, (int64_t[2]){V, C}, dts[d], -1, 1);
+            double tv[19];
+            for (int i = 0; i < 19; i++) tv[i] = i % 6 == 5 ? -100 : (double)((i * 7919) % V);
+            tv[0] = (double)(V - 1); /* the last class: in the tail past the vector packs */
+            pr t = up(1, &N, OJ_I64, tv);
+            pr loss = {{NULL, NULL}}, gx = {{NULL, NULL}}, gw = {{NULL, NULL}};
+            oj_tensor *ref[3] = {NULL, NULL, NULL};
+            for (int pass = 0; pass < 3; pass++) { /* CPU, CUDA padded, CUDA packed */
+                SIDE = pass == 0 ? 0 : 1;
+                if (pass == 2) setenv("OJAS_LCE_PAD", "0", 1);
+                oj_tensor *xs = T(x), *ws = T(w);
+                oj_set_requires_grad(xs, true);
+                oj_set_requires_grad(ws, true);
+                oj_tensor *l = oj_linear_cross_entropy(xs, ws, T(t), -100, 0.1, OJ_REDUCTION_MEAN);
+                if (l == NULL) fail_msg("%s", oj_last_error(E));
+                assert_int_equal(oj_backward(l, false), OJ_OK);
+                oj_tensor *g0 = oj_clone(oj_grad(xs)), *g1 = oj_clone(oj_grad(ws));
+                if (pass < 2) {
+                    loss.t[SIDE] = l;
+                    gx.t[SIDE] = g0;
+                    gw.t[SIDE] = g1;
+                } else {
+                    ref[0] = l;
+                    ref[1] = g0;
+                    ref[2] = g1;
+                }
+                oj_zero_grad(xs);
+                oj_zero_grad(ws);
+                unsetenv("OJAS_LCE_PAD");
+            }
+            SIDE = 0;
+            double tl = dts[d] == OJ_F32 ? 1e-5 : 1e-3, tg = dts[d] == OJ_F32 ? 1e-4 : 2e-2;
+            cmp(loss, tl, "linear_cross_entropy padded loss vs CPU");
+            cmp(gx, tg, "linear_cross_entropy padded dx vs CPU");
+            cmp(gw, tg, "linear_cross_entropy padded dW vs CPU");
+            pr *got[3] = {&loss, &gx, &gw};
+            const char *what[3] = {"padded vs packed loss", "padded vs packed dx",
+                                   "padded vs packed dW"};
+            for (int i = 0; i < 3; i++) {
+                pr q = {{got[i]->t[1], ref[i]}}; /* the padded CUDA side against the packed one */
+                cmp(q, i == 0 ? tl : tg, what[i]);
+            }
+        }
+}
+
 typedef struct {
     int64_t B, H, Hkv, T, S, D, Dv;
     bool causal;
@@ -3332,6 +3390,7 @@ int main(void) {
         T_(test_cross_entropy_fused),
         T_(test_matmul_mixed),
         T_(test_linear_cross_entropy_chunks),
+        T_(test_linear_cross_entropy_padded),
         T_(test_attention),
         T_(test_attention_decode),
         T_(test_rotary_dropout),
