@@ -103,7 +103,8 @@ typedef struct oj_train_config {
     bool cuda_graph;         /* replay forward + backward as a CUDA graph, false
                               * (device cuda, grad_accum 1; oj_graph_capture_begin) */
     double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
-    int64_t budget_bytes;    /* engine root budget; 0 = unlimited */
+    int64_t budget_bytes;    /* engine root budget; 0 = what the machine can give, less a
+                              * margin (oj_engine_create); 9e18 = no limit */
     int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row
                                 * skipped as non-finite, naming the first op with a
                                 * non-finite output (detect_anomaly); 10; 0 = never */

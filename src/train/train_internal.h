@@ -114,6 +114,11 @@ void oj__train_new_id(char buf[17]);
 oj_status oj__train_branch(oj_trainer *t, oj_error *err);
 /* Write a checkpoint of the current step. */
 oj_status oj__train_checkpoint(oj_trainer *t, oj_error *err);
+/* Refuse (OJ_ERR_CAPACITY naming each part) a run whose weights, gradients,
+ * optimizer state and a lower bound of one micro-batch's activations do not
+ * fit the engine's budget; called before anything is allocated
+ * (preflight.c). */
+oj_status oj__train_preflight(oj_trainer *t, oj_error *err);
 /* Load the checkpoint at t->resume into the model and optimizer. */
 oj_status oj__train_resume(oj_trainer *t, oj_error *err);
 
