@@ -36,6 +36,7 @@ static oj_backend make_cuda_backend() {
     /* memory (cuda_memory.cu) */
     b.open = oj_cuda_open;
     b.close = oj_cuda_close;
+    b.memory_info = oj_cuda_memory_info;
     b.alloc = oj_cuda_alloc;
     b.free = oj_cuda_free;
     b.copy_h2d = oj_cuda_copy_h2d;
@@ -97,6 +98,7 @@ static oj_backend make_cuda_backend() {
     b.sum_squares_multi = oj_cuda_sum_squares_multi;
     b.adam_step_multi = oj_cuda_adam_step_multi;
     b.mul_scalar_multi = oj_cuda_mul_scalar_multi;
+    b.ce_row_align = 64; /* 128 bytes of bf16: the GEMM's and the vector loads' alignment */
     /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
     b.gather = oj_cuda_gather;
     b.scatter_add = oj_cuda_scatter_add;
