@@ -94,7 +94,7 @@ static bool unmap_bytes(const char *s, size_t n, uint8_t *out, size_t *outlen) {
     size_t i = 0, o = 0;
     while (i < n) {
         uint32_t cp;
-        int l = oj_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        int l = oj__utf8_decode((const uint8_t *)s + i, n - i, &cp);
         int b = l ? oj_gpt2_cp_to_byte(cp) : -1;
         if (b < 0)
             return false;
@@ -971,21 +971,6 @@ void oj_tokenizer_template(const oj_tokenizer *tok, const int32_t **prefix, size
 
 /* ---------------------------------------------------------------- encode */
 
-static bool valid_utf8(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int l = oj_utf8_decode(s + i, n - i, &cp);
-        if (!l)
-            return false;
-        i += (size_t)l;
-    }
-    return true;
-}
 
 #ifdef OJAS_HAVE_ICU
 /* NFC of valid UTF-8 b[0..n) into a new buffer (ICU). Text whose code
@@ -1121,7 +1106,7 @@ static oj_status sp_piece(const oj_tokenizer *tok, oj_tok_session *s, const uint
             v = x->ascii_id[b[i]];
         else {
             uint32_t cp;
-            l = (size_t)oj_utf8_decode(b + i, n - i, &cp);
+            l = (size_t)oj__utf8_decode(b + i, n - i, &cp);
             v = oj_bpe_rank(tok, b + i, l);
         }
         id[N] = v >= 0 ? v : -(int32_t)i - 2; /* unknown: -(offset) - 2 */
@@ -1168,7 +1153,7 @@ static oj_status sp_piece(const oj_tokenizer *tok, oj_tok_session *s, const uint
         }
         size_t off = (size_t)(-(int64_t)id[i] - 2);
         uint32_t cp;
-        int l = oj_utf8_decode(b + off, n - off, &cp);
+        int l = oj__utf8_decode(b + off, n - off, &cp);
         for (int k = 0; k < l; k++)
             if (oj_tokens_push(out, x->byte_fb[b[off + (size_t)k]]) != OJ_OK)
                 return OJ_ERR_CAPACITY;
@@ -1185,7 +1170,7 @@ oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, cons
                                 size_t n, bool first, oj_tokens *out, oj_error *err) {
     if (n == 0)
         return OJ_OK;
-    if (!valid_utf8(b, n))
+    if (!oj__utf8_valid(b, n, NULL))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "tokenizer_encode: a tokenizer.json tokenizer needs valid UTF-8 text");
     uint8_t *norm = NULL;
