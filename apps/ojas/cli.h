@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <getopt.h>
+
 /* Exit codes. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
@@ -32,8 +34,31 @@ int cli_error(int code, const char *fmt, ...)
  * naming opt and return false. */
 bool cli_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool cli_parse_double(const char *opt, const char *s, double *out);
-/* The value of option argv[*i] (advancing *i), or NULL with an error. */
-const char *cli_value(int argc, char **argv, int *i);
+/* Parse a byte count: a positive integer with an optional suffix K, M, G or
+ * T (powers of 1024, case-insensitive, an optional "iB" or "B" after it);
+ * on failure or overflow print an error naming opt and return false. */
+bool cli_parse_bytes(const char *opt, const char *s, int64_t *out);
+
+/* Option parsing for one subcommand, on glibc's getopt_long: "--key=value",
+ * "--key value", "-kvalue", "-k value", clustered flags, long options
+ * abbreviated to a unique prefix, and "--" ending the options. Options and
+ * other arguments may be mixed; the other arguments end up, in order, in
+ * argv[optind..argc) once cli_getopt has returned -1. */
+typedef struct cli_getopt_state {
+    const char *cmd;                /* "train", "tokenizer encode": prefixes errors */
+    const char *shortopts;          /* getopt's short option string ("ho:j:") */
+    const struct option *longopts;  /* zero-terminated; long-only options use val >= 256 */
+    bool started;                   /* false before the first call */
+} cli_getopt_state;
+/* The next option of argv[1..argc) (argv[0] is the subcommand's name):
+ * its val (optarg holds its value), -1 when the options are done, or '?'
+ * after printing one line that names what was wrong: an unknown or
+ * ambiguous option, a value missing, or a value given to a flag. The
+ * caller then returns CLI_USAGE. */
+int cli_getopt(cli_getopt_state *g, int argc, char **argv);
+/* One line "CMD: unexpected argument 'ARG' (see 'ojas CMD --help')";
+ * returns CLI_USAGE. */
+int cli_unexpected(const char *cmd, const char *arg);
 
 /* A subcommand of a command: `ojas <cmd> <name> ...` runs fn(argc - 1,
  * argv + 1). */

@@ -1,9 +1,11 @@
 /* Option parsing and file helpers shared by the subcommands. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -44,12 +46,99 @@ bool cli_parse_double(const char *opt, const char *s, double *out) {
     return true;
 }
 
-const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        cli_error(CLI_USAGE, "option %s needs a value", argv[*i]);
-        return NULL;
+bool cli_parse_bytes(const char *opt, const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    int shift = 0;
+    if (end != s && *end) {
+        const char *units = "kmgt", *u = strchr(units, tolower((unsigned char)*end));
+        if (u) {
+            shift = 10 * (int)(u - units + 1);
+            end++;
+            if (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0)
+                end += strlen(end);
+        }
     }
-    return argv[++*i];
+    if (errno || end == s || *end || v <= 0 || v > (INT64_MAX >> shift)) {
+        cli_error(CLI_USAGE, "%s: expected a positive byte count (suffix K, M, G or T: powers of "
+                             "1024), got '%s'",
+                  opt, s);
+        return false;
+    }
+    *out = (int64_t)v << shift;
+    return true;
+}
+
+/* The long option whose val is `val`, or NULL. */
+static const struct option *long_by_val(const struct option *lo, int val) {
+    for (; lo->name; lo++)
+        if (lo->val == val && !lo->flag)
+            return lo;
+    return NULL;
+}
+
+/* Print how an option's name was written: "--name" for a long option (the
+ * argument that failed, up to any '='), "-c" for a short one. */
+static void option_name(char *buf, size_t len, const char *arg, const cli_getopt_state *g, int val) {
+    if (arg && strncmp(arg, "--", 2) == 0) {
+        snprintf(buf, len, "%.*s", (int)strcspn(arg, "="), arg);
+        return;
+    }
+    const struct option *lo = long_by_val(g->longopts, val);
+    if (val > 0 && val < 256)
+        snprintf(buf, len, "-%c", val);
+    else
+        snprintf(buf, len, "--%s", lo ? lo->name : "?");
+}
+
+int cli_getopt(cli_getopt_state *g, int argc, char **argv) {
+    char optstring[128];
+    /* ':' first: a missing value is reported as ':' rather than '?' */
+    snprintf(optstring, sizeof optstring, ":%s", g->shortopts);
+    if (!g->started) {
+        optind = 0; /* glibc: a full re-initialisation */
+        g->started = true;
+    }
+    opterr = 0;
+    optopt = 0;
+    int c = getopt_long(argc, argv, optstring, g->longopts, NULL);
+    if (c != '?' && c != ':')
+        return c;
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : NULL;
+    char name[128];
+    if (c == ':') {
+        option_name(name, sizeof name, arg, g, optopt);
+        cli_error(CLI_USAGE, "%s: option '%s' needs a value", g->cmd, name);
+    } else if (optopt == 0) { /* an unknown or ambiguous long option; optind is past it */
+        option_name(name, sizeof name, arg, g, 0);
+        char matches[256] = "";
+        int n = 0;
+        size_t nl = strlen(name + 2);
+        for (const struct option *lo = g->longopts; lo->name; lo++)
+            if (strncmp(lo->name, name + 2, nl) == 0) {
+                size_t ml = strlen(matches);
+                snprintf(matches + ml, sizeof matches - ml, "%s--%s", n++ ? ", " : "", lo->name);
+            }
+        if (n > 1)
+            cli_error(CLI_USAGE, "%s: option '%s' is ambiguous (%s)", g->cmd, name, matches);
+        else
+            cli_error(CLI_USAGE, "%s: unknown option '%s' (see 'ojas %s --help')", g->cmd, name,
+                      g->cmd);
+    } else if (long_by_val(g->longopts, optopt) && arg && strncmp(arg, "--", 2) == 0 &&
+               strchr(arg, '=')) { /* "--flag=value" for a flag */
+        option_name(name, sizeof name, arg, g, optopt);
+        cli_error(CLI_USAGE, "%s: option '%s' takes no value", g->cmd, name);
+    } else {
+        cli_error(CLI_USAGE, "%s: unknown option '-%c' (see 'ojas %s --help')", g->cmd,
+                  optopt > 32 && optopt < 127 ? optopt : '?', g->cmd);
+    }
+    return '?';
+}
+
+int cli_unexpected(const char *cmd, const char *arg) {
+    return cli_error(CLI_USAGE, "%s: unexpected argument '%s' (see 'ojas %s --help')", cmd, arg,
+                     cmd);
 }
 
 char *cli_read_all(const char *path, size_t *len) {

@@ -6,48 +6,83 @@
 #include "ojas/train.h"
 
 static const char *k_help =
-    "usage: ojas bench [--model PRESET] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
-    "                  [--device cpu|cuda|cuda:N] [--threads N] [--numerics fast|exact]\n"
-    "                  [--dtype f32|bf16|f16] [--cuda-graph] [--peak-flops F]\n"
+    "usage: ojas bench [options]\n"
     "Time full training steps (forward, backward, optimizer) of a GPT preset on\n"
     "random tokens and print the median step time, tokens/s, achieved FLOP/s\n"
-    "(6N + 12LCT per token) and, with --peak-flops, MFU. --dtype bf16 (f16) runs\n"
-    "the forward under bf16 (f16) autocast (f32 master weights). --cuda-graph (--device\n"
-    "cuda) captures the forward and backward once as a CUDA graph and replays\n"
-    "it every step. Defaults: nanolab-small, B 8, T 128 (the preset's block size\n"
-    "when smaller), 5 steps after 2 warm-up steps, cpu, f32. Presets: %s.\n";
+    "(6N + 12LCT per token) and, with --peak-flops, MFU.\n"
+    "  -m, --model PRESET     the model (default nanolab-small; presets: %s)\n"
+    "      --batch B          sequences per step (default 8)\n"
+    "      --seq T            tokens per sequence (default 128, or the preset's block\n"
+    "                         size when smaller)\n"
+    "      --steps N          timed steps (default 5)\n"
+    "      --warmup N         untimed steps first (default 2)\n"
+    "  -d, --device D         cpu | cuda | cuda:N (default cpu)\n"
+    "  -j, --threads N        CPU threads (default 0: all usable CPUs)\n"
+    "      --numerics M       fast | exact (default fast)\n"
+    "      --dtype D          f32 | bf16 | f16 (default f32); bf16 (f16) runs the forward\n"
+    "                         under bf16 (f16) autocast, f32 master weights\n"
+    "      --cuda-graph       (--device cuda) capture the forward and backward once as a\n"
+    "                         CUDA graph and replay it every step\n"
+    "      --peak-flops F     the device's peak FLOP/s, for MFU\n"
+    "  -h, --help             this help\n"
+    "Options take their value as '--steps 3' or '--steps=3' ('-m PRESET', '-mPRESET').\n";
+
+enum { OPT_BATCH = 256, OPT_SEQ, OPT_STEPS, OPT_WARMUP, OPT_NUMERICS, OPT_DTYPE, OPT_GRAPH,
+       OPT_PEAK };
+
+static const struct option k_long[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"model", required_argument, NULL, 'm'},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"seq", required_argument, NULL, OPT_SEQ},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"device", required_argument, NULL, 'd'},
+    {"threads", required_argument, NULL, 'j'},
+    {"numerics", required_argument, NULL, OPT_NUMERICS},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"cuda-graph", no_argument, NULL, OPT_GRAPH},
+    {"peak-flops", required_argument, NULL, OPT_PEAK},
+    {NULL, 0, NULL, 0},
+};
 
 int cmd_bench(int argc, char **argv) {
     const char *preset = "nanolab-small", *device = "cpu", *numerics = "fast", *dtype = "f32";
     int64_t B = 8, T = 0, steps = 5, warmup = 2, threads = 0; /* T 0: 128 or the block size */
     double peak = 0;
     bool graph = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (cli_is_help(a)) {
+    int c;
+    cli_getopt_state g = {.cmd = "bench", .shortopts = "hm:d:j:", .longopts = k_long};
+    while ((c = cli_getopt(&g, argc, argv)) != -1) {
+        const char *v = optarg;
+        bool ok = true;
+        switch (c) {
+        case 'h': {
             char names[512];
             printf(k_help, oj_gpt_preset_list(names, sizeof names));
             return CLI_OK;
         }
-#define VAL() ((v = cli_value(argc, argv, &i)) != NULL)
-        if (strcmp(a, "--model") == 0) { if (!VAL()) return CLI_USAGE; preset = v; }
-        else if (strcmp(a, "--cuda-graph") == 0) graph = true;
-        else if (strcmp(a, "--device") == 0) { if (!VAL()) return CLI_USAGE; device = v; }
-        else if (strcmp(a, "--numerics") == 0) { if (!VAL()) return CLI_USAGE; numerics = v; }
-        else if (strcmp(a, "--dtype") == 0) { if (!VAL()) return CLI_USAGE; dtype = v; }
-        else if (strcmp(a, "--batch") == 0) { if (!VAL() || !cli_parse_i64(a, v, 1, 1 << 20, &B)) return CLI_USAGE; }
-        else if (strcmp(a, "--seq") == 0) { if (!VAL() || !cli_parse_i64(a, v, 1, 1 << 20, &T)) return CLI_USAGE; }
-        else if (strcmp(a, "--steps") == 0) { if (!VAL() || !cli_parse_i64(a, v, 1, 100000, &steps)) return CLI_USAGE; }
-        else if (strcmp(a, "--warmup") == 0) { if (!VAL() || !cli_parse_i64(a, v, 0, 100000, &warmup)) return CLI_USAGE; }
-        else if (strcmp(a, "--threads") == 0) { if (!VAL() || !cli_parse_i64(a, v, 0, 4096, &threads)) return CLI_USAGE; }
-        else if (strcmp(a, "--peak-flops") == 0) {
-            if (!VAL() || !cli_parse_double(a, v, &peak) || !(peak > 0))
+        case 'm': preset = v; break;
+        case 'd': device = v; break;
+        case OPT_NUMERICS: numerics = v; break;
+        case OPT_DTYPE: dtype = v; break;
+        case OPT_GRAPH: graph = true; break;
+        case OPT_BATCH: ok = cli_parse_i64("bench: --batch", v, 1, 1 << 20, &B); break;
+        case OPT_SEQ: ok = cli_parse_i64("bench: --seq", v, 1, 1 << 20, &T); break;
+        case OPT_STEPS: ok = cli_parse_i64("bench: --steps", v, 1, 100000, &steps); break;
+        case OPT_WARMUP: ok = cli_parse_i64("bench: --warmup", v, 0, 100000, &warmup); break;
+        case 'j': ok = cli_parse_i64("bench: --threads", v, 0, 4096, &threads); break;
+        case OPT_PEAK:
+            if ((ok = cli_parse_double("bench: --peak-flops", v, &peak)) && !(peak > 0))
                 return cli_error(CLI_USAGE, "bench: --peak-flops must be a positive number");
-        } else {
-            return cli_error(CLI_USAGE, "bench: unknown option '%s' (see --help)", a);
+            break;
+        default: return CLI_USAGE;
         }
-#undef VAL
+        if (!ok)
+            return CLI_USAGE;
     }
+    if (optind < argc)
+        return cli_unexpected("bench", argv[optind]);
     oj_gpt_config mc;
     char names[512];
     if (!oj_gpt_preset(preset, &mc))

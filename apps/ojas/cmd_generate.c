@@ -11,19 +11,34 @@
 #include "ojas/train.h"
 
 static const char *k_help =
-    "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors --model PRESET)\n"
-    "                     [--vocab DIR] --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
-    "                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
-    "                     [--device cpu|cuda|cuda:N] [--dtype f32|bf16|f16] [--threads N]\n"
-    "Sample from a model. --checkpoint takes a checkpoint directory written by\n"
-    "'ojas train' (or its root: the newest good one is used); its state.json\n"
-    "holds the model config, and its tokenizer_dir is the default for --vocab\n"
-    "(relative to where the run was started). Tokens stream to stdout as they\n"
-    "are generated. Defaults: --max-new-tokens 200, --temperature 0.8 (0:\n"
-    "greedy), --top-k 40 (0: off), --top-p %g (1: off), --repetition-penalty %g\n"
-    "(1: off), --seed %llu, --device cpu, --dtype f32. --dtype bf16 converts the\n"
-    "weights after loading (half the bytes read per token on a GPU, the KV cache\n"
-    "too; on the CPU bf16 is slower than f32).\n";
+    "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors -m PRESET)\n"
+    "                     [--vocab DIR] -p TEXT [options]\n"
+    "Sample from a model. Tokens stream to stdout as they are generated.\n"
+    "      --checkpoint DIR       a checkpoint directory written by 'ojas train', or its\n"
+    "                             run directory (the one 'latest' names, else the\n"
+    "                             newest, that verifies; a warning names any newer one\n"
+    "                             refused); its state.json holds the model config\n"
+    "      --weights FILE         a safetensors file, with --model\n"
+    "  -m, --model PRESET         the model preset of --weights\n"
+    "      --vocab DIR            the tokenizer (default: the checkpoint's run's\n"
+    "                             tokenizer_dir, stored as an absolute path)\n"
+    "  -p, --prompt TEXT          the text to continue (required, not empty)\n"
+    "  -n, --max-new-tokens N     tokens to generate (default 200)\n"
+    "  -t, --temperature T        0: greedy (default 0.8)\n"
+    "  -k, --top-k K              0: off (default 40)\n"
+    "      --top-p P              1: off (default %g)\n"
+    "      --repetition-penalty R 1: off (default %g)\n"
+    "  -s, --seed S               sampling seed (default %llu)\n"
+    "  -d, --device D             cpu | cuda | cuda:N (default cpu)\n"
+    "      --dtype D              f32 | bf16 | f16 (default f32); bf16 converts the weights\n"
+    "                             after loading (half the bytes read per token on a GPU,\n"
+    "                             the KV cache too; on the CPU bf16 is slower than f32)\n"
+    "  -j, --threads N            CPU threads (default 0: all usable CPUs)\n"
+    "      --budget-bytes N       the engine's root memory budget in bytes (suffix K, M,\n"
+    "                             G, T: powers of 1024); beyond it allocations are refused\n"
+    "                             (default: the library's, oj_engine_config_default)\n"
+    "  -h, --help                 this help\n"
+    "Options take their value as '--top-k 5' or '--top-k=5' ('-k 5', '-k5').\n";
 
 typedef struct {
     const oj_tokenizer *tok;
@@ -43,6 +58,28 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
     return true;
 }
 
+enum { OPT_CHECKPOINT = 256, OPT_WEIGHTS, OPT_VOCAB, OPT_DTYPE, OPT_TOP_P, OPT_REP, OPT_BUDGET };
+
+static const struct option k_long[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+    {"weights", required_argument, NULL, OPT_WEIGHTS},
+    {"model", required_argument, NULL, 'm'},
+    {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"prompt", required_argument, NULL, 'p'},
+    {"max-new-tokens", required_argument, NULL, 'n'},
+    {"temperature", required_argument, NULL, 't'},
+    {"top-k", required_argument, NULL, 'k'},
+    {"top-p", required_argument, NULL, OPT_TOP_P},
+    {"repetition-penalty", required_argument, NULL, OPT_REP},
+    {"seed", required_argument, NULL, 's'},
+    {"device", required_argument, NULL, 'd'},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"threads", required_argument, NULL, 'j'},
+    {"budget-bytes", required_argument, NULL, OPT_BUDGET},
+    {NULL, 0, NULL, 0},
+};
+
 int cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *weights = NULL, *preset = NULL, *vocab = NULL, *prompt = NULL;
     const char *device = "cpu", *dtype = "f32";
@@ -51,55 +88,52 @@ int cmd_generate(int argc, char **argv) {
     sc.max_new_tokens = 200;
     sc.temperature = 0.8;
     sc.top_k = 40;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (cli_is_help(a)) {
+    int64_t budget = 0; /* 0: not given */
+    int c;
+    cli_getopt_state g = {.cmd = "generate", .shortopts = "hm:p:n:t:k:s:d:j:", .longopts = k_long};
+    while ((c = cli_getopt(&g, argc, argv)) != -1) {
+        const char *v = optarg;
+        bool ok = true;
+        switch (c) {
+        case 'h':
             printf(k_help, sc.top_p, sc.repetition_penalty, (unsigned long long)sc.seed);
             return CLI_OK;
+        case OPT_CHECKPOINT: ckpt = v; break;
+        case OPT_WEIGHTS: weights = v; break;
+        case 'm': preset = v; break;
+        case OPT_VOCAB: vocab = v; break;
+        case 'p': prompt = v; break;
+        case 'd': device = v; break;
+        case OPT_DTYPE: dtype = v; break;
+        case 'j': ok = cli_parse_i64("generate: --threads", v, 0, 4096, &threads); break;
+        case 'n': ok = cli_parse_i64("generate: --max-new-tokens", v, 0, 1 << 20, &sc.max_new_tokens); break;
+        case 'k': ok = cli_parse_i64("generate: --top-k", v, 0, INT32_MAX, &sc.top_k); break;
+        case 's': {
+            int64_t sd;
+            ok = cli_parse_i64("generate: --seed", v, 0, INT64_MAX, &sd);
+            sc.seed = (uint64_t)sd;
+            break;
         }
-#define VAL() ((v = cli_value(argc, argv, &i)) != NULL)
-        if (strcmp(a, "--checkpoint") == 0) { if (!VAL()) return CLI_USAGE; ckpt = v; }
-        else if (strcmp(a, "--weights") == 0) { if (!VAL()) return CLI_USAGE; weights = v; }
-        else if (strcmp(a, "--model") == 0) { if (!VAL()) return CLI_USAGE; preset = v; }
-        else if (strcmp(a, "--vocab") == 0) { if (!VAL()) return CLI_USAGE; vocab = v; }
-        else if (strcmp(a, "--prompt") == 0) { if (!VAL()) return CLI_USAGE; prompt = v; }
-        else if (strcmp(a, "--device") == 0) { if (!VAL()) return CLI_USAGE; device = v; }
-        else if (strcmp(a, "--dtype") == 0) { if (!VAL()) return CLI_USAGE; dtype = v; }
-        else if (strcmp(a, "--threads") == 0) {
-            if (!VAL() || !cli_parse_i64(a, v, 0, 4096, &threads)) return CLI_USAGE;
-        } else if (strcmp(a, "--max-new-tokens") == 0) {
-            if (!VAL() || !cli_parse_i64(a, v, 0, 1 << 20, &sc.max_new_tokens)) return CLI_USAGE;
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (!VAL() || !cli_parse_i64(a, v, 0, INT32_MAX, &sc.top_k)) return CLI_USAGE;
-        } else if (strcmp(a, "--seed") == 0) {
-            int64_t s;
-            if (!VAL() || !cli_parse_i64(a, v, 0, INT64_MAX, &s)) return CLI_USAGE;
-            sc.seed = (uint64_t)s;
-        } else if (strcmp(a, "--temperature") == 0) {
-            if (!VAL() || !cli_parse_double(a, v, &sc.temperature)) return CLI_USAGE;
-        } else if (strcmp(a, "--top-p") == 0) {
-            if (!VAL() || !cli_parse_double(a, v, &sc.top_p)) return CLI_USAGE;
-        } else if (strcmp(a, "--repetition-penalty") == 0) {
-            if (!VAL() || !cli_parse_double(a, v, &sc.repetition_penalty)) return CLI_USAGE;
-        } else {
-            return cli_error(CLI_USAGE, "generate: unknown option '%s' (see --help)", a);
+        case 't': ok = cli_parse_double("generate: --temperature", v, &sc.temperature); break;
+        case OPT_TOP_P: ok = cli_parse_double("generate: --top-p", v, &sc.top_p); break;
+        case OPT_REP: ok = cli_parse_double("generate: --repetition-penalty", v, &sc.repetition_penalty); break;
+        case OPT_BUDGET: ok = cli_parse_bytes("generate: --budget-bytes", v, &budget); break;
+        default: return CLI_USAGE;
         }
-#undef VAL
+        if (!ok)
+            return CLI_USAGE;
     }
+    if (optind < argc)
+        return cli_unexpected("generate", argv[optind]);
     if ((ckpt == NULL) == (weights == NULL))
         return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
-    oj_train_config run_cfg = oj_train_config_default();
-    if (vocab == NULL && ckpt && access(ckpt, F_OK) != 0) /* before asking for --vocab */
-        return cli_error(CLI_FAIL, "generate: checkpoint '%s' does not exist", ckpt);
-    if (vocab == NULL && ckpt) { /* the tokenizer the run was trained with */
-        oj_error ce = {0};
-        if (oj_train_config_from_checkpoint(ckpt, &run_cfg, &ce) == OJ_OK && run_cfg.tokenizer_dir[0])
-            vocab = run_cfg.tokenizer_dir;
+    oj_gpt_config preset_cfg;
+    if (weights && !oj_gpt_preset(preset, &preset_cfg)) {
+        char names[512];
+        return cli_error(CLI_USAGE, "generate: unknown model preset '%s' (presets: %s)", preset,
+                         oj_gpt_preset_list(names, sizeof names));
     }
-    if (vocab == NULL)
-        return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
-                                    "supplies it only when its run had a tokenizer_dir)");
     if (prompt == NULL || prompt[0] == '\0')
         return cli_error(CLI_USAGE, "generate: --prompt TEXT is required (and must not be empty)");
     if (!(sc.temperature >= 0) || isinf(sc.temperature) || !(sc.top_p > 0 && sc.top_p <= 1) ||
@@ -111,21 +145,45 @@ int cmd_generate(int argc, char **argv) {
     if (wdt == OJ_F32 && strcmp(dtype, "f32") != 0)
         return cli_error(CLI_USAGE, "generate: --dtype must be f32, bf16 or f16, got '%s'", dtype);
 
+    oj_engine_config ec = oj_engine_config_default();
+    if (!oj_device_parse(device, &ec.device))
+        return cli_error(CLI_USAGE, "generate: --device must be cpu, cuda or cuda:N, got '%s'",
+                         device);
+    ec.threads = (int)threads;
+    if (budget > 0)
+        ec.budget_bytes = budget;
+
+    /* The checkpoint first (a refused one is the real error, before any
+     * question of --vocab), resolved once: the config and the weights come
+     * from the same checkpoint directory. */
+    oj_train_config run_cfg = oj_train_config_default();
+    char ckpt_dir[4096] = "";
+    if (ckpt) {
+        if (access(ckpt, F_OK) != 0)
+            return cli_error(CLI_FAIL, "generate: checkpoint '%s' does not exist", ckpt);
+        oj_error ce = {0}, why = {0};
+        int skipped = 0;
+        if (oj_checkpoint_find(ckpt, ckpt_dir, sizeof ckpt_dir, &skipped, &why, &ce) != OJ_OK ||
+            oj_train_config_from_checkpoint(ckpt_dir, &run_cfg, &ce) != OJ_OK)
+            return cli_error(CLI_FAIL, "generate: %s", ce.message);
+        if (skipped)
+            fprintf(stderr,
+                    "ojas: warning: generate: skipped %d newer checkpoint(s) under %s that failed "
+                    "verification (the newest: %s); using %s\n",
+                    skipped, ckpt, why.message, ckpt_dir);
+        if (vocab == NULL && run_cfg.tokenizer_dir[0]) /* the tokenizer the run was trained with */
+            vocab = run_cfg.tokenizer_dir;
+    }
+    if (vocab == NULL)
+        return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
+                                    "supplies it only when its run had a tokenizer_dir)");
+
     oj_error e = {0};
     oj_tokenizer *tok = NULL;
     if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
         return cli_error(CLI_FAIL, "generate: %s%s", e.message,
-                         vocab == run_cfg.tokenizer_dir
-                             ? " (the run's tokenizer_dir, relative to where it was started: "
-                               "give --vocab DIR)"
-                             : "");
-    oj_engine_config ec = oj_engine_config_default();
-    if (!oj_device_parse(device, &ec.device)) {
-        oj_tokenizer_free(tok);
-        return cli_error(CLI_USAGE, "generate: --device must be cpu, cuda or cuda:N, got '%s'",
-                         device);
-    }
-    ec.threads = (int)threads;
+                         vocab == run_cfg.tokenizer_dir ? " (the run's tokenizer_dir: give --vocab DIR)"
+                                                        : "");
     oj_engine *eng = NULL;
     if (oj_engine_create(&ec, &eng, &e) != OJ_OK) {
         oj_tokenizer_free(tok);
@@ -139,10 +197,9 @@ int cmd_generate(int argc, char **argv) {
         /* The model config is part of the training config in state.json.
          * As in the trainer, the tokenizer sets the vocabulary only when
          * the run had a tokenizer_dir (otherwise vocab_size or the preset's). */
-        oj_train_config tc = oj_train_config_default();
-        if (oj_train_config_from_checkpoint(ckpt, &tc, &e) != OJ_OK ||
-            oj_train_model_config(&tc, tc.tokenizer_dir[0] ? oj_tokenizer_vocab_size(tok) : 0,
-                                  &cfg, &e) != OJ_OK) {
+        const oj_train_config *tc = &run_cfg;
+        if (oj_train_model_config(tc, tc->tokenizer_dir[0] ? oj_tokenizer_vocab_size(tok) : 0, &cfg,
+                                  &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
@@ -151,22 +208,12 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         oj_named_tensors sd = oj_gpt_state_dict(m);
-        /* ckpt is a checkpoint directory, or a root whose newest good one is used. */
-        char manifest[4200];
-        snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
-        bool is_dir = access(manifest, F_OK) == 0;
-        if ((is_dir ? oj_checkpoint_load(ckpt, &sd, NULL, &info, &e)
-                    : oj_checkpoint_resume(ckpt, &sd, NULL, &info, &e)) != OJ_OK) {
+        if (oj_checkpoint_load(ckpt_dir, &sd, NULL, &info, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
     } else {
-        if (!oj_gpt_preset(preset, &cfg)) {
-            char names[512];
-            cli_error(CLI_USAGE, "generate: unknown model preset '%s' (presets: %s)", preset,
-                      oj_gpt_preset_list(names, sizeof names));
-            goto done;
-        }
+        oj_gpt_preset(preset, &cfg); /* known: checked with the arguments */
         if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK ||
             oj_gpt_load_safetensors(m, weights, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.status ? e.message : oj_last_error(eng));

@@ -41,12 +41,18 @@ static void cpu_info(char *model, size_t len, char *isa, size_t isa_len) {
 }
 
 int cmd_info(int argc, char **argv) {
-    if (argc > 1 && cli_is_help(argv[1])) {
+    static const struct option lo[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    int opt;
+    cli_getopt_state g = {.cmd = "info", .shortopts = "h", .longopts = lo};
+    while ((opt = cli_getopt(&g, argc, argv)) != -1) {
+        if (opt != 'h')
+            return CLI_USAGE;
         puts("usage: ojas info\nPrint the CPU model and ISA extensions, usable threads, memory,\n"
-             "and the CUDA devices this build can open.");
+             "and the CUDA devices this build can open.\n  -h, --help   this help");
         return CLI_OK;
     }
-    if (argc > 1) return cli_error(CLI_USAGE, "info: unexpected argument '%s' (see --help)", argv[1]);
+    if (optind < argc)
+        return cli_unexpected("info", argv[optind]);
     char model[256], isa[256];
     cpu_info(model, sizeof model, isa, sizeof isa);
     printf("ojas %s\n", OJ_VERSION_STRING);

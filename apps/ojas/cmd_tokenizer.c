@@ -15,18 +15,24 @@ static const char k_usage[] =
     "      --allow-special    map \"<|endoftext|>\" in the text to its id\n"
     "      --special-as-text  encode special-token text as ordinary text\n"
     "                         (default: refuse text that contains one)\n"
-    "      --threads N        encode on N threads (default: all usable CPUs)\n"
+    "  -j, --threads N        encode on N threads (default: all usable CPUs)\n"
     "      --pcre2            use the PCRE2 reference pre-tokeniser\n"
     "  ojas tokenizer decode --vocab DIR [FILE]\n"
     "      read whitespace-separated ids from FILE (default stdin), write the text\n"
     "      --strict           fail on invalid UTF-8 (default: U+FFFD replacement)\n"
     "      --bytes            write the raw bytes, unchecked\n"
-    "  ojas tokenizer train --vocab-size N --out DIR FILE...\n"
+    "  ojas tokenizer train --vocab-size N -o DIR FILE...\n"
     "      learn byte-level BPE merges; writes encoder.json, vocab.bpe, ranks.tiktoken\n"
-    "      --threads N        threads for counting (default: all usable CPUs)\n"
+    "  -o, --out DIR          the tokenizer directory (created when training is done)\n"
+    "  -j, --threads N        threads for counting (default: all usable CPUs)\n"
     "      --min-frequency N  stop when the best pair occurs fewer times (default 2)\n"
+    "  -h, --help             this help\n"
     "\n"
-    "DIR holds encoder.json + vocab.bpe (GPT-2) or one *.tiktoken rank file.\n";
+    "DIR holds encoder.json + vocab.bpe (GPT-2) or one *.tiktoken rank file.\n"
+    "Options take their value as '--vocab DIR' or '--vocab=DIR' ('-j 4', '-j4').\n";
+
+enum { OPT_VOCAB = 256, OPT_ALLOW_SPECIAL, OPT_SPECIAL_AS_TEXT, OPT_PCRE2, OPT_STRICT, OPT_BYTES,
+       OPT_VOCAB_SIZE, OPT_MIN_FREQUENCY };
 
 static double now_s(void) {
     struct timespec ts;
@@ -44,34 +50,42 @@ static int load(const char *vocab, oj_tokenizer **tok) {
 }
 
 static int encode(int argc, char **argv) {
+    static const struct option lo[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"vocab", required_argument, NULL, OPT_VOCAB},
+        {"allow-special", no_argument, NULL, OPT_ALLOW_SPECIAL},
+        {"special-as-text", no_argument, NULL, OPT_SPECIAL_AS_TEXT},
+        {"threads", required_argument, NULL, 'j'},
+        {"pcre2", no_argument, NULL, OPT_PCRE2},
+        {NULL, 0, NULL, 0},
+    };
     const char *vocab = NULL, *file = NULL;
     unsigned flags = OJ_ENCODE_REFUSE_SPECIAL;
     int64_t threads = 0;
     bool pcre2 = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (cli_is_help(a)) {
+    int c;
+    cli_getopt_state g = {.cmd = "tokenizer encode", .shortopts = "hj:", .longopts = lo};
+    while ((c = cli_getopt(&g, argc, argv)) != -1) {
+        switch (c) {
+        case 'h':
             fputs(k_usage, stdout);
             return CLI_OK;
-        } else if (strcmp(a, "--vocab") == 0) {
-            if (!(vocab = cli_value(argc, argv, &i)))
+        case OPT_VOCAB: vocab = optarg; break;
+        case OPT_ALLOW_SPECIAL: flags = OJ_ENCODE_ALLOW_SPECIAL; break;
+        case OPT_SPECIAL_AS_TEXT: flags = OJ_ENCODE_SPECIAL_AS_TEXT; break;
+        case OPT_PCRE2: pcre2 = true; break;
+        case 'j':
+            if (!cli_parse_i64("tokenizer encode: --threads", optarg, 0, 1024, &threads))
                 return CLI_USAGE;
-        } else if (strcmp(a, "--allow-special") == 0)
-            flags = OJ_ENCODE_ALLOW_SPECIAL;
-        else if (strcmp(a, "--special-as-text") == 0)
-            flags = OJ_ENCODE_SPECIAL_AS_TEXT;
-        else if (strcmp(a, "--pcre2") == 0)
-            pcre2 = true;
-        else if (strcmp(a, "--threads") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_i64(a, v, 0, 1024, &threads))
-                return CLI_USAGE;
-        } else if (a[0] == '-' && a[1])
-            return cli_error(CLI_USAGE, "tokenizer encode: unknown option %s", a);
-        else if (!file)
-            file = a;
-        else
-            return cli_error(CLI_USAGE, "tokenizer encode: one FILE at most");
+            break;
+        default: return CLI_USAGE;
+        }
     }
+    if (optind < argc)
+        file = argv[optind++];
+    if (optind < argc)
+        return cli_error(CLI_USAGE, "tokenizer encode: one FILE at most, got '%s' too",
+                         argv[optind]);
     oj_tokenizer *tok;
     int rc = load(vocab, &tok);
     if (rc)
@@ -111,27 +125,33 @@ static int encode(int argc, char **argv) {
 }
 
 static int decode(int argc, char **argv) {
+    static const struct option lo[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"vocab", required_argument, NULL, OPT_VOCAB},
+        {"strict", no_argument, NULL, OPT_STRICT},
+        {"bytes", no_argument, NULL, OPT_BYTES},
+        {NULL, 0, NULL, 0},
+    };
     const char *vocab = NULL, *file = NULL;
     unsigned flags = OJ_DECODE_LOSSY;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
+    int c;
+    cli_getopt_state g = {.cmd = "tokenizer decode", .shortopts = "h", .longopts = lo};
+    while ((c = cli_getopt(&g, argc, argv)) != -1) {
+        switch (c) {
+        case 'h':
             fputs(k_usage, stdout);
             return CLI_OK;
-        } else if (strcmp(a, "--vocab") == 0) {
-            if (!(vocab = cli_value(argc, argv, &i)))
-                return CLI_USAGE;
-        } else if (strcmp(a, "--strict") == 0)
-            flags = OJ_DECODE_STRICT;
-        else if (strcmp(a, "--bytes") == 0)
-            flags = OJ_DECODE_BYTES;
-        else if (a[0] == '-' && a[1])
-            return cli_error(CLI_USAGE, "tokenizer decode: unknown option %s", a);
-        else if (!file)
-            file = a;
-        else
-            return cli_error(CLI_USAGE, "tokenizer decode: one FILE at most");
+        case OPT_VOCAB: vocab = optarg; break;
+        case OPT_STRICT: flags = OJ_DECODE_STRICT; break;
+        case OPT_BYTES: flags = OJ_DECODE_BYTES; break;
+        default: return CLI_USAGE;
+        }
     }
+    if (optind < argc)
+        file = argv[optind++];
+    if (optind < argc)
+        return cli_error(CLI_USAGE, "tokenizer decode: one FILE at most, got '%s' too",
+                         argv[optind]);
     oj_tokenizer *tok;
     int rc = load(vocab, &tok);
     if (rc)
@@ -183,39 +203,39 @@ static int decode(int argc, char **argv) {
 }
 
 static int train(int argc, char **argv) {
+    static const struct option lo[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"vocab-size", required_argument, NULL, OPT_VOCAB_SIZE},
+        {"out", required_argument, NULL, 'o'},
+        {"threads", required_argument, NULL, 'j'},
+        {"min-frequency", required_argument, NULL, OPT_MIN_FREQUENCY},
+        {NULL, 0, NULL, 0},
+    };
     oj_bpe_train_config cfg = oj_bpe_train_config_default();
     const char *out = NULL;
     int64_t vs = -1, threads = 0, minf = 2;
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nf = 0, rc = CLI_OK;
-    if (!files)
-        return cli_error(CLI_FAIL, "out of memory");
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *v;
-        if (cli_is_help(a)) {
+    int c, rc = CLI_OK;
+    cli_getopt_state g = {.cmd = "tokenizer train", .shortopts = "ho:j:", .longopts = lo};
+    while ((c = cli_getopt(&g, argc, argv)) != -1) {
+        bool ok = true;
+        switch (c) {
+        case 'h':
             fputs(k_usage, stdout);
-            free(files);
             return CLI_OK;
-        } else if (strcmp(a, "--vocab-size") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_i64(a, v, 257, INT32_MAX - 1, &vs))
-                rc = CLI_USAGE;
-        } else if (strcmp(a, "--out") == 0) {
-            if (!(out = cli_value(argc, argv, &i)))
-                rc = CLI_USAGE;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_i64(a, v, 0, 1024, &threads))
-                rc = CLI_USAGE;
-        } else if (strcmp(a, "--min-frequency") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_i64(a, v, 1, INT64_MAX, &minf))
-                rc = CLI_USAGE;
-        } else if (a[0] == '-' && a[1])
-            rc = cli_error(CLI_USAGE, "tokenizer train: unknown option %s", a);
-        else
-            files[nf++] = argv[i];
+        case OPT_VOCAB_SIZE: ok = cli_parse_i64("tokenizer train: --vocab-size", optarg, 257, INT32_MAX - 1, &vs); break;
+        case 'o': out = optarg; break;
+        case 'j': ok = cli_parse_i64("tokenizer train: --threads", optarg, 0, 1024, &threads); break;
+        case OPT_MIN_FREQUENCY: ok = cli_parse_i64("tokenizer train: --min-frequency", optarg, 1, INT64_MAX, &minf); break;
+        default: return CLI_USAGE;
+        }
+        if (!ok)
+            return CLI_USAGE;
     }
-    if (!rc && (vs < 0 || !out || nf == 0))
-        rc = cli_error(CLI_USAGE, "tokenizer train: --vocab-size N, --out DIR and at least one FILE "
-                                  "are required");
+    char **files = argv + optind;
+    int nf = argc - optind;
+    if (vs < 0 || !out || !out[0] || nf == 0)
+        return cli_error(CLI_USAGE, "tokenizer train: --vocab-size N, --out DIR and at least one "
+                                    "FILE are required");
     char **texts = rc ? NULL : calloc((size_t)nf, sizeof *texts);
     size_t *lens = rc ? NULL : calloc((size_t)nf, sizeof *lens);
     if (!rc && (!texts || !lens))
@@ -247,7 +267,6 @@ static int train(int argc, char **argv) {
         free(texts[i]);
     free(texts);
     free(lens);
-    free(files);
     return rc;
 }
 

@@ -7,30 +7,44 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ojas/io.h"
 #include "ojas/train.h"
 
 static const char k_usage[] =
-    "usage: ojas train --config FILE --out DIR [options]\n"
-    "       ojas train --resume DIR --out DIR [options]\n"
+    "usage: ojas train -c FILE -o DIR [options]\n"
+    "       ojas train -r DIR -o DIR [options]\n"
+    "       ojas train --set model=PRESET --set data_dir=DIR [--set KEY=VALUE...] -o DIR\n"
     "\n"
     "  train a GPT on token shards (data_dir/train_*.bin, val_*.bin from 'ojas data\n"
     "  prepare'); write checkpoints DIR/ckpt-NNNNNN, DIR/metrics.jsonl (one JSON\n"
     "  object per step and eval) and the loss curve DIR/loss.svg (gnuplot)\n"
-    "      --config FILE      JSON object of config keys (below)\n"
-    "      --out DIR          run directory (created if missing)\n"
-    "      --resume DIR       continue from a checkpoint directory or the newest good\n"
-    "                         one under a run directory; without --config its stored\n"
-    "                         config is used. Bit-identical under exact numerics\n"
-    "      --device D         cpu | cuda | cuda:N (never falls back to another device)\n"
-    "      --threads N        CPU threads (0: all usable CPUs)\n"
+    "  -c, --config FILE      JSON object of config keys (below)\n"
+    "  -o, --out DIR          run directory (created if missing, once the whole config,\n"
+    "                         the data and the device have been checked); a new run\n"
+    "                         refuses a non-empty one. One trainer at a time (DIR/.lock)\n"
+    "  -r, --resume DIR       continue from a checkpoint directory or the newest good\n"
+    "                         one under a run directory (config and weights from that\n"
+    "                         one checkpoint); without --config its stored config is\n"
+    "                         used. Bit-identical under exact numerics. Checkpoints of\n"
+    "                         --out that do not lead to it (the later steps of an\n"
+    "                         abandoned branch) move to --out/abandoned-stepN/\n"
+    "  -d, --device D         cpu | cuda | cuda:N (never falls back to another device)\n"
+    "  -j, --threads N        CPU threads (0: all usable CPUs)\n"
+    "  -s, --seed S           model init and data order\n"
     "      --numerics M       fast | exact (bit-reproducible, any thread count)\n"
-    "      --seed S           model init and data order\n"
     "      --set KEY=VALUE    override any config key (repeatable), e.g.\n"
     "                         --set max_steps=200 --set betas=0.9,0.95\n"
+    "      --overwrite        first remove the previous run's files from DIR\n"
+    "                         (checkpoints, latest, metrics.jsonl, loss.*, abandoned-*);\n"
+    "                         refused, removing nothing, if DIR holds anything else\n"
     "      --no-progress      plain log lines even on a terminal\n"
     "      --no-plot          do not run gnuplot\n"
+    "  -h, --help             this help\n"
     "\n"
-    "  Options apply in order after the config file. SIGINT/SIGTERM finish the\n"
+    "  Options take their value as '--out DIR' or '--out=DIR' ('-o DIR', '-oDIR').\n"
+    "  Without --config or --resume the config is the defaults below plus the\n"
+    "  --set keys, which must give at least model and data_dir. Options apply in\n"
+    "  order after the config file. SIGINT/SIGTERM finish the\n"
     "  current step, write a checkpoint and exit 0 (a second Ctrl-C aborts).\n"
     "  MFU = (6 N + 12 L T C) * tokens/s / peak_flops, where peak_flops is the\n"
     "  config value or, when 0, the measured f32 matmul throughput of the engine.\n"
@@ -74,71 +88,148 @@ static void usage(FILE *f) {
             oj_gpt_preset_list(names, sizeof names));
 }
 
+enum { OPT_NUMERICS = 256, OPT_SET, OPT_OVERWRITE, OPT_NO_PROGRESS, OPT_NO_PLOT };
+
+static const struct option k_long[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"config", required_argument, NULL, 'c'},
+    {"out", required_argument, NULL, 'o'},
+    {"resume", required_argument, NULL, 'r'},
+    {"device", required_argument, NULL, 'd'},
+    {"threads", required_argument, NULL, 'j'},
+    {"seed", required_argument, NULL, 's'},
+    {"numerics", required_argument, NULL, OPT_NUMERICS},
+    {"set", required_argument, NULL, OPT_SET},
+    {"overwrite", no_argument, NULL, OPT_OVERWRITE},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"no-plot", no_argument, NULL, OPT_NO_PLOT},
+    {NULL, 0, NULL, 0},
+};
+
+/* A config override from the command line, applied in order after the
+ * config file: key=value (an option that names a key, as --device) or the
+ * text of a --set (key NULL). */
+typedef struct override {
+    const char *key, *value;
+} override;
+
+/* The keys a config made from --set alone must give: what to train and on
+ * what. The other keys' defaults are a complete recipe. */
+static const char *const k_required[] = {"model", "data_dir"};
+
+/* Whether an override gives `key` (the text before '=' of a --set). */
+static bool sets_key(const override *o, const char *key) {
+    const char *k = o->key ? o->key : o->value;
+    size_t n = strlen(key);
+    return strncmp(k, key, n) == 0 && (o->key ? k[n] == 0 : k[n] == '=');
+}
+
 int cmd_train(int argc, char **argv) {
     const char *config = NULL, *out = NULL, *resume = NULL;
-    bool progress = isatty(fileno(stdout)), plot = true;
-    /* first pass: the files; overrides are applied in order afterwards */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
+    bool progress = isatty(fileno(stdout)), plot = true, overwrite = false;
+    override *ov = calloc((size_t)argc, sizeof *ov);
+    int nov = 0, c;
+    if (!ov)
+        return cli_error(CLI_FAIL, "train: out of memory");
+    cli_getopt_state g = {.cmd = "train", .shortopts = "hc:o:r:d:j:s:", .longopts = k_long};
+    while ((c = cli_getopt(&g, argc, argv)) != -1) {
+        switch (c) {
+        case 'h':
             usage(stdout);
+            free(ov);
             return CLI_OK;
-        }
-        bool takes = !strcmp(a, "--config") || !strcmp(a, "--out") || !strcmp(a, "--resume") ||
-                     !strcmp(a, "--device") || !strcmp(a, "--threads") ||
-                     !strcmp(a, "--numerics") || !strcmp(a, "--seed") || !strcmp(a, "--set");
-        if (!strcmp(a, "--no-progress")) {
-            progress = false;
-            continue;
-        }
-        if (!strcmp(a, "--no-plot")) {
-            plot = false;
-            continue;
-        }
-        if (!takes)
-            return cli_error(CLI_USAGE, "train: unknown %s '%s' (see 'ojas train --help')",
-                             a[0] == '-' ? "option" : "argument", a);
-        const char *v = cli_value(argc, argv, &i);
-        if (!v)
+        case 'c': config = optarg; break;
+        case 'o': out = optarg; break;
+        case 'r': resume = optarg; break;
+        case 'd': ov[nov++] = (override){"device", optarg}; break;
+        case 'j': ov[nov++] = (override){"threads", optarg}; break;
+        case 's': ov[nov++] = (override){"seed", optarg}; break;
+        case OPT_NUMERICS: ov[nov++] = (override){"numerics", optarg}; break;
+        case OPT_SET: ov[nov++] = (override){NULL, optarg}; break;
+        case OPT_OVERWRITE: overwrite = true; break;
+        case OPT_NO_PROGRESS: progress = false; break;
+        case OPT_NO_PLOT: plot = false; break;
+        default:
+            free(ov);
             return CLI_USAGE;
-        if (!strcmp(a, "--config"))
-            config = v;
-        else if (!strcmp(a, "--out"))
-            out = v;
-        else if (!strcmp(a, "--resume"))
-            resume = v;
+        }
     }
-    if (!out)
-        return cli_error(CLI_USAGE, "train: --out DIR is required");
-    if (!config && !resume)
-        return cli_error(CLI_USAGE, "train: --config FILE (or --resume DIR) is required");
+    int rc = CLI_USAGE;
+    if (optind < argc)
+        rc = cli_unexpected("train", argv[optind]);
+    else if (!out || !out[0])
+        rc = cli_error(CLI_USAGE, "train: --out DIR is required");
+    else if (config && !config[0])
+        rc = cli_error(CLI_USAGE, "train: --config needs a file name");
+    else if (resume && !resume[0])
+        rc = cli_error(CLI_USAGE, "train: --resume needs a directory");
+    else if (resume && overwrite)
+        rc = cli_error(CLI_USAGE, "train: --resume continues a run and --overwrite replaces one: "
+                                  "give one of them");
+    else
+        rc = CLI_OK;
+    if (!rc && !config && !resume) { /* a config from --set alone */
+        char missing[64] = "", hint[128] = "";
+        for (size_t k = 0; k < sizeof k_required / sizeof k_required[0]; k++) {
+            bool given = false;
+            for (int i = 0; i < nov && !given; i++)
+                given = sets_key(&ov[i], k_required[k]);
+            if (!given) {
+                size_t ml = strlen(missing), hl = strlen(hint);
+                snprintf(missing + ml, sizeof missing - ml, "%s%s", ml ? " and " : "",
+                         k_required[k]);
+                snprintf(hint + hl, sizeof hint - hl, "%s--set %s=...", hl ? " " : "",
+                         k_required[k]);
+            }
+        }
+        if (missing[0])
+            rc = cli_error(CLI_USAGE,
+                           "train: without --config or --resume the config comes from --set, "
+                           "which lacks %s (give %s)",
+                           missing, hint);
+    }
 
     oj_train_config cfg = oj_train_config_default();
     oj_error err = {0};
-    if (config ? oj_train_config_load(&cfg, config, &err)
-               : oj_train_config_from_checkpoint(resume, &cfg, &err))
-        return cli_error(CLI_FAIL, "train: %s", err.message);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--no-progress") || !strcmp(a, "--no-plot"))
-            continue;
-        const char *v = argv[++i];
-        char buf[2048];
-        if (!strcmp(a, "--set"))
-            snprintf(buf, sizeof buf, "%s", v);
-        else if (!strcmp(a, "--config") || !strcmp(a, "--out") || !strcmp(a, "--resume"))
-            continue;
-        else
-            snprintf(buf, sizeof buf, "%s=%s", a + 2, v); /* --device cuda -> device=cuda */
-        if (oj_train_config_set(&cfg, buf, &err))
-            return cli_error(CLI_USAGE, "train: %s", err.message);
+    /* one checkpoint for both the stored config and the weights */
+    char resume_dir[4096];
+    if (!rc && resume) {
+        int skipped = 0;
+        oj_error why = {0};
+        if (oj_checkpoint_find(resume, resume_dir, sizeof resume_dir, &skipped, &why, &err)) {
+            rc = cli_error(CLI_FAIL, "train: %s", err.message);
+        } else {
+            if (skipped)
+                printf("warning: skipped %d newer checkpoint(s) under %s that failed "
+                       "verification (the newest: %s)\n",
+                       skipped, resume, why.message);
+            resume = resume_dir;
+        }
     }
-    if (oj_train_config_check(&cfg, &err))
-        return cli_error(CLI_USAGE, "train: %s", err.message);
+    if (!rc && config && oj_train_config_load(&cfg, config, &err))
+        rc = cli_error(CLI_FAIL, "train: %s", err.message);
+    else if (!rc && !config && resume && oj_train_config_from_checkpoint(resume, &cfg, &err))
+        rc = cli_error(CLI_FAIL, "train: %s", err.message);
+    for (int i = 0; i < nov && !rc; i++) {
+        char buf[2048];
+        const char *a = ov[i].value;
+        if (ov[i].key) { /* --device cuda -> device=cuda */
+            snprintf(buf, sizeof buf, "%s=%s", ov[i].key, ov[i].value);
+            a = buf;
+        }
+        if (oj_train_config_set(&cfg, a, &err))
+            rc = cli_error(CLI_USAGE, "train: %s", err.message);
+    }
+    free(ov);
+    if (!rc && oj_train_config_check(&cfg, &err))
+        rc = cli_error(CLI_USAGE, "train: %s", err.message);
+    if (rc)
+        return rc;
 
     install_handlers();
     oj_train_options opts = {.out_dir = out, .resume = resume, .log = stdout,
-                             .progress_bar = progress, .plot = plot, .stop = &g_stop};
+                             .progress_bar = progress, .plot = plot, .stop = &g_stop,
+                             .overwrite = overwrite};
     oj_train_result res;
     oj_status st = oj_train(&cfg, &opts, &res, &err);
     signal(SIGINT, SIG_DFL);

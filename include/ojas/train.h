@@ -23,10 +23,12 @@
  * says how close a step comes to the engine's best matmul speed.
  *
  * Output under out_dir: ckpt-NNNNNN/ checkpoints (oj_checkpoint_save: model
- * state_dict, optimizer state, state.json holding the step, loader state,
- * engine RNG seed/offset, tokens seen, the full training config and the
- * resolved model config), metrics.jsonl (one JSON object per step and per
- * eval), loss.gp + loss.svg (gnuplot, when installed).
+ * state_dict, optimizer state, state.json holding the lineage ids run_id,
+ * id and parent, the step, loader state, engine RNG seed/offset, tokens
+ * seen, the schedule's end, the full training config and the resolved
+ * model config), metrics.jsonl (one JSON object per step and per eval),
+ * loss.gp + loss.svg (gnuplot, when installed), .lock, and abandoned-stepS/
+ * when a resume from step S set a later branch aside (docs/formats.md).
  *
  * Resume is bit-identical under OJ_NUMERICS_EXACT: N steps in one run equal
  * N/2 steps + resume + N/2 steps, losses and parameters byte for byte. */
@@ -102,6 +104,9 @@ typedef struct oj_train_config {
                               * (device cuda, grad_accum 1; oj_graph_capture_begin) */
     double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
     int64_t budget_bytes;    /* engine root budget; 0 = unlimited */
+    int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row
+                                * skipped as non-finite, naming the first op with a
+                                * non-finite output (detect_anomaly); 10; 0 = never */
 } oj_train_config;
 
 /* The defaults listed above. */
@@ -130,8 +135,8 @@ char *oj_train_config_to_json(const oj_train_config *c);
 oj_status oj_train_model_config(const oj_train_config *c, int64_t tok_vocab, oj_gpt_config *out,
                                 oj_error *err);
 /* The training config stored in a checkpoint's state.json. `path` is a
- * checkpoint directory or a root holding them (its newest, by `latest`).
- * The result replaces *c. */
+ * checkpoint directory or a root holding them (the one oj_checkpoint_find
+ * chooses: what a resume from `path` loads). The result replaces *c. */
 oj_status oj_train_config_from_checkpoint(const char *path, oj_train_config *c, oj_error *err);
 
 /* ---------------------------------------------------------------- running */
@@ -175,6 +180,11 @@ typedef struct oj_train_options {
     /* Called after every step and eval (may be NULL). */
     void (*on_metrics)(const oj_train_metrics *m, void *ctx);
     void *ctx;
+    /* A new run (resume NULL) refuses a non-empty out_dir; overwrite first
+     * removes what a previous run wrote there (checkpoints, latest,
+     * metrics.jsonl, loss.gp/svg, abandoned-* branches), and still refuses,
+     * removing nothing, when out_dir holds anything else. */
+    bool overwrite;
 } oj_train_options;
 
 /* The end of a run. */
@@ -195,15 +205,26 @@ typedef struct oj_trainer oj_trainer;
 /* Build everything a run needs from a checked config: the engine (device,
  * numerics, threads, seed, budget; OJ_ERR_DEVICE if the device cannot be
  * opened, never a fallback), the model, the optimizer, the train and val
- * loaders, the tokenizer's byte lengths, the out_dir; and with
- * opts->resume, the checkpoint (model, optimizer, step, loader position,
- * RNG, tokens seen). `opts` is copied (its strings too). On success *out
- * owns the trainer (oj_trainer_free). */
+ * loaders, the tokenizer's byte lengths (tokenizer_dir is stored
+ * absolute); with opts->resume, the checkpoint (model, optimizer, step,
+ * loader position, RNG, tokens seen; a root resolves by
+ * oj_checkpoint_find); and last the out_dir, so that a failure of any of
+ * the others leaves no directory behind. The out_dir is then locked with
+ * flock on out_dir/.lock until oj_trainer_free (a second trainer gets
+ * OJ_ERR_STATE naming the holder's PID); a new run (no opts->resume) needs
+ * it empty unless opts->overwrite (OJ_ERR_STATE, see there); a resume moves
+ * out_dir's checkpoints that are not the resumed one or its ancestors to
+ * out_dir/abandoned-stepS/. `opts` is copied (its strings too). On success
+ * *out owns the trainer (oj_trainer_free). */
 oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *opts,
                             oj_trainer **out, oj_error *err);
 /* Train until max_steps, the time limit or *opts->stop; checkpoint every
  * ckpt_every steps and at the end; write metrics.jsonl and the plot.
- * `res` may be NULL. A signal or the time limit is a clean stop (OJ_OK). */
+ * `res` may be NULL. A signal or the time limit is a clean stop (OJ_OK).
+ * Errors stop the run at once: OJ_ERR_IO when metrics.jsonl cannot be
+ * written, OJ_ERR_NUMERIC after max_skipped_steps steps in a row skipped as
+ * non-finite (naming the first non-finite op found by detect_anomaly), and
+ * those of steps, evals and checkpoints. */
 oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err);
 /* The model, engine and steps done (borrowed; valid while t lives). */
 oj_gpt *oj_trainer_model(oj_trainer *t);

@@ -506,6 +506,16 @@ typedef struct oj_backend {
      * written): the bits unary(OJ_UN_AFFINE, ts[i], ts[i], alpha, 0) gives
      * on the same backend. Used by the gradient clip. */
     oj_status (*mul_scalar_multi)(oj_engine *eng, int64_t n, oj_tensor *const *ts, double alpha);
+    /* Row alignment, in elements, for the logits of linear_cross_entropy
+     * (0: none, the rows packed). When > 0 the backend's matmul takes an
+     * out [1, M, N] with a row stride >= N, and the cross_entropy_forward /
+     * _backward / _fused entries take logits and dlogits [N, V] whose rows
+     * are contiguous with any row stride >= V; linear_cross_entropy then
+     * lays each chunk's logits out with the row stride V rounded up to this
+     * multiple (llm.c's padded vocabulary, without changing the weights: an
+     * odd V such as GPT-2's 50257 otherwise gives the head GEMMs an
+     * unaligned leading dimension and the loss kernels element loads). */
+    int64_t ce_row_align;
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -7,44 +7,19 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "core/fs.h"
 #include "data/bpe.h"
 #include "data/unicode.h"
 
-/* Read a whole file into a NUL-terminated buffer. */
+/* Read a whole regular file into a NUL-terminated buffer (core/fs.h's
+ * reader, its message prefixed with "tokenizer: "). */
 static oj_status read_file(const char *path, char **buf, size_t *len, oj_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a device or FIFO never ends */
-        fclose(f);
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: %s is not a regular file", path);
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    for (;;) {
-        if (!b) {
-            fclose(f);
-            return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer: out of memory reading %s", path);
-        }
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        char *nb = realloc(b, cap);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(b);
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: read error on %s", path);
-    }
-    b[n] = 0;
-    *buf = b;
-    *len = n;
+    oj_error e2 = {0};
+    uint8_t *b = NULL;
+    oj_status st = oj__read_file(path, SIZE_MAX, &b, len, &e2);
+    if (st)
+        return oj_error_set(err, st, "tokenizer: %s", e2.message);
+    *buf = (char *)b;
     return OJ_OK;
 }
 
@@ -61,7 +36,7 @@ static bool unmap_gpt2(const char *s, size_t n, uint8_t *out, size_t *outlen) {
     size_t i = 0, o = 0;
     while (i < n) {
         uint32_t cp;
-        int l = oj_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        int l = oj__utf8_decode((const uint8_t *)s + i, n - i, &cp);
         if (!l)
             return false;
         int b = oj_gpt2_cp_to_byte(cp);

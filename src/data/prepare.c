@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/fsutil.h"
+#include "core/fs.h"
 #include "ojas/data.h"
 
 oj_prepare_config oj_prepare_config_default(void) {
@@ -164,9 +164,7 @@ oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg,
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "data_prepare: vocabulary of %d ids does not fit uint16 shards",
                             (int)oj_tokenizer_vocab_size(tok));
-    oj_status st = oj_data_mkdirs(cfg->out_dir, err);
-    if (st)
-        return st;
+    oj_status st = OJ_OK;
     oj_prepare_stats s = {0};
     oj_tokens all = {0};
     for (int f = 0; f < n && !st; f++) {
@@ -180,6 +178,8 @@ oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg,
     }
     if (!st && all.len > INT64_MAX / 2)
         st = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "data_prepare: too many tokens");
+    if (!st) /* once every file is read and encoded: a bad input leaves no out_dir behind */
+        st = oj__mkdirs(cfg->out_dir, err);
     if (!st) {
         int64_t total = (int64_t)all.len;
         int64_t nval = (int64_t)(cfg->val_fraction * (double)total + 0.5);

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/fsutil.h"
+#include "core/fs.h"
 #include "ojas/data.h"
 
 struct oj_shard {
@@ -39,8 +39,8 @@ oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int
             return oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
                                 "shard_write %s: token %d at %lld does not fit version %d", path,
                                 (int)tokens[i], (long long)i, version);
-    oj_atomic_file af;
-    oj_status st = oj_atomic_open(&af, path, err);
+    oj__atomic_file af;
+    oj_status st = oj__atomic_open(&af, path, err);
     if (st)
         return st;
     int32_t header[256] = {OJ_SHARD_MAGIC, version, (int32_t)n};
@@ -61,7 +61,7 @@ oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int
         else
             fwrite(b32, 4, (size_t)m, af.f);
     }
-    return oj_atomic_commit(&af, err);
+    return oj__atomic_commit(&af, err);
 }
 
 oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {

@@ -314,17 +314,15 @@ static oj_status write_atomic(const char *path, int64_t n, const oj_safetensors_
                               const char *const *names, oj_tensor *const *tensors,
                               const char *const *metadata, oj_error *err) {
     if (!path) return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "safetensors write: path is NULL");
-    char tmp[4096], dir[4096];
-    oj_status rc = oj__temp_sibling(path, tmp, sizeof tmp, err);
-    if (!rc) rc = oj__dirname(path, dir, sizeof dir, err);
-    if (!rc) rc = oj__st_write_file(tmp, n, entries, names, tensors, metadata, NULL, err);
+    oj__atomic_file af;
+    oj_status rc = oj__atomic_open(&af, path, err);
     if (rc) return rc;
-    if (rename(tmp, path) != 0) {
-        rc = oj_error_set(err, OJ_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
+    rc = oj__st_write_fd(fileno(af.f), af.tmp, n, entries, names, tensors, metadata, NULL, err);
+    if (rc) {
+        oj__atomic_abort(&af);
         return rc;
     }
-    return oj__fsync_dir(dir, err);
+    return oj__atomic_commit(&af, err);
 }
 
 oj_status oj_safetensors_write(const char *path, int64_t n, const oj_safetensors_entry *entries,

@@ -17,11 +17,32 @@
  *
  * Chunk rows: as many as keep one chunk's logits under 256 MiB (at least
  * 1), a function of the shapes only, so results are reproducible. The
- * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning). */
+ * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning).
+ *
+ * Padded vocabulary: on a backend with ce_row_align (CUDA), W [V, C] is
+ * copied once per call into Wp [Vp, C] with zero rows past V, Vp = V
+ * rounded up to that multiple, and the logits GEMM and the dx GEMM run
+ * over Vp (llm.c's padded vocabulary): an odd V such as GPT-2's 50257
+ * made cuBLAS take kernels 3-6x slower for those two GEMMs on the H200,
+ * and an unaligned leading dimension the dW GEMM 2x slower and the loss
+ * kernels element loads. A chunk's logits are the [n, V] view of an
+ * [n, Vp] buffer; the loss kernels read and write only the V columns (the
+ * others stay the GEMM's zeros, x . 0, so the dx GEMM adds exact zeros),
+ * and the loss, dx and dW keep V. OJAS_LCE_PAD=0 turns it off
+ * (comparisons). */
 #include <stdlib.h>
 
 #include "core/internal.h"
 #include "ops/nn_common.h"
+
+/* Row stride of a chunk's logits: V, or V rounded up to the backend's
+ * ce_row_align (see above). */
+static int64_t logits_ld(const oj_backend *be, int64_t V) {
+    const char *env = getenv("OJAS_LCE_PAD");
+    int64_t a = be->ce_row_align;
+    if (a <= 1 || (env && env[0] == '0' && env[1] == '\0')) return V;
+    return (V + a - 1) / a * a;
+}
 
 static int64_t chunk_rows(int64_t N, int64_t V, size_t es) {
     const char *env = getenv("OJAS_LCE_CHUNK_ROWS");
@@ -75,18 +96,32 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
                        oj_tensor *t1, int64_t ignore_index, double eps, oj_tensor *loss,
                        oj_tensor *dx, oj_tensor *dw) {
     const oj_backend *be = eng->backend;
-    int64_t N = x2->shape[0], V = w->shape[0], C = w->shape[1];
-    int64_t R = chunk_rows(N, V, oj_dtype_size(x2->dtype));
+    int64_t N = x2->shape[0], V = w->shape[0], C = w->shape[1], ld = logits_ld(be, V);
+    int64_t R = chunk_rows(N, ld, oj_dtype_size(x2->dtype));
     oj_dtype sdt = loss->dtype;
-    oj_tensor *wt = oj_transpose(w, 0, 1); /* [C, V] view */
     oj_tensor *one = dx || dw ? oj_full(eng, 0, NULL, sdt, 1.0) : NULL;
-    bool ok = wt && (!(dx || dw) || one);
+    /* wp: W, or W with ld - V zero rows appended (the padded GEMMs' operand) */
+    int64_t pads[4] = {0, 0, 0, ld - V};
+    oj_tensor *wp = ld > V ? oj_pad(w, 4, pads, 0.0) : oj_retain(w);
+    bool ok = wp && (!(dx || dw) || one);
     for (int64_t r0 = 0; ok && r0 < N; r0 += R) {
         int64_t n = N - r0 < R ? N - r0 : R, zero = 0;
         oj_tensor *xc = oj_narrow(x2, 0, r0, n), *tc = oj_narrow(t1, 0, r0, n);
         oj_tensor *lc = oj_narrow(loss, 0, r0, n);
-        oj_tensor *logits = xc ? oj_matmul(xc, wt) : NULL; /* [n, V] */
-        oj_tensor *lse = logits ? oj__tensor_alloc(eng, 1, &n, sdt, op) : NULL;
+        /* logits [n, V], the view of buf [n, ld] = xc [n, C] @ Wp^T [C, ld] */
+        int64_t bs[2] = {n, ld}, ls[2] = {n, V}, lst[2] = {ld, 1};
+        oj_tensor *buf = xc ? oj__tensor_alloc(eng, 2, bs, x2->dtype, op) : NULL;
+        oj_tensor *logits = buf ? oj__tensor_view(buf, 2, ls, lst, buf->offset) : NULL;
+        if (logits) {
+            oj_tensor va, vb, vo;
+            mm_view(&va, xc, n, C, xc->stride[0], xc->stride[1]);
+            mm_view(&vb, wp, C, ld, wp->stride[1], wp->stride[0]);
+            mm_view(&vo, buf, n, ld, ld, 1);
+            ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, false), op);
+        }
+        oj_release(buf);
+        if (logits == NULL) ok = false;
+        oj_tensor *lse = ok ? oj__tensor_alloc(eng, 1, &n, sdt, op) : NULL;
         oj_tensor *dl = NULL, *ones = NULL;
         if (dx || dw) {
             ones = lse ? oj__tensor_view(one, 1, &n, &zero, one->offset) : NULL;
@@ -114,17 +149,20 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
                                                               ignore_index, eps, NULL),
                                op);
         }
-        if (ok && dx) { /* dx rows = dlogits W: [n, V] @ [V, C], written in place */
+        /* dlogits over the logits (the padding columns zeros), or packed */
+        int64_t dld = dl == logits ? ld : V;
+        if (ok && dx) { /* dx rows = dlogits Wp: [n, dld] @ [dld, C], written in place */
             oj_tensor va, vb, vo;
-            mm_view(&va, dl, n, V, V, 1);
-            mm_view(&vb, w, V, C, w->stride[0], w->stride[1]);
+            oj_tensor *wk = dld == ld ? wp : w;
+            mm_view(&va, dl, n, dld, dld, 1);
+            mm_view(&vb, wk, dld, C, wk->stride[0], wk->stride[1]);
             mm_view(&vo, dx, n, C, C, 1);
             vo.offset += r0 * C * (int64_t)oj_dtype_size(dx->dtype);
             ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, false), op);
         }
         if (ok && dw) { /* dW += dlogits^T x: [V, n] @ [n, C], summed into the f32 (f64) dW */
             oj_tensor va, vb, vo;
-            mm_view(&va, dl, V, n, 1, V);
+            mm_view(&va, dl, V, n, 1, dld);
             mm_view(&vb, xc, n, C, xc->stride[0], xc->stride[1]);
             mm_view(&vo, dw, V, C, C, 1);
             ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, true), op);
@@ -133,7 +171,7 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
         for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     }
     oj_release(one);
-    oj_release(wt);
+    oj_release(wp);
     return ok;
 }
 

@@ -36,6 +36,7 @@ oj_train_config oj_train_config_default(void) {
     c.ckpt_every = 500;
     c.keep_last = 3;
     c.log_every = 10;
+    c.max_skipped_steps = 10;
     c.seed = 1337;
     c.shuffle = true;
     c.numerics = OJ_NUMERICS_FAST;
@@ -108,6 +109,7 @@ static const key_def k_keys[] = {
     {"cuda_graph", K_BOOL, OFF(cuda_graph), 0, 0, 0, NULL},
     F64(peak_flops, 0, HUGE_VAL),
     I64(budget_bytes, 0, BIG),
+    I64(max_skipped_steps, 0, BIG),
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 

@@ -64,6 +64,32 @@ static oj_lr_schedule make_schedule(const oj_train_config *c, int64_t total) {
     return oj_lr_constant(w);
 }
 
+/* A line when the step the schedule decays towards moves so far that this
+ * step's LR differs by more than 20% from what the previous total gave, at
+ * the two steps where the total changes its source: the first step of a
+ * run (against the resumed checkpoint's total: another max_steps, or a
+ * time limit, which counts from each run's start) and the third, when a
+ * time limit's estimate takes over. The estimate's drift from step to step
+ * in between is the method, not news. */
+static void say_schedule_change(oj_trainer *t, int64_t total, double factor) {
+    int64_t was = t->sched_total;
+    t->sched_total = total;
+    bool switch_point = t->run_steps == 0 || (t->run_steps == 2 && t->cfg.time_limit_seconds > 0);
+    if (!switch_point || was < 0 || was == total)
+        return;
+    oj_lr_schedule old = make_schedule(&t->cfg, was);
+    double f0 = oj_lr_schedule_factor(&old, t->step);
+    if (fabs(factor - f0) <= 0.2 * fabs(f0))
+        return;
+    oj__train_say(t,
+                  "step %lld: the lr schedule now ends at step %lld (it ended at %lld%s): lr "
+                  "%.3g instead of %.3g",
+                  (long long)t->step + 1, (long long)total, (long long)was,
+                  t->cfg.time_limit_seconds > 0 ? "; the time limit counts from this run's start"
+                                                : "",
+                  t->cfg.lr * factor, t->cfg.lr * f0);
+}
+
 /* Grad of every parameter, clipped to grad_clip; the norm before. */
 static double clip(oj_trainer *t) {
     if (t->cfg.grad_clip > 0)
@@ -107,17 +133,25 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, oj_error *err) {
         if (oj_last_status(eng))
             st = eng_error(t, err, "grad clip");
     }
-    oj_lr_schedule sch = make_schedule(c, schedule_total(t));
+    int64_t total = schedule_total(t);
+    oj_lr_schedule sch = make_schedule(c, total);
     double factor = oj_lr_schedule_factor(&sch, t->step);
+    if (!st)
+        say_schedule_change(t, total, factor);
     if (!st) {
         oj_optim_set_lr_scale(t->optim, factor);
         oj_optim_step_info info;
         oj_status os = oj_optim_step(t->optim, &info);
-        if (os == OJ_ERR_NUMERIC)
+        if (os == OJ_ERR_NUMERIC) {
+            t->skipped_in_row++;
+            snprintf(t->skip_msg, sizeof t->skip_msg, "%s", oj_optim_message(t->optim));
             oj__train_say(t, "warning: step %lld skipped: %s", (long long)t->step + 1,
                           oj_optim_message(t->optim));
-        else if (os)
+        } else if (os) {
             st = eng_error(t, err, "optimizer step");
+        } else {
+            t->skipped_in_row = 0;
+        }
         if (!c->cuda_graph) /* the graph's replays rewrite its gradients */
             oj_optim_zero_grad(t->optim);
     }
@@ -203,8 +237,40 @@ static oj_status eval_report(oj_trainer *t, oj_error *err) {
     m.elapsed_s = elapsed(t);
     m.loss = m.lr = m.muon_lr = m.grad_norm = m.tokens_per_s = m.mfu = NAN;
     m.peak_bytes = oj_budget_peak(oj_engine_budget(t->eng));
-    oj__train_report(t, &m);
-    return OJ_OK;
+    return oj__train_report(t, &m, err);
+}
+
+/* After max_skipped_steps steps in a row were skipped as non-finite: one
+ * more forward + backward on the next batch with detect_anomaly on, to
+ * name the first op whose output (or gradient) is not finite. The run
+ * stops with OJ_ERR_NUMERIC. */
+static oj_status diagnose_non_finite(oj_trainer *t, oj_error *err) {
+    oj_engine *eng = t->eng;
+    char found[512] = "";
+    bool prev = oj_set_detect_anomaly(eng, true);
+    oj_scope_begin(eng);
+    oj_tensor *x = NULL, *y = NULL;
+    if (oj_loader_next(t->train, eng, &x, &y) == OJ_OK) {
+        oj_tensor *loss = oj_gpt_loss(t->model, x, y);
+        if (loss && oj_last_status(eng) == OJ_OK)
+            oj_backward(loss, false);
+    }
+    if (oj_last_status(eng) == OJ_ERR_NUMERIC)
+        snprintf(found, sizeof found, "%s", oj_last_error(eng));
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    oj_set_detect_anomaly(eng, prev);
+    if (!t->cfg.cuda_graph)
+        oj_optim_zero_grad(t->optim);
+    return oj_error_set(err, OJ_ERR_NUMERIC,
+                        "stopping: %lld steps in a row were skipped as non-finite "
+                        "(max_skipped_steps %lld; the last checkpoint is %s): %s%s",
+                        (long long)t->skipped_in_row, (long long)t->cfg.max_skipped_steps,
+                        t->last_ckpt[0] ? t->last_ckpt : "none of this run",
+                        found[0] ? found
+                                 : "detect_anomaly found no op with a non-finite output on the "
+                                   "next batch; the last skip: ",
+                        found[0] ? "" : t->skip_msg);
 }
 
 static void plot(oj_trainer *t) {
@@ -231,7 +297,8 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
     const oj_train_config *c = &t->cfg;
     oj_train_stop why = OJ_TRAIN_DONE;
     oj_status st = OJ_OK;
-    int64_t last_eval = -1, last_ckpt = -1;
+    /* a resumed checkpoint already in out_dir is not written again */
+    int64_t last_eval = -1, last_ckpt = t->ckpt_in_out;
     t->t0 = oj__train_now();
     t->run_steps = 0;
     t->run_step_s = 0;
@@ -248,7 +315,12 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
         oj_train_metrics m;
         if ((st = train_step(t, &m, err)))
             break;
-        oj__train_report(t, &m);
+        if ((st = oj__train_report(t, &m, err)))
+            break;
+        if (c->max_skipped_steps > 0 && t->skipped_in_row >= c->max_skipped_steps) {
+            st = diagnose_non_finite(t, err);
+            break;
+        }
         bool last = t->step == c->max_steps;
         if (t->val_batches && c->eval_every > 0 && t->step % c->eval_every == 0 && !last) {
             if (!(st = eval_report(t, err)))

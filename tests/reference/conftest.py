@@ -20,7 +20,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session", autouse=True)
 def _libojas():
-    """Load libojas once; stop the session with the loader's reason if it
+    """Load libojas once; stop the test run with the loader's reason if it
     cannot be loaded (rather than failing every test the same way)."""
     try:
         ojas_ctypes.lib()

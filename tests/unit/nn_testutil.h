@@ -98,6 +98,30 @@ static inline void nt_close(const char *what, const double *got, const double *w
     }
 }
 
+/* Tensors a and b have one shape and the same values (NaN matching NaN)
+ * within atol + rtol |b|. */
+static inline void nt_close_tensors(const char *what, oj_tensor *a, oj_tensor *b, double atol,
+                                    double rtol) {
+    if (a == NULL || b == NULL)
+        fail_msg("%s: NULL tensor", what);
+    assert_int_equal(oj_rank(a), oj_rank(b));
+    for (int d = 0; d < oj_rank(a); d++)
+        assert_int_equal(oj_size(a, d), oj_size(b, d));
+    double *x = nt_host(a), *y = nt_host(b);
+    nt_close(what, x, y, oj_numel(a), atol, rtol);
+    free(x);
+    free(y);
+}
+
+/* [B, T, H*D] -> the head view [B, H, T, D] (strided, as the model's). */
+static inline oj_tensor *nt_heads(oj_tensor *x, int64_t H, int64_t D) {
+    int64_t s[4] = {oj_size(x, 0), oj_size(x, 1), H, D};
+    oj_tensor *v = oj_reshape(x, 4, s);
+    oj_tensor *t = oj_transpose(v, 1, 2);
+    oj_release(v);
+    return t;
+}
+
 /* The last call failed with status st and a message containing each
  * non-NULL needle; clears the error. */
 static inline void nt_expect_error(oj_engine *eng, oj_tensor *got, oj_status st, const char *n1,

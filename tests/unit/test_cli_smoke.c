@@ -44,34 +44,6 @@ static void contains(const char *s, const char *needle) {
         fail_msg("output lacks '%s':\n%s", needle, s);
 }
 
-/* About 14 KB of sentences over a small vocabulary (a fixed LCG, so the
- * corpus, the tokenizer and the shards are the same on every run). */
-static int write_corpus(const char *path) {
-    static const char *words[] = {
-        "the",  "king",   "said",  "unto",  "him",   "and",   "of",    "land", "people",
-        "house", "lord",  "went",  "came",  "day",   "city",  "water", "over", "river",
-        "bread", "stone", "light", "night", "in",    "they",  "shall", "be",   "upon"};
-    const unsigned nw = sizeof words / sizeof words[0];
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    uint32_t s = 2024;
-    for (int sent = 0; sent < 420; sent++) {
-        s = s * 1664525u + 1013904223u;
-        int n = 4 + (int)((s >> 24) % 7);
-        for (int w = 0; w < n; w++) {
-            s = s * 1664525u + 1013904223u;
-            const char *word = words[(s >> 16) % nw];
-            if (w == 0)
-                fprintf(f, "%c%s", word[0] - 'a' + 'A', word + 1);
-            else
-                fprintf(f, " %s", word);
-        }
-        fputs(sent % 8 == 7 ? ".\n" : ". ", f);
-    }
-    return fclose(f) == 0 ? 0 : -1;
-}
-
 static int setup(void **state) {
     (void)state;
     const char *base = getenv("TMPDIR");
@@ -80,7 +52,7 @@ static int setup(void **state) {
         return -1;
     char p[400];
     snprintf(p, sizeof p, "%s/corpus.txt", g_dir);
-    if (write_corpus(p))
+    if (ct_write_corpus(p))
         return -1;
     /* No tokenizer_dir and no vocab_size: the model keeps the preset's
      * vocabulary (512 > the tokenizer's 300), as a user's first config would. */
@@ -212,10 +184,61 @@ static void test_bench(void **state) {
     assert_int_equal(ojas("bench --seq 100000", NULL), 2);
 }
 
+/* ---- careless input to `ojas info`, `ojas generate` and `ojas bench`: each
+ * refusal is one clear line and a non-zero exit */
+
+/* `ojas info` refuses a stray argument (exit 2, one line naming it);
+ * `ojas info --help` exits 0. */
+static void test_info_rejects_arguments(void **state) {
+    (void)state;
+    char *err;
+    assert_int_equal(ct_ojas(g_dir, "info --bogus", NULL, &err), 2);
+    ct_assert_one_line(err, "--bogus");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, "info --help", NULL, &err), 0);
+    free(err);
+}
+
+/* generate refuses a NaN or infinite temperature, repetition penalty or
+ * top-p (exit 2, one line) instead of sampling. */
+static void test_generate_non_finite_sampling(void **state) {
+    (void)state;
+    const char *opts[] = {"--temperature nan", "--temperature inf", "--repetition-penalty nan",
+                          "--repetition-penalty inf", "--top-p nan"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        char args[256], *err;
+        snprintf(args, sizeof args,
+                 "generate --checkpoint nowhere --vocab nowhere --prompt x %s", opts[i]);
+        assert_int_equal(ct_ojas(g_dir, args, NULL, &err), 2);
+        ct_assert_one_line(err, "generate: need a finite temperature");
+        free(err);
+    }
+}
+
+// test: generate names a missing checkpoint (not the --vocab it could not read from it) and refuses an empty prompt once-prefixed; bench names a malformed device
+static void test_generate_missing_checkpoint_empty_prompt(void **state) {
+    (void)state;
+    char *err;
+    assert_int_equal(ct_ojas(g_dir, "generate --checkpoint nowhere --prompt x", NULL, &err), 1);
+    ct_assert_one_line(err, "generate: checkpoint 'nowhere' does not exist");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, "generate --checkpoint nowhere --vocab nowhere --prompt ''", NULL, &err), 2);
+    ct_assert_one_line(err, "generate: --prompt TEXT is required (and must not be empty)");
+    assert_null(strstr(err, "generate: generate:"));
+    free(err);
+    /* devices as train takes them: a malformed one refused by name */
+    assert_int_equal(ct_ojas(g_dir, "bench --device cuda:x", NULL, &err), 2);
+    ct_assert_one_line(err, "bench: --device must be cpu, cuda or cuda:N, got 'cuda:x'");
+    free(err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_data_train_resume_generate),
         cmocka_unit_test(test_bench),
+        cmocka_unit_test(test_info_rejects_arguments),
+        cmocka_unit_test(test_generate_non_finite_sampling),
+        cmocka_unit_test(test_generate_missing_checkpoint_empty_prompt),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -183,12 +183,38 @@ static void test_foreign_engine(void **state) {
     oj_engine_free(other);
 }
 
+/* ---- released tensors given to ops */
+
+/* Ops given a released tensor (oj_add(t, t), oj_exp, oj_sum_all,
+ * oj_softmax, oj_mul with one live input) return NULL with
+ * OJ_ERR_INVALID_ARGUMENT naming the released input. */
+static void test_released_inputs_record_an_error(void **state) {
+    (void)state;
+    oj_tensor *t = oj_ones(eng, 1, (int64_t[]){3}, OJ_F32);
+    oj_release(t);
+    assert_null(oj_add(t, t));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "released");
+    assert_null(oj_exp(t));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "released");
+    assert_null(oj_sum_all(t));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "released");
+    assert_null(oj_softmax(t, 0));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "released");
+    /* with a live input as well, the error names the released one */
+    oj_tensor *u = oj_ones(eng, 1, (int64_t[]){3}, OJ_F32);
+    assert_null(oj_mul(u, t));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "input 1 is a released tensor");
+    oj_release(u);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, et_clear, et_clear)
     const struct CMUnitTest tests[] = {
         T(test_shape_numel_overflow), T(test_bad_shapes),
         T(test_null_handles),         T(test_use_after_release),
         T(test_quarantine_ring_recycles), T(test_foreign_engine),
+        cmocka_unit_test_setup_teardown(test_released_inputs_record_an_error, et_clear, et_clear),
     };
     return cmocka_run_group_tests(tests, et_setup, et_teardown);
 }

@@ -1,6 +1,8 @@
-// test: hierarchical budgets: limits, peaks, failure changes nothing, threads
+// test: hierarchical budgets: limits, peaks, failure changes nothing, threads;
+// the fused ops under every byte budget fail only with OJ_ERR_CAPACITY, leaking nothing
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +11,8 @@
 #include <cmocka.h>
 
 #include "ojas/core.h"
+#include "core/internal.h"
+#include "nn_testutil.h"
 
 static void test_reserve_release_peak(void **state) {
     (void)state;
@@ -238,6 +242,132 @@ static void test_memory_allocated_excludes_pool(void **state) {
     oj_engine_free(e);
 }
 
+/* ---- the fused ops (rms_norm_rotary, attention, linear_cross_entropy,
+ * swiglu_linear, add + norm to bf16) under every byte budget up to the one
+ * they fit in: only OJ_ERR_CAPACITY, nothing leaked */
+
+static const double EPS = 1e-6, THETA = 10000.0;
+
+/* ---------------------------------------------------------------- out of memory */
+
+/* Runs case k's forward and backward on the leaves in[]; false when a step
+ * failed (the error left recorded). */
+typedef bool (*oom_case)(oj_engine *eng, oj_tensor **in, int k);
+
+static bool oom_nr(oj_engine *eng, oj_tensor **in, int k) {
+    (void)eng;
+    oj_tensor *y = oj_rms_norm_rotary(nt_heads(in[0], 2, 8), k ? in[1] : NULL, EPS, 3, THETA);
+    return y && oj_backward(oj_sum_all(oj_mul(y, y)), false) == OJ_OK;
+}
+
+static bool oom_attn(oj_engine *eng, oj_tensor **in, int k) {
+    (void)eng;
+    const int ord[3] = {0, 1, 2};
+    oj_tensor *h[3] = {NULL, NULL, NULL};
+    oj_tensor *p[3] = {NULL, NULL, NULL};
+    if (oj_split(in[0], 8, 2, 3, p) != 3)
+        return false;
+    (void)ord;
+    int64_t s4[4] = {2, 5, 2, 4};
+    for (int j = 0; j < 3; j++) {
+        oj_tensor *r = oj_reshape(p[j], 4, s4);
+        h[j] = r ? oj_transpose(r, 1, 2) : NULL;
+        if (h[j] == NULL)
+            return false;
+    }
+    oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, k == 0, NAN);
+    return y && oj_backward(oj_sum_all(oj_mul(y, y)), false) == OJ_OK;
+}
+
+static bool oom_lce(oj_engine *eng, oj_tensor **in, int k) {
+    int64_t tg[10] = {1, 2, -100, 0, 6, 3, 3, 1, 0, 2}, ts[1] = {10};
+    oj_tensor *t = oj_from_host(eng, 1, ts, OJ_I64, tg, sizeof tg);
+    if (t == NULL)
+        return false;
+    oj_tensor *x = k ? oj_cast(in[0], OJ_BF16) : in[0], *w = k ? oj_cast(in[1], OJ_BF16) : in[1];
+    oj_tensor *l = x && w ? oj_linear_cross_entropy(x, w, t, -100, 0.1, OJ_REDUCTION_MEAN) : NULL;
+    return l && oj_backward(l, false) == OJ_OK;
+}
+
+static bool oom_swiglu(oj_engine *eng, oj_tensor **in, int k) {
+    (void)eng;
+    oj_tensor *g = oj_narrow(in[0], 1, 0, 8), *u = oj_narrow(in[0], 1, 8, 8);
+    oj_tensor *y = g && u ? oj_swiglu_linear(g, u, in[1], k ? in[2] : NULL) : NULL;
+    return y && oj_backward(oj_sum_all(oj_mul(y, y)), false) == OJ_OK;
+}
+
+static bool oom_addnorm(oj_engine *eng, oj_tensor **in, int k) {
+    (void)eng;
+    oj_tensor *r = oj_cast(in[1], OJ_BF16), *sum = NULL;
+    oj_tensor *y = r ? (k ? oj__add_rms_norm_to(in[0], r, in[2], 1e-5, &sum, OJ_BF16)
+                          : oj__add_layer_norm_to(in[0], r, in[2], NULL, 1e-5, &sum, OJ_BF16))
+                     : NULL;
+    if (y == NULL)
+        return false;
+    oj_tensor *l = oj_add(oj_cast(oj_sum_all(y), OJ_F32), oj_sum_all(oj_mul(sum, sum)));
+    return l && oj_backward(l, false) == OJ_OK;
+}
+
+/* Every byte budget from 0 up to the one the case fits in: a failure is
+ * OJ_ERR_CAPACITY, and nothing leaks (tensors, budget bytes). */
+static void oom_sweep(const char *what, oom_case fn, int k, int nin, const int64_t shapes[][3],
+                      const int *ranks) {
+    oj_engine *eng = nt_engine();
+    oj_tensor *in[3];
+    for (int i = 0; i < nin; i++)
+        in[i] = oj_set_requires_grad(nt_rand(eng, ranks[i], shapes[i], OJ_F32, -1, 1), true);
+    int64_t live = oj_engine_live_tensors(eng);
+    bool done = false;
+    int fails = 0;
+    for (int64_t lim = 0; !done && lim < (1 << 22); lim += lim < 16384 ? 16 : lim / 16) {
+        oj_budget *b = oj_budget_create(oj_engine_budget(eng), "sweep", lim);
+        assert_non_null(b);
+        oj_engine_use_budget(eng, b);
+        oj_scope_begin(eng);
+        done = fn(eng, in, k);
+        if (!done) {
+            fails++;
+            if (oj_last_status(eng) != OJ_ERR_CAPACITY)
+                fail_msg("%s (%d) at %lld bytes: %s: %s", what, k, (long long)lim,
+                         oj_status_name(oj_last_status(eng)), oj_last_error(eng));
+            oj_clear_error(eng);
+        }
+        oj_scope_end(eng);
+        for (int i = 0; i < nin; i++)
+            oj_zero_grad(in[i]);
+        oj_engine_use_budget(eng, NULL);
+        if (oj_budget_current(b) != 0)
+            fail_msg("%s (%d) at %lld bytes: %lld bytes left charged", what, k, (long long)lim,
+                     (long long)oj_budget_current(b));
+        assert_int_equal(oj_budget_free(b), OJ_OK);
+        if (oj_engine_live_tensors(eng) != live)
+            fail_msg("%s (%d) at %lld bytes: %lld tensors leaked", what, k, (long long)lim,
+                     (long long)(oj_engine_live_tensors(eng) - live));
+    }
+    if (!done)
+        fail_msg("%s (%d): never fit", what, k);
+    if (getenv("OJAS_TEST_VERBOSE"))
+        printf("%s (%d): %d failing budgets\n", what, k, fails);
+    for (int i = 0; i < nin; i++)
+        oj_release(in[i]);
+    nt_engine_done(eng);
+}
+
+static void test_fused_ops_out_of_memory(void **state) {
+    (void)state;
+    const int64_t nr[2][3] = {{2, 5, 16}, {8}}, at[1][3] = {{2, 5, 24}};
+    const int64_t lce[2][3] = {{10, 6}, {7, 6}}, sw[3][3] = {{4, 16}, {3, 8}, {3}};
+    const int64_t an[3][3] = {{4, 12}, {4, 12}, {12}};
+    const int r31[2] = {3, 1}, r3[1] = {3}, r22[2] = {2, 2}, r221[3] = {2, 2, 1};
+    for (int k = 0; k < 2; k++) {
+        oom_sweep("rms_norm_rotary", oom_nr, k, 2, nr, r31);
+        oom_sweep("attention", oom_attn, k, 1, at, r3);
+        oom_sweep("linear_cross_entropy", oom_lce, k, 2, lce, r22);
+        oom_sweep("swiglu_linear", oom_swiglu, k, 3, sw, r221);
+        oom_sweep("add norm to bf16", oom_addnorm, k, 3, an, r221);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reserve_release_peak),
@@ -248,6 +378,7 @@ int main(void) {
         cmocka_unit_test(test_engine_budget_capacity),
         cmocka_unit_test(test_pool_trimmed_when_full),
         cmocka_unit_test(test_memory_allocated_excludes_pool),
+        cmocka_unit_test(test_fused_ops_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

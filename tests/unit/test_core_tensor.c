@@ -299,12 +299,79 @@ static void test_set_data(void **state) {
     assert_int_equal(oj_set_data(NULL, b), OJ_ERR_INVALID_ARGUMENT);
 }
 
+/* ---- oj_set_data's storage accounting */
+
+/* sum(p * p) backward: p's gradient 2 p. */
+static void grad_of_square(oj_tensor *p) {
+    oj_scope_begin(eng);
+    oj_tensor *y = oj_sum(oj_mul(p, p), 0, NULL, false);
+    assert_int_equal(oj_backward(y, false), OJ_OK);
+    oj_scope_end(eng);
+}
+
+/* The storage accounting of oj_set_data. The old storage goes when its
+ * last handle does, src's is shared (retained once), nothing is charged
+ * twice; t = src, a view of t itself and a 0-element src work; NULL and
+ * released tensors are refused with t unchanged. */
+static void test_set_data_accounting(void **state) {
+    (void)state;
+    const int64_t live0 = oj_engine_live_tensors(eng), mem0 = oj_engine_memory_allocated(eng);
+    int64_t n = 1000, m = 10, z[2] = {0, 3};
+    oj_tensor *p = oj_set_requires_grad(oj_full(eng, 1, &n, OJ_F32, 1.0), true);
+    const int64_t mem_p = oj_engine_memory_allocated(eng) - mem0;
+    oj_tensor *src = oj_full(eng, 1, &m, OJ_F32, 2.0);
+    const int64_t mem_src = oj_engine_memory_allocated(eng) - mem0 - mem_p;
+    assert_int_equal(oj_set_data(p, src), OJ_OK);
+    assert_int_equal(oj_engine_memory_allocated(eng) - mem0, mem_src); /* p's old storage freed */
+    oj_release(src);
+    assert_int_equal(oj_engine_memory_allocated(eng) - mem0, mem_src); /* still held by p */
+    assert_true(oj_item_at(p, 9) == 2.0);
+    assert_int_equal(oj_set_data(p, p), OJ_OK);
+    assert_int_equal(oj_numel(p), m);
+    /* a view of p's own storage (made with grad mode on, its node holds p:
+     * refused; made without, it goes through) */
+    oj_tensor *v = oj_narrow(p, 0, 2, 3);
+    assert_int_equal(oj_set_data(p, v), OJ_ERR_STATE);
+    ET_EXPECT_ERR_HAS(OJ_ERR_STATE, "saved by 1 recorded autograd node");
+    oj_release(v);
+    bool prev = oj_set_grad_enabled(eng, false);
+    v = oj_narrow(p, 0, 2, 3);
+    oj_set_grad_enabled(eng, prev);
+    assert_int_equal(oj_set_data(p, v), OJ_OK);
+    oj_release(v);
+    assert_int_equal(oj_numel(p), 3);
+    assert_int_equal(oj_engine_memory_allocated(eng) - mem0, mem_src);
+    grad_of_square(p);
+    assert_true(oj_item_at(oj_grad(p), 0) == 4.0);
+    /* NULL, released: refused, p unchanged */
+    assert_int_equal(oj_set_data(p, NULL), OJ_ERR_INVALID_ARGUMENT);
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "set_data: src is NULL");
+    oj_tensor *dead = oj_full(eng, 1, &m, OJ_F32, 3.0);
+    oj_release(dead);
+    assert_int_equal(oj_set_data(p, dead), OJ_ERR_INVALID_ARGUMENT);
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "src is a released tensor");
+    assert_int_equal(oj_numel(p), 3);
+    /* 0 elements: the gradient of another shape is dropped */
+    oj_tensor *e = oj_zeros(eng, 2, z, OJ_F32);
+    assert_int_equal(oj_set_data(p, e), OJ_OK);
+    oj_release(e);
+    assert_null(oj_grad(p));
+    grad_of_square(p);
+    assert_int_equal(oj_numel(oj_grad(p)), 0);
+    oj_release(p);
+    assert_int_equal(oj_set_data(p, p), OJ_ERR_INVALID_ARGUMENT);
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "tensor is a released tensor");
+    assert_int_equal(oj_engine_live_tensors(eng), live0);
+    assert_int_equal(oj_engine_memory_allocated(eng), mem0);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, et_scope_in, et_scope_out)
     const struct CMUnitTest tests[] = {
         T(test_empty_zeros_ones_full), T(test_arange_linspace_eye), T(test_from_to_host),
         T(test_clone_contiguous),      T(test_copy_broadcast_cast), T(test_fill),
         T(test_grad_fields),           T(test_set_data),
+        cmocka_unit_test_setup_teardown(test_set_data_accounting, et_clear, et_clear),
     };
     return cmocka_run_group_tests(tests, et_setup, et_teardown_no_leaks);
 }

@@ -167,11 +167,40 @@ static void test_list(void **state) {
     free(dir);
 }
 
+/* ---- reads whose range overflows int64 */
+
+/* oj_shard_read with a start or count near INT64_MAX: OJ_ERR_OUT_OF_RANGE
+ * with the start in the message (no signed overflow building it); an
+ * in-range read still works. */
+static void test_shard_read_huge_range(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir();
+    assert_non_null(dir);
+    char *p = tu_path(dir, "s.bin");
+    int32_t toks[4] = {1, 2, 3, 4};
+    assert_int_equal(oj_shard_write(p, toks, 4, 1, NULL), OJ_OK);
+    oj_shard *s = NULL;
+    assert_int_equal(oj_shard_open(p, &s, NULL), OJ_OK);
+    int32_t buf[4];
+    oj_error e = {0};
+    assert_int_equal(oj_shard_read(s, INT64_MAX, 2, buf, &e), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(e.message, "9223372036854775807"));
+    oj_error e2 = {0};
+    assert_int_equal(oj_shard_read(s, 1, INT64_MAX, buf, &e2), OJ_ERR_OUT_OF_RANGE);
+    assert_int_equal(oj_shard_read(s, 1, 3, buf, NULL), OJ_OK);
+    assert_int_equal(buf[2], 4);
+    oj_shard_close(s);
+    tu_rmdir(dir);
+    free(p);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_v1),      cmocka_unit_test(test_roundtrip_v2),
         cmocka_unit_test(test_write_refuses),     cmocka_unit_test(test_corrupt_refused),
         cmocka_unit_test(test_open_missing_is_io), cmocka_unit_test(test_list),
+        cmocka_unit_test(test_shard_read_huge_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

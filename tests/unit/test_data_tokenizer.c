@@ -451,7 +451,7 @@ static char *byte_encoder(const char *extra) {
         while (oj_gpt2_byte_rank((uint8_t)b) != id)
             b++;
         uint8_t u[4];
-        int l = oj_utf8_encode(oj_gpt2_byte_to_cp((uint8_t)b), u);
+        int l = oj__utf8_encode(oj_gpt2_byte_to_cp((uint8_t)b), u);
         s[o++] = '"';
         if (u[0] == '"' || u[0] == '\\')
             s[o++] = '\\';
@@ -511,6 +511,109 @@ static void test_load_errors(void **state) {
     free(dir);
 }
 
+/* ---- rank files and texts the tokenizer refuses: a device (or a link to one)
+ * as a rank file, a NULL text with a length, a rank file naming a far id */
+
+/* A rank file that is a device (/dev/zero, or a link to it in a tokenizer
+ * directory) is refused as not a regular file with OJ_ERR_IO, not read
+ * until memory runs out; the GPT-2 pair too. */
+static void test_tokenizer_refuses_non_regular_files(void **state) {
+    (void)state;
+    oj_tokenizer *tok = (oj_tokenizer *)1;
+    oj_error e = {0};
+    assert_int_equal(oj_tokenizer_load_tiktoken("/dev/zero", &tok, &e), OJ_ERR_IO);
+    assert_null(tok);
+    assert_non_null(strstr(e.message, "/dev/zero"));
+    /* through a directory whose rank file is a link to a device */
+    char dir[] = "/tmp/ojas_tok_files_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char link[256];
+    snprintf(link, sizeof link, "%s/r.tiktoken", dir);
+    assert_int_equal(symlink("/dev/zero", link), 0);
+    oj_error e2 = {0};
+    assert_int_equal(oj_tokenizer_load(dir, &tok, &e2), OJ_ERR_IO);
+    assert_non_null(strstr(e2.message, "not a regular file"));
+    unlink(link);
+    rmdir(dir);
+    /* the GPT-2 pair: refused too (encoder.json is read by jansson) */
+    oj_error e3 = {0};
+    assert_int_not_equal(oj_tokenizer_load_gpt2("/dev/zero", "/dev/zero", &tok, &e3), OJ_OK);
+}
+
+/* oj_bpe_train given a NULL text with a non-zero length:
+ * OJ_ERR_INVALID_ARGUMENT naming the text; NULL with length 0 is an
+ * empty text. */
+static void test_bpe_train_null_text(void **state) {
+    (void)state;
+    oj_bpe_train_config c = oj_bpe_train_config_default();
+    c.vocab_size = 300;
+    const char *texts[2] = {"hello hello", NULL};
+    size_t lens[2] = {11, 5};
+    oj_tokenizer *tok = NULL;
+    oj_error e = {0};
+    assert_int_equal(oj_bpe_train(&c, 2, texts, lens, &tok, &e), OJ_ERR_INVALID_ARGUMENT);
+    assert_null(tok);
+    assert_non_null(strstr(e.message, "text 1"));
+    /* NULL with length 0 is an empty text */
+    lens[1] = 0;
+    assert_int_equal(oj_bpe_train(&c, 2, texts, lens, &tok, NULL), OJ_OK);
+    assert_non_null(tok);
+    oj_tokenizer_free(tok);
+}
+
+/* A rank file (tiktoken) or encoder.json naming an id far beyond the entry
+ * count (2000000000) is OJ_ERR_CORRUPT, not an id table sized by it; a gap
+ * that stays near the entry count loads. The fuzz_tokenizer seed
+ * bad_id_huge is the same input. */
+static void test_tokenizer_refuses_far_ids(void **state) {
+    (void)state;
+    char dir[] = "/tmp/ojas_tok_files_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char p[256], q[256];
+    /* tiktoken: every byte 0..255 (base64), then one rank far out */
+    snprintf(p, sizeof p, "%s/r.tiktoken", dir);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int b = 0; b < 256; b++)
+        fprintf(f, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
+    fprintf(f, "YWI= 2000000000\n");
+    fclose(f);
+    oj_tokenizer *tok = (oj_tokenizer *)1;
+    oj_error e = {0};
+    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, &e), OJ_ERR_CORRUPT);
+    assert_null(tok);
+    assert_non_null(strstr(e.message, "far beyond"));
+    /* a gap that stays near the entry count is still a tokenizer */
+    f = fopen(p, "wb");
+    assert_non_null(f);
+    for (int b = 0; b < 256; b++)
+        fprintf(f, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
+    fprintf(f, "YWI= 600\n");
+    fclose(f);
+    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, NULL), OJ_OK);
+    assert_int_equal(oj_tokenizer_vocab_size(tok), 602);
+    oj_tokenizer_free(tok);
+    unlink(p);
+    /* encoder.json: the same id as a special token */
+    snprintf(p, sizeof p, "%s/encoder.json", dir);
+    snprintf(q, sizeof q, "%s/vocab.bpe", dir);
+    f = fopen(p, "wb");
+    assert_non_null(f);
+    fprintf(f, "{\"!\": 0, \"<|big|>\": 2000000000}");
+    fclose(f);
+    f = fopen(q, "wb");
+    assert_non_null(f);
+    fclose(f);
+    oj_error e2 = {0};
+    assert_int_equal(oj_tokenizer_load_gpt2(p, q, &tok, &e2), OJ_ERR_CORRUPT);
+    assert_null(tok);
+    assert_non_null(strstr(e2.message, "far beyond"));
+    unlink(p);
+    unlink(q);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_ids),
@@ -524,6 +627,9 @@ int main(void) {
         cmocka_unit_test(test_pcre2_mode_same_ids),
         cmocka_unit_test(test_save_reload),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_tokenizer_refuses_non_regular_files),
+        cmocka_unit_test(test_bpe_train_null_text),
+        cmocka_unit_test(test_tokenizer_refuses_far_ids),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

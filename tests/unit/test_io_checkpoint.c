@@ -466,6 +466,39 @@ static void test_names(void **state) {
     assert_int_equal(oj_checkpoint_path("/very/long/root", 1, buf, sizeof buf), OJ_ERR_OUT_OF_RANGE);
 }
 
+/* ---- the largest step */
+
+/* Checkpoints at steps INT64_MAX - 5 and INT64_MAX: saved, listed, found
+ * by latest and resumed (the directory-name parser accepts every step that
+ * save writes). */
+static void test_checkpoint_largest_step(void **state) {
+    (void)state;
+    oj_tensor *w = oj_ones(eng, 1, (int64_t[]){3}, OJ_F32);
+    const char *names[1] = {"w"};
+    oj_tensor *ts[1] = {w};
+    oj_named_tensors m = {1, names, ts};
+    char root[400];
+    snprintf(root, sizeof root, "%s/ck", tmpdir);
+    const int64_t steps[2] = {INT64_MAX - 5, INT64_MAX};
+    for (int i = 0; i < 2; i++) {
+        oj_error e = {0};
+        assert_int_equal(oj_checkpoint_save(root, steps[i], &m, NULL, NULL, 0, &e), OJ_OK);
+        int64_t latest = 0;
+        assert_int_equal(oj_checkpoint_latest(root, &latest, NULL), OJ_OK);
+        assert_true(latest == steps[i]);
+        oj_checkpoint_info info = {0};
+        oj_error e2 = {0};
+        if (oj_checkpoint_resume(root, &m, NULL, &info, &e2) != OJ_OK) fail_msg("%s", e2.message);
+        assert_true(info.step == steps[i]);
+        free(info.state_json);
+    }
+    int64_t *list = NULL, n = 0;
+    assert_int_equal(oj_checkpoint_list(root, &list, &n, NULL), OJ_OK);
+    assert_int_equal(n, 2);
+    free(list);
+    oj_release(w);
+}
+
 int main(void) {
 #define DIR_TEST(f) cmocka_unit_test_setup_teardown(f, setup_dir, teardown_dir)
     const struct CMUnitTest tests[] = {
@@ -478,6 +511,7 @@ int main(void) {
         DIR_TEST(test_resave_same_step),
         DIR_TEST(test_save_arguments),
         cmocka_unit_test(test_names),
+        DIR_TEST(test_checkpoint_largest_step),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -14,6 +14,7 @@
 
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
+#include "nn_testutil.h"
 
 static oj_engine *eng_new(oj_numerics num) {
     oj_engine *eng = NULL;
@@ -722,6 +723,75 @@ static void test_swiglu_linear(void **state) {
     oj_engine_free(eng);
 }
 
+/* ---- swiglu_linear on strided (interleaved) gate/up slices with and without
+ * a bias, gate and up one tensor, mismatched shapes and dtypes: against
+ * linear(silu(gate) * up) bit for bit */
+
+/* ---------------------------------------------------------------- swiglu_linear */
+
+static void test_swiglu_strided(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const int64_t N = 5, Hd = 7, O = 3;
+    int64_t gu[2] = {N, 2 * Hd}, ws[2] = {O, Hd}, bs[1] = {O};
+    const oj_dtype dts[3] = {OJ_F32, OJ_F64, OJ_BF16};
+    for (int k = 0; k < 3; k++)
+        for (int m = 0; m < 4; m++) { /* bit 0 bias, bit 1 interleaved (stride 2) gate/up */
+            oj_scope_begin(eng);
+            oj_tensor *h0 = nt_rand(eng, 2, gu, dts[k], -2, 2);
+            oj_tensor *w0 = nt_rand(eng, 2, ws, dts[k], -1, 1),
+                      *b0 = nt_rand(eng, 1, bs, dts[k], -1, 1);
+            oj_tensor *y[2], *gh[2], *gw[2], *gb[2];
+            for (int f = 0; f < 2; f++) {
+                oj_tensor *h = oj_set_requires_grad(oj_clone(h0), true);
+                oj_tensor *w = oj_set_requires_grad(oj_clone(w0), true);
+                oj_tensor *b = (m & 1) ? oj_set_requires_grad(oj_clone(b0), true) : NULL;
+                oj_tensor *gate = (m & 2) ? oj_slice(h, 1, 0, 2 * Hd, 2) : oj_narrow(h, 1, 0, Hd);
+                oj_tensor *up = (m & 2) ? oj_slice(h, 1, 1, 2 * Hd, 2) : oj_narrow(h, 1, Hd, Hd);
+                y[f] = f ? oj_swiglu_linear(gate, up, w, b)
+                         : oj_linear(oj_mul(oj_silu(gate), up), w, b);
+                if (y[f] == NULL)
+                    fail_msg("%s", oj_last_error(eng));
+                assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[f], y[f])), false), OJ_OK);
+                gh[f] = oj_grad(h);
+                gw[f] = oj_grad(w);
+                gb[f] = b ? oj_grad(b) : NULL;
+            }
+            nt_close_tensors("swiglu y", y[1], y[0], 0, 0);
+            nt_close_tensors("swiglu dh", gh[1], gh[0], 0, 0);
+            nt_close_tensors("swiglu dw", gw[1], gw[0], 0, 0);
+            if (m & 1)
+                nt_close_tensors("swiglu db", gb[1], gb[0], 0, 0);
+            oj_scope_end(eng);
+        }
+    /* gate and up one tensor; mismatched shapes; dtypes */
+    oj_scope_begin(eng);
+    int64_t g1[2] = {N, Hd}, g2[2] = {N, Hd + 1}, g3[3] = {1, N, Hd};
+    oj_tensor *a = oj_set_requires_grad(nt_rand(eng, 2, g1, OJ_F64, -2, 2), true);
+    oj_tensor *w = nt_rand(eng, 2, ws, OJ_F64, -1, 1);
+    oj_tensor *y = oj_swiglu_linear(a, a, w, NULL);
+    assert_int_equal(oj_backward(oj_sum_all(y), false), OJ_OK);
+    oj_tensor *ga = oj_clone(oj_grad(a));
+    oj_zero_grad(a);
+    assert_int_equal(oj_backward(oj_sum_all(oj_linear(oj_mul(oj_silu(a), a), w, NULL)), false),
+                     OJ_OK);
+    nt_close_tensors("gate == up", ga, oj_grad(a), 1e-12, 1e-12);
+    nt_expect_error(eng, oj_swiglu_linear(a, nt_rand(eng, 2, g2, OJ_F64, -1, 1), w, NULL),
+                    OJ_ERR_SHAPE, "swiglu_linear", "gate");
+    nt_expect_error(eng, oj_swiglu_linear(a, nt_rand(eng, 3, g3, OJ_F64, -1, 1), w, NULL),
+                    OJ_ERR_SHAPE, "swiglu_linear", "gate");
+    nt_expect_error(eng, oj_swiglu_linear(a, oj_cast(a, OJ_F32), w, NULL), OJ_ERR_DTYPE,
+                    "swiglu_linear", NULL);
+    nt_expect_error(eng, oj_swiglu_linear(a, a, nt_rand(eng, 2, g2, OJ_F64, -1, 1), NULL),
+                    OJ_ERR_SHAPE, NULL, NULL);
+    nt_expect_error(eng, oj_swiglu_linear(a, a, w, nt_rand(eng, 1, g1, OJ_F64, -1, 1)),
+                    OJ_ERR_SHAPE, NULL, NULL);
+    nt_expect_error(eng, oj_swiglu_linear(a, a, w, nt_rand(eng, 1, bs, OJ_F32, -1, 1)),
+                    OJ_ERR_DTYPE, NULL, NULL);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_forward),
@@ -735,6 +805,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_gelu_linear),
         cmocka_unit_test(test_swiglu_linear),
+        cmocka_unit_test(test_swiglu_strided),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,11 @@
 #include "backend/backend.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
+#include "nn_testutil.h"
+
+/* This file's cases name their own engines `eng`; the shared ones use case_eng. */
+#define ET_ENGINE case_eng
+#include "engine_testutil.h"
 
 static oj_engine *new_engine(void) {
     oj_engine *e = NULL;
@@ -393,6 +398,549 @@ static void test_matmul_mixed(void **state) {
     oj_engine_free(e);
 }
 
+/* ---- linear_cross_entropy at its edges: all rows ignored, ignore_index a
+ * class, smoothing 1, V 1, C 1, one row, bf16, chunks of 1 row, strided
+ * inputs, empty batch, EXACT thread invariance (against cross_entropy of
+ * linear); and every bad input (NULL, released, dtypes, shapes, scalars,
+ * targets out of range, chunk sizes, capacity) a named error that leaves
+ * the engine sane and leaks nothing */
+
+/* ---------------------------------------------------------------- linear_cross_entropy */
+
+static void lce_case(oj_engine *eng, const char *what, oj_dtype dt, int64_t N, int64_t Cw, int64_t Vw,
+                     const int64_t *tg, int64_t ignore, double ls, oj_reduction red, double tol) {
+    int64_t xs[2] = {N, Cw}, ws[2] = {Vw, Cw}, ts[1] = {N};
+    oj_tensor *x0 = nt_rand(eng, 2, xs, dt, -2, 2), *w0 = nt_rand(eng, 2, ws, dt, -1, 1);
+    oj_tensor *t = oj_from_host(eng, 1, ts, OJ_I64, tg, (size_t)N * sizeof(int64_t));
+    oj_tensor *l[2], *gx[2], *gw[2];
+    for (int f = 0; f < 2; f++) {
+        oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true);
+        oj_tensor *w = oj_set_requires_grad(oj_clone(w0), true);
+        if (f) {
+            l[f] = oj_linear_cross_entropy(x, w, t, ignore, ls, red);
+        } else { /* in f32 (f64) from the same values: the fused op's loss dtype */
+            oj_dtype wd = dt == OJ_F64 ? OJ_F64 : OJ_F32;
+            l[f] = oj_cross_entropy(oj_linear(oj_cast(x, wd), oj_cast(w, wd), NULL), t, ignore, ls,
+                                    red);
+        }
+        if (l[f] == NULL)
+            fail_msg("%s: %s", what, oj_last_error(eng));
+        assert_int_equal(oj_backward(oj_mul_scalar(l[f], 2.5), true), OJ_OK);
+        assert_int_equal(oj_backward(l[f], false), OJ_OK); /* twice: 3.5 times the gradient */
+        gx[f] = oj_grad(x);
+        gw[f] = oj_grad(w);
+    }
+    char b[128];
+    snprintf(b, sizeof b, "%s loss", what);
+    nt_close_tensors(b, l[1], l[0], tol, tol);
+    snprintf(b, sizeof b, "%s dx", what);
+    nt_close_tensors(b, gx[1], gx[0], tol, tol);
+    snprintf(b, sizeof b, "%s dw", what);
+    nt_close_tensors(b, gw[1], gw[0], tol, tol);
+}
+
+static void test_lce_corners(void **state) {
+    (void)state;
+    const char *chunks[3] = {"1", "2", NULL};
+    for (int c = 0; c < 3; c++) {
+        if (chunks[c])
+            setenv("OJAS_LCE_CHUNK_ROWS", chunks[c], 1);
+        else
+            unsetenv("OJAS_LCE_CHUNK_ROWS");
+        oj_engine *eng = nt_engine();
+        oj_scope_begin(eng);
+        const int64_t all_ig[5] = {-100, -100, -100, -100, -100}, mixed[5] = {0, 2, -100, 1, 0};
+        const int64_t ig0[5] = {0, 0, 0, 0, 0}, zeros[5] = {0, 0, 0, 0, 0};
+        const oj_dtype dts[3] = {OJ_F32, OJ_F64, OJ_BF16};
+        const double tols[3] = {1e-5, 1e-12, 2e-2};
+        for (int k = 0; k < 3; k++)
+            for (int r = 0; r < 2; r++) {
+                oj_reduction red = r ? OJ_REDUCTION_SUM : OJ_REDUCTION_MEAN;
+                double tol = tols[k];
+                lce_case(eng, "all ignored", dts[k], 5, 4, 3, all_ig, -100, 0.0, red, tol);
+                lce_case(eng, "all ignored smooth", dts[k], 5, 4, 3, all_ig, -100, 0.3, red, tol);
+                lce_case(eng, "ignore 0", dts[k], 5, 4, 3, ig0, 0, 0.1, red, tol);
+                lce_case(eng, "smoothing 1", dts[k], 5, 4, 3, mixed, -100, 1.0, red, tol);
+                lce_case(eng, "V 1", dts[k], 5, 4, 1, zeros, -100, 0.0, red, tol);
+                lce_case(eng, "V 1 smooth 1", dts[k], 5, 4, 1, zeros, -100, 1.0, red, tol);
+                lce_case(eng, "one row", dts[k], 1, 6, 3, mixed + 1, -100, 0.2, red, tol);
+                lce_case(eng, "C 1", dts[k], 5, 1, 3, mixed, -100, 0.0, red, tol);
+            }
+        oj_scope_end(eng);
+        nt_engine_done(eng);
+    }
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+}
+
+/* strided x and weight, empty batch, bad arguments */
+static void test_lce_views_errors(void **state) {
+    (void)state;
+    setenv("OJAS_LCE_CHUNK_ROWS", "1", 1);
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    const int64_t N = 4, Cw = 5, Vw = 6;
+    int64_t xt[2] = {Cw, N}, wt[2] = {Cw, Vw}, ts[1] = {N}, tg[4] = {1, 5, -100, 0};
+    oj_tensor *t = oj_from_host(eng, 1, ts, OJ_I64, tg, sizeof tg);
+    oj_tensor *x0 = nt_rand(eng, 2, xt, OJ_F64, -2, 2), *w0 = nt_rand(eng, 2, wt, OJ_F64, -1, 1);
+    oj_tensor *l[2], *gx[2], *gw[2];
+    for (int f = 0; f < 2; f++) {
+        oj_tensor *xl = oj_set_requires_grad(oj_clone(x0), true);
+        oj_tensor *wl = oj_set_requires_grad(oj_clone(w0), true);
+        oj_tensor *x = oj_transpose(xl, 0, 1), *w = oj_transpose(wl, 0, 1);
+        l[f] = f ? oj_linear_cross_entropy(x, w, t, -100, 0.1, OJ_REDUCTION_MEAN)
+                 : oj_cross_entropy(oj_linear(x, w, NULL), t, -100, 0.1, OJ_REDUCTION_MEAN);
+        assert_non_null(l[f]);
+        assert_int_equal(oj_backward(l[f], false), OJ_OK);
+        gx[f] = oj_grad(xl);
+        gw[f] = oj_grad(wl);
+    }
+    nt_close_tensors("strided loss", l[1], l[0], 1e-12, 1e-12);
+    nt_close_tensors("strided dx", gx[1], gx[0], 1e-12, 1e-12);
+    nt_close_tensors("strided dw", gw[1], gw[0], 1e-12, 1e-12);
+    /* empty batch */
+    int64_t e2[2] = {0, Cw}, e1[1] = {0}, w2[2] = {Vw, Cw};
+    oj_tensor *xe = oj_set_requires_grad(nt_rand(eng, 2, e2, OJ_F32, -1, 1), true);
+    oj_tensor *we = oj_set_requires_grad(nt_rand(eng, 2, w2, OJ_F32, -1, 1), true);
+    oj_tensor *te = oj_zeros(eng, 1, e1, OJ_I64);
+    oj_tensor *ls = oj_linear_cross_entropy(xe, we, te, -100, 0.0, OJ_REDUCTION_SUM);
+    if (ls == NULL)
+        fail_msg("empty batch: %s", oj_last_error(eng));
+    assert_true(oj_item(ls) == 0.0);
+    assert_int_equal(oj_backward(ls, false), OJ_OK);
+    oj_tensor *lm = oj_linear_cross_entropy(xe, we, te, -100, 0.0, OJ_REDUCTION_MEAN);
+    assert_non_null(lm);
+    assert_true(isnan(oj_item(lm)));
+    /* errors */
+    oj_tensor *x = nt_rand(eng, 2, (int64_t[]){N, Cw}, OJ_F32, -1, 1);
+    oj_tensor *w = nt_rand(eng, 2, w2, OJ_F32, -1, 1);
+    nt_expect_error(eng, oj_linear_cross_entropy(x, w, t, -100, NAN, OJ_REDUCTION_MEAN),
+                    OJ_ERR_INVALID_ARGUMENT, "label_smoothing", NULL);
+    nt_expect_error(eng, oj_linear_cross_entropy(x, w, t, -100, 1.5, OJ_REDUCTION_MEAN),
+                    OJ_ERR_INVALID_ARGUMENT, "label_smoothing", NULL);
+    nt_expect_error(eng, oj_linear_cross_entropy(x, w, t, -100, 0.0, OJ_REDUCTION_NONE),
+                    OJ_ERR_INVALID_ARGUMENT, "reduction", NULL);
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, oj_cast(w, OJ_BF16), t, -100, 0, OJ_REDUCTION_SUM),
+                    OJ_ERR_DTYPE, "weight", NULL);
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, w, oj_cast(t, OJ_F32), -100, 0, OJ_REDUCTION_SUM),
+                    OJ_ERR_DTYPE, "targets", NULL);
+    int64_t bad[4] = {1, 6, 0, 0};
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, w, oj_from_host(eng, 1, ts, OJ_I64, bad, sizeof bad),
+                                            -100, 0, OJ_REDUCTION_SUM),
+                    OJ_ERR_OUT_OF_RANGE, NULL, NULL);
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, nt_rand(eng, 2, (int64_t[]){0, Cw}, OJ_F32, 0, 1), t,
+                                            -100, 0, OJ_REDUCTION_SUM),
+                    OJ_ERR_SHAPE, NULL, NULL);
+    nt_expect_error(eng,
+                    oj_linear_cross_entropy(x, w, nt_rand(eng, 1, (int64_t[]){N + 1}, OJ_F32, 0, 1),
+                                            -100, 0, OJ_REDUCTION_SUM),
+                    OJ_ERR_DTYPE, NULL, NULL);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+}
+
+/* linear_cross_entropy in bf16 under EXACT numerics: the same bits for
+ * 1, 2 and 3 threads and chunks of 1 and 3 rows equal to each other in
+ * the loss (the dW sums run in the matmul kernel's f32 accumulation) */
+static void test_lce_exact_threads(void **state) {
+    (void)state;
+    double ref[3] = {0, 0, 0};
+    for (int t = 0; t < 3; t++) {
+        oj_engine *e = NULL;
+        oj_engine_config cfg = oj_engine_config_default();
+        cfg.seed = 9;
+        cfg.threads = t + 1;
+        cfg.numerics = OJ_NUMERICS_EXACT;
+        assert_int_equal(oj_engine_create(&cfg, &e, NULL), OJ_OK);
+        oj_scope_begin(e);
+        int64_t xs[2] = {33, 40}, ws[2] = {77, 40}, ts[1] = {33}, tg[33];
+        for (int i = 0; i < 33; i++)
+            tg[i] = i % 5 == 0 ? -100 : (i * 13) % 77;
+        oj_tensor *x = oj_set_requires_grad(nt_rand(e, 2, xs, OJ_BF16, -2, 2), true);
+        oj_tensor *w = oj_set_requires_grad(nt_rand(e, 2, ws, OJ_BF16, -1, 1), true);
+        oj_tensor *tt = oj_from_host(e, 1, ts, OJ_I64, tg, sizeof tg);
+        setenv("OJAS_LCE_CHUNK_ROWS", "4", 1);
+        oj_tensor *l = oj_linear_cross_entropy(x, w, tt, -100, 0.05, OJ_REDUCTION_MEAN);
+        unsetenv("OJAS_LCE_CHUNK_ROWS");
+        assert_non_null(l);
+        assert_int_equal(oj_backward(l, false), OJ_OK);
+        double *gx = nt_host(oj_grad(x)), *gw = nt_host(oj_grad(w));
+        double sx = 0, sw = 0;
+        for (int i = 0; i < 33 * 40; i++)
+            sx += gx[i] * (i + 1);
+        for (int i = 0; i < 77 * 40; i++)
+            sw += gw[i] * (i + 1);
+        free(gx);
+        free(gw);
+        double got[3] = {oj_item(l), sx, sw};
+        if (t == 0)
+            memcpy(ref, got, sizeof ref);
+        for (int k = 0; k < 3; k++)
+            if (memcmp(&got[k], &ref[k], sizeof(double)) != 0)
+                fail_msg("threads %d: value %d %.17g vs %.17g", t + 1, k, got[k], ref[k]);
+        oj_scope_end(e);
+        nt_engine_done(e);
+    }
+}
+
+static oj_tensor *randn_dt(int rank, const int64_t *shape, oj_dtype dt) {
+    oj_tensor *t = oj_rand_normal(case_eng, rank, shape, OJ_F32, 0.0, 1.0);
+    if (dt == OJ_F32) return t;
+    oj_tensor *c = oj_cast(t, dt);
+    oj_release(t);
+    return c;
+}
+
+static oj_tensor *targets_i64(int n, const int64_t *v) {
+    return oj_from_host(case_eng, 1, (int64_t[]){n}, OJ_I64, v, (size_t)n * sizeof *v);
+}
+
+static bool all_finite(oj_tensor *t) {
+    for (int64_t i = 0; i < oj_numel(t); i++)
+        if (!isfinite(oj_item_at(t, i))) return false;
+    return true;
+}
+
+static bool all_zero(oj_tensor *t) {
+    for (int64_t i = 0; i < oj_numel(t); i++)
+        if (oj_item_at(t, i) != 0.0) return false;
+    return true;
+}
+
+/* ------------------------------------------------- linear_cross_entropy */
+
+enum { LV = 7, LC = 5 };
+
+/* NULL and released arguments: NULL returns NULL (nothing else recorded),
+ * a released one is OJ_ERR_INVALID_ARGUMENT "released". */
+static void test_lce_null_and_released(void **state) {
+    (void)state;
+    oj_tensor *x = randn_dt(2, (int64_t[]){3, LC}, OJ_F32), *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_tensor *t = targets_i64(3, (int64_t[]){0, 1, 2});
+    assert_null(oj_linear_cross_entropy(NULL, w, t, -1, 0.0, OJ_REDUCTION_MEAN));
+    assert_null(oj_linear_cross_entropy(x, NULL, t, -1, 0.0, OJ_REDUCTION_MEAN));
+    assert_null(oj_linear_cross_entropy(x, w, NULL, -1, 0.0, OJ_REDUCTION_MEAN));
+    oj_clear_error(case_eng);
+    oj_tensor *dead = oj_clone(t);
+    oj_release(dead);
+    assert_null(oj_linear_cross_entropy(x, w, dead, -1, 0.0, OJ_REDUCTION_MEAN));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "input 2 is a released tensor");
+    oj_release(x);
+    oj_release(w);
+    oj_release(t);
+}
+
+/* Wrong dtypes: integer x, f64 weight with f32 x, f32 targets, bf16 x
+ * with f32 weight (no autocast) are OJ_ERR_DTYPE naming the argument. */
+static void test_lce_bad_dtypes(void **state) {
+    (void)state;
+    oj_tensor *x = randn_dt(2, (int64_t[]){3, LC}, OJ_F32), *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_tensor *t = targets_i64(3, (int64_t[]){0, 1, 2});
+    oj_tensor *xi = oj_cast(x, OJ_I32), *w64 = oj_cast(w, OJ_F64), *tf = oj_cast(t, OJ_F32);
+    oj_tensor *xb = oj_cast(x, OJ_BF16);
+    struct {
+        oj_tensor *x, *w, *t;
+        const char *frag;
+    } cases[] = {
+        {xi, w, t, "x"}, {x, w64, t, "weight"}, {x, w, tf, "targets"}, {xb, w, t, "weight"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_null(oj_linear_cross_entropy(cases[i].x, cases[i].w, cases[i].t, -1, 0.0,
+                                            OJ_REDUCTION_MEAN));
+        assert_int_equal(oj_last_status(case_eng), OJ_ERR_DTYPE);
+        if (!strstr(oj_last_error(case_eng), "linear_cross_entropy") ||
+            !strstr(oj_last_error(case_eng), cases[i].frag))
+            fail_msg("case %zu: %s", i, oj_last_error(case_eng));
+        oj_clear_error(case_eng);
+    }
+    oj_tensor *ts[] = {x, w, t, xi, w64, tf, xb};
+    for (size_t i = 0; i < 7; i++) oj_release(ts[i]);
+}
+
+/* Wrong shapes: rank-0 x, weight of rank 1 or 3, C mismatch, V = 0,
+ * targets of the wrong rank or size: OJ_ERR_SHAPE naming the shapes. */
+static void test_lce_bad_shapes(void **state) {
+    (void)state;
+    oj_tensor *x = randn_dt(2, (int64_t[]){3, LC}, OJ_F32), *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_tensor *x0 = oj_full(case_eng, 0, NULL, OJ_F32, 1.0);
+    oj_tensor *w1 = randn_dt(1, (int64_t[]){LC}, OJ_F32);
+    oj_tensor *w3 = randn_dt(3, (int64_t[]){1, LV, LC}, OJ_F32);
+    oj_tensor *wc = randn_dt(2, (int64_t[]){LV, LC + 1}, OJ_F32);
+    oj_tensor *wv0 = oj_zeros(case_eng, 2, (int64_t[]){0, LC}, OJ_F32);
+    oj_tensor *t = targets_i64(3, (int64_t[]){0, 1, 2}), *t2 = targets_i64(2, (int64_t[]){0, 1});
+    oj_tensor *tr2 = oj_zeros(case_eng, 2, (int64_t[]){3, 1}, OJ_I64);
+    oj_tensor *t0 = oj_zeros(case_eng, 0, NULL, OJ_I64);
+    struct {
+        oj_tensor *x, *w, *t;
+    } cases[] = {{x0, w, t0}, {x, w1, t}, {x, w3, t}, {x, wc, t}, {x, wv0, t}, {x, w, t2}, {x, w, tr2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_null(oj_linear_cross_entropy(cases[i].x, cases[i].w, cases[i].t, -1, 0.0,
+                                            OJ_REDUCTION_SUM));
+        if (oj_last_status(case_eng) != OJ_ERR_SHAPE || !strstr(oj_last_error(case_eng), "do not fit"))
+            fail_msg("case %zu: %d %s", i, oj_last_status(case_eng), oj_last_error(case_eng));
+        oj_clear_error(case_eng);
+    }
+    oj_tensor *ts[] = {x, w, x0, w1, w3, wc, wv0, t, t2, tr2, t0};
+    for (size_t i = 0; i < 11; i++) oj_release(ts[i]);
+}
+
+/* label_smoothing NaN, negative, > 1 and reduction NONE or out of the
+ * enum: OJ_ERR_INVALID_ARGUMENT naming the argument; 1.0 is allowed. */
+static void test_lce_bad_scalars(void **state) {
+    (void)state;
+    oj_tensor *x = randn_dt(2, (int64_t[]){3, LC}, OJ_F32), *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_tensor *t = targets_i64(3, (int64_t[]){0, 1, 2});
+    double bad[] = {NAN, -0.1, 1.0000001, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_null(oj_linear_cross_entropy(x, w, t, -1, bad[i], OJ_REDUCTION_MEAN));
+        ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "label_smoothing");
+    }
+    assert_null(oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_NONE));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "reduction");
+    assert_null(oj_linear_cross_entropy(x, w, t, -1, 0.0, (oj_reduction)42));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "reduction");
+    /* label_smoothing 1: the loss is the mean over classes of -log p */
+    oj_tensor *l = oj_linear_cross_entropy(x, w, t, -1, 1.0, OJ_REDUCTION_MEAN);
+    oj_tensor *lp = oj_log_softmax(oj_linear(x, w, NULL), 1);
+    double ref = -oj_item(oj_sum_all(lp)) / (3.0 * LV);
+    assert_true(fabs(oj_item(l) - ref) <= 1e-5 * fabs(ref));
+    oj_release(lp);
+    oj_release(l);
+    oj_release(x);
+    oj_release(w);
+    oj_release(t);
+}
+
+/* A target >= V or negative (and not ignore_index) is OJ_ERR_OUT_OF_RANGE
+ * naming the target, also when it sits in a later chunk; the failed call
+ * leaves grad mode on and no tensor behind. */
+static void test_lce_target_out_of_range(void **state) {
+    (void)state;
+    setenv("OJAS_LCE_CHUNK_ROWS", "1", 1);
+    oj_tensor *x = randn_dt(2, (int64_t[]){3, LC}, OJ_F32), *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    int64_t bad[][3] = {{0, 1, LV}, {0, -2, 1}, {INT64_MAX, 0, 0}, {0, 0, INT64_MIN}};
+    int64_t live = oj_engine_live_tensors(case_eng);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        oj_tensor *t = targets_i64(3, bad[i]);
+        assert_null(oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN));
+        ET_EXPECT_ERR_HAS(OJ_ERR_OUT_OF_RANGE, "target");
+        assert_true(oj_grad_enabled(case_eng));
+        oj_release(t);
+        assert_int_equal(oj_engine_live_tensors(case_eng), live);
+    }
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+    oj_release(x);
+    oj_release(w);
+}
+
+/* Every row ignored: the MEAN loss is NaN (0/0, as torch) but the
+ * gradients are zero, as oj_cross_entropy's (and torch's) are: nothing
+ * was counted, so nothing moves. A NaN gradient would poison the
+ * parameters of a model whose micro-batch held only padding. */
+static void test_lce_all_ignored_grads_are_zero(void **state) {
+    (void)state;
+    oj_tensor *x = randn_dt(2, (int64_t[]){3, LC}, OJ_F32), *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    oj_tensor *t = targets_i64(3, (int64_t[]){-1, -1, -1});
+    /* the unfused reference */
+    oj_tensor *lr = oj_cross_entropy(oj_linear(x, w, NULL), t, -1, 0.0, OJ_REDUCTION_MEAN);
+    assert_true(isnan(oj_item(lr)));
+    assert_int_equal(oj_backward(lr, false), OJ_OK);
+    assert_true(all_zero(oj_grad(x)) && all_zero(oj_grad(w)));
+    oj_zero_grad(x);
+    oj_zero_grad(w);
+    oj_tensor *l = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    assert_true(isnan(oj_item(l)));
+    assert_int_equal(oj_backward(l, false), OJ_OK);
+    if (!all_zero(oj_grad(x)) || !all_zero(oj_grad(w)))
+        fail_msg("all rows ignored: gradient x[0] %g w[0] %g, expected 0",
+                 oj_item_at(oj_grad(x), 0), oj_item_at(oj_grad(w), 0));
+    /* SUM: loss 0, gradients 0 */
+    oj_zero_grad(x);
+    oj_zero_grad(w);
+    oj_tensor *ls = oj_linear_cross_entropy(x, w, t, -1, 0.1, OJ_REDUCTION_SUM);
+    assert_true(oj_item(ls) == 0.0);
+    assert_int_equal(oj_backward(ls, false), OJ_OK);
+    assert_true(all_zero(oj_grad(x)) && all_zero(oj_grad(w)));
+    oj_tensor *ts[] = {x, w, t, lr, l, ls};
+    for (size_t i = 0; i < 6; i++) oj_release(ts[i]);
+}
+
+/* N = 0 rows: SUM is 0, MEAN NaN (as torch), gradients are empty (x) and
+ * zero (w); no chunk loop runs, nothing crashes. */
+static void test_lce_zero_rows(void **state) {
+    (void)state;
+    oj_tensor *x = oj_zeros(case_eng, 2, (int64_t[]){0, LC}, OJ_F32);
+    oj_tensor *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_tensor *t = oj_zeros(case_eng, 1, (int64_t[]){0}, OJ_I64);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    oj_tensor *ls = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_SUM);
+    assert_non_null(ls);
+    assert_true(oj_item(ls) == 0.0);
+    assert_int_equal(oj_backward(ls, false), OJ_OK);
+    assert_int_equal(oj_numel(oj_grad(x)), 0);
+    assert_true(all_zero(oj_grad(w)));
+    oj_tensor *lm = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    assert_non_null(lm);
+    assert_true(isnan(oj_item(lm)));
+    assert_int_equal(oj_last_status(case_eng), OJ_OK);
+    oj_tensor *ts[] = {x, w, t, ls, lm};
+    for (size_t i = 0; i < 5; i++) oj_release(ts[i]);
+}
+
+/* C = 0 features: every logit is 0, so each row's loss is log V and the
+ * weight's gradient [V, 0] is empty. */
+static void test_lce_zero_features(void **state) {
+    (void)state;
+    oj_tensor *x = oj_zeros(case_eng, 2, (int64_t[]){3, 0}, OJ_F32);
+    oj_tensor *w = oj_zeros(case_eng, 2, (int64_t[]){LV, 0}, OJ_F32);
+    oj_set_requires_grad(w, true);
+    oj_tensor *t = targets_i64(3, (int64_t[]){0, 3, 6});
+    oj_tensor *l = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    if (l == NULL) fail_msg("%s", oj_last_error(case_eng));
+    assert_true(fabs(oj_item(l) - log((double)LV)) < 1e-6);
+    assert_int_equal(oj_backward(l, false), OJ_OK);
+    assert_int_equal(oj_numel(oj_grad(w)), 0);
+    oj_release(l);
+    oj_release(t);
+    oj_release(x);
+    oj_release(w);
+}
+
+/* OJAS_LCE_CHUNK_ROWS garbage (0, -5, abc, empty) falls back to the
+ * default chunking and huge / 1 are honoured: the loss is bit-identical
+ * in every case (per-row losses do not depend on chunking) and the
+ * gradients agree closely (dW sums chunk by chunk). */
+static void test_lce_chunk_env(void **state) {
+    (void)state;
+    oj_tensor *x = randn_dt(3, (int64_t[]){2, 5, LC}, OJ_F32);
+    oj_tensor *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    int64_t tv[10] = {0, 1, 2, 3, 4, 5, 6, -1, 3, 2};
+    oj_tensor *t = oj_from_host(case_eng, 2, (int64_t[]){2, 5}, OJ_I64, tv, sizeof tv);
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+    oj_tensor *l0 = oj_linear_cross_entropy(x, w, t, -1, 0.05, OJ_REDUCTION_MEAN);
+    assert_int_equal(oj_backward(l0, false), OJ_OK);
+    oj_tensor *gx0 = oj_clone(oj_grad(x)), *gw0 = oj_clone(oj_grad(w));
+    const char *envs[] = {"0", "-5", "abc", "", "1", "3", "99999999999999999999", "1e3"};
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        setenv("OJAS_LCE_CHUNK_ROWS", envs[i], 1);
+        oj_zero_grad(x);
+        oj_zero_grad(w);
+        oj_tensor *l = oj_linear_cross_entropy(x, w, t, -1, 0.05, OJ_REDUCTION_MEAN);
+        if (l == NULL) fail_msg("env '%s': %s", envs[i], oj_last_error(case_eng));
+        assert_true(oj_item(l) == oj_item(l0));
+        assert_int_equal(oj_backward(l, false), OJ_OK);
+        for (int64_t k = 0; k < oj_numel(gx0); k++)
+            assert_true(fabs(oj_item_at(oj_grad(x), k) - oj_item_at(gx0, k)) < 1e-6);
+        for (int64_t k = 0; k < oj_numel(gw0); k++)
+            assert_true(fabs(oj_item_at(oj_grad(w), k) - oj_item_at(gw0, k)) < 1e-6);
+        oj_release(l);
+    }
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+    oj_tensor *ts[] = {x, w, t, l0, gx0, gw0};
+    for (size_t i = 0; i < 6; i++) oj_release(ts[i]);
+}
+
+/* Non-contiguous x and weight (transposed views) and i32 targets give the
+ * unfused result. */
+static void test_lce_views_and_i32_targets(void **state) {
+    (void)state;
+    oj_tensor *xt = randn_dt(2, (int64_t[]){LC, 4}, OJ_F32), *wt = randn_dt(2, (int64_t[]){LC, LV}, OJ_F32);
+    oj_tensor *x = oj_transpose(xt, 0, 1), *w = oj_transpose(wt, 0, 1);
+    int32_t tv[4] = {6, 0, 3, 1};
+    oj_tensor *t = oj_from_host(case_eng, 1, (int64_t[]){4}, OJ_I32, tv, sizeof tv);
+    oj_tensor *l = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_SUM);
+    oj_tensor *r = oj_cross_entropy(oj_linear(x, w, NULL), t, -1, 0.0, OJ_REDUCTION_SUM);
+    if (l == NULL) fail_msg("%s", oj_last_error(case_eng));
+    assert_true(fabs(oj_item(l) - oj_item(r)) <= 1e-5 * fabs(oj_item(r)));
+    oj_tensor *ts[] = {xt, wt, x, w, t, l, r};
+    for (size_t i = 0; i < 7; i++) oj_release(ts[i]);
+}
+
+/* Under autocast: f64 inputs are left in f64 (an f64 loss, equal to the
+ * loss with autocast off); f32 inputs give an f32 loss whose gradients are
+ * f32 and finite; bf16 inputs with f32 weight are accepted (both cast). */
+static void test_lce_under_autocast(void **state) {
+    (void)state;
+    oj_tensor *x = randn_dt(2, (int64_t[]){4, LC}, OJ_F64), *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F64);
+    oj_tensor *t = targets_i64(4, (int64_t[]){0, 1, 2, 6});
+    oj_tensor *ref = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    oj_set_autocast(case_eng, true, OJ_BF16);
+    oj_tensor *got = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    assert_int_equal(oj_tensor_dtype(got), OJ_F64);
+    assert_true(oj_item(got) == oj_item(ref));
+    oj_tensor *x32 = oj_cast(x, OJ_F32), *w32 = oj_cast(w, OJ_F32), *xb = oj_cast(x, OJ_BF16);
+    oj_set_requires_grad(w32, true);
+    oj_tensor *l = oj_linear_cross_entropy(x32, w32, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    oj_tensor *lb = oj_linear_cross_entropy(xb, w32, t, -1, 0.0, OJ_REDUCTION_SUM);
+    oj_set_autocast(case_eng, false, OJ_BF16);
+    if (l == NULL || lb == NULL) fail_msg("%s", oj_last_error(case_eng));
+    assert_int_equal(oj_tensor_dtype(l), OJ_F32);
+    assert_true(fabs(oj_item(l) - oj_item(ref)) < 0.05 * fabs(oj_item(ref)));
+    assert_int_equal(oj_backward(l, false), OJ_OK);
+    assert_int_equal(oj_tensor_dtype(oj_grad(w32)), OJ_F32);
+    assert_true(all_finite(oj_grad(w32)));
+    /* f64 weight with f32 x under autocast: still a dtype error */
+    oj_set_autocast(case_eng, true, OJ_BF16);
+    assert_null(oj_linear_cross_entropy(x32, w, t, -1, 0.0, OJ_REDUCTION_MEAN));
+    ET_EXPECT_ERR_HAS(OJ_ERR_DTYPE, "weight");
+    oj_set_autocast(case_eng, false, OJ_BF16);
+    oj_tensor *ts[] = {x, w, t, ref, got, x32, w32, xb, l, lb};
+    for (size_t i = 0; i < 10; i++) oj_release(ts[i]);
+}
+
+/* The fused loss keeps dx and dW in its node: retain_graph gives a second
+ * backward that adds exactly the same gradients again. */
+static void test_lce_retain_graph(void **state) {
+    (void)state;
+    oj_tensor *x = randn_dt(2, (int64_t[]){4, LC}, OJ_F32), *w = randn_dt(2, (int64_t[]){LV, LC}, OJ_F32);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    oj_tensor *t = targets_i64(4, (int64_t[]){0, 1, 2, 6});
+    oj_tensor *l = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    assert_int_equal(oj_backward(l, true), OJ_OK);
+    oj_tensor *g1 = oj_clone(oj_grad(w));
+    assert_int_equal(oj_backward(l, false), OJ_OK);
+    for (int64_t i = 0; i < oj_numel(g1); i++)
+        assert_true(oj_item_at(oj_grad(w), i) == 2.0 * oj_item_at(g1, i));
+    assert_int_equal(oj_backward(l, false), OJ_ERR_STATE);
+    ET_EXPECT_ERR_HAS(OJ_ERR_STATE, "linear_cross_entropy");
+    oj_tensor *ts[] = {x, w, t, l, g1};
+    for (size_t i = 0; i < 5; i++) oj_release(ts[i]);
+}
+
+/* A budget too small for the loss: OJ_ERR_CAPACITY, grad mode restored,
+ * nothing leaked. */
+static void test_lce_capacity(void **state) {
+    (void)state;
+    oj_engine *e = NULL;
+    oj_engine_config cfg = oj_engine_config_default();
+    cfg.budget_bytes = 64 * 1024;
+    assert_int_equal(oj_engine_create(&cfg, &e, NULL), OJ_OK);
+    oj_tensor *x = oj_ones(e, 2, (int64_t[]){64, 64}, OJ_F32);   /* 16 KiB */
+    oj_tensor *w = oj_ones(e, 2, (int64_t[]){64, 64}, OJ_F32);   /* 16 KiB */
+    oj_tensor *t = oj_zeros(e, 1, (int64_t[]){64}, OJ_I64);
+    oj_set_requires_grad(x, true);
+    oj_set_requires_grad(w, true);
+    assert_null(oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN));
+    assert_int_equal(oj_last_status(e), OJ_ERR_CAPACITY);
+    assert_true(oj_grad_enabled(e));
+    oj_release(x);
+    oj_release(w);
+    oj_release(t);
+    assert_int_equal(oj_engine_live_tensors(e), 0);
+    oj_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_unfused),
@@ -402,6 +950,22 @@ int main(void) {
         cmocka_unit_test(test_fused_entry),
         cmocka_unit_test(test_gradcheck_chunks),
         cmocka_unit_test(test_matmul_mixed),
+        cmocka_unit_test(test_lce_corners),
+        cmocka_unit_test(test_lce_views_errors),
+        cmocka_unit_test(test_lce_exact_threads),
+        cmocka_unit_test_setup_teardown(test_lce_null_and_released, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_bad_dtypes, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_bad_shapes, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_bad_scalars, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_target_out_of_range, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_all_ignored_grads_are_zero, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_zero_rows, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_zero_features, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_chunk_env, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_views_and_i32_targets, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_under_autocast, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_retain_graph, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_lce_capacity, et_engine_in, et_engine_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -321,12 +321,82 @@ static void test_graph_lifetime(void **state) {
     nt_engine_done(eng);
 }
 
+/* ---- the public add + norm ops with mixed-dtype x and r, every subset of
+ * inputs needing a gradient, the sum used again or not: bit for bit against
+ * add then the norm */
+
+/* ---------------------------------------------------------------- add + norm */
+
+/* the public add + norm ops with mixed-dtype x and r (norm_backward_add's
+ * low input either one, or neither low), every subset of inputs needing a
+ * gradient, s used again or not: bit for bit against add then the norm */
+static void test_add_norm_mixed(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_dtype pairs[5][2] = {{OJ_BF16, OJ_F32},
+                                  {OJ_F32, OJ_BF16},
+                                  {OJ_BF16, OJ_F16},
+                                  {OJ_F16, OJ_F32},
+                                  {OJ_F32, OJ_F32}};
+    int64_t xs[2] = {3, 20}, cs[1] = {20};
+    for (int p = 0; p < 5; p++)
+        for (int rms = 0; rms < 2; rms++)
+            for (int need = 1; need < 8; need++) /* bit 0 x, 1 r, 2 weight */
+                for (int use = 0; use < 2; use++) {
+                    oj_scope_begin(eng);
+                    oj_tensor *x0 = nt_rand(eng, 2, xs, pairs[p][0], -2, 2);
+                    oj_tensor *r0 = nt_rand(eng, 2, xs, pairs[p][1], -2, 2);
+                    oj_dtype sdt = oj_tensor_dtype(oj_add(x0, r0));
+                    oj_tensor *w0 = nt_rand(eng, 1, cs, sdt, 0.5, 1.5);
+                    oj_tensor *g1 = nt_rand(eng, 2, xs, sdt, -1, 1);
+                    oj_tensor *gr[2][3];
+                    for (int f = 0; f < 2; f++) {
+                        oj_tensor *x = oj_set_requires_grad(oj_clone(x0), need & 1);
+                        oj_tensor *r = oj_set_requires_grad(oj_clone(r0), (need & 2) != 0);
+                        oj_tensor *w = oj_set_requires_grad(oj_clone(w0), (need & 4) != 0);
+                        oj_tensor *sum = NULL, *y;
+                        if (f) {
+                            y = rms ? oj_add_rms_norm(x, r, w, 1e-5, &sum)
+                                    : oj_add_layer_norm(x, r, w, NULL, 1e-5, &sum);
+                        } else {
+                            sum = oj_add(x, r);
+                            y = rms ? oj_rms_norm(sum, w, 1e-5) : oj_layer_norm(sum, w, NULL, 1e-5);
+                        }
+                        if (y == NULL)
+                            fail_msg("%s", oj_last_error(eng));
+                        oj_tensor *l = oj_sum_all(oj_mul(y, g1));
+                        if (use)
+                            l = oj_add(l, oj_sum_all(oj_mul(sum, sum)));
+                        assert_int_equal(oj_backward(l, false), OJ_OK);
+                        gr[f][0] = oj_grad(x);
+                        gr[f][1] = oj_grad(r);
+                        gr[f][2] = oj_grad(w);
+                    }
+                    for (int i = 0; i < 3; i++) {
+                        char what[96];
+                        snprintf(what, sizeof what, "pair %d rms %d need %d use %d grad %d", p, rms,
+                                 need, use, i);
+                        if (!(need >> i & 1)) {
+                            assert_null(gr[1][i]);
+                            continue;
+                        }
+                        if (gr[1][i] == NULL || gr[0][i] == NULL)
+                            fail_msg("%s: no gradient", what);
+                        assert_int_equal(oj_tensor_dtype(gr[1][i]), oj_tensor_dtype(gr[0][i]));
+                        nt_close_tensors(what, gr[1][i], gr[0][i], 0, 0);
+                    }
+                    oj_scope_end(eng);
+                }
+    nt_engine_done(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_bits), cmocka_unit_test(test_autocast),
         cmocka_unit_test(test_fallback),     cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_grad_bits),    cmocka_unit_test(test_errors),
         cmocka_unit_test(test_graph_lifetime),
+        cmocka_unit_test(test_add_norm_mixed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

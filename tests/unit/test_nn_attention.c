@@ -2,11 +2,15 @@
 // a naive double reference (GQA, causal with T != S, bool and float masks,
 // several tiles, fully masked rows), KV-cache consistency, gradcheck on
 // non-contiguous inputs, bad input.
+#include <stdio.h>
+#include <unistd.h>
+
 #include "nn_testutil.h"
 
 #include "backend/backend.h"
 #include "core/grad_node.h"
 #include "core/internal.h"
+#include "ojas/io.h"
 
 typedef struct {
     int64_t B, H, Hkv, T, S, D, Dv;
@@ -580,6 +584,330 @@ static void test_rotary_gradcheck_and_errors(void **state) {
     nt_engine_done(eng);
 }
 
+/* ---- attention's [B, T, H, D]-stored output (contiguous copies, raw data,
+ * safetensors, in-place writes) and q/k/v gradients through one buffer
+ * (every order of the thirds, q = k = v, other tilings, every dtype, masks,
+ * T 1, H 1, empty, GQA with T < S, retain_grad, two backward calls), against
+ * the matmul/softmax composition; rotary_embedding's offset overflow */
+
+/* ---------------------------------------------------------------- attention */
+
+/* softmax(q k^T / sqrt(D) + causal) v by matmul and softmax */
+static oj_tensor *ref_attn(oj_tensor *q, oj_tensor *k, oj_tensor *v) {
+    oj_engine *eng = oj_tensor_engine(q);
+    int64_t T = oj_size(q, 2), S = oj_size(k, 2), D = oj_size(q, 3);
+    double *m = malloc((size_t)(T * S) * sizeof(double));
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < S; j++)
+            m[i * S + j] = j <= i + (S - T) ? 0.0 : -INFINITY;
+    oj_tensor *mask = nt_from(eng, 2, (int64_t[]){T, S}, oj_tensor_dtype(q), m);
+    free(m);
+    oj_tensor *kt = oj_transpose(k, 2, 3);
+    oj_tensor *sc = oj_add(oj_mul_scalar(oj_matmul(q, kt), 1.0 / sqrt((double)D)), mask);
+    return oj_matmul(oj_softmax(sc, -1), v);
+}
+
+/* x [B, T, 3 H D] -> q, k, v head views of its thirds in the order ord */
+static void qkv_heads(oj_tensor *x, int64_t H, int64_t D, const int *ord, oj_tensor **h) {
+    int64_t B = oj_size(x, 0), T = oj_size(x, 1);
+    oj_tensor *p[3] = {NULL, NULL, NULL};
+    assert_int_equal(oj_split(x, H * D, 2, 3, p), 3);
+    int64_t s4[4] = {B, T, H, D};
+    for (int j = 0; j < 3; j++)
+        h[j] = oj_transpose(oj_reshape(p[ord[j]], 4, s4), 1, 2);
+}
+
+static void test_attn_output_use(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    const int64_t B = 2, T = 5, H = 3, D = 4;
+    int64_t xs[3] = {B, T, 3 * H * D};
+    const int ord[3] = {0, 1, 2};
+    oj_tensor *x = nt_rand(eng, 3, xs, OJ_F64, -1, 1), *h[3];
+    qkv_heads(x, H, D, ord, h);
+    oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN);
+    oj_tensor *r = ref_attn(h[0], h[1], h[2]);
+    nt_close_tensors("attention", y, r, 1e-12, 1e-12);
+    /* a contiguous copy and its raw data */
+    oj_tensor *yc = oj_contiguous(y);
+    assert_true(oj_is_contiguous(yc));
+    double *rh = nt_host(r);
+    const double *yp = oj_data_ptr(yc);
+    nt_close("contiguous data_ptr", yp, rh, oj_numel(r), 1e-12, 1e-12);
+    /* the raw data of y itself in its [B, T, H, D] storage order */
+    const double *yr = oj_data_ptr(y);
+    const int64_t *st = oj_strides(y);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t hh = 0; hh < H; hh++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++) {
+                    double got = yr[b * st[0] + hh * st[1] + t * st[2] + d * st[3]];
+                    double want = rh[((b * H + hh) * T + t) * D + d];
+                    assert_true(fabs(got - want) <= 1e-12);
+                }
+    /* save through safetensors and read back */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/ojas_attn_out_%ld.safetensors", (long)getpid());
+    const char *names[1] = {"y"};
+    oj_tensor *ts[1] = {y};
+    assert_int_equal(oj_safetensors_save(path, 1, names, ts, NULL, NULL), OJ_OK);
+    oj_safetensors *sf = NULL;
+    assert_int_equal(oj_safetensors_open(path, &sf, NULL), OJ_OK);
+    oj_tensor *back = oj_safetensors_tensor(sf, eng, "y");
+    assert_non_null(back);
+    nt_close_tensors("safetensors", back, y, 0, 0);
+    oj_safetensors_close(sf);
+    remove(path);
+    /* in place into the output: value, and through a merged-heads view */
+    assert_int_equal(oj_add_(y, oj_ones(eng, 4, (int64_t[]){B, H, T, D}, OJ_F64)), OJ_OK);
+    nt_close_tensors("add_ into output", y, oj_add_scalar(r, 1.0), 1e-12, 1e-12);
+    oj_tensor *merged = oj_reshape(oj_transpose(y, 1, 2), 3, (int64_t[]){B, T, H * D});
+    oj_tensor *rm =
+        oj_reshape(oj_transpose(oj_add_scalar(r, 1.0), 1, 2), 3, (int64_t[]){B, T, H * D});
+    nt_close_tensors("merged view", merged, rm, 1e-12, 1e-12);
+    assert_int_equal(oj_add_(merged, merged), OJ_OK);
+    nt_close_tensors("add_ merged into itself", y, oj_mul_scalar(oj_add_scalar(r, 1.0), 2.0), 1e-12, 1e-12);
+    free(rh);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* in-place into the output after the forward: the saved output changed */
+static void test_attn_inplace_then_backward(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t xs[3] = {1, 4, 3 * 2 * 2};
+    const int ord[3] = {0, 1, 2};
+    oj_tensor *x = nt_leaf(eng, 3, xs, -1, 1), *h[3];
+    qkv_heads(x, 2, 2, ord, h);
+    oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN);
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *merged = oj_reshape(oj_transpose(y, 1, 2), 3, (int64_t[]){1, 4, 4});
+    assert_int_equal(oj_mul_scalar_(merged, 3.0), OJ_OK);
+    oj_set_grad_enabled(eng, prev);
+    assert_int_not_equal(oj_backward(oj_sum_all(y), false), OJ_OK);
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* gradients through q, k, v views of one buffer (every order of the
+ * thirds, and q, k, v one tensor), retain_grad on q, accumulation over
+ * two backward calls: against the composition */
+static void test_attn_shared_grads(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const int64_t B = 2, T = 5, H = 2, D = 3;
+    int64_t xs[3] = {B, T, 3 * H * D}, gs[4] = {B, H, T, D};
+    const int ords[5][3] = {{0, 1, 2}, {2, 0, 1}, {1, 2, 0}, {0, 0, 0}, {1, 1, 2}};
+    for (int o = 0; o < 5; o++) {
+        oj_scope_begin(eng);
+        oj_tensor *x0 = nt_rand(eng, 3, xs, OJ_F64, -1, 1), *g = nt_rand(eng, 4, gs, OJ_F64, -1, 1);
+        oj_tensor *gx[2], *gq[2];
+        for (int f = 0; f < 2; f++) {
+            oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true), *h[3];
+            qkv_heads(x, H, D, ords[o], h);
+            oj_retain_grad(h[0]);
+            oj_tensor *y = f ? oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN)
+                             : ref_attn(h[0], h[1], h[2]);
+            assert_non_null(y);
+            oj_tensor *s = oj_sum_all(oj_mul(y, g));
+            assert_int_equal(oj_backward(s, true), OJ_OK);
+            oj_tensor *g1 = oj_clone(oj_grad(x)), *q1 = oj_clone(oj_grad(h[0]));
+            assert_int_equal(oj_backward(s, false), OJ_OK);
+            nt_close_tensors("second backward adds", oj_grad(x), oj_mul_scalar(g1, 2.0), 1e-12, 1e-12);
+            nt_close_tensors("retained q twice", oj_grad(h[0]), oj_mul_scalar(q1, 2.0), 1e-12, 1e-12);
+            gx[f] = g1;
+            gq[f] = q1;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "order %d dx", o);
+        nt_close_tensors(what, gx[1], gx[0], 1e-10, 1e-10);
+        snprintf(what, sizeof what, "order %d dq", o);
+        nt_close_tensors(what, gq[1], gq[0], 1e-10, 1e-10);
+        oj_scope_end(eng);
+    }
+    nt_engine_done(eng);
+}
+
+/* the leaf's gradient taken from the shared buffer, then an optimizer-like
+ * in-place update of the leaf's grad and a second step's accumulation */
+static void test_attn_grad_reuse(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    const int64_t B = 1, T = 3, H = 2, D = 2;
+    int64_t xs[3] = {B, T, 3 * H * D};
+    const int ord[3] = {0, 1, 2};
+    oj_tensor *x = nt_leaf(eng, 3, xs, -1, 1);
+    oj_tensor *xr = oj_set_requires_grad(oj_clone(x), true);
+    for (int step = 0; step < 2; step++) {
+        oj_tensor *h[3], *hr[3];
+        qkv_heads(x, H, D, ord, h);
+        qkv_heads(xr, H, D, ord, hr);
+        oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN);
+        oj_tensor *yr = ref_attn(hr[0], hr[1], hr[2]);
+        /* y used twice: attention's gradient is summed with another */
+        assert_int_equal(oj_backward(oj_sum_all(oj_mul(y, oj_add(y, h[2]))), false), OJ_OK);
+        assert_int_equal(oj_backward(oj_sum_all(oj_mul(yr, oj_add(yr, hr[2]))), false), OJ_OK);
+        nt_close_tensors("grad reuse", oj_grad(x), oj_grad(xr), 1e-12, 1e-12);
+        assert_int_equal(oj_mul_scalar_(oj_grad(x), 0.5), OJ_OK);
+        assert_int_equal(oj_mul_scalar_(oj_grad(xr), 0.5), OJ_OK);
+    }
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* q, k, v selected from one [B, T, H, 3, D] (interleaved per head) or
+ * [3, B, H, T, D] tensor: they tile a block with other strides */
+static void test_attn_other_tilings(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    for (int m = 0; m < 3; m++) {
+        oj_scope_begin(eng);
+        const int64_t B = m == 2 ? 1 : 2, T = m == 2 ? 1 : 4, H = 2, D = 3;
+        int64_t s5a[5] = {B, T, H, 3, D}, s5b[5] = {3, B, H, T, D}, gs[4] = {B, H, T, D};
+        oj_tensor *x0 = nt_rand(eng, 5, m == 1 ? s5b : s5a, OJ_F64, -1, 1);
+        oj_tensor *g = nt_rand(eng, 4, gs, OJ_F64, -1, 1), *gx[2];
+        for (int f = 0; f < 2; f++) {
+            oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true), *h[3];
+            for (int j = 0; j < 3; j++)
+                h[j] = m == 1 ? oj_select(x, 0, j) : oj_transpose(oj_select(x, 3, j), 1, 2);
+            oj_tensor *y = f ? oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN)
+                             : ref_attn(h[0], h[1], h[2]);
+            assert_non_null(y);
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y, g)), false), OJ_OK);
+            gx[f] = oj_grad(x);
+        }
+        nt_close_tensors("other tiling dx", gx[1], gx[0], 1e-10, 1e-10);
+        oj_scope_end(eng);
+    }
+    nt_engine_done(eng);
+}
+
+/* shared q/k/v gradients in every float dtype, with a mask, a scale, not
+ * causal, T 1, H 1, against contiguous copies of q, k, v (the unshared
+ * path) bit for bit; empty batch and empty T */
+static void test_attn_shared_dtypes(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_dtype dts[4] = {OJ_F32, OJ_F64, OJ_BF16, OJ_F16};
+    const int64_t geo[3][4] = {{2, 5, 3, 4}, {1, 1, 2, 8}, {2, 6, 1, 5}}; /* B T H D */
+    for (int k = 0; k < 4; k++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int m = 0; m < 2; m++) { /* 0 causal, 1 bool mask + scale 0.3 */
+                oj_scope_begin(eng);
+                const int64_t B = geo[gi][0], T = geo[gi][1], H = geo[gi][2], D = geo[gi][3];
+                int64_t xs[3] = {B, T, 3 * H * D}, gs[4] = {B, H, T, D};
+                oj_tensor *x0 = nt_rand(eng, 3, xs, dts[k], -1, 1);
+                oj_tensor *g = nt_rand(eng, 4, gs, dts[k], -1, 1);
+                oj_tensor *mask = NULL;
+                if (m) {
+                    int64_t ms[2] = {T, T};
+                    mask = oj_gt(nt_rand(eng, 2, ms, OJ_F32, 0, 1), oj_scalar(eng, 0.3, OJ_F32));
+                }
+                const int ord[3] = {0, 1, 2};
+                oj_tensor *gx[2], *y[2];
+                for (int c = 0; c < 2; c++) {
+                    oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true), *h[3];
+                    qkv_heads(x, H, D, ord, h);
+                    if (c)
+                        for (int j = 0; j < 3; j++)
+                            h[j] = oj_mul(h[j], oj_scalar(eng, 1.0, dts[k]));
+                    y[c] =
+                        oj_scaled_dot_product_attention(h[0], h[1], h[2], mask, !m, m ? 0.3 : NAN);
+                    if (y[c] == NULL)
+                        fail_msg("%s", oj_last_error(eng));
+                    assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[c], g)), false), OJ_OK);
+                    gx[c] = oj_grad(x);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "%s geo %d mode %d", oj_dtype_name(dts[k]), gi, m);
+                nt_close_tensors(what, y[0], y[1], 0, 0);
+                nt_close_tensors(what, gx[0], gx[1], 0, 0);
+                oj_scope_end(eng);
+            }
+    /* empty */
+    oj_scope_begin(eng);
+    const int64_t es[2][3] = {{0, 4, 3 * 2 * 2}, {2, 0, 3 * 2 * 2}};
+    for (int e = 0; e < 2; e++) {
+        const int ord[3] = {0, 1, 2};
+        oj_tensor *x = oj_set_requires_grad(nt_rand(eng, 3, es[e], OJ_F32, -1, 1), true), *h[3];
+        qkv_heads(x, 2, 2, ord, h);
+        oj_tensor *y = oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN);
+        if (y == NULL)
+            fail_msg("empty %d: %s", e, oj_last_error(eng));
+        assert_int_equal(oj_numel(y), 0);
+        assert_int_equal(oj_backward(oj_sum_all(y), false), OJ_OK);
+        assert_non_null(oj_grad(x));
+    }
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* grouped-query attention with T < S (a KV cache's bottom-right causal
+ * mask) in f32 and f64: values and q/k/v gradients against the
+ * composition on k, v repeated per query head */
+static void test_attn_gqa(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int k = 0; k < 2; k++) {
+        oj_scope_begin(eng);
+        const int64_t B = 2, H = 4, Hkv = 2, T = 3, S = 7, D = 5;
+        int64_t qs[4] = {B, T, H, D}, ks[4] = {B, Hkv, S, D}, gs[4] = {B, H, T, D};
+        oj_tensor *q0 = nt_rand(eng, 4, qs, dts[k], -1, 1),
+                  *k0 = nt_rand(eng, 4, ks, dts[k], -1, 1);
+        oj_tensor *v0 = nt_rand(eng, 4, ks, dts[k], -1, 1), *g = nt_rand(eng, 4, gs, dts[k], -1, 1);
+        oj_tensor *y[2], *gr[2][3];
+        for (int f = 0; f < 2; f++) {
+            oj_tensor *ql = oj_set_requires_grad(oj_clone(q0), true);
+            oj_tensor *kl = oj_set_requires_grad(oj_clone(k0), true);
+            oj_tensor *vl = oj_set_requires_grad(oj_clone(v0), true);
+            oj_tensor *q = oj_transpose(ql, 1, 2);
+            if (f) {
+                y[f] = oj_scaled_dot_product_attention(q, kl, vl, NULL, true, NAN);
+            } else {
+                int64_t e5[5] = {B, Hkv, H / Hkv, S, D}, r4[4] = {B, H, S, D};
+                oj_tensor *kr = oj_reshape(oj_expand(oj_unsqueeze(kl, 2), 5, e5), 4, r4);
+                oj_tensor *vr = oj_reshape(oj_expand(oj_unsqueeze(vl, 2), 5, e5), 4, r4);
+                y[f] = ref_attn(q, kr, vr);
+            }
+            if (y[f] == NULL)
+                fail_msg("%s", oj_last_error(eng));
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[f], g)), false), OJ_OK);
+            gr[f][0] = oj_grad(ql);
+            gr[f][1] = oj_grad(kl);
+            gr[f][2] = oj_grad(vl);
+        }
+        double tol = k ? 1e-12 : 1e-5;
+        nt_close_tensors("gqa y", y[1], y[0], tol, tol);
+        for (int i = 0; i < 3; i++)
+            nt_close_tensors("gqa grad", gr[1][i], gr[0][i], tol, tol);
+        oj_scope_end(eng);
+    }
+    nt_engine_done(eng);
+}
+
+/* rotary_embedding refuses a position_offset + t that overflows int64
+ * (OJ_ERR_OUT_OF_RANGE naming it), and the largest offset that fits works */
+static void test_rotary_offset_overflow(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_tensor *x = oj_ones(eng, 4, (int64_t[]){1, 1, 3, 4}, OJ_F32);
+    nt_expect_error(eng, oj_rotary_embedding(x, INT64_MAX, 10000.0), OJ_ERR_OUT_OF_RANGE,
+                    "position_offset", NULL);
+    nt_expect_error(eng, oj_rotary_embedding(x, INT64_MAX - 2, 10000.0), OJ_ERR_OUT_OF_RANGE,
+                    "overflows", NULL);
+    oj_tensor *y = oj_rotary_embedding(x, INT64_MAX - 3, 10000.0);
+    assert_non_null(y);
+    oj_release(y);
+    oj_release(x);
+    nt_engine_done(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_forward),
@@ -592,6 +920,14 @@ int main(void) {
         cmocka_unit_test(test_attention_errors),
         cmocka_unit_test(test_rotary_forward),
         cmocka_unit_test(test_rotary_gradcheck_and_errors),
+        cmocka_unit_test(test_attn_output_use),
+        cmocka_unit_test(test_attn_inplace_then_backward),
+        cmocka_unit_test(test_attn_shared_grads),
+        cmocka_unit_test(test_attn_grad_reuse),
+        cmocka_unit_test(test_attn_other_tilings),
+        cmocka_unit_test(test_attn_shared_dtypes),
+        cmocka_unit_test(test_attn_gqa),
+        cmocka_unit_test(test_rotary_offset_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,11 @@
 #include "ojas/ops.h"
 #include "ojas/optim.h"
 
+/* This file's cases name their own engines `eng`; the shared ones use case_eng. */
+#define ET_ENGINE case_eng
+#include "engine_testutil.h"
+#include "gpt_testutil.h"
+
 static oj_engine *eng_new(void) {
     oj_engine *eng = NULL;
     oj_engine_config cfg = oj_engine_config_default();
@@ -856,6 +861,171 @@ static void test_state_dict_round_trip(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* ---- non-finite input (a NaN matrix to oj_newton_schulz5, NaN/Inf gradients
+ * for every algorithm) and parameters whose data changed after the
+ * optimizer was made (oj_set_data to a bigger or expanded tensor,
+ * oj_gpt_to_dtype): refused with a named error, nothing written. Each case
+ * runs on a fresh engine `case_eng` (engine_testutil.h). */
+
+/* sum(p * p) backward: p's gradient 2 p. */
+static void grad_of_square(oj_tensor *p) {
+    oj_scope_begin(case_eng);
+    oj_tensor *y = oj_sum(oj_mul(p, p), 0, NULL, false);
+    assert_int_equal(oj_backward(y, false), OJ_OK);
+    oj_scope_end(case_eng);
+}
+
+static oj_optim *optim_of(oj_tensor *p, oj_optim_hparams hp) {
+    const char *names[1] = {"w"};
+    oj_tensor *ts[1] = {p};
+    oj_named_tensors nt = {.n = 1, .names = names, .tensors = ts};
+    oj_optim *o = oj_optim_create(case_eng);
+    assert_non_null(o);
+    assert_int_equal(oj_optim_add_group(o, &hp, &nt), 0);
+    return o;
+}
+
+/* oj_newton_schulz5 of a NaN matrix: NULL with OJ_ERR_NUMERIC naming it;
+ * a finite matrix afterwards works. */
+static void test_newton_schulz_nan_input(void **state) {
+    (void)state;
+    oj_clear_error(case_eng);
+    oj_tensor *g = oj_full(case_eng, 2, (int64_t[]){3, 4}, OJ_F32, NAN);
+    assert_null(oj_newton_schulz5(g, 5));
+    assert_int_equal(oj_last_status(case_eng), OJ_ERR_NUMERIC);
+    assert_non_null(strstr(oj_last_error(case_eng), "newton_schulz5"));
+    oj_clear_error(case_eng);
+    /* a finite one still works afterwards */
+    oj_fill_(g, 1.0);
+    oj_tensor *x = oj_newton_schulz5(g, 5);
+    assert_non_null(x);
+    oj_release(x);
+    oj_release(g);
+    assert_int_equal(oj_engine_live_tensors(case_eng), 0);
+}
+
+/* Every algorithm skips a step whose gradient is NaN or Inf and leaves the
+ * parameter as it was. */
+static void test_non_finite_grad_skips_every_algo(void **state) {
+    (void)state;
+    for (int a = 0; a < 4; a++) {
+        oj_tensor *w = oj_ones(case_eng, 2, (int64_t[]){4, 4}, OJ_F32);
+        oj_set_requires_grad(w, true);
+        const char *names[1] = {"w"};
+        oj_tensor *ts[1] = {w};
+        oj_named_tensors nt = {1, names, ts};
+        oj_optim *o = oj_optim_create(case_eng);
+        oj_optim_hparams hp = a == 0   ? oj_sgd_hparams(0.1)
+                              : a == 1 ? oj_adam_hparams(0.1)
+                              : a == 2 ? oj_adamw_hparams(0.1, 0.1)
+                                       : oj_muon_hparams(0.02);
+        assert_int_equal(oj_optim_add_group(o, &hp, &nt), 0);
+        for (int k = 0; k < 2; k++) {
+            oj_scope_begin(case_eng);
+            oj_tensor *c = oj_full(case_eng, 2, (int64_t[]){4, 4}, OJ_F32, k ? INFINITY : NAN);
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(w, c)), false), OJ_OK);
+            oj_scope_end(case_eng);
+            oj_optim_step_info info;
+            assert_int_equal(oj_optim_step(o, &info), OJ_ERR_NUMERIC);
+            assert_true(info.skipped);
+            assert_int_equal(oj_last_status(case_eng), OJ_OK);
+            assert_true(oj_item_at(w, 0) == 1.0);
+            oj_optim_zero_grad(o);
+        }
+        assert_int_equal(oj_optim_skipped_steps(o), 2);
+        assert_int_equal(oj_optim_steps(o), 0);
+        oj_optim_free(o);
+        oj_release(w);
+    }
+    assert_int_equal(oj_engine_live_tensors(case_eng), 0);
+}
+
+/* A parameter made bigger by oj_set_data after its optimizer was made:
+ * AdamW's step is OJ_ERR_STATE naming both shapes, nothing written (the
+ * moment buffers are not overrun). */
+static void test_optim_after_set_data_bigger(void **state) {
+    (void)state;
+    int64_t n = 4, big = 1000;
+    oj_tensor *p = oj_set_requires_grad(oj_full(case_eng, 1, &n, OJ_F32, 1.0), true);
+    oj_optim *o = optim_of(p, oj_adamw_hparams(0.1, 0.1));
+    oj_tensor *src = oj_full(case_eng, 1, &big, OJ_F32, 2.0);
+    assert_int_equal(oj_set_data(p, src), OJ_OK);
+    grad_of_square(p);
+    assert_int_equal(oj_optim_step(o, NULL), OJ_ERR_STATE);
+    ET_EXPECT_ERR_HAS(OJ_ERR_STATE, "parameter 'w' is now f32 [1000] but its optimizer state is f32 [4]");
+    for (int64_t i = 0; i < big; i += 333) assert_true(oj_item_at(p, i) == 2.0);
+    assert_int_equal(oj_optim_steps(o), 0);
+    oj_optim_free(o);
+    oj_release(src);
+    oj_release(p);
+}
+
+/* A parameter whose data became a view expanded from one element: SGD
+ * with momentum refuses it as no longer contiguous (OJ_ERR_INVALID_ARGUMENT),
+ * nothing written through the view. */
+static void test_optim_after_set_data_expanded(void **state) {
+    (void)state;
+    int64_t s2[2] = {2, 3}, one = 1;
+    oj_tensor *p = oj_set_requires_grad(oj_full(case_eng, 2, s2, OJ_F32, 1.0), true);
+    oj_optim_hparams hp = oj_sgd_hparams(0.1);
+    hp.momentum = 0.9;
+    oj_optim *o = optim_of(p, hp);
+    oj_tensor *v = oj_full(case_eng, 1, &one, OJ_F32, 5.0);
+    oj_tensor *ex = oj_expand(v, 2, s2);
+    assert_int_equal(oj_set_data(p, ex), OJ_OK); /* allowed, as param.data = x.expand(..) */
+    grad_of_square(p);
+    assert_int_equal(oj_optim_step(o, NULL), OJ_ERR_INVALID_ARGUMENT);
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "parameter 'w' [2, 3] is no longer contiguous");
+    assert_true(oj_item(v) == 5.0);
+    oj_optim_free(o);
+    oj_release(ex);
+    oj_release(v);
+    oj_release(p);
+}
+
+/* A model converted by oj_gpt_to_dtype after its optimizer was made: f64
+ * is OJ_ERR_STATE naming the dtypes, bf16 OJ_ERR_DTYPE naming the
+ * replaced data; no weight changes. An optimizer made after the conversion
+ * works (f64) or refuses at once (bf16). */
+static void test_optim_after_params_to_dtype(void **state) {
+    (void)state;
+    const oj_dtype dts[2] = {OJ_F64, OJ_BF16};
+    const oj_status want[2] = {OJ_ERR_STATE, OJ_ERR_DTYPE};
+    const char *frag[2] = {"is now f64 [50, 64] but its optimizer state is f32 [50, 64]",
+                           "is now bf16 (its data was replaced after it was added)"};
+    for (int k = 0; k < 2; k++) {
+        oj_gpt *m = gt_tiny_model(case_eng, "nanolab-tiny", 0);
+        oj_named_tensors sd = oj_gpt_state_dict(m);
+        oj_optim *o = oj_optim_create(case_eng);
+        oj_optim_hparams hp = oj_adamw_hparams(1e-3, 0.1);
+        assert_int_equal(oj_optim_add_group(o, &hp, &sd), 0);
+        assert_int_equal(oj_gpt_to_dtype(m, dts[k]), OJ_OK);
+        double before = gt_checksum(m);
+        oj_scope_begin(case_eng);
+        oj_tensor *idx = gt_ids(case_eng, 2, 8);
+        assert_int_equal(oj_backward(oj_gpt_loss(m, idx, idx), false), OJ_OK);
+        oj_scope_end(case_eng);
+        assert_int_equal(oj_optim_step(o, NULL), want[k]);
+        ET_EXPECT_ERR_HAS(want[k], frag[k]);
+        assert_true(gt_checksum(m) == before);
+        oj_optim_free(o);
+        /* an optimizer made after the conversion works (f64) or refuses
+         * at once (bf16, as before) */
+        o = oj_optim_create(case_eng);
+        if (dts[k] == OJ_F64) {
+            assert_int_equal(oj_optim_add_group(o, &hp, &sd), 0);
+            assert_int_equal(oj_optim_step(o, NULL), OJ_OK);
+            assert_true(gt_checksum(m) != before);
+        } else {
+            assert_int_equal(oj_optim_add_group(o, &hp, &sd), -1);
+            ET_EXPECT_ERR_HAS(OJ_ERR_DTYPE, "is bf16; f32 or f64 expected");
+        }
+        oj_optim_free(o);
+        oj_gpt_free(m);
+    }
+    assert_int_equal(oj_engine_live_tensors(case_eng), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_reference),
@@ -868,6 +1038,11 @@ int main(void) {
         cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_muon_split_and_groups),
         cmocka_unit_test(test_state_dict_round_trip),
+        cmocka_unit_test_setup_teardown(test_newton_schulz_nan_input, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_non_finite_grad_skips_every_algo, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_optim_after_set_data_bigger, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_optim_after_set_data_expanded, et_engine_in, et_engine_out),
+        cmocka_unit_test_setup_teardown(test_optim_after_params_to_dtype, et_engine_in, et_engine_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
+#include "nn_testutil.h"
 
 static oj_engine *eng_new(void) {
     oj_engine *eng = NULL;
@@ -865,6 +866,53 @@ static void test_zero_size_grads(void **state) {
     eng_done(eng);
 }
 
+/* ---- split's backward view fed by cat's backward; one_hot inferring the
+ * class count from an INT64_MAX index */
+
+/* the split's backward view when the pieces' gradients come side by side
+ * from a cat's backward (not attention): values, and no aliasing between
+ * the leaf's gradient and another leaf's that shared the seed */
+static void test_split_cat_view(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t xs[2] = {3, 6};
+    for (int order = 0; order < 2; order++) {
+        oj_tensor *x = nt_leaf(eng, 2, xs, -1, 1), *a = nt_leaf(eng, 2, xs, -1, 1);
+        oj_tensor *p[3] = {NULL, NULL, NULL};
+        assert_int_equal(oj_split(x, 2, 1, 3, p), 3);
+        oj_tensor *q[3] = {order ? p[2] : p[0], p[1], order ? p[0] : p[2]};
+        oj_tensor *z = oj_add(oj_cat(3, q, 1), a);
+        oj_tensor *l = oj_add(oj_sum_all(z), oj_sum_all(oj_mul(x, x)));
+        assert_int_equal(oj_backward(l, false), OJ_OK);
+        /* d/dx = 1 + 2 x, d/da = 1 */
+        oj_tensor *want = oj_add_scalar(oj_mul_scalar(x, 2.0), 1.0);
+        nt_close_tensors("split/cat dx", oj_grad(x), want, 1e-14, 1e-14);
+        assert_int_equal(oj_mul_scalar_(oj_grad(a), 5.0), OJ_OK);
+        nt_close_tensors("dx unchanged by a.grad", oj_grad(x), want, 1e-14, 1e-14);
+        nt_close_tensors("da", oj_grad(a), oj_full(eng, 2, xs, OJ_F64, 5.0), 0, 0);
+        for (int j = 0; j < 3; j++)
+            oj_release(p[j]);
+    }
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* one_hot with num_classes -1 and an index of INT64_MAX: OJ_ERR_OUT_OF_RANGE
+ * (the class count max + 1 would overflow) */
+static void test_one_hot_infer_int64_max(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    int64_t v[2] = {INT64_MAX, 0};
+    oj_tensor *idx = oj_from_host(eng, 1, (int64_t[]){2}, OJ_I64, v, sizeof v);
+    assert_non_null(idx);
+    assert_null(oj_one_hot(idx, -1));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_OUT_OF_RANGE);
+    oj_clear_error(eng);
+    oj_release(idx);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cat),          cmocka_unit_test(test_stack),
@@ -874,6 +922,8 @@ int main(void) {
         cmocka_unit_test(test_index_select_add), cmocka_unit_test(test_masked_tri),
         cmocka_unit_test(test_one_hot),      cmocka_unit_test(test_repeat),
         cmocka_unit_test(test_zero_size_grads),
+        cmocka_unit_test(test_split_cat_view),
+        cmocka_unit_test(test_one_hot_infer_int64_max),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

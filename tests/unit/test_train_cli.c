@@ -156,11 +156,35 @@ static void test_sigint_checkpoints(void **state) {
     assert_int_equal(step, n_train);
 }
 
+/* ---- --set with a non-finite value */
+
+/* `--set KEY=VALUE` with a NaN or infinite value: exit 2 and one line
+ * ("cannot parse value"); the library call names the key and keeps the
+ * old value. */
+static void test_train_set_non_finite(void **state) {
+    (void)state;
+    const char *vals[] = {"lr=nan", "lr=inf", "grad_clip=-inf", "min_lr=NaN"};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        char args[256], *err;
+        snprintf(args, sizeof args, "train --config c.json --out run --set %s", vals[i]);
+        assert_int_equal(ojas(args, NULL, &err), 2);
+        ct_assert_one_line(err, "cannot parse value");
+        free(err);
+    }
+    /* the library call itself names the key */
+    oj_train_config c = oj_train_config_default();
+    oj_error e = {0};
+    assert_int_equal(oj_train_config_set(&c, "lr=nan", &e), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "'lr'"));
+    assert_true(c.lr == oj_train_config_default().lr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_and_errors),
         cmocka_unit_test(test_run_and_resume),
         cmocka_unit_test(test_sigint_checkpoints),
+        cmocka_unit_test(test_train_set_non_finite),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

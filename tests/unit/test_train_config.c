@@ -244,7 +244,8 @@ static void test_runs(void **state) {
     snprintf(p, sizeof p, "%s/ckpt-000001/manifest.json", out);
     assert_int_equal(access(p, R_OK), 0);
 
-    /* missing data is one clear error */
+    /* missing data is one clear error (a fresh out dir: "timed" holds a run) */
+    snprintf(out, sizeof out, "%s/nodata_run", dir);
     c.time_limit_seconds = 0;
     snprintf(c.data_dir, sizeof c.data_dir, "%s/nodata", dir);
     memset(&err, 0, sizeof err);
@@ -355,12 +356,51 @@ static void test_cuda_never_falls_back(void **state) {
     tt_rmdir(dir);
 }
 
+/* ---- the `dtype` key */
+
+/* --------------------------------------------------------------- trainer */
+
+/* The `dtype` key: "bf16" and "f16" parse, anything else is refused naming
+ * the key and the choices; an out-of-range enum set from C is refused by
+ * oj_train_config_check instead of running as f16. */
+static void test_train_dtype_key(void **state) {
+    (void)state;
+    oj_train_config c = oj_train_config_default();
+    assert_int_equal(c.dtype, OJ_TRAIN_F32);
+    oj_error err = {0};
+    assert_int_equal(oj_train_config_set(&c, "dtype=bf16", &err), OJ_OK);
+    assert_int_equal(c.dtype, OJ_TRAIN_BF16);
+    assert_int_equal(oj_train_config_set(&c, "dtype=f16", &err), OJ_OK);
+    assert_int_equal(c.dtype, OJ_TRAIN_F16);
+    const char *bad[] = {"dtype=BF16", "dtype=f64", "dtype=", "dtype=bf16 ", "dtype=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        oj_error e2 = {0};
+        assert_int_not_equal(oj_train_config_set(&c, bad[i], &e2), OJ_OK);
+        if (!strstr(e2.message, "dtype") || !strstr(e2.message, "bf16"))
+            fail_msg("%s: %s", bad[i], e2.message);
+        assert_int_equal(c.dtype, OJ_TRAIN_F16); /* unchanged */
+    }
+    assert_int_equal(oj_train_config_apply_json(&c, "{\"dtype\": 1}", &err) != OJ_OK, true);
+    char dir[256];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    oj_train_config t = tt_config(dir);
+    t.dtype = (oj_train_dtype)7;
+    oj_error e3 = {0};
+    assert_int_equal(oj_train_config_check(&t, &e3), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e3.message, "dtype"));
+    t.dtype = (oj_train_dtype)-1;
+    oj_error e4 = {0};
+    assert_int_equal(oj_train_config_check(&t, &e4), OJ_ERR_INVALID_ARGUMENT);
+    tt_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_round_trip), cmocka_unit_test(test_set_values),
         cmocka_unit_test(test_json),                cmocka_unit_test(test_check_and_model),
         cmocka_unit_test(test_runs),                cmocka_unit_test(test_bits_per_byte),
         cmocka_unit_test(test_cuda_never_falls_back),
+        cmocka_unit_test(test_train_dtype_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

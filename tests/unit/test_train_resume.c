@@ -141,11 +141,64 @@ static void test_resume_bf16_gpt2(void **state) {
     resume_case("gpt2-tiny", true);
 }
 
+/* ---- the dtype kept in the checkpoint */
+
+/* A bf16 run (dtype=bf16) stopped and resumed: the checkpoint keeps the
+ * dtype (oj_train_config_from_checkpoint gives bf16, what `ojas train
+ * --resume` uses), and the resumed run is bit-identical to the run that
+ * never stopped under EXACT numerics (losses, val losses, model and
+ * optimizer files), and differs from the f32 run. */
+static void test_train_bf16_resume(void **state) {
+    (void)state;
+    char dir[256], a[300], b[300], f[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(f, sizeof f, "%s/f", dir);
+    oj_train_config c = tt_config(dir);
+    c.max_steps = N_STEPS;
+    c.eval_every = c.ckpt_every = 2;
+    oj_error err = {0};
+    assert_int_equal(oj_train_config_set(&c, "dtype=bf16", &err), OJ_OK);
+    oj_train_result res;
+    run_log full = {.stop_at = -1}, half = {.stop_at = N_STEPS / 2}, f32 = {.stop_at = -1};
+    run(&c, a, NULL, &full, &res);
+    assert_int_equal(res.step, N_STEPS);
+    run(&c, b, NULL, &half, &res);
+    assert_int_equal(res.stop, OJ_TRAIN_SIGNAL);
+    oj_train_config rc;
+    assert_int_equal(oj_train_config_from_checkpoint(b, &rc, &err), OJ_OK);
+    assert_int_equal(rc.dtype, OJ_TRAIN_BF16);
+    half.stop = 0;
+    half.stop_at = -1;
+    run(&rc, b, b, &half, &res);
+    assert_int_equal(res.step, N_STEPS);
+    for (int s = 1; s <= N_STEPS; s++) {
+        if (memcmp(&full.loss[s], &half.loss[s], sizeof(double)))
+            fail_msg("step %d: loss %.17g vs resumed %.17g", s, full.loss[s], half.loss[s]);
+        if (s % 2 == 0) assert_memory_equal(&full.val[s], &half.val[s], sizeof(double));
+    }
+    char pa[400], pb[400];
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(pa, sizeof pa, "%s/ckpt-%06d/%s", a, N_STEPS, files[i]);
+        snprintf(pb, sizeof pb, "%s/ckpt-%06d/%s", b, N_STEPS, files[i]);
+        assert_same_file(pa, pb);
+    }
+    c.dtype = OJ_TRAIN_F32;
+    run(&c, f, NULL, &f32, &res);
+    assert_true(f32.loss[N_STEPS] != full.loss[N_STEPS]); /* bf16 really ran */
+    assert_true(fabs(f32.loss[N_STEPS] - full.loss[N_STEPS]) < 0.05 * f32.loss[N_STEPS]);
+    tt_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_bit_identical),
         cmocka_unit_test(test_resume_bf16_nanolab),
         cmocka_unit_test(test_resume_bf16_gpt2),
+        cmocka_unit_test(test_train_bf16_resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,6 +97,7 @@ static oj_backend make_cuda_backend() {
     b.sum_squares_multi = oj_cuda_sum_squares_multi;
     b.adam_step_multi = oj_cuda_adam_step_multi;
     b.mul_scalar_multi = oj_cuda_mul_scalar_multi;
+    b.ce_row_align = 64; /* 128 bytes of bf16: the GEMM's and the vector loads' alignment */
     /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
     b.gather = oj_cuda_gather;
     b.scatter_add = oj_cuda_scatter_add;

@@ -79,16 +79,19 @@ __global__ void k_softmax_backward(sm_args a) {
         int64_t o = l / a.inner, i = l - o * a.inner;
         int64_t base = o * a.n * a.inner + i;
         double s = 0.0;
+        int nz = 0;
         for (int64_t k = threadIdx.x; k < a.n; k += blockDim.x) {
             double g = oj_cu_ld(a.dy + (base + k * a.inner) * a.ges, a.gdt);
+            nz |= g != 0.0;
             s += a.log ? g : g * oj_cu_ld(a.y + (base + k * a.inner) * a.yes, a.ydt);
         }
         s = oj_cu_block_sum(s, sh);
+        nz = __syncthreads_or(nz); /* an all-zero upstream row gives exactly 0 */
         for (int64_t k = threadIdx.x; k < a.n; k += blockDim.x) {
             double g = oj_cu_ld(a.dy + (base + k * a.inner) * a.ges, a.gdt);
             double y = oj_cu_ld(a.y + (base + k * a.inner) * a.yes, a.ydt);
             oj_cu_st(a.out + (base + k * a.inner) * a.oes, a.odt,
-                     a.log ? g - exp(y) * s : y * (g - s));
+                     !nz ? 0.0 : a.log ? g - exp(y) * s : y * (g - s));
         }
     }
 }
@@ -221,15 +224,19 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR)
     for (int64_t r = r0; r < rows; r += rstep) {
         const T *yr = y + r * n, *gr = dy + r * n;
         float s = 0.0f;
+        int nz = 0;
         for (int64_t c = tid; c < n; c += TPR) {
             float g = oj_cu_tof(gr[c]);
+            nz |= g != 0.0f;
             s += log ? g : g * oj_cu_tof(yr[c]);
         }
         s = oj_cu_row_sumf<TPR>(s, sh);
+        /* an all-zero upstream row gives exactly 0 (even where y is NaN) */
+        nz = TPR == 32 ? __any_sync(0xffffffffu, nz) : __syncthreads_or(nz);
         T *dr = dx + r * n;
         for (int64_t c = tid; c < n; c += TPR) {
             float g = oj_cu_tof(gr[c]), yv = oj_cu_tof(yr[c]);
-            dr[c] = oj_cu_fromf<T>(log ? g - expf(yv) * s : yv * (g - s));
+            dr[c] = oj_cu_fromf<T>(!nz ? 0.0f : log ? g - expf(yv) * s : yv * (g - s));
         }
     }
 }
@@ -325,6 +332,7 @@ struct ce_args {
     char *loss, *lse, *dx;
     int xdt, tdt, sdt, gdt, ddt, xes, tes, ses, ges, des;
     int64_t N, V, gstride;
+    int64_t ld, dld; /* row strides (elements) of x and dx, >= V: padded rows (ce_row_stride) */
     long long ignore;
     double eps, scale;
     unsigned long long *flags; /* [0] first bad row, [1] rows counted */
@@ -343,7 +351,7 @@ __device__ static __forceinline__ long long target_of(const ce_args &a, int64_t 
 __global__ void k_cross_entropy_forward(ce_args a) {
     __shared__ double sh[32];
     for (int64_t n = blockIdx.x; n < a.N; n += gridDim.x) {
-        const char *row = a.x + n * a.V * a.xes;
+        const char *row = a.x + n * a.ld * a.xes;
         double m = -INFINITY;
         for (int64_t k = threadIdx.x; k < a.V; k += blockDim.x) {
             double v = oj_cu_ld(row + k * a.xes, a.xdt);
@@ -381,8 +389,8 @@ __global__ void k_cross_entropy_backward(ce_args a) {
     for (int64_t n = blockIdx.x; n < a.N; n += gridDim.x) {
         bool counted, bad;
         long long t = target_of(a, n, &counted, &bad);
-        const char *row = a.x + n * a.V * a.xes;
-        char *drow = a.dx + n * a.V * a.des;
+        const char *row = a.x + n * a.ld * a.xes;
+        char *drow = a.dx + n * a.dld * a.des;
         if (!counted || bad) {
             for (int64_t k = threadIdx.x; k < a.V; k += blockDim.x) oj_cu_st(drow + k * a.des, a.ddt, 0.0);
             continue;
@@ -471,7 +479,7 @@ template <typename T, bool VEC> struct ce_unroll {
  * kernel reads it back from there: the row comes from DRAM once). */
 template <typename T, int TPR, bool VEC>
 __device__ static __forceinline__ void ce_row_stats(const typename ce_pack<T, VEC>::P *row,
-                                                    int64_t np, int tid,
+                                                    int64_t np, int64_t V, int tid,
                                                     typename ce_pack<T, VEC>::P *stage, float *pm,
                                                     float *ps, float *ax) {
     typedef typename ce_pack<T, VEC>::P P;
@@ -516,6 +524,23 @@ __device__ static __forceinline__ void ce_row_stats(const typename ce_pack<T, VE
                     s = __fadd_rn(s, sizeof(T) == 2 ? __expf(v[k] - m) : expf(v[k] - m));
         }
     }
+    if (tid == 0 && np * W < V) { /* the tail past the last whole pack (< W elements) */
+        const T *e = (const T *)row;
+        float mc = -INFINITY;
+        for (int64_t k = np * W; k < V; k++) {
+            float v = oj_cu_hw_tof(e[k]);
+            mc = fmaxf(mc, v);
+            if (ax) sx += v;
+        }
+        if (mc > m) {
+            s = __fmul_rn(s, expf(m - mc));
+            m = mc;
+        }
+        for (int64_t k = np * W; k < V; k++) {
+            float v = oj_cu_hw_tof(e[k]);
+            if (v != -INFINITY) s = __fadd_rn(s, sizeof(T) == 2 ? __expf(v - m) : expf(v - m));
+        }
+    }
     *pm = m;
     *ps = s;
     if (ax) *ax = sx;
@@ -549,9 +574,9 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_ce_fwd_fast(ce_args a
     SM_GEOM();
     const int64_t np = a.V / W;
     for (int64_t n = r0; n < a.N; n += rstep) {
-        const T *row = (const T *)a.x + n * a.V;
+        const T *row = (const T *)a.x + n * a.ld;
         float m, s, sx = 0.0f;
-        ce_row_stats<T, TPR, VEC>((const P *)row, np, tid, NULL, &m, &s,
+        ce_row_stats<T, TPR, VEC>((const P *)row, np, a.V, tid, NULL, &m, &s,
                                   a.eps != 0.0 ? &sx : NULL);
         row_ms_reduce<TPR>(m, s, shm, shs);
         if (a.eps != 0.0) sx = oj_cu_row_sumf<TPR>(sx, shm);
@@ -580,8 +605,8 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_ce_bwd_fast(ce_args a
     for (int64_t n = r0; n < a.N; n += rstep) {
         bool counted, bad;
         long long t = target_of(a, n, &counted, &bad);
-        const T *row = (const T *)a.x + n * a.V;
-        T *drow = (T *)a.dx + n * a.V;
+        const T *row = (const T *)a.x + n * a.ld;
+        T *drow = (T *)a.dx + n * a.dld;
         if (!counted || bad) {
             for (int64_t k = tid; k < a.V; k += TPR) drow[k] = oj_cu_fromf<T>(0.0f);
             continue;
@@ -634,9 +659,10 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, TPR == 32 ? 8 : 2)
     P *st = stage ? (P *)ce_smem : NULL;
     const int64_t np = a.V / W;
     for (int64_t n = r0; n < a.N; n += rstep) {
-        const T *row = (const T *)a.x + n * a.V;
+        const T *row = (const T *)a.x + n * a.ld;
         float m, s, sx = 0.0f;
-        ce_row_stats<T, TPR, VEC>((const P *)row, np, tid, st, &m, &s, a.eps != 0.0 ? &sx : NULL);
+        ce_row_stats<T, TPR, VEC>((const P *)row, np, a.V, tid, st, &m, &s,
+                                  a.eps != 0.0 ? &sx : NULL);
         bool counted, bad;
         long long t = target_of(a, n, &counted, &bad);
         /* the target's logit, read before any thread of the row writes */
@@ -660,7 +686,7 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, TPR == 32 ? 8 : 2)
             ((float *)a.lse)[n] = (float)l;
             ((float *)a.loss)[n] = (float)li;
         }
-        T *drow = (T *)a.dx + n * a.V;
+        T *drow = (T *)a.dx + n * a.dld;
         if (!counted || bad) {
             float z[W];
 #pragma unroll
@@ -671,6 +697,8 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, TPR == 32 ? 8 : 2)
                 else
                     drow[p] = oj_cu_fromf<T>(0.0f);
             }
+            if (tid == 0)
+                for (int64_t k = np * W; k < a.V; k++) drow[k] = oj_cu_fromf<T>(0.0f);
             continue;
         }
         const float lf = (float)l;
@@ -698,12 +726,15 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, TPR == 32 ? 8 : 2)
                     drow[p] = oj_cu_fromf<T>(v[0]);
             }
         }
+        if (tid == 0) /* the tail past the last whole pack, read by this thread in the stats */
+            for (int64_t k = np * W; k < a.V; k++)
+                drow[k] = oj_cu_fromf<T>(ce_grad<T>(oj_cu_hw_tof(row[k]), lf, g, off, gt, k == t));
     }
 }
 
 /* Rows start 16-byte aligned: the vector packs. */
 template <typename T> static bool ce_vec_ok(const ce_args &a) {
-    return oj_cu_aligned16(a.x) && ((size_t)a.V * sizeof(T)) % 16 == 0;
+    return oj_cu_aligned16(a.x) && ((size_t)a.ld * sizeof(T)) % 16 == 0;
 }
 
 template <typename T> static void ce_fwd_fast_launch(const ce_args &a) {
@@ -784,6 +815,30 @@ static oj_status finish_forward(oj_engine *eng, const char *op, const oj_tensor 
                              (int)targets->dtype, f[0], V, ignore_index);
 }
 
+/* The row stride of a [N, V] logits (or dlogits) tensor whose rows are
+ * contiguous: V when packed, more for padded rows (linear_cross_entropy's
+ * aligned layout, backend field ce_row_align); -1 when the rows are not
+ * contiguous or overlap. */
+static int64_t ce_row_stride(const oj_tensor *x) {
+    int64_t N = x->shape[0], V = x->shape[1];
+    if (V > 1 && x->stride[1] != 1) return -1;
+    if (N <= 1) return V;
+    return x->stride[0] >= V ? x->stride[0] : -1;
+}
+
+/* OJ_ERR_INTERNAL unless logits (and dlogits, may be NULL) have
+ * contiguous rows (any row stride >= V). */
+static oj_status ce_need_rows(oj_engine *eng, const char *op, const oj_tensor *logits,
+                              const oj_tensor *dlogits) {
+    const oj_tensor *t[2] = {logits, dlogits};
+    for (int i = 0; i < 2; i++)
+        if (t[i] && (t[i]->rank != 2 || ce_row_stride(t[i]) < 0))
+            return oj_set_error(eng, OJ_ERR_INTERNAL,
+                                "%s: the cuda kernel expects %s [N, V] with contiguous rows",
+                                op, i ? "dlogits" : "logits");
+    return OJ_OK;
+}
+
 static void ce_fill(ce_args *a, const oj_tensor *x, const oj_tensor *targets) {
     memset(a, 0, sizeof *a);
     a->N = targets->rank ? targets->shape[0] : 1;
@@ -791,6 +846,7 @@ static void ce_fill(ce_args *a, const oj_tensor *x, const oj_tensor *targets) {
     a->x = x ? oj_cuda_ptr(x) : NULL;
     a->xdt = (int)x->dtype;
     a->xes = (int)oj_dtype_size(x->dtype);
+    a->ld = a->dld = a->V;
     a->t = oj_cuda_ptr(targets);
     a->tdt = (int)targets->dtype;
     a->tes = (int)oj_dtype_size(targets->dtype);
@@ -805,6 +861,7 @@ static void ce_fill_grad(ce_args *a, const oj_tensor *dloss, const oj_tensor *dl
     a->ges = (int)oj_dtype_size(dloss->dtype);
     a->gstride = dloss->rank ? dloss->stride[0] : 0;
     a->dx = oj_cuda_ptr(dlogits);
+    a->dld = dlogits->rank == 2 ? ce_row_stride(dlogits) : a->V;
     a->ddt = (int)dlogits->dtype;
     a->des = (int)oj_dtype_size(dlogits->dtype);
     a->ignore = ignore_index;
@@ -818,11 +875,13 @@ oj_status oj_cuda_cross_entropy_forward(oj_engine *eng, oj_tensor *loss, oj_tens
                                         int64_t *n_valid) {
     const char *op = "cross_entropy";
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
-    const oj_tensor *chk[4] = {loss, lse, logits, targets};
-    for (int i = 0; i < 4; i++)
+    const oj_tensor *chk[3] = {loss, lse, targets};
+    for (int i = 0; i < 3; i++)
         if (oj_cuda_need_contig(eng, chk[i], op, "every tensor") != OJ_OK) return oj_last_status(eng);
+    if (ce_need_rows(eng, op, logits, NULL) != OJ_OK) return oj_last_status(eng);
     ce_args a;
     ce_fill(&a, logits, targets);
+    a.ld = ce_row_stride(logits);
     a.N = logits->shape[0];
     if (n_valid) *n_valid = 0;
     if (a.N == 0) return OJ_OK;
@@ -850,11 +909,13 @@ oj_status oj_cuda_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
                                          double label_smoothing) {
     const char *op = "cross_entropy";
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
-    const oj_tensor *chk[4] = {dlogits, logits, targets, lse};
-    for (int i = 0; i < 4; i++)
+    const oj_tensor *chk[2] = {targets, lse};
+    for (int i = 0; i < 2; i++)
         if (oj_cuda_need_contig(eng, chk[i], op, "every tensor") != OJ_OK) return oj_last_status(eng);
+    if (ce_need_rows(eng, op, logits, dlogits) != OJ_OK) return oj_last_status(eng);
     ce_args a;
     ce_fill(&a, logits, targets);
+    a.ld = ce_row_stride(logits);
     a.N = logits->shape[0];
     if (a.N == 0 || a.V == 0) return OJ_OK;
     a.lse_in = oj_cuda_ptr(lse);
@@ -884,11 +945,13 @@ oj_status oj_cuda_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor
     if (lse == NULL)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "cross_entropy: the fused entry needs lse (its gradient reads it)");
-    const oj_tensor *chk[5] = {loss, lse, dlogits, logits, targets};
-    for (int i = 0; i < 5; i++)
+    const oj_tensor *chk[3] = {loss, lse, targets};
+    for (int i = 0; i < 3; i++)
         if (oj_cuda_need_contig(eng, chk[i], op, "every tensor") != OJ_OK) return oj_last_status(eng);
+    if (ce_need_rows(eng, op, logits, dlogits) != OJ_OK) return oj_last_status(eng);
     ce_args a;
     ce_fill(&a, logits, targets);
+    a.ld = ce_row_stride(logits);
     a.N = logits->shape[0];
     if (n_valid) *n_valid = 0;
     if (a.N == 0) return OJ_OK;
@@ -906,7 +969,8 @@ oj_status oj_cuda_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor
         cudaError_t e = cudaSuccess;
         bool fused = true;
         OJ_CU_FLOAT_TYPE(logits->dtype, T,
-                         fused = !ce_vec_ok<T>(a) || oj_cu_aligned16(a.dx);
+                         fused = !ce_vec_ok<T>(a) ||
+                                 (oj_cu_aligned16(a.dx) && ((size_t)a.dld * sizeof(T)) % 16 == 0);
                          if (fused) e = ce_fused_launch<T>(a);
                          else {
                              ce_fwd_fast_launch<T>(a);
