@@ -244,6 +244,10 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
         goto done;
     }
+    if (cfg.family == OJ_GPT2 && glen < sc.max_new_tokens && plen + glen >= cfg.block_size)
+        fprintf(stderr, "ojas: generate: stopped after %lld of %lld new tokens: the model's context "
+                        "of %lld positions is full\n",
+                (long long)glen, (long long)sc.max_new_tokens, (long long)cfg.block_size);
     rc = CLI_OK;
 done:
     free(info.state_json);

@@ -103,7 +103,8 @@ typedef struct oj_train_config {
     bool cuda_graph;         /* replay forward + backward as a CUDA graph, false
                               * (device cuda, grad_accum 1; oj_graph_capture_begin) */
     double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
-    int64_t budget_bytes;    /* engine root budget; 0 = unlimited */
+    int64_t budget_bytes;    /* engine root budget; 0 = what the machine can give, less a
+                              * margin (oj_engine_create); 9e18 = no limit */
     int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row
                                 * skipped as non-finite, naming the first op with a
                                 * non-finite output (detect_anomaly); 10; 0 = never */
@@ -250,33 +251,42 @@ oj_status oj_train_plot(const char *out_dir, oj_error *err);
 
 /* ---------------------------------------------------------------- benchmark */
 
-/* What oj_bench_train_step measured. */
+/* What oj_bench_trainer measured. */
 typedef struct oj_bench_result {
-    double step_ms;         /* median over the timed steps */
+    double step_ms;         /* median over the timed steps of the trainer's step */
     double min_ms, max_ms;
-    double tokens_per_s;    /* B * T / median step */
+    double tokens_per_s;    /* tokens per step / median step */
     double flops_per_token; /* oj_gpt_flops_per_token: 6 N + 12 L C T */
     double achieved_flops;  /* flops_per_token * tokens_per_s, FLOP/s */
-    double loss;            /* the last step's loss */
+    double loss;            /* the last timed step's loss */
     int64_t peak_bytes;     /* peak of the engine's root budget (pooled free blocks included) */
     int64_t peak_allocated_bytes; /* oj_engine_max_memory_allocated (live storage only) */
     int64_t params;
+    double kernel_ms;       /* median of the same device work back to back (NaN: not measured) */
+    double overhead_ms;     /* step_ms - kernel_ms: the trainer's cost beyond its device work */
 } oj_bench_result;
 
-/* Time full training steps (forward, backward, clip 1.0, optimizer) of a
- * model built from `mc` on eng's device: B x T random tokens kept on the
- * device; AdamW (lr 6e-4, wd 0.1) on every parameter for gpt2, Muon on
- * hidden matrices + AdamW for nanolab. `warmup` untimed steps, then
- * `steps` timed ones (each ends by reading the loss, which waits for the
- * device). The method of PyTorch's anchor benchmark, so the figures are
- * comparable. cuda_graph (CUDA engines): after the first (eager) step the
- * forward and backward are captured once as a CUDA graph and replayed by
- * every later step (the optimizer runs eagerly after it; see
- * oj_graph_capture_begin); OJ_ERR_UNSUPPORTED on a CPU engine. Errors:
- * those of model creation and the step, recorded on eng;
- * OJ_ERR_INVALID_ARGUMENT for B, T, steps < 1 or warmup < 0. */
-oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B, int64_t T,
-                              int warmup, int steps, bool cuda_graph, oj_bench_result *out);
+/* Time the trainer's own step: an oj_trainer built from *cfg runs `warmup`
+ * untimed then `steps` timed steps exactly as oj_trainer_run takes them
+ * (what `ojas train` runs: the loader and its host-to-device copies, the
+ * forward and backward or their CUDA graph, clipping, the schedule, the
+ * optimizer step with its non-finite check, the loss read-back, the
+ * metrics.jsonl record and the log), each timed from its start to the
+ * next's. cfg->data_dir "" trains on a generated shard of pseudo-random
+ * tokens below the model's vocabulary (a batch per step); otherwise on
+ * the train_*.bin shards there. max_steps becomes warmup + steps; evals
+ * and checkpoints do not run. The run directory (and the generated shard)
+ * live in a temporary directory removed on return. Give cfg->peak_flops,
+ * or the trainer measures the peak before the first step. With `kernel`,
+ * kernel_ms then times the same device work back to back on one resident
+ * batch (forward + backward, clip, the optimizer step with its check, the
+ * loss read-back; no loader, schedule or metrics), and overhead_ms =
+ * step_ms - kernel_ms, the trainer's cost around it. Errors: those of
+ * oj_trainer_create and the steps (in err); OJ_ERR_INVALID_ARGUMENT for
+ * steps < 1 or warmup < 0; OJ_ERR_IO when no temporary directory can be
+ * made. */
+oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bool kernel,
+                           oj_bench_result *out, oj_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* File-system steps shared by io, data and train: full writes, fsync of
  * files and directories, temporary siblings, atomic replacement, mkdir -p,
- * whole-file reads, tree removal (declared in core/fs.h). */
+ * opening regular files (and nothing else) for reading, whole-file reads,
+ * tree removal (declared in core/fs.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -178,22 +179,52 @@ oj_status oj__atomic_write(const char *path, const void *data, size_t len, oj_er
     return oj__atomic_commit(&af, err);
 }
 
-oj_status oj__open_regular(const char *path, int *fd, size_t *size, oj_error *err) {
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0) return oj_error_set(err, OJ_ERR_IO, "open %s: %s", path, strerror(errno));
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO (named pipe)"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "something else";
+}
+
+oj_status oj__open_regular(const char *path, const char *what, int *fd, size_t *size,
+                           oj_error *err) {
+    const char *w = what ? what : "", *sp = what ? " " : "";
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer */
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (*fd < 0)
+        return oj_error_set(err, OJ_ERR_IO, "cannot open %s%s%s: %s", w, sp, path,
+                            strerror(errno));
     struct stat sb;
     oj_status st = OJ_OK;
+    int fl;
     if (fstat(*fd, &sb) != 0)
-        st = oj_error_set(err, OJ_ERR_IO, "stat %s: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) /* a device or FIFO may never end */
-        st = oj_error_set(err, OJ_ERR_IO, "%s is not a regular file", path);
+        st = oj_error_set(err, OJ_ERR_IO, "cannot stat %s%s%s: %s", w, sp, path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) /* a FIFO could block, a device may never end */
+        st = oj_error_set(err, OJ_ERR_IO, "%s%s%s is %s, not a regular file", w, sp, path,
+                          file_kind(sb.st_mode));
+    else if ((fl = fcntl(*fd, F_GETFL)) < 0 || fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        st = oj_error_set(err, OJ_ERR_IO, "cannot open %s%s%s: %s", w, sp, path, strerror(errno));
     if (st) {
         close(*fd);
         *fd = -1;
         return st;
     }
-    *size = (size_t)sb.st_size;
+    if (size) *size = (size_t)sb.st_size;
     return OJ_OK;
+}
+
+FILE *oj__fopen_regular(const char *path, const char *what, oj_error *err) {
+    int fd;
+    if (oj__open_regular(path, what, &fd, NULL, err)) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        oj_error_set(err, OJ_ERR_IO, "cannot open %s%s%s: %s", what ? what : "", what ? " " : "",
+                     path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }
 
 oj_status oj__read_file(const char *path, size_t max, uint8_t **buf, size_t *len, oj_error *err) {
@@ -201,7 +232,7 @@ oj_status oj__read_file(const char *path, size_t max, uint8_t **buf, size_t *len
     *len = 0;
     int fd;
     size_t cap;
-    oj_status st = oj__open_regular(path, &fd, &cap, err);
+    oj_status st = oj__open_regular(path, NULL, &fd, &cap, err);
     if (st) return st;
     if (cap > max) {
         close(fd);

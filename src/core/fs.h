@@ -1,8 +1,9 @@
 /* File-system steps shared by io, data and train (internal, not installed):
  * full writes, fsync of files and directories, temporary siblings, atomic
- * replacement of a file, mkdir -p, whole-file reads, tree removal. Every
- * function reports through an oj_error (may be NULL) and names the path and
- * the system's reason (strerror) on failure. */
+ * replacement of a file, mkdir -p, opening regular files for reading,
+ * whole-file reads, tree removal. Every function reports through an
+ * oj_error (may be NULL) and names the path and the system's reason
+ * (strerror) on failure. */
 #ifndef OJAS_CORE_FS_H
 #define OJAS_CORE_FS_H
 
@@ -58,11 +59,21 @@ void oj__atomic_abort(oj__atomic_file *af);
 /* Replace `path` with data[0..len) through oj__atomic_open/commit. */
 oj_status oj__atomic_write(const char *path, const void *data, size_t len, oj_error *err);
 
-/* Open path for reading (O_CLOEXEC) and check that it is a regular file (a
- * device or FIFO could be endless); *size gets its size. On success the
- * caller closes *fd; on failure *fd is -1. OJ_ERR_IO ("open <path>: ...",
- * "<path> is not a regular file"). */
-oj_status oj__open_regular(const char *path, int *fd, size_t *size, oj_error *err);
+/* Open `path` for reading when it is a regular file. Anything else is
+ * refused before a read could block or fail obscurely (a FIFO would wait
+ * for a writer, a device may never end, a directory reads as an error): the
+ * open is non-blocking (O_CLOEXEC, O_NOCTTY), fstat decides, then the
+ * descriptor is made blocking again. `what` (may be NULL) names the file's
+ * role in messages ("shard", "corpus file"). On success the caller closes
+ * *fd and *size (when size is not NULL) gets the file's size; on failure
+ * *fd is -1. OJ_ERR_IO naming the path and what it is ("cannot open
+ * <path>: ...", "<path> is a FIFO (named pipe), not a regular file"). Every
+ * file reader of the library opens through this or oj__fopen_regular. */
+oj_status oj__open_regular(const char *path, const char *what, int *fd, size_t *size,
+                           oj_error *err);
+/* oj__open_regular as a FILE* in "rb" mode (the caller fcloses it), or NULL
+ * with OJ_ERR_IO recorded in err. */
+FILE *oj__fopen_regular(const char *path, const char *what, oj_error *err);
 /* Read a whole regular file of at most `max` bytes into a malloc'd buffer
  * (NUL appended, not counted; the caller frees *buf). OJ_ERR_IO, or
  * OJ_ERR_CORRUPT when larger than max. */

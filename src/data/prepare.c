@@ -14,10 +14,10 @@ oj_prepare_config oj_prepare_config_default(void) {
 }
 
 static oj_status slurp(const char *path, char **buf, size_t *len, oj_error *err) {
-    FILE *f = fopen(path, "rb");
+    oj_error e2 = {0};
+    FILE *f = oj__fopen_regular(path, "corpus file", &e2); /* a directory or FIFO: say so */
     if (!f)
-        return oj_error_set(err, OJ_ERR_IO, "data_prepare: cannot open %s: %s", path,
-                            strerror(errno));
+        return oj_error_set(err, OJ_ERR_IO, "data_prepare: %s", e2.message);
     size_t cap = 1 << 20, n = 0;
     char *b = malloc(cap);
     while (b) {

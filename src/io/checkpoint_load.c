@@ -230,7 +230,9 @@ static oj_status candidates(const char *root, int64_t **order, int64_t *m, oj_er
 }
 
 /* Try dirs of order[0..m) under root with load(); the first success wins,
- * CORRUPT / IO refusals are skipped, anything else stops the search. */
+ * CORRUPT / IO refusals are skipped, anything else stops the search. When
+ * every candidate is refused, err says so and gives each one's reason
+ * (newest first, cut to fit) and the status is the newest one's. */
 static oj_status first_good(const char *root, const int64_t *order, int64_t m,
                             const oj_named_tensors *model, const oj_named_tensors *optim,
                             oj_checkpoint_info *info, int *skipped_out, oj_error *refused,
@@ -239,6 +241,8 @@ static oj_status first_good(const char *root, const int64_t *order, int64_t m,
     int skipped = 0;
     oj_status rc = OJ_OK;
     char dir[4096];
+    char why[sizeof first.message] = ""; /* "; ckpt-NNNNNN refused: <reason>" each */
+    size_t wl = 0;
     for (int64_t i = 0; i < m; i++) {
         oj_error e = {0};
         if (oj_checkpoint_path(root, order[i], dir, sizeof dir) != OJ_OK) {
@@ -252,19 +256,18 @@ static oj_status first_good(const char *root, const int64_t *order, int64_t m,
             break;
         }
         if (!first.status) first = e;
+        if (wl < sizeof why)
+            wl += (size_t)snprintf(why + wl, sizeof why - wl, "; ckpt-%06lld refused: %s",
+                                   (long long)order[i], e.message);
         skipped++;
     }
     *skipped_out = skipped;
     if (refused) *refused = first;
     if (rc == OJ_ERR_CORRUPT || rc == OJ_ERR_IO) {
-        /* every candidate was refused: report the newest one's reason */
-        if (err && !err->status) {
-            char prefix[256];
-            snprintf(prefix, sizeof prefix, "checkpoint resume: all %d refused; newest: ", skipped);
-            *err = first;
-            oj__error_prefix(err, prefix);
-        }
-        rc = first.status;
+        /* every candidate was refused: say why each one was */
+        rc = oj_error_set(err, first.status,
+                          "checkpoint resume: no good checkpoint found under %s, all %d refused%s",
+                          root, skipped, why);
     }
     return rc;
 }

@@ -15,7 +15,7 @@ oj_status oj__map_file(const char *path, oj__mapping **out, oj_error *err) {
     *out = NULL;
     int fd;
     size_t size;
-    oj_status st = oj__open_regular(path, &fd, &size, err);
+    oj_status st = oj__open_regular(path, NULL, &fd, &size, err);
     if (st) return st;
     oj__mapping *m = calloc(1, sizeof *m);
     if (!m) {

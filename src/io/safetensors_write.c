@@ -251,6 +251,12 @@ oj_status oj__st_write_fd(int fd, const char *path, int64_t n, const oj_safetens
         rc = oj_error_set(err, OJ_ERR_CAPACITY, "safetensors write %s: out of host memory", path);
         goto done;
     }
+    if (hb.len > OJ__ST_MAX_HEADER) { /* the reader (ours and the reference) would refuse it */
+        rc = oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
+                          "safetensors write %s: header length %zu exceeds the %u-byte limit", path,
+                          hb.len, OJ__ST_MAX_HEADER);
+        goto done;
+    }
     uint8_t len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)hb.len >> (8 * k));
     rc = emit(fd, path, len8, 8, hash, err);

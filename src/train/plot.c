@@ -37,18 +37,18 @@ static oj_status write_script(const char *out_dir, int64_t *n_points, oj_error *
     char mpath[4200], gpath[4200];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out_dir);
     snprintf(gpath, sizeof gpath, "%s/loss.gp", out_dir);
+    oj_error e2 = {0};
+    FILE *in = oj__fopen_regular(mpath, NULL, &e2); /* a FIFO would block */
+    if (!in)
+        return oj_error_set(err, OJ_ERR_IO, "plot: %s", e2.message);
     oj__atomic_file af;
     oj_status st = oj__atomic_open(&af, gpath, err);
-    if (st)
-        return st;
-    FILE *o = af.f;
-    /* two passes over the file: train points, then val points */
-    FILE *in = fopen(mpath, "rb");
-    if (!in) {
-        st = oj_error_set(err, OJ_ERR_IO, "plot: cannot open %s: %s", mpath, strerror(errno));
-        oj__atomic_abort(&af);
+    if (st) {
+        fclose(in);
         return st;
     }
+    FILE *o = af.f;
+    /* two passes over the file: train points, then val points */
     fputs("# Loss curve of an ojas training run, from metrics.jsonl.\n"
           "# Re-render in this directory with: gnuplot loss.gp\n"
           "# or draw it in the terminal with:  gnuplot -e ascii=1 loss.gp\n"

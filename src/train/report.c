@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,9 +27,12 @@ static json_t *num(double d) { return isfinite(d) ? json_real(d) : json_null(); 
  * keep_step when an eval record of that step is kept, else stays. */
 static oj_status keep_prefix(const char *src, const char *dst, int64_t keep_step, int64_t *eval_at,
                              oj_error *err) {
-    FILE *f = fopen(src, "rb");
-    if (!f)
+    struct stat sb;
+    if (stat(src, &sb) != 0 && errno == ENOENT)
         return OJ_OK; /* nothing to keep */
+    FILE *f = oj__fopen_regular(src, NULL, err); /* a FIFO would block */
+    if (!f)
+        return OJ_ERR_IO;
     oj__atomic_file af;
     oj_status st = oj__atomic_open(&af, dst, err);
     if (st) {

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "ojas/io.h"
 #include "train/train_internal.h"
 
@@ -144,6 +145,25 @@ oj_status oj__train_restore_state(oj_trainer *t, const json_t *state, oj_error *
     return OJ_OK;
 }
 
+/* The JSON in file p into *out (the caller json_decrefs it), read through
+ * core/fs.h's reader (a FIFO or a directory is refused, not waited on; at
+ * most 64 MiB, the checkpoint reader's limit for its JSON files).
+ * OJ_ERR_IO / OJ_ERR_CORRUPT naming p, *out NULL. */
+static oj_status read_json(const char *p, json_t **out, oj_error *err) {
+    uint8_t *b = NULL;
+    size_t n = 0;
+    *out = NULL;
+    oj_status st = oj__read_file(p, (size_t)64 << 20, &b, &n, err);
+    if (st)
+        return st;
+    json_error_t je;
+    *out = json_loadb((const char *)b, n, 0, &je);
+    free(b);
+    if (!*out)
+        return oj_error_set(err, OJ_ERR_CORRUPT, "%s: bad JSON: %s", p, je.text);
+    return OJ_OK;
+}
+
 oj_status oj__train_read_state(const char *path, json_t **state, char *dir, size_t dir_len,
                                oj_error *err) {
     char d[4096];
@@ -155,11 +175,13 @@ oj_status oj__train_read_state(const char *path, json_t **state, char *dir, size
         return st;
     char p[4400];
     snprintf(p, sizeof p, "%s/state.json", d);
-    json_error_t je;
-    json_t *root = json_load_file(p, 0, &je);
-    if (!root || !json_is_object(root)) {
+    json_t *root = NULL;
+    st = read_json(p, &root, err);
+    if (st)
+        return st;
+    if (!json_is_object(root)) {
         json_decref(root);
-        return oj_error_set(err, OJ_ERR_CORRUPT, "%s: bad JSON: %s", p, je.text);
+        return oj_error_set(err, OJ_ERR_CORRUPT, "%s: not a JSON object", p);
     }
     if (dir_len)
         snprintf(dir, dir_len, "%s", d);
@@ -267,7 +289,8 @@ oj_status oj__train_branch(oj_trainer *t, oj_error *err) {
     for (int64_t i = 0; !st && i < n; i++) { /* ids only: unreadable ones count as another run's */
         oj_checkpoint_path(t->out_dir, steps[i], p, sizeof p - 16);
         strcat(p, "/state.json");
-        json_t *js = json_load_file(p, 0, NULL);
+        json_t *js = NULL;
+        read_json(p, &js, NULL);
         const char *id = get_id(js, "id"), *parent = get_id(js, "parent");
         snprintf(ids[i], 17, "%s", id ? id : "");
         snprintf(parents[i], 17, "%s", parent ? parent : "");

@@ -51,6 +51,8 @@ struct oj_trainer {
     oj_gpt *model;
     oj_optim *optim;
     oj__step_graph graph; /* cfg.cuda_graph: captured at the first step */
+    int64_t *batch_in, *batch_tg; /* cuda_graph: [B, T] host batch, uploaded into graph.x/y */
+    int profile;            /* OJAS_TRAIN_PROFILE at the run's start (loop.c) */
     oj_loader *train;
     char **train_paths;
     int n_train_paths;
@@ -75,6 +77,14 @@ struct oj_trainer {
     double last_loss, last_val_loss, last_val_bpb;
     char last_ckpt[4096];
 };
+
+/* loop.c: begin a run (its clock, OJAS_TRAIN_PROFILE), then one step as
+ * oj_trainer_run takes it: the optimizer step over grad_accum
+ * micro-batches, its report (metrics.jsonl, on_metrics, the log) and,
+ * after max_skipped_steps non-finite steps in a row, the diagnosis that
+ * stops the run with OJ_ERR_NUMERIC. No eval or checkpoint. */
+void oj__trainer_begin(oj_trainer *t);
+oj_status oj__trainer_step(oj_trainer *t, oj_error *err);
 
 /* Seconds on a monotonic clock. */
 double oj__train_now(void);
@@ -104,6 +114,11 @@ void oj__train_new_id(char buf[17]);
 oj_status oj__train_branch(oj_trainer *t, oj_error *err);
 /* Write a checkpoint of the current step. */
 oj_status oj__train_checkpoint(oj_trainer *t, oj_error *err);
+/* Refuse (OJ_ERR_CAPACITY naming each part) a run whose weights, gradients,
+ * optimizer state and a lower bound of one micro-batch's activations do not
+ * fit the engine's budget; called before anything is allocated
+ * (preflight.c). */
+oj_status oj__train_preflight(oj_trainer *t, oj_error *err);
 /* Load the checkpoint at t->resume into the model and optimizer. */
 oj_status oj__train_resume(oj_trainer *t, oj_error *err);
 

@@ -259,9 +259,10 @@ static oj_status load_val(oj_trainer *t, const oj_tokenizer *tok, oj_error *err)
 }
 
 static oj_status open_train(oj_trainer *t, oj_error *err) {
-    oj_status st = oj_shard_list(t->cfg.data_dir, "train", &t->train_paths, &t->n_train_paths, err);
+    oj_error e1 = {0};
+    oj_status st = oj_shard_list(t->cfg.data_dir, "train", &t->train_paths, &t->n_train_paths, &e1);
     if (st)
-        return st;
+        return oj_error_set(err, st, "data_dir: %s", e1.message);
     oj_loader_config lc = oj_loader_config_default();
     lc.paths = (const char *const *)t->train_paths;
     lc.n_paths = t->n_train_paths;
@@ -379,6 +380,8 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         ec.budget_bytes = cfg->budget_bytes;
         st = oj_engine_create(&ec, &t->eng, err);
     }
+    if (!st) /* the memory the run needs, before anything is allocated or made */
+        st = oj__train_preflight(t, err);
     if (!st && opts->resume) /* the checkpoint, before anything is built from it */
         st = resolve_resume(t, err);
     if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */
@@ -440,6 +443,8 @@ void oj_trainer_free(oj_trainer *t) {
     oj_optim_free(t->optim);
     oj_gpt_free(t->model);
     oj_engine_free(t->eng);
+    free(t->batch_in);
+    free(t->batch_tg);
     free(t->val_in);
     free(t->val_tg);
     free(t);

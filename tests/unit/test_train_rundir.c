@@ -8,7 +8,8 @@
 // one's real cause; a finished run resumed adds no second eval record; a
 // failed metrics.jsonl write stops the run; a schedule change on resume is
 // logged; tokenizer_dir is stored absolute; steps skipped as non-finite
-// stop the run naming the op (detect_anomaly).
+// stop the run naming the op (detect_anomaly); a FIFO in the run directory
+// is refused, not waited on.
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -430,6 +431,45 @@ static void test_non_finite_steps_stop_the_run(void **state) {
                      0);
 }
 
+/* `ojas ARGS` in g_dir, killed after 120 s (SIGKILL: SIGTERM only asks a
+ * run to stop between steps); exit code, 137 when killed. */
+static int ojas_timed(const char *args, char **err) {
+    char cmd[1400], p[600];
+    snprintf(cmd, sizeof cmd, "cd '%s' && timeout -s KILL 120 '%s' %s >timed.out 2>timed.err",
+             g_dir, CT_OJAS, args);
+    int rc = system(cmd);
+    snprintf(p, sizeof p, "%s/timed.err", g_dir);
+    *err = ct_slurp(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Was: a resume waited for ever on a FIFO in the run directory: an older
+ * checkpoint's state.json (read for its lineage ids) or metrics.jsonl (its
+ * records up to the checkpoint kept). Now the state.json reads as
+ * unreadable (the checkpoint counts as another run's) and metrics.jsonl is
+ * refused, named as a FIFO. */
+static void test_fifo_in_run_dir_not_waited_on(void **state) {
+    (void)state;
+    char p[600], *err = NULL;
+    assert_int_equal(ojas(TRAIN "--config c.json --out r15", NULL, NULL), 0); /* ckpts 2 and 4 */
+    snprintf(p, sizeof p, "%s/r15/ckpt-000002/state.json", g_dir);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    int rc = ojas_timed(TRAIN "--resume r15 --out r15 --set max_steps=5", &err);
+    if (rc != 0)
+        fail_msg("resume past a FIFO state.json -> %d: %s", rc, err);
+    free(err);
+    snprintf(p, sizeof p, "%s/r15/metrics.jsonl", g_dir);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    rc = ojas_timed(TRAIN "--resume r15 --out r15 --set max_steps=6", &err);
+    if (rc != 1)
+        fail_msg("resume with a FIFO metrics.jsonl -> %d: %s", rc, err);
+    contains(err, "metrics.jsonl");
+    contains(err, "FIFO");
+    free(err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_run_refuses_a_used_out_dir),
@@ -442,6 +482,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_change_logged),
         cmocka_unit_test(test_tokenizer_dir_stored_absolute),
         cmocka_unit_test(test_non_finite_steps_stop_the_run),
+        cmocka_unit_test(test_fifo_in_run_dir_not_waited_on),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
