@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build ojas with the CUDA backend in build-gpu/ and run the GPU tests
-# (tests/gpu: test_core_cuda, test_gpu_ops, test_gpu_gpt, test_gpu_decode) on a machine with
+# (tests/gpu: test_core_cuda, test_gpu_ops, test_gpu_gpt, test_gpu_decode, test_gpu_train) on a machine with
 # an NVIDIA GPU, then check test_gpu_ops under compute-sanitizer memcheck
 # when the sanitizer is there. Logs go to $OUT when it is set (else
 # build-gpu/logs): gpu_check.log (everything), ctest.log, sync.log (a
@@ -65,7 +65,7 @@ if ! cmake -S . -B build-gpu "${gen[@]}" -DOJAS_CUDA=ON -DOJAS_BENCH=OFF -DOJAS_
 fi
 grep -q "CUDA backend ON" "$LOGS/configure.log" || { fail "configure did not enable the CUDA backend"; }
 t0=$(date +%s)
-if ! cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt test_gpu_decode \
+if ! cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt test_gpu_decode test_gpu_train \
      > "$LOGS/build.log" 2>&1; then
   grep -E "error|Error" "$LOGS/build.log" | head -40
   tail -20 "$LOGS/build.log"
@@ -75,7 +75,7 @@ fi
 note "build: ok in $(( $(date +%s) - t0 )) s"
 
 # ---------------------------------------------------------------- tests
-tests='^test_(core_cuda|gpu_ops|gpu_gpt|gpu_decode)$'
+tests='^test_(core_cuda|gpu_ops|gpu_gpt|gpu_decode|gpu_train)$'
 (cd build-gpu && ctest -R "$tests" --output-on-failure --timeout "$TEST_TIMEOUT") 2>&1 |
   tee "$LOGS/ctest.log"
 ctest_rc=${PIPESTATUS[0]}
@@ -101,7 +101,7 @@ fi
 # so an asynchronous fault is reported by the kernel that caused it.
 if [ "$ctest_rc" -ne 0 ]; then
   : > "$LOGS/sync.log"
-  for t in test_core_cuda test_gpu_ops test_gpu_gpt; do
+  for t in test_core_cuda test_gpu_ops test_gpu_gpt test_gpu_decode test_gpu_train; do
     echo "---- OJAS_CUDA_SYNC=1 $t" >> "$LOGS/sync.log"
     OJAS_CUDA_SYNC=1 timeout "$TEST_TIMEOUT" "build-gpu/bin/$t" >> "$LOGS/sync.log" 2>&1
     echo "---- exit $?" >> "$LOGS/sync.log"
