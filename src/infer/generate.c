@@ -49,9 +49,10 @@ static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int
                                 "generate: prompt %lld token %lld is %d, outside the vocabulary [0, %lld)",
                                 (long long)seq, (long long)i, prompt[i], (long long)V);
     /* nanolab keeps going over a sliding window of the last block_size
-     * positions (a ring KV cache); gpt2 stops at its last position. */
+     * positions (a ring KV cache); gpt2 and llama stop at their last
+     * position (a window would not be their maths). */
     int64_t max_new = cfg->max_new_tokens;
-    if (mc->family == OJ_GPT2 && max_new > cap - n) max_new = cap - n;
+    if (mc->family != OJ_NANOLAB && max_new > cap - n) max_new = cap - n;
     if (max_new < 0) max_new = 0;
     int32_t *hist = malloc((size_t)(n + max_new + 1) * sizeof *hist);
     float *lg = malloc((size_t)V * sizeof *lg);

@@ -9,15 +9,15 @@ typedef struct {
     oj_gpt_config cfg;
 } preset;
 
-#define GPT2(L, H, C) {OJ_GPT2, 50257, 1024, L, H, H, C, 4 * (C), 1e-5, 10000.0, 0.02}
-#define NANO(V, TT, L, H, KV, C, F) {OJ_NANOLAB, V, TT, L, H, KV, C, F, 1e-6, 10000.0, 0.02}
+#define GPT2(L, H, C) {OJ_GPT2, 50257, 1024, L, H, H, C, 4 * (C), 1e-5, 10000.0, 0.02, 0, false, false, false}
+#define NANO(V, TT, L, H, KV, C, F) {OJ_NANOLAB, V, TT, L, H, KV, C, F, 1e-6, 10000.0, 0.02, 0, false, false, false}
 
 static const preset presets[] = {
     {"gpt2-124m", GPT2(12, 12, 768)},
     {"gpt2-355m", GPT2(24, 16, 1024)},
     {"gpt2-774m", GPT2(36, 20, 1280)},
     {"gpt2-1558m", GPT2(48, 25, 1600)},
-    {"gpt2-tiny", {OJ_GPT2, 512, 64, 2, 4, 4, 64, 256, 1e-5, 10000.0, 0.02}},
+    {"gpt2-tiny", {OJ_GPT2, 512, 64, 2, 4, 4, 64, 256, 1e-5, 10000.0, 0.02, 0, false, false, false}},
     {"nanolab-124m", NANO(50304, 1024, 12, 12, 12, 768, 2048)},
     {"nanolab-tiny", NANO(512, 64, 2, 4, 2, 64, 128)},
     {"nanolab-small", NANO(4096, 256, 4, 4, 2, 128, 384)},
@@ -50,12 +50,12 @@ char *oj_gpt_preset_list(char *buf, size_t len) {
 }
 
 const char *oj_gpt_family_name(oj_gpt_family f) {
-    return f == OJ_GPT2 ? "gpt2" : f == OJ_NANOLAB ? "nanolab" : "unknown";
+    return f == OJ_GPT2 ? "gpt2" : f == OJ_NANOLAB ? "nanolab" : f == OJ_LLAMA ? "llama" : "unknown";
 }
 
 oj_status oj_gpt_config_check(const oj_gpt_config *c, oj_error *err) {
     if (c == NULL) return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "gpt config: NULL");
-    if (c->family != OJ_GPT2 && c->family != OJ_NANOLAB)
+    if (c->family != OJ_GPT2 && c->family != OJ_NANOLAB && c->family != OJ_LLAMA)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "gpt config: unknown family %d",
                             (int)c->family);
 #define POS(f)                                                                                  \
@@ -65,7 +65,14 @@ oj_status oj_gpt_config_check(const oj_gpt_config *c, oj_error *err) {
     POS(vocab_size) POS(block_size) POS(n_layer) POS(n_head) POS(n_kv_head) POS(n_embd)
     POS(mlp_hidden)
 #undef POS
-    if (c->n_embd % c->n_head != 0)
+    if (c->family != OJ_LLAMA && (c->head_dim != 0 || c->qkv_bias || c->qk_norm || c->untied_head))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "gpt config: head_dim, qkv_bias, qk_norm and untied_head are the llama "
+                            "family's (0 / false for %s)", oj_gpt_family_name(c->family));
+    if (c->head_dim < 0)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "gpt config: head_dim must be >= 0, got %lld",
+                            (long long)c->head_dim);
+    if (c->head_dim == 0 && c->n_embd % c->n_head != 0)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "gpt config: n_embd %lld is not a multiple of n_head %lld",
                             (long long)c->n_embd, (long long)c->n_head);
@@ -73,10 +80,11 @@ oj_status oj_gpt_config_check(const oj_gpt_config *c, oj_error *err) {
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "gpt config: n_head %lld is not a multiple of n_kv_head %lld",
                             (long long)c->n_head, (long long)c->n_kv_head);
-    if (c->family == OJ_NANOLAB && (c->n_embd / c->n_head) % 2 != 0)
+    const int64_t D = c->head_dim > 0 ? c->head_dim : c->n_embd / c->n_head;
+    if (c->family != OJ_GPT2 && D % 2 != 0)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "gpt config: head dim %lld must be even for rotary embeddings",
-                            (long long)(c->n_embd / c->n_head));
+                            (long long)D);
     if (c->family == OJ_GPT2 && c->n_kv_head != c->n_head)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "gpt config: the gpt2 family has no grouped-query attention "
