@@ -1,4 +1,5 @@
-/* ojas generate: sample text from a checkpoint or a safetensors file. */
+/* ojas generate: sample text from a checkpoint, a Hugging Face model
+ * directory or a safetensors file. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,16 +12,20 @@
 #include "ojas/train.h"
 
 static const char *k_help =
-    "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors -m PRESET)\n"
-    "                     [--vocab DIR] -p TEXT [options]\n"
+    "usage: ojas generate (--checkpoint DIR | -m MODEL_DIR | --weights FILE.safetensors\n"
+    "                     -m PRESET) [--vocab DIR] -p TEXT [options]\n"
     "Sample from a model. Tokens stream to stdout as they are generated.\n"
     "      --checkpoint DIR       a checkpoint directory written by 'ojas train', or its\n"
     "                             run directory (the newest good checkpoint is used);\n"
     "                             its state.json holds the model config\n"
-    "      --weights FILE         a safetensors file, with --model\n"
-    "  -m, --model PRESET         the model preset of --weights\n"
-    "      --vocab DIR            the tokenizer (default: the checkpoint's run's\n"
-    "                             tokenizer_dir, relative to where the run was started)\n"
+    "  -m, --model DIR|PRESET     a Hugging Face model directory (config.json and\n"
+    "                             model.safetensors or its shards: GPT2LMHeadModel,\n"
+    "                             LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
+    "                             Qwen3ForCausalLM), or the preset of --weights\n"
+    "      --weights FILE         a safetensors file of preset --model\n"
+    "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
+    "                             checkpoint's run's tokenizer_dir, relative to where\n"
+    "                             the run was started)\n"
     "  -p, --prompt TEXT          the text to continue (required, not empty)\n"
     "  -n, --max-new-tokens N     tokens to generate (default 200)\n"
     "  -t, --temperature T        0: greedy (default 0.8)\n"
@@ -124,10 +129,18 @@ int cmd_generate(int argc, char **argv) {
     }
     if (optind < argc)
         return cli_unexpected("generate", argv[optind]);
-    if ((ckpt == NULL) == (weights == NULL))
-        return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
+    /* --model names a model directory unless --weights is given (then a preset) */
+    const char *model_dir = weights == NULL ? preset : NULL;
+    if (model_dir) preset = NULL;
+    if ((ckpt != NULL) + (weights != NULL) + (model_dir != NULL) != 1)
+        return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint, --model DIR or "
+                                    "--weights FILE --model PRESET");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
     oj_gpt_config preset_cfg;
+    if (model_dir && access(model_dir, F_OK) != 0)
+        return cli_error(CLI_FAIL, "generate: model directory '%s' does not exist%s", model_dir,
+                         oj_gpt_preset(model_dir, &preset_cfg) ? " (a preset goes with --weights FILE)"
+                                                               : "");
     if (weights && !oj_gpt_preset(preset, &preset_cfg)) {
         char names[512];
         return cli_error(CLI_USAGE, "generate: unknown model preset '%s' (presets: %s)", preset,
@@ -160,6 +173,7 @@ int cmd_generate(int argc, char **argv) {
         if (oj_train_config_from_checkpoint(ckpt, &run_cfg, &ce) == OJ_OK && run_cfg.tokenizer_dir[0])
             vocab = run_cfg.tokenizer_dir;
     }
+    if (vocab == NULL && model_dir) vocab = model_dir; /* its tokenizer files */
     if (vocab == NULL)
         return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
                                     "supplies it only when its run had a tokenizer_dir)");
@@ -171,7 +185,8 @@ int cmd_generate(int argc, char **argv) {
                          vocab == run_cfg.tokenizer_dir
                              ? " (the run's tokenizer_dir, relative to where it was started: "
                                "give --vocab DIR)"
-                             : "");
+                         : vocab == model_dir ? " (the model directory's tokenizer: give --vocab DIR)"
+                                              : "");
     oj_engine *eng = NULL;
     if (oj_engine_create(&ec, &eng, &e) != OJ_OK) {
         oj_tokenizer_free(tok);
@@ -203,6 +218,11 @@ int cmd_generate(int argc, char **argv) {
         bool is_dir = access(manifest, F_OK) == 0;
         if ((is_dir ? oj_checkpoint_load(ckpt, &sd, NULL, &info, &e)
                     : oj_checkpoint_resume(ckpt, &sd, NULL, &info, &e)) != OJ_OK) {
+            cli_error(CLI_FAIL, "generate: %s", e.message);
+            goto done;
+        }
+    } else if (model_dir) {
+        if (oj_gpt_load_dir(eng, model_dir, &m, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }

@@ -61,7 +61,11 @@ static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int
     oj_status st = OJ_OK;
     if (hist == NULL || lg == NULL || gen == NULL)
         st = oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
-    if (st == OJ_OK) st = oj_kv_cache_create(m, 1, cap, &cache);
+    /* a ring of block_size for nanolab; the others never hold more than
+     * the prompt and the new tokens (a model directory's context can be
+     * 128k positions) */
+    const int64_t kv_cap = mc->family == OJ_NANOLAB ? cap : n + (max_new > 0 ? max_new : 1);
+    if (st == OJ_OK) st = oj_kv_cache_create(m, 1, kv_cap, &cache);
     int64_t len = 0;
     if (st == OJ_OK) memcpy(hist, prompt, (size_t)n * sizeof *hist);
     /* Prefill the whole prompt, then one token per step. */
