@@ -267,9 +267,12 @@ oj_status oj__gpt_config_from_hf_json(const char *json, size_t len, const char *
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "hf config: NULL argument");
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    if (root == NULL)
+    if (root == NULL) {
+        for (char *p = je.text; *p; p++) /* jansson quotes the input near the error */
+            if ((unsigned char)*p < 0x20) *p = '?';
         return oj_error_set(err, OJ_ERR_CORRUPT, "%s: bad JSON at line %d column %d: %s", file,
                             je.line, je.column, je.text);
+    }
     oj_error e = {0};
     reader r = {file, root, &e};
     oj_gpt_config c;
