@@ -56,6 +56,17 @@ typedef struct oj_gpt_config {
     bool qkv_bias;      /* biases on q, k, v projections (Qwen2) */
     bool qk_norm;       /* RMSNorm with a weight [D] on q and k per head (Qwen3) */
     bool untied_head;   /* lm_head.weight [V, C] of its own */
+    /* llama family: Llama 3.1's rope_scaling "llama3" when rope_factor > 0
+     * (0: none): each rotary frequency f = theta^(-2i/D) with wavelength
+     * 2 pi / f above rope_original_context / rope_low_freq_factor is
+     * divided by rope_factor, below rope_original_context /
+     * rope_high_freq_factor kept, and in between interpolated:
+     * (1 - s) f / rope_factor + s f, s = (rope_original_context / wavelength
+     * - low) / (high - low) (transformers' _compute_llama3_parameters). */
+    double rope_factor;            /* e.g. 8 (Llama 3.1) or 32 (Llama 3.2) */
+    double rope_low_freq_factor;   /* 1 */
+    double rope_high_freq_factor;  /* 4 */
+    int64_t rope_original_context; /* original_max_position_embeddings, 8192 */
 } oj_gpt_config;
 
 /* Fill *cfg from a preset name: "gpt2-124m", "gpt2-355m", "gpt2-774m",
@@ -128,11 +139,12 @@ oj_status oj_gpt_load_dir(oj_engine *eng, const char *dir, oj_gpt **out, oj_erro
  * Llama family (hidden_size, intermediate_size, num_hidden_layers,
  * num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps,
  * rope_theta, max_position_embeddings, vocab_size, tie_word_embeddings;
- * hidden_act silu) OJ_LLAMA, with qkv_bias for Qwen2 and qk_norm for Qwen3.
+ * hidden_act silu; rope_scaling null, "default" or "llama3") OJ_LLAMA,
+ * with qkv_bias for Qwen2 and qk_norm for Qwen3.
  * block_size is max_position_embeddings (n_positions), or a Mistral's
  * sliding_window when that is smaller (within it attention is full
  * causal). A field that would change the maths and is not implemented
- * (rope_scaling, attention or MLP biases, another activation, a sliding
+ * (other rope scalings, attention or MLP biases, another activation, a sliding
  * window in use on Qwen, GPT-2's attention-scaling variants) is refused
  * with OJ_ERR_INVALID_ARGUMENT naming the file and field; OJ_ERR_IO,
  * OJ_ERR_CORRUPT for an unreadable file. */

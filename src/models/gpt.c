@@ -118,6 +118,8 @@ fail:
 
 void oj_gpt_free(oj_gpt *m) {
     if (m == NULL) return;
+    oj_release(m->rope_cos);
+    oj_release(m->rope_sin);
     oj_params_free(m->params);
     free(m->blocks);
     free(m);

@@ -9,15 +9,17 @@ typedef struct {
     oj_gpt_config cfg;
 } preset;
 
-#define GPT2(L, H, C) {OJ_GPT2, 50257, 1024, L, H, H, C, 4 * (C), 1e-5, 10000.0, 0.02, 0, false, false, false}
-#define NANO(V, TT, L, H, KV, C, F) {OJ_NANOLAB, V, TT, L, H, KV, C, F, 1e-6, 10000.0, 0.02, 0, false, false, false}
+/* the llama family's fields after init_std: none */
+#define NO_LLAMA 0, false, false, false, 0, 0, 0, 0
+#define GPT2(L, H, C) {OJ_GPT2, 50257, 1024, L, H, H, C, 4 * (C), 1e-5, 10000.0, 0.02, NO_LLAMA}
+#define NANO(V, TT, L, H, KV, C, F) {OJ_NANOLAB, V, TT, L, H, KV, C, F, 1e-6, 10000.0, 0.02, NO_LLAMA}
 
 static const preset presets[] = {
     {"gpt2-124m", GPT2(12, 12, 768)},
     {"gpt2-355m", GPT2(24, 16, 1024)},
     {"gpt2-774m", GPT2(36, 20, 1280)},
     {"gpt2-1558m", GPT2(48, 25, 1600)},
-    {"gpt2-tiny", {OJ_GPT2, 512, 64, 2, 4, 4, 64, 256, 1e-5, 10000.0, 0.02, 0, false, false, false}},
+    {"gpt2-tiny", {OJ_GPT2, 512, 64, 2, 4, 4, 64, 256, 1e-5, 10000.0, 0.02, NO_LLAMA}},
     {"nanolab-124m", NANO(50304, 1024, 12, 12, 12, 768, 2048)},
     {"nanolab-tiny", NANO(512, 64, 2, 4, 2, 64, 128)},
     {"nanolab-small", NANO(4096, 256, 4, 4, 2, 128, 384)},
@@ -69,6 +71,16 @@ oj_status oj_gpt_config_check(const oj_gpt_config *c, oj_error *err) {
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "gpt config: head_dim, qkv_bias, qk_norm and untied_head are the llama "
                             "family's (0 / false for %s)", oj_gpt_family_name(c->family));
+    if (c->rope_factor != 0 && c->family != OJ_LLAMA)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "gpt config: rope scaling (rope_factor) is the llama family's");
+    if (c->rope_factor != 0 &&
+        (!(c->rope_factor > 0) || !(c->rope_low_freq_factor > 0) ||
+         !(c->rope_high_freq_factor > c->rope_low_freq_factor) || c->rope_original_context <= 0))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "gpt config: llama3 rope scaling needs rope_factor > 0, 0 < "
+                            "rope_low_freq_factor < rope_high_freq_factor and "
+                            "rope_original_context > 0");
     if (c->head_dim < 0)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "gpt config: head_dim must be >= 0, got %lld",
                             (long long)c->head_dim);

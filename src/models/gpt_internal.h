@@ -33,6 +33,7 @@ struct oj_gpt {
     oj_tensor *wpe;    /* [block_size, C] (gpt2) */
     oj_tensor *ln_f_w, *ln_f_b;
     oj_tensor *head;   /* [V, C]: wte when tied, else the llama lm_head */
+    oj_tensor *rope_cos, *rope_sin; /* f32 [block_size, D] (llama3 rope scaling only) */
     oj_gpt_block *blocks;
 };
 

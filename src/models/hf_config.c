@@ -118,9 +118,22 @@ static bool require_str(reader *r, const char *key, const char *def, const char 
     return false;
 }
 
-/* rope_scaling (null, or rope_type/type "default") and transformers 5's
- * rope_parameters ({rope_type "default", rope_theta}). */
-static bool rope(reader *r, double *theta) {
+/* A number > 0 in the object o (named `what`), required. */
+static bool sub_pos(reader *r, json_t *o, const char *what, const char *key, double *out) {
+    json_t *v = json_object_get(o, key);
+    if (v == NULL || !json_is_number(v) || !(json_number_value(v) > 0) || isinf(json_number_value(v))) {
+        oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT, "%s: %s.%s must be a finite number > 0%s",
+                     r->file, what, key, v ? "" : " (it is missing)");
+        return false;
+    }
+    *out = json_number_value(v);
+    return true;
+}
+
+/* rope_scaling (null, or rope_type/type "default" or "llama3") and
+ * transformers 5's rope_parameters ({rope_type, rope_theta, ...}). */
+static bool rope(reader *r, oj_gpt_config *c) {
+    double *theta = &c->rope_theta;
     if (!get_pos(r, "rope_theta", 10000.0, theta)) return false;
     const char *keys[2] = {"rope_scaling", "rope_parameters"};
     for (int i = 0; i < 2; i++) {
@@ -130,10 +143,25 @@ static bool rope(reader *r, double *theta) {
         json_t *t = json_object_get(v, "rope_type");
         if (t == NULL) t = json_object_get(v, "type");
         const char *ts = json_is_string(t) ? json_string_value(t) : NULL;
-        if (ts == NULL || strcmp(ts, "default") != 0) {
+        if (ts && strcmp(ts, "llama3") == 0) {
+            double ctx = 0;
+            if (!sub_pos(r, v, keys[i], "factor", &c->rope_factor) ||
+                !sub_pos(r, v, keys[i], "low_freq_factor", &c->rope_low_freq_factor) ||
+                !sub_pos(r, v, keys[i], "high_freq_factor", &c->rope_high_freq_factor) ||
+                !sub_pos(r, v, keys[i], "original_max_position_embeddings", &ctx))
+                return false;
+            if (ctx != floor(ctx) || ctx > 1e9 ||
+                !(c->rope_high_freq_factor > c->rope_low_freq_factor)) {
+                oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
+                             "%s: %s needs an integer original_max_position_embeddings and "
+                             "high_freq_factor > low_freq_factor", r->file, keys[i]);
+                return false;
+            }
+            c->rope_original_context = (int64_t)ctx;
+        } else if (ts == NULL || strcmp(ts, "default") != 0) {
             oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
-                         "%s: %s.rope_type '%.64s' is not supported (only plain rotary "
-                         "embeddings: null or \"default\")",
+                         "%s: %s.rope_type '%.64s' is not supported (null, \"default\" or "
+                         "\"llama3\")",
                          r->file, keys[i], ts ? ts : "(missing)");
             return false;
         }
@@ -183,7 +211,7 @@ static oj_status llama_config(reader *r, llama_kind kind, oj_gpt_config *c) {
         !get_int(r, "num_key_value_heads", c->n_head, 1, 4096, &c->n_kv_head) ||
         !get_int(r, "max_position_embeddings", -1, 1, big, &c->block_size) ||
         !get_int(r, "head_dim", kind == QWEN3 ? 128 : c->n_embd / c->n_head, 1, 65536, &c->head_dim) ||
-        !get_pos(r, "rms_norm_eps", 1e-6, &c->norm_eps) || !rope(r, &c->rope_theta) ||
+        !get_pos(r, "rms_norm_eps", 1e-6, &c->norm_eps) || !rope(r, c) ||
         !require_str(r, "hidden_act", "silu", silu) ||
         !get_bool(r, "tie_word_embeddings", false, &tie) ||
         !require_bool(r, "mlp_bias", false, false))

@@ -11,6 +11,7 @@ Per layer, h = RMSNorm(x) * input_layernorm.weight:
     Qwen3: q, k = RMSNorm over D * q_norm.weight, k_norm.weight
     q, k = q cos + rotate_half(q) sin (and k), rotate_half(x) = cat(-x2, x1),
         cos/sin of t * inv_freq repeated twice, inv_freq = 1 / theta^(2i / D)
+        (rope_scaling "llama3": rescaled by wavelength, inv_freq())
     y = softmax(q k^T / sqrt(D) + causal) v      (kv head j serves H / Hkv
         query heads: repeat_kv)
     x = x + merge(y) Wo^T
@@ -35,12 +36,29 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rotary(x, theta):
-    """x [B, n, T, D] at positions 0..T-1 (LlamaRotaryEmbedding, default
-    rope type)."""
+def inv_freq(cfg, D):
+    """The rotary frequencies: 1 / theta^(2i / D), rescaled as transformers'
+    _compute_llama3_parameters for rope_scaling {"rope_type": "llama3"}."""
+    inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    rs = cfg.get("rope_scaling")
+    if not rs:
+        return inv
+    assert rs["rope_type"] == "llama3"
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / lo, old / hi
+    wavelen = 2 * math.pi / inv
+    llama = torch.where(wavelen > low_wavelen, inv / factor, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * llama / factor + smooth * llama
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, llama)
+
+
+def rotary(x, cfg):
+    """x [B, n, T, D] at positions 0..T-1 (LlamaRotaryEmbedding)."""
     T, D = x.shape[-2], x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq(cfg, D))
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
     return x * cos + rotate_half(x) * sin
@@ -102,7 +120,7 @@ def random_params(cfg, gen):
 def _attention(cfg, P, p, h):
     B, T, _ = h.shape
     H, Hkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
-    eps, theta = cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0)
+    eps = cfg.get("rms_norm_eps", 1e-6)
 
     def proj(n, heads):
         y = F.linear(h, P[p + "self_attn.%s_proj.weight" % n], P.get(p + "self_attn.%s_proj.bias" % n))
@@ -113,7 +131,7 @@ def _attention(cfg, P, p, h):
         q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps)
         k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    q, k = rotary(q, theta), rotary(k, theta)
+    q, k = rotary(q, cfg), rotary(k, cfg)
     k = k.repeat_interleave(H // Hkv, dim=1)  # repeat_kv
     v = v.repeat_interleave(H // Hkv, dim=1)
     s = q @ k.transpose(2, 3) / math.sqrt(D)

@@ -73,6 +73,12 @@ CONFIGS = {
     "llama": _llama_cfg("LlamaForCausalLM", model_type="llama", mlp_bias=False),
     "llama-tied-mha": _llama_cfg("LlamaForCausalLM", num_key_value_heads=6,
                                  tie_word_embeddings=True, rope_theta=500000.0),
+    # Llama 3.1-style rope scaling; with D 8 and an original context of 64
+    # the four frequencies fall in each of its three bands.
+    "llama3-rope": _llama_cfg("LlamaForCausalLM", tie_word_embeddings=True, rope_theta=10000.0,
+                              rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 64}),
     "mistral": _llama_cfg("MistralForCausalLM", num_key_value_heads=3, sliding_window=4096),
     "qwen2": _llama_cfg("Qwen2ForCausalLM", tie_word_embeddings=True, rope_theta=1000000.0,
                         use_sliding_window=False, sliding_window=32768),
@@ -299,7 +305,8 @@ def _rewrite_config(d, **kw):
 
 @pytest.mark.parametrize("field,value,needle", [
     ("architectures", ["FalconForCausalLM"], "architectures[0] 'FalconForCausalLM' is not supported"),
-    ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "rope_scaling.rope_type 'llama3'"),
+    ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}, "rope_scaling.rope_type 'yarn'"),
+    ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "rope_scaling.low_freq_factor must"),
     ("hidden_act", "gelu", "hidden_act 'gelu' is not supported"),
     ("attention_bias", True, "attention_bias true is not supported"),
     ("mlp_bias", True, "mlp_bias true is not supported"),
