@@ -19,13 +19,17 @@
  * 1), a function of the shapes only, so results are reproducible. The
  * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning).
  *
- * Padded rows: on a backend with ce_row_align (CUDA), a chunk's logits
- * [n, V] are a view of an [n, Vp] buffer, Vp = V rounded up to that
- * multiple, so that an odd vocabulary (GPT-2's 50257) gives the GEMMs an
- * aligned leading dimension and the loss kernels vector loads, as llm.c's
- * padded vocabulary does; the weights, the loss and the gradients keep V
- * (the padding columns are never computed nor read). OJAS_LCE_PAD=0 turns
- * it off (comparisons). */
+ * Padded vocabulary: on a backend with ce_row_align (CUDA), W [V, C] is
+ * copied once per call into Wp [Vp, C] with zero rows past V, Vp = V
+ * rounded up to that multiple, and the logits GEMM and the dx GEMM run
+ * over Vp (llm.c's padded vocabulary): an odd V such as GPT-2's 50257
+ * made cuBLAS take kernels 3-6x slower for those two GEMMs on the H200,
+ * and an unaligned leading dimension the dW GEMM 2x slower and the loss
+ * kernels element loads. A chunk's logits are the [n, V] view of an
+ * [n, Vp] buffer; the loss kernels read and write only the V columns (the
+ * others stay the GEMM's zeros, x . 0, so the dx GEMM adds exact zeros),
+ * and the loss, dx and dW keep V. OJAS_LCE_PAD=0 turns it off
+ * (comparisons). */
 #include <stdlib.h>
 
 #include "core/internal.h"
@@ -96,20 +100,23 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
     int64_t R = chunk_rows(N, ld, oj_dtype_size(x2->dtype));
     oj_dtype sdt = loss->dtype;
     oj_tensor *one = dx || dw ? oj_full(eng, 0, NULL, sdt, 1.0) : NULL;
-    bool ok = !(dx || dw) || one;
+    /* wp: W, or W with ld - V zero rows appended (the padded GEMMs' operand) */
+    int64_t pads[4] = {0, 0, 0, ld - V};
+    oj_tensor *wp = ld > V ? oj_pad(w, 4, pads, 0.0) : oj_retain(w);
+    bool ok = wp && (!(dx || dw) || one);
     for (int64_t r0 = 0; ok && r0 < N; r0 += R) {
         int64_t n = N - r0 < R ? N - r0 : R, zero = 0;
         oj_tensor *xc = oj_narrow(x2, 0, r0, n), *tc = oj_narrow(t1, 0, r0, n);
         oj_tensor *lc = oj_narrow(loss, 0, r0, n);
-        /* logits [n, V], row stride ld: xc [n, C] @ W^T [C, V] */
+        /* logits [n, V], the view of buf [n, ld] = xc [n, C] @ Wp^T [C, ld] */
         int64_t bs[2] = {n, ld}, ls[2] = {n, V}, lst[2] = {ld, 1};
         oj_tensor *buf = xc ? oj__tensor_alloc(eng, 2, bs, x2->dtype, op) : NULL;
         oj_tensor *logits = buf ? oj__tensor_view(buf, 2, ls, lst, buf->offset) : NULL;
         if (logits) {
             oj_tensor va, vb, vo;
             mm_view(&va, xc, n, C, xc->stride[0], xc->stride[1]);
-            mm_view(&vb, w, C, V, w->stride[1], w->stride[0]);
-            mm_view(&vo, logits, n, V, ld, 1);
+            mm_view(&vb, wp, C, ld, wp->stride[1], wp->stride[0]);
+            mm_view(&vo, buf, n, ld, ld, 1);
             ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, false), op);
         }
         oj_release(buf);
@@ -142,11 +149,13 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
                                                               ignore_index, eps, NULL),
                                op);
         }
-        int64_t dld = dl == logits ? ld : V; /* dlogits over the logits, or packed */
-        if (ok && dx) { /* dx rows = dlogits W: [n, V] @ [V, C], written in place */
+        /* dlogits over the logits (the padding columns zeros), or packed */
+        int64_t dld = dl == logits ? ld : V;
+        if (ok && dx) { /* dx rows = dlogits Wp: [n, dld] @ [dld, C], written in place */
             oj_tensor va, vb, vo;
-            mm_view(&va, dl, n, V, dld, 1);
-            mm_view(&vb, w, V, C, w->stride[0], w->stride[1]);
+            oj_tensor *wk = dld == ld ? wp : w;
+            mm_view(&va, dl, n, dld, dld, 1);
+            mm_view(&vb, wk, dld, C, wk->stride[0], wk->stride[1]);
             mm_view(&vo, dx, n, C, C, 1);
             vo.offset += r0 * C * (int64_t)oj_dtype_size(dx->dtype);
             ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, false), op);
@@ -162,6 +171,7 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
         for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     }
     oj_release(one);
+    oj_release(wp);
     return ok;
 }
 
