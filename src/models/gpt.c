@@ -17,9 +17,9 @@ oj_tensor *oj__gpt_param(oj_gpt *m, const char *name, int rank, const int64_t *s
                          oj__gpt_init kind) {
     double std = m->cfg.init_std;
     if (kind == INIT_RESID) std /= sqrt(2.0 * (double)m->cfg.n_layer);
-    oj_init init = kind == INIT_ONES    ? oj_init_ones()
-                   : kind == INIT_ZEROS ? oj_init_zeros()
-                                        : oj_init_normal(0.0, std);
+    oj_init init = kind == INIT_ZEROS || m->zero_init ? oj_init_zeros()
+                   : kind == INIT_ONES                ? oj_init_ones()
+                                                      : oj_init_normal(0.0, std);
     return oj_params_add(m->params, name, rank, shape, OJ_F32, &init);
 }
 
@@ -31,7 +31,19 @@ oj_tensor *oj__gpt_param(oj_gpt *m, const char *name, int rank, const int64_t *s
         if ((dst) == NULL) goto fail;                                                       \
     } while (0)
 
+static oj_status create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, bool zero_init,
+                        oj_gpt **out);
+
 oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, oj_gpt **out) {
+    return create(eng, cfg, seed, false, out);
+}
+
+oj_status oj__gpt_create_zeros(oj_engine *eng, const oj_gpt_config *cfg, oj_gpt **out) {
+    return create(eng, cfg, 0, true, out);
+}
+
+static oj_status create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, bool zero_init,
+                        oj_gpt **out) {
     if (out) *out = NULL;
     if (eng == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_error e = {0};
@@ -41,6 +53,7 @@ oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed,
     if (m == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt: out of host memory");
     m->eng = eng;
     m->cfg = *cfg;
+    m->zero_init = zero_init;
     m->blocks = calloc((size_t)cfg->n_layer, sizeof *m->blocks);
     m->params = oj_params_create(eng, seed);
     if (m->blocks == NULL || m->params == NULL) {

@@ -34,6 +34,7 @@ struct oj_gpt {
     oj_tensor *ln_f_w, *ln_f_b;
     oj_tensor *head;   /* [V, C]: wte when tied, else the llama lm_head */
     oj_tensor *rope_cos, *rope_sin; /* f32 [block_size, D] (llama3 rope scaling only) */
+    bool zero_init;    /* parameters made as zeros (to be loaded over) */
     oj_gpt_block *blocks;
 };
 
@@ -49,6 +50,11 @@ typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONES, INIT_ZEROS } oj__gpt_init;
  * the engine's error on failure. */
 oj_tensor *oj__gpt_param(oj_gpt *m, const char *name, int rank, const int64_t *shape,
                          oj__gpt_init kind);
+
+/* oj_gpt_create with every parameter zero instead of initialised: for a
+ * model whose every parameter is then loaded (skips drawing random
+ * values: a minute for 0.5B parameters). */
+oj_status oj__gpt_create_zeros(oj_engine *eng, const oj_gpt_config *cfg, oj_gpt **out);
 
 /* Register the llama family's parameters on m (gpt_llama.c), HF's names
  * in HF's order. false with the engine's error recorded on failure. */

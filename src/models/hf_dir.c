@@ -220,7 +220,7 @@ oj_status oj_gpt_load_dir(oj_engine *eng, const char *dir, oj_gpt **out, oj_erro
     weights w;
     s = open_weights(&w, dir, err);
     oj_gpt *m = NULL;
-    if (s == OJ_OK && oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK)
+    if (s == OJ_OK && oj__gpt_create_zeros(eng, &cfg, &m) != OJ_OK) /* every parameter is loaded */
         s = oj_error_set(err, oj_last_status(eng), "%s: %s", dir, oj_last_error(eng));
     if (s == OJ_OK) s = load_params(m, &w, err);
     weights_close(&w);
