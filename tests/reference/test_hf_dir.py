@@ -257,6 +257,31 @@ def test_bf16_file_and_tied_lm_head(eng, tmp_path):
         m.free()
 
 
+def test_gpt2_hub_names_sharded(eng, tmp_path):
+    """GPT-2 as the original hub checkpoints name it (GPT2Model's names,
+    without "transformer.", with the attention-mask buffers h.N.attn.bias
+    and attn.masked_bias), in two shards: the same logits."""
+    gen = torch.Generator().manual_seed(9)
+    cfg, params, fwd = build("gpt2", gen)
+    T = cfg["n_positions"]
+    hub = {n[len("transformer."):]: v for n, v in params.items()}
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T)
+    extra = {}
+    for l in range(cfg["n_layer"]):
+        extra["h.%d.attn.bias" % l] = ("BOOL", (1, 1, T, T), raw_bytes(mask))
+        extra["h.%d.attn.masked_bias" % l] = ("F32", (), raw_bytes(torch.tensor(-1e4)))
+    d = str(tmp_path / "hub")
+    write_dir(d, cfg, hub, shards=2, extra=extra)
+    m = OjModel(eng, d)
+    try:
+        with eng.no_grad():
+            idx = torch.randint(0, 101, (2, 30), generator=gen)
+            err, ok = _rel_err(m.forward(idx), fwd({n: v.double() for n, v in params.items()}, idx).numpy())
+        assert ok, "gpt2 hub names: %.3g" % err
+    finally:
+        m.free()
+
+
 def test_config_fields(tmp_path):
     """What oj_gpt_config_from_hf reads: sizes, defaults, Mistral's window."""
     L = _lib()
