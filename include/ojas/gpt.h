@@ -19,7 +19,9 @@
  *   with grouped-query KV heads of head_dim, SwiGLU MLP, a head tied to
  *   the embedding or its own (untied_head). Options: qkv_bias (Qwen2's
  *   q/k/v biases), qk_norm (Qwen3's RMSNorm over each head's D with a
- *   weight, before the rotation). Parameter names are HF's
+ *   weight, before the rotation), rope_factor (Llama 3.1's frequency
+ *   rescaling; the model then holds cos/sin tables [block_size, D], f32).
+ *   Parameter names are HF's
  *   (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
  *   model.layers.N.mlp.gate_proj.weight, model.norm.weight,
  *   lm_head.weight; Linear layout [out, in]), so oj_gpt_load_dir reads a
