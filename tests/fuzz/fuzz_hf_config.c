@@ -10,7 +10,7 @@
  * leaves the config byte for byte unchanged; an accepted config passes
  * oj_gpt_config_check, is of the family its architecture names, and a
  * small one (at most 2^16 parameters) creates a model whose forward on
- * two tokens gives [1, 2, V] logits. */
+ * min(2, block_size) tokens gives [1, T, V] logits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +38,13 @@ static void run_model(const oj_gpt_config *c) {
     oj_gpt *m = NULL;
     FZ_CHECK(oj_gpt_create(eng, c, 1, &m) == OJ_OK);
     oj_scope_begin(eng);
-    int64_t shape[2] = {1, 2};
-    int32_t ids[2] = {0, (int32_t)(c->vocab_size - 1)};
-    oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, ids, sizeof ids);
+    const int64_t T = c->block_size < 2 ? c->block_size : 2; /* the context may hold one */
+    int64_t shape[2] = {1, T};
+    int32_t ids[2] = {(int32_t)(c->vocab_size - 1), 0};
+    oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, ids, (size_t)T * sizeof ids[0]);
     oj_tensor *logits = oj_gpt_forward(m, idx);
-    FZ_CHECK(logits && oj_rank(logits) == 3 && oj_size(logits, 2) == c->vocab_size);
+    FZ_CHECK(logits && oj_rank(logits) == 3 && oj_size(logits, 1) == T &&
+             oj_size(logits, 2) == c->vocab_size);
     oj_scope_end(eng);
     oj_gpt_free(m);
     oj_engine_free(eng);

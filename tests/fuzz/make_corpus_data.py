@@ -254,6 +254,8 @@ def hf_config_seeds():
         "llama3_rope_tiny": seed(0, v(rope_scaling={"factor": 8.0, "high_freq_factor": 4.0,
                                                     "low_freq_factor": 1.0, "rope_type": "llama3",
                                                     "original_max_position_embeddings": 4})),
+        # found by fuzzing: a context of one position (the target forwarded two)
+        "llama_context_1": seed(1, v(max_position_embeddings=1)),
         "bad_rope_yarn": seed(0, v(rope_scaling={"factor": 4.0, "rope_type": "yarn"})),
         "tf5_rope_parameters": seed(0, v(rope_parameters={"rope_type": "default",
                                                           "rope_theta": 1e6})),
