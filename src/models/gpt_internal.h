@@ -98,6 +98,11 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
 oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                               const oj_gpt_dev_pos *dp);
 
+/* s as a message may quote it: at most 64 bytes into buf (65 bytes), each
+ * control character (< 0x20, 0x7f) as '?', so that a value read from a
+ * file keeps a message on one line. buf. */
+const char *oj__hf_quote(char buf[65], const char *s);
+
 /* oj_gpt_config_from_hf on the text json[0..len) of a config.json;
  * `file` names it in messages. */
 oj_status oj__gpt_config_from_hf_json(const char *json, size_t len, const char *file,

@@ -16,6 +16,14 @@
 
 #include "models/gpt_internal.h"
 
+const char *oj__hf_quote(char buf[65], const char *s) {
+    size_t i = 0;
+    for (; s && s[i] && i < 64; i++)
+        buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
 typedef struct {
     const char *file; /* for messages */
     json_t *root;
@@ -113,8 +121,9 @@ static bool require_str(reader *r, const char *key, const char *def, const char 
     const char *s = v ? json_string_value(v) : def;
     for (int i = 0; ok[i]; i++)
         if (strcmp(s, ok[i]) == 0) return true;
-    oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT, "%s: %s '%.64s' is not supported (supported: %s)",
-                 r->file, key, s, ok[0]);
+    char q[65];
+    oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT, "%s: %s '%s' is not supported (supported: %s)",
+                 r->file, key, oj__hf_quote(q, s), ok[0]);
     return false;
 }
 
@@ -159,10 +168,11 @@ static bool rope(reader *r, oj_gpt_config *c) {
             }
             c->rope_original_context = (int64_t)ctx;
         } else if (ts == NULL || strcmp(ts, "default") != 0) {
+            char q[65];
             oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
-                         "%s: %s.rope_type '%.64s' is not supported (null, \"default\" or "
+                         "%s: %s.rope_type '%s' is not supported (null, \"default\" or "
                          "\"llama3\")",
-                         r->file, keys[i], ts ? ts : "(missing)");
+                         r->file, keys[i], ts ? oj__hf_quote(q, ts) : "(missing)");
             return false;
         }
         json_t *th = json_object_get(v, "rope_theta");
@@ -238,10 +248,11 @@ static oj_status llama_config(reader *r, llama_kind kind, oj_gpt_config *c) {
     json_t *lt = get(r, "layer_types"); /* transformers 5: per-layer attention kinds */
     for (size_t i = 0; lt && json_is_array(lt) && i < json_array_size(lt); i++) {
         const char *s = json_string_value(json_array_get(lt, i));
+        char q[65];
         if (s == NULL || strcmp(s, "full_attention") != 0)
             return oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
-                                "%s: layer_types[%zu] '%.64s' is not supported (full_attention only)",
-                                r->file, i, s ? s : "(not a string)");
+                                "%s: layer_types[%zu] '%s' is not supported (full_attention only)",
+                                r->file, i, s ? oj__hf_quote(q, s) : "(not a string)");
     }
     if (lt && !json_is_array(lt)) return refuse(r, "layer_types", "must be an array");
     return OJ_OK;
@@ -283,10 +294,11 @@ static oj_status parse(reader *r, oj_gpt_config *c) {
             return oj_error_set(r->err, e.status, "%s: %s", r->file, e.message);
         return OJ_OK;
     }
+    char q[65];
     return oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
-                        "%s: %s '%.64s' is not supported (supported: GPT2LMHeadModel, "
+                        "%s: %s '%s' is not supported (supported: GPT2LMHeadModel, "
                         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
-                        r->file, field, name);
+                        r->file, field, oj__hf_quote(q, name));
 }
 
 oj_status oj__gpt_config_from_hf_json(const char *json, size_t len, const char *file,

@@ -39,9 +39,12 @@ static void weights_close(weights *w) {
 static int open_file(weights *w, const char *name, oj_error *err) {
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->names[i], name) == 0) return i;
-    if (name[0] == '\0' || strchr(name, '/') || strcmp(name, "..") == 0) {
-        oj_error_set(err, OJ_ERR_CORRUPT, "%s: weight_map names '%.200s', not a file in the directory",
-                     w->index_path, name);
+    bool ctrl = false; /* a control character: no file of ours, and a message would break */
+    for (const char *p = name; *p; p++) ctrl |= (unsigned char)*p < 0x20 || *p == 0x7f;
+    if (name[0] == '\0' || strchr(name, '/') || strcmp(name, "..") == 0 || ctrl) {
+        char q[65];
+        oj_error_set(err, OJ_ERR_CORRUPT, "%s: weight_map names '%s', not a file in the directory",
+                     w->index_path, oj__hf_quote(q, name));
         return -1;
     }
     if (w->n == MAX_SHARDS) {
@@ -52,8 +55,10 @@ static int open_file(weights *w, const char *name, oj_error *err) {
     snprintf(path, sizeof path, "%s/%s", w->dir, name);
     oj_error e = {0};
     if (oj_safetensors_open(path, &w->st[w->n], &e) != OJ_OK) {
+        char q[65];
         if (w->weight_map)
-            oj_error_set(err, e.status, "%s: weight_map names %s: %s", w->index_path, name, e.message);
+            oj_error_set(err, e.status, "%s: weight_map names %s: %s", w->index_path,
+                         oj__hf_quote(q, name), e.message);
         else
             oj_error_set(err, e.status, "%s", e.message);
         return -1;
@@ -93,8 +98,9 @@ static bool locate(weights *w, const char *name, int *file, int64_t *index, oj_e
         if (f < 0) return false;
         int64_t i = oj_safetensors_find(w->st[f], cand[c]);
         if (i < 0 && w->weight_map) {
+            char q[65];
             oj_error_set(err, OJ_ERR_CORRUPT, "%s: weight_map puts %s in %s, which does not hold it",
-                         w->index_path, cand[c], fname);
+                         w->index_path, cand[c], oj__hf_quote(q, fname));
             return false;
         }
         if (i >= 0) {

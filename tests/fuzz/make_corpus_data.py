@@ -256,6 +256,11 @@ def hf_config_seeds():
                                                     "original_max_position_embeddings": 4})),
         # found by fuzzing: a context of one position (the target forwarded two)
         "llama_context_1": seed(1, v(max_position_embeddings=1)),
+        # found by fuzzing: a control character of an architecture's name was
+        # echoed into the message, which then took two lines
+        "bad_arch_newline": seed(0, v(architectures=["Qw\n2ForCausalLM"])),
+        "bad_values_control_chars": seed(0, v(hidden_act="si\tlu",
+                                              rope_scaling={"rope_type": "ya\rrn"})),
         "bad_rope_yarn": seed(0, v(rope_scaling={"factor": 4.0, "rope_type": "yarn"})),
         "tf5_rope_parameters": seed(0, v(rope_parameters={"rope_type": "default",
                                                           "rope_theta": 1e6})),

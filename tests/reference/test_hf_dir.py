@@ -330,6 +330,8 @@ def _rewrite_config(d, **kw):
 
 @pytest.mark.parametrize("field,value,needle", [
     ("architectures", ["FalconForCausalLM"], "architectures[0] 'FalconForCausalLM' is not supported"),
+    # a control character is not echoed (the message stays one line)
+    ("architectures", ["Llama\nForCausalLM"], "architectures[0] 'Llama?ForCausalLM' is not"),
     ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}, "rope_scaling.rope_type 'yarn'"),
     ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "rope_scaling.low_freq_factor must"),
     ("hidden_act", "gelu", "hidden_act 'gelu' is not supported"),
@@ -383,10 +385,11 @@ def test_weight_map_names_a_file_without_the_tensor(eng, tmp_path):
         json.dump(idx, f)
     st, msg = load_error(eng, d)
     assert st == "OJ_ERR_CORRUPT" and "model.norm.weight" in msg and "does not hold it" in msg, msg
-    idx["weight_map"]["model.norm.weight"] = "../x.safetensors"
-    with open(p, "w") as f:
-        json.dump(idx, f)
-    assert "not a file in the directory" in load_error(eng, d)[1]
+    for bad in ["../x.safetensors", "x\n.safetensors"]:
+        idx["weight_map"]["model.norm.weight"] = bad
+        with open(p, "w") as f:
+            json.dump(idx, f)
+        assert "not a file in the directory" in load_error(eng, d)[1]
 
 
 def test_shape_mismatch_and_missing_tensor(eng, tmp_path):
