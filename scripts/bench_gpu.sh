@@ -16,7 +16,9 @@
 # ceiling), BENCH_BATCHES (default "16 32"), BENCH_COMPILE_BATCHES
 # (torch.compile's, default the same, comma-separated), BENCH_GRAPH (ojas
 # training modes, default "graph eager": forward + backward replayed as a
-# CUDA graph, and the eager step).
+# CUDA graph, and the eager step), BENCH_DATA (a directory of train_*.bin
+# shards the ojas training steps run on; default a generated shard of
+# random tokens), BENCH_VOCAB (ojas's vocabulary; default 50304 for gpt2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${1:-${OUT:-build-gpu/bench}}
@@ -58,7 +60,8 @@ first=${BATCHES%% *}
 ojas_train() { # preset batch
   for mode in ${BENCH_GRAPH:-graph eager}; do
     stage "ojas $1 B=$2 bf16 $mode" 120 sh -c "'$BUILD/bin/bench_gpu_train' $1 $2 1024 ${STEPS:-10} \
-      ${WARMUP:-3} cuda bf16 $mode >> '$J' 2> '$O/ojas_$1_$2_$mode.log'"
+      ${WARMUP:-3} cuda bf16 $mode ${BENCH_DATA:+--data '$BENCH_DATA'} \
+      ${BENCH_VOCAB:+--vocab $BENCH_VOCAB} >> '$J' 2> '$O/ojas_$1_$2_$mode.log'"
   done
 }
 # most wanted first: each system at the first batch size, the decode side

@@ -26,11 +26,8 @@ if ! ls "$DATA"/shards/train_*.bin >/dev/null 2>&1; then
 fi
 
 echo "== train: nanolab-demo on the CPU (time-limited; see configs/demo.json)"
-if [ -d "$RUN" ]; then
-  echo "   (replacing the previous run in $RUN)"
-  rm -rf "$RUN"
-fi
-$OJAS train --config configs/demo.json --out "$RUN" ${DEMO_SET:-}
+# --overwrite replaces a previous run in $RUN (only a run's files are removed)
+$OJAS train --config configs/demo.json --out "$RUN" --overwrite ${DEMO_SET:-}
 
 echo "== loss curve ($RUN/loss.svg; metrics in $RUN/metrics.jsonl)"
 if command -v gnuplot >/dev/null && [ -f "$RUN/loss.gp" ]; then

@@ -20,7 +20,8 @@
 # image lacks pkg-config/jansson/pcre2/xxhash/cmocka).
 # PROFILE_TRAIN_STEPS / PROFILE_TRAIN_WARMUP change the 5 + 3 steps;
 # PROFILE_DTYPES="f32 bf16" picks the compute dtypes (default f32);
-# OJAS_BENCH_PHASES=1 adds per-phase wall/user/sys times (src/train/bench.c).
+# OJAS_TRAIN_PROFILE=1 adds per-phase host times of each trainer step
+# (src/train/loop.c; =2 waits for the device at the end of each phase).
 # PROFILE_TESTS=0 skips building and running the GPU tests.
 # PROFILE_DECODE=0 skips the batch-1 decode benchmark (bench_gpu_decode).
 # Budget: stops starting new stages after PROFILE_BUDGET seconds (default 450), each

@@ -1,14 +1,23 @@
 #!/usr/bin/python3
-"""Regenerate docs/ops.md: one row per op declared in include/ojas/ops.h,
+"""Generate docs/ops.md: one row per op declared in include/ojas/ops.h,
 with its section, the dtypes its reference tests exercise, whether it has a
 gradient, the PyTorch reference, and the reference tests that target it
 (with known-bug xfails).
 
-    /usr/bin/python3 scripts/ops_table.py          # writes docs/ops.md
-    /usr/bin/python3 scripts/ops_table.py --check  # exit 1 if docs/ops.md is stale
+    /usr/bin/python3 scripts/ops_table.py --write   # rewrite docs/ops.md
+    /usr/bin/python3 scripts/ops_table.py --check   # exit 1 (and a diff) if docs/ops.md is stale
+    /usr/bin/python3 scripts/ops_table.py --print   # the table on stdout, nothing written
+
+Only --write writes. ctest runs --check (test `ops_table_fresh`), so an op
+added to ops.h or a reference test added without regenerating the table
+fails the build's tests; `cmake --build build --target ops_table` rewrites
+it. --check exits 77 (ctest: skipped) when pytest or torch cannot be
+imported, since the table names torch's functions.
 
 Sources: the prototypes and comments of ops.h (a "no grad" or "not recorded"
-in the comment governing a declaration means no gradient), and the items
+in the comment governing a declaration means no gradient; an in-place op,
+returning oj_status, records one only where its comment says "recorded by
+autograd"), and the items
 pytest collects under tests/reference (nothing is run, libojas is not
 loaded). A test item targets an op when the op's name is one of its
 parameter ids (e.g. test_unary[f32-shape0-exp]) or, failing that, a part of
@@ -16,6 +25,8 @@ its function name (test_where_...); `@pytest.mark.ops("add_", ...)` on a
 test overrides the guess. Add an op's torch reference to TORCH_REF
 below when it is not torch.<name> / torch.nn.functional.<name>."""
 
+import argparse
+import difflib
 import os
 import re
 import sys
@@ -37,6 +48,10 @@ TORCH_REF = {
     "rms_norm": "float64 reference in the test", "rotary_embedding": "float64 reference in the test",
     "scaled_dot_product_attention": "float64 reference in the test (torch 1.13 has no GQA)",
     "repeat": "Tensor.repeat", "maximum": "torch.maximum", "minimum": "torch.minimum",
+    "linear_cross_entropy": "F.cross_entropy(F.linear(x, w))",
+    "rotary_embedding_at": "float64 reference in the test (position_ids)",
+    "rms_norm_rotary": "float64 reference in the test (rms_norm, then rotary)",
+    "index_copy_": "Tensor.index_copy_",
 }
 
 
@@ -68,8 +83,8 @@ def parse_ops():
             if m:
                 text = " ".join(comment)
                 no_grad = re.search(r"\bno grad(?!ient)|not recorded", text, re.I)
-                if m.group(1).startswith("oj_status"):
-                    no_grad = True
+                if m.group(1).startswith("oj_status"):  # in place: only where recorded
+                    no_grad = no_grad or not re.search(r"recorded by autograd", text, re.I)
                 sec = section.split(":")[0].split("(")[0].strip() or "?"
                 ops.append((m.group(2)[3:], sec, "no" if no_grad else "yes", text))
             decl = " "
@@ -77,6 +92,11 @@ def parse_ops():
 
 
 # ------------------------------------------------------------------ tests
+
+# Parameters whose values are not ops even where they spell an op's name
+# (a reduction "mean" / "sum" of a loss test is not oj_mean / oj_sum).
+NOT_OP_PARAMS = ("red", "reduction")
+
 
 class _Collector:
     def __init__(self):
@@ -87,7 +107,10 @@ class _Collector:
             xfails = [m.kwargs.get("reason", m.args[0] if m.args else "")
                       for m in it.iter_markers("xfail")]
             ops = [a for m in it.iter_markers("ops") for a in m.args]
-            self.items.append((it.nodeid, xfails, ops))
+            cs = getattr(it, "callspec", None)
+            not_ops = {v for k, v in (cs.params.items() if cs else ())
+                       if k in NOT_OP_PARAMS and isinstance(v, str)}
+            self.items.append((it.nodeid, xfails, ops, not_ops))
 
 
 def collect_tests():
@@ -110,13 +133,15 @@ def _params(nodeid):
     return m.group(1) if m else ""
 
 
-def targets(nodeid, names, marked=()):
+def targets(nodeid, names, marked=(), not_ops=()):
     """Ops a collected test item targets: those named by its
-    @pytest.mark.ops(...) marker, else found in its ids / function name."""
+    @pytest.mark.ops(...) marker, else found in its ids (other than the
+    values in not_ops) / function name."""
     if marked:
         return set(marked) & set(names)
     params = _params(nodeid)
-    hit = {n for n in names if re.search(r"(^|[\[\-])%s($|[\-\]\(])" % re.escape(n), params)}
+    hit = {n for n in names if n not in not_ops and
+           re.search(r"(^|[\[\-])%s($|[\-\]\(])" % re.escape(n), params)}
     if hit:
         return hit
     func = nodeid.split("::")[-1].split("[")[0]
@@ -148,8 +173,8 @@ def build():
     names = [o[0] for o in ops]
     items = collect_tests()
     per_op = {n: [] for n in names}
-    for nodeid, xfails, marked in items:
-        for n in targets(nodeid, names, marked):
+    for nodeid, xfails, marked, not_ops in items:
+        for n in targets(nodeid, names, marked, not_ops):
             per_op[n].append((nodeid, xfails))
     rows, total_bugs = [], set()
     for name, section, grad, _ in ops:
@@ -172,8 +197,9 @@ def build():
     out = [
         "# ojas op table",
         "",
-        "Generated by `scripts/ops_table.py` from include/ojas/ops.h and the tests",
-        "collected under tests/reference; do not edit by hand, rerun it.",
+        "Generated by `scripts/ops_table.py --write` from include/ojas/ops.h and the",
+        "tests collected under tests/reference; do not edit by hand. The ctest entry",
+        "`ops_table_fresh` fails while this file is stale.",
         "",
         "%d ops declared in ops.h; %d reference test items (PyTorch 1.13, CPU); "
         "%d ops without a reference test yet." % (len(ops), len(items), len(untested)),
@@ -194,18 +220,48 @@ def build():
     return "\n".join(out) + "\n"
 
 
-def main():
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Generate docs/ops.md from include/ojas/ops.h and the tests collected "
+                    "under tests/reference. Writes only with --write.")
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="rewrite docs/ops.md")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 with a diff when docs/ops.md differs from what would be "
+                           "generated (77 when pytest or torch is missing)")
+    mode.add_argument("--print", action="store_true", dest="print_",
+                      help="print the generated table on stdout")
+    ap.add_argument("--output", default=OUT,
+                    help="the file to write or check (default: docs/ops.md)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.check:
+        try:
+            import pytest  # noqa: F401
+            import torch  # noqa: F401
+        except ImportError as e:
+            print("ops_table: skipped, %s (the table needs pytest and torch)" % e)
+            return 77
     text = build()
-    if "--check" in sys.argv:
-        old = open(OUT).read() if os.path.exists(OUT) else ""
+    if args.print_:
+        sys.stdout.write(text)
+        return 0
+    if args.check:
+        old = open(args.output).read() if os.path.exists(args.output) else ""
         if old != text:
-            print("docs/ops.md is stale: run /usr/bin/python3 scripts/ops_table.py")
+            rel = os.path.relpath(args.output, REPO)
+            sys.stdout.writelines(difflib.unified_diff(
+                old.splitlines(True), text.splitlines(True), rel, rel + " (generated)"))
+            print("%s is stale: run /usr/bin/python3 scripts/ops_table.py --write" % rel)
             return 1
         return 0
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as f:
         f.write(text)
-    print("wrote %s" % os.path.relpath(OUT, REPO))
+    print("wrote %s" % os.path.relpath(args.output, REPO))
     return 0
 
 

@@ -16,16 +16,17 @@ static const char *k_help =
     "                     -m PRESET) [--vocab DIR] -p TEXT [options]\n"
     "Sample from a model. Tokens stream to stdout as they are generated.\n"
     "      --checkpoint DIR       a checkpoint directory written by 'ojas train', or its\n"
-    "                             run directory (the newest good checkpoint is used);\n"
-    "                             its state.json holds the model config\n"
+    "                             run directory (the one 'latest' names, else the\n"
+    "                             newest, that verifies; a warning names any newer one\n"
+    "                             refused); its state.json holds the model config\n"
     "  -m, --model DIR|PRESET     a Hugging Face model directory (config.json and\n"
     "                             model.safetensors or its shards: GPT2LMHeadModel,\n"
     "                             LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
     "                             Qwen3ForCausalLM), or the preset of --weights\n"
     "      --weights FILE         a safetensors file of preset --model\n"
     "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
-    "                             checkpoint's run's tokenizer_dir, relative to where\n"
-    "                             the run was started)\n"
+    "                             checkpoint's run's tokenizer_dir, stored as an\n"
+    "                             absolute path)\n"
     "  -p, --prompt TEXT          the text to continue (required, not empty)\n"
     "  -n, --max-new-tokens N     tokens to generate (default 200)\n"
     "  -t, --temperature T        0: greedy (default 0.8)\n"
@@ -165,12 +166,25 @@ int cmd_generate(int argc, char **argv) {
     if (budget > 0)
         ec.budget_bytes = budget;
 
+    /* The checkpoint first (a refused one is the real error, before any
+     * question of --vocab), resolved once: the config and the weights come
+     * from the same checkpoint directory. */
     oj_train_config run_cfg = oj_train_config_default();
-    if (vocab == NULL && ckpt && access(ckpt, F_OK) != 0) /* before asking for --vocab */
-        return cli_error(CLI_FAIL, "generate: checkpoint '%s' does not exist", ckpt);
-    if (vocab == NULL && ckpt) { /* the tokenizer the run was trained with */
-        oj_error ce = {0};
-        if (oj_train_config_from_checkpoint(ckpt, &run_cfg, &ce) == OJ_OK && run_cfg.tokenizer_dir[0])
+    char ckpt_dir[4096] = "";
+    if (ckpt) {
+        if (access(ckpt, F_OK) != 0)
+            return cli_error(CLI_FAIL, "generate: checkpoint '%s' does not exist", ckpt);
+        oj_error ce = {0}, why = {0};
+        int skipped = 0;
+        if (oj_checkpoint_find(ckpt, ckpt_dir, sizeof ckpt_dir, &skipped, &why, &ce) != OJ_OK ||
+            oj_train_config_from_checkpoint(ckpt_dir, &run_cfg, &ce) != OJ_OK)
+            return cli_error(CLI_FAIL, "generate: %s", ce.message);
+        if (skipped)
+            fprintf(stderr,
+                    "ojas: warning: generate: skipped %d newer checkpoint(s) under %s that failed "
+                    "verification (the newest: %s); using %s\n",
+                    skipped, ckpt, why.message, ckpt_dir);
+        if (vocab == NULL && run_cfg.tokenizer_dir[0]) /* the tokenizer the run was trained with */
             vocab = run_cfg.tokenizer_dir;
     }
     if (vocab == NULL && model_dir) vocab = model_dir; /* its tokenizer files */
@@ -182,9 +196,7 @@ int cmd_generate(int argc, char **argv) {
     oj_tokenizer *tok = NULL;
     if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
         return cli_error(CLI_FAIL, "generate: %s%s", e.message,
-                         vocab == run_cfg.tokenizer_dir
-                             ? " (the run's tokenizer_dir, relative to where it was started: "
-                               "give --vocab DIR)"
+                         vocab == run_cfg.tokenizer_dir ? " (the run's tokenizer_dir: give --vocab DIR)"
                          : vocab == model_dir ? " (the model directory's tokenizer: give --vocab DIR)"
                                               : "");
     oj_engine *eng = NULL;
@@ -200,10 +212,9 @@ int cmd_generate(int argc, char **argv) {
         /* The model config is part of the training config in state.json.
          * As in the trainer, the tokenizer sets the vocabulary only when
          * the run had a tokenizer_dir (otherwise vocab_size or the preset's). */
-        oj_train_config tc = oj_train_config_default();
-        if (oj_train_config_from_checkpoint(ckpt, &tc, &e) != OJ_OK ||
-            oj_train_model_config(&tc, tc.tokenizer_dir[0] ? oj_tokenizer_vocab_size(tok) : 0,
-                                  &cfg, &e) != OJ_OK) {
+        const oj_train_config *tc = &run_cfg;
+        if (oj_train_model_config(tc, tc->tokenizer_dir[0] ? oj_tokenizer_vocab_size(tok) : 0, &cfg,
+                                  &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
@@ -212,12 +223,7 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         oj_named_tensors sd = oj_gpt_state_dict(m);
-        /* ckpt is a checkpoint directory, or a root whose newest good one is used. */
-        char manifest[4200];
-        snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
-        bool is_dir = access(manifest, F_OK) == 0;
-        if ((is_dir ? oj_checkpoint_load(ckpt, &sd, NULL, &info, &e)
-                    : oj_checkpoint_resume(ckpt, &sd, NULL, &info, &e)) != OJ_OK) {
+        if (oj_checkpoint_load(ckpt_dir, &sd, NULL, &info, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
@@ -226,6 +232,7 @@ int cmd_generate(int argc, char **argv) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
+        cfg = *oj_gpt_get_config(m);
     } else {
         oj_gpt_preset(preset, &cfg); /* known: checked with the arguments */
         if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK ||
@@ -258,6 +265,10 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
         goto done;
     }
+    if (cfg.family != OJ_NANOLAB && glen < sc.max_new_tokens && plen + glen >= cfg.block_size)
+        fprintf(stderr, "ojas: generate: stopped after %lld of %lld new tokens: the model's context "
+                        "of %lld positions is full\n",
+                (long long)glen, (long long)sc.max_new_tokens, (long long)cfg.block_size);
     rc = CLI_OK;
 done:
     free(info.state_json);

@@ -49,6 +49,22 @@ static int load(const char *vocab, oj_tokenizer **tok) {
     return CLI_OK;
 }
 
+/* The library names its encode flags (OJ_ENCODE_ALLOW_SPECIAL); on the
+ * command line they are options. Rewritten in place (the options are
+ * shorter). */
+static void flags_as_options(char *msg) {
+    static const char *const from[2] = {"OJ_ENCODE_ALLOW_SPECIAL", "OJ_ENCODE_SPECIAL_AS_TEXT"};
+    static const char *const to[2] = {"--allow-special", "--special-as-text"};
+    for (int k = 0; k < 2; k++) {
+        char *p;
+        while ((p = strstr(msg, from[k]))) {
+            size_t fl = strlen(from[k]), tl = strlen(to[k]);
+            memcpy(p, to[k], tl);
+            memmove(p + tl, p + fl, strlen(p + fl) + 1);
+        }
+    }
+}
+
 static int encode(int argc, char **argv) {
     static const struct option lo[] = {
         {"help", no_argument, NULL, 'h'},
@@ -121,6 +137,8 @@ static int encode(int argc, char **argv) {
     }
     oj_tokens_free(&ids);
     oj_tokenizer_free(tok);
+    if (st)
+        flags_as_options(err.message);
     return st ? cli_error(CLI_FAIL, "%s", err.message) : CLI_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ojas/io.h"
 #include "ojas/train.h"
 
 static const char k_usage[] =
@@ -19,18 +20,23 @@ static const char k_usage[] =
     "  object per step and eval) and the loss curve DIR/loss.svg (gnuplot)\n"
     "  -c, --config FILE      JSON object of config keys (below)\n"
     "  -o, --out DIR          run directory (created if missing, once the whole config,\n"
-    "                         the data and the device have been checked)\n"
+    "                         the data and the device have been checked); a new run\n"
+    "                         refuses a non-empty one. One trainer at a time (DIR/.lock)\n"
     "  -r, --resume DIR       continue from a checkpoint directory or the newest good\n"
-    "                         one under a run directory; without --config its stored\n"
-    "                         config is used. Bit-identical under exact numerics\n"
+    "                         one under a run directory (config and weights from that\n"
+    "                         one checkpoint); without --config its stored config is\n"
+    "                         used. Bit-identical under exact numerics. Checkpoints of\n"
+    "                         --out that do not lead to it (the later steps of an\n"
+    "                         abandoned branch) move to --out/abandoned-stepN/\n"
     "  -d, --device D         cpu | cuda | cuda:N (never falls back to another device)\n"
     "  -j, --threads N        CPU threads (0: all usable CPUs)\n"
     "  -s, --seed S           model init and data order\n"
     "      --numerics M       fast | exact (bit-reproducible, any thread count)\n"
     "      --set KEY=VALUE    override any config key (repeatable), e.g.\n"
     "                         --set max_steps=200 --set betas=0.9,0.95\n"
-    "      --overwrite        consent to replace another run in DIR (sets the trainer's\n"
-    "                         oj_train_options.overwrite)\n"
+    "      --overwrite        first remove the previous run's files from DIR\n"
+    "                         (checkpoints, latest, metrics.jsonl, loss.*, abandoned-*);\n"
+    "                         refused, removing nothing, if DIR holds anything else\n"
     "      --no-progress      plain log lines even on a terminal\n"
     "      --no-plot          do not run gnuplot\n"
     "  -h, --help             this help\n"
@@ -157,6 +163,9 @@ int cmd_train(int argc, char **argv) {
         rc = cli_error(CLI_USAGE, "train: --config needs a file name");
     else if (resume && !resume[0])
         rc = cli_error(CLI_USAGE, "train: --resume needs a directory");
+    else if (resume && overwrite)
+        rc = cli_error(CLI_USAGE, "train: --resume continues a run and --overwrite replaces one: "
+                                  "give one of them");
     else
         rc = CLI_OK;
     if (!rc && !config && !resume) { /* a config from --set alone */
@@ -182,6 +191,21 @@ int cmd_train(int argc, char **argv) {
 
     oj_train_config cfg = oj_train_config_default();
     oj_error err = {0};
+    /* one checkpoint for both the stored config and the weights */
+    char resume_dir[4096];
+    if (!rc && resume) {
+        int skipped = 0;
+        oj_error why = {0};
+        if (oj_checkpoint_find(resume, resume_dir, sizeof resume_dir, &skipped, &why, &err)) {
+            rc = cli_error(CLI_FAIL, "train: %s", err.message);
+        } else {
+            if (skipped)
+                printf("warning: skipped %d newer checkpoint(s) under %s that failed "
+                       "verification (the newest: %s)\n",
+                       skipped, resume, why.message);
+            resume = resume_dir;
+        }
+    }
     if (!rc && config && oj_train_config_load(&cfg, config, &err))
         rc = cli_error(CLI_FAIL, "train: %s", err.message);
     else if (!rc && !config && resume && oj_train_config_from_checkpoint(resume, &cfg, &err))

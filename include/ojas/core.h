@@ -166,13 +166,22 @@ typedef struct oj_engine_config {
     oj_numerics numerics; /* default FAST */
     int threads;          /* 0: the usable CPUs (cgroup quota respected) */
     uint64_t seed;        /* RNG seed; default 0 */
-    int64_t budget_bytes; /* root budget limit; 0 means OJ_UNLIMITED */
+    int64_t budget_bytes; /* root budget limit; 0 (default): what the machine can
+                           * give, less a margin (see oj_engine_create);
+                           * OJ_UNLIMITED: no limit */
 } oj_engine_config;
 
 /* A config with the defaults above. */
 oj_engine_config oj_engine_config_default(void);
 
-/* Open an engine (cfg NULL: defaults). On success *out owns a new engine
+/* Open an engine (cfg NULL: defaults). With budget_bytes 0 the root budget
+ * is what the machine can give at creation, less 10% (at least 64 MiB, at
+ * most 2 GiB) for what the budget does not see: on the CPU, physical memory
+ * capped by the process's cgroup v2 memory.max and v1
+ * memory.limit_in_bytes (and its parents'); on a GPU, the device's free
+ * memory. So an allocation the machine cannot hold fails at once with
+ * OJ_ERR_CAPACITY instead of swapping or being killed; read the limit
+ * with oj_budget_limit(oj_engine_budget(eng)). On success *out owns a new engine
  * (free with oj_engine_free). On failure *out is NULL, `err` (may be NULL)
  * holds the message and the status is returned: OJ_ERR_DEVICE when the
  * device cannot be opened (never a fallback to another device),

@@ -43,22 +43,37 @@ void oj_tokens_free(oj_tokens *t);
 typedef struct oj_tokenizer oj_tokenizer;
 
 /* Load from a directory holding `encoder.json` + `vocab.bpe` (GPT-2 / HF
- * format) or else exactly one `*.tiktoken` rank file. OJ_ERR_IO when the
+ * format) or else exactly one `*.tiktoken` rank file (as
+ * oj_tokenizer_load_tiktoken: GPT-2's ranks only). OJ_ERR_IO when the
  * files are missing or unreadable, OJ_ERR_CORRUPT when malformed (bad JSON,
  * bad base64, duplicate tokens or ids, a missing byte token, merges that
- * reference unknown tokens), OJ_ERR_UNSUPPORTED when vocab.bpe's merge
- * order disagrees with encoder.json's ids, OJ_ERR_CAPACITY out of memory.
+ * reference unknown tokens, an encoder.json entry that no merge produces
+ * although the pre-tokenizer would keep it whole: a truncated vocab.bpe),
+ * OJ_ERR_UNSUPPORTED when vocab.bpe's merge order disagrees with
+ * encoder.json's ids or a rank file is not GPT-2's, OJ_ERR_CAPACITY out of
+ * memory.
  * On success *out owns a new tokenizer (free with oj_tokenizer_free). */
 oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err);
 /* GPT-2 files: encoder.json maps byte-to-unicode strings to ids; vocab.bpe
  * lists merges in priority order. Entries of encoder.json that are neither
  * single bytes nor the result of a merge (GPT-2: "<|endoftext|>") become
- * special tokens. */
+ * special tokens, but only when the pre-tokenizer splits them (a special
+ * is never met whole in text); one it keeps whole is a merge missing from
+ * vocab.bpe, OJ_ERR_CORRUPT naming the entry and vocab.bpe's last line. */
 oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe,
                                  oj_tokenizer **out, oj_error *err);
 /* A tiktoken rank file: lines "<base64 bytes> <rank>". Rank = id. The
- * special token "<|endoftext|>" is added with id (max rank + 1). */
+ * special token "<|endoftext|>" is added with id (max rank + 1). The file
+ * does not say which pre-tokenisation pattern its ranks belong to, and
+ * ojas has GPT-2's only, so only GPT-2's ranks (tiktoken's gpt2 /
+ * r50k_base: ranks 0..50255, identified by their XXH3-64 hash) are
+ * accepted; any other set of ranks is OJ_ERR_UNSUPPORTED, naming
+ * cl100k_base, o200k_base or p50k_base when it has their size. */
 oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_error *err);
+/* The same without the identification: the caller vouches that the ranks
+ * were made with GPT-2's pattern (e.g. ranks.tiktoken written by
+ * oj_tokenizer_save for a tokenizer trained with oj_bpe_train). */
+oj_status oj_tokenizer_load_tiktoken_as_gpt2(const char *path, oj_tokenizer **out, oj_error *err);
 /* Write `encoder.json`, `vocab.bpe` and `ranks.tiktoken` into dir (created
  * if missing), each written to a temporary name and renamed. Merges are the
  * ones loaded or trained, or else recovered from the ranks (OJ_ERR_UNSUPPORTED
@@ -170,11 +185,20 @@ oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int
 /* A read-only memory-mapped shard. */
 typedef struct oj_shard oj_shard;
 
-/* Open and validate path. OJ_ERR_IO if it cannot be opened or mapped;
- * OJ_ERR_CORRUPT for a short header, bad magic, unknown version, negative
- * count, or a size that is not header + count * token size (truncated or
- * trailing bytes). On success *out owns the mapping (oj_shard_close). */
+/* Open and validate path's header. OJ_ERR_IO if it is not a regular file
+ * or cannot be opened or mapped; OJ_ERR_CORRUPT for a short header, bad
+ * magic, unknown version, negative count, a reserved header int (3..255)
+ * that is not 0, or a size that is not header + count * token size
+ * (truncated or trailing bytes). On success *out owns the mapping
+ * (oj_shard_close). The tokens are checked by oj_shard_check_vocab. */
 oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err);
+/* Scan every token of s (near memory speed: a vectorised maximum per
+ * block, the offender located only in a block that has one) and refuse the
+ * first id >= vocab_size with OJ_ERR_CORRUPT naming the shard's path, the
+ * token index, its byte offset in the file and the id. vocab_size >= 1
+ * (OJ_ERR_INVALID_ARGUMENT otherwise); a shard whose version cannot hold
+ * such an id is not read. */
+oj_status oj_shard_check_vocab(const oj_shard *s, int64_t vocab_size, oj_error *err);
 void oj_shard_close(oj_shard *s);
 int64_t oj_shard_len(const oj_shard *s);
 int oj_shard_version(const oj_shard *s);
@@ -252,9 +276,12 @@ typedef struct oj_loader oj_loader;
 /* world_size 1, dtype OJ_I64, prefetch on, everything else 0/NULL. */
 oj_loader_config oj_loader_config_default(void);
 
-/* Open every shard (OJ_ERR_IO / OJ_ERR_CORRUPT as oj_shard_open),
- * OJ_ERR_INVALID_ARGUMENT for a bad config, OJ_ERR_SHAPE when the shards
- * hold fewer than B * world_size windows. */
+/* Open every shard (OJ_ERR_IO / OJ_ERR_CORRUPT as oj_shard_open) and scan
+ * its tokens (oj_shard_check_vocab against vocab_size, or against 2^31 when
+ * vocab_size is 0), so a bad token stops the run before its first step
+ * rather than when its batch comes; OJ_ERR_INVALID_ARGUMENT for a bad
+ * config, OJ_ERR_SHAPE when the shards hold fewer than B * world_size
+ * windows. */
 oj_status oj_loader_open(const oj_loader_config *cfg, oj_loader **out, oj_error *err);
 /* Stops the prefetch thread and unmaps the shards. NULL is a no-op. */
 void oj_loader_free(oj_loader *L);

@@ -83,6 +83,12 @@ const char *oj_gpt_preset_name(int i);
 char *oj_gpt_preset_list(char *buf, size_t len);
 /* OJ_OK or OJ_ERR_INVALID_ARGUMENT with a message naming the bad field. */
 oj_status oj_gpt_config_check(const oj_gpt_config *cfg, oj_error *err);
+/* Number of parameters oj_gpt_create makes for cfg, computed from the
+ * shapes without allocating (saturating at INT64_MAX); -1 for a config
+ * oj_gpt_config_check refuses. For memory checks before a model exists:
+ * x 4 bytes for the f32 weights, as many again for their gradients, and
+ * the optimizer's state. */
+int64_t oj_gpt_config_num_params(const oj_gpt_config *cfg);
 /* "nanolab" / "gpt2" / "llama". */
 const char *oj_gpt_family_name(oj_gpt_family f);
 
@@ -93,8 +99,12 @@ typedef struct oj_gpt oj_gpt;
  * init_std) for matrices and embeddings, init_std / sqrt(2 n_layer) for the
  * residual output projections, ones for norm weights, zeros for biases and
  * lambdas. Parameters are f32 leaves requiring grad, owned by the model
- * (unscoped), on eng's device. Errors: OJ_ERR_INVALID_ARGUMENT (config),
- * OJ_ERR_CAPACITY (budget). */
+ * (unscoped), on eng's device. Before allocating anything the f32
+ * weights' bytes (oj_gpt_config_num_params x 4) are checked against the
+ * room left in eng's current budget and its ancestors, so a model too big
+ * for the budget is refused at once (OJ_ERR_CAPACITY naming the parameter
+ * count, the bytes and the budget) instead of after filling it. Errors:
+ * OJ_ERR_INVALID_ARGUMENT (config), OJ_ERR_CAPACITY (budget). */
 oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, oj_gpt **out);
 void oj_gpt_free(oj_gpt *m);
 const oj_gpt_config *oj_gpt_get_config(const oj_gpt *m);

@@ -105,7 +105,9 @@ typedef struct oj_safetensors_entry {
  * safetensors library requires). `metadata` is NULL or a NULL-terminated
  * array of key, value, key, value, ... UTF-8 strings (keys unique).
  * OJ_ERR_INVALID_ARGUMENT for a bad name, duplicate, dtype or shape,
- * OJ_ERR_IO when writing fails (the old file, if any, is left as it was). */
+ * OJ_ERR_OUT_OF_RANGE when the header would exceed the 100,000,000 bytes
+ * that oj_safetensors_open (and the reference reader) accept, OJ_ERR_IO
+ * when writing fails (the old file, if any, is left as it was). */
 oj_status oj_safetensors_write(const char *path, int64_t n, const oj_safetensors_entry *entries,
                                const char *const *metadata, oj_error *err);
 
@@ -126,7 +128,8 @@ oj_status oj_safetensors_save(const char *path, int64_t n, const char *const *na
  * written into a hidden temporary sibling, every file and the directory are
  * fsynced, then it is renamed into place and `latest` is replaced
  * atomically: a crash at any point leaves the previous checkpoint whole and
- * loadable. One writer per root. */
+ * loadable. One writer per root (the trainer holds a lock on its run
+ * directory, see train.h). */
 
 /* Tensors under dotted names, e.g. a model's state_dict. */
 typedef struct oj_named_tensors {
@@ -178,10 +181,35 @@ oj_status oj_checkpoint_load(const char *dir, const oj_named_tensors *model,
  * OJ_ERR_CORRUPT or OJ_ERR_IO (counted in info->skipped). Any other error
  * (a model that does not match) stops the search. OJ_ERR_IO when root is
  * missing or holds no checkpoint; when all are refused, the newest one's
- * error. */
+ * status, the message saying "no good checkpoint found under <root>, all
+ * N refused" and then each one's reason ("; ckpt-NNNNNN refused: ...",
+ * newest first, cut to fit). */
 oj_status oj_checkpoint_resume(const char *root, const oj_named_tensors *model,
                                const oj_named_tensors *optim, oj_checkpoint_info *info,
                                oj_error *err);
+
+/* The checkpoint directory that oj_checkpoint_resume(path, ...) would load,
+ * without loading it: `path` itself when it is a checkpoint directory
+ * (holding manifest.json; verified), else the first under the root `path`
+ * that passes oj_checkpoint_verify, in oj_checkpoint_resume's order (the
+ * one `latest` names, then by decreasing step). Copied into dir (len
+ * bytes); *skipped (may be NULL) counts the newer ones refused and
+ * *refused (may be NULL) gets the newest refused one's error. Errors as
+ * oj_checkpoint_resume's (every candidate refused: the newest one's status
+ * and each one's reason); OJ_ERR_OUT_OF_RANGE when dir is too small.
+ * Callers that read a checkpoint's state.json and then load its tensors use
+ * this once so that both come from the same checkpoint. */
+oj_status oj_checkpoint_find(const char *path, char *dir, size_t len, int *skipped,
+                             oj_error *refused, oj_error *err);
+
+/* Move the checkpoints steps[0..n) under root into root/aside/ (created;
+ * even when n is 0; an existing name is an error), then point `latest` at the newest
+ * checkpoint left under root (removed when none is left), fsyncing both
+ * directories. A crash midway leaves every checkpoint whole, under root or
+ * under aside. `aside` is one path component. OJ_ERR_IO on a failed system
+ * call, OJ_ERR_INVALID_ARGUMENT for a bad name. */
+oj_status oj_checkpoint_move_aside(const char *root, const int64_t *steps, int64_t n,
+                                   const char *aside, oj_error *err);
 
 /* Validate the checkpoint directory `dir` (manifest, hashes, JSON,
  * safetensors structure) without loading it. */

@@ -95,7 +95,8 @@ oj_tensor *oj_softplus(oj_tensor *x, double beta, double threshold);
 oj_tensor *oj_elu(oj_tensor *x, double alpha);
 /* x tanh(softplus(x)). Misra 2019. */
 oj_tensor *oj_mish(oj_tensor *x);
-/* x ** exponent. */
+/* x ** exponent; gradient exponent x^(exponent-1), 0 for exponent 0
+ * (pow(0, 0) = 1 with gradient 0, as torch). */
 oj_tensor *oj_pow_scalar(oj_tensor *x, double exponent);
 /* Clamp to [min, max]; pass NAN for a missing bound. Gradient 0 outside. */
 oj_tensor *oj_clamp(oj_tensor *x, double min, double max);
@@ -114,6 +115,9 @@ oj_tensor *oj_sub(oj_tensor *a, oj_tensor *b);
 oj_tensor *oj_mul(oj_tensor *a, oj_tensor *b);
 /* True division (integers promote to f32). */
 oj_tensor *oj_div(oj_tensor *a, oj_tensor *b);
+/* a ** b, float output (integers promote to f32). Gradients as torch:
+ * d/da = g b a^(b-1), 0 where b == 0; d/db = g a^b log(a), 0 where a == 0
+ * and b >= 0. So pow(0, 0) = 1 with gradients (0, 0). */
 oj_tensor *oj_pow(oj_tensor *a, oj_tensor *b);
 /* Elementwise max/min; NaN propagates; gradient split evenly on ties as torch. */
 oj_tensor *oj_maximum(oj_tensor *a, oj_tensor *b);
@@ -133,10 +137,17 @@ oj_tensor *oj_where(oj_tensor *cond, oj_tensor *a, oj_tensor *b);
 /* New tensor of x converted to dt (gradient flows between float dtypes). */
 oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt);
 
-/* In place: a += b (b broadcast to a), a *= v. Bumps a's version. In-place
- * ops are not recorded by autograd, so while grad mode is on they refuse
- * any tensor that requires grad (OJ_ERR_STATE; torch refuses leaves and
- * records non-leaves); update parameters under oj_set_grad_enabled(false). */
+/* In place: a += b (b broadcast to a), a *= v. Bumps a's version. While
+ * grad mode is on and a or b requires grad (a float), the write is
+ * recorded by autograd as torch does: a's history becomes the in-place
+ * op's node over its old one (y = 2 x; y += 1; backward is legal). Every
+ * op saves only what its backward reads, so a write invalidates only the
+ * nodes that read a (theirs refuse backward, naming the op: exp(y) then
+ * y += 1). OJ_ERR_STATE with grad mode on for a leaf that requires grad
+ * (update parameters under oj_set_grad_enabled(false)) and for an a whose
+ * storage another live tensor shares (a view of a, or a a view of it:
+ * autograd would not follow the write into the other; torch does). With
+ * grad mode off nothing is recorded (the history stays the old one). */
 oj_status oj_add_(oj_tensor *a, oj_tensor *b);
 oj_status oj_mul_scalar_(oj_tensor *a, double v);
 
@@ -182,7 +193,10 @@ oj_tensor *oj_argmin(oj_tensor *x, int dim, bool keepdim);
 oj_tensor *oj_var(oj_tensor *x, int ndims, const int *dims, double correction, bool keepdim);
 oj_tensor *oj_std(oj_tensor *x, int ndims, const int *dims, double correction, bool keepdim);
 /* log(sum(exp(x))) over dims, computed stably (running max); integer x
- * gives f32. Empty dims give -inf. */
+ * gives f32. Empty dims give -inf. Backward g exp(x - y), exactly 0 where
+ * the upstream gradient g is 0; a nonzero g on a group of all -inf (y =
+ * -inf) gives NaN there (x - y is -inf + inf; the limit depends on how the
+ * values went to -inf), as torch. */
 oj_tensor *oj_logsumexp(oj_tensor *x, int ndims, const int *dims, bool keepdim);
 /* Vector p-norm over dims: p = 1 (sum |x|), 2 (sqrt of sum x^2) or
  * INFINITY (max |x|); other p are OJ_ERR_INVALID_ARGUMENT. Float x only.
@@ -253,7 +267,12 @@ oj_tensor *oj_addmm(oj_tensor *input, oj_tensor *a, oj_tensor *b, double beta, d
  * otherwise); index inputs: i64 or i32. Inputs may be non-contiguous. Each
  * returns a new tensor owned by the current scope, or NULL with the error
  * recorded. Statistics saved for backward (mean, rstd, logsumexp) are f32
- * (f64 for f64 inputs); the CPU computes in double. */
+ * (f64 for f64 inputs). The CPU computes in double, except its f32 paths
+ * (softmax, cross-entropy, attention and the norms over contiguous f32
+ * rows), which sum in f32 on the SIMD level; a norm row whose float sums
+ * overflow (finite values with a sum of squares past FLT_MAX, |x| from
+ * about 1.8e19) is redone in double, so every finite row is normalised
+ * right, with the same bits at any thread count. */
 
 /* Reduction of a loss over its elements. MEAN over cross_entropy/nll_loss
  * divides by the number of rows whose target is not ignore_index (as
@@ -304,7 +323,10 @@ oj_tensor *oj_add_rms_norm(oj_tensor *x, oj_tensor *r, oj_tensor *weight, double
 
 /* Softmax / log-softmax of x over dim (numerically stable: the max is
  * subtracted; a row of all -inf gives NaN, as torch). Shaped like x. A
- * rank-0 x is treated as one element (dim 0 or -1). */
+ * rank-0 x is treated as one element (dim 0 or -1). Backward: a row whose
+ * upstream gradient is all zero gets exactly 0, also a row of all -inf
+ * (torch gives NaN there); a row of all -inf with any nonzero upstream
+ * gradient gets NaN in every element (its output is NaN). */
 oj_tensor *oj_softmax(oj_tensor *x, int dim);
 oj_tensor *oj_log_softmax(oj_tensor *x, int dim);
 

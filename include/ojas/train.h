@@ -23,10 +23,12 @@
  * says how close a step comes to the engine's best matmul speed.
  *
  * Output under out_dir: ckpt-NNNNNN/ checkpoints (oj_checkpoint_save: model
- * state_dict, optimizer state, state.json holding the step, loader state,
- * engine RNG seed/offset, tokens seen, the full training config and the
- * resolved model config), metrics.jsonl (one JSON object per step and per
- * eval), loss.gp + loss.svg (gnuplot, when installed).
+ * state_dict, optimizer state, state.json holding the lineage ids run_id,
+ * id and parent, the step, loader state, engine RNG seed/offset, tokens
+ * seen, the schedule's end, the full training config and the resolved
+ * model config), metrics.jsonl (one JSON object per step and per eval),
+ * loss.gp + loss.svg (gnuplot, when installed), .lock, and abandoned-stepS/
+ * when a resume from step S set a later branch aside (docs/formats.md).
  *
  * Resume is bit-identical under OJ_NUMERICS_EXACT: N steps in one run equal
  * N/2 steps + resume + N/2 steps, losses and parameters byte for byte. */
@@ -101,7 +103,11 @@ typedef struct oj_train_config {
     bool cuda_graph;         /* replay forward + backward as a CUDA graph, false
                               * (device cuda, grad_accum 1; oj_graph_capture_begin) */
     double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
-    int64_t budget_bytes;    /* engine root budget; 0 = unlimited */
+    int64_t budget_bytes;    /* engine root budget; 0 = what the machine can give, less a
+                              * margin (oj_engine_create); 9e18 = no limit */
+    int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row
+                                * skipped as non-finite, naming the first op with a
+                                * non-finite output (detect_anomaly); 10; 0 = never */
 } oj_train_config;
 
 /* The defaults listed above. */
@@ -130,8 +136,8 @@ char *oj_train_config_to_json(const oj_train_config *c);
 oj_status oj_train_model_config(const oj_train_config *c, int64_t tok_vocab, oj_gpt_config *out,
                                 oj_error *err);
 /* The training config stored in a checkpoint's state.json. `path` is a
- * checkpoint directory or a root holding them (its newest, by `latest`).
- * The result replaces *c. */
+ * checkpoint directory or a root holding them (the one oj_checkpoint_find
+ * chooses: what a resume from `path` loads). The result replaces *c. */
 oj_status oj_train_config_from_checkpoint(const char *path, oj_train_config *c, oj_error *err);
 
 /* ---------------------------------------------------------------- running */
@@ -175,9 +181,10 @@ typedef struct oj_train_options {
     /* Called after every step and eval (may be NULL). */
     void (*on_metrics)(const oj_train_metrics *m, void *ctx);
     void *ctx;
-    /* The user's consent to reuse an out_dir that holds another run
-     * (`ojas train --overwrite`). Not yet read: the trainer does not check
-     * what out_dir holds. */
+    /* A new run (resume NULL) refuses a non-empty out_dir; overwrite first
+     * removes what a previous run wrote there (checkpoints, latest,
+     * metrics.jsonl, loss.gp/svg, abandoned-* branches), and still refuses,
+     * removing nothing, when out_dir holds anything else. */
     bool overwrite;
 } oj_train_options;
 
@@ -199,16 +206,26 @@ typedef struct oj_trainer oj_trainer;
 /* Build everything a run needs from a checked config: the engine (device,
  * numerics, threads, seed, budget; OJ_ERR_DEVICE if the device cannot be
  * opened, never a fallback), the model, the optimizer, the train and val
- * loaders, the tokenizer's byte lengths; with opts->resume, the checkpoint
- * (model, optimizer, step, loader position, RNG, tokens seen); and last the
- * out_dir, so that a failure of any of the others leaves no directory
- * behind. `opts` is copied (its strings too). On success *out
- * owns the trainer (oj_trainer_free). */
+ * loaders, the tokenizer's byte lengths (tokenizer_dir is stored
+ * absolute); with opts->resume, the checkpoint (model, optimizer, step,
+ * loader position, RNG, tokens seen; a root resolves by
+ * oj_checkpoint_find); and last the out_dir, so that a failure of any of
+ * the others leaves no directory behind. The out_dir is then locked with
+ * flock on out_dir/.lock until oj_trainer_free (a second trainer gets
+ * OJ_ERR_STATE naming the holder's PID); a new run (no opts->resume) needs
+ * it empty unless opts->overwrite (OJ_ERR_STATE, see there); a resume moves
+ * out_dir's checkpoints that are not the resumed one or its ancestors to
+ * out_dir/abandoned-stepS/. `opts` is copied (its strings too). On success
+ * *out owns the trainer (oj_trainer_free). */
 oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *opts,
                             oj_trainer **out, oj_error *err);
 /* Train until max_steps, the time limit or *opts->stop; checkpoint every
  * ckpt_every steps and at the end; write metrics.jsonl and the plot.
- * `res` may be NULL. A signal or the time limit is a clean stop (OJ_OK). */
+ * `res` may be NULL. A signal or the time limit is a clean stop (OJ_OK).
+ * Errors stop the run at once: OJ_ERR_IO when metrics.jsonl cannot be
+ * written, OJ_ERR_NUMERIC after max_skipped_steps steps in a row skipped as
+ * non-finite (naming the first non-finite op found by detect_anomaly), and
+ * those of steps, evals and checkpoints. */
 oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err);
 /* The model, engine and steps done (borrowed; valid while t lives). */
 oj_gpt *oj_trainer_model(oj_trainer *t);
@@ -234,33 +251,42 @@ oj_status oj_train_plot(const char *out_dir, oj_error *err);
 
 /* ---------------------------------------------------------------- benchmark */
 
-/* What oj_bench_train_step measured. */
+/* What oj_bench_trainer measured. */
 typedef struct oj_bench_result {
-    double step_ms;         /* median over the timed steps */
+    double step_ms;         /* median over the timed steps of the trainer's step */
     double min_ms, max_ms;
-    double tokens_per_s;    /* B * T / median step */
+    double tokens_per_s;    /* tokens per step / median step */
     double flops_per_token; /* oj_gpt_flops_per_token: 6 N + 12 L C T */
     double achieved_flops;  /* flops_per_token * tokens_per_s, FLOP/s */
-    double loss;            /* the last step's loss */
+    double loss;            /* the last timed step's loss */
     int64_t peak_bytes;     /* peak of the engine's root budget (pooled free blocks included) */
     int64_t peak_allocated_bytes; /* oj_engine_max_memory_allocated (live storage only) */
     int64_t params;
+    double kernel_ms;       /* median of the same device work back to back (NaN: not measured) */
+    double overhead_ms;     /* step_ms - kernel_ms: the trainer's cost beyond its device work */
 } oj_bench_result;
 
-/* Time full training steps (forward, backward, clip 1.0, optimizer) of a
- * model built from `mc` on eng's device: B x T random tokens kept on the
- * device; AdamW (lr 6e-4, wd 0.1) on every parameter for gpt2, Muon on
- * hidden matrices + AdamW for nanolab. `warmup` untimed steps, then
- * `steps` timed ones (each ends by reading the loss, which waits for the
- * device). The method of PyTorch's anchor benchmark, so the figures are
- * comparable. cuda_graph (CUDA engines): after the first (eager) step the
- * forward and backward are captured once as a CUDA graph and replayed by
- * every later step (the optimizer runs eagerly after it; see
- * oj_graph_capture_begin); OJ_ERR_UNSUPPORTED on a CPU engine. Errors:
- * those of model creation and the step, recorded on eng;
- * OJ_ERR_INVALID_ARGUMENT for B, T, steps < 1 or warmup < 0. */
-oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B, int64_t T,
-                              int warmup, int steps, bool cuda_graph, oj_bench_result *out);
+/* Time the trainer's own step: an oj_trainer built from *cfg runs `warmup`
+ * untimed then `steps` timed steps exactly as oj_trainer_run takes them
+ * (what `ojas train` runs: the loader and its host-to-device copies, the
+ * forward and backward or their CUDA graph, clipping, the schedule, the
+ * optimizer step with its non-finite check, the loss read-back, the
+ * metrics.jsonl record and the log), each timed from its start to the
+ * next's. cfg->data_dir "" trains on a generated shard of pseudo-random
+ * tokens below the model's vocabulary (a batch per step); otherwise on
+ * the train_*.bin shards there. max_steps becomes warmup + steps; evals
+ * and checkpoints do not run. The run directory (and the generated shard)
+ * live in a temporary directory removed on return. Give cfg->peak_flops,
+ * or the trainer measures the peak before the first step. With `kernel`,
+ * kernel_ms then times the same device work back to back on one resident
+ * batch (forward + backward, clip, the optimizer step with its check, the
+ * loss read-back; no loader, schedule or metrics), and overhead_ms =
+ * step_ms - kernel_ms, the trainer's cost around it. Errors: those of
+ * oj_trainer_create and the steps (in err); OJ_ERR_INVALID_ARGUMENT for
+ * steps < 1 or warmup < 0; OJ_ERR_IO when no temporary directory can be
+ * made. */
+oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bool kernel,
+                           oj_bench_result *out, oj_error *err);
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,10 @@ typedef struct oj_backend {
      * cannot be opened. */
     oj_status (*open)(oj_engine *eng, int index, oj_error *err);
     void (*close)(oj_engine *eng);
+    /* Free and total bytes of the device's memory now (cudaMemGetInfo);
+     * NULL for the host, whose limit core finds itself. Sets the engine's
+     * default root budget. */
+    oj_status (*memory_info)(oj_engine *eng, int64_t *free_bytes, int64_t *total_bytes);
     /* Raw device memory; NULL when the device is out of memory. Budget
      * accounting is done by core before alloc is called. */
     void *(*alloc)(oj_engine *eng, size_t nbytes);

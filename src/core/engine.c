@@ -123,6 +123,7 @@ oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_erro
             return oj_error_set(err, st, "%s", e.message);
         }
     }
+    if (c.budget_bytes == 0) oj__engine_default_budget(eng); /* what the machine can give */
     *out = eng;
     return OJ_OK;
 }

@@ -233,6 +233,26 @@ oj_status oj__budget_move(oj_budget *from, oj_budget *to, int64_t bytes, oj_budg
 /* Root of b's tree. */
 oj_budget *oj__budget_root(const oj_budget *b);
 
+/* ---- memory (src/core/memory.c) */
+/* Bytes of host memory this process may use: physical memory, capped by
+ * the cgroup v2 memory.max and v1 memory.limit_in_bytes of the process's
+ * cgroups (named in proc_cgroup, normally "/proc/self/cgroup") and their
+ * ancestors under cgroup_root (normally "/sys/fs/cgroup"); "max" or v1's
+ * 2^63 is no limit. 0 when nothing is known. */
+int64_t oj__host_memory_bytes(const char *cgroup_root, const char *proc_cgroup);
+/* The default root budget for `avail` bytes: avail less a margin of 10%
+ * (at least 64 MiB, at most 2 GiB, at most half) for what the budget does
+ * not see (the allocator's own use, libraries, the CUDA context, other
+ * processes); OJ_UNLIMITED when avail <= 0 (unknown). */
+int64_t oj__budget_with_margin(int64_t avail);
+/* Set eng's root budget limit to oj__budget_with_margin of the device's
+ * free memory (backend memory_info) or the host's oj__host_memory_bytes. */
+void oj__engine_default_budget(oj_engine *eng);
+/* Bytes that can still be allocated through eng's current budget: the
+ * least (limit - current) along its chain to the root, the root's pooled
+ * free blocks counted as free. *tightest (may be NULL) gets that budget. */
+int64_t oj__budget_room(oj_engine *eng, oj_budget **tightest);
+
 /* ---- rng */
 /* Reserve n counter blocks of the engine's stream; returns the first. */
 uint64_t oj__rng_advance(oj_engine *eng, uint64_t nblocks);

@@ -92,4 +92,9 @@ int oj_gpt2_byte_rank(uint8_t b);
 /* Number of usable CPUs (sched affinity), >= 1. */
 int oj_data_cpu_count(void);
 
+/* XXH3-64 of ids 0..n-1 of tok in id order, each as its byte length
+ * (uint32, little-endian) then its bytes: how a tiktoken rank file is
+ * identified as GPT-2's (load.c). */
+uint64_t oj__tokenizer_ranks_hash(const oj_tokenizer *tok, int32_t n);
+
 #endif

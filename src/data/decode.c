@@ -44,7 +44,7 @@ oj_status oj_tokenizer_decode(const oj_tokenizer *tok, const int32_t *ids, size_
     if (flags != OJ_DECODE_BYTES)
         while (i < total) {
             uint32_t cp;
-            int l = raw[i] < 0x80 ? 1 : oj_utf8_decode(raw + i, total - i, &cp);
+            int l = raw[i] < 0x80 ? 1 : oj__utf8_decode(raw + i, total - i, &cp);
             if (l) {
                 i += (size_t)l;
                 continue;
@@ -52,7 +52,7 @@ oj_status oj_tokenizer_decode(const oj_tokenizer *tok, const int32_t *ids, size_
             if (!bad)
                 first_bad = i;
             bad++;
-            i += oj_utf8_invalid_len(raw + i, total - i);
+            i += oj__utf8_invalid_len(raw + i, total - i);
         }
     if (!bad) {
         *text = (char *)raw;
@@ -78,7 +78,7 @@ oj_status oj_tokenizer_decode(const oj_tokenizer *tok, const int32_t *ids, size_
     i = 0;
     while (i < total) {
         uint32_t cp;
-        int l = raw[i] < 0x80 ? 1 : oj_utf8_decode(raw + i, total - i, &cp);
+        int l = raw[i] < 0x80 ? 1 : oj__utf8_decode(raw + i, total - i, &cp);
         if (l) {
             memcpy(fixed + w, raw + i, (size_t)l);
             w += (size_t)l;
@@ -88,7 +88,7 @@ oj_status oj_tokenizer_decode(const oj_tokenizer *tok, const int32_t *ids, size_
         fixed[w++] = 0xEF;
         fixed[w++] = 0xBF;
         fixed[w++] = 0xBD;
-        i += oj_utf8_invalid_len(raw + i, total - i);
+        i += oj__utf8_invalid_len(raw + i, total - i);
     }
     fixed[w] = 0;
     free(raw);

@@ -68,27 +68,11 @@ static oj_status encode_piece(const oj_tokenizer *tok, oj_tok_session *s, const 
     return OJ_OK;
 }
 
-static bool valid_utf8(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int l = oj_utf8_decode(s + i, n - i, &cp);
-        if (!l)
-            return false;
-        i += (size_t)l;
-    }
-    return true;
-}
-
 /* Ordinary text (no special handling). */
 static oj_status encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
                                  size_t n, oj_tokens *out, oj_error *err) {
     size_t pos = 0;
-    if (tok->pretok == OJ_PRETOK_PCRE2 && !valid_utf8(b, n))
+    if (tok->pretok == OJ_PRETOK_PCRE2 && !oj__utf8_valid(b, n, NULL))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "tokenizer_encode: the PCRE2 pre-tokeniser needs valid UTF-8");
     for (;;) {

@@ -6,45 +6,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
+#include "core/fs.h"
 #include "data/bpe.h"
+#include "data/pretok.h"
 #include "data/unicode.h"
+#include "io/io_internal.h"
 
-/* Read a whole file into a NUL-terminated buffer. */
+/* Read a whole regular file into a NUL-terminated buffer (core/fs.h's
+ * reader, its message prefixed with "tokenizer: "). */
 static oj_status read_file(const char *path, char **buf, size_t *len, oj_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a device or FIFO never ends */
-        fclose(f);
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: %s is not a regular file", path);
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    for (;;) {
-        if (!b) {
-            fclose(f);
-            return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer: out of memory reading %s", path);
-        }
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        char *nb = realloc(b, cap);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(b);
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: read error on %s", path);
-    }
-    b[n] = 0;
-    *buf = b;
-    *len = n;
+    oj_error e2 = {0};
+    uint8_t *b = NULL;
+    oj_status st = oj__read_file(path, SIZE_MAX, &b, len, &e2);
+    if (st)
+        return oj_error_set(err, st, "tokenizer: %s", e2.message);
+    *buf = (char *)b;
     return OJ_OK;
 }
 
@@ -61,7 +39,7 @@ static bool unmap_gpt2(const char *s, size_t n, uint8_t *out, size_t *outlen) {
     size_t i = 0, o = 0;
     while (i < n) {
         uint32_t cp;
-        int l = oj_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        int l = oj__utf8_decode((const uint8_t *)s + i, n - i, &cp);
         if (!l)
             return false;
         int b = oj_gpt2_cp_to_byte(cp);
@@ -79,20 +57,19 @@ oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe
     if (!out || !encoder_json || !vocab_bpe)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load_gpt2: NULL argument");
     *out = NULL;
+    char *ejson = NULL;
+    size_t ejson_len = 0;
+    oj_status st = read_file(encoder_json, &ejson, &ejson_len, err);
+    if (st)
+        return st;
     json_error_t je;
-    json_t *root = json_load_file(encoder_json, 0, &je);
-    if (!root) {
-        FILE *f = fopen(encoder_json, "rb");
-        if (!f)
-            return oj_error_set(err, OJ_ERR_IO, "tokenizer: cannot open %s: %s", encoder_json,
-                                strerror(errno));
-        fclose(f);
+    json_t *root = json_loadb(ejson, ejson_len, 0, &je);
+    free(ejson);
+    if (!root)
         return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s:%d:%d: %s", encoder_json, je.line,
                             je.column, je.text);
-    }
     char *bpe = NULL;
     size_t bpe_len = 0;
-    oj_status st = OJ_OK;
     oj_tokenizer *tok = NULL;
     oj_strmap enc = {0}, made = {0};
     uint8_t *tmp = NULL;
@@ -219,7 +196,38 @@ oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe
         p = le + 1;
     }
     tok->n_merges = (int64_t)nm;
-    /* Mergeable: single bytes and merge results; the rest are specials. */
+    /* Mergeable: single bytes and merge results; the rest are specials.
+     * A special is text that BPE never meets whole: the pre-tokenizer cuts
+     * it ("<|endoftext|>" -> "<|" "endoftext" "|>"). An entry that is one
+     * pre-tokenizer piece but no merge's result ("Ġthe") can only mean that
+     * its merge is missing from vocab.bpe (a truncated or empty file would
+     * otherwise turn the rest of the vocabulary into specials and change
+     * every tokenization): refused, naming the entry with the lowest id. */
+    int64_t orphan = -1;
+    for (size_t e = 0; e < enc.n; e++) {
+        const uint8_t *b = enc.keys + enc.ents[e].off;
+        size_t bl = enc.ents[e].len, pos = 0, pend = 0;
+        if (bl == 1 || oj_strmap_find(&made, b, bl, oj_strmap_hash(b, bl)) >= 0)
+            continue;
+        if (oj_pretok_split(b, bl, &pos, &pend, 1) == 1 && pend == bl &&
+            (orphan < 0 || enc.ents[e].value < enc.ents[orphan].value))
+            orphan = (int64_t)e;
+    }
+    if (orphan >= 0) {
+        const uint8_t *b = enc.keys + enc.ents[orphan].off;
+        char q[96];
+        size_t bl = enc.ents[orphan].len, o = 0;
+        for (size_t i = 0; i < bl && o + 5 < sizeof q; i++)
+            o += (size_t)snprintf(q + o, sizeof q - o, b[i] >= 0x20 && b[i] < 0x7f && b[i] != '"'
+                                                           ? "%c" : "\\x%02x", b[i]);
+        st = oj_error_set(err, OJ_ERR_CORRUPT,
+                          "tokenizer: %s: \"%s\" (id %lld) is neither a byte nor the result of a "
+                          "merge in %s, which ends at line %zu after %zu merges (truncated?); "
+                          "%s has %zu entries",
+                          encoder_json, q, (long long)enc.ents[orphan].value, vocab_bpe, line_no,
+                          nm, encoder_json, enc.n);
+        goto done;
+    }
     for (size_t e = 0; e < enc.n; e++) {
         const uint8_t *b = enc.keys + enc.ents[e].off;
         size_t bl = enc.ents[e].len;
@@ -288,10 +296,71 @@ static long b64decode(const char *s, size_t n, uint8_t *out) {
     return o;
 }
 
-oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_error *err) {
+/* Identifying GPT-2's ranks. A tiktoken file carries only (bytes, rank)
+ * pairs, not the pre-tokenisation pattern its ranks were made with, and
+ * ojas knows one pattern: GPT-2's (tiktoken's "gpt2" / r50k_base). Ranks
+ * of another encoding (cl100k_base, o200k_base, p50k_base) encoded with it
+ * give wrong ids and a wrong <|endoftext|>, so a file is accepted only when
+ * it holds GPT-2's ranks exactly: ranks 0..50255, each once (ids are
+ * checked unique as they are added), whose (length, bytes) sequence in rank
+ * order hashes (XXH3-64) to the value below, computed from GPT-2's
+ * encoder.json. Line order, line endings and base64 spelling do not
+ * matter; a single changed byte or rank does. The sizes of the other
+ * public encodings name them in the refusal. */
+#define GPT2_N_RANKS 50256
+#define GPT2_RANKS_XXH3 UINT64_C(0x58b09f73d0154297)
+
+static uint64_t ranks_hash(const oj_tokenizer *tok, int32_t n) {
+    XXH3_state_t *s = XXH3_createState();
+    if (!s)
+        return 0;
+    XXH3_64bits_reset(s);
+    for (int32_t id = 0; id < n; id++) {
+        size_t len = 0;
+        const uint8_t *b = oj_tokenizer_token_bytes(tok, id, &len);
+        uint8_t l4[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
+        XXH3_64bits_update(s, l4, 4);
+        if (b && len)
+            XXH3_64bits_update(s, b, len);
+    }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
+uint64_t oj__tokenizer_ranks_hash(const oj_tokenizer *tok, int32_t n) { return ranks_hash(tok, n); }
+
+static oj_status identify_ranks(const char *path, const oj_tokenizer *tok, int64_t n_ranks,
+                                int64_t max_id, oj_error *err) {
+    static const struct {
+        int64_t n;
+        const char *name;
+    } known[] = {{100256, "cl100k_base"}, {199998, "o200k_base"}, {50281, "p50k_base"}};
+    if (n_ranks == GPT2_N_RANKS && max_id == GPT2_N_RANKS - 1 &&
+        ranks_hash(tok, GPT2_N_RANKS) == GPT2_RANKS_XXH3)
+        return OJ_OK;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (n_ranks == known[i].n)
+            return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                                "tokenizer: %s holds %lld ranks, as tiktoken's %s does; ojas has "
+                                "only GPT-2's pre-tokenisation pattern, and %s's ranks need their "
+                                "own (encoded with GPT-2's they give wrong ids)",
+                                path, (long long)n_ranks, known[i].name, known[i].name);
+    return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                        "tokenizer: %s holds %lld ranks that are not GPT-2's (%d ranks, "
+                        "r50k_base); ojas cannot tell which pre-tokenisation pattern they were "
+                        "made with (for a rank file of a tokenizer trained with ojas, use "
+                        "oj_tokenizer_load_tiktoken_as_gpt2 or the directory with encoder.json "
+                        "and vocab.bpe)",
+                        path, (long long)n_ranks, GPT2_N_RANKS);
+}
+
+static oj_status load_tiktoken(const char *path, bool identify, oj_tokenizer **out,
+                               oj_error *err) {
     if (!out || !path)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load_tiktoken: NULL argument");
     *out = NULL;
+    int64_t n_ranks = 0;
     char *buf;
     size_t len;
     oj_status st = read_file(path, &buf, &len, err);
@@ -346,6 +415,7 @@ oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_er
         }
         if ((st = oj_bpe_add_token(tok, tmp, (size_t)bl, (int32_t)id, err)))
             goto done;
+        n_ranks++;
         if (id > max_id)
             max_id = id;
         p = le + 1;
@@ -357,6 +427,8 @@ oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_er
     if ((st = oj_bpe_add_special(tok, (const uint8_t *)"<|endoftext|>", 13, (int32_t)max_id + 1, err)))
         goto done;
     st = oj_bpe_finish(tok, err);
+    if (!st && identify) /* after the checks of the format: a malformed file says so first */
+        st = identify_ranks(path, tok, n_ranks, max_id, err);
 done:
     free(tmp);
     free(buf);
@@ -366,6 +438,14 @@ done:
     }
     *out = tok;
     return OJ_OK;
+}
+
+oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_error *err) {
+    return load_tiktoken(path, true, out, err);
+}
+
+oj_status oj_tokenizer_load_tiktoken_as_gpt2(const char *path, oj_tokenizer **out, oj_error *err) {
+    return load_tiktoken(path, false, out, err);
 }
 
 static bool is_file(const char *path) {

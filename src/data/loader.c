@@ -165,7 +165,10 @@ oj_status oj_loader_open(const oj_loader_config *cfg, oj_loader **out, oj_error 
                               "loader_open: path %d is NULL or out of memory", i);
             goto fail;
         }
-        if ((st = oj_shard_open(L->paths[i], &L->shards[i], err)))
+        if ((st = oj_shard_open(L->paths[i], &L->shards[i], err)) ||
+            (st = oj_shard_check_vocab(L->shards[i],
+                                       cfg->vocab_size > 0 ? cfg->vocab_size : (int64_t)1 << 31,
+                                       err)))
             goto fail;
         int64_t n = oj_shard_len(L->shards[i]);
         L->wstart[i + 1] = L->wstart[i] + (n > 0 ? (n - 1) / cfg->T : 0);

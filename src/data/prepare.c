@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/fsutil.h"
+#include "core/fs.h"
 #include "ojas/data.h"
 
 oj_prepare_config oj_prepare_config_default(void) {
@@ -14,10 +14,10 @@ oj_prepare_config oj_prepare_config_default(void) {
 }
 
 static oj_status slurp(const char *path, char **buf, size_t *len, oj_error *err) {
-    FILE *f = fopen(path, "rb");
+    oj_error e2 = {0};
+    FILE *f = oj__fopen_regular(path, "corpus file", &e2); /* a directory or FIFO: say so */
     if (!f)
-        return oj_error_set(err, OJ_ERR_IO, "data_prepare: cannot open %s: %s", path,
-                            strerror(errno));
+        return oj_error_set(err, OJ_ERR_IO, "data_prepare: %s", e2.message);
     size_t cap = 1 << 20, n = 0;
     char *b = malloc(cap);
     while (b) {
@@ -179,7 +179,7 @@ oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg,
     if (!st && all.len > INT64_MAX / 2)
         st = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "data_prepare: too many tokens");
     if (!st) /* once every file is read and encoded: a bad input leaves no out_dir behind */
-        st = oj_data_mkdirs(cfg->out_dir, err);
+        st = oj__mkdirs(cfg->out_dir, err);
     if (!st) {
         int64_t total = (int64_t)all.len;
         int64_t nval = (int64_t)(cfg->val_fraction * (double)total + 0.5);

@@ -20,7 +20,7 @@ static inline int char_at(const uint8_t *s, size_t n, size_t i, int *len) {
         return oj_uc_ascii[c];
     }
     uint32_t cp;
-    int l = oj_utf8_decode(s + i, n - i, &cp);
+    int l = oj__utf8_decode(s + i, n - i, &cp);
     if (l == 0) {
         *len = 1;
         return OJ_UC_OTHER;

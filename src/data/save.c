@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "data/bpe.h"
-#include "data/fsutil.h"
+#include "core/fs.h"
 #include "data/unicode.h"
 
 /* Write b[0..n) as a GPT-2 byte-to-unicode string, JSON-escaped if json. */
@@ -13,7 +13,7 @@ static void put_gpt2(FILE *f, const uint8_t *b, size_t n, bool json) {
         if (json && (cp == '"' || cp == '\\'))
             fputc('\\', f);
         uint8_t u[4];
-        fwrite(u, 1, (size_t)oj_utf8_encode(cp, u), f);
+        fwrite(u, 1, (size_t)oj__utf8_encode(cp, u), f);
     }
 }
 
@@ -83,7 +83,7 @@ done:
 oj_status oj_tokenizer_save(const oj_tokenizer *tok, const char *dir, oj_error *err) {
     if (!tok || !dir)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_save: NULL argument");
-    oj_status st = oj_data_mkdirs(dir, err);
+    oj_status st = oj__mkdirs(dir, err);
     if (st)
         return st;
     int32_t(*merges)[2];
@@ -92,14 +92,14 @@ oj_status oj_tokenizer_save(const oj_tokenizer *tok, const char *dir, oj_error *
         return st;
     size_t dl = strlen(dir) + 32;
     char *path = malloc(dl);
-    oj_atomic_file af;
+    oj__atomic_file af;
     if (!path) {
         st = oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer_save: out of memory");
         goto done;
     }
     /* encoder.json, in id order */
     snprintf(path, dl, "%s/encoder.json", dir);
-    if ((st = oj_atomic_open(&af, path, err)))
+    if ((st = oj__atomic_open(&af, path, err)))
         goto done;
     fputc('{', af.f);
     bool first = true;
@@ -112,11 +112,11 @@ oj_status oj_tokenizer_save(const oj_tokenizer *tok, const char *dir, oj_error *
         first = false;
     }
     fputs("}", af.f);
-    if ((st = oj_atomic_commit(&af, err)))
+    if ((st = oj__atomic_commit(&af, err)))
         goto done;
     /* vocab.bpe */
     snprintf(path, dl, "%s/vocab.bpe", dir);
-    if ((st = oj_atomic_open(&af, path, err)))
+    if ((st = oj__atomic_open(&af, path, err)))
         goto done;
     fputs("#version: 0.2\n", af.f);
     for (int64_t i = 0; i < nm; i++) {
@@ -126,11 +126,11 @@ oj_status oj_tokenizer_save(const oj_tokenizer *tok, const char *dir, oj_error *
             fputc(k ? '\n' : ' ', af.f);
         }
     }
-    if ((st = oj_atomic_commit(&af, err)))
+    if ((st = oj__atomic_commit(&af, err)))
         goto done;
     /* ranks.tiktoken (mergeable tokens only, as tiktoken's format has it) */
     snprintf(path, dl, "%s/ranks.tiktoken", dir);
-    if ((st = oj_atomic_open(&af, path, err)))
+    if ((st = oj__atomic_open(&af, path, err)))
         goto done;
     for (int32_t id = 0; id < tok->n_ids; id++) {
         if (!tok->tok_len[id] || tok->is_special[id])
@@ -138,7 +138,7 @@ oj_status oj_tokenizer_save(const oj_tokenizer *tok, const char *dir, oj_error *
         put_b64(af.f, tok->bytes + tok->tok_off[id], tok->tok_len[id]);
         fprintf(af.f, " %d\n", (int)id);
     }
-    st = oj_atomic_commit(&af, err);
+    st = oj__atomic_commit(&af, err);
 done:
     free(path);
     if (merges != tok->merges)

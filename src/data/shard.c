@@ -10,10 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/fsutil.h"
+#include "core/fs.h"
 #include "ojas/data.h"
 
 struct oj_shard {
+    char *path; /* for messages */
     void *map;
     size_t map_len;
     const uint8_t *tokens;
@@ -39,8 +40,8 @@ oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int
             return oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
                                 "shard_write %s: token %d at %lld does not fit version %d", path,
                                 (int)tokens[i], (long long)i, version);
-    oj_atomic_file af;
-    oj_status st = oj_atomic_open(&af, path, err);
+    oj__atomic_file af;
+    oj_status st = oj__atomic_open(&af, path, err);
     if (st)
         return st;
     int32_t header[256] = {OJ_SHARD_MAGIC, version, (int32_t)n};
@@ -61,23 +62,18 @@ oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int
         else
             fwrite(b32, 4, (size_t)m, af.f);
     }
-    return oj_atomic_commit(&af, err);
+    return oj__atomic_commit(&af, err);
 }
 
 oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
     if (!path || !out)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "shard_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return oj_error_set(err, OJ_ERR_IO, "shard %s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        oj_status st = oj_error_set(err, OJ_ERR_IO, "shard %s: stat: %s", path, strerror(errno));
-        close(fd);
+    int fd;
+    size_t size;
+    oj_status st = oj__open_regular(path, "shard", &fd, &size, err);
+    if (st)
         return st;
-    }
-    size_t size = (size_t)sb.st_size;
     if (size < OJ_SHARD_HEADER_BYTES) {
         close(fd);
         return oj_error_set(err, OJ_ERR_CORRUPT,
@@ -88,10 +84,12 @@ oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
     close(fd);
     if (map == MAP_FAILED)
         return oj_error_set(err, OJ_ERR_IO, "shard %s: mmap: %s", path, strerror(errno));
-    int32_t h[3];
+    int32_t h[256];
     memcpy(h, map, sizeof h);
-    oj_status st = OJ_OK;
     size_t width = h[1] == 1 ? 2 : 4;
+    int reserved = 3; /* the first header int past the count that is not 0 */
+    while (reserved < 256 && h[reserved] == 0)
+        reserved++;
     if (h[0] != OJ_SHARD_MAGIC)
         st = oj_error_set(err, OJ_ERR_CORRUPT, "shard %s: magic %d, expected %d", path, (int)h[0],
                           OJ_SHARD_MAGIC);
@@ -100,6 +98,11 @@ oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
                           (int)h[1]);
     else if (h[2] < 0)
         st = oj_error_set(err, OJ_ERR_CORRUPT, "shard %s: negative token count %d", path, (int)h[2]);
+    else if (reserved < 256)
+        st = oj_error_set(err, OJ_ERR_CORRUPT,
+                          "shard %s: header int %d (byte offset %d) is %d; ints 3..255 are reserved "
+                          "and must be 0",
+                          path, reserved, reserved * 4, (int)h[reserved]);
     else if (size != OJ_SHARD_HEADER_BYTES + (size_t)h[2] * width)
         st = oj_error_set(err, OJ_ERR_CORRUPT,
                           "shard %s: header says %d tokens (%zu bytes) but the file holds %zu "
@@ -108,8 +111,10 @@ oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
                           size < OJ_SHARD_HEADER_BYTES + (size_t)h[2] * width ? "truncated"
                                                                                  : "trailing bytes");
     oj_shard *s = st ? NULL : calloc(1, sizeof *s);
-    if (!st && !s)
+    if (!st && (!s || !(s->path = strdup(path)))) {
+        free(s);
         st = oj_error_set(err, OJ_ERR_CAPACITY, "shard %s: out of memory", path);
+    }
     if (st) {
         munmap(map, size);
         return st;
@@ -128,7 +133,57 @@ void oj_shard_close(oj_shard *s) {
     if (!s)
         return;
     munmap(s->map, s->map_len);
+    free(s->path);
     free(s);
+}
+
+/* The largest token of p[0..n) (uint16 or uint32 by width): a loop without
+ * branches that compilers vectorise, so the scan runs near memory speed. */
+static uint32_t max_token(const uint8_t *p, int64_t n, int width) {
+    uint32_t m = 0;
+    if (width == 2) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t v;
+            memcpy(&v, p + (size_t)i * 2, 2);
+            m = v > m ? v : m;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t v;
+            memcpy(&v, p + (size_t)i * 4, 4);
+            m = v > m ? v : m;
+        }
+    }
+    return m;
+}
+
+oj_status oj_shard_check_vocab(const oj_shard *s, int64_t vocab_size, oj_error *err) {
+    if (!s || vocab_size < 1)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "shard_check_vocab: NULL shard or vocab_size %lld < 1",
+                            (long long)vocab_size);
+    const int width = s->version == 1 ? 2 : 4;
+    if ((int64_t)(width == 2 ? 65535 : UINT32_MAX) < vocab_size)
+        return OJ_OK; /* every value the version can hold is a valid id */
+    enum { CHUNK = 1 << 16 };
+    for (int64_t at = 0; at < s->len; at += CHUNK) {
+        int64_t n = s->len - at < CHUNK ? s->len - at : CHUNK;
+        const uint8_t *p = s->tokens + (size_t)at * (size_t)width;
+        if ((int64_t)max_token(p, n, width) < vocab_size)
+            continue;
+        for (int64_t i = 0; i < n; i++) { /* the first one, for the message */
+            uint32_t v = 0;
+            memcpy(&v, p + (size_t)i * (size_t)width, (size_t)width); /* little-endian host */
+            if ((int64_t)v >= vocab_size)
+                return oj_error_set(err, OJ_ERR_CORRUPT,
+                                    "shard %s: token %lld (byte offset %lld) is id %lu, outside "
+                                    "the vocabulary of %lld",
+                                    s->path, (long long)(at + i),
+                                    (long long)(OJ_SHARD_HEADER_BYTES + (at + i) * width),
+                                    (unsigned long)v, (long long)vocab_size);
+        }
+    }
+    return OJ_OK;
 }
 
 int64_t oj_shard_len(const oj_shard *s) { return s ? s->len : 0; }
@@ -178,7 +233,8 @@ oj_status oj_shard_list(const char *dir, const char *split, char ***paths, int *
     *n = 0;
     DIR *d = opendir(dir);
     if (!d)
-        return oj_error_set(err, OJ_ERR_IO, "shard_list: cannot open %s: %s", dir, strerror(errno));
+        return oj_error_set(err, OJ_ERR_IO, "shard_list: cannot open the data directory %s: %s", dir,
+                            strerror(errno));
     size_t sl = strlen(split), dl = strlen(dir);
     char **v = NULL;
     int cnt = 0, cap = 0;

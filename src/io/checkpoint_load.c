@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/io_internal.h"
 
@@ -200,14 +201,12 @@ oj_status oj_checkpoint_verify(const char *dir, oj_error *err) {
     return load(dir, NULL, NULL, NULL, err);
 }
 
-oj_status oj_checkpoint_resume(const char *root, const oj_named_tensors *model,
-                               const oj_named_tensors *optim, oj_checkpoint_info *info,
-                               oj_error *err) {
-    if (info) {
-        memset(info, 0, sizeof *info);
-        info->step = -1;
-    }
+/* The checkpoints under root in the order they are tried: the one `latest`
+ * names, then the others by decreasing step. *order is malloc'd. */
+static oj_status candidates(const char *root, int64_t **order, int64_t *m, oj_error *err) {
     int64_t *steps = NULL, n = 0, latest = -1;
+    *order = NULL;
+    *m = 0;
     oj_status rc = oj_checkpoint_list(root, &steps, &n, err);
     if (rc) return rc;
     if (n == 0) {
@@ -215,20 +214,35 @@ oj_status oj_checkpoint_resume(const char *root, const oj_named_tensors *model,
         return oj_error_set(err, OJ_ERR_IO, "checkpoint resume: no checkpoint under %s", root);
     }
     if (oj_checkpoint_latest(root, &latest, NULL) != OJ_OK) latest = -1;
-    /* candidates: latest first, then the rest newest first */
-    int64_t *order = malloc((size_t)n * sizeof *order), m = 0;
-    if (!order) {
+    int64_t *o = malloc((size_t)n * sizeof *o), k = 0;
+    if (!o) {
         free(steps);
         return oj_error_set(err, OJ_ERR_CAPACITY, "checkpoint resume: out of host memory");
     }
     for (int64_t i = 0; i < n; i++)
-        if (steps[i] == latest) order[m++] = latest;
+        if (steps[i] == latest) o[k++] = latest;
     for (int64_t i = n - 1; i >= 0; i--)
-        if (steps[i] != latest) order[m++] = steps[i];
+        if (steps[i] != latest) o[k++] = steps[i];
     free(steps);
+    *order = o;
+    *m = k;
+    return OJ_OK;
+}
+
+/* Try dirs of order[0..m) under root with load(); the first success wins,
+ * CORRUPT / IO refusals are skipped, anything else stops the search. When
+ * every candidate is refused, err says so and gives each one's reason
+ * (newest first, cut to fit) and the status is the newest one's. */
+static oj_status first_good(const char *root, const int64_t *order, int64_t m,
+                            const oj_named_tensors *model, const oj_named_tensors *optim,
+                            oj_checkpoint_info *info, int *skipped_out, oj_error *refused,
+                            oj_error *err) {
     oj_error first = {0};
     int skipped = 0;
+    oj_status rc = OJ_OK;
     char dir[4096];
+    char why[sizeof first.message] = ""; /* "; ckpt-NNNNNN refused: <reason>" each */
+    size_t wl = 0;
     for (int64_t i = 0; i < m; i++) {
         oj_error e = {0};
         if (oj_checkpoint_path(root, order[i], dir, sizeof dir) != OJ_OK) {
@@ -236,27 +250,71 @@ oj_status oj_checkpoint_resume(const char *root, const oj_named_tensors *model,
             break;
         }
         rc = load(dir, model, optim, info, &e);
-        if (rc == OJ_OK) {
-            if (info) info->skipped = skipped;
-            break;
-        }
+        if (rc == OJ_OK) break;
         if (rc != OJ_ERR_CORRUPT && rc != OJ_ERR_IO) {
             oj_error_set(err, e.status, "%s", e.message);
             break;
         }
         if (!first.status) first = e;
+        if (wl < sizeof why)
+            wl += (size_t)snprintf(why + wl, sizeof why - wl, "; ckpt-%06lld refused: %s",
+                                   (long long)order[i], e.message);
         skipped++;
     }
-    free(order);
+    *skipped_out = skipped;
+    if (refused) *refused = first;
     if (rc == OJ_ERR_CORRUPT || rc == OJ_ERR_IO) {
-        /* every candidate was refused: report the newest one's reason */
-        if (err && !err->status) {
-            char prefix[256];
-            snprintf(prefix, sizeof prefix, "checkpoint resume: all %d refused; newest: ", skipped);
-            *err = first;
-            oj__error_prefix(err, prefix);
-        }
-        rc = first.status;
+        /* every candidate was refused: say why each one was */
+        rc = oj_error_set(err, first.status,
+                          "checkpoint resume: no good checkpoint found under %s, all %d refused%s",
+                          root, skipped, why);
     }
+    return rc;
+}
+
+oj_status oj_checkpoint_resume(const char *root, const oj_named_tensors *model,
+                               const oj_named_tensors *optim, oj_checkpoint_info *info,
+                               oj_error *err) {
+    if (info) {
+        memset(info, 0, sizeof *info);
+        info->step = -1;
+    }
+    int64_t *order = NULL, m = 0;
+    oj_status rc = candidates(root, &order, &m, err);
+    if (rc) return rc;
+    int skipped = 0;
+    rc = first_good(root, order, m, model, optim, info, &skipped, NULL, err);
+    free(order);
+    if (!rc && info) info->skipped = skipped;
+    return rc;
+}
+
+oj_status oj_checkpoint_find(const char *path, char *dir, size_t len, int *skipped,
+                             oj_error *refused, oj_error *err) {
+    if (skipped) *skipped = 0;
+    if (refused) memset(refused, 0, sizeof *refused);
+    if (!path || !dir || len == 0)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "checkpoint find: NULL argument");
+    char manifest[4200];
+    struct stat sb;
+    snprintf(manifest, sizeof manifest, "%s/%s", path, OJ__CKPT_MANIFEST);
+    if (stat(manifest, &sb) == 0 && S_ISREG(sb.st_mode)) { /* a checkpoint directory */
+        oj_status rc = oj_checkpoint_verify(path, err);
+        if (!rc && snprintf(dir, len, "%s", path) >= (int)len)
+            rc = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "checkpoint find: %s is too long", path);
+        return rc;
+    }
+    int64_t *order = NULL, m = 0;
+    oj_status rc = candidates(path, &order, &m, err);
+    if (rc) return rc;
+    oj_checkpoint_info info;
+    int n_skipped = 0;
+    memset(&info, 0, sizeof info);
+    rc = first_good(path, order, m, NULL, NULL, &info, &n_skipped, refused, err);
+    free(order);
+    free(info.state_json);
+    if (!rc && snprintf(dir, len, "%s", info.dir) >= (int)len)
+        rc = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "checkpoint find: %s is too long", info.dir);
+    if (!rc && skipped) *skipped = n_skipped;
     return rc;
 }

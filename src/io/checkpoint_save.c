@@ -232,3 +232,45 @@ oj_status oj_checkpoint_save(const char *root, int64_t step, const oj_named_tens
     }
     return rc;
 }
+
+oj_status oj_checkpoint_move_aside(const char *root, const int64_t *steps, int64_t n,
+                                   const char *aside, oj_error *err) {
+    if (!root || (n > 0 && !steps) || n < 0 || !aside || !aside[0] || strchr(aside, '/') ||
+        !strcmp(aside, ".") || !strcmp(aside, ".."))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "checkpoint move aside: needs a root, steps and a plain directory name");
+    char dst[4096], from[4096], to[4096], name[32];
+    oj_status rc = oj__path_join(dst, sizeof dst, root, aside, err);
+    if (rc) return rc;
+    if (mkdir(dst, 0755) != 0)
+        return oj_error_set(err, OJ_ERR_IO, "create directory %s: %s", dst, strerror(errno));
+    for (int64_t i = 0; i < n && !rc; i++) {
+        oj__ckpt_dirname(steps[i], name);
+        rc = oj__path_join(from, sizeof from, root, name, err);
+        if (!rc) rc = oj__path_join(to, sizeof to, dst, name, err);
+        if (!rc && rename(from, to) != 0)
+            rc = oj_error_set(err, OJ_ERR_IO, "rename %s to %s: %s", from, to, strerror(errno));
+    }
+    if (!rc) rc = oj__fsync_dir(dst, err);
+    if (!rc) rc = oj__fsync_dir(root, err);
+    if (rc) return rc;
+    /* `latest`: the newest checkpoint left */
+    int64_t *left = NULL, m = 0;
+    rc = oj_checkpoint_list(root, &left, &m, err);
+    if (rc) return rc;
+    char latest[4096];
+    rc = oj__path_join(latest, sizeof latest, root, "latest", err);
+    if (!rc && m > 0) {
+        char text[40];
+        oj__ckpt_dirname(left[m - 1], name);
+        snprintf(text, sizeof text, "%s\n", name);
+        rc = oj__atomic_write(latest, text, strlen(text), err);
+    } else if (!rc) {
+        if (unlink(latest) != 0 && errno != ENOENT)
+            rc = oj_error_set(err, OJ_ERR_IO, "remove %s: %s", latest, strerror(errno));
+        else
+            rc = oj__fsync_dir(root, err);
+    }
+    free(left);
+    return rc;
+}

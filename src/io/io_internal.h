@@ -1,6 +1,7 @@
-/* Internal helpers of src/io: file mappings, file-system steps that make
- * writes durable, hashing, message formatting, and the in-memory parsers
- * that the fuzz targets drive directly. */
+/* Internal helpers of src/io: file mappings, hashing, message formatting,
+ * and the in-memory parsers that the fuzz targets drive directly. The
+ * file-system steps (core/fs.h) and UTF-8 validation (core/utf8.h) are
+ * core's, shared with data and train. */
 #ifndef OJAS_IO_INTERNAL_H
 #define OJAS_IO_INTERNAL_H
 
@@ -8,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/fs.h"
+#include "core/utf8.h"
 #include "ojas/io.h"
 
 /* Largest safetensors header accepted (as the reference implementation). */
@@ -142,35 +145,11 @@ bool oj__ckpt_parse_latest(const uint8_t *buf, size_t len, int64_t *step);
  * returns OJ_ERR_IO. Tests only; not thread-safe. */
 extern int oj__ckpt_crash_point;
 
-/* ---------------------------------------------------------------- fs */
-/* write(2) all of buf, retrying short writes and EINTR. */
-oj_status oj__write_all(int fd, const void *buf, size_t len, const char *path, oj_error *err);
-oj_status oj__fsync_fd(int fd, const char *path, oj_error *err);
-/* fsync a directory (so renames and creations in it are durable). */
-oj_status oj__fsync_dir(const char *dir, oj_error *err);
-/* The directory part of path ("." when none) into buf. */
-oj_status oj__dirname(const char *path, char *buf, size_t len, oj_error *err);
-/* A unique temporary sibling name "<dir>/.<base>.tmp-<pid>-<n>". */
-oj_status oj__temp_sibling(const char *path, char *buf, size_t len, oj_error *err);
-/* Replace `path` with `len` bytes atomically (temp sibling, fsync, rename,
- * fsync dir). */
-oj_status oj__atomic_write(const char *path, const void *data, size_t len, oj_error *err);
-/* Read a whole file of at most `max` bytes into a malloc'd buffer (NUL
- * appended, not counted). OJ_ERR_IO, or OJ_ERR_CORRUPT when larger. */
-oj_status oj__read_file(const char *path, size_t max, uint8_t **buf, size_t *len, oj_error *err);
-/* Remove a directory tree (no symlinks followed). */
-oj_status oj__rmtree(const char *path, oj_error *err);
-/* snprintf into buf that fails with OJ_ERR_OUT_OF_RANGE when truncated. */
-oj_status oj__path_join(char *buf, size_t len, const char *a, const char *b, oj_error *err);
-
 /* ---------------------------------------------------------------- hash */
 /* XXH3 64-bit (seed 0) of len bytes. */
 uint64_t oj__xxh3(const void *data, size_t len);
 
 /* ---------------------------------------------------------------- text */
-/* True if s[0..len) is valid UTF-8 (no overlongs, surrogates or values
- * beyond U+10FFFF); *bad gets the offset of the first bad byte. */
-bool oj__utf8_valid(const uint8_t *s, size_t len, size_t *bad);
 /* A short printable rendition of s[0..len) for messages, in double quotes,
  * with control and non-UTF-8 bytes as \xNN, cut with "..." to fit. */
 const char *oj__quote(char *buf, size_t size, const char *s, size_t len);

@@ -13,18 +13,10 @@
 
 oj_status oj__map_file(const char *path, oj__mapping **out, oj_error *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return oj_error_set(err, OJ_ERR_IO, "open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        oj_status st = oj_error_set(err, OJ_ERR_IO, "stat %s: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return oj_error_set(err, OJ_ERR_IO, "%s is not a regular file", path);
-    }
+    int fd;
+    size_t size;
+    oj_status st = oj__open_regular(path, NULL, &fd, &size, err);
+    if (st) return st;
     oj__mapping *m = calloc(1, sizeof *m);
     if (!m) {
         close(fd);
@@ -32,14 +24,14 @@ oj_status oj__map_file(const char *path, oj__mapping **out, oj_error *err) {
     }
     atomic_init(&m->refcount, 1);
     m->kind = OJ__MAP_MMAP;
-    m->len = (size_t)sb.st_size;
+    m->len = size;
     if (m->len > 0) {
         /* Private and writable: a tensor written in place copies its pages
          * and never changes the file. */
         void *p = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
-            oj_status st = oj_error_set(err, OJ_ERR_IO, "mmap %s (%zu bytes): %s", path, m->len,
-                                        strerror(errno));
+            st = oj_error_set(err, OJ_ERR_IO, "mmap %s (%zu bytes): %s", path, m->len,
+                              strerror(errno));
             free(m);
             close(fd);
             return st;

@@ -251,6 +251,12 @@ oj_status oj__st_write_fd(int fd, const char *path, int64_t n, const oj_safetens
         rc = oj_error_set(err, OJ_ERR_CAPACITY, "safetensors write %s: out of host memory", path);
         goto done;
     }
+    if (hb.len > OJ__ST_MAX_HEADER) { /* the reader (ours and the reference) would refuse it */
+        rc = oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
+                          "safetensors write %s: header length %zu exceeds the %u-byte limit", path,
+                          hb.len, OJ__ST_MAX_HEADER);
+        goto done;
+    }
     uint8_t len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)hb.len >> (8 * k));
     rc = emit(fd, path, len8, 8, hash, err);
@@ -314,17 +320,15 @@ static oj_status write_atomic(const char *path, int64_t n, const oj_safetensors_
                               const char *const *names, oj_tensor *const *tensors,
                               const char *const *metadata, oj_error *err) {
     if (!path) return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "safetensors write: path is NULL");
-    char tmp[4096], dir[4096];
-    oj_status rc = oj__temp_sibling(path, tmp, sizeof tmp, err);
-    if (!rc) rc = oj__dirname(path, dir, sizeof dir, err);
-    if (!rc) rc = oj__st_write_file(tmp, n, entries, names, tensors, metadata, NULL, err);
+    oj__atomic_file af;
+    oj_status rc = oj__atomic_open(&af, path, err);
     if (rc) return rc;
-    if (rename(tmp, path) != 0) {
-        rc = oj_error_set(err, OJ_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
+    rc = oj__st_write_fd(fileno(af.f), af.tmp, n, entries, names, tensors, metadata, NULL, err);
+    if (rc) {
+        oj__atomic_abort(&af);
         return rc;
     }
-    return oj__fsync_dir(dir, err);
+    return oj__atomic_commit(&af, err);
 }
 
 oj_status oj_safetensors_write(const char *path, int64_t n, const oj_safetensors_entry *entries,

@@ -1,41 +1,9 @@
-/* UTF-8 validation and printable renditions of untrusted strings for
- * error messages. */
+/* Printable renditions of untrusted strings for error messages (UTF-8
+ * validation is core/utf8.h's). */
 #include <stdio.h>
 #include <string.h>
 
 #include "io/io_internal.h"
-
-bool oj__utf8_valid(const uint8_t *s, size_t len, size_t *bad) {
-    size_t i = 0;
-    while (i < len) {
-        uint8_t c = s[i];
-        size_t n;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            n = 1, cp = c & 0x1f, min = 0x80;
-        } else if ((c & 0xf0) == 0xe0) {
-            n = 2, cp = c & 0x0f, min = 0x800;
-        } else if ((c & 0xf8) == 0xf0) {
-            n = 3, cp = c & 0x07, min = 0x10000;
-        } else {
-            goto fail;
-        }
-        if (len - i <= n) goto fail;
-        for (size_t k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) goto fail;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) goto fail;
-        i += n + 1;
-    }
-    return true;
-fail:
-    if (bad) *bad = i;
-    return false;
-}
 
 const char *oj__quote(char *buf, size_t size, const char *s, size_t len) {
     if (size < 8) {

@@ -49,6 +49,18 @@ static oj_status create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed,
     oj_error e = {0};
     if (oj_gpt_config_check(cfg, &e) != OJ_OK)
         return oj_set_error(eng, e.status, "%s", e.message);
+    /* preflight: the weights must fit what the budget has left */
+    const int64_t np = oj_gpt_config_num_params(cfg);
+    const int64_t need = np > INT64_MAX / 4 ? INT64_MAX : np * 4;
+    oj_budget *tight = NULL;
+    const int64_t room = oj__budget_room(eng, &tight);
+    if (need > room)
+        return oj_set_error(eng, OJ_ERR_CAPACITY,
+                            "gpt: the model's %lld parameters need %lld bytes (f32), more than the "
+                            "%lld bytes left in budget '%s' (limit %lld, %lld in use); nothing "
+                            "was allocated",
+                            (long long)np, (long long)need, (long long)room, oj_budget_name(tight),
+                            (long long)oj_budget_limit(tight), (long long)oj_budget_current(tight));
     oj_gpt *m = calloc(1, sizeof *m);
     if (m == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt: out of host memory");
     m->eng = eng;

@@ -107,3 +107,44 @@ oj_status oj_gpt_config_check(const oj_gpt_config *c, oj_error *err) {
                             "gpt config: norm_eps, init_std and rope_theta must be > 0");
     return OJ_OK;
 }
+
+/* a + b and a * b, saturating at INT64_MAX (inputs >= 0) */
+static int64_t sadd(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+static int64_t smul(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+int64_t oj_gpt_config_num_params(const oj_gpt_config *c) {
+    if (oj_gpt_config_check(c, NULL) != OJ_OK) return -1;
+    const int64_t C = c->n_embd, V = c->vocab_size, H = c->n_head, Hkv = c->n_kv_head;
+    const int64_t D = c->head_dim > 0 ? c->head_dim : C / H, F = c->mlp_hidden, L = c->n_layer;
+    /* the shapes oj_gpt_create makes, layer by layer */
+    int64_t layer, n = smul(V, C);
+    if (c->family == OJ_LLAMA) {
+        layer = sadd(smul(2, C), smul(smul(H + 2 * Hkv, D), C)); /* norms, q k v */
+        if (c->qkv_bias) layer = sadd(layer, smul(H + 2 * Hkv, D));
+        if (c->qk_norm) layer = sadd(layer, 2 * D);
+        layer = sadd(layer, smul(C, smul(H, D)));                /* o */
+        layer = sadd(layer, smul(3, smul(F, C)));                /* SwiGLU */
+        n = sadd(n, sadd(smul(L, layer), C));                    /* + norm */
+        if (c->untied_head) n = sadd(n, smul(V, C));             /* lm_head */
+    } else if (c->family == OJ_GPT2) {
+        n = sadd(n, smul(c->block_size, C));                   /* wpe */
+        layer = sadd(smul(4, C), sadd(smul(C, 3 * C), 3 * C)); /* ln_1/2 w+b, c_attn */
+        layer = sadd(layer, sadd(smul(C, C), C));              /* attn c_proj */
+        layer = sadd(layer, sadd(smul(C, F), F));              /* mlp c_fc */
+        layer = sadd(layer, sadd(smul(F, C), C));              /* mlp c_proj */
+        n = sadd(n, sadd(smul(L, layer), 2 * C));              /* + ln_f w+b */
+    } else {
+        layer = sadd(smul(2, C), smul(smul(H + 2 * Hkv, D), C)); /* norms, q k v */
+        layer = sadd(layer, smul(C, smul(H, D)));                /* o */
+        layer = sadd(layer, sadd(smul(H, C), H));                /* gate */
+        layer = sadd(layer, smul(3, smul(F, C)));                /* SwiGLU */
+        n = sadd(n, sadd(smul(L, layer), sadd(L - 1, C)));       /* lambdas (l > 0), ln_f */
+    }
+    return n;
+}

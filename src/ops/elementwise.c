@@ -19,11 +19,54 @@ oj_tensor *oj__unary_grad(oj_engine *eng, const char *opname, oj_unary_op op, oj
     return dx;
 }
 
+/* Which of x (bit 0) and y = f(x) (bit 1) the derivative of op reads
+ * (oj_unary_grad_d / _f and the SIMD and CUDA kernels read the same). A
+ * node saves only those, so an in-place write to the other invalidates
+ * nothing (y = 2 x; y += 1 is legal, as in torch). */
+static unsigned unary_grad_uses(oj_unary_op op) {
+    switch (op) {
+    case OJ_UN_NEG:
+    case OJ_UN_SIGN:
+    case OJ_UN_AFFINE: return 0u;
+    case OJ_UN_EXP:
+    case OJ_UN_SQRT:
+    case OJ_UN_RSQRT:
+    case OJ_UN_SIGMOID:
+    case OJ_UN_TANH:
+    case OJ_UN_RPOW_SCALAR:
+    case OJ_UN_RECIPROCAL: return 2u;
+    case OJ_UN_ELU: return 3u;
+    default: return 1u;
+    }
+}
+
+/* saved: x (when the derivative reads it), then y (likewise); i[0] op,
+ * i[1] unary_grad_uses. The kernel takes x and y: one not saved is given
+ * the other's (or dy's) handle, whose values it does not read. */
 static oj_status unary_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
-    oj_tensor *x = oj__node_saved(n, 0), *y = oj__node_saved(n, 1);
-    if (x == NULL || y == NULL) return oj_last_status(n->eng);
-    gi[0] = oj__unary_grad(n->eng, n->op, (oj_unary_op)n->i[0], x, y, go[0], n->f[0], n->f[1]);
-    return gi[0] ? OJ_OK : oj_last_status(n->eng);
+    unsigned uses = (unsigned)n->i[1];
+    oj_tensor *x = NULL, *y = NULL;
+    int k = 0;
+    if (uses & 1u) {
+        x = oj__node_saved(n, k++);
+        if (x == NULL) return oj_last_status(n->eng);
+    }
+    if (uses & 2u) {
+        y = oj__node_saved(n, k);
+        if (y == NULL) return oj_last_status(n->eng);
+    }
+    oj_tensor *xs = x ? x : y ? y : go[0];
+    const oj_edge *e = &n->in[0];
+    oj_tensor *dx = oj__tensor_alloc(n->eng, e->rank, e->shape, e->dtype, n->op);
+    if (dx == NULL) return oj_last_status(n->eng);
+    oj_status st = n->eng->backend->unary_backward(n->eng, (oj_unary_op)n->i[0], dx, xs,
+                                                   y ? y : xs, go[0], n->f[0], n->f[1]);
+    if (!oj__kernel_ok(n->eng, st, n->op)) {
+        oj_release(dx);
+        return oj_last_status(n->eng);
+    }
+    gi[0] = dx;
+    return OJ_OK;
 }
 
 static oj_tensor *unary(const char *name, oj_unary_op op, oj_tensor *x, double a, double b,
@@ -45,15 +88,20 @@ static oj_tensor *unary(const char *name, oj_unary_op op, oj_tensor *x, double a
     if (differentiable && oj_dtype_is_float(odt)) {
         oj_node *nd = oj__node_begin(eng, name, unary_backward, 1, x);
         if (nd) {
-            /* Save y through a separate handle so the node does not own its
-             * own output (no reference cycle). */
-            oj_tensor *y = oj__tensor_view(out, out->rank, out->shape, out->stride, out->offset);
+            unsigned uses = unary_grad_uses(op);
             nd->i[0] = op;
+            nd->i[1] = uses;
             nd->f[0] = a;
             nd->f[1] = b;
-            oj__node_save(nd, x);
-            oj__node_save(nd, y);
-            oj_release(y);
+            if (uses & 1u) oj__node_save(nd, x);
+            if (uses & 2u) {
+                /* y through a separate handle, so the node does not own
+                 * its own output (no reference cycle) */
+                oj_tensor *y =
+                    oj__tensor_view(out, out->rank, out->shape, out->stride, out->offset);
+                oj__node_save(nd, y);
+                oj_release(y);
+            }
             oj__node_finish(nd, 1, &out);
         }
     }
@@ -127,13 +175,11 @@ static oj_status binary_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
     oj_binary_op op = (oj_binary_op)n->i[0];
     oj_tensor *g = go[0];
     oj_tensor *a = NULL, *b = NULL;
-    if (op != OJ_BIN_ADD && op != OJ_BIN_SUB) {
-        a = oj__node_saved(n, 0);
-        b = oj__node_saved(n, 1);
-        if (a == NULL || b == NULL) return oj_last_status(n->eng);
-    }
-    oj_tensor *ga = NULL, *gb = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL;
     bool na = oj__node_needs(n, 0), nb = oj__node_needs(n, 1);
+    unsigned saved = (unsigned)n->i[1]; /* binary_saves: a (bit 0), b (bit 1) */
+    if ((saved & 1u) && (a = oj__node_saved(n, 0)) == NULL) return oj_last_status(n->eng);
+    if ((saved & 2u) && (b = oj__node_saved(n, 1)) == NULL) return oj_last_status(n->eng);
+    oj_tensor *ga = NULL, *gb = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL;
     switch (op) {
     case OJ_BIN_ADD:
         ga = na ? oj_retain(g) : NULL;
@@ -157,14 +203,20 @@ static oj_status binary_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
         }
         break;
     case OJ_BIN_POW: {
-        oj_tensor *y = oj__node_saved(n, 2);
-        if (y == NULL) return oj_last_status(n->eng);
-        if (na) { /* g * b * a^(b-1) */
+        oj_tensor *y = nb ? oj__node_saved(n, 2) : NULL; /* saved only for d/db */
+        if (nb && y == NULL) return oj_last_status(n->eng);
+        if (na) { /* g * b * a^(b-1), 0 where b == 0 (a = 0 would give 0 * inf) */
             t1 = oj_add_scalar(b, -1.0);
             t2 = oj_pow(a, t1);
             oj_release(t1);
             t1 = oj_mul(t2, b);
-            ga = oj_mul(g, t1);
+            oj_release(t2);
+            t2 = oj_mul(g, t1);
+            oj_tensor *zero = oj_scalar(n->eng, 0.0, t2 ? t2->dtype : OJ_F32);
+            oj_tensor *bz = oj_eq(b, zero);
+            ga = oj_where(bz, zero, t2);
+            oj_release(zero);
+            oj_release(bz);
             oj_release(t1);
             oj_release(t2);
             t1 = t2 = NULL;
@@ -251,6 +303,20 @@ static oj_tensor *binary_raw(const char *name, oj_binary_op op, oj_tensor *a, oj
     return out;
 }
 
+/* Which of a (bit 0) and b (bit 1) the gradients binary_backward must
+ * give (na, nb: does a / b need one) read, as torch saves them: mul's
+ * d/da reads b and d/db reads a; div's d/da reads b, d/db both; pow,
+ * maximum and minimum read both; add and sub neither. */
+static unsigned binary_saves(oj_binary_op op, bool na, bool nb) {
+    switch (op) {
+    case OJ_BIN_ADD:
+    case OJ_BIN_SUB: return 0u;
+    case OJ_BIN_MUL: return (nb ? 1u : 0u) | (na ? 2u : 0u);
+    case OJ_BIN_DIV: return (nb ? 1u : 0u) | 2u;
+    default: return 3u;
+    }
+}
+
 static oj_tensor *binary(const char *name, oj_binary_op op, oj_tensor *a, oj_tensor *b) {
     bool logical = op >= OJ_BIN_EQ;
     oj_dtype odt;
@@ -258,12 +324,16 @@ static oj_tensor *binary(const char *name, oj_binary_op op, oj_tensor *a, oj_ten
     if (out == NULL || logical || !oj_dtype_is_float(odt)) return out;
     oj_node *nd = oj__node_begin(out->eng, name, binary_backward, 2, a, b);
     if (nd) {
+        bool nb = oj__node_needs(nd, 1);
+        unsigned saves = binary_saves(op, oj__node_needs(nd, 0), nb);
         nd->i[0] = op;
-        if (op != OJ_BIN_ADD && op != OJ_BIN_SUB) {
-            oj__node_save(nd, a);
-            oj__node_save(nd, b);
+        nd->i[1] = saves;
+        /* slots 0 (a) and 1 (b) always, NULL where not saved */
+        if (saves) {
+            oj__node_save(nd, (saves & 1u) ? a : NULL);
+            oj__node_save(nd, (saves & 2u) ? b : NULL);
         }
-        if (op == OJ_BIN_POW) {
+        if (op == OJ_BIN_POW && nb) { /* y: only d/db reads it */
             oj_tensor *y = oj__tensor_view(out, out->rank, out->shape, out->stride, out->offset);
             oj__node_save(nd, y);
             oj_release(y);
@@ -377,11 +447,57 @@ oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt) {
 
 /* ---------------------------------------------------------------- in place */
 
+/* May the in-place op `op` write a now (b: its other operand, or NULL)?
+ * With grad mode off, or neither a nor b requiring grad (or a not float),
+ * it runs unrecorded, as before. Otherwise autograd records it, as torch
+ * does: *node is begun here (inputs a and b) and the caller finishes it
+ * on a after the write, so a's history becomes the op's node over its
+ * old one. Refused (OJ_ERR_STATE, *node NULL) for a leaf that requires
+ * grad, and for an a whose storage another live handle shares (a view of
+ * a, or a a view of another): that handle's history would not see the
+ * write. A node that saved a for its backward refuses that backward
+ * later (the version check), as torch does. */
+static bool inplace_begin(oj_engine *eng, oj_tensor *a, oj_tensor *b, const char *op,
+                          oj_backward_fn backward, oj_node **node) {
+    *node = NULL;
+    if (!eng->grad_enabled || !oj_dtype_is_float(a->dtype) ||
+        !(a->requires_grad || (b && b->requires_grad)))
+        return true;
+    if (a->requires_grad && a->grad_fn == NULL) {
+        oj_set_error(eng, OJ_ERR_STATE,
+                     "%s: in-place write to a leaf tensor that requires grad while grad mode is "
+                     "on (update it under oj_set_grad_enabled(eng, false))",
+                     op);
+        return false;
+    }
+    for (const oj_tensor *t = eng->live_head; t; t = t->live_next)
+        if (t != a && t->refcount > 0 && t->storage == a->storage) {
+            oj_set_error(eng, OJ_ERR_STATE,
+                         "%s: in-place write, recorded by autograd, to a tensor whose storage "
+                         "another live tensor shares (a view of it, or it a view of another), "
+                         "whose gradient would not see the write; write out of place, or "
+                         "release the other tensor first",
+                         op);
+            return false;
+        }
+    *node = b ? oj__node_begin(eng, op, backward, 2, a, b)
+              : oj__node_begin(eng, op, backward, 1, a);
+    return *node != NULL || oj_last_status(eng) == OJ_OK;
+}
+
+/* Finish (st OK: a was written) or drop the node inplace_begin began. */
+static oj_status inplace_end(oj_node *nd, oj_tensor *a, oj_status st) {
+    if (st == OJ_OK) a->storage->version++;
+    if (nd == NULL) return st;
+    if (st == OJ_OK) oj__node_finish(nd, 1, &a);
+    else oj__node_abort(nd);
+    return st;
+}
+
 oj_status oj_add_(oj_tensor *a, oj_tensor *b) {
     oj_tensor *in[2] = {a, b};
     oj_engine *eng = oj__ops_engine("add_", 2, in);
     if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    if (!oj__inplace_ok(eng, a, "add_")) return OJ_ERR_STATE;
     int rank;
     int64_t shape[OJ_MAX_RANK];
     if (!oj__broadcast_shapes(eng, "add_", a->rank, a->shape, b->rank, b->shape, &rank, shape))
@@ -394,16 +510,22 @@ oj_status oj_add_(oj_tensor *a, oj_tensor *b) {
                             oj__shape_fmt(b1, sizeof b1, b->rank, b->shape),
                             oj__shape_fmt(b2, sizeof b2, a->rank, a->shape));
     }
-    oj_status st = eng->backend->binary(eng, OJ_BIN_ADD, a, a, b);
-    if (st == OJ_OK) a->storage->version++;
-    return st;
+    oj_node *nd;
+    if (!inplace_begin(eng, a, b, "add_", binary_backward, &nd)) return oj_last_status(eng);
+    if (nd) nd->i[0] = OJ_BIN_ADD; /* saves nothing (i[1] 0) */
+    return inplace_end(nd, a, eng->backend->binary(eng, OJ_BIN_ADD, a, a, b));
 }
 
 oj_status oj_mul_scalar_(oj_tensor *a, double v) {
     oj_engine *eng = oj__ops_engine1("mul_scalar_", a);
     if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    if (!oj__inplace_ok(eng, a, "mul_scalar_")) return OJ_ERR_STATE;
-    oj_status st = eng->backend->unary(eng, OJ_UN_AFFINE, a, a, v, 0.0);
-    if (st == OJ_OK) a->storage->version++;
-    return st;
+    oj_node *nd;
+    if (!inplace_begin(eng, a, NULL, "mul_scalar_", unary_backward, &nd))
+        return oj_last_status(eng);
+    if (nd) { /* d/da = v: saves nothing (i[1] 0) */
+        nd->i[0] = OJ_UN_AFFINE;
+        nd->f[0] = v;
+        nd->f[1] = 0.0;
+    }
+    return inplace_end(nd, a, eng->backend->unary(eng, OJ_UN_AFFINE, a, a, v, 0.0));
 }

@@ -53,40 +53,58 @@ static void mm_operand_of(const oj_tensor *t, bool is_b, mm_operand *o) {
     memcpy(o->stride, t->stride, sizeof o->stride);
 }
 
+/* An input's shape as matmul sees it: a 1-D a is [1, K], a 1-D b [K, 1]. */
+static int mm_shape(const oj_edge *e, bool is_b, int64_t *shape) {
+    if (e->rank == 1) {
+        shape[0] = is_b ? e->shape[0] : 1;
+        shape[1] = is_b ? 1 : e->shape[0];
+        return 2;
+    }
+    memcpy(shape, e->shape, sizeof(int64_t) * (size_t)e->rank);
+    return e->rank;
+}
+
+/* saved (slots 0, 1): b when a needs a gradient (dA = G B^T), a when b
+ * does (dB = A^T G), NULL otherwise (as torch: a write to the other
+ * invalidates nothing); the shapes come from the input edges. */
 static oj_status matmul_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
-    oj_tensor *a = oj__node_saved(n, 0), *b = oj__node_saved(n, 1);
-    if (a == NULL || b == NULL) return oj_last_status(n->eng);
-    oj_tensor *A = a->rank == 1 ? oj_unsqueeze(a, 0) : oj_retain(a);
-    oj_tensor *B = b->rank == 1 ? oj_unsqueeze(b, 1) : oj_retain(b);
-    if (A == NULL || B == NULL) {
+    bool na = oj__node_needs(n, 0), nb = oj__node_needs(n, 1);
+    oj_tensor *a = nb ? oj__node_saved(n, 0) : NULL, *b = na ? oj__node_saved(n, 1) : NULL;
+    if ((nb && a == NULL) || (na && b == NULL)) return oj_last_status(n->eng);
+    const oj_edge *ea = &n->in[0], *eb = &n->in[1];
+    int64_t ash[OJ_MAX_RANK], bsh[OJ_MAX_RANK];
+    int ar = mm_shape(ea, false, ash), br = mm_shape(eb, true, bsh);
+    oj_tensor *A = a ? (a->rank == 1 ? oj_unsqueeze(a, 0) : oj_retain(a)) : NULL;
+    oj_tensor *B = b ? (b->rank == 1 ? oj_unsqueeze(b, 1) : oj_retain(b)) : NULL;
+    if ((a && A == NULL) || (b && B == NULL)) {
         oj_release(A);
         oj_release(B);
         return oj_last_status(n->eng);
     }
-    int64_t M = A->shape[A->rank - 2], K = A->shape[A->rank - 1], N = B->shape[B->rank - 1];
+    int64_t M = ash[ar - 2], K = ash[ar - 1], N = bsh[br - 1];
     /* g with the 1-D dims restored: [batch..., M, N] */
-    int nb = n->out_rank[0] - (a->rank == 1 ? 0 : 1) - (b->rank == 1 ? 0 : 1);
+    int nbat = n->out_rank[0] - (ea->rank == 1 ? 0 : 1) - (eb->rank == 1 ? 0 : 1);
     int64_t gshape[OJ_MAX_RANK];
-    memcpy(gshape, n->out_shape[0], sizeof(int64_t) * (size_t)nb);
-    gshape[nb] = M, gshape[nb + 1] = N;
-    oj_tensor *G = oj_reshape(go[0], nb + 2, gshape);
-    if (G && oj__node_needs(n, 0)) { /* dA = G @ B^T, summed over broadcast batches */
+    memcpy(gshape, n->out_shape[0], sizeof(int64_t) * (size_t)nbat);
+    gshape[nbat] = M, gshape[nbat + 1] = N;
+    oj_tensor *G = oj_reshape(go[0], nbat + 2, gshape);
+    if (G && na) { /* dA = G @ B^T, summed over broadcast batches */
         oj_tensor *bt = oj_transpose(B, -2, -1);
         oj_tensor *t = oj_matmul(G, bt);
-        oj_tensor *s = oj__sum_to(t, A->rank, A->shape);
-        gi[0] = s ? oj_reshape(s, a->rank, a->shape) : NULL;
+        oj_tensor *s = oj__sum_to(t, ar, ash);
+        gi[0] = s ? oj_reshape(s, ea->rank, ea->shape) : NULL;
         oj_release(bt);
         oj_release(t);
         oj_release(s);
     }
-    if (G && oj__node_needs(n, 1)) { /* dB = A^T @ G, summed over broadcast batches */
-        if (B->rank == 2 && A->rank > 2) {
+    if (G && nb) { /* dB = A^T @ G, summed over broadcast batches */
+        if (br == 2 && ar > 2) {
             /* one GEMM over all rows: [K, batch*M] @ [batch*M, N] */
             int64_t s2a[2] = {-1, K}, s2g[2] = {-1, N};
             oj_tensor *a2 = oj_reshape(A, 2, s2a), *g2 = oj_reshape(G, 2, s2g);
             oj_tensor *a2t = oj_transpose(a2, 0, 1);
             oj_tensor *t = oj_matmul(a2t, g2);
-            gi[1] = t ? oj_reshape(t, b->rank, b->shape) : NULL;
+            gi[1] = t ? oj_reshape(t, eb->rank, eb->shape) : NULL;
             oj_release(a2);
             oj_release(g2);
             oj_release(a2t);
@@ -94,8 +112,8 @@ static oj_status matmul_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
         } else {
             oj_tensor *at = oj_transpose(A, -2, -1);
             oj_tensor *t = oj_matmul(at, G);
-            oj_tensor *s = oj__sum_to(t, B->rank, B->shape);
-            gi[1] = s ? oj_reshape(s, b->rank, b->shape) : NULL;
+            oj_tensor *s = oj__sum_to(t, br, bsh);
+            gi[1] = s ? oj_reshape(s, eb->rank, eb->shape) : NULL;
             oj_release(at);
             oj_release(t);
             oj_release(s);
@@ -222,9 +240,9 @@ static oj_tensor *matmul_impl(const char *op, oj_tensor *a, oj_tensor *b) {
         return NULL;
     }
     oj_node *nd = oj__node_begin(eng, op, matmul_backward, 2, a, b);
-    if (nd) {
-        oj__node_save(nd, a);
-        oj__node_save(nd, b);
+    if (nd) { /* each operand only for the other's gradient */
+        oj__node_save(nd, oj__node_needs(nd, 1) ? a : NULL);
+        oj__node_save(nd, oj__node_needs(nd, 0) ? b : NULL);
         oj__node_finish(nd, 1, &out);
     }
     return out;
@@ -271,22 +289,24 @@ static bool rows_view(const oj_tensor *t, int64_t *rows, int64_t *rs) {
     return ok;
 }
 
-/* The gradients of y = x W^T + b given dy (go): gi[0] dx (x's shape), gi[1]
- * dW, gi[2] db, each only where need[i]. Shared by linear and gelu_linear. */
-static void linear_grads(oj_engine *eng, oj_tensor *g, oj_tensor *x, oj_tensor *w,
-                         const bool need[3], oj_tensor **gi) {
-    int64_t in_f = w->shape[1], out_f = w->shape[0];
+/* The gradients of y = x W^T + b given dy (go): gi[0] dx (x's shape, xe),
+ * gi[1] dW, gi[2] db, each only where need[i]; x is read only for dW, w
+ * (shape we) only for dx (either may be NULL otherwise). Shared by linear
+ * and gelu_linear. */
+static void linear_grads(oj_engine *eng, oj_tensor *g, oj_tensor *x, const oj_edge *xe,
+                         oj_tensor *w, const oj_edge *we, const bool need[3], oj_tensor **gi) {
+    int64_t in_f = we->shape[1], out_f = we->shape[0];
     int64_t g2s[2] = {-1, out_f}, x2s[2] = {-1, in_f};
     if (in_f == 0 || out_f == 0) { /* -1 cannot be inferred from 0 elements */
         int64_t rows = 1;
-        for (int d = 0; d + 1 < x->rank; d++) rows *= x->shape[d];
+        for (int d = 0; d + 1 < xe->rank; d++) rows *= xe->shape[d];
         g2s[0] = x2s[0] = rows;
     }
     oj_tensor *g2 = oj_reshape(g, 2, g2s);
     if (g2 == NULL) return;
     if (need[0]) { /* dx = g W, [N, out] @ [out, in] */
         oj_tensor *dx = oj_matmul(g2, w);
-        gi[0] = dx ? oj_reshape(dx, x->rank, x->shape) : NULL;
+        gi[0] = dx ? oj_reshape(dx, xe->rank, xe->shape) : NULL;
         oj_release(dx);
     }
     if (need[1]) { /* dW = g^T x, [out, N] @ [N, in] */
@@ -315,12 +335,15 @@ static void linear_grads(oj_engine *eng, oj_tensor *g, oj_tensor *x, oj_tensor *
     oj_release(g2);
 }
 
+/* saved (slots 0, 1): x when W needs a gradient, W when x does, NULL
+ * otherwise (a write to the other invalidates nothing, as torch). */
 static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
-    oj_tensor *x = oj__node_saved(n, 0), *w = oj__node_saved(n, 1);
-    if (x == NULL || w == NULL) return oj_last_status(n->eng);
     bool need[3] = {oj__node_needs(n, 0), oj__node_needs(n, 1),
                     n->n_in > 2 && oj__node_needs(n, 2)};
-    linear_grads(n->eng, go[0], x, w, need, gi);
+    oj_tensor *x = need[1] ? oj__node_saved(n, 0) : NULL;
+    oj_tensor *w = need[0] ? oj__node_saved(n, 1) : NULL;
+    if ((need[1] && x == NULL) || (need[0] && w == NULL)) return oj_last_status(n->eng);
+    linear_grads(n->eng, go[0], x, &n->in[0], w, &n->in[1], need, gi);
     return oj_last_status(n->eng);
 }
 
@@ -396,8 +419,8 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     oj_node *nd = oj__node_begin_v(eng, op, linear_backward, nin, in);
     if (nd) {
-        oj__node_save(nd, x);
-        oj__node_save(nd, weight);
+        oj__node_save(nd, oj__node_needs(nd, 1) ? x : NULL);
+        oj__node_save(nd, oj__node_needs(nd, 0) ? weight : NULL);
         oj__node_finish(nd, 1, &out);
     }
     return out;
@@ -460,7 +483,7 @@ static oj_status gelu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tenso
     oj_tensor *h = act == OJ_UN_GELU_TANH ? oj_gelu_tanh(x) : oj_gelu(x); /* grad mode is off */
     if (h == NULL) return oj_last_status(eng);
     oj_tensor *lg[3] = {NULL, NULL, NULL};
-    linear_grads(eng, go[0], h, w, need, lg);
+    linear_grads(eng, go[0], h, &n->in[0], w, &n->in[1], need, lg);
     gi[1] = lg[1];
     gi[2] = lg[2];
     if (!fused && need[0] && lg[0]) gi[0] = oj__unary_grad(eng, n->op, act, x, h, lg[0], 0.0, 0.0);
@@ -527,7 +550,7 @@ static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_ten
     if (p == NULL) return oj_last_status(eng);
     bool need[3] = {ng || nu, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
     oj_tensor *lg[3] = {NULL, NULL, NULL};
-    linear_grads(eng, go[0], p, w, need, lg);
+    linear_grads(eng, go[0], p, &n->in[0], w, &n->in[2], need, lg); /* p: gate's shape */
     oj_release(p);
     gi[2] = lg[1];
     gi[3] = lg[2];

@@ -501,17 +501,24 @@ oj_tensor *oj_std(oj_tensor *x, int ndims, const int *dims, double correction, b
 
 /* ---------------------------------------------------------------- logsumexp */
 
-/* dx = g * exp(x - y). */
+/* dx = g * exp(x - y), exactly 0 where g is 0 (a row of all -inf has
+ * x - y = -inf + inf = NaN; a zero gradient there must stay 0). */
 static oj_status lse_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_tensor *x = oj__node_saved(n, 0), *yk = oj__node_saved(n, 1);
     if (x == NULL || yk == NULL) return oj_last_status(n->eng);
     oj_tensor *gk = grad_keepdim(n, go[0], (uint32_t)n->i[0]);
+    oj_tensor *zero = gk ? oj_scalar(n->eng, 0.0, gk->dtype) : NULL;
     oj_tensor *d = oj_sub(x, yk);
     oj_tensor *e = oj_exp(d);
-    gi[0] = as_input_dtype(n, oj_mul(e, gk));
+    oj_tensor *m = oj_mul(e, gk);
+    oj_tensor *z = oj_eq(gk, zero);
+    gi[0] = as_input_dtype(n, oj_where(z, zero, m));
     oj_release(gk);
+    oj_release(zero);
     oj_release(d);
     oj_release(e);
+    oj_release(m);
+    oj_release(z);
     return oj_last_status(n->eng);
 }
 

@@ -246,7 +246,7 @@ static bool scale_grads(oj_engine *eng, int64_t n, oj_tensor *const *params, dou
  * when not clipped), both set only when the result is finite and every
  * grad was scaled. */
 static double clip(int64_t n, oj_tensor *const *params, double max_norm, double *each,
-                   double *coef_out) {
+                   double *coef_out, void (*after_norm)(void *), void *ctx) {
     if (n == 0) return 0.0;
     oj_engine *eng = params_engine(n, params, "clip_grad_norm");
     if (eng == NULL) return NAN;
@@ -256,6 +256,7 @@ static double clip(int64_t n, oj_tensor *const *params, double max_norm, double 
         return NAN;
     }
     double norm = norm_of(n, params, each);
+    if (after_norm) after_norm(ctx); /* the device is idle: nothing is queued yet */
     if (coef_out) *coef_out = NAN;
     if (!isfinite(norm)) return norm;
     double coef = max_norm / (norm + 1e-6);
@@ -271,7 +272,7 @@ static double clip(int64_t n, oj_tensor *const *params, double max_norm, double 
 }
 
 double oj_clip_grad_norm(int64_t n, oj_tensor *const *params, double max_norm) {
-    return clip(n, params, max_norm, NULL, NULL);
+    return clip(n, params, max_norm, NULL, NULL, NULL, NULL);
 }
 
 void oj__optim_clip_cache_clear(oj_optim *o) {
@@ -284,11 +285,19 @@ void oj__optim_clip_cache_clear(oj_optim *o) {
 }
 
 double oj_optim_clip_grad_norm(oj_optim *o, double max_norm) {
+    return oj__optim_clip_grad_norm_then(o, max_norm, NULL, NULL);
+}
+
+double oj__optim_clip_grad_norm_then(oj_optim *o, double max_norm, void (*after_norm)(void *),
+                                     void *ctx) {
     if (o == NULL) return NAN;
     oj__optim_clip_cache_clear(o);
     int64_t n = 0;
     for (int g = 0; g < o->ngroups; g++) n += o->groups[g].n;
-    if (n == 0) return 0.0;
+    if (n == 0) {
+        if (after_norm) after_norm(ctx);
+        return 0.0;
+    }
     oj_tensor **ps = malloc((size_t)n * sizeof *ps);
     oj_optim_slot **slots = malloc((size_t)n * sizeof *slots);
     double *each = malloc((size_t)n * sizeof *each);
@@ -306,7 +315,7 @@ double oj_optim_clip_grad_norm(oj_optim *o, double max_norm) {
             ps[k] = slots[k]->param;
         }
     double coef = NAN;
-    double norm = clip(n, ps, max_norm, each, &coef);
+    double norm = clip(n, ps, max_norm, each, &coef, after_norm, ctx);
     /* the step after this one may take these norms instead of computing
      * them again: finite, and scaled exactly as the grads were */
     if (isfinite(norm) && isfinite(coef))

@@ -84,6 +84,12 @@ oj_tensor *oj__optim_zeros_unscoped(oj_engine *eng, int rank, const int64_t *sha
  * updates are NULL and the error is recorded. */
 oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *const *grads,
                                 const oj_optim_hparams *hp, oj_tensor **updates);
+/* oj_optim_clip_grad_norm, calling after_norm(ctx) (when not NULL) once
+ * the norms are read back and before the grads are scaled: on a device
+ * the stream is then drained, so a read-back there (the trainer's loss)
+ * waits for no work. The results are oj_optim_clip_grad_norm's. */
+double oj__optim_clip_grad_norm_then(oj_optim *o, double max_norm, void (*after_norm)(void *),
+                                     void *ctx);
 /* Release every slot's clip cache (clip_grad). */
 void oj__optim_clip_cache_clear(oj_optim *o);
 /* Drop the groups from index `ngroups` on, freeing their state. */

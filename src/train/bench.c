@@ -1,12 +1,17 @@
-/* Training-step benchmark (oj_bench_train_step), shared by `ojas bench`
- * and bench/gpu/bench_gpu_train. */
+/* Training-step benchmark (oj_bench_trainer), shared by `ojas bench` and
+ * bench/gpu/bench_gpu_train: the trainer's own step, what `ojas train`
+ * runs, then the same device work back to back for the overhead. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "core/internal.h"
+#include "optim/optim_internal.h"
 #include "ojas/autograd.h"
+#include "ojas/ops.h"
 #include "ojas/optim.h"
 #include "ojas/train.h"
 #include "train/train_internal.h"
@@ -17,138 +22,175 @@ static double now_ms(void) {
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-/* OJAS_BENCH_PHASES=1: each phase of each step ends with a device
- * synchronisation and prints its wall, user and system time and minor page
- * faults to stderr, so host time can be told apart from device time. */
-typedef struct {
-    bool on;
-    double wall, user, sys;
-    long minflt;
-} phase_clock;
-
-static void phase_read(phase_clock *c) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    c->wall = now_ms();
-    c->user = (double)ru.ru_utime.tv_sec * 1e3 + (double)ru.ru_utime.tv_usec * 1e-3;
-    c->sys = (double)ru.ru_stime.tv_sec * 1e3 + (double)ru.ru_stime.tv_usec * 1e-3;
-    c->minflt = ru.ru_minflt;
-}
-
-static void phase_end(oj_engine *eng, phase_clock *c, int it, const char *name) {
-    if (!c->on) return;
-    oj_engine_synchronize(eng);
-    phase_clock n;
-    phase_read(&n);
-    fprintf(stderr, "phase step %d %-9s wall %9.2f ms  user %9.2f  sys %9.2f  minflt %ld\n", it,
-            name, n.wall - c->wall, n.user - c->user, n.sys - c->sys, n.minflt - c->minflt);
-    phase_read(c);
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* B x T + 1 pseudo-random tokens (xorshift64), inputs and shifted targets. */
-static oj_status random_batch(oj_engine *eng, int64_t B, int64_t T, int64_t V, oj_tensor **x,
-                              oj_tensor **y) {
-    int64_t n = B * T;
-    int64_t *tok = malloc((size_t)(n + 1) * sizeof *tok);
-    if (tok == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "bench: out of host memory");
-    uint64_t s = 88172645463325252ull;
-    for (int64_t i = 0; i <= n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        tok[i] = (int64_t)(s % (uint64_t)V);
-    }
-    int64_t shape[2] = {B, T};
-    *x = oj_from_host(eng, 2, shape, OJ_I64, tok, (size_t)n * sizeof *tok);
-    *y = oj_from_host(eng, 2, shape, OJ_I64, tok + 1, (size_t)n * sizeof *tok);
-    free(tok);
-    return *x && *y ? OJ_OK : oj_last_status(eng);
+/* A fresh directory under $TMPDIR (or /tmp) into buf; "" on failure. */
+static bool make_tmpdir(char *buf, size_t len, const char *what) {
+    const char *base = getenv("TMPDIR");
+    int n = snprintf(buf, len, "%s/ojas-bench-%s-XXXXXX", base && *base ? base : "/tmp", what);
+    if (n > 0 && (size_t)n < len && mkdtemp(buf) != NULL) return true;
+    buf[0] = '\0';
+    return false;
 }
 
-oj_status oj_bench_train_step(oj_engine *eng, const oj_gpt_config *mc, int64_t B, int64_t T,
-                              int warmup, int steps, bool cuda_graph, oj_bench_result *out) {
-    if (eng == NULL || mc == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    if (B < 1 || T < 1 || steps < 1 || warmup < 0)
-        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                            "bench: need B, T, steps >= 1 and warmup >= 0 (got %lld, %lld, %d, %d)",
-                            (long long)B, (long long)T, steps, warmup);
-    oj_gpt *m = NULL;
-    oj_status st = oj_gpt_create(eng, mc, 1, &m);
-    if (st != OJ_OK) return st;
-    oj_named_tensors sd = oj_gpt_state_dict(m);
-    oj_optim *opt = oj_optim_create(eng);
-    oj_optim_hparams adamw = oj_adamw_hparams(6e-4, 0.1), muon = oj_muon_hparams(0.02);
-    int g = opt == NULL ? -1
-            : mc->family == OJ_GPT2
-                ? oj_optim_add_group(opt, &adamw, &sd)
-                : oj_optim_add_muon_split(opt, &sd, &muon, &adamw, NULL, NULL);
+/* Remove dir and what the bench wrote in it (one level of directories:
+ * shards, metrics.jsonl, .lock). */
+static void remove_tree(const char *dir) {
+    if (dir[0] == '\0') return;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "bench: warning: could not remove %s\n", dir);
+}
+
+/* dir/train_000000.bin: n pseudo-random tokens < V (xorshift64, the
+ * tokens the benchmark drew before it ran the trainer). */
+static oj_status write_random_shard(const char *dir, int64_t n, int64_t V, oj_error *err) {
+    if (n > INT32_MAX)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "bench: %lld tokens are too many for one generated shard; pass a "
+                            "data directory",
+                            (long long)n);
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    if (tok == NULL) return oj_error_set(err, OJ_ERR_CAPACITY, "bench: out of host memory");
+    uint64_t s = 88172645463325252ull;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        tok[i] = (int32_t)(s % (uint64_t)V);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
+    oj_status st = oj_shard_write(path, tok, n, 2, err);
+    free(tok);
+    return st;
+}
+
+static void read_item(void *t) { oj_item(t); }
+
+/* The device work of the trainer's step back to back on one resident
+ * batch: forward + backward (the trainer's graph, or eager), clip, the
+ * trainer's optimizer step (its non-finite check included) and the loss
+ * read-back; no loader, schedule or metrics. Median ms into *ms. */
+static oj_status kernel_steps(oj_trainer *t, int steps, double *ms, oj_error *err) {
+    oj_engine *eng = t->eng;
+    const oj_train_config *c = &t->cfg;
+    double *each = calloc((size_t)steps, sizeof *each);
+    if (each == NULL) return oj_error_set(err, OJ_ERR_CAPACITY, "bench: out of host memory");
     oj_tensor *x = NULL, *y = NULL;
-    double *ms = calloc((size_t)steps, sizeof *ms);
-    if (g < 0 || ms == NULL) st = oj_last_status(eng) ? oj_last_status(eng) : OJ_ERR_CAPACITY;
-    if (st == OJ_OK) st = random_batch(eng, B, T, mc->vocab_size, &x, &y);
-    if (opt) oj_optim_set_check_update(opt, false);
-    double loss = NAN;
-    const char *ph = getenv("OJAS_BENCH_PHASES");
-    phase_clock pc = {.on = ph && ph[0] == '1'};
-    oj__step_graph sg = {0};
-    for (int it = 0; st == OJ_OK && it < warmup + steps; it++) {
-        /* with a graph: the first step runs eagerly (the optimizer's state
-         * and cuBLAS come to exist), the capture follows (untimed when
-         * warmup >= 2) */
-        if (cuda_graph && sg.graph == NULL && (it == 1 || warmup + steps == 1)) {
-            st = oj__step_graph_capture(m, x, y, &sg);
-            if (st != OJ_OK) break;
-        }
-        if (pc.on) oj_engine_synchronize(eng), phase_read(&pc);
+    oj_status st = OJ_OK;
+    if (!c->cuda_graph && oj_loader_next(t->train, eng, &x, &y) != OJ_OK) st = oj_last_status(eng);
+    if (x) oj__scope_detach(x);
+    if (y) oj__scope_detach(y);
+    for (int it = 0; st == OJ_OK && it < steps; it++) {
         double t0 = now_ms();
         oj_scope_begin(eng);
-        oj_tensor *l = NULL;
-        if (sg.graph) {
-            st = oj__step_graph_run(&sg, NULL, NULL);
-            l = sg.loss;
-            phase_end(eng, &pc, it, "graph");
+        oj_tensor *loss = NULL;
+        if (c->cuda_graph) {
+            if (oj__step_graph_run(&t->graph, NULL, NULL) == OJ_OK) loss = t->graph.loss;
         } else {
-            l = oj_gpt_loss(m, x, y);
-            phase_end(eng, &pc, it, "forward");
-            st = l ? oj_backward(l, false) : oj_last_status(eng);
-            phase_end(eng, &pc, it, "backward");
+            for (int64_t k = 0; k < c->grad_accum; k++) {
+                loss = oj_gpt_loss(t->model, x, y);
+                oj_tensor *scaled =
+                    c->grad_accum == 1 ? loss : oj_mul_scalar(loss, 1.0 / (double)c->grad_accum);
+                if (scaled == NULL || oj_backward(scaled, false) != OJ_OK) break;
+            }
         }
-        if (st == OJ_OK) oj_optim_clip_grad_norm(opt, 1.0);
-        phase_end(eng, &pc, it, "clip");
-        if (st == OJ_OK) {
-            st = oj_optim_step(opt, NULL);
-            if (st == OJ_ERR_NUMERIC) st = OJ_OK; /* a skipped step still took its time */
+        if (oj_last_status(eng) == OJ_OK) {
+            /* the loss read where the trainer reads it: after the norms */
+            if (c->grad_clip > 0) {
+                oj__optim_clip_grad_norm_then(t->optim, c->grad_clip, read_item, loss);
+            } else {
+                oj_named_tensors sd = oj_gpt_state_dict(t->model);
+                oj_grad_norm(sd.n, sd.tensors);
+                oj_item(loss);
+            }
         }
-        phase_end(eng, &pc, it, "step");
-        if (st == OJ_OK) loss = oj_item(l); /* waits for the device */
-        if (sg.graph == NULL) oj_optim_zero_grad(opt); /* the graph rewrites its gradients */
-        phase_end(eng, &pc, it, "zero_grad");
+        if (oj_last_status(eng) == OJ_OK)
+            oj_optim_step(t->optim, NULL); /* a skipped step took its time too */
+        if (!c->cuda_graph) oj_optim_zero_grad(t->optim);
         oj_scope_end(eng);
-        phase_end(eng, &pc, it, "scope_end");
-        if (it >= warmup) ms[it - warmup] = now_ms() - t0;
-        if (st == OJ_OK && oj_last_status(eng) != OJ_OK) st = oj_last_status(eng);
+        each[it] = now_ms() - t0;
+        if (oj_last_status(eng) != OJ_OK) {
+            st = oj_last_status(eng);
+            oj_error_set(err, st, "bench: kernel step: %s", oj_last_error(eng));
+            oj_clear_error(eng);
+        }
     }
     if (st == OJ_OK) {
+        qsort(each, (size_t)steps, sizeof *each, cmp_double);
+        *ms = each[steps / 2];
+    }
+    oj_release(x);
+    oj_release(y);
+    free(each);
+    return st;
+}
+
+oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bool kernel,
+                           oj_bench_result *out, oj_error *err) {
+    if (cfg == NULL || out == NULL)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "bench: NULL argument");
+    if (steps < 1 || warmup < 0)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "bench: need steps >= 1 and warmup >= 0 (got %d, %d)", steps, warmup);
+    memset(out, 0, sizeof *out);
+    oj_train_config c = *cfg;
+    c.max_steps = warmup + steps;
+    c.eval_every = c.ckpt_every = 0; /* evals and checkpoints only at a run's end: none here */
+    char data_dir[sizeof c.data_dir] = "", out_dir[4096] = "";
+    oj_status st = OJ_OK;
+    if (c.data_dir[0] == '\0') {
+        oj_gpt_config mc;
+        st = oj_train_model_config(&c, 0, &mc, err);
+        int64_t T = c.seq_len > 0 ? c.seq_len : mc.block_size;
+        if (!st && !make_tmpdir(data_dir, sizeof data_dir, "data"))
+            st = oj_error_set(err, OJ_ERR_IO, "bench: cannot create a temporary directory");
+        if (!st) /* a batch per step, none repeated */
+            st = write_random_shard(data_dir, (int64_t)(warmup + steps + 1) * c.grad_accum *
+                                                      c.batch_size * T + 1,
+                                    mc.vocab_size, err);
+        memcpy(c.data_dir, data_dir, sizeof c.data_dir);
+    }
+    if (!st && !make_tmpdir(out_dir, sizeof out_dir, "run"))
+        st = oj_error_set(err, OJ_ERR_IO, "bench: cannot create a temporary directory");
+    /* the log and the metrics are written as for a user, to nowhere */
+    FILE *log = st ? NULL : fopen("/dev/null", "w");
+    oj_train_options o = {.out_dir = out_dir, .log = log};
+    oj_trainer *t = NULL;
+    if (!st) st = oj_trainer_create(&c, &o, &t, err);
+    double *ms = st ? NULL : calloc((size_t)steps, sizeof *ms);
+    if (!st && ms == NULL) st = oj_error_set(err, OJ_ERR_CAPACITY, "bench: out of host memory");
+    if (!st) oj__trainer_begin(t);
+    /* each step as oj_trainer_run takes it, timed from its start to the
+     * start of the next: the step, its read-backs, its report */
+    for (int it = 0; !st && it < warmup + steps; it++) {
+        double t0 = now_ms();
+        st = oj__trainer_step(t, err);
+        if (it >= warmup) ms[it - warmup] = now_ms() - t0;
+    }
+    if (!st) {
         qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
+        int64_t tokens = c.grad_accum * c.batch_size * t->T;
         out->step_ms = ms[steps / 2];
         out->min_ms = ms[0];
         out->max_ms = ms[steps - 1];
-        out->tokens_per_s = (double)(B * T) / (out->step_ms * 1e-3);
-        out->flops_per_token = oj_gpt_flops_per_token(m, T);
+        out->tokens_per_s = (double)tokens / (out->step_ms * 1e-3);
+        out->flops_per_token = t->flops_per_token;
         out->achieved_flops = out->flops_per_token * out->tokens_per_s;
-        out->loss = loss;
-        out->peak_bytes = oj_budget_peak(oj_engine_budget(eng));
-        out->peak_allocated_bytes = oj_engine_max_memory_allocated(eng);
-        out->params = oj_gpt_num_params(m);
+        out->loss = t->last_loss;
+        out->peak_bytes = oj_budget_peak(oj_engine_budget(t->eng));
+        out->peak_allocated_bytes = oj_engine_max_memory_allocated(t->eng);
+        out->params = oj_gpt_num_params(t->model);
+        out->kernel_ms = out->overhead_ms = NAN;
+        if (kernel && (st = kernel_steps(t, steps, &out->kernel_ms, err)) == OJ_OK)
+            out->overhead_ms = out->step_ms - out->kernel_ms;
     }
     free(ms);
-    oj__step_graph_free(&sg);
-    oj_release(x);
-    oj_release(y);
-    oj_optim_free(opt);
-    oj_gpt_free(m);
+    oj_trainer_free(t);
+    if (log) fclose(log);
+    remove_tree(out_dir);
+    remove_tree(data_dir);
     return st;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ojas/train.h"
+#include "core/fs.h"
 #include "train/train_internal.h"
 
 oj_train_config oj_train_config_default(void) {
@@ -36,6 +37,7 @@ oj_train_config oj_train_config_default(void) {
     c.ckpt_every = 500;
     c.keep_last = 3;
     c.log_every = 10;
+    c.max_skipped_steps = 10;
     c.seed = 1337;
     c.shuffle = true;
     c.numerics = OJ_NUMERICS_FAST;
@@ -108,6 +110,7 @@ static const key_def k_keys[] = {
     {"cuda_graph", K_BOOL, OFF(cuda_graph), 0, 0, 0, NULL},
     F64(peak_flops, 0, HUGE_VAL),
     I64(budget_bytes, 0, BIG),
+    I64(max_skipped_steps, 0, BIG),
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -278,9 +281,9 @@ oj_status oj_train_config_apply_json(oj_train_config *c, const char *json, oj_er
 oj_status oj_train_config_load(oj_train_config *c, const char *path, oj_error *err) {
     if (!c || !path)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "config: NULL argument");
-    FILE *f = fopen(path, "rb");
+    FILE *f = oj__fopen_regular(path, "config", err);
     if (!f)
-        return oj_error_set(err, OJ_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
+        return OJ_ERR_IO;
     json_error_t je;
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
     fclose(f);
@@ -504,15 +507,17 @@ oj_status oj_train_config_check(const oj_train_config *c, oj_error *err) {
 
 oj_status oj_train_config_from_checkpoint(const char *path, oj_train_config *c, oj_error *err) {
     json_t *state = NULL;
-    oj_status st = oj__train_read_state(path, &state, NULL, 0, err);
+    char dir[4096];
+    oj_status st = oj__train_read_state(path, &state, dir, sizeof dir, err);
     if (st)
         return st;
     json_t *cfg = json_object_get(state, "config");
     oj_train_config tmp = oj_train_config_default();
+    oj_error e2 = {0};
     if (!cfg)
-        st = oj_error_set(err, OJ_ERR_CORRUPT, "%s: state.json has no \"config\"", path);
-    else
-        st = apply_object(&tmp, cfg, err);
+        st = oj_error_set(err, OJ_ERR_CORRUPT, "%s/state.json has no \"config\"", dir);
+    else if ((st = apply_object(&tmp, cfg, &e2))) /* name the file that holds the bad value */
+        oj_error_set(err, st, "%s/state.json: %s", dir, e2.message);
     json_decref(state);
     if (!st)
         *c = tmp;

@@ -1,8 +1,12 @@
 /* The training loop: steps, the LR schedule, evals, checkpoints, the time
  * limit and the stop flag. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/internal.h"
+#include "optim/optim_internal.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
 #include "train/train_internal.h"
@@ -64,64 +68,231 @@ static oj_lr_schedule make_schedule(const oj_train_config *c, int64_t total) {
     return oj_lr_constant(w);
 }
 
-/* Grad of every parameter, clipped to grad_clip; the norm before. */
-static double clip(oj_trainer *t) {
-    if (t->cfg.grad_clip > 0)
-        return oj_optim_clip_grad_norm(t->optim, t->cfg.grad_clip);
-    oj_named_tensors sd = oj_gpt_state_dict(t->model);
-    return oj_grad_norm(sd.n, sd.tensors);
+/* A line when the step the schedule decays towards moves so far that this
+ * step's LR differs by more than 20% from what the previous total gave, at
+ * the two steps where the total changes its source: the first step of a
+ * run (against the resumed checkpoint's total: another max_steps, or a
+ * time limit, which counts from each run's start) and the third, when a
+ * time limit's estimate takes over. The estimate's drift from step to step
+ * in between is the method, not news. */
+static void say_schedule_change(oj_trainer *t, int64_t total, double factor) {
+    int64_t was = t->sched_total;
+    t->sched_total = total;
+    bool switch_point = t->run_steps == 0 || (t->run_steps == 2 && t->cfg.time_limit_seconds > 0);
+    if (!switch_point || was < 0 || was == total)
+        return;
+    oj_lr_schedule old = make_schedule(&t->cfg, was);
+    double f0 = oj_lr_schedule_factor(&old, t->step);
+    if (fabs(factor - f0) <= 0.2 * fabs(f0))
+        return;
+    oj__train_say(t,
+                  "step %lld: the lr schedule now ends at step %lld (it ended at %lld%s): lr "
+                  "%.3g instead of %.3g",
+                  (long long)t->step + 1, (long long)total, (long long)was,
+                  t->cfg.time_limit_seconds > 0 ? "; the time limit counts from this run's start"
+                                                : "",
+                  t->cfg.lr * factor, t->cfg.lr * f0);
 }
 
-/* One optimizer step over grad_accum micro-batches. */
-static oj_status train_step(oj_trainer *t, oj_train_metrics *m, oj_error *err) {
+/* OJAS_TRAIN_PROFILE=1: the host milliseconds of each phase of every step
+ * on one line of stderr. Nothing waits for the device that would not
+ * wait without it, so a phase that reads a value back (clip: the grad
+ * norm; optim: the non-finite check) also holds the device time of the
+ * work queued before it. OJAS_TRAIN_PROFILE=2 waits for the device at the
+ * end of every phase instead, so each phase holds its own device time
+ * (the step is then slower: its figures are for attribution only). */
+enum { PH_LOADER, PH_FWD_BWD, PH_CLIP, PH_LOSS, PH_OPTIM, PH_METRICS, PH_N };
+static const char *const k_phase[PH_N] = {"loader", "fwd_bwd", "clip", "loss", "optim", "metrics"};
+
+typedef struct {
+    int mode; /* 0 off, 1 host time, 2 with a device wait per phase */
+    double last;
+    double ms[PH_N];
+} step_prof;
+
+/* The time since the last mark goes to `phase`. */
+static void prof_mark(oj_trainer *t, step_prof *p, int phase) {
+    if (!p->mode)
+        return;
+    if (p->mode == 2)
+        oj_engine_synchronize(t->eng);
+    double now = oj__train_now();
+    p->ms[phase] += (now - p->last) * 1e3;
+    p->last = now;
+}
+
+static void prof_print(const oj_trainer *t, const step_prof *p) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "profile step %lld:", (long long)t->step);
+    double total = 0;
+    for (int i = 0; i < PH_N && n > 0 && (size_t)n < sizeof line; i++) {
+        n += snprintf(line + n, sizeof line - (size_t)n, " %s %.3f", k_phase[i], p->ms[i]);
+        total += p->ms[i];
+    }
+    fprintf(stderr, "%s | total %.3f ms\n", line, total);
+}
+
+/* The losses of a step's micro-batches, read (in micro-step order, each
+ * added to sum as the step read it) when clip's norms are back. */
+typedef struct {
+    oj_trainer *t;
+    step_prof *pf;
+    oj_tensor **losses; /* eager path: detached handles */
+    int64_t n;
+    double sum;
+    bool done;
+} loss_read;
+
+static void read_losses(void *arg) {
+    loss_read *r = arg;
+    oj_engine *eng = r->t->eng;
+    if (r->done)
+        return;
+    r->done = true;
+    prof_mark(r->t, r->pf, PH_CLIP);
+    if (oj_last_status(eng) == OJ_OK) {
+        if (r->t->cfg.cuda_graph)
+            r->sum += oj_item(r->t->graph.loss);
+        for (int64_t k = 0; k < r->n; k++)
+            r->sum += oj_item(r->losses[k]);
+    }
+    prof_mark(r->t, r->pf, PH_LOSS);
+}
+
+/* Grad of every parameter, clipped to grad_clip; the norm before. The
+ * losses are read between the norms' read-back and the scaling, when the
+ * device has nothing queued, so that read waits for no work. */
+static double clip(oj_trainer *t, loss_read *lr) {
+    double norm;
+    if (t->cfg.grad_clip > 0) {
+        norm = oj__optim_clip_grad_norm_then(t->optim, t->cfg.grad_clip, read_losses, lr);
+    } else {
+        oj_named_tensors sd = oj_gpt_state_dict(t->model);
+        norm = oj_grad_norm(sd.n, sd.tensors);
+    }
+    read_losses(lr); /* when clip did not (no clipping, or it failed early) */
+    return norm;
+}
+
+/* The graph path's micro-step: the next batch is uploaded straight into
+ * the graph's static inputs (no per-step device tensors or copies), then
+ * the graph replays. The first step captures from a loaded batch. */
+static void graph_micro_step(oj_trainer *t, step_prof *pf) {
+    oj_engine *eng = t->eng;
+    oj__step_graph *g = &t->graph;
+    if (g->graph == NULL) {
+        oj_tensor *x = NULL, *y = NULL;
+        bool got = oj_loader_next(t->train, eng, &x, &y) == OJ_OK; /* else reported below */
+        prof_mark(t, pf, PH_LOADER);
+        /* grad_accum 1 (config check): capture once (g->x, g->y: clones of
+         * x, y), replay after */
+        if (got && oj__step_graph_capture(t->model, x, y, g) == OJ_OK)
+            oj__step_graph_run(g, NULL, NULL);
+        prof_mark(t, pf, PH_FWD_BWD);
+        return;
+    }
+    size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
+    if (t->batch_in == NULL) {
+        t->batch_in = malloc(nbytes);
+        t->batch_tg = malloc(nbytes);
+        if (t->batch_in == NULL || t->batch_tg == NULL) {
+            oj_set_error(eng, OJ_ERR_CAPACITY, "train step: out of host memory for a batch");
+            return;
+        }
+    }
+    oj_error e2 = {0};
+    oj_status st = oj_loader_next_host(t->train, t->batch_in, t->batch_tg, &e2);
+    if (st)
+        oj_set_error(eng, st, "%s", e2.message);
+    if (!st)
+        st = oj_copy_from_host(g->x, t->batch_in, nbytes);
+    if (!st)
+        st = oj_copy_from_host(g->y, t->batch_tg, nbytes);
+    prof_mark(t, pf, PH_LOADER);
+    if (!st)
+        oj__step_graph_run(g, NULL, NULL);
+    prof_mark(t, pf, PH_FWD_BWD);
+}
+
+/* One optimizer step over grad_accum micro-batches. The device is waited
+ * for once before the optimizer: the losses are read right after clip's
+ * norm read-back (which waits for the forward and backward anyway), so
+ * reading them waits for no more work. */
+static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, oj_error *err) {
     const oj_train_config *c = &t->cfg;
     double t0 = oj__train_now(), loss_sum = 0;
     oj_engine *eng = t->eng;
     if (oj_scope_begin(eng))
         return eng_error(t, err, "step");
     oj_status st = OJ_OK;
+    /* eager path: the micro-batch losses (detached handles), read after clip */
+    oj_tensor *kept[64];
+    oj_tensor **losses = c->grad_accum <= 64 ? kept : calloc((size_t)c->grad_accum, sizeof *losses);
+    int64_t n_loss = 0;
+    if (losses == NULL)
+        st = oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
     for (int64_t k = 0; !st && k < c->grad_accum; k++) {
         oj_scope_begin(eng);
-        oj_tensor *x = NULL, *y = NULL;
-        bool got = oj_loader_next(t->train, eng, &x, &y) == OJ_OK; /* else reported below */
-        if (got && c->cuda_graph) {
-            /* grad_accum 1 (config check): capture once, replay after */
-            oj_status gs = t->graph.graph ? OJ_OK : oj__step_graph_capture(t->model, x, y, &t->graph);
-            if (gs == OJ_OK && oj__step_graph_run(&t->graph, x, y) == OJ_OK)
-                loss_sum += oj_item(t->graph.loss);
-        } else if (got) {
-            // x, y [B, T] token ids; loss rank-0 mean over B*T
-            oj_tensor *loss = oj_gpt_loss(t->model, x, y);
-            oj_tensor *scaled = c->grad_accum == 1 ? loss
-                                                   : oj_mul_scalar(loss, 1.0 / (double)c->grad_accum);
-            if (scaled && oj_backward(scaled, false) == OJ_OK)
-                loss_sum += oj_item(loss);
+        if (c->cuda_graph) {
+            graph_micro_step(t, pf);
+        } else {
+            oj_tensor *x = NULL, *y = NULL;
+            bool got = oj_loader_next(t->train, eng, &x, &y) == OJ_OK; /* else reported below */
+            prof_mark(t, pf, PH_LOADER);
+            if (got) {
+                // x, y [B, T] token ids; loss rank-0 mean over B*T
+                oj_tensor *loss = oj_gpt_loss(t->model, x, y);
+                oj_tensor *scaled =
+                    c->grad_accum == 1 ? loss : oj_mul_scalar(loss, 1.0 / (double)c->grad_accum);
+                oj_tensor *keep = NULL;
+                if (scaled && oj_backward(scaled, false) == OJ_OK && (keep = oj_detach(loss))) {
+                    oj__scope_detach(keep); /* outlives this micro-step's scope */
+                    losses[n_loss++] = keep;
+                }
+            }
+            prof_mark(t, pf, PH_FWD_BWD);
         }
         if (oj_last_status(eng))
             st = eng_error(t, err, "train step");
         oj_scope_end(eng);
     }
     double norm = NAN;
+    loss_read lr = {.t = t, .pf = pf, .losses = losses, .n = n_loss};
     if (!st) {
-        norm = clip(t);
+        norm = clip(t, &lr);
+        loss_sum = lr.sum;
         if (oj_last_status(eng))
-            st = eng_error(t, err, "grad clip");
+            st = eng_error(t, err, "grad clip or reading the loss");
     }
-    oj_lr_schedule sch = make_schedule(c, schedule_total(t));
+    prof_mark(t, pf, PH_CLIP);
+    for (int64_t k = 0; k < n_loss; k++)
+        oj_release(losses[k]);
+    if (losses != kept)
+        free(losses);
+    int64_t total = schedule_total(t);
+    oj_lr_schedule sch = make_schedule(c, total);
     double factor = oj_lr_schedule_factor(&sch, t->step);
+    if (!st)
+        say_schedule_change(t, total, factor);
     if (!st) {
         oj_optim_set_lr_scale(t->optim, factor);
         oj_optim_step_info info;
         oj_status os = oj_optim_step(t->optim, &info);
-        if (os == OJ_ERR_NUMERIC)
+        if (os == OJ_ERR_NUMERIC) {
+            t->skipped_in_row++;
+            snprintf(t->skip_msg, sizeof t->skip_msg, "%s", oj_optim_message(t->optim));
             oj__train_say(t, "warning: step %lld skipped: %s", (long long)t->step + 1,
                           oj_optim_message(t->optim));
-        else if (os)
+        } else if (os) {
             st = eng_error(t, err, "optimizer step");
+        } else {
+            t->skipped_in_row = 0;
+        }
         if (!c->cuda_graph) /* the graph's replays rewrite its gradients */
             oj_optim_zero_grad(t->optim);
     }
     oj_scope_end(eng);
+    prof_mark(t, pf, PH_OPTIM);
     if (st)
         return st;
     double dt = oj__train_now() - t0;
@@ -203,8 +374,40 @@ static oj_status eval_report(oj_trainer *t, oj_error *err) {
     m.elapsed_s = elapsed(t);
     m.loss = m.lr = m.muon_lr = m.grad_norm = m.tokens_per_s = m.mfu = NAN;
     m.peak_bytes = oj_budget_peak(oj_engine_budget(t->eng));
-    oj__train_report(t, &m);
-    return OJ_OK;
+    return oj__train_report(t, &m, err);
+}
+
+/* After max_skipped_steps steps in a row were skipped as non-finite: one
+ * more forward + backward on the next batch with detect_anomaly on, to
+ * name the first op whose output (or gradient) is not finite. The run
+ * stops with OJ_ERR_NUMERIC. */
+static oj_status diagnose_non_finite(oj_trainer *t, oj_error *err) {
+    oj_engine *eng = t->eng;
+    char found[512] = "";
+    bool prev = oj_set_detect_anomaly(eng, true);
+    oj_scope_begin(eng);
+    oj_tensor *x = NULL, *y = NULL;
+    if (oj_loader_next(t->train, eng, &x, &y) == OJ_OK) {
+        oj_tensor *loss = oj_gpt_loss(t->model, x, y);
+        if (loss && oj_last_status(eng) == OJ_OK)
+            oj_backward(loss, false);
+    }
+    if (oj_last_status(eng) == OJ_ERR_NUMERIC)
+        snprintf(found, sizeof found, "%s", oj_last_error(eng));
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    oj_set_detect_anomaly(eng, prev);
+    if (!t->cfg.cuda_graph)
+        oj_optim_zero_grad(t->optim);
+    return oj_error_set(err, OJ_ERR_NUMERIC,
+                        "stopping: %lld steps in a row were skipped as non-finite "
+                        "(max_skipped_steps %lld; the last checkpoint is %s): %s%s",
+                        (long long)t->skipped_in_row, (long long)t->cfg.max_skipped_steps,
+                        t->last_ckpt[0] ? t->last_ckpt : "none of this run",
+                        found[0] ? found
+                                 : "detect_anomaly found no op with a non-finite output on the "
+                                   "next batch; the last skip: ",
+                        found[0] ? "" : t->skip_msg);
 }
 
 static void plot(oj_trainer *t) {
@@ -225,16 +428,41 @@ static oj_status checkpoint(oj_trainer *t, bool final, oj_error *err) {
     return st;
 }
 
+void oj__trainer_begin(oj_trainer *t) {
+    const char *p = getenv("OJAS_TRAIN_PROFILE");
+    t->profile = p && p[0] ? atoi(p) : 0;
+    t->t0 = oj__train_now();
+    t->run_steps = 0;
+    t->run_step_s = 0;
+    if (t->profile)
+        fprintf(stderr, "profile: host ms per phase of each step (%s)\n",
+                t->profile == 2 ? "each phase waits for the device at its end"
+                                : "a phase that reads back holds the device time queued before it");
+}
+
+oj_status oj__trainer_step(oj_trainer *t, oj_error *err) {
+    step_prof pf = {.mode = t->profile, .last = oj__train_now()};
+    oj_train_metrics m;
+    oj_status st = train_step(t, &m, &pf, err);
+    if (!st)
+        st = oj__train_report(t, &m, err);
+    prof_mark(t, &pf, PH_METRICS);
+    if (!st && pf.mode)
+        prof_print(t, &pf);
+    if (!st && t->cfg.max_skipped_steps > 0 && t->skipped_in_row >= t->cfg.max_skipped_steps)
+        st = diagnose_non_finite(t, err);
+    return st;
+}
+
 oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
     if (!t)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "train: NULL trainer");
     const oj_train_config *c = &t->cfg;
     oj_train_stop why = OJ_TRAIN_DONE;
     oj_status st = OJ_OK;
-    int64_t last_eval = -1, last_ckpt = -1;
-    t->t0 = oj__train_now();
-    t->run_steps = 0;
-    t->run_step_s = 0;
+    /* a resumed checkpoint already in out_dir is not written again */
+    int64_t last_eval = -1, last_ckpt = t->ckpt_in_out;
+    oj__trainer_begin(t);
     while (!st && t->step < c->max_steps) {
         if (t->opts.stop && *t->opts.stop) {
             why = OJ_TRAIN_SIGNAL;
@@ -245,10 +473,8 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
             why = OJ_TRAIN_TIME_LIMIT;
             break;
         }
-        oj_train_metrics m;
-        if ((st = train_step(t, &m, err)))
+        if ((st = oj__trainer_step(t, err)))
             break;
-        oj__train_report(t, &m);
         bool last = t->step == c->max_steps;
         if (t->val_batches && c->eval_every > 0 && t->step % c->eval_every == 0 && !last) {
             if (!(st = eval_report(t, err)))

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "train/train_internal.h"
 
 extern char **environ;
@@ -33,19 +34,21 @@ static bool have_gnuplot(void) {
 
 /* Write the script; *n_points receives the number of train + val points. */
 static oj_status write_script(const char *out_dir, int64_t *n_points, oj_error *err) {
-    char mpath[4200], gpath[4200], tmp[4300];
+    char mpath[4200], gpath[4200];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out_dir);
     snprintf(gpath, sizeof gpath, "%s/loss.gp", out_dir);
-    snprintf(tmp, sizeof tmp, "%s/.loss.gp.tmp", out_dir);
-    FILE *in = fopen(mpath, "rb");
+    oj_error e2 = {0};
+    FILE *in = oj__fopen_regular(mpath, NULL, &e2); /* a FIFO would block */
     if (!in)
-        return oj_error_set(err, OJ_ERR_IO, "plot: cannot open %s: %s", mpath, strerror(errno));
-    /* two passes over the file: train points, then val points */
-    FILE *o = fopen(tmp, "wb");
-    if (!o) {
+        return oj_error_set(err, OJ_ERR_IO, "plot: %s", e2.message);
+    oj__atomic_file af;
+    oj_status st = oj__atomic_open(&af, gpath, err);
+    if (st) {
         fclose(in);
-        return oj_error_set(err, OJ_ERR_IO, "plot: cannot write %s: %s", tmp, strerror(errno));
+        return st;
     }
+    FILE *o = af.f;
+    /* two passes over the file: train points, then val points */
     fputs("# Loss curve of an ojas training run, from metrics.jsonl.\n"
           "# Re-render in this directory with: gnuplot loss.gp\n"
           "# or draw it in the terminal with:  gnuplot -e ascii=1 loss.gp\n"
@@ -102,12 +105,8 @@ static oj_status write_script(const char *out_dir, int64_t *n_points, oj_error *
         fprintf(o, "%s$val using 1:2 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#d62728' title 'val'",
                 sep);
     fputc('\n', o);
-    bool bad = ferror(o);
-    bad |= fclose(o) != 0;
-    if (bad || rename(tmp, gpath) != 0) {
-        remove(tmp);
-        return oj_error_set(err, OJ_ERR_IO, "plot: cannot write %s", gpath);
-    }
+    if ((st = oj__atomic_commit(&af, err)))
+        return st;
     *n_points = counts[0] + counts[1];
     return OJ_OK;
 }

@@ -1,12 +1,15 @@
 /* Reporting: metrics.jsonl (one object per step and eval), log lines, and a
  * progress bar redrawn in place on a terminal. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "train/train_internal.h"
 
 double oj__train_now(void) {
@@ -20,36 +23,40 @@ static json_t *num(double d) { return isfinite(d) ? json_real(d) : json_null(); 
 
 /* Write the records of steps <= keep_step from `src` to `dst` (a resumed
  * run continues the curve; records past the checkpoint are from a run that
- * was cut short and are dropped). `src` may be `dst`. */
-static oj_status keep_prefix(const char *src, const char *dst, int64_t keep_step, oj_error *err) {
-    FILE *f = fopen(src, "rb");
-    if (!f)
+ * was cut short and are dropped). `src` may be `dst`. *eval_at gets
+ * keep_step when an eval record of that step is kept, else stays. */
+static oj_status keep_prefix(const char *src, const char *dst, int64_t keep_step, int64_t *eval_at,
+                             oj_error *err) {
+    struct stat sb;
+    if (stat(src, &sb) != 0 && errno == ENOENT)
         return OJ_OK; /* nothing to keep */
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
-    FILE *o = fopen(tmp, "wb");
-    if (!o) {
+    FILE *f = oj__fopen_regular(src, NULL, err); /* a FIFO would block */
+    if (!f)
+        return OJ_ERR_IO;
+    oj__atomic_file af;
+    oj_status st = oj__atomic_open(&af, dst, err);
+    if (st) {
         fclose(f);
-        return oj_error_set(err, OJ_ERR_IO, "cannot write %s", tmp);
+        return st;
     }
+    FILE *o = af.f;
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
     while ((n = getline(&line, &cap, f)) > 0) {
         json_t *r = json_loads(line, 0, NULL);
         json_t *s = json_object_get(r, "step");
-        if (json_is_integer(s) && json_integer_value(s) <= keep_step)
+        if (json_is_integer(s) && json_integer_value(s) <= keep_step) {
             fwrite(line, 1, (size_t)n, o);
+            const char *type = json_string_value(json_object_get(r, "type"));
+            if (json_integer_value(s) == keep_step && type && !strcmp(type, "eval"))
+                *eval_at = keep_step;
+        }
         json_decref(r);
     }
     free(line);
     fclose(f);
-    bool bad = fclose(o) != 0;
-    if (bad || rename(tmp, dst) != 0) {
-        remove(tmp);
-        return oj_error_set(err, OJ_ERR_IO, "cannot write %s", dst);
-    }
-    return OJ_OK;
+    return oj__atomic_commit(&af, err);
 }
 
 oj_status oj__train_metrics_open(oj_trainer *t, oj_error *err) {
@@ -58,12 +65,13 @@ oj_status oj__train_metrics_open(oj_trainer *t, oj_error *err) {
     if (t->step == 0) {
         remove(t->metrics_path);
     } else {
-        /* continue this directory's metrics, or else the resumed run's */
+        /* continue the metrics moved aside with an abandoned branch, this
+         * directory's, or else the resumed run's */
         char src[4300];
-        snprintf(src, sizeof src, "%s", t->metrics_path);
+        snprintf(src, sizeof src, "%s", t->metrics_src[0] ? t->metrics_src : t->metrics_path);
         if (access(src, F_OK) != 0 && t->resume_root[0])
             snprintf(src, sizeof src, "%s/metrics.jsonl", t->resume_root);
-        st = keep_prefix(src, t->metrics_path, t->step, err);
+        st = keep_prefix(src, t->metrics_path, t->step, &t->eval_logged, err);
     }
     if (st)
         return st;
@@ -73,9 +81,9 @@ oj_status oj__train_metrics_open(oj_trainer *t, oj_error *err) {
     return OJ_OK;
 }
 
-static void write_jsonl(oj_trainer *t, const oj_train_metrics *m) {
+static oj_status write_jsonl(oj_trainer *t, const oj_train_metrics *m, oj_error *err) {
     if (!t->metrics)
-        return;
+        return OJ_OK;
     json_t *o = json_object();
     json_object_set_new(o, "type", json_string(m->is_eval ? "eval" : "train"));
     json_object_set_new(o, "step", json_integer(m->step));
@@ -96,13 +104,19 @@ static void write_jsonl(oj_trainer *t, const oj_train_metrics *m) {
         json_object_set_new(o, "peak_bytes", json_integer(m->peak_bytes));
     }
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
-    if (s) {
-        fputs(s, t->metrics);
-        fputc('\n', t->metrics);
-        fflush(t->metrics);
-        free(s);
-    }
     json_decref(o);
+    if (!s)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "%s: out of memory", t->metrics_path);
+    errno = 0;
+    bool bad = fputs(s, t->metrics) < 0 || fputc('\n', t->metrics) == EOF ||
+               fflush(t->metrics) != 0 || ferror(t->metrics);
+    free(s);
+    if (bad) /* the run stops here: no record may go missing unnoticed */
+        return oj_error_set(err, OJ_ERR_IO, "cannot write %s: %s (stopping; the last checkpoint "
+                                            "is %s)",
+                            t->metrics_path, errno ? strerror(errno) : "write error",
+                            t->last_ckpt[0] ? t->last_ckpt : "none of this run");
+    return OJ_OK;
 }
 
 static void fmt_duration(double s, char *buf, size_t len) {
@@ -189,19 +203,25 @@ static void log_step(oj_trainer *t, const oj_train_metrics *m) {
     fflush(f);
 }
 
-void oj__train_report(oj_trainer *t, const oj_train_metrics *m) {
-    write_jsonl(t, m);
+oj_status oj__train_report(oj_trainer *t, const oj_train_metrics *m, oj_error *err) {
+    /* a resumed run that ends where its checkpoint did evaluates again but
+     * does not append a second copy of the eval record */
+    bool logged = m->is_eval && m->step == t->eval_logged;
+    oj_status st = logged ? OJ_OK : write_jsonl(t, m, err);
+    if (st)
+        return st;
     if (t->opts.on_metrics)
         t->opts.on_metrics(m, t->opts.ctx);
     if (!t->opts.log)
-        return;
+        return OJ_OK;
     if (!m->is_eval) {
         log_step(t, m);
-        return;
+        return OJ_OK;
     }
     if (isfinite(m->val_bpb))
         oj__train_say(t, "eval step %lld | val loss %.4f | val bpb %.4f", (long long)m->step,
                       m->val_loss, m->val_bpb);
     else
         oj__train_say(t, "eval step %lld | val loss %.4f", (long long)m->step, m->val_loss);
+    return OJ_OK;
 }

@@ -30,7 +30,20 @@ struct oj_trainer {
     char out_dir[4096];
     char resume[4096];
     char resume_root[4096]; /* the run directory resumed from */
+    int resume_skipped;     /* newer checkpoints under opts.resume refused */
+    char resume_refused[512]; /* the newest refused one's reason */
     char metrics_path[4200];
+    char metrics_src[4300]; /* metrics.jsonl to continue from, when not out_dir's */
+    int lock_fd;            /* out_dir/.lock, flock'd exclusively; -1 when none */
+
+    /* lineage (state.json "run_id", "id", "parent"): 16 hex digits each */
+    char run_id[17];
+    char parent_id[17];     /* the checkpoint the current state descends from; "" at step 0 */
+    int64_t ckpt_in_out;    /* step of the resumed checkpoint when it is in out_dir, else -1 */
+    int64_t eval_logged;    /* step of an eval record already in metrics.jsonl, else -1 */
+    int64_t sched_total;    /* the step the schedule decayed towards at the last step, -1: none */
+    int64_t skipped_in_row; /* consecutive steps the optimizer skipped as non-finite */
+    char skip_msg[256];     /* the optimizer's message for the last skip */
     oj_gpt_config mcfg;
     int64_t T; /* sequence length */
 
@@ -38,6 +51,8 @@ struct oj_trainer {
     oj_gpt *model;
     oj_optim *optim;
     oj__step_graph graph; /* cfg.cuda_graph: captured at the first step */
+    int64_t *batch_in, *batch_tg; /* cuda_graph: [B, T] host batch, uploaded into graph.x/y */
+    int profile;            /* OJAS_TRAIN_PROFILE at the run's start (loop.c) */
     oj_loader *train;
     char **train_paths;
     int n_train_paths;
@@ -63,6 +78,14 @@ struct oj_trainer {
     char last_ckpt[4096];
 };
 
+/* loop.c: begin a run (its clock, OJAS_TRAIN_PROFILE), then one step as
+ * oj_trainer_run takes it: the optimizer step over grad_accum
+ * micro-batches, its report (metrics.jsonl, on_metrics, the log) and,
+ * after max_skipped_steps non-finite steps in a row, the diagnosis that
+ * stops the run with OJ_ERR_NUMERIC. No eval or checkpoint. */
+void oj__trainer_begin(oj_trainer *t);
+oj_status oj__trainer_step(oj_trainer *t, oj_error *err);
+
 /* Seconds on a monotonic clock. */
 double oj__train_now(void);
 
@@ -76,18 +99,34 @@ const char *oj__train_enum_name(const char *key, int v);
  * (json_decref it). The files are verified first. */
 oj_status oj__train_read_state(const char *path, json_t **state, char *dir, size_t dir_len,
                                oj_error *err);
-/* state.json's caller keys for the trainer's current position. */
-char *oj__train_state_json(const oj_trainer *t);
+/* state.json's caller keys for the trainer's current position, for a
+ * checkpoint with the id `id`. */
+char *oj__train_state_json(const oj_trainer *t, const char *id);
 /* Restore step, tokens, RNG and loader position from a parsed state. */
 oj_status oj__train_restore_state(oj_trainer *t, const json_t *state, oj_error *err);
+/* 16 random lower-case hex digits (a run or checkpoint id) into buf. */
+void oj__train_new_id(char buf[17]);
+/* After a resume (t->step, t->parent_id: the resumed checkpoint's step
+ * and id) with out_dir locked: move out_dir's checkpoints that are not the
+ * resumed checkpoint or its ancestors (another run, or the later steps of
+ * an abandoned branch) aside into out_dir/abandoned-step<S>[-k]/, with
+ * out_dir's metrics.jsonl, and choose the metrics.jsonl to continue. */
+oj_status oj__train_branch(oj_trainer *t, oj_error *err);
 /* Write a checkpoint of the current step. */
 oj_status oj__train_checkpoint(oj_trainer *t, oj_error *err);
+/* Refuse (OJ_ERR_CAPACITY naming each part) a run whose weights, gradients,
+ * optimizer state and a lower bound of one micro-batch's activations do not
+ * fit the engine's budget; called before anything is allocated
+ * (preflight.c). */
+oj_status oj__train_preflight(oj_trainer *t, oj_error *err);
 /* Load the checkpoint at t->resume into the model and optimizer. */
 oj_status oj__train_resume(oj_trainer *t, oj_error *err);
 
 /* report.c: metrics.jsonl, log lines and the progress bar */
 oj_status oj__train_metrics_open(oj_trainer *t, oj_error *err);
-void oj__train_report(oj_trainer *t, const oj_train_metrics *m);
+/* Append m to metrics.jsonl (unless it is an eval record already there),
+ * call on_metrics and log. A failed write is OJ_ERR_IO naming the file. */
+oj_status oj__train_report(oj_trainer *t, const oj_train_metrics *m, oj_error *err);
 void oj__train_say(oj_trainer *t, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

@@ -1,31 +1,152 @@
 /* Building a trainer: engine, model, optimizer, loaders, val batches and
  * their byte counts, peak FLOP/s, and the resumed state. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "ojas/io.h"
+
+#include "core/fs.h"
 #include "train/train_internal.h"
 
-/* mkdir -p */
-static oj_status make_dirs(const char *path, oj_error *err) {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
-        return oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "out dir: path too long");
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
-            return oj_error_set(err, OJ_ERR_IO, "cannot create %s: %s", p, strerror(errno));
-        *s = '/';
+/* out_dir/.lock, held with flock(LOCK_EX) while the trainer lives (the
+ * kernel drops it when the process dies) and holding the holder's PID. */
+static oj_status lock_run(oj_trainer *t, oj_error *err) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.lock", t->out_dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return oj_error_set(err, OJ_ERR_IO, "cannot open %s: %s", p, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char buf[32] = {0};
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        close(fd);
+        long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+        if (e == EWOULDBLOCK) {
+            char who[48] = "a process that has not written its PID yet";
+            if (pid > 0)
+                snprintf(who, sizeof who, "PID %ld", pid);
+            return oj_error_set(err, OJ_ERR_STATE,
+                                "run directory %s is in use by another trainer (%s holds %s): one "
+                                "writer per run directory",
+                                t->out_dir, who, p);
+        }
+        return oj_error_set(err, OJ_ERR_IO, "cannot lock %s: %s", p, strerror(e));
     }
-    if (mkdir(p, 0777) != 0 && errno != EEXIST)
-        return oj_error_set(err, OJ_ERR_IO, "cannot create %s: %s", p, strerror(errno));
-    struct stat sb;
-    if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return oj_error_set(err, OJ_ERR_IO, "out dir %s is not a directory", p);
+    char buf[32];
+    int len = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)len, 0) != len) {
+        int e = errno;
+        close(fd);
+        return oj_error_set(err, OJ_ERR_IO, "cannot write %s: %s", p, strerror(e));
+    }
+    t->lock_fd = fd;
+    return OJ_OK;
+}
+
+/* A file or directory that a run writes into its directory. */
+static bool is_run_entry(const char *name, bool dir) {
+    if (dir)
+        return (!strncmp(name, "ckpt-", 5) && name[5] &&
+                strspn(name + 5, "0123456789") == strlen(name + 5)) ||
+               !strncmp(name, "abandoned-step", 14) ||
+               (!strncmp(name, ".ckpt-", 6) && (strstr(name, ".tmp-") || strstr(name, ".old-")));
+    return !strcmp(name, "latest") || !strcmp(name, "metrics.jsonl") ||
+           !strcmp(name, "metrics.jsonl.tmp") || !strcmp(name, "loss.gp") ||
+           !strcmp(name, "loss.svg") || !strncmp(name, ".latest.tmp-", 12);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* A new run (no resume) needs an empty out_dir (.lock aside). With
+ * overwrite, a directory holding only what a run writes (checkpoints,
+ * latest, metrics.jsonl, loss.gp/svg, abandoned-* branches, temporaries)
+ * is emptied first; anything else there is refused and nothing removed. */
+static oj_status claim_out_dir(oj_trainer *t, oj_error *err) {
+    DIR *d = opendir(t->out_dir);
+    if (!d)
+        return oj_error_set(err, OJ_ERR_IO, "cannot open %s: %s", t->out_dir, strerror(errno));
+    char seen[256] = "", foreign[256] = "", p[4400];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *nm = de->d_name;
+        if (!strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, ".lock"))
+            continue;
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", t->out_dir, nm);
+        bool dir = lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+        bool reg = lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+        size_t used = strlen(seen);
+        if (n++ < 3 && used + strlen(nm) + 3 < sizeof seen) {
+            if (used)
+                strcat(seen, ", ");
+            strcat(seen, nm);
+        }
+        if (!foreign[0] && !((dir || reg) && is_run_entry(nm, dir)))
+            snprintf(foreign, sizeof foreign, "%.200s", nm);
+    }
+    closedir(d);
+    if (n == 0)
+        return OJ_OK;
+    if (!t->opts.overwrite)
+        return oj_error_set(err, OJ_ERR_STATE,
+                            "out dir %s is not empty (%s%s): continue its run with --resume %s, "
+                            "replace it with --overwrite, or choose another --out",
+                            t->out_dir, seen, n > 3 ? ", ..." : "", t->out_dir);
+    if (foreign[0])
+        return oj_error_set(err, OJ_ERR_STATE,
+                            "--overwrite: out dir %s holds '%s', which is not a file of a training "
+                            "run: nothing removed (remove it yourself or choose another --out)",
+                            t->out_dir, foreign);
+    d = opendir(t->out_dir);
+    if (!d)
+        return oj_error_set(err, OJ_ERR_IO, "cannot open %s: %s", t->out_dir, strerror(errno));
+    oj_status st = OJ_OK;
+    while (!st && (de = readdir(d)) != NULL) {
+        const char *nm = de->d_name;
+        if (!strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, ".lock"))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", t->out_dir, nm);
+        if (nftw(p, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+            st = oj_error_set(err, OJ_ERR_IO, "--overwrite: cannot remove %s: %s", p,
+                              strerror(errno));
+    }
+    closedir(d);
+    if (!st)
+        oj__train_say(t, "overwrite: removed the previous run in %s (%d entries: %s%s)", t->out_dir,
+                      n, seen, n > 3 ? ", ..." : "");
+    return st;
+}
+
+/* The checkpoint directory to resume from (opts.resume itself, or the one
+ * oj_checkpoint_resume would choose under a root) into t->resume. */
+static oj_status resolve_resume(oj_trainer *t, oj_error *err) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/manifest.json", t->opts.resume);
+    if (access(dir, F_OK) == 0) /* a checkpoint directory: the load verifies it */
+        return OJ_OK;
+    oj_error refused = {0};
+    oj_status st = oj_checkpoint_find(t->opts.resume, dir, sizeof dir, &t->resume_skipped,
+                                      &refused, err);
+    if (st)
+        return st;
+    snprintf(t->resume, sizeof t->resume, "%s", dir);
+    snprintf(t->resume_refused, sizeof t->resume_refused, "%s", refused.message);
     return OJ_OK;
 }
 
@@ -138,9 +259,10 @@ static oj_status load_val(oj_trainer *t, const oj_tokenizer *tok, oj_error *err)
 }
 
 static oj_status open_train(oj_trainer *t, oj_error *err) {
-    oj_status st = oj_shard_list(t->cfg.data_dir, "train", &t->train_paths, &t->n_train_paths, err);
+    oj_error e1 = {0};
+    oj_status st = oj_shard_list(t->cfg.data_dir, "train", &t->train_paths, &t->n_train_paths, &e1);
     if (st)
-        return st;
+        return oj_error_set(err, st, "data_dir: %s", e1.message);
     oj_loader_config lc = oj_loader_config_default();
     lc.paths = (const char *const *)t->train_paths;
     lc.n_paths = t->n_train_paths;
@@ -218,6 +340,9 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         return oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory");
     t->cfg = *cfg;
     t->opts = *opts;
+    t->lock_fd = -1;
+    t->ckpt_in_out = t->eval_logged = t->sched_total = -1;
+    oj__train_new_id(t->run_id); /* a resume takes its checkpoint's */
     snprintf(t->out_dir, sizeof t->out_dir, "%s", opts->out_dir);
     t->opts.out_dir = t->out_dir;
     if (opts->resume) {
@@ -230,10 +355,14 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     int64_t tok_vocab = 0;
     if (cfg->tokenizer_dir[0]) {
         oj_error e2 = {0};
+        char abs[PATH_MAX];
         if ((st = oj_tokenizer_load(cfg->tokenizer_dir, &tok, &e2)))
             oj_error_set(err, st, "tokenizer %s: %s", cfg->tokenizer_dir, e2.message);
         else
             tok_vocab = oj_tokenizer_vocab_size(tok);
+        /* stored absolute, so that the run's checkpoints find it from anywhere */
+        if (!st && realpath(cfg->tokenizer_dir, abs) && strlen(abs) < sizeof t->cfg.tokenizer_dir)
+            memcpy(t->cfg.tokenizer_dir, abs, strlen(abs) + 1);
     }
     if (!st)
         st = oj_train_model_config(cfg, tok_vocab, &t->mcfg, err);
@@ -251,6 +380,10 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         ec.budget_bytes = cfg->budget_bytes;
         st = oj_engine_create(&ec, &t->eng, err);
     }
+    if (!st) /* the memory the run needs, before anything is allocated or made */
+        st = oj__train_preflight(t, err);
+    if (!st && opts->resume) /* the checkpoint, before anything is built from it */
+        st = resolve_resume(t, err);
     if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */
         oj_set_autocast(t->eng, true, cfg->dtype == OJ_TRAIN_BF16 ? OJ_BF16 : OJ_F16);
     if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
@@ -275,7 +408,11 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     /* out_dir last: a config, device, model, data or checkpoint that fails
      * leaves no directory behind */
     if (!st)
-        st = make_dirs(t->out_dir, err);
+        st = oj__mkdirs(t->out_dir, err);
+    if (!st) /* before anything in out_dir is read or written */
+        st = lock_run(t, err);
+    if (!st)
+        st = opts->resume ? oj__train_branch(t, err) : claim_out_dir(t, err);
     if (!st)
         st = oj__train_metrics_open(t, err);
     if (st) {
@@ -298,12 +435,16 @@ void oj_trainer_free(oj_trainer *t) {
         fputc('\n', t->opts.log);
     if (t->metrics)
         fclose(t->metrics);
+    if (t->lock_fd >= 0)
+        close(t->lock_fd); /* releases the lock */
     oj_loader_free(t->train);
     oj_paths_free(t->train_paths, t->n_train_paths);
     oj__step_graph_free(&t->graph);
     oj_optim_free(t->optim);
     oj_gpt_free(t->model);
     oj_engine_free(t->eng);
+    free(t->batch_in);
+    free(t->batch_tg);
     free(t->val_in);
     free(t->val_tg);
     free(t);

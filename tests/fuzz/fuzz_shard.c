@@ -10,11 +10,15 @@
  *
  * Checks: a refusal is OJ_ERR_CORRUPT (or OJ_ERR_IO) with a message and no
  * shard; an accepted shard's size is exactly header + len * width for its
- * version; reads inside [0, len] return the file's tokens (uint32 above
+ * version and its reserved header ints are 0; oj_shard_check_vocab refuses
+ * exactly the shards holding a token >= the limit (1000 when the parameter
+ * is 0); reads inside [0, len] return the file's tokens (uint32 above
  * INT32_MAX as -1), reads outside are OJ_ERR_OUT_OF_RANGE and write
  * nothing; a shard whose tokens are all non-negative writes back (same
  * version) to the same header words and token bytes; the loader either
- * refuses with a message or returns windows of the shard's tokens. */
+ * refuses with a message (OJ_ERR_CORRUPT exactly when a token is outside
+ * its vocabulary, else OJ_ERR_SHAPE for too few windows) or returns windows
+ * of the shard's tokens. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,21 +112,27 @@ static void check_loader(const char *path, const oj_shard *s, const uint8_t *prm
     oj_error e = {0};
     oj_status rc = oj_loader_open(&c, &L, &e);
     int64_t len = oj_shard_len(s), windows = len > 0 ? (len - 1) / c.T : 0;
+    /* the loader scans the tokens at open: one outside the vocabulary (or
+     * not an int32 id) refuses the shard before any batch */
+    int64_t lim = c.vocab_size > 0 ? c.vocab_size : (int64_t)1 << 31;
+    bool bad_token = false;
+    for (int64_t i = 0; i < len && !bad_token; i++) {
+        int32_t t;
+        FZ_CHECK(oj_shard_read(s, i, 1, &t, NULL) == OJ_OK);
+        bad_token = t < 0 || t >= lim;
+    }
     if (rc != OJ_OK) {
         FZ_CHECK(e.status == rc && e.message[0] && !L);
-        FZ_CHECK(rc == OJ_ERR_SHAPE && windows < c.B);
+        FZ_CHECK(bad_token ? rc == OJ_ERR_CORRUPT : rc == OJ_ERR_SHAPE && windows < c.B);
         return;
     }
-    FZ_CHECK(windows >= c.B && oj_loader_num_windows(L) == windows);
+    FZ_CHECK(!bad_token && windows >= c.B && oj_loader_num_windows(L) == windows);
     size_t n = (size_t)(c.B * c.T), w = c.dtype == OJ_I32 ? 4 : 8;
     uint8_t *in = malloc(n * w), *tg = malloc(n * w);
     FZ_CHECK(in && tg);
     for (int step = 0; step < 2; step++) {
         rc = oj_loader_next_host(L, in, tg, &e);
-        if (rc != OJ_OK) {
-            FZ_CHECK(rc == OJ_ERR_CORRUPT && e.status == rc && e.message[0]);
-            break;
-        }
+        FZ_CHECK(rc == OJ_OK); /* every token was checked at open */
         for (int64_t b = 0; b < c.B; b++) {
             for (int64_t t = 0; t < c.T; t++) {
                 int64_t x, y;
@@ -177,6 +187,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_CHECK(v == 1 || v == 2);
     FZ_CHECK(len >= 0 && fsize == OJ_SHARD_HEADER_BYTES + (size_t)len * (v == 1 ? 2 : 4));
     FZ_CHECK(le32(file) == OJ_SHARD_MAGIC && le32(file + 4) == v && le32(file + 8) == len);
+    for (int k = 3; k < 256; k++) FZ_CHECK(le32(file + 4 * k) == 0); /* reserved */
+    /* the vocabulary scan: refuses exactly when some token is >= the limit */
+    int64_t vlim = prm[11] ? (int64_t)prm[11] * 64 : 1000;
+    bool over = false;
+    for (int64_t i = 0; i < len && !over; i++) {
+        int32_t t = token_at(file, v, i);
+        over = t < 0 || t >= vlim;
+    }
+    oj_error ve = {0};
+    oj_status vrc = oj_shard_check_vocab(s, vlim, &ve);
+    FZ_CHECK(over ? vrc == OJ_ERR_CORRUPT && ve.message[0] : vrc == OJ_OK);
 
     int64_t start = le32(prm), n = le32(prm + 4);
     check_read(s, file, start, n);

@@ -6,7 +6,9 @@
  * "|OJSEP|": encoder.json, vocab.bpe, ranks.tiktoken, a text to encode.
  * The first two are written to <scratch>/gpt2/, the third to
  * <scratch>/tt/ranks.tiktoken. Flags bit 0: load through
- * oj_tokenizer_load(dir) instead of the two file loaders; bits 1-2: the
+ * oj_tokenizer_load(dir) (which accepts GPT-2's ranks only) instead of the
+ * two file loaders (the rank file through oj_tokenizer_load_tiktoken_as_gpt2,
+ * which accepts any ranks); bits 1-2: the
  * encode flags (3 is not a valid value and must be refused); bit 3: save the
  * tokenizer and load the saved files back; bit 4: also encode the text with
  * oj_tokenizer_encode_parallel on two threads.
@@ -198,7 +200,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     tok = NULL;
     memset(&e, 0, sizeof e);
-    rc = flags & 1 ? oj_tokenizer_load(tdir, &tok, &e) : oj_tokenizer_load_tiktoken(tt, &tok, &e);
+    /* the directory loader identifies the ranks (GPT-2's only); the file
+     * loader that is vouched for reaches the encoders with any ranks */
+    rc = flags & 1 ? oj_tokenizer_load(tdir, &tok, &e)
+                   : oj_tokenizer_load_tiktoken_as_gpt2(tt, &tok, &e);
     loaded(rc, tok, &e, flags, text, len[3]);
     free(text);
     return 0;

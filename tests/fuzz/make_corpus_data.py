@@ -110,13 +110,19 @@ def tokenizer_seeds():
     s["bad_base64"] = tok_seed(0, ej, bpe, tt + b"Y=Q= 300\n")
     s["bad_duplicate_bytes"] = tok_seed(0, ej, bpe, tt + base64.b64encode(b"a") + b" 300\n")
     s["bad_empty"] = tok_seed(0, b"", b"", b"")
+    # a vocab.bpe cut short: the last merges' results would become "specials"
+    s["bad_vocab_bpe_truncated"] = tok_seed(0, ej, b"\n".join(bpe.split(b"\n")[:-3]) + b"\n", tt)
+    s["bad_vocab_bpe_empty"] = tok_seed(1, ej, b"", tt)
     s["valid_eot_also_a_rank"] = tok_seed(2, ej, bpe, tt + base64.b64encode(b"<|endoftext|>") + b" 300\n")
     return s
 
 
-def shard(tokens, version=1, count=None, magic=20240520, trailing=b"", cut=0):
+def shard(tokens, version=1, count=None, magic=20240520, trailing=b"", cut=0, reserved=None):
     header = struct.pack("<3i", magic, version, len(tokens) if count is None else count)
     header += b"\0" * (1024 - len(header))
+    if reserved is not None:  # (header int index, value): must be 0 in a valid shard
+        k, v = reserved
+        header = header[:4 * k] + struct.pack("<i", v) + header[4 * k + 4:]
     body = b"".join(struct.pack("<H" if version == 1 else "<I", t) for t in tokens)
     data = header + body + trailing
     return data[:len(data) - cut] if cut else data
@@ -147,6 +153,9 @@ def shard_seeds():
         "bad_trailing": params() + shard(toks, trailing=b"\0\0"),
         "bad_short_header": params() + shard([])[:1000],
         "bad_no_file_bytes": params(),
+        "bad_reserved_nonzero": params() + shard(toks, reserved=(3, 1)),
+        "bad_reserved_last": params() + shard(toks, reserved=(255, -1)),
+        "valid_token_over_vocab_limit": params(0, 2, 2, 1, 0, 2) + shard(toks + [200]),
     }
     return s
 

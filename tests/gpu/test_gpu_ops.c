@@ -3364,6 +3364,93 @@ static void test_ops_rms_norm_rotary(void **state) {
         }
 }
 
+/* ---------------------------------------------------------------- numerics edge rows */
+
+/* Rows of C values: 0 the norms' overflow row [3e19, -3e19, 1.5e19, 0, 0,
+ * ...] (float sum of squares past FLT_MAX), 1 alternating +-(k + 1) 1e19,
+ * 2 ordinary values. */
+static void edge_rows(int64_t C, double *v) {
+    for (int64_t k = 0; k < C; k++) {
+        double r0[4] = {3e19, -3e19, 1.5e19, 0};
+        v[k] = k < 4 ? r0[k] : 0;
+        v[C + k] = (k % 2 ? 1 : -1) * (double)(k + 1) * 1e19;
+        v[2 * C + k] = 0.1 * (double)(k % 50) - 2;
+    }
+}
+
+// test: the norms (layer, RMS, RMS + rotary) on rows whose float sum of
+// squares overflows agree with the CPU, which redoes such rows in double
+// (warp rows C <= 1024, block rows above, f32 and bf16); softmax and
+// log-softmax backward give exactly 0 on a row of all -inf whose upstream
+// gradient is 0 (last dim and an inner dim, f32/bf16/f64)
+static void test_numerics_edge_rows(void **state) {
+    (void)state;
+    int64_t Cs[3] = {4, 300, 2000};
+    oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    for (int k = 0; k < 2; k++)
+        for (int ci = 0; ci < 3; ci++) {
+            int64_t N = 3, C = Cs[ci], s[2] = {N, C};
+            oj_dtype dt = dts[k];
+            double *v = malloc((size_t)(N * C) * sizeof *v);
+            edge_rows(C, v);
+            pr x = up(2, s, dt, v);
+            free(v);
+            pr w = rnd(1, &C, dt, 0.5, 1.5), b = rnd(1, &C, dt, -1, 1), dy = rnd(2, s, dt, -1, 1);
+            pr out = empty(2, s, dt), mean = empty(1, &N, OJ_F32), rstd = empty(1, &N, OJ_F32);
+            double rt = tol(dt, 1e-5);
+            BOTH(E->backend->layer_norm_forward(E, T(out), T(mean), T(rstd), T(x), T(w), T(b),
+                                                1e-5));
+            cmp(out, rt, "layer_norm forward, overflow rows");
+            cmp(rstd, 1e-6, "layer_norm rstd, overflow rows");
+            pr dx = empty(2, s, dt), dw = empty(1, &C, dt), db = empty(1, &C, dt);
+            BOTH(E->backend->layer_norm_backward(E, T(dx), T(dw), T(db), T(dy), T(x), T(mean),
+                                                 T(rstd), T(w)));
+            cmp(dx, rt, "layer_norm dx, overflow rows");
+            cmp(dw, rt, "layer_norm dweight, overflow rows");
+            pr ro = empty(2, s, dt), rr = empty(1, &N, OJ_F32);
+            BOTH(E->backend->rms_norm_forward(E, T(ro), T(rr), T(x), T(w), 1e-6));
+            cmp(ro, rt, "rms_norm forward, overflow rows");
+            cmp(rr, 1e-6, "rms_norm rstd, overflow rows");
+            pr rdx = empty(2, s, dt), rdw = empty(1, &C, dt);
+            BOTH(E->backend->rms_norm_backward(E, T(rdx), T(rdw), T(dy), T(x), T(rr), T(w)));
+            cmp(rdx, rt, "rms_norm dx, overflow rows");
+            cmp(rdw, rt, "rms_norm dweight, overflow rows");
+        }
+    for (int k = 0; k < 2; k++) { /* rms_norm_rotary: warp rows of D 64, the generic D 6 */
+        int64_t Ds[2] = {64, 6};
+        for (int di = 0; di < 2; di++) {
+            int64_t D = Ds[di], s3[3] = {1, 3, D};
+            double *v = malloc((size_t)(3 * D) * sizeof *v);
+            edge_rows(D, v);
+            pr x = up(3, s3, dts[k], v);
+            free(v);
+            rnr_entry_case("overflow rows", x, rnd(3, s3, dts[k], -1, 1), dts[k], true, 0);
+        }
+    }
+    /* softmax backward: row 0 all -inf with dy 0, row 1 [.., -inf, ..] */
+    oj_dtype sdts[3] = {OJ_F32, OJ_BF16, OJ_F64};
+    for (int k = 0; k < 3; k++)
+        for (int dim = 0; dim < 2; dim++)
+            for (int lg = 0; lg < 2; lg++) {
+                int64_t n = 37, s[2] = {dim ? 2 : n, dim ? n : 2};
+                double xv[74], gv[74];
+                for (int64_t i = 0; i < n; i++) {
+                    int64_t i0 = dim ? i : 2 * i, i1 = dim ? n + i : 2 * i + 1; /* rows 0, 1 */
+                    xv[i0] = -INFINITY;
+                    gv[i0] = 0;
+                    xv[i1] = i == 3 ? -INFINITY : 0.1 * (double)(i % 7);
+                    gv[i1] = 0.25 * (double)(i % 5) - 0.5;
+                }
+                pr x = up(2, s, sdts[k], xv), dy = up(2, s, sdts[k], gv);
+                pr y = empty(2, s, sdts[k]);
+                BOTH(E->backend->softmax_forward(E, T(y), T(x), dim, lg != 0));
+                pr yc = cpu_result(y); /* row 0 NaN on both */
+                pr dx = empty(2, s, sdts[k]);
+                BOTH(E->backend->softmax_backward(E, T(dx), T(yc), T(dy), dim, lg != 0));
+                cmp(dx, tol(sdts[k], 1e-5), "softmax backward, a row of all -inf, dy 0");
+            }
+}
+
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
 #define T_(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
@@ -3386,6 +3473,7 @@ int main(void) {
         T_(test_norms),
         T_(test_add_norm),
         T_(test_softmax),
+        T_(test_numerics_edge_rows),
         T_(test_class_losses),
         T_(test_cross_entropy_fused),
         T_(test_matmul_mixed),

@@ -104,14 +104,174 @@ def test_inplace_after_save_is_error(eng, dtype, rng):
 
 
 def test_inplace_on_saved_nonleaf_is_error(eng, dtype, rng):
-    t = _t(eng, rand(rng, (4,), dtype))
-    h = eng.call("mul_scalar", t, 2.0)
-    y = eng.call("exp", h)  # saves h (and its output)
-    with eng.no_grad():  # ojas refuses in-place writes to any tensor requiring grad otherwise
-        eng.call("mul_scalar_", h, 0.5)
+    # sin's backward reads its input h: writing h (recorded, grad mode on)
+    # or exp's output y (which exp's backward reads) refuses the backward,
+    # as torch does
+    for grad_mode in (True, False):
+        t = _t(eng, rand(rng, (4,), dtype))
+        h = eng.call("mul_scalar", t, 2.0)
+        y = eng.call("sin", h)  # saves h
+        if grad_mode:
+            eng.call("mul_scalar_", h, 0.5)
+        else:
+            with eng.no_grad():
+                eng.call("mul_scalar_", h, 0.5)
+        with pytest.raises(OjasError) as e:
+            eng.call("sum_all", y).backward()
+        assert e.value.status == "OJ_ERR_STATE" and "sin" in e.value.message
+    y = eng.call("exp", eng.call("mul_scalar", _t(eng, rand(rng, (4,), dtype)), 2.0))
+    eng.call("add_", y, eng.tensor(np.ones(4, rand(rng, (1,), dtype).dtype)))
     with pytest.raises(OjasError) as e:
         eng.call("sum_all", y).backward()
     assert e.value.status == "OJ_ERR_STATE" and "exp" in e.value.message
+
+
+def _np_dt(dtype):
+    return np.float32 if dtype == "f32" else np.float64
+
+
+def test_inplace_after_scalar_mul_matches_torch(eng, dtype, rng):
+    # y = 2x; y += c; y *= 3; loss = sum(y * y): mul_scalar saves nothing,
+    # so the writes (recorded by autograd) are legal, as in torch; and the
+    # same writes under no-grad (unrecorded: the gradient of y's old history)
+    x, c = rand(rng, (3, 4), dtype), rand(rng, (4,), dtype)
+    for grad_mode in (True, False):
+        t = _t(eng, x)
+        y = eng.call("mul_scalar", t, 2.0)
+        tt = torch.tensor(x, requires_grad=True)
+        ty = tt * 2.0
+        if grad_mode:
+            eng.call("add_", y, eng.tensor(c))
+            eng.call("mul_scalar_", y, 3.0)
+            ty.add_(torch.tensor(c))
+            ty.mul_(3.0)
+        else:
+            with eng.no_grad():
+                eng.call("add_", y, eng.tensor(c))
+                eng.call("mul_scalar_", y, 3.0)
+            with torch.no_grad():
+                ty.add_(torch.tensor(c))
+                ty.mul_(3.0)
+        assert y.version() > 0
+        loss = eng.call("sum_all", eng.call("mul", y, y))
+        loss.backward()
+        (ty * ty).sum().backward()
+        assert_close(y.to_numpy(), ty.detach().numpy(), dtype, "y")
+        assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, "x grad (grad mode %s)" % grad_mode)
+
+
+@pytest.mark.parametrize("op", ["exp", "sigmoid", "tanh", "sqrt", "reciprocal", "neg", "affine"])
+def test_inplace_on_input_of_output_saving_op_matches_torch(eng, dtype, rng, op):
+    # these backwards read only their output (or nothing): writing their
+    # input afterwards invalidates nothing (they used to save it anyway)
+    x = rand(rng, (5,), dtype, positive=True, low=0.5)
+    t = _t(eng, x)
+    h = eng.call("mul_scalar", t, 2.0)
+    args = (1.5, -0.25) if op == "affine" else ()
+    y = eng.call(op, h, *args)
+    eng.call("mul_scalar_", h, 0.5)
+    eng.call("sum_all", y).backward()
+    tt = torch.tensor(x, requires_grad=True)
+    th = tt * 2.0
+    ref = {"exp": torch.exp, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "sqrt": torch.sqrt,
+           "reciprocal": torch.reciprocal, "neg": torch.neg,
+           "affine": lambda v: v * 1.5 - 0.25}[op]
+    ty = ref(th)
+    th.mul_(0.5)
+    ty.sum().backward()
+    assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, op + " grad")
+
+
+@pytest.mark.parametrize("op", ["sin", "abs", "square", "log", "silu", "gelu"])
+def test_inplace_on_output_of_input_saving_op_matches_torch(eng, dtype, rng, op):
+    # these backwards read only their input: writing their output is legal
+    x = rand(rng, (5,), dtype, positive=True, low=0.5)
+    t = _t(eng, x)
+    y = eng.call(op, eng.call("mul_scalar", t, 2.0))
+    eng.call("mul_scalar_", y, 3.0)
+    eng.call("sum_all", eng.call("mul", y, y)).backward()
+    tt = torch.tensor(x, requires_grad=True)
+    ref = {"sin": torch.sin, "abs": torch.abs, "square": torch.square, "log": torch.log,
+           "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}[op]
+    ty = ref(tt * 2.0)
+    ty.mul_(3.0)
+    (ty * ty).sum().backward()
+    assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, op + " grad")
+
+
+def test_inplace_binary_saves_what_it_reads(eng, dtype, rng):
+    # h * w with w constant saves w only (d/dh reads w): writing h is
+    # legal; h / w the same; writing w is still refused
+    x, w = rand(rng, (4,), dtype), rand(rng, (4,), dtype, positive=True, low=0.5)
+    for op, tref in (("mul", torch.mul), ("div", torch.div)):
+        t, tw = _t(eng, x), _t(eng, w, grad=False)
+        h = eng.call("mul_scalar", t, 2.0)
+        y = eng.call(op, h, tw)
+        eng.call("mul_scalar_", h, 3.0)
+        eng.call("sum_all", eng.call("mul", y, y)).backward()
+        tt = torch.tensor(x, requires_grad=True)
+        th = tt * 2.0
+        ty = tref(th, torch.tensor(w))
+        th.mul_(3.0)
+        (ty * ty).sum().backward()
+        assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, op + " grad")
+        y = eng.call(op, eng.call("mul_scalar", t, 2.0), tw)
+        eng.call("mul_scalar_", tw, 2.0)
+        with pytest.raises(OjasError) as e:
+            eng.call("sum_all", y).backward()
+        assert e.value.status == "OJ_ERR_STATE" and op in e.value.message
+
+
+@pytest.mark.parametrize("op", ["matmul", "linear"])
+def test_inplace_matmul_linear_save_what_they_read(eng, dtype, rng, op):
+    # h @ W (or linear(h, W)) with W constant saves W only: writing h
+    # afterwards is legal (torch: the same); writing W is refused
+    x, w = rand(rng, (3, 4), dtype), rand(rng, (4, 4), dtype)
+    t, tw = _t(eng, x), _t(eng, w, grad=False)
+    h = eng.call("mul_scalar", t, 2.0)
+    y = eng.call(op, h, tw) if op == "matmul" else eng.call(op, h, tw, None)
+    eng.call("mul_scalar_", h, 3.0)
+    eng.call("sum_all", eng.call("mul", y, y)).backward()
+    tt = torch.tensor(x, requires_grad=True)
+    th = tt * 2.0
+    ty = th @ torch.tensor(w) if op == "matmul" else torch.nn.functional.linear(th, torch.tensor(w))
+    th.mul_(3.0)
+    (ty * ty).sum().backward()
+    assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, op + " grad")
+    h = eng.call("mul_scalar", t, 2.0)
+    y = eng.call(op, h, tw) if op == "matmul" else eng.call(op, h, tw, None)
+    eng.call("mul_scalar_", tw, 2.0)
+    with pytest.raises(OjasError) as e:
+        eng.call("sum_all", y).backward()
+    assert e.value.status == "OJ_ERR_STATE" and op in e.value.message
+
+
+def test_inplace_add_of_grad_tensor_is_recorded(eng, dtype, rng):
+    # a += t with a constant and t requiring grad: a takes t's history
+    x = rand(rng, (3,), dtype)
+    t = _t(eng, x)
+    a = eng.tensor(np.ones(3, _np_dt(dtype)))
+    eng.call("add_", a, eng.call("mul_scalar", t, 2.0))
+    eng.call("sum_all", eng.call("mul", a, a)).backward()
+    tt = torch.tensor(x, requires_grad=True)
+    ta = torch.ones(3, dtype=tt.dtype)
+    ta.add_(tt * 2.0)
+    (ta * ta).sum().backward()
+    assert_close(t.grad.to_numpy(), tt.grad.numpy(), dtype, "grad through add_")
+
+
+def test_inplace_refusals(eng, dtype, rng):
+    # a leaf that requires grad; a tensor another live handle views
+    t = _t(eng, rand(rng, (4,), dtype))
+    with pytest.raises(OjasError) as e:
+        eng.call("mul_scalar_", t, 2.0)
+    assert e.value.status == "OJ_ERR_STATE" and "leaf" in e.value.message
+    h = eng.call("mul_scalar", t, 2.0)
+    v = eng.call("reshape", h, [2, 2])
+    with pytest.raises(OjasError) as e:
+        eng.call("mul_scalar_", h, 2.0)
+    assert e.value.status == "OJ_ERR_STATE" and "shares" in e.value.message
+    del v
 
 
 def test_inplace_on_unsaved_input_is_fine(eng, dtype, rng):

@@ -176,6 +176,16 @@ def test_pow_tensor_exponent_signs(eng, dtype, rng):
     check(eng, "pow", [a, b], ref=torch.pow)
 
 
+def test_pow_tensor_exponent_zero_base(eng, dtype):
+    # pow(0, 0) = 1 with gradients (0, 0): d/da is masked where b == 0 (it
+    # was 0 * 0^-1 = NaN); d/db where a == 0 and b >= 0; other zero-base
+    # and zero-exponent cases as torch (inf, and NaN for log of a negative)
+    npdt = np.float32 if dtype == "f32" else np.float64
+    a = np.array([[0, 0, 0, 0, 0], [2, 0.5, -1.5, 0, 3]], dtype=npdt)
+    b = np.array([[0, 1, 2, 0.5, 3], [0, 0, 2, 0, -1]], dtype=npdt)
+    check(eng, "pow", [a, b], ref=torch.pow)
+
+
 @pytest.mark.parametrize("name", ["maximum", "minimum"])
 def test_max_min_ties_and_nan(eng, dtype, rng, name):
     ref = BINARY[name][0]

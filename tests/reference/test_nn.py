@@ -3,7 +3,7 @@ softmax, log_softmax, cross_entropy (ignore_index, label smoothing, every
 reduction), nll_loss and the elementwise losses, forward and gradients,
 f32 and f64, non-contiguous inputs. For what torch 1.13 lacks (rms_norm,
 scaled_dot_product_attention with GQA and bottom-right causal masks,
-rotary_embedding) the reference is written here with torch ops in float64,
+rotary_embedding, rotary_embedding_at, rms_norm_rotary) the reference is written here with torch ops in float64,
 its gradient coming from torch's autograd."""
 
 import math
@@ -258,6 +258,71 @@ def test_rotary_embedding(eng, dtype, rng, off):
     check(eng, "rotary_embedding", [x], off, 10000.0, ref=f64_ref(_rope_ref))
     check(eng, "rotary_embedding", [rand(rng, (2, 3, 8, 8), dtype)], off, 500.0, noncontig=True,
           ref=f64_ref(_rope_ref))
+
+
+def _rope_at_ref(x, pos, theta):
+    """_rope_ref with row t rotated by pos[t] (position_ids)."""
+    D = x.shape[-1]
+    i = torch.arange(D // 2, dtype=torch.float64)
+    a = pos.to(torch.float64)[:, None] * theta ** (-2.0 * i / D)
+    c, s = torch.cos(a), torch.sin(a)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+
+
+@pytest.mark.ops("rotary_embedding_at")
+@pytest.mark.parametrize("idt", ["i64", "i32"])
+def test_rotary_embedding_at(eng, dtype, rng, idt):
+    """Per-row positions (unordered, repeated, large) against float64; the
+    gradient flows to x only."""
+    pos = np.array([5, 0, 1029, 5, 3], dtype=np.int64 if idt == "i64" else np.int32)
+    x = rand(rng, (2, 3, 5, 8), dtype)
+    check(eng, "rotary_embedding_at", [x, pos], 10000.0, ref=f64_ref(_rope_at_ref))
+    check(eng, "rotary_embedding_at", [rand(rng, (2, 5, 8), dtype), pos], 500.0, noncontig=True,
+          ref=f64_ref(_rope_at_ref))
+
+
+@pytest.mark.ops("rotary_embedding_at", "rotary_embedding")
+def test_rotary_embedding_at_matches_offset(eng, dtype, rng):
+    """Positions off, off+1, ... give oj_rotary_embedding(x, off)'s bits."""
+    x = eng.tensor(rand(rng, (2, 3, 6, 8), dtype))
+    pos = eng.tensor(np.arange(37, 43, dtype=np.int64))
+    a = eng.call("rotary_embedding_at", x, pos, 10000.0).to_numpy()
+    b = eng.call("rotary_embedding", x, 37, 10000.0).to_numpy()
+    np.testing.assert_array_equal(a, b)
+
+
+def _rms_rope_ref(x, w, eps, off, theta):
+    return _rope_ref(_rms(x, w, eps), off, theta)
+
+
+@pytest.mark.ops("rms_norm_rotary")
+@pytest.mark.parametrize("weight", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "heads"])
+def test_rms_norm_rotary(eng, dtype, rng, weight, layout):
+    """RMS norm then rotary in one op (QK-norm) against the two float64
+    references composed, forward and the gradients of x and weight: x
+    contiguous, a transposed view (T and D strided), or a head view
+    [B, H, T, D] of a [B, T, H, D] projection read in place."""
+    eps, off, theta = 1e-6, 37, 10000.0
+    w = rand(rng, (8,), dtype) if weight else None
+    ins = [w] if weight else []
+    if layout == "heads":
+        x = rand(rng, (2, 5, 3, 8), dtype)  # [B, T, H, D]
+
+        def oj(x, *w):
+            xh = eng.call("permute", x, [0, 2, 1, 3])
+            return eng.call("rms_norm_rotary", xh, w[0] if w else None, eps, off, theta)
+
+        fncheck(eng, oj, [x] + ins,
+                ref=f64_ref(lambda x, *w: _rms_rope_ref(x.permute(0, 2, 1, 3), w[0] if w else None,
+                                                        eps, off, theta)))
+    elif weight:
+        check(eng, "rms_norm_rotary", [rand(rng, (2, 3, 5, 8), dtype), w], eps, off, theta,
+              noncontig=layout == "transposed", ref=f64_ref(_rms_rope_ref))
+    else:
+        check(eng, "rms_norm_rotary", [rand(rng, (2, 3, 5, 8), dtype)], None, eps, off, theta,
+              noncontig=layout == "transposed", ref=f64_ref(_rms_rope_ref))
 
 
 # ---------------------------------------------------------------- dropout

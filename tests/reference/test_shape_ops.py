@@ -1,6 +1,6 @@
 """Shape and index ops of include/ojas/ops.h vs PyTorch 1.13: cat, stack,
 split, split_sizes, chunk, flip, pad, gather, scatter_add, index_select,
-index_add, masked_fill, tril, triu, one_hot, repeat; forward and gradients,
+index_add, index_copy_ (in place), masked_fill, tril, triu, one_hot, repeat; forward and gradients,
 f32 and f64, non-contiguous, empty and negative-dim cases, and the errors
 for bad shapes and out-of-range indices."""
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from fncheck import fncheck
 from ojas_ctypes import OjasError
-from refcheck import check, rand
+from refcheck import assert_close, check, rand
 
 
 def _idx(rng, shape, high):
@@ -190,6 +190,72 @@ def test_index_add(eng, dtype, rng, dim):
     idx = _idx(rng, (7,), x.shape[dim])
     fncheck(eng, lambda t, i, s: eng.call("index_add", t, dim, i, s, 0.5), [x, idx, src],
             ref=lambda t, i, s: torch.index_add(t, dim, i, s, alpha=0.5))
+
+
+def _index_copy_ref(x, dim, idx, src):
+    """x[.., idx[k], ..] = src[.., k, ..] for k in order (the last of a
+    repeated index wins), in numpy."""
+    out = x.copy()
+    o, s = np.moveaxis(out, dim, 0), np.moveaxis(src, dim, 0)
+    for k, i in enumerate(np.asarray(idx).reshape(-1)):
+        o[i] = s[k]
+    return out
+
+
+@pytest.mark.ops("index_copy_")
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("idt", ["i64", "i32"])
+def test_index_copy_(eng, dtype, rng, dim, idt):
+    """In place, against torch's Tensor.index_copy_ (distinct indices) and
+    the in-order numpy reference (a repeated index: the last copy wins);
+    src non-contiguous too."""
+    x = rand(rng, (4, 5, 3), dtype)
+    shape = list(x.shape)
+    shape[dim] = 2
+    src = rand(rng, shape, dtype)
+    npi = np.int64 if idt == "i64" else np.int32
+    idx = rng.permutation(x.shape[dim])[:2].astype(npi)
+    for s_np, noncontig in ((src, False), (src, True)):
+        t = eng.tensor(x)
+        s = eng.tensor(s_np)
+        if noncontig:
+            s = eng.call("contiguous", eng.call("transpose", s, 0, -1))
+            s = eng.call("transpose", s, 0, -1)
+            assert not s.is_contiguous()
+        assert eng.call("index_copy_", t, dim, eng.tensor(idx), s) is None
+        want = torch.tensor(x).index_copy_(dim, torch.tensor(idx).long(), torch.tensor(s_np))
+        assert_close(t.to_numpy(), want.numpy(), dtype, "index_copy_")
+    # a repeated index and a rank-0 index
+    rep = np.array([1, 2, 1], dtype=npi)
+    shape[dim] = 3
+    src3 = rand(rng, shape, dtype)
+    t = eng.tensor(x)
+    eng.call("index_copy_", t, dim, eng.tensor(rep), eng.tensor(src3))
+    np.testing.assert_array_equal(t.to_numpy(), _index_copy_ref(x, dim % 3, rep, src3))
+    shape[dim] = 1
+    src1 = rand(rng, shape, dtype)
+    t = eng.tensor(x)
+    eng.call("index_copy_", t, dim, eng.tensor(np.array(2, dtype=npi)), eng.tensor(src1))
+    want = torch.tensor(x).index_copy_(dim, torch.tensor([2]), torch.tensor(src1))
+    np.testing.assert_array_equal(t.to_numpy(), want.numpy())
+
+
+@pytest.mark.ops("index_copy_")
+def test_index_copy_errors(eng, rng):
+    """An index out of range writes nothing; a leaf that requires grad is
+    refused while grad mode is on."""
+    x = rand(rng, (4, 3))
+    t = eng.tensor(x)
+    with pytest.raises(OjasError) as e:
+        eng.call("index_copy_", t, 0, eng.tensor(np.array([0, 4], dtype=np.int64)),
+                 eng.tensor(rand(rng, (2, 3))))
+    assert e.value.status == "OJ_ERR_OUT_OF_RANGE"
+    np.testing.assert_array_equal(t.to_numpy(), x)
+    g = eng.tensor(x, requires_grad=True)
+    with pytest.raises(OjasError) as e:
+        eng.call("index_copy_", g, 0, eng.tensor(np.array([0], dtype=np.int64)),
+                 eng.tensor(rand(rng, (1, 3))))
+    assert e.value.status == "OJ_ERR_STATE"
 
 
 def test_index_select_out_of_range(eng, rng):

@@ -1,6 +1,6 @@
 /* Helpers shared by the tests that run the `ojas` binary: read a file whole,
- * run `ojas ARGS` in a directory with its output in files, and check that
- * an error is one line. */
+ * run `ojas ARGS` in a directory with its output in files, check that an
+ * error is one line, and write a small fixed corpus. */
 #ifndef OJAS_CLI_TESTUTIL_H
 #define OJAS_CLI_TESTUTIL_H
 
@@ -59,6 +59,34 @@ static inline void ct_assert_one_line(const char *s, const char *needle) {
     const char *nl = strchr(s, '\n');
     assert_non_null(nl);
     assert_int_equal(nl[1], 0);
+}
+
+/* About 14 KB of sentences over a small vocabulary (a fixed LCG, so the
+ * corpus, the tokenizer and the shards are the same on every run). */
+static inline int ct_write_corpus(const char *path) {
+    static const char *words[] = {
+        "the",  "king",   "said",  "unto",  "him",   "and",   "of",    "land", "people",
+        "house", "lord",  "went",  "came",  "day",   "city",  "water", "over", "river",
+        "bread", "stone", "light", "night", "in",    "they",  "shall", "be",   "upon"};
+    const unsigned nw = sizeof words / sizeof words[0];
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    uint32_t s = 2024;
+    for (int sent = 0; sent < 420; sent++) {
+        s = s * 1664525u + 1013904223u;
+        int n = 4 + (int)((s >> 24) % 7);
+        for (int w = 0; w < n; w++) {
+            s = s * 1664525u + 1013904223u;
+            const char *word = words[(s >> 16) % nw];
+            if (w == 0)
+                fprintf(f, "%c%s", word[0] - 'a' + 'A', word + 1);
+            else
+                fprintf(f, " %s", word);
+        }
+        fputs(sent % 8 == 7 ? ".\n" : ". ", f);
+    }
+    return fclose(f) == 0 ? 0 : -1;
 }
 
 #endif

@@ -282,11 +282,69 @@ static void test_scoped_training_loop_frees_everything(void **state) {
     oj_engine_free(eng);
 }
 
+// test: in-place writes that invalidate no saved tensor are legal, as in
+// torch: y = 2x; y += 1; y *= 3; backward gives d sum(y^2)/dx = 12 (2x + 1)
+// (mul_scalar saves nothing; the writes are recorded), also with the writes
+// under no-grad (d/dx = 4 y of the written y); exp(h) then h *= 0.5 is
+// legal (exp reads only its output). Refused: a write to exp's output, to
+// sin's input, to a leaf that requires grad.
+static void test_inplace_writes_saved_nothing(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    oj_scope_begin(eng);
+    int64_t s[1] = {3};
+    double xv[3], g[3], yv[3];
+    for (int grad_mode = 1; grad_mode >= 0; grad_mode--) {
+        oj_tensor *x = leaf(eng, 1, s, -1, 1);
+        oj_to_host(x, xv, sizeof xv);
+        oj_tensor *y = oj_mul_scalar(x, 2.0);
+        bool prev = oj_set_grad_enabled(eng, grad_mode);
+        assert_int_equal(oj_add_(y, oj_ones(eng, 1, s, OJ_F64)), OJ_OK);
+        assert_int_equal(oj_mul_scalar_(y, 3.0), OJ_OK);
+        oj_set_grad_enabled(eng, prev);
+        if (oj_backward(oj_sum_all(oj_square(y)), false) != OJ_OK)
+            fail_msg("backward after y += 1 (grad mode %d): %s", grad_mode, oj_last_error(eng));
+        oj_to_host(oj_grad(x), g, sizeof g);
+        oj_to_host(y, yv, sizeof yv);
+        for (int i = 0; i < 3; i++) {
+            assert_float_equal(yv[i], 3 * (2 * xv[i] + 1), 1e-12);
+            // recorded: dy/dx = 6; unrecorded: y's history is 2x
+            assert_float_equal(g[i], 2 * yv[i] * (grad_mode ? 6 : 2), 1e-12);
+        }
+    }
+    oj_tensor *x = leaf(eng, 1, s, -1, 1);
+    oj_tensor *h = oj_mul_scalar(x, 2.0);
+    oj_tensor *e = oj_exp(h);
+    assert_int_equal(oj_mul_scalar_(h, 0.5), OJ_OK);
+    assert_int_equal(oj_backward(oj_sum_all(e), false), OJ_OK);
+    oj_to_host(x, xv, sizeof xv);
+    oj_to_host(oj_grad(x), g, sizeof g);
+    for (int i = 0; i < 3; i++) assert_float_equal(g[i], 2 * exp(2 * xv[i]), 1e-12);
+    // refused: exp's output, sin's input (read by their backwards)
+    for (int k = 0; k < 2; k++) {
+        oj_tensor *hk = oj_mul_scalar(x, 2.0);
+        oj_tensor *yk = k ? oj_sin(hk) : oj_exp(hk);
+        assert_int_equal(oj_mul_scalar_(k ? hk : yk, 2.0), OJ_OK);
+        assert_int_equal(oj_backward(oj_sum_all(yk), false), OJ_ERR_STATE);
+        assert_non_null(strstr(oj_last_error(eng), k ? "sin" : "exp"));
+        assert_non_null(strstr(oj_last_error(eng), "modified in place"));
+        oj_clear_error(eng);
+    }
+    // refused: a leaf that requires grad, with grad mode on
+    assert_int_equal(oj_mul_scalar_(x, 2.0), OJ_ERR_STATE);
+    assert_non_null(strstr(oj_last_error(eng), "leaf"));
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mul_add_broadcast),
         cmocka_unit_test(test_fan_out_and_accumulate),
         cmocka_unit_test(test_second_backward_and_inplace),
+        cmocka_unit_test(test_inplace_writes_saved_nothing),
         cmocka_unit_test(test_retain_grad_and_detach),
         cmocka_unit_test(test_gradcheck_unary),
         cmocka_unit_test(test_gradcheck_binary_broadcast),

@@ -45,34 +45,6 @@ static void contains(const char *s, const char *needle) {
         fail_msg("output lacks '%s':\n%s", needle, s);
 }
 
-/* About 14 KB of sentences over a small vocabulary (a fixed LCG, so the
- * corpus, the tokenizer and the shards are the same on every run). */
-static int write_corpus(const char *path) {
-    static const char *words[] = {
-        "the",  "king",   "said",  "unto",  "him",   "and",   "of",    "land", "people",
-        "house", "lord",  "went",  "came",  "day",   "city",  "water", "over", "river",
-        "bread", "stone", "light", "night", "in",    "they",  "shall", "be",   "upon"};
-    const unsigned nw = sizeof words / sizeof words[0];
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    uint32_t s = 2024;
-    for (int sent = 0; sent < 420; sent++) {
-        s = s * 1664525u + 1013904223u;
-        int n = 4 + (int)((s >> 24) % 7);
-        for (int w = 0; w < n; w++) {
-            s = s * 1664525u + 1013904223u;
-            const char *word = words[(s >> 16) % nw];
-            if (w == 0)
-                fprintf(f, "%c%s", word[0] - 'a' + 'A', word + 1);
-            else
-                fprintf(f, " %s", word);
-        }
-        fputs(sent % 8 == 7 ? ".\n" : ". ", f);
-    }
-    return fclose(f) == 0 ? 0 : -1;
-}
-
 static int setup(void **state) {
     (void)state;
     const char *base = getenv("TMPDIR");
@@ -81,7 +53,7 @@ static int setup(void **state) {
         return -1;
     char p[400];
     snprintf(p, sizeof p, "%s/corpus.txt", g_dir);
-    if (write_corpus(p))
+    if (ct_write_corpus(p))
         return -1;
     /* No tokenizer_dir and no vocab_size: the model keeps the preset's
      * vocabulary (512 > the tokenizer's 300), as a user's first config would. */
@@ -318,6 +290,11 @@ static void test_generate_model_dir(void **state) {
     assert_string_equal(a, b);
     free(a);
     free(b);
+    /* a llama model stops at its context (64 positions) and says so */
+    assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokd --prompt '" PROMPT
+                                    "' --max-new-tokens 100 --temperature 0", NULL, &err), 0);
+    ct_assert_one_line(err, "the model's context of 64 positions is full");
+    free(err);
     assert_int_equal(ct_ojas(g_dir, "generate --model nowhere --prompt x", NULL, &err), 1);
     ct_assert_one_line(err, "generate: model directory 'nowhere' does not exist");
     free(err);

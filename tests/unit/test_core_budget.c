@@ -10,6 +10,11 @@
 
 #include <cmocka.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/internal.h"
 #include "ojas/core.h"
 #include "core/internal.h"
 #include "nn_testutil.h"
@@ -242,6 +247,69 @@ static void test_memory_allocated_excludes_pool(void **state) {
     oj_engine_free(e);
 }
 
+/* A file holding `text` at root/rel (directories made). */
+static void put(const char *root, const char *rel, const char *text) {
+    char p[1024], cmd[1200];
+    snprintf(p, sizeof p, "%s/%s", root, rel);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", p);
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The host memory limit: physical memory capped by the cgroup v2
+ * memory.max of the process's cgroup or an ancestor, and by cgroup v1's
+ * memory.limit_in_bytes ("max" and v1's 2^63 mean none); the default root
+ * budget leaves a margin of it. */
+static void test_host_memory_limit(void **state) {
+    (void)state;
+    char dir[] = "/tmp/ojas-cgroup-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char proc[1100];
+    snprintf(proc, sizeof proc, "%s/proc-cgroup", dir);
+    const int64_t phys = (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+    const int64_t gib = INT64_C(1) << 30;
+    /* no cgroup files: physical memory */
+    put(dir, "proc-cgroup", "0::/a/b\n");
+    assert_int_equal(oj__host_memory_bytes(dir, proc), phys);
+    /* v2: own cgroup "max", the parent 1 GiB */
+    put(dir, "a/b/memory.max", "max\n");
+    put(dir, "a/memory.max", "1073741824\n");
+    assert_int_equal(oj__host_memory_bytes(dir, proc), gib < phys ? gib : phys);
+    /* v2: a tighter own limit wins */
+    put(dir, "a/b/memory.max", "268435456\n");
+    assert_int_equal(oj__host_memory_bytes(dir, proc), INT64_C(256) << 20);
+    /* v1: the memory controller's line, 2^63 (none) at the root */
+    put(dir, "proc-cgroup", "4:cpu,memory:/x\n1:name=systemd:/\n");
+    put(dir, "memory/memory.limit_in_bytes", "9223372036854771712\n");
+    assert_int_equal(oj__host_memory_bytes(dir, proc), phys);
+    put(dir, "memory/x/memory.limit_in_bytes", "536870912\n");
+    assert_int_equal(oj__host_memory_bytes(dir, proc), INT64_C(512) << 20);
+    /* margin: 10%, at least 64 MiB, at most 2 GiB, at most half */
+    assert_int_equal(oj__budget_with_margin(10 * gib), 9 * gib);
+    assert_int_equal(oj__budget_with_margin(100 * gib), 98 * gib);
+    assert_int_equal(oj__budget_with_margin(INT64_C(100) << 20), INT64_C(50) << 20);
+    assert_int_equal(oj__budget_with_margin(INT64_C(512) << 20), INT64_C(448) << 20);
+    assert_int_equal(oj__budget_with_margin(0), OJ_UNLIMITED);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    /* an engine: 0 asks for the machine's (finite) limit, OJ_UNLIMITED for none */
+    oj_engine *eng;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    int64_t host = oj__host_memory_bytes("/sys/fs/cgroup", "/proc/self/cgroup");
+    assert_int_equal(oj_budget_limit(oj_engine_budget(eng)), oj__budget_with_margin(host));
+    assert_true(oj_budget_limit(oj_engine_budget(eng)) < phys);
+    oj_engine_free(eng);
+    oj_engine_config c = oj_engine_config_default();
+    c.budget_bytes = OJ_UNLIMITED;
+    assert_int_equal(oj_engine_create(&c, &eng, NULL), OJ_OK);
+    assert_int_equal(oj_budget_limit(oj_engine_budget(eng)), OJ_UNLIMITED);
+    oj_engine_free(eng);
+}
+
 /* ---- the fused ops (rms_norm_rotary, attention, linear_cross_entropy,
  * swiglu_linear, add + norm to bf16) under every byte budget up to the one
  * they fit in: only OJ_ERR_CAPACITY, nothing leaked */
@@ -378,6 +446,7 @@ int main(void) {
         cmocka_unit_test(test_engine_budget_capacity),
         cmocka_unit_test(test_pool_trimmed_when_full),
         cmocka_unit_test(test_memory_allocated_excludes_pool),
+        cmocka_unit_test(test_host_memory_limit),
         cmocka_unit_test(test_fused_ops_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -71,6 +71,10 @@ static void test_encode_decode(void **state) {
     free(p);
     assert_int_equal(ojas("tokenizer encode --vocab " VOCAB " sp.txt", NULL, &err), 1);
     assert_non_null(strstr(err, "<|endoftext|>"));
+    /* the command line names its options, not the library's flags */
+    assert_non_null(strstr(err, "--allow-special"));
+    assert_non_null(strstr(err, "--special-as-text"));
+    assert_null(strstr(err, "OJ_ENCODE"));
     free(err);
     assert_int_equal(ojas("tokenizer encode --vocab " VOCAB " --allow-special sp.txt", &out, NULL), 0);
     assert_string_equal(out, "64 50256\n");
@@ -124,6 +128,42 @@ static void test_train_and_prepare(void **state) {
     free(err);
     assert_int_equal(ojas("data prepare --vocab tok --out s --val-fraction 2 corpus.txt", NULL, &err), 2);
     free(err);
+    /* a directory given as a corpus file is named as one */
+    assert_int_equal(ojas("data prepare --vocab tok --out s3 shards", NULL, &err), 1);
+    ct_assert_one_line(err, "corpus file shards is a directory");
+    free(err);
+}
+
+/* A gpt2-family model stops at its context length: generate says so on
+ * stderr instead of ending the text silently. */
+static void test_generate_says_context_full(void **state) {
+    (void)state;
+    char *p = tu_path(g_dir, "g.json");
+    const char *cfg = "{\"model\": \"gpt2-tiny\", \"tokenizer_dir\": \"tok\", \"data_dir\": "
+                      "\"shards\", \"block_size\": 16, \"seq_len\": 16, \"batch_size\": 1, "
+                      "\"max_steps\": 1, \"eval_every\": 0, \"peak_flops\": 1e10, "
+                      "\"threads\": 1}";
+    tu_write(p, cfg, strlen(cfg));
+    free(p);
+    char *err = NULL, *out = NULL;
+    if (ojas("train --config g.json --out grun", NULL, &err) != 0)
+        fail_msg("train: %s", err);
+    free(err);
+    assert_int_equal(ojas("generate --checkpoint grun --prompt 'and the LORD' --max-new-tokens 100 "
+                          "--temperature 0",
+                          &out, &err),
+                     0);
+    ct_assert_one_line(err, "the model's context of 16 positions is full");
+    free(out);
+    free(err);
+    /* within the context: nothing said */
+    assert_int_equal(ojas("generate --checkpoint grun --prompt 'and' --max-new-tokens 2 "
+                          "--temperature 0",
+                          &out, &err),
+                     0);
+    assert_string_equal(err, "");
+    free(out);
+    free(err);
 }
 
 static int setup(void **state) {
@@ -148,6 +188,7 @@ int main(void) {
         cmocka_unit_test(test_dispatch_and_help),
         cmocka_unit_test(test_encode_decode),
         cmocka_unit_test(test_train_and_prepare),
+        cmocka_unit_test(test_generate_says_context_full),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

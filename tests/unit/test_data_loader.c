@@ -294,19 +294,38 @@ static void test_errors(void **state) {
     c.dtype = OJ_F32;
     assert_int_equal(oj_loader_open(&c, &L, NULL), OJ_ERR_INVALID_ARGUMENT);
     c.dtype = OJ_I64;
-    /* token out of vocabulary: the first window holds tokens up to 112 */
+    /* a token out of the vocabulary is refused when the shards are opened,
+     * not when its batch comes: token 8 of shard 0 is 56 */
     c.vocab_size = 50;
     for (int pf = 0; pf < 2; pf++) {
         c.prefetch = pf;
-        assert_int_equal(oj_loader_open(&c, &L, NULL), OJ_OK);
-        int64_t in[32], tg[32];
         oj_error e3 = {0};
-        assert_int_equal(oj_loader_next_host(L, in, tg, &e3), OJ_ERR_CORRUPT);
-        assert_non_null(strstr(e3.message, "vocabulary"));
-        oj_loader_state st;
-        oj_loader_get_state(L, &st);
-        assert_int_equal(st.step, 0); /* no advance on error */
-        oj_loader_free(L);
+        assert_int_equal(oj_loader_open(&c, &L, &e3), OJ_ERR_CORRUPT);
+        assert_null(L);
+        assert_non_null(strstr(e3.message, f.paths[0]));
+        assert_non_null(strstr(e3.message, "token 8 (byte offset 1040) is id 56"));
+        assert_non_null(strstr(e3.message, "vocabulary of 50"));
+    }
+    /* one bad token deep in the last shard (uint32 ids > INT32_MAX too) */
+    c.vocab_size = 50000;
+    {
+        FILE *fp = fopen(f.paths[1], "r+b");
+        uint32_t bad = 0x80000000u;
+        fseek(fp, 1024 + 4 * 500, SEEK_SET);
+        fwrite(&bad, 4, 1, fp);
+        fclose(fp);
+        oj_error e6 = {0};
+        assert_int_equal(oj_loader_open(&c, &L, &e6), OJ_ERR_CORRUPT);
+        assert_non_null(strstr(e6.message, "token 500 (byte offset 3024) is id 2147483648"));
+        c.vocab_size = 0; /* no vocabulary: still not an int32 id */
+        oj_error e7 = {0};
+        assert_int_equal(oj_loader_open(&c, &L, &e7), OJ_ERR_CORRUPT);
+        assert_non_null(strstr(e7.message, f.paths[1]));
+        bad = 10500; /* what it was: (1500 * 7) % 50000 */
+        fp = fopen(f.paths[1], "r+b");
+        fseek(fp, 1024 + 4 * 500, SEEK_SET);
+        fwrite(&bad, 4, 1, fp);
+        fclose(fp);
     }
     c.vocab_size = 0;
     /* state for another configuration is refused */
@@ -340,13 +359,25 @@ static void test_engine_error_recorded(void **state) {
     c.n_paths = 3;
     c.T = k_T;
     c.B = 2;
-    c.vocab_size = 10;
+    c.vocab_size = 50000;
+    c.prefetch = false;
     oj_loader *L;
     assert_int_equal(oj_loader_open(&c, &L, NULL), OJ_OK);
+    /* the shards are checked at open; a token changed in the file after
+     * that (the private mapping still shows the file's pages) is caught
+     * when its batch is built */
+    FILE *fp = fopen(f.paths[0], "r+b");
+    uint16_t bad = 60000;
+    fseek(fp, 1024 + 2 * 3, SEEK_SET);
+    fwrite(&bad, 2, 1, fp);
+    fclose(fp);
     oj_engine *eng;
     assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
     oj_tensor *x = (oj_tensor *)1, *y = (oj_tensor *)1;
     assert_int_equal(oj_loader_next(L, eng, &x, &y), OJ_ERR_CORRUPT);
+    oj_loader_state ls;
+    oj_loader_get_state(L, &ls);
+    assert_int_equal(ls.step, 0); /* no advance on error */
     assert_null(x);
     assert_null(y);
     assert_int_equal(oj_last_status(eng), OJ_ERR_CORRUPT);

@@ -37,7 +37,7 @@ static void test_classes_match_pcre2(void **state) {
         if (cp >= 0xD800 && cp < 0xE000)
             continue;
         uint8_t u[4];
-        int l = oj_utf8_encode(cp, u);
+        int l = oj__utf8_encode(cp, u);
         int rc = pcre2_match(re, u, (size_t)l, 0, 0, md, NULL);
         int pc = OJ_UC_OTHER;
         bool unassigned = false;

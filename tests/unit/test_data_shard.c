@@ -116,6 +116,7 @@ static void ed_trunc_data(uint8_t *b, size_t *n) { (void)b; *n -= 1; }
 static void ed_trunc_header(uint8_t *b, size_t *n) { (void)b; *n = 1000; }
 static void ed_empty(uint8_t *b, size_t *n) { (void)b; *n = 0; }
 static void ed_trailing(uint8_t *b, size_t *n) { b[*n] = 0; b[*n + 1] = 0; *n += 2; }
+static void ed_reserved(uint8_t *b, size_t *n) { (void)n; set_i32(b, 200, 7); }
 
 static void test_corrupt_refused(void **state) {
     (void)state;
@@ -130,6 +131,43 @@ static void test_corrupt_refused(void **state) {
     expect_corrupt(ed_trunc_header, "header");
     expect_corrupt(ed_empty, "header");
     expect_corrupt(ed_trailing, "trailing");
+    expect_corrupt(ed_reserved, "header int 200 (byte offset 800) is 7");
+}
+
+/* oj_shard_check_vocab finds the first id >= V anywhere in a shard (past
+ * the first scan block too), naming the shard, the token, its byte offset
+ * and the id; versions that cannot hold such an id pass unread. */
+static void test_check_vocab(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir();
+    char *path = tu_path(dir, "s.bin");
+    const int64_t n = 200000;
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    for (int64_t i = 0; i < n; i++)
+        t[i] = (int32_t)(i % 1000);
+    t[150001] = 5000;
+    t[180000] = 7000;
+    for (int version = 1; version <= 2; version++) {
+        assert_int_equal(oj_shard_write(path, t, n, version, NULL), OJ_OK);
+        oj_shard *sh;
+        assert_int_equal(oj_shard_open(path, &sh, NULL), OJ_OK);
+        assert_int_equal(oj_shard_check_vocab(sh, 7001, NULL), OJ_OK);
+        oj_error e = {0};
+        assert_int_equal(oj_shard_check_vocab(sh, 1000, &e), OJ_ERR_CORRUPT);
+        char want[128];
+        snprintf(want, sizeof want, "token 150001 (byte offset %lld) is id 5000",
+                 (long long)(1024 + 150001 * (version == 1 ? 2 : 4)));
+        assert_non_null(strstr(e.message, want));
+        assert_non_null(strstr(e.message, path));
+        assert_int_equal(oj_shard_check_vocab(sh, 0, NULL), OJ_ERR_INVALID_ARGUMENT);
+        if (version == 1)
+            assert_int_equal(oj_shard_check_vocab(sh, 65536, NULL), OJ_OK);
+        oj_shard_close(sh);
+    }
+    free(t);
+    free(path);
+    tu_rmdir(dir);
+    free(dir);
 }
 
 static void test_open_missing_is_io(void **state) {
@@ -200,6 +238,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_v1),      cmocka_unit_test(test_roundtrip_v2),
         cmocka_unit_test(test_write_refuses),     cmocka_unit_test(test_corrupt_refused),
         cmocka_unit_test(test_open_missing_is_io), cmocka_unit_test(test_list),
+        cmocka_unit_test(test_check_vocab),
         cmocka_unit_test(test_shard_read_huge_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

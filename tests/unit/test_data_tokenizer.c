@@ -451,7 +451,7 @@ static char *byte_encoder(const char *extra) {
         while (oj_gpt2_byte_rank((uint8_t)b) != id)
             b++;
         uint8_t u[4];
-        int l = oj_utf8_encode(oj_gpt2_byte_to_cp((uint8_t)b), u);
+        int l = oj__utf8_encode(oj_gpt2_byte_to_cp((uint8_t)b), u);
         s[o++] = '"';
         if (u[0] == '"' || u[0] == '\\')
             s[o++] = '\\';
@@ -507,6 +507,120 @@ static void test_load_errors(void **state) {
     assert_int_equal(oj_tokenizer_load(dir, &tok, &e10), OJ_ERR_INVALID_ARGUMENT);
     free(p);
     free(q);
+    tu_rmdir(dir);
+    free(dir);
+}
+
+/* A vocab.bpe that ends early (or is empty) would turn the rest of the
+ * vocabulary into "special tokens" and change every tokenization: the
+ * first entry that no merge produces, though the pre-tokenizer keeps it
+ * whole, is refused with vocab.bpe's last line. */
+static void test_vocab_bpe_truncated(void **state) {
+    (void)state;
+    char *enc = byte_encoder("\"ab\": 256, \"<|endoftext|>\": 257");
+    oj_error e1 = {0};
+    assert_int_equal(load_pair(enc, "#version: 0.2\n", &e1), OJ_ERR_CORRUPT);
+    assert_non_null(strstr(e1.message, "\"ab\" (id 256)"));
+    assert_non_null(strstr(e1.message, "line 1 after 0 merges"));
+    oj_error e2 = {0};
+    assert_int_equal(load_pair(enc, "", &e2), OJ_ERR_CORRUPT);
+    free(enc);
+    /* a special that the pre-tokenizer splits is still a special */
+    enc = byte_encoder("\"ab\": 256, \"<s>\": 257, \"[CLS]\": 258");
+    oj_error e3 = {0};
+    assert_int_equal(load_pair(enc, "#version: 0.2\na b\n", &e3), OJ_OK);
+    free(enc);
+    /* GPT-2's own files cut after 1000 merges */
+    size_t el = 0, bl = 0;
+    char *ej = tu_read(TU_GPT2_DIR "/encoder.json", &el), *vb = tu_read(TU_GPT2_DIR "/vocab.bpe", &bl);
+    assert_non_null(ej);
+    assert_non_null(vb);
+    char *q = vb;
+    for (int line = 0; line < 1001; line++)
+        q = strchr(q, '\n') + 1;
+    *q = '\0';
+    oj_error e4 = {0};
+    assert_int_equal(load_pair(ej, vb, &e4), OJ_ERR_CORRUPT);
+    assert_non_null(strstr(e4.message, "(id 1256)"));
+    assert_non_null(strstr(e4.message, "ends at line 1001 after 1000 merges"));
+    free(ej);
+    free(vb);
+}
+
+static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* "<base64 of b> <rank><eol>" appended to out at *o. */
+static void rank_line(char *out, size_t *o, const uint8_t *b, size_t n, int32_t rank,
+                      const char *eol) {
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t w = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) |
+                     (i + 2 < n ? b[i + 2] : 0);
+        out[(*o)++] = b64c[w >> 18 & 63];
+        out[(*o)++] = b64c[w >> 12 & 63];
+        out[(*o)++] = i + 1 < n ? b64c[w >> 6 & 63] : '=';
+        out[(*o)++] = i + 2 < n ? b64c[w & 63] : '=';
+    }
+    *o += (size_t)sprintf(out + *o, " %d%s", (int)rank, eol);
+}
+
+/* tiktoken rank files: GPT-2's ranks load (any line order and line
+ * ending), others are refused: a changed rank, or a file the size of
+ * cl100k_base's (named), since their pre-tokenisation pattern is not
+ * GPT-2's and they would encode to wrong ids. */
+static void test_tiktoken_identified(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), *p = tu_path(dir, "r.tiktoken");
+    size_t cap = (size_t)120000 * 64, o = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    for (int32_t id = 50255; id >= 0; id--) { /* reversed, CRLF */
+        size_t n = 0;
+        const uint8_t *b = oj_tokenizer_token_bytes(g_tok, id, &n);
+        rank_line(buf, &o, b, n, id, "\r\n");
+    }
+    assert_int_equal(tu_write(p, buf, o), 0);
+    oj_tokenizer *tok = NULL;
+    oj_error e = {0};
+    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, &e), OJ_OK);
+    assert_int_equal(oj_tokenizer_eot(tok), 50256);
+    oj_tokenizer_free(tok);
+    /* two ranks swapped: not GPT-2's */
+    o = 0;
+    for (int32_t id = 0; id < 50256; id++) {
+        size_t n = 0;
+        int32_t r = id == 1000 ? 1001 : id == 1001 ? 1000 : id;
+        const uint8_t *b = oj_tokenizer_token_bytes(g_tok, id, &n);
+        rank_line(buf, &o, b, n, r, "\n");
+    }
+    assert_int_equal(tu_write(p, buf, o), 0);
+    oj_error e2 = {0};
+    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, &e2), OJ_ERR_UNSUPPORTED);
+    assert_null(tok);
+    assert_non_null(strstr(e2.message, "not GPT-2's"));
+    /* the caller may vouch for the pattern */
+    assert_int_equal(oj_tokenizer_load_tiktoken_as_gpt2(p, &tok, &e2), OJ_OK);
+    oj_tokenizer_free(tok);
+    /* 100256 ranks, as cl100k_base: named */
+    o = 0;
+    for (int32_t id = 0; id < 256; id++) {
+        uint8_t b = (uint8_t)id;
+        rank_line(buf, &o, &b, 1, id, "\n");
+    }
+    for (int32_t id = 256; id < 100256; id++) {
+        char t[16];
+        int n = snprintf(t, sizeof t, "t%d", (int)id);
+        rank_line(buf, &o, (const uint8_t *)t, (size_t)n, id, "\n");
+    }
+    assert_int_equal(tu_write(p, buf, o), 0);
+    oj_error e3 = {0};
+    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, &e3), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e3.message, "cl100k_base"));
+    oj_error e4 = {0}; /* the directory loader too */
+    assert_int_equal(oj_tokenizer_load(dir, &tok, &e4), OJ_ERR_UNSUPPORTED);
+    /* the hash that identifies GPT-2's ranks is that of GPT-2's encoder.json */
+    assert_true(oj__tokenizer_ranks_hash(g_tok, 50256) == UINT64_C(0x58b09f73d0154297));
+    free(buf);
+    free(p);
     tu_rmdir(dir);
     free(dir);
 }
@@ -581,7 +695,7 @@ static void test_tokenizer_refuses_far_ids(void **state) {
     fclose(f);
     oj_tokenizer *tok = (oj_tokenizer *)1;
     oj_error e = {0};
-    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, &e), OJ_ERR_CORRUPT);
+    assert_int_equal(oj_tokenizer_load_tiktoken_as_gpt2(p, &tok, &e), OJ_ERR_CORRUPT);
     assert_null(tok);
     assert_non_null(strstr(e.message, "far beyond"));
     /* a gap that stays near the entry count is still a tokenizer */
@@ -591,7 +705,7 @@ static void test_tokenizer_refuses_far_ids(void **state) {
         fprintf(f, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
     fprintf(f, "YWI= 600\n");
     fclose(f);
-    assert_int_equal(oj_tokenizer_load_tiktoken(p, &tok, NULL), OJ_OK);
+    assert_int_equal(oj_tokenizer_load_tiktoken_as_gpt2(p, &tok, NULL), OJ_OK);
     assert_int_equal(oj_tokenizer_vocab_size(tok), 602);
     oj_tokenizer_free(tok);
     unlink(p);
@@ -627,6 +741,8 @@ int main(void) {
         cmocka_unit_test(test_pcre2_mode_same_ids),
         cmocka_unit_test(test_save_reload),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_vocab_bpe_truncated),
+        cmocka_unit_test(test_tiktoken_identified),
         cmocka_unit_test(test_tokenizer_refuses_non_regular_files),
         cmocka_unit_test(test_bpe_train_null_text),
         cmocka_unit_test(test_tokenizer_refuses_far_ids),

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,6 +271,58 @@ static void test_bad_inputs(void **state) {
     oj_clear_error(eng);
     oj_scope_end(eng);
     oj_gpt_free(m);
+    oj_engine_free(eng);
+}
+
+/* Parameter counts from the config equal the created models' (and GPT-2
+ * small's published 124,439,808); a model too big for the budget is refused
+ * before anything is allocated, naming the numbers (it used to fill the
+ * budget, or the machine, tensor by tensor first). */
+static void test_preflight_budget(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    const char *names[] = {"nanolab-tiny", "gpt2-tiny", "nanolab-small"};
+    for (int i = 0; i < 3; i++) {
+        oj_gpt_config c;
+        assert_true(oj_gpt_preset(names[i], &c));
+        oj_gpt *m;
+        assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_OK);
+        assert_int_equal(oj_gpt_config_num_params(&c), oj_gpt_num_params(m));
+        oj_gpt_free(m);
+    }
+    oj_gpt_config g;
+    assert_true(oj_gpt_preset("gpt2-124m", &g));
+    assert_int_equal(oj_gpt_config_num_params(&g), 124439808);
+    oj_engine_free(eng);
+
+    oj_engine_config ec = oj_engine_config_default();
+    ec.budget_bytes = INT64_C(256) << 20;
+    assert_int_equal(oj_engine_create(&ec, &eng, NULL), OJ_OK);
+    /* every tensor fits the budget, all of them (64 layers, C 1024) do not */
+    oj_gpt_config c;
+    assert_true(oj_gpt_preset("nanolab-tiny", &c));
+    c.n_layer = 64;
+    c.n_embd = 1024;
+    c.n_head = 8;
+    c.n_kv_head = 8;
+    c.mlp_hidden = 2048;
+    oj_gpt *m = (oj_gpt *)1;
+    assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_ERR_CAPACITY);
+    assert_null(m);
+    assert_int_equal(oj_budget_peak(oj_engine_budget(eng)), 0); /* nothing allocated */
+    char want[160];
+    snprintf(want, sizeof want, "the model's %lld parameters need %lld bytes",
+             (long long)oj_gpt_config_num_params(&c), (long long)oj_gpt_config_num_params(&c) * 4);
+    assert_non_null(strstr(oj_last_error(eng), want));
+    assert_non_null(strstr(oj_last_error(eng), "budget 'root'"));
+    /* n_embd 2^20 (a state.json's bad value): refused at once, not grown */
+    c.n_layer = 2;
+    c.n_embd = 1 << 20;
+    c.n_head = 4;
+    c.n_kv_head = 4;
+    assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_ERR_CAPACITY);
+    assert_int_equal(oj_budget_peak(oj_engine_budget(eng)), 0);
+    assert_non_null(strstr(oj_last_error(eng), "nothing was allocated"));
     oj_engine_free(eng);
 }
 
@@ -721,6 +774,7 @@ int main(void) {
         cmocka_unit_test(test_sliding_window_decode),
         cmocka_unit_test(test_sgd_steps_lower_the_loss),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_preflight_budget),
         cmocka_unit_test_setup_teardown(test_cache_of_another_model, pair_in, pair_out),
         cmocka_unit_test_setup_teardown(test_cache_freed_after_model, pair_in, pair_out),
         cmocka_unit_test_setup_teardown(test_context_message, pair_in, pair_out),

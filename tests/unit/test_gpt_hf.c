@@ -104,6 +104,13 @@ static void test_sharded_dir_loads_decodes_trains(void **state) {
     assert_true(c->qk_norm && c->untied_head && !c->qkv_bias);
     assert_int_equal(c->head_dim, 8);
     assert_int_equal(oj_gpt_num_params(m), oj_gpt_num_params(src));
+    assert_int_equal(oj_gpt_config_num_params(c), oj_gpt_num_params(m));
+    oj_gpt_config c2 = *c; /* Qwen2's biases, Llama's tied head */
+    c2.qk_norm = false, c2.qkv_bias = true, c2.untied_head = false, c2.head_dim = 0;
+    oj_gpt *m2 = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c2, 1, &m2), OJ_OK);
+    assert_int_equal(oj_gpt_config_num_params(&c2), oj_gpt_num_params(m2));
+    oj_gpt_free(m2);
 
     /* the same f32 weights: the same logits, bit for bit */
     oj_scope_begin(eng);

@@ -534,6 +534,38 @@ static void test_write_errors(void **state) {
     assert_int_not_equal(system(cmd), 0);
 }
 
+/* A header the reader would refuse (over 100,000,000 bytes) is refused at
+ * write time with the reader's words, and nothing is left behind. */
+static void test_write_header_limit(void **state) {
+    (void)state;
+    float a[1] = {1};
+    int64_t s[1] = {1};
+    char path[512];
+    path_of(path, sizeof path, "big-header.safetensors");
+    oj_safetensors_entry good[] = {{"w", OJ_F32, 1, s, a}};
+    size_t vl = OJ__ST_MAX_HEADER;
+    char *value = malloc(vl + 1);
+    assert_non_null(value);
+    memset(value, 'x', vl);
+    value[vl] = '\0';
+    const char *meta[] = {"k", value, NULL};
+    oj_error err = {0};
+    assert_int_equal(oj_safetensors_write(path, 1, good, meta, &err), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(err.message, "exceeds the 100000000-byte limit"));
+    assert_int_not_equal(access(path, F_OK), 0);
+    /* the reader's message for such a header says the same */
+    size_t len = 8 + vl + 16;
+    uint8_t *b = calloc(1, len);
+    assert_non_null(b);
+    uint64_t hl = vl + 16;
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(hl >> (8 * i));
+    oj_error rerr;
+    assert_int_equal(try_open(b, len, &rerr), OJ_ERR_CORRUPT);
+    assert_non_null(strstr(rerr.message, "exceeds the 100000000-byte limit"));
+    free(b);
+    free(value);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_all_dtypes), cmocka_unit_test(test_writer_layout),
@@ -541,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_misaligned_copied),    cmocka_unit_test(test_foreign_dtype),
         cmocka_unit_test(test_every_prefix_refused), cmocka_unit_test(test_corruption_classes),
         cmocka_unit_test(test_accepts_valid_variants), cmocka_unit_test(test_write_errors),
+        cmocka_unit_test(test_write_header_limit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -217,11 +217,68 @@ static void test_class_loss_errors(void **state) {
     nt_engine_done(eng);
 }
 
+/* Row 0 of all -inf, row 1 [1, 2, -inf] (laid along dim 1 of a [2, 3] x,
+ * or along dim 0 of its transpose); upstream gradient g0 on row 0 and
+ * [0.5, -1, 2] on row 1. Returns dx as [2, 3] doubles (malloc'd). */
+static double *minf_row_grad(oj_engine *eng, oj_dtype dt, bool logsm, bool inner, double g0) {
+    double xv[6] = {-INFINITY, -INFINITY, -INFINITY, 1, 2, -INFINITY};
+    double gv[6] = {g0, g0, g0, 0.5, -1, 2};
+    int64_t sh[2] = {2, 3};
+    oj_tensor *x = nt_from(eng, 2, sh, dt, xv);
+    oj_set_requires_grad(x, true);
+    oj_tensor *g = nt_from(eng, 2, sh, dt, gv);
+    oj_tensor *xi = inner ? oj_transpose(x, 0, 1) : x; // rows along dim 0
+    oj_tensor *gi = inner ? oj_transpose(g, 0, 1) : g;
+    int dim = inner ? 0 : 1;
+    oj_tensor *y = logsm ? oj_log_softmax(xi, dim) : oj_softmax(xi, dim);
+    assert_non_null(y);
+    if (oj_backward_seeded(y, gi, false) != OJ_OK) fail_msg("backward: %s", oj_last_error(eng));
+    double *dx = nt_host(oj_grad(x));
+    return dx;
+}
+
+// test: softmax / log_softmax backward on a row of all -inf: a zero
+// upstream gradient gives exactly 0 (was NaN: y * (g - sum g y) with y
+// NaN); a nonzero one gives NaN (documented); the finite row against
+// float64, on the f32 SIMD rows, the double rows and an inner dim.
+static void test_softmax_minf_row_backward(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    double y1[3] = {1 / (1 + exp(1.0)), exp(1.0) / (1 + exp(1.0)), 0}; // softmax [1, 2, -inf]
+    double g1[3] = {0.5, -1, 2};
+    for (int dt = 0; dt < 2; dt++)
+        for (int lg = 0; lg < 2; lg++)
+            for (int in = 0; in < 2; in++) {
+                oj_scope_begin(eng);
+                oj_dtype t = dt ? OJ_F64 : OJ_F32;
+                double *dx = minf_row_grad(eng, t, lg, in, 0.0);
+                for (int k = 0; k < 3; k++)
+                    if (dx[k] != 0.0 || signbit(dx[k]))
+                        fail_msg("%s %s dim %d: dx[0][%d] = %g, want 0",
+                                 lg ? "log_softmax" : "softmax", dt ? "f64" : "f32", in ? 0 : 1,
+                                 k, dx[k]);
+                double want[3], s = 0;
+                for (int k = 0; k < 3; k++) s += lg ? g1[k] : g1[k] * y1[k];
+                for (int k = 0; k < 3; k++) want[k] = lg ? g1[k] - y1[k] * s : y1[k] * (g1[k] - s);
+                nt_close("softmax -inf row: finite row", dx + 3, want, 3, dt ? 1e-12 : 1e-6,
+                         dt ? 1e-12 : 1e-5);
+                free(dx);
+                dx = minf_row_grad(eng, t, lg, in, 1.0);
+                for (int k = 0; k < 3; k++)
+                    if (!isnan(dx[k]))
+                        fail_msg("nonzero gradient on a -inf row: dx[0][%d] = %g", k, dx[k]);
+                free(dx);
+                oj_scope_end(eng);
+            }
+    nt_engine_done(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax_forward),       cmocka_unit_test(test_softmax_gradcheck),
         cmocka_unit_test(test_cross_entropy_forward), cmocka_unit_test(test_cross_entropy_gradcheck),
         cmocka_unit_test(test_class_loss_errors),
+        cmocka_unit_test(test_softmax_minf_row_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

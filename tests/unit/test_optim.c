@@ -19,6 +19,7 @@
 #include "ojas/io.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
+#include "optim/optim_internal.h"
 
 /* This file's cases name their own engines `eng`; the shared ones use case_eng. */
 #define ET_ENGINE case_eng
@@ -426,6 +427,47 @@ static void test_skip_nonfinite(void **state) {
 }
 
 /* ---------------------------------------------------------------- clipping */
+
+/* oj__optim_clip_grad_norm_then calls its callback once, after the norms
+ * and before the grads are scaled (the trainer reads its losses there),
+ * and clips as oj_optim_clip_grad_norm does. */
+typedef struct {
+    oj_tensor *p;
+    int calls;
+    double seen;
+} clip_probe;
+
+static void probe_grad(void *arg) {
+    clip_probe *c = arg;
+    c->calls++;
+    c->seen = oj_item_at(oj_grad(c->p), 0);
+}
+
+static void test_clip_callback_before_scaling(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    int64_t s2[1] = {2};
+    double z2[2] = {0, 0};
+    oj_tensor *p = param_new(eng, 1, s2, OJ_F64, z2);
+    oj_optim *o = oj_optim_create(eng);
+    const char *names[1] = {"p"};
+    oj_named_tensors nt = {1, names, &p};
+    oj_optim_hparams h = oj_sgd_hparams(0.1);
+    assert_int_equal(oj_optim_add_group(o, &h, &nt), 0);
+    set_grad(p, (double[]){3, 4});
+    clip_probe c = {.p = p};
+    assert_float_equal(oj__optim_clip_grad_norm_then(o, 1.0, probe_grad, &c), 5.0, 1e-12);
+    assert_int_equal(c.calls, 1);
+    assert_float_equal(c.seen, 3.0, 0); /* not yet scaled */
+    double a = oj_item_at(oj_grad(p), 0);
+    set_grad(p, (double[]){3, 4});
+    assert_float_equal(oj_optim_clip_grad_norm(o, 1.0), 5.0, 1e-12);
+    assert_memory_equal(&a, &(double){oj_item_at(oj_grad(p), 0)}, sizeof a);
+    assert_float_equal(a, 3.0 / (5.0 + 1e-6), 1e-12);
+    oj_optim_free(o);
+    oj_release(p);
+    oj_engine_free(eng);
+}
 
 static void test_clip_grad_norm(void **state) {
     (void)state;
@@ -1035,6 +1077,7 @@ int main(void) {
         cmocka_unit_test(test_newton_schulz_orthogonalises),
         cmocka_unit_test(test_skip_nonfinite),
         cmocka_unit_test(test_clip_grad_norm),
+        cmocka_unit_test(test_clip_callback_before_scaling),
         cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_muon_split_and_groups),
         cmocka_unit_test(test_state_dict_round_trip),

@@ -433,12 +433,53 @@ static void test_bad_input(void **state) {
     oj_engine_free(eng);
 }
 
+// test: logsumexp backward on a group of all -inf: a zero upstream
+// gradient gives exactly 0 (was NaN: g exp(x - y) with x - y = -inf + inf),
+// a nonzero one NaN (documented); the finite row is softmax(row) g, in
+// float64; f32 and f64, keepdim and not.
+static void test_logsumexp_minf_backward(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    double xv[6] = {-INFINITY, -INFINITY, -INFINITY, 1, 2, -INFINITY};
+    double e1 = exp(1.0), p1[3] = {1 / (1 + e1), e1 / (1 + e1), 0};
+    for (int k = 0; k < 4; k++) {
+        oj_scope_begin(eng);
+        oj_dtype dt = (k & 1) ? OJ_F32 : OJ_F64;
+        bool keep = k & 2;
+        for (int nz = 0; nz < 2; nz++) {
+            oj_tensor *x64 = oj_from_host(eng, 2, (int64_t[]){2, 3}, OJ_F64, xv, sizeof xv);
+            oj_tensor *x = oj_cast(x64, dt);
+            oj_set_requires_grad(x, true);
+            int d1 = 1;
+            oj_tensor *y = oj_logsumexp(x, 1, &d1, keep);
+            double gv[2] = {nz ? 1.0 : 0.0, 1.5};
+            int64_t gs[2] = {2, 1};
+            oj_tensor *g64 = oj_from_host(eng, keep ? 2 : 1, gs, OJ_F64, gv, sizeof gv);
+            assert_int_equal(oj_backward_seeded(y, oj_cast(g64, dt), false), OJ_OK);
+            double g[6];
+            oj_tensor *gx = oj_cast(oj_grad(x), OJ_F64);
+            assert_int_equal(oj_to_host(gx, g, sizeof g), OJ_OK);
+            for (int i = 0; i < 3; i++) {
+                if (nz ? !isnan(g[i]) : (g[i] != 0 || signbit(g[i])))
+                    fail_msg("logsumexp -inf row, upstream %g: dx[%d] = %g", gv[0], i, g[i]);
+                if (fabs(g[3 + i] - 1.5 * p1[i]) > ((k & 1) ? 1e-6 : 1e-15))
+                    fail_msg("logsumexp finite row: dx[%d] = %.17g, want %.17g", i, g[3 + i],
+                             1.5 * p1[i]);
+            }
+        }
+        oj_scope_end(eng);
+    }
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_values),
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_gradcheck_reductions),
         cmocka_unit_test(test_special_gradients),
+        cmocka_unit_test(test_logsumexp_minf_backward),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

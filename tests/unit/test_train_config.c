@@ -9,8 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <unistd.h>
+
 #include <cmocka.h>
 
+#include "ojas/io.h"
 #include "train_testutil.h"
 
 static void test_defaults_round_trip(void **state) {
@@ -244,7 +247,8 @@ static void test_runs(void **state) {
     snprintf(p, sizeof p, "%s/ckpt-000001/manifest.json", out);
     assert_int_equal(access(p, R_OK), 0);
 
-    /* missing data is one clear error */
+    /* missing data is one clear error (a fresh out dir: "timed" holds a run) */
+    snprintf(out, sizeof out, "%s/nodata_run", dir);
     c.time_limit_seconds = 0;
     snprintf(c.data_dir, sizeof c.data_dir, "%s/nodata", dir);
     memset(&err, 0, sizeof err);
@@ -355,6 +359,81 @@ static void test_cuda_never_falls_back(void **state) {
     tt_rmdir(dir);
 }
 
+/* The trainer checks its memory before allocating anything or making the
+ * run directory: weights + gradients + optimizer state, and a lower bound
+ * of a micro-batch's activations, against budget_bytes. */
+static void test_memory_preflight(void **state) {
+    (void)state;
+    char dir[256], p[400];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(p, sizeof p, "%s/run", dir);
+    oj_train_options o = {.out_dir = p};
+    struct stat sb;
+    /* the state alone does not fit 1 MiB */
+    oj_train_config c = tt_config(dir);
+    c.budget_bytes = INT64_C(1) << 20;
+    oj_trainer *t = NULL;
+    oj_error e1 = {0};
+    assert_int_equal(oj_trainer_create(&c, &o, &t, &e1), OJ_ERR_CAPACITY);
+    assert_null(t);
+    assert_non_null(strstr(e1.message, "optimizer state"));
+    assert_non_null(strstr(e1.message, "nothing was allocated"));
+    assert_int_not_equal(stat(p, &sb), 0); /* no run directory made */
+    /* the activations of a huge batch do not fit 64 MiB */
+    c.budget_bytes = INT64_C(64) << 20;
+    c.batch_size = 1 << 16;
+    oj_error e2 = {0};
+    assert_int_equal(oj_trainer_create(&c, &o, &t, &e2), OJ_ERR_CAPACITY);
+    assert_non_null(strstr(e2.message, "activations of B 65536 x T 16"));
+    assert_int_not_equal(stat(p, &sb), 0);
+    tt_rmdir(dir);
+}
+
+/* Messages that name the cause: a bad value inside a checkpoint's
+ * state.json names that file; "no good checkpoint" says why each candidate
+ * was refused. */
+static void test_checkpoint_config_messages(void **state) {
+    (void)state;
+    char dir[256], root[400], p[600];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    snprintf(root, sizeof root, "%s/run", dir);
+    oj_engine *eng;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    int64_t shape[1] = {4};
+    oj_tensor *w = oj_zeros(eng, 1, shape, OJ_F32);
+    const char *names[1] = {"w"};
+    oj_named_tensors sd = {1, names, &w};
+    assert_int_equal(oj_checkpoint_save(root, 3, &sd, NULL, "{\"config\": {\"n_embd\": 99999999}}",
+                                        0, NULL), OJ_OK);
+    oj_train_config c;
+    oj_error e1 = {0};
+    assert_int_not_equal(oj_train_config_from_checkpoint(root, &c, &e1), OJ_OK);
+    snprintf(p, sizeof p, "%s/ckpt-000003/state.json", root);
+    if (!strstr(e1.message, p) || !strstr(e1.message, "n_embd"))
+        fail_msg("'%s' names neither %s nor n_embd", e1.message, p);
+    assert_int_equal(oj_checkpoint_save(root, 6, &sd, NULL, "{\"config\": {}}", 0, NULL), OJ_OK);
+    /* both checkpoints damaged: each reason is given; the status is the
+     * newest one's (the changed model.safetensors: corrupt) */
+    snprintf(p, sizeof p, "%s/ckpt-000006/model.safetensors", root);
+    FILE *f = fopen(p, "r+b");
+    fseek(f, 20, SEEK_SET);
+    fputc('#', f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/ckpt-000003/manifest.json", root);
+    unlink(p);
+    oj_error e2 = {0};
+    assert_int_equal(oj_train_config_from_checkpoint(root, &c, &e2), OJ_ERR_CORRUPT);
+    assert_non_null(strstr(e2.message, "no good checkpoint found"));
+    assert_non_null(strstr(e2.message, "ckpt-000006 refused:"));
+    assert_non_null(strstr(e2.message, "model.safetensors"));
+    assert_non_null(strstr(e2.message, "ckpt-000003 refused:"));
+    assert_non_null(strstr(e2.message, "manifest.json"));
+    oj_release(w);
+    oj_engine_free(eng);
+    tt_rmdir(dir);
+}
+
 /* ---- the `dtype` key */
 
 /* --------------------------------------------------------------- trainer */
@@ -399,6 +478,8 @@ int main(void) {
         cmocka_unit_test(test_json),                cmocka_unit_test(test_check_and_model),
         cmocka_unit_test(test_runs),                cmocka_unit_test(test_bits_per_byte),
         cmocka_unit_test(test_cuda_never_falls_back),
+        cmocka_unit_test(test_memory_preflight),
+        cmocka_unit_test(test_checkpoint_config_messages),
         cmocka_unit_test(test_train_dtype_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,13 @@
  * - other dtypes: one row at a time in double; weight/bias gradients sum
  *   over rows in index order.
  * Either way every value is computed by one task in a fixed order, so
- * results do not depend on the thread count. */
+ * results do not depend on the thread count.
+ * An f32 row whose float sums are not finite (finite values whose sum of
+ * squares passes FLT_MAX: |x| from about 1.8e19) is redone in double,
+ * statistics, output and gradient (oj_cpu_norm_stats_f32): the result is
+ * right for every finite row, other rows keep the float path's bits, and
+ * the choice depends on the row only, so it is the same at any thread
+ * count. */
 #include <math.h>
 #include <string.h>
 
@@ -54,6 +60,67 @@ typedef struct {
     oj_dtype dydt;
 } norm_ctx;
 
+/* Mean (0 for RMS) and rstd of the f32 row x[0..C): the SIMD float sums,
+ * or, where those are not finite, the sums in double (which cannot
+ * overflow for finite floats; a row holding inf or NaN gives what the
+ * float path gives). Returns false when the double sums were taken: the
+ * caller then normalises the row with oj_cpu_norm_apply_d. */
+bool oj_cpu_norm_stats_f32(const oj_simd *sd, const float *x, int64_t C, bool rms, double eps,
+                           float *m, float *rs) {
+    if (rms) {
+        float ss = sd->sumsq_dev(x, C, 0.0f);
+        *m = 0.0f;
+        *rs = (float)(1.0 / sqrt((double)ss / (double)C + eps));
+        if (isfinite(ss)) return true;
+    } else {
+        float mf = sd->sum(x, C) / (float)C;
+        float var = sd->sumsq_dev(x, C, mf) / (float)C;
+        *m = mf;
+        *rs = (float)(1.0 / sqrt((double)var + eps));
+        if (isfinite(mf) && isfinite(var)) return true;
+    }
+    double md = 0.0, ss = 0.0;
+    if (!rms) {
+        for (int64_t k = 0; k < C; k++) md += (double)x[k];
+        md /= (double)C;
+    }
+    for (int64_t k = 0; k < C; k++) ss += ((double)x[k] - md) * ((double)x[k] - md);
+    *m = (float)md;
+    *rs = (float)(1.0 / sqrt(ss / (double)C + eps));
+    return false;
+}
+
+/* y[k] = (x[k] - m) rs w[k] + b[k] in double, rounded once to y's dtype
+ * (f32 y, or bf16/f16 yl when y is NULL); w, b NULL: ones, zeros. */
+void oj_cpu_norm_apply_d(float *y, uint16_t *yl, oj_dtype ldt, const float *x, int64_t C, float m,
+                         float rs, const float *w, const float *b) {
+    for (int64_t k = 0; k < C; k++) {
+        double v = ((double)x[k] - (double)m) * (double)rs * (w ? (double)w[k] : 1.0) +
+                   (b ? (double)b[k] : 0.0);
+        if (y) y[k] = (float)v;
+        else yl[k] = ldt == OJ_BF16 ? oj_f32_to_bf16((float)v) : oj_f32_to_f16((float)v);
+    }
+}
+
+/* The norm's dx of one f32 row in double (rms: no mean(g) term):
+ * dx = rs (g - mean(g) - xh mean(g xh)), g = dy w, xh = (x - m) rs. For
+ * rows whose float sums (norm_bwd_sums) are not finite. */
+void oj_cpu_norm_bwd_dx_d(float *dx, const float *x, const float *dy, const float *w, int64_t C,
+                          float m, float rs, bool rms) {
+    double sg = 0.0, sgx = 0.0, r = (double)rs;
+    for (int64_t k = 0; k < C; k++) {
+        double g = (double)dy[k] * (w ? (double)w[k] : 1.0);
+        sg += g;
+        sgx += g * (((double)x[k] - (double)m) * r);
+    }
+    sg = rms ? 0.0 : sg / (double)C;
+    sgx /= (double)C;
+    for (int64_t k = 0; k < C; k++) {
+        double g = (double)dy[k] * (w ? (double)w[k] : 1.0);
+        dx[k] = (float)(r * (g - sg - (((double)x[k] - (double)m) * r) * sgx));
+    }
+}
+
 static int64_t row_grain(int64_t C) {
     int64_t g = 16384 / (C > 0 ? C : 1);
     return g < 1 ? 1 : g;
@@ -73,16 +140,11 @@ static void fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
                 for (int64_t k = 0; k < C; k++) s[k] = x[k] + c->rf[n * C + k];
             x = s;
         }
-        float m = 0.0f, rs;
-        if (c->rms) {
-            float ss = c->sd->sumsq_dev(x, C, 0.0f);
-            rs = (float)(1.0 / sqrt((double)ss / (double)C + c->eps));
-        } else {
-            m = c->sd->sum(x, C) / (float)C;
-            float var = c->sd->sumsq_dev(x, C, m) / (float)C;
-            rs = (float)(1.0 / sqrt((double)var + c->eps));
-        }
-        if (c->outl) { /* norm_apply is elementwise: pieces give the same floats */
+        float m, rs;
+        if (!oj_cpu_norm_stats_f32(c->sd, x, C, c->rms, c->eps, &m, &rs)) {
+            oj_cpu_norm_apply_d(c->outl ? NULL : c->out + n * C, c->outl ? c->outl + n * C : NULL,
+                                c->odt, x, C, m, rs, c->w, c->b);
+        } else if (c->outl) { /* norm_apply is elementwise: pieces give the same floats */
             float t[256];
             for (int64_t k0 = 0; k0 < C; k0 += 256) {
                 int64_t len = C - k0 < 256 ? C - k0 : 256;
@@ -118,8 +180,11 @@ static void bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
             float m = c->rms ? 0.0f : c->mean[n], rs = c->rstd[n], sg, sgx;
             c->sd->norm_bwd_sums(x, dy, c->w, C, m, rs, &sg, &sgx);
             float *dx = c->dx + n * C;
-            c->sd->norm_bwd_dx(dx, x, dy, c->w, C, m, rs, c->rms ? 0.0f : sg / (float)C,
-                               sgx / (float)C);
+            if (isfinite(sg) && isfinite(sgx))
+                c->sd->norm_bwd_dx(dx, x, dy, c->w, C, m, rs, c->rms ? 0.0f : sg / (float)C,
+                                   sgx / (float)C);
+            else /* the float sums overflowed: the row in double */
+                oj_cpu_norm_bwd_dx_d(dx, x, dy, c->w, C, m, rs, c->rms);
             /* the residual gradient: binary's float add of the stored dx */
             if (c->dres)
                 for (int64_t k = 0; k < C; k++) dx[k] = c->dres[n * C + k] + dx[k];

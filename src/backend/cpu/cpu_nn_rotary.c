@@ -150,10 +150,12 @@ static void rnr_fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
         if (c->f32) { /* cpu_nn_norm.c fwd_rows, on the row gathered */
             float *xf = (float *)(buf + 2 * D);
             for (int64_t k = 0; k < D; k++) xf[k] = *(const float *)(xr + k * sD * 4);
-            float ss = c->sd->sumsq_dev(xf, D, 0.0f);
-            float rs = (float)(1.0 / sqrt((double)ss / (double)D + c->eps));
-            c->sd->norm_apply((float *)orow, xf, D, 0.0f, rs,
-                              c->w ? (const float *)oj__nn_base(c->w) : NULL, NULL);
+            const float *w = c->w ? (const float *)oj__nn_base(c->w) : NULL;
+            float m, rs;
+            if (oj_cpu_norm_stats_f32(c->sd, xf, D, true, c->eps, &m, &rs))
+                c->sd->norm_apply((float *)orow, xf, D, 0.0f, rs, w, NULL);
+            else /* float sums overflowed: the row in double, as cpu_nn_norm.c */
+                oj_cpu_norm_apply_d((float *)orow, NULL, OJ_F32, xf, D, 0.0f, rs, w, NULL);
             if (c->rstd) ((float *)oj__nn_base(c->rstd))[ln] = rs;
         } else { /* oj_cpu_rms_norm_forward's double path */
             double *row = buf;
@@ -196,8 +198,11 @@ static void rnr_bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
             const float *w = c->w ? (const float *)oj__nn_base(c->w) : NULL;
             float rs = (float)rsd, sg, sgx;
             c->sd->norm_bwd_sums(xf, (const float *)g, w, D, 0.0f, rs, &sg, &sgx);
-            c->sd->norm_bwd_dx((float *)dr, xf, (const float *)g, w, D, 0.0f, rs, 0.0f,
-                               sgx / (float)D);
+            if (isfinite(sg) && isfinite(sgx))
+                c->sd->norm_bwd_dx((float *)dr, xf, (const float *)g, w, D, 0.0f, rs, 0.0f,
+                                   sgx / (float)D);
+            else
+                oj_cpu_norm_bwd_dx_d((float *)dr, xf, (const float *)g, w, D, 0.0f, rs, true);
         } else { /* oj_cpu_rms_norm_backward's double path */
             double *xr2 = buf, *gd = buf + D; /* the rotation buffer is free again */
             oj__nn_load(xr, c->x->dtype, D, sD, xr2);

@@ -3,7 +3,9 @@
  * f32 rows over a contiguous last dim run in parallel on the engine's SIMD
  * level (max, exp and sums in f32, cpu_simd.h); everything else is
  * computed in double with the max subtracted. Each row is one task's work
- * in a fixed order, so results do not depend on the thread count. */
+ * in a fixed order, so results do not depend on the thread count. A row
+ * whose upstream gradient is all zero gets exactly 0 in backward, even a
+ * row of all -inf (whose output is NaN). */
 #include <math.h>
 #include <string.h>
 
@@ -47,12 +49,24 @@ static void sm_fwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
     }
 }
 
+/* Is every one of g[0..n) zero? (A row with such an upstream gradient gets
+ * exactly 0, even where y is NaN: a row of all -inf; see oj_softmax.) */
+static bool all_zero_f(const float *g, int64_t n) {
+    for (int64_t k = 0; k < n; k++)
+        if (g[k] != 0.0f) return false;
+    return true;
+}
+
 static void sm_bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
     (void)tid;
     const sm_ctx *c = vc;
     int64_t n = c->n;
     for (int64_t r = begin; r < end; r++) {
         const float *y = c->y + r * n, *dy = c->dy + r * n;
+        if (all_zero_f(dy, n)) {
+            memset(c->out + r * n, 0, (size_t)n * sizeof(float));
+            continue;
+        }
         float s = c->log ? c->sd->sum(dy, n) : c->sd->dot(dy, y, n);
         c->sd->softmax_bwd(c->out + r * n, y, dy, n, s, c->log);
     }
@@ -150,8 +164,12 @@ oj_status oj_cpu_softmax_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor
         for (int64_t i = 0; i < inner; i++) {
             load_line(y, o, i, n, inner, yr);
             load_line(dy, o, i, n, inner, gr);
+            bool zero = true; /* an all-zero upstream row gives exactly 0 */
+            for (int64_t k = 0; k < n && zero; k++) zero = gr[k] == 0.0;
             double s = 0.0;
-            if (logsm) {
+            if (zero) {
+                for (int64_t k = 0; k < n; k++) yr[k] = 0.0;
+            } else if (logsm) {
                 for (int64_t k = 0; k < n; k++) s += gr[k];
                 for (int64_t k = 0; k < n; k++) yr[k] = gr[k] - exp(yr[k]) * s;
             } else {

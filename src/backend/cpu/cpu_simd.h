@@ -112,6 +112,15 @@ typedef struct oj_simd {
                    int64_t b_step, int64_t n);
 } oj_simd;
 
+/* The norms' f32 rows where the float sums overflow (cpu_nn_norm.c; also
+ * used by cpu_nn_rotary.c). */
+bool oj_cpu_norm_stats_f32(const oj_simd *sd, const float *x, int64_t C, bool rms, double eps,
+                           float *m, float *rs);
+void oj_cpu_norm_apply_d(float *y, uint16_t *yl, oj_dtype ldt, const float *x, int64_t C, float m,
+                         float rs, const float *w, const float *b);
+void oj_cpu_norm_bwd_dx_d(float *dx, const float *x, const float *dy, const float *w, int64_t C,
+                          float m, float rs, bool rms);
+
 /* The table for a level (a level this CPU lacks must not be asked for). */
 const oj_simd *oj_simd_for(oj_cpu_isa isa);
 /* The table eng's kernels use. */

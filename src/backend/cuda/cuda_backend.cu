@@ -36,6 +36,7 @@ static oj_backend make_cuda_backend() {
     /* memory (cuda_memory.cu) */
     b.open = oj_cuda_open;
     b.close = oj_cuda_close;
+    b.memory_info = oj_cuda_memory_info;
     b.alloc = oj_cuda_alloc;
     b.free = oj_cuda_free;
     b.copy_h2d = oj_cuda_copy_h2d;

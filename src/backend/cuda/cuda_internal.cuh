@@ -701,6 +701,7 @@ oj_status oj_cuda_sum_squares(oj_engine *eng, const oj_tensor *x, double *out);
 /* Memory entries (cuda_memory.cu). */
 oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err);
 void oj_cuda_close(oj_engine *eng);
+oj_status oj_cuda_memory_info(oj_engine *eng, int64_t *free_bytes, int64_t *total_bytes);
 void *oj_cuda_alloc(oj_engine *eng, size_t nbytes);
 void oj_cuda_free(oj_engine *eng, void *ptr, size_t nbytes);
 oj_status oj_cuda_copy_h2d(oj_engine *eng, void *dst, const void *src, size_t nbytes);

@@ -185,6 +185,19 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
     return OJ_OK;
 }
 
+oj_status oj_cuda_memory_info(oj_engine *eng, int64_t *free_bytes, int64_t *total_bytes) {
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
+    if (e == cudaSuccess) e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return OJ_ERR_DEVICE;
+    }
+    *free_bytes = (int64_t)f;
+    *total_bytes = (int64_t)t;
+    return OJ_OK;
+}
+
 void oj_cuda_close(oj_engine *eng) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
     cudaSetDevice(cuda_ordinal(eng));

@@ -155,7 +155,9 @@ static unsigned row_blocks(int64_t N) { return (unsigned)(N < (1 << 20) ? N : (1
  * above (larger blocks would spill the backward's 4 x NPT registers). Each
  * thread keeps the NPT values c = tid + TPR k of its row in registers, so
  * x (and dy) are read once; compute is float (rstd from the float variance
- * in double); row sums reduce by warp shuffles (xor butterfly) and, across
+ * in double; a row whose float sums overflow, finite |x| from ~1.8e19, takes
+ * its sums in double, and x - m that overflows a float is taken in double:
+ * norm_xh); row sums reduce by warp shuffles (xor butterfly) and, across
  * warps, through shared memory in warp order: a fixed order, so every run
  * gives the same bits. f64, C > 8192 and N = 0 keep the double kernels
  * above. The forward runs four rows per 128-thread block in warp mode.
@@ -210,10 +212,32 @@ template <int NPT, int TPR> struct norm_rr {
     static constexpr int v = TPR != 32 ? 1 : NPT <= 4 ? 4 : NPT <= 8 ? 2 : 1;
 };
 
+/* Double sum of v over the TPR threads of a row (oj_cu_row_sumf's
+ * pattern; every thread of the row must call it). */
+template <int TPR> __device__ static __forceinline__ double row_sumd(double v, double *sh) {
+    v = oj_cu_warp_sum(v);
+    if (TPR == 32) return v;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads(); /* sh may still be read by the previous call */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    return oj_cu_warp_sum(lane < TPR / 32 ? sh[lane] : 0.0);
+}
+
+/* xhat = (x - m) rs in float (each step rounded); where the float
+ * difference overflows (finite values of both signs near FLT_MAX), in
+ * double rounded once, so xhat stays finite. */
+__device__ static __forceinline__ float norm_xh(float x, float m, float rs) {
+    float d = x - m;
+    if (isfinite(d) || !isfinite(x) || !isfinite(m)) return __fmul_rn(d, rs);
+    return (float)(((double)x - (double)m) * (double)rs);
+}
+
 template <typename T, int NPT, int TPR, bool PRE, typename TR = T, bool ADD = false>
 __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_args a) {
     constexpr int RR = norm_rr<NPT, TPR>::v;
     __shared__ float sh[32];
+    __shared__ double shd[32];
     const int tid = TPR == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
     const int64_t rpb = TPR == 32 ? blockDim.x / 32 : 1;
     const int64_t r0 = (int64_t)blockIdx.x * rpb + (TPR == 32 ? threadIdx.x / 32 : 0);
@@ -280,12 +304,30 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_ar
                 var = oj_cu_row_sumf<TPR>(d2, sh) / (float)C;
             }
             float rs = (float)(1.0 / sqrt((double)var + a.eps));
+            if (!(isfinite(m) && isfinite(var))) {
+                /* uniform over the row: a float sum overflowed (finite |x|
+                 * from ~1.8e19; the CPU redoes such rows in double too):
+                 * the row's sums in double, which cannot overflow */
+                double md = 0.0, d2 = 0.0;
+                if (!a.rms) {
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) md += (double)v[i][k]; /* 0 past C */
+                    md = row_sumd<TPR>(md, shd) / (double)C;
+                }
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    double d = (double)v[i][k] - md;
+                    if (tid + (int64_t)TPR * k < C) d2 += d * d;
+                }
+                m = (float)md;
+                rs = (float)(1.0 / sqrt(row_sumd<TPR>(d2, shd) / (double)C + a.eps));
+            }
             T *orow = (T *)a.out + n * C;
 #pragma unroll
             for (int k = 0; k < NPT; k++) {
                 int64_t c = tid + (int64_t)TPR * k;
                 if (c < C) { /* each step rounded, as the CPU's float code (no fma) */
-                    float y = __fmul_rn(v[i][k] - m, rs);
+                    float y = norm_xh(v[i][k], m, rs);
                     if (w) y = __fmul_rn(y, PRE ? wv[k] : oj_cu_tof(w[c]));
                     if (b) y = __fadd_rn(y, PRE ? bv[k] : oj_cu_tof(b[c]));
                     if (std::is_same<T, float>::value && a.olow) /* f32 rounded once, as copy */
@@ -361,7 +403,7 @@ __global__ void __launch_bounds__(256, NPT <= 24 ? 2 : 1)
 #pragma unroll
             for (int k = 0; k < NPT; k++) {
                 const float dy = gw[k];
-                xh[k] = (xh[k] - m) * rs;
+                xh[k] = norm_xh(xh[k], m, rs);
                 gw[k] = dy * ws[tid + TPR * k];
                 pw[k] += dy * xh[k];
                 pb[k] += dy;

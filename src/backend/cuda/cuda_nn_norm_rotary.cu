@@ -150,7 +150,14 @@ __global__ void __launch_bounds__(RNR_THREADS, 3) k_rnr_fwd(rnr_args a) {
 #pragma unroll
             for (int k = 0; k < NPT; k++) s = __fmaf_rn(v[u][k], v[u][k], s);
             s = oj_cu_warp_sumf(s);
-            const float rs = __frsqrt_rn(__fadd_rn(__fdiv_rn(s, (float)D), epsf));
+            float rs = __frsqrt_rn(__fadd_rn(__fdiv_rn(s, (float)D), epsf));
+            if (!isfinite(s)) { /* uniform over the warp: the float sum overflowed
+                                 * (finite |x| from ~1.8e19): the sum in double */
+                double sd = 0.0;
+#pragma unroll
+                for (int k = 0; k < NPT; k++) sd += (double)v[u][k] * (double)v[u][k];
+                rs = (float)(1.0 / sqrt(oj_cu_warp_sum(sd) / (double)D + a.eps));
+            }
             float y[NPT];
 #pragma unroll
             for (int k = 0; k < NPT; k++) { /* the norm's output as stored (T) */

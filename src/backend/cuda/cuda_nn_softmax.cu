@@ -79,16 +79,19 @@ __global__ void k_softmax_backward(sm_args a) {
         int64_t o = l / a.inner, i = l - o * a.inner;
         int64_t base = o * a.n * a.inner + i;
         double s = 0.0;
+        int nz = 0;
         for (int64_t k = threadIdx.x; k < a.n; k += blockDim.x) {
             double g = oj_cu_ld(a.dy + (base + k * a.inner) * a.ges, a.gdt);
+            nz |= g != 0.0;
             s += a.log ? g : g * oj_cu_ld(a.y + (base + k * a.inner) * a.yes, a.ydt);
         }
         s = oj_cu_block_sum(s, sh);
+        nz = __syncthreads_or(nz); /* an all-zero upstream row gives exactly 0 */
         for (int64_t k = threadIdx.x; k < a.n; k += blockDim.x) {
             double g = oj_cu_ld(a.dy + (base + k * a.inner) * a.ges, a.gdt);
             double y = oj_cu_ld(a.y + (base + k * a.inner) * a.yes, a.ydt);
             oj_cu_st(a.out + (base + k * a.inner) * a.oes, a.odt,
-                     a.log ? g - exp(y) * s : y * (g - s));
+                     !nz ? 0.0 : a.log ? g - exp(y) * s : y * (g - s));
         }
     }
 }
@@ -221,15 +224,19 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR)
     for (int64_t r = r0; r < rows; r += rstep) {
         const T *yr = y + r * n, *gr = dy + r * n;
         float s = 0.0f;
+        int nz = 0;
         for (int64_t c = tid; c < n; c += TPR) {
             float g = oj_cu_tof(gr[c]);
+            nz |= g != 0.0f;
             s += log ? g : g * oj_cu_tof(yr[c]);
         }
         s = oj_cu_row_sumf<TPR>(s, sh);
+        /* an all-zero upstream row gives exactly 0 (even where y is NaN) */
+        nz = TPR == 32 ? __any_sync(0xffffffffu, nz) : __syncthreads_or(nz);
         T *dr = dx + r * n;
         for (int64_t c = tid; c < n; c += TPR) {
             float g = oj_cu_tof(gr[c]), yv = oj_cu_tof(yr[c]);
-            dr[c] = oj_cu_fromf<T>(log ? g - expf(yv) * s : yv * (g - s));
+            dr[c] = oj_cu_fromf<T>(!nz ? 0.0f : log ? g - expf(yv) * s : yv * (g - s));
         }
     }
 }

@@ -1,0 +1,145 @@
+/* The trainer on a CUDA device: its step as a CUDA graph (each batch
+ * uploaded from the loader's host buffer straight into the graph's static
+ * inputs) trains exactly as its eager step under EXACT numerics (losses,
+ * grad norms, val losses and parameters, bit for bit), and
+ * oj_bench_trainer times that very step. Skips (77) without a CUDA
+ * device. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../unit/train_testutil.h"
+#include "gpu_testutil.h"
+#include "ojas/ojas.h"
+
+#define N_STEPS 6
+
+typedef struct {
+    double loss[N_STEPS + 1], norm[N_STEPS + 1], val[N_STEPS + 1];
+} step_log;
+
+static void on_metrics(const oj_train_metrics *m, void *ctx) {
+    step_log *r = ctx;
+    if (m->step < 1 || m->step > N_STEPS) return;
+    if (m->is_eval) {
+        r->val[m->step] = m->val_loss;
+        return;
+    }
+    r->loss[m->step] = m->loss;
+    r->norm[m->step] = m->grad_norm;
+}
+
+/* tt_config on cuda:0, EXACT, grad_accum 1 (what a graph needs). */
+static oj_train_config gpu_config(const char *dir, const char *model, bool bf16, bool graph) {
+    oj_train_config c = tt_config(dir);
+    snprintf(c.model, sizeof c.model, "%s", model);
+    c.optimizer = strncmp(model, "gpt2", 4) == 0 ? OJ_TRAIN_ADAMW : OJ_TRAIN_MUON;
+    c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+    c.grad_accum = 1;
+    c.dtype = bf16 ? OJ_TRAIN_BF16 : OJ_TRAIN_F32;
+    c.cuda_graph = graph;
+    return c;
+}
+
+/* Train 6 steps; the log and every parameter's values (f32) into *params. */
+static void train(const oj_train_config *c, const char *out, step_log *r, float **params,
+                  int64_t *n) {
+    oj_train_options o = {.out_dir = out, .on_metrics = on_metrics, .ctx = r};
+    oj_trainer *t = NULL;
+    oj_error err = {0};
+    if (oj_trainer_create(c, &o, &t, &err) != OJ_OK) fail_msg("create: %s", err.message);
+    oj_train_result res;
+    if (oj_trainer_run(t, &res, &err) != OJ_OK) fail_msg("run: %s", err.message);
+    assert_int_equal(res.step, N_STEPS);
+    oj_named_tensors sd = oj_gpt_state_dict(oj_trainer_model(t));
+    int64_t total = 0;
+    for (int64_t i = 0; i < sd.n; i++) total += oj_numel(sd.tensors[i]);
+    float *p = malloc((size_t)total * sizeof *p);
+    assert_non_null(p);
+    int64_t at = 0;
+    for (int64_t i = 0; i < sd.n; i++) {
+        int64_t k = oj_numel(sd.tensors[i]);
+        assert_int_equal(oj_tensor_dtype(sd.tensors[i]), OJ_F32);
+        assert_int_equal(oj_to_host(sd.tensors[i], p + at, (size_t)k * sizeof *p), OJ_OK);
+        at += k;
+    }
+    oj_trainer_free(t);
+    *params = p;
+    *n = total;
+}
+
+static void graph_case(const char *model, bool bf16) {
+    char dir[256], a[300], b[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(a, sizeof a, "%s/eager", dir);
+    snprintf(b, sizeof b, "%s/graph", dir);
+    step_log le = {0}, lg = {0};
+    float *pe = NULL, *pg = NULL;
+    int64_t ne = 0, ng = 0;
+    oj_train_config ce = gpu_config(dir, model, bf16, false), cg = gpu_config(dir, model, bf16, true);
+    train(&ce, a, &le, &pe, &ne);
+    train(&cg, b, &lg, &pg, &ng);
+    tt_rmdir(dir);
+    for (int s = 1; s <= N_STEPS; s++)
+        printf("  %s%s step %d: eager %.9g graph %.9g\n", model, bf16 ? " bf16" : "", s,
+               le.loss[s], lg.loss[s]);
+    assert_memory_equal(le.loss, lg.loss, sizeof le.loss);
+    assert_memory_equal(le.norm, lg.norm, sizeof le.norm);
+    assert_memory_equal(le.val, lg.val, sizeof le.val);
+    assert_true(isfinite(le.val[3]) && isfinite(le.val[6]));
+    assert_int_equal(ne, ng);
+    assert_memory_equal(pe, pg, (size_t)ne * sizeof *pe);
+    free(pe);
+    free(pg);
+}
+
+static bool on_cpu;
+
+static void test_graph_step_matches_eager(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* a CUDA graph needs a CUDA device */
+    graph_case("gpt2-tiny", false);
+    graph_case("gpt2-tiny", true);
+    graph_case("nanolab-tiny", true);
+}
+
+/* oj_bench_trainer on the graph step: its last loss is oj_train's at the
+ * same step, bit for bit; the device work back to back is measured. */
+static void test_bench_graph_step(void **state) {
+    (void)state;
+    if (on_cpu) skip();
+    char dir[256], out[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(out, sizeof out, "%s/run", dir);
+    oj_train_config c = gpu_config(dir, "gpt2-tiny", true, true);
+    c.max_steps = 4;
+    oj_train_options o = {.out_dir = out};
+    oj_train_result res;
+    oj_error err = {0};
+    if (oj_train(&c, &o, &res, &err) != OJ_OK) fail_msg("train: %s", err.message);
+    oj_bench_result r;
+    if (oj_bench_trainer(&c, 2, 2, true, &r, &err) != OJ_OK) fail_msg("bench: %s", err.message);
+    tt_rmdir(dir);
+    printf("  bench: step %.3f ms, kernel %.3f ms, overhead %.3f ms\n", r.step_ms, r.kernel_ms,
+           r.overhead_ms);
+    assert_memory_equal(&r.loss, &res.train_loss, sizeof r.loss);
+    assert_true(r.step_ms > 0 && r.kernel_ms > 0);
+}
+
+int main(void) {
+    if (gpu_test_probe(true, &on_cpu) != 0) return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_graph_step_matches_eager),
+        cmocka_unit_test(test_bench_graph_step),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
