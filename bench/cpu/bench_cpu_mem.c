@@ -4,9 +4,11 @@
  * number of threads), then ojas ops on tensors of the same size. GB/s
  * counts bytes as STREAM does (each array read or written once; no
  * write-allocate traffic), and each op is reported as a fraction of the
- * triad's GB/s.
+ * triad's GB/s. Then the activations (tanh, sigmoid, silu, gelu_tanh,
+ * gelu) on ordinary against saturated inputs, FAST and EXACT numerics.
  *
- * usage: bench_cpu_mem [--threads N] [--mib M] [--iters N] [--smoke] */
+ * usage: bench_cpu_mem [--threads N] [--mib M] [--iters N] [--smoke] [--acts]
+ *   --acts: the activation table only */
 #include <math.h>
 #include <pthread.h>
 
@@ -69,16 +71,70 @@ static oj_tensor *op_sum_cols(oj_tensor *a, oj_tensor *b) {
 }
 static oj_tensor *op_sum_all(oj_tensor *a, oj_tensor *b) { (void)b; return oj_sum_all(a); }
 
+/* Median ms of y = fn(x) over iters runs (one warm-up). */
+static double time_unary(oj_engine *eng, oj_tensor *(*fn)(oj_tensor *), oj_tensor *x, int iters,
+                         const char *name) {
+    double ts[64];
+    int m = iters < 64 ? iters : 64;
+    for (int it = -1; it < m; it++) {
+        oj_scope_begin(eng);
+        double t0 = bc_now();
+        oj_tensor *y = fn(x);
+        double dt = bc_now() - t0;
+        if (y == NULL) {
+            fprintf(stderr, "%s: %s\n", name, oj_last_error(eng));
+            exit(1);
+        }
+        oj_scope_end(eng);
+        if (it >= 0) ts[it] = dt;
+    }
+    return bc_median(ts, m) * 1e3;
+}
+
+/* The activations on ordinary inputs (uniform in [-4, 4]) and on
+ * saturated ones (|x| uniform in [45, 1000], random sign), in FAST and
+ * EXACT numerics: a saturated input must cost what an ordinary one does
+ * (the exp inside them once made subnormals, 12-28x slower). */
+static void saturated_table(int64_t n, const int64_t *shape, int threads, int iters) {
+    struct {
+        const char *name;
+        oj_tensor *(*fn)(oj_tensor *);
+    } acts[] = {{"tanh", oj_tanh}, {"sigmoid", oj_sigmoid}, {"silu", oj_silu},
+                {"gelu_tanh", oj_gelu_tanh}, {"gelu (erf)", oj_gelu}};
+    printf("\nactivations, ordinary inputs (U[-4, 4]) vs saturated (|x| in U[45, 1000]), "
+           "ms for %lld elements\n", (long long)n);
+    printf("%-12s %-6s %10s %10s %10s\n", "op", "mode", "ordinary", "saturated", "ratio");
+    for (int mode = 0; mode < 2; mode++) {
+        oj_engine *eng = bc_engine(threads, mode ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST);
+        oj_tensor *x = oj_rand_uniform(eng, 2, shape, OJ_F32, -4, 4);
+        oj_tensor *mag = oj_rand_uniform(eng, 2, shape, OJ_F32, 45, 1000);
+        oj_tensor *s = oj_mul(oj_sign(oj_rand_uniform(eng, 2, shape, OJ_F32, -1, 1)), mag);
+        if (x == NULL || s == NULL) {
+            fprintf(stderr, "saturated inputs: %s\n", oj_last_error(eng));
+            exit(1);
+        }
+        for (size_t k = 0; k < sizeof acts / sizeof *acts; k++) {
+            double a = time_unary(eng, acts[k].fn, x, iters, acts[k].name);
+            double b = time_unary(eng, acts[k].fn, s, iters, acts[k].name);
+            printf("%-12s %-6s %10.3f %10.3f %9.2fx\n", acts[k].name, mode ? "exact" : "fast", a,
+                   b, b / a);
+        }
+        oj_engine_free(eng);
+    }
+}
+
 int main(int argc, char **argv) {
-    int threads = 1, iters = 10, smoke = 0;
+    int threads = 1, iters = 10, smoke = 0, acts_only = 0;
     int64_t mib = 64;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--smoke")) smoke = 1;
+        else if (!strcmp(argv[i], "--acts")) acts_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--mib M] [--iters N] [--smoke]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--mib M] [--iters N] [--smoke] [--acts]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -88,13 +144,18 @@ int main(int argc, char **argv) {
     n = R * C;
     char cpu[256];
     bc_cpu_model(cpu, sizeof cpu);
+    int64_t shape[2] = {R, C};
+    if (acts_only) {
+        printf("bench_cpu_mem: %s, threads %d\n", cpu, threads);
+        saturated_table(n, shape, threads, iters);
+        return 0;
+    }
     double triad = triad_gbs(n, threads, iters);
     printf("bench_cpu_mem: %s, threads %d, f32 tensors of %lld MiB ([%lld, %lld])\n", cpu,
            threads, (long long)mib, (long long)R, (long long)C);
     printf("STREAM-like triad (3 x %lld MiB): %.1f GB/s\n", (long long)mib, triad);
     printf("%-24s %10s %10s %10s\n", "op", "ms", "GB/s", "of triad");
     oj_engine *eng = bc_engine(threads, OJ_NUMERICS_FAST);
-    int64_t shape[2] = {R, C};
     oj_tensor *a = oj_rand_uniform(eng, 2, shape, OJ_F32, -1, 1);
     oj_tensor *b = oj_rand_uniform(eng, 2, shape, OJ_F32, -1, 1);
     struct {
@@ -126,5 +187,6 @@ int main(int argc, char **argv) {
         printf("%-24s %10.3f %10.1f %9.0f%%\n", ops[k].name, med * 1e3, gbs, 100.0 * gbs / triad);
     }
     oj_engine_free(eng);
+    saturated_table(n, shape, threads, iters);
     return 0;
 }

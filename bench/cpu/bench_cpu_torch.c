@@ -1,5 +1,6 @@
 /* ojas CPU against PyTorch CPU (Debian python3-torch 1.13), side by side in
- * one run: softmax, layer_norm and gelu forward+backward on [N, C], causal
+ * one run: softmax, layer_norm, gelu_tanh (GELU, tanh form) and gelu_erf
+ * (GELU, exact erf form) forward+backward on [N, C], causal
  * attention forward+backward, one GPT-2 transformer block forward+backward
  * (d 256, 8 heads, T 256, B 8) and a 4-layer GPT training step (AdamW,
  * vocab 4096), the shapes of ../shared/anchors/cpu/torch_bench.py.
@@ -149,6 +150,7 @@ static void rowop_step(void *vc) {
     oj_tensor *y = NULL;
     if (strcmp(c->op, "softmax") == 0) y = oj_softmax(c->x, -1);
     else if (strcmp(c->op, "layer_norm") == 0) y = oj_layer_norm(c->x, c->w, c->b, 1e-5);
+    else if (strcmp(c->op, "gelu_erf") == 0) y = oj_gelu(c->x);
     else y = oj_gelu_tanh(c->x);
     oj_backward_seeded(y, c->gy, false);
     check(c->eng, c->op);
@@ -247,7 +249,7 @@ int main(int argc, char **argv) {
     opts o = {.threads = 1, .iters = 10, .warmup = 2, .peer = 1, .numerics = OJ_NUMERICS_FAST,
               .d = 256, .heads = 8, .T = 256, .B = 8, .layers = 4, .vocab = 4096,
               .N = 2048, .C = 1024};
-    const char *parts = "softmax,layer_norm,gelu,attention,block,gpt";
+    const char *parts = "softmax,layer_norm,gelu_tanh,gelu_erf,attention,block,gpt";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) o.threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) o.iters = atoi(argv[++i]);

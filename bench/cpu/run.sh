@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU benchmarks behind docs/bench-cpu.md: sgemm against OpenBLAS,
 # elementwise/reductions against a STREAM-like triad, and softmax,
-# layer_norm, gelu, attention, a transformer block and a GPT training step
+# layer_norm, gelu (tanh and erf forms), attention, a transformer block and a GPT training step
 # against PyTorch (bench/cpu/torch_peer.py, started by bench_cpu_torch in
 # the same run), each on 1 and 2 threads, REPEAT times.
 #

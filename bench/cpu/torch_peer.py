@@ -10,7 +10,9 @@ anchors), so numbers compare with RESULTS-2026-11-29.md:
   attention F.scaled_dot_product_attention is not in torch 1.13, so the
             explicit (q k^T * scale, causal mask, softmax, @ v) forward and
             backward, as the block computes it.
-  softmax / layer_norm / gelu: the op forward (+backward) on [N, C].
+  softmax / layer_norm / gelu_tanh / gelu_erf: the op forward (+backward)
+            on [N, C]; gelu_tanh is F.gelu(approximate="tanh"), gelu_erf
+            the exact F.gelu.
 The caller sets the environment (threads, OpenBLAS core, malloc tunables);
 this prints one JSON line: {"part": ..., "ms": median, "min": ..., ...}.
 """
@@ -115,7 +117,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--part", required=True,
-                    choices=["block", "gpt", "attention", "softmax", "layer_norm", "gelu"])
+                    choices=["block", "gpt", "attention", "softmax", "layer_norm", "gelu_tanh",
+                             "gelu_erf"])
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--d", type=int, default=256)
@@ -169,7 +172,8 @@ def main():
         gy = torch.randn(a.N, a.C)
         op = {"softmax": lambda t: F.softmax(t, dim=-1),
               "layer_norm": lambda t: F.layer_norm(t, (a.C,), w, bias, 1e-5),
-              "gelu": lambda t: F.gelu(t, approximate="tanh")}[a.part]
+              "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+              "gelu_erf": F.gelu}[a.part]
 
         def fn():
             x.grad = w.grad = bias.grad = None

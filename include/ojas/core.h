@@ -116,7 +116,9 @@ bool oj_device_parse(const char *s, oj_device *d);
 void oj_device_name(oj_device d, char *buf, size_t len);
 
 typedef enum oj_numerics {
-    OJ_NUMERICS_FAST = 0,  /* any summation order, library GEMM allowed */
+    /* any summation order, library GEMM allowed; on the CPU, subnormal
+     * values are flushed to zero inside kernels (docs/architecture.md) */
+    OJ_NUMERICS_FAST = 0,
     OJ_NUMERICS_EXACT = 1, /* fixed order: bit-identical across thread counts and runs */
 } oj_numerics;
 

@@ -43,8 +43,9 @@ void oj_tokens_free(oj_tokens *t);
 typedef struct oj_tokenizer oj_tokenizer;
 
 /* Load from a directory holding `encoder.json` + `vocab.bpe` (GPT-2 / HF
- * format) or else exactly one `*.tiktoken` rank file (as
- * oj_tokenizer_load_tiktoken: GPT-2's ranks only). OJ_ERR_IO when the
+ * format), else `tokenizer.json` (oj_tokenizer_load_hf), else exactly one
+ * `*.tiktoken` rank file (as oj_tokenizer_load_tiktoken: GPT-2's ranks
+ * only). OJ_ERR_IO when the
  * files are missing or unreadable, OJ_ERR_CORRUPT when malformed (bad JSON,
  * bad base64, duplicate tokens or ids, a missing byte token, merges that
  * reference unknown tokens, an encoder.json entry that no merge produces
@@ -74,6 +75,43 @@ oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_er
  * were made with GPT-2's pattern (e.g. ranks.tiktoken written by
  * oj_tokenizer_save for a tokenizer trained with oj_bpe_train). */
 oj_status oj_tokenizer_load_tiktoken_as_gpt2(const char *path, oj_tokenizer **out, oj_error *err);
+/* A Hugging Face tokenizer.json whose model.type is "BPE", encoded to the ids
+ * of npm @huggingface/tokenizers (tokenizers.js):
+ * - byte-level (GPT-2, Llama 3, Qwen2/3 files): a ByteLevel pre-tokenizer,
+ *   alone (its GPT-2 regex) or after a Split whose regex (Oniguruma syntax)
+ *   is translated to PCRE2 with tokenizers.js's meaning (\s = Unicode
+ *   White_Space, (?i:) folds ASCII only); model.ignore_merges (a piece the
+ *   vocabulary holds whole is one token);
+ * - SentencePiece-style (Llama 2 files): model.byte_fallback, merges over
+ *   characters, a character outside the vocabulary as its <0xXX> tokens, no
+ *   pre-tokenizer or Metaspace (split false), the Replace/ByteFallback/Fuse/
+ *   Strip decoder.
+ * Merges are "A B" strings or ["A", "B"] pairs, applied by their index
+ * (lowest first, leftmost on ties). Normalizers: NFC (ICU; builds without
+ * ICU refuse it), Prepend, Replace of a string, Sequence. added_tokens split
+ * the text before anything else: special ones obey the encode flags like
+ * "<|endoftext|>", the others are split out in every mode. A
+ * TemplateProcessing post-processor, alone or in a Sequence after ByteLevel,
+ * gives oj_tokenizer_template. Encoding needs valid UTF-8
+ * (OJ_ERR_INVALID_ARGUMENT). eot is "<|endoftext|>" if the file has it, else
+ * the eos_token named by a tokenizer_config.json beside the file. Whatever
+ * else the file asks for (another model, normalizer, pre-tokenizer, decoder,
+ * post-processor, dropout, truncation, padding, lstrip/rstrip/single_word
+ * tokens, a regex construct outside the translated subset, ...) is
+ * OJ_ERR_UNSUPPORTED naming the file and field; bad JSON or a bad field is
+ * OJ_ERR_CORRUPT naming the file and field (JSON errors: line and column);
+ * OJ_ERR_IO when unreadable. The tokenizer cannot be saved
+ * (oj_tokenizer_save refuses) and keeps its pre-tokenizer
+ * (oj_tokenizer_set_pretokenizer refuses a change, except for files that use
+ * the GPT-2 pattern). On success *out owns a new tokenizer. */
+oj_status oj_tokenizer_load_hf(const char *tokenizer_json, oj_tokenizer **out, oj_error *err);
+/* The ids that tokenizer.json's post-processor places around one encoded
+ * text (TemplateProcessing "single": e.g. Llama's BOS before it): *prefix
+ * [*n_prefix] and *suffix [*n_suffix], owned by tok; none (NULL, 0) for
+ * other tokenizers. Encoding never adds them; callers do. Any pointer may
+ * be NULL. */
+void oj_tokenizer_template(const oj_tokenizer *tok, const int32_t **prefix, size_t *n_prefix,
+                           const int32_t **suffix, size_t *n_suffix);
 /* Write `encoder.json`, `vocab.bpe` and `ranks.tiktoken` into dir (created
  * if missing), each written to a temporary name and renamed. Merges are the
  * ones loaded or trained, or else recovered from the ranks (OJ_ERR_UNSUPPORTED
@@ -84,7 +122,8 @@ void oj_tokenizer_free(oj_tokenizer *tok);
 
 /* Number of ids (max id + 1, specials included). */
 int32_t oj_tokenizer_vocab_size(const oj_tokenizer *tok);
-/* Id of "<|endoftext|>", or -1 if the tokenizer has none. */
+/* Id of "<|endoftext|>" (for tokenizer.json files without it, the
+ * tokenizer_config.json eos_token), or -1 if the tokenizer has none. */
 int32_t oj_tokenizer_eot(const oj_tokenizer *tok);
 /* Id of special token `text` (NUL-terminated), or -1. */
 int32_t oj_tokenizer_special_id(const oj_tokenizer *tok, const char *text);

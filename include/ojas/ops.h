@@ -81,7 +81,10 @@ oj_tensor *oj_cos(oj_tensor *x);
 oj_tensor *oj_relu(oj_tensor *x);
 /* max(0, x) + negative_slope * min(0, x). */
 oj_tensor *oj_leaky_relu(oj_tensor *x, double negative_slope);
-/* Gaussian error linear unit, exact (erf) form. Hendrycks & Gimpel 2016. */
+/* Gaussian error linear unit, exact (erf) form: x Phi(x), Phi the normal
+ * CDF. Hendrycks & Gimpel 2016. f32 on the CPU: Phi from erfc (no
+ * cancellation in the left tail, unlike 1 + erf), within 8 ulp of
+ * float64; gelu(-inf) is NaN (-inf * 0), as in PyTorch. */
 oj_tensor *oj_gelu(oj_tensor *x);
 /* GELU with the tanh approximation (GPT-2's "gelu_new"). */
 oj_tensor *oj_gelu_tanh(oj_tensor *x);

@@ -523,8 +523,8 @@ typedef struct oj_backend {
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;
-#ifdef OJAS_HAVE_CUDA
+/* Defined in the CUDA backend module (libojas-cuda.so), never in libojas:
+ * libojas reaches it through the module's entry (backend/module.h). */
 extern const oj_backend oj_cuda_backend;
-#endif
 
 #endif /* OJAS_BACKEND_H */

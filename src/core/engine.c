@@ -90,11 +90,9 @@ oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_erro
     if (c.budget_bytes < 0)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "engine_create: budget_bytes %lld < 0",
                             (long long)c.budget_bytes);
-    const oj_backend *be = oj__backend_for(c.device.type);
-    if (be == NULL)
-        return oj_error_set(err, OJ_ERR_DEVICE,
-                            "engine_create: %s backend not built into this libojas",
-                            c.device.type == OJ_DEVICE_CUDA ? "CUDA" : "requested");
+    const oj_backend *be = NULL;
+    oj_status lst = oj__backend_load(c.device.type, &be, err); /* CUDA: loads libojas-cuda.so */
+    if (lst != OJ_OK) return lst;
 
     oj_engine *eng = calloc(1, sizeof *eng);
     if (eng == NULL) return oj_error_set(err, OJ_ERR_CAPACITY, "engine_create: out of host memory");

@@ -4,6 +4,7 @@
 #define OJAS_CORE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdarg.h>
 
 #include "ojas/core.h"
 
@@ -140,6 +141,9 @@ struct oj_engine {
     int64_t backward_seq; /* backward passes run (visit marks) */
 };
 
+/* oj_error_set with a va_list (src/core/status.c). */
+oj_status oj__error_setv(oj_error *e, oj_status st, const char *fmt, va_list ap);
+
 /* ---- validation helpers: each records an error naming `op` and returns
  * false when the check fails. */
 bool oj__check_tensor(oj_engine *eng, const oj_tensor *t, const char *op, const char *arg);
@@ -267,7 +271,14 @@ void oj__unhold(oj_tensor *t);
 void oj__node_release(struct oj_node *n);
 
 /* ---- backend registry (src/backend/registry.c) */
+/* The backend serving a device type: the CPU's always, CUDA's once its
+ * module is loaded (by oj__backend_load), else NULL. */
 const struct oj_backend *oj__backend_for(oj_device_type type);
+/* The backend for type into *out, loading the CUDA module
+ * (libojas-cuda.so) on first use. OJ_ERR_DEVICE in err (one line naming
+ * the missing file or library, or the module's refusal) when it cannot be
+ * loaded; OJ_ERR_INVALID_ARGUMENT for an unknown type. Thread-safe. */
+oj_status oj__backend_load(oj_device_type type, const struct oj_backend **out, oj_error *err);
 
 /* Reduction `op` (an oj_reduce_op) of every element of t into one double,
  * through the engine's backend: a reduce into an f64 tensor of t's rank with

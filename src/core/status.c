@@ -22,14 +22,18 @@ const char *oj_status_name(oj_status st) {
     return "OJ_ERR_UNKNOWN";
 }
 
-oj_status oj_error_set(oj_error *e, oj_status st, const char *fmt, ...) {
+oj_status oj__error_setv(oj_error *e, oj_status st, const char *fmt, va_list ap) {
     if (e == NULL || st == OJ_OK || e->status != OJ_OK) return st;
     e->status = st;
     e->message[0] = 0;
-    if (fmt == NULL) return st;
+    if (fmt != NULL) vsnprintf(e->message, sizeof e->message, fmt, ap);
+    return st;
+}
+
+oj_status oj_error_set(oj_error *e, oj_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    oj_status r = oj__error_setv(e, st, fmt, ap);
     va_end(ap);
-    return st;
+    return r;
 }

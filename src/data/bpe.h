@@ -4,6 +4,7 @@
 #define OJAS_DATA_BPE_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "data/hashmap.h"
 #include "ojas/data.h"
@@ -14,6 +15,8 @@ typedef struct oj_special {
     char *text;
     size_t len;
     int32_t id;
+    bool always;          /* a tokenizer.json added token that is not special:
+                             split out of the text in every encode mode */
 } oj_special;
 
 /* Per-thread encode scratch; a tokenizer keeps a free list of them. */
@@ -55,7 +58,35 @@ struct oj_tokenizer {
     oj_pretokenizer pretok;
     struct oj_pretok_re *re;
     oj_tok_pool *pool;
+    /* Loaded from tokenizer.json (src/data/tokenizer_json.c); all zero for
+     * the other formats. */
+    uint8_t hf;             /* encode_ordinary goes through oj_hf_encode_ordinary */
+    uint8_t hf_split;       /* oj_hf_split */
+    uint8_t strip_space;    /* decode drops one leading space (a Strip decoder) */
+    struct oj_hf *hfx;      /* normalizer and SentencePiece-style state */
+    uint8_t merges_only;    /* ignore_merges false: a piece is merged even when
+                               the vocabulary holds it whole */
+    int32_t *merge_id;      /* [n_merges] merge rank -> id of the merged token;
+                               NULL: the pair table's value is that id */
+    int32_t *tmpl_ids;      /* the post-processor's single-sequence template: */
+    int n_prefix, n_suffix; /* n_prefix ids before the text, n_suffix after */
 };
+
+/* How a tokenizer.json tokenizer splits text into pieces. */
+typedef enum oj_hf_split {
+    OJ_SPLIT_GPT2 = 0,  /* ByteLevel use_regex: the GPT-2 pattern (tok->pretok) */
+    OJ_SPLIT_REGEX = 1, /* Split with the file's regex (tok->re), Isolated */
+    OJ_SPLIT_NONE = 2,  /* no pre-tokenizer: each text section is one piece */
+} oj_hf_split;
+
+/* Encode one piece: a whole-piece lookup (unless merges_only), the session's
+ * cache, or oj_bpe_merge. Appends to out; OJ_ERR_CAPACITY out of memory. */
+oj_status oj_bpe_encode_piece(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
+                              size_t len, oj_tokens *out);
+/* Ordinary text (no added tokens) through a tokenizer.json pipeline; first:
+ * the section starts the text (no added token before it). */
+oj_status oj_hf_encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
+                                size_t n, bool first, oj_tokens *out, oj_error *err);
 
 /* Builder: new empty tokenizer; add mergeable tokens and specials; finish
  * (checks every byte has a token and builds the pair table). */
@@ -65,6 +96,18 @@ oj_status oj_bpe_add_token(oj_tokenizer *tok, const uint8_t *b, size_t len, int3
 oj_status oj_bpe_add_special(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id,
                              oj_error *err);
 oj_status oj_bpe_finish(oj_tokenizer *tok, oj_error *err);
+/* Store the bytes of id (no merge table entry): len > 0, id unused. */
+oj_status oj_bpe_put_id(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id, bool special,
+                        oj_error *err);
+/* Does decode(encode(text)) give valid UTF-8 text back byte for byte? True
+ * for the GPT-2 and tiktoken formats and for tokenizer.json byte-level BPE
+ * without a normalizer. */
+bool oj_hf_text_round_trips(const oj_tokenizer *tok);
+/* Free the tokenizer.json extras (NULL is a no-op). */
+void oj_hf_free(struct oj_hf *x);
+/* Min-heap of uint64 (merge.c); the caller sizes h. */
+void oj_heap_push(uint64_t *h, size_t *n, uint64_t v);
+uint64_t oj_heap_pop(uint64_t *h, size_t *n);
 
 /* Id of mergeable token b[0..len), or -1. */
 static inline int32_t oj_bpe_rank(const oj_tokenizer *tok, const uint8_t *b, size_t len) {

@@ -40,6 +40,10 @@ oj_status oj_tokenizer_decode(const oj_tokenizer *tok, const int32_t *ids, size_
         o += tok->tok_len[ids[i]];
     }
     raw[o] = 0;
+    if (tok->strip_space && total && raw[0] == ' ') { /* tokenizer.json Strip decoder */
+        memmove(raw, raw + 1, total);
+        total--;
+    }
     size_t bad = 0, i = 0, first_bad = total;
     if (flags != OJ_DECODE_BYTES)
         while (i < total) {

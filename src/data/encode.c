@@ -18,12 +18,12 @@ static inline oj_status push(oj_tokens *out, int32_t id) {
     return oj_tokens_push(out, id);
 }
 
-static oj_status encode_piece(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
+oj_status oj_bpe_encode_piece(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
                               size_t len, oj_tokens *out) {
     if (len == 1)
         return push(out, tok->byte_id[b[0]]);
     uint64_t h = oj_strmap_hash(b, len);
-    int64_t e = oj_strmap_find(&tok->ranks, b, len, h);
+    int64_t e = tok->merges_only ? -1 : oj_strmap_find(&tok->ranks, b, len, h);
     if (e >= 0)
         return push(out, (int32_t)tok->ranks.ents[e].value);
     if (len > OJ_CACHE_PIECE_MAX)
@@ -68,10 +68,12 @@ static oj_status encode_piece(const oj_tokenizer *tok, oj_tok_session *s, const 
     return OJ_OK;
 }
 
-/* Ordinary text (no special handling). */
+/* Ordinary text (no special handling); `first`: it starts the whole text. */
 static oj_status encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
-                                 size_t n, oj_tokens *out, oj_error *err) {
+                                 size_t n, bool first, oj_tokens *out, oj_error *err) {
     size_t pos = 0;
+    if (tok->hf)
+        return oj_hf_encode_ordinary(tok, s, b, n, first, out, err);
     if (tok->pretok == OJ_PRETOK_PCRE2 && !oj__utf8_valid(b, n, NULL))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "tokenizer_encode: the PCRE2 pre-tokeniser needs valid UTF-8");
@@ -87,7 +89,7 @@ static oj_status encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, con
         if (k == 0)
             return OJ_OK;
         for (size_t i = 0; i < k; i++) {
-            oj_status st = encode_piece(tok, s, b + start, s->ends[i] - start, out);
+            oj_status st = oj_bpe_encode_piece(tok, s, b + start, s->ends[i] - start, out);
             if (st)
                 return oj_error_set(err, st, "tokenizer_encode: out of memory");
             start = s->ends[i];
@@ -101,12 +103,14 @@ static oj_status encode_ordinary(const oj_tokenizer *tok, oj_tok_session *s, con
  * ((size_t)-1: unknown), so repeated calls with increasing `from` scan the
  * text once per special. */
 static size_t find_special(const oj_tokenizer *tok, const uint8_t *b, size_t n, size_t from,
-                           size_t *next, const oj_special **which) {
+                           size_t *next, bool only_always, const oj_special **which) {
     size_t best = n;
     *which = NULL;
     for (int i = 0; i < tok->n_specials; i++) {
         const oj_special *sp = &tok->specials[i];
         size_t at;
+        if (only_always && !sp->always)
+            continue;
         if (next && next[i] != (size_t)-1 && next[i] >= from)
             at = next[i];
         else {
@@ -125,19 +129,34 @@ static size_t find_special(const oj_tokenizer *tok, const uint8_t *b, size_t n, 
 
 static oj_status encode_with(const oj_tokenizer *tok, oj_tok_session *s, const uint8_t *b,
                              size_t n, unsigned flags, oj_tokens *out, oj_error *err) {
-    if (flags == OJ_ENCODE_SPECIAL_AS_TEXT || tok->n_specials == 0)
-        return encode_ordinary(tok, s, b, n, out, err);
+    bool any_always = false;
+    for (int i = 0; i < tok->n_specials; i++)
+        any_always |= tok->specials[i].always;
+    if ((flags == OJ_ENCODE_SPECIAL_AS_TEXT && !any_always) || tok->n_specials == 0)
+        return encode_ordinary(tok, s, b, n, true, out, err);
     const oj_special *sp;
     if (flags == OJ_ENCODE_REFUSE_SPECIAL) {
-        size_t at = find_special(tok, b, n, 0, NULL, &sp);
+        /* (tokenizer.json added tokens that are not special are text) */
+        size_t at = n;
+        sp = NULL;
+        for (int i = 0; i < tok->n_specials; i++) {
+            const oj_special *c = &tok->specials[i];
+            const uint8_t *p = c->always ? NULL : memmem(b, n, c->text, c->len);
+            if (p && ((size_t)(p - b) < at || ((size_t)(p - b) == at && c->len > sp->len))) {
+                at = (size_t)(p - b);
+                sp = c;
+            }
+        }
         if (sp)
             return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                                 "tokenizer_encode: the text contains the special token %s at byte "
                                 "%zu; allow it (OJ_ENCODE_ALLOW_SPECIAL) or encode it as text "
                                 "(OJ_ENCODE_SPECIAL_AS_TEXT)",
                                 sp->text, at);
-        return encode_ordinary(tok, s, b, n, out, err);
+        if (!any_always)
+            return encode_ordinary(tok, s, b, n, true, out, err);
     }
+    bool only_always = flags != OJ_ENCODE_ALLOW_SPECIAL;
     size_t stack_next[16], *next = stack_next, pos = 0;
     if (tok->n_specials > 16 && !(next = malloc((size_t)tok->n_specials * sizeof *next)))
         return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer_encode: out of memory");
@@ -145,8 +164,8 @@ static oj_status encode_with(const oj_tokenizer *tok, oj_tok_session *s, const u
         next[i] = (size_t)-1;
     oj_status st = OJ_OK;
     for (;;) {
-        size_t at = find_special(tok, b, n, pos, next, &sp);
-        if ((st = encode_ordinary(tok, s, b + pos, at - pos, out, err)) || !sp)
+        size_t at = find_special(tok, b, n, pos, next, only_always, &sp);
+        if ((st = encode_ordinary(tok, s, b + pos, at - pos, pos == 0, out, err)) || !sp)
             break;
         if ((st = push(out, sp->id))) {
             oj_error_set(err, st, "tokenizer_encode: out of memory");
@@ -269,7 +288,9 @@ oj_status oj_tokenizer_encode_parallel(const oj_tokenizer *tok, const char *text
         return st;
     if (threads <= 0)
         threads = oj_data_cpu_count();
-    bool cuttable = true;
+    /* tokenizer.json: the file's regex, normalizer or whole-section pieces
+     * give no safe cut points. */
+    bool cuttable = !tok->hf;
     for (int i = 0; i < tok->n_specials; i++)
         if (memchr(tok->specials[i].text, '\n', tok->specials[i].len))
             cuttable = false;
@@ -281,7 +302,7 @@ oj_status oj_tokenizer_encode_parallel(const oj_tokenizer *tok, const char *text
     if (flags == OJ_ENCODE_REFUSE_SPECIAL) {
         /* Check the whole text once, then encode the pieces as text. */
         const oj_special *sp;
-        size_t at = find_special(tok, (const uint8_t *)text, len, 0, NULL, &sp);
+        size_t at = find_special(tok, (const uint8_t *)text, len, 0, NULL, false, &sp);
         if (sp)
             return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                                 "tokenizer_encode: the text contains the special token %s at byte "

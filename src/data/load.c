@@ -1,5 +1,6 @@
 /* Loading tokenizers: GPT-2 encoder.json (jansson) + vocab.bpe, tiktoken
- * rank files, and a directory holding either. */
+ * rank files, and a directory holding either (or a tokenizer.json:
+ * tokenizer_json.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -473,6 +474,13 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
         free(b);
         return st;
     }
+    snprintf(a, dl + 32, "%s/tokenizer.json", dir);
+    if (is_file(a)) {
+        st = oj_tokenizer_load_hf(a, out, err);
+        free(a);
+        free(b);
+        return st;
+    }
     free(a);
     free(b);
     DIR *d = opendir(dir);
@@ -497,8 +505,8 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
     if (count == 0) {
         free(found);
         return oj_error_set(err, OJ_ERR_IO,
-                            "tokenizer: %s holds neither encoder.json + vocab.bpe nor a *.tiktoken "
-                            "rank file",
+                            "tokenizer: %s holds neither encoder.json + vocab.bpe, tokenizer.json "
+                            "nor a *.tiktoken rank file",
                             dir);
     }
     if (count > 1 || !found) {

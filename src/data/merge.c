@@ -27,7 +27,7 @@ static oj_status merge_linear(const oj_tokenizer *tok, oj_tok_session *s, const 
             }
         if (best == INT32_MAX)
             break;
-        id[bi] = best;
+        id[bi] = tok->merge_id ? tok->merge_id[best] : best;
         memmove(id + bi + 1, id + bi + 2, (m - bi - 2) * sizeof *id);
         if (bi + 2 < m)
             memmove(rk + bi + 1, rk + bi + 2, (m - bi - 3) * sizeof *rk);
@@ -57,7 +57,7 @@ static oj_status merge_linear(const oj_tokenizer *tok, oj_tok_session *s, const 
 }
 
 /* Min-heap of (rank << 32 | left position). */
-static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+void oj_heap_push(uint64_t *h, size_t *n, uint64_t v) {
     size_t i = (*n)++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -69,7 +69,7 @@ static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
     h[i] = v;
 }
 
-static uint64_t heap_pop(uint64_t *h, size_t *n) {
+uint64_t oj_heap_pop(uint64_t *h, size_t *n) {
     uint64_t top = h[0], v = h[--(*n)];
     size_t i = 0;
     for (;;) {
@@ -102,28 +102,28 @@ static oj_status merge_heap(const oj_tokenizer *tok, oj_tok_session *s, const ui
     for (int32_t i = 0; i + 1 < N; i++) {
         int32_t r = oj_pairmap_get(&tok->pairs, id[i], id[i + 1]);
         if (r >= 0 && r < max_rank)
-            heap_push(h, &hn, (uint64_t)r << 32 | (uint32_t)i);
+            oj_heap_push(h, &hn, (uint64_t)r << 32 | (uint32_t)i);
     }
     while (hn) {
-        uint64_t top = heap_pop(h, &hn);
+        uint64_t top = oj_heap_pop(h, &hn);
         int32_t r = (int32_t)(top >> 32), l = (int32_t)(uint32_t)top;
         if (id[l] < 0 || next[l] >= N || oj_pairmap_get(&tok->pairs, id[l], id[next[l]]) != r)
             continue; /* stale */
         int32_t rt = next[l];
-        id[l] = r;
+        id[l] = tok->merge_id ? tok->merge_id[r] : r;
         id[rt] = -1;
         next[l] = next[rt];
         if (next[rt] < N)
             prev[next[rt]] = l;
         if (prev[l] >= 0) {
-            int32_t q = oj_pairmap_get(&tok->pairs, id[prev[l]], r);
+            int32_t q = oj_pairmap_get(&tok->pairs, id[prev[l]], id[l]);
             if (q >= 0 && q < max_rank)
-                heap_push(h, &hn, (uint64_t)q << 32 | (uint32_t)prev[l]);
+                oj_heap_push(h, &hn, (uint64_t)q << 32 | (uint32_t)prev[l]);
         }
         if (next[l] < N) {
-            int32_t q = oj_pairmap_get(&tok->pairs, r, id[next[l]]);
+            int32_t q = oj_pairmap_get(&tok->pairs, id[l], id[next[l]]);
             if (q >= 0 && q < max_rank)
-                heap_push(h, &hn, (uint64_t)q << 32 | (uint32_t)l);
+                oj_heap_push(h, &hn, (uint64_t)q << 32 | (uint32_t)l);
         }
     }
     for (int32_t i = 0; i < N; i = next[i])

@@ -27,5 +27,17 @@ void *oj_pretok_pcre2_match_data(const struct oj_pretok_re *re);
 void oj_pretok_pcre2_match_data_free(void *md);
 size_t oj_pretok_pcre2_split(const struct oj_pretok_re *re, void *md, const uint8_t *s, size_t n,
                              size_t *pos, size_t *ends, size_t max);
+/* Any pattern (PCRE2 syntax, UTF-8), compiled as the GPT-2 one is. NULL
+ * with the reason in errbuf. */
+struct oj_pretok_re *oj_pretok_pcre2_compile_pattern(const char *pattern, char *errbuf,
+                                                     size_t errlen);
+/* The Split pre-tokenizer's "Isolated" behaviour, as tokenizers.js runs it
+ * (regex_split over String.prototype.matchAll): every non-empty match is a
+ * piece and so is each non-empty stretch between matches (an empty match
+ * ends a stretch but is no piece; the search then goes on one character
+ * later). Same contract as above, except
+ * max >= 2; valid UTF-8 only. */
+size_t oj_pretok_pcre2_split_isolated(const struct oj_pretok_re *re, void *md, const uint8_t *s,
+                                      size_t n, size_t *pos, size_t *ends, size_t max);
 
 #endif

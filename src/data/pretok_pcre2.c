@@ -21,6 +21,11 @@ struct oj_pretok_re {
 };
 
 struct oj_pretok_re *oj_pretok_pcre2_compile(char *errbuf, size_t errlen) {
+    return oj_pretok_pcre2_compile_pattern(k_pattern, errbuf, errlen);
+}
+
+struct oj_pretok_re *oj_pretok_pcre2_compile_pattern(const char *pattern, char *errbuf,
+                                                     size_t errlen) {
     struct oj_pretok_re *re = calloc(1, sizeof *re);
     if (!re) {
         snprintf(errbuf, errlen, "out of memory");
@@ -28,7 +33,7 @@ struct oj_pretok_re *oj_pretok_pcre2_compile(char *errbuf, size_t errlen) {
     }
     int ec;
     PCRE2_SIZE eo;
-    re->code = pcre2_compile((PCRE2_SPTR)k_pattern, PCRE2_ZERO_TERMINATED,
+    re->code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                              PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ec, &eo, NULL);
     if (!re->code) {
         PCRE2_UCHAR msg[160];
@@ -77,6 +82,39 @@ size_t oj_pretok_pcre2_split(const struct oj_pretok_re *re, void *md, const uint
             return (size_t)-1;
         i = ov[1];
         ends[k++] = i;
+    }
+    *pos = i;
+    return k;
+}
+
+size_t oj_pretok_pcre2_split_isolated(const struct oj_pretok_re *re, void *md, const uint8_t *s,
+                                      size_t n, size_t *pos, size_t *ends, size_t max) {
+    size_t i = *pos, from = i, k = 0;
+    while (i < n && k + 2 <= max) {
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, md, re->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            ends[k++] = i = n; /* the rest is one gap */
+            break;
+        }
+        if (rc < 0)
+            return (size_t)-1;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (ov[0] == ov[1]) { /* empty match: it ends the gap before it, is no piece
+                                 itself, and the search goes on one character later */
+            if (ov[0] >= n) {
+                ends[k++] = i = n;
+                break;
+            }
+            if (ov[0] > i)
+                ends[k++] = i = ov[0];
+            from = ov[0] + 1;
+            while (from < n && (s[from] & 0xC0) == 0x80)
+                from++;
+            continue;
+        }
+        if (ov[0] > i)
+            ends[k++] = ov[0]; /* the gap before the match */
+        ends[k++] = i = from = ov[1];
     }
     *pos = i;
     return k;

@@ -83,6 +83,10 @@ done:
 oj_status oj_tokenizer_save(const oj_tokenizer *tok, const char *dir, oj_error *err) {
     if (!tok || !dir)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_save: NULL argument");
+    if (tok->hf)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "tokenizer_save: a tokenizer loaded from tokenizer.json is kept as "
+                            "that file (GPT-2 files cannot hold its pre-tokenizer and merges)");
     oj_status st = oj__mkdirs(dir, err);
     if (st)
         return st;

@@ -58,8 +58,7 @@ oj_tokenizer *oj_bpe_new(void) {
     return tok;
 }
 
-/* Make room for id and store its bytes. */
-static oj_status put_id(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id, bool special,
+oj_status oj_bpe_put_id(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t id, bool special,
                         oj_error *err) {
     if (id < 0 || id == INT32_MAX)
         return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: id %d out of range", (int)id);
@@ -115,7 +114,7 @@ oj_status oj_bpe_add_token(oj_tokenizer *tok, const uint8_t *b, size_t len, int3
     if (oj_strmap_find(&tok->ranks, b, len, h) >= 0)
         return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: token bytes of id %d appear twice",
                             (int)id);
-    oj_status st = put_id(tok, b, len, id, false, err);
+    oj_status st = oj_bpe_put_id(tok, b, len, id, false, err);
     if (st)
         return st;
     if (oj_strmap_put(&tok->ranks, b, len, h, id, &added) < 0)
@@ -141,12 +140,12 @@ oj_status oj_bpe_add_special(oj_tokenizer *tok, const uint8_t *b, size_t len, in
         return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer: out of memory");
     memcpy(text, b, len);
     text[len] = 0;
-    oj_status st = put_id(tok, b, len, id, true, err);
+    oj_status st = oj_bpe_put_id(tok, b, len, id, true, err);
     if (st) {
         free(text);
         return st;
     }
-    sp[tok->n_specials++] = (oj_special){text, len, id};
+    sp[tok->n_specials++] = (oj_special){text, len, id, false};
     if (len == 13 && memcmp(b, "<|endoftext|>", 13) == 0)
         tok->eot = id;
     return OJ_OK;
@@ -210,6 +209,9 @@ void oj_tokenizer_free(oj_tokenizer *tok) {
     free(tok->is_special);
     free(tok->bytes);
     free(tok->merges);
+    free(tok->merge_id);
+    free(tok->tmpl_ids);
+    oj_hf_free(tok->hfx);
     oj_strmap_free(&tok->ranks);
     oj_pairmap_free(&tok->pairs);
     oj_pretok_pcre2_free(tok->re);
@@ -313,6 +315,10 @@ oj_status oj_tokenizer_set_pretokenizer(oj_tokenizer *tok, oj_pretokenizer p, oj
     if (!tok || (p != OJ_PRETOK_FAST && p != OJ_PRETOK_PCRE2))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "tokenizer_set_pretokenizer: NULL tokenizer or unknown mode %d", (int)p);
+    if (tok->hf && tok->hf_split != OJ_SPLIT_GPT2)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "tokenizer_set_pretokenizer: this tokenizer.json tokenizer splits "
+                            "text with its own pre-tokenizer, not the GPT-2 pattern");
     if (p == OJ_PRETOK_PCRE2 && !tok->re) {
         char msg[256];
         tok->re = oj_pretok_pcre2_compile(msg, sizeof msg);

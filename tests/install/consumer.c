@@ -1,10 +1,22 @@
-/* A program outside the tree that uses an installed libojas. */
+/* A program outside the tree that uses an installed libojas. With the
+ * argument "cuda" it instead tries a CUDA engine and prints the outcome
+ * ("cuda: OJ_OK" or "cuda: <status>: <message>"; exit 0 either way), which
+ * tests/install/check.sh reads to see whether the module was found. */
 #include <ojas/ojas.h>
 #include <stdio.h>
+#include <string.h>
 
-int main(void) {
+int main(int argc, char **argv) {
     oj_engine *eng = NULL;
     oj_error err = {0};
+    if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        oj_engine_config c = oj_engine_config_default();
+        c.device = (oj_device){OJ_DEVICE_CUDA, 0};
+        oj_status st = oj_engine_create(&c, &eng, &err);
+        printf("cuda: %s%s%s\n", oj_status_name(st), st ? ": " : "", err.message);
+        oj_engine_free(eng);
+        return 0;
+    }
     if (oj_engine_create(NULL, &eng, &err) != OJ_OK) {
         fprintf(stderr, "engine: %s\n", err.message);
         return 1;

@@ -97,6 +97,65 @@ def test_unary_wide_range(eng, dtype, rng):
     check(eng, "softplus", [x], 1.0, 20.0, ref=F.softplus)
 
 
+def _f64_activation(name, x):
+    """The activations in float64 from forms without cancellation (gelu
+    through erfc: torch's 1 + erf is 0 from x = -8.4 on even in float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if name == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-x))
+        if name == "tanh":
+            return np.tanh(x)
+        if name == "silu":
+            return x / (1.0 + np.exp(-x))
+        if name == "gelu_tanh":
+            return x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * np.array([math.erfc(-v / math.sqrt(2.0)) if not math.isnan(v) else v
+                                   for v in x])
+
+
+@pytest.mark.ops("sigmoid", "tanh", "silu", "gelu", "gelu_tanh")
+@pytest.mark.parametrize("numerics", ["fast", "exact"])
+def test_activations_saturated_f64(numerics):
+    """f32 activations against float64 on saturated inputs (|x| in [40, 1e4]),
+    the left tails, infinities and subnormals. FAST numerics flush
+    subnormal results and intermediates to zero, so values below
+    FLT_MIN * |x| may be 0 there; EXACT keeps them to a few subnormal steps.
+    Where PyTorch's float32 result is accurate (|x| <= 5) it is compared as
+    well; PyTorch and float64 give NaN at -inf for silu and the gelus
+    (-inf * 0)."""
+    tiny = np.finfo(np.float32).tiny
+    x = np.concatenate([
+        np.geomspace(40.0, 1e4, 100), -np.geomspace(40.0, 1e4, 100),
+        np.arange(-106.0, -80.0, 0.125), np.arange(-20.0, 20.0, 0.0625),
+        [0.0, -0.0, 1e-40, -1e-40, tiny, -tiny, np.inf, -np.inf]]).astype(np.float32)
+    with ojas_engine(numerics) as e:
+        t = e.tensor(x)
+        for name in ("sigmoid", "tanh", "silu", "gelu", "gelu_tanh"):
+            got = e.call(name, t).to_numpy().astype(np.float64)
+            want = _f64_activation(name, x.astype(np.float64))
+            assert np.array_equal(np.isnan(got), np.isnan(want)), name + ": NaN positions"
+            fin = np.isfinite(want)
+            assert np.array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)]), name
+            ax = np.abs(x.astype(np.float64))[fin]
+            ax[np.isinf(ax)] = 0.0  # sigmoid(+-inf), tanh(+-inf): exact
+            atol = (tiny if numerics == "fast" else 6e-45) * np.maximum(1.0, ax)
+            tol = 1e-6 * np.abs(want[fin]) * (1.0 if name in ("tanh", "gelu") else 1.0 + ax) + atol
+            if name == "gelu_tanh":  # the exp argument's rounding, ~1.6 (|x| + 0.045 |x|^3) 2^-24
+                tol = tol + 1e-7 * np.abs(want[fin]) * 0.072 * ax ** 3
+            bad = np.abs(got[fin] - want[fin]) > tol
+            assert not bad.any(), "%s(%r) = %r, float64 %r" % (
+                name, x[fin][bad][:4], got[fin][bad][:4], want[fin][bad][:4])
+            near = np.abs(x) <= 5.0
+            ref = UNARY[name][0](torch.tensor(x[near])).numpy()
+            assert_close(got[near].astype(np.float32), ref, "f32", name + " vs torch", rtol=2e-6)
+
+
+def ojas_engine(numerics):
+    from ojas_ctypes import Engine
+    return Engine(threads=2, numerics=numerics)
+
+
 def test_pow_scalar_fractional(eng, dtype, rng):
     for e in (0.5, -1.5, 2.0, 0.0):
         check(eng, "pow_scalar", [rand(rng, (3, 4), dtype, positive=True)], e, ref=torch.pow)

@@ -9,6 +9,7 @@
 // for bit on every level); the optimizer updates (Adam/AdamW, SGD, Muon,
 // apply) bit for bit against a plain loop on every level and thread count;
 // the transpose on every level.
+#include <fenv.h>
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -19,6 +20,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_simd.h"
@@ -106,6 +110,8 @@ static double ref_unary(oj_simd_fn f, double x) {
     case OJ_SF_TANH: return tanh(x);
     case OJ_SF_GELU_TANH: /* 0.5 x (1 + tanh u) = x sigmoid(2u): no cancellation */
         return x / (1.0 + exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case OJ_SF_GELU: /* 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2): no cancellation */
+        return 0.5 * x * erfc(-x * 0.70710678118654752440);
     default: return NAN;
     }
 }
@@ -127,7 +133,7 @@ static void test_activations(void **state) {
         ones[i] = 1.0f;
     }
     x[0] = 0.0f, x[1] = -30.0f, x[2] = 30.0f, x[3] = 1e-6f, x[4] = -1e-6f, x[5] = 100.0f;
-    const oj_simd_fn fs[] = {OJ_SF_SIGMOID, OJ_SF_SILU, OJ_SF_TANH, OJ_SF_GELU_TANH};
+    const oj_simd_fn fs[] = {OJ_SF_SIGMOID, OJ_SF_SILU, OJ_SF_TANH, OJ_SF_GELU_TANH, OJ_SF_GELU};
     for (int l = 0; l < nl; l++) {
         const oj_simd *sd = oj_simd_for(lv[l]);
         for (size_t k = 0; k < sizeof fs / sizeof *fs; k++) {
@@ -137,7 +143,9 @@ static void test_activations(void **state) {
                 double want = ref_unary(fs[k], x[i]);
                 /* f32 rounding of the exp argument (~|x|, |2u| for gelu) sets the
                  * conditioning: relative error ~ |argument| * 2^-24 */
-                double ax = fabs(x[i]), arg = fs[k] == OJ_SF_GELU_TANH ? 1.6 * (ax + 0.045 * ax * ax * ax) : 2 * ax;
+                /* (gelu's exp argument, x^2 / 2, is taken exactly: 8 ulp at most) */
+                double ax = fabs(x[i]), arg = fs[k] == OJ_SF_GELU_TANH ? 1.6 * (ax + 0.045 * ax * ax * ax)
+                                              : fs[k] == OJ_SF_GELU ? 1.0 : 2 * ax;
                 double err = fabs(y[i] - want), tol = 3e-7 * fabs(want) * (1 + arg) + 1e-38;
                 if (!(err <= tol))
                     fail_msg("%s f%d(%.9g) = %.9g, want %.9g", oj_cpu_isa_name(lv[l]), (int)fs[k],
@@ -149,6 +157,147 @@ static void test_activations(void **state) {
             }
         }
     }
+}
+
+static oj_engine *engine_at(oj_cpu_isa isa, int threads);
+
+/* Saturated and special inputs of the activations: |x| in [40, 1e4] on
+ * both sides, infinities, NaN, subnormals, and the windows where the true
+ * result is subnormal (sigmoid/silu for x in [-104, -87.3], gelu_tanh
+ * near -10, gelu near -13.5). */
+static int saturated_inputs(float *x) {
+    int n = 0;
+    const float sp[] = {0.0f, -0.0f, FLT_TRUE_MIN, -FLT_TRUE_MIN, 1e-40f, -1e-40f, FLT_MIN,
+                        -FLT_MIN, INFINITY, -INFINITY, NAN, 1e4f, -1e4f, 40.0f, -40.0f};
+    for (size_t i = 0; i < sizeof sp / sizeof *sp; i++) x[n++] = sp[i];
+    for (int i = 0; i < 200; i++) { /* |x| log-spaced over [40, 1e4] */
+        float a = (float)(40.0 * pow(250.0, i / 199.0));
+        x[n++] = a, x[n++] = -a;
+    }
+    for (float v = -80.0f; v >= -106.0f; v -= 0.125f) x[n++] = v;
+    for (float v = -9.5f; v >= -11.5f; v -= 0.0625f) x[n++] = v;
+    for (float v = -12.5f; v >= -15.0f; v -= 0.0625f) x[n++] = v;
+    for (float v = -40.0f; v <= 40.0f; v += 0.37f) x[n++] = v;
+    return n;
+}
+
+/* y = f(x) against float64 (NaN where the float64 formula gives NaN, as
+ * silu(-inf) = -inf * 0 in PyTorch too); flushed (FAST numerics):
+ * subnormal results and intermediates may be 0 and subnormal inputs count
+ * as 0. */
+static void check_saturated(const char *what, oj_simd_fn f, const float *x, const float *y, int n,
+                            bool flushed) {
+    for (int i = 0; i < n; i++) {
+        double want = ref_unary(f, x[i]);
+        if (isnan(want) || isinf(want)) {
+            if (!(isnan(want) ? isnan(y[i]) : y[i] == want))
+                fail_msg("%s f%d(%.9g) = %.9g, want %.9g", what, (int)f, (double)x[i],
+                         (double)y[i], want);
+            continue;
+        }
+        double ax = isinf(x[i]) ? 0.0 : fabs(x[i]);
+        double arg = f == OJ_SF_GELU_TANH ? 1.6 * (ax + 0.045 * ax * ax * ax)
+                     : f == OJ_SF_GELU    ? 1.0
+                                          : 2 * ax;
+        /* a subnormal intermediate (exp(x), x in the window) has a few
+         * subnormal steps of error, or is 0 when flushed; silu and the
+         * gelus scale it by |x| */
+        double atol = (flushed ? FLT_MIN : 4 * 1.4e-45) * fmax(1.0, ax);
+        if (!(fabs(y[i] - want) <= 3e-7 * fabs(want) * (1 + arg) + atol))
+            fail_msg("%s f%d(%.9g) = %.9g, want %.9g", what, (int)f, (double)x[i], (double)y[i],
+                     want);
+    }
+}
+
+/* The kernels give the float64 values on saturated inputs, and build no
+ * subnormal on them outside the windows where the result itself is
+ * subnormal: no underflow is raised (a subnormal is made in microcode,
+ * 10-30x slower per instruction; bench_cpu_mem's activation table
+ * measures the time). Then through the public ops: FAST numerics flush
+ * subnormals (the windows give 0) and EXACT keeps them, on 1 and 3
+ * threads with the same bits, and the calling thread's floating-point
+ * mode is left as it was. */
+static void test_saturated_activations(void **state) {
+    (void)state;
+    oj_cpu_isa lv[3];
+    int nl = levels(lv);
+    enum { N = 2048 };
+    float x[N], y[N], g[N], ones[N], q[N];
+    int n = saturated_inputs(x);
+    assert_true(n <= N);
+    for (int i = 0; i < N; i++) ones[i] = 1.0f;
+    const oj_simd_fn fs[] = {OJ_SF_TANH, OJ_SF_SIGMOID, OJ_SF_SILU, OJ_SF_GELU_TANH, OJ_SF_GELU};
+    for (int l = 0; l < nl; l++) {
+        const oj_simd *sd = oj_simd_for(lv[l]);
+        for (size_t k = 0; k < sizeof fs / sizeof *fs; k++) {
+            sd->unary(fs[k], y, x, n, 0, 0);
+            check_saturated(oj_cpu_isa_name(lv[l]), fs[k], x, y, n, false);
+            sd->unary_grad(fs[k], g, x, y, ones, n, 0, 0);
+            for (int i = 0; i < n; i++) {
+                if (!isfinite(x[i]) || fabs(x[i]) < 40) continue;
+                double gw = ref_grad(fs[k], x[i]); /* 0, or 1 for x > 0 (silu, gelus) */
+                if (!(fabs(g[i] - gw) <= 1e-6))
+                    fail_msg("%s grad f%d(%.9g) = %.9g, want %g", oj_cpu_isa_name(lv[l]), (int)fs[k],
+                             (double)x[i], (double)g[i], gw);
+            }
+            /* no underflow on |x| >= 40 outside the subnormal window */
+            int m = 0;
+            for (int i = 0; i < n; i++) {
+                bool window = (fs[k] == OJ_SF_SIGMOID || fs[k] == OJ_SF_SILU) && x[i] <= -85.0f &&
+                              x[i] >= -105.0f;
+                if (!(fabsf(x[i]) >= 40.0f) || window) continue;
+                q[m++] = x[i];
+            }
+            assert_true(m > 300);
+            feclearexcept(FE_ALL_EXCEPT);
+            sd->unary(fs[k], y, q, m, 0, 0);
+            sd->unary_grad(fs[k], g, q, y, ones, m, 0, 0);
+            if (fetestexcept(FE_UNDERFLOW))
+                fail_msg("%s f%d: saturated inputs built a subnormal", oj_cpu_isa_name(lv[l]),
+                         (int)fs[k]);
+        }
+    }
+    /* the public ops, FAST and EXACT, 1 and 3 threads */
+    oj_tensor *(*ops[])(oj_tensor *) = {oj_tanh, oj_sigmoid, oj_silu, oj_gelu_tanh, oj_gelu};
+    for (int l = 0; l < nl; l++)
+        for (int exact = 0; exact < 2; exact++) {
+            float ref[5][N];
+            for (int threads = 1; threads <= 3; threads += 2) {
+                oj_engine *eng = engine_at(lv[l], threads);
+                oj_engine_set_numerics(eng, exact ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST);
+                oj__cpu_set_grain_shift(eng, 20); /* many chunks, on every thread */
+                oj_scope_begin(eng);
+                int64_t sh[1] = {n};
+                oj_tensor *t = oj_from_host(eng, 1, sh, OJ_F32, x, (size_t)n * sizeof(float));
+                for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+#if defined(__x86_64__)
+                    unsigned csr = _mm_getcsr();
+#endif
+                    oj_tensor *yt = ops[k](t);
+#if defined(__x86_64__)
+                    /* the caller's mode (rounding, FTZ/DAZ bits) is as it was */
+                    assert_int_equal(csr & 0xffc0u, _mm_getcsr() & 0xffc0u);
+#endif
+                    assert_int_equal(oj_to_host(yt, y, (size_t)n * sizeof(float)), OJ_OK);
+                    check_saturated(exact ? "exact" : "fast", fs[k], x, y, n, !exact);
+                    /* sigmoid(-95) is subnormal: kept under EXACT, flushed under FAST */
+                    float w = -95.0f, yw;
+                    oj_tensor *wt = ops[k](oj_from_host(eng, 1, (int64_t[]){1}, OJ_F32, &w, 4));
+                    assert_int_equal(oj_to_host(wt, &yw, 4), OJ_OK);
+                    if (fs[k] == OJ_SF_SIGMOID) assert_true(exact ? yw > 0 : yw == 0);
+                    if (threads == 1) memcpy(ref[k], y, (size_t)n * sizeof(float));
+                    else /* the same bits (a NaN's sign is not kept by the vector code) */
+                        for (int i = 0; i < n; i++)
+                            if (memcmp(&ref[k][i], &y[i], 4) != 0 && !(isnan(y[i]) && isnan(ref[k][i])))
+                                fail_msg("%s %s f%d(%.9g): %a on 1 thread, %a on 3",
+                                         oj_cpu_isa_name(lv[l]), exact ? "exact" : "fast", (int)fs[k],
+                                         (double)x[i], (double)ref[k][i], (double)y[i]);
+                }
+                oj_scope_end(eng);
+                assert_int_equal(oj_last_status(eng), OJ_OK);
+                oj_engine_free(eng);
+            }
+        }
 }
 
 /* rowdot/rowcomb/rank against double, and a row's result independent of
@@ -612,6 +761,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp_accuracy),
         cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_saturated_activations),
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_attention_levels),
         cmocka_unit_test(test_elementwise_levels),

@@ -136,7 +136,9 @@ void oj_iter_run_parallel(oj_engine *eng, const oj_iter *it, oj_iter_fn fn, void
     int64_t n = oj_iter_numel(it);
     if (n == 0) return;
     if (oj_cpu_threads(eng) < 2) {
+        unsigned fp = oj_cpu_fpmode_begin(eng); /* as a parallel-for's chunks run */
         oj_iter_run(it, fn, ctx);
+        oj_cpu_fpmode_end(fp);
         return;
     }
     par_ctx pc = {it, fn, ctx, it->shape[it->rank - 1]};

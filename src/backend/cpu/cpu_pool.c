@@ -9,7 +9,18 @@
  * engine costs nothing. The caller, once out of chunks, waits for the
  * chunks still running elsewhere (spinning briefly, then sleeping); it
  * never waits for a worker that has not woken up yet, which matters on a
- * machine shared with other processes. */
+ * machine shared with other processes.
+ *
+ * Under FAST numerics every thread runs its chunks (the caller's too, and
+ * the serial path) with the x86 MXCSR's flush-to-zero and
+ * denormals-are-zero bits set, restored afterwards: a subnormal result
+ * becomes 0 and a subnormal input counts as 0, where the CPU would
+ * otherwise take a microcode path 10-100x slower per instruction (a
+ * training step whose values drift into the subnormal range slowed down
+ * 10x). Otherwise (EXACT) the chunks run in the calling thread's mode
+ * (IEEE subnormals unless the caller set FTZ/DAZ itself). Every chunk of a
+ * job runs in one mode whichever thread takes it, so results do not
+ * depend on the thread count. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,8 +33,28 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define OJ_PAUSE() _mm_pause()
+/* The MXCSR's mode bits (6-15: denormals-are-zero, exception masks,
+ * rounding, flush-to-zero; bits 0-5 are sticky exception flags). */
+#define OJ_CSR_MODE 0xffc0u
+#define OJ_FTZ_DAZ 0x8040u
+/* The mode a job's chunks run in: the caller's, plus FTZ/DAZ when asked. */
+static inline unsigned job_mode(bool flush) {
+    return (_mm_getcsr() & OJ_CSR_MODE) | (flush ? OJ_FTZ_DAZ : 0u);
+}
+/* Enter mode on this thread; returns the MXCSR to restore. */
+static inline unsigned mode_begin(unsigned mode) {
+    unsigned old = _mm_getcsr();
+    if ((old & OJ_CSR_MODE) != mode) _mm_setcsr((old & ~OJ_CSR_MODE) | mode);
+    return old;
+}
+static inline void mode_end(unsigned old) {
+    if ((_mm_getcsr() & OJ_CSR_MODE) != (old & OJ_CSR_MODE)) _mm_setcsr(old);
+}
 #else
 #define OJ_PAUSE() ((void)0)
+static inline unsigned job_mode(bool flush) { return (void)flush, 0u; }
+static inline unsigned mode_begin(unsigned mode) { return (void)mode, 0u; }
+static inline void mode_end(unsigned old) { (void)old; }
 #endif
 
 typedef struct {
@@ -36,6 +67,7 @@ typedef struct {
     void *ctx;
     int64_t n, grain, nchunks;
     uint64_t job; /* low 32 bits of the generation */
+    unsigned mode; /* the MXCSR mode bits the chunks run in (job_mode) */
 } job_desc;
 
 typedef struct oj_cpu_state {
@@ -234,10 +266,12 @@ void *oj_cpu_workspace(oj_engine *eng, size_t nbytes) {
 static void run_chunks(oj_cpu_state *st, const job_desc *j, int tid) {
     int saved = tls_tid;
     tls_tid = tid;
+    unsigned csr = mode_begin(j->mode);
     for (;;) {
         uint64_t t = atomic_load_explicit(&st->ticket, memory_order_relaxed);
         do {
             if ((t >> 32) != j->job || (int64_t)(t & 0xffffffffu) >= j->nchunks) {
+                mode_end(csr);
                 tls_tid = saved;
                 return;
             }
@@ -309,6 +343,12 @@ static bool pool_start(oj_cpu_state *st) {
     return st->nworkers > 0;
 }
 
+unsigned oj_cpu_fpmode_begin(oj_engine *eng) {
+    return mode_begin(job_mode(eng && eng->numerics == OJ_NUMERICS_FAST));
+}
+
+void oj_cpu_fpmode_end(unsigned saved) { mode_end(saved); }
+
 void oj_cpu_parallel_for(oj_engine *eng, int64_t n, int64_t grain, oj_cpu_chunk_fn fn,
                          void *ctx) {
     if (n <= 0) return;
@@ -319,18 +359,21 @@ void oj_cpu_parallel_for(oj_engine *eng, int64_t n, int64_t grain, oj_cpu_chunk_
     bool serial = st == NULL || st->nthreads < 2 || nchunks < 2 || tls_tid >= 0 ||
                   nchunks >= ((int64_t)1 << 31);
     if (!serial && !pool_start(st)) serial = true;
+    unsigned mode = job_mode(eng && eng->numerics == OJ_NUMERICS_FAST);
     if (serial) {
         int saved = tls_tid;
         int tid = saved >= 0 ? saved : 0;
         tls_tid = tid;
+        unsigned csr = mode_begin(mode);
         for (int64_t b = 0; b < n; b += grain) fn(ctx, b, b + grain < n ? b + grain : n, tid);
+        mode_end(csr);
         tls_tid = saved;
         return;
     }
     /* publish the job */
     pthread_mutex_lock(&st->mu);
     uint64_t g = atomic_load_explicit(&st->gen, memory_order_relaxed) + 1;
-    st->job = (job_desc){fn, ctx, n, grain, nchunks, g & 0xffffffffu};
+    st->job = (job_desc){fn, ctx, n, grain, nchunks, g & 0xffffffffu, mode};
     atomic_store_explicit(&st->done, 0, memory_order_relaxed);
     atomic_store_explicit(&st->ticket, (g & 0xffffffffu) << 32, memory_order_relaxed);
     atomic_store_explicit(&st->gen, g, memory_order_release);

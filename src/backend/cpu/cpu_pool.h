@@ -57,6 +57,16 @@ typedef void (*oj_cpu_chunk_fn)(void *ctx, int64_t begin, int64_t end, int tid);
  * called from inside a chunk (no nesting). */
 void oj_cpu_parallel_for(oj_engine *eng, int64_t n, int64_t grain, oj_cpu_chunk_fn fn,
                          void *ctx);
+/* The floating-point mode eng's kernels run in, entered on the calling
+ * thread (returns what to restore with oj_cpu_fpmode_end): under FAST
+ * numerics subnormals flushed to zero (x86 MXCSR FTZ and DAZ), else the
+ * caller's own mode. oj_cpu_parallel_for does this for every chunk on
+ * every thread; a kernel that runs work on the caller outside it (the
+ * one-thread path of oj_iter_run_parallel) brackets that work with these,
+ * so FAST results do not depend on the thread count. */
+unsigned oj_cpu_fpmode_begin(oj_engine *eng);
+void oj_cpu_fpmode_end(unsigned saved);
+
 /* Divide every grain of eng's parallel-fors by 2^shift (at least 1), so
  * small tensors are split too. For tests: no CPU kernel's result depends on
  * its chunk boundaries, so this changes timings only, never bits. */

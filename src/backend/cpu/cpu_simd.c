@@ -7,8 +7,10 @@
 
 /* ---------------------------------------------------------------- scalar */
 
+/* As the vector kernels (cpu_simd_body.h): for x >= 0, e is clamped at
+ * exp(-18) (1 + e is 1 below it), so no subnormal e is built. */
 static inline float s_sigmoid(float x) {
-    float e = oj_expf_poly(-fabsf(x));
+    float e = oj_expf_poly(x >= 0 ? fmaxf(-x, -18.0f) : x);
     float s = 1.0f / (1.0f + e);
     return x >= 0 ? s : e * s;
 }
@@ -24,7 +26,7 @@ static inline float s_tanh(float x) {
         p = p * z - 3.33332819422e-1f;
         return p * z * x + x;
     }
-    float e = oj_expf_poly(-2.0f * ax);
+    float e = oj_expf_poly(-2.0f * (ax > 9.0f ? 9.0f : ax)); /* exactly 1 beyond 9 */
     return copysignf((1.0f - e) / (1.0f + e), x);
 }
 
@@ -33,7 +35,20 @@ static inline float s_gelu_s(float x) {
     return s_sigmoid(x * (k2 * 0.044715f * (x * x) + k2));
 }
 
+/* The standard normal CDF in double (libm's erfc: no cancellation in the
+ * left tail), *pdf its density; exactly 0 or 1 beyond |x| = 20, where
+ * erfc would underflow. */
+static inline double s_phi(double x, double *pdf) {
+    if (fabs(x) > 20.0) {
+        *pdf = 0.0;
+        return x > 0 ? 1.0 : 0.0;
+    }
+    *pdf = exp(-0.5 * x * x) * 0.39894228040143267794;
+    return 0.5 * erfc(x * -0.70710678118654752440);
+}
+
 static inline float s_unary(oj_simd_fn f, float x, float a, float b) {
+    double pdf;
     switch (f) {
     case OJ_SF_EXP: return oj_expf_poly(x);
     case OJ_SF_SIGMOID: return s_sigmoid(x);
@@ -48,11 +63,13 @@ static inline float s_unary(oj_simd_fn f, float x, float a, float b) {
     case OJ_SF_RSQRT: return 1.0f / sqrtf(x);
     case OJ_SF_RECIPROCAL: return 1.0f / x;
     case OJ_SF_ABS: return fabsf(x);
+    case OJ_SF_GELU: return (float)(x * s_phi(x, &pdf));
     default: return x;
     }
 }
 
 static inline float s_grad(oj_simd_fn f, float x, float y, float a) {
+    double pdf, phi;
     switch (f) {
     case OJ_SF_EXP: return y;
     case OJ_SF_SIGMOID: return y * (1.0f - y);
@@ -75,6 +92,9 @@ static inline float s_grad(oj_simd_fn f, float x, float y, float a) {
     case OJ_SF_RSQRT: return -0.5f * (y * (y * y));
     case OJ_SF_RECIPROCAL: return -(y * y);
     case OJ_SF_ABS: return (float)((x > 0) - (x < 0));
+    case OJ_SF_GELU: /* Phi(x) + x phi(x) */
+        phi = s_phi(x, &pdf);
+        return (float)(phi + x * pdf);
     default: return 1.0f;
     }
 }
@@ -374,6 +394,7 @@ static inline void avx512_tr16(const float *src, int64_t lds, float *dst, int64_
 #define v_gt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
 #define v_ge(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
 #define v_lt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
+#define v_nge(a, b) _mm512_cmp_ps_mask(a, b, _CMP_NGE_UQ) /* a < b or NaN */
 #define v_isnan(a) _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q)
 #define v_or_mask(a, b) ((B)((a) | (b)))
 #define v_blend(m, a, b) _mm512_mask_blend_ps(m, a, b)
@@ -431,6 +452,7 @@ static inline void avx512_tr16(const float *src, int64_t lds, float *dst, int64_
 #undef v_gt
 #undef v_ge
 #undef v_lt
+#undef v_nge
 #undef v_isnan
 #undef v_or_mask
 #undef v_blend
@@ -515,6 +537,7 @@ static inline float avx2_hmax(__m256 v) {
 #define v_gt(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
 #define v_ge(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
 #define v_lt(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
+#define v_nge(a, b) _mm256_cmp_ps(a, b, _CMP_NGE_UQ) /* a < b or NaN */
 #define v_isnan(a) _mm256_cmp_ps(a, a, _CMP_UNORD_Q)
 #define v_or_mask(a, b) _mm256_or_ps(a, b)
 #define v_blend(m, a, b) _mm256_blendv_ps(a, b, m)

@@ -28,7 +28,7 @@
 typedef enum oj_simd_fn {
     OJ_SF_EXP, OJ_SF_SIGMOID, OJ_SF_SILU, OJ_SF_GELU_TANH, OJ_SF_TANH, OJ_SF_RELU,
     OJ_SF_NEG, OJ_SF_SQUARE, OJ_SF_AFFINE /* a x + b */, OJ_SF_SQRT, OJ_SF_RSQRT,
-    OJ_SF_RECIPROCAL, OJ_SF_ABS,
+    OJ_SF_RECIPROCAL, OJ_SF_ABS, OJ_SF_GELU /* exact (erf) form */,
     OJ_SF_COUNT
 } oj_simd_fn;
 

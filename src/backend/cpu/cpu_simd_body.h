@@ -24,6 +24,12 @@ static inline V NAME(vexp_poly)(V xc, V *n_out) {
     return v_add(p, v_set1(1.0f));
 }
 
+/* Below lo the result is 0: for those lanes (and NaN, fixed at the end)
+ * the second scale factor is 0 instead of 2^n2, so p 2^n1 (normal) times
+ * it is an exact 0. Scaling them by 2^n2 and blending 0 in afterwards (as
+ * this once did) made every such lane build a subnormal first, which the
+ * CPU does in microcode, 10-20x slower; now only lanes whose result is
+ * subnormal, x in [lo, -87.34), take that path. */
 static inline V NAME(vexp)(V x) {
     const V hi = v_set1(88.72283935546875f), lo = v_set1(-103.97208404541015625f);
     V xc = v_min(v_max(x, lo), hi); /* NaN becomes lo here; fixed at the end */
@@ -31,23 +37,25 @@ static inline V NAME(vexp)(V x) {
     V p = NAME(vexp_poly)(xc, &n);
     VI ni = v_cvt_i(n);
     VI n1 = v_i_srai1(ni), n2 = v_i_sub(ni, n1);
-    V y = v_mul(v_mul(p, v_pow2(n1)), v_pow2(n2));
+    V s2 = v_blend(v_nge(x, lo), v_pow2(n2), v_zero());
+    V y = v_mul(v_mul(p, v_pow2(n1)), s2);
     y = v_blend(v_gt(x, hi), y, v_set1(INFINITY));
-    y = v_blend(v_lt(x, lo), y, v_zero());
     return v_blend(v_isnan(x), y, x);
 }
 
 /* exp(x) for x <= 0 (or NaN): what sigmoid, tanh, softmax and the
  * attention need. With AVX-512's scalef (p 2^n in one correctly rounded
  * step, subnormals included: the same bits as the two steps of vexp) the
- * special cases need no blends: NaN flows through (max returns x when x is
- * NaN), and below -104 the scaled result rounds to 0 by itself, as vexp's
- * blend makes it. Bit for bit vexp on x <= 0, at about half the
- * instructions, which is what keeps gelu and silu at memory speed. */
+ * special cases need one blend: below lo (and for NaN) p is replaced by 0,
+ * so the scaled result is an exact 0 (NaN stays NaN through n) instead of
+ * an underflow, which is as slow as making a subnormal. Bit for bit vexp
+ * on x <= 0, at about half the instructions, which is what keeps gelu and
+ * silu at memory speed. */
 #ifdef v_scalef
 static inline V NAME(vexp_neg)(V x) {
     V n;
     V p = NAME(vexp_poly)(v_max(v_set1(-110.0f), x), &n);
+    p = v_blend(v_nge(x, v_set1(-103.97208404541015625f)), p, v_zero());
     return v_scalef(p, n);
 }
 #else
@@ -55,15 +63,24 @@ static inline V NAME(vexp_neg)(V x) { return NAME(vexp)(x); }
 #endif
 
 /* 1 / (1 + exp(-x)), written as e / (1 + e) with e = exp(x) for x < 0 so
- * that neither form overflows or loses small results. */
+ * that neither form overflows or loses small results. For x >= 0, e only
+ * enters through 1 + e, which is exactly 1 once e < 2^-25 (x > 17.33):
+ * the exp argument is clamped at -18 there, so a large positive x never
+ * builds a subnormal e (same bits, none of the CPU's slow path). */
 static inline V NAME(vsigmoid)(V x) {
-    V e = NAME(vexp_neg)(v_neg(v_abs(x)));
+    /* x < 0: x; x >= 0: max(-x, -18); NaN stays NaN (max and min return
+     * their second operand when one is NaN) */
+    V t = v_min(v_max(v_set1(-18.0f), v_neg(x)), x);
+    V e = NAME(vexp_neg)(t);
     V s = v_recip(v_add(v_set1(1.0f), e));
     return v_blend(v_ge(x, v_zero()), v_mul(e, s), s);
 }
 
 /* tanh: Cephes tanhf (odd polynomial below |x| 0.625, else
- * (1 - e) / (1 + e) with e = exp(-2|x|), sign restored). */
+ * (1 - e) / (1 + e) with e = exp(-2|x|), sign restored). Beyond |x| = 9,
+ * e < 2^-25 and the quotient is exactly 1, so |x| is clamped at 9 before
+ * the exp (same bits; no subnormal e, which the CPU makes in microcode,
+ * for |x| >= 44). min(9, NaN) is NaN. */
 static inline V NAME(vtanh)(V x) {
     V ax = v_abs(x);
     V z = v_mul(x, x);
@@ -72,7 +89,7 @@ static inline V NAME(vtanh)(V x) {
     p = v_fmadd(p, z, v_set1(1.33314422036e-1f));
     p = v_fmadd(p, z, v_set1(-3.33332819422e-1f));
     V small = v_fmadd(v_mul(p, z), x, x);
-    V e = NAME(vexp_neg)(v_mul(v_set1(-2.0f), ax));
+    V e = NAME(vexp_neg)(v_mul(v_set1(-2.0f), v_min(v_set1(9.0f), ax)));
     V t = v_mul(v_sub(v_set1(1.0f), e), v_recip(v_add(v_set1(1.0f), e)));
     V big = v_copysign(t, x);
     return v_blend(v_lt(ax, v_set1(0.625f)), big, small);
@@ -87,6 +104,44 @@ static inline V NAME(vgelu_s)(V x) {
     return NAME(vsigmoid)(u2);
 }
 
+/* m Phi(x), Phi the standard normal CDF (gelu = x Phi(x)); *e_out =
+ * exp(-x^2 / 2). With z = |x| / sqrt 2 and t = 1 / (1 + z / 2):
+ * erfc(z) = t H(t) exp(-z^2), H of degree 10 (the form of Numerical
+ * Recipes' erfcc; a least-squares fit made for f32 over z in [0, 10.1],
+ * 4e-9 relative), and Phi = erfc(z) / 2 for x < 0, 1 - erfc(z) / 2 for
+ * x >= 0: no cancellation on either side (1 + erf(x / sqrt 2), PyTorch's
+ * form, is 0 from x = -5.6 on in f32), within 8 ulp of float64 over
+ * [-20, 20]. z^2 = x^2 / 2 is taken exactly as the sum of two floats (a
+ * fused multiply-add gives the rounding error of x^2) and the small part
+ * applied as exp(-hi - lo) = exp(-hi) (1 - lo), and for x < 0 the exp
+ * factor multiplies last, so the left tail keeps its relative accuracy
+ * down to the subnormal range. |x| is clamped at 20 (Phi is 0 or 1 in f32
+ * long before), which keeps t, x^2 and its error finite; NaN flows
+ * through. */
+static inline V NAME(vphi)(V x, V m, V *e_out) {
+    const V one = v_set1(1.0f), half = v_set1(0.5f);
+    V ax = v_min(v_set1(20.0f), v_abs(x));
+    V s = v_mul(ax, ax);
+    V slo = v_fmadd(ax, ax, v_neg(s));
+    V e = NAME(vexp_neg)(v_mul(v_set1(-0.5f), s));
+    e = v_fnmadd(e, v_mul(half, slo), e);
+    *e_out = e;
+    V t = v_recip(v_fmadd(v_set1(0.35355339059327376f), ax, one));
+    V h = v_fmadd(v_set1(3.5917875567e-02f), t, v_set1(-1.9191202248e-01f));
+    h = v_fmadd(h, t, v_set1(3.8365040826e-01f));
+    h = v_fmadd(h, t, v_set1(-2.9282947596e-01f));
+    h = v_fmadd(h, t, v_set1(-1.8998183169e-02f));
+    h = v_fmadd(h, t, v_set1(3.3629097554e-02f));
+    h = v_fmadd(h, t, v_set1(5.5581876715e-02f));
+    h = v_fmadd(h, t, v_set1(1.8541413086e-01f));
+    h = v_fmadd(h, t, v_set1(2.4520779260e-01f));
+    h = v_fmadd(h, t, v_set1(2.8224989128e-01f));
+    h = v_fmadd(h, t, v_set1(2.8208861228e-01f));
+    V k = v_mul(v_mul(half, t), h); /* erfc(z) / 2 = k e */
+    V left = v_mul(v_mul(m, k), e), right = v_mul(m, v_fnmadd(k, e, one));
+    return v_blend(v_lt(x, v_zero()), right, left);
+}
+
 static inline V NAME(vunary)(oj_simd_fn f, V x, V a, V b) {
     switch (f) {
     case OJ_SF_EXP: return NAME(vexp)(x);
@@ -94,6 +149,10 @@ static inline V NAME(vunary)(oj_simd_fn f, V x, V a, V b) {
     case OJ_SF_SILU: return v_mul(x, NAME(vsigmoid)(x));
     case OJ_SF_GELU_TANH: return v_mul(x, NAME(vgelu_s)(x));
     case OJ_SF_TANH: return NAME(vtanh)(x);
+    case OJ_SF_GELU: {
+        V e;
+        return NAME(vphi)(x, x, &e);
+    }
     case OJ_SF_RELU: return v_blend(v_or_mask(v_gt(x, v_zero()), v_isnan(x)), v_zero(), x);
     case OJ_SF_NEG: return v_neg(x);
     case OJ_SF_SQUARE: return v_mul(x, x);
@@ -124,6 +183,11 @@ static inline V NAME(vgrad)(oj_simd_fn f, V x, V y, V a) {
         V du = v_fmadd(v_set1(k * 3.0f * 0.044715f), v_mul(x, x), v_set1(k));
         V t = v_mul(v_mul(v_add(x, x), s), v_sub(one, s));
         return v_fmadd(t, du, s);
+    }
+    case OJ_SF_GELU: { /* Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi) */
+        V e;
+        V phi = NAME(vphi)(x, one, &e);
+        return v_fmadd(v_mul(x, e), v_set1(0.3989422804014327f), phi);
     }
     case OJ_SF_RELU: return v_blend(v_gt(x, v_zero()), v_zero(), one);
     case OJ_SF_NEG: return v_set1(-1.0f);
@@ -530,6 +594,7 @@ static void NAME(unary)(oj_simd_fn f, float *y, const float *x, int64_t n, float
         OJ_UNARY_CASE(OJ_SF_RSQRT)
         OJ_UNARY_CASE(OJ_SF_RECIPROCAL)
         OJ_UNARY_CASE(OJ_SF_ABS)
+        OJ_UNARY_CASE(OJ_SF_GELU)
     default: break;
     }
 }
@@ -567,6 +632,7 @@ static void NAME(unary_grad)(oj_simd_fn f, float *dx, const float *x, const floa
         OJ_GRAD_CASE(OJ_SF_RSQRT)
         OJ_GRAD_CASE(OJ_SF_RECIPROCAL)
         OJ_GRAD_CASE(OJ_SF_ABS)
+        OJ_GRAD_CASE(OJ_SF_GELU)
     default: break;
     }
 }
