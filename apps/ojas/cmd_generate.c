@@ -1,4 +1,5 @@
-/* ojas generate: sample text from a checkpoint or a safetensors file. */
+/* ojas generate: sample text from a checkpoint, a Hugging Face model
+ * directory or a safetensors file. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,17 +12,21 @@
 #include "ojas/train.h"
 
 static const char *k_help =
-    "usage: ojas generate (--checkpoint DIR | --weights FILE.safetensors -m PRESET)\n"
-    "                     [--vocab DIR] -p TEXT [options]\n"
+    "usage: ojas generate (--checkpoint DIR | -m MODEL_DIR | --weights FILE.safetensors\n"
+    "                     -m PRESET) [--vocab DIR] -p TEXT [options]\n"
     "Sample from a model. Tokens stream to stdout as they are generated.\n"
     "      --checkpoint DIR       a checkpoint directory written by 'ojas train', or its\n"
     "                             run directory (the one 'latest' names, else the\n"
     "                             newest, that verifies; a warning names any newer one\n"
     "                             refused); its state.json holds the model config\n"
-    "      --weights FILE         a safetensors file, with --model\n"
-    "  -m, --model PRESET         the model preset of --weights\n"
-    "      --vocab DIR            the tokenizer (default: the checkpoint's run's\n"
-    "                             tokenizer_dir, stored as an absolute path)\n"
+    "  -m, --model DIR|PRESET     a Hugging Face model directory (config.json and\n"
+    "                             model.safetensors or its shards: GPT2LMHeadModel,\n"
+    "                             LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
+    "                             Qwen3ForCausalLM), or the preset of --weights\n"
+    "      --weights FILE         a safetensors file of preset --model\n"
+    "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
+    "                             checkpoint's run's tokenizer_dir, stored as an\n"
+    "                             absolute path)\n"
     "  -p, --prompt TEXT          the text to continue (required, not empty)\n"
     "  -n, --max-new-tokens N     tokens to generate (default 200)\n"
     "  -t, --temperature T        0: greedy (default 0.8)\n"
@@ -125,10 +130,18 @@ int cmd_generate(int argc, char **argv) {
     }
     if (optind < argc)
         return cli_unexpected("generate", argv[optind]);
-    if ((ckpt == NULL) == (weights == NULL))
-        return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint or --weights");
+    /* --model names a model directory unless --weights is given (then a preset) */
+    const char *model_dir = weights == NULL ? preset : NULL;
+    if (model_dir) preset = NULL;
+    if ((ckpt != NULL) + (weights != NULL) + (model_dir != NULL) != 1)
+        return cli_error(CLI_USAGE, "generate: give exactly one of --checkpoint, --model DIR or "
+                                    "--weights FILE --model PRESET");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
     oj_gpt_config preset_cfg;
+    if (model_dir && access(model_dir, F_OK) != 0)
+        return cli_error(CLI_FAIL, "generate: model directory '%s' does not exist%s", model_dir,
+                         oj_gpt_preset(model_dir, &preset_cfg) ? " (a preset goes with --weights FILE)"
+                                                               : "");
     if (weights && !oj_gpt_preset(preset, &preset_cfg)) {
         char names[512];
         return cli_error(CLI_USAGE, "generate: unknown model preset '%s' (presets: %s)", preset,
@@ -174,6 +187,7 @@ int cmd_generate(int argc, char **argv) {
         if (vocab == NULL && run_cfg.tokenizer_dir[0]) /* the tokenizer the run was trained with */
             vocab = run_cfg.tokenizer_dir;
     }
+    if (vocab == NULL && model_dir) vocab = model_dir; /* its tokenizer files */
     if (vocab == NULL)
         return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
                                     "supplies it only when its run had a tokenizer_dir)");
@@ -183,7 +197,8 @@ int cmd_generate(int argc, char **argv) {
     if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
         return cli_error(CLI_FAIL, "generate: %s%s", e.message,
                          vocab == run_cfg.tokenizer_dir ? " (the run's tokenizer_dir: give --vocab DIR)"
-                                                        : "");
+                         : vocab == model_dir ? " (the model directory's tokenizer: give --vocab DIR)"
+                                              : "");
     oj_engine *eng = NULL;
     if (oj_engine_create(&ec, &eng, &e) != OJ_OK) {
         oj_tokenizer_free(tok);
@@ -212,6 +227,12 @@ int cmd_generate(int argc, char **argv) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
+    } else if (model_dir) {
+        if (oj_gpt_load_dir(eng, model_dir, &m, &e) != OJ_OK) {
+            cli_error(CLI_FAIL, "generate: %s", e.message);
+            goto done;
+        }
+        cfg = *oj_gpt_get_config(m);
     } else {
         oj_gpt_preset(preset, &cfg); /* known: checked with the arguments */
         if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK ||
@@ -244,7 +265,7 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
         goto done;
     }
-    if (cfg.family == OJ_GPT2 && glen < sc.max_new_tokens && plen + glen >= cfg.block_size)
+    if (cfg.family != OJ_NANOLAB && glen < sc.max_new_tokens && plen + glen >= cfg.block_size)
         fprintf(stderr, "ojas: generate: stopped after %lld of %lld new tokens: the model's context "
                         "of %lld positions is full\n",
                 (long long)glen, (long long)sc.max_new_tokens, (long long)cfg.block_size);

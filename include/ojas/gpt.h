@@ -13,6 +13,20 @@
  *   layer's V mixed with layer 0's V: v = s v + (1 - s) v0, s =
  *   sigmoid(lambda) learned per layer), SwiGLU MLP (silu(x W_gate) *
  *   (x W_up), then W_down), tied embedding.
+ * - OJ_LLAMA: the Hugging Face Llama family (Touvron et al. 2023) and its
+ *   relatives: no positions table, RMSNorm before attention and MLP and at
+ *   the end, half-split rotary embeddings (rope_theta), causal attention
+ *   with grouped-query KV heads of head_dim, SwiGLU MLP, a head tied to
+ *   the embedding or its own (untied_head). Options: qkv_bias (Qwen2's
+ *   q/k/v biases), qk_norm (Qwen3's RMSNorm over each head's D with a
+ *   weight, before the rotation), rope_factor (Llama 3.1's frequency
+ *   rescaling; the model then holds cos/sin tables [block_size, D], f32).
+ *   Parameter names are HF's
+ *   (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
+ *   model.layers.N.mlp.gate_proj.weight, model.norm.weight,
+ *   lm_head.weight; Linear layout [out, in]), so oj_gpt_load_dir reads a
+ *   LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /
+ *   Qwen3ForCausalLM directory.
  *
  * Shapes: idx/targets [B, T] i64 or i32; logits [B, T, V]. */
 #ifndef OJAS_GPT_H
@@ -25,7 +39,7 @@
 extern "C" {
 #endif
 
-typedef enum oj_gpt_family { OJ_GPT2 = 0, OJ_NANOLAB = 1 } oj_gpt_family;
+typedef enum oj_gpt_family { OJ_GPT2 = 0, OJ_NANOLAB = 1, OJ_LLAMA = 2 } oj_gpt_family;
 
 typedef struct oj_gpt_config {
     oj_gpt_family family;
@@ -39,6 +53,22 @@ typedef struct oj_gpt_config {
     double norm_eps;    /* gpt2 1e-5, nanolab 1e-6 */
     double rope_theta;  /* nanolab, e.g. 10000 */
     double init_std;    /* 0.02 */
+    /* llama family only (0 / false for the others): */
+    int64_t head_dim;   /* D; 0: n_embd / n_head (Qwen3 sets its own) */
+    bool qkv_bias;      /* biases on q, k, v projections (Qwen2) */
+    bool qk_norm;       /* RMSNorm with a weight [D] on q and k per head (Qwen3) */
+    bool untied_head;   /* lm_head.weight [V, C] of its own */
+    /* llama family: Llama 3.1's rope_scaling "llama3" when rope_factor > 0
+     * (0: none): each rotary frequency f = theta^(-2i/D) with wavelength
+     * 2 pi / f above rope_original_context / rope_low_freq_factor is
+     * divided by rope_factor, below rope_original_context /
+     * rope_high_freq_factor kept, and in between interpolated:
+     * (1 - s) f / rope_factor + s f, s = (rope_original_context / wavelength
+     * - low) / (high - low) (transformers' _compute_llama3_parameters). */
+    double rope_factor;            /* e.g. 8 (Llama 3.1) or 32 (Llama 3.2) */
+    double rope_low_freq_factor;   /* 1 */
+    double rope_high_freq_factor;  /* 4 */
+    int64_t rope_original_context; /* original_max_position_embeddings, 8192 */
 } oj_gpt_config;
 
 /* Fill *cfg from a preset name: "gpt2-124m", "gpt2-355m", "gpt2-774m",
@@ -59,7 +89,7 @@ oj_status oj_gpt_config_check(const oj_gpt_config *cfg, oj_error *err);
  * x 4 bytes for the f32 weights, as many again for their gradients, and
  * the optimizer's state. */
 int64_t oj_gpt_config_num_params(const oj_gpt_config *cfg);
-/* "nanolab" / "gpt2". */
+/* "nanolab" / "gpt2" / "llama". */
 const char *oj_gpt_family_name(oj_gpt_family f);
 
 typedef struct oj_gpt oj_gpt;
@@ -100,6 +130,38 @@ oj_status oj_gpt_to_dtype(oj_gpt *m, oj_dtype dt);
  * F32, BF16 and F16 files are converted to f32. */
 oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err);
 
+/* Read a Hugging Face model directory: config.json (architectures
+ * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+ * Qwen3ForCausalLM; oj_gpt_config_from_hf) and its weights,
+ * model.safetensors or the shards that model.safetensors.index.json's
+ * weight_map names (each file memory-mapped, F32 / BF16 / F16 converted to
+ * the f32 parameters). Every tensor is checked (present, float, the shape
+ * config.json gives) before the model is returned; tensors the model does
+ * not use (GPT-2's attention-mask buffers, a tied lm_head.weight equal to
+ * the embedding) are ignored. *out: a new model owned by the caller
+ * (oj_gpt_free), NULL on failure. Errors, each one line naming the file
+ * and the field or tensor: OJ_ERR_IO (missing file or shard),
+ * OJ_ERR_CORRUPT (bad JSON or safetensors), OJ_ERR_INVALID_ARGUMENT (an
+ * unsupported architecture or config field), OJ_ERR_SHAPE / OJ_ERR_DTYPE (a
+ * tensor that does not fit the config), OJ_ERR_CAPACITY. */
+oj_status oj_gpt_load_dir(oj_engine *eng, const char *dir, oj_gpt **out, oj_error *err);
+/* Fill *cfg from a Hugging Face config.json (its path): GPT2LMHeadModel
+ * (n_layer, n_head, n_embd, n_positions, n_inner, vocab_size,
+ * layer_norm_epsilon; activation_function gelu_new) becomes OJ_GPT2; the
+ * Llama family (hidden_size, intermediate_size, num_hidden_layers,
+ * num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps,
+ * rope_theta, max_position_embeddings, vocab_size, tie_word_embeddings;
+ * hidden_act silu; rope_scaling null, "default" or "llama3") OJ_LLAMA,
+ * with qkv_bias for Qwen2 and qk_norm for Qwen3.
+ * block_size is max_position_embeddings (n_positions), or a Mistral's
+ * sliding_window when that is smaller (within it attention is full
+ * causal). A field that would change the maths and is not implemented
+ * (other rope scalings, attention or MLP biases, another activation, a sliding
+ * window in use on Qwen, GPT-2's attention-scaling variants) is refused
+ * with OJ_ERR_INVALID_ARGUMENT naming the file and field; OJ_ERR_IO,
+ * OJ_ERR_CORRUPT for an unreadable file. */
+oj_status oj_gpt_config_from_hf(const char *path, oj_gpt_config *cfg, oj_error *err);
+
 /* Forward FLOPs per token for training (6N + 12 L T C; Kaplan et al. 2020
  * and PaLM's appendix B, attention counted with causal masking ignored). */
 double oj_gpt_flops_per_token(const oj_gpt *m, int64_t T);
@@ -134,7 +196,7 @@ void oj_kv_cache_reset(oj_kv_cache *c);
  * ring, each new key/value replaces the oldest, and the query attends to
  * the last `capacity` positions (rotary positions keep counting). Errors:
  * OJ_ERR_OUT_OF_RANGE when len + T exceeds the capacity or block_size
- * otherwise (gpt2's learned positions end at block_size; a prefill never
+ * otherwise (gpt2 and llama end at block_size; a prefill never
  * wraps); OJ_ERR_DTYPE, with autocast off, for a cache whose dtype is not
  * the weights' (made before oj_gpt_to_dtype). */
 oj_tensor *oj_gpt_forward_cached(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx);
@@ -173,7 +235,7 @@ oj_status oj_gpt_decoder_prefill(oj_gpt_decoder *d, const int32_t *prompt, int64
                                  int32_t *next);
 /* Feed the pending token (the one prefill or the last step returned, or
  * oj_gpt_decoder_set_token's) at the next position and write the greedy
- * token after it to *next. gpt2 stops at min(capacity, block_size)
+ * token after it to *next. gpt2 and llama stop at min(capacity, block_size)
  * positions (OJ_ERR_OUT_OF_RANGE); nanolab goes on over a sliding window
  * of the last `capacity` positions, as oj_generate. NaN logits are not
  * detected (that would need a read-back): their argmax is returned.

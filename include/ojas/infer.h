@@ -34,7 +34,7 @@ typedef bool (*oj_token_fn)(int64_t seq, int32_t token, void *ctx);
 
 /* Generate for `batch` prompts (prompts[i] of prompt_lens[i] >= 1 tokens):
  * prefill each prompt into a KV cache, then decode up to max_new_tokens
- * tokens per sequence, stopping at cfg->stop_token (not emitted); a gpt2
+ * tokens per sequence, stopping at cfg->stop_token (not emitted); a gpt2 or llama
  * model also stops when its context (block_size) is full, a nanolab model
  * goes on over a sliding window of the last block_size positions. out[i] receives a malloc'd array of
  * the generated tokens (free() each) and out_lens[i] its length. on_token

@@ -49,9 +49,10 @@ static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int
                                 "generate: prompt %lld token %lld is %d, outside the vocabulary [0, %lld)",
                                 (long long)seq, (long long)i, prompt[i], (long long)V);
     /* nanolab keeps going over a sliding window of the last block_size
-     * positions (a ring KV cache); gpt2 stops at its last position. */
+     * positions (a ring KV cache); gpt2 and llama stop at their last
+     * position (a window would not be their maths). */
     int64_t max_new = cfg->max_new_tokens;
-    if (mc->family == OJ_GPT2 && max_new > cap - n) max_new = cap - n;
+    if (mc->family != OJ_NANOLAB && max_new > cap - n) max_new = cap - n;
     if (max_new < 0) max_new = 0;
     int32_t *hist = malloc((size_t)(n + max_new + 1) * sizeof *hist);
     float *lg = malloc((size_t)V * sizeof *lg);
@@ -60,7 +61,11 @@ static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int
     oj_status st = OJ_OK;
     if (hist == NULL || lg == NULL || gen == NULL)
         st = oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
-    if (st == OJ_OK) st = oj_kv_cache_create(m, 1, cap, &cache);
+    /* a ring of block_size for nanolab; the others never hold more than
+     * the prompt and the new tokens (a model directory's context can be
+     * 128k positions) */
+    const int64_t kv_cap = mc->family == OJ_NANOLAB ? cap : n + (max_new > 0 ? max_new : 1);
+    if (st == OJ_OK) st = oj_kv_cache_create(m, 1, kv_cap, &cache);
     int64_t len = 0;
     if (st == OJ_OK) memcpy(hist, prompt, (size_t)n * sizeof *hist);
     /* Prefill the whole prompt, then one token per step. */

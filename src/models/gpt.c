@@ -10,18 +10,16 @@
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
 
-typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONES, INIT_ZEROS } init_kind;
-
 /* A parameter in the model's registry; its values depend only on (seed,
  * name) (oj_init_tensor): normal(0, init_std), init_std / sqrt(2 n_layer)
  * for residual output projections, ones, zeros. f32, requires grad. */
-static oj_tensor *param(oj_gpt *m, const char *name, int rank, const int64_t *shape,
-                        init_kind kind) {
+oj_tensor *oj__gpt_param(oj_gpt *m, const char *name, int rank, const int64_t *shape,
+                         oj__gpt_init kind) {
     double std = m->cfg.init_std;
     if (kind == INIT_RESID) std /= sqrt(2.0 * (double)m->cfg.n_layer);
-    oj_init init = kind == INIT_ONES    ? oj_init_ones()
-                   : kind == INIT_ZEROS ? oj_init_zeros()
-                                        : oj_init_normal(0.0, std);
+    oj_init init = kind == INIT_ZEROS || m->zero_init ? oj_init_zeros()
+                   : kind == INIT_ONES                ? oj_init_ones()
+                                                      : oj_init_normal(0.0, std);
     return oj_params_add(m->params, name, rank, shape, OJ_F32, &init);
 }
 
@@ -29,11 +27,23 @@ static oj_tensor *param(oj_gpt *m, const char *name, int rank, const int64_t *sh
     do {                                                                                    \
         int64_t shp_[] = {__VA_ARGS__};                                                     \
         snprintf(name, sizeof name, "transformer.h.%d.%s", l, pname);                        \
-        (dst) = param(m, name, rank, shp_, kind);                                     \
+        (dst) = oj__gpt_param(m, name, rank, shp_, kind);                                     \
         if ((dst) == NULL) goto fail;                                                       \
     } while (0)
 
+static oj_status create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, bool zero_init,
+                        oj_gpt **out);
+
 oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, oj_gpt **out) {
+    return create(eng, cfg, seed, false, out);
+}
+
+oj_status oj__gpt_create_zeros(oj_engine *eng, const oj_gpt_config *cfg, oj_gpt **out) {
+    return create(eng, cfg, 0, true, out);
+}
+
+static oj_status create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed, bool zero_init,
+                        oj_gpt **out) {
     if (out) *out = NULL;
     if (eng == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_error e = {0};
@@ -55,6 +65,7 @@ oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed,
     if (m == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt: out of host memory");
     m->eng = eng;
     m->cfg = *cfg;
+    m->zero_init = zero_init;
     m->blocks = calloc((size_t)cfg->n_layer, sizeof *m->blocks);
     m->params = oj_params_create(eng, seed);
     if (m->blocks == NULL || m->params == NULL) {
@@ -67,14 +78,20 @@ oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed,
     char name[256];
     const char *pname;
     int l = 0;
+    if (cfg->family == OJ_LLAMA) { /* its own names and parts (gpt_llama.c) */
+        if (!oj__gpt_llama_params(m)) goto fail;
+        *out = m;
+        return OJ_OK;
+    }
     {
         int64_t s[2] = {V, C};
-        m->wte = param(m, "transformer.wte.weight", 2, s, INIT_NORMAL);
+        m->wte = oj__gpt_param(m, "transformer.wte.weight", 2, s, INIT_NORMAL);
         if (m->wte == NULL) goto fail;
+        m->head = m->wte; /* tied */
     }
     if (gpt2) {
         int64_t s[2] = {cfg->block_size, C};
-        m->wpe = param(m, "transformer.wpe.weight", 2, s, INIT_NORMAL);
+        m->wpe = oj__gpt_param(m, "transformer.wpe.weight", 2, s, INIT_NORMAL);
         if (m->wpe == NULL) goto fail;
     }
     for (l = 0; l < (int)cfg->n_layer; l++) {
@@ -109,10 +126,10 @@ oj_status oj_gpt_create(oj_engine *eng, const oj_gpt_config *cfg, uint64_t seed,
     }
     {
         int64_t s[1] = {C};
-        m->ln_f_w = param(m, "transformer.ln_f.weight", 1, s, INIT_ONES);
+        m->ln_f_w = oj__gpt_param(m, "transformer.ln_f.weight", 1, s, INIT_ONES);
         if (m->ln_f_w == NULL) goto fail;
         if (gpt2) {
-            m->ln_f_b = param(m, "transformer.ln_f.bias", 1, s, INIT_ZEROS);
+            m->ln_f_b = oj__gpt_param(m, "transformer.ln_f.bias", 1, s, INIT_ZEROS);
             if (m->ln_f_b == NULL) goto fail;
         }
     }
@@ -126,6 +143,8 @@ fail:
 
 void oj_gpt_free(oj_gpt *m) {
     if (m == NULL) return;
+    oj_release(m->rope_cos);
+    oj_release(m->rope_sin);
     oj_params_free(m->params);
     free(m->blocks);
     free(m);
@@ -242,7 +261,7 @@ oj_status oj_kv_cache_create(oj_gpt *m, int64_t batch, int64_t capacity, oj_kv_c
     c->n_layer = m->cfg.n_layer;
     c->batch = batch;
     c->capacity = capacity;
-    const int64_t D = m->cfg.n_embd / m->cfg.n_head;
+    const int64_t D = oj__gpt_head_dim(&m->cfg);
     /* keys and values of a layer in one tensor: the static decode step
      * writes both with one index_copy_ when they sit side by side in the
      * projection's output (gpt2's c_attn) */

@@ -127,6 +127,20 @@ static bool project_fused(oj_tensor *x, int n, oj_tensor *const *w, const int64_
     return got == n;
 }
 
+oj_tensor *oj__gpt_split_heads(oj_tensor *x, int64_t n, int64_t D) { return split_heads(x, n, D); }
+oj_tensor *oj__gpt_merge_heads(oj_tensor *y) { return merge_heads(y); }
+
+/* Attention of q [B, H, T, D] over k, v [B, Hkv, T, D] and, with a cache,
+ * the cached positions (k, v appended to layer l's cache first). */
+oj_tensor *oj__gpt_attend_cached(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *k, oj_tensor *v) {
+    oj_tensor *ka = NULL, *va = NULL, *y = NULL;
+    if (q && k && v && (c == NULL || cache_append(c, l, k, v, NULL, &ka, &va)))
+        y = attend(c, q, ka ? ka : k, va ? va : v);
+    oj_release(ka);
+    oj_release(va);
+    return y;
+}
+
 static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h,
                                  oj_kv_cache *cache) {
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
@@ -370,8 +384,9 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     oj_tensor *h = x ? norm(m, x, m->blocks[0].ln_1_w, m->blocks[0].ln_1_b) : NULL;
     for (int l = 0; l < (int)m->cfg.n_layer && h; l++) {
         oj_gpt_block *b = &m->blocks[l];
-        oj_tensor *a = m->cfg.family == OJ_GPT2 ? attention_gpt2(m, b, l, h, cache)
-                                                : attention_nanolab(m, b, l, h, pos, &v_first, cache);
+        oj_tensor *a = m->cfg.family == OJ_GPT2    ? attention_gpt2(m, b, l, h, cache)
+                       : m->cfg.family == OJ_LLAMA ? oj__gpt_llama_attention(m, b, l, h, pos, cache)
+                                                   : attention_nanolab(m, b, l, h, pos, &v_first, cache);
         oj_tensor *x1 = NULL, *x2 = NULL;
         oj_tensor *h2 = add_norm(m, x, a, b->ln_2_w, b->ln_2_b, &x1);
         oj_tensor *f = h2 ? mlp(m, b, h2) : NULL;
@@ -394,7 +409,7 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
 
 oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     oj_tensor *xf = gpt_hidden(m, idx, cache);
-    oj_tensor *logits = xf ? oj_linear(xf, m->wte, NULL) : NULL; /* tied head: [B, T, V] */
+    oj_tensor *logits = xf ? oj_linear(xf, m->head, NULL) : NULL; /* [B, T, V] */
     oj_release(xf);
     return logits;
 }
@@ -421,10 +436,10 @@ oj_tensor *oj_gpt_forward(oj_gpt *m, oj_tensor *idx) {
 
 oj_tensor *oj_gpt_loss(oj_gpt *m, oj_tensor *idx, oj_tensor *targets) {
     if (m == NULL || targets == NULL) return NULL;
-    /* the tied head and the loss fused: the [B, T, V] logits never exist */
+    /* the head and the loss fused: the [B, T, V] logits never exist */
     oj_tensor *xf = gpt_hidden(m, idx, NULL);
     if (xf == NULL) return NULL;
-    oj_tensor *loss = oj_linear_cross_entropy(xf, m->wte, targets, -1, 0.0, OJ_REDUCTION_MEAN);
+    oj_tensor *loss = oj_linear_cross_entropy(xf, m->head, targets, -1, 0.0, OJ_REDUCTION_MEAN);
     oj_release(xf);
     return loss;
 }

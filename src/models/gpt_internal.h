@@ -19,6 +19,10 @@ typedef struct oj_gpt_block {
     oj_tensor *gate_w, *gate_b;       /* [H, C], [H] */
     oj_tensor *lambda;                /* [1] value-residual mix (layers > 0) */
     oj_tensor *w_gate, *w_up, *w_down; /* [F, C], [F, C], [C, F] */
+    /* llama (also q_w, k_w, v_w, o_w, w_gate, w_up, w_down; ln_1_w is
+     * input_layernorm, ln_2_w post_attention_layernorm) */
+    oj_tensor *q_b, *k_b, *v_b;       /* [H D], [Hkv D] x2 (qkv_bias) */
+    oj_tensor *q_norm_w, *k_norm_w;   /* [D] (qk_norm) */
 } oj_gpt_block;
 
 struct oj_gpt {
@@ -28,8 +32,41 @@ struct oj_gpt {
     oj_tensor *wte;    /* [V, C] */
     oj_tensor *wpe;    /* [block_size, C] (gpt2) */
     oj_tensor *ln_f_w, *ln_f_b;
+    oj_tensor *head;   /* [V, C]: wte when tied, else the llama lm_head */
+    oj_tensor *rope_cos, *rope_sin; /* f32 [block_size, D] (llama3 rope scaling only) */
+    bool zero_init;    /* parameters made as zeros (to be loaded over) */
     oj_gpt_block *blocks;
 };
+
+/* The head dim D: cfg->head_dim, or n_embd / n_head when 0. */
+static inline int64_t oj__gpt_head_dim(const oj_gpt_config *cfg) {
+    return cfg->head_dim > 0 ? cfg->head_dim : cfg->n_embd / cfg->n_head;
+}
+
+typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONES, INIT_ZEROS } oj__gpt_init;
+/* A parameter in m's registry; its values depend only on (seed, name)
+ * (oj_init_tensor): normal(0, init_std), init_std / sqrt(2 n_layer) for
+ * residual output projections, ones, zeros. f32, requires grad. NULL with
+ * the engine's error on failure. */
+oj_tensor *oj__gpt_param(oj_gpt *m, const char *name, int rank, const int64_t *shape,
+                         oj__gpt_init kind);
+
+/* oj_gpt_create with every parameter zero instead of initialised: for a
+ * model whose every parameter is then loaded (skips drawing random
+ * values: a minute for 0.5B parameters). */
+oj_status oj__gpt_create_zeros(oj_engine *eng, const oj_gpt_config *cfg, oj_gpt **out);
+
+/* Register the llama family's parameters on m (gpt_llama.c), HF's names
+ * in HF's order. false with the engine's error recorded on failure. */
+bool oj__gpt_llama_params(oj_gpt *m);
+/* The llama family's attention for block l on h [B, T, C] at positions
+ * pos.. (or the static step's device positions): [B, T, C] (gpt_llama.c). */
+oj_tensor *oj__gpt_llama_attention(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h, int64_t pos,
+                                   oj_kv_cache *cache);
+/* The attention helpers gpt_forward.c shares with gpt_llama.c. */
+oj_tensor *oj__gpt_split_heads(oj_tensor *x, int64_t n, int64_t D);
+oj_tensor *oj__gpt_merge_heads(oj_tensor *y);
+oj_tensor *oj__gpt_attend_cached(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *k, oj_tensor *v);
 
 /* The positions of a static decode step (gpt_decoder.c), held on the
  * device so that nothing the step does depends on a host value that
@@ -60,5 +97,15 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
  * positions against block_size and the capacity). */
 oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                               const oj_gpt_dev_pos *dp);
+
+/* s as a message may quote it: at most 64 bytes into buf (65 bytes), each
+ * control character (< 0x20, 0x7f) as '?', so that a value read from a
+ * file keeps a message on one line. buf. */
+const char *oj__hf_quote(char buf[65], const char *s);
+
+/* oj_gpt_config_from_hf on the text json[0..len) of a config.json;
+ * `file` names it in messages. */
+oj_status oj__gpt_config_from_hf_json(const char *json, size_t len, const char *file,
+                                      oj_gpt_config *cfg, oj_error *err);
 
 #endif /* OJAS_GPT_INTERNAL_H */

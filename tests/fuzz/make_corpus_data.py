@@ -10,6 +10,8 @@ tests/fuzz/corpus/fuzz_tokenizer/     flags byte, then
 tests/fuzz/corpus/fuzz_shard/         12 parameter bytes, then a .bin shard.
 tests/fuzz/corpus/fuzz_train_config/  flags byte, then JSON|OJSEP|key=value
     lines.
+tests/fuzz/corpus/fuzz_hf_config/     flags byte, then a Hugging Face
+    config.json.
 """
 import base64
 import json
@@ -221,6 +223,65 @@ def config_seeds():
     return s
 
 
+def hf_config_seeds():
+    """Tiny configs of every architecture, transformers' shapes of real ones,
+    and one per refused field."""
+    llama = {"architectures": ["LlamaForCausalLM"], "vocab_size": 32, "hidden_size": 16,
+             "intermediate_size": 24, "num_hidden_layers": 1, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "max_position_embeddings": 8, "rms_norm_eps": 1e-5,
+             "rope_theta": 10000.0, "tie_word_embeddings": False, "rope_scaling": None,
+             "hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+
+    def seed(flags, cfg):
+        text = cfg if isinstance(cfg, bytes) else json.dumps(cfg).encode()
+        return bytes([flags]) + text
+
+    def v(**kw):
+        c = dict(llama)
+        c.update(kw)
+        return c
+
+    return {
+        "gpt2_tiny": seed(0, {"architectures": ["GPT2LMHeadModel"], "vocab_size": 16,
+                               "n_positions": 8, "n_embd": 8, "n_layer": 1, "n_head": 2,
+                               "activation_function": "gelu_new", "n_inner": None}),
+        "gpt2_defaults_file": seed(1, {"model_type": "gpt2"}),
+        "llama_tiny": seed(0, llama),
+        "llama_tiny_file": seed(1, llama),
+        "mistral_window": seed(0, v(architectures=["MistralForCausalLM"], sliding_window=4)),
+        "qwen2_tied": seed(0, v(architectures=["Qwen2ForCausalLM"], tie_word_embeddings=True,
+                                use_sliding_window=False)),
+        "qwen3_head_dim": seed(0, v(architectures=["Qwen3ForCausalLM"], head_dim=4,
+                                    layer_types=["full_attention"])),
+        "llama32_1b": seed(0, v(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                                num_hidden_layers=16, num_attention_heads=32,
+                                num_key_value_heads=8, max_position_embeddings=131072,
+                                rope_theta=500000.0, tie_word_embeddings=True,
+                                rope_scaling={"factor": 32.0, "high_freq_factor": 4.0,
+                                              "low_freq_factor": 1.0, "rope_type": "llama3",
+                                              "original_max_position_embeddings": 8192})),
+        "llama3_rope_tiny": seed(0, v(rope_scaling={"factor": 8.0, "high_freq_factor": 4.0,
+                                                    "low_freq_factor": 1.0, "rope_type": "llama3",
+                                                    "original_max_position_embeddings": 4})),
+        # found by fuzzing: a context of one position (the target forwarded two)
+        "llama_context_1": seed(1, v(max_position_embeddings=1)),
+        # found by fuzzing: a control character of an architecture's name was
+        # echoed into the message, which then took two lines
+        "bad_arch_newline": seed(0, v(architectures=["Qw\n2ForCausalLM"])),
+        "bad_values_control_chars": seed(0, v(hidden_act="si\tlu",
+                                              rope_scaling={"rope_type": "ya\rrn"})),
+        "bad_rope_yarn": seed(0, v(rope_scaling={"factor": 4.0, "rope_type": "yarn"})),
+        "tf5_rope_parameters": seed(0, v(rope_parameters={"rope_type": "default",
+                                                          "rope_theta": 1e6})),
+        "bad_arch": seed(0, v(architectures=["FalconForCausalLM"])),
+        "bad_act": seed(0, v(hidden_act="gelu")),
+        "bad_gqa": seed(0, v(num_key_value_heads=3)),
+        "bad_types": seed(0, v(hidden_size="16", rms_norm_eps=-1, tie_word_embeddings=1)),
+        "bad_json": seed(0, b'{"architectures": ["LlamaForCausalLM"], "vocab_size": 3\n2'),
+        "bad_not_object": seed(0, b"[1, 2]"),
+    }
+
+
 def write(dirname, seeds):
     d = os.path.join(HERE, "corpus", dirname)
     shutil.rmtree(d, ignore_errors=True)
@@ -235,3 +296,4 @@ if __name__ == "__main__":
     write("fuzz_tokenizer", tokenizer_seeds())
     write("fuzz_shard", shard_seeds())
     write("fuzz_train_config", config_seeds())
+    write("fuzz_hf_config", hf_config_seeds())

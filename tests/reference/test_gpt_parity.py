@@ -37,7 +37,11 @@ class GptConfig(C.Structure):
     _fields_ = [("family", C.c_int), ("vocab_size", C.c_int64), ("block_size", C.c_int64),
                 ("n_layer", C.c_int64), ("n_head", C.c_int64), ("n_kv_head", C.c_int64),
                 ("n_embd", C.c_int64), ("mlp_hidden", C.c_int64), ("norm_eps", C.c_double),
-                ("rope_theta", C.c_double), ("init_std", C.c_double)]
+                ("rope_theta", C.c_double), ("init_std", C.c_double),
+                ("head_dim", C.c_int64), ("qkv_bias", C.c_bool), ("qk_norm", C.c_bool),
+                ("untied_head", C.c_bool), ("rope_factor", C.c_double),
+                ("rope_low_freq_factor", C.c_double), ("rope_high_freq_factor", C.c_double),
+                ("rope_original_context", C.c_int64)]
 
 
 class Named(C.Structure):

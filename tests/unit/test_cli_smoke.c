@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cli_testutil.h"
+#include "ojas/gpt.h"
 
 static char g_dir[256];
 
@@ -232,6 +233,88 @@ static void test_generate_missing_checkpoint_empty_prompt(void **state) {
     free(err);
 }
 
+#define HF_CONFIG(rope_scaling)                                                             \
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 320, \"hidden_size\": 32,\n" \
+    " \"intermediate_size\": 48, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n" \
+    " \"num_key_value_heads\": 2, \"head_dim\": 16, \"max_position_embeddings\": 64,\n" \
+    " \"rope_theta\": 1000000.0, \"tie_word_embeddings\": true, \"rope_scaling\": " rope_scaling ",\n" \
+    " \"hidden_act\": \"silu\"}\n"
+
+/* A Hugging Face model directory in g_dir/rel: config.json of a tiny
+ * Qwen3ForCausalLM (vocabulary 320, head_dim 16 over 4 heads of a 32-wide
+ * model) and its random weights as model.safetensors, written through the
+ * same llama family (HF names). */
+static void write_hf_dir(const char *rel) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", g_dir, rel);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/%s/config.json", g_dir, rel);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(HF_CONFIG("null"), f);
+    assert_int_equal(fclose(f), 0);
+    oj_gpt_config c = {0};
+    oj_error e = {0};
+    assert_int_equal(oj_gpt_config_from_hf(p, &c, &e), OJ_OK);
+    oj_engine_config ec = oj_engine_config_default();
+    ec.threads = 1;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(&ec, &eng, &e), OJ_OK);
+    oj_gpt *m = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c, 7, &m), OJ_OK);
+    oj_named_tensors sd = oj_gpt_state_dict(m);
+    snprintf(p, sizeof p, "%s/%s/model.safetensors", g_dir, rel);
+    assert_int_equal(oj_safetensors_save(p, sd.n, (const char *const *)sd.names, sd.tensors, NULL, &e),
+                     OJ_OK);
+    oj_gpt_free(m);
+    oj_engine_free(eng);
+}
+
+// test: `ojas generate --model DIR` runs a Hugging Face model directory (no
+// preset): greedy text after the prompt, the same twice; a directory that
+// does not exist, a preset without --weights, a directory without a
+// tokenizer and a refused config.json field are one line each
+static void test_generate_model_dir(void **state) {
+    (void)state;
+    assert_int_equal(
+        ojas("tokenizer train --vocab-size 300 --threads 1 --out tokd corpus.txt", NULL), 0);
+    write_hf_dir("hf");
+    const char *gen = "generate --model hf --vocab tokd --prompt '" PROMPT
+                      "' --max-new-tokens 12 --temperature 0";
+    char *a = NULL, *b = NULL, *err = NULL;
+    assert_int_equal(ojas(gen, &a), 0);
+    assert_int_equal(ojas(gen, &b), 0);
+    assert_non_null(a);
+    if (strncmp(a, PROMPT, strlen(PROMPT)) != 0 || strlen(a) <= strlen(PROMPT "\n"))
+        fail_msg("generate --model printed '%s'", a);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    /* a llama model stops at its context (64 positions) and says so */
+    assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokd --prompt '" PROMPT
+                                    "' --max-new-tokens 100 --temperature 0", NULL, &err), 0);
+    ct_assert_one_line(err, "the model's context of 64 positions is full");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, "generate --model nowhere --prompt x", NULL, &err), 1);
+    ct_assert_one_line(err, "generate: model directory 'nowhere' does not exist");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, "generate --model gpt2-tiny --prompt x", NULL, &err), 1);
+    ct_assert_one_line(err, "(a preset goes with --weights FILE)");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, "generate --model hf --prompt x", NULL, &err), 1);
+    ct_assert_one_line(err, "(the model directory's tokenizer: give --vocab DIR)");
+    free(err);
+    char p[400];
+    snprintf(p, sizeof p, "%s/hf/config.json", g_dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(HF_CONFIG("{\"rope_type\": \"yarn\", \"factor\": 4.0}"), f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokd --prompt x", NULL, &err), 1);
+    ct_assert_one_line(err, "hf/config.json: rope_scaling.rope_type 'yarn' is not supported");
+    free(err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_data_train_resume_generate),
@@ -239,6 +322,7 @@ int main(void) {
         cmocka_unit_test(test_info_rejects_arguments),
         cmocka_unit_test(test_generate_non_finite_sampling),
         cmocka_unit_test(test_generate_missing_checkpoint_empty_prompt),
+        cmocka_unit_test(test_generate_model_dir),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,239 @@
+/* Loading a Hugging Face model directory (gpt.h, oj_gpt_load_dir):
+ * config.json, then model.safetensors or the shards named by
+ * model.safetensors.index.json ({"weight_map": {tensor: file}}). Every
+ * parameter's tensor is found and checked (float dtype, the config's
+ * shape) before any is copied. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "models/gpt_internal.h"
+#include "ojas/autograd.h"
+#include "ojas/ops.h"
+
+#define MAX_SHARDS 1024
+
+typedef struct {
+    const char *dir;
+    int n;                             /* files opened */
+    char *names[MAX_SHARDS];           /* file names inside dir */
+    oj_safetensors *st[MAX_SHARDS];
+    json_t *weight_map;                /* sharded: tensor name -> file name; NULL: one file */
+    char index_path[4096];
+} weights;
+
+static void weights_close(weights *w) {
+    for (int i = 0; i < w->n; i++) {
+        oj_safetensors_close(w->st[i]);
+        free(w->names[i]);
+    }
+    json_decref(w->weight_map);
+}
+
+/* The open file `name` of dir (opened on first use): its slot, or -1 with
+ * err set. */
+static int open_file(weights *w, const char *name, oj_error *err) {
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->names[i], name) == 0) return i;
+    bool ctrl = false; /* a control character: no file of ours, and a message would break */
+    for (const char *p = name; *p; p++) ctrl |= (unsigned char)*p < 0x20 || *p == 0x7f;
+    if (name[0] == '\0' || strchr(name, '/') || strcmp(name, "..") == 0 || ctrl) {
+        char q[65];
+        oj_error_set(err, OJ_ERR_CORRUPT, "%s: weight_map names '%s', not a file in the directory",
+                     w->index_path, oj__hf_quote(q, name));
+        return -1;
+    }
+    if (w->n == MAX_SHARDS) {
+        oj_error_set(err, OJ_ERR_CORRUPT, "%s: more than %d shards", w->index_path, MAX_SHARDS);
+        return -1;
+    }
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", w->dir, name);
+    oj_error e = {0};
+    if (oj_safetensors_open(path, &w->st[w->n], &e) != OJ_OK) {
+        char q[65];
+        if (w->weight_map)
+            oj_error_set(err, e.status, "%s: weight_map names %s: %s", w->index_path,
+                         oj__hf_quote(q, name), e.message);
+        else
+            oj_error_set(err, e.status, "%s", e.message);
+        return -1;
+    }
+    w->names[w->n] = strdup(name);
+    if (w->names[w->n] == NULL) {
+        oj_safetensors_close(w->st[w->n]);
+        oj_error_set(err, OJ_ERR_CAPACITY, "hf load: out of host memory");
+        return -1;
+    }
+    return w->n++;
+}
+
+/* The names a parameter may have in the file: its own, and a GPT-2
+ * parameter without "transformer." (as GPT2Model saves them). */
+static const char *alt_name(const char *name) {
+    return strncmp(name, "transformer.", 12) == 0 ? name + 12 : NULL;
+}
+
+/* Where tensor `name` (or its alternative) lives: *file, *index. false when
+ * absent (err untouched) or on an error opening a shard (err set). */
+static bool locate(weights *w, const char *name, int *file, int64_t *index, oj_error *err) {
+    const char *cand[2] = {name, alt_name(name)};
+    for (int c = 0; c < 2 && cand[c]; c++) {
+        const char *fname = "model.safetensors";
+        if (w->weight_map) {
+            json_t *v = json_object_get(w->weight_map, cand[c]);
+            if (v == NULL) continue;
+            if (!json_is_string(v)) {
+                oj_error_set(err, OJ_ERR_CORRUPT, "%s: weight_map['%s'] is not a file name",
+                             w->index_path, cand[c]);
+                return false;
+            }
+            fname = json_string_value(v);
+        }
+        int f = open_file(w, fname, err);
+        if (f < 0) return false;
+        int64_t i = oj_safetensors_find(w->st[f], cand[c]);
+        if (i < 0 && w->weight_map) {
+            char q[65];
+            oj_error_set(err, OJ_ERR_CORRUPT, "%s: weight_map puts %s in %s, which does not hold it",
+                         w->index_path, cand[c], oj__hf_quote(q, fname));
+            return false;
+        }
+        if (i >= 0) {
+            *file = f;
+            *index = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+static oj_status open_weights(weights *w, const char *dir, oj_error *err) {
+    memset(w, 0, sizeof *w);
+    w->dir = dir;
+    snprintf(w->index_path, sizeof w->index_path, "%s/model.safetensors.index.json", dir);
+    if (access(w->index_path, F_OK) != 0) {
+        char single[4200];
+        snprintf(single, sizeof single, "%s/model.safetensors", dir);
+        if (access(single, F_OK) != 0)
+            return oj_error_set(err, OJ_ERR_IO,
+                                "%s: neither model.safetensors nor model.safetensors.index.json", dir);
+        return open_file(w, "model.safetensors", err) < 0 ? err->status : OJ_OK;
+    }
+    json_error_t je;
+    json_t *root = json_load_file(w->index_path, JSON_REJECT_DUPLICATES, &je);
+    if (root == NULL)
+        return oj_error_set(err, OJ_ERR_CORRUPT, "%s: bad JSON at line %d column %d: %s",
+                            w->index_path, je.line, je.column, je.text);
+    json_t *wm = json_object_get(root, "weight_map");
+    if (!json_is_object(wm)) {
+        json_decref(root);
+        return oj_error_set(err, OJ_ERR_CORRUPT, "%s: weight_map is missing or not an object",
+                            w->index_path);
+    }
+    w->weight_map = json_incref(wm);
+    json_decref(root);
+    return OJ_OK;
+}
+
+/* Refuse a tied model whose file also holds an lm_head.weight that is not
+ * the embedding (HF would silently tie it over). */
+static oj_status check_tie(oj_gpt *m, weights *w, oj_error *err) {
+    const char *emb = m->cfg.family == OJ_LLAMA ? "model.embed_tokens.weight" : "transformer.wte.weight";
+    int fh = -1, fe = -1;
+    int64_t ih = -1, ie = -1;
+    oj_error e = {0};
+    if (m->cfg.untied_head || !locate(w, "lm_head.weight", &fh, &ih, &e))
+        return e.status ? oj_error_set(err, e.status, "%s", e.message) : OJ_OK;
+    if (!locate(w, emb, &fe, &ie, &e)) return OJ_OK; /* reported as missing later */
+    size_t nh = 0, ne = 0;
+    const void *ph = oj_safetensors_data(w->st[fh], ih, &nh);
+    const void *pe = oj_safetensors_data(w->st[fe], ie, &ne);
+    bool same = oj_safetensors_dtype(w->st[fh], ih) == oj_safetensors_dtype(w->st[fe], ie) &&
+                nh == ne && ph && pe && memcmp(ph, pe, nh) == 0;
+    if (!same)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "%s/config.json: tie_word_embeddings is true but %s/%s holds an "
+                            "lm_head.weight that differs from %s",
+                            w->dir, w->dir, w->names[fh], emb);
+    return OJ_OK;
+}
+
+/* Check every parameter against the files, then copy them in. */
+static oj_status load_params(oj_gpt *m, weights *w, oj_error *err) {
+    oj_named_tensors sd = oj_gpt_state_dict(m);
+    int *file = calloc((size_t)sd.n, sizeof *file);
+    int64_t *idx = calloc((size_t)sd.n, sizeof *idx);
+    oj_status s = file && idx ? OJ_OK : oj_error_set(err, OJ_ERR_CAPACITY, "hf load: out of host memory");
+    for (int64_t i = 0; i < sd.n && s == OJ_OK; i++) {
+        const char *name = sd.names[i];
+        oj_error e = {0};
+        if (!locate(w, name, &file[i], &idx[i], &e)) {
+            s = e.status ? oj_error_set(err, e.status, "%s", e.message)
+                         : oj_error_set(err, OJ_ERR_SHAPE, "%s: no tensor %s%s",
+                                        w->weight_map ? w->index_path : w->dir, name,
+                                        w->weight_map ? " in weight_map" : " in model.safetensors");
+            break;
+        }
+        oj_safetensors *st = w->st[file[i]];
+        oj_dtype dt = oj_safetensors_dtype(st, idx[i]);
+        if (dt != OJ_F32 && dt != OJ_BF16 && dt != OJ_F16) {
+            s = oj_error_set(err, OJ_ERR_DTYPE, "%s/%s: %s is %s, expected F32, BF16 or F16", w->dir,
+                             w->names[file[i]], name, oj_safetensors_dtype_str(st, idx[i]));
+            break;
+        }
+        int r = oj_safetensors_rank(st, idx[i]);
+        const int64_t *shp = oj_safetensors_shape(st, idx[i]);
+        bool ok = r == oj_rank(sd.tensors[i]);
+        for (int d = 0; ok && d < r; d++) ok = shp[d] == oj_size(sd.tensors[i], d);
+        if (!ok) {
+            char b1[128], b2[128];
+            s = oj_error_set(err, OJ_ERR_SHAPE, "%s/%s: %s has shape %s, %s/config.json gives %s",
+                             w->dir, w->names[file[i]], name, oj__shape_fmt(b1, sizeof b1, r, shp),
+                             w->dir, oj_shape_str(sd.tensors[i], b2, sizeof b2));
+        }
+    }
+    if (s == OJ_OK) s = check_tie(m, w, err);
+    oj_engine *eng = m->eng;
+    for (int64_t i = 0; i < sd.n && s == OJ_OK; i++) {
+        oj_scope_begin(eng);
+        oj_safetensors *st = w->st[file[i]];
+        oj_tensor *src = oj_safetensors_tensor(st, eng, oj_safetensors_name(st, idx[i]));
+        bool prev = oj_set_grad_enabled(eng, false);
+        s = src ? oj_copy_(sd.tensors[i], src) : oj_last_status(eng);
+        oj_set_grad_enabled(eng, prev);
+        if (s != OJ_OK) oj_error_set(err, s, "hf load: copying %s: %s", sd.names[i], oj_last_error(eng));
+        oj_scope_end(eng);
+    }
+    free(file);
+    free(idx);
+    return s;
+}
+
+oj_status oj_gpt_load_dir(oj_engine *eng, const char *dir, oj_gpt **out, oj_error *err) {
+    if (out) *out = NULL;
+    if (eng == NULL || dir == NULL || out == NULL)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "hf load: NULL argument");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    oj_gpt_config cfg;
+    oj_status s = oj_gpt_config_from_hf(path, &cfg, err);
+    if (s != OJ_OK) return s;
+    weights w;
+    s = open_weights(&w, dir, err);
+    oj_gpt *m = NULL;
+    if (s == OJ_OK && oj__gpt_create_zeros(eng, &cfg, &m) != OJ_OK) /* every parameter is loaded */
+        s = oj_error_set(err, oj_last_status(eng), "%s: %s", dir, oj_last_error(eng));
+    if (s == OJ_OK) s = load_params(m, &w, err);
+    weights_close(&w);
+    if (s != OJ_OK) {
+        oj_gpt_free(m);
+        return s;
+    }
+    *out = m;
+    return OJ_OK;
+}
