@@ -7,7 +7,8 @@ config and model classes (seeded; initializer_range 0.2 so that greedy
 choices are decisive), saved with save_pretrained, and continued greedily
 from one prompt by transformers (f32, CPU) and by `ojas generate -m DIR -t 0`
 on each device given. GPT-2's tokenizer files (encoder.json, vocab.bpe)
-tokenize for both sides, so every model has vocab_size 50257. Prints one
+tokenize for both sides (through `ojas tokenizer encode/decode`, so the
+comparison is of the models), so every model has vocab_size 50257. Prints one
 line per (architecture, device): whether ojas's text equals transformers'.
 
 usage: hf_compare.py OJAS_BIN GPT2_TOKENIZER_DIR [--devices cpu,cuda] [-n 32]
@@ -47,9 +48,9 @@ def main():
     ap.add_argument("--devices", default="cpu,cuda")
     ap.add_argument("-n", type=int, default=32)
     a = ap.parse_args()
-    tok = tf.GPT2Tokenizer(vocab_file=os.path.join(a.tokenizer, "encoder.json"),
-                           merges_file=os.path.join(a.tokenizer, "vocab.bpe"))
-    ids = tok.encode(PROMPT)
+    enc = subprocess.run([a.ojas, "tokenizer", "encode", "--vocab", a.tokenizer], input=PROMPT.encode(),
+                         capture_output=True, check=True)
+    ids = [int(t) for t in enc.stdout.split()]
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, cfg in configs():
@@ -61,7 +62,10 @@ def main():
             with torch.no_grad():
                 out = model.generate(torch.tensor([ids]), max_new_tokens=a.n, min_new_tokens=a.n,
                                      do_sample=False, eos_token_id=None, pad_token_id=0)
-            want = tok.decode(out[0, len(ids):].tolist())
+            new = " ".join(str(t) for t in out[0, len(ids):].tolist())
+            want = subprocess.run([a.ojas, "tokenizer", "decode", "--vocab", a.tokenizer],
+                                  input=new.encode(), capture_output=True,
+                                  check=True).stdout.decode("utf-8", "replace")
             for dev in a.devices.split(","):
                 r = subprocess.run([a.ojas, "generate", "-m", d, "--vocab", a.tokenizer, "-p", PROMPT,
                                     "-n", str(a.n), "-t", "0", "-d", dev],

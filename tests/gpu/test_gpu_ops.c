@@ -2220,13 +2220,15 @@ static void one_attention_tc(const tc_case *c) {
     pr *grads[3] = {&dq, &dk, &dv};
     for (int w = 0; w < 3; w++) {
         snprintf(what + len, sizeof what - (size_t)len, "%s", names[w]);
-        if (w == 0 && S == 1) {
-            /* one key per query: P = 1, so dq = scale (dO . v - dO . out) k is 0
-             * but for out's rounding to dt; both sides hold rounding noise, held
-             * to the size of the terms that cancel (scale D |dO| |v| |k|) */
-            double bound = 3e-2 * scale * (double)D * max_abs(g0.t[0]) * max_abs(v.t[0]) *
-                           max_abs(k.t[0]);
-            cmp_abs(dq.t[1], dq.t[0], bound, what);
+        if (w < 2 && S == 1) {
+            /* one key per query: P = 1, so dS = dO . v - dO . out is 0 but for
+             * out's rounding to dt, and dq = scale dS k, dk = scale sum_t dS q
+             * are rounding noise on both sides, held to the size of the terms
+             * that cancel (scale D T |dO| |v| max(|q|, |k|)) */
+            double qk = fmax(max_abs(q.t[0]), max_abs(k.t[0]));
+            double bound = 3e-2 * scale * (double)D * (double)Tq * max_abs(g0.t[0]) *
+                           max_abs(v.t[0]) * qk;
+            cmp_abs(grads[w]->t[1], grads[w]->t[0], bound, what);
             continue;
         }
         cmp_norm(grads[w]->t[1], grads[w]->t[0], 3e-2, what);
