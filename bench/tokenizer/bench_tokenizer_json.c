@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "ojas/data.h"
 
 static double now_s(void) {
@@ -66,25 +67,13 @@ static char *read_cmd(const char *cmd, size_t *len) {
     FILE *p = popen(cmd, "r");
     if (!p)
         return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, p);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        char *nb = realloc(b, cap);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
+    char *b;
+    oj_status st = oj__read_stream(p, cmd, &b, len, NULL);
     int rc = pclose(p);
-    if (!b || rc != 0 || n == 0) {
+    if (st || rc != 0 || *len == 0) {
         free(b);
         return NULL;
     }
-    b[n] = 0;
-    *len = n;
     return b;
 }
 
