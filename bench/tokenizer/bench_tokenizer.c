@@ -20,73 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "ojas/data.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double process_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static char g_root[PATH_MAX];
-
-/* The source tree: two levels above the executable if it holds the peer
- * script, else the current directory. */
-static void find_root(void) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    strcpy(g_root, ".");
-    if (n <= 0)
-        return;
-    exe[n] = 0;
-    for (int up = 0; up < 3; up++) {
-        char *s = strrchr(exe, '/');
-        if (!s)
-            return;
-        *s = 0;
-        char probe[PATH_MAX + 64];
-        snprintf(probe, sizeof probe, "%s/tests/peer/tiktoken_peer.mjs", exe);
-        if (access(probe, R_OK) == 0) {
-            snprintf(g_root, sizeof g_root, "%s", exe);
-            return;
-        }
-    }
-}
-
-static char *read_cmd(const char *cmd, size_t *len) {
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, p);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        b = realloc(b, cap);
-    }
-    int rc = pclose(p);
-    if (!b || rc != 0 || n == 0) {
-        free(b);
-        return NULL;
-    }
-    b[n] = 0;
-    *len = n;
-    return b;
-}
 
 static char *read_file(const char *path, size_t *len) {
     char cmd[PATH_MAX + 16];
@@ -190,7 +127,7 @@ int main(int argc, char **argv) {
         repeats = 1;
     if (repeats < 1)
         repeats = 1;
-    find_root();
+    find_root(g_root, sizeof g_root, "tests/peer/tiktoken_peer.mjs");
     char vocab_buf[PATH_MAX + 32];
     if (!vocab) {
         snprintf(vocab_buf, sizeof vocab_buf, "%s/third_party/gpt2", g_root);
