@@ -30,27 +30,6 @@
 
 static char g_root[PATH_MAX];
 
-/* Documents: cut after the first '\n' at or past every `size` bytes, as
- * tests/peer/hf_tokenizers_peer.mjs does. */
-static size_t make_docs(const char *t, size_t n, size_t size, const char ***docs, size_t **lens) {
-    size_t cap = n / size + 2, k = 0, start = 0;
-    *docs = malloc(cap * sizeof **docs);
-    *lens = malloc(cap * sizeof **lens);
-    while (start < n) {
-        size_t cut = n;
-        if (n - start > size) {
-            const char *nl = memchr(t + start + size, '\n', n - start - size);
-            if (nl && (size_t)(nl - t) + 1 < n)
-                cut = (size_t)(nl - t) + 1;
-        }
-        (*docs)[k] = t + start;
-        (*lens)[k] = cut - start;
-        k++;
-        start = cut;
-    }
-    return k;
-}
-
 typedef struct result {
     const char *name;
     double load_s, s, cpu, peer_s, peer_cpu;

@@ -1,5 +1,6 @@
 /* The harness pieces bench_tokenizer.c and bench_tokenizer_json.c share:
- * clocks, finding the source tree, reading a command's output. */
+ * clocks, finding the source tree, reading a command's output, cutting a
+ * text into documents. */
 #ifndef OJAS_BENCH_TOKENIZER_UTIL_H
 #define OJAS_BENCH_TOKENIZER_UTIL_H
 
@@ -72,6 +73,30 @@ static inline char *read_cmd(const char *cmd, size_t *len) {
         return NULL;
     }
     return b;
+}
+
+/* Cut t[0..n) into documents after the first '\n' at or past every `size`
+ * bytes, as the node peers do (documents() in tests/peer/peer_util.mjs).
+ * *docs and *lens get malloc'd arrays (the caller frees them) of pointers
+ * into t and lengths; returns the number of documents. */
+static inline size_t make_docs(const char *t, size_t n, size_t size, const char ***docs,
+                               size_t **lens) {
+    size_t cap = n / size + 2, k = 0, start = 0;
+    *docs = malloc(cap * sizeof **docs);
+    *lens = malloc(cap * sizeof **lens);
+    while (start < n) {
+        size_t cut = n;
+        if (n - start > size) {
+            const char *nl = memchr(t + start + size, '\n', n - start - size);
+            if (nl && (size_t)(nl - t) + 1 < n)
+                cut = (size_t)(nl - t) + 1;
+        }
+        (*docs)[k] = t + start;
+        (*lens)[k] = cut - start;
+        k++;
+        start = cut;
+    }
+    return k;
 }
 
 #endif /* OJAS_BENCH_TOKENIZER_UTIL_H */
