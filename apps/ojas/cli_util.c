@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "cli.h"
+#include "core/fs.h"
 
 bool cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
@@ -148,29 +149,15 @@ char *cli_read_all(const char *path, size_t *len) {
         cli_error(CLI_FAIL, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        char *nb = realloc(b, cap);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    bool bad = ferror(f);
+    char *b;
+    oj_status st = oj__read_stream(f, std ? "stdin" : path, &b, len, NULL);
     if (!std)
         fclose(f);
-    if (!b || bad) {
-        free(b);
+    if (st) {
         cli_error(CLI_FAIL, "cannot read %s: %s", std ? "stdin" : path,
-                  b ? "read error" : "out of memory");
+                  st == OJ_ERR_CAPACITY ? "out of memory" : "read error");
         return NULL;
     }
-    b[n] = 0;
-    *len = n;
     return b;
 }
 

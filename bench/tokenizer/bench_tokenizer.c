@@ -20,99 +20,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "ojas/data.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double process_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static char g_root[PATH_MAX];
-
-/* The source tree: two levels above the executable if it holds the peer
- * script, else the current directory. */
-static void find_root(void) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    strcpy(g_root, ".");
-    if (n <= 0)
-        return;
-    exe[n] = 0;
-    for (int up = 0; up < 3; up++) {
-        char *s = strrchr(exe, '/');
-        if (!s)
-            return;
-        *s = 0;
-        char probe[PATH_MAX + 64];
-        snprintf(probe, sizeof probe, "%s/tests/peer/tiktoken_peer.mjs", exe);
-        if (access(probe, R_OK) == 0) {
-            snprintf(g_root, sizeof g_root, "%s", exe);
-            return;
-        }
-    }
-}
-
-static char *read_cmd(const char *cmd, size_t *len) {
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, p);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        b = realloc(b, cap);
-    }
-    int rc = pclose(p);
-    if (!b || rc != 0 || n == 0) {
-        free(b);
-        return NULL;
-    }
-    b[n] = 0;
-    *len = n;
-    return b;
-}
 
 static char *read_file(const char *path, size_t *len) {
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "cat '%s'", path);
     return read_cmd(cmd, len);
-}
-
-/* Documents: cut after the first '\n' at or past every 64 KiB, exactly as
- * tests/peer/tiktoken_peer.mjs does. */
-static size_t make_docs(const char *t, size_t n, const char ***docs, size_t **lens) {
-    size_t cap = n / 65536 + 2, k = 0, start = 0;
-    *docs = malloc(cap * sizeof **docs);
-    *lens = malloc(cap * sizeof **lens);
-    while (start < n) {
-        size_t cut = n;
-        if (n - start > 65536) {
-            const char *nl = memchr(t + start + 65536, '\n', n - start - 65536);
-            if (nl && (size_t)(nl - t) + 1 < n)
-                cut = (size_t)(nl - t) + 1;
-        }
-        (*docs)[k] = t + start;
-        (*lens)[k] = cut - start;
-        k++;
-        start = cut;
-    }
-    return k;
 }
 
 typedef struct row {
@@ -190,7 +106,7 @@ int main(int argc, char **argv) {
         repeats = 1;
     if (repeats < 1)
         repeats = 1;
-    find_root();
+    find_root(g_root, sizeof g_root, "tests/peer/tiktoken_peer.mjs");
     char vocab_buf[PATH_MAX + 32];
     if (!vocab) {
         snprintf(vocab_buf, sizeof vocab_buf, "%s/third_party/gpt2", g_root);
@@ -265,7 +181,7 @@ int main(int argc, char **argv) {
     /* batch of documents on 1 and `threads` threads, cold */
     const char **docs;
     size_t *lens;
-    size_t nd = make_docs(text, n, &docs, &lens);
+    size_t nd = make_docs(text, n, 65536, &docs, &lens); /* 64 KiB, as tiktoken_peer.mjs */
     int tlist[2] = {1, threads};
     long long nbatch = 0;
     for (int k = 0; k < 2; k++) {

@@ -25,89 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "ojas/data.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static char g_root[PATH_MAX];
-
-static void find_root(void) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    strcpy(g_root, ".");
-    if (n <= 0)
-        return;
-    exe[n] = 0;
-    for (int up = 0; up < 3; up++) {
-        char *s = strrchr(exe, '/');
-        if (!s)
-            return;
-        *s = 0;
-        char probe[PATH_MAX + 64];
-        snprintf(probe, sizeof probe, "%s/tests/peer/hf_tokenizers_peer.mjs", exe);
-        if (access(probe, R_OK) == 0) {
-            snprintf(g_root, sizeof g_root, "%s", exe);
-            return;
-        }
-    }
-}
-
-static char *read_cmd(const char *cmd, size_t *len) {
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, p);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        char *nb = realloc(b, cap);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    int rc = pclose(p);
-    if (!b || rc != 0 || n == 0) {
-        free(b);
-        return NULL;
-    }
-    b[n] = 0;
-    *len = n;
-    return b;
-}
-
-/* Documents: cut after the first '\n' at or past every `size` bytes, as
- * tests/peer/hf_tokenizers_peer.mjs does. */
-static size_t make_docs(const char *t, size_t n, size_t size, const char ***docs, size_t **lens) {
-    size_t cap = n / size + 2, k = 0, start = 0;
-    *docs = malloc(cap * sizeof **docs);
-    *lens = malloc(cap * sizeof **lens);
-    while (start < n) {
-        size_t cut = n;
-        if (n - start > size) {
-            const char *nl = memchr(t + start + size, '\n', n - start - size);
-            if (nl && (size_t)(nl - t) + 1 < n)
-                cut = (size_t)(nl - t) + 1;
-        }
-        (*docs)[k] = t + start;
-        (*lens)[k] = cut - start;
-        k++;
-        start = cut;
-    }
-    return k;
-}
 
 typedef struct result {
     const char *name;
@@ -117,7 +38,7 @@ typedef struct result {
 } result;
 
 int main(int argc, char **argv) {
-    find_root();
+    find_root(g_root, sizeof g_root, "tests/peer/hf_tokenizers_peer.mjs");
     const char *text_path = NULL, *out_path = NULL;
     size_t want_bytes = 1000000, doc_bytes = 4096;
     int repeats = 3;

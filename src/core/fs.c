@@ -276,6 +276,33 @@ oj_status oj__read_file(const char *path, size_t max, uint8_t **buf, size_t *len
     return OJ_OK;
 }
 
+oj_status oj__read_stream(FILE *f, const char *name, char **buf, size_t *len, oj_error *err) {
+    *buf = NULL;
+    *len = 0;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        n += fread(b + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        cap *= 2;
+        char *nb = realloc(b, cap);
+        if (!nb)
+            free(b);
+        b = nb;
+    }
+    if (!b)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "read %s: out of host memory", name);
+    if (ferror(f)) {
+        free(b);
+        return oj_error_set(err, OJ_ERR_IO, "read %s: read error", name);
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return OJ_OK;
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)ftw;
     int r = (flag == FTW_DP) ? rmdir(path) : unlink(path);

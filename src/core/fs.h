@@ -78,6 +78,11 @@ FILE *oj__fopen_regular(const char *path, const char *what, oj_error *err);
  * (NUL appended, not counted; the caller frees *buf). OJ_ERR_IO, or
  * OJ_ERR_CORRUPT when larger than max. */
 oj_status oj__read_file(const char *path, size_t max, uint8_t **buf, size_t *len, oj_error *err);
+/* Read an open stream f (a pipe, stdin, a file) to its end into a malloc'd
+ * buffer (NUL appended, not counted; the caller frees *buf; f stays open).
+ * `name` names the stream in messages. OJ_ERR_CAPACITY ("read <name>: out of
+ * host memory") or OJ_ERR_IO ("read <name>: read error"), *buf NULL then. */
+oj_status oj__read_stream(FILE *f, const char *name, char **buf, size_t *len, oj_error *err);
 /* Remove a directory tree (no symlinks followed); a missing path is fine. */
 oj_status oj__rmtree(const char *path, oj_error *err);
 

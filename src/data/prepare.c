@@ -18,28 +18,12 @@ static oj_status slurp(const char *path, char **buf, size_t *len, oj_error *err)
     FILE *f = oj__fopen_regular(path, "corpus file", &e2); /* a directory or FIFO: say so */
     if (!f)
         return oj_error_set(err, OJ_ERR_IO, "data_prepare: %s", e2.message);
-    size_t cap = 1 << 20, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        cap *= 2;
-        char *nb = realloc(b, cap);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    int bad = ferror(f);
+    oj_status st = oj__read_stream(f, path, buf, len, NULL);
     fclose(f);
-    if (!b)
-        return oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory reading %s", path);
-    if (bad) {
-        free(b);
-        return oj_error_set(err, OJ_ERR_IO, "data_prepare: read error on %s", path);
-    }
-    *buf = b;
-    *len = n;
+    if (st == OJ_ERR_CAPACITY)
+        return oj_error_set(err, st, "data_prepare: out of memory reading %s", path);
+    if (st)
+        return oj_error_set(err, st, "data_prepare: read error on %s", path);
     return OJ_OK;
 }
 

@@ -466,10 +466,15 @@ static bool is_added(json_t *added, const char *s, json_int_t id) {
 }
 
 /* The vocabulary, byte-level: every key a GPT-2 byte string. */
-static oj_status load_vocab(const ctx *c, oj_tokenizer *tok, json_t *vocab, json_t *added) {
+/* Start of both vocabulary loaders: vocab must be an object of token: id.
+ * *kb gets a buffer for the bytes of the longest key (caller frees it) and
+ * *lim the largest id taken as valid (one far beyond the number of entries
+ * is corrupt). */
+static oj_status vocab_begin(const ctx *c, json_t *vocab, json_t *added, uint8_t **kb,
+                             int64_t *lim) {
     if (!json_is_object(vocab))
         return bad(c, OJ_ERR_CORRUPT, "model.vocab", "expected an object of token: id");
-    size_t n = json_object_size(vocab), maxkey = 0;
+    size_t maxkey = 0;
     const char *key;
     json_t *v;
     json_object_foreach(vocab, key, v) {
@@ -477,19 +482,37 @@ static oj_status load_vocab(const ctx *c, oj_tokenizer *tok, json_t *vocab, json
         if (kl > maxkey)
             maxkey = kl;
     }
-    uint8_t *kb = malloc(maxkey + 1);
-    if (!kb)
+    *kb = malloc(maxkey + 1);
+    if (!*kb)
         return oom(c);
-    oj_status st = OJ_OK;
-    int64_t lim = (int64_t)n * 2 + 1024 + (int64_t)json_array_size(added);
+    *lim = (int64_t)json_object_size(vocab) * 2 + 1024 + (int64_t)json_array_size(added);
+    return OJ_OK;
+}
+
+/* The id of vocabulary entry key: v in *id, or OJ_ERR_CORRUPT when it is not
+ * an integer in [0, INT32_MAX - 1) and at most lim, or when key_ok is false. */
+static oj_status vocab_entry_id(const ctx *c, const char *key, json_t *v, int64_t lim,
+                                bool key_ok, json_int_t *id) {
+    *id = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (*id < 0 || *id >= INT32_MAX - 1 || *id > lim || !key_ok)
+        return bad(c, OJ_ERR_CORRUPT, "model.vocab", "\"%.64s\" has no valid id%s", key,
+                   *id > lim ? " (far beyond the number of entries)" : "");
+    return OJ_OK;
+}
+
+static oj_status load_vocab(const ctx *c, oj_tokenizer *tok, json_t *vocab, json_t *added) {
+    uint8_t *kb;
+    int64_t lim;
+    oj_status st = vocab_begin(c, vocab, added, &kb, &lim);
+    if (st)
+        return st;
+    const char *key;
+    json_t *v;
     json_object_foreach(vocab, key, v) {
-        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        json_int_t id;
         size_t bl;
-        if (id < 0 || id >= INT32_MAX - 1 || id > lim) {
-            st = bad(c, OJ_ERR_CORRUPT, "model.vocab", "\"%.64s\" has no valid id%s", key,
-                     id > lim ? " (far beyond the number of entries)" : "");
+        if ((st = vocab_entry_id(c, key, v, lim, true, &id)))
             break;
-        }
         if (added && is_added(added, key, id))
             continue; /* an added token: a special, not a mergeable token */
         if (!unmap_bytes(key, strlen(key), kb, &bl) || bl == 0) {
@@ -521,33 +544,22 @@ static oj_status load_vocab(const ctx *c, oj_tokenizer *tok, json_t *vocab, json
  * spaces and raw bytes. */
 static oj_status load_vocab_sp(const ctx *c, oj_tokenizer *tok, json_t *vocab, json_t *added,
                                struct oj_hf *x) {
-    if (!json_is_object(vocab))
-        return bad(c, OJ_ERR_CORRUPT, "model.vocab", "expected an object of token: id");
     for (int i = 0; i < 128; i++)
         x->ascii_id[i] = -1;
     for (int i = 0; i < 256; i++)
         x->byte_fb[i] = -1;
-    size_t n = json_object_size(vocab), maxkey = 0;
+    uint8_t *kb;
+    int64_t lim;
+    oj_status st = vocab_begin(c, vocab, added, &kb, &lim);
+    if (st)
+        return st;
     const char *key;
     json_t *v;
     json_object_foreach(vocab, key, v) {
-        size_t kl = strlen(key);
-        if (kl > maxkey)
-            maxkey = kl;
-    }
-    uint8_t *kb = malloc(maxkey + 1);
-    if (!kb)
-        return oom(c);
-    oj_status st = OJ_OK;
-    int64_t lim = (int64_t)n * 2 + 1024 + (int64_t)json_array_size(added);
-    json_object_foreach(vocab, key, v) {
-        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        json_int_t id;
         size_t kl = strlen(key), bl = 0;
-        if (id < 0 || id >= INT32_MAX - 1 || id > lim || kl == 0) {
-            st = bad(c, OJ_ERR_CORRUPT, "model.vocab", "\"%.64s\" has no valid id%s", key,
-                     id > lim ? " (far beyond the number of entries)" : "");
+        if ((st = vocab_entry_id(c, key, v, lim, kl > 0, &id)))
             break;
-        }
         if (added && is_added(added, key, id))
             continue;
         unsigned hx;

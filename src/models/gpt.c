@@ -206,9 +206,7 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err) {
         }
         int r = oj_safetensors_rank(st, idx[i]);
         const int64_t *shp = oj_safetensors_shape(st, idx[i]);
-        bool ok = r == oj_rank(sd.tensors[i]);
-        for (int d = 0; ok && d < r; d++) ok = shp[d] == oj_size(sd.tensors[i], d);
-        if (!ok) {
+        if (!oj__gpt_st_shape_matches(st, idx[i], sd.tensors[i])) {
             char b1[128], b2[128];
             oj_tensor *p = sd.tensors[i];
             s = oj_error_set(err, OJ_ERR_SHAPE, "gpt load: %s has shape %s in the file, the model has %s",
@@ -217,18 +215,31 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err) {
         }
     }
     /* Then copy (converting to f32) into the parameters. */
-    oj_engine *eng = m->eng;
-    for (int64_t i = 0; i < sd.n && s == OJ_OK; i++) {
-        oj_scope_begin(eng);
-        oj_tensor *src = oj_safetensors_tensor(st, eng, oj_safetensors_name(st, idx[i]));
-        bool prev = oj_set_grad_enabled(eng, false);
-        s = src ? oj_copy_(sd.tensors[i], src) : oj_last_status(eng);
-        oj_set_grad_enabled(eng, prev);
-        if (s != OJ_OK) oj_error_set(err, s, "gpt load: copying %s: %s", sd.names[i], oj_last_error(eng));
-        oj_scope_end(eng);
-    }
+    for (int64_t i = 0; i < sd.n && s == OJ_OK; i++)
+        s = oj__gpt_st_copy(sd.tensors[i], st, idx[i], "gpt load", sd.names[i], err);
     free(idx);
     oj_safetensors_close(st);
+    return s;
+}
+
+bool oj__gpt_st_shape_matches(oj_safetensors *st, int64_t idx, oj_tensor *dst) {
+    int r = oj_safetensors_rank(st, idx);
+    const int64_t *shp = oj_safetensors_shape(st, idx);
+    bool ok = r == oj_rank(dst);
+    for (int d = 0; ok && d < r; d++) ok = shp[d] == oj_size(dst, d);
+    return ok;
+}
+
+oj_status oj__gpt_st_copy(oj_tensor *dst, oj_safetensors *st, int64_t idx, const char *what,
+                          const char *name, oj_error *err) {
+    oj_engine *eng = oj_tensor_engine(dst);
+    oj_scope_begin(eng);
+    oj_tensor *src = oj_safetensors_tensor(st, eng, oj_safetensors_name(st, idx));
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_status s = src ? oj_copy_(dst, src) : oj_last_status(eng);
+    oj_set_grad_enabled(eng, prev);
+    if (s != OJ_OK) oj_error_set(err, s, "%s: copying %s: %s", what, name, oj_last_error(eng));
+    oj_scope_end(eng);
     return s;
 }
 

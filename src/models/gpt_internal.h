@@ -3,6 +3,7 @@
 #define OJAS_GPT_INTERNAL_H
 
 #include "ojas/gpt.h"
+#include "ojas/io.h"
 #include "ojas/nn.h"
 
 /* One transformer block. gpt2 uses ln/attn/mlp with biases and HF Conv1D
@@ -55,6 +56,16 @@ oj_tensor *oj__gpt_param(oj_gpt *m, const char *name, int rank, const int64_t *s
  * model whose every parameter is then loaded (skips drawing random
  * values: a minute for 0.5B parameters). */
 oj_status oj__gpt_create_zeros(oj_engine *eng, const oj_gpt_config *cfg, oj_gpt **out);
+
+/* Loading parameters from safetensors (gpt.c; oj_gpt_load_safetensors and
+ * oj_gpt_load_dir). oj__gpt_st_shape_matches: does entry idx of st have
+ * exactly dst's shape? oj__gpt_st_copy: copy entry idx of st (its dtype and
+ * shape already checked) into parameter dst, converting to dst's dtype,
+ * with gradients off and inside its own scope; on failure the status, with
+ * err set to "<what>: copying <name>: <engine error>". */
+bool oj__gpt_st_shape_matches(oj_safetensors *st, int64_t idx, oj_tensor *dst);
+oj_status oj__gpt_st_copy(oj_tensor *dst, oj_safetensors *st, int64_t idx, const char *what,
+                          const char *name, oj_error *err);
 
 /* Register the llama family's parameters on m (gpt_llama.c), HF's names
  * in HF's order. false with the engine's error recorded on failure. */

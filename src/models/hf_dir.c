@@ -188,9 +188,7 @@ static oj_status load_params(oj_gpt *m, weights *w, oj_error *err) {
         }
         int r = oj_safetensors_rank(st, idx[i]);
         const int64_t *shp = oj_safetensors_shape(st, idx[i]);
-        bool ok = r == oj_rank(sd.tensors[i]);
-        for (int d = 0; ok && d < r; d++) ok = shp[d] == oj_size(sd.tensors[i], d);
-        if (!ok) {
+        if (!oj__gpt_st_shape_matches(st, idx[i], sd.tensors[i])) {
             char b1[128], b2[128];
             s = oj_error_set(err, OJ_ERR_SHAPE, "%s/%s: %s has shape %s, %s/config.json gives %s",
                              w->dir, w->names[file[i]], name, oj__shape_fmt(b1, sizeof b1, r, shp),
@@ -198,17 +196,8 @@ static oj_status load_params(oj_gpt *m, weights *w, oj_error *err) {
         }
     }
     if (s == OJ_OK) s = check_tie(m, w, err);
-    oj_engine *eng = m->eng;
-    for (int64_t i = 0; i < sd.n && s == OJ_OK; i++) {
-        oj_scope_begin(eng);
-        oj_safetensors *st = w->st[file[i]];
-        oj_tensor *src = oj_safetensors_tensor(st, eng, oj_safetensors_name(st, idx[i]));
-        bool prev = oj_set_grad_enabled(eng, false);
-        s = src ? oj_copy_(sd.tensors[i], src) : oj_last_status(eng);
-        oj_set_grad_enabled(eng, prev);
-        if (s != OJ_OK) oj_error_set(err, s, "hf load: copying %s: %s", sd.names[i], oj_last_error(eng));
-        oj_scope_end(eng);
-    }
+    for (int64_t i = 0; i < sd.n && s == OJ_OK; i++)
+        s = oj__gpt_st_copy(sd.tensors[i], w->st[file[i]], idx[i], "hf load", sd.names[i], err);
     free(file);
     free(idx);
     return s;

@@ -15,10 +15,9 @@
 import fs from 'fs';
 import path from 'path';
 
-import { fileURLToPath, pathToFileURL } from 'url';
+import { pathToFileURL } from 'url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const npmDir = process.env.OJAS_NPM_DIR || path.join(here, '..', '..', 'third_party', 'npm');
+import { documents, encodeRecords, npmDir } from './peer_util.mjs';
 
 const pkgDir = path.join(npmDir, 'node_modules', '@huggingface', 'tokenizers');
 const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
@@ -33,33 +32,7 @@ function load(dir) {
 
 function encodeFile(dir, inPath, outPath) {
   const tok = load(dir);
-  const buf = fs.readFileSync(inPath);
-  const dec = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-  const out = [];
-  let o = 0;
-  while (o < buf.length) {
-    const mode = buf[o];
-    const len = buf.readUInt32LE(o + 1);
-    const s = dec.decode(buf.subarray(o + 5, o + 5 + len));
-    o += 5 + len;
-    out.push(tok.encode(s, { add_special_tokens: mode === 1 }).ids.join(' '));
-  }
-  fs.writeFileSync(outPath, out.join('\n') + '\n');
-}
-
-function documents(buf, size) {
-  const out = [];
-  let start = 0;
-  while (start < buf.length) {
-    let cut = buf.length;
-    if (buf.length - start > size) {
-      const nl = buf.indexOf(10, start + size);
-      if (nl >= 0 && nl + 1 < buf.length) cut = nl + 1;
-    }
-    out.push(buf.subarray(start, cut).toString('utf8'));
-    start = cut;
-  }
-  return out;
+  encodeRecords(inPath, outPath, (mode, s) => tok.encode(s, { add_special_tokens: mode === 1 }).ids);
 }
 
 function bench(dir, file, repeats, docBytes) {

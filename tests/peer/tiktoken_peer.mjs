@@ -18,8 +18,8 @@ import { createRequire } from 'module';
 import { fileURLToPath } from 'url';
 import { Worker, isMainThread, parentPort, workerData } from 'worker_threads';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const npmDir = process.env.OJAS_NPM_DIR || path.join(here, '..', '..', 'third_party', 'npm');
+import { documents, encodeRecords, npmDir } from './peer_util.mjs';
+
 const require = createRequire(path.join(npmDir, 'package.json'));
 const version = (pkg) =>
   JSON.parse(fs.readFileSync(path.join(npmDir, 'node_modules', pkg, 'package.json'), 'utf8')).version;
@@ -46,19 +46,7 @@ function load(lib) {
 
 function encodeFile(lib, inPath, outPath) {
   const enc = load(lib);
-  const buf = fs.readFileSync(inPath);
-  const dec = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-  const out = [];
-  let o = 0;
-  while (o < buf.length) {
-    const mode = buf[o];
-    const len = buf.readUInt32LE(o + 1);
-    const s = dec.decode(buf.subarray(o + 5, o + 5 + len));
-    o += 5 + len;
-    const ids = mode === 1 ? enc.allow(s) : enc.text(s);
-    out.push(Array.from(ids).join(' '));
-  }
-  fs.writeFileSync(outPath, out.join('\n') + '\n');
+  encodeRecords(inPath, outPath, (mode, s) => (mode === 1 ? enc.allow(s) : enc.text(s)));
 }
 
 function bench(file, repeats, workers) {
@@ -85,18 +73,7 @@ function bench(file, repeats, workers) {
 // Documents for the batch benchmark: cut the file after the first '\n' at or
 // past every 64 KiB (bench_tokenizer.c cuts the same bytes).
 export function chunks(buf) {
-  const out = [];
-  let start = 0;
-  while (start < buf.length) {
-    let cut = buf.length;
-    if (buf.length - start > 65536) {
-      const nl = buf.indexOf(10, start + 65536);
-      if (nl >= 0 && nl + 1 < buf.length) cut = nl + 1;
-    }
-    out.push(buf.subarray(start, cut).toString('utf8'));
-    start = cut;
-  }
-  return out;
+  return documents(buf, 65536);
 }
 
 // Batch over worker threads: each worker encodes every WORKERS-th document.

@@ -1,8 +1,11 @@
 /* Helpers shared by the test_data_*.c tests: temporary directories, files,
- * a deterministic random generator and the GPT-2 tokenizer. */
+ * a deterministic random generator, the GPT-2 tokenizer, and the plumbing
+ * of the node peer tests (records, their file format, the peers' output). */
 #ifndef OJAS_DATA_TESTUTIL_H
 #define OJAS_DATA_TESTUTIL_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +89,94 @@ static inline oj_tokenizer *tu_gpt2(void) {
         return NULL;
     }
     return tok;
+}
+
+/* ---------------------------------------------------------------- node peers
+ * test_data_peer.c and test_data_hf_peer.c hand their inputs to a node
+ * script (tests/peer/, .mjs) as records and read back one line of ids per
+ * record. */
+
+/* One input: its bytes (owned, NUL-terminated), a mode byte whose meaning
+ * the peer script defines, and a label for messages. */
+typedef struct tu_record {
+    char *text;
+    size_t len;
+    int mode;
+    const char *what;
+} tu_record;
+
+/* Append a copy of text[0..len) to the array *rec of *n records (capacity
+ * *cap, grown as needed). */
+static inline void tu_record_add(tu_record **rec, size_t *n, size_t *cap, const char *text,
+                                 size_t len, int mode, const char *what) {
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 1024;
+        *rec = realloc(*rec, *cap * sizeof **rec);
+    }
+    char *t = malloc(len + 1);
+    memcpy(t, text, len);
+    t[len] = 0;
+    (*rec)[(*n)++] = (tu_record){t, len, mode, what};
+}
+
+/* Free n records and the array. */
+static inline void tu_records_free(tu_record *rec, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(rec[i].text);
+    free(rec);
+}
+
+/* One record as the peer scripts read it: mode (1 byte), length (4 bytes,
+ * host order), the bytes. */
+static inline void tu_record_write(FILE *f, int mode, const char *text, size_t len) {
+    uint8_t m = (uint8_t)mode;
+    uint32_t l = (uint32_t)len;
+    fwrite(&m, 1, 1, f);
+    fwrite(&l, 4, 1, f);
+    fwrite(text, 1, len, f);
+}
+
+/* Parse the line of space-separated ids at *p (a peer's output) into out
+ * (emptied first) and move *p past its '\n'. false when the line is not
+ * ids ending in '\n'. */
+static inline bool tu_parse_ids(char **p, oj_tokens *out) {
+    char *s = *p;
+    out->len = 0;
+    while (*s && *s != '\n') {
+        char *e;
+        long v = strtol(s, &e, 10);
+        if (e == s)
+            return false;
+        oj_tokens_push(out, (int32_t)v);
+        s = e;
+        while (*s == ' ')
+            s++;
+    }
+    if (*s != '\n')
+        return false;
+    *p = s + 1;
+    return true;
+}
+
+/* "  label (n): id id ..." (the first 40) on stderr. */
+static inline void tu_show_ids(const char *label, const int32_t *ids, size_t n) {
+    fprintf(stderr, "  %s (%zu):", label, n);
+    for (size_t i = 0; i < n && i < 40; i++)
+        fprintf(stderr, " %d", (int)ids[i]);
+    fprintf(stderr, n > 40 ? " ...\n" : "\n");
+}
+
+/* The King James Bible from `bible` (bible-kjv), up to 8 MiB, in a malloc'd
+ * buffer (not NUL-terminated) with its length in *n (0 when `bible` cannot
+ * run). */
+static inline char *tu_bible(size_t *n) {
+    FILE *p = popen("bible 'gen1:1-rev22:21' 2>/dev/null", "r");
+    size_t cap = 8 << 20;
+    char *bible = malloc(cap);
+    *n = p ? fread(bible, 1, cap, p) : 0;
+    if (p)
+        pclose(p);
+    return bible;
 }
 
 #endif

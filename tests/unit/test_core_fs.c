@@ -215,6 +215,37 @@ static void test_temp_sibling_and_dirname(void **state) {
     assert_int_equal(oj__path_join(tiny, sizeof tiny, "dir", "file", NULL), OJ_ERR_OUT_OF_RANGE);
 }
 
+/* oj__read_stream: a stream larger than its first buffer (64 KiB) comes back
+ * whole and NUL-terminated; a stream that cannot be read is OJ_ERR_IO. */
+static void test_read_stream(void **state) {
+    (void)state;
+    char p[512];
+    path_of(p, sizeof p, "stream.bin");
+    size_t want = 200000;
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < want; i++) fputc('a' + (int)(i % 26), f);
+    assert_int_equal(fclose(f), 0);
+    f = fopen(p, "rb");
+    assert_non_null(f);
+    char *b = NULL;
+    size_t n = 0;
+    assert_int_equal(oj__read_stream(f, p, &b, &n, NULL), OJ_OK);
+    fclose(f);
+    assert_int_equal(n, want);
+    for (size_t i = 0; i < want; i += 4099) assert_int_equal(b[i], 'a' + (int)(i % 26));
+    assert_int_equal(b[want - 1], 'a' + (int)((want - 1) % 26));
+    assert_int_equal(b[want], 0);
+    free(b);
+    f = fopen(p, "wb"); /* write-only: reading it fails */
+    assert_non_null(f);
+    oj_error e = {0};
+    assert_int_equal(oj__read_stream(f, "w.bin", &b, &n, &e), OJ_ERR_IO);
+    fclose(f);
+    assert_null(b);
+    assert_string_equal(e.message, "read w.bin: read error");
+}
+
 static void test_read_file_and_rmtree(void **state) {
     (void)state;
     char p[512], d[512];
@@ -251,6 +282,7 @@ int main(void) {
         cmocka_unit_test(test_atomic_write_replaces),
         cmocka_unit_test(test_atomic_failures_keep_old),
         cmocka_unit_test(test_temp_sibling_and_dirname),
+        cmocka_unit_test(test_read_stream),
         cmocka_unit_test(test_read_file_and_rmtree),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

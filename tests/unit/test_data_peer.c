@@ -29,12 +29,7 @@
 #define PEER_SCRIPT OJAS_SOURCE_DIR "/tests/peer/tiktoken_peer.mjs"
 #define NPM_DIR OJAS_SOURCE_DIR "/third_party/npm/node_modules"
 
-typedef struct record {
-    char *text;
-    size_t len;
-    int mode; /* 0: specials as text, 1: allowed */
-    const char *what;
-} record;
+typedef tu_record record; /* mode 0: specials as text, 1: allowed */
 
 static record *g_rec;
 static size_t g_n, g_cap;
@@ -42,14 +37,7 @@ static oj_tokenizer *g_tok;
 static char *g_dir;
 
 static void add(const char *text, size_t len, int mode, const char *what) {
-    if (g_n == g_cap) {
-        g_cap = g_cap ? g_cap * 2 : 1024;
-        g_rec = realloc(g_rec, g_cap * sizeof *g_rec);
-    }
-    char *t = malloc(len + 1);
-    memcpy(t, text, len);
-    t[len] = 0;
-    g_rec[g_n++] = (record){t, len, mode, what};
+    tu_record_add(&g_rec, &g_n, &g_cap, text, len, mode, what);
 }
 
 /* ---------------------------------------------------------------- inputs */
@@ -180,12 +168,8 @@ static void write_records(const char *path, bool wasm) {
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     for (size_t i = 0; i < g_n; i++) {
-        uint8_t m = (uint8_t)g_rec[i].mode;
-        uint32_t l = (uint32_t)g_rec[i].len;
         char *t = wasm ? for_wasm(&g_rec[i]) : g_rec[i].text;
-        fwrite(&m, 1, 1, f);
-        fwrite(&l, 4, 1, f);
-        fwrite(t, 1, g_rec[i].len, f);
+        tu_record_write(f, g_rec[i].mode, t, g_rec[i].len);
         if (wasm)
             free(t);
     }
@@ -213,13 +197,6 @@ static int run_peers(void) {
     return rc;
 }
 
-static void show(const char *label, const int32_t *ids, size_t n) {
-    fprintf(stderr, "  %s (%zu):", label, n);
-    for (size_t i = 0; i < n && i < 40; i++)
-        fprintf(stderr, " %d", (int)ids[i]);
-    fprintf(stderr, n > 40 ? " ...\n" : "\n");
-}
-
 /* Compare the peer's output with ojas on every record. */
 static void compare_with(const char *lib) {
     bool wasm = strcmp(lib, "wasm") == 0;
@@ -232,18 +209,7 @@ static void compare_with(const char *lib) {
     oj_tokens ours = {0}, theirs = {0};
     for (size_t i = 0; i < g_n; i++) {
         const record *r = &g_rec[i];
-        theirs.len = 0;
-        while (*p && *p != '\n') {
-            char *e;
-            long v = strtol(p, &e, 10);
-            assert_true(e != p);
-            oj_tokens_push(&theirs, (int32_t)v);
-            p = e;
-            while (*p == ' ')
-                p++;
-        }
-        assert_int_equal(*p, '\n');
-        p++;
+        assert_true(tu_parse_ids(&p, &theirs));
         ours.len = 0;
         char *text = wasm ? for_wasm(r) : r->text;
         assert_int_equal(oj_tokenizer_encode(g_tok, text, r->len,
@@ -255,8 +221,8 @@ static void compare_with(const char *lib) {
             for (size_t k = 0; k < r->len && k < 80; k++)
                 fprintf(stderr, " %02x", (uint8_t)text[k]);
             fprintf(stderr, "\n");
-            show("ojas", ours.ids, ours.len);
-            show(lib, theirs.ids, theirs.len);
+            tu_show_ids("ojas", ours.ids, ours.len);
+            tu_show_ids(lib, theirs.ids, theirs.len);
             fail();
         }
         if (wasm)
@@ -288,12 +254,8 @@ static int setup(void **state) {
     if (!g_tok || !g_dir)
         return -1;
     /* 1. the King James Bible */
-    FILE *p = popen("bible 'gen1:1-rev22:21' 2>/dev/null", "r");
-    size_t cap = 8 << 20;
-    char *bible = malloc(cap);
-    size_t n = p ? fread(bible, 1, cap, p) : 0;
-    if (p)
-        pclose(p);
+    size_t n;
+    char *bible = tu_bible(&n);
     add(bible, n, 0, "bible");
     free(bible);
     /* 2. the stress text, segment by segment and whole */
@@ -323,9 +285,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    for (size_t i = 0; i < g_n; i++)
-        free(g_rec[i].text);
-    free(g_rec);
+    tu_records_free(g_rec, g_n);
     oj_tokenizer_free(g_tok);
     if (g_dir && getenv("OJAS_KEEP_PEER_FILES"))
         fprintf(stderr, "kept %s\n", g_dir);
