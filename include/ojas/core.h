@@ -431,10 +431,13 @@ double oj_item_at(oj_tensor *t, int64_t i);
 /* Value of a one-element tensor as double; NaN (and an error) otherwise. */
 double oj_item(oj_tensor *t);
 
-/* New contiguous copy (same dtype/device). */
+/* New contiguous copy (same dtype/device), owned by the current scope.
+ * Recorded by autograd as torch's clone: the gradient passes through
+ * unchanged. NULL with the error recorded (OJ_ERR_CAPACITY). */
 oj_tensor *oj_clone(oj_tensor *t);
 /* A new handle sharing t's storage if t is contiguous, else a contiguous
- * copy (oj_shares_storage tells which). */
+ * copy (oj_shares_storage tells which); recorded by autograd as torch's
+ * contiguous (the gradient passes through unchanged). */
 oj_tensor *oj_contiguous(oj_tensor *t);
 /* Copy src into dst in place (same shape; src broadcast to dst allowed;
  * dtype converted: float to integer truncates, to bool is != 0). src may

@@ -79,7 +79,7 @@ static oj_status accumulate_leaf(oj_engine *eng, oj_tensor *leaf, oj_tensor **g,
             *g = NULL;
             return OJ_OK;
         }
-        oj_tensor *c = gr->dtype == leaf->dtype ? oj_clone(gr) : oj_cast(gr, leaf->dtype);
+        oj_tensor *c = gr->dtype == leaf->dtype ? oj__clone(gr) : oj_cast(gr, leaf->dtype);
         if (c == NULL) return oj_last_status(eng);
         oj__scope_detach(c);
         leaf->grad = c;
@@ -178,7 +178,7 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
             if (n->retained[j] && received) {
                 oj_tensor *r = n->retained[j];
                 if (r->grad == NULL) {
-                    r->grad = oj_clone(go[j]);
+                    r->grad = oj__clone(go[j]);
                     if (r->grad) oj__scope_detach(r->grad);
                 } else {
                     oj_add_(r->grad, go[j]);

@@ -262,7 +262,7 @@ double oj_item(oj_tensor *t) {
     return oj_item_at(t, 0);
 }
 
-oj_tensor *oj_clone(oj_tensor *t) {
+oj_tensor *oj__clone(oj_tensor *t) {
     oj_engine *eng = oj__engine_of(t);
     if (!oj__check_tensor(eng, t, "clone", "tensor")) return NULL;
     oj_tensor *out = oj__tensor_alloc(eng, t->rank, t->shape, t->dtype, "clone");
@@ -284,11 +284,11 @@ oj_tensor *oj_clone(oj_tensor *t) {
     return out;
 }
 
-oj_tensor *oj_contiguous(oj_tensor *t) {
+oj_tensor *oj__contiguous(oj_tensor *t) {
     oj_engine *eng = oj__engine_of(t);
     if (!oj__check_tensor(eng, t, "contiguous", "tensor")) return NULL;
     if (oj_is_contiguous(t)) return oj__tensor_view(t, t->rank, t->shape, t->stride, t->offset);
-    return oj_clone(t);
+    return oj__clone(t);
 }
 
 oj_status oj_copy_(oj_tensor *dst, oj_tensor *src) {

@@ -189,6 +189,11 @@ oj_tensor *oj__tensor_alloc(oj_engine *eng, int rank, const int64_t *shape, oj_d
 /* New handle viewing t's storage with another shape/stride/offset (a view). */
 oj_tensor *oj__tensor_view(oj_tensor *t, int rank, const int64_t *shape,
                            const int64_t *stride, int64_t offset_bytes);
+/* oj_clone / oj_contiguous without autograd (the library's own copies:
+ * kernels' operands, gradients inside backward rules). The public ones
+ * (ops layer) record an identity node. */
+oj_tensor *oj__clone(oj_tensor *t);
+oj_tensor *oj__contiguous(oj_tensor *t);
 /* Contiguous strides for a shape. */
 void oj__contiguous_strides(int rank, const int64_t *shape, int64_t *stride);
 /* Host address of element at multi-index idx. */

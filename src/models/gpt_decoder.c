@@ -133,7 +133,7 @@ oj_status oj_gpt_decoder_prefill(oj_gpt_decoder *d, const int32_t *prompt, int64
     if (st == OJ_OK) st = oj_copy_from_host(d->pos, &pv, sizeof pv);
     if (st == OJ_OK && d->ring) st = oj_copy_from_host(d->slot, &sv, sizeof sv);
     if (st == OJ_OK && d->graph == NULL) {
-        oj_tensor *row = oj_clone(last); /* not a view: the [1, n, V] logits go now */
+        oj_tensor *row = oj__clone(last); /* not a view: the [1, n, V] logits go now */
         if (row) set_logits(d, own(row));
         else st = oj_last_status(eng);
     } else if (st == OJ_OK) {

@@ -445,6 +445,29 @@ oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt) {
     return out;
 }
 
+/* ---------------------------------------------------------------- clone, contiguous */
+
+/* The gradient passes through unchanged (torch's clone / contiguous). */
+static oj_status identity_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    gi[0] = oj__contiguous(go[0]);
+    return gi[0] ? OJ_OK : oj_last_status(n->eng);
+}
+
+/* out (core's copy or view of x) recorded as an identity of x. */
+static oj_tensor *record_identity(const char *op, oj_tensor *x, oj_tensor *out) {
+    if (out && oj_dtype_is_float(x->dtype)) {
+        oj_node *nd = oj__node_begin(oj__engine_of(x), op, identity_backward, 1, x);
+        if (nd) oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
+oj_tensor *oj_clone(oj_tensor *t) { return record_identity("clone", t, oj__clone(t)); }
+
+oj_tensor *oj_contiguous(oj_tensor *t) {
+    return record_identity("contiguous", t, oj__contiguous(t));
+}
+
 /* ---------------------------------------------------------------- in place */
 
 /* May the in-place op `op` write a now (b: its other operand, or NULL)?

@@ -130,7 +130,7 @@ oj_tensor *oj_gather(oj_tensor *x, int dim, oj_tensor *index) {
 static oj_status scatter_add_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_tensor *g = go[0];
     if (oj__node_needs(n, 0)) {
-        gi[0] = oj_contiguous(g);
+        gi[0] = oj__contiguous(g);
         if (gi[0] == NULL) return oj_last_status(n->eng);
     }
     if (oj__node_needs(n, 1)) {
@@ -239,7 +239,7 @@ oj_tensor *oj_index_select(oj_tensor *x, int dim, oj_tensor *index) {
 static oj_status index_add_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_tensor *g = go[0];
     if (oj__node_needs(n, 0)) {
-        gi[0] = oj_contiguous(g);
+        gi[0] = oj__contiguous(g);
         if (gi[0] == NULL) return oj_last_status(n->eng);
     }
     if (oj__node_needs(n, 1)) {

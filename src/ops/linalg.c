@@ -385,7 +385,7 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     oj_tensor *xc = NULL; /* contiguous copy when x's rows are not evenly spaced */
     if (!rows_view(x, &rows, &rs)) {
         bool prev = oj_set_grad_enabled(eng, false);
-        xc = oj_contiguous(x);
+        xc = oj__contiguous(x);
         oj_set_grad_enabled(eng, prev);
         if (xc == NULL) {
             oj_release(out);

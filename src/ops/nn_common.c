@@ -44,7 +44,7 @@ bool oj__nn_check_reduction(oj_engine *eng, const char *op, int reduction) {
 
 oj_dtype oj__nn_stat_dtype(oj_dtype dt) { return dt == OJ_F64 ? OJ_F64 : OJ_F32; }
 
-oj_tensor *oj__nn_contig(oj_tensor *t) { return oj_contiguous(t); }
+oj_tensor *oj__nn_contig(oj_tensor *t) { return oj__contiguous(t); }
 
 oj_tensor *oj__nn_rows(oj_tensor *t) {
     int64_t shape[2] = {1, t->rank ? t->shape[t->rank - 1] : 1};

@@ -100,14 +100,14 @@ static oj_status sum_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) 
     oj_tensor *gc = NULL;
     if (!oj_is_contiguous(g)) { /* view above assumed contiguous strides */
         oj_release(gk);
-        gc = oj_contiguous(g);
+        gc = oj__contiguous(g);
         if (gc == NULL) return oj_last_status(n->eng);
         gk = oj__tensor_view(gc, e->rank, kshape, NULL, gc->offset);
     }
     oj_tensor *gx = oj__broadcast_view(gk, e->rank, e->shape);
     oj_tensor *scaled = NULL;
     if (n->f[0] != 1.0) scaled = oj_mul_scalar(gx, n->f[0]);
-    else scaled = oj_contiguous(gx);
+    else scaled = oj__contiguous(gx);
     if (scaled && scaled->dtype != e->dtype) {
         oj_tensor *c = oj_cast(scaled, e->dtype);
         oj_release(scaled);
@@ -166,7 +166,7 @@ oj_tensor *oj__sum_to(oj_tensor *grad, int rank, const int64_t *shape) {
         if (sd < 0 || (shape[sd] == 1 && grad->shape[d] != 1)) dims[nd++] = d;
     }
     if (nd == 0) { /* only size-1 leading dims differ */
-        oj_tensor *c = oj_contiguous(grad);
+        oj_tensor *c = oj__contiguous(grad);
         oj_tensor *v = c ? oj__tensor_view(c, rank, shape, NULL, c->offset) : NULL;
         oj_release(c);
         return v;

@@ -28,7 +28,7 @@ static oj_tensor *narrow_raw(oj_tensor *t, int d, int64_t start, int64_t len) {
 /* g made an independent gradient for an input of dtype dt. */
 static oj_tensor *grad_as(oj_tensor *g, oj_dtype dt) {
     if (g == NULL) return NULL;
-    return g->dtype == dt ? oj_contiguous(g) : oj_cast(g, dt);
+    return g->dtype == dt ? oj__contiguous(g) : oj_cast(g, dt);
 }
 
 /* ---------------------------------------------------------------- cat */

@@ -367,7 +367,7 @@ static oj_tensor *reshape_resolved(oj_tensor *t, int rank, const int64_t *shape,
                      op, SHAPE(t, b1), oj__shape_fmt(b2, sizeof b2, rank, shape));
         return NULL;
     }
-    oj_tensor *c = oj_clone(t);
+    oj_tensor *c = oj__clone(t);
     if (c == NULL) return NULL;
     oj_view_geom cg;
     oj__view_reshape(c, rank, shape, &cg, &viewable);

@@ -70,7 +70,7 @@ static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps) {
      * a X on the strided view took the generic strided kernel (776 us for
      * nanolab's 24 MLP matrices on the H200, ~20x the copy) */
     oj_tensor *xv = tall ? oj_transpose(x0, 1, 2) : NULL;
-    oj_tensor *x = tall ? (xv ? oj_contiguous(xv) : NULL) : oj_retain(x0);
+    oj_tensor *x = tall ? (xv ? oj__contiguous(xv) : NULL) : oj_retain(x0);
     oj_release(xv);
     for (int k = 0; x != NULL && k < steps; k++) {
         oj_tensor *xt = oj_transpose(x, 1, 2);
@@ -91,7 +91,7 @@ static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps) {
         oj_release(x);
         x = t;
     }
-    oj_tensor *out = x ? oj_contiguous(x) : NULL;
+    oj_tensor *out = x ? oj__contiguous(x) : NULL;
     oj_release(x);
     return out;
 }

@@ -242,7 +242,7 @@ static oj_status collect(oj_optim *o, work_item *items, int64_t *n_out) {
                     oj_dtype_name(p->param->dtype),
                     oj__shape_fmt(b2, sizeof b2, p->param->rank, p->param->shape));
             }
-            oj_tensor *gc = oj_contiguous(g0);
+            oj_tensor *gc = oj__contiguous(g0);
             if (gc == NULL) return oj_last_status(o->eng);
             items[n++] = (work_item){.p = p, .hp = &grp->hp, .grad = gc, .update = NULL};
         }

@@ -19,8 +19,8 @@ oj_status oj__step_graph_capture(oj_gpt *m, oj_tensor *x, oj_tensor *y, oj__step
     oj_named_tensors sd = oj_gpt_state_dict(m);
     for (int64_t i = 0; i < sd.n; i++) oj_zero_grad(sd.tensors[i]);
     /* the graph's tensors belong to g, whatever scope is open */
-    g->x = oj_clone(x);
-    g->y = g->x ? oj_clone(y) : NULL;
+    g->x = oj__clone(x);
+    g->y = g->x ? oj__clone(y) : NULL;
     if (g->x) oj__scope_detach(g->x);
     if (g->y) oj__scope_detach(g->y);
     oj_status st = g->y ? oj_graph_capture_begin(eng) : oj_last_status(eng);

@@ -136,6 +136,35 @@ static void test_retain_grad_and_detach(void **state) {
     oj_engine_free(eng);
 }
 
+/* clone and contiguous pass the gradient through, as torch's: loss =
+ * sum(contiguous(x^T)^2 * w) + sum(clone(x)) + sum(contiguous(x)) has
+ * d/dx = 2 x w^T + 2 (a detached copy gave 1 or an error). */
+static void test_clone_contiguous_record(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    oj_scope_begin(eng);
+    int64_t s[2] = {2, 3}, st[2] = {3, 2};
+    oj_tensor *x = leaf(eng, 2, s, -1, 1);
+    oj_tensor *w = oj_rand_uniform(eng, 2, st, OJ_F64, -1, 1);
+    oj_tensor *xt = oj_contiguous(oj_transpose(x, 0, 1)); /* a copy */
+    oj_tensor *xc = oj_contiguous(x);                       /* a view */
+    assert_true(oj_requires_grad(xt) && oj_requires_grad(xc) && oj_requires_grad(oj_clone(x)));
+    assert_string_equal(oj_grad_fn_name(xt), "contiguous");
+    oj_tensor *loss = oj_add(oj_add(oj_sum_all(oj_mul(oj_square(xt), w)), oj_sum_all(oj_clone(x))),
+                             oj_sum_all(xc));
+    assert_int_equal(oj_backward(loss, false), OJ_OK);
+    double xv[6], wv[6], g[6];
+    oj_to_host(x, xv, sizeof xv);
+    oj_to_host(w, wv, sizeof wv);
+    oj_to_host(oj_grad(x), g, sizeof g);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            assert_float_equal(g[i * 3 + j], 2 * xv[i * 3 + j] * wv[j * 2 + i] + 2, 1e-12);
+    oj_scope_end(eng);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 // ---- gradcheck over every differentiable elementwise op
 
 typedef oj_tensor *(*unary_fn)(oj_tensor *);
@@ -346,6 +375,7 @@ int main(void) {
         cmocka_unit_test(test_second_backward_and_inplace),
         cmocka_unit_test(test_inplace_writes_saved_nothing),
         cmocka_unit_test(test_retain_grad_and_detach),
+        cmocka_unit_test(test_clone_contiguous_record),
         cmocka_unit_test(test_gradcheck_unary),
         cmocka_unit_test(test_gradcheck_binary_broadcast),
         cmocka_unit_test(test_no_grad_and_errors),

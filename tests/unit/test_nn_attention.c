@@ -292,7 +292,7 @@ static void test_attention_qkv_shared_grads(void **state) {
         oj_tensor *x0 = nt_rand(eng, 3, xs, dts[t], -1, 1), *w = nt_rand(eng, 3, ys, dts[t], -1, 1);
         oj_tensor *grads[2];
         for (int k = 0; k < 2; k++) {
-            oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true);
+            oj_tensor *x = oj_set_requires_grad(oj_clone(oj_detach(x0)), true);
             oj_tensor *y = qkv_attention(x, k == 0 ? &views : &copies);
             oj_status bst = oj_backward(oj_sum_all(oj_mul(y, w)), false);
             if (bst != OJ_OK) fail_msg("backward: %s", oj_last_error(eng));
@@ -707,7 +707,7 @@ static void test_attn_shared_grads(void **state) {
         oj_tensor *x0 = nt_rand(eng, 3, xs, OJ_F64, -1, 1), *g = nt_rand(eng, 4, gs, OJ_F64, -1, 1);
         oj_tensor *gx[2], *gq[2];
         for (int f = 0; f < 2; f++) {
-            oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true), *h[3];
+            oj_tensor *x = oj_set_requires_grad(oj_clone(oj_detach(x0)), true), *h[3];
             qkv_heads(x, H, D, ords[o], h);
             oj_retain_grad(h[0]);
             oj_tensor *y = f ? oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN)
@@ -742,7 +742,7 @@ static void test_attn_grad_reuse(void **state) {
     int64_t xs[3] = {B, T, 3 * H * D};
     const int ord[3] = {0, 1, 2};
     oj_tensor *x = nt_leaf(eng, 3, xs, -1, 1);
-    oj_tensor *xr = oj_set_requires_grad(oj_clone(x), true);
+    oj_tensor *xr = oj_set_requires_grad(oj_clone(oj_detach(x)), true);
     for (int step = 0; step < 2; step++) {
         oj_tensor *h[3], *hr[3];
         qkv_heads(x, H, D, ord, h);
@@ -772,7 +772,7 @@ static void test_attn_other_tilings(void **state) {
         oj_tensor *x0 = nt_rand(eng, 5, m == 1 ? s5b : s5a, OJ_F64, -1, 1);
         oj_tensor *g = nt_rand(eng, 4, gs, OJ_F64, -1, 1), *gx[2];
         for (int f = 0; f < 2; f++) {
-            oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true), *h[3];
+            oj_tensor *x = oj_set_requires_grad(oj_clone(oj_detach(x0)), true), *h[3];
             for (int j = 0; j < 3; j++)
                 h[j] = m == 1 ? oj_select(x, 0, j) : oj_transpose(oj_select(x, 3, j), 1, 2);
             oj_tensor *y = f ? oj_scaled_dot_product_attention(h[0], h[1], h[2], NULL, true, NAN)
@@ -811,7 +811,7 @@ static void test_attn_shared_dtypes(void **state) {
                 const int ord[3] = {0, 1, 2};
                 oj_tensor *gx[2], *y[2];
                 for (int c = 0; c < 2; c++) {
-                    oj_tensor *x = oj_set_requires_grad(oj_clone(x0), true), *h[3];
+                    oj_tensor *x = oj_set_requires_grad(oj_clone(oj_detach(x0)), true), *h[3];
                     qkv_heads(x, H, D, ord, h);
                     if (c)
                         for (int j = 0; j < 3; j++)
