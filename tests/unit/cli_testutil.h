@@ -89,4 +89,29 @@ static inline int ct_write_corpus(const char *path) {
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* A fresh $TMPDIR/ojas-<tag>-XXXXXX (/tmp without TMPDIR) written into dir
+ * (n bytes), holding corpus.txt (ct_write_corpus) and c.json: a 4-step
+ * nanolab-tiny run over the shards in "data", eval and checkpoint every 2
+ * steps, one thread. No tokenizer_dir and no vocab_size: the model keeps
+ * the preset's vocabulary (512 > the tokenizer's 300), as a user's first
+ * config would. 0, or -1. */
+static inline int ct_run_fixture(char *dir, size_t n, const char *tag) {
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, n, "%s/ojas-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+    if (!mkdtemp(dir))
+        return -1;
+    char p[400];
+    snprintf(p, sizeof p, "%s/corpus.txt", dir);
+    if (ct_write_corpus(p))
+        return -1;
+    snprintf(p, sizeof p, "%s/c.json", dir);
+    FILE *f = fopen(p, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "{\"model\": \"nanolab-tiny\", \"data_dir\": \"data\", \"batch_size\": 4,\n"
+               " \"seq_len\": 32, \"max_steps\": 4, \"warmup_steps\": 1, \"eval_every\": 2,\n"
+               " \"eval_batches\": 1, \"ckpt_every\": 2, \"peak_flops\": 1e10, \"threads\": 1}\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 #endif

@@ -47,24 +47,7 @@ static void contains(const char *s, const char *needle) {
 
 static int setup(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/ojas-smoke-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(g_dir))
-        return -1;
-    char p[400];
-    snprintf(p, sizeof p, "%s/corpus.txt", g_dir);
-    if (ct_write_corpus(p))
-        return -1;
-    /* No tokenizer_dir and no vocab_size: the model keeps the preset's
-     * vocabulary (512 > the tokenizer's 300), as a user's first config would. */
-    snprintf(p, sizeof p, "%s/c.json", g_dir);
-    FILE *f = fopen(p, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "{\"model\": \"nanolab-tiny\", \"data_dir\": \"data\", \"batch_size\": 4,\n"
-               " \"seq_len\": 32, \"max_steps\": 4, \"warmup_steps\": 1, \"eval_every\": 2,\n"
-               " \"eval_batches\": 1, \"ckpt_every\": 2, \"peak_flops\": 1e10, \"threads\": 1}\n");
-    return fclose(f) == 0 ? 0 : -1;
+    return ct_run_fixture(g_dir, sizeof g_dir, "smoke");
 }
 
 static int teardown(void **state) {

@@ -83,22 +83,7 @@ static char *json_key(const char *rel, const char *key) {
 
 static int setup(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/ojas-rundir-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(g_dir))
-        return -1;
-    char p[400];
-    snprintf(p, sizeof p, "%s/corpus.txt", g_dir);
-    if (ct_write_corpus(p))
-        return -1;
-    snprintf(p, sizeof p, "%s/c.json", g_dir);
-    FILE *f = fopen(p, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "{\"model\": \"nanolab-tiny\", \"data_dir\": \"data\", \"batch_size\": 4,\n"
-               " \"seq_len\": 32, \"max_steps\": 4, \"warmup_steps\": 1, \"eval_every\": 2,\n"
-               " \"eval_batches\": 1, \"ckpt_every\": 2, \"peak_flops\": 1e10, \"threads\": 1}\n");
-    if (fclose(f) != 0)
+    if (ct_run_fixture(g_dir, sizeof g_dir, "rundir"))
         return -1;
     if (ojas("tokenizer train --vocab-size 300 --threads 1 --out tok corpus.txt", NULL, NULL) ||
         ojas("data prepare --vocab tok --out data --threads 1 corpus.txt", NULL, NULL))
