@@ -348,6 +348,10 @@ bool oj_is_contiguous(const oj_tensor *t);
 /* Host pointer to element 0 (CPU tensors only; NULL otherwise). Writing
  * through it bumps no version counter: call oj_bump_version after. */
 void *oj_data_ptr(oj_tensor *t);
+/* Address of element 0 in the memory of t's device (a host pointer on the
+ * CPU, a device pointer on CUDA), for zero-copy exchange (DLPack); NULL
+ * for a NULL or released t. */
+void *oj_device_data_ptr(oj_tensor *t);
 /* Storage version counter (incremented by in-place writes). */
 uint64_t oj_version(const oj_tensor *t);
 void oj_bump_version(oj_tensor *t);
@@ -406,6 +410,20 @@ oj_tensor *oj_eye(oj_engine *eng, int64_t n, int64_t m, oj_dtype dt);
  * engine's device. nbytes must equal numel * dtype size (OJ_ERR_SHAPE). */
 oj_tensor *oj_from_host(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt,
                         const void *data, size_t nbytes);
+/* A tensor over memory that ojas does not own (torch.from_blob; how
+ * DLPack imports share memory): `data` is element 0, in the memory of the
+ * engine's device (host on the CPU, device memory on CUDA), `rank` dims
+ * `shape`, `strides` in elements (>= 0; NULL: contiguous), dtype dt. The
+ * memory is neither copied, charged to a budget nor pooled; it must stay
+ * valid until release(ctx) (may be NULL) is called, once, when the last
+ * handle viewing it is released. Owned by the current scope. NULL with
+ * OJ_ERR_SHAPE (bad rank or dim), OJ_ERR_INVALID_ARGUMENT (NULL data for
+ * a non-empty shape, a negative stride), OJ_ERR_DTYPE or OJ_ERR_CAPACITY
+ * recorded; on failure release is not called (the caller keeps the
+ * memory). */
+oj_tensor *oj_from_external(oj_engine *eng, void *data, int rank, const int64_t *shape,
+                            const int64_t *strides, oj_dtype dt, void (*release)(void *),
+                            void *ctx);
 /* Copy t (any strides, any device) row-major into host memory `dst` of
  * `nbytes` (must equal numel * dtype size). */
 oj_status oj_to_host(oj_tensor *t, void *dst, size_t nbytes);
