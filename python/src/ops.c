@@ -703,7 +703,7 @@ FN(batch_norm) {
     oj_tensor *x, *rm, *rv, *w, *b;
     bool tr;
     double mo, eps;
-    if (!parse(a, n, "batch_norm", "Ttttbdd", &x, &rm, &rv, &w, &b, &tr, &mo, &eps)) return NULL;
+    if (!parse(a, n, "batch_norm", "Tttttbdd", &x, &rm, &rv, &w, &b, &tr, &mo, &eps)) return NULL;
     RET(oj_batch_norm(x, rm, rv, w, b, tr, mo, eps));
 }
 
