@@ -59,7 +59,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False, engine=None):
     else:
         if want is not None:
             arr = arr.astype(want._np, copy=False)
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
         dt = D.from_numpy_dtype(arr.dtype)
         t = _C.from_buffer(arr, dt, e)
     return _finish(t, requires_grad)

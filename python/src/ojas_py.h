@@ -65,8 +65,10 @@ void ojpy_engine_exports(EngineObject *e, int delta);
 
 /* tensor.c */
 int ojpy_tensor_init(PyObject *m);
-/* New Tensor owning t (stolen owner reference), on engine e. t NULL:
- * raises e's recorded error and returns NULL. */
+/* New Tensor owning t (stolen owner reference), on engine e. t NULL, or
+ * an error recorded on e (an op that returned a tensor and recorded an
+ * error, as detect_anomaly does): releases t, raises e's error and
+ * returns NULL. */
 PyObject *ojpy_wrap(oj_tensor *t, EngineObject *e);
 /* Tensor argument check: an open ojas Tensor. */
 static inline int ojpy_is_tensor(PyObject *o) {

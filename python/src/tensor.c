@@ -9,6 +9,11 @@ PyObject *ojpy_dtypes[OJ_DTYPE_COUNT];
 
 PyObject *ojpy_wrap(oj_tensor *t, EngineObject *e) {
     if (t == NULL) return ojpy_raise_engine(e->eng, "op");
+    /* an op can succeed and still record an error (detect_anomaly's NaN check) */
+    if (oj_last_status(e->eng) != OJ_OK) {
+        oj_release(t);
+        return ojpy_raise_engine(e->eng, "op");
+    }
     TensorObject *o = (TensorObject *)ojpy_tensor_class->tp_alloc(ojpy_tensor_class, 0);
     if (o == NULL) {
         oj_release(t);
