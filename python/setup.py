@@ -61,7 +61,7 @@ setup(
     name="ojas",
     version="0.1.0",
     description="Python bindings of ojas, a deep-learning framework in C",
-    packages=["ojas", "ojas.nn"],
+    packages=["ojas", "ojas.nn", "ojas.optim"],
     ext_modules=[ext],
     python_requires=">=3.9",
     install_requires=["numpy"],

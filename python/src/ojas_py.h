@@ -97,6 +97,8 @@ extern PyMethodDef ojpy_create_methods[];
 extern PyMethodDef ojpy_dlpack_methods[];
 PyObject *ojpy_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ojpy_tensor_dlpack_device(PyObject *self, PyObject *unused);
+/* optim.c: the Optimizer type. */
+int ojpy_optim_init(PyObject *m);
 /* index.c: Tensor.__getitem__ / __setitem__. */
 PyObject *ojpy_getitem(PyObject *self, PyObject *key);
 int ojpy_setitem(PyObject *self, PyObject *key, PyObject *value);
