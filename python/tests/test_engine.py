@@ -140,4 +140,5 @@ def test_tensors_live_as_long_as_their_objects():
     del c
     assert eng.live_tensors() == live - 1
     assert eng.memory_allocated() <= mem
-    assert rss_kib() - rss < 4096  # 100k iterations hold under 4 MiB more
+    if not os.environ.get("OJAS_PY_SANITIZE"):  # ASan's quarantine holds freed memory
+        assert rss_kib() - rss < 4096  # 100k iterations hold under 4 MiB more
