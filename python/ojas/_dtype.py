@@ -18,7 +18,13 @@ class dtype:
         return "ojas." + self.name
 
     def __reduce__(self):
-        return (getattr, (__import__("ojas"), self.name))
+        return (as_dtype, (self.name,))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 float32 = dtype("float32", 0, 4, True, np.float32)
