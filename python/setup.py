@@ -3,8 +3,8 @@
 Where libojas comes from, first match wins:
   OJAS_BUILD_DIR   a CMake build directory of this repository (libojas.so
                    in it; headers from ../include), e.g. build-cpu;
-  pkg-config ojas  an installed ojas (`make install`);
-  ../build         the default `make` build of this repository.
+  ../build         the default `make` build of this repository, if built;
+  pkg-config ojas  an installed ojas (`make install`).
 The extension gets an rpath to that directory, so no LD_LIBRARY_PATH is
 needed. Offline install: /usr/bin/python3 -m pip install --no-build-isolation ./python
 """
@@ -32,10 +32,13 @@ def _where():
     build = os.environ.get("OJAS_BUILD_DIR")
     if build:
         return os.path.abspath(build), os.path.join(REPO, "include")
+    default = os.path.join(REPO, "build")
+    if os.path.exists(os.path.join(default, "libojas.so")):
+        return default, os.path.join(REPO, "include")
     found = _pkg_config()
     if found:
         return found
-    return os.path.join(REPO, "build"), os.path.join(REPO, "include")
+    return default, os.path.join(REPO, "include")
 
 
 libdir, incdir = _where()
