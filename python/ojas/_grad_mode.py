@@ -20,10 +20,18 @@ class _mode:
         return False
 
     def __call__(self, fn):
+        attr, value = self.attr, self.value
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with self.__class__():
+            eng = _C.default_engine()
+            prev = getattr(eng, attr)
+            setattr(eng, attr, value)
+            try:
                 return fn(*args, **kwargs)
+            finally:
+                if not eng.closed:
+                    setattr(eng, attr, prev)
         return wrapper
 
 

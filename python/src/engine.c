@@ -73,6 +73,9 @@ static oj_engine *open_or_raise(EngineObject *self) {
 }
 
 EngineObject *ojpy_default_engine(void) {
+    /* the implicit engine, closed by the user: open a fresh one (a closed
+     * engine of a `with` block stays current until its block ends) */
+    if (current != NULL && current->eng == NULL && !current->entered) Py_CLEAR(current);
     if (current != NULL) return current;
     PyObject *e = PyObject_CallNoArgs((PyObject *)&OjpyEngine_Type);
     if (e == NULL) return NULL;

@@ -58,6 +58,12 @@ def test_no_grad_and_detach():
         assert not (x * 2).requires_grad
     assert (x * 2).requires_grad
 
+    @ojas.enable_grad()
+    def g(t):
+        return t * 2
+    with ojas.no_grad():
+        assert g(x).requires_grad and not (x * 2).requires_grad
+
 
 def test_errors_raise_and_leave_no_state():
     x = ojas.tensor([1.0, 2.0], requires_grad=True)

@@ -180,3 +180,12 @@ def test_copy_and_pickle():
         assert y.dtype is ojas.float64 and y.tolist() == x.tolist()
         assert not y._shares_storage(x)
     assert pickle.loads(pickle.dumps(ojas.bool)) is ojas.bool
+
+
+def test_closed_default_engine_is_replaced():
+    old = ojas.default_engine()
+    x = ojas.ones(2)
+    old.close()
+    with pytest.raises(ojas.StateError):
+        x + 1
+    assert ojas.zeros(2).engine is not old and not ojas.default_engine().closed
