@@ -178,7 +178,39 @@ PyTypeObject OjpyOptim_Type = {
     .tp_methods = optim_methods,
 };
 
+/* clip_grad_norm(params, max_norm) -> the global L2 norm before clipping
+ * (oj_clip_grad_norm: grads scaled by max_norm / (norm + 1e-6) when the
+ * norm exceeds max_norm; a non-finite norm leaves them as they are). */
+static PyObject *py_clip_grad_norm(PyObject *m, PyObject *args) {
+    PyObject *list;
+    double max_norm;
+    if (!PyArg_ParseTuple(args, "O!d:clip_grad_norm", &PyList_Type, &list, &max_norm)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (n == 0) return PyFloat_FromDouble(0.0);
+    oj_tensor **ts = PyMem_Calloc((size_t)n, sizeof *ts);
+    if (ts == NULL) return PyErr_NoMemory();
+    PyObject *res = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ts[i] = ojpy_tensor_of(PyList_GET_ITEM(list, i), "parameters[i]");
+        if (ts[i] == NULL) goto out;
+    }
+    oj_engine *eng = ((TensorObject *)PyList_GET_ITEM(list, 0))->eng->eng;
+    double norm = oj_clip_grad_norm(n, ts, max_norm);
+    if (oj_last_status(eng) != OJ_OK) ojpy_raise_engine(eng, "clip_grad_norm");
+    else res = PyFloat_FromDouble(norm);
+out:
+    PyMem_Free(ts);
+    return res;
+}
+
+static PyMethodDef optim_module_methods[] = {
+    {"clip_grad_norm", py_clip_grad_norm, METH_VARARGS,
+     "clip_grad_norm(params, max_norm) -> total norm (oj_clip_grad_norm)"},
+    {NULL},
+};
+
 int ojpy_optim_init(PyObject *m) {
     if (PyType_Ready(&OjpyOptim_Type) < 0) return -1;
-    return PyModule_AddObjectRef(m, "Optimizer", (PyObject *)&OjpyOptim_Type);
+    if (PyModule_AddObjectRef(m, "Optimizer", (PyObject *)&OjpyOptim_Type) < 0) return -1;
+    return PyModule_AddFunctions(m, optim_module_methods);
 }

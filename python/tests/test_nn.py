@@ -105,3 +105,15 @@ def test_engine_close_waits_for_optimizer():
     del o
     del p
     e.close()
+
+
+def test_clip_grad_norm_matches_torch():
+    m, t = twin_models()
+    x = np.random.default_rng(3).standard_normal((8, 6)).astype(np.float32)
+    (m(ojas.tensor(x)) ** 2).sum().backward()
+    (t(torch.tensor(x)) ** 2).sum().backward()
+    n = ojas.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+    tn = torch.nn.utils.clip_grad_norm_(t.parameters(), 0.5)
+    np.testing.assert_allclose(n.item(), tn.item(), rtol=1e-5)
+    for p, tp in zip(m.parameters(), t.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-4, atol=1e-7)
