@@ -123,18 +123,33 @@ class Tensor(_C.TensorBase):
         return a.tolist()
 
     def to(self, dtype=None, *args, **kwargs):
+        """to(dtype), to(engine) (a copy on that engine, oj_to_device), or
+        to(device string) when it names the tensor's own device (a copy to
+        another device needs the target engine: to(engine))."""
+        if isinstance(dtype, _C.Engine):
+            return _C.to_engine(self, dtype)
         if isinstance(dtype, str) and not kwargs.get("dtype"):
             if dtype.split(":")[0] in ("cpu", "cuda"):
                 if dtype == self.device or (dtype == "cuda" and self.device == "cuda:0"):
                     return self
-                raise _C.DeviceError("to: the tensor is on %s; moving it to %s is not supported "
-                                     "by Tensor.to yet (ojas does not copy between engines "
-                                     "implicitly)" % (self.device, dtype))
+                raise _C.DeviceError("to: the tensor is on %s; pass the engine of %s, "
+                                     "t.to(engine) (ojas copies between engines only when "
+                                     "asked, never by a device name alone)" % (self.device, dtype))
         dtype = kwargs.get("dtype", dtype)
         if dtype is None:
             return self
         dtype = D.as_dtype(dtype)
         return self if dtype is self.dtype else _C.cast(self, dtype)
+
+    def cpu(self, engine=None):
+        """Self on a CPU engine; a copy to `engine` (default: the default
+        engine, which must be a CPU one) from another device."""
+        if self.device == "cpu":
+            return self
+        e = engine if engine is not None else _C.default_engine()
+        if e.device != "cpu":
+            raise _C.DeviceError("cpu: the default engine is on %s; pass a CPU engine" % e.device)
+        return _C.to_engine(self, e)
 
     def type(self, dtype):
         return self.to(dtype)

@@ -229,7 +229,22 @@ static PyObject *py_from_numpy(PyObject *m, PyObject *args) {
     return ojpy_wrap(t, e);
 }
 
+/* to_engine(t, engine): a copy of t on another engine (oj_to_device: the
+ * explicit copy between devices, staged through host memory; not recorded
+ * by autograd). */
+static PyObject *py_to_engine(PyObject *m, PyObject *args) {
+    PyObject *to, *eo;
+    if (!PyArg_ParseTuple(args, "OO", &to, &eo)) return NULL;
+    oj_tensor *t = ojpy_tensor_of(to, "tensor");
+    if (t == NULL) return NULL;
+    EngineObject *e = ojpy_engine_arg(eo);
+    if (e == NULL) return NULL;
+    return ojpy_wrap(oj_to_device(t, e->eng), e);
+}
+
 PyMethodDef ojpy_create_methods[] = {
+    {"to_engine", py_to_engine, METH_VARARGS,
+     "to_engine(t, engine): a copy of t on engine's device (oj_to_device)"},
     {"empty", py_empty, METH_VARARGS, "empty(shape, dtype, engine=None)"},
     {"zeros", py_zeros, METH_VARARGS, "zeros(shape, dtype, engine=None)"},
     {"ones", py_ones, METH_VARARGS, "ones(shape, dtype, engine=None)"},

@@ -189,3 +189,16 @@ def test_closed_default_engine_is_replaced():
     with pytest.raises(ojas.StateError):
         x + 1
     assert ojas.zeros(2).engine is not old and not ojas.default_engine().closed
+
+
+def test_copy_between_engines():
+    a = ojas.Engine(seed=1)
+    x = ojas.randn(3, 2, engine=a)
+    y = x.to(ojas.default_engine())
+    assert y.engine is ojas.default_engine() and not y._shares_storage(x)
+    assert y.tolist() == x.tolist() and x.cpu() is x
+    with pytest.raises(ojas.DeviceError, match="to\\(engine\\)"):
+        x.to("cuda:0")
+    del x
+    a.close()
+    assert y.sum().item() == pytest.approx(sum(sum(r) for r in y.tolist()))
