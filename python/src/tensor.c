@@ -558,7 +558,9 @@ static int tensor_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     view->readonly = 0;
     view->itemsize = (Py_ssize_t)es;
     view->format = (flags & PyBUF_FORMAT) ? (char *)formats[dt] : NULL;
-    view->ndim = r;
+    /* without PyBUF_ND (only contiguous tensors get here, checked above)
+     * the consumer sees flat bytes, as PyBuffer_FillInfo gives */
+    view->ndim = (flags & PyBUF_ND) ? r : 1;
     view->shape = (flags & PyBUF_ND) ? arr : NULL;
     view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? arr + r : NULL;
     view->suboffsets = NULL;
