@@ -66,6 +66,6 @@ setup(
     description="Python bindings of ojas, a deep-learning framework in C",
     packages=["ojas", "ojas.nn", "ojas.optim"],
     ext_modules=[ext],
-    python_requires=">=3.9",
+    python_requires=">=3.10",
     install_requires=["numpy"],
 )

@@ -99,6 +99,8 @@ PyObject *ojpy_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ojpy_tensor_dlpack_device(PyObject *self, PyObject *unused);
 /* optim.c: the Optimizer type. */
 int ojpy_optim_init(PyObject *m);
+/* io.c: safetensors functions. */
+int ojpy_io_init(PyObject *m);
 /* index.c: Tensor.__getitem__ / __setitem__. */
 PyObject *ojpy_getitem(PyObject *self, PyObject *key);
 int ojpy_setitem(PyObject *self, PyObject *key, PyObject *value);
