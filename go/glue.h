@@ -1,0 +1,28 @@
+/* C helpers of the Go package: work that takes several C calls (and C
+ * callbacks) on one side of the cgo boundary. */
+#ifndef OJAS_GO_GLUE_H
+#define OJAS_GO_GLUE_H
+
+#include <stdint.h>
+
+#include <ojas/ojas.h>
+
+/* The model a checkpoint holds, built on eng: `path` is a checkpoint
+ * directory or a run directory (the checkpoint oj_checkpoint_find
+ * chooses); its training config gives the model config (the vocabulary of
+ * its tokenizer_dir when the run had one, as `ojas generate`), the weights
+ * are loaded into a new model. *out owned by the caller (oj_gpt_free). */
+oj_status ojas_go_load_checkpoint(oj_engine *eng, const char *path, oj_gpt **out, oj_error *err);
+
+/* oj_generate of one prompt, each token passed to the Go callback
+ * ojasGoOnToken with ctx `handle` (a cgo.Handle). */
+oj_status ojas_go_generate(oj_gpt *m, const int32_t *prompt, int64_t n,
+                           const oj_sampler_config *cfg, uintptr_t handle, int32_t **out,
+                           int64_t *out_len);
+
+/* Open a trainer; log_stderr: progress lines to stderr, else silent. */
+oj_status ojas_go_trainer_create(const oj_train_config *cfg, const char *out_dir,
+                                 const char *resume, int overwrite, int log_stderr,
+                                 oj_trainer **out, oj_error *err);
+
+#endif
