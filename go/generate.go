@@ -94,9 +94,7 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, opts SampleOptions
 	g := &generation{ctx: ctx, onToken: onToken}
 	h := cgo.NewHandle(g)
 	defer h.Delete()
-	cprompt := (*C.int32_t)(C.malloc(C.size_t(len(prompt)) * 4))
-	defer C.free(unsafe.Pointer(cprompt))
-	copy(unsafe.Slice((*int32)(unsafe.Pointer(cprompt)), len(prompt)), prompt)
+	cprompt := (*C.int32_t)(unsafe.Pointer(&prompt[0])) // read during the call only
 	var out *C.int32_t
 	var n C.int64_t
 	st := C.ojas_go_generate(m.gpt, cprompt, C.int64_t(len(prompt)), &cfg, C.uintptr_t(h), &out, &n)
@@ -162,9 +160,7 @@ func (d *Decoder) Prefill(prompt []int32) (int32, error) {
 	if len(prompt) == 0 {
 		return -1, &Error{Kind: ErrInvalid, Status: "OJ_ERR_INVALID_ARGUMENT", Message: "prefill: the prompt is empty"}
 	}
-	cp := (*C.int32_t)(C.malloc(C.size_t(len(prompt)) * 4))
-	defer C.free(unsafe.Pointer(cp))
-	copy(unsafe.Slice((*int32)(unsafe.Pointer(cp)), len(prompt)), prompt)
+	cp := (*C.int32_t)(unsafe.Pointer(&prompt[0]))
 	var next C.int32_t
 	if st := C.oj_gpt_decoder_prefill(d.dec, cp, C.int64_t(len(prompt)), &next); st != C.OJ_OK {
 		return -1, d.err(st)

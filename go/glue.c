@@ -3,6 +3,8 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Exported by generate.go. */
 extern _Bool ojasGoOnToken(int64_t seq, int32_t token, void *ctx);
@@ -55,4 +57,46 @@ oj_status ojas_go_trainer_create(const oj_train_config *cfg, const char *out_dir
     oj_train_options o = {.out_dir = out_dir, .resume = resume, .log = log_stderr ? stderr : NULL,
                           .overwrite = overwrite != 0};
     return oj_trainer_create(cfg, &o, out, err);
+}
+
+oj_status ojas_go_encode_loop(const oj_tokenizer *tok, const char *text, size_t len,
+                              int64_t iters) {
+    for (int64_t i = 0; i < iters; i++) {
+        oj_tokens t = {0};
+        oj_status st = oj_tokenizer_encode(tok, text, len, OJ_ENCODE_REFUSE_SPECIAL, &t, NULL);
+        oj_tokens_free(&t);
+        if (st) return st;
+    }
+    return OJ_OK;
+}
+
+oj_status ojas_go_decode_step_loop(oj_gpt_decoder *d, int64_t iters) {
+    for (int64_t i = 0; i < iters; i++) {
+        int32_t next;
+        oj_status st = oj_gpt_decoder_step(d, &next);
+        if (st) return st;
+    }
+    return OJ_OK;
+}
+
+oj_status ojas_go_encode(const oj_tokenizer *tok, const char *text, size_t len, unsigned flags,
+                         int32_t *ids, size_t cap, size_t *n, oj_error *err) {
+    oj_tokens t = {0};
+    oj_status st = oj_tokenizer_encode(tok, len ? text : "", len, flags, &t, err);
+    *n = st ? 0 : t.len;
+    if (!st && t.len) memcpy(ids, t.ids, (t.len < cap ? t.len : cap) * sizeof *ids);
+    oj_tokens_free(&t);
+    return st;
+}
+
+oj_status ojas_go_decode(const oj_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags,
+                         char *buf, size_t cap, size_t *len, oj_error *err) {
+    char *text = NULL;
+    size_t got = 0;
+    static const int32_t none[1] = {0};
+    oj_status st = oj_tokenizer_decode(tok, n ? ids : none, n, flags, &text, &got, err);
+    *len = st ? 0 : got;
+    if (!st && got) memcpy(buf, text, got < cap ? got : cap);
+    free(text);
+    return st;
 }

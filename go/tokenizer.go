@@ -1,7 +1,7 @@
 package ojas
 
 // #include <stdlib.h>
-// #include <ojas/ojas.h>
+// #include "glue.h"
 import "C"
 
 import (
@@ -15,6 +15,7 @@ import (
 type Tokenizer struct {
 	h   handle
 	tok *C.oj_tokenizer
+	s   *C.ojas_go_scratch // C memory: results of encode/decode
 }
 
 // LoadTokenizer loads the tokenizer in dir (oj_tokenizer_load: ojas's
@@ -28,8 +29,22 @@ func LoadTokenizer(dir string) (*Tokenizer, error) {
 	if st := C.oj_tokenizer_load(cdir, &t.tok, &e); st != C.OJ_OK {
 		return nil, fromC(st, &e)
 	}
+	t.s = (*C.ojas_go_scratch)(C.calloc(1, C.sizeof_ojas_go_scratch))
+	if t.s == nil {
+		C.oj_tokenizer_free(t.tok)
+		return nil, &Error{Kind: ErrCapacity, Status: "OJ_ERR_CAPACITY", Message: "load tokenizer: out of host memory"}
+	}
 	runtime.SetFinalizer(t, func(t *Tokenizer) { t.Close() })
 	return t, nil
+}
+
+// stringData is the address of s's bytes (Go 1.19 has no
+// unsafe.StringData); nil for "". C reads them during the call only.
+func stringData(s string) *C.char {
+	if len(s) == 0 {
+		return nil
+	}
+	return *(**C.char)(unsafe.Pointer(&s))
 }
 
 func (t *Tokenizer) encode(text string, flags C.uint) ([]int32, error) {
@@ -37,20 +52,22 @@ func (t *Tokenizer) encode(text string, flags C.uint) ([]int32, error) {
 		return nil, err
 	}
 	defer t.h.unlock()
-	var toks C.oj_tokens
-	var e C.oj_error
-	p := C.CString(text) // a C copy: the library may keep no Go pointer
-	defer C.free(unsafe.Pointer(p))
-	st := C.oj_tokenizer_encode(t.tok, p, C.size_t(len(text)), flags, &toks, &e)
-	defer C.oj_tokens_free(&toks)
-	if st != C.OJ_OK {
-		return nil, fromC(st, &e)
+	// a byte-level BPE token covers at least one byte: len(text) ids
+	// suffice unless a template adds some; else a second call
+	ids := make([]int32, len(text)+4)
+	for {
+		t.s.err.status = C.OJ_OK
+		st := C.ojas_go_encode(t.tok, stringData(text), C.size_t(len(text)), flags,
+			(*C.int32_t)(unsafe.Pointer(&ids[0])), C.size_t(len(ids)), &t.s.n, &t.s.err)
+		if st != C.OJ_OK {
+			return nil, fromC(st, &t.s.err)
+		}
+		n := t.s.n
+		if int(n) <= len(ids) {
+			return ids[:n], nil
+		}
+		ids = make([]int32, int(n))
 	}
-	ids := make([]int32, int(toks.len))
-	if toks.len > 0 {
-		copy(ids, unsafe.Slice((*int32)(unsafe.Pointer(toks.ids)), int(toks.len)))
-	}
-	return ids, nil
 }
 
 // Encode returns the token ids of text (any bytes). The text of a special
@@ -70,20 +87,24 @@ func (t *Tokenizer) decode(ids []int32, flags C.uint) (string, error) {
 		return "", err
 	}
 	defer t.h.unlock()
-	var text *C.char
-	var n C.size_t
-	var e C.oj_error
 	var p *C.int32_t
 	if len(ids) > 0 {
-		p = (*C.int32_t)(C.malloc(C.size_t(len(ids)) * 4))
-		defer C.free(unsafe.Pointer(p))
-		copy(unsafe.Slice((*int32)(unsafe.Pointer(p)), len(ids)), ids)
+		p = (*C.int32_t)(unsafe.Pointer(&ids[0]))
 	}
-	if st := C.oj_tokenizer_decode(t.tok, p, C.size_t(len(ids)), flags, &text, &n, &e); st != C.OJ_OK {
-		return "", fromC(st, &e)
+	buf := make([]byte, 8*len(ids)+16) // most tokens are short; else a second call
+	for {
+		t.s.err.status = C.OJ_OK
+		st := C.ojas_go_decode(t.tok, p, C.size_t(len(ids)), flags,
+			(*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &t.s.n, &t.s.err)
+		if st != C.OJ_OK {
+			return "", fromC(st, &t.s.err)
+		}
+		n := t.s.n
+		if int(n) <= len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, int(n))
 	}
-	defer C.free(unsafe.Pointer(text))
-	return C.GoStringN(text, C.int(n)), nil
 }
 
 // Decode returns the text of ids. Bytes that are not valid UTF-8 (a
@@ -128,7 +149,8 @@ func (t *Tokenizer) Close() error {
 	if !t.h.closed {
 		t.h.closed = true
 		C.oj_tokenizer_free(t.tok)
-		t.tok = nil
+		C.free(unsafe.Pointer(t.s))
+		t.tok, t.s = nil, nil
 		runtime.SetFinalizer(t, nil)
 	}
 	return nil
