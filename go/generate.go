@@ -126,6 +126,7 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, opts SampleOptions
 type Decoder struct {
 	m   *Model
 	dec *C.oj_gpt_decoder
+	s   *C.ojas_go_scratch // C memory for the next token
 }
 
 // NewDecoder makes a decoder with room for capacity positions (prompt and
@@ -135,8 +136,12 @@ func (m *Model) NewDecoder(capacity int64) (*Decoder, error) {
 		return nil, err
 	}
 	defer m.h.unlock()
-	d := &Decoder{m: m}
+	d := &Decoder{m: m, s: (*C.ojas_go_scratch)(C.calloc(1, C.sizeof_ojas_go_scratch))}
+	if d.s == nil {
+		return nil, &Error{Kind: ErrCapacity, Status: "OJ_ERR_CAPACITY", Message: "decoder: out of host memory"}
+	}
 	if st := C.oj_gpt_decoder_create(m.gpt, C.int64_t(capacity), true, &d.dec); st != C.OJ_OK {
+		C.free(unsafe.Pointer(d.s))
 		err := fromEngine(m.eng)
 		if err == nil {
 			err = newError(st, fmt.Sprintf("decoder of capacity %d", capacity))
@@ -161,11 +166,10 @@ func (d *Decoder) Prefill(prompt []int32) (int32, error) {
 		return -1, &Error{Kind: ErrInvalid, Status: "OJ_ERR_INVALID_ARGUMENT", Message: "prefill: the prompt is empty"}
 	}
 	cp := (*C.int32_t)(unsafe.Pointer(&prompt[0]))
-	var next C.int32_t
-	if st := C.oj_gpt_decoder_prefill(d.dec, cp, C.int64_t(len(prompt)), &next); st != C.OJ_OK {
+	if st := C.oj_gpt_decoder_prefill(d.dec, cp, C.int64_t(len(prompt)), &d.s.token); st != C.OJ_OK {
 		return -1, d.err(st)
 	}
-	return int32(next), nil
+	return int32(d.s.token), nil
 }
 
 // Step feeds the pending token and returns the greedy token after it.
@@ -177,11 +181,10 @@ func (d *Decoder) Step() (int32, error) {
 	if d.dec == nil {
 		return -1, ErrClosed
 	}
-	var next C.int32_t
-	if st := C.oj_gpt_decoder_step(d.dec, &next); st != C.OJ_OK {
+	if st := C.oj_gpt_decoder_step(d.dec, &d.s.token); st != C.OJ_OK {
 		return -1, d.err(st)
 	}
-	return int32(next), nil
+	return int32(d.s.token), nil
 }
 
 func (d *Decoder) err(st C.oj_status) error {
@@ -196,9 +199,15 @@ func (d *Decoder) Close() error {
 	d.m.h.mu.Lock()
 	defer d.m.h.mu.Unlock()
 	if d.dec != nil {
-		C.oj_gpt_decoder_free(d.dec)
-		d.dec = nil
+		d.free()
 		delete(d.m.decs, d)
 	}
 	return nil
+}
+
+// free releases the decoder's C memory; the model's lock is held.
+func (d *Decoder) free() {
+	C.oj_gpt_decoder_free(d.dec)
+	C.free(unsafe.Pointer(d.s))
+	d.dec, d.s = nil, nil
 }

@@ -30,6 +30,7 @@ oj_status ojas_go_trainer_create(const oj_train_config *cfg, const char *out_dir
 typedef struct ojas_go_scratch {
     oj_error err;
     size_t n;
+    int32_t token;
 } ojas_go_scratch;
 
 /* Encode text[0..len) into ids[0..cap) with one call across cgo: returns

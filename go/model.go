@@ -169,8 +169,7 @@ func (m *Model) Close() error {
 	}
 	m.h.closed = true
 	for d := range m.decs {
-		C.oj_gpt_decoder_free(d.dec)
-		d.dec = nil
+		d.free()
 	}
 	m.decs = nil
 	C.oj_gpt_free(m.gpt)

@@ -259,8 +259,7 @@ func (t *Trainer) Close() error {
 	}
 	t.h.closed = true
 	for d := range t.model.decs {
-		C.oj_gpt_decoder_free(d.dec)
-		d.dec = nil
+		d.free()
 	}
 	t.model.decs = nil
 	C.oj_trainer_free(t.t)
