@@ -22,5 +22,5 @@ if(OJAS_TESTS AND OJAS_GO AND NOT OJAS_SANITIZE AND TARGET ojas_cli)
   add_test(NAME go_example
     COMMAND ${CMAKE_COMMAND} -E env ${OJAS_GO_ENV} bash ${CMAKE_SOURCE_DIR}/examples/go/run.sh
             $<TARGET_FILE:ojas_cli>)
-  set_tests_properties(go_test go_bench_smoke go_example PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  set_tests_properties(go_test go_bench_smoke go_example PROPERTIES TIMEOUT 900)
 endif()
