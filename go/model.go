@@ -178,3 +178,19 @@ func (m *Model) Close() error {
 	runtime.SetFinalizer(m, nil)
 	return nil
 }
+
+// SaveSafetensors writes the model's parameters (its state_dict: Hugging
+// Face names for gpt2 and llama models) to a safetensors file at path,
+// atomically. With a Hugging Face config.json beside it, the directory
+// loads with LoadModel. Errors: ErrIO, ErrInvalid.
+func (m *Model) SaveSafetensors(path string) error {
+	if err := m.h.lock(); err != nil {
+		return err
+	}
+	defer m.h.unlock()
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	sd := C.oj_gpt_state_dict(m.gpt)
+	var e C.oj_error
+	return fromC(C.oj_safetensors_save(cp, sd.n, sd.names, sd.tensors, nil, &e), &e)
+}
