@@ -156,6 +156,30 @@ void oj_budget_reset_peak(oj_budget *b);
 const char *oj_budget_name(const oj_budget *b);
 oj_budget *oj_budget_parent(const oj_budget *b);
 
+/* The process memory ceiling: one budget of `bytes` over every CPU
+ * engine's root budget in the process (those of models, trainers and
+ * plain engines alike), so that several engines together cannot take more
+ * host memory than this. Each reservation on a CPU engine's budget tree is
+ * also charged to the ceiling; one that would exceed it fails with
+ * OJ_ERR_CAPACITY naming the budget "process memory ceiling". An engine
+ * opened while a ceiling is set has its root budget limit lowered to the
+ * ceiling when above it. CUDA engines' budgets (device memory) are not
+ * charged. bytes 0 removes the ceiling. Errors: OJ_ERR_STATE while any
+ * engine is open (oj_engines_open() > 0; set it before opening engines),
+ * OJ_ERR_INVALID_ARGUMENT for bytes < 0 or above oj_host_memory_bytes(),
+ * OJ_ERR_CAPACITY out of host memory. Thread-safe. */
+oj_status oj_set_memory_ceiling(int64_t bytes, oj_error *err);
+/* The ceiling's limit in bytes, 0 when none is set. */
+int64_t oj_memory_ceiling(void);
+/* Bytes reserved on the ceiling now (0 when none is set). */
+int64_t oj_memory_ceiling_current(void);
+/* Engines open in this process (CPU and CUDA). */
+int64_t oj_engines_open(void);
+/* Bytes of host memory this process may use: physical memory capped by
+ * the cgroup v2 memory.max and v1 memory.limit_in_bytes of its cgroups and
+ * their ancestors; 0 when unknown. */
+int64_t oj_host_memory_bytes(void);
+
 /* ---------------------------------------------------------------- engine */
 
 /* All state that would otherwise be global: device, numerics, threads, seed,
