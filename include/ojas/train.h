@@ -108,6 +108,10 @@ typedef struct oj_train_config {
     int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row
                                 * skipped as non-finite, naming the first op with a
                                 * non-finite output (detect_anomaly); 10; 0 = never */
+    int64_t zero;            /* data parallel: 1 = ZeRO-1 (optimizer state sharded across
+                              * ranks by whole tensors), 0 = every rank keeps all of it; 0 */
+    double dist_timeout;     /* data parallel: seconds a rank waits for the others before
+                              * ending the job, naming the silent ranks; 300 */
 } oj_train_config;
 
 /* The defaults listed above. */
@@ -186,6 +190,11 @@ typedef struct oj_train_options {
      * metrics.jsonl, loss.gp/svg, abandoned-* branches), and still refuses,
      * removing nothing, when out_dir holds anything else. */
     bool overwrite;
+    /* Data parallel: the process group (include/ojas/dist.h, borrowed;
+     * NULL: this process trains alone). Each of its world_size ranks runs
+     * a trainer with the same config, taking grad_accum / world_size of
+     * every step's micro-batches; rank 0 alone writes out_dir. */
+    struct oj_dist *dist;
 } oj_train_options;
 
 /* The end of a run. */
