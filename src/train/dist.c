@@ -234,7 +234,25 @@ oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err) {
     }
     if (oj_last_status(eng))
         return eng_fail(t, err, "packing gradients");
-    oj_status st = oj_dist_alltoall(t->opts.dist, t->flat, t->recv, err);
+    /* every rank's position first: one message per peer, so that a rank
+     * that died or hangs is named by the others (the alltoall can only say
+     * that it waited), and ranks out of step are caught */
+    int64_t pos[2] = {t->step + 1, k}, *all = malloc(sizeof pos * (size_t)t->world);
+    if (!all)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
+    char what[96];
+    snprintf(what, sizeof what, "step %lld micro-batch %lld", (long long)pos[0], (long long)k);
+    oj_status st = oj_dist_exchange(t->opts.dist, pos, sizeof pos, all, what, err);
+    for (int q = 0; !st && q < t->world; q++)
+        if (all[2 * q] != pos[0] || all[2 * q + 1] != pos[1])
+            st = oj_error_set(err, OJ_ERR_STATE,
+                              "data parallel: rank %d is at step %lld micro-batch %lld, rank %d "
+                              "at step %lld micro-batch %lld: the ranks are out of step",
+                              q, (long long)all[2 * q], (long long)all[2 * q + 1], t->rank,
+                              (long long)pos[0], (long long)k);
+    free(all);
+    if (!st)
+        st = oj_dist_alltoall(t->opts.dist, t->flat, t->recv, err);
     if (st)
         return st;
     const int64_t S = t->shard;
