@@ -122,8 +122,10 @@ void oj_dist_abort(oj_dist *d, int code) {
     fflush(stdout);
     fflush(stderr);
 #ifdef OJAS_HAVE_MPI
-    if (d && d->mpi_inited)
+    if (d && d->mpi_inited) {
+        usleep(500000); /* the launcher forwards this rank's last words before the abort */
         MPI_Abort(MPI_COMM_WORLD, code);
+    }
 #endif
     (void)d;
     exit(code);
@@ -175,6 +177,69 @@ static void timed_out(oj_dist *d, const char *what, const char *missing) {
             d->rank, d->world, what, d->timeout_s, missing);
     oj_dist_abort(d, 3);
 }
+
+/* One message of a collective: to or from `peer`, count units of type. */
+typedef struct xfer {
+    int peer;
+    bool recv;
+    void *buf;
+    int count;
+    MPI_Datatype type;
+} xfer;
+
+/* Post every receive, then every send, and wait for all with the
+ * deadline; a timeout names the ranks whose messages did not come (or
+ * were not taken) and ends the job. Collectives built of one message per
+ * peer (what MPI's pairwise algorithms send too) are what lets a timeout
+ * name the rank that died or hangs. */
+static oj_status run_xfers(oj_dist *d, int n, xfer *x, int tag, const char *what,
+                           oj_error *err) {
+    MPI_Request *reqs = malloc(sizeof *reqs * (size_t)(n ? n : 1));
+    bool *done = calloc((size_t)(n ? n : 1), sizeof *done);
+    if (!reqs || !done) {
+        free(reqs);
+        free(done);
+        return oj_error_set(err, OJ_ERR_CAPACITY, "dist %s: out of memory", what);
+    }
+    int rc = MPI_SUCCESS, posted = 0;
+    for (int pass = 0; pass < 2 && rc == MPI_SUCCESS; pass++)
+        for (int i = 0; i < n && rc == MPI_SUCCESS; i++) {
+            if (x[i].recv != (pass == 0))
+                continue;
+            rc = x[i].recv ? MPI_Irecv(x[i].buf, x[i].count, x[i].type, x[i].peer, tag,
+                                       MPI_COMM_WORLD, &reqs[i])
+                           : MPI_Isend(x[i].buf, x[i].count, x[i].type, x[i].peer, tag,
+                                       MPI_COMM_WORLD, &reqs[i]);
+            posted++;
+        }
+    if (rc == MPI_SUCCESS)
+        rc = wait_all(d, n, reqs, done);
+    if (rc < 0) {
+        char missing[256] = "";
+        size_t len = 0;
+        bool named[4096] = {false};
+        for (int pass = 0; pass < 2; pass++) /* the silent senders first */
+            for (int i = 0; i < n; i++) {
+                int q = x[i].peer;
+                if (done[i] || x[i].recv != (pass == 0) || (q < 4096 && named[q]) ||
+                    len + 24 >= sizeof missing)
+                    continue;
+                if (q < 4096)
+                    named[q] = true;
+                len += (size_t)snprintf(missing + len, sizeof missing - len, "%srank %d",
+                                        len ? ", " : "", q);
+            }
+        timed_out(d, what, len ? missing : "the other ranks");
+    }
+    free(reqs);
+    free(done);
+    (void)posted;
+    if (rc != MPI_SUCCESS) {
+        char b[MPI_MAX_ERROR_STRING];
+        return oj_error_set(err, OJ_ERR_IO, "dist %s: %s", what, mpi_msg(rc, b));
+    }
+    return OJ_OK;
+}
 #endif
 
 oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *all,
@@ -189,50 +254,19 @@ oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *al
     if (nbytes > (size_t)1 << 30)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist exchange: %zu bytes > 1 GiB",
                             nbytes);
-    /* one message per peer, so that a timeout can name who is silent */
     int W = d->world, n = 0;
-    MPI_Request *reqs = malloc(sizeof *reqs * (size_t)(2 * W));
-    bool *done = calloc((size_t)(2 * W), sizeof *done);
-    int *peer = malloc(sizeof *peer * (size_t)(2 * W));
-    if (!reqs || !done || !peer) {
-        free(reqs);
-        free(done);
-        free(peer);
+    xfer *x = malloc(sizeof *x * (size_t)(2 * W));
+    if (!x)
         return oj_error_set(err, OJ_ERR_CAPACITY, "dist exchange: out of memory");
-    }
-    int rc = MPI_SUCCESS;
-    for (int q = 0; q < W && rc == MPI_SUCCESS; q++) {
+    for (int q = 0; q < W; q++) {
         if (q == d->rank)
             continue;
-        peer[n] = q;
-        rc = MPI_Irecv((char *)all + (size_t)q * nbytes, (int)nbytes, MPI_BYTE, q, 7,
-                       MPI_COMM_WORLD, &reqs[n++]);
-        if (rc == MPI_SUCCESS) {
-            peer[n] = -1;
-            rc = MPI_Isend(mine, (int)nbytes, MPI_BYTE, q, 7, MPI_COMM_WORLD, &reqs[n++]);
-        }
+        x[n++] = (xfer){q, true, (char *)all + (size_t)q * nbytes, (int)nbytes, MPI_BYTE};
+        x[n++] = (xfer){q, false, (void *)mine, (int)nbytes, MPI_BYTE};
     }
-    if (rc == MPI_SUCCESS)
-        rc = wait_all(d, n, reqs, done);
-    if (rc < 0) {
-        char missing[256] = "";
-        size_t len = 0;
-        for (int i = 0; i < n; i++)
-            if (!done[i] && peer[i] >= 0 && len + 16 < sizeof missing)
-                len += (size_t)snprintf(missing + len, sizeof missing - len, "%srank %d",
-                                        len ? ", " : "", peer[i]);
-        if (!len)
-            snprintf(missing, sizeof missing, "the other ranks to take its record");
-        timed_out(d, what, missing);
-    }
-    free(reqs);
-    free(done);
-    free(peer);
-    if (rc != MPI_SUCCESS) {
-        char b[MPI_MAX_ERROR_STRING];
-        return oj_error_set(err, OJ_ERR_IO, "dist: %s: %s", what, mpi_msg(rc, b));
-    }
-    return OJ_OK;
+    oj_status st = run_xfers(d, n, x, 7, what, err);
+    free(x);
+    return st;
 #else
     return oj_error_set(err, OJ_ERR_UNSUPPORTED, "dist: built without MPI");
 #endif
@@ -393,20 +427,6 @@ static oj_status check_pair(oj_dist *d, const char *op, oj_tensor *a, int64_t na
 static void *addr(oj_tensor *t) { return (char *)t->storage->data + t->offset; }
 
 #ifdef OJAS_HAVE_MPI
-/* An MPI collective started on request r, waited for with the deadline. */
-static oj_status mpi_finish(oj_dist *d, int rc, MPI_Request *r, const char *what, oj_error *err) {
-    bool done = false;
-    if (rc == MPI_SUCCESS)
-        rc = wait_all(d, 1, r, &done);
-    if (rc < 0)
-        timed_out(d, what, "the other ranks");
-    if (rc != MPI_SUCCESS) {
-        char b[MPI_MAX_ERROR_STRING];
-        return oj_error_set(err, OJ_ERR_IO, "dist %s: %s", what, mpi_msg(rc, b));
-    }
-    return OJ_OK;
-}
-
 /* MPI counts are int: blocks over 2^31 - 1 bytes go as larger units. */
 static oj_status mpi_block_type(size_t block, MPI_Datatype *type, int *count, oj_error *err) {
     size_t unit = 1;
@@ -446,9 +466,21 @@ oj_status oj_dist_alltoall(oj_dist *d, oj_tensor *send, oj_tensor *recv, oj_erro
     int count;
     if ((st = mpi_block_type(block, &type, &count, err)))
         return st;
-    MPI_Request r;
-    int rc = MPI_Ialltoall(addr(send), count, type, addr(recv), count, type, MPI_COMM_WORLD, &r);
-    st = mpi_finish(d, rc, &r, "alltoall (gradient shards)", err);
+    /* block q to rank q, block q from rank q; this rank's own block copied */
+    int W = d->world, nx = 0;
+    char *sb = addr(send), *rb = addr(recv);
+    memcpy(rb + (size_t)d->rank * block, sb + (size_t)d->rank * block, block);
+    xfer *x = malloc(sizeof *x * (size_t)(2 * W));
+    if (!x)
+        st = oj_error_set(err, OJ_ERR_CAPACITY, "dist alltoall: out of memory");
+    for (int q = 0; x && q < W; q++)
+        if (q != d->rank) {
+            x[nx++] = (xfer){q, true, rb + (size_t)q * block, count, type};
+            x[nx++] = (xfer){q, false, sb + (size_t)q * block, count, type};
+        }
+    if (!st)
+        st = run_xfers(d, nx, x, 9, "alltoall (gradient shards)", err);
+    free(x);
     if (type != MPI_BYTE)
         MPI_Type_free(&type);
     oj_bump_version(recv);
@@ -475,9 +507,20 @@ oj_status oj_dist_allgather(oj_dist *d, oj_tensor *mine, oj_tensor *all, oj_erro
     int count;
     if ((st = mpi_block_type(block, &type, &count, err)))
         return st;
-    MPI_Request r;
-    int rc = MPI_Iallgather(addr(mine), count, type, addr(all), count, type, MPI_COMM_WORLD, &r);
-    st = mpi_finish(d, rc, &r, "allgather (summed gradient shards)", err);
+    int W = d->world, n = 0;
+    char *ab = addr(all);
+    memmove(ab + (size_t)d->rank * block, addr(mine), block);
+    xfer *x = malloc(sizeof *x * (size_t)(2 * W));
+    if (!x)
+        st = oj_error_set(err, OJ_ERR_CAPACITY, "dist allgather: out of memory");
+    for (int q = 0; x && q < W; q++)
+        if (q != d->rank) {
+            x[n++] = (xfer){q, true, ab + (size_t)q * block, count, type};
+            x[n++] = (xfer){q, false, ab + (size_t)d->rank * block, count, type};
+        }
+    if (!st)
+        st = run_xfers(d, n, x, 9, "allgather (summed gradient shards)", err);
+    free(x);
     if (type != MPI_BYTE)
         MPI_Type_free(&type);
     oj_bump_version(all);
@@ -513,30 +556,29 @@ oj_status oj_dist_allgatherv(oj_dist *d, oj_tensor *all, const int64_t *offsets,
         return st;
     }
 #ifdef OJAS_HAVE_MPI
-    int *counts = malloc(sizeof *counts * (size_t)d->world);
-    int *displs = malloc(sizeof *displs * (size_t)d->world);
-    if (!counts || !displs)
+    /* segment q from rank q; this rank's segment to every other */
+    int W = d->world, n = 0;
+    char *ab = addr(all);
+    xfer *x = malloc(sizeof *x * (size_t)(2 * W));
+    if (!x)
         st = oj_error_set(err, OJ_ERR_CAPACITY, "dist allgatherv: out of memory");
-    for (int q = 0; !st && q < d->world; q++) {
-        if (bo[q + 1] > (size_t)INT32_MAX)
+    for (int q = 0; !st && q < W; q++)
+        if (bo[q + 1] - bo[q] > (size_t)INT32_MAX)
             st = oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                              "dist allgatherv: %zu bytes is too large for MPI's int counts",
-                              bo[q + 1]);
-        else {
-            counts[q] = (int)(bo[q + 1] - bo[q]);
-            displs[q] = (int)bo[q];
+                              "dist allgatherv: rank %d's segment of %zu bytes is over MPI's "
+                              "2 GiB message limit (use more ranks)",
+                              q, bo[q + 1] - bo[q]);
+    for (int q = 0; !st && q < W; q++)
+        if (q != d->rank) {
+            x[n++] = (xfer){q, true, ab + bo[q], (int)(bo[q + 1] - bo[q]), MPI_BYTE};
+            x[n++] = (xfer){q, false, ab + bo[d->rank], (int)(bo[d->rank + 1] - bo[d->rank]),
+                            MPI_BYTE};
         }
-    }
-    if (!st) {
-        MPI_Request r;
-        int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, addr(all), counts, displs, MPI_BYTE,
-                                 MPI_COMM_WORLD, &r);
-        st = mpi_finish(d, rc, &r, "allgatherv (parameter shards)", err);
-        oj_bump_version(all);
-    }
-    free(counts);
-    free(displs);
+    if (!st)
+        st = run_xfers(d, n, x, 9, "allgatherv (parameter shards)", err);
+    free(x);
     free(bo);
+    oj_bump_version(all);
     return st;
 #else
     free(bo);

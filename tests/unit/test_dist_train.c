@@ -309,7 +309,7 @@ static void test_hung_rank_named(void **state) {
     if (dt > 30)
         fail_msg("the job took %.0f s to end after rank 1 hung: %s", dt, out);
     assert_int_not_equal(rc, 0);
-    if (!strstr(out, "rank 0 of 2: step") || !strstr(out, "for rank 1: it died or hangs"))
+    if (!strstr(out, "ojas: dist: rank 0 of 2: ") || !strstr(out, "for rank 1: it died or hangs"))
         fail_msg("rank 0 did not name rank 1: %s", out);
     free(out);
 }
