@@ -34,11 +34,14 @@ if(TARGET ojas_cuda)
   endif()
 endif()
 
-# The multi-process trainer tests run `mpirun -np 2 ojas train`.
-if(OJAS_TESTS AND TARGET test_dist_train)
-  add_dependencies(test_dist_train ojas_cli)
-  if(OJAS_MPI AND MPIEXEC_EXECUTABLE)
-    target_compile_definitions(test_dist_train PRIVATE OJAS_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+# The multi-process trainer tests run `mpirun -np 2 ojas train` (CPU) and
+# `mpirun -np 1 ojas train --device cuda` (tests/gpu: the NCCL path).
+foreach(t test_dist_train test_gpu_dist)
+  if(OJAS_TESTS AND TARGET ${t})
+    add_dependencies(${t} ojas_cli)
+    if(OJAS_MPI AND MPIEXEC_EXECUTABLE)
+      target_compile_definitions(${t} PRIVATE OJAS_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+    endif()
+    set_tests_properties(${t} PROPERTIES TIMEOUT 300)
   endif()
-  set_tests_properties(test_dist_train PROPERTIES TIMEOUT 300)
-endif()
+endforeach()
