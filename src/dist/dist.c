@@ -17,7 +17,7 @@
 #include "core/internal.h"
 
 struct oj_dist {
-    int rank, world;
+    int rank, world, local_rank;
     bool active;       /* launched: collectives run */
     bool mpi_inited;   /* this group called MPI_Init */
     double timeout_s;
@@ -52,6 +52,7 @@ bool oj_dist_launched(void) { return launcher_var() != NULL; }
 
 int oj_dist_rank(const oj_dist *d) { return d ? d->rank : 0; }
 int oj_dist_world_size(const oj_dist *d) { return d ? d->world : 1; }
+int oj_dist_local_rank(const oj_dist *d) { return d ? d->local_rank : 0; }
 bool oj_dist_active(const oj_dist *d) { return d && d->active; }
 const char *oj_dist_transport(const oj_dist *d) {
     if (!d || !d->active)
@@ -92,6 +93,12 @@ oj_status oj_dist_init(double timeout_s, oj_dist **out, oj_error *err) {
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
         MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+        MPI_Comm node;
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL,
+                                &node) == MPI_SUCCESS) {
+            MPI_Comm_rank(node, &d->local_rank);
+            MPI_Comm_free(&node);
+        }
         d->active = true;
 #else
         free(d);
