@@ -426,7 +426,10 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     if (!st) {
         oj_engine_config ec = oj_engine_config_default();
         ec.device = cfg->device;
-        if (ec.device.type == OJ_DEVICE_CUDA) /* one GPU per rank of a machine */
+        /* one GPU per rank of a machine, unless the launcher already gave
+         * each rank its own (CUDA_VISIBLE_DEVICES naming one device) */
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (ec.device.type == OJ_DEVICE_CUDA && !(vis && vis[0] && !strchr(vis, ',')))
             ec.device.index += oj_dist_local_rank(opts->dist);
         ec.numerics = cfg->numerics;
         ec.threads = (int)cfg->threads;
