@@ -466,8 +466,10 @@ oj_status oj_dist_alltoall(oj_dist *d, oj_tensor *send, oj_tensor *recv, oj_erro
         return oj_copy_(recv, send) ? oj_error_set(err, oj_last_status(d->eng), "dist: %s",
                                                    oj_last_error(d->eng))
                                     : OJ_OK;
-    if (d->nccl)
+    if (d->nccl) {
+        oj_bump_version(recv);
         return d->nccl->alltoall(d->eng, d->comm, addr(send), addr(recv), block, err);
+    }
 #ifdef OJAS_HAVE_MPI
     MPI_Datatype type;
     int count;
@@ -507,8 +509,10 @@ oj_status oj_dist_allgather(oj_dist *d, oj_tensor *mine, oj_tensor *all, oj_erro
         return oj_copy_(all, mine) ? oj_error_set(err, oj_last_status(d->eng), "dist: %s",
                                                   oj_last_error(d->eng))
                                    : OJ_OK;
-    if (d->nccl)
+    if (d->nccl) {
+        oj_bump_version(all);
         return d->nccl->allgather(d->eng, d->comm, addr(mine), addr(all), block, err);
+    }
 #ifdef OJAS_HAVE_MPI
     MPI_Datatype type;
     int count;
@@ -558,6 +562,7 @@ oj_status oj_dist_allgatherv(oj_dist *d, oj_tensor *all, const int64_t *offsets,
     for (int q = 0; q <= d->world; q++)
         bo[q] = (size_t)offsets[q] * es;
     if (d->nccl) {
+        oj_bump_version(all);
         st = d->nccl->allgatherv(d->eng, d->comm, addr(all), bo, err);
         free(bo);
         return st;
