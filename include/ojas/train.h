@@ -121,6 +121,8 @@ typedef struct oj_train_config {
                               * ranks by whole tensors), 0 = every rank keeps all of it; 0 */
     double dist_timeout;     /* data parallel: seconds a rank waits for the others before
                               * ending the job, naming the silent ranks; 300 */
+    int64_t dist_bucket_bytes; /* data parallel: the gradient is exchanged in buckets of
+                                * at most this many bytes; 64 MiB */
 } oj_train_config;
 
 /* The defaults listed above. */

@@ -39,6 +39,7 @@ oj_train_config oj_train_config_default(void) {
     c.log_every = 10;
     c.max_skipped_steps = 10;
     c.dist_timeout = 300;
+    c.dist_bucket_bytes = (int64_t)64 << 20;
     c.seed = 1337;
     c.shuffle = true;
     c.numerics = OJ_NUMERICS_FAST;
@@ -114,6 +115,7 @@ static const key_def k_keys[] = {
     I64(max_skipped_steps, 0, BIG),
     I64(zero, 0, 1),
     F64(dist_timeout, 0, HUGE_VAL),
+    I64(dist_bucket_bytes, 1, BIG),
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 

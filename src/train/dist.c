@@ -7,9 +7,9 @@
  * micro-batch's gradient is formed whole by its own backward and then
  * summed into the step's gradient in micro-batch order (j = 0, 1, ...): in
  * one process by adding it to the gradients so far, across ranks by
- * exchanging shards of the flat gradient (alltoall) and summing the
- * received blocks in rank order on the shard's owner, then gathering the
- * summed shards (allgather). The additions are the same elementwise adds
+ * exchanging shards of the flat gradient (alltoall, bucket by bucket of at
+ * most dist_bucket_bytes) and summing the received blocks in rank order on the
+ * shard's owner, then gathering the summed shards (allgather). The additions are the same elementwise adds
  * in the same order either way, so the step's gradient, and everything
  * after it, has the same bits for every world size.
  *
@@ -89,7 +89,17 @@ oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
     }
     while (q < t->world)
         t->own_off[++q] = P;
-    t->shard = (P + t->world - 1) / t->world;
+    /* buckets of at most dist_bucket_bytes of gradient (at least one
+     * element per rank), each cut into world_size sub-shards */
+    int64_t es = t->n_par ? (int64_t)oj_dtype_size(oj_tensor_dtype(t->par[0])) : 4;
+    int64_t cap = c->dist_bucket_bytes / es;
+    int64_t per = (P < cap ? P : cap);
+    t->shard = (per + t->world - 1) / t->world;
+    if (t->shard < 1)
+        t->shard = 1;
+    t->n_buckets = (P + t->shard * t->world - 1) / (t->shard * t->world);
+    if (t->n_buckets < 1)
+        t->n_buckets = 1;
     /* the norm's order: the whole optimizer's (its groups in turn, each in
      * state_dict order), so that the clip has the bits of
      * oj_optim_clip_grad_norm with or without ZeRO-1 */
@@ -161,10 +171,10 @@ oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
     if (st)
         return st;
     oj_dtype dt = t->n_par ? oj_tensor_dtype(t->par[0]) : OJ_F32;
-    int64_t n = t->shard * t->world;
+    int64_t e = t->shard * t->world, n = e * t->n_buckets, a = t->shard * t->n_buckets;
     t->flat = oj_zeros(t->eng, 1, &n, dt); /* the padding stays 0 */
-    t->recv = oj_empty(t->eng, 1, &n, dt);
-    t->acc = oj_empty(t->eng, 1, &t->shard, dt);
+    t->recv = oj_empty(t->eng, 1, &e, dt);
+    t->acc = oj_empty(t->eng, 1, &a, dt);
     if (!t->flat || !t->recv || !t->acc)
         return eng_fail(t, err, "data parallel buffers");
     oj__train_say(t, "data parallel: %d ranks (%s), %lld micro-batch(es) per rank per step, "
@@ -251,19 +261,22 @@ oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err) {
                               q, (long long)all[2 * q], (long long)all[2 * q + 1], t->rank,
                               (long long)pos[0], (long long)k);
     free(all);
-    if (!st)
-        st = oj_dist_alltoall(t->opts.dist, t->flat, t->recv, err);
-    if (st)
-        return st;
-    const int64_t S = t->shard;
-    for (int q = 0; q < t->world; q++) {
-        oj_tensor *b = oj_narrow(t->recv, 0, q * S, S); /* rank q's micro-batch k */
-        if (k == 0 && q == 0)
-            oj_copy_(t->acc, b);
-        else
-            oj_add_(t->acc, b);
+    const int64_t S = t->shard, E = S * t->world;
+    for (int64_t b = 0; !st && b < t->n_buckets; b++) {
+        /* bucket b: sub-shard q of every rank's to rank q */
+        st = oj_dist_alltoall(t->opts.dist, oj_narrow(t->flat, 0, b * E, E), t->recv, err);
+        oj_tensor *acc = oj_narrow(t->acc, 0, b * S, S);
+        for (int q = 0; !st && q < t->world; q++) {
+            oj_tensor *blk = oj_narrow(t->recv, 0, q * S, S); /* rank q's micro-batch k */
+            if (k == 0 && q == 0)
+                oj_copy_(acc, blk);
+            else
+                oj_add_(acc, blk);
+        }
+        if (!st && oj_last_status(eng))
+            st = eng_fail(t, err, "summing gradient shards");
     }
-    return oj_last_status(eng) ? eng_fail(t, err, "summing gradient shards") : OJ_OK;
+    return st;
 }
 
 oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
@@ -276,7 +289,11 @@ oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
         }
         return OJ_OK;
     }
-    oj_status st = oj_dist_allgather(t->opts.dist, t->acc, t->flat, err);
+    const int64_t S = t->shard, E = S * t->world;
+    oj_status st = OJ_OK;
+    for (int64_t b = 0; !st && b < t->n_buckets; b++)
+        st = oj_dist_allgather(t->opts.dist, oj_narrow(t->acc, 0, b * S, S),
+                               oj_narrow(t->flat, 0, b * E, E), err);
     if (st)
         return st;
     for (int64_t i = 0; i < t->n_par; i++) {

@@ -89,10 +89,11 @@ struct oj_trainer {
     oj_tensor **norm_order; /* [n_par] the whole optimizer's order (the clip's) */
     bool *owned;          /* [n_par] this rank's optimizer steps it (ZeRO-1 run) */
     int64_t *own_off;     /* [world + 1] ZeRO-1: the flat segment each rank owns */
-    int64_t shard;        /* S: elements per rank of the flat layout, padded */
-    oj_tensor *flat;      /* [world * S] packed gradients, then the summed ones */
-    oj_tensor *recv;      /* [world * S] the blocks received by the alltoall */
-    oj_tensor *acc;       /* [S] this rank's shard of the step's gradient */
+    int64_t shard;        /* S: elements per rank of one bucket (world * S elements) */
+    int64_t n_buckets;    /* nb: buckets of the flat layout, padded */
+    oj_tensor *flat;      /* [nb * world * S] packed gradients, then the summed ones */
+    oj_tensor *recv;      /* [world * S] one bucket's blocks received by the alltoall */
+    oj_tensor *acc;       /* [nb * S] this rank's sub-shards of the step's gradient */
     oj_tensor **acc1;     /* one process: [n_par] the step's gradients so far */
     int64_t sched_mine;   /* the schedule total the group uses this step */
     bool stop_agreed, time_agreed; /* from the last step record */

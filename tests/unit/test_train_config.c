@@ -478,6 +478,10 @@ static void test_dist_keys(void **state) {
     oj_train_config c = oj_train_config_default();
     assert_int_equal(c.zero, 0);
     assert_true(c.dist_timeout == 300);
+    assert_int_equal(c.dist_bucket_bytes, 64 << 20);
+    oj_error e1 = {0};
+    assert_int_equal(oj_train_config_set(&c, "dist_bucket_bytes=0", &e1), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e1.message, "dist_bucket_bytes"));
     oj_error err = {0};
     assert_int_equal(oj_train_config_set(&c, "zero=1", &err), OJ_OK);
     assert_int_equal(c.zero, 1);
