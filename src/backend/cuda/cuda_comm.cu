@@ -121,9 +121,15 @@ void comm_destroy(void *p) {
     comm_t *c = (comm_t *)p;
     if (!c)
         return;
-    if (c->comm) {
-        ncclCommFinalize(c->comm);
-        ncclCommDestroy(c->comm);
+    if (c->comm) { /* non-blocking: finalize completes asynchronously */
+        ncclResult_t r = ncclCommFinalize(c->comm);
+        double t0 = now_s();
+        while (r == ncclInProgress && now_s() - t0 < c->timeout_s)
+            ncclCommGetAsyncError(c->comm, &r);
+        if (r == ncclSuccess)
+            ncclCommDestroy(c->comm);
+        else
+            ncclCommAbort(c->comm);
     }
     free(c);
 }
