@@ -26,11 +26,13 @@ struct oj_dist {
     void *comm;        /* the NCCL communicator */
 };
 
+#ifdef OJAS_HAVE_MPI
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+#endif
 
 bool oj_dist_have_mpi(void) {
 #ifdef OJAS_HAVE_MPI

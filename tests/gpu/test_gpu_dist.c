@@ -9,10 +9,9 @@
 #include "../unit/cli_testutil.h"
 #include "gpu_testutil.h"
 
+#ifdef OJAS_MPIEXEC
 static char g_dir[256];
 static bool g_on_cpu;
-
-#ifdef OJAS_MPIEXEC
 static int ojas(const char *args, char **out) { return ct_ojas(g_dir, args, out, NULL); }
 
 static int mpi1(const char *args, char **out) {

@@ -15,9 +15,8 @@
 #include "ojas/dist.h"
 #include "ojas/ops.h"
 
-static char g_dir[256];
-
 #ifdef OJAS_MPIEXEC
+static char g_dir[256];
 #define MPIRUN OJAS_MPIEXEC " --allow-run-as-root --oversubscribe -np 2 "
 
 static int ojas(const char *args, char **out, char **err) { return ct_ojas(g_dir, args, out, err); }
