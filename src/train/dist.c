@@ -89,6 +89,13 @@ oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
     }
     while (q < t->world)
         t->own_off[++q] = P;
+    for (int r = 0; c->zero && t->distributed && r < t->world; r++)
+        if (t->own_off[r + 1] == t->own_off[r]) /* its optimizer would have nothing to step */
+            return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                                "ZeRO-1: the model's %lld trainable tensors leave rank %d of %d "
+                                "without one (ZeRO-1 shards whole tensors): use fewer ranks or "
+                                "zero=0",
+                                (long long)t->n_par, r, t->world);
     /* buckets of at most dist_bucket_bytes of gradient (at least one
      * element per rank), each cut into world_size sub-shards */
     int64_t es = t->n_par ? (int64_t)oj_dtype_size(oj_tensor_dtype(t->par[0])) : 4;
