@@ -464,7 +464,7 @@ oj_status oj_dist_alltoall(oj_dist *d, oj_tensor *send, oj_tensor *recv, oj_erro
                             "dist alltoall: %lld elements do not split into %d blocks",
                             (long long)n, d->world);
     size_t block = (size_t)(n / d->world) * oj_dtype_size(oj_tensor_dtype(send));
-    if (!d->active || d->world == 1)
+    if (!d->active || (d->world == 1 && !d->nccl)) /* NCCL moves even its own block */
         return oj_copy_(recv, send) ? oj_error_set(err, oj_last_status(d->eng), "dist: %s",
                                                    oj_last_error(d->eng))
                                     : OJ_OK;
@@ -507,7 +507,7 @@ oj_status oj_dist_allgather(oj_dist *d, oj_tensor *mine, oj_tensor *all, oj_erro
     if (st)
         return st;
     size_t block = (size_t)oj_numel(mine) * oj_dtype_size(oj_tensor_dtype(mine));
-    if (!d->active || d->world == 1)
+    if (!d->active || (d->world == 1 && !d->nccl))
         return oj_copy_(all, mine) ? oj_error_set(err, oj_last_status(d->eng), "dist: %s",
                                                   oj_last_error(d->eng))
                                    : OJ_OK;

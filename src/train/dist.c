@@ -27,6 +27,7 @@
 #include "ojas/io.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
+#include "optim/optim_internal.h"
 #include "train/train_internal.h"
 
 static oj_status eng_fail(oj_trainer *t, oj_error *err, const char *what) {
@@ -131,9 +132,15 @@ oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
 }
 
 double oj__train_clip(oj_trainer *t) {
-    double norm = t->cfg.grad_clip > 0 ? oj_clip_grad_norm(t->n_par, t->norm_order, t->cfg.grad_clip)
-                                       : oj_grad_norm(t->n_par, t->norm_order);
-    if (!isfinite(norm) && t->distributed && t->cfg.zero) {
+    bool shard = t->distributed && t->cfg.zero;
+    double norm;
+    if (t->cfg.grad_clip > 0 && !shard) /* the optimizer holds all: its clip keeps the norms */
+        norm = oj__optim_clip_grad_norm_then(t->optim, t->cfg.grad_clip, NULL, NULL);
+    else if (t->cfg.grad_clip > 0) /* the same order, without the shard's cache */
+        norm = oj_clip_grad_norm(t->n_par, t->norm_order, t->cfg.grad_clip);
+    else
+        norm = oj_grad_norm(t->n_par, t->norm_order);
+    if (!isfinite(norm) && shard) {
         /* a shard's own gradients may be finite: make every rank's
          * optimizer see the non-finite norm and skip, as one process would */
         for (int64_t i = 0; i < t->n_par; i++)

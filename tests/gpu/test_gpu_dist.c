@@ -94,6 +94,60 @@ static void test_ws1_accum_zero(void **state) {
     pair("--set grad_accum=2 --set zero=1", "plain2", "nccl2");
 }
 
+/* The median of the "step_s" values of g_dir/run/metrics.jsonl's train
+ * records after the first `skip`. */
+static double median_step_s(const char *run, int skip) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s/metrics.jsonl", g_dir, run);
+    char *s = ct_slurp(p);
+    assert_non_null(s);
+    double v[1024];
+    int n = 0, seen = 0;
+    for (char *line = strtok(s, "\n"); line && n < 1024; line = strtok(NULL, "\n")) {
+        char *at = strstr(line, "\"step_s\":");
+        if (!strstr(line, "\"type\":\"train\"") || !at || seen++ < skip)
+            continue;
+        v[n++] = atof(at + 9);
+    }
+    free(s);
+    assert_true(n > 0);
+    for (int i = 1; i < n; i++) /* insertion sort: a few dozen values */
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return v[n / 2];
+}
+
+// test: the step time of gpt2-124m (B 4, T 256), plain against world size
+// 1 through NCCL, printed (the NCCL path's cost; not asserted: a shared
+// GPU's timing is noisy)
+static void test_ws1_step_time(void **state) {
+    (void)state;
+    /* the CPU self-check times the fixture's tiny model instead */
+    const char *model = g_on_cpu ? "nanolab-tiny --set seq_len=32" : "gpt2-124m --set seq_len=256";
+    const char *args = "train -c c.json -o %s --device %s --no-progress --no-plot "
+                       "--set model=%s --set max_steps=40 "
+                       "--set eval_every=0 --set ckpt_every=0 --set keep_last=1";
+    char a[1024];
+    char *out = NULL;
+    snprintf(a, sizeof a, args, "tplain", dev(), model);
+    if (ojas(a, &out))
+        fail_msg("plain run failed: %s", out);
+    free(out);
+    snprintf(a, sizeof a, args, "tnccl", dev(), model);
+    int rc = mpi1(a, &out);
+    if (rc)
+        fail_msg("mpirun -np 1 failed (%d): %s", rc, out);
+    free(out);
+    double p = median_step_s("tplain", 5), q = median_step_s("tnccl", 5);
+    printf("%s B 4, median step after 5: plain %.2f ms, world size 1 through %s %.2f ms "
+           "(%+.1f%%)\n",
+           g_on_cpu ? "nanolab-tiny T 32" : "gpt2-124m T 256", p * 1e3, g_on_cpu ? "MPI" : "NCCL",
+           q * 1e3, (q / p - 1) * 100);
+}
+
 static int setup(void **state) {
     (void)state;
     if (ct_run_fixture(g_dir, sizeof g_dir, "gpudist"))
@@ -122,6 +176,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ws1_equals_plain),
         cmocka_unit_test(test_ws1_accum_zero),
+        cmocka_unit_test(test_ws1_step_time),
     };
     return cmocka_run_group_tests_name("gpu_dist", tests, setup, teardown);
 #endif
