@@ -375,15 +375,11 @@ oj_status oj__train_zero_after_step(oj_trainer *t, bool skipped, oj_error *err) 
     /* the parameters from their owners: pack mine, gather, unpack the rest */
     oj_engine *eng = t->eng;
     oj_tensor *flat = t->flat;
-    int64_t first = -1, last = -1;
     for (int64_t i = 0; i < t->n_par; i++)
         if (t->owned[i]) {
             int64_t n = oj_numel(t->par[i]);
             oj_copy_(oj_narrow(flat, 0, t->par_off[i], n), oj_view(t->par[i], 1, &n));
-            first = first < 0 ? i : first;
-            last = i;
         }
-    (void)last;
     if (oj_last_status(eng))
         return eng_fail(t, err, "packing parameters");
     /* allgatherv over the first P elements of flat (its padding is not sent) */
