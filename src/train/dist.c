@@ -375,21 +375,23 @@ oj_status oj__train_zero_after_step(oj_trainer *t, bool skipped, oj_error *err) 
     /* the parameters from their owners: pack mine, gather, unpack the rest */
     oj_engine *eng = t->eng;
     oj_tensor *flat = t->flat;
+    bool grad = oj_set_grad_enabled(eng, false); /* parameter data, not recorded */
     for (int64_t i = 0; i < t->n_par; i++)
         if (t->owned[i]) {
             int64_t n = oj_numel(t->par[i]);
             oj_copy_(oj_narrow(flat, 0, t->par_off[i], n), oj_view(t->par[i], 1, &n));
         }
-    if (oj_last_status(eng))
-        return eng_fail(t, err, "packing parameters");
     /* allgatherv over the first P elements of flat (its padding is not sent) */
-    oj_tensor *head = oj_narrow(flat, 0, 0, t->par_off[t->n_par]);
-    if (!head)
-        return eng_fail(t, err, "parameter gather");
+    oj_tensor *head = oj_last_status(eng) ? NULL : oj_narrow(flat, 0, 0, t->par_off[t->n_par]);
+    if (!head) {
+        oj_set_grad_enabled(eng, grad);
+        return eng_fail(t, err, "packing parameters");
+    }
     st = oj_dist_allgatherv(t->opts.dist, head, t->own_off, err);
-    if (st)
+    if (st) {
+        oj_set_grad_enabled(eng, grad);
         return st;
-    bool grad = oj_set_grad_enabled(eng, false);
+    }
     for (int64_t i = 0; i < t->n_par; i++)
         if (!t->owned[i]) {
             int64_t n = oj_numel(t->par[i]);
