@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ojas/dist.h"
 #include "ojas/io.h"
 #include "ojas/train.h"
 
@@ -226,16 +227,29 @@ int cmd_train(int argc, char **argv) {
     if (rc)
         return rc;
 
+    /* under mpirun / srun: this process is one rank of a data-parallel run */
+    oj_dist *dist = NULL;
+    if (oj_dist_init(cfg.dist_timeout, &dist, &err))
+        return cli_error(CLI_FAIL, "train: %s", err.message);
+    const int rank = oj_dist_rank(dist);
     install_handlers();
-    oj_train_options opts = {.out_dir = out, .resume = resume, .log = stdout,
+    oj_train_options opts = {.out_dir = out, .resume = resume, .log = rank ? NULL : stdout,
                              .progress_bar = progress, .plot = plot, .stop = &g_stop,
-                             .overwrite = overwrite};
+                             .overwrite = overwrite, .dist = dist};
     oj_train_result res;
     oj_status st = oj_train(&cfg, &opts, &res, &err);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (st && oj_dist_active(dist)) { /* the others may wait on this rank: end them all */
+        cli_error(CLI_FAIL, "train: rank %d of %d: %s", rank, oj_dist_world_size(dist),
+                  err.message);
+        oj_dist_abort(dist, CLI_FAIL);
+    }
+    oj_dist_free(dist);
     if (st)
         return cli_error(CLI_FAIL, "train: %s", err.message);
+    if (rank)
+        return CLI_OK;
     static const char *const why[] = {"done", "time limit", "stopped by signal"};
     printf("%s: step %lld, %.2fM tokens", why[res.stop], (long long)res.step,
            (double)res.tokens / 1e6);

@@ -31,7 +31,15 @@
  * when a resume from step S set a later branch aside (docs/formats.md).
  *
  * Resume is bit-identical under OJ_NUMERICS_EXACT: N steps in one run equal
- * N/2 steps + resume + N/2 steps, losses and parameters byte for byte. */
+ * N/2 steps + resume + N/2 steps, losses and parameters byte for byte.
+ *
+ * With grad_accum > 1 each micro-batch's gradient is formed whole and added
+ * to the step's gradient in micro-batch order. Data parallel (opts.dist, a
+ * process group of include/ojas/dist.h): the world_size ranks share each
+ * step's grad_accum micro-batches and sum their gradients in that same
+ * order, so under EXACT numerics every world size dividing grad_accum
+ * gives the bits of one process, and checkpoints resume at any such world
+ * size (docs/distributed.md). */
 #ifndef OJAS_TRAIN_H
 #define OJAS_TRAIN_H
 
@@ -74,7 +82,8 @@ typedef struct oj_train_config {
     char tokenizer_dir[1024]; /* for bits per byte; "" = no bpb */
     int64_t batch_size;      /* B per micro-batch, 8 */
     int64_t seq_len;         /* T, 0 */
-    int64_t grad_accum;      /* micro-batches per step, 1 */
+    int64_t grad_accum;      /* micro-batches per step (over all ranks of a process
+                              * group: a multiple of its world size), 1 */
     int64_t max_steps;       /* 1000 */
     double time_limit_seconds; /* 0 = none; else stop (and checkpoint) before exceeding it */
     oj_train_optimizer optimizer; /* "muon" */
@@ -108,6 +117,12 @@ typedef struct oj_train_config {
     int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row
                                 * skipped as non-finite, naming the first op with a
                                 * non-finite output (detect_anomaly); 10; 0 = never */
+    int64_t zero;            /* data parallel: 1 = ZeRO-1 (optimizer state sharded across
+                              * ranks by whole tensors), 0 = every rank keeps all of it; 0 */
+    double dist_timeout;     /* data parallel: seconds a rank waits for the others before
+                              * ending the job, naming the silent ranks; 300 */
+    int64_t dist_bucket_bytes; /* data parallel: the gradient is exchanged in buckets of
+                                * at most this many bytes; 64 MiB */
 } oj_train_config;
 
 /* The defaults listed above. */
@@ -186,6 +201,12 @@ typedef struct oj_train_options {
      * metrics.jsonl, loss.gp/svg, abandoned-* branches), and still refuses,
      * removing nothing, when out_dir holds anything else. */
     bool overwrite;
+    /* Data parallel: the process group (include/ojas/dist.h, borrowed;
+     * NULL: this process trains alone). Each of its world_size ranks runs
+     * a trainer with the same config, taking grad_accum / world_size of
+     * every step's micro-batches; rank 0 alone writes out_dir and logs
+     * (log, progress_bar and plot are ignored on the others). */
+    struct oj_dist *dist;
 } oj_train_options;
 
 /* The end of a run. */

@@ -61,6 +61,30 @@ typedef struct oj_im2col_args {
     int64_t oh, ow;
 } oj_im2col_args;
 
+/* NCCL collectives behind oj_dist (include/ojas/dist.h) for a device
+ * engine; `comm` is the backend's communicator. Every entry enqueues on
+ * the engine's stream and waits for it (polling, at most timeout_s: past
+ * that the communicator is aborted and OJ_ERR_DEVICE names the wait), so a
+ * collective is complete on return. Errors OJ_ERR_DEVICE with the NCCL or
+ * CUDA message in err. */
+typedef struct oj_backend_comm {
+    /* A new ncclUniqueId into id (128 bytes), on the rank that makes it. */
+    oj_status (*unique_id)(void *id, oj_error *err);
+    /* ncclCommInitRank for (rank, world) on eng's device. */
+    oj_status (*init)(oj_engine *eng, const void *id, int rank, int world, double timeout_s,
+                      void **comm, oj_error *err);
+    void (*destroy)(void *comm);
+    /* send, recv: world * block bytes; block q of recv from rank q. */
+    oj_status (*alltoall)(oj_engine *eng, void *comm, const void *send, void *recv,
+                          size_t block, oj_error *err);
+    /* all: world * block bytes; block q from rank q (mine is this rank's). */
+    oj_status (*allgather)(oj_engine *eng, void *comm, const void *mine, void *all,
+                           size_t block, oj_error *err);
+    /* buf in place: bytes offsets[q] .. offsets[q + 1] from rank q. */
+    oj_status (*allgatherv)(oj_engine *eng, void *comm, void *buf, const size_t *offsets,
+                            oj_error *err);
+} oj_backend_comm;
+
 typedef struct oj_backend {
     const char *name;
     oj_device_type type;
@@ -520,6 +544,9 @@ typedef struct oj_backend {
      * odd V such as GPT-2's 50257 otherwise gives the head GEMMs an
      * unaligned leading dimension and the loss kernels element loads). */
     int64_t ce_row_align;
+    /* NCCL collectives for oj_dist; NULL for the CPU (MPI moves host
+     * memory) and for a CUDA module built without NCCL. */
+    const oj_backend_comm *comm;
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

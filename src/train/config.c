@@ -38,6 +38,8 @@ oj_train_config oj_train_config_default(void) {
     c.keep_last = 3;
     c.log_every = 10;
     c.max_skipped_steps = 10;
+    c.dist_timeout = 300;
+    c.dist_bucket_bytes = (int64_t)64 << 20;
     c.seed = 1337;
     c.shuffle = true;
     c.numerics = OJ_NUMERICS_FAST;
@@ -111,6 +113,9 @@ static const key_def k_keys[] = {
     F64(peak_flops, 0, HUGE_VAL),
     I64(budget_bytes, 0, BIG),
     I64(max_skipped_steps, 0, BIG),
+    I64(zero, 0, 1),
+    F64(dist_timeout, 0, HUGE_VAL),
+    I64(dist_bucket_bytes, 1, BIG),
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -502,6 +507,9 @@ oj_status oj_train_config_check(const oj_train_config *c, oj_error *err) {
                             "config: cuda_graph needs grad_accum 1 (got %lld): the graph rewrites "
                             "the gradients each step",
                             (long long)c->grad_accum);
+    if (!(c->dist_timeout > 0))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "config key 'dist_timeout': %g is not > 0 seconds", c->dist_timeout);
     return OJ_OK;
 }
 

@@ -231,7 +231,14 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     int64_t n_loss = 0;
     if (losses == NULL)
         st = oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
-    for (int64_t k = 0; !st && k < c->grad_accum; k++) {
+    /* data parallel or grad_accum > 1: each micro-batch's loss is read at
+     * once and its gradient summed by train/dist.c */
+    double mloss_kept[64], *mloss = t->accum <= 64 ? mloss_kept
+                                                   : calloc((size_t)t->accum, sizeof *mloss);
+    if (mloss == NULL)
+        st = oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
+    const int64_t n_micro = t->collect ? t->accum : c->grad_accum;
+    for (int64_t k = 0; !st && k < n_micro; k++) {
         oj_scope_begin(eng);
         if (c->cuda_graph) {
             graph_micro_step(t, pf);
@@ -245,7 +252,9 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
                 oj_tensor *scaled =
                     c->grad_accum == 1 ? loss : oj_mul_scalar(loss, 1.0 / (double)c->grad_accum);
                 oj_tensor *keep = NULL;
-                if (scaled && oj_backward(scaled, false) == OJ_OK && (keep = oj_detach(loss))) {
+                if (scaled && oj_backward(scaled, false) == OJ_OK && t->collect) {
+                    mloss[k] = oj_item(loss);
+                } else if (scaled && oj_last_status(eng) == OJ_OK && (keep = oj_detach(loss))) {
                     oj__scope_detach(keep); /* outlives this micro-step's scope */
                     losses[n_loss++] = keep;
                 }
@@ -254,11 +263,38 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         }
         if (oj_last_status(eng))
             st = eng_error(t, err, "train step");
+        if (!st && t->collect)
+            st = oj__train_grads_micro(t, k, err);
         oj_scope_end(eng);
     }
+    if (!st && t->collect)
+        st = oj__train_grads_finish(t, err);
+    /* the group's record: losses, stop flags, the schedule's end */
+    bool sched_set = false;
+    if (!st && t->collect) {
+        double flags[2] = {t->opts.stop && *t->opts.stop,
+                           c->time_limit_seconds > 0 && t->run_steps > 0 &&
+                               elapsed(t) + t->step_ema + reserve_s(t) > c->time_limit_seconds};
+        t->sched_mine = schedule_total(t);
+        sched_set = true;
+        if (t->distributed) {
+            st = oj__train_dist_record(t, mloss, &loss_sum, flags, err);
+            t->stop_agreed = flags[0] != 0;
+            t->time_agreed = flags[1] != 0;
+        } else {
+            for (int64_t k = 0; k < n_micro; k++)
+                loss_sum += mloss[k];
+        }
+    }
+    if (mloss != mloss_kept)
+        free(mloss);
     double norm = NAN;
     loss_read lr = {.t = t, .pf = pf, .losses = losses, .n = n_loss};
-    if (!st) {
+    if (!st && t->collect) {
+        norm = oj__train_clip(t);
+        if (oj_last_status(eng))
+            st = eng_error(t, err, "grad clip");
+    } else if (!st) {
         norm = clip(t, &lr);
         loss_sum = lr.sum;
         if (oj_last_status(eng))
@@ -269,7 +305,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         oj_release(losses[k]);
     if (losses != kept)
         free(losses);
-    int64_t total = schedule_total(t);
+    int64_t total = sched_set ? t->sched_mine : schedule_total(t);
     oj_lr_schedule sch = make_schedule(c, total);
     double factor = oj_lr_schedule_factor(&sch, t->step);
     if (!st)
@@ -288,7 +324,12 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         } else {
             t->skipped_in_row = 0;
         }
-        if (!c->cuda_graph) /* the graph's replays rewrite its gradients */
+        if (!st) /* ZeRO-1: the ranks agree on the step, then gather the parameters */
+            st = oj__train_zero_after_step(t, os == OJ_ERR_NUMERIC, err);
+        if (t->collect) /* every parameter's (ZeRO-1: not only this rank's run) */
+            for (int64_t i = 0; i < t->n_par; i++)
+                oj_zero_grad(t->par[i]);
+        else if (!c->cuda_graph) /* the graph's replays rewrite its gradients */
             oj_optim_zero_grad(t->optim);
     }
     oj_scope_end(eng);
@@ -421,7 +462,7 @@ static void plot(oj_trainer *t) {
 }
 
 static oj_status checkpoint(oj_trainer *t, bool final, oj_error *err) {
-    oj_status st = oj__train_checkpoint(t, err);
+    oj_status st = t->distributed ? oj__train_dist_checkpoint(t, err) : oj__train_checkpoint(t, err);
     if (!st && (final || !t->opts.progress_bar))
         oj__train_say(t, "checkpoint %s", t->last_ckpt);
     plot(t);
@@ -466,12 +507,14 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
     int64_t last_eval = -1, last_ckpt = t->ckpt_in_out;
     oj__trainer_begin(t);
     while (!st && t->step < c->max_steps) {
-        if (t->opts.stop && *t->opts.stop) {
+        /* data parallel: what the ranks agreed at the last step's record */
+        if (t->distributed ? t->stop_agreed : t->opts.stop && *t->opts.stop) {
             why = OJ_TRAIN_SIGNAL;
             break;
         }
-        if (c->time_limit_seconds > 0 && t->run_steps > 0 &&
-            elapsed(t) + t->step_ema + reserve_s(t) > c->time_limit_seconds) {
+        if (t->distributed ? t->time_agreed
+                           : c->time_limit_seconds > 0 && t->run_steps > 0 &&
+                                 elapsed(t) + t->step_ema + reserve_s(t) > c->time_limit_seconds) {
             why = OJ_TRAIN_TIME_LIMIT;
             break;
         }
@@ -487,7 +530,7 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
                 last_ckpt = t->step;
         }
     }
-    if (!st && why == OJ_TRAIN_DONE && t->opts.stop && *t->opts.stop)
+    if (!st && why == OJ_TRAIN_DONE && (t->distributed ? t->stop_agreed : t->opts.stop && *t->opts.stop))
         why = OJ_TRAIN_SIGNAL;
     if (!st && why == OJ_TRAIN_SIGNAL)
         oj__train_say(t, "stopping at step %lld (signal): checkpointing", (long long)t->step);

@@ -78,6 +78,12 @@ static const char *get_id(const json_t *obj, const char *key) {
 char *oj__train_state_json(const oj_trainer *t, const char *id) {
     oj_loader_state ls;
     oj_loader_get_state(t->train, &ls);
+    /* data parallel: stored as the one process that takes every rank's
+     * batches would be (rank 0 of 1, world_size times the batches), so
+     * that any world size can resume it */
+    ls.step *= (uint64_t)ls.world_size;
+    ls.rank = 0;
+    ls.world_size = 1;
     json_t *loader = json_object();
     json_object_set_new(loader, "seed", json_u64(ls.seed));
     json_object_set_new(loader, "epoch", json_u64(ls.epoch));
@@ -125,6 +131,19 @@ oj_status oj__train_restore_state(oj_trainer *t, const json_t *state, oj_error *
                             "resume %s: state.json lacks a valid step, tokens_seen, rng or loader "
                             "entry (not a checkpoint written by 'ojas train'?)",
                             t->resume);
+    /* a state of one process (how checkpoints are stored) split over the
+     * world: each rank is at 1/world of its batches */
+    if (ok && ls.world_size == 1 && t->world > 1) {
+        if (ls.step % (uint64_t)t->world)
+            return oj_error_set(err, OJ_ERR_STATE,
+                                "resume %s: the checkpoint's loader is at batch %llu of its epoch, "
+                                "which %d ranks cannot split evenly (grad_accum must be a "
+                                "multiple of the world size in both runs)",
+                                t->resume, (unsigned long long)ls.step, t->world);
+        ls.step /= (uint64_t)t->world;
+        ls.rank = t->rank;
+        ls.world_size = t->world;
+    }
     oj_error e2 = {0};
     if (oj_loader_set_state(t->train, &ls, &e2))
         return oj_error_set(err, OJ_ERR_STATE,

@@ -77,7 +77,60 @@ struct oj_trainer {
     bool bar_drawn, plot_warned;
     double last_loss, last_val_loss, last_val_bpb;
     char last_ckpt[4096];
+
+    /* data parallel (train/dist.c); a trainer alone is rank 0 of 1 */
+    int rank, world;
+    bool distributed;     /* opts.dist is an active group: collectives run */
+    bool collect;         /* micro-batch gradients summed by train/dist.c (distributed
+                           * or grad_accum > 1) */
+    int64_t accum;        /* micro-batches per rank per step: grad_accum / world */
+    int64_t n_par;        /* trainable parameters, state_dict order (borrowed) */
+    oj_tensor **par;
+    int64_t *par_off;     /* [n_par + 1] element offsets in the flat layout */
+    oj_tensor **norm_order; /* [n_par] the whole optimizer's order (the clip's) */
+    bool *owned;          /* [n_par] this rank's optimizer steps it (ZeRO-1 run) */
+    int64_t *own_off;     /* [world + 1] ZeRO-1: the flat segment each rank owns */
+    int64_t shard;        /* S: elements per rank of one bucket (world * S elements) */
+    int64_t n_buckets;    /* nb: buckets of the flat layout, padded */
+    oj_tensor *flat;      /* [nb * world * S] packed gradients, then the summed ones */
+    oj_tensor *recv;      /* [world * S] one bucket's blocks received by the alltoall */
+    oj_tensor *acc;       /* [nb * S] this rank's sub-shards of the step's gradient */
+    oj_tensor **acc1;     /* one process: [n_par] the step's gradients so far */
+    int64_t sched_mine;   /* the schedule total the group uses this step */
+    bool stop_agreed, time_agreed; /* from the last step record */
 };
+
+/* train/dist.c: data parallel (see there). setup: the parameters' flat
+ * layout and ZeRO-1 runs, after the model is made; start: after the rest
+ * of oj_trainer_create (st: its outcome on this rank), every rank learns
+ * whether all could start, then the collectives are bound and their
+ * buffers made. grads_micro after micro-batch k's backward (its gradient
+ * whole in the parameters' grads) sums it into the step's; grads_finish
+ * leaves the step's gradient in the grads. record: the step's exchange of
+ * flags (signal, time limit: in, agreed out), the schedule total and the
+ * losses (loss_sum: their sum in micro-batch order). zero_after_step: the
+ * ZeRO-1 agreement on the step and the parameter gather. zero_resume loads
+ * a checkpoint into the shard; zero_gather builds on rank 0 the whole
+ * optimizer state (*full; NULL on the other ranks, which send theirs). */
+oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err);
+oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err);
+void oj__train_dist_free(oj_trainer *t);
+oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err);
+oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err);
+/* The step's gradient clipped to grad_clip (or only measured): the norm
+ * before, over every trainable tensor in the whole optimizer's order. */
+double oj__train_clip(oj_trainer *t);
+oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *loss_sum,
+                                double flags[2], oj_error *err);
+oj_status oj__train_zero_after_step(oj_trainer *t, bool skipped, oj_error *err);
+oj_status oj__train_zero_resume(oj_trainer *t, oj_error *err);
+oj_status oj__train_zero_gather(oj_trainer *t, oj_optim **full, oj_error *err);
+/* A checkpoint of the group: rank 0 writes it (ZeRO-1: with the gathered
+ * state), then every rank learns whether it was written. */
+oj_status oj__train_dist_checkpoint(oj_trainer *t, oj_error *err);
+/* trainer.c: an optimizer over every trainable tensor (all) or this
+ * rank's ZeRO-1 run, with the config's groups. */
+oj_status oj__train_make_optim(oj_trainer *t, bool all, oj_optim **out, oj_error *err);
 
 /* loop.c: begin a run (its clock, OJAS_TRAIN_PROFILE), then one step as
  * oj_trainer_run takes it: the optimizer step over grad_accum

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ojas/dist.h"
 #include "ojas/io.h"
 
 #include "core/fs.h"
@@ -158,12 +159,54 @@ static oj_status eng_error(oj_trainer *t, oj_error *err, const char *what) {
 /* Optimizer groups: Muon on the eligible hidden matrices plus AdamW on the
  * other matrices (weight decay) and on vectors (no weight decay); or AdamW
  * alone with the same matrix / vector split. */
-static oj_status make_optim(oj_trainer *t, oj_error *err) {
+static oj_status make_groups(oj_trainer *t, oj_optim *o, const oj_named_tensors *sdp,
+                             oj_error *err);
+
+static oj_status make_optim_into(oj_trainer *t, bool all, oj_optim *o, oj_error *err) {
     const oj_train_config *c = &t->cfg;
-    t->optim = oj_optim_create(t->eng);
-    if (!t->optim)
-        return eng_error(t, err, "optimizer");
     oj_named_tensors sd = oj_gpt_state_dict(t->model);
+    /* ZeRO-1: this rank's run of whole tensors (train/dist.c) */
+    const char **on = NULL;
+    oj_tensor **ot = NULL;
+    if (!all && c->zero && t->distributed) {
+        on = malloc(sizeof *on * (size_t)(sd.n ? sd.n : 1));
+        ot = malloc(sizeof *ot * (size_t)(sd.n ? sd.n : 1));
+        if (!on || !ot) {
+            free(on);
+            free(ot);
+            return oj_error_set(err, OJ_ERR_CAPACITY, "optimizer: out of memory");
+        }
+        int64_t n = 0;
+        for (int64_t i = 0; i < sd.n; i++)
+            for (int64_t j = 0; j < t->n_par; j++)
+                if (t->par[j] == sd.tensors[i] && t->owned[j]) {
+                    on[n] = sd.names[i];
+                    ot[n++] = sd.tensors[i];
+                }
+        sd = (oj_named_tensors){n, on, ot};
+    }
+    oj_status st = make_groups(t, o, &sd, err);
+    free(on);
+    free(ot);
+    return st;
+}
+
+oj_status oj__train_make_optim(oj_trainer *t, bool all, oj_optim **out, oj_error *err) {
+    *out = oj_optim_create(t->eng);
+    if (!*out)
+        return eng_error(t, err, "optimizer");
+    oj_status st = make_optim_into(t, all, *out, err);
+    if (st) {
+        oj_optim_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static oj_status make_groups(oj_trainer *t, oj_optim *o, const oj_named_tensors *sdp,
+                             oj_error *err) {
+    const oj_train_config *c = &t->cfg;
+    oj_named_tensors sd = *sdp;
     oj_optim_hparams adam = oj_adamw_hparams(c->lr, c->weight_decay);
     adam.beta1 = c->beta1;
     adam.beta2 = c->beta2;
@@ -174,7 +217,7 @@ static oj_status make_optim(oj_trainer *t, oj_error *err) {
         oj_optim_hparams muon = oj_muon_hparams(c->muon_lr);
         muon.momentum = c->muon_momentum;
         muon.weight_decay = c->weight_decay;
-        if (oj_optim_add_muon_split(t->optim, &sd, &muon, &adam, &adam_1d, NULL) < 0)
+        if (oj_optim_add_muon_split(o, &sd, &muon, &adam, &adam_1d, NULL) < 0)
             return eng_error(t, err, "optimizer");
         return OJ_OK;
     }
@@ -191,8 +234,8 @@ static oj_status make_optim(oj_trainer *t, oj_error *err) {
         ts[at] = sd.tensors[i];
     }
     oj_named_tensors g2 = {n2, names, ts}, g1 = {n1, names + sd.n, ts + sd.n};
-    if (!st && (oj_optim_add_group(t->optim, &adam, &g2) < 0 ||
-                oj_optim_add_group(t->optim, &adam_1d, &g1) < 0))
+    if (!st && (oj_optim_add_group(o, &adam, &g2) < 0 ||
+                oj_optim_add_group(o, &adam_1d, &g1) < 0))
         st = eng_error(t, err, "optimizer");
     free(names);
     free(ts);
@@ -271,6 +314,8 @@ static oj_status open_train(oj_trainer *t, oj_error *err) {
     lc.shuffle = t->cfg.shuffle;
     lc.seed = t->cfg.seed;
     lc.vocab_size = t->mcfg.vocab_size;
+    lc.rank = t->rank; /* data parallel: this rank's slice of every step */
+    lc.world_size = t->world;
     oj_error e2 = {0};
     st = oj_loader_open(&lc, &t->train, &e2);
     if (st)
@@ -350,6 +395,13 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         t->opts.resume = t->resume;
     }
     t->last_loss = t->last_val_loss = t->last_val_bpb = NAN;
+    t->rank = oj_dist_rank(opts->dist);
+    t->world = oj_dist_world_size(opts->dist);
+    if (t->rank != 0) { /* rank 0 reports for the group */
+        t->opts.log = NULL;
+        t->opts.progress_bar = false;
+        t->opts.plot = false;
+    }
 
     oj_tokenizer *tok = NULL;
     int64_t tok_vocab = 0;
@@ -374,6 +426,11 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     if (!st) {
         oj_engine_config ec = oj_engine_config_default();
         ec.device = cfg->device;
+        /* one GPU per rank of a machine, unless the launcher already gave
+         * each rank its own (CUDA_VISIBLE_DEVICES naming one device) */
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (ec.device.type == OJ_DEVICE_CUDA && !(vis && vis[0] && !strchr(vis, ',')))
+            ec.device.index += oj_dist_local_rank(opts->dist);
         ec.numerics = cfg->numerics;
         ec.threads = (int)cfg->threads;
         ec.seed = cfg->seed;
@@ -388,8 +445,10 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         oj_set_autocast(t->eng, true, cfg->dtype == OJ_TRAIN_BF16 ? OJ_BF16 : OJ_F16);
     if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
         st = eng_error(t, err, "model");
+    if (!st) /* the parameters' layout and ZeRO-1 runs, before the optimizer */
+        st = oj__train_dist_setup(t, err);
     if (!st)
-        st = make_optim(t, err);
+        st = oj__train_make_optim(t, false, &t->optim, err);
     if (!st)
         st = open_train(t, err);
     if (!st)
@@ -403,18 +462,22 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
             t->peak_measured = true;
         }
         if (opts->resume)
-            st = oj__train_resume(t, err);
+            st = t->cfg.zero && t->distributed ? oj__train_zero_resume(t, err)
+                                               : oj__train_resume(t, err);
     }
     /* out_dir last: a config, device, model, data or checkpoint that fails
-     * leaves no directory behind */
-    if (!st)
+     * leaves no directory behind. Rank 0 alone writes it. */
+    if (!st && t->rank == 0)
         st = oj__mkdirs(t->out_dir, err);
-    if (!st) /* before anything in out_dir is read or written */
+    if (!st && t->rank == 0) /* before anything in out_dir is read or written */
         st = lock_run(t, err);
-    if (!st)
+    if (!st && t->rank == 0)
         st = opts->resume ? oj__train_branch(t, err) : claim_out_dir(t, err);
-    if (!st)
+    if (!st && t->rank == 0)
         st = oj__train_metrics_open(t, err);
+    /* every rank learns whether all could start (none waits for a failed
+     * one), then the collectives are bound */
+    st = oj__train_dist_start(t, st, err);
     if (st) {
         oj_trainer_free(t);
         return st;
@@ -441,6 +504,7 @@ void oj_trainer_free(oj_trainer *t) {
     oj_paths_free(t->train_paths, t->n_train_paths);
     oj__step_graph_free(&t->graph);
     oj_optim_free(t->optim);
+    oj__train_dist_free(t);
     oj_gpt_free(t->model);
     oj_engine_free(t->eng);
     free(t->batch_in);

@@ -472,8 +472,39 @@ static void test_train_dtype_key(void **state) {
     tt_rmdir(dir);
 }
 
+// test: the data-parallel keys zero (0 or 1) and dist_timeout (> 0 seconds)
+static void test_dist_keys(void **state) {
+    (void)state;
+    oj_train_config c = oj_train_config_default();
+    assert_int_equal(c.zero, 0);
+    assert_true(c.dist_timeout == 300);
+    assert_int_equal(c.dist_bucket_bytes, 64 << 20);
+    oj_error e1 = {0};
+    assert_int_equal(oj_train_config_set(&c, "dist_bucket_bytes=0", &e1), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e1.message, "dist_bucket_bytes"));
+    oj_error err = {0};
+    assert_int_equal(oj_train_config_set(&c, "zero=1", &err), OJ_OK);
+    assert_int_equal(c.zero, 1);
+    assert_int_equal(oj_train_config_set(&c, "dist_timeout=2.5", &err), OJ_OK);
+    assert_true(c.dist_timeout == 2.5);
+    oj_error e2 = {0};
+    assert_int_equal(oj_train_config_set(&c, "zero=2", &e2), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e2.message, "zero"));
+    assert_int_equal(c.zero, 1); /* unchanged */
+    char dir[256];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    oj_train_config t = tt_config(dir);
+    assert_int_equal(oj_train_config_set(&t, "dist_timeout=0", &err), OJ_OK);
+    oj_error e3 = {0};
+    assert_int_equal(oj_train_config_check(&t, &e3), OJ_ERR_INVALID_ARGUMENT);
+    if (!strstr(e3.message, "dist_timeout") || !strstr(e3.message, "> 0"))
+        fail_msg("%s", e3.message);
+    tt_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dist_keys),
         cmocka_unit_test(test_defaults_round_trip), cmocka_unit_test(test_set_values),
         cmocka_unit_test(test_json),                cmocka_unit_test(test_check_and_model),
         cmocka_unit_test(test_runs),                cmocka_unit_test(test_bits_per_byte),

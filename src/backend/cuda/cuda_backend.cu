@@ -23,6 +23,9 @@ oj_status oj_cuda_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx
                                     const oj_tensor *mean, const oj_tensor *rstd,
                                     const oj_tensor *weight, bool rms);
 
+/* cuda_comm.cu: NCCL collectives for oj_dist (NULL when built without NCCL) */
+const oj_backend_comm *oj_cuda_comm_table(void);
+
 /* cuda_elementwise.cu: silu(gate) * up and its gradients */
 oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *gate,
                                  const oj_tensor *up);
@@ -107,6 +110,7 @@ static oj_backend make_cuda_backend() {
     b.index_copy = oj_cuda_index_copy;
     b.im2col = oj_cuda_im2col;
     b.col2im = oj_cuda_col2im;
+    b.comm = oj_cuda_comm_table();
     return b;
 }
 

@@ -1,0 +1,110 @@
+/* ojas dist: the process group of a data-parallel run and its collectives.
+ *
+ * A process group comes from the MPI launcher's environment (mpirun,
+ * Slurm srun with PMIx/PMI): MPI is initialised and the group is
+ * MPI_COMM_WORLD. A process started without a launcher is a group of one
+ * that runs no collective at all. MPI is linked when ojas is built with
+ * OJAS_MPI (the default when an MPI is found); a process launched by MPI
+ * in a build without it is refused, never run as N independent copies.
+ *
+ * Collectives move the bytes of tensors of the engine the group is bound
+ * to (oj_dist_bind): for a CPU engine through MPI on host memory, for a
+ * CUDA engine through NCCL on device memory (the communicator is made
+ * from an ncclUniqueId that rank 0 creates and broadcasts over MPI; NCCL
+ * is linked into the CUDA backend module). There is no fallback between
+ * the two: a CUDA engine whose module has no NCCL is refused. Small
+ * control records (losses, flags, checkpoint shards) always go through
+ * MPI on the host.
+ *
+ * No collective reduces: they only move bytes, and the caller sums what
+ * it received in a fixed (rank) order with the engine's own ops. That is
+ * what makes a run bit-identical across world sizes (docs/distributed.md).
+ *
+ * Failures: every MPI wait polls with a deadline (the group's timeout).
+ * A record exchange that times out names the ranks it heard nothing from;
+ * then the whole job is ended with MPI_Abort, so no rank hangs. A rank
+ * that dies is reported by the launcher (mpirun names its rank), which
+ * ends the others. */
+#ifndef OJAS_DIST_H
+#define OJAS_DIST_H
+
+#include "ojas/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct oj_dist oj_dist;
+
+/* True when this ojas was built with MPI (OJAS_MPI). */
+bool oj_dist_have_mpi(void);
+
+/* True when the environment says a launcher started this process
+ * (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE set). */
+bool oj_dist_launched(void);
+
+/* Join the launcher's process group, or make a group of one when no
+ * launcher started this process. timeout_s (> 0) bounds every wait for
+ * other ranks. On success *out owns the group (oj_dist_free). Errors:
+ * OJ_ERR_UNSUPPORTED when launched by MPI but built without it;
+ * OJ_ERR_DEVICE when MPI_Init fails; OJ_ERR_INVALID_ARGUMENT for a
+ * timeout <= 0. At most one group per process: MPI is initialised once. */
+oj_status oj_dist_init(double timeout_s, oj_dist **out, oj_error *err);
+/* Leave the group: the NCCL communicator is destroyed and MPI finalized
+ * (MPI_Finalize waits for the other ranks to finalize too). NULL is a
+ * no-op. */
+void oj_dist_free(oj_dist *d);
+/* End every rank of the job now (MPI_Abort with `code`; exit(code) in a
+ * group of one). For errors after which the ranks can no longer agree. */
+void oj_dist_abort(oj_dist *d, int code);
+
+int oj_dist_rank(const oj_dist *d);
+int oj_dist_world_size(const oj_dist *d);
+/* This rank's index among the ranks on its machine (MPI_COMM_TYPE_SHARED),
+ * 0 in a group of one: the trainer's CUDA ranks use device index + this. */
+int oj_dist_local_rank(const oj_dist *d);
+/* True when collectives run (a launched group, even of world size 1). */
+bool oj_dist_active(const oj_dist *d);
+/* "none" (group of one), "mpi" or "nccl": the transport of the tensor
+ * collectives after oj_dist_bind. */
+const char *oj_dist_transport(const oj_dist *d);
+
+/* Bind the group's tensor collectives to eng: MPI for a CPU engine, NCCL
+ * for a CUDA engine (the communicator is created now, collectively: every
+ * rank must call this). OJ_ERR_UNSUPPORTED when the CUDA module was built
+ * without NCCL, OJ_ERR_DEVICE when NCCL fails, OJ_ERR_STATE when already
+ * bound. A group that is not active binds without doing anything. */
+oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err);
+
+/* ---- host records (MPI; every rank calls each, in the same order) */
+
+/* Every rank's `nbytes` bytes at `mine` into all[rank * nbytes ...]
+ * (all: world_size * nbytes bytes, host). `what` names the exchange in a
+ * timeout message, which names each rank not heard from. */
+oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *all,
+                           const char *what, oj_error *err);
+/* Send `nbytes` host bytes to rank `to` / receive them from `from` (one
+ * message; the receiver learns the size: *buf is malloc'd, free() it). */
+oj_status oj_dist_send(oj_dist *d, int to, const void *buf, size_t nbytes, oj_error *err);
+oj_status oj_dist_recv(oj_dist *d, int from, void **buf, size_t *nbytes, oj_error *err);
+/* Wait until every rank got here (e.g. rank 0 finished a checkpoint). */
+oj_status oj_dist_barrier(oj_dist *d, const char *what, oj_error *err);
+
+/* ---- tensor collectives on the bound engine (contiguous tensors of one
+ * dtype on its device; every rank calls each with the same shapes) */
+
+/* send [W * S] -> recv [W * S]: recv's block q (elements q*S .. q*S+S)
+ * is block `rank` of rank q's send (MPI_Alltoall, ncclSend/ncclRecv). */
+oj_status oj_dist_alltoall(oj_dist *d, oj_tensor *send, oj_tensor *recv, oj_error *err);
+/* mine [S] -> all [W * S], block q = rank q's mine (MPI_Allgather,
+ * ncclAllGather). */
+oj_status oj_dist_allgather(oj_dist *d, oj_tensor *mine, oj_tensor *all, oj_error *err);
+/* all [N] in place: segment q (elements offsets[q] .. offsets[q + 1],
+ * offsets: W + 1 non-decreasing values, offsets[W] = N) is taken from rank
+ * q's all (MPI_Allgatherv in place; one ncclBroadcast per rank). */
+oj_status oj_dist_allgatherv(oj_dist *d, oj_tensor *all, const int64_t *offsets, oj_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OJAS_DIST_H */

@@ -1,0 +1,392 @@
+// test: data-parallel `ojas train` under `mpirun -np 2` on the CPU:
+// under exact numerics 2 ranks give the bits of one process with the same
+// grad_accum (losses, grad norms, checkpoint files byte for byte), with
+// ZeRO-1 on and off; checkpoints resume across world sizes (2 -> 1, 1 -> 2);
+// a killed or hung rank ends the job within 30 s with a message naming it.
+// Also the group of one (no launcher) and its collectives.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_testutil.h"
+#include "ojas/dist.h"
+#include "ojas/ops.h"
+
+#ifdef OJAS_MPIEXEC
+static char g_dir[256];
+#define MPIRUN OJAS_MPIEXEC " --allow-run-as-root --oversubscribe -np 2 "
+
+static int ojas(const char *args, char **out, char **err) { return ct_ojas(g_dir, args, out, err); }
+
+/* `mpirun -np 2 ojas ARGS` in g_dir, output in mpi.txt. */
+static int mpi_ojas(const char *args, char **out) {
+    char cmd[8192], p[400];
+    snprintf(cmd, sizeof cmd, "cd '%s' && " MPIRUN "'%s' %s >mpi.txt 2>&1", g_dir, CT_OJAS, args);
+    int rc = system(cmd);
+    if (out) {
+        snprintf(p, sizeof p, "%s/mpi.txt", g_dir);
+        *out = ct_slurp(p);
+    }
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int setup(void **state) {
+    (void)state;
+    if (ct_run_fixture(g_dir, sizeof g_dir, "dist"))
+        return -1;
+    if (ojas("tokenizer train --vocab-size 300 --threads 1 --out tok corpus.txt", NULL, NULL) ||
+        ojas("data prepare --vocab tok --out data --threads 1 corpus.txt", NULL, NULL))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* The whole of g_dir/a/rel and g_dir/b/rel are the same bytes (a stronger
+ * check than equal sha256 sums). */
+static void same_file(const char *a, const char *b, const char *rel) {
+    char pa[600], pb[600];
+    snprintf(pa, sizeof pa, "%s/%s/%s", g_dir, a, rel);
+    snprintf(pb, sizeof pb, "%s/%s/%s", g_dir, b, rel);
+    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+    if (!fa || !fb)
+        fail_msg("cannot open %s or %s", pa, pb);
+    long na, nb;
+    fseek(fa, 0, SEEK_END);
+    fseek(fb, 0, SEEK_END);
+    na = ftell(fa);
+    nb = ftell(fb);
+    rewind(fa);
+    rewind(fb);
+    char *ba = malloc((size_t)na + 1), *bb = malloc((size_t)nb + 1);
+    assert_int_equal(fread(ba, 1, (size_t)na, fa), (size_t)na);
+    assert_int_equal(fread(bb, 1, (size_t)nb, fb), (size_t)nb);
+    fclose(fa);
+    fclose(fb);
+    if (na != nb || memcmp(ba, bb, (size_t)na))
+        fail_msg("%s and %s differ", pa, pb);
+    free(ba);
+    free(bb);
+}
+
+/* The values of `key` in the train records of g_dir/run/metrics.jsonl, as
+ * printed, one per line, into buf. */
+static void train_values(const char *run, const char *key, char *buf, size_t n) {
+    char p[600], pat[64];
+    snprintf(p, sizeof p, "%s/%s/metrics.jsonl", g_dir, run);
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    char *s = ct_slurp(p);
+    assert_non_null(s);
+    buf[0] = 0;
+    size_t len = 0;
+    for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n")) {
+        char *at = strstr(line, pat);
+        if (!strstr(line, "\"type\":\"train\"") || !at)
+            continue;
+        at += strlen(pat);
+        size_t w = strcspn(at, ",}");
+        len += (size_t)snprintf(buf + len, n - len, "%.*s\n", (int)w, at);
+    }
+    free(s);
+    assert_true(len > 0);
+}
+
+static void same_run(const char *a, const char *b) {
+    char va[4096], vb[4096];
+    train_values(a, "loss", va, sizeof va);
+    train_values(b, "loss", vb, sizeof vb);
+    assert_string_equal(va, vb);
+    train_values(a, "grad_norm", va, sizeof va);
+    train_values(b, "grad_norm", vb, sizeof vb);
+    assert_string_equal(va, vb);
+    same_file(a, b, "ckpt-000004/model.safetensors");
+    same_file(a, b, "ckpt-000004/optimizer.safetensors");
+    same_file(a, b, "ckpt-000002/model.safetensors");
+    same_file(a, b, "ckpt-000002/optimizer.safetensors");
+}
+
+#define EXACT "--numerics exact --no-progress --no-plot --set grad_accum=2 "
+
+/* The reference: one process, grad_accum 2 (made once). */
+static void one_process(void) {
+    static bool done;
+    if (done)
+        return;
+    assert_int_equal(ojas("train -c c.json -o one " EXACT, NULL, NULL), 0);
+    done = true;
+}
+
+// test: 2 ranks (one micro-batch each) = 1 process with grad_accum 2, bit for bit
+static void test_two_ranks_equal_one_process(void **state) {
+    (void)state;
+    one_process();
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o two " EXACT, &out);
+    if (rc)
+        fail_msg("mpirun failed (%d): %s", rc, out);
+    assert_non_null(strstr(out, "data parallel: 2 ranks (mpi)"));
+    free(out);
+    same_run("one", "two");
+}
+
+// test: ZeRO-1 (optimizer state sharded), with the gradient exchanged in
+// 40 kB buckets (about a dozen), gives the same bits
+static void test_zero1_same_bits(void **state) {
+    (void)state;
+    one_process();
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o zero " EXACT "--set zero=1 --set optimizer=muon "
+                      "--set dist_bucket_bytes=40000", &out);
+    if (rc)
+        fail_msg("mpirun failed (%d): %s", rc, out);
+    assert_non_null(strstr(out, "ZeRO-1 on"));
+    free(out);
+    same_run("one", "zero");
+}
+
+// test: a 2-rank checkpoint resumes in 1 process, and a 1-process one in 2
+// ranks (ZeRO-1 too), each ending with the bits of the uninterrupted run
+static void test_resume_across_world_sizes(void **state) {
+    (void)state;
+    one_process();
+    char *out = NULL;
+    assert_int_equal(mpi_ojas("train -c c.json -o two2 " EXACT, &out), 0);
+    free(out);
+    assert_int_equal(ojas("train -r two2/ckpt-000002 -o r21 --no-progress --no-plot", NULL, NULL),
+                     0);
+    same_file("one", "r21", "ckpt-000004/model.safetensors");
+    same_file("one", "r21", "ckpt-000004/optimizer.safetensors");
+    assert_int_equal(mpi_ojas("train -r one/ckpt-000002 -o r12 --no-progress --no-plot", &out), 0);
+    free(out);
+    same_file("one", "r12", "ckpt-000004/model.safetensors");
+    same_file("one", "r12", "ckpt-000004/optimizer.safetensors");
+    assert_int_equal(
+        mpi_ojas("train -r one/ckpt-000002 -o r12z --no-progress --no-plot --set zero=1", &out), 0);
+    free(out);
+    same_file("one", "r12z", "ckpt-000004/model.safetensors");
+    same_file("one", "r12z", "ckpt-000004/optimizer.safetensors");
+}
+
+// test: grad_accum that the world size does not divide is refused by name
+static void test_grad_accum_not_multiple(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o bad --no-progress --no-plot --set grad_accum=3", &out);
+    assert_int_not_equal(rc, 0);
+    if (!strstr(out, "grad_accum 3 is not a multiple of the world size 2"))
+        fail_msg("no clear error: %s", out);
+    free(out);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The PID of the child of `parent` whose environment says rank `rank`;
+ * 0 when none (yet). */
+static pid_t rank_pid(pid_t parent, int rank) {
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    pid_t found = 0;
+    char want[48];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    while (d && !found && (de = readdir(d))) {
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (pid <= 0)
+            continue;
+        char p[64], buf[512];
+        snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        int ppid = 0;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *rp = strrchr(buf, ')'); /* "pid (comm) state ppid ..." */
+        if (!rp || sscanf(rp + 2, "%*c %d", &ppid) != 1 || ppid != parent)
+            continue;
+        snprintf(p, sizeof p, "/proc/%d/environ", (int)pid);
+        char *env = NULL;
+        f = fopen(p, "rb");
+        if (f) {
+            env = calloc(1, 1 << 20);
+            size_t m = fread(env, 1, (1 << 20) - 1, f);
+            fclose(f);
+            for (size_t i = 0; i < m; i += strlen(env + i) + 1)
+                if (!strcmp(env + i, want))
+                    found = pid;
+        }
+        free(env);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* Start a long 2-rank run (output in `log`), wait until it trains, send
+ * rank 1 `sig`, and return the seconds until mpirun exits; its output in
+ * *out and exit code in *rc. */
+static double hurt_rank1(int sig, const char *extra, const char *log, char **out, int *rc) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && exec " MPIRUN "'%s' train -c c.json -o %s.run --no-progress --no-plot "
+             "--set grad_accum=2 --set max_steps=1000000 --set ckpt_every=0 --set eval_every=0 "
+             "--set log_every=1 %s >%s 2>&1",
+             g_dir, CT_OJAS, log, extra, log);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    /* training: rank 0 has logged a step */
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", g_dir, log);
+    pid_t victim = 0;
+    for (int i = 0; i < 600; i++) {
+        char *s = ct_slurp(p);
+        bool stepping = s && strstr(s, "step 2/");
+        free(s);
+        if (stepping && (victim = rank_pid(pid, 1)))
+            break;
+        usleep(100000);
+    }
+    if (!victim) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("the run did not start training within 60 s");
+    }
+    double t0 = now_s();
+    kill(victim, sig);
+    int status = 0;
+    pid_t r = 0;
+    while ((r = waitpid(pid, &status, WNOHANG)) == 0 && now_s() - t0 < 60)
+        usleep(50000);
+    double dt = now_s() - t0;
+    if (r == 0) { /* never a silent hang: clean up, then fail */
+        kill(pid, SIGKILL);
+        kill(victim, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    if (sig == SIGSTOP)
+        kill(victim, SIGKILL);
+    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    *out = ct_slurp(p);
+    return dt;
+}
+
+// test: killing rank 1 ends rank 0 within 30 s, and the launcher names rank 1
+static void test_killed_rank_ends_job(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = 0;
+    double dt = hurt_rank1(SIGKILL, "", "kill.txt", &out, &rc);
+    if (dt > 30)
+        fail_msg("the job took %.0f s to end after rank 1 was killed: %s", dt, out);
+    assert_int_not_equal(rc, 0);
+    if (!strstr(out, "rank 1"))
+        fail_msg("no message names rank 1: %s", out);
+    free(out);
+}
+
+// test: a rank that hangs (stopped) is named by rank 0 after dist_timeout,
+// and the job ends within 30 s
+static void test_hung_rank_named(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = 0;
+    double dt = hurt_rank1(SIGSTOP, "--set dist_timeout=3", "hang.txt", &out, &rc);
+    if (dt > 30)
+        fail_msg("the job took %.0f s to end after rank 1 hung: %s", dt, out);
+    assert_int_not_equal(rc, 0);
+    if (!strstr(out, "ojas: dist: rank 0 of 2: ") || !strstr(out, "for rank 1: it died or hangs"))
+        fail_msg("rank 0 did not name rank 1: %s", out);
+    free(out);
+}
+#endif
+
+// test: without a launcher the group is one process, and its collectives
+// copy (alltoall, allgather) or leave the data as it is (allgatherv)
+static void test_group_of_one(void **state) {
+    (void)state;
+    if (oj_dist_launched())
+        skip();
+    oj_dist *d = NULL;
+    oj_error err = {0};
+    assert_int_equal(oj_dist_init(0, &d, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "timeout"));
+    assert_int_equal(oj_dist_init(10, &d, &err), OJ_OK);
+    assert_int_equal(oj_dist_rank(d), 0);
+    assert_int_equal(oj_dist_world_size(d), 1);
+    assert_false(oj_dist_active(d));
+    assert_string_equal(oj_dist_transport(d), "none");
+    int v = 42, all = 0;
+    assert_int_equal(oj_dist_exchange(d, &v, sizeof v, &all, "test", &err), OJ_OK);
+    assert_int_equal(all, 42);
+    assert_int_equal(oj_dist_barrier(d, "test", &err), OJ_OK);
+    oj_engine *eng = NULL;
+    oj_engine_config ec = oj_engine_config_default();
+    ec.threads = 1;
+    assert_int_equal(oj_engine_create(&ec, &eng, &err), OJ_OK);
+    int64_t n = 6;
+    oj_tensor *a = oj_arange(eng, 0, 6, 1, OJ_F32), *b = oj_zeros(eng, 1, &n, OJ_F32);
+    err = (oj_error){0};
+    assert_int_equal(oj_dist_alltoall(d, a, b, &err), OJ_ERR_STATE); /* not bound */
+    assert_non_null(strstr(err.message, "not bound"));
+    assert_int_equal(oj_dist_bind(d, eng, &err), OJ_OK);
+    assert_int_equal(oj_dist_alltoall(d, a, b, &err), OJ_OK);
+    float got[6];
+    assert_int_equal(oj_to_host(b, got, sizeof got), OJ_OK);
+    for (int i = 0; i < 6; i++)
+        assert_true(got[i] == (float)i);
+    int64_t off[2] = {0, 6};
+    assert_int_equal(oj_dist_allgatherv(d, b, off, &err), OJ_OK);
+    off[1] = 5;
+    assert_int_equal(oj_dist_allgatherv(d, b, off, &err), OJ_ERR_INVALID_ARGUMENT);
+    oj_tensor *c = oj_zeros(eng, 1, (int64_t[]){5}, OJ_F32);
+    assert_int_equal(oj_dist_allgather(d, a, c, &err), OJ_ERR_SHAPE);
+    oj_release(a);
+    oj_release(b);
+    oj_release(c);
+    oj_engine_free(eng);
+    oj_dist_free(d);
+}
+
+int main(void) {
+    /* containers often forbid the cross-process reads OpenMPI's shared
+     * memory transport tries first: copy through the shared segment */
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    /* sanitizer builds: OpenMPI's own never-freed allocations are not
+     * ojas's leaks (full unwinding, so that their stacks reach libmpi's
+     * frames through its dlopen'd components) */
+    setenv("LSAN_OPTIONS",
+           "suppressions=" OJAS_SOURCE_DIR "/tests/unit/lsan_openmpi.supp:fast_unwind_on_malloc=0",
+           0);
+    const struct CMUnitTest group[] = {cmocka_unit_test(test_group_of_one)};
+    int failed = cmocka_run_group_tests_name("dist_group", group, NULL, NULL);
+#ifdef OJAS_MPIEXEC
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_ranks_equal_one_process),
+        cmocka_unit_test(test_zero1_same_bits),
+        cmocka_unit_test(test_resume_across_world_sizes),
+        cmocka_unit_test(test_grad_accum_not_multiple),
+        cmocka_unit_test(test_killed_rank_ends_job),
+        cmocka_unit_test(test_hung_rank_named),
+    };
+    failed += cmocka_run_group_tests_name("dist_train", tests, setup, teardown);
+#else
+    printf("dist_train: skipped (built without MPI: OJAS_MPI=OFF)\n");
+#endif
+    return failed;
+}
