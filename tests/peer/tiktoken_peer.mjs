@@ -1,13 +1,18 @@
-// Peer encoder for ojas's tokenizer tests and benchmark: GPT-2 ids from npm
-// js-tiktoken (pure JS) or tiktoken (Rust compiled to WASM).
+// Peer encoder for ojas's tokenizer tests and benchmark: ids of tiktoken's
+// gpt2, cl100k_base or o200k_base encodings from npm js-tiktoken (pure JS)
+// or tiktoken (Rust compiled to WASM).
 //
-//   node tiktoken_peer.mjs encode js|wasm IN OUT
+//   node tiktoken_peer.mjs encode js|wasm IN OUT [ENCODING]
+//     ENCODING: gpt2 (default), cl100k_base or o200k_base.
 //     IN: records [u8 mode][u32le length][UTF-8 bytes]; mode 0 = special
 //     tokens encoded as text, 1 = "<|endoftext|>" allowed. Each record is
 //     decoded with a fatal TextDecoder (IN must be valid UTF-8: the test feeds
 //     invalid byte strings only after lossy U+FFFD replacement).
 //     OUT: one line of space-separated ids per record.
-//   node tiktoken_peer.mjs bench FILE REPEATS WORKERS
+//   node tiktoken_peer.mjs ranks ENCODING OUT
+//     write js-tiktoken's ranks of ENCODING as a .tiktoken rank file (lines
+//     "<base64 bytes> <rank>" in rank order, as tiktoken's published files).
+//   node tiktoken_peer.mjs bench FILE REPEATS WORKERS [ENCODING]
 //     encode FILE REPEATS times with each library, single-threaded and as a
 //     batch of ~64 KiB documents over WORKERS worker threads; prints JSON
 //     with the best wall time of each (and, single-threaded, the best process
@@ -24,11 +29,15 @@ const require = createRequire(path.join(npmDir, 'package.json'));
 const version = (pkg) =>
   JSON.parse(fs.readFileSync(path.join(npmDir, 'node_modules', pkg, 'package.json'), 'utf8')).version;
 
-function load(lib) {
+function jsRanks(encoding) {
+  const ranks = require('js-tiktoken/ranks/' + encoding);
+  return ranks.default ?? ranks;
+}
+
+function load(lib, encoding = 'gpt2') {
   if (lib === 'js') {
     const { Tiktoken } = require('js-tiktoken/lite');
-    const ranks = require('js-tiktoken/ranks/gpt2');
-    const enc = new Tiktoken(ranks.default ?? ranks);
+    const enc = new Tiktoken(jsRanks(encoding));
     return {
       name: 'js-tiktoken ' + version('js-tiktoken'),
       text: (s) => enc.encode(s, [], []),
@@ -36,7 +45,7 @@ function load(lib) {
     };
   }
   const tk = require('tiktoken');
-  const enc = tk.get_encoding('gpt2');
+  const enc = tk.get_encoding(encoding);
   return {
     name: 'tiktoken ' + version('tiktoken') + ' (WASM)',
     text: (s) => enc.encode_ordinary(s),
@@ -44,17 +53,28 @@ function load(lib) {
   };
 }
 
-function encodeFile(lib, inPath, outPath) {
-  const enc = load(lib);
+// The .tiktoken rank file of an encoding (the "bpe_ranks" of js-tiktoken
+// are lines "<first token> <first rank> <base64> <base64> ...").
+function writeRanks(encoding, outPath) {
+  const lines = [];
+  for (const line of jsRanks(encoding).bpe_ranks.split('\n').filter(Boolean)) {
+    const [, offset, ...tokens] = line.split(' ');
+    tokens.forEach((t, i) => lines.push(t + ' ' + (Number(offset) + i)));
+  }
+  fs.writeFileSync(outPath, lines.join('\n') + '\n');
+}
+
+function encodeFile(lib, inPath, outPath, encoding) {
+  const enc = load(lib, encoding);
   encodeRecords(inPath, outPath, (mode, s) => (mode === 1 ? enc.allow(s) : enc.text(s)));
 }
 
-function bench(file, repeats, workers) {
+function bench(file, repeats, workers, encoding) {
   const text = fs.readFileSync(file, 'utf8');
   const mb = Buffer.byteLength(text) / 1e6;
   const result = { bytes: Buffer.byteLength(text), node: process.version, peers: [] };
   for (const lib of ['wasm', 'js']) {
-    const enc = load(lib);
+    const enc = load(lib, encoding);
     enc.text(text.slice(0, 100000)); // warm up (JIT, WASM)
     let best = Infinity, bestCpu = Infinity, n = 0;
     for (let r = 0; r < repeats; r++) {
@@ -77,7 +97,7 @@ export function chunks(buf) {
 }
 
 // Batch over worker threads: each worker encodes every WORKERS-th document.
-async function benchBatch(file, repeats, workers, result) {
+async function benchBatch(file, repeats, workers, result, encoding) {
   const buf = fs.readFileSync(file);
   const mb = buf.length / 1e6;
   const docs = chunks(buf);
@@ -86,7 +106,7 @@ async function benchBatch(file, repeats, workers, result) {
     const pool = [];
     for (let w = 0; w < workers; w++) {
       const share = docs.filter((_, i) => i % workers === w);
-      pool.push(new Worker(fileURLToPath(import.meta.url), { workerData: { lib, share } }));
+      pool.push(new Worker(fileURLToPath(import.meta.url), { workerData: { lib, share, encoding } }));
     }
     const call = (wk) => new Promise((res) => { wk.once('message', res); wk.postMessage('go'); });
     await Promise.all(pool.map(call)); // warm up
@@ -98,13 +118,13 @@ async function benchBatch(file, repeats, workers, result) {
       n = counts.reduce((a, b) => a + b, 0);
     }
     for (const wk of pool) await wk.terminate();
-    result.peers.push({ name: load(lib).name, lib, threads: workers, tokens: n, seconds: best,
+    result.peers.push({ name: load(lib, encoding).name, lib, threads: workers, tokens: n, seconds: best,
                         mbps: mb / best });
   }
 }
 
 if (!isMainThread) {
-  const enc = load(workerData.lib);
+  const enc = load(workerData.lib, workerData.encoding);
   parentPort.on('message', () => {
     let n = 0;
     for (const s of workerData.share) n += enc.text(s).length;
@@ -113,14 +133,17 @@ if (!isMainThread) {
 } else {
   const [cmd, ...args] = process.argv.slice(2);
   if (cmd === 'encode') {
-    encodeFile(args[0], args[1], args[2]);
+    encodeFile(args[0], args[1], args[2], args[3] ?? 'gpt2');
+  } else if (cmd === 'ranks') {
+    writeRanks(args[0], args[1]);
   } else if (cmd === 'bench') {
     const repeats = Number(args[1] ?? 3), workers = Number(args[2] ?? 2);
-    const result = bench(args[0], repeats, workers);
-    if (workers > 1) await benchBatch(args[0], repeats, workers, result);
+    const result = bench(args[0], repeats, workers, args[3] ?? 'gpt2');
+    if (workers > 1) await benchBatch(args[0], repeats, workers, result, args[3] ?? 'gpt2');
     process.stdout.write(JSON.stringify(result) + '\n');
   } else {
-    process.stderr.write('usage: tiktoken_peer.mjs encode js|wasm IN OUT | bench FILE REPEATS WORKERS\n');
+    process.stderr.write('usage: tiktoken_peer.mjs encode js|wasm IN OUT [ENCODING] | ranks ENCODING OUT | ' +
+                         'bench FILE REPEATS WORKERS [ENCODING]\n');
     process.exit(2);
   }
 }
