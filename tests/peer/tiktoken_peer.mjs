@@ -12,6 +12,13 @@
 //   node tiktoken_peer.mjs ranks ENCODING OUT
 //     write js-tiktoken's ranks of ENCODING as a .tiktoken rank file (lines
 //     "<base64 bytes> <rank>" in rank order, as tiktoken's published files).
+//   node tiktoken_peer.mjs tokenizer-json ENCODING DIR
+//     write DIR/tokenizer.json holding the same encoding for
+//     @huggingface/tokenizers (the benchmark's third peer): byte-level BPE
+//     whose vocabulary is the ranks (GPT-2 byte-to-unicode strings), whose
+//     merges are recovered from the ranks (each token's bytes merged with
+//     the lower ranks only end in two parts), a Split pre-tokenizer with
+//     the encoding's pattern and its special tokens.
 //   node tiktoken_peer.mjs bench FILE REPEATS WORKERS [ENCODING]
 //     encode FILE REPEATS times with each library, single-threaded and as a
 //     batch of ~64 KiB documents over WORKERS worker threads; prints JSON
@@ -62,6 +69,74 @@ function writeRanks(encoding, outPath) {
     tokens.forEach((t, i) => lines.push(t + ' ' + (Number(offset) + i)));
   }
   fs.writeFileSync(outPath, lines.join('\n') + '\n');
+}
+
+// GPT-2's bytes_to_unicode: byte -> printable character.
+function byteToUnicode() {
+  const bs = [];
+  for (let b = 33; b <= 126; b++) bs.push(b);
+  for (let b = 161; b <= 172; b++) bs.push(b);
+  for (let b = 174; b <= 255; b++) bs.push(b);
+  const cs = bs.slice();
+  let n = 0;
+  for (let b = 0; b < 256; b++)
+    if (!bs.includes(b)) {
+      bs.push(b);
+      cs.push(256 + n++);
+    }
+  const map = new Array(256);
+  bs.forEach((b, i) => (map[b] = String.fromCodePoint(cs[i])));
+  return map;
+}
+
+function writeTokenizerJson(encoding, dir) {
+  const r = jsRanks(encoding);
+  const tokens = []; // rank -> bytes
+  for (const line of r.bpe_ranks.split('\n').filter(Boolean)) {
+    const [, offset, ...toks] = line.split(' ');
+    toks.forEach((t, i) => (tokens[Number(offset) + i] = Buffer.from(t, 'base64')));
+  }
+  const rank = new Map(tokens.map((b, i) => [b.toString('latin1'), i]));
+  const b2u = byteToUnicode();
+  const str = (b) => Array.from(b, (x) => b2u[x]).join('');
+  const vocab = {}, merges = [];
+  tokens.forEach((b, id) => (vocab[str(b)] = id));
+  tokens.forEach((b, id) => {
+    if (b.length < 2) return;
+    // merge b's bytes, lowest rank first, with ranks below id only
+    let parts = Array.from(b, (x) => Buffer.from([x]));
+    for (;;) {
+      let best = -1, at = -1;
+      for (let i = 0; i + 1 < parts.length; i++) {
+        const k = rank.get(Buffer.concat([parts[i], parts[i + 1]]).toString('latin1'));
+        if (k !== undefined && k < id && (best < 0 || k < best)) { best = k; at = i; }
+      }
+      if (at < 0) break;
+      parts.splice(at, 2, Buffer.concat([parts[at], parts[at + 1]]));
+    }
+    if (parts.length !== 2) throw new Error(`${encoding}: token ${id} has no two-part merge`);
+    merges.push([id, str(parts[0]) + ' ' + str(parts[1])]);
+  });
+  merges.sort((a, b) => a[0] - b[0]);
+  const json = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: Object.entries(r.special_tokens).map(([content, id]) => ({
+      id, content, single_word: false, lstrip: false, rstrip: false, normalized: false,
+      special: true })),
+    normalizer: null,
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [
+      { type: 'Split', pattern: { Regex: r.pat_str }, behavior: 'Isolated', invert: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] },
+    post_processor: null,
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null,
+             end_of_word_suffix: null, fuse_unk: false, byte_fallback: false,
+             ignore_merges: false, vocab, merges: merges.map((m) => m[1]) },
+  };
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(json));
 }
 
 function encodeFile(lib, inPath, outPath, encoding) {
@@ -136,6 +211,8 @@ if (!isMainThread) {
     encodeFile(args[0], args[1], args[2], args[3] ?? 'gpt2');
   } else if (cmd === 'ranks') {
     writeRanks(args[0], args[1]);
+  } else if (cmd === 'tokenizer-json') {
+    writeTokenizerJson(args[0], args[1]);
   } else if (cmd === 'bench') {
     const repeats = Number(args[1] ?? 3), workers = Number(args[2] ?? 2);
     const result = bench(args[0], repeats, workers, args[3] ?? 'gpt2');
