@@ -504,6 +504,12 @@ static bool is_file(const char *path) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+static bool is_file_in(const char *dir, const char *name) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return is_file(p);
+}
+
 oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) {
     if (!dir || !out)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load: NULL argument");
@@ -519,6 +525,15 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
     snprintf(b, dl + 32, "%s/vocab.bpe", dir);
     oj_status st;
     if (is_file(a) && is_file(b)) {
+        st = oj_tokenizer_load_gpt2(a, b, out, err);
+        free(a);
+        free(b);
+        return st;
+    }
+    /* the same two files under transformers' names (a GPT-2 model directory) */
+    snprintf(a, dl + 32, "%s/vocab.json", dir);
+    snprintf(b, dl + 32, "%s/merges.txt", dir);
+    if (is_file(a) && is_file(b) && !is_file_in(dir, "tokenizer.json")) {
         st = oj_tokenizer_load_gpt2(a, b, out, err);
         free(a);
         free(b);
