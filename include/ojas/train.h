@@ -108,6 +108,12 @@ typedef struct oj_train_config {
     int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row
                                 * skipped as non-finite, naming the first op with a
                                 * non-finite output (detect_anomaly); 10; 0 = never */
+    char init_from[1024];    /* a Hugging Face model directory (oj_gpt_load_dir) to
+                              * fine-tune: its config.json is the model (the preset
+                              * and the model-shape keys then stay unset) and a new
+                              * run starts from its weights; "" = none. Stored
+                              * absolute; a resume takes the weights of its
+                              * checkpoint. */
 } oj_train_config;
 
 /* The defaults listed above. */

@@ -188,7 +188,8 @@ static int ojas(const char *args, char **out) {
 
 // the CLI: a gpt2-tiny checkpoint trained with a tokenizer exports with its
 // tokenizer; generate -m OUT prints what generate --checkpoint prints; a
-// model directory re-exports (generation_config.json along); one-line errors
+// model directory re-exports (generation_config.json along); train
+// --init-from OUT starts from its weights and resumes; one-line errors
 static void test_cli_export(void **state) {
     (void)state;
     char p[400];
@@ -228,8 +229,29 @@ static void test_cli_export(void **state) {
     assert_int_equal(ojas("export --hf out2 -m out", NULL), 0);
     assert_int_equal(ojas("generate -m out2 -p '" PROMPT "'", &b), 0);
     assert_string_equal(a, b);
-    free(a);
     free(b);
+    /* train --init-from out: a run that starts from the exported weights
+     * (lr 0: they stay as they are) generates the same text; its resume
+     * takes the model from init_from's config.json, the weights from its
+     * checkpoint */
+    assert_int_equal(ojas("train --init-from out --set data_dir=data --set tokenizer_dir=tok "
+                          "--set max_steps=1 --set optimizer=adamw --set lr=0 --set min_lr=0 "
+                          "--set weight_decay=0 --set batch_size=2 --set seq_len=16 "
+                          "--set eval_every=0 --set eval_batches=1 --set threads=1 "
+                          "--set peak_flops=1e10 --out ft --no-progress --no-plot",
+                          NULL),
+                     0);
+    assert_int_equal(ojas("generate --checkpoint ft -p '" PROMPT "' -n 12 -t 0", &b), 0);
+    assert_string_equal(a, b);
+    free(b);
+    assert_int_equal(ojas("train --resume ft --out ft --set max_steps=2 --no-progress --no-plot",
+                          NULL),
+                     0);
+    assert_int_equal(ct_ojas(g_dir, "train --init-from out --set data_dir=data --set n_layer=3 "
+                                    "--out ft2 --no-progress --no-plot", NULL, &err), 2);
+    ct_assert_one_line(err, "init_from takes the model's shape");
+    free(err);
+    free(a);
     /* errors: one line each */
     assert_int_equal(ct_ojas(g_dir, "export --checkpoint run", NULL, &err), 2);
     ct_assert_one_line(err, "export: --hf OUTDIR is required");
