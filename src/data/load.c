@@ -371,7 +371,14 @@ static const oj_tiktoken_encoding *identify_ranks(const char *path, const oj_tok
         return NULL;
     }
     *known = false;
-    if (n_ranks == 50281)
+    if (n_ranks == GPT2_N_RANKS)
+        oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                     "tokenizer: %s holds %lld ranks, as tiktoken's gpt2 (r50k_base) does, but "
+                     "they are not GPT-2's (a byte or rank differs); ojas cannot tell which "
+                     "pre-tokenisation pattern they were made with (for a rank file of a "
+                     "tokenizer trained with ojas, use oj_tokenizer_load_tiktoken_as_gpt2)",
+                     path, (long long)n_ranks);
+    else if (n_ranks == 50281)
         oj_error_set(err, OJ_ERR_UNSUPPORTED,
                      "tokenizer: %s holds %lld ranks, as tiktoken's p50k_base does; ojas knows "
                      "the encodings gpt2 (r50k_base), cl100k_base and o200k_base, not p50k_base",
