@@ -33,6 +33,11 @@ static const char *k_help =
     "  -k, --top-k K              0: off (default 40)\n"
     "      --top-p P              1: off (default %g)\n"
     "      --repetition-penalty R 1: off (default %g)\n"
+    "                             A model directory's generation_config.json replaces\n"
+    "                             these four defaults and the stop tokens with its own\n"
+    "                             (as transformers reads it: greedy unless do_sample;\n"
+    "                             max_new_tokens, else max_length less the prompt);\n"
+    "                             options given here still win\n"
     "  -s, --seed S               sampling seed (default %llu)\n"
     "  -d, --device D             cpu | cuda | cuda:N (default cpu)\n"
     "      --dtype D              f32 | bf16 | f16 (default f32); bf16 converts the weights\n"
@@ -47,11 +52,16 @@ static const char *k_help =
 
 typedef struct {
     const oj_tokenizer *tok;
+    const int32_t *stops; /* more end-of-sequence ids (generation_config.json) */
+    int n_stops;
 } stream_ctx;
 
 static bool print_token(int64_t seq, int32_t token, void *vctx) {
     (void)seq;
     stream_ctx *c = vctx;
+    for (int i = 0; i < c->n_stops; i++)
+        if (token == c->stops[i])
+            return false; /* an end of sequence: stop, not shown */
     char *text = NULL;
     size_t len = 0;
     oj_error e = {0};
@@ -94,6 +104,7 @@ int cmd_generate(int argc, char **argv) {
     sc.temperature = 0.8;
     sc.top_k = 40;
     int64_t budget = 0; /* 0: not given */
+    bool given_n = false, given_t = false, given_k = false, given_p = false, given_r = false;
     int c;
     cli_getopt_state g = {.cmd = "generate", .shortopts = "hm:p:n:t:k:s:d:j:", .longopts = k_long};
     while ((c = cli_getopt(&g, argc, argv)) != -1) {
@@ -111,17 +122,17 @@ int cmd_generate(int argc, char **argv) {
         case 'd': device = v; break;
         case OPT_DTYPE: dtype = v; break;
         case 'j': ok = cli_parse_i64("generate: --threads", v, 0, 4096, &threads); break;
-        case 'n': ok = cli_parse_i64("generate: --max-new-tokens", v, 0, 1 << 20, &sc.max_new_tokens); break;
-        case 'k': ok = cli_parse_i64("generate: --top-k", v, 0, INT32_MAX, &sc.top_k); break;
+        case 'n': ok = given_n = cli_parse_i64("generate: --max-new-tokens", v, 0, 1 << 20, &sc.max_new_tokens); break;
+        case 'k': ok = given_k = cli_parse_i64("generate: --top-k", v, 0, INT32_MAX, &sc.top_k); break;
         case 's': {
             int64_t sd;
             ok = cli_parse_i64("generate: --seed", v, 0, INT64_MAX, &sd);
             sc.seed = (uint64_t)sd;
             break;
         }
-        case 't': ok = cli_parse_double("generate: --temperature", v, &sc.temperature); break;
-        case OPT_TOP_P: ok = cli_parse_double("generate: --top-p", v, &sc.top_p); break;
-        case OPT_REP: ok = cli_parse_double("generate: --repetition-penalty", v, &sc.repetition_penalty); break;
+        case 't': ok = given_t = cli_parse_double("generate: --temperature", v, &sc.temperature); break;
+        case OPT_TOP_P: ok = given_p = cli_parse_double("generate: --top-p", v, &sc.top_p); break;
+        case OPT_REP: ok = given_r = cli_parse_double("generate: --repetition-penalty", v, &sc.repetition_penalty); break;
         case OPT_BUDGET: ok = cli_parse_bytes("generate: --budget-bytes", v, &budget); break;
         default: return CLI_USAGE;
         }
@@ -206,6 +217,7 @@ int cmd_generate(int argc, char **argv) {
     }
     int rc = CLI_FAIL;
     oj_gpt *m = NULL;
+    oj_generation_config gc = {0};
     oj_gpt_config cfg;
     oj_checkpoint_info info = {0};
     if (ckpt) {
@@ -233,6 +245,10 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         cfg = *oj_gpt_get_config(m);
+        if (oj_generation_config_load(model_dir, cfg.vocab_size, &gc, &e) != OJ_OK) {
+            cli_error(CLI_FAIL, "generate: %s", e.message);
+            goto done;
+        }
     } else {
         oj_gpt_preset(preset, &cfg); /* known: checked with the arguments */
         if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK ||
@@ -251,8 +267,19 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     sc.stop_token = oj_tokenizer_eot(tok);
+    if (gc.found) { /* the model directory's defaults; options given win */
+        if (!given_t) sc.temperature = gc.sampler.temperature;
+        if (!given_k) sc.top_k = gc.sampler.top_k;
+        if (!given_p) sc.top_p = gc.sampler.top_p;
+        if (!given_r) sc.repetition_penalty = gc.sampler.repetition_penalty;
+        if (!given_n && gc.sampler.max_new_tokens >= 0)
+            sc.max_new_tokens = gc.sampler.max_new_tokens;
+        else if (!given_n && gc.max_length >= 0)
+            sc.max_new_tokens = gc.max_length > (int64_t)ids.len ? gc.max_length - (int64_t)ids.len : 0;
+        if (sc.stop_token < 0 && gc.n_eos > 0) sc.stop_token = gc.eos_token_ids[0];
+    }
     fputs(prompt, stdout);
-    stream_ctx sctx = {tok};
+    stream_ctx sctx = {tok, gc.eos_token_ids, gc.n_eos};
     const int32_t *pp = ids.ids;
     int64_t plen = (int64_t)ids.len;
     int32_t *gen = NULL;

@@ -33,6 +33,9 @@ static const char k_usage[] =
     "  -j, --threads N        CPU threads (0: all usable CPUs)\n"
     "  -s, --seed S           model init and data order\n"
     "      --numerics M       fast | exact (bit-reproducible, any thread count)\n"
+    "      --init-from DIR    fine-tune a Hugging Face model directory (as 'ojas generate\n"
+    "                         -m' reads it): its config.json is the model and a new run\n"
+    "                         starts from its weights (= --set init_from=DIR)\n"
     "      --set KEY=VALUE    override any config key (repeatable), e.g.\n"
     "                         --set max_steps=200 --set betas=0.9,0.95\n"
     "      --overwrite        first remove the previous run's files from DIR\n"
@@ -44,7 +47,7 @@ static const char k_usage[] =
     "\n"
     "  Options take their value as '--out DIR' or '--out=DIR' ('-o DIR', '-oDIR').\n"
     "  Without --config or --resume the config is the defaults below plus the\n"
-    "  --set keys, which must give at least model and data_dir. Options apply in\n"
+    "  --set keys, which must give at least model (or init_from) and data_dir. Options apply in\n"
     "  order after the config file. SIGINT/SIGTERM finish the\n"
     "  current step, write a checkpoint and exit 0 (a second Ctrl-C aborts).\n"
     "  MFU = (6 N + 12 L T C) * tokens/s / peak_flops, where peak_flops is the\n"
@@ -89,7 +92,7 @@ static void usage(FILE *f) {
             oj_gpt_preset_list(names, sizeof names));
 }
 
-enum { OPT_NUMERICS = 256, OPT_SET, OPT_OVERWRITE, OPT_NO_PROGRESS, OPT_NO_PLOT };
+enum { OPT_NUMERICS = 256, OPT_SET, OPT_OVERWRITE, OPT_NO_PROGRESS, OPT_NO_PLOT, OPT_INIT_FROM };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -101,6 +104,7 @@ static const struct option k_long[] = {
     {"seed", required_argument, NULL, 's'},
     {"numerics", required_argument, NULL, OPT_NUMERICS},
     {"set", required_argument, NULL, OPT_SET},
+    {"init-from", required_argument, NULL, OPT_INIT_FROM},
     {"overwrite", no_argument, NULL, OPT_OVERWRITE},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"no-plot", no_argument, NULL, OPT_NO_PLOT},
@@ -147,6 +151,7 @@ int cmd_train(int argc, char **argv) {
         case 's': ov[nov++] = (override){"seed", optarg}; break;
         case OPT_NUMERICS: ov[nov++] = (override){"numerics", optarg}; break;
         case OPT_SET: ov[nov++] = (override){NULL, optarg}; break;
+        case OPT_INIT_FROM: ov[nov++] = (override){"init_from", optarg}; break;
         case OPT_OVERWRITE: overwrite = true; break;
         case OPT_NO_PROGRESS: progress = false; break;
         case OPT_NO_PLOT: plot = false; break;
@@ -173,8 +178,9 @@ int cmd_train(int argc, char **argv) {
         char missing[64] = "", hint[128] = "";
         for (size_t k = 0; k < sizeof k_required / sizeof k_required[0]; k++) {
             bool given = false;
-            for (int i = 0; i < nov && !given; i++)
-                given = sets_key(&ov[i], k_required[k]);
+            for (int i = 0; i < nov && !given; i++) /* init_from gives the model */
+                given = sets_key(&ov[i], k_required[k]) ||
+                        (k == 0 && sets_key(&ov[i], "init_from"));
             if (!given) {
                 size_t ml = strlen(missing), hl = strlen(hint);
                 snprintf(missing + ml, sizeof missing - ml, "%s%s", ml ? " and " : "",

@@ -17,6 +17,7 @@ static const struct {
     {"generate", cmd_generate, "sample text from a checkpoint or a safetensors file"},
     {"info", cmd_info, "show the CPU, its ISA, threads, memory and CUDA devices"},
     {"bench", cmd_bench, "time training steps of a GPT preset on this machine"},
+    {"export", cmd_export, "write a Hugging Face model directory from a checkpoint or model"},
 };
 
 static void usage(FILE *f) {

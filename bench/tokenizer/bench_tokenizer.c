@@ -4,9 +4,14 @@
  * ~64 KiB documents. Reports MB/s (10^6 bytes of UTF-8 input per second,
  * best of N runs) and the ratios, and checks that the token counts agree.
  *
- *   bench_tokenizer [--smoke] [--text FILE] [--vocab DIR] [--repeats N]
- *                   [--threads N] [--no-peers] [--out FILE.md]
+ *   bench_tokenizer [--smoke] [--text FILE] [--vocab DIR] [--encoding NAME]
+ *                   [--repeats N] [--threads N] [--no-peers] [--out FILE.md]
  *
+ * --encoding cl100k_base|o200k_base: tiktoken's encoding of that name instead
+ * of GPT-2's: ojas loads the .tiktoken rank file that tiktoken_peer.mjs
+ * writes from js-tiktoken's ranks, the peers encode with that encoding, and
+ * @huggingface/tokenizers (tokenizers.js) joins them on a tokenizer.json of
+ * the same ranks (one thread, the same ~64 KiB documents as the batch rows).
  * --smoke: the first 256 KiB, one run each (CI: a few seconds). Paths default
  * to the source tree this binary was built from (build/bin/ -> ../../).
  * "Cold" runs load a fresh tokenizer first (empty piece cache); "warm" runs
@@ -79,7 +84,7 @@ static void check(oj_status st, const oj_error *err) {
 
 int main(int argc, char **argv) {
     bool smoke = false, peers = true;
-    const char *text_path = NULL, *vocab = NULL, *out_md = NULL;
+    const char *text_path = NULL, *vocab = NULL, *out_md = NULL, *encoding = "gpt2";
     int repeats = 5, threads = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--smoke") == 0)
@@ -90,6 +95,8 @@ int main(int argc, char **argv) {
             text_path = argv[++i];
         else if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc)
             vocab = argv[++i];
+        else if (strcmp(argv[i], "--encoding") == 0 && i + 1 < argc)
+            encoding = argv[++i];
         else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out_md = argv[++i];
         else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc)
@@ -98,7 +105,8 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_tokenizer [--smoke] [--text FILE] [--vocab DIR] "
-                            "[--repeats N] [--threads N] [--no-peers] [--out FILE.md]\n");
+                            "[--encoding NAME] [--repeats N] [--threads N] [--no-peers] "
+                            "[--out FILE.md]\n");
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -107,7 +115,31 @@ int main(int argc, char **argv) {
     if (repeats < 1)
         repeats = 1;
     find_root(g_root, sizeof g_root, "tests/peer/tiktoken_peer.mjs");
-    char vocab_buf[PATH_MAX + 32];
+    char vocab_buf[PATH_MAX + 32], enc_dir[] = "/tmp/ojas-bench-enc-XXXXXX";
+    bool gpt2 = strcmp(encoding, "gpt2") == 0;
+    if (!gpt2) {
+        if (strcmp(encoding, "cl100k_base") != 0 && strcmp(encoding, "o200k_base") != 0) {
+            fprintf(stderr, "bench_tokenizer: --encoding %s: expected gpt2, cl100k_base or "
+                            "o200k_base\n", encoding);
+            return 2;
+        }
+        char cmd[4 * PATH_MAX + 64];
+        if (!mkdtemp(enc_dir)) {
+            perror("bench_tokenizer: mkdtemp");
+            return 1;
+        }
+        snprintf(cmd, sizeof cmd,
+                 "node '%s/tests/peer/tiktoken_peer.mjs' ranks %s '%s/%s.tiktoken' && "
+                 "node '%s/tests/peer/tiktoken_peer.mjs' tokenizer-json %s '%s/hf'",
+                 g_root, encoding, enc_dir, encoding, g_root, encoding, enc_dir);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "bench_tokenizer: cannot write %s's rank file (node and "
+                            "third_party/npm: run scripts/deps.sh)\n", encoding);
+            return 1;
+        }
+        if (!vocab)
+            vocab = enc_dir;
+    }
     if (!vocab) {
         snprintf(vocab_buf, sizeof vocab_buf, "%s/third_party/gpt2", g_root);
         vocab = vocab_buf;
@@ -159,7 +191,7 @@ int main(int argc, char **argv) {
     long long ntok = 0;
     double best[3] = {1e30, 1e30, 1e30}, best_cpu[3] = {1e30, 1e30, 1e30};
     for (int r = 0; r < repeats; r++)
-        for (int k = 0; k < 3; k++) { /* 0 cold, 1 warm, 2 PCRE2 cold */
+        for (int k = 0; k < (gpt2 ? 3 : 2); k++) { /* 0 cold, 1 warm, 2 PCRE2 cold */
             if (k != 1)
                 tok = load(vocab, k == 2);
             oj_tokens ids = {0};
@@ -176,7 +208,8 @@ int main(int argc, char **argv) {
         }
     add_row("ojas (cold: fresh tokenizer)", 1, best[0], best_cpu[0], mb, ntok);
     add_row("ojas (warm: piece cache filled)", 1, best[1], best_cpu[1], mb, ntok);
-    add_row("ojas, PCRE2 pre-tokeniser (cold)", 1, best[2], best_cpu[2], mb, ntok);
+    if (gpt2)
+        add_row("ojas, PCRE2 pre-tokeniser (cold)", 1, best[2], best_cpu[2], mb, ntok);
 
     /* batch of documents on 1 and `threads` threads, cold */
     const char **docs;
@@ -217,8 +250,8 @@ int main(int argc, char **argv) {
     bool peers_ok = false;
     if (peers) {
         char cmd[2 * PATH_MAX];
-        snprintf(cmd, sizeof cmd, "node '%s/tests/peer/tiktoken_peer.mjs' bench '%s' %d %d",
-                 g_root, tmp_text, repeats, threads);
+        snprintf(cmd, sizeof cmd, "node '%s/tests/peer/tiktoken_peer.mjs' bench '%s' %d %d %s",
+                 g_root, tmp_text, repeats, threads, encoding);
         size_t jl;
         char *js = read_cmd(cmd, &jl);
         json_error_t je;
@@ -254,6 +287,41 @@ int main(int argc, char **argv) {
         json_decref(root);
         free(js);
     }
+    if (peers && peers_ok && !gpt2) {
+        /* @huggingface/tokenizers on the same ranks as tokenizer.json: the
+         * documents of the batch rows, one thread */
+        char cmd[3 * PATH_MAX];
+        snprintf(cmd, sizeof cmd,
+                 "node '%s/tests/peer/hf_tokenizers_peer.mjs' bench '%s/hf' '%s' %d 65536",
+                 g_root, enc_dir, tmp_text, repeats);
+        size_t jl;
+        char *js = read_cmd(cmd, &jl);
+        json_error_t je;
+        json_t *root = js ? json_loads(js, 0, &je) : NULL;
+        json_t *p = root ? json_object_get(root, "peer") : NULL;
+        if (p) {
+            const char *name = json_string_value(json_object_get(p, "name"));
+            long long tk = (long long)json_integer_value(json_object_get(p, "tokens"));
+            char label[96];
+            snprintf(label, sizeof label, "%s (tokenizer.json), ~64 KiB documents", name);
+            add_row(label, 1, json_number_value(json_object_get(p, "seconds")),
+                    json_number_value(json_object_get(p, "cpu_seconds")), mb, tk);
+            if (tk != nbatch) {
+                fprintf(stderr, "bench_tokenizer: %s gave %lld tokens, ojas %lld\n", name, tk,
+                        nbatch);
+                return 1;
+            }
+        } else
+            printf("@huggingface/tokenizers: not run (third_party/npm: run scripts/deps.sh)\n");
+        json_decref(root);
+        free(js);
+    }
+    if (!gpt2) {
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", enc_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "bench_tokenizer: could not remove %s\n", enc_dir);
+    }
     unlink(tmp_text);
 
     /* report */
@@ -266,12 +334,15 @@ int main(int argc, char **argv) {
         printf("%-52s %7d %9.4f %8.2f %9s %9lld\n", g_rows[i].name, g_rows[i].threads,
                g_rows[i].seconds, g_rows[i].mbps, cpu, g_rows[i].tokens);
     }
-    printf("ojas tokenizer load (encoder.json + vocab.bpe): %.1f ms\n", load_s * 1e3);
+    char load_what[64];
+    snprintf(load_what, sizeof load_what, gpt2 ? "encoder.json + vocab.bpe" : "%s.tiktoken",
+             encoding);
+    printf("ojas tokenizer load (%s): %.1f ms\n", load_what, load_s * 1e3);
     const row *ours = find_row("ojas (cold", 1), *tk1 = find_row("tiktoken", 1);
     const row *js1 = find_row("js-tiktoken", 1);
     const row *omt = threads > 1 ? find_row("ojas batch", threads) : NULL;
     const row *tkmt = threads > 1 ? find_row("tiktoken", threads) : NULL;
-    char ratio[512] = "";
+    char ratio[1024] = "";
     if (peers_ok && tk1 && js1) {
         snprintf(ratio, sizeof ratio,
                  "single thread: ojas %.1f MB/s = %.1fx tiktoken (WASM) %.2f MB/s, %.1fx "
@@ -279,6 +350,15 @@ int main(int argc, char **argv) {
                  ours->mbps, ours->mbps / tk1->mbps, tk1->mbps, ours->mbps / js1->mbps, js1->mbps,
                  tk1->cpu_mbps > 0 ? ours->cpu_mbps / tk1->cpu_mbps : 0,
                  js1->cpu_mbps > 0 ? ours->cpu_mbps / js1->cpu_mbps : 0);
+        const row *hf = find_row("@huggingface", 1), *ob1 = find_row("ojas batch", 1);
+        if (hf && ob1) {
+            size_t l = strlen(ratio);
+            snprintf(ratio + l, sizeof ratio - l,
+                     "; on the same documents, ojas %.1f MB/s = %.1fx @huggingface/tokenizers "
+                     "%.2f MB/s (per CPU second: %.1fx)",
+                     ob1->mbps, ob1->mbps / hf->mbps, hf->mbps,
+                     hf->cpu_mbps > 0 ? ob1->cpu_mbps / hf->cpu_mbps : 0);
+        }
         printf("\n%s\n", ratio);
         if (omt && tkmt)
             printf("batch on %d threads: ojas %.1f MB/s = %.1fx tiktoken on %d worker_threads "
@@ -308,7 +388,10 @@ int main(int argc, char **argv) {
         strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
         struct utsname un;
         uname(&un);
-        fprintf(f, "# Tokenizer benchmark\n\n");
+        if (gpt2)
+            fprintf(f, "# Tokenizer benchmark\n\n");
+        else
+            fprintf(f, "# Tokenizer benchmark: tiktoken %s\n\n", encoding);
         fprintf(f, "- date: %s\n- machine: %s, %ld logical CPUs, %s %s\n", date, cpu, ncpu,
                 un.sysname, un.release);
         fprintf(f, "- command: `");
@@ -342,7 +425,7 @@ int main(int argc, char **argv) {
             fprintf(f, "| %s | %d | %.4f | %.2f | %s | %lld |\n", g_rows[i].name,
                     g_rows[i].threads, g_rows[i].seconds, g_rows[i].mbps, cpus, g_rows[i].tokens);
         }
-        fprintf(f, "\nojas tokenizer load (encoder.json + vocab.bpe): %.1f ms.\n", load_s * 1e3);
+        fprintf(f, "\nojas tokenizer load (%s): %.1f ms.\n", load_what, load_s * 1e3);
         if (*ratio) {
             fprintf(f, "\n**Ratio.** %s.", ratio);
             if (omt && tkmt)

@@ -43,9 +43,11 @@ void oj_tokens_free(oj_tokens *t);
 typedef struct oj_tokenizer oj_tokenizer;
 
 /* Load from a directory holding `encoder.json` + `vocab.bpe` (GPT-2 / HF
- * format), else `tokenizer.json` (oj_tokenizer_load_hf), else exactly one
- * `*.tiktoken` rank file (as oj_tokenizer_load_tiktoken: GPT-2's ranks
- * only). OJ_ERR_IO when the
+ * format), else the same files named `vocab.json` + `merges.txt` (as a
+ * transformers GPT-2 directory has them) when there is no `tokenizer.json`,
+ * else `tokenizer.json` (oj_tokenizer_load_hf), else exactly one
+ * `*.tiktoken` rank file (as oj_tokenizer_load_tiktoken: the ranks of
+ * tiktoken's gpt2, cl100k_base or o200k_base). OJ_ERR_IO when the
  * files are missing or unreadable, OJ_ERR_CORRUPT when malformed (bad JSON,
  * bad base64, duplicate tokens or ids, a missing byte token, merges that
  * reference unknown tokens, an encoder.json entry that no merge produces
@@ -64,12 +66,23 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err);
 oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe,
                                  oj_tokenizer **out, oj_error *err);
 /* A tiktoken rank file: lines "<base64 bytes> <rank>". Rank = id. The
- * special token "<|endoftext|>" is added with id (max rank + 1). The file
- * does not say which pre-tokenisation pattern its ranks belong to, and
- * ojas has GPT-2's only, so only GPT-2's ranks (tiktoken's gpt2 /
- * r50k_base: ranks 0..50255, identified by their XXH3-64 hash) are
- * accepted; any other set of ranks is OJ_ERR_UNSUPPORTED, naming
- * cl100k_base, o200k_base or p50k_base when it has their size. */
+ * file does not say which pre-tokenisation pattern and special tokens its
+ * ranks belong to, so the ranks are identified (their XXH3-64 hash) as one
+ * of tiktoken's encodings that ojas knows, and encode as js-tiktoken does:
+ * - gpt2 / r50k_base (ranks 0..50255): GPT-2's pattern (the hand-written
+ *   scanner), "<|endoftext|>" = 50256;
+ * - cl100k_base (0..100255) and o200k_base (0..199997): their own patterns
+ *   through PCRE2 (JIT), with node's Unicode 17 classes spelled out as
+ *   code point ranges (generated: scripts/gen_tiktoken_patterns.mjs), and
+ *   their special tokens (cl100k: <|endoftext|> 100257, <|fim_prefix|>
+ *   100258, <|fim_middle|> 100259, <|fim_suffix|> 100260, <|endofprompt|>
+ *   100276; o200k: <|endoftext|> 199999, <|endofprompt|> 200018). Such a
+ *   tokenizer keeps its pattern (oj_tokenizer_set_pretokenizer refuses
+ *   OJ_PRETOK_FAST) and cannot be saved as GPT-2 files (oj_tokenizer_save
+ *   refuses).
+ * Any other set of ranks is OJ_ERR_UNSUPPORTED, naming cl100k_base or
+ * o200k_base when it has their size but not their ranks, and p50k_base by
+ * its size. */
 oj_status oj_tokenizer_load_tiktoken(const char *path, oj_tokenizer **out, oj_error *err);
 /* The same without the identification: the caller vouches that the ranks
  * were made with GPT-2's pattern (e.g. ranks.tiktoken written by

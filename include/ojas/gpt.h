@@ -145,6 +145,30 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err);
  * unsupported architecture or config field), OJ_ERR_SHAPE / OJ_ERR_DTYPE (a
  * tensor that does not fit the config), OJ_ERR_CAPACITY. */
 oj_status oj_gpt_load_dir(oj_engine *eng, const char *dir, oj_gpt **out, oj_error *err);
+/* Write a Hugging Face model directory that transformers' from_pretrained
+ * and oj_gpt_load_dir read back to the same logits: dir/config.json (the
+ * architecture the config is: GPT2LMHeadModel for OJ_GPT2; for OJ_LLAMA
+ * Qwen3ForCausalLM with qk_norm, Qwen2ForCausalLM with qkv_bias, else
+ * LlamaForCausalLM; sizes, norm eps, rope_theta and rope_scaling "llama3",
+ * tie_word_embeddings, torch_dtype) and dir/model.safetensors (the
+ * state_dict under its names, which are transformers', in the parameters'
+ * dtype, metadata format "pt"; a tied head is left out as save_pretrained
+ * leaves it). vocab_size > 0 (at most the model's) keeps only the first
+ * vocab_size rows of the embedding and head, e.g. the tokenizer's true size
+ * when the model's was padded; 0 keeps the model's. dir is created if
+ * missing; each file is written to a temporary sibling and renamed.
+ * Errors: OJ_ERR_UNSUPPORTED (a nanolab model, or a llama-family one with
+ * both qkv_bias and qk_norm: no transformers class), OJ_ERR_INVALID_ARGUMENT
+ * (vocab_size too large), OJ_ERR_IO, OJ_ERR_CAPACITY. */
+oj_status oj_gpt_save_hf_dir(const oj_gpt *m, const char *dir, int64_t vocab_size, oj_error *err);
+/* Copy a tokenizer directory's files into dst (created if missing) under
+ * the names transformers reads: tokenizer.json, tokenizer_config.json,
+ * special_tokens_map.json, tokenizer.model and generation_config.json as
+ * they are; GPT-2's encoder.json / vocab.bpe as vocab.json / merges.txt;
+ * and any *.tiktoken rank file (ojas reads it; transformers does not).
+ * Each copy is atomic. OJ_ERR_IO when src holds no tokenizer file or a
+ * copy fails. */
+oj_status oj_hf_copy_files(const char *src, const char *dst, oj_error *err);
 /* Fill *cfg from a Hugging Face config.json (its path): GPT2LMHeadModel
  * (n_layer, n_head, n_embd, n_positions, n_inner, vocab_size,
  * layer_norm_epsilon; activation_function gelu_new) becomes OJ_GPT2; the

@@ -44,6 +44,38 @@ oj_status oj_generate(oj_gpt *m, int64_t batch, const int32_t *const *prompts,
                       const int64_t *prompt_lens, const oj_sampler_config *cfg, int32_t **out,
                       int64_t *out_lens, oj_token_fn on_token, void *ctx);
 
+/* The most end-of-sequence ids a generation_config.json may list. */
+#define OJ_MAX_EOS_TOKENS 8
+
+/* Generation defaults of a Hugging Face model directory, as transformers'
+ * GenerationConfig gives them to generate(). */
+typedef struct oj_generation_config {
+    bool found;                 /* the directory has generation_config.json */
+    /* transformers' defaults (top_k 50, top_p 1, temperature 1, penalty 1)
+     * with the file's values; temperature 0 (greedy) unless do_sample is
+     * true; max_new_tokens -1 when the file has none; stop_token the first
+     * eos id (-1 if none); seed 0. */
+    oj_sampler_config sampler;
+    int64_t max_length;         /* prompt + new tokens; -1: not given */
+    int32_t eos_token_ids[OJ_MAX_EOS_TOKENS]; /* every eos id (oj_generate stops at */
+    int n_eos;                  /* sampler.stop_token only: stop at the others in on_token) */
+    int32_t bos_token_id, pad_token_id; /* -1: not given */
+} oj_generation_config;
+
+/* Read DIR/generation_config.json into *out. No file: OJ_OK with found
+ * false, sampler = oj_sampler_config_default(), the rest -1 / 0. Read:
+ * do_sample, temperature, top_k, top_p, repetition_penalty, max_new_tokens,
+ * max_length, eos_token_id (an id or a list of at most OJ_MAX_EOS_TOKENS),
+ * bos_token_id, pad_token_id; token ids must lie in [0, vocab_size) when
+ * vocab_size > 0. A key that asks for a decoding method or logits processor
+ * ojas lacks (num_beams > 1, typical_p, min_p, no_repeat_ngram_size,
+ * suppress_tokens, ...) with a non-default value is OJ_ERR_UNSUPPORTED
+ * naming the file and key; other keys (transformers_version, use_cache, ...)
+ * are ignored. Bad JSON or a bad value: OJ_ERR_CORRUPT naming the file and
+ * key; unreadable: OJ_ERR_IO. *out is written only on success. */
+oj_status oj_generation_config_load(const char *dir, int64_t vocab_size,
+                                    oj_generation_config *out, oj_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -123,6 +123,12 @@ typedef struct oj_train_config {
                               * ending the job, naming the silent ranks; 300 */
     int64_t dist_bucket_bytes; /* data parallel: the gradient is exchanged in buckets of
                                 * at most this many bytes; 64 MiB */
+    char init_from[1024];    /* a Hugging Face model directory (oj_gpt_load_dir) to
+                              * fine-tune: its config.json is the model (the preset
+                              * and the model-shape keys then stay unset) and a new
+                              * run starts from its weights; "" = none. Stored
+                              * absolute; a resume takes the weights of its
+                              * checkpoint. */
 } oj_train_config;
 
 /* The defaults listed above. */

@@ -57,6 +57,8 @@ struct oj_tokenizer {
     int64_t n_merges;
     oj_pretokenizer pretok;
     struct oj_pretok_re *re;
+    const char *encoding;   /* tiktoken encoding whose own pattern tok->re is
+                               ("cl100k_base", "o200k_base"; static), or NULL */
     oj_tok_pool *pool;
     /* Loaded from tokenizer.json (src/data/tokenizer_json.c); all zero for
      * the other formats. */

@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "data/bpe.h"
 #include "data/pretok.h"
+#include "data/tiktoken.h"
 #include "data/unicode.h"
 #include "io/io_internal.h"
 
@@ -297,19 +298,29 @@ static long b64decode(const char *s, size_t n, uint8_t *out) {
     return o;
 }
 
-/* Identifying GPT-2's ranks. A tiktoken file carries only (bytes, rank)
- * pairs, not the pre-tokenisation pattern its ranks were made with, and
- * ojas knows one pattern: GPT-2's (tiktoken's "gpt2" / r50k_base). Ranks
- * of another encoding (cl100k_base, o200k_base, p50k_base) encoded with it
- * give wrong ids and a wrong <|endoftext|>, so a file is accepted only when
- * it holds GPT-2's ranks exactly: ranks 0..50255, each once (ids are
+/* Identifying a rank file's encoding. A tiktoken file carries only
+ * (bytes, rank) pairs, not the pre-tokenisation pattern its ranks were made
+ * with nor its special tokens, and ranks encoded with another encoding's
+ * pattern give wrong ids. So a file is accepted only when it holds the
+ * ranks of an encoding ojas knows exactly: ranks 0..n-1, each once (ids are
  * checked unique as they are added), whose (length, bytes) sequence in rank
- * order hashes (XXH3-64) to the value below, computed from GPT-2's
- * encoder.json. Line order, line endings and base64 spelling do not
- * matter; a single changed byte or rank does. The sizes of the other
- * public encodings name them in the refusal. */
+ * order hashes (XXH3-64) to the encoding's value below. Line order, line
+ * endings and base64 spelling do not matter; a single changed byte or rank
+ * does. GPT-2's (tiktoken's "gpt2" / r50k_base; value computed from
+ * GPT-2's encoder.json) use the GPT-2 pattern and "<|endoftext|>" after the
+ * last rank; cl100k_base and o200k_base (values computed from js-tiktoken
+ * 1.0.21's ranks, which are OpenAI's published files) use their own patterns
+ * and special tokens (tiktoken.h). */
 #define GPT2_N_RANKS 50256
 #define GPT2_RANKS_XXH3 UINT64_C(0x58b09f73d0154297)
+
+static const struct {
+    const char *name;
+    uint64_t xxh3;
+} k_known_hash[] = {
+    {"cl100k_base", UINT64_C(0x64f9248544abd515)},
+    {"o200k_base", UINT64_C(0x68e1412d320908c2)},
+};
 
 static uint64_t ranks_hash(const oj_tokenizer *tok, int32_t n) {
     XXH3_state_t *s = XXH3_createState();
@@ -331,29 +342,57 @@ static uint64_t ranks_hash(const oj_tokenizer *tok, int32_t n) {
 
 uint64_t oj__tokenizer_ranks_hash(const oj_tokenizer *tok, int32_t n) { return ranks_hash(tok, n); }
 
-static oj_status identify_ranks(const char *path, const oj_tokenizer *tok, int64_t n_ranks,
-                                int64_t max_id, oj_error *err) {
-    static const struct {
-        int64_t n;
-        const char *name;
-    } known[] = {{100256, "cl100k_base"}, {199998, "o200k_base"}, {50281, "p50k_base"}};
+/* Which encoding the ranks of tok are: NULL for GPT-2's, else the entry of
+ * oj_tiktoken_encodings; *known is false when neither (error set, naming
+ * the encoding when the number of ranks is that of a public one). */
+static const oj_tiktoken_encoding *identify_ranks(const char *path, const oj_tokenizer *tok,
+                                                  int64_t n_ranks, int64_t max_id, bool *known,
+                                                  oj_error *err) {
+    *known = true;
     if (n_ranks == GPT2_N_RANKS && max_id == GPT2_N_RANKS - 1 &&
         ranks_hash(tok, GPT2_N_RANKS) == GPT2_RANKS_XXH3)
-        return OJ_OK;
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (n_ranks == known[i].n)
-            return oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                                "tokenizer: %s holds %lld ranks, as tiktoken's %s does; ojas has "
-                                "only GPT-2's pre-tokenisation pattern, and %s's ranks need their "
-                                "own (encoded with GPT-2's they give wrong ids)",
-                                path, (long long)n_ranks, known[i].name, known[i].name);
-    return oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                        "tokenizer: %s holds %lld ranks that are not GPT-2's (%d ranks, "
-                        "r50k_base); ojas cannot tell which pre-tokenisation pattern they were "
-                        "made with (for a rank file of a tokenizer trained with ojas, use "
-                        "oj_tokenizer_load_tiktoken_as_gpt2 or the directory with encoder.json "
-                        "and vocab.bpe)",
-                        path, (long long)n_ranks, GPT2_N_RANKS);
+        return NULL;
+    for (int i = 0; i < oj_tiktoken_n_encodings; i++) {
+        const oj_tiktoken_encoding *e = &oj_tiktoken_encodings[i];
+        if (n_ranks != e->n_ranks || max_id != e->n_ranks - 1)
+            continue;
+        uint64_t want = 0;
+        for (size_t k = 0; k < sizeof k_known_hash / sizeof k_known_hash[0]; k++)
+            if (strcmp(k_known_hash[k].name, e->name) == 0)
+                want = k_known_hash[k].xxh3;
+        if (ranks_hash(tok, e->n_ranks) == want)
+            return e;
+        *known = false;
+        oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                     "tokenizer: %s holds %lld ranks, as tiktoken's %s does, but they are not "
+                     "%s's (a byte or rank differs); ojas cannot tell which pre-tokenisation "
+                     "pattern they were made with",
+                     path, (long long)n_ranks, e->name, e->name);
+        return NULL;
+    }
+    *known = false;
+    if (n_ranks == GPT2_N_RANKS)
+        oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                     "tokenizer: %s holds %lld ranks, as tiktoken's gpt2 (r50k_base) does, but "
+                     "they are not GPT-2's (a byte or rank differs); ojas cannot tell which "
+                     "pre-tokenisation pattern they were made with (for a rank file of a "
+                     "tokenizer trained with ojas, use oj_tokenizer_load_tiktoken_as_gpt2)",
+                     path, (long long)n_ranks);
+    else if (n_ranks == 50281)
+        oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                     "tokenizer: %s holds %lld ranks, as tiktoken's p50k_base does; ojas knows "
+                     "the encodings gpt2 (r50k_base), cl100k_base and o200k_base, not p50k_base",
+                     path, (long long)n_ranks);
+    else
+        oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                     "tokenizer: %s holds %lld ranks that are none of tiktoken's gpt2 (%d ranks), "
+                     "cl100k_base (%d) or o200k_base (%d); ojas cannot tell which "
+                     "pre-tokenisation pattern they were made with (for a rank file of a "
+                     "tokenizer trained with ojas, use oj_tokenizer_load_tiktoken_as_gpt2 or the "
+                     "directory with encoder.json and vocab.bpe)",
+                     path, (long long)n_ranks, GPT2_N_RANKS, oj_tiktoken_encodings[0].n_ranks,
+                     oj_tiktoken_encodings[1].n_ranks);
+    return NULL;
 }
 
 static oj_status load_tiktoken(const char *path, bool identify, oj_tokenizer **out,
@@ -425,11 +464,29 @@ static oj_status load_tiktoken(const char *path, bool identify, oj_tokenizer **o
         st = oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s holds no ranks", path);
         goto done;
     }
-    if ((st = oj_bpe_add_special(tok, (const uint8_t *)"<|endoftext|>", 13, (int32_t)max_id + 1, err)))
+    const oj_tiktoken_encoding *enc = NULL;
+    bool known = true;
+    oj_error iderr = {0};
+    if (identify) /* reported after the checks of the format: a malformed file says so first */
+        enc = identify_ranks(path, tok, n_ranks, max_id, &known, &iderr);
+    if (enc) {
+        for (int i = 0; i < enc->n_specials; i++)
+            if ((st = oj_bpe_add_special(tok, (const uint8_t *)enc->specials[i].text,
+                                         strlen(enc->specials[i].text), enc->specials[i].id, err)))
+                goto done;
+        char msg[256];
+        if (!(tok->re = oj_pretok_pcre2_compile_pattern(enc->pattern, msg, sizeof msg))) {
+            st = oj_error_set(err, OJ_ERR_INTERNAL, "tokenizer: %s pattern: %s", enc->name, msg);
+            goto done;
+        }
+        tok->pretok = OJ_PRETOK_PCRE2;
+        tok->encoding = enc->name;
+    } else if ((st = oj_bpe_add_special(tok, (const uint8_t *)"<|endoftext|>", 13,
+                                        (int32_t)max_id + 1, err)))
         goto done;
     st = oj_bpe_finish(tok, err);
-    if (!st && identify) /* after the checks of the format: a malformed file says so first */
-        st = identify_ranks(path, tok, n_ranks, max_id, err);
+    if (!st && !known)
+        st = oj_error_set(err, iderr.status, "%s", iderr.message);
 done:
     free(tmp);
     free(buf);
@@ -454,6 +511,12 @@ static bool is_file(const char *path) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+static bool is_file_in(const char *dir, const char *name) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return is_file(p);
+}
+
 oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) {
     if (!dir || !out)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load: NULL argument");
@@ -469,6 +532,15 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
     snprintf(b, dl + 32, "%s/vocab.bpe", dir);
     oj_status st;
     if (is_file(a) && is_file(b)) {
+        st = oj_tokenizer_load_gpt2(a, b, out, err);
+        free(a);
+        free(b);
+        return st;
+    }
+    /* the same two files under transformers' names (a GPT-2 model directory) */
+    snprintf(a, dl + 32, "%s/vocab.json", dir);
+    snprintf(b, dl + 32, "%s/merges.txt", dir);
+    if (is_file(a) && is_file(b) && !is_file_in(dir, "tokenizer.json")) {
         st = oj_tokenizer_load_gpt2(a, b, out, err);
         free(a);
         free(b);

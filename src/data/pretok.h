@@ -18,7 +18,8 @@
 size_t oj_pretok_split(const uint8_t *s, size_t n, size_t *pos, size_t *ends, size_t max);
 
 /* PCRE2 reference with the same contract; requires valid UTF-8 (checked by
- * the caller). `re` from oj_pretok_pcre2_compile, `md` match data for it.
+ * the caller). `re` from oj_pretok_pcre2_compile, `md` match data for it
+ * (one per thread: it holds the thread's JIT stack).
  * Returns (size_t)-1 on a PCRE2 matching error. */
 struct oj_pretok_re;
 struct oj_pretok_re *oj_pretok_pcre2_compile(char *errbuf, size_t errlen);

@@ -4,6 +4,7 @@
  * PCRE2's \s differs from it (U+0085 is space in PCRE2, U+FEFF is not). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,9 +17,16 @@ static const char k_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[
 
 struct oj_pretok_re {
     pcre2_code *code;
+    bool jit;
+};
+
+/* What one thread matches with: its match data and, under the JIT, its own
+ * JIT stack (a JIT stack serves one thread at a time). */
+typedef struct pretok_md {
+    pcre2_match_data *md;
     pcre2_jit_stack *stack;
     pcre2_match_context *mctx;
-};
+} pretok_md;
 
 struct oj_pretok_re *oj_pretok_pcre2_compile(char *errbuf, size_t errlen) {
     return oj_pretok_pcre2_compile_pattern(k_pattern, errbuf, errlen);
@@ -42,37 +50,54 @@ struct oj_pretok_re *oj_pretok_pcre2_compile_pattern(const char *pattern, char *
         free(re);
         return NULL;
     }
-    /* JIT when available; the interpreter gives the same matches. Long
-     * whitespace runs backtrack, so give the JIT a roomy stack. */
-    if (pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0) {
-        re->stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-        re->mctx = pcre2_match_context_create(NULL);
-        if (re->stack && re->mctx)
-            pcre2_jit_stack_assign(re->mctx, NULL, re->stack);
-    }
+    /* JIT when available; the interpreter gives the same matches. */
+    re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
     return re;
 }
 
 void oj_pretok_pcre2_free(struct oj_pretok_re *re) {
     if (!re)
         return;
-    pcre2_match_context_free(re->mctx);
-    pcre2_jit_stack_free(re->stack);
     pcre2_code_free(re->code);
     free(re);
 }
 
 void *oj_pretok_pcre2_match_data(const struct oj_pretok_re *re) {
-    return pcre2_match_data_create_from_pattern(re->code, NULL);
+    pretok_md *m = calloc(1, sizeof *m);
+    if (!m || !(m->md = pcre2_match_data_create_from_pattern(re->code, NULL))) {
+        free(m);
+        return NULL;
+    }
+    /* Long whitespace runs backtrack, so give the JIT a roomy stack. */
+    if (re->jit) {
+        m->stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+        m->mctx = pcre2_match_context_create(NULL);
+        if (!m->stack || !m->mctx) {
+            oj_pretok_pcre2_match_data_free(m);
+            return NULL;
+        }
+        pcre2_jit_stack_assign(m->mctx, NULL, m->stack);
+    }
+    return m;
 }
 
-void oj_pretok_pcre2_match_data_free(void *md) { pcre2_match_data_free(md); }
+void oj_pretok_pcre2_match_data_free(void *md) {
+    pretok_md *m = md;
+    if (!m)
+        return;
+    pcre2_match_context_free(m->mctx);
+    pcre2_jit_stack_free(m->stack);
+    pcre2_match_data_free(m->md);
+    free(m);
+}
 
-size_t oj_pretok_pcre2_split(const struct oj_pretok_re *re, void *md, const uint8_t *s, size_t n,
+size_t oj_pretok_pcre2_split(const struct oj_pretok_re *re, void *mdv, const uint8_t *s, size_t n,
                              size_t *pos, size_t *ends, size_t max) {
+    pretok_md *m = mdv;
+    pcre2_match_data *md = m->md;
     size_t i = *pos, k = 0;
     while (i < n && k < max) {
-        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, i, PCRE2_NO_UTF_CHECK, md, re->mctx);
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, i, PCRE2_NO_UTF_CHECK, md, m->mctx);
         if (rc < 0)
             return (size_t)-1;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -87,11 +112,13 @@ size_t oj_pretok_pcre2_split(const struct oj_pretok_re *re, void *md, const uint
     return k;
 }
 
-size_t oj_pretok_pcre2_split_isolated(const struct oj_pretok_re *re, void *md, const uint8_t *s,
+size_t oj_pretok_pcre2_split_isolated(const struct oj_pretok_re *re, void *mdv, const uint8_t *s,
                                       size_t n, size_t *pos, size_t *ends, size_t max) {
+    pretok_md *m = mdv;
+    pcre2_match_data *md = m->md;
     size_t i = *pos, from = i, k = 0;
     while (i < n && k + 2 <= max) {
-        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, md, re->mctx);
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, md, m->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) {
             ends[k++] = i = n; /* the rest is one gap */
             break;

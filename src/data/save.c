@@ -87,6 +87,11 @@ oj_status oj_tokenizer_save(const oj_tokenizer *tok, const char *dir, oj_error *
         return oj_error_set(err, OJ_ERR_UNSUPPORTED,
                             "tokenizer_save: a tokenizer loaded from tokenizer.json is kept as "
                             "that file (GPT-2 files cannot hold its pre-tokenizer and merges)");
+    if (tok->encoding)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "tokenizer_save: a %s tokenizer is kept as its rank file (GPT-2 "
+                            "files cannot hold its pre-tokenisation pattern and special tokens)",
+                            tok->encoding);
     oj_status st = oj__mkdirs(dir, err);
     if (st)
         return st;

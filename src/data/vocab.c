@@ -319,6 +319,11 @@ oj_status oj_tokenizer_set_pretokenizer(oj_tokenizer *tok, oj_pretokenizer p, oj
         return oj_error_set(err, OJ_ERR_UNSUPPORTED,
                             "tokenizer_set_pretokenizer: this tokenizer.json tokenizer splits "
                             "text with its own pre-tokenizer, not the GPT-2 pattern");
+    if (tok->encoding && p != OJ_PRETOK_PCRE2)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "tokenizer_set_pretokenizer: this %s tokenizer splits text with its "
+                            "own pattern through PCRE2, not the GPT-2 scanner",
+                            tok->encoding);
     if (p == OJ_PRETOK_PCRE2 && !tok->re) {
         char msg[256];
         tok->re = oj_pretok_pcre2_compile(msg, sizeof msg);

@@ -116,6 +116,7 @@ static const key_def k_keys[] = {
     I64(zero, 0, 1),
     F64(dist_timeout, 0, HUGE_VAL),
     I64(dist_bucket_bytes, 1, BIG),
+    STR(init_from),
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -438,9 +439,35 @@ oj_status oj__train_config_from_json(oj_train_config *c, const json_t *obj, oj_e
 
 /* ---------------------------------------------------------------- checks */
 
+/* init_from: the model is DIR/config.json, whose shape the weights have. */
+static oj_status init_from_config(const oj_train_config *c, oj_gpt_config *out, oj_error *err) {
+    static const char *const shape[] = {"vocab_size", "block_size", "n_layer", "n_head",
+                                        "n_kv_head", "n_embd", "mlp_hidden"};
+    const int64_t v[] = {c->vocab_size, c->block_size, c->n_layer, c->n_head,
+                         c->n_kv_head, c->n_embd, c->mlp_hidden};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i] > 0)
+            return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                                "config key '%s': init_from takes the model's shape from %s/"
+                                "config.json (its weights have that shape); leave '%s' unset",
+                                shape[i], c->init_from, shape[i]);
+    char path[sizeof c->init_from + 16];
+    snprintf(path, sizeof path, "%s/config.json", c->init_from);
+    oj_error e2 = {0};
+    if (oj_gpt_config_from_hf(path, out, &e2))
+        return oj_error_set(err, e2.status, "config key 'init_from': %s", e2.message);
+    return OJ_OK;
+}
+
 oj_status oj_train_model_config(const oj_train_config *c, int64_t tok_vocab, oj_gpt_config *out,
                                 oj_error *err) {
     oj_gpt_config m;
+    if (c->init_from[0]) {
+        oj_status st = init_from_config(c, &m, err);
+        if (!st)
+            *out = m;
+        return st;
+    }
     if (!oj_gpt_preset(c->model, &m)) {
         char names[512];
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,

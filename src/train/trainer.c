@@ -443,7 +443,14 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         st = resolve_resume(t, err);
     if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */
         oj_set_autocast(t->eng, true, cfg->dtype == OJ_TRAIN_BF16 ? OJ_BF16 : OJ_F16);
-    if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
+    if (!st && cfg->init_from[0] && !opts->resume) { /* fine-tune: the directory's weights */
+        oj_error e2 = {0};
+        char abs[PATH_MAX];
+        if ((st = oj_gpt_load_dir(t->eng, cfg->init_from, &t->model, &e2)))
+            oj_error_set(err, st, "init_from: %s", e2.message);
+        else if (realpath(cfg->init_from, abs) && strlen(abs) < sizeof t->cfg.init_from)
+            memcpy(t->cfg.init_from, abs, strlen(abs) + 1);
+    } else if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
         st = eng_error(t, err, "model");
     if (!st) /* the parameters' layout and ZeRO-1 runs, before the optimizer */
         st = oj__train_dist_setup(t, err);

@@ -1,10 +1,21 @@
 /* Fuzz target: Hugging Face config.json parsing (oj_gpt_config_from_hf and
- * its in-memory form oj__gpt_config_from_hf_json).
+ * its in-memory form oj__gpt_config_from_hf_json), and generation_config.json
+ * (oj_generation_config_load and oj__generation_config_from_json).
  *
- * Input layout: one flags byte, then the config.json text. Flags bit 0
- * reads it from a file in the scratch directory (oj_gpt_config_from_hf)
- * instead of memory. tests/fuzz/make_corpus_data.py writes the seeds.
+ * Input layout: one flags byte, then the JSON text. Flags bit 0 reads it
+ * from a file in the scratch directory (oj_gpt_config_from_hf /
+ * oj_generation_config_load) instead of memory; bit 1 takes it as
+ * generation_config.json (token ids checked against a vocabulary of 1000).
+ * tests/fuzz/make_corpus_data.py writes the seeds.
  *
+ * generation_config.json checks: a refusal is OJ_ERR_CORRUPT or
+ * OJ_ERR_UNSUPPORTED (OJ_ERR_IO only for the file route) with a one-line
+ * message naming the file, and leaves the output byte for byte unchanged;
+ * an accepted file gives a usable sampler (temperature >= 0 and finite,
+ * 0 < top_p <= 1, penalty > 0, top_k >= 0) and eos / bos / pad ids in
+ * [-1, 1000), stop_token the first eos id.
+ *
+ * config.json checks:
  * Checks: a refusal is OJ_ERR_INVALID_ARGUMENT or OJ_ERR_CORRUPT (OJ_ERR_IO
  * only for the file route) with a one-line message naming the file, and
  * leaves the config byte for byte unchanged; an accepted config passes
@@ -16,6 +27,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
+#include "infer/generation_config.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
 
@@ -50,9 +62,53 @@ static void run_model(const oj_gpt_config *c) {
     oj_engine_free(eng);
 }
 
+static bool id_ok(int32_t id) { return id >= -1 && id < 1000; }
+
+static void generation_config(const uint8_t *data, size_t size, bool file) {
+    oj_generation_config g, before;
+    memset(&g, 0xA5, sizeof g);
+    before = g;
+    oj_error e = {0};
+    oj_status rc;
+    char path[512];
+    if (file) {
+        char dir[512];
+        fz_path(path, sizeof path, "generation_config.json");
+        fz_write(path, data + 1, size - 1);
+        snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
+        rc = oj_generation_config_load(dir, 1000, &g, &e);
+    } else {
+        snprintf(path, sizeof path, "generation_config.json");
+        char *copy = malloc(size - 1 ? size - 1 : 1);
+        FZ_CHECK(copy);
+        if (size > 1) memcpy(copy, data + 1, size - 1);
+        rc = oj__generation_config_from_json(copy, size - 1, path, 1000, &g, &e);
+        free(copy);
+    }
+    if (rc != OJ_OK) {
+        FZ_CHECK(rc == OJ_ERR_CORRUPT || rc == OJ_ERR_UNSUPPORTED || (file && rc == OJ_ERR_IO));
+        FZ_CHECK(e.status == rc && e.message[0] && strchr(e.message, '\n') == NULL);
+        FZ_CHECK(strstr(e.message, "generation_config.json") != NULL);
+        FZ_CHECK(memcmp(&g, &before, sizeof g) == 0);
+        return;
+    }
+    FZ_CHECK(g.found);
+    const oj_sampler_config *s = &g.sampler;
+    FZ_CHECK(s->temperature >= 0 && s->temperature < 1e300 && s->top_p > 0 && s->top_p <= 1);
+    FZ_CHECK(s->repetition_penalty > 0 && s->top_k >= 0 && s->max_new_tokens >= -1);
+    FZ_CHECK(g.max_length >= -1 && id_ok(g.bos_token_id) && id_ok(g.pad_token_id));
+    FZ_CHECK(g.n_eos >= 0 && g.n_eos <= OJ_MAX_EOS_TOKENS);
+    for (int i = 0; i < g.n_eos; i++) FZ_CHECK(id_ok(g.eos_token_ids[i]) && g.eos_token_ids[i] >= 0);
+    FZ_CHECK(s->stop_token == (g.n_eos ? g.eos_token_ids[0] : -1));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > MAX_INPUT) return 0;
     const bool file = data[0] & 1;
+    if (data[0] & 2) {
+        generation_config(data, size, file);
+        return 0;
+    }
     oj_gpt_config c, before;
     memset(&c, 0xA5, sizeof c);
     before = c;

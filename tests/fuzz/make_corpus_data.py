@@ -11,7 +11,7 @@ tests/fuzz/corpus/fuzz_shard/         12 parameter bytes, then a .bin shard.
 tests/fuzz/corpus/fuzz_train_config/  flags byte, then JSON|OJSEP|key=value
     lines.
 tests/fuzz/corpus/fuzz_hf_config/     flags byte, then a Hugging Face
-    config.json.
+    config.json (flags bit 1: a generation_config.json).
 """
 import base64
 import json
@@ -279,6 +279,18 @@ def hf_config_seeds():
         "bad_types": seed(0, v(hidden_size="16", rms_norm_eps=-1, tie_word_embeddings=1)),
         "bad_json": seed(0, b'{"architectures": ["LlamaForCausalLM"], "vocab_size": 3\n2'),
         "bad_not_object": seed(0, b"[1, 2]"),
+        # generation_config.json (flags bit 1): GPT-2's, Llama 3's, refusals
+        "gen_gpt2": seed(2, {"bos_token_id": 50, "eos_token_id": 50,
+                             "transformers_version": "4.40.0", "_from_model_config": True}),
+        "gen_llama3_file": seed(3, {"bos_token_id": 1, "do_sample": True, "eos_token_id": [2, 8, 9],
+                                    "max_length": 4096, "temperature": 0.6, "top_p": 0.9}),
+        "gen_greedy_limits": seed(2, {"do_sample": False, "max_new_tokens": 12, "top_k": 0,
+                                      "repetition_penalty": 1.1, "pad_token_id": 3,
+                                      "num_beams": 1, "min_p": None}),
+        "gen_bad_beams": seed(2, {"num_beams": 4, "eos_token_id": 2}),
+        "gen_bad_values": seed(2, {"eos_token_id": [1, 1000], "top_p": 0, "do_sample": "yes"}),
+        "gen_bad_sample_t0": seed(2, {"do_sample": True, "temperature": 0}),
+        "gen_bad_json": seed(3, b'{"eos_token_id": [1, 2'),
     }
 
 

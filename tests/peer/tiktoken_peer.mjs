@@ -1,13 +1,25 @@
-// Peer encoder for ojas's tokenizer tests and benchmark: GPT-2 ids from npm
-// js-tiktoken (pure JS) or tiktoken (Rust compiled to WASM).
+// Peer encoder for ojas's tokenizer tests and benchmark: ids of tiktoken's
+// gpt2, cl100k_base or o200k_base encodings from npm js-tiktoken (pure JS)
+// or tiktoken (Rust compiled to WASM).
 //
-//   node tiktoken_peer.mjs encode js|wasm IN OUT
+//   node tiktoken_peer.mjs encode js|wasm IN OUT [ENCODING]
+//     ENCODING: gpt2 (default), cl100k_base or o200k_base.
 //     IN: records [u8 mode][u32le length][UTF-8 bytes]; mode 0 = special
 //     tokens encoded as text, 1 = "<|endoftext|>" allowed. Each record is
 //     decoded with a fatal TextDecoder (IN must be valid UTF-8: the test feeds
 //     invalid byte strings only after lossy U+FFFD replacement).
 //     OUT: one line of space-separated ids per record.
-//   node tiktoken_peer.mjs bench FILE REPEATS WORKERS
+//   node tiktoken_peer.mjs ranks ENCODING OUT
+//     write js-tiktoken's ranks of ENCODING as a .tiktoken rank file (lines
+//     "<base64 bytes> <rank>" in rank order, as tiktoken's published files).
+//   node tiktoken_peer.mjs tokenizer-json ENCODING DIR
+//     write DIR/tokenizer.json holding the same encoding for
+//     @huggingface/tokenizers (the benchmark's third peer): byte-level BPE
+//     whose vocabulary is the ranks (GPT-2 byte-to-unicode strings), whose
+//     merges are recovered from the ranks (each token's bytes merged with
+//     the lower ranks only end in two parts), a Split pre-tokenizer with
+//     the encoding's pattern and its special tokens.
+//   node tiktoken_peer.mjs bench FILE REPEATS WORKERS [ENCODING]
 //     encode FILE REPEATS times with each library, single-threaded and as a
 //     batch of ~64 KiB documents over WORKERS worker threads; prints JSON
 //     with the best wall time of each (and, single-threaded, the best process
@@ -24,11 +36,15 @@ const require = createRequire(path.join(npmDir, 'package.json'));
 const version = (pkg) =>
   JSON.parse(fs.readFileSync(path.join(npmDir, 'node_modules', pkg, 'package.json'), 'utf8')).version;
 
-function load(lib) {
+function jsRanks(encoding) {
+  const ranks = require('js-tiktoken/ranks/' + encoding);
+  return ranks.default ?? ranks;
+}
+
+function load(lib, encoding = 'gpt2') {
   if (lib === 'js') {
     const { Tiktoken } = require('js-tiktoken/lite');
-    const ranks = require('js-tiktoken/ranks/gpt2');
-    const enc = new Tiktoken(ranks.default ?? ranks);
+    const enc = new Tiktoken(jsRanks(encoding));
     return {
       name: 'js-tiktoken ' + version('js-tiktoken'),
       text: (s) => enc.encode(s, [], []),
@@ -36,7 +52,7 @@ function load(lib) {
     };
   }
   const tk = require('tiktoken');
-  const enc = tk.get_encoding('gpt2');
+  const enc = tk.get_encoding(encoding);
   return {
     name: 'tiktoken ' + version('tiktoken') + ' (WASM)',
     text: (s) => enc.encode_ordinary(s),
@@ -44,17 +60,96 @@ function load(lib) {
   };
 }
 
-function encodeFile(lib, inPath, outPath) {
-  const enc = load(lib);
+// The .tiktoken rank file of an encoding (the "bpe_ranks" of js-tiktoken
+// are lines "<first token> <first rank> <base64> <base64> ...").
+function writeRanks(encoding, outPath) {
+  const lines = [];
+  for (const line of jsRanks(encoding).bpe_ranks.split('\n').filter(Boolean)) {
+    const [, offset, ...tokens] = line.split(' ');
+    tokens.forEach((t, i) => lines.push(t + ' ' + (Number(offset) + i)));
+  }
+  fs.writeFileSync(outPath, lines.join('\n') + '\n');
+}
+
+// GPT-2's bytes_to_unicode: byte -> printable character.
+function byteToUnicode() {
+  const bs = [];
+  for (let b = 33; b <= 126; b++) bs.push(b);
+  for (let b = 161; b <= 172; b++) bs.push(b);
+  for (let b = 174; b <= 255; b++) bs.push(b);
+  const cs = bs.slice();
+  let n = 0;
+  for (let b = 0; b < 256; b++)
+    if (!bs.includes(b)) {
+      bs.push(b);
+      cs.push(256 + n++);
+    }
+  const map = new Array(256);
+  bs.forEach((b, i) => (map[b] = String.fromCodePoint(cs[i])));
+  return map;
+}
+
+function writeTokenizerJson(encoding, dir) {
+  const r = jsRanks(encoding);
+  const tokens = []; // rank -> bytes
+  for (const line of r.bpe_ranks.split('\n').filter(Boolean)) {
+    const [, offset, ...toks] = line.split(' ');
+    toks.forEach((t, i) => (tokens[Number(offset) + i] = Buffer.from(t, 'base64')));
+  }
+  const rank = new Map(tokens.map((b, i) => [b.toString('latin1'), i]));
+  const b2u = byteToUnicode();
+  const str = (b) => Array.from(b, (x) => b2u[x]).join('');
+  const vocab = {}, merges = [];
+  tokens.forEach((b, id) => (vocab[str(b)] = id));
+  tokens.forEach((b, id) => {
+    if (b.length < 2) return;
+    // merge b's bytes, lowest rank first, with ranks below id only
+    let parts = Array.from(b, (x) => Buffer.from([x]));
+    for (;;) {
+      let best = -1, at = -1;
+      for (let i = 0; i + 1 < parts.length; i++) {
+        const k = rank.get(Buffer.concat([parts[i], parts[i + 1]]).toString('latin1'));
+        if (k !== undefined && k < id && (best < 0 || k < best)) { best = k; at = i; }
+      }
+      if (at < 0) break;
+      parts.splice(at, 2, Buffer.concat([parts[at], parts[at + 1]]));
+    }
+    if (parts.length !== 2) throw new Error(`${encoding}: token ${id} has no two-part merge`);
+    merges.push([id, str(parts[0]) + ' ' + str(parts[1])]);
+  });
+  merges.sort((a, b) => a[0] - b[0]);
+  const json = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: Object.entries(r.special_tokens).map(([content, id]) => ({
+      id, content, single_word: false, lstrip: false, rstrip: false, normalized: false,
+      special: true })),
+    normalizer: null,
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [
+      { type: 'Split', pattern: { Regex: r.pat_str }, behavior: 'Isolated', invert: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] },
+    post_processor: null,
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null,
+             end_of_word_suffix: null, fuse_unk: false, byte_fallback: false,
+             ignore_merges: false, vocab, merges: merges.map((m) => m[1]) },
+  };
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(json));
+}
+
+function encodeFile(lib, inPath, outPath, encoding) {
+  const enc = load(lib, encoding);
   encodeRecords(inPath, outPath, (mode, s) => (mode === 1 ? enc.allow(s) : enc.text(s)));
 }
 
-function bench(file, repeats, workers) {
+function bench(file, repeats, workers, encoding) {
   const text = fs.readFileSync(file, 'utf8');
   const mb = Buffer.byteLength(text) / 1e6;
   const result = { bytes: Buffer.byteLength(text), node: process.version, peers: [] };
   for (const lib of ['wasm', 'js']) {
-    const enc = load(lib);
+    const enc = load(lib, encoding);
     enc.text(text.slice(0, 100000)); // warm up (JIT, WASM)
     let best = Infinity, bestCpu = Infinity, n = 0;
     for (let r = 0; r < repeats; r++) {
@@ -77,7 +172,7 @@ export function chunks(buf) {
 }
 
 // Batch over worker threads: each worker encodes every WORKERS-th document.
-async function benchBatch(file, repeats, workers, result) {
+async function benchBatch(file, repeats, workers, result, encoding) {
   const buf = fs.readFileSync(file);
   const mb = buf.length / 1e6;
   const docs = chunks(buf);
@@ -86,7 +181,7 @@ async function benchBatch(file, repeats, workers, result) {
     const pool = [];
     for (let w = 0; w < workers; w++) {
       const share = docs.filter((_, i) => i % workers === w);
-      pool.push(new Worker(fileURLToPath(import.meta.url), { workerData: { lib, share } }));
+      pool.push(new Worker(fileURLToPath(import.meta.url), { workerData: { lib, share, encoding } }));
     }
     const call = (wk) => new Promise((res) => { wk.once('message', res); wk.postMessage('go'); });
     await Promise.all(pool.map(call)); // warm up
@@ -98,13 +193,13 @@ async function benchBatch(file, repeats, workers, result) {
       n = counts.reduce((a, b) => a + b, 0);
     }
     for (const wk of pool) await wk.terminate();
-    result.peers.push({ name: load(lib).name, lib, threads: workers, tokens: n, seconds: best,
+    result.peers.push({ name: load(lib, encoding).name, lib, threads: workers, tokens: n, seconds: best,
                         mbps: mb / best });
   }
 }
 
 if (!isMainThread) {
-  const enc = load(workerData.lib);
+  const enc = load(workerData.lib, workerData.encoding);
   parentPort.on('message', () => {
     let n = 0;
     for (const s of workerData.share) n += enc.text(s).length;
@@ -113,14 +208,19 @@ if (!isMainThread) {
 } else {
   const [cmd, ...args] = process.argv.slice(2);
   if (cmd === 'encode') {
-    encodeFile(args[0], args[1], args[2]);
+    encodeFile(args[0], args[1], args[2], args[3] ?? 'gpt2');
+  } else if (cmd === 'ranks') {
+    writeRanks(args[0], args[1]);
+  } else if (cmd === 'tokenizer-json') {
+    writeTokenizerJson(args[0], args[1]);
   } else if (cmd === 'bench') {
     const repeats = Number(args[1] ?? 3), workers = Number(args[2] ?? 2);
-    const result = bench(args[0], repeats, workers);
-    if (workers > 1) await benchBatch(args[0], repeats, workers, result);
+    const result = bench(args[0], repeats, workers, args[3] ?? 'gpt2');
+    if (workers > 1) await benchBatch(args[0], repeats, workers, result, args[3] ?? 'gpt2');
     process.stdout.write(JSON.stringify(result) + '\n');
   } else {
-    process.stderr.write('usage: tiktoken_peer.mjs encode js|wasm IN OUT | bench FILE REPEATS WORKERS\n');
+    process.stderr.write('usage: tiktoken_peer.mjs encode js|wasm IN OUT [ENCODING] | ranks ENCODING OUT | ' +
+                         'bench FILE REPEATS WORKERS [ENCODING]\n');
     process.exit(2);
   }
 }

@@ -10,7 +10,10 @@ sharded with model.safetensors.index.json); ojas loads the directory and
   1e-4 relative (test_gpt_parity's criterion), also through the KV cache;
 - 64 greedy tokens from the static decoder equal the reference's;
 and a bad directory (missing shard, shape mismatch, unknown architecture,
-unsupported fields) fails with one line naming the file and the field."""
+unsupported fields) fails with one line naming the file and the field.
+A directory that ojas exports (oj_gpt_save_hf_dir) is read back by the
+reference itself (its config.json and model.safetensors, parsed here) to
+logits equal to the source's, and by ojas to the same logits bit for bit."""
 
 import ctypes as C
 import json
@@ -24,7 +27,7 @@ import gpt_reference as gref
 import hf_reference as ref
 import ojas_ctypes
 from test_gpt_parity import GptConfig, _lib as _gpt_lib, _rel_err
-from test_safetensors import hf_save, raw_bytes
+from test_safetensors import hf_save, py_load, raw_bytes
 
 NEW_TOKENS = 64
 
@@ -39,6 +42,8 @@ def _lib():
         "oj_gpt_config_from_hf": (C.c_int, [C.c_char_p, C.POINTER(GptConfig),
                                             C.POINTER(ojas_ctypes.OjError)]),
         "oj_gpt_get_config": (C.POINTER(GptConfig), [vp]),
+        "oj_gpt_save_hf_dir": (C.c_int, [vp, C.c_char_p, C.c_int64,
+                                         C.POINTER(ojas_ctypes.OjError)]),
         "oj_gpt_decoder_create": (C.c_int, [vp, C.c_int64, C.c_bool, C.POINTER(vp)]),
         "oj_gpt_decoder_free": (None, [vp]),
         "oj_gpt_decoder_prefill": (C.c_int, [vp, C.POINTER(C.c_int32), C.c_int64,
@@ -231,6 +236,62 @@ def test_logits_and_greedy(eng, name, tmp_path):
         assert got_tok == want_tok
         print("%s greedy: %s" % (name, want_tok))
         assert len(set(want_tok)) > 3  # not a degenerate repetition
+    finally:
+        m.free()
+
+
+def read_dir(d):
+    """config.json and model.safetensors of d as (config dict, {name: f64
+    tensor}), read with the format's own rules (py_load)."""
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    _, header, blobs, _ = py_load(os.path.join(d, "model.safetensors"))
+    assert header["__metadata__"] == {"format": "pt"}  # transformers requires it
+    P = {}
+    for n, b in blobs.items():
+        assert header[n]["dtype"] == "F32", n
+        a = np.frombuffer(b, dtype=np.float32).reshape(header[n]["shape"])
+        P[n] = torch.from_numpy(a.copy()).double()
+    return cfg, P
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "llama-tied-mha", "llama3-rope", "qwen2",
+                                  "qwen3"])
+def test_export_reads_back(eng, name, tmp_path):
+    """ojas exports what it loaded; the reference, built from the exported
+    config.json alone, gives the source's logits from the exported tensors
+    (the same names, a tied head left out as save_pretrained leaves it),
+    and ojas reloads it to the same logits bit for bit."""
+    gen = torch.Generator().manual_seed(_seed(name) + 1)
+    cfg, params, fwd = build(name, gen)
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    write_dir(src, cfg, params)
+    m = OjModel(eng, src)
+    try:
+        err = ojas_ctypes.OjError()
+        st = _lib().oj_gpt_save_hf_dir(m.h, out.encode(), 0, C.byref(err))
+        assert st == 0, err.message.decode()
+        idx = torch.randint(0, 97, (2, 24), generator=gen)
+        with eng.no_grad():
+            got_src = m.forward(idx)
+        ecfg, P = read_dir(out)
+        assert ecfg["architectures"] == cfg["architectures"] or (
+            name == "mistral" and ecfg["architectures"] == ["LlamaForCausalLM"])
+        tied = cfg.get("tie_word_embeddings", name.startswith("gpt2"))
+        assert ("lm_head.weight" in P) == (not tied)
+        assert set(P) == {n for n in params if not (tied and n == "lm_head.weight")}
+        if name.startswith("gpt2"):
+            want = gref.forward(_gpt2_ref_cfg(ecfg), P, idx).numpy()
+        else:
+            want = ref.forward(ecfg, P, idx).numpy()
+        err_, ok = _rel_err(got_src, want)
+        assert ok, "%s: exported logits vs the source's: %.3g" % (name, err_)
+        r = OjModel(eng, out)
+        try:
+            with eng.no_grad():
+                assert np.array_equal(r.forward(idx), got_src)
+        finally:
+            r.free()
     finally:
         m.free()
 

@@ -1,5 +1,8 @@
-// test: token ids equal npm js-tiktoken (gpt2) on the King James Bible, a Unicode
-// stress text and 10,000 random byte strings; and tiktoken (WASM) where it agrees
+// test: token ids equal npm js-tiktoken on the King James Bible, a Unicode
+// stress text and 10,000 random byte strings, for tiktoken's gpt2,
+// cl100k_base and o200k_base encodings (the latter two loaded from .tiktoken
+// rank files written from js-tiktoken's ranks); and for gpt2, tiktoken
+// (WASM) where it agrees
 //
 // How each input reaches the peers: node's encoders take JavaScript strings,
 // so every input is handed over as valid UTF-8. Random byte strings are first
@@ -74,6 +77,11 @@ static const char *const k_stress[] = {
     "before<|endoftext|>after <|endoftext <|endoftext|><|endoftext|> |>",
     /* private use, noncharacters, the replacement character, unassigned */
     "\xEE\x80\x80\xEF\xBF\xBF\xF4\x8F\xBF\xBF \xEF\xBF\xBD \xF0\xB0\x80\x80 \xE0\xB8\x80",
+    /* other encodings' special tokens; digit runs (cl100k/o200k cut them in
+     * threes); case changes, contractions and slashes (o200k) */
+    "<|fim_prefix|>a<|fim_middle|>b<|fim_suffix|>c<|endofprompt|>d<|fim_prefix|",
+    "1234567890 12 3.1415926 CamelCaseWord's ALLCAPS'LL MixedUP'd x/y/z\n/ a//\r\n/b "
+    "ÉCOLE école ǅemal'S İİi",
     /* code-ish text */
     "int main(void) {\n\treturn a->b[i] >= 0 ? x : y; // comment\n}\n\n\n    indented\r\n",
 };
@@ -176,31 +184,46 @@ static void write_records(const char *path, bool wasm) {
     assert_int_equal(fclose(f), 0);
 }
 
-/* Write both peers' inputs and run the two node processes side by side. */
+/* The tiktoken encodings compared with js-tiktoken beyond gpt2: each is
+ * loaded from the rank file that the peer script writes. */
+static const char *const k_encodings[] = {"cl100k_base", "o200k_base"};
+#define N_ENC (sizeof k_encodings / sizeof k_encodings[0])
+static oj_tokenizer *g_enc_tok[N_ENC];
+
+/* Write the peers' inputs and run the node processes side by side: gpt2
+ * with js-tiktoken and tiktoken (WASM), each other encoding with
+ * js-tiktoken. */
 static int run_peers(void) {
     char *in_js = tu_path(g_dir, "in_js.bin"), *in_wasm = tu_path(g_dir, "in_wasm.bin");
-    char *out_js = tu_path(g_dir, "out_js.txt"), *out_wasm = tu_path(g_dir, "out_wasm.txt");
     write_records(in_js, false);
     write_records(in_wasm, true);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "node '%s' encode js '%s' '%s' & a=$!; node '%s' encode wasm '%s' '%s' & b=$!; "
-             "wait $a; ra=$?; wait $b; rb=$?; test $ra = 0 -a $rb = 0",
-             PEER_SCRIPT, in_js, out_js, PEER_SCRIPT, in_wasm, out_wasm);
+    char cmd[16384];
+    size_t o = 0;
+    o += (size_t)snprintf(cmd + o, sizeof cmd - o,
+                          "cd '%s' && node '%s' encode js in_js.bin out_js.txt & a=$!; "
+                          "cd '%s' && node '%s' encode wasm in_wasm.bin out_wasm.txt & b=$!; ",
+                          g_dir, PEER_SCRIPT, g_dir, PEER_SCRIPT);
+    for (size_t e = 0; e < N_ENC; e++)
+        o += (size_t)snprintf(cmd + o, sizeof cmd - o,
+                              "cd '%s' && node '%s' encode js in_js.bin out_%s.txt %s & p%zu=$!; ",
+                              g_dir, PEER_SCRIPT, k_encodings[e], k_encodings[e], e);
+    o += (size_t)snprintf(cmd + o, sizeof cmd - o, "rc=0; for p in $a $b");
+    for (size_t e = 0; e < N_ENC; e++)
+        o += (size_t)snprintf(cmd + o, sizeof cmd - o, " $p%zu", e);
+    snprintf(cmd + o, sizeof cmd - o, "; do wait $p || rc=1; done; exit $rc");
     double t0 = now_s();
     int rc = system(cmd);
-    fprintf(stderr, "peers: node (js-tiktoken and tiktoken in parallel) took %.2f s\n", now_s() - t0);
+    fprintf(stderr, "peers: node (js-tiktoken x%zu and tiktoken, in parallel) took %.2f s\n",
+            N_ENC + 1, now_s() - t0);
     free(in_js);
     free(in_wasm);
-    free(out_js);
-    free(out_wasm);
     return rc;
 }
 
-/* Compare the peer's output with ojas on every record. */
-static void compare_with(const char *lib) {
-    bool wasm = strcmp(lib, "wasm") == 0;
-    char *out = tu_path(g_dir, wasm ? "out_wasm.txt" : "out_js.txt");
+/* Compare the ids in the peer's output file `name` with tok's on every
+ * record (as the WASM peer is given them when wasm). */
+static void compare_with(const oj_tokenizer *tok, const char *name, const char *lib, bool wasm) {
+    char *out = tu_path(g_dir, name);
     size_t olen;
     char *txt = tu_read(out, &olen);
     assert_non_null(txt);
@@ -212,7 +235,7 @@ static void compare_with(const char *lib) {
         assert_true(tu_parse_ids(&p, &theirs));
         ours.len = 0;
         char *text = wasm ? for_wasm(r) : r->text;
-        assert_int_equal(oj_tokenizer_encode(g_tok, text, r->len,
+        assert_int_equal(oj_tokenizer_encode(tok, text, r->len,
                                              r->mode ? OJ_ENCODE_ALLOW_SPECIAL : OJ_ENCODE_SPECIAL_AS_TEXT,
                                              &ours, NULL),
                          OJ_OK);
@@ -239,19 +262,125 @@ static void compare_with(const char *lib) {
 
 static void test_js_tiktoken(void **state) {
     (void)state;
-    compare_with("js");
+    compare_with(g_tok, "out_js.txt", "js-tiktoken gpt2", false);
 }
 
 static void test_tiktoken_wasm(void **state) {
     (void)state;
-    compare_with("wasm");
+    compare_with(g_tok, "out_wasm.txt", "tiktoken (WASM) gpt2", true);
+}
+
+static void test_js_tiktoken_cl100k(void **state) {
+    (void)state;
+    compare_with(g_enc_tok[0], "out_cl100k_base.txt", "js-tiktoken cl100k_base", false);
+}
+
+static void test_js_tiktoken_o200k(void **state) {
+    (void)state;
+    compare_with(g_enc_tok[1], "out_o200k_base.txt", "js-tiktoken o200k_base", false);
+}
+
+/* What a cl100k_base / o200k_base tokenizer is beside its ids: its special
+ * tokens and vocabulary size; its pattern cannot be swapped for the GPT-2
+ * scanner nor saved as GPT-2 files; encode_parallel equals encode on the
+ * Bible; a rank file with one byte changed is refused, naming the encoding,
+ * and the directory loader finds the rank file. */
+static void test_tiktoken_encodings_behave(void **state) {
+    (void)state;
+    oj_tokenizer *cl = g_enc_tok[0], *o2 = g_enc_tok[1];
+    assert_int_equal(oj_tokenizer_vocab_size(cl), 100277);
+    assert_int_equal(oj_tokenizer_eot(cl), 100257);
+    assert_int_equal(oj_tokenizer_special_id(cl, "<|fim_suffix|>"), 100260);
+    assert_int_equal(oj_tokenizer_special_id(cl, "<|endofprompt|>"), 100276);
+    assert_int_equal(oj_tokenizer_vocab_size(o2), 200019);
+    assert_int_equal(oj_tokenizer_eot(o2), 199999);
+    assert_int_equal(oj_tokenizer_special_id(o2, "<|endofprompt|>"), 200018);
+    oj_error e = {0};
+    assert_int_equal(oj_tokenizer_set_pretokenizer(cl, OJ_PRETOK_FAST, &e), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.message, "cl100k_base"));
+    assert_int_equal(oj_tokenizer_set_pretokenizer(cl, OJ_PRETOK_PCRE2, NULL), OJ_OK);
+    char *save = tu_path(g_dir, "saved");
+    oj_error e2 = {0};
+    assert_int_equal(oj_tokenizer_save(o2, save, &e2), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e2.message, "o200k_base"));
+    free(save);
+    /* parallel encode cuts the text at newlines: same ids as one pass */
+    const record *bible = &g_rec[0];
+    for (size_t k = 0; k < N_ENC; k++) {
+        oj_tokens one = {0}, par = {0};
+        oj_error e5 = {0};
+        oj_status st = oj_tokenizer_encode(g_enc_tok[k], bible->text, bible->len,
+                                           OJ_ENCODE_SPECIAL_AS_TEXT, &one, &e5);
+        if (st)
+            fprintf(stderr, "%s: %s\n", k_encodings[k], e5.message);
+        assert_int_equal(st, OJ_OK);
+        assert_int_equal(oj_tokenizer_encode_parallel(g_enc_tok[k], bible->text, bible->len,
+                                                      OJ_ENCODE_SPECIAL_AS_TEXT, 2, &par, NULL),
+                         OJ_OK);
+        assert_int_equal(one.len, par.len);
+        assert_memory_equal(one.ids, par.ids, one.len * sizeof *one.ids);
+        oj_tokens_free(&one);
+        oj_tokens_free(&par);
+    }
+    /* the ranks of " the" and " The" swapped (the same tokens, one rank
+     * order changed): not cl100k_base's, refused by name */
+    char *path = tu_path(g_dir, "cl100k_base.tiktoken");
+    size_t n = 0;
+    char *txt = tu_read(path, &n);
+    assert_non_null(txt);
+    char *x = strstr(txt, "\nIHRoZQ== "), *y = strstr(txt, "\nIFRoZQ== "); /* " the", " The" */
+    assert_true(x && y);
+    memcpy(x + 1, "IFRoZQ==", 8);
+    memcpy(y + 1, "IHRoZQ==", 8);
+    char *sub = tu_path(g_dir, "one"), *bad = tu_path(sub, "bad.tiktoken");
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(tu_write(bad, txt, n), 0);
+    oj_tokenizer *tok = NULL;
+    oj_error e4 = {0};
+    assert_int_equal(oj_tokenizer_load_tiktoken(bad, &tok, &e4), OJ_ERR_UNSUPPORTED);
+    assert_null(tok);
+    assert_non_null(strstr(e4.message, "not cl100k_base's"));
+    unlink(bad);
+    /* the directory loader: the unchanged file alone in a directory */
+    char *good = tu_path(sub, "cl100k_base.tiktoken");
+    char *orig = tu_read(path, &n);
+    assert_int_equal(tu_write(good, orig, n), 0);
+    assert_int_equal(oj_tokenizer_load(sub, &tok, NULL), OJ_OK);
+    assert_int_equal(oj_tokenizer_eot(tok), 100257);
+    oj_tokenizer_free(tok);
+    unlink(good);
+    rmdir(sub);
+    free(orig);
+    free(good);
+    free(txt);
+    free(bad);
+    free(sub);
+    free(path);
+}
+
+/* Load each encoding from the .tiktoken file the peer script writes. */
+static int load_encodings(void) {
+    for (size_t e = 0; e < N_ENC; e++) {
+        char name[64], cmd[8192];
+        snprintf(name, sizeof name, "%s.tiktoken", k_encodings[e]);
+        char *path = tu_path(g_dir, name);
+        snprintf(cmd, sizeof cmd, "node '%s' ranks %s '%s'", PEER_SCRIPT, k_encodings[e], path);
+        oj_error err = {0};
+        int ok = system(cmd) == 0 && oj_tokenizer_load_tiktoken(path, &g_enc_tok[e], &err) == OJ_OK;
+        if (!ok)
+            fprintf(stderr, "cannot load %s: %s\n", path, err.message);
+        free(path);
+        if (!ok)
+            return -1;
+    }
+    return 0;
 }
 
 static int setup(void **state) {
     (void)state;
     g_tok = tu_gpt2();
     g_dir = tu_tmpdir();
-    if (!g_tok || !g_dir)
+    if (!g_tok || !g_dir || load_encodings() != 0)
         return -1;
     /* 1. the King James Bible */
     size_t n;
@@ -287,6 +416,8 @@ static int teardown(void **state) {
     (void)state;
     tu_records_free(g_rec, g_n);
     oj_tokenizer_free(g_tok);
+    for (size_t e = 0; e < N_ENC; e++)
+        oj_tokenizer_free(g_enc_tok[e]);
     if (g_dir && getenv("OJAS_KEEP_PEER_FILES"))
         fprintf(stderr, "kept %s\n", g_dir);
     else if (g_dir)
@@ -309,6 +440,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_js_tiktoken),
         cmocka_unit_test(test_tiktoken_wasm),
+        cmocka_unit_test(test_js_tiktoken_cl100k),
+        cmocka_unit_test(test_js_tiktoken_o200k),
+        cmocka_unit_test(test_tiktoken_encodings_behave),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

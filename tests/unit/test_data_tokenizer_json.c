@@ -150,6 +150,44 @@ static void test_regex_pieces(void **state) {
     }
 }
 
+// test: the Split regex runs in several threads at once (encode_batch):
+// each thread has its own PCRE2 JIT stack, so the ids equal those of one
+// thread (a JIT stack shared by the threads gave failed matches)
+static void test_regex_threads(void **state) {
+    (void)state;
+    oj_tokenizer *tok = NULL;
+    assert_int_equal(load(base(false, false), &tok, NULL), OJ_OK);
+    enum { K = 32, LEN = 40000 };
+    char *texts[K];
+    size_t lens[K];
+    oj_tokens one[K], many[K];
+    uint64_t r = 7;
+    for (int k = 0; k < K; k++) {
+        texts[k] = malloc(LEN);
+        for (int i = 0; i < LEN; i++)
+            texts[k][i] = " \n abc's bcx"[tu_rand(&r) % 13];
+        lens[k] = LEN;
+        memset(&one[k], 0, sizeof one[k]);
+        memset(&many[k], 0, sizeof many[k]);
+    }
+    assert_int_equal(oj_tokenizer_encode_batch(tok, K, (const char *const *)texts, lens,
+                                               OJ_ENCODE_SPECIAL_AS_TEXT, 1, one, NULL), OJ_OK);
+    oj_error e = {0};
+    oj_status st = oj_tokenizer_encode_batch(tok, K, (const char *const *)texts, lens,
+                                             OJ_ENCODE_SPECIAL_AS_TEXT, 4, many, &e);
+    if (st)
+        fprintf(stderr, "%s\n", e.message);
+    assert_int_equal(st, OJ_OK);
+    for (int k = 0; k < K; k++) {
+        assert_int_equal(one[k].len, many[k].len);
+        assert_memory_equal(one[k].ids, many[k].ids, one[k].len * sizeof(int32_t));
+        oj_tokens_free(&one[k]);
+        oj_tokens_free(&many[k]);
+        free(texts[k]);
+    }
+    oj_tokenizer_free(tok);
+}
+
 // test: added tokens: the special one obeys the flags, the other one is
 // split out in every mode; the template gives <s> before the text
 static void test_added_tokens_and_template(void **state) {
@@ -467,6 +505,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_rank_and_ignore_merges),
         cmocka_unit_test(test_regex_pieces),
+        cmocka_unit_test(test_regex_threads),
         cmocka_unit_test(test_added_tokens_and_template),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_truncated),

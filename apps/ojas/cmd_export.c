@@ -1,0 +1,139 @@
+/* ojas export --hf: write a Hugging Face model directory from an ojas
+ * checkpoint or a model directory ojas loads. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ojas/data.h"
+#include "ojas/gpt.h"
+#include "ojas/train.h"
+
+static const char *k_help =
+    "usage: ojas export --hf OUTDIR (--checkpoint DIR | -m MODEL_DIR) [--vocab DIR]\n"
+    "Write a Hugging Face model directory: config.json, model.safetensors (transformers'\n"
+    "tensor names, a tied head left out) and the tokenizer's files, which transformers'\n"
+    "from_pretrained and 'ojas generate -m OUTDIR' load. gpt2 and llama-family models\n"
+    "(Llama, Mistral, Qwen2, Qwen3 shapes) export; nanolab ones have no transformers class.\n"
+    "      --hf OUTDIR          the directory to write (created; files in it replaced)\n"
+    "      --checkpoint DIR     a checkpoint directory written by 'ojas train', or its run\n"
+    "                           directory (its newest verified checkpoint)\n"
+    "  -m, --model DIR          a Hugging Face model directory (re-exported with its\n"
+    "                           generation_config.json unless --vocab names another)\n"
+    "      --vocab DIR          the tokenizer (default: the checkpoint's run's tokenizer_dir,\n"
+    "                           or the model directory); its files are copied, and the\n"
+    "                           embedding and head keep its vocabulary's rows when the\n"
+    "                           model's vocab_size is larger (padded)\n"
+    "  -h, --help               this help\n";
+
+enum { OPT_HF = 256, OPT_CHECKPOINT, OPT_VOCAB };
+
+static const struct option k_long[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"hf", required_argument, NULL, OPT_HF},
+    {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
+    {"model", required_argument, NULL, 'm'},
+    {"vocab", required_argument, NULL, OPT_VOCAB},
+    {NULL, 0, NULL, 0},
+};
+
+int cmd_export(int argc, char **argv) {
+    const char *out = NULL, *ckpt = NULL, *model_dir = NULL, *vocab = NULL;
+    int c;
+    cli_getopt_state g = {.cmd = "export", .shortopts = "hm:", .longopts = k_long};
+    while ((c = cli_getopt(&g, argc, argv)) != -1) {
+        switch (c) {
+        case 'h': fputs(k_help, stdout); return CLI_OK;
+        case OPT_HF: out = optarg; break;
+        case OPT_CHECKPOINT: ckpt = optarg; break;
+        case 'm': model_dir = optarg; break;
+        case OPT_VOCAB: vocab = optarg; break;
+        default: return CLI_USAGE;
+        }
+    }
+    if (optind < argc) return cli_unexpected("export", argv[optind]);
+    if (out == NULL || out[0] == '\0')
+        return cli_error(CLI_USAGE, "export: --hf OUTDIR is required");
+    if ((ckpt != NULL) + (model_dir != NULL) != 1)
+        return cli_error(CLI_USAGE, "export: give exactly one of --checkpoint DIR or --model DIR");
+
+    oj_train_config run_cfg = oj_train_config_default();
+    char ckpt_dir[4096] = "";
+    if (ckpt) {
+        oj_error ce = {0}, why = {0};
+        int skipped = 0;
+        if (access(ckpt, F_OK) != 0)
+            return cli_error(CLI_FAIL, "export: checkpoint '%s' does not exist", ckpt);
+        if (oj_checkpoint_find(ckpt, ckpt_dir, sizeof ckpt_dir, &skipped, &why, &ce) != OJ_OK ||
+            oj_train_config_from_checkpoint(ckpt_dir, &run_cfg, &ce) != OJ_OK)
+            return cli_error(CLI_FAIL, "export: %s", ce.message);
+        if (skipped)
+            fprintf(stderr, "ojas: warning: export: skipped %d newer checkpoint(s) under %s that "
+                            "failed verification (the newest: %s); using %s\n",
+                    skipped, ckpt, why.message, ckpt_dir);
+        if (vocab == NULL && run_cfg.tokenizer_dir[0]) vocab = run_cfg.tokenizer_dir;
+    } else if (access(model_dir, F_OK) != 0) {
+        return cli_error(CLI_FAIL, "export: model directory '%s' does not exist", model_dir);
+    }
+    oj_error e = {0};
+    oj_tokenizer *tok = NULL;
+    if (vocab && oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
+        return cli_error(CLI_FAIL, "export: %s", e.message);
+    if (vocab == NULL && model_dir) { /* the model directory's tokenizer, if it has one */
+        if (oj_tokenizer_load(model_dir, &tok, NULL) == OJ_OK) vocab = model_dir;
+    }
+    oj_engine_config ec = oj_engine_config_default();
+    ec.threads = 1;
+    oj_engine *eng = NULL;
+    if (oj_engine_create(&ec, &eng, &e) != OJ_OK) {
+        oj_tokenizer_free(tok);
+        return cli_error(CLI_FAIL, "export: %s", e.message);
+    }
+    int rc = CLI_FAIL;
+    oj_gpt *m = NULL;
+    oj_checkpoint_info info = {0};
+    if (ckpt) {
+        oj_gpt_config cfg;
+        const oj_train_config *tc = &run_cfg;
+        if (oj_train_model_config(tc, tc->tokenizer_dir[0] && tok ? oj_tokenizer_vocab_size(tok) : 0,
+                                  &cfg, &e) != OJ_OK) {
+            cli_error(CLI_FAIL, "export: %s", e.message);
+            goto done;
+        }
+        if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK) {
+            cli_error(CLI_FAIL, "export: %s", oj_last_error(eng));
+            goto done;
+        }
+        oj_named_tensors sd = oj_gpt_state_dict(m);
+        if (oj_checkpoint_load(ckpt_dir, &sd, NULL, &info, &e) != OJ_OK) {
+            cli_error(CLI_FAIL, "export: %s", e.message);
+            goto done;
+        }
+    } else if (oj_gpt_load_dir(eng, model_dir, &m, &e) != OJ_OK) {
+        cli_error(CLI_FAIL, "export: %s", e.message);
+        goto done;
+    }
+    int64_t V = oj_gpt_get_config(m)->vocab_size, tv = tok ? oj_tokenizer_vocab_size(tok) : 0;
+    if (tv > V) {
+        cli_error(CLI_FAIL, "export: the tokenizer of %s has %lld ids, more than the model's "
+                            "vocab_size %lld",
+                  vocab, (long long)tv, (long long)V);
+        goto done;
+    }
+    if (oj_gpt_save_hf_dir(m, out, tv > 0 ? tv : 0, &e) != OJ_OK ||
+        (vocab && oj_hf_copy_files(vocab, out, &e) != OJ_OK)) {
+        cli_error(CLI_FAIL, "export: %s", e.message);
+        goto done;
+    }
+    printf("exported %s (%lld of %lld vocabulary rows%s) to %s\n", ckpt ? ckpt_dir : model_dir,
+           (long long)(tv > 0 ? tv : V), (long long)V, vocab ? ", tokenizer files copied" : "",
+           out);
+    rc = CLI_OK;
+done:
+    free(info.state_json);
+    oj_gpt_free(m);
+    oj_engine_free(eng);
+    oj_tokenizer_free(tok);
+    return rc;
+}
