@@ -21,6 +21,40 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : (x->id > y->id); /* stable: lower id first */
 }
 
+/* a ranks before b: the larger logit, the lower id on equal logits (the
+ * total order by_logit_desc sorts by). */
+static bool ranks_before(const cand *a, const cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+/* Restore the heap below i: heap[0..k) with the lowest-ranked candidate at
+ * the root (every parent ranks after its children). */
+static void sift_down(cand *heap, int64_t k, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < k && ranks_before(&heap[w], &heap[l])) w = l;
+        if (r < k && ranks_before(&heap[w], &heap[r])) w = r;
+        if (w == i) return;
+        cand t = heap[i];
+        heap[i] = heap[w];
+        heap[w] = t;
+        i = w;
+    }
+}
+
+/* The k highest-ranked of c[0..V) moved to c[0..k) in rank order: exactly
+ * the first k entries of the whole array sorted by by_logit_desc (a total
+ * order), in O(V log k) instead of O(V log V). 0 < k < V. */
+static void top_k_sorted(cand *c, int64_t V, int64_t k) {
+    for (int64_t i = k / 2; i-- > 0;) sift_down(c, k, i);
+    for (int64_t i = k; i < V; i++)
+        if (ranks_before(&c[i], &c[0])) {
+            c[0] = c[i];
+            sift_down(c, k, 0);
+        }
+    qsort(c, (size_t)k, sizeof *c, by_logit_desc);
+}
+
 int32_t oj_sample_logits(const float *logits, int64_t V, const oj_sampler_config *cfg,
                          const int32_t *history, int64_t n, double u) {
     if (logits == NULL || V <= 0 || cfg == NULL) return -1;
@@ -65,9 +99,10 @@ int32_t oj_sample_logits(const float *logits, int64_t V, const oj_sampler_config
         free(c);
         return out;
     }
-    qsort(c, (size_t)V, sizeof *c, by_logit_desc);
     int64_t keep = V;
     if (cfg->top_k > 0 && cfg->top_k < keep) keep = cfg->top_k;
+    if (keep < V) top_k_sorted(c, V, keep); /* what a full sort puts first */
+    else qsort(c, (size_t)V, sizeof *c, by_logit_desc);
     /* Softmax over the kept candidates at the temperature. */
     double mx = c[0].logit, total = 0.0;
     for (int64_t i = 0; i < keep; i++) {
