@@ -2,7 +2,8 @@
 // gives the eager cached decode's tokens and, on the CPU, its logits bit
 // for bit: gpt2-tiny and nanolab-tiny, f32 and bf16 autocast, a nanolab
 // ring (capacity below the sequence), a second prefill, a fed token; it
-// matches oj_generate at temperature 0; limits and refusals; no leaks.
+// matches oj_generate at temperature 0; limits and refusals; no leaks;
+// oj_generate through it (greedy and sampled) gives the eager loop's tokens.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -317,6 +318,73 @@ static void test_limits_and_refusals(void **state) {
     assert_int_equal(oj_engine_live_tensors(eng), 0);
 }
 
+/* gen_a, gen_b: oj_generate with OJAS_GENERATE_STATIC=1 (the static
+ * decoder) and =0 (the eager cached loop) on m. */
+static void generate_both(oj_gpt *m, const int32_t *prompt, int64_t n, const oj_sampler_config *sc,
+                          int32_t **gen_a, int64_t *len_a, int32_t **gen_b, int64_t *len_b) {
+    const int32_t *pp = prompt;
+    int64_t plen = n;
+    setenv("OJAS_GENERATE_STATIC", "1", 1);
+    oj_status sa = oj_generate(m, 1, &pp, &plen, sc, gen_a, len_a, NULL, NULL);
+    setenv("OJAS_GENERATE_STATIC", "0", 1);
+    oj_status sb = oj_generate(m, 1, &pp, &plen, sc, gen_b, len_b, NULL, NULL);
+    unsetenv("OJAS_GENERATE_STATIC");
+    if (sa != OJ_OK || sb != OJ_OK) fail_msg("generate: %s", oj_last_error(eng));
+}
+
+/* oj_generate through the static decoder gives the eager loop's tokens:
+ * greedy, sampled (temperature, top-k, top-p), with a repetition penalty
+ * (the logits read back), a stop token; gpt2-tiny, nanolab-tiny past its
+ * window (the ring), a llama config, f32 and bf16 weights (the logits
+ * read back as bf16). On the CPU the static step's logits are the eager
+ * step's bit for bit, so the tokens must be equal everywhere. */
+static void test_generate_static_same_as_eager(void **state) {
+    (void)state;
+    const char *names[] = {"gpt2-tiny", "nanolab-tiny", "llama-tiny"};
+    for (int k = 0; k < 3; k++) {
+        oj_gpt *m = NULL;
+        if (k < 2) {
+            m = model(names[k]);
+        } else { /* Llama: RMSNorm, rotary, GQA, SwiGLU, untied head */
+            oj_gpt_config cfg = {.family = OJ_LLAMA, .vocab_size = 512, .block_size = 64,
+                                 .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64,
+                                 .mlp_hidden = 128, .norm_eps = 1e-6, .rope_theta = 10000.0,
+                                 .init_std = 0.3, .untied_head = true};
+            if (oj_gpt_create(eng, &cfg, 7, &m) != OJ_OK) fail_msg("llama: %s", oj_last_error(eng));
+        }
+        for (int wbf16 = 0; wbf16 < 2; wbf16++) {
+            if (wbf16) assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+            int32_t prompt[5];
+            make_prompt(prompt, 5, 512, 31u + (uint32_t)k);
+            for (int mode = 0; mode < 4; mode++) {
+                oj_sampler_config sc = oj_sampler_config_default();
+                sc.seed = 1234;
+                /* past nanolab's 64-position window; gpt2 and llama stop at 64 */
+                sc.max_new_tokens = 70;
+                if (mode == 0) sc.temperature = 0.0;
+                if (mode == 1) sc.temperature = 0.8, sc.top_k = 40, sc.top_p = 0.9;
+                if (mode == 2) sc.temperature = 0.0, sc.repetition_penalty = 1.3;
+                if (mode == 3) sc.temperature = 1.0, sc.stop_token = 3;
+                int32_t *a = NULL, *b = NULL;
+                int64_t la = 0, lb = 0;
+                generate_both(m, prompt, 5, &sc, &a, &la, &b, &lb);
+                if (la != lb || memcmp(a, b, (size_t)la * sizeof *a) != 0) {
+                    int64_t i = 0;
+                    while (i < la && i < lb && a[i] == b[i]) i++;
+                    fail_msg("%s%s mode %d: static %lld tokens, eager %lld, first difference at %lld",
+                             names[k], wbf16 ? " bf16" : "", mode, (long long)la, (long long)lb,
+                             (long long)i);
+                }
+                if (mode != 3) assert_int_equal(la, k == 1 ? 70 : 59);
+                free(a);
+                free(b);
+            }
+        }
+        oj_gpt_free(m);
+    }
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_same_as_eager),
@@ -326,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_weights),
         cmocka_unit_test(test_generate_refill_feed),
         cmocka_unit_test(test_limits_and_refusals),
+        cmocka_unit_test(test_generate_static_same_as_eager),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
