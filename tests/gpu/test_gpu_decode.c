@@ -9,6 +9,9 @@
 // GPU's eager cached decode and of the CPU decoder (gpt2-tiny and
 // nanolab-tiny, a nanolab ring, a second prefill after the capture, bf16
 // autocast, bf16 weights, gpt2-124m), and frees everything it took.
+// oj_generate (what `ojas generate --device cuda` runs: the graph
+// decoder) gives the eager loop's tokens, greedy and sampled with a fixed
+// seed (gpt2-tiny, nanolab-tiny, a Llama config, gpt2-124m).
 //
 // Greedy tokens are compared exactly up to the first step where the two
 // runs' top logits are within rounding of each other (a genuine near tie,
@@ -31,6 +34,7 @@
 
 #include "ojas/autograd.h"
 #include "ojas/gpt.h"
+#include "ojas/infer.h"
 #include "ojas/ops.h"
 #include "gpu_testutil.h"
 
@@ -564,6 +568,123 @@ static void test_decoder_gpt2_124m(void **state) {
     oj_engine_free(gpu);
 }
 
+/* ------------------------------------------------- oj_generate on the device */
+
+static oj_gpt *llama_tiny(oj_engine *e) {
+    oj_gpt_config cfg = {.family = OJ_LLAMA, .vocab_size = 512, .block_size = 96, .n_layer = 2,
+                         .n_head = 4, .n_kv_head = 2, .n_embd = 64, .mlp_hidden = 128,
+                         .norm_eps = 1e-6, .rope_theta = 10000.0, .init_std = 0.3,
+                         .untied_head = true};
+    oj_gpt *m = NULL;
+    if (oj_gpt_create(e, &cfg, 7, &m) != OJ_OK) fail_msg("llama: %s", oj_last_error(e));
+    return m;
+}
+
+/* oj_generate on m with OJAS_GENERATE_STATIC unset (the device default:
+ * the static decoder, its step a graph replay; "1" on the CPU stand-in)
+ * or "0" (the eager loop). */
+static int64_t gen_run(oj_gpt *m, const int32_t *prompt, int64_t n, const oj_sampler_config *sc,
+                       bool eager, int32_t *out) {
+    const int32_t *pp = prompt;
+    int64_t plen = n, len = 0;
+    int32_t *g = NULL;
+    if (eager) setenv("OJAS_GENERATE_STATIC", "0", 1);
+    else if (on_cpu) setenv("OJAS_GENERATE_STATIC", "1", 1); /* the static decoder, unreplayed */
+    oj_status st = oj_generate(m, 1, &pp, &plen, sc, &g, &len, NULL, NULL);
+    unsetenv("OJAS_GENERATE_STATIC");
+    if (st != OJ_OK) fail_msg("generate%s: %s", eager ? " (eager)" : "", oj_last_error(oj_gpt_engine(m)));
+    memcpy(out, g, (size_t)len * sizeof *out);
+    free(g);
+    return len;
+}
+
+/* The number of leading tokens a and b share. */
+static int64_t common_prefix(const int32_t *a, int64_t la, const int32_t *b, int64_t lb) {
+    int64_t i = 0;
+    while (i < la && i < lb && a[i] == b[i]) i++;
+    return i;
+}
+
+/* `ojas generate --device cuda`'s path (oj_generate through the graph
+ * decoder) gives the eager loop's tokens on the GPU: greedy, sampled
+ * (temperature 0.8, top-k 40, top-p 0.95, a fixed seed), greedy with a
+ * repetition penalty (logits read back); gpt2-tiny, nanolab-tiny past its
+ * window (the ring), a Llama config; f32 (exact) and bf16 weights. */
+static void test_generate_graph_same_as_eager(void **state) {
+    (void)state;
+    oj_engine *gpu = engine(true, OJ_NUMERICS_EXACT);
+    const char *names[] = {"gpt2-tiny", "nanolab-tiny", "llama-tiny"};
+    enum { NEW = 90 };
+    int32_t a[NEW], b[NEW];
+    for (int k = 0; k < 3; k++) {
+        oj_gpt *m = k < 2 ? model(gpu, names[k]) : llama_tiny(gpu);
+        for (int wbf16 = 0; wbf16 < 2; wbf16++) {
+            if (wbf16) assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+            int32_t prompt[7];
+            prompt_of(prompt, 7, 512, 5u + (uint32_t)k);
+            for (int mode = 0; mode < 3; mode++) {
+                oj_sampler_config sc = oj_sampler_config_default();
+                sc.max_new_tokens = NEW;
+                sc.seed = 42;
+                if (mode == 0) sc.temperature = 0.0;
+                if (mode == 1) sc.temperature = 0.8, sc.top_k = 40, sc.top_p = 0.95;
+                if (mode == 2) sc.temperature = 0.0, sc.repetition_penalty = 1.2;
+                int64_t la = gen_run(m, prompt, 7, &sc, false, a);
+                int64_t lb = gen_run(m, prompt, 7, &sc, true, b);
+                int64_t same = common_prefix(a, la, b, lb);
+                printf("generate %s%s mode %d: %lld tokens, %lld equal to the eager loop's\n",
+                       names[k], wbf16 ? " bf16" : "", mode, (long long)la, (long long)same);
+                assert_int_equal(la, lb);
+                /* f32: every token; bf16 (rounded differently by the two
+                 * steps' kernels): the first 16 */
+                if (same < (wbf16 ? 16 : la))
+                    fail_msg("generate %s%s mode %d: tokens part at %lld of %lld", names[k],
+                             wbf16 ? " bf16" : "", mode, (long long)same, (long long)la);
+            }
+        }
+        oj_gpt_free(m);
+    }
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
+/* gpt2-124m in bf16 weights, as the benchmark runs it: greedy tokens of
+ * oj_generate (graph decoder) equal the eager loop's for 64 tokens; the
+ * sampled run's agreement and both runs' times printed. */
+static void test_generate_gpt2_124m(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* minutes on a CPU */
+    oj_engine *gpu = engine(true, OJ_NUMERICS_EXACT);
+    oj_gpt *m = model(gpu, "gpt2-124m");
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    enum { NEW = 64 };
+    int32_t prompt[64], a[NEW], b[NEW];
+    prompt_of(prompt, 64, 50257, 3);
+    for (int mode = 0; mode < 2; mode++) {
+        oj_sampler_config sc = oj_sampler_config_default();
+        sc.max_new_tokens = NEW;
+        sc.seed = 1337;
+        sc.temperature = mode ? 0.8 : 0.0;
+        sc.top_k = mode ? 40 : 0;
+        double t0 = now_s();
+        int64_t la = gen_run(m, prompt, 64, &sc, false, a);
+        double t1 = now_s();
+        int64_t lb = gen_run(m, prompt, 64, &sc, true, b);
+        double t2 = now_s();
+        int64_t same = common_prefix(a, la, b, lb);
+        printf("gpt2-124m bf16 generate %s: graph %.3f s, eager %.3f s, %lld of %lld tokens "
+               "equal\n", mode ? "sampled" : "greedy", t1 - t0, t2 - t1, (long long)same,
+               (long long)la);
+        assert_int_equal(la, NEW);
+        assert_int_equal(lb, NEW);
+        if (mode == 0 && same < NEW) fail_msg("gpt2-124m greedy: tokens part at %lld", (long long)same);
+    }
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     const struct CMUnitTest tests[] = {
@@ -576,6 +697,8 @@ int main(void) {
         cmocka_unit_test(test_decoder_bf16),
         cmocka_unit_test(test_decoder_bf16_weights),
         cmocka_unit_test(test_decoder_gpt2_124m),
+        cmocka_unit_test(test_generate_graph_same_as_eager),
+        cmocka_unit_test(test_generate_gpt2_124m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
