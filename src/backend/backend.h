@@ -520,6 +520,28 @@ typedef struct oj_backend {
      * odd V such as GPT-2's 50257 otherwise gives the head GEMMs an
      * unaligned leading dimension and the loss kernels element loads). */
     int64_t ce_row_align;
+    /* ---- batch-1 decode (src/ops/nn_decode.c; optional: NULL where the
+     * backend has no fused decode step). One row; every float tensor of a
+     * call has one dtype T, bf16 or f16; x, y, out contiguous; w [K, N]
+     * with n-stride 1, its row stride a multiple of 8 and its data 16-byte
+     * aligned, N a multiple of 8, K <= 8192; b [N] contiguous or NULL.
+     * Sums in f32 (CUDA) or double (CPU); results rounded to T where the
+     * unfused ops round. */
+    /* u = layer_norm(x [K]; nw, nb [K], eps) rounded to T;
+     * out [N] = act(round_T(u @ w + b)) rounded to T, act 0 none, 1 GELU
+     * (tanh form). kv (NULL, or [2, 1, H, S, D] contiguous T with H D = C
+     * and N = 3 C: a gpt2 attention projection's q, k, v): columns n in
+     * [C, 3 C) are also written to kv[j / C, 0, (j % C) / D, slot, j % D],
+     * j = n - C, slot the i64 [1] device value `slot` (nothing written
+     * when it is outside [0, S)). */
+    oj_status (*decode_norm_linear)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *w, const oj_tensor *b, int act, oj_tensor *kv,
+                                    const oj_tensor *slot);
+    /* x [N] = round_T(x + round_T(y [K] @ w + b)) in place: a projection
+     * and the residual add after it. */
+    oj_status (*decode_linear_residual)(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                        const oj_tensor *w, const oj_tensor *b);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -3,7 +3,8 @@
 // for bit: gpt2-tiny and nanolab-tiny, f32 and bf16 autocast, a nanolab
 // ring (capacity below the sequence), a second prefill, a fed token; it
 // matches oj_generate at temperature 0; limits and refusals; no leaks;
-// oj_generate through it (greedy and sampled) gives the eager loop's tokens.
+// oj_generate through it (greedy and sampled) gives the eager loop's tokens;
+// the gpt2 fast step (FAST numerics, bf16) stays within rounding of it.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include "ojas/gpt.h"
 #include "ojas/infer.h"
 #include "ojas/ops.h"
+#include "models/gpt_internal.h"
 
 static oj_engine *eng;
 
@@ -385,6 +387,75 @@ static void test_generate_static_same_as_eager(void **state) {
     assert_int_equal(oj_engine_live_tensors(eng), 0);
 }
 
+/* The gpt2 fast step (gpt_decode_fast.c, forced on the CPU with
+ * OJAS_DECODE_FAST=1): taken for gpt2 in bf16/f16 under FAST numerics
+ * only; its tokens equal the eager cached decode's (greedy, up to a near
+ * tie) and its logits stay within bf16 rounding of them. */
+static void test_fast_step_gpt2(void **state) {
+    (void)state;
+    oj_gpt *m = model("gpt2-tiny");
+    const int64_t V = 512, n = 5, cap = 48;
+    enum { STEPS = 40 };
+    oj_kv_cache *c = NULL;
+    setenv("OJAS_DECODE_FAST", "1", 1);
+    assert_int_equal(oj_kv_cache_create(m, 1, 8, &c), OJ_OK);
+    assert_false(oj__gpt_fast_decode_ok(m, c)); /* f32 weights */
+    oj_kv_cache_free(c);
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    assert_int_equal(oj_kv_cache_create(m, 1, 8, &c), OJ_OK);
+    assert_true(oj__gpt_fast_decode_ok(m, c));
+    oj_engine_set_numerics(eng, OJ_NUMERICS_EXACT);
+    assert_false(oj__gpt_fast_decode_ok(m, c)); /* EXACT keeps the generic step */
+    oj_engine_set_numerics(eng, OJ_NUMERICS_FAST);
+    setenv("OJAS_DECODE_FAST", "0", 1);
+    assert_false(oj__gpt_fast_decode_ok(m, c));
+    unsetenv("OJAS_DECODE_FAST");
+    assert_false(oj__gpt_fast_decode_ok(m, c)); /* by default on CUDA engines only */
+    oj_kv_cache_free(c);
+    oj_gpt *nm = model("nanolab-tiny");
+    assert_int_equal(oj_gpt_to_dtype(nm, OJ_BF16), OJ_OK);
+    assert_int_equal(oj_kv_cache_create(nm, 1, 8, &c), OJ_OK);
+    setenv("OJAS_DECODE_FAST", "1", 1);
+    assert_false(oj__gpt_fast_decode_ok(nm, c)); /* gpt2 only */
+    oj_kv_cache_free(c);
+    oj_gpt_free(nm);
+
+    int32_t prompt[5], ta[STEPS + 1], tb[STEPS + 1];
+    float *la = malloc((size_t)((STEPS + 1) * V) * sizeof *la);
+    float *lb = malloc((size_t)((STEPS + 1) * V) * sizeof *lb);
+    make_prompt(prompt, n, V, 4242);
+    eager_greedy(m, cap, prompt, n, STEPS, ta, la);
+    oj_gpt_decoder *d = NULL;
+    assert_int_equal(oj_gpt_decoder_create(m, cap, true, &d), OJ_OK);
+    static_greedy(d, V, prompt, n, STEPS, tb, lb);
+    unsetenv("OJAS_DECODE_FAST");
+    bool differs = false;
+    for (int s = 0; s <= STEPS; s++) {
+        const float *x = lb + (int64_t)s * V, *y = la + (int64_t)s * V;
+        double scale = 1.0;
+        for (int64_t i = 0; i < V; i++) scale = fmax(scale, fabs(y[i]));
+        for (int64_t i = 0; i < V; i++) {
+            if (!(fabs((double)x[i] - y[i]) <= 3e-2 * scale))
+                fail_msg("step %d logit %lld: fast %g, eager %g (scale %g)", s, (long long)i,
+                         x[i], y[i], scale);
+            differs = differs || x[i] != y[i];
+        }
+        if (ta[s] != tb[s]) {
+            double gap = fabs((double)y[ta[s]] - y[tb[s]]);
+            if (gap > 6e-2 * scale)
+                fail_msg("step %d: token fast %d, eager %d, not a near tie (gap %g)", s, tb[s],
+                         ta[s], gap);
+            break; /* a near tie: the sequences may part here */
+        }
+    }
+    assert_true(differs); /* the fast step ran: its sums round differently somewhere */
+    oj_gpt_decoder_free(d);
+    free(la);
+    free(lb);
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_same_as_eager),
@@ -395,6 +466,7 @@ int main(void) {
         cmocka_unit_test(test_generate_refill_feed),
         cmocka_unit_test(test_limits_and_refusals),
         cmocka_unit_test(test_generate_static_same_as_eager),
+        cmocka_unit_test(test_fast_step_gpt2),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

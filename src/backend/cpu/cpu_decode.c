@@ -1,0 +1,96 @@
+/* Batch-1 decode entries (backend.h: decode_norm_linear,
+ * decode_linear_residual): the reference the CUDA kernels are tested
+ * against. Straight loops in double, each value rounded to the storage
+ * dtype where the unfused ops round (the norm's output, the linear's
+ * output, the GELU's, the residual sum), so they agree with layer_norm,
+ * linear, gelu and add run one after another up to the sums' order. */
+#include <math.h>
+
+#include "backend/cpu/cpu_decode.h"
+#include "backend/cpu/cpu_nn_util.h"
+#include "backend/scalar_ops.h"
+
+/* v rounded to dt (bf16 / f16) and back. */
+static double round_to(oj_dtype dt, double v) {
+    return dt == OJ_BF16 ? oj_bf16_to_f32(oj_f32_to_bf16((float)v))
+                         : oj_f16_to_f32(oj_f32_to_f16((float)v));
+}
+
+static double ld16(oj_dtype dt, const uint16_t *p, int64_t i) {
+    return dt == OJ_BF16 ? oj_bf16_to_f32(p[i]) : oj_f16_to_f32(p[i]);
+}
+
+static uint16_t st16(oj_dtype dt, double v) {
+    return dt == OJ_BF16 ? oj_f32_to_bf16((float)v) : oj_f32_to_f16((float)v);
+}
+
+/* out[n] = sum_k u[k] w[k, n] + b[n] (double) for n < N. */
+static void row_times(oj_dtype dt, const double *u, const oj_tensor *w, const oj_tensor *b,
+                      double *out) {
+    const int64_t K = w->shape[0], N = w->shape[1], ldw = w->stride[0];
+    const uint16_t *wp = (const uint16_t *)oj__nn_base(w);
+    const uint16_t *bp = b ? (const uint16_t *)oj__nn_base(b) : NULL;
+    for (int64_t n = 0; n < N; n++) out[n] = 0.0;
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < N; n++) out[n] += u[k] * ld16(dt, wp, k * ldw + n);
+    if (bp)
+        for (int64_t n = 0; n < N; n++) out[n] += ld16(dt, bp, n);
+}
+
+oj_status oj_cpu_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *w, const oj_tensor *b, int act, oj_tensor *kv,
+                                    const oj_tensor *slot) {
+    const oj_dtype dt = out->dtype;
+    const int64_t K = w->shape[0], N = w->shape[1];
+    double *u = oj__nn_scratch(eng, (size_t)(K + N), "decode_norm_linear");
+    if (u == NULL) return oj_last_status(eng);
+    double *o = u + K;
+    const uint16_t *xp = (const uint16_t *)oj__nn_base(x);
+    const uint16_t *wp = (const uint16_t *)oj__nn_base(nw), *bp = (const uint16_t *)oj__nn_base(nb);
+    double mean = 0.0, var = 0.0;
+    for (int64_t k = 0; k < K; k++) mean += ld16(dt, xp, k);
+    mean /= (double)K;
+    for (int64_t k = 0; k < K; k++) {
+        double d = ld16(dt, xp, k) - mean;
+        var += d * d;
+    }
+    const double rstd = 1.0 / sqrt(var / (double)K + eps);
+    for (int64_t k = 0; k < K; k++)
+        u[k] = round_to(dt, (ld16(dt, xp, k) - mean) * rstd * ld16(dt, wp, k) + ld16(dt, bp, k));
+    row_times(dt, u, w, b, o);
+    uint16_t *op = (uint16_t *)oj__nn_base(out);
+    for (int64_t n = 0; n < N; n++) {
+        double v = round_to(dt, o[n]);
+        if (act == 1) v = oj_unary_d(OJ_UN_GELU_TANH, v, 0.0, 0.0);
+        op[n] = st16(dt, v);
+    }
+    if (kv) {
+        const int64_t H = kv->shape[2], S = kv->shape[3], D = kv->shape[4], C = H * D;
+        const int64_t s = *(const int64_t *)oj__nn_base(slot);
+        uint16_t *kp = (uint16_t *)oj__nn_base(kv);
+        if (s >= 0 && s < S)
+            for (int64_t j = 0; j < 2 * C; j++) {
+                int64_t which = j / C, h = (j % C) / D, d = j % D;
+                kp[((which * H + h) * S + s) * D + d] = op[C + j];
+            }
+    }
+    free(u);
+    return OJ_OK;
+}
+
+oj_status oj_cpu_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                        const oj_tensor *w, const oj_tensor *b) {
+    const oj_dtype dt = x->dtype;
+    const int64_t K = w->shape[0], N = w->shape[1];
+    double *u = oj__nn_scratch(eng, (size_t)(K + N), "decode_linear_residual");
+    if (u == NULL) return oj_last_status(eng);
+    double *o = u + K;
+    const uint16_t *yp = (const uint16_t *)oj__nn_base(y);
+    for (int64_t k = 0; k < K; k++) u[k] = ld16(dt, yp, k);
+    row_times(dt, u, w, b, o);
+    uint16_t *xp = (uint16_t *)oj__nn_base(x);
+    for (int64_t n = 0; n < N; n++) xp[n] = st16(dt, ld16(dt, xp, n) + round_to(dt, o[n]));
+    free(u);
+    return OJ_OK;
+}

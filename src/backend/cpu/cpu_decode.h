@@ -1,0 +1,15 @@
+/* The CPU backend's batch-1 decode entries (cpu_decode.c; backend.h,
+ * decode_norm_linear and decode_linear_residual). */
+#ifndef OJAS_CPU_DECODE_H
+#define OJAS_CPU_DECODE_H
+
+#include "backend/backend.h"
+
+oj_status oj_cpu_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *w, const oj_tensor *b, int act, oj_tensor *kv,
+                                    const oj_tensor *slot);
+oj_status oj_cpu_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                        const oj_tensor *w, const oj_tensor *b);
+
+#endif /* OJAS_CPU_DECODE_H */
