@@ -28,6 +28,13 @@ oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor
                                  const oj_tensor *up);
 oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
                                   const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+/* cuda_decode.cu: the batch-1 decode step's fused projections */
+oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                     const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                     const oj_tensor *w, const oj_tensor *b, int act,
+                                     oj_tensor *kv, const oj_tensor *slot);
+oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                         const oj_tensor *w, const oj_tensor *b);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -107,6 +114,9 @@ static oj_backend make_cuda_backend() {
     b.index_copy = oj_cuda_index_copy;
     b.im2col = oj_cuda_im2col;
     b.col2im = oj_cuda_col2im;
+    /* batch-1 decode (cuda_decode.cu) */
+    b.decode_norm_linear = oj_cuda_decode_norm_linear;
+    b.decode_linear_residual = oj_cuda_decode_linear_residual;
     return b;
 }
 
