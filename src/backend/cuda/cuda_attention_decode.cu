@@ -202,8 +202,19 @@ __global__ void k_attn_decode_partial(dec_args a) {
     }
 }
 
+/* Let the next kernel of the stream launch now if it was launched as a
+ * programmatic dependent (cuda_decode.cu's projections, which load their
+ * weights and then wait for this grid to finish): the combines are short
+ * and feed the decode step's output projection. No effect otherwise. */
+__device__ __forceinline__ void dec_allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 // one warp per row (b, h); DEC_WARPS rows per block
 __global__ void k_attn_decode_combine(dec_args a, int64_t rows) {
+    dec_allow_dependents();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t bh = (int64_t)blockIdx.x * DEC_WARPS + warp;
     if (bh >= rows) return;
@@ -387,6 +398,7 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
 // grid B*H, D threads: thread c merges column c of the row's chunks in
 // order, DF_CB chunks' loads at a time (an online max over the batches)
 template <int D> __global__ void __launch_bounds__(D) k_dec_fast_combine(dec_args a) {
+    dec_allow_dependents();
     const int64_t row = blockIdx.x;
     const int c = threadIdx.x, ns = (int)a.nsplit;
     const float *pm = a.pm + row * ns, *pl = a.pl + row * ns, *px = a.pacc + row * ns * D + c;

@@ -23,10 +23,16 @@
  *    round_T(v sigmoid(2 u(v))) with the elementwise kernels' fast
  *    formula; residual: x[n] = round_T(x[n] + v); KV: columns C .. 3C also
  *    stored at the cache slot read from the device.
+ * Launches are programmatic dependents (PDL, sm_90; OJAS_CUDA_PDL=0: plain
+ * launches): a kernel loads its first round of weights, lets the next
+ * kernel launch, and only then waits for the previous kernel's output, so
+ * launch gaps and the weights' DRAM latency overlap the kernel before.
  * Rounding happens where the unfused ops round, so values differ from
  * them only by the order of the sums (the norm's statistics, the product
  * split over the k-slices as cuda_gemv.cu splits it): FAST numerics. */
 #include <cuda_fp16.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/scalar_ops.h"
@@ -44,7 +50,7 @@ oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_
 
 enum { EPI_PLAIN = 0, EPI_GELU = 1, EPI_RESID = 2 };
 
-struct dec_args {
+struct proj_args {
     unsigned short *out;       /* [N]; the residual x with EPI_RESID (read and written) */
     const unsigned short *in;  /* the row [K] */
     const unsigned short *nw, *nb; /* the norm's weight and bias [K] (NORM) */
@@ -66,12 +72,51 @@ template <typename T> __device__ __forceinline__ float dec_round(float v) {
     return oj_cu_hw_tof(oj_cu_fromf<T>(v));
 }
 
+/* Programmatic dependent launch (sm_90): pdl_wait blocks until the
+ * grids this one depends on have finished and their writes are visible
+ * (at once when it was launched normally); pdl_allow_dependents lets the
+ * next kernel launched as a dependent start now. */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+/* wv[u] = the 16-byte chunk of row k0 + u KS (zeros past K), every load
+ * issued before any use. */
+template <int U>
+__device__ __forceinline__ void load_round(uint4 *wv, const unsigned short *wc, int64_t ldw,
+                                           int k0, int KS, int K) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int k = k0 + u * KS;
+        wv[u] = k < K ? __ldcs((const uint4 *)(wc + (int64_t)k * ldw)) : zero;
+    }
+}
+
 template <typename T, int G, int U, bool NORM, int EPI>
-__global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(dec_args a) {
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_args a) {
     extern __shared__ float xs[]; /* [K] */
     __shared__ float red[32];
     __shared__ float part[DEC_THREADS / 32][8 * G];
     const int t = threadIdx.x, K = a.K;
+    constexpr int KS = DEC_THREADS / G; /* k-slices */
+    const int g = t % G, s = t / G;
+    const int64_t n0 = ((int64_t)blockIdx.x * G + g) * 8;
+    const unsigned short *wc = a.w + (n0 < a.N ? n0 : 0); /* past N: group 0, nothing stored */
+    /* ---- the first round of weights: they depend on no earlier kernel,
+     * so they load before the wait for the previous kernel (launched as
+     * a programmatic dependent, this kernel starts while that one runs) */
+    uint4 wv[U];
+    load_round<U>(wv, wc, a.ldw, s, KS, K);
+    pdl_allow_dependents();
+    pdl_wait();
     /* ---- prologue: the row (normalised) into xs */
     float s1 = 0.0f;
     for (int k = t; k < K; k += DEC_THREADS) {
@@ -98,21 +143,11 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(dec_args
     }
     __syncthreads();
     /* ---- the product over this block's 8 G columns */
-    constexpr int KS = DEC_THREADS / G; /* k-slices */
-    const int g = t % G, s = t / G;
-    const int64_t n0 = ((int64_t)blockIdx.x * G + g) * 8;
-    const unsigned short *wc = a.w + (n0 < a.N ? n0 : 0); /* past N: group 0, nothing stored */
-    const uint4 zero = make_uint4(0, 0, 0, 0);
     float acc[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
     for (int k0 = s; k0 < K; k0 += KS * U) {
-        uint4 wv[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) { /* every load first */
-            const int k = k0 + u * KS;
-            wv[u] = k < K ? __ldcs((const uint4 *)(wc + (int64_t)k * a.ldw)) : zero;
-        }
+        if (k0 != s) load_round<U>(wv, wc, a.ldw, k0, KS, K);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k = k0 + u * KS;
@@ -164,13 +199,49 @@ static int dec_groups(int64_t N) {
     return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
 }
 
+/* OJAS_CUDA_PDL=0 launches the decode kernels plainly (the stream's usual
+ * order); otherwise as programmatic dependents of the kernel before them
+ * on a device of compute capability >= 9.0. */
+static bool pdl_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("OJAS_CUDA_PDL");
+        int dev = 0, major = 0;
+        bool ok = cudaGetDevice(&dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                      cudaSuccess;
+        on = !(e && strcmp(e, "0") == 0) && ok && major >= 9;
+    }
+    return on != 0;
+}
+
+/* One launch of kernel k on the engine's stream, as a programmatic
+ * dependent where pdl_on says so. */
+static void launch_one(void (*k)(proj_args), unsigned blocks, size_t smem, const proj_args &a) {
+    if (!pdl_on()) {
+        k<<<blocks, DEC_THREADS, smem, OJ_STREAM>>>(a);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(DEC_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = OJ_STREAM;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, k, a); /* errors reach oj_cuda_check */
+}
+
 template <typename T, bool NORM, int EPI>
-static void dec_launch(const dec_args &a) {
+static void dec_launch(const proj_args &a) {
     const int G = dec_groups(a.N);
     const unsigned blocks = (unsigned)((a.N + 8 * G - 1) / (8 * G));
     const size_t smem = (size_t)a.K * sizeof(float);
     const int rows = (a.K + DEC_THREADS / G - 1) / (DEC_THREADS / G); /* per thread */
-#define DEC_(G_, U_) k_dec_kn<T, G_, U_, NORM, EPI><<<blocks, DEC_THREADS, smem, OJ_STREAM>>>(a)
+#define DEC_(G_, U_) launch_one(k_dec_kn<T, G_, U_, NORM, EPI>, blocks, smem, a)
     if (G == 2) {
         if (rows <= 8) DEC_(2, 8);
         else DEC_(2, 16);
@@ -184,8 +255,8 @@ static void dec_launch(const dec_args &a) {
 #undef DEC_
 }
 
-static dec_args dec_common(const oj_tensor *w, const oj_tensor *b) {
-    dec_args a = {};
+static proj_args dec_common(const oj_tensor *w, const oj_tensor *b) {
+    proj_args a = {};
     a.w = (const unsigned short *)oj_cuda_ptr(w);
     a.ldw = w->stride[0];
     a.K = (int)w->shape[0];
@@ -199,7 +270,7 @@ oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_te
                                      const oj_tensor *w, const oj_tensor *b, int act,
                                      oj_tensor *kv, const oj_tensor *slot) {
     if (oj_cuda_begin(eng, "decode_norm_linear") != OJ_OK) return oj_last_status(eng);
-    dec_args a = dec_common(w, b);
+    proj_args a = dec_common(w, b);
     a.out = (unsigned short *)oj_cuda_ptr(out);
     a.in = (const unsigned short *)oj_cuda_ptr(x);
     a.nw = (const unsigned short *)oj_cuda_ptr(nw);
@@ -224,7 +295,7 @@ oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_te
 oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
                                          const oj_tensor *w, const oj_tensor *b) {
     if (oj_cuda_begin(eng, "decode_linear_residual") != OJ_OK) return oj_last_status(eng);
-    dec_args a = dec_common(w, b);
+    proj_args a = dec_common(w, b);
     a.out = (unsigned short *)oj_cuda_ptr(x);
     a.in = (const unsigned short *)oj_cuda_ptr(y);
     if (x->dtype == OJ_BF16) dec_launch<oj_cu_bf16, false, EPI_RESID>(a);
