@@ -31,10 +31,9 @@
  * them only by the order of the sums (the norm's statistics, the product
  * split over the k-slices as cuda_gemv.cu splits it): FAST numerics. */
 #include <cuda_fp16.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/scalar_ops.h"
 
 /* The entries (declared in cuda_backend.cu, their one user). */
@@ -72,21 +71,6 @@ template <typename T> __device__ __forceinline__ float dec_round(float v) {
     return oj_cu_hw_tof(oj_cu_fromf<T>(v));
 }
 
-/* Programmatic dependent launch (sm_90): pdl_wait blocks until the
- * grids this one depends on have finished and their writes are visible
- * (at once when it was launched normally); pdl_allow_dependents lets the
- * next kernel launched as a dependent start now. */
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_allow_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-
 /* wv[u] = the 16-byte chunk of row k0 + u KS (zeros past K), every load
  * issued before any use. */
 template <int U>
@@ -115,8 +99,8 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_arg
      * a programmatic dependent, this kernel starts while that one runs) */
     uint4 wv[U];
     load_round<U>(wv, wc, a.ldw, s, KS, K);
-    pdl_allow_dependents();
-    pdl_wait();
+    oj_pdl_allow_dependents();
+    oj_pdl_wait();
     /* ---- prologue: the row (normalised) into xs */
     float s1 = 0.0f;
     for (int k = t; k < K; k += DEC_THREADS) {
@@ -199,49 +183,13 @@ static int dec_groups(int64_t N) {
     return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
 }
 
-/* OJAS_CUDA_PDL=0 launches the decode kernels plainly (the stream's usual
- * order); otherwise as programmatic dependents of the kernel before them
- * on a device of compute capability >= 9.0. */
-static bool pdl_on(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("OJAS_CUDA_PDL");
-        int dev = 0, major = 0;
-        bool ok = cudaGetDevice(&dev) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                      cudaSuccess;
-        on = !(e && strcmp(e, "0") == 0) && ok && major >= 9;
-    }
-    return on != 0;
-}
-
-/* One launch of kernel k on the engine's stream, as a programmatic
- * dependent where pdl_on says so. */
-static void launch_one(void (*k)(proj_args), unsigned blocks, size_t smem, const proj_args &a) {
-    if (!pdl_on()) {
-        k<<<blocks, DEC_THREADS, smem, OJ_STREAM>>>(a);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(DEC_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = OJ_STREAM;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, k, a); /* errors reach oj_cuda_check */
-}
-
 template <typename T, bool NORM, int EPI>
 static void dec_launch(const proj_args &a) {
     const int G = dec_groups(a.N);
     const unsigned blocks = (unsigned)((a.N + 8 * G - 1) / (8 * G));
     const size_t smem = (size_t)a.K * sizeof(float);
     const int rows = (a.K + DEC_THREADS / G - 1) / (DEC_THREADS / G); /* per thread */
-#define DEC_(G_, U_) launch_one(k_dec_kn<T, G_, U_, NORM, EPI>, blocks, smem, a)
+#define DEC_(G_, U_) oj_pdl_launch(k_dec_kn<T, G_, U_, NORM, EPI>, dim3(blocks), dim3(DEC_THREADS), smem, a)
     if (G == 2) {
         if (rows <= 8) DEC_(2, 8);
         else DEC_(2, 16);
