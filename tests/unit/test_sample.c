@@ -40,6 +40,11 @@ static void test_refused(void **state) {
     assert_int_equal(oj_sample_logits(l, 3, &c, NULL, 0, 0.5), -1); // NaN anywhere
     c.temperature = 1.0;
     assert_int_equal(oj_sample_logits(l, 3, &c, NULL, 0, 0.5), -1);
+    c.top_k = 2; /* the one-pass top-k sees it too, wherever it sits */
+    assert_int_equal(oj_sample_logits(l, 3, &c, NULL, 0, 0.5), -1);
+    float late[4] = {3.0f, 2.0f, 1.0f, NAN}; /* below the heap's k-th best would not hide it */
+    assert_int_equal(oj_sample_logits(late, 4, &c, NULL, 0, 0.5), -1);
+    c.top_k = 0;
     assert_int_equal(oj_sample_logits(l, 0, &c, NULL, 0, 0.5), -1);
     assert_int_equal(oj_sample_logits(NULL, 3, &c, NULL, 0, 0.5), -1);
     assert_int_equal(oj_sample_logits(l, 3, NULL, NULL, 0, 0.5), -1);
