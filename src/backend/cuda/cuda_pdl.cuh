@@ -31,19 +31,48 @@ __device__ __forceinline__ void oj_pdl_allow_dependents() {
 #endif
 }
 
-/* Whether launches go out as programmatic dependents: the current device
- * has compute capability >= 9.0 and OJAS_CUDA_PDL is not "0" (read once). */
+/* The probe of oj_pdl_on: waits (no earlier grid on its stream), writes
+ * nothing. */
+static __global__ void oj_pdl_probe(int unused) {
+    (void)unused;
+    oj_pdl_wait();
+    oj_pdl_allow_dependents();
+}
+
+/* Whether launches go out as programmatic dependents: OJAS_CUDA_PDL is
+ * not "0", the current device has compute capability >= 9.0, and a plain
+ * launch then a dependent launch of a probe kernel on a private stream
+ * succeed (so a runtime or driver without PDL falls back to plain
+ * launches instead of failing the first decode step). Decided once. */
 static inline bool oj_pdl_on(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("OJAS_CUDA_PDL");
-        int dev = 0, major = 0;
-        bool ok = cudaGetDevice(&dev) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                      cudaSuccess;
-        on = !(e && strcmp(e, "0") == 0) && ok && major >= 9;
+    if (on >= 0) return on != 0;
+    const char *e = getenv("OJAS_CUDA_PDL");
+    int dev = 0, major = 0;
+    bool ok = !(e && strcmp(e, "0") == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+              cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                  cudaSuccess &&
+              major >= 9;
+    cudaStream_t st = NULL;
+    if (ok) ok = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess;
+    if (ok) {
+        oj_pdl_probe<<<1, 32, 0, st>>>(0);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1);
+        cfg.blockDim = dim3(32);
+        cfg.stream = st;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        ok = cudaLaunchKernelEx(&cfg, oj_pdl_probe, 0) == cudaSuccess;
+        ok = cudaStreamSynchronize(st) == cudaSuccess && ok;
+        cudaStreamDestroy(st);
     }
-    return on != 0;
+    (void)cudaGetLastError(); /* a failed probe leaves no error behind */
+    on = ok;
+    return ok;
 }
 
 /* k<<<grid, block, smem, OJ_STREAM>>>(args...), as a programmatic
