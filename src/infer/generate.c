@@ -79,10 +79,11 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
     if (!fast && half == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
     oj_status st = oj_gpt_decoder_create(m, kv_cap, true, &d);
     int64_t len = 0;
-    int32_t dev_tok = 0; /* the decoder's pending token (its argmax, or the last one set) */
+    int32_t dev_tok = 0; /* the decoder's argmax (greedy: its pending token) */
     for (int64_t step = 0; st == OJ_OK && step < max_new; step++) {
+        /* sampling reads the logits, not the device's argmax */
         st = step == 0 ? oj_gpt_decoder_prefill(d, prompt, n, &dev_tok)
-                       : oj_gpt_decoder_step(d, &dev_tok);
+                       : oj_gpt_decoder_step(d, fast ? &dev_tok : NULL);
         if (st != OJ_OK) break;
         int32_t tok = dev_tok;
         if (!fast) {
@@ -100,7 +101,7 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
         hist[n + len] = tok;
         len++;
         if (on_token && !on_token(seq, tok, ctx)) break;
-        if (tok != dev_tok && step + 1 < max_new) st = oj_gpt_decoder_set_token(d, tok);
+        if ((!fast || tok != dev_tok) && step + 1 < max_new) st = oj_gpt_decoder_set_token(d, tok);
     }
     oj_gpt_decoder_free(d);
     free(half);

@@ -214,7 +214,7 @@ oj_status oj_gpt_decoder_step(oj_gpt_decoder *d, int32_t *next) {
         else st = oj_last_status(eng);
     }
     oj_set_grad_enabled(eng, prev);
-    if (st == OJ_OK) st = read_token(d, next);
+    if (st == OJ_OK && next) st = read_token(d, next); /* NULL: the caller reads the logits */
     if (st == OJ_OK) d->cache->len++;
     else d->ready = false; /* the device state is unknown: prefill again */
     return st;
