@@ -542,6 +542,12 @@ typedef struct oj_backend {
      * and the residual add after it. */
     oj_status (*decode_linear_residual)(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
                                         const oj_tensor *w, const oj_tensor *b);
+    /* The end of a decode step: tok (i64, one element) = the index of the
+     * largest of logits [V] (contiguous f32/bf16/f16; the lowest index on
+     * ties; a NaN ranks above every number, the first NaN wins, as
+     * argmax), and pos (i64, one element) += 1. */
+    oj_status (*decode_argmax_advance)(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                       oj_tensor *pos);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -21,6 +21,7 @@
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
+#include "ops/nn_decode.h"
 
 struct oj_gpt_decoder {
     oj_gpt *m;
@@ -158,10 +159,16 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
     oj_tensor *mask = seen ? oj_reshape(seen, 4, ms) : NULL;
     oj_gpt_dev_pos dp = {d->pos, d->slot, mask};
     oj_tensor *logits = NULL;
-    if (mask && oj__gpt_fast_decode_ok(d->m, d->cache))
-        logits = oj__gpt2_run_fast(d->m, d->cache, d->tok, &dp); /* FAST: six kernels a layer */
-    else if (mask)
-        logits = oj__gpt_run_static(d->m, d->cache, d->tok, &dp);
+    const bool fast = !d->ring && oj__gpt_fast_decode_ok(d->m, d->cache);
+    if (mask && fast) {
+        /* FAST: six kernels a layer, then argmax and pos + 1 in one */
+        logits = oj__gpt2_run_fast(d->m, d->cache, d->tok, &dp);
+        bool ok = logits && oj__decode_argmax_advance_(d->tok, logits, d->pos) == OJ_OK;
+        if (ok) oj_keep(logits);
+        oj_scope_end(eng);
+        return ok ? logits : NULL;
+    }
+    if (mask) logits = oj__gpt_run_static(d->m, d->cache, d->tok, &dp);
     oj_tensor *best = logits ? oj_argmax(logits, 2, false) : NULL; /* [1, 1], lowest id on ties */
     bool ok = best && oj_copy_(d->tok, best) == OJ_OK && oj_add_(d->pos, d->one) == OJ_OK;
     if (ok && d->ring) { /* slot + 1, back to 0 at the capacity */

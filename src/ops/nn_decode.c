@@ -14,7 +14,7 @@ bool oj__decode_weight_ok(const oj_tensor *w) {
 
 bool oj__decode_supported(const oj_engine *eng) {
     return eng && eng->backend && eng->backend->decode_norm_linear &&
-           eng->backend->decode_linear_residual;
+           eng->backend->decode_linear_residual && eng->backend->decode_argmax_advance;
 }
 
 /* t: numel n, contiguous, dtype dt; else the error naming op and arg. */
@@ -124,4 +124,30 @@ oj_status oj__decode_linear_residual_(oj_tensor *x, oj_tensor *y, oj_tensor *w, 
                     const oj_tensor *) = OJ_KERNEL(eng, decode_linear_residual, op);
     if (fn == NULL) return oj_last_status(eng);
     return oj__kernel_ok(eng, fn(eng, x, y, w, b), op) ? OJ_OK : oj_last_status(eng);
+}
+
+oj_status oj__decode_argmax_advance_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos) {
+    static const char op[] = "decode_argmax_advance_";
+    oj_tensor *ins[3] = {tok, logits, pos};
+    oj_engine *eng = oj__ops_engine(op, 3, ins);
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT; /* a NULL or foreign input: recorded */
+    if (tok->dtype != OJ_I64 || pos->dtype != OJ_I64 || oj_numel(tok) != 1 ||
+        oj_numel(pos) != 1)
+        return oj_set_error(eng, OJ_ERR_DTYPE, "%s: tok and pos must be i64 with one element, got %s [%lld] and %s [%lld]",
+                            op, oj_dtype_name(tok->dtype), (long long)oj_numel(tok),
+                            oj_dtype_name(pos->dtype), (long long)oj_numel(pos));
+    if (logits->dtype != OJ_F32 && logits->dtype != OJ_BF16 && logits->dtype != OJ_F16)
+        return oj_set_error(eng, OJ_ERR_DTYPE, "%s: logits must be f32/bf16/f16, got %s", op,
+                            oj_dtype_name(logits->dtype));
+    if (oj_numel(logits) < 1 || oj_numel(logits) > INT32_MAX || !oj_is_contiguous(logits)) {
+        char b[96];
+        return oj_set_error(eng, OJ_ERR_SHAPE, "%s: logits must be contiguous with 1 .. 2^31-1 elements, got %s",
+                            op, oj_shape_str(logits, b, sizeof b));
+    }
+    if (tok->storage == pos->storage)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos share storage", op);
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, oj_tensor *) =
+        OJ_KERNEL(eng, decode_argmax_advance, op);
+    if (fn == NULL) return oj_last_status(eng);
+    return oj__kernel_ok(eng, fn(eng, tok, logits, pos), op) ? OJ_OK : oj_last_status(eng);
 }

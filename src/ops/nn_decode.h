@@ -36,7 +36,14 @@ oj_status oj__decode_linear_residual_(oj_tensor *x, oj_tensor *y, oj_tensor *w, 
  * 8192. No error recorded. */
 bool oj__decode_weight_ok(const oj_tensor *w);
 
-/* Whether eng's backend has both decode entries. */
+/* tok = argmax(logits) (the lowest index on ties; a NaN above every
+ * number, the first one), pos += 1, in one kernel: the end of a greedy
+ * decode step. tok, pos: i64 with one element each; logits contiguous
+ * f32/bf16/f16 with V >= 1 elements. OJ_OK or the status recorded
+ * (OJ_ERR_DTYPE, OJ_ERR_SHAPE, OJ_ERR_UNSUPPORTED). */
+oj_status oj__decode_argmax_advance_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos);
+
+/* Whether eng's backend has every decode entry. */
 bool oj__decode_supported(const oj_engine *eng);
 
 #endif /* OJAS_OPS_NN_DECODE_H */

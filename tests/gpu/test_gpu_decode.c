@@ -669,6 +669,55 @@ static void test_decode_ops(void **state) {
     oj_engine_free(cpu);
 }
 
+/* argmax + pos += 1 on the device against the CPU: V 50257 (gpt2's) and
+ * short rows, values drawn from a few levels (ties everywhere), a NaN
+ * late in the row, f32/bf16/f16 */
+static void test_decode_argmax_advance(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    const int64_t Vs[3] = {50257, 1000, 7};
+    const oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    int64_t s1[1] = {1}, p0 = 5;
+    oj_tensor *tc = oj_zeros(cpu, 1, s1, OJ_I64), *tg = oj_zeros(gpu, 1, s1, OJ_I64);
+    oj_tensor *pc = i64s(cpu, 1, &p0), *pg = i64s(gpu, 1, &p0);
+    for (int vi = 0; vi < 3; vi++)
+        for (int d = 0; d < 3; d++)
+            for (int nan = 0; nan < 2; nan++) {
+                int64_t V = Vs[vi];
+                double *v = malloc((size_t)V * sizeof *v);
+                uint32_t x = 99u + (uint32_t)(vi * 7 + d * 3 + nan);
+                for (int64_t i = 0; i < V; i++) {
+                    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+                    v[i] = (double)(x % 13) - 6.0; /* 13 levels: the top one tied many times */
+                }
+                if (nan) v[V - 1 - V / 3] = NAN;
+                int64_t sv[1] = {V};
+                oj_tensor *lh = oj_from_host(cpu, 1, sv, OJ_F64, v, (size_t)V * sizeof *v);
+                oj_tensor *lc = oj_cast(lh, dts[d]), *lg = to_gpu(lc, gpu);
+                assert_int_equal(oj__decode_argmax_advance_(tc, lc, pc), OJ_OK);
+                if (oj__decode_argmax_advance_(tg, lg, pg) != OJ_OK) fail_msg("%s", oj_last_error(gpu));
+                int64_t a = -1, b = -2;
+                assert_int_equal(oj_to_host(tc, &a, sizeof a), OJ_OK);
+                assert_int_equal(oj_to_host(tg, &b, sizeof b), OJ_OK);
+                if (a != b)
+                    fail_msg("argmax V %lld %s nan %d: device %lld, CPU %lld", (long long)V,
+                             oj_dtype_name(dts[d]), nan, (long long)b, (long long)a);
+                free(v);
+            }
+    int64_t pa = 0, pb = 0;
+    assert_int_equal(oj_to_host(pc, &pa, sizeof pa), OJ_OK);
+    assert_int_equal(oj_to_host(pg, &pb, sizeof pb), OJ_OK);
+    assert_int_equal(pa, 5 + 18);
+    assert_int_equal(pb, 5 + 18);
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
 /* ------------------------------------------------ the gpt2 fast decode step */
 
 /* The decoder's run with OJAS_DECODE_FAST set to `fast` ("1" also forces
@@ -902,6 +951,7 @@ int main(void) {
         cmocka_unit_test(test_decoder_bf16_weights),
         cmocka_unit_test(test_decoder_gpt2_124m),
         cmocka_unit_test(test_decode_ops),
+        cmocka_unit_test(test_decode_argmax_advance),
         cmocka_unit_test(test_fast_decoder_gpt2),
         cmocka_unit_test(test_fast_decoder_gpt2_124m),
         cmocka_unit_test(test_generate_graph_same_as_eager),

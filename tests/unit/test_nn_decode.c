@@ -3,7 +3,9 @@
 // they stand for (layer_norm, linear, gelu_tanh, add; bf16 and f16), within
 // the dtype's rounding; the keys and values written to the cache slot are
 // the output's columns bit for bit and nothing else moves (a slot outside
-// the cache writes nothing); the refusals name what was wrong; no leaks.
+// the cache writes nothing); oj__decode_argmax_advance_ picks the lowest
+// index on ties and the first NaN, and advances pos; the refusals name what
+// was wrong; no leaks.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -175,12 +177,63 @@ static void test_refusals(void **state) {
     nt_engine_done(eng);
 }
 
+/* argmax + pos += 1: the lowest index on ties, the first NaN above all,
+ * all -inf gives 0; each dtype; refusals */
+static void test_argmax_advance(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t s1[1] = {1}, p0 = 41;
+    oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_from_host(eng, 1, s1, OJ_I64, &p0, sizeof p0);
+    const struct {
+        double v[6];
+        int64_t want;
+    } cases[] = {
+        {{0.5, 2.0, -1.0, 2.0, 1.5, -INFINITY}, 1},
+        {{-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, 0},
+        {{1.0, NAN, 3.0, NAN, 9.0, 0.0}, 1},
+        {{1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, 5},
+        {{INFINITY, 2.0, INFINITY, 4.0, 5.0, 6.0}, 0},
+    };
+    const oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    int64_t steps = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int64_t s6[1] = {6};
+            oj_tensor *l = nt_from(eng, 1, s6, dts[d], cases[c].v);
+            assert_int_equal(oj__decode_argmax_advance_(tok, l, pos), OJ_OK);
+            steps++;
+            int64_t t = -1, p = -1;
+            assert_int_equal(oj_to_host(tok, &t, sizeof t), OJ_OK);
+            assert_int_equal(oj_to_host(pos, &p, sizeof p), OJ_OK);
+            if (t != cases[c].want)
+                fail_msg("%s case %zu: argmax %lld, want %lld", oj_dtype_name(dts[d]), c,
+                         (long long)t, (long long)cases[c].want);
+            assert_int_equal(p, 41 + steps);
+        }
+    /* refusals */
+    int64_t s6[1] = {6};
+    oj_tensor *l = oj_zeros(eng, 1, s6, OJ_F32), *li = oj_zeros(eng, 1, s6, OJ_I32);
+    assert_int_equal(oj__decode_argmax_advance_(pos, l, pos), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(oj_last_error(eng), "share storage"));
+    oj_clear_error(eng);
+    assert_int_equal(oj__decode_argmax_advance_(tok, li, pos), OJ_ERR_DTYPE);
+    assert_non_null(strstr(oj_last_error(eng), "f32/bf16/f16, got i32"));
+    oj_clear_error(eng);
+    assert_int_equal(oj__decode_argmax_advance_(l, l, pos), OJ_ERR_DTYPE);
+    assert_non_null(strstr(oj_last_error(eng), "must be i64"));
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_norm_linear),
         cmocka_unit_test(test_linear_residual),
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_argmax_advance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,4 +77,5 @@ const oj_backend oj_cpu_backend = {
     .mul_scalar_multi = oj_cpu_mul_scalar_multi,
     .decode_norm_linear = oj_cpu_decode_norm_linear,
     .decode_linear_residual = oj_cpu_decode_linear_residual,
+    .decode_argmax_advance = oj_cpu_decode_argmax_advance,
 };

@@ -94,3 +94,28 @@ oj_status oj_cpu_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_t
     free(u);
     return OJ_OK;
 }
+
+oj_status oj_cpu_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                       oj_tensor *pos) {
+    (void)eng;
+    const int64_t V = oj_numel(logits);
+    const char *base = oj__nn_base(logits);
+    int64_t best = 0;
+    double bv = 0.0;
+    for (int64_t i = 0; i < V; i++) {
+        double v;
+        oj__nn_load(base + i * (int64_t)oj_dtype_size(logits->dtype), logits->dtype, 1, 1, &v);
+        if (i == 0) {
+            bv = v;
+            continue;
+        }
+        if (isnan(bv)) break; /* the first NaN */
+        if (isnan(v) || v > bv) {
+            best = i;
+            bv = v;
+        }
+    }
+    *(int64_t *)oj__nn_base(tok) = best;
+    *(int64_t *)oj__nn_base(pos) += 1;
+    return OJ_OK;
+}

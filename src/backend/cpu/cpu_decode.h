@@ -12,4 +12,7 @@ oj_status oj_cpu_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_ten
 oj_status oj_cpu_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
                                         const oj_tensor *w, const oj_tensor *b);
 
+oj_status oj_cpu_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                       oj_tensor *pos);
+
 #endif /* OJAS_CPU_DECODE_H */

@@ -35,6 +35,8 @@ oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_te
                                      oj_tensor *kv, const oj_tensor *slot);
 oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
                                          const oj_tensor *w, const oj_tensor *b);
+oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                        oj_tensor *pos);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -117,6 +119,7 @@ static oj_backend make_cuda_backend() {
     /* batch-1 decode (cuda_decode.cu) */
     b.decode_norm_linear = oj_cuda_decode_norm_linear;
     b.decode_linear_residual = oj_cuda_decode_linear_residual;
+    b.decode_argmax_advance = oj_cuda_decode_argmax_advance;
     return b;
 }
 

@@ -31,6 +31,7 @@
  * them only by the order of the sums (the norm's statistics, the product
  * split over the k-slices as cuda_gemv.cu splits it): FAST numerics. */
 #include <cuda_fp16.h>
+#include <limits.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -43,6 +44,8 @@ oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_te
                                      oj_tensor *kv, const oj_tensor *slot);
 oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
                                          const oj_tensor *w, const oj_tensor *b);
+oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                        oj_tensor *pos);
 
 #define DEC_THREADS 256
 #define DEC_MIN_BLOCKS 2
@@ -249,4 +252,82 @@ oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_
     if (x->dtype == OJ_BF16) dec_launch<oj_cu_bf16, false, EPI_RESID>(a);
     else dec_launch<oj_cu_f16, false, EPI_RESID>(a);
     return oj_cuda_check(eng, "decode_linear_residual");
+}
+
+/* ---------------------------------------------------------------- argmax + advance */
+#define AM_THREADS 1024
+#define AM_U 8 /* loads in flight a thread */
+
+/* (v, i) ranks before (bv, bi): a NaN above every number, then the larger
+ * value, then the lower index. */
+__device__ __forceinline__ bool am_before(float v, int i, float bv, int bi) {
+    const bool n = v != v, bn = bv != bv;
+    if (n != bn) return n;
+    if (!n && v != bv) return v > bv;
+    return i < bi;
+}
+
+/* One block: thread t takes elements t, t + 1024, ... (AM_U loads issued
+ * at a time), then a shuffle tree in each warp and one over the warps. */
+template <typename T>
+__global__ void __launch_bounds__(AM_THREADS) k_dec_argmax_advance(int64_t *tok, const T *x, int V,
+                                                                   int64_t *pos) {
+    __shared__ float sv[AM_THREADS / 32];
+    __shared__ int si[AM_THREADS / 32];
+    const int t = threadIdx.x;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int i0 = t; i0 < V; i0 += AM_THREADS * AM_U) {
+        float v[AM_U];
+#pragma unroll
+        for (int u = 0; u < AM_U; u++) {
+            const int i = i0 + u * AM_THREADS;
+            v[u] = i < V ? oj_cu_hw_tof(x[i]) : -INFINITY;
+        }
+#pragma unroll
+        for (int u = 0; u < AM_U; u++) {
+            const int i = i0 + u * AM_THREADS;
+            if (i < V && am_before(v[u], i, bv, bi)) bv = v[u], bi = i;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if ((t & 31) == 0) sv[t >> 5] = bv, si[t >> 5] = bi;
+    __syncthreads();
+    if (t >= 32) return;
+    bv = sv[t], bi = si[t]; /* 32 warps */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (t == 0) {
+        *tok = bi;
+        *pos += 1;
+    }
+}
+
+oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                        oj_tensor *pos) {
+    if (oj_cuda_begin(eng, "decode_argmax_advance") != OJ_OK) return oj_last_status(eng);
+    int64_t *tp = (int64_t *)oj_cuda_ptr(tok), *pp = (int64_t *)oj_cuda_ptr(pos);
+    const int V = (int)oj_numel(logits);
+    const void *x = oj_cuda_ptr(logits);
+    switch (logits->dtype) {
+    case OJ_BF16:
+        k_dec_argmax_advance<oj_cu_bf16><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_bf16 *)x, V, pp);
+        break;
+    case OJ_F16:
+        k_dec_argmax_advance<oj_cu_f16><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_f16 *)x, V, pp);
+        break;
+    default:
+        k_dec_argmax_advance<float><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const float *)x, V, pp);
+        break;
+    }
+    return oj_cuda_check(eng, "decode_argmax_advance");
 }
