@@ -548,6 +548,14 @@ typedef struct oj_backend {
      * argmax), and pos (i64, one element) += 1. */
     oj_status (*decode_argmax_advance)(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                        oj_tensor *pos);
+    /* The start of a gpt2 decode step: x [C] = round_T(wte[tok] + wpe[pos])
+     * (wte [V, C], wpe [P, C] contiguous, x contiguous, one dtype T
+     * f32/bf16/f16; tok, pos i64 device values; NaN where tok is outside
+     * [0, V) or pos outside [0, P)) and mask (bool [S], contiguous)
+     * [j] = j <= pos. */
+    oj_status (*decode_embed_mask)(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                   const oj_tensor *wpe, const oj_tensor *tok,
+                                   const oj_tensor *pos, oj_tensor *mask);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

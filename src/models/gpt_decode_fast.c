@@ -6,7 +6,11 @@
  *   h   = gelu(norm + c_fc (+ bias)) (decode_norm_linear: one),
  *   x  += mlp c_proj(h) + bias (decode_linear_residual: one),
  * six kernels where the generic forward launches ten (the add + norm, the
- * GEMV, the cache write, the GELU each apart). The values are the generic
+ * GEMV, the cache write, the GELU each apart); before the layers one
+ * kernel writes x = wte[idx] + wpe[pos] and the attention mask (the
+ * generic step: two embeddings, an add and a comparison). The caller
+ * (gpt_decoder.c) keeps idx and pos in range and passes dp->mask as a
+ * bool [1, 1, 1, S] tensor to be written. The values are the generic
  * step's up to the order of the sums inside the norms and the products
  * (the same roundings to the weights' dtype at the same places), so the
  * step runs under OJ_NUMERICS_FAST only; EXACT keeps the generic one. */
@@ -29,6 +33,9 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     if (!oj__decode_supported(eng)) return false;
     const oj_dtype dt = oj_tensor_dtype(m->wte);
     if (dt != OJ_BF16 && dt != OJ_F16) return false;
+    if (m->wpe == NULL || oj_tensor_dtype(m->wpe) != dt || !oj_is_contiguous(m->wte) ||
+        !oj_is_contiguous(m->wpe))
+        return false;
     if (oj_autocast_enabled(eng) && oj_autocast_dtype(eng) != dt) return false;
     if (c->batch != 1 || oj_tensor_dtype(c->kv[0]) != dt) return false;
     for (int l = 0; l < (int)m->cfg.n_layer; l++) {
@@ -68,14 +75,15 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
 
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                              const oj_gpt_dev_pos *dp) {
+
     oj_engine *eng = m->eng;
     const double eps = m->cfg.norm_eps;
     bool prev = oj_set_grad_enabled(eng, false);
     c->dev = dp;
     oj_scope_begin(eng);
-    oj_tensor *te = oj_embedding(m->wte, idx);    /* [1, 1, C] */
-    oj_tensor *pe = oj_embedding(m->wpe, dp->pos); /* [1, C] */
-    oj_tensor *x = te && pe ? oj_add(te, pe) : NULL; /* the residual stream, updated in place */
+    /* the residual stream x = wte[idx] + wpe[pos] [1, 1, C], updated in
+     * place; dp->mask written in the same kernel */
+    oj_tensor *x = oj__decode_embed_mask(m->wte, m->wpe, idx, dp->pos, dp->mask);
     bool ok = x != NULL;
     for (int l = 0; ok && l < (int)m->cfg.n_layer; l++) {
         oj_gpt_block *b = &m->blocks[l];

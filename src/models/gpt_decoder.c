@@ -155,13 +155,16 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
     oj_scope_begin(eng);
     /* slot j holds a key once j <= pos (every slot, once the ring wrapped) */
     int64_t ms[4] = {1, 1, 1, d->capacity};
-    oj_tensor *seen = oj_le(d->slots, d->pos);
-    oj_tensor *mask = seen ? oj_reshape(seen, 4, ms) : NULL;
+    const bool fast = !d->ring && oj__gpt_fast_decode_ok(d->m, d->cache);
+    oj_tensor *seen = fast ? NULL : oj_le(d->slots, d->pos);
+    oj_tensor *mask = fast   ? oj_empty(eng, 4, ms, OJ_BOOL) /* written by the step's first kernel */
+                      : seen ? oj_reshape(seen, 4, ms)
+                             : NULL;
     oj_gpt_dev_pos dp = {d->pos, d->slot, mask};
     oj_tensor *logits = NULL;
-    const bool fast = !d->ring && oj__gpt_fast_decode_ok(d->m, d->cache);
     if (mask && fast) {
-        /* FAST: six kernels a layer, then argmax and pos + 1 in one */
+        /* FAST: the embeddings and the mask in one kernel, six kernels a
+         * layer, then argmax and pos + 1 in one */
         logits = oj__gpt2_run_fast(d->m, d->cache, d->tok, &dp);
         bool ok = logits && oj__decode_argmax_advance_(d->tok, logits, d->pos) == OJ_OK;
         if (ok) oj_keep(logits);

@@ -14,7 +14,8 @@ bool oj__decode_weight_ok(const oj_tensor *w) {
 
 bool oj__decode_supported(const oj_engine *eng) {
     return eng && eng->backend && eng->backend->decode_norm_linear &&
-           eng->backend->decode_linear_residual && eng->backend->decode_argmax_advance;
+           eng->backend->decode_linear_residual && eng->backend->decode_argmax_advance &&
+           eng->backend->decode_embed_mask;
 }
 
 /* t: numel n, contiguous, dtype dt; else the error naming op and arg. */
@@ -150,4 +151,42 @@ oj_status oj__decode_argmax_advance_(oj_tensor *tok, oj_tensor *logits, oj_tenso
         OJ_KERNEL(eng, decode_argmax_advance, op);
     if (fn == NULL) return oj_last_status(eng);
     return oj__kernel_ok(eng, fn(eng, tok, logits, pos), op) ? OJ_OK : oj_last_status(eng);
+}
+
+oj_tensor *oj__decode_embed_mask(oj_tensor *wte, oj_tensor *wpe, oj_tensor *tok, oj_tensor *pos,
+                                 oj_tensor *mask) {
+    static const char op[] = "decode_embed_mask";
+    oj_tensor *ins[5] = {wte, wpe, tok, pos, mask};
+    oj_engine *eng = oj__ops_engine(op, 5, ins);
+    if (eng == NULL) return NULL;
+    char b1[96], b2[96];
+    if (wte->rank != 2 || wpe->rank != 2 || wte->shape[1] != wpe->shape[1] ||
+        !oj_is_contiguous(wte) || !oj_is_contiguous(wpe) || !oj_is_contiguous(mask)) {
+        oj_set_error(eng, OJ_ERR_SHAPE,
+                     "%s: wte [V, C] and wpe [P, C] must be contiguous with one C, and the mask "
+                     "contiguous; got %s and %s",
+                     op, oj_shape_str(wte, b1, sizeof b1), oj_shape_str(wpe, b2, sizeof b2));
+        return NULL;
+    }
+    const oj_dtype dt = wte->dtype;
+    if ((dt != OJ_F32 && dt != OJ_BF16 && dt != OJ_F16) || wpe->dtype != dt ||
+        tok->dtype != OJ_I64 || pos->dtype != OJ_I64 || oj_numel(tok) != 1 ||
+        oj_numel(pos) != 1 || mask->dtype != OJ_BOOL) {
+        oj_set_error(eng, OJ_ERR_DTYPE,
+                     "%s: wte and wpe must be one of f32/bf16/f16 (got %s, %s), tok and pos i64 "
+                     "with one element, the mask bool",
+                     op, oj_dtype_name(dt), oj_dtype_name(wpe->dtype));
+        return NULL;
+    }
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
+                    const oj_tensor *, const oj_tensor *, oj_tensor *) =
+        OJ_KERNEL(eng, decode_embed_mask, op);
+    if (fn == NULL) return NULL;
+    int64_t shape[3] = {1, 1, wte->shape[1]};
+    oj_tensor *x = oj__tensor_alloc(eng, 3, shape, dt, op);
+    if (x && !oj__kernel_ok(eng, fn(eng, x, wte, wpe, tok, pos, mask), op)) {
+        oj_release(x);
+        return NULL;
+    }
+    return x;
 }

@@ -43,6 +43,16 @@ bool oj__decode_weight_ok(const oj_tensor *w);
  * (OJ_ERR_DTYPE, OJ_ERR_SHAPE, OJ_ERR_UNSUPPORTED). */
 oj_status oj__decode_argmax_advance_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos);
 
+/* x = wte[tok] + wpe[pos] (a new [1, 1, C] tensor in the current scope,
+ * the bits of embedding + add) and mask[j] = j <= pos (bool, contiguous,
+ * written in place), in one kernel: the start of a gpt2 decode step. wte
+ * [V, C], wpe [P, C] contiguous, one dtype f32/bf16/f16; tok, pos i64 with
+ * one element. The caller keeps tok and pos in range (x is NaN where they
+ * are not: nothing is read out of bounds). NULL with OJ_ERR_SHAPE /
+ * OJ_ERR_DTYPE / OJ_ERR_UNSUPPORTED recorded. */
+oj_tensor *oj__decode_embed_mask(oj_tensor *wte, oj_tensor *wpe, oj_tensor *tok, oj_tensor *pos,
+                                 oj_tensor *mask);
+
 /* Whether eng's backend has every decode entry. */
 bool oj__decode_supported(const oj_engine *eng);
 

@@ -718,6 +718,37 @@ static void test_decode_argmax_advance(void **state) {
     oj_engine_free(cpu);
 }
 
+/* embeddings + mask on the device: the CPU's bits (gpt2-124m's shapes) */
+static void test_decode_embed_mask(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    const oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int d = 0; d < 3; d++) {
+        int64_t sv[2] = {50257, 768}, sp[2] = {1024, 768}, sm[4] = {1, 1, 1, 576};
+        oj_tensor *wte = oj_cast(oj_rand_normal(cpu, 2, sv, OJ_F32, 0, 0.1), dts[d]);
+        oj_tensor *wpe = oj_cast(oj_rand_normal(cpu, 2, sp, OJ_F32, 0, 0.1), dts[d]);
+        oj_tensor *wteg = to_gpu(wte, gpu), *wpeg = to_gpu(wpe, gpu);
+        const int64_t toks[3] = {50256, 0, 50257 /* out of range: NaN */}, poss[3] = {575, 0, 3};
+        for (int k = 0; k < 3; k++) {
+            oj_tensor *tc = i64s(cpu, 1, &toks[k]), *pc = i64s(cpu, 1, &poss[k]);
+            oj_tensor *tg = to_gpu(tc, gpu), *pg = to_gpu(pc, gpu);
+            oj_tensor *mc = oj_empty(cpu, 4, sm, OJ_BOOL), *mg = oj_empty(gpu, 4, sm, OJ_BOOL);
+            oj_tensor *xc = oj__decode_embed_mask(wte, wpe, tc, pc, mc);
+            oj_tensor *xg = oj__decode_embed_mask(wteg, wpeg, tg, pg, mg);
+            if (xc == NULL || xg == NULL) fail_msg("embed_mask: %s / %s", oj_last_error(cpu), oj_last_error(gpu));
+            assert_close("decode_embed_mask x", xg, xc, 0.0);
+            assert_close("decode_embed_mask mask", mg, mc, 0.0);
+        }
+    }
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
 /* ------------------------------------------------ the gpt2 fast decode step */
 
 /* The decoder's run with OJAS_DECODE_FAST set to `fast` ("1" also forces
@@ -952,6 +983,7 @@ int main(void) {
         cmocka_unit_test(test_decoder_gpt2_124m),
         cmocka_unit_test(test_decode_ops),
         cmocka_unit_test(test_decode_argmax_advance),
+        cmocka_unit_test(test_decode_embed_mask),
         cmocka_unit_test(test_fast_decoder_gpt2),
         cmocka_unit_test(test_fast_decoder_gpt2_124m),
         cmocka_unit_test(test_generate_graph_same_as_eager),

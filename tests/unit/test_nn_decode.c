@@ -4,7 +4,8 @@
 // the dtype's rounding; the keys and values written to the cache slot are
 // the output's columns bit for bit and nothing else moves (a slot outside
 // the cache writes nothing); oj__decode_argmax_advance_ picks the lowest
-// index on ties and the first NaN, and advances pos; the refusals name what
+// index on ties and the first NaN, and advances pos; oj__decode_embed_mask
+// gives embedding + add's bits and the mask; the refusals name what
 // was wrong; no leaks.
 #include <math.h>
 #include <stdio.h>
@@ -227,6 +228,50 @@ static void test_argmax_advance(void **state) {
     nt_engine_done(eng);
 }
 
+/* x = wte[tok] + wpe[pos] with embedding + add's bits, the mask j <= pos;
+ * an index out of range gives NaN and reads nothing */
+static void test_embed_mask(void **state) {
+    (void)state;
+    const oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int d = 0; d < 3; d++) {
+        oj_engine *eng = nt_engine();
+        oj_set_grad_enabled(eng, false);
+        oj_scope_begin(eng);
+        int64_t sv[2] = {11, 24}, sp[2] = {9, 24}, s1[1] = {1}, sm[4] = {1, 1, 1, 13};
+        oj_tensor *wte = nt_rand(eng, 2, sv, dts[d], -1, 1), *wpe = nt_rand(eng, 2, sp, dts[d], -1, 1);
+        int64_t tv = 7, pv = 4;
+        oj_tensor *tok = oj_from_host(eng, 1, s1, OJ_I64, &tv, sizeof tv);
+        oj_tensor *pos = oj_from_host(eng, 1, s1, OJ_I64, &pv, sizeof pv);
+        oj_tensor *mask = oj_empty(eng, 4, sm, OJ_BOOL);
+        oj_tensor *x = oj__decode_embed_mask(wte, wpe, tok, pos, mask);
+        assert_non_null(x);
+        oj_tensor *want = oj_add(oj_narrow(wte, 0, 7, 1), oj_narrow(wpe, 0, 4, 1));
+        double *a = nt_host(x), *b = nt_host(want), *m = nt_host(mask);
+        for (int i = 0; i < 24; i++)
+            if (a[i] != b[i]) fail_msg("%s x[%d] = %g, want %g", oj_dtype_name(dts[d]), i, a[i], b[i]);
+        for (int j = 0; j < 13; j++) assert_true(m[j] == (j <= 4 ? 1.0 : 0.0));
+        free(a);
+        free(b);
+        free(m);
+        tv = 11; /* out of the vocabulary */
+        oj_tensor *bad = oj_from_host(eng, 1, s1, OJ_I64, &tv, sizeof tv);
+        oj_tensor *xn = oj__decode_embed_mask(wte, wpe, bad, pos, mask);
+        double *n = nt_host(xn);
+        for (int i = 0; i < 24; i++) assert_true(isnan(n[i]));
+        free(n);
+        /* refusals */
+        assert_null(oj__decode_embed_mask(wte, wpe, tok, pos, tok));
+        assert_int_equal(oj_last_status(eng), OJ_ERR_DTYPE);
+        oj_clear_error(eng);
+        assert_null(oj__decode_embed_mask(wte, oj_transpose(wpe, 0, 1), tok, pos, mask));
+        assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+        assert_non_null(strstr(oj_last_error(eng), "wte [V, C] and wpe [P, C]"));
+        oj_clear_error(eng);
+        oj_scope_end(eng);
+        nt_engine_done(eng);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_norm_linear),
@@ -234,6 +279,7 @@ int main(void) {
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_argmax_advance),
+        cmocka_unit_test(test_embed_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

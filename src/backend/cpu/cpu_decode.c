@@ -5,6 +5,7 @@
  * output, the GELU's, the residual sum), so they agree with layer_norm,
  * linear, gelu and add run one after another up to the sums' order. */
 #include <math.h>
+#include <stdbool.h>
 
 #include "backend/cpu/cpu_decode.h"
 #include "backend/cpu/cpu_nn_util.h"
@@ -117,5 +118,28 @@ oj_status oj_cpu_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_
     }
     *(int64_t *)oj__nn_base(tok) = best;
     *(int64_t *)oj__nn_base(pos) += 1;
+    return OJ_OK;
+}
+
+oj_status oj_cpu_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                   const oj_tensor *wpe, const oj_tensor *tok,
+                                   const oj_tensor *pos, oj_tensor *mask) {
+    (void)eng;
+    const int64_t V = wte->shape[0], P = wpe->shape[0], C = wte->shape[1];
+    const int64_t S = oj_numel(mask), es = (int64_t)oj_dtype_size(x->dtype);
+    const int64_t t = *(const int64_t *)oj__nn_base(tok), p = *(const int64_t *)oj__nn_base(pos);
+    const bool ok = t >= 0 && t < V && p >= 0 && p < P;
+    double *a = oj__nn_scratch(eng, 2 * C, "decode_embed_mask");
+    if (a == NULL) return oj_last_status(eng);
+    if (ok) {
+        oj__nn_load(oj__nn_base(wte) + t * C * es, wte->dtype, C, 1, a);
+        oj__nn_load(oj__nn_base(wpe) + p * C * es, wpe->dtype, C, 1, a + C);
+    }
+    for (int64_t c = 0; c < C; c++) /* a float add: binary's bits */
+        a[c] = ok ? (double)((float)a[c] + (float)a[C + c]) : NAN;
+    oj__nn_store(oj__nn_base(x), x->dtype, C, a);
+    bool *m = (bool *)oj__nn_base(mask);
+    for (int64_t j = 0; j < S; j++) m[j] = j <= p;
+    free(a);
     return OJ_OK;
 }

@@ -15,4 +15,8 @@ oj_status oj_cpu_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_t
 oj_status oj_cpu_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                        oj_tensor *pos);
 
+oj_status oj_cpu_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                   const oj_tensor *wpe, const oj_tensor *tok,
+                                   const oj_tensor *pos, oj_tensor *mask);
+
 #endif /* OJAS_CPU_DECODE_H */

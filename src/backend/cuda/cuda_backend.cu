@@ -37,6 +37,9 @@ oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_
                                          const oj_tensor *w, const oj_tensor *b);
 oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                         oj_tensor *pos);
+oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                    const oj_tensor *wpe, const oj_tensor *tok,
+                                    const oj_tensor *pos, oj_tensor *mask);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -120,6 +123,7 @@ static oj_backend make_cuda_backend() {
     b.decode_norm_linear = oj_cuda_decode_norm_linear;
     b.decode_linear_residual = oj_cuda_decode_linear_residual;
     b.decode_argmax_advance = oj_cuda_decode_argmax_advance;
+    b.decode_embed_mask = oj_cuda_decode_embed_mask;
     return b;
 }
 

@@ -46,6 +46,9 @@ oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_
                                          const oj_tensor *w, const oj_tensor *b);
 oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                         oj_tensor *pos);
+oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                    const oj_tensor *wpe, const oj_tensor *tok,
+                                    const oj_tensor *pos, oj_tensor *mask);
 
 #define DEC_THREADS 256
 #define DEC_MIN_BLOCKS 2
@@ -330,4 +333,41 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
         break;
     }
     return oj_cuda_check(eng, "decode_argmax_advance");
+}
+
+/* ---------------------------------------------------------------- embed + mask */
+#define EM_THREADS 256
+
+/* Thread i: x[i] = round_T(wte[tok, i] + wpe[pos, i]) for i < C (NaN when
+ * tok or pos is out of range), mask[i] = i <= pos for i < S. Lets the
+ * step's first projection (a programmatic dependent) launch at once. */
+template <typename T>
+__global__ void __launch_bounds__(EM_THREADS)
+    k_dec_embed_mask(T *x, const T *wte, const T *wpe, const int64_t *tok, const int64_t *pos,
+                     int64_t V, int64_t P, int64_t C, unsigned char *mask, int64_t S) {
+    oj_pdl_allow_dependents();
+    const int64_t i = (int64_t)blockIdx.x * EM_THREADS + threadIdx.x;
+    const int64_t t = *tok, p = *pos;
+    if (i < C) {
+        const bool ok = t >= 0 && t < V && p >= 0 && p < P;
+        x[i] = oj_cu_fromf<T>(ok ? oj_cu_tof(wte[t * C + i]) + oj_cu_tof(wpe[p * C + i]) : NAN);
+    }
+    if (i < S) mask[i] = i <= p;
+}
+
+oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                    const oj_tensor *wpe, const oj_tensor *tok,
+                                    const oj_tensor *pos, oj_tensor *mask) {
+    if (oj_cuda_begin(eng, "decode_embed_mask") != OJ_OK) return oj_last_status(eng);
+    const int64_t V = wte->shape[0], P = wpe->shape[0], C = wte->shape[1], S = oj_numel(mask);
+    const int64_t n = C > S ? C : S;
+    const unsigned blocks = (unsigned)((n + EM_THREADS - 1) / EM_THREADS);
+    const int64_t *tp = (const int64_t *)oj_cuda_ptr(tok), *pp = (const int64_t *)oj_cuda_ptr(pos);
+    unsigned char *mp = (unsigned char *)oj_cuda_ptr(mask);
+    OJ_CU_FLOAT_TYPE(x->dtype, T, {
+        k_dec_embed_mask<T><<<blocks, EM_THREADS, 0, OJ_STREAM>>>(
+            (T *)oj_cuda_ptr(x), (const T *)oj_cuda_ptr(wte), (const T *)oj_cuda_ptr(wpe), tp, pp,
+            V, P, C, mp, S);
+    });
+    return oj_cuda_check(eng, "decode_embed_mask");
 }
