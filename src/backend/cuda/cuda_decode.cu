@@ -270,17 +270,47 @@ __device__ __forceinline__ bool am_before(float v, int i, float bv, int bi) {
     return i < bi;
 }
 
-/* One block: thread t takes elements t, t + 1024, ... (AM_U loads issued
- * at a time), then a shuffle tree in each warp and one over the warps. */
+/* One block. 16-bit logits at a 16-byte aligned address: thread t takes
+ * the 8-element chunks t, t + 1024, ... (AM_U 16-byte loads in flight),
+ * then the V % 8 elements past the last chunk one each; otherwise the
+ * elements t, t + 1024, ... Then a shuffle tree in each warp and one over
+ * the warps. The order of the comparisons does not matter: am_before is a
+ * total order. */
 template <typename T>
 __global__ void __launch_bounds__(AM_THREADS) k_dec_argmax_advance(int64_t *tok, const T *x, int V,
-                                                                   int64_t *pos) {
+                                                                   int64_t *pos, bool vec) {
     __shared__ float sv[AM_THREADS / 32];
     __shared__ int si[AM_THREADS / 32];
     const int t = threadIdx.x;
     float bv = -INFINITY;
     int bi = INT_MAX;
-    for (int i0 = t; i0 < V; i0 += AM_THREADS * AM_U) {
+    int tail = 0; /* the first element the scalar loop takes */
+    if constexpr (sizeof(T) == 2) {
+        if (vec) {
+            const int nch = V / 8;
+            const uint4 *xc = (const uint4 *)x;
+            for (int c0 = t; c0 < nch; c0 += AM_THREADS * AM_U) {
+                uint4 r[AM_U];
+#pragma unroll
+                for (int u = 0; u < AM_U; u++) {
+                    const int c = c0 + u * AM_THREADS;
+                    r[u] = c < nch ? __ldg(xc + c) : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+                for (int u = 0; u < AM_U; u++) {
+                    const int c = c0 + u * AM_THREADS;
+                    if (c >= nch) break;
+                    float f[8];
+                    oj_cu_unpackv<T, 8>(r[u], f);
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        if (am_before(f[e], c * 8 + e, bv, bi)) bv = f[e], bi = c * 8 + e;
+                }
+            }
+            tail = nch * 8;
+        }
+    }
+    for (int i0 = tail + t; i0 < V; i0 += AM_THREADS * AM_U) {
         float v[AM_U];
 #pragma unroll
         for (int u = 0; u < AM_U; u++) {
@@ -321,15 +351,16 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
     int64_t *tp = (int64_t *)oj_cuda_ptr(tok), *pp = (int64_t *)oj_cuda_ptr(pos);
     const int V = (int)oj_numel(logits);
     const void *x = oj_cuda_ptr(logits);
+    const bool vec = oj_cu_aligned16(x);
     switch (logits->dtype) {
     case OJ_BF16:
-        k_dec_argmax_advance<oj_cu_bf16><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_bf16 *)x, V, pp);
+        k_dec_argmax_advance<oj_cu_bf16><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_bf16 *)x, V, pp, vec);
         break;
     case OJ_F16:
-        k_dec_argmax_advance<oj_cu_f16><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_f16 *)x, V, pp);
+        k_dec_argmax_advance<oj_cu_f16><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_f16 *)x, V, pp, vec);
         break;
     default:
-        k_dec_argmax_advance<float><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const float *)x, V, pp);
+        k_dec_argmax_advance<float><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const float *)x, V, pp, false);
         break;
     }
     return oj_cuda_check(eng, "decode_argmax_advance");
