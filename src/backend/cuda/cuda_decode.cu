@@ -349,7 +349,7 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
                                         oj_tensor *pos) {
     if (oj_cuda_begin(eng, "decode_argmax_advance") != OJ_OK) return oj_last_status(eng);
     int64_t *tp = (int64_t *)oj_cuda_ptr(tok), *pp = (int64_t *)oj_cuda_ptr(pos);
-    const int V = (int)oj_numel(logits);
+    const int V = (int)oj_cuda_numel(logits);
     const void *x = oj_cuda_ptr(logits);
     const bool vec = oj_cu_aligned16(x);
     switch (logits->dtype) {
@@ -390,7 +390,7 @@ oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tenso
                                     const oj_tensor *wpe, const oj_tensor *tok,
                                     const oj_tensor *pos, oj_tensor *mask) {
     if (oj_cuda_begin(eng, "decode_embed_mask") != OJ_OK) return oj_last_status(eng);
-    const int64_t V = wte->shape[0], P = wpe->shape[0], C = wte->shape[1], S = oj_numel(mask);
+    const int64_t V = wte->shape[0], P = wpe->shape[0], C = wte->shape[1], S = oj_cuda_numel(mask);
     const int64_t n = C > S ? C : S;
     const unsigned blocks = (unsigned)((n + EM_THREADS - 1) / EM_THREADS);
     const int64_t *tp = (const int64_t *)oj_cuda_ptr(tok), *pp = (const int64_t *)oj_cuda_ptr(pos);
