@@ -1,9 +1,16 @@
 /* Batch-1 decode benchmark, the PyTorch anchors' inference setting
  * (../shared/anchors/infer_bench.py): GPT-2 124M from random init, greedy,
- * a 64-token prompt, 512 new tokens, two ways:
- * - eager: oj_generate (KV cache, one forward per token run op by op from
- *   the host, logits of the new position read back and argmax'd on the
- *   host): tok_s, ms_per_token, first_call_s;
+ * a 64-token prompt, 512 new tokens, these ways:
+ * - eager: oj_generate's eager loop (OJAS_GENERATE_STATIC=0: KV cache, one
+ *   forward per token run op by op from the host, logits of the new
+ *   position read back and argmax'd on the host): tok_s, ms_per_token,
+ *   first_call_s;
+ * - generate: oj_generate as `ojas generate --device cuda` calls it (the
+ *   static decoder, its step a CUDA graph replay), greedy: gen_tok_s,
+ *   gen_ms_per_token, gen_tokens_equal (against eager); and sampled with
+ *   the CLI's defaults (temperature 0.8, top-k 40, seed 1337):
+ *   sample_tok_s, sample_ms_per_token, sample_tokens_equal (against the
+ *   eager loop sampling with the same seed, when eager runs);
  * - graph: oj_gpt_decoder (static KV cache of prompt + new positions, the
  *   decode step captured into a CUDA graph on its first call and replayed
  *   for every token, argmax on the device, one token read back per step;
@@ -17,7 +24,8 @@
  * included; the median over the repeats after the first call. Prints one
  * JSON line.
  *
- * usage: bench_gpu_decode [repeats] [cpu|cuda] [f32|bf16|bf16w] [all|eager|graph] [preset]
+ * usage: bench_gpu_decode [repeats] [cpu|cuda] [f32|bf16|bf16w] [all|eager|graph|generate] [preset]
+ * (generate: the two oj_generate runs alone; all runs everything)
  * (preset default gpt2-124m; nanolab-124m runs the same way).
  * bf16: the forward runs under bf16 autocast (weights stay f32 and are
  * cast per use, inside the graph too); bf16w: the weights converted to
@@ -48,15 +56,20 @@ static double median_after_first(double *t, int repeats) {
     return t[1 + repeats / 2];
 }
 
-/* oj_generate greedy: wall times t[0..repeats], tokens of the last run. */
-static oj_status run_eager(oj_gpt *m, const int32_t *prompt, int repeats, double *t,
-                           int32_t *toks) {
+/* oj_generate, greedy or with the CLI's sampling defaults, through the
+ * eager loop (OJAS_GENERATE_STATIC=0) or its default path: wall times
+ * t[0..repeats], tokens of the last run. */
+static oj_status run_generate(oj_gpt *m, const int32_t *prompt, bool eager, bool sampled,
+                              int repeats, double *t, int32_t *toks) {
     oj_engine *eng = oj_gpt_engine(m);
     const int32_t *prompts[1] = {prompt};
     int64_t plen[1] = {PROMPT}, olen[1] = {0};
     oj_sampler_config sc = oj_sampler_config_default();
     sc.temperature = 0.0; /* greedy */
+    if (sampled) sc.temperature = 0.8, sc.top_k = 40, sc.seed = 1337; /* ojas generate's */
     sc.max_new_tokens = NEW;
+    if (eager) setenv("OJAS_GENERATE_STATIC", "0", 1);
+    else unsetenv("OJAS_GENERATE_STATIC");
     oj_status st = OJ_OK;
     for (int r = 0; st == OJ_OK && r <= repeats; r++) { /* r == 0: the first call */
         int32_t *out[1] = {NULL};
@@ -71,7 +84,19 @@ static oj_status run_eager(oj_gpt *m, const int32_t *prompt, int repeats, double
         if (st == OJ_OK) memcpy(toks, out[0], NEW * sizeof *toks);
         free(out[0]);
     }
+    unsetenv("OJAS_GENERATE_STATIC");
     return st;
+}
+
+/* Tokens of a equal to b's, and the first index where they part (-1: none). */
+static int same_tokens(const int32_t *a, const int32_t *b, int *first_diff) {
+    int same = 0;
+    *first_diff = -1;
+    for (int i = 0; i < NEW; i++) {
+        same += a[i] == b[i];
+        if (*first_diff < 0 && a[i] != b[i]) *first_diff = i;
+    }
+    return same;
 }
 
 /* oj_gpt_decoder (graph or not): the first call creates the decoder (and
@@ -105,7 +130,10 @@ int main(int argc, char **argv) {
     bool bf16w = argc > 3 && strcmp(argv[3], "bf16w") == 0;
     const char *which = argc > 4 ? argv[4] : "all";
     const char *preset = argc > 5 ? argv[5] : "gpt2-124m";
-    bool do_eager = strcmp(which, "graph") != 0, do_graph = strcmp(which, "eager") != 0;
+    bool gen_only = strcmp(which, "generate") == 0;
+    bool do_eager = strcmp(which, "graph") != 0 && !gen_only;
+    bool do_graph = strcmp(which, "eager") != 0 && !gen_only;
+    bool do_gen = strcmp(which, "all") == 0 || gen_only;
     if (repeats < 1) repeats = 1;
     oj_gpt_config mc;
     if (!oj_gpt_preset(preset, &mc)) {
@@ -141,8 +169,18 @@ int main(int argc, char **argv) {
     double *ts = calloc((size_t)repeats + 1, sizeof *ts);
     int32_t *toks_e = calloc(NEW, sizeof *toks_e), *toks_g = calloc(NEW, sizeof *toks_g);
     int32_t *toks_s = calloc(NEW, sizeof *toks_s);
+    double *tgen = calloc((size_t)repeats + 1, sizeof *tgen);
+    double *tsam = calloc((size_t)repeats + 1, sizeof *tsam);
+    double *tsame = calloc((size_t)repeats + 1, sizeof *tsame);
+    int32_t *toks_gen = calloc(NEW, sizeof *toks_gen), *toks_sam = calloc(NEW, sizeof *toks_sam);
+    int32_t *toks_same = calloc(NEW, sizeof *toks_same);
     oj_status st = OJ_OK;
-    if (do_eager) st = run_eager(m, prompt, repeats, te, toks_e);
+    if (do_eager) st = run_generate(m, prompt, true, false, repeats, te, toks_e);
+    if (st == OJ_OK && do_gen) st = run_generate(m, prompt, false, false, repeats, tgen, toks_gen);
+    if (st == OJ_OK && do_gen) st = run_generate(m, prompt, false, true, repeats, tsam, toks_sam);
+    /* the eager loop sampling (slow: the logits read back every token) */
+    if (st == OJ_OK && do_gen && do_eager)
+        st = run_generate(m, prompt, true, true, 1, tsame, toks_same);
     if (st == OJ_OK && do_graph) st = run_decoder(m, prompt, true, repeats, tg, toks_g);
     if (st == OJ_OK && do_graph) st = run_decoder(m, prompt, false, repeats, ts, toks_s);
     if (st != OJ_OK) {
@@ -176,6 +214,21 @@ int main(int argc, char **argv) {
             printf(", \"graph_tokens_equal\": %d, \"graph_first_diff\": %d", same, diff);
         }
     }
+    if (do_gen) {
+        double med = median_after_first(tgen, repeats), smed = median_after_first(tsam, repeats);
+        printf(", \"gen_ms_per_token\": %.4f, \"gen_tok_s\": %.1f, \"gen_first_call_s\": %.3f, "
+               "\"sample_ms_per_token\": %.4f, \"sample_tok_s\": %.1f, \"sample_first_call_s\": %.3f",
+               1e3 * med / NEW, NEW / med, tgen[0], 1e3 * smed / NEW, NEW / smed, tsam[0]);
+        int diff = -1;
+        if (do_eager) {
+            int same = same_tokens(toks_gen, toks_e, &diff);
+            printf(", \"gen_tokens_equal\": %d, \"gen_first_diff\": %d", same, diff);
+            same = same_tokens(toks_sam, toks_same, &diff);
+            printf(", \"sample_tokens_equal\": %d, \"sample_first_diff\": %d, "
+                   "\"sample_eager_tok_s\": %.1f",
+                   same, diff, NEW / (tsame[0] < tsame[1] ? tsame[0] : tsame[1]));
+        }
+    }
     printf(", \"peak_gib\": %.3f}\n", (double)oj_budget_peak(oj_engine_budget(eng)) / (1 << 30));
     free(te);
     free(tg);
@@ -183,6 +236,12 @@ int main(int argc, char **argv) {
     free(toks_e);
     free(toks_g);
     free(toks_s);
+    free(tgen);
+    free(tsam);
+    free(tsame);
+    free(toks_gen);
+    free(toks_sam);
+    free(toks_same);
     oj_gpt_free(m);
     oj_engine_free(eng);
     return 0;

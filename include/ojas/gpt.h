@@ -263,7 +263,9 @@ oj_status oj_gpt_decoder_prefill(oj_gpt_decoder *d, const int32_t *prompt, int64
  * positions (OJ_ERR_OUT_OF_RANGE); nanolab goes on over a sliding window
  * of the last `capacity` positions, as oj_generate. NaN logits are not
  * detected (that would need a read-back): their argmax is returned.
- * Errors: OJ_ERR_STATE (no prefill), a failed capture or replay. */
+ * next may be NULL: the token is then not read back (a caller that samples
+ * from oj_gpt_decoder_logits saves the read). Errors: OJ_ERR_STATE (no
+ * prefill), a failed capture or replay. */
 oj_status oj_gpt_decoder_step(oj_gpt_decoder *d, int32_t *next);
 /* Replace the pending token (e.g. by one sampled from the logits). */
 oj_status oj_gpt_decoder_set_token(oj_gpt_decoder *d, int32_t token);

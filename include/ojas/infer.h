@@ -24,6 +24,8 @@ oj_sampler_config oj_sampler_config_default(void);
 /* Choose the next token from logits[0..V) (f32). history[0..n) (prompt and
  * generated tokens) feeds the repetition penalty. `u` is a uniform number
  * in [0, 1) used for the draw. Deterministic; never returns an id >= V.
+ * Candidates are ranked by logit, then lower id; with top_k the k best are
+ * selected in O(V log k), the first k of the full ranking.
  * Works on a scratch copy (logits are not modified). Returns -1 if V <= 0
  * or the logits hold a NaN. */
 int32_t oj_sample_logits(const float *logits, int64_t V, const oj_sampler_config *cfg,
@@ -38,7 +40,14 @@ typedef bool (*oj_token_fn)(int64_t seq, int32_t token, void *ctx);
  * model also stops when its context (block_size) is full, a nanolab model
  * goes on over a sliding window of the last block_size positions. out[i] receives a malloc'd array of
  * the generated tokens (free() each) and out_lens[i] its length. on_token
- * may be NULL. Runs with grad mode off. Errors of the model or
+ * may be NULL. Runs with grad mode off. On a CUDA engine each sequence
+ * runs through the static decoder (oj_gpt_decoder: the step replayed as a
+ * CUDA graph), greedy or sampled, with the tokens of the eager loop for
+ * the same seed wherever the two steps' logits agree (they differ by
+ * rounding only); greedy there without a repetition penalty takes the
+ * device's argmax and does not see NaN logits. OJAS_GENERATE_STATIC=0
+ * selects the eager loop (oj_gpt_forward_cached, the logits read back
+ * each token), =1 the static decoder on any engine. Errors of the model or
  * OJ_ERR_INVALID_ARGUMENT (empty prompt, token id out of the vocabulary). */
 oj_status oj_generate(oj_gpt *m, int64_t batch, const int32_t *const *prompts,
                       const int64_t *prompt_lens, const oj_sampler_config *cfg, int32_t **out,

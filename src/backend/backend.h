@@ -547,6 +547,42 @@ typedef struct oj_backend {
     /* NCCL collectives for oj_dist; NULL for the CPU (MPI moves host
      * memory) and for a CUDA module built without NCCL. */
     const oj_backend_comm *comm;
+    /* ---- batch-1 decode (src/ops/nn_decode.c; optional: NULL where the
+     * backend has no fused decode step). One row; every float tensor of a
+     * call has one dtype T, bf16 or f16; x, y, out contiguous; w [K, N]
+     * with n-stride 1, its row stride a multiple of 8 and its data 16-byte
+     * aligned, N a multiple of 8, K <= 8192; b [N] contiguous or NULL.
+     * Sums in f32 (CUDA) or double (CPU); results rounded to T where the
+     * unfused ops round. */
+    /* u = layer_norm(x [K]; nw, nb [K], eps) rounded to T;
+     * out [N] = act(round_T(u @ w + b)) rounded to T, act 0 none, 1 GELU
+     * (tanh form). kv (NULL, or [2, 1, H, S, D] contiguous T with H D = C
+     * and N = 3 C: a gpt2 attention projection's q, k, v): columns n in
+     * [C, 3 C) are also written to kv[j / C, 0, (j % C) / D, slot, j % D],
+     * j = n - C, slot the i64 [1] device value `slot` (nothing written
+     * when it is outside [0, S)). */
+    oj_status (*decode_norm_linear)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *w, const oj_tensor *b, int act, oj_tensor *kv,
+                                    const oj_tensor *slot);
+    /* x [N] = round_T(x + round_T(y [K] @ w + b)) in place: a projection
+     * and the residual add after it. */
+    oj_status (*decode_linear_residual)(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                        const oj_tensor *w, const oj_tensor *b);
+    /* The end of a decode step: tok (i64, one element) = the index of the
+     * largest of logits [V] (contiguous f32/bf16/f16; the lowest index on
+     * ties; a NaN ranks above every number, the first NaN wins, as
+     * argmax), and pos (i64, one element) += 1. */
+    oj_status (*decode_argmax_advance)(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                       oj_tensor *pos);
+    /* The start of a gpt2 decode step: x [C] = round_T(wte[tok] + wpe[pos])
+     * (wte [V, C], wpe [P, C] contiguous, x contiguous, one dtype T
+     * f32/bf16/f16; tok, pos i64 device values; NaN where tok is outside
+     * [0, V) or pos outside [0, P)) and mask (bool [S], contiguous)
+     * [j] = j <= pos. */
+    oj_status (*decode_embed_mask)(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                   const oj_tensor *wpe, const oj_tensor *tok,
+                                   const oj_tensor *pos, oj_tensor *mask);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

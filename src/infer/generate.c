@@ -29,6 +29,86 @@ static oj_status last_logits(oj_tensor *logits, float *dst, int64_t V) {
     return st;
 }
 
+/* Logits [1, 1, V] of the decoder into dst as f32 (bf16/f16 read back as
+ * they are, 2 bytes an entry, and widened on the host: the values a cast
+ * on the device gives, without its launch). */
+static oj_status decoder_logits(oj_gpt_decoder *d, float *dst, uint16_t *half, int64_t V) {
+    oj_tensor *lg = oj_gpt_decoder_logits(d);
+    if (lg == NULL) return OJ_ERR_INTERNAL;
+    oj_dtype dt = oj_tensor_dtype(lg);
+    if (dt == OJ_F32) return oj_to_host(lg, dst, (size_t)V * sizeof(float));
+    if (dt != OJ_BF16 && dt != OJ_F16) { /* f64: the device's cast */
+        oj_tensor *c = oj_cast(lg, OJ_F32);
+        oj_status st = c ? oj_to_host(c, dst, (size_t)V * sizeof(float)) : OJ_ERR_INTERNAL;
+        oj_release(c);
+        return st;
+    }
+    oj_status st = oj_to_host(lg, half, (size_t)V * sizeof(uint16_t));
+    if (st != OJ_OK) return st;
+    for (int64_t i = 0; i < V; i++)
+        dst[i] = dt == OJ_BF16 ? oj_bf16_to_f32(half[i]) : oj_f16_to_f32(half[i]);
+    return OJ_OK;
+}
+
+/* Whether generate_one runs the static decoder (gpt.h, oj_gpt_decoder):
+ * on a CUDA engine by default, where its step is one graph replay;
+ * OJAS_GENERATE_STATIC=0 turns it off, =1 on for every engine (the CPU
+ * runs the same step eagerly: the tests compare the two loops there). */
+static bool use_static(oj_engine *eng) {
+    const char *e = getenv("OJAS_GENERATE_STATIC");
+    if (e && strcmp(e, "0") == 0) return false;
+    if (e && strcmp(e, "1") == 0) return true;
+    return oj_engine_device(eng).type == OJ_DEVICE_CUDA;
+}
+
+/* generate_eager's tokens through the static decoder: the prefill and
+ * every step on the device, a graph replay per token on a CUDA engine.
+ * Greedy without a penalty takes the decoder's own argmax (one token read
+ * back a step); otherwise the logits row is read back and sampled on the
+ * host by oj_sample_logits with the same draws, and the chosen token is
+ * written back as the pending one. */
+static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, int64_t n,
+                                 int64_t max_new, int64_t kv_cap, const oj_sampler_config *cfg,
+                                 int32_t *hist, float *lg, int32_t *gen, int64_t *out_len,
+                                 oj_token_fn on_token, void *ctx) {
+    oj_engine *eng = oj_gpt_engine(m);
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    const bool fast = cfg->temperature <= 0.0 && cfg->repetition_penalty == 1.0;
+    oj_gpt_decoder *d = NULL;
+    uint16_t *half = fast ? NULL : malloc((size_t)V * sizeof *half);
+    if (!fast && half == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
+    oj_status st = oj_gpt_decoder_create(m, kv_cap, true, &d);
+    int64_t len = 0;
+    int32_t dev_tok = 0; /* the decoder's argmax (greedy: its pending token) */
+    for (int64_t step = 0; st == OJ_OK && step < max_new; step++) {
+        /* sampling reads the logits, not the device's argmax */
+        st = step == 0 ? oj_gpt_decoder_prefill(d, prompt, n, &dev_tok)
+                       : oj_gpt_decoder_step(d, fast ? &dev_tok : NULL);
+        if (st != OJ_OK) break;
+        int32_t tok = dev_tok;
+        if (!fast) {
+            st = decoder_logits(d, lg, half, V);
+            if (st != OJ_OK) break;
+            tok = oj_sample_logits(lg, V, cfg, hist, n + len, draw(cfg->seed, seq, step));
+            if (tok < 0) {
+                st = oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold NaN at step %lld",
+                                  (long long)step);
+                break;
+            }
+        }
+        if (tok == cfg->stop_token) break;
+        gen[len] = tok;
+        hist[n + len] = tok;
+        len++;
+        if (on_token && !on_token(seq, tok, ctx)) break;
+        if ((!fast || tok != dev_tok) && step + 1 < max_new) st = oj_gpt_decoder_set_token(d, tok);
+    }
+    oj_gpt_decoder_free(d);
+    free(half);
+    *out_len = len;
+    return st;
+}
+
 static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int64_t n,
                               const oj_sampler_config *cfg, int32_t **out, int64_t *out_len,
                               oj_token_fn on_token, void *ctx) {
@@ -65,13 +145,17 @@ static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int
      * the prompt and the new tokens (a model directory's context can be
      * 128k positions) */
     const int64_t kv_cap = mc->family == OJ_NANOLAB ? cap : n + (max_new > 0 ? max_new : 1);
-    if (st == OJ_OK) st = oj_kv_cache_create(m, 1, kv_cap, &cache);
+    const bool stat = use_static(eng);
+    if (st == OJ_OK && !stat) st = oj_kv_cache_create(m, 1, kv_cap, &cache);
     int64_t len = 0;
     if (st == OJ_OK) memcpy(hist, prompt, (size_t)n * sizeof *hist);
+    if (st == OJ_OK && stat)
+        st = generate_static(m, seq, prompt, n, max_new, kv_cap, cfg, hist, lg, gen, &len,
+                             on_token, ctx);
     /* Prefill the whole prompt, then one token per step. */
     const int32_t *feed = prompt;
     int64_t feed_n = n;
-    for (int64_t step = 0; st == OJ_OK && step < max_new; step++) {
+    for (int64_t step = 0; st == OJ_OK && !stat && step < max_new; step++) {
         oj_scope_begin(eng);
         int64_t shape[2] = {1, feed_n};
         oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, feed, (size_t)feed_n * sizeof(int32_t));

@@ -21,6 +21,7 @@
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
+#include "ops/nn_decode.h"
 
 struct oj_gpt_decoder {
     oj_gpt *m;
@@ -154,10 +155,23 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
     oj_scope_begin(eng);
     /* slot j holds a key once j <= pos (every slot, once the ring wrapped) */
     int64_t ms[4] = {1, 1, 1, d->capacity};
-    oj_tensor *seen = oj_le(d->slots, d->pos);
-    oj_tensor *mask = seen ? oj_reshape(seen, 4, ms) : NULL;
+    const bool fast = !d->ring && oj__gpt_fast_decode_ok(d->m, d->cache);
+    oj_tensor *seen = fast ? NULL : oj_le(d->slots, d->pos);
+    oj_tensor *mask = fast   ? oj_empty(eng, 4, ms, OJ_BOOL) /* written by the step's first kernel */
+                      : seen ? oj_reshape(seen, 4, ms)
+                             : NULL;
     oj_gpt_dev_pos dp = {d->pos, d->slot, mask};
-    oj_tensor *logits = mask ? oj__gpt_run_static(d->m, d->cache, d->tok, &dp) : NULL;
+    oj_tensor *logits = NULL;
+    if (mask && fast) {
+        /* FAST: the embeddings and the mask in one kernel, six kernels a
+         * layer, then argmax and pos + 1 in one */
+        logits = oj__gpt2_run_fast(d->m, d->cache, d->tok, &dp);
+        bool ok = logits && oj__decode_argmax_advance_(d->tok, logits, d->pos) == OJ_OK;
+        if (ok) oj_keep(logits);
+        oj_scope_end(eng);
+        return ok ? logits : NULL;
+    }
+    if (mask) logits = oj__gpt_run_static(d->m, d->cache, d->tok, &dp);
     oj_tensor *best = logits ? oj_argmax(logits, 2, false) : NULL; /* [1, 1], lowest id on ties */
     bool ok = best && oj_copy_(d->tok, best) == OJ_OK && oj_add_(d->pos, d->one) == OJ_OK;
     if (ok && d->ring) { /* slot + 1, back to 0 at the capacity */
@@ -210,7 +224,7 @@ oj_status oj_gpt_decoder_step(oj_gpt_decoder *d, int32_t *next) {
         else st = oj_last_status(eng);
     }
     oj_set_grad_enabled(eng, prev);
-    if (st == OJ_OK) st = read_token(d, next);
+    if (st == OJ_OK && next) st = read_token(d, next); /* NULL: the caller reads the logits */
     if (st == OJ_OK) d->cache->len++;
     else d->ready = false; /* the device state is unknown: prefill again */
     return st;

@@ -109,6 +109,18 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
 oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                               const oj_gpt_dev_pos *dp);
 
+/* The gpt2 decode step in six kernels a layer (gpt_decode_fast.c): whether
+ * it serves m with cache c (gpt2, weights and cache of one dtype bf16/f16,
+ * batch 1, FAST numerics, the backend's decode entries; on a CUDA engine,
+ * or any with OJAS_DECODE_FAST=1; never with OJAS_DECODE_FAST=0), and the
+ * step itself: oj__gpt_run_static's contract (logits [1, 1, V] of idx
+ * [1, 1] at dp's position, its key and value written at dp's slot),
+ * except that dp->mask is a bool [1, 1, 1, S] tensor the step writes
+ * (slot j attended once j <= pos). */
+bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
+oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
+                             const oj_gpt_dev_pos *dp);
+
 /* s as a message may quote it: at most 64 bytes into buf (65 bytes), each
  * control character (< 0x20, 0x7f) as '?', so that a value read from a
  * file keeps a message on one line. buf. */

@@ -9,6 +9,12 @@
 // GPU's eager cached decode and of the CPU decoder (gpt2-tiny and
 // nanolab-tiny, a nanolab ring, a second prefill after the capture, bf16
 // autocast, bf16 weights, gpt2-124m), and frees everything it took.
+// oj_generate (what `ojas generate --device cuda` runs: the graph
+// decoder) gives the eager loop's tokens, greedy and sampled with a fixed
+// seed (gpt2-tiny, nanolab-tiny, a Llama config, gpt2-124m). The fused
+// decode ops agree with the CPU's reference entries; the gpt2 fast step
+// (FAST numerics, bf16 weights) replayed from a graph equals itself run
+// eagerly and stays within bf16 rounding of the generic step and the CPU.
 //
 // Greedy tokens are compared exactly up to the first step where the two
 // runs' top logits are within rounding of each other (a genuine near tie,
@@ -31,8 +37,10 @@
 
 #include "ojas/autograd.h"
 #include "ojas/gpt.h"
+#include "ojas/infer.h"
 #include "ojas/ops.h"
 #include "gpu_testutil.h"
+#include "ops/nn_decode.h"
 
 static bool on_cpu;
 
@@ -564,6 +572,403 @@ static void test_decoder_gpt2_124m(void **state) {
     oj_engine_free(gpu);
 }
 
+/* ------------------------------------------------ the fused decode ops */
+
+/* oj__decode_norm_linear / oj__decode_linear_residual_ on the device
+ * against the CPU's reference entries, from the same inputs: K x N of
+ * gpt2-124m's four projections (c_attn with its keys and values written to
+ * a cache slot, c_fc with GELU, both c_proj with the residual add), small
+ * ones, and N wide enough for the 4- and 8-group tiles; bf16 and f16. The
+ * cache slot written on the device holds the device's output columns bit
+ * for bit and every other slot stays zero. */
+typedef struct {
+    int64_t K, N;
+    int kind; /* 0 norm + linear, 1 norm + linear + GELU, 2 norm + linear + KV, 3 residual */
+    oj_dtype dt;
+} dec_case;
+
+static void decode_op_case(oj_engine *cpu, oj_engine *gpu, dec_case c) {
+    char what[128];
+    snprintf(what, sizeof what, "decode op kind %d %s K %lld N %lld", c.kind, oj_dtype_name(c.dt),
+             (long long)c.K, (long long)c.N);
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    int64_t sx[3] = {1, 1, c.K}, sk[1] = {c.K}, sw[2] = {c.K, c.N}, sn[1] = {c.N};
+    int64_t sr[3] = {1, 1, c.N};
+    oj_tensor *x = oj_cast(oj_rand_normal(cpu, 3, sx, OJ_F32, 0.3, 1.5), c.dt);
+    oj_tensor *nw = oj_cast(oj_rand_uniform(cpu, 1, sk, OJ_F32, 0.5, 1.5), c.dt);
+    oj_tensor *nb = oj_cast(oj_rand_uniform(cpu, 1, sk, OJ_F32, -0.5, 0.5), c.dt);
+    oj_tensor *w = oj_cast(oj_rand_normal(cpu, 2, sw, OJ_F32, 0.0, 0.05), c.dt);
+    oj_tensor *b = oj_cast(oj_rand_uniform(cpu, 1, sn, OJ_F32, -0.5, 0.5), c.dt);
+    assert_non_null(b);
+    oj_tensor *xg = to_gpu(x, gpu), *nwg = to_gpu(nw, gpu), *nbg = to_gpu(nb, gpu);
+    oj_tensor *wg = to_gpu(w, gpu), *bg = to_gpu(b, gpu);
+    if (c.kind == 3) {
+        oj_tensor *r = oj_cast(oj_rand_normal(cpu, 3, sr, OJ_F32, 0.0, 2.0), c.dt);
+        oj_tensor *rg = to_gpu(r, gpu);
+        assert_int_equal(oj__decode_linear_residual_(r, x, w, b), OJ_OK);
+        if (oj__decode_linear_residual_(rg, xg, wg, bg) != OJ_OK) fail_msg("%s: %s", what, oj_last_error(gpu));
+        assert_close(what, rg, r, c.dt == OJ_BF16 ? 1e-2 : 2e-3);
+    } else {
+        const int64_t D = 64, H = c.N / 3 / D, S = 9, slot = 4;
+        oj_tensor *kv = NULL, *kvg = NULL, *st = NULL, *stg = NULL;
+        if (c.kind == 2) {
+            int64_t skv[5] = {2, 1, H, S, D};
+            kv = oj_zeros(cpu, 5, skv, c.dt);
+            kvg = oj_zeros(gpu, 5, skv, c.dt);
+            st = i64s(cpu, 1, &slot);
+            stg = to_gpu(st, gpu);
+        }
+        int act = c.kind == 1 ? OJ__DECODE_ACT_GELU : OJ__DECODE_ACT_NONE;
+        oj_tensor *o = oj__decode_norm_linear(x, nw, nb, 1e-5, w, b, act, kv, st);
+        oj_tensor *og = oj__decode_norm_linear(xg, nwg, nbg, 1e-5, wg, bg, act, kvg, stg);
+        if (o == NULL || og == NULL) fail_msg("%s: %s / %s", what, oj_last_error(cpu), oj_last_error(gpu));
+        assert_close(what, og, o, c.dt == OJ_BF16 ? 1e-2 : 2e-3);
+        if (kv) {
+            assert_close("kv cache", kvg, kv, c.dt == OJ_BF16 ? 1e-2 : 2e-3);
+            double *k = host_f64(kvg), *oh = host_f64(og);
+            const int64_t C = H * D;
+            for (int64_t wh = 0; wh < 2; wh++)
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t sl = 0; sl < S; sl++)
+                        for (int64_t d = 0; d < D; d++) {
+                            double v = k[((wh * H + h) * S + sl) * D + d];
+                            double want = sl == slot ? oh[C + wh * C + h * D + d] : 0.0;
+                            if (v != want) fail_msg("%s: kv[%lld, 0, %lld, %lld, %lld] = %g, want %g", what,
+                                                    (long long)wh, (long long)h, (long long)sl, (long long)d, v, want);
+                        }
+            free(k);
+            free(oh);
+        }
+    }
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+}
+
+static void test_decode_ops(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_set_grad_enabled(cpu, false);
+    oj_set_grad_enabled(gpu, false);
+    const dec_case cases[] = {
+        {768, 2304, 2, OJ_BF16}, /* gpt2-124m c_attn, keys and values to the cache */
+        {768, 3072, 1, OJ_BF16}, /* c_fc + GELU */
+        {768, 768, 3, OJ_BF16},  /* attn c_proj + residual */
+        {3072, 768, 3, OJ_BF16}, /* mlp c_proj + residual: 16 rows a thread */
+        {64, 192, 2, OJ_F16},    /* gpt2-tiny's */
+        {64, 256, 1, OJ_F16},
+        {256, 64, 3, OJ_F16},
+        {64, 8192, 0, OJ_BF16},  /* 4 column groups a block */
+        {40, 16384, 0, OJ_BF16}, /* 8 column groups a block; K not a multiple of the slices */
+        {8192, 64, 3, OJ_BF16},  /* the longest row */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) decode_op_case(cpu, gpu, cases[i]);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+/* argmax + pos += 1 on the device against the CPU: V 50257 (gpt2's) and
+ * short rows, values drawn from a few levels (ties everywhere), a NaN
+ * late in the row, f32/bf16/f16 */
+static void test_decode_argmax_advance(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    const int64_t Vs[3] = {50257, 1000, 7};
+    const oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    int64_t s1[1] = {1}, p0 = 5;
+    oj_tensor *tc = oj_zeros(cpu, 1, s1, OJ_I64), *tg = oj_zeros(gpu, 1, s1, OJ_I64);
+    oj_tensor *pc = i64s(cpu, 1, &p0), *pg = i64s(gpu, 1, &p0);
+    for (int vi = 0; vi < 3; vi++)
+        for (int d = 0; d < 3; d++)
+            for (int nan = 0; nan < 2; nan++) {
+                int64_t V = Vs[vi];
+                double *v = malloc((size_t)V * sizeof *v);
+                uint32_t x = 99u + (uint32_t)(vi * 7 + d * 3 + nan);
+                for (int64_t i = 0; i < V; i++) {
+                    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+                    v[i] = (double)(x % 13) - 6.0; /* 13 levels: the top one tied many times */
+                }
+                if (nan) v[V - 1 - V / 3] = NAN;
+                int64_t sv[1] = {V};
+                oj_tensor *lh = oj_from_host(cpu, 1, sv, OJ_F64, v, (size_t)V * sizeof *v);
+                oj_tensor *lc = oj_cast(lh, dts[d]), *lg = to_gpu(lc, gpu);
+                assert_int_equal(oj__decode_argmax_advance_(tc, lc, pc), OJ_OK);
+                if (oj__decode_argmax_advance_(tg, lg, pg) != OJ_OK) fail_msg("%s", oj_last_error(gpu));
+                int64_t a = -1, b = -2;
+                assert_int_equal(oj_to_host(tc, &a, sizeof a), OJ_OK);
+                assert_int_equal(oj_to_host(tg, &b, sizeof b), OJ_OK);
+                if (a != b)
+                    fail_msg("argmax V %lld %s nan %d: device %lld, CPU %lld", (long long)V,
+                             oj_dtype_name(dts[d]), nan, (long long)b, (long long)a);
+                free(v);
+            }
+    int64_t pa = 0, pb = 0;
+    assert_int_equal(oj_to_host(pc, &pa, sizeof pa), OJ_OK);
+    assert_int_equal(oj_to_host(pg, &pb, sizeof pb), OJ_OK);
+    assert_int_equal(pa, 5 + 18);
+    assert_int_equal(pb, 5 + 18);
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+/* embeddings + mask on the device: the CPU's bits (gpt2-124m's shapes) */
+static void test_decode_embed_mask(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    const oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int d = 0; d < 3; d++) {
+        int64_t sv[2] = {50257, 768}, sp[2] = {1024, 768}, sm[4] = {1, 1, 1, 576};
+        oj_tensor *wte = oj_cast(oj_rand_normal(cpu, 2, sv, OJ_F32, 0, 0.1), dts[d]);
+        oj_tensor *wpe = oj_cast(oj_rand_normal(cpu, 2, sp, OJ_F32, 0, 0.1), dts[d]);
+        oj_tensor *wteg = to_gpu(wte, gpu), *wpeg = to_gpu(wpe, gpu);
+        const int64_t toks[3] = {50256, 0, 50257 /* out of range: NaN */}, poss[3] = {575, 0, 3};
+        for (int k = 0; k < 3; k++) {
+            oj_tensor *tc = i64s(cpu, 1, &toks[k]), *pc = i64s(cpu, 1, &poss[k]);
+            oj_tensor *tg = to_gpu(tc, gpu), *pg = to_gpu(pc, gpu);
+            oj_tensor *mc = oj_empty(cpu, 4, sm, OJ_BOOL), *mg = oj_empty(gpu, 4, sm, OJ_BOOL);
+            oj_tensor *xc = oj__decode_embed_mask(wte, wpe, tc, pc, mc);
+            oj_tensor *xg = oj__decode_embed_mask(wteg, wpeg, tg, pg, mg);
+            if (xc == NULL || xg == NULL) fail_msg("embed_mask: %s / %s", oj_last_error(cpu), oj_last_error(gpu));
+            assert_close("decode_embed_mask x", xg, xc, 0.0);
+            assert_close("decode_embed_mask mask", mg, mc, 0.0);
+        }
+    }
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+/* ------------------------------------------------ the gpt2 fast decode step */
+
+/* The decoder's run with OJAS_DECODE_FAST set to `fast` ("1" also forces
+ * it on the CPU stand-in) while it captures and runs. */
+static void decode_env(oj_engine *e, oj_gpt_decoder *d, const int32_t *prompt, int64_t n, run *r,
+                       const char *fast) {
+    setenv("OJAS_DECODE_FAST", fast, 1);
+    decode(e, d, prompt, n, r);
+    unsetenv("OJAS_DECODE_FAST");
+}
+
+/* gpt2 in bf16 weights under FAST numerics: the fast step replayed from a
+ * graph gives the tokens of the same step run eagerly (bit for bit), and
+ * within bf16 rounding the logits and (up to a near tie) the tokens of
+ * the generic step's graph and of the CPU's generic decoder. */
+static void fast_case(const char *preset, int64_t cap, int64_t n, int steps) {
+    char what[128];
+    oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_gpt *mc = model(cpu, preset), *mg = model(gpu, preset);
+    assert_int_equal(oj_gpt_to_dtype(mc, OJ_BF16), OJ_OK);
+    assert_int_equal(oj_gpt_to_dtype(mg, OJ_BF16), OJ_OK);
+    int64_t V = oj_gpt_get_config(mg)->vocab_size;
+    int64_t live0 = oj_engine_live_tensors(gpu);
+    int32_t *prompt = malloc((size_t)n * sizeof *prompt);
+    prompt_of(prompt, n, V, (uint32_t)(cap * 7 + n));
+    run fast = run_new(steps, V), fast_eager = run_new(steps, V), generic = run_new(steps, V),
+        host = run_new(steps, V);
+    oj_gpt_decoder *df = NULL, *de = NULL, *dgen = NULL, *dc = NULL;
+    assert_int_equal(oj_gpt_decoder_create(mg, cap, true, &df), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_create(mg, cap, false, &de), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_create(mg, cap, true, &dgen), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_create(mc, cap, true, &dc), OJ_OK);
+    double t0 = now_s();
+    decode_env(gpu, df, prompt, n, &fast, on_cpu ? "1" : "");
+    double t1 = now_s();
+    decode_env(gpu, de, prompt, n, &fast_eager, on_cpu ? "1" : "");
+    decode_env(gpu, dgen, prompt, n, &generic, "0");
+    double t2 = now_s();
+    decode_env(cpu, dc, prompt, n, &host, "0");
+    printf("%s bf16: fast graph %.3f s, generic graph %.3f s for %d steps with logits read back\n",
+           preset, t1 - t0, t2 - t1 - (t1 - t0), steps);
+    assert_int_equal(oj_gpt_decoder_graphed(df), !on_cpu);
+    snprintf(what, sizeof what, "%s fast: graph vs eager step", preset);
+    compare_runs(what, &fast, &fast_eager, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "%s fast vs generic graph", preset);
+    compare_runs(what, &fast, &generic, 3e-2, 6e-2);
+    snprintf(what, sizeof what, "%s fast graph vs CPU", preset);
+    compare_runs(what, &fast, &host, 4e-2, 8e-2);
+    oj_gpt_decoder_free(df);
+    oj_gpt_decoder_free(de);
+    oj_gpt_decoder_free(dgen);
+    oj_gpt_decoder_free(dc);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(gpu), live0);
+    run_free(&fast);
+    run_free(&fast_eager);
+    run_free(&generic);
+    run_free(&host);
+    free(prompt);
+    oj_gpt_free(mg);
+    oj_gpt_free(mc);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+static void test_fast_decoder_gpt2(void **state) {
+    (void)state;
+    fast_case("gpt2-tiny", 48, 7, 40);
+    fast_case("gpt2-tiny", 64, 1, 63); /* the whole context */
+}
+
+static void test_fast_decoder_gpt2_124m(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* minutes on a CPU */
+    fast_case("gpt2-124m", 96, 64, 32);
+}
+
+/* ------------------------------------------------- oj_generate on the device */
+
+static oj_gpt *llama_tiny(oj_engine *e) {
+    oj_gpt_config cfg = {.family = OJ_LLAMA, .vocab_size = 512, .block_size = 96, .n_layer = 2,
+                         .n_head = 4, .n_kv_head = 2, .n_embd = 64, .mlp_hidden = 128,
+                         .norm_eps = 1e-6, .rope_theta = 10000.0, .init_std = 0.3,
+                         .untied_head = true};
+    oj_gpt *m = NULL;
+    if (oj_gpt_create(e, &cfg, 7, &m) != OJ_OK) fail_msg("llama: %s", oj_last_error(e));
+    return m;
+}
+
+/* oj_generate on m with OJAS_GENERATE_STATIC unset (the device default:
+ * the static decoder, its step a graph replay; "1" on the CPU stand-in)
+ * or "0" (the eager loop). */
+static int64_t gen_run(oj_gpt *m, const int32_t *prompt, int64_t n, const oj_sampler_config *sc,
+                       bool eager, int32_t *out) {
+    const int32_t *pp = prompt;
+    int64_t plen = n, len = 0;
+    int32_t *g = NULL;
+    if (eager) setenv("OJAS_GENERATE_STATIC", "0", 1);
+    else if (on_cpu) setenv("OJAS_GENERATE_STATIC", "1", 1); /* the static decoder, unreplayed */
+    oj_status st = oj_generate(m, 1, &pp, &plen, sc, &g, &len, NULL, NULL);
+    unsetenv("OJAS_GENERATE_STATIC");
+    if (st != OJ_OK) fail_msg("generate%s: %s", eager ? " (eager)" : "", oj_last_error(oj_gpt_engine(m)));
+    memcpy(out, g, (size_t)len * sizeof *out);
+    free(g);
+    return len;
+}
+
+/* The number of leading tokens a and b share. */
+static int64_t common_prefix(const int32_t *a, int64_t la, const int32_t *b, int64_t lb) {
+    int64_t i = 0;
+    while (i < la && i < lb && a[i] == b[i]) i++;
+    return i;
+}
+
+/* `ojas generate --device cuda`'s path (oj_generate through the graph
+ * decoder) gives the eager loop's tokens on the GPU: greedy, sampled
+ * (temperature 0.8, top-k 40, top-p 0.95, a fixed seed), greedy with a
+ * repetition penalty (logits read back); gpt2-tiny, nanolab-tiny past its
+ * window (the ring), a Llama config; f32 (exact) and bf16 weights. */
+static void test_generate_graph_same_as_eager(void **state) {
+    (void)state;
+    oj_engine *gpu = engine(true, OJ_NUMERICS_EXACT);
+    const char *names[] = {"gpt2-tiny", "nanolab-tiny", "llama-tiny"};
+    enum { NEW = 90 };
+    int32_t a[NEW], b[NEW];
+    for (int k = 0; k < 3; k++) {
+        oj_gpt *m = k < 2 ? model(gpu, names[k]) : llama_tiny(gpu);
+        for (int wbf16 = 0; wbf16 < 2; wbf16++) {
+            if (wbf16) assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+            int32_t prompt[7];
+            prompt_of(prompt, 7, 512, 5u + (uint32_t)k);
+            for (int mode = 0; mode < 3; mode++) {
+                oj_sampler_config sc = oj_sampler_config_default();
+                sc.max_new_tokens = NEW;
+                sc.seed = 42;
+                if (mode == 0) sc.temperature = 0.0;
+                if (mode == 1) sc.temperature = 0.8, sc.top_k = 40, sc.top_p = 0.95;
+                if (mode == 2) sc.temperature = 0.0, sc.repetition_penalty = 1.2;
+                int64_t la = gen_run(m, prompt, 7, &sc, false, a);
+                int64_t lb = gen_run(m, prompt, 7, &sc, true, b);
+                int64_t same = common_prefix(a, la, b, lb);
+                printf("generate %s%s mode %d: %lld tokens, %lld equal to the eager loop's\n",
+                       names[k], wbf16 ? " bf16" : "", mode, (long long)la, (long long)same);
+                assert_int_equal(la, lb);
+                /* f32: every token; bf16 (rounded differently by the two
+                 * steps' kernels): the first 16 */
+                if (same < (wbf16 ? 16 : la))
+                    fail_msg("generate %s%s mode %d: tokens part at %lld of %lld", names[k],
+                             wbf16 ? " bf16" : "", mode, (long long)same, (long long)la);
+            }
+        }
+        oj_gpt_free(m);
+    }
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    /* FAST numerics, gpt2 in bf16: the fast step (what a user's `ojas
+     * generate --device cuda --dtype bf16` runs) */
+    gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_gpt *m = model(gpu, "gpt2-tiny");
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    int32_t prompt[7];
+    prompt_of(prompt, 7, 512, 99);
+    if (on_cpu) setenv("OJAS_DECODE_FAST", "1", 1);
+    for (int mode = 0; mode < 2; mode++) {
+        oj_sampler_config sc = oj_sampler_config_default();
+        sc.max_new_tokens = NEW;
+        sc.seed = 7;
+        sc.temperature = mode ? 0.8 : 0.0;
+        sc.top_k = mode ? 40 : 0;
+        int64_t la = gen_run(m, prompt, 7, &sc, false, a);
+        int64_t lb = gen_run(m, prompt, 7, &sc, true, b);
+        int64_t same = common_prefix(a, la, b, lb);
+        printf("generate gpt2-tiny bf16 FAST (the fast step) mode %d: %lld tokens, %lld equal to "
+               "the eager loop's\n", mode, (long long)la, (long long)same);
+        assert_int_equal(la, lb);
+        if (same < 16) fail_msg("generate FAST mode %d: tokens part at %lld", mode, (long long)same);
+    }
+    unsetenv("OJAS_DECODE_FAST");
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
+/* gpt2-124m in bf16 weights, as the benchmark runs it: greedy tokens of
+ * oj_generate (graph decoder) equal the eager loop's for 64 tokens; the
+ * sampled run's agreement and both runs' times printed. */
+static void test_generate_gpt2_124m(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* minutes on a CPU */
+    oj_engine *gpu = engine(true, OJ_NUMERICS_EXACT);
+    oj_gpt *m = model(gpu, "gpt2-124m");
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    enum { NEW = 64 };
+    int32_t prompt[64], a[NEW], b[NEW];
+    prompt_of(prompt, 64, 50257, 3);
+    for (int mode = 0; mode < 2; mode++) {
+        oj_sampler_config sc = oj_sampler_config_default();
+        sc.max_new_tokens = NEW;
+        sc.seed = 1337;
+        sc.temperature = mode ? 0.8 : 0.0;
+        sc.top_k = mode ? 40 : 0;
+        double t0 = now_s();
+        int64_t la = gen_run(m, prompt, 64, &sc, false, a);
+        double t1 = now_s();
+        int64_t lb = gen_run(m, prompt, 64, &sc, true, b);
+        double t2 = now_s();
+        int64_t same = common_prefix(a, la, b, lb);
+        printf("gpt2-124m bf16 generate %s: graph %.3f s, eager %.3f s, %lld of %lld tokens "
+               "equal\n", mode ? "sampled" : "greedy", t1 - t0, t2 - t1, (long long)same,
+               (long long)la);
+        assert_int_equal(la, NEW);
+        assert_int_equal(lb, NEW);
+        if (mode == 0 && same < NEW) fail_msg("gpt2-124m greedy: tokens part at %lld", (long long)same);
+    }
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     const struct CMUnitTest tests[] = {
@@ -576,6 +981,13 @@ int main(void) {
         cmocka_unit_test(test_decoder_bf16),
         cmocka_unit_test(test_decoder_bf16_weights),
         cmocka_unit_test(test_decoder_gpt2_124m),
+        cmocka_unit_test(test_decode_ops),
+        cmocka_unit_test(test_decode_argmax_advance),
+        cmocka_unit_test(test_decode_embed_mask),
+        cmocka_unit_test(test_fast_decoder_gpt2),
+        cmocka_unit_test(test_fast_decoder_gpt2_124m),
+        cmocka_unit_test(test_generate_graph_same_as_eager),
+        cmocka_unit_test(test_generate_gpt2_124m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

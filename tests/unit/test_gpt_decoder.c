@@ -2,7 +2,9 @@
 // gives the eager cached decode's tokens and, on the CPU, its logits bit
 // for bit: gpt2-tiny and nanolab-tiny, f32 and bf16 autocast, a nanolab
 // ring (capacity below the sequence), a second prefill, a fed token; it
-// matches oj_generate at temperature 0; limits and refusals; no leaks.
+// matches oj_generate at temperature 0; limits and refusals; no leaks;
+// oj_generate through it (greedy and sampled) gives the eager loop's tokens;
+// the gpt2 fast step (FAST numerics, bf16) stays within rounding of it.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,7 @@
 #include "ojas/gpt.h"
 #include "ojas/infer.h"
 #include "ojas/ops.h"
+#include "models/gpt_internal.h"
 
 static oj_engine *eng;
 
@@ -317,6 +320,142 @@ static void test_limits_and_refusals(void **state) {
     assert_int_equal(oj_engine_live_tensors(eng), 0);
 }
 
+/* gen_a, gen_b: oj_generate with OJAS_GENERATE_STATIC=1 (the static
+ * decoder) and =0 (the eager cached loop) on m. */
+static void generate_both(oj_gpt *m, const int32_t *prompt, int64_t n, const oj_sampler_config *sc,
+                          int32_t **gen_a, int64_t *len_a, int32_t **gen_b, int64_t *len_b) {
+    const int32_t *pp = prompt;
+    int64_t plen = n;
+    setenv("OJAS_GENERATE_STATIC", "1", 1);
+    oj_status sa = oj_generate(m, 1, &pp, &plen, sc, gen_a, len_a, NULL, NULL);
+    setenv("OJAS_GENERATE_STATIC", "0", 1);
+    oj_status sb = oj_generate(m, 1, &pp, &plen, sc, gen_b, len_b, NULL, NULL);
+    unsetenv("OJAS_GENERATE_STATIC");
+    if (sa != OJ_OK || sb != OJ_OK) fail_msg("generate: %s", oj_last_error(eng));
+}
+
+/* oj_generate through the static decoder gives the eager loop's tokens:
+ * greedy, sampled (temperature, top-k, top-p), with a repetition penalty
+ * (the logits read back), a stop token; gpt2-tiny, nanolab-tiny past its
+ * window (the ring), a llama config, f32 and bf16 weights (the logits
+ * read back as bf16). On the CPU the static step's logits are the eager
+ * step's bit for bit, so the tokens must be equal everywhere. */
+static void test_generate_static_same_as_eager(void **state) {
+    (void)state;
+    const char *names[] = {"gpt2-tiny", "nanolab-tiny", "llama-tiny"};
+    for (int k = 0; k < 3; k++) {
+        oj_gpt *m = NULL;
+        if (k < 2) {
+            m = model(names[k]);
+        } else { /* Llama: RMSNorm, rotary, GQA, SwiGLU, untied head */
+            oj_gpt_config cfg = {.family = OJ_LLAMA, .vocab_size = 512, .block_size = 64,
+                                 .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64,
+                                 .mlp_hidden = 128, .norm_eps = 1e-6, .rope_theta = 10000.0,
+                                 .init_std = 0.3, .untied_head = true};
+            if (oj_gpt_create(eng, &cfg, 7, &m) != OJ_OK) fail_msg("llama: %s", oj_last_error(eng));
+        }
+        for (int wbf16 = 0; wbf16 < 2; wbf16++) {
+            if (wbf16) assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+            int32_t prompt[5];
+            make_prompt(prompt, 5, 512, 31u + (uint32_t)k);
+            for (int mode = 0; mode < 4; mode++) {
+                oj_sampler_config sc = oj_sampler_config_default();
+                sc.seed = 1234;
+                /* past nanolab's 64-position window; gpt2 and llama stop at 64 */
+                sc.max_new_tokens = 70;
+                if (mode == 0) sc.temperature = 0.0;
+                if (mode == 1) sc.temperature = 0.8, sc.top_k = 40, sc.top_p = 0.9;
+                if (mode == 2) sc.temperature = 0.0, sc.repetition_penalty = 1.3;
+                if (mode == 3) sc.temperature = 1.0, sc.stop_token = 3;
+                int32_t *a = NULL, *b = NULL;
+                int64_t la = 0, lb = 0;
+                generate_both(m, prompt, 5, &sc, &a, &la, &b, &lb);
+                if (la != lb || memcmp(a, b, (size_t)la * sizeof *a) != 0) {
+                    int64_t i = 0;
+                    while (i < la && i < lb && a[i] == b[i]) i++;
+                    fail_msg("%s%s mode %d: static %lld tokens, eager %lld, first difference at %lld",
+                             names[k], wbf16 ? " bf16" : "", mode, (long long)la, (long long)lb,
+                             (long long)i);
+                }
+                if (mode != 3) assert_int_equal(la, k == 1 ? 70 : 59);
+                free(a);
+                free(b);
+            }
+        }
+        oj_gpt_free(m);
+    }
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+}
+
+/* The gpt2 fast step (gpt_decode_fast.c, forced on the CPU with
+ * OJAS_DECODE_FAST=1): taken for gpt2 in bf16/f16 under FAST numerics
+ * only; its tokens equal the eager cached decode's (greedy, up to a near
+ * tie) and its logits stay within bf16 rounding of them. */
+static void test_fast_step_gpt2(void **state) {
+    (void)state;
+    oj_gpt *m = model("gpt2-tiny");
+    const int64_t V = 512, n = 5, cap = 48;
+    enum { STEPS = 40 };
+    oj_kv_cache *c = NULL;
+    setenv("OJAS_DECODE_FAST", "1", 1);
+    assert_int_equal(oj_kv_cache_create(m, 1, 8, &c), OJ_OK);
+    assert_false(oj__gpt_fast_decode_ok(m, c)); /* f32 weights */
+    oj_kv_cache_free(c);
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    assert_int_equal(oj_kv_cache_create(m, 1, 8, &c), OJ_OK);
+    assert_true(oj__gpt_fast_decode_ok(m, c));
+    oj_engine_set_numerics(eng, OJ_NUMERICS_EXACT);
+    assert_false(oj__gpt_fast_decode_ok(m, c)); /* EXACT keeps the generic step */
+    oj_engine_set_numerics(eng, OJ_NUMERICS_FAST);
+    setenv("OJAS_DECODE_FAST", "0", 1);
+    assert_false(oj__gpt_fast_decode_ok(m, c));
+    unsetenv("OJAS_DECODE_FAST");
+    assert_false(oj__gpt_fast_decode_ok(m, c)); /* by default on CUDA engines only */
+    oj_kv_cache_free(c);
+    oj_gpt *nm = model("nanolab-tiny");
+    assert_int_equal(oj_gpt_to_dtype(nm, OJ_BF16), OJ_OK);
+    assert_int_equal(oj_kv_cache_create(nm, 1, 8, &c), OJ_OK);
+    setenv("OJAS_DECODE_FAST", "1", 1);
+    assert_false(oj__gpt_fast_decode_ok(nm, c)); /* gpt2 only */
+    oj_kv_cache_free(c);
+    oj_gpt_free(nm);
+
+    int32_t prompt[5], ta[STEPS + 1], tb[STEPS + 1];
+    float *la = malloc((size_t)((STEPS + 1) * V) * sizeof *la);
+    float *lb = malloc((size_t)((STEPS + 1) * V) * sizeof *lb);
+    make_prompt(prompt, n, V, 4242);
+    eager_greedy(m, cap, prompt, n, STEPS, ta, la);
+    oj_gpt_decoder *d = NULL;
+    assert_int_equal(oj_gpt_decoder_create(m, cap, true, &d), OJ_OK);
+    static_greedy(d, V, prompt, n, STEPS, tb, lb);
+    unsetenv("OJAS_DECODE_FAST");
+    bool differs = false;
+    for (int s = 0; s <= STEPS; s++) {
+        const float *x = lb + (int64_t)s * V, *y = la + (int64_t)s * V;
+        double scale = 1.0;
+        for (int64_t i = 0; i < V; i++) scale = fmax(scale, fabs(y[i]));
+        for (int64_t i = 0; i < V; i++) {
+            if (!(fabs((double)x[i] - y[i]) <= 3e-2 * scale))
+                fail_msg("step %d logit %lld: fast %g, eager %g (scale %g)", s, (long long)i,
+                         x[i], y[i], scale);
+            differs = differs || x[i] != y[i];
+        }
+        if (ta[s] != tb[s]) {
+            double gap = fabs((double)y[ta[s]] - y[tb[s]]);
+            if (gap > 6e-2 * scale)
+                fail_msg("step %d: token fast %d, eager %d, not a near tie (gap %g)", s, tb[s],
+                         ta[s], gap);
+            break; /* a near tie: the sequences may part here */
+        }
+    }
+    assert_true(differs); /* the fast step ran: its sums round differently somewhere */
+    oj_gpt_decoder_free(d);
+    free(la);
+    free(lb);
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_same_as_eager),
@@ -326,6 +465,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_weights),
         cmocka_unit_test(test_generate_refill_feed),
         cmocka_unit_test(test_limits_and_refusals),
+        cmocka_unit_test(test_generate_static_same_as_eager),
+        cmocka_unit_test(test_fast_step_gpt2),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,6 +1,7 @@
 /* The CPU backend table: the reference implementation every other backend
  * is tested against. */
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_decode.h"
 #include "backend/cpu/cpu_memory.h"
 
 /* cpu_optim.c (declared here: cpu_kernels.h is shared with other work) */
@@ -74,4 +75,8 @@ const oj_backend oj_cpu_backend = {
     .sum_squares_multi = oj_cpu_sum_squares_multi,
     .adam_step_multi = oj_cpu_adam_step_multi,
     .mul_scalar_multi = oj_cpu_mul_scalar_multi,
+    .decode_norm_linear = oj_cpu_decode_norm_linear,
+    .decode_linear_residual = oj_cpu_decode_linear_residual,
+    .decode_argmax_advance = oj_cpu_decode_argmax_advance,
+    .decode_embed_mask = oj_cpu_decode_embed_mask,
 };

@@ -60,6 +60,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define DEC_WARPS 4
 #define DEC_THREADS (DEC_WARPS * 32)
@@ -204,6 +205,7 @@ __global__ void k_attn_decode_partial(dec_args a) {
 
 // one warp per row (b, h); DEC_WARPS rows per block
 __global__ void k_attn_decode_combine(dec_args a, int64_t rows) {
+    oj_pdl_allow_dependents(); /* the output projection after it may launch */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t bh = (int64_t)blockIdx.x * DEC_WARPS + warp;
     if (bh >= rows) return;
@@ -268,6 +270,8 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
     constexpr int KW = DF_U * KPI;            /* keys per warp step */
     constexpr int KB = DF_WARPS * KW;         /* keys per block step */
     static_assert(LPK >= 1 && LPK <= 32 && 32 % LPK == 0 && D <= DF_THREADS, "head dim");
+    oj_pdl_wait(); /* launched as a programmatic dependent: nothing read or written before */
+    oj_pdl_allow_dependents();
     __shared__ float wm[DF_WARPS], wl[DF_WARPS];
     __shared__ float wacc[DF_WARPS][D];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -387,6 +391,8 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
 // grid B*H, D threads: thread c merges column c of the row's chunks in
 // order, DF_CB chunks' loads at a time (an online max over the batches)
 template <int D> __global__ void __launch_bounds__(D) k_dec_fast_combine(dec_args a) {
+    oj_pdl_wait(); /* a programmatic dependent of the partials: nothing read before */
+    oj_pdl_allow_dependents();
     const int64_t row = blockIdx.x;
     const int c = threadIdx.x, ns = (int)a.nsplit;
     const float *pm = a.pm + row * ns, *pl = a.pl + row * ns, *px = a.pacc + row * ns * D + c;
@@ -454,7 +460,7 @@ static bool df_ok(const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
 
 template <typename T, int D, int MB> static void df_launch(const dec_args &a, int64_t rows) {
     dim3 grid((unsigned)a.nsplit, (unsigned)rows);
-    k_dec_fast_partial<T, D, MB><<<grid, DF_THREADS, 0, OJ_STREAM>>>(a);
+    oj_pdl_launch(k_dec_fast_partial<T, D, MB>, grid, dim3(DF_THREADS), 0, a);
 }
 
 template <typename T, int D> static void df_launch_d(const dec_args &a, int64_t rows, int mb) {
@@ -495,8 +501,8 @@ static oj_status df_run(oj_engine *eng, dec_args *a, int64_t rows, int mb) {
     });
     oj_status st = oj_cuda_check(eng, "attention_forward (decode)");
     if (st == OJ_OK && a->nsplit > 1) {
-        if (a->D == 64) k_dec_fast_combine<64><<<(unsigned)rows, 64, 0, OJ_STREAM>>>(*a);
-        else k_dec_fast_combine<128><<<(unsigned)rows, 128, 0, OJ_STREAM>>>(*a);
+        if (a->D == 64) oj_pdl_launch(k_dec_fast_combine<64>, dim3((unsigned)rows), dim3(64), 0, *a);
+        else oj_pdl_launch(k_dec_fast_combine<128>, dim3((unsigned)rows), dim3(128), 0, *a);
         st = oj_cuda_check(eng, "attention_forward (decode combine)");
     }
     oj__storage_release(hold);

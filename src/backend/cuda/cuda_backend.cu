@@ -31,6 +31,18 @@ oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor
                                  const oj_tensor *up);
 oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
                                   const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+/* cuda_decode.cu: the batch-1 decode step's fused projections */
+oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                     const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                     const oj_tensor *w, const oj_tensor *b, int act,
+                                     oj_tensor *kv, const oj_tensor *slot);
+oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                         const oj_tensor *w, const oj_tensor *b);
+oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                        oj_tensor *pos);
+oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                    const oj_tensor *wpe, const oj_tensor *tok,
+                                    const oj_tensor *pos, oj_tensor *mask);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -111,6 +123,11 @@ static oj_backend make_cuda_backend() {
     b.im2col = oj_cuda_im2col;
     b.col2im = oj_cuda_col2im;
     b.comm = oj_cuda_comm_table();
+    /* batch-1 decode (cuda_decode.cu) */
+    b.decode_norm_linear = oj_cuda_decode_norm_linear;
+    b.decode_linear_residual = oj_cuda_decode_linear_residual;
+    b.decode_argmax_advance = oj_cuda_decode_argmax_advance;
+    b.decode_embed_mask = oj_cuda_decode_embed_mask;
     return b;
 }
 

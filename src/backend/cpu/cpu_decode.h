@@ -1,0 +1,22 @@
+/* The CPU backend's batch-1 decode entries (cpu_decode.c; backend.h,
+ * decode_norm_linear and decode_linear_residual). */
+#ifndef OJAS_CPU_DECODE_H
+#define OJAS_CPU_DECODE_H
+
+#include "backend/backend.h"
+
+oj_status oj_cpu_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *w, const oj_tensor *b, int act, oj_tensor *kv,
+                                    const oj_tensor *slot);
+oj_status oj_cpu_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                        const oj_tensor *w, const oj_tensor *b);
+
+oj_status oj_cpu_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                       oj_tensor *pos);
+
+oj_status oj_cpu_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                   const oj_tensor *wpe, const oj_tensor *tok,
+                                   const oj_tensor *pos, oj_tensor *mask);
+
+#endif /* OJAS_CPU_DECODE_H */

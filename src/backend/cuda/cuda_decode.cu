@@ -1,0 +1,404 @@
+/* Batch-1 decode entries (backend.h: decode_norm_linear,
+ * decode_linear_residual): one row times a bf16/f16 weight W [K, N] stored
+ * with n-stride 1 (HF Conv1D, gpt2's c_attn, c_proj, c_fc), with the
+ * layer norm before the product and the bias, GELU, KV-cache write or
+ * residual add after it in the same kernel, so a gpt2 layer's decode step
+ * is six launches (models/gpt_decode_fast.c) where the generic forward
+ * takes ten.
+ *
+ * One kernel, k_dec_kn, templated on the prologue and the epilogue:
+ *  - prologue: the block stages the row x [K] in shared memory as floats
+ *    (K <= 8192: 32 KB); with the norm, each block computes the row's mean
+ *    and variance itself (two block sums over K values, a few hundred
+ *    nanoseconds for K = 768) and stores u = (x - mean) rstd w + b rounded
+ *    to T, the value the layer_norm kernel writes;
+ *  - product: cuda_gemv.cu's "kn" scheme: a 256-thread block owns 8 G
+ *    consecutive outputs (G 8, 4 or 2 chosen from N as kn_groups does),
+ *    thread t = s G + g loads the 16-byte chunk of outputs 8 g .. 8 g + 7
+ *    of rows k = s, s + 256 / G, ..., U rows in flight, f32 FMAs; sums
+ *    combined by a xor butterfly over the lanes of a column group, then
+ *    over the 8 warps in warp order (a fixed order: the same bits on
+ *    every run);
+ *  - epilogue (one thread per output): v = round_T(sum + b[n]); GELU:
+ *    round_T(v sigmoid(2 u(v))) with the elementwise kernels' fast
+ *    formula; residual: x[n] = round_T(x[n] + v); KV: columns C .. 3C also
+ *    stored at the cache slot read from the device.
+ * Launches are programmatic dependents (PDL, sm_90; OJAS_CUDA_PDL=0: plain
+ * launches): a kernel loads its first round of weights, lets the next
+ * kernel launch, and only then waits for the previous kernel's output, so
+ * launch gaps and the weights' DRAM latency overlap the kernel before.
+ * Rounding happens where the unfused ops round, so values differ from
+ * them only by the order of the sums (the norm's statistics, the product
+ * split over the k-slices as cuda_gemv.cu splits it): FAST numerics. */
+#include <cuda_fp16.h>
+#include <limits.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
+#include "backend/scalar_ops.h"
+
+/* The entries (declared in cuda_backend.cu, their one user). */
+oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                     const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                     const oj_tensor *w, const oj_tensor *b, int act,
+                                     oj_tensor *kv, const oj_tensor *slot);
+oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                         const oj_tensor *w, const oj_tensor *b);
+oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                        oj_tensor *pos);
+oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                    const oj_tensor *wpe, const oj_tensor *tok,
+                                    const oj_tensor *pos, oj_tensor *mask);
+
+#define DEC_THREADS 256
+#define DEC_MIN_BLOCKS 2
+
+enum { EPI_PLAIN = 0, EPI_GELU = 1, EPI_RESID = 2 };
+
+struct proj_args {
+    unsigned short *out;       /* [N]; the residual x with EPI_RESID (read and written) */
+    const unsigned short *in;  /* the row [K] */
+    const unsigned short *nw, *nb; /* the norm's weight and bias [K] (NORM) */
+    float eps;
+    const unsigned short *w; /* [K, N], rows ldw elements apart */
+    int64_t ldw;
+    int N, K;
+    const unsigned short *bias; /* [N] or NULL */
+    unsigned short *kv;         /* [2, H, S, D] or NULL */
+    const int64_t *slot;
+    int C, D, H;
+    int64_t S;
+};
+
+__device__ __forceinline__ float dec_sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+
+/* v rounded to T and back (the value a store then a load gives). */
+template <typename T> __device__ __forceinline__ float dec_round(float v) {
+    return oj_cu_hw_tof(oj_cu_fromf<T>(v));
+}
+
+/* wv[u] = the 16-byte chunk of row k0 + u KS (zeros past K), every load
+ * issued before any use. */
+template <int U>
+__device__ __forceinline__ void load_round(uint4 *wv, const unsigned short *wc, int64_t ldw,
+                                           int k0, int KS, int K) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int k = k0 + u * KS;
+        wv[u] = k < K ? __ldcs((const uint4 *)(wc + (int64_t)k * ldw)) : zero;
+    }
+}
+
+template <typename T, int G, int U, bool NORM, int EPI>
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_args a) {
+    extern __shared__ float xs[]; /* [K] */
+    __shared__ float red[32];
+    __shared__ float part[DEC_THREADS / 32][8 * G];
+    const int t = threadIdx.x, K = a.K;
+    constexpr int KS = DEC_THREADS / G; /* k-slices */
+    const int g = t % G, s = t / G;
+    const int64_t n0 = ((int64_t)blockIdx.x * G + g) * 8;
+    const unsigned short *wc = a.w + (n0 < a.N ? n0 : 0); /* past N: group 0, nothing stored */
+    /* ---- the first round of weights: they depend on no earlier kernel,
+     * so they load before the wait for the previous kernel (launched as
+     * a programmatic dependent, this kernel starts while that one runs) */
+    uint4 wv[U];
+    load_round<U>(wv, wc, a.ldw, s, KS, K);
+    oj_pdl_allow_dependents();
+    oj_pdl_wait();
+    /* ---- prologue: the row (normalised) into xs */
+    float s1 = 0.0f;
+    for (int k = t; k < K; k += DEC_THREADS) {
+        const float v = oj_cu_hw_tof(T{a.in[k]});
+        xs[k] = v;
+        s1 += v;
+    }
+    if (NORM) {
+        /* each thread reads back only the entries it wrote: no barrier
+         * before the sums (oj_cu_row_sumf synchronises the block) */
+        const float mean = oj_cu_row_sumf<DEC_THREADS>(s1, red) / (float)K;
+        float s2 = 0.0f;
+        for (int k = t; k < K; k += DEC_THREADS) {
+            const float d = xs[k] - mean;
+            s2 += d * d;
+        }
+        const float var = oj_cu_row_sumf<DEC_THREADS>(s2, red) / (float)K;
+        const float rstd = rsqrtf(var + a.eps);
+        for (int k = t; k < K; k += DEC_THREADS) {
+            const float u = (xs[k] - mean) * rstd * oj_cu_hw_tof(T{a.nw[k]}) +
+                            oj_cu_hw_tof(T{a.nb[k]});
+            xs[k] = dec_round<T>(u);
+        }
+    }
+    __syncthreads();
+    /* ---- the product over this block's 8 G columns */
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+    for (int k0 = s; k0 < K; k0 += KS * U) {
+        if (k0 != s) load_round<U>(wv, wc, a.ldw, k0, KS, K);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = k0 + u * KS;
+            if (k >= K) break;
+            float wf[8];
+            oj_cu_unpackv<T, 8>(wv[u], wf);
+            const float xf = xs[k];
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] = fmaf(wf[e], xf, acc[e]);
+        }
+    }
+    /* lanes l and l ^ o (o >= G) share a column group */
+#pragma unroll
+    for (int o = G; o < 32; o <<= 1)
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
+    const int lane = t & 31, wp = t >> 5;
+    if (lane < G)
+#pragma unroll
+        for (int e = 0; e < 8; e++) part[wp][lane * 8 + e] = acc[e];
+    __syncthreads();
+    /* ---- epilogue: one thread per output */
+    if (t >= 8 * G) return;
+    const int64_t n = (int64_t)blockIdx.x * 8 * G + t;
+    if (n >= a.N) return;
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DEC_THREADS / 32; i++) v += part[i][t];
+    if (a.bias) v += oj_cu_hw_tof(T{a.bias[n]});
+    v = dec_round<T>(v); /* the linear's output */
+    if (EPI == EPI_GELU) v = dec_round<T>(v * dec_sigmoid(2.0f * OJ_GELU_TANH_KF * (v + 0.044715f * v * v * v)));
+    if (EPI == EPI_RESID) v = dec_round<T>(oj_cu_hw_tof(T{a.out[n]}) + v);
+    const unsigned short bits = oj_cu_fromf<T>(v).u; /* exact: v is a T value */
+    a.out[n] = bits;
+    if (a.kv && n >= a.C && n < 3 * (int64_t)a.C) {
+        const int64_t slot = *a.slot;
+        if (slot >= 0 && slot < a.S) {
+            const int64_t j = n - a.C, which = j / a.C, hd = j % a.C;
+            const int64_t h = hd / a.D, d = hd % a.D;
+            a.kv[((which * a.H + h) * a.S + slot) * a.D + d] = bits;
+        }
+    }
+}
+
+/* Column groups of 8 per block: the widest tile (8, 4) that still leaves
+ * >= 256 blocks, else 2 (cuda_gemv.cu's kn_groups). */
+static int dec_groups(int64_t N) {
+    int64_t groups = (N + 7) / 8;
+    return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
+}
+
+template <typename T, bool NORM, int EPI>
+static void dec_launch(const proj_args &a) {
+    const int G = dec_groups(a.N);
+    const unsigned blocks = (unsigned)((a.N + 8 * G - 1) / (8 * G));
+    const size_t smem = (size_t)a.K * sizeof(float);
+    const int rows = (a.K + DEC_THREADS / G - 1) / (DEC_THREADS / G); /* per thread */
+#define DEC_(G_, U_) oj_pdl_launch(k_dec_kn<T, G_, U_, NORM, EPI>, dim3(blocks), dim3(DEC_THREADS), smem, a)
+    if (G == 2) {
+        if (rows <= 8) DEC_(2, 8);
+        else DEC_(2, 16);
+    } else if (G == 4) {
+        if (rows <= 8) DEC_(4, 8);
+        else DEC_(4, 16);
+    } else {
+        if (rows <= 8) DEC_(8, 8);
+        else DEC_(8, 16);
+    }
+#undef DEC_
+}
+
+static proj_args dec_common(const oj_tensor *w, const oj_tensor *b) {
+    proj_args a = {};
+    a.w = (const unsigned short *)oj_cuda_ptr(w);
+    a.ldw = w->stride[0];
+    a.K = (int)w->shape[0];
+    a.N = (int)w->shape[1];
+    a.bias = b ? (const unsigned short *)oj_cuda_ptr(b) : NULL;
+    return a;
+}
+
+oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                     const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                     const oj_tensor *w, const oj_tensor *b, int act,
+                                     oj_tensor *kv, const oj_tensor *slot) {
+    if (oj_cuda_begin(eng, "decode_norm_linear") != OJ_OK) return oj_last_status(eng);
+    proj_args a = dec_common(w, b);
+    a.out = (unsigned short *)oj_cuda_ptr(out);
+    a.in = (const unsigned short *)oj_cuda_ptr(x);
+    a.nw = (const unsigned short *)oj_cuda_ptr(nw);
+    a.nb = (const unsigned short *)oj_cuda_ptr(nb);
+    a.eps = (float)eps;
+    if (kv) {
+        a.kv = (unsigned short *)oj_cuda_ptr(kv);
+        a.slot = (const int64_t *)oj_cuda_ptr(slot);
+        a.H = (int)kv->shape[2];
+        a.S = kv->shape[3];
+        a.D = (int)kv->shape[4];
+        a.C = a.H * a.D;
+    }
+    const bool bf = out->dtype == OJ_BF16, gelu = act == 1;
+    if (bf && gelu) dec_launch<oj_cu_bf16, true, EPI_GELU>(a);
+    else if (bf) dec_launch<oj_cu_bf16, true, EPI_PLAIN>(a);
+    else if (gelu) dec_launch<oj_cu_f16, true, EPI_GELU>(a);
+    else dec_launch<oj_cu_f16, true, EPI_PLAIN>(a);
+    return oj_cuda_check(eng, "decode_norm_linear");
+}
+
+oj_status oj_cuda_decode_linear_residual(oj_engine *eng, oj_tensor *x, const oj_tensor *y,
+                                         const oj_tensor *w, const oj_tensor *b) {
+    if (oj_cuda_begin(eng, "decode_linear_residual") != OJ_OK) return oj_last_status(eng);
+    proj_args a = dec_common(w, b);
+    a.out = (unsigned short *)oj_cuda_ptr(x);
+    a.in = (const unsigned short *)oj_cuda_ptr(y);
+    if (x->dtype == OJ_BF16) dec_launch<oj_cu_bf16, false, EPI_RESID>(a);
+    else dec_launch<oj_cu_f16, false, EPI_RESID>(a);
+    return oj_cuda_check(eng, "decode_linear_residual");
+}
+
+/* ---------------------------------------------------------------- argmax + advance */
+#define AM_THREADS 1024
+#define AM_U 8 /* loads in flight a thread */
+
+/* (v, i) ranks before (bv, bi): a NaN above every number, then the larger
+ * value, then the lower index. */
+__device__ __forceinline__ bool am_before(float v, int i, float bv, int bi) {
+    const bool n = v != v, bn = bv != bv;
+    if (n != bn) return n;
+    if (!n && v != bv) return v > bv;
+    return i < bi;
+}
+
+/* One block. 16-bit logits at a 16-byte aligned address: thread t takes
+ * the 8-element chunks t, t + 1024, ... (AM_U 16-byte loads in flight),
+ * then the V % 8 elements past the last chunk one each; otherwise the
+ * elements t, t + 1024, ... Then a shuffle tree in each warp and one over
+ * the warps. The order of the comparisons does not matter: am_before is a
+ * total order. */
+template <typename T>
+__global__ void __launch_bounds__(AM_THREADS) k_dec_argmax_advance(int64_t *tok, const T *x, int V,
+                                                                   int64_t *pos, bool vec) {
+    __shared__ float sv[AM_THREADS / 32];
+    __shared__ int si[AM_THREADS / 32];
+    const int t = threadIdx.x;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    int tail = 0; /* the first element the scalar loop takes */
+    if constexpr (sizeof(T) == 2) {
+        if (vec) {
+            const int nch = V / 8;
+            const uint4 *xc = (const uint4 *)x;
+            for (int c0 = t; c0 < nch; c0 += AM_THREADS * AM_U) {
+                uint4 r[AM_U];
+#pragma unroll
+                for (int u = 0; u < AM_U; u++) {
+                    const int c = c0 + u * AM_THREADS;
+                    r[u] = c < nch ? __ldg(xc + c) : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+                for (int u = 0; u < AM_U; u++) {
+                    const int c = c0 + u * AM_THREADS;
+                    if (c >= nch) break;
+                    float f[8];
+                    oj_cu_unpackv<T, 8>(r[u], f);
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        if (am_before(f[e], c * 8 + e, bv, bi)) bv = f[e], bi = c * 8 + e;
+                }
+            }
+            tail = nch * 8;
+        }
+    }
+    for (int i0 = tail + t; i0 < V; i0 += AM_THREADS * AM_U) {
+        float v[AM_U];
+#pragma unroll
+        for (int u = 0; u < AM_U; u++) {
+            const int i = i0 + u * AM_THREADS;
+            v[u] = i < V ? oj_cu_hw_tof(x[i]) : -INFINITY;
+        }
+#pragma unroll
+        for (int u = 0; u < AM_U; u++) {
+            const int i = i0 + u * AM_THREADS;
+            if (i < V && am_before(v[u], i, bv, bi)) bv = v[u], bi = i;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if ((t & 31) == 0) sv[t >> 5] = bv, si[t >> 5] = bi;
+    __syncthreads();
+    if (t >= 32) return;
+    bv = sv[t], bi = si[t]; /* 32 warps */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (t == 0) {
+        *tok = bi;
+        *pos += 1;
+    }
+}
+
+oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                        oj_tensor *pos) {
+    if (oj_cuda_begin(eng, "decode_argmax_advance") != OJ_OK) return oj_last_status(eng);
+    int64_t *tp = (int64_t *)oj_cuda_ptr(tok), *pp = (int64_t *)oj_cuda_ptr(pos);
+    const int V = (int)oj_cuda_numel(logits);
+    const void *x = oj_cuda_ptr(logits);
+    const bool vec = oj_cu_aligned16(x);
+    switch (logits->dtype) {
+    case OJ_BF16:
+        k_dec_argmax_advance<oj_cu_bf16><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_bf16 *)x, V, pp, vec);
+        break;
+    case OJ_F16:
+        k_dec_argmax_advance<oj_cu_f16><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_f16 *)x, V, pp, vec);
+        break;
+    default:
+        k_dec_argmax_advance<float><<<1, AM_THREADS, 0, OJ_STREAM>>>(tp, (const float *)x, V, pp, false);
+        break;
+    }
+    return oj_cuda_check(eng, "decode_argmax_advance");
+}
+
+/* ---------------------------------------------------------------- embed + mask */
+#define EM_THREADS 256
+
+/* Thread i: x[i] = round_T(wte[tok, i] + wpe[pos, i]) for i < C (NaN when
+ * tok or pos is out of range), mask[i] = i <= pos for i < S. Lets the
+ * step's first projection (a programmatic dependent) launch at once. */
+template <typename T>
+__global__ void __launch_bounds__(EM_THREADS)
+    k_dec_embed_mask(T *x, const T *wte, const T *wpe, const int64_t *tok, const int64_t *pos,
+                     int64_t V, int64_t P, int64_t C, unsigned char *mask, int64_t S) {
+    oj_pdl_allow_dependents();
+    const int64_t i = (int64_t)blockIdx.x * EM_THREADS + threadIdx.x;
+    const int64_t t = *tok, p = *pos;
+    if (i < C) {
+        const bool ok = t >= 0 && t < V && p >= 0 && p < P;
+        x[i] = oj_cu_fromf<T>(ok ? oj_cu_tof(wte[t * C + i]) + oj_cu_tof(wpe[p * C + i]) : NAN);
+    }
+    if (i < S) mask[i] = i <= p;
+}
+
+oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                                    const oj_tensor *wpe, const oj_tensor *tok,
+                                    const oj_tensor *pos, oj_tensor *mask) {
+    if (oj_cuda_begin(eng, "decode_embed_mask") != OJ_OK) return oj_last_status(eng);
+    const int64_t V = wte->shape[0], P = wpe->shape[0], C = wte->shape[1], S = oj_cuda_numel(mask);
+    const int64_t n = C > S ? C : S;
+    const unsigned blocks = (unsigned)((n + EM_THREADS - 1) / EM_THREADS);
+    const int64_t *tp = (const int64_t *)oj_cuda_ptr(tok), *pp = (const int64_t *)oj_cuda_ptr(pos);
+    unsigned char *mp = (unsigned char *)oj_cuda_ptr(mask);
+    OJ_CU_FLOAT_TYPE(x->dtype, T, {
+        k_dec_embed_mask<T><<<blocks, EM_THREADS, 0, OJ_STREAM>>>(
+            (T *)oj_cuda_ptr(x), (const T *)oj_cuda_ptr(wte), (const T *)oj_cuda_ptr(wpe), tp, pp,
+            V, P, C, mp, S);
+    });
+    return oj_cuda_check(eng, "decode_embed_mask");
+}

@@ -1,0 +1,110 @@
+/* The gpt2 decode step in few kernels (FAST numerics): per layer
+ *   qkv = norm + c_attn (+ bias), keys/values written to the cache slot
+ *         (decode_norm_linear: one kernel),
+ *   y   = attention of q over the masked cache (the decode kernels: two),
+ *   x  += c_proj(y) + bias (decode_linear_residual: one),
+ *   h   = gelu(norm + c_fc (+ bias)) (decode_norm_linear: one),
+ *   x  += mlp c_proj(h) + bias (decode_linear_residual: one),
+ * six kernels where the generic forward launches ten (the add + norm, the
+ * GEMV, the cache write, the GELU each apart); before the layers one
+ * kernel writes x = wte[idx] + wpe[pos] and the attention mask (the
+ * generic step: two embeddings, an add and a comparison). The caller
+ * (gpt_decoder.c) keeps idx and pos in range and passes dp->mask as a
+ * bool [1, 1, 1, S] tensor to be written. The values are the generic
+ * step's up to the order of the sums inside the norms and the products
+ * (the same roundings to the weights' dtype at the same places), so the
+ * step runs under OJ_NUMERICS_FAST only; EXACT keeps the generic one. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "models/gpt_internal.h"
+#include "ojas/ops.h"
+#include "ops/nn_decode.h"
+
+bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
+    const char *e = getenv("OJAS_DECODE_FAST");
+    if (e && strcmp(e, "0") == 0) return false;
+    oj_engine *eng = m->eng;
+    bool forced = e && strcmp(e, "1") == 0;
+    if (!forced && oj_engine_device(eng).type != OJ_DEVICE_CUDA) return false;
+    if (oj_engine_numerics(eng) != OJ_NUMERICS_FAST || m->cfg.family != OJ_GPT2) return false;
+    if (!oj__decode_supported(eng)) return false;
+    const oj_dtype dt = oj_tensor_dtype(m->wte);
+    if (dt != OJ_BF16 && dt != OJ_F16) return false;
+    if (m->wpe == NULL || oj_tensor_dtype(m->wpe) != dt || !oj_is_contiguous(m->wte) ||
+        !oj_is_contiguous(m->wpe))
+        return false;
+    if (oj_autocast_enabled(eng) && oj_autocast_dtype(eng) != dt) return false;
+    if (c->batch != 1 || oj_tensor_dtype(c->kv[0]) != dt) return false;
+    for (int l = 0; l < (int)m->cfg.n_layer; l++) {
+        const oj_gpt_block *b = &m->blocks[l];
+        const oj_tensor *ts[] = {b->ln_1_w, b->ln_1_b, b->ln_2_w, b->ln_2_b, b->c_attn_b,
+                                 b->attn_proj_b, b->c_fc_b, b->mlp_proj_b};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            if (ts[i] == NULL || oj_tensor_dtype(ts[i]) != dt || !oj_is_contiguous(ts[i]))
+                return false;
+        if (!oj__decode_weight_ok(b->c_attn_w) || !oj__decode_weight_ok(b->attn_proj_w) ||
+            !oj__decode_weight_ok(b->c_fc_w) || !oj__decode_weight_ok(b->mlp_proj_w) ||
+            oj_tensor_dtype(b->c_attn_w) != dt || oj_tensor_dtype(b->attn_proj_w) != dt ||
+            oj_tensor_dtype(b->c_fc_w) != dt || oj_tensor_dtype(b->mlp_proj_w) != dt)
+            return false;
+        if (!oj_is_contiguous(c->kv[l])) return false;
+    }
+    return true;
+}
+
+/* Attention of the new token's q (columns 0 .. C of qkv [1, 1, 3C]) over
+ * every slot of layer l's cache under the step's mask: [1, 1, C]
+ * (attention's output is stored [B, T, H, D], so merging is a view). */
+static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) {
+    const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
+    oj_tensor *q = oj_narrow(qkv, 2, 0, C);
+    oj_tensor *qh = q ? oj__gpt_split_heads(q, H, D) : NULL;
+    oj_tensor *y = qh ? oj_scaled_dot_product_attention(qh, c->k[l], c->v[l], c->dev->mask, false,
+                                                        NAN)
+                      : NULL;
+    oj_tensor *ym = y ? oj__gpt_merge_heads(y) : NULL;
+    oj_tensor *yc = ym && !oj_is_contiguous(ym) ? oj__contiguous(ym) : NULL;
+    oj_tensor *out = yc ? yc : ym ? oj_retain(ym) : NULL;
+    oj_tensor *tmp[] = {q, qh, y, ym};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+    return out;
+}
+
+oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
+                             const oj_gpt_dev_pos *dp) {
+
+    oj_engine *eng = m->eng;
+    const double eps = m->cfg.norm_eps;
+    bool prev = oj_set_grad_enabled(eng, false);
+    c->dev = dp;
+    oj_scope_begin(eng);
+    /* the residual stream x = wte[idx] + wpe[pos] [1, 1, C], updated in
+     * place; dp->mask written in the same kernel */
+    oj_tensor *x = oj__decode_embed_mask(m->wte, m->wpe, idx, dp->pos, dp->mask);
+    bool ok = x != NULL;
+    for (int l = 0; ok && l < (int)m->cfg.n_layer; l++) {
+        oj_gpt_block *b = &m->blocks[l];
+        oj_tensor *qkv = oj__decode_norm_linear(x, b->ln_1_w, b->ln_1_b, eps, b->c_attn_w,
+                                                b->c_attn_b, OJ__DECODE_ACT_NONE, c->kv[l],
+                                                dp->slot);
+        oj_tensor *y = qkv ? attend_fast(m, c, l, qkv) : NULL;
+        ok = y && oj__decode_linear_residual_(x, y, b->attn_proj_w, b->attn_proj_b) == OJ_OK;
+        oj_tensor *h = ok ? oj__decode_norm_linear(x, b->ln_2_w, b->ln_2_b, eps, b->c_fc_w,
+                                                   b->c_fc_b, OJ__DECODE_ACT_GELU, NULL, NULL)
+                          : NULL;
+        ok = h && oj__decode_linear_residual_(x, h, b->mlp_proj_w, b->mlp_proj_b) == OJ_OK;
+        oj_release(qkv);
+        oj_release(y);
+        oj_release(h);
+    }
+    oj_tensor *xf = ok ? oj_layer_norm(x, m->ln_f_w, m->ln_f_b, eps) : NULL;
+    oj_tensor *logits = xf ? oj_linear(xf, m->head, NULL) : NULL; /* [1, 1, V] */
+    if (logits) oj_keep(logits);
+    oj_scope_end(eng);
+    c->dev = NULL;
+    oj_set_grad_enabled(eng, prev);
+    return logits;
+}

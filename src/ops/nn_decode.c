@@ -1,0 +1,192 @@
+/* The fused ops of the batch-1 decode step (nn_decode.h): validation and
+ * dispatch to the backend's decode entries. */
+#include "ops/nn_decode.h"
+
+#include "ops/nn_common.h"
+
+bool oj__decode_weight_ok(const oj_tensor *w) {
+    if (w == NULL || w->rank != 2) return false;
+    const int64_t K = w->shape[0], N = w->shape[1];
+    return K > 0 && K <= 8192 && N > 0 && N % 8 == 0 && (N == 1 || w->stride[1] == 1) &&
+           w->stride[0] % 8 == 0 && w->stride[0] >= N && w->offset % 16 == 0 &&
+           (w->dtype == OJ_BF16 || w->dtype == OJ_F16);
+}
+
+bool oj__decode_supported(const oj_engine *eng) {
+    return eng && eng->backend && eng->backend->decode_norm_linear &&
+           eng->backend->decode_linear_residual && eng->backend->decode_argmax_advance &&
+           eng->backend->decode_embed_mask;
+}
+
+/* t: numel n, contiguous, dtype dt; else the error naming op and arg. */
+static bool vec_ok(oj_engine *eng, const char *op, const char *arg, const oj_tensor *t, int64_t n,
+                   oj_dtype dt) {
+    if (oj_numel(t) != n || !oj_is_contiguous(t)) {
+        char b[96];
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: %s must be contiguous with %lld elements, got %s%s",
+                     op, arg, (long long)n, oj_shape_str(t, b, sizeof b),
+                     oj_is_contiguous(t) ? "" : " (strided)");
+        return false;
+    }
+    if (t->dtype != dt) {
+        oj_set_error(eng, OJ_ERR_DTYPE, "%s: %s is %s, the weight %s", op, arg,
+                     oj_dtype_name(t->dtype), oj_dtype_name(dt));
+        return false;
+    }
+    return true;
+}
+
+/* w suits the entries, else the error naming op. */
+static bool weight_ok(oj_engine *eng, const char *op, const oj_tensor *w) {
+    if (oj__decode_weight_ok(w)) return true;
+    char b[96];
+    oj_set_error(eng, w->dtype == OJ_BF16 || w->dtype == OJ_F16 ? OJ_ERR_SHAPE : OJ_ERR_DTYPE,
+                 "%s: the weight must be bf16/f16 [K, N] with n-stride 1, K <= 8192, N and the "
+                 "row stride multiples of 8, 16-byte aligned; got %s %s",
+                 op, oj_dtype_name(w->dtype), oj_shape_str(w, b, sizeof b));
+    return false;
+}
+
+oj_tensor *oj__decode_norm_linear(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                  oj_tensor *w, oj_tensor *b, int act, oj_tensor *kv,
+                                  oj_tensor *slot) {
+    static const char op[] = "decode_norm_linear";
+    oj_tensor *ins[7] = {x, nw, nb, w, b, kv, slot};
+    int n = 4;
+    if (b) ins[n++] = b;
+    if (kv) ins[n++] = kv;
+    if (slot) ins[n++] = slot;
+    oj_engine *eng = oj__ops_engine(op, n, ins);
+    if (eng == NULL) return NULL;
+    if (!weight_ok(eng, op, w)) return NULL;
+    const int64_t K = w->shape[0], N = w->shape[1];
+    const oj_dtype dt = w->dtype;
+    if (!vec_ok(eng, op, "x", x, K, dt) || !vec_ok(eng, op, "the norm's weight", nw, K, dt) ||
+        !vec_ok(eng, op, "the norm's bias", nb, K, dt) || (b && !vec_ok(eng, op, "b", b, N, dt)))
+        return NULL;
+    if (act != OJ__DECODE_ACT_NONE && act != OJ__DECODE_ACT_GELU) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: unknown activation %d", op, act);
+        return NULL;
+    }
+    if (!(eps >= 0.0)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be >= 0, got %g", op, eps);
+        return NULL;
+    }
+    if ((kv == NULL) != (slot == NULL)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: kv and slot go together (one is NULL)", op);
+        return NULL;
+    }
+    if (kv) {
+        char bs[96];
+        bool shape = kv->rank == 5 && kv->shape[0] == 2 && kv->shape[1] == 1 &&
+                     3 * kv->shape[2] * kv->shape[4] == N && oj_is_contiguous(kv);
+        if (!shape) {
+            oj_set_error(eng, OJ_ERR_SHAPE,
+                         "%s: kv must be a contiguous cache [2, 1, H, S, D] with 3 H D = %lld, got %s",
+                         op, (long long)N, oj_shape_str(kv, bs, sizeof bs));
+            return NULL;
+        }
+        if (kv->dtype != dt || slot->dtype != OJ_I64 || oj_numel(slot) != 1) {
+            oj_set_error(eng, OJ_ERR_DTYPE, "%s: kv must be %s (got %s) and slot i64 [1] (got %s, %lld elements)",
+                         op, oj_dtype_name(dt), oj_dtype_name(kv->dtype),
+                         oj_dtype_name(slot->dtype), (long long)oj_numel(slot));
+            return NULL;
+        }
+    }
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
+                    const oj_tensor *, double, const oj_tensor *, const oj_tensor *, int,
+                    oj_tensor *, const oj_tensor *) = OJ_KERNEL(eng, decode_norm_linear, op);
+    if (fn == NULL) return NULL;
+    int64_t shape[3] = {1, 1, N};
+    oj_tensor *out = oj__tensor_alloc(eng, 3, shape, dt, op);
+    if (out && !oj__kernel_ok(eng, fn(eng, out, x, nw, nb, eps, w, b, act, kv, slot), op)) {
+        oj_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+oj_status oj__decode_linear_residual_(oj_tensor *x, oj_tensor *y, oj_tensor *w, oj_tensor *b) {
+    static const char op[] = "decode_linear_residual_";
+    oj_tensor *ins[4] = {x, y, w, b};
+    oj_engine *eng = oj__ops_engine(op, b ? 4 : 3, ins);
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT; /* a NULL or foreign input: recorded */
+    if (!weight_ok(eng, op, w)) return oj_last_status(eng);
+    const int64_t K = w->shape[0], N = w->shape[1];
+    const oj_dtype dt = w->dtype;
+    if (!vec_ok(eng, op, "x", x, N, dt) || !vec_ok(eng, op, "y", y, K, dt) ||
+        (b && !vec_ok(eng, op, "b", b, N, dt)))
+        return oj_last_status(eng);
+    if (x->storage == y->storage) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: x and y share storage", op);
+        return OJ_ERR_INVALID_ARGUMENT;
+    }
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
+                    const oj_tensor *) = OJ_KERNEL(eng, decode_linear_residual, op);
+    if (fn == NULL) return oj_last_status(eng);
+    return oj__kernel_ok(eng, fn(eng, x, y, w, b), op) ? OJ_OK : oj_last_status(eng);
+}
+
+oj_status oj__decode_argmax_advance_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos) {
+    static const char op[] = "decode_argmax_advance_";
+    oj_tensor *ins[3] = {tok, logits, pos};
+    oj_engine *eng = oj__ops_engine(op, 3, ins);
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT; /* a NULL or foreign input: recorded */
+    if (tok->dtype != OJ_I64 || pos->dtype != OJ_I64 || oj_numel(tok) != 1 ||
+        oj_numel(pos) != 1)
+        return oj_set_error(eng, OJ_ERR_DTYPE, "%s: tok and pos must be i64 with one element, got %s [%lld] and %s [%lld]",
+                            op, oj_dtype_name(tok->dtype), (long long)oj_numel(tok),
+                            oj_dtype_name(pos->dtype), (long long)oj_numel(pos));
+    if (logits->dtype != OJ_F32 && logits->dtype != OJ_BF16 && logits->dtype != OJ_F16)
+        return oj_set_error(eng, OJ_ERR_DTYPE, "%s: logits must be f32/bf16/f16, got %s", op,
+                            oj_dtype_name(logits->dtype));
+    if (oj_numel(logits) < 1 || oj_numel(logits) > INT32_MAX || !oj_is_contiguous(logits)) {
+        char b[96];
+        return oj_set_error(eng, OJ_ERR_SHAPE, "%s: logits must be contiguous with 1 .. 2^31-1 elements, got %s",
+                            op, oj_shape_str(logits, b, sizeof b));
+    }
+    if (tok->storage == pos->storage)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos share storage", op);
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, oj_tensor *) =
+        OJ_KERNEL(eng, decode_argmax_advance, op);
+    if (fn == NULL) return oj_last_status(eng);
+    return oj__kernel_ok(eng, fn(eng, tok, logits, pos), op) ? OJ_OK : oj_last_status(eng);
+}
+
+oj_tensor *oj__decode_embed_mask(oj_tensor *wte, oj_tensor *wpe, oj_tensor *tok, oj_tensor *pos,
+                                 oj_tensor *mask) {
+    static const char op[] = "decode_embed_mask";
+    oj_tensor *ins[5] = {wte, wpe, tok, pos, mask};
+    oj_engine *eng = oj__ops_engine(op, 5, ins);
+    if (eng == NULL) return NULL;
+    char b1[96], b2[96];
+    if (wte->rank != 2 || wpe->rank != 2 || wte->shape[1] != wpe->shape[1] ||
+        !oj_is_contiguous(wte) || !oj_is_contiguous(wpe) || !oj_is_contiguous(mask)) {
+        oj_set_error(eng, OJ_ERR_SHAPE,
+                     "%s: wte [V, C] and wpe [P, C] must be contiguous with one C, and the mask "
+                     "contiguous; got %s and %s",
+                     op, oj_shape_str(wte, b1, sizeof b1), oj_shape_str(wpe, b2, sizeof b2));
+        return NULL;
+    }
+    const oj_dtype dt = wte->dtype;
+    if ((dt != OJ_F32 && dt != OJ_BF16 && dt != OJ_F16) || wpe->dtype != dt ||
+        tok->dtype != OJ_I64 || pos->dtype != OJ_I64 || oj_numel(tok) != 1 ||
+        oj_numel(pos) != 1 || mask->dtype != OJ_BOOL) {
+        oj_set_error(eng, OJ_ERR_DTYPE,
+                     "%s: wte and wpe must be one of f32/bf16/f16 (got %s, %s), tok and pos i64 "
+                     "with one element, the mask bool",
+                     op, oj_dtype_name(dt), oj_dtype_name(wpe->dtype));
+        return NULL;
+    }
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
+                    const oj_tensor *, const oj_tensor *, oj_tensor *) =
+        OJ_KERNEL(eng, decode_embed_mask, op);
+    if (fn == NULL) return NULL;
+    int64_t shape[3] = {1, 1, wte->shape[1]};
+    oj_tensor *x = oj__tensor_alloc(eng, 3, shape, dt, op);
+    if (x && !oj__kernel_ok(eng, fn(eng, x, wte, wpe, tok, pos, mask), op)) {
+        oj_release(x);
+        return NULL;
+    }
+    return x;
+}

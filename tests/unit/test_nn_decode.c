@@ -1,0 +1,285 @@
+// test: the fused ops of the batch-1 decode step (oj__decode_norm_linear,
+// oj__decode_linear_residual_) on the CPU backend against the unfused ops
+// they stand for (layer_norm, linear, gelu_tanh, add; bf16 and f16), within
+// the dtype's rounding; the keys and values written to the cache slot are
+// the output's columns bit for bit and nothing else moves (a slot outside
+// the cache writes nothing); oj__decode_argmax_advance_ picks the lowest
+// index on ties and the first NaN, and advances pos; oj__decode_embed_mask
+// gives embedding + add's bits and the mask; the refusals name what
+// was wrong; no leaks.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "nn_testutil.h"
+#include "ops/nn_decode.h"
+
+/* max |a - b| <= tol * max(1, max |b|) over n values. */
+static void close_to(const char *what, const double *a, const double *b, int64_t n, double tol) {
+    double scale = 1.0, worst = 0.0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(b[i]));
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+    if (!(worst <= tol * scale))
+        fail_msg("%s: max difference %g > %g of %g", what, worst, tol, scale);
+}
+
+static void norm_linear_case(oj_dtype dt, int64_t K, int64_t N, int act) {
+    oj_engine *eng = nt_engine();
+    oj_set_grad_enabled(eng, false);
+    oj_scope_begin(eng);
+    int64_t sx[3] = {1, 1, K}, sk[1] = {K}, sw[2] = {K, N}, sn[1] = {N};
+    oj_tensor *x = nt_rand(eng, 3, sx, dt, -2.0, 3.0), *nw = nt_rand(eng, 1, sk, dt, 0.5, 1.5);
+    oj_tensor *nb = nt_rand(eng, 1, sk, dt, -0.5, 0.5), *w = nt_rand(eng, 2, sw, dt, -0.2, 0.2);
+    oj_tensor *b = nt_rand(eng, 1, sn, dt, -1.0, 1.0);
+    oj_tensor *got = oj__decode_norm_linear(x, nw, nb, 1e-5, w, b, act, NULL, NULL);
+    assert_non_null(got);
+    assert_int_equal(oj_tensor_dtype(got), dt);
+    oj_tensor *ln = oj_layer_norm(x, nw, nb, 1e-5);
+    oj_tensor *wt = oj_transpose(w, 0, 1);
+    oj_tensor *lin = oj_linear(ln, wt, b);
+    oj_tensor *want = act == OJ__DECODE_ACT_GELU ? oj_gelu_tanh(lin) : lin;
+    assert_non_null(want);
+    double *g = nt_host(got), *r = nt_host(want);
+    char what[96];
+    snprintf(what, sizeof what, "norm_linear %s K %lld N %lld act %d", oj_dtype_name(dt),
+             (long long)K, (long long)N, act);
+    close_to(what, g, r, N, dt == OJ_BF16 ? 2e-2 : 4e-3);
+    free(g);
+    free(r);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+static void test_norm_linear(void **state) {
+    (void)state;
+    norm_linear_case(OJ_BF16, 64, 192, OJ__DECODE_ACT_NONE);
+    norm_linear_case(OJ_BF16, 96, 384, OJ__DECODE_ACT_GELU);
+    norm_linear_case(OJ_F16, 64, 64, OJ__DECODE_ACT_GELU);
+}
+
+static void test_linear_residual(void **state) {
+    (void)state;
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F16};
+    for (int i = 0; i < 2; i++) {
+        oj_engine *eng = nt_engine();
+        oj_set_grad_enabled(eng, false);
+        oj_scope_begin(eng);
+        const int64_t K = 256, N = 64;
+        int64_t sx[3] = {1, 1, N}, sy[3] = {1, 1, K}, sw[2] = {K, N}, sn[1] = {N};
+        oj_tensor *x = nt_rand(eng, 3, sx, dts[i], -2.0, 2.0), *y = nt_rand(eng, 3, sy, dts[i], -1.0, 1.0);
+        oj_tensor *w = nt_rand(eng, 2, sw, dts[i], -0.1, 0.1), *b = nt_rand(eng, 1, sn, dts[i], -1.0, 1.0);
+        oj_tensor *wt = oj_transpose(w, 0, 1);
+        oj_tensor *want = oj_add(x, oj_linear(y, wt, b)); /* before x changes */
+        assert_non_null(want);
+        assert_int_equal(oj__decode_linear_residual_(x, y, w, b), OJ_OK);
+        double *g = nt_host(x), *r = nt_host(want);
+        close_to(oj_dtype_name(dts[i]), g, r, N, dts[i] == OJ_BF16 ? 2e-2 : 4e-3);
+        /* without a bias */
+        oj_tensor *want2 = oj_add(x, oj_linear(y, wt, NULL));
+        assert_int_equal(oj__decode_linear_residual_(x, y, w, NULL), OJ_OK);
+        double *g2 = nt_host(x), *r2 = nt_host(want2);
+        close_to("no bias", g2, r2, N, dts[i] == OJ_BF16 ? 2e-2 : 4e-3);
+        free(g);
+        free(r);
+        free(g2);
+        free(r2);
+        oj_scope_end(eng);
+        nt_engine_done(eng);
+    }
+}
+
+/* the keys and values of a [1, 1, 3C] projection land at the slot */
+static void test_kv_write(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_set_grad_enabled(eng, false);
+    oj_scope_begin(eng);
+    const int64_t H = 2, D = 8, C = H * D, S = 5, N = 3 * C;
+    int64_t sx[3] = {1, 1, C}, sc[1] = {C}, sw[2] = {C, N}, skv[5] = {2, 1, H, S, D}, s1[1] = {1};
+    oj_tensor *x = nt_rand(eng, 3, sx, OJ_BF16, -1.0, 1.0), *nw = nt_rand(eng, 1, sc, OJ_BF16, 0.5, 1.5);
+    oj_tensor *nb = nt_rand(eng, 1, sc, OJ_BF16, -0.5, 0.5), *w = nt_rand(eng, 2, sw, OJ_BF16, -0.3, 0.3);
+    oj_tensor *kv = oj_zeros(eng, 5, skv, OJ_BF16);
+    for (int64_t slot = -1; slot <= S; slot++) {
+        int64_t sv = slot;
+        oj_tensor *st = oj_from_host(eng, 1, s1, OJ_I64, &sv, sizeof sv);
+        assert_int_equal(oj_fill_(kv, 0.0), OJ_OK);
+        oj_tensor *out = oj__decode_norm_linear(x, nw, nb, 1e-5, w, NULL, OJ__DECODE_ACT_NONE, kv, st);
+        assert_non_null(out);
+        double *o = nt_host(out), *k = nt_host(kv);
+        for (int64_t wh = 0; wh < 2; wh++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t s = 0; s < S; s++)
+                    for (int64_t d = 0; d < D; d++) {
+                        double v = k[((wh * H + h) * S + s) * D + d];
+                        double want = s == slot ? o[C + wh * C + h * D + d] : 0.0;
+                        if (v != want)
+                            fail_msg("slot %lld: kv[%lld, 0, %lld, %lld, %lld] = %g, want %g",
+                                     (long long)slot, (long long)wh, (long long)h, (long long)s,
+                                     (long long)d, v, want);
+                    }
+        free(o);
+        free(k);
+    }
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+static void expect_err(oj_engine *eng, oj_status want, const char *needle) {
+    assert_int_equal(oj_last_status(eng), want);
+    if (strstr(oj_last_error(eng), needle) == NULL)
+        fail_msg("error '%s' does not mention '%s'", oj_last_error(eng), needle);
+    oj_clear_error(eng);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_set_grad_enabled(eng, false);
+    oj_scope_begin(eng);
+    int64_t sx[1] = {16}, sw[2] = {16, 24}, sodd[2] = {16, 20}, sn[1] = {24}, skv[5] = {2, 1, 2, 4, 2}; /* 3 H D = 12 */
+    oj_tensor *x = nt_rand(eng, 1, sx, OJ_BF16, -1, 1), *w = nt_rand(eng, 2, sw, OJ_BF16, -1, 1);
+    oj_tensor *b = nt_rand(eng, 1, sn, OJ_BF16, -1, 1);
+    oj_tensor *xf = nt_rand(eng, 1, sx, OJ_F32, -1, 1), *wf = nt_rand(eng, 2, sw, OJ_F32, -1, 1);
+    oj_tensor *wodd = nt_rand(eng, 2, sodd, OJ_BF16, -1, 1);
+    /* f32 weights: not a decode dtype */
+    assert_null(oj__decode_norm_linear(xf, xf, xf, 1e-5, wf, NULL, 0, NULL, NULL));
+    expect_err(eng, OJ_ERR_DTYPE, "bf16/f16");
+    /* N not a multiple of 8 */
+    assert_null(oj__decode_norm_linear(x, x, x, 1e-5, wodd, NULL, 0, NULL, NULL));
+    expect_err(eng, OJ_ERR_SHAPE, "multiples of 8");
+    /* a transposed weight (n-stride not 1) */
+    int64_t ssq[2] = {24, 24};
+    oj_tensor *sq = nt_rand(eng, 2, ssq, OJ_BF16, -1, 1), *sqt = oj_transpose(sq, 0, 1);
+    oj_tensor *x24 = nt_rand(eng, 1, sn, OJ_BF16, -1, 1);
+    assert_int_equal(oj__decode_linear_residual_(x24, x24, sqt, NULL), OJ_ERR_SHAPE);
+    expect_err(eng, OJ_ERR_SHAPE, "n-stride 1");
+    /* x of another length, x's dtype not the weight's */
+    assert_null(oj__decode_norm_linear(b, x, x, 1e-5, w, NULL, 0, NULL, NULL));
+    expect_err(eng, OJ_ERR_SHAPE, "x must be contiguous with 16 elements");
+    assert_null(oj__decode_norm_linear(xf, x, x, 1e-5, w, NULL, 0, NULL, NULL));
+    expect_err(eng, OJ_ERR_DTYPE, "x is f32");
+    /* kv: wrong shape (3 H D != N), slot missing */
+    oj_tensor *kv = oj_zeros(eng, 5, skv, OJ_BF16);
+    int64_t s1[1] = {1}, zero = 0;
+    oj_tensor *slot = oj_from_host(eng, 1, s1, OJ_I64, &zero, sizeof zero);
+    assert_null(oj__decode_norm_linear(x, x, x, 1e-5, w, b, 0, kv, slot));
+    expect_err(eng, OJ_ERR_SHAPE, "3 H D = 24");
+    assert_null(oj__decode_norm_linear(x, x, x, 1e-5, w, b, 0, kv, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "kv and slot");
+    assert_null(oj__decode_norm_linear(x, x, x, 1e-5, w, b, 7, NULL, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "activation 7");
+    /* the residual's y aliasing x */
+    int64_t s16x16[2] = {16, 16};
+    oj_tensor *w16 = nt_rand(eng, 2, s16x16, OJ_BF16, -1, 1);
+    assert_int_equal(oj__decode_linear_residual_(x, x, w16, NULL), OJ_ERR_INVALID_ARGUMENT);
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "share storage");
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* argmax + pos += 1: the lowest index on ties, the first NaN above all,
+ * all -inf gives 0; each dtype; refusals */
+static void test_argmax_advance(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t s1[1] = {1}, p0 = 41;
+    oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_from_host(eng, 1, s1, OJ_I64, &p0, sizeof p0);
+    const struct {
+        double v[6];
+        int64_t want;
+    } cases[] = {
+        {{0.5, 2.0, -1.0, 2.0, 1.5, -INFINITY}, 1},
+        {{-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, 0},
+        {{1.0, NAN, 3.0, NAN, 9.0, 0.0}, 1},
+        {{1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, 5},
+        {{INFINITY, 2.0, INFINITY, 4.0, 5.0, 6.0}, 0},
+    };
+    const oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    int64_t steps = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int64_t s6[1] = {6};
+            oj_tensor *l = nt_from(eng, 1, s6, dts[d], cases[c].v);
+            assert_int_equal(oj__decode_argmax_advance_(tok, l, pos), OJ_OK);
+            steps++;
+            int64_t t = -1, p = -1;
+            assert_int_equal(oj_to_host(tok, &t, sizeof t), OJ_OK);
+            assert_int_equal(oj_to_host(pos, &p, sizeof p), OJ_OK);
+            if (t != cases[c].want)
+                fail_msg("%s case %zu: argmax %lld, want %lld", oj_dtype_name(dts[d]), c,
+                         (long long)t, (long long)cases[c].want);
+            assert_int_equal(p, 41 + steps);
+        }
+    /* refusals */
+    int64_t s6[1] = {6};
+    oj_tensor *l = oj_zeros(eng, 1, s6, OJ_F32), *li = oj_zeros(eng, 1, s6, OJ_I32);
+    assert_int_equal(oj__decode_argmax_advance_(pos, l, pos), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(oj_last_error(eng), "share storage"));
+    oj_clear_error(eng);
+    assert_int_equal(oj__decode_argmax_advance_(tok, li, pos), OJ_ERR_DTYPE);
+    assert_non_null(strstr(oj_last_error(eng), "f32/bf16/f16, got i32"));
+    oj_clear_error(eng);
+    assert_int_equal(oj__decode_argmax_advance_(l, l, pos), OJ_ERR_DTYPE);
+    assert_non_null(strstr(oj_last_error(eng), "must be i64"));
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* x = wte[tok] + wpe[pos] with embedding + add's bits, the mask j <= pos;
+ * an index out of range gives NaN and reads nothing */
+static void test_embed_mask(void **state) {
+    (void)state;
+    const oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
+    for (int d = 0; d < 3; d++) {
+        oj_engine *eng = nt_engine();
+        oj_set_grad_enabled(eng, false);
+        oj_scope_begin(eng);
+        int64_t sv[2] = {11, 24}, sp[2] = {9, 24}, s1[1] = {1}, sm[4] = {1, 1, 1, 13};
+        oj_tensor *wte = nt_rand(eng, 2, sv, dts[d], -1, 1), *wpe = nt_rand(eng, 2, sp, dts[d], -1, 1);
+        int64_t tv = 7, pv = 4;
+        oj_tensor *tok = oj_from_host(eng, 1, s1, OJ_I64, &tv, sizeof tv);
+        oj_tensor *pos = oj_from_host(eng, 1, s1, OJ_I64, &pv, sizeof pv);
+        oj_tensor *mask = oj_empty(eng, 4, sm, OJ_BOOL);
+        oj_tensor *x = oj__decode_embed_mask(wte, wpe, tok, pos, mask);
+        assert_non_null(x);
+        oj_tensor *want = oj_add(oj_narrow(wte, 0, 7, 1), oj_narrow(wpe, 0, 4, 1));
+        double *a = nt_host(x), *b = nt_host(want), *m = nt_host(mask);
+        for (int i = 0; i < 24; i++)
+            if (a[i] != b[i]) fail_msg("%s x[%d] = %g, want %g", oj_dtype_name(dts[d]), i, a[i], b[i]);
+        for (int j = 0; j < 13; j++) assert_true(m[j] == (j <= 4 ? 1.0 : 0.0));
+        free(a);
+        free(b);
+        free(m);
+        tv = 11; /* out of the vocabulary */
+        oj_tensor *bad = oj_from_host(eng, 1, s1, OJ_I64, &tv, sizeof tv);
+        oj_tensor *xn = oj__decode_embed_mask(wte, wpe, bad, pos, mask);
+        double *n = nt_host(xn);
+        for (int i = 0; i < 24; i++) assert_true(isnan(n[i]));
+        free(n);
+        /* refusals */
+        assert_null(oj__decode_embed_mask(wte, wpe, tok, pos, tok));
+        assert_int_equal(oj_last_status(eng), OJ_ERR_DTYPE);
+        oj_clear_error(eng);
+        assert_null(oj__decode_embed_mask(wte, oj_transpose(wpe, 0, 1), tok, pos, mask));
+        assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+        assert_non_null(strstr(oj_last_error(eng), "wte [V, C] and wpe [P, C]"));
+        oj_clear_error(eng);
+        oj_scope_end(eng);
+        nt_engine_done(eng);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_norm_linear),
+        cmocka_unit_test(test_linear_residual),
+        cmocka_unit_test(test_kv_write),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_argmax_advance),
+        cmocka_unit_test(test_embed_mask),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
