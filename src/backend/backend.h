@@ -520,6 +520,25 @@ typedef struct oj_backend {
      * odd V such as GPT-2's 50257 otherwise gives the head GEMMs an
      * unaligned leading dimension and the loss kernels element loads). */
     int64_t ce_row_align;
+    /* ---- the device-gated optimizer step (CUDA; NULL on the CPU, where
+     * the optimizer reads the norms back instead). step_gate_open queues
+     * the L2 norm of every grads[i] (contiguous f32/f64/bf16/f16, as
+     * sum_squares_multi) and writes into gate (a contiguous f64 device
+     * tensor of >= 4 + n elements, the caller's, alive until it has read
+     * gate back): [0] the sum of the squared norms, [1] the clip factor
+     * (max_norm / (norm + 1e-6) when max_norm > 0 and that is < 1, else
+     * 1: oj_clip_grad_norm's), [2] 0, or 1 when a gradient's norm is not
+     * finite, [3] the global norm, [4 + i] the norm of grads[i]. Until
+     * step_gate_close, adam_step, adam_step_multi, muon_momentum and
+     * apply_update read every gradient element times [1] (the bits of
+     * mul_scalar_multi followed by the plain entry), write nothing when
+     * [2] != 0, and with check_only set [2] to 2 (if 0) instead of
+     * reading a status back and return OJ_OK: nothing synchronises
+     * between the norm and the update. OJ_ERR_STATE when a gate is
+     * already open. */
+    oj_status (*step_gate_open)(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
+                                double max_norm, oj_tensor *gate);
+    void (*step_gate_close)(oj_engine *eng);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -52,6 +52,9 @@ struct oj_cuda_state {
      * Status words then come from its own region (one per check, never
      * reset by a later op) and are checked after each replay. */
     struct oj_cuda_graph *capture;
+    /* While a step gate is open (step_gate_open): its device doubles,
+     * which the optimizer kernels read (cuda_optim.cu); NULL otherwise. */
+    double *gate;
 };
 struct oj_cuda_graph;
 #define OJ_CUDA_FLAG_WORDS 32
