@@ -357,11 +357,10 @@ static oj_status check_and_write(oj_optim *o, work_item *items, int64_t n, const
  * would have left it. */
 
 /* Can this step take the gated path? Every group Adam, AdamW or Muon (the
- * gated kernels), on a device whose backend has the gate. */
+ * gated kernels), on a backend with the gate. */
 static bool gate_usable(const oj_optim *o) {
     const oj_backend *b = o->eng->backend;
-    if (b->step_gate_open == NULL || b->step_gate_close == NULL ||
-        o->eng->device.type == OJ_DEVICE_CPU || b->copy_d2h == NULL)
+    if (b->step_gate_open == NULL || b->step_gate_close == NULL || b->copy_d2h == NULL)
         return false;
     for (int g = 0; g < o->ngroups; g++)
         if (o->groups[g].hp.algo == OJ_OPTIM_SGD) return false;
