@@ -830,6 +830,27 @@ static void test_embedding(void **state) {
         BOTH(E->backend->embedding_backward(E, T(dw), T(g), T(idx)));
         cmp(dw, 0, "embedding backward (bit-identical)");
     }
+    /* runs of real text's length: a batch where one token is 45% of the
+     * positions and another 20% (the sorted runs span many rounds of the
+     * block's end search and of the unrolled sum), widths that take 1, 3
+     * and 2 passes' worth of channels per thread, sizes off the unroll */
+    int64_t Vl = 300, Nl = 5003, Cs[3] = {5, 768, 1100};
+    double *iv_long = malloc((size_t)Nl * sizeof *iv_long);
+    assert_non_null(iv_long);
+    for (int64_t n = 0; n < Nl; n++) {
+        double u = urand();
+        iv_long[n] = u < 0.45 ? 7 : u < 0.65 ? 3 : (double)(int64_t)(urand() * (double)Vl);
+    }
+    pr idx_long = up(1, &Nl, OJ_I64, iv_long);
+    free(iv_long);
+    for (int ci = 0; ci < 3; ci++)
+        for (int k = 0; k < 3; k++) {
+            int64_t Cl = Cs[ci];
+            pr g = rnd(2, (int64_t[2]){Nl, Cl}, dts[k], -1, 1);
+            pr dw = empty(2, (int64_t[2]){Vl, Cl}, dts[k]);
+            BOTH(E->backend->embedding_backward(E, T(dw), T(g), T(idx_long)));
+            cmp(dw, 0, "embedding backward, long runs (bit-identical)");
+        }
     /* a bad index: OJ_ERR_OUT_OF_RANGE with the CPU's message */
     double iv[5] = {1, 2, 50, 3, -1};
     pr bad = up(1, (int64_t[1]){5}, OJ_I64, iv);
