@@ -103,8 +103,10 @@ static __device__ int64_t emb_run_end(const int *keys, int64_t i, int64_t N, int
  * order, so the bits are its). Runs are as long as the text's most
  * frequent token (real text: hundreds to thousands of positions), so the
  * run's end is found first and the sum walks [i, end) with EMB_ACC
- * channels per thread and EMB_UNROLL positions' loads in flight, adding
- * them in order: the latency of a long run is divided by both. */
+ * channels per thread and EMB_UNROLL positions' loads in flight (their
+ * source rows staged in shared memory), adding them in order: the
+ * latency of a long run is divided by both. The channel loop's bound is
+ * the same for every thread of the block (the staging synchronises). */
 __global__ void k_embedding_rows(char *dw, int dwdt, const char *dout, int gdt, const int *keys,
                                  const int *vals, int64_t N, int64_t C, int64_t V) {
     int ges = gdt == OJ_F64 ? 8 : (gdt == OJ_F32 ? 4 : 2);
@@ -115,33 +117,43 @@ __global__ void k_embedding_rows(char *dw, int dwdt, const char *dout, int gdt, 
         int64_t end = emb_run_end(keys, i, N, row);
         if (row < 0 || row >= V) continue; /* checked by the forward; never written */
         const int64_t step = (int64_t)blockDim.x * EMB_ACC;
-        for (int64_t c0 = threadIdx.x; c0 < C; c0 += step) {
+        for (int64_t c0 = threadIdx.x; c0 - threadIdx.x < C; c0 += step) {
             if (dwdt == OJ_F32) {
+                /* the run's source rows staged in shared memory a block's
+                 * worth at a time, so each position costs one global load
+                 * (its dout element), EMB_UNROLL of them in flight */
+                __shared__ int s_rows[1024];
                 float acc[EMB_ACC];
                 for (int a = 0; a < EMB_ACC; a++) acc[a] = 0.0f;
-                int64_t j = i;
-                for (; j + EMB_UNROLL <= end; j += EMB_UNROLL) {
-                    float x[EMB_UNROLL][EMB_ACC];
+                for (int64_t j0 = i; j0 < end; j0 += blockDim.x) {
+                    int64_t cnt = end - j0 < (int64_t)blockDim.x ? end - j0 : (int64_t)blockDim.x;
+                    __syncthreads(); /* the previous chunk's rows are read */
+                    if (threadIdx.x < cnt) s_rows[threadIdx.x] = vals[j0 + threadIdx.x];
+                    __syncthreads();
+                    int64_t u0 = 0;
+                    for (; u0 + EMB_UNROLL <= cnt; u0 += EMB_UNROLL) {
+                        float x[EMB_UNROLL][EMB_ACC];
 #pragma unroll
-                    for (int u = 0; u < EMB_UNROLL; u++) {
-                        const char *r = dout + (int64_t)vals[j + u] * C * ges;
+                        for (int u = 0; u < EMB_UNROLL; u++) {
+                            const char *r = dout + (int64_t)s_rows[u0 + u] * C * ges;
+#pragma unroll
+                            for (int a = 0; a < EMB_ACC; a++) {
+                                int64_t c = c0 + (int64_t)a * blockDim.x;
+                                x[u][a] = c < C ? oj_cu_ldf(r + c * ges, gdt) : 0.0f;
+                            }
+                        }
+#pragma unroll
+                        for (int u = 0; u < EMB_UNROLL; u++)
+#pragma unroll
+                            for (int a = 0; a < EMB_ACC; a++) acc[a] = __fadd_rn(acc[a], x[u][a]);
+                    }
+                    for (; u0 < cnt; u0++) {
+                        const char *r = dout + (int64_t)s_rows[u0] * C * ges;
 #pragma unroll
                         for (int a = 0; a < EMB_ACC; a++) {
                             int64_t c = c0 + (int64_t)a * blockDim.x;
-                            x[u][a] = c < C ? oj_cu_ldf(r + c * ges, gdt) : 0.0f;
+                            if (c < C) acc[a] = __fadd_rn(acc[a], oj_cu_ldf(r + c * ges, gdt));
                         }
-                    }
-#pragma unroll
-                    for (int u = 0; u < EMB_UNROLL; u++)
-#pragma unroll
-                        for (int a = 0; a < EMB_ACC; a++) acc[a] = __fadd_rn(acc[a], x[u][a]);
-                }
-                for (; j < end; j++) {
-                    const char *r = dout + (int64_t)vals[j] * C * ges;
-#pragma unroll
-                    for (int a = 0; a < EMB_ACC; a++) {
-                        int64_t c = c0 + (int64_t)a * blockDim.x;
-                        if (c < C) acc[a] = __fadd_rn(acc[a], oj_cu_ldf(r + c * ges, gdt));
                     }
                 }
 #pragma unroll
