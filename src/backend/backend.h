@@ -539,6 +539,12 @@ typedef struct oj_backend {
     oj_status (*step_gate_open)(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
                                 double max_norm, oj_tensor *gate);
     void (*step_gate_close)(oj_engine *eng);
+    /* graph_replay in two halves (NULL where graph_replay is one): launch
+     * queues the replay and returns; checks reads the deferred index and
+     * target checks of the last replay back (synchronising) and reports
+     * the first failure as graph_replay would. */
+    oj_status (*graph_launch)(oj_engine *eng, void *graph);
+    oj_status (*graph_checks)(oj_engine *eng, void *graph);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -99,6 +99,7 @@ static oj_status kernel_steps(oj_trainer *t, int steps, double *ms, oj_error *er
          * took its time too), then the loss read where the trainer reads it */
         if (oj_last_status(eng) == OJ_OK) oj__optim_clip_step(t->optim, c->grad_clip, NULL, NULL);
         if (oj_last_status(eng) == OJ_OK) oj_item(loss);
+        if (c->cuda_graph && oj_last_status(eng) == OJ_OK) oj__step_graph_check(&t->graph);
         if (!c->cuda_graph) oj_optim_zero_grad(t->optim);
         oj_scope_end(eng);
         each[it] = now_ms() - t0;

@@ -240,7 +240,8 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
             oj_optim_zero_grad(t->optim);
     }
     prof_mark(t, pf, PH_OPTIM);
-    /* the losses, in micro-step order (the device is idle after the step) */
+    /* the losses, in micro-step order (the device is idle after the
+     * step), and the graph replay's deferred checks */
     if (!st) {
         if (c->cuda_graph)
             loss_sum += oj_item(t->graph.loss);
@@ -249,6 +250,8 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         if (oj_last_status(eng))
             st = eng_error(t, err, "reading the loss");
     }
+    if (!st && c->cuda_graph && oj__step_graph_check(&t->graph) != OJ_OK)
+        st = eng_error(t, err, "train step");
     prof_mark(t, pf, PH_LOSS);
     for (int64_t k = 0; k < n_loss; k++)
         oj_release(losses[k]);

@@ -103,6 +103,8 @@ static oj_backend make_cuda_backend() {
     b.mul_scalar_multi = oj_cuda_mul_scalar_multi;
     b.step_gate_open = oj_cuda_step_gate_open;
     b.step_gate_close = oj_cuda_step_gate_close;
+    b.graph_launch = oj_cuda_graph_launch;
+    b.graph_checks = oj_cuda_graph_checks;
     b.ce_row_align = 64; /* 128 bytes of bf16: the GEMM's and the vector loads' alignment */
     /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
     b.gather = oj_cuda_gather;

@@ -649,6 +649,8 @@ oj_status oj_cuda_graph_begin(oj_engine *eng);
 oj_status oj_cuda_graph_end(oj_engine *eng, void **graph);
 void oj_cuda_graph_abort(oj_engine *eng);
 oj_status oj_cuda_graph_replay(oj_engine *eng, void *graph);
+oj_status oj_cuda_graph_launch(oj_engine *eng, void *graph);
+oj_status oj_cuda_graph_checks(oj_engine *eng, void *graph);
 void oj_cuda_graph_destroy(oj_engine *eng, void *graph);
 /* nwords fresh status words of the graph being captured (NULL with
  * OJ_ERR_CAPACITY recorded when its region is full). */
