@@ -545,6 +545,14 @@ typedef struct oj_backend {
      * the first failure as graph_replay would. */
     oj_status (*graph_launch)(oj_engine *eng, void *graph);
     oj_status (*graph_checks)(oj_engine *eng, void *graph);
+    /* Muon's normalisation of a stack (NULL: muon.c runs it as ops):
+     * out[m] = u[m] * (1 / (norms[m] + 1e-7)), the factor computed in
+     * double and rounded to u's dtype, the product in u's dtype, then
+     * rounded to out's. u [k, r, c] f32/f64, norms f64 with k elements, out
+     * [k, r, c] of u's dtype or bf16 for an f32 u; all contiguous. One pass
+     * with the bits of the ops (add_scalar, reciprocal, cast, mul, cast). */
+    oj_status (*muon_normalize)(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
+                                const oj_tensor *norms);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -2035,6 +2035,38 @@ static void gate_refusals(void) {
                      OJ_ERR_NUMERIC);
 }
 
+/* muon_normalize: the entry's one pass gives the bytes of muon.c's chain
+ * of ops on the same device (the per-matrix f64 norms, add_scalar 1e-7,
+ * reciprocal, the cast to u's dtype, the broadcast multiply, and for the
+ * bf16 output the cast), for f32 -> f32, f32 -> bf16 and f64 -> f64, with
+ * a zero matrix and one holding an infinity in the stack. */
+static void test_muon_normalize(void **state) {
+    (void)state;
+    if (gpu->backend->muon_normalize == NULL) skip(); /* the CPU self-check */
+    int64_t sh[3] = {4, 40, 24}, ks[3] = {4, 1, 1};
+    const oj_dtype ud[3] = {OJ_F32, OJ_F32, OJ_F64}, od[3] = {OJ_F32, OJ_BF16, OJ_F64};
+    for (int c = 0; c < 3; c++) {
+        pr u = rnd(3, sh, ud[c], -2, 2);
+        bool prev = oj_set_grad_enabled(gpu, false);
+        assert_int_equal(oj_fill_(oj_select(u.t[1], 0, 1), 0.0), OJ_OK);
+        assert_int_equal(oj_fill_(oj_narrow(oj_select(u.t[1], 0, 2), 0, 3, 1), INFINITY), OJ_OK);
+        oj_tensor *n = oj_empty(gpu, 3, ks, OJ_F64);
+        assert_non_null(n);
+        assert_int_equal(gpu->backend->reduce(gpu, OJ_RED_NORM_L2, n, NULL, u.t[1], 0x6u, 0.0),
+                         OJ_OK);
+        oj_tensor *d = oj_add_scalar(n, 1e-7), *r = oj_reciprocal(d);
+        oj_tensor *rc = ud[c] == OJ_F64 ? r : oj_cast(r, ud[c]);
+        oj_tensor *x0 = oj_mul(u.t[1], rc);
+        oj_tensor *want = od[c] == OJ_BF16 ? oj_cast(x0, OJ_BF16) : x0;
+        oj_tensor *got = oj_empty(gpu, 3, sh, od[c]);
+        assert_non_null(want);
+        assert_non_null(got);
+        assert_int_equal(gpu->backend->muon_normalize(gpu, got, u.t[1], n), OJ_OK);
+        oj_set_grad_enabled(gpu, prev);
+        same_bytes(got, want, "muon_normalize vs the chain of ops", c);
+    }
+}
+
 static void test_step_gate(void **state) {
     (void)state;
     if (gpu->backend->step_gate_open == NULL) skip(); /* the CPU self-check: no gate */
@@ -3783,6 +3815,7 @@ int main(void) {
         T_(test_adam_step_multi),
         T_(test_mul_scalar_multi),
         T_(test_step_gate),
+        T_(test_muon_normalize),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),
         T_(test_ops_losses_backward),

@@ -15,6 +15,8 @@ oj_status oj_cuda_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *
 oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
                                  double max_norm, oj_tensor *gate);
 void oj_cuda_step_gate_close(oj_engine *eng);
+oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
+                                 const oj_tensor *norms);
 /* cuda_nn_norm.cu (declared here, as above) */
 oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum,
                                    oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
@@ -105,6 +107,7 @@ static oj_backend make_cuda_backend() {
     b.step_gate_close = oj_cuda_step_gate_close;
     b.graph_launch = oj_cuda_graph_launch;
     b.graph_checks = oj_cuda_graph_checks;
+    b.muon_normalize = oj_cuda_muon_normalize;
     b.ce_row_align = 64; /* 128 bytes of bf16: the GEMM's and the vector loads' alignment */
     /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
     b.gather = oj_cuda_gather;

@@ -320,6 +320,56 @@ oj_status oj_cuda_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor
     return finish(eng, op, read);
 }
 
+/* ---------------------------------------------------------------- Muon's normalisation
+ * out[m] = u[m] * (T)(1 / (norms[m] + 1e-7)) for every matrix m of a stack,
+ * rounded to out's dtype: in one pass the values of muon.c's chain
+ * (add_scalar and reciprocal on the f64 norms, the cast to u's dtype, the
+ * broadcast multiply, the cast to bf16), each step the same IEEE
+ * operation, so the same bits. */
+template <typename T, typename O>
+__global__ void k_muon_normalize(const T *u, const double *norms, O *out, int64_t per,
+                                 int64_t n) {
+    OPT_LOOP(i, n) {
+        double d = oj_unary_d(OJ_UN_AFFINE, norms[i / per], 1.0, 1e-7);
+        T s = (T)oj_unary_d(OJ_UN_RECIPROCAL, d, 0.0, 0.0);
+        T x = MUL(u[i], s);
+        if constexpr (std::is_same<O, oj_cu_bf16>::value) out[i] = oj_cu_fromf<oj_cu_bf16>(x);
+        else out[i] = (O)x;
+    }
+}
+
+oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
+                                 const oj_tensor *norms); /* registered in cuda_backend.cu */
+oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
+                                 const oj_tensor *norms) {
+    const char *op = "muon_normalize";
+    bool ok = u->rank == 3 && out->rank == 3 && norms->dtype == OJ_F64 &&
+              oj_cuda_numel(norms) == u->shape[0] && oj_cuda_numel(out) == oj_cuda_numel(u) &&
+              ((u->dtype == OJ_F32 && (out->dtype == OJ_F32 || out->dtype == OJ_BF16)) ||
+               (u->dtype == OJ_F64 && out->dtype == OJ_F64));
+    if (!ok)
+        return oj_set_error(eng, OJ_ERR_INTERNAL,
+                            "%s: u [k, r, c] f32/f64, norms f64 [k], out like u (bf16 for f32 u) "
+                            "expected",
+                            op);
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts[3] = {out, u, norms};
+    if (check_args(eng, op, ts, 3) != OJ_OK) return oj_last_status(eng);
+    int64_t n = oj_cuda_numel(u), per = u->shape[1] * u->shape[2];
+    if (n == 0) return OJ_OK;
+    const double *nm = PTR(const double, norms);
+    if (u->dtype == OJ_F64)
+        k_muon_normalize<double, double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
+            PTR(const double, u), nm, PTR(double, out), per, n);
+    else if (out->dtype == OJ_F32)
+        k_muon_normalize<float, float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
+            PTR(const float, u), nm, PTR(float, out), per, n);
+    else
+        k_muon_normalize<float, oj_cu_bf16><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
+            PTR(const float, u), nm, PTR(oj_cu_bf16, out), per, n);
+    return oj_cuda_check(eng, op);
+}
+
 /* ---------------------------------------------------------------- sum of squares
  * Fixed partition: SQ_BLOCKS blocks (fewer for short x) of SQ_THREADS
  * threads; thread t of block b folds elements b*SQ_THREADS + t + k*stride in
