@@ -1837,10 +1837,11 @@ static void host_clip(int n, const double *ss, double max_norm, double *norm, do
  * the host's norms and factor bit for bit, and every parameter and state
  * byte agrees, with the factor < 1 (clipping) and = 1 (max_norm large);
  * the gradients are left unscaled; the CPU's clip-then-step agrees to
- * 1e-6. 120 tensors, f32 and f64 mixed (more than one table of each),
+ * 1e-6. 140 tensors, f32 and f64 mixed (more than one table of each, and
+ * more than one launch of the norm pass),
  * sizes 1 (computed in double by the clip) to several chunks. */
 static void gate_case(double max_norm) {
-    enum { NT = 120 };
+    enum { NT = 140 };
     static const int64_t sizes[] = {1, 4095, 4097, 65537, 7, 1, 300001, 8193};
     pr p[NT], g[NT], m[NT], v[NT], pr_[NT], mr[NT], vr[NT], gr[NT];
     oj_tensor *tp[NT], *tg[NT], *tm[NT], *tv[NT], *rp[NT], *rg[NT], *rm[NT], *rv[NT];
