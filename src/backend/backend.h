@@ -553,6 +553,20 @@ typedef struct oj_backend {
      * with the bits of the ops (add_scalar, reciprocal, cast, mul, cast). */
     oj_status (*muon_normalize)(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                 const oj_tensor *norms);
+    /* Multi-tensor forms of muon_momentum (one momentum and nesterov;
+     * updates NULL: every buf written in place, else every updates[i]
+     * written) and apply_update (alpha[i], scale[i], decay[i] per tensor;
+     * check_only as adam_step_multi's: one status for the call), under
+     * the rules of the multi-tensor entries above (each i as the
+     * per-tensor entry takes it, f32 or f64, its bits; the tensors written
+     * overlap nothing else of the call). NULL: the optimizer calls the
+     * per-tensor entries. */
+    oj_status (*muon_momentum_multi)(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                     const oj_tensor *const *grads, oj_tensor *const *updates,
+                                     double momentum, bool nesterov);
+    oj_status (*apply_update_multi)(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                    const oj_tensor *const *updates, const double *alpha,
+                                    const double *scale, const double *decay, bool check_only);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

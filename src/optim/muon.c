@@ -3,6 +3,7 @@
  * hidden layers in neural networks", 2024,
  * https://kellerjordan.github.io/posts/muon/). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "optim/optim_internal.h"
 
@@ -107,8 +108,30 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
     if (u == NULL) return oj_last_status(eng);
     bool prev = oj_set_grad_enabled(eng, false);
     oj_status st = OJ_OK;
-    /* each momentum output goes straight into its slice of the stack */
-    for (int64_t j = 0; j < k && st == OJ_OK; j++) {
+    /* each momentum output goes straight into its slice of the stack: one
+     * muon_momentum_multi call where the backend has it (the slices it
+     * writes are disjoint by construction), else one call per matrix */
+    const bool multi = eng->backend->muon_momentum_multi != NULL && k > 1;
+    if (multi) {
+        oj_tensor **sl = calloc((size_t)k, sizeof *sl), **bufs = malloc((size_t)k * sizeof *bufs);
+        if (sl == NULL || bufs == NULL)
+            st = oj_set_error(eng, OJ_ERR_CAPACITY, "muon: out of host memory");
+        for (int64_t j = 0; j < k && st == OJ_OK; j++) {
+            bufs[j] = ps[j]->momentum_buffer;
+            if ((sl[j] = oj_select(u, 0, j)) == NULL) st = oj_last_status(eng);
+        }
+        if (st == OJ_OK) {
+            st = eng->backend->muon_momentum_multi(eng, k, bufs, (const oj_tensor *const *)grads,
+                                                   sl, hp->momentum, hp->nesterov);
+            if (st != OJ_OK && oj_last_status(eng) == OJ_OK)
+                oj_set_error(eng, st, "muon: momentum kernel failed for %lld matrices",
+                             (long long)k);
+        }
+        for (int64_t j = 0; sl != NULL && j < k; j++) oj_release(sl[j]);
+        free(sl);
+        free(bufs);
+    }
+    for (int64_t j = 0; j < k && st == OJ_OK && !multi; j++) {
         oj_tensor *slice = oj_select(u, 0, j); /* [r, c], contiguous */
         if (slice == NULL) {
             st = oj_last_status(eng);

@@ -367,23 +367,125 @@ static bool gate_usable(const oj_optim *o) {
     return true;
 }
 
+/* The Muon items of a gated step for muon_momentum_multi and
+ * apply_update_multi (one call each per pass instead of one per matrix),
+ * when the backend has both and no two parameters or gradients of the
+ * step overlap; n == 0: each item runs alone. */
+typedef struct {
+    int64_t n;
+    oj_tensor **p, **buf, **u;
+    const oj_tensor **g;
+    double *alpha, *scale, *decay;
+} muon_batch;
+
+static void muon_batch_free(muon_batch *b) {
+    free(b->p);
+    free(b->buf);
+    free(b->u);
+    free(b->g);
+    free(b->alpha);
+    free(b->scale);
+    free(b->decay);
+    memset(b, 0, sizeof *b);
+}
+
+static oj_status muon_batch_init(oj_optim *o, work_item *items, int64_t n, muon_batch *b) {
+    memset(b, 0, sizeof *b);
+    const oj_backend *be = o->eng->backend;
+    if (be->muon_momentum_multi == NULL || be->apply_update_multi == NULL) return OJ_OK;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += items[i].hp->algo == OJ_OPTIM_MUON;
+    if (k < 2) return OJ_OK;
+    oj_tensor **span = malloc(2 * (size_t)n * sizeof *span);
+    size_t K = (size_t)k;
+    b->p = malloc(K * sizeof *b->p);
+    b->buf = malloc(K * sizeof *b->buf);
+    b->u = malloc(K * sizeof *b->u);
+    b->g = malloc(K * sizeof *b->g);
+    b->alpha = malloc(K * sizeof *b->alpha);
+    b->scale = malloc(K * sizeof *b->scale);
+    b->decay = malloc(K * sizeof *b->decay);
+    if (!span || !b->p || !b->buf || !b->u || !b->g || !b->alpha || !b->scale || !b->decay) {
+        free(span);
+        muon_batch_free(b);
+        return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        span[2 * i] = items[i].p->param;
+        span[2 * i + 1] = items[i].grad;
+    }
+    bool disjoint = oj__optim_disjoint(2 * n, span);
+    free(span);
+    if (!disjoint) {
+        muon_batch_free(b);
+        return OJ_OK;
+    }
+    for (int64_t i = 0, j = 0; i < n; i++) {
+        if (items[i].hp->algo != OJ_OPTIM_MUON) continue;
+        const oj_optim_hparams *hp = items[i].hp;
+        double lr = lr_of(o, hp); /* as run_item passes them */
+        b->p[j] = items[i].p->param;
+        b->buf[j] = items[i].p->momentum_buffer;
+        b->g[j] = items[i].grad;
+        b->u[j] = items[i].update;
+        b->alpha[j] = -lr;
+        b->scale[j] = oj__muon_scale(items[i].p->param);
+        b->decay[j++] = 1.0 - lr * hp->weight_decay;
+    }
+    b->n = k;
+    return OJ_OK;
+}
+
+/* A pass over the Muon items of b, all of the group hp: check
+ * (apply_update_multi, check_only) or write (muon_momentum_multi on the
+ * buffers, then apply_update_multi): per item run_item's kernels and
+ * bits. */
+static oj_status muon_batch_run(oj_optim *o, const muon_batch *b, const oj_optim_hparams *hp,
+                                bool check) {
+    oj_engine *eng = o->eng;
+    oj_status st = OJ_OK;
+    if (!check)
+        st = eng->backend->muon_momentum_multi(eng, b->n, b->buf, b->g, NULL, hp->momentum,
+                                               hp->nesterov);
+    if (st == OJ_OK)
+        st = eng->backend->apply_update_multi(eng, b->n, b->p, (const oj_tensor *const *)b->u,
+                                              b->alpha, b->scale, b->decay, check);
+    return st;
+}
+
 /* Queue the (optional) check pass and the writing pass under an open gate:
  * no status is read back. */
 static oj_status queue_gated(oj_optim *o, work_item *items, int64_t n, const adam_batch *ab) {
     oj_engine *eng = o->eng;
+    /* the Muon items batched when they all share one group (the momentum
+     * and nesterov of a multi call are one); else one by one */
+    muon_batch mb;
+    oj_status ms = muon_batch_init(o, items, n, &mb);
+    if (ms != OJ_OK) return ms;
+    const oj_optim_hparams *mhp = NULL;
+    for (int64_t i = 0; i < n && mb.n > 0; i++) {
+        if (items[i].hp->algo != OJ_OPTIM_MUON) continue;
+        if (mhp != NULL && items[i].hp != mhp) muon_batch_free(&mb); /* two Muon groups */
+        mhp = items[i].hp;
+    }
     for (int pass = o->check_update ? 0 : 1; pass < 2; pass++) {
         bool check = pass == 0;
         oj_status st = ab->n > 0 ? adam_batch_run(o, ab, check) : OJ_OK;
+        if (st == OJ_OK && mb.n > 0) st = muon_batch_run(o, &mb, mhp, check);
         for (int64_t i = 0; i < n && st == OJ_OK; i++)
-            if (!(ab->n > 0 && is_adam(&items[i]))) st = run_item(o, &items[i], check);
+            if (!(ab->n > 0 && is_adam(&items[i])) &&
+                !(mb.n > 0 && items[i].hp->algo == OJ_OPTIM_MUON))
+                st = run_item(o, &items[i], check);
         if (st != OJ_OK) {
             if (oj_last_status(eng) == OJ_OK)
                 oj_set_error(eng, st == OJ_ERR_NUMERIC ? OJ_ERR_INTERNAL : st,
                              "optim: a gated %s kernel failed%s", check ? "check" : "update",
                              check ? "" : " (step partly applied)");
+            muon_batch_free(&mb);
             return oj_last_status(eng);
         }
     }
+    muon_batch_free(&mb);
     return OJ_OK;
 }
 

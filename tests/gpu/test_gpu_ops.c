@@ -2068,6 +2068,78 @@ static void test_muon_normalize(void **state) {
     }
 }
 
+/* muon_momentum_multi and apply_update_multi: 90 tensors, f32 and f64
+ * mixed (more than one table of each), sizes 1, around the 4096-element
+ * chunk and several chunks, per-tensor alpha, scale and decay (scale and
+ * decay 1 included): the bytes of the per-tensor CUDA entries on copies;
+ * the check pass finds one infinite update element in a late tensor
+ * (OJ_ERR_NUMERIC, nothing recorded, nothing written). */
+static void test_muon_multi(void **state) {
+    (void)state;
+    if (gpu->backend->muon_momentum_multi == NULL) skip(); /* the CPU self-check */
+    enum { NT = 90 };
+    static const int64_t sizes[] = {1, 4095, 4096, 4097, 8193, 300001, 65537, 7};
+    pr b[NT], g[NT], u[NT], p[NT], b1[NT], u1[NT], p1[NT];
+    oj_tensor *tb[NT], *tg[NT], *tu[NT], *tp[NT];
+    double al[NT], sc[NT], de[NT];
+    for (int i = 0; i < NT; i++) {
+        int ns = (int)(sizeof sizes / sizeof sizes[0]);
+        int64_t n = i < ns ? sizes[i] : 1 + (int64_t)(urand() * 3000);
+        oj_dtype dt = i % 4 == 3 ? OJ_F64 : OJ_F32;
+        b[i] = rnd(1, &n, dt, -1, 1);
+        g[i] = rnd(1, &n, dt, -1, 1);
+        u[i] = empty(1, &n, dt);
+        p[i] = rnd(1, &n, dt, -1, 1);
+        b1[i] = dup(b[i]);
+        u1[i] = dup(u[i]);
+        p1[i] = dup(p[i]);
+        tb[i] = b[i].t[1], tg[i] = g[i].t[1], tu[i] = u[i].t[1], tp[i] = p[i].t[1];
+        al[i] = -0.02 * (1 + i % 3);
+        sc[i] = i % 5 ? 1.25 : 1.0;
+        de[i] = i % 7 ? 0.999 : 1.0;
+    }
+    for (int nest = 0; nest < 2; nest++) {
+        assert_int_equal(gpu->backend->muon_momentum_multi(gpu, NT, tb, (const oj_tensor *const *)tg,
+                                                           tu, 0.95, nest != 0),
+                         OJ_OK);
+        for (int i = 0; i < NT; i++) {
+            assert_int_equal(gpu->backend->muon_momentum(gpu, b1[i].t[1], g[i].t[1], u1[i].t[1],
+                                                         0.95, nest != 0),
+                             OJ_OK);
+            same_bytes(tu[i], u1[i].t[1], "muon_momentum_multi update vs muon_momentum", i);
+            same_bytes(tb[i], b1[i].t[1], "muon_momentum_multi left the buffer", i);
+        }
+    }
+    assert_int_equal(gpu->backend->muon_momentum_multi(gpu, NT, tb, (const oj_tensor *const *)tg,
+                                                       NULL, 0.95, true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
+                                                      sc, de, true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
+                                                      sc, de, false),
+                     OJ_OK);
+    for (int i = 0; i < NT; i++) {
+        assert_int_equal(gpu->backend->muon_momentum(gpu, b1[i].t[1], g[i].t[1], NULL, 0.95, true),
+                         OJ_OK);
+        assert_int_equal(gpu->backend->apply_update(gpu, p1[i].t[1], u1[i].t[1], al[i], sc[i], de[i],
+                                                    false),
+                         OJ_OK);
+        same_bytes(tb[i], b1[i].t[1], "muon_momentum_multi buffer vs muon_momentum", i);
+        same_bytes(tp[i], p1[i].t[1], "apply_update_multi vs apply_update", i);
+    }
+    /* an infinite update element in a late tensor: the check refuses, nothing written */
+    bool prev = oj_set_grad_enabled(gpu, false);
+    assert_int_equal(oj_fill_(oj_narrow(tu[NT - 2], 0, 0, 1), INFINITY), OJ_OK);
+    oj_set_grad_enabled(gpu, prev);
+    pr keep = dup(p[NT - 2]);
+    assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
+                                                      sc, de, true),
+                     OJ_ERR_NUMERIC);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    same_bytes(tp[NT - 2], keep.t[1], "apply_update_multi check_only wrote", NT - 2);
+}
+
 static void test_step_gate(void **state) {
     (void)state;
     if (gpu->backend->step_gate_open == NULL) skip(); /* the CPU self-check: no gate */
@@ -3817,6 +3889,7 @@ int main(void) {
         T_(test_mul_scalar_multi),
         T_(test_step_gate),
         T_(test_muon_normalize),
+        T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),
         T_(test_ops_losses_backward),

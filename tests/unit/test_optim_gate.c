@@ -3,7 +3,8 @@
  * emulated here by the contract backend.h gives them (the gate in host
  * memory; the gated entries read each gradient scaled by the clip factor
  * through mul_scalar_multi, write nothing when the skip word is set, and
- * set it instead of returning OJ_ERR_NUMERIC in a check pass), trains
+ * set it instead of returning OJ_ERR_NUMERIC in a check pass; the Muon
+ * multi-tensor entries call the per-tensor ones in turn), trains
  * beside a plain CPU engine's clip-then-step bit for bit (og_compare). The
  * CUDA gate itself is checked against the same contract in
  * tests/gpu/test_gpu_ops.c (test_step_gate) and end to end in
@@ -123,6 +124,30 @@ static oj_status emu_apply(oj_engine *eng, oj_tensor *p, const oj_tensor *u, dou
     return check ? verdict(st) : st;
 }
 
+static int multi_calls; /* calls of the emulated Muon multi-tensor entries */
+
+static oj_status emu_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                    const oj_tensor *const *g, oj_tensor *const *u, double mu,
+                                    bool nesterov) {
+    multi_calls++;
+    oj_status st = OJ_OK;
+    for (int64_t i = 0; i < n && st == OJ_OK; i++)
+        st = emu_muon_momentum(eng, bufs[i], g[i], u ? u[i] : NULL, mu, nesterov);
+    return st;
+}
+
+static oj_status emu_apply_multi(oj_engine *eng, int64_t n, oj_tensor *const *p,
+                                 const oj_tensor *const *u, const double *alpha,
+                                 const double *scale, const double *decay, bool check) {
+    multi_calls++;
+    oj_status st = OJ_OK, bad = OJ_OK;
+    for (int64_t i = 0; i < n && st == OJ_OK; i++) {
+        st = emu_apply(eng, p[i], u[i], alpha[i], scale[i], decay[i], check);
+        if (st == OJ_ERR_NUMERIC) bad = st, st = OJ_OK; /* one status for the call */
+    }
+    return st != OJ_OK ? st : bad;
+}
+
 static oj_engine *emulated_engine(void) {
     oj_engine *eng = ot_engine(OJ_NUMERICS_EXACT, 1);
     cpu_table = eng->backend;
@@ -133,6 +158,8 @@ static oj_engine *emulated_engine(void) {
     emu.adam_step_multi = emu_adam_multi;
     emu.muon_momentum = emu_muon_momentum;
     emu.apply_update = emu_apply;
+    emu.muon_momentum_multi = emu_momentum_multi;
+    emu.apply_update_multi = emu_apply_multi;
     eng->backend = &emu;
     return eng;
 }
@@ -142,9 +169,10 @@ static oj_engine *emulated_engine(void) {
 static void test_gated_step_matches_checked(void **state) {
     (void)state;
     oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
-    gate_opens = 0;
+    gate_opens = multi_calls = 0;
     og_compare(ea, eb, true);
     assert_int_equal(gate_opens, 6); /* every step took the gate */
+    assert_true(multi_calls > 0);    /* and the Muon multi-tensor entries */
     assert_null(gate_words);         /* and closed it */
     ea->backend = cpu_table;
     oj_engine_free(ea);

@@ -769,6 +769,222 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
     return f ? OJ_ERR_NUMERIC : OJ_OK;
 }
 
+/* Muon's multi-tensor entries: muon_momentum_multi and apply_update_multi
+ * over tables of tensors of one dtype, the element code of k_muon_momentum
+ * and k_apply_update (so their bits), the step gate honoured as they
+ * honour it. */
+template <typename T> struct mom_batch {
+    enum { CAP = 80 };
+    T *buf[CAP];
+    const T *g[CAP];
+    T *u[CAP];
+    int64_t numel[CAP];
+    int chunk0[CAP + 1];
+    int count;
+    T mu;
+    bool nesterov, to_buf; /* to_buf: every u is NULL (buf is written) */
+};
+static_assert(sizeof(mom_batch<double>) + sizeof(void *) <= 4096, "mom_batch too large");
+
+template <typename T>
+__global__ void __launch_bounds__(MT_THREADS) k_muon_momentum_multi(const mom_batch<T> b,
+                                                                    const double *gate) {
+    double coef = 1.0;
+    if (gate != NULL) {
+        if (b.to_buf && gate[GATE_SKIP] != 0.0) return; /* buf is state: written only on a step */
+        coef = gate[GATE_COEF];
+    }
+    int c = (int)blockIdx.x, k = mt_entry(b, c);
+    int64_t n = b.numel[k], first = (int64_t)(c - b.chunk0[k]) * MT_CHUNK;
+    int64_t last = first + MT_CHUNK < n ? first + MT_CHUNK : n;
+    T *buf = b.buf[k], *u = b.u[k];
+    const T *g = b.g[k];
+    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
+        T gi = gate_grad(g, i, coef, n == 1);
+        T bb = ADD(MUL(buf[i], b.mu), gi);
+        if (b.to_buf)
+            buf[i] = bb;
+        else
+            u[i] = b.nesterov ? FMA(bb, b.mu, gi) : bb;
+    }
+}
+
+template <typename T> struct apl_batch {
+    enum { CAP = 64 };
+    T *p[CAP];
+    const T *u[CAP];
+    int64_t numel[CAP];
+    T al[CAP], sc[CAP], de[CAP];
+    bool has_scale[CAP], has_decay[CAP];
+    int chunk0[CAP + 1];
+    int count;
+};
+static_assert(sizeof(apl_batch<double>) + 3 * sizeof(void *) <= 4096, "apl_batch too large");
+
+template <typename T>
+__global__ void __launch_bounds__(MT_THREADS)
+    k_apply_update_multi(const apl_batch<T> b, bool check_only, unsigned long long *bad,
+                         double *gate) {
+    if (gate != NULL && gate[GATE_SKIP] != 0.0) return;
+    int c = (int)blockIdx.x, k = mt_entry(b, c);
+    int64_t n = b.numel[k], first = (int64_t)(c - b.chunk0[k]) * MT_CHUNK;
+    int64_t last = first + MT_CHUNK < n ? first + MT_CHUNK : n;
+    T *p = b.p[k];
+    const T *u = b.u[k];
+    T al = b.al[k], sc = b.sc[k], de = b.de[k];
+    bool hs = b.has_scale[k], hd = b.has_decay[k], ok = true;
+    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
+        T pi = p[i], ui = u[i];
+        if (hs) ui = MUL(ui, sc);
+        if (hd) pi = MUL(pi, de);
+        pi = FMA(ui, al, pi);
+        if (check_only) ok &= (bool)isfinite(pi);
+        else p[i] = pi;
+    }
+    if (!ok) {
+        if (gate != NULL) gate_refuse(gate);
+        else *bad = 1ull;
+    }
+}
+
+/* The chunks of a tensor of ne elements; OJ_ERR_OUT_OF_RANGE past INT_MAX. */
+static oj_status mt_chunks(oj_engine *eng, const char *op, int64_t ne, int64_t *chunks) {
+    *chunks = (ne + MT_CHUNK - 1) / MT_CHUNK;
+    if (*chunks > INT_MAX)
+        return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: a tensor of %lld elements", op,
+                            (long long)ne);
+    return OJ_OK;
+}
+
+template <typename T>
+static oj_status mom_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tensor *const *bufs,
+                                 const oj_tensor *const *grads, oj_tensor *const *updates,
+                                 double momentum, bool nesterov) {
+    const char *op = "muon_momentum_multi";
+    mom_batch<T> b;
+    memset(&b, 0, sizeof b);
+    auto reset = [&]() {
+        memset(&b, 0, sizeof b);
+        b.mu = (T)momentum;
+        b.nesterov = nesterov;
+        b.to_buf = updates == NULL;
+    };
+    auto launch = [&]() {
+        k_muon_momentum_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+            b, oj_cuda_state_of(eng)->gate);
+        return oj_cuda_check(eng, op);
+    };
+    reset();
+    for (int64_t i = 0; i < n; i++) {
+        if (bufs[i]->dtype != dt) continue;
+        int64_t ne = oj_cuda_numel(bufs[i]), chunks;
+        if (ne == 0) continue;
+        if (mt_chunks(eng, op, ne, &chunks) != OJ_OK) return oj_last_status(eng);
+        if (b.count == mom_batch<T>::CAP || b.chunk0[b.count] + chunks > INT_MAX) {
+            if (launch() != OJ_OK) return oj_last_status(eng);
+            reset();
+        }
+        int k = b.count++;
+        b.buf[k] = PTR(T, bufs[i]);
+        b.g[k] = PTR(const T, grads[i]);
+        b.u[k] = updates ? PTR(T, updates[i]) : NULL;
+        b.numel[k] = ne;
+        b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
+    }
+    if (b.count > 0 && launch() != OJ_OK) return oj_last_status(eng);
+    return OJ_OK;
+}
+
+oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                      const oj_tensor *const *grads, oj_tensor *const *updates,
+                                      double momentum, bool nesterov); /* cuda_backend.cu */
+oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                      const oj_tensor *const *grads, oj_tensor *const *updates,
+                                      double momentum, bool nesterov) {
+    const char *op = "muon_momentum_multi";
+    for (int64_t i = 0; i < n; i++)
+        if (bufs[i]->dtype != OJ_F32 && bufs[i]->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (n == 0) return OJ_OK;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    for (int64_t i = 0; i < n; i++) {
+        const oj_tensor *ts[3] = {bufs[i], grads[i], updates ? updates[i] : NULL};
+        if (check_args(eng, op, ts, 3) != OJ_OK) return oj_last_status(eng);
+    }
+    oj_status st = mom_multi_dtype<float>(eng, OJ_F32, n, bufs, grads, updates, momentum, nesterov);
+    if (st == OJ_OK)
+        st = mom_multi_dtype<double>(eng, OJ_F64, n, bufs, grads, updates, momentum, nesterov);
+    return st;
+}
+
+template <typename T>
+static oj_status apl_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tensor *const *params,
+                                 const oj_tensor *const *updates, const double *alpha,
+                                 const double *scale, const double *decay, bool check_only,
+                                 unsigned long long *bad) {
+    const char *op = "apply_update_multi";
+    apl_batch<T> b;
+    memset(&b, 0, sizeof b);
+    auto launch = [&]() {
+        k_apply_update_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+            b, check_only, bad, oj_cuda_state_of(eng)->gate);
+        return oj_cuda_check(eng, op);
+    };
+    for (int64_t i = 0; i < n; i++) {
+        if (params[i]->dtype != dt) continue;
+        int64_t ne = oj_cuda_numel(params[i]), chunks;
+        if (ne == 0) continue;
+        if (mt_chunks(eng, op, ne, &chunks) != OJ_OK) return oj_last_status(eng);
+        if (b.count == apl_batch<T>::CAP || b.chunk0[b.count] + chunks > INT_MAX) {
+            if (launch() != OJ_OK) return oj_last_status(eng);
+            memset(&b, 0, sizeof b);
+        }
+        int k = b.count++;
+        b.p[k] = PTR(T, params[i]);
+        b.u[k] = PTR(const T, updates[i]);
+        b.numel[k] = ne;
+        /* as oj_cuda_apply_update rounds them */
+        b.al[k] = (T)alpha[i];
+        b.sc[k] = (T)scale[i];
+        b.de[k] = (T)decay[i];
+        b.has_scale[k] = scale[i] != 1.0;
+        b.has_decay[k] = decay[i] != 1.0;
+        b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
+    }
+    if (b.count > 0 && launch() != OJ_OK) return oj_last_status(eng);
+    return OJ_OK;
+}
+
+oj_status oj_cuda_apply_update_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                     const oj_tensor *const *updates, const double *alpha,
+                                     const double *scale, const double *decay,
+                                     bool check_only); /* cuda_backend.cu */
+oj_status oj_cuda_apply_update_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                     const oj_tensor *const *updates, const double *alpha,
+                                     const double *scale, const double *decay,
+                                     bool check_only) {
+    const char *op = "apply_update_multi";
+    for (int64_t i = 0; i < n; i++)
+        if (params[i]->dtype != OJ_F32 && params[i]->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (n == 0) return OJ_OK;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    for (int64_t i = 0; i < n; i++) {
+        const oj_tensor *ts[2] = {params[i], updates[i]};
+        if (check_args(eng, op, ts, 2) != OJ_OK) return oj_last_status(eng);
+    }
+    bool read = check_only && oj_cuda_state_of(eng)->gate == NULL;
+    if (read && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
+    unsigned long long *bad = oj_cuda_state_of(eng)->flags;
+    oj_status st = apl_multi_dtype<float>(eng, OJ_F32, n, params, updates, alpha, scale, decay,
+                                          check_only, bad);
+    if (st == OJ_OK)
+        st = apl_multi_dtype<double>(eng, OJ_F64, n, params, updates, alpha, scale, decay,
+                                     check_only, bad);
+    if (st != OJ_OK || !read) return st;
+    unsigned long long f;
+    if (oj_cuda_flags_read(eng, &f, 1, op) != OJ_OK) return oj_last_status(eng);
+    return f ? OJ_ERR_NUMERIC : OJ_OK;
+}
+
 /* mul_scalar_multi: up to SCL_BATCH tensors of any float dtype. The
  * per-tensor entry (oj_cuda_unary, OJ_UN_AFFINE with (alpha, 0)) computes
  * a tensor of more than one f32/bf16/f16 element on its fast path, in
