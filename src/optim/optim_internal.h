@@ -86,8 +86,9 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
                                 const oj_optim_hparams *hp, oj_tensor **updates);
 /* oj_optim_clip_grad_norm, calling after_norm(ctx) (when not NULL) once
  * the norms are read back and before the grads are scaled: on a device
- * the stream is then drained, so a read-back there (the trainer's loss)
- * waits for no work. The results are oj_optim_clip_grad_norm's. */
+ * the stream is then drained, so a read-back there waits for no work.
+ * The results are oj_optim_clip_grad_norm's. (The trainer uses
+ * oj__optim_clip_step instead.) */
 double oj__optim_clip_grad_norm_then(oj_optim *o, double max_norm, void (*after_norm)(void *),
                                      void *ctx);
 /* The trainer's clip and optimizer step: the grads clipped to a global
