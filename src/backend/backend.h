@@ -583,6 +583,53 @@ typedef struct oj_backend {
     oj_status (*decode_embed_mask)(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                    const oj_tensor *wpe, const oj_tensor *tok,
                                    const oj_tensor *pos, oj_tensor *mask);
+    /* ---- the device-gated optimizer step (CUDA; NULL on the CPU, where
+     * the optimizer reads the norms back instead). step_gate_open queues
+     * the L2 norm of every grads[i] (contiguous f32/f64/bf16/f16, as
+     * sum_squares_multi) and writes into gate (a contiguous f64 device
+     * tensor of >= 4 + n elements, the caller's, alive until it has read
+     * gate back): [0] the sum of the squared norms, [1] the clip factor
+     * (max_norm / (norm + 1e-6) when max_norm > 0 and that is < 1, else
+     * 1: oj_clip_grad_norm's), [2] 0, or 1 when a gradient's norm is not
+     * finite, [3] the global norm, [4 + i] the norm of grads[i]. Until
+     * step_gate_close, adam_step, adam_step_multi, muon_momentum and
+     * apply_update read every gradient element times [1] (the bits of
+     * mul_scalar_multi followed by the plain entry), write nothing when
+     * [2] != 0, and with check_only set [2] to 2 (if 0) instead of
+     * reading a status back and return OJ_OK: nothing synchronises
+     * between the norm and the update. OJ_ERR_STATE when a gate is
+     * already open. */
+    oj_status (*step_gate_open)(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
+                                double max_norm, oj_tensor *gate);
+    void (*step_gate_close)(oj_engine *eng);
+    /* graph_replay in two halves (NULL where graph_replay is one): launch
+     * queues the replay and returns; checks reads the deferred index and
+     * target checks of the last replay back (synchronising) and reports
+     * the first failure as graph_replay would. */
+    oj_status (*graph_launch)(oj_engine *eng, void *graph);
+    oj_status (*graph_checks)(oj_engine *eng, void *graph);
+    /* Muon's normalisation of a stack (NULL: muon.c runs it as ops):
+     * out[m] = u[m] * (1 / (norms[m] + 1e-7)), the factor computed in
+     * double and rounded to u's dtype, the product in u's dtype, then
+     * rounded to out's. u [k, r, c] f32/f64, norms f64 with k elements, out
+     * [k, r, c] of u's dtype or bf16 for an f32 u; all contiguous. One pass
+     * with the bits of the ops (add_scalar, reciprocal, cast, mul, cast). */
+    oj_status (*muon_normalize)(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
+                                const oj_tensor *norms);
+    /* Multi-tensor forms of muon_momentum (one momentum and nesterov;
+     * updates NULL: every buf written in place, else every updates[i]
+     * written) and apply_update (alpha[i], scale[i], decay[i] per tensor;
+     * check_only as adam_step_multi's: one status for the call), under
+     * the rules of the multi-tensor entries above (each i as the
+     * per-tensor entry takes it, f32 or f64, its bits; the tensors written
+     * overlap nothing else of the call). NULL: the optimizer calls the
+     * per-tensor entries. */
+    oj_status (*muon_momentum_multi)(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                     const oj_tensor *const *grads, oj_tensor *const *updates,
+                                     double momentum, bool nesterov);
+    oj_status (*apply_update_multi)(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                    const oj_tensor *const *updates, const double *alpha,
+                                    const double *scale, const double *decay, bool check_only);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

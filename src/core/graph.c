@@ -110,6 +110,25 @@ oj_status oj_graph_replay(oj_graph *g) {
     return eng->backend->graph_replay(eng, g->handle);
 }
 
+oj_status oj__graph_launch(oj_graph *g) {
+    if (g == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = g->eng;
+    if (eng->backend->graph_launch == NULL || eng->backend->graph_checks == NULL)
+        return oj_graph_replay(g);
+    if (eng->capture_pool)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "graph_replay: cannot replay a graph during a capture");
+    return eng->backend->graph_launch(eng, g->handle);
+}
+
+oj_status oj__graph_checks(oj_graph *g) {
+    if (g == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = g->eng;
+    if (eng->backend->graph_launch == NULL || eng->backend->graph_checks == NULL)
+        return OJ_OK; /* oj__graph_launch replayed with the checks */
+    return eng->backend->graph_checks(eng, g->handle);
+}
+
 void oj_graph_free(oj_graph *g) {
     if (g == NULL) return;
     oj_engine *eng = g->eng;

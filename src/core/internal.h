@@ -207,6 +207,14 @@ static inline void *oj__elem_ptr(const oj_tensor *t, const int64_t *idx) {
 void oj__tensor_destroy_all(oj_engine *eng);
 /* Remove t from its scope list (it becomes unscoped). */
 void oj__scope_detach(oj_tensor *t);
+/* oj_graph_replay in two halves, for a caller that reads the graph's
+ * results back later anyway (the trainer): oj__graph_launch queues the
+ * replay and returns at once; oj__graph_checks reads the deferred index
+ * and target checks back (waiting for the replay) and returns what
+ * oj_graph_replay would have. On a backend whose replay is one entry the
+ * launch replays with the checks and the checks return OJ_OK. */
+oj_status oj__graph_launch(struct oj_graph *g);
+oj_status oj__graph_checks(struct oj_graph *g);
 /* Register t in the current scope (or leave unscoped when depth is 0).
  * False with OJ_ERR_CAPACITY recorded when the list cannot grow. */
 bool oj__scope_attach(oj_engine *eng, oj_tensor *t);

@@ -3,6 +3,7 @@
  * hidden layers in neural networks", 2024,
  * https://kellerjordan.github.io/posts/muon/). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "optim/optim_internal.h"
 
@@ -107,8 +108,30 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
     if (u == NULL) return oj_last_status(eng);
     bool prev = oj_set_grad_enabled(eng, false);
     oj_status st = OJ_OK;
-    /* each momentum output goes straight into its slice of the stack */
-    for (int64_t j = 0; j < k && st == OJ_OK; j++) {
+    /* each momentum output goes straight into its slice of the stack: one
+     * muon_momentum_multi call where the backend has it (the slices it
+     * writes are disjoint by construction), else one call per matrix */
+    const bool multi = eng->backend->muon_momentum_multi != NULL && k > 1;
+    if (multi) {
+        oj_tensor **sl = calloc((size_t)k, sizeof *sl), **bufs = malloc((size_t)k * sizeof *bufs);
+        if (sl == NULL || bufs == NULL)
+            st = oj_set_error(eng, OJ_ERR_CAPACITY, "muon: out of host memory");
+        for (int64_t j = 0; j < k && st == OJ_OK; j++) {
+            bufs[j] = ps[j]->momentum_buffer;
+            if ((sl[j] = oj_select(u, 0, j)) == NULL) st = oj_last_status(eng);
+        }
+        if (st == OJ_OK) {
+            st = eng->backend->muon_momentum_multi(eng, k, bufs, (const oj_tensor *const *)grads,
+                                                   sl, hp->momentum, hp->nesterov);
+            if (st != OJ_OK && oj_last_status(eng) == OJ_OK)
+                oj_set_error(eng, st, "muon: momentum kernel failed for %lld matrices",
+                             (long long)k);
+        }
+        for (int64_t j = 0; sl != NULL && j < k; j++) oj_release(sl[j]);
+        free(sl);
+        free(bufs);
+    }
+    for (int64_t j = 0; j < k && st == OJ_OK && !multi; j++) {
         oj_tensor *slice = oj_select(u, 0, j); /* [r, c], contiguous */
         if (slice == NULL) {
             st = oj_last_status(eng);
@@ -141,19 +164,34 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
             oj_release(n);
             n = NULL;
         }
-        oj_tensor *d = n ? oj_add_scalar(n, 1e-7) : NULL;
-        oj_tensor *r64 = d ? oj_reciprocal(d) : NULL;
-        oj_tensor *rc = r64 == NULL ? NULL
-                       : u->dtype == OJ_F64 ? oj_retain(r64)
-                                            : oj_cast(r64, u->dtype);
-        oj_tensor *x0 = rc ? oj_mul(u, rc) : NULL;
         /* On a device under FAST numerics the iteration runs in bf16 (f32
          * accumulation), as Jordan's reference does: bf16 tensor-core
          * GEMMs and half the bytes; the orthogonalised update is cast back
          * to the parameters' f32. EXACT and the CPU keep f32. */
-        bool low = x0 && x0->dtype == OJ_F32 && eng->device.type != OJ_DEVICE_CPU &&
+        bool low = u->dtype == OJ_F32 && eng->device.type != OJ_DEVICE_CPU &&
                    eng->numerics == OJ_NUMERICS_FAST;
-        oj_tensor *xb = low ? oj_cast(x0, OJ_BF16) : NULL;
+        oj_tensor *d = NULL, *r64 = NULL, *rc = NULL, *x0 = NULL, *xb = NULL;
+        if (n && eng->backend->muon_normalize) {
+            /* the backend's one pass: the chain's bits, straight into the
+             * iteration's dtype */
+            oj_tensor *o = oj__tensor_alloc(eng, 3, shape, low ? OJ_BF16 : u->dtype, "muon");
+            oj_status ns = o ? eng->backend->muon_normalize(eng, o, u, n) : oj_last_status(eng);
+            if (ns != OJ_OK) {
+                if (o) oj_set_error(eng, ns, "muon: normalisation failed on the %s backend",
+                                    eng->backend->name);
+                oj_release(o);
+            } else if (low) {
+                xb = o;
+            } else {
+                x0 = o;
+            }
+        } else if (n) {
+            d = oj_add_scalar(n, 1e-7);
+            r64 = d ? oj_reciprocal(d) : NULL;
+            rc = r64 == NULL ? NULL : u->dtype == OJ_F64 ? oj_retain(r64) : oj_cast(r64, u->dtype);
+            x0 = rc ? oj_mul(u, rc) : NULL;
+            xb = low && x0 ? oj_cast(x0, OJ_BF16) : NULL;
+        }
         oj_tensor *xi = low ? (xb ? ns_iterate_batch(xb, hp->ns_steps) : NULL)
                             : (x0 ? ns_iterate_batch(x0, hp->ns_steps) : NULL);
         x = low && xi ? oj_cast(xi, OJ_F32) : (low ? NULL : xi);

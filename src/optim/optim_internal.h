@@ -86,10 +86,24 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
                                 const oj_optim_hparams *hp, oj_tensor **updates);
 /* oj_optim_clip_grad_norm, calling after_norm(ctx) (when not NULL) once
  * the norms are read back and before the grads are scaled: on a device
- * the stream is then drained, so a read-back there (the trainer's loss)
- * waits for no work. The results are oj_optim_clip_grad_norm's. */
+ * the stream is then drained, so a read-back there waits for no work.
+ * The results are oj_optim_clip_grad_norm's. (The trainer uses
+ * oj__optim_clip_step instead.) */
 double oj__optim_clip_grad_norm_then(oj_optim *o, double max_norm, void (*after_norm)(void *),
                                      void *ctx);
+/* The trainer's clip and optimizer step: the grads clipped to a global
+ * norm of max_norm (oj_optim_clip_grad_norm; max_norm 0: no clip), then
+ * oj_optim_step, with its results (OJ_OK, OJ_ERR_NUMERIC for a skipped
+ * step with the reason in oj_optim_message, other errors recorded on the
+ * engine) and *info. *norm_out = the global gradient norm before the clip
+ * (NaN when it could not be computed). On a device whose backend has
+ * step_gate_open (CUDA) and with no SGD group, the norm, the clip factor
+ * and the skip decision stay on the device and the host reads them back
+ * once, after the update is queued; the gradients are then not scaled in
+ * place (the update reads them scaled). Elsewhere the clip scales them in
+ * place first. Either way the parameters and state get the same bits. */
+oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
+                              oj_optim_step_info *info);
 /* Release every slot's clip cache (clip_grad). */
 void oj__optim_clip_cache_clear(oj_optim *o);
 /* Drop the groups from index `ngroups` on, freeing their state. */

@@ -344,6 +344,235 @@ static oj_status check_and_write(oj_optim *o, work_item *items, int64_t n, const
     return OJ_OK;
 }
 
+/* ---------------------------------------------------------------- the gated step
+ * On a backend with step_gate_open (CUDA) the clip and the finiteness
+ * checks stay on the device: one multi-tensor norm pass writes the clip
+ * factor and a skip word into a small gate buffer, the update kernels read
+ * them from there (each gradient element is read times the factor, with
+ * the bits the clip's in-place scaling gives; nothing is written when the
+ * step is skipped), the check pass (check_update) sets the skip word
+ * instead of reading a status back, and the host reads the gate once,
+ * after the whole update is queued. The host's bookkeeping (step counts,
+ * versions, the message) follows the gate's verdict, as the checked step
+ * would have left it. */
+
+/* Can this step take the gated path? Every group Adam, AdamW or Muon (the
+ * gated kernels), on a backend with the gate. */
+static bool gate_usable(const oj_optim *o) {
+    const oj_backend *b = o->eng->backend;
+    if (b->step_gate_open == NULL || b->step_gate_close == NULL || b->copy_d2h == NULL)
+        return false;
+    for (int g = 0; g < o->ngroups; g++)
+        if (o->groups[g].hp.algo == OJ_OPTIM_SGD) return false;
+    return true;
+}
+
+/* The Muon items of a gated step for muon_momentum_multi and
+ * apply_update_multi (one call each per pass instead of one per matrix),
+ * when the backend has both and no two parameters or gradients of the
+ * step overlap; n == 0: each item runs alone. */
+typedef struct {
+    int64_t n;
+    oj_tensor **p, **buf, **u;
+    const oj_tensor **g;
+    double *alpha, *scale, *decay;
+} muon_batch;
+
+static void muon_batch_free(muon_batch *b) {
+    free(b->p);
+    free(b->buf);
+    free(b->u);
+    free(b->g);
+    free(b->alpha);
+    free(b->scale);
+    free(b->decay);
+    memset(b, 0, sizeof *b);
+}
+
+static oj_status muon_batch_init(oj_optim *o, work_item *items, int64_t n, muon_batch *b) {
+    memset(b, 0, sizeof *b);
+    const oj_backend *be = o->eng->backend;
+    if (be->muon_momentum_multi == NULL || be->apply_update_multi == NULL) return OJ_OK;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += items[i].hp->algo == OJ_OPTIM_MUON;
+    if (k < 2) return OJ_OK;
+    oj_tensor **span = malloc(2 * (size_t)n * sizeof *span);
+    size_t K = (size_t)k;
+    b->p = malloc(K * sizeof *b->p);
+    b->buf = malloc(K * sizeof *b->buf);
+    b->u = malloc(K * sizeof *b->u);
+    b->g = malloc(K * sizeof *b->g);
+    b->alpha = malloc(K * sizeof *b->alpha);
+    b->scale = malloc(K * sizeof *b->scale);
+    b->decay = malloc(K * sizeof *b->decay);
+    if (!span || !b->p || !b->buf || !b->u || !b->g || !b->alpha || !b->scale || !b->decay) {
+        free(span);
+        muon_batch_free(b);
+        return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        span[2 * i] = items[i].p->param;
+        span[2 * i + 1] = items[i].grad;
+    }
+    bool disjoint = oj__optim_disjoint(2 * n, span);
+    free(span);
+    if (!disjoint) {
+        muon_batch_free(b);
+        return OJ_OK;
+    }
+    for (int64_t i = 0, j = 0; i < n; i++) {
+        if (items[i].hp->algo != OJ_OPTIM_MUON) continue;
+        const oj_optim_hparams *hp = items[i].hp;
+        double lr = lr_of(o, hp); /* as run_item passes them */
+        b->p[j] = items[i].p->param;
+        b->buf[j] = items[i].p->momentum_buffer;
+        b->g[j] = items[i].grad;
+        b->u[j] = items[i].update;
+        b->alpha[j] = -lr;
+        b->scale[j] = oj__muon_scale(items[i].p->param);
+        b->decay[j++] = 1.0 - lr * hp->weight_decay;
+    }
+    b->n = k;
+    return OJ_OK;
+}
+
+/* A pass over the Muon items of b, all of the group hp: check
+ * (apply_update_multi, check_only) or write (muon_momentum_multi on the
+ * buffers, then apply_update_multi): per item run_item's kernels and
+ * bits. */
+static oj_status muon_batch_run(oj_optim *o, const muon_batch *b, const oj_optim_hparams *hp,
+                                bool check) {
+    oj_engine *eng = o->eng;
+    oj_status st = OJ_OK;
+    if (!check)
+        st = eng->backend->muon_momentum_multi(eng, b->n, b->buf, b->g, NULL, hp->momentum,
+                                               hp->nesterov);
+    if (st == OJ_OK)
+        st = eng->backend->apply_update_multi(eng, b->n, b->p, (const oj_tensor *const *)b->u,
+                                              b->alpha, b->scale, b->decay, check);
+    return st;
+}
+
+/* Queue the (optional) check pass and the writing pass under an open gate:
+ * no status is read back. */
+static oj_status queue_gated(oj_optim *o, work_item *items, int64_t n, const adam_batch *ab) {
+    oj_engine *eng = o->eng;
+    /* the Muon items batched when they all share one group (the momentum
+     * and nesterov of a multi call are one); else one by one */
+    muon_batch mb;
+    oj_status ms = muon_batch_init(o, items, n, &mb);
+    if (ms != OJ_OK) return ms;
+    const oj_optim_hparams *mhp = NULL;
+    for (int64_t i = 0; i < n && mb.n > 0; i++) {
+        if (items[i].hp->algo != OJ_OPTIM_MUON) continue;
+        if (mhp != NULL && items[i].hp != mhp) muon_batch_free(&mb); /* two Muon groups */
+        mhp = items[i].hp;
+    }
+    for (int pass = o->check_update ? 0 : 1; pass < 2; pass++) {
+        bool check = pass == 0;
+        oj_status st = ab->n > 0 ? adam_batch_run(o, ab, check) : OJ_OK;
+        if (st == OJ_OK && mb.n > 0) st = muon_batch_run(o, &mb, mhp, check);
+        for (int64_t i = 0; i < n && st == OJ_OK; i++)
+            if (!(ab->n > 0 && is_adam(&items[i])) &&
+                !(mb.n > 0 && items[i].hp->algo == OJ_OPTIM_MUON))
+                st = run_item(o, &items[i], check);
+        if (st != OJ_OK) {
+            if (oj_last_status(eng) == OJ_OK)
+                oj_set_error(eng, st == OJ_ERR_NUMERIC ? OJ_ERR_INTERNAL : st,
+                             "optim: a gated %s kernel failed%s", check ? "check" : "update",
+                             check ? "" : " (step partly applied)");
+            muon_batch_free(&mb);
+            return oj_last_status(eng);
+        }
+    }
+    muon_batch_free(&mb);
+    return OJ_OK;
+}
+
+/* The gate found a new value that would not be finite: name it as the
+ * checked step does. The gradients are scaled in place by the clip factor
+ * (as the clip before a checked step leaves them), then each item runs its
+ * check pass alone, in order. Nothing of the step was written. */
+static oj_status name_refused(oj_optim *o, work_item *items, int64_t n, double coef,
+                              oj_optim_step_info *info) {
+    oj_engine *eng = o->eng;
+    for (int64_t i = 0; i < n && coef != 1.0; i++)
+        if (oj_mul_scalar_(items[i].grad, coef) != OJ_OK) return oj_last_status(eng);
+    for (int64_t i = 0; i < n; i++) {
+        oj_status st = run_item(o, &items[i], true);
+        if (st == OJ_ERR_NUMERIC)
+            return skip(o, info, "optim: step skipped: the %s update of '%s' is not finite",
+                        oj__optim_algo_name(items[i].hp->algo), items[i].p->name);
+        if (st != OJ_OK)
+            return oj_set_error(eng, st, "optim %s: kernel failed on '%s'",
+                                oj__optim_algo_name(items[i].hp->algo), items[i].p->name);
+    }
+    return skip(o, info, "optim: step skipped: an update is not finite");
+}
+
+/* The gated step over the n collected items; *norm_out = the global
+ * gradient norm before clipping. */
+static oj_status step_gated(oj_optim *o, work_item *items, int64_t n, double max_norm,
+                            double *norm_out, oj_optim_step_info *info) {
+    oj_engine *eng = o->eng;
+    int64_t shape[1] = {4 + n};
+    oj_tensor *gate = oj__tensor_alloc(eng, 1, shape, OJ_F64, "optim");
+    double *host = malloc((size_t)(4 + n) * sizeof *host);
+    const oj_tensor **gs = malloc((size_t)(n ? n : 1) * sizeof *gs);
+    oj_status st = OJ_OK;
+    if (gate == NULL) st = oj_last_status(eng);
+    else if (host == NULL || gs == NULL)
+        st = oj_set_error(eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+    for (int64_t i = 0; i < n && st == OJ_OK; i++) gs[i] = items[i].grad;
+    if (st == OJ_OK) st = eng->backend->step_gate_open(eng, n, gs, max_norm, gate);
+    if (st == OJ_OK) {
+        /* 2. updates that need more than one pass (Muon), state untouched */
+        st = muon_updates(o, items, n);
+        adam_batch ab = {0};
+        if (st == OJ_OK) st = adam_batch_init(o, items, n, &ab);
+        if (st == OJ_OK) st = queue_gated(o, items, n, &ab);
+        adam_batch_free(&ab);
+        eng->backend->step_gate_close(eng);
+    }
+    /* the one read-back: it waits for the queued update */
+    if (st == OJ_OK)
+        st = eng->backend->copy_d2h(eng, host, (const char *)gate->storage->data + gate->offset,
+                                    (size_t)(4 + n) * sizeof *host);
+    free(gs);
+    oj_release(gate);
+    if (st != OJ_OK) {
+        free(host);
+        if (oj_last_status(eng) == OJ_OK)
+            oj_set_error(eng, st, "optim: the gated step failed on the %s backend",
+                         eng->backend->name);
+        return oj_last_status(eng);
+    }
+    double coef = host[1], verdict = host[2];
+    if (norm_out) *norm_out = host[3];
+    if (verdict == 1.0) { /* a gradient is not finite: the first one is named */
+        for (int64_t i = 0; i < n; i++) {
+            double v = host[4 + i];
+            if (isfinite(v)) continue;
+            free(host);
+            if (info) info->grad_norm = v;
+            return skip(o, info,
+                        "optim: step skipped: the gradient of '%s' is not finite (norm %g)",
+                        items[i].p->name, v);
+        }
+    }
+    /* the norm the step saw: each gradient's after the clip, as the
+     * checked step takes them from the clip */
+    double sumsq = 0.0;
+    for (int64_t i = 0; i < n; i++) sumsq += (host[4 + i] * coef) * (host[4 + i] * coef);
+    free(host);
+    if (info) info->grad_norm = sqrt(sumsq);
+    if (verdict != 0.0) return name_refused(o, items, n, coef, info);
+    for (int64_t i = 0; i < n; i++) mark_written(items[i].p);
+    o->steps++;
+    if (info) info->params_updated = n;
+    return OJ_OK;
+}
+
 static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *info) {
     oj_engine *eng = o->eng;
     int64_t n = 0;
@@ -405,11 +634,10 @@ static oj_status step_scoped(oj_optim *o, work_item *items, oj_optim_step_info *
     return st;
 }
 
-oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
-    if (o == NULL) return OJ_ERR_INVALID_ARGUMENT;
+/* The checks every step starts with: the lr scale, each group's
+ * hyperparameters and algorithm, the backend's kernels. */
+static oj_status step_begin(oj_optim *o) {
     oj_engine *eng = o->eng;
-    if (info) *info = (oj_optim_step_info){0};
-    o->message[0] = '\0';
     if (!(isfinite(o->lr_scale) && o->lr_scale >= 0))
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "optim: lr scale %g must be finite and >= 0", o->lr_scale);
@@ -428,6 +656,16 @@ oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
                                 g, grp->momentum ? "" : "out", grp->momentum ? "off" : "on");
     }
     if (!kernels_present(o)) return OJ_ERR_UNSUPPORTED;
+    return OJ_OK;
+}
+
+oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
+    if (o == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = o->eng;
+    if (info) *info = (oj_optim_step_info){0};
+    o->message[0] = '\0';
+    oj_status bs = step_begin(o);
+    if (bs != OJ_OK) return bs;
     int64_t total = 0;
     for (int g = 0; g < o->ngroups; g++) total += o->groups[g].n;
     work_item *items = calloc(total ? (size_t)total : 1, sizeof *items);
@@ -440,6 +678,59 @@ oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
         bool prev_ac = oj_set_autocast(eng, false, OJ_BF16);
         st = step_scoped(o, items, info);
         oj__optim_clip_cache_clear(o); /* good for this step only */
+        if (prev_ac) oj_set_autocast(eng, true, oj_autocast_dtype(eng));
+        oj_set_grad_enabled(eng, prev);
+        oj_scope_end(eng);
+    }
+    free(items);
+    return st;
+}
+
+/* The trainer's clip and step on a device with the gate (step_gated),
+ * elsewhere oj_optim_clip_grad_norm (or, without a clip, the norm alone)
+ * followed by oj_optim_step. */
+oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
+                              oj_optim_step_info *info) {
+    if (o == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = o->eng;
+    if (norm_out) *norm_out = NAN;
+    if (info) *info = (oj_optim_step_info){0};
+    if (!(max_norm >= 0) || !isfinite(max_norm))
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "clip_grad_norm: max_norm %g must be >= 0 (0: no clip)", max_norm);
+    if (!gate_usable(o)) {
+        double norm;
+        if (max_norm > 0) {
+            norm = oj_optim_clip_grad_norm(o, max_norm);
+        } else {
+            int64_t n = 0, k = 0;
+            for (int g = 0; g < o->ngroups; g++) n += o->groups[g].n;
+            oj_tensor **ps = malloc((size_t)(n ? n : 1) * sizeof *ps);
+            if (ps == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+            for (int g = 0; g < o->ngroups; g++)
+                for (int64_t i = 0; i < o->groups[g].n; i++) ps[k++] = o->groups[g].params[i].param;
+            norm = oj_grad_norm(n, ps);
+            free(ps);
+        }
+        if (norm_out) *norm_out = norm;
+        if (isnan(norm) && oj_last_status(eng) != OJ_OK) return oj_last_status(eng);
+        return oj_optim_step(o, info);
+    }
+    o->message[0] = '\0';
+    oj__optim_clip_cache_clear(o);
+    oj_status st = step_begin(o);
+    if (st != OJ_OK) return st;
+    int64_t total = 0;
+    for (int g = 0; g < o->ngroups; g++) total += o->groups[g].n;
+    work_item *items = calloc(total ? (size_t)total : 1, sizeof *items);
+    if (items == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+    st = oj_scope_begin(eng);
+    if (st == OJ_OK) {
+        bool prev = oj_set_grad_enabled(eng, false);
+        bool prev_ac = oj_set_autocast(eng, false, OJ_BF16);
+        int64_t n = 0;
+        st = collect(o, items, &n);
+        if (st == OJ_OK) st = step_gated(o, items, n, max_norm, norm_out, info);
         if (prev_ac) oj_set_autocast(eng, true, oj_autocast_dtype(eng));
         oj_set_grad_enabled(eng, prev);
         oj_scope_end(eng);

@@ -67,8 +67,6 @@ static oj_status write_random_shard(const char *dir, int64_t n, int64_t V, oj_er
     return st;
 }
 
-static void read_item(void *t) { oj_item(t); }
-
 /* The device work of the trainer's step back to back on one resident
  * batch: forward + backward (the trainer's graph, or eager), clip, the
  * trainer's optimizer step (its non-finite check included) and the loss
@@ -97,18 +95,11 @@ static oj_status kernel_steps(oj_trainer *t, int steps, double *ms, oj_error *er
                 if (scaled == NULL || oj_backward(scaled, false) != OJ_OK) break;
             }
         }
-        if (oj_last_status(eng) == OJ_OK) {
-            /* the loss read where the trainer reads it: after the norms */
-            if (c->grad_clip > 0) {
-                oj__optim_clip_grad_norm_then(t->optim, c->grad_clip, read_item, loss);
-            } else {
-                oj_named_tensors sd = oj_gpt_state_dict(t->model);
-                oj_grad_norm(sd.n, sd.tensors);
-                oj_item(loss);
-            }
-        }
-        if (oj_last_status(eng) == OJ_OK)
-            oj_optim_step(t->optim, NULL); /* a skipped step took its time too */
+        /* the clip and the step as the trainer runs them (a skipped step
+         * took its time too), then the loss read where the trainer reads it */
+        if (oj_last_status(eng) == OJ_OK) oj__optim_clip_step(t->optim, c->grad_clip, NULL, NULL);
+        if (oj_last_status(eng) == OJ_OK) oj_item(loss);
+        if (c->cuda_graph && oj_last_status(eng) == OJ_OK) oj__step_graph_check(&t->graph);
         if (!c->cuda_graph) oj_optim_zero_grad(t->optim);
         oj_scope_end(eng);
         each[it] = now_ms() - t0;

@@ -96,13 +96,15 @@ static void say_schedule_change(oj_trainer *t, int64_t total, double factor) {
 
 /* OJAS_TRAIN_PROFILE=1: the host milliseconds of each phase of every step
  * on one line of stderr. Nothing waits for the device that would not
- * wait without it, so a phase that reads a value back (clip: the grad
- * norm; optim: the non-finite check) also holds the device time of the
- * work queued before it. OJAS_TRAIN_PROFILE=2 waits for the device at the
- * end of every phase instead, so each phase holds its own device time
- * (the step is then slower: its figures are for attribution only). */
-enum { PH_LOADER, PH_FWD_BWD, PH_CLIP, PH_LOSS, PH_OPTIM, PH_METRICS, PH_N };
-static const char *const k_phase[PH_N] = {"loader", "fwd_bwd", "clip", "loss", "optim", "metrics"};
+ * wait without it, so a phase that reads a value back (optim: the clip
+ * and the step, which read the gradient norm and the skip decision back
+ * once, after the update is queued on a device) also holds the device
+ * time of the work queued before it. OJAS_TRAIN_PROFILE=2 waits for the
+ * device at the end of every phase instead, so each phase holds its own
+ * device time (the step is then slower: its figures are for attribution
+ * only). */
+enum { PH_LOADER, PH_FWD_BWD, PH_OPTIM, PH_LOSS, PH_METRICS, PH_N };
+static const char *const k_phase[PH_N] = {"loader", "fwd_bwd", "optim", "loss", "metrics"};
 
 typedef struct {
     int mode; /* 0 off, 1 host time, 2 with a device wait per phase */
@@ -130,48 +132,6 @@ static void prof_print(const oj_trainer *t, const step_prof *p) {
         total += p->ms[i];
     }
     fprintf(stderr, "%s | total %.3f ms\n", line, total);
-}
-
-/* The losses of a step's micro-batches, read (in micro-step order, each
- * added to sum as the step read it) when clip's norms are back. */
-typedef struct {
-    oj_trainer *t;
-    step_prof *pf;
-    oj_tensor **losses; /* eager path: detached handles */
-    int64_t n;
-    double sum;
-    bool done;
-} loss_read;
-
-static void read_losses(void *arg) {
-    loss_read *r = arg;
-    oj_engine *eng = r->t->eng;
-    if (r->done)
-        return;
-    r->done = true;
-    prof_mark(r->t, r->pf, PH_CLIP);
-    if (oj_last_status(eng) == OJ_OK) {
-        if (r->t->cfg.cuda_graph)
-            r->sum += oj_item(r->t->graph.loss);
-        for (int64_t k = 0; k < r->n; k++)
-            r->sum += oj_item(r->losses[k]);
-    }
-    prof_mark(r->t, r->pf, PH_LOSS);
-}
-
-/* Grad of every parameter, clipped to grad_clip; the norm before. The
- * losses are read between the norms' read-back and the scaling, when the
- * device has nothing queued, so that read waits for no work. */
-static double clip(oj_trainer *t, loss_read *lr) {
-    double norm;
-    if (t->cfg.grad_clip > 0) {
-        norm = oj__optim_clip_grad_norm_then(t->optim, t->cfg.grad_clip, read_losses, lr);
-    } else {
-        oj_named_tensors sd = oj_gpt_state_dict(t->model);
-        norm = oj_grad_norm(sd.n, sd.tensors);
-    }
-    read_losses(lr); /* when clip did not (no clipping, or it failed early) */
-    return norm;
 }
 
 /* The graph path's micro-step: the next batch is uploaded straight into
@@ -214,10 +174,10 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
     prof_mark(t, pf, PH_FWD_BWD);
 }
 
-/* One optimizer step over grad_accum micro-batches. The device is waited
- * for once before the optimizer: the losses are read right after clip's
- * norm read-back (which waits for the forward and backward anyway), so
- * reading them waits for no more work. */
+/* One optimizer step over grad_accum micro-batches: the clip and the
+ * optimizer step (oj__optim_clip_step: on a device one read-back, after
+ * the update is queued), then the losses, read when the device has
+ * nothing queued. */
 static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, oj_error *err) {
     const oj_train_config *c = &t->cfg;
     double t0 = oj__train_now(), loss_sum = 0;
@@ -242,6 +202,8 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         oj_scope_begin(eng);
         if (c->cuda_graph) {
             graph_micro_step(t, pf);
+            if (t->collect && oj_last_status(eng) == OJ_OK) /* its gradient is summed below */
+                mloss[k] = oj_item(t->graph.loss);
         } else {
             oj_tensor *x = NULL, *y = NULL;
             bool got = oj_loader_next(t->train, eng, &x, &y) == OJ_OK; /* else reported below */
@@ -289,22 +251,11 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     if (mloss != mloss_kept)
         free(mloss);
     double norm = NAN;
-    loss_read lr = {.t = t, .pf = pf, .losses = losses, .n = n_loss};
-    if (!st && t->collect) {
+    if (!st && t->collect) { /* the global norm's clip, in place (train/dist.c) */
         norm = oj__train_clip(t);
         if (oj_last_status(eng))
             st = eng_error(t, err, "grad clip");
-    } else if (!st) {
-        norm = clip(t, &lr);
-        loss_sum = lr.sum;
-        if (oj_last_status(eng))
-            st = eng_error(t, err, "grad clip or reading the loss");
     }
-    prof_mark(t, pf, PH_CLIP);
-    for (int64_t k = 0; k < n_loss; k++)
-        oj_release(losses[k]);
-    if (losses != kept)
-        free(losses);
     int64_t total = sched_set ? t->sched_mine : schedule_total(t);
     oj_lr_schedule sch = make_schedule(c, total);
     double factor = oj_lr_schedule_factor(&sch, t->step);
@@ -313,7 +264,10 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     if (!st) {
         oj_optim_set_lr_scale(t->optim, factor);
         oj_optim_step_info info;
-        oj_status os = oj_optim_step(t->optim, &info);
+        /* collected gradients are clipped already; else clip and step in one
+         * (on a device: gated, one read-back) */
+        oj_status os = t->collect ? oj_optim_step(t->optim, &info)
+                                  : oj__optim_clip_step(t->optim, c->grad_clip, &norm, &info);
         if (os == OJ_ERR_NUMERIC) {
             t->skipped_in_row++;
             snprintf(t->skip_msg, sizeof t->skip_msg, "%s", oj_optim_message(t->optim));
@@ -332,8 +286,25 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         else if (!c->cuda_graph) /* the graph's replays rewrite its gradients */
             oj_optim_zero_grad(t->optim);
     }
-    oj_scope_end(eng);
     prof_mark(t, pf, PH_OPTIM);
+    /* the losses, in micro-step order (the device is idle after the
+     * step), and the graph replay's deferred checks */
+    if (!st) {
+        if (c->cuda_graph && !t->collect)
+            loss_sum += oj_item(t->graph.loss);
+        for (int64_t k = 0; k < n_loss; k++)
+            loss_sum += oj_item(losses[k]);
+        if (oj_last_status(eng))
+            st = eng_error(t, err, "reading the loss");
+    }
+    if (!st && c->cuda_graph && oj__step_graph_check(&t->graph) != OJ_OK)
+        st = eng_error(t, err, "train step");
+    prof_mark(t, pf, PH_LOSS);
+    for (int64_t k = 0; k < n_loss; k++)
+        oj_release(losses[k]);
+    if (losses != kept)
+        free(losses);
+    oj_scope_end(eng);
     if (st)
         return st;
     double dt = oj__train_now() - t0;

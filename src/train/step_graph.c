@@ -5,7 +5,12 @@
  * are copied into; the outputs are the loss tensor and the parameters'
  * gradients, rewritten by every replay (the graph creates them, so they
  * must not be dropped between steps: no zero_grad). The optimizer step
- * stays outside the graph. */
+ * stays outside the graph. A replay is only queued (oj__graph_launch):
+ * the host goes on to queue the optimizer step while the device runs the
+ * forward and backward, and the graph's deferred index and target checks
+ * are read after the step (oj__step_graph_check). The trainer's loader
+ * has checked every token against the vocabulary on the host already, so
+ * those checks are a second line that, failing, stops the run. */
 #include "core/internal.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
@@ -48,7 +53,11 @@ oj_status oj__step_graph_run(oj__step_graph *g, oj_tensor *x, oj_tensor *y) {
     oj_status st = OJ_OK;
     if (x && x != g->x) st = oj_copy_(g->x, x);
     if (st == OJ_OK && y && y != g->y) st = oj_copy_(g->y, y);
-    return st == OJ_OK ? oj_graph_replay(g->graph) : st;
+    return st == OJ_OK ? oj__graph_launch(g->graph) : st;
+}
+
+oj_status oj__step_graph_check(oj__step_graph *g) {
+    return g->graph ? oj__graph_checks(g->graph) : OJ_OK;
 }
 
 void oj__step_graph_free(oj__step_graph *g) {

@@ -13,15 +13,19 @@
  * graph (a CUDA engine; grad_accum 1). capture clones x and y [B, T] into
  * the static inputs g->x, g->y, drops every parameter's grad, captures
  * (nothing runs yet) and keeps the loss; run copies x and y (NULL: keep
- * the static inputs) and replays, leaving g->loss and the parameters'
- * grads rewritten. Errors: those of the capture (OJ_ERR_UNSUPPORTED naming
- * an op that cannot be captured) and the replay. free releases all. */
+ * the static inputs) and queues a replay (returning before it ran),
+ * leaving g->loss and the parameters' grads rewritten in stream order;
+ * check reads the last replay's deferred index and target checks back
+ * (OJ_ERR_OUT_OF_RANGE as the eager op reports it; OJ_OK before any
+ * capture). Errors: those of the capture (OJ_ERR_UNSUPPORTED naming an op
+ * that cannot be captured) and the launch. free releases all. */
 typedef struct oj__step_graph {
     oj_graph *graph;
     oj_tensor *x, *y, *loss;
 } oj__step_graph;
 oj_status oj__step_graph_capture(oj_gpt *m, oj_tensor *x, oj_tensor *y, oj__step_graph *g);
 oj_status oj__step_graph_run(oj__step_graph *g, oj_tensor *x, oj_tensor *y);
+oj_status oj__step_graph_check(oj__step_graph *g);
 void oj__step_graph_free(oj__step_graph *g);
 
 struct oj_trainer {

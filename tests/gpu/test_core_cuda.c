@@ -15,6 +15,7 @@
 
 #include "ojas/core.h"
 #include "ojas/ops.h"
+#include "core/internal.h"
 #include "gpu_testutil.h"
 
 static oj_engine *gpu, *cpu;
@@ -255,6 +256,22 @@ static void test_graph_deferred_index_check(void **state) {
     iv[2] = 3;
     assert_int_equal(oj_copy_from_host(idx, iv, sizeof iv), OJ_OK);
     assert_int_equal(oj_graph_replay(g), OJ_OK);
+    /* the two halves (the trainer's): the launch returns at once, the
+     * checks report what the replay would have */
+    iv[1] = 9;
+    assert_int_equal(oj_copy_from_host(idx, iv, sizeof iv), OJ_OK);
+    assert_int_equal(oj__graph_launch(g), OJ_OK);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    assert_int_equal(oj__graph_checks(g), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(oj_last_error(gpu), "index 9 at position 1"));
+    oj_clear_error(gpu);
+    iv[1] = 1;
+    assert_int_equal(oj_copy_from_host(idx, iv, sizeof iv), OJ_OK);
+    assert_int_equal(oj__graph_launch(g), OJ_OK);
+    assert_int_equal(oj__graph_checks(g), OJ_OK);
+    to_floats(oj_select(e, 0, 1), row, 4);
+    to_floats(oj_select(w, 0, 1), want, 4);
+    assert_memory_equal(row, want, sizeof row);
     oj_graph_free(g);
 }
 

@@ -830,6 +830,27 @@ static void test_embedding(void **state) {
         BOTH(E->backend->embedding_backward(E, T(dw), T(g), T(idx)));
         cmp(dw, 0, "embedding backward (bit-identical)");
     }
+    /* runs of real text's length: a batch where one token is 45% of the
+     * positions and another 20% (the sorted runs span many rounds of the
+     * block's end search and of the unrolled sum), widths that take 1, 3
+     * and 2 passes' worth of channels per thread, sizes off the unroll */
+    int64_t Vl = 300, Nl = 5003, Cs[3] = {5, 768, 1100};
+    double *iv_long = malloc((size_t)Nl * sizeof *iv_long);
+    assert_non_null(iv_long);
+    for (int64_t n = 0; n < Nl; n++) {
+        double u = urand();
+        iv_long[n] = u < 0.45 ? 7 : u < 0.65 ? 3 : (double)(int64_t)(urand() * (double)Vl);
+    }
+    pr idx_long = up(1, &Nl, OJ_I64, iv_long);
+    free(iv_long);
+    for (int ci = 0; ci < 3; ci++)
+        for (int k = 0; k < 3; k++) {
+            int64_t Cl = Cs[ci];
+            pr g = rnd(2, (int64_t[2]){Nl, Cl}, dts[k], -1, 1);
+            pr dw = empty(2, (int64_t[2]){Vl, Cl}, dts[k]);
+            BOTH(E->backend->embedding_backward(E, T(dw), T(g), T(idx_long)));
+            cmp(dw, 0, "embedding backward, long runs (bit-identical)");
+        }
     /* a bad index: OJ_ERR_OUT_OF_RANGE with the CPU's message */
     double iv[5] = {1, 2, 50, 3, -1};
     pr bad = up(1, (int64_t[1]){5}, OJ_I64, iv);
@@ -1784,6 +1805,347 @@ static void test_adam_step_multi(void **state) {
     /* n = 0 */
     BOTH(E->backend->adam_step_multi(E, 0, ts[SIDE][0], (const oj_tensor *const *)ts[SIDE][1],
                                      ts[SIDE][2], ts[SIDE][3], args, true));
+}
+
+/* ---------------------------------------------------------------- the step gate */
+
+/* The GPU tensors of pairs xs[0..n) (or of their reference copies). */
+static void gpu_side(int n, pr *xs, oj_tensor **out) {
+    for (int i = 0; i < n; i++) out[i] = xs[i].t[1];
+}
+
+/* The gate [4 + n] f64 read back after step_gate_open. */
+static double *gate_read(oj_tensor *gate) { return to_doubles(gate); }
+
+/* The norm and clip factor oj_clip_grad_norm computes from the sums of
+ * squares ss[0..n) (its host arithmetic), into *norm and *coef. */
+static void host_clip(int n, const double *ss, double max_norm, double *norm, double *coef) {
+    double sumsq = 0.0;
+    for (int i = 0; i < n; i++) {
+        double v = sqrt(ss[i]);
+        sumsq += v * v;
+    }
+    *norm = sqrt(sumsq);
+    double c = max_norm / (*norm + 1e-6);
+    *coef = max_norm > 0 && isfinite(*norm) && c < 1.0 ? c : 1.0;
+}
+
+/* step_gate_open + the gated adam_step_multi / adam_step / muon_momentum
+ * / apply_update against what the checked step runs on the same device
+ * (sum_squares_multi read back, the host's norm and clip factor,
+ * mul_scalar_multi on the gradients, the plain entries): the gate holds
+ * the host's norms and factor bit for bit, and every parameter and state
+ * byte agrees, with the factor < 1 (clipping) and = 1 (max_norm large);
+ * the gradients are left unscaled; the CPU's clip-then-step agrees to
+ * 1e-6. 140 tensors, f32 and f64 mixed (more than one table of each, and
+ * more than one launch of the norm pass),
+ * sizes 1 (computed in double by the clip) to several chunks. */
+static void gate_case(double max_norm) {
+    enum { NT = 140 };
+    static const int64_t sizes[] = {1, 4095, 4097, 65537, 7, 1, 300001, 8193};
+    pr p[NT], g[NT], m[NT], v[NT], pr_[NT], mr[NT], vr[NT], gr[NT];
+    oj_tensor *tp[NT], *tg[NT], *tm[NT], *tv[NT], *rp[NT], *rg[NT], *rm[NT], *rv[NT];
+    oj_tensor *cp[NT], *cg[NT], *cm[NT], *cv[NT];
+    oj_adam_args args[NT];
+    for (int i = 0; i < NT; i++) {
+        int ns = (int)(sizeof sizes / sizeof sizes[0]);
+        int64_t n = i < ns ? sizes[i] : 1 + (int64_t)(urand() * 2500);
+        oj_dtype dt = i % 3 == 1 ? OJ_F64 : OJ_F32;
+        p[i] = rnd(1, &n, dt, -1, 1);
+        g[i] = rnd(1, &n, dt, -3, 3);
+        m[i] = rnd(1, &n, dt, -0.1, 0.1);
+        v[i] = rnd(1, &n, dt, 0.001, 0.1);
+        pr_[i] = dup(p[i]);
+        mr[i] = dup(m[i]);
+        vr[i] = dup(v[i]);
+        gr[i] = dup(g[i]);
+        double step = 1 + i % 5, b2 = i % 2 ? 0.95 : 0.999;
+        args[i] = (oj_adam_args){.lr = 1e-3, .beta1 = 0.9, .beta2 = b2, .eps = 1e-8,
+                                 .weight_decay = i % 4 ? 0.1 : 0.0,
+                                 .bias_correction1 = 1 - pow(0.9, step),
+                                 .bias_correction2 = 1 - pow(b2, step),
+                                 .decoupled = i % 3 != 2};
+        cp[i] = p[i].t[0], cg[i] = g[i].t[0], cm[i] = m[i].t[0], cv[i] = v[i].t[0];
+    }
+    gpu_side(NT, p, tp), gpu_side(NT, g, tg), gpu_side(NT, m, tm), gpu_side(NT, v, tv);
+    gpu_side(NT, pr_, rp), gpu_side(NT, gr, rg), gpu_side(NT, mr, rm), gpu_side(NT, vr, rv);
+    /* a Muon matrix: buffer, gradient, update, parameter */
+    int64_t ms[2] = {48, 80};
+    pr mb = rnd(2, ms, OJ_F32, -1, 1), mg = rnd(2, ms, OJ_F32, -3, 3), mp = rnd(2, ms, OJ_F32, -1, 1);
+    pr mbr = dup(mb), mgr = dup(mg), mpr = dup(mp);
+    pr mu = empty(2, ms, OJ_F32), mur = empty(2, ms, OJ_F32);
+
+    /* gated: the norm pass over the Adam gradients and the Muon one */
+    oj_tensor *all[NT + 1];
+    for (int i = 0; i < NT; i++) all[i] = tg[i];
+    all[NT] = mg.t[1];
+    int64_t gn = 4 + NT + 1;
+    oj_tensor *gate = oj_empty(gpu, 1, &gn, OJ_F64);
+    assert_non_null(gate);
+    assert_int_equal(gpu->backend->step_gate_open(gpu, NT + 1, (const oj_tensor *const *)all,
+                                                  max_norm, gate),
+                     OJ_OK);
+    /* a second gate while one is open is refused */
+    assert_int_equal(gpu->backend->step_gate_open(gpu, NT + 1, (const oj_tensor *const *)all,
+                                                  max_norm, gate),
+                     OJ_ERR_STATE);
+    oj_clear_error(gpu);
+    assert_int_equal(gpu->backend->adam_step_multi(gpu, NT - 1, tp, (const oj_tensor *const *)tg,
+                                                   tm, tv, args, true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->adam_step_multi(gpu, NT - 1, tp, (const oj_tensor *const *)tg,
+                                                   tm, tv, args, false),
+                     OJ_OK);
+    /* the last tensor through the single-tensor entry */
+    assert_int_equal(gpu->backend->adam_step(gpu, tp[NT - 1], tg[NT - 1], tm[NT - 1], tv[NT - 1],
+                                             &args[NT - 1], true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->adam_step(gpu, tp[NT - 1], tg[NT - 1], tm[NT - 1], tv[NT - 1],
+                                             &args[NT - 1], false),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->muon_momentum(gpu, mb.t[1], mg.t[1], mu.t[1], 0.95, true), OJ_OK);
+    assert_int_equal(gpu->backend->muon_momentum(gpu, mb.t[1], mg.t[1], NULL, 0.95, true), OJ_OK);
+    assert_int_equal(gpu->backend->apply_update(gpu, mp.t[1], mu.t[1], -0.02, 1.5, 0.999, true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->apply_update(gpu, mp.t[1], mu.t[1], -0.02, 1.5, 0.999, false),
+                     OJ_OK);
+    gpu->backend->step_gate_close(gpu);
+    double *gh = gate_read(gate);
+    oj_release(gate);
+
+    /* the checked step's way on the same device */
+    double ss[NT + 1], norm, coef;
+    oj_tensor *allr[NT + 1];
+    for (int i = 0; i < NT; i++) allr[i] = rg[i];
+    allr[NT] = mgr.t[1];
+    assert_int_equal(gpu->backend->sum_squares_multi(gpu, NT + 1, (const oj_tensor *const *)allr, ss),
+                     OJ_OK);
+    host_clip(NT + 1, ss, max_norm, &norm, &coef);
+    printf("  max_norm %g: norm %.17g, factor %.17g\n", max_norm, norm, coef);
+    if (max_norm < 1e3) assert_true(coef < 1.0);
+    else assert_true(coef == 1.0);
+    assert_memory_equal(&gh[3], &norm, sizeof norm);
+    assert_memory_equal(&gh[1], &coef, sizeof coef);
+    assert_true(gh[2] == 0.0);
+    for (int i = 0; i < NT + 1; i++) {
+        double e = sqrt(ss[i]);
+        if (memcmp(&gh[4 + i], &e, sizeof e) != 0)
+            fail_msg("gate norm %d: %.17g, host %.17g", i, gh[4 + i], e);
+    }
+    free(gh);
+    if (coef != 1.0) assert_int_equal(gpu->backend->mul_scalar_multi(gpu, NT + 1, allr, coef), OJ_OK);
+    assert_int_equal(gpu->backend->adam_step_multi(gpu, NT - 1, rp, (const oj_tensor *const *)rg,
+                                                   rm, rv, args, false),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->adam_step(gpu, rp[NT - 1], rg[NT - 1], rm[NT - 1], rv[NT - 1],
+                                             &args[NT - 1], false),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->muon_momentum(gpu, mbr.t[1], mgr.t[1], mur.t[1], 0.95, true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->muon_momentum(gpu, mbr.t[1], mgr.t[1], NULL, 0.95, true), OJ_OK);
+    assert_int_equal(gpu->backend->apply_update(gpu, mpr.t[1], mur.t[1], -0.02, 1.5, 0.999, false),
+                     OJ_OK);
+    for (int i = 0; i < NT; i++) {
+        same_bytes(tp[i], rp[i], "gated adam param vs clip-then-step", i);
+        same_bytes(tm[i], rm[i], "gated adam exp_avg vs clip-then-step", i);
+        same_bytes(tv[i], rv[i], "gated adam exp_avg_sq vs clip-then-step", i);
+        cmp(g[i], 0, "gated step left the gradient unscaled"); /* the CPU copy is untouched */
+    }
+    same_bytes(mu.t[1], mur.t[1], "gated muon update vs clip-then-step", 0);
+    same_bytes(mb.t[1], mbr.t[1], "gated muon buffer vs clip-then-step", 0);
+    same_bytes(mp.t[1], mpr.t[1], "gated apply_update vs clip-then-step", 0);
+    cmp(mg, 0, "gated step left the muon gradient unscaled");
+
+    /* the CPU's clip-then-step, within 1e-6 (its sums of squares differ in
+     * the last bits, hence the factor) */
+    double css[NT];
+    assert_int_equal(cpu->backend->sum_squares_multi(cpu, NT, (const oj_tensor *const *)cg, css),
+                     OJ_OK);
+    double cnorm, ccoef, css2[NT + 1];
+    memcpy(css2, css, sizeof css);
+    assert_int_equal(cpu->backend->sum_squares(cpu, mg.t[0], &css2[NT]), OJ_OK);
+    host_clip(NT + 1, css2, max_norm, &cnorm, &ccoef);
+    if (ccoef != 1.0) assert_int_equal(cpu->backend->mul_scalar_multi(cpu, NT, cg, ccoef), OJ_OK);
+    assert_int_equal(cpu->backend->adam_step_multi(cpu, NT, cp, (const oj_tensor *const *)cg, cm,
+                                                   cv, args, false),
+                     OJ_OK);
+    for (int i = 0; i < NT; i++) {
+        cmp(p[i], 1e-6, "gated adam param vs the cpu's clip-then-step");
+        cmp(m[i], 1e-6, "gated adam exp_avg vs the cpu's clip-then-step");
+    }
+}
+
+/* The gate's refusals: an infinite gradient element sets the skip word to
+ * 1 and no writing entry writes (Adam, the Muon buffer, apply_update); a
+ * finite gradient whose update overflows (Adam's L2 term on a parameter
+ * near FLT_MAX) sets it to 2 in the check pass (no read-back: OJ_OK) and
+ * the writing pass then writes nothing. */
+static void gate_refusals(void) {
+    int64_t n = 5000, ms[2] = {40, 30};
+    for (int which = 1; which <= 2; which++) {
+        pr p = rnd(1, &n, OJ_F32, -1, 1), g = rnd(1, &n, OJ_F32, -1, 1);
+        pr m = rnd(1, &n, OJ_F32, -0.1, 0.1), v = rnd(1, &n, OJ_F32, 0.001, 0.1);
+        pr mb = rnd(2, ms, OJ_F32, -1, 1), mg = rnd(2, ms, OJ_F32, -1, 1);
+        pr mp = rnd(2, ms, OJ_F32, -1, 1), mu = rnd(2, ms, OJ_F32, -1, 1);
+        bool prev = oj_set_grad_enabled(gpu, false);
+        if (which == 1)
+            assert_int_equal(oj_fill_(oj_narrow(g.t[1], 0, 4321, 1), INFINITY), OJ_OK);
+        else
+            assert_int_equal(oj_fill_(oj_narrow(p.t[1], 0, 17, 1), 3e38), OJ_OK);
+        oj_set_grad_enabled(gpu, prev);
+        pr p0 = dup(p), m0 = dup(m), v0 = dup(v), mb0 = dup(mb), mp0 = dup(mp);
+        oj_adam_args a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                          .weight_decay = 10.0, .bias_correction1 = 0.1,
+                          .bias_correction2 = 0.05, .decoupled = false};
+        const oj_tensor *gs[2] = {g.t[1], mg.t[1]};
+        int64_t gn = 6;
+        oj_tensor *gate = oj_empty(gpu, 1, &gn, OJ_F64);
+        assert_non_null(gate);
+        assert_int_equal(gpu->backend->step_gate_open(gpu, 2, gs, 1.0, gate), OJ_OK);
+        oj_tensor *tp = p.t[1], *tm = m.t[1], *tv = v.t[1];
+        const oj_tensor *tg = g.t[1];
+        assert_int_equal(gpu->backend->adam_step_multi(gpu, 1, &tp, &tg, &tm, &tv, &a, true), OJ_OK);
+        assert_int_equal(gpu->backend->apply_update(gpu, mp.t[1], mu.t[1], -0.02, 1.0, 1.0, true),
+                         OJ_OK);
+        assert_int_equal(gpu->backend->adam_step_multi(gpu, 1, &tp, &tg, &tm, &tv, &a, false), OJ_OK);
+        assert_int_equal(gpu->backend->adam_step(gpu, tp, tg, tm, tv, &a, false), OJ_OK);
+        assert_int_equal(gpu->backend->muon_momentum(gpu, mb.t[1], mg.t[1], NULL, 0.95, true), OJ_OK);
+        assert_int_equal(gpu->backend->apply_update(gpu, mp.t[1], mu.t[1], -0.02, 1.0, 1.0, false),
+                         OJ_OK);
+        gpu->backend->step_gate_close(gpu);
+        double *gh = gate_read(gate);
+        oj_release(gate);
+        printf("  refusal %d: skip word %g, norm %g\n", which, gh[2], gh[3]);
+        assert_true(gh[2] == (double)which);
+        if (which == 1) assert_true(!isfinite(gh[3]) && !isfinite(gh[4]) && isfinite(gh[5]));
+        free(gh);
+        same_bytes(p.t[1], p0.t[1], "refused step wrote the param", which);
+        same_bytes(m.t[1], m0.t[1], "refused step wrote exp_avg", which);
+        same_bytes(v.t[1], v0.t[1], "refused step wrote exp_avg_sq", which);
+        same_bytes(mb.t[1], mb0.t[1], "refused step wrote the muon buffer", which);
+        same_bytes(mp.t[1], mp0.t[1], "refused step wrote the muon param", which);
+    }
+    /* closed: the plain entries read a status back again */
+    int64_t k = 4;
+    double gv[4] = {1, INFINITY, 2, 3};
+    pr g = up(1, &k, OJ_F32, gv), p = rnd(1, &k, OJ_F32, -1, 1);
+    pr m = rnd(1, &k, OJ_F32, -1, 1), v = rnd(1, &k, OJ_F32, 0.1, 1);
+    oj_adam_args a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                      .bias_correction1 = 0.1, .bias_correction2 = 0.05, .decoupled = true};
+    assert_int_equal(gpu->backend->adam_step(gpu, p.t[1], g.t[1], m.t[1], v.t[1], &a, true),
+                     OJ_ERR_NUMERIC);
+}
+
+/* muon_normalize: the entry's one pass gives the bytes of muon.c's chain
+ * of ops on the same device (the per-matrix f64 norms, add_scalar 1e-7,
+ * reciprocal, the cast to u's dtype, the broadcast multiply, and for the
+ * bf16 output the cast), for f32 -> f32, f32 -> bf16 and f64 -> f64, with
+ * a zero matrix and one holding an infinity in the stack. */
+static void test_muon_normalize(void **state) {
+    (void)state;
+    if (gpu->backend->muon_normalize == NULL) skip(); /* the CPU self-check */
+    int64_t sh[3] = {4, 40, 24}, ks[3] = {4, 1, 1};
+    const oj_dtype ud[3] = {OJ_F32, OJ_F32, OJ_F64}, od[3] = {OJ_F32, OJ_BF16, OJ_F64};
+    for (int c = 0; c < 3; c++) {
+        pr u = rnd(3, sh, ud[c], -2, 2);
+        bool prev = oj_set_grad_enabled(gpu, false);
+        assert_int_equal(oj_fill_(oj_select(u.t[1], 0, 1), 0.0), OJ_OK);
+        assert_int_equal(oj_fill_(oj_narrow(oj_select(u.t[1], 0, 2), 0, 3, 1), INFINITY), OJ_OK);
+        oj_tensor *n = oj_empty(gpu, 3, ks, OJ_F64);
+        assert_non_null(n);
+        assert_int_equal(gpu->backend->reduce(gpu, OJ_RED_NORM_L2, n, NULL, u.t[1], 0x6u, 0.0),
+                         OJ_OK);
+        oj_tensor *d = oj_add_scalar(n, 1e-7), *r = oj_reciprocal(d);
+        oj_tensor *rc = ud[c] == OJ_F64 ? r : oj_cast(r, ud[c]);
+        oj_tensor *x0 = oj_mul(u.t[1], rc);
+        oj_tensor *want = od[c] == OJ_BF16 ? oj_cast(x0, OJ_BF16) : x0;
+        oj_tensor *got = oj_empty(gpu, 3, sh, od[c]);
+        assert_non_null(want);
+        assert_non_null(got);
+        assert_int_equal(gpu->backend->muon_normalize(gpu, got, u.t[1], n), OJ_OK);
+        oj_set_grad_enabled(gpu, prev);
+        same_bytes(got, want, "muon_normalize vs the chain of ops", c);
+    }
+}
+
+/* muon_momentum_multi and apply_update_multi: 90 tensors, f32 and f64
+ * mixed (more than one table of each), sizes 1, around the 4096-element
+ * chunk and several chunks, per-tensor alpha, scale and decay (scale and
+ * decay 1 included): the bytes of the per-tensor CUDA entries on copies;
+ * the check pass finds one infinite update element in a late tensor
+ * (OJ_ERR_NUMERIC, nothing recorded, nothing written). */
+static void test_muon_multi(void **state) {
+    (void)state;
+    if (gpu->backend->muon_momentum_multi == NULL) skip(); /* the CPU self-check */
+    enum { NT = 90 };
+    static const int64_t sizes[] = {1, 4095, 4096, 4097, 8193, 300001, 65537, 7};
+    pr b[NT], g[NT], u[NT], p[NT], b1[NT], u1[NT], p1[NT];
+    oj_tensor *tb[NT], *tg[NT], *tu[NT], *tp[NT];
+    double al[NT], sc[NT], de[NT];
+    for (int i = 0; i < NT; i++) {
+        int ns = (int)(sizeof sizes / sizeof sizes[0]);
+        int64_t n = i < ns ? sizes[i] : 1 + (int64_t)(urand() * 3000);
+        oj_dtype dt = i % 4 == 3 ? OJ_F64 : OJ_F32;
+        b[i] = rnd(1, &n, dt, -1, 1);
+        g[i] = rnd(1, &n, dt, -1, 1);
+        u[i] = empty(1, &n, dt);
+        p[i] = rnd(1, &n, dt, -1, 1);
+        b1[i] = dup(b[i]);
+        u1[i] = dup(u[i]);
+        p1[i] = dup(p[i]);
+        tb[i] = b[i].t[1], tg[i] = g[i].t[1], tu[i] = u[i].t[1], tp[i] = p[i].t[1];
+        al[i] = -0.02 * (1 + i % 3);
+        sc[i] = i % 5 ? 1.25 : 1.0;
+        de[i] = i % 7 ? 0.999 : 1.0;
+    }
+    for (int nest = 0; nest < 2; nest++) {
+        assert_int_equal(gpu->backend->muon_momentum_multi(gpu, NT, tb, (const oj_tensor *const *)tg,
+                                                           tu, 0.95, nest != 0),
+                         OJ_OK);
+        for (int i = 0; i < NT; i++) {
+            assert_int_equal(gpu->backend->muon_momentum(gpu, b1[i].t[1], g[i].t[1], u1[i].t[1],
+                                                         0.95, nest != 0),
+                             OJ_OK);
+            same_bytes(tu[i], u1[i].t[1], "muon_momentum_multi update vs muon_momentum", i);
+            same_bytes(tb[i], b1[i].t[1], "muon_momentum_multi left the buffer", i);
+        }
+    }
+    assert_int_equal(gpu->backend->muon_momentum_multi(gpu, NT, tb, (const oj_tensor *const *)tg,
+                                                       NULL, 0.95, true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
+                                                      sc, de, true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
+                                                      sc, de, false),
+                     OJ_OK);
+    for (int i = 0; i < NT; i++) {
+        assert_int_equal(gpu->backend->muon_momentum(gpu, b1[i].t[1], g[i].t[1], NULL, 0.95, true),
+                         OJ_OK);
+        assert_int_equal(gpu->backend->apply_update(gpu, p1[i].t[1], u1[i].t[1], al[i], sc[i], de[i],
+                                                    false),
+                         OJ_OK);
+        same_bytes(tb[i], b1[i].t[1], "muon_momentum_multi buffer vs muon_momentum", i);
+        same_bytes(tp[i], p1[i].t[1], "apply_update_multi vs apply_update", i);
+    }
+    /* an infinite update element in a late tensor: the check refuses, nothing written */
+    bool prev = oj_set_grad_enabled(gpu, false);
+    assert_int_equal(oj_fill_(oj_narrow(tu[NT - 2], 0, 0, 1), INFINITY), OJ_OK);
+    oj_set_grad_enabled(gpu, prev);
+    pr keep = dup(p[NT - 2]);
+    assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
+                                                      sc, de, true),
+                     OJ_ERR_NUMERIC);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    same_bytes(tp[NT - 2], keep.t[1], "apply_update_multi check_only wrote", NT - 2);
+}
+
+static void test_step_gate(void **state) {
+    (void)state;
+    if (gpu->backend->step_gate_open == NULL) skip(); /* the CPU self-check: no gate */
+    gate_case(0.5);
+    gate_case(1e9);
+    gate_refusals();
 }
 
 /* mul_scalar_multi (the clip's scaling): 200 tensors of f32, bf16, f64
@@ -3525,6 +3887,9 @@ int main(void) {
         T_(test_sum_squares_multi),
         T_(test_adam_step_multi),
         T_(test_mul_scalar_multi),
+        T_(test_step_gate),
+        T_(test_muon_normalize),
+        T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),
         T_(test_ops_losses_backward),

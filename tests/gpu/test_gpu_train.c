@@ -18,6 +18,7 @@
 #include "../unit/train_testutil.h"
 #include "gpu_testutil.h"
 #include "ojas/ojas.h"
+#include "../unit/optim_gate_testutil.h"
 
 #define N_STEPS 6
 
@@ -135,11 +136,24 @@ static void test_bench_graph_step(void **state) {
     assert_true(r.step_ms > 0 && r.kernel_ms > 0);
 }
 
+/* oj__optim_clip_step on CUDA (the gated step: norm, clip factor and
+ * skip decision on the device, one read-back) against
+ * oj_optim_clip_grad_norm + oj_optim_step on the same device, bit for bit
+ * (og_compare: clipped, not clipped, no clip, an infinite gradient, an
+ * overflowing update; Muon, AdamW, Adam, f32, f64, one element). */
+static void test_gated_step_matches_checked(void **state) {
+    (void)state;
+    oj_engine *eng = gpu_test_engine(true, on_cpu, OJ_NUMERICS_EXACT, 1);
+    og_compare(eng, eng, !on_cpu);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graph_step_matches_eager),
         cmocka_unit_test(test_bench_graph_step),
+        cmocka_unit_test(test_gated_step_matches_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

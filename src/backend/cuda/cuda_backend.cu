@@ -12,6 +12,17 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
                                   bool check_only);
 oj_status oj_cuda_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
                                    double alpha);
+oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
+                                 double max_norm, oj_tensor *gate);
+void oj_cuda_step_gate_close(oj_engine *eng);
+oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
+                                 const oj_tensor *norms);
+oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                      const oj_tensor *const *grads, oj_tensor *const *updates,
+                                      double momentum, bool nesterov);
+oj_status oj_cuda_apply_update_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                     const oj_tensor *const *updates, const double *alpha,
+                                     const double *scale, const double *decay, bool check_only);
 /* cuda_nn_norm.cu (declared here, as above) */
 oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum,
                                    oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
@@ -113,6 +124,13 @@ static oj_backend make_cuda_backend() {
     b.sum_squares_multi = oj_cuda_sum_squares_multi;
     b.adam_step_multi = oj_cuda_adam_step_multi;
     b.mul_scalar_multi = oj_cuda_mul_scalar_multi;
+    b.step_gate_open = oj_cuda_step_gate_open;
+    b.step_gate_close = oj_cuda_step_gate_close;
+    b.graph_launch = oj_cuda_graph_launch;
+    b.graph_checks = oj_cuda_graph_checks;
+    b.muon_normalize = oj_cuda_muon_normalize;
+    b.muon_momentum_multi = oj_cuda_muon_momentum_multi;
+    b.apply_update_multi = oj_cuda_apply_update_multi;
     b.ce_row_align = 64; /* 128 bytes of bf16: the GEMM's and the vector loads' alignment */
     /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
     b.gather = oj_cuda_gather;

@@ -170,7 +170,7 @@ void oj_cuda_graph_abort(oj_engine *eng) {
     graph_free(g);
 }
 
-oj_status oj_cuda_graph_replay(oj_engine *eng, void *handle) {
+oj_status oj_cuda_graph_launch(oj_engine *eng, void *handle) {
     oj_cuda_graph *g = (oj_cuda_graph *)handle;
     oj_cuda_state *s = oj_cuda_state_of(eng);
     if (s->capture)
@@ -179,6 +179,16 @@ oj_status oj_cuda_graph_replay(oj_engine *eng, void *handle) {
     if (oj_cuda_begin(eng, "graph_replay") != OJ_OK) return oj_last_status(eng);
     cudaError_t e = cudaGraphLaunch(g->exec, s->stream);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, "graph_replay (cudaGraphLaunch)");
+    return OJ_OK;
+}
+
+oj_status oj_cuda_graph_replay(oj_engine *eng, void *handle) {
+    oj_status st = oj_cuda_graph_launch(eng, handle);
+    return st == OJ_OK ? oj_cuda_graph_checks(eng, handle) : st;
+}
+
+oj_status oj_cuda_graph_checks(oj_engine *eng, void *handle) {
+    oj_cuda_graph *g = (oj_cuda_graph *)handle;
     if (g->nchecks == 0) return OJ_OK;
     /* the deferred checks: one read-back of the graph's status words */
     unsigned long long *w = (unsigned long long *)malloc((size_t)g->nwords * sizeof *w);

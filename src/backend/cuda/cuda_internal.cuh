@@ -52,6 +52,9 @@ struct oj_cuda_state {
      * Status words then come from its own region (one per check, never
      * reset by a later op) and are checked after each replay. */
     struct oj_cuda_graph *capture;
+    /* While a step gate is open (step_gate_open): its device doubles,
+     * which the optimizer kernels read (cuda_optim.cu); NULL otherwise. */
+    double *gate;
 };
 struct oj_cuda_graph;
 #define OJ_CUDA_FLAG_WORDS 32
@@ -646,6 +649,8 @@ oj_status oj_cuda_graph_begin(oj_engine *eng);
 oj_status oj_cuda_graph_end(oj_engine *eng, void **graph);
 void oj_cuda_graph_abort(oj_engine *eng);
 oj_status oj_cuda_graph_replay(oj_engine *eng, void *graph);
+oj_status oj_cuda_graph_launch(oj_engine *eng, void *graph);
+oj_status oj_cuda_graph_checks(oj_engine *eng, void *graph);
 void oj_cuda_graph_destroy(oj_engine *eng, void *graph);
 /* nwords fresh status words of the graph being captured (NULL with
  * OJ_ERR_CAPACITY recorded when its region is full). */

@@ -72,27 +72,104 @@ __global__ void k_embedding_keys(const char *idx, int idt, int64_t N, int *keys,
     }
 }
 
+/* The end of the run of keys equal to row that starts at i: the first
+ * j > i with keys[j] != row, or N. The block checks blockDim.x keys per
+ * round (a long run costs rounds of L / blockDim.x, not L dependent loads
+ * of one thread). Every thread of the block calls it and gets the same
+ * end. */
+static __device__ int64_t emb_run_end(const int *keys, int64_t i, int64_t N, int row) {
+    __shared__ unsigned long long s_end;
+    if (threadIdx.x == 0) s_end = (unsigned long long)N;
+    __syncthreads();
+    for (int64_t base = i + 1; base < N; base += blockDim.x) {
+        int64_t j = base + threadIdx.x;
+        if (j < N && keys[j] != row) atomicMin(&s_end, (unsigned long long)j);
+        __syncthreads();
+        bool done = s_end < (unsigned long long)N;
+        __syncthreads(); /* every thread has read s_end before the next round */
+        if (done) break;
+    }
+    int64_t end = (int64_t)s_end;
+    __syncthreads(); /* read by every thread before the next call resets it */
+    return end;
+}
+
+#define EMB_ACC 4   /* channels per thread per pass (independent sums) */
+#define EMB_UNROLL 8 /* positions whose loads are issued together */
+
 /* One block per run of equal sorted keys (blocks not at a run's start
- * exit): dweight row key = sum over the run of dout rows vals[j], in order. */
+ * exit): dweight row key = sum over the run of dout rows vals[j], in order
+ * (for each channel, acc = 0, then + each row in run order: the CPU's
+ * order, so the bits are its). Runs are as long as the text's most
+ * frequent token (real text: hundreds to thousands of positions), so the
+ * run's end is found first and the sum walks [i, end) with EMB_ACC
+ * channels per thread and EMB_UNROLL positions' loads in flight (their
+ * source rows staged in shared memory), adding them in order: the
+ * latency of a long run is divided by both. The channel loop's bound is
+ * the same for every thread of the block (the staging synchronises). */
 __global__ void k_embedding_rows(char *dw, int dwdt, const char *dout, int gdt, const int *keys,
                                  const int *vals, int64_t N, int64_t C, int64_t V) {
     int ges = gdt == OJ_F64 ? 8 : (gdt == OJ_F32 ? 4 : 2);
     int wes = dwdt == OJ_F64 ? 8 : (dwdt == OJ_F32 ? 4 : 2);
     for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
-        if (i > 0 && keys[i] == keys[i - 1]) continue;
+        if (i > 0 && keys[i] == keys[i - 1]) continue; /* uniform over the block */
         int row = keys[i];
+        int64_t end = emb_run_end(keys, i, N, row);
         if (row < 0 || row >= V) continue; /* checked by the forward; never written */
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        const int64_t step = (int64_t)blockDim.x * EMB_ACC;
+        for (int64_t c0 = threadIdx.x; c0 - threadIdx.x < C; c0 += step) {
             if (dwdt == OJ_F32) {
-                float acc = 0.0f;
-                for (int64_t j = i; j < N && keys[j] == row; j++)
-                    acc = __fadd_rn(acc, oj_cu_ldf(dout + ((int64_t)vals[j] * C + c) * ges, gdt));
-                *(float *)(dw + ((int64_t)row * C + c) * wes) = acc;
+                /* the run's source rows staged in shared memory a block's
+                 * worth at a time, so each position costs one global load
+                 * (its dout element), EMB_UNROLL of them in flight */
+                __shared__ int s_rows[1024];
+                float acc[EMB_ACC];
+                for (int a = 0; a < EMB_ACC; a++) acc[a] = 0.0f;
+                for (int64_t j0 = i; j0 < end; j0 += blockDim.x) {
+                    int64_t cnt = end - j0 < (int64_t)blockDim.x ? end - j0 : (int64_t)blockDim.x;
+                    __syncthreads(); /* the previous chunk's rows are read */
+                    if (threadIdx.x < cnt) s_rows[threadIdx.x] = vals[j0 + threadIdx.x];
+                    __syncthreads();
+                    int64_t u0 = 0;
+                    for (; u0 + EMB_UNROLL <= cnt; u0 += EMB_UNROLL) {
+                        float x[EMB_UNROLL][EMB_ACC];
+#pragma unroll
+                        for (int u = 0; u < EMB_UNROLL; u++) {
+                            const char *r = dout + (int64_t)s_rows[u0 + u] * C * ges;
+#pragma unroll
+                            for (int a = 0; a < EMB_ACC; a++) {
+                                int64_t c = c0 + (int64_t)a * blockDim.x;
+                                x[u][a] = c < C ? oj_cu_ldf(r + c * ges, gdt) : 0.0f;
+                            }
+                        }
+#pragma unroll
+                        for (int u = 0; u < EMB_UNROLL; u++)
+#pragma unroll
+                            for (int a = 0; a < EMB_ACC; a++) acc[a] = __fadd_rn(acc[a], x[u][a]);
+                    }
+                    for (; u0 < cnt; u0++) {
+                        const char *r = dout + (int64_t)s_rows[u0] * C * ges;
+#pragma unroll
+                        for (int a = 0; a < EMB_ACC; a++) {
+                            int64_t c = c0 + (int64_t)a * blockDim.x;
+                            if (c < C) acc[a] = __fadd_rn(acc[a], oj_cu_ldf(r + c * ges, gdt));
+                        }
+                    }
+                }
+#pragma unroll
+                for (int a = 0; a < EMB_ACC; a++) {
+                    int64_t c = c0 + (int64_t)a * blockDim.x;
+                    if (c < C) *(float *)(dw + ((int64_t)row * C + c) * wes) = acc[a];
+                }
             } else {
-                double acc = 0.0;
-                for (int64_t j = i; j < N && keys[j] == row; j++)
-                    acc = __dadd_rn(acc, oj_cu_ld(dout + ((int64_t)vals[j] * C + c) * ges, gdt));
-                oj_cu_st(dw + ((int64_t)row * C + c) * wes, dwdt, acc);
+                for (int a = 0; a < EMB_ACC; a++) {
+                    int64_t c = c0 + (int64_t)a * blockDim.x;
+                    if (c >= C) break;
+                    double acc = 0.0;
+                    for (int64_t j = i; j < end; j++)
+                        acc = __dadd_rn(acc, oj_cu_ld(dout + ((int64_t)vals[j] * C + c) * ges, gdt));
+                    oj_cu_st(dw + ((int64_t)row * C + c) * wes, dwdt, acc);
+                }
             }
         }
     }
@@ -142,7 +219,9 @@ oj_status oj_cuda_embedding_backward(oj_engine *eng, oj_tensor *dweight, const o
                               : oj_cuda_fail(eng, e, "embedding_backward (radix sort)");
     }
     if (st == OJ_OK) {
-        int threads = C >= 256 ? 256 : (C > 128 ? 256 : (C > 64 ? 128 : (C > 32 ? 64 : 32)));
+        /* up to EMB_ACC channels per thread: C = 768 takes 256 threads, 3 each */
+        int64_t per = (C + EMB_ACC - 1) / EMB_ACC;
+        int threads = per > 128 ? 256 : (per > 64 ? 128 : (per > 32 ? 64 : 32));
         int64_t blocks = N < (1 << 20) ? N : (1 << 20);
         k_embedding_rows<<<(unsigned)blocks, threads, 0, OJ_STREAM>>>(oj_cuda_ptr(dweight), (int)dweight->dtype,
                                                         oj_cuda_ptr(dout), (int)dout->dtype, keys,

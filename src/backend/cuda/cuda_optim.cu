@@ -24,6 +24,37 @@ static __device__ __forceinline__ double SQRT(double a) { return __dsqrt_rn(a); 
 static __device__ __forceinline__ float FMA(float a, float b, float c) { return fmaf(a, b, c); }
 static __device__ __forceinline__ double FMA(double a, double b, double c) { return fma(a, b, c); }
 
+/* ---------------------------------------------------------------- the step gate
+ * While a gate is open (oj_cuda_step_gate_open, backend.h step_gate_open)
+ * the state's gate points at device doubles: [GATE_COEF] the clip factor
+ * the gradients are multiplied by as they are read (1: not clipped),
+ * [GATE_SKIP] 0, or 1 when a gradient is not finite, 2 when a check pass
+ * found a new value that would not be finite. Writing kernels then do
+ * nothing when GATE_SKIP is set; check passes set it instead of a status
+ * word, so no value travels to the host between the norm and the update. */
+enum { GATE_SUMSQ = 0, GATE_COEF = 1, GATE_SKIP = 2, GATE_NORM = 3, GATE_EACH = 4 };
+
+/* g * coef with mul_scalar_multi's bits for a tensor of that dtype (one:
+ * the tensor has one element, which that entry computes in double). */
+static __device__ __forceinline__ float gate_scale(float g, double coef, bool one) {
+    return one ? (float)oj_unary_d(OJ_UN_AFFINE, (double)g, coef, 0.0)
+               : oj_unary_f(OJ_UN_AFFINE, g, (float)coef, 0.0f);
+}
+static __device__ __forceinline__ double gate_scale(double g, double coef, bool one) {
+    (void)one;
+    return oj_unary_d(OJ_UN_AFFINE, g, coef, 0.0);
+}
+/* Element i of a gradient as the gated step reads it (coef 1: as stored). */
+template <typename T>
+static __device__ __forceinline__ T gate_grad(const T *g, int64_t i, double coef, bool one) {
+    return coef != 1.0 ? gate_scale(g[i], coef, one) : g[i];
+}
+/* A check pass found a non-finite new value: skip the step (keeping a
+ * non-finite gradient's 1, which came first). */
+static __device__ __forceinline__ void gate_refuse(double *gate) {
+    if (gate[GATE_SKIP] == 0.0) gate[GATE_SKIP] = 2.0;
+}
+
 template <typename T> struct adam_c {
     T b1, omb1, b2, omb2, eps, wd, decay, neg_step, bc2_sqrt;
     bool l2, dec;
@@ -36,11 +67,13 @@ template <typename T> struct adam_c {
 /* Element i of one Adam/AdamW update (ADAM_ELEM's order in cpu_optim.c):
  * writes the new values, or with check_only writes nothing and returns
  * false when one would be non-finite. k_adam and k_adam_multi both run
- * it, so they give the same bits. */
+ * it, so they give the same bits. The gradient is read times coef (the
+ * step gate's clip factor; one: the tensor has one element). */
 template <typename T>
 static __device__ __forceinline__ bool adam_elem(T *p, const T *g, T *m, T *v, int64_t i,
-                                                 const adam_c<T> &c, bool check_only) {
-    T pi = p[i], gi = g[i];
+                                                 const adam_c<T> &c, bool check_only,
+                                                 double coef, bool one) {
+    T pi = p[i], gi = gate_grad(g, i, coef, one);
     if (c.dec) pi = MUL(pi, c.decay);
     if (c.l2) gi = FMA(pi, c.wd, gi);
     T mi = FMA(gi, c.omb1, MUL(m[i], c.b1));
@@ -56,9 +89,17 @@ static __device__ __forceinline__ bool adam_elem(T *p, const T *g, T *m, T *v, i
 
 template <typename T>
 __global__ void k_adam(T *p, const T *g, T *m, T *v, int64_t n, adam_c<T> c, bool check_only,
-                       unsigned long long *bad) {
+                       unsigned long long *bad, double *gate) {
+    double coef = 1.0;
+    if (gate != NULL) {
+        if (gate[GATE_SKIP] != 0.0) return;
+        coef = gate[GATE_COEF];
+    }
     OPT_LOOP(i, n) {
-        if (!adam_elem(p, g, m, v, i, c, check_only)) *bad = 1ull;
+        if (!adam_elem(p, g, m, v, i, c, check_only, coef, n == 1)) {
+            if (gate != NULL) gate_refuse(gate);
+            else *bad = 1ull;
+        }
     }
 }
 
@@ -88,26 +129,38 @@ __global__ void k_sgd(T *p, const T *g, T *buf, int64_t n, sgd_c<T> c, bool chec
 }
 
 template <typename T>
-__global__ void k_muon_momentum(T *buf, const T *g, T *u, int64_t n, T mu, bool nesterov) {
+__global__ void k_muon_momentum(T *buf, const T *g, T *u, int64_t n, T mu, bool nesterov,
+                                const double *gate) {
+    double coef = 1.0;
+    if (gate != NULL) {
+        if (u == NULL && gate[GATE_SKIP] != 0.0) return; /* buf is state: written only on a step */
+        coef = gate[GATE_COEF];
+    }
     OPT_LOOP(i, n) {
-        T b = ADD(MUL(buf[i], mu), g[i]);
+        T gi = gate_grad(g, i, coef, n == 1);
+        T b = ADD(MUL(buf[i], mu), gi);
         if (u == NULL)
             buf[i] = b;
         else
-            u[i] = nesterov ? FMA(b, mu, g[i]) : b;
+            u[i] = nesterov ? FMA(b, mu, gi) : b;
     }
 }
 
 template <typename T>
 __global__ void k_apply_update(T *p, const T *u, int64_t n, T al, T sc, T de, bool has_scale,
-                               bool has_decay, bool check_only, unsigned long long *bad) {
+                               bool has_decay, bool check_only, unsigned long long *bad,
+                               double *gate) {
+    if (gate != NULL && gate[GATE_SKIP] != 0.0) return;
     OPT_LOOP(i, n) {
         T pi = p[i], ui = u[i];
         if (has_scale) ui = MUL(ui, sc);
         if (has_decay) pi = MUL(pi, de);
         pi = FMA(ui, al, pi);
         if (check_only) {
-            if (!isfinite(pi)) *bad = 1ull;
+            if (!isfinite(pi)) {
+                if (gate != NULL) gate_refuse(gate);
+                else *bad = 1ull;
+            }
         } else {
             p[i] = pi;
         }
@@ -159,22 +212,24 @@ oj_status oj_cuda_adam_step(oj_engine *eng, oj_tensor *param, const oj_tensor *g
     if (check_args(eng, op, ts, 4) != OJ_OK) return oj_last_status(eng);
     int64_t n = oj_cuda_numel(param);
     if (n == 0) return OJ_OK;
-    if (check_only && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
+    double *gate = oj_cuda_state_of(eng)->gate;
+    bool read = check_only && gate == NULL;
+    if (read && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
     unsigned long long *bad = oj_cuda_state_of(eng)->flags;
     if (param->dtype == OJ_F32) {
         adam_c<float> c;
         adam_consts(&c, args);
         k_adam<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(float, param), PTR(const float, grad), PTR(float, exp_avg), PTR(float, exp_avg_sq),
-            n, c, check_only, bad);
+            n, c, check_only, bad, gate);
     } else {
         adam_c<double> c;
         adam_consts(&c, args);
         k_adam<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(double, param), PTR(const double, grad), PTR(double, exp_avg),
-            PTR(double, exp_avg_sq), n, c, check_only, bad);
+            PTR(double, exp_avg_sq), n, c, check_only, bad, gate);
     }
-    return finish(eng, op, check_only);
+    return finish(eng, op, read);
 }
 
 template <typename T>
@@ -228,14 +283,15 @@ oj_status oj_cuda_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor 
     if (check_args(eng, op, ts, 3) != OJ_OK) return oj_last_status(eng);
     int64_t n = oj_cuda_numel(buf);
     if (n == 0) return OJ_OK;
+    const double *gate = oj_cuda_state_of(eng)->gate;
     if (buf->dtype == OJ_F32)
         k_muon_momentum<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(float, buf), PTR(const float, grad), update ? PTR(float, update) : NULL, n,
-            (float)momentum, nesterov);
+            (float)momentum, nesterov, gate);
     else
         k_muon_momentum<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(double, buf), PTR(const double, grad), update ? PTR(double, update) : NULL, n,
-            momentum, nesterov);
+            momentum, nesterov, gate);
     return finish(eng, op, false);
 }
 
@@ -248,18 +304,70 @@ oj_status oj_cuda_apply_update(oj_engine *eng, oj_tensor *param, const oj_tensor
     if (check_args(eng, op, ts, 2) != OJ_OK) return oj_last_status(eng);
     int64_t n = oj_cuda_numel(param);
     if (n == 0) return OJ_OK;
-    if (check_only && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
+    double *gate = oj_cuda_state_of(eng)->gate;
+    bool read = check_only && gate == NULL;
+    if (read && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
     unsigned long long *bad = oj_cuda_state_of(eng)->flags;
     bool has_scale = scale != 1.0, has_decay = decay != 1.0;
     if (param->dtype == OJ_F32)
         k_apply_update<float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(float, param), PTR(const float, update), n, (float)alpha, (float)scale,
-            (float)decay, has_scale, has_decay, check_only, bad);
+            (float)decay, has_scale, has_decay, check_only, bad, gate);
     else
         k_apply_update<double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(double, param), PTR(const double, update), n, alpha, scale, decay, has_scale,
-            has_decay, check_only, bad);
-    return finish(eng, op, check_only);
+            has_decay, check_only, bad, gate);
+    return finish(eng, op, read);
+}
+
+/* ---------------------------------------------------------------- Muon's normalisation
+ * out[m] = u[m] * (T)(1 / (norms[m] + 1e-7)) for every matrix m of a stack,
+ * rounded to out's dtype: in one pass the values of muon.c's chain
+ * (add_scalar and reciprocal on the f64 norms, the cast to u's dtype, the
+ * broadcast multiply, the cast to bf16), each step the same IEEE
+ * operation, so the same bits. */
+template <typename T, typename O>
+__global__ void k_muon_normalize(const T *u, const double *norms, O *out, int64_t per,
+                                 int64_t n) {
+    OPT_LOOP(i, n) {
+        double d = oj_unary_d(OJ_UN_AFFINE, norms[i / per], 1.0, 1e-7);
+        T s = (T)oj_unary_d(OJ_UN_RECIPROCAL, d, 0.0, 0.0);
+        T x = MUL(u[i], s);
+        if constexpr (std::is_same<O, oj_cu_bf16>::value) out[i] = oj_cu_fromf<oj_cu_bf16>(x);
+        else out[i] = (O)x;
+    }
+}
+
+oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
+                                 const oj_tensor *norms); /* registered in cuda_backend.cu */
+oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
+                                 const oj_tensor *norms) {
+    const char *op = "muon_normalize";
+    bool ok = u->rank == 3 && out->rank == 3 && norms->dtype == OJ_F64 &&
+              oj_cuda_numel(norms) == u->shape[0] && oj_cuda_numel(out) == oj_cuda_numel(u) &&
+              ((u->dtype == OJ_F32 && (out->dtype == OJ_F32 || out->dtype == OJ_BF16)) ||
+               (u->dtype == OJ_F64 && out->dtype == OJ_F64));
+    if (!ok)
+        return oj_set_error(eng, OJ_ERR_INTERNAL,
+                            "%s: u [k, r, c] f32/f64, norms f64 [k], out like u (bf16 for f32 u) "
+                            "expected",
+                            op);
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts[3] = {out, u, norms};
+    if (check_args(eng, op, ts, 3) != OJ_OK) return oj_last_status(eng);
+    int64_t n = oj_cuda_numel(u), per = u->shape[1] * u->shape[2];
+    if (n == 0) return OJ_OK;
+    const double *nm = PTR(const double, norms);
+    if (u->dtype == OJ_F64)
+        k_muon_normalize<double, double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
+            PTR(const double, u), nm, PTR(double, out), per, n);
+    else if (out->dtype == OJ_F32)
+        k_muon_normalize<float, float><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
+            PTR(const float, u), nm, PTR(float, out), per, n);
+    else
+        k_muon_normalize<float, oj_cu_bf16><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
+            PTR(const float, u), nm, PTR(oj_cu_bf16, out), per, n);
+    return oj_cuda_check(eng, op);
 }
 
 /* ---------------------------------------------------------------- sum of squares
@@ -395,14 +503,17 @@ __global__ void k_sqm_finish(const sqm_batch b, const double *partial, double *o
     out[i] = s;
 }
 
-oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
-                                    double *out) {
-    const char *op = "sum_squares_multi";
+/* Queue the sums of squares of ts[0..n) into res[0..n) (device doubles),
+ * without reading them back; the chunk partials live in scratch held in
+ * *hold until the caller releases it (after the launches: the stream
+ * orders any reuse). */
+static oj_status sqm_queue(oj_engine *eng, const char *op, int64_t n, const oj_tensor *const *ts,
+                           double **res, oj_storage **hold) {
+    *hold = NULL;
     for (int64_t i = 0; i < n; i++) {
         oj_dtype dt = ts[i]->dtype;
         if (dt != OJ_F32 && dt != OJ_F64 && dt != OJ_BF16 && dt != OJ_F16) return OJ_ERR_DTYPE;
     }
-    if (n == 0) return OJ_OK;
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     int64_t total = 0; /* chunks over all tensors */
     for (int64_t i = 0; i < n; i++) {
@@ -411,11 +522,10 @@ oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *
         total += (oj_cuda_numel(ts[i]) + SQM_CHUNK - 1) / SQM_CHUNK;
     }
     /* scratch: the partials of every chunk, then the n results */
-    oj_storage *hold = NULL;
     double *partial =
-        (double *)oj_cuda_scratch(eng, (size_t)(total + n) * sizeof(double), op, &hold);
+        (double *)oj_cuda_scratch(eng, (size_t)(total + n) * sizeof(double), op, hold);
     if (partial == NULL) return oj_last_status(eng);
-    double *res = partial + total;
+    *res = partial + total;
     oj_status st = OJ_OK;
     sqm_batch b;
     for (int64_t i0 = 0, p0 = 0; i0 < n && st == OJ_OK; i0 += SQM_BATCH) {
@@ -439,14 +549,81 @@ oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *
             st = oj_cuda_check(eng, "sum_squares_multi_chunks");
         }
         if (st == OJ_OK) {
-            k_sqm_finish<<<1, SQM_BATCH, 0, OJ_STREAM>>>(b, partial + p0, res + i0);
+            k_sqm_finish<<<1, SQM_BATCH, 0, OJ_STREAM>>>(b, partial + p0, *res + i0);
             st = oj_cuda_check(eng, "sum_squares_multi_finish");
         }
         p0 += chunks;
     }
+    return st;
+}
+
+oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *const *ts,
+                                    double *out) {
+    const char *op = "sum_squares_multi";
+    if (n == 0) return OJ_OK;
+    oj_storage *hold = NULL;
+    double *res = NULL;
+    oj_status st = sqm_queue(eng, op, n, ts, &res, &hold);
     if (st == OJ_OK) st = oj_cuda_d2h(eng, out, res, (size_t)n * sizeof(double), op);
     oj__storage_release(hold);
     return st;
+}
+
+/* The gate from the n sums of squares ss (one thread): the global norm as
+ * the host's clip computes it (each tensor's norm sqrt(ss[i]), their
+ * squares summed in order, the square root), the clip factor max_norm /
+ * (norm + 1e-6) when that is < 1 (else 1; 1 as well when max_norm is 0 or
+ * the norm is not finite), and skip 1 when a tensor's norm is not finite. */
+__global__ void k_gate_finish(const double *ss, int64_t n, double max_norm, double *gate) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double sum = 0.0, skip = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = __dsqrt_rn(ss[i]);
+        if (!isfinite(v)) skip = 1.0;
+        sum = __dadd_rn(sum, __dmul_rn(v, v));
+        gate[GATE_EACH + i] = v;
+    }
+    double norm = __dsqrt_rn(sum), coef = 1.0;
+    if (max_norm > 0.0 && isfinite(norm)) {
+        double c = __ddiv_rn(max_norm, __dadd_rn(norm, 1e-6));
+        if (c < 1.0) coef = c;
+    }
+    gate[GATE_SUMSQ] = sum;
+    gate[GATE_COEF] = coef;
+    gate[GATE_SKIP] = skip;
+    gate[GATE_NORM] = norm;
+}
+
+oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
+                                 double max_norm, oj_tensor *gate); /* registered in cuda_backend.cu */
+oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
+                                 double max_norm, oj_tensor *gate) {
+    const char *op = "step_gate_open";
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (gate->dtype != OJ_F64 || !oj_cuda_contig(gate) || oj_cuda_numel(gate) < GATE_EACH + n)
+        return oj_set_error(eng, OJ_ERR_INTERNAL,
+                            "%s: the gate must be a contiguous f64 tensor of >= %lld elements", op,
+                            (long long)(GATE_EACH + n));
+    if (s->gate != NULL)
+        return oj_set_error(eng, OJ_ERR_STATE, "%s: a step gate is already open", op);
+    oj_storage *hold = NULL;
+    double *res = NULL;
+    oj_status st = n > 0 ? sqm_queue(eng, op, n, grads, &res, &hold) : oj_cuda_begin(eng, op);
+    double *g = (double *)oj_cuda_ptr(gate);
+    if (st == OJ_OK) {
+        /* n == 0: no sums; the finish writes norm 0, factor 1, no skip */
+        k_gate_finish<<<1, 32, 0, OJ_STREAM>>>(res, n, max_norm, g);
+        st = oj_cuda_check(eng, "step_gate_finish");
+    }
+    oj__storage_release(hold);
+    if (st == OJ_OK) s->gate = g;
+    return st;
+}
+
+void oj_cuda_step_gate_close(oj_engine *eng); /* registered in cuda_backend.cu */
+void oj_cuda_step_gate_close(oj_engine *eng) {
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (s != NULL) s->gate = NULL;
 }
 
 /* ---------------------------------------------------------------- multi-tensor updates
@@ -496,7 +673,12 @@ static_assert(sizeof(adam_batch<double>) + 2 * sizeof(void *) <= 4096, "adam_bat
 
 template <typename T>
 __global__ void __launch_bounds__(MT_THREADS)
-    k_adam_multi(const adam_batch<T> b, bool check_only, unsigned long long *bad) {
+    k_adam_multi(const adam_batch<T> b, bool check_only, unsigned long long *bad, double *gate) {
+    double coef = 1.0;
+    if (gate != NULL) {
+        if (gate[GATE_SKIP] != 0.0) return;
+        coef = gate[GATE_COEF];
+    }
     int c = (int)blockIdx.x, k = mt_entry(b, c);
     int64_t first = (int64_t)(c - b.chunk0[k]) * MT_CHUNK;
     int64_t last = first + MT_CHUNK < b.numel[k] ? first + MT_CHUNK : b.numel[k];
@@ -505,15 +687,18 @@ __global__ void __launch_bounds__(MT_THREADS)
     const adam_c<T> cc = b.c[k];
     bool ok = true;
     for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS)
-        ok &= adam_elem(p, g, m, v, i, cc, check_only);
-    if (!ok) *bad = 1ull;
+        ok &= adam_elem(p, g, m, v, i, cc, check_only, coef, b.numel[k] == 1);
+    if (!ok) {
+        if (gate != NULL) gate_refuse(gate);
+        else *bad = 1ull;
+    }
 }
 
 template <typename T>
 static oj_status adam_multi_launch(oj_engine *eng, const adam_batch<T> &b, bool check_only,
                                    unsigned long long *bad) {
-    k_adam_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(b, check_only,
-                                                                               bad);
+    k_adam_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+        b, check_only, bad, oj_cuda_state_of(eng)->gate);
     return oj_cuda_check(eng, "adam_step_multi");
 }
 
@@ -570,14 +755,231 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
         const oj_tensor *ts[4] = {params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]};
         if (check_args(eng, op, ts, 4) != OJ_OK) return oj_last_status(eng);
     }
-    if (check_only && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
+    bool read = check_only && oj_cuda_state_of(eng)->gate == NULL;
+    if (read && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
     unsigned long long *bad = oj_cuda_state_of(eng)->flags;
     oj_status st = adam_multi_dtype<float>(eng, OJ_F32, n, params, grads, exp_avgs, exp_avg_sqs,
                                            args, check_only, bad);
     if (st == OJ_OK)
         st = adam_multi_dtype<double>(eng, OJ_F64, n, params, grads, exp_avgs, exp_avg_sqs, args,
                                       check_only, bad);
-    if (st != OJ_OK || !check_only) return st;
+    if (st != OJ_OK || !read) return st;
+    unsigned long long f;
+    if (oj_cuda_flags_read(eng, &f, 1, op) != OJ_OK) return oj_last_status(eng);
+    return f ? OJ_ERR_NUMERIC : OJ_OK;
+}
+
+/* Muon's multi-tensor entries: muon_momentum_multi and apply_update_multi
+ * over tables of tensors of one dtype, the element code of k_muon_momentum
+ * and k_apply_update (so their bits), the step gate honoured as they
+ * honour it. */
+template <typename T> struct mom_batch {
+    enum { CAP = 80 };
+    T *buf[CAP];
+    const T *g[CAP];
+    T *u[CAP];
+    int64_t numel[CAP];
+    int chunk0[CAP + 1];
+    int count;
+    T mu;
+    bool nesterov, to_buf; /* to_buf: every u is NULL (buf is written) */
+};
+static_assert(sizeof(mom_batch<double>) + sizeof(void *) <= 4096, "mom_batch too large");
+
+template <typename T>
+__global__ void __launch_bounds__(MT_THREADS) k_muon_momentum_multi(const mom_batch<T> b,
+                                                                    const double *gate) {
+    double coef = 1.0;
+    if (gate != NULL) {
+        if (b.to_buf && gate[GATE_SKIP] != 0.0) return; /* buf is state: written only on a step */
+        coef = gate[GATE_COEF];
+    }
+    int c = (int)blockIdx.x, k = mt_entry(b, c);
+    int64_t n = b.numel[k], first = (int64_t)(c - b.chunk0[k]) * MT_CHUNK;
+    int64_t last = first + MT_CHUNK < n ? first + MT_CHUNK : n;
+    T *buf = b.buf[k], *u = b.u[k];
+    const T *g = b.g[k];
+    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
+        T gi = gate_grad(g, i, coef, n == 1);
+        T bb = ADD(MUL(buf[i], b.mu), gi);
+        if (b.to_buf)
+            buf[i] = bb;
+        else
+            u[i] = b.nesterov ? FMA(bb, b.mu, gi) : bb;
+    }
+}
+
+template <typename T> struct apl_batch {
+    enum { CAP = 64 };
+    T *p[CAP];
+    const T *u[CAP];
+    int64_t numel[CAP];
+    T al[CAP], sc[CAP], de[CAP];
+    bool has_scale[CAP], has_decay[CAP];
+    int chunk0[CAP + 1];
+    int count;
+};
+static_assert(sizeof(apl_batch<double>) + 3 * sizeof(void *) <= 4096, "apl_batch too large");
+
+template <typename T>
+__global__ void __launch_bounds__(MT_THREADS)
+    k_apply_update_multi(const apl_batch<T> b, bool check_only, unsigned long long *bad,
+                         double *gate) {
+    if (gate != NULL && gate[GATE_SKIP] != 0.0) return;
+    int c = (int)blockIdx.x, k = mt_entry(b, c);
+    int64_t n = b.numel[k], first = (int64_t)(c - b.chunk0[k]) * MT_CHUNK;
+    int64_t last = first + MT_CHUNK < n ? first + MT_CHUNK : n;
+    T *p = b.p[k];
+    const T *u = b.u[k];
+    T al = b.al[k], sc = b.sc[k], de = b.de[k];
+    bool hs = b.has_scale[k], hd = b.has_decay[k], ok = true;
+    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
+        T pi = p[i], ui = u[i];
+        if (hs) ui = MUL(ui, sc);
+        if (hd) pi = MUL(pi, de);
+        pi = FMA(ui, al, pi);
+        if (check_only) ok &= (bool)isfinite(pi);
+        else p[i] = pi;
+    }
+    if (!ok) {
+        if (gate != NULL) gate_refuse(gate);
+        else *bad = 1ull;
+    }
+}
+
+/* The chunks of a tensor of ne elements; OJ_ERR_OUT_OF_RANGE past INT_MAX. */
+static oj_status mt_chunks(oj_engine *eng, const char *op, int64_t ne, int64_t *chunks) {
+    *chunks = (ne + MT_CHUNK - 1) / MT_CHUNK;
+    if (*chunks > INT_MAX)
+        return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: a tensor of %lld elements", op,
+                            (long long)ne);
+    return OJ_OK;
+}
+
+template <typename T>
+static oj_status mom_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tensor *const *bufs,
+                                 const oj_tensor *const *grads, oj_tensor *const *updates,
+                                 double momentum, bool nesterov) {
+    const char *op = "muon_momentum_multi";
+    mom_batch<T> b;
+    memset(&b, 0, sizeof b);
+    auto reset = [&]() {
+        memset(&b, 0, sizeof b);
+        b.mu = (T)momentum;
+        b.nesterov = nesterov;
+        b.to_buf = updates == NULL;
+    };
+    auto launch = [&]() {
+        k_muon_momentum_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+            b, oj_cuda_state_of(eng)->gate);
+        return oj_cuda_check(eng, op);
+    };
+    reset();
+    for (int64_t i = 0; i < n; i++) {
+        if (bufs[i]->dtype != dt) continue;
+        int64_t ne = oj_cuda_numel(bufs[i]), chunks;
+        if (ne == 0) continue;
+        if (mt_chunks(eng, op, ne, &chunks) != OJ_OK) return oj_last_status(eng);
+        if (b.count == mom_batch<T>::CAP || b.chunk0[b.count] + chunks > INT_MAX) {
+            if (launch() != OJ_OK) return oj_last_status(eng);
+            reset();
+        }
+        int k = b.count++;
+        b.buf[k] = PTR(T, bufs[i]);
+        b.g[k] = PTR(const T, grads[i]);
+        b.u[k] = updates ? PTR(T, updates[i]) : NULL;
+        b.numel[k] = ne;
+        b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
+    }
+    if (b.count > 0 && launch() != OJ_OK) return oj_last_status(eng);
+    return OJ_OK;
+}
+
+oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                      const oj_tensor *const *grads, oj_tensor *const *updates,
+                                      double momentum, bool nesterov); /* cuda_backend.cu */
+oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                      const oj_tensor *const *grads, oj_tensor *const *updates,
+                                      double momentum, bool nesterov) {
+    const char *op = "muon_momentum_multi";
+    for (int64_t i = 0; i < n; i++)
+        if (bufs[i]->dtype != OJ_F32 && bufs[i]->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (n == 0) return OJ_OK;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    for (int64_t i = 0; i < n; i++) {
+        const oj_tensor *ts[3] = {bufs[i], grads[i], updates ? updates[i] : NULL};
+        if (check_args(eng, op, ts, 3) != OJ_OK) return oj_last_status(eng);
+    }
+    oj_status st = mom_multi_dtype<float>(eng, OJ_F32, n, bufs, grads, updates, momentum, nesterov);
+    if (st == OJ_OK)
+        st = mom_multi_dtype<double>(eng, OJ_F64, n, bufs, grads, updates, momentum, nesterov);
+    return st;
+}
+
+template <typename T>
+static oj_status apl_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tensor *const *params,
+                                 const oj_tensor *const *updates, const double *alpha,
+                                 const double *scale, const double *decay, bool check_only,
+                                 unsigned long long *bad) {
+    const char *op = "apply_update_multi";
+    apl_batch<T> b;
+    memset(&b, 0, sizeof b);
+    auto launch = [&]() {
+        k_apply_update_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+            b, check_only, bad, oj_cuda_state_of(eng)->gate);
+        return oj_cuda_check(eng, op);
+    };
+    for (int64_t i = 0; i < n; i++) {
+        if (params[i]->dtype != dt) continue;
+        int64_t ne = oj_cuda_numel(params[i]), chunks;
+        if (ne == 0) continue;
+        if (mt_chunks(eng, op, ne, &chunks) != OJ_OK) return oj_last_status(eng);
+        if (b.count == apl_batch<T>::CAP || b.chunk0[b.count] + chunks > INT_MAX) {
+            if (launch() != OJ_OK) return oj_last_status(eng);
+            memset(&b, 0, sizeof b);
+        }
+        int k = b.count++;
+        b.p[k] = PTR(T, params[i]);
+        b.u[k] = PTR(const T, updates[i]);
+        b.numel[k] = ne;
+        /* as oj_cuda_apply_update rounds them */
+        b.al[k] = (T)alpha[i];
+        b.sc[k] = (T)scale[i];
+        b.de[k] = (T)decay[i];
+        b.has_scale[k] = scale[i] != 1.0;
+        b.has_decay[k] = decay[i] != 1.0;
+        b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
+    }
+    if (b.count > 0 && launch() != OJ_OK) return oj_last_status(eng);
+    return OJ_OK;
+}
+
+oj_status oj_cuda_apply_update_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                     const oj_tensor *const *updates, const double *alpha,
+                                     const double *scale, const double *decay,
+                                     bool check_only); /* cuda_backend.cu */
+oj_status oj_cuda_apply_update_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
+                                     const oj_tensor *const *updates, const double *alpha,
+                                     const double *scale, const double *decay,
+                                     bool check_only) {
+    const char *op = "apply_update_multi";
+    for (int64_t i = 0; i < n; i++)
+        if (params[i]->dtype != OJ_F32 && params[i]->dtype != OJ_F64) return OJ_ERR_DTYPE;
+    if (n == 0) return OJ_OK;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    for (int64_t i = 0; i < n; i++) {
+        const oj_tensor *ts[2] = {params[i], updates[i]};
+        if (check_args(eng, op, ts, 2) != OJ_OK) return oj_last_status(eng);
+    }
+    bool read = check_only && oj_cuda_state_of(eng)->gate == NULL;
+    if (read && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
+    unsigned long long *bad = oj_cuda_state_of(eng)->flags;
+    oj_status st = apl_multi_dtype<float>(eng, OJ_F32, n, params, updates, alpha, scale, decay,
+                                          check_only, bad);
+    if (st == OJ_OK)
+        st = apl_multi_dtype<double>(eng, OJ_F64, n, params, updates, alpha, scale, decay,
+                                     check_only, bad);
+    if (st != OJ_OK || !read) return st;
     unsigned long long f;
     if (oj_cuda_flags_read(eng, &f, 1, op) != OJ_OK) return oj_last_status(eng);
     return f ? OJ_ERR_NUMERIC : OJ_OK;

@@ -1,0 +1,221 @@
+/* The gated optimizer step's host logic (src/optim/step.c, step_gated) on
+ * the CPU: a CPU engine whose backend table gains the gate entries,
+ * emulated here by the contract backend.h gives them (the gate in host
+ * memory; the gated entries read each gradient scaled by the clip factor
+ * through mul_scalar_multi, write nothing when the skip word is set, and
+ * set it instead of returning OJ_ERR_NUMERIC in a check pass; the Muon
+ * multi-tensor entries call the per-tensor ones in turn), trains
+ * beside a plain CPU engine's clip-then-step bit for bit (og_compare). The
+ * CUDA gate itself is checked against the same contract in
+ * tests/gpu/test_gpu_ops.c (test_step_gate) and end to end in
+ * tests/gpu/test_gpu_train.c. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/internal.h"
+#include "optim_gate_testutil.h"
+#include "optim_testutil.h"
+
+static oj_backend emu;             /* the CPU table plus the emulated gate */
+static const oj_backend *cpu_table; /* the CPU's own */
+static double *gate_words;          /* the open gate (host memory), or NULL */
+static int gate_opens;
+
+static oj_status emu_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
+                          double max_norm, oj_tensor *gate) {
+    if (gate_words != NULL) return oj_set_error(eng, OJ_ERR_STATE, "emulated gate: already open");
+    double *w = (double *)((char *)gate->storage->data + gate->offset);
+    double *ss = calloc((size_t)(n ? n : 1), sizeof *ss);
+    assert_non_null(ss);
+    oj_status st = n ? cpu_table->sum_squares_multi(eng, n, grads, ss) : OJ_OK;
+    double sum = 0.0, skip = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = sqrt(ss[i]);
+        if (!isfinite(v)) skip = 1.0;
+        sum += v * v;
+        w[4 + i] = v;
+    }
+    free(ss);
+    double norm = sqrt(sum), coef = 1.0;
+    if (max_norm > 0 && isfinite(norm) && max_norm / (norm + 1e-6) < 1.0)
+        coef = max_norm / (norm + 1e-6);
+    w[0] = sum, w[1] = coef, w[2] = skip, w[3] = norm;
+    if (st == OJ_OK) gate_words = w, gate_opens++;
+    return st;
+}
+
+static void emu_close(oj_engine *eng) {
+    (void)eng;
+    gate_words = NULL;
+}
+
+/* g as the gated entries read it: a scaled copy (released by the caller)
+ * when the factor is not 1, else g itself. */
+static const oj_tensor *scaled(oj_engine *eng, const oj_tensor *g, oj_tensor **hold) {
+    *hold = NULL;
+    if (gate_words[1] == 1.0) return g;
+    oj_tensor *c = oj__clone((oj_tensor *)g);
+    assert_non_null(c);
+    assert_int_equal(cpu_table->mul_scalar_multi(eng, 1, &c, gate_words[1]), OJ_OK);
+    *hold = c;
+    return c;
+}
+
+/* A check pass's verdict into the skip word. */
+static oj_status verdict(oj_status st) {
+    if (st == OJ_ERR_NUMERIC) {
+        if (gate_words[2] == 0.0) gate_words[2] = 2.0;
+        return OJ_OK;
+    }
+    return st;
+}
+
+static oj_status emu_adam(oj_engine *eng, oj_tensor *p, const oj_tensor *g, oj_tensor *m,
+                          oj_tensor *v, const oj_adam_args *a, bool check) {
+    if (gate_words == NULL) return cpu_table->adam_step(eng, p, g, m, v, a, check);
+    if (gate_words[2] != 0.0) return OJ_OK;
+    oj_tensor *hold;
+    const oj_tensor *gs = scaled(eng, g, &hold);
+    oj_status st = cpu_table->adam_step(eng, p, gs, m, v, a, check);
+    oj_release(hold);
+    return check ? verdict(st) : st;
+}
+
+static oj_status emu_adam_multi(oj_engine *eng, int64_t n, oj_tensor *const *p,
+                                const oj_tensor *const *g, oj_tensor *const *m,
+                                oj_tensor *const *v, const oj_adam_args *a, bool check) {
+    if (gate_words == NULL) return cpu_table->adam_step_multi(eng, n, p, g, m, v, a, check);
+    if (gate_words[2] != 0.0) return OJ_OK;
+    oj_tensor **hold = calloc((size_t)(n ? n : 1), sizeof *hold);
+    const oj_tensor **gs = calloc((size_t)(n ? n : 1), sizeof *gs);
+    assert_true(hold && gs);
+    for (int64_t i = 0; i < n; i++) gs[i] = scaled(eng, g[i], &hold[i]);
+    oj_status st = cpu_table->adam_step_multi(eng, n, p, gs, m, v, a, check);
+    for (int64_t i = 0; i < n; i++) oj_release(hold[i]);
+    free(hold);
+    free(gs);
+    return check ? verdict(st) : st;
+}
+
+static oj_status emu_muon_momentum(oj_engine *eng, oj_tensor *buf, const oj_tensor *g,
+                                   oj_tensor *u, double mu, bool nesterov) {
+    if (gate_words == NULL) return cpu_table->muon_momentum(eng, buf, g, u, mu, nesterov);
+    if (u == NULL && gate_words[2] != 0.0) return OJ_OK;
+    oj_tensor *hold;
+    const oj_tensor *gs = scaled(eng, g, &hold);
+    oj_status st = cpu_table->muon_momentum(eng, buf, gs, u, mu, nesterov);
+    oj_release(hold);
+    return st;
+}
+
+static oj_status emu_apply(oj_engine *eng, oj_tensor *p, const oj_tensor *u, double alpha,
+                           double scale, double decay, bool check) {
+    if (gate_words == NULL) return cpu_table->apply_update(eng, p, u, alpha, scale, decay, check);
+    if (gate_words[2] != 0.0) return OJ_OK;
+    oj_status st = cpu_table->apply_update(eng, p, u, alpha, scale, decay, check);
+    return check ? verdict(st) : st;
+}
+
+static int multi_calls; /* calls of the emulated Muon multi-tensor entries */
+
+static oj_status emu_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
+                                    const oj_tensor *const *g, oj_tensor *const *u, double mu,
+                                    bool nesterov) {
+    multi_calls++;
+    oj_status st = OJ_OK;
+    for (int64_t i = 0; i < n && st == OJ_OK; i++)
+        st = emu_muon_momentum(eng, bufs[i], g[i], u ? u[i] : NULL, mu, nesterov);
+    return st;
+}
+
+static oj_status emu_apply_multi(oj_engine *eng, int64_t n, oj_tensor *const *p,
+                                 const oj_tensor *const *u, const double *alpha,
+                                 const double *scale, const double *decay, bool check) {
+    multi_calls++;
+    oj_status st = OJ_OK, bad = OJ_OK;
+    for (int64_t i = 0; i < n && st == OJ_OK; i++) {
+        st = emu_apply(eng, p[i], u[i], alpha[i], scale[i], decay[i], check);
+        if (st == OJ_ERR_NUMERIC) bad = st, st = OJ_OK; /* one status for the call */
+    }
+    return st != OJ_OK ? st : bad;
+}
+
+static oj_engine *emulated_engine(void) {
+    oj_engine *eng = ot_engine(OJ_NUMERICS_EXACT, 1);
+    cpu_table = eng->backend;
+    emu = *cpu_table;
+    emu.step_gate_open = emu_open;
+    emu.step_gate_close = emu_close;
+    emu.adam_step = emu_adam;
+    emu.adam_step_multi = emu_adam_multi;
+    emu.muon_momentum = emu_muon_momentum;
+    emu.apply_update = emu_apply;
+    emu.muon_momentum_multi = emu_momentum_multi;
+    emu.apply_update_multi = emu_apply_multi;
+    eng->backend = &emu;
+    return eng;
+}
+
+/* The gated step (its host side: one gate read-back, the verdict, the
+ * skip messages, the bookkeeping) trains as clip-then-step does. */
+static void test_gated_step_matches_checked(void **state) {
+    (void)state;
+    oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
+    gate_opens = multi_calls = 0;
+    og_compare(ea, eb, true);
+    assert_int_equal(gate_opens, 6); /* every step took the gate */
+    assert_true(multi_calls > 0);    /* and the Muon multi-tensor entries */
+    assert_null(gate_words);         /* and closed it */
+    ea->backend = cpu_table;
+    oj_engine_free(ea);
+    oj_engine_free(eb);
+}
+
+/* An SGD group keeps the checked path (the gate has no SGD kernel). */
+static void test_sgd_keeps_checked_path(void **state) {
+    (void)state;
+    oj_engine *eng = emulated_engine();
+    gate_opens = 0;
+    int64_t shape[1] = {8};
+    oj_tensor *w = oj_set_requires_grad(oj_full(eng, 1, shape, OJ_F32, 1.0), true);
+    oj_tensor *g = oj_full(eng, 1, shape, OJ_F32, 3.0);
+    assert_non_null(w);
+    assert_non_null(g);
+    oj__scope_detach(w);
+    oj__scope_detach(g);
+    ot_set_grad(w, g);
+    oj_optim *o = oj_optim_create(eng);
+    oj_optim_hparams sgd = oj_sgd_hparams(0.1);
+    const char *names[1] = {"w"};
+    oj_named_tensors p = {1, names, &w};
+    assert_int_equal(oj_optim_add_group(o, &sgd, &p), 0);
+    double norm = NAN;
+    assert_int_equal(oj__optim_clip_step(o, 1.0, &norm, NULL), OJ_OK);
+    assert_int_equal(gate_opens, 0);
+    assert_true(fabs(norm - sqrt(72.0)) < 1e-12);
+    float out[8];
+    assert_int_equal(oj_to_host(w, out, sizeof out), OJ_OK);
+    /* w = 1 - 0.1 * 3 / (sqrt(72) + 1e-6) in f32 */
+    assert_true(fabsf(out[0] - (float)(1.0 - 0.1 * 3.0 / sqrt(72.0))) < 1e-6f);
+    oj_optim_free(o);
+    oj_release(w);
+    oj_release(g);
+    eng->backend = cpu_table;
+    oj_engine_free(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gated_step_matches_checked),
+        cmocka_unit_test(test_sgd_keeps_checked_path),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
