@@ -1,0 +1,122 @@
+/* ojas serving: a scheduler that decodes many requests at once over a
+ * paged KV cache (continuous batching), and oj_batch_generate on top of it.
+ *
+ * Continuous batching (Yu et al., "Orca", OSDI 2022): every step is one
+ * forward over a packed batch of the running requests; a request joins
+ * the batch at the next step after it is admitted and leaves it the step
+ * it finishes, so requests come and go at token granularity. A request's
+ * prompt is prefilled in chunks of at most prefill_chunk tokens, packed
+ * beside the other requests' decode tokens. Keys and values live in
+ * fixed-size blocks of one pool (oj_kv_pool, gpt.h; PagedAttention, Kwon
+ * et al. 2023) charged to the engine's budget; a request is admitted only
+ * when the pool has the blocks for its prompt and max_tokens, so a full
+ * pool makes requests wait in the queue, never fail half-way.
+ *
+ * Threads: a scheduler is not thread-safe; callers that submit from
+ * several threads serialise the calls (the HTTP server holds a mutex). */
+#ifndef OJAS_SERVE_H
+#define OJAS_SERVE_H
+
+#include "ojas/infer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct oj_sched_config {
+    int64_t max_batch;       /* running requests at most (> 0) */
+    int64_t block_size;      /* positions per KV block (> 0) */
+    int64_t n_blocks;        /* blocks in the pool; 0: as many as kv_bytes holds */
+    int64_t kv_bytes;        /* the pool's bytes when n_blocks is 0 */
+    int64_t prefill_chunk;   /* prompt tokens of one request per step (> 0) */
+    int64_t max_step_tokens; /* tokens packed into one step (>= max_batch) */
+    int64_t max_queue;       /* waiting requests at most; submit refuses beyond */
+} oj_sched_config;
+
+/* max_batch 8, block_size 16, n_blocks 0, kv_bytes 64 MiB, prefill_chunk
+ * 128, max_step_tokens 256, max_queue 256. */
+oj_sched_config oj_sched_config_default(void);
+
+/* Why a request ended. Appended at the end only. */
+typedef enum oj_finish {
+    OJ_FINISH_NONE = 0,   /* still running (a token event) */
+    OJ_FINISH_LENGTH = 1, /* max_new_tokens, or the context is full */
+    OJ_FINISH_STOP = 2,   /* the stop token, or the callback returned false */
+    OJ_FINISH_ERROR = 3,  /* the forward failed (the scheduler's error says why) */
+    OJ_FINISH_TIMEOUT = 4 /* its deadline passed */
+} oj_finish;
+
+/* A request's events, called from oj_sched_step: once per new token
+ * (token >= 0, logprob its log-probability under the model's softmax at
+ * temperature 1, reason OJ_FINISH_NONE; return false to end the request
+ * after this token), then exactly once at the end (token -1, the reason;
+ * the return value is ignored). After the end event the request is gone
+ * and its blocks are free. Not called for oj_sched_cancel. */
+typedef bool (*oj_sched_fn)(void *ctx, int64_t id, int32_t token, double logprob,
+                            oj_finish reason);
+
+typedef struct oj_sched oj_sched;
+
+/* A scheduler for m (gpt2 or llama family) with its KV pool (cfg NULL:
+ * the defaults). *out owned by the caller (oj_sched_free, before m).
+ * Errors: OJ_ERR_INVALID_ARGUMENT (a config field, named), OJ_ERR_CAPACITY
+ * (the budget cannot hold the pool, or kv_bytes holds no block). */
+oj_status oj_sched_create(oj_gpt *m, const oj_sched_config *cfg, oj_sched **out);
+/* Frees the pool and every request (no events are called). NULL: nothing. */
+void oj_sched_free(oj_sched *s);
+
+/* Queue a request: prompt[0..n) (copied; ids < V, 1 <= n < block_size of
+ * the model), sampling by *cfg (copied; max_new_tokens is cut to the
+ * context left after the prompt), `stream` the sequence index of the
+ * sampler's draws (oj_sample_uniform), so a request submitted with
+ * stream i samples what oj_generate does for its prompt i. timeout_s > 0:
+ * the request ends with OJ_FINISH_TIMEOUT when it has not finished that
+ * many seconds after submission (0: none). on_event(ctx, ...) receives its
+ * tokens. *id: its id (> 0). Errors, nothing queued: OJ_ERR_INVALID_ARGUMENT
+ * (empty prompt, a token outside the vocabulary, a bad sampler value),
+ * OJ_ERR_OUT_OF_RANGE (the prompt fills the context), OJ_ERR_CAPACITY (the
+ * queue is full, or the request needs more blocks than the whole pool). */
+oj_status oj_sched_submit(oj_sched *s, const int32_t *prompt, int64_t n,
+                          const oj_sampler_config *cfg, int64_t stream, double timeout_s,
+                          oj_sched_fn on_event, void *ctx, int64_t *id);
+/* End request id now, queued or running, and free its blocks; no event is
+ * called. OJ_ERR_INVALID_ARGUMENT for an id that is not (or no longer)
+ * there. */
+oj_status oj_sched_cancel(oj_sched *s, int64_t id);
+/* One step: admit queued requests while the batch and the pool have room,
+ * run one forward over the packed batch, sample, call the events, retire
+ * finished requests. Does nothing when no request is waiting or running.
+ * Errors of the forward end every running request with OJ_FINISH_ERROR and
+ * are returned (the scheduler stays usable). */
+oj_status oj_sched_step(oj_sched *s);
+/* Whether any request is queued or running. */
+bool oj_sched_busy(const oj_sched *s);
+
+typedef struct oj_sched_stats {
+    int64_t queued, running;          /* now */
+    int64_t blocks_total, blocks_used; /* the pool */
+    int64_t block_size;
+    int64_t submitted, finished;       /* requests since creation */
+    int64_t prompt_tokens, generated_tokens, steps;
+    int64_t last_batch;                /* sequences in the last step */
+} oj_sched_stats;
+oj_sched_stats oj_sched_get_stats(const oj_sched *s);
+/* The engine's message of the last failed call on s ("" when none). */
+const char *oj_sched_error(const oj_sched *s);
+
+/* oj_generate's contract (prompts, cfg, out, out_lens, on_token; sequence
+ * i samples with stream i) decoded by one scheduler with continuous
+ * batching: up to max_batch prompts at once (cfg NULL for the scheduler:
+ * the defaults, with max_batch = batch). For gpt2 and llama models; on
+ * the CPU with OJ_NUMERICS_EXACT every sequence's tokens are oj_generate's
+ * bit for bit. Errors: oj_generate's, those of oj_sched_create, and
+ * OJ_ERR_CAPACITY when one prompt needs more blocks than the pool. */
+oj_status oj_batch_generate(oj_gpt *m, int64_t batch, const int32_t *const *prompts,
+                            const int64_t *prompt_lens, const oj_sampler_config *cfg,
+                            const oj_sched_config *sched, int32_t **out, int64_t *out_lens,
+                            oj_token_fn on_token, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OJAS_SERVE_H */
