@@ -116,6 +116,63 @@ oj_status oj_batch_generate(oj_gpt *m, int64_t batch, const int32_t *const *prom
                             const oj_sched_config *sched, int32_t **out, int64_t *out_lens,
                             oj_token_fn on_token, void *ctx);
 
+/* ------------------------------------------------ OpenAI request bodies
+ * The fields of a POST /v1/completions or /v1/chat/completions body
+ * (OpenAI's API reference) that ojas serves. */
+typedef struct oj_serve_request {
+    bool chat;
+    char model[128];      /* "" when absent */
+    char *prompt;         /* completions: the text, or NULL when given as ids */
+    int32_t *prompt_ids;  /* completions: token ids (prompt as an integer array) */
+    int64_t n_prompt_ids;
+    int64_t n_messages;   /* chat */
+    char **roles, **contents;
+    int64_t max_tokens;   /* -1: up to the context (chat's default); completions: 16 */
+    double temperature;   /* [0, 2], default 1 */
+    double top_p;         /* [0, 1], default 1 */
+    int64_t top_k;        /* 0: off (an ojas extension, as vLLM's) */
+    int64_t n;            /* choices, [1, 16] */
+    bool has_seed;
+    uint64_t seed;
+    bool stream;
+    int logprobs;         /* -1: none; completions 0..5 (the chosen token's only);
+                           * chat: 0 for true */
+    int n_stop;
+    char *stop[4];
+} oj_serve_request;
+
+/* Parse body[0..len) (JSON) into *r for a completions (chat false) or chat
+ * request, checking types and ranges. The caller frees r's fields with
+ * oj_serve_request_free (also after a failure: nothing is then held).
+ * Errors: OJ_ERR_INVALID_ARGUMENT with one line in err[0..errlen) naming
+ * the field and what was wrong (invalid JSON with its line and column, a
+ * missing or mistyped field, a value out of range), OJ_ERR_CAPACITY. */
+oj_status oj_serve_request_parse(const char *body, size_t len, bool chat, oj_serve_request *r,
+                                 char *err, size_t errlen);
+void oj_serve_request_free(oj_serve_request *r);
+
+/* The chat templates ojas renders, recognised in a tokenizer_config.json's
+ * chat_template by their markers. Appended at the end only. */
+typedef enum oj_chat_template {
+    OJ_CHAT_NONE = 0,
+    OJ_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n (Qwen) */
+    OJ_CHAT_LLAMA3 = 2  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+} oj_chat_template;
+
+/* Which template the text json[0..len) of a tokenizer_config.json names
+ * (json NULL: the model has none). Errors, with one line in err:
+ * OJ_ERR_INVALID_ARGUMENT (no chat_template, or one that is neither:
+ * its first 64 characters quoted), OJ_ERR_CORRUPT (invalid JSON). */
+oj_status oj_chat_template_detect(const char *json, size_t len, oj_chat_template *out, char *err,
+                                  size_t errlen);
+/* "chatml", "llama3", "none". */
+const char *oj_chat_template_name(oj_chat_template t);
+/* r's messages rendered by template t with the assistant's header open
+ * for generation (add_generation_prompt); Llama 3 starts with
+ * <|begin_of_text|> and trims each content, as its template does.
+ * malloc'd (free()), NULL for OJ_CHAT_NONE or out of memory. */
+char *oj_chat_render(oj_chat_template t, const oj_serve_request *r);
+
 #ifdef __cplusplus
 }
 #endif
