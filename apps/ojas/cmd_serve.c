@@ -866,8 +866,10 @@ static void load_chat_template(server *sv, const char *dir) {
         sv->chat = OJ_CHAT_NONE;
     free(text);
     sv->chat_stop = -1;
-    if (sv->chat == OJ_CHAT_CHATML) sv->chat_stop = oj_tokenizer_special_id(sv->tok, "<|im_end|>");
-    if (sv->chat == OJ_CHAT_LLAMA3) sv->chat_stop = oj_tokenizer_special_id(sv->tok, "<|eot_id|>");
+    if (sv->chat == OJ_CHAT_CHATML || sv->chat == OJ_CHAT_QWEN25)
+        sv->chat_stop = oj_tokenizer_special_id(sv->tok, "<|im_end|>");
+    else if (sv->chat != OJ_CHAT_NONE)
+        sv->chat_stop = oj_tokenizer_special_id(sv->tok, "<|eot_id|>");
 }
 
 enum { OPT_WEIGHTS = 256, OPT_VOCAB, OPT_HOST, OPT_MAX_BATCH, OPT_BUDGET, OPT_KV_BYTES, OPT_BLOCK,

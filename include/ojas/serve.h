@@ -156,20 +156,32 @@ void oj_serve_request_free(oj_serve_request *r);
 typedef enum oj_chat_template {
     OJ_CHAT_NONE = 0,
     OJ_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n (Qwen) */
-    OJ_CHAT_LLAMA3 = 2  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    OJ_CHAT_LLAMA3 = 2, /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    OJ_CHAT_QWEN25 = 3, /* ChatML, with Qwen2.5's default system message when the
+                         * first message is not a system one */
+    OJ_CHAT_LLAMA31 = 4, /* Llama 3 headers after Llama 3.1's system header
+                          * ("Cutting Knowledge Date: December 2023\nToday Date:
+                          * 26 Jul 2024\n\n" + the system message) */
+    OJ_CHAT_LLAMA32 = 5  /* Llama 3.2's: the same with today's date (UTC,
+                          * "%d %b %Y"), as its template's strftime_now */
 } oj_chat_template;
 
 /* Which template the text json[0..len) of a tokenizer_config.json names
- * (json NULL: the model has none). Errors, with one line in err:
+ * (json NULL: the model has none), recognised by its markers: <|im_start|>
+ * and <|im_end|> (ChatML; Qwen2.5's default system text), or
+ * <|start_header_id|> and <|eot_id|> (Llama 3; "Cutting Knowledge Date":
+ * 3.1, with strftime_now: 3.2). Tools, images and other template features
+ * are not rendered. Errors, with one line in err:
  * OJ_ERR_INVALID_ARGUMENT (no chat_template, or one that is neither:
  * its first 64 characters quoted), OJ_ERR_CORRUPT (invalid JSON). */
 oj_status oj_chat_template_detect(const char *json, size_t len, oj_chat_template *out, char *err,
                                   size_t errlen);
-/* "chatml", "llama3", "none". */
+/* A short name ("chatml", "llama3", ...; "none"). */
 const char *oj_chat_template_name(oj_chat_template t);
 /* r's messages rendered by template t with the assistant's header open
- * for generation (add_generation_prompt); Llama 3 starts with
- * <|begin_of_text|> and trims each content, as its template does.
+ * for generation (add_generation_prompt), as the model's Jinja template
+ * renders them: Llama 3 starts with <|begin_of_text|> and trims each
+ * content; "developer" messages are rendered as "system".
  * malloc'd (free()), NULL for OJ_CHAT_NONE or out of memory. */
 char *oj_chat_render(oj_chat_template t, const oj_serve_request *r);
 

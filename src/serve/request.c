@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -219,6 +220,10 @@ out:
     return st;
 }
 
+/* Qwen2.5's template opens with this system message when the first
+ * message is not a system one. */
+#define QWEN25_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
 oj_status oj_chat_template_detect(const char *json_text, size_t len, oj_chat_template *out,
                                   char *err, size_t errlen) {
     if (out == NULL) return OJ_ERR_INVALID_ARGUMENT;
@@ -247,9 +252,11 @@ oj_status oj_chat_template_detect(const char *json_text, size_t len, oj_chat_tem
     } else {
         const char *s = json_string_value(t);
         if (strstr(s, "<|im_start|>") && strstr(s, "<|im_end|>"))
-            *out = OJ_CHAT_CHATML;
+            *out = strstr(s, QWEN25_SYSTEM) ? OJ_CHAT_QWEN25 : OJ_CHAT_CHATML;
         else if (strstr(s, "<|start_header_id|>") && strstr(s, "<|eot_id|>"))
-            *out = OJ_CHAT_LLAMA3;
+            *out = !strstr(s, "Cutting Knowledge Date") ? OJ_CHAT_LLAMA3
+                   : strstr(s, "strftime_now")          ? OJ_CHAT_LLAMA32
+                                                        : OJ_CHAT_LLAMA31;
         else {
             char q[65];
             size_t k = 0;
@@ -266,7 +273,14 @@ oj_status oj_chat_template_detect(const char *json_text, size_t len, oj_chat_tem
 }
 
 const char *oj_chat_template_name(oj_chat_template t) {
-    return t == OJ_CHAT_CHATML ? "chatml" : t == OJ_CHAT_LLAMA3 ? "llama3" : "none";
+    switch (t) {
+    case OJ_CHAT_CHATML: return "chatml";
+    case OJ_CHAT_LLAMA3: return "llama3";
+    case OJ_CHAT_QWEN25: return "chatml (qwen2.5 default system)";
+    case OJ_CHAT_LLAMA31: return "llama3.1 (dated system header)";
+    case OJ_CHAT_LLAMA32: return "llama3.2 (dated system header, today)";
+    default: return "none";
+    }
 }
 
 /* Append s to a growing buffer. */
@@ -294,36 +308,70 @@ static void put(sbuf *b, const char *s) {
     b->n += k;
 }
 
-char *oj_chat_render(oj_chat_template t, const oj_serve_request *r) {
-    if (r == NULL || (t != OJ_CHAT_CHATML && t != OJ_CHAT_LLAMA3)) return NULL;
-    sbuf b = {0};
-    if (t == OJ_CHAT_LLAMA3) put(&b, "<|begin_of_text|>");
-    for (int64_t i = 0; i < r->n_messages; i++) {
-        const char *role = strcmp(r->roles[i], "developer") == 0 ? "system" : r->roles[i];
-        if (t == OJ_CHAT_CHATML) {
-            put(&b, "<|im_start|>");
-            put(&b, role);
-            put(&b, "\n");
-            put(&b, r->contents[i]);
-            put(&b, "<|im_end|>\n");
-        } else {
-            put(&b, "<|start_header_id|>");
-            put(&b, role);
-            put(&b, "<|end_header_id|>\n\n");
-            /* the template's `message['content'] | trim` */
-            const char *c = r->contents[i];
-            size_t k = strlen(c);
-            while (*c == ' ' || *c == '\n' || *c == '\t' || *c == '\r') c++, k--;
-            while (k > 0 && (c[k - 1] == ' ' || c[k - 1] == '\n' || c[k - 1] == '\t' || c[k - 1] == '\r')) k--;
-            char *tr = dup_n(c, k);
-            if (tr == NULL) b.oom = true;
-            else put(&b, tr);
-            free(tr);
-            put(&b, "<|eot_id|>");
-        }
+/* s without leading and trailing whitespace (Jinja's trim), malloc'd. */
+static char *trimmed(const char *s) {
+    size_t k = strlen(s);
+    while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r') s++, k--;
+    while (k > 0 && (s[k - 1] == ' ' || s[k - 1] == '\n' || s[k - 1] == '\t' || s[k - 1] == '\r'))
+        k--;
+    return dup_n(s, k);
+}
+
+static void put_header(sbuf *b, bool llama, const char *role, const char *content) {
+    if (!llama) {
+        put(b, "<|im_start|>");
+        put(b, role);
+        put(b, "\n");
+        put(b, content);
+        put(b, "<|im_end|>\n");
+        return;
     }
-    put(&b, t == OJ_CHAT_CHATML ? "<|im_start|>assistant\n"
-                                : "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    put(b, "<|start_header_id|>");
+    put(b, role);
+    put(b, "<|end_header_id|>\n\n");
+    char *tr = trimmed(content); /* the template's `message['content'] | trim` */
+    if (tr == NULL) b->oom = true;
+    else put(b, tr);
+    free(tr);
+    put(b, "<|eot_id|>");
+}
+
+char *oj_chat_render(oj_chat_template t, const oj_serve_request *r) {
+    if (r == NULL || t <= OJ_CHAT_NONE || t > OJ_CHAT_LLAMA32) return NULL;
+    const bool llama = t == OJ_CHAT_LLAMA3 || t == OJ_CHAT_LLAMA31 || t == OJ_CHAT_LLAMA32;
+    sbuf b = {0};
+    int64_t first = 0;
+    if (llama) put(&b, "<|begin_of_text|>");
+    if (t == OJ_CHAT_QWEN25 && (r->n_messages == 0 || strcmp(r->roles[0], "system") != 0))
+        put_header(&b, false, "system", QWEN25_SYSTEM);
+    if (t == OJ_CHAT_LLAMA31 || t == OJ_CHAT_LLAMA32) {
+        /* the system header is always there, dated, with the first system
+         * message's text (trimmed) after the date */
+        char date[32] = "26 Jul 2024"; /* the 3.1 template's date_string */
+        if (t == OJ_CHAT_LLAMA32) {    /* strftime_now("%d %b %Y"), as transformers renders it */
+            time_t now = time(NULL);
+            struct tm tm;
+            gmtime_r(&now, &tm);
+            strftime(date, sizeof date, "%d %b %Y", &tm);
+        }
+        bool sys = r->n_messages > 0 && (strcmp(r->roles[0], "system") == 0 ||
+                                         strcmp(r->roles[0], "developer") == 0);
+        char *tr = sys ? trimmed(r->contents[0]) : dup_n("", 0);
+        put(&b, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
+                "2023\nToday Date: ");
+        put(&b, date);
+        put(&b, "\n\n");
+        if (tr == NULL) b.oom = true;
+        else put(&b, tr);
+        free(tr);
+        put(&b, "<|eot_id|>");
+        first = sys ? 1 : 0;
+    }
+    for (int64_t i = first; i < r->n_messages; i++) {
+        const char *role = strcmp(r->roles[i], "developer") == 0 ? "system" : r->roles[i];
+        put_header(&b, llama, role, r->contents[i]);
+    }
+    put(&b, llama ? "<|start_header_id|>assistant<|end_header_id|>\n\n" : "<|im_start|>assistant\n");
     if (b.oom) {
         free(b.p);
         return NULL;
