@@ -108,6 +108,7 @@ typedef struct server {
     int64_t requests[EP_N][N_CODES];
     histogram ttft, duration, itl;
     int64_t disconnects, timeouts;
+    int64_t active; /* generation requests not yet answered in full */
 } server;
 
 static double now_s(void) {
@@ -771,6 +772,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                  : strcmp(url, "/health") == 0              ? EP_HEALTH
                  : strcmp(url, "/metrics") == 0             ? EP_METRICS
                                                             : EP_OTHER;
+        if (cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT) {
+            pthread_mutex_lock(&sv->mu);
+            sv->active++;
+            pthread_mutex_unlock(&sv->mu);
+        }
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoll(cl, NULL, 10) > sv->max_body)
             return send_error(mc, cn, 400, "the body has %s bytes; at most %lld are accepted", cl,
@@ -822,11 +828,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (cn == NULL) return;
     int c = 0;
     while (c < N_CODES && k_codes[c] != cn->code) c++;
-    if (c < N_CODES) {
-        pthread_mutex_lock(&sv->mu);
-        sv->requests[cn->ep][c]++;
-        pthread_mutex_unlock(&sv->mu);
-    }
+    pthread_mutex_lock(&sv->mu);
+    if (c < N_CODES) sv->requests[cn->ep][c]++;
+    if (cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT) sv->active--;
+    pthread_mutex_unlock(&sv->mu);
     free(cn->body.p);
     free(cn);
     *con_cls = NULL;
@@ -1084,7 +1089,9 @@ int cmd_serve(int argc, char **argv) {
         if (ls != MHD_INVALID_SOCKET) close(ls);
         double until = now_s() + grace;
         pthread_mutex_lock(&sv.mu);
-        while (oj_sched_busy(sv.s) && now_s() < until) {
+        /* until every request is answered in full (stopping the daemon
+         * closes the connections) */
+        while ((oj_sched_busy(sv.s) || sv.active > 0) && now_s() < until) {
             pthread_mutex_unlock(&sv.mu);
             usleep(20 * 1000);
             pthread_mutex_lock(&sv.mu);
