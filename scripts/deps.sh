@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libxxhash-dev libpcre2-dev
       libopenblas-dev python3 python3-torch python3-numpy python3-pytest bible-kjv gnuplot-nox
-      clang libclang-rt-14-dev libicu-dev nodejs npm)
+      clang libclang-rt-14-dev libicu-dev nodejs npm libmicrohttpd-dev curl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
