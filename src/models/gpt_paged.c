@@ -110,26 +110,6 @@ static bool write_rows(oj_tensor *t, int64_t BS, const int32_t *blocks, int64_t 
     return true;
 }
 
-/* The first `len` positions of a sequence's blocks of layer tensor t, in
- * order: [1, Hkv, len, D] (one block: a view; more: gathered into one
- * tensor, the blocks' values copied unchanged). */
-static oj_tensor *gather(oj_tensor *t, int64_t BS, const int32_t *blocks, int64_t len) {
-    const int64_t nb = (len + BS - 1) / BS;
-    oj_tensor **parts = calloc((size_t)nb, sizeof *parts);
-    if (parts == NULL) {
-        oj_set_error(oj_tensor_engine(t), OJ_ERR_CAPACITY, "paged attention: out of host memory");
-        return NULL;
-    }
-    bool ok = true;
-    for (int64_t i = 0; i < nb && ok; i++) ok = (parts[i] = block_view(t, blocks[i])) != NULL;
-    oj_tensor *all = !ok ? NULL : nb == 1 ? oj_retain(parts[0]) : oj_cat((int)nb, parts, 2);
-    oj_tensor *out = all ? oj_narrow(all, 2, 0, len) : NULL;
-    oj_release(all);
-    for (int64_t i = 0; i < nb; i++) oj_release(parts[i]);
-    free(parts);
-    return out;
-}
-
 oj_tensor *oj__gpt_attend_paged(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *k, oj_tensor *v) {
     const oj_gpt_paged *pg = c->paged;
     const oj_kv_pool *pool = pg->pool;
@@ -144,15 +124,11 @@ oj_tensor *oj__gpt_attend_paged(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *
         const int64_t s0 = pg->start[i], n = pg->start[i + 1] - s0, P = pg->past[i];
         const int32_t *bl = pg->blocks[i];
         ok = write_rows(pool->k[l], BS, bl, P, k, s0, n) && write_rows(pool->v[l], BS, bl, P, v, s0, n);
-        oj_tensor *ka = ok ? gather(pool->k[l], BS, bl, P + n) : NULL;
-        oj_tensor *va = ka ? gather(pool->v[l], BS, bl, P + n) : NULL;
-        oj_tensor *qi = va ? oj_narrow(q, 2, s0, n) : NULL;
+        oj_tensor *qi = ok ? oj_narrow(q, 2, s0, n) : NULL;
         /* causal, bottom-right aligned: new query j sees positions <= P + j */
-        ys[i] = qi ? oj_scaled_dot_product_attention(qi, ka, va, NULL, true, NAN) : NULL;
+        ys[i] = qi ? oj__paged_attention(qi, pool->k[l], pool->v[l], bl, P + n, NAN) : NULL;
         ok = ys[i] != NULL;
         oj_release(qi);
-        oj_release(ka);
-        oj_release(va);
     }
     oj_tensor *y = !ok ? NULL : pg->n_seq == 1 ? oj_retain(ys[0]) : oj_cat((int)pg->n_seq, ys, 2);
     for (int64_t i = 0; i < pg->n_seq; i++) oj_release(ys[i]);
