@@ -440,6 +440,19 @@ def drive(a, work, srv):
     rc = srv.p.wait(60)
     check(rc == 0, "serve exited %d" % rc)
     check(got.get("r") and got["r"][1], "the in-flight stream did not finish: %s" % got)
+    # a per-request timeout: 504 (a stream: an error event, then [DONE])
+    fast = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                 "1", "--timeout", "0.000001", "--shutdown-grace", "0"])
+    try:
+        code, r = request(fast, "POST", "/v1/completions", {"prompt": "The", "max_tokens": 50})
+        check(code == 504 and "longer than" in r["error"]["message"], "timeout: %s %s" % (code, r))
+        ev, done = stream(fast, "/v1/completions", {"prompt": "The", "max_tokens": 50})
+        check(done and ev and ev[-1].get("error", {}).get("type") == "timeout_error",
+              "timeout stream: %s" % ev)
+        check(metrics(fast)["ojas_request_timeouts_total"] == 2, "timeouts not counted")
+    finally:
+        fast.p.send_signal(signal.SIGTERM)
+        check(fast.p.wait(60) == 0, "the second server did not exit 0")
     print("serve_http: ok (%d soak requests, %.1f s)" % (a.soak, time.time() - t0))
     return 0
 
