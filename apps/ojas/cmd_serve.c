@@ -49,7 +49,7 @@ static const char *k_help =
     "                             checkpoint's run's tokenizer_dir)\n"
     "      --host ADDR            IPv4 address to listen on (default 127.0.0.1)\n"
     "  -p, --port N               TCP port (default 8080; 0: any free port, printed)\n"
-    "  -d, --device D             cpu (cuda: refused, see docs/serve.md)\n"
+    "  -d, --device D             cpu (cuda is refused until it has run on a GPU)\n"
     "  -j, --threads N            CPU threads of the engine (default 0: all usable)\n"
     "      --max-batch N          requests decoded together at most (default 8)\n"
     "      --budget-bytes N       the engine's memory budget (suffix K, M, G, T)\n"
@@ -1024,8 +1024,9 @@ int cmd_serve(int argc, char **argv) {
     if (!oj_device_parse(device, &ec.device))
         return cli_error(CLI_USAGE, "serve: --device must be cpu, cuda or cuda:N, got '%s'", device);
     if (ec.device.type != OJ_DEVICE_CPU)
-        return cli_error(CLI_FAIL, "serve: --device %s: paged KV attention is not implemented on "
-                                   "cuda yet; serve on the cpu", device);
+        return cli_error(CLI_FAIL, "serve: --device %s: serving on cuda is not enabled yet (its "
+                                   "paged KV attention kernel is compile-checked only, not run on "
+                                   "a GPU); serve on the cpu", device);
     /* EXACT: a request's tokens do not depend on what else is in the batch */
     ec.numerics = OJ_NUMERICS_EXACT;
     ec.threads = (int)threads;
