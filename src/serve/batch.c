@@ -75,6 +75,22 @@ oj_status oj_batch_generate(oj_gpt *m, int64_t batch, const int32_t *const *prom
                               (long long)i, prompts[i] ? "empty" : "NULL");
             break;
         }
+        if (prompt_lens[i] > ctxlen) {
+            st = oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
+                              "batch_generate: prompt %lld has %lld tokens, the context holds %lld",
+                              (long long)i, (long long)prompt_lens[i], (long long)ctxlen);
+            break;
+        }
+        if (prompt_lens[i] == ctxlen) { /* no room for a token: none, as oj_generate */
+            const int64_t V = oj_gpt_get_config(m)->vocab_size;
+            for (int64_t t = 0; t < ctxlen && st == OJ_OK; t++)
+                if (prompts[i][t] < 0 || prompts[i][t] >= V)
+                    st = oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                                      "batch_generate: prompt %lld token %lld is %d, outside the "
+                                      "vocabulary [0, %lld)",
+                                      (long long)i, (long long)t, prompts[i][t], (long long)V);
+            continue;
+        }
         st = oj_sched_submit(s, prompts[i], prompt_lens[i], &c, i, 0.0, on_event, &b, &b.ids[i]);
         if (st != OJ_OK)
             oj_set_error(eng, st, "batch_generate: prompt %lld: %s", (long long)i,

@@ -198,6 +198,35 @@ static void check_generate(const char *kind, const oj_sched_config *sc, double t
     oj_gpt_free(m);
 }
 
+/* A prompt that fills the context gives no token, as oj_generate; one
+ * longer is refused as oj_generate refuses it. */
+static void test_generate_full_context(void **state) {
+    (void)state;
+    oj_gpt *m = make("gpt2");
+    int32_t *full = calloc(65, sizeof *full), one[1] = {5};
+    const int32_t *pp[2] = {full, one};
+    int64_t lens2[2] = {64, 1}, gl[2], wl[2];
+    int32_t *got[2], *want[2];
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    cfg.max_new_tokens = 4;
+    assert_int_equal(oj_generate(m, 2, pp, lens2, &cfg, want, wl, NULL, NULL), OJ_OK);
+    assert_int_equal(oj_batch_generate(m, 2, pp, lens2, &cfg, NULL, got, gl, NULL, NULL), OJ_OK);
+    assert_int_equal(gl[0], 0);
+    assert_int_equal(wl[0], 0);
+    assert_int_equal(gl[1], 4);
+    assert_memory_equal(got[1], want[1], 4 * sizeof(int32_t));
+    for (int i = 0; i < 2; i++) free(got[i]), free(want[i]);
+    lens2[0] = 65;
+    assert_int_equal(oj_batch_generate(m, 2, pp, lens2, &cfg, NULL, got, gl, NULL, NULL),
+                     OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(oj_last_error(eng), "the context holds 64"));
+    assert_null(got[0]);
+    oj_clear_error(eng);
+    free(full);
+    oj_gpt_free(m);
+}
+
 /* max_batch 3 (requests join as others leave), chunks of 8 prompt tokens,
  * blocks of 4 positions, 12 packed tokens per step. */
 static oj_sched_config small_sched(void) {
@@ -334,6 +363,7 @@ int main(void) {
         cmocka_unit_test(test_generate_gpt2),
         cmocka_unit_test(test_generate_llama),
         cmocka_unit_test(test_generate_full_pool),
+        cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
