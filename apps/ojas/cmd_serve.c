@@ -48,7 +48,7 @@ static const char *k_help =
     "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
     "                             checkpoint's run's tokenizer_dir)\n"
     "      --host ADDR            IPv4 address to listen on (default 127.0.0.1)\n"
-    "  -p, --port N               TCP port (default 8080; 0: any free port, printed)\n"
+    "      --port N               TCP port (default 8080; 0: any free port, printed)\n"
     "  -d, --device D             cpu (cuda is refused until it has run on a GPU)\n"
     "  -j, --threads N            CPU threads of the engine (default 0: all usable)\n"
     "      --max-batch N          requests decoded together at most (default 8)\n"
@@ -877,7 +877,7 @@ static void load_chat_template(server *sv, const char *dir) {
         sv->chat_stop = oj_tokenizer_special_id(sv->tok, "<|eot_id|>");
 }
 
-enum { OPT_WEIGHTS = 256, OPT_VOCAB, OPT_HOST, OPT_MAX_BATCH, OPT_BUDGET, OPT_KV_BYTES, OPT_BLOCK,
+enum { OPT_WEIGHTS = 256, OPT_VOCAB, OPT_HOST, OPT_PORT, OPT_MAX_BATCH, OPT_BUDGET, OPT_KV_BYTES, OPT_BLOCK,
        OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME };
 
 static const struct option k_long[] = {
@@ -886,7 +886,7 @@ static const struct option k_long[] = {
     {"weights", required_argument, NULL, OPT_WEIGHTS},
     {"vocab", required_argument, NULL, OPT_VOCAB},
     {"host", required_argument, NULL, OPT_HOST},
-    {"port", required_argument, NULL, 'p'},
+    {"port", required_argument, NULL, OPT_PORT},
     {"device", required_argument, NULL, 'd'},
     {"threads", required_argument, NULL, 'j'},
     {"max-batch", required_argument, NULL, OPT_MAX_BATCH},
@@ -983,7 +983,7 @@ int cmd_serve(int argc, char **argv) {
     sv.max_body = 1 << 20;
     sv.timeout_s = 600.0;
     int c;
-    cli_getopt_state gs = {.cmd = "serve", .shortopts = "hm:p:d:j:", .longopts = k_long};
+    cli_getopt_state gs = {.cmd = "serve", .shortopts = "hm:d:j:", .longopts = k_long};
     while ((c = cli_getopt(&gs, argc, argv)) != -1) {
         const char *v = optarg;
         bool ok = true;
@@ -995,7 +995,7 @@ int cmd_serve(int argc, char **argv) {
         case OPT_HOST: host = v; break;
         case OPT_NAME: name = v; break;
         case 'd': device = v; break;
-        case 'p': ok = cli_parse_i64("serve: --port", v, 0, 65535, &port); break;
+        case OPT_PORT: ok = cli_parse_i64("serve: --port", v, 0, 65535, &port); break;
         case 'j': ok = cli_parse_i64("serve: --threads", v, 0, 4096, &threads); break;
         case OPT_MAX_BATCH: ok = cli_parse_i64("serve: --max-batch", v, 1, 4096, &sc.max_batch); break;
         case OPT_BUDGET: ok = cli_parse_bytes("serve: --budget-bytes", v, &budget); break;

@@ -197,6 +197,15 @@ def run(a, work):
     with open(os.path.join(work, "tokd", "tokenizer_config.json"), "w") as f:
         json.dump({"chat_template": CHATML}, f)
     write_gpt2_dir(os.path.join(work, "hf"))
+    # refusals before serving: one line each, exit 2 for usage, 1 otherwise
+    for args, rc_want, needle in [
+            ([], 2, "--model"), (["--model", "hf", "--vocab", "tokd", "--port", "70000"], 2, "--port"),
+            (["--model", "hf", "--vocab", "tokd", "--device", "cuda"], 1, "not enabled yet"),
+            (["--model", "hf", "--vocab", "tokd", "--kv-bytes", "1K"], 1, "holds no KV block"),
+            (["--model", "nowhere"], 1, "does not exist")]:
+        r = subprocess.run([ojas, "serve"] + args, cwd=work, capture_output=True, text=True)
+        check(r.returncode == rc_want and needle in r.stderr and r.stderr.count("\n") == 1,
+              "serve %s: %d %r" % (args, r.returncode, r.stderr))
     # 8 KiB per KV block (keys and values x 2 layers x 4 heads x 16 positions x 8 x 4
     # bytes): 8 blocks hold four short requests; one of a prompt + 200 tokens does not fit
     srv = Server(ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads", "2",
