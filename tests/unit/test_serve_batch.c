@@ -2,7 +2,7 @@
 // the CPU with EXACT numerics, each sequence's logits and tokens of the
 // sequence decoded alone (oj_gpt_forward_cached, oj_generate) bit for bit,
 // whatever else is in the batch: gpt2 and llama (GQA; Qwen-style biases and
-// QK-norm), chunked prefill, blocks smaller than a chunk, a pool too small
+// QK-norm; Llama 3.1 rope scaling and an untied head), chunked prefill, blocks smaller than a chunk, a pool too small
 // for every request at once (requests queue), sampling; cancel and
 // timeouts free blocks; refusals; no leaks.
 #include <math.h>
@@ -57,6 +57,13 @@ static oj_gpt *make(const char *kind) {
         c.init_std = 0.02;
         c.qkv_bias = strcmp(kind, "qwen") == 0;
         c.qk_norm = strcmp(kind, "qwen") == 0;
+        if (strcmp(kind, "llama31") == 0) { /* rope scaling: the cos/sin tables */
+            c.rope_factor = 8.0;
+            c.rope_low_freq_factor = 1.0;
+            c.rope_high_freq_factor = 4.0;
+            c.rope_original_context = 16;
+            c.untied_head = true;
+        }
     }
     c.init_std = 0.3; /* at 0.02 a tiny model repeats one token: tokens would say little */
     oj_gpt *m = NULL;
@@ -169,6 +176,7 @@ static void test_packed_logits_llama(void **state) {
 static void test_packed_logits_qwen(void **state) {
     (void)state;
     check_packed_logits("qwen");
+    check_packed_logits("llama31");
 }
 
 /* oj_batch_generate over a scheduler of `sc` gives oj_generate's tokens for
@@ -251,6 +259,7 @@ static void test_generate_llama(void **state) {
     oj_sched_config sc = small_sched();
     check_generate("llama", &sc, 0.0);
     check_generate("qwen", &sc, 0.0);
+    check_generate("llama31", &sc, 0.0);
     check_generate("llama", &sc, 0.9);
 }
 
