@@ -11,11 +11,15 @@
 
 #include "ojas/serve.h"
 
+/* The message into err[0..n), each control character (< 0x20, 0x7f) as
+ * '?': a value quoted from the request keeps it on one line. */
 static oj_status bad(char *err, size_t n, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     if (err && n) vsnprintf(err, n, fmt, ap);
     va_end(ap);
+    for (char *p = err; p && n && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     return OJ_ERR_INVALID_ARGUMENT;
 }
 

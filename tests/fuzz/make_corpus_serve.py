@@ -40,6 +40,7 @@ RAW = {
     "dup_keys": (0, b'{"prompt": "x", "prompt": "y"}'),
     "not_object": (1, b"[1, 2, 3]"),
     "invalid_utf8": (2, b'{"prompt": "\xff\xfe"}'),
+    "role_control_chars": (1, b'{"messages": [{"role": "assist\\nt", "content": "x"}]}'),
 }
 
 

@@ -98,6 +98,9 @@ static void test_refusals(void **state) {
     refused("{\"prompt\": \"x\", \"model\": 1}", false, "'model' must be a string");
     refused("{\"messages\": []}", true, "non-empty array");
     refused("{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", true, "'tool'");
+    /* a quoted value's control characters do not break the message's line */
+    refused("{\"messages\": [{\"role\": \"assist\\nt\\u0001\", \"content\": \"x\"}]}", true,
+            "'assist?t?'");
     refused("{\"messages\": [{\"role\": \"user\", \"content\": [1]}]}", true,
             "'messages[0].content' must be a string");
     refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 1}", true,
