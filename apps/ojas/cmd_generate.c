@@ -44,6 +44,8 @@ static const char *k_help =
     "                             after loading (half the bytes read per token on a GPU,\n"
     "                             the KV cache too; on the CPU bf16 is slower than f32)\n"
     "  -j, --threads N            CPU threads (default 0: all usable CPUs)\n"
+    "      --numerics N           fast | exact (default fast); exact sums in a fixed order,\n"
+    "                             the bits 'ojas serve' gives for the same request\n"
     "      --budget-bytes N       the engine's root memory budget in bytes (suffix K, M,\n"
     "                             G, T: powers of 1024); beyond it allocations are refused\n"
     "                             (default: the library's, oj_engine_config_default)\n"
@@ -73,7 +75,8 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
     return true;
 }
 
-enum { OPT_CHECKPOINT = 256, OPT_WEIGHTS, OPT_VOCAB, OPT_DTYPE, OPT_TOP_P, OPT_REP, OPT_BUDGET };
+enum { OPT_CHECKPOINT = 256, OPT_WEIGHTS, OPT_VOCAB, OPT_DTYPE, OPT_TOP_P, OPT_REP, OPT_BUDGET,
+       OPT_NUMERICS };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -92,12 +95,13 @@ static const struct option k_long[] = {
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"threads", required_argument, NULL, 'j'},
     {"budget-bytes", required_argument, NULL, OPT_BUDGET},
+    {"numerics", required_argument, NULL, OPT_NUMERICS},
     {NULL, 0, NULL, 0},
 };
 
 int cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *weights = NULL, *preset = NULL, *vocab = NULL, *prompt = NULL;
-    const char *device = "cpu", *dtype = "f32";
+    const char *device = "cpu", *dtype = "f32", *numerics = "fast";
     int64_t threads = 0;
     oj_sampler_config sc = oj_sampler_config_default();
     sc.max_new_tokens = 200;
@@ -121,6 +125,7 @@ int cmd_generate(int argc, char **argv) {
         case 'p': prompt = v; break;
         case 'd': device = v; break;
         case OPT_DTYPE: dtype = v; break;
+        case OPT_NUMERICS: numerics = v; break;
         case 'j': ok = cli_parse_i64("generate: --threads", v, 0, 4096, &threads); break;
         case 'n': ok = given_n = cli_parse_i64("generate: --max-new-tokens", v, 0, 1 << 20, &sc.max_new_tokens); break;
         case 'k': ok = given_k = cli_parse_i64("generate: --top-k", v, 0, INT32_MAX, &sc.top_k); break;
@@ -173,6 +178,9 @@ int cmd_generate(int argc, char **argv) {
     if (!oj_device_parse(device, &ec.device))
         return cli_error(CLI_USAGE, "generate: --device must be cpu, cuda or cuda:N, got '%s'",
                          device);
+    if (strcmp(numerics, "fast") != 0 && strcmp(numerics, "exact") != 0)
+        return cli_error(CLI_USAGE, "generate: --numerics must be fast or exact, got '%s'", numerics);
+    ec.numerics = strcmp(numerics, "exact") == 0 ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST;
     ec.threads = (int)threads;
     if (budget > 0)
         ec.budget_bytes = budget;

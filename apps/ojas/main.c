@@ -15,6 +15,7 @@ static const struct {
     {"data", cmd_data, "prepare token shards from text files"},
     {"train", cmd_train, "train a GPT on token shards, with checkpoints and resume"},
     {"generate", cmd_generate, "sample text from a checkpoint or a safetensors file"},
+    {"serve", cmd_serve, "serve a model over HTTP (OpenAI API, continuous batching)"},
     {"info", cmd_info, "show the CPU, its ISA, threads, memory and CUDA devices"},
     {"bench", cmd_bench, "time training steps of a GPT preset on this machine"},
     {"export", cmd_export, "write a Hugging Face model directory from a checkpoint or model"},

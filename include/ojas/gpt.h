@@ -277,6 +277,46 @@ int64_t oj_gpt_decoder_len(const oj_gpt_decoder *d);
 /* Whether the steps replay a CUDA graph (after the first step). */
 bool oj_gpt_decoder_graphed(const oj_gpt_decoder *d);
 
+/* ------------------------------------------------------ paged KV decoding
+ * A pool of fixed-size KV blocks shared by many sequences (vLLM's
+ * PagedAttention: Kwon et al., "Efficient Memory Management for Large
+ * Language Model Serving with PagedAttention", 2023): per layer keys and
+ * values [n_blocks, Hkv, block_size, D] in the weights' dtype on m's
+ * device, charged to the engine's current budget. A sequence owns a list
+ * of block ids (its block table); which blocks are free is the caller's
+ * business (src/serve keeps the free list). */
+typedef struct oj_kv_pool oj_kv_pool;
+
+/* A pool of n_blocks blocks of block_size positions each for m (gpt2 or
+ * llama family; nanolab's value residual and sliding window are not
+ * paged). *out: owned by the caller (oj_kv_pool_free), before m. Errors:
+ * OJ_ERR_INVALID_ARGUMENT (sizes <= 0, a nanolab model), OJ_ERR_CAPACITY
+ * (the budget cannot hold the blocks; nothing is kept). */
+oj_status oj_kv_pool_create(oj_gpt *m, int64_t n_blocks, int64_t block_size, oj_kv_pool **out);
+void oj_kv_pool_free(oj_kv_pool *p);
+int64_t oj_kv_pool_blocks(const oj_kv_pool *p);
+int64_t oj_kv_pool_block_size(const oj_kv_pool *p);
+/* Bytes one block holds over all layers (keys and values). */
+int64_t oj_kv_pool_block_bytes(const oj_gpt *m, int64_t block_size);
+
+/* One forward over n_seq sequences packed into idx [1, N] (i32/i64):
+ * sequence i's new tokens are idx[0, start[i]..start[i+1]) (start[0] = 0,
+ * start[n_seq] = N, each at least one token), at positions past[i],
+ * past[i] + 1, .. after the past[i] positions it already holds in the
+ * pool. Their keys and values are written to blocks blocks[i][p /
+ * block_size] (slot p % block_size; blocks[i] holds ceil((past[i] + n) /
+ * block_size) ids < n_blocks, distinct between sequences); each sequence
+ * attends causally to its own positions only. Every other op works row by
+ * row, so on the CPU with OJ_NUMERICS_EXACT a sequence's logits are the
+ * bits oj_gpt_forward_cached gives for it alone, whatever else is packed
+ * with it. Returns logits [1, n_seq, V] of each sequence's last new token
+ * (owned by the current scope), NULL with the engine's error:
+ * OJ_ERR_INVALID_ARGUMENT (another model's pool, bad offsets or block
+ * ids), OJ_ERR_OUT_OF_RANGE (past block_size), the model's. Grad mode off. */
+oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int64_t n_seq,
+                                const int64_t *start, const int64_t *past,
+                                const int32_t *const *blocks);
+
 #ifdef __cplusplus
 }
 #endif

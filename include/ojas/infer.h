@@ -31,6 +31,12 @@ oj_sampler_config oj_sampler_config_default(void);
 int32_t oj_sample_logits(const float *logits, int64_t V, const oj_sampler_config *cfg,
                          const int32_t *history, int64_t n, double u);
 
+/* The uniform number in [0, 1) that oj_generate draws for sequence `seq`
+ * at step `step` (0 for the first new token) under `seed`: one
+ * Philox4x32-10 block, 53 bits. Schedulers that decode a sequence among
+ * others draw the same numbers, so sampled tokens match oj_generate's. */
+double oj_sample_uniform(uint64_t seed, int64_t seq, int64_t step);
+
 /* Called for every generated token; return false to stop that sequence. */
 typedef bool (*oj_token_fn)(int64_t seq, int32_t token, void *ctx);
 

@@ -630,6 +630,16 @@ typedef struct oj_backend {
     oj_status (*apply_update_multi)(oj_engine *eng, int64_t n, oj_tensor *const *params,
                                     const oj_tensor *const *updates, const double *alpha,
                                     const double *scale, const double *decay, bool check_only);
+    /* Causal attention of one sequence over a paged KV cache, OPTIONAL
+     * (NULL, or OJ_ERR_UNSUPPORTED for a dtype: the op gathers the blocks
+     * and runs attention_forward): q [1, H, T, D] (any strides), k_pool /
+     * v_pool [NB, Hkv, BS, D] contiguous, key j of the sequence at row
+     * j % BS of block blocks[j / BS], S >= T keys; query i sees keys
+     * j <= i + S - T. out [1, H, T, D] as attention_forward writes it,
+     * and bit for bit its result for the same keys laid out contiguously. */
+    oj_status (*attention_paged_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                         const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                         const int32_t *blocks, int64_t S, double scale);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

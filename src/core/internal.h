@@ -337,4 +337,17 @@ oj_tensor *oj__add_layer_norm_to(oj_tensor *x, oj_tensor *r, oj_tensor *weight, 
 oj_tensor *oj__add_rms_norm_to(oj_tensor *x, oj_tensor *r, oj_tensor *weight, double eps,
                                oj_tensor **sum, oj_dtype out_dtype);
 
+/* Causal attention of one sequence's queries q [1, H, T, D] over its S
+ * keys and values in blocks of the pools k_pool, v_pool [NB, Hkv, BS, D]
+ * (contiguous, q's dtype): key j is row j % BS of block blocks[j / BS],
+ * query i sees keys j <= i + S - T. The backend reads the blocks in place
+ * where it can (attention_paged_forward), else they are gathered and
+ * scaled_dot_product_attention runs; either way the values are those of
+ * scaled_dot_product_attention on the keys laid out in order. scale NAN:
+ * 1 / sqrt(D). [1, H, T, D] (a view of [1, T, H, D] storage), owned by the
+ * current scope; never recorded by autograd. Errors: OJ_ERR_SHAPE,
+ * OJ_ERR_DTYPE, OJ_ERR_OUT_OF_RANGE (a block id outside the pool). */
+oj_tensor *oj__paged_attention(oj_tensor *q, oj_tensor *k_pool, oj_tensor *v_pool,
+                               const int32_t *blocks, int64_t S, double scale);
+
 #endif /* OJAS_CORE_INTERNAL_H */

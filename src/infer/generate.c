@@ -6,8 +6,7 @@
 #include "ojas/infer.h"
 #include "ojas/ops.h"
 
-/* Uniform [0, 1) for (seed, sequence, step): one Philox block. */
-static double draw(uint64_t seed, int64_t seq, int64_t step) {
+double oj_sample_uniform(uint64_t seed, int64_t seq, int64_t step) {
     uint32_t ctr[4] = {(uint32_t)step, (uint32_t)((uint64_t)step >> 32), (uint32_t)seq,
                        0x67656e00u /* "gen" */};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
@@ -163,7 +162,7 @@ static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int
         st = logits ? last_logits(logits, lg, V) : oj_last_status(eng);
         oj_scope_end(eng);
         if (st != OJ_OK) break;
-        int32_t tok = oj_sample_logits(lg, V, cfg, hist, n + len, draw(cfg->seed, seq, step));
+        int32_t tok = oj_sample_logits(lg, V, cfg, hist, n + len, oj_sample_uniform(cfg->seed, seq, step));
         if (tok < 0) {
             st = oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold NaN at step %lld", (long long)step);
             break;

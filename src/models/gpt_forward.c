@@ -133,6 +133,7 @@ oj_tensor *oj__gpt_merge_heads(oj_tensor *y) { return merge_heads(y); }
 /* Attention of q [B, H, T, D] over k, v [B, Hkv, T, D] and, with a cache,
  * the cached positions (k, v appended to layer l's cache first). */
 oj_tensor *oj__gpt_attend_cached(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *k, oj_tensor *v) {
+    if (c && c->paged) return q && k && v ? oj__gpt_attend_paged(c, l, q, k, v) : NULL;
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
     if (q && k && v && (c == NULL || cache_append(c, l, k, v, NULL, &ka, &va)))
         y = attend(c, q, ka ? ka : k, va ? va : v);
@@ -150,7 +151,7 @@ static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h
     oj_tensor *q = qkv3[0], *k = qkv3[1], *v = qkv3[2];
     oj_tensor *qh = split_heads(q, H, D), *kh = split_heads(k, H, D), *vh = split_heads(v, H, D);
     oj_tensor *kv = NULL; /* the static step: k and v side by side, [2, B, H, T, D] */
-    if (cache && cache->dev && qkv) {
+    if (cache && cache->dev && !cache->paged && qkv) {
         int64_t s5[5] = {oj_size(qkv, 0), oj_size(qkv, 1), 2, H, D};
         const int p5[5] = {2, 0, 3, 1, 4};
         oj_tensor *n = oj_narrow(qkv, 2, C, 2 * C);
@@ -160,8 +161,10 @@ static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h
         oj_release(n);
     }
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
-    bool kv_ok = cache == NULL || cache->dev == NULL || kv != NULL;
-    if (kv_ok && (cache == NULL || cache_append(cache, l, kh, vh, kv, &ka, &va)))
+    bool kv_ok = cache == NULL || cache->dev == NULL || cache->paged || kv != NULL;
+    if (cache && cache->paged)
+        y = qh && kh && vh ? oj__gpt_attend_paged(cache, l, qh, kh, vh) : NULL;
+    else if (kv_ok && (cache == NULL || cache_append(cache, l, kh, vh, kv, &ka, &va)))
         y = attend(cache, qh, ka ? ka : kh, va ? va : vh);
     oj_tensor *ym = merge_heads(y);
     oj_tensor *out = conv1d_hf(ym, b->attn_proj_w, b->attn_proj_b);
@@ -405,6 +408,10 @@ static oj_tensor *gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     oj_scope_end(eng);
     if (xf && cache && !dev) cache->len += T;
     return xf;
+}
+
+oj_tensor *oj__gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
+    return gpt_hidden(m, idx, cache);
 }
 
 oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {

@@ -89,6 +89,24 @@ typedef struct oj_gpt_dev_pos {
     oj_tensor *mask; /* bool [1, 1, 1, capacity]: the slots written so far, attended to */
 } oj_gpt_dev_pos;
 
+/* A packed batch of sequences over a paged KV pool (gpt_paged.c):
+ * sequence i's new tokens are rows start[i]..start[i+1] of the packed
+ * [1, N] input, at positions past[i].., their keys and values stored in
+ * pool blocks blocks[i][p / block_size], slot p % block_size. */
+typedef struct oj_gpt_paged {
+    const oj_kv_pool *pool;
+    int64_t n_seq;
+    const int64_t *start;
+    const int64_t *past;
+    const int32_t *const *blocks;
+} oj_gpt_paged;
+
+struct oj_kv_pool {
+    oj_gpt *m;
+    int64_t n_blocks, block_size, n_layer;
+    oj_tensor **k, **v; /* per layer [n_blocks, Hkv, block_size, D] */
+};
+
 struct oj_kv_cache {
     oj_gpt *m;
     int64_t batch, capacity, len;
@@ -96,7 +114,18 @@ struct oj_kv_cache {
     oj_tensor **kv;     /* per layer [2, batch, Hkv, capacity, D]: keys, values */
     oj_tensor **k, **v; /* per layer [batch, Hkv, capacity, D]: views of kv[l] */
     const oj_gpt_dev_pos *dev; /* set during oj__gpt_run_static only */
+    const oj_gpt_paged *paged; /* set during oj_gpt_forward_paged only (dev->pos then
+                                * holds the packed tokens' positions) */
 };
+
+/* The paged attention of layer l (gpt_paged.c): writes k, v [1, Hkv, N, D]
+ * of the packed tokens into their blocks, then attends each sequence's
+ * queries of q [1, H, N, D] to its cached and new positions (causal).
+ * [1, H, N, D]. */
+oj_tensor *oj__gpt_attend_paged(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *k, oj_tensor *v);
+/* The final hidden states [B, T, C] (after the last norm) of idx
+ * (gpt_forward.c). */
+oj_tensor *oj__gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
 
 /* Run the blocks and the head on x = embeddings [B, T, C] at positions
  * pos..pos+T-1; cache may be NULL (training / full recompute). */

@@ -56,6 +56,7 @@ const oj_backend oj_cpu_backend = {
     .nll_loss_forward = oj_cpu_nll_loss_forward,
     .nll_loss_backward = oj_cpu_nll_loss_backward,
     .attention_forward = oj_cpu_attention_forward,
+    .attention_paged_forward = oj_cpu_attention_paged_forward,
     .attention_backward = oj_cpu_attention_backward,
     .rotary_embedding = oj_cpu_rotary_embedding,
     .rotary_embedding_at = oj_cpu_rotary_embedding_at,

@@ -93,6 +93,11 @@ oj_status oj_cpu_nll_loss_backward(oj_engine *eng, oj_tensor *dlogp, const oj_te
 oj_status oj_cpu_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
                                    const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
                                    const oj_tensor *mask, bool is_causal, double scale);
+/* attention_paged_forward (backend.h): f32 only (OJ_ERR_UNSUPPORTED for
+ * other dtypes, nothing written). */
+oj_status oj_cpu_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                         const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                         const int32_t *blocks, int64_t S, double scale);
 oj_status oj_cpu_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *dk, oj_tensor *dv,
                                     const oj_tensor *dout, const oj_tensor *q, const oj_tensor *k,
                                     const oj_tensor *v, const oj_tensor *out,

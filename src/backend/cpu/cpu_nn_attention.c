@@ -192,6 +192,20 @@ oj_status oj_cpu_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *ls
     return OJ_OK;
 }
 
+oj_status oj_cpu_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                         const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                         const int32_t *blocks, int64_t S, double scale) {
+    if (q->dtype != OJ_F32 || k_pool->dtype != OJ_F32 || v_pool->dtype != OJ_F32 ||
+        out->dtype != OJ_F32)
+        return OJ_ERR_UNSUPPORTED; /* the op gathers the blocks instead */
+    attn_geom g;
+    oj_attn_geom_init(&g, q, k_pool, v_pool, NULL, true, scale);
+    g.S = S;
+    g.blocks = blocks;
+    g.block_size = k_pool->shape[2];
+    return oj__cpu_attention_forward_f32(eng, out, NULL, &g);
+}
+
 /* ---------------------------------------------------------------- backward */
 
 typedef struct {

@@ -17,6 +17,11 @@ typedef struct {
     const oj_tensor *q, *k, *v, *mask;
     bool causal;
     double scale;
+    /* paged keys and values (attention_paged_forward; B = 1): k and v are
+     * pools [NB, Hkv, BS, D], key j at row j % BS of block blocks[j / BS];
+     * NULL otherwise */
+    const int32_t *blocks;
+    int64_t block_size;
 } oj_attn_geom;
 
 static inline void oj_attn_geom_init(oj_attn_geom *g, const oj_tensor *q, const oj_tensor *k,
@@ -36,6 +41,8 @@ static inline void oj_attn_geom_init(oj_attn_geom *g, const oj_tensor *q, const 
     g->mask = mask;
     g->causal = causal;
     g->scale = scale;
+    g->blocks = NULL;
+    g->block_size = 0;
 }
 
 /* Number of keys that some query of [i0, i0 + nq) may see (causal bound). */

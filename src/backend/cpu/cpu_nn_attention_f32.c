@@ -71,6 +71,24 @@ static void head_transpose(const oj_simd *sd, const oj_tensor *t, int64_t b, int
     }
 }
 
+/* Paged keys or values (g->blocks): mt [cols, n] = the transpose of keys
+ * 0..n of kv head h of pool t [NB, Hkv, BS, cols] (contiguous), read
+ * block by block in place; or, with rows set, the keys as rows [n, cols]
+ * into rows. */
+static void paged_gather(const oj_simd *sd, const oj_attn_geom *g, const oj_tensor *t, int64_t h,
+                         int64_t n, float *mt, float *rows) {
+    const int64_t BS = g->block_size, cols = t->shape[3];
+    const float *base = (const float *)oj__nn_base(t);
+    for (int64_t j0 = 0; j0 < n; j0 += BS) {
+        int64_t nr = n - j0 < BS ? n - j0 : BS;
+        const float *p = base + g->blocks[j0 / BS] * t->stride[0] + h * t->stride[1];
+        if (rows)
+            memcpy(rows + j0 * cols, p, (size_t)(nr * cols) * sizeof(float));
+        else
+            sd->transpose(mt + j0, n, p, cols, nr, cols);
+    }
+}
+
 /* Rows [r0, r0 + nr) of head (b, h) of the f32 tensor t (any strides) =
  * src [nr, cols]. */
 static void store_rows_f32(const oj_tensor *t, int64_t b, int64_t h, int64_t r0, int64_t nr,
@@ -155,8 +173,15 @@ static void fwd_chunk(void *vctx, int64_t begin, int64_t end, int tid) {
     for (int64_t bh = begin; bh < end; bh++) {
         int64_t b = bh / g->H, h = bh % g->H, hk = h / g->group;
         int64_t kend_all = oj_attn_keys_visible(g, 0, g->T);
-        head_transpose(sd, g->k, b, hk, kend_all, kt);
-        rows_f32 vr = head_rows(g->v, b, hk, kend_all, vbuf);
+        rows_f32 vr;
+        if (g->blocks) { /* the blocks read in place, into the same kt and rows */
+            paged_gather(sd, g, g->k, hk, kend_all, kt, NULL);
+            paged_gather(sd, g, g->v, hk, kend_all, NULL, vbuf);
+            vr = (rows_f32){vbuf, g->Dv};
+        } else {
+            head_transpose(sd, g->k, b, hk, kend_all, kt);
+            vr = head_rows(g->v, b, hk, kend_all, vbuf);
+        }
         int64_t ldk = kend_all; /* kt row stride */
         for (int64_t i0 = 0; i0 < g->T; i0 += TQ) {
             int64_t nq = g->T - i0 < TQ ? g->T - i0 : TQ;
@@ -233,7 +258,7 @@ static oj_status reserve(oj_engine *eng, int64_t floats) {
 
 oj_status oj__cpu_attention_forward_f32(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
                                         const oj_attn_geom *g) {
-    fwd_ctx cx = {g, eng, oj_simd_of(eng), out, lse, unit_rows(g->v)};
+    fwd_ctx cx = {g, eng, oj_simd_of(eng), out, lse, g->blocks == NULL && unit_rows(g->v)};
     oj_status st = reserve(eng, fwd_floats(g, cx.v_direct));
     if (st != OJ_OK) return st;
     oj_cpu_parallel_for(eng, g->B * g->H, 1, fwd_chunk, &cx);

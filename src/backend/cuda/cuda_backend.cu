@@ -55,6 +55,11 @@ oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tenso
                                     const oj_tensor *wpe, const oj_tensor *tok,
                                     const oj_tensor *pos, oj_tensor *mask);
 
+/* cuda_attention_paged.cu: attention over a paged KV cache (backend.h) */
+oj_status oj_cuda_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                          const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                          const int32_t *blocks, int64_t S, double scale);
+
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
     b.name = "cuda";
@@ -107,6 +112,7 @@ static oj_backend make_cuda_backend() {
     b.nll_loss_forward = oj_cuda_nll_loss_forward;
     b.nll_loss_backward = oj_cuda_nll_loss_backward;
     b.attention_forward = oj_cuda_attention_forward;
+    b.attention_paged_forward = oj_cuda_attention_paged_forward; /* cuda_attention_paged.cu */
     b.attention_backward = oj_cuda_attention_backward;
     b.rotary_embedding = oj_cuda_rotary_embedding;
     b.rotary_embedding_at = oj_cuda_rotary_embedding_at;

@@ -1,0 +1,336 @@
+/* ojas serve: an OpenAI-compatible HTTP server over the continuous-batching
+ * scheduler (serve.h), on libmicrohttpd. docs/serve.md describes it.
+ *
+ * Threads: libmicrohttpd runs one thread per connection (bounded by
+ * --max-connections); a handler parses and tokenizes its request, submits
+ * it to the scheduler under the server's mutex and waits on a condition
+ * variable for its tokens, polling its socket so that a client that goes
+ * away cancels its request (its KV blocks are freed at once). One
+ * scheduler thread runs oj_sched_step while any request is queued or
+ * running; the token events it calls append to the requests' buffers. The
+ * main thread waits for SIGTERM or SIGINT, then stops accepting, lets
+ * in-flight requests finish for --shutdown-grace seconds, cancels the rest
+ * and exits 0. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ojas/train.h"
+#include "serve_http.h"
+
+static const char *k_help =
+    "usage: ojas serve (--model DIR|CHECKPOINT | --weights FILE --model PRESET) [options]\n"
+    "Serve a model over HTTP with OpenAI's API: POST /v1/completions,\n"
+    "POST /v1/chat/completions (stream: true for server-sent events), GET /v1/models,\n"
+    "GET /health, GET /metrics (Prometheus text). Requests are decoded together\n"
+    "(continuous batching over a paged KV cache). SIGTERM or SIGINT stops it gracefully.\n"
+    "  -m, --model DIR|PRESET     a Hugging Face model directory (gpt2 or llama family),\n"
+    "                             a checkpoint (run) directory of 'ojas train', or the\n"
+    "                             preset of --weights\n"
+    "      --weights FILE         a safetensors file of preset --model\n"
+    "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
+    "                             checkpoint's run's tokenizer_dir)\n"
+    "      --host ADDR            IPv4 address to listen on (default 127.0.0.1)\n"
+    "      --port N               TCP port (default 8080; 0: any free port, printed)\n"
+    "  -d, --device D             cpu (cuda is refused until it has run on a GPU)\n"
+    "  -j, --threads N            CPU threads of the engine (default 0: all usable)\n"
+    "      --max-batch N          requests decoded together at most (default 8)\n"
+    "      --budget-bytes N       the engine's memory budget (suffix K, M, G, T)\n"
+    "      --kv-bytes N           bytes of the paged KV pool (default 64M)\n"
+    "      --block-size N         positions per KV block (default 16)\n"
+    "      --max-queue N          requests waiting at most; beyond: HTTP 429 (default 256)\n"
+    "      --max-body N           request body bytes at most; beyond: HTTP 400 (default 1M)\n"
+    "      --max-connections N    open connections at most (default 256)\n"
+    "      --timeout S            seconds a request may take; then HTTP 504 (default 600)\n"
+    "      --shutdown-grace S     seconds in-flight requests get after SIGTERM (default 10)\n"
+    "      --model-name NAME      the id /v1/models reports (default: the --model argument)\n"
+    "  -h, --help                 this help\n";
+
+static void *sched_thread(void *arg) {
+    server *sv = arg;
+    pthread_mutex_lock(&sv->mu);
+    while (!sv->stop_sched) {
+        if (!oj_sched_busy(sv->s)) {
+            pthread_cond_wait(&sv->work, &sv->mu);
+            continue;
+        }
+        if (oj_sched_step(sv->s) != OJ_OK)
+            fprintf(stderr, "ojas: serve: %s\n", oj_sched_error(sv->s));
+        pthread_cond_broadcast(&sv->progress);
+        /* let waiting handlers take the mutex between steps */
+        pthread_mutex_unlock(&sv->mu);
+        sched_yield();
+        pthread_mutex_lock(&sv->mu);
+    }
+    pthread_mutex_unlock(&sv->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ setup */
+
+/* The chat template of the tokenizer directory dir (its
+ * tokenizer_config.json), or OJ_CHAT_NONE with the reason in sv->chat_err;
+ * its end-of-turn token in sv->chat_stop. */
+static void load_chat_template(server *sv, const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    size_t len = 0;
+    char *text = access(path, R_OK) == 0 ? cli_read_all(path, &len) : NULL;
+    if (oj_chat_template_detect(text, len, &sv->chat, sv->chat_err, sizeof sv->chat_err) != OJ_OK)
+        sv->chat = OJ_CHAT_NONE;
+    free(text);
+    sv->chat_stop = -1;
+    if (sv->chat == OJ_CHAT_CHATML || sv->chat == OJ_CHAT_QWEN25)
+        sv->chat_stop = oj_tokenizer_special_id(sv->tok, "<|im_end|>");
+    else if (sv->chat != OJ_CHAT_NONE)
+        sv->chat_stop = oj_tokenizer_special_id(sv->tok, "<|eot_id|>");
+}
+
+enum { OPT_WEIGHTS = 256, OPT_VOCAB, OPT_HOST, OPT_PORT, OPT_MAX_BATCH, OPT_BUDGET, OPT_KV_BYTES, OPT_BLOCK,
+       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME };
+
+static const struct option k_long[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"model", required_argument, NULL, 'm'},
+    {"weights", required_argument, NULL, OPT_WEIGHTS},
+    {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"host", required_argument, NULL, OPT_HOST},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"device", required_argument, NULL, 'd'},
+    {"threads", required_argument, NULL, 'j'},
+    {"max-batch", required_argument, NULL, OPT_MAX_BATCH},
+    {"budget-bytes", required_argument, NULL, OPT_BUDGET},
+    {"kv-bytes", required_argument, NULL, OPT_KV_BYTES},
+    {"block-size", required_argument, NULL, OPT_BLOCK},
+    {"max-queue", required_argument, NULL, OPT_QUEUE},
+    {"max-body", required_argument, NULL, OPT_BODY},
+    {"max-connections", required_argument, NULL, OPT_CONNS},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"shutdown-grace", required_argument, NULL, OPT_GRACE},
+    {"model-name", required_argument, NULL, OPT_NAME},
+    {NULL, 0, NULL, 0},
+};
+
+/* Load the model named by the options into sv (engine, model, tokenizer).
+ * CLI_OK, or an error printed and its code. */
+static int load_model(server *sv, const char *model, const char *weights, const char *vocab,
+                      const oj_engine_config *ec) {
+    oj_error e = {0};
+    oj_train_config run = oj_train_config_default();
+    char dir[4200], ckpt[4096] = "";
+    oj_gpt_config cfg;
+    bool hf = false;
+    if (weights) {
+        if (!oj_gpt_preset(model, &cfg)) {
+            char names[512];
+            return cli_error(CLI_USAGE, "serve: unknown model preset '%s' (presets: %s)", model,
+                             oj_gpt_preset_list(names, sizeof names));
+        }
+    } else {
+        if (access(model, F_OK) != 0)
+            return cli_error(CLI_FAIL, "serve: model '%s' does not exist", model);
+        snprintf(dir, sizeof dir, "%s/config.json", model);
+        hf = access(dir, F_OK) == 0;
+        if (!hf) {
+            int skipped = 0;
+            oj_error why = {0};
+            if (oj_checkpoint_find(model, ckpt, sizeof ckpt, &skipped, &why, &e) != OJ_OK ||
+                oj_train_config_from_checkpoint(ckpt, &run, &e) != OJ_OK)
+                return cli_error(CLI_FAIL, "serve: '%s' is neither a model directory (no "
+                                           "config.json) nor a checkpoint: %s", model, e.message);
+            if (vocab == NULL && run.tokenizer_dir[0]) vocab = run.tokenizer_dir;
+        } else if (vocab == NULL) {
+            vocab = model;
+        }
+    }
+    if (vocab == NULL)
+        return cli_error(CLI_USAGE, "serve: --vocab DIR is required (the tokenizer)");
+    if (oj_tokenizer_load(vocab, &sv->tok, &e) != OJ_OK)
+        return cli_error(CLI_FAIL, "serve: %s", e.message);
+    load_chat_template(sv, vocab);
+    if (oj_engine_create(ec, &sv->eng, &e) != OJ_OK)
+        return cli_error(CLI_FAIL, "serve: %s", e.message);
+    if (hf) {
+        if (oj_gpt_load_dir(sv->eng, model, &sv->m, &e) != OJ_OK)
+            return cli_error(CLI_FAIL, "serve: %s", e.message);
+    } else if (weights) {
+        if (oj_gpt_create(sv->eng, &cfg, 0, &sv->m) != OJ_OK ||
+            oj_gpt_load_safetensors(sv->m, weights, &e) != OJ_OK)
+            return cli_error(CLI_FAIL, "serve: %s", e.status ? e.message : oj_last_error(sv->eng));
+    } else {
+        if (oj_train_model_config(&run, run.tokenizer_dir[0] ? oj_tokenizer_vocab_size(sv->tok) : 0,
+                                  &cfg, &e) != OJ_OK)
+            return cli_error(CLI_FAIL, "serve: %s", e.message);
+        if (oj_gpt_create(sv->eng, &cfg, 0, &sv->m) != OJ_OK)
+            return cli_error(CLI_FAIL, "serve: %s", oj_last_error(sv->eng));
+        oj_named_tensors sd = oj_gpt_state_dict(sv->m);
+        oj_checkpoint_info info = {0};
+        oj_status st = oj_checkpoint_load(ckpt, &sd, NULL, &info, &e);
+        free(info.state_json);
+        if (st != OJ_OK) return cli_error(CLI_FAIL, "serve: %s", e.message);
+    }
+    const oj_gpt_config *mc = oj_gpt_get_config(sv->m);
+    if (mc->family == OJ_NANOLAB)
+        return cli_error(CLI_FAIL, "serve: the nanolab family is not served (its value residual "
+                                   "and sliding window are not paged); use 'ojas generate', or a "
+                                   "gpt2 or llama-family model");
+    if (oj_tokenizer_vocab_size(sv->tok) > mc->vocab_size)
+        return cli_error(CLI_FAIL, "serve: the tokenizer has %d tokens, more than the model's "
+                                   "vocabulary of %lld", oj_tokenizer_vocab_size(sv->tok),
+                         (long long)mc->vocab_size);
+    sv->ctx = mc->block_size;
+    return CLI_OK;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *weights = NULL, *vocab = NULL, *host = "127.0.0.1", *device = "cpu";
+    const char *name = NULL;
+    int64_t port = 8080, threads = 0, budget = 0, conns = 256;
+    double grace = 10.0;
+    oj_sched_config sc = oj_sched_config_default();
+    server sv = {0};
+    sv.max_body = 1 << 20;
+    sv.timeout_s = 600.0;
+    int c;
+    cli_getopt_state gs = {.cmd = "serve", .shortopts = "hm:d:j:", .longopts = k_long};
+    while ((c = cli_getopt(&gs, argc, argv)) != -1) {
+        const char *v = optarg;
+        bool ok = true;
+        switch (c) {
+        case 'h': fputs(k_help, stdout); return CLI_OK;
+        case 'm': model = v; break;
+        case OPT_WEIGHTS: weights = v; break;
+        case OPT_VOCAB: vocab = v; break;
+        case OPT_HOST: host = v; break;
+        case OPT_NAME: name = v; break;
+        case 'd': device = v; break;
+        case OPT_PORT: ok = cli_parse_i64("serve: --port", v, 0, 65535, &port); break;
+        case 'j': ok = cli_parse_i64("serve: --threads", v, 0, 4096, &threads); break;
+        case OPT_MAX_BATCH: ok = cli_parse_i64("serve: --max-batch", v, 1, 4096, &sc.max_batch); break;
+        case OPT_BUDGET: ok = cli_parse_bytes("serve: --budget-bytes", v, &budget); break;
+        case OPT_KV_BYTES: ok = cli_parse_bytes("serve: --kv-bytes", v, &sc.kv_bytes); break;
+        case OPT_BLOCK: ok = cli_parse_i64("serve: --block-size", v, 1, 1 << 16, &sc.block_size); break;
+        case OPT_QUEUE: ok = cli_parse_i64("serve: --max-queue", v, 0, 1 << 20, &sc.max_queue); break;
+        case OPT_BODY: ok = cli_parse_bytes("serve: --max-body", v, &sv.max_body); break;
+        case OPT_CONNS: ok = cli_parse_i64("serve: --max-connections", v, 1, 65536, &conns); break;
+        case OPT_TIMEOUT:
+            ok = cli_parse_double("serve: --timeout", v, &sv.timeout_s) && sv.timeout_s > 0;
+            if (!ok) cli_error(CLI_USAGE, "serve: --timeout must be > 0 seconds");
+            break;
+        case OPT_GRACE:
+            ok = cli_parse_double("serve: --shutdown-grace", v, &grace) && grace >= 0;
+            if (!ok) cli_error(CLI_USAGE, "serve: --shutdown-grace must be >= 0 seconds");
+            break;
+        default: return CLI_USAGE;
+        }
+        if (!ok) return CLI_USAGE;
+    }
+    if (optind < argc) return cli_unexpected("serve", argv[optind]);
+    if (model == NULL)
+        return cli_error(CLI_USAGE, "serve: --model DIR|CHECKPOINT (or --weights FILE --model "
+                                    "PRESET) is required");
+    oj_engine_config ec = oj_engine_config_default();
+    if (!oj_device_parse(device, &ec.device))
+        return cli_error(CLI_USAGE, "serve: --device must be cpu, cuda or cuda:N, got '%s'", device);
+    if (ec.device.type != OJ_DEVICE_CPU)
+        return cli_error(CLI_FAIL, "serve: --device %s: serving on cuda is not enabled yet (its "
+                                   "paged KV attention kernel is compile-checked only, not run on "
+                                   "a GPU); serve on the cpu", device);
+    /* EXACT: a request's tokens do not depend on what else is in the batch */
+    ec.numerics = OJ_NUMERICS_EXACT;
+    ec.threads = (int)threads;
+    if (budget > 0) ec.budget_bytes = budget;
+    if (sc.max_step_tokens < sc.max_batch) sc.max_step_tokens = sc.max_batch;
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
+        return cli_error(CLI_USAGE, "serve: --host must be an IPv4 address, got '%s'", host);
+
+    int rc = load_model(&sv, model, weights, vocab, &ec);
+    if (rc == CLI_OK && oj_sched_create(sv.m, &sc, &sv.s) != OJ_OK)
+        rc = cli_error(CLI_FAIL, "serve: the KV pool: %s", oj_last_error(sv.eng));
+    if (rc != CLI_OK) {
+        oj_gpt_free(sv.m);
+        oj_engine_free(sv.eng);
+        oj_tokenizer_free(sv.tok);
+        return rc;
+    }
+    snprintf(sv.model_id, sizeof sv.model_id, "%s", name ? name : model);
+    pthread_mutex_init(&sv.mu, NULL);
+    pthread_cond_init(&sv.work, NULL);
+    pthread_cond_init(&sv.progress, NULL);
+
+    /* signals: every thread made from here on blocks them; main waits */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    pthread_t th;
+    pthread_create(&th, NULL, sched_thread, &sv);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, serve_on_request, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)conns, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(sv.timeout_s + 60), MHD_OPTION_NOTIFY_COMPLETED, serve_on_completed, &sv,
+        MHD_OPTION_END);
+    if (d == NULL) {
+        rc = cli_error(CLI_FAIL, "serve: cannot listen on %s:%lld (%s)", host, (long long)port,
+                       strerror(errno));
+    } else {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        oj_sched_stats st = oj_sched_get_stats(sv.s);
+        fprintf(stderr,
+                "ojas: serve: %s (%s, context %lld) on http://%s:%u (max batch %lld, %lld KV "
+                "blocks of %lld positions, chat template %s)\n",
+                sv.model_id, oj_gpt_family_name(oj_gpt_get_config(sv.m)->family),
+                (long long)sv.ctx, host, di ? di->port : (unsigned)port, (long long)sc.max_batch,
+                (long long)st.blocks_total, (long long)st.block_size,
+                oj_chat_template_name(sv.chat));
+        int sig = 0;
+        do sigwait(&sigs, &sig);
+        while (sig == SIGPIPE);
+        fprintf(stderr, "ojas: serve: %s: finishing in-flight requests (up to %g s)\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT", grace);
+        MHD_socket ls = MHD_quiesce_daemon(d);
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+        double until = serve_now() + grace;
+        pthread_mutex_lock(&sv.mu);
+        /* until every request is answered in full (stopping the daemon
+         * closes the connections) */
+        while ((oj_sched_busy(sv.s) || sv.active > 0) && serve_now() < until) {
+            pthread_mutex_unlock(&sv.mu);
+            usleep(20 * 1000);
+            pthread_mutex_lock(&sv.mu);
+        }
+        sv.stopping = true; /* handlers still waiting cancel and answer 503 */
+        pthread_cond_broadcast(&sv.progress);
+        pthread_mutex_unlock(&sv.mu);
+        MHD_stop_daemon(d);
+        fprintf(stderr, "ojas: serve: stopped\n");
+    }
+    pthread_mutex_lock(&sv.mu);
+    sv.stop_sched = true;
+    pthread_cond_signal(&sv.work);
+    pthread_mutex_unlock(&sv.mu);
+    pthread_join(th, NULL);
+    oj_sched_free(sv.s);
+    oj_gpt_free(sv.m);
+    oj_engine_free(sv.eng);
+    oj_tokenizer_free(sv.tok);
+    pthread_cond_destroy(&sv.progress);
+    pthread_cond_destroy(&sv.work);
+    pthread_mutex_destroy(&sv.mu);
+    return rc;
+}

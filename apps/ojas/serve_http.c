@@ -1,0 +1,765 @@
+/* The HTTP side of `ojas serve`: request bodies to scheduler requests, their
+ * tokens to OpenAI responses (whole, or streamed as server-sent events),
+ * the other endpoints and the counters of /metrics. Threads: each handler
+ * runs on its connection's thread (libmicrohttpd's thread per
+ * connection); everything shared is under the server's mutex. */
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "core/utf8.h"
+#include "serve_http.h"
+
+/* ------------------------------------------------------------ metrics */
+
+static const char *k_ep_names[EP_N] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
+                                       "/health", "/metrics", "other"};
+static const int k_codes[SERVE_N_CODES] = {200, 400, 404, 405, 429, 500, 503, 504};
+#define N_CODES SERVE_N_CODES
+static const double k_buckets[SERVE_N_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                  1,     2.5,  5,     10,   30,  60};
+#define N_BUCKETS SERVE_N_BUCKETS
+
+typedef serve_histogram histogram;
+
+static void observe(histogram *h, double v) {
+    int i = 0;
+    while (i < N_BUCKETS && v > k_buckets[i]) i++;
+    h->counts[i]++;
+    h->sum += v;
+    h->n++;
+}
+
+/* ------------------------------------------------------------ text */
+
+double serve_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static bool sb_add(sbuf *b, const char *s, size_t k) {
+    if (b->n + k + 1 > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 1024;
+        while (c < b->n + k + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (q == NULL) return false;
+        b->p = q;
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+    b->p[b->n] = '\0';
+    return true;
+}
+
+static bool sb_printf(sbuf *b, const char *fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    return k >= 0 && sb_add(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+/* The longest prefix of s[0..n) that does not end inside a UTF-8
+ * sequence (a token may carry part of a character). */
+static size_t utf8_whole(const char *s, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
+    if (i == 0) return n;
+    unsigned char c = (unsigned char)s[i - 1];
+    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return need > back + 1 ? i - 1 : n;
+}
+
+/* Bytes of the maximal subpart of an ill-formed UTF-8 sequence at s[0..n)
+ * (Unicode 15, section 3.9, U+FFFD substitution of maximal subparts):
+ * the lead byte and the continuation bytes that could still have begun a
+ * valid sequence. */
+static size_t bad_len(const uint8_t *s, size_t n) {
+    uint8_t c = s[0], lo = 0x80, hi = 0xBF;
+    size_t need;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 1;
+    }
+    size_t k = 1;
+    if (k < n && s[k] >= lo && s[k] <= hi) {
+        k++;
+        while (k < need && k < n && (s[k] & 0xC0) == 0x80) k++;
+    }
+    return k;
+}
+
+/* s[0..n) as a JSON string, each maximal subpart of ill-formed UTF-8 as
+ * U+FFFD (what a lossy decoder such as Python's errors="replace" gives). */
+static json_t *json_text(const char *s, size_t n) {
+    sbuf b = {0};
+    const uint8_t *u = (const uint8_t *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int k = oj__utf8_decode(u + i, n - i, &cp);
+        if (k > 0) {
+            sb_add(&b, s + i, (size_t)k);
+            i += (size_t)k;
+        } else {
+            sb_add(&b, "\xEF\xBF\xBD", 3);
+            i += bad_len(u + i, n - i);
+        }
+    }
+    json_t *j = json_stringn(b.p ? b.p : "", b.n);
+    free(b.p);
+    return j;
+}
+/* ------------------------------------------------------------ a generation */
+
+typedef struct choice {
+    int64_t id;      /* the scheduler's, 0 once ended */
+    int32_t *toks;
+    double *lps;
+    int64_t len, cap;
+    sbuf text;       /* decoded bytes, cut at a stop string */
+    size_t sent;     /* bytes streamed */
+    int64_t toks_sent;
+    oj_finish fin;
+    bool done, stop_hit;
+    double t_last;
+} choice;
+
+typedef struct gen {
+    server *sv;
+    oj_serve_request req;
+    int ep;
+    int64_t n_prompt;
+    int n;
+    choice ch[16];
+    double t0;
+    bool first_seen;
+    int fd;            /* the client's socket, polled for hang-up */
+    char id[48];
+    long created;
+    /* streaming */
+    sbuf out;
+    size_t out_pos;
+    int phase; /* 0 tokens, 1 [DONE] queued, 2 finished */
+    double last_write;
+} gen;
+
+static size_t max_stop_len(const oj_serve_request *r) {
+    size_t m = 0;
+    for (int i = 0; i < r->n_stop; i++)
+        if (strlen(r->stop[i]) > m) m = strlen(r->stop[i]);
+    return m;
+}
+
+/* The scheduler's events (its thread, the mutex held). */
+static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    gen *g = ctx;
+    server *sv = g->sv;
+    choice *c = NULL;
+    for (int i = 0; i < g->n; i++)
+        if (g->ch[i].id == id) c = &g->ch[i];
+    if (c == NULL) return false;
+    double t = serve_now();
+    if (token < 0) {
+        c->fin = why;
+        c->done = true;
+        c->id = 0;
+        if (why == OJ_FINISH_TIMEOUT) sv->timeouts++;
+        pthread_cond_broadcast(&sv->progress);
+        return false;
+    }
+    if (!g->first_seen) {
+        g->first_seen = true;
+        observe(&sv->ttft, t - g->t0);
+    } else if (c->t_last > 0) {
+        observe(&sv->itl, t - c->t_last);
+    }
+    c->t_last = t;
+    if (c->len == c->cap) {
+        int64_t nc = c->cap ? c->cap * 2 : 64;
+        int32_t *nt = realloc(c->toks, (size_t)nc * sizeof *nt);
+        if (nt) c->toks = nt;
+        double *nl = realloc(c->lps, (size_t)nc * sizeof *nl);
+        if (nl) c->lps = nl;
+        if (nt == NULL || nl == NULL) return false;
+        c->cap = nc;
+    }
+    c->toks[c->len] = token;
+    c->lps[c->len] = lp;
+    c->len++;
+    char *piece = NULL;
+    size_t plen = 0;
+    oj_error e = {0};
+    if (oj_tokenizer_decode(sv->tok, &token, 1, OJ_DECODE_BYTES, &piece, &plen, &e) == OJ_OK)
+        sb_add(&c->text, piece, plen);
+    free(piece);
+    bool more = true;
+    size_t ms = max_stop_len(&g->req);
+    if (ms > 0 && c->text.p) {
+        size_t from = c->text.n > plen + ms ? c->text.n - plen - ms : 0;
+        for (int i = 0; i < g->req.n_stop; i++) {
+            char *hit = strstr(c->text.p + from, g->req.stop[i]);
+            if (hit) {
+                c->text.n = (size_t)(hit - c->text.p);
+                c->text.p[c->text.n] = '\0';
+                c->stop_hit = true;
+                more = false;
+                break;
+            }
+        }
+    }
+    pthread_cond_broadcast(&sv->progress);
+    return more;
+}
+
+static bool all_done(const gen *g) {
+    for (int i = 0; i < g->n; i++)
+        if (!g->ch[i].done) return false;
+    return true;
+}
+
+/* Whether the client has closed its side. */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Cancel every unfinished choice (the mutex held). */
+static void cancel_all(gen *g) {
+    for (int i = 0; i < g->n; i++)
+        if (!g->ch[i].done && g->ch[i].id > 0) {
+            oj_sched_cancel(g->sv->s, g->ch[i].id);
+            g->ch[i].id = 0;
+            g->ch[i].done = true;
+            g->ch[i].fin = OJ_FINISH_STOP;
+        }
+}
+
+static void gen_free(gen *g) {
+    if (g == NULL) return;
+    for (int i = 0; i < g->n; i++) {
+        free(g->ch[i].toks);
+        free(g->ch[i].lps);
+        free(g->ch[i].text.p);
+    }
+    free(g->out.p);
+    oj_serve_request_free(&g->req);
+    free(g);
+}
+
+/* ------------------------------------------------------------ responses */
+
+typedef struct conn {
+    int ep;
+    sbuf body;
+    bool too_big;
+    int code; /* the status sent, for the metrics */
+} conn;
+
+static enum MHD_Result send_text(struct MHD_Connection *mc, conn *cn, int code, const char *type,
+                                 const char *text) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (r == NULL) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ok = MHD_queue_response(mc, (unsigned)code, r);
+    MHD_destroy_response(r);
+    if (cn) cn->code = code;
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *mc, conn *cn, int code, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    enum MHD_Result ok = send_text(mc, cn, s ? code : 500, "application/json",
+                                   s ? s : "{\"error\":{\"message\":\"out of memory\"}}");
+    free(s);
+    return ok;
+}
+
+/* OpenAI's error object. */
+static enum MHD_Result send_error(struct MHD_Connection *mc, conn *cn, int code, const char *fmt,
+                                  ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *type = code == 400 || code == 404 || code == 405 ? "invalid_request_error"
+                       : code == 429                               ? "rate_limit_error"
+                       : code == 504                               ? "timeout_error"
+                                                                   : "server_error";
+    json_t *e = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type", type, "param",
+                          "code");
+    return send_json(mc, cn, code, e);
+}
+
+static const char *finish_name(const choice *c) {
+    return c->fin == OJ_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* The logprobs of tokens [from, to) of a choice in the endpoint's format. */
+static json_t *logprobs_json(const gen *g, const choice *c, int64_t from, int64_t to) {
+    json_t *toks = json_array(), *lps = json_array();
+    for (int64_t i = from; i < to; i++) {
+        char *p = NULL;
+        size_t n = 0;
+        oj_error e = {0};
+        oj_tokenizer_decode(g->sv->tok, &c->toks[i], 1, OJ_DECODE_BYTES, &p, &n, &e);
+        if (g->req.chat) {
+            json_t *b = json_array();
+            for (size_t k = 0; k < n; k++) json_array_append_new(b, json_integer((unsigned char)p[k]));
+            json_array_append_new(toks, json_pack("{s:o,s:f,s:o,s:[]}", "token", json_text(p ? p : "", n),
+                                                  "logprob", c->lps[i], "bytes", b, "top_logprobs"));
+        } else {
+            json_array_append_new(toks, json_text(p ? p : "", n));
+            json_array_append_new(lps, json_real(c->lps[i]));
+        }
+        free(p);
+    }
+    if (g->req.chat) {
+        json_decref(lps);
+        return json_pack("{s:o}", "content", toks);
+    }
+    return json_pack("{s:o,s:o,s:n}", "tokens", toks, "token_logprobs", lps, "top_logprobs");
+}
+
+static json_t *usage_json(const gen *g) {
+    int64_t done = 0;
+    for (int i = 0; i < g->n; i++) done += g->ch[i].len;
+    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)g->n_prompt,
+                     "completion_tokens", (json_int_t)done, "total_tokens",
+                     (json_int_t)(g->n_prompt + done));
+}
+
+static json_t *full_response(const gen *g) {
+    json_t *choices = json_array();
+    for (int i = 0; i < g->n; i++) {
+        const choice *c = &g->ch[i];
+        json_t *text = json_text(c->text.p ? c->text.p : "", c->text.n);
+        json_t *lp = g->req.logprobs >= 0 ? logprobs_json(g, c, 0, c->len) : json_null();
+        json_t *o = g->req.chat ? json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message",
+                                            "role", "assistant", "content", text, "logprobs", lp,
+                                            "finish_reason", finish_name(c))
+                                : json_pack("{s:i,s:o,s:o,s:s}", "index", i, "text", text,
+                                            "logprobs", lp, "finish_reason", finish_name(c));
+        json_array_append_new(choices, o);
+    }
+    return json_pack("{s:s,s:s,s:i,s:s,s:o,s:o}", "id", g->id, "object",
+                     g->req.chat ? "chat.completion" : "text_completion", "created", (int)g->created,
+                     "model", g->sv->model_id, "choices", choices, "usage", usage_json(g));
+}
+
+/* One SSE event into g->out. */
+static void emit(gen *g, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (s == NULL) return;
+    sb_add(&g->out, "data: ", 6);
+    sb_add(&g->out, s, strlen(s));
+    sb_add(&g->out, "\n\n", 2);
+    free(s);
+}
+
+static json_t *chunk(const gen *g, int i, json_t *text, json_t *lp, const char *finish) {
+    json_t *fin = finish ? json_string(finish) : json_null();
+    json_t *c;
+    if (g->req.chat) {
+        json_t *delta = text ? json_pack("{s:o}", "content", text) : json_object();
+        c = json_pack("{s:i,s:o,s:o,s:o}", "index", i, "delta", delta, "logprobs",
+                      lp ? lp : json_null(), "finish_reason", fin);
+    } else {
+        c = json_pack("{s:i,s:o,s:o,s:o}", "index", i, "text", text ? text : json_string(""),
+                      "logprobs", lp ? lp : json_null(), "finish_reason", fin);
+    }
+    return json_pack("{s:s,s:s,s:i,s:s,s:[o]}", "id", g->id, "object",
+                     g->req.chat ? "chat.completion.chunk" : "text_completion", "created",
+                     (int)g->created, "model", g->sv->model_id, "choices", c);
+}
+
+/* New events for what the choices have produced since the last call (the
+ * mutex held): text that can no longer become a stop string, then each
+ * choice's end, then [DONE]. */
+static void stream_events(gen *g) {
+    size_t hold = max_stop_len(&g->req);
+    hold = hold > 0 ? hold - 1 : 0;
+    for (int i = 0; i < g->n; i++) {
+        choice *c = &g->ch[i];
+        size_t upto = c->done ? c->text.n : (c->text.n > hold ? c->text.n - hold : 0);
+        if (!c->done) upto = utf8_whole(c->text.p ? c->text.p : "", upto);
+        if (upto > c->sent || (g->req.logprobs >= 0 && c->len > c->toks_sent && !c->done)) {
+            json_t *lp = g->req.logprobs >= 0 ? logprobs_json(g, c, c->toks_sent, c->len) : NULL;
+            c->toks_sent = c->len;
+            emit(g, chunk(g, i, json_text(c->text.p + c->sent, upto - c->sent), lp, NULL));
+            c->sent = upto;
+        }
+    }
+    if (all_done(g) && g->phase == 0) {
+        bool timeout = false, err = false;
+        for (int i = 0; i < g->n; i++) {
+            choice *c = &g->ch[i];
+            timeout |= c->fin == OJ_FINISH_TIMEOUT;
+            err |= c->fin == OJ_FINISH_ERROR;
+            if (c->fin != OJ_FINISH_TIMEOUT && c->fin != OJ_FINISH_ERROR)
+                emit(g, chunk(g, i, NULL, NULL, finish_name(c)));
+        }
+        if (timeout || err)
+            emit(g, json_pack("{s:{s:s,s:s}}", "error", "message",
+                              timeout ? "the request timed out" : "the model's forward failed",
+                              "type", timeout ? "timeout_error" : "server_error"));
+        sb_add(&g->out, "data: [DONE]\n\n", 14);
+        g->phase = 1;
+    }
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    gen *g = cls;
+    server *sv = g->sv;
+    pthread_mutex_lock(&sv->mu);
+    while (g->out_pos == g->out.n) {
+        g->out.n = g->out_pos = 0;
+        if (g->phase >= 1) {
+            pthread_mutex_unlock(&sv->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        stream_events(g);
+        if (g->out.n > 0) break;
+        if (client_gone(g->fd) || sv->stopping) {
+            if (client_gone(g->fd)) sv->disconnects++;
+            cancel_all(g);
+            pthread_mutex_unlock(&sv->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (serve_now() - g->last_write > 1.0) { /* a comment: finds a closed socket */
+            sb_add(&g->out, ": keep-alive\n\n", 14);
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&sv->progress, &sv->mu, &ts);
+    }
+    size_t k = g->out.n - g->out_pos < max ? g->out.n - g->out_pos : max;
+    memcpy(buf, g->out.p + g->out_pos, k);
+    g->out_pos += k;
+    g->last_write = serve_now();
+    pthread_mutex_unlock(&sv->mu);
+    return (ssize_t)k;
+}
+
+static void stream_free(void *cls) {
+    gen *g = cls;
+    server *sv = g->sv;
+    pthread_mutex_lock(&sv->mu);
+    cancel_all(g);
+    observe(&sv->duration, serve_now() - g->t0);
+    pthread_mutex_unlock(&sv->mu);
+    gen_free(g);
+}
+
+/* ------------------------------------------------------------ generation requests */
+
+/* The prompt's token ids of request r: the ids given, the text encoded,
+ * or the chat messages rendered by the model's template and encoded. */
+static int prompt_ids(server *sv, const oj_serve_request *r, oj_tokens *ids, char *err,
+                      size_t errlen) {
+    if (r->prompt_ids) {
+        ids->ids = malloc((size_t)r->n_prompt_ids * sizeof *ids->ids);
+        if (ids->ids == NULL) return 500;
+        memcpy(ids->ids, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof *ids->ids);
+        ids->len = (size_t)r->n_prompt_ids;
+        return 0;
+    }
+    char *text = r->chat ? oj_chat_render(sv->chat, r) : r->prompt;
+    if (r->chat && sv->chat == OJ_CHAT_NONE) {
+        snprintf(err, errlen, "chat completions are not available for this model: %s",
+                 sv->chat_err);
+        return 400;
+    }
+    if (text == NULL) return 500;
+    oj_error e = {0};
+    oj_status st = oj_tokenizer_encode(sv->tok, text, strlen(text), OJ_ENCODE_ALLOW_SPECIAL, ids, &e);
+    if (r->chat) free(text);
+    if (st != OJ_OK) {
+        snprintf(err, errlen, "the prompt cannot be tokenized: %s", e.message);
+        return 400;
+    }
+    if (ids->len == 0) {
+        snprintf(err, errlen, "the prompt encodes to no tokens");
+        return 400;
+    }
+    return 0;
+}
+
+static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, conn *cn) {
+    gen *g = calloc(1, sizeof *g);
+    if (g == NULL) return send_error(mc, cn, 500, "out of memory");
+    g->sv = sv;
+    g->ep = cn->ep;
+    g->t0 = serve_now();
+    g->created = (long)time(NULL);
+    g->fd = -1;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) g->fd = ci->connect_fd;
+    char err[768] = "";
+    if (oj_serve_request_parse(cn->body.p, cn->body.n, cn->ep == EP_CHAT, &g->req, err,
+                               sizeof err) != OJ_OK) {
+        gen_free(g);
+        return send_error(mc, cn, 400, "%s", err);
+    }
+    oj_tokens ids = {0};
+    int code = prompt_ids(sv, &g->req, &ids, err, sizeof err);
+    if (code) {
+        oj_tokens_free(&ids);
+        gen_free(g);
+        return send_error(mc, cn, code, "%s", code == 500 ? "out of memory" : err);
+    }
+    g->n_prompt = (int64_t)ids.len;
+    if (g->n_prompt >= sv->ctx) {
+        oj_tokens_free(&ids);
+        gen_free(g);
+        return send_error(mc, cn, 400,
+                          "the prompt has %lld tokens; the model's context holds %lld (the prompt "
+                          "and at least one new token)",
+                          (long long)ids.len, (long long)sv->ctx);
+    }
+    oj_sampler_config sc = oj_sampler_config_default();
+    sc.temperature = g->req.temperature;
+    sc.top_p = g->req.top_p;
+    sc.top_k = g->req.top_k;
+    sc.max_new_tokens = g->req.max_tokens < 0 ? sv->ctx - g->n_prompt : g->req.max_tokens;
+    sc.stop_token = g->req.chat && sv->chat_stop >= 0 ? sv->chat_stop : oj_tokenizer_eot(sv->tok);
+    pthread_mutex_lock(&sv->mu);
+    sc.seed = g->req.has_seed ? g->req.seed : 0x5eed0000ull + sv->seed_counter++;
+    snprintf(g->id, sizeof g->id, "%s-%llu", g->req.chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)(sv->seed_counter++ * 2654435761u));
+    oj_status st = OJ_OK;
+    g->n = (int)g->req.n;
+    if (sv->stopping) st = OJ_ERR_STATE;
+    for (int i = 0; i < g->n && st == OJ_OK; i++) {
+        st = oj_sched_submit(sv->s, ids.ids, g->n_prompt, &sc, i, sv->timeout_s, on_event, g,
+                             &g->ch[i].id);
+        if (st != OJ_OK) snprintf(err, sizeof err, "%s", oj_sched_error(sv->s));
+    }
+    oj_tokens_free(&ids);
+    if (st != OJ_OK) {
+        cancel_all(g);
+        pthread_mutex_unlock(&sv->mu);
+        gen_free(g);
+        if (st == OJ_ERR_STATE) return send_error(mc, cn, 503, "the server is shutting down");
+        if (st == OJ_ERR_CAPACITY)
+            return send_error(mc, cn, strstr(err, "queue is full") ? 429 : 503, "%s", err);
+        return send_error(mc, cn, 400, "%s", err);
+    }
+    pthread_cond_signal(&sv->work);
+    if (g->req.stream) {
+        pthread_mutex_unlock(&sv->mu);
+        g->last_write = serve_now();
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, g, stream_free);
+        if (r == NULL) {
+            stream_free(g);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        enum MHD_Result ok = MHD_queue_response(mc, 200, r);
+        MHD_destroy_response(r);
+        cn->code = 200;
+        return ok;
+    }
+    bool gone = false;
+    while (!all_done(g)) {
+        if (client_gone(g->fd)) {
+            gone = true;
+            break;
+        }
+        if (sv->stopping) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&sv->progress, &sv->mu, &ts);
+    }
+    bool stopped = !all_done(g);
+    if (gone) sv->disconnects++;
+    cancel_all(g);
+    observe(&sv->duration, serve_now() - g->t0);
+    bool timeout = false, failed = false;
+    for (int i = 0; i < g->n; i++) {
+        timeout |= g->ch[i].fin == OJ_FINISH_TIMEOUT;
+        failed |= g->ch[i].fin == OJ_FINISH_ERROR;
+    }
+    json_t *resp = gone || stopped || timeout || failed ? NULL : full_response(g);
+    pthread_mutex_unlock(&sv->mu);
+    double limit = sv->timeout_s;
+    gen_free(g);
+    if (gone) return MHD_NO; /* nobody to answer */
+    if (stopped) return send_error(mc, cn, 503, "the server is shutting down");
+    if (timeout) return send_error(mc, cn, 504, "the request took longer than %g s", limit);
+    if (failed) return send_error(mc, cn, 500, "the model's forward failed (see the server's log)");
+    return send_json(mc, cn, 200, resp);
+}
+
+/* ------------------------------------------------------------ other endpoints */
+
+static enum MHD_Result handle_metrics(server *sv, struct MHD_Connection *mc, conn *cn) {
+    sbuf b = {0};
+    pthread_mutex_lock(&sv->mu);
+    oj_sched_stats st = oj_sched_get_stats(sv->s);
+    sb_printf(&b, "# HELP ojas_requests_total HTTP requests answered, by endpoint and status.\n"
+                  "# TYPE ojas_requests_total counter\n");
+    for (int e = 0; e < EP_N; e++)
+        for (int c = 0; c < N_CODES; c++)
+            if (sv->requests[e][c])
+                sb_printf(&b, "ojas_requests_total{endpoint=\"%s\",code=\"%d\"} %lld\n",
+                          k_ep_names[e], k_codes[c], (long long)sv->requests[e][c]);
+    struct {
+        const char *name, *type, *help;
+        int64_t v;
+    } g[] = {
+        {"ojas_prompt_tokens_total", "counter", "Prompt tokens admitted.", st.prompt_tokens},
+        {"ojas_generated_tokens_total", "counter", "Tokens generated.", st.generated_tokens},
+        {"ojas_scheduler_steps_total", "counter", "Batched forwards run.", st.steps},
+        {"ojas_queue_depth", "gauge", "Requests waiting for a seat in the batch.", st.queued},
+        {"ojas_running_requests", "gauge", "Requests in the running batch.", st.running},
+        {"ojas_batch_size", "gauge", "Sequences in the last step.", st.last_batch},
+        {"ojas_kv_blocks_used", "gauge", "KV blocks held by requests.", st.blocks_used},
+        {"ojas_kv_blocks_total", "gauge", "KV blocks in the pool.", st.blocks_total},
+        {"ojas_kv_block_size", "gauge", "Positions per KV block.", st.block_size},
+        {"ojas_client_disconnects_total", "counter", "Requests cancelled by a closed connection.",
+         sv->disconnects},
+        {"ojas_request_timeouts_total", "counter", "Requests ended by their deadline.", sv->timeouts},
+    };
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", g[i].name, g[i].help, g[i].name,
+                  g[i].type, g[i].name, (long long)g[i].v);
+    struct {
+        const char *name, *help;
+        const histogram *h;
+    } hs[] = {{"ojas_time_to_first_token_seconds", "Time from request to its first token.", &sv->ttft},
+              {"ojas_inter_token_latency_seconds", "Time between a choice's tokens.", &sv->itl},
+              {"ojas_request_duration_seconds", "Time from request to its end.", &sv->duration}};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+        sb_printf(&b, "# HELP %s %s\n# TYPE %s histogram\n", hs[i].name, hs[i].help, hs[i].name);
+        int64_t cum = 0;
+        for (int k = 0; k < N_BUCKETS; k++) {
+            cum += hs[i].h->counts[k];
+            sb_printf(&b, "%s_bucket{le=\"%g\"} %lld\n", hs[i].name, k_buckets[k], (long long)cum);
+        }
+        sb_printf(&b, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", hs[i].name,
+                  (long long)hs[i].h->n, hs[i].name, hs[i].h->sum, hs[i].name,
+                  (long long)hs[i].h->n);
+    }
+    pthread_mutex_unlock(&sv->mu);
+    enum MHD_Result ok = send_text(mc, cn, 200, "text/plain; version=0.0.4", b.p ? b.p : "");
+    free(b.p);
+    return ok;
+}
+
+enum MHD_Result serve_on_request(void *cls, struct MHD_Connection *mc, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *data_size, void **con_cls) {
+    (void)version;
+    server *sv = cls;
+    conn *cn = *con_cls;
+    if (cn == NULL) {
+        cn = calloc(1, sizeof *cn);
+        if (cn == NULL) return MHD_NO;
+        *con_cls = cn;
+        cn->ep = strcmp(url, "/v1/completions") == 0        ? EP_COMPLETIONS
+                 : strcmp(url, "/v1/chat/completions") == 0 ? EP_CHAT
+                 : strcmp(url, "/v1/models") == 0           ? EP_MODELS
+                 : strcmp(url, "/health") == 0              ? EP_HEALTH
+                 : strcmp(url, "/metrics") == 0             ? EP_METRICS
+                                                            : EP_OTHER;
+        if (cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT) {
+            pthread_mutex_lock(&sv->mu);
+            sv->active++;
+            pthread_mutex_unlock(&sv->mu);
+        }
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoll(cl, NULL, 10) > sv->max_body)
+            return send_error(mc, cn, 400, "the body has %s bytes; at most %lld are accepted", cl,
+                              (long long)sv->max_body);
+        return MHD_YES;
+    }
+    if (*data_size > 0) {
+        if (cn->body.n + *data_size > (size_t)sv->max_body)
+            cn->too_big = true;
+        else if (!cn->too_big && !sb_add(&cn->body, data, *data_size))
+            cn->too_big = true;
+        *data_size = 0;
+        return MHD_YES;
+    }
+    if (cn->code) return MHD_YES; /* answered already (an early refusal) */
+    bool post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0;
+    switch (cn->ep) {
+    case EP_COMPLETIONS:
+    case EP_CHAT:
+        if (!post) return send_error(mc, cn, 405, "%s takes POST, not %s", url, method);
+        if (cn->too_big)
+            return send_error(mc, cn, 400, "the body exceeds %lld bytes", (long long)sv->max_body);
+        return handle_generate(sv, mc, cn);
+    case EP_MODELS:
+        if (!get) return send_error(mc, cn, 405, "%s takes GET, not %s", url, method);
+        return send_json(mc, cn, 200,
+                         json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:I}]}", "object", "list", "data",
+                                   "id", sv->model_id, "object", "model", "created", 0,
+                                   "owned_by", "ojas", "max_model_len", (json_int_t)sv->ctx));
+    case EP_HEALTH:
+        if (!get) return send_error(mc, cn, 405, "%s takes GET, not %s", url, method);
+        return sv->stopping ? send_error(mc, cn, 503, "the server is shutting down")
+                            : send_json(mc, cn, 200, json_pack("{s:s}", "status", "ok"));
+    case EP_METRICS:
+        if (!get) return send_error(mc, cn, 405, "%s takes GET, not %s", url, method);
+        return handle_metrics(sv, mc, cn);
+    default:
+        return send_error(mc, cn, 404, "no endpoint %s (see /v1/completions, /v1/chat/completions, "
+                                       "/v1/models, /health, /metrics)", url);
+    }
+}
+
+void serve_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)mc;
+    (void)toe;
+    server *sv = cls;
+    conn *cn = *con_cls;
+    if (cn == NULL) return;
+    int c = 0;
+    while (c < N_CODES && k_codes[c] != cn->code) c++;
+    pthread_mutex_lock(&sv->mu);
+    if (c < N_CODES) sv->requests[cn->ep][c]++;
+    if (cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT) sv->active--;
+    pthread_mutex_unlock(&sv->mu);
+    free(cn->body.p);
+    free(cn);
+    *con_cls = NULL;
+}

@@ -1,0 +1,191 @@
+/* ojas serving: a scheduler that decodes many requests at once over a
+ * paged KV cache (continuous batching), and oj_batch_generate on top of it.
+ *
+ * Continuous batching (Yu et al., "Orca", OSDI 2022): every step is one
+ * forward over a packed batch of the running requests; a request joins
+ * the batch at the next step after it is admitted and leaves it the step
+ * it finishes, so requests come and go at token granularity. A request's
+ * prompt is prefilled in chunks of at most prefill_chunk tokens, packed
+ * beside the other requests' decode tokens. Keys and values live in
+ * fixed-size blocks of one pool (oj_kv_pool, gpt.h; PagedAttention, Kwon
+ * et al. 2023) charged to the engine's budget; a request is admitted only
+ * when the pool has the blocks for its prompt and max_tokens, so a full
+ * pool makes requests wait in the queue, never fail half-way.
+ *
+ * Threads: a scheduler is not thread-safe; callers that submit from
+ * several threads serialise the calls (the HTTP server holds a mutex). */
+#ifndef OJAS_SERVE_H
+#define OJAS_SERVE_H
+
+#include "ojas/infer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct oj_sched_config {
+    int64_t max_batch;       /* running requests at most (> 0) */
+    int64_t block_size;      /* positions per KV block (> 0) */
+    int64_t n_blocks;        /* blocks in the pool; 0: as many as kv_bytes holds */
+    int64_t kv_bytes;        /* the pool's bytes when n_blocks is 0 */
+    int64_t prefill_chunk;   /* prompt tokens of one request per step (> 0) */
+    int64_t max_step_tokens; /* tokens packed into one step (>= max_batch) */
+    int64_t max_queue;       /* waiting requests at most; submit refuses beyond */
+} oj_sched_config;
+
+/* max_batch 8, block_size 16, n_blocks 0, kv_bytes 64 MiB, prefill_chunk
+ * 128, max_step_tokens 256, max_queue 256. */
+oj_sched_config oj_sched_config_default(void);
+
+/* Why a request ended. Appended at the end only. */
+typedef enum oj_finish {
+    OJ_FINISH_NONE = 0,   /* still running (a token event) */
+    OJ_FINISH_LENGTH = 1, /* max_new_tokens, or the context is full */
+    OJ_FINISH_STOP = 2,   /* the stop token, or the callback returned false */
+    OJ_FINISH_ERROR = 3,  /* the forward failed (the scheduler's error says why) */
+    OJ_FINISH_TIMEOUT = 4 /* its deadline passed */
+} oj_finish;
+
+/* A request's events, called from oj_sched_step: once per new token
+ * (token >= 0, logprob its log-probability under the model's softmax at
+ * temperature 1, reason OJ_FINISH_NONE; return false to end the request
+ * after this token), then exactly once at the end (token -1, the reason;
+ * the return value is ignored). After the end event the request is gone
+ * and its blocks are free. Not called for oj_sched_cancel. */
+typedef bool (*oj_sched_fn)(void *ctx, int64_t id, int32_t token, double logprob,
+                            oj_finish reason);
+
+typedef struct oj_sched oj_sched;
+
+/* A scheduler for m (gpt2 or llama family) with its KV pool (cfg NULL:
+ * the defaults). *out owned by the caller (oj_sched_free, before m).
+ * Errors: OJ_ERR_INVALID_ARGUMENT (a config field, named), OJ_ERR_CAPACITY
+ * (the budget cannot hold the pool, or kv_bytes holds no block). */
+oj_status oj_sched_create(oj_gpt *m, const oj_sched_config *cfg, oj_sched **out);
+/* Frees the pool and every request (no events are called). NULL: nothing. */
+void oj_sched_free(oj_sched *s);
+
+/* Queue a request: prompt[0..n) (copied; ids < V, 1 <= n < block_size of
+ * the model), sampling by *cfg (copied; max_new_tokens is cut to the
+ * context left after the prompt), `stream` the sequence index of the
+ * sampler's draws (oj_sample_uniform), so a request submitted with
+ * stream i samples what oj_generate does for its prompt i. timeout_s > 0:
+ * the request ends with OJ_FINISH_TIMEOUT when it has not finished that
+ * many seconds after submission (0: none). on_event(ctx, ...) receives its
+ * tokens. *id: its id (> 0). Errors, nothing queued: OJ_ERR_INVALID_ARGUMENT
+ * (empty prompt, a token outside the vocabulary, a bad sampler value),
+ * OJ_ERR_OUT_OF_RANGE (the prompt fills the context), OJ_ERR_CAPACITY (the
+ * queue is full, or the request needs more blocks than the whole pool). */
+oj_status oj_sched_submit(oj_sched *s, const int32_t *prompt, int64_t n,
+                          const oj_sampler_config *cfg, int64_t stream, double timeout_s,
+                          oj_sched_fn on_event, void *ctx, int64_t *id);
+/* End request id now, queued or running, and free its blocks; no event is
+ * called. OJ_ERR_INVALID_ARGUMENT for an id that is not (or no longer)
+ * there. */
+oj_status oj_sched_cancel(oj_sched *s, int64_t id);
+/* One step: admit queued requests while the batch and the pool have room,
+ * run one forward over the packed batch, sample, call the events, retire
+ * finished requests. Does nothing when no request is waiting or running.
+ * Errors of the forward end every running request with OJ_FINISH_ERROR and
+ * are returned (the scheduler stays usable). */
+oj_status oj_sched_step(oj_sched *s);
+/* Whether any request is queued or running. */
+bool oj_sched_busy(const oj_sched *s);
+
+typedef struct oj_sched_stats {
+    int64_t queued, running;          /* now */
+    int64_t blocks_total, blocks_used; /* the pool */
+    int64_t block_size;
+    int64_t submitted, finished;       /* requests since creation */
+    int64_t prompt_tokens, generated_tokens, steps;
+    int64_t last_batch;                /* sequences in the last step */
+} oj_sched_stats;
+oj_sched_stats oj_sched_get_stats(const oj_sched *s);
+/* The engine's message of the last failed call on s ("" when none). */
+const char *oj_sched_error(const oj_sched *s);
+
+/* oj_generate's contract (prompts, cfg, out, out_lens, on_token; sequence
+ * i samples with stream i) decoded by one scheduler with continuous
+ * batching: up to max_batch prompts at once (cfg NULL for the scheduler:
+ * the defaults, with max_batch = batch). For gpt2 and llama models; on
+ * the CPU with OJ_NUMERICS_EXACT every sequence's tokens are oj_generate's
+ * bit for bit. Errors: oj_generate's, those of oj_sched_create, and
+ * OJ_ERR_CAPACITY when one prompt needs more blocks than the pool. */
+oj_status oj_batch_generate(oj_gpt *m, int64_t batch, const int32_t *const *prompts,
+                            const int64_t *prompt_lens, const oj_sampler_config *cfg,
+                            const oj_sched_config *sched, int32_t **out, int64_t *out_lens,
+                            oj_token_fn on_token, void *ctx);
+
+/* ------------------------------------------------ OpenAI request bodies
+ * The fields of a POST /v1/completions or /v1/chat/completions body
+ * (OpenAI's API reference) that ojas serves. */
+typedef struct oj_serve_request {
+    bool chat;
+    char model[128];      /* "" when absent */
+    char *prompt;         /* completions: the text, or NULL when given as ids */
+    int32_t *prompt_ids;  /* completions: token ids (prompt as an integer array) */
+    int64_t n_prompt_ids;
+    int64_t n_messages;   /* chat */
+    char **roles, **contents;
+    int64_t max_tokens;   /* -1: up to the context (chat's default); completions: 16 */
+    double temperature;   /* [0, 2], default 1 */
+    double top_p;         /* [0, 1], default 1 */
+    int64_t top_k;        /* 0: off (an ojas extension, as vLLM's) */
+    int64_t n;            /* choices, [1, 16] */
+    bool has_seed;
+    uint64_t seed;
+    bool stream;
+    int logprobs;         /* -1: none; completions 0..5 (the chosen token's only);
+                           * chat: 0 for true */
+    int n_stop;
+    char *stop[4];
+} oj_serve_request;
+
+/* Parse body[0..len) (JSON) into *r for a completions (chat false) or chat
+ * request, checking types and ranges. The caller frees r's fields with
+ * oj_serve_request_free (also after a failure: nothing is then held).
+ * Errors: OJ_ERR_INVALID_ARGUMENT with one line in err[0..errlen) naming
+ * the field and what was wrong (invalid JSON with its line and column, a
+ * missing or mistyped field, a value out of range), OJ_ERR_CAPACITY. */
+oj_status oj_serve_request_parse(const char *body, size_t len, bool chat, oj_serve_request *r,
+                                 char *err, size_t errlen);
+void oj_serve_request_free(oj_serve_request *r);
+
+/* The chat templates ojas renders, recognised in a tokenizer_config.json's
+ * chat_template by their markers. Appended at the end only. */
+typedef enum oj_chat_template {
+    OJ_CHAT_NONE = 0,
+    OJ_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n (Qwen) */
+    OJ_CHAT_LLAMA3 = 2, /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    OJ_CHAT_QWEN25 = 3, /* ChatML, with Qwen2.5's default system message when the
+                         * first message is not a system one */
+    OJ_CHAT_LLAMA31 = 4, /* Llama 3 headers after Llama 3.1's system header
+                          * ("Cutting Knowledge Date: December 2023\nToday Date:
+                          * 26 Jul 2024\n\n" + the system message) */
+    OJ_CHAT_LLAMA32 = 5  /* Llama 3.2's: the same with today's date (UTC,
+                          * "%d %b %Y"), as its template's strftime_now */
+} oj_chat_template;
+
+/* Which template the text json[0..len) of a tokenizer_config.json names
+ * (json NULL: the model has none), recognised by its markers: <|im_start|>
+ * and <|im_end|> (ChatML; Qwen2.5's default system text), or
+ * <|start_header_id|> and <|eot_id|> (Llama 3; "Cutting Knowledge Date":
+ * 3.1, with strftime_now: 3.2). Tools, images and other template features
+ * are not rendered. Errors, with one line in err:
+ * OJ_ERR_INVALID_ARGUMENT (no chat_template, or one that is neither:
+ * its first 64 characters quoted), OJ_ERR_CORRUPT (invalid JSON). */
+oj_status oj_chat_template_detect(const char *json, size_t len, oj_chat_template *out, char *err,
+                                  size_t errlen);
+/* A short name ("chatml", "llama3", ...; "none"). */
+const char *oj_chat_template_name(oj_chat_template t);
+/* r's messages rendered by template t with the assistant's header open
+ * for generation (add_generation_prompt), as the model's Jinja template
+ * renders them: Llama 3 starts with <|begin_of_text|> and trims each
+ * content; "developer" messages are rendered as "system".
+ * malloc'd (free()), NULL for OJ_CHAT_NONE or out of memory. */
+char *oj_chat_render(oj_chat_template t, const oj_serve_request *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OJAS_SERVE_H */

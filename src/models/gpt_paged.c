@@ -1,0 +1,234 @@
+/* Paged KV decoding (gpt.h, oj_kv_pool): a pool of fixed-size key/value
+ * blocks shared by many sequences, and one forward over a packed batch of
+ * sequences whose keys and values live in those blocks (Kwon et al.,
+ * "Efficient Memory Management for Large Language Model Serving with
+ * PagedAttention", 2023).
+ *
+ * The forward is gpt_forward.c's with two changes: the positions are per
+ * token (a device tensor, as the static decode step reads them), and the
+ * attention (oj__gpt_attend_paged) writes each sequence's new keys and
+ * values into its blocks, then attends its queries to its own positions.
+ * The projections, norms and MLP see the packed [1, N, C] rows, and every
+ * one of them computes a row from that row alone, so a sequence's values
+ * do not depend on what else is packed with it.
+ *
+ * Shapes: N packed new tokens, P a sequence's cached positions, n its new
+ * tokens, NB blocks, BS block size, H heads, Hkv KV heads, D head dim. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+#include "models/gpt_internal.h"
+#include "ojas/ops.h"
+
+oj_status oj_kv_pool_create(oj_gpt *m, int64_t n_blocks, int64_t block_size, oj_kv_pool **out) {
+    if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = m->eng;
+    if (out == NULL) return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "kv_pool: out is NULL");
+    *out = NULL;
+    if (n_blocks <= 0 || block_size <= 0)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "kv_pool: n_blocks %lld and block_size %lld must be > 0",
+                            (long long)n_blocks, (long long)block_size);
+    if (m->cfg.family == OJ_NANOLAB)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "kv_pool: the nanolab family is not paged (its value residual and "
+                            "sliding window need oj_generate); gpt2 and llama are");
+    oj_kv_pool *p = calloc(1, sizeof *p);
+    if (p) {
+        p->k = calloc((size_t)m->cfg.n_layer, sizeof *p->k);
+        p->v = calloc((size_t)m->cfg.n_layer, sizeof *p->v);
+    }
+    if (p == NULL || p->k == NULL || p->v == NULL) {
+        if (p) {
+            free(p->k);
+            free(p->v);
+        }
+        free(p);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "kv_pool: out of host memory");
+    }
+    p->m = m;
+    p->n_layer = m->cfg.n_layer;
+    p->n_blocks = n_blocks;
+    p->block_size = block_size;
+    int64_t shape[4] = {n_blocks, m->cfg.n_kv_head, block_size, oj__gpt_head_dim(&m->cfg)};
+    for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+        p->k[l] = oj_zeros(eng, 4, shape, m->wte->dtype); /* the weights' dtype */
+        if (p->k[l]) oj__scope_detach(p->k[l]);
+        p->v[l] = oj_zeros(eng, 4, shape, m->wte->dtype);
+        if (p->v[l]) oj__scope_detach(p->v[l]);
+        if (p->k[l] == NULL || p->v[l] == NULL) {
+            oj_status st = oj_last_status(eng);
+            oj_kv_pool_free(p);
+            return st != OJ_OK ? st : OJ_ERR_INTERNAL;
+        }
+    }
+    *out = p;
+    return OJ_OK;
+}
+
+void oj_kv_pool_free(oj_kv_pool *p) {
+    if (p == NULL) return;
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        oj_release(p->k[l]);
+        oj_release(p->v[l]);
+    }
+    free(p->k);
+    free(p->v);
+    free(p);
+}
+
+int64_t oj_kv_pool_blocks(const oj_kv_pool *p) { return p ? p->n_blocks : 0; }
+int64_t oj_kv_pool_block_size(const oj_kv_pool *p) { return p ? p->block_size : 0; }
+
+int64_t oj_kv_pool_block_bytes(const oj_gpt *m, int64_t block_size) {
+    if (m == NULL || block_size <= 0) return 0;
+    return 2 * m->cfg.n_layer * m->cfg.n_kv_head * block_size * oj__gpt_head_dim(&m->cfg) *
+           (int64_t)oj_dtype_size(m->wte->dtype);
+}
+
+/* Block blk of layer tensor t [NB, Hkv, BS, D] as [1, Hkv, BS, D]. */
+static oj_tensor *block_view(oj_tensor *t, int64_t blk) { return oj_narrow(t, 0, blk, 1); }
+
+/* Write x [1, Hkv, n, D] (rows s0.. of the packed keys or values) at
+ * positions past.. of a sequence's blocks of layer tensor t. */
+static bool write_rows(oj_tensor *t, int64_t BS, const int32_t *blocks, int64_t past,
+                       oj_tensor *x, int64_t s0, int64_t n) {
+    for (int64_t j = 0; j < n;) {
+        int64_t p = past + j, off = p % BS, run = BS - off < n - j ? BS - off : n - j;
+        oj_tensor *b = block_view(t, blocks[p / BS]);
+        oj_tensor *dst = b ? oj_narrow(b, 2, off, run) : NULL;
+        oj_tensor *src = oj_narrow(x, 2, s0 + j, run);
+        bool ok = dst && src && oj_copy_(dst, src) == OJ_OK;
+        oj_release(src);
+        oj_release(dst);
+        oj_release(b);
+        if (!ok) return false;
+        j += run;
+    }
+    return true;
+}
+
+oj_tensor *oj__gpt_attend_paged(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *k, oj_tensor *v) {
+    const oj_gpt_paged *pg = c->paged;
+    const oj_kv_pool *pool = pg->pool;
+    const int64_t BS = pool->block_size;
+    oj_tensor **ys = calloc((size_t)pg->n_seq, sizeof *ys);
+    if (ys == NULL) {
+        oj_set_error(oj_tensor_engine(q), OJ_ERR_CAPACITY, "paged attention: out of host memory");
+        return NULL;
+    }
+    bool ok = true;
+    for (int64_t i = 0; i < pg->n_seq && ok; i++) {
+        const int64_t s0 = pg->start[i], n = pg->start[i + 1] - s0, P = pg->past[i];
+        const int32_t *bl = pg->blocks[i];
+        ok = write_rows(pool->k[l], BS, bl, P, k, s0, n) && write_rows(pool->v[l], BS, bl, P, v, s0, n);
+        oj_tensor *qi = ok ? oj_narrow(q, 2, s0, n) : NULL;
+        /* causal, bottom-right aligned: new query j sees positions <= P + j */
+        ys[i] = qi ? oj__paged_attention(qi, pool->k[l], pool->v[l], bl, P + n, NAN) : NULL;
+        ok = ys[i] != NULL;
+        oj_release(qi);
+    }
+    oj_tensor *y = !ok ? NULL : pg->n_seq == 1 ? oj_retain(ys[0]) : oj_cat((int)pg->n_seq, ys, 2);
+    for (int64_t i = 0; i < pg->n_seq; i++) oj_release(ys[i]);
+    free(ys);
+    return y;
+}
+
+/* Check the packed batch's offsets, positions and block ids. */
+static bool check_batch(oj_gpt *m, const oj_kv_pool *pool, int64_t N, int64_t n_seq,
+                        const int64_t *start, const int64_t *past, const int32_t *const *blocks) {
+    oj_engine *eng = m->eng;
+    if (n_seq <= 0 || start == NULL || past == NULL || blocks == NULL || start[0] != 0 ||
+        start[n_seq] != N) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                     "gpt forward_paged: %lld sequences need start[0] = 0 and start[n_seq] = %lld "
+                     "(the packed tokens), past and blocks",
+                     (long long)n_seq, (long long)N);
+        return false;
+    }
+    for (int64_t i = 0; i < n_seq; i++) {
+        const int64_t n = start[i + 1] - start[i];
+        if (n <= 0 || past[i] < 0 || blocks[i] == NULL) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                         "gpt forward_paged: sequence %lld has %lld new tokens and %lld past "
+                         "positions (need >= 1 and >= 0, and a block table)",
+                         (long long)i, (long long)n, (long long)past[i]);
+            return false;
+        }
+        if (past[i] + n > m->cfg.block_size) {
+            oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
+                         "gpt forward_paged: sequence %lld's positions %lld..%lld exceed the "
+                         "context (block_size %lld)",
+                         (long long)i, (long long)past[i], (long long)(past[i] + n - 1),
+                         (long long)m->cfg.block_size);
+            return false;
+        }
+        const int64_t nb = (past[i] + n + pool->block_size - 1) / pool->block_size;
+        for (int64_t b = 0; b < nb; b++)
+            if (blocks[i][b] < 0 || blocks[i][b] >= pool->n_blocks) {
+                oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                             "gpt forward_paged: sequence %lld's block %lld is %d, outside the "
+                             "pool's [0, %lld)",
+                             (long long)i, (long long)b, blocks[i][b], (long long)pool->n_blocks);
+                return false;
+            }
+    }
+    return true;
+}
+
+oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int64_t n_seq,
+                                const int64_t *start, const int64_t *past,
+                                const int32_t *const *blocks) {
+    if (m == NULL || idx == NULL) return NULL;
+    oj_engine *eng = m->eng;
+    if (pool == NULL || pool->m != m) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "gpt forward_paged: %s",
+                     pool ? "the KV pool was created for another model" : "the KV pool is NULL");
+        return NULL;
+    }
+    if (oj_rank(idx) != 2 || oj_size(idx, 0) != 1) {
+        char b[96];
+        oj_set_error(eng, OJ_ERR_SHAPE, "gpt forward_paged: idx must be [1, N], got %s",
+                     oj_shape_str(idx, b, sizeof b));
+        return NULL;
+    }
+    const int64_t N = oj_size(idx, 1);
+    if (!check_batch(m, pool, N, n_seq, start, past, blocks)) return NULL;
+    int64_t *pos = malloc((size_t)N * sizeof *pos), *last = malloc((size_t)n_seq * sizeof *last);
+    if (pos == NULL || last == NULL) {
+        free(pos);
+        free(last);
+        oj_set_error(eng, OJ_ERR_CAPACITY, "gpt forward_paged: out of host memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < n_seq; i++) {
+        for (int64_t t = start[i]; t < start[i + 1]; t++) pos[t] = past[i] + t - start[i];
+        last[i] = start[i + 1] - 1;
+    }
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *logits = NULL;
+    oj_scope_begin(eng);
+    int64_t sn[1] = {N}, sl[1] = {n_seq};
+    oj_tensor *pt = oj_from_host(eng, 1, sn, OJ_I64, pos, (size_t)N * sizeof *pos);
+    oj_tensor *lt = oj_from_host(eng, 1, sl, OJ_I64, last, (size_t)n_seq * sizeof *last);
+    if (pt && lt) {
+        oj_gpt_dev_pos dp = {pt, NULL, NULL};
+        oj_gpt_paged pg = {pool, n_seq, start, past, blocks};
+        /* a cache of batch 1 whose attention is the pool's */
+        oj_kv_cache c = {.m = m, .batch = 1, .capacity = m->cfg.block_size, .n_layer = pool->n_layer,
+                         .k = pool->k, .v = pool->v, .dev = &dp, .paged = &pg};
+        oj_tensor *xf = oj__gpt_hidden(m, idx, &c);           /* [1, N, C] */
+        oj_tensor *xl = xf ? oj_index_select(xf, 1, lt) : NULL; /* [1, n_seq, C] */
+        logits = xl ? oj_linear(xl, m->head, NULL) : NULL;     /* [1, n_seq, V] */
+        oj_release(xl);
+        oj_release(xf);
+    }
+    if (logits) oj_keep(logits);
+    oj_scope_end(eng);
+    oj_set_grad_enabled(eng, prev);
+    free(pos);
+    free(last);
+    return logits;
+}

@@ -1,0 +1,101 @@
+/* Paged attention (internal; oj__paged_attention in core/internal.h): one
+ * sequence's queries over its keys and values held in blocks of a KV pool
+ * (PagedAttention, Kwon et al. 2023). The backend's
+ * attention_paged_forward reads the blocks in place; a backend without one
+ * (or a dtype it does not take) gets the blocks gathered into one tensor
+ * and scaled_dot_product_attention, which gives the same values. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ops/nn_common.h"
+
+static bool paged_check(oj_engine *eng, const char *op, oj_tensor *q, oj_tensor *k, oj_tensor *v,
+                        const int32_t *blocks, int64_t S) {
+    if (!oj__nn_check_float(eng, op, "q", q) || !oj__nn_check_same_dtype(eng, op, "k_pool", k, "q", q) ||
+        !oj__nn_check_same_dtype(eng, op, "v_pool", v, "q", q))
+        return false;
+    char b1[160], b2[160], b3[160];
+    oj__shape_fmt(b1, sizeof b1, q->rank, q->shape);
+    oj__shape_fmt(b2, sizeof b2, k->rank, k->shape);
+    oj__shape_fmt(b3, sizeof b3, v->rank, v->shape);
+    const char *why = NULL;
+    if (q->rank != 4 || k->rank != 4 || v->rank != 4)
+        why = "q must be [1, H, T, D] and the pools [NB, Hkv, BS, D]";
+    else if (q->shape[0] != 1)
+        why = "q holds one sequence (B = 1)";
+    else if (k->shape[3] != q->shape[3] || v->shape[3] != q->shape[3])
+        why = "the head dims D differ";
+    else if (k->shape[0] != v->shape[0] || k->shape[1] != v->shape[1] || k->shape[2] != v->shape[2])
+        why = "the key and value pools differ in shape";
+    else if (k->shape[1] < 1 || q->shape[1] % k->shape[1] != 0)
+        why = "the number of query heads H must be a multiple of the kv heads Hkv";
+    else if (!oj_is_contiguous(k) || !oj_is_contiguous(v))
+        why = "the pools must be contiguous";
+    else if (blocks == NULL || S < q->shape[2] || S > k->shape[0] * k->shape[2])
+        why = "need a block table and T <= S <= NB BS keys";
+    if (why) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: q %s, k_pool %s, v_pool %s, S %lld do not fit: %s",
+                     op, b1, b2, b3, (long long)S, why);
+        return false;
+    }
+    for (int64_t i = 0; i < (S + k->shape[2] - 1) / k->shape[2]; i++)
+        if (blocks[i] < 0 || blocks[i] >= k->shape[0]) {
+            oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: block %lld of the table is %d, outside "
+                         "the pool's [0, %lld)", op, (long long)i, blocks[i], (long long)k->shape[0]);
+            return false;
+        }
+    return true;
+}
+
+/* Keys 0..S of a block table of pool t [NB, Hkv, BS, D] gathered into a
+ * new [1, Hkv, S, D] (the blocks' values unchanged). */
+static oj_tensor *gather(oj_tensor *t, const int32_t *blocks, int64_t S) {
+    const int64_t BS = t->shape[2], nb = (S + BS - 1) / BS;
+    oj_tensor **parts = calloc((size_t)nb, sizeof *parts);
+    if (parts == NULL) {
+        oj_set_error(t->eng, OJ_ERR_CAPACITY, "paged_attention: out of host memory");
+        return NULL;
+    }
+    bool ok = true;
+    for (int64_t i = 0; i < nb && ok; i++) ok = (parts[i] = oj_narrow(t, 0, blocks[i], 1)) != NULL;
+    oj_tensor *all = !ok ? NULL : nb == 1 ? oj_retain(parts[0]) : oj_cat((int)nb, parts, 2);
+    oj_tensor *out = all ? oj_narrow(all, 2, 0, S) : NULL;
+    oj_release(all);
+    for (int64_t i = 0; i < nb; i++) oj_release(parts[i]);
+    free(parts);
+    return out;
+}
+
+oj_tensor *oj__paged_attention(oj_tensor *q, oj_tensor *k_pool, oj_tensor *v_pool,
+                               const int32_t *blocks, int64_t S, double scale) {
+    const char *op = "paged_attention";
+    oj_tensor *ins[3] = {q, k_pool, v_pool};
+    oj_engine *eng = q && k_pool && v_pool ? oj__ops_engine(op, 3, ins) : NULL;
+    if (eng == NULL || !paged_check(eng, op, q, k_pool, v_pool, blocks, S)) return NULL;
+    const int64_t H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    if (isnan(scale)) scale = 1.0 / sqrt((double)D);
+    if (eng->backend->attention_paged_forward) {
+        /* out [1, H, T, D] as a view of [1, T, H, D] storage, as
+         * scaled_dot_product_attention lays it out */
+        int64_t bshape[4] = {1, T, H, D}, oshape[4] = {1, H, T, D};
+        int64_t st[4] = {T * H * D, D, H * D, 1};
+        oj_tensor *base = oj__tensor_alloc(eng, 4, bshape, q->dtype, op);
+        oj_tensor *out = base ? oj__tensor_view(base, 4, oshape, st, base->offset) : NULL;
+        oj_release(base);
+        if (out == NULL) return NULL;
+        oj_status rc =
+            eng->backend->attention_paged_forward(eng, out, q, k_pool, v_pool, blocks, S, scale);
+        if (rc == OJ_OK) return out;
+        oj_release(out);
+        if (rc != OJ_ERR_UNSUPPORTED) {
+            oj__kernel_ok(eng, rc, op);
+            return NULL;
+        }
+    }
+    oj_tensor *k = gather(k_pool, blocks, S);
+    oj_tensor *v = k ? gather(v_pool, blocks, S) : NULL;
+    oj_tensor *out = v ? oj_scaled_dot_product_attention(q, k, v, NULL, true, scale) : NULL;
+    oj_release(k);
+    oj_release(v);
+    return out;
+}

@@ -1,0 +1,427 @@
+/* The continuous-batching scheduler (serve.h): a FIFO queue, a running set
+ * of at most max_batch requests, a free list of KV blocks, and a step that
+ * packs one chunk of each request (prompt chunk or last token) into one
+ * oj_gpt_forward_paged. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ojas/ops.h"
+#include "ojas/serve.h"
+
+typedef struct req {
+    int64_t id, stream;
+    oj_sampler_config cfg;
+    int64_t n;        /* prompt tokens */
+    int64_t max_new;  /* cut to the context */
+    int64_t done;     /* positions in the KV blocks */
+    int64_t len;      /* generated tokens */
+    int32_t *hist;    /* prompt then generated tokens [n + max_new] */
+    int32_t *blocks;  /* block table [nblocks] */
+    int64_t nblocks;
+    double deadline;  /* monotonic seconds; 0: none */
+    oj_sched_fn fn;
+    void *ctx;
+    struct req *next; /* queue link */
+} req;
+
+struct oj_sched {
+    oj_gpt *m;
+    oj_engine *eng;
+    oj_sched_config cfg;
+    oj_kv_pool *pool;
+    int64_t V, ctx;
+    int32_t *free_blocks; /* a stack of free block ids */
+    int64_t n_free;
+    req *qhead, *qtail;
+    int64_t n_queued;
+    req **run; /* [max_batch] */
+    int64_t n_run;
+    int64_t next_id;
+    oj_sched_stats st;
+    float *lg; /* [V] */
+    char err[512];
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static oj_status fail(oj_sched *s, oj_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+oj_sched_config oj_sched_config_default(void) {
+    oj_sched_config c = {8, 16, 0, 64ll << 20, 128, 256, 256};
+    return c;
+}
+
+oj_status oj_sched_create(oj_gpt *m, const oj_sched_config *cfg, oj_sched **out) {
+    if (m == NULL || out == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    oj_engine *eng = oj_gpt_engine(m);
+    oj_sched_config c = cfg ? *cfg : oj_sched_config_default();
+    const char *bad = c.max_batch <= 0        ? "max_batch"
+                      : c.block_size <= 0     ? "block_size"
+                      : c.n_blocks < 0        ? "n_blocks"
+                      : c.n_blocks == 0 && c.kv_bytes <= 0 ? "kv_bytes"
+                      : c.prefill_chunk <= 0  ? "prefill_chunk"
+                      : c.max_step_tokens < c.max_batch ? "max_step_tokens"
+                      : c.max_queue < 0       ? "max_queue"
+                                              : NULL;
+    if (bad)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "serve scheduler: config field %s is out of range (max_batch %lld, "
+                            "block_size %lld, n_blocks %lld, kv_bytes %lld, prefill_chunk %lld, "
+                            "max_step_tokens %lld >= max_batch, max_queue %lld)",
+                            bad, (long long)c.max_batch, (long long)c.block_size,
+                            (long long)c.n_blocks, (long long)c.kv_bytes,
+                            (long long)c.prefill_chunk, (long long)c.max_step_tokens,
+                            (long long)c.max_queue);
+    if (c.n_blocks == 0) {
+        int64_t per = oj_kv_pool_block_bytes(m, c.block_size);
+        c.n_blocks = per > 0 ? c.kv_bytes / per : 0;
+        if (c.n_blocks == 0)
+            return oj_set_error(eng, OJ_ERR_CAPACITY,
+                                "serve scheduler: kv_bytes %lld holds no KV block of %lld bytes",
+                                (long long)c.kv_bytes, (long long)per);
+    }
+    if (c.n_blocks > INT32_MAX)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "serve scheduler: %lld blocks exceed 2^31",
+                            (long long)c.n_blocks);
+    oj_sched *s = calloc(1, sizeof *s);
+    if (s == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "serve scheduler: out of host memory");
+    s->m = m;
+    s->eng = eng;
+    s->cfg = c;
+    s->V = oj_gpt_get_config(m)->vocab_size;
+    s->ctx = oj_gpt_get_config(m)->block_size;
+    s->next_id = 1;
+    s->free_blocks = malloc((size_t)c.n_blocks * sizeof *s->free_blocks);
+    s->run = calloc((size_t)c.max_batch, sizeof *s->run);
+    s->lg = malloc((size_t)s->V * sizeof *s->lg);
+    if (s->free_blocks == NULL || s->run == NULL || s->lg == NULL) {
+        oj_sched_free(s);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "serve scheduler: out of host memory");
+    }
+    oj_status st = oj_kv_pool_create(m, c.n_blocks, c.block_size, &s->pool);
+    if (st != OJ_OK) {
+        oj_sched_free(s);
+        return st;
+    }
+    /* a stack: block 0 is handed out first */
+    for (int64_t i = 0; i < c.n_blocks; i++) s->free_blocks[i] = (int32_t)(c.n_blocks - 1 - i);
+    s->n_free = c.n_blocks;
+    s->st.blocks_total = c.n_blocks;
+    s->st.block_size = c.block_size;
+    *out = s;
+    return OJ_OK;
+}
+
+static void req_free(req *r) {
+    if (r == NULL) return;
+    free(r->hist);
+    free(r->blocks);
+    free(r);
+}
+
+void oj_sched_free(oj_sched *s) {
+    if (s == NULL) return;
+    for (req *r = s->qhead, *nx; r; r = nx) {
+        nx = r->next;
+        req_free(r);
+    }
+    for (int64_t i = 0; i < s->n_run; i++) req_free(s->run[i]);
+    oj_kv_pool_free(s->pool);
+    free(s->free_blocks);
+    free(s->run);
+    free(s->lg);
+    free(s);
+}
+
+/* Blocks a request needs: its prompt and every token it may generate
+ * (the last one is never fed back, so it takes no position). */
+static int64_t blocks_needed(const oj_sched *s, int64_t n, int64_t max_new) {
+    int64_t pos = n + (max_new > 0 ? max_new - 1 : 0);
+    return (pos + s->cfg.block_size - 1) / s->cfg.block_size;
+}
+
+oj_status oj_sched_submit(oj_sched *s, const int32_t *prompt, int64_t n,
+                          const oj_sampler_config *cfg, int64_t stream, double timeout_s,
+                          oj_sched_fn on_event, void *ctx, int64_t *id) {
+    if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    s->err[0] = '\0';
+    if (prompt == NULL || n <= 0 || cfg == NULL || id == NULL)
+        return fail(s, OJ_ERR_INVALID_ARGUMENT,
+                    "serve: a request needs a prompt of at least one token and a sampler config");
+    for (int64_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= s->V)
+            return fail(s, OJ_ERR_INVALID_ARGUMENT,
+                        "serve: prompt token %lld is %d, outside the vocabulary [0, %lld)",
+                        (long long)i, prompt[i], (long long)s->V);
+    if (!isfinite(cfg->temperature) || isnan(cfg->top_p) || !(cfg->repetition_penalty > 0) ||
+        isinf(cfg->repetition_penalty) || cfg->top_k < 0)
+        return fail(s, OJ_ERR_INVALID_ARGUMENT,
+                    "serve: temperature %g and repetition_penalty %g must be finite (penalty > 0), "
+                    "top_p %g a number, top_k %lld >= 0",
+                    cfg->temperature, cfg->repetition_penalty, cfg->top_p,
+                    (long long)cfg->top_k);
+    if (n >= s->ctx)
+        return fail(s, OJ_ERR_OUT_OF_RANGE,
+                    "serve: the prompt has %lld tokens, the context holds %lld (prompt and at "
+                    "least one new token)",
+                    (long long)n, (long long)s->ctx);
+    if (s->n_queued >= s->cfg.max_queue)
+        return fail(s, OJ_ERR_CAPACITY, "serve: the queue is full (%lld requests waiting)",
+                    (long long)s->n_queued);
+    int64_t max_new = cfg->max_new_tokens;
+    if (max_new > s->ctx - n) max_new = s->ctx - n; /* as oj_generate for gpt2 and llama */
+    if (max_new < 0) max_new = 0;
+    int64_t nb = blocks_needed(s, n, max_new);
+    if (nb > s->cfg.n_blocks)
+        return fail(s, OJ_ERR_CAPACITY,
+                    "serve: the request needs %lld KV blocks (%lld prompt tokens, %lld new), the "
+                    "pool has %lld",
+                    (long long)nb, (long long)n, (long long)max_new, (long long)s->cfg.n_blocks);
+    req *r = calloc(1, sizeof *r);
+    if (r) {
+        r->hist = malloc((size_t)(n + max_new + 1) * sizeof *r->hist);
+        r->blocks = malloc((size_t)(nb > 0 ? nb : 1) * sizeof *r->blocks);
+    }
+    if (r == NULL || r->hist == NULL || r->blocks == NULL) {
+        req_free(r);
+        return fail(s, OJ_ERR_CAPACITY, "serve: out of host memory");
+    }
+    memcpy(r->hist, prompt, (size_t)n * sizeof *prompt);
+    r->id = s->next_id++;
+    r->stream = stream;
+    r->cfg = *cfg;
+    r->n = n;
+    r->max_new = max_new;
+    r->nblocks = nb;
+    r->deadline = timeout_s > 0 ? now_s() + timeout_s : 0.0;
+    r->fn = on_event;
+    r->ctx = ctx;
+    if (s->qtail)
+        s->qtail->next = r;
+    else
+        s->qhead = r;
+    s->qtail = r;
+    s->n_queued++;
+    s->st.submitted++;
+    *id = r->id;
+    return OJ_OK;
+}
+
+static void release_blocks(oj_sched *s, req *r, int64_t held) {
+    for (int64_t i = held - 1; i >= 0; i--) s->free_blocks[s->n_free++] = r->blocks[i];
+}
+
+/* Remove running request i (its blocks back to the pool), keeping order. */
+static req *unrun(oj_sched *s, int64_t i) {
+    req *r = s->run[i];
+    release_blocks(s, r, r->nblocks);
+    memmove(&s->run[i], &s->run[i + 1], (size_t)(s->n_run - i - 1) * sizeof *s->run);
+    s->n_run--;
+    return r;
+}
+
+/* End running request i with `why`: its end event, then it is gone. */
+static void finish(oj_sched *s, int64_t i, oj_finish why) {
+    req *r = unrun(s, i);
+    s->st.finished++;
+    if (r->fn) r->fn(r->ctx, r->id, -1, 0.0, why);
+    req_free(r);
+}
+
+oj_status oj_sched_cancel(oj_sched *s, int64_t id) {
+    if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    for (int64_t i = 0; i < s->n_run; i++)
+        if (s->run[i]->id == id) {
+            req_free(unrun(s, i));
+            s->st.finished++;
+            return OJ_OK;
+        }
+    for (req **p = &s->qhead, *prev = NULL; *p; prev = *p, p = &(*p)->next)
+        if ((*p)->id == id) {
+            req *r = *p;
+            *p = r->next;
+            if (s->qtail == r) s->qtail = prev;
+            s->n_queued--;
+            s->st.finished++;
+            req_free(r);
+            return OJ_OK;
+        }
+    return fail(s, OJ_ERR_INVALID_ARGUMENT, "serve: no request %lld to cancel", (long long)id);
+}
+
+bool oj_sched_busy(const oj_sched *s) { return s && (s->n_run > 0 || s->n_queued > 0); }
+
+oj_sched_stats oj_sched_get_stats(const oj_sched *s) {
+    oj_sched_stats st = {0};
+    if (s == NULL) return st;
+    st = s->st;
+    st.queued = s->n_queued;
+    st.running = s->n_run;
+    st.blocks_used = s->cfg.n_blocks - s->n_free;
+    return st;
+}
+
+const char *oj_sched_error(const oj_sched *s) { return s ? s->err : ""; }
+
+/* Move queued requests into the batch, first come first served, while the
+ * batch has a seat and the pool the blocks of the queue's head. A request
+ * with nothing to generate ends at once. */
+static void admit(oj_sched *s) {
+    while (s->qhead && s->n_run < s->cfg.max_batch && s->qhead->nblocks <= s->n_free) {
+        req *r = s->qhead;
+        s->qhead = r->next;
+        if (s->qhead == NULL) s->qtail = NULL;
+        r->next = NULL;
+        s->n_queued--;
+        for (int64_t i = 0; i < r->nblocks; i++) r->blocks[i] = s->free_blocks[--s->n_free];
+        s->run[s->n_run++] = r;
+        s->st.prompt_tokens += r->n;
+        if (r->max_new == 0) finish(s, s->n_run - 1, OJ_FINISH_LENGTH);
+    }
+}
+
+/* log softmax(lg)[tok] at temperature 1, in double. */
+static double logprob(const float *lg, int64_t V, int32_t tok) {
+    double mx = lg[0], sum = 0.0;
+    for (int64_t i = 1; i < V; i++)
+        if (lg[i] > mx) mx = lg[i];
+    for (int64_t i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
+    return (double)lg[tok] - mx - log(sum);
+}
+
+/* End every running request whose deadline has passed; the queue's too. */
+static void expire(oj_sched *s) {
+    double t = now_s();
+    for (int64_t i = s->n_run - 1; i >= 0; i--)
+        if (s->run[i]->deadline > 0 && t > s->run[i]->deadline) finish(s, i, OJ_FINISH_TIMEOUT);
+    for (req **p = &s->qhead, *prev = NULL; *p;) {
+        req *r = *p;
+        if (r->deadline > 0 && t > r->deadline) {
+            *p = r->next;
+            if (s->qtail == r) s->qtail = prev;
+            s->n_queued--;
+            s->st.finished++;
+            if (r->fn) r->fn(r->ctx, r->id, -1, 0.0, OJ_FINISH_TIMEOUT);
+            req_free(r);
+        } else {
+            prev = r;
+            p = &r->next;
+        }
+    }
+}
+
+oj_status oj_sched_step(oj_sched *s) {
+    if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    expire(s);
+    admit(s);
+    if (s->n_run == 0) return OJ_OK;
+    const int64_t B = s->n_run;
+    int64_t *start = malloc((size_t)(B + 1) * sizeof *start);
+    int64_t *past = malloc((size_t)B * sizeof *past);
+    const int32_t **tables = malloc((size_t)B * sizeof *tables);
+    int32_t *tok = malloc((size_t)(s->cfg.max_step_tokens + B) * sizeof *tok);
+    if (start == NULL || past == NULL || tables == NULL || tok == NULL) {
+        free(start);
+        free(past);
+        free(tables);
+        free(tok);
+        return fail(s, OJ_ERR_CAPACITY, "serve: out of host memory");
+    }
+    /* Decoding requests first (one token each), then prompt chunks in the
+     * room left; every running request has a seat, as max_step_tokens >=
+     * max_batch. Packed in batch order. */
+    int64_t room = s->cfg.max_step_tokens;
+    for (int64_t i = 0; i < B; i++)
+        if (s->run[i]->done >= s->run[i]->n) room--;
+    int64_t N = 0;
+    start[0] = 0;
+    for (int64_t i = 0; i < B; i++) {
+        req *r = s->run[i];
+        int64_t take;
+        if (r->done >= r->n) {
+            take = 1; /* the last generated token, at position done */
+            tok[N] = r->hist[r->done];
+        } else {
+            take = r->n - r->done;
+            if (take > s->cfg.prefill_chunk) take = s->cfg.prefill_chunk;
+            if (take > room - (B - 1 - i)) take = room - (B - 1 - i); /* a seat for the rest */
+            if (take < 1) take = 1;
+            room -= take;
+            memcpy(&tok[N], &r->hist[r->done], (size_t)take * sizeof *tok);
+        }
+        past[i] = r->done;
+        tables[i] = r->blocks;
+        N += take;
+        start[i + 1] = N;
+    }
+    oj_status st = OJ_OK;
+    oj_engine *eng = s->eng;
+    oj_scope_begin(eng);
+    int64_t shape[2] = {1, N};
+    oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, tok, (size_t)N * sizeof *tok);
+    oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, B, start, past, tables) : NULL;
+    oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
+    float *host = l32 ? malloc((size_t)(B * s->V) * sizeof *host) : NULL;
+    if (host == NULL || oj_to_host(l32, host, (size_t)(B * s->V) * sizeof *host) != OJ_OK) {
+        st = oj_last_status(eng);
+        if (st == OJ_OK) st = OJ_ERR_CAPACITY;
+        fail(s, st, "serve: the batch's forward failed: %s",
+             oj_last_error(eng)[0] ? oj_last_error(eng) : "out of host memory");
+        oj_clear_error(eng);
+    }
+    oj_release(l32);
+    oj_scope_end(eng);
+    s->st.steps++;
+    s->st.last_batch = B;
+    if (st != OJ_OK) {
+        for (int64_t i = s->n_run - 1; i >= 0; i--) finish(s, i, OJ_FINISH_ERROR);
+    } else {
+        /* sample, in reverse so that finishing request i leaves rows < i */
+        for (int64_t i = B - 1; i >= 0; i--) {
+            req *r = s->run[i];
+            r->done += start[i + 1] - start[i];
+            if (r->done < r->n + r->len) continue; /* a prompt chunk short of its end */
+            const float *row = host + i * s->V;
+            int32_t t = oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
+                                         oj_sample_uniform(r->cfg.seed, r->stream, r->len));
+            if (t < 0) {
+                fail(s, OJ_ERR_NUMERIC, "serve: request %lld's logits hold NaN", (long long)r->id);
+                finish(s, i, OJ_FINISH_ERROR);
+                continue;
+            }
+            if (t == r->cfg.stop_token) {
+                finish(s, i, OJ_FINISH_STOP);
+                continue;
+            }
+            r->hist[r->n + r->len] = t;
+            r->len++;
+            s->st.generated_tokens++;
+            bool more = r->fn ? r->fn(r->ctx, r->id, t, logprob(row, s->V, t), OJ_FINISH_NONE) : true;
+            if (!more)
+                finish(s, i, OJ_FINISH_STOP);
+            else if (r->len >= r->max_new)
+                finish(s, i, OJ_FINISH_LENGTH);
+        }
+    }
+    free(host);
+    free(start);
+    free(past);
+    free(tables);
+    free(tok);
+    return st;
+}

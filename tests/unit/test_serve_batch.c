@@ -1,0 +1,379 @@
+// test: the paged forward and the continuous-batching scheduler give, on
+// the CPU with EXACT numerics, each sequence's logits and tokens of the
+// sequence decoded alone (oj_gpt_forward_cached, oj_generate) bit for bit,
+// whatever else is in the batch: gpt2 and llama (GQA; Qwen-style biases and
+// QK-norm; Llama 3.1 rope scaling and an untied head), chunked prefill, blocks smaller than a chunk, a pool too small
+// for every request at once (requests queue), sampling; cancel and
+// timeouts free blocks; refusals; no leaks.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ojas/gpt.h"
+#include "ojas/infer.h"
+#include "ojas/ops.h"
+#include "ojas/serve.h"
+
+static oj_engine *eng;
+
+static int setup(void **state) {
+    (void)state;
+    oj_engine_config c = oj_engine_config_default();
+    c.seed = 5;
+    c.numerics = OJ_NUMERICS_EXACT;
+    c.threads = 2;
+    return oj_engine_create(&c, &eng, NULL) == OJ_OK ? 0 : -1;
+}
+static int teardown(void **state) {
+    (void)state;
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+    return 0;
+}
+
+static oj_gpt *make(const char *kind) {
+    oj_gpt_config c;
+    if (strcmp(kind, "gpt2") == 0) {
+        assert_true(oj_gpt_preset("gpt2-tiny", &c));
+        c.vocab_size = 97;
+    } else {
+        memset(&c, 0, sizeof c);
+        c.family = OJ_LLAMA;
+        c.vocab_size = 97;
+        c.block_size = 64;
+        c.n_layer = 2;
+        c.n_head = 4;
+        c.n_kv_head = 2;
+        c.n_embd = 32;
+        c.mlp_hidden = 48;
+        c.norm_eps = 1e-6;
+        c.rope_theta = 10000.0;
+        c.init_std = 0.02;
+        c.qkv_bias = strcmp(kind, "qwen") == 0;
+        c.qk_norm = strcmp(kind, "qwen") == 0;
+        if (strcmp(kind, "llama31") == 0) { /* rope scaling: the cos/sin tables */
+            c.rope_factor = 8.0;
+            c.rope_low_freq_factor = 1.0;
+            c.rope_high_freq_factor = 4.0;
+            c.rope_original_context = 16;
+            c.untied_head = true;
+        }
+    }
+    c.init_std = 0.3; /* at 0.02 a tiny model repeats one token: tokens would say little */
+    oj_gpt *m = NULL;
+    if (oj_gpt_create(eng, &c, 11, &m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(eng));
+    return m;
+}
+
+#define NP 6
+static const int64_t lens[NP] = {1, 5, 17, 40, 3, 23};
+
+/* Prompt i: lens[i] ids below 97. */
+static void prompts(int32_t *buf[NP]) {
+    for (int i = 0; i < NP; i++) {
+        buf[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        for (int64_t t = 0; t < lens[i]; t++) buf[i][t] = (int32_t)((t * 31 + i * 17 + 3) % 97);
+    }
+}
+static void free_prompts(int32_t *buf[NP]) {
+    for (int i = 0; i < NP; i++) free(buf[i]);
+}
+
+/* Logits [V] of the last position of prompt p decoded alone. */
+static void alone_logits(oj_gpt *m, const int32_t *p, int64_t n, float *dst, int64_t V) {
+    oj_kv_cache *c = NULL;
+    assert_int_equal(oj_kv_cache_create(m, 1, n, &c), OJ_OK);
+    oj_scope_begin(eng);
+    int64_t s[2] = {1, n};
+    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, p, (size_t)n * sizeof *p);
+    oj_tensor *lg = oj_gpt_forward_cached(m, c, idx);
+    assert_non_null(lg);
+    oj_tensor *row = oj_narrow(lg, 1, n - 1, 1);
+    assert_int_equal(oj_to_host(row, dst, (size_t)V * sizeof *dst), OJ_OK);
+    oj_scope_end(eng);
+    oj_kv_cache_free(c);
+}
+
+/* Every prompt packed into one paged forward (blocks of 4 positions,
+ * handed out interleaved) gives each prompt's last logits of the prompt
+ * alone, bit for bit; then a second forward of one more token each. */
+static void check_packed_logits(const char *kind) {
+    oj_gpt *m = make(kind);
+    const int64_t V = oj_gpt_get_config(m)->vocab_size, BS = 4;
+    int32_t *p[NP];
+    prompts(p);
+    oj_kv_pool *pool = NULL;
+    assert_int_equal(oj_kv_pool_create(m, 64, BS, &pool), OJ_OK);
+    int32_t tables[NP][16];
+    int next = 63;
+    for (int b = 0; b < 16; b++)
+        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
+    const int32_t *tp[NP];
+    int64_t start[NP + 1] = {0}, past[NP] = {0}, N = 0;
+    int32_t packed[128];
+    for (int i = 0; i < NP; i++) {
+        tp[i] = tables[i];
+        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
+        N += lens[i];
+        start[i + 1] = N;
+    }
+    float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)V * sizeof *want);
+    oj_scope_begin(eng);
+    int64_t s[2] = {1, N};
+    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, packed, (size_t)N * sizeof(int32_t));
+    oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp);
+    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
+    assert_int_equal(oj_size(lg, 1), NP);
+    assert_int_equal(oj_to_host(lg, got, (size_t)(NP * V) * sizeof *got), OJ_OK);
+    oj_scope_end(eng);
+    for (int i = 0; i < NP; i++) {
+        alone_logits(m, p[i], lens[i], want, V);
+        assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
+    }
+    /* one more token each: prompt + (i % 7), attending to the blocks */
+    int32_t *q[NP];
+    for (int i = 0; i < NP; i++) {
+        q[i] = malloc((size_t)(lens[i] + 1) * sizeof(int32_t));
+        memcpy(q[i], p[i], (size_t)lens[i] * sizeof(int32_t));
+        q[i][lens[i]] = i % 7;
+        packed[i] = i % 7;
+        past[i] = lens[i];
+        start[i + 1] = i + 1;
+    }
+    oj_scope_begin(eng);
+    int64_t s1[2] = {1, NP};
+    idx = oj_from_host(eng, 2, s1, OJ_I32, packed, NP * sizeof(int32_t));
+    lg = oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp);
+    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
+    assert_int_equal(oj_to_host(lg, got, (size_t)(NP * V) * sizeof *got), OJ_OK);
+    oj_scope_end(eng);
+    for (int i = 0; i < NP; i++) {
+        alone_logits(m, q[i], lens[i] + 1, want, V);
+        assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
+        free(q[i]);
+    }
+    free(got);
+    free(want);
+    free_prompts(p);
+    oj_kv_pool_free(pool);
+    oj_gpt_free(m);
+}
+
+static void test_packed_logits_gpt2(void **state) {
+    (void)state;
+    check_packed_logits("gpt2");
+}
+static void test_packed_logits_llama(void **state) {
+    (void)state;
+    check_packed_logits("llama");
+}
+static void test_packed_logits_qwen(void **state) {
+    (void)state;
+    check_packed_logits("qwen");
+    check_packed_logits("llama31");
+}
+
+/* oj_batch_generate over a scheduler of `sc` gives oj_generate's tokens for
+ * every prompt at temperature t (0: greedy). */
+static void check_generate(const char *kind, const oj_sched_config *sc, double t) {
+    oj_gpt *m = make(kind);
+    int32_t *p[NP];
+    prompts(p);
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = t;
+    cfg.top_k = t > 0 ? 20 : 0;
+    cfg.seed = 42;
+    cfg.max_new_tokens = 20;
+    int32_t *want[NP], *got[NP];
+    int64_t wl[NP], gl[NP];
+    const int32_t *const *pp = (const int32_t *const *)p;
+    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
+    oj_status st = oj_batch_generate(m, NP, pp, lens, &cfg, sc, got, gl, NULL, NULL);
+    if (st != OJ_OK) fail_msg("batch_generate: %s", oj_last_error(eng));
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(gl[i], wl[i]);
+        assert_memory_equal(got[i], want[i], (size_t)wl[i] * sizeof(int32_t));
+        free(got[i]);
+        free(want[i]);
+    }
+    free_prompts(p);
+    oj_gpt_free(m);
+}
+
+/* A prompt that fills the context gives no token, as oj_generate; one
+ * longer is refused as oj_generate refuses it. */
+static void test_generate_full_context(void **state) {
+    (void)state;
+    oj_gpt *m = make("gpt2");
+    int32_t *full = calloc(65, sizeof *full), one[1] = {5};
+    const int32_t *pp[2] = {full, one};
+    int64_t lens2[2] = {64, 1}, gl[2], wl[2];
+    int32_t *got[2], *want[2];
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    cfg.max_new_tokens = 4;
+    assert_int_equal(oj_generate(m, 2, pp, lens2, &cfg, want, wl, NULL, NULL), OJ_OK);
+    assert_int_equal(oj_batch_generate(m, 2, pp, lens2, &cfg, NULL, got, gl, NULL, NULL), OJ_OK);
+    assert_int_equal(gl[0], 0);
+    assert_int_equal(wl[0], 0);
+    assert_int_equal(gl[1], 4);
+    assert_memory_equal(got[1], want[1], 4 * sizeof(int32_t));
+    for (int i = 0; i < 2; i++) free(got[i]), free(want[i]);
+    lens2[0] = 65;
+    assert_int_equal(oj_batch_generate(m, 2, pp, lens2, &cfg, NULL, got, gl, NULL, NULL),
+                     OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(oj_last_error(eng), "the context holds 64"));
+    assert_null(got[0]);
+    oj_clear_error(eng);
+    free(full);
+    oj_gpt_free(m);
+}
+
+/* max_batch 3 (requests join as others leave), chunks of 8 prompt tokens,
+ * blocks of 4 positions, 12 packed tokens per step. */
+static oj_sched_config small_sched(void) {
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = 3;
+    sc.block_size = 4;
+    sc.n_blocks = 64;
+    sc.prefill_chunk = 8;
+    sc.max_step_tokens = 12;
+    return sc;
+}
+
+static void test_generate_gpt2(void **state) {
+    (void)state;
+    oj_sched_config sc = small_sched();
+    check_generate("gpt2", &sc, 0.0);
+    check_generate("gpt2", NULL, 0.0); /* every prompt at once, whole prompts */
+    check_generate("gpt2", &sc, 0.9);
+}
+static void test_generate_llama(void **state) {
+    (void)state;
+    oj_sched_config sc = small_sched();
+    check_generate("llama", &sc, 0.0);
+    check_generate("qwen", &sc, 0.0);
+    check_generate("llama31", &sc, 0.0);
+    check_generate("llama", &sc, 0.9);
+}
+
+/* A pool of 16 blocks holds the 40-token prompt's request (15 blocks) and
+ * little else: the others wait in the queue, and the tokens do not change. */
+static void test_generate_full_pool(void **state) {
+    (void)state;
+    oj_sched_config sc = small_sched();
+    sc.n_blocks = 16;
+    check_generate("llama", &sc, 0.0);
+}
+
+typedef struct {
+    int64_t tokens, ends;
+    oj_finish last;
+} counts;
+
+static bool count(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)id;
+    counts *c = ctx;
+    if (token >= 0) {
+        assert_true(lp <= 0.0 && isfinite(lp));
+        c->tokens++;
+    } else {
+        c->ends++;
+        c->last = why;
+    }
+    return true;
+}
+
+/* Cancel (queued and running) and timeouts give every block back; the
+ * scheduler's refusals name what was wrong and queue nothing. */
+static void test_cancel_timeout_refusals(void **state) {
+    (void)state;
+    oj_gpt *m = make("gpt2");
+    oj_sched_config sc = small_sched();
+    sc.max_batch = 1;
+    sc.max_queue = 2;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    cfg.max_new_tokens = 30;
+    int32_t prompt[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    counts c = {0, 0, OJ_FINISH_NONE};
+    int64_t a, b, x;
+    assert_int_equal(oj_sched_submit(s, prompt, 10, &cfg, 0, 0.0, count, &c, &a), OJ_OK);
+    assert_int_equal(oj_sched_submit(s, prompt, 10, &cfg, 0, 0.0, count, &c, &b), OJ_OK);
+    assert_int_equal(oj_sched_submit(s, prompt, 3, &cfg, 0, 0.0, count, &c, &x), OJ_ERR_CAPACITY);
+    assert_non_null(strstr(oj_sched_error(s), "queue is full"));
+    for (int i = 0; i < 3; i++) assert_int_equal(oj_sched_step(s), OJ_OK);
+    oj_sched_stats st = oj_sched_get_stats(s);
+    assert_int_equal(st.running, 1);
+    assert_int_equal(st.queued, 1);
+    assert_int_equal(st.blocks_used, 10); /* 10 + 29 positions in blocks of 4 */
+    assert_int_equal(oj_sched_cancel(s, b), OJ_OK); /* queued */
+    assert_int_equal(oj_sched_cancel(s, a), OJ_OK); /* running */
+    assert_int_equal(oj_sched_cancel(s, a), OJ_ERR_INVALID_ARGUMENT);
+    st = oj_sched_get_stats(s);
+    assert_int_equal(st.blocks_used, 0);
+    assert_false(oj_sched_busy(s));
+    assert_int_equal(c.ends, 0); /* cancel calls no event */
+    /* a deadline already past: the end event says timeout, blocks are free */
+    assert_int_equal(oj_sched_submit(s, prompt, 10, &cfg, 0, 1e-9, count, &c, &a), OJ_OK);
+    while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+    assert_int_equal(c.ends, 1);
+    assert_int_equal(c.last, OJ_FINISH_TIMEOUT);
+    assert_int_equal(oj_sched_get_stats(s).blocks_used, 0);
+    /* runs to max_new_tokens */
+    c.tokens = 0;
+    assert_int_equal(oj_sched_submit(s, prompt, 10, &cfg, 0, 0.0, count, &c, &a), OJ_OK);
+    while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+    assert_int_equal(c.last, OJ_FINISH_LENGTH);
+    assert_int_equal(c.tokens, 30);
+    /* refusals */
+    int32_t bad[2] = {1, 97};
+    assert_int_equal(oj_sched_submit(s, bad, 2, &cfg, 0, 0.0, count, &c, &x), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(oj_sched_error(s), "outside the vocabulary"));
+    int32_t *longp = calloc(64, sizeof *longp);
+    assert_int_equal(oj_sched_submit(s, longp, 64, &cfg, 0, 0.0, count, &c, &x), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(oj_sched_error(s), "context holds 64"));
+    cfg.max_new_tokens = 60; /* 3 + 59 positions: 16 blocks > the pool's... */
+    oj_sched_free(s);
+    sc.n_blocks = 8;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    assert_int_equal(oj_sched_submit(s, longp, 3, &cfg, 0, 0.0, count, &c, &x), OJ_ERR_CAPACITY);
+    assert_non_null(strstr(oj_sched_error(s), "the pool has 8"));
+    cfg.temperature = NAN;
+    assert_int_equal(oj_sched_submit(s, longp, 3, &cfg, 0, 0.0, count, &c, &x), OJ_ERR_INVALID_ARGUMENT);
+    free(longp);
+    oj_sched_free(s);
+    /* a pool larger than the budget: refused, nothing kept */
+    oj_budget *tight = oj_budget_create(oj_engine_budget(eng), "tight", 4096);
+    oj_budget *prev = oj_engine_use_budget(eng, tight);
+    sc.n_blocks = 1000;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_ERR_CAPACITY);
+    assert_null(s);
+    oj_clear_error(eng);
+    oj_engine_use_budget(eng, prev);
+    assert_int_equal(oj_budget_current(tight), 0);
+    oj_budget_free(tight);
+    oj_gpt_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_packed_logits_gpt2),
+        cmocka_unit_test(test_packed_logits_llama),
+        cmocka_unit_test(test_packed_logits_qwen),
+        cmocka_unit_test(test_generate_gpt2),
+        cmocka_unit_test(test_generate_llama),
+        cmocka_unit_test(test_generate_full_pool),
+        cmocka_unit_test(test_generate_full_context),
+        cmocka_unit_test(test_cancel_timeout_refusals),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
