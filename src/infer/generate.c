@@ -88,7 +88,7 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
         if (!fast) {
             st = decoder_logits(d, lg, half, V);
             if (st != OJ_OK) break;
-            tok = oj_sample_logits(lg, V, cfg, hist, n + len, draw(cfg->seed, seq, step));
+            tok = oj_sample_logits(lg, V, cfg, hist, n + len, oj_sample_uniform(cfg->seed, seq, step));
             if (tok < 0) {
                 st = oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold NaN at step %lld",
                                   (long long)step);
