@@ -59,12 +59,15 @@ def eng():
 
 
 @pytest.fixture
-def engine():
+def engine(request):
     """A one-thread ojas.Engine of the package, closed at teardown after
-    checking that no tensor handle outlives its Python object."""
+    checking that no tensor handle outlives its Python object (the test's
+    arguments, e.g. a model fixture's value, are dropped first: this
+    fixture's teardown comes after theirs)."""
     import ojas
     e = ojas.Engine(threads=1)
     yield e
+    request.node.funcargs.clear()
     gc.collect()
     live = e.live_tensors()
     e.close()
