@@ -31,6 +31,13 @@ class GPT:
         return _C.gpt_config(preset, overrides)
 
     @staticmethod
+    def config_from_hf(config_json):
+        """The model config of a Hugging Face config.json (the fields
+        oj_gpt_config_from_hf reads; unsupported ones raise
+        InvalidArgumentError naming the file and field)."""
+        return _C.gpt_config_from_hf(os.fspath(config_json))
+
+    @staticmethod
     def presets():
         """The preset names of oj_gpt_preset."""
         return _C.gpt_presets()
@@ -53,11 +60,14 @@ class GPT:
         """Load a Hugging Face model directory (config.json + safetensors:
         GPT-2, Llama, Mistral, Qwen2, Qwen3; oj_gpt_load_dir) or an ojas
         training checkpoint (a ckpt-NNNNNN directory or the run directory
-        holding them: the latest valid one)."""
+        holding them: the latest valid one). A directory without
+        config.json that holds state.json, `latest` or ckpt-* entries is a
+        checkpoint; anything else is read as a Hugging Face directory (a
+        missing one raises IOError naming config.json)."""
         path = os.fspath(path)
-        if os.path.exists(os.path.join(path, "config.json")):
-            return cls(_C.gpt_load_dir(path, engine))
-        return cls(_C.gpt_load_checkpoint(path, engine))
+        if _is_checkpoint(path):
+            return cls(_C.gpt_load_checkpoint(path, engine))
+        return cls(_C.gpt_load_dir(path, engine))
 
     # ---------------------------------------------------------------- state
     @property
@@ -154,6 +164,13 @@ class GPT:
         token, step() -> next token, set_token(t), logits() (a copy). On a
         CUDA engine the step replays a CUDA graph."""
         return self._c.decoder(int(capacity), bool(use_graph))
+
+
+def _is_checkpoint(path):
+    if os.path.exists(os.path.join(path, "config.json")) or not os.path.isdir(path):
+        return False
+    names = os.listdir(path)
+    return "state.json" in names or "latest" in names or any(n.startswith("ckpt-") for n in names)
 
 
 def sample_logits(logits, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0,

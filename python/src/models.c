@@ -210,6 +210,17 @@ static PyObject *py_gpt_presets(PyObject *mod, PyObject *u) {
     return l;
 }
 
+/* gpt_config_from_hf(config.json path) -> dict (oj_gpt_config_from_hf). */
+static PyObject *py_gpt_config_from_hf(PyObject *mod, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s:gpt_config_from_hf", &path)) return NULL;
+    oj_gpt_config c;
+    memset(&c, 0, sizeof c);
+    oj_error err = {0};
+    if (oj_gpt_config_from_hf(path, &c, &err) != OJ_OK) return ojpy_raise_status(err.status, err.message);
+    return config_to_dict(&c);
+}
+
 /* gpt_create(config dict, seed, engine) -> GPT (oj_gpt_create). */
 static PyObject *py_gpt_create(PyObject *mod, PyObject *args) {
     PyObject *d, *eo = Py_None;
@@ -699,6 +710,8 @@ static PyObject *py_sample_logits(PyObject *mod, PyObject *args) {
 static PyMethodDef models_methods[] = {
     {"gpt_config", py_gpt_config, METH_VARARGS, "gpt_config(preset=None, overrides=None) -> dict"},
     {"gpt_presets", py_gpt_presets, METH_NOARGS, "the preset names"},
+    {"gpt_config_from_hf", py_gpt_config_from_hf, METH_VARARGS,
+     "gpt_config_from_hf(config.json) -> dict"},
     {"gpt_create", py_gpt_create, METH_VARARGS, "gpt_create(config, seed=0, engine=None) -> GPT"},
     {"gpt_load_dir", py_gpt_load_dir, METH_VARARGS, "gpt_load_dir(dir, engine=None) -> GPT"},
     {"gpt_load_checkpoint", py_gpt_load_checkpoint, METH_VARARGS,
