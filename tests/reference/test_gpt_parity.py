@@ -21,8 +21,7 @@ import pytest
 import torch
 
 import gpt_reference as ref
-import ojas
-from ojas.models import GPT
+from ojpkg import ojas
 from test_safetensors import hf_save, raw_bytes
 
 RTOL = 1e-4
@@ -35,7 +34,7 @@ FAMILY = {"gpt2": ref.GPT2, "nanolab": ref.NANOLAB}
 
 
 def _preset(name):
-    c = GPT.config(name)
+    c = ojas.models.GPT.config(name)
     return ref.Config(FAMILY[c["family"]], c["vocab_size"], c["block_size"], c["n_layer"],
                       c["n_head"], c["n_kv_head"], c["n_embd"], c["mlp_hidden"], c["norm_eps"],
                       c["rope_theta"])
@@ -60,7 +59,7 @@ def _seed(name):
 def _ojas_model(engine, cfg, path):
     """An ojas GPT created with cfg and loaded from a safetensors file."""
     family = {v: k for k, v in FAMILY.items()}[cfg.family]
-    m = GPT.create(dict(family=family, vocab_size=cfg.vocab_size, block_size=cfg.block_size,
+    m = ojas.models.GPT.create(dict(family=family, vocab_size=cfg.vocab_size, block_size=cfg.block_size,
                         n_layer=cfg.n_layer, n_head=cfg.n_head, n_kv_head=cfg.n_kv_head,
                         n_embd=cfg.n_embd, mlp_hidden=cfg.mlp_hidden, norm_eps=cfg.norm_eps,
                         rope_theta=cfg.rope_theta, init_std=0.02), seed=1234, engine=engine)

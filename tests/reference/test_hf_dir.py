@@ -13,8 +13,8 @@ and a bad directory (missing shard, shape mismatch, unknown architecture,
 unsupported fields) fails with one line naming the file and the field."""
 
 import json
-import types
 import os
+import types
 
 import numpy as np
 import pytest
@@ -22,8 +22,7 @@ import torch
 
 import gpt_reference as gref
 import hf_reference as ref
-import ojas
-from ojas.models import GPT
+from ojpkg import ojas
 from test_gpt_parity import _rel_err
 from test_safetensors import hf_save, raw_bytes
 
@@ -124,7 +123,7 @@ class OjModel:
 
     def __init__(self, engine, d):
         self.engine = engine
-        self.m = GPT.from_pretrained(d, engine=engine)
+        self.m = ojas.models.GPT.from_pretrained(d, engine=engine)
 
     def forward(self, idx):
         return self.m(ojas.tensor(idx.numpy(), engine=self.engine)).detach().numpy()
@@ -243,7 +242,7 @@ def test_config_fields(tmp_path):
         p = str(tmp_path / "config.json")
         with open(p, "w") as f:
             json.dump(cfg, f)
-        c = GPT.config_from_hf(p)
+        c = ojas.models.GPT.config_from_hf(p)
         c["family"] = {"gpt2": 0, "nanolab": 1, "llama": 2}[c["family"]]
         return types.SimpleNamespace(**c)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import ojas
+from ojpkg import ojas
 
 STEPS = 100
 RTOL = {"f32": 1e-6, "f64": 1e-12}
