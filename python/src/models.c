@@ -4,7 +4,9 @@
  * A GPT either owns its oj_gpt (gpt_create, gpt_load_dir,
  * gpt_load_checkpoint: freed with the object, and counted as a view of its
  * engine so the engine is not closed under it) or borrows a Trainer's (the
- * GPT keeps the Trainer alive). KVCache and Decoder keep their GPT alive.
+ * GPT keeps the Trainer's engine, and so the trainer, alive). KVCache and
+ * Decoder keep their GPT alive and count as views of its engine (a closed
+ * Trainer is freed only after them).
  * ojas/models.py gives them their Python names. */
 #include <stdlib.h>
 #include <string.h>
@@ -513,6 +515,7 @@ static PyObject *gpt_kv_cache(GPTObject *g, PyObject *args) {
     }
     k->c = c;
     k->gpt = (GPTObject *)Py_NewRef((PyObject *)g);
+    ojpy_engine_exports(g->eng, +1);
     return (PyObject *)k;
 }
 
@@ -531,6 +534,7 @@ static PyObject *gpt_decoder(GPTObject *g, PyObject *args) {
     }
     o->d = d;
     o->gpt = (GPTObject *)Py_NewRef((PyObject *)g);
+    ojpy_engine_exports(g->eng, +1);
     return (PyObject *)o;
 }
 
@@ -569,8 +573,11 @@ static PyTypeObject GPT_Type = {
 /* ------------------------------------------------------------ KVCache */
 
 static void kv_dealloc(KVCacheObject *k) {
-    if (k->c && k->gpt->eng->eng != NULL) oj_kv_cache_free(k->c);
-    k->c = NULL;
+    if (k->c) {
+        oj_kv_cache_free(k->c); /* the engine is open: this object is a view of it */
+        k->c = NULL;
+        ojpy_engine_exports(k->gpt->eng, -1);
+    }
     Py_CLEAR(k->gpt);
     PyObject_Free(k);
 }
@@ -615,8 +622,11 @@ static PyTypeObject KVCache_Type = {
 /* ------------------------------------------------------------ Decoder */
 
 static void dec_dealloc(DecoderObject *d) {
-    if (d->d && d->gpt->eng->eng != NULL) oj_gpt_decoder_free(d->d);
-    d->d = NULL;
+    if (d->d) {
+        oj_gpt_decoder_free(d->d); /* the engine is open: this object is a view of it */
+        d->d = NULL;
+        ojpy_engine_exports(d->gpt->eng, -1);
+    }
     Py_CLEAR(d->gpt);
     PyObject_Free(d);
 }

@@ -155,3 +155,30 @@ def test_trainer_model_and_lifetime(run_fixture, tmp_path):
     # the out_dir is unlocked: a resume of it opens
     with Trainer.resume(tmp_path / "m") as tr2:
         assert tr2.step == 1
+
+
+def test_close_waits_for_caches_and_views(run_fixture, tmp_path):
+    """A KV cache or decoder of the trainer's model, or a numpy view of its
+    memory, keeps the trainer's engine until it goes: closing the trainer
+    frees it afterwards, never under them."""
+    tr = Trainer(exact_config(run_fixture), out_dir=tmp_path / "c")
+    model = tr.model
+    cache, dec = model.kv_cache(1, 8), model.decoder(8, use_graph=False)
+    tr.close()
+    with pytest.raises(ojas.StateError):
+        tr.train_step()
+    logits = cache.forward(ojas.tensor([[1, 2]], engine=model.engine))
+    assert logits.shape[:2] == (1, 2)
+    assert dec.prefill([1, 2]) >= 0
+    del logits, cache, dec  # the last of them frees the trainer
+    with pytest.raises(ojas.StateError):
+        model.state_dict()
+
+    tr = Trainer(exact_config(run_fixture), out_dir=tmp_path / "c", overwrite=True)
+    view = tr.model.state_dict()["transformer.wte.weight"].numpy()
+    tr.close()
+    total = float(view.sum())
+    assert total == total  # the memory is still there
+    del view
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "c", overwrite=True) as again:
+        assert again.step == 0  # the lock went with the trainer
