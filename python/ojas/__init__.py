@@ -22,7 +22,7 @@ from ojas._functions import *  # noqa: F401,F403
 from ojas._functions import where, cat, concat, stack, addmm, broadcast_to, is_tensor
 from ojas._grad_mode import (no_grad, enable_grad, set_grad_enabled, is_grad_enabled,
                              detect_anomaly)
-from ojas import io, nn, optim  # noqa: F401
+from ojas import io, nn, optim, models, data, train  # noqa: F401
 
 float = float32  # noqa: A001 (torch.float)
 double = float64

@@ -57,7 +57,18 @@ static void engine_close_c(EngineObject *self) {
     if (self->eng == NULL) return;
     oj_engine *e = self->eng;
     self->eng = NULL; /* tensors see a closed engine from here on */
-    oj_engine_free(e);
+    if (self->on_close) {
+        void (*fn)(void *) = self->on_close;
+        self->on_close = NULL;
+        fn(self->on_close_ctx);
+    } else {
+        oj_engine_free(e);
+    }
+}
+
+void ojpy_engine_close_when_free(EngineObject *e) {
+    if (e->exports > 0) e->close_pending = 1;
+    else engine_close_c(e);
 }
 
 static void engine_dealloc(EngineObject *self) {
@@ -109,6 +120,9 @@ void ojpy_engine_exports(EngineObject *e, int delta) {
 }
 
 static PyObject *engine_close(EngineObject *self, PyObject *unused) {
+    if (self->on_close)
+        return ojpy_raise_status(OJ_ERR_STATE,
+                                 "Engine.close: this engine belongs to a Trainer; close the trainer");
     if (self->exports > 0) {
         char msg[240];
         snprintf(msg, sizeof msg,
@@ -143,6 +157,7 @@ static PyObject *engine_exit(EngineObject *self, PyObject *args) {
             Py_CLEAR(self->prev);
         }
     }
+    if (self->on_close) Py_RETURN_FALSE; /* its owner closes it */
     if (self->exports > 0) self->close_pending = 1; /* closed at the last view's release */
     else engine_close_c(self);
     Py_RETURN_FALSE;

@@ -12,7 +12,8 @@ PyMODINIT_FUNC PyInit__C(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (ojpy_errors_init(m) < 0 || ojpy_engine_init(m) < 0 || ojpy_tensor_init(m) < 0 ||
-        ojpy_optim_init(m) < 0 || ojpy_io_init(m) < 0 ||
+        ojpy_optim_init(m) < 0 || ojpy_io_init(m) < 0 || ojpy_models_init(m) < 0 ||
+        ojpy_data_init(m) < 0 || ojpy_train_init(m) < 0 ||
         PyModule_AddFunctions(m, ojpy_op_methods) < 0 ||
         PyModule_AddFunctions(m, ojpy_create_methods) < 0 ||
         PyModule_AddFunctions(m, ojpy_dlpack_methods) < 0 ||

@@ -14,6 +14,7 @@
 
 #include "ojas/autograd.h"
 #include "ojas/core.h"
+#include "ojas/gpt.h"
 #include "ojas/ops.h"
 
 typedef struct EngineObject {
@@ -23,6 +24,11 @@ typedef struct EngineObject {
     int entered;
     Py_ssize_t exports;         /* live buffer views and DLPack capsules */
     int close_pending;          /* __exit__ with exports: close at the last */
+    /* An engine owned by something else (a Trainer's): closing it calls
+     * on_close(on_close_ctx), which frees the engine with its owner, instead
+     * of oj_engine_free; close() and __exit__ leave it to the owner. */
+    void (*on_close)(void *ctx);
+    void *on_close_ctx;
 } EngineObject;
 
 typedef struct TensorObject {
@@ -99,6 +105,16 @@ PyObject *ojpy_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ojpy_tensor_dlpack_device(PyObject *self, PyObject *unused);
 /* optim.c: the Optimizer type. */
 int ojpy_optim_init(PyObject *m);
+/* Close e now (no views out) or at the release of its last view. */
+void ojpy_engine_close_when_free(EngineObject *e);
+/* models.c: GPT, KVCache, Decoder, generate; data.c: Tokenizer, shards,
+ * Loader; train.c: Trainer, LR schedules. */
+int ojpy_models_init(PyObject *m);
+/* A GPT object over model m on engine e; owner NULL: the object owns m
+ * (oj_gpt_free) and holds a view of e; else m belongs to owner (kept alive). */
+PyObject *ojpy_gpt_wrap(oj_gpt *m, EngineObject *e, PyObject *owner);
+int ojpy_data_init(PyObject *m);
+int ojpy_train_init(PyObject *m);
 /* io.c: safetensors functions. */
 int ojpy_io_init(PyObject *m);
 /* index.c: Tensor.__getitem__ / __setitem__. */

@@ -28,3 +28,11 @@ def no_leaks():
         assert eng.live_tensors() == live0
         assert eng.memory_allocated() == mem0
         assert eng.grad_enabled
+
+
+@pytest.fixture(scope="session")
+def run_fixture(tmp_path_factory):
+    """A directory with the training fixture (runfixture.py): corpus.txt,
+    tok/, data/."""
+    import runfixture
+    return runfixture.make(str(tmp_path_factory.mktemp("run")))

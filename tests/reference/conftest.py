@@ -1,13 +1,35 @@
 """Fixtures for the PyTorch reference tests: a fresh engine per test (checked
 for leaked tensor handles at teardown), f32/f64 parametrisation and a numpy
-RNG seeded from the test's name, so every run draws the same inputs."""
+RNG seeded from the test's name, so every run draws the same inputs.
 
+`engine` is an ojas.Engine of the Python package (python/), found as the
+package built into <build>/python: <build> is $OJAS_BUILD_DIR, else the
+directory of $OJAS_LIB, else ./build (`make python` builds it). `eng` is the
+ctypes wrapper ojas_ctypes.py, which the files not yet moved to the package
+still use."""
+
+import gc
+import os
+import sys
 import zlib
 
 import numpy as np
 import pytest
 
 import ojas_ctypes
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _build_dir():
+    if os.environ.get("OJAS_BUILD_DIR"):
+        return os.environ["OJAS_BUILD_DIR"]
+    if os.environ.get("OJAS_LIB"):
+        return os.path.dirname(os.path.abspath(os.environ["OJAS_LIB"]))
+    return os.path.join(_REPO, "build")
+
+
+sys.path.insert(0, os.path.join(_build_dir(), "python"))
 
 FLOAT_DTYPES = ["f32", "f64"]
 
@@ -34,6 +56,22 @@ def eng():
     yield e
     leaked = e.close()
     assert leaked == 0, "%d tensor handle(s) still live after Python released its own" % leaked
+
+
+@pytest.fixture
+def engine(request):
+    """A one-thread ojas.Engine of the package, closed at teardown after
+    checking that no tensor handle outlives its Python object (the test's
+    arguments, e.g. a model fixture's value, are dropped first: this
+    fixture's teardown comes after theirs)."""
+    import ojas
+    e = ojas.Engine(threads=1)
+    yield e
+    request.node.funcargs.clear()
+    gc.collect()
+    live = e.live_tensors()
+    e.close()
+    assert live == 0, "%d tensor handle(s) still live after Python released its own" % live
 
 
 @pytest.fixture(params=FLOAT_DTYPES)

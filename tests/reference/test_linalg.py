@@ -2,16 +2,15 @@
 torch.matmul case, broadcast batches, transposed operands, empty dims), bmm,
 linear (with and without bias, any leading dims), addmm (beta, alpha);
 forward and gradients, f32 and f64, in FAST (OpenBLAS) and EXACT (own
-kernel) numerics."""
+kernel) numerics, through the Python package's raw bindings (ojas._C)."""
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-import ojas_ctypes
-from ojas_ctypes import OjasError
-from refcheck import check, rand
+from ojpkg import ojas
+from pkgcheck import check, rand
 
 MATMUL_SHAPES = [
     ((5,), (5,)),                  # dot
@@ -30,9 +29,11 @@ MATMUL_SHAPES = [
 
 @pytest.fixture(params=["fast", "exact"])
 def neng(request):
-    e = ojas_ctypes.Engine(threads=1, numerics=request.param)
+    e = ojas.Engine(threads=1, numerics=request.param)
     yield e
-    assert e.close() == 0
+    request.node.funcargs.clear()
+    assert e.live_tensors() == 0
+    e.close()
 
 
 @pytest.mark.parametrize("sa,sb", MATMUL_SHAPES, ids=str)
@@ -51,7 +52,7 @@ def test_matmul_empty(neng, dtype, rng, sa, sb):
 def test_matmul_large_k_accuracy(neng, rng):
     # K = 4096 f32: within f32 GEMM accuracy of torch's result
     a, b = rand(rng, (8, 4096), "f32"), rand(rng, (4096, 6), "f32")
-    out = neng.call("matmul", neng.tensor(a), neng.tensor(b)).to_numpy()
+    out = ojas._C.matmul(ojas.tensor(a, engine=neng), ojas.tensor(b, engine=neng)).numpy()
     want = (torch.tensor(a, dtype=torch.float64) @ torch.tensor(b, dtype=torch.float64)).numpy()
     assert np.max(np.abs(out - want)) <= 1e-5 * np.max(np.abs(want)) * 10
 
@@ -115,22 +116,24 @@ def test_addmm(neng, dtype, rng, beta, alpha, bshape):
           ref=lambda c, a, b, be, al: torch.addmm(c, a, b, beta=be, alpha=al))
 
 
-def test_bad_shapes(eng, rng):
-    a, b = eng.tensor(rand(rng, (2, 3))), eng.tensor(rand(rng, (4, 5)))
-    with pytest.raises(OjasError) as e:
-        eng.call("matmul", a, b)
+def test_bad_shapes(engine, rng):
+    def t(shape, dtype="f32"):
+        return ojas.tensor(rand(rng, shape, dtype), engine=engine)
+
+    a, b = t((2, 3)), t((4, 5))
+    with pytest.raises(ojas.Error) as e:
+        ojas._C.matmul(a, b)
     assert e.value.status == "OJ_ERR_SHAPE"
     assert e.value.message == "matmul: shapes [2, 3] and [4, 5] do not fit: inner dims 3 != 4"
-    with pytest.raises(OjasError) as e:
-        eng.call("matmul", a, eng.tensor(rand(rng, (3, 2), "f64")))
+    with pytest.raises(ojas.Error) as e:
+        ojas._C.matmul(a, t((3, 2), "f64"))
     assert e.value.status == "OJ_ERR_DTYPE"
-    with pytest.raises(OjasError) as e:
-        eng.call("bmm", a, b)
+    with pytest.raises(ojas.Error) as e:
+        ojas._C.bmm(a, b)
     assert e.value.status == "OJ_ERR_SHAPE"
-    with pytest.raises(OjasError) as e:
-        eng.call("linear", a, b, None)
+    with pytest.raises(ojas.Error) as e:
+        ojas._C.linear(a, b, None)
     assert e.value.status == "OJ_ERR_SHAPE"
-    with pytest.raises(OjasError) as e:
-        eng.call("addmm", eng.tensor(rand(rng, (4, 4))), a, eng.tensor(rand(rng, (3, 3))),
-                 1.0, 1.0)
+    with pytest.raises(ojas.Error) as e:
+        ojas._C.addmm(t((4, 4)), a, t((3, 3)), 1.0, 1.0)
     assert e.value.status == "OJ_ERR_SHAPE"

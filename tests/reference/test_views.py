@@ -1,13 +1,14 @@
 """View ops of include/ojas/ops.h vs PyTorch: reshape, view, permute,
 transpose, narrow, slice, expand, squeeze, squeeze_all, unsqueeze, flatten,
-select; values, shapes, storage sharing and gradients."""
+select; values, shapes, storage sharing and gradients, through the Python
+package's raw bindings (ojas._C)."""
 
 import numpy as np
 import pytest
 import torch
 
-from ojas_ctypes import OjasError
-from refcheck import check, rand
+from ojpkg import ojas
+from pkgcheck import check, rand
 
 INT64_MAX = 2**63 - 1
 
@@ -67,40 +68,41 @@ VIEWS = [
 
 
 @pytest.mark.parametrize("case", VIEWS, ids=lambda c: "%s%s%s" % (c[0], c[1], c[2]))
-def test_view(eng, dtype, rng, case):
+def test_view(engine, dtype, rng, case):
     name, shape, args, ref, shares = case
     x = rand(rng, shape, dtype)
-    leaf = eng.tensor(x)
-    out = check(eng, name, [x], *args, ref=ref)
+    leaf = ojas.tensor(x, engine=engine)
+    check(engine, name, [x], *args, ref=ref)
     if shares:
-        v = eng.call(name, leaf, *args)
-        assert v.shares_storage(leaf), "%s copied a contiguous input" % name
+        v = getattr(ojas._C, name)(leaf, *args)
+        assert v._shares_storage(leaf), "%s copied a contiguous input" % name
 
 
 @pytest.mark.parametrize("case", [c for c in VIEWS if len(c[1]) >= 2],
                          ids=lambda c: "%s%s%s" % (c[0], c[1], c[2]))
-def test_view_of_noncontiguous(eng, dtype, rng, case):
+def test_view_of_noncontiguous(engine, dtype, rng, case):
     name, shape, args, ref, _ = case
     if name == "view":
         pytest.skip("view of a transposed input is an error (tested below)")
-    check(eng, name, [rand(rng, shape, dtype)], *args, ref=ref, noncontig=True)
+    check(engine, name, [rand(rng, shape, dtype)], *args, ref=ref, noncontig=True)
 
 
-def test_reshape_noncontiguous_copies(eng, dtype, rng):
+def test_reshape_noncontiguous_copies(engine, dtype, rng):
+    C = ojas._C
     x = rand(rng, (3, 4), dtype)
-    leaf = eng.tensor(x)
-    t = eng.call("transpose", leaf, 0, 1)
-    r = eng.call("reshape", t, [12])
-    np.testing.assert_array_equal(r.to_numpy(), x.T.reshape(12))
-    assert not r.shares_storage(leaf)
-    f = eng.call("flatten", t, 0, -1)
-    np.testing.assert_array_equal(f.to_numpy(), x.T.reshape(12))
-    with pytest.raises(OjasError) as e:
-        eng.call("view", t, [12])
+    leaf = ojas.tensor(x, engine=engine)
+    t = C.transpose(leaf, 0, 1)
+    r = C.reshape(t, [12])
+    np.testing.assert_array_equal(r.numpy(), x.T.reshape(12))
+    assert not r._shares_storage(leaf)
+    f = C.flatten(t, 0, -1)
+    np.testing.assert_array_equal(f.numpy(), x.T.reshape(12))
+    with pytest.raises(ojas.Error) as e:
+        C.view(t, [12])
     assert e.value.status == "OJ_ERR_SHAPE"
 
 
-def test_chain_of_views_grad(eng, dtype, rng):
+def test_chain_of_views_grad(engine, dtype, rng):
     # transpose -> slice -> unsqueeze -> expand -> reshape, then mul: the
     # gradient is routed back through every view (expand sums).
     x = rand(rng, (4, 6), dtype)
@@ -109,33 +111,34 @@ def test_chain_of_views_grad(eng, dtype, rng):
         u = t.transpose(0, 1)[1:5:2].unsqueeze(1).expand(2, 3, 4)
         return u.reshape(6, 4) * u.reshape(6, 4)
 
-    def oj(eng, t):
-        u = eng.call("transpose", t, 0, 1)
-        u = eng.call("slice", u, 0, 1, 5, 2)
-        u = eng.call("unsqueeze", u, 1)
-        u = eng.call("expand", u, [2, 3, 4])
-        r = eng.call("reshape", u, [6, 4])
-        return eng.call("mul", r, r)
+    def oj(t):
+        C = ojas._C
+        u = C.transpose(t, 0, 1)
+        u = C.slice(u, 0, 1, 5, 2)
+        u = C.unsqueeze(u, 1)
+        u = C.expand(u, [2, 3, 4])
+        r = C.reshape(u, [6, 4])
+        return C.mul(r, r)
 
-    t = eng.tensor(x, requires_grad=True)
-    out = oj(eng, t)
+    t = ojas.tensor(x, engine=engine, requires_grad=True)
+    out = oj(t)
     tt = torch.tensor(x, requires_grad=True)
     tout = ref(tt)
-    np.testing.assert_allclose(out.to_numpy(), tout.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-6)
     g = rand(rng, (6, 4), dtype)
-    out.backward(g)
+    out.backward(ojas.tensor(g, engine=engine))
     tout.backward(torch.tensor(g))
-    np.testing.assert_allclose(t.grad.to_numpy(), tt.grad.numpy(),
+    np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(),
                                rtol=1e-5 if dtype == "f32" else 1e-12)
 
 
-def test_writes_through_views_are_shared(eng, rng):
+def test_writes_through_views_are_shared(engine, rng):
     x = rand(rng, (3, 4), "f64")
-    t = eng.tensor(x)
-    s = eng.call("select", t, 0, 1)
-    eng.call("mul_scalar_", s, 2.0)
+    t = ojas.tensor(x, engine=engine)
+    s = ojas._C.select(t, 0, 1)
+    ojas._C.mul_scalar_(s, 2.0)
     x[1] *= 2.0
-    np.testing.assert_array_equal(t.to_numpy(), x)
+    np.testing.assert_array_equal(t.numpy(), x)
 
 
 BAD = [
@@ -154,16 +157,16 @@ BAD = [
 
 
 @pytest.mark.parametrize("case", BAD, ids=lambda c: "%s%s%s" % (c[0], c[1], c[2]))
-def test_view_bad_input(eng, rng, case):
+def test_view_bad_input(engine, rng, case):
     name, shape, args, status = case
-    with pytest.raises(OjasError) as e:
-        eng.call(name, eng.tensor(rand(rng, shape, "f32")), *args)
+    with pytest.raises(ojas.Error) as e:
+        getattr(ojas._C, name)(ojas.tensor(rand(rng, shape, "f32"), engine=engine), *args)
     if status:
         assert e.value.status == status
     assert name in e.value.message
 
 
-def test_reshape_empty_ambiguous_is_error(eng):
+def test_reshape_empty_ambiguous_is_error(engine):
     # torch: "the unspecified dimension size -1 can be any value".
-    with pytest.raises(OjasError):
-        eng.call("reshape", eng.tensor(np.zeros((0, 4), np.float32)), [2, 0, -1])
+    with pytest.raises(ojas.Error):
+        ojas._C.reshape(ojas.tensor(np.zeros((0, 4), np.float32), engine=engine), [2, 0, -1])

@@ -1,10 +1,11 @@
-"""ojas.optim: torch.optim's SGD, Adam and AdamW over the C optimizer
-(include/ojas/optim.h), which follows torch 1.13's single-tensor update op
-by op. One difference: a step whose gradients or results are not finite
+"""ojas.optim: torch.optim's SGD, Adam and AdamW, and Muon, over the C
+optimizer (include/ojas/optim.h), which follows torch 1.13's single-tensor
+update op by op; learning-rate schedules in ojas.optim.lr_scheduler. One
+difference: a step whose gradients or results are not finite
 changes nothing and is reported in `last_step` (torch would write NaN)."""
 from ojas import _C
 
-_SGD, _ADAM, _ADAMW = 0, 1, 2
+_SGD, _ADAM, _ADAMW, _MUON = 0, 1, 2, 3
 
 
 class Optimizer:
@@ -38,7 +39,8 @@ class Optimizer:
         tensors = [p for _, p in named]
         h = self._hparams(g)
         self._c.add_group(self._algo, names, tensors, float(g["lr"]), float(h[0]), float(h[1]),
-                          float(h[2]), bool(h[3]), float(h[4]), float(h[5]), float(h[6]), 5)
+                          float(h[2]), bool(h[3]), float(h[4]), float(h[5]), float(h[6]),
+                          int(g.get("ns_steps", 5)))
         g["params"] = tensors
         g["_lr"] = g["lr"]
         self.param_groups.append(g)
@@ -97,3 +99,24 @@ class AdamW(Adam):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         Optimizer.__init__(self, params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                               weight_decay=weight_decay))
+
+
+class Muon(Optimizer):
+    """Muon (Keller Jordan, 2024): SGD momentum (nesterov by default) whose
+    update of each 2-D parameter is orthogonalised by ns_steps Newton-Schulz
+    iterations, with decoupled weight decay; oj_muon_hparams's defaults.
+    Takes rank-2 parameters only (use AdamW for embeddings, norms, biases,
+    as `ojas train` splits them)."""
+    _algo = _MUON
+
+    def __init__(self, params, lr=0.02, momentum=0.95, nesterov=True, ns_steps=5,
+                 weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov,
+                                      ns_steps=ns_steps, weight_decay=weight_decay))
+
+    @staticmethod
+    def _hparams(g):
+        return (g["weight_decay"], g["momentum"], 0.0, g["nesterov"], 0.9, 0.999, 1e-8)
+
+
+from ojas.optim import lr_scheduler  # noqa: E402,F401

@@ -1,0 +1,184 @@
+"""ojas.train: a Python-driven run is the CLI's run, byte for byte under
+numerics "exact" (same model and optimizer sha256 as `ojas train`, as
+go/train_test.go checks for Go), also when cut in two by a resume; the
+per-step callback, stops, errors and the trainer's lifetime."""
+import hashlib
+import json
+import math
+import os
+
+import pytest
+
+import ojas
+import runfixture
+from ojas.train import Trainer
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def same_checkpoint(a, b):
+    for f in ("model.safetensors", "optimizer.safetensors"):
+        assert sha(os.path.join(a, f)) == sha(os.path.join(b, f)), (f, a, b)
+
+
+def exact_config(run_fixture, **kw):
+    c = dict(runfixture.CONFIG, data_dir=os.path.join(run_fixture, "data"), numerics="exact")
+    c.update(kw)
+    return c
+
+
+@pytest.fixture(scope="module")
+def cli_run(run_fixture):
+    """`ojas train` of the fixture config under exact numerics; its step-4
+    checkpoint."""
+    with open(os.path.join(run_fixture, "c.json"), "w") as f:
+        json.dump(runfixture.CONFIG, f)
+    runfixture.run_ojas(run_fixture, "train", "--no-progress", "--no-plot", "--config", "c.json",
+                        "--out", "cli", "--numerics", "exact")
+    return os.path.join(run_fixture, "cli", "ckpt-000004")
+
+
+def test_train_steps_match_cli(run_fixture, cli_run, tmp_path):
+    seen = []
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "py") as tr:
+        for i in range(4):
+            m = tr.train_step()
+            seen.append(m)
+            assert m["step"] == i + 1 and m["tokens"] == (i + 1) * 4 * 32
+            assert m["loss"] > 0 and m["grad_norm"] > 0 and m["lr"] > 0 and m["tokens_per_s"] > 0
+        with pytest.raises(ojas.StateError, match="max_steps"):
+            tr.train_step()
+        got = tr.checkpoint()
+        assert os.path.basename(got) == "ckpt-000004"
+        loss, bpb = tr.eval()
+        assert loss > 0 and math.isnan(bpb)  # no tokenizer_dir: no bits per byte
+    same_checkpoint(cli_run, got)
+    # the CLI's metrics.jsonl holds the same losses
+    with open(os.path.join(os.path.dirname(cli_run), "metrics.jsonl")) as f:
+        cli = [json.loads(line) for line in f]
+    cli_loss = [r["loss"] for r in cli if r["type"] == "train"]
+    assert cli_loss == pytest.approx([m["loss"] for m in seen], rel=1e-7)  # printed to 8 digits
+
+
+def test_fit_and_resume_match_cli(run_fixture, cli_run, tmp_path):
+    events = []
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "fit") as tr:
+        last = tr.fit(callback=events.append)
+    assert last["step"] == 4
+    assert [(e["step"], e["is_eval"]) for e in events] == [
+        (1, False), (2, False), (2, True), (3, False), (4, False), (4, True)]
+    assert all(e["val_loss"] > 0 for e in events if e["is_eval"])
+    same_checkpoint(cli_run, str(tmp_path / "fit" / "ckpt-000004"))
+
+    # two steps, a checkpoint, a resume from it, two more steps
+    half = tmp_path / "half"
+    with Trainer(exact_config(run_fixture), out_dir=half) as tr:
+        tr.train_step()
+        tr.train_step()
+        ck = tr.checkpoint()
+    with Trainer.resume(ck) as tr:
+        assert tr.step == 2
+        assert tr.config["numerics"] == "exact"
+        tr.train_step()
+        tr.train_step()
+        got = tr.checkpoint()
+    same_checkpoint(cli_run, got)
+
+
+def test_run_in_c_with_callback(run_fixture, cli_run, tmp_path):
+    steps = []
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "run") as tr:
+        res = tr.run(lambda m: steps.append(m["step"]))
+    assert res["stop"] == "done" and res["step"] == 4 and res["val_loss"] > 0
+    assert 4 in steps
+    same_checkpoint(cli_run, res["checkpoint"])
+
+
+def test_callback_stops_and_raises(run_fixture, tmp_path):
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "stop") as tr:
+        tr.fit(callback=lambda m: m["step"] < 1)
+        assert tr.step == 1
+        assert os.path.isdir(tmp_path / "stop" / "ckpt-000001")
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "stop-c") as tr:
+        res = tr.run(lambda m: False)
+        assert res["stop"] == "signal" and res["step"] == 1
+
+    def boom(m):
+        raise KeyError("from the callback")
+
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "raise") as tr:
+        with pytest.raises(KeyError, match="from the callback"):
+            tr.run(boom)
+        assert tr.step == 1
+
+
+def test_trainer_errors(run_fixture, tmp_path):
+    with pytest.raises(ojas.InvalidArgumentError, match="no_such_key"):
+        Trainer(exact_config(run_fixture, no_such_key=1), out_dir=tmp_path / "a")
+    with pytest.raises(ojas.InvalidArgumentError, match="model"):
+        Trainer(exact_config(run_fixture, model="nanolab-huge"), out_dir=tmp_path / "b")
+    with pytest.raises(ojas.IOError):
+        Trainer(exact_config(run_fixture, data_dir=str(tmp_path / "none")),
+                out_dir=tmp_path / "c")
+    assert not os.path.exists(tmp_path / "c")  # nothing left behind
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "d"):
+        with pytest.raises(ojas.StateError, match="lock|PID|in use"):
+            Trainer(exact_config(run_fixture), out_dir=tmp_path / "d", overwrite=True)
+    cfg = ojas.train.config({"max_steps": 7})
+    assert cfg["max_steps"] == 7 and "lr" in cfg
+
+
+def test_trainer_model_and_lifetime(run_fixture, tmp_path):
+    tr = Trainer(exact_config(run_fixture), out_dir=tmp_path / "m")
+    model = tr.model
+    V = model.get_config()["vocab_size"]
+    assert V == 512  # the preset's: the config names no tokenizer_dir
+    sd = model.state_dict()
+    w = sd["transformer.wte.weight"]
+    before = w.numpy().copy()
+    tr.train_step()
+    assert (w.numpy() != before).any()  # the model's own parameters, not copies
+    del before
+    idx = ojas.tensor([[1, 2, 3]], engine=tr.engine)
+    logits = model(idx)
+    assert logits.shape == (1, 3, V) and math.isfinite(logits.sum().item())
+    tr.checkpoint()
+    del w, sd, logits, idx
+    tr.close()
+    with pytest.raises(ojas.StateError):
+        model.state_dict()
+    with pytest.raises(ojas.StateError):
+        tr.train_step()
+    # the out_dir is unlocked: a resume of it opens
+    with Trainer.resume(tmp_path / "m") as tr2:
+        assert tr2.step == 1
+
+
+def test_close_waits_for_caches_and_views(run_fixture, tmp_path):
+    """A KV cache or decoder of the trainer's model, or a numpy view of its
+    memory, keeps the trainer's engine until it goes: closing the trainer
+    frees it afterwards, never under them."""
+    tr = Trainer(exact_config(run_fixture), out_dir=tmp_path / "c")
+    model = tr.model
+    cache, dec = model.kv_cache(1, 8), model.decoder(8, use_graph=False)
+    tr.close()
+    with pytest.raises(ojas.StateError):
+        tr.train_step()
+    logits = cache.forward(ojas.tensor([[1, 2]], engine=model.engine))
+    assert logits.shape[:2] == (1, 2)
+    assert dec.prefill([1, 2]) >= 0
+    del logits, cache, dec  # the last of them frees the trainer
+    with pytest.raises(ojas.StateError):
+        model.state_dict()
+
+    tr = Trainer(exact_config(run_fixture), out_dir=tmp_path / "c", overwrite=True)
+    view = tr.model.state_dict()["transformer.wte.weight"].numpy()
+    tr.close()
+    total = float(view.sum())
+    assert total == total  # the memory is still there
+    del view
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "c", overwrite=True) as again:
+        assert again.step == 0  # the lock went with the trainer
