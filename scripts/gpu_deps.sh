@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetch the Debian packages a GPU machine needs to build ojas when its image
 # lacks them (the lent H200 machines reach no registry): pkg-config (pkgconf),
-# jansson, pcre2, xxhash and cmocka, headers and shared libraries. Run this
+# jansson, pcre2, xxhash, cmocka and libmicrohttpd (`ojas serve`), headers
+# and shared libraries, and dlpack's header (the Python package). Run this
 # where apt works; it writes third_party/gpudeps/*.deb (git-ignored). Then
 # carry that folder to the GPU machine (device tool: carry
 # ["third_party/gpudeps"]); scripts/gpu_check.sh unpacks it under /tmp when
@@ -11,7 +12,8 @@ cd "$(dirname "$0")/.."
 dir=third_party/gpudeps
 mkdir -p "$dir"
 pkgs=(pkgconf pkgconf-bin libpkgconf3 libjansson-dev libjansson4 libpcre2-dev libpcre2-8-0
-      libxxhash-dev libxxhash0 libcmocka-dev libcmocka0)
+      libxxhash-dev libxxhash0 libcmocka-dev libcmocka0 libmicrohttpd-dev libmicrohttpd12
+      libdlpack-dev)
 need=()
 for p in "${pkgs[@]}"; do
   ls "$dir/${p}"_*.deb >/dev/null 2>&1 || need+=("$p")

@@ -1,5 +1,6 @@
 # Sourced by the GPU scripts (gpu_check.sh, gpu_profile.sh, bench_gpu.sh):
-# make jansson, pcre2, xxhash and cmocka findable on a lent GPU machine.
+# make jansson, pcre2, xxhash, cmocka, libmicrohttpd and dlpack.h findable
+# on a lent GPU machine.
 # When the system pkg-config has them, nothing changes. Otherwise the .debs
 # in third_party/gpudeps (fetched by scripts/gpu_deps.sh where apt works,
 # then carried) are unpacked under /tmp/ojas-gpudeps (never into /), and
@@ -8,7 +9,7 @@
 # array of extra cmake arguments). Returns 1 when the libraries cannot be
 # found. Call from the repository root.
 gpu_env_setup() {
-  local mods=(jansson libpcre2-8 libxxhash cmocka) R L f debs root=$PWD
+  local mods=(jansson libpcre2-8 libxxhash cmocka libmicrohttpd) R L f debs root=$PWD
   cmake_extra=()
   _have() {
     command -v "${PKG_CONFIG:-pkg-config}" >/dev/null 2>&1 &&
@@ -33,6 +34,10 @@ gpu_env_setup() {
     fi
   done
   L=$R/usr/lib/x86_64-linux-gnu
+  # libmicrohttpd.pc names gnutls as Requires.private, needed only to link
+  # statically; the unpacked copy drops it so no gnutls -dev is needed.
+  [ -f "$L/pkgconfig/libmicrohttpd.pc" ] && sed -i '/^Requires.private:/d' "$L/pkgconfig/libmicrohttpd.pc"
+  export CPATH="$R/usr/include${CPATH:+:$CPATH}" # header-only packages (dlpack)
   export LD_LIBRARY_PATH="$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PKG_CONFIG_LIBDIR="$L/pkgconfig:$R/usr/share/pkgconfig"
   export PKG_CONFIG_SYSROOT_DIR="$R"
