@@ -167,7 +167,8 @@ static double clip(oj_trainer *t, loss_read *lr) {
     if (t->cfg.grad_clip > 0) {
         norm = oj__optim_clip_grad_norm_then(t->optim, t->cfg.grad_clip, read_losses, lr);
     } else {
-        oj_named_tensors sd = oj_gpt_state_dict(t->model);
+        oj_named_tensors sd = oj_gpt_lora_get_config(t->model) ? oj_gpt_lora_params(t->model)
+                                                               : oj_gpt_state_dict(t->model);
         norm = oj_grad_norm(sd.n, sd.tensors);
     }
     read_losses(lr); /* when clip did not (no clipping, or it failed early) */

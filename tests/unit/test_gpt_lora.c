@@ -358,6 +358,68 @@ static void test_peak_memory(void **state) {
     assert_true(lora * 2 <= full);
 }
 
+static int ojas(const char *args, char **out) {
+    char *err = NULL;
+    int rc = ct_ojas(g_dir, args, out, &err);
+    if (rc != 0) fprintf(stderr, "ojas %s -> %d: %s\n", args, rc, err ? err : "(no stderr)");
+    free(err);
+    return rc;
+}
+
+#define PROMPT "The king said"
+#define FT "train --init-from base --set data_dir=data --set tokenizer_dir=tok --set batch_size=4 " \
+           "--set seq_len=32 --set eval_every=0 --set eval_batches=1 --set threads=1 "           \
+           "--set peak_flops=1e10 --set optimizer=adamw --set lr=1e-2 --set warmup_steps=0 "     \
+           "--no-progress --no-plot "
+
+// the CLI: `train --init-from DIR --set lora_r=...` writes OUT/adapter in
+// PEFT's format; `generate -m DIR --adapter OUT/adapter` prints what the
+// model exported with the adapter folded in (`export --hf --adapter`)
+// prints; LoRA settings that cannot run are refused in one line by key
+static void test_cli(void **state) {
+    (void)state;
+    char p[400];
+    snprintf(p, sizeof p, "%s/corpus.txt", g_dir);
+    assert_int_equal(ct_write_corpus(p), 0);
+    assert_int_equal(ojas("tokenizer train --vocab-size 300 --threads 1 --out tok corpus.txt", NULL), 0);
+    assert_int_equal(ojas("data prepare --vocab tok --out data --threads 1 corpus.txt", NULL), 0);
+    assert_int_equal(ojas("train --set model=gpt2-tiny --set data_dir=data --set tokenizer_dir=tok "
+                          "--set max_steps=2 --set batch_size=4 --set seq_len=32 --set eval_every=0 "
+                          "--set eval_batches=1 --set threads=1 --set peak_flops=1e10 --out run "
+                          "--no-progress --no-plot",
+                          NULL),
+                     0);
+    assert_int_equal(ojas("export --hf base --checkpoint run", NULL), 0);
+    assert_int_equal(ojas(FT "--set max_steps=3 --set lora_r=4 --set lora_alpha=8 "
+                             "--set lora_targets=c_attn,c_fc --out ft",
+                          NULL),
+                     0);
+    snprintf(p, sizeof p, "%s/ft/adapter/adapter_config.json", g_dir);
+    char *cfg = ct_slurp(p);
+    assert_non_null(cfg);
+    assert_non_null(strstr(cfg, "\"r\": 4"));
+    assert_non_null(strstr(cfg, "\"c_fc\""));
+    assert_null(strstr(cfg, "\"c_proj\""));
+    free(cfg);
+    char *a = NULL, *b = NULL, *err = NULL;
+    assert_int_equal(ojas("generate -m base --adapter ft/adapter -p '" PROMPT "' -n 12 -t 0", &a), 0);
+    assert_int_equal(ojas("export --hf merged -m base --adapter ft/adapter", NULL), 0);
+    assert_int_equal(ojas("generate -m merged -p '" PROMPT "' -n 12 -t 0", &b), 0);
+    assert_true(strlen(a) > strlen(PROMPT "\n"));
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    assert_int_equal(ct_ojas(g_dir, FT "--set lora_r=4 --set lora_dropout=0.1 --out x", NULL, &err), 2);
+    ct_assert_one_line(err, "config key 'lora_dropout'");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, FT "--set lora_r=4 --set lora_targets=q_proj --out x", NULL, &err), 1);
+    ct_assert_one_line(err, "target 'q_proj' is not a gpt2 linear");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, "generate -m base --adapter nowhere -p x", NULL, &err), 1);
+    ct_assert_one_line(err, "nowhere/adapter_config.json");
+    free(err);
+}
+
 static int setup(void **state) {
     (void)state;
     const char *base = getenv("TMPDIR");
@@ -379,6 +441,7 @@ int main(void) {
         cmocka_unit_test(test_save_load_merge),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_peak_memory),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
