@@ -228,13 +228,16 @@ const oj_gpt_lora_config *oj_gpt_lora_get_config(const oj_gpt *m);
 oj_status oj_gpt_lora_save(const oj_gpt *m, const char *dir, const char *base, oj_error *err);
 /* Read a PEFT LoRA adapter directory (as oj_gpt_lora_save writes, or
  * PEFT's save_pretrained) onto m, which has no adapters yet: adds them as
- * oj_gpt_lora_add (lora_dropout is ignored: inference) and copies the
- * file's values in. Every expected tensor must be present with its shape
+ * oj_gpt_lora_add (lora_dropout is ignored: inference; fan_in_fan_out too,
+ * as PEFT sets it from the layer) and copies the file's values in
+ * (F32 / BF16 / F16). Every expected tensor must be present with its shape
  * and no other tensor may be: errors name the file and field or tensor:
- * OJ_ERR_IO, OJ_ERR_CORRUPT (bad JSON), OJ_ERR_INVALID_ARGUMENT (peft_type
- * not LORA, use_rslora, use_dora, bias other than "none", a target
- * the model lacks, fan_in_fan_out not matching the family),
- * OJ_ERR_SHAPE, OJ_ERR_DTYPE. */
+ * OJ_ERR_IO, OJ_ERR_CORRUPT (bad JSON or safetensors),
+ * OJ_ERR_INVALID_ARGUMENT (peft_type not LORA, use_rslora, use_dora, bias
+ * other than "none", per-layer rank_pattern / alpha_pattern /
+ * layers_to_transform, a target the model lacks, an unexpected tensor),
+ * OJ_ERR_SHAPE (missing or misshaped tensor), OJ_ERR_DTYPE; on failure m
+ * is left without adapters. */
 oj_status oj_gpt_lora_load(oj_gpt *m, const char *dir, oj_error *err);
 /* Fold the adapters into the base weights (W += (alpha / r) B A, transposed
  * for gpt2's Conv1D [in, out]) and remove them; the base parameters'

@@ -292,9 +292,17 @@ static oj_status read_config(const oj_gpt *m, const char *path, oj_gpt_lora_conf
     v = json_object_get(o, "bias");
     if (!bad && v && !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
         bad = "bias", why = "must be \"none\"";
-    v = json_object_get(o, "fan_in_fan_out");
-    if (!bad && v && !json_is_null(v) && json_is_true(v) != (m->cfg.family == OJ_GPT2))
-        bad = "fan_in_fan_out", why = m->cfg.family == OJ_GPT2 ? "must be true for gpt2" : "must be false";
+    /* fan_in_fan_out is not read: PEFT itself sets it from the layer
+     * (true for a Conv1D, false for a Linear), and A, B have the same
+     * shapes either way */
+    static const char *const per_layer[] = {"rank_pattern", "alpha_pattern", "layers_to_transform",
+                                            "layers_pattern"};
+    for (size_t i = 0; !bad && i < sizeof per_layer / sizeof per_layer[0]; i++) {
+        v = json_object_get(o, per_layer[i]);
+        bool empty = v == NULL || json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
+                     (json_is_array(v) && json_array_size(v) == 0);
+        if (!empty) bad = per_layer[i], why = "is not supported (one r and alpha for every layer)";
+    }
     v = json_object_get(o, "target_modules");
     if (!bad && !json_is_array(v)) bad = "target_modules", why = "must be a list of module names";
     for (size_t i = 0; !bad && i < json_array_size(v); i++) {

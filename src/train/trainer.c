@@ -337,6 +337,16 @@ static void say_setup(oj_trainer *t) {
                   (long long)m->n_head, (long long)m->n_kv_head, (long long)m->n_embd,
                   (long long)m->mlp_hidden, (long long)m->vocab_size,
                   (double)oj_gpt_num_params(t->model) / 1e6);
+    const oj_gpt_lora_config *lc = oj_gpt_lora_get_config(t->model);
+    if (lc) {
+        oj_named_tensors ad = oj_gpt_lora_params(t->model);
+        int64_t n = 0;
+        for (int64_t i = 0; i < ad.n; i++) n += oj_numel(ad.tensors[i]);
+        oj__train_say(t, "lora r %lld, alpha %g, targets %s: %.3fM trainable parameters (%.2f%%); "
+                         "the base weights frozen",
+                      (long long)lc->r, lc->alpha, lc->targets[0] ? lc->targets : "all", (double)n / 1e6,
+                      100.0 * (double)n / (double)oj_gpt_num_params(t->model));
+    }
     oj__train_say(t, "data %s: %lld train windows of %lld tokens; %lld tokens per step (B %lld x T "
                      "%lld x accum %lld)",
                   c->data_dir, (long long)oj_loader_num_windows(t->train), (long long)t->T,

@@ -277,7 +277,8 @@ static void test_refusals(void **state) {
         {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"], \"use_dora\": true}", "use_dora"},
         {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": \"q_proj\"}", "target_modules"},
         {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_attn\"]}", "'c_attn'"},
-        {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"], \"fan_in_fan_out\": true}", "fan_in_fan_out"},
+        {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"], \"bias\": \"all\"}", "bias"},
+        {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"], \"rank_pattern\": {\"q_proj\": 8}}", "rank_pattern"},
         {"{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}", "lora_A.weight does not have shape [8, 32]"},
         {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", \"v_proj\"]}", "v_proj.lora_A.weight is missing"},
         {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]", "not a JSON object"},
@@ -289,10 +290,12 @@ static void test_refusals(void **state) {
         expect(st, st, &e, bad[i].needle);
         assert_null(oj_gpt_lora_get_config(m2));
     }
-    /* the good config reads; with v_proj's adapters in the file too, they
+    /* the good config reads (fan_in_fan_out ignored, as PEFT sets it from
+     * the layer); with v_proj's adapters in the file too, they
      * are tensors no target accounts for */
     write_file(dir, "adapter_config.json",
-               "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}");
+               "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"], "
+               "\"fan_in_fan_out\": true, \"rank_pattern\": {}, \"layers_to_transform\": null}");
     assert_int_equal(oj_gpt_lora_load(m2, dir, &e), OJ_OK);
     oj_gpt_free(m2);
     oj_gpt *m3 = model(eng, OJ_LLAMA);
