@@ -375,7 +375,7 @@ static int ojas(const char *args, char **out) {
            "--set peak_flops=1e10 --set optimizer=adamw --set lr=1e-2 --set warmup_steps=0 "     \
            "--no-progress --no-plot "
 
-// the CLI: `train --init-from DIR --set lora_r=...` writes OUT/adapter in
+// the CLI: `train --init-from DIR --lora r=...` writes OUT/adapter in
 // PEFT's format; `generate -m DIR --adapter OUT/adapter` prints what the
 // model exported with the adapter folded in (`export --hf --adapter`)
 // prints; LoRA settings that cannot run are refused in one line by key
@@ -393,8 +393,8 @@ static void test_cli(void **state) {
                           NULL),
                      0);
     assert_int_equal(ojas("export --hf base --checkpoint run", NULL), 0);
-    assert_int_equal(ojas(FT "--set max_steps=3 --set lora_r=4 --set lora_alpha=8 "
-                             "--set lora_targets=c_attn,c_fc --out ft",
+    assert_int_equal(ojas(FT "--set max_steps=3 --lora r=4,alpha=8,targets=c_attn,c_fc,dropout=0 "
+                             "--out ft",
                           NULL),
                      0);
     snprintf(p, sizeof p, "%s/ft/adapter/adapter_config.json", g_dir);
@@ -417,6 +417,15 @@ static void test_cli(void **state) {
     free(err);
     assert_int_equal(ct_ojas(g_dir, FT "--set lora_r=4 --set lora_targets=q_proj --out x", NULL, &err), 1);
     ct_assert_one_line(err, "target 'q_proj' is not a gpt2 linear");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, FT "--lora alpha=8,foo=1 --out x", NULL, &err), 2);
+    ct_assert_one_line(err, "--lora: unknown key 'foo'");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, FT "--lora alpha=8 --out x", NULL, &err), 2);
+    ct_assert_one_line(err, "--lora: r=R is required");
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, FT "--lora r=4,q_proj --out x", NULL, &err), 2);
+    ct_assert_one_line(err, "'q_proj' is not KEY=VALUE");
     free(err);
     assert_int_equal(ct_ojas(g_dir, "generate -m base --adapter nowhere -p x", NULL, &err), 1);
     ct_assert_one_line(err, "nowhere/adapter_config.json");
