@@ -12,6 +12,7 @@
 
 static const char *k_help =
     "usage: ojas export --hf OUTDIR (--checkpoint DIR | -m MODEL_DIR) [--vocab DIR]\n"
+    "                   [--adapter DIR]\n"
     "Write a Hugging Face model directory: config.json, model.safetensors (transformers'\n"
     "tensor names, a tied head left out) and the tokenizer's files, which transformers'\n"
     "from_pretrained and 'ojas generate -m OUTDIR' load. gpt2 and llama-family models\n"
@@ -25,9 +26,11 @@ static const char *k_help =
     "                           or the model directory); its files are copied, and the\n"
     "                           embedding and head keep its vocabulary's rows when the\n"
     "                           model's vocab_size is larger (padded)\n"
+    "      --adapter DIR        a PEFT LoRA adapter directory (as 'ojas train' writes in\n"
+    "                           OUT/adapter), folded into the exported weights\n"
     "  -h, --help               this help\n";
 
-enum { OPT_HF = 256, OPT_CHECKPOINT, OPT_VOCAB };
+enum { OPT_HF = 256, OPT_CHECKPOINT, OPT_VOCAB, OPT_ADAPTER };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -35,11 +38,12 @@ static const struct option k_long[] = {
     {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
     {"model", required_argument, NULL, 'm'},
     {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"adapter", required_argument, NULL, OPT_ADAPTER},
     {NULL, 0, NULL, 0},
 };
 
 int cmd_export(int argc, char **argv) {
-    const char *out = NULL, *ckpt = NULL, *model_dir = NULL, *vocab = NULL;
+    const char *out = NULL, *ckpt = NULL, *model_dir = NULL, *vocab = NULL, *adapter = NULL;
     int c;
     cli_getopt_state g = {.cmd = "export", .shortopts = "hm:", .longopts = k_long};
     while ((c = cli_getopt(&g, argc, argv)) != -1) {
@@ -49,6 +53,7 @@ int cmd_export(int argc, char **argv) {
         case OPT_CHECKPOINT: ckpt = optarg; break;
         case 'm': model_dir = optarg; break;
         case OPT_VOCAB: vocab = optarg; break;
+        case OPT_ADAPTER: adapter = optarg; break;
         default: return CLI_USAGE;
         }
     }
@@ -112,6 +117,10 @@ int cmd_export(int argc, char **argv) {
         }
     } else if (oj_gpt_load_dir(eng, model_dir, &m, &e) != OJ_OK) {
         cli_error(CLI_FAIL, "export: %s", e.message);
+        goto done;
+    }
+    if (adapter && (oj_gpt_lora_load(m, adapter, &e) != OJ_OK || oj_gpt_lora_merge(m, &e) != OJ_OK)) {
+        cli_error(CLI_FAIL, "export: --adapter: %s", e.message);
         goto done;
     }
     int64_t V = oj_gpt_get_config(m)->vocab_size, tv = tok ? oj_tokenizer_vocab_size(tok) : 0;

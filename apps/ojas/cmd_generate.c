@@ -24,6 +24,8 @@ static const char *k_help =
     "                             LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
     "                             Qwen3ForCausalLM), or the preset of --weights\n"
     "      --weights FILE         a safetensors file of preset --model\n"
+    "      --adapter DIR          a PEFT LoRA adapter directory (adapter_config.json,\n"
+    "                             adapter_model.safetensors) folded into the weights\n"
     "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
     "                             checkpoint's run's tokenizer_dir, stored as an\n"
     "                             absolute path)\n"
@@ -76,7 +78,8 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
 }
 
 enum { OPT_CHECKPOINT = 256, OPT_WEIGHTS, OPT_VOCAB, OPT_DTYPE, OPT_TOP_P, OPT_REP, OPT_BUDGET,
-       OPT_NUMERICS };
+       OPT_NUMERICS,
+       OPT_ADAPTER };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -96,12 +99,13 @@ static const struct option k_long[] = {
     {"threads", required_argument, NULL, 'j'},
     {"budget-bytes", required_argument, NULL, OPT_BUDGET},
     {"numerics", required_argument, NULL, OPT_NUMERICS},
+    {"adapter", required_argument, NULL, OPT_ADAPTER},
     {NULL, 0, NULL, 0},
 };
 
 int cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *weights = NULL, *preset = NULL, *vocab = NULL, *prompt = NULL;
-    const char *device = "cpu", *dtype = "f32", *numerics = "fast";
+    const char *device = "cpu", *dtype = "f32", *numerics = "fast", *adapter = NULL;
     int64_t threads = 0;
     oj_sampler_config sc = oj_sampler_config_default();
     sc.max_new_tokens = 200;
@@ -139,6 +143,7 @@ int cmd_generate(int argc, char **argv) {
         case OPT_TOP_P: ok = given_p = cli_parse_double("generate: --top-p", v, &sc.top_p); break;
         case OPT_REP: ok = given_r = cli_parse_double("generate: --repetition-penalty", v, &sc.repetition_penalty); break;
         case OPT_BUDGET: ok = cli_parse_bytes("generate: --budget-bytes", v, &budget); break;
+        case OPT_ADAPTER: adapter = v; break;
         default: return CLI_USAGE;
         }
         if (!ok)
@@ -264,6 +269,10 @@ int cmd_generate(int argc, char **argv) {
             cli_error(CLI_FAIL, "generate: %s", e.status ? e.message : oj_last_error(eng));
             goto done;
         }
+    }
+    if (adapter && (oj_gpt_lora_load(m, adapter, &e) != OJ_OK || oj_gpt_lora_merge(m, &e) != OJ_OK)) {
+        cli_error(CLI_FAIL, "generate: --adapter: %s", e.message);
+        goto done;
     }
     if (wdt != OJ_F32 && oj_gpt_to_dtype(m, wdt) != OJ_OK) {
         cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));

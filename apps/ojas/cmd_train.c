@@ -36,6 +36,10 @@ static const char k_usage[] =
     "      --init-from DIR    fine-tune a Hugging Face model directory (as 'ojas generate\n"
     "                         -m' reads it): its config.json is the model and a new run\n"
     "                         starts from its weights (= --set init_from=DIR)\n"
+    "      --lora SPEC        LoRA on the --init-from model, e.g. r=16,alpha=32,targets=q,k,v,o\n"
+    "                         (= --set optimizer=adamw --set lora_r=16 --set lora_alpha=32\n"
+    "                         --set lora_targets=q,k,v,o; dropout=0 accepted); the adapter\n"
+    "                         is written in PEFT's format to DIR/adapter\n"
     "      --set KEY=VALUE    override any config key (repeatable), e.g.\n"
     "                         --set max_steps=200 --set betas=0.9,0.95\n"
     "      --overwrite        first remove the previous run's files from DIR\n"
@@ -92,7 +96,8 @@ static void usage(FILE *f) {
             oj_gpt_preset_list(names, sizeof names));
 }
 
-enum { OPT_NUMERICS = 256, OPT_SET, OPT_OVERWRITE, OPT_NO_PROGRESS, OPT_NO_PLOT, OPT_INIT_FROM };
+enum { OPT_NUMERICS = 256, OPT_SET, OPT_OVERWRITE, OPT_NO_PROGRESS, OPT_NO_PLOT, OPT_INIT_FROM,
+       OPT_LORA };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -105,6 +110,7 @@ static const struct option k_long[] = {
     {"numerics", required_argument, NULL, OPT_NUMERICS},
     {"set", required_argument, NULL, OPT_SET},
     {"init-from", required_argument, NULL, OPT_INIT_FROM},
+    {"lora", required_argument, NULL, OPT_LORA},
     {"overwrite", no_argument, NULL, OPT_OVERWRITE},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"no-plot", no_argument, NULL, OPT_NO_PLOT},
@@ -127,6 +133,49 @@ static bool sets_key(const override *o, const char *key) {
     const char *k = o->key ? o->key : o->value;
     size_t n = strlen(key);
     return strncmp(k, key, n) == 0 && (o->key ? k[n] == 0 : k[n] == '=');
+}
+
+/* --lora r=R,alpha=A,targets=T1,T2,...,dropout=D into cfg's optimizer
+ * (adamw) and lora_* keys; a piece without '=' continues targets. */
+static oj_status set_lora(oj_train_config *cfg, const char *spec, oj_error *err) {
+    static const char *const keys[][2] = {
+        {"r", "lora_r"}, {"alpha", "lora_alpha"}, {"targets", "lora_targets"}, {"dropout", "lora_dropout"}};
+    char buf[1024], targets[512] = "", a[600];
+    if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "--lora: the spec is too long");
+    oj_status st = oj_train_config_set(cfg, "optimizer=adamw", err);
+    bool in_targets = false, any = false;
+    for (char *save = NULL, *p = strtok_r(buf, ",", &save); p && !st; p = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(p, '=');
+        if (eq == NULL) {
+            if (!in_targets)
+                return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                                    "--lora: '%s' is not KEY=VALUE (r, alpha, targets, dropout)", p);
+            size_t n = strlen(targets);
+            snprintf(targets + n, sizeof targets - n, ",%s", p);
+            continue;
+        }
+        *eq = '\0';
+        size_t k = 0;
+        while (k < 4 && strcmp(p, keys[k][0]) != 0) k++;
+        if (k == 4)
+            return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                                "--lora: unknown key '%s' (r, alpha, targets, dropout)", p);
+        in_targets = k == 2;
+        any |= k == 0;
+        if (in_targets) {
+            snprintf(targets, sizeof targets, "%s", eq + 1);
+            continue;
+        }
+        snprintf(a, sizeof a, "%s=%s", keys[k][1], eq + 1);
+        st = oj_train_config_set(cfg, a, err);
+    }
+    if (!st && !any) return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "--lora: r=R is required");
+    if (!st && targets[0]) {
+        snprintf(a, sizeof a, "lora_targets=%s", targets);
+        st = oj_train_config_set(cfg, a, err);
+    }
+    return st;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -152,6 +201,7 @@ int cmd_train(int argc, char **argv) {
         case OPT_NUMERICS: ov[nov++] = (override){"numerics", optarg}; break;
         case OPT_SET: ov[nov++] = (override){NULL, optarg}; break;
         case OPT_INIT_FROM: ov[nov++] = (override){"init_from", optarg}; break;
+        case OPT_LORA: ov[nov++] = (override){"lora", optarg}; break;
         case OPT_OVERWRITE: overwrite = true; break;
         case OPT_NO_PROGRESS: progress = false; break;
         case OPT_NO_PLOT: plot = false; break;
@@ -220,6 +270,11 @@ int cmd_train(int argc, char **argv) {
     for (int i = 0; i < nov && !rc; i++) {
         char buf[2048];
         const char *a = ov[i].value;
+        if (ov[i].key && strcmp(ov[i].key, "lora") == 0) {
+            if (set_lora(&cfg, ov[i].value, &err))
+                rc = cli_error(CLI_USAGE, "train: %s", err.message);
+            continue;
+        }
         if (ov[i].key) { /* --device cuda -> device=cuda */
             snprintf(buf, sizeof buf, "%s=%s", ov[i].key, ov[i].value);
             a = buf;

@@ -186,6 +186,65 @@ oj_status oj_hf_copy_files(const char *src, const char *dst, oj_error *err);
  * OJ_ERR_CORRUPT for an unreadable file. */
 oj_status oj_gpt_config_from_hf(const char *path, oj_gpt_config *cfg, oj_error *err);
 
+/* LoRA (Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models",
+ * 2021; PEFT's LoraLayer): each adapted linear computes W x + (alpha / r)
+ * B A x with A [r, in], B [out, r]. */
+typedef struct oj_gpt_lora_config {
+    int64_t r;          /* rank, >= 1 */
+    double alpha;       /* lora_alpha, > 0 */
+    /* comma-separated module names, matched against the last component of
+     * each linear's path as PEFT's target_modules list is: gpt2 c_attn,
+     * c_proj (attention and MLP), c_fc; llama family q_proj, k_proj,
+     * v_proj, o_proj, gate_proj, up_proj, down_proj (q, k, v, o, gate, up,
+     * down accepted as short forms). "" or "all-linear": every one. */
+    char targets[256];
+    double dropout;     /* lora_dropout: 0 only */
+} oj_gpt_lora_config;
+
+/* Add LoRA adapters to m (gpt2 or llama family) on the linears lc->targets
+ * names, in every block: A initialised as nn.Linear's default (PEFT's
+ * kaiming_uniform_(a = sqrt(5)): U(-1 / sqrt(in), 1 / sqrt(in))) from
+ * (seed, name), B zero, both f32 requiring grad; every base parameter is
+ * frozen (requires_grad off, no gradient, so an optimizer over
+ * oj_gpt_lora_params holds no state for it). The adapters are named
+ * "<module path>.lora_A.weight" / ".lora_B.weight" with transformers'
+ * module paths (PEFT's names without "base_model.model."). Errors, one
+ * line naming the field: OJ_ERR_INVALID_ARGUMENT (r < 1, alpha <= 0,
+ * dropout != 0, an unknown or empty target, a nanolab model, adapters
+ * already added), OJ_ERR_CAPACITY. */
+oj_status oj_gpt_lora_add(oj_gpt *m, const oj_gpt_lora_config *lc, uint64_t seed, oj_error *err);
+/* The adapters (borrowed; n = 0 when none), in block order. */
+oj_named_tensors oj_gpt_lora_params(const oj_gpt *m);
+/* m's LoRA config, or NULL when it has no adapters. */
+const oj_gpt_lora_config *oj_gpt_lora_get_config(const oj_gpt *m);
+/* Write a PEFT adapter directory (created if missing): adapter_config.json
+ * (peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout 0,
+ * target_modules, base_model_name_or_path = base (may be NULL: null),
+ * fan_in_fan_out true for gpt2's Conv1D, bias "none") and
+ * adapter_model.safetensors (f32, "base_model.model.<module
+ * path>.lora_A.weight" / "lora_B.weight"), each written to a temporary
+ * sibling and renamed. OJ_ERR_INVALID_ARGUMENT without adapters, OJ_ERR_IO,
+ * OJ_ERR_CAPACITY. */
+oj_status oj_gpt_lora_save(const oj_gpt *m, const char *dir, const char *base, oj_error *err);
+/* Read a PEFT LoRA adapter directory (as oj_gpt_lora_save writes, or
+ * PEFT's save_pretrained) onto m, which has no adapters yet: adds them as
+ * oj_gpt_lora_add (lora_dropout is ignored: inference; fan_in_fan_out too,
+ * as PEFT sets it from the layer) and copies the file's values in
+ * (F32 / BF16 / F16). Every expected tensor must be present with its shape
+ * and no other tensor may be: errors name the file and field or tensor:
+ * OJ_ERR_IO, OJ_ERR_CORRUPT (bad JSON or safetensors),
+ * OJ_ERR_INVALID_ARGUMENT (peft_type not LORA, use_rslora, use_dora, bias
+ * other than "none", per-layer rank_pattern / alpha_pattern /
+ * layers_to_transform, a target the model lacks, an unexpected tensor),
+ * OJ_ERR_SHAPE (missing or misshaped tensor), OJ_ERR_DTYPE; on failure m
+ * is left without adapters. */
+oj_status oj_gpt_lora_load(oj_gpt *m, const char *dir, oj_error *err);
+/* Fold the adapters into the base weights (W += (alpha / r) B A, transposed
+ * for gpt2's Conv1D [in, out]) and remove them; the base parameters'
+ * requires_grad is turned back on. OJ_ERR_INVALID_ARGUMENT without
+ * adapters; the engine's errors. */
+oj_status oj_gpt_lora_merge(oj_gpt *m, oj_error *err);
+
 /* Forward FLOPs per token for training (6N + 12 L T C; Kaplan et al. 2020
  * and PaLM's appendix B, attention counted with causal masking ignored). */
 double oj_gpt_flops_per_token(const oj_gpt *m, int64_t T);

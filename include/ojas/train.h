@@ -129,6 +129,17 @@ typedef struct oj_train_config {
                               * run starts from its weights; "" = none. Stored
                               * absolute; a resume takes the weights of its
                               * checkpoint. */
+    /* LoRA fine-tuning of init_from's model (oj_gpt_lora_add): lora_r > 0
+     * trains adapters of rank lora_r on the linears lora_targets names
+     * (comma-separated, "" = every one) with scale lora_alpha / lora_r;
+     * the base weights stay frozen (no gradient, no optimizer state). The
+     * adapter is written as PEFT's directory OUT/adapter at each
+     * checkpoint. Needs init_from, optimizer adamw, grad_accum 1, one
+     * process, no cuda_graph, a new run (no resume); lora_dropout 0 only. */
+    int64_t lora_r;          /* 0 = off */
+    double lora_alpha;       /* 16 */
+    char lora_targets[256];  /* "" */
+    double lora_dropout;     /* 0 */
 } oj_train_config;
 
 /* The defaults listed above. */

@@ -146,6 +146,7 @@ void oj_gpt_free(oj_gpt *m) {
     oj_release(m->rope_cos);
     oj_release(m->rope_sin);
     oj_params_free(m->params);
+    oj_params_free(m->lora);
     free(m->blocks);
     free(m);
 }

@@ -146,6 +146,7 @@ static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h
                                  oj_kv_cache *cache) {
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
     oj_tensor *qkv = conv1d_hf(h, b->c_attn_w, b->c_attn_b); /* [B, T, 3C] */
+    qkv = oj__gpt_lora(m, b, OJ__LORA_C_ATTN, h, qkv);
     oj_tensor *qkv3[3] = {NULL, NULL, NULL}; /* one split: its backward is one cat */
     if (qkv) oj_split(qkv, C, 2, 3, qkv3);
     oj_tensor *q = qkv3[0], *k = qkv3[1], *v = qkv3[2];
@@ -167,7 +168,8 @@ static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h
     else if (kv_ok && (cache == NULL || cache_append(cache, l, kh, vh, kv, &ka, &va)))
         y = attend(cache, qh, ka ? ka : kh, va ? va : vh);
     oj_tensor *ym = merge_heads(y);
-    oj_tensor *out = conv1d_hf(ym, b->attn_proj_w, b->attn_proj_b);
+    oj_tensor *out = oj__gpt_lora(m, b, OJ__LORA_ATTN_C_PROJ, ym,
+                                  conv1d_hf(ym, b->attn_proj_w, b->attn_proj_b));
     oj_tensor *tmp[] = {qkv, q, k, v, qh, kh, vh, kv, ka, va, y, ym};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     return out;
@@ -257,7 +259,15 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
     if (m->cfg.family == OJ_GPT2) {
         /* gelu(u) is recomputed in the backward instead of kept: [B, T, 4C]
          * less per layer (oj_gelu_linear) */
-        oj_tensor *u = conv1d_hf(h, b->c_fc_w, b->c_fc_b);
+        oj_tensor *u = oj__gpt_lora(m, b, OJ__LORA_C_FC, h, conv1d_hf(h, b->c_fc_w, b->c_fc_b));
+        if (b->lora_a[OJ__LORA_MLP_C_PROJ]) { /* the adapter reads gelu(u): kept */
+            oj_tensor *g = u ? oj_gelu_tanh(u) : NULL;
+            oj_tensor *o = g ? conv1d_hf(g, b->mlp_proj_w, b->mlp_proj_b) : NULL;
+            o = oj__gpt_lora(m, b, OJ__LORA_MLP_C_PROJ, g, o);
+            oj_release(g);
+            oj_release(u);
+            return o;
+        }
         oj_tensor *wt = oj_transpose(b->mlp_proj_w, 0, 1); /* [out, in] view */
         oj_tensor *o = u && wt ? oj_gelu_linear(u, wt, b->mlp_proj_b, true) : NULL;
         oj_release(wt);
@@ -274,7 +284,19 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
     } else {
         gt = oj_linear(h, b->w_gate, NULL), up = oj_linear(h, b->w_up, NULL);
     }
-    oj_tensor *o = gt && up ? oj_swiglu_linear(gt, up, b->w_down, NULL) : NULL;
+    gt = oj__gpt_lora(m, b, OJ__LORA_GATE, h, gt);
+    up = oj__gpt_lora(m, b, OJ__LORA_UP, h, up);
+    oj_tensor *o = NULL;
+    if (b->lora_a[OJ__LORA_DOWN]) { /* the adapter reads silu(gate) * up: kept */
+        oj_tensor *sg = gt && up ? oj_silu(gt) : NULL;
+        oj_tensor *a = sg ? oj_mul(sg, up) : NULL;
+        o = a ? oj_linear(a, b->w_down, NULL) : NULL;
+        o = oj__gpt_lora(m, b, OJ__LORA_DOWN, a, o);
+        oj_release(sg);
+        oj_release(a);
+    } else {
+        o = gt && up ? oj_swiglu_linear(gt, up, b->w_down, NULL) : NULL;
+    }
     oj_release(gt);
     oj_release(up);
     return o;

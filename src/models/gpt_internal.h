@@ -24,7 +24,17 @@ typedef struct oj_gpt_block {
      * input_layernorm, ln_2_w post_attention_layernorm) */
     oj_tensor *q_b, *k_b, *v_b;       /* [H D], [Hkv D] x2 (qkv_bias) */
     oj_tensor *q_norm_w, *k_norm_w;   /* [D] (qk_norm) */
+    /* LoRA adapters (gpt_lora.c), NULL where none: A [r, in], B [out, r]
+     * per oj__lora_module, owned by oj_gpt.lora */
+    oj_tensor *lora_a[11], *lora_b[11];
 } oj_gpt_block;
+
+/* The linears LoRA adapts: gpt2's Conv1D modules, then the llama family's. */
+typedef enum oj__lora_module {
+    OJ__LORA_C_ATTN, OJ__LORA_ATTN_C_PROJ, OJ__LORA_C_FC, OJ__LORA_MLP_C_PROJ,
+    OJ__LORA_Q, OJ__LORA_K, OJ__LORA_V, OJ__LORA_O, OJ__LORA_GATE, OJ__LORA_UP, OJ__LORA_DOWN,
+    OJ__LORA_N
+} oj__lora_module;
 
 struct oj_gpt {
     oj_engine *eng;
@@ -37,7 +47,15 @@ struct oj_gpt {
     oj_tensor *rope_cos, *rope_sin; /* f32 [block_size, D] (llama3 rope scaling only) */
     bool zero_init;    /* parameters made as zeros (to be loaded over) */
     oj_gpt_block *blocks;
+    oj_params *lora;   /* the LoRA adapters (NULL: none), PEFT's names without
+                        * "base_model.model." */
+    oj_gpt_lora_config lora_cfg;
 };
+
+/* y [.., out] + (alpha / r) B A x for x [.., in] when block b has an adapter
+ * on `mod`; else y. Takes y's reference: returns y itself or a new tensor
+ * (y released), NULL on failure (y released, error on the engine). */
+oj_tensor *oj__gpt_lora(oj_gpt *m, oj_gpt_block *b, oj__lora_module mod, oj_tensor *x, oj_tensor *y);
 
 /* The head dim D: cfg->head_dim, or n_embd / n_head when 0. */
 static inline int64_t oj__gpt_head_dim(const oj_gpt_config *cfg) {

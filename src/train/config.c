@@ -40,6 +40,7 @@ oj_train_config oj_train_config_default(void) {
     c.max_skipped_steps = 10;
     c.dist_timeout = 300;
     c.dist_bucket_bytes = (int64_t)64 << 20;
+    c.lora_alpha = 16;
     c.seed = 1337;
     c.shuffle = true;
     c.numerics = OJ_NUMERICS_FAST;
@@ -117,6 +118,10 @@ static const key_def k_keys[] = {
     F64(dist_timeout, 0, HUGE_VAL),
     I64(dist_bucket_bytes, 1, BIG),
     STR(init_from),
+    I64(lora_r, 0, 1 << 16),
+    F64(lora_alpha, 0, HUGE_VAL),
+    STR(lora_targets),
+    F64(lora_dropout, 0, 1),
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -534,6 +539,21 @@ oj_status oj_train_config_check(const oj_train_config *c, oj_error *err) {
                             "config: cuda_graph needs grad_accum 1 (got %lld): the graph rewrites "
                             "the gradients each step",
                             (long long)c->grad_accum);
+    if (c->lora_r > 0) { /* what a LoRA run is refused with, each by its key */
+        const char *key = !c->init_from[0]                   ? "init_from"
+                          : c->lora_dropout != 0              ? "lora_dropout"
+                          : !(c->lora_alpha > 0)              ? "lora_alpha"
+                          : c->optimizer != OJ_TRAIN_ADAMW    ? "optimizer"
+                          : c->grad_accum != 1                ? "grad_accum"
+                          : c->cuda_graph                     ? "cuda_graph"
+                                                              : NULL;
+        if (key)
+            return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                                "config key '%s': LoRA (lora_r > 0) needs init_from set, "
+                                "lora_dropout 0, lora_alpha > 0, optimizer adamw, grad_accum 1 "
+                                "and cuda_graph false",
+                                key);
+    }
     if (!(c->dist_timeout > 0))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "config key 'dist_timeout': %g is not > 0 seconds", c->dist_timeout);

@@ -233,6 +233,12 @@ oj_status oj__train_checkpoint(oj_trainer *t, oj_error *err) {
         return st;
     }
     oj_checkpoint_path(t->out_dir, t->step, t->last_ckpt, sizeof t->last_ckpt);
+    if (oj_gpt_lora_get_config(t->model)) { /* the adapter as PEFT's directory */
+        char adir[4200];
+        snprintf(adir, sizeof adir, "%s/adapter", t->out_dir);
+        if ((st = oj_gpt_lora_save(t->model, adir, t->cfg.init_from, err)))
+            return st;
+    }
     t->ckpt_s = oj__train_now() - t0;
     return OJ_OK;
 }

@@ -164,7 +164,9 @@ static oj_status make_groups(oj_trainer *t, oj_optim *o, const oj_named_tensors 
 
 static oj_status make_optim_into(oj_trainer *t, bool all, oj_optim *o, oj_error *err) {
     const oj_train_config *c = &t->cfg;
-    oj_named_tensors sd = oj_gpt_state_dict(t->model);
+    /* LoRA: the adapters alone (the base weights are frozen) */
+    oj_named_tensors sd = oj_gpt_lora_get_config(t->model) ? oj_gpt_lora_params(t->model)
+                                                           : oj_gpt_state_dict(t->model);
     /* ZeRO-1: this rank's run of whole tensors (train/dist.c) */
     const char **on = NULL;
     oj_tensor **ot = NULL;
@@ -335,6 +337,16 @@ static void say_setup(oj_trainer *t) {
                   (long long)m->n_head, (long long)m->n_kv_head, (long long)m->n_embd,
                   (long long)m->mlp_hidden, (long long)m->vocab_size,
                   (double)oj_gpt_num_params(t->model) / 1e6);
+    const oj_gpt_lora_config *lc = oj_gpt_lora_get_config(t->model);
+    if (lc) {
+        oj_named_tensors ad = oj_gpt_lora_params(t->model);
+        int64_t n = 0;
+        for (int64_t i = 0; i < ad.n; i++) n += oj_numel(ad.tensors[i]);
+        oj__train_say(t, "lora r %lld, alpha %g, targets %s: %.3fM trainable parameters (%.2f%%); "
+                         "the base weights frozen",
+                      (long long)lc->r, lc->alpha, lc->targets[0] ? lc->targets : "all", (double)n / 1e6,
+                      100.0 * (double)n / (double)oj_gpt_num_params(t->model));
+    }
     oj__train_say(t, "data %s: %lld train windows of %lld tokens; %lld tokens per step (B %lld x T "
                      "%lld x accum %lld)",
                   c->data_dir, (long long)oj_loader_num_windows(t->train), (long long)t->T,
@@ -443,6 +455,10 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         st = resolve_resume(t, err);
     if (!st && cfg->dtype != OJ_TRAIN_F32) /* forward passes autocast; backward and steps do not */
         oj_set_autocast(t->eng, true, cfg->dtype == OJ_TRAIN_BF16 ? OJ_BF16 : OJ_F16);
+    if (!st && cfg->lora_r > 0 && opts->resume)
+        st = oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                          "config key 'lora_r': a LoRA run does not resume (its adapter is in "
+                          "OUT/adapter; start a new run)");
     if (!st && cfg->init_from[0] && !opts->resume) { /* fine-tune: the directory's weights */
         oj_error e2 = {0};
         char abs[PATH_MAX];
@@ -450,10 +466,20 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
             oj_error_set(err, st, "init_from: %s", e2.message);
         else if (realpath(cfg->init_from, abs) && strlen(abs) < sizeof t->cfg.init_from)
             memcpy(t->cfg.init_from, abs, strlen(abs) + 1);
+        if (!st && cfg->lora_r > 0) { /* adapters; the base weights frozen */
+            oj_gpt_lora_config lc = {.r = cfg->lora_r, .alpha = cfg->lora_alpha,
+                                     .dropout = cfg->lora_dropout};
+            snprintf(lc.targets, sizeof lc.targets, "%s", cfg->lora_targets);
+            if ((st = oj_gpt_lora_add(t->model, &lc, cfg->seed, &e2)))
+                oj_error_set(err, st, "config key 'lora_targets': %s", e2.message);
+        }
     } else if (!st && oj_gpt_create(t->eng, &t->mcfg, cfg->seed, &t->model))
         st = eng_error(t, err, "model");
     if (!st) /* the parameters' layout and ZeRO-1 runs, before the optimizer */
         st = oj__train_dist_setup(t, err);
+    if (!st && t->distributed && cfg->lora_r > 0)
+        st = oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                          "config key 'lora_r': LoRA runs in one process (not data parallel)");
     if (!st)
         st = oj__train_make_optim(t, false, &t->optim, err);
     if (!st)
