@@ -11,6 +11,7 @@
 #include "ojas/optim.h"
 #include "ojas/gpt.h"
 #include "ojas/infer.h"
+#include "ojas/quant.h"
 #include "ojas/train.h"
 
 #endif /* OJAS_OJAS_H */
