@@ -6,6 +6,7 @@
 #include "ojas/ops.h"
 #include "ojas/autograd.h"
 #include "ojas/io.h"
+#include "ojas/gguf.h"
 #include "ojas/data.h"
 #include "ojas/nn.h"
 #include "ojas/optim.h"

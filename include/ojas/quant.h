@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "ojas/core.h"
+#include "ojas/gguf.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,6 +121,25 @@ oj_tensor *oj_dequantize(const oj_qtensor *q);
  * OJ_ERR_UNSUPPORTED (CUDA), OJ_ERR_NUMERIC (non-finite x),
  * OJ_ERR_INVALID_ARGUMENT (x and q of different engines). */
 oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q);
+
+/* ---------------------------------------------------------------- GGUF */
+
+/* ggml's type number of t (OJ_GGML_Q8_0, _Q4_0, _Q4_1); UINT32_MAX for an
+ * invalid t. */
+uint32_t oj_qtype_to_ggml(oj_qtype t);
+/* The inverse; false for a ggml type that is not one of ours. */
+bool oj_qtype_from_ggml(uint32_t ggml_type, oj_qtype *t);
+
+/* Tensor `name` of g, of type Q8_0, Q4_0 or Q4_1 with dims {K} or {K, N},
+ * as a quantized [N, K] matrix on eng (blocks copied), owned by the
+ * caller. NULL with, recorded on eng: OJ_ERR_OUT_OF_RANGE (no such name),
+ * OJ_ERR_UNSUPPORTED (another type, more than 2 dims, a CUDA engine),
+ * OJ_ERR_CAPACITY. */
+oj_qtensor *oj_gguf_qtensor(const oj_gguf *g, oj_engine *eng, const char *name);
+/* Add q to a GGUF writer as tensor `name` (dims {K, N}); q's blocks are
+ * borrowed until the writer writes. Errors as oj_gguf_writer_add_tensor. */
+oj_status oj_gguf_writer_add_qtensor(oj_gguf_writer *w, const char *name, const oj_qtensor *q,
+                                     oj_error *err);
 
 #ifdef __cplusplus
 }
