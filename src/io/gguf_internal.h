@@ -46,6 +46,9 @@ struct oj_gguf {
 /* Parse and validate the GGUF bytes of m (retained by the handle on
  * success); `what` names the file in messages. */
 oj_status oj__gguf_parse(oj__mapping *m, const char *what, oj_gguf **out, oj_error *err);
+/* The raw bytes of scalar kv i (little-endian, unaligned), NULL when i is
+ * out of range or the value is a string or array. */
+const void *oj__gguf_kv_raw(const oj_gguf *g, int64_t i);
 /* Bytes of a tensor of ggml type `type` with these dims: false when the
  * type is unknown, dims[0] is not a multiple of the block, or the count
  * overflows 63 bits. */

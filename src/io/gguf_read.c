@@ -402,6 +402,12 @@ static bool kv_integer(const oj__gguf_kv *kv, int64_t *s, uint64_t *u, bool *is_
     return true;
 }
 
+const void *oj__gguf_kv_raw(const oj_gguf *g, int64_t i) {
+    const oj__gguf_kv *kv = kv_at(g, i);
+    if (kv == NULL || kv->type == OJ_GGUF_STRING || kv->type == OJ_GGUF_ARRAY) return NULL;
+    return kv->raw;
+}
+
 bool oj_gguf_kv_int(const oj_gguf *g, int64_t i, int64_t *out) {
     int64_t s = 0;
     uint64_t u = 0;
