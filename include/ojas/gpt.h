@@ -34,6 +34,7 @@
 
 #include "ojas/core.h"
 #include "ojas/io.h"
+#include "ojas/quant.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -123,6 +124,29 @@ int64_t oj_gpt_num_params(const oj_gpt *m);
  * autocast) and convert after. Free decoders (their captured graphs)
  * before converting. */
 oj_status oj_gpt_to_dtype(oj_gpt *m, oj_dtype dt);
+/* Quantize the model for inference (CPU engines): every linear weight of
+ * the blocks (gpt2: c_attn, attn.c_proj, c_fc, mlp.c_proj; llama: q, k,
+ * v, o, gate, up, down; nanolab: those and the attention gate) and an
+ * untied head get a quantized copy of type t (oj_quantize of the [out,
+ * in] weight, so each row's K = in features must be a multiple of 32).
+ * The forward (oj_gpt_forward, _forward_cached, the decoder) uses the
+ * copies with grad mode off, oj_qmatmul's error bound per linear;
+ * embeddings, positions, norms, biases and a tied head stay as they are;
+ * with grad mode on the f32 weights are used (training is unchanged). The
+ * f32 parameters stay (the state_dict); quantizing again replaces the
+ * copies, and a later change of the parameters (load, optimizer step) is
+ * not seen by them until quantized again. Errors: oj_quantize's
+ * (OJ_ERR_SHAPE for a width not a multiple of 32, OJ_ERR_UNSUPPORTED on
+ * CUDA, OJ_ERR_CAPACITY), OJ_ERR_INVALID_ARGUMENT for a bad t; on failure
+ * the model is left unquantized. */
+oj_status oj_gpt_quantize(oj_gpt *m, oj_qtype t);
+/* The type of the quantized copies, or OJ_QTYPE_COUNT when there are none. */
+oj_qtype oj_gpt_quantized_type(const oj_gpt *m);
+/* Bytes of the quantized copies; *total (if not NULL) the bytes of the
+ * weights the forward reads: the parameters, with each quantized weight
+ * counted at its quantized size. */
+int64_t oj_gpt_quantized_bytes(const oj_gpt *m, int64_t *total);
+
 /* Load a safetensors file into the parameters (HF GPT-2 names with or
  * without the "transformer." prefix accepted; HF's attention-mask buffers
  * ignored). Everything is checked before any parameter changes:

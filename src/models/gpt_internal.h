@@ -5,6 +5,7 @@
 #include "ojas/gpt.h"
 #include "ojas/io.h"
 #include "ojas/nn.h"
+#include "ojas/quant.h"
 
 /* One transformer block. gpt2 uses ln/attn/mlp with biases and HF Conv1D
  * layouts ([in, out]); nanolab uses the PyTorch Linear layout ([out, in]). */
@@ -24,6 +25,11 @@ typedef struct oj_gpt_block {
      * input_layernorm, ln_2_w post_attention_layernorm) */
     oj_tensor *q_b, *k_b, *v_b;       /* [H D], [Hkv D] x2 (qkv_bias) */
     oj_tensor *q_norm_w, *k_norm_w;   /* [D] (qk_norm) */
+    /* quantized copies of the linear weights ([out, in]; gpt2's Conv1D
+     * weights transposed), made by oj_gpt_quantize and used instead of the
+     * f32 ones when no gradient is wanted; NULL otherwise */
+    oj_qtensor *qc_attn, *qattn_proj, *qc_fc, *qmlp_proj;
+    oj_qtensor *qq, *qk, *qv, *qo, *qgate, *qw_gate, *qw_up, *qw_down;
 } oj_gpt_block;
 
 struct oj_gpt {
@@ -36,8 +42,18 @@ struct oj_gpt {
     oj_tensor *head;   /* [V, C]: wte when tied, else the llama lm_head */
     oj_tensor *rope_cos, *rope_sin; /* f32 [block_size, D] (llama3 rope scaling only) */
     bool zero_init;    /* parameters made as zeros (to be loaded over) */
+    bool quantized;    /* oj_gpt_quantize ran: the blocks' q* weights are set */
+    oj_qtype qtype;
+    oj_qtensor *qhead; /* an untied head's quantized copy (llama), or NULL */
     oj_gpt_block *blocks;
 };
+
+/* y = x @ w^T + b (w [out, in], b [out] or NULL), through q (w's
+ * quantized copy) when q is set and grad mode is off: then x is taken in
+ * f32 and y is f32 (gpt_quant.c). */
+oj_tensor *oj__gpt_linear(oj_tensor *x, oj_tensor *w, const oj_qtensor *q, oj_tensor *b);
+/* Free the quantized copies (gpt_quant.c). */
+void oj__gpt_free_quantized(oj_gpt *m);
 
 /* The head dim D: cfg->head_dim, or n_embd / n_head when 0. */
 static inline int64_t oj__gpt_head_dim(const oj_gpt_config *cfg) {
