@@ -147,6 +147,34 @@ oj_qtype oj_gpt_quantized_type(const oj_gpt *m);
  * counted at its quantized size. */
 int64_t oj_gpt_quantized_bytes(const oj_gpt *m, int64_t *total);
 
+/* Write m to a GGUF file in llama.cpp's layout (its converter's tensor
+ * names and metadata keys: general.architecture "gpt2" or "llama",
+ * <arch>.context_length, embedding_length, feed_forward_length,
+ * block_count, attention.head_count(_kv), the norm epsilon, rope.freq_base;
+ * matrices [out, in], GPT-2's Conv1D weights transposed, llama's q and k
+ * rows permuted to llama.cpp's interleaved rotary order, gpt2's tied head
+ * written again as output.weight as llama.cpp's converter does). Weights
+ * with a quantized copy (oj_gpt_quantize) are written as their blocks
+ * (Q8_0, Q4_0, Q4_1; general.file_type 7, 2, 3), the rest in their dtype
+ * (F32, F16, BF16). name (may be NULL) becomes general.name. No
+ * tokenizer metadata is written. Atomic (oj_gguf_writer_write).
+ * OJ_ERR_UNSUPPORTED for nanolab and llama models with qkv_bias, qk_norm
+ * or rope scaling; the writer's errors. */
+oj_status oj_gpt_save_gguf(oj_gpt *m, const char *path, const char *name, oj_error *err);
+/* Read a GGUF file of architecture gpt2 or llama in the layout
+ * oj_gpt_save_gguf writes (llama.cpp's), F32 / F16 / BF16 / Q8_0 / Q4_0 /
+ * Q4_1 tensors: the config from the metadata (vocab_size from
+ * token_embd.weight, an untied head when output.weight is present for
+ * llama), every tensor checked against it. Quantized tensors of linear
+ * weights become the model's quantized copies with the file's blocks (as
+ * oj_gpt_quantize would make them) and, dequantized, its f32 parameters;
+ * a quantized embedding is dequantized. *out owns the new model.
+ * Errors, each naming the file and key or tensor: OJ_ERR_CORRUPT (the
+ * file, a missing key or tensor), OJ_ERR_UNSUPPORTED (another
+ * architecture or tensor type, rope scaling), OJ_ERR_SHAPE, OJ_ERR_IO,
+ * OJ_ERR_CAPACITY. */
+oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_error *err);
+
 /* Load a safetensors file into the parameters (HF GPT-2 names with or
  * without the "transformer." prefix accepted; HF's attention-mask buffers
  * ignored). Everything is checked before any parameter changes:
