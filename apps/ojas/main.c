@@ -17,6 +17,7 @@ static const struct {
     {"generate", cmd_generate, "sample text from a checkpoint or a safetensors file"},
     {"info", cmd_info, "show the CPU, its ISA, threads, memory and CUDA devices"},
     {"bench", cmd_bench, "time training steps of a GPT preset on this machine"},
+    {"quantize", cmd_quantize, "write a model as a GGUF file with quantized weights"},
 };
 
 static void usage(FILE *f) {
