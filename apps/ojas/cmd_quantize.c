@@ -129,10 +129,9 @@ int cmd_quantize(int argc, char **argv) {
         cli_error(CLI_FAIL, "quantize: %s", e.message);
         goto done;
     }
-    int64_t total = 0;
-    oj_gpt_quantized_bytes(m, &total);
-    fprintf(stderr, "ojas: quantize: wrote %s (%s, %lld parameters, %.1f MiB of weights)\n", out,
-            to, (long long)oj_gpt_num_params(m), (double)total / 1048576.0);
+    fprintf(stderr, "ojas: quantize: wrote %s (%s, %lld parameters, %.2f MiB of weights read per "
+                    "token)\n",
+            out, to, (long long)oj_gpt_num_params(m), (double)oj_gpt_decode_bytes(m) / 1048576.0);
     rc = CLI_OK;
 done:
     oj_gpt_free(m);

@@ -126,12 +126,13 @@ int64_t oj_gpt_num_params(const oj_gpt *m);
 oj_status oj_gpt_to_dtype(oj_gpt *m, oj_dtype dt);
 /* Quantize the model for inference (CPU engines): every linear weight of
  * the blocks (gpt2: c_attn, attn.c_proj, c_fc, mlp.c_proj; llama: q, k,
- * v, o, gate, up, down; nanolab: those and the attention gate) and an
- * untied head get a quantized copy of type t (oj_quantize of the [out,
- * in] weight, so each row's K = in features must be a multiple of 32).
- * The forward (oj_gpt_forward, _forward_cached, the decoder) uses the
- * copies with grad mode off, oj_qmatmul's error bound per linear;
- * embeddings, positions, norms, biases and a tied head stay as they are;
+ * v, o, gate, up, down; nanolab: those and the attention gate) and the
+ * head get a quantized copy of type t (oj_quantize of the [out, in]
+ * weight, so each row's K = in features must be a multiple of 32). The
+ * forward (oj_gpt_forward, _forward_cached, the decoder) uses the copies
+ * with grad mode off, oj_qmatmul's error bound per linear; embedding
+ * lookups (a tied head's too: only its matmul is quantized), positions,
+ * norms and biases stay as they are;
  * with grad mode on the f32 weights are used (training is unchanged). The
  * f32 parameters stay (the state_dict); quantizing again replaces the
  * copies, and a later change of the parameters (load, optimizer step) is
@@ -142,10 +143,11 @@ oj_status oj_gpt_to_dtype(oj_gpt *m, oj_dtype dt);
 oj_status oj_gpt_quantize(oj_gpt *m, oj_qtype t);
 /* The type of the quantized copies, or OJ_QTYPE_COUNT when there are none. */
 oj_qtype oj_gpt_quantized_type(const oj_gpt *m);
-/* Bytes of the quantized copies; *total (if not NULL) the bytes of the
- * weights the forward reads: the parameters, with each quantized weight
- * counted at its quantized size. */
-int64_t oj_gpt_quantized_bytes(const oj_gpt *m, int64_t *total);
+/* Bytes of weights one decode step (one token) reads: every matrix the
+ * forward multiplies by (at its quantized size when it has a quantized
+ * copy, the tied head in full), norms and biases, and one row of the
+ * embedding and of the positions. */
+int64_t oj_gpt_decode_bytes(const oj_gpt *m);
 
 /* Write m to a GGUF file in llama.cpp's layout (its converter's tensor
  * names and metadata keys: general.architecture "gpt2" or "llama",

@@ -81,8 +81,11 @@ static int entries(oj_gpt *m, entry *e, int cap) {
     if (gpt2) E("output_norm.bias", m->ln_f_b, NULL, PLAIN, 0);
     if (m->head != m->wte) {
         E("output.weight", m->head, &m->qhead, PLAIN, 0);
-    } else if (gpt2) { /* llama.cpp's converter writes the tied head out too */
-        E("output.weight", m->wte, NULL, PLAIN, 0);
+    } else if (gpt2 || m->qhead) {
+        /* the tied head: gpt2's written again as llama.cpp's converter
+         * does, quantized when it has a copy (a tied llama's only then: it
+         * reads back as an untied head of the same values) */
+        E("output.weight", m->wte, &m->qhead, PLAIN, 0);
         if (n <= cap) e[n - 1].optional = true;
     }
 #undef E
@@ -402,6 +405,27 @@ static oj_status load_entry(oj_gpt *m, const oj_gguf *g, int64_t i, const entry 
     return s;
 }
 
+/* A tied gpt2 head's quantized copy from file tensor i (dims {C, V}). */
+static oj_status load_head_copy(oj_gpt *m, const oj_gguf *g, int64_t i, oj_qtype qt,
+                                const char *path, oj_error *err) {
+    const uint64_t *dims = oj_gguf_tensor_dims(g, i);
+    if (oj_gguf_tensor_ndims(g, i) != 2 || dims[0] != (uint64_t)m->cfg.n_embd ||
+        dims[1] != (uint64_t)m->cfg.vocab_size)
+        return oj_error_set(err, OJ_ERR_SHAPE,
+                            "gpt load gguf: %s: tensor output.weight does not have the dims of "
+                            "token_embd.weight",
+                            path);
+    size_t nb;
+    const void *data = oj_gguf_tensor_data(g, i, &nb);
+    oj_qtensor *q = oj_qtensor_from_blocks(m->eng, qt, m->cfg.vocab_size, m->cfg.n_embd, data, nb);
+    if (q == NULL)
+        return oj_error_set(err, oj_last_status(m->eng), "gpt load gguf: %s: output.weight: %s",
+                            path, oj_last_error(m->eng));
+    oj_qtensor_free(m->qhead);
+    m->qhead = q;
+    return OJ_OK;
+}
+
 oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_error *err) {
     if (out) *out = NULL;
     if (eng == NULL || path == NULL || out == NULL)
@@ -426,7 +450,12 @@ oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_er
                              e[k].name);
             break;
         }
-        if (e[k].optional) continue; /* gpt2's copy of the tied head */
+        if (e[k].optional) { /* gpt2's copy of the tied head: kept only when quantized */
+            oj_qtype qt;
+            if (oj_qtype_from_ggml(oj_gguf_tensor_type(g, i), &qt))
+                s = load_head_copy(m, g, i, qt, path, err);
+            continue;
+        }
         s = load_entry(m, g, i, &e[k], path, err);
     }
     free(e);

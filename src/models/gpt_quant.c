@@ -1,9 +1,9 @@
 /* Quantized inference weights of a GPT model (oj_gpt_quantize): every
- * linear weight of the blocks, and an untied head, get a block-quantized
- * copy ([out, in]) that the forward uses instead of the f32 weight when
- * no gradient is wanted. Embeddings, positions, norms, biases and a head
- * tied to the embedding stay in their dtype (llama.cpp's convention for
- * Q8_0 / Q4_0 files keeps norms and biases in f32 too). */
+ * linear weight of the blocks and the head get a block-quantized copy
+ * ([out, in]) that the forward uses instead of the f32 weight when no
+ * gradient is wanted. Embedding lookups, positions, norms and biases stay
+ * in their dtype (llama.cpp's Q8_0 / Q4_0 files keep norms and biases in
+ * f32 too, and quantize the output matrix). */
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
@@ -82,7 +82,9 @@ oj_status oj_gpt_quantize(oj_gpt *m, oj_qtype t) {
             ok = *s[i].q != NULL;
         }
     }
-    if (ok && m->head != m->wte) ok = (m->qhead = oj_quantize(m->head, t)) != NULL;
+    /* the head's matmul, also when it is tied to the embedding (whose
+     * lookups keep reading the f32 rows) */
+    if (ok) ok = (m->qhead = oj_quantize(m->head, t)) != NULL;
     if (!ok) {
         oj_status st = oj_last_status(eng);
         oj__gpt_free_quantized(m);
@@ -97,30 +99,31 @@ oj_qtype oj_gpt_quantized_type(const oj_gpt *m) {
     return m && m->quantized ? m->qtype : OJ_QTYPE_COUNT;
 }
 
-int64_t oj_gpt_quantized_bytes(const oj_gpt *m, int64_t *total) {
-    int64_t q = 0, all = 0;
+int64_t oj_gpt_decode_bytes(const oj_gpt *m) {
     if (m == NULL) return 0;
+    int64_t all = 0;
     oj_named_tensors sd = oj_gpt_state_dict(m);
     for (int64_t i = 0; i < sd.n; i++) {
         oj_tensor *t = sd.tensors[i];
         all += oj_numel(t) * (int64_t)oj_dtype_size(oj_tensor_dtype(t));
     }
-    if (m->quantized) {
-        for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+    const oj_gpt_config *c = &m->cfg;
+    const int64_t es = (int64_t)oj_dtype_size(oj_tensor_dtype(m->wte));
+    /* lookups read one row of the embedding (and of the positions) */
+    all -= (c->vocab_size - 1) * c->n_embd * es;
+    if (m->wpe) all -= (c->block_size - 1) * c->n_embd * es;
+    if (m->head == m->wte) /* the tied head's matmul reads all of it */
+        all += m->qhead ? (int64_t)oj_qtensor_nbytes(m->qhead) : c->vocab_size * c->n_embd * es;
+    else if (m->qhead)
+        all += (int64_t)oj_qtensor_nbytes(m->qhead) - oj_numel(m->head) * es;
+    if (m->quantized)
+        for (int64_t l = 0; l < c->n_layer; l++) {
             qslot s[8];
             int n = block_slots((oj_gpt *)m, &m->blocks[l], s);
-            for (int i = 0; i < n; i++) {
-                q += (int64_t)oj_qtensor_nbytes(*s[i].q);
-                all += (int64_t)oj_qtensor_nbytes(*s[i].q) -
-                       oj_numel(s[i].w) * (int64_t)oj_dtype_size(oj_tensor_dtype(s[i].w));
-            }
+            for (int i = 0; i < n; i++)
+                if (*s[i].q)
+                    all += (int64_t)oj_qtensor_nbytes(*s[i].q) -
+                           oj_numel(s[i].w) * (int64_t)oj_dtype_size(oj_tensor_dtype(s[i].w));
         }
-        if (m->qhead) {
-            q += (int64_t)oj_qtensor_nbytes(m->qhead);
-            all += (int64_t)oj_qtensor_nbytes(m->qhead) -
-                   oj_numel(m->head) * (int64_t)oj_dtype_size(oj_tensor_dtype(m->head));
-        }
-    }
-    if (total) *total = all;
-    return q;
+    return all;
 }
