@@ -20,11 +20,16 @@ static const char *k_help =
     "                             run directory\n"
     "      --to TYPE              q8_0 | q4_0 | q4_1 (ggml's block formats), or f32\n"
     "  -o, --out FILE.gguf        the file to write (replaced atomically)\n"
+    "      --vocab DIR            a GPT-2 byte-level BPE tokenizer (encoder.json + vocab.bpe,\n"
+    "                             or vocab.json + merges.txt) written into the file as\n"
+    "                             tokenizer.ggml.* (default: the checkpoint run's\n"
+    "                             tokenizer_dir, or the model directory's files; without\n"
+    "                             one the file says no_vocab)\n"
     "      --name NAME            general.name in the file\n"
     "  -j, --threads N            CPU threads (default 0: all usable CPUs)\n"
     "  -h, --help                 this help\n";
 
-enum { OPT_CHECKPOINT = 256, OPT_TO, OPT_NAME };
+enum { OPT_CHECKPOINT = 256, OPT_TO, OPT_NAME, OPT_VOCAB };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -33,6 +38,7 @@ static const struct option k_long[] = {
     {"to", required_argument, NULL, OPT_TO},
     {"out", required_argument, NULL, 'o'},
     {"name", required_argument, NULL, OPT_NAME},
+    {"vocab", required_argument, NULL, OPT_VOCAB},
     {"threads", required_argument, NULL, 'j'},
     {NULL, 0, NULL, 0},
 };
@@ -42,9 +48,18 @@ static bool is_gguf(const char *path) {
     return n > 5 && strcmp(path + n - 5, ".gguf") == 0;
 }
 
+/* dir/a, else dir/b, into buf; false when neither exists. */
+static bool find_file(char *buf, size_t n, const char *dir, const char *a, const char *b) {
+    snprintf(buf, n, "%s/%s", dir, a);
+    if (access(buf, R_OK) == 0) return true;
+    snprintf(buf, n, "%s/%s", dir, b);
+    return access(buf, R_OK) == 0;
+}
+
 /* The model of a checkpoint (its state.json's config, the tokenizer's
  * vocabulary when the run had one). */
-static oj_status load_checkpoint(oj_engine *eng, const char *ckpt, oj_gpt **m, oj_error *e) {
+static oj_status load_checkpoint(oj_engine *eng, const char *ckpt, oj_gpt **m, char *tok_dir,
+                                 size_t tok_len, oj_error *e) {
     char dir[4096];
     int skipped = 0;
     oj_error why = {0};
@@ -53,6 +68,7 @@ static oj_status load_checkpoint(oj_engine *eng, const char *ckpt, oj_gpt **m, o
     if (s == OJ_OK) s = oj_train_config_from_checkpoint(dir, &tc, e);
     if (s != OJ_OK) return s;
     int64_t vocab = 0;
+    snprintf(tok_dir, tok_len, "%s", tc.tokenizer_dir);
     if (tc.tokenizer_dir[0]) {
         oj_tokenizer *tok = NULL;
         if ((s = oj_tokenizer_load(tc.tokenizer_dir, &tok, e)) != OJ_OK) return s;
@@ -71,7 +87,7 @@ static oj_status load_checkpoint(oj_engine *eng, const char *ckpt, oj_gpt **m, o
 }
 
 int cmd_quantize(int argc, char **argv) {
-    const char *model = NULL, *ckpt = NULL, *to = NULL, *out = NULL, *name = NULL;
+    const char *model = NULL, *ckpt = NULL, *to = NULL, *out = NULL, *name = NULL, *vocab = NULL;
     int64_t threads = 0;
     int c;
     cli_getopt_state g = {.cmd = "quantize", .shortopts = "hm:o:j:", .longopts = k_long};
@@ -84,6 +100,7 @@ int cmd_quantize(int argc, char **argv) {
         case OPT_TO: to = optarg; break;
         case 'o': out = optarg; break;
         case OPT_NAME: name = optarg; break;
+        case OPT_VOCAB: vocab = optarg; break;
         case 'j': ok = cli_parse_i64("quantize: --threads", optarg, 0, 4096, &threads); break;
         default: return CLI_USAGE;
         }
@@ -108,7 +125,9 @@ int cmd_quantize(int argc, char **argv) {
     oj_engine *eng = NULL;
     if (oj_engine_create(&ec, &eng, &e) != OJ_OK) return cli_error(CLI_FAIL, "quantize: %s", e.message);
     oj_gpt *m = NULL;
-    oj_status s = ckpt             ? load_checkpoint(eng, ckpt, &m, &e)
+    oj_gguf_writer *w = oj_gguf_writer_new();
+    char run_tok[4096] = "", probe[4200];
+    oj_status s = ckpt             ? load_checkpoint(eng, ckpt, &m, run_tok, sizeof run_tok, &e)
                   : is_gguf(model) ? oj_gpt_load_gguf(eng, model, &m, &e)
                                    : oj_gpt_load_dir(eng, model, &m, &e);
     int rc = CLI_FAIL;
@@ -125,7 +144,15 @@ int cmd_quantize(int argc, char **argv) {
                             "weights would stay quantized values)");
         goto done;
     }
-    if (oj_gpt_save_gguf(m, out, name, &e) != OJ_OK) {
+    if (vocab == NULL && run_tok[0]) vocab = run_tok;
+    if (vocab == NULL && model && !is_gguf(model) &&
+        find_file(probe, sizeof probe, model, "encoder.json", "vocab.json"))
+        vocab = model;
+    if (vocab && oj_gguf_add_gpt2_tokenizer(w, vocab, oj_gpt_get_config(m)->vocab_size, &e) != OJ_OK) {
+        cli_error(CLI_FAIL, "quantize: tokenizer: %s", e.message);
+        goto done;
+    }
+    if (oj_gpt_save_gguf(m, w, out, name, &e) != OJ_OK) {
         cli_error(CLI_FAIL, "quantize: %s", e.message);
         goto done;
     }
@@ -134,6 +161,7 @@ int cmd_quantize(int argc, char **argv) {
             out, to, (long long)oj_gpt_num_params(m), (double)oj_gpt_decode_bytes(m) / 1048576.0);
     rc = CLI_OK;
 done:
+    oj_gguf_writer_free(w);
     oj_gpt_free(m);
     oj_engine_free(eng);
     return rc;

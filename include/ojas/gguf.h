@@ -182,6 +182,8 @@ oj_status oj_gguf_writer_set_array(oj_gguf_writer *w, const char *key, oj_gguf_t
 /* An array of n strings, copied. */
 oj_status oj_gguf_writer_set_str_array(oj_gguf_writer *w, const char *key, int64_t n,
                                        const char *const *values, oj_error *err);
+/* Whether key has been set on w. */
+bool oj_gguf_writer_has(const oj_gguf_writer *w, const char *key);
 /* A tensor: ggml `type`, n_dims 1..4 dims in ggml order, nbytes of data
  * (borrowed) exactly as the type and dims take. */
 oj_status oj_gguf_writer_add_tensor(oj_gguf_writer *w, const char *name, uint32_t type,

@@ -158,11 +158,28 @@ int64_t oj_gpt_decode_bytes(const oj_gpt *m);
  * written again as output.weight as llama.cpp's converter does). Weights
  * with a quantized copy (oj_gpt_quantize) are written as their blocks
  * (Q8_0, Q4_0, Q4_1; general.file_type 7, 2, 3), the rest in their dtype
- * (F32, F16, BF16). name (may be NULL) becomes general.name. No
- * tokenizer metadata is written. Atomic (oj_gguf_writer_write).
- * OJ_ERR_UNSUPPORTED for nanolab and llama models with qkv_bias, qk_norm
- * or rope scaling; the writer's errors. */
-oj_status oj_gpt_save_gguf(oj_gpt *m, const char *path, const char *name, oj_error *err);
+ * (F32, F16, BF16). name (may be NULL) becomes general.name. extra (may
+ * be NULL) is a writer holding metadata to write first, e.g. the
+ * tokenizer's (tokenizer.ggml.*); the model's metadata and tensors are
+ * added to it (the caller still frees it; after a failure it holds part
+ * of them). Without tokenizer.ggml.model the file says "no_vocab" (token
+ * ids only). Atomic (oj_gguf_writer_write). OJ_ERR_UNSUPPORTED for nanolab
+ * and llama models with qkv_bias, qk_norm or rope scaling; the writer's
+ * errors (OJ_ERR_INVALID_ARGUMENT for a key of extra the model sets). */
+oj_status oj_gpt_save_gguf(oj_gpt *m, oj_gguf_writer *extra, const char *path, const char *name,
+                           oj_error *err);
+/* Add llama.cpp's tokenizer metadata of the GPT-2 byte-level BPE
+ * tokenizer in dir (encoder.json + vocab.bpe, or Hugging Face's vocab.json
+ * + merges.txt) to w, for a model of `vocab` ids: tokenizer.ggml.model
+ * "gpt2", .pre "gpt-2", .tokens (the byte-level strings by id, padded to
+ * vocab with unused "<|pad_N|>" entries), .token_type (1 normal, 3 control
+ * for <|endoftext|>, 5 padding), .merges (the merges file without its
+ * #version line), .bos_token_id and .eos_token_id (<|endoftext|>, when
+ * present). Pass w to oj_gpt_save_gguf. OJ_ERR_IO (files missing),
+ * OJ_ERR_CORRUPT (bad JSON, a bad or repeated id), OJ_ERR_INVALID_ARGUMENT
+ * (more tokens than vocab), the writer's errors. */
+oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t vocab,
+                                     oj_error *err);
 /* Read a GGUF file of architecture gpt2 or llama in the layout
  * oj_gpt_save_gguf writes (llama.cpp's), F32 / F16 / BF16 / Q8_0 / Q4_0 /
  * Q4_1 tensors: the config from the metadata (vocab_size from

@@ -124,6 +124,13 @@ static bool bools_ok(oj_gguf_type t, const void *v, int64_t n, const char *key, 
     return true;
 }
 
+bool oj_gguf_writer_has(const oj_gguf_writer *w, const char *key) {
+    if (w == NULL || key == NULL) return false;
+    for (int64_t i = 0; i < w->n_kv; i++)
+        if (strcmp(w->kv[i].key, key) == 0) return true;
+    return false;
+}
+
 oj_status oj_gguf_writer_set(oj_gguf_writer *w, const char *key, oj_gguf_type t,
                              const void *value, oj_error *err) {
     if (!key_ok(w, key, err) || !scalar_type_ok(t, key, err) ||

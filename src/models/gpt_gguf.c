@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+#include <unistd.h>
+
+#include "core/fs.h"
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
@@ -144,6 +148,10 @@ static oj_status metadata(const oj_gpt *m, oj_gguf_writer *w, const char *name, 
     if (s == OJ_OK) s = oj_gguf_writer_set(w, "general.file_type", OJ_GGUF_UINT32, &ft, err);
     if (s == OJ_OK && m->quantized)
         s = oj_gguf_writer_set(w, "general.quantization_version", OJ_GGUF_UINT32, &qv, err);
+    /* no tokenizer given: llama.cpp's "no_vocab" (token ids only) */
+    if (s == OJ_OK && !oj_gguf_writer_has(w, "tokenizer.ggml.model"))
+        s = oj_gguf_writer_set_str(w, "tokenizer.ggml.model", "no_vocab", err);
+    if (s == OJ_OK) s = set_u32(w, arch, "vocab_size", c->vocab_size, err);
     if (s == OJ_OK) s = set_u32(w, arch, "context_length", c->block_size, err);
     if (s == OJ_OK) s = set_u32(w, arch, "embedding_length", c->n_embd, err);
     if (s == OJ_OK) s = set_u32(w, arch, "feed_forward_length", c->mlp_hidden, err);
@@ -160,11 +168,11 @@ static oj_status metadata(const oj_gpt *m, oj_gguf_writer *w, const char *name, 
     if (s == OJ_OK) s = set_u32(w, arch, "rope.dimension_count", D, err);
     if (s == OJ_OK) s = set_u32(w, arch, "attention.key_length", D, err);
     if (s == OJ_OK) s = set_u32(w, arch, "attention.value_length", D, err);
-    if (s == OJ_OK) s = set_u32(w, arch, "vocab_size", c->vocab_size, err);
     return s;
 }
 
-oj_status oj_gpt_save_gguf(oj_gpt *m, const char *path, const char *name, oj_error *err) {
+oj_status oj_gpt_save_gguf(oj_gpt *m, oj_gguf_writer *extra, const char *path, const char *name,
+                           oj_error *err) {
     if (m == NULL || path == NULL)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "gpt save gguf: NULL argument");
     const oj_gpt_config *c = &m->cfg;
@@ -176,7 +184,7 @@ oj_status oj_gpt_save_gguf(oj_gpt *m, const char *path, const char *name, oj_err
     int n = entries(m, NULL, 0);
     entry *e = calloc((size_t)n, sizeof *e);
     void **bufs = calloc((size_t)n, sizeof *bufs);
-    oj_gguf_writer *w = oj_gguf_writer_new();
+    oj_gguf_writer *w = extra ? extra : oj_gguf_writer_new();
     oj_status s = e && bufs && w ? OJ_OK
                                  : oj_error_set(err, OJ_ERR_CAPACITY, "gpt save gguf: out of memory");
     if (s == OJ_OK) entries(m, e, n);
@@ -239,7 +247,7 @@ oj_status oj_gpt_save_gguf(oj_gpt *m, const char *path, const char *name, oj_err
         oj_scope_end(eng);
     }
     if (s == OJ_OK) s = oj_gguf_writer_write(w, path, err);
-    oj_gguf_writer_free(w);
+    if (w != extra) oj_gguf_writer_free(w);
     for (int i = 0; bufs && i < n; i++) free(bufs[i]);
     free(bufs);
     free(e);
@@ -467,3 +475,99 @@ oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_er
     *out = m;
     return OJ_OK;
 }
+
+/* ---------------------------------------------------------------- tokenizer */
+
+/* dir/a, else dir/b, into buf; false when neither exists. */
+static bool find_file(char *buf, size_t n, const char *dir, const char *a, const char *b) {
+    snprintf(buf, n, "%s/%s", dir, a);
+    if (access(buf, R_OK) == 0) return true;
+    snprintf(buf, n, "%s/%s", dir, b);
+    return access(buf, R_OK) == 0;
+}
+
+/* llama.cpp's tokenizer metadata of a GPT-2 byte-level BPE tokenizer in
+ * dir: tokenizer.ggml.model "gpt2", pre "gpt-2", tokens (the byte-level
+ * strings of encoder.json / vocab.json by id, padded to the model's
+ * vocab_size with unused "<|pad_N|>" entries), token_type (1 normal, 3
+ * control for entries no merge makes, e.g. <|endoftext|>, 5 padding),
+ * merges (vocab.bpe / merges.txt without its #version line), bos and eos
+ * the <|endoftext|> id when there is one. */
+oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t vocab,
+                                     oj_error *e) {
+    char enc[4200], mer[4200];
+    if (!find_file(enc, sizeof enc, dir, "encoder.json", "vocab.json") ||
+        !find_file(mer, sizeof mer, dir, "vocab.bpe", "merges.txt"))
+        return oj_error_set(e, OJ_ERR_IO, "%s holds no encoder.json + vocab.bpe (or vocab.json + "
+                                          "merges.txt)", dir);
+    json_error_t je;
+    json_t *root = json_load_file(enc, 0, &je);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return oj_error_set(e, OJ_ERR_CORRUPT, "%s: not a JSON object (%s)", enc, je.text);
+    }
+    size_t nt = json_object_size(root);
+    if ((int64_t)nt > vocab) {
+        json_decref(root);
+        return oj_error_set(e, OJ_ERR_INVALID_ARGUMENT,
+                            "%s: %zu tokens, more than the model's vocab_size %lld", enc, nt,
+                            (long long)vocab);
+    }
+    const char **tokens = calloc((size_t)vocab, sizeof *tokens);
+    int32_t *types = calloc((size_t)vocab, sizeof *types);
+    char (*pads)[32] = calloc((size_t)vocab, sizeof *pads);
+    char *text = NULL;
+    const char **merges = NULL;
+    size_t nm = 0, tl = 0;
+    oj_status s = tokens && types && pads ? OJ_OK : oj_error_set(e, OJ_ERR_CAPACITY, "out of memory");
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+        if (s == OJ_OK && (id < 0 || id >= vocab || tokens[id]))
+            s = oj_error_set(e, OJ_ERR_CORRUPT, "%s: token \"%.40s\" has a bad or repeated id", enc, key);
+        if (s == OJ_OK) tokens[id] = key, types[id] = 1;
+    }
+    int32_t eot = -1;
+    for (int64_t i = 0; s == OJ_OK && i < vocab; i++) {
+        if (tokens[i] == NULL) {
+            snprintf(pads[i], sizeof pads[i], "<|pad_%lld|>", (long long)i);
+            tokens[i] = pads[i], types[i] = 5;
+        } else if (strcmp(tokens[i], "<|endoftext|>") == 0) {
+            eot = (int32_t)i, types[i] = 3;
+        }
+    }
+    if (s == OJ_OK) s = oj__read_file(mer, (size_t)1 << 30, (uint8_t **)&text, &tl, e);
+    if (s == OJ_OK) {
+        merges = calloc(tl / 2 + 2, sizeof *merges);
+        if (merges == NULL) s = oj_error_set(e, OJ_ERR_CAPACITY, "out of memory");
+        for (char *line = text; s == OJ_OK && line && *line;) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = 0;
+            size_t ll = strlen(line);
+            if (ll && line[ll - 1] == '\r') line[--ll] = 0;
+            if (ll && strncmp(line, "#version", 8) != 0) merges[nm++] = line;
+            line = nl ? nl + 1 : NULL;
+        }
+    }
+    if (s == OJ_OK) s = oj_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", e);
+    if (s == OJ_OK) s = oj_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2", e);
+    if (s == OJ_OK) s = oj_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", vocab, tokens, e);
+    if (s == OJ_OK)
+        s = oj_gguf_writer_set_array(w, "tokenizer.ggml.token_type", OJ_GGUF_INT32, vocab, types, e);
+    if (s == OJ_OK)
+        s = oj_gguf_writer_set_str_array(w, "tokenizer.ggml.merges", (int64_t)nm, merges, e);
+    uint32_t id = (uint32_t)eot;
+    if (s == OJ_OK && eot >= 0)
+        s = oj_gguf_writer_set(w, "tokenizer.ggml.bos_token_id", OJ_GGUF_UINT32, &id, e);
+    if (s == OJ_OK && eot >= 0)
+        s = oj_gguf_writer_set(w, "tokenizer.ggml.eos_token_id", OJ_GGUF_UINT32, &id, e);
+    free(merges);
+    free(text);
+    free(pads);
+    free(types);
+    free(tokens);
+    json_decref(root);
+    return s;
+}
+

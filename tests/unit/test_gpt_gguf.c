@@ -76,7 +76,7 @@ static void round_trip(bool llama, int qt /* -1: f32 */) {
     char path[300];
     snprintf(path, sizeof path, "%s/%s-%d.gguf", tmpdir, llama ? "llama" : "gpt2", qt);
     oj_error err = {0};
-    if (oj_gpt_save_gguf(m, path, "tiny", &err) != OJ_OK) fail_msg("%s", err.message);
+    if (oj_gpt_save_gguf(m, NULL, path, "tiny", &err) != OJ_OK) fail_msg("%s", err.message);
     oj_gpt *b = NULL;
     if (oj_gpt_load_gguf(eng, path, &b, &err) != OJ_OK) fail_msg("%s", err.message);
     const oj_gpt_config *bc = oj_gpt_get_config(b);
@@ -230,7 +230,7 @@ static void test_refusals_named(void **state) {
     snprintf(good, sizeof good, "%s/good.gguf", tmpdir);
     snprintf(bad, sizeof bad, "%s/bad.gguf", tmpdir);
     oj_error err = {0};
-    assert_int_equal(oj_gpt_save_gguf(m, good, NULL, &err), OJ_OK);
+    assert_int_equal(oj_gpt_save_gguf(m, NULL, good, NULL, &err), OJ_OK);
     oj_gpt_free(m);
     rewrite(good, bad, "blk.1.ffn_up.bias", NULL, 0, 0);
     expect_refused(eng, bad, OJ_ERR_CORRUPT, "tensor blk.1.ffn_up.bias is missing");
@@ -248,7 +248,7 @@ static void test_refusals_named(void **state) {
     assert_true(oj_gpt_preset("nanolab-tiny", &c));
     assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_OK);
     err = (oj_error){0};
-    assert_int_equal(oj_gpt_save_gguf(m, bad, NULL, &err), OJ_ERR_UNSUPPORTED);
+    assert_int_equal(oj_gpt_save_gguf(m, NULL, bad, NULL, &err), OJ_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.message, "only gpt2 and plain llama"));
     oj_gpt_free(m);
     assert_int_equal(oj_engine_live_tensors(eng), 0);
