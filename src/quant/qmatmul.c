@@ -18,6 +18,7 @@
 #include "quant/quant_internal.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define QM_X86 1
 #endif
@@ -160,8 +161,11 @@ static qm_level qm_level_of(oj_engine *eng) {
     if (oj_cpu_isa_of(eng) < OJ_ISA_AVX2) return QM_C;
     const char *cap = getenv("OJAS_QUANT_DOT");
     if (cap && strcmp(cap, "avx2") == 0) return QM_AVX2;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avxvnni") ? QM_VNNI : QM_AVX2;
+    /* AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 (the OS's YMM state is
+     * known good: the engine's level is AVX2) */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    bool vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+    return vnni ? QM_VNNI : QM_AVX2;
 #else
     (void)eng;
     return QM_C;
