@@ -166,6 +166,9 @@ int cmd_generate(int argc, char **argv) {
     if (quantize && !oj_qtype_parse(quantize, &qt))
         return cli_error(CLI_USAGE, "generate: --quantize must be q8_0, q4_0 or q4_1, got '%s'",
                          quantize);
+    if (quantize && strcmp(dtype, "f32") != 0)
+        return cli_error(CLI_USAGE, "generate: --quantize goes with f32 weights, not --dtype %s",
+                         dtype);
     size_t mlen = model_dir ? strlen(model_dir) : 0;
     const bool gguf = mlen > 5 && strcmp(model_dir + mlen - 5, ".gguf") == 0;
 

@@ -100,6 +100,8 @@ static void test_quantize_and_generate(void **state) {
     usage_error("generate -m q8.gguf --prompt x", "--vocab DIR is required");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q3",
                 "--quantize must be q8_0, q4_0 or q4_1, got 'q3'");
+    usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q8_0 --dtype bf16",
+                "--quantize goes with f32 weights, not --dtype bf16");
     err = NULL;
     assert_int_equal(ct_ojas(g_dir, "quantize -m q8.gguf --to f32 -o y.gguf", NULL, &err), 1);
     ct_assert_one_line(err, "--to f32 from a quantized file is not supported");
