@@ -1,7 +1,7 @@
 // test: GPT models with quantized linear weights (oj_gpt_quantize) for the
 // gpt2, llama (untied head) and nanolab families: logits close to the f32
 // model's, the static decoder agreeing with the full forward, training
-// (grad on) unaffected, and perplexity of a small model trained here on a
+// (grad on) unaffected, and perplexity of a small model trained here (100 AdamW steps) on a
 // noisy next-token rule within 0.5% of f32 for q8_0 and 5% for q4_0/q4_1
 #include <math.h>
 #include <setjmp.h>
@@ -245,7 +245,7 @@ static void test_perplexity_trained_model(void **state) {
         assert_int_equal(oj_optim_add_group(o, &h, &sd), 0);
         enum { B = 8, T = 32 };
         static int32_t buf[B * (T + 1)];
-        for (int step = 0; step < 150; step++) {
+        for (int step = 0; step < 100; step++) {
             oj_scope_begin(eng);
             for (int b = 0; b < B; b++)
                 make_tokens(buf + b * (T + 1), T + 1, c.vocab_size, (uint32_t)(step * B + b + 1));
