@@ -11,7 +11,10 @@
  *
  * usage: bench_quant_decode [--preset P] [--threads N] [--new N] [--repeats N]
  *                           [--vocab DIR] [--out DIR] [--smoke]
- * --smoke: gpt2-tiny, 8 new tokens, one repeat (a few hundred ms). */
+ * --smoke: gpt2-tiny, 8 new tokens, one repeat (a few hundred ms).
+ * --preset llama-small: a Llama-family model (GPT-2's vocabulary, C 256,
+ * 4 layers, 8 heads, 4 KV heads, MLP 768, untied head, rope theta 10000),
+ * for checking llama.cpp's reading of ojas's llama files. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +65,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     oj_gpt_config cfg;
-    if (!oj_gpt_preset(preset, &cfg)) {
+    if (strcmp(preset, "llama-small") == 0) {
+        cfg = (oj_gpt_config){.family = OJ_LLAMA, .vocab_size = 50257, .block_size = 1024,
+                              .n_layer = 4, .n_head = 8, .n_kv_head = 4, .n_embd = 256,
+                              .mlp_hidden = 768, .norm_eps = 1e-5, .rope_theta = 10000.0,
+                              .init_std = 0.05, .untied_head = true};
+    } else if (!oj_gpt_preset(preset, &cfg)) {
         fprintf(stderr, "bench_quant_decode: unknown preset %s\n", preset);
         return 2;
     }

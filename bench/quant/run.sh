@@ -8,10 +8,12 @@
 # node-llama-cpp in third_party/npm (installed here on first use; about
 # 0.7 GB with every platform's binaries, so not part of scripts/deps.sh;
 # OJAS_NPM_DIR names another npm directory).
-#   bench/quant/run.sh [THREADS (2)] [NEW (64)] [REPEATS (3)]
+#   bench/quant/run.sh [THREADS (2)] [NEW (64)] [REPEATS (3)] [PRESET (gpt2-124m)]
+# (PRESET llama-small: a small Llama-family model, to check llama.cpp's
+# reading of ojas's llama files)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-THREADS=${1:-2}; NEW=${2:-64}; REPEATS=${3:-3}
+THREADS=${1:-2}; NEW=${2:-64}; REPEATS=${3:-3}; PRESET=${4:-gpt2-124m}
 BUILD=${BUILD:-build-cpu}
 OUT=$(mktemp -d); trap 'rm -rf "$OUT"' EXIT
 VOCAB=${OJAS_GPT2_DIR:-third_party/gpt2}
@@ -20,7 +22,7 @@ NPM=${OJAS_NPM_DIR:-third_party/npm}
 if [ ! -f "$NPM/node_modules/node-llama-cpp/package.json" ]; then
   (cd "$NPM" && npm install --no-audit --no-fund --silent node-llama-cpp@3.21.1)
 fi
-"$BUILD/bin/bench_quant_decode" --threads "$THREADS" --new "$NEW" --repeats "$REPEATS" \
+"$BUILD/bin/bench_quant_decode" --preset "$PRESET" --threads "$THREADS" --new "$NEW" --repeats "$REPEATS" \
   --vocab "$VOCAB" --out "$OUT" | tee "$OUT/ojas.jsonl"
 while read -r line; do
   v=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["variant"])' "$line")
