@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 PREFIX     ?=
 MAKEFLAGS  += --no-print-directory
 
-.PHONY: all build deps test test-unit test-install test-asan test-reference demo install clean fuzz bench
+.PHONY: all build deps test test-unit test-install test-asan test-reference demo install clean fuzz bench python
 
 all: build
 
@@ -44,6 +44,10 @@ test-reference: build
 	@if ls tests/reference/test_*.py >/dev/null 2>&1; then \
 		OJAS_LIB=$(CURDIR)/$(BUILD)/libojas.so /usr/bin/python3 -m pytest -q tests/reference; \
 	else echo "no reference tests yet"; fi
+
+# The Python package built against $(BUILD) into $(BUILD)/python (docs/python.md).
+python: build
+	cmake --build $(BUILD) --target python
 
 demo: deps
 	$(MAKE) build

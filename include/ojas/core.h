@@ -156,6 +156,30 @@ void oj_budget_reset_peak(oj_budget *b);
 const char *oj_budget_name(const oj_budget *b);
 oj_budget *oj_budget_parent(const oj_budget *b);
 
+/* The process memory ceiling: one budget of `bytes` over every CPU
+ * engine's root budget in the process (those of models, trainers and
+ * plain engines alike), so that several engines together cannot take more
+ * host memory than this. Each reservation on a CPU engine's budget tree is
+ * also charged to the ceiling; one that would exceed it fails with
+ * OJ_ERR_CAPACITY naming the budget "process memory ceiling". An engine
+ * opened while a ceiling is set has its root budget limit lowered to the
+ * ceiling when above it. CUDA engines' budgets (device memory) are not
+ * charged. bytes 0 removes the ceiling. Errors: OJ_ERR_STATE while any
+ * engine is open (oj_engines_open() > 0; set it before opening engines),
+ * OJ_ERR_INVALID_ARGUMENT for bytes < 0 or above oj_host_memory_bytes(),
+ * OJ_ERR_CAPACITY out of host memory. Thread-safe. */
+oj_status oj_set_memory_ceiling(int64_t bytes, oj_error *err);
+/* The ceiling's limit in bytes, 0 when none is set. */
+int64_t oj_memory_ceiling(void);
+/* Bytes reserved on the ceiling now (0 when none is set). */
+int64_t oj_memory_ceiling_current(void);
+/* Engines open in this process (CPU and CUDA). */
+int64_t oj_engines_open(void);
+/* Bytes of host memory this process may use: physical memory capped by
+ * the cgroup v2 memory.max and v1 memory.limit_in_bytes of its cgroups and
+ * their ancestors; 0 when unknown. */
+int64_t oj_host_memory_bytes(void);
+
 /* ---------------------------------------------------------------- engine */
 
 /* All state that would otherwise be global: device, numerics, threads, seed,
@@ -348,6 +372,10 @@ bool oj_is_contiguous(const oj_tensor *t);
 /* Host pointer to element 0 (CPU tensors only; NULL otherwise). Writing
  * through it bumps no version counter: call oj_bump_version after. */
 void *oj_data_ptr(oj_tensor *t);
+/* Address of element 0 in the memory of t's device (a host pointer on the
+ * CPU, a device pointer on CUDA), for zero-copy exchange (DLPack); NULL
+ * for a NULL or released t. */
+void *oj_device_data_ptr(oj_tensor *t);
 /* Storage version counter (incremented by in-place writes). */
 uint64_t oj_version(const oj_tensor *t);
 void oj_bump_version(oj_tensor *t);
@@ -406,6 +434,20 @@ oj_tensor *oj_eye(oj_engine *eng, int64_t n, int64_t m, oj_dtype dt);
  * engine's device. nbytes must equal numel * dtype size (OJ_ERR_SHAPE). */
 oj_tensor *oj_from_host(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt,
                         const void *data, size_t nbytes);
+/* A tensor over memory that ojas does not own (torch.from_blob; how
+ * DLPack imports share memory): `data` is element 0, in the memory of the
+ * engine's device (host on the CPU, device memory on CUDA), `rank` dims
+ * `shape`, `strides` in elements (>= 0; NULL: contiguous), dtype dt. The
+ * memory is neither copied, charged to a budget nor pooled; it must stay
+ * valid until release(ctx) (may be NULL) is called, once, when the last
+ * handle viewing it is released. Owned by the current scope. NULL with
+ * OJ_ERR_SHAPE (bad rank or dim), OJ_ERR_INVALID_ARGUMENT (NULL data for
+ * a non-empty shape, a negative stride), OJ_ERR_DTYPE or OJ_ERR_CAPACITY
+ * recorded; on failure release is not called (the caller keeps the
+ * memory). */
+oj_tensor *oj_from_external(oj_engine *eng, void *data, int rank, const int64_t *shape,
+                            const int64_t *strides, oj_dtype dt, void (*release)(void *),
+                            void *ctx);
 /* Copy t (any strides, any device) row-major into host memory `dst` of
  * `nbytes` (must equal numel * dtype size). */
 oj_status oj_to_host(oj_tensor *t, void *dst, size_t nbytes);

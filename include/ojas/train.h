@@ -227,6 +227,24 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
  * non-finite (naming the first non-finite op found by detect_anomaly), and
  * those of steps, evals and checkpoints. */
 oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err);
+/* One training step exactly as oj_trainer_run takes it (grad_accum
+ * micro-batches, clipping, the schedule, the optimizer with its non-finite
+ * check, the metrics.jsonl record and the log line), for callers that
+ * drive the loop themselves (the Go module's TrainStep). No eval and no
+ * checkpoint: call oj_trainer_eval and oj_trainer_checkpoint when wanted.
+ * The first call starts the run's clock (elapsed_s). *m (may be NULL)
+ * receives the step's metrics. A run of N oj_trainer_train_step calls and
+ * an oj_trainer_checkpoint writes the same model and optimizer tensors as
+ * oj_trainer_run over N steps. Errors: OJ_ERR_STATE once max_steps steps
+ * are done, those of oj_trainer_run's steps. */
+oj_status oj_trainer_train_step(oj_trainer *t, oj_train_metrics *m, oj_error *err);
+/* Write a checkpoint of the current step under out_dir now (as the run
+ * does every ckpt_every steps: model, optimizer, loader position, RNG and
+ * lineage, keeping keep_last) and copy its directory into path (len bytes;
+ * path may be NULL). A checkpoint of the same step is replaced. Errors:
+ * those of oj_checkpoint_save; OJ_ERR_OUT_OF_RANGE when the directory does
+ * not fit path (it is written all the same). */
+oj_status oj_trainer_checkpoint(oj_trainer *t, char *path, size_t len, oj_error *err);
 /* The model, engine and steps done (borrowed; valid while t lives). */
 oj_gpt *oj_trainer_model(oj_trainer *t);
 oj_engine *oj_trainer_engine(oj_trainer *t);

@@ -11,8 +11,18 @@ struct oj_budget {
     int64_t limit, current, peak;
     int64_t children;
     oj_budget *parent, *root;
+    oj_budget *ceiling;   /* root of an engine's tree: the process ceiling it is charged to */
     pthread_mutex_t lock; /* used on the root only */
 };
+
+/* The process-wide memory ceiling (oj_set_memory_ceiling): a root budget of
+ * its own that every CPU engine's root budget is charged to as well, and
+ * the count of open engines, both under g_lock. The ceiling pointer of an
+ * engine's root is set when the engine opens and cannot change while any
+ * engine is open, so reservations read it without g_lock. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static oj_budget *g_ceiling;
+static int64_t g_engines;
 
 static void lock(const oj_budget *b) { pthread_mutex_lock(&b->root->lock); }
 static void unlock(const oj_budget *b) { pthread_mutex_unlock(&b->root->lock); }
@@ -77,6 +87,13 @@ oj_status oj__budget_reserve_ex(oj_budget *b, int64_t bytes, oj_budget **failed)
     if (b == NULL || bytes < 0) return OJ_ERR_INVALID_ARGUMENT;
     lock(b);
     oj_budget *over = first_over(b, bytes);
+    oj_budget *ceiling = b->root->ceiling;
+    if (over == NULL && ceiling) { /* the ceiling's lock nests inside the tree's */
+        lock(ceiling);
+        if (ceiling->current > ceiling->limit - bytes) over = ceiling;
+        else apply(ceiling, bytes);
+        unlock(ceiling);
+    }
     if (over == NULL) apply(b, bytes);
     unlock(b);
     if (failed) *failed = over;
@@ -93,6 +110,12 @@ oj_status oj_budget_release(oj_budget *b, int64_t bytes) {
         return OJ_ERR_STATE;
     }
     for (oj_budget *a = b; a; a = a->parent) a->current -= bytes;
+    oj_budget *ceiling = b->root->ceiling;
+    if (ceiling) {
+        lock(ceiling);
+        ceiling->current -= bytes;
+        unlock(ceiling);
+    }
     unlock(b);
     return OJ_OK;
 }
@@ -148,3 +171,76 @@ void oj_budget_reset_peak(oj_budget *b) {
 const char *oj_budget_name(const oj_budget *b) { return b ? b->name : ""; }
 oj_budget *oj_budget_parent(const oj_budget *b) { return b ? b->parent : NULL; }
 oj_budget *oj__budget_root(const oj_budget *b) { return b ? b->root : NULL; }
+
+/* ---------------------------------------------------------------- process ceiling */
+
+oj_status oj_set_memory_ceiling(int64_t bytes, oj_error *err) {
+    if (bytes < 0)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "set_memory_ceiling: %lld bytes < 0",
+                            (long long)bytes);
+    int64_t phys = oj__host_memory_bytes("/sys/fs/cgroup", "/proc/self/cgroup");
+    if (bytes > 0 && phys > 0 && bytes > phys)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "set_memory_ceiling: %lld bytes is above the %lld bytes of memory this "
+                            "process may use (physical memory within its cgroup limits)",
+                            (long long)bytes, (long long)phys);
+    oj_budget *fresh = NULL;
+    if (bytes > 0 && (fresh = oj_budget_create(NULL, "process memory ceiling", bytes)) == NULL)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "set_memory_ceiling: out of host memory");
+    pthread_mutex_lock(&g_lock);
+    if (g_engines > 0) {
+        int64_t n = g_engines;
+        pthread_mutex_unlock(&g_lock);
+        oj_budget_free(fresh);
+        return oj_error_set(err, OJ_ERR_STATE,
+                            "set_memory_ceiling: refused while %lld engine(s) are open (close "
+                            "every model, trainer and engine first)",
+                            (long long)n);
+    }
+    oj_budget *old = g_ceiling;
+    g_ceiling = fresh;
+    pthread_mutex_unlock(&g_lock);
+    oj_budget_free(old); /* no engine is open: nothing is reserved on it */
+    return OJ_OK;
+}
+
+int64_t oj_memory_ceiling(void) {
+    pthread_mutex_lock(&g_lock);
+    int64_t v = g_ceiling ? g_ceiling->limit : 0;
+    pthread_mutex_unlock(&g_lock);
+    return v;
+}
+
+int64_t oj_memory_ceiling_current(void) {
+    pthread_mutex_lock(&g_lock);
+    oj_budget *c = g_ceiling;
+    int64_t v = c ? oj_budget_current(c) : 0;
+    pthread_mutex_unlock(&g_lock);
+    return v;
+}
+
+int64_t oj_engines_open(void) {
+    pthread_mutex_lock(&g_lock);
+    int64_t v = g_engines;
+    pthread_mutex_unlock(&g_lock);
+    return v;
+}
+
+int64_t oj_host_memory_bytes(void) {
+    return oj__host_memory_bytes("/sys/fs/cgroup", "/proc/self/cgroup");
+}
+
+int64_t oj__engine_register(oj_budget *root, bool host) {
+    pthread_mutex_lock(&g_lock);
+    g_engines++;
+    if (host) root->ceiling = g_ceiling;
+    int64_t limit = root->ceiling ? root->ceiling->limit : 0;
+    pthread_mutex_unlock(&g_lock);
+    return limit;
+}
+
+void oj__engine_unregister(void) {
+    pthread_mutex_lock(&g_lock);
+    g_engines--;
+    pthread_mutex_unlock(&g_lock);
+}

@@ -2,6 +2,7 @@
  * from_host. zeros/ones/full run the device's fill kernel on a device;
  * the others compute their values on the host and device tensors get them
  * with one host-to-device copy. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,53 @@ oj_tensor *oj_eye(oj_engine *eng, int64_t n, int64_t m, oj_dtype dt) {
     oj__store(one, dt, 1.0);
     for (int64_t i = 0; i < n && i < m; i++) memcpy(p + (size_t)(i * m + i) * es, one, es);
     return finish(t, p, "eye");
+}
+
+oj_tensor *oj_from_external(oj_engine *eng, void *data, int rank, const int64_t *shape,
+                            const int64_t *strides, oj_dtype dt, void (*release)(void *),
+                            void *ctx) {
+    if (eng == NULL) return NULL;
+    if (!oj_dtype_valid(dt)) {
+        oj_set_error(eng, OJ_ERR_DTYPE, "from_external: invalid dtype %d", (int)dt);
+        return NULL;
+    }
+    int64_t n;
+    char buf[160];
+    if (oj_shape_numel(rank, shape, dt, &n) != OJ_OK) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "from_external: invalid shape %s (rank 0..8, dims >= 0)",
+                     oj__shape_fmt(buf, sizeof buf, shape ? rank : -1, shape));
+        return NULL;
+    }
+    /* extent: the bytes from element 0 to the last element, inclusive */
+    int64_t last = 0;
+    for (int d = 0; d < rank && strides; d++) {
+        if (strides[d] < 0) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                         "from_external: stride %" PRId64 " of dim %d is negative", strides[d], d);
+            return NULL;
+        }
+        if (shape[d] > 0 && strides[d] > (INT64_MAX - last) / shape[d]) {
+            oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "from_external: strides overflow int64");
+            return NULL;
+        }
+        last += (shape[d] - 1) * strides[d];
+    }
+    if (!strides) last = n - 1;
+    size_t nbytes = n == 0 ? 0 : (size_t)(last + 1) * oj_dtype_size(dt);
+    if (data == NULL && n > 0) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "from_external: data is NULL for shape %s",
+                     oj__shape_fmt(buf, sizeof buf, rank, shape));
+        return NULL;
+    }
+    oj_storage *s = oj__storage_wrap(eng, data, nbytes, NULL, NULL);
+    if (s == NULL) return NULL;
+    oj_tensor *t = oj__tensor_new(eng, s, 0, rank, shape, strides, dt);
+    if (t != NULL) { /* from here on the storage calls release when freed */
+        s->release = release;
+        s->release_ctx = ctx;
+    }
+    oj__storage_release(s);
+    return t;
 }
 
 oj_tensor *oj_from_host(oj_engine *eng, int rank, const int64_t *shape, oj_dtype dt,

@@ -111,10 +111,13 @@ oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_erro
         return oj_error_set(err, OJ_ERR_CAPACITY, "engine_create: out of host memory");
     }
     eng->budget = eng->root_budget;
+    /* charged to the process memory ceiling too (host engines), counted as open */
+    int64_t ceiling = oj__engine_register(eng->root_budget, c.device.type == OJ_DEVICE_CPU);
     if (be->open) {
         oj_error e = {0};
         oj_status st = be->open(eng, c.device.index, &e);
         if (st != OJ_OK) {
+            oj__engine_unregister();
             oj_budget_free(eng->root_budget);
             free(eng);
             if (e.status == OJ_OK) oj_error_set(&e, st, "engine_create: cannot open %s:%d", be->name, c.device.index);
@@ -122,6 +125,8 @@ oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_erro
         }
     }
     if (c.budget_bytes == 0) oj__engine_default_budget(eng); /* what the machine can give */
+    if (ceiling > 0 && c.device.type == OJ_DEVICE_CPU && oj_budget_limit(eng->root_budget) > ceiling)
+        oj_budget_set_limit(eng->root_budget, ceiling); /* nothing reserved yet */
     *out = eng;
     return OJ_OK;
 }
@@ -145,6 +150,7 @@ void oj_engine_free(oj_engine *eng) {
     /* A user budget still hanging under the root keeps the root alive
      * (leaked) rather than leaving it with a dangling lock. */
     oj_budget_free(eng->root_budget);
+    oj__engine_unregister();
     free(eng);
 }
 

@@ -241,6 +241,12 @@ oj_status oj__budget_reserve_ex(oj_budget *b, int64_t bytes, oj_budget **failed)
 oj_status oj__budget_move(oj_budget *from, oj_budget *to, int64_t bytes, oj_budget **failed);
 /* Root of b's tree. */
 oj_budget *oj__budget_root(const oj_budget *b);
+/* Count an engine as open (oj_set_memory_ceiling refuses while any is) and,
+ * for a host engine (host true), charge its root budget `root` to the
+ * process memory ceiling as well. Returns the ceiling's limit, 0 for none.
+ * Each call is paired with one oj__engine_unregister. */
+int64_t oj__engine_register(oj_budget *root, bool host);
+void oj__engine_unregister(void);
 
 /* ---- memory (src/core/memory.c) */
 /* Bytes of host memory this process may use: physical memory, capped by

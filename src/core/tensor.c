@@ -249,6 +249,11 @@ void *oj_data_ptr(oj_tensor *t) {
     return (char *)t->storage->data + t->offset;
 }
 
+void *oj_device_data_ptr(oj_tensor *t) {
+    if (!oj__live(t)) return NULL;
+    return (char *)t->storage->data + t->offset;
+}
+
 uint64_t oj_version(const oj_tensor *t) { return oj__live(t) ? t->storage->version : 0; }
 void oj_bump_version(oj_tensor *t) {
     if (oj__live(t)) t->storage->version++;

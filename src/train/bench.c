@@ -167,7 +167,7 @@ oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bo
      * start of the next: the step, its read-backs, its report */
     for (int it = 0; !st && it < warmup + steps; it++) {
         double t0 = now_ms();
-        st = oj__trainer_step(t, err);
+        st = oj__trainer_step(t, NULL, err);
         if (it >= warmup) ms[it - warmup] = now_ms() - t0;
     }
     if (!st) {

@@ -440,10 +440,12 @@ void oj__trainer_begin(oj_trainer *t) {
                                 : "a phase that reads back holds the device time queued before it");
 }
 
-oj_status oj__trainer_step(oj_trainer *t, oj_error *err) {
+oj_status oj__trainer_step(oj_trainer *t, oj_train_metrics *out, oj_error *err) {
     step_prof pf = {.mode = t->profile, .last = oj__train_now()};
     oj_train_metrics m;
     oj_status st = train_step(t, &m, &pf, err);
+    if (!st && out)
+        *out = m;
     if (!st)
         st = oj__train_report(t, &m, err);
     prof_mark(t, &pf, PH_METRICS);
@@ -473,7 +475,7 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
             why = OJ_TRAIN_TIME_LIMIT;
             break;
         }
-        if ((st = oj__trainer_step(t, err)))
+        if ((st = oj__trainer_step(t, NULL, err)))
             break;
         bool last = t->step == c->max_steps;
         if (t->val_batches && c->eval_every > 0 && t->step % c->eval_every == 0 && !last) {
@@ -511,6 +513,33 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
         res->elapsed_s = elapsed(t);
         res->peak_bytes = oj_budget_peak(oj_engine_budget(t->eng));
         snprintf(res->checkpoint, sizeof res->checkpoint, "%s", t->last_ckpt);
+    }
+    return st;
+}
+
+oj_status oj_trainer_train_step(oj_trainer *t, oj_train_metrics *m, oj_error *err) {
+    if (!t)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "train step: NULL trainer");
+    if (t->step >= t->cfg.max_steps)
+        return oj_error_set(err, OJ_ERR_STATE, "train step: max_steps %lld already reached",
+                            (long long)t->cfg.max_steps);
+    if (!t->begun) {
+        oj__trainer_begin(t);
+        t->begun = true;
+    }
+    return oj__trainer_step(t, m, err);
+}
+
+oj_status oj_trainer_checkpoint(oj_trainer *t, char *path, size_t len, oj_error *err) {
+    if (!t)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "checkpoint: NULL trainer");
+    oj_status st = oj__train_checkpoint(t, err);
+    if (!st && path && len) {
+        if (strlen(t->last_ckpt) >= len)
+            return oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
+                                "checkpoint: saved as %s, which does not fit %zu bytes", t->last_ckpt,
+                                len);
+        memcpy(path, t->last_ckpt, strlen(t->last_ckpt) + 1);
     }
     return st;
 }

@@ -73,6 +73,7 @@ struct oj_trainer {
     double t0, step_ema, eval_s, ckpt_s;
     int64_t run_steps;
     double run_step_s;
+    bool begun; /* oj_trainer_train_step began the run's clock */
     bool bar_drawn, plot_warned;
     double last_loss, last_val_loss, last_val_bpb;
     char last_ckpt[4096];
@@ -84,7 +85,8 @@ struct oj_trainer {
  * after max_skipped_steps non-finite steps in a row, the diagnosis that
  * stops the run with OJ_ERR_NUMERIC. No eval or checkpoint. */
 void oj__trainer_begin(oj_trainer *t);
-oj_status oj__trainer_step(oj_trainer *t, oj_error *err);
+/* m (may be NULL) receives the step's metrics. */
+oj_status oj__trainer_step(oj_trainer *t, oj_train_metrics *m, oj_error *err);
 
 /* Seconds on a monotonic clock. */
 double oj__train_now(void);

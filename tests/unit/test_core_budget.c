@@ -421,6 +421,64 @@ static void oom_sweep(const char *what, oom_case fn, int k, int nin, const int64
     nt_engine_done(eng);
 }
 
+/* The process memory ceiling: set only while no engine is open and within
+ * host memory; two CPU engines together are held to it (each alone fits),
+ * the refusal naming it; released bytes come back; 0 removes it. */
+static void test_memory_ceiling(void **state) {
+    (void)state;
+    oj_error e = {0};
+    const int64_t mib = INT64_C(1) << 20;
+    assert_int_equal(oj_engines_open(), 0);
+    int64_t host = oj_host_memory_bytes();
+    assert_true(host > 0);
+    assert_int_equal(oj_set_memory_ceiling(host + 1, &e), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "above"));
+    e = (oj_error){0};
+    assert_int_equal(oj_set_memory_ceiling(-1, &e), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_memory_ceiling(), 0);
+
+    assert_int_equal(oj_set_memory_ceiling(64 * mib, NULL), OJ_OK);
+    assert_int_equal(oj_memory_ceiling(), 64 * mib);
+    oj_engine *a = NULL, *b = NULL;
+    oj_engine_config cfg = oj_engine_config_default();
+    cfg.budget_bytes = 48 * mib;
+    assert_int_equal(oj_engine_create(&cfg, &a, NULL), OJ_OK);
+    cfg.budget_bytes = 0; /* the machine's default, lowered to the ceiling */
+    assert_int_equal(oj_engine_create(&cfg, &b, NULL), OJ_OK);
+    assert_int_equal(oj_budget_limit(oj_engine_budget(b)), 64 * mib);
+    assert_int_equal(oj_engines_open(), 2);
+    e = (oj_error){0};
+    assert_int_equal(oj_set_memory_ceiling(128 * mib, &e), OJ_ERR_STATE);
+    assert_non_null(strstr(e.message, "2 engine(s) are open"));
+    assert_int_equal(oj_memory_ceiling(), 64 * mib);
+
+    int64_t shape[1] = {40 * mib / 4};
+    oj_tensor *ta = oj_zeros(a, 1, shape, OJ_F32);
+    assert_non_null(ta);
+    assert_true(oj_memory_ceiling_current() >= 40 * mib);
+    oj_tensor *tb = oj_zeros(b, 1, shape, OJ_F32); /* fits b's budget, not the ceiling */
+    assert_null(tb);
+    assert_int_equal(oj_last_status(b), OJ_ERR_CAPACITY);
+    assert_non_null(strstr(oj_last_error(b), "process memory ceiling"));
+    oj_clear_error(b);
+    oj_release(ta);
+    oj_engine_trim_pool(a);
+    tb = oj_zeros(b, 1, shape, OJ_F32); /* a's bytes came back */
+    assert_non_null(tb);
+    oj_release(tb);
+    oj_engine_free(a);
+    oj_engine_free(b);
+    assert_int_equal(oj_engines_open(), 0);
+    assert_int_equal(oj_memory_ceiling_current(), 0);
+
+    /* a CUDA engine that cannot open is not counted as open */
+    cfg.device.type = OJ_DEVICE_CUDA;
+    if (oj_engine_create(&cfg, &a, NULL) != OJ_OK) assert_int_equal(oj_engines_open(), 0);
+    else oj_engine_free(a);
+    assert_int_equal(oj_set_memory_ceiling(0, NULL), OJ_OK);
+    assert_int_equal(oj_memory_ceiling(), 0);
+}
+
 static void test_fused_ops_out_of_memory(void **state) {
     (void)state;
     const int64_t nr[2][3] = {{2, 5, 16}, {8}}, at[1][3] = {{2, 5, 24}};
@@ -447,6 +505,7 @@ int main(void) {
         cmocka_unit_test(test_pool_trimmed_when_full),
         cmocka_unit_test(test_memory_allocated_excludes_pool),
         cmocka_unit_test(test_host_memory_limit),
+        cmocka_unit_test(test_memory_ceiling),
         cmocka_unit_test(test_fused_ops_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -365,12 +365,56 @@ static void test_set_data_accounting(void **state) {
     assert_int_equal(oj_engine_memory_allocated(eng), mem0);
 }
 
+static int external_released;
+static void count_release(void *ctx) { external_released += *(int *)ctx; }
+
+static void test_from_external(void **state) {
+    (void)state;
+    int64_t live0 = oj_engine_live_tensors(eng), mem0 = oj_engine_memory_allocated(eng);
+    float buf[6] = {0, 1, 2, 3, 4, 5};
+    int one = 1;
+    external_released = 0;
+    /* a transposed [3, 2] view of a row-major [2, 3] buffer, shared not copied */
+    int64_t shape[2] = {3, 2}, strides[2] = {1, 3};
+    oj_tensor *t = oj_from_external(eng, buf, 2, shape, strides, OJ_F32, count_release, &one);
+    assert_non_null(t);
+    assert_ptr_equal(oj_data_ptr(t), buf);
+    assert_ptr_equal(oj_device_data_ptr(t), buf);
+    assert_false(oj_is_contiguous(t));
+    assert_true(oj_item_at(t, 1) == 3.0); /* t[0, 1] = buf[3] */
+    assert_int_equal(oj_engine_memory_allocated(eng), mem0); /* not charged */
+    oj_tensor *v = oj_select(t, 1, 1);                    /* a view keeps the memory */
+    oj_release(t);
+    assert_int_equal(external_released, 0);
+    buf[4] = 40;
+    assert_true(oj_item_at(v, 1) == 40.0);
+    oj_release(v);
+    assert_int_equal(external_released, 1);
+    /* contiguous strides (NULL) and an empty shape with NULL data */
+    int64_t e[1] = {0};
+    oj_tensor *z = oj_from_external(eng, NULL, 1, e, NULL, OJ_F32, NULL, NULL);
+    assert_non_null(z);
+    oj_release(z);
+    /* bad input: no release call, the error names what was wrong */
+    int64_t neg[2] = {3, -1};
+    assert_null(oj_from_external(eng, buf, 2, shape, neg, OJ_F32, count_release, &one));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "stride -1 of dim 1 is negative");
+    assert_null(oj_from_external(eng, NULL, 2, shape, NULL, OJ_F32, count_release, &one));
+    ET_EXPECT_ERR_HAS(OJ_ERR_INVALID_ARGUMENT, "data is NULL");
+    assert_null(oj_from_external(eng, buf, 9, shape, NULL, OJ_F32, count_release, &one));
+    ET_EXPECT_ERR_HAS(OJ_ERR_SHAPE, "invalid shape");
+    assert_null(oj_from_external(eng, buf, 2, shape, NULL, OJ_DTYPE_COUNT, count_release, &one));
+    ET_EXPECT_ERR_HAS(OJ_ERR_DTYPE, "invalid dtype");
+    assert_int_equal(external_released, 1);
+    assert_int_equal(oj_engine_live_tensors(eng), live0);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, et_scope_in, et_scope_out)
     const struct CMUnitTest tests[] = {
         T(test_empty_zeros_ones_full), T(test_arange_linspace_eye), T(test_from_to_host),
         T(test_clone_contiguous),      T(test_copy_broadcast_cast), T(test_fill),
-        T(test_grad_fields),           T(test_set_data),
+        T(test_grad_fields),           T(test_set_data),             T(test_from_external),
         cmocka_unit_test_setup_teardown(test_set_data_accounting, et_clear, et_clear),
     };
     return cmocka_run_group_tests(tests, et_setup, et_teardown_no_leaks);

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -193,12 +194,57 @@ static void test_train_bf16_resume(void **state) {
     tt_rmdir(dir);
 }
 
+/* oj_trainer_train_step N times and oj_trainer_checkpoint write the same
+ * model and optimizer files as oj_train over N steps, the metrics each
+ * step returns are its on_metrics record, and a step past max_steps is
+ * OJ_ERR_STATE. */
+static void test_steps_by_hand(void **state) {
+    (void)state;
+    char dir[256], a[300], b[300], path[4096];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    oj_train_config c = tt_config(dir);
+    oj_train_result res;
+    run_log full = {.stop_at = -1};
+    run(&c, a, NULL, &full, &res);
+
+    oj_train_options o = {.out_dir = b};
+    oj_trainer *t = NULL;
+    oj_error err = {0};
+    if (oj_trainer_create(&c, &o, &t, &err)) fail_msg("create: %s", err.message);
+    for (int s = 1; s <= N_STEPS; s++) {
+        oj_train_metrics m;
+        if (oj_trainer_train_step(t, &m, &err)) fail_msg("step %d: %s", s, err.message);
+        assert_int_equal(m.step, s);
+        assert_int_equal(m.tokens, s * 2 * 16 * 2);
+        assert_memory_equal(&m.loss, &full.loss[s], sizeof(double));
+        assert_true(m.grad_norm > 0 && m.lr > 0);
+    }
+    assert_int_equal(oj_trainer_train_step(t, NULL, &err), OJ_ERR_STATE);
+    assert_non_null(strstr(err.message, "max_steps"));
+    err = (oj_error){0};
+    if (oj_trainer_checkpoint(t, path, sizeof path, &err)) fail_msg("ckpt: %s", err.message);
+    assert_non_null(strstr(path, "ckpt-000006"));
+    oj_trainer_free(t);
+    char pa[400], pb[400];
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(pa, sizeof pa, "%s/ckpt-000006/%s", a, files[i]);
+        snprintf(pb, sizeof pb, "%s/ckpt-000006/%s", b, files[i]);
+        assert_same_file(pa, pb);
+    }
+    tt_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_bit_identical),
         cmocka_unit_test(test_resume_bf16_nanolab),
         cmocka_unit_test(test_resume_bf16_gpt2),
         cmocka_unit_test(test_train_bf16_resume),
+        cmocka_unit_test(test_steps_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

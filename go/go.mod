@@ -1,0 +1,3 @@
+module ojas
+
+go 1.19
