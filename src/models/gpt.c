@@ -143,6 +143,7 @@ fail:
 
 void oj_gpt_free(oj_gpt *m) {
     if (m == NULL) return;
+    oj__gpt_free_quantized(m);
     oj_release(m->rope_cos);
     oj_release(m->rope_sin);
     oj_params_free(m->params);

@@ -28,10 +28,10 @@ static oj_tensor *merge_heads(oj_tensor *y) {
     return r;
 }
 
-/* HF Conv1D: x [.., in] @ w [in, out] + b. */
-static oj_tensor *conv1d_hf(oj_tensor *x, oj_tensor *w, oj_tensor *b) {
+/* HF Conv1D: x [.., in] @ w [in, out] + b (q: w^T quantized, or NULL). */
+static oj_tensor *conv1d_hf(oj_tensor *x, oj_tensor *w, const oj_qtensor *q, oj_tensor *b) {
     oj_tensor *wt = oj_transpose(w, 0, 1); /* [out, in] view */
-    oj_tensor *y = oj_linear(x, wt, b);
+    oj_tensor *y = oj__gpt_linear(x, wt, q, b);
     oj_release(wt);
     return y;
 }
@@ -145,7 +145,7 @@ oj_tensor *oj__gpt_attend_cached(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor 
 static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h,
                                  oj_kv_cache *cache) {
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
-    oj_tensor *qkv = conv1d_hf(h, b->c_attn_w, b->c_attn_b); /* [B, T, 3C] */
+    oj_tensor *qkv = conv1d_hf(h, b->c_attn_w, b->qc_attn, b->c_attn_b); /* [B, T, 3C] */
     qkv = oj__gpt_lora(m, b, OJ__LORA_C_ATTN, h, qkv);
     oj_tensor *qkv3[3] = {NULL, NULL, NULL}; /* one split: its backward is one cat */
     if (qkv) oj_split(qkv, C, 2, 3, qkv3);
@@ -169,7 +169,7 @@ static oj_tensor *attention_gpt2(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor *h
         y = attend(cache, qh, ka ? ka : kh, va ? va : vh);
     oj_tensor *ym = merge_heads(y);
     oj_tensor *out = oj__gpt_lora(m, b, OJ__LORA_ATTN_C_PROJ, ym,
-                                  conv1d_hf(ym, b->attn_proj_w, b->attn_proj_b));
+                                  conv1d_hf(ym, b->attn_proj_w, b->qattn_proj, b->attn_proj_b));
     oj_tensor *tmp[] = {qkv, q, k, v, qh, kh, vh, kv, ka, va, y, ym};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     return out;
@@ -197,8 +197,9 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
         oj_release(gb);
         oj_release(o4[3]);
     } else {
-        q0 = oj_linear(h, b->q_w, NULL), k0 = oj_linear(h, b->k_w, NULL);
-        v0 = oj_linear(h, b->v_w, NULL), g0 = oj_linear(h, b->gate_w, b->gate_b);
+        q0 = oj__gpt_linear(h, b->q_w, b->qq, NULL), k0 = oj__gpt_linear(h, b->k_w, b->qk, NULL);
+        v0 = oj__gpt_linear(h, b->v_w, b->qv, NULL);
+        g0 = oj__gpt_linear(h, b->gate_w, b->qgate, b->gate_b);
     }
     oj_tensor *q1 = split_heads(q0, H, D), *k1 = split_heads(k0, Hkv, D),
               *v1 = split_heads(v0, Hkv, D);
@@ -248,7 +249,7 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     oj_tensor *yg = g2 && g3 ? oj_mul(g2, g3) : NULL;
     int64_t ms[3] = {oj_size(h, 0), oj_size(h, 1), C};
     oj_tensor *ym = yg ? oj_reshape(yg, 3, ms) : NULL;
-    oj_tensor *out = oj_linear(ym, b->o_w, NULL);
+    oj_tensor *out = oj__gpt_linear(ym, b->o_w, b->qo, NULL);
     oj_tensor *tmp[] = {q0, k0, v0, q1, k1, v1, q2, k2, q, k, v, s, a, c, diff,
                         ka, va, y, g0, g1, g2, g3, yg, ym};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
@@ -256,13 +257,34 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
 }
 
 static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
+    if (m->quantized && !oj_grad_enabled(m->eng)) { /* the quantized weights */
+        oj_tensor *o = NULL;
+        if (m->cfg.family == OJ_GPT2) {
+            oj_tensor *u = conv1d_hf(h, b->c_fc_w, b->qc_fc, b->c_fc_b);
+            oj_tensor *g = u ? oj_gelu_tanh(u) : NULL;
+            oj_tensor *wt = g ? oj_transpose(b->mlp_proj_w, 0, 1) : NULL;
+            o = wt ? oj__gpt_linear(g, wt, b->qmlp_proj, b->mlp_proj_b) : NULL;
+            oj_release(u);
+            oj_release(g);
+            oj_release(wt);
+            return o;
+        }
+        oj_tensor *gt = oj__gpt_linear(h, b->w_gate, b->qw_gate, NULL);
+        oj_tensor *up = oj__gpt_linear(h, b->w_up, b->qw_up, NULL);
+        oj_tensor *sg = gt ? oj_silu(gt) : NULL;
+        oj_tensor *hu = sg && up ? oj_mul(sg, up) : NULL;
+        o = hu ? oj__gpt_linear(hu, b->w_down, b->qw_down, NULL) : NULL;
+        oj_tensor *tmp[] = {gt, up, sg, hu};
+        for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+        return o;
+    }
     if (m->cfg.family == OJ_GPT2) {
         /* gelu(u) is recomputed in the backward instead of kept: [B, T, 4C]
          * less per layer (oj_gelu_linear) */
-        oj_tensor *u = oj__gpt_lora(m, b, OJ__LORA_C_FC, h, conv1d_hf(h, b->c_fc_w, b->c_fc_b));
+        oj_tensor *u = oj__gpt_lora(m, b, OJ__LORA_C_FC, h, conv1d_hf(h, b->c_fc_w, NULL, b->c_fc_b));
         if (b->lora_a[OJ__LORA_MLP_C_PROJ]) { /* the adapter reads gelu(u): kept */
             oj_tensor *g = u ? oj_gelu_tanh(u) : NULL;
-            oj_tensor *o = g ? conv1d_hf(g, b->mlp_proj_w, b->mlp_proj_b) : NULL;
+            oj_tensor *o = g ? conv1d_hf(g, b->mlp_proj_w, NULL, b->mlp_proj_b) : NULL;
             o = oj__gpt_lora(m, b, OJ__LORA_MLP_C_PROJ, g, o);
             oj_release(g);
             oj_release(u);
@@ -438,7 +460,7 @@ oj_tensor *oj__gpt_hidden(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
 
 oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache) {
     oj_tensor *xf = gpt_hidden(m, idx, cache);
-    oj_tensor *logits = xf ? oj_linear(xf, m->head, NULL) : NULL; /* [B, T, V] */
+    oj_tensor *logits = xf ? oj__gpt_linear(xf, m->head, m->qhead, NULL) : NULL; /* [B, T, V] */
     oj_release(xf);
     return logits;
 }

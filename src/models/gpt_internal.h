@@ -5,6 +5,7 @@
 #include "ojas/gpt.h"
 #include "ojas/io.h"
 #include "ojas/nn.h"
+#include "ojas/quant.h"
 
 /* One transformer block. gpt2 uses ln/attn/mlp with biases and HF Conv1D
  * layouts ([in, out]); nanolab uses the PyTorch Linear layout ([out, in]). */
@@ -27,6 +28,11 @@ typedef struct oj_gpt_block {
     /* LoRA adapters (gpt_lora.c), NULL where none: A [r, in], B [out, r]
      * per oj__lora_module, owned by oj_gpt.lora */
     oj_tensor *lora_a[11], *lora_b[11];
+    /* quantized copies of the linear weights ([out, in]; gpt2's Conv1D
+     * weights transposed), made by oj_gpt_quantize and used instead of the
+     * f32 ones when no gradient is wanted; NULL otherwise */
+    oj_qtensor *qc_attn, *qattn_proj, *qc_fc, *qmlp_proj;
+    oj_qtensor *qq, *qk, *qv, *qo, *qgate, *qw_gate, *qw_up, *qw_down;
 } oj_gpt_block;
 
 /* The linears LoRA adapts: gpt2's Conv1D modules, then the llama family's. */
@@ -46,6 +52,9 @@ struct oj_gpt {
     oj_tensor *head;   /* [V, C]: wte when tied, else the llama lm_head */
     oj_tensor *rope_cos, *rope_sin; /* f32 [block_size, D] (llama3 rope scaling only) */
     bool zero_init;    /* parameters made as zeros (to be loaded over) */
+    bool quantized;    /* oj_gpt_quantize ran: the blocks' q* weights are set */
+    oj_qtype qtype;
+    oj_qtensor *qhead; /* an untied head's quantized copy (llama), or NULL */
     oj_gpt_block *blocks;
     oj_params *lora;   /* the LoRA adapters (NULL: none), PEFT's names without
                         * "base_model.model." */
@@ -56,6 +65,12 @@ struct oj_gpt {
  * on `mod`; else y. Takes y's reference: returns y itself or a new tensor
  * (y released), NULL on failure (y released, error on the engine). */
 oj_tensor *oj__gpt_lora(oj_gpt *m, oj_gpt_block *b, oj__lora_module mod, oj_tensor *x, oj_tensor *y);
+/* y = x @ w^T + b (w [out, in], b [out] or NULL), through q (w's
+ * quantized copy) when q is set and grad mode is off: then x is taken in
+ * f32 and y is f32 (gpt_quant.c). */
+oj_tensor *oj__gpt_linear(oj_tensor *x, oj_tensor *w, const oj_qtensor *q, oj_tensor *b);
+/* Free the quantized copies (gpt_quant.c). */
+void oj__gpt_free_quantized(oj_gpt *m);
 
 /* The head dim D: cfg->head_dim, or n_embd / n_head when 0. */
 static inline int64_t oj__gpt_head_dim(const oj_gpt_config *cfg) {

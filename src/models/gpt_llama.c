@@ -166,9 +166,9 @@ oj_tensor *oj__gpt_llama_attention(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor 
                                    oj_kv_cache *cache) {
     const oj_gpt_config *c = &m->cfg;
     const int64_t H = c->n_head, Hkv = c->n_kv_head, D = oj__gpt_head_dim(c);
-    oj_tensor *q0 = oj_linear(h, b->q_w, b->q_b); /* [B, T, H D] */
-    oj_tensor *k0 = oj_linear(h, b->k_w, b->k_b); /* [B, T, Hkv D] */
-    oj_tensor *v0 = oj_linear(h, b->v_w, b->v_b);
+    oj_tensor *q0 = oj__gpt_linear(h, b->q_w, b->qq, b->q_b); /* [B, T, H D] */
+    oj_tensor *k0 = oj__gpt_linear(h, b->k_w, b->qk, b->k_b); /* [B, T, Hkv D] */
+    oj_tensor *v0 = oj__gpt_linear(h, b->v_w, b->qv, b->v_b);
     q0 = oj__gpt_lora(m, b, OJ__LORA_Q, h, q0);
     k0 = oj__gpt_lora(m, b, OJ__LORA_K, h, k0);
     v0 = oj__gpt_lora(m, b, OJ__LORA_V, h, v0);
@@ -179,7 +179,7 @@ oj_tensor *oj__gpt_llama_attention(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor 
     oj_tensor *k = norm_rotate(m, k1, b->k_norm_w, pos, cache);
     oj_tensor *y = oj__gpt_attend_cached(cache, l, q, k, v); /* [B, H, T, D] */
     oj_tensor *ym = y ? oj__gpt_merge_heads(y) : NULL;       /* [B, T, H D] */
-    oj_tensor *out = ym ? oj__gpt_lora(m, b, OJ__LORA_O, ym, oj_linear(ym, b->o_w, NULL)) : NULL;
+    oj_tensor *out = ym ? oj__gpt_lora(m, b, OJ__LORA_O, ym, oj__gpt_linear(ym, b->o_w, b->qo, NULL)) : NULL;
     oj_tensor *tmp[] = {q0, k0, v0, q1, k1, v, q, k, y, ym};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     return out;

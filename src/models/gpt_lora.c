@@ -118,6 +118,10 @@ static oj_status add(oj_gpt *m, const oj_gpt_lora_config *lc, uint64_t seed, boo
                      oj_error *err) {
     if (m == NULL || lc == NULL)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "lora: NULL model or config");
+    if (m->quantized) /* the quantized copies would not see the adapters */
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "lora: the model's weights are quantized; add adapters before "
+                            "oj_gpt_quantize (and merge them) or to an unquantized model");
     const oj_gpt_family f = m->cfg.family;
     char q[65];
     if (f != OJ_GPT2 && f != OJ_LLAMA)
@@ -380,6 +384,10 @@ oj_status oj_gpt_lora_load(oj_gpt *m, const char *dir, oj_error *err) {
 oj_status oj_gpt_lora_merge(oj_gpt *m, oj_error *err) {
     if (m == NULL || m->lora == NULL)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "lora merge: the model has no adapters");
+    if (m->quantized)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "lora merge: the model's weights are quantized (merge before "
+                            "oj_gpt_quantize)");
     oj_engine *eng = m->eng;
     const double scale = m->lora_cfg.alpha / (double)m->lora_cfg.r;
     bool prev = oj_set_grad_enabled(eng, false);

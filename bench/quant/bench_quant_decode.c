@@ -1,0 +1,149 @@
+/* Batch-1 greedy decode on the CPU with f32, q8_0, q4_0 and q4_1 weights
+ * (oj_gpt_quantize): GPT-2 124M from random init (seed 1), a 16-token
+ * prompt, then `new` tokens through oj_gpt_decoder (static KV cache, one
+ * forward per token). tok/s = new tokens / wall time of the steps (the
+ * prefill and one warm-up step excluded), the median of `repeats` runs;
+ * bytes/token = oj_gpt_decode_bytes (weights one step reads). One JSON line
+ * per variant, with its tokens, so a peer running the same GGUF file
+ * (bench/quant/llama_peer.mjs) can be compared token for token. With --out
+ * DIR each variant is also written to DIR/<variant>.gguf (llama.cpp's
+ * layout; tokenizer metadata from --vocab DIR when given).
+ *
+ * usage: bench_quant_decode [--preset P] [--threads N] [--new N] [--repeats N]
+ *                           [--vocab DIR] [--out DIR] [--smoke]
+ * --smoke: gpt2-tiny, 8 new tokens, one repeat (a few hundred ms).
+ * --preset llama-small: a Llama-family model (GPT-2's vocabulary, C 256,
+ * 4 layers, 8 heads, 4 KV heads, MLP 768, untied head, rope theta 10000),
+ * for checking llama.cpp's reading of ojas's llama files. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ojas/ojas.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+enum { PROMPT = 16 };
+
+int main(int argc, char **argv) {
+    const char *preset = "gpt2-124m", *vocab = NULL, *out = NULL;
+    int threads = 2, nnew = 64, repeats = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--smoke") == 0) preset = "gpt2-tiny", nnew = 8, repeats = 1;
+        else if (strcmp(a, "--preset") == 0 && v) preset = v, i++;
+        else if (strcmp(a, "--threads") == 0 && v) threads = atoi(v), i++;
+        else if (strcmp(a, "--new") == 0 && v) nnew = atoi(v), i++;
+        else if (strcmp(a, "--repeats") == 0 && v) repeats = atoi(v), i++;
+        else if (strcmp(a, "--vocab") == 0 && v) vocab = v, i++;
+        else if (strcmp(a, "--out") == 0 && v) out = v, i++;
+        else {
+            fprintf(stderr, "bench_quant_decode: unknown argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (nnew < 1 || repeats < 1 || threads < 0) {
+        fprintf(stderr, "bench_quant_decode: --new and --repeats must be >= 1\n");
+        return 2;
+    }
+    oj_engine_config ec = oj_engine_config_default();
+    ec.threads = threads;
+    oj_engine *eng = NULL;
+    oj_error err = {0};
+    if (oj_engine_create(&ec, &eng, &err) != OJ_OK) {
+        fprintf(stderr, "bench_quant_decode: %s\n", err.message);
+        return 1;
+    }
+    oj_gpt_config cfg;
+    if (strcmp(preset, "llama-small") == 0) {
+        cfg = (oj_gpt_config){.family = OJ_LLAMA, .vocab_size = 50257, .block_size = 1024,
+                              .n_layer = 4, .n_head = 8, .n_kv_head = 4, .n_embd = 256,
+                              .mlp_hidden = 768, .norm_eps = 1e-5, .rope_theta = 10000.0,
+                              .init_std = 0.05, .untied_head = true};
+    } else if (!oj_gpt_preset(preset, &cfg)) {
+        fprintf(stderr, "bench_quant_decode: unknown preset %s\n", preset);
+        return 2;
+    }
+    oj_gpt *m = NULL;
+    if (oj_gpt_create(eng, &cfg, 1, &m) != OJ_OK) {
+        fprintf(stderr, "bench_quant_decode: %s\n", oj_last_error(eng));
+        return 1;
+    }
+    int32_t prompt[PROMPT];
+    for (int i = 0; i < PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % cfg.vocab_size);
+    const char *names[] = {"f32", "q8_0", "q4_0", "q4_1"};
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(nnew + 1));
+    double *t = malloc(sizeof(double) * (size_t)repeats);
+    double f32_tok_s = 0, f32_bytes = 0;
+    int rc = 0;
+    for (int v = 0; v < 4 && rc == 0; v++) {
+        if (v > 0 && oj_gpt_quantize(m, (oj_qtype)(v - 1)) != OJ_OK) {
+            fprintf(stderr, "bench_quant_decode: %s\n", oj_last_error(eng));
+            rc = 1;
+            break;
+        }
+        if (out) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s.gguf", out, names[v]);
+            oj_gguf_writer *w = oj_gguf_writer_new();
+            oj_status s = vocab ? oj_gguf_add_gpt2_tokenizer(w, vocab, cfg.vocab_size, &err) : OJ_OK;
+            if (s == OJ_OK) s = oj_gpt_save_gguf(m, w, path, names[v], &err);
+            oj_gguf_writer_free(w);
+            if (s != OJ_OK) {
+                fprintf(stderr, "bench_quant_decode: %s\n", err.message);
+                rc = 1;
+                break;
+            }
+        }
+        oj_gpt_decoder *d = NULL;
+        if (oj_gpt_decoder_create(m, PROMPT + nnew + 1, false, &d) != OJ_OK) {
+            fprintf(stderr, "bench_quant_decode: %s\n", oj_last_error(eng));
+            rc = 1;
+            break;
+        }
+        for (int r = 0; r < repeats && rc == 0; r++) {
+            oj_status s = oj_gpt_decoder_prefill(d, prompt, PROMPT, &toks[0]);
+            if (s == OJ_OK) s = oj_gpt_decoder_step(d, &toks[1]); /* warm-up */
+            double t0 = now_s();
+            for (int i = 1; s == OJ_OK && i < nnew; i++) s = oj_gpt_decoder_step(d, &toks[i + 1]);
+            t[r] = now_s() - t0;
+            if (s != OJ_OK) {
+                fprintf(stderr, "bench_quant_decode: %s\n", oj_last_error(eng));
+                rc = 1;
+            }
+        }
+        oj_gpt_decoder_free(d);
+        if (rc) break;
+        qsort(t, (size_t)repeats, sizeof *t, cmp_double);
+        double med = t[repeats / 2], tok_s = nnew > 1 ? (nnew - 1) / med : 0;
+        double bytes = (double)oj_gpt_decode_bytes(m);
+        if (v == 0) f32_tok_s = tok_s, f32_bytes = bytes;
+        printf("{\"bench\": \"quant_decode\", \"preset\": \"%s\", \"variant\": \"%s\", \"threads\": %d, "
+               "\"kernel_isa\": \"%s\", \"new_tokens\": %d, \"tok_s\": %.2f, \"ms_per_token\": %.3f, "
+               "\"bytes_per_token\": %.0f, \"speedup_vs_f32\": %.3f, \"bytes_ratio_vs_f32\": %.3f, "
+               "\"prompt\": [",
+               preset, names[v], oj_engine_threads(eng), getenv("OJAS_CPU_ISA") ? getenv("OJAS_CPU_ISA") : "best",
+               nnew, tok_s, tok_s > 0 ? 1000.0 / tok_s : 0.0, bytes, tok_s / f32_tok_s,
+               f32_bytes / bytes);
+        for (int i = 0; i < PROMPT; i++) printf("%s%d", i ? ", " : "", prompt[i]);
+        printf("], \"tokens\": [");
+        for (int i = 0; i < nnew; i++) printf("%s%d", i ? ", " : "", toks[i]);
+        printf("]}\n");
+        fflush(stdout);
+    }
+    free(t);
+    free(toks);
+    oj_gpt_free(m);
+    oj_engine_free(eng);
+    return rc;
+}

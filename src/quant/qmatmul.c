@@ -1,0 +1,310 @@
+/* oj_qmatmul: y = x @ W^T with W quantized (include/ojas/quant.h gives the
+ * method, the error bound and the order guarantee).
+ *
+ * x's rows are quantized per block of 32 to int8 with an f32 scale (q8_0's
+ * rounding). One dot product of a W row with an x row is, per block, an
+ * exact int32 sum of 32 products, scaled by dw * dx and accumulated in f32:
+ * the portable kernels in block order, the AVX2 / AVX-VNNI ones in 8 lanes
+ * (lane l holds the partial sums of elements 4l..4l+3 of every block)
+ * reduced by a fixed tree at the end, as ggml's vec_dot kernels do. The
+ * rows of W are split into chunks of QM_GRAIN rows (independent of the
+ * thread count) and every output is summed inside one chunk, so results do
+ * not depend on the number of threads. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_pool.h"
+#include "quant/quant_internal.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define QM_X86 1
+#endif
+
+#define QM_GRAIN 16 /* rows of W per chunk */
+
+/* One dot product: W row `w` (nb blocks of its type) with a quantized x row
+ * (int8 xq[nb * 32], scales xd[nb], xs[b] = xd[b] * sum of block b's xq). */
+typedef float (*qm_dot_fn)(const uint8_t *w, const int8_t *xq, const float *xd,
+                           const float *xs, int64_t nb);
+
+/* ---------------------------------------------------------------- portable */
+
+static float dot_q8_0_c(const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,
+                        int64_t nb) {
+    (void)xs;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 34, xq += 32) {
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) s += (int8_t)w[2 + j] * xq[j];
+        acc += oj__qf16(w) * xd[b] * (float)s;
+    }
+    return acc;
+}
+
+static float dot_q4_0_c(const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,
+                        int64_t nb) {
+    (void)xs;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 18, xq += 32) {
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += ((w[2 + j] & 15) - 8) * xq[j] + ((w[2 + j] >> 4) - 8) * xq[j + 16];
+        acc += oj__qf16(w) * xd[b] * (float)s;
+    }
+    return acc;
+}
+
+static float dot_q4_1_c(const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,
+                        int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 20, xq += 32) {
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) s += (w[4 + j] & 15) * xq[j] + (w[4 + j] >> 4) * xq[j + 16];
+        acc += oj__qf16(w) * xd[b] * (float)s + oj__qf16(w + 2) * xs[b];
+    }
+    return acc;
+}
+
+/* ---------------------------------------------------------------- AVX2 / AVX-VNNI */
+#ifdef QM_X86
+
+/* Fixed-tree sum of 8 lanes: (0+4, 1+5, 2+6, 3+7), then pairs, then the two. */
+#define QM_HSUM(v)                                                                 \
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);       \
+    lo = _mm_add_ps(lo, hi);                                                       \
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));                                    \
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));                                      \
+    return _mm_cvtss_f32(lo)
+
+/* 32 nibbles of a 16-byte block as bytes 0..15 (low nibbles: elements
+ * 0..15, high nibbles: 16..31). */
+#define QM_NIBBLES(p)                                                             \
+    __m128i raw = _mm_loadu_si128((const __m128i *)(p));                          \
+    __m256i nib = _mm256_and_si256(                                               \
+        _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15))
+
+/* The kernels are written once and compiled twice: int8 dot products by
+ * maddubs + madd (AVX2) or by dpbusd (AVX-VNNI). u: unsigned bytes, s:
+ * signed; returns 8 int32 sums of 4 products each. */
+#define QM_KERNELS(SFX, TARGET, DOT_US)                                           \
+    __attribute__((target(TARGET))) static float dot_q8_0_##SFX(                  \
+        const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,     \
+        int64_t nb) {                                                              \
+        (void)xs;                                                                  \
+        __m256 acc = _mm256_setzero_ps();                                          \
+        for (int64_t b = 0; b < nb; b++, w += 34, xq += 32) {                      \
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(w + 2));             \
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                  \
+            __m256i p = DOT_US(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)); \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]),             \
+                                  _mm256_cvtepi32_ps(p), acc);                     \
+        }                                                                          \
+        QM_HSUM(acc);                                                              \
+    }                                                                              \
+    __attribute__((target(TARGET))) static float dot_q4_0_##SFX(                  \
+        const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,     \
+        int64_t nb) {                                                              \
+        (void)xs;                                                                  \
+        __m256 acc = _mm256_setzero_ps();                                          \
+        for (int64_t b = 0; b < nb; b++, w += 18, xq += 32) {                      \
+            QM_NIBBLES(w + 2);                                                     \
+            __m256i wv = _mm256_sub_epi8(nib, _mm256_set1_epi8(8));                \
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                  \
+            __m256i p = DOT_US(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)); \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]),             \
+                                  _mm256_cvtepi32_ps(p), acc);                     \
+        }                                                                          \
+        QM_HSUM(acc);                                                              \
+    }                                                                              \
+    __attribute__((target(TARGET))) static float dot_q4_1_##SFX(                  \
+        const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,     \
+        int64_t nb) {                                                              \
+        __m256 acc = _mm256_setzero_ps();                                          \
+        float accm = 0.0f;                                                         \
+        for (int64_t b = 0; b < nb; b++, w += 20, xq += 32) {                      \
+            QM_NIBBLES(w + 4);                                                     \
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                  \
+            __m256i p = DOT_US(nib, xv);                                           \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]),             \
+                                  _mm256_cvtepi32_ps(p), acc);                     \
+            accm += oj__qf16(w + 2) * xs[b];                                       \
+        }                                                                          \
+        __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1); \
+        lo = _mm_add_ps(lo, hi);                                                   \
+        lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));                                \
+        lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));                                  \
+        return _mm_cvtss_f32(lo) + accm;                                           \
+    }
+
+__attribute__((target("avx2,fma"))) static inline __m256i qm_dot_avx2(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+QM_KERNELS(avx2, "avx2,fma", qm_dot_avx2)
+
+__attribute__((target("avx2,fma,avxvnni"))) static inline __m256i qm_dot_vnni(__m256i u,
+                                                                             __m256i s) {
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+}
+QM_KERNELS(vnni, "avx2,fma,avxvnni", qm_dot_vnni)
+
+#endif /* QM_X86 */
+
+/* ---------------------------------------------------------------- dispatch */
+
+typedef enum { QM_C = 0, QM_AVX2 = 1, QM_VNNI = 2 } qm_level;
+
+static qm_level qm_level_of(oj_engine *eng) {
+#ifdef QM_X86
+    if (oj_cpu_isa_of(eng) < OJ_ISA_AVX2) return QM_C;
+    const char *cap = getenv("OJAS_QUANT_DOT");
+    if (cap && strcmp(cap, "avx2") == 0) return QM_AVX2;
+    /* AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 (the OS's YMM state is
+     * known good: the engine's level is AVX2) */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    bool vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+    return vnni ? QM_VNNI : QM_AVX2;
+#else
+    (void)eng;
+    return QM_C;
+#endif
+}
+
+const char *oj__qmatmul_kernel_name(oj_engine *eng) {
+    static const char *const names[] = {"portable C", "AVX2", "AVX-VNNI"};
+    return names[qm_level_of(eng)];
+}
+
+static qm_dot_fn qm_dot(oj_qtype t, qm_level lv) {
+    static const qm_dot_fn c[OJ_QTYPE_COUNT] = {dot_q8_0_c, dot_q4_0_c, dot_q4_1_c};
+#ifdef QM_X86
+    static const qm_dot_fn a[OJ_QTYPE_COUNT] = {dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_1_avx2};
+    static const qm_dot_fn v[OJ_QTYPE_COUNT] = {dot_q8_0_vnni, dot_q4_0_vnni, dot_q4_1_vnni};
+    if (lv == QM_VNNI) return v[t];
+    if (lv == QM_AVX2) return a[t];
+#else
+    (void)lv;
+#endif
+    return c[t];
+}
+
+/* ---------------------------------------------------------------- driver */
+
+typedef struct {
+    const float *x; /* contiguous [M, K] */
+    int64_t m, n, k, nb;
+    int8_t *xq;     /* [M, K] */
+    float *xd, *xs; /* [M, nb] */
+    const uint8_t *w;
+    size_t wrow;
+    qm_dot_fn dot;
+    float *y; /* [M, N] */
+} qm_ctx;
+
+/* Rows [r0, r1) of x to int8 blocks: q8_0's rounding with the scale in f32. */
+static void qm_quantize_x(void *vctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    qm_ctx *c = vctx;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t b = 0; b < c->nb; b++) {
+            const float *x = c->x + r * c->k + b * 32;
+            int8_t *q = c->xq + r * c->k + b * 32;
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            int32_t sum = 0;
+            for (int j = 0; j < 32; j++) {
+                q[j] = (int8_t)roundf(x[j] * id);
+                sum += q[j];
+            }
+            c->xd[r * c->nb + b] = d;
+            c->xs[r * c->nb + b] = d * (float)sum;
+        }
+}
+
+/* Rows [n0, n1) of W against every x row. */
+static void qm_rows(void *vctx, int64_t n0, int64_t n1, int tid) {
+    (void)tid;
+    qm_ctx *c = vctx;
+    for (int64_t r = 0; r < c->m; r++) {
+        const int8_t *xq = c->xq + r * c->k;
+        const float *xd = c->xd + r * c->nb, *xs = c->xs + r * c->nb;
+        for (int64_t i = n0; i < n1; i++)
+            c->y[r * c->n + i] = c->dot(c->w + (size_t)i * c->wrow, xq, xd, xs, c->nb);
+    }
+}
+
+oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
+    if (x == NULL) return NULL;
+    oj_engine *eng = oj__engine_of(x);
+    if (eng == NULL || !oj__check_tensor(eng, x, "qmatmul", "x")) return NULL;
+    if (q == NULL) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "qmatmul: w is NULL");
+        return NULL;
+    }
+    if (q->eng != eng) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "qmatmul: x and w belong to different engines");
+        return NULL;
+    }
+    if (oj_engine_device(eng).type != OJ_DEVICE_CPU) {
+        oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                     "qmatmul: %s weights are CPU-only (the CUDA backend has no quantized "
+                     "kernels)",
+                     oj_qtype_name(q->type));
+        return NULL;
+    }
+    if (oj_tensor_dtype(x) != OJ_F32) {
+        oj_set_error(eng, OJ_ERR_DTYPE, "qmatmul: x is %s; f32 expected",
+                     oj_dtype_name(oj_tensor_dtype(x)));
+        return NULL;
+    }
+    int rank = oj_rank(x);
+    if (rank < 1 || oj_size(x, -1) != q->cols) {
+        char buf[64];
+        oj_set_error(eng, OJ_ERR_SHAPE, "qmatmul: x %s does not fit %s w [%lld, %lld]",
+                     oj__shape_fmt(buf, sizeof buf, rank, oj_shape(x)), oj_qtype_name(q->type),
+                     (long long)q->rows, (long long)q->cols);
+        return NULL;
+    }
+    oj_tensor *xc = oj_is_contiguous(x) ? x : oj__contiguous(x);
+    if (xc == NULL) return NULL;
+    int64_t shape[OJ_MAX_RANK];
+    memcpy(shape, oj_shape(x), sizeof(int64_t) * (size_t)rank);
+    shape[rank - 1] = q->rows;
+    oj_tensor *y = oj_empty(eng, rank, shape, OJ_F32);
+    qm_ctx c = {.x = oj_data_ptr(xc), .m = oj_numel(x) / q->cols, .n = q->rows,
+                .k = q->cols, .nb = q->cols / OJ_QBLOCK, .w = oj_data_ptr(q->blocks),
+                .wrow = q->row_bytes, .dot = qm_dot(q->type, qm_level_of(eng))};
+    c.xq = malloc((size_t)(c.m * c.k) + 1);
+    c.xd = malloc(sizeof(float) * (size_t)(c.m * c.nb) + 1);
+    c.xs = malloc(sizeof(float) * (size_t)(c.m * c.nb) + 1);
+    if (y == NULL || c.xq == NULL || c.xd == NULL || c.xs == NULL) {
+        if (y != NULL) oj_set_error(eng, OJ_ERR_CAPACITY, "qmatmul: out of host memory");
+        goto fail;
+    }
+    for (int64_t i = 0; i < c.m * c.k; i++)
+        if (!isfinite(c.x[i])) {
+            oj_set_error(eng, OJ_ERR_NUMERIC, "qmatmul: x element %lld is %s", (long long)i,
+                         isnan(c.x[i]) ? "NaN" : "infinite");
+            goto fail;
+        }
+    c.y = oj_data_ptr(y);
+    if (c.m > 0) {
+        oj_cpu_parallel_for(eng, c.m, 8, qm_quantize_x, &c);
+        oj_cpu_parallel_for(eng, c.n, QM_GRAIN, qm_rows, &c);
+    }
+    free(c.xq);
+    free(c.xd);
+    free(c.xs);
+    if (xc != x) oj_release(xc);
+    return y;
+fail:
+    free(c.xq);
+    free(c.xd);
+    free(c.xs);
+    if (xc != x) oj_release(xc);
+    oj_release(y);
+    return NULL;
+}

@@ -1,0 +1,114 @@
+// test: `ojas quantize` and `ojas generate` on its GGUF files through the
+// CLI: a gpt2-tiny run trained a few steps here, quantized to q8_0 and
+// q4_0 GGUF files; greedy text from a file equal to that of the checkpoint
+// quantized at load (`generate --quantize`), f32 files equal to the
+// checkpoint's own; requantizing a GGUF file; each usage error one line
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "cli_testutil.h"
+
+static char g_dir[256];
+
+static int ojas(const char *args, char **out) {
+    char *err = NULL;
+    int rc = ct_ojas(g_dir, args, out, &err);
+    if (rc != 0) fprintf(stderr, "ojas %s -> %d: %s\n", args, rc, err ? err : "(no stderr)");
+    free(err);
+    return rc;
+}
+
+static int setup(void **state) {
+    (void)state;
+    if (ct_run_fixture(g_dir, sizeof g_dir, "quantize")) return -1;
+    char p[400];
+    snprintf(p, sizeof p, "%s/g.json", g_dir);
+    FILE *f = fopen(p, "w");
+    if (!f) return -1;
+    fprintf(f, "{\"model\": \"gpt2-tiny\", \"data_dir\": \"data\", \"batch_size\": 4,\n"
+               " \"seq_len\": 32, \"max_steps\": 4, \"warmup_steps\": 1, \"eval_every\": 4,\n"
+               " \"eval_batches\": 1, \"ckpt_every\": 4, \"peak_flops\": 1e10, \"threads\": 1}\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir);
+    return 0;
+}
+
+#define PROMPT "The king said"
+#define GEN " --vocab tok --prompt '" PROMPT "' --max-new-tokens 12 --temperature 0 --threads 1"
+
+static void same_text(const char *a_args, const char *b_args) {
+    char *a = NULL, *b = NULL;
+    assert_int_equal(ojas(a_args, &a), 0);
+    assert_int_equal(ojas(b_args, &b), 0);
+    assert_non_null(a);
+    assert_non_null(b);
+    if (strncmp(a, PROMPT, strlen(PROMPT)) != 0 || strlen(a) <= strlen(PROMPT "\n"))
+        fail_msg("'%s' printed '%s'", a_args, a);
+    if (strcmp(a, b) != 0) fail_msg("'%s' printed\n%s\nbut '%s'\n%s", a_args, a, b_args, b);
+    free(a);
+    free(b);
+}
+
+static void usage_error(const char *args, const char *needle) {
+    char *err = NULL;
+    assert_int_equal(ct_ojas(g_dir, args, NULL, &err), 2);
+    ct_assert_one_line(err, needle);
+    free(err);
+}
+
+static void test_quantize_and_generate(void **state) {
+    (void)state;
+    assert_int_equal(ojas("tokenizer train --vocab-size 300 --threads 1 --out tok corpus.txt", NULL), 0);
+    assert_int_equal(ojas("data prepare --vocab tok --out data --threads 1 corpus.txt", NULL), 0);
+    assert_int_equal(ojas("train --config g.json --out run --no-progress --no-plot", NULL), 0);
+
+    char *err = NULL;
+    assert_int_equal(ct_ojas(g_dir, "quantize --checkpoint run --to q8_0 -o q8.gguf --name tiny",
+                             NULL, &err), 0);
+    ct_assert_one_line(err, "wrote q8.gguf (q8_0");
+    free(err);
+    assert_int_equal(ojas("quantize --checkpoint run --to q4_0 -o q4.gguf -j 1", NULL), 0);
+    assert_int_equal(ojas("quantize --checkpoint run --to f32 -o f32.gguf", NULL), 0);
+
+    same_text("generate -m q8.gguf" GEN, "generate --checkpoint run --quantize q8_0" GEN);
+    same_text("generate -m q4.gguf" GEN, "generate --checkpoint run --quantize q4_0" GEN);
+    same_text("generate -m f32.gguf" GEN, "generate --checkpoint run" GEN);
+    /* a GGUF file requantized: from its dequantized weights */
+    assert_int_equal(ojas("quantize -m q8.gguf --to q4_1 -o q41.gguf", NULL), 0);
+    char *out = NULL;
+    assert_int_equal(ojas("generate -m q41.gguf" GEN, &out), 0);
+    assert_true(out && strncmp(out, PROMPT, strlen(PROMPT)) == 0);
+    free(out);
+
+    usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1 or f32, got 'q5_0'");
+    usage_error("quantize --checkpoint run --to q8_0 -o x.bin", "--out FILE.gguf is required");
+    usage_error("quantize --to q8_0 -o x.gguf", "give exactly one of --model and --checkpoint");
+    usage_error("generate -m q8.gguf --prompt x", "--vocab DIR is required");
+    usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q3",
+                "--quantize must be q8_0, q4_0 or q4_1, got 'q3'");
+    usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q8_0 --dtype bf16",
+                "--quantize goes with f32 weights, not --dtype bf16");
+    err = NULL;
+    assert_int_equal(ct_ojas(g_dir, "quantize -m q8.gguf --to f32 -o y.gguf", NULL, &err), 1);
+    ct_assert_one_line(err, "--to f32 from a quantized file is not supported");
+    free(err);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_quantize_and_generate)};
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,265 @@
+// test: GPT models through GGUF files in llama.cpp's layout: gpt2 and
+// llama (GQA, untied head) saved f32 and quantized (q8_0, q4_0, q4_1) load
+// back with bit-identical logits; the file holds llama.cpp's names, dims
+// {in, out}, Conv1D weights transposed and llama's q/k rows in the
+// interleaved rotary order (checked against the converter's reshape
+// formula); bad files are refused naming the key or tensor
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/fs.h"
+#include "core/internal.h"
+#include "ojas/gguf.h"
+#include "ojas/gpt.h"
+#include "ojas/ops.h"
+
+static char tmpdir[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ojas-test-gpt-gguf-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    return oj__rmtree(tmpdir, NULL) == OJ_OK ? 0 : -1;
+}
+
+static oj_gpt_config config(bool llama) {
+    oj_gpt_config c;
+    if (!llama) {
+        assert_true(oj_gpt_preset("gpt2-tiny", &c));
+    } else {
+        c = (oj_gpt_config){.family = OJ_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2,
+                            .n_embd = 64, .mlp_hidden = 96, .norm_eps = 1e-6,
+                            .rope_theta = 500000.0, .init_std = 0.1, .untied_head = true};
+    }
+    c.vocab_size = 80;
+    c.block_size = 32;
+    c.init_std = 0.1;
+    return c;
+}
+
+static float *logits_of(oj_gpt *m, size_t *n) {
+    oj_engine *eng = oj_gpt_engine(m);
+    int32_t ids[12] = {1, 5, 9, 2, 77, 3, 3, 40, 12, 0, 79, 8};
+    oj_scope_begin(eng);
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *idx = oj_from_host(eng, 2, (int64_t[]){1, 12}, OJ_I32, ids, sizeof ids);
+    oj_tensor *l = oj_gpt_forward(m, idx);
+    assert_non_null(l);
+    *n = (size_t)oj_numel(l);
+    float *out = malloc(sizeof(float) * *n);
+    assert_int_equal(oj_to_host(l, out, sizeof(float) * *n), OJ_OK);
+    oj_set_grad_enabled(eng, prev);
+    oj_scope_end(eng);
+    return out;
+}
+
+static void round_trip(bool llama, int qt /* -1: f32 */) {
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    oj_gpt_config c = config(llama);
+    oj_gpt *m = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c, 9, &m), OJ_OK);
+    if (qt >= 0) assert_int_equal(oj_gpt_quantize(m, (oj_qtype)qt), OJ_OK);
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s-%d.gguf", tmpdir, llama ? "llama" : "gpt2", qt);
+    oj_error err = {0};
+    if (oj_gpt_save_gguf(m, NULL, path, "tiny", &err) != OJ_OK) fail_msg("%s", err.message);
+    oj_gpt *b = NULL;
+    if (oj_gpt_load_gguf(eng, path, &b, &err) != OJ_OK) fail_msg("%s", err.message);
+    const oj_gpt_config *bc = oj_gpt_get_config(b);
+    assert_int_equal(bc->family, c.family);
+    assert_int_equal(bc->vocab_size, 80);
+    assert_int_equal(bc->n_kv_head, c.n_kv_head);
+    assert_int_equal(bc->untied_head, c.untied_head);
+    assert_true(bc->norm_eps == (double)(float)c.norm_eps);
+    assert_int_equal(oj_gpt_quantized_type(b), qt >= 0 ? qt : OJ_QTYPE_COUNT);
+    size_t na, nb;
+    float *la = logits_of(m, &na), *lb = logits_of(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(la, lb, sizeof(float) * na);
+    free(la);
+    free(lb);
+
+    /* the file in llama.cpp's layout */
+    oj_gguf *g = NULL;
+    assert_int_equal(oj_gguf_open(path, &g, &err), OJ_OK);
+    int64_t ai = oj_gguf_find_key(g, "general.architecture");
+    assert_string_equal(oj_gguf_kv_str(g, ai, NULL), llama ? "llama" : "gpt2");
+    int64_t v;
+    assert_true(oj_gguf_kv_int(g, oj_gguf_find_key(g, "general.file_type"), &v));
+    assert_int_equal(v, qt < 0 ? 0 : qt == 0 ? 7 : qt == 1 ? 2 : 3);
+    int64_t ti = oj_gguf_find_tensor(g, "blk.1.ffn_down.weight");
+    assert_true(ti >= 0);
+    assert_int_equal(oj_gguf_tensor_dims(g, ti)[0], c.mlp_hidden); /* {in, out} */
+    assert_int_equal(oj_gguf_tensor_dims(g, ti)[1], c.n_embd);
+    assert_int_equal(oj_gguf_tensor_type(g, ti), qt < 0 ? OJ_GGML_F32 : oj_qtype_to_ggml((oj_qtype)qt));
+    ti = oj_gguf_find_tensor(g, "blk.0.attn_norm.weight");
+    assert_int_equal(oj_gguf_tensor_type(g, ti), OJ_GGML_F32);
+    assert_true(oj_gguf_find_tensor(g, "output.weight") >= 0);
+    if (qt < 0) {
+        oj_named_tensors sd = oj_gpt_state_dict(m);
+        if (llama) {
+            /* attn_k: convert_hf_to_gguf's permute, w.reshape(Hkv, 2, D/2, C)
+             * .swapaxes(1, 2): file row h*D + 2i + j = HF row h*D + j*D/2 + i */
+            const int64_t D = 16, C = 64;
+            int64_t pi = -1;
+            for (int64_t i = 0; i < sd.n; i++)
+                if (strcmp(sd.names[i], "model.layers.1.self_attn.k_proj.weight") == 0) pi = i;
+            assert_true(pi >= 0);
+            float hf[32 * 64];
+            assert_int_equal(oj_to_host(sd.tensors[pi], hf, sizeof hf), OJ_OK);
+            const float *file = oj_gguf_tensor_data(g, oj_gguf_find_tensor(g, "blk.1.attn_k.weight"), NULL);
+            for (int64_t h = 0; h < 2; h++)
+                for (int64_t i = 0; i < D / 2; i++)
+                    for (int64_t j = 0; j < 2; j++)
+                        assert_memory_equal(file + (h * D + 2 * i + j) * C,
+                                            hf + (h * D + j * (D / 2) + i) * C, sizeof(float) * C);
+        } else {
+            /* attn_qkv: HF Conv1D [C, 3C] stored transposed, [3C, C] */
+            int64_t pi = -1;
+            for (int64_t i = 0; i < sd.n; i++)
+                if (strcmp(sd.names[i], "transformer.h.0.attn.c_attn.weight") == 0) pi = i;
+            assert_true(pi >= 0);
+            static float hf[64 * 192];
+            assert_int_equal(oj_to_host(sd.tensors[pi], hf, sizeof hf), OJ_OK);
+            ti = oj_gguf_find_tensor(g, "blk.0.attn_qkv.weight");
+            assert_int_equal(oj_gguf_tensor_dims(g, ti)[0], 64);
+            assert_int_equal(oj_gguf_tensor_dims(g, ti)[1], 192);
+            const float *file = oj_gguf_tensor_data(g, ti, NULL);
+            for (int r = 0; r < 192; r++)
+                for (int k = 0; k < 64; k++) assert_true(file[r * 64 + k] == hf[k * 192 + r]);
+        }
+    }
+    oj_gguf_close(g);
+    oj_gpt_free(b);
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+static void test_gpt2_round_trips(void **state) {
+    (void)state;
+    for (int qt = -1; qt < OJ_QTYPE_COUNT; qt++) round_trip(false, qt);
+}
+
+static void test_llama_round_trips(void **state) {
+    (void)state;
+    for (int qt = -1; qt < OJ_QTYPE_COUNT; qt++) round_trip(true, qt);
+}
+
+/* A copy of src with tensor `drop` left out and key `key` set to u32 value
+ * (when key is not NULL). */
+static void rewrite(const char *src, const char *dst, const char *drop, const char *key,
+                    uint32_t value, uint32_t retype) {
+    oj_gguf *g = NULL;
+    oj_error err = {0};
+    assert_int_equal(oj_gguf_open(src, &g, &err), OJ_OK);
+    oj_gguf_writer *w = oj_gguf_writer_new();
+    for (int64_t i = 0; i < oj_gguf_kv_count(g); i++) {
+        const char *k = oj_gguf_kv_key(g, i);
+        if (key && strcmp(k, key) == 0) continue;
+        if (oj_gguf_kv_type(g, i) == OJ_GGUF_STRING) {
+            assert_int_equal(oj_gguf_writer_set_str(w, k, oj_gguf_kv_str(g, i, NULL), &err), 0);
+        } else {
+            uint8_t raw[8];
+            uint64_t u;
+            double d;
+            if (oj_gguf_kv_uint(g, i, &u)) {
+                uint32_t x = (uint32_t)u;
+                memcpy(raw, &x, 4);
+            } else {
+                assert_true(oj_gguf_kv_float(g, i, &d));
+                float f = (float)d;
+                memcpy(raw, &f, 4);
+            }
+            assert_int_equal(oj_gguf_writer_set(w, k, oj_gguf_kv_type(g, i), raw, &err), 0);
+        }
+    }
+    if (key) {
+        if (strcmp(key, "general.architecture") == 0)
+            assert_int_equal(oj_gguf_writer_set_str(w, key, "mamba", &err), 0);
+        else
+            assert_int_equal(oj_gguf_writer_set(w, key, OJ_GGUF_UINT32, &value, &err), 0);
+    }
+    for (int64_t i = 0; i < oj_gguf_tensor_count(g); i++) {
+        const char *n = oj_gguf_tensor_name(g, i);
+        if (drop && strcmp(n, drop) == 0) continue;
+        size_t nb;
+        const void *d = oj_gguf_tensor_data(g, i, &nb);
+        uint32_t t = oj_gguf_tensor_type(g, i);
+        if (retype && strcmp(n, "blk.0.ffn_up.weight") == 0) t = retype; /* same bytes per row */
+        assert_int_equal(oj_gguf_writer_add_tensor(w, n, t, oj_gguf_tensor_ndims(g, i),
+                                                   oj_gguf_tensor_dims(g, i), d, nb, &err), 0);
+    }
+    assert_int_equal(oj_gguf_writer_write(w, dst, &err), OJ_OK);
+    oj_gguf_writer_free(w);
+    oj_gguf_close(g);
+}
+
+static void expect_refused(oj_engine *eng, const char *path, oj_status st, const char *needle) {
+    oj_gpt *m = (oj_gpt *)1;
+    oj_error err = {0};
+    assert_int_equal(oj_gpt_load_gguf(eng, path, &m, &err), st);
+    assert_null(m);
+    if (strstr(err.message, needle) == NULL)
+        fail_msg("message \"%s\" does not name \"%s\"", err.message, needle);
+    oj_clear_error(eng);
+}
+
+static void test_refusals_named(void **state) {
+    (void)state;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    oj_gpt_config c = config(false);
+    oj_gpt *m = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_OK);
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/good.gguf", tmpdir);
+    snprintf(bad, sizeof bad, "%s/bad.gguf", tmpdir);
+    oj_error err = {0};
+    assert_int_equal(oj_gpt_save_gguf(m, NULL, good, NULL, &err), OJ_OK);
+    oj_gpt_free(m);
+    rewrite(good, bad, "blk.1.ffn_up.bias", NULL, 0, 0);
+    expect_refused(eng, bad, OJ_ERR_CORRUPT, "tensor blk.1.ffn_up.bias is missing");
+    rewrite(good, bad, NULL, "gpt2.block_count", 3, 0);
+    expect_refused(eng, bad, OJ_ERR_CORRUPT, "tensor blk.2.attn_norm.weight is missing");
+    rewrite(good, bad, NULL, "gpt2.embedding_length", 32, 0);
+    expect_refused(eng, bad, OJ_ERR_SHAPE, "tensor token_embd.weight has dims {64, 80}, the config gives [80, 32]");
+    rewrite(good, bad, "", "general.architecture", 0, 0);
+    expect_refused(eng, bad, OJ_ERR_UNSUPPORTED, "architecture \"mamba\" is not supported");
+    rewrite(good, bad, "gpt2.context_length", "gpt2.context_length", 0, 0);
+    expect_refused(eng, bad, OJ_ERR_CORRUPT, "gpt2.context_length is not a positive integer");
+    rewrite(good, bad, NULL, NULL, 0, 26 /* I32 */);
+    expect_refused(eng, bad, OJ_ERR_UNSUPPORTED, "tensor blk.0.ffn_up.weight is I32");
+    /* nanolab has no GGUF layout */
+    assert_true(oj_gpt_preset("nanolab-tiny", &c));
+    assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_OK);
+    err = (oj_error){0};
+    assert_int_equal(oj_gpt_save_gguf(m, NULL, bad, NULL, &err), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "only gpt2 and plain llama"));
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt2_round_trips),
+        cmocka_unit_test(test_llama_round_trips),
+        cmocka_unit_test(test_refusals_named),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

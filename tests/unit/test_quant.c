@@ -1,0 +1,388 @@
+// test: quantized types (q8_0, q4_0, q4_1): names and sizes, round-trip
+// error bounds per format, oj_qmatmul against a dequantize-then-matmul
+// reference within the bound stated in quant.h on every kernel level,
+// bit-identical results across thread counts, and each error named
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/cpu/cpu_pool.h"
+#include "ojas/ops.h"
+#include "ojas/quant.h"
+#include "quant/quant_internal.h"
+
+static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1};
+
+/* Deterministic values in [-scale, scale] with an occasional outlier. */
+static void fill(float *x, int64_t n, uint32_t seed, float scale) {
+    uint32_t s = seed * 2654435761u + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        float u = (float)(s >> 8) / 16777216.0f * 2.0f - 1.0f;
+        x[i] = (i % 29 == 3 ? 6.0f : 1.0f) * scale * u;
+    }
+}
+
+static oj_engine *engine(int threads) {
+    oj_engine_config cfg = oj_engine_config_default();
+    cfg.threads = threads;
+    oj_engine *e = NULL;
+    assert_int_equal(oj_engine_create(&cfg, &e, NULL), OJ_OK);
+    return e;
+}
+
+static void test_names_sizes(void **state) {
+    (void)state;
+    assert_string_equal(oj_qtype_name(OJ_Q8_0), "q8_0");
+    assert_string_equal(oj_qtype_name(OJ_Q4_1), "q4_1");
+    assert_string_equal(oj_qtype_name(OJ_QTYPE_COUNT), "invalid");
+    oj_qtype t;
+    assert_true(oj_qtype_parse("q4_0", &t));
+    assert_int_equal(t, OJ_Q4_0);
+    assert_false(oj_qtype_parse("Q4_0", &t));
+    assert_false(oj_qtype_parse("q4_k", &t));
+    assert_int_equal(oj_qtype_block_bytes(OJ_Q8_0), 34);
+    assert_int_equal(oj_qtype_block_bytes(OJ_Q4_0), 18);
+    assert_int_equal(oj_qtype_block_bytes(OJ_Q4_1), 20);
+    assert_int_equal(oj_qtype_row_bytes(OJ_Q8_0, 64), 68);
+    assert_int_equal(oj_qtype_row_bytes(OJ_Q8_0, 48), 0);
+    assert_int_equal(oj_qtype_row_bytes(OJ_Q8_0, 0), 0);
+}
+
+/* Every element of every block within the format's bound:
+ *   q8_0: amax / 127 * (1/2 + 127 * 2^-11)  (rounding, plus the f16 scale)
+ *   q4_0: |d| (1 + 8 * 2^-10)   d = max / -8 (the top code is clamped: 1 step)
+ *   q4_1: d (1/2 + 15 * 2^-11) + |min| 2^-11, d = (max - min) / 15 */
+static void test_round_trip_bounds(void **state) {
+    (void)state;
+    enum { K = 32 * 40 };
+    float x[K], y[K];
+    uint8_t q[K * 2];
+    for (uint32_t seed = 1; seed <= 20; seed++) {
+        fill(x, K, seed, seed % 2 ? 0.02f : 3.0f);
+        if (seed == 3) memset(x, 0, 32 * sizeof(float)); /* an all-zero block */
+        for (size_t ti = 0; ti < 3; ti++) {
+            oj_qtype t = all_types[ti];
+            assert_int_equal(oj_quantize_row(t, x, K, q, NULL), OJ_OK);
+            assert_int_equal(oj_dequantize_row(t, q, K, y, NULL), OJ_OK);
+            for (int b = 0; b < K / 32; b++) {
+                float amax = 0, mx = 0, mn = INFINITY, mxv = -INFINITY;
+                for (int j = 0; j < 32; j++) {
+                    float v = x[b * 32 + j];
+                    if (fabsf(v) > amax) amax = fabsf(v), mx = v;
+                    mn = fminf(mn, v);
+                    mxv = fmaxf(mxv, v);
+                }
+                double bound;
+                if (t == OJ_Q8_0) bound = amax / 127.0 * (0.5 + 127.0 / 2048);
+                else if (t == OJ_Q4_0) bound = fabs(mx / 8.0) * (1 + 8.0 / 1024);
+                else bound = (mxv - mn) / 15.0 * (0.5 + 15.0 / 2048) + fabs(mn) / 2048;
+                for (int j = 0; j < 32; j++) {
+                    double e = fabs((double)x[b * 32 + j] - y[b * 32 + j]);
+                    if (e > bound)
+                        fail_msg("%s seed %u block %d elem %d: |%g - %g| > %g", oj_qtype_name(t),
+                                 seed, b, j, x[b * 32 + j], y[b * 32 + j], bound);
+                }
+            }
+        }
+    }
+}
+
+/* q8_0 stores round(x / d) exactly where x / d is representable: a block
+ * of integers -127..127 scaled by 1/4 comes back bit for bit. */
+static void test_q8_0_exact_block(void **state) {
+    (void)state;
+    float x[32], y[32];
+    uint8_t q[34];
+    for (int j = 0; j < 32; j++) x[j] = (float)(j * 8 - 127) / 4.0f;
+    x[31] = 127.0f / 4.0f;
+    assert_int_equal(oj_quantize_row(OJ_Q8_0, x, 32, q, NULL), OJ_OK);
+    assert_int_equal(q[0] | q[1] << 8, oj_f32_to_f16(0.25f));
+    assert_int_equal((int8_t)q[2], -127);
+    assert_int_equal((int8_t)q[33], 127);
+    assert_int_equal(oj_dequantize_row(OJ_Q8_0, q, 32, y, NULL), OJ_OK);
+    assert_memory_equal(x, y, sizeof x);
+}
+
+static void test_row_errors(void **state) {
+    (void)state;
+    float x[64] = {0};
+    uint8_t q[80];
+    oj_error err = {0};
+    assert_int_equal(oj_quantize_row(OJ_Q4_0, x, 40, q, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "row length 40"));
+    x[37] = NAN;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(oj_quantize_row(OJ_Q8_0, x, 64, q, &err), OJ_ERR_NUMERIC);
+    assert_non_null(strstr(err.message, "element 37 is NaN"));
+    memset(&err, 0, sizeof err);
+    assert_int_equal(oj_dequantize_row((oj_qtype)7, q, 64, x, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "invalid quantized type 7"));
+}
+
+/* The bound of quant.h, element by element, against y_ref = x @ deq(W)^T
+ * computed in f64. */
+static void check_against_reference(const float *x, const float *wd, const float *y, int64_t m,
+                                    int64_t n, int64_t k, const char *what) {
+    for (int64_t r = 0; r < m; r++) {
+        const float *xr = x + r * k;
+        for (int64_t i = 0; i < n; i++) {
+            const float *wr = wd + i * k;
+            double ref = 0, absxw = 0, quant = 0;
+            for (int64_t b = 0; b < k / 32; b++) {
+                double amax = 0, wsum = 0;
+                for (int j = 0; j < 32; j++) {
+                    amax = fmax(amax, fabs(xr[b * 32 + j]));
+                    wsum += fabs(wr[b * 32 + j]);
+                }
+                quant += (0.5 + ldexp(1, -15)) * (amax / 127) * wsum;
+            }
+            for (int64_t j = 0; j < k; j++) {
+                ref += (double)xr[j] * wr[j];
+                absxw += fabs((double)xr[j] * wr[j]);
+            }
+            double bound = quant + (double)(k / 32 + 4) * ldexp(1, -23) * absxw;
+            double e = fabs(y[r * n + i] - ref);
+            if (!(e <= bound))
+                fail_msg("%s: y[%lld, %lld] = %.9g, reference %.9g, error %g > bound %g", what,
+                         (long long)r, (long long)i, y[r * n + i], ref, e, bound);
+        }
+    }
+}
+
+static void test_qmatmul_matches_dequant(void **state) {
+    (void)state;
+    oj_engine *eng = engine(2);
+    const int64_t shapes[][3] = {{1, 37, 96}, {5, 64, 256}, {3, 17, 32}};
+    /* portable C, AVX2 (VNNI capped), and the best this CPU has */
+    const oj_cpu_isa isas[] = {OJ_ISA_SCALAR, oj_cpu_isa_detect(), oj_cpu_isa_detect()};
+    for (size_t s = 0; s < 3; s++) {
+        int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        float *x = malloc(sizeof(float) * (size_t)(m * k));
+        float *w = malloc(sizeof(float) * (size_t)(n * k));
+        float *wd = malloc(sizeof(float) * (size_t)(n * k));
+        float *y = malloc(sizeof(float) * (size_t)(m * n));
+        fill(x, m * k, 100 + (uint32_t)s, 1.5f);
+        fill(w, n * k, 200 + (uint32_t)s, 0.05f);
+        for (size_t ti = 0; ti < 3; ti++) {
+            for (size_t li = 0; li < 3; li++) {
+                oj__cpu_set_isa(eng, isas[li]);
+                if (li == 1) setenv("OJAS_QUANT_DOT", "avx2", 1);
+                else unsetenv("OJAS_QUANT_DOT");
+                assert_int_equal(oj_scope_begin(eng), OJ_OK);
+                oj_tensor *wt = oj_from_host(eng, 2, (int64_t[]){n, k}, OJ_F32, w,
+                                             sizeof(float) * (size_t)(n * k));
+                oj_tensor *xt = oj_from_host(eng, 2, (int64_t[]){m, k}, OJ_F32, x,
+                                             sizeof(float) * (size_t)(m * k));
+                oj_qtensor *q = oj_quantize(wt, all_types[ti]);
+                assert_non_null(q);
+                oj_tensor *deq = oj_dequantize(q);
+                oj_tensor *yt = oj_qmatmul(xt, q);
+                assert_non_null(yt);
+                assert_int_equal(oj_size(yt, 0), m);
+                assert_int_equal(oj_size(yt, 1), n);
+                assert_int_equal(oj_to_host(deq, wd, sizeof(float) * (size_t)(n * k)), OJ_OK);
+                assert_int_equal(oj_to_host(yt, y, sizeof(float) * (size_t)(m * n)), OJ_OK);
+                char what[96];
+                snprintf(what, sizeof what, "%s [%lld,%lld]x[%lld,%lld] %s",
+                         oj_qtype_name(all_types[ti]), (long long)m, (long long)k,
+                         (long long)n, (long long)k, oj__qmatmul_kernel_name(eng));
+                check_against_reference(x, wd, y, m, n, k, what);
+                oj_qtensor_free(q);
+                assert_int_equal(oj_last_status(eng), OJ_OK);
+                assert_int_equal(oj_scope_end(eng), OJ_OK);
+            }
+        }
+        free(x);
+        free(w);
+        free(wd);
+        free(y);
+    }
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+/* x of rank 3 and non-contiguous (a transposed view) gives the rows of the
+ * contiguous copy. */
+static void test_qmatmul_strided_batched(void **state) {
+    (void)state;
+    oj_engine *eng = engine(1);
+    assert_int_equal(oj_scope_begin(eng), OJ_OK);
+    float w[8 * 64], x[2 * 3 * 64];
+    fill(w, 8 * 64, 7, 1.0f);
+    fill(x, 2 * 3 * 64, 8, 1.0f);
+    oj_qtensor *q = oj_quantize(oj_from_host(eng, 2, (int64_t[]){8, 64}, OJ_F32, w, sizeof w),
+                                OJ_Q4_1);
+    oj_tensor *xt = oj_from_host(eng, 3, (int64_t[]){2, 3, 64}, OJ_F32, x, sizeof x);
+    oj_tensor *xs = oj_contiguous(oj_transpose(xt, 0, 1)); /* [3, 2, 64] */
+    oj_tensor *ys = oj_qmatmul(oj_transpose(xt, 0, 1), q);
+    oj_tensor *yc = oj_qmatmul(xs, q);
+    assert_non_null(ys);
+    assert_int_equal(oj_rank(ys), 3);
+    assert_int_equal(oj_size(ys, 2), 8);
+    float a[3 * 2 * 8], b[3 * 2 * 8];
+    assert_int_equal(oj_to_host(ys, a, sizeof a), OJ_OK);
+    assert_int_equal(oj_to_host(yc, b, sizeof b), OJ_OK);
+    assert_memory_equal(a, b, sizeof a);
+    oj_qtensor_free(q);
+    assert_int_equal(oj_last_status(eng), OJ_OK);
+    oj_scope_end(eng);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+/* The same bits for 1, 2 and 3 threads, with and without small chunks. */
+static void test_qmatmul_thread_invariant(void **state) {
+    (void)state;
+    enum { M = 4, N = 131, K = 320 };
+    float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * N * K);
+    float y[3][2][M * N];
+    fill(x, M * K, 11, 2.0f);
+    fill(w, N * K, 12, 0.1f);
+    for (size_t ti = 0; ti < 3; ti++) {
+        for (int th = 1; th <= 3; th++) {
+            oj_engine *eng = engine(th);
+            oj_engine_set_numerics(eng, OJ_NUMERICS_EXACT);
+            if (th == 3) oj__cpu_set_grain_shift(eng, 4);
+            oj_tensor *wt = oj_from_host(eng, 2, (int64_t[]){N, K}, OJ_F32, w,
+                                         sizeof(float) * N * K);
+            oj_tensor *xt = oj_from_host(eng, 2, (int64_t[]){M, K}, OJ_F32, x,
+                                         sizeof(float) * M * K);
+            oj_qtensor *q = oj_quantize(wt, all_types[ti]);
+            oj_tensor *yt = oj_qmatmul(xt, q);
+            assert_non_null(yt);
+            assert_int_equal(oj_to_host(yt, y[th - 1][0], sizeof y[0][0]), OJ_OK);
+            oj_release(yt);
+            /* the portable kernels too */
+            oj__cpu_set_isa(eng, OJ_ISA_SCALAR);
+            yt = oj_qmatmul(xt, q);
+            assert_int_equal(oj_to_host(yt, y[th - 1][1], sizeof y[0][0]), OJ_OK);
+            oj_release(yt);
+            oj_release(xt);
+            oj_release(wt);
+            oj_qtensor_free(q);
+            assert_int_equal(oj_engine_live_tensors(eng), 0);
+            oj_engine_free(eng);
+        }
+        for (int th = 1; th < 3; th++) {
+            assert_memory_equal(y[0][0], y[th][0], sizeof y[0][0]);
+            assert_memory_equal(y[0][1], y[th][1], sizeof y[0][1]);
+        }
+    }
+    free(x);
+    free(w);
+}
+
+/* bf16 and f16 weights are widened exactly, then quantized as f32. */
+static void test_quantize_low_precision_input(void **state) {
+    (void)state;
+    oj_engine *eng = engine(1);
+    assert_int_equal(oj_scope_begin(eng), OJ_OK);
+    enum { N = 3, K = 64 };
+    float w[N * K];
+    fill(w, N * K, 5, 1.0f);
+    uint16_t h[N * K];
+    for (int dt = 0; dt < 2; dt++) {
+        for (int i = 0; i < N * K; i++) {
+            h[i] = dt ? oj_f32_to_f16(w[i]) : oj_f32_to_bf16(w[i]);
+            w[i] = dt ? oj_f16_to_f32(h[i]) : oj_bf16_to_f32(h[i]);
+        }
+        oj_tensor *a = oj_from_host(eng, 2, (int64_t[]){N, K}, dt ? OJ_F16 : OJ_BF16, h, sizeof h);
+        oj_tensor *b = oj_from_host(eng, 2, (int64_t[]){N, K}, OJ_F32, w, sizeof w);
+        for (size_t ti = 0; ti < 3; ti++) {
+            oj_qtensor *qa = oj_quantize(a, all_types[ti]), *qb = oj_quantize(b, all_types[ti]);
+            assert_int_equal(oj_qtensor_nbytes(qa), N * oj_qtype_row_bytes(all_types[ti], K));
+            assert_memory_equal(oj_qtensor_data(qa), oj_qtensor_data(qb), oj_qtensor_nbytes(qa));
+            oj_qtensor_free(qa);
+            oj_qtensor_free(qb);
+        }
+    }
+    assert_int_equal(oj_last_status(eng), OJ_OK);
+    oj_scope_end(eng);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+static void expect(oj_engine *eng, oj_status st, const char *needle) {
+    assert_int_equal(oj_last_status(eng), st);
+    if (strstr(oj_last_error(eng), needle) == NULL)
+        fail_msg("error \"%s\" does not name \"%s\"", oj_last_error(eng), needle);
+    oj_clear_error(eng);
+}
+
+static void test_errors_named(void **state) {
+    (void)state;
+    oj_engine *eng = engine(1);
+    assert_int_equal(oj_scope_begin(eng), OJ_OK);
+    float w[2 * 48] = {0};
+    oj_tensor *bad_k = oj_from_host(eng, 2, (int64_t[]){2, 48}, OJ_F32, w, sizeof w);
+    assert_null(oj_quantize(bad_k, OJ_Q8_0));
+    expect(eng, OJ_ERR_SHAPE, "K a positive multiple of 32, got [2, 48]");
+    oj_tensor *ints = oj_zeros(eng, 2, (int64_t[]){2, 32}, OJ_I32);
+    assert_null(oj_quantize(ints, OJ_Q4_0));
+    expect(eng, OJ_ERR_DTYPE, "w is i32");
+    oj_tensor *vec = oj_zeros(eng, 1, (int64_t[]){32}, OJ_F32);
+    assert_null(oj_quantize(vec, OJ_Q4_0));
+    expect(eng, OJ_ERR_SHAPE, "a matrix [N, K] expected");
+    w[40] = INFINITY;
+    oj_tensor *inf = oj_from_host(eng, 2, (int64_t[]){3, 32}, OJ_F32, w, sizeof(float) * 96);
+    assert_null(oj_quantize(inf, OJ_Q4_1));
+    expect(eng, OJ_ERR_NUMERIC, "w[1, 8] is infinite");
+    w[40] = 0;
+    oj_tensor *ok = oj_from_host(eng, 2, (int64_t[]){3, 32}, OJ_F32, w, sizeof(float) * 96);
+    oj_qtensor *q = oj_quantize(ok, OJ_Q8_0);
+    assert_non_null(q);
+    oj_tensor *x64 = oj_zeros(eng, 2, (int64_t[]){1, 64}, OJ_F32);
+    assert_null(oj_qmatmul(x64, q));
+    expect(eng, OJ_ERR_SHAPE, "x [1, 64] does not fit q8_0 w [3, 32]");
+    oj_tensor *xb = oj_zeros(eng, 2, (int64_t[]){1, 32}, OJ_BF16);
+    assert_null(oj_qmatmul(xb, q));
+    expect(eng, OJ_ERR_DTYPE, "x is bf16; f32 expected");
+    float xn[32] = {0};
+    xn[5] = NAN;
+    oj_tensor *xnan = oj_from_host(eng, 2, (int64_t[]){1, 32}, OJ_F32, xn, sizeof xn);
+    assert_null(oj_qmatmul(xnan, q));
+    expect(eng, OJ_ERR_NUMERIC, "x element 5 is NaN");
+    assert_null(oj_qtensor_from_blocks(eng, OJ_Q4_0, 2, 64, w, 35));
+    expect(eng, OJ_ERR_SHAPE, "35 bytes given; q4_0 [2, 64] takes 72");
+    assert_null(oj_qtensor_from_blocks(eng, (oj_qtype)9, 2, 64, w, 72));
+    expect(eng, OJ_ERR_INVALID_ARGUMENT, "invalid quantized type 9");
+    oj_qtensor *fb = oj_qtensor_from_blocks(eng, OJ_Q4_0, 2, 64, oj_qtensor_data(q), 72);
+    assert_non_null(fb);
+    assert_int_equal(oj_qtensor_rows(fb), 2);
+    assert_int_equal(oj_qtensor_cols(fb), 64);
+    assert_int_equal(oj_qtensor_type(fb), OJ_Q4_0);
+    oj_qtensor_free(fb);
+    oj_qtensor_free(q);
+    oj_scope_end(eng);
+    /* a qtensor made outside any scope is the caller's alone */
+    oj_tensor *t = oj_zeros(eng, 2, (int64_t[]){1, 32}, OJ_F32);
+    q = oj_quantize(t, OJ_Q4_0);
+    oj_release(t);
+    assert_int_equal(oj_engine_live_tensors(eng), 1);
+    oj_qtensor_free(q);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names_sizes),
+        cmocka_unit_test(test_round_trip_bounds),
+        cmocka_unit_test(test_q8_0_exact_block),
+        cmocka_unit_test(test_row_errors),
+        cmocka_unit_test(test_qmatmul_matches_dequant),
+        cmocka_unit_test(test_qmatmul_strided_batched),
+        cmocka_unit_test(test_qmatmul_thread_invariant),
+        cmocka_unit_test(test_quantize_low_precision_input),
+        cmocka_unit_test(test_errors_named),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
