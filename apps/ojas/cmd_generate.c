@@ -277,7 +277,8 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         cfg = *oj_gpt_get_config(m);
-        if (oj_generation_config_load(model_dir, cfg.vocab_size, &gc, &e) != OJ_OK) {
+        /* a GGUF file carries no generation_config.json */
+        if (!gguf && oj_generation_config_load(model_dir, cfg.vocab_size, &gc, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }

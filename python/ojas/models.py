@@ -85,6 +85,19 @@ class GPT:
         writes; raises ojas.Error naming what failed."""
         self._c.save_hf_dir(os.fspath(path), int(vocab_size))
 
+    def load_adapter(self, path):
+        """Attach a LoRA adapter in PEFT's format (adapter_config.json +
+        adapter_model.safetensors; oj_gpt_lora_load)."""
+        self._c.lora_load(os.fspath(path))
+
+    def save_adapter(self, path, base_model_name_or_path=""):
+        """Write the attached adapters in PEFT's format (oj_gpt_lora_save)."""
+        self._c.lora_save(os.fspath(path), base_model_name_or_path)
+
+    def merge_adapter(self):
+        """Fold the adapters into the weights and drop them (oj_gpt_lora_merge)."""
+        self._c.lora_merge()
+
     def state_dict(self):
         """name -> parameter Tensor (the model's own tensors, not copies;
         the tied lm_head is transformer.wte.weight)."""

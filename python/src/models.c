@@ -549,6 +549,36 @@ static PyObject *gpt_save_hf_dir(GPTObject *g, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* lora_load(dir) / lora_save(dir, base) / lora_merge(): PEFT adapters
+ * (oj_gpt_lora_load / _save / _merge, include/ojas/gpt.h). */
+static PyObject *gpt_lora_load(GPTObject *g, PyObject *args) {
+    const char *dir;
+    if (!PyArg_ParseTuple(args, "s:lora_load", &dir)) return NULL;
+    oj_gpt *m = gpt_open(g);
+    if (m == NULL) return NULL;
+    oj_error err = {0};
+    if (oj_gpt_lora_load(m, dir, &err) != OJ_OK) return ojpy_raise_status(err.status, err.message);
+    Py_RETURN_NONE;
+}
+
+static PyObject *gpt_lora_save(GPTObject *g, PyObject *args) {
+    const char *dir, *base = "";
+    if (!PyArg_ParseTuple(args, "s|s:lora_save", &dir, &base)) return NULL;
+    oj_gpt *m = gpt_open(g);
+    if (m == NULL) return NULL;
+    oj_error err = {0};
+    if (oj_gpt_lora_save(m, dir, base, &err) != OJ_OK) return ojpy_raise_status(err.status, err.message);
+    Py_RETURN_NONE;
+}
+
+static PyObject *gpt_lora_merge(GPTObject *g, PyObject *unused) {
+    oj_gpt *m = gpt_open(g);
+    if (m == NULL) return NULL;
+    oj_error err = {0};
+    if (oj_gpt_lora_merge(m, &err) != OJ_OK) return ojpy_raise_status(err.status, err.message);
+    Py_RETURN_NONE;
+}
+
 static PyObject *gpt_get_engine(GPTObject *g, void *c) { return Py_NewRef((PyObject *)g->eng); }
 
 static PyGetSetDef gpt_getset[] = {
@@ -565,6 +595,9 @@ static PyMethodDef gpt_methods[] = {
     {"loss", (PyCFunction)gpt_loss, METH_VARARGS, "loss(idx, targets) -> mean cross-entropy"},
     {"to_dtype", (PyCFunction)gpt_to_dtype, METH_VARARGS, "convert the parameters in place"},
     {"load_safetensors", (PyCFunction)gpt_load_safetensors, METH_VARARGS, "load a weights file"},
+    {"lora_load", (PyCFunction)gpt_lora_load, METH_VARARGS, "lora_load(dir): a PEFT adapter"},
+    {"lora_save", (PyCFunction)gpt_lora_save, METH_VARARGS, "lora_save(dir, base='')"},
+    {"lora_merge", (PyCFunction)gpt_lora_merge, METH_NOARGS, "fold the adapters into the weights"},
     {"save_hf_dir", (PyCFunction)gpt_save_hf_dir, METH_VARARGS,
      "save_hf_dir(dir, vocab_size=0): oj_gpt_save_hf_dir (config.json + model.safetensors)"},
     {"generate", (PyCFunction)gpt_generate, METH_VARARGS, "oj_generate; see ojas.models"},

@@ -15,7 +15,6 @@ and the adapter (computing the adapter term unmerged) and
   reader, under PEFT's names and config keys, to the same logits;
 - oj_gpt_lora_merge gives the same logits without adapters."""
 
-import ctypes as C
 import json
 import os
 
@@ -23,9 +22,9 @@ import numpy as np
 import pytest
 import torch
 
-import ojas_ctypes
+from ojpkg import ojas
 from test_gpt_parity import _rel_err
-from test_hf_dir import OjModel, _lib, _seed, build, write_dir
+from test_hf_dir import OjModel, _seed, build, write_dir
 from test_safetensors import hf_save, py_load, raw_bytes
 
 PREFIX = "base_model.model."
@@ -37,24 +36,6 @@ CASES = {
     "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     "qwen3": ["q_proj", "v_proj", "down_proj"],
 }
-
-
-def _declare():
-    L = _lib()
-    if getattr(L, "_lora_declared", False):
-        return L
-    vp, err = C.c_void_p, C.POINTER(ojas_ctypes.OjError)
-    for name, args in {"oj_gpt_lora_load": [vp, C.c_char_p, err],
-                       "oj_gpt_lora_save": [vp, C.c_char_p, C.c_char_p, err],
-                       "oj_gpt_lora_merge": [vp, err]}.items():
-        getattr(L, name).restype, getattr(L, name).argtypes = C.c_int, args
-    L._lora_declared = True
-    return L
-
-
-def _check(st, err):
-    if st != 0:
-        raise ojas_ctypes.OjasError(ojas_ctypes.status_name(st), err.message.decode())
 
 
 def linears(name, params):
@@ -118,8 +99,7 @@ def adapted(name, P, ad, scale):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_adapter_logits(eng, name, tmp_path):
-    L = _declare()
+def test_adapter_logits(engine, name, tmp_path):
     gen = torch.Generator().manual_seed(_seed("lora-" + name))
     cfg, params, fwd = build(name, gen)
     base = str(tmp_path / "base")
@@ -133,18 +113,17 @@ def test_adapter_logits(eng, name, tmp_path):
     want = fwd(adapted(name, P, ad, alpha / r), idx).numpy()
     plain = fwd(P, idx).numpy()
     assert not _rel_err(plain, want)[1]  # the adapter changes the logits
-    m = OjModel(eng, base)
+    m = OjModel(engine, base)
     try:
-        err = ojas_ctypes.OjError()
-        _check(L.oj_gpt_lora_load(m.h, adir.encode(), C.byref(err)), err)
-        with eng.no_grad():
+        m.m.load_adapter(adir)
+        with ojas.no_grad():
             got = m.forward(idx)
         e, ok = _rel_err(got, want)
         print("%s adapter logits: max |d| / max |ref| = %.3g" % (name, e))
         assert ok, "%s adapter logits: max |d| / max |ref| = %.3g" % (name, e)
         # saved back: PEFT's keys and names, read here to the same logits
         out = str(tmp_path / "saved")
-        _check(L.oj_gpt_lora_save(m.h, out.encode(), b"base", C.byref(err)), err)
+        m.m.save_adapter(out, "base")
         scfg, sad = read_adapter(out)
         assert scfg["peft_type"] == "LORA" and scfg["task_type"] == "CAUSAL_LM"
         assert scfg["r"] == r and scfg["lora_alpha"] == alpha
@@ -155,8 +134,8 @@ def test_adapter_logits(eng, name, tmp_path):
         back = fwd(adapted(name, P, sad, scfg["lora_alpha"] / scfg["r"]), idx).numpy()
         assert _rel_err(back, want)[1]
         # merged into the weights: the same logits without adapters
-        _check(L.oj_gpt_lora_merge(m.h, C.byref(err)), err)
-        with eng.no_grad():
+        m.m.merge_adapter()
+        with ojas.no_grad():
             merged = m.forward(idx)
         assert _rel_err(merged, want)[1]
     finally:
