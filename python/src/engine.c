@@ -170,11 +170,14 @@ static PyObject *engine_exit(EngineObject *self, PyObject *args) {
         return expr;                                                  \
     }
 
-static PyObject *device_str(oj_engine *e) {
-    char buf[32];
-    oj_device_name(oj_engine_device(e), buf, sizeof buf);
-    return PyUnicode_FromString(buf);
+/* torch's device string: 'cpu' or 'cuda:N' with the index always given
+ * (oj_device_name writes device 0 as 'cuda'). */
+PyObject *ojpy_device_str(oj_device d) {
+    if (d.type == OJ_DEVICE_CPU) return PyUnicode_FromString("cpu");
+    return PyUnicode_FromFormat("cuda:%d", d.index);
 }
+
+static PyObject *device_str(oj_engine *e) { return ojpy_device_str(oj_engine_device(e)); }
 GETTER(device, device_str(e))
 GETTER(numerics, PyUnicode_FromString(oj_engine_numerics(e) == OJ_NUMERICS_EXACT ? "exact" : "fast"))
 GETTER(threads, PyLong_FromLong(oj_engine_threads(e)))
@@ -275,11 +278,14 @@ static PyMethodDef engine_methods[] = {
 
 static PyObject *engine_repr(EngineObject *self) {
     if (self->eng == NULL) return PyUnicode_FromString("<ojas.Engine closed>");
-    char dev[32];
-    oj_device_name(oj_engine_device(self->eng), dev, sizeof dev);
-    return PyUnicode_FromFormat("<ojas.Engine device=%s numerics=%s threads=%d>", dev,
-                                oj_engine_numerics(self->eng) == OJ_NUMERICS_EXACT ? "exact" : "fast",
-                                oj_engine_threads(self->eng));
+    PyObject *dev = ojpy_device_str(oj_engine_device(self->eng));
+    if (dev == NULL) return NULL;
+    PyObject *r = PyUnicode_FromFormat("<ojas.Engine device=%U numerics=%s threads=%d>", dev,
+                                       oj_engine_numerics(self->eng) == OJ_NUMERICS_EXACT ? "exact"
+                                                                                        : "fast",
+                                       oj_engine_threads(self->eng));
+    Py_DECREF(dev);
+    return r;
 }
 
 PyTypeObject OjpyEngine_Type = {

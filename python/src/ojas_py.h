@@ -121,4 +121,6 @@ int ojpy_io_init(PyObject *m);
 PyObject *ojpy_getitem(PyObject *self, PyObject *key);
 int ojpy_setitem(PyObject *self, PyObject *key, PyObject *value);
 
+/* 'cpu' or 'cuda:N' (torch's form, the index always given); new reference. */
+PyObject *ojpy_device_str(oj_device d);
 #endif /* OJAS_PY_H */

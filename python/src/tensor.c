@@ -128,9 +128,7 @@ static PyObject *get_dtype(TensorObject *self, void *c) {
 }
 static PyObject *get_device(TensorObject *self, void *c) {
     SELF_T(NULL)
-    char buf[32];
-    oj_device_name(oj_tensor_device(t), buf, sizeof buf);
-    return PyUnicode_FromString(buf);
+    return ojpy_device_str(oj_tensor_device(t));
 }
 static PyObject *get_engine(TensorObject *self, void *c) {
     Py_INCREF(self->eng);
