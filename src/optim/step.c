@@ -89,6 +89,20 @@ static oj_status run_item(oj_optim *o, work_item *w, bool check_only) {
     return OJ_ERR_INTERNAL;
 }
 
+/* Whether no two parameters or gradients of items[0..n) overlap, in
+ * *disjoint; OJ_ERR_CAPACITY when the host is out of memory. */
+static oj_status items_disjoint(oj_optim *o, const work_item *items, int64_t n, bool *disjoint) {
+    oj_tensor **span = malloc(2 * (size_t)n * sizeof *span);
+    if (span == NULL) return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim: out of host memory");
+    for (int64_t i = 0; i < n; i++) {
+        span[2 * i] = items[i].p->param;
+        span[2 * i + 1] = items[i].grad;
+    }
+    *disjoint = oj__optim_disjoint(2 * n, span);
+    free(span);
+    return OJ_OK;
+}
+
 /* The Adam/AdamW items of a step as one adam_step_multi call per pass
  * (torch's foreach form; on a device a few launches instead of one per
  * parameter and pass, and one status read-back for the check pass).
@@ -122,27 +136,21 @@ static oj_status adam_batch_init(oj_optim *o, work_item *items, int64_t n, adam_
     for (int64_t i = 0; i < n; i++) k += is_adam(&items[i]);
     if (k == 0) return OJ_OK;
     size_t K = (size_t)k;
-    oj_tensor **span = malloc(2 * (size_t)n * sizeof *span);
     b->idx = malloc(K * sizeof *b->idx);
     b->p = malloc(K * sizeof *b->p);
     b->m = malloc(K * sizeof *b->m);
     b->v = malloc(K * sizeof *b->v);
     b->g = malloc(K * sizeof *b->g);
     b->args = malloc(K * sizeof *b->args);
-    if (span == NULL || !b->idx || !b->p || !b->m || !b->v || !b->g || !b->args) {
-        free(span);
+    if (!b->idx || !b->p || !b->m || !b->v || !b->g || !b->args) {
         adam_batch_free(b);
         return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim: out of host memory");
     }
-    for (int64_t i = 0; i < n; i++) {
-        span[2 * i] = items[i].p->param;
-        span[2 * i + 1] = items[i].grad;
-    }
-    bool disjoint = oj__optim_disjoint(2 * n, span);
-    free(span);
-    if (!disjoint) {
+    bool disjoint = false;
+    oj_status st = items_disjoint(o, items, n, &disjoint);
+    if (st != OJ_OK || !disjoint) {
         adam_batch_free(b);
-        return OJ_OK;
+        return st;
     }
     for (int64_t i = 0, j = 0; i < n; i++) {
         if (!is_adam(&items[i])) continue;
@@ -396,7 +404,6 @@ static oj_status muon_batch_init(oj_optim *o, work_item *items, int64_t n, muon_
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++) k += items[i].hp->algo == OJ_OPTIM_MUON;
     if (k < 2) return OJ_OK;
-    oj_tensor **span = malloc(2 * (size_t)n * sizeof *span);
     size_t K = (size_t)k;
     b->p = malloc(K * sizeof *b->p);
     b->buf = malloc(K * sizeof *b->buf);
@@ -405,20 +412,15 @@ static oj_status muon_batch_init(oj_optim *o, work_item *items, int64_t n, muon_
     b->alpha = malloc(K * sizeof *b->alpha);
     b->scale = malloc(K * sizeof *b->scale);
     b->decay = malloc(K * sizeof *b->decay);
-    if (!span || !b->p || !b->buf || !b->u || !b->g || !b->alpha || !b->scale || !b->decay) {
-        free(span);
+    if (!b->p || !b->buf || !b->u || !b->g || !b->alpha || !b->scale || !b->decay) {
         muon_batch_free(b);
         return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim: out of host memory");
     }
-    for (int64_t i = 0; i < n; i++) {
-        span[2 * i] = items[i].p->param;
-        span[2 * i + 1] = items[i].grad;
-    }
-    bool disjoint = oj__optim_disjoint(2 * n, span);
-    free(span);
-    if (!disjoint) {
+    bool disjoint = false;
+    oj_status st = items_disjoint(o, items, n, &disjoint);
+    if (st != OJ_OK || !disjoint) {
         muon_batch_free(b);
-        return OJ_OK;
+        return st;
     }
     for (int64_t i = 0, j = 0; i < n; i++) {
         if (items[i].hp->algo != OJ_OPTIM_MUON) continue;
