@@ -89,6 +89,16 @@ static inline int ct_write_corpus(const char *path) {
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* ct_ojas(dir, args, out, NULL stderr): the exit status; on a non-zero one
+ * prints the command, status and stderr to stderr. */
+static inline int ct_ojas_logged(const char *dir, const char *args, char **out) {
+    char *err = NULL;
+    int rc = ct_ojas(dir, args, out, &err);
+    if (rc != 0) fprintf(stderr, "ojas %s -> %d: %s\n", args, rc, err ? err : "(no stderr)");
+    free(err);
+    return rc;
+}
+
 /* A fresh $TMPDIR/ojas-<tag>-XXXXXX (/tmp without TMPDIR) written into dir
  * (n bytes), holding corpus.txt (ct_write_corpus) and c.json: a 4-step
  * nanolab-tiny run over the shards in "data", eval and checkpoint every 2

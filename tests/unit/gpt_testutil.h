@@ -1,6 +1,7 @@
 /* Helpers shared by the tests that run tiny GPT models on one engine
- * (test_gpt.c, test_optim.c): a small model, a checksum of its weights,
- * token ids. */
+ * (test_gpt.c, test_optim.c, test_gpt_hf.c, test_gpt_lora.c,
+ * test_hf_export.c): a small model, a checksum of its weights, token ids,
+ * a one-thread engine, a text file, a scratch directory. */
 #ifndef OJAS_GPT_TESTUTIL_H
 #define OJAS_GPT_TESTUTIL_H
 
@@ -8,6 +9,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -46,6 +49,58 @@ static inline oj_tensor *gt_ids(oj_engine *e, int64_t B, int64_t T) {
         ids[i] = (int32_t)((i * 13 + 5) % 50);
     int64_t shape[2] = {B, T};
     return oj_from_host(e, 2, shape, OJ_I32, ids, (size_t)(B * T) * sizeof(int32_t));
+}
+
+/* A CPU engine with one thread (asserts it was made); the caller frees it. */
+static inline oj_engine *gt_engine(void) {
+    oj_engine *eng = NULL;
+    oj_engine_config cfg = oj_engine_config_default();
+    cfg.threads = 1;
+    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
+    return eng;
+}
+
+/* A small config of family fam: vocab 48, block 16, 2 layers, 4 heads
+ * (2 KV heads but on GPT-2), n_embd 32, init_std 0.02. */
+static inline oj_gpt_config gt_small_config(oj_gpt_family fam) {
+    oj_gpt_config c = {0};
+    c.family = fam;
+    c.vocab_size = 48;
+    c.block_size = 16;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_kv_head = fam == OJ_GPT2 ? 4 : 2;
+    c.n_embd = 32;
+    c.mlp_hidden = fam == OJ_GPT2 ? 128 : 40;
+    c.norm_eps = fam == OJ_GPT2 ? 1e-5 : 1e-6;
+    c.rope_theta = 10000;
+    c.init_std = 0.02;
+    return c;
+}
+
+/* Writes text to dir/name (asserts it was written). */
+static inline void gt_write_text(const char *dir, const char *name, const char *text) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A fresh $TMPDIR/ojas-<tag>-XXXXXX (/tmp without TMPDIR) written into dir
+ * (n bytes); 0, or -1 when it cannot be made. */
+static inline int gt_tmpdir(char *dir, size_t n, const char *tag) {
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, n, "%s/ojas-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+/* Removes dir and all below it (a warning on stderr when it cannot). */
+static inline void gt_rmtree(const char *dir) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
 }
 
 #endif

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "gpt_testutil.h"
 #include "ojas/autograd.h"
 #include "ojas/gpt.h"
 #include "ojas/infer.h"
@@ -30,30 +31,13 @@ static char g_dir[256];
     " \"num_key_value_heads\": 2, \"head_dim\": 8, \"max_position_embeddings\": 48,\n"        \
     " \"rope_theta\": 1000000.0, \"rms_norm_eps\": 1e-6" extra "}\n"
 
-static oj_engine *eng_new(void) {
-    oj_engine *eng = NULL;
-    oj_engine_config cfg = oj_engine_config_default();
-    cfg.threads = 1;
-    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
-    return eng;
-}
-
-static void write_text(const char *dir, const char *name, const char *text) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-}
-
 /* g_dir/name with config `json` and the weights of a model made from it
  * (seed 5), in two shards plus the index (tensor i in shard i % 2). The
  * model is returned (caller frees) so tests can compare against it. */
 static oj_gpt *write_dir(oj_engine *eng, const char *name, const char *json, char *dir, size_t len) {
     snprintf(dir, len, "%s/%s", g_dir, name);
     assert_int_equal(mkdir(dir, 0755), 0);
-    write_text(dir, "config.json", json);
+    gt_write_text(dir, "config.json", json);
     char p[512];
     snprintf(p, sizeof p, "%s/config.json", dir);
     oj_gpt_config c;
@@ -79,7 +63,7 @@ static oj_gpt *write_dir(oj_engine *eng, const char *name, const char *json, cha
         assert_int_equal(oj_safetensors_save(p, n, names, ts, NULL, &e), OJ_OK);
     }
     snprintf(index + at, 64 * 1024 - at, "}}\n");
-    write_text(dir, "model.safetensors.index.json", index);
+    gt_write_text(dir, "model.safetensors.index.json", index);
     free(index);
     return m;
 }
@@ -93,7 +77,7 @@ static oj_tensor *tokens(oj_engine *eng, int64_t T, int64_t V) {
 
 static void test_sharded_dir_loads_decodes_trains(void **state) {
     (void)state;
-    oj_engine *eng = eng_new();
+    oj_engine *eng = gt_engine();
     char dir[400];
     oj_gpt *src = write_dir(eng, "ok", QWEN3_CONFIG(""), dir, sizeof dir);
     oj_gpt *m = NULL;
@@ -183,7 +167,7 @@ static void expect_fail(oj_engine *eng, const char *dir, oj_status st, const cha
 
 static void test_bad_directories(void **state) {
     (void)state;
-    oj_engine *eng = eng_new();
+    oj_engine *eng = gt_engine();
     char dir[400], p[512];
 
     /* a shard the index names is missing */
@@ -195,10 +179,10 @@ static void test_bad_directories(void **state) {
 
     /* config.json gives another MLP width than the weights have */
     oj_gpt_free(write_dir(eng, "shape", QWEN3_CONFIG(""), dir, sizeof dir));
-    write_text(dir, "config.json", QWEN3_CONFIG(", \"intermediate_size\": 41"));
+    gt_write_text(dir, "config.json", QWEN3_CONFIG(", \"intermediate_size\": 41"));
     /* (a duplicate key: refused as bad JSON, naming config.json) */
     expect_fail(eng, dir, OJ_ERR_CORRUPT, (const char *[]){"config.json", "duplicate", NULL});
-    write_text(dir, "config.json",
+    gt_write_text(dir, "config.json",
                "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 40, \"hidden_size\": 24,"
                " \"intermediate_size\": 41, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
                " \"num_key_value_heads\": 2, \"head_dim\": 8, \"max_position_embeddings\": 48}");
@@ -208,12 +192,12 @@ static void test_bad_directories(void **state) {
 
     /* tie_word_embeddings true while lm_head.weight differs */
     oj_gpt_free(write_dir(eng, "tie", QWEN3_CONFIG(""), dir, sizeof dir));
-    write_text(dir, "config.json", QWEN3_CONFIG(", \"tie_word_embeddings\": true"));
+    gt_write_text(dir, "config.json", QWEN3_CONFIG(", \"tie_word_embeddings\": true"));
     expect_fail(eng, dir, OJ_ERR_INVALID_ARGUMENT,
                 (const char *[]){"config.json: tie_word_embeddings is true", "lm_head.weight", NULL});
 
     /* an architecture ojas does not have */
-    write_text(dir, "config.json", "{\"architectures\": [\"GemmaForCausalLM\"]}");
+    gt_write_text(dir, "config.json", "{\"architectures\": [\"GemmaForCausalLM\"]}");
     expect_fail(eng, dir, OJ_ERR_INVALID_ARGUMENT,
                 (const char *[]){"config.json: architectures[0] 'GemmaForCausalLM' is not supported",
                                  NULL});
@@ -225,16 +209,12 @@ static void test_bad_directories(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/ojas-gpt-hf-XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return gt_tmpdir(g_dir, sizeof g_dir, "gpt-hf");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir);
+    gt_rmtree(g_dir);
     return 0;
 }
 

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "cli_testutil.h"
+#include "gpt_testutil.h"
 #include "ojas/autograd.h"
 #include "ojas/gpt.h"
 #include "ojas/io.h"
@@ -28,32 +29,8 @@
 
 static char g_dir[256];
 
-static oj_engine *eng_new(void) {
-    oj_engine *eng = NULL;
-    oj_engine_config cfg = oj_engine_config_default();
-    cfg.threads = 1;
-    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
-    return eng;
-}
-
-static oj_gpt_config small(oj_gpt_family fam) {
-    oj_gpt_config c = {0};
-    c.family = fam;
-    c.vocab_size = 48;
-    c.block_size = 16;
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_kv_head = fam == OJ_GPT2 ? 4 : 2;
-    c.n_embd = 32;
-    c.mlp_hidden = fam == OJ_GPT2 ? 128 : 40;
-    c.norm_eps = fam == OJ_GPT2 ? 1e-5 : 1e-6;
-    c.rope_theta = 10000;
-    c.init_std = 0.02;
-    return c;
-}
-
 static oj_gpt *model(oj_engine *eng, oj_gpt_family fam) {
-    oj_gpt_config c = small(fam);
+    oj_gpt_config c = gt_small_config(fam);
     oj_gpt *m = NULL;
     assert_int_equal(oj_gpt_create(eng, &c, 3, &m), OJ_OK);
     return m;
@@ -132,7 +109,7 @@ static void test_grads_reach_only_adapters(void **state) {
     (void)state;
     const oj_gpt_family fams[2] = {OJ_GPT2, OJ_LLAMA};
     for (int f = 0; f < 2; f++) {
-        oj_engine *eng = eng_new();
+        oj_engine *eng = gt_engine();
         oj_gpt *m = model(eng, fams[f]);
         float *base = logits(m);
         oj_gpt_lora_config lc = lora_cfg("");
@@ -176,7 +153,7 @@ static void test_save_load_merge(void **state) {
     const oj_gpt_family fams[2] = {OJ_GPT2, OJ_LLAMA};
     const char *targets[2] = {"c_attn,c_proj,c_fc", "q,k,v,o_proj,gate,up,down"};
     for (int f = 0; f < 2; f++) {
-        oj_engine *eng = eng_new();
+        oj_engine *eng = gt_engine();
         oj_gpt *m = model(eng, fams[f]);
         oj_gpt_lora_config lc = lora_cfg(targets[f]);
         assert_int_equal(oj_gpt_lora_add(m, &lc, 7, NULL), OJ_OK);
@@ -228,15 +205,6 @@ static void test_save_load_merge(void **state) {
     }
 }
 
-static void write_file(const char *dir, const char *name, const char *text) {
-    char p[500];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-}
-
 /* got is want and e's one-line message holds needle; e is cleared */
 static void expect(oj_status got, oj_status want, oj_error *e, const char *needle) {
     assert_int_equal(got, want);
@@ -247,7 +215,7 @@ static void expect(oj_status got, oj_status want, oj_error *e, const char *needl
 
 static void test_refusals(void **state) {
     (void)state;
-    oj_engine *eng = eng_new();
+    oj_engine *eng = gt_engine();
     oj_gpt *m = model(eng, OJ_LLAMA);
     oj_error e = {0};
     oj_gpt_lora_config lc = lora_cfg("q,k");
@@ -284,7 +252,7 @@ static void test_refusals(void **state) {
         {"{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]", "not a JSON object"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        write_file(dir, "adapter_config.json", bad[i].json);
+        gt_write_text(dir, "adapter_config.json", bad[i].json);
         oj_status st = oj_gpt_lora_load(m2, dir, &e);
         assert_int_not_equal(st, OJ_OK);
         expect(st, st, &e, bad[i].needle);
@@ -293,7 +261,7 @@ static void test_refusals(void **state) {
     /* the good config reads (fan_in_fan_out ignored, as PEFT sets it from
      * the layer); with v_proj's adapters in the file too, they
      * are tensors no target accounts for */
-    write_file(dir, "adapter_config.json",
+    gt_write_text(dir, "adapter_config.json",
                "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"], "
                "\"fan_in_fan_out\": true, \"rank_pattern\": {}, \"layers_to_transform\": null}");
     assert_int_equal(oj_gpt_lora_load(m2, dir, &e), OJ_OK);
@@ -302,7 +270,7 @@ static void test_refusals(void **state) {
     lc = lora_cfg("q_proj,v_proj");
     assert_int_equal(oj_gpt_lora_add(m3, &lc, 1, &e), OJ_OK);
     assert_int_equal(oj_gpt_lora_save(m3, dir, NULL, &e), OJ_OK);
-    write_file(dir, "adapter_config.json",
+    gt_write_text(dir, "adapter_config.json",
                "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}");
     oj_gpt_free(m3);
     m3 = model(eng, OJ_LLAMA);
@@ -324,8 +292,8 @@ static void test_refusals(void **state) {
 /* Peak bytes of one forward + backward + AdamW step on a fresh engine, with
  * adapters (r 8 on every linear) or as a full fine-tune. */
 static int64_t step_peak(bool lora) {
-    oj_engine *eng = eng_new();
-    oj_gpt_config c = small(OJ_LLAMA);
+    oj_engine *eng = gt_engine();
+    oj_gpt_config c = gt_small_config(OJ_LLAMA);
     c.vocab_size = 512;
     c.n_embd = 256;
     c.n_head = 4;
@@ -361,13 +329,7 @@ static void test_peak_memory(void **state) {
     assert_true(lora * 2 <= full);
 }
 
-static int ojas(const char *args, char **out) {
-    char *err = NULL;
-    int rc = ct_ojas(g_dir, args, out, &err);
-    if (rc != 0) fprintf(stderr, "ojas %s -> %d: %s\n", args, rc, err ? err : "(no stderr)");
-    free(err);
-    return rc;
-}
+static int ojas(const char *args, char **out) { return ct_ojas_logged(g_dir, args, out); }
 
 #define PROMPT "The king said"
 #define FT "train --init-from base --set data_dir=data --set tokenizer_dir=tok --set batch_size=4 " \
@@ -434,16 +396,12 @@ static void test_cli(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/ojas-lora-XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return gt_tmpdir(g_dir, sizeof g_dir, "lora");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir);
+    gt_rmtree(g_dir);
     return 0;
 }
 

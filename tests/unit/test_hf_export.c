@@ -21,36 +21,13 @@
 #include <cmocka.h>
 
 #include "cli_testutil.h"
+#include "gpt_testutil.h"
 #include "ojas/autograd.h"
 #include "ojas/data.h"
 #include "ojas/gpt.h"
 #include "ojas/ops.h"
 
 static char g_dir[256];
-
-static oj_engine *eng_new(void) {
-    oj_engine *eng = NULL;
-    oj_engine_config cfg = oj_engine_config_default();
-    cfg.threads = 1;
-    assert_int_equal(oj_engine_create(&cfg, &eng, NULL), OJ_OK);
-    return eng;
-}
-
-static oj_gpt_config small(oj_gpt_family fam) {
-    oj_gpt_config c = {0};
-    c.family = fam;
-    c.vocab_size = 48;
-    c.block_size = 16;
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_kv_head = fam == OJ_GPT2 ? 4 : 2;
-    c.n_embd = 32;
-    c.mlp_hidden = fam == OJ_GPT2 ? 128 : 40;
-    c.norm_eps = fam == OJ_GPT2 ? 1e-5 : 1e-6;
-    c.rope_theta = 10000;
-    c.init_std = 0.02;
-    return c;
-}
 
 /* logits of m on a fixed [1, 10] prompt, copied to the host ([10 * V]) */
 static float *logits(oj_gpt *m, int64_t V) {
@@ -81,7 +58,7 @@ static void read_text(const char *dir, const char *name, char **out) {
 /* export c's model (seed 3) to g_dir/name keeping vocab rows, reload it:
  * the same config (but V) and logits on the kept rows */
 static void round_trip(const oj_gpt_config *c, const char *name, int64_t keep, const char *arch) {
-    oj_engine *eng = eng_new();
+    oj_engine *eng = gt_engine();
     oj_gpt *m = NULL, *r = NULL;
     assert_int_equal(oj_gpt_create(eng, c, 3, &m), OJ_OK);
     char dir[400];
@@ -124,28 +101,28 @@ static void round_trip(const oj_gpt_config *c, const char *name, int64_t keep, c
 
 static void test_round_trip_every_shape(void **state) {
     (void)state;
-    oj_gpt_config g = small(OJ_GPT2);
+    oj_gpt_config g = gt_small_config(OJ_GPT2);
     round_trip(&g, "gpt2", 0, "\"GPT2LMHeadModel\"");
     round_trip(&g, "gpt2_v40", 40, "\"GPT2LMHeadModel\"");
-    oj_gpt_config l = small(OJ_LLAMA);
+    oj_gpt_config l = gt_small_config(OJ_LLAMA);
     l.untied_head = true;
     round_trip(&l, "llama", 0, "\"LlamaForCausalLM\"");
     round_trip(&l, "llama_v40", 40, "\"LlamaForCausalLM\"");
-    oj_gpt_config l3 = small(OJ_LLAMA);
+    oj_gpt_config l3 = gt_small_config(OJ_LLAMA);
     l3.rope_factor = 8, l3.rope_low_freq_factor = 1, l3.rope_high_freq_factor = 4;
     l3.rope_original_context = 8, l3.rope_theta = 500000;
     round_trip(&l3, "llama3", 0, "\"llama3\"");
-    oj_gpt_config q2 = small(OJ_LLAMA);
+    oj_gpt_config q2 = gt_small_config(OJ_LLAMA);
     q2.qkv_bias = true;
     round_trip(&q2, "qwen2", 0, "\"Qwen2ForCausalLM\"");
-    oj_gpt_config q3 = small(OJ_LLAMA);
+    oj_gpt_config q3 = gt_small_config(OJ_LLAMA);
     q3.qk_norm = true, q3.head_dim = 16, q3.untied_head = true;
     round_trip(&q3, "qwen3", 0, "\"Qwen3ForCausalLM\"");
 }
 
 static void test_refusals(void **state) {
     (void)state;
-    oj_engine *eng = eng_new();
+    oj_engine *eng = gt_engine();
     oj_gpt *m = NULL;
     oj_gpt_config n;
     assert_true(oj_gpt_preset("nanolab-tiny", &n));
@@ -156,14 +133,14 @@ static void test_refusals(void **state) {
     assert_int_equal(oj_gpt_save_hf_dir(m, dir, 0, &e), OJ_ERR_UNSUPPORTED);
     assert_non_null(strstr(e.message, "nanolab"));
     oj_gpt_free(m);
-    oj_gpt_config mix = small(OJ_LLAMA);
+    oj_gpt_config mix = gt_small_config(OJ_LLAMA);
     mix.qkv_bias = mix.qk_norm = true;
     assert_int_equal(oj_gpt_create(eng, &mix, 1, &m), OJ_OK);
     oj_error e2 = {0};
     assert_int_equal(oj_gpt_save_hf_dir(m, dir, 0, &e2), OJ_ERR_UNSUPPORTED);
     assert_non_null(strstr(e2.message, "QK-norm"));
     oj_gpt_free(m);
-    oj_gpt_config g = small(OJ_GPT2);
+    oj_gpt_config g = gt_small_config(OJ_GPT2);
     assert_int_equal(oj_gpt_create(eng, &g, 1, &m), OJ_OK);
     oj_error e3 = {0};
     assert_int_equal(oj_gpt_save_hf_dir(m, dir, 49, &e3), OJ_ERR_INVALID_ARGUMENT);
@@ -176,13 +153,7 @@ static void test_refusals(void **state) {
     oj_engine_free(eng);
 }
 
-static int ojas(const char *args, char **out) {
-    char *err = NULL;
-    int rc = ct_ojas(g_dir, args, out, &err);
-    if (rc != 0) fprintf(stderr, "ojas %s -> %d: %s\n", args, rc, err ? err : "(no stderr)");
-    free(err);
-    return rc;
-}
+static int ojas(const char *args, char **out) { return ct_ojas_logged(g_dir, args, out); }
 
 #define PROMPT "The king said"
 
@@ -266,16 +237,12 @@ static void test_cli_export(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/ojas-hf-export-XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return gt_tmpdir(g_dir, sizeof g_dir, "hf-export");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir);
+    gt_rmtree(g_dir);
     return 0;
 }
 
