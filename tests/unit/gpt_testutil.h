@@ -1,12 +1,14 @@
 /* Helpers shared by the tests that run tiny GPT models on one engine
  * (test_gpt.c, test_optim.c, test_gpt_hf.c, test_gpt_lora.c,
  * test_hf_export.c): a small model, a checksum of its weights, token ids,
- * a one-thread engine, a text file, a scratch directory. */
+ * a one-thread engine, logits on a fixed prompt, a text file, a scratch
+ * directory. */
 #ifndef OJAS_GPT_TESTUTIL_H
 #define OJAS_GPT_TESTUTIL_H
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,5 +104,42 @@ static inline void gt_rmtree(const char *dir) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
 }
+
+/* The logits of m on a fixed [1, 10] prompt (ids below 40), copied to the
+ * host: [10 * V] f32, malloc'd (the caller frees). Asserts the forward ran
+ * and that the vocabulary is V. Runs without grad in a scope of its own. */
+static inline float *gt_logits(oj_gpt *m, int64_t V) {
+    oj_engine *eng = oj_gpt_engine(m);
+    oj_scope_begin(eng);
+    bool prev = oj_set_grad_enabled(eng, false);
+    int32_t ids[10];
+    for (int i = 0; i < 10; i++) ids[i] = (int32_t)((i * 7 + 3) % 40);
+    int64_t shape[2] = {1, 10};
+    oj_tensor *x = oj_from_host(eng, 2, shape, OJ_I32, ids, sizeof ids);
+    oj_tensor *y = oj_gpt_forward(m, x);
+    assert_non_null(y);
+    assert_int_equal(oj_size(y, 2), V);
+    float *out = malloc((size_t)(10 * V) * sizeof *out);
+    assert_non_null(out);
+    assert_int_equal(oj_to_host(y, out, (size_t)(10 * V) * sizeof *out), OJ_OK);
+    oj_set_grad_enabled(eng, prev);
+    oj_scope_end(eng);
+    return out;
+}
+
+/* Defines g_dir, a scratch directory $TMPDIR/ojas-<tag>-XXXXXX made by
+ * setup and removed with all below it by teardown (cmocka group
+ * fixtures). */
+#define GT_SCRATCH_DIR(tag)                                                                 \
+    static char g_dir[256];                                                                 \
+    static int setup(void **state) {                                                        \
+        (void)state;                                                                        \
+        return gt_tmpdir(g_dir, sizeof g_dir, tag);                                         \
+    }                                                                                       \
+    static int teardown(void **state) {                                                     \
+        (void)state;                                                                        \
+        gt_rmtree(g_dir);                                                                   \
+        return 0;                                                                           \
+    }
 
 #endif

@@ -23,7 +23,7 @@
 #include "ojas/infer.h"
 #include "ojas/ops.h"
 
-static char g_dir[256];
+GT_SCRATCH_DIR("gpt-hf")
 
 #define QWEN3_CONFIG(extra)                                                                   \
     "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 40, \"hidden_size\": 24,\n"  \
@@ -205,17 +205,6 @@ static void test_bad_directories(void **state) {
     snprintf(p, sizeof p, "%s/none", g_dir);
     expect_fail(eng, p, OJ_ERR_IO, (const char *[]){"none/config.json: cannot open", NULL});
     oj_engine_free(eng);
-}
-
-static int setup(void **state) {
-    (void)state;
-    return gt_tmpdir(g_dir, sizeof g_dir, "gpt-hf");
-}
-
-static int teardown(void **state) {
-    (void)state;
-    gt_rmtree(g_dir);
-    return 0;
 }
 
 int main(void) {

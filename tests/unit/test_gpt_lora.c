@@ -27,7 +27,7 @@
 #include "ojas/ops.h"
 #include "ojas/optim.h"
 
-static char g_dir[256];
+GT_SCRATCH_DIR("lora")
 
 static oj_gpt *model(oj_engine *eng, oj_gpt_family fam) {
     oj_gpt_config c = gt_small_config(fam);
@@ -45,23 +45,6 @@ static oj_gpt_lora_config lora_cfg(const char *targets) {
 }
 
 /* logits of m on a fixed [1, 10] prompt, copied to the host ([10 * 48]) */
-static float *logits(oj_gpt *m) {
-    oj_engine *eng = oj_gpt_engine(m);
-    oj_scope_begin(eng);
-    bool prev = oj_set_grad_enabled(eng, false);
-    int32_t ids[10];
-    for (int i = 0; i < 10; i++) ids[i] = (int32_t)((i * 7 + 3) % 40);
-    int64_t shape[2] = {1, 10};
-    oj_tensor *x = oj_from_host(eng, 2, shape, OJ_I32, ids, sizeof ids);
-    oj_tensor *y = oj_gpt_forward(m, x);
-    assert_non_null(y);
-    float *out = malloc(480 * sizeof *out);
-    assert_int_equal(oj_to_host(y, out, 480 * sizeof *out), OJ_OK);
-    oj_set_grad_enabled(eng, prev);
-    oj_scope_end(eng);
-    return out;
-}
-
 static double max_diff(const float *a, const float *b, int n) {
     double d = 0;
     for (int i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
@@ -111,14 +94,14 @@ static void test_grads_reach_only_adapters(void **state) {
     for (int f = 0; f < 2; f++) {
         oj_engine *eng = gt_engine();
         oj_gpt *m = model(eng, fams[f]);
-        float *base = logits(m);
+        float *base = gt_logits(m, 48);
         oj_gpt_lora_config lc = lora_cfg("");
         assert_int_equal(oj_gpt_lora_add(m, &lc, 7, NULL), OJ_OK);
         /* gpt2: c_attn, attn c_proj, c_fc, mlp c_proj; llama: 7 per block */
         oj_named_tensors ad = oj_gpt_lora_params(m);
         assert_int_equal(ad.n, 2 * 2 * (fams[f] == OJ_GPT2 ? 4 : 7));
         /* B = 0: the adapted model computes what the base does */
-        float *fresh = logits(m);
+        float *fresh = gt_logits(m, 48);
         assert_true(max_diff(base, fresh, 480) == 0);
         /* A is U(-1/sqrt(in), 1/sqrt(in)), not all zero; B is zero */
         const double bound = 1.0 / sqrt(32.0);
@@ -138,7 +121,7 @@ static void test_grads_reach_only_adapters(void **state) {
         adapter_step(m);
         adapter_step(m);
         assert_true(checksum(&sd) == before);
-        float *tuned = logits(m);
+        float *tuned = gt_logits(m, 48);
         assert_true(max_diff(base, tuned, 480) > 1e-4);
         free(base);
         free(fresh);
@@ -159,7 +142,7 @@ static void test_save_load_merge(void **state) {
         assert_int_equal(oj_gpt_lora_add(m, &lc, 7, NULL), OJ_OK);
         adapter_step(m);
         adapter_step(m);
-        float *tuned = logits(m);
+        float *tuned = gt_logits(m, 48);
         char dir[400], p[500];
         snprintf(dir, sizeof dir, "%s/adapter%d", g_dir, f);
         oj_error err = {0};
@@ -189,12 +172,12 @@ static void test_save_load_merge(void **state) {
         oj_gpt *m2 = model(eng, fams[f]);
         assert_int_equal(oj_gpt_lora_load(m2, dir, &err), OJ_OK);
         assert_int_equal(oj_gpt_lora_get_config(m2)->r, 4);
-        float *back = logits(m2);
+        float *back = gt_logits(m2, 48);
         assert_true(max_diff(tuned, back, 480) == 0);
         /* merged: the same function without adapters */
         assert_int_equal(oj_gpt_lora_merge(m2, &err), OJ_OK);
         assert_null(oj_gpt_lora_get_config(m2));
-        float *merged = logits(m2);
+        float *merged = gt_logits(m2, 48);
         assert_true(max_diff(tuned, merged, 480) < 1e-4);
         free(tuned);
         free(back);
@@ -392,17 +375,6 @@ static void test_cli(void **state) {
     assert_int_equal(ct_ojas(g_dir, "generate -m base --adapter nowhere -p x", NULL, &err), 1);
     ct_assert_one_line(err, "nowhere/adapter_config.json");
     free(err);
-}
-
-static int setup(void **state) {
-    (void)state;
-    return gt_tmpdir(g_dir, sizeof g_dir, "lora");
-}
-
-static int teardown(void **state) {
-    (void)state;
-    gt_rmtree(g_dir);
-    return 0;
 }
 
 int main(void) {

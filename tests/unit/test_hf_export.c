@@ -27,26 +27,7 @@
 #include "ojas/gpt.h"
 #include "ojas/ops.h"
 
-static char g_dir[256];
-
-/* logits of m on a fixed [1, 10] prompt, copied to the host ([10 * V]) */
-static float *logits(oj_gpt *m, int64_t V) {
-    oj_engine *eng = oj_gpt_engine(m);
-    oj_scope_begin(eng);
-    bool prev = oj_set_grad_enabled(eng, false);
-    int32_t ids[10];
-    for (int i = 0; i < 10; i++) ids[i] = (int32_t)((i * 7 + 3) % 40);
-    int64_t shape[2] = {1, 10};
-    oj_tensor *x = oj_from_host(eng, 2, shape, OJ_I32, ids, sizeof ids);
-    oj_tensor *y = oj_gpt_forward(m, x);
-    assert_non_null(y);
-    assert_int_equal(oj_size(y, 2), V);
-    float *out = malloc((size_t)(10 * V) * sizeof *out);
-    assert_int_equal(oj_to_host(y, out, (size_t)(10 * V) * sizeof *out), OJ_OK);
-    oj_set_grad_enabled(eng, prev);
-    oj_scope_end(eng);
-    return out;
-}
+GT_SCRATCH_DIR("hf-export")
 
 static void read_text(const char *dir, const char *name, char **out) {
     char p[512];
@@ -86,7 +67,7 @@ static void round_trip(const oj_gpt_config *c, const char *name, int64_t keep, c
                 got.untied_head == want.untied_head);
     assert_true(got.norm_eps == want.norm_eps && got.rope_factor == want.rope_factor);
     if (want.family == OJ_LLAMA) assert_true(got.rope_theta == want.rope_theta);
-    float *a = logits(m, c->vocab_size), *b = logits(r, V);
+    float *a = gt_logits(m, c->vocab_size), *b = gt_logits(r, V);
     for (int64_t t = 0; t < 10; t++)
         for (int64_t v = 0; v < V; v++)
             if (a[t * c->vocab_size + v] != b[t * V + v])
@@ -233,17 +214,6 @@ static void test_cli_export(void **state) {
     assert_int_equal(ct_ojas(g_dir, "export --hf x -m nowhere", NULL, &err), 1);
     ct_assert_one_line(err, "model directory 'nowhere' does not exist");
     free(err);
-}
-
-static int setup(void **state) {
-    (void)state;
-    return gt_tmpdir(g_dir, sizeof g_dir, "hf-export");
-}
-
-static int teardown(void **state) {
-    (void)state;
-    gt_rmtree(g_dir);
-    return 0;
 }
 
 int main(void) {
