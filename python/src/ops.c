@@ -208,6 +208,43 @@ static int parse(PyObject *const *a, Py_ssize_t n, const char *name, const char 
         RET(oj_##name(x, y, r));                                      \
     }
 
+#define UNARY_IB(name)                                               \
+    FN(name) {                                                       \
+        oj_tensor *x;                                                \
+        int d;                                                       \
+        bool k;                                                      \
+        if (!parse(a, n, #name, "Tib", &x, &d, &k)) return NULL;     \
+        RET(oj_##name(x, d, k));                                     \
+    }
+#define UNARY_S(name)                                        \
+    FN(name) {                                               \
+        oj_tensor *x;                                        \
+        dims_arg s;                                          \
+        if (!parse(a, n, #name, "TS", &x, &s)) return NULL;  \
+        RET(oj_##name(x, s.n, s.w));                         \
+    }
+#define INPLACE_T(name)                                       \
+    FN(name) {                                                \
+        oj_tensor *x, *y;                                     \
+        if (!parse(a, n, #name, "TT", &x, &y)) return NULL;   \
+        STATUS(oj_##name(x, y));                              \
+    }
+#define INPLACE_D(name)                                       \
+    FN(name) {                                                \
+        oj_tensor *x;                                         \
+        double v;                                             \
+        if (!parse(a, n, #name, "Td", &x, &v)) return NULL;   \
+        STATUS(oj_##name(x, v));                              \
+    }
+#define VARIANCE(name)                                                  \
+    FN(name) {                                                          \
+        oj_tensor *x;                                                   \
+        dims_arg d;                                                     \
+        double c;                                                       \
+        bool k;                                                         \
+        if (!parse(a, n, #name, "TDdb", &x, &d, &c, &k)) return NULL;   \
+        RET(oj_##name(x, DIMS(d), c, k));                               \
+    }
 /* elementwise */
 UNARY(neg) UNARY(abs) UNARY(exp) UNARY(log) UNARY(log1p) UNARY(sqrt) UNARY(rsqrt) UNARY(square)
 UNARY(sign) UNARY(reciprocal) UNARY(sin) UNARY(cos) UNARY(relu) UNARY(gelu) UNARY(gelu_tanh)
@@ -231,28 +268,7 @@ FN(cast) {
     if (!parse(a, n, "cast", "Ty", &x, &dt)) return NULL;
     RET(oj_cast(x, dt));
 }
-FN(add_) {
-    oj_tensor *x, *y;
-    if (!parse(a, n, "add_", "TT", &x, &y)) return NULL;
-    STATUS(oj_add_(x, y));
-}
-FN(mul_scalar_) {
-    oj_tensor *x;
-    double v;
-    if (!parse(a, n, "mul_scalar_", "Td", &x, &v)) return NULL;
-    STATUS(oj_mul_scalar_(x, v));
-}
-FN(copy_) {
-    oj_tensor *x, *y;
-    if (!parse(a, n, "copy_", "TT", &x, &y)) return NULL;
-    STATUS(oj_copy_(x, y));
-}
-FN(fill_) {
-    oj_tensor *x;
-    double v;
-    if (!parse(a, n, "fill_", "Td", &x, &v)) return NULL;
-    STATUS(oj_fill_(x, v));
-}
+INPLACE_T(add_) INPLACE_D(mul_scalar_) INPLACE_T(copy_) INPLACE_D(fill_)
 FN(zero_grad) {
     oj_tensor *x;
     if (!parse(a, n, "zero_grad", "T", &x)) return NULL;
@@ -263,22 +279,7 @@ FN(zero_grad) {
 /* reductions */
 REDUCE(sum) REDUCE(mean) REDUCE(prod) REDUCE(amax) REDUCE(amin) REDUCE(any) REDUCE(all)
 REDUCE(logsumexp)
-FN(var) {
-    oj_tensor *x;
-    dims_arg d;
-    double c;
-    bool k;
-    if (!parse(a, n, "var", "TDdb", &x, &d, &c, &k)) return NULL;
-    RET(oj_var(x, DIMS(d), c, k));
-}
-FN(std) {
-    oj_tensor *x;
-    dims_arg d;
-    double c;
-    bool k;
-    if (!parse(a, n, "std", "TDdb", &x, &d, &c, &k)) return NULL;
-    RET(oj_std(x, DIMS(d), c, k));
-}
+VARIANCE(var) VARIANCE(std)
 FN(norm) {
     oj_tensor *x;
     dims_arg d;
@@ -305,41 +306,11 @@ static PyObject *max_min(PyObject *const *a, Py_ssize_t n, bool is_max) {
 }
 FN(max) { return max_min(a, n, true); }
 FN(min) { return max_min(a, n, false); }
-FN(argmax) {
-    oj_tensor *x;
-    int d;
-    bool k;
-    if (!parse(a, n, "argmax", "Tib", &x, &d, &k)) return NULL;
-    RET(oj_argmax(x, d, k));
-}
-FN(argmin) {
-    oj_tensor *x;
-    int d;
-    bool k;
-    if (!parse(a, n, "argmin", "Tib", &x, &d, &k)) return NULL;
-    RET(oj_argmin(x, d, k));
-}
+UNARY_IB(argmax) UNARY_IB(argmin)
 UNARY_I(cumsum) UNARY_I(softmax) UNARY_I(log_softmax) UNARY_I(squeeze) UNARY_I(unsqueeze)
 
 /* views */
-FN(reshape) {
-    oj_tensor *x;
-    dims_arg s;
-    if (!parse(a, n, "reshape", "TS", &x, &s)) return NULL;
-    RET(oj_reshape(x, s.n, s.w));
-}
-FN(view) {
-    oj_tensor *x;
-    dims_arg s;
-    if (!parse(a, n, "view", "TS", &x, &s)) return NULL;
-    RET(oj_view(x, s.n, s.w));
-}
-FN(expand) {
-    oj_tensor *x;
-    dims_arg s;
-    if (!parse(a, n, "expand", "TS", &x, &s)) return NULL;
-    RET(oj_expand(x, s.n, s.w));
-}
+UNARY_S(reshape) UNARY_S(view) UNARY_S(expand)
 FN(permute) {
     oj_tensor *x;
     dims_arg s;
