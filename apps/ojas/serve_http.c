@@ -541,13 +541,14 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
         return send_error(mc, cn, code, "%s", code == 500 ? "out of memory" : err);
     }
     g->n_prompt = (int64_t)ids.len;
-    if (g->n_prompt >= sv->ctx) {
+    if (g->n_prompt >= sv->ctx) { /* the count read before the tokens are freed */
+        const long long n = (long long)g->n_prompt;
         oj_tokens_free(&ids);
         gen_free(g);
         return send_error(mc, cn, 400,
                           "the prompt has %lld tokens; the model's context holds %lld (the prompt "
                           "and at least one new token)",
-                          (long long)ids.len, (long long)sv->ctx);
+                          n, (long long)sv->ctx);
     }
     oj_sampler_config sc = oj_sampler_config_default();
     sc.temperature = g->req.temperature;

@@ -339,6 +339,8 @@ def drive(a, work, srv):
     refused(400, "/v1/chat/completions", {"messages": [{"role": "user"}]}, needle="content")
     refused(400, "/v1/completions", {"prompt": "x" * 70000}, needle="bytes")
     refused(400, "/v1/completions", {"prompt": "The king " * 200}, needle="context holds 256")
+    # the message counts the prompt's tokens (it once read the count after freeing them: 0)
+    refused(400, "/v1/completions", {"prompt": [1] * 300}, needle="the prompt has 300 tokens")
     refused(503, "/v1/completions", {"prompt": "The king", "max_tokens": 200},
             needle="KV blocks")
     refused(404, "/v2/nothing", {"prompt": "x"}, needle="no endpoint")
