@@ -78,4 +78,16 @@ int cli_dispatch(int argc, char **argv, const char *cmd, const char *usage, cons
  * added, not counted). NULL with an error printed on failure. */
 char *cli_read_all(const char *path, size_t *len);
 
+#include "ojas/ojas.h"
+
+/* The model of a training checkpoint as the trainer built it: run's model
+ * config with the vocabulary of tok when the run named a tokenizer_dir
+ * (tok may be NULL: then the config's own), created on eng and loaded from
+ * the checkpoint directory dir. *m owned by the caller; on failure *m is
+ * NULL and e names what failed (the config, the engine's message, or the
+ * checkpoint). */
+oj_status cli_gpt_from_checkpoint(oj_engine *eng, const oj_train_config *run,
+                                  const oj_tokenizer *tok, const char *dir, oj_gpt **m,
+                                  oj_error *e);
+
 #endif

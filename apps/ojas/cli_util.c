@@ -181,3 +181,24 @@ int cli_dispatch(int argc, char **argv, const char *cmd, const char *usage, cons
     }
     return cli_error(CLI_USAGE, "%s: unknown subcommand '%s' (%s)", cmd, argv[1], names);
 }
+
+oj_status cli_gpt_from_checkpoint(oj_engine *eng, const oj_train_config *run,
+                                  const oj_tokenizer *tok, const char *dir, oj_gpt **m,
+                                  oj_error *e) {
+    *m = NULL;
+    oj_gpt_config cfg;
+    oj_status s = oj_train_model_config(
+        run, run->tokenizer_dir[0] && tok ? oj_tokenizer_vocab_size(tok) : 0, &cfg, e);
+    if (s != OJ_OK) return s;
+    if ((s = oj_gpt_create(eng, &cfg, 0, m)) != OJ_OK)
+        return oj_error_set(e, s, "%s", oj_last_error(eng));
+    oj_named_tensors sd = oj_gpt_state_dict(*m);
+    oj_checkpoint_info info = {0};
+    s = oj_checkpoint_load(dir, &sd, NULL, &info, e);
+    free(info.state_json);
+    if (s != OJ_OK) {
+        oj_gpt_free(*m);
+        *m = NULL;
+    }
+    return s;
+}

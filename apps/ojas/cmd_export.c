@@ -97,21 +97,8 @@ int cmd_export(int argc, char **argv) {
     }
     int rc = CLI_FAIL;
     oj_gpt *m = NULL;
-    oj_checkpoint_info info = {0};
     if (ckpt) {
-        oj_gpt_config cfg;
-        const oj_train_config *tc = &run_cfg;
-        if (oj_train_model_config(tc, tc->tokenizer_dir[0] && tok ? oj_tokenizer_vocab_size(tok) : 0,
-                                  &cfg, &e) != OJ_OK) {
-            cli_error(CLI_FAIL, "export: %s", e.message);
-            goto done;
-        }
-        if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK) {
-            cli_error(CLI_FAIL, "export: %s", oj_last_error(eng));
-            goto done;
-        }
-        oj_named_tensors sd = oj_gpt_state_dict(m);
-        if (oj_checkpoint_load(ckpt_dir, &sd, NULL, &info, &e) != OJ_OK) {
+        if (cli_gpt_from_checkpoint(eng, &run_cfg, tok, ckpt_dir, &m, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "export: %s", e.message);
             goto done;
         }
@@ -140,7 +127,6 @@ int cmd_export(int argc, char **argv) {
            out);
     rc = CLI_OK;
 done:
-    free(info.state_json);
     oj_gpt_free(m);
     oj_engine_free(eng);
     oj_tokenizer_free(tok);

@@ -250,26 +250,12 @@ int cmd_generate(int argc, char **argv) {
     oj_gpt *m = NULL;
     oj_generation_config gc = {0};
     oj_gpt_config cfg;
-    oj_checkpoint_info info = {0};
-    if (ckpt) {
-        /* The model config is part of the training config in state.json.
-         * As in the trainer, the tokenizer sets the vocabulary only when
-         * the run had a tokenizer_dir (otherwise vocab_size or the preset's). */
-        const oj_train_config *tc = &run_cfg;
-        if (oj_train_model_config(tc, tc->tokenizer_dir[0] ? oj_tokenizer_vocab_size(tok) : 0, &cfg,
-                                  &e) != OJ_OK) {
+    if (ckpt) { /* the model config is part of the training config in state.json */
+        if (cli_gpt_from_checkpoint(eng, &run_cfg, tok, ckpt_dir, &m, &e) != OJ_OK) {
             cli_error(CLI_FAIL, "generate: %s", e.message);
             goto done;
         }
-        if (oj_gpt_create(eng, &cfg, 0, &m) != OJ_OK) {
-            cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
-            goto done;
-        }
-        oj_named_tensors sd = oj_gpt_state_dict(m);
-        if (oj_checkpoint_load(ckpt_dir, &sd, NULL, &info, &e) != OJ_OK) {
-            cli_error(CLI_FAIL, "generate: %s", e.message);
-            goto done;
-        }
+        cfg = *oj_gpt_get_config(m);
     } else if (model_dir) {
         if ((gguf ? oj_gpt_load_gguf(eng, model_dir, &m, &e)
                   : oj_gpt_load_dir(eng, model_dir, &m, &e)) != OJ_OK) {
@@ -341,7 +327,6 @@ int cmd_generate(int argc, char **argv) {
                 (long long)glen, (long long)sc.max_new_tokens, (long long)cfg.block_size);
     rc = CLI_OK;
 done:
-    free(info.state_json);
     oj_gpt_free(m);
     oj_engine_free(eng);
     oj_tokenizer_free(tok);

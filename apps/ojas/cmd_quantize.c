@@ -67,22 +67,11 @@ static oj_status load_checkpoint(oj_engine *eng, const char *ckpt, oj_gpt **m, c
     oj_status s = oj_checkpoint_find(ckpt, dir, sizeof dir, &skipped, &why, e);
     if (s == OJ_OK) s = oj_train_config_from_checkpoint(dir, &tc, e);
     if (s != OJ_OK) return s;
-    int64_t vocab = 0;
     snprintf(tok_dir, tok_len, "%s", tc.tokenizer_dir);
-    if (tc.tokenizer_dir[0]) {
-        oj_tokenizer *tok = NULL;
-        if ((s = oj_tokenizer_load(tc.tokenizer_dir, &tok, e)) != OJ_OK) return s;
-        vocab = oj_tokenizer_vocab_size(tok);
-        oj_tokenizer_free(tok);
-    }
-    oj_gpt_config cfg;
-    if ((s = oj_train_model_config(&tc, vocab, &cfg, e)) != OJ_OK) return s;
-    if ((s = oj_gpt_create(eng, &cfg, 0, m)) != OJ_OK)
-        return oj_error_set(e, s, "%s", oj_last_error(eng));
-    oj_named_tensors sd = oj_gpt_state_dict(*m);
-    oj_checkpoint_info info = {0};
-    s = oj_checkpoint_load(dir, &sd, NULL, &info, e);
-    free(info.state_json);
+    oj_tokenizer *tok = NULL;
+    if (tc.tokenizer_dir[0] && (s = oj_tokenizer_load(tc.tokenizer_dir, &tok, e)) != OJ_OK) return s;
+    s = cli_gpt_from_checkpoint(eng, &tc, tok, dir, m, e);
+    oj_tokenizer_free(tok);
     return s;
 }
 

@@ -166,16 +166,8 @@ static int load_model(server *sv, const char *model, const char *weights, const 
             oj_gpt_load_safetensors(sv->m, weights, &e) != OJ_OK)
             return cli_error(CLI_FAIL, "serve: %s", e.status ? e.message : oj_last_error(sv->eng));
     } else {
-        if (oj_train_model_config(&run, run.tokenizer_dir[0] ? oj_tokenizer_vocab_size(sv->tok) : 0,
-                                  &cfg, &e) != OJ_OK)
+        if (cli_gpt_from_checkpoint(sv->eng, &run, sv->tok, ckpt, &sv->m, &e) != OJ_OK)
             return cli_error(CLI_FAIL, "serve: %s", e.message);
-        if (oj_gpt_create(sv->eng, &cfg, 0, &sv->m) != OJ_OK)
-            return cli_error(CLI_FAIL, "serve: %s", oj_last_error(sv->eng));
-        oj_named_tensors sd = oj_gpt_state_dict(sv->m);
-        oj_checkpoint_info info = {0};
-        oj_status st = oj_checkpoint_load(ckpt, &sd, NULL, &info, &e);
-        free(info.state_json);
-        if (st != OJ_OK) return cli_error(CLI_FAIL, "serve: %s", e.message);
     }
     const oj_gpt_config *mc = oj_gpt_get_config(sv->m);
     if (mc->family == OJ_NANOLAB)
