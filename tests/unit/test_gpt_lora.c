@@ -268,6 +268,20 @@ static void test_refusals(void **state) {
     lc = lora_cfg("");
     expect(oj_gpt_lora_add(nl, &lc, 1, &e), OJ_ERR_INVALID_ARGUMENT, &e, "nanolab");
     oj_gpt_free(nl);
+    /* adapters and quantized weights refuse each other: the quantized
+     * forward has no adapter terms */
+    assert_int_equal(oj_gpt_quantize(m, OJ_Q8_0), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oj_last_error(eng), "LoRA adapters"));
+    oj_clear_error(eng);
+    oj_gpt_config cq = gt_small_config(OJ_LLAMA);
+    cq.mlp_hidden = 64; /* q8_0 takes K a multiple of 32 */
+    oj_gpt *mq = NULL;
+    assert_int_equal(oj_gpt_create(eng, &cq, 3, &mq), OJ_OK);
+    if (oj_gpt_quantize(mq, OJ_Q8_0) != OJ_OK) fail_msg("quantize: %s", oj_last_error(eng));
+    lc = lora_cfg("q");
+    expect(oj_gpt_lora_add(mq, &lc, 1, &e), OJ_ERR_UNSUPPORTED, &e, "quantized");
+    assert_null(oj_gpt_lora_get_config(mq));
+    oj_gpt_free(mq);
     oj_gpt_free(m);
     oj_engine_free(eng);
 }
