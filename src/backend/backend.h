@@ -616,6 +616,14 @@ typedef struct oj_backend {
      * with the bits of the ops (add_scalar, reciprocal, cast, mul, cast). */
     oj_status (*muon_normalize)(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                 const oj_tensor *norms);
+    /* Muon's per-matrix norms in one batched pass (NULL: muon.c runs the
+     * reduce entry over dims 1 and 2): norms[m] = sqrt(sum of u[m]'s
+     * squares), each square and sum in double. u [k, r, c] f32/f64
+     * contiguous, norms f64 contiguous with k elements. Bit-identical
+     * across runs (the partition depends on the shape only); the
+     * summation order is not the reduce entry's, so the last bits of a
+     * norm may differ from it. */
+    oj_status (*muon_norms)(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
     /* Multi-tensor forms of muon_momentum (one momentum and nesterov;
      * updates NULL: every buf written in place, else every updates[i]
      * written) and apply_update (alpha[i], scale[i], decay[i] per tensor;

@@ -154,10 +154,13 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
         int64_t ks[3] = {k, 1, 1};
         oj_tensor *n = oj__tensor_alloc(eng, 3, ks, OJ_F64, "muon"); /* [k, 1, 1] */
         /* the reduction reads u's f32 values and sums their squares in
-         * double into an f64 output: no f64 copy of the stack */
-        oj_status rs = n ? eng->backend->reduce(eng, OJ_RED_NORM_L2, n, NULL, u,
-                                                0x6u /* dims 1, 2 */, 0.0)
-                         : OJ_OK;
+         * double into an f64 output: no f64 copy of the stack (the
+         * backend's muon_norms where it has one: every matrix's chunks
+         * in one launch) */
+        oj_status rs = n == NULL                 ? OJ_OK
+                       : eng->backend->muon_norms ? eng->backend->muon_norms(eng, n, u)
+                                                  : eng->backend->reduce(eng, OJ_RED_NORM_L2, n, NULL,
+                                                                         u, 0x6u /* dims 1, 2 */, 0.0);
         if (rs != OJ_OK) {
             oj_set_error(eng, rs, "muon: norm reduction failed on the %s backend",
                          eng->backend->name);

@@ -2068,6 +2068,55 @@ static void test_muon_normalize(void **state) {
     }
 }
 
+/* muon_norms: the batched per-matrix norms of a stack against the CPU's
+ * reduce over dims 1 and 2 (rtol 1e-12: the sums' orders differ), for an
+ * f32 stack of matrices several chunks long (one of them zero, one
+ * holding an infinity) and a small f64 stack; an EXACT rerun is
+ * bit-identical. */
+static void test_muon_norms(void **state) {
+    (void)state;
+    if (gpu->backend->muon_norms == NULL) skip(); /* the CPU self-check */
+    const int64_t shs[2][3] = {{5, 300, 500}, {3, 40, 24}};
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int c = 0; c < 2; c++) {
+        const int64_t k = shs[c][0], ks[3] = {k, 1, 1};
+        pr u = rnd(3, shs[c], dts[c], -2, 2);
+        bool prev[2] = {oj_set_grad_enabled(cpu, false), oj_set_grad_enabled(gpu, false)};
+        for (int s = 0; s < 2 && c == 0; s++) {
+            oj_tensor *z = oj_select(u.t[s], 0, 1), *r = oj_select(u.t[s], 0, 3);
+            oj_tensor *e = oj_narrow(r, 0, 7, 1);
+            assert_int_equal(oj_fill_(z, 0.0), OJ_OK);
+            assert_int_equal(oj_fill_(e, INFINITY), OJ_OK);
+            oj_release(z);
+            oj_release(r);
+            oj_release(e);
+        }
+        oj_tensor *want = oj_empty(cpu, 3, ks, OJ_F64), *got = oj_empty(gpu, 3, ks, OJ_F64),
+                  *again = oj_empty(gpu, 3, ks, OJ_F64);
+        assert_int_equal(cpu->backend->reduce(cpu, OJ_RED_NORM_L2, want, NULL, u.t[0], 0x6u, 0.0),
+                         OJ_OK);
+        assert_int_equal(gpu->backend->muon_norms(gpu, got, u.t[1]), OJ_OK);
+        assert_int_equal(gpu->backend->muon_norms(gpu, again, u.t[1]), OJ_OK);
+        double w[5], g[5], a[5];
+        assert_int_equal(oj_to_host(want, w, (size_t)k * sizeof(double)), OJ_OK);
+        assert_int_equal(oj_to_host(got, g, (size_t)k * sizeof(double)), OJ_OK);
+        assert_int_equal(oj_to_host(again, a, (size_t)k * sizeof(double)), OJ_OK);
+        for (int64_t m = 0; m < k; m++) {
+            bool ok = isinf(w[m]) ? isinf(g[m]) : fabs(g[m] - w[m]) <= 1e-12 * fabs(w[m]);
+            if (!ok)
+                fail_msg("muon_norms %s matrix %lld: cpu %.17g cuda %.17g",
+                         oj_dtype_name(dts[c]), (long long)m, w[m], g[m]);
+        }
+        if (c == 0) assert_true(g[1] == 0.0 && isinf(g[3]));
+        assert_true(memcmp(g, a, (size_t)k * sizeof(double)) == 0);
+        oj_set_grad_enabled(cpu, prev[0]);
+        oj_set_grad_enabled(gpu, prev[1]);
+        oj_release(want);
+        oj_release(got);
+        oj_release(again);
+    }
+}
+
 /* muon_momentum_multi and apply_update_multi: 90 tensors, f32 and f64
  * mixed (more than one table of each), sizes 1, around the 4096-element
  * chunk and several chunks, per-tensor alpha, scale and decay (scale and
@@ -3889,6 +3938,7 @@ int main(void) {
         T_(test_mul_scalar_multi),
         T_(test_step_gate),
         T_(test_muon_normalize),
+        T_(test_muon_norms),
         T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),

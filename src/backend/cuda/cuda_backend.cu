@@ -17,6 +17,7 @@ oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *con
 void oj_cuda_step_gate_close(oj_engine *eng);
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                  const oj_tensor *norms);
+oj_status oj_cuda_muon_norms(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
 oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
                                       const oj_tensor *const *grads, oj_tensor *const *updates,
                                       double momentum, bool nesterov);
@@ -135,6 +136,7 @@ static oj_backend make_cuda_backend() {
     b.graph_launch = oj_cuda_graph_launch;
     b.graph_checks = oj_cuda_graph_checks;
     b.muon_normalize = oj_cuda_muon_normalize;
+    b.muon_norms = oj_cuda_muon_norms;
     b.muon_momentum_multi = oj_cuda_muon_momentum_multi;
     b.apply_update_multi = oj_cuda_apply_update_multi;
     b.ce_row_align = 64; /* 128 bytes of bf16: the GEMM's and the vector loads' alignment */

@@ -569,6 +569,57 @@ oj_status oj_cuda_sum_squares_multi(oj_engine *eng, int64_t n, const oj_tensor *
     return st;
 }
 
+/* ---------------------------------------------------------------- Muon's per-matrix norms
+ * The k matrices of a stack are k tensors of one sum_squares_multi pass
+ * (fixed chunks of every matrix in one launch: ~10 blocks per 768 x 768
+ * matrix instead of the reduce entry's one block per output), then one
+ * thread per matrix takes the square root. */
+__global__ void k_sqrt_d(const double *ss, double *out, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __dsqrt_rn(ss[i]);
+}
+
+oj_status oj_cuda_muon_norms(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
+oj_status oj_cuda_muon_norms(oj_engine *eng, oj_tensor *norms, const oj_tensor *u) {
+    const char *op = "muon_norms";
+    if (u->rank != 3 || (u->dtype != OJ_F32 && u->dtype != OJ_F64) || norms->dtype != OJ_F64 ||
+        oj_cuda_numel(norms) != u->shape[0])
+        return oj_set_error(eng, OJ_ERR_INTERNAL,
+                            "%s: u [k, r, c] f32/f64 and norms f64 with k elements expected", op);
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts0[2] = {norms, u};
+    if (check_args(eng, op, ts0, 2) != OJ_OK) return oj_last_status(eng);
+    const int64_t k = u->shape[0];
+    if (k == 0) return OJ_OK;
+    /* matrix m: u's struct narrowed to [1, r, c] at its offset (a view
+     * that only this call reads, never released) */
+    oj_tensor *sl = (oj_tensor *)malloc((size_t)k * sizeof *sl);
+    const oj_tensor **ts = (const oj_tensor **)malloc((size_t)k * sizeof *ts);
+    if (sl == NULL || ts == NULL) {
+        free(sl);
+        free(ts);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "%s: out of host memory", op);
+    }
+    const int64_t per = u->shape[1] * u->shape[2];
+    for (int64_t m = 0; m < k; m++) {
+        sl[m] = *u;
+        sl[m].shape[0] = 1;
+        sl[m].offset = u->offset + m * per * (int64_t)oj_dtype_size(u->dtype);
+        ts[m] = &sl[m];
+    }
+    oj_storage *hold = NULL;
+    double *ss = NULL;
+    oj_status st = sqm_queue(eng, op, k, ts, &ss, &hold);
+    if (st == OJ_OK) {
+        k_sqrt_d<<<(unsigned)((k + 255) / 256), 256, 0, OJ_STREAM>>>(ss, PTR(double, norms), k);
+        st = oj_cuda_check(eng, op);
+    }
+    oj__storage_release(hold);
+    free(sl);
+    free(ts);
+    return st;
+}
+
 /* The gate from the n sums of squares ss (one thread): the global norm as
  * the host's clip computes it (each tensor's norm sqrt(ss[i]), their
  * squares summed in order, the square root), the clip factor max_norm /
