@@ -85,6 +85,24 @@ oj_engine *oj_optim_engine(const oj_optim *o);
 int oj_optim_add_group(oj_optim *o, const oj_optim_hparams *hp, const oj_named_tensors *params);
 
 int oj_optim_group_count(const oj_optim *o);
+
+/* Keep each parameter's autocast copy between steps (on), or drop the
+ * copies (off; the default). Under autocast a forward casts every f32
+ * weight to bf16/f16 before its GEMM; with copies kept, that cast is made
+ * once into memory kept for the parameter and read by later forwards
+ * while the parameter is unchanged. The optimizer's step writes the copy
+ * in its own update pass where its kernel can (CUDA AdamW/Muon, a
+ * parameter read in its own layout: the head, nanolab's projections); any
+ * other copy is made again by the first cast after a write (the step,
+ * oj_copy_, loads, init: any write that bumps oj_version), or before a
+ * CUDA graph replay. The values are the cast's, bit for bit: results are
+ * unchanged. Costs one copy per parameter and view cast (half an f32
+ * parameter's bytes for bf16), held until the parameter is freed or
+ * copies are turned off; copies are never made while a graph captures
+ * (the replay makes them). Applies to the parameters in o now and added
+ * later. OJ_ERR_INVALID_ARGUMENT for a NULL o. */
+oj_status oj_optim_set_weight_copies(oj_optim *o, bool on);
+bool oj_optim_weight_copies(const oj_optim *o);
 /* The hyperparameters of `group`, writable (e.g. to change lr or
  * weight_decay between steps; changing algo is not allowed). NULL when out
  * of range. */

@@ -44,6 +44,10 @@ typedef struct oj_adam_args {
     double lr, beta1, beta2, eps, weight_decay;
     double bias_correction1, bias_correction2;
     bool decoupled; /* AdamW: p *= 1 - lr*wd first; Adam: g += wd*p (L2) */
+    /* NULL, or (only when the backend's low_copies is set) a contiguous
+     * bf16 tensor of the parameter's shape that adam_step_multi's writing
+     * pass also fills with the new value, rounded as copy rounds it */
+    oj_tensor *low;
 } oj_adam_args;
 
 /* Hyperparameters of one fused SGD update (sgd_step entry), as
@@ -637,7 +641,15 @@ typedef struct oj_backend {
                                      double momentum, bool nesterov);
     oj_status (*apply_update_multi)(oj_engine *eng, int64_t n, oj_tensor *const *params,
                                     const oj_tensor *const *updates, const double *alpha,
-                                    const double *scale, const double *decay, bool check_only);
+                                    const double *scale, const double *decay, bool check_only,
+                                    oj_tensor *const *lows);
+    /* Whether adam_step_multi (oj_adam_args.low) and apply_update_multi
+     * (lows: NULL, or per tensor NULL or a contiguous bf16 tensor of
+     * params[i]'s shape) write each updated f32 parameter's bf16 copy in
+     * the same pass, the bits of copy's rounding (oj_optim_set_weight_
+     * copies; a gated step that is skipped writes neither). False: the
+     * low arguments are ignored. */
+    bool low_copies;
     /* Causal attention of one sequence over a paged KV cache, OPTIONAL
      * (NULL, or OJ_ERR_UNSUPPORTED for a dtype: the op gathers the blocks
      * and runs attention_forward): q [1, H, T, D] (any strides), k_pool /

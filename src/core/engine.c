@@ -142,6 +142,7 @@ void oj_engine_free(oj_engine *eng) {
     while (eng->depth > 0) oj_scope_end(eng);
     oj__tensor_destroy_all(eng); /* unscoped leftovers and the quarantine */
     oj__graph_free_all(eng);     /* graphs still alive: their pools go back */
+    oj__wcopies_free(eng);       /* copies of parameters never released */
     for (int d = 0; d <= OJ_MAX_SCOPE_DEPTH; d++) free(eng->scopes[d].items);
     oj_engine_trim_pool(eng);
     if (eng->backend && eng->backend->close) eng->backend->close(eng);

@@ -107,7 +107,8 @@ oj_status oj_graph_replay(oj_graph *g) {
     if (eng->capture_pool)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "graph_replay: cannot replay a graph during a capture");
-    return eng->backend->graph_replay(eng, g->handle);
+    oj_status st = oj__wcopies_sync(eng); /* the graph reads kept copies as they are */
+    return st == OJ_OK ? eng->backend->graph_replay(eng, g->handle) : st;
 }
 
 oj_status oj__graph_launch(oj_graph *g) {
@@ -118,7 +119,8 @@ oj_status oj__graph_launch(oj_graph *g) {
     if (eng->capture_pool)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "graph_replay: cannot replay a graph during a capture");
-    return eng->backend->graph_launch(eng, g->handle);
+    oj_status st = oj__wcopies_sync(eng);
+    return st == OJ_OK ? eng->backend->graph_launch(eng, g->handle) : st;
 }
 
 oj_status oj__graph_checks(oj_graph *g) {

@@ -36,6 +36,7 @@ typedef struct oj_storage {
     void (*release)(void *ctx);
     void *release_ctx;
     struct oj_graph_pool *gpool; /* allocated during a graph capture: returns there */
+    bool keep_copies; /* a parameter whose autocast casts are kept (weight_copy.c) */
 } oj_storage;
 
 struct oj_tensor {
@@ -139,6 +140,7 @@ struct oj_engine {
     int64_t h2d_copies, d2h_copies; /* explicit transfers, counted */
     uint64_t node_seq;    /* creation counter for autograd nodes (grad_node.c) */
     int64_t backward_seq; /* backward passes run (visit marks) */
+    struct oj_wcopy *wcopies; /* kept low-precision parameter copies (weight_copy.c) */
 };
 
 /* oj_error_set with a va_list (src/core/status.c). */
@@ -167,6 +169,31 @@ void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p);
 void oj__graph_capture_abandon(oj_engine *eng);
 /* Free every graph still alive (engine teardown). */
 void oj__graph_free_all(oj_engine *eng);
+
+/* ---- kept low-precision copies of parameters (weight_copy.c) */
+typedef struct oj_wcopy oj_wcopy;
+/* Mark param's storage as one whose autocast casts are kept (on), or
+ * drop its copies and stop (off). */
+void oj__wcopy_keep(oj_tensor *param, bool on);
+/* When x's storage keeps copies: *out = a new handle (current scope) on
+ * the kept contiguous copy of x cast to dt (made or made again now when
+ * stale, except during a graph capture: then filled before the replay),
+ * NULL with the error recorded on failure; returns true. False (*out
+ * NULL) when x's storage keeps none: the caller casts. No tape node. */
+bool oj__wcopy_get(oj_tensor *x, oj_dtype dt, oj_tensor **out);
+/* The kept dt copy of param's own geometry (contiguous, same shape), as
+ * an unscoped handle the caller releases; NULL when there is none. For
+ * the optimizer's kernels, which write it in the update's pass; then
+ * oj__wcopy_fresh(param, dt) after the version bump declares it current. */
+oj_tensor *oj__wcopy_target(oj_tensor *param, oj_dtype dt);
+void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt);
+/* Make every stale copy again (before a graph replay). */
+oj_status oj__wcopies_sync(oj_engine *eng);
+/* Entries alive (tests). */
+int64_t oj__wcopies_count(const oj_engine *eng);
+/* Drop the copies of storage s (its last release); all at engine free. */
+void oj__wcopy_forget(oj_storage *s);
+void oj__wcopies_free(oj_engine *eng);
 
 /* ---- storage */
 /* New storage of nbytes on the engine's device charged to the current

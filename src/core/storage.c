@@ -183,6 +183,7 @@ static bool device_block_keep(oj_engine *eng, oj_storage *s, oj_dev_block **list
 void oj__storage_release(oj_storage *s) {
     if (s == NULL || --s->refcount > 0) return;
     oj_engine *eng = s->eng;
+    if (s->keep_copies) oj__wcopy_forget(s);
     if (s->budget != NULL) eng->live_bytes -= (int64_t)s->capacity;
     if (s->budget == NULL) { /* external memory */
         if (s->release) s->release(s->release_ctx);

@@ -445,6 +445,16 @@ oj_tensor *oj_cast(oj_tensor *x, oj_dtype dt) {
     return out;
 }
 
+oj_tensor *oj__autocast_cast(oj_tensor *x, oj_dtype dt) {
+    oj_tensor *out = NULL;
+    if (!oj__wcopy_get(x, dt, &out)) return oj_cast(x, dt);
+    if (out && oj_dtype_is_float(dt) && oj_dtype_is_float(x->dtype)) { /* oj_cast's node */
+        oj_node *nd = oj__node_begin(x->eng, "cast", cast_backward, 1, x);
+        if (nd) oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
 /* ---------------------------------------------------------------- clone, contiguous */
 
 /* The gradient passes through unchanged (torch's clone / contiguous). */

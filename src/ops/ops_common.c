@@ -151,7 +151,7 @@ bool oj__autocast(int cls, int n, oj_tensor *const *in, oj_tensor **out) {
     for (int i = 0; i < n; i++) {
         oj_tensor *t = in[i];
         if (t && oj__live(t) && t->eng == eng && autocast_eligible(t->dtype) && t->dtype != want)
-            out[i] = oj_cast(t, want);
+            out[i] = oj__autocast_cast(t, want);
         else
             out[i] = t && oj__live(t) ? oj_retain(t) : t;
     }

@@ -53,6 +53,10 @@ bool oj__kernel_ok(oj_engine *eng, oj_status st, const char *op);
  * in[i], and true is returned: the caller runs the op again on out[] and
  * releases every out[i]. False (out untouched) when nothing needs a cast. */
 enum { OJ__AUTOCAST_LOW, OJ__AUTOCAST_F32 };
+/* oj_cast(x, dt) as autocast takes it: the kept copy where x's storage
+ * keeps one (oj_optim_set_weight_copies; the same bits, the same tape
+ * node), else the cast. */
+oj_tensor *oj__autocast_cast(oj_tensor *x, oj_dtype dt);
 bool oj__autocast(int cls, int n, oj_tensor *const *in, oj_tensor **out);
 void oj__autocast_release(int n, oj_tensor **out);
 /* First statement of an autocast op: when inputs in[0..n) need a cast,

@@ -190,6 +190,7 @@ int oj_optim_add_group(oj_optim *o, const oj_optim_hparams *hp, const oj_named_t
         if (!t->requires_grad) continue;
         ok = param_init(o, hp, params->names[i], t, &grp->params[grp->n]);
         grp->n++;
+        if (ok && o->weight_copies) oj__wcopy_keep(t, true);
     }
     if (!ok) {
         if (oj_last_status(eng) == OJ_OK)
@@ -202,6 +203,16 @@ int oj_optim_add_group(oj_optim *o, const oj_optim_hparams *hp, const oj_named_t
 }
 
 int oj_optim_group_count(const oj_optim *o) { return o ? o->ngroups : 0; }
+
+oj_status oj_optim_set_weight_copies(oj_optim *o, bool on) {
+    if (o == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    o->weight_copies = on;
+    for (int g = 0; g < o->ngroups; g++)
+        for (int64_t i = 0; i < o->groups[g].n; i++) oj__wcopy_keep(o->groups[g].params[i].param, on);
+    return OJ_OK;
+}
+
+bool oj_optim_weight_copies(const oj_optim *o) { return o && o->weight_copies; }
 
 oj_optim_hparams *oj_optim_group_hparams(oj_optim *o, int group) {
     if (o == NULL || group < 0 || group >= o->ngroups) return NULL;

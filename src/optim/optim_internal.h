@@ -23,6 +23,9 @@ typedef struct oj_optim_slot {
     oj_tensor *clip_grad;
     uint64_t clip_version;
     double clip_norm;
+    /* the step's multi-tensor kernel was given param's kept bf16 copy
+     * (oj_optim_set_weight_copies): mark_written declares it current */
+    bool low_queued;
 } oj_optim_slot;
 
 typedef struct oj_optim_group {
@@ -39,6 +42,7 @@ struct oj_optim {
     int ngroups;
     double lr_scale;
     bool check_update;
+    bool weight_copies; /* oj_optim_set_weight_copies */
     int64_t steps, skipped;
     char message[512];
     oj_tensor *counters; /* i64 [2]: steps, skipped (state_dict mirror) */

@@ -113,9 +113,19 @@ typedef struct {
     oj_tensor **p, **m, **v;
     const oj_tensor **g;
     oj_adam_args *args;
+    oj_optim_slot **slot;
 } adam_batch;
 
+/* The kept bf16 copy of p's parameter that the step's multi-tensor
+ * kernels write beside it (an unscoped handle), or NULL. */
+static oj_tensor *low_target(oj_optim *o, oj_optim_slot *p) {
+    if (!o->weight_copies || !o->eng->backend->low_copies) return NULL;
+    return oj__wcopy_target(p->param, OJ_BF16);
+}
+
 static void adam_batch_free(adam_batch *b) {
+    for (int64_t j = 0; b->args && j < b->n; j++) oj_release(b->args[j].low);
+    free(b->slot);
     free(b->idx);
     free(b->p);
     free(b->m);
@@ -141,8 +151,9 @@ static oj_status adam_batch_init(oj_optim *o, work_item *items, int64_t n, adam_
     b->m = malloc(K * sizeof *b->m);
     b->v = malloc(K * sizeof *b->v);
     b->g = malloc(K * sizeof *b->g);
-    b->args = malloc(K * sizeof *b->args);
-    if (!b->idx || !b->p || !b->m || !b->v || !b->g || !b->args) {
+    b->args = calloc(K, sizeof *b->args);
+    b->slot = malloc(K * sizeof *b->slot);
+    if (!b->idx || !b->p || !b->m || !b->v || !b->g || !b->args || !b->slot) {
         adam_batch_free(b);
         return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim: out of host memory");
     }
@@ -160,7 +171,9 @@ static oj_status adam_batch_init(oj_optim *o, work_item *items, int64_t n, adam_
         b->g[j] = items[i].grad;
         b->m[j] = p->exp_avg;
         b->v[j] = p->exp_avg_sq;
-        b->args[j++] = adam_args(o, &items[i]);
+        b->args[j] = adam_args(o, &items[i]);
+        b->slot[j] = p;
+        b->args[j++].low = low_target(o, p);
     }
     b->n = k;
     return OJ_OK;
@@ -168,13 +181,19 @@ static oj_status adam_batch_init(oj_optim *o, work_item *items, int64_t n, adam_
 
 static oj_status adam_batch_run(oj_optim *o, const adam_batch *b, bool check_only) {
     oj_engine *eng = o->eng;
-    return eng->backend->adam_step_multi(eng, b->n, b->p, b->g, b->m, b->v, b->args, check_only);
+    oj_status st = eng->backend->adam_step_multi(eng, b->n, b->p, b->g, b->m, b->v, b->args,
+                                                 check_only);
+    for (int64_t j = 0; j < b->n && st == OJ_OK && !check_only; j++)
+        if (b->args[j].low) b->slot[j]->low_queued = true; /* written beside it */
+    return st;
 }
 
 /* After an item's update was written: its step count and versions. */
 static void mark_written(oj_optim_slot *p) {
     p->step++;
     oj_bump_version(p->param);
+    if (p->low_queued) oj__wcopy_fresh(p->param, OJ_BF16); /* written beside it */
+    p->low_queued = false;
     if (p->exp_avg) oj_bump_version(p->exp_avg);
     if (p->exp_avg_sq) oj_bump_version(p->exp_avg_sq);
     if (p->momentum_buffer) oj_bump_version(p->momentum_buffer);
@@ -381,12 +400,16 @@ static bool gate_usable(const oj_optim *o) {
  * step overlap; n == 0: each item runs alone. */
 typedef struct {
     int64_t n;
-    oj_tensor **p, **buf, **u;
+    oj_tensor **p, **buf, **u, **low;
     const oj_tensor **g;
     double *alpha, *scale, *decay;
+    oj_optim_slot **slot;
 } muon_batch;
 
 static void muon_batch_free(muon_batch *b) {
+    for (int64_t j = 0; b->low && j < b->n; j++) oj_release(b->low[j]);
+    free(b->low);
+    free(b->slot);
     free(b->p);
     free(b->buf);
     free(b->u);
@@ -412,7 +435,10 @@ static oj_status muon_batch_init(oj_optim *o, work_item *items, int64_t n, muon_
     b->alpha = malloc(K * sizeof *b->alpha);
     b->scale = malloc(K * sizeof *b->scale);
     b->decay = malloc(K * sizeof *b->decay);
-    if (!b->p || !b->buf || !b->u || !b->g || !b->alpha || !b->scale || !b->decay) {
+    b->low = calloc(K, sizeof *b->low);
+    b->slot = malloc(K * sizeof *b->slot);
+    if (!b->p || !b->buf || !b->u || !b->g || !b->alpha || !b->scale || !b->decay || !b->low ||
+        !b->slot) {
         muon_batch_free(b);
         return oj_set_error(o->eng, OJ_ERR_CAPACITY, "optim: out of host memory");
     }
@@ -432,6 +458,8 @@ static oj_status muon_batch_init(oj_optim *o, work_item *items, int64_t n, muon_
         b->u[j] = items[i].update;
         b->alpha[j] = -lr;
         b->scale[j] = oj__muon_scale(items[i].p->param);
+        b->low[j] = low_target(o, items[i].p);
+        b->slot[j] = items[i].p;
         b->decay[j++] = 1.0 - lr * hp->weight_decay;
     }
     b->n = k;
@@ -451,7 +479,10 @@ static oj_status muon_batch_run(oj_optim *o, const muon_batch *b, const oj_optim
                                                hp->nesterov);
     if (st == OJ_OK)
         st = eng->backend->apply_update_multi(eng, b->n, b->p, (const oj_tensor *const *)b->u,
-                                              b->alpha, b->scale, b->decay, check);
+                                              b->alpha, b->scale, b->decay, check,
+                                              check || !eng->backend->low_copies ? NULL : b->low);
+    for (int64_t j = 0; j < b->n && st == OJ_OK && !check; j++)
+        if (b->low[j]) b->slot[j]->low_queued = true; /* written beside it */
     return st;
 }
 
@@ -658,6 +689,13 @@ static oj_status step_begin(oj_optim *o) {
                                 g, grp->momentum ? "" : "out", grp->momentum ? "off" : "on");
     }
     if (!kernels_present(o)) return OJ_ERR_UNSUPPORTED;
+    for (int g = 0; g < o->ngroups; g++)
+        for (int64_t i = 0; i < o->groups[g].n; i++) {
+            oj_optim_slot *p = &o->groups[g].params[i];
+            p->low_queued = false;
+            /* a parameter given new storage since (oj_set_data) keeps its copies */
+            if (o->weight_copies) oj__wcopy_keep(p->param, true);
+        }
     return OJ_OK;
 }
 

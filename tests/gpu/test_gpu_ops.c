@@ -1788,6 +1788,22 @@ static void test_adam_step_multi(void **state) {
             same_bytes(v[i].t[1], v1[i].t[1], "adam_step_multi exp_avg_sq vs adam_step", i);
         }
     }
+    /* with low_copies: the writing pass fills every other f32 parameter's
+     * bf16 copy with the new value, the bytes of a cast */
+    if (gpu->backend->low_copies) {
+        for (int i = 0; i < NT; i++)
+            if (oj_tensor_dtype(p[i].t[1]) == OJ_F32 && i % 2 == 0)
+                args[i].low = oj_empty(gpu, 1, (int64_t[1]){oj_numel(p[i].t[1])}, OJ_BF16);
+        assert_int_equal(gpu->backend->adam_step_multi(gpu, NT, ts[1][0],
+                                                       (const oj_tensor *const *)ts[1][1],
+                                                       ts[1][2], ts[1][3], args, false),
+                         OJ_OK);
+        for (int i = 0; i < NT; i++)
+            if (args[i].low) {
+                same_bytes(args[i].low, oj_cast(p[i].t[1], OJ_BF16), "adam_step_multi low copy", i);
+                args[i].low = NULL;
+            }
+    }
     /* one infinite gradient element in a tensor of a late table */
     pr keep = dup(p[NT - 3]);
     for (int s = 0; s < 2; s++) {
@@ -2163,11 +2179,19 @@ static void test_muon_multi(void **state) {
                                                        NULL, 0.95, true),
                      OJ_OK);
     assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
-                                                      sc, de, true),
+                                                      sc, de, true, NULL),
                      OJ_OK);
+    /* with low_copies: every other f32 parameter's bf16 copy written too */
+    oj_tensor *lows[NT];
+    for (int i = 0; i < NT; i++)
+        lows[i] = gpu->backend->low_copies && oj_tensor_dtype(tp[i]) == OJ_F32 && i % 2 == 0
+                      ? oj_empty(gpu, 1, (int64_t[1]){oj_numel(tp[i])}, OJ_BF16)
+                      : NULL;
     assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
-                                                      sc, de, false),
+                                                      sc, de, false, lows),
                      OJ_OK);
+    for (int i = 0; i < NT; i++)
+        if (lows[i]) same_bytes(lows[i], oj_cast(tp[i], OJ_BF16), "apply_update_multi low copy", i);
     for (int i = 0; i < NT; i++) {
         assert_int_equal(gpu->backend->muon_momentum(gpu, b1[i].t[1], g[i].t[1], NULL, 0.95, true),
                          OJ_OK);
@@ -2183,7 +2207,7 @@ static void test_muon_multi(void **state) {
     oj_set_grad_enabled(gpu, prev);
     pr keep = dup(p[NT - 2]);
     assert_int_equal(gpu->backend->apply_update_multi(gpu, NT, tp, (const oj_tensor *const *)tu, al,
-                                                      sc, de, true),
+                                                      sc, de, true, NULL),
                      OJ_ERR_NUMERIC);
     assert_int_equal(oj_last_status(gpu), OJ_OK);
     same_bytes(tp[NT - 2], keep.t[1], "apply_update_multi check_only wrote", NT - 2);

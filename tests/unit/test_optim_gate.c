@@ -138,7 +138,9 @@ static oj_status emu_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const 
 
 static oj_status emu_apply_multi(oj_engine *eng, int64_t n, oj_tensor *const *p,
                                  const oj_tensor *const *u, const double *alpha,
-                                 const double *scale, const double *decay, bool check) {
+                                 const double *scale, const double *decay, bool check,
+                                 oj_tensor *const *lows) {
+    assert_null(lows); /* low_copies is not set: the optimizer passes none */
     multi_calls++;
     oj_status st = OJ_OK, bad = OJ_OK;
     for (int64_t i = 0; i < n && st == OJ_OK; i++) {

@@ -23,7 +23,8 @@ oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *cons
                                       double momentum, bool nesterov);
 oj_status oj_cuda_apply_update_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
                                      const oj_tensor *const *updates, const double *alpha,
-                                     const double *scale, const double *decay, bool check_only);
+                                     const double *scale, const double *decay, bool check_only,
+                                     oj_tensor *const *lows);
 /* cuda_nn_norm.cu (declared here, as above) */
 oj_status oj_cuda_add_norm_forward(oj_engine *eng, oj_tensor *out, oj_tensor *sum,
                                    oj_tensor *mean, oj_tensor *rstd, const oj_tensor *x,
@@ -139,6 +140,7 @@ static oj_backend make_cuda_backend() {
     b.muon_norms = oj_cuda_muon_norms;
     b.muon_momentum_multi = oj_cuda_muon_momentum_multi;
     b.apply_update_multi = oj_cuda_apply_update_multi;
+    b.low_copies = true; /* adam_step_multi and apply_update_multi write them */
     b.ce_row_align = 64; /* 128 bytes of bf16: the GEMM's and the vector loads' alignment */
     /* indexing (cuda_index.cu), convolution helpers (cuda_conv.cu) */
     b.gather = oj_cuda_gather;

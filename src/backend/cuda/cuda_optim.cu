@@ -677,6 +677,13 @@ void oj_cuda_step_gate_close(oj_engine *eng) {
     if (s != NULL) s->gate = NULL;
 }
 
+/* A low copy the multi-tensor updates may write: bf16, as many elements
+ * as its f32 parameter (both contiguous: check_args). */
+static bool low_fits(const oj_tensor *low, const oj_tensor *param) {
+    return low->dtype == OJ_BF16 && param->dtype == OJ_F32 &&
+           oj_cuda_numel(low) == oj_cuda_numel(param);
+}
+
 /* ---------------------------------------------------------------- multi-tensor updates
  * torch's foreach/fused form of a step: adam_step_multi and
  * mul_scalar_multi cut every tensor of the call into chunks of MT_CHUNK
@@ -705,14 +712,16 @@ static __device__ __forceinline__ int mt_entry(const B &b, int c) {
     return lo;
 }
 
-/* Up to CAP Adam/AdamW tensors of one dtype: 48 f32 or 32 f64 (the
- * per-tensor constants are most of the table). */
+/* Up to CAP Adam/AdamW tensors of one dtype: 40 f32 or 32 f64 (the
+ * per-tensor constants are most of the table); f32 tensors may have a
+ * bf16 copy written in the same pass (lo, NULL: none). */
 template <typename T> struct adam_batch {
-    enum { CAP = sizeof(T) == sizeof(float) ? 48 : 32 };
+    enum { CAP = sizeof(T) == sizeof(float) ? 40 : 32, LO = sizeof(T) == sizeof(float) ? CAP : 1 };
     T *p[CAP];
     const T *g[CAP];
     T *m[CAP];
     T *v[CAP];
+    oj_cu_bf16 *lo[LO];
     int64_t numel[CAP];
     adam_c<T> c[CAP];
     int chunk0[CAP + 1]; /* first chunk of entry k; [count] = the launch's blocks */
@@ -736,9 +745,12 @@ __global__ void __launch_bounds__(MT_THREADS)
     T *p = b.p[k], *m = b.m[k], *v = b.v[k];
     const T *g = b.g[k];
     const adam_c<T> cc = b.c[k];
+    oj_cu_bf16 *lo = sizeof(T) == sizeof(float) && !check_only ? b.lo[sizeof(T) == sizeof(float) ? k : 0] : NULL;
     bool ok = true;
-    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS)
+    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
         ok &= adam_elem(p, g, m, v, i, cc, check_only, coef, b.numel[k] == 1);
+        if (lo) lo[i] = oj_cu_fromf<oj_cu_bf16>((float)p[i]); /* copy's rounding */
+    }
     if (!ok) {
         if (gate != NULL) gate_refuse(gate);
         else *bad = 1ull;
@@ -780,6 +792,8 @@ static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
         b.g[k] = PTR(const T, grads[i]);
         b.m[k] = PTR(T, exp_avgs[i]);
         b.v[k] = PTR(T, exp_avg_sqs[i]);
+        if (sizeof(T) == sizeof(float))
+            b.lo[sizeof(T) == sizeof(float) ? k : 0] = args[i].low ? PTR(oj_cu_bf16, args[i].low) : NULL;
         b.numel[k] = ne;
         adam_consts(&b.c[k], &args[i]);
         b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
@@ -803,8 +817,11 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
     if (n == 0) return OJ_OK;
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     for (int64_t i = 0; i < n; i++) {
-        const oj_tensor *ts[4] = {params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]};
-        if (check_args(eng, op, ts, 4) != OJ_OK) return oj_last_status(eng);
+        const oj_tensor *ts[5] = {params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], args[i].low};
+        if (check_args(eng, op, ts, args[i].low ? 5 : 4) != OJ_OK) return oj_last_status(eng);
+        if (args[i].low && !low_fits(args[i].low, params[i]))
+            return oj_set_error(eng, OJ_ERR_INTERNAL,
+                                "%s: a low copy must be bf16 shaped like its f32 parameter", op);
     }
     bool read = check_only && oj_cuda_state_of(eng)->gate == NULL;
     if (read && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
@@ -861,9 +878,10 @@ __global__ void __launch_bounds__(MT_THREADS) k_muon_momentum_multi(const mom_ba
 }
 
 template <typename T> struct apl_batch {
-    enum { CAP = 64 };
+    enum { CAP = 64, LO = sizeof(T) == sizeof(float) ? CAP : 1 };
     T *p[CAP];
     const T *u[CAP];
+    oj_cu_bf16 *lo[LO]; /* f32: the bf16 copy written in the same pass, or NULL */
     int64_t numel[CAP];
     T al[CAP], sc[CAP], de[CAP];
     bool has_scale[CAP], has_decay[CAP];
@@ -882,6 +900,7 @@ __global__ void __launch_bounds__(MT_THREADS)
     int64_t last = first + MT_CHUNK < n ? first + MT_CHUNK : n;
     T *p = b.p[k];
     const T *u = b.u[k];
+    oj_cu_bf16 *lo = sizeof(T) == sizeof(float) && !check_only ? b.lo[sizeof(T) == sizeof(float) ? k : 0] : NULL;
     T al = b.al[k], sc = b.sc[k], de = b.de[k];
     bool hs = b.has_scale[k], hd = b.has_decay[k], ok = true;
     for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
@@ -891,6 +910,7 @@ __global__ void __launch_bounds__(MT_THREADS)
         pi = FMA(ui, al, pi);
         if (check_only) ok &= (bool)isfinite(pi);
         else p[i] = pi;
+        if (lo) lo[i] = oj_cu_fromf<oj_cu_bf16>((float)pi); /* copy's rounding */
     }
     if (!ok) {
         if (gate != NULL) gate_refuse(gate);
@@ -971,7 +991,7 @@ template <typename T>
 static oj_status apl_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tensor *const *params,
                                  const oj_tensor *const *updates, const double *alpha,
                                  const double *scale, const double *decay, bool check_only,
-                                 unsigned long long *bad) {
+                                 oj_tensor *const *lows, unsigned long long *bad) {
     const char *op = "apply_update_multi";
     apl_batch<T> b;
     memset(&b, 0, sizeof b);
@@ -992,6 +1012,8 @@ static oj_status apl_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tens
         int k = b.count++;
         b.p[k] = PTR(T, params[i]);
         b.u[k] = PTR(const T, updates[i]);
+        if (sizeof(T) == sizeof(float))
+            b.lo[sizeof(T) == sizeof(float) ? k : 0] = lows && lows[i] ? PTR(oj_cu_bf16, lows[i]) : NULL;
         b.numel[k] = ne;
         /* as oj_cuda_apply_update rounds them */
         b.al[k] = (T)alpha[i];
@@ -1007,29 +1029,31 @@ static oj_status apl_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tens
 
 oj_status oj_cuda_apply_update_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
                                      const oj_tensor *const *updates, const double *alpha,
-                                     const double *scale, const double *decay,
-                                     bool check_only); /* cuda_backend.cu */
+                                     const double *scale, const double *decay, bool check_only,
+                                     oj_tensor *const *lows); /* cuda_backend.cu */
 oj_status oj_cuda_apply_update_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
                                      const oj_tensor *const *updates, const double *alpha,
-                                     const double *scale, const double *decay,
-                                     bool check_only) {
+                                     const double *scale, const double *decay, bool check_only,
+                                     oj_tensor *const *lows) {
     const char *op = "apply_update_multi";
     for (int64_t i = 0; i < n; i++)
         if (params[i]->dtype != OJ_F32 && params[i]->dtype != OJ_F64) return OJ_ERR_DTYPE;
     if (n == 0) return OJ_OK;
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     for (int64_t i = 0; i < n; i++) {
-        const oj_tensor *ts[2] = {params[i], updates[i]};
-        if (check_args(eng, op, ts, 2) != OJ_OK) return oj_last_status(eng);
+        const oj_tensor *ts[3] = {params[i], updates[i], lows ? lows[i] : NULL};
+        if (check_args(eng, op, ts, 3) != OJ_OK) return oj_last_status(eng);
+        if (lows && lows[i] && !low_fits(lows[i], params[i]))
+            return oj_set_error(eng, OJ_ERR_INTERNAL, "%s: a low copy must be bf16 shaped like its f32 parameter", op);
     }
     bool read = check_only && oj_cuda_state_of(eng)->gate == NULL;
     if (read && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
     unsigned long long *bad = oj_cuda_state_of(eng)->flags;
     oj_status st = apl_multi_dtype<float>(eng, OJ_F32, n, params, updates, alpha, scale, decay,
-                                          check_only, bad);
+                                          check_only, lows, bad);
     if (st == OJ_OK)
         st = apl_multi_dtype<double>(eng, OJ_F64, n, params, updates, alpha, scale, decay,
-                                     check_only, bad);
+                                     check_only, NULL, bad);
     if (st != OJ_OK || !read) return st;
     unsigned long long f;
     if (oj_cuda_flags_read(eng, &f, 1, op) != OJ_OK) return oj_last_status(eng);

@@ -1,0 +1,182 @@
+/* Kept low-precision copies of parameters (autocast's weight casts kept
+ * between steps; oj_optim_set_weight_copies turns them on).
+ *
+ * An entry holds, for one view of a parameter's storage (offset, shape,
+ * strides, dtype: the operand autocast casts, e.g. gpt2's transposed
+ * Conv1D weight) and one target dtype, a contiguous copy made by the
+ * backend's copy kernel, the kernel oj_cast runs: the same bits as a cast.
+ * It is fresh while the storage's version is the one it was made at;
+ * every write through the library bumps that version (copy_, fill_,
+ * loads, init, the optimizer's mark_written), so a stale copy is made
+ * again by the next oj__wcopy_get, or, for CUDA graphs (which read the
+ * copy's memory without asking), by oj__wcopies_sync before each replay.
+ * The optimizer may write a copy in its own update pass and then declare
+ * it fresh (oj__wcopy_fresh). The copy's memory never moves while the
+ * entry lives (graphs hold its address); entries die with the parameter's
+ * storage (oj__storage_release) or when copies are turned off. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/internal.h"
+
+struct oj_wcopy {
+    oj_storage *src;   /* the parameter's storage (not retained) */
+    oj_tensor view;    /* the source view's geometry (a plain struct, no refs) */
+    oj_dtype dt;       /* the copy's dtype */
+    oj_storage *copy;  /* contiguous, owned */
+    uint64_t version;  /* src->version the copy holds */
+    bool filled;       /* written at least once */
+    struct oj_wcopy *next;
+};
+
+static bool same_view(const oj_wcopy *e, const oj_tensor *x, oj_dtype dt) {
+    if (e->src != x->storage || e->dt != dt || e->view.dtype != x->dtype ||
+        e->view.offset != x->offset || e->view.rank != x->rank)
+        return false;
+    for (int d = 0; d < x->rank; d++)
+        if (e->view.shape[d] != x->shape[d] || (x->shape[d] > 1 && e->view.stride[d] != x->stride[d]))
+            return false;
+    return true;
+}
+
+/* The contiguous destination struct over e's copy. */
+static void copy_view(const oj_wcopy *e, oj_tensor *out) {
+    *out = e->view;
+    out->storage = e->copy;
+    out->offset = 0;
+    out->dtype = e->dt;
+    oj__contiguous_strides(out->rank, out->shape, out->stride);
+}
+
+/* The copy made again from the source, with the cast's kernel. */
+static oj_status refresh(oj_engine *eng, oj_wcopy *e) {
+    oj_tensor out;
+    copy_view(e, &out);
+    oj_status st = eng->backend->copy(eng, &out, &e->view);
+    if (st != OJ_OK) {
+        if (oj_last_status(eng) == OJ_OK)
+            oj_set_error(eng, st, "weight copy: the cast kernel failed on the %s backend",
+                         eng->backend->name);
+        return oj_last_status(eng);
+    }
+    e->version = e->src->version;
+    e->filled = true;
+    e->copy->version++; /* saved aliases of the old values see the write */
+    return OJ_OK;
+}
+
+static oj_wcopy *entry_new(oj_engine *eng, const oj_tensor *x, oj_dtype dt) {
+    int64_t n = 1;
+    for (int d = 0; d < x->rank; d++) n *= x->shape[d];
+    oj_wcopy *e = calloc(1, sizeof *e);
+    if (e == NULL) {
+        oj_set_error(eng, OJ_ERR_CAPACITY, "weight copy: out of host memory");
+        return NULL;
+    }
+    /* outside any graph's pool: the copy outlives the capture */
+    oj_graph_pool *cp = eng->capture_pool;
+    eng->capture_pool = NULL;
+    e->copy = oj__storage_new(eng, (size_t)(n > 0 ? n : 1) * oj_dtype_size(dt), "weight copy");
+    eng->capture_pool = cp;
+    if (e->copy == NULL) {
+        free(e);
+        return NULL;
+    }
+    e->src = x->storage;
+    e->view = *x;
+    e->view.refcount = 0;
+    e->view.holds = 0;
+    e->view.grad = NULL;
+    e->view.grad_fn = NULL;
+    e->view.requires_grad = false;
+    e->view.live_prev = e->view.live_next = NULL;
+    e->dt = dt;
+    e->next = eng->wcopies;
+    eng->wcopies = e;
+    return e;
+}
+
+void oj__wcopy_keep(oj_tensor *param, bool on) {
+    if (!oj__live(param)) return;
+    if (!on && param->storage->keep_copies) oj__wcopy_forget(param->storage);
+    param->storage->keep_copies = on;
+}
+
+bool oj__wcopy_get(oj_tensor *x, oj_dtype dt, oj_tensor **out) {
+    *out = NULL;
+    if (!oj__live(x) || !x->storage->keep_copies || x->eng->backend->copy == NULL ||
+        (dt != OJ_BF16 && dt != OJ_F16) || x->dtype != OJ_F32)
+        return false;
+    oj_engine *eng = x->eng;
+    oj_wcopy *e = eng->wcopies;
+    while (e && !same_view(e, x, dt)) e = e->next;
+    if (e == NULL && (e = entry_new(eng, x, dt)) == NULL) return true;
+    /* during a capture nothing runs: the replay's oj__wcopies_sync fills
+     * a stale copy first */
+    if ((!e->filled || e->version != e->src->version) && !oj_graph_capturing(eng) &&
+        refresh(eng, e) != OJ_OK)
+        return true;
+    *out = oj__tensor_new(eng, e->copy, 0, x->rank, x->shape, NULL, dt);
+    return true;
+}
+
+oj_tensor *oj__wcopy_target(oj_tensor *param, oj_dtype dt) {
+    if (!oj__live(param) || !param->storage->keep_copies) return NULL;
+    for (oj_wcopy *e = param->eng->wcopies; e; e = e->next)
+        if (e->dt == dt && same_view(e, param, dt)) {
+            oj_tensor *t = oj__tensor_new(param->eng, e->copy, 0, param->rank, param->shape, NULL, dt);
+            if (t) oj__scope_detach(t);
+            return t;
+        }
+    return NULL;
+}
+
+void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt) {
+    if (!oj__live(param)) return;
+    for (oj_wcopy *e = param->eng->wcopies; e; e = e->next)
+        if (same_view(e, param, dt)) {
+            e->version = param->storage->version;
+            e->filled = true;
+            e->copy->version++;
+        }
+}
+
+oj_status oj__wcopies_sync(oj_engine *eng) {
+    for (oj_wcopy *e = eng->wcopies; e; e = e->next)
+        if (!e->filled || e->version != e->src->version) {
+            oj_status st = refresh(eng, e);
+            if (st != OJ_OK) return st;
+        }
+    return OJ_OK;
+}
+
+int64_t oj__wcopies_count(const oj_engine *eng) {
+    int64_t n = 0;
+    for (const oj_wcopy *e = eng ? eng->wcopies : NULL; e; e = e->next) n++;
+    return n;
+}
+
+void oj__wcopy_forget(oj_storage *s) {
+    oj_engine *eng = s->eng;
+    oj_wcopy **pp = &eng->wcopies;
+    while (*pp) {
+        oj_wcopy *e = *pp;
+        if (e->src == s) {
+            *pp = e->next;
+            oj__storage_release(e->copy);
+            free(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+}
+
+void oj__wcopies_free(oj_engine *eng) {
+    while (eng->wcopies) {
+        oj_wcopy *e = eng->wcopies;
+        eng->wcopies = e->next;
+        oj__storage_release(e->copy);
+        free(e);
+    }
+}
