@@ -9,6 +9,7 @@
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
+#include "ops/ops_common.h"
 
 /* [B, T, n*D] -> [B, n, T, D] */
 static oj_tensor *split_heads(oj_tensor *x, int64_t n, int64_t D) {
@@ -102,20 +103,31 @@ static bool cache_append(oj_kv_cache *c, int l, oj_tensor *k, oj_tensor *v, oj_t
  * decoding keeps n linears. */
 static bool project_fused(oj_tensor *x, int n, oj_tensor *const *w, const int64_t *n_out,
                           oj_tensor **outs) {
-    oj_tensor *ws[5], *parts[4] = {NULL, NULL, NULL, NULL};
+    oj_tensor *ws[5] = {NULL, NULL, NULL, NULL, NULL}, *parts[4] = {NULL, NULL, NULL, NULL};
     int64_t sizes[4], total = 0;
-    for (int i = 0; i < n; i++) ws[i] = w[i], sizes[i] = n_out[i], total += n_out[i];
+    /* under autocast the weights are cast before the cat (the values of
+     * the cat's cast; half the bytes concatenated, and the casts are the
+     * parameters' own, which oj_optim_set_weight_copies keeps) */
+    oj_engine *eng = oj_tensor_engine(w[0]);
+    const oj_dtype adt = oj_autocast_dtype(eng);
+    const bool low = oj_autocast_enabled(eng) && oj_tensor_dtype(w[0]) == OJ_F32;
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        ws[i] = low ? oj__autocast_cast(w[i], adt) : oj_retain(w[i]);
+        ok = ok && ws[i] != NULL;
+        sizes[i] = n_out[i], total += n_out[i];
+    }
     const int64_t pad = (8 - total % 8) % 8;
-    if (pad) {
+    if (pad && ok) {
         int64_t zs[2] = {pad, oj_size(w[0], 1)};
-        ws[n] = oj_zeros(oj_tensor_engine(w[0]), 2, zs, oj_tensor_dtype(w[0]));
-        if (ws[n] == NULL) return false;
+        ws[n] = oj_zeros(eng, 2, zs, low ? adt : oj_tensor_dtype(w[0]));
+        ok = ws[n] != NULL;
         sizes[n - 1] += pad; /* the last piece carries the padding: still one split node */
     }
-    oj_tensor *wc = oj_cat(pad ? n + 1 : n, ws, 0);
+    oj_tensor *wc = ok ? oj_cat(pad ? n + 1 : n, ws, 0) : NULL;
+    for (int i = 0; i <= n; i++) oj_release(ws[i]);
     oj_tensor *y = wc ? oj_linear(x, wc, NULL) : NULL;
     int got = y ? oj_split_sizes(y, n, sizes, oj_rank(y) - 1, parts) : -1;
-    if (pad) oj_release(ws[n]);
     for (int i = 0; i < n; i++) outs[i] = parts[i];
     if (got == n && pad) { /* the last piece without the padding's columns */
         outs[n - 1] = oj_narrow(parts[n - 1], oj_rank(y) - 1, 0, n_out[n - 1]);
