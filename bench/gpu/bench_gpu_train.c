@@ -17,12 +17,13 @@
  * max_memory_allocated.
  *
  * usage: bench_gpu_train PRESET B T [steps] [warmup] [cpu|cuda] [f32|bf16] [graph]
- *                        [--data DIR] [--vocab V]
+ *                        [--data DIR] [--vocab V] [--set KEY=VALUE]...
  * bf16: the forward runs under bf16 autocast (f32 master weights); graph:
  * forward and backward captured once as a CUDA graph, replayed each step.
  * gpt2 presets train with AdamW (lr 6e-4, weight decay 0.1) at vocab 50304
  * unless --vocab says otherwise (the anchors' nanoGPT-style model);
- * nanolab presets with the trainer's default Muon + AdamW. */
+ * nanolab presets with the trainer's default Muon + AdamW. --set applies a
+ * training config key last (as `ojas train --set`), e.g. weight_copies=false. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +31,12 @@
 #include "ojas/ojas.h"
 
 int main(int argc, char **argv) {
-    const char *data = NULL, *pos[8] = {0};
+    const char *data = NULL, *pos[8] = {0}, *sets[16] = {0};
     long long vocab = 0;
-    int np = 0;
+    int np = 0, ns = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--data") == 0 && i + 1 < argc) data = argv[++i];
+        else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && ns < 16) sets[ns++] = argv[++i];
         else if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc) vocab = atoll(argv[++i]);
         else if (argv[i][0] == '-' && argv[i][1] == '-') np = -1000;
         else if (np >= 0 && np < 8) pos[np++] = argv[i];
@@ -42,7 +44,7 @@ int main(int argc, char **argv) {
     }
     if (np < 3) {
         fprintf(stderr, "usage: %s PRESET B T [steps] [warmup] [cpu|cuda] [f32|bf16] [graph] "
-                        "[--data DIR] [--vocab V]\n", argv[0]);
+                        "[--data DIR] [--vocab V] [--set KEY=VALUE]...\n", argv[0]);
         return 2;
     }
     const char *preset = pos[0];
@@ -73,6 +75,11 @@ int main(int argc, char **argv) {
         c.weight_decay = 0.1;
     }
     oj_error err = {0};
+    for (int i = 0; i < ns; i++)
+        if (oj_train_config_set(&c, sets[i], &err) != OJ_OK) {
+            fprintf(stderr, "bench: --set %s: %s\n", sets[i], err.message);
+            return 2;
+        }
     oj_bench_result r;
     oj_train_config chk = c; /* the data directory is checked when the trainer opens it */
     if (!data) snprintf(chk.data_dir, sizeof chk.data_dir, ".");
@@ -92,7 +99,7 @@ int main(int argc, char **argv) {
            "\"kernel_ms\": %.3f, \"overhead_ms\": %.3f, \"step\": \"trainer\", \"data\": \"%s\", "
            "\"vocab\": %lld, "
            "\"flops_per_token\": %.4g, \"mfu_989\": %.4f, \"mfu_mm\": %.4f, \"peak_gib\": %.3f, "
-           "\"peak_alloc_gib\": %.3f, \"cuda_graph\": %s, "
+           "\"peak_alloc_gib\": %.3f, \"cuda_graph\": %s, \"weight_copies\": %s, "
            "\"loss\": %.4f, \"params\": %lld}\n",
            preset, on_cpu ? "cpu" : "cuda", (long long)B, (long long)T,
            bf16 ? "bf16 autocast, f32 master" : "f32 (TF32 GEMMs)", r.step_ms, r.min_ms,
@@ -100,6 +107,6 @@ int main(int argc, char **argv) {
            (long long)used.vocab_size, r.flops_per_token, r.achieved_flops / 989e12,
            r.achieved_flops / (mm_tflops * 1e12), (double)r.peak_bytes / (1024.0 * 1024 * 1024),
            (double)r.peak_allocated_bytes / (1024.0 * 1024 * 1024), graph ? "true" : "false",
-           r.loss, (long long)r.params);
+           c.weight_copies && bf16 ? "true" : "false", r.loss, (long long)r.params);
     return 0;
 }

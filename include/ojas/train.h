@@ -140,6 +140,10 @@ typedef struct oj_train_config {
     double lora_alpha;       /* 16 */
     char lora_targets[256];  /* "" */
     double lora_dropout;     /* 0 */
+    bool weight_copies;      /* with dtype bf16/f16, the optimizer keeps each weight's
+                              * autocast copy between steps instead of the forward
+                              * casting it every step (oj_optim_set_weight_copies:
+                              * the same bits, half an f32 weight's bytes more); true */
 } oj_train_config;
 
 /* The defaults listed above. */

@@ -41,6 +41,7 @@ oj_train_config oj_train_config_default(void) {
     c.dist_timeout = 300;
     c.dist_bucket_bytes = (int64_t)64 << 20;
     c.lora_alpha = 16;
+    c.weight_copies = true;
     c.seed = 1337;
     c.shuffle = true;
     c.numerics = OJ_NUMERICS_FAST;
@@ -122,6 +123,7 @@ static const key_def k_keys[] = {
     F64(lora_alpha, 0, HUGE_VAL),
     STR(lora_targets),
     F64(lora_dropout, 0, 1),
+    {"weight_copies", K_BOOL, OFF(weight_copies), 0, 0, 0, NULL},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 

@@ -198,6 +198,9 @@ oj_status oj__train_make_optim(oj_trainer *t, bool all, oj_optim **out, oj_error
     if (!*out)
         return eng_error(t, err, "optimizer");
     oj_status st = make_optim_into(t, all, *out, err);
+    if (!st && t->cfg.weight_copies && t->cfg.dtype != OJ_TRAIN_F32)
+        st = oj_optim_set_weight_copies(*out, true) == OJ_OK ? OJ_OK
+                                                             : eng_error(t, err, "optimizer");
     if (st) {
         oj_optim_free(*out);
         *out = NULL;

@@ -104,6 +104,45 @@ static void graph_case(const char *model, bool bf16) {
 
 static bool on_cpu;
 
+/* Kept weight copies (key weight_copies, oj_optim_set_weight_copies): the
+ * optimizer's kernels write the bf16 copies the graph's forward reads,
+ * bit for bit the casts they replace: the same losses, norms and
+ * parameters with the key on and off (bf16, graph and eager). */
+static void copies_case(const char *model, bool graph) {
+    char dir[256], a[300], b[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(a, sizeof a, "%s/off", dir);
+    snprintf(b, sizeof b, "%s/on", dir);
+    step_log l0 = {0}, l1 = {0};
+    float *p0 = NULL, *p1 = NULL;
+    int64_t n0 = 0, n1 = 0;
+    oj_train_config c0 = gpu_config(dir, model, true, graph), c1 = c0;
+    c0.weight_copies = false;
+    c1.weight_copies = true;
+    train(&c0, a, &l0, &p0, &n0);
+    train(&c1, b, &l1, &p1, &n1);
+    tt_rmdir(dir);
+    for (int s = 1; s <= N_STEPS; s++)
+        printf("  %s%s step %d: copies off %.9g on %.9g\n", model, graph ? " graph" : "", s,
+               l0.loss[s], l1.loss[s]);
+    assert_memory_equal(l0.loss, l1.loss, sizeof l0.loss);
+    assert_memory_equal(l0.norm, l1.norm, sizeof l0.norm);
+    assert_memory_equal(l0.val, l1.val, sizeof l0.val);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(p0, p1, (size_t)n0 * sizeof *p0);
+    free(p0);
+    free(p1);
+}
+
+static void test_weight_copies_same_bits(void **state) {
+    (void)state;
+    if (on_cpu) skip();
+    copies_case("gpt2-tiny", true);
+    copies_case("nanolab-tiny", true);
+    copies_case("nanolab-tiny", false);
+}
+
 static void test_graph_step_matches_eager(void **state) {
     (void)state;
     if (on_cpu) skip(); /* a CUDA graph needs a CUDA device */
@@ -152,6 +191,7 @@ int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graph_step_matches_eager),
+        cmocka_unit_test(test_weight_copies_same_bits),
         cmocka_unit_test(test_bench_graph_step),
         cmocka_unit_test(test_gated_step_matches_checked),
     };
