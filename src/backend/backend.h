@@ -46,8 +46,11 @@ typedef struct oj_adam_args {
     bool decoupled; /* AdamW: p *= 1 - lr*wd first; Adam: g += wd*p (L2) */
     /* NULL, or (only when the backend's low_copies is set) a contiguous
      * bf16 tensor of the parameter's shape that adam_step_multi's writing
-     * pass also fills with the new value, rounded as copy rounds it */
+     * pass also fills with the new value, rounded as copy rounds it; with
+     * low_t, of the transposed shape [cols, rows] of a 2-D parameter,
+     * filled with the transpose (gpt2's Conv1D weights, read transposed) */
     oj_tensor *low;
+    bool low_t;
 } oj_adam_args;
 
 /* Hyperparameters of one fused SGD update (sgd_step entry), as

@@ -181,12 +181,14 @@ void oj__wcopy_keep(oj_tensor *param, bool on);
  * NULL with the error recorded on failure; returns true. False (*out
  * NULL) when x's storage keeps none: the caller casts. No tape node. */
 bool oj__wcopy_get(oj_tensor *x, oj_dtype dt, oj_tensor **out);
-/* The kept dt copy of param's own geometry (contiguous, same shape), as
- * an unscoped handle the caller releases; NULL when there is none. For
- * the optimizer's kernels, which write it in the update's pass; then
- * oj__wcopy_fresh(param, dt) after the version bump declares it current. */
-oj_tensor *oj__wcopy_target(oj_tensor *param, oj_dtype dt);
-void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt);
+/* The kept dt copy of param's own geometry, or with transposed of its
+ * transpose (rank 2: the copy is [cols, rows] contiguous), as an unscoped
+ * handle the caller releases; NULL when there is none. For the
+ * optimizer's kernels, which write it in the update's pass; then
+ * oj__wcopy_fresh(param, dt, transposed) after the version bump declares
+ * it current. */
+oj_tensor *oj__wcopy_target(oj_tensor *param, oj_dtype dt, bool transposed);
+void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt, bool transposed);
 /* Make every stale copy again (before a graph replay). */
 oj_status oj__wcopies_sync(oj_engine *eng);
 /* Entries alive (tests). */

@@ -121,21 +121,34 @@ bool oj__wcopy_get(oj_tensor *x, oj_dtype dt, oj_tensor **out) {
     return true;
 }
 
-oj_tensor *oj__wcopy_target(oj_tensor *param, oj_dtype dt) {
-    if (!oj__live(param) || !param->storage->keep_copies) return NULL;
+/* The geometry of param (rank 2 for transposed) or of its transpose. */
+static bool param_view(const oj_tensor *param, bool transposed, oj_tensor *v) {
+    *v = *param;
+    if (!transposed) return true;
+    if (param->rank != 2) return false;
+    v->shape[0] = param->shape[1], v->shape[1] = param->shape[0];
+    v->stride[0] = param->stride[1], v->stride[1] = param->stride[0];
+    return true;
+}
+
+oj_tensor *oj__wcopy_target(oj_tensor *param, oj_dtype dt, bool transposed) {
+    oj_tensor v;
+    if (!oj__live(param) || !param->storage->keep_copies || !param_view(param, transposed, &v))
+        return NULL;
     for (oj_wcopy *e = param->eng->wcopies; e; e = e->next)
-        if (e->dt == dt && same_view(e, param, dt)) {
-            oj_tensor *t = oj__tensor_new(param->eng, e->copy, 0, param->rank, param->shape, NULL, dt);
+        if (same_view(e, &v, dt)) {
+            oj_tensor *t = oj__tensor_new(param->eng, e->copy, 0, v.rank, v.shape, NULL, dt);
             if (t) oj__scope_detach(t);
             return t;
         }
     return NULL;
 }
 
-void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt) {
-    if (!oj__live(param)) return;
+void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt, bool transposed) {
+    oj_tensor v;
+    if (!oj__live(param) || !param_view(param, transposed, &v)) return;
     for (oj_wcopy *e = param->eng->wcopies; e; e = e->next)
-        if (same_view(e, param, dt)) {
+        if (same_view(e, &v, dt)) {
             e->version = param->storage->version;
             e->filled = true;
             e->copy->version++;

@@ -24,8 +24,9 @@ typedef struct oj_optim_slot {
     uint64_t clip_version;
     double clip_norm;
     /* the step's multi-tensor kernel was given param's kept bf16 copy
-     * (oj_optim_set_weight_copies): mark_written declares it current */
-    bool low_queued;
+     * (oj_optim_set_weight_copies; 2: its transpose's): mark_written
+     * declares it current */
+    int low_queued;
 } oj_optim_slot;
 
 typedef struct oj_optim_group {

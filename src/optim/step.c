@@ -117,10 +117,16 @@ typedef struct {
 } adam_batch;
 
 /* The kept bf16 copy of p's parameter that the step's multi-tensor
- * kernels write beside it (an unscoped handle), or NULL. */
-static oj_tensor *low_target(oj_optim *o, oj_optim_slot *p) {
+ * kernels write beside it (an unscoped handle), or NULL; with
+ * transposed_ok (adam_step_multi) the copy of its transpose where it has
+ * none of its own layout (*transposed set). */
+static oj_tensor *low_target(oj_optim *o, oj_optim_slot *p, bool transposed_ok, bool *transposed) {
+    *transposed = false;
     if (!o->weight_copies || !o->eng->backend->low_copies) return NULL;
-    return oj__wcopy_target(p->param, OJ_BF16);
+    oj_tensor *t = oj__wcopy_target(p->param, OJ_BF16, false);
+    if (t == NULL && transposed_ok && (t = oj__wcopy_target(p->param, OJ_BF16, true)) != NULL)
+        *transposed = true;
+    return t;
 }
 
 static void adam_batch_free(adam_batch *b) {
@@ -173,7 +179,8 @@ static oj_status adam_batch_init(oj_optim *o, work_item *items, int64_t n, adam_
         b->v[j] = p->exp_avg_sq;
         b->args[j] = adam_args(o, &items[i]);
         b->slot[j] = p;
-        b->args[j++].low = low_target(o, p);
+        b->args[j].low = low_target(o, p, true, &b->args[j].low_t);
+        j++;
     }
     b->n = k;
     return OJ_OK;
@@ -184,7 +191,7 @@ static oj_status adam_batch_run(oj_optim *o, const adam_batch *b, bool check_onl
     oj_status st = eng->backend->adam_step_multi(eng, b->n, b->p, b->g, b->m, b->v, b->args,
                                                  check_only);
     for (int64_t j = 0; j < b->n && st == OJ_OK && !check_only; j++)
-        if (b->args[j].low) b->slot[j]->low_queued = true; /* written beside it */
+        if (b->args[j].low) b->slot[j]->low_queued = b->args[j].low_t ? 2 : 1; /* written beside it */
     return st;
 }
 
@@ -192,8 +199,8 @@ static oj_status adam_batch_run(oj_optim *o, const adam_batch *b, bool check_onl
 static void mark_written(oj_optim_slot *p) {
     p->step++;
     oj_bump_version(p->param);
-    if (p->low_queued) oj__wcopy_fresh(p->param, OJ_BF16); /* written beside it */
-    p->low_queued = false;
+    if (p->low_queued) oj__wcopy_fresh(p->param, OJ_BF16, p->low_queued == 2); /* written beside it */
+    p->low_queued = 0;
     if (p->exp_avg) oj_bump_version(p->exp_avg);
     if (p->exp_avg_sq) oj_bump_version(p->exp_avg_sq);
     if (p->momentum_buffer) oj_bump_version(p->momentum_buffer);
@@ -458,7 +465,8 @@ static oj_status muon_batch_init(oj_optim *o, work_item *items, int64_t n, muon_
         b->u[j] = items[i].update;
         b->alpha[j] = -lr;
         b->scale[j] = oj__muon_scale(items[i].p->param);
-        b->low[j] = low_target(o, items[i].p);
+        bool tr = false;
+        b->low[j] = low_target(o, items[i].p, false, &tr);
         b->slot[j] = items[i].p;
         b->decay[j++] = 1.0 - lr * hp->weight_decay;
     }
@@ -482,7 +490,7 @@ static oj_status muon_batch_run(oj_optim *o, const muon_batch *b, const oj_optim
                                               b->alpha, b->scale, b->decay, check,
                                               check || !eng->backend->low_copies ? NULL : b->low);
     for (int64_t j = 0; j < b->n && st == OJ_OK && !check; j++)
-        if (b->low[j]) b->slot[j]->low_queued = true; /* written beside it */
+        if (b->low[j]) b->slot[j]->low_queued = 1; /* written beside it */
     return st;
 }
 
@@ -692,7 +700,7 @@ static oj_status step_begin(oj_optim *o) {
     for (int g = 0; g < o->ngroups; g++)
         for (int64_t i = 0; i < o->groups[g].n; i++) {
             oj_optim_slot *p = &o->groups[g].params[i];
-            p->low_queued = false;
+            p->low_queued = 0;
             /* a parameter given new storage since (oj_set_data) keeps its copies */
             if (o->weight_copies) oj__wcopy_keep(p->param, true);
         }

@@ -1823,6 +1823,57 @@ static void test_adam_step_multi(void **state) {
                                      ts[SIDE][2], ts[SIDE][3], args, true));
 }
 
+/* adam_step_multi with transposed low copies (oj_adam_args.low_t: gpt2's
+ * Conv1D weights): 2-D f32 parameters of sizes around the 32 x 32 tile,
+ * mixed with plain ones in one call, over a check pass and a writing
+ * pass: parameters and moments are adam_step's bytes, and each copy is
+ * the bytes of the cast of the parameter's transposed view (what the
+ * forward would cast). */
+static void test_adam_low_transposed(void **state) {
+    (void)state;
+    if (!gpu->backend->low_copies) skip(); /* the CPU self-check */
+    enum { NT = 6 };
+    static const int64_t shapes[NT][2] = {{1, 1}, {33, 65}, {32, 32}, {96, 40}, {7, 300}, {64, 1}};
+    pr p[NT], g[NT], m[NT], v[NT], p1[NT], m1[NT], v1[NT];
+    oj_tensor *tp[NT], *tg[NT], *tm[NT], *tv[NT];
+    oj_adam_args args[NT];
+    for (int i = 0; i < NT; i++) {
+        p[i] = rnd(2, shapes[i], OJ_F32, -1, 1);
+        g[i] = rnd(2, shapes[i], OJ_F32, -1, 1);
+        m[i] = rnd(2, shapes[i], OJ_F32, -0.1, 0.1);
+        v[i] = rnd(2, shapes[i], OJ_F32, 0.001, 0.1);
+        p1[i] = dup(p[i]);
+        m1[i] = dup(m[i]);
+        v1[i] = dup(v[i]);
+        tp[i] = p[i].t[1], tg[i] = g[i].t[1], tm[i] = m[i].t[1], tv[i] = v[i].t[1];
+        args[i] = (oj_adam_args){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                 .weight_decay = 0.1, .bias_correction1 = 1 - pow(0.9, 3),
+                                 .bias_correction2 = 1 - pow(0.95, 3), .decoupled = true};
+        if (i != 3) { /* one plain parameter among them */
+            args[i].low = oj_empty(gpu, 2, (int64_t[2]){shapes[i][1], shapes[i][0]}, OJ_BF16);
+            args[i].low_t = true;
+        }
+    }
+    assert_int_equal(gpu->backend->adam_step_multi(gpu, NT, tp, (const oj_tensor *const *)tg, tm,
+                                                   tv, args, true),
+                     OJ_OK);
+    assert_int_equal(gpu->backend->adam_step_multi(gpu, NT, tp, (const oj_tensor *const *)tg, tm,
+                                                   tv, args, false),
+                     OJ_OK);
+    for (int i = 0; i < NT; i++) {
+        assert_int_equal(gpu->backend->adam_step(gpu, p1[i].t[1], g[i].t[1], m1[i].t[1],
+                                                 v1[i].t[1], &args[i], false),
+                         OJ_OK);
+        same_bytes(tp[i], p1[i].t[1], "adam tile param vs adam_step", i);
+        same_bytes(tm[i], m1[i].t[1], "adam tile exp_avg vs adam_step", i);
+        same_bytes(tv[i], v1[i].t[1], "adam tile exp_avg_sq vs adam_step", i);
+        if (args[i].low) {
+            oj_tensor *tr = oj_transpose(tp[i], 0, 1);
+            same_bytes(args[i].low, oj_cast(tr, OJ_BF16), "adam tile low copy vs cast", i);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- the step gate */
 
 /* The GPU tensors of pairs xs[0..n) (or of their reference copies). */
@@ -3963,6 +4014,7 @@ int main(void) {
         T_(test_step_gate),
         T_(test_muon_normalize),
         T_(test_muon_norms),
+        T_(test_adam_low_transposed),
         T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),

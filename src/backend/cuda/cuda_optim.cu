@@ -776,7 +776,7 @@ static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
     adam_batch<T> b;
     memset(&b, 0, sizeof b);
     for (int64_t i = 0; i < n; i++) {
-        if (params[i]->dtype != dt) continue;
+        if (params[i]->dtype != dt || (args[i].low && args[i].low_t)) continue; /* adam_tile's */
         int64_t ne = oj_cuda_numel(params[i]);
         if (ne == 0) continue;
         int64_t chunks = (ne + MT_CHUNK - 1) / MT_CHUNK;
@@ -803,6 +803,44 @@ static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
     return OJ_OK;
 }
 
+/* An f32 [R, C] parameter whose kept bf16 copy is its transpose [C, R]
+ * (oj_adam_args.low_t): one block of 32 x 8 threads per 32 x 32 tile runs
+ * adam_elem on the tile's elements (rows coalesced, the multi kernel's
+ * bits) and stages their bf16 roundings in shared memory, written out
+ * along the copy's rows (coalesced too). */
+__global__ void __launch_bounds__(256)
+    k_adam_tile(float *p, const float *g, float *m, float *v, oj_cu_bf16 *lo, int64_t R,
+                int64_t C, adam_c<float> c, bool check_only, unsigned long long *bad,
+                double *gate) {
+    __shared__ oj_cu_bf16 tile[32][33];
+    double coef = 1.0;
+    if (gate != NULL) {
+        if (gate[GATE_SKIP] != 0.0) return; /* uniform over the block */
+        coef = gate[GATE_COEF];
+    }
+    const int64_t tc = (C + 31) / 32, r0 = (int64_t)(blockIdx.x / tc) * 32,
+                  c0 = (int64_t)(blockIdx.x % tc) * 32;
+    const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+    bool ok = true;
+    for (int k = ty; k < 32; k += 8) {
+        int64_t r = r0 + k, cc = c0 + tx;
+        if (r < R && cc < C) {
+            ok &= adam_elem(p, g, m, v, r * C + cc, c, check_only, coef, R * C == 1);
+            if (!check_only) tile[k][tx] = oj_cu_fromf<oj_cu_bf16>(p[r * C + cc]);
+        }
+    }
+    if (!ok) {
+        if (gate != NULL) gate_refuse(gate);
+        else *bad = 1ull;
+    }
+    if (check_only) return; /* uniform */
+    __syncthreads();
+    for (int k = ty; k < 32; k += 8) {
+        int64_t cc = c0 + k, r = r0 + tx;
+        if (r < R && cc < C) lo[cc * R + r] = tile[tx][k];
+    }
+}
+
 oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *params,
                                   const oj_tensor *const *grads, oj_tensor *const *exp_avgs,
                                   oj_tensor *const *exp_avg_sqs, const oj_adam_args *args,
@@ -819,9 +857,10 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
     for (int64_t i = 0; i < n; i++) {
         const oj_tensor *ts[5] = {params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], args[i].low};
         if (check_args(eng, op, ts, args[i].low ? 5 : 4) != OJ_OK) return oj_last_status(eng);
-        if (args[i].low && !low_fits(args[i].low, params[i]))
+        if (args[i].low && (!low_fits(args[i].low, params[i]) || (args[i].low_t && params[i]->rank != 2)))
             return oj_set_error(eng, OJ_ERR_INTERNAL,
-                                "%s: a low copy must be bf16 shaped like its f32 parameter", op);
+                                "%s: a low copy must be bf16 shaped like its f32 parameter (or its "
+                                "transpose, for a 2-D one)", op);
     }
     bool read = check_only && oj_cuda_state_of(eng)->gate == NULL;
     if (read && oj_cuda_flags_reset(eng, 1, 0, 0, op) != OJ_OK) return oj_last_status(eng);
@@ -831,6 +870,21 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
     if (st == OJ_OK)
         st = adam_multi_dtype<double>(eng, OJ_F64, n, params, grads, exp_avgs, exp_avg_sqs, args,
                                       check_only, bad);
+    for (int64_t i = 0; i < n && st == OJ_OK; i++) { /* the transposed copies, one launch each */
+        if (!args[i].low || !args[i].low_t || oj_cuda_numel(params[i]) == 0) continue;
+        int64_t R = params[i]->shape[0], C = params[i]->shape[1];
+        int64_t tiles = ((R + 31) / 32) * ((C + 31) / 32);
+        if (tiles > 0x7fffffffll)
+            return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: a [%lld, %lld] tensor", op,
+                                (long long)R, (long long)C);
+        adam_c<float> cc;
+        adam_consts(&cc, &args[i]);
+        k_adam_tile<<<(unsigned)tiles, dim3(32, 8), 0, OJ_STREAM>>>(
+            PTR(float, params[i]), PTR(const float, grads[i]), PTR(float, exp_avgs[i]),
+            PTR(float, exp_avg_sqs[i]), PTR(oj_cu_bf16, args[i].low), R, C, cc, check_only, bad,
+            oj_cuda_state_of(eng)->gate);
+        st = oj_cuda_check(eng, "adam_step_multi (tile)");
+    }
     if (st != OJ_OK || !read) return st;
     unsigned long long f;
     if (oj_cuda_flags_read(eng, &f, 1, op) != OJ_OK) return oj_last_status(eng);
