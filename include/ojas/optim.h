@@ -98,9 +98,11 @@ int oj_optim_group_count(const oj_optim *o);
  * CUDA graph replay. The values are the cast's, bit for bit: results are
  * unchanged. Costs one copy per parameter and view cast (half an f32
  * parameter's bytes for bf16), held until the parameter is freed or
- * copies are turned off; copies are never made while a graph captures
- * (the replay makes them). Applies to the parameters in o now and added
- * later. OJ_ERR_INVALID_ARGUMENT for a NULL o. */
+ * copies are turned off; a copy first needed during a graph capture
+ * is filled before the replay. Applies to the parameters in o now and added
+ * later; a parameter cast through more than 4 views keeps copies of the
+ * first 4. OJ_ERR_INVALID_ARGUMENT for a NULL o; OJ_ERR_STATE turning
+ * them off while the engine holds CUDA graphs (a graph may read them). */
 oj_status oj_optim_set_weight_copies(oj_optim *o, bool on);
 bool oj_optim_weight_copies(const oj_optim *o);
 /* The hyperparameters of `group`, writable (e.g. to change lr or

@@ -20,6 +20,8 @@
 #include "backend/backend.h"
 #include "core/internal.h"
 
+enum { OJ__WCOPY_VIEWS_MAX = 4 };
+
 struct oj_wcopy {
     oj_storage *src;   /* the parameter's storage (not retained) */
     oj_tensor view;    /* the source view's geometry (a plain struct, no refs) */
@@ -110,7 +112,12 @@ bool oj__wcopy_get(oj_tensor *x, oj_dtype dt, oj_tensor **out) {
         return false;
     oj_engine *eng = x->eng;
     oj_wcopy *e = eng->wcopies;
-    while (e && !same_view(e, x, dt)) e = e->next;
+    int same_src = 0;
+    for (; e && !same_view(e, x, dt); e = e->next) same_src += e->src == x->storage;
+    /* a few views per parameter (itself, its transpose): a parameter cast
+     * through ever new views (narrowed by an input's length) is cast as
+     * usual rather than kept once per view */
+    if (e == NULL && same_src >= OJ__WCOPY_VIEWS_MAX) return false;
     if (e == NULL && (e = entry_new(eng, x, dt)) == NULL) return true;
     /* during a capture nothing runs: the replay's oj__wcopies_sync fills
      * a stale copy first */

@@ -206,6 +206,10 @@ int oj_optim_group_count(const oj_optim *o) { return o ? o->ngroups : 0; }
 
 oj_status oj_optim_set_weight_copies(oj_optim *o, bool on) {
     if (o == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    if (!on && o->weight_copies && o->eng->graphs != NULL)
+        return oj_set_error(o->eng, OJ_ERR_STATE,
+                            "optim: weight copies cannot be dropped while CUDA graphs are alive "
+                            "(a graph may read them); free the graphs first");
     o->weight_copies = on;
     for (int g = 0; g < o->ngroups; g++)
         for (int64_t i = 0; i < o->groups[g].n; i++) oj__wcopy_keep(o->groups[g].params[i].param, on);

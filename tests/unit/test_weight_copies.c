@@ -191,11 +191,48 @@ static void test_copy_follows_writes(void **state) {
     oj_engine_free(e);
 }
 
+/* A parameter cast through ever new views (a narrow per length) keeps
+ * copies of at most 4 of them and casts the others as usual: every
+ * output is the bytes of the plain cast's. */
+static void test_views_capped(void **state) {
+    (void)state;
+    oj_engine *e = new_engine();
+    oj_scope_begin(e);
+    int64_t xs[2] = {3, 8}, ws[2] = {16, 8};
+    oj_tensor *x = oj_rand_normal(e, 2, xs, OJ_F32, 0.0, 1.0);
+    oj_tensor *w = oj_rand_normal(e, 2, ws, OJ_F32, 0.0, 1.0), *w2 = oj_clone(w);
+    oj_set_requires_grad(w, true);
+    oj_optim *opt = oj_optim_create(e);
+    oj_optim_hparams hp = oj_adamw_hparams(1e-3, 0.0);
+    oj_named_tensors one = {1, (const char *const[]){"w"}, (oj_tensor *const[]){w}};
+    assert_true(oj_optim_add_group(opt, &hp, &one) >= 0);
+    assert_int_equal(oj_optim_set_weight_copies(opt, true), OJ_OK);
+    for (int64_t len = 1; len <= 8; len++) {
+        oj_tensor *a = oj_narrow(w, 0, 0, len), *b = oj_narrow(w2, 0, 0, len);
+        oj_set_autocast(e, true, OJ_BF16);
+        oj_tensor *ya = oj_linear(x, a, NULL), *yb = oj_linear(x, b, NULL);
+        oj_set_autocast(e, false, OJ_BF16);
+        assert_non_null(ya);
+        assert_true(same_bytes(ya, yb));
+        oj_release(a);
+        oj_release(b);
+        oj_release(ya);
+        oj_release(yb);
+    }
+    assert_int_equal(oj__wcopies_count(e), 4);
+    oj_optim_free(opt);
+    oj_scope_end(e);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(e), 0);
+    oj_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_adamw_same_bits),
         cmocka_unit_test(test_nanolab_muon_same_bits),
         cmocka_unit_test(test_copy_follows_writes),
+        cmocka_unit_test(test_views_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
