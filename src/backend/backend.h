@@ -449,6 +449,26 @@ typedef struct oj_backend {
      * unary_backward calls on the same backend. */
     oj_status (*swiglu_backward)(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
                                  const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+    /* nanolab's value residual under autocast (oj__value_mix), OPTIONAL
+     * (NULL: the ops sub, mul, add and a cast): out = (T)((float)v0 +
+     * (float)(T)((float)v1 - (float)v0) * s[0]), each operation rounded
+     * on its own (no fused multiply-add): the bits of binary(SUB) in T,
+     * binary(MUL) by the f32 s giving f32, binary(ADD) with v0 in f32 and
+     * copy to T. v1, v0: one dtype T (bf16 or f16), one shape of rank 1..4
+     * whose last dim is contiguous, other strides any; s: f32, one
+     * element (device memory); out contiguous, their shape and T. */
+    oj_status (*value_mix_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *v1,
+                                   const oj_tensor *v0, const oj_tensor *s);
+    /* Its gradients from g (out's shape and dtype, last dim contiguous):
+     * dv1 = (T)((float)g * s[0]) and dv0 = (T)((float)g - (float)dv1)
+     * (contiguous, T: the bits of the chain's rules, mul's then the sum of
+     * add's and sub's gradients), ds[0] = the sum over every element of
+     * (double)g * (double)(T)(v1 - v0), rounded to f32 (s's shape), in a
+     * fixed order: the same bits run to run. dv1, dv0 or ds may be NULL
+     * (not wanted). */
+    oj_status (*value_mix_backward)(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
+                                    oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
+                                    const oj_tensor *v0, const oj_tensor *s);
     /* Dropout: element i (row-major) is kept when Philox4x32-10 word i % 4
      * of counter block offset + i / 4 (key seed, stream 0), read as u =
      * word / 2^32, has u >= p; kept elements are scaled by 1 / (1 - p),

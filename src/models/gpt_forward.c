@@ -9,7 +9,7 @@
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
-#include "ops/ops_common.h"
+#include "ops/nn_common.h"
 
 /* [B, T, n*D] -> [B, n, T, D] */
 static oj_tensor *split_heads(oj_tensor *x, int64_t n, int64_t D) {
@@ -237,16 +237,16 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
         k = oj_rms_norm_rotary(k1, NULL, eps, pos, theta);
     }
     if (low) oj_set_autocast(eng, true, adt);
-    /* Value residual: v = s v + (1 - s) v0, s = sigmoid(lambda). */
+    /* Value residual: v = s v + (1 - s) v0, s = sigmoid(lambda): one
+     * fused op where the backend has it (its bits: the chain's, cast to
+     * the autocast dtype as attention would cast it) */
     oj_tensor *v = NULL, *s = NULL, *a = NULL, *c = NULL, *diff = NULL;
     if (l == 0) {
         v = oj_retain(v1);
         *v_first = oj_retain(v1);
     } else {
         s = oj_sigmoid(b->lambda);
-        diff = oj_sub(v1, *v_first);
-        a = oj_mul(diff, s);
-        v = oj_add(*v_first, a);
+        v = s && v1 ? oj__value_mix(v1, *v_first, s) : NULL;
     }
     oj_tensor *ka = NULL, *va = NULL, *y = NULL;
     if (cache == NULL || cache_append(cache, l, k, v, NULL, &ka, &va))

@@ -1874,6 +1874,69 @@ static void test_adam_low_transposed(void **state) {
     }
 }
 
+/* value_mix_forward / value_mix_backward (nanolab's value residual) on
+ * head views [B, H, T, D] of a [B, T, 2 H D] projection (strided, as the
+ * model passes them), D 40 and 128, bf16 and f16: the forward is the bytes
+ * of the chain of ops on the same device (sub, mul by the f32 s, add,
+ * cast); dv1 and dv0 the bytes of the chain's rules (g * s rounded, then
+ * g - dv1 rounded); ds the double sum of g * (v1 - v0) within 1e-6; a
+ * rerun gives the same ds bits; a strided g is taken. */
+static void test_value_mix(void **state) {
+    (void)state;
+    if (gpu->backend->value_mix_forward == NULL) skip(); /* the CPU self-check */
+    const int64_t B = 2, T = 5, H = 3, Ds[2] = {40, 128};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F16};
+    bool prev = oj_set_grad_enabled(gpu, false);
+    for (int c = 0; c < 4; c++) {
+        const int64_t D = Ds[c % 2];
+        const oj_dtype dt = dts[c / 2];
+        int64_t ps[3] = {B, T, 2 * H * D}, hs[4] = {B, T, H, D};
+        const int p4[4] = {0, 2, 1, 3};
+        pr proj = rnd(3, ps, dt, -2, 2);
+        oj_tensor *y = proj.t[1];
+        oj_tensor *n1 = oj_narrow(y, 2, 0, H * D), *n0 = oj_narrow(y, 2, H * D, H * D);
+        oj_tensor *r1 = oj_reshape(n1, 4, hs), *r0 = oj_reshape(n0, 4, hs);
+        oj_tensor *v1 = oj_permute(r1, 4, p4), *v0 = oj_permute(r0, 4, p4);
+        double sv = 0.3125 + 0.1 * c;
+        oj_tensor *sf = oj_full(gpu, 1, (int64_t[1]){1}, OJ_F32, sv);
+        assert_non_null(v1);
+        assert_non_null(v0);
+        assert_non_null(sf);
+        /* forward */
+        oj_tensor *got = oj_empty(gpu, 4, oj_shape(v1), dt);
+        assert_int_equal(gpu->backend->value_mix_forward(gpu, got, v1, v0, sf), OJ_OK);
+        oj_tensor *diff = oj_sub(v1, v0), *a = oj_mul(diff, sf), *sum = oj_add(v0, a);
+        assert_int_equal(oj_tensor_dtype(sum), OJ_F32);
+        same_bytes(got, oj_cast(sum, dt), "value_mix_forward vs the chain", c);
+        /* backward, from a g seen through a transposed view when c is odd */
+        int64_t gs[4] = {B, H, T, D};
+        pr gp = rnd(4, gs, dt, -1, 1);
+        oj_tensor *g = gp.t[1];
+        if (c % 2) {
+            int64_t gs2[4] = {B, T, H, D};
+            pr g2 = rnd(4, gs2, dt, -1, 1);
+            g = oj_permute(g2.t[1], 4, p4);
+        }
+        oj_tensor *dv1 = oj_empty(gpu, 4, gs, dt), *dv0 = oj_empty(gpu, 4, gs, dt);
+        oj_tensor *ds = oj_empty(gpu, 1, (int64_t[1]){1}, OJ_F32), *ds2 = oj_empty(gpu, 1, (int64_t[1]){1}, OJ_F32);
+        assert_int_equal(gpu->backend->value_mix_backward(gpu, dv1, dv0, ds, g, v1, v0, sf), OJ_OK);
+        assert_int_equal(gpu->backend->value_mix_backward(gpu, NULL, NULL, ds2, g, v1, v0, sf), OJ_OK);
+        oj_tensor *g32 = oj_cast(g, OJ_F32);
+        oj_tensor *want1 = oj_cast(oj_mul(g32, sf), dt);
+        same_bytes(dv1, want1, "value_mix_backward dv1 vs the chain", c);
+        same_bytes(dv0, oj_sub(g, want1), "value_mix_backward dv0 vs the chain", c);
+        same_bytes(ds, ds2, "value_mix_backward ds rerun", c);
+        double *gh = to_doubles(g32), *dh = to_doubles(oj_cast(diff, OJ_F32)), ref = 0.0;
+        for (int64_t i = 0; i < oj_numel(g32); i++) ref += gh[i] * dh[i];
+        double got_ds = oj_item(ds);
+        if (!(fabs(got_ds - ref) <= 1e-6 * fabs(ref) + 1e-6))
+            fail_msg("value_mix_backward ds case %d: %.9g, want %.9g", c, got_ds, ref);
+        free(gh);
+        free(dh);
+    }
+    oj_set_grad_enabled(gpu, prev);
+}
+
 /* ---------------------------------------------------------------- the step gate */
 
 /* The GPU tensors of pairs xs[0..n) (or of their reference copies). */
@@ -4015,6 +4078,7 @@ int main(void) {
         T_(test_muon_normalize),
         T_(test_muon_norms),
         T_(test_adam_low_transposed),
+        T_(test_value_mix),
         T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),

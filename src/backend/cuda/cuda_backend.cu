@@ -18,6 +18,12 @@ void oj_cuda_step_gate_close(oj_engine *eng);
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                  const oj_tensor *norms);
 oj_status oj_cuda_muon_norms(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
+/* cuda_value_mix.cu */
+oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *v1,
+                                    const oj_tensor *v0, const oj_tensor *s);
+oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
+                                     oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
+                                     const oj_tensor *v0, const oj_tensor *s);
 oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
                                       const oj_tensor *const *grads, oj_tensor *const *updates,
                                       double momentum, bool nesterov);
@@ -122,6 +128,8 @@ static oj_backend make_cuda_backend() {
     b.rms_norm_rotary_backward = oj_cuda_rms_norm_rotary_backward;
     b.swiglu_forward = oj_cuda_swiglu_forward;
     b.swiglu_backward = oj_cuda_swiglu_backward;
+    b.value_mix_forward = oj_cuda_value_mix_forward;
+    b.value_mix_backward = oj_cuda_value_mix_backward;
     b.dropout = oj_cuda_dropout;
     /* optimizer updates (cuda_optim.cu) */
     b.adam_step = oj_cuda_adam_step;

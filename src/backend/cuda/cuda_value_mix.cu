@@ -1,0 +1,189 @@
+/* nanolab's value residual v = v0 + s (v1 - v0) under autocast in one pass
+ * each way (backend.h value_mix_forward / value_mix_backward): the ops'
+ * chain (sub in the 16-bit dtype, mul by the f32 s, add in f32, the cast
+ * back) read and written once instead of five f32/16-bit passes forward
+ * and as many back. Each operation is its own IEEE rounding (__f*_rn: no
+ * contraction into a fused multiply-add), so the forward and dv1/dv0 are
+ * the chain's bits; ds sums in double over a partition fixed by the
+ * shape. */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define VM_THREADS 128
+#define VM_MAX_BLOCKS 2048
+
+/* Rows of the last dim D: up to 3 outer dims, each input's outer strides
+ * (elements; the last dim is contiguous). */
+struct vm_geom {
+    int64_t rows, D;
+    int nd;
+    int64_t shape[3];
+    int64_t st[3][3]; /* [input][dim]: v1, v0, g */
+    const char *p[3];
+};
+
+static __device__ __forceinline__ void vm_offsets(const vm_geom &g, int64_t r, int n,
+                                                  int64_t *off) {
+    for (int k = 0; k < n; k++) off[k] = 0;
+    for (int d = g.nd - 1; d >= 0; d--) {
+        int64_t q = r / g.shape[d], i = r - q * g.shape[d];
+        r = q;
+        for (int k = 0; k < n; k++) off[k] += i * g.st[k][d];
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(VM_THREADS) k_vmix_fwd(const vm_geom g, T *out, const float *s) {
+    const float sv = *s;
+    for (int64_t r = blockIdx.x; r < g.rows; r += gridDim.x) {
+        int64_t off[3];
+        vm_offsets(g, r, 2, off);
+        const T *a = (const T *)g.p[0] + off[0], *b = (const T *)g.p[1] + off[1];
+        T *o = out + r * g.D;
+        for (int64_t d = threadIdx.x; d < g.D; d += VM_THREADS) {
+            float x0 = oj_cu_tof(b[d]);
+            float diff = oj_cu_tof(oj_cu_fromf<T>(__fsub_rn(oj_cu_tof(a[d]), x0)));
+            o[d] = oj_cu_fromf<T>(__fadd_rn(x0, __fmul_rn(diff, sv)));
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(VM_THREADS)
+    k_vmix_bwd(const vm_geom g, T *dv1, T *dv0, const float *s, double *partial) {
+    __shared__ double sh[32];
+    const float sv = *s;
+    double acc = 0.0;
+    for (int64_t r = blockIdx.x; r < g.rows; r += gridDim.x) {
+        int64_t off[3];
+        vm_offsets(g, r, 3, off);
+        const T *a = (const T *)g.p[0] + off[0], *b = (const T *)g.p[1] + off[1];
+        const T *gp = (const T *)g.p[2] + off[2];
+        for (int64_t d = threadIdx.x; d < g.D; d += VM_THREADS) {
+            float gf = oj_cu_tof(gp[d]);
+            T d1 = oj_cu_fromf<T>(__fmul_rn(gf, sv));
+            if (dv1) dv1[r * g.D + d] = d1;
+            if (dv0) dv0[r * g.D + d] = oj_cu_fromf<T>(__fadd_rn(gf, -oj_cu_tof(d1)));
+            if (partial) {
+                float diff = oj_cu_tof(oj_cu_fromf<T>(__fsub_rn(oj_cu_tof(a[d]), oj_cu_tof(b[d]))));
+                acc = __dadd_rn(acc, __dmul_rn((double)gf, (double)diff));
+            }
+        }
+    }
+    if (partial == NULL) return; /* uniform over the grid */
+    acc = oj_cu_block_sum(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+/* ds[0] = the partials summed in block order, rounded to f32. */
+__global__ void k_vmix_ds(const double *partial, int nb, float *ds) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double t = 0.0;
+    for (int i = 0; i < nb; i++) t = __dadd_rn(t, partial[i]);
+    *ds = (float)t;
+}
+
+/* The geometry of v1, v0 (and g): one shape of rank 1..4, one 16-bit
+ * float dtype, the last dim contiguous; false when the entry does not
+ * take them. */
+static bool vm_plan(const oj_tensor *v1, const oj_tensor *v0, const oj_tensor *g,
+                    const oj_tensor *s, vm_geom *out) {
+    const oj_tensor *ts[3] = {v1, v0, g};
+    int n = g ? 3 : 2, rank = v1->rank;
+    if (rank < 1 || rank > 4 || !oj_cu_is_f16ish(v1->dtype) || v1->dtype == OJ_F32 ||
+        s->dtype != OJ_F32 || oj_cuda_numel(s) != 1)
+        return false;
+    for (int k = 0; k < n; k++) {
+        if (ts[k]->dtype != v1->dtype || ts[k]->rank != rank) return false;
+        for (int d = 0; d < rank; d++)
+            if (ts[k]->shape[d] != v1->shape[d]) return false;
+        if (v1->shape[rank - 1] > 1 && ts[k]->stride[rank - 1] != 1) return false;
+    }
+    vm_geom g2;
+    memset(&g2, 0, sizeof g2);
+    g2.D = v1->shape[rank - 1];
+    g2.nd = rank - 1;
+    g2.rows = 1;
+    for (int d = 0; d < rank - 1; d++) {
+        g2.shape[d] = v1->shape[d];
+        g2.rows *= v1->shape[d];
+        for (int k = 0; k < n; k++) g2.st[k][d] = ts[k]->stride[d];
+    }
+    for (int k = 0; k < n; k++) g2.p[k] = oj_cuda_ptr(ts[k]);
+    *out = g2;
+    return true;
+}
+
+static unsigned vm_blocks(int64_t rows) {
+    return (unsigned)(rows < 1 ? 1 : rows < VM_MAX_BLOCKS ? rows : VM_MAX_BLOCKS);
+}
+
+oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *v1,
+                                    const oj_tensor *v0, const oj_tensor *s);
+oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *v1,
+                                    const oj_tensor *v0, const oj_tensor *s) {
+    const char *op = "value_mix_forward";
+    vm_geom g;
+    if (!vm_plan(v1, v0, NULL, s, &g) || out->dtype != v1->dtype || !oj_cuda_contig(out) ||
+        oj_cuda_numel(out) != oj_cuda_numel(v1) || !oj_cuda_contig(s))
+        return oj_set_error(eng, OJ_ERR_INTERNAL,
+                            "%s: v1, v0 of one bf16/f16 dtype and shape (rank 1..4, last dim "
+                            "contiguous), s one f32 element, out contiguous expected",
+                            op);
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (g.rows * g.D == 0) return OJ_OK;
+    if (v1->dtype == OJ_BF16)
+        k_vmix_fwd<oj_cu_bf16><<<vm_blocks(g.rows), VM_THREADS, 0, OJ_STREAM>>>(
+            g, (oj_cu_bf16 *)oj_cuda_ptr(out), (const float *)oj_cuda_ptr(s));
+    else
+        k_vmix_fwd<oj_cu_f16><<<vm_blocks(g.rows), VM_THREADS, 0, OJ_STREAM>>>(
+            g, (oj_cu_f16 *)oj_cuda_ptr(out), (const float *)oj_cuda_ptr(s));
+    return oj_cuda_check(eng, op);
+}
+
+oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
+                                     oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
+                                     const oj_tensor *v0, const oj_tensor *s);
+oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
+                                     oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
+                                     const oj_tensor *v0, const oj_tensor *s) {
+    const char *op = "value_mix_backward";
+    vm_geom geo;
+    bool ok = vm_plan(v1, v0, g, s, &geo) && oj_cuda_contig(s);
+    const oj_tensor *outs[2] = {dv1, dv0};
+    for (int k = 0; k < 2 && ok; k++)
+        ok = outs[k] == NULL || (outs[k]->dtype == v1->dtype && oj_cuda_contig(outs[k]) &&
+                                 oj_cuda_numel(outs[k]) == oj_cuda_numel(v1));
+    if (ok && ds) ok = ds->dtype == OJ_F32 && oj_cuda_numel(ds) == 1 && oj_cuda_contig(ds);
+    if (!ok)
+        return oj_set_error(eng, OJ_ERR_INTERNAL,
+                            "%s: g, v1, v0 of one bf16/f16 dtype and shape (rank 1..4, last dim "
+                            "contiguous), s and ds one f32 element, dv1/dv0 contiguous expected",
+                            op);
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const unsigned nb = vm_blocks(geo.rows);
+    oj_storage *hold = NULL;
+    double *partial = NULL;
+    if (ds) {
+        partial = (double *)oj_cuda_scratch(eng, nb * sizeof(double), op, &hold);
+        if (partial == NULL) return oj_last_status(eng);
+    }
+    const float *sp = (const float *)oj_cuda_ptr(s);
+    oj_status st = OJ_OK;
+    if (geo.rows * geo.D > 0 || ds) {
+        if (v1->dtype == OJ_BF16)
+            k_vmix_bwd<oj_cu_bf16><<<nb, VM_THREADS, 0, OJ_STREAM>>>(
+                geo, dv1 ? (oj_cu_bf16 *)oj_cuda_ptr(dv1) : NULL,
+                dv0 ? (oj_cu_bf16 *)oj_cuda_ptr(dv0) : NULL, sp, partial);
+        else
+            k_vmix_bwd<oj_cu_f16><<<nb, VM_THREADS, 0, OJ_STREAM>>>(
+                geo, dv1 ? (oj_cu_f16 *)oj_cuda_ptr(dv1) : NULL,
+                dv0 ? (oj_cu_f16 *)oj_cuda_ptr(dv0) : NULL, sp, partial);
+        st = oj_cuda_check(eng, op);
+    }
+    if (st == OJ_OK && ds) {
+        k_vmix_ds<<<1, 32, 0, OJ_STREAM>>>(partial, (int)nb, (float *)oj_cuda_ptr(ds));
+        st = oj_cuda_check(eng, "value_mix_backward (ds)");
+    }
+    oj__storage_release(hold);
+    return st;
+}
