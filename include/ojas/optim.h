@@ -91,8 +91,8 @@ int oj_optim_group_count(const oj_optim *o);
  * weight to bf16/f16 before its GEMM; with copies kept, that cast is made
  * once into memory kept for the parameter and read by later forwards
  * while the parameter is unchanged. The optimizer's step writes the copy
- * in its own update pass where its kernel can (CUDA AdamW/Muon, a
- * parameter read in its own layout: the head, nanolab's projections); any
+ * in its own update pass where its kernel can (CUDA: AdamW, also a copy
+ * of the transpose such as gpt2's Conv1D weights; Muon's batched step); any
  * other copy is made again by the first cast after a write (the step,
  * oj_copy_, loads, init: any write that bumps oj_version), or before a
  * CUDA graph replay. The values are the cast's, bit for bit: results are
