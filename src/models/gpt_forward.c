@@ -260,10 +260,15 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     oj_tensor *g1 = oj_sigmoid(g0);
     oj_tensor *g3 = oj_unsqueeze(g1, 3);
     oj_tensor *g2 = y ? oj_transpose(y, 1, 2) : NULL; /* [B, T, H, D] */
-    oj_tensor *yg = g2 && g3 ? oj_mul(g2, g3) : NULL;
-    int64_t ms[3] = {oj_size(h, 0), oj_size(h, 1), C};
-    oj_tensor *ym = yg ? oj_reshape(yg, 3, ms) : NULL;
-    oj_tensor *out = oj__gpt_linear(ym, b->o_w, b->qo, NULL);
+    oj_tensor *yg = NULL, *ym = NULL, *out = NULL;
+    if (oj_grad_enabled(eng)) { /* training: the gated output recomputed in the backward */
+        out = g2 && g3 ? oj__mul_linear(g2, g3, b->o_w) : NULL;
+    } else {
+        yg = g2 && g3 ? oj_mul(g2, g3) : NULL;
+        int64_t ms[3] = {oj_size(h, 0), oj_size(h, 1), C};
+        ym = yg ? oj_reshape(yg, 3, ms) : NULL;
+        out = oj__gpt_linear(ym, b->o_w, b->qo, NULL);
+    }
     oj_tensor *tmp[] = {q0, k0, v0, q1, k1, v1, q2, k2, q, k, v, s, a, c, diff,
                         ka, va, y, g0, g1, g2, g3, yg, ym};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);

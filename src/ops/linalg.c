@@ -622,6 +622,116 @@ oj_tensor *oj_swiglu_linear(oj_tensor *gate, oj_tensor *up, oj_tensor *weight, o
     return out;
 }
 
+/* ---------------------------------------------------------------- mul_linear */
+
+/* The edge of p = a * b seen as [a's leading dims, a[-2] * a[-1]] (the
+ * linear's input) in p's dtype. */
+static void mul_linear_edge(const oj_tensor *a, oj_dtype dt, oj_edge *xe) {
+    memset(xe, 0, sizeof *xe);
+    xe->rank = a->rank - 1;
+    for (int d = 0; d < a->rank - 2; d++) xe->shape[d] = a->shape[d];
+    xe->shape[a->rank - 2] = a->shape[a->rank - 2] * a->shape[a->rank - 1];
+    xe->dtype = dt;
+}
+
+/* saved: a, b, W. The backward recomputes p = a * b (mul's bits), runs
+ * linear's rule on p viewed as [..., K], then mul's rule (dp b, dp a, each
+ * summed to its input's shape), as the three ops' nodes would. */
+static oj_status mul_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    oj_tensor *a = oj__node_saved(n, 0), *b = oj__node_saved(n, 1), *w = oj__node_saved(n, 2);
+    if (a == NULL || b == NULL || w == NULL) return oj_last_status(eng);
+    const bool na = oj__node_needs(n, 0), nb = oj__node_needs(n, 1);
+    bool need[3] = {na || nb, oj__node_needs(n, 2), false};
+    oj_tensor *p = need[1] ? oj_mul(a, b) : NULL; /* grad mode is off */
+    if (need[1] && p == NULL) return oj_last_status(eng);
+    oj_edge xe;
+    mul_linear_edge(a, p ? p->dtype : n->out_dtype[0], &xe);
+    oj_tensor *p2 = p ? oj_reshape(p, xe.rank, xe.shape) : NULL;
+    oj_release(p);
+    if (need[1] && p2 == NULL) return oj_last_status(eng);
+    oj_tensor *lg[3] = {NULL, NULL, NULL};
+    linear_grads(eng, go[0], p2, &xe, w, &n->in[2], need, lg);
+    oj_release(p2);
+    gi[2] = lg[1];
+    if (lg[0]) {
+        oj_tensor *dp = oj_reshape(lg[0], a->rank, a->shape);
+        oj_tensor *ga = dp && na ? oj_mul(dp, b) : NULL, *gb = dp && nb ? oj_mul(dp, a) : NULL;
+        if (ga) gi[0] = oj__sum_to_input(n, 0, ga);
+        if (gb) gi[1] = oj__sum_to_input(n, 1, gb);
+        oj_release(ga);
+        oj_release(gb);
+        oj_release(dp);
+        oj_release(lg[0]);
+    }
+    return oj_last_status(eng);
+}
+
+oj_tensor *oj__mul_linear(oj_tensor *a, oj_tensor *b, oj_tensor *weight) {
+    const char *op = "mul_linear";
+    oj_tensor *in[3] = {a, b, weight};
+    oj_engine *eng = oj__ops_engine(op, 3, in);
+    if (eng == NULL) return NULL;
+    if (oj_autocast_enabled(eng)) {
+        /* as the chain runs under autocast: the product in a's and b's
+         * dtype, then linear casting it and W. Fused when the product is
+         * already in the autocast dtype (W's cast recorded as linear's
+         * would be); else the chain itself */
+        const oj_dtype adt = oj_autocast_dtype(eng);
+        if (a->dtype != adt || b->dtype != adt || !oj_dtype_is_float(weight->dtype) ||
+            weight->dtype == OJ_F64) {
+            int64_t ks[OJ_MAX_RANK];
+            oj_edge xe;
+            mul_linear_edge(a, a->dtype, &xe);
+            for (int d = 0; d < xe.rank; d++) ks[d] = xe.shape[d];
+            oj_tensor *p = oj_mul(a, b);
+            oj_tensor *p2 = p && a->rank >= 2 ? oj_reshape(p, xe.rank, ks) : NULL;
+            oj_tensor *out = p2 ? oj_linear(p2, weight, NULL) : NULL;
+            oj_release(p);
+            oj_release(p2);
+            return out;
+        }
+        oj_tensor *wc = weight->dtype == adt ? oj_retain(weight) : oj__autocast_cast(weight, adt);
+        if (wc == NULL) return NULL;
+        bool prev = oj_set_autocast(eng, false, adt);
+        oj_tensor *out = oj__mul_linear(a, b, wc);
+        oj_set_autocast(eng, prev, adt);
+        oj_release(wc);
+        return out;
+    }
+    if (a->rank < 2) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: a must have rank >= 2, got %d", op, a->rank);
+        return NULL;
+    }
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *p = oj_mul(a, b), *p2 = NULL, *out = NULL;
+    bool same = p && p->rank == a->rank;
+    for (int d = 0; same && d < a->rank; d++) same = p->shape[d] == a->shape[d];
+    if (p && !same) {
+        char b1[160], b2[160];
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: b %s must broadcast to a's shape %s", op,
+                     oj__shape_fmt(b1, sizeof b1, b->rank, b->shape),
+                     oj__shape_fmt(b2, sizeof b2, a->rank, a->shape));
+    } else if (p) {
+        oj_edge xe;
+        mul_linear_edge(a, p->dtype, &xe);
+        p2 = oj_reshape(p, xe.rank, xe.shape);
+        out = p2 ? oj_linear(p2, weight, NULL) : NULL; /* checks the shapes */
+    }
+    oj_release(p);
+    oj_release(p2);
+    oj_set_grad_enabled(eng, prev);
+    if (out == NULL) return NULL;
+    oj_node *nd = oj__node_begin(eng, op, mul_linear_backward, 3, a, b, weight);
+    if (nd) {
+        oj__node_save(nd, a);
+        oj__node_save(nd, b);
+        oj__node_save(nd, weight);
+        oj__node_finish(nd, 1, &out);
+    }
+    return out;
+}
+
 /* ---------------------------------------------------------------- addmm */
 
 /* out = beta * input + alpha * a @ b: d input = beta g (summed to input's

@@ -57,6 +57,18 @@ enum { OJ__AUTOCAST_LOW, OJ__AUTOCAST_F32 };
  * keeps one (oj_optim_set_weight_copies; the same bits, the same tape
  * node), else the cast. */
 oj_tensor *oj__autocast_cast(oj_tensor *x, oj_dtype dt);
+
+/* linear(reshape(a * b, [a's leading dims, a[-2] * a[-1]]), weight), no
+ * bias: a [..., H, D] (rank >= 2, any strides), b broadcast to a's shape
+ * (e.g. nanolab's per-head output gate [..., H, 1]), weight [out, H*D].
+ * The values of oj_mul, oj_reshape and oj_linear in turn, and one node
+ * whose backward recomputes the product instead of keeping it (a's
+ * bytes less between forward and backward), with those ops' gradients.
+ * Under autocast the product is fused when a and b already have the
+ * autocast dtype (W cast as linear casts it); otherwise the three ops run
+ * as they are. NULL with OJ_ERR_SHAPE / OJ_ERR_DTYPE /
+ * OJ_ERR_DEVICE recorded. (linalg.c) */
+oj_tensor *oj__mul_linear(oj_tensor *a, oj_tensor *b, oj_tensor *weight);
 bool oj__autocast(int cls, int n, oj_tensor *const *in, oj_tensor **out);
 void oj__autocast_release(int n, oj_tensor **out);
 /* First statement of an autocast op: when inputs in[0..n) need a cast,

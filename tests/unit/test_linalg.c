@@ -15,6 +15,7 @@
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
 #include "nn_testutil.h"
+#include "ops/ops_common.h"
 
 static oj_engine *eng_new(oj_numerics num) {
     oj_engine *eng = NULL;
@@ -792,6 +793,81 @@ static void test_swiglu_strided(void **state) {
     nt_engine_done(eng);
 }
 
+/* oj__mul_linear (nanolab's gated attention output into its projection)
+ * equals mul + reshape + linear bit for bit: the values and the
+ * gradients of a (a transposed view, as the model passes it), of the
+ * broadcast gate b and of W, f32 and under bf16 autocast; gradcheck in
+ * f64; a b that does not broadcast to a's shape is refused by name. */
+static void ml_run(oj_engine *eng, bool fused, oj_tensor *x, oj_tensor *b, oj_tensor *w,
+                   float *out, float *grads) {
+    oj_tensor *ps[3] = {x, b, w};
+    for (int i = 0; i < 3; i++) oj_zero_grad(ps[i]);
+    oj_scope_begin(eng);
+    oj_tensor *a = oj_transpose(x, 1, 2), *y; /* [2, 3, 4, 5] */
+    if (fused) {
+        y = oj__mul_linear(a, b, w);
+    } else {
+        int64_t ms[3] = {2, 3, 20};
+        y = oj_linear(oj_reshape(oj_mul(a, b), 3, ms), w, NULL);
+    }
+    assert_non_null(y);
+    oj_tensor *yf = oj_cast(y, OJ_F32);
+    assert_int_equal(oj_to_host(yf, out, (size_t)oj_numel(yf) * sizeof(float)), OJ_OK);
+    oj_tensor *wgt = oj_rand_uniform(eng, oj_rank(y), oj_shape(y), oj_tensor_dtype(y), -1, 1);
+    assert_int_equal(oj_backward(oj_sum_all(oj_mul(y, wgt)), false), OJ_OK);
+    size_t at = 0;
+    for (int i = 0; i < 3; i++) {
+        oj_tensor *gf = oj_cast(oj_grad(ps[i]), OJ_F32);
+        assert_non_null(gf);
+        assert_int_equal(oj_to_host(gf, grads + at, (size_t)oj_numel(gf) * sizeof(float)), OJ_OK);
+        at += (size_t)oj_numel(gf);
+    }
+    oj_scope_end(eng);
+}
+
+static oj_tensor *mul_linear_fn(oj_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    (void)ctx;
+    return oj__mul_linear(in[0], in[1], in[2]);
+}
+
+static void test_mul_linear(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new(OJ_NUMERICS_FAST);
+    int64_t xs[4] = {2, 4, 3, 5}, bs[4] = {2, 3, 4, 1}, ws[2] = {6, 20};
+    oj_tensor *w = rnd(eng, 2, ws, OJ_F32);
+    oj_set_requires_grad(w, true);
+    /* f32 a and b; under autocast f32 (the chain runs) and bf16 (fused) */
+    for (int ac = 0; ac < 3; ac++) {
+        oj_dtype dt = ac == 2 ? OJ_BF16 : OJ_F32;
+        oj_tensor *x = rnd(eng, 4, xs, dt), *b = rnd(eng, 4, bs, dt);
+        oj_set_requires_grad(x, true);
+        oj_set_requires_grad(b, true);
+        oj_set_autocast(eng, ac >= 1, OJ_BF16);
+        float o1[36], o2[36], g1[120 + 24 + 120] = {0}, g2[120 + 24 + 120] = {0};
+        uint64_t off = oj_rng_offset(eng);
+        ml_run(eng, false, x, b, w, o1, g1);
+        oj_rng_set_offset(eng, off);
+        ml_run(eng, true, x, b, w, o2, g2);
+        oj_set_autocast(eng, false, OJ_BF16);
+        if (memcmp(o1, o2, sizeof o1) || memcmp(g1, g2, sizeof g1))
+            fail_msg("mul_linear differs from mul + reshape + linear (case %d)", ac);
+        oj_release(x);
+        oj_release(b);
+    }
+    oj_scope_begin(eng);
+    int64_t as[4] = {2, 3, 4, 5};
+    oj_tensor *in[3] = {leaf(eng, 4, as), leaf(eng, 4, bs), leaf(eng, 2, ws)};
+    assert_int_equal(oj_gradcheck(eng, mul_linear_fn, NULL, in, 3, NULL), OJ_OK);
+    int64_t big[4] = {2, 3, 4, 7};
+    assert_null(oj__mul_linear(in[1], leaf(eng, 4, big), in[2]));
+    assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "mul_linear"));
+    oj_clear_error(eng);
+    oj_scope_end(eng);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_forward),
@@ -805,6 +881,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_gelu_linear),
         cmocka_unit_test(test_swiglu_linear),
+        cmocka_unit_test(test_mul_linear),
         cmocka_unit_test(test_swiglu_strided),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
