@@ -228,17 +228,6 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     const bool ac = oj_autocast_enabled(eng);
     const oj_dtype adt = oj_autocast_dtype(eng);
     const bool low = ac && q1 && oj_tensor_dtype(q1) == adt;
-    if (low) oj_set_autocast(eng, false, adt);
-    oj_tensor *q2 = NULL, *k2 = NULL, *q, *k;
-    if (cache && cache->dev) { /* the position is read on the device */
-        q2 = oj_rms_norm(q1, NULL, eps), k2 = oj_rms_norm(k1, NULL, eps);
-        q = oj_rotary_embedding_at(q2, cache->dev->pos, theta);
-        k = oj_rotary_embedding_at(k2, cache->dev->pos, theta);
-    } else { /* norm and rotation in one pass over the head views */
-        q = oj_rms_norm_rotary(q1, NULL, eps, pos, theta);
-        k = oj_rms_norm_rotary(k1, NULL, eps, pos, theta);
-    }
-    if (low) oj_set_autocast(eng, true, adt);
     /* Value residual: v = s v + (1 - s) v0, s = sigmoid(lambda): one
      * fused op where the backend has it (its bits: the chain's, cast to
      * the autocast dtype as attention would cast it) */
@@ -250,8 +239,27 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
         s = oj_sigmoid(b->lambda);
         v = s && v1 ? oj__value_mix(v1, *v_first, s) : NULL;
     }
-    oj_tensor *ka = NULL, *va = NULL, *y = NULL;
-    if (cache == NULL || cache_append(cache, l, k, v, NULL, &ka, &va))
+    /* training: norm, rotation and attention as one node that makes q
+     * and k again in the backward rather than keeping them (the same
+     * values; v in the projections' dtype, as the fused value residual
+     * gives it) */
+    const bool joint = cache == NULL && oj_grad_enabled(eng) && v && q1 && k1 &&
+                       oj_tensor_dtype(v) == oj_tensor_dtype(q1) && (!ac || low);
+    if (low) oj_set_autocast(eng, false, adt);
+    oj_tensor *q2 = NULL, *k2 = NULL, *q = NULL, *k = NULL, *y = NULL;
+    if (joint) {
+        y = oj__attention_qk_norm_rotary(q1, k1, v, eps, pos, theta);
+    } else if (cache && cache->dev) { /* the position is read on the device */
+        q2 = oj_rms_norm(q1, NULL, eps), k2 = oj_rms_norm(k1, NULL, eps);
+        q = oj_rotary_embedding_at(q2, cache->dev->pos, theta);
+        k = oj_rotary_embedding_at(k2, cache->dev->pos, theta);
+    } else { /* norm and rotation in one pass over the head views */
+        q = oj_rms_norm_rotary(q1, NULL, eps, pos, theta);
+        k = oj_rms_norm_rotary(k1, NULL, eps, pos, theta);
+    }
+    if (low) oj_set_autocast(eng, true, adt);
+    oj_tensor *ka = NULL, *va = NULL;
+    if (!joint && (cache == NULL || cache_append(cache, l, k, v, NULL, &ka, &va)))
         y = attend(cache, q, ka ? ka : k, va ? va : v);
     /* Per-head output gate: sigmoid(h W_g + b_g) [B, T, H] -> [B, T, H, 1],
      * applied to y seen as [B, T, H, D] (attention's output is stored in

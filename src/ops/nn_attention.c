@@ -158,3 +158,132 @@ oj_tensor *oj_scaled_dot_product_attention(oj_tensor *q, oj_tensor *k, oj_tensor
     }
     return out;
 }
+
+/* ---------------------------------------------------------------- QK-norm + rotary + attention */
+
+/* q = rms_norm_rotary(x) by the backend's fused entry (no weight), with
+ * its rstd: the op's own kernel call (oj_rms_norm_rotary), unrecorded.
+ * false with the error recorded. */
+static bool qk_norm_rotary(oj_engine *eng, const char *op, const oj_tensor *x, double eps,
+                           int64_t pos, double theta, oj_tensor **out, oj_tensor **rstd) {
+    const int64_t D = x->shape[x->rank - 1];
+    int64_t N[1] = {D > 0 ? oj_numel(x) / D : 0};
+    *out = oj__tensor_alloc(eng, x->rank, x->shape, x->dtype, op);
+    *rstd = *out ? oj__tensor_alloc(eng, 1, N, oj__nn_stat_dtype(x->dtype), op) : NULL;
+    if (*rstd && oj__kernel_ok(eng, eng->backend->rms_norm_rotary_forward(eng, *out, *rstd, x, NULL,
+                                                                         eps, pos, theta),
+                               op))
+        return true;
+    oj_release(*out);
+    oj_release(*rstd);
+    *out = *rstd = NULL;
+    return false;
+}
+
+/* saved: 0 q1, 1 k1, 2 v, 3 out, 4 lse; i[0] position offset; f[0]
+ * scale, f[1] eps, f[2] theta. q and k are made again from q1 and k1
+ * (their kernels: the same bits), then attention's backward entry and
+ * rms_norm_rotary's, as the three ops' nodes run them. */
+static oj_status qk_attention_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    oj_tensor *s[5] = {0};
+    for (int j = 0; j < 5; j++)
+        if ((s[j] = oj__node_saved(n, j)) == NULL) return oj_last_status(eng);
+    const int64_t pos = n->i[0];
+    const double scale = n->f[0], eps = n->f[1], theta = n->f[2];
+    oj_tensor *q = NULL, *rq = NULL, *k = NULL, *rk = NULL, *d[3] = {NULL, NULL, NULL};
+    oj_tensor *dq1 = NULL, *dk1 = NULL;
+    const bool nq = oj__node_needs(n, 0), nk = oj__node_needs(n, 1), nv = oj__node_needs(n, 2);
+    bool ok = qk_norm_rotary(eng, n->op, s[0], eps, pos, theta, &q, &rq) &&
+              qk_norm_rotary(eng, n->op, s[1], eps, pos, theta, &k, &rk);
+    for (int j = 0; j < 3 && ok; j++) {
+        const oj_tensor *t = j == 0 ? q : j == 1 ? k : s[2];
+        if ((j == 0 && nq) || (j == 1 && nk) || (j == 2 && nv))
+            ok = (d[j] = oj__tensor_alloc(eng, 4, t->shape, t->dtype, n->op)) != NULL;
+    }
+    if (ok)
+        ok = oj__kernel_ok(eng, eng->backend->attention_backward(eng, d[0], d[1], d[2], go[0], q, k,
+                                                                 s[2], s[3], s[4], NULL, true,
+                                                                 scale),
+                           n->op);
+    if (ok && nq && (dq1 = oj__tensor_alloc(eng, 4, n->in[0].shape, n->in[0].dtype, n->op)))
+        ok = oj__kernel_ok(eng, eng->backend->rms_norm_rotary_backward(eng, dq1, d[0], s[0], rq, NULL,
+                                                                       pos, theta),
+                           n->op);
+    else if (ok && nq)
+        ok = false;
+    if (ok && nk && (dk1 = oj__tensor_alloc(eng, 4, n->in[1].shape, n->in[1].dtype, n->op)))
+        ok = oj__kernel_ok(eng, eng->backend->rms_norm_rotary_backward(eng, dk1, d[1], s[1], rk, NULL,
+                                                                       pos, theta),
+                           n->op);
+    else if (ok && nk)
+        ok = false;
+    oj_tensor *tmp[] = {q, rq, k, rk, d[0], d[1]};
+    for (size_t j = 0; j < sizeof tmp / sizeof tmp[0]; j++) oj_release(tmp[j]);
+    if (!ok) {
+        oj_release(dq1);
+        oj_release(dk1);
+        oj_release(d[2]);
+        return oj_last_status(eng) ? oj_last_status(eng) : OJ_ERR_INTERNAL;
+    }
+    gi[0] = dq1, gi[1] = dk1, gi[2] = d[2];
+    return OJ_OK;
+}
+
+oj_tensor *oj__attention_qk_norm_rotary(oj_tensor *q1, oj_tensor *k1, oj_tensor *v, double eps,
+                                        int64_t pos, double theta) {
+    const char *op = "attention_qk_norm_rotary";
+    oj_tensor *ins[3] = {q1, k1, v};
+    oj_engine *eng = q1 && k1 && v ? oj__ops_engine(op, 3, ins) : NULL;
+    if (eng == NULL) return NULL;
+    const oj_backend *be = eng->backend;
+    bool fused = be->rms_norm_rotary_forward && be->rms_norm_rotary_backward &&
+                 be->attention_forward && be->attention_backward && q1->rank == 4 &&
+                 k1->rank == 4 && k1->dtype == q1->dtype && v->dtype == q1->dtype &&
+                 (!oj_autocast_enabled(eng) || q1->dtype == oj_autocast_dtype(eng)) &&
+                 q1->shape[3] % 2 == 0 && eps >= 0.0 && !isinf(eps);
+    if (!fused) { /* the three ops, each with its node */
+        oj_tensor *q = oj_rms_norm_rotary(q1, NULL, eps, pos, theta);
+        oj_tensor *k = q ? oj_rms_norm_rotary(k1, NULL, eps, pos, theta) : NULL;
+        oj_tensor *y = k ? oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN) : NULL;
+        oj_release(q);
+        oj_release(k);
+        return y;
+    }
+    oj_tensor *q = NULL, *rq = NULL, *k = NULL, *rk = NULL, *out = NULL, *lse = NULL;
+    bool ok = qk_norm_rotary(eng, op, q1, eps, pos, theta, &q, &rq) &&
+              qk_norm_rotary(eng, op, k1, eps, pos, theta, &k, &rk) &&
+              attention_check(eng, op, q, k, v, NULL);
+    oj_release(rq);
+    oj_release(rk);
+    int64_t B = q1->shape[0], H = q1->shape[1], T = q1->shape[2], D = q1->shape[3];
+    int64_t full[4] = {B, H, T, ok ? k->shape[2] : 0}, oshape[4] = {B, H, T, v->shape[3]};
+    const double scale = D > 0 ? 1.0 / sqrt((double)D) : 1.0;
+    if (ok) ok = (out = alloc_heads_last(eng, oshape, q->dtype, op)) != NULL;
+    oj_node *nd = ok ? oj__node_begin(eng, op, qk_attention_backward, 3, q1, k1, v) : NULL;
+    if (nd) ok = (lse = oj__tensor_alloc(eng, 3, full, oj__nn_stat_dtype(q->dtype), op)) != NULL;
+    if (ok)
+        ok = oj__kernel_ok(eng, be->attention_forward(eng, out, lse, q, k, v, NULL, true, scale),
+                           op);
+    oj_release(q);
+    oj_release(k);
+    if (ok && nd) {
+        nd->i[0] = pos;
+        nd->f[0] = scale, nd->f[1] = eps, nd->f[2] = theta;
+        oj__node_save(nd, q1);
+        oj__node_save(nd, k1);
+        oj__node_save(nd, v);
+        oj__nn_save_temp(nd, oj__nn_alias(out));
+        oj__nn_save_temp(nd, lse);
+        lse = NULL;
+        oj__node_finish(nd, 1, &out);
+    } else {
+        oj__node_abort(nd);
+    }
+    oj_release(lse);
+    if (!ok) {
+        oj_release(out);
+        return NULL;
+    }
+    return out;
+}

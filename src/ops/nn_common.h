@@ -49,6 +49,20 @@ oj_tensor *oj__nn_count_rows(oj_tensor *t, int64_t ignore_index);
  * owned by the current scope, or NULL with the error recorded (the ops'
  * errors: OJ_ERR_SHAPE, OJ_ERR_DTYPE, OJ_ERR_DEVICE). */
 oj_tensor *oj__value_mix(oj_tensor *v1, oj_tensor *v0, oj_tensor *s);
+
+/* Causal attention (default scale) of q = rms_norm_rotary(q1), k =
+ * rms_norm_rotary(k1) (no weight; eps, position offset pos, theta) over v:
+ * nanolab's QK-norm, rotation and attention (nn_attention.c). q1 [B, H,
+ * T, D], k1 [B, Hkv, T, D] (any strides: head views of a projection), v
+ * [B, Hkv, T, Dv], one dtype (the autocast dtype under autocast). Where
+ * the backend has the fused norm-rotary and attention entries: the values
+ * of oj_rms_norm_rotary twice and oj_scaled_dot_product_attention, and one
+ * node whose backward makes q and k again from q1 and k1 instead of
+ * keeping them ([B, H, T, D] x 2 less between forward and backward), with
+ * those ops' gradients bit for bit. Elsewhere the three ops. NULL with
+ * the ops' errors recorded. */
+oj_tensor *oj__attention_qk_norm_rotary(oj_tensor *q1, oj_tensor *k1, oj_tensor *v, double eps,
+                                        int64_t pos, double theta);
 /* 1 / count (count from oj__nn_count_rows) computed in f64 and rounded
  * once to dt, a rank-0 tensor. For the loss (grad false) a count of 0
  * gives inf: the loss sum, 0 then, times inf is NaN, as torch's 0/0. For

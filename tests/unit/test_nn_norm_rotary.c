@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "nn_testutil.h"
+#include "ops/nn_common.h"
 
 static const double EPS = 1e-6, THETA = 10000.0;
 
@@ -146,6 +147,85 @@ static void test_fallback(void **state) {
     }
     same_bits("no fused forward", dx[1], dx[0]);
     same_bits("no fused backward", dx[2], dx[0]);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* oj__attention_qk_norm_rotary (nanolab's QK-norm, rotation and
+ * attention as one node) against rms_norm_rotary twice then causal
+ * scaled_dot_product_attention: the output and the gradient of the
+ * [B, T, 3 H D] projection whose head views q1, k1, v are, bit for bit
+ * (f32, f64, bf16 under bf16 autocast as the model runs it; position
+ * offset 3); between forward and backward it keeps less (q and k are
+ * made again); a backend without the fused norm gives the same bits
+ * through the three ops. */
+static oj_tensor *joint_run(oj_engine *eng, bool joint, oj_tensor *x, int64_t H, int64_t D,
+                            oj_tensor *g, int64_t *kept) {
+    oj_tensor *parts[3] = {NULL, NULL, NULL};
+    assert_int_equal(oj_split(x, H * D, 2, 3, parts), 3);
+    oj_tensor *q1 = nt_heads(parts[0], H, D), *k1 = nt_heads(parts[1], H, D),
+              *v = nt_heads(parts[2], H, D);
+    const bool low = oj_autocast_enabled(eng);
+    if (low) oj_set_autocast(eng, false, OJ_BF16);
+    int64_t before = oj_engine_memory_allocated(eng);
+    oj_tensor *y;
+    if (joint) {
+        y = oj__attention_qk_norm_rotary(q1, k1, v, EPS, 3, THETA);
+    } else {
+        oj_tensor *q = oj_rms_norm_rotary(q1, NULL, EPS, 3, THETA);
+        oj_tensor *k = oj_rms_norm_rotary(k1, NULL, EPS, 3, THETA);
+        y = oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN);
+        oj_release(q);
+        oj_release(k);
+    }
+    *kept = oj_engine_memory_allocated(eng) - before;
+    if (low) oj_set_autocast(eng, true, OJ_BF16);
+    assert_non_null(y);
+    assert_int_equal(oj_backward(oj_sum_all(oj_mul(y, g)), false), OJ_OK);
+    for (int i = 0; i < 3; i++) oj_release(parts[i]);
+    oj_release(q1);
+    oj_release(k1);
+    oj_release(v);
+    return y;
+}
+
+static void test_attention_joint(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_backend *real = eng->backend;
+    oj_backend bare = *real;
+    bare.rms_norm_rotary_forward = NULL;
+    oj_scope_begin(eng);
+    const oj_dtype dts[3] = {OJ_F32, OJ_F64, OJ_BF16};
+    for (int k = 0; k < 3; k++) {
+        const int64_t B = 2, T = 7, H = 2, D = 16;
+        int64_t xs[3] = {B, T, 3 * H * D}, ys[4] = {B, H, T, D};
+        oj_tensor *x0 = nt_rand(eng, 3, xs, dts[k], -2, 2), *g = nt_rand(eng, 4, ys, dts[k], -1, 1);
+        if (dts[k] == OJ_BF16) oj_set_autocast(eng, true, OJ_BF16);
+        oj_tensor *y[3], *dx[3];
+        int64_t kept[3];
+        for (int r = 0; r < 3; r++) { /* separate, joint, joint on a backend without the fused norm */
+            oj_tensor *x = oj_clone(x0);
+            oj_set_requires_grad(x, true);
+            if (r == 2) eng->backend = &bare;
+            y[r] = joint_run(eng, r > 0, x, H, D, g, &kept[r]);
+            eng->backend = real;
+            dx[r] = oj_grad(x);
+        }
+        oj_set_autocast(eng, false, OJ_BF16);
+        char what[64];
+        for (int r = 1; r < 3; r++) {
+            snprintf(what, sizeof what, "%s run %d output", oj_dtype_name(dts[k]), r);
+            same_bits(what, y[r], y[0]);
+            snprintf(what, sizeof what, "%s run %d dx", oj_dtype_name(dts[k]), r);
+            same_bits(what, dx[r], dx[0]);
+        }
+        /* q and k ([B, H, T, D] each) are not kept by the joint node */
+        int64_t qk = 2 * B * H * T * D * (int64_t)oj_dtype_size(dts[k]);
+        if (!(kept[1] <= kept[0] - qk))
+            fail_msg("%s: the joint node keeps %lld bytes, the three ops %lld (q and k: %lld)",
+                     oj_dtype_name(dts[k]), (long long)kept[1], (long long)kept[0], (long long)qk);
+    }
     oj_scope_end(eng);
     nt_engine_done(eng);
 }
@@ -515,6 +595,7 @@ int main(void) {
         cmocka_unit_test(test_nr_autocast),
         cmocka_unit_test(test_nr_ranks_threads),
         cmocka_unit_test(test_nr_weight_aliases_x),
+        cmocka_unit_test(test_attention_joint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
