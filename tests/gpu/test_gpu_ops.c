@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "ops/nn_common.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
 #include "gpu_testutil.h"
@@ -1935,6 +1936,52 @@ static void test_value_mix(void **state) {
         free(dh);
     }
     oj_set_grad_enabled(gpu, prev);
+}
+
+/* oj__attention_qk_norm_rotary on the device: output and the
+ * projection's gradient the bytes of rms_norm_rotary twice then causal
+ * attention (bf16 under autocast as nanolab runs it, D 64 and 128), and
+ * q and k not kept between forward and backward. */
+static void test_attention_joint(void **state) {
+    (void)state;
+    if (gpu->backend->rms_norm_rotary_forward == NULL) skip();
+    for (int c = 0; c < 2; c++) {
+        const int64_t B = 2, T = 67, H = 3, D = c ? 128 : 64;
+        int64_t xs[3] = {B, T, 3 * H * D}, ys[4] = {B, H, T, D}, hs[4] = {B, T, H, D};
+        const int p4[4] = {0, 2, 1, 3};
+        pr x0 = rnd(3, xs, OJ_BF16, -2, 2), g = rnd(4, ys, OJ_BF16, -1, 1);
+        oj_tensor *y[2], *dx[2];
+        int64_t kept[2];
+        for (int joint = 0; joint < 2; joint++) {
+            oj_tensor *x = oj_clone(x0.t[1]);
+            oj_set_requires_grad(x, true);
+            oj_tensor *hv[3];
+            for (int i = 0; i < 3; i++) {
+                oj_tensor *n = oj_narrow(x, 2, i * H * D, H * D);
+                hv[i] = oj_permute(oj_reshape(n, 4, hs), 4, p4);
+            }
+            int64_t before = oj_engine_memory_allocated(gpu);
+            if (joint) {
+                y[joint] = oj__attention_qk_norm_rotary(hv[0], hv[1], hv[2], 1e-6, 0, 10000.0);
+            } else {
+                oj_tensor *q = oj_rms_norm_rotary(hv[0], NULL, 1e-6, 0, 10000.0);
+                oj_tensor *k = oj_rms_norm_rotary(hv[1], NULL, 1e-6, 0, 10000.0);
+                y[joint] = oj_scaled_dot_product_attention(q, k, hv[2], NULL, true, NAN);
+                oj_release(q);
+                oj_release(k);
+            }
+            kept[joint] = oj_engine_memory_allocated(gpu) - before;
+            assert_non_null(y[joint]);
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[joint], g.t[1])), false), OJ_OK);
+            dx[joint] = oj_grad(x);
+        }
+        same_bytes(y[1], y[0], "attention_qk_norm_rotary output", c);
+        same_bytes(dx[1], dx[0], "attention_qk_norm_rotary projection gradient", c);
+        int64_t qk = 2 * B * H * T * D * 2;
+        if (!(kept[1] <= kept[0] - qk))
+            fail_msg("joint node keeps %lld bytes, the three ops %lld", (long long)kept[1],
+                     (long long)kept[0]);
+    }
 }
 
 /* ---------------------------------------------------------------- the step gate */
@@ -4079,6 +4126,7 @@ int main(void) {
         T_(test_muon_norms),
         T_(test_adam_low_transposed),
         T_(test_value_mix),
+        T_(test_attention_joint),
         T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),
