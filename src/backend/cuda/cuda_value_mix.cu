@@ -8,8 +8,11 @@
  * shape. */
 #include "backend/cuda/cuda_internal.cuh"
 
+/* one warp per row (lanes over the last dim: nanolab's D = 64 is two
+ * elements a lane), 4 rows a block at a time */
 #define VM_THREADS 128
-#define VM_MAX_BLOCKS 2048
+#define VM_WARPS (VM_THREADS / 32)
+#define VM_MAX_BLOCKS 4096
 
 /* Rows of the last dim D: up to 3 outer dims, each input's outer strides
  * (elements; the last dim is contiguous). */
@@ -34,12 +37,14 @@ static __device__ __forceinline__ void vm_offsets(const vm_geom &g, int64_t r, i
 template <typename T>
 __global__ void __launch_bounds__(VM_THREADS) k_vmix_fwd(const vm_geom g, T *out, const float *s) {
     const float sv = *s;
-    for (int64_t r = blockIdx.x; r < g.rows; r += gridDim.x) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = (int64_t)blockIdx.x * VM_WARPS + (threadIdx.x >> 5); r < g.rows;
+         r += (int64_t)gridDim.x * VM_WARPS) {
         int64_t off[3];
         vm_offsets(g, r, 2, off);
         const T *a = (const T *)g.p[0] + off[0], *b = (const T *)g.p[1] + off[1];
         T *o = out + r * g.D;
-        for (int64_t d = threadIdx.x; d < g.D; d += VM_THREADS) {
+        for (int64_t d = lane; d < g.D; d += 32) {
             float x0 = oj_cu_tof(b[d]);
             float diff = oj_cu_tof(oj_cu_fromf<T>(__fsub_rn(oj_cu_tof(a[d]), x0)));
             o[d] = oj_cu_fromf<T>(__fadd_rn(x0, __fmul_rn(diff, sv)));
@@ -52,13 +57,15 @@ __global__ void __launch_bounds__(VM_THREADS)
     k_vmix_bwd(const vm_geom g, T *dv1, T *dv0, const float *s, double *partial) {
     __shared__ double sh[32];
     const float sv = *s;
+    const int lane = threadIdx.x & 31;
     double acc = 0.0;
-    for (int64_t r = blockIdx.x; r < g.rows; r += gridDim.x) {
+    for (int64_t r = (int64_t)blockIdx.x * VM_WARPS + (threadIdx.x >> 5); r < g.rows;
+         r += (int64_t)gridDim.x * VM_WARPS) {
         int64_t off[3];
         vm_offsets(g, r, 3, off);
         const T *a = (const T *)g.p[0] + off[0], *b = (const T *)g.p[1] + off[1];
         const T *gp = (const T *)g.p[2] + off[2];
-        for (int64_t d = threadIdx.x; d < g.D; d += VM_THREADS) {
+        for (int64_t d = lane; d < g.D; d += 32) {
             float gf = oj_cu_tof(gp[d]);
             T d1 = oj_cu_fromf<T>(__fmul_rn(gf, sv));
             if (dv1) dv1[r * g.D + d] = d1;
@@ -114,7 +121,8 @@ static bool vm_plan(const oj_tensor *v1, const oj_tensor *v0, const oj_tensor *g
 }
 
 static unsigned vm_blocks(int64_t rows) {
-    return (unsigned)(rows < 1 ? 1 : rows < VM_MAX_BLOCKS ? rows : VM_MAX_BLOCKS);
+    int64_t nb = (rows + VM_WARPS - 1) / VM_WARPS;
+    return (unsigned)(nb < 1 ? 1 : nb < VM_MAX_BLOCKS ? nb : VM_MAX_BLOCKS);
 }
 
 oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *v1,
