@@ -3,7 +3,8 @@
 # TrainStep, as a Go service runs it) against `ojas train` on the same
 # config, by wall clock: tokens of the steps after SKIP divided by the
 # elapsed_s between them in each run's metrics.jsonl (the trainer's clock
-# from its start, so the time between steps counts on both sides). REPS
+# from its start, so the time between steps counts on both sides): the
+# median over steps of each step's wall-clock rate, and the window's mean. REPS
 # alternating pairs (CLI first, then Go first); prints one JSON line per run
 # and a summary line with the medians and go/cli. Under numerics=exact the
 # final checkpoints' model and optimizer files must be byte-identical; the
@@ -25,15 +26,19 @@ for kv in "$@"; do sets+=(--set "$kv"); gsets+=(-set "$kv"); done
 
 rate() { # metrics.jsonl -> tokens/s over the steps after SKIP
   python3 - "$1" "$skip" <<'PY'
-import json, sys
+import json, statistics, sys
 steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 steps = [r for r in steps if r.get("type") == "train"]
 skip = int(sys.argv[2])
-a = next(r for r in steps if r["step"] == skip)
-b = steps[-1]
-if b["step"] <= a["step"]:
+w = [r for r in steps if r["step"] >= skip]
+if len(w) < 3:
     sys.exit("go_vs_cli: too few steps after SKIP")
-print("%.1f" % ((b["tokens"] - a["tokens"]) / (b["elapsed_s"] - a["elapsed_s"])))
+# per step: tokens over the wall time since the previous step's record (the
+# time between steps counts); the median resists a neighbour's burst, the
+# window's mean is printed beside it
+d = sorted((b["tokens"] - a["tokens"]) / (b["elapsed_s"] - a["elapsed_s"]) for a, b in zip(w, w[1:]))
+mean = (w[-1]["tokens"] - w[0]["tokens"]) / (w[-1]["elapsed_s"] - w[0]["elapsed_s"])
+print('%.1f, "window_mean": %.1f' % (statistics.median(d), mean))
 PY
 }
 run_cli() {
