@@ -7,7 +7,9 @@ rope_scaling "llama3"; MistralForCausalLM with a sliding_window below
 max_position_embeddings; Qwen2ForCausalLM tied; Qwen3ForCausalLM untied and
 tied) a small random model is made and written as a model directory; ojas
 loads it through the Python package (ojas.models.GPT.from_pretrained on an
-ojas.Engine of the device) and is compared with the reference:
+ojas.Engine of the device, numerics "exact" by default: true f32 GEMMs on
+CUDA, where "fast" takes TF32 tensor cores) and is compared with the
+reference:
 - logits of a 2 x 24-token prompt: max |ojas - ref| / max |ref| <= 1e-4;
 - 64 greedy tokens after an 8-token prompt, by full recompute on the
   reference and, on ojas, both by the static decoder (`GPT.decoder`: a CUDA
@@ -30,7 +32,8 @@ Prints one line per (case, device), then a JSON summary (also written to
 imported.
 
 usage: hf_compare.py [--build BUILD] [--devices cpu,cuda] [-n 64]
-                     [--reference auto|transformers|plain] [--cases a,b] [--json FILE]
+                     [--reference auto|transformers|plain] [--cases a,b]
+                     [--numerics exact|fast] [--json FILE]
 BUILD is the ojas build tree holding python/ (the package, `make python`)
 and libojas.so; default $OJAS_BUILD_DIR, else ./build.
 """
@@ -207,9 +210,9 @@ def import_ojas(build):
 
 
 class OjasRun:
-    def __init__(self, ojas, d, device):
+    def __init__(self, ojas, d, device, numerics):
         self.ojas = ojas
-        self.engine = ojas.Engine(device=device)
+        self.engine = ojas.Engine(device=device, numerics=numerics)
         self.m = ojas.models.GPT.from_pretrained(d, engine=self.engine)
 
     def logits(self, idx):
@@ -228,17 +231,18 @@ class OjasRun:
         return list(self.m.generate(list(prompt), max_new_tokens=n, temperature=0))
 
 
-def compare(ojas, ref, name, device, d, n):
+def compare(ojas, ref, name, device, d, n, numerics="exact"):
     """One (case, device) comparison: a dict for the summary."""
     gen = torch.Generator().manual_seed(seed_of(name) + 1)
     idx = torch.randint(0, VOCAB, (2, LOGIT_T), generator=gen)
     prompt = idx[0, :PROMPT_T].tolist()
     r = {"case": name, "architecture": CASES[name]["architectures"][0], "device": device,
-         "tied": bool(CASES[name].get("tie_word_embeddings", name == "gpt2")), "tokens": n}
+         "tied": bool(CASES[name].get("tie_word_embeddings", name == "gpt2")), "tokens": n,
+         "numerics": numerics}
     try:
         fwd = ref.runner(device)
         want = fwd(idx)
-        run = OjasRun(ojas, d, device)
+        run = OjasRun(ojas, d, device, numerics)
         got = run.logits(idx)
         if got.shape != want.shape:
             raise ValueError("logits shape %s, reference %s" % (got.shape, want.shape))
@@ -304,6 +308,8 @@ def main(argv=None):
     ap.add_argument("-n", type=int, default=64, help="greedy tokens (default 64)")
     ap.add_argument("--reference", choices=["auto", "transformers", "plain"], default="auto")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated of: " + ",".join(CASES))
+    ap.add_argument("--numerics", choices=["exact", "fast"], default="exact",
+                    help="the ojas engine's numerics (default exact: no TF32 on CUDA)")
     ap.add_argument("--json", help="write the summary here too")
     a = ap.parse_args(argv)
     names = [c for c in a.cases.split(",") if c]
@@ -332,7 +338,7 @@ def main(argv=None):
                     print(line(r), flush=True)
                 continue
             for dev in a.devices.split(","):
-                r = compare(ojas, ref, name, dev, d, a.n)
+                r = compare(ojas, ref, name, dev, d, a.n, a.numerics)
                 results.append(r)
                 print(line(r), flush=True)
     bad = sum(not r["ok"] for r in results)
