@@ -1,8 +1,12 @@
 /* ojas export --hf: write a Hugging Face model directory from an ojas
  * checkpoint or a model directory ojas loads. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -12,12 +16,14 @@
 
 static const char *k_help =
     "usage: ojas export --hf OUTDIR (--checkpoint DIR | -m MODEL_DIR) [--vocab DIR]\n"
-    "                   [--adapter DIR]\n"
+    "                   [--adapter DIR] [--force]\n"
     "Write a Hugging Face model directory: config.json, model.safetensors (transformers'\n"
     "tensor names, a tied head left out) and the tokenizer's files, which transformers'\n"
     "from_pretrained and 'ojas generate -m OUTDIR' load. gpt2 and llama-family models\n"
     "(Llama, Mistral, Qwen2, Qwen3 shapes) export; nanolab ones have no transformers class.\n"
-    "      --hf OUTDIR          the directory to write (created; files in it replaced)\n"
+    "      --hf OUTDIR          the directory to write: created, or an empty one\n"
+    "      --force              write into an OUTDIR that holds files: files of the\n"
+    "                           names export writes are replaced, others stay\n"
     "      --checkpoint DIR     a checkpoint directory written by 'ojas train', or its run\n"
     "                           directory (its newest verified checkpoint)\n"
     "  -m, --model DIR          a Hugging Face model directory (re-exported with its\n"
@@ -30,7 +36,7 @@ static const char *k_help =
     "                           OUT/adapter), folded into the exported weights\n"
     "  -h, --help               this help\n";
 
-enum { OPT_HF = 256, OPT_CHECKPOINT, OPT_VOCAB, OPT_ADAPTER };
+enum { OPT_HF = 256, OPT_CHECKPOINT, OPT_VOCAB, OPT_ADAPTER, OPT_FORCE };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -39,11 +45,44 @@ static const struct option k_long[] = {
     {"model", required_argument, NULL, 'm'},
     {"vocab", required_argument, NULL, OPT_VOCAB},
     {"adapter", required_argument, NULL, OPT_ADAPTER},
+    {"force", no_argument, NULL, OPT_FORCE},
     {NULL, 0, NULL, 0},
 };
 
+/* OUTDIR may be written: it does not exist, or is an empty directory, or
+ * force is set. CLI_OK, or the refusal printed and its code. */
+static int check_out_dir(const char *out, bool force) {
+    struct stat st;
+    if (stat(out, &st) != 0) {
+        if (errno == ENOENT) return CLI_OK;
+        return cli_error(CLI_FAIL, "export: --hf '%s': %s", out, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return cli_error(CLI_FAIL, "export: --hf '%s' exists and is not a directory", out);
+    if (force) return CLI_OK;
+    DIR *d = opendir(out);
+    if (d == NULL) return cli_error(CLI_FAIL, "export: --hf '%s': %s", out, strerror(errno));
+    char first[256] = "";
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        size_t i = 0; /* a control character would break the one-line message */
+        for (; de->d_name[i] && i + 1 < sizeof first; i++) {
+            unsigned char ch = (unsigned char)de->d_name[i];
+            first[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+        }
+        first[i] = '\0';
+        break;
+    }
+    closedir(d);
+    if (first[0])
+        return cli_error(CLI_FAIL, "export: --hf directory '%s' is not empty (it holds %s); give "
+                                   "--force to write into it", out, first);
+    return CLI_OK;
+}
+
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *ckpt = NULL, *model_dir = NULL, *vocab = NULL, *adapter = NULL;
+    bool force = false;
     int c;
     cli_getopt_state g = {.cmd = "export", .shortopts = "hm:", .longopts = k_long};
     while ((c = cli_getopt(&g, argc, argv)) != -1) {
@@ -54,6 +93,7 @@ int cmd_export(int argc, char **argv) {
         case 'm': model_dir = optarg; break;
         case OPT_VOCAB: vocab = optarg; break;
         case OPT_ADAPTER: adapter = optarg; break;
+        case OPT_FORCE: force = true; break;
         default: return CLI_USAGE;
         }
     }
@@ -62,6 +102,8 @@ int cmd_export(int argc, char **argv) {
         return cli_error(CLI_USAGE, "export: --hf OUTDIR is required");
     if ((ckpt != NULL) + (model_dir != NULL) != 1)
         return cli_error(CLI_USAGE, "export: give exactly one of --checkpoint DIR or --model DIR");
+    int orc = check_out_dir(out, force);
+    if (orc != CLI_OK) return orc;
 
     oj_train_config run_cfg = oj_train_config_default();
     char ckpt_dir[4096] = "";

@@ -167,8 +167,11 @@ int cmd_generate(int argc, char **argv) {
                                     "--weights FILE --model PRESET");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
     oj_gpt_config preset_cfg;
+    size_t mlen = model_dir ? strlen(model_dir) : 0;
+    const bool gguf = mlen > 5 && strcmp(model_dir + mlen - 5, ".gguf") == 0;
     if (model_dir && access(model_dir, F_OK) != 0)
-        return cli_error(CLI_FAIL, "generate: model directory '%s' does not exist%s", model_dir,
+        return cli_error(CLI_FAIL, "generate: %s '%s' does not exist%s",
+                         gguf ? "GGUF file" : "model directory", model_dir,
                          oj_gpt_preset(model_dir, &preset_cfg) ? " (a preset goes with --weights FILE)"
                                                                : "");
     if (weights && !oj_gpt_preset(preset, &preset_cfg)) {
@@ -190,9 +193,6 @@ int cmd_generate(int argc, char **argv) {
     if (quantize && strcmp(dtype, "f32") != 0)
         return cli_error(CLI_USAGE, "generate: --quantize goes with f32 weights, not --dtype %s",
                          dtype);
-    size_t mlen = model_dir ? strlen(model_dir) : 0;
-    const bool gguf = mlen > 5 && strcmp(model_dir + mlen - 5, ".gguf") == 0;
-
     oj_dtype wdt = strcmp(dtype, "bf16") == 0 ? OJ_BF16 : strcmp(dtype, "f16") == 0 ? OJ_F16 : OJ_F32;
     if (wdt == OJ_F32 && strcmp(dtype, "f32") != 0)
         return cli_error(CLI_USAGE, "generate: --dtype must be f32, bf16 or f16, got '%s'", dtype);

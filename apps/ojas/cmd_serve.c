@@ -34,7 +34,8 @@ static const char *k_help =
     "(continuous batching over a paged KV cache). SIGTERM or SIGINT stops it gracefully.\n"
     "  -m, --model DIR|PRESET     a Hugging Face model directory (gpt2 or llama family),\n"
     "                             a checkpoint (run) directory of 'ojas train', or the\n"
-    "                             preset of --weights\n"
+    "                             preset of --weights (not a .gguf file: 'ojas generate'\n"
+    "                             runs those)\n"
     "      --weights FILE         a safetensors file of preset --model\n"
     "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
     "                             checkpoint's run's tokenizer_dir)\n"
@@ -135,6 +136,12 @@ static int load_model(server *sv, const char *model, const char *weights, const 
                              oj_gpt_preset_list(names, sizeof names));
         }
     } else {
+        size_t n = strlen(model);
+        if (n > 5 && strcmp(model + n - 5, ".gguf") == 0)
+            return cli_error(CLI_FAIL, "serve: '%s' is a GGUF file, which serve does not take (it "
+                                       "serves a model directory, a checkpoint or --weights); "
+                                       "serve the model it was made from, or run it with 'ojas "
+                                       "generate -m %s'", model, model);
         if (access(model, F_OK) != 0)
             return cli_error(CLI_FAIL, "serve: model '%s' does not exist", model);
         snprintf(dir, sizeof dir, "%s/config.json", model);

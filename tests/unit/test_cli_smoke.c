@@ -256,7 +256,8 @@ static void write_hf_dir(const char *rel) {
 // test: `ojas generate --model DIR` runs a Hugging Face model directory (no
 // preset): greedy text after the prompt, the same twice; a directory that
 // does not exist, a preset without --weights, a directory without a
-// tokenizer and a refused config.json field are one line each
+// tokenizer and a refused config.json field are one line each, as are a
+// missing .gguf (named a GGUF file) and a .gguf given to serve
 static void test_generate_model_dir(void **state) {
     (void)state;
     assert_int_equal(
@@ -281,15 +282,29 @@ static void test_generate_model_dir(void **state) {
     assert_int_equal(ct_ojas(g_dir, "generate --model nowhere --prompt x", NULL, &err), 1);
     ct_assert_one_line(err, "generate: model directory 'nowhere' does not exist");
     free(err);
+    /* a missing .gguf is named as the file it is; serve refuses a GGUF file
+     * by name (it serves f32/bf16 weights) */
+    assert_int_equal(ct_ojas(g_dir, "generate --model nowhere.gguf --vocab tokd --prompt x", NULL,
+                             &err), 1);
+    ct_assert_one_line(err, "generate: GGUF file 'nowhere.gguf' does not exist");
+    free(err);
+    char p[400];
+    snprintf(p, sizeof p, "%s/hf.gguf", g_dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("GGUF", f); /* refused by its name, before it is read */
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ct_ojas(g_dir, "serve --model hf.gguf --vocab tokd --port 0", NULL, &err), 1);
+    ct_assert_one_line(err, "serve: 'hf.gguf' is a GGUF file, which serve does not take");
+    free(err);
     assert_int_equal(ct_ojas(g_dir, "generate --model gpt2-tiny --prompt x", NULL, &err), 1);
     ct_assert_one_line(err, "(a preset goes with --weights FILE)");
     free(err);
     assert_int_equal(ct_ojas(g_dir, "generate --model hf --prompt x", NULL, &err), 1);
     ct_assert_one_line(err, "(the model directory's tokenizer: give --vocab DIR)");
     free(err);
-    char p[400];
     snprintf(p, sizeof p, "%s/hf/config.json", g_dir);
-    FILE *f = fopen(p, "w");
+    f = fopen(p, "w");
     assert_non_null(f);
     fputs(HF_CONFIG("{\"rope_type\": \"yarn\", \"factor\": 4.0}"), f);
     assert_int_equal(fclose(f), 0);

@@ -214,6 +214,29 @@ static void test_cli_export(void **state) {
     assert_int_equal(ct_ojas(g_dir, "export --hf x -m nowhere", NULL, &err), 1);
     ct_assert_one_line(err, "model directory 'nowhere' does not exist");
     free(err);
+    /* a directory that holds files is not written into without --force
+     * (here the user's own file stays as it was); a file is not a directory */
+    snprintf(p, sizeof p, "%s/mine", g_dir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/mine/config.json", g_dir);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("{\"mine\": 1}\n", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ct_ojas(g_dir, "export --hf mine -m out", NULL, &err), 1);
+    ct_assert_one_line(err, "export: --hf directory 'mine' is not empty (it holds config.json); "
+                            "give --force to write into it");
+    free(err);
+    char *mine = ct_slurp(p);
+    assert_string_equal(mine, "{\"mine\": 1}\n");
+    free(mine);
+    assert_int_equal(ct_ojas(g_dir, "export --hf mine/config.json -m out", NULL, &err), 1);
+    ct_assert_one_line(err, "export: --hf 'mine/config.json' exists and is not a directory");
+    free(err);
+    assert_int_equal(ojas("export --hf mine -m out --force", NULL), 0);
+    assert_int_equal(ojas("generate -m mine -p '" PROMPT "' -n 12 -t 0", &b), 0);
+    assert_true(strlen(b) > strlen(PROMPT "\n"));
+    free(b);
 }
 
 int main(void) {
