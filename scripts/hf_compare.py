@@ -213,12 +213,13 @@ class OjasRun:
     def __init__(self, ojas, d, device, numerics):
         self.ojas = ojas
         self.engine = ojas.Engine(device=device, numerics=numerics)
+        self.host = self.engine if device == "cpu" else ojas.Engine(device="cpu")
         self.m = ojas.models.GPT.from_pretrained(d, engine=self.engine)
 
     def logits(self, idx):
         with self.ojas.no_grad():
             x = self.ojas.tensor(idx.numpy(), engine=self.engine)
-            return self.m(x).detach().numpy()
+            return self.m(x).detach().cpu(self.host).numpy()
 
     def greedy_decoder(self, prompt, n):
         d = self.m.decoder(len(prompt) + n, use_graph=True)
