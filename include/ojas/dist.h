@@ -104,6 +104,25 @@ oj_status oj_dist_allgather(oj_dist *d, oj_tensor *mine, oj_tensor *all, oj_erro
  * q's all (MPI_Allgatherv in place; one ncclBroadcast per rank). */
 oj_status oj_dist_allgatherv(oj_dist *d, oj_tensor *all, const int64_t *offsets, oj_error *err);
 
+/* all [N] in place: the elementwise sum of every rank's `all` (f32 or
+ * f64 through MPI, also bf16 and f16 through NCCL; the order of the
+ * additions is the library's, so the bits may depend on the world size:
+ * the trainer uses it where that is allowed, docs/distributed.md). MPI:
+ * MPI_Iallreduce, complete on return (a wait past the timeout ends the
+ * job). NCCL: ncclAllReduce enqueued on the engine's stream and not
+ * waited for: arm the watchdog with oj_dist_watch after the last one.
+ * Errors as the other collectives, OJ_ERR_DTYPE for another dtype. A
+ * group of one through MPI, or not active, returns at once. */
+oj_status oj_dist_allreduce_sum(oj_dist *d, oj_tensor *all, oj_error *err);
+/* NCCL: what the bound engine's stream holds now (the collectives just
+ * enqueued) must finish within the group's timeout; past it, or on an
+ * asynchronous NCCL error, a watchdog thread prints a message naming
+ * `what` and this rank, aborts the communicator and ends the job
+ * (MPI_Abort, or _exit(3) without MPI). Costs one event record, no host
+ * wait. A no-op for MPI (its waits are bounded in place) and unbound or
+ * inactive groups. */
+oj_status oj_dist_watch(oj_dist *d, const char *what, oj_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -68,7 +68,9 @@ static oj_status accumulate(oj_engine *eng, oj_tensor **slot, oj_tensor *g) {
  * contiguous, owned by the leaf. *g: the gradient; when `owned` the caller
  * holds *g's only reference and would release it after this call, so a
  * first gradient that nothing else can see becomes leaf->grad as it is
- * (*g set to NULL: the reference moved) instead of being copied. */
+ * (*g set to NULL: the reference moved) instead of being copied. A
+ * leaf whose grad is a given buffer not yet written (grad_fresh) takes
+ * its first gradient by copy. */
 static oj_status accumulate_leaf(oj_engine *eng, oj_tensor *leaf, oj_tensor **g, bool owned) {
     oj_tensor *gr = *g;
     if (leaf->grad == NULL) {
@@ -84,6 +86,10 @@ static oj_status accumulate_leaf(oj_engine *eng, oj_tensor *leaf, oj_tensor **g,
         oj__scope_detach(c);
         leaf->grad = c;
         return OJ_OK;
+    }
+    if (leaf->grad_fresh) { /* a given buffer: the first gradient is copied in, bit for bit */
+        leaf->grad_fresh = false;
+        return oj_copy_(leaf->grad, gr);
     }
     oj_status st = oj_add_(leaf->grad, gr);
     return st;

@@ -53,6 +53,10 @@ struct oj_tensor {
     bool requires_grad;
     bool retain_grad;
     oj_tensor *grad;         /* owned reference, outside every scope */
+    /* grad is a buffer given by its owner (a view of the trainer's
+     * gradient arena) that holds no gradient yet: the first gradient
+     * backward accumulates is copied into it, the next ones added */
+    bool grad_fresh;
     struct oj_node *grad_fn; /* owned reference; NULL for leaves */
     int output_index;        /* which output of grad_fn this is */
     /* ownership */

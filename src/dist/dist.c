@@ -369,6 +369,20 @@ oj_status oj_dist_barrier(oj_dist *d, const char *what, oj_error *err) {
 
 /* ---------------------------------------------------------------- tensors */
 
+/* The NCCL watchdog's end of the job (it runs on the watchdog thread,
+ * while this rank's main thread may be blocked on the device). */
+static void comm_fatal(void *ctx, const char *msg) {
+    oj_dist *d = ctx;
+    fprintf(stderr, "ojas: dist: %s; ending every rank\n", msg);
+    fflush(stderr);
+#ifdef OJAS_HAVE_MPI
+    if (d->mpi_inited)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+#endif
+    (void)d;
+    _exit(3); /* not exit(): the main thread may hold the device */
+}
+
 oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err) {
     if (!d || !eng)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist bind: NULL group or engine");
@@ -397,7 +411,8 @@ oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err) {
     if (!xs && !st && all[0])
         xs = oj_error_set(err, OJ_ERR_DEVICE, "dist: rank 0 could not make an ncclUniqueId");
     if (!xs && !st)
-        st = c->init(eng, all + 1, d->rank, d->world, d->timeout_s, &d->comm, err);
+        st = c->init(eng, all + 1, d->rank, d->world, d->timeout_s, comm_fatal, d, &d->comm,
+                     err);
     free(all);
     if (xs)
         return xs;
@@ -598,4 +613,66 @@ oj_status oj_dist_allgatherv(oj_dist *d, oj_tensor *all, const int64_t *offsets,
     free(bo);
     return oj_error_set(err, OJ_ERR_UNSUPPORTED, "dist: built without MPI");
 #endif
+}
+
+oj_status oj_dist_allreduce_sum(oj_dist *d, oj_tensor *buf, oj_error *err) {
+    oj_status st = check_pair(d, "allreduce", buf, -1, NULL, -1, err);
+    if (st)
+        return st;
+    oj_dtype dt = oj_tensor_dtype(buf);
+    if (!d->active || (d->world == 1 && !d->nccl))
+        return OJ_OK;
+    if (d->nccl) {
+        oj_bump_version(buf);
+        return d->nccl->allreduce_sum(d->eng, d->comm, addr(buf), (size_t)oj_numel(buf), dt,
+                                      err);
+    }
+#ifdef OJAS_HAVE_MPI
+    if (dt != OJ_F32 && dt != OJ_F64)
+        return oj_error_set(err, OJ_ERR_DTYPE,
+                            "dist allreduce: MPI sums f32 and f64 tensors, not %s",
+                            oj_dtype_name(dt));
+    if (oj_numel(buf) > INT32_MAX)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "dist allreduce: %lld elements are over MPI's int count (use a "
+                            "smaller dist_bucket_bytes)",
+                            (long long)oj_numel(buf));
+    MPI_Request r;
+    bool done = false;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, addr(buf), (int)oj_numel(buf),
+                            dt == OJ_F32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r);
+    if (rc == MPI_SUCCESS)
+        rc = wait_all(d, 1, &r, &done);
+    if (rc < 0) { /* a collective cannot tell which peer failed: name each */
+        char who[256];
+        size_t len = (size_t)snprintf(who, sizeof who, "%s",
+                                      d->world > 2 ? "one or more of " : "");
+        bool first = true;
+        for (int q = 0; q < d->world && len + 40 < sizeof who; q++)
+            if (q != d->rank) {
+                len += (size_t)snprintf(who + len, sizeof who - len, "%srank %d",
+                                        first ? "" : ", ", q);
+                first = false;
+            }
+        if (d->world > 2)
+            snprintf(who + len, sizeof who - len, " (an all-reduce cannot tell which)");
+        timed_out(d, "allreduce (gradient sum)", who);
+    }
+    oj_bump_version(buf);
+    if (rc != MPI_SUCCESS) {
+        char b[MPI_MAX_ERROR_STRING];
+        return oj_error_set(err, OJ_ERR_IO, "dist allreduce: %s", mpi_msg(rc, b));
+    }
+    return OJ_OK;
+#else
+    return oj_error_set(err, OJ_ERR_UNSUPPORTED, "dist: built without MPI");
+#endif
+}
+
+oj_status oj_dist_watch(oj_dist *d, const char *what, oj_error *err) {
+    if (!d)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist watch: NULL group");
+    if (!d->nccl || !d->comm)
+        return OJ_OK; /* MPI waits are bounded where they happen */
+    return d->nccl->watch(d->eng, d->comm, what ? what : "a collective", err);
 }

@@ -152,6 +152,15 @@ double oj__train_clip(oj_trainer *t) {
     return norm;
 }
 
+/* A view of flat elements off .. off + n shaped like p, detached from the
+ * scopes (a gradient the parameter will own). */
+static oj_tensor *flat_view(oj_tensor *flat, int64_t off, oj_tensor *p) {
+    oj_tensor *v = oj_view(oj_narrow(flat, 0, off, oj_numel(p)), oj_rank(p), oj_shape(p));
+    if (v)
+        oj__scope_detach(v); /* the scope's reference becomes the parameter's */
+    return v;
+}
+
 oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
     oj_dist *d = t->opts.dist;
     if (!oj_dist_active(d))
@@ -185,20 +194,48 @@ oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
     if (st)
         return st;
     oj_dtype dt = t->n_par ? oj_tensor_dtype(t->par[0]) : OJ_F32;
-    int64_t e = t->shard * t->world, n = e * t->n_buckets, a = t->shard * t->n_buckets;
-    t->flat = oj_zeros(t->eng, 1, &n, dt); /* the padding stays 0 */
-    t->recv = oj_empty(t->eng, 1, &e, dt);
-    t->acc = oj_empty(t->eng, 1, &a, dt);
-    if (!t->flat || !t->recv || !t->acc)
-        return eng_fail(t, err, "data parallel buffers");
+    /* the all-reduce path where its sum is allowed to depend on the world
+     * size (FAST), or cannot (one rank), and the transport sums the dtype */
+    t->allreduce = !t->cfg.zero &&
+                   (t->world == 1 || t->cfg.numerics != OJ_NUMERICS_EXACT) &&
+                   (!strcmp(oj_dist_transport(d), "nccl") || dt == OJ_F32 || dt == OJ_F64);
+    if (t->allreduce) {
+        int64_t P = t->par_off[t->n_par], n = P ? P : 1;
+        t->flat = oj_empty(t->eng, 1, &n, dt);
+        t->views = calloc((size_t)(t->n_par ? t->n_par : 1), sizeof *t->views);
+        if (!t->flat || !t->views)
+            return t->flat ? oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory")
+                           : eng_fail(t, err, "the gradient arena");
+        oj_scope_begin(t->eng); /* the narrowed pieces; each view is detached */
+        for (int64_t i = 0; i < t->n_par; i++)
+            if (!(t->views[i] = flat_view(t->flat, t->par_off[i], t->par[i])))
+                break;
+        oj_scope_end(t->eng);
+        if (oj_last_status(t->eng))
+            return eng_fail(t, err, "the gradient arena");
+    } else {
+        int64_t e = t->shard * t->world, n = e * t->n_buckets, a = t->shard * t->n_buckets;
+        t->flat = oj_zeros(t->eng, 1, &n, dt); /* the padding stays 0 */
+        t->recv = oj_empty(t->eng, 1, &e, dt);
+        t->acc = oj_empty(t->eng, 1, &a, dt);
+        if (!t->flat || !t->recv || !t->acc)
+            return eng_fail(t, err, "data parallel buffers");
+    }
     oj__train_say(t, "data parallel: %d ranks (%s), %lld micro-batch(es) per rank per step, "
-                     "ZeRO-1 %s, timeout %g s",
+                     "ZeRO-1 %s, gradients %s, timeout %g s",
                   t->world, oj_dist_transport(d), (long long)t->accum,
-                  t->cfg.zero ? "on (optimizer state sharded)" : "off", t->cfg.dist_timeout);
+                  t->cfg.zero ? "on (optimizer state sharded)" : "off",
+                  t->allreduce ? "summed in place by all-reduce"
+                               : "summed in rank order (shards exchanged)",
+                  t->cfg.dist_timeout);
     return OJ_OK;
 }
 
 void oj__train_dist_free(oj_trainer *t) {
+    if (t->views)
+        for (int64_t i = 0; i < t->n_par; i++)
+            oj_release(t->views[i]);
+    free(t->views);
     if (t->acc1)
         for (int64_t i = 0; i < t->n_par; i++)
             oj_release(t->acc1[i]);
@@ -213,17 +250,45 @@ void oj__train_dist_free(oj_trainer *t) {
     free(t->norm_order);
 }
 
-/* A view of flat elements off .. off + n shaped like p, detached from the
- * scopes (a gradient the parameter will own). */
-static oj_tensor *flat_view(oj_tensor *flat, int64_t off, oj_tensor *p) {
-    oj_tensor *v = oj_view(oj_narrow(flat, 0, off, oj_numel(p)), oj_rank(p), oj_shape(p));
-    if (v)
-        oj__scope_detach(v); /* the scope's reference becomes the parameter's */
-    return v;
+oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err) {
+    bool whole = k > 0 && t->cfg.numerics == OJ_NUMERICS_EXACT;
+    if (k > 0 && !whole)
+        return OJ_OK; /* FAST: backward keeps adding into the arena */
+    for (int64_t i = 0; i < t->n_par; i++) {
+        oj_tensor *p = t->par[i];
+        oj_zero_grad(p);
+        if (!whole) { /* the micro-batch's first gradient is copied in */
+            p->grad = oj_retain(t->views[i]);
+            p->grad_fresh = true;
+        }
+    }
+    return oj_last_status(t->eng) ? eng_fail(t, err, "gradient views") : OJ_OK;
+}
+
+/* The all-reduce path after micro-batch k's backward: EXACT, k > 0: the
+ * micro-batch's whole gradient added into the arena (the one-process
+ * order); every arena part no gradient reached is zeroed. */
+static oj_status allreduce_micro(oj_trainer *t, int64_t k, oj_error *err) {
+    bool whole = k > 0 && t->cfg.numerics == OJ_NUMERICS_EXACT;
+    for (int64_t i = 0; i < t->n_par; i++) {
+        oj_tensor *p = t->par[i], *v = t->views[i];
+        if (whole) {
+            if (p->grad)
+                oj_add_(v, p->grad);
+            oj_zero_grad(p);
+            p->grad = oj_retain(v);
+        } else if (p->grad_fresh) { /* unused by this micro-batch */
+            oj_fill_(v, 0);
+            p->grad_fresh = false;
+        }
+    }
+    return oj_last_status(t->eng) ? eng_fail(t, err, "accumulating gradients") : OJ_OK;
 }
 
 oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err) {
     oj_engine *eng = t->eng;
+    if (t->allreduce)
+        return allreduce_micro(t, k, err);
     if (!t->distributed) { /* one process: acc1[i] = g_0, then acc1[i] + g_k */
         if (!t->acc1 && !(t->acc1 = calloc((size_t)(t->n_par ? t->n_par : 1), sizeof *t->acc1)))
             return oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
@@ -294,6 +359,24 @@ oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err) {
 }
 
 oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
+    if (t->allreduce) {
+        /* buckets of at most dist_bucket_bytes, summed in place, enqueued
+         * without a host wait (NCCL; the watchdog bounds them) */
+        int64_t P = t->par_off[t->n_par];
+        int64_t es = (int64_t)oj_dtype_size(oj_tensor_dtype(t->flat));
+        int64_t cap = t->cfg.dist_bucket_bytes / es > 0 ? t->cfg.dist_bucket_bytes / es : 1;
+        oj_status st = OJ_OK;
+        for (int64_t at = 0; !st && at < P; at += cap) {
+            oj_tensor *b = oj_narrow(t->flat, 0, at, P - at < cap ? P - at : cap);
+            st = b ? oj_dist_allreduce_sum(t->opts.dist, b, err)
+                   : eng_fail(t, err, "gradient buckets");
+        }
+        char what[96];
+        snprintf(what, sizeof what, "the step %lld gradient all-reduce", (long long)t->step + 1);
+        if (!st)
+            st = oj_dist_watch(t->opts.dist, what, err);
+        return st;
+    }
     if (!t->distributed) {
         for (int64_t i = 0; i < t->n_par; i++) {
             oj_tensor *p = t->par[i];
@@ -320,8 +403,9 @@ oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
 
 oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *loss_sum,
                                 double flags[2], oj_error *err) {
-    /* mine: [stop signal, time-limit stop, sched total, losses of accum micro-batches] */
-    const int64_t n = 3 + t->accum;
+    /* mine: [stop signal, time-limit stop, sched total, losses of accum
+     * micro-batches (none when losses is NULL: oj__train_dist_losses)] */
+    const int64_t n = 3 + (losses ? t->accum : 0);
     double *mine = malloc(sizeof *mine * (size_t)n);
     double *all = malloc(sizeof *all * (size_t)(n * t->world));
     if (!mine || !all) {
@@ -331,17 +415,19 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
     }
     memcpy(mine, flags, 2 * sizeof *flags);
     mine[2] = (double)t->sched_mine;
-    memcpy(mine + 3, losses, sizeof *losses * (size_t)t->accum);
+    if (losses)
+        memcpy(mine + 3, losses, sizeof *losses * (size_t)t->accum);
     char what[96];
     snprintf(what, sizeof what, "the step %lld record exchange", (long long)t->step + 1);
     oj_status st = oj_dist_exchange(t->opts.dist, mine, sizeof *mine * (size_t)n, all, what, err);
     if (!st) {
         double sum = 0;
         /* micro-batch j = k * world + q: the order one process sums them in */
-        for (int64_t k = 0; k < t->accum; k++)
+        for (int64_t k = 0; losses && k < t->accum; k++)
             for (int q = 0; q < t->world; q++)
                 sum += all[q * n + 3 + k];
-        *loss_sum = sum;
+        if (loss_sum)
+            *loss_sum = sum;
         flags[0] = 0;
         for (int q = 0; q < t->world; q++)
             flags[0] = flags[0] || all[q * n] != 0; /* a signal on any rank */
@@ -349,6 +435,26 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
         t->sched_mine = (int64_t)all[2];
     }
     free(mine);
+    free(all);
+    return st;
+}
+
+oj_status oj__train_dist_losses(oj_trainer *t, const double *losses, double *loss_sum,
+                                oj_error *err) {
+    double *all = malloc(sizeof *all * (size_t)(t->accum * t->world));
+    if (!all)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
+    char what[96];
+    snprintf(what, sizeof what, "the step %lld loss exchange", (long long)t->step + 1);
+    oj_status st = oj_dist_exchange(t->opts.dist, losses, sizeof *losses * (size_t)t->accum,
+                                    all, what, err);
+    if (!st) {
+        double sum = 0;
+        for (int64_t k = 0; k < t->accum; k++) /* micro-batch order, as in the record */
+            for (int q = 0; q < t->world; q++)
+                sum += all[q * t->accum + k];
+        *loss_sum = sum;
+    }
     free(all);
     return st;
 }

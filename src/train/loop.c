@@ -198,9 +198,14 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     if (mloss == NULL)
         st = oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
     const int64_t n_micro = t->collect ? t->accum : c->grad_accum;
+    /* the all-reduce path reads its losses after the step, as one process */
+    const bool read_now = t->collect && !t->allreduce;
     for (int64_t k = 0; !st && k < n_micro; k++) {
         oj_scope_begin(eng);
-        if (c->cuda_graph) {
+        if (t->allreduce)
+            st = oj__train_grads_attach(t, k, err);
+        if (st) {
+        } else if (c->cuda_graph) {
             graph_micro_step(t, pf);
             if (t->collect && oj_last_status(eng) == OJ_OK) /* its gradient is summed below */
                 mloss[k] = oj_item(t->graph.loss);
@@ -214,7 +219,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
                 oj_tensor *scaled =
                     c->grad_accum == 1 ? loss : oj_mul_scalar(loss, 1.0 / (double)c->grad_accum);
                 oj_tensor *keep = NULL;
-                if (scaled && oj_backward(scaled, false) == OJ_OK && t->collect) {
+                if (scaled && oj_backward(scaled, false) == OJ_OK && read_now) {
                     mloss[k] = oj_item(loss);
                 } else if (scaled && oj_last_status(eng) == OJ_OK && (keep = oj_detach(loss))) {
                     oj__scope_detach(keep); /* outlives this micro-step's scope */
@@ -223,15 +228,15 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
             }
             prof_mark(t, pf, PH_FWD_BWD);
         }
-        if (oj_last_status(eng))
+        if (!st && oj_last_status(eng))
             st = eng_error(t, err, "train step");
         if (!st && t->collect)
             st = oj__train_grads_micro(t, k, err);
         oj_scope_end(eng);
     }
-    if (!st && t->collect)
-        st = oj__train_grads_finish(t, err);
-    /* the group's record: losses, stop flags, the schedule's end */
+    /* the group's record: losses, stop flags, the schedule's end (before
+     * the gradient's all-reduce: its one message per peer names a rank
+     * that died or hangs, which a collective cannot) */
     bool sched_set = false;
     if (!st && t->collect) {
         double flags[2] = {t->opts.stop && *t->opts.stop,
@@ -240,7 +245,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         t->sched_mine = schedule_total(t);
         sched_set = true;
         if (t->distributed) {
-            st = oj__train_dist_record(t, mloss, &loss_sum, flags, err);
+            st = oj__train_dist_record(t, read_now ? mloss : NULL, &loss_sum, flags, err);
             t->stop_agreed = flags[0] != 0;
             t->time_agreed = flags[1] != 0;
         } else {
@@ -248,10 +253,10 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
                 loss_sum += mloss[k];
         }
     }
-    if (mloss != mloss_kept)
-        free(mloss);
+    if (!st && t->collect)
+        st = oj__train_grads_finish(t, err);
     double norm = NAN;
-    if (!st && t->collect) { /* the global norm's clip, in place (train/dist.c) */
+    if (!st && read_now) { /* the global norm's clip, in place (train/dist.c) */
         norm = oj__train_clip(t);
         if (oj_last_status(eng))
             st = eng_error(t, err, "grad clip");
@@ -266,7 +271,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         oj_optim_step_info info;
         /* collected gradients are clipped already; else clip and step in one
          * (on a device: gated, one read-back) */
-        oj_status os = t->collect ? oj_optim_step(t->optim, &info)
+        oj_status os = read_now ? oj_optim_step(t->optim, &info)
                                   : oj__optim_clip_step(t->optim, c->grad_clip, &norm, &info);
         if (os == OJ_ERR_NUMERIC) {
             t->skipped_in_row++;
@@ -292,11 +297,25 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     if (!st) {
         if (c->cuda_graph && !t->collect)
             loss_sum += oj_item(t->graph.loss);
-        for (int64_t k = 0; k < n_loss; k++)
-            loss_sum += oj_item(losses[k]);
-        if (oj_last_status(eng))
-            st = eng_error(t, err, "reading the loss");
+        if (t->allreduce) { /* every rank's, in micro-batch order */
+            for (int64_t k = 0; k < n_loss; k++)
+                mloss[k] = oj_item(losses[k]);
+            if (oj_last_status(eng))
+                st = eng_error(t, err, "reading the loss");
+            else if (t->distributed)
+                st = oj__train_dist_losses(t, mloss, &loss_sum, err);
+            else
+                for (int64_t k = 0; k < n_loss; k++)
+                    loss_sum += mloss[k];
+        } else {
+            for (int64_t k = 0; k < n_loss; k++)
+                loss_sum += oj_item(losses[k]);
+            if (oj_last_status(eng))
+                st = eng_error(t, err, "reading the loss");
+        }
     }
+    if (mloss != mloss_kept)
+        free(mloss);
     if (!st && c->cuda_graph && oj__step_graph_check(&t->graph) != OJ_OK)
         st = eng_error(t, err, "train step");
     prof_mark(t, pf, PH_LOSS);

@@ -100,6 +100,11 @@ struct oj_trainer {
     oj_tensor *recv;      /* [world * S] one bucket's blocks received by the alltoall */
     oj_tensor *acc;       /* [nb * S] this rank's sub-shards of the step's gradient */
     oj_tensor **acc1;     /* one process: [n_par] the step's gradients so far */
+    /* the all-reduce path (ZeRO-1 off, and FAST numerics or a group of
+     * one): the gradients live in flat [P] (views[i]: parameter i's part,
+     * which backward accumulates into), summed over the ranks in place */
+    bool allreduce;
+    oj_tensor **views;
     int64_t sched_mine;   /* the schedule total the group uses this step */
     bool stop_agreed, time_agreed; /* from the last step record */
 };
@@ -126,6 +131,15 @@ oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err);
 double oj__train_clip(oj_trainer *t);
 oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *loss_sum,
                                 double flags[2], oj_error *err);
+/* The all-reduce path: before micro-batch k's forward, the parameters'
+ * grads become their views of the arena (k 0: to be written by backward's
+ * first gradient; EXACT, k > 0: detached, so the micro-batch's gradient
+ * forms whole and grads_micro adds it in). losses: after the step, this
+ * rank's accum micro-batch losses -> loss_sum over every rank, in
+ * micro-batch order. */
+oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err);
+oj_status oj__train_dist_losses(oj_trainer *t, const double *losses, double *loss_sum,
+                                oj_error *err);
 oj_status oj__train_zero_after_step(oj_trainer *t, bool skipped, oj_error *err);
 oj_status oj__train_zero_resume(oj_trainer *t, oj_error *err);
 oj_status oj__train_zero_gather(oj_trainer *t, oj_optim **full, oj_error *err);

@@ -71,6 +71,10 @@ static void pair(const char *extra, const char *a, const char *b) {
         fail_msg("mpirun -np 1 failed (%d): %s", rc, out);
     if (!strstr(out, g_on_cpu ? "data parallel: 1 ranks (mpi)" : "data parallel: 1 ranks (nccl)"))
         fail_msg("not through the collectives: %s", out);
+    /* ZeRO-1 keeps the shard exchange; otherwise one rank sums by all-reduce */
+    if (!strstr(out, strstr(extra, "zero=1") ? "summed in rank order"
+                                              : "summed in place by all-reduce"))
+        fail_msg("not the expected gradient path: %s", out);
     say_done(b, out);
     free(out);
     for (int s = 2; s <= 4; s += 2) {

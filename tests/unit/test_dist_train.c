@@ -133,8 +133,28 @@ static void test_two_ranks_equal_one_process(void **state) {
     if (rc)
         fail_msg("mpirun failed (%d): %s", rc, out);
     assert_non_null(strstr(out, "data parallel: 2 ranks (mpi)"));
+    assert_non_null(strstr(out, "summed in rank order")); /* EXACT: never the all-reduce */
     free(out);
     same_run("one", "two");
+}
+
+// test: under FAST numerics the 2 ranks take the all-reduce path (the
+// gradients summed in place in one arena by MPI_Allreduce); with one
+// micro-batch per rank the sum is one addition, which MPI and one process
+// with grad_accum 2 make alike, so the bits still equal one process's
+static void test_two_ranks_allreduce_fast(void **state) {
+    (void)state;
+#define FAST "--numerics fast --no-progress --no-plot --set grad_accum=2 "
+    assert_int_equal(ojas("train -c c.json -o onefast " FAST, NULL, NULL), 0);
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o twofast " FAST, &out);
+    if (rc)
+        fail_msg("mpirun failed (%d): %s", rc, out);
+    if (!strstr(out, "gradients summed in place by all-reduce"))
+        fail_msg("not through the all-reduce path: %s", out);
+    free(out);
+    same_run("onefast", "twofast");
+#undef FAST
 }
 
 // test: ZeRO-1 (optimizer state sharded), with the gradient exchanged in
@@ -378,6 +398,7 @@ int main(void) {
 #ifdef OJAS_MPIEXEC
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
+        cmocka_unit_test(test_two_ranks_allreduce_fast),
         cmocka_unit_test(test_zero1_same_bits),
         cmocka_unit_test(test_resume_across_world_sizes),
         cmocka_unit_test(test_grad_accum_not_multiple),
