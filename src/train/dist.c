@@ -47,10 +47,21 @@ oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
                             (long long)c->grad_accum, t->world);
     t->accum = c->grad_accum / t->world;
     t->distributed = oj_dist_active(d);
-    if (t->distributed && c->cuda_graph)
+    if (c->cuda_graph && t->accum != 1)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "config: cuda_graph needs one micro-batch per rank per step "
+                            "(grad_accum = world size %d; got grad_accum %lld): the graph "
+                            "rewrites the gradients each step",
+                            t->world, (long long)c->grad_accum);
+    /* the graph writes the gradient arena; the shard exchange (ZeRO-1, or
+     * EXACT over several ranks) packs autograd's own gradients instead */
+    if (t->distributed && c->cuda_graph &&
+        (c->zero || (t->world > 1 && c->numerics == OJ_NUMERICS_EXACT)))
         return oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                            "config: cuda_graph does not run data parallel yet (--set "
-                            "cuda_graph=false)");
+                            "config: cuda_graph runs data parallel only where the gradients are "
+                            "all-reduced: zero 0, and fast numerics with more than one rank "
+                            "(--set cuda_graph=false for %s)",
+                            c->zero ? "ZeRO-1" : "exact numerics");
     if (c->zero && !t->distributed)
         oj__train_say(t, "zero 1 without a process group (not started by mpirun): one process "
                          "keeps the whole optimizer state");

@@ -202,12 +202,12 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     const bool read_now = t->collect && !t->allreduce;
     for (int64_t k = 0; !st && k < n_micro; k++) {
         oj_scope_begin(eng);
-        if (t->allreduce)
+        if (t->allreduce && !t->graph.graph) /* a captured graph rewrites the views */
             st = oj__train_grads_attach(t, k, err);
         if (st) {
         } else if (c->cuda_graph) {
             graph_micro_step(t, pf);
-            if (t->collect && oj_last_status(eng) == OJ_OK) /* its gradient is summed below */
+            if (read_now && oj_last_status(eng) == OJ_OK) /* its gradient is summed below */
                 mloss[k] = oj_item(t->graph.loss);
         } else {
             oj_tensor *x = NULL, *y = NULL;
@@ -285,7 +285,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         }
         if (!st) /* ZeRO-1: the ranks agree on the step, then gather the parameters */
             st = oj__train_zero_after_step(t, os == OJ_ERR_NUMERIC, err);
-        if (t->collect) /* every parameter's (ZeRO-1: not only this rank's run) */
+        if (t->collect && !c->cuda_graph) /* every parameter's (ZeRO-1: not only this rank's run) */
             for (int64_t i = 0; i < t->n_par; i++)
                 oj_zero_grad(t->par[i]);
         else if (!c->cuda_graph) /* the graph's replays rewrite its gradients */
@@ -298,15 +298,14 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         if (c->cuda_graph && !t->collect)
             loss_sum += oj_item(t->graph.loss);
         if (t->allreduce) { /* every rank's, in micro-batch order */
+            if (c->cuda_graph) /* one micro-batch per rank */
+                mloss[0] = oj_item(t->graph.loss);
             for (int64_t k = 0; k < n_loss; k++)
                 mloss[k] = oj_item(losses[k]);
             if (oj_last_status(eng))
                 st = eng_error(t, err, "reading the loss");
-            else if (t->distributed)
-                st = oj__train_dist_losses(t, mloss, &loss_sum, err);
             else
-                for (int64_t k = 0; k < n_loss; k++)
-                    loss_sum += mloss[k];
+                st = oj__train_dist_losses(t, mloss, &loss_sum, err);
         } else {
             for (int64_t k = 0; k < n_loss; k++)
                 loss_sum += oj_item(losses[k]);
