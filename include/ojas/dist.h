@@ -109,11 +109,17 @@ oj_status oj_dist_allgatherv(oj_dist *d, oj_tensor *all, const int64_t *offsets,
  * additions is the library's, so the bits may depend on the world size:
  * the trainer uses it where that is allowed, docs/distributed.md). MPI:
  * MPI_Iallreduce, complete on return (a wait past the timeout ends the
- * job). NCCL: ncclAllReduce enqueued on the engine's stream and not
- * waited for: arm the watchdog with oj_dist_watch after the last one.
- * Errors as the other collectives, OJ_ERR_DTYPE for another dtype. A
- * group of one through MPI, or not active, returns at once. */
+ * job). NCCL: ncclAllReduce enqueued on the communicator's own stream,
+ * after the work the engine's stream holds now (so the engine's stream
+ * runs on: the trainer's backward overlaps it), and not waited for:
+ * oj_dist_join before the engine reads the sums, and arm the watchdog
+ * with oj_dist_watch after the last one. Errors as the other
+ * collectives, OJ_ERR_DTYPE for another dtype. A group of one through
+ * MPI, or not active, returns at once. */
 oj_status oj_dist_allreduce_sum(oj_dist *d, oj_tensor *all, oj_error *err);
+/* NCCL: the engine's stream waits, on the device, for every
+ * oj_dist_allreduce_sum queued so far (no host wait). A no-op for MPI. */
+oj_status oj_dist_join(oj_dist *d, oj_error *err);
 /* NCCL: what the bound engine's stream holds now (the collectives just
  * enqueued) must finish within the group's timeout; past it, or on an
  * asynchronous NCCL error, a watchdog thread prints a message naming

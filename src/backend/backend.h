@@ -91,9 +91,12 @@ typedef struct oj_backend_comm {
                             oj_error *err);
     /* buf (count elements of dtype, f32 / f64 / bf16 / f16) in place: the
      * elementwise sum over the ranks (ncclAllReduce, ncclSum), enqueued on
-     * eng's stream, not waited for. */
+     * the communicator's own stream after the work eng's stream holds
+     * now, not waited for. */
     oj_status (*allreduce_sum)(oj_engine *eng, void *comm, void *buf, size_t count,
                                oj_dtype dtype, oj_error *err);
+    /* eng's stream waits (on the device) for the all-reduces queued so far. */
+    oj_status (*join)(oj_engine *eng, void *comm, oj_error *err);
     /* Arm the watchdog: what eng's stream holds now must finish within
      * timeout_s, or fatal is called with a message naming `what`. */
     oj_status (*watch)(oj_engine *eng, void *comm, const char *what, oj_error *err);

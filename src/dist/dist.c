@@ -669,6 +669,14 @@ oj_status oj_dist_allreduce_sum(oj_dist *d, oj_tensor *buf, oj_error *err) {
 #endif
 }
 
+oj_status oj_dist_join(oj_dist *d, oj_error *err) {
+    if (!d)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist join: NULL group");
+    if (!d->nccl || !d->comm)
+        return OJ_OK; /* MPI's all-reduce is complete on return */
+    return d->nccl->join(d->eng, d->comm, err);
+}
+
 oj_status oj_dist_watch(oj_dist *d, const char *what, oj_error *err) {
     if (!d)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist watch: NULL group");

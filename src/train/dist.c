@@ -217,6 +217,24 @@ oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
         if (!t->flat || !t->views)
             return t->flat ? oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory")
                            : eng_fail(t, err, "the gradient arena");
+        /* buckets of whole parameters, at most cap elements (or one) */
+        int64_t es = (int64_t)oj_dtype_size(dt);
+        int64_t cap = t->cfg.dist_bucket_bytes / es > 0 ? t->cfg.dist_bucket_bytes / es : 1;
+        t->bk_first = malloc(sizeof *t->bk_first * (size_t)(t->n_par + 1));
+        t->bk_of = malloc(sizeof *t->bk_of * (size_t)(t->n_par ? t->n_par : 1));
+        t->bk_pending = calloc((size_t)(t->n_par ? t->n_par : 1), sizeof *t->bk_pending);
+        if (!t->bk_first || !t->bk_of || !t->bk_pending)
+            return oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory");
+        t->n_bk = 0;
+        for (int64_t i = 0; i < t->n_par; i++) {
+            if (i == 0 || t->par_off[i + 1] - t->par_off[t->bk_first[t->n_bk - 1]] > cap)
+                t->bk_first[t->n_bk++] = i;
+            t->bk_of[i] = t->n_bk - 1;
+        }
+        t->bk_first[t->n_bk] = t->n_par;
+        /* (through MPI, whose all-reduce is complete on return, the same
+         * order of work, without the overlap) */
+        t->overlap = !t->cfg.cuda_graph;
         oj_scope_begin(t->eng); /* the narrowed pieces; each view is detached */
         for (int64_t i = 0; i < t->n_par; i++)
             if (!(t->views[i] = flat_view(t->flat, t->par_off[i], t->par[i])))
@@ -243,6 +261,13 @@ oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
 }
 
 void oj__train_dist_free(oj_trainer *t) {
+    if (t->eng && t->eng->leaf_grad_ready_ctx == t) {
+        t->eng->leaf_grad_ready = NULL;
+        t->eng->leaf_grad_ready_ctx = NULL;
+    }
+    free(t->bk_first);
+    free(t->bk_of);
+    free(t->bk_pending);
     if (t->views)
         for (int64_t i = 0; i < t->n_par; i++)
             oj_release(t->views[i]);
@@ -261,8 +286,53 @@ void oj__train_dist_free(oj_trainer *t) {
     free(t->norm_order);
 }
 
+/* Queue the all-reduce of every bucket from next_bk down whose
+ * gradients are final; the first error is kept in bk_status. */
+static void launch_ready(oj_trainer *t) {
+    oj_scope_begin(t->eng);
+    while (t->next_bk >= 0 && t->bk_pending[t->next_bk] == 0 && !t->bk_status) {
+        int64_t b = t->next_bk--;
+        int64_t lo = t->par_off[t->bk_first[b]], hi = t->par_off[t->bk_first[b + 1]];
+        oj_tensor *v = hi > lo ? oj_narrow(t->flat, 0, lo, hi - lo) : NULL;
+        oj_error e = {0};
+        if (hi > lo && !v) {
+            t->bk_status = oj_last_status(t->eng);
+            snprintf(t->bk_msg, sizeof t->bk_msg, "gradient bucket: %.500s", oj_last_error(t->eng));
+        } else if (v && (t->bk_status = oj_dist_allreduce_sum(t->opts.dist, v, &e))) {
+            snprintf(t->bk_msg, sizeof t->bk_msg, "%.500s", e.message);
+        }
+    }
+    oj_scope_end(t->eng);
+}
+
+/* backward's leaf hook (the last micro-batch, overlap on): a parameter's
+ * gradient is final; its bucket may be ready. */
+static void on_grad_ready(void *ctx, oj_tensor *leaf) {
+    oj_trainer *t = ctx;
+    for (int64_t i = 0; i < t->n_par; i++)
+        if (t->par[i] == leaf) {
+            if (--t->bk_pending[t->bk_of[i]] == 0)
+                launch_ready(t);
+            return;
+        }
+}
+
 oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err) {
     bool whole = k > 0 && t->cfg.numerics == OJ_NUMERICS_EXACT;
+    if (k == 0) { /* the step's buckets: none queued */
+        t->next_bk = t->n_bk - 1;
+        t->bk_status = OJ_OK;
+        for (int64_t b = 0; b < t->n_bk; b++)
+            t->bk_pending[b] = (int32_t)(t->bk_first[b + 1] - t->bk_first[b]);
+    }
+    if (t->graph.graph)
+        return OJ_OK; /* the captured backward rewrites the views */
+    /* the last micro-batch's backward queues each bucket when it is final
+     * (EXACT with several micro-batches adds the last one in after) */
+    if (t->overlap && k == t->accum - 1 && !whole) {
+        t->eng->leaf_grad_ready = on_grad_ready;
+        t->eng->leaf_grad_ready_ctx = t;
+    }
     if (k > 0 && !whole)
         return OJ_OK; /* FAST: backward keeps adding into the arena */
     for (int64_t i = 0; i < t->n_par; i++) {
@@ -281,6 +351,8 @@ oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err) {
  * order); every arena part no gradient reached is zeroed. */
 static oj_status allreduce_micro(oj_trainer *t, int64_t k, oj_error *err) {
     bool whole = k > 0 && t->cfg.numerics == OJ_NUMERICS_EXACT;
+    t->eng->leaf_grad_ready = NULL;
+    t->eng->leaf_grad_ready_ctx = NULL;
     for (int64_t i = 0; i < t->n_par; i++) {
         oj_tensor *p = t->par[i], *v = t->views[i];
         if (whole) {
@@ -371,19 +443,18 @@ oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err) {
 
 oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
     if (t->allreduce) {
-        /* buckets of at most dist_bucket_bytes, summed in place, enqueued
-         * without a host wait (NCCL; the watchdog bounds them) */
-        int64_t P = t->par_off[t->n_par];
-        int64_t es = (int64_t)oj_dtype_size(oj_tensor_dtype(t->flat));
-        int64_t cap = t->cfg.dist_bucket_bytes / es > 0 ? t->cfg.dist_bucket_bytes / es : 1;
-        oj_status st = OJ_OK;
-        for (int64_t at = 0; !st && at < P; at += cap) {
-            oj_tensor *b = oj_narrow(t->flat, 0, at, P - at < cap ? P - at : cap);
-            st = b ? oj_dist_allreduce_sum(t->opts.dist, b, err)
-                   : eng_fail(t, err, "gradient buckets");
-        }
+        /* the buckets backward did not queue (all without overlap), last
+         * first, summed in place without a host wait (NCCL: the engine's
+         * stream waits on the device, the watchdog bounds them) */
+        for (int64_t b = 0; b < t->n_bk; b++)
+            t->bk_pending[b] = 0;
+        launch_ready(t);
+        oj_status st = t->bk_status;
+        if (st)
+            return oj_error_set(err, st, "%s", t->bk_msg);
         char what[96];
         snprintf(what, sizeof what, "the step %lld gradient all-reduce", (long long)t->step + 1);
+        st = oj_dist_join(t->opts.dist, err);
         if (!st)
             st = oj_dist_watch(t->opts.dist, what, err);
         return st;

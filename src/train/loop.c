@@ -202,7 +202,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     const bool read_now = t->collect && !t->allreduce;
     for (int64_t k = 0; !st && k < n_micro; k++) {
         oj_scope_begin(eng);
-        if (t->allreduce && !t->graph.graph) /* a captured graph rewrites the views */
+        if (t->allreduce)
             st = oj__train_grads_attach(t, k, err);
         if (st) {
         } else if (c->cuda_graph) {

@@ -105,6 +105,17 @@ struct oj_trainer {
      * which backward accumulates into), summed over the ranks in place */
     bool allreduce;
     oj_tensor **views;
+    /* its buckets: runs of whole parameters [bk_first[b], bk_first[b + 1])
+     * of at most dist_bucket_bytes (or one parameter), all-reduced from
+     * the last to the first; with `overlap` (NCCL, eager) each is queued
+     * during the last micro-batch's backward as soon as its parameters'
+     * gradients are final (bk_pending[b] 0), on the communicator's stream */
+    int64_t n_bk, next_bk;
+    int64_t *bk_first, *bk_of;
+    int32_t *bk_pending;
+    bool overlap;
+    oj_status bk_status; /* the first error of a bucket queued from backward */
+    char bk_msg[600];
     int64_t sched_mine;   /* the schedule total the group uses this step */
     bool stop_agreed, time_agreed; /* from the last step record */
 };
@@ -134,7 +145,9 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
 /* The all-reduce path: before micro-batch k's forward, the parameters'
  * grads become their views of the arena (k 0: to be written by backward's
  * first gradient; EXACT, k > 0: detached, so the micro-batch's gradient
- * forms whole and grads_micro adds it in). losses: after the step, this
+ * forms whole and grads_micro adds it in; nothing once a CUDA graph is
+ * captured), the step's buckets are reset (k 0) and, before the last
+ * micro-batch, backward's leaf hook queues them (overlap). losses: after the step, this
  * rank's accum micro-batch losses -> loss_sum over every rank, in
  * micro-batch order. */
 oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err);

@@ -139,12 +139,14 @@ static void test_two_ranks_equal_one_process(void **state) {
 }
 
 // test: under FAST numerics the 2 ranks take the all-reduce path (the
-// gradients summed in place in one arena by MPI_Allreduce); with one
+// gradients summed in place in one arena by MPI_Allreduce, in buckets of
+// 64 KiB queued from the backward as their gradients are final); with one
 // micro-batch per rank the sum is one addition, which MPI and one process
 // with grad_accum 2 make alike, so the bits still equal one process's
 static void test_two_ranks_allreduce_fast(void **state) {
     (void)state;
-#define FAST "--numerics fast --no-progress --no-plot --set grad_accum=2 "
+#define FAST "--numerics fast --no-progress --no-plot --set grad_accum=2 " \
+             "--set dist_bucket_bytes=65536 "
     assert_int_equal(ojas("train -c c.json -o onefast " FAST, NULL, NULL), 0);
     char *out = NULL;
     int rc = mpi_ojas("train -c c.json -o twofast " FAST, &out);

@@ -36,6 +36,10 @@ struct comm_t {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cudaEvent_t ev;
+    /* allreduce_sum's own stream, and the events that order it after the
+     * engine's stream (ev_in) and the engine's stream after it (ev_out) */
+    cudaStream_t side;
+    cudaEvent_t ev_in, ev_out;
     unsigned long long generation, seen;
     double armed_at;
     bool quit;
@@ -162,11 +166,13 @@ oj_status comm_init(oj_engine *eng, const void *id, int rank, int world, double 
     c->fatal_ctx = fatal_ctx;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    if (cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming) != cudaSuccess) {
-        pthread_mutex_destroy(&c->mu);
-        pthread_cond_destroy(&c->cv);
-        free(c);
-        return oj_error_set(err, OJ_ERR_DEVICE, "NCCL init: cannot create the watchdog's event");
+    if (cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->ev_in, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->ev_out, cudaEventDisableTiming) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking) != cudaSuccess) {
+        comm_destroy(c);
+        return oj_error_set(err, OJ_ERR_DEVICE,
+                            "NCCL init: cannot create the all-reduce stream and its events");
     }
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
@@ -221,7 +227,14 @@ void comm_destroy(void *p) {
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
     }
-    cudaEventDestroy(c->ev);
+    if (c->ev)
+        cudaEventDestroy(c->ev);
+    if (c->ev_in)
+        cudaEventDestroy(c->ev_in);
+    if (c->ev_out)
+        cudaEventDestroy(c->ev_out);
+    if (c->side)
+        cudaStreamDestroy(c->side);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     if (c->comm) { /* non-blocking: finalize completes asynchronously */
@@ -329,11 +342,32 @@ oj_status comm_allreduce_sum(oj_engine *eng, void *p, void *buf, size_t count, o
         return oj_error_set(err, OJ_ERR_DTYPE, "NCCL %s: dtype %s has no sum", what,
                             oj_dtype_name(dtype));
     }
-    ncclResult_t r = ncclAllReduce(buf, buf, count, t, ncclSum, c->comm,
-                                   oj_cuda_state_of(eng)->stream);
+    /* on the side stream, after what the engine's stream holds now (the
+     * backward that wrote buf), so the rest of the backward runs on */
+    cudaError_t e = cudaEventRecord(c->ev_in, oj_cuda_state_of(eng)->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(c->side, c->ev_in, 0);
+    if (e != cudaSuccess)
+        return oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: ordering the streams: %s", what,
+                            cudaGetErrorString(e));
+    ncclResult_t r = ncclAllReduce(buf, buf, count, t, ncclSum, c->comm, c->side);
     while (r == ncclInProgress)
         ncclCommGetAsyncError(c->comm, &r);
     return r == ncclSuccess ? OJ_OK : nccl_fail(err, r, c->comm, what);
+}
+
+oj_status comm_join(oj_engine *eng, void *p, oj_error *err) {
+    comm_t *c = (comm_t *)p;
+    const char *what = "join (the all-reduce stream)";
+    oj_status st = comm_begin(eng, c, what, err);
+    if (st)
+        return st;
+    cudaError_t e = cudaEventRecord(c->ev_out, c->side);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(oj_cuda_state_of(eng)->stream, c->ev_out, 0);
+    return e == cudaSuccess ? OJ_OK
+                            : oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: %s", what,
+                                           cudaGetErrorString(e));
 }
 
 oj_status comm_watch(oj_engine *eng, void *p, const char *what, oj_error *err) {
@@ -356,7 +390,7 @@ oj_status comm_watch(oj_engine *eng, void *p, const char *what, oj_error *err) {
 
 const oj_backend_comm k_comm = {comm_unique_id,  comm_init,      comm_destroy,
                                 comm_alltoall,   comm_allgather, comm_allgatherv,
-                                comm_allreduce_sum, comm_watch};
+                                comm_allreduce_sum, comm_join,   comm_watch};
 
 } // namespace
 
