@@ -62,6 +62,11 @@ oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
                             "all-reduced: zero 0, and fast numerics with more than one rank "
                             "(--set cuda_graph=false for %s)",
                             c->zero ? "ZeRO-1" : "exact numerics");
+    if (c->zero && t->distributed && !oj_dist_mpi(d))
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "config: zero 1 needs MPI (its checkpoints gather the optimizer "
+                            "state in host messages), and this group comes from RANK/WORLD_SIZE "
+                            "without it: start the ranks with mpirun, or zero=0");
     if (c->zero && !t->distributed)
         oj__train_say(t, "zero 1 without a process group (not started by mpirun): one process "
                          "keeps the whole optimizer state");
@@ -176,6 +181,16 @@ oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
     oj_dist *d = t->opts.dist;
     if (!oj_dist_active(d))
         return st;
+    /* a group without MPI exchanges its records through NCCL: bound
+     * first (a rank that could not make its engine leaves the others to
+     * time out in the rendezvous or NCCL's init, which name the wait) */
+    bool bound = false;
+    if (!oj_dist_mpi(d) && t->eng) {
+        oj_status bs = oj_dist_bind(d, t->eng, st ? NULL : err);
+        if (bs)
+            return st ? st : bs;
+        bound = true;
+    }
     /* [status, rank 0's resumed checkpoint in out_dir, message] */
     struct {
         int32_t status;
@@ -201,7 +216,7 @@ oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
     free(all);
     if (st)
         return st;
-    st = oj_dist_bind(d, t->eng, err);
+    st = bound ? OJ_OK : oj_dist_bind(d, t->eng, err);
     if (st)
         return st;
     oj_dtype dt = t->n_par ? oj_tensor_dtype(t->par[0]) : OJ_F32;

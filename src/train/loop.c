@@ -174,6 +174,30 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
     prof_mark(t, pf, PH_FWD_BWD);
 }
 
+/* The group's record: the losses (mloss: the collected path's, read at
+ * once; NULL: read after the step), the stop flags, the schedule's end.
+ * Exchanged before the gradient's sum: its one message per peer names a
+ * rank that died or hangs, which a collective cannot. */
+static oj_status step_record(oj_trainer *t, const double *mloss, int64_t n_micro,
+                             double *loss_sum, bool *sched_set, oj_error *err) {
+    const oj_train_config *c = &t->cfg;
+    double flags[2] = {t->opts.stop && *t->opts.stop,
+                       c->time_limit_seconds > 0 && t->run_steps > 0 &&
+                           elapsed(t) + t->step_ema + reserve_s(t) > c->time_limit_seconds};
+    t->sched_mine = schedule_total(t);
+    *sched_set = true;
+    oj_status st = OJ_OK;
+    if (t->distributed) {
+        st = oj__train_dist_record(t, mloss, loss_sum, flags, err);
+        t->stop_agreed = flags[0] != 0;
+        t->time_agreed = flags[1] != 0;
+    } else {
+        for (int64_t k = 0; k < n_micro; k++)
+            *loss_sum += mloss[k];
+    }
+    return st;
+}
+
 /* One optimizer step over grad_accum micro-batches: the clip and the
  * optimizer step (oj__optim_clip_step: on a device one read-back, after
  * the update is queued), then the losses, read when the device has
@@ -198,6 +222,11 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     if (mloss == NULL)
         st = oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
     const int64_t n_micro = t->collect ? t->accum : c->grad_accum;
+    /* the all-reduce path's record comes first, before any collective of
+     * the step (through NCCL it then waits for nothing queued) */
+    bool sched_set = false;
+    if (!st && t->allreduce)
+        st = step_record(t, NULL, n_micro, &loss_sum, &sched_set, err);
     /* the all-reduce path reads its losses after the step, as one process */
     const bool read_now = t->collect && !t->allreduce;
     for (int64_t k = 0; !st && k < n_micro; k++) {
@@ -234,25 +263,8 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
             st = oj__train_grads_micro(t, k, err);
         oj_scope_end(eng);
     }
-    /* the group's record: losses, stop flags, the schedule's end (before
-     * the gradient's all-reduce: its one message per peer names a rank
-     * that died or hangs, which a collective cannot) */
-    bool sched_set = false;
-    if (!st && t->collect) {
-        double flags[2] = {t->opts.stop && *t->opts.stop,
-                           c->time_limit_seconds > 0 && t->run_steps > 0 &&
-                               elapsed(t) + t->step_ema + reserve_s(t) > c->time_limit_seconds};
-        t->sched_mine = schedule_total(t);
-        sched_set = true;
-        if (t->distributed) {
-            st = oj__train_dist_record(t, read_now ? mloss : NULL, &loss_sum, flags, err);
-            t->stop_agreed = flags[0] != 0;
-            t->time_agreed = flags[1] != 0;
-        } else {
-            for (int64_t k = 0; k < n_micro; k++)
-                loss_sum += mloss[k];
-        }
-    }
+    if (!st && t->collect && !t->allreduce)
+        st = step_record(t, mloss, n_micro, &loss_sum, &sched_set, err);
     if (!st && t->collect)
         st = oj__train_grads_finish(t, err);
     double norm = NAN;

@@ -173,6 +173,40 @@ static void test_ws1_graph_equals_plain(void **state) {
     pair("--set cuda_graph=1", "gplain", "gnccl");
 }
 
+// test: a group without MPI (RANK=0 WORLD_SIZE=1, as torchrun sets them:
+// the NCCL id through the TCP rendezvous, the records through NCCL) gives
+// the plain run's bits
+static void test_ws1_env_group_equals_plain(void **state) {
+    (void)state;
+    if (g_on_cpu) {
+        printf("skipped on the CPU: a group without MPI needs CUDA engines\n");
+        return;
+    }
+    char args[1024];
+    char *out = NULL;
+    const char *common = "train -c c.json --device cuda --numerics exact --no-progress "
+                         "--no-plot";
+    snprintf(args, sizeof args, "%s -o eplain", common);
+    assert_int_equal(ojas(args, &out), 0);
+    free(out);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    snprintf(args, sizeof args, "%s -o eenv", common);
+    int rc = ojas(args, &out);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    if (rc || !strstr(out, "data parallel: 1 ranks (nccl)"))
+        fail_msg("RANK=0 WORLD_SIZE=1 ojas train failed (%d) or not through NCCL: %s", rc, out);
+    free(out);
+    for (int st = 2; st <= 4; st += 2) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "ckpt-%06d/model.safetensors", st);
+        same_file("eplain", "eenv", rel);
+        snprintf(rel, sizeof rel, "ckpt-%06d/optimizer.safetensors", st);
+        same_file("eplain", "eenv", rel);
+    }
+}
+
 // test: the graph step time, plain against world size 1 through NCCL
 static void test_ws1_graph_step_time(void **state) {
     (void)state;
@@ -220,6 +254,7 @@ int main(void) {
         cmocka_unit_test(test_ws1_step_time),
         cmocka_unit_test(test_ws1_graph_equals_plain),
         cmocka_unit_test(test_ws1_graph_step_time),
+        cmocka_unit_test(test_ws1_env_group_equals_plain),
     };
     return cmocka_run_group_tests_name("gpu_dist", tests, setup, teardown);
 #endif

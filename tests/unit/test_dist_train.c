@@ -159,6 +159,23 @@ static void test_two_ranks_allreduce_fast(void **state) {
 #undef FAST
 }
 
+// test: a group from RANK / WORLD_SIZE (torchrun's variables, no MPI)
+// with CPU ranks is refused by name: CPU collectives need MPI
+static void test_env_group_cpu_refused(void **state) {
+    (void)state;
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    char *out = NULL, *err = NULL;
+    int rc = ojas("train -c c.json -o envcpu --no-progress --no-plot", &out, &err);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    assert_int_not_equal(rc, 0);
+    if (!err || !strstr(err, "a CPU engine's collectives need MPI"))
+        fail_msg("not refused by name: %s %s", out, err);
+    free(out);
+    free(err);
+}
+
 // test: ZeRO-1 (optimizer state sharded), with the gradient exchanged in
 // 40 kB buckets (about a dozen), gives the same bits
 static void test_zero1_same_bits(void **state) {
@@ -401,6 +418,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
         cmocka_unit_test(test_two_ranks_allreduce_fast),
+        cmocka_unit_test(test_env_group_cpu_refused),
         cmocka_unit_test(test_zero1_same_bits),
         cmocka_unit_test(test_resume_across_world_sizes),
         cmocka_unit_test(test_grad_accum_not_multiple),
