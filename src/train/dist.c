@@ -37,31 +37,36 @@ static oj_status eng_fail(oj_trainer *t, oj_error *err, const char *what) {
     return st;
 }
 
-oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
-    const oj_train_config *c = &t->cfg;
-    oj_dist *d = t->opts.dist;
-    if (c->grad_accum % t->world)
+oj_status oj__train_check_world(const oj_train_config *c, int world, bool distributed,
+                                oj_error *err) {
+    if (c->grad_accum % world)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "config: grad_accum %lld is not a multiple of the world size %d: each "
                             "rank takes grad_accum / world_size micro-batches of every step",
-                            (long long)c->grad_accum, t->world);
-    t->accum = c->grad_accum / t->world;
-    t->distributed = oj_dist_active(d);
-    if (c->cuda_graph && t->accum != 1)
+                            (long long)c->grad_accum, world);
+    if (c->cuda_graph && c->grad_accum != world)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "config: cuda_graph needs one micro-batch per rank per step "
                             "(grad_accum = world size %d; got grad_accum %lld): the graph "
                             "rewrites the gradients each step",
-                            t->world, (long long)c->grad_accum);
+                            world, (long long)c->grad_accum);
     /* the graph writes the gradient arena; the shard exchange (ZeRO-1, or
      * EXACT over several ranks) packs autograd's own gradients instead */
-    if (t->distributed && c->cuda_graph &&
-        (c->zero || (t->world > 1 && c->numerics == OJ_NUMERICS_EXACT)))
+    if (distributed && c->cuda_graph &&
+        (c->zero || (world > 1 && c->numerics == OJ_NUMERICS_EXACT)))
         return oj_error_set(err, OJ_ERR_UNSUPPORTED,
                             "config: cuda_graph runs data parallel only where the gradients are "
                             "all-reduced: zero 0, and fast numerics with more than one rank "
                             "(--set cuda_graph=false for %s)",
                             c->zero ? "ZeRO-1" : "exact numerics");
+    return OJ_OK;
+}
+
+oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
+    const oj_train_config *c = &t->cfg;
+    oj_dist *d = t->opts.dist;
+    t->accum = c->grad_accum / t->world; /* oj__train_check_world: a multiple */
+    t->distributed = oj_dist_active(d);
     if (c->zero && t->distributed && !oj_dist_mpi(d))
         return oj_error_set(err, OJ_ERR_UNSUPPORTED,
                             "config: zero 1 needs MPI (its checkpoints gather the optimizer "

@@ -133,6 +133,12 @@ struct oj_trainer {
  * a checkpoint into the shard; zero_gather builds on rank 0 the whole
  * optimizer state (*full; NULL on the other ranks, which send theirs). */
 oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err);
+/* The config's checks that need the world size (world ranks; distributed:
+ * an active group, even of one): grad_accum a multiple of it, cuda_graph
+ * one micro-batch per rank and only where the gradients are all-reduced.
+ * OJ_ERR_INVALID_ARGUMENT / OJ_ERR_UNSUPPORTED naming the key. */
+oj_status oj__train_check_world(const oj_train_config *c, int world, bool distributed,
+                                oj_error *err);
 oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err);
 void oj__train_dist_free(oj_trainer *t);
 oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err);
