@@ -77,8 +77,9 @@ void *watchdog(void *p) {
         pthread_mutex_unlock(&c->mu);
         cudaError_t e = cudaEventQuery(c->ev);
         ncclResult_t ar = ncclSuccess;
-        if (e == cudaErrorNotReady)
-            ncclCommGetAsyncError(c->comm, &ar);
+        ncclComm_t comm = c->comm; /* NULL once a host wait aborted it */
+        if (e == cudaErrorNotReady && comm)
+            ncclCommGetAsyncError(comm, &ar);
         char msg[400];
         msg[0] = 0;
         if (e != cudaSuccess && e != cudaErrorNotReady)
@@ -93,7 +94,8 @@ void *watchdog(void *p) {
                      "died or hangs",
                      c->rank, c->world, what, c->timeout_s);
         if (msg[0]) {
-            ncclCommAbort(c->comm); /* the kernels stop waiting for the lost peer */
+            if (comm)
+                ncclCommAbort(comm); /* the kernels stop waiting for the lost peer */
             c->fatal(c->fatal_ctx, msg);
         }
         if (e == cudaErrorNotReady)
