@@ -138,6 +138,28 @@ static void test_two_ranks_equal_one_process(void **state) {
     same_run("one", "two");
 }
 
+// test: one rank with 2 micro-batches under EXACT takes the all-reduce
+// path (its rank-order sum is its own gradient): the first micro-batch's
+// gradient written into the arena by backward, the second formed whole
+// and added, as one process adds them; the bits equal one process's
+static void test_one_rank_allreduce_exact(void **state) {
+    (void)state;
+    one_process();
+    char cmd[8192], p[400];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && " OJAS_MPIEXEC " --allow-run-as-root -np 1 '%s' train -c c.json -o "
+             "onerank " EXACT ">mpi1.txt 2>&1",
+             g_dir, CT_OJAS);
+    int rc = system(cmd);
+    snprintf(p, sizeof p, "%s/mpi1.txt", g_dir);
+    char *out = ct_slurp(p);
+    if (rc || !out || !strstr(out, "data parallel: 1 ranks (mpi)") ||
+        !strstr(out, "gradients summed in place by all-reduce"))
+        fail_msg("mpirun -np 1 failed (%d) or not through the all-reduce path: %s", rc, out);
+    free(out);
+    same_run("one", "onerank");
+}
+
 // test: under FAST numerics the 2 ranks take the all-reduce path (the
 // gradients summed in place in one arena by MPI_Allreduce, in buckets of
 // 64 KiB queued from the backward as their gradients are final); with one
@@ -418,6 +440,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
         cmocka_unit_test(test_two_ranks_allreduce_fast),
+        cmocka_unit_test(test_one_rank_allreduce_exact),
         cmocka_unit_test(test_env_group_cpu_refused),
         cmocka_unit_test(test_zero1_same_bits),
         cmocka_unit_test(test_resume_across_world_sizes),
