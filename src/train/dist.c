@@ -505,9 +505,9 @@ oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
 
 oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *loss_sum,
                                 double flags[2], oj_error *err) {
-    /* mine: [stop signal, time-limit stop, sched total, losses of accum
-     * micro-batches (none when losses is NULL: oj__train_dist_losses)] */
-    const int64_t n = 3 + (losses ? t->accum : 0);
+    /* mine: [stop signal, time-limit stop, sched total, step, losses of
+     * accum micro-batches (none when losses is NULL: oj__train_dist_losses)] */
+    const int64_t n = 4 + (losses ? t->accum : 0);
     double *mine = malloc(sizeof *mine * (size_t)n);
     double *all = malloc(sizeof *all * (size_t)(n * t->world));
     if (!mine || !all) {
@@ -517,17 +517,24 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
     }
     memcpy(mine, flags, 2 * sizeof *flags);
     mine[2] = (double)t->sched_mine;
+    mine[3] = (double)(t->step + 1);
     if (losses)
-        memcpy(mine + 3, losses, sizeof *losses * (size_t)t->accum);
+        memcpy(mine + 4, losses, sizeof *losses * (size_t)t->accum);
     char what[96];
     snprintf(what, sizeof what, "the step %lld record exchange", (long long)t->step + 1);
     oj_status st = oj_dist_exchange(t->opts.dist, mine, sizeof *mine * (size_t)n, all, what, err);
+    for (int q = 0; !st && q < t->world; q++) /* the ranks at one step */
+        if (all[q * n + 3] != mine[3])
+            st = oj_error_set(err, OJ_ERR_STATE,
+                              "data parallel: rank %d is at step %.0f, rank %d at step %.0f: the "
+                              "ranks are out of step",
+                              q, all[q * n + 3], t->rank, mine[3]);
     if (!st) {
         double sum = 0;
         /* micro-batch j = k * world + q: the order one process sums them in */
         for (int64_t k = 0; losses && k < t->accum; k++)
             for (int q = 0; q < t->world; q++)
-                sum += all[q * n + 3 + k];
+                sum += all[q * n + 4 + k];
         if (loss_sum)
             *loss_sum = sum;
         flags[0] = 0;
