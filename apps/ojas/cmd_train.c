@@ -92,7 +92,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "values: model %s; optimizer muon | adamw; schedule cosine | wsd | constant;\n"
             "        dtype f32 | bf16 | f16 (bf16/f16 autocast, for the GPU); numerics fast | "
-            "exact;\n        device cpu | cuda | cuda:N; cuda_graph needs device cuda and grad_accum 1\n",
+            "exact;\n        device cpu | cuda | cuda:N; cuda_graph needs device cuda and one\n"
+            "        micro-batch per rank (grad_accum = the world size; 1 without a launcher)\n",
             oj_gpt_preset_list(names, sizeof names));
 }
 

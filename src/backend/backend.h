@@ -62,17 +62,23 @@ typedef struct oj_im2col_args {
 } oj_im2col_args;
 
 /* NCCL collectives behind oj_dist (include/ojas/dist.h) for a device
- * engine; `comm` is the backend's communicator. Every entry enqueues on
- * the engine's stream and waits for it (polling, at most timeout_s: past
- * that the communicator is aborted and OJ_ERR_DEVICE names the wait), so a
- * collective is complete on return. Errors OJ_ERR_DEVICE with the NCCL or
- * CUDA message in err. */
+ * engine; `comm` is the backend's communicator. alltoall, allgather and
+ * allgatherv enqueue on the engine's stream and wait for it (polling, at
+ * most timeout_s: past that the communicator is aborted and OJ_ERR_DEVICE
+ * names the wait), so they are complete on return. allreduce_sum only
+ * enqueues (no host wait); `watch` arms the communicator's watchdog
+ * thread, which ends the job through `fatal` when the stream's work so
+ * far has not finished within timeout_s. Errors OJ_ERR_DEVICE with the
+ * NCCL or CUDA message in err. */
 typedef struct oj_backend_comm {
     /* A new ncclUniqueId into id (128 bytes), on the rank that makes it. */
     oj_status (*unique_id)(void *id, oj_error *err);
-    /* ncclCommInitRank for (rank, world) on eng's device. */
+    /* ncclCommInitRank for (rank, world) on eng's device, and its
+     * watchdog thread; fatal(ctx, message) is what the watchdog calls on
+     * a timeout or an asynchronous NCCL error (it must not return). */
     oj_status (*init)(oj_engine *eng, const void *id, int rank, int world, double timeout_s,
-                      void **comm, oj_error *err);
+                      void (*fatal)(void *ctx, const char *msg), void *ctx, void **comm,
+                      oj_error *err);
     void (*destroy)(void *comm);
     /* send, recv: world * block bytes; block q of recv from rank q. */
     oj_status (*alltoall)(oj_engine *eng, void *comm, const void *send, void *recv,
@@ -83,6 +89,17 @@ typedef struct oj_backend_comm {
     /* buf in place: bytes offsets[q] .. offsets[q + 1] from rank q. */
     oj_status (*allgatherv)(oj_engine *eng, void *comm, void *buf, const size_t *offsets,
                             oj_error *err);
+    /* buf (count elements of dtype, f32 / f64 / bf16 / f16) in place: the
+     * elementwise sum over the ranks (ncclAllReduce, ncclSum), enqueued on
+     * the communicator's own stream after the work eng's stream holds
+     * now, not waited for. */
+    oj_status (*allreduce_sum)(oj_engine *eng, void *comm, void *buf, size_t count,
+                               oj_dtype dtype, oj_error *err);
+    /* eng's stream waits (on the device) for the all-reduces queued so far. */
+    oj_status (*join)(oj_engine *eng, void *comm, oj_error *err);
+    /* Arm the watchdog: what eng's stream holds now must finish within
+     * timeout_s, or fatal is called with a message naming `what`. */
+    oj_status (*watch)(oj_engine *eng, void *comm, const char *what, oj_error *err);
 } oj_backend_comm;
 
 typedef struct oj_backend {

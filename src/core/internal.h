@@ -53,6 +53,12 @@ struct oj_tensor {
     bool requires_grad;
     bool retain_grad;
     oj_tensor *grad;         /* owned reference, outside every scope */
+    /* grad is a buffer given by its owner (a view of the trainer's
+     * gradient arena) that holds no gradient yet: the first gradient
+     * backward accumulates is copied into it, the next ones added */
+    bool grad_fresh;
+    /* during a backward with a leaf hook: the gradients still to come */
+    int32_t grad_pending;
     struct oj_node *grad_fn; /* owned reference; NULL for leaves */
     int output_index;        /* which output of grad_fn this is */
     /* ownership */
@@ -111,6 +117,11 @@ struct oj_engine {
     bool autocast;          /* oj_set_autocast */
     oj_dtype autocast_dtype; /* OJ_BF16 or OJ_F16 */
     bool detect_anomaly;     /* oj_set_detect_anomaly */
+    /* Called by backward when a leaf's gradient is final for this backward
+     * (the last of the gradients the recorded graph sends it is
+     * accumulated); NULL: none. The data-parallel trainer's overlap. */
+    void (*leaf_grad_ready)(void *ctx, oj_tensor *leaf);
+    void *leaf_grad_ready_ctx;
     const struct oj_backend *backend;
     oj_engine_ext ext[OJ_EXT_COUNT];
     /* errors */

@@ -409,6 +409,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     t->last_loss = t->last_val_loss = t->last_val_bpb = NAN;
     t->rank = oj_dist_rank(opts->dist);
     t->world = oj_dist_world_size(opts->dist);
+    st = oj__train_check_world(cfg, t->world, oj_dist_active(opts->dist), err);
     if (t->rank != 0) { /* rank 0 reports for the group */
         t->opts.log = NULL;
         t->opts.progress_bar = false;
@@ -417,7 +418,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
 
     oj_tokenizer *tok = NULL;
     int64_t tok_vocab = 0;
-    if (cfg->tokenizer_dir[0]) {
+    if (!st && cfg->tokenizer_dir[0]) {
         oj_error e2 = {0};
         char abs[PATH_MAX];
         if ((st = oj_tokenizer_load(cfg->tokenizer_dir, &tok, &e2)))
