@@ -746,6 +746,8 @@ bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *status, oj_tens
     cd_plan *p = NULL;
     if (dq == NULL || dk == NULL || dv == NULL) {
         why = "not every gradient is wanted";
+    } else if (lse == NULL) {
+        why = "no lse";
     } else if (cd_key_of(eng, &key, false, q, k, v, lse, is_causal, scale, &why)) {
         /* the backward follows the forward: cuDNN only when this key's
          * forward ran cuDNN (its plan exists and was built) */
