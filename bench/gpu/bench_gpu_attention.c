@@ -7,7 +7,10 @@
  * the median time of `reps` batches of 10 calls after a warm-up, and the
  * counted TFLOP/s (forward 4 B H T^2 D / 2, backward 2.5x that), beside
  * FlashAttention-3's published H100 figures (Shah et al. 2024, causal,
- * seq 1k, bf16 forward: 265 TFLOP/s at D 64, 423 at D 128).
+ * seq 1k, bf16 forward: 265 TFLOP/s at D 64, 423 at D 128), and whether
+ * two more backward calls give dq, dk, dv with the same bits.
+ * OJAS_CUDA_ATTN_CUDNN=deterministic measures cuDNN's backward graph
+ * without the dQ accumulator instead (a candidate for EXACT).
  *
  * usage: bench_gpu_attention [reps] [B H T D ...]   (77: no GPU; default
  * shapes 16 12 1024 64 and 16 6 1024 128) */
@@ -71,6 +74,40 @@ static double time_calls(oj_engine *e, const args *a, bool bwd) {
     return v[reps / 2];
 }
 
+/* Bytes of t (contiguous copy), malloc'd; NULL on failure. */
+static unsigned char *bytes_of(oj_tensor *t, size_t *n) {
+    oj_tensor *c = oj_contiguous(t);
+    *n = (size_t)oj_numel(t) * oj_dtype_size(oj_tensor_dtype(t));
+    unsigned char *b = malloc(*n);
+    if (c == NULL || b == NULL || oj_to_host(c, b, *n) != OJ_OK) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Do two more backward calls give dq, dk, dv with the same bits? */
+static const char *rerun_bits(oj_engine *e, const args *a) {
+    oj_tensor *g[3] = {a->dq, a->dk, a->dv};
+    unsigned char *first[3] = {NULL, NULL, NULL};
+    size_t n[3];
+    bool same = run(e, a, true) == OJ_OK;
+    for (int i = 0; i < 3 && same; i++) same = (first[i] = bytes_of(g[i], &n[i])) != NULL;
+    if (same) same = run(e, a, true) == OJ_OK;
+    for (int i = 0; i < 3 && same; i++) {
+        size_t m;
+        unsigned char *again = bytes_of(g[i], &m);
+        same = again != NULL && m == n[i] && memcmp(again, first[i], m) == 0;
+        free(again);
+    }
+    for (int i = 0; i < 3; i++) free(first[i]);
+    if (oj_last_status(e) != OJ_OK) {
+        oj_clear_error(e);
+        return "error";
+    }
+    return same ? "same" : "differ";
+}
+
 static void bench_shape(oj_engine *fast, oj_engine *exact, int64_t B, int64_t H, int64_t T,
                         int64_t D) {
     double fl = 4.0 * (double)B * (double)H * (double)T * (double)T * (double)D / 2;
@@ -96,10 +133,11 @@ static void bench_shape(oj_engine *fast, oj_engine *exact, int64_t B, int64_t H,
                                    ? e->backend->attention_impl(e, bwd, why, sizeof why)
                                    : "?";
             double tf = ms > 0 ? (bwd ? 2.5 : 1.0) * fl / (ms * 1e-3) / 1e12 : NAN;
-            printf("| %lld %lld %lld %lld | %s | %s | %-11s | %8.3f | %6.1f | %s |\n", (long long)B,
-                   (long long)H, (long long)T, (long long)D, w ? "EXACT" : "FAST",
+            const char *bits = bwd ? rerun_bits(e, &a) : "-";
+            printf("| %lld %lld %lld %lld | %s | %s | %-11s | %8.3f | %6.1f | %s | %s |\n",
+                   (long long)B, (long long)H, (long long)T, (long long)D, w ? "EXACT" : "FAST",
                    bwd ? "bwd" : "fwd", impl, ms, tf,
-                   bwd || isnan(fa3) ? "-" : (D == 64 ? "265" : "423"));
+                   bwd || isnan(fa3) ? "-" : (D == 64 ? "265" : "423"), bits);
             if (w == 0 && why[0]) printf("  (cuDNN not used: %s)\n", why);
         }
         oj_scope_end(e);
@@ -126,8 +164,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("bench_gpu_attention: causal bf16, [B,T,H,D] views, reps %d (median of batches of 10)\n"
-           "| B H T D | numerics | pass | impl | ms | TFLOP/s | FA3 H100 fwd |\n"
-           "|---|---|---|---|---:|---:|---:|\n",
+           "| B H T D | numerics | pass | impl | ms | TFLOP/s | FA3 H100 fwd | rerun bits |\n"
+           "|---|---|---|---|---:|---:|---:|---|\n",
            REPS);
     if (argc > 5) {
         for (int i = 2; i + 3 < argc; i += 4)

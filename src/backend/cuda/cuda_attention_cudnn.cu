@@ -45,12 +45,19 @@
 #include <cudnn.h>
 #endif
 
-/* OJAS_CUDA_ATTN_CUDNN: 0 off, verbose, else on. Read once per process. */
+/* OJAS_CUDA_ATTN_CUDNN: 0 off, verbose (print each plan built or refused),
+ * deterministic (the backward graph without the dQ accumulator, which
+ * cuDNN serves with a dP workspace: for measuring whether it is
+ * reproducible and fast enough for EXACT), else on. Read once per process. */
 static int cudnn_mode(void) {
-    static int mode = -1; /* 0 off, 1 on, 2 verbose */
+    static int mode = -1; /* 0 off, 1 on, 2 verbose, 3 deterministic */
     if (mode < 0) {
         const char *e = getenv("OJAS_CUDA_ATTN_CUDNN");
-        mode = e == NULL ? 1 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "verbose") == 0 ? 2 : 1;
+        mode = e == NULL                          ? 1
+               : strcmp(e, "0") == 0              ? 0
+               : strcmp(e, "verbose") == 0        ? 2
+               : strcmp(e, "deterministic") == 0 ? 3
+                                                  : 1;
     }
     return mode;
 }
@@ -60,7 +67,7 @@ static int cudnn_mode(void) {
 #define CD_MAXDESC 96
 
 typedef struct cd_key {
-    int bwd, dt, causal;
+    int bwd, dt, causal, det; /* det: backward without the dQ accumulator */
     int64_t B, H, Hkv, T, S, D;
     double scale;
     int64_t st[9][3]; /* strides of q k v o (do dq dk dv) and lse-less tensors, dims 0..2 */
@@ -459,10 +466,16 @@ static int cd_backward_ops(cd_build *b, cudnnBackendDescriptor_t *ops) {
     cd_reshape(b, ops, &n, ds, dsT, "reshape ds^T");
     cd_grad_kv(b, ops, &n, dsT, q, dk, io, "matmul ds^T q");
 
-    /* dQ = dS K through the f32 accumulator in the workspace */
+    /* dQ = dS K through the f32 accumulator in the workspace (det: straight
+     * into dq) */
     int64_t kdim[4] = {B, k->Hkv, S, D}, kst[4] = {k->st[1][0], k->st[1][1], k->st[1][2], 1};
     cudnnBackendDescriptor_t kk = cd_tensor(b, 0, io, kdim, kst, true, false, "k");
     cd_reshape(b, ops, &n, kt, kk, "reshape k");
+    if (k->det) {
+        cd_mm(b, ops, &n, ds, kk, dq, "matmul ds k");
+        b->p->extra = B * H * T * 4;
+        return n;
+    }
     int64_t adim[4] = {B, H, T, D}, ast[4] = {H * T * D, T * D, D, 1};
     cudnnBackendDescriptor_t acc = cd_tensor(b, U_DQACC, f, adim, ast, false, false, "dq accumulator");
     cd_mm(b, ops, &n, ds, kk, acc, "matmul ds k");
@@ -475,7 +488,7 @@ static int cd_backward_ops(cd_build *b, cudnnBackendDescriptor_t *ops) {
 
 static const char *cd_verbose_tag(const cd_key *k, char *buf, size_t n) {
     snprintf(buf, n, "%s B %lld H %lld/%lld T %lld S %lld D %lld %s%s",
-             k->bwd ? "backward" : "forward", (long long)k->B, (long long)k->H,
+             k->bwd ? (k->det ? "backward (deterministic graph)" : "backward") : "forward", (long long)k->B, (long long)k->H,
              (long long)k->Hkv, (long long)k->T, (long long)k->S, (long long)k->D,
              k->dt == OJ_BF16 ? "bf16" : "f16", k->causal ? " causal" : "");
     return buf;
@@ -565,7 +578,7 @@ static cd_plan *cd_plan_for(oj_cuda_cudnn *c, const cd_key *key) {
     cd_build_plan(c, p);
     p->next = c->plans;
     c->plans = p;
-    if (cudnn_mode() == 2) {
+    if (cudnn_mode() >= 2) {
         char tag[160];
         if (p->ok)
             fprintf(stderr, "ojas: cuDNN attention %s: plan built (workspace %lld + %lld bytes)\n",
@@ -666,7 +679,9 @@ static bool cd_execute(oj_engine *eng, oj_status *st_out, cd_plan *p, int n, con
     void *d[16];
     memcpy(u, uids, (size_t)n * sizeof *u);
     memcpy(d, ptrs, (size_t)n * sizeof *d);
-    if (p->key.bwd) {
+    if (p->key.bwd && p->key.det) {
+        u[n] = U_SOFTSUM, d[n++] = ws;
+    } else if (p->key.bwd) {
         u[n] = U_DQACC, d[n++] = ws;
         u[n] = U_SOFTSUM, d[n++] = ws + (size_t)(p->key.B * p->key.H * p->key.T * p->key.D) * 4;
     }
@@ -759,6 +774,7 @@ bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *status, oj_tens
             why = "the forward of these shapes did not run cuDNN";
         } else {
             key.bwd = 1;
+            key.det = cudnn_mode() == 3;
             key_strides(&key, 4, dout);
             key_strides(&key, 5, dq);
             key_strides(&key, 6, dk);
