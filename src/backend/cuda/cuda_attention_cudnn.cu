@@ -591,7 +591,7 @@ static cd_plan *cd_plan_for(oj_cuda_cudnn *c, const cd_key *key) {
 }
 
 oj_status oj_cuda_cudnn_prepare(oj_engine *eng) {
-    if (cudnn_mode() == 0) return OJ_OK;
+    if (cudnn_mode() == 0 || eng->numerics == OJ_NUMERICS_EXACT) return OJ_OK; /* not used */
     oj_cuda_cudnn *c = cd_state(eng);
     if (c == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "cuDNN attention: out of host memory");
     if (c->handle_ready) return OJ_OK;
