@@ -1,6 +1,7 @@
-/* Causal attention forward and backward on one GPU: cuDNN's fused flash
- * attention (a FAST engine) against the deterministic tensor-core kernels
- * (an EXACT engine), bf16, q, k, v, out, dout, dq, dk, dv as the [B, H, T,
+/* Causal attention forward and backward on one GPU under FAST and EXACT
+ * numerics (cuDNN's fused flash attention: its accumulator backward, and
+ * its deterministic graphs; OJAS_CUDA_ATTN_CUDNN=0: ojas's tensor-core
+ * kernels for both), bf16, q, k, v, out, dout, dq, dk, dv as the [B, H, T,
  * D] views of [B, T, H, D] storage the model passes, through the backend
  * entries (no autograd). Per shape: the implementation that ran (the
  * backend's attention_impl; a cuDNN refusal is printed with its reason),
@@ -9,8 +10,6 @@
  * FlashAttention-3's published H100 figures (Shah et al. 2024, causal,
  * seq 1k, bf16 forward: 265 TFLOP/s at D 64, 423 at D 128), and whether
  * two more backward calls give dq, dk, dv with the same bits.
- * OJAS_CUDA_ATTN_CUDNN=deterministic measures cuDNN's backward graph
- * without the dQ accumulator instead (a candidate for EXACT).
  *
  * usage: bench_gpu_attention [reps] [B H T D ...]   (77: no GPU; default
  * shapes 16 12 1024 64 and 16 6 1024 128) */
@@ -138,7 +137,7 @@ static void bench_shape(oj_engine *fast, oj_engine *exact, int64_t B, int64_t H,
                    (long long)B, (long long)H, (long long)T, (long long)D, w ? "EXACT" : "FAST",
                    bwd ? "bwd" : "fwd", impl, ms, tf,
                    bwd || isnan(fa3) ? "-" : (D == 64 ? "265" : "423"), bits);
-            if (w == 0 && why[0]) printf("  (cuDNN not used: %s)\n", why);
+            if (why[0]) printf("  (cuDNN not used: %s)\n", why);
         }
         oj_scope_end(e);
     }

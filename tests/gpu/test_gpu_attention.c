@@ -1,13 +1,13 @@
-// test: cuDNN's fused flash attention, the FAST path of the CUDA attention
-// op (src/backend/cuda/cuda_attention_cudnn.cu), agrees with the CPU's f32
+// test: cuDNN's fused flash attention, the CUDA attention op's path for
+// bf16/f16 at head dims 64 and 128 (src/backend/cuda/cuda_attention_cudnn.cu), agrees with the CPU's f32
 // attention on the same bf16/f16-rounded inputs, forward (out, lse) and
 // backward (dq, dk, dv), for head dims 64 and 128, GQA (H 8, Hkv 2), T not
 // a multiple of 64 (1000) and q, k, v, out, dout, dq, dk, dv as the
 // [B, H, T, D] views of [B, T, H, D] storage the model passes. Every call
 // must have run cuDNN (the backend's attention_impl says which
 // implementation ran): a refused plan fails the test with cuDNN's own error
-// string. EXACT numerics keep the deterministic tensor-core kernels. A
-// forward and backward captured into a CUDA graph for a shape seen first
+// string. Under EXACT it runs cuDNN's deterministic graphs: a second run
+// gives the same bits, forward and backward. A forward and backward captured into a CUDA graph for a shape seen first
 // inside the capture (the plan is built there) replays the eager results.
 // Skips (77) without a CUDA device.
 #include <math.h>
@@ -121,6 +121,21 @@ static void cmp_norm(oj_tensor *g, oj_tensor *c, double rtol, const char *what) 
                  what, sqrt(num) / (sqrt(den) + 1e-300), mxerr, mx, rtol);
 }
 
+/* a and b hold the same bits (contiguous copies compared byte for byte). */
+static void same_bits(oj_tensor *a, oj_tensor *b, const char *what) {
+    size_t n = (size_t)oj_numel(a) * oj_dtype_size(oj_tensor_dtype(a));
+    unsigned char *x = malloc(n), *y = malloc(n);
+    assert_non_null(x);
+    assert_non_null(y);
+    oj_tensor *ca = oj_contiguous(a), *cb = oj_contiguous(b);
+    if (ca == NULL || cb == NULL || oj_to_host(ca, x, n) != OJ_OK || oj_to_host(cb, y, n) != OJ_OK)
+        fail_msg("%s: read-back failed", what);
+    int d = memcmp(x, y, n);
+    free(x);
+    free(y);
+    if (d != 0) fail_msg("%s: the bits differ", what);
+}
+
 /* The last attention call of e (backward or forward) ran `want`; else fail
  * with the reason the engine gives (cuDNN's error string for a refused plan). */
 static void require_impl(oj_engine *e, bool backward, const char *want, const char *what) {
@@ -184,15 +199,37 @@ static void one_case(const cd_case *c) {
     cmp_norm(dk, dkc, 3e-2, "cudnn attention dk");
     cmp_norm(dv, dvc, 3e-2, "cudnn attention dv");
 
-    /* EXACT: the same call stays on the deterministic tensor-core kernels */
+    /* EXACT: cuDNN's deterministic graphs; a second run gives the same bits */
     oj_scope_begin(gpux);
     oj_tensor *qx = heads(gpux, sq, dt, qv, s), *kx = heads(gpux, skv, dt, kv, s),
-              *vx = heads(gpux, skv, dt, vv, s), *ox = heads(gpux, sq, dt, NULL, s);
-    oj_tensor *lx = oj_full(gpux, 3, sl, OJ_F32, NAN);
-    assert_int_equal(gpux->backend->attention_forward(gpux, ox, lx, qx, kx, vx, NULL, true, scale),
-                     OJ_OK);
-    require_impl(gpux, false, "tensor core", what);
-    cmp_norm(ox, outc, 2e-2, "tensor-core attention (EXACT)");
+              *vx = heads(gpux, skv, dt, vv, s), *gx = heads(gpux, sq, dt, gv, s);
+    oj_tensor *ox[2], *lx[2], *dqx[2], *dkx[2], *dvx[2];
+    for (int r = 0; r < 2; r++) {
+        ox[r] = heads(gpux, sq, dt, NULL, s);
+        assert_non_null(lx[r] = oj_full(gpux, 3, sl, OJ_F32, NAN));
+        if (gpux->backend->attention_forward(gpux, ox[r], lx[r], qx, kx, vx, NULL, true, scale) !=
+            OJ_OK)
+            fail_msg("%s EXACT forward: %s", what, oj_last_error(gpux));
+        require_impl(gpux, false, "cudnn", what);
+    }
+    for (int r = 0; r < 2; r++) {
+        dqx[r] = heads(gpux, sq, dt, NULL, s);
+        dkx[r] = heads(gpux, skv, dt, NULL, s);
+        dvx[r] = heads(gpux, skv, dt, NULL, s);
+        if (gpux->backend->attention_backward(gpux, dqx[r], dkx[r], dvx[r], gx, qx, kx, vx, ox[0],
+                                              lx[0], NULL, true, scale) != OJ_OK)
+            fail_msg("%s EXACT backward: %s", what, oj_last_error(gpux));
+        require_impl(gpux, true, "cudnn", what);
+    }
+    same_bits(ox[1], ox[0], "EXACT rerun out");
+    same_bits(lx[1], lx[0], "EXACT rerun lse");
+    same_bits(dqx[1], dqx[0], "EXACT rerun dq");
+    same_bits(dkx[1], dkx[0], "EXACT rerun dk");
+    same_bits(dvx[1], dvx[0], "EXACT rerun dv");
+    cmp_norm(ox[0], outc, 2e-2, "cudnn attention EXACT out");
+    cmp_norm(dqx[0], dqc, 3e-2, "cudnn attention EXACT dq");
+    cmp_norm(dkx[0], dkc, 3e-2, "cudnn attention EXACT dk");
+    cmp_norm(dvx[0], dvc, 3e-2, "cudnn attention EXACT dv");
     oj_scope_end(gpux);
 
     oj_scope_end(cpu);

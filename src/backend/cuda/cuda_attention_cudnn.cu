@@ -1,7 +1,7 @@
 /* cuDNN's fused flash attention (the SDPA runtime-fusion engines of cuDNN
  * 9, FlashAttention-2/3-style kernels with wgmma and TMA on Hopper) for
- * the CUDA attention op under FAST numerics: bf16/f16, D == Dv in {64,
- * 128}, GQA (Hkv divides H), causal with T == S or non-causal any T, S.
+ * the CUDA attention op: bf16/f16, D == Dv in {64, 128}, GQA (Hkv divides
+ * H), causal with T == S or non-causal any T, S.
  * Built through the cuDNN backend API (cudnn_graph.h), no frontend: the
  * operation graphs below are the patterns cuDNN documents for "fused flash
  * attention" fprop and bprop (Graph API, specialized runtime fusion
@@ -18,9 +18,17 @@
  *   P = exp(scale Q K^T - Stats) (masked), dV = P^T dO (summed over the
  *   group's heads for GQA), dS = P (dO V^T - softmax_sum) scale,
  *   dK = dS^T Q (group-summed), dQ = dS K through an f32 accumulator in
- *   the workspace. cuDNN's Hopper backward accumulates dQ with atomics, so
- *   it is not bit-reproducible run to run: EXACT keeps the tensor-core
- *   kernels (cuda_attention_tc.cu).
+ *   the workspace. cuDNN's Hopper backward adds into that accumulator
+ *   with atomics: not bit-reproducible run to run (FAST).
+ * EXACT: the backward graph writes dQ straight from the dS K product
+ *   (cuDNN then serves it with a dP workspace, no atomics), and only
+ *   engine configs cuDNN does not note as nondeterministic are taken (for
+ *   the forward too); heuristics mode A ranks without timing, so a
+ *   machine builds the same plans every run. On the H200 (2026-12-02)
+ *   reruns gave the same bits and the backward ran 0.320 / 0.239 ms
+ *   against the tensor-core kernels' 0.522 / 0.469 ms for [16, 12, 1024,
+ *   64] / [16, 6, 1024, 128] causal bf16 (FAST's accumulator graph: 0.285
+ *   / 0.239). tests/gpu/test_gpu_attention.c checks the reruns' bits.
  *
  * Plans: per engine, a plan per key (fwd/bwd, B, H, Hkv, T, S, D, dtype,
  * causal, scale, every stride) is built once (heuristics mode A, the
@@ -67,7 +75,10 @@ static int cudnn_mode(void) {
 #define CD_MAXDESC 96
 
 typedef struct cd_key {
-    int bwd, dt, causal, det; /* det: backward without the dQ accumulator */
+    /* det (EXACT, or OJAS_CUDA_ATTN_CUDNN=deterministic): engines cuDNN
+     * notes as nondeterministic are skipped, and the backward writes dQ
+     * straight from the dS K product (no atomic accumulator) */
+    int bwd, dt, causal, det;
     int64_t B, H, Hkv, T, S, D;
     double scale;
     int64_t st[9][3]; /* strides of q k v o (do dq dk dv) and lse-less tensors, dims 0..2 */
@@ -488,10 +499,33 @@ static int cd_backward_ops(cd_build *b, cudnnBackendDescriptor_t *ops) {
 
 static const char *cd_verbose_tag(const cd_key *k, char *buf, size_t n) {
     snprintf(buf, n, "%s B %lld H %lld/%lld T %lld S %lld D %lld %s%s",
-             k->bwd ? (k->det ? "backward (deterministic graph)" : "backward") : "forward", (long long)k->B, (long long)k->H,
+             k->bwd ? (k->det ? "backward (deterministic)" : "backward")
+                    : (k->det ? "forward (deterministic)" : "forward"), (long long)k->B, (long long)k->H,
              (long long)k->Hkv, (long long)k->T, (long long)k->S, (long long)k->D,
              k->dt == OJ_BF16 ? "bf16" : "f16", k->causal ? " causal" : "");
     return buf;
+}
+
+/* Does cuDNN leave the engine of config cfg unnoted as nondeterministic?
+ * (false when the notes cannot be read) */
+static bool cd_deterministic(cudnnBackendDescriptor_t cfg) {
+    cudnnBackendDescriptor_t eng = NULL;
+    int64_t n = 0;
+    bool ok = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) ==
+                  CUDNN_STATUS_SUCCESS &&
+              cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
+                  CUDNN_STATUS_SUCCESS;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT + 4];
+    int64_t nn = 0;
+    ok = ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                        CUDNN_TYPE_NUMERICAL_NOTE,
+                                        (int64_t)(sizeof notes / sizeof notes[0]), &nn,
+                                        notes) == CUDNN_STATUS_SUCCESS;
+    for (int64_t i = 0; ok && i < nn; i++)
+        if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ok = false;
+    if (eng) cudnnBackendDestroyDescriptor(eng);
+    return ok;
 }
 
 /* Build p's plan from p->key (p->ok, or p->why). */
@@ -532,9 +566,15 @@ static void cd_build_plan(oj_cuda_cudnn *c, cd_plan *p) {
         if (st != CUDNN_STATUS_SUCCESS) cd_fail(&b, "heuristics (results)", st);
         count = got < count ? got : count;
     }
-    /* the first config whose plan finalizes */
+    /* the first config whose plan finalizes (det: and that cuDNN does not
+     * note as nondeterministic) */
     char first[320] = "";
+    int skipped = 0;
     for (int64_t i = 0; i < count && !b.bad; i++) {
+        if (p->key.det && !cd_deterministic(cfg[i])) {
+            skipped++;
+            continue;
+        }
         cudnnBackendDescriptor_t plan = NULL;
         cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
         if (st == CUDNN_STATUS_SUCCESS)
@@ -562,7 +602,9 @@ static void cd_build_plan(oj_cuda_cudnn *c, cd_plan *p) {
         }
         if (plan) cudnnBackendDestroyDescriptor(plan);
     }
-    if (!b.bad) snprintf(p->why, sizeof p->why, "%s", first[0] ? first : "no execution plan");
+    if (!b.bad)
+        snprintf(p->why, sizeof p->why, "%s%s", first[0] ? first : "no execution plan",
+                 skipped ? " (nondeterministic engine configs skipped)" : "");
 }
 
 /* The cached plan for key (built now if new), or NULL (out of host memory). */
@@ -581,8 +623,10 @@ static cd_plan *cd_plan_for(oj_cuda_cudnn *c, const cd_key *key) {
     if (cudnn_mode() >= 2) {
         char tag[160];
         if (p->ok)
-            fprintf(stderr, "ojas: cuDNN attention %s: plan built (workspace %lld + %lld bytes)\n",
-                    cd_verbose_tag(key, tag, sizeof tag), (long long)p->ws, (long long)p->extra);
+            fprintf(stderr,
+                    "ojas: cuDNN %zu attention %s: plan built (workspace %lld + %lld bytes)\n",
+                    cudnnGetVersion(), cd_verbose_tag(key, tag, sizeof tag), (long long)p->ws,
+                    (long long)p->extra);
         else
             fprintf(stderr, "ojas: cuDNN attention %s: refused, tensor-core kernels run: %s\n",
                     cd_verbose_tag(key, tag, sizeof tag), p->why);
@@ -591,7 +635,7 @@ static cd_plan *cd_plan_for(oj_cuda_cudnn *c, const cd_key *key) {
 }
 
 oj_status oj_cuda_cudnn_prepare(oj_engine *eng) {
-    if (cudnn_mode() == 0 || eng->numerics == OJ_NUMERICS_EXACT) return OJ_OK; /* not used */
+    if (cudnn_mode() == 0) return OJ_OK;
     oj_cuda_cudnn *c = cd_state(eng);
     if (c == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "cuDNN attention: out of host memory");
     if (c->handle_ready) return OJ_OK;
@@ -616,8 +660,6 @@ static bool cd_key_of(oj_engine *eng, cd_key *k, bool bwd, const oj_tensor *q, c
                       const char **why) {
     memset(k, 0, sizeof *k);
     if (cudnn_mode() == 0) return (*why = "off (OJAS_CUDA_ATTN_CUDNN=0)"), false;
-    if (eng->numerics == OJ_NUMERICS_EXACT)
-        return (*why = "EXACT numerics keep the deterministic tensor-core kernels"), false;
     if (q->shape[3] != 64 && q->shape[3] != 128) return (*why = "head dim not 64 or 128"), false;
     if (causal && q->shape[2] != k_->shape[2])
         return (*why = "causal with T != S (bottom-right) is not built"), false;
@@ -627,6 +669,7 @@ static bool cd_key_of(oj_engine *eng, cd_key *k, bool bwd, const oj_tensor *q, c
     if (oj_cuda_capturing(eng) && !cd_state(eng)->handle_ready)
         return (*why = "no cuDNN handle before the capture"), false;
     k->bwd = bwd;
+    k->det = eng->numerics == OJ_NUMERICS_EXACT || cudnn_mode() == 3;
     k->dt = (int)q->dtype;
     k->causal = causal;
     k->B = q->shape[0];
@@ -774,7 +817,6 @@ bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *status, oj_tens
             why = "the forward of these shapes did not run cuDNN";
         } else {
             key.bwd = 1;
-            key.det = cudnn_mode() == 3;
             key_strides(&key, 4, dout);
             key_strides(&key, 5, dq);
             key_strides(&key, 6, dk);

@@ -633,11 +633,11 @@ oj_status oj_cuda_attention_tc_backward(oj_engine *eng, oj_tensor *dq, oj_tensor
                                         const oj_tensor *out, const oj_tensor *lse,
                                         bool is_causal, double scale);
 
-/* cuDNN's fused flash attention (cuda_attention_cudnn.cu), tried on the
- * tensor-core path's calls: true when it ran; false when it did not take
- * the call (off, EXACT, a shape or layout it refuses: the tensor-core
- * kernels run) or, with *st set and the error recorded, when the pool had
- * no room for its workspace. The backward runs cuDNN only after a cuDNN
+/* cuDNN's fused flash attention (cuda_attention_cudnn.cu; under EXACT
+ * its deterministic graphs), tried on the tensor-core path's calls: true
+ * when it ran; false when it did not take the call (off, a shape or
+ * layout it refuses: the tensor-core kernels run) or, with *st set and
+ * the error recorded, when the pool had no room for its workspace. The backward runs cuDNN only after a cuDNN
  * forward of the same key (both read and write the natural-log lse). */
 bool oj_cuda_attention_cudnn_forward(oj_engine *eng, oj_status *st, oj_tensor *out, oj_tensor *lse,
                                      const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
