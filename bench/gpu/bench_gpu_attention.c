@@ -59,7 +59,8 @@ static double time_calls(oj_engine *e, const args *a, bool bwd) {
     double v[64];
     int reps = REPS < 64 ? REPS : 64;
     if (run(e, a, bwd) != OJ_OK || oj_engine_synchronize(e) != OJ_OK) {
-        fprintf(stderr, "attention %s failed: %s\n", bwd ? "backward" : "forward", oj_last_error(e));
+        fprintf(stderr, "attention %s failed: %s\n", bwd ? "backward" : "forward",
+                oj_last_error(e));
         oj_clear_error(e);
         return -1;
     }
@@ -115,9 +116,15 @@ static void bench_shape(oj_engine *fast, oj_engine *exact, int64_t B, int64_t H,
     for (int w = 0; w < 2; w++) {
         oj_engine *e = es[w];
         oj_scope_begin(e);
-        args a = {view(e, B, H, T, D), view(e, B, H, T, D), view(e, B, H, T, D), view(e, B, H, T, D),
-                  oj_empty(e, 3, (int64_t[3]){B, H, T}, OJ_F32), view(e, B, H, T, D),
-                  view(e, B, H, T, D), view(e, B, H, T, D), view(e, B, H, T, D),
+        args a = {view(e, B, H, T, D),
+                  view(e, B, H, T, D),
+                  view(e, B, H, T, D),
+                  view(e, B, H, T, D),
+                  oj_empty(e, 3, (int64_t[3]){B, H, T}, OJ_F32),
+                  view(e, B, H, T, D),
+                  view(e, B, H, T, D),
+                  view(e, B, H, T, D),
+                  view(e, B, H, T, D),
                   1.0 / sqrt((double)D)};
         if (a.dv == NULL || a.lse == NULL) {
             fprintf(stderr, "allocation failed: %s\n", oj_last_error(e));

@@ -1,15 +1,16 @@
 // test: cuDNN's fused flash attention, the CUDA attention op's path for
-// bf16/f16 at head dims 64 and 128 (src/backend/cuda/cuda_attention_cudnn.cu), agrees with the CPU's f32
-// attention on the same bf16/f16-rounded inputs, forward (out, lse) and
-// backward (dq, dk, dv), for head dims 64 and 128, GQA (H 8, Hkv 2), T not
-// a multiple of 64 (1000) and q, k, v, out, dout, dq, dk, dv as the
-// [B, H, T, D] views of [B, T, H, D] storage the model passes. Every call
-// must have run cuDNN (the backend's attention_impl says which
-// implementation ran): a refused plan fails the test with cuDNN's own error
-// string. Under EXACT it runs cuDNN's deterministic graphs: a second run
-// gives the same bits, forward and backward. A forward and backward captured into a CUDA graph for a shape seen first
-// inside the capture (the plan is built there) replays the eager results.
-// Skips (77) without a CUDA device.
+// bf16/f16 at head dims 64 and 128 (src/backend/cuda/cuda_attention_cudnn.cu),
+// agrees with the CPU's f32 attention on the same bf16/f16-rounded inputs,
+// forward (out, lse) and backward (dq, dk, dv), for head dims 64 and 128,
+// GQA (H 8, Hkv 2), T not a multiple of 64 (1000) and q, k, v, out, dout,
+// dq, dk, dv as the [B, H, T, D] views of [B, T, H, D] storage the model
+// passes. Every call must have run cuDNN (the backend's attention_impl says
+// which implementation ran): a refused plan fails the test with cuDNN's own
+// error string. Under EXACT it runs cuDNN's deterministic graphs: a second
+// run gives the same bits, forward and backward. A forward and backward
+// captured into a CUDA graph for a shape seen first inside the capture (the
+// plan is built there) replays the eager results. Skips (77) without a CUDA
+// device.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -66,7 +67,8 @@ static oj_tensor *heads(oj_engine *e, const int64_t s[4], oj_dtype dt, const dou
                     int64_t si = strided ? ((b * s[2] + r) * s[1] + h) * s[3] + c : li;
                     float f = vals ? (float)vals[li] : NAN;
                     unsigned char *p = buf + si * (int64_t)es;
-                    if (dt == OJ_F32) memcpy(p, &f, 4);
+                    if (dt == OJ_F32)
+                        memcpy(p, &f, 4);
                     else {
                         uint16_t u = dt == OJ_BF16 ? oj_f32_to_bf16(f) : oj_f32_to_f16(f);
                         memcpy(p, &u, 2);
@@ -179,21 +181,22 @@ static void one_case(const cd_case *c) {
     if (gpuf->backend->attention_forward(gpuf, out, lse, q, k, v, NULL, true, scale) != OJ_OK)
         fail_msg("%s forward: %s", what, oj_last_error(gpuf));
     require_impl(gpuf, false, "cudnn", what);
-    assert_int_equal(cpu->backend->attention_forward(cpu, outc, lsec, qc, kc, vc, NULL, true, scale),
-                     OJ_OK);
+    assert_int_equal(
+        cpu->backend->attention_forward(cpu, outc, lsec, qc, kc, vc, NULL, true, scale), OJ_OK);
     cmp_norm(out, outc, 2e-2, what);
     cmp_norm(lse, lsec, 1e-3, "cudnn attention lse");
 
     oj_tensor *dq = heads(gpuf, sq, dt, NULL, s), *dk = heads(gpuf, skv, dt, NULL, s),
               *dv = heads(gpuf, skv, dt, NULL, s);
-    oj_tensor *dqc = heads(cpu, sq, OJ_F32, NULL, false), *dkc = heads(cpu, skv, OJ_F32, NULL, false),
+    oj_tensor *dqc = heads(cpu, sq, OJ_F32, NULL, false),
+              *dkc = heads(cpu, skv, OJ_F32, NULL, false),
               *dvc = heads(cpu, skv, OJ_F32, NULL, false);
     if (gpuf->backend->attention_backward(gpuf, dq, dk, dv, g, q, k, v, out, lse, NULL, true,
                                           scale) != OJ_OK)
         fail_msg("%s backward: %s", what, oj_last_error(gpuf));
     require_impl(gpuf, true, "cudnn", what);
-    assert_int_equal(cpu->backend->attention_backward(cpu, dqc, dkc, dvc, gc, qc, kc, vc, outc, lsec,
-                                                      NULL, true, scale),
+    assert_int_equal(cpu->backend->attention_backward(cpu, dqc, dkc, dvc, gc, qc, kc, vc, outc,
+                                                      lsec, NULL, true, scale),
                      OJ_OK);
     cmp_norm(dq, dqc, 3e-2, "cudnn attention dq");
     cmp_norm(dk, dkc, 3e-2, "cudnn attention dk");
@@ -243,11 +246,10 @@ static void one_case(const cd_case *c) {
 static void test_cudnn_attention(void **state) {
     (void)state;
     cd_case cases[] = {
-        {2, 8, 2, 1000, 64, OJ_BF16, true},   /* GQA, T not a multiple of 64, model views */
-        {1, 8, 2, 1000, 128, OJ_BF16, true},  /* D 128 */
-        {2, 4, 4, 256, 64, OJ_F16, false},    /* f16, contiguous */
-        {1, 6, 6, 333, 128, OJ_F16, true},
-        {2, 12, 12, 128, 64, OJ_BF16, true},  /* gpt2's heads */
+        {2, 8, 2, 1000, 64, OJ_BF16, true},  /* GQA, T not a multiple of 64, model views */
+        {1, 8, 2, 1000, 128, OJ_BF16, true}, /* D 128 */
+        {2, 4, 4, 256, 64, OJ_F16, false},   /* f16, contiguous */
+        {1, 6, 6, 333, 128, OJ_F16, true},   {2, 12, 12, 128, 64, OJ_BF16, true}, /* gpt2's heads */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) one_case(&cases[i]);
 }

@@ -61,11 +61,11 @@ static int cudnn_mode(void) {
     static int mode = -1; /* 0 off, 1 on, 2 verbose, 3 deterministic */
     if (mode < 0) {
         const char *e = getenv("OJAS_CUDA_ATTN_CUDNN");
-        mode = e == NULL                          ? 1
-               : strcmp(e, "0") == 0              ? 0
-               : strcmp(e, "verbose") == 0        ? 2
+        mode = e == NULL                         ? 1
+               : strcmp(e, "0") == 0             ? 0
+               : strcmp(e, "verbose") == 0       ? 2
                : strcmp(e, "deterministic") == 0 ? 3
-                                                  : 1;
+                                                 : 1;
     }
     return mode;
 }
@@ -86,15 +86,15 @@ typedef struct cd_key {
 
 typedef struct cd_plan {
     cd_key key;
-    bool ok;                 /* built; else refused (why) */
+    bool ok; /* built; else refused (why) */
     char why[320];
 #if OJAS_HAVE_CUDNN
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t keep[CD_MAXDESC]; /* every descriptor of the graph */
     int nkeep;
 #endif
-    int64_t ws;              /* cuDNN's workspace bytes */
-    int64_t extra;           /* the graph's own workspace tensors (bwd accumulators) */
+    int64_t ws;    /* cuDNN's workspace bytes */
+    int64_t extra; /* the graph's own workspace tensors (bwd accumulators) */
     float scale_f, neg_inf, one;
     struct cd_plan *next;
 } cd_plan;
@@ -105,8 +105,8 @@ struct oj_cuda_cudnn {
     bool handle_ready;
 #endif
     cd_plan *plans;
-    const char *impl[2];     /* last forward / backward implementation */
-    char why[2][320];        /* why the last forward / backward did not run cuDNN */
+    const char *impl[2]; /* last forward / backward implementation */
+    char why[2][320];    /* why the last forward / backward did not run cuDNN */
 };
 
 static oj_cuda_cudnn *cd_state(oj_engine *eng) {
@@ -155,19 +155,20 @@ oj_status oj_cuda_cudnn_prepare(oj_engine *eng) {
     return OJ_OK;
 }
 
-bool oj_cuda_attention_cudnn_forward(oj_engine *eng, oj_status *status, oj_tensor *out, oj_tensor *lse,
-                                     const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
-                                     bool is_causal, double scale) {
+bool oj_cuda_attention_cudnn_forward(oj_engine *eng, oj_status *status, oj_tensor *out,
+                                     oj_tensor *lse, const oj_tensor *q, const oj_tensor *k,
+                                     const oj_tensor *v, bool is_causal, double scale) {
     (void)out, (void)lse, (void)q, (void)k, (void)v, (void)is_causal, (void)scale;
     *status = OJ_OK;
     if (cudnn_mode() != 0) oj_cuda_attention_note(eng, false, NULL, "cuDNN not built in");
     return false;
 }
 
-bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *status, oj_tensor *dq, oj_tensor *dk,
-                                      oj_tensor *dv, const oj_tensor *dout, const oj_tensor *q,
-                                      const oj_tensor *k, const oj_tensor *v, const oj_tensor *out,
-                                      const oj_tensor *lse, bool is_causal, double scale) {
+bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *status, oj_tensor *dq,
+                                      oj_tensor *dk, oj_tensor *dv, const oj_tensor *dout,
+                                      const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                      const oj_tensor *out, const oj_tensor *lse, bool is_causal,
+                                      double scale) {
     (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
     (void)is_causal, (void)scale;
     *status = OJ_OK;
@@ -180,8 +181,21 @@ bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *status, oj_tens
 /* ---------------------------------------------------------------- graph builder */
 
 enum {
-    U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_DO, U_DQ, U_DK, U_DV, U_ONE,
-    U_SOFTSUM, U_DQACC, U_VIRT = 100
+    U_Q = 1,
+    U_K,
+    U_V,
+    U_O,
+    U_STATS,
+    U_SCALE,
+    U_NEGINF,
+    U_DO,
+    U_DQ,
+    U_DK,
+    U_DV,
+    U_ONE,
+    U_SOFTSUM,
+    U_DQACC,
+    U_VIRT = 100
 };
 
 typedef struct {
@@ -303,7 +317,8 @@ static void cd_red(cd_build *b, cudnnBackendDescriptor_t *ops, int *nops,
                    cudnnBackendDescriptor_t y, const char *what) {
     cudnnDataType_t f = CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t rd = cd_new(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what);
-    cd_set(b, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, what);
+    cd_set(b, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode,
+           what);
     cd_set(b, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, what);
     cd_finalize(b, rd, what);
     cudnnBackendDescriptor_t op = cd_new(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what);
@@ -376,9 +391,12 @@ static int cd_forward_ops(cd_build *b, cudnnBackendDescriptor_t *ops) {
     cudnnDataType_t f = CUDNN_DATA_FLOAT;
     int n = 0;
     cudnnBackendDescriptor_t q = cd_user(b, U_Q, io, k->H, k->T, k->D, k->st[0], false, "tensor q");
-    cudnnBackendDescriptor_t kt = cd_user(b, U_K, io, k->Hkv, k->S, k->D, k->st[1], true, "tensor k^T");
-    cudnnBackendDescriptor_t v = cd_user(b, U_V, io, k->Hkv, k->S, k->D, k->st[2], false, "tensor v");
-    cudnnBackendDescriptor_t o = cd_user(b, U_O, io, k->H, k->T, k->D, k->st[3], false, "tensor out");
+    cudnnBackendDescriptor_t kt =
+        cd_user(b, U_K, io, k->Hkv, k->S, k->D, k->st[1], true, "tensor k^T");
+    cudnnBackendDescriptor_t v =
+        cd_user(b, U_V, io, k->Hkv, k->S, k->D, k->st[2], false, "tensor v");
+    cudnnBackendDescriptor_t o =
+        cd_user(b, U_O, io, k->H, k->T, k->D, k->st[3], false, "tensor out");
     cudnnBackendDescriptor_t stats = cd_rowvec(b, U_STATS, "tensor stats");
     cudnnBackendDescriptor_t scale = cd_scalar(b, U_SCALE, "scalar scale");
     cudnnBackendDescriptor_t s1 = cd_virt(b, f, k->B, k->H, k->T, k->S, "scores");
@@ -405,9 +423,9 @@ static int cd_forward_ops(cd_build *b, cudnnBackendDescriptor_t *ops) {
 
 /* dK or dV [B, Hkv, S, D] = a^T b: a matmul into the group's H heads and,
  * for GQA, a sum over each group. */
-static void cd_grad_kv(cd_build *b, cudnnBackendDescriptor_t *ops, int *n, cudnnBackendDescriptor_t aT,
-                       cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t out, cudnnDataType_t io,
-                       const char *what) {
+static void cd_grad_kv(cd_build *b, cudnnBackendDescriptor_t *ops, int *n,
+                       cudnnBackendDescriptor_t aT, cudnnBackendDescriptor_t x,
+                       cudnnBackendDescriptor_t out, cudnnDataType_t io, const char *what) {
     const cd_key *k = &b->p->key;
     if (k->H == k->Hkv) {
         cd_mm(b, ops, n, aT, x, out, what);
@@ -488,7 +506,8 @@ static int cd_backward_ops(cd_build *b, cudnnBackendDescriptor_t *ops) {
         return n;
     }
     int64_t adim[4] = {B, H, T, D}, ast[4] = {H * T * D, T * D, D, 1};
-    cudnnBackendDescriptor_t acc = cd_tensor(b, U_DQACC, f, adim, ast, false, false, "dq accumulator");
+    cudnnBackendDescriptor_t acc =
+        cd_tensor(b, U_DQACC, f, adim, ast, false, false, "dq accumulator");
     cd_mm(b, ops, &n, ds, kk, acc, "matmul ds k");
     cd_pw(b, ops, &n, CUDNN_POINTWISE_IDENTITY, f, -1, acc, NULL, NULL, dq, "dq from accumulator");
     b->p->extra = (B * H * T * D + B * H * T) * 4;
@@ -500,9 +519,9 @@ static int cd_backward_ops(cd_build *b, cudnnBackendDescriptor_t *ops) {
 static const char *cd_verbose_tag(const cd_key *k, char *buf, size_t n) {
     snprintf(buf, n, "%s B %lld H %lld/%lld T %lld S %lld D %lld %s%s",
              k->bwd ? (k->det ? "backward (deterministic)" : "backward")
-                    : (k->det ? "forward (deterministic)" : "forward"), (long long)k->B, (long long)k->H,
-             (long long)k->Hkv, (long long)k->T, (long long)k->S, (long long)k->D,
-             k->dt == OJ_BF16 ? "bf16" : "f16", k->causal ? " causal" : "");
+                    : (k->det ? "forward (deterministic)" : "forward"),
+             (long long)k->B, (long long)k->H, (long long)k->Hkv, (long long)k->T, (long long)k->S,
+             (long long)k->D, k->dt == OJ_BF16 ? "bf16" : "f16", k->causal ? " causal" : "");
     return buf;
 }
 
@@ -511,17 +530,16 @@ static const char *cd_verbose_tag(const cd_key *k, char *buf, size_t n) {
 static bool cd_deterministic(cudnnBackendDescriptor_t cfg) {
     cudnnBackendDescriptor_t eng = NULL;
     int64_t n = 0;
-    bool ok = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) ==
-                  CUDNN_STATUS_SUCCESS &&
-              cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
-                  CUDNN_STATUS_SUCCESS;
+    bool ok =
+        cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &n, &eng) == CUDNN_STATUS_SUCCESS;
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT + 4];
     int64_t nn = 0;
-    ok = ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                        CUDNN_TYPE_NUMERICAL_NOTE,
-                                        (int64_t)(sizeof notes / sizeof notes[0]), &nn,
-                                        notes) == CUDNN_STATUS_SUCCESS;
+    ok = ok && cudnnBackendGetAttribute(
+                   eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                   (int64_t)(sizeof notes / sizeof notes[0]), &nn, notes) == CUDNN_STATUS_SUCCESS;
     for (int64_t i = 0; ok && i < nn; i++)
         if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ok = false;
     if (eng) cudnnBackendDestroyDescriptor(eng);
@@ -533,10 +551,12 @@ static void cd_build_plan(oj_cuda_cudnn *c, cd_plan *p) {
     cd_build b = {p, false, U_VIRT};
     cudnnBackendDescriptor_t ops[64];
     int nops = p->key.bwd ? cd_backward_ops(&b, ops) : cd_forward_ops(&b, ops);
-    cudnnBackendDescriptor_t g = cd_new(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+    cudnnBackendDescriptor_t g =
+        cd_new(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
     cd_set(&b, g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops,
            "operation graph");
-    cd_set(&b, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->handle, "operation graph");
+    cd_set(&b, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->handle,
+           "operation graph");
     cd_finalize(&b, g, "operation graph");
     cudnnBackendDescriptor_t h = cd_new(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -548,7 +568,8 @@ static void cd_build_plan(oj_cuda_cudnn *c, cd_plan *p) {
     if (!b.bad) {
         cudnnStatus_t st = cudnnBackendGetAttribute(h, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
-        if (st != CUDNN_STATUS_SUCCESS) cd_fail(&b, "heuristics (result count)", st);
+        if (st != CUDNN_STATUS_SUCCESS)
+            cd_fail(&b, "heuristics (result count)", st);
         else if (count <= 0) {
             b.bad = true;
             snprintf(p->why, sizeof p->why, "heuristics: no engine supports this graph");
@@ -561,8 +582,8 @@ static void cd_build_plan(oj_cuda_cudnn *c, cd_plan *p) {
         cfg[i] = cd_new(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
     if (!b.bad) {
         int64_t got = 0;
-        cudnnStatus_t st = cudnnBackendGetAttribute(h, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg);
+        cudnnStatus_t st = cudnnBackendGetAttribute(
+            h, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg);
         if (st != CUDNN_STATUS_SUCCESS) cd_fail(&b, "heuristics (results)", st);
         count = got < count ? got : count;
     }
@@ -576,7 +597,8 @@ static void cd_build_plan(oj_cuda_cudnn *c, cd_plan *p) {
             continue;
         }
         cudnnBackendDescriptor_t plan = NULL;
-        cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+        cudnnStatus_t st =
+            cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
         if (st == CUDNN_STATUS_SUCCESS)
             st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
                                           1, &c->handle);
@@ -711,8 +733,8 @@ static bool cd_execute(oj_engine *eng, oj_status *st_out, cd_plan *p, int n, con
                        void **ptrs, const char **why, char *whybuf, size_t whyn) {
     oj_storage *hold = NULL;
     size_t extra = ((size_t)p->extra + 255) & ~(size_t)255;
-    char *ws = (char *)oj_cuda_scratch(eng, extra + (size_t)p->ws, "scaled_dot_product_attention",
-                                       &hold);
+    char *ws =
+        (char *)oj_cuda_scratch(eng, extra + (size_t)p->ws, "scaled_dot_product_attention", &hold);
     if (ws == NULL) {
         *st_out = oj_last_status(eng);
         *why = "no device memory for the workspace";
@@ -733,10 +755,11 @@ static bool cd_execute(oj_engine *eng, oj_status *st_out, cd_plan *p, int n, con
     const char *what = "variant pack";
     cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, u);
+        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n,
+                                      u);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-                                      n, d);
+        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                      CUDNN_TYPE_VOID_PTR, n, d);
     if (st == CUDNN_STATUS_SUCCESS)
         st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
                                       &cws);
@@ -750,7 +773,8 @@ static bool cd_execute(oj_engine *eng, oj_status *st_out, cd_plan *p, int n, con
     if (st != CUDNN_STATUS_SUCCESS) {
         char msg[200] = "";
         cudnnGetLastErrorString(msg, sizeof msg);
-        snprintf(whybuf, whyn, "%s: %s%s%s", what, cudnnGetErrorString(st), msg[0] ? ": " : "", msg);
+        snprintf(whybuf, whyn, "%s: %s%s%s", what, cudnnGetErrorString(st), msg[0] ? ": " : "",
+                 msg);
         *why = whybuf;
         return false;
     }
@@ -783,8 +807,8 @@ bool oj_cuda_attention_cudnn_forward(oj_engine *eng, oj_status *status, oj_tenso
     bool ran = false;
     if (p) {
         int64_t uids[8] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
-        void *ptrs[8] = {oj_cuda_ptr(q), oj_cuda_ptr(k), oj_cuda_ptr(v), oj_cuda_ptr(out), stats,
-                         &p->scale_f, &p->neg_inf};
+        void *ptrs[8] = {oj_cuda_ptr(q), oj_cuda_ptr(k), oj_cuda_ptr(v), oj_cuda_ptr(out),
+                         stats,          &p->scale_f,    &p->neg_inf};
         ran = cd_execute(eng, status, p, key.causal ? 7 : 6, uids, ptrs, &why, buf, sizeof buf);
     }
     oj__storage_release(hold);
@@ -826,11 +850,11 @@ bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *status, oj_tens
     }
     bool ran = false;
     if (p) {
-        int64_t uids[14] = {U_Q, U_K, U_V, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV, U_SCALE, U_ONE,
-                            U_NEGINF};
-        void *ptrs[14] = {oj_cuda_ptr(q),  oj_cuda_ptr(k),  oj_cuda_ptr(v),  oj_cuda_ptr(out),
+        int64_t uids[14] = {U_Q,  U_K,  U_V,  U_O,     U_STATS, U_DO,
+                            U_DQ, U_DK, U_DV, U_SCALE, U_ONE,   U_NEGINF};
+        void *ptrs[14] = {oj_cuda_ptr(q),   oj_cuda_ptr(k),    oj_cuda_ptr(v),  oj_cuda_ptr(out),
                           oj_cuda_ptr(lse), oj_cuda_ptr(dout), oj_cuda_ptr(dq), oj_cuda_ptr(dk),
-                          oj_cuda_ptr(dv), &p->scale_f, &p->one, &p->neg_inf};
+                          oj_cuda_ptr(dv),  &p->scale_f,       &p->one,         &p->neg_inf};
         ran = cd_execute(eng, status, p, key.causal ? 12 : 11, uids, ptrs, &why, buf, sizeof buf);
     }
     oj_cuda_attention_note(eng, true, ran ? "cudnn" : NULL, ran ? "" : why);

@@ -637,8 +637,9 @@ oj_status oj_cuda_attention_tc_backward(oj_engine *eng, oj_tensor *dq, oj_tensor
  * its deterministic graphs), tried on the tensor-core path's calls: true
  * when it ran; false when it did not take the call (off, a shape or
  * layout it refuses: the tensor-core kernels run) or, with *st set and
- * the error recorded, when the pool had no room for its workspace. The backward runs cuDNN only after a cuDNN
- * forward of the same key (both read and write the natural-log lse). */
+ * the error recorded, when the pool had no room for its workspace. The
+ * backward runs cuDNN only after a cuDNN forward of the same key (both
+ * implementations write and read the same natural-log lse). */
 bool oj_cuda_attention_cudnn_forward(oj_engine *eng, oj_status *st, oj_tensor *out, oj_tensor *lse,
                                      const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
                                      bool is_causal, double scale);
