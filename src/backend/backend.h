@@ -657,6 +657,15 @@ typedef struct oj_backend {
     oj_status (*attention_paged_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
                                          const oj_tensor *k_pool, const oj_tensor *v_pool,
                                          const int32_t *blocks, int64_t S, double scale);
+    /* Which implementation the last attention_forward (backward true: the
+     * last attention_backward) of eng ran: a static name ("cudnn",
+     * "tensor core", "f32 kernels", "split-key decode"; "none" before the
+     * first call), and in why[n] (n > 0) why cuDNN's fused attention did
+     * not run it ("" when it did): the refusing cuDNN call with
+     * cudnnGetLastErrorString's text, "cuDNN not built in", "EXACT
+     * numerics ...". OPTIONAL (NULL: one implementation). For tests and
+     * benchmarks. */
+    const char *(*attention_impl)(oj_engine *eng, bool backward, char *why, size_t n);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -55,6 +55,9 @@ oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tenso
                                     const oj_tensor *wpe, const oj_tensor *tok,
                                     const oj_tensor *pos, oj_tensor *mask);
 
+/* cuda_attention_cudnn.cu: which attention implementation ran (backend.h) */
+const char *oj_cuda_attention_impl(oj_engine *eng, bool backward, char *why, size_t n);
+
 /* cuda_attention_paged.cu: attention over a paged KV cache (backend.h) */
 oj_status oj_cuda_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
                                           const oj_tensor *k_pool, const oj_tensor *v_pool,
@@ -114,6 +117,7 @@ static oj_backend make_cuda_backend() {
     b.attention_forward = oj_cuda_attention_forward;
     b.attention_paged_forward = oj_cuda_attention_paged_forward; /* cuda_attention_paged.cu */
     b.attention_backward = oj_cuda_attention_backward;
+    b.attention_impl = oj_cuda_attention_impl; /* cuda_attention_cudnn.cu */
     b.rotary_embedding = oj_cuda_rotary_embedding;
     b.rotary_embedding_at = oj_cuda_rotary_embedding_at;
     b.rms_norm_rotary_forward = oj_cuda_rms_norm_rotary_forward;
