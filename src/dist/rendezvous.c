@@ -222,14 +222,17 @@ static oj_status join(const char *addr, int port, int rank, int world, double ti
 
 oj_status oj__dist_rendezvous(const char *addr, int port, int rank, int world, double timeout_s,
                               unsigned char id[128], oj_error *err) {
-    if (!addr || !id || port <= 0 || port > 65535 || world < 1 || rank < 0 || rank >= world ||
-        !(timeout_s > 0))
+    if (!id || world < 1 || rank < 0 || rank >= world || !(timeout_s > 0))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
-                            "dist rendezvous: bad arguments (address %s, port %d, rank %d of "
-                            "%d, timeout %g s)",
-                            addr ? addr : "NULL", port, rank, world, timeout_s);
-    if (world == 1)
+                            "dist rendezvous: bad arguments (rank %d of %d, timeout %g s)", rank,
+                            world, timeout_s);
+    if (world == 1) /* nobody to meet: no address or port (RANK=0 WORLD_SIZE=1 sets none) */
         return OJ_OK;
+    if (!addr || port <= 0 || port > 65535)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "dist rendezvous: rank %d of %d needs rank 0's address and a port in "
+                            "1 .. 65535 (MASTER_ADDR, MASTER_PORT): got %s and %d",
+                            rank, world, addr ? addr : "none", port);
     return rank == 0 ? serve(port, world, timeout_s, id, err)
                      : join(addr, port, rank, world, timeout_s, id, err);
 }

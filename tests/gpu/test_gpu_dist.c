@@ -173,9 +173,10 @@ static void test_ws1_graph_equals_plain(void **state) {
     pair("--set cuda_graph=1", "gplain", "gnccl");
 }
 
-// test: a group without MPI (RANK=0 WORLD_SIZE=1, as torchrun sets them:
-// the NCCL id through the TCP rendezvous, the records through NCCL) gives
-// the plain run's bits
+// test: a group without MPI (RANK=0 WORLD_SIZE=1, as torchrun sets them
+// for one process: no MASTER_ADDR / MASTER_PORT, the rendezvous skipped,
+// the records through NCCL) gives the plain run's bits; the CLI's stderr
+// is printed when it fails
 static void test_ws1_env_group_equals_plain(void **state) {
     (void)state;
     if (g_on_cpu) {
@@ -183,21 +184,28 @@ static void test_ws1_env_group_equals_plain(void **state) {
         return;
     }
     char args[1024];
-    char *out = NULL;
+    char *out = NULL, *err = NULL;
     const char *common = "train -c c.json --device cuda --numerics exact --no-progress "
                          "--no-plot";
     snprintf(args, sizeof args, "%s -o eplain", common);
-    assert_int_equal(ojas(args, &out), 0);
+    assert_int_equal(ct_ojas_logged(g_dir, args, &out), 0);
     free(out);
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
     setenv("RANK", "0", 1);
     setenv("WORLD_SIZE", "1", 1);
     snprintf(args, sizeof args, "%s -o eenv", common);
-    int rc = ojas(args, &out);
+    int rc = ct_ojas(g_dir, args, &out, &err);
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
-    if (rc || !strstr(out, "data parallel: 1 ranks (nccl)"))
-        fail_msg("RANK=0 WORLD_SIZE=1 ojas train failed (%d) or not through NCCL: %s", rc, out);
+    /* rank 0's log (the "data parallel" line) is on stdout, errors on stderr */
+    if (rc || !out || !strstr(out, "data parallel: 1 ranks (nccl)"))
+        fail_msg("RANK=0 WORLD_SIZE=1 ojas train failed (%d) or not through NCCL:\n"
+                 "stdout: %s\nstderr: %s",
+                 rc, out ? out : "(none)", err ? err : "(none)");
+    say_done("eenv", out);
     free(out);
+    free(err);
     for (int st = 2; st <= 4; st += 2) {
         char rel[64];
         snprintf(rel, sizeof rel, "ckpt-%06d/model.safetensors", st);

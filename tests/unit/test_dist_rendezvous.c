@@ -4,6 +4,7 @@
 // deadline with a message naming the address; the environment is read
 // and checked by name; a CPU engine cannot bind such a group (its
 // collectives need MPI).
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -116,6 +117,23 @@ static void test_deadlines_name_what_is_missing(void **state) {
     oj_error e3 = {0};
     assert_int_equal(oj__dist_rendezvous("127.0.0.1", 0, 0, 2, 1, id, &e3),
                      OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e3.message, "rank 0 of 2 needs rank 0's address and a port"));
+}
+
+// test: a world of one meets nobody: it needs no address and no port
+// (RANK=0 WORLD_SIZE=1 sets neither MASTER_ADDR nor MASTER_PORT) and
+// leaves rank 0's id as it is
+static void test_world_of_one_needs_no_port(void **state) {
+    (void)state;
+    unsigned char id[128];
+    for (int i = 0; i < 128; i++)
+        id[i] = (unsigned char)(i * 7 + 1);
+    oj_error err = {0};
+    assert_int_equal(oj__dist_rendezvous("127.0.0.1", 0, 0, 1, 1, id, &err), OJ_OK);
+    assert_int_equal(oj__dist_rendezvous(NULL, 0, 0, 1, 1, id, &err), OJ_OK);
+    for (int i = 0; i < 128; i++)
+        assert_int_equal(id[i], (unsigned char)(i * 7 + 1));
+    assert_int_equal(oj__dist_rendezvous(NULL, 0, 1, 1, 1, id, &err), OJ_ERR_INVALID_ARGUMENT);
 }
 
 static void clear_env(void) {
@@ -168,12 +186,50 @@ static void test_env_group(void **state) {
     clear_env();
 }
 
+// test: RANK=0 WORLD_SIZE=1 without MASTER_ADDR / MASTER_PORT is a group
+// of one: its records and barriers return at once, and its abort exits
+// with the code without touching MPI (never initialised here: an MPI call
+// would end the child otherwise)
+static void test_env_world_of_one(void **state) {
+    (void)state;
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE")) {
+        skip(); /* under an MPI launcher the MPI group wins */
+    }
+    clear_env();
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    oj_dist *d = NULL;
+    oj_error err = {0};
+    assert_int_equal(oj_dist_init(10, &d, &err), OJ_OK);
+    assert_int_equal(oj_dist_world_size(d), 1);
+    assert_true(oj_dist_active(d));
+    assert_false(oj_dist_mpi(d));
+    int mine = 42, all = 0;
+    assert_int_equal(oj_dist_exchange(d, &mine, sizeof mine, &all, "a test", &err), OJ_OK);
+    assert_int_equal(all, 42);
+    assert_int_equal(oj_dist_barrier(d, "a test", &err), OJ_OK);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);
+        oj_dist_abort(d, 5);
+        _exit(1);
+    }
+    assert_int_equal(exit_code(pid), 5);
+    oj_dist_free(d);
+    clear_env();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_id_reaches_every_rank),
         cmocka_unit_test(test_world_mismatch_refused),
         cmocka_unit_test(test_deadlines_name_what_is_missing),
+        cmocka_unit_test(test_world_of_one_needs_no_port),
         cmocka_unit_test(test_env_group),
+        cmocka_unit_test(test_env_world_of_one),
     };
     return cmocka_run_group_tests_name("dist_rendezvous", tests, NULL, NULL);
 }
