@@ -31,10 +31,13 @@ typedef struct oj_sched_config {
     int64_t prefill_chunk;   /* prompt tokens of one request per step (> 0) */
     int64_t max_step_tokens; /* tokens packed into one step (>= max_batch) */
     int64_t max_queue;       /* waiting requests at most; submit refuses beyond */
+    bool decode_graphs;      /* on a CUDA engine, a step of decode tokens only runs as
+                              * oj_gpt_decode_paged's CUDA graph of its batch-size bucket
+                              * (false: eagerly, oj_gpt_forward_paged); ignored on the CPU */
 } oj_sched_config;
 
 /* max_batch 8, block_size 16, n_blocks 0, kv_bytes 64 MiB, prefill_chunk
- * 128, max_step_tokens 256, max_queue 256. */
+ * 128, max_step_tokens 256, max_queue 256, decode_graphs true. */
 oj_sched_config oj_sched_config_default(void);
 
 /* Why a request ended. Appended at the end only. */

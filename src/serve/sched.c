@@ -61,7 +61,7 @@ static oj_status fail(oj_sched *s, oj_status st, const char *fmt, ...) {
 }
 
 oj_sched_config oj_sched_config_default(void) {
-    oj_sched_config c = {8, 16, 0, 64ll << 20, 128, 256, 256};
+    oj_sched_config c = {8, 16, 0, 64ll << 20, 128, 256, 256, true};
     return c;
 }
 
@@ -371,21 +371,32 @@ oj_status oj_sched_step(oj_sched *s) {
     }
     oj_status st = OJ_OK;
     oj_engine *eng = s->eng;
-    oj_scope_begin(eng);
-    int64_t shape[2] = {1, N};
-    oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, tok, (size_t)N * sizeof *tok);
-    oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, B, start, past, tables) : NULL;
-    oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
-    float *host = l32 ? malloc((size_t)(B * s->V) * sizeof *host) : NULL;
-    if (host == NULL || oj_to_host(l32, host, (size_t)(B * s->V) * sizeof *host) != OJ_OK) {
-        st = oj_last_status(eng);
-        if (st == OJ_OK) st = OJ_ERR_CAPACITY;
-        fail(s, st, "serve: the batch's forward failed: %s",
-             oj_last_error(eng)[0] ? oj_last_error(eng) : "out of host memory");
-        oj_clear_error(eng);
+    float *host = malloc((size_t)(B * s->V) * sizeof *host);
+    if (host == NULL) {
+        st = OJ_ERR_CAPACITY;
+        fail(s, st, "serve: the batch's forward failed: out of host memory");
+    } else if (N == B && s->cfg.decode_graphs && oj_engine_device(eng).type == OJ_DEVICE_CUDA) {
+        /* decode tokens only: the bucket's graph */
+        st = oj_gpt_decode_paged(s->m, s->pool, B, tok, past, tables, true, host);
+        if (st != OJ_OK) {
+            fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(eng));
+            oj_clear_error(eng);
+        }
+    } else {
+        oj_scope_begin(eng);
+        int64_t shape[2] = {1, N};
+        oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, tok, (size_t)N * sizeof *tok);
+        oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, B, start, past, tables) : NULL;
+        oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
+        if (l32 == NULL || oj_to_host(l32, host, (size_t)(B * s->V) * sizeof *host) != OJ_OK) {
+            st = oj_last_status(eng);
+            if (st == OJ_OK) st = OJ_ERR_INTERNAL;
+            fail(s, st, "serve: the batch's forward failed: %s", oj_last_error(eng));
+            oj_clear_error(eng);
+        }
+        oj_release(l32);
+        oj_scope_end(eng);
     }
-    oj_release(l32);
-    oj_scope_end(eng);
     s->st.steps++;
     s->st.last_batch = B;
     if (st != OJ_OK) {

@@ -179,6 +179,85 @@ static void test_packed_logits_qwen(void **state) {
     check_packed_logits("llama31");
 }
 
+/* oj_gpt_decode_paged (a step padded to a bucket of 2^j rows, inactive
+ * rows writing nothing, tables read from device tensors) gives the bits
+ * oj_gpt_forward_paged gives for the same step: all six sequences (bucket
+ * 8), then three of them (bucket 4), then all six again (the other three's
+ * blocks were left alone by the padding rows). */
+static void check_decode_buckets(const char *kind) {
+    oj_gpt *m = make(kind);
+    const int64_t V = oj_gpt_get_config(m)->vocab_size, BS = 4;
+    int32_t *p[NP];
+    prompts(p);
+    oj_kv_pool *pool = NULL;
+    assert_int_equal(oj_kv_pool_create(m, 96, BS, &pool), OJ_OK);
+    int32_t tables[NP][16];
+    int next = 95;
+    for (int b = 0; b < 16; b++)
+        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
+    const int32_t *tp[NP];
+    int64_t start[NP + 1] = {0}, past[NP] = {0}, N = 0;
+    int32_t packed[128];
+    for (int i = 0; i < NP; i++) {
+        tp[i] = tables[i];
+        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
+        N += lens[i];
+        start[i + 1] = N;
+    }
+    oj_scope_begin(eng);
+    int64_t s[2] = {1, N};
+    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, packed, (size_t)N * sizeof(int32_t));
+    assert_non_null(oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp));
+    oj_scope_end(eng);
+    for (int i = 0; i < NP; i++) past[i] = lens[i];
+    float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)(NP * V) * sizeof *want);
+    const int64_t steps[3] = {NP, 3, NP};
+    for (int k = 0; k < 3; k++) {
+        const int64_t n = steps[k];
+        int32_t tok[NP];
+        int64_t st1[NP + 1];
+        for (int64_t i = 0; i <= n; i++) st1[i] = i;
+        for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 13 + k * 7 + 1) % V);
+        oj_status st = oj_gpt_decode_paged(m, pool, n, tok, past, tp, true, got);
+        if (st != OJ_OK) fail_msg("decode_paged: %s", oj_last_error(eng));
+        assert_false(oj_gpt_decode_paged_graphed(pool, n)); /* no graphs on the CPU */
+        /* the same step again through forward_paged (rewrites the same keys) */
+        oj_scope_begin(eng);
+        int64_t s1[2] = {1, n};
+        idx = oj_from_host(eng, 2, s1, OJ_I32, tok, (size_t)n * sizeof(int32_t));
+        oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, n, st1, past, tp);
+        if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
+        assert_int_equal(oj_to_host(lg, want, (size_t)(n * V) * sizeof *want), OJ_OK);
+        oj_scope_end(eng);
+        assert_memory_equal(got, want, (size_t)(n * V) * sizeof *want);
+        for (int64_t i = 0; i < n; i++) past[i]++;
+    }
+    /* refusals: a token outside the vocabulary, no sequence, past the context */
+    int32_t bad = (int32_t)V;
+    assert_int_equal(oj_gpt_decode_paged(m, pool, 1, &bad, past, tp, false, got),
+                     OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    assert_int_equal(oj_gpt_decode_paged(m, pool, 0, &bad, past, tp, false, got),
+                     OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    int64_t far = oj_gpt_get_config(m)->block_size;
+    int32_t ok_tok = 1;
+    oj_status fst = oj_gpt_decode_paged(m, pool, 1, &ok_tok, &far, tp, false, got);
+    if (fst != OJ_ERR_OUT_OF_RANGE) fail_msg("past the context: %d %s", fst, oj_last_error(eng));
+    oj_clear_error(eng);
+    free(got);
+    free(want);
+    free_prompts(p);
+    oj_kv_pool_free(pool);
+    oj_gpt_free(m);
+}
+
+static void test_decode_buckets(void **state) {
+    (void)state;
+    check_decode_buckets("gpt2");
+    check_decode_buckets("qwen");
+}
+
 /* oj_batch_generate over a scheduler of `sc` gives oj_generate's tokens for
  * every prompt at temperature t (0: greedy). */
 static void check_generate(const char *kind, const oj_sched_config *sc, double t) {
@@ -369,6 +448,7 @@ int main(void) {
         cmocka_unit_test(test_packed_logits_gpt2),
         cmocka_unit_test(test_packed_logits_llama),
         cmocka_unit_test(test_packed_logits_qwen),
+        cmocka_unit_test(test_decode_buckets),
         cmocka_unit_test(test_generate_gpt2),
         cmocka_unit_test(test_generate_llama),
         cmocka_unit_test(test_generate_full_pool),
