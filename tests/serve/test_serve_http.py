@@ -200,7 +200,7 @@ def run(a, work):
     # refusals before serving: one line each, exit 2 for usage, 1 otherwise
     for args, rc_want, needle in [
             ([], 2, "--model"), (["--model", "hf", "--vocab", "tokd", "--port", "70000"], 2, "--port"),
-            (["--model", "hf", "--vocab", "tokd", "--device", "cuda"], 1, "not enabled yet"),
+            (["--model", "hf", "--vocab", "tokd", "--device", "cuda:99"], 1, "cuda"),
             (["--model", "hf", "--vocab", "tokd", "--kv-bytes", "1K"], 1, "holds no KV block"),
             (["--model", "nowhere"], 1, "does not exist")]:
         r = subprocess.run([ojas, "serve"] + args, cwd=work, capture_output=True, text=True)
