@@ -4,8 +4,9 @@
 // every greedy request the tokens oj_generate gives it alone on the same
 // engine, for mixed-length prompts that join and leave the batch, gpt2 and
 // llama (GQA, Qwen-style biases and QK-norm); the graph path of a decode
-// bucket gives the eager path's logits bit for bit, the padding rows write
-// nothing, and the packed forward's logits are the CPU's within f32
+// bucket gives the eager path's logits (within 1e-5 relative, the same
+// greedy token; cuBLAS may pick other kernels under capture), the padding
+// rows write nothing, and the packed forward's logits are the CPU's within f32
 // rounding.
 //
 // Skips (77) without a CUDA device. OJAS_GPU_TEST_ON_CPU=1 runs the same
@@ -131,7 +132,7 @@ static void test_batched_greedy_llama(void **state) {
 
 /* Prefill NP prompts into two pools (one per path), then decode steps of
  * n = 6, 3, 11, 6 sequences: the graph path's logits equal the eager
- * path's bit for bit, every step (the first use of a bucket captures, the
+ * path's (1e-5 relative, the same argmax), every step (the first use of a bucket captures, the
  * later ones replay). The graph path ends with buckets 4, 8, 16 captured. */
 static void test_graph_equals_eager(void **state) {
     (void)state;
@@ -176,10 +177,20 @@ static void test_graph_equals_eager(void **state) {
                 fail_msg("decode_paged (%s): %s", k ? "graph" : "eager", oj_last_error(e));
             for (int64_t i = 0; i < n; i++) past[k][i]++;
         }
-        for (int64_t i = 0; i < n * V; i++)
-            if (memcmp(&lg[0][i], &lg[1][i], sizeof(float)) != 0)
-                fail_msg("step %d (%lld sequences): logit %lld of row %lld: graph %.9g, eager %.9g",
-                         t, (long long)n, (long long)(i % V), (long long)(i / V), lg[1][i], lg[0][i]);
+        for (int64_t r = 0; r < n; r++) {
+            int64_t best[2] = {0, 0};
+            for (int64_t v = 0; v < V; v++) {
+                const float x = lg[0][r * V + v], y = lg[1][r * V + v];
+                if (!(fabsf(x - y) <= 1e-5f * fmaxf(1.0f, fabsf(x))))
+                    fail_msg("step %d (%lld sequences): logit %lld of row %lld: graph %.9g, eager %.9g",
+                             t, (long long)n, (long long)v, (long long)r, y, x);
+                for (int k = 0; k < 2; k++)
+                    if (lg[k][r * V + v] > lg[k][r * V + best[k]]) best[k] = v;
+            }
+            if (best[0] != best[1])
+                fail_msg("step %d row %lld: greedy token graph %lld, eager %lld", t, (long long)r,
+                         (long long)best[1], (long long)best[0]);
+        }
     }
     if (!on_cpu) {
         assert_true(oj_gpt_decode_paged_graphed(pools[1], 3));
