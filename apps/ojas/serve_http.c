@@ -648,6 +648,7 @@ static enum MHD_Result handle_metrics(server *sv, struct MHD_Connection *mc, con
         {"ojas_prompt_tokens_total", "counter", "Prompt tokens admitted.", st.prompt_tokens},
         {"ojas_generated_tokens_total", "counter", "Tokens generated.", st.generated_tokens},
         {"ojas_scheduler_steps_total", "counter", "Batched forwards run.", st.steps},
+        {"ojas_preemptions_total", "counter", "Running requests preempted (KV pool full) and recomputed.", st.preempted},
         {"ojas_queue_depth", "gauge", "Requests waiting for a seat in the batch.", st.queued},
         {"ojas_running_requests", "gauge", "Requests in the running batch.", st.running},
         {"ojas_batch_size", "gauge", "Sequences in the last step.", st.last_batch},

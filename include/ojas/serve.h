@@ -8,9 +8,14 @@
  * prompt is prefilled in chunks of at most prefill_chunk tokens, packed
  * beside the other requests' decode tokens. Keys and values live in
  * fixed-size blocks of one pool (oj_kv_pool, gpt.h; PagedAttention, Kwon
- * et al. 2023) charged to the engine's budget; a request is admitted only
- * when the pool has the blocks for its prompt and max_tokens, so a full
- * pool makes requests wait in the queue, never fail half-way.
+ * et al. 2023) charged to the engine's budget; a request is admitted when
+ * the pool has the blocks of its prompt (and one to spare per running
+ * request) and takes more blocks as it grows. When the pool cannot grow a
+ * running request, the youngest running request is preempted: its blocks
+ * are freed and it waits at the head of the queue, to be prefilled again
+ * (prompt and generated tokens; the same tokens follow, none is delivered
+ * twice). A full pool makes requests wait, never fail half-way; a request
+ * larger than the whole pool is refused at submission.
  *
  * Threads: a scheduler is not thread-safe; callers that submit from
  * several threads serialise the calls (the HTTP server holds a mutex). */
@@ -102,6 +107,7 @@ typedef struct oj_sched_stats {
     int64_t submitted, finished;       /* requests since creation */
     int64_t prompt_tokens, generated_tokens, steps;
     int64_t last_batch;                /* sequences in the last step */
+    int64_t preempted;                 /* preemptions since creation (recomputed requests) */
 } oj_sched_stats;
 oj_sched_stats oj_sched_get_stats(const oj_sched *s);
 /* The engine's message of the last failed call on s ("" when none). */

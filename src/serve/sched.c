@@ -1,7 +1,18 @@
 /* The continuous-batching scheduler (serve.h): a FIFO queue, a running set
  * of at most max_batch requests, a free list of KV blocks, and a step that
  * packs one chunk of each request (prompt chunk or last token) into one
- * oj_gpt_forward_paged. */
+ * oj_gpt_forward_paged.
+ *
+ * Blocks are taken as a request grows: its prompt's at admission, then
+ * one more whenever its positions cross a block. When the pool cannot
+ * grow a running request, the youngest running request (the last
+ * admitted) is preempted: its blocks go back to the pool and it returns to
+ * the head of the queue, to be recomputed on readmission (its prompt and
+ * the tokens it already generated prefilled again; vLLM's "recompute"
+ * preemption, Kwon et al. 2023). Sampling depends only on a request's
+ * tokens, seed and count, so the tokens after recompute are those it would
+ * have generated anyway; the tokens already delivered are not delivered
+ * again. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,7 +32,8 @@ typedef struct req {
     int64_t len;      /* generated tokens */
     int32_t *hist;    /* prompt then generated tokens [n + max_new] */
     int32_t *blocks;  /* block table [nblocks] */
-    int64_t nblocks;
+    int64_t nblocks;  /* blocks it may need at most (prompt and max_new) */
+    int64_t held;     /* blocks it holds now: blocks[0..held) */
     double deadline;  /* monotonic seconds; 0: none */
     oj_sched_fn fn;
     void *ctx;
@@ -224,12 +236,17 @@ oj_status oj_sched_submit(oj_sched *s, const int32_t *prompt, int64_t n,
 
 static void release_blocks(oj_sched *s, req *r, int64_t held) {
     for (int64_t i = held - 1; i >= 0; i--) s->free_blocks[s->n_free++] = r->blocks[i];
+    r->held = 0;
+}
+
+static int64_t blocks_for(const oj_sched *s, int64_t positions) {
+    return (positions + s->cfg.block_size - 1) / s->cfg.block_size;
 }
 
 /* Remove running request i (its blocks back to the pool), keeping order. */
 static req *unrun(oj_sched *s, int64_t i) {
     req *r = s->run[i];
-    release_blocks(s, r, r->nblocks);
+    release_blocks(s, r, r->held);
     memmove(&s->run[i], &s->run[i + 1], (size_t)(s->n_run - i - 1) * sizeof *s->run);
     s->n_run--;
     return r;
@@ -279,19 +296,57 @@ oj_sched_stats oj_sched_get_stats(const oj_sched *s) {
 const char *oj_sched_error(const oj_sched *s) { return s ? s->err : ""; }
 
 /* Move queued requests into the batch, first come first served, while the
- * batch has a seat and the pool the blocks of the queue's head. A request
- * with nothing to generate ends at once. */
+ * batch has a seat and the pool the blocks of the queue head's known
+ * tokens (its prompt, and what it generated before a preemption) with a
+ * block to spare for every running request (room to grow, so that a new
+ * request does not preempt at once). A request with nothing to generate
+ * ends at once. */
 static void admit(oj_sched *s) {
-    while (s->qhead && s->n_run < s->cfg.max_batch && s->qhead->nblocks <= s->n_free) {
+    while (s->qhead && s->n_run < s->cfg.max_batch) {
         req *r = s->qhead;
+        const int64_t want = blocks_for(s, r->n + r->len);
+        if (want + s->n_run > s->n_free) break;
         s->qhead = r->next;
         if (s->qhead == NULL) s->qtail = NULL;
         r->next = NULL;
         s->n_queued--;
-        for (int64_t i = 0; i < r->nblocks; i++) r->blocks[i] = s->free_blocks[--s->n_free];
+        while (r->held < want) r->blocks[r->held++] = s->free_blocks[--s->n_free];
         s->run[s->n_run++] = r;
-        s->st.prompt_tokens += r->n;
+        if (r->len == 0) s->st.prompt_tokens += r->n;
         if (r->max_new == 0) finish(s, s->n_run - 1, OJ_FINISH_LENGTH);
+    }
+}
+
+/* Running request i back to the head of the queue, its blocks freed: it
+ * is prefilled again (prompt and generated tokens) when readmitted. */
+static void preempt(oj_sched *s, int64_t i) {
+    req *r = unrun(s, i);
+    r->done = 0;
+    r->next = s->qhead;
+    s->qhead = r;
+    if (s->qtail == NULL) s->qtail = r;
+    s->n_queued++;
+    s->st.preempted++;
+}
+
+/* Blocks for every running request's next chunk (its last token, or up
+ * to prefill_chunk tokens still to prefill), oldest first; when the pool
+ * is empty the youngest running request is preempted (the one asking,
+ * when it is the youngest). */
+static void grow(oj_sched *s) {
+    for (int64_t i = 0; i < s->n_run; i++) {
+        req *r = s->run[i];
+        int64_t take = r->n + r->len - r->done;
+        if (take > s->cfg.prefill_chunk) take = s->cfg.prefill_chunk;
+        const int64_t want = blocks_for(s, r->done + take);
+        while (r->held < want) {
+            if (s->n_free > 0) {
+                r->blocks[r->held++] = s->free_blocks[--s->n_free];
+                continue;
+            }
+            preempt(s, s->n_run - 1);
+            if (i >= s->n_run) break; /* it was r itself */
+        }
     }
 }
 
@@ -329,6 +384,7 @@ oj_status oj_sched_step(oj_sched *s) {
     if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
     expire(s);
     admit(s);
+    grow(s);
     if (s->n_run == 0) return OJ_OK;
     const int64_t B = s->n_run;
     int64_t *start = malloc((size_t)(B + 1) * sizeof *start);
@@ -347,17 +403,17 @@ oj_status oj_sched_step(oj_sched *s) {
      * max_batch. Packed in batch order. */
     int64_t room = s->cfg.max_step_tokens;
     for (int64_t i = 0; i < B; i++)
-        if (s->run[i]->done >= s->run[i]->n) room--;
+        if (s->run[i]->n + s->run[i]->len - s->run[i]->done == 1) room--;
     int64_t N = 0;
     start[0] = 0;
     for (int64_t i = 0; i < B; i++) {
         req *r = s->run[i];
         int64_t take;
-        if (r->done >= r->n) {
-            take = 1; /* the last generated token, at position done */
+        if (r->n + r->len - r->done == 1) {
+            take = 1; /* the last known token, at position done */
             tok[N] = r->hist[r->done];
-        } else {
-            take = r->n - r->done;
+        } else { /* a prompt, or a preempted request's prompt and tokens */
+            take = r->n + r->len - r->done;
             if (take > s->cfg.prefill_chunk) take = s->cfg.prefill_chunk;
             if (take > room - (B - 1 - i)) take = room - (B - 1 - i); /* a seat for the rest */
             if (take < 1) take = 1;

@@ -4,7 +4,9 @@
 // whatever else is in the batch: gpt2 and llama (GQA; Qwen-style biases and
 // QK-norm; Llama 3.1 rope scaling and an untied head), chunked prefill, blocks smaller than a chunk, a pool too small
 // for every request at once (requests queue), sampling; cancel and
-// timeouts free blocks; refusals; no leaks.
+// timeouts free blocks; preemption of the youngest request when the pool
+// cannot grow a running one (recomputed, the same tokens); the decode step
+// padded to a bucket (oj_gpt_decode_paged); refusals; no leaks.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -285,6 +287,86 @@ static void check_generate(const char *kind, const oj_sched_config *sc, double t
     oj_gpt_free(m);
 }
 
+typedef struct {
+    int32_t toks[NP][64];
+    int64_t len[NP];
+    int64_t ids[NP];
+    int ends;
+} collect;
+
+static bool collect_fn(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)lp;
+    (void)why;
+    collect *c = ctx;
+    for (int i = 0; i < NP; i++)
+        if (c->ids[i] == id) {
+            if (token < 0) c->ends++;
+            else c->toks[i][c->len[i]++] = token;
+        }
+    return true;
+}
+
+/* A pool far smaller than the requests' full lengths (18 blocks of 4
+ * positions; the six requests need 52 at their ends): requests are
+ * admitted on their prompts' blocks (more run at once than full
+ * reservations would let: 3, not 2), the youngest is preempted when a
+ * running one cannot grow and is recomputed later, and every request
+ * still gets oj_generate's tokens, greedy and sampled; the pool ends
+ * empty. */
+static void check_preemption(const char *kind, double t) {
+    oj_gpt *m = make(kind);
+    int32_t *p[NP];
+    prompts(p);
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = t;
+    cfg.top_k = t > 0 ? 20 : 0;
+    cfg.seed = 42;
+    cfg.max_new_tokens = 20;
+    int32_t *want[NP];
+    int64_t wl[NP];
+    const int32_t *const *pp = (const int32_t *const *)p;
+    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = NP;
+    sc.block_size = 4;
+    sc.n_blocks = 18;
+    sc.prefill_chunk = 8;
+    sc.max_step_tokens = 32;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    collect *c = calloc(1, sizeof *c);
+    for (int i = 0; i < NP; i++)
+        assert_int_equal(oj_sched_submit(s, p[i], lens[i], &cfg, i, 0.0, collect_fn, c, &c->ids[i]), OJ_OK);
+    int64_t most = 0;
+    while (oj_sched_busy(s)) {
+        if (oj_sched_step(s) != OJ_OK) fail_msg("step: %s", oj_sched_error(s));
+        oj_sched_stats st = oj_sched_get_stats(s);
+        if (st.running > most) most = st.running;
+        assert_true(st.blocks_used <= 18);
+    }
+    oj_sched_stats st = oj_sched_get_stats(s);
+    if (st.preempted == 0) fail_msg("%s: no request was preempted", kind);
+    if (most < 3) fail_msg("%s: at most %lld requests ran at once", kind, (long long)most);
+    assert_int_equal(st.blocks_used, 0);
+    assert_int_equal(c->ends, NP);
+    for (int i = 0; i < NP; i++) {
+        if (c->len[i] != wl[i] || memcmp(c->toks[i], want[i], (size_t)wl[i] * sizeof(int32_t)) != 0)
+            fail_msg("%s t %g: request %d got %lld tokens, alone %lld (or other tokens)", kind, t, i,
+                     (long long)c->len[i], (long long)wl[i]);
+        free(want[i]);
+    }
+    free(c);
+    oj_sched_free(s);
+    free_prompts(p);
+    oj_gpt_free(m);
+}
+
+static void test_preemption(void **state) {
+    (void)state;
+    check_preemption("gpt2", 0.0);
+    check_preemption("llama", 0.8);
+}
+
 /* A prompt that fills the context gives no token, as oj_generate; one
  * longer is refused as oj_generate refuses it. */
 static void test_generate_full_context(void **state) {
@@ -393,7 +475,7 @@ static void test_cancel_timeout_refusals(void **state) {
     oj_sched_stats st = oj_sched_get_stats(s);
     assert_int_equal(st.running, 1);
     assert_int_equal(st.queued, 1);
-    assert_int_equal(st.blocks_used, 10); /* 10 + 29 positions in blocks of 4 */
+    assert_int_equal(st.blocks_used, 3); /* the 12 positions written, in blocks of 4 */
     assert_int_equal(oj_sched_cancel(s, b), OJ_OK); /* queued */
     assert_int_equal(oj_sched_cancel(s, a), OJ_OK); /* running */
     assert_int_equal(oj_sched_cancel(s, a), OJ_ERR_INVALID_ARGUMENT);
@@ -452,6 +534,7 @@ int main(void) {
         cmocka_unit_test(test_generate_gpt2),
         cmocka_unit_test(test_generate_llama),
         cmocka_unit_test(test_generate_full_pool),
+        cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),
     };
