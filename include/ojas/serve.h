@@ -100,6 +100,20 @@ oj_status oj_sched_step(oj_sched *s);
 /* Whether any request is queued or running. */
 bool oj_sched_busy(const oj_sched *s);
 
+#define OJ_SCHED_MAX_TOP 20 /* top alternatives per token at most (OpenAI's top_logprobs) */
+/* Ask for the k (0..OJ_SCHED_MAX_TOP) most likely tokens' log-probabilities
+ * at each of request id's token events (OpenAI's top_logprobs), read with
+ * oj_sched_top_logprobs inside the event. Errors: OJ_ERR_INVALID_ARGUMENT
+ * (k out of range, no such request), the reason in oj_sched_error. */
+oj_status oj_sched_set_top_logprobs(oj_sched *s, int64_t id, int64_t k);
+/* Inside a token event (oj_sched_fn with token >= 0) of a request that
+ * asked for k alternatives: the k most likely tokens at that position
+ * into ids, their log-probabilities (log softmax of the logits at
+ * temperature 1, in double, as the event's logprob) into lps, most likely
+ * first (ties: the lower id first); min(k, max) entries, returned. 0
+ * outside a token event or when none were asked for. */
+int64_t oj_sched_top_logprobs(const oj_sched *s, int32_t *ids, double *lps, int64_t max);
+
 typedef struct oj_sched_stats {
     int64_t queued, running;          /* now */
     int64_t blocks_total, blocks_used; /* the pool */
@@ -148,6 +162,8 @@ typedef struct oj_serve_request {
                            * chat: 0 for true */
     int n_stop;
     char *stop[4];
+    int top_logprobs;     /* alternatives per token: completions' logprobs N, chat's
+                           * top_logprobs (0..20, needs logprobs: true); 0: none */
 } oj_serve_request;
 
 /* Parse body[0..len) (JSON) into *r for a completions (chat false) or chat

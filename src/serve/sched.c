@@ -35,6 +35,7 @@ typedef struct req {
     int64_t nblocks;  /* blocks it may need at most (prompt and max_new) */
     int64_t held;     /* blocks it holds now: blocks[0..held) */
     double deadline;  /* monotonic seconds; 0: none */
+    int64_t top;      /* top alternatives' logprobs per token event (0..OJ_SCHED_MAX_TOP) */
     oj_sched_fn fn;
     void *ctx;
     struct req *next; /* queue link */
@@ -55,6 +56,10 @@ struct oj_sched {
     int64_t next_id;
     oj_sched_stats st;
     float *lg; /* [V] */
+    /* during a token event: its top alternatives (oj_sched_top_logprobs) */
+    int64_t ev_n;
+    int32_t ev_ids[OJ_SCHED_MAX_TOP];
+    double ev_lps[OJ_SCHED_MAX_TOP];
     char err[512];
 };
 
@@ -350,13 +355,56 @@ static void grow(oj_sched *s) {
     }
 }
 
-/* log softmax(lg)[tok] at temperature 1, in double. */
-static double logprob(const float *lg, int64_t V, int32_t tok) {
+/* log softmax(lg) at temperature 1, in double: lg[i] - *shift is token
+ * i's log-probability. */
+static void log_norm(const float *lg, int64_t V, double *shift) {
     double mx = lg[0], sum = 0.0;
     for (int64_t i = 1; i < V; i++)
         if (lg[i] > mx) mx = lg[i];
     for (int64_t i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
-    return (double)lg[tok] - mx - log(sum);
+    *shift = mx + log(sum);
+}
+
+/* The k largest logits' ids into ids[0..k), largest first (ties: the lower
+ * id first), and their log-probabilities (lg - shift) into lps. */
+static void top_k(const float *lg, int64_t V, int64_t k, double shift, int32_t *ids, double *lps) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < V; i++) {
+        if (n == k && !(lg[i] > lg[ids[n - 1]])) continue;
+        int64_t j = n < k ? n++ : k - 1; /* the slot freed at the end */
+        while (j > 0 && lg[i] > lg[ids[j - 1]]) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = (int32_t)i;
+    }
+    for (int64_t j = 0; j < n; j++) lps[j] = (double)lg[ids[j]] - shift;
+}
+
+oj_status oj_sched_set_top_logprobs(oj_sched *s, int64_t id, int64_t k) {
+    if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    if (k < 0 || k > OJ_SCHED_MAX_TOP)
+        return fail(s, OJ_ERR_INVALID_ARGUMENT, "serve: top logprobs %lld outside [0, %d]",
+                    (long long)k, OJ_SCHED_MAX_TOP);
+    for (int64_t i = 0; i < s->n_run; i++)
+        if (s->run[i]->id == id) {
+            s->run[i]->top = k;
+            return OJ_OK;
+        }
+    for (req *r = s->qhead; r; r = r->next)
+        if (r->id == id) {
+            r->top = k;
+            return OJ_OK;
+        }
+    return fail(s, OJ_ERR_INVALID_ARGUMENT, "serve: no request %lld", (long long)id);
+}
+
+int64_t oj_sched_top_logprobs(const oj_sched *s, int32_t *ids, double *lps, int64_t max) {
+    if (s == NULL || ids == NULL || lps == NULL || max <= 0) return 0;
+    const int64_t n = s->ev_n < max ? s->ev_n : max;
+    memcpy(ids, s->ev_ids, (size_t)n * sizeof *ids);
+    memcpy(lps, s->ev_lps, (size_t)n * sizeof *lps);
+    return n;
 }
 
 /* End every running request whose deadline has passed; the queue's too. */
@@ -478,7 +526,12 @@ oj_status oj_sched_step(oj_sched *s) {
             r->hist[r->n + r->len] = t;
             r->len++;
             s->st.generated_tokens++;
-            bool more = r->fn ? r->fn(r->ctx, r->id, t, logprob(row, s->V, t), OJ_FINISH_NONE) : true;
+            double shift = 0.0;
+            log_norm(row, s->V, &shift);
+            if (r->top > 0) top_k(row, s->V, r->top, shift, s->ev_ids, s->ev_lps);
+            s->ev_n = r->top;
+            bool more = r->fn ? r->fn(r->ctx, r->id, t, (double)row[t] - shift, OJ_FINISH_NONE) : true;
+            s->ev_n = 0;
             if (!more)
                 finish(s, i, OJ_FINISH_STOP);
             else if (r->len >= r->max_new)

@@ -367,6 +367,89 @@ static void test_preemption(void **state) {
     check_preemption("llama", 0.8);
 }
 
+typedef struct {
+    oj_sched *s;
+    int32_t toks[32];
+    double lps[32], top_lps[32][5];
+    int32_t top_ids[32][5];
+    int64_t n_top[32];
+    int64_t len;
+} tops;
+
+static bool tops_fn(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)id;
+    (void)why;
+    tops *c = ctx;
+    if (token < 0) return true;
+    c->toks[c->len] = token;
+    c->lps[c->len] = lp;
+    c->n_top[c->len] = oj_sched_top_logprobs(c->s, c->top_ids[c->len], c->top_lps[c->len], 5);
+    c->len++;
+    return true;
+}
+
+/* Top alternatives (OpenAI's top_logprobs): at each token event the five
+ * most likely tokens and their log-probabilities are log_softmax of the
+ * logits of the sequence so far decoded alone (computed here in double),
+ * most likely first, the event's logprob that of the chosen token; the
+ * greedy token is the first. Outside an event there are none; k outside
+ * 0..20 and unknown ids are refused. */
+static void test_top_logprobs(void **state) {
+    (void)state;
+    oj_gpt *m = make("llama");
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    oj_sched_config sc = oj_sched_config_default();
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    cfg.max_new_tokens = 6;
+    int32_t hist[32] = {3, 14, 15, 92, 65};
+    const int64_t n = 5;
+    tops *c = calloc(1, sizeof *c);
+    c->s = s;
+    int64_t id = 0, other = 0;
+    assert_int_equal(oj_sched_submit(s, hist, n, &cfg, 0, 0.0, tops_fn, c, &id), OJ_OK);
+    assert_int_equal(oj_sched_submit(s, hist, 2, &cfg, 1, 0.0, NULL, NULL, &other), OJ_OK);
+    assert_int_equal(oj_sched_set_top_logprobs(s, id, 21), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(oj_sched_error(s), "top logprobs 21"));
+    assert_int_equal(oj_sched_set_top_logprobs(s, id + 99, 5), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_sched_set_top_logprobs(s, id, 5), OJ_OK);
+    while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+    int32_t ids[5];
+    double lps[5];
+    assert_int_equal(oj_sched_top_logprobs(s, ids, lps, 5), 0);
+    assert_int_equal(c->len, 6);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    double *ls = malloc((size_t)V * sizeof *ls);
+    for (int64_t k = 0; k < c->len; k++) {
+        alone_logits(m, hist, n + k, lg, V);
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t v = 0; v < V; v++) mx = fmax(mx, (double)lg[v]);
+        for (int64_t v = 0; v < V; v++) sum += exp((double)lg[v] - mx);
+        for (int64_t v = 0; v < V; v++) ls[v] = (double)lg[v] - mx - log(sum);
+        assert_int_equal(c->n_top[k], 5);
+        for (int j = 0; j < 5; j++) {
+            const int32_t t = c->top_ids[k][j];
+            if (fabs(c->top_lps[k][j] - ls[t]) > 1e-12)
+                fail_msg("token %lld alternative %d (id %d): %.17g, log_softmax %.17g", (long long)k,
+                         j, t, c->top_lps[k][j], ls[t]);
+            int64_t above = 0; /* ids ranked before t by (value desc, id asc) */
+            for (int64_t v = 0; v < V; v++)
+                if (lg[v] > lg[t] || (lg[v] == lg[t] && v < t)) above++;
+            if (above != j) fail_msg("token %lld: id %d is alternative %d, ranks %lld", (long long)k, t, j, (long long)above);
+        }
+        assert_int_equal(c->top_ids[k][0], c->toks[k]); /* greedy */
+        assert_true(fabs(c->lps[k] - ls[c->toks[k]]) <= 1e-12);
+        hist[n + k] = c->toks[k];
+    }
+    free(lg);
+    free(ls);
+    free(c);
+    oj_sched_free(s);
+    oj_gpt_free(m);
+}
+
 /* A prompt that fills the context gives no token, as oj_generate; one
  * longer is refused as oj_generate refuses it. */
 static void test_generate_full_context(void **state) {
@@ -535,6 +618,7 @@ int main(void) {
         cmocka_unit_test(test_generate_llama),
         cmocka_unit_test(test_generate_full_pool),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),
     };
