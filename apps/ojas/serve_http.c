@@ -620,8 +620,10 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     for (int i = 0; i < g->n && st == OJ_OK; i++) {
         st = oj_sched_submit(sv->s, ids.ids, g->n_prompt, &sc, i, sv->timeout_s, on_event, g,
                              &g->ch[i].id);
-        if (st == OJ_OK && g->req.top_logprobs > 0)
-            st = oj_sched_set_top_logprobs(sv->s, g->ch[i].id, g->req.top_logprobs);
+        /* no logprobs asked for: none computed (-1) */
+        if (st == OJ_OK)
+            st = oj_sched_set_top_logprobs(sv->s, g->ch[i].id,
+                                           g->req.logprobs < 0 ? -1 : g->req.top_logprobs);
         if (st != OJ_OK) snprintf(err, sizeof err, "%s", oj_sched_error(sv->s));
     }
     oj_tokens_free(&ids);

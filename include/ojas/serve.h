@@ -56,7 +56,8 @@ typedef enum oj_finish {
 
 /* A request's events, called from oj_sched_step: once per new token
  * (token >= 0, logprob its log-probability under the model's softmax at
- * temperature 1, reason OJ_FINISH_NONE; return false to end the request
+ * temperature 1 (NAN after oj_sched_set_top_logprobs(.., -1)), reason
+ * OJ_FINISH_NONE; return false to end the request
  * after this token), then exactly once at the end (token -1, the reason;
  * the return value is ignored). After the end event the request is gone
  * and its blocks are free. Not called for oj_sched_cancel. */
@@ -103,8 +104,11 @@ bool oj_sched_busy(const oj_sched *s);
 #define OJ_SCHED_MAX_TOP 20 /* top alternatives per token at most (OpenAI's top_logprobs) */
 /* Ask for the k (0..OJ_SCHED_MAX_TOP) most likely tokens' log-probabilities
  * at each of request id's token events (OpenAI's top_logprobs), read with
- * oj_sched_top_logprobs inside the event. Errors: OJ_ERR_INVALID_ARGUMENT
- * (k out of range, no such request), the reason in oj_sched_error. */
+ * oj_sched_top_logprobs inside the event; k = -1: no log-probability at
+ * all (the events' logprob is NAN and none is computed: the host then
+ * skips a pass over the vocabulary per token). Errors:
+ * OJ_ERR_INVALID_ARGUMENT (k out of range, no such request), the reason in
+ * oj_sched_error. */
 oj_status oj_sched_set_top_logprobs(oj_sched *s, int64_t id, int64_t k);
 /* Inside a token event (oj_sched_fn with token >= 0) of a request that
  * asked for k alternatives: the k most likely tokens at that position

@@ -150,7 +150,9 @@ typedef struct oj_paged_bucket {
     oj_tensor *seq, *vpos, *slot; /* i32 [B]: i; its position (-1: inactive); its slot */
     oj_tensor *tables;            /* i32 [B, MB]: the block tables */
     oj_tensor *pos;               /* i64 [B]: the positions (0 for inactive rows) */
-    oj_tensor *logits;            /* f32 [1, B, V]: the graph's static output */
+    oj_tensor *logits;            /* f32 [1, B, V]: the graph's static outputs */
+    oj_tensor *argmax;            /* i64 [1, B]: each row's first largest logit */
+    oj_tensor *argmax_lp;         /* f32 [1, B]: its log-probability (max - logsumexp) */
     oj_graph *graph;              /* captured lazily; NULL: not (yet) */
 } oj_paged_bucket;
 

@@ -86,7 +86,8 @@ oj_status oj_kv_pool_create(oj_gpt *m, int64_t n_blocks, int64_t block_size, oj_
 
 static void bucket_free(oj_paged_bucket *b) {
     oj_graph_free(b->graph);
-    oj_tensor *ts[] = {b->logits, b->pos, b->tables, b->slot, b->vpos, b->seq, b->idx, b->in};
+    oj_tensor *ts[] = {b->logits, b->argmax, b->argmax_lp, b->pos, b->tables,
+                       b->slot,   b->vpos,   b->seq,       b->idx, b->in};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) oj_release(ts[i]);
     memset(b, 0, sizeof *b);
 }
@@ -347,9 +348,11 @@ static oj_status bucket_init(oj_kv_pool *pool, oj_paged_bucket *b, int64_t B) {
     return st != OJ_OK ? st : OJ_ERR_INTERNAL;
 }
 
-/* The step's device work over bucket b: f32 logits [1, B, V] (kept in the
- * caller's scope), NULL with the error recorded. */
-static oj_tensor *decode_body(oj_gpt *m, oj_kv_pool *pool, oj_paged_bucket *b) {
+/* The step's device work over bucket b: out[0] f32 logits [1, B, V],
+ * out[1] i64 argmax [1, B] (first largest), out[2] f32 [1, B] its
+ * log-probability (kept in the caller's scope); false with the error
+ * recorded. */
+static bool decode_body(oj_gpt *m, oj_kv_pool *pool, oj_paged_bucket *b, oj_tensor *out[3]) {
     oj_engine *eng = m->eng;
     oj_scope_begin(eng);
     oj_gpt_dev_pos dp = {b->pos, NULL, NULL};
@@ -358,25 +361,39 @@ static oj_tensor *decode_body(oj_gpt *m, oj_kv_pool *pool, oj_paged_bucket *b) {
                      .k = pool->k, .v = pool->v, .dev = &dp, .paged = &pg};
     oj_tensor *xf = oj__gpt_hidden(m, b->idx, &c);             /* [1, B, C] */
     oj_tensor *lg = xf ? oj_linear(xf, m->head, NULL) : NULL;  /* [1, B, V] */
-    oj_tensor *out = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : oj_retain(lg);
-    if (out) oj_keep(out);
-    oj_release(lg);
-    oj_release(xf);
+    oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : oj_retain(lg);
+    oj_tensor *am = NULL, *mx = l32 ? oj_max(l32, 2, false, &am) : NULL; /* [1, B] */
+    const int d2[1] = {2};
+    oj_tensor *lse = mx ? oj_logsumexp(l32, 1, d2, false) : NULL;
+    oj_tensor *lp = lse ? oj_sub(mx, lse) : NULL;
+    const bool ok = lp && am;
+    out[0] = ok ? l32 : NULL;
+    out[1] = ok ? am : NULL;
+    out[2] = ok ? lp : NULL;
+    if (ok) {
+        for (int i = 0; i < 3; i++) oj_keep(out[i]);
+    } else {
+        oj_release(l32);
+        oj_release(am);
+        oj_release(lp);
+    }
+    oj_tensor *tmp[] = {lg, mx, lse};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     oj_scope_end(eng);
-    return out;
+    return ok;
 }
 
 oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
                               const int64_t *past, const int32_t *const *blocks, bool use_graph,
-                              float *logits) {
+                              float *logits, int32_t *argmax, float *argmax_logprob) {
     if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_engine *eng = m->eng;
     if (pool == NULL || pool->m != m)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "gpt decode_paged: %s",
                             pool ? "the KV pool was created for another model" : "the KV pool is NULL");
-    if (tokens == NULL || logits == NULL || n_seq <= 0 || n_seq > (1ll << (OJ_PAGED_BUCKETS - 1)))
+    if (tokens == NULL || n_seq <= 0 || n_seq > (1ll << (OJ_PAGED_BUCKETS - 1)))
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                            "gpt decode_paged: %lld sequences (need 1..2^%d), tokens and logits",
+                            "gpt decode_paged: %lld sequences (need 1..2^%d) and their tokens",
                             (long long)n_seq, OJ_PAGED_BUCKETS - 1);
     const int64_t V = m->cfg.vocab_size, BS = pool->block_size, MB = pool->max_blocks;
     for (int64_t i = 0; i < n_seq; i++)
@@ -426,37 +443,59 @@ oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const 
     free(hp);
     bool prev = oj_set_grad_enabled(eng, false);
     const bool graph = use_graph && oj_engine_device(eng).type == OJ_DEVICE_CUDA;
-    oj_tensor *out = NULL; /* the eager step's logits */
+    oj_tensor *out[3] = {NULL, NULL, NULL}; /* the eager step's outputs */
     if (st == OJ_OK && graph && b->graph == NULL) {
         st = oj_graph_capture_begin(eng);
-        oj_tensor *lg = st == OJ_OK ? decode_body(m, pool, b) : NULL;
+        oj_tensor *o[3] = {NULL, NULL, NULL};
+        bool body = st == OJ_OK && decode_body(m, pool, b, o);
         oj_graph *g = st == OJ_OK ? oj_graph_capture_end(eng) : NULL; /* abandons after an error */
-        if (g == NULL) {
-            oj_release(lg);
+        if (g == NULL || !body) {
+            oj_graph_free(g);
+            for (int i = 0; i < 3; i++) oj_release(o[i]);
             if (st == OJ_OK) st = oj_last_status(eng) != OJ_OK ? oj_last_status(eng) : OJ_ERR_DEVICE;
         } else {
             b->graph = g;
-            oj_release(b->logits);
-            b->logits = own(lg);
+            b->logits = own(o[0]);
+            b->argmax = own(o[1]);
+            b->argmax_lp = own(o[2]);
         }
     }
     if (st == OJ_OK && graph) {
         st = oj_graph_replay(b->graph);
     } else if (st == OJ_OK) {
         oj_scope_begin(eng);
-        out = decode_body(m, pool, b);
-        if (out) oj__scope_detach(out);
-        else st = oj_last_status(eng);
+        if (decode_body(m, pool, b, out))
+            for (int i = 0; i < 3; i++) oj__scope_detach(out[i]);
+        else
+            st = oj_last_status(eng);
         oj_scope_end(eng);
     }
     oj_set_grad_enabled(eng, prev);
-    if (st == OJ_OK) {
-        oj_tensor *all = graph ? b->logits : out;
-        oj_tensor *rows = oj_narrow(all, 1, 0, n_seq); /* contiguous: the first rows */
+    /* the first n_seq rows of each output wanted (contiguous views) */
+    oj_tensor *all[3] = {graph ? b->logits : out[0], graph ? b->argmax : out[1],
+                         graph ? b->argmax_lp : out[2]};
+    if (st == OJ_OK && logits) {
+        oj_tensor *rows = oj_narrow(all[0], 1, 0, n_seq);
         st = rows ? oj_to_host(rows, logits, (size_t)(n_seq * V) * sizeof *logits) : oj_last_status(eng);
         oj_release(rows);
     }
-    oj_release(out);
+    if (st == OJ_OK && argmax) {
+        int64_t *h64 = malloc((size_t)n_seq * sizeof *h64);
+        oj_tensor *rows = h64 ? oj_narrow(all[1], 1, 0, n_seq) : NULL;
+        st = rows ? oj_to_host(rows, h64, (size_t)n_seq * sizeof *h64)
+             : h64 ? oj_last_status(eng)
+                   : oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
+        for (int64_t i = 0; st == OJ_OK && i < n_seq; i++) argmax[i] = (int32_t)h64[i];
+        oj_release(rows);
+        free(h64);
+    }
+    if (st == OJ_OK && argmax_logprob) {
+        oj_tensor *rows = oj_narrow(all[2], 1, 0, n_seq);
+        st = rows ? oj_to_host(rows, argmax_logprob, (size_t)n_seq * sizeof *argmax_logprob)
+                  : oj_last_status(eng);
+        oj_release(rows);
+    }
+    for (int i = 0; i < 3; i++) oj_release(out[i]);
     return st;
 }
 

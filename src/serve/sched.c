@@ -36,6 +36,7 @@ typedef struct req {
     int64_t held;     /* blocks it holds now: blocks[0..held) */
     double deadline;  /* monotonic seconds; 0: none */
     int64_t top;      /* top alternatives' logprobs per token event (0..OJ_SCHED_MAX_TOP) */
+    bool no_lp;       /* events carry no logprob (NAN): none computed */
     oj_sched_fn fn;
     void *ctx;
     struct req *next; /* queue link */
@@ -383,19 +384,19 @@ static void top_k(const float *lg, int64_t V, int64_t k, double shift, int32_t *
 
 oj_status oj_sched_set_top_logprobs(oj_sched *s, int64_t id, int64_t k) {
     if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    if (k < 0 || k > OJ_SCHED_MAX_TOP)
-        return fail(s, OJ_ERR_INVALID_ARGUMENT, "serve: top logprobs %lld outside [0, %d]",
+    if (k < -1 || k > OJ_SCHED_MAX_TOP)
+        return fail(s, OJ_ERR_INVALID_ARGUMENT, "serve: top logprobs %lld outside [-1, %d]",
                     (long long)k, OJ_SCHED_MAX_TOP);
-    for (int64_t i = 0; i < s->n_run; i++)
-        if (s->run[i]->id == id) {
-            s->run[i]->top = k;
-            return OJ_OK;
-        }
-    for (req *r = s->qhead; r; r = r->next)
-        if (r->id == id) {
-            r->top = k;
-            return OJ_OK;
-        }
+    req *r = NULL;
+    for (int64_t i = 0; i < s->n_run && r == NULL; i++)
+        if (s->run[i]->id == id) r = s->run[i];
+    for (req *q = s->qhead; q && r == NULL; q = q->next)
+        if (q->id == id) r = q;
+    if (r) {
+        r->top = k > 0 ? k : 0;
+        r->no_lp = k < 0;
+        return OJ_OK;
+    }
     return fail(s, OJ_ERR_INVALID_ARGUMENT, "serve: no request %lld", (long long)id);
 }
 
@@ -405,6 +406,12 @@ int64_t oj_sched_top_logprobs(const oj_sched *s, int32_t *ids, double *lps, int6
     memcpy(ids, s->ev_ids, (size_t)n * sizeof *ids);
     memcpy(lps, s->ev_lps, (size_t)n * sizeof *lps);
     return n;
+}
+
+/* Whether request r's next token is the largest logit's, its event asking
+ * no alternatives: the device's argmax serves it. */
+static bool plain_greedy(const req *r) {
+    return r->cfg.temperature <= 0.0 && r->cfg.repetition_penalty == 1.0 && r->top == 0;
 }
 
 /* End every running request whose deadline has passed; the queue's too. */
@@ -475,13 +482,28 @@ oj_status oj_sched_step(oj_sched *s) {
     }
     oj_status st = OJ_OK;
     oj_engine *eng = s->eng;
+    int32_t *greedy = NULL; /* the device's argmax per row, when every row is plain greedy */
+    float *greedy_lp = NULL;
     float *host = malloc((size_t)(B * s->V) * sizeof *host);
     if (host == NULL) {
         st = OJ_ERR_CAPACITY;
         fail(s, st, "serve: the batch's forward failed: out of host memory");
     } else if (N == B && s->cfg.decode_graphs && oj_engine_device(eng).type == OJ_DEVICE_CUDA) {
-        /* decode tokens only: the bucket's graph */
-        st = oj_gpt_decode_paged(s->m, s->pool, B, tok, past, tables, true, host);
+        /* decode tokens only: the bucket's graph; when every request is
+         * greedy without a penalty or alternatives, only the device's
+         * argmax and its logprob come back */
+        greedy = malloc((size_t)B * sizeof *greedy);
+        greedy_lp = malloc((size_t)B * sizeof *greedy_lp);
+        bool all = greedy && greedy_lp;
+        for (int64_t i = 0; i < B && all; i++) all = plain_greedy(s->run[i]);
+        if (!all) {
+            free(greedy);
+            free(greedy_lp);
+            greedy = NULL;
+            greedy_lp = NULL;
+        }
+        st = oj_gpt_decode_paged(s->m, s->pool, B, tok, past, tables, true, all ? NULL : host,
+                                 greedy, greedy_lp);
         if (st != OJ_OK) {
             fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(eng));
             oj_clear_error(eng);
@@ -512,8 +534,9 @@ oj_status oj_sched_step(oj_sched *s) {
             r->done += start[i + 1] - start[i];
             if (r->done < r->n + r->len) continue; /* a prompt chunk short of its end */
             const float *row = host + i * s->V;
-            int32_t t = oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
-                                         oj_sample_uniform(r->cfg.seed, r->stream, r->len));
+            int32_t t = greedy ? (isnan(greedy_lp[i]) ? -1 : greedy[i])
+                               : oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
+                                                  oj_sample_uniform(r->cfg.seed, r->stream, r->len));
             if (t < 0) {
                 fail(s, OJ_ERR_NUMERIC, "serve: request %lld's logits hold NaN", (long long)r->id);
                 finish(s, i, OJ_FINISH_ERROR);
@@ -526,11 +549,16 @@ oj_status oj_sched_step(oj_sched *s) {
             r->hist[r->n + r->len] = t;
             r->len++;
             s->st.generated_tokens++;
-            double shift = 0.0;
-            log_norm(row, s->V, &shift);
-            if (r->top > 0) top_k(row, s->V, r->top, shift, s->ev_ids, s->ev_lps);
-            s->ev_n = r->top;
-            bool more = r->fn ? r->fn(r->ctx, r->id, t, (double)row[t] - shift, OJ_FINISH_NONE) : true;
+            double shift = 0.0, lp = NAN;
+            if (greedy) {
+                lp = r->no_lp ? NAN : (double)greedy_lp[i];
+            } else if (!r->no_lp || r->top > 0) {
+                log_norm(row, s->V, &shift);
+                if (r->top > 0) top_k(row, s->V, r->top, shift, s->ev_ids, s->ev_lps);
+                lp = r->no_lp ? NAN : (double)row[t] - shift;
+            }
+            s->ev_n = greedy ? 0 : r->top;
+            bool more = r->fn ? r->fn(r->ctx, r->id, t, lp, OJ_FINISH_NONE) : true;
             s->ev_n = 0;
             if (!more)
                 finish(s, i, OJ_FINISH_STOP);
@@ -539,6 +567,8 @@ oj_status oj_sched_step(oj_sched *s) {
         }
     }
     free(host);
+    free(greedy);
+    free(greedy_lp);
     free(start);
     free(past);
     free(tables);

@@ -172,8 +172,10 @@ static void test_graph_equals_eager(void **state) {
         const int64_t n = steps[t];
         int32_t tok[NP];
         for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 13 + t * 7 + 1) % V);
+        int32_t am[2][NP];
+        float alp[2][NP];
         for (int k = 0; k < 2; k++) {
-            if (oj_gpt_decode_paged(m, pools[k], n, tok, past[k], tp, k == 1, lg[k]) != OJ_OK)
+            if (oj_gpt_decode_paged(m, pools[k], n, tok, past[k], tp, k == 1, lg[k], am[k], alp[k]) != OJ_OK)
                 fail_msg("decode_paged (%s): %s", k ? "graph" : "eager", oj_last_error(e));
             for (int64_t i = 0; i < n; i++) past[k][i]++;
         }
@@ -190,6 +192,14 @@ static void test_graph_equals_eager(void **state) {
             if (best[0] != best[1])
                 fail_msg("step %d row %lld: greedy token graph %lld, eager %lld", t, (long long)r,
                          (long long)best[1], (long long)best[0]);
+            for (int k = 0; k < 2; k++) { /* the device's argmax and its logprob */
+                double sum = 0.0;
+                for (int64_t v = 0; v < V; v++) sum += exp((double)lg[k][r * V + v] - lg[k][r * V + best[k]]);
+                if (am[k][r] != best[k] || !(fabs((double)alp[k][r] + log(sum)) <= 1e-4))
+                    fail_msg("step %d row %lld (%s): argmax %d logprob %.9g, from the logits %lld %.9g",
+                             t, (long long)r, k ? "graph" : "eager", am[k][r], alp[k][r],
+                             (long long)best[k], -log(sum));
+            }
         }
     }
     if (!on_cpu) {
@@ -258,8 +268,8 @@ static void test_packed_matches_cpu(void **state) {
             tok[i] = (int32_t)((i * 5 + 2) % V);
             past[i] = lens[i];
         }
-        assert_int_equal(oj_gpt_decode_paged(gm, gp, NP, tok, past, tp, true, a), OJ_OK);
-        assert_int_equal(oj_gpt_decode_paged(cm, cp, NP, tok, past, tp, false, b), OJ_OK);
+        assert_int_equal(oj_gpt_decode_paged(gm, gp, NP, tok, past, tp, true, a, NULL, NULL), OJ_OK);
+        assert_int_equal(oj_gpt_decode_paged(cm, cp, NP, tok, past, tp, false, b, NULL, NULL), OJ_OK);
         worst = 0.0;
         for (int64_t i = 0; i < NP * V; i++) worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
         if (!(worst <= 1e-3)) fail_msg("%s decode: max |gpu - cpu| logit %g > 1e-3", kinds[k], worst);

@@ -183,7 +183,8 @@ static void test_packed_logits_qwen(void **state) {
 
 /* oj_gpt_decode_paged (a step padded to a bucket of 2^j rows, inactive
  * rows writing nothing, tables read from device tensors) gives the bits
- * oj_gpt_forward_paged gives for the same step: all six sequences (bucket
+ * oj_gpt_forward_paged gives for the same step, each row's argmax and its
+ * log_softmax beside them: all six sequences (bucket
  * 8), then three of them (bucket 4), then all six again (the other three's
  * blocks were left alone by the padding rows). */
 static void check_decode_buckets(const char *kind) {
@@ -220,8 +221,21 @@ static void check_decode_buckets(const char *kind) {
         int64_t st1[NP + 1];
         for (int64_t i = 0; i <= n; i++) st1[i] = i;
         for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 13 + k * 7 + 1) % V);
-        oj_status st = oj_gpt_decode_paged(m, pool, n, tok, past, tp, true, got);
+        int32_t am[NP];
+        float alp[NP];
+        oj_status st = oj_gpt_decode_paged(m, pool, n, tok, past, tp, true, got, am, alp);
         if (st != OJ_OK) fail_msg("decode_paged: %s", oj_last_error(eng));
+        for (int64_t i = 0; i < n; i++) { /* the argmax and its log_softmax, from the logits */
+            const float *row = got + i * V;
+            int64_t best = 0;
+            double sum = 0.0;
+            for (int64_t v = 1; v < V; v++)
+                if (row[v] > row[best]) best = v;
+            for (int64_t v = 0; v < V; v++) sum += exp((double)row[v] - row[best]);
+            assert_int_equal(am[i], best);
+            if (!(fabs((double)alp[i] + log(sum)) <= 1e-5))
+                fail_msg("row %lld: argmax logprob %.9g, log_softmax %.9g", (long long)i, alp[i], -log(sum));
+        }
         assert_false(oj_gpt_decode_paged_graphed(pool, n)); /* no graphs on the CPU */
         /* the same step again through forward_paged (rewrites the same keys) */
         oj_scope_begin(eng);
@@ -236,15 +250,15 @@ static void check_decode_buckets(const char *kind) {
     }
     /* refusals: a token outside the vocabulary, no sequence, past the context */
     int32_t bad = (int32_t)V;
-    assert_int_equal(oj_gpt_decode_paged(m, pool, 1, &bad, past, tp, false, got),
+    assert_int_equal(oj_gpt_decode_paged(m, pool, 1, &bad, past, tp, false, got, NULL, NULL),
                      OJ_ERR_INVALID_ARGUMENT);
     oj_clear_error(eng);
-    assert_int_equal(oj_gpt_decode_paged(m, pool, 0, &bad, past, tp, false, got),
+    assert_int_equal(oj_gpt_decode_paged(m, pool, 0, &bad, past, tp, false, got, NULL, NULL),
                      OJ_ERR_INVALID_ARGUMENT);
     oj_clear_error(eng);
     int64_t far = oj_gpt_get_config(m)->block_size;
     int32_t ok_tok = 1;
-    oj_status fst = oj_gpt_decode_paged(m, pool, 1, &ok_tok, &far, tp, false, got);
+    oj_status fst = oj_gpt_decode_paged(m, pool, 1, &ok_tok, &far, tp, false, got, NULL, NULL);
     if (fst != OJ_ERR_OUT_OF_RANGE) fail_msg("past the context: %d %s", fst, oj_last_error(eng));
     oj_clear_error(eng);
     free(got);
@@ -368,6 +382,22 @@ static void test_preemption(void **state) {
 }
 
 typedef struct {
+    int64_t tokens, ends;
+    oj_finish last;
+} counts;
+
+static bool nan_lp(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)id;
+    (void)why;
+    counts *c = ctx;
+    if (token >= 0) {
+        assert_true(isnan(lp));
+        c->tokens++;
+    }
+    return true;
+}
+
+typedef struct {
     oj_sched *s;
     int32_t toks[32];
     double lps[32], top_lps[32][5];
@@ -392,8 +422,9 @@ static bool tops_fn(void *ctx, int64_t id, int32_t token, double lp, oj_finish w
  * most likely tokens and their log-probabilities are log_softmax of the
  * logits of the sequence so far decoded alone (computed here in double),
  * most likely first, the event's logprob that of the chosen token; the
- * greedy token is the first. Outside an event there are none; k outside
- * 0..20 and unknown ids are refused. */
+ * greedy token is the first. Outside an event there are none; k = -1
+ * gives events without a logprob (NAN); k outside -1..20 and unknown ids
+ * are refused. */
 static void test_top_logprobs(void **state) {
     (void)state;
     oj_gpt *m = make("llama");
@@ -410,16 +441,20 @@ static void test_top_logprobs(void **state) {
     c->s = s;
     int64_t id = 0, other = 0;
     assert_int_equal(oj_sched_submit(s, hist, n, &cfg, 0, 0.0, tops_fn, c, &id), OJ_OK);
-    assert_int_equal(oj_sched_submit(s, hist, 2, &cfg, 1, 0.0, NULL, NULL, &other), OJ_OK);
+    counts nolp = {0, 0, OJ_FINISH_NONE};
+    assert_int_equal(oj_sched_submit(s, hist, 2, &cfg, 1, 0.0, nan_lp, &nolp, &other), OJ_OK);
     assert_int_equal(oj_sched_set_top_logprobs(s, id, 21), OJ_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(oj_sched_error(s), "top logprobs 21"));
     assert_int_equal(oj_sched_set_top_logprobs(s, id + 99, 5), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_sched_set_top_logprobs(s, id, -2), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_sched_set_top_logprobs(s, other, -1), OJ_OK); /* no logprob: NAN */
     assert_int_equal(oj_sched_set_top_logprobs(s, id, 5), OJ_OK);
     while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
     int32_t ids[5];
     double lps[5];
     assert_int_equal(oj_sched_top_logprobs(s, ids, lps, 5), 0);
     assert_int_equal(c->len, 6);
+    assert_int_equal(nolp.tokens, 6);
     float *lg = malloc((size_t)V * sizeof *lg);
     double *ls = malloc((size_t)V * sizeof *ls);
     for (int64_t k = 0; k < c->len; k++) {
@@ -516,10 +551,6 @@ static void test_generate_full_pool(void **state) {
     check_generate("llama", &sc, 0.0);
 }
 
-typedef struct {
-    int64_t tokens, ends;
-    oj_finish last;
-} counts;
 
 static bool count(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
     (void)id;
