@@ -115,8 +115,9 @@ static bool varlen_check(oj_engine *eng, const char *op, oj_tensor *q, oj_tensor
         why = "the pools differ in shape or their head dim from q's";
     else if (k->shape[1] < 1 || q->shape[1] % k->shape[1] != 0)
         why = "the number of query heads H must be a multiple of the kv heads Hkv";
-    else if (!oj_is_contiguous(k) || !oj_is_contiguous(v) || !oj_is_contiguous(tables))
-        why = "the pools and the block tables must be contiguous";
+    else if (!oj_is_contiguous(k) || !oj_is_contiguous(v) || !oj_is_contiguous(tables) ||
+             !oj_is_contiguous(seq) || !oj_is_contiguous(pos))
+        why = "the pools, the block tables, seq and pos must be contiguous";
     else if (tables->dtype != OJ_I32 || seq->dtype != OJ_I32 || pos->dtype != OJ_I32)
         why = "tables, seq and pos must be i32";
     else if (tables->rank != 2 || seq->rank != 1 || pos->rank != 1 ||
@@ -213,13 +214,14 @@ oj_status oj__paged_kv_write_(oj_tensor *pool, oj_tensor *x, oj_tensor *slot) {
     if (eng == NULL) return pool ? oj_last_status(pool->eng) : OJ_ERR_INVALID_ARGUMENT;
     if (!oj__nn_check_same_dtype(eng, op, "x", x, "pool", pool)) return oj_last_status(eng);
     if (pool->rank != 4 || x->rank != 4 || x->shape[0] != 1 || x->shape[1] != pool->shape[1] ||
-        x->shape[3] != pool->shape[3] || !oj_is_contiguous(pool) || slot->dtype != OJ_I32 ||
+        x->shape[3] != pool->shape[3] || !oj_is_contiguous(pool) || !oj_is_contiguous(slot) ||
+        slot->dtype != OJ_I32 ||
         slot->rank != 1 || slot->shape[0] != x->shape[2]) {
         char b1[160], b2[160];
         oj__shape_fmt(b1, sizeof b1, pool->rank, pool->shape);
         oj__shape_fmt(b2, sizeof b2, x->rank, x->shape);
         return oj_set_error(eng, OJ_ERR_SHAPE, "%s: pool %s (contiguous [NB, Hkv, BS, D]) and x %s "
-                            "([1, Hkv, N, D]) with slot i32 [N] do not fit", op, b1, b2);
+                            "([1, Hkv, N, D]) with slot i32 [N] (contiguous) do not fit", op, b1, b2);
     }
     if (eng->backend->paged_kv_write) {
         oj_status rc = eng->backend->paged_kv_write(eng, pool, x, slot);

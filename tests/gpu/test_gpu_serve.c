@@ -9,6 +9,8 @@
 // rows write nothing, and the packed forward's logits are the CPU's within f32
 // rounding.
 //
+// The packed-rows kernels (attention, KV write) match the CPU's ops.
+//
 // Skips (77) without a CUDA device. OJAS_GPU_TEST_ON_CPU=1 runs the same
 // checks with a CPU engine in place of the CUDA one (a self-check; the
 // graph is then the eager path).
@@ -23,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "core/internal.h"
 #include "gpu_testutil.h"
 #include "ojas/gpt.h"
 #include "ojas/infer.h"
@@ -286,10 +289,91 @@ static void test_packed_matches_cpu(void **state) {
     oj_engine_free(ce);
 }
 
+/* A tensor of n uniform values in [-1, 1] (seed) cast to dt on e. */
+static oj_tensor *rnd(oj_engine *e, int rank, const int64_t *shape, oj_dtype dt, uint32_t seed) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= shape[d];
+    double *h = malloc((size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        h[i] = (double)((seed >> 8) % 2001) / 1000.0 - 1.0;
+    }
+    oj_tensor *t = oj_from_host(e, rank, shape, OJ_F64, h, (size_t)n * sizeof *h);
+    oj_tensor *c = oj_cast(t, dt);
+    free(h);
+    return c;
+}
+
+/* max |a - b| (any devices), as f64. */
+static double max_diff(oj_tensor *a, oj_tensor *b) {
+    const int64_t n = oj_numel(a);
+    double *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    assert_int_equal(oj_to_host(oj_contiguous(oj_cast(a, OJ_F64)), x, (size_t)n * sizeof *x), OJ_OK);
+    assert_int_equal(oj_to_host(oj_contiguous(oj_cast(b, OJ_F64)), y, (size_t)n * sizeof *y), OJ_OK);
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs(x[i] - y[i]);
+        if (!(d <= m)) m = d;
+    }
+    free(x);
+    free(y);
+    return m;
+}
+
+/* The packed-rows kernels against the CPU's ops: attention over rows of
+ * three sequences (GQA 14/2, D 64, blocks of 16, a strided q, an inactive
+ * row) within f32/bf16 rounding, and kv_write exactly (a copy). */
+static void test_varlen_kernels(void **state) {
+    (void)state;
+    oj_engine *ge = gpu_test_engine(true, on_cpu, OJ_NUMERICS_FAST, 7);
+    oj_engine *ce = gpu_test_engine(false, on_cpu, OJ_NUMERICS_EXACT, 7);
+    const oj_dtype dts[2] = {OJ_F32, OJ_BF16};
+    const double tols[2] = {2e-6, 2e-2};
+    for (int k = 0; k < 2; k++) {
+        oj_scope_begin(ge);
+        oj_scope_begin(ce);
+        enum { H = 14, Hkv = 2, D = 64, BS = 16, NB = 40, N = 7, MB = 8 };
+        int64_t ps[4] = {NB, Hkv, BS, D}, q0s[4] = {1, N, H, D}, ts[2] = {3, MB}, ns[1] = {N};
+        int64_t xs[4] = {1, Hkv, N, D};
+        int32_t tab[3 * MB];
+        for (int i = 0; i < 3 * MB; i++) tab[i] = (int32_t)((i * 7 + 3) % NB);
+        const int32_t seq[N] = {0, 2, 1, 2, 0, 1, 2}, pos[N] = {9, 100, 60, -1, 0, 127, 15};
+        const int32_t slot[N] = {5, 600, -1, 0, 333, 17, 639};
+        oj_tensor *in_c[6], *in_g[6];
+        in_c[0] = rnd(ce, 4, ps, dts[k], 1);
+        in_c[1] = rnd(ce, 4, ps, dts[k], 2);
+        in_c[2] = oj_transpose(rnd(ce, 4, q0s, dts[k], 3), 1, 2); /* [1, H, N, D], strided */
+        in_c[3] = oj_from_host(ce, 2, ts, OJ_I32, tab, sizeof tab);
+        in_c[4] = oj_from_host(ce, 1, ns, OJ_I32, seq, sizeof seq);
+        in_c[5] = oj_from_host(ce, 1, ns, OJ_I32, pos, sizeof pos);
+        for (int i = 0; i < 6; i++) {
+            in_g[i] = i == 2 ? oj_transpose(oj_to_device(oj_contiguous(oj_transpose(in_c[2], 1, 2)), ge), 1, 2)
+                             : oj_to_device(in_c[i], ge);
+            assert_non_null(in_g[i]);
+        }
+        oj_tensor *yc = oj__paged_attention_varlen(in_c[2], in_c[0], in_c[1], in_c[3], in_c[4], in_c[5], NAN);
+        oj_tensor *yg = oj__paged_attention_varlen(in_g[2], in_g[0], in_g[1], in_g[3], in_g[4], in_g[5], NAN);
+        if (yc == NULL || yg == NULL) fail_msg("varlen: %s / %s", oj_last_error(ce), oj_last_error(ge));
+        const double d = max_diff(yg, yc);
+        if (!(d <= tols[k])) fail_msg("%s varlen attention: max |gpu - cpu| %g > %g", oj_dtype_name(dts[k]), d, tols[k]);
+        oj_tensor *xc = rnd(ce, 4, xs, dts[k], 4), *xg = oj_to_device(xc, ge);
+        oj_tensor *sc = oj_from_host(ce, 1, ns, OJ_I32, slot, sizeof slot), *sg = oj_to_device(sc, ge);
+        assert_int_equal(oj__paged_kv_write_(in_c[0], xc, sc), OJ_OK);
+        assert_int_equal(oj__paged_kv_write_(in_g[0], xg, sg), OJ_OK);
+        if (max_diff(in_g[0], in_c[0]) != 0.0) fail_msg("%s kv_write differs", oj_dtype_name(dts[k]));
+        oj_scope_end(ce);
+        oj_scope_end(ge);
+    }
+    assert_int_equal(oj_engine_live_tensors(ge), 0);
+    oj_engine_free(ge);
+    oj_engine_free(ce);
+}
+
 int main(void) {
     int rc = gpu_test_probe(true, &on_cpu);
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_varlen_kernels),
         cmocka_unit_test(test_graph_equals_eager),
         cmocka_unit_test(test_packed_matches_cpu),
         cmocka_unit_test(test_batched_greedy_gpt2),
