@@ -37,6 +37,7 @@ typedef struct req {
     double deadline;  /* monotonic seconds; 0: none */
     int64_t top;      /* top alternatives' logprobs per token event (0..OJ_SCHED_MAX_TOP) */
     bool no_lp;       /* events carry no logprob (NAN): none computed */
+    bool readmitted;  /* preempted once at least: its prompt was counted */
     oj_sched_fn fn;
     void *ctx;
     struct req *next; /* queue link */
@@ -318,7 +319,7 @@ static void admit(oj_sched *s) {
         s->n_queued--;
         while (r->held < want) r->blocks[r->held++] = s->free_blocks[--s->n_free];
         s->run[s->n_run++] = r;
-        if (r->len == 0) s->st.prompt_tokens += r->n;
+        if (!r->readmitted) s->st.prompt_tokens += r->n;
         if (r->max_new == 0) finish(s, s->n_run - 1, OJ_FINISH_LENGTH);
     }
 }
@@ -328,6 +329,7 @@ static void admit(oj_sched *s) {
 static void preempt(oj_sched *s, int64_t i) {
     req *r = unrun(s, i);
     r->done = 0;
+    r->readmitted = true;
     r->next = s->qhead;
     s->qhead = r;
     if (s->qtail == NULL) s->qtail = r;

@@ -363,6 +363,9 @@ static void check_preemption(const char *kind, double t) {
     if (most < 3) fail_msg("%s: at most %lld requests ran at once", kind, (long long)most);
     assert_int_equal(st.blocks_used, 0);
     assert_int_equal(c->ends, NP);
+    int64_t prompt_total = 0; /* each prompt counted once, recomputed or not */
+    for (int i = 0; i < NP; i++) prompt_total += lens[i];
+    assert_int_equal(st.prompt_tokens, prompt_total);
     for (int i = 0; i < NP; i++) {
         if (c->len[i] != wl[i] || memcmp(c->toks[i], want[i], (size_t)wl[i] * sizeof(int32_t)) != 0)
             fail_msg("%s t %g: request %d got %lld tokens, alone %lld (or other tokens)", kind, t, i,
