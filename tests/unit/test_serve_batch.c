@@ -384,6 +384,51 @@ static void test_preemption(void **state) {
     check_preemption("llama", 0.8);
 }
 
+/* A request preempted in the middle of its prefill (prompt chunks of one
+ * token; the older request grows into the last free block) is recomputed
+ * and still gives oj_generate's tokens; its prompt counts once in the
+ * prompt-token statistic. */
+static void test_preempt_in_prefill(void **state) {
+    (void)state;
+    oj_gpt *m = make("gpt2");
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = 2;
+    sc.block_size = 4;
+    sc.n_blocks = 12;
+    sc.prefill_chunk = 1;
+    sc.max_step_tokens = 8;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    int32_t pa[5] = {1, 2, 3, 4, 5}, pb[28];
+    for (int i = 0; i < 28; i++) pb[i] = (int32_t)((i * 11 + 7) % 97);
+    collect *c = calloc(1, sizeof *c);
+    cfg.max_new_tokens = 30;
+    assert_int_equal(oj_sched_submit(s, pa, 5, &cfg, 0, 0.0, collect_fn, c, &c->ids[0]), OJ_OK);
+    cfg.max_new_tokens = 2;
+    assert_int_equal(oj_sched_submit(s, pb, 28, &cfg, 0, 0.0, collect_fn, c, &c->ids[1]), OJ_OK);
+    while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+    oj_sched_stats st = oj_sched_get_stats(s);
+    assert_true(st.preempted >= 1);
+    assert_int_equal(st.prompt_tokens, 5 + 28);
+    assert_int_equal(st.blocks_used, 0);
+    const int32_t *ps[2] = {pa, pb};
+    const int64_t ls[2] = {5, 28}, mx[2] = {30, 2};
+    for (int i = 0; i < 2; i++) {
+        int32_t *want[1];
+        int64_t wl[1];
+        cfg.max_new_tokens = mx[i];
+        assert_int_equal(oj_generate(m, 1, &ps[i], &ls[i], &cfg, want, wl, NULL, NULL), OJ_OK);
+        assert_int_equal(c->len[i], wl[0]);
+        assert_memory_equal(c->toks[i], want[0], (size_t)wl[0] * sizeof(int32_t));
+        free(want[0]);
+    }
+    free(c);
+    oj_sched_free(s);
+    oj_gpt_free(m);
+}
+
 typedef struct {
     int64_t tokens, ends;
     oj_finish last;
@@ -652,6 +697,7 @@ int main(void) {
         cmocka_unit_test(test_generate_llama),
         cmocka_unit_test(test_generate_full_pool),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_preempt_in_prefill),
         cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),
