@@ -266,8 +266,12 @@ def bench_model(a, name, model, vocab, extra, work):
         rng = random.Random(5)
         prompts = [[rng.randrange(3, 250) for _ in range(a.prompt_tokens)]
                    for _ in range(a.clients * a.requests)]
-        phase(srv, 1, 1, prompts, 8)  # warm-up: first steps, graph captures
-        phase(srv, a.clients, 1, prompts, 8)
+        c = 1
+        while True:  # warm-up: every batch-size bucket's graph captured before timing
+            phase(srv, c, 1, prompts, 8)
+            if c >= a.clients:
+                break
+            c = min(2 * c, a.clients)
         st, sw, _, _ = phase(srv, 1, a.requests, prompts, a.max_tokens)
         ct, cw, ttft, itl = phase(srv, a.clients, a.requests, prompts, a.max_tokens)
     except BaseException:
