@@ -42,6 +42,10 @@ static const char *k_help =
     "      --port N               TCP port (default 8080; 0: any free port, printed)\n"
     "  -d, --device D             cpu | cuda | cuda:N (default cpu); on cuda the decode\n"
     "                             steps run as one CUDA graph per batch-size bucket\n"
+    "      --numerics N           exact | fast (default exact: a greedy request's tokens\n"
+    "                             are those of 'ojas generate --numerics exact' for it\n"
+    "                             alone, bit for bit on the cpu; fast lets CUDA use TF32\n"
+    "                             GEMMs for f32 weights, whose rounding depends on the batch)\n"
     "  -j, --threads N            CPU threads of the engine (default 0: all usable)\n"
     "      --max-batch N          requests decoded together at most (default 8)\n"
     "      --budget-bytes N       the engine's memory budget (suffix K, M, G, T)\n"
@@ -96,7 +100,7 @@ static void load_chat_template(server *sv, const char *dir) {
 }
 
 enum { OPT_WEIGHTS = 256, OPT_VOCAB, OPT_HOST, OPT_PORT, OPT_MAX_BATCH, OPT_BUDGET, OPT_KV_BYTES, OPT_BLOCK,
-       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME };
+       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME, OPT_NUMERICS };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -117,6 +121,7 @@ static const struct option k_long[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
     {"model-name", required_argument, NULL, OPT_NAME},
+    {"numerics", required_argument, NULL, OPT_NUMERICS},
     {NULL, 0, NULL, 0},
 };
 
@@ -185,7 +190,7 @@ static int load_model(server *sv, const char *model, const char *weights, const 
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *weights = NULL, *vocab = NULL, *host = "127.0.0.1", *device = "cpu";
-    const char *name = NULL;
+    const char *name = NULL, *numerics = "exact";
     int64_t port = 8080, threads = 0, budget = 0, conns = 256;
     double grace = 10.0;
     oj_sched_config sc = oj_sched_config_default();
@@ -204,6 +209,7 @@ int cmd_serve(int argc, char **argv) {
         case OPT_VOCAB: vocab = v; break;
         case OPT_HOST: host = v; break;
         case OPT_NAME: name = v; break;
+        case OPT_NUMERICS: numerics = v; break;
         case 'd': device = v; break;
         case OPT_PORT: ok = cli_parse_i64("serve: --port", v, 0, 65535, &port); break;
         case 'j': ok = cli_parse_i64("serve: --threads", v, 0, 4096, &threads); break;
@@ -233,10 +239,12 @@ int cmd_serve(int argc, char **argv) {
     oj_engine_config ec = oj_engine_config_default();
     if (!oj_device_parse(device, &ec.device))
         return cli_error(CLI_USAGE, "serve: --device must be cpu, cuda or cuda:N, got '%s'", device);
-    /* CPU: EXACT, so a request's tokens are the bits of 'ojas generate
-     * --numerics exact' whatever else is in the batch. CUDA: FAST, as
-     * 'ojas generate --device cuda' runs (token-identical, not bitwise). */
-    ec.numerics = ec.device.type == OJ_DEVICE_CPU ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST;
+    if (strcmp(numerics, "fast") != 0 && strcmp(numerics, "exact") != 0)
+        return cli_error(CLI_USAGE, "serve: --numerics must be exact or fast, got '%s'", numerics);
+    /* EXACT: on the CPU a request's tokens are the bits of 'ojas generate
+     * --numerics exact' whatever else is in the batch; on CUDA they are its
+     * tokens (f32 GEMMs without TF32, sums in fixed orders) */
+    ec.numerics = strcmp(numerics, "exact") == 0 ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST;
     ec.threads = (int)threads;
     if (budget > 0) ec.budget_bytes = budget;
     if (sc.max_step_tokens < sc.max_batch) sc.max_step_tokens = sc.max_batch;
