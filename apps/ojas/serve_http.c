@@ -465,7 +465,10 @@ static void stream_events(gen *g) {
         choice *c = &g->ch[i];
         size_t upto = c->done ? c->text.n : (c->text.n > hold ? c->text.n - hold : 0);
         if (!c->done) upto = utf8_whole(c->text.p ? c->text.p : "", upto);
-        if (upto > c->sent || (g->req.logprobs >= 0 && c->len > c->toks_sent && !c->done)) {
+        /* logprobs of tokens with no text yet go out too, also at the end
+         * (a token cut by a stop string, or tokens the handler had not
+         * streamed before the request finished) */
+        if (upto > c->sent || (g->req.logprobs >= 0 && c->len > c->toks_sent)) {
             json_t *lp = g->req.logprobs >= 0 ? logprobs_json(g, c, c->toks_sent, c->len) : NULL;
             c->toks_sent = c->len;
             emit(g, chunk(g, i, json_text(c->text.p + c->sent, upto - c->sent), lp, NULL));

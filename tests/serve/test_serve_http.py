@@ -345,6 +345,17 @@ def drive(a, work, srv):
     streamed = [d for e in ev for c in e["choices"] if c.get("logprobs")
                 for d in c["logprobs"]["top_logprobs"]]
     check(done and streamed == lp["top_logprobs"], "streamed top_logprobs %s vs %s" % (streamed, lp))
+    # a stop string: the logprobs of the tokens up to the one that holds it
+    # are streamed as the full response gives them (the last one has no text)
+    body = {"prompt": prompts[0], "max_tokens": 12, "temperature": 0, "stop": cut, "logprobs": 0}
+    code, r = request(srv, "POST", "/v1/completions", body)
+    ev, done = stream(srv, "/v1/completions", body)
+    streamed = [t for e in ev for c in e["choices"] if c.get("logprobs")
+                for t in c["logprobs"]["tokens"]]
+    check(code == 200 and r["choices"][0]["finish_reason"] == "stop" and
+          len(r["choices"][0]["logprobs"]["tokens"]) >= 1, r)
+    check(done and streamed == r["choices"][0]["logprobs"]["tokens"],
+          "stop: streamed logprob tokens %s vs %s" % (streamed, r))
 
     # refusals: one JSON error each
     def refused(code_want, path, body=None, raw=None, method="POST", needle=""):
