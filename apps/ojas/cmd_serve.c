@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -70,10 +71,24 @@ static void *sched_thread(void *arg) {
         if (oj_sched_step(sv->s) != OJ_OK)
             fprintf(stderr, "ojas: serve: %s\n", oj_sched_error(sv->s));
         pthread_cond_broadcast(&sv->progress);
-        /* let waiting handlers take the mutex between steps */
-        pthread_mutex_unlock(&sv->mu);
-        sched_yield();
-        pthread_mutex_lock(&sv->mu);
+        /* Let the handlers with new tokens take the mutex before the next
+         * step (a mutex is not fair: the thread that unlocks and locks
+         * again at once keeps winning, and a streamed request would see
+         * its tokens only at its end), for 1 ms at most (a handler
+         * blocked writing to a slow client does not hold the batch). */
+        if (sv->pending > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            while (sv->pending > 0 &&
+                   pthread_cond_timedwait(&sv->drained, &sv->mu, &ts) != ETIMEDOUT) {
+            }
+        } else {
+            pthread_mutex_unlock(&sv->mu);
+            sched_yield();
+            pthread_mutex_lock(&sv->mu);
+        }
     }
     pthread_mutex_unlock(&sv->mu);
     return NULL;
@@ -267,6 +282,7 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_init(&sv.mu, NULL);
     pthread_cond_init(&sv.work, NULL);
     pthread_cond_init(&sv.progress, NULL);
+    pthread_cond_init(&sv.drained, NULL);
 
     /* signals: every thread made from here on blocks them; main waits */
     sigset_t sigs;
@@ -329,6 +345,7 @@ int cmd_serve(int argc, char **argv) {
     oj_engine_free(sv.eng);
     oj_tokenizer_free(sv.tok);
     pthread_cond_destroy(&sv.progress);
+    pthread_cond_destroy(&sv.drained);
     pthread_cond_destroy(&sv.work);
     pthread_mutex_destroy(&sv.mu);
     return rc;

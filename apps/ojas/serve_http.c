@@ -159,6 +159,7 @@ typedef struct gen {
     choice ch[16];
     double t0;
     bool first_seen;
+    bool pending;      /* events since its handler last looked (sv->pending counts these) */
     int fd;            /* the client's socket, polled for hang-up */
     char id[48];
     long created;
@@ -176,10 +177,28 @@ static size_t max_stop_len(const oj_serve_request *r) {
     return m;
 }
 
+/* g has events its handler has not seen (the mutex held). */
+static void gen_touch(gen *g) {
+    if (!g->pending) {
+        g->pending = true;
+        g->sv->pending++;
+    }
+}
+
+/* g's handler has looked at its events (the mutex held): when no handler
+ * has events left to see, the scheduler thread goes on at once. */
+static void gen_seen(gen *g) {
+    if (g->pending) {
+        g->pending = false;
+        if (--g->sv->pending == 0) pthread_cond_signal(&g->sv->drained);
+    }
+}
+
 /* The scheduler's events (its thread, the mutex held). */
 static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
     gen *g = ctx;
     server *sv = g->sv;
+    gen_touch(g);
     choice *c = NULL;
     for (int i = 0; i < g->n; i++)
         if (g->ch[i].id == id) c = &g->ch[i];
@@ -505,6 +524,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         stream_events(g);
+        gen_seen(g);
         if (g->out.n > 0) break;
         if (client_gone(g->fd) || sv->stopping) {
             if (client_gone(g->fd)) sv->disconnects++;
@@ -535,6 +555,7 @@ static void stream_free(void *cls) {
     server *sv = g->sv;
     pthread_mutex_lock(&sv->mu);
     cancel_all(g);
+    gen_seen(g);
     observe(&sv->duration, serve_now() - g->t0);
     pthread_mutex_unlock(&sv->mu);
     gen_free(g);
@@ -658,6 +679,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     }
     bool gone = false;
     while (!all_done(g)) {
+        gen_seen(g); /* nothing to send before the end */
         if (client_gone(g->fd)) {
             gone = true;
             break;
@@ -672,6 +694,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     bool stopped = !all_done(g);
     if (gone) sv->disconnects++;
     cancel_all(g);
+    gen_seen(g);
     observe(&sv->duration, serve_now() - g->t0);
     bool timeout = false, failed = false;
     for (int i = 0; i < g->n; i++) {
