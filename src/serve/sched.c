@@ -437,6 +437,112 @@ static void expire(oj_sched *s) {
     }
 }
 
+/* Whether decode rows run through oj_gpt_decode_paged: on a CUDA engine
+ * with decode_graphs (captured graphs), or on any engine when the
+ * environment sets OJAS_SCHED_DECODE_PAGED=1 (eagerly; the tests' way to
+ * run this path on the CPU). */
+static bool decode_paged_here(const oj_sched *s) {
+    if (!s->cfg.decode_graphs) return false;
+    if (oj_engine_device(s->eng).type == OJ_DEVICE_CUDA) return true;
+    const char *e = getenv("OJAS_SCHED_DECODE_PAGED");
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
+/* One forward over the rows rows[0..n) of the packed step (their chunks of
+ * tok at start/past/tables): each one's last logits into host row
+ * rows[k]. */
+static oj_status forward_rows(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
+                              const int64_t *start, const int64_t *past,
+                              const int32_t *const *tables, float *host) {
+    oj_engine *eng = s->eng;
+    int64_t N = 0;
+    for (int64_t k = 0; k < n; k++) N += start[rows[k] + 1] - start[rows[k]];
+    int32_t *t = malloc((size_t)N * sizeof *t);
+    int64_t *st0 = malloc((size_t)(n + 1) * sizeof *st0), *ps = malloc((size_t)n * sizeof *ps);
+    const int32_t **tb = malloc((size_t)n * sizeof *tb);
+    float *out = malloc((size_t)(n * s->V) * sizeof *out);
+    oj_status st = OJ_OK;
+    if (t == NULL || st0 == NULL || ps == NULL || tb == NULL || out == NULL) {
+        st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
+    } else {
+        st0[0] = 0;
+        for (int64_t k = 0; k < n; k++) {
+            const int64_t i = rows[k], m = start[i + 1] - start[i];
+            memcpy(t + st0[k], tok + start[i], (size_t)m * sizeof *t);
+            st0[k + 1] = st0[k] + m;
+            ps[k] = past[i];
+            tb[k] = tables[i];
+        }
+        oj_scope_begin(eng);
+        int64_t shape[2] = {1, N};
+        oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, t, (size_t)N * sizeof *t);
+        oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, n, st0, ps, tb) : NULL;
+        oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
+        if (l32 == NULL || oj_to_host(l32, out, (size_t)(n * s->V) * sizeof *out) != OJ_OK) {
+            st = oj_last_status(eng);
+            if (st == OJ_OK) st = OJ_ERR_INTERNAL;
+            fail(s, st, "serve: the batch's forward failed: %s", oj_last_error(eng));
+            oj_clear_error(eng);
+        }
+        oj_release(l32);
+        oj_scope_end(eng);
+        for (int64_t k = 0; st == OJ_OK && k < n; k++)
+            memcpy(host + rows[k] * s->V, out + k * s->V, (size_t)s->V * sizeof *out);
+    }
+    free(t);
+    free(st0);
+    free(ps);
+    free(tb);
+    free(out);
+    return st;
+}
+
+/* One decode step (oj_gpt_decode_paged) of the one-token rows rows[0..n):
+ * with greedy_only, each row's argmax and its logprob into greedy /
+ * greedy_lp [rows[k]]; else its logits into host row rows[k]. */
+static oj_status decode_rows(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
+                             const int64_t *start, const int64_t *past,
+                             const int32_t *const *tables, bool greedy_only, float *host,
+                             int32_t *greedy, float *greedy_lp) {
+    oj_engine *eng = s->eng;
+    int32_t *t = malloc((size_t)n * sizeof *t), *am = malloc((size_t)n * sizeof *am);
+    int64_t *ps = malloc((size_t)n * sizeof *ps);
+    const int32_t **tb = malloc((size_t)n * sizeof *tb);
+    float *lp = malloc((size_t)n * sizeof *lp);
+    float *out = greedy_only ? NULL : malloc((size_t)(n * s->V) * sizeof *out);
+    oj_status st = OJ_OK;
+    if (t == NULL || am == NULL || ps == NULL || tb == NULL || lp == NULL || (!greedy_only && out == NULL)) {
+        st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's decode step failed: out of host memory");
+    } else {
+        for (int64_t k = 0; k < n; k++) {
+            t[k] = tok[start[rows[k]]];
+            ps[k] = past[rows[k]];
+            tb[k] = tables[rows[k]];
+        }
+        st = oj_gpt_decode_paged(s->m, s->pool, n, t, ps, tb, true, out, greedy_only ? am : NULL,
+                                 greedy_only ? lp : NULL);
+        if (st != OJ_OK) {
+            fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(eng));
+            oj_clear_error(eng);
+        }
+        for (int64_t k = 0; st == OJ_OK && k < n; k++) {
+            if (greedy_only) {
+                greedy[rows[k]] = am[k];
+                greedy_lp[rows[k]] = lp[k];
+            } else {
+                memcpy(host + rows[k] * s->V, out + k * s->V, (size_t)s->V * sizeof *out);
+            }
+        }
+    }
+    free(t);
+    free(am);
+    free(ps);
+    free(tb);
+    free(lp);
+    free(out);
+    return st;
+}
+
 oj_status oj_sched_step(oj_sched *s) {
     if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
     expire(s);
@@ -483,47 +589,38 @@ oj_status oj_sched_step(oj_sched *s) {
         start[i + 1] = N;
     }
     oj_status st = OJ_OK;
-    oj_engine *eng = s->eng;
-    int32_t *greedy = NULL; /* the device's argmax per row, when every row is plain greedy */
-    float *greedy_lp = NULL;
     float *host = malloc((size_t)(B * s->V) * sizeof *host);
-    if (host == NULL) {
+    /* dev[i]: row i's token is the device's argmax greedy[i] (log-probability
+     * greedy_lp[i]); else its logits are host row i */
+    bool *dev = calloc((size_t)B, sizeof *dev);
+    int32_t *greedy = malloc((size_t)B * sizeof *greedy);
+    float *greedy_lp = malloc((size_t)B * sizeof *greedy_lp);
+    int64_t *rows = malloc((size_t)B * sizeof *rows); /* decode rows, then prefill rows */
+    int64_t nd = 0;
+    if (host == NULL || dev == NULL || greedy == NULL || greedy_lp == NULL || rows == NULL) {
         st = OJ_ERR_CAPACITY;
         fail(s, st, "serve: the batch's forward failed: out of host memory");
-    } else if (N == B && s->cfg.decode_graphs && oj_engine_device(eng).type == OJ_DEVICE_CUDA) {
-        /* decode tokens only: the bucket's graph; when every request is
-         * greedy without a penalty or alternatives, only the device's
-         * argmax and its logprob come back */
-        greedy = malloc((size_t)B * sizeof *greedy);
-        greedy_lp = malloc((size_t)B * sizeof *greedy_lp);
-        bool all = greedy && greedy_lp;
-        for (int64_t i = 0; i < B && all; i++) all = plain_greedy(s->run[i]);
-        if (!all) {
-            free(greedy);
-            free(greedy_lp);
-            greedy = NULL;
-            greedy_lp = NULL;
-        }
-        st = oj_gpt_decode_paged(s->m, s->pool, B, tok, past, tables, true, all ? NULL : host,
-                                 greedy, greedy_lp);
-        if (st != OJ_OK) {
-            fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(eng));
-            oj_clear_error(eng);
-        }
+    } else if (decode_paged_here(s)) {
+        /* Rows of one token through the decode bucket's graph (the device's
+         * argmax when all of them are plain greedy), the prompt chunks
+         * through one packed forward beside it. */
+        bool all = true;
+        for (int64_t i = 0; i < B; i++)
+            if (start[i + 1] - start[i] == 1) {
+                rows[nd++] = i;
+                all = all && plain_greedy(s->run[i]);
+            }
+        st = nd > 0 ? decode_rows(s, rows, nd, tok, start, past, tables, all, host, greedy, greedy_lp)
+                    : OJ_OK;
+        if (st == OJ_OK && all)
+            for (int64_t k = 0; k < nd; k++) dev[rows[k]] = true;
+        int64_t np = 0;
+        for (int64_t i = 0; i < B; i++)
+            if (start[i + 1] - start[i] > 1) rows[nd + np++] = i;
+        if (st == OJ_OK && np > 0) st = forward_rows(s, rows + nd, np, tok, start, past, tables, host);
     } else {
-        oj_scope_begin(eng);
-        int64_t shape[2] = {1, N};
-        oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, tok, (size_t)N * sizeof *tok);
-        oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, B, start, past, tables) : NULL;
-        oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
-        if (l32 == NULL || oj_to_host(l32, host, (size_t)(B * s->V) * sizeof *host) != OJ_OK) {
-            st = oj_last_status(eng);
-            if (st == OJ_OK) st = OJ_ERR_INTERNAL;
-            fail(s, st, "serve: the batch's forward failed: %s", oj_last_error(eng));
-            oj_clear_error(eng);
-        }
-        oj_release(l32);
-        oj_scope_end(eng);
+        for (int64_t i = 0; i < B; i++) rows[i] = i;
+        st = forward_rows(s, rows, B, tok, start, past, tables, host);
     }
     s->st.steps++;
     s->st.last_batch = B;
@@ -536,7 +633,7 @@ oj_status oj_sched_step(oj_sched *s) {
             r->done += start[i + 1] - start[i];
             if (r->done < r->n + r->len) continue; /* a prompt chunk short of its end */
             const float *row = host + i * s->V;
-            int32_t t = greedy ? (isnan(greedy_lp[i]) ? -1 : greedy[i])
+            int32_t t = dev[i] ? (isnan(greedy_lp[i]) ? -1 : greedy[i])
                                : oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
                                                   oj_sample_uniform(r->cfg.seed, r->stream, r->len));
             if (t < 0) {
@@ -552,14 +649,14 @@ oj_status oj_sched_step(oj_sched *s) {
             r->len++;
             s->st.generated_tokens++;
             double shift = 0.0, lp = NAN;
-            if (greedy) {
+            if (dev[i]) {
                 lp = r->no_lp ? NAN : (double)greedy_lp[i];
             } else if (!r->no_lp || r->top > 0) {
                 log_norm(row, s->V, &shift);
                 if (r->top > 0) top_k(row, s->V, r->top, shift, s->ev_ids, s->ev_lps);
                 lp = r->no_lp ? NAN : (double)row[t] - shift;
             }
-            s->ev_n = greedy ? 0 : r->top;
+            s->ev_n = dev[i] ? 0 : r->top;
             bool more = r->fn ? r->fn(r->ctx, r->id, t, lp, OJ_FINISH_NONE) : true;
             s->ev_n = 0;
             if (!more)
@@ -569,8 +666,10 @@ oj_status oj_sched_step(oj_sched *s) {
         }
     }
     free(host);
+    free(dev);
     free(greedy);
     free(greedy_lp);
+    free(rows);
     free(start);
     free(past);
     free(tables);

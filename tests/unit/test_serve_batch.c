@@ -581,6 +581,20 @@ static void test_generate_gpt2(void **state) {
     check_generate("gpt2", NULL, 0.0); /* every prompt at once, whole prompts */
     check_generate("gpt2", &sc, 0.9);
 }
+/* The scheduler's CUDA path on the CPU (OJAS_SCHED_DECODE_PAGED=1): the
+ * one-token rows of a step through oj_gpt_decode_paged (the device's
+ * argmax when every such row is greedy), the prompt chunks through a
+ * forward of their own; still oj_generate's tokens, greedy, sampled and
+ * with preemption. */
+static void test_generate_decode_paged(void **state) {
+    (void)state;
+    assert_int_equal(setenv("OJAS_SCHED_DECODE_PAGED", "1", 1), 0);
+    oj_sched_config sc = small_sched();
+    check_generate("gpt2", &sc, 0.0);
+    check_generate("qwen", &sc, 0.9);
+    check_preemption("llama", 0.0);
+    unsetenv("OJAS_SCHED_DECODE_PAGED");
+}
 static void test_generate_llama(void **state) {
     (void)state;
     oj_sched_config sc = small_sched();
@@ -695,6 +709,7 @@ int main(void) {
         cmocka_unit_test(test_decode_buckets),
         cmocka_unit_test(test_generate_gpt2),
         cmocka_unit_test(test_generate_llama),
+        cmocka_unit_test(test_generate_decode_paged),
         cmocka_unit_test(test_generate_full_pool),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_preempt_in_prefill),
