@@ -36,9 +36,11 @@ typedef struct oj_sched_config {
     int64_t prefill_chunk;   /* prompt tokens of one request per step (> 0) */
     int64_t max_step_tokens; /* tokens packed into one step (>= max_batch) */
     int64_t max_queue;       /* waiting requests at most; submit refuses beyond */
-    bool decode_graphs;      /* on a CUDA engine, a step of decode tokens only runs as
-                              * oj_gpt_decode_paged's CUDA graph of its batch-size bucket
-                              * (false: eagerly, oj_gpt_forward_paged); ignored on the CPU */
+    bool decode_graphs;      /* on a CUDA engine, the one-token rows of a step run as
+                              * oj_gpt_decode_paged's CUDA graph of their batch-size bucket
+                              * and the prompt chunks as a packed forward beside it (false:
+                              * one oj_gpt_forward_paged for all); on the CPU only with
+                              * OJAS_SCHED_DECODE_PAGED=1 in the environment (eagerly) */
 } oj_sched_config;
 
 /* max_batch 8, block_size 16, n_blocks 0, kv_bytes 64 MiB, prefill_chunk
