@@ -284,7 +284,7 @@ def bench_model(a, name, model, vocab, extra, work):
     if srv.p.returncode != 0:
         raise BenchError("ojas serve exited %d after SIGTERM" % srv.p.returncode)
     single, agg = st / sw, ct / cw
-    return {"model": name, "device": a.device, "clients": a.clients,
+    return {"model": name, "device": a.device, "serve_args": extra, "clients": a.clients,
             "requests_per_client": a.requests, "prompt_tokens": a.prompt_tokens,
             "max_tokens": a.max_tokens, "single_tokens": st, "single_s": round(sw, 3),
             "single_tok_s": round(single, 1), "aggregate_tokens": ct,
@@ -304,6 +304,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--models", default="gpt2,qwen")
     ap.add_argument("--kv-bytes", default="4G")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="one more argument for ojas serve (repeat), e.g. --serve-arg=--prefill-chunk=32")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
     a.ojas = os.path.abspath(a.ojas)
@@ -317,7 +319,7 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
             vocab = os.path.join(work, "tokd")
         out = []
-        extra = ["--kv-bytes", a.kv_bytes]
+        extra = ["--kv-bytes", a.kv_bytes] + a.serve_arg
         for name in a.models.split(","):
             env = {"gpt2": "OJAS_BENCH_GPT2", "qwen": "OJAS_BENCH_QWEN"}.get(name)
             if env is None:

@@ -52,6 +52,8 @@ static const char *k_help =
     "      --budget-bytes N       the engine's memory budget (suffix K, M, G, T)\n"
     "      --kv-bytes N           bytes of the paged KV pool (default 64M)\n"
     "      --block-size N         positions per KV block (default 16)\n"
+    "      --prefill-chunk N      prompt tokens of one request per step (default 128)\n"
+    "      --max-step-tokens N    tokens packed into one step (default 256; >= --max-batch)\n"
     "      --max-queue N          requests waiting at most; beyond: HTTP 429 (default 256)\n"
     "      --max-body N           request body bytes at most; beyond: HTTP 400 (default 1M)\n"
     "      --max-connections N    open connections at most (default 256)\n"
@@ -115,7 +117,8 @@ static void load_chat_template(server *sv, const char *dir) {
 }
 
 enum { OPT_WEIGHTS = 256, OPT_VOCAB, OPT_HOST, OPT_PORT, OPT_MAX_BATCH, OPT_BUDGET, OPT_KV_BYTES, OPT_BLOCK,
-       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME, OPT_NUMERICS };
+       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME, OPT_NUMERICS,
+       OPT_CHUNK, OPT_STEP_TOKENS };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -137,6 +140,8 @@ static const struct option k_long[] = {
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
     {"model-name", required_argument, NULL, OPT_NAME},
     {"numerics", required_argument, NULL, OPT_NUMERICS},
+    {"prefill-chunk", required_argument, NULL, OPT_CHUNK},
+    {"max-step-tokens", required_argument, NULL, OPT_STEP_TOKENS},
     {NULL, 0, NULL, 0},
 };
 
@@ -206,6 +211,7 @@ static int load_model(server *sv, const char *model, const char *weights, const 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *weights = NULL, *vocab = NULL, *host = "127.0.0.1", *device = "cpu";
     const char *name = NULL, *numerics = "exact";
+    bool step_tokens_set = false;
     int64_t port = 8080, threads = 0, budget = 0, conns = 256;
     double grace = 10.0;
     oj_sched_config sc = oj_sched_config_default();
@@ -232,6 +238,11 @@ int cmd_serve(int argc, char **argv) {
         case OPT_BUDGET: ok = cli_parse_bytes("serve: --budget-bytes", v, &budget); break;
         case OPT_KV_BYTES: ok = cli_parse_bytes("serve: --kv-bytes", v, &sc.kv_bytes); break;
         case OPT_BLOCK: ok = cli_parse_i64("serve: --block-size", v, 1, 1 << 16, &sc.block_size); break;
+        case OPT_CHUNK: ok = cli_parse_i64("serve: --prefill-chunk", v, 1, 1 << 20, &sc.prefill_chunk); break;
+        case OPT_STEP_TOKENS:
+            ok = cli_parse_i64("serve: --max-step-tokens", v, 1, 1 << 24, &sc.max_step_tokens);
+            step_tokens_set = true;
+            break;
         case OPT_QUEUE: ok = cli_parse_i64("serve: --max-queue", v, 0, 1 << 20, &sc.max_queue); break;
         case OPT_BODY: ok = cli_parse_bytes("serve: --max-body", v, &sv.max_body); break;
         case OPT_CONNS: ok = cli_parse_i64("serve: --max-connections", v, 1, 65536, &conns); break;
@@ -262,6 +273,10 @@ int cmd_serve(int argc, char **argv) {
     ec.numerics = strcmp(numerics, "exact") == 0 ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST;
     ec.threads = (int)threads;
     if (budget > 0) ec.budget_bytes = budget;
+    if (step_tokens_set && sc.max_step_tokens < sc.max_batch)
+        return cli_error(CLI_USAGE, "serve: --max-step-tokens %lld must be >= --max-batch %lld (a "
+                                    "seat for every running request)",
+                         (long long)sc.max_step_tokens, (long long)sc.max_batch);
     if (sc.max_step_tokens < sc.max_batch) sc.max_step_tokens = sc.max_batch;
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;

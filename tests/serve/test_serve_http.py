@@ -203,6 +203,8 @@ def run(a, work):
             ([], 2, "--model"), (["--model", "hf", "--vocab", "tokd", "--port", "70000"], 2, "--port"),
             (["--model", "hf", "--vocab", "tokd", "--device", "cuda:99"], 1, "cuda"),
             (["--model", "hf", "--vocab", "tokd", "--kv-bytes", "1K"], 1, "holds no KV block"),
+            (["--model", "hf", "--vocab", "tokd", "--max-batch", "8", "--max-step-tokens", "4"], 2,
+             "--max-step-tokens"),
             (["--model", "nowhere"], 1, "does not exist")]:
         r = subprocess.run([ojas, "serve"] + args, cwd=work, capture_output=True, text=True)
         check(r.returncode == rc_want and needle in r.stderr and r.stderr.count("\n") == 1,
