@@ -447,6 +447,31 @@ oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int
                                 const int64_t *start, const int64_t *past,
                                 const int32_t *const *blocks);
 
+/* One decode step of n_seq sequences, one new token each: tokens[i] at
+ * position past[i] of sequence i (blocks[i] as oj_gpt_forward_paged's, for
+ * positions 0..past[i]). The batch is padded to a bucket of B = 2^j >=
+ * n_seq rows whose extra rows write no key and attend to nothing; the
+ * step's inputs (tokens, positions, slots, block tables) are uploaded into
+ * the pool's device tensors for that bucket, one upload. With use_graph on
+ * a CUDA engine the bucket's step is captured as a CUDA graph on its first
+ * use and replayed after (one graph per bucket, freed with the pool);
+ * otherwise it runs eagerly, the same kernels. Outputs (host, row i for
+ * sequence i; each may be NULL, and only those asked for are read back):
+ * logits f32 [n_seq, V]; argmax [n_seq], each row's first largest logit
+ * (a NaN counts as largest), and argmax_logprob f32 [n_seq], its
+ * log-probability (largest logit - logsumexp, computed on the device; NaN
+ * when the row holds one), so a greedy step reads back 8 bytes a row. On
+ * the CPU with OJ_NUMERICS_EXACT the logits are the bits
+ * oj_gpt_forward_paged gives. Errors: OJ_ERR_INVALID_ARGUMENT (another
+ * model's pool, n_seq outside 1..2^20, a token outside the vocabulary,
+ * bad block ids), OJ_ERR_OUT_OF_RANGE (past block_size), the model's, the
+ * graph's. Grad mode off. */
+oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
+                              const int64_t *past, const int32_t *const *blocks, bool use_graph,
+                              float *logits, int32_t *argmax, float *argmax_logprob);
+/* Whether the bucket of n_seq rows holds a captured graph. */
+bool oj_gpt_decode_paged_graphed(const oj_kv_pool *pool, int64_t n_seq);
+
 #ifdef __cplusplus
 }
 #endif

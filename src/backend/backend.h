@@ -666,6 +666,24 @@ typedef struct oj_backend {
      * numerics ...". OPTIONAL (NULL: one implementation). For tests and
      * benchmarks. */
     const char *(*attention_impl)(oj_engine *eng, bool backward, char *why, size_t n);
+    /* Causal attention of many sequences' rows packed in q [1, H, N, D]
+     * (any strides) over one paged KV pool, OPTIONAL (NULL or
+     * OJ_ERR_UNSUPPORTED: the op runs attention_paged_forward per row):
+     * every table is device memory, so a CUDA graph may record it. Row i
+     * reads the block table tables[seq[i]] (i32 [B, MB], contiguous; seq
+     * i32 [N]) and sees keys 0..pos[i] (i32 [N]; pos[i] < 0: no key, the
+     * row is zeros). out [1, H, N, D] as attention_paged_forward writes it. */
+    oj_status (*attention_paged_varlen_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                                const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                                const oj_tensor *tables, const oj_tensor *seq,
+                                                const oj_tensor *pos, double scale);
+    /* Store packed keys or values x [1, Hkv, N, D] (any strides, pool's
+     * dtype) into pool [NB, Hkv, BS, D] (contiguous): row t goes to row
+     * slot[t] % BS of block slot[t] / BS (slot i32 [N], device; < 0: row t
+     * is not written; ids checked by the caller), OPTIONAL (NULL or
+     * OJ_ERR_UNSUPPORTED: the op copies row by row). */
+    oj_status (*paged_kv_write)(oj_engine *eng, oj_tensor *pool, const oj_tensor *x,
+                                const oj_tensor *slot);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

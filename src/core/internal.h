@@ -361,4 +361,25 @@ oj_tensor *oj__add_rms_norm_to(oj_tensor *x, oj_tensor *r, oj_tensor *weight, do
 oj_tensor *oj__paged_attention(oj_tensor *q, oj_tensor *k_pool, oj_tensor *v_pool,
                                const int32_t *blocks, int64_t S, double scale);
 
+/* Causal attention of many sequences' rows packed in q [1, H, N, D] over
+ * one pool k_pool, v_pool [NB, Hkv, BS, D] (contiguous, q's dtype), every
+ * table a device tensor (so a CUDA graph may record it on a backend with
+ * attention_paged_varlen_forward): row i reads block table tables[seq[i]]
+ * (i32 [B, MB] contiguous, ids < NB checked by the caller; seq i32 [N]) and
+ * sees that sequence's keys 0..pos[i] (i32 [N]); pos[i] < 0: an inactive
+ * row, zeros. scale NAN: 1 / sqrt(D). Without the backend entry each row
+ * runs oj__paged_attention (the tables read back to the host). [1, H, N,
+ * D], owned by the current scope; never recorded by autograd. Errors:
+ * OJ_ERR_SHAPE, OJ_ERR_DTYPE. */
+oj_tensor *oj__paged_attention_varlen(oj_tensor *q, oj_tensor *k_pool, oj_tensor *v_pool,
+                                      oj_tensor *tables, oj_tensor *seq, oj_tensor *pos,
+                                      double scale);
+/* Store x [1, Hkv, N, D] (pool's dtype, any strides) into pool [NB, Hkv,
+ * BS, D] (contiguous): row t at row slot[t] % BS of block slot[t] / BS
+ * (slot i32 [N] on x's device; < 0: row t is not written; ids < NB BS
+ * checked by the caller). The backend's paged_kv_write where it has one
+ * (graph-capturable), else row by row after reading slot back. Errors:
+ * OJ_ERR_SHAPE, OJ_ERR_DTYPE. */
+oj_status oj__paged_kv_write_(oj_tensor *pool, oj_tensor *x, oj_tensor *slot);
+
 #endif /* OJAS_CORE_INTERNAL_H */

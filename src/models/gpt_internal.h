@@ -132,12 +132,38 @@ typedef struct oj_gpt_paged {
     const int64_t *start;
     const int64_t *past;
     const int32_t *const *blocks;
+    /* Device form, or NULL (then the host arrays above): packed row t
+     * belongs to sequence seq[t] (i32 [N]), sits at position vpos[t] (i32
+     * [N], < 0: an inactive row) and its key and value go to slot[t]
+     * (block id * block_size + row, < 0: not written); tables i32 [n_seq,
+     * MB] holds the block tables. */
+    oj_tensor *tables, *seq, *vpos, *slot;
 } oj_gpt_paged;
+
+/* The inputs and output of one decode-step bucket of B rows
+ * (oj_gpt_decode_paged): device tensors overwritten before every step, so
+ * that a captured graph reads them at fixed addresses. */
+typedef struct oj_paged_bucket {
+    int64_t B;
+    oj_tensor *in;  /* i32 [B (4 + MB)]: the storage of the five views below */
+    oj_tensor *idx; /* i32 [1, B]: the tokens */
+    oj_tensor *seq, *vpos, *slot; /* i32 [B]: i; its position (-1: inactive); its slot */
+    oj_tensor *tables;            /* i32 [B, MB]: the block tables */
+    oj_tensor *pos;               /* i64 [B]: the positions (0 for inactive rows) */
+    oj_tensor *logits;            /* f32 [1, B, V]: the graph's static outputs */
+    oj_tensor *argmax;            /* i64 [1, B]: each row's first largest logit */
+    oj_tensor *argmax_lp;         /* f32 [1, B]: its log-probability (max - logsumexp) */
+    oj_graph *graph;              /* captured lazily; NULL: not (yet) */
+} oj_paged_bucket;
+
+#define OJ_PAGED_BUCKETS 21 /* B = 1, 2, 4, .. 2^20 */
 
 struct oj_kv_pool {
     oj_gpt *m;
     int64_t n_blocks, block_size, n_layer;
     oj_tensor **k, **v; /* per layer [n_blocks, Hkv, block_size, D] */
+    int64_t max_blocks; /* MB: a sequence's blocks at most, ceil(context / block_size) */
+    oj_paged_bucket buckets[OJ_PAGED_BUCKETS]; /* bucket j holds 2^j rows */
 };
 
 struct oj_kv_cache {

@@ -62,6 +62,12 @@ const char *oj_cuda_attention_impl(oj_engine *eng, bool backward, char *why, siz
 oj_status oj_cuda_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
                                           const oj_tensor *k_pool, const oj_tensor *v_pool,
                                           const int32_t *blocks, int64_t S, double scale);
+oj_status oj_cuda_attention_paged_varlen_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                                 const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                                 const oj_tensor *tables, const oj_tensor *seq,
+                                                 const oj_tensor *pos, double scale);
+oj_status oj_cuda_paged_kv_write(oj_engine *eng, oj_tensor *pool, const oj_tensor *x,
+                                 const oj_tensor *slot);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -116,6 +122,8 @@ static oj_backend make_cuda_backend() {
     b.nll_loss_backward = oj_cuda_nll_loss_backward;
     b.attention_forward = oj_cuda_attention_forward;
     b.attention_paged_forward = oj_cuda_attention_paged_forward; /* cuda_attention_paged.cu */
+    b.attention_paged_varlen_forward = oj_cuda_attention_paged_varlen_forward;
+    b.paged_kv_write = oj_cuda_paged_kv_write;
     b.attention_backward = oj_cuda_attention_backward;
     b.attention_impl = oj_cuda_attention_impl; /* cuda_attention_cudnn.cu */
     b.rotary_embedding = oj_cuda_rotary_embedding;
