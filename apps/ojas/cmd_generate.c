@@ -23,8 +23,8 @@ static const char *k_help =
     "                             model.safetensors or its shards: GPT2LMHeadModel,\n"
     "                             LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
     "                             Qwen3ForCausalLM), a GGUF file in llama.cpp's layout\n"
-    "                             (gpt2, llama; F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors, as\n"
-    "                             'ojas quantize' writes; needs --vocab), or the preset\n"
+    "                             (gpt2, llama; F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K tensors,\n"
+    "                             as 'ojas quantize' writes; needs --vocab), or the preset\n"
     "                             of --weights\n"
     "      --weights FILE         a safetensors file of preset --model\n"
     "      --adapter DIR          a PEFT LoRA adapter directory (adapter_config.json,\n"
@@ -48,8 +48,8 @@ static const char *k_help =
     "      --dtype D              f32 | bf16 | f16 (default f32); bf16 converts the weights\n"
     "                             after loading (half the bytes read per token on a GPU,\n"
     "                             the KV cache too; on the CPU bf16 is slower than f32)\n"
-    "      --quantize TYPE        q8_0 | q4_0 | q4_1: quantize the linear weights after\n"
-    "                             loading (CPU; ggml's block formats, int8 dot products)\n"
+    "      --quantize TYPE        q8_0 | q4_0 | q4_1 | q4_k: quantize the linear weights\n"
+    "                             after loading (CPU; ggml's formats, int8 dot products)\n"
     "  -j, --threads N            CPU threads (default 0: all usable CPUs)\n"
     "      --numerics N           fast | exact (default fast); exact sums in a fixed order,\n"
     "                             the bits 'ojas serve' gives for the same request\n"
@@ -185,7 +185,7 @@ int cmd_generate(int argc, char **argv) {
 
     oj_qtype qt = OJ_QTYPE_COUNT;
     if (quantize && !oj_qtype_parse(quantize, &qt))
-        return cli_error(CLI_USAGE, "generate: --quantize must be q8_0, q4_0 or q4_1, got '%s'",
+        return cli_error(CLI_USAGE, "generate: --quantize must be q8_0, q4_0, q4_1 or q4_k, got '%s'",
                          quantize);
     if (quantize && strcmp(dtype, "f32") != 0)
         return cli_error(CLI_USAGE, "generate: --quantize goes with f32 weights, not --dtype %s",

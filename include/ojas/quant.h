@@ -8,11 +8,16 @@
  *   q4_0  18 bytes: d, uint8 qs[16];            x[j] = d * (nibble(j) - 8)
  *   q4_1  20 bytes: d, m, uint8 qs[16];         x[j] = d * nibble(j) + m
  * where nibble(j) is the low 4 bits of qs[j] for j < 16 and the high 4 bits
- * of qs[j - 16] for j >= 16. Quantization rounds as ggml's reference
- * quantizers (quantize_row_q8_0_ref, _q4_0_ref, _q4_1_ref in
- * ggml-quants.c), so ojas and llama.cpp write the same bytes for the same
- * f32 row (tests/reference/test_quant.py checks this against an independent
- * numpy port).
+ * of qs[j - 16] for j >= 16.
+ *   q4_k  144 bytes per super-block of 256 (ggml's block_q4_K): d, dmin
+ *         (f16), scales[12] (eight 6-bit scales sc and eight 6-bit mins m,
+ *         packed as get_scale_min_k4 reads them), qs[128]; sub-block s of
+ *         32 (s = 0..7) has x[j] = d * sc[s] * q(j) - dmin * m[s], q(j) the
+ *         low nibbles of qs[32 (s / 2) ..] for even s, the high ones for odd s.
+ * Quantization rounds as ggml's reference quantizers (quantize_row_q8_0_ref,
+ * _q4_0_ref, _q4_1_ref, _q4_K_ref in ggml-quants.c), so ojas and llama.cpp
+ * write the same bytes for the same f32 row (tests/reference/test_quant.py
+ * checks this against an independent numpy port).
  *
  * A quantized matrix (oj_qtensor) is [N, K]: N rows of K elements, a weight
  * in the layout of oj_linear's (out features, in features). Its blocks live
@@ -38,24 +43,30 @@ typedef enum oj_qtype {
     OJ_Q8_0 = 0,
     OJ_Q4_0 = 1,
     OJ_Q4_1 = 2,
+    OJ_Q4_K = 3,
     OJ_QTYPE_COUNT
 } oj_qtype;
 
-/* Elements per block (every type). */
+/* Elements per block of q8_0, q4_0, q4_1 (and per sub-block of q4_k). */
 #define OJ_QBLOCK 32
+/* Elements per super-block of q4_k (ggml's QK_K). */
+#define OJ_QK_K 256
 
-/* "q8_0", "q4_0", "q4_1"; "invalid" for anything else. */
+/* "q8_0", "q4_0", "q4_1", "q4_k"; "invalid" for anything else. */
 const char *oj_qtype_name(oj_qtype t);
 /* The inverse of oj_qtype_name (lower case, exact); false (t unchanged)
  * for anything else. */
 bool oj_qtype_parse(const char *s, oj_qtype *t);
-/* Bytes of one block of 32: 34, 18, 20; 0 for an invalid type. */
+/* Bytes of one block: 34, 18, 20 (blocks of 32), 144 (q4_k, a super-block
+ * of 256); 0 for an invalid type. */
 size_t oj_qtype_block_bytes(oj_qtype t);
-/* Bytes of a row of k elements: k / 32 blocks; 0 when k is not a positive
- * multiple of 32 or t is invalid. */
+/* Elements of one block: 32, or 256 for q4_k; 0 for an invalid type. */
+int64_t oj_qtype_block_elems(oj_qtype t);
+/* Bytes of a row of k elements; 0 when k is not a positive multiple of the
+ * type's block (oj_qtype_block_elems) or t is invalid. */
 size_t oj_qtype_row_bytes(oj_qtype t, int64_t k);
 
-/* Quantize one row of k f32 values (k a positive multiple of 32) into
+/* Quantize one row of k f32 values (k a positive multiple of the block) into
  * `out` (oj_qtype_row_bytes(t, k) bytes), rounding exactly as ggml's
  * reference quantizer of t. Values must be finite. Returns OJ_OK, or
  * OJ_ERR_INVALID_ARGUMENT (bad type, k, NULL pointer) / OJ_ERR_NUMERIC
@@ -71,7 +82,7 @@ oj_status oj_dequantize_row(oj_qtype t, const void *q, int64_t k, float *out, oj
 typedef struct oj_qtensor oj_qtensor;
 
 /* Quantize w: [N, K] f32, bf16 or f16, any strides, on a CPU engine, K a
- * multiple of 32 (OJ_ERR_SHAPE otherwise), values finite (OJ_ERR_NUMERIC
+ * multiple of the type's block, 32 or 256 (OJ_ERR_SHAPE otherwise), values finite (OJ_ERR_NUMERIC
  * naming the row). Each row is quantized by oj_quantize_row (bf16/f16 are
  * widened to f32 first). Returns a new oj_qtensor owned by the caller (free
  * with oj_qtensor_free, before the engine), or NULL with the error recorded
@@ -105,9 +116,11 @@ oj_tensor *oj_dequantize(const oj_qtensor *q);
  * Method (ggml's): each row of x is quantized per block of 32 to int8 with
  * an f32 scale dx = amax / 127 (q8_0's rounding, scale kept in f32), each
  * block's dot product is an exact int32 sum of int8 x int8 (q8_0, q4_0) or
- * uint4 x int8 (q4_1, plus m * dx * sum(qx)), scaled by dw * dx and summed
- * in f32. The int8 products run on AVX2 (maddubs/madd) or AVX-VNNI
- * (dpbusd) when the CPU has them, else portable C.
+ * uint4 x int8 (q4_1, plus m * dx * sum(qx); q4_k per sub-block of 32 with
+ * dw = d * sc, minus dmin * m * dx * sum(qx)), scaled by dw * dx and summed
+ * in f32. The int8 products run on AVX-512 VNNI (vpdpbusd, 512 bits),
+ * AVX2 (maddubs/madd) or AVX-VNNI (dpbusd) when the CPU has them, else
+ * portable C.
  *
  * Accuracy: against y_ref = x @ dequantize(q)^T in f64, every element obeys
  *   |y - y_ref| <= sum over blocks b of (0.5 + 2^-15) dx_b sum_{j in b} |w_j|
@@ -116,7 +129,9 @@ oj_tensor *oj_dequantize(const oj_qtensor *q);
  * Order: rows of W are split into chunks independent of the thread count,
  * each output element is summed by one thread in a fixed order, so y is
  * bit-identical for any number of threads and across runs, under FAST and
- * EXACT numerics alike; the SIMD levels differ in the last bits.
+ * EXACT numerics alike; AVX2, AVX-VNNI and AVX-512 VNNI give identical
+ * results (same float operations in the same order), the portable kernels
+ * differ from them in the last bits.
  * Errors: OJ_ERR_DTYPE (x not f32), OJ_ERR_SHAPE (last dim of x != K),
  * OJ_ERR_UNSUPPORTED (CUDA), OJ_ERR_NUMERIC (non-finite x),
  * OJ_ERR_INVALID_ARGUMENT (x and q of different engines). */
@@ -124,13 +139,13 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q);
 
 /* ---------------------------------------------------------------- GGUF */
 
-/* ggml's type number of t (OJ_GGML_Q8_0, _Q4_0, _Q4_1); UINT32_MAX for an
+/* ggml's type number of t (OJ_GGML_Q8_0, _Q4_0, _Q4_1, _Q4_K); UINT32_MAX for an
  * invalid t. */
 uint32_t oj_qtype_to_ggml(oj_qtype t);
 /* The inverse; false for a ggml type that is not one of ours. */
 bool oj_qtype_from_ggml(uint32_t ggml_type, oj_qtype *t);
 
-/* Tensor `name` of g, of type Q8_0, Q4_0 or Q4_1 with dims {K} or {K, N},
+/* Tensor `name` of g, of type Q8_0, Q4_0, Q4_1 or Q4_K with dims {K} or {K, N},
  * as a quantized [N, K] matrix on eng (blocks copied), owned by the
  * caller. NULL with, recorded on eng: OJ_ERR_OUT_OF_RANGE (no such name),
  * OJ_ERR_UNSUPPORTED (another type, more than 2 dims, a CUDA engine),

@@ -142,8 +142,9 @@ static oj_status metadata(const oj_gpt *m, oj_gguf_writer *w, const char *name, 
     const char *arch = c->family == OJ_GPT2 ? "gpt2" : "llama";
     oj_status s = oj_gguf_writer_set_str(w, "general.architecture", arch, err);
     if (s == OJ_OK && name) s = oj_gguf_writer_set_str(w, "general.name", name, err);
-    /* llama_ftype: 0 all F32, 7 mostly Q8_0, 2 mostly Q4_0, 3 mostly Q4_1 */
-    static const uint32_t ftype[OJ_QTYPE_COUNT] = {7, 2, 3};
+    /* llama_ftype: 0 all F32, 7 mostly Q8_0, 2 mostly Q4_0, 3 mostly Q4_1,
+     * 14 Q4_K_S (every quantized matrix Q4_K) */
+    static const uint32_t ftype[OJ_QTYPE_COUNT] = {7, 2, 3, 14};
     uint32_t ft = m->quantized ? ftype[m->qtype] : 0, qv = 2;
     if (s == OJ_OK) s = oj_gguf_writer_set(w, "general.file_type", OJ_GGUF_UINT32, &ft, err);
     if (s == OJ_OK && m->quantized)
@@ -371,8 +372,8 @@ static oj_status load_entry(oj_gpt *m, const oj_gguf *g, int64_t i, const entry 
     bool quant = oj_qtype_from_ggml(gt, &qt);
     if (!quant && gt != OJ_GGML_F32 && gt != OJ_GGML_F16 && gt != OJ_GGML_BF16)
         return oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                            "gpt load gguf: %s: tensor %s is %s; F32, F16, BF16, Q8_0, Q4_0 or "
-                            "Q4_1 expected",
+                            "gpt load gguf: %s: tensor %s is %s; F32, F16, BF16, Q8_0, Q4_0, "
+                            "Q4_1 or Q4_K expected",
                             path, en->name, oj_ggml_type_name(gt));
     size_t nb;
     const uint8_t *data = oj_gguf_tensor_data(g, i, &nb);

@@ -7,6 +7,11 @@
  * the portable kernels in block order, the AVX2 / AVX-VNNI ones in 8 lanes
  * (lane l holds the partial sums of elements 4l..4l+3 of every block)
  * reduced by a fixed tree at the end, as ggml's vec_dot kernels do. The
+ * AVX-512 VNNI kernels take the integer sums of two blocks in one 512-bit
+ * vpdpbusd and then add them into the same 8 f32 lanes one block after the
+ * other, so their results are bit-identical to the AVX2 kernels'. q4_k
+ * runs per sub-block of 32: the weight scale is d * sc, and dmin * m * dx
+ * * sum(qx) is subtracted (ggml's layout; x stays in blocks of 32). The
  * rows of W are split into chunks of QM_GRAIN rows (independent of the
  * thread count) and every output is summed inside one chunk, so results do
  * not depend on the number of threads. */
@@ -66,6 +71,32 @@ static float dot_q4_1_c(const uint8_t *w, const int8_t *xq, const float *xd, con
         acc += oj__qf16(w) * xd[b] * (float)s + oj__qf16(w + 2) * xs[b];
     }
     return acc;
+}
+
+/* The eight 6-bit scales and mins of a q4_k super-block. */
+static inline void q4_k_scales(const uint8_t *w, uint8_t sc[8], uint8_t m[8]) {
+    for (int j = 0; j < 8; j++) oj__q4_k_scale_min(j, w + 4, &sc[j], &m[j]);
+}
+
+/* nb counts blocks of 32 (x's); a q4_k super-block is 8 of them. */
+static float dot_q4_k_c(const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,
+                        int64_t nb) {
+    float acc = 0.0f, accm = 0.0f;
+    for (int64_t b = 0; b < nb; w += 144) {
+        uint8_t sc[8], m[8];
+        q4_k_scales(w, sc, m);
+        const float d = oj__qf16(w), dmin = oj__qf16(w + 2);
+        const uint8_t *qs = w + 16;
+        for (int j = 0; j < 8; j++, b++, xq += 32) {
+            const uint8_t *q = qs + 32 * (j / 2);
+            const int sh = 4 * (j & 1);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++) s += (q[l] >> sh & 15) * xq[l];
+            acc += d * (float)sc[j] * xd[b] * (float)s;
+            accm += dmin * (float)m[j] * xs[b];
+        }
+    }
+    return acc - accm;
 }
 
 /* ---------------------------------------------------------------- AVX2 / AVX-VNNI */
@@ -137,6 +168,36 @@ static float dot_q4_1_c(const uint8_t *w, const int8_t *xq, const float *xd, con
         lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));                                \
         lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));                                  \
         return _mm_cvtss_f32(lo) + accm;                                           \
+    }                                                                              \
+    __attribute__((target(TARGET))) static float dot_q4_k_##SFX(                  \
+        const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,     \
+        int64_t nb) {                                                              \
+        __m256 acc = _mm256_setzero_ps();                                          \
+        float accm = 0.0f;                                                         \
+        for (int64_t b = 0; b < nb; w += 144) {                                    \
+            uint8_t sc[8], m[8];                                                   \
+            q4_k_scales(w, sc, m);                                                 \
+            const float d = oj__qf16(w), dmin = oj__qf16(w + 2);                   \
+            for (int j = 0; j < 8; j += 2, b += 2, xq += 64) {                     \
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 16 + 16 * j)); \
+                __m256i lo4 = _mm256_and_si256(raw, _mm256_set1_epi8(15));         \
+                __m256i hi4 = _mm256_and_si256(_mm256_srli_epi16(raw, 4),          \
+                                               _mm256_set1_epi8(15));              \
+                __m256i p0 = DOT_US(lo4, _mm256_loadu_si256((const __m256i *)xq)); \
+                __m256i p1 = DOT_US(hi4, _mm256_loadu_si256((const __m256i *)(xq + 32))); \
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[j] * xd[b]),    \
+                                      _mm256_cvtepi32_ps(p0), acc);                \
+                accm += dmin * (float)m[j] * xs[b];                                \
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[j + 1] * xd[b + 1]), \
+                                      _mm256_cvtepi32_ps(p1), acc);                \
+                accm += dmin * (float)m[j + 1] * xs[b + 1];                        \
+            }                                                                      \
+        }                                                                          \
+        __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1); \
+        lo = _mm_add_ps(lo, hi);                                                   \
+        lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));                                \
+        lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));                                  \
+        return _mm_cvtss_f32(lo) - accm;                                           \
     }
 
 __attribute__((target("avx2,fma"))) static inline __m256i qm_dot_avx2(__m256i u, __m256i s) {
@@ -150,20 +211,161 @@ __attribute__((target("avx2,fma,avxvnni"))) static inline __m256i qm_dot_vnni(__
 }
 QM_KERNELS(vnni, "avx2,fma,avxvnni", qm_dot_vnni)
 
+/* AVX-512 VNNI: two blocks' integer sums per vpdpbusd (lanes 0..7 the
+ * first block, 8..15 the second, each lane the sum of 4 products as in the
+ * 256-bit kernels), then the two halves added into the 8 f32 lanes in block
+ * order; an odd last block goes through the 256-bit VNNI form. Signed
+ * weights use the sign trick with masks (|w| and x negated where w < 0). */
+#define QM_T512 "avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"
+
+__attribute__((target(QM_T512))) static inline __m512i qm_dot512_ss(__m512i w, __m512i x) {
+    __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
+}
+
+__attribute__((target(QM_T512))) static inline __m256i qm_dot256_ss(__m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
+                               _mm256_sign_epi8(x, w));
+}
+
+/* acc += s0 * p[0..7]; acc += s1 * p[8..15] */
+#define QM_FMA2(acc, p, s0, s1)                                                   \
+    do {                                                                          \
+        __m512 pf = _mm512_cvtepi32_ps(p);                                        \
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm512_castps512_ps256(pf), acc); \
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm512_extractf32x8_ps(pf, 1), acc); \
+    } while (0)
+
+/* Two 128-bit loads of 16 nibble bytes as 64 bytes: the low then the high
+ * nibbles of a, the low then the high nibbles of b. */
+__attribute__((target(QM_T512))) static inline __m512i qm_nibbles2(const uint8_t *a,
+                                                                  const uint8_t *b) {
+    __m128i ra = _mm_loadu_si128((const __m128i *)a), rb = _mm_loadu_si128((const __m128i *)b);
+    __m256i va = _mm256_set_m128i(_mm_srli_epi16(ra, 4), ra);
+    __m256i vb = _mm256_set_m128i(_mm_srli_epi16(rb, 4), rb);
+    return _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(va), vb, 1),
+                            _mm512_set1_epi8(15));
+}
+
+__attribute__((target(QM_T512))) static float qm_hsum256(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target(QM_T512))) static float dot_q8_0_512(const uint8_t *w, const int8_t *xq,
+                                                           const float *xd, const float *xs,
+                                                           int64_t nb) {
+    (void)xs;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2, w += 68, xq += 64) {
+        __m512i wv = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))),
+            _mm256_loadu_si256((const __m256i *)(w + 36)), 1);
+        __m512i p = qm_dot512_ss(wv, _mm512_loadu_si512(xq));
+        QM_FMA2(acc, p, oj__qf16(w) * xd[b], oj__qf16(w + 34) * xd[b + 1]);
+    }
+    if (b < nb) {
+        __m256i p = qm_dot256_ss(_mm256_loadu_si256((const __m256i *)(w + 2)),
+                                 _mm256_loadu_si256((const __m256i *)xq));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]), _mm256_cvtepi32_ps(p), acc);
+    }
+    return qm_hsum256(acc);
+}
+
+__attribute__((target(QM_T512))) static float dot_q4_0_512(const uint8_t *w, const int8_t *xq,
+                                                           const float *xd, const float *xs,
+                                                           int64_t nb) {
+    (void)xs;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2, w += 36, xq += 64) {
+        __m512i wv = _mm512_sub_epi8(qm_nibbles2(w + 2, w + 20), _mm512_set1_epi8(8));
+        __m512i p = qm_dot512_ss(wv, _mm512_loadu_si512(xq));
+        QM_FMA2(acc, p, oj__qf16(w) * xd[b], oj__qf16(w + 18) * xd[b + 1]);
+    }
+    if (b < nb) {
+        QM_NIBBLES(w + 2);
+        __m256i p = qm_dot256_ss(_mm256_sub_epi8(nib, _mm256_set1_epi8(8)),
+                                 _mm256_loadu_si256((const __m256i *)xq));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]), _mm256_cvtepi32_ps(p), acc);
+    }
+    return qm_hsum256(acc);
+}
+
+__attribute__((target(QM_T512))) static float dot_q4_1_512(const uint8_t *w, const int8_t *xq,
+                                                           const float *xd, const float *xs,
+                                                           int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2, w += 40, xq += 64) {
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qm_nibbles2(w + 4, w + 24),
+                                        _mm512_loadu_si512(xq));
+        QM_FMA2(acc, p, oj__qf16(w) * xd[b], oj__qf16(w + 20) * xd[b + 1]);
+        accm += oj__qf16(w + 2) * xs[b];
+        accm += oj__qf16(w + 22) * xs[b + 1];
+    }
+    if (b < nb) {
+        QM_NIBBLES(w + 4);
+        __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), nib,
+                                        _mm256_loadu_si256((const __m256i *)xq));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]), _mm256_cvtepi32_ps(p), acc);
+        accm += oj__qf16(w + 2) * xs[b];
+    }
+    return qm_hsum256(acc) + accm;
+}
+
+__attribute__((target(QM_T512))) static float dot_q4_k_512(const uint8_t *w, const int8_t *xq,
+                                                           const float *xd, const float *xs,
+                                                           int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int64_t b = 0; b < nb; w += 144) {
+        uint8_t sc[8], m[8];
+        q4_k_scales(w, sc, m);
+        const float d = oj__qf16(w), dmin = oj__qf16(w + 2);
+        for (int j = 0; j < 8; j += 2, b += 2, xq += 64) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 16 + 16 * j));
+            __m512i wv = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1),
+                _mm512_set1_epi8(15));
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, _mm512_loadu_si512(xq));
+            __m512 pf = _mm512_cvtepi32_ps(p);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[j] * xd[b]),
+                                  _mm512_castps512_ps256(pf), acc);
+            accm += dmin * (float)m[j] * xs[b];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[j + 1] * xd[b + 1]),
+                                  _mm512_extractf32x8_ps(pf, 1), acc);
+            accm += dmin * (float)m[j + 1] * xs[b + 1];
+        }
+    }
+    return qm_hsum256(acc) - accm;
+}
+
 #endif /* QM_X86 */
 
 /* ---------------------------------------------------------------- dispatch */
 
-typedef enum { QM_C = 0, QM_AVX2 = 1, QM_VNNI = 2 } qm_level;
+typedef enum { QM_C = 0, QM_AVX2 = 1, QM_VNNI = 2, QM_VNNI512 = 3 } qm_level;
 
 static qm_level qm_level_of(oj_engine *eng) {
 #ifdef QM_X86
-    if (oj_cpu_isa_of(eng) < OJ_ISA_AVX2) return QM_C;
+    oj_cpu_isa isa = oj_cpu_isa_of(eng);
+    if (isa < OJ_ISA_AVX2) return QM_C;
     const char *cap = getenv("OJAS_QUANT_DOT");
     if (cap && strcmp(cap, "avx2") == 0) return QM_AVX2;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    /* AVX-512 VNNI: CPUID leaf 7 subleaf 0, ECX bit 11, on an engine whose
+     * level is AVX-512 (F/BW/DQ/VL and the OS's ZMM state known good) */
+    bool vnni512 = isa >= OJ_ISA_AVX512 && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+                   (c >> 11 & 1);
+    if (vnni512 && !(cap && strcmp(cap, "avxvnni") == 0)) return QM_VNNI512;
     /* AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 (the OS's YMM state is
      * known good: the engine's level is AVX2) */
-    unsigned a = 0, b = 0, c = 0, d = 0;
     bool vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
     return vnni ? QM_VNNI : QM_AVX2;
 #else
@@ -173,15 +375,20 @@ static qm_level qm_level_of(oj_engine *eng) {
 }
 
 const char *oj__qmatmul_kernel_name(oj_engine *eng) {
-    static const char *const names[] = {"portable C", "AVX2", "AVX-VNNI"};
+    static const char *const names[] = {"portable C", "AVX2", "AVX-VNNI", "AVX-512 VNNI"};
     return names[qm_level_of(eng)];
 }
 
 static qm_dot_fn qm_dot(oj_qtype t, qm_level lv) {
-    static const qm_dot_fn c[OJ_QTYPE_COUNT] = {dot_q8_0_c, dot_q4_0_c, dot_q4_1_c};
+    static const qm_dot_fn c[OJ_QTYPE_COUNT] = {dot_q8_0_c, dot_q4_0_c, dot_q4_1_c, dot_q4_k_c};
 #ifdef QM_X86
-    static const qm_dot_fn a[OJ_QTYPE_COUNT] = {dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_1_avx2};
-    static const qm_dot_fn v[OJ_QTYPE_COUNT] = {dot_q8_0_vnni, dot_q4_0_vnni, dot_q4_1_vnni};
+    static const qm_dot_fn a[OJ_QTYPE_COUNT] = {dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_1_avx2,
+                                                dot_q4_k_avx2};
+    static const qm_dot_fn v[OJ_QTYPE_COUNT] = {dot_q8_0_vnni, dot_q4_0_vnni, dot_q4_1_vnni,
+                                                dot_q4_k_vnni};
+    static const qm_dot_fn z[OJ_QTYPE_COUNT] = {dot_q8_0_512, dot_q4_0_512, dot_q4_1_512,
+                                                dot_q4_k_512};
+    if (lv == QM_VNNI512) return z[t];
     if (lv == QM_VNNI) return v[t];
     if (lv == QM_AVX2) return a[t];
 #else

@@ -23,11 +23,12 @@ static oj_qtensor *qtensor_new(oj_engine *eng, oj_qtype t, int64_t n, int64_t k,
         return NULL;
     }
     if (!cpu_only(eng, op, t)) return NULL;
-    if (n <= 0 || k <= 0 || k % OJ_QBLOCK) {
+    const int64_t be = oj_qtype_block_elems(t);
+    if (n <= 0 || k <= 0 || k % be) {
         oj_set_error(eng, OJ_ERR_SHAPE,
-                     "%s: %s needs [N, K] with N > 0 and K a positive multiple of %d, got "
+                     "%s: %s needs [N, K] with N > 0 and K a positive multiple of %lld, got "
                      "[%lld, %lld]",
-                     op, oj_qtype_name(t), OJ_QBLOCK, (long long)n, (long long)k);
+                     op, oj_qtype_name(t), (long long)be, (long long)n, (long long)k);
         return NULL;
     }
     oj_qtensor *q = calloc(1, sizeof *q);

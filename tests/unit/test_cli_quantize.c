@@ -94,17 +94,22 @@ static void test_quantize_and_generate(void **state) {
     assert_true(out && strncmp(out, PROMPT, strlen(PROMPT)) == 0);
     free(out);
 
-    usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1 or f32, got 'q5_0'");
+    usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1, q4_k or f32, got 'q5_0'");
     usage_error("quantize --checkpoint run --to q8_0 -o x.bin", "--out FILE.gguf is required");
     usage_error("quantize --to q8_0 -o x.gguf", "give exactly one of --model and --checkpoint");
     usage_error("generate -m q8.gguf --prompt x", "--vocab DIR is required");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q3",
-                "--quantize must be q8_0, q4_0 or q4_1, got 'q3'");
+                "--quantize must be q8_0, q4_0, q4_1 or q4_k, got 'q3'");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q8_0 --dtype bf16",
                 "--quantize goes with f32 weights, not --dtype bf16");
     err = NULL;
     assert_int_equal(ct_ojas(g_dir, "quantize -m q8.gguf --to f32 -o y.gguf", NULL, &err), 1);
     ct_assert_one_line(err, "--to f32 from a quantized file is not supported");
+    free(err);
+    /* gpt2-tiny's C of 64 is not a whole q4_k super-block (256) */
+    err = NULL;
+    assert_int_equal(ct_ojas(g_dir, "quantize --checkpoint run --to q4_k -o k.gguf", NULL, &err), 1);
+    ct_assert_one_line(err, "q4_k needs [N, K] with N > 0 and K a positive multiple of 256");
     free(err);
 }
 
