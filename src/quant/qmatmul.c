@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_pool.h"
+#include "ojas/ops.h"
 #include "quant/quant_internal.h"
 
 #if defined(__x86_64__)
@@ -443,6 +445,50 @@ static void qm_rows(void *vctx, int64_t n0, int64_t n1, int tid) {
     }
 }
 
+/* A device engine (backend entries qgemv, qdequant): up to QM_GEMV_ROWS
+ * rows of x through the dequantizing GEMV in f32; more (prefill) as
+ * cast(x, bf16) @ dequantize(W, bf16)^T by the backend's GEMM, back to
+ * f32. x is not checked for NaN or infinity here (that would read it
+ * back). xc: x contiguous. */
+#define QM_GEMV_ROWS 8
+static oj_tensor *qmatmul_device(oj_engine *eng, oj_tensor *x, oj_tensor *xc,
+                                 const oj_qtensor *q) {
+    const int rank = oj_rank(x);
+    const int64_t m = oj_numel(x) / q->cols;
+    int64_t shape[OJ_MAX_RANK];
+    memcpy(shape, oj_shape(x), sizeof(int64_t) * (size_t)rank);
+    shape[rank - 1] = q->rows;
+    if (m >= 1 && m <= QM_GEMV_ROWS) {
+        oj_tensor *y = oj_empty(eng, rank, shape, OJ_F32);
+        if (y == NULL) return NULL;
+        if (eng->backend->qgemv(eng, y, xc, q->blocks, (int)q->type, q->cols) != OJ_OK) {
+            oj_release(y);
+            return NULL;
+        }
+        return y;
+    }
+    if (m == 0) return oj_zeros(eng, rank, shape, OJ_F32);
+    oj_tensor *wd = oj_empty(eng, 2, (int64_t[]){q->rows, q->cols}, OJ_BF16);
+    if (wd == NULL) return NULL;
+    if (eng->backend->qdequant(eng, wd, q->blocks, (int)q->type) != OJ_OK) {
+        oj_release(wd);
+        return NULL;
+    }
+    oj_tensor *x2 = oj_reshape(xc, 2, (int64_t[]){m, q->cols});
+    oj_tensor *xb = x2 ? oj_cast(x2, OJ_BF16) : NULL;
+    oj_tensor *wt = oj_transpose(wd, 0, 1);
+    oj_tensor *yb = xb && wt ? oj_matmul(xb, wt) : NULL; /* [m, N] bf16 */
+    oj_tensor *yf = yb ? oj_cast(yb, OJ_F32) : NULL;
+    oj_tensor *y = yf ? oj_reshape(yf, rank, shape) : NULL;
+    oj_release(yf);
+    oj_release(yb);
+    oj_release(wt);
+    oj_release(xb);
+    oj_release(x2);
+    oj_release(wd);
+    return y;
+}
+
 oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
     if (x == NULL) return NULL;
     oj_engine *eng = oj__engine_of(x);
@@ -455,13 +501,7 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
         oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "qmatmul: x and w belong to different engines");
         return NULL;
     }
-    if (oj_engine_device(eng).type != OJ_DEVICE_CPU) {
-        oj_set_error(eng, OJ_ERR_UNSUPPORTED,
-                     "qmatmul: %s weights are CPU-only (the CUDA backend has no quantized "
-                     "kernels)",
-                     oj_qtype_name(q->type));
-        return NULL;
-    }
+    if (!oj__qdevice_ok(eng, "qmatmul", q->type)) return NULL;
     if (oj_tensor_dtype(x) != OJ_F32) {
         oj_set_error(eng, OJ_ERR_DTYPE, "qmatmul: x is %s; f32 expected",
                      oj_dtype_name(oj_tensor_dtype(x)));
@@ -477,6 +517,11 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
     }
     oj_tensor *xc = oj_is_contiguous(x) ? x : oj__contiguous(x);
     if (xc == NULL) return NULL;
+    if (oj_engine_device(eng).type != OJ_DEVICE_CPU) {
+        oj_tensor *y = qmatmul_device(eng, x, xc, q);
+        if (xc != x) oj_release(xc);
+        return y;
+    }
     int64_t shape[OJ_MAX_RANK];
     memcpy(shape, oj_shape(x), sizeof(int64_t) * (size_t)rank);
     shape[rank - 1] = q->rows;

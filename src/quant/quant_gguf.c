@@ -50,6 +50,11 @@ oj_status oj_gguf_writer_add_qtensor(oj_gguf_writer *w, const char *name, const 
                                      oj_error *err) {
     if (q == NULL)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "gguf_writer: qtensor is NULL");
+    if (oj_qtensor_data(q) == NULL) /* device memory: the writer reads host bytes */
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "gguf_writer: %s tensor \"%s\" lives on a device; write a model "
+                            "quantized on a CPU engine",
+                            oj_qtype_name(q->type), name ? name : "(null)");
     uint64_t dims[2] = {(uint64_t)q->cols, (uint64_t)q->rows};
     return oj_gguf_writer_add_tensor(w, name, oj_qtype_to_ggml(q->type), 2, dims,
                                      oj_qtensor_data(q), oj_qtensor_nbytes(q), err);

@@ -13,6 +13,11 @@ struct oj_qtensor {
     oj_tensor *blocks; /* U8 [rows, row_bytes], contiguous, one reference ours */
 };
 
+/* A CPU engine, or a device whose backend has the quantized entries
+ * (qgemv, qdequant); else OJ_ERR_UNSUPPORTED naming op, the type and the
+ * backend. */
+bool oj__qdevice_ok(oj_engine *eng, const char *op, oj_qtype t);
+
 /* Little-endian f16 at p, widened. */
 static inline float oj__qf16(const uint8_t *p) {
     return oj_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
