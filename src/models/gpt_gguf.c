@@ -572,3 +572,57 @@ oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t
     return s;
 }
 
+
+oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **out,
+                            oj_error *e) {
+    if (g == NULL || out == NULL)
+        return oj_error_set(e, OJ_ERR_INVALID_ARGUMENT, "gguf tokenizer: NULL argument");
+    *out = NULL;
+    if (path == NULL) path = "GGUF file";
+    int64_t mi = oj_gguf_find_key(g, "tokenizer.ggml.model");
+    const char *model = mi >= 0 ? oj_gguf_kv_str(g, mi, NULL) : NULL;
+    if (model == NULL || strcmp(model, "no_vocab") == 0)
+        return oj_error_set(e, OJ_ERR_OUT_OF_RANGE, "%s: no tokenizer (tokenizer.ggml.model %s)",
+                            path, model ? "is \"no_vocab\"" : "missing");
+    if (strcmp(model, "gpt2") != 0)
+        return oj_error_set(e, OJ_ERR_UNSUPPORTED,
+                            "%s: tokenizer.ggml.model \"%.40s\": only \"gpt2\" (byte-level BPE "
+                            "with merges) is read",
+                            path, model);
+    int64_t ti = oj_gguf_find_key(g, "tokenizer.ggml.tokens");
+    int64_t gi = oj_gguf_find_key(g, "tokenizer.ggml.merges");
+    int64_t yi = oj_gguf_find_key(g, "tokenizer.ggml.token_type");
+    if (ti < 0 || oj_gguf_kv_array_type(g, ti) != OJ_GGUF_STRING)
+        return oj_error_set(e, OJ_ERR_CORRUPT, "%s: tokenizer.ggml.tokens %s", path,
+                            ti < 0 ? "missing" : "is not an array of strings");
+    if (gi < 0 || oj_gguf_kv_array_type(g, gi) != OJ_GGUF_STRING)
+        return oj_error_set(e, OJ_ERR_CORRUPT, "%s: tokenizer.ggml.merges %s", path,
+                            gi < 0 ? "missing" : "is not an array of strings");
+    const int64_t nt = oj_gguf_kv_array_len(g, ti), nm = oj_gguf_kv_array_len(g, gi);
+    const uint8_t *types = NULL;
+    if (yi >= 0) {
+        oj_gguf_type yt = oj_gguf_kv_array_type(g, yi);
+        if ((yt != OJ_GGUF_INT32 && yt != OJ_GGUF_UINT32) || oj_gguf_kv_array_len(g, yi) != nt)
+            return oj_error_set(e, OJ_ERR_CORRUPT,
+                                "%s: tokenizer.ggml.token_type is not %lld 32-bit integers (one "
+                                "per token)",
+                                path, (long long)nt);
+        types = oj_gguf_kv_array_data(g, yi);
+    }
+    const char **tokens = calloc((size_t)nt + 1, sizeof *tokens);
+    const char **merges = calloc((size_t)nm + 1, sizeof *merges);
+    oj_status s = OJ_OK;
+    if (tokens == NULL || merges == NULL) s = oj_error_set(e, OJ_ERR_CAPACITY, "out of memory");
+    for (int64_t i = 0; s == OJ_OK && i < nt; i++) {
+        int32_t ty = 1;
+        if (types) memcpy(&ty, types + 4 * i, 4); /* little-endian host (x86-64, aarch64) */
+        tokens[i] = ty == 5 ? NULL : oj_gguf_kv_array_str(g, ti, i, NULL);
+    }
+    for (int64_t i = 0; s == OJ_OK && i < nm; i++) merges[i] = oj_gguf_kv_array_str(g, gi, i, NULL);
+    char what[4200];
+    snprintf(what, sizeof what, "%s tokenizer.ggml", path);
+    if (s == OJ_OK) s = oj_tokenizer_from_gpt2_lists(nt, tokens, nm, merges, what, out, e);
+    free(tokens);
+    free(merges);
+    return s;
+}
