@@ -141,6 +141,16 @@ int cmd_quantize(int argc, char **argv) {
         cli_error(CLI_FAIL, "quantize: tokenizer: %s", e.message);
         goto done;
     }
+    if (vocab == NULL && model && is_gguf(model)) { /* the source file's tokenizer.ggml.* */
+        oj_gguf *src_file = NULL;
+        oj_status ts = oj_gguf_open(model, &src_file, &e);
+        if (ts == OJ_OK) ts = oj_gguf_copy_tokenizer(w, src_file, &e);
+        oj_gguf_close(src_file);
+        if (ts != OJ_OK) {
+            cli_error(CLI_FAIL, "quantize: tokenizer of %s: %s", model, e.message);
+            goto done;
+        }
+    }
     if (oj_gpt_save_gguf(m, w, out, name, &e) != OJ_OK) {
         cli_error(CLI_FAIL, "quantize: %s", e.message);
         goto done;

@@ -194,6 +194,11 @@ oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t
  * length, the list loader's errors). */
 oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **out,
                             oj_error *err);
+/* Copy every tokenizer.ggml.* key of g (whatever the tokenizer model) to
+ * w, values as the file holds them: how a GGUF file rewritten by ojas
+ * quantize keeps its tokenizer. Errors: the writer's (OJ_ERR_CAPACITY,
+ * OJ_ERR_INVALID_ARGUMENT for a key already set on w). */
+oj_status oj_gguf_copy_tokenizer(oj_gguf_writer *w, const oj_gguf *g, oj_error *err);
 /* Read a GGUF file of architecture gpt2 or llama in the layout
  * oj_gpt_save_gguf writes (llama.cpp's), F32 / F16 / BF16 / Q8_0 / Q4_0 /
  * Q4_1 / Q4_K tensors: the config from the metadata (vocab_size from

@@ -626,3 +626,47 @@ oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **o
     free(merges);
     return s;
 }
+
+oj_status oj_gguf_copy_tokenizer(oj_gguf_writer *w, const oj_gguf *g, oj_error *e) {
+    if (w == NULL || g == NULL)
+        return oj_error_set(e, OJ_ERR_INVALID_ARGUMENT, "gguf copy tokenizer: NULL argument");
+    static const char prefix[] = "tokenizer.ggml.";
+    oj_status s = OJ_OK;
+    for (int64_t i = 0; s == OJ_OK && i < oj_gguf_kv_count(g); i++) {
+        const char *key = oj_gguf_kv_key(g, i);
+        if (strncmp(key, prefix, sizeof prefix - 1) != 0) continue;
+        oj_gguf_type t = oj_gguf_kv_type(g, i);
+        if (t == OJ_GGUF_STRING) {
+            s = oj_gguf_writer_set_str(w, key, oj_gguf_kv_str(g, i, NULL), e);
+        } else if (t != OJ_GGUF_ARRAY) { /* a scalar: its bytes as the file has them */
+            uint64_t u = 0;
+            int64_t v = 0;
+            double f = 0;
+            uint8_t raw[8] = {0};
+            size_t sz = oj_gguf_type_size(t);
+            if (t == OJ_GGUF_FLOAT32 || t == OJ_GGUF_FLOAT64) {
+                oj_gguf_kv_float(g, i, &f);
+                float f32 = (float)f;
+                memcpy(raw, t == OJ_GGUF_FLOAT32 ? (const void *)&f32 : (const void *)&f, sz);
+            } else if (oj_gguf_kv_uint(g, i, &u)) {
+                memcpy(raw, &u, sz); /* little-endian host: the low bytes */
+            } else {
+                oj_gguf_kv_int(g, i, &v);
+                memcpy(raw, &v, sz);
+            }
+            s = oj_gguf_writer_set(w, key, t, raw, e);
+        } else if (oj_gguf_kv_array_type(g, i) == OJ_GGUF_STRING) {
+            const int64_t n = oj_gguf_kv_array_len(g, i);
+            const char **strs = calloc((size_t)n + 1, sizeof *strs);
+            if (strs == NULL) return oj_error_set(e, OJ_ERR_CAPACITY, "out of memory");
+            for (int64_t j = 0; j < n; j++) strs[j] = oj_gguf_kv_array_str(g, i, j, NULL);
+            s = oj_gguf_writer_set_str_array(w, key, n, strs, e);
+            free(strs);
+        } else { /* numeric elements, copied as the file has them */
+            s = oj_gguf_writer_set_array(w, key, oj_gguf_kv_array_type(g, i),
+                                         oj_gguf_kv_array_len(g, i), oj_gguf_kv_array_data(g, i),
+                                         e);
+        }
+    }
+    return s;
+}

@@ -96,12 +96,14 @@ static void test_quantize_and_generate(void **state) {
     assert_int_equal(ojas("generate -m q41.gguf" GEN, &out), 0);
     assert_true(out && strncmp(out, PROMPT, strlen(PROMPT)) == 0);
     free(out);
+    /* q8.gguf's tokenizer.ggml.* went along into q41.gguf */
+    same_text("generate -m q41.gguf" GEN_ARGS, "generate -m q41.gguf" GEN);
 
     usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1, q4_k or f32, got 'q5_0'");
     usage_error("quantize --checkpoint run --to q8_0 -o x.bin", "--out FILE.gguf is required");
     usage_error("quantize --to q8_0 -o x.gguf", "give exactly one of --model and --checkpoint");
-    usage_error("generate -m q41.gguf --prompt x",
-                "q41.gguf: no tokenizer (tokenizer.ggml.model is \"no_vocab\"): give --vocab DIR");
+    usage_error("generate -m f32.gguf --prompt x",
+                "f32.gguf: no tokenizer (tokenizer.ggml.model is \"no_vocab\"): give --vocab DIR");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q3",
                 "--quantize must be q8_0, q4_0, q4_1 or q4_k, got 'q3'");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q8_0 --dtype bf16",
