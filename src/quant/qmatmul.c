@@ -104,13 +104,21 @@ static float dot_q4_k_c(const uint8_t *w, const int8_t *xq, const float *xd, con
 /* ---------------------------------------------------------------- AVX2 / AVX-VNNI */
 #ifdef QM_X86
 
+/* Little-endian f16 at p, widened by F16C (exact, as oj__qf16: the same
+ * value, without a call per block). */
+#define QM_F16(p) _cvtsh_ss((unsigned short)((p)[0] | (p)[1] << 8))
+
 /* Fixed-tree sum of 8 lanes: (0+4, 1+5, 2+6, 3+7), then pairs, then the two. */
-#define QM_HSUM(v)                                                                 \
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);       \
-    lo = _mm_add_ps(lo, hi);                                                       \
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));                                    \
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));                                      \
-    return _mm_cvtss_f32(lo)
+__attribute__((target("avx2,fma,f16c"))) static inline float qm_hsum256(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* acc + scale * (f32) p, one rounding (fused). */
+#define QM_FMA(scale, p, acc) _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p), acc)
 
 /* 32 nibbles of a 16-byte block as bytes 0..15 (low nibbles: elements
  * 0..15, high nibbles: 16..31). */
@@ -121,104 +129,114 @@ static float dot_q4_k_c(const uint8_t *w, const int8_t *xq, const float *xd, con
 
 /* The kernels are written once and compiled twice: int8 dot products by
  * maddubs + madd (AVX2) or by dpbusd (AVX-VNNI). u: unsigned bytes, s:
- * signed; returns 8 int32 sums of 4 products each. */
+ * signed; returns 8 int32 sums of 4 products each. Blocks alternate
+ * between two f32 accumulators (even blocks a0, odd a1; the min terms
+ * likewise m0, m1), added at the end: two independent FMA chains. */
 #define QM_KERNELS(SFX, TARGET, DOT_US)                                           \
+    __attribute__((target(TARGET))) static inline __m256i p_q8_0_##SFX(           \
+        const uint8_t *w, const int8_t *xq) {                                      \
+        __m256i wv = _mm256_loadu_si256((const __m256i *)(w + 2));                 \
+        __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                      \
+        return DOT_US(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));         \
+    }                                                                              \
+    __attribute__((target(TARGET))) static inline __m256i p_q4_0_##SFX(           \
+        const uint8_t *w, const int8_t *xq) {                                      \
+        QM_NIBBLES(w + 2);                                                         \
+        __m256i wv = _mm256_sub_epi8(nib, _mm256_set1_epi8(8));                    \
+        __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                      \
+        return DOT_US(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));         \
+    }                                                                              \
+    __attribute__((target(TARGET))) static inline __m256i p_q4_1_##SFX(           \
+        const uint8_t *w, const int8_t *xq) {                                      \
+        QM_NIBBLES(w + 4);                                                         \
+        return DOT_US(nib, _mm256_loadu_si256((const __m256i *)xq));               \
+    }                                                                              \
     __attribute__((target(TARGET))) static float dot_q8_0_##SFX(                  \
         const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,     \
         int64_t nb) {                                                              \
         (void)xs;                                                                  \
-        __m256 acc = _mm256_setzero_ps();                                          \
-        for (int64_t b = 0; b < nb; b++, w += 34, xq += 32) {                      \
-            __m256i wv = _mm256_loadu_si256((const __m256i *)(w + 2));             \
-            __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                  \
-            __m256i p = DOT_US(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)); \
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]),             \
-                                  _mm256_cvtepi32_ps(p), acc);                     \
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                 \
+        int64_t b = 0;                                                             \
+        for (; b + 1 < nb; b += 2, w += 68, xq += 64) {                            \
+            a0 = QM_FMA(QM_F16(w) * xd[b], p_q8_0_##SFX(w, xq), a0);             \
+            a1 = QM_FMA(QM_F16(w + 34) * xd[b + 1], p_q8_0_##SFX(w + 34, xq + 32), a1); \
         }                                                                          \
-        QM_HSUM(acc);                                                              \
+        if (b < nb) a0 = QM_FMA(QM_F16(w) * xd[b], p_q8_0_##SFX(w, xq), a0);     \
+        return qm_hsum256(_mm256_add_ps(a0, a1));                                  \
     }                                                                              \
     __attribute__((target(TARGET))) static float dot_q4_0_##SFX(                  \
         const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,     \
         int64_t nb) {                                                              \
         (void)xs;                                                                  \
-        __m256 acc = _mm256_setzero_ps();                                          \
-        for (int64_t b = 0; b < nb; b++, w += 18, xq += 32) {                      \
-            QM_NIBBLES(w + 2);                                                     \
-            __m256i wv = _mm256_sub_epi8(nib, _mm256_set1_epi8(8));                \
-            __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                  \
-            __m256i p = DOT_US(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)); \
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]),             \
-                                  _mm256_cvtepi32_ps(p), acc);                     \
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                 \
+        int64_t b = 0;                                                             \
+        for (; b + 1 < nb; b += 2, w += 36, xq += 64) {                            \
+            a0 = QM_FMA(QM_F16(w) * xd[b], p_q4_0_##SFX(w, xq), a0);             \
+            a1 = QM_FMA(QM_F16(w + 18) * xd[b + 1], p_q4_0_##SFX(w + 18, xq + 32), a1); \
         }                                                                          \
-        QM_HSUM(acc);                                                              \
+        if (b < nb) a0 = QM_FMA(QM_F16(w) * xd[b], p_q4_0_##SFX(w, xq), a0);     \
+        return qm_hsum256(_mm256_add_ps(a0, a1));                                  \
     }                                                                              \
     __attribute__((target(TARGET))) static float dot_q4_1_##SFX(                  \
         const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,     \
         int64_t nb) {                                                              \
-        __m256 acc = _mm256_setzero_ps();                                          \
-        float accm = 0.0f;                                                         \
-        for (int64_t b = 0; b < nb; b++, w += 20, xq += 32) {                      \
-            QM_NIBBLES(w + 4);                                                     \
-            __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                  \
-            __m256i p = DOT_US(nib, xv);                                           \
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]),             \
-                                  _mm256_cvtepi32_ps(p), acc);                     \
-            accm += oj__qf16(w + 2) * xs[b];                                       \
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                 \
+        float m0 = 0.0f, m1 = 0.0f;                                                \
+        int64_t b = 0;                                                             \
+        for (; b + 1 < nb; b += 2, w += 40, xq += 64) {                            \
+            a0 = QM_FMA(QM_F16(w) * xd[b], p_q4_1_##SFX(w, xq), a0);             \
+            a1 = QM_FMA(QM_F16(w + 20) * xd[b + 1], p_q4_1_##SFX(w + 20, xq + 32), a1); \
+            m0 += QM_F16(w + 2) * xs[b];                                         \
+            m1 += QM_F16(w + 22) * xs[b + 1];                                    \
         }                                                                          \
-        __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1); \
-        lo = _mm_add_ps(lo, hi);                                                   \
-        lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));                                \
-        lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));                                  \
-        return _mm_cvtss_f32(lo) + accm;                                           \
+        if (b < nb) {                                                              \
+            a0 = QM_FMA(QM_F16(w) * xd[b], p_q4_1_##SFX(w, xq), a0);             \
+            m0 += QM_F16(w + 2) * xs[b];                                         \
+        }                                                                          \
+        return qm_hsum256(_mm256_add_ps(a0, a1)) + (m0 + m1);                      \
     }                                                                              \
     __attribute__((target(TARGET))) static float dot_q4_k_##SFX(                  \
         const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,     \
         int64_t nb) {                                                              \
-        __m256 acc = _mm256_setzero_ps();                                          \
-        float accm = 0.0f;                                                         \
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                 \
+        float m0 = 0.0f, m1 = 0.0f;                                                \
         for (int64_t b = 0; b < nb; w += 144) {                                    \
             uint8_t sc[8], m[8];                                                   \
             q4_k_scales(w, sc, m);                                                 \
-            const float d = oj__qf16(w), dmin = oj__qf16(w + 2);                   \
+            const float d = QM_F16(w), dmin = QM_F16(w + 2);                   \
             for (int j = 0; j < 8; j += 2, b += 2, xq += 64) {                     \
                 __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 16 + 16 * j)); \
                 __m256i lo4 = _mm256_and_si256(raw, _mm256_set1_epi8(15));         \
                 __m256i hi4 = _mm256_and_si256(_mm256_srli_epi16(raw, 4),          \
                                                _mm256_set1_epi8(15));              \
-                __m256i p0 = DOT_US(lo4, _mm256_loadu_si256((const __m256i *)xq)); \
-                __m256i p1 = DOT_US(hi4, _mm256_loadu_si256((const __m256i *)(xq + 32))); \
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[j] * xd[b]),    \
-                                      _mm256_cvtepi32_ps(p0), acc);                \
-                accm += dmin * (float)m[j] * xs[b];                                \
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[j + 1] * xd[b + 1]), \
-                                      _mm256_cvtepi32_ps(p1), acc);                \
-                accm += dmin * (float)m[j + 1] * xs[b + 1];                        \
+                a0 = QM_FMA(d * (float)sc[j] * xd[b],                              \
+                            DOT_US(lo4, _mm256_loadu_si256((const __m256i *)xq)), a0); \
+                a1 = QM_FMA(d * (float)sc[j + 1] * xd[b + 1],                      \
+                            DOT_US(hi4, _mm256_loadu_si256((const __m256i *)(xq + 32))), a1); \
+                m0 += dmin * (float)m[j] * xs[b];                                  \
+                m1 += dmin * (float)m[j + 1] * xs[b + 1];                          \
             }                                                                      \
         }                                                                          \
-        __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1); \
-        lo = _mm_add_ps(lo, hi);                                                   \
-        lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));                                \
-        lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));                                  \
-        return _mm_cvtss_f32(lo) - accm;                                           \
+        return qm_hsum256(_mm256_add_ps(a0, a1)) - (m0 + m1);                      \
     }
 
-__attribute__((target("avx2,fma"))) static inline __m256i qm_dot_avx2(__m256i u, __m256i s) {
+__attribute__((target("avx2,fma,f16c"))) static inline __m256i qm_dot_avx2(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
-QM_KERNELS(avx2, "avx2,fma", qm_dot_avx2)
+QM_KERNELS(avx2, "avx2,fma,f16c", qm_dot_avx2)
 
-__attribute__((target("avx2,fma,avxvnni"))) static inline __m256i qm_dot_vnni(__m256i u,
+__attribute__((target("avx2,fma,f16c,avxvnni"))) static inline __m256i qm_dot_vnni(__m256i u,
                                                                              __m256i s) {
     return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
 }
-QM_KERNELS(vnni, "avx2,fma,avxvnni", qm_dot_vnni)
+QM_KERNELS(vnni, "avx2,fma,f16c,avxvnni", qm_dot_vnni)
 
 /* AVX-512 VNNI: two blocks' integer sums per vpdpbusd (lanes 0..7 the
  * first block, 8..15 the second, each lane the sum of 4 products as in the
  * 256-bit kernels), then the two halves added into the 8 f32 lanes in block
  * order; an odd last block goes through the 256-bit VNNI form. Signed
  * weights use the sign trick with masks (|w| and x negated where w < 0). */
-#define QM_T512 "avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"
+#define QM_T512 "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"
 
 __attribute__((target(QM_T512))) static inline __m512i qm_dot512_ss(__m512i w, __m512i x) {
     __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
@@ -230,12 +248,13 @@ __attribute__((target(QM_T512))) static inline __m256i qm_dot256_ss(__m256i w, _
                                _mm256_sign_epi8(x, w));
 }
 
-/* acc += s0 * p[0..7]; acc += s1 * p[8..15] */
-#define QM_FMA2(acc, p, s0, s1)                                                   \
+/* a0 += s0 * p[0..7]; a1 += s1 * p[8..15] (the 256-bit kernels' two
+ * chains) */
+#define QM_FMA2(a0, a1, p, s0, s1)                                                \
     do {                                                                          \
         __m512 pf = _mm512_cvtepi32_ps(p);                                        \
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm512_castps512_ps256(pf), acc); \
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm512_extractf32x8_ps(pf, 1), acc); \
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm512_castps512_ps256(pf), a0); \
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm512_extractf32x8_ps(pf, 1), a1); \
     } while (0)
 
 /* Two 128-bit loads of 16 nibble bytes as 64 bytes: the low then the high
@@ -249,103 +268,91 @@ __attribute__((target(QM_T512))) static inline __m512i qm_nibbles2(const uint8_t
                             _mm512_set1_epi8(15));
 }
 
-__attribute__((target(QM_T512))) static float qm_hsum256(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
 __attribute__((target(QM_T512))) static float dot_q8_0_512(const uint8_t *w, const int8_t *xq,
                                                            const float *xd, const float *xs,
                                                            int64_t nb) {
     (void)xs;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2, w += 68, xq += 64) {
         __m512i wv = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w + 2))),
             _mm256_loadu_si256((const __m256i *)(w + 36)), 1);
         __m512i p = qm_dot512_ss(wv, _mm512_loadu_si512(xq));
-        QM_FMA2(acc, p, oj__qf16(w) * xd[b], oj__qf16(w + 34) * xd[b + 1]);
+        QM_FMA2(a0, a1, p, QM_F16(w) * xd[b], QM_F16(w + 34) * xd[b + 1]);
     }
     if (b < nb) {
         __m256i p = qm_dot256_ss(_mm256_loadu_si256((const __m256i *)(w + 2)),
                                  _mm256_loadu_si256((const __m256i *)xq));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]), _mm256_cvtepi32_ps(p), acc);
+        a0 = QM_FMA(QM_F16(w) * xd[b], p, a0);
     }
-    return qm_hsum256(acc);
+    return qm_hsum256(_mm256_add_ps(a0, a1));
 }
 
 __attribute__((target(QM_T512))) static float dot_q4_0_512(const uint8_t *w, const int8_t *xq,
                                                            const float *xd, const float *xs,
                                                            int64_t nb) {
     (void)xs;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2, w += 36, xq += 64) {
         __m512i wv = _mm512_sub_epi8(qm_nibbles2(w + 2, w + 20), _mm512_set1_epi8(8));
         __m512i p = qm_dot512_ss(wv, _mm512_loadu_si512(xq));
-        QM_FMA2(acc, p, oj__qf16(w) * xd[b], oj__qf16(w + 18) * xd[b + 1]);
+        QM_FMA2(a0, a1, p, QM_F16(w) * xd[b], QM_F16(w + 18) * xd[b + 1]);
     }
     if (b < nb) {
         QM_NIBBLES(w + 2);
         __m256i p = qm_dot256_ss(_mm256_sub_epi8(nib, _mm256_set1_epi8(8)),
                                  _mm256_loadu_si256((const __m256i *)xq));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]), _mm256_cvtepi32_ps(p), acc);
+        a0 = QM_FMA(QM_F16(w) * xd[b], p, a0);
     }
-    return qm_hsum256(acc);
+    return qm_hsum256(_mm256_add_ps(a0, a1));
 }
 
 __attribute__((target(QM_T512))) static float dot_q4_1_512(const uint8_t *w, const int8_t *xq,
                                                            const float *xd, const float *xs,
                                                            int64_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float m0 = 0.0f, m1 = 0.0f;
     int64_t b = 0;
     for (; b + 1 < nb; b += 2, w += 40, xq += 64) {
         __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qm_nibbles2(w + 4, w + 24),
                                         _mm512_loadu_si512(xq));
-        QM_FMA2(acc, p, oj__qf16(w) * xd[b], oj__qf16(w + 20) * xd[b + 1]);
-        accm += oj__qf16(w + 2) * xs[b];
-        accm += oj__qf16(w + 22) * xs[b + 1];
+        QM_FMA2(a0, a1, p, QM_F16(w) * xd[b], QM_F16(w + 20) * xd[b + 1]);
+        m0 += QM_F16(w + 2) * xs[b];
+        m1 += QM_F16(w + 22) * xs[b + 1];
     }
     if (b < nb) {
         QM_NIBBLES(w + 4);
         __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), nib,
                                         _mm256_loadu_si256((const __m256i *)xq));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(oj__qf16(w) * xd[b]), _mm256_cvtepi32_ps(p), acc);
-        accm += oj__qf16(w + 2) * xs[b];
+        a0 = QM_FMA(QM_F16(w) * xd[b], p, a0);
+        m0 += QM_F16(w + 2) * xs[b];
     }
-    return qm_hsum256(acc) + accm;
+    return qm_hsum256(_mm256_add_ps(a0, a1)) + (m0 + m1);
 }
 
 __attribute__((target(QM_T512))) static float dot_q4_k_512(const uint8_t *w, const int8_t *xq,
                                                            const float *xd, const float *xs,
                                                            int64_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float m0 = 0.0f, m1 = 0.0f;
     for (int64_t b = 0; b < nb; w += 144) {
         uint8_t sc[8], m[8];
         q4_k_scales(w, sc, m);
-        const float d = oj__qf16(w), dmin = oj__qf16(w + 2);
+        const float d = QM_F16(w), dmin = QM_F16(w + 2);
         for (int j = 0; j < 8; j += 2, b += 2, xq += 64) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 16 + 16 * j));
             __m512i wv = _mm512_and_si512(
                 _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1),
                 _mm512_set1_epi8(15));
             __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, _mm512_loadu_si512(xq));
-            __m512 pf = _mm512_cvtepi32_ps(p);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[j] * xd[b]),
-                                  _mm512_castps512_ps256(pf), acc);
-            accm += dmin * (float)m[j] * xs[b];
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[j + 1] * xd[b + 1]),
-                                  _mm512_extractf32x8_ps(pf, 1), acc);
-            accm += dmin * (float)m[j + 1] * xs[b + 1];
+            QM_FMA2(a0, a1, p, d * (float)sc[j] * xd[b], d * (float)sc[j + 1] * xd[b + 1]);
+            m0 += dmin * (float)m[j] * xs[b];
+            m1 += dmin * (float)m[j + 1] * xs[b + 1];
         }
     }
-    return qm_hsum256(acc) - accm;
+    return qm_hsum256(_mm256_add_ps(a0, a1)) - (m0 + m1);
 }
 
 #endif /* QM_X86 */
@@ -358,14 +365,21 @@ static qm_level qm_level_of(oj_engine *eng) {
 #ifdef QM_X86
     oj_cpu_isa isa = oj_cpu_isa_of(eng);
     if (isa < OJ_ISA_AVX2) return QM_C;
-    const char *cap = getenv("OJAS_QUANT_DOT");
-    if (cap && strcmp(cap, "avx2") == 0) return QM_AVX2;
     unsigned a = 0, b = 0, c = 0, d = 0;
+    /* the SIMD kernels widen scales with F16C (CPUID leaf 1, ECX bit 29),
+     * which every AVX2 CPU has; without it, portable C */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 29 & 1)) return QM_C;
+    /* The VNNI kernels give the AVX2 kernels' bits but were measured slower
+     * than them on the Xeon of docs/quant.md: AVX2 unless OJAS_QUANT_DOT
+     * asks for avxvnni or avx512vnni (each where the CPU has it, else the
+     * next level down). */
+    const char *want = getenv("OJAS_QUANT_DOT");
+    const bool w512 = want && strcmp(want, "avx512vnni") == 0;
+    if (!w512 && !(want && strcmp(want, "avxvnni") == 0)) return QM_AVX2;
     /* AVX-512 VNNI: CPUID leaf 7 subleaf 0, ECX bit 11, on an engine whose
      * level is AVX-512 (F/BW/DQ/VL and the OS's ZMM state known good) */
-    bool vnni512 = isa >= OJ_ISA_AVX512 && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
-                   (c >> 11 & 1);
-    if (vnni512 && !(cap && strcmp(cap, "avxvnni") == 0)) return QM_VNNI512;
+    if (w512 && isa >= OJ_ISA_AVX512 && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 11 & 1))
+        return QM_VNNI512;
     /* AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 (the OS's YMM state is
      * known good: the engine's level is AVX2) */
     bool vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);

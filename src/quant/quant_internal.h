@@ -41,9 +41,10 @@ void oj__quantize_row(oj_qtype t, const float *x, int64_t k, void *out);
 void oj__dequantize_row(oj_qtype t, const void *q, int64_t k, float *y);
 
 /* The int8 dot kernels oj_qmatmul uses on eng: "portable C", "AVX2",
- * "AVX-VNNI" or "AVX-512 VNNI" (OJAS_QUANT_DOT=avx2 caps the VNNI ones at
- * AVX2, OJAS_QUANT_DOT=avxvnni caps AVX-512 VNNI at AVX-VNNI;
- * OJAS_CPU_ISA=scalar selects the portable ones). */
+ * "AVX-VNNI" or "AVX-512 VNNI" (AVX2 where the CPU has AVX2, FMA and F16C;
+ * OJAS_QUANT_DOT=avxvnni or avx512vnni asks for the VNNI ones, bit-identical
+ * and slower where measured; OJAS_CPU_ISA=scalar selects the portable
+ * ones). */
 const char *oj__qmatmul_kernel_name(oj_engine *eng);
 
 #endif /* OJAS_QUANT_INTERNAL_H */

@@ -188,14 +188,14 @@ static void check_against_reference(const float *x, const float *wd, const float
     }
 }
 
-/* The kernel levels a test walks: portable C, AVX2 (VNNI capped), AVX-VNNI
- * (AVX-512 VNNI capped) and the best this CPU has; each falls back to what
- * the CPU has. */
+/* The kernel levels a test walks: portable C, AVX2, AVX-VNNI and AVX-512
+ * VNNI (OJAS_QUANT_DOT asks for the VNNI ones); each falls back to what the
+ * CPU has. */
 #define NLEVELS 4
 static void set_level(oj_engine *eng, int li) {
     oj__cpu_set_isa(eng, li == 0 ? OJ_ISA_SCALAR : oj_cpu_isa_detect());
-    if (li == 1) setenv("OJAS_QUANT_DOT", "avx2", 1);
-    else if (li == 2) setenv("OJAS_QUANT_DOT", "avxvnni", 1);
+    if (li == 2) setenv("OJAS_QUANT_DOT", "avxvnni", 1);
+    else if (li == 3) setenv("OJAS_QUANT_DOT", "avx512vnni", 1);
     else unsetenv("OJAS_QUANT_DOT");
 }
 
@@ -335,7 +335,7 @@ static void test_qmatmul_thread_invariant(void **state) {
     (void)state;
     enum { M = 4, N = 131, KMAX = 512 };
     float *x = malloc(sizeof(float) * M * KMAX), *w = malloc(sizeof(float) * N * KMAX);
-    float y[3][2][M * N];
+    float y[3][3][M * N];
     for (size_t ti = 0; ti < NTYPES; ti++) {
         const int64_t K = all_types[ti] == OJ_Q4_K ? 512 : 320;
         fill(x, M * K, 11, 2.0f);
@@ -353,8 +353,12 @@ static void test_qmatmul_thread_invariant(void **state) {
             assert_non_null(yt);
             assert_int_equal(oj_to_host(yt, y[th - 1][0], sizeof y[0][0]), OJ_OK);
             oj_release(yt);
-            /* the portable kernels too */
-            oj__cpu_set_isa(eng, OJ_ISA_SCALAR);
+            /* the AVX-512 VNNI and the portable kernels too */
+            set_level(eng, 3);
+            yt = oj_qmatmul(xt, q);
+            assert_int_equal(oj_to_host(yt, y[th - 1][2], sizeof y[0][0]), OJ_OK);
+            oj_release(yt);
+            set_level(eng, 0);
             yt = oj_qmatmul(xt, q);
             assert_int_equal(oj_to_host(yt, y[th - 1][1], sizeof y[0][0]), OJ_OK);
             oj_release(yt);
@@ -367,8 +371,10 @@ static void test_qmatmul_thread_invariant(void **state) {
         for (int th = 1; th < 3; th++) {
             assert_memory_equal(y[0][0], y[th][0], sizeof y[0][0]);
             assert_memory_equal(y[0][1], y[th][1], sizeof y[0][1]);
+            assert_memory_equal(y[0][2], y[th][2], sizeof y[0][2]);
         }
     }
+    unsetenv("OJAS_QUANT_DOT");
     free(x);
     free(w);
 }
