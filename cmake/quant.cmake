@@ -7,3 +7,7 @@ endif()
 if(OJAS_TESTS AND TARGET bench_quant_ppl)
   add_test(NAME bench_quant_ppl_smoke COMMAND bench_quant_ppl --smoke --threads 2)
 endif()
+# The kernel-level benchmark's smoke mode (two iterations a level).
+if(OJAS_TESTS AND TARGET bench_quant_kernels)
+  add_test(NAME bench_quant_kernels_smoke COMMAND bench_quant_kernels --smoke)
+endif()
