@@ -118,9 +118,10 @@ oj_tensor *oj_dequantize(const oj_qtensor *q);
  * block's dot product is an exact int32 sum of int8 x int8 (q8_0, q4_0) or
  * uint4 x int8 (q4_1, plus m * dx * sum(qx); q4_k per sub-block of 32 with
  * dw = d * sc, minus dmin * m * dx * sum(qx)), scaled by dw * dx and summed
- * in f32. The int8 products run on AVX-512 VNNI (vpdpbusd, 512 bits),
- * AVX2 (maddubs/madd) or AVX-VNNI (dpbusd) when the CPU has them, else
- * portable C.
+ * in f32. The int8 products run on AVX2 (maddubs/madd) when the CPU has
+ * AVX2, FMA and F16C, else in portable C; OJAS_QUANT_DOT=avxvnni or
+ * avx512vnni selects the AVX-VNNI (dpbusd) or AVX-512 VNNI (vpdpbusd, 512
+ * bits) kernels, which give the AVX2 kernels' bits.
  *
  * Accuracy: against y_ref = x @ dequantize(q)^T in f64, every element obeys
  *   |y - y_ref| <= sum over blocks b of (0.5 + 2^-15) dx_b sum_{j in b} |w_j|
