@@ -136,6 +136,24 @@ static void cpu_greedy(oj_gpt *m, int32_t *seq, int prompt, int total, float *lo
     oj_set_grad_enabled(eng, prev);
 }
 
+/* gpt2's head is tied to wte: the file's output.weight holds the quantized
+ * head, token_embd the f32 rows. The CPU reference's f32 head (wte itself)
+ * would then differ from the CUDA model's quantized one by the head's
+ * quantization error; both models get wte := dequantize(output.weight)
+ * (rows, host data), so the CPU's f32 head is the CUDA one's exact values
+ * and the embeddings agree. */
+static void tie_wte_to_head(oj_gpt *m, const float *rows, size_t nbytes) {
+    oj_engine *eng = oj_gpt_engine(m);
+    oj_named_tensors sd = oj_gpt_state_dict(m);
+    int64_t wi = -1;
+    for (int64_t i = 0; i < sd.n; i++)
+        if (strcmp(sd.names[i], "transformer.wte.weight") == 0) wi = i;
+    assert_true(wi >= 0);
+    bool prev = oj_set_grad_enabled(eng, false);
+    assert_int_equal(oj_copy_from_host(sd.tensors[wi], rows, nbytes), OJ_OK);
+    oj_set_grad_enabled(eng, prev);
+}
+
 static void test_quantized_gpt_decode(void **state) {
     (void)state;
     char dir[] = "/tmp/ojas_gpu_quant_XXXXXX";
@@ -166,6 +184,19 @@ static void test_quantized_gpt_decode(void **state) {
             oj_gpt_free(m);
             oj_gpt *mc = NULL, *mg = NULL;
             if (oj_gpt_load_gguf(cpu, path, &mc, &err) != OJ_OK) fail_msg("%s", err.message);
+            static float head[96 * 256];
+            if (fam == 0) {
+                oj_gguf *gf = NULL;
+                assert_int_equal(oj_gguf_open(path, &gf, &err), OJ_OK);
+                oj_qtensor *qh = oj_gguf_qtensor(gf, cpu, "output.weight");
+                assert_non_null(qh);
+                oj_scope_begin(cpu);
+                assert_int_equal(oj_to_host(oj_dequantize(qh), head, sizeof head), OJ_OK);
+                oj_scope_end(cpu);
+                oj_qtensor_free(qh);
+                oj_gguf_close(gf);
+                tie_wte_to_head(mc, head, sizeof head);
+            }
             enum { P = 6, TOTAL = 20, V = 96 };
             int32_t ref[TOTAL] = {1, 17, 4, 88, 30, 2};
             static float lref[TOTAL * V];
@@ -176,6 +207,7 @@ static void test_quantized_gpt_decode(void **state) {
                 oj_engine *gpu = gpu_test_engine(true, false, OJ_NUMERICS_EXACT, 0);
                 if (oj_gpt_load_gguf(gpu, path, &mg, &err) != OJ_OK) fail_msg("%s", err.message);
                 assert_int_equal(oj_gpt_quantized_type(mg), all_types[ti]);
+                if (fam == 0) tie_wte_to_head(mg, head, sizeof head);
                 oj_gpt_decoder *d = NULL;
                 if (oj_gpt_decoder_create(mg, TOTAL, graph == 1, &d) != OJ_OK)
                     fail_msg("decoder: %s", oj_last_error(gpu));
