@@ -22,9 +22,10 @@
  * A quantized matrix (oj_qtensor) is [N, K]: N rows of K elements, a weight
  * in the layout of oj_linear's (out features, in features). Its blocks live
  * in a U8 tensor of the engine [N, row bytes], charged to the engine's
- * budget. Quantized matrices are CPU-only for now: every function given a
- * CUDA engine or tensor fails with OJ_ERR_UNSUPPORTED naming the type
- * (nothing is dequantized on the host behind the caller's back). */
+ * budget. On a CUDA engine the blocks live in device memory (quantized on
+ * the host, then copied) and the backend's qgemv / qdequant entries
+ * multiply and dequantize them; a backend without those entries refuses
+ * quantized matrices with OJ_ERR_UNSUPPORTED naming the type. */
 #ifndef OJAS_QUANT_H
 #define OJAS_QUANT_H
 
@@ -86,8 +87,10 @@ typedef struct oj_qtensor oj_qtensor;
  * naming the row). Each row is quantized by oj_quantize_row (bf16/f16 are
  * widened to f32 first). Returns a new oj_qtensor owned by the caller (free
  * with oj_qtensor_free, before the engine), or NULL with the error recorded
- * on w's engine (OJ_ERR_DTYPE, OJ_ERR_SHAPE, OJ_ERR_UNSUPPORTED on CUDA,
- * OJ_ERR_CAPACITY when the budget is exceeded). */
+ * on w's engine (OJ_ERR_DTYPE, OJ_ERR_SHAPE, OJ_ERR_UNSUPPORTED on a
+ * backend without quantized entries, OJ_ERR_CAPACITY when the budget is
+ * exceeded). On a CUDA engine w is read back and quantized on the host,
+ * the blocks copied to the device. */
 oj_qtensor *oj_quantize(oj_tensor *w, oj_qtype t);
 /* A quantized [n, k] matrix from its raw blocks (`nbytes` must equal
  * n * oj_qtype_row_bytes(t, k), else OJ_ERR_SHAPE), copied: how a reader
@@ -100,7 +103,8 @@ oj_qtype oj_qtensor_type(const oj_qtensor *q);
 /* N (rows) and K (elements per row). */
 int64_t oj_qtensor_rows(const oj_qtensor *q);
 int64_t oj_qtensor_cols(const oj_qtensor *q);
-/* The blocks, row-major, N * row bytes of them (read-only, host memory). */
+/* The blocks, row-major, N * row bytes of them (read-only, host memory);
+ * NULL for a matrix on a device engine (device memory). */
 const void *oj_qtensor_data(const oj_qtensor *q);
 size_t oj_qtensor_nbytes(const oj_qtensor *q);
 oj_engine *oj_qtensor_engine(const oj_qtensor *q);
@@ -133,9 +137,14 @@ oj_tensor *oj_dequantize(const oj_qtensor *q);
  * EXACT numerics alike; AVX2, AVX-VNNI and AVX-512 VNNI give identical
  * results (same float operations in the same order), the portable kernels
  * differ from them in the last bits.
+ * On CUDA (no int8 rounding of x): up to 8 rows of x by the dequantizing
+ * GEMV in f32 (x @ dequantize(W)^T up to the f32 summation order, the same
+ * bits on every run), more rows as cast(x, bf16) @ dequantize(W, bf16)^T
+ * by the GEMM, cast back to f32; x is not checked for NaN there.
  * Errors: OJ_ERR_DTYPE (x not f32), OJ_ERR_SHAPE (last dim of x != K),
- * OJ_ERR_UNSUPPORTED (CUDA), OJ_ERR_NUMERIC (non-finite x),
- * OJ_ERR_INVALID_ARGUMENT (x and q of different engines). */
+ * OJ_ERR_UNSUPPORTED (a backend without quantized entries),
+ * OJ_ERR_NUMERIC (non-finite x, CPU), OJ_ERR_INVALID_ARGUMENT (x and q of
+ * different engines). */
 oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q);
 
 /* ---------------------------------------------------------------- GGUF */
@@ -149,11 +158,13 @@ bool oj_qtype_from_ggml(uint32_t ggml_type, oj_qtype *t);
 /* Tensor `name` of g, of type Q8_0, Q4_0, Q4_1 or Q4_K with dims {K} or {K, N},
  * as a quantized [N, K] matrix on eng (blocks copied), owned by the
  * caller. NULL with, recorded on eng: OJ_ERR_OUT_OF_RANGE (no such name),
- * OJ_ERR_UNSUPPORTED (another type, more than 2 dims, a CUDA engine),
- * OJ_ERR_CAPACITY. */
+ * OJ_ERR_UNSUPPORTED (another type, more than 2 dims, a backend without
+ * quantized entries), OJ_ERR_CAPACITY. */
 oj_qtensor *oj_gguf_qtensor(const oj_gguf *g, oj_engine *eng, const char *name);
 /* Add q to a GGUF writer as tensor `name` (dims {K, N}); q's blocks are
- * borrowed until the writer writes. Errors as oj_gguf_writer_add_tensor. */
+ * borrowed until the writer writes. Errors as oj_gguf_writer_add_tensor,
+ * and OJ_ERR_UNSUPPORTED for a matrix on a device engine (its blocks are
+ * not in host memory). */
 oj_status oj_gguf_writer_add_qtensor(oj_gguf_writer *w, const char *name, const oj_qtensor *q,
                                      oj_error *err);
 
