@@ -33,6 +33,7 @@
 #define OJAS_GPT_H
 
 #include "ojas/core.h"
+#include "ojas/data.h"
 #include "ojas/io.h"
 #include "ojas/quant.h"
 
@@ -180,9 +181,27 @@ oj_status oj_gpt_save_gguf(oj_gpt *m, oj_gguf_writer *extra, const char *path, c
  * (more tokens than vocab), the writer's errors. */
 oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t vocab,
                                      oj_error *err);
+/* The tokenizer a GGUF file carries, as oj_gguf_add_gpt2_tokenizer (and
+ * llama.cpp's converter for GPT-2-style byte-level BPE) writes it:
+ * tokenizer.ggml.model "gpt2", .tokens (byte-level strings by id), .merges
+ * ("A B" in priority order), .token_type when present (entries of type 5,
+ * unused, are left out). The tokenizer is built as
+ * oj_tokenizer_from_gpt2_lists builds it (special tokens such as
+ * <|endoftext|> from the tokens no merge makes). *out owns it. Errors
+ * naming the file and key: OJ_ERR_OUT_OF_RANGE (no tokenizer.ggml.model,
+ * or "no_vocab"), OJ_ERR_UNSUPPORTED (another model: "llama"'s
+ * SentencePiece scores, ...), OJ_ERR_CORRUPT (a key of the wrong type or
+ * length, the list loader's errors). */
+oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **out,
+                            oj_error *err);
+/* Copy every tokenizer.ggml.* key of g (whatever the tokenizer model) to
+ * w, values as the file holds them: how a GGUF file rewritten by ojas
+ * quantize keeps its tokenizer. Errors: the writer's (OJ_ERR_CAPACITY,
+ * OJ_ERR_INVALID_ARGUMENT for a key already set on w). */
+oj_status oj_gguf_copy_tokenizer(oj_gguf_writer *w, const oj_gguf *g, oj_error *err);
 /* Read a GGUF file of architecture gpt2 or llama in the layout
  * oj_gpt_save_gguf writes (llama.cpp's), F32 / F16 / BF16 / Q8_0 / Q4_0 /
- * Q4_1 tensors: the config from the metadata (vocab_size from
+ * Q4_1 / Q4_K tensors: the config from the metadata (vocab_size from
  * token_embd.weight, an untied head when output.weight is present for
  * llama), every tensor checked against it. Quantized tensors of linear
  * weights become the model's quantized copies with the file's blocks (as

@@ -684,6 +684,19 @@ typedef struct oj_backend {
      * OJ_ERR_UNSUPPORTED: the op copies row by row). */
     oj_status (*paged_kv_write)(oj_engine *eng, oj_tensor *pool, const oj_tensor *x,
                                 const oj_tensor *slot);
+    /* Block-quantized weights (include/ojas/quant.h; qtype an oj_qtype),
+     * OPTIONAL (NULL: quantized matrices are refused on the device; the
+     * CPU's live in src/quant). blocks: U8 [N, row bytes] contiguous, the
+     * ggml layout of qtype for rows of K elements.
+     * qgemv: out [M, N] f32 = x [M, K] f32 @ W^T, 1 <= M <= 8, x and out
+     * contiguous; every weight dequantized in f32 (the formulas of
+     * oj_dequantize_row) and multiplied by x in f32, each output summed
+     * in a fixed order (the same bits on every run). qdequant: out [N, K]
+     * f32 or bf16 contiguous = W (f32 values rounded once to out's
+     * dtype). */
+    oj_status (*qgemv)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                       const oj_tensor *blocks, int qtype, int64_t k);
+    oj_status (*qdequant)(oj_engine *eng, oj_tensor *out, const oj_tensor *blocks, int qtype);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -30,6 +30,7 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     bool forced = e && strcmp(e, "1") == 0;
     if (!forced && oj_engine_device(eng).type != OJ_DEVICE_CUDA) return false;
     if (oj_engine_numerics(eng) != OJ_NUMERICS_FAST || m->cfg.family != OJ_GPT2) return false;
+    if (m->quantized) return false; /* the generic step reads the quantized copies */
     if (!oj__decode_supported(eng)) return false;
     const oj_dtype dt = oj_tensor_dtype(m->wte);
     if (dt != OJ_BF16 && dt != OJ_F16) return false;

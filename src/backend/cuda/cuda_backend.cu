@@ -34,6 +34,11 @@ oj_status oj_cuda_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx
                                     const oj_tensor *mean, const oj_tensor *rstd,
                                     const oj_tensor *weight, bool rms);
 
+/* cuda_quant.cu: block-quantized weights (GEMV with dequantizing prologue, dequantize) */
+oj_status oj_cuda_qgemv(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                        const oj_tensor *blocks, int qtype, int64_t k);
+oj_status oj_cuda_qdequant(oj_engine *eng, oj_tensor *out, const oj_tensor *blocks, int qtype);
+
 /* cuda_comm.cu: NCCL collectives for oj_dist (NULL when built without NCCL) */
 const oj_backend_comm *oj_cuda_comm_table(void);
 
@@ -164,6 +169,9 @@ static oj_backend make_cuda_backend() {
     b.decode_linear_residual = oj_cuda_decode_linear_residual;
     b.decode_argmax_advance = oj_cuda_decode_argmax_advance;
     b.decode_embed_mask = oj_cuda_decode_embed_mask;
+    /* quantized weights (cuda_quant.cu) */
+    b.qgemv = oj_cuda_qgemv;
+    b.qdequant = oj_cuda_qdequant;
     return b;
 }
 
