@@ -10,7 +10,7 @@
 # runs; python/tests/runfixture.py makes the corpus, tokenizer and shards.
 #
 # usage (repository root, after `cmake --build $BUILD --target ojas_cli python`):
-#   [BUILD=build-gpu] [PYTHON=python3] [STEPS=100] [WARMUP=5] [REPEATS=5]
+#   [BUILD=build-gpu] [PYTHON=python3] [STEPS=100] [WARMUP=5] [REPEATS=3]
 #   [THREADS=1] [NUMERICS=exact] [CPU_ARGS="--batch 8 --seq 64"]
 #   [CUDA_ARGS="--batch 16 --seq 256"] bash scripts/python_vs_cli.sh
 set -uo pipefail
@@ -22,7 +22,7 @@ fi
 PYTHON=${PYTHON:-python3}
 STEPS=${STEPS:-100}
 WARMUP=${WARMUP:-5}
-REPEATS=${REPEATS:-5}
+REPEATS=${REPEATS:-3}
 THREADS=${THREADS:-1}
 NUMERICS=${NUMERICS:-exact}
 for need in "$BUILD/bin/ojas" "$BUILD/python/ojas"; do
