@@ -155,6 +155,7 @@ def bench(args, d):
     checked pair's checkpoints have equal sha256 under exact numerics, else 1."""
     base = {"model": args.model, "data_dir": os.path.join(d, "data"),
             "batch_size": args.batch, "seq_len": args.seq, "warmup_steps": 2, "eval_every": 0,
+            "eval_batches": 1,
             "peak_flops": 1e10, "threads": args.threads, "device": args.device}
     cfg = dict(base, numerics=args.numerics, **args.set)
     tag = args.device.replace(":", "")
