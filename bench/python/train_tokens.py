@@ -132,7 +132,8 @@ def pairs(args, d, cfg, steps, warmup, repeats, tag, check_sha):
                 wall, med = rate(recs, warmup, args.batch, args.seq)
                 if check_sha:
                     pair[who] = sha256s(ckpt)
-            except (RuntimeError, OSError, ValueError, KeyError, IndexError) as e:
+            except (RuntimeError, OSError, ValueError, KeyError, IndexError,
+                    ZeroDivisionError) as e:
                 print("  run %d %-6s FAILED: %s" % (k + 1, who, e), flush=True)
                 failed = True
                 continue
@@ -207,6 +208,8 @@ def main():
     args = ap.parse_args()
     if not 1 <= args.warmup < args.steps - 1:
         ap.error("--warmup must be in [1, --steps - 1)")
+    if args.sha_steps < 2:
+        ap.error("--sha-steps must be >= 2 (a rate needs two steps)")
     extra = {}
     for kv in args.set:
         k, eq, v = kv.partition("=")
