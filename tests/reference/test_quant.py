@@ -7,11 +7,12 @@ oj_quantize_row, and the dequantized values with ggml's dequantize_row_*
 formulas."""
 
 import ctypes as C
+import os
 
 import numpy as np
 import pytest
 
-import ojas_ctypes
+from conftest import _build_dir
 
 QTYPES = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q4_k": 3}
 f32 = np.float32
@@ -256,7 +257,9 @@ REF = {"q8_0": ref_q8_0, "q4_0": ref_q4_0, "q4_1": ref_q4_1, "q4_k": ref_q4_k}
 
 
 def _lib():
-    L = ojas_ctypes.lib()
+    # the C functions on bytes have no binding in the package: ctypes on
+    # libojas.so ($OJAS_LIB, else the one of the package's build directory)
+    L = C.CDLL(os.environ.get("OJAS_LIB") or os.path.join(_build_dir(), "libojas.so"))
     L.oj_quantize_row.argtypes = [C.c_int, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p]
     L.oj_quantize_row.restype = C.c_int
     L.oj_dequantize_row.argtypes = [C.c_int, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p]
