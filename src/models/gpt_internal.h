@@ -6,6 +6,7 @@
 #include "ojas/io.h"
 #include "ojas/nn.h"
 #include "ojas/quant.h"
+#include "ops/nn_decode.h"
 
 /* One transformer block. gpt2 uses ln/attn/mlp with biases and HF Conv1D
  * layouts ([in, out]); nanolab uses the PyTorch Linear layout ([out, in]). */
@@ -170,6 +171,20 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
  * positions against block_size and the capacity). */
 oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                               const oj_gpt_dev_pos *dp);
+
+/* Make d's steps (and prefills) sampled by s (NULL: greedy, the
+ * default). A sampled decoder runs the generic step, whose logits are the
+ * eager loop's (the fast step's differ by the order of sums, enough to
+ * change sampled tokens; OJAS_DECODE_FAST=1 takes it anyway). on_device:
+ * the token is drawn on the device by oj__decode_sample_ (ops/nn_decode.h)
+ * in the prefill and inside the step (one i64 read back per token),
+ * penalising the prompt's and the drawn tokens; otherwise the step writes
+ * the argmax and the caller samples oj_gpt_decoder_logits on the host.
+ * Changing the sampler drops the captured graph and needs a new prefill.
+ * OJ_ERR_UNSUPPORTED when on_device and !oj__decode_sample_ok;
+ * OJ_ERR_CAPACITY. */
+oj_status oj__gpt_decoder_set_sampler(oj_gpt_decoder *d, const oj__decode_sampler *s,
+                                      bool on_device);
 
 /* The gpt2 decode step in six kernels a layer (gpt_decode_fast.c): whether
  * it serves m with cache c (gpt2, weights and cache of one dtype bf16/f16,

@@ -54,6 +54,10 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
 oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                     const oj_tensor *wpe, const oj_tensor *tok,
                                     const oj_tensor *pos, oj_tensor *mask);
+/* cuda_decode_sample.cu: the sampled decode step's token on the device */
+oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
+                                const struct oj__decode_sampler *s);
 
 /* cuda_attention_paged.cu: attention over a paged KV cache (backend.h) */
 oj_status oj_cuda_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
@@ -152,6 +156,7 @@ static oj_backend make_cuda_backend() {
     b.decode_linear_residual = oj_cuda_decode_linear_residual;
     b.decode_argmax_advance = oj_cuda_decode_argmax_advance;
     b.decode_embed_mask = oj_cuda_decode_embed_mask;
+    b.decode_sample = oj_cuda_decode_sample;
     return b;
 }
 
