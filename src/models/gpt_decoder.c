@@ -40,8 +40,9 @@ struct oj_gpt_decoder {
     oj_tensor *logits;           /* [1, 1, V] of the last prefill or step */
     oj_graph *graph;             /* the captured step (its logits are static) */
     /* oj__gpt_decoder_set_sampler: a sampled sequence takes the generic
-     * step (its logits are the eager loop's), and with on_device the
-     * token is drawn by decode_sample instead of the argmax */
+     * step (its logits are the eager loop's) unless the fast step gives
+     * the same bits, and with on_device the token is drawn by
+     * decode_sample instead of the argmax */
     bool sampled, on_device;
     oj__decode_sampler smp;
     oj_tensor *seen; /* u8 [V]: the ids of the prompt and the tokens so far (penalty) */
@@ -217,8 +218,8 @@ oj_status oj_gpt_decoder_prefill(oj_gpt_decoder *d, const int32_t *prompt, int64
     return st;
 }
 
-/* OJAS_DECODE_FAST=1: the fast step for sampled sequences too (their
- * tokens then follow the fast step's logits, not the eager loop's). */
+/* OJAS_DECODE_FAST=1: the fast step for sampled sequences even where its
+ * logits are not the generic step's bits (oj__gpt_fast_decode_exact). */
 static bool fast_forced(void) {
     const char *e = getenv("OJAS_DECODE_FAST");
     return e && strcmp(e, "1") == 0;
@@ -232,7 +233,8 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
     oj_scope_begin(eng);
     /* slot j holds a key once j <= pos (every slot, once the ring wrapped) */
     int64_t ms[4] = {1, 1, 1, d->capacity};
-    const bool fast = !d->ring && (!d->sampled || fast_forced()) &&
+    const bool fast = !d->ring &&
+                      (!d->sampled || fast_forced() || oj__gpt_fast_decode_exact(d->m)) &&
                       oj__gpt_fast_decode_ok(d->m, d->cache);
     oj_tensor *seen = fast ? NULL : oj_le(d->slots, d->pos);
     oj_tensor *mask = fast   ? oj_empty(eng, 4, ms, OJ_BOOL) /* written by the step's first kernel */

@@ -174,8 +174,10 @@ oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
 
 /* Make d's steps (and prefills) sampled by s (NULL: greedy, the
  * default). A sampled decoder runs the generic step, whose logits are the
- * eager loop's (the fast step's differ by the order of sums, enough to
- * change sampled tokens; OJAS_DECODE_FAST=1 takes it anyway). on_device:
+ * eager loop's, unless the fast step's are its bits
+ * (oj__gpt_fast_decode_exact); elsewhere the fast step's differ by the
+ * order of sums, enough to change sampled tokens (OJAS_DECODE_FAST=1
+ * takes it anyway). on_device:
  * the token is drawn on the device by oj__decode_sample_ (ops/nn_decode.h)
  * in the prefill and inside the step (one i64 read back per token),
  * penalising the prompt's and the drawn tokens; otherwise the step writes
@@ -195,6 +197,13 @@ oj_status oj__gpt_decoder_set_sampler(oj_gpt_decoder *d, const oj__decode_sample
  * except that dp->mask is a bool [1, 1, 1, S] tensor the step writes
  * (slot j attended once j <= pos). */
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
+/* Whether the fast step's logits are the generic step's bit for bit
+ * (given oj__gpt_fast_decode_ok): a CUDA engine, its one-row matmul on
+ * (OJAS_CUDA_GEMV unset or not "0") and every projection's product
+ * summed in its order (oj__decode_matches_unfused: gpt2-124m's shapes
+ * do, gpt2-medium's c_proj with K 4096 does not). Sampled sequences take
+ * the fast step only then. */
+bool oj__gpt_fast_decode_exact(const oj_gpt *m);
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                              const oj_gpt_dev_pos *dp);
 

@@ -266,6 +266,37 @@ static void test_decode_sample(void **state) {
     nt_engine_done(eng);
 }
 
+/* oj__decode_matches_unfused follows cuda_gemv.cu's tile and split rule:
+ * gpt2-124m's four projections match, K 4096 (8 column groups there) and
+ * a split K do not */
+static void test_matches_unfused(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    const struct {
+        int64_t K, N;
+        bool want;
+    } cases[] = {
+        {768, 2304, true},  {768, 768, true},    {768, 3072, true}, {3072, 768, true},
+        {4096, 1024, false}, {2048, 8192, false}, /* 256 blocks of 4 groups, 32 rows: split */
+        {768, 8192, true},   {64, 192, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t s2[2] = {cases[i].K, cases[i].N};
+        oj_tensor *w = oj_empty(eng, 2, s2, OJ_BF16);
+        assert_non_null(w);
+        if (oj__decode_matches_unfused(w) != cases[i].want)
+            fail_msg("[%lld, %lld]: matches_unfused %d", (long long)cases[i].K,
+                     (long long)cases[i].N, !cases[i].want);
+        oj_release(w);
+    }
+    int64_t s2[2] = {768, 768};
+    oj_tensor *wf = oj_empty(eng, 2, s2, OJ_F32);
+    assert_false(oj__decode_matches_unfused(wf)); /* not a decode weight */
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 /* argmax + pos += 1: the lowest index on ties, the first NaN above all,
  * all -inf gives 0; each dtype; refusals */
 static void test_argmax_advance(void **state) {
@@ -368,6 +399,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_argmax_advance),
         cmocka_unit_test(test_decode_sample),
+        cmocka_unit_test(test_matches_unfused),
         cmocka_unit_test(test_embed_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
