@@ -81,7 +81,9 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
     const oj__decode_sampler smp = {cfg->temperature, cfg->top_k,   cfg->top_p,
                                     cfg->repetition_penalty, cfg->seed, seq};
     const bool greedy = cfg->temperature <= 0.0 && cfg->repetition_penalty == 1.0;
-    const bool on_dev = !greedy && oj__decode_sample_ok(eng, &smp, V);
+    /* f64 logits (f64 weights) stay on the host path */
+    const bool on_dev =
+        !greedy && oj_tensor_dtype(m->wte) != OJ_F64 && oj__decode_sample_ok(eng, &smp, V);
     const bool dev_token = greedy || on_dev; /* the token comes from the device */
     oj_gpt_decoder *d = NULL;
     uint16_t *half = dev_token ? NULL : malloc((size_t)V * sizeof *half);
