@@ -86,8 +86,8 @@ bool oj__decode_sample_ok(const oj_engine *eng, const oj__decode_sampler *s, int
  * or OJ_ERR_DTYPE / OJ_ERR_SHAPE / OJ_ERR_INVALID_ARGUMENT / OJ_ERR_UNSUPPORTED
  * (no entry, or more than OJ__DECODE_SAMPLE_MAX_K candidates) recorded.
  * Method: the host sampler's (src/infer/sample.c), its top-k set found on
- * the device by a threshold (the k-th largest of group maxima) and a sort
- * of the candidates above it. */
+ * the device by a threshold (the k-th largest of group maxima) and the
+ * ranks of the candidates above it. */
 oj_status oj__decode_sample_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos, oj_tensor *seen,
                              oj_tensor *step, const oj__decode_sampler *s);
 

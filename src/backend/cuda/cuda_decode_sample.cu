@@ -13,8 +13,9 @@
  *    OJ__DECODE_SAMPLE_MAX_K) are found by a threshold: th = the k-th
  *    largest of G >= k group maxima (G a power of two, 32 .. 1024), so at
  *    least k values are >= th and every one of the k best is; those
- *    (usually a few times k) are gathered into shared memory and sorted
- *    by the total order (bitonic). When more than SM_CAP values pass the
+ *    (usually 1-2 times k) are gathered into shared memory and each is
+ *    placed by its rank in the total order, counted against all the
+ *    others (no sort: two barriers). When more than SM_CAP values pass the
  *    threshold (many ties, a flat row) the k-th value is found exactly
  *    instead, bit by bit over the values' order-preserving 64-bit keys
  *    (64 counting passes), and ties at it are taken lowest id first;
@@ -136,49 +137,15 @@ __device__ double sm_uniform(unsigned long long seed, long long seq, long long s
     return (double)((((unsigned long long)c0) << 21) ^ c1) / 9007199254740992.0;
 }
 
-/* Sort v[0..n) descending (n a power of two <= 2 SM_THREADS), bitonic. */
-__device__ void sm_sort_values(double *v, int n) {
-    for (int size = 2; size <= n; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int j = threadIdx.x; j < n / 2; j += SM_THREADS) {
-                const int lo = (j / stride) * stride * 2 + (j % stride), hi = lo + stride;
-                const bool down = (lo & size) == 0;
-                if ((v[hi] > v[lo]) == down && v[hi] != v[lo]) {
-                    const double tv = v[lo];
-                    v[lo] = v[hi];
-                    v[hi] = tv;
-                }
-            }
-            __syncthreads();
-        }
-}
-
-/* Sort (v, id)[0..n) into rank order (n a power of two <= SM_CAP). */
-__device__ void sm_sort_ranked(double *v, int *id, int n) {
-    for (int size = 2; size <= n; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int j = threadIdx.x; j < n / 2; j += SM_THREADS) {
-                const int lo = (j / stride) * stride * 2 + (j % stride), hi = lo + stride;
-                const bool up = (lo & size) == 0; /* this run in rank order */
-                if (sm_before(v[hi], id[hi], v[lo], id[lo]) == up) {
-                    const double tv = v[lo];
-                    const int ti = id[lo];
-                    v[lo] = v[hi];
-                    id[lo] = id[hi];
-                    v[hi] = tv;
-                    id[hi] = ti;
-                }
-            }
-            __syncthreads();
-        }
-}
-
 template <typename T>
 __global__ void __launch_bounds__(SM_THREADS)
     k_dec_sample(int64_t *tok, const T *__restrict__ x, int V, bool vec, int64_t *pos,
                  uint8_t *seen, int64_t *step, sm_params p) {
-    __shared__ double cv[SM_CAP];
+    __shared__ double cv[SM_CAP];          /* the candidates, unordered */
     __shared__ int ci[SM_CAP];
+    __shared__ double rv[OJ__DECODE_SAMPLE_MAX_K]; /* the K best in rank order */
+    __shared__ int ri[OJ__DECODE_SAMPLE_MAX_K];
+    __shared__ double s_th;
     __shared__ int sc[SM_THREADS];
     __shared__ int sh[33];
     __shared__ double shv[32];
@@ -227,9 +194,16 @@ __global__ void __launch_bounds__(SM_THREADS)
         for (int o = 1; o < gs; o <<= 1) gv = fmax(gv, __shfl_xor_sync(0xffffffffu, gv, o));
         if (t % gs == 0) cv[t / gs] = gv;
         __syncthreads();
-        sm_sort_values(cv, G);
-        const double th = cv[K - 1];
+        /* group j's rank among the G maxima (larger first, then lower j):
+         * the one ranked K - 1 is th */
+        if (t < G) {
+            const double mine = cv[t];
+            int r = 0;
+            for (int j = 0; j < G; j++) r += cv[j] > mine || (cv[j] == mine && j < t);
+            if (r == K - 1) s_th = mine;
+        }
         __syncthreads();
+        const double th = s_th;
         /* pass 2: every value >= th into the candidates */
         sm_scan(x, V, vec, [&](int i, float f) {
             const double v = sm_pen(f, seen, pen, i);
@@ -284,15 +258,19 @@ __global__ void __launch_bounds__(SM_THREADS)
             __syncthreads();
             cnt = s_cnt; /* K */
         }
-        int n2 = 2;
-        while (n2 < cnt) n2 <<= 1;
-        for (int i = cnt + t; i < n2; i += SM_THREADS) cv[i] = -INFINITY, ci[i] = INT_MAX;
+        /* each candidate's rank (how many rank before it: distinct, a total
+         * order); the K best to their places */
+        for (int j = t; j < cnt; j += SM_THREADS) {
+            const double v = cv[j];
+            const int id = ci[j];
+            int r = 0;
+            for (int i = 0; i < cnt; i++) r += sm_before(cv[i], ci[i], v, id);
+            if (r < K) rv[r] = v, ri[r] = id;
+        }
         __syncthreads();
-        sm_sort_ranked(cv, ci, n2);
         /* draw_from: the softmax at the temperature over the K best */
-        const double mx = cv[0];
-        __syncthreads();
-        for (int i = t; i < K; i += SM_THREADS) cv[i] = exp(__ddiv_rn(__dsub_rn(cv[i], mx), p.temperature));
+        const double mx = rv[0];
+        for (int i = t; i < K; i += SM_THREADS) cv[i] = exp(__ddiv_rn(__dsub_rn(rv[i], mx), p.temperature));
         __syncthreads();
         if (t == 0) {
             int keep = K;
@@ -312,11 +290,11 @@ __global__ void __launch_bounds__(SM_THREADS)
             }
             const double r = __dmul_rn(sm_uniform(p.seed, p.seq, *step), total);
             double acc = 0.0;
-            int o = ci[keep - 1];
+            int o = ri[keep - 1];
             for (int i = 0; i < keep; i++) {
                 acc = __dadd_rn(acc, cv[i]);
                 if (r < acc) {
-                    o = ci[i];
+                    o = ri[i];
                     break;
                 }
             }
