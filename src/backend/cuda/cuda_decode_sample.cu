@@ -34,6 +34,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "ops/nn_decode.h"
 
 oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
@@ -152,6 +153,9 @@ __global__ void __launch_bounds__(SM_THREADS)
     __shared__ int shi[32], s_cnt, s_out;
     const int t = threadIdx.x;
     const double pen = p.penalty;
+    /* launched as a programmatic dependent of the head's product: nothing
+     * is read before the kernels before it are done */
+    oj_pdl_wait();
     if (t == 0) s_cnt = 0;
 
     /* pass 1: each thread's best (value, id), NaN */
@@ -331,15 +335,18 @@ oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor 
     uint8_t *seenp = seen ? (uint8_t *)oj_cuda_ptr(seen) : NULL;
     const void *x = oj_cuda_ptr(logits);
     const bool vec = oj_cu_aligned16(x);
-    switch (logits->dtype) {
+    switch (logits->dtype) { /* its launch overlaps the kernel before (cuda_pdl.cuh) */
     case OJ_BF16:
-        k_dec_sample<oj_cu_bf16><<<1, SM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_bf16 *)x, V, vec, pp, seenp, sp, p);
+        oj_pdl_launch(k_dec_sample<oj_cu_bf16>, dim3(1), dim3(SM_THREADS), 0, tp,
+                      (const oj_cu_bf16 *)x, V, vec, pp, seenp, sp, p);
         break;
     case OJ_F16:
-        k_dec_sample<oj_cu_f16><<<1, SM_THREADS, 0, OJ_STREAM>>>(tp, (const oj_cu_f16 *)x, V, vec, pp, seenp, sp, p);
+        oj_pdl_launch(k_dec_sample<oj_cu_f16>, dim3(1), dim3(SM_THREADS), 0, tp,
+                      (const oj_cu_f16 *)x, V, vec, pp, seenp, sp, p);
         break;
     default:
-        k_dec_sample<float><<<1, SM_THREADS, 0, OJ_STREAM>>>(tp, (const float *)x, V, false, pp, seenp, sp, p);
+        oj_pdl_launch(k_dec_sample<float>, dim3(1), dim3(SM_THREADS), 0, tp, (const float *)x, V,
+                      false, pp, seenp, sp, p);
         break;
     }
     return oj_cuda_check(eng, "decode_sample");
