@@ -62,16 +62,21 @@ static bool use_static(oj_engine *eng) {
     return oj_engine_device(eng).type == OJ_DEVICE_CUDA;
 }
 
+/* Decode steps a read-back takes in generate_static (the host waits once
+ * per batch instead of once per token). */
+#define GEN_BATCH 8
+
 /* generate_eager's tokens through the static decoder: the prefill and
  * every step on the device, a graph replay per token on a CUDA engine.
  * Greedy without a penalty takes the decoder's own argmax; a sampled
  * sequence is drawn on the device (decode_sample: oj_sample_logits's
- * token with the same draws) where the backend takes its top_k; each
- * reads back one token a step. Otherwise (top_k 0 or above
+ * token with the same draws) where the backend takes its top_k; both
+ * queue GEN_BATCH steps per read-back of their tokens (gpt2, llama; a
+ * nanolab ring reads each). Otherwise (top_k 0 or above
  * OJ__DECODE_SAMPLE_MAX_K over a larger vocabulary) the logits row is read
  * back and sampled on the host by oj_sample_logits, and the chosen token
- * is written back as the pending one. Sampled sequences run the generic
- * step, whose logits are the eager loop's (oj__gpt_decoder_set_sampler). */
+ * is written back as the pending one. Sampled sequences run a step whose
+ * logits are the eager loop's (oj__gpt_decoder_set_sampler). */
 static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, int64_t n,
                                  int64_t max_new, int64_t kv_cap, const oj_sampler_config *cfg,
                                  int32_t *hist, float *lg, int32_t *gen, int64_t *out_len,
@@ -90,12 +95,28 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
     if (!dev_token && half == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
     oj_status st = oj_gpt_decoder_create(m, kv_cap, true, &d);
     if (st == OJ_OK && !greedy) st = oj__gpt_decoder_set_sampler(d, &smp, on_dev);
+    /* device tokens: GEN_BATCH steps queued a read-back (the token after a
+     * stop or a refusing on_token is computed and dropped); a ring cache
+     * (nanolab) reads each */
+    const bool batch = dev_token && oj_gpt_get_config(m)->family != OJ_NANOLAB;
+    if (st == OJ_OK && batch) st = oj__gpt_decoder_keep_tokens(d);
+    int32_t toks[GEN_BATCH];
+    int64_t nt = 0, ti = 0; /* toks[ti..nt) are still to be taken */
     int64_t len = 0;
     int32_t dev_tok = 0; /* the pending token the device wrote (argmax or draw) */
     for (int64_t step = 0; st == OJ_OK && step < max_new; step++) {
-        /* host sampling reads the logits, not the token */
-        st = step == 0 ? oj_gpt_decoder_prefill(d, prompt, n, &dev_tok)
-                       : oj_gpt_decoder_step(d, dev_token ? &dev_tok : NULL);
+        if (step == 0) {
+            st = oj_gpt_decoder_prefill(d, prompt, n, &dev_tok);
+        } else if (batch) {
+            if (ti == nt) {
+                nt = max_new - step < GEN_BATCH ? max_new - step : GEN_BATCH;
+                ti = 0;
+                st = oj__gpt_decoder_steps(d, nt, toks);
+            }
+            if (st == OJ_OK) dev_tok = toks[ti++];
+        } else { /* host sampling reads the logits, not the token */
+            st = oj_gpt_decoder_step(d, dev_token ? &dev_tok : NULL);
+        }
         if (st != OJ_OK) break;
         int32_t tok = dev_tok;
         if (on_dev && tok < 0) {

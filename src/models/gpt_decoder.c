@@ -47,6 +47,9 @@ struct oj_gpt_decoder {
     oj__decode_sampler smp;
     oj_tensor *seen; /* u8 [V]: the ids of the prompt and the tokens so far (penalty) */
     oj_tensor *draw; /* i64 [1]: the step of the next draw */
+    /* oj__gpt_decoder_keep_tokens: i64 [capacity + 1], each step's token
+     * also at [its pos + 1], so several steps are read back at once */
+    oj_tensor *hist;
 };
 
 /* A decoder-owned tensor: out of every scope, released by free. */
@@ -103,7 +106,7 @@ void oj_gpt_decoder_free(oj_gpt_decoder *d) {
     if (d == NULL) return;
     oj_graph_free(d->graph);
     oj_tensor *ts[] = {d->logits, d->tok, d->pos,  d->slot, d->slots,
-                       d->one,    d->zero, d->cap, d->seen, d->draw};
+                       d->one,    d->zero, d->cap, d->seen, d->draw, d->hist};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) oj_release(ts[i]);
     oj_kv_cache_free(d->cache);
     free(d);
@@ -225,6 +228,17 @@ static bool fast_forced(void) {
     return e && strcmp(e, "1") == 0;
 }
 
+/* hist[pos] = tok (pos already advanced): the step's token kept for
+ * oj__gpt_decoder_steps. */
+static bool keep_token(oj_gpt_decoder *d) {
+    if (d->hist == NULL) return true;
+    int64_t s1[1] = {1};
+    oj_tensor *t1 = oj_reshape(d->tok, 1, s1);
+    bool ok = t1 && oj_index_copy_(d->hist, 0, d->pos, t1) == OJ_OK;
+    oj_release(t1);
+    return ok;
+}
+
 /* The step's device work: logits of tok at pos into a new tensor (kept in
  * the caller's scope), tok = argmax, pos and slot advanced. NULL with the
  * error recorded. */
@@ -250,6 +264,7 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
                                                                d->draw, &d->smp)
                                           : oj__decode_argmax_advance_(d->tok, logits, d->pos)) ==
                                 OJ_OK;
+        ok = ok && keep_token(d);
         if (ok) oj_keep(logits);
         oj_scope_end(eng);
         return ok ? logits : NULL;
@@ -268,6 +283,7 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
         oj_tensor *s2 = wrap ? oj_where(wrap, d->zero, s1) : NULL;
         ok = s2 && oj_copy_(d->slot, s2) == OJ_OK;
     }
+    ok = ok && keep_token(d);
     if (ok) oj_keep(logits);
     oj_scope_end(eng);
     return ok ? logits : NULL;
@@ -335,3 +351,39 @@ oj_tensor *oj_gpt_decoder_logits(const oj_gpt_decoder *d) {
 int64_t oj_gpt_decoder_len(const oj_gpt_decoder *d) { return d ? d->cache->len : 0; }
 
 bool oj_gpt_decoder_graphed(const oj_gpt_decoder *d) { return d && d->graph != NULL; }
+
+oj_status oj__gpt_decoder_keep_tokens(oj_gpt_decoder *d) {
+    if (d == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    if (d->ring)
+        return oj_set_error(d->eng, OJ_ERR_UNSUPPORTED,
+                            "gpt decoder: a ring cache (nanolab) cannot keep its tokens by position");
+    if (d->hist) return OJ_OK;
+    int64_t sh[1] = {d->capacity + 1};
+    d->hist = own(oj_zeros(d->eng, 1, sh, OJ_I64));
+    if (d->hist == NULL) return oj_last_status(d->eng);
+    oj_graph_free(d->graph); /* the step gains the write: capture again */
+    d->graph = NULL;
+    return OJ_OK;
+}
+
+oj_status oj__gpt_decoder_steps(oj_gpt_decoder *d, int64_t k, int32_t *toks) {
+    if (d == NULL || toks == NULL || k < 1) return OJ_ERR_INVALID_ARGUMENT;
+    if (d->hist == NULL)
+        return oj_set_error(d->eng, OJ_ERR_STATE,
+                            "gpt decoder: steps need oj__gpt_decoder_keep_tokens first");
+    const int64_t len0 = d->cache->len;
+    oj_status st = OJ_OK;
+    for (int64_t i = 0; i < k && st == OJ_OK; i++) st = oj_gpt_decoder_step(d, NULL);
+    if (st != OJ_OK) return st;
+    /* step i read the token at position len0 + i and wrote its successor
+     * at len0 + i + 1 */
+    int64_t buf[64];
+    for (int64_t i0 = 0; i0 < k && st == OJ_OK; i0 += 64) {
+        const int64_t n = k - i0 < 64 ? k - i0 : 64;
+        oj_tensor *v = oj_narrow(d->hist, 0, len0 + 1 + i0, n);
+        st = v ? oj_to_host(v, buf, (size_t)n * sizeof *buf) : oj_last_status(d->eng);
+        oj_release(v);
+        for (int64_t i = 0; st == OJ_OK && i < n; i++) toks[i0 + i] = (int32_t)buf[i];
+    }
+    return st;
+}

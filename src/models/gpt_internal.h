@@ -188,6 +188,19 @@ oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
 oj_status oj__gpt_decoder_set_sampler(oj_gpt_decoder *d, const oj__decode_sampler *s,
                                       bool on_device);
 
+/* Make d's step also keep its token on the device (at its position + 1 of
+ * a [capacity + 1] buffer; drops the captured graph), so that
+ * oj__gpt_decoder_steps can run several steps and read their tokens back
+ * at once. Not for a ring cache (nanolab): OJ_ERR_UNSUPPORTED;
+ * OJ_ERR_CAPACITY. */
+oj_status oj__gpt_decoder_keep_tokens(oj_gpt_decoder *d);
+/* k >= 1 steps of d (oj_gpt_decoder_step, each feeding the token the one
+ * before wrote on the device) with one read-back: toks[0..k) the tokens
+ * they wrote, as k oj_gpt_decoder_step calls would return. The caller
+ * keeps the positions within the context (each step's errors as
+ * oj_gpt_decoder_step's; OJ_ERR_STATE without oj__gpt_decoder_keep_tokens). */
+oj_status oj__gpt_decoder_steps(oj_gpt_decoder *d, int64_t k, int32_t *toks);
+
 /* The gpt2 decode step in six kernels a layer (gpt_decode_fast.c): whether
  * it serves m with cache c (gpt2, weights and cache of one dtype bf16/f16,
  * batch 1, FAST numerics, the backend's decode entries; on a CUDA engine,
