@@ -179,7 +179,7 @@ oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
  * order of sums, enough to change sampled tokens (OJAS_DECODE_FAST=1
  * takes it anyway). on_device:
  * the token is drawn on the device by oj__decode_sample_ (ops/nn_decode.h)
- * in the prefill and inside the step (one i64 read back per token),
+ * in the prefill and inside the step (the token alone read back),
  * penalising the prompt's and the drawn tokens; otherwise the step writes
  * the argmax and the caller samples oj_gpt_decoder_logits on the host.
  * Changing the sampler drops the captured graph and needs a new prefill.
