@@ -162,11 +162,20 @@ __global__ void __launch_bounds__(SM_THREADS)
     bool nan = false;
     double bv = -INFINITY;
     int bi = INT_MAX;
-    sm_scan(x, V, vec, [&](int i, float f) {
-        if (f != f) nan = true;
-        const double v = sm_pen(f, seen, pen, i);
-        if (sm_before(v, i, bv, bi)) bv = v, bi = i;
-    });
+    if (seen == NULL) { /* no penalty: the values are floats, compared as floats */
+        float bf = -INFINITY;
+        sm_scan(x, V, vec, [&](int i, float f) {
+            if (f != f) nan = true;
+            else if (f > bf || (f == bf && i < bi)) bf = f, bi = i;
+        });
+        bv = bf;
+    } else {
+        sm_scan(x, V, vec, [&](int i, float f) {
+            if (f != f) nan = true;
+            const double v = sm_pen(f, seen, pen, i);
+            if (sm_before(v, i, bv, bi)) bv = v, bi = i;
+        });
+    }
     const bool any_nan = __syncthreads_or(nan);
     int out = -1;
     if (any_nan) goto done;
@@ -208,14 +217,25 @@ __global__ void __launch_bounds__(SM_THREADS)
         }
         __syncthreads();
         const double th = s_th;
-        /* pass 2: every value >= th into the candidates */
-        sm_scan(x, V, vec, [&](int i, float f) {
-            const double v = sm_pen(f, seen, pen, i);
-            if (v >= th) {
-                const int slot = atomicAdd(&s_cnt, 1);
-                if (slot < SM_CAP) cv[slot] = v, ci[slot] = i;
-            }
-        });
+        /* pass 2: every value >= th into the candidates (without a
+         * penalty th is a float value, and the test a float one) */
+        if (seen == NULL) {
+            const float thf = (float)th;
+            sm_scan(x, V, vec, [&](int i, float f) {
+                if (f >= thf) {
+                    const int slot = atomicAdd(&s_cnt, 1);
+                    if (slot < SM_CAP) cv[slot] = (double)f, ci[slot] = i;
+                }
+            });
+        } else {
+            sm_scan(x, V, vec, [&](int i, float f) {
+                const double v = sm_pen(f, seen, pen, i);
+                if (v >= th) {
+                    const int slot = atomicAdd(&s_cnt, 1);
+                    if (slot < SM_CAP) cv[slot] = v, ci[slot] = i;
+                }
+            });
+        }
         __syncthreads();
         int cnt = s_cnt;
         if (cnt > SM_CAP) {
