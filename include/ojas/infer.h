@@ -53,8 +53,8 @@ typedef bool (*oj_token_fn)(int64_t seq, int32_t token, void *ctx);
  * rounding only); greedy there without a repetition penalty takes the
  * device's argmax and does not see NaN logits. Sampled sequences (and
  * greedy ones with a penalty) are drawn on the device with this
- * sampler's arithmetic and draws (tokens read back 8 steps at a time,
- * as greedy ones; a nanolab ring reads each) when top_k
+ * sampler's arithmetic and draws (tokens read back 8 steps at a time;
+ * a nanolab ring reads each) when top_k
  * (or V, for top_k 0) is at most 1024, else on the host from the logits
  * row; they run gpt2's fast step only where its logits are the generic
  * step's bits (gpt2-124m's shapes), else the generic step (the fast one's

@@ -590,10 +590,12 @@ typedef struct oj_backend {
      * sampler's choice over logits [V] (f32/bf16/f16, contiguous) with the
      * repetition penalty on the ids i where seen[i] != 0 (u8 [V], NULL: no
      * penalty) and the draw oj_sample_uniform(s->seed, s->seq, *step), -1
-     * on a NaN; then seen[tok] = 1, *step += 1, *pos += 1 (pos NULL: not).
-     * At most OJ__DECODE_SAMPLE_MAX_K candidates. */
+     * on a NaN; then seen[tok] = 1, *step += 1, *pos += 1 (pos NULL: not)
+     * and hist[*pos] = tok where hist (i64, contiguous, needs pos) is not
+     * NULL and *pos < its numel. At most OJ__DECODE_SAMPLE_MAX_K
+     * candidates. */
     oj_status (*decode_sample)(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
-                               oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
+                               oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
                                const struct oj__decode_sampler *s);
     /* ---- the device-gated optimizer step (CUDA; NULL on the CPU, where
      * the optimizer reads the norms back instead). step_gate_open queues

@@ -229,7 +229,8 @@ static bool fast_forced(void) {
 }
 
 /* hist[pos] = tok (pos already advanced): the step's token kept for
- * oj__gpt_decoder_steps. */
+ * oj__gpt_decoder_steps (an index_copy_ kernel after the argmax; the
+ * device draw writes it itself). */
 static bool keep_token(oj_gpt_decoder *d) {
     if (d->hist == NULL) return true;
     int64_t s1[1] = {1};
@@ -260,22 +261,25 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
         /* FAST: the embeddings and the mask in one kernel, six kernels a
          * layer, then argmax and pos + 1 in one */
         logits = oj__gpt2_run_fast(d->m, d->cache, d->tok, &dp);
-        bool ok = logits && (d->on_device ? oj__decode_sample_(d->tok, logits, d->pos, d->seen,
-                                                               d->draw, &d->smp)
-                                          : oj__decode_argmax_advance_(d->tok, logits, d->pos)) ==
-                                OJ_OK;
-        ok = ok && keep_token(d);
+        bool ok = false;
+        if (logits && d->on_device) /* the draw, pos + 1, the token kept: one kernel */
+            ok = oj__decode_sample_keep_(d->tok, logits, d->pos, d->seen, d->draw, d->hist,
+                                         &d->smp) == OJ_OK;
+        else if (logits)
+            ok = oj__decode_argmax_advance_(d->tok, logits, d->pos) == OJ_OK && keep_token(d);
         if (ok) oj_keep(logits);
         oj_scope_end(eng);
         return ok ? logits : NULL;
     }
     if (mask) logits = oj__gpt_run_static(d->m, d->cache, d->tok, &dp);
     bool ok = false;
-    if (logits && d->on_device) { /* the draw, pos + 1 */
-        ok = oj__decode_sample_(d->tok, logits, d->pos, d->seen, d->draw, &d->smp) == OJ_OK;
+    if (logits && d->on_device) { /* the draw, pos + 1, the token kept */
+        ok = oj__decode_sample_keep_(d->tok, logits, d->pos, d->seen, d->draw, d->hist,
+                                     &d->smp) == OJ_OK;
     } else if (logits) {
         oj_tensor *best = oj_argmax(logits, 2, false); /* [1, 1], lowest id on ties */
-        ok = best && oj_copy_(d->tok, best) == OJ_OK && oj_add_(d->pos, d->one) == OJ_OK;
+        ok = best && oj_copy_(d->tok, best) == OJ_OK && oj_add_(d->pos, d->one) == OJ_OK &&
+             keep_token(d);
     }
     if (ok && d->ring) { /* slot + 1, back to 0 at the capacity */
         oj_tensor *s1 = oj_add(d->slot, d->one);
@@ -283,7 +287,6 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
         oj_tensor *s2 = wrap ? oj_where(wrap, d->zero, s1) : NULL;
         ok = s2 && oj_copy_(d->slot, s2) == OJ_OK;
     }
-    ok = ok && keep_token(d);
     if (ok) oj_keep(logits);
     oj_scope_end(eng);
     return ok ? logits : NULL;

@@ -189,7 +189,8 @@ oj_status oj__gpt_decoder_set_sampler(oj_gpt_decoder *d, const oj__decode_sample
                                       bool on_device);
 
 /* Make d's step also keep its token on the device (at its position + 1 of
- * a [capacity + 1] buffer; drops the captured graph), so that
+ * a [capacity + 1] buffer: written by the device draw itself, by an
+ * index_copy_ after a greedy step; drops the captured graph), so that
  * oj__gpt_decoder_steps can run several steps and read their tokens back
  * at once. Not for a ring cache (nanolab): OJ_ERR_UNSUPPORTED;
  * OJ_ERR_CAPACITY. */

@@ -190,11 +190,18 @@ static bool i64_scalar(oj_engine *eng, const char *op, const char *arg, const oj
 
 oj_status oj__decode_sample_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos, oj_tensor *seen,
                              oj_tensor *step, const oj__decode_sampler *s) {
+    return oj__decode_sample_keep_(tok, logits, pos, seen, step, NULL, s);
+}
+
+oj_status oj__decode_sample_keep_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos,
+                                  oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                                  const oj__decode_sampler *s) {
     static const char op[] = "decode_sample_";
-    oj_tensor *ins[5] = {tok, logits, step, pos, seen};
+    oj_tensor *ins[6] = {tok, logits, step, pos, seen, hist};
     int n = 3;
     if (pos) ins[n++] = pos;
     if (seen) ins[n++] = seen;
+    if (hist) ins[n++] = hist;
     oj_engine *eng = oj__ops_engine(op, n, ins);
     if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT; /* a NULL or foreign input: recorded */
     if (s == NULL) return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: the sampler is NULL", op);
@@ -225,12 +232,15 @@ oj_status oj__decode_sample_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos, 
         return oj_set_error(eng, OJ_ERR_DTYPE,
                             "%s: seen must be contiguous u8 with V = %lld elements, got %s [%lld]",
                             op, (long long)V, oj_dtype_name(seen->dtype), (long long)oj_numel(seen));
-    oj_tensor *sc[3] = {tok, step, pos};
-    for (int i = 0; i < 3; i++)
-        for (int j = i + 1; j < 3; j++)
+    if (hist && (pos == NULL || hist->dtype != OJ_I64 || !oj_is_contiguous(hist)))
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "%s: hist must be contiguous i64 and comes with pos", op);
+    oj_tensor *sc[4] = {tok, step, pos, hist};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
             if (sc[i] && sc[j] && sc[i]->storage == sc[j]->storage)
                 return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                                    "%s: tok, step and pos must not share storage", op);
+                                    "%s: tok, step, pos and hist must not share storage", op);
     const int64_t k = sample_candidates(s, V);
     if (k > OJ__DECODE_SAMPLE_MAX_K)
         return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
@@ -239,10 +249,12 @@ oj_status oj__decode_sample_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos, 
                             op, (long long)s->top_k, (long long)V, (long long)k,
                             OJ__DECODE_SAMPLE_MAX_K);
     oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, oj_tensor *, oj_tensor *,
-                    oj_tensor *, const oj__decode_sampler *) = OJ_KERNEL(eng, decode_sample, op);
+                    oj_tensor *, oj_tensor *, const oj__decode_sampler *) =
+        OJ_KERNEL(eng, decode_sample, op);
     if (fn == NULL) return oj_last_status(eng);
-    return oj__kernel_ok(eng, fn(eng, tok, logits, pos, seen, step, s), op) ? OJ_OK
-                                                                           : oj_last_status(eng);
+    return oj__kernel_ok(eng, fn(eng, tok, logits, pos, seen, step, hist, s), op)
+               ? OJ_OK
+               : oj_last_status(eng);
 }
 
 oj_tensor *oj__decode_embed_mask(oj_tensor *wte, oj_tensor *wpe, oj_tensor *tok, oj_tensor *pos,

@@ -90,6 +90,15 @@ bool oj__decode_sample_ok(const oj_engine *eng, const oj__decode_sampler *s, int
  * ranks of the candidates above it. */
 oj_status oj__decode_sample_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos, oj_tensor *seen,
                              oj_tensor *step, const oj__decode_sampler *s);
+/* oj__decode_sample_ that also writes the token to hist[pos] (pos after
+ * its advance; hist contiguous i64, pos required; nothing is written when
+ * pos is outside hist), in the same kernel: the decoder keeps each step's
+ * token on the device to read several back at once. hist NULL: as
+ * oj__decode_sample_. Errors as there, OJ_ERR_INVALID_ARGUMENT for hist
+ * without pos or sharing a storage. */
+oj_status oj__decode_sample_keep_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos,
+                                  oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                                  const oj__decode_sampler *s);
 
 /* Whether the decode entries' product with w [K, N] sums in the order of
  * the CUDA one-row matmul (cuda_gemv.cu, "kn": the same column tile, no

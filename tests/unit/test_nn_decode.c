@@ -6,7 +6,7 @@
 // the cache writes nothing); oj__decode_argmax_advance_ picks the lowest
 // index on ties and the first NaN, and advances pos; oj__decode_sample_
 // gives the host sampler's token (oj_sample_logits) and advances its
-// step, seen flags and pos; oj__decode_embed_mask
+// step, seen flags and pos (and keeps the token at hist[pos]); oj__decode_embed_mask
 // gives embedding + add's bits and the mask; the refusals name what
 // was wrong; no leaks.
 #include <math.h>
@@ -224,6 +224,19 @@ static void test_decode_sample(void **state) {
     int64_t p = 0;
     assert_int_equal(oj_to_host(pos, &p, sizeof p), OJ_OK);
     assert_int_equal(p, 3 + 24);
+    /* the token kept at hist[pos] (pos after its advance); hist needs pos */
+    int64_t sh[1] = {40}, kept[40];
+    oj_tensor *kh = oj_full(eng, 1, sh, OJ_I64, -7.0);
+    oj__decode_sampler sk = {0.7, 4, 1.0, 1.0, 5, 1};
+    assert_int_equal(oj__decode_sample_keep_(tok, l, pos, NULL, stp, kh, &sk), OJ_OK);
+    int64_t tk = -1;
+    assert_int_equal(oj_to_host(tok, &tk, sizeof tk), OJ_OK);
+    assert_int_equal(oj_to_host(kh, kept, sizeof kept), OJ_OK);
+    assert_int_equal(kept[3 + 25], tk);
+    assert_int_equal(kept[3 + 24], -7);
+    assert_int_equal(oj__decode_sample_keep_(tok, l, NULL, NULL, stp, kh, &sk), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(oj_last_error(eng), "comes with pos"));
+    oj_clear_error(eng);
     /* a NaN: -1 */
     double vn[V];
     memcpy(vn, v, sizeof vn);

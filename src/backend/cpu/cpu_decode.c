@@ -150,7 +150,7 @@ oj_status oj_cpu_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor
 /* The host sampler itself (src/infer/sample.c) on the logits and the
  * history {i : seen[i] != 0}: the reference the device sampler equals. */
 oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
-                               oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
+                               oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *kept,
                                const oj__decode_sampler *s) {
     const int64_t V = oj_numel(logits);
     float *lg = malloc((size_t)V * sizeof *lg);
@@ -183,6 +183,9 @@ oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *
     *(int64_t *)oj__nn_base(tok) = t;
     if (sp && t >= 0) sp[t] = 1;
     *st += 1;
-    if (pos) *(int64_t *)oj__nn_base(pos) += 1;
+    if (pos) {
+        const int64_t p = *(int64_t *)oj__nn_base(pos) += 1;
+        if (kept && p >= 0 && p < oj_numel(kept)) ((int64_t *)oj__nn_base(kept))[p] = t;
+    }
     return OJ_OK;
 }

@@ -57,7 +57,7 @@ oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tenso
 /* cuda_decode_sample.cu: the sampled decode step's token on the device */
 oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                 oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
-                                const struct oj__decode_sampler *s);
+                                oj_tensor *hist, const struct oj__decode_sampler *s);
 
 /* cuda_attention_paged.cu: attention over a paged KV cache (backend.h) */
 oj_status oj_cuda_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,

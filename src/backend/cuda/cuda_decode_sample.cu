@@ -38,8 +38,8 @@
 #include "ops/nn_decode.h"
 
 oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
-                                           oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
-                                           const oj__decode_sampler *s);
+                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                                const oj__decode_sampler *s);
 
 #define SM_THREADS 1024
 #define SM_CAP 2048 /* candidates sorted in shared memory */
@@ -141,7 +141,7 @@ __device__ double sm_uniform(unsigned long long seed, long long seq, long long s
 template <typename T>
 __global__ void __launch_bounds__(SM_THREADS)
     k_dec_sample(int64_t *tok, const T *__restrict__ x, int V, bool vec, int64_t *pos,
-                 uint8_t *seen, int64_t *step, sm_params p) {
+                 uint8_t *seen, int64_t *step, int64_t *hist, long long nhist, sm_params p) {
     __shared__ double cv[SM_CAP];          /* the candidates, unordered */
     __shared__ int ci[SM_CAP];
     __shared__ double rv[OJ__DECODE_SAMPLE_MAX_K]; /* the K best in rank order */
@@ -332,13 +332,17 @@ done:
         *tok = out;
         if (seen && out >= 0) seen[out] = 1;
         *step += 1;
-        if (pos) *pos += 1;
+        if (pos) {
+            const int64_t q = *pos + 1;
+            *pos = q;
+            if (hist && q >= 0 && q < nhist) hist[q] = out;
+        }
     }
 }
 
 oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
-                                           oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
-                                           const oj__decode_sampler *s) {
+                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                                const oj__decode_sampler *s) {
     if (oj_cuda_begin(eng, "decode_sample") != OJ_OK) return oj_last_status(eng);
     const int V = (int)oj_cuda_numel(logits);
     sm_params p;
@@ -353,20 +357,22 @@ oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor 
     int64_t *tp = (int64_t *)oj_cuda_ptr(tok), *sp = (int64_t *)oj_cuda_ptr(step);
     int64_t *pp = pos ? (int64_t *)oj_cuda_ptr(pos) : NULL;
     uint8_t *seenp = seen ? (uint8_t *)oj_cuda_ptr(seen) : NULL;
+    int64_t *hp = hist ? (int64_t *)oj_cuda_ptr(hist) : NULL;
+    const long long nh = hist ? (long long)oj_cuda_numel(hist) : 0;
     const void *x = oj_cuda_ptr(logits);
     const bool vec = oj_cu_aligned16(x);
     switch (logits->dtype) { /* its launch overlaps the kernel before (cuda_pdl.cuh) */
     case OJ_BF16:
         oj_pdl_launch(k_dec_sample<oj_cu_bf16>, dim3(1), dim3(SM_THREADS), 0, tp,
-                      (const oj_cu_bf16 *)x, V, vec, pp, seenp, sp, p);
+                      (const oj_cu_bf16 *)x, V, vec, pp, seenp, sp, hp, nh, p);
         break;
     case OJ_F16:
         oj_pdl_launch(k_dec_sample<oj_cu_f16>, dim3(1), dim3(SM_THREADS), 0, tp,
-                      (const oj_cu_f16 *)x, V, vec, pp, seenp, sp, p);
+                      (const oj_cu_f16 *)x, V, vec, pp, seenp, sp, hp, nh, p);
         break;
     default:
         oj_pdl_launch(k_dec_sample<float>, dim3(1), dim3(SM_THREADS), 0, tp, (const float *)x, V,
-                      false, pp, seenp, sp, p);
+                      false, pp, seenp, sp, hp, nh, p);
         break;
     }
     return oj_cuda_check(eng, "decode_sample");
