@@ -42,7 +42,8 @@ oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor 
                                 const oj__decode_sampler *s);
 
 #define SM_THREADS 1024
-#define SM_CAP 2048 /* candidates sorted in shared memory */
+#define SM_CAP 2048 /* candidates ranked in shared memory */
+#define SM_U 4       /* loads in flight a thread in a scan */
 
 struct sm_params {
     double temperature, top_p, penalty;
@@ -73,7 +74,9 @@ __device__ __forceinline__ double sm_value(const T *x, const uint8_t *seen, doub
 
 /* f(i, x[i] as float) for every i < V, each by one thread of the block in
  * no particular order: 16-bit logits at a 16-byte aligned address in
- * 8-element chunks (one 16-byte load), the rest one by one. */
+ * 8-element chunks (one 16-byte load), the rest one by one; SM_U loads of
+ * a thread issued before any use (one round of L2 latency for gpt2's V
+ * instead of one per chunk). */
 template <typename T, typename F>
 __device__ __forceinline__ void sm_scan(const T *x, int V, bool vec, F f) {
     int tail = 0;
@@ -81,17 +84,40 @@ __device__ __forceinline__ void sm_scan(const T *x, int V, bool vec, F f) {
         if (vec) {
             const int nch = V / 8;
             const uint4 *xc = (const uint4 *)x;
-#pragma unroll 2
-            for (int c = threadIdx.x; c < nch; c += SM_THREADS) {
-                float v[8];
-                oj_cu_unpackv<T, 8>(__ldg(xc + c), v);
+            for (int c0 = threadIdx.x; c0 < nch; c0 += SM_THREADS * SM_U) {
+                uint4 r[SM_U];
 #pragma unroll
-                for (int e = 0; e < 8; e++) f(c * 8 + e, v[e]);
+                for (int u = 0; u < SM_U; u++) {
+                    const int c = c0 + u * SM_THREADS;
+                    r[u] = c < nch ? __ldg(xc + c) : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+                for (int u = 0; u < SM_U; u++) {
+                    const int c = c0 + u * SM_THREADS;
+                    if (c >= nch) break;
+                    float v[8];
+                    oj_cu_unpackv<T, 8>(r[u], v);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) f(c * 8 + e, v[e]);
+                }
             }
             tail = nch * 8;
         }
     }
-    for (int i = tail + (int)threadIdx.x; i < V; i += SM_THREADS) f(i, oj_cu_hw_tof(x[i]));
+    for (int i0 = tail + (int)threadIdx.x; i0 < V; i0 += SM_THREADS * SM_U) {
+        float v[SM_U];
+#pragma unroll
+        for (int u = 0; u < SM_U; u++) {
+            const int i = i0 + u * SM_THREADS;
+            v[u] = i < V ? oj_cu_hw_tof(x[i]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < SM_U; u++) {
+            const int i = i0 + u * SM_THREADS;
+            if (i >= V) break;
+            f(i, v[u]);
+        }
+    }
 }
 
 /* An order-preserving 64-bit key of a (non-NaN) double; -0 and +0 alike. */
