@@ -60,6 +60,7 @@ bool oj__gpt_fast_decode_exact(const oj_gpt *m) {
     if (oj_engine_device(m->eng).type != OJ_DEVICE_CUDA) return false;
     const char *e = getenv("OJAS_CUDA_GEMV"); /* off: the generic step takes cuBLAS */
     if (e && strcmp(e, "0") == 0) return false;
+    if (m->qhead) return false; /* the generic step's head is the quantized one */
     for (int l = 0; l < (int)m->cfg.n_layer; l++) {
         const oj_gpt_block *b = &m->blocks[l];
         if (!oj__decode_matches_unfused(b->c_attn_w) || !oj__decode_matches_unfused(b->attn_proj_w) ||
