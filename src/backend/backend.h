@@ -102,6 +102,8 @@ typedef struct oj_backend_comm {
     oj_status (*watch)(oj_engine *eng, void *comm, const char *what, oj_error *err);
 } oj_backend_comm;
 
+struct oj__decode_sampler; /* ops/nn_decode.h */
+
 typedef struct oj_backend {
     const char *name;
     oj_device_type type;
@@ -600,6 +602,18 @@ typedef struct oj_backend {
     oj_status (*decode_embed_mask)(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                    const oj_tensor *wpe, const oj_tensor *tok,
                                    const oj_tensor *pos, oj_tensor *mask);
+    /* The end of a sampled decode step (ops/nn_decode.h,
+     * oj__decode_sample_, which validated everything): tok = the host
+     * sampler's choice over logits [V] (f32/bf16/f16, contiguous) with the
+     * repetition penalty on the ids i where seen[i] != 0 (u8 [V], NULL: no
+     * penalty) and the draw oj_sample_uniform(s->seed, s->seq, *step), -1
+     * on a NaN; then seen[tok] = 1, *step += 1, *pos += 1 (pos NULL: not)
+     * and hist[*pos] = tok where hist (i64, contiguous, needs pos) is not
+     * NULL and *pos < its numel. At most OJ__DECODE_SAMPLE_MAX_K
+     * candidates. */
+    oj_status (*decode_sample)(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                               oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                               const struct oj__decode_sampler *s);
     /* ---- the device-gated optimizer step (CUDA; NULL on the CPU, where
      * the optimizer reads the norms back instead). step_gate_open queues
      * the L2 norm of every grads[i] (contiguous f32/f64/bf16/f16, as

@@ -6,6 +6,7 @@
 #include "ojas/io.h"
 #include "ojas/nn.h"
 #include "ojas/quant.h"
+#include "ops/nn_decode.h"
 
 /* One transformer block. gpt2 uses ln/attn/mlp with biases and HF Conv1D
  * layouts ([in, out]); nanolab uses the PyTorch Linear layout ([out, in]). */
@@ -197,6 +198,36 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
 oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                               const oj_gpt_dev_pos *dp);
 
+/* Make d's steps (and prefills) sampled by s (NULL: greedy, the
+ * default). A sampled decoder runs the generic step, whose logits are the
+ * eager loop's, unless the fast step's are its bits
+ * (oj__gpt_fast_decode_exact); elsewhere the fast step's differ by the
+ * order of sums, enough to change sampled tokens (OJAS_DECODE_FAST=1
+ * takes it anyway). on_device:
+ * the token is drawn on the device by oj__decode_sample_ (ops/nn_decode.h)
+ * in the prefill and inside the step (the token alone read back),
+ * penalising the prompt's and the drawn tokens; otherwise the step writes
+ * the argmax and the caller samples oj_gpt_decoder_logits on the host.
+ * Changing the sampler drops the captured graph and needs a new prefill.
+ * OJ_ERR_UNSUPPORTED when on_device and !oj__decode_sample_ok;
+ * OJ_ERR_CAPACITY. */
+oj_status oj__gpt_decoder_set_sampler(oj_gpt_decoder *d, const oj__decode_sampler *s,
+                                      bool on_device);
+
+/* Make d's step also keep its token on the device (at its position + 1 of
+ * a [capacity + 1] buffer: written by the device draw itself, by an
+ * index_copy_ after a greedy step; drops the captured graph), so that
+ * oj__gpt_decoder_steps can run several steps and read their tokens back
+ * at once. Not for a ring cache (nanolab): OJ_ERR_UNSUPPORTED;
+ * OJ_ERR_CAPACITY. */
+oj_status oj__gpt_decoder_keep_tokens(oj_gpt_decoder *d);
+/* k >= 1 steps of d (oj_gpt_decoder_step, each feeding the token the one
+ * before wrote on the device) with one read-back: toks[0..k) the tokens
+ * they wrote, as k oj_gpt_decoder_step calls would return. The caller
+ * keeps the positions within the context (each step's errors as
+ * oj_gpt_decoder_step's; OJ_ERR_STATE without oj__gpt_decoder_keep_tokens). */
+oj_status oj__gpt_decoder_steps(oj_gpt_decoder *d, int64_t k, int32_t *toks);
+
 /* The gpt2 decode step in six kernels a layer (gpt_decode_fast.c): whether
  * it serves m with cache c (gpt2, weights and cache of one dtype bf16/f16,
  * batch 1, FAST numerics, the backend's decode entries; on a CUDA engine,
@@ -206,6 +237,13 @@ oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
  * except that dp->mask is a bool [1, 1, 1, S] tensor the step writes
  * (slot j attended once j <= pos). */
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
+/* Whether the fast step's logits are the generic step's bit for bit
+ * (given oj__gpt_fast_decode_ok): a CUDA engine, its one-row matmul on
+ * (OJAS_CUDA_GEMV unset or not "0") and every projection's product
+ * summed in its order (oj__decode_matches_unfused: gpt2-124m's shapes
+ * do, gpt2-medium's c_proj with K 4096 does not). Sampled sequences take
+ * the fast step only then. */
+bool oj__gpt_fast_decode_exact(const oj_gpt *m);
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                              const oj_gpt_dev_pos *dp);
 

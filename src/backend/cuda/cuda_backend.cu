@@ -59,6 +59,10 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
 oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                     const oj_tensor *wpe, const oj_tensor *tok,
                                     const oj_tensor *pos, oj_tensor *mask);
+/* cuda_decode_sample.cu: the sampled decode step's token on the device */
+oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
+                                oj_tensor *hist, const struct oj__decode_sampler *s);
 
 /* cuda_attention_cudnn.cu: which attention implementation ran (backend.h) */
 const char *oj_cuda_attention_impl(oj_engine *eng, bool backward, char *why, size_t n);
@@ -172,6 +176,7 @@ static oj_backend make_cuda_backend() {
     /* quantized weights (cuda_quant.cu) */
     b.qgemv = oj_cuda_qgemv;
     b.qdequant = oj_cuda_qdequant;
+    b.decode_sample = oj_cuda_decode_sample;
     return b;
 }
 
