@@ -237,6 +237,19 @@ static void test_cli_export(void **state) {
     assert_int_equal(ojas("export --hf mine -m out --force", NULL), 0);
     assert_int_equal(ojas("generate -m mine -p '" PROMPT "' -n 12 -t 0", &b), 0);
     assert_true(strlen(b) > strlen(PROMPT "\n"));
+    /* a stale model.safetensors.index.json that --force leaves beside the
+     * new model.safetensors: ojas reads model.safetensors, as transformers
+     * does (not the shards of an older export) */
+    snprintf(p, sizeof p, "%s/mine/model.safetensors.index.json", g_dir);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("{\"metadata\": {}, \"weight_map\": {\"wte.weight\": \"old-00001.safetensors\"}}\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    char *c2 = NULL;
+    assert_int_equal(ojas("generate -m mine -p '" PROMPT "' -n 12 -t 0", &c2), 0);
+    assert_string_equal(b, c2);
+    free(c2);
     free(b);
     /* --force never writes over what it reads: the model directory (by any
      * spelling) stays byte for byte, and the checkpoint directory (given, or
