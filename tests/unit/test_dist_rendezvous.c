@@ -261,8 +261,16 @@ static void test_env_group(void **state) {
     setenv("RANK", "1", 1);
     assert_int_equal(oj_dist_init(10, &d, &e2), OJ_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(e2.message, "needs MASTER_ADDR"));
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    /* a MASTER_ADDR longer than a host name can be is refused, not cut short */
+    char longaddr[400];
+    memset(longaddr, 'a', sizeof longaddr - 1);
+    longaddr[sizeof longaddr - 1] = '\0';
+    setenv("MASTER_ADDR", longaddr, 1);
     setenv("MASTER_PORT", "29511", 1);
+    oj_error el = {0};
+    assert_int_equal(oj_dist_init(10, &d, &el), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(el.message, "MASTER_ADDR of 399 bytes"));
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("LOCAL_RANK", "1", 1);
     oj_error e3 = {0};
     assert_int_equal(oj_dist_init(10, &d, &e3), OJ_OK);
