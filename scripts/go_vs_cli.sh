@@ -20,6 +20,8 @@ cfg=$1 out=$2; shift 2
 ojas=${OJAS:?OJAS names the ojas binary}
 gob=${GOBENCH:?GOBENCH names the ojas-train-bench binary (bench/go)}
 reps=${REPS:-3} skip=${SKIP:-2}
+[[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "go_vs_cli: REPS=$reps is not a count of pairs (1 or more)" >&2; exit 2; }
+[[ $skip =~ ^[0-9]+$ ]] || { echo "go_vs_cli: SKIP=$skip is not a count of steps (0 or more)" >&2; exit 2; }
 mkdir -p "$out"
 sets=() gsets=()
 for kv in "$@"; do sets+=(--set "$kv"); gsets+=(-set "$kv"); done
@@ -45,13 +47,17 @@ run_cli() {
   rm -rf "$out/cli$1"
   "$ojas" train --no-progress --no-plot --config "$cfg" --out "$out/cli$1" "${sets[@]}" \
     > "$out/cli$1.log" 2>&1 || { echo "go_vs_cli: ojas train failed:"; tail -5 "$out/cli$1.log"; exit 1; } >&2
-  echo "{\"run\": \"cli\", \"rep\": $1, \"tokens_per_s\": $(rate "$out/cli$1/metrics.jsonl")}"
+  local t
+  t=$(rate "$out/cli$1/metrics.jsonl") || exit 1 # no line from a run without a rate
+  echo "{\"run\": \"cli\", \"rep\": $1, \"tokens_per_s\": $t}"
 }
 run_go() {
   rm -rf "$out/go$1"
   "$gob" -config "$cfg" -out "$out/go$1" "${gsets[@]}" > "$out/go$1.log" 2>&1 ||
     { echo "go_vs_cli: the Go run failed:"; tail -5 "$out/go$1.log"; exit 1; } >&2
-  echo "{\"run\": \"go\", \"rep\": $1, \"tokens_per_s\": $(rate "$out/go$1/metrics.jsonl")}"
+  local t
+  t=$(rate "$out/go$1/metrics.jsonl") || exit 1
+  echo "{\"run\": \"go\", \"rep\": $1, \"tokens_per_s\": $t}"
 }
 : > "$out/runs.jsonl"
 for r in $(seq 1 "$reps"); do

@@ -301,6 +301,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.n < 2:
         ap.error("-n must be at least 2")
+    if not (os.path.isfile(a.ojas) and os.access(a.ojas, os.X_OK)):
+        ap.error("--ojas %s is not an executable (build the CLI, or give its path)" % a.ojas)
     for m in a.models.split(","):
         if m not in MODELS:
             ap.error("unknown model %r (known: %s)" % (m, ", ".join(MODELS)))
@@ -318,6 +320,10 @@ def main(argv=None):
                           capture_output=True, text=True).stdout.strip()
     summary = {"commit": head, "host": platform.node(), "ojas_info": info, "models": []}
     bad = 0
+    # what this script writes under --dir (and so removes without --keep)
+    made = [p for p in [os.path.join(work, m) for m in a.models.split(",")] +
+            [os.path.join(work, "tok"), os.path.join(work, "corpus.txt")]
+            if not os.path.exists(p)]
     try:
         for name in a.models.split(","):
             d = os.path.join(work, name)
@@ -347,8 +353,7 @@ def main(argv=None):
     finally:
         if not a.keep:
             if a.dir:  # only what this script wrote there
-                for m in a.models.split(",") + ["tok", "corpus.txt"]:
-                    p = os.path.join(work, m)
+                for p in made:
                     shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else \
                         (os.path.exists(p) and os.remove(p))
             else:

@@ -317,6 +317,14 @@ def main(argv=None):
     unknown = [c for c in names if c not in CASES]
     if unknown:
         ap.error("unknown case(s) %s (known: %s)" % (", ".join(unknown), ", ".join(CASES)))
+    # nothing compared must not read as "all equal"
+    if not names:
+        ap.error("--cases %r names no case (known: %s)" % (a.cases, ", ".join(CASES)))
+    devices = [d for d in a.devices.split(",") if d]
+    if not devices:
+        ap.error("--devices %r names no device (cpu, cuda)" % a.devices)
+    if a.n < 1:
+        ap.error("-n %d: the greedy comparison needs at least 1 token" % a.n)
     try:
         ojas = import_ojas(a.build)
     except ImportError as e:
@@ -332,13 +340,13 @@ def main(argv=None):
                 ref.make(name, CASES[name], d)
             except Exception as e:  # the reference could not build it: every device fails
                 err = "making the model: %s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0])
-                for dev in a.devices.split(","):
+                for dev in devices:
                     r = {"case": name, "architecture": CASES[name]["architectures"][0],
                          "device": dev, "error": err, "ok": False}
                     results.append(r)
                     print(line(r), flush=True)
                 continue
-            for dev in a.devices.split(","):
+            for dev in devices:
                 r = compare(ojas, ref, name, dev, d, a.n, a.numerics)
                 results.append(r)
                 print(line(r), flush=True)

@@ -23,7 +23,8 @@ static const char *k_help =
     "(Llama, Mistral, Qwen2, Qwen3 shapes) export; nanolab ones have no transformers class.\n"
     "      --hf OUTDIR          the directory to write: created, or an empty one\n"
     "      --force              write into an OUTDIR that holds files: files of the\n"
-    "                           names export writes are replaced, others stay\n"
+    "                           names export writes are replaced, others stay (never\n"
+    "                           the --model or checkpoint directory being read)\n"
     "      --checkpoint DIR     a checkpoint directory written by 'ojas train', or its run\n"
     "                           directory (its newest verified checkpoint)\n"
     "  -m, --model DIR          a Hugging Face model directory (re-exported with its\n"
@@ -80,6 +81,18 @@ static int check_out_dir(const char *out, bool force) {
     return CLI_OK;
 }
 
+/* OUTDIR is not `src`, the directory the export reads (the same file by
+ * device and inode, however either is spelled): --force would write over
+ * the weights being read. CLI_OK, or the refusal printed and its code. */
+static int check_not_source(const char *out, const char *src, const char *what) {
+    struct stat a, b;
+    if (stat(out, &a) != 0 || stat(src, &b) != 0) return CLI_OK; /* OUTDIR is new */
+    if (a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return cli_error(CLI_FAIL, "export: --hf '%s' is the %s directory itself (%s); export "
+                                   "to another directory", out, what, src);
+    return CLI_OK;
+}
+
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *ckpt = NULL, *model_dir = NULL, *vocab = NULL, *adapter = NULL;
     bool force = false;
@@ -120,9 +133,13 @@ int cmd_export(int argc, char **argv) {
                             "failed verification (the newest: %s); using %s\n",
                     skipped, ckpt, why.message, ckpt_dir);
         if (vocab == NULL && run_cfg.tokenizer_dir[0]) vocab = run_cfg.tokenizer_dir;
+        orc = check_not_source(out, ckpt_dir, "checkpoint");
     } else if (access(model_dir, F_OK) != 0) {
         return cli_error(CLI_FAIL, "export: model directory '%s' does not exist", model_dir);
+    } else {
+        orc = check_not_source(out, model_dir, "model");
     }
+    if (orc != CLI_OK) return orc;
     oj_error e = {0};
     oj_tokenizer *tok = NULL;
     if (vocab && oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)

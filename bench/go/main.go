@@ -32,6 +32,10 @@ func main() {
 	if *config == "" || *out == "" {
 		log.Fatal("ojas-train-bench: -config and -out are required")
 	}
+	if flag.NArg() > 0 { // the flag package stops at the first of these: -set after it is lost
+		log.Fatalf("ojas-train-bench: unexpected argument %q (overrides go as -set key=value, "+
+			"before any other argument)", flag.Arg(0))
+	}
 	cfg, err := ojas.LoadRunConfig(*config)
 	if err == nil {
 		err = cfg.Set(overrides...)

@@ -11,6 +11,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ojas-go-bench-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 (cd "$here" && go build -o "$tmp/ojas-train-bench" .)
+# a stray argument (after which the flag package reads no -set) is refused by name
+if "$tmp/ojas-train-bench" -config c.json -out "$tmp/x" max_steps=3 -set seed=1 2>"$tmp/stray.txt" ||
+  ! grep -q 'unexpected argument "max_steps=3"' "$tmp/stray.txt"; then
+  echo "run.sh: ojas-train-bench took a stray argument:"; cat "$tmp/stray.txt"; exit 1
+fi
 cp "$here/../../README.md" "$tmp/corpus.txt"
 (cd "$tmp" && "$ojas" tokenizer train --vocab-size 400 --threads 1 --out tok corpus.txt &&
   "$ojas" data prepare --vocab tok --out data --threads 1 corpus.txt) >"$tmp/prep.txt" 2>&1 ||

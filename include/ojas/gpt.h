@@ -223,8 +223,8 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err);
 /* Read a Hugging Face model directory: config.json (architectures
  * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
  * Qwen3ForCausalLM; oj_gpt_config_from_hf) and its weights,
- * model.safetensors or the shards that model.safetensors.index.json's
- * weight_map names (each file memory-mapped, F32 / BF16 / F16 converted to
+ * model.safetensors or, without it (transformers' order), the shards that
+ * model.safetensors.index.json's weight_map names (each file memory-mapped, F32 / BF16 / F16 converted to
  * the f32 parameters). Every tensor is checked (present, float, the shape
  * config.json gives) before the model is returned; tensors the model does
  * not use (GPT-2's attention-mask buffers, a tied lm_head.weight equal to

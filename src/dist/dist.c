@@ -102,6 +102,11 @@ static oj_status init_env(oj_dist *d, oj_error *err) {
                             "and MASTER_PORT (a free TCP port on it, 1 .. 65535): got %s and %s",
                             rank, world, addr ? addr : "none",
                             getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "none");
+    if (addr && strlen(addr) >= sizeof d->addr) /* a host name has at most 253 */
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "dist: a MASTER_ADDR of %zu bytes is no host name or address (at "
+                            "most %zu)",
+                            strlen(addr), sizeof d->addr - 1);
     snprintf(d->addr, sizeof d->addr, "%s", addr ? addr : "127.0.0.1");
     d->port = (int)port;
     d->rank = (int)rank;

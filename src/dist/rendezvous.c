@@ -2,7 +2,8 @@
  * WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as torchrun sets them): rank 0
  * hands its 128-byte ncclUniqueId to every other rank over plain TCP.
  * Rank 0 listens on MASTER_PORT (every interface) and accepts world - 1
- * connections; each rank connects to MASTER_ADDR:MASTER_PORT (retrying
+ * connections, dropping a peer that sends no hello within RDV_HELLO_S or
+ * sends one that is not ours; each rank connects to MASTER_ADDR:MASTER_PORT (retrying
  * while rank 0 is not yet listening), says who it is, and reads the id.
  * Every wait has the group's deadline. NCCL's own bootstrap then connects
  * the ranks; ojas moves nothing else over these sockets. */
@@ -21,6 +22,7 @@
 #include "dist/dist_internal.h"
 
 #define RDV_MAGIC 0x4f4a524eu /* "OJRN" */
+#define RDV_HELLO_S 2.0       /* seconds rank 0 waits for a connected peer's hello */
 
 /* [magic, rank, world] from a rank, [magic, world, status] + id back */
 typedef struct {
@@ -123,7 +125,10 @@ static oj_status serve(int port, int world, double timeout_s, const unsigned cha
             continue;
         hello h;
         unsigned char reply[12 + 128];
-        if (xfer_all(c, &h, sizeof h, false, deadline) || h.magic != RDV_MAGIC) {
+        /* a rank sends its hello as it connects: a peer silent for longer
+         * is no rank and must not hold the others back until the deadline */
+        double said_by = now_s() + RDV_HELLO_S < deadline ? now_s() + RDV_HELLO_S : deadline;
+        if (xfer_all(c, &h, sizeof h, false, said_by) || h.magic != RDV_MAGIC) {
             close(c); /* not one of ours (a port scan, a stale job): ignore it */
             continue;
         }
@@ -196,7 +201,15 @@ static oj_status join(const char *addr, int port, int rank, int world, double ti
             memcpy(&m, reply, 4);
             memcpy(&w, reply + 4, 4);
             memcpy(&status, reply + 8, 4);
-            if (m != RDV_MAGIC || status) {
+            if (m != RDV_MAGIC) {
+                freeaddrinfo(res);
+                return oj_error_set(err, OJ_ERR_IO,
+                                    "dist rendezvous: rank %d of %d: %s:%d (MASTER_ADDR:"
+                                    "MASTER_PORT) is not an ojas rank 0 (it answered something "
+                                    "else): another program holds that port",
+                                    rank, world, addr, port);
+            }
+            if (status) {
                 freeaddrinfo(res);
                 return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                                     "dist rendezvous: rank %d of %d: rank 0 at %s:%d refused it "

@@ -69,3 +69,18 @@ def test_a_refusal_fails(tmp_path, monkeypatch):
 def test_unknown_case_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         hf_compare.main(["--cases", "falcon"])
+
+
+@pytest.mark.parametrize("args", [["--cases", ","], ["--cases", ""], ["--devices", ""],
+                                  ["-n", "0"], ["-n", "-3"]])
+def test_nothing_to_compare_is_refused(tmp_path, args, capsys):
+    """No case, no device or no token would compare nothing and print
+    "all equal": refused by name instead."""
+    out = str(tmp_path / "summary.json")
+    with pytest.raises(SystemExit) as e:
+        hf_compare.main(["--build", conftest._build_dir(), "--reference", "plain",
+                         "--json", out] + args)
+    assert e.value.code == 2
+    assert not os.path.exists(out)
+    err = capsys.readouterr().err
+    assert ("--cases" in err or "--devices" in err or "-n" in err) and "error:" in err, err

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -136,6 +137,105 @@ static void test_world_of_one_needs_no_port(void **state) {
     assert_int_equal(oj__dist_rendezvous(NULL, 0, 1, 1, 1, id, &err), OJ_ERR_INVALID_ARGUMENT);
 }
 
+/* In a child: connect to rank 0 on `port` (retrying while it does not
+ * listen yet) after `delay_s`, then say nothing for `hold_s` and exit. */
+static pid_t silent_peer(int port, double delay_s, double hold_s) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid)
+        return pid;
+    usleep((useconds_t)(delay_s * 1e6));
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    for (int i = 0; i < 100; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+            usleep((useconds_t)(hold_s * 1e6));
+            _exit(0);
+        }
+        if (fd >= 0)
+            close(fd);
+        usleep(50000);
+    }
+    _exit(1);
+}
+
+/* In a child: after `delay_s`, join as `rank` of `world` (child()'s exit
+ * codes). */
+static pid_t late_child(int port, int rank, int world, double delay_s) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid)
+        return pid;
+    usleep((useconds_t)(delay_s * 1e6));
+    child(port, rank, world); /* forks again: wait for that one */
+    int status = 0;
+    pid_t c = wait(&status);
+    _exit(c > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+// test: a peer that connects to rank 0 and says nothing (a health check, a
+// port scan that holds the socket) does not hold the rendezvous until its
+// deadline: the rank that comes after it still gets the id
+static void test_silent_peer_does_not_stall(void **state) {
+    (void)state;
+    int port = free_port();
+    pid_t quiet = silent_peer(port, 0.2, 12);
+    pid_t a = late_child(port, 1, 2, 1.0);
+    unsigned char id[128];
+    for (int i = 0; i < 128; i++)
+        id[i] = (unsigned char)(i * 7 + 1);
+    oj_error err = {0};
+    double t0 = now_s();
+    oj_status st = oj__dist_rendezvous("127.0.0.1", port, 0, 2, 8, id, &err);
+    if (st)
+        fprintf(stderr, "%s\n", err.message);
+    assert_int_equal(st, OJ_OK);
+    assert_true(now_s() - t0 < 6);
+    assert_int_equal(exit_code(a), 0);
+    kill(quiet, SIGKILL);
+    exit_code(quiet);
+}
+
+// test: a rank whose MASTER_PORT is held by another program (it answers
+// with bytes that are no rendezvous reply) is told so, not that the ranks
+// disagree on RANK/WORLD_SIZE
+static void test_foreign_listener_named(void **state) {
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t n = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    int port = ntohs(a.sin_port);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* an HTTP server, say */
+        int c = accept(fd, NULL, NULL);
+        char buf[12], junk[140];
+        memset(junk, 'H', sizeof junk);
+        if (c >= 0 && recv(c, buf, sizeof buf, MSG_WAITALL) == (ssize_t)sizeof buf)
+            send(c, junk, sizeof junk, MSG_NOSIGNAL);
+        usleep(200000);
+        _exit(0);
+    }
+    close(fd);
+    unsigned char id[128] = {0};
+    oj_error err = {0};
+    assert_int_equal(oj__dist_rendezvous("127.0.0.1", port, 1, 2, 5, id, &err), OJ_ERR_IO);
+    assert_null(strstr(err.message, "disagree"));
+    assert_non_null(strstr(err.message, "is not an ojas rank 0"));
+    assert_int_equal(exit_code(pid), 0);
+}
+
 static void clear_env(void) {
     const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
@@ -161,8 +261,16 @@ static void test_env_group(void **state) {
     setenv("RANK", "1", 1);
     assert_int_equal(oj_dist_init(10, &d, &e2), OJ_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(e2.message, "needs MASTER_ADDR"));
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    /* a MASTER_ADDR longer than a host name can be is refused, not cut short */
+    char longaddr[400];
+    memset(longaddr, 'a', sizeof longaddr - 1);
+    longaddr[sizeof longaddr - 1] = '\0';
+    setenv("MASTER_ADDR", longaddr, 1);
     setenv("MASTER_PORT", "29511", 1);
+    oj_error el = {0};
+    assert_int_equal(oj_dist_init(10, &d, &el), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(el.message, "MASTER_ADDR of 399 bytes"));
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("LOCAL_RANK", "1", 1);
     oj_error e3 = {0};
     assert_int_equal(oj_dist_init(10, &d, &e3), OJ_OK);
@@ -228,6 +336,8 @@ int main(void) {
         cmocka_unit_test(test_world_mismatch_refused),
         cmocka_unit_test(test_deadlines_name_what_is_missing),
         cmocka_unit_test(test_world_of_one_needs_no_port),
+        cmocka_unit_test(test_silent_peer_does_not_stall),
+        cmocka_unit_test(test_foreign_listener_named),
         cmocka_unit_test(test_env_group),
         cmocka_unit_test(test_env_world_of_one),
     };
