@@ -53,19 +53,31 @@
 #include <cudnn.h>
 #endif
 
-/* OJAS_CUDA_ATTN_CUDNN: 0 off, verbose (print each plan built or refused),
- * deterministic (the backward graph without the dQ accumulator, which
- * cuDNN serves with a dP workspace: for measuring whether it is
- * reproducible and fast enough for EXACT), else on. Read once per process. */
+/* OJAS_CUDA_ATTN_CUDNN: 0/off/false off, 1/on/true (or unset) on, verbose
+ * (print each plan built or refused), deterministic (the backward graph
+ * without the dQ accumulator, which cuDNN serves with a dP workspace: for
+ * measuring whether it is reproducible and fast enough for EXACT). Any
+ * other value is named on stderr once and leaves the path on. Read once
+ * per process. */
 static int cudnn_mode(void) {
     static int mode = -1; /* 0 off, 1 on, 2 verbose, 3 deterministic */
     if (mode < 0) {
         const char *e = getenv("OJAS_CUDA_ATTN_CUDNN");
-        mode = e == NULL                         ? 1
-               : strcmp(e, "0") == 0             ? 0
-               : strcmp(e, "verbose") == 0       ? 2
-               : strcmp(e, "deterministic") == 0 ? 3
-                                                 : 1;
+        if (e == NULL || e[0] == '\0' || !strcmp(e, "1") || !strcmp(e, "on") || !strcmp(e, "true"))
+            mode = 1;
+        else if (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false"))
+            mode = 0;
+        else if (!strcmp(e, "verbose"))
+            mode = 2;
+        else if (!strcmp(e, "deterministic"))
+            mode = 3;
+        else {
+            fprintf(stderr,
+                    "ojas: OJAS_CUDA_ATTN_CUDNN=%s is not one of 0, off, false, 1, on, true, "
+                    "verbose, deterministic: cuDNN attention stays on\n",
+                    e);
+            mode = 1;
+        }
     }
     return mode;
 }
