@@ -102,6 +102,41 @@ static void alone_logits(oj_gpt *m, const int32_t *p, int64_t n, float *dst, int
     oj_kv_cache_free(c);
 }
 
+/* Hands out pool blocks nblocks-1, nblocks-2, ... interleaved across the NP
+ * prompts (tables[i][b], block 0 once they run out; tp[i] points at row i)
+ * and packs the prompts one after another into packed: start[i] is prompt
+ * i's first position. Returns the packed length N. */
+static int64_t pack_prompts(int32_t *p[NP], int nblocks, int32_t tables[NP][16], const int32_t *tp[NP],
+                            int64_t start[NP + 1], int32_t packed[128]) {
+    int next = nblocks - 1;
+    for (int b = 0; b < 16; b++)
+        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
+    int64_t N = 0;
+    start[0] = 0;
+    for (int i = 0; i < NP; i++) {
+        tp[i] = tables[i];
+        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
+        N += lens[i];
+        start[i + 1] = N;
+    }
+    return N;
+}
+
+/* One oj_gpt_forward_paged of the n tokens tok for n_seq sequences; each
+ * sequence's last logits, [n_seq, V], go to dst unless dst is NULL. */
+static void paged_forward(oj_gpt *m, oj_kv_pool *pool, const int32_t *tok, int64_t n, int64_t n_seq,
+                          const int64_t *start, const int64_t *past, const int32_t *const *tp, float *dst) {
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    oj_scope_begin(eng);
+    int64_t s[2] = {1, n};
+    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, tok, (size_t)n * sizeof(int32_t));
+    oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, n_seq, start, past, tp);
+    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
+    assert_int_equal(oj_size(lg, 1), n_seq);
+    if (dst != NULL) assert_int_equal(oj_to_host(lg, dst, (size_t)(n_seq * V) * sizeof *dst), OJ_OK);
+    oj_scope_end(eng);
+}
+
 /* Every prompt packed into one paged forward (blocks of 4 positions,
  * handed out interleaved) gives each prompt's last logits of the prompt
  * alone, bit for bit; then a second forward of one more token each. */
@@ -112,28 +147,12 @@ static void check_packed_logits(const char *kind) {
     prompts(p);
     oj_kv_pool *pool = NULL;
     assert_int_equal(oj_kv_pool_create(m, 64, BS, &pool), OJ_OK);
-    int32_t tables[NP][16];
-    int next = 63;
-    for (int b = 0; b < 16; b++)
-        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
+    int32_t tables[NP][16], packed[128];
     const int32_t *tp[NP];
-    int64_t start[NP + 1] = {0}, past[NP] = {0}, N = 0;
-    int32_t packed[128];
-    for (int i = 0; i < NP; i++) {
-        tp[i] = tables[i];
-        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
-        N += lens[i];
-        start[i + 1] = N;
-    }
+    int64_t start[NP + 1], past[NP] = {0};
+    const int64_t N = pack_prompts(p, 64, tables, tp, start, packed);
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)V * sizeof *want);
-    oj_scope_begin(eng);
-    int64_t s[2] = {1, N};
-    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, packed, (size_t)N * sizeof(int32_t));
-    oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp);
-    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-    assert_int_equal(oj_size(lg, 1), NP);
-    assert_int_equal(oj_to_host(lg, got, (size_t)(NP * V) * sizeof *got), OJ_OK);
-    oj_scope_end(eng);
+    paged_forward(m, pool, packed, N, NP, start, past, tp, got);
     for (int i = 0; i < NP; i++) {
         alone_logits(m, p[i], lens[i], want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
@@ -148,13 +167,7 @@ static void check_packed_logits(const char *kind) {
         past[i] = lens[i];
         start[i + 1] = i + 1;
     }
-    oj_scope_begin(eng);
-    int64_t s1[2] = {1, NP};
-    idx = oj_from_host(eng, 2, s1, OJ_I32, packed, NP * sizeof(int32_t));
-    lg = oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp);
-    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-    assert_int_equal(oj_to_host(lg, got, (size_t)(NP * V) * sizeof *got), OJ_OK);
-    oj_scope_end(eng);
+    paged_forward(m, pool, packed, NP, NP, start, past, tp, got);
     for (int i = 0; i < NP; i++) {
         alone_logits(m, q[i], lens[i] + 1, want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
@@ -194,24 +207,11 @@ static void check_decode_buckets(const char *kind) {
     prompts(p);
     oj_kv_pool *pool = NULL;
     assert_int_equal(oj_kv_pool_create(m, 96, BS, &pool), OJ_OK);
-    int32_t tables[NP][16];
-    int next = 95;
-    for (int b = 0; b < 16; b++)
-        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
+    int32_t tables[NP][16], packed[128];
     const int32_t *tp[NP];
-    int64_t start[NP + 1] = {0}, past[NP] = {0}, N = 0;
-    int32_t packed[128];
-    for (int i = 0; i < NP; i++) {
-        tp[i] = tables[i];
-        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
-        N += lens[i];
-        start[i + 1] = N;
-    }
-    oj_scope_begin(eng);
-    int64_t s[2] = {1, N};
-    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, packed, (size_t)N * sizeof(int32_t));
-    assert_non_null(oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp));
-    oj_scope_end(eng);
+    int64_t start[NP + 1], past[NP] = {0};
+    const int64_t N = pack_prompts(p, 96, tables, tp, start, packed);
+    paged_forward(m, pool, packed, N, NP, start, past, tp, NULL);
     for (int i = 0; i < NP; i++) past[i] = lens[i];
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)(NP * V) * sizeof *want);
     const int64_t steps[3] = {NP, 3, NP};
@@ -238,13 +238,7 @@ static void check_decode_buckets(const char *kind) {
         }
         assert_false(oj_gpt_decode_paged_graphed(pool, n)); /* no graphs on the CPU */
         /* the same step again through forward_paged (rewrites the same keys) */
-        oj_scope_begin(eng);
-        int64_t s1[2] = {1, n};
-        idx = oj_from_host(eng, 2, s1, OJ_I32, tok, (size_t)n * sizeof(int32_t));
-        oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, n, st1, past, tp);
-        if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-        assert_int_equal(oj_to_host(lg, want, (size_t)(n * V) * sizeof *want), OJ_OK);
-        oj_scope_end(eng);
+        paged_forward(m, pool, tok, n, n, st1, past, tp, want);
         assert_memory_equal(got, want, (size_t)(n * V) * sizeof *want);
         for (int64_t i = 0; i < n; i++) past[i]++;
     }
