@@ -1090,15 +1090,40 @@ static void test_generate_graph_same_as_eager(void **state) {
     oj_engine_free(gpu);
 }
 
+/* gpt2-124m with bf16 weights on a new CUDA engine with numerics num. */
+static oj_gpt *gpt2_124m_bf16(oj_engine **gpu, oj_numerics num) {
+    *gpu = engine(true, num);
+    oj_gpt *m = model(*gpu, "gpt2-124m");
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    return m;
+}
+
+/* The tokens of prompt [64] through the graph decoder into a, then through
+ * the eager loop into b, both timed and printed under label; each must
+ * have want tokens. Returns the number of leading tokens they share. */
+static int64_t graph_vs_eager(oj_gpt *m, const int32_t *prompt, const oj_sampler_config *sc,
+                              int64_t want, int32_t *a, int32_t *b, const char *label) {
+    double t0 = now_s();
+    int64_t la = gen_run(m, prompt, 64, sc, false, a);
+    double t1 = now_s();
+    int64_t lb = gen_run(m, prompt, 64, sc, true, b);
+    double t2 = now_s();
+    int64_t same = common_prefix(a, la, b, lb);
+    printf("%s: graph %.3f s, eager %.3f s, %lld of %lld tokens equal\n", label, t1 - t0, t2 - t1,
+           (long long)same, (long long)la);
+    assert_int_equal(la, want);
+    assert_int_equal(lb, want);
+    return same;
+}
+
 /* gpt2-124m in bf16 weights, as the benchmark runs it: greedy tokens of
  * oj_generate (graph decoder) equal the eager loop's for 64 tokens; the
  * sampled run's agreement and both runs' times printed. */
 static void test_generate_gpt2_124m(void **state) {
     (void)state;
     if (on_cpu) skip(); /* minutes on a CPU */
-    oj_engine *gpu = engine(true, OJ_NUMERICS_EXACT);
-    oj_gpt *m = model(gpu, "gpt2-124m");
-    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    oj_engine *gpu = NULL;
+    oj_gpt *m = gpt2_124m_bf16(&gpu, OJ_NUMERICS_EXACT);
     enum { NEW = 64 };
     int32_t prompt[64], a[NEW], b[NEW];
     prompt_of(prompt, 64, 50257, 3);
@@ -1108,17 +1133,9 @@ static void test_generate_gpt2_124m(void **state) {
         sc.seed = 1337;
         sc.temperature = mode ? 0.8 : 0.0;
         sc.top_k = mode ? 40 : 0;
-        double t0 = now_s();
-        int64_t la = gen_run(m, prompt, 64, &sc, false, a);
-        double t1 = now_s();
-        int64_t lb = gen_run(m, prompt, 64, &sc, true, b);
-        double t2 = now_s();
-        int64_t same = common_prefix(a, la, b, lb);
-        printf("gpt2-124m bf16 generate %s: graph %.3f s, eager %.3f s, %lld of %lld tokens "
-               "equal\n", mode ? "sampled" : "greedy", t1 - t0, t2 - t1, (long long)same,
-               (long long)la);
-        assert_int_equal(la, NEW);
-        assert_int_equal(lb, NEW);
+        int64_t same = graph_vs_eager(m, prompt, &sc, NEW, a, b,
+                                      mode ? "gpt2-124m bf16 generate sampled"
+                                           : "gpt2-124m bf16 generate greedy");
         if (mode == 0 && same < NEW) fail_msg("gpt2-124m greedy: tokens part at %lld", (long long)same);
     }
     oj_gpt_free(m);
@@ -1134,9 +1151,8 @@ static void test_generate_gpt2_124m(void **state) {
 static void test_generate_sampled_gpt2_124m(void **state) {
     (void)state;
     if (on_cpu) skip(); /* minutes on a CPU */
-    oj_engine *gpu = engine(true, OJ_NUMERICS_FAST);
-    oj_gpt *m = model(gpu, "gpt2-124m");
-    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    oj_engine *gpu = NULL;
+    oj_gpt *m = gpt2_124m_bf16(&gpu, OJ_NUMERICS_FAST);
     enum { NEW = 256 };
     int32_t prompt[64], a[NEW], b[NEW];
     prompt_of(prompt, 64, 50257, 3);
@@ -1147,17 +1163,9 @@ static void test_generate_sampled_gpt2_124m(void **state) {
         sc.temperature = 0.8;
         sc.top_k = 40;
         if (mode == 1) sc.top_p = 0.9, sc.repetition_penalty = 1.2, sc.seed = 7;
-        double t0 = now_s();
-        int64_t la = gen_run(m, prompt, 64, &sc, false, a);
-        double t1 = now_s();
-        int64_t lb = gen_run(m, prompt, 64, &sc, true, b);
-        double t2 = now_s();
-        int64_t same = common_prefix(a, la, b, lb);
-        printf("gpt2-124m bf16 FAST generate sampled mode %d: graph %.3f s, eager %.3f s, %lld of "
-               "%lld tokens equal\n",
-               mode, t1 - t0, t2 - t1, (long long)same, (long long)la);
-        assert_int_equal(la, NEW);
-        assert_int_equal(lb, NEW);
+        int64_t same = graph_vs_eager(m, prompt, &sc, NEW, a, b,
+                                      mode ? "gpt2-124m bf16 FAST generate sampled mode 1"
+                                           : "gpt2-124m bf16 FAST generate sampled mode 0");
         if (same < NEW)
             fail_msg("gpt2-124m sampled mode %d: tokens part at %lld", mode, (long long)same);
     }
