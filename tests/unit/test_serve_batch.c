@@ -21,6 +21,7 @@
 #include "ojas/infer.h"
 #include "ojas/ops.h"
 #include "ojas/serve.h"
+#include "serve_testutil.h"
 
 static oj_engine *eng;
 
@@ -40,37 +41,7 @@ static int teardown(void **state) {
 }
 
 static oj_gpt *make(const char *kind) {
-    oj_gpt_config c;
-    if (strcmp(kind, "gpt2") == 0) {
-        assert_true(oj_gpt_preset("gpt2-tiny", &c));
-        c.vocab_size = 97;
-    } else {
-        memset(&c, 0, sizeof c);
-        c.family = OJ_LLAMA;
-        c.vocab_size = 97;
-        c.block_size = 64;
-        c.n_layer = 2;
-        c.n_head = 4;
-        c.n_kv_head = 2;
-        c.n_embd = 32;
-        c.mlp_hidden = 48;
-        c.norm_eps = 1e-6;
-        c.rope_theta = 10000.0;
-        c.init_std = 0.02;
-        c.qkv_bias = strcmp(kind, "qwen") == 0;
-        c.qk_norm = strcmp(kind, "qwen") == 0;
-        if (strcmp(kind, "llama31") == 0) { /* rope scaling: the cos/sin tables */
-            c.rope_factor = 8.0;
-            c.rope_low_freq_factor = 1.0;
-            c.rope_high_freq_factor = 4.0;
-            c.rope_original_context = 16;
-            c.untied_head = true;
-        }
-    }
-    c.init_std = 0.3; /* at 0.02 a tiny model repeats one token: tokens would say little */
-    oj_gpt *m = NULL;
-    if (oj_gpt_create(eng, &c, 11, &m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(eng));
-    return m;
+    return sv_model(eng, kind, 97, 64, 32);
 }
 
 #define NP 6
@@ -78,10 +49,7 @@ static const int64_t lens[NP] = {1, 5, 17, 40, 3, 23};
 
 /* Prompt i: lens[i] ids below 97. */
 static void prompts(int32_t *buf[NP]) {
-    for (int i = 0; i < NP; i++) {
-        buf[i] = malloc((size_t)lens[i] * sizeof(int32_t));
-        for (int64_t t = 0; t < lens[i]; t++) buf[i][t] = (int32_t)((t * 31 + i * 17 + 3) % 97);
-    }
+    sv_prompts(NP, lens, 97, buf);
 }
 static void free_prompts(int32_t *buf[NP]) {
     for (int i = 0; i < NP; i++) free(buf[i]);
@@ -102,41 +70,6 @@ static void alone_logits(oj_gpt *m, const int32_t *p, int64_t n, float *dst, int
     oj_kv_cache_free(c);
 }
 
-/* Hands out pool blocks nblocks-1, nblocks-2, ... interleaved across the NP
- * prompts (tables[i][b], block 0 once they run out; tp[i] points at row i)
- * and packs the prompts one after another into packed: start[i] is prompt
- * i's first position. Returns the packed length N. */
-static int64_t pack_prompts(int32_t *p[NP], int nblocks, int32_t tables[NP][16], const int32_t *tp[NP],
-                            int64_t start[NP + 1], int32_t packed[128]) {
-    int next = nblocks - 1;
-    for (int b = 0; b < 16; b++)
-        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
-    int64_t N = 0;
-    start[0] = 0;
-    for (int i = 0; i < NP; i++) {
-        tp[i] = tables[i];
-        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
-        N += lens[i];
-        start[i + 1] = N;
-    }
-    return N;
-}
-
-/* One oj_gpt_forward_paged of the n tokens tok for n_seq sequences; each
- * sequence's last logits, [n_seq, V], go to dst unless dst is NULL. */
-static void paged_forward(oj_gpt *m, oj_kv_pool *pool, const int32_t *tok, int64_t n, int64_t n_seq,
-                          const int64_t *start, const int64_t *past, const int32_t *const *tp, float *dst) {
-    const int64_t V = oj_gpt_get_config(m)->vocab_size;
-    oj_scope_begin(eng);
-    int64_t s[2] = {1, n};
-    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, tok, (size_t)n * sizeof(int32_t));
-    oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, n_seq, start, past, tp);
-    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-    assert_int_equal(oj_size(lg, 1), n_seq);
-    if (dst != NULL) assert_int_equal(oj_to_host(lg, dst, (size_t)(n_seq * V) * sizeof *dst), OJ_OK);
-    oj_scope_end(eng);
-}
-
 /* Every prompt packed into one paged forward (blocks of 4 positions,
  * handed out interleaved) gives each prompt's last logits of the prompt
  * alone, bit for bit; then a second forward of one more token each. */
@@ -150,9 +83,9 @@ static void check_packed_logits(const char *kind) {
     int32_t tables[NP][16], packed[128];
     const int32_t *tp[NP];
     int64_t start[NP + 1], past[NP] = {0};
-    const int64_t N = pack_prompts(p, 64, tables, tp, start, packed);
+    const int64_t N = sv_pack(NP, p, lens, 64, tables, tp, start, packed);
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)V * sizeof *want);
-    paged_forward(m, pool, packed, N, NP, start, past, tp, got);
+    sv_forward(m, pool, packed, N, NP, start, past, tp, got);
     for (int i = 0; i < NP; i++) {
         alone_logits(m, p[i], lens[i], want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
@@ -167,7 +100,7 @@ static void check_packed_logits(const char *kind) {
         past[i] = lens[i];
         start[i + 1] = i + 1;
     }
-    paged_forward(m, pool, packed, NP, NP, start, past, tp, got);
+    sv_forward(m, pool, packed, NP, NP, start, past, tp, got);
     for (int i = 0; i < NP; i++) {
         alone_logits(m, q[i], lens[i] + 1, want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
@@ -210,8 +143,8 @@ static void check_decode_buckets(const char *kind) {
     int32_t tables[NP][16], packed[128];
     const int32_t *tp[NP];
     int64_t start[NP + 1], past[NP] = {0};
-    const int64_t N = pack_prompts(p, 96, tables, tp, start, packed);
-    paged_forward(m, pool, packed, N, NP, start, past, tp, NULL);
+    const int64_t N = sv_pack(NP, p, lens, 96, tables, tp, start, packed);
+    sv_forward(m, pool, packed, N, NP, start, past, tp, NULL);
     for (int i = 0; i < NP; i++) past[i] = lens[i];
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)(NP * V) * sizeof *want);
     const int64_t steps[3] = {NP, 3, NP};
@@ -238,7 +171,7 @@ static void check_decode_buckets(const char *kind) {
         }
         assert_false(oj_gpt_decode_paged_graphed(pool, n)); /* no graphs on the CPU */
         /* the same step again through forward_paged (rewrites the same keys) */
-        paged_forward(m, pool, tok, n, n, st1, past, tp, want);
+        sv_forward(m, pool, tok, n, n, st1, past, tp, want);
         assert_memory_equal(got, want, (size_t)(n * V) * sizeof *want);
         for (int64_t i = 0; i < n; i++) past[i]++;
     }
