@@ -70,37 +70,53 @@ static void alone_logits(oj_gpt *m, const int32_t *p, int64_t n, float *dst, int
     oj_kv_cache_free(c);
 }
 
+/* The NP prompts in a pool of nblocks blocks of 4 positions, handed out
+ * interleaved (sv_pack), and packed one after another. */
+typedef struct {
+    int32_t *p[NP], tables[NP][16], packed[128];
+    const int32_t *tp[NP];
+    int64_t start[NP + 1], N;
+    oj_kv_pool *pool;
+} batch;
+
+static void batch_init(batch *b, oj_gpt *m, int nblocks) {
+    prompts(b->p);
+    b->pool = NULL;
+    assert_int_equal(oj_kv_pool_create(m, nblocks, 4, &b->pool), OJ_OK);
+    b->N = sv_pack(NP, b->p, lens, nblocks, b->tables, b->tp, b->start, b->packed);
+}
+
+static void batch_free(batch *b) {
+    free_prompts(b->p);
+    oj_kv_pool_free(b->pool);
+}
+
 /* Every prompt packed into one paged forward (blocks of 4 positions,
  * handed out interleaved) gives each prompt's last logits of the prompt
  * alone, bit for bit; then a second forward of one more token each. */
 static void check_packed_logits(const char *kind) {
     oj_gpt *m = make(kind);
-    const int64_t V = oj_gpt_get_config(m)->vocab_size, BS = 4;
-    int32_t *p[NP];
-    prompts(p);
-    oj_kv_pool *pool = NULL;
-    assert_int_equal(oj_kv_pool_create(m, 64, BS, &pool), OJ_OK);
-    int32_t tables[NP][16], packed[128];
-    const int32_t *tp[NP];
-    int64_t start[NP + 1], past[NP] = {0};
-    const int64_t N = sv_pack(NP, p, lens, 64, tables, tp, start, packed);
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    batch b;
+    batch_init(&b, m, 64);
+    int64_t past[NP] = {0};
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)V * sizeof *want);
-    sv_forward(m, pool, packed, N, NP, start, past, tp, got);
+    sv_forward(m, b.pool, b.packed, b.N, NP, b.start, past, b.tp, got);
     for (int i = 0; i < NP; i++) {
-        alone_logits(m, p[i], lens[i], want, V);
+        alone_logits(m, b.p[i], lens[i], want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
     }
     /* one more token each: prompt + (i % 7), attending to the blocks */
     int32_t *q[NP];
     for (int i = 0; i < NP; i++) {
         q[i] = malloc((size_t)(lens[i] + 1) * sizeof(int32_t));
-        memcpy(q[i], p[i], (size_t)lens[i] * sizeof(int32_t));
+        memcpy(q[i], b.p[i], (size_t)lens[i] * sizeof(int32_t));
         q[i][lens[i]] = i % 7;
-        packed[i] = i % 7;
+        b.packed[i] = i % 7;
         past[i] = lens[i];
-        start[i + 1] = i + 1;
+        b.start[i + 1] = i + 1;
     }
-    sv_forward(m, pool, packed, NP, NP, start, past, tp, got);
+    sv_forward(m, b.pool, b.packed, NP, NP, b.start, past, b.tp, got);
     for (int i = 0; i < NP; i++) {
         alone_logits(m, q[i], lens[i] + 1, want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
@@ -108,8 +124,7 @@ static void check_packed_logits(const char *kind) {
     }
     free(got);
     free(want);
-    free_prompts(p);
-    oj_kv_pool_free(pool);
+    batch_free(&b);
     oj_gpt_free(m);
 }
 
@@ -135,16 +150,11 @@ static void test_packed_logits_qwen(void **state) {
  * blocks were left alone by the padding rows). */
 static void check_decode_buckets(const char *kind) {
     oj_gpt *m = make(kind);
-    const int64_t V = oj_gpt_get_config(m)->vocab_size, BS = 4;
-    int32_t *p[NP];
-    prompts(p);
-    oj_kv_pool *pool = NULL;
-    assert_int_equal(oj_kv_pool_create(m, 96, BS, &pool), OJ_OK);
-    int32_t tables[NP][16], packed[128];
-    const int32_t *tp[NP];
-    int64_t start[NP + 1], past[NP] = {0};
-    const int64_t N = sv_pack(NP, p, lens, 96, tables, tp, start, packed);
-    sv_forward(m, pool, packed, N, NP, start, past, tp, NULL);
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    batch b;
+    batch_init(&b, m, 96);
+    int64_t past[NP] = {0};
+    sv_forward(m, b.pool, b.packed, b.N, NP, b.start, past, b.tp, NULL);
     for (int i = 0; i < NP; i++) past[i] = lens[i];
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)(NP * V) * sizeof *want);
     const int64_t steps[3] = {NP, 3, NP};
@@ -156,7 +166,7 @@ static void check_decode_buckets(const char *kind) {
         for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 13 + k * 7 + 1) % V);
         int32_t am[NP];
         float alp[NP];
-        oj_status st = oj_gpt_decode_paged(m, pool, n, tok, past, tp, true, got, am, alp);
+        oj_status st = oj_gpt_decode_paged(m, b.pool, n, tok, past, b.tp, true, got, am, alp);
         if (st != OJ_OK) fail_msg("decode_paged: %s", oj_last_error(eng));
         for (int64_t i = 0; i < n; i++) { /* the argmax and its log_softmax, from the logits */
             const float *row = got + i * V;
@@ -169,29 +179,28 @@ static void check_decode_buckets(const char *kind) {
             if (!(fabs((double)alp[i] + log(sum)) <= 1e-5))
                 fail_msg("row %lld: argmax logprob %.9g, log_softmax %.9g", (long long)i, alp[i], -log(sum));
         }
-        assert_false(oj_gpt_decode_paged_graphed(pool, n)); /* no graphs on the CPU */
+        assert_false(oj_gpt_decode_paged_graphed(b.pool, n)); /* no graphs on the CPU */
         /* the same step again through forward_paged (rewrites the same keys) */
-        sv_forward(m, pool, tok, n, n, st1, past, tp, want);
+        sv_forward(m, b.pool, tok, n, n, st1, past, b.tp, want);
         assert_memory_equal(got, want, (size_t)(n * V) * sizeof *want);
         for (int64_t i = 0; i < n; i++) past[i]++;
     }
     /* refusals: a token outside the vocabulary, no sequence, past the context */
     int32_t bad = (int32_t)V;
-    assert_int_equal(oj_gpt_decode_paged(m, pool, 1, &bad, past, tp, false, got, NULL, NULL),
+    assert_int_equal(oj_gpt_decode_paged(m, b.pool, 1, &bad, past, b.tp, false, got, NULL, NULL),
                      OJ_ERR_INVALID_ARGUMENT);
     oj_clear_error(eng);
-    assert_int_equal(oj_gpt_decode_paged(m, pool, 0, &bad, past, tp, false, got, NULL, NULL),
+    assert_int_equal(oj_gpt_decode_paged(m, b.pool, 0, &bad, past, b.tp, false, got, NULL, NULL),
                      OJ_ERR_INVALID_ARGUMENT);
     oj_clear_error(eng);
     int64_t far = oj_gpt_get_config(m)->block_size;
     int32_t ok_tok = 1;
-    oj_status fst = oj_gpt_decode_paged(m, pool, 1, &ok_tok, &far, tp, false, got, NULL, NULL);
+    oj_status fst = oj_gpt_decode_paged(m, b.pool, 1, &ok_tok, &far, b.tp, false, got, NULL, NULL);
     if (fst != OJ_ERR_OUT_OF_RANGE) fail_msg("past the context: %d %s", fst, oj_last_error(eng));
     oj_clear_error(eng);
     free(got);
     free(want);
-    free_prompts(p);
-    oj_kv_pool_free(pool);
+    batch_free(&b);
     oj_gpt_free(m);
 }
 
