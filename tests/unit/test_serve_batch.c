@@ -210,21 +210,31 @@ static void test_decode_buckets(void **state) {
     check_decode_buckets("qwen");
 }
 
+/* The generate tests' sampler at temperature t (0: greedy, else top-k 20;
+ * seed 42, 20 new tokens), and each prompt's tokens from oj_generate alone
+ * into want[i], wl[i] long (the caller frees each). */
+static oj_sampler_config generate_alone(oj_gpt *m, int32_t *p[NP], double t, int32_t *want[NP],
+                                        int64_t wl[NP]) {
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = t;
+    cfg.top_k = t > 0 ? 20 : 0;
+    cfg.seed = 42;
+    cfg.max_new_tokens = 20;
+    const int32_t *const *pp = (const int32_t *const *)p;
+    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
+    return cfg;
+}
+
 /* oj_batch_generate over a scheduler of `sc` gives oj_generate's tokens for
  * every prompt at temperature t (0: greedy). */
 static void check_generate(const char *kind, const oj_sched_config *sc, double t) {
     oj_gpt *m = make(kind);
     int32_t *p[NP];
     prompts(p);
-    oj_sampler_config cfg = oj_sampler_config_default();
-    cfg.temperature = t;
-    cfg.top_k = t > 0 ? 20 : 0;
-    cfg.seed = 42;
-    cfg.max_new_tokens = 20;
     int32_t *want[NP], *got[NP];
     int64_t wl[NP], gl[NP];
+    const oj_sampler_config cfg = generate_alone(m, p, t, want, wl);
     const int32_t *const *pp = (const int32_t *const *)p;
-    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
     oj_status st = oj_batch_generate(m, NP, pp, lens, &cfg, sc, got, gl, NULL, NULL);
     if (st != OJ_OK) fail_msg("batch_generate: %s", oj_last_error(eng));
     for (int i = 0; i < NP; i++) {
@@ -267,15 +277,9 @@ static void check_preemption(const char *kind, double t) {
     oj_gpt *m = make(kind);
     int32_t *p[NP];
     prompts(p);
-    oj_sampler_config cfg = oj_sampler_config_default();
-    cfg.temperature = t;
-    cfg.top_k = t > 0 ? 20 : 0;
-    cfg.seed = 42;
-    cfg.max_new_tokens = 20;
     int32_t *want[NP];
     int64_t wl[NP];
-    const int32_t *const *pp = (const int32_t *const *)p;
-    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
+    const oj_sampler_config cfg = generate_alone(m, p, t, want, wl);
     oj_sched_config sc = oj_sched_config_default();
     sc.max_batch = NP;
     sc.block_size = 4;
