@@ -179,12 +179,11 @@ oj_status oj_gpt_decoder_prefill(oj_gpt_decoder *d, const int32_t *prompt, int64
     const int64_t V = d->m->cfg.vocab_size;
     if (prompt == NULL || n <= 0)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "gpt decoder: the prompt is empty");
-    for (int64_t i = 0; i < n; i++)
-        if (prompt[i] < 0 || prompt[i] >= V)
-            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                                "gpt decoder: prompt token %lld is %d, outside the vocabulary "
-                                "[0, %lld)",
-                                (long long)i, prompt[i], (long long)V);
+    const int64_t bad = oj__gpt_bad_token(prompt, n, V);
+    if (bad >= 0)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "gpt decoder: prompt token %lld is %d, outside the vocabulary [0, %lld)",
+                            (long long)bad, prompt[bad], (long long)V);
     d->ready = false;
     oj_kv_cache_reset(d->cache);
     bool prev = oj_set_grad_enabled(eng, false);

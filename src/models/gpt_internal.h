@@ -78,6 +78,14 @@ static inline int64_t oj__gpt_head_dim(const oj_gpt_config *cfg) {
     return cfg->head_dim > 0 ? cfg->head_dim : cfg->n_embd / cfg->n_head;
 }
 
+/* The index of the first of tokens[0..n) outside the vocabulary [0, V), or
+ * -1 when every one is inside. */
+static inline int64_t oj__gpt_bad_token(const int32_t *tokens, int64_t n, int64_t V) {
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V) return i;
+    return -1;
+}
+
 typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONES, INIT_ZEROS } oj__gpt_init;
 /* A parameter in m's registry; its values depend only on (seed, name)
  * (oj_init_tensor): normal(0, init_std), init_std / sqrt(2 n_layer) for

@@ -396,12 +396,12 @@ oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const 
                             "gpt decode_paged: %lld sequences (need 1..2^%d) and their tokens",
                             (long long)n_seq, OJ_PAGED_BUCKETS - 1);
     const int64_t V = m->cfg.vocab_size, BS = pool->block_size, MB = pool->max_blocks;
-    for (int64_t i = 0; i < n_seq; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                                "gpt decode_paged: sequence %lld's token is %d, outside the "
-                                "vocabulary [0, %lld)",
-                                (long long)i, tokens[i], (long long)V);
+    const int64_t bad = oj__gpt_bad_token(tokens, n_seq, V);
+    if (bad >= 0)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "gpt decode_paged: sequence %lld's token is %d, outside the "
+                            "vocabulary [0, %lld)",
+                            (long long)bad, tokens[bad], (long long)V);
     int64_t *start = malloc((size_t)(n_seq + 1) * sizeof *start);
     if (start == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
     for (int64_t i = 0; i <= n_seq; i++) start[i] = i;

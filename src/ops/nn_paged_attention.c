@@ -66,22 +66,28 @@ static oj_tensor *gather(oj_tensor *t, const int32_t *blocks, int64_t S) {
     return out;
 }
 
+/* A new output for q [1, H, T, D]: [1, H, T, D] as a view of [1, T, H, D]
+ * storage, as scaled_dot_product_attention lays it out; NULL with the error
+ * recorded. */
+static oj_tensor *heads_out(oj_engine *eng, oj_tensor *q, const char *op) {
+    const int64_t H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    int64_t bshape[4] = {1, T, H, D}, oshape[4] = {1, H, T, D};
+    int64_t st[4] = {T * H * D, D, H * D, 1};
+    oj_tensor *base = oj__tensor_alloc(eng, 4, bshape, q->dtype, op);
+    oj_tensor *out = base ? oj__tensor_view(base, 4, oshape, st, base->offset) : NULL;
+    oj_release(base);
+    return out;
+}
+
 oj_tensor *oj__paged_attention(oj_tensor *q, oj_tensor *k_pool, oj_tensor *v_pool,
                                const int32_t *blocks, int64_t S, double scale) {
     const char *op = "paged_attention";
     oj_tensor *ins[3] = {q, k_pool, v_pool};
     oj_engine *eng = q && k_pool && v_pool ? oj__ops_engine(op, 3, ins) : NULL;
     if (eng == NULL || !paged_check(eng, op, q, k_pool, v_pool, blocks, S)) return NULL;
-    const int64_t H = q->shape[1], T = q->shape[2], D = q->shape[3];
-    if (isnan(scale)) scale = 1.0 / sqrt((double)D);
+    if (isnan(scale)) scale = 1.0 / sqrt((double)q->shape[3]);
     if (eng->backend->attention_paged_forward) {
-        /* out [1, H, T, D] as a view of [1, T, H, D] storage, as
-         * scaled_dot_product_attention lays it out */
-        int64_t bshape[4] = {1, T, H, D}, oshape[4] = {1, H, T, D};
-        int64_t st[4] = {T * H * D, D, H * D, 1};
-        oj_tensor *base = oj__tensor_alloc(eng, 4, bshape, q->dtype, op);
-        oj_tensor *out = base ? oj__tensor_view(base, 4, oshape, st, base->offset) : NULL;
-        oj_release(base);
+        oj_tensor *out = heads_out(eng, q, op);
         if (out == NULL) return NULL;
         oj_status rc =
             eng->backend->attention_paged_forward(eng, out, q, k_pool, v_pool, blocks, S, scale);
@@ -156,14 +162,10 @@ oj_tensor *oj__paged_attention_varlen(oj_tensor *q, oj_tensor *k_pool, oj_tensor
     oj_tensor *ins[6] = {q, k_pool, v_pool, tables, seq, pos};
     oj_engine *eng = q && k_pool && v_pool && tables && seq && pos ? oj__ops_engine(op, 6, ins) : NULL;
     if (eng == NULL || !varlen_check(eng, op, q, k_pool, v_pool, tables, seq, pos)) return NULL;
-    const int64_t H = q->shape[1], N = q->shape[2], D = q->shape[3];
-    if (isnan(scale)) scale = 1.0 / sqrt((double)D);
+    const int64_t N = q->shape[2];
+    if (isnan(scale)) scale = 1.0 / sqrt((double)q->shape[3]);
     if (eng->backend->attention_paged_varlen_forward) {
-        int64_t bshape[4] = {1, N, H, D}, oshape[4] = {1, H, N, D};
-        int64_t st[4] = {N * H * D, D, H * D, 1};
-        oj_tensor *base = oj__tensor_alloc(eng, 4, bshape, q->dtype, op);
-        oj_tensor *out = base ? oj__tensor_view(base, 4, oshape, st, base->offset) : NULL;
-        oj_release(base);
+        oj_tensor *out = heads_out(eng, q, op);
         if (out == NULL) return NULL;
         oj_status rc = eng->backend->attention_paged_varlen_forward(eng, out, q, k_pool, v_pool,
                                                                      tables, seq, pos, scale);

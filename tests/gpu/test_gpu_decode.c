@@ -1090,40 +1090,55 @@ static void test_generate_graph_same_as_eager(void **state) {
     oj_engine_free(gpu);
 }
 
+/* gpt2-124m with bf16 weights on a CUDA engine of numerics num, two runs
+ * of oj_generate on one 64-token prompt (run r with sampler sc[r], n_new
+ * tokens, printed under label[r] with both paths' times): the graph
+ * decoder's tokens and the eager loop's; where exact[r], they must be the
+ * same tokens. */
+static void check_graph_vs_eager_124m(oj_numerics num, int64_t n_new, const oj_sampler_config sc[2],
+                                      const char *const label[2], const bool exact[2]) {
+    oj_engine *gpu = engine(true, num);
+    oj_gpt *m = model(gpu, "gpt2-124m");
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    enum { MAX_NEW = 256 };
+    assert_true(n_new <= MAX_NEW);
+    int32_t prompt[64], a[MAX_NEW], b[MAX_NEW];
+    prompt_of(prompt, 64, 50257, 3);
+    for (int r = 0; r < 2; r++) {
+        oj_sampler_config c = sc[r];
+        c.max_new_tokens = n_new;
+        double t0 = now_s();
+        int64_t la = gen_run(m, prompt, 64, &c, false, a);
+        double t1 = now_s();
+        int64_t lb = gen_run(m, prompt, 64, &c, true, b);
+        double t2 = now_s();
+        int64_t same = common_prefix(a, la, b, lb);
+        printf("%s: graph %.3f s, eager %.3f s, %lld of %lld tokens equal\n", label[r], t1 - t0,
+               t2 - t1, (long long)same, (long long)la);
+        assert_int_equal(la, n_new);
+        assert_int_equal(lb, n_new);
+        if (exact[r] && same < n_new) fail_msg("%s: tokens part at %lld", label[r], (long long)same);
+    }
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 /* gpt2-124m in bf16 weights, as the benchmark runs it: greedy tokens of
  * oj_generate (graph decoder) equal the eager loop's for 64 tokens; the
  * sampled run's agreement and both runs' times printed. */
 static void test_generate_gpt2_124m(void **state) {
     (void)state;
     if (on_cpu) skip(); /* minutes on a CPU */
-    oj_engine *gpu = engine(true, OJ_NUMERICS_EXACT);
-    oj_gpt *m = model(gpu, "gpt2-124m");
-    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
-    enum { NEW = 64 };
-    int32_t prompt[64], a[NEW], b[NEW];
-    prompt_of(prompt, 64, 50257, 3);
-    for (int mode = 0; mode < 2; mode++) {
-        oj_sampler_config sc = oj_sampler_config_default();
-        sc.max_new_tokens = NEW;
-        sc.seed = 1337;
-        sc.temperature = mode ? 0.8 : 0.0;
-        sc.top_k = mode ? 40 : 0;
-        double t0 = now_s();
-        int64_t la = gen_run(m, prompt, 64, &sc, false, a);
-        double t1 = now_s();
-        int64_t lb = gen_run(m, prompt, 64, &sc, true, b);
-        double t2 = now_s();
-        int64_t same = common_prefix(a, la, b, lb);
-        printf("gpt2-124m bf16 generate %s: graph %.3f s, eager %.3f s, %lld of %lld tokens "
-               "equal\n", mode ? "sampled" : "greedy", t1 - t0, t2 - t1, (long long)same,
-               (long long)la);
-        assert_int_equal(la, NEW);
-        assert_int_equal(lb, NEW);
-        if (mode == 0 && same < NEW) fail_msg("gpt2-124m greedy: tokens part at %lld", (long long)same);
-    }
-    oj_gpt_free(m);
-    assert_int_equal(oj_engine_live_tensors(gpu), 0);
-    oj_engine_free(gpu);
+    oj_sampler_config sc[2] = {oj_sampler_config_default(), oj_sampler_config_default()};
+    sc[0].seed = sc[1].seed = 1337;
+    sc[0].temperature = 0.0;
+    sc[0].top_k = 0;
+    sc[1].temperature = 0.8;
+    sc[1].top_k = 40;
+    const char *const label[2] = {"gpt2-124m bf16 generate greedy", "gpt2-124m bf16 generate sampled"};
+    const bool exact[2] = {true, false};
+    check_graph_vs_eager_124m(OJ_NUMERICS_EXACT, 64, sc, label, exact);
 }
 
 /* gpt2-124m in bf16 weights under FAST numerics, as `ojas generate
@@ -1134,36 +1149,17 @@ static void test_generate_gpt2_124m(void **state) {
 static void test_generate_sampled_gpt2_124m(void **state) {
     (void)state;
     if (on_cpu) skip(); /* minutes on a CPU */
-    oj_engine *gpu = engine(true, OJ_NUMERICS_FAST);
-    oj_gpt *m = model(gpu, "gpt2-124m");
-    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
-    enum { NEW = 256 };
-    int32_t prompt[64], a[NEW], b[NEW];
-    prompt_of(prompt, 64, 50257, 3);
-    for (int mode = 0; mode < 2; mode++) {
-        oj_sampler_config sc = oj_sampler_config_default();
-        sc.max_new_tokens = NEW;
-        sc.seed = 1337;
-        sc.temperature = 0.8;
-        sc.top_k = 40;
-        if (mode == 1) sc.top_p = 0.9, sc.repetition_penalty = 1.2, sc.seed = 7;
-        double t0 = now_s();
-        int64_t la = gen_run(m, prompt, 64, &sc, false, a);
-        double t1 = now_s();
-        int64_t lb = gen_run(m, prompt, 64, &sc, true, b);
-        double t2 = now_s();
-        int64_t same = common_prefix(a, la, b, lb);
-        printf("gpt2-124m bf16 FAST generate sampled mode %d: graph %.3f s, eager %.3f s, %lld of "
-               "%lld tokens equal\n",
-               mode, t1 - t0, t2 - t1, (long long)same, (long long)la);
-        assert_int_equal(la, NEW);
-        assert_int_equal(lb, NEW);
-        if (same < NEW)
-            fail_msg("gpt2-124m sampled mode %d: tokens part at %lld", mode, (long long)same);
+    oj_sampler_config sc[2] = {oj_sampler_config_default(), oj_sampler_config_default()};
+    for (int r = 0; r < 2; r++) {
+        sc[r].seed = 1337;
+        sc[r].temperature = 0.8;
+        sc[r].top_k = 40;
     }
-    oj_gpt_free(m);
-    assert_int_equal(oj_engine_live_tensors(gpu), 0);
-    oj_engine_free(gpu);
+    sc[1].top_p = 0.9, sc[1].repetition_penalty = 1.2, sc[1].seed = 7;
+    const char *const label[2] = {"gpt2-124m bf16 FAST generate sampled mode 0",
+                                  "gpt2-124m bf16 FAST generate sampled mode 1"};
+    const bool exact[2] = {true, true};
+    check_graph_vs_eager_124m(OJ_NUMERICS_FAST, 256, sc, label, exact);
 }
 
 int main(void) {

@@ -16,18 +16,10 @@
 #include "ojas/gpt.h"
 #include "ojas/ops.h"
 #include "ojas/quant.h"
+#include "../unit/quant_testutil.h"
 
 static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K};
 #define NTYPES 4
-
-static void fill(float *x, int64_t n, uint32_t seed, float scale) {
-    uint32_t s = seed * 2654435761u + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        float u = (float)(s >> 8) / 16777216.0f * 2.0f - 1.0f;
-        x[i] = (i % 29 == 3 ? 6.0f : 1.0f) * scale * u;
-    }
-}
 
 static void test_qmatmul_matches_cpu(void **state) {
     (void)state;
@@ -35,8 +27,8 @@ static void test_qmatmul_matches_cpu(void **state) {
     oj_engine *gpu = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 0);
     enum { N = 67, K = 512, MMAX = 33 };
     static float w[N * K], x[MMAX * K], wd[N * K], wg[N * K], y[MMAX * N];
-    fill(w, N * K, 3, 0.05f);
-    fill(x, MMAX * K, 4, 1.5f);
+    qt_fill(w, N * K, 3, 0.05f);
+    qt_fill(x, MMAX * K, 4, 1.5f);
     const int64_t ms[] = {1, 3, 8, 9, 33};
     for (int ti = 0; ti < NTYPES; ti++) {
         oj_qtype t = all_types[ti];

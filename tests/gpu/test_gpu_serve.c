@@ -31,45 +31,20 @@
 #include "ojas/infer.h"
 #include "ojas/ops.h"
 #include "ojas/serve.h"
+#include "../unit/serve_testutil.h"
 
 static bool on_cpu;
 
 /* A small random model of family kind ("gpt2", "llama", "qwen") on e. */
 static oj_gpt *make(oj_engine *e, const char *kind) {
-    oj_gpt_config c;
-    if (strcmp(kind, "gpt2") == 0) {
-        assert_true(oj_gpt_preset("gpt2-tiny", &c));
-        c.vocab_size = 211;
-        c.block_size = 128;
-    } else {
-        memset(&c, 0, sizeof c);
-        c.family = OJ_LLAMA;
-        c.vocab_size = 211;
-        c.block_size = 128;
-        c.n_layer = 2;
-        c.n_head = 4;
-        c.n_kv_head = 2;
-        c.n_embd = 64;
-        c.mlp_hidden = 96;
-        c.norm_eps = 1e-6;
-        c.rope_theta = 10000.0;
-        c.qkv_bias = strcmp(kind, "qwen") == 0;
-        c.qk_norm = strcmp(kind, "qwen") == 0;
-    }
-    c.init_std = 0.3; /* spread logits: greedy ties are not a question */
-    oj_gpt *m = NULL;
-    if (oj_gpt_create(e, &c, 11, &m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(e));
-    return m;
+    return sv_model(e, kind, 211, 128, 64);
 }
 
 #define NP 11
 static const int64_t lens[NP] = {1, 5, 17, 40, 3, 23, 9, 64, 2, 31, 12};
 
 static void prompts(int32_t *buf[NP]) {
-    for (int i = 0; i < NP; i++) {
-        buf[i] = malloc((size_t)lens[i] * sizeof(int32_t));
-        for (int64_t t = 0; t < lens[i]; t++) buf[i][t] = (int32_t)((t * 31 + i * 17 + 3) % 211);
-    }
+    sv_prompts(NP, lens, 211, buf);
 }
 
 /* Greedy: oj_batch_generate (max_batch mb, so requests queue, join and
@@ -148,28 +123,14 @@ static void test_graph_equals_eager(void **state) {
     int32_t *p[NP];
     prompts(p);
     oj_kv_pool *pools[2] = {NULL, NULL};
-    int32_t tables[NP][16];
+    int32_t tables[NP][16], packed[256];
     const int32_t *tp[NP];
-    int next = 175;
-    for (int b = 0; b < 16; b++)
-        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
-    int64_t start[NP + 1] = {0}, past[2][NP], N = 0;
-    int32_t packed[256];
-    for (int i = 0; i < NP; i++) {
-        tp[i] = tables[i];
-        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
-        N += lens[i];
-        start[i + 1] = N;
-    }
+    int64_t start[NP + 1], past[2][NP];
+    const int64_t N = sv_pack(NP, p, lens, 176, tables, tp, start, packed);
     for (int k = 0; k < 2; k++) {
         assert_int_equal(oj_kv_pool_create(m, 176, BS, &pools[k]), OJ_OK);
         int64_t zero[NP] = {0};
-        oj_scope_begin(e);
-        int64_t s[2] = {1, N};
-        oj_tensor *idx = oj_from_host(e, 2, s, OJ_I32, packed, (size_t)N * sizeof(int32_t));
-        if (oj_gpt_forward_paged(m, pools[k], idx, NP, start, zero, tp) == NULL)
-            fail_msg("forward_paged: %s", oj_last_error(e));
-        oj_scope_end(e);
+        sv_forward(m, pools[k], packed, N, NP, start, zero, tp, NULL);
         for (int i = 0; i < NP; i++) past[k][i] = lens[i];
     }
     float *lg[2] = {malloc((size_t)(NP * V) * sizeof(float)), malloc((size_t)(NP * V) * sizeof(float))};
@@ -236,35 +197,16 @@ static void test_packed_matches_cpu(void **state) {
         const int64_t V = oj_gpt_get_config(gm)->vocab_size, BS = 8;
         int32_t *p[NP];
         prompts(p);
-        int32_t tables[NP][16];
+        int32_t tables[NP][16], packed[256];
         const int32_t *tp[NP];
-        int next = 175;
-        for (int b = 0; b < 16; b++)
-            for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
-        int64_t start[NP + 1] = {0}, zero[NP] = {0}, N = 0;
-        int32_t packed[256];
-        for (int i = 0; i < NP; i++) {
-            tp[i] = tables[i];
-            memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
-            N += lens[i];
-            start[i + 1] = N;
-        }
+        int64_t start[NP + 1], zero[NP] = {0};
+        const int64_t N = sv_pack(NP, p, lens, 176, tables, tp, start, packed);
         oj_kv_pool *gp = NULL, *cp = NULL;
         assert_int_equal(oj_kv_pool_create(gm, 176, BS, &gp), OJ_OK);
         assert_int_equal(oj_kv_pool_create(cm, 176, BS, &cp), OJ_OK);
         float *a = malloc((size_t)(NP * V) * sizeof *a), *b = malloc((size_t)(NP * V) * sizeof *b);
-        oj_scope_begin(ge);
-        oj_scope_begin(ce);
-        int64_t s[2] = {1, N};
-        oj_tensor *gl = oj_gpt_forward_paged(gm, gp, oj_from_host(ge, 2, s, OJ_I32, packed, (size_t)N * 4),
-                                             NP, start, zero, tp);
-        oj_tensor *cl = oj_gpt_forward_paged(cm, cp, oj_from_host(ce, 2, s, OJ_I32, packed, (size_t)N * 4),
-                                             NP, start, zero, tp);
-        if (gl == NULL || cl == NULL) fail_msg("forward_paged: %s / %s", oj_last_error(ge), oj_last_error(ce));
-        assert_int_equal(oj_to_host(gl, a, (size_t)(NP * V) * sizeof *a), OJ_OK);
-        assert_int_equal(oj_to_host(cl, b, (size_t)(NP * V) * sizeof *b), OJ_OK);
-        oj_scope_end(ce);
-        oj_scope_end(ge);
+        sv_forward(gm, gp, packed, N, NP, start, zero, tp, a);
+        sv_forward(cm, cp, packed, N, NP, start, zero, tp, b);
         double worst = 0.0;
         for (int64_t i = 0; i < NP * V; i++) worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
         if (!(worst <= 1e-3)) fail_msg("%s prefill: max |gpu - cpu| logit %g > 1e-3", kinds[k], worst);

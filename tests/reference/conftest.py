@@ -7,6 +7,7 @@ package built into <build>/python: <build> is $OJAS_BUILD_DIR, else the
 directory of $OJAS_LIB, else ./build (`make python` builds it)."""
 
 import gc
+import json
 import os
 import sys
 import zlib
@@ -15,6 +16,16 @@ import numpy as np
 import pytest
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rewrite_json(path, **fields):
+    """Replace `fields` of the JSON object in the file at `path`, in place
+    (a config.json the tests make wrong or unusual)."""
+    with open(path) as f:
+        c = json.load(f)
+    c.update(fields)
+    with open(path, "w") as f:
+        json.dump(c, f)
 
 
 def _build_dir():

@@ -42,12 +42,7 @@ def _mismatched_config(monkeypatch, **fields):
 
     def make_then_edit(self, name, case, d):
         make(self, name, case, d)
-        p = os.path.join(d, "config.json")
-        with open(p) as f:
-            c = json.load(f)
-        c.update(fields)
-        with open(p, "w") as f:
-            json.dump(c, f)
+        conftest.rewrite_json(os.path.join(d, "config.json"), **fields)
     monkeypatch.setattr(hf_compare.PlainRef, "make", make_then_edit)
 
 

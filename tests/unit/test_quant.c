@@ -19,19 +19,10 @@
 #include "ojas/ops.h"
 #include "ojas/quant.h"
 #include "quant/quant_internal.h"
+#include "quant_testutil.h"
 
 static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K};
 #define NTYPES (sizeof all_types / sizeof all_types[0])
-
-/* Deterministic values in [-scale, scale] with an occasional outlier. */
-static void fill(float *x, int64_t n, uint32_t seed, float scale) {
-    uint32_t s = seed * 2654435761u + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        float u = (float)(s >> 8) / 16777216.0f * 2.0f - 1.0f;
-        x[i] = (i % 29 == 3 ? 6.0f : 1.0f) * scale * u;
-    }
-}
 
 static oj_engine *engine(int threads) {
     oj_engine_config cfg = oj_engine_config_default();
@@ -88,7 +79,7 @@ static void test_round_trip_bounds(void **state) {
     float x[K], y[K];
     uint8_t q[K * 2];
     for (uint32_t seed = 1; seed <= 20; seed++) {
-        fill(x, K, seed, seed % 2 ? 0.02f : 3.0f);
+        qt_fill(x, K, seed, seed % 2 ? 0.02f : 3.0f);
         if (seed == 3) memset(x, 0, 32 * sizeof(float)); /* an all-zero block */
         if (seed == 4) /* a super-block of small sub-blocks beside large ones */
             for (int j = 256; j < 512; j++) x[j] *= j < 384 ? 1e-3f : 1.0f;
@@ -209,8 +200,8 @@ static void test_qmatmul_matches_dequant(void **state) {
         float *w = malloc(sizeof(float) * (size_t)(n * k));
         float *wd = malloc(sizeof(float) * (size_t)(n * k));
         float *y = malloc(sizeof(float) * (size_t)(m * n));
-        fill(x, m * k, 100 + (uint32_t)s, 1.5f);
-        fill(w, n * k, 200 + (uint32_t)s, 0.05f);
+        qt_fill(x, m * k, 100 + (uint32_t)s, 1.5f);
+        qt_fill(w, n * k, 200 + (uint32_t)s, 0.05f);
         for (size_t ti = 0; ti < NTYPES; ti++) {
             if (k % oj_qtype_block_elems(all_types[ti])) continue;
             for (int li = 0; li < NLEVELS; li++) {
@@ -260,8 +251,8 @@ static void test_qmatmul_simd_levels_identical(void **state) {
     for (size_t ki = 0; ki < 5; ki++) {
         const int64_t k = ks[ki];
         float *x = malloc(sizeof(float) * M * (size_t)k), *w = malloc(sizeof(float) * N * (size_t)k);
-        fill(x, M * k, 31 + (uint32_t)ki, 40.0f);
-        fill(w, N * k, 41 + (uint32_t)ki, 0.3f);
+        qt_fill(x, M * k, 31 + (uint32_t)ki, 40.0f);
+        qt_fill(w, N * k, 41 + (uint32_t)ki, 0.3f);
         for (size_t ti = 0; ti < NTYPES; ti++) {
             if (k % oj_qtype_block_elems(all_types[ti])) continue;
             float y[NLEVELS][M * N];
@@ -308,8 +299,8 @@ static void test_qmatmul_strided_batched(void **state) {
     oj_engine *eng = engine(1);
     assert_int_equal(oj_scope_begin(eng), OJ_OK);
     float w[8 * 64], x[2 * 3 * 64];
-    fill(w, 8 * 64, 7, 1.0f);
-    fill(x, 2 * 3 * 64, 8, 1.0f);
+    qt_fill(w, 8 * 64, 7, 1.0f);
+    qt_fill(x, 2 * 3 * 64, 8, 1.0f);
     oj_qtensor *q = oj_quantize(oj_from_host(eng, 2, (int64_t[]){8, 64}, OJ_F32, w, sizeof w),
                                 OJ_Q4_1);
     oj_tensor *xt = oj_from_host(eng, 3, (int64_t[]){2, 3, 64}, OJ_F32, x, sizeof x);
@@ -338,8 +329,8 @@ static void test_qmatmul_thread_invariant(void **state) {
     float y[3][3][M * N];
     for (size_t ti = 0; ti < NTYPES; ti++) {
         const int64_t K = all_types[ti] == OJ_Q4_K ? 512 : 320;
-        fill(x, M * K, 11, 2.0f);
-        fill(w, N * K, 12, 0.1f);
+        qt_fill(x, M * K, 11, 2.0f);
+        qt_fill(w, N * K, 12, 0.1f);
         for (int th = 1; th <= 3; th++) {
             oj_engine *eng = engine(th);
             oj_engine_set_numerics(eng, OJ_NUMERICS_EXACT);
@@ -386,7 +377,7 @@ static void test_quantize_low_precision_input(void **state) {
     assert_int_equal(oj_scope_begin(eng), OJ_OK);
     enum { N = 3, K = 64 };
     float w[N * K];
-    fill(w, N * K, 5, 1.0f);
+    qt_fill(w, N * K, 5, 1.0f);
     uint16_t h[N * K];
     for (int dt = 0; dt < 2; dt++) {
         for (int i = 0; i < N * K; i++) {

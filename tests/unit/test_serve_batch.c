@@ -21,6 +21,7 @@
 #include "ojas/infer.h"
 #include "ojas/ops.h"
 #include "ojas/serve.h"
+#include "serve_testutil.h"
 
 static oj_engine *eng;
 
@@ -40,37 +41,7 @@ static int teardown(void **state) {
 }
 
 static oj_gpt *make(const char *kind) {
-    oj_gpt_config c;
-    if (strcmp(kind, "gpt2") == 0) {
-        assert_true(oj_gpt_preset("gpt2-tiny", &c));
-        c.vocab_size = 97;
-    } else {
-        memset(&c, 0, sizeof c);
-        c.family = OJ_LLAMA;
-        c.vocab_size = 97;
-        c.block_size = 64;
-        c.n_layer = 2;
-        c.n_head = 4;
-        c.n_kv_head = 2;
-        c.n_embd = 32;
-        c.mlp_hidden = 48;
-        c.norm_eps = 1e-6;
-        c.rope_theta = 10000.0;
-        c.init_std = 0.02;
-        c.qkv_bias = strcmp(kind, "qwen") == 0;
-        c.qk_norm = strcmp(kind, "qwen") == 0;
-        if (strcmp(kind, "llama31") == 0) { /* rope scaling: the cos/sin tables */
-            c.rope_factor = 8.0;
-            c.rope_low_freq_factor = 1.0;
-            c.rope_high_freq_factor = 4.0;
-            c.rope_original_context = 16;
-            c.untied_head = true;
-        }
-    }
-    c.init_std = 0.3; /* at 0.02 a tiny model repeats one token: tokens would say little */
-    oj_gpt *m = NULL;
-    if (oj_gpt_create(eng, &c, 11, &m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(eng));
-    return m;
+    return sv_model(eng, kind, 97, 64, 32);
 }
 
 #define NP 6
@@ -78,10 +49,7 @@ static const int64_t lens[NP] = {1, 5, 17, 40, 3, 23};
 
 /* Prompt i: lens[i] ids below 97. */
 static void prompts(int32_t *buf[NP]) {
-    for (int i = 0; i < NP; i++) {
-        buf[i] = malloc((size_t)lens[i] * sizeof(int32_t));
-        for (int64_t t = 0; t < lens[i]; t++) buf[i][t] = (int32_t)((t * 31 + i * 17 + 3) % 97);
-    }
+    sv_prompts(NP, lens, 97, buf);
 }
 static void free_prompts(int32_t *buf[NP]) {
     for (int i = 0; i < NP; i++) free(buf[i]);
@@ -102,59 +70,53 @@ static void alone_logits(oj_gpt *m, const int32_t *p, int64_t n, float *dst, int
     oj_kv_cache_free(c);
 }
 
+/* The NP prompts in a pool of nblocks blocks of 4 positions, handed out
+ * interleaved (sv_pack), and packed one after another. */
+typedef struct {
+    int32_t *p[NP], tables[NP][16], packed[128];
+    const int32_t *tp[NP];
+    int64_t start[NP + 1], N;
+    oj_kv_pool *pool;
+} batch;
+
+static void batch_init(batch *b, oj_gpt *m, int nblocks) {
+    prompts(b->p);
+    b->pool = NULL;
+    assert_int_equal(oj_kv_pool_create(m, nblocks, 4, &b->pool), OJ_OK);
+    b->N = sv_pack(NP, b->p, lens, nblocks, b->tables, b->tp, b->start, b->packed);
+}
+
+static void batch_free(batch *b) {
+    free_prompts(b->p);
+    oj_kv_pool_free(b->pool);
+}
+
 /* Every prompt packed into one paged forward (blocks of 4 positions,
  * handed out interleaved) gives each prompt's last logits of the prompt
  * alone, bit for bit; then a second forward of one more token each. */
 static void check_packed_logits(const char *kind) {
     oj_gpt *m = make(kind);
-    const int64_t V = oj_gpt_get_config(m)->vocab_size, BS = 4;
-    int32_t *p[NP];
-    prompts(p);
-    oj_kv_pool *pool = NULL;
-    assert_int_equal(oj_kv_pool_create(m, 64, BS, &pool), OJ_OK);
-    int32_t tables[NP][16];
-    int next = 63;
-    for (int b = 0; b < 16; b++)
-        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
-    const int32_t *tp[NP];
-    int64_t start[NP + 1] = {0}, past[NP] = {0}, N = 0;
-    int32_t packed[128];
-    for (int i = 0; i < NP; i++) {
-        tp[i] = tables[i];
-        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
-        N += lens[i];
-        start[i + 1] = N;
-    }
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    batch b;
+    batch_init(&b, m, 64);
+    int64_t past[NP] = {0};
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)V * sizeof *want);
-    oj_scope_begin(eng);
-    int64_t s[2] = {1, N};
-    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, packed, (size_t)N * sizeof(int32_t));
-    oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp);
-    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-    assert_int_equal(oj_size(lg, 1), NP);
-    assert_int_equal(oj_to_host(lg, got, (size_t)(NP * V) * sizeof *got), OJ_OK);
-    oj_scope_end(eng);
+    sv_forward(m, b.pool, b.packed, b.N, NP, b.start, past, b.tp, got);
     for (int i = 0; i < NP; i++) {
-        alone_logits(m, p[i], lens[i], want, V);
+        alone_logits(m, b.p[i], lens[i], want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
     }
     /* one more token each: prompt + (i % 7), attending to the blocks */
     int32_t *q[NP];
     for (int i = 0; i < NP; i++) {
         q[i] = malloc((size_t)(lens[i] + 1) * sizeof(int32_t));
-        memcpy(q[i], p[i], (size_t)lens[i] * sizeof(int32_t));
+        memcpy(q[i], b.p[i], (size_t)lens[i] * sizeof(int32_t));
         q[i][lens[i]] = i % 7;
-        packed[i] = i % 7;
+        b.packed[i] = i % 7;
         past[i] = lens[i];
-        start[i + 1] = i + 1;
+        b.start[i + 1] = i + 1;
     }
-    oj_scope_begin(eng);
-    int64_t s1[2] = {1, NP};
-    idx = oj_from_host(eng, 2, s1, OJ_I32, packed, NP * sizeof(int32_t));
-    lg = oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp);
-    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-    assert_int_equal(oj_to_host(lg, got, (size_t)(NP * V) * sizeof *got), OJ_OK);
-    oj_scope_end(eng);
+    sv_forward(m, b.pool, b.packed, NP, NP, b.start, past, b.tp, got);
     for (int i = 0; i < NP; i++) {
         alone_logits(m, q[i], lens[i] + 1, want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
@@ -162,8 +124,7 @@ static void check_packed_logits(const char *kind) {
     }
     free(got);
     free(want);
-    free_prompts(p);
-    oj_kv_pool_free(pool);
+    batch_free(&b);
     oj_gpt_free(m);
 }
 
@@ -189,29 +150,11 @@ static void test_packed_logits_qwen(void **state) {
  * blocks were left alone by the padding rows). */
 static void check_decode_buckets(const char *kind) {
     oj_gpt *m = make(kind);
-    const int64_t V = oj_gpt_get_config(m)->vocab_size, BS = 4;
-    int32_t *p[NP];
-    prompts(p);
-    oj_kv_pool *pool = NULL;
-    assert_int_equal(oj_kv_pool_create(m, 96, BS, &pool), OJ_OK);
-    int32_t tables[NP][16];
-    int next = 95;
-    for (int b = 0; b < 16; b++)
-        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
-    const int32_t *tp[NP];
-    int64_t start[NP + 1] = {0}, past[NP] = {0}, N = 0;
-    int32_t packed[128];
-    for (int i = 0; i < NP; i++) {
-        tp[i] = tables[i];
-        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
-        N += lens[i];
-        start[i + 1] = N;
-    }
-    oj_scope_begin(eng);
-    int64_t s[2] = {1, N};
-    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, packed, (size_t)N * sizeof(int32_t));
-    assert_non_null(oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp));
-    oj_scope_end(eng);
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    batch b;
+    batch_init(&b, m, 96);
+    int64_t past[NP] = {0};
+    sv_forward(m, b.pool, b.packed, b.N, NP, b.start, past, b.tp, NULL);
     for (int i = 0; i < NP; i++) past[i] = lens[i];
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)(NP * V) * sizeof *want);
     const int64_t steps[3] = {NP, 3, NP};
@@ -223,7 +166,7 @@ static void check_decode_buckets(const char *kind) {
         for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 13 + k * 7 + 1) % V);
         int32_t am[NP];
         float alp[NP];
-        oj_status st = oj_gpt_decode_paged(m, pool, n, tok, past, tp, true, got, am, alp);
+        oj_status st = oj_gpt_decode_paged(m, b.pool, n, tok, past, b.tp, true, got, am, alp);
         if (st != OJ_OK) fail_msg("decode_paged: %s", oj_last_error(eng));
         for (int64_t i = 0; i < n; i++) { /* the argmax and its log_softmax, from the logits */
             const float *row = got + i * V;
@@ -236,35 +179,28 @@ static void check_decode_buckets(const char *kind) {
             if (!(fabs((double)alp[i] + log(sum)) <= 1e-5))
                 fail_msg("row %lld: argmax logprob %.9g, log_softmax %.9g", (long long)i, alp[i], -log(sum));
         }
-        assert_false(oj_gpt_decode_paged_graphed(pool, n)); /* no graphs on the CPU */
+        assert_false(oj_gpt_decode_paged_graphed(b.pool, n)); /* no graphs on the CPU */
         /* the same step again through forward_paged (rewrites the same keys) */
-        oj_scope_begin(eng);
-        int64_t s1[2] = {1, n};
-        idx = oj_from_host(eng, 2, s1, OJ_I32, tok, (size_t)n * sizeof(int32_t));
-        oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, n, st1, past, tp);
-        if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-        assert_int_equal(oj_to_host(lg, want, (size_t)(n * V) * sizeof *want), OJ_OK);
-        oj_scope_end(eng);
+        sv_forward(m, b.pool, tok, n, n, st1, past, b.tp, want);
         assert_memory_equal(got, want, (size_t)(n * V) * sizeof *want);
         for (int64_t i = 0; i < n; i++) past[i]++;
     }
     /* refusals: a token outside the vocabulary, no sequence, past the context */
     int32_t bad = (int32_t)V;
-    assert_int_equal(oj_gpt_decode_paged(m, pool, 1, &bad, past, tp, false, got, NULL, NULL),
+    assert_int_equal(oj_gpt_decode_paged(m, b.pool, 1, &bad, past, b.tp, false, got, NULL, NULL),
                      OJ_ERR_INVALID_ARGUMENT);
     oj_clear_error(eng);
-    assert_int_equal(oj_gpt_decode_paged(m, pool, 0, &bad, past, tp, false, got, NULL, NULL),
+    assert_int_equal(oj_gpt_decode_paged(m, b.pool, 0, &bad, past, b.tp, false, got, NULL, NULL),
                      OJ_ERR_INVALID_ARGUMENT);
     oj_clear_error(eng);
     int64_t far = oj_gpt_get_config(m)->block_size;
     int32_t ok_tok = 1;
-    oj_status fst = oj_gpt_decode_paged(m, pool, 1, &ok_tok, &far, tp, false, got, NULL, NULL);
+    oj_status fst = oj_gpt_decode_paged(m, b.pool, 1, &ok_tok, &far, b.tp, false, got, NULL, NULL);
     if (fst != OJ_ERR_OUT_OF_RANGE) fail_msg("past the context: %d %s", fst, oj_last_error(eng));
     oj_clear_error(eng);
     free(got);
     free(want);
-    free_prompts(p);
-    oj_kv_pool_free(pool);
+    batch_free(&b);
     oj_gpt_free(m);
 }
 
@@ -274,21 +210,31 @@ static void test_decode_buckets(void **state) {
     check_decode_buckets("qwen");
 }
 
+/* The generate tests' sampler at temperature t (0: greedy, else top-k 20;
+ * seed 42, 20 new tokens), and each prompt's tokens from oj_generate alone
+ * into want[i], wl[i] long (the caller frees each). */
+static oj_sampler_config generate_alone(oj_gpt *m, int32_t *p[NP], double t, int32_t *want[NP],
+                                        int64_t wl[NP]) {
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = t;
+    cfg.top_k = t > 0 ? 20 : 0;
+    cfg.seed = 42;
+    cfg.max_new_tokens = 20;
+    const int32_t *const *pp = (const int32_t *const *)p;
+    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
+    return cfg;
+}
+
 /* oj_batch_generate over a scheduler of `sc` gives oj_generate's tokens for
  * every prompt at temperature t (0: greedy). */
 static void check_generate(const char *kind, const oj_sched_config *sc, double t) {
     oj_gpt *m = make(kind);
     int32_t *p[NP];
     prompts(p);
-    oj_sampler_config cfg = oj_sampler_config_default();
-    cfg.temperature = t;
-    cfg.top_k = t > 0 ? 20 : 0;
-    cfg.seed = 42;
-    cfg.max_new_tokens = 20;
     int32_t *want[NP], *got[NP];
     int64_t wl[NP], gl[NP];
+    const oj_sampler_config cfg = generate_alone(m, p, t, want, wl);
     const int32_t *const *pp = (const int32_t *const *)p;
-    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
     oj_status st = oj_batch_generate(m, NP, pp, lens, &cfg, sc, got, gl, NULL, NULL);
     if (st != OJ_OK) fail_msg("batch_generate: %s", oj_last_error(eng));
     for (int i = 0; i < NP; i++) {
@@ -331,15 +277,9 @@ static void check_preemption(const char *kind, double t) {
     oj_gpt *m = make(kind);
     int32_t *p[NP];
     prompts(p);
-    oj_sampler_config cfg = oj_sampler_config_default();
-    cfg.temperature = t;
-    cfg.top_k = t > 0 ? 20 : 0;
-    cfg.seed = 42;
-    cfg.max_new_tokens = 20;
     int32_t *want[NP];
     int64_t wl[NP];
-    const int32_t *const *pp = (const int32_t *const *)p;
-    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
+    const oj_sampler_config cfg = generate_alone(m, p, t, want, wl);
     oj_sched_config sc = oj_sched_config_default();
     sc.max_batch = NP;
     sc.block_size = 4;

@@ -282,6 +282,18 @@ static cudnnBackendDescriptor_t cd_virt(cd_build *b, cudnnDataType_t dt, int64_t
     return cd_tensor(b, 0, dt, dim, st, true, false, what);
 }
 
+/* An operation descriptor of type type whose attributes attr[0..n) are the
+ * descriptors d[0..n), a NULL one left unset; appended to ops once finalized. */
+static void cd_op(cd_build *b, cudnnBackendDescriptor_t *ops, int *nops,
+                  cudnnBackendDescriptorType_t type, int n, const cudnnBackendAttributeName_t *attr,
+                  const cudnnBackendDescriptor_t *d, const char *what) {
+    cudnnBackendDescriptor_t op = cd_new(b, type, what);
+    for (int i = 0; i < n; i++)
+        if (d[i]) cd_set(b, op, attr[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[i], what);
+    cd_finalize(b, op, what);
+    if (!b->bad) ops[(*nops)++] = op;
+}
+
 /* y = mode(x [, x2 [, t]]) with compute type prec (axis >= 0: GEN_INDEX). */
 static void cd_pw(cd_build *b, cudnnBackendDescriptor_t *ops, int *nops, cudnnPointwiseMode_t mode,
                   cudnnDataType_t prec, int64_t axis, cudnnBackendDescriptor_t x,
@@ -292,19 +304,12 @@ static void cd_pw(cd_build *b, cudnnBackendDescriptor_t *ops, int *nops, cudnnPo
     cd_set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, what);
     if (axis >= 0) cd_set(b, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, what);
     cd_finalize(b, pw, what);
-    cudnnBackendDescriptor_t op = cd_new(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-           &pw, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    if (x2)
-        cd_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x2,
-               what);
-    if (t)
-        cd_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t,
-               what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
-    cd_finalize(b, op, what);
-    if (!b->bad) ops[(*nops)++] = op;
+    const cudnnBackendAttributeName_t attr[5] = {
+        CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+        CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
+        CUDNN_ATTR_OPERATION_POINTWISE_YDESC};
+    const cudnnBackendDescriptor_t d[5] = {pw, x, x2, t, y};
+    cd_op(b, ops, nops, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 5, attr, d, what);
 }
 
 /* c = a b (batched over dims 0, 1; f32 compute). */
@@ -314,13 +319,11 @@ static void cd_mm(cd_build *b, cudnnBackendDescriptor_t *ops, int *nops, cudnnBa
     cudnnBackendDescriptor_t mm = cd_new(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR, what);
     cd_set(b, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, what);
     cd_finalize(b, mm, what);
-    cudnnBackendDescriptor_t op = cd_new(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bb, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, what);
-    cd_finalize(b, op, what);
-    if (!b->bad) ops[(*nops)++] = op;
+    const cudnnBackendAttributeName_t attr[4] = {
+        CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+        CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC};
+    const cudnnBackendDescriptor_t d[4] = {a, bb, c, mm};
+    cd_op(b, ops, nops, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, attr, d, what);
 }
 
 /* y = reduce(x) over the dims where y has extent 1 (f32 compute). */
@@ -333,22 +336,20 @@ static void cd_red(cd_build *b, cudnnBackendDescriptor_t *ops, int *nops,
            what);
     cd_set(b, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, what);
     cd_finalize(b, rd, what);
-    cudnnBackendDescriptor_t op = cd_new(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd, what);
-    cd_finalize(b, op, what);
-    if (!b->bad) ops[(*nops)++] = op;
+    const cudnnBackendAttributeName_t attr[3] = {CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+                                                 CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
+                                                 CUDNN_ATTR_OPERATION_REDUCTION_DESC};
+    const cudnnBackendDescriptor_t d[3] = {x, y, rd};
+    cd_op(b, ops, nops, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, attr, d, what);
 }
 
 /* y = x read through y's dims and strides (a transposed view of a virtual tensor). */
 static void cd_reshape(cd_build *b, cudnnBackendDescriptor_t *ops, int *nops,
                        cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y, const char *what) {
-    cudnnBackendDescriptor_t op = cd_new(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    cd_set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
-    cd_finalize(b, op, what);
-    if (!b->bad) ops[(*nops)++] = op;
+    const cudnnBackendAttributeName_t attr[2] = {CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+                                                 CUDNN_ATTR_OPERATION_RESHAPE_YDESC};
+    const cudnnBackendDescriptor_t d[2] = {x, y};
+    cd_op(b, ops, nops, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 2, attr, d, what);
 }
 
 /* The causal mask on scores s [B,H,T,S] (f32): row >= col ? s : -inf. */
