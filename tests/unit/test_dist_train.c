@@ -182,7 +182,8 @@ static void test_two_ranks_allreduce_fast(void **state) {
 }
 
 // test: a group from RANK / WORLD_SIZE (torchrun's variables, no MPI)
-// with CPU ranks is refused by name: CPU collectives need MPI
+// with CPU ranks is refused by name: CPU collectives need MPI; the refusal
+// leaves no run directory behind, as every refused start does
 static void test_env_group_cpu_refused(void **state) {
     (void)state;
     setenv("RANK", "0", 1);
@@ -194,6 +195,11 @@ static void test_env_group_cpu_refused(void **state) {
     assert_int_not_equal(rc, 0);
     if (!err || !strstr(err, "a CPU engine's collectives need MPI"))
         fail_msg("not refused by name: %s %s", out, err);
+    char p[400];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/envcpu", g_dir);
+    if (stat(p, &sb) == 0)
+        fail_msg("the refused start left the run directory 'envcpu' behind");
     free(out);
     free(err);
 }
