@@ -45,7 +45,8 @@ static const char k_usage[] =
     "      --overwrite        first remove the previous run's files from DIR\n"
     "                         (checkpoints, latest, metrics.jsonl, loss.*, abandoned-*);\n"
     "                         refused, removing nothing, if DIR holds anything else\n"
-    "      --no-progress      plain log lines even on a terminal\n"
+    "      --no-progress      plain log lines even on a terminal (always under a\n"
+    "                         launcher such as mpirun)\n"
     "      --no-plot          do not run gnuplot\n"
     "  -h, --help             this help\n"
     "\n"
@@ -181,7 +182,9 @@ static oj_status set_lora(oj_train_config *cfg, const char *spec, oj_error *err)
 
 int cmd_train(int argc, char **argv) {
     const char *config = NULL, *out = NULL, *resume = NULL;
-    bool progress = isatty(fileno(stdout)), plot = true, overwrite = false;
+    /* a launcher (mpirun) gives its ranks a pseudo-terminal for stdout even
+     * when the job's output goes to a file: plain lines there */
+    bool progress = isatty(fileno(stdout)) && !oj_dist_launched(), plot = true, overwrite = false;
     override *ov = calloc((size_t)argc, sizeof *ov);
     int nov = 0, c;
     if (!ov)

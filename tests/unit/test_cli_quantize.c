@@ -104,6 +104,12 @@ static void test_quantize_and_generate(void **state) {
     usage_error("quantize --to q8_0 -o x.gguf", "give exactly one of --model and --checkpoint");
     usage_error("generate -m f32.gguf --prompt x",
                 "f32.gguf: no tokenizer (tokenizer.ggml.model is \"no_vocab\"): give --vocab DIR");
+    /* a nanolab run (c.json) has no GGUF layout: refused with what to train instead */
+    assert_int_equal(ojas("train --config c.json --out nrun --no-progress --no-plot", NULL), 0);
+    assert_int_equal(ct_ojas(g_dir, "quantize --checkpoint nrun --to q8_0 -o n.gguf", NULL, &err), 1);
+    ct_assert_one_line(err, "nanolab");
+    if (!strstr(err, "--set model=gpt2-tiny")) fail_msg("no remedy named: %s", err);
+    free(err);
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q3",
                 "--quantize must be q8_0, q4_0, q4_1 or q4_k, got 'q3'");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q8_0 --dtype bf16",

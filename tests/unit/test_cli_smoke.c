@@ -313,6 +313,44 @@ static void test_generate_model_dir(void **state) {
     free(err);
 }
 
+// test: shards of a tokenizer larger than the preset's vocabulary (512 for
+// nanolab-tiny), trained without tokenizer_dir, are refused in one line
+// that names the fix (tokenizer_dir or vocab_size), leaving no run behind;
+// with tokenizer_dir the model takes the tokenizer's vocabulary and trains
+static void test_train_tokenizer_larger_than_preset(void **state) {
+    (void)state;
+    /* 2,000 pseudo-random 5-letter words, each twice: merges enough for 600 ids */
+    char p[400];
+    snprintf(p, sizeof p, "%s/words.txt", g_dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    uint32_t r = 7;
+    for (int w = 0; w < 2000; w++) {
+        char word[6] = {0};
+        for (int i = 0; i < 5; i++) {
+            r = r * 1664525u + 1013904223u;
+            word[i] = (char)('a' + (r >> 16) % 26);
+        }
+        fprintf(f, "%s %s\n", word, word);
+    }
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ojas("tokenizer train --vocab-size 600 --threads 1 --out tokbig words.txt",
+                          NULL), 0);
+    assert_int_equal(ojas("data prepare --vocab tokbig --out databig --threads 1 words.txt", NULL), 0);
+    char *err = NULL;
+    assert_int_equal(ct_ojas(g_dir, "train --config c.json --set data_dir=databig --out bigrun "
+                                    "--no-progress --no-plot", NULL, &err), 1);
+    ct_assert_one_line(err, "outside the vocabulary of 512");
+    contains(err, "--set tokenizer_dir=DIR");
+    free(err);
+    assert_false(exists("bigrun"));
+    char *out = NULL;
+    assert_int_equal(ojas("train --config c.json --set data_dir=databig --set tokenizer_dir=tokbig "
+                          "--set max_steps=1 --out bigrun --no-progress --no-plot", &out), 0);
+    contains(out, "V 600");
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_data_train_resume_generate),
@@ -321,6 +359,7 @@ int main(void) {
         cmocka_unit_test(test_generate_non_finite_sampling),
         cmocka_unit_test(test_generate_missing_checkpoint_empty_prompt),
         cmocka_unit_test(test_generate_model_dir),
+        cmocka_unit_test(test_train_tokenizer_larger_than_preset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -138,6 +138,21 @@ static void test_two_ranks_equal_one_process(void **state) {
     same_run("one", "two");
 }
 
+// test: under mpirun, whose ranks' stdout is a pseudo-terminal even when
+// the job's output goes to a file, the log is plain lines (no progress bar
+// drawn with carriage returns and escape codes)
+static void test_mpirun_log_is_plain(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o plain --numerics exact --no-plot --set grad_accum=2", &out);
+    if (rc)
+        fail_msg("mpirun failed (%d): %s", rc, out);
+    if (strchr(out, '\r') || strstr(out, "\x1b["))
+        fail_msg("the log under mpirun holds a progress bar: %s", out);
+    assert_non_null(strstr(out, "step 4/4"));
+    free(out);
+}
+
 // test: one rank with 2 micro-batches under EXACT takes the all-reduce
 // path (its rank-order sum is its own gradient): the first micro-batch's
 // gradient written into the arena by backward, the second formed whole
@@ -182,7 +197,8 @@ static void test_two_ranks_allreduce_fast(void **state) {
 }
 
 // test: a group from RANK / WORLD_SIZE (torchrun's variables, no MPI)
-// with CPU ranks is refused by name: CPU collectives need MPI
+// with CPU ranks is refused by name: CPU collectives need MPI; the refusal
+// leaves no run directory behind, as every refused start does
 static void test_env_group_cpu_refused(void **state) {
     (void)state;
     setenv("RANK", "0", 1);
@@ -194,6 +210,11 @@ static void test_env_group_cpu_refused(void **state) {
     assert_int_not_equal(rc, 0);
     if (!err || !strstr(err, "a CPU engine's collectives need MPI"))
         fail_msg("not refused by name: %s %s", out, err);
+    char p[400];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/envcpu", g_dir);
+    if (stat(p, &sb) == 0)
+        fail_msg("the refused start left the run directory 'envcpu' behind");
     free(out);
     free(err);
 }
@@ -439,6 +460,7 @@ int main(void) {
 #ifdef OJAS_MPIEXEC
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
+        cmocka_unit_test(test_mpirun_log_is_plain),
         cmocka_unit_test(test_two_ranks_allreduce_fast),
         cmocka_unit_test(test_one_rank_allreduce_exact),
         cmocka_unit_test(test_env_group_cpu_refused),

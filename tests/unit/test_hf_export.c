@@ -286,6 +286,16 @@ static void test_cli_export(void **state) {
     assert_int_equal(ct_ojas(g_dir, cmd, NULL, &err), 1);
     ct_assert_one_line(err, "is the checkpoint directory itself");
     free(err);
+    /* a nanolab run (the README's first training example) is refused with
+     * what to train instead, and no directory is written */
+    assert_int_equal(ojas("train --config c.json --set model=nanolab-tiny --out nrun --no-progress "
+                          "--no-plot", NULL), 0);
+    assert_int_equal(ct_ojas(g_dir, "export --hf nout --checkpoint nrun", NULL, &err), 1);
+    ct_assert_one_line(err, "has no transformers architecture");
+    if (!strstr(err, "--set model=gpt2-tiny")) fail_msg("no remedy named: %s", err);
+    free(err);
+    snprintf(p, sizeof p, "%s/nout", g_dir);
+    assert_int_not_equal(stat(p, &sb), 0);
 }
 
 int main(void) {
