@@ -1,5 +1,6 @@
 # The Go module (go/): `go test -race ./...` as the ctest entry go_test
-# (go_bench_smoke: its benchmarks, a few iterations; go_example: examples/go),
+# (go_bench_smoke: its benchmarks, a few iterations; go_example: examples/go;
+# go_train_bench: bench/go against the CLI),
 # against this tree's libojas.so through pkg-config (a build-tree ojas.pc in
 # <build>/go) with the Go caches inside the build directory and no network
 # (standard library only). Not under the sanitizers (a Go test binary cannot
@@ -25,5 +26,9 @@ if(OJAS_TESTS AND OJAS_GO AND NOT OJAS_SANITIZE AND TARGET ojas_cli)
   add_test(NAME go_example
     COMMAND ${CMAKE_COMMAND} -E env ${OJAS_GO_ENV} ${OJAS_GO_RUN} bash ${CMAKE_SOURCE_DIR}/examples/go/run.sh
             $<TARGET_FILE:ojas_cli>)
-  set_tests_properties(go_test go_bench_smoke go_example PROPERTIES TIMEOUT 900)
+  # bench/go: the Go-driven training run against `ojas train` (same bits)
+  add_test(NAME go_train_bench
+    COMMAND ${CMAKE_COMMAND} -E env ${OJAS_GO_ENV} ${OJAS_GO_RUN} bash ${CMAKE_SOURCE_DIR}/bench/go/run.sh
+            $<TARGET_FILE:ojas_cli>)
+  set_tests_properties(go_test go_bench_smoke go_example go_train_bench PROPERTIES TIMEOUT 900)
 endif()

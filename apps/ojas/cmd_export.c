@@ -1,8 +1,12 @@
 /* ojas export --hf: write a Hugging Face model directory from an ojas
  * checkpoint or a model directory ojas loads. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -12,12 +16,15 @@
 
 static const char *k_help =
     "usage: ojas export --hf OUTDIR (--checkpoint DIR | -m MODEL_DIR) [--vocab DIR]\n"
-    "                   [--adapter DIR]\n"
+    "                   [--adapter DIR] [--force]\n"
     "Write a Hugging Face model directory: config.json, model.safetensors (transformers'\n"
     "tensor names, a tied head left out) and the tokenizer's files, which transformers'\n"
     "from_pretrained and 'ojas generate -m OUTDIR' load. gpt2 and llama-family models\n"
     "(Llama, Mistral, Qwen2, Qwen3 shapes) export; nanolab ones have no transformers class.\n"
-    "      --hf OUTDIR          the directory to write (created; files in it replaced)\n"
+    "      --hf OUTDIR          the directory to write: created, or an empty one\n"
+    "      --force              write into an OUTDIR that holds files: files of the\n"
+    "                           names export writes are replaced, others stay (never\n"
+    "                           the --model or checkpoint directory being read)\n"
     "      --checkpoint DIR     a checkpoint directory written by 'ojas train', or its run\n"
     "                           directory (its newest verified checkpoint)\n"
     "  -m, --model DIR          a Hugging Face model directory (re-exported with its\n"
@@ -30,7 +37,7 @@ static const char *k_help =
     "                           OUT/adapter), folded into the exported weights\n"
     "  -h, --help               this help\n";
 
-enum { OPT_HF = 256, OPT_CHECKPOINT, OPT_VOCAB, OPT_ADAPTER };
+enum { OPT_HF = 256, OPT_CHECKPOINT, OPT_VOCAB, OPT_ADAPTER, OPT_FORCE };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -39,11 +46,56 @@ static const struct option k_long[] = {
     {"model", required_argument, NULL, 'm'},
     {"vocab", required_argument, NULL, OPT_VOCAB},
     {"adapter", required_argument, NULL, OPT_ADAPTER},
+    {"force", no_argument, NULL, OPT_FORCE},
     {NULL, 0, NULL, 0},
 };
 
+/* OUTDIR may be written: it does not exist, or is an empty directory, or
+ * force is set. CLI_OK, or the refusal printed and its code. */
+static int check_out_dir(const char *out, bool force) {
+    struct stat st;
+    if (stat(out, &st) != 0) {
+        if (errno == ENOENT) return CLI_OK;
+        return cli_error(CLI_FAIL, "export: --hf '%s': %s", out, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return cli_error(CLI_FAIL, "export: --hf '%s' exists and is not a directory", out);
+    if (force) return CLI_OK;
+    DIR *d = opendir(out);
+    if (d == NULL) return cli_error(CLI_FAIL, "export: --hf '%s': %s", out, strerror(errno));
+    char first[256] = "";
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        size_t i = 0; /* a control character would break the one-line message */
+        for (; de->d_name[i] && i + 1 < sizeof first; i++) {
+            unsigned char ch = (unsigned char)de->d_name[i];
+            first[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+        }
+        first[i] = '\0';
+        break;
+    }
+    closedir(d);
+    if (first[0])
+        return cli_error(CLI_FAIL, "export: --hf directory '%s' is not empty (it holds %s); give "
+                                   "--force to write into it", out, first);
+    return CLI_OK;
+}
+
+/* OUTDIR is not `src`, the directory the export reads (the same file by
+ * device and inode, however either is spelled): --force would write over
+ * the weights being read. CLI_OK, or the refusal printed and its code. */
+static int check_not_source(const char *out, const char *src, const char *what) {
+    struct stat a, b;
+    if (stat(out, &a) != 0 || stat(src, &b) != 0) return CLI_OK; /* OUTDIR is new */
+    if (a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return cli_error(CLI_FAIL, "export: --hf '%s' is the %s directory itself (%s); export "
+                                   "to another directory", out, what, src);
+    return CLI_OK;
+}
+
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *ckpt = NULL, *model_dir = NULL, *vocab = NULL, *adapter = NULL;
+    bool force = false;
     int c;
     cli_getopt_state g = {.cmd = "export", .shortopts = "hm:", .longopts = k_long};
     while ((c = cli_getopt(&g, argc, argv)) != -1) {
@@ -54,6 +106,7 @@ int cmd_export(int argc, char **argv) {
         case 'm': model_dir = optarg; break;
         case OPT_VOCAB: vocab = optarg; break;
         case OPT_ADAPTER: adapter = optarg; break;
+        case OPT_FORCE: force = true; break;
         default: return CLI_USAGE;
         }
     }
@@ -62,6 +115,8 @@ int cmd_export(int argc, char **argv) {
         return cli_error(CLI_USAGE, "export: --hf OUTDIR is required");
     if ((ckpt != NULL) + (model_dir != NULL) != 1)
         return cli_error(CLI_USAGE, "export: give exactly one of --checkpoint DIR or --model DIR");
+    int orc = check_out_dir(out, force);
+    if (orc != CLI_OK) return orc;
 
     oj_train_config run_cfg = oj_train_config_default();
     char ckpt_dir[4096] = "";
@@ -78,9 +133,13 @@ int cmd_export(int argc, char **argv) {
                             "failed verification (the newest: %s); using %s\n",
                     skipped, ckpt, why.message, ckpt_dir);
         if (vocab == NULL && run_cfg.tokenizer_dir[0]) vocab = run_cfg.tokenizer_dir;
+        orc = check_not_source(out, ckpt_dir, "checkpoint");
     } else if (access(model_dir, F_OK) != 0) {
         return cli_error(CLI_FAIL, "export: model directory '%s' does not exist", model_dir);
+    } else {
+        orc = check_not_source(out, model_dir, "model");
     }
+    if (orc != CLI_OK) return orc;
     oj_error e = {0};
     oj_tokenizer *tok = NULL;
     if (vocab && oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
@@ -104,6 +163,14 @@ int cmd_export(int argc, char **argv) {
         }
     } else if (oj_gpt_load_dir(eng, model_dir, &m, &e) != OJ_OK) {
         cli_error(CLI_FAIL, "export: %s", e.message);
+        goto done;
+    }
+    if (oj_gpt_get_config(m)->family == OJ_NANOLAB) { /* before the library's refusal: the remedy */
+        cli_error(CLI_FAIL, "export: '%s' is a nanolab model, which has no transformers "
+                            "architecture (gpt2 and llama-family models export): train a gpt2 "
+                            "preset (--set model=gpt2-tiny, ...) or fine-tune a Hugging Face "
+                            "model directory (--init-from DIR)",
+                  ckpt ? ckpt : model_dir);
         goto done;
     }
     if (adapter && (oj_gpt_lora_load(m, adapter, &e) != OJ_OK || oj_gpt_lora_merge(m, &e) != OJ_OK)) {

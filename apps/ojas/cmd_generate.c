@@ -23,15 +23,15 @@ static const char *k_help =
     "                             model.safetensors or its shards: GPT2LMHeadModel,\n"
     "                             LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
     "                             Qwen3ForCausalLM), a GGUF file in llama.cpp's layout\n"
-    "                             (gpt2, llama; F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors, as\n"
-    "                             'ojas quantize' writes; needs --vocab), or the preset\n"
-    "                             of --weights\n"
+    "                             (gpt2, llama; F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K tensors,\n"
+    "                             as 'ojas quantize' writes, with its tokenizer), or the\n"
+    "                             preset of --weights\n"
     "      --weights FILE         a safetensors file of preset --model\n"
     "      --adapter DIR          a PEFT LoRA adapter directory (adapter_config.json,\n"
     "                             adapter_model.safetensors) folded into the weights\n"
-    "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
-    "                             checkpoint's run's tokenizer_dir, stored as an\n"
-    "                             absolute path)\n"
+    "      --vocab DIR            the tokenizer (default: the model directory, the GGUF\n"
+    "                             file's tokenizer.ggml.* metadata, or the checkpoint's\n"
+    "                             run's tokenizer_dir, stored as an absolute path)\n"
     "  -p, --prompt TEXT          the text to continue (required, not empty)\n"
     "  -n, --max-new-tokens N     tokens to generate (default 200)\n"
     "  -t, --temperature T        0: greedy (default 0.8)\n"
@@ -48,8 +48,8 @@ static const char *k_help =
     "      --dtype D              f32 | bf16 | f16 (default f32); bf16 converts the weights\n"
     "                             after loading (half the bytes read per token on a GPU,\n"
     "                             the KV cache too; on the CPU bf16 is slower than f32)\n"
-    "      --quantize TYPE        q8_0 | q4_0 | q4_1: quantize the linear weights after\n"
-    "                             loading (CPU; ggml's block formats, int8 dot products)\n"
+    "      --quantize TYPE        q8_0 | q4_0 | q4_1 | q4_k: quantize the linear weights\n"
+    "                             after loading (CPU; ggml's formats, int8 dot products)\n"
     "  -j, --threads N            CPU threads (default 0: all usable CPUs)\n"
     "      --numerics N           fast | exact (default fast); exact sums in a fixed order,\n"
     "                             the bits 'ojas serve' gives for the same request\n"
@@ -167,8 +167,11 @@ int cmd_generate(int argc, char **argv) {
                                     "--weights FILE --model PRESET");
     if (weights && preset == NULL) return cli_error(CLI_USAGE, "generate: --weights needs --model PRESET");
     oj_gpt_config preset_cfg;
+    size_t mlen = model_dir ? strlen(model_dir) : 0;
+    const bool gguf = mlen > 5 && strcmp(model_dir + mlen - 5, ".gguf") == 0;
     if (model_dir && access(model_dir, F_OK) != 0)
-        return cli_error(CLI_FAIL, "generate: model directory '%s' does not exist%s", model_dir,
+        return cli_error(CLI_FAIL, "generate: %s '%s' does not exist%s",
+                         gguf ? "GGUF file" : "model directory", model_dir,
                          oj_gpt_preset(model_dir, &preset_cfg) ? " (a preset goes with --weights FILE)"
                                                                : "");
     if (weights && !oj_gpt_preset(preset, &preset_cfg)) {
@@ -185,14 +188,11 @@ int cmd_generate(int argc, char **argv) {
 
     oj_qtype qt = OJ_QTYPE_COUNT;
     if (quantize && !oj_qtype_parse(quantize, &qt))
-        return cli_error(CLI_USAGE, "generate: --quantize must be q8_0, q4_0 or q4_1, got '%s'",
+        return cli_error(CLI_USAGE, "generate: --quantize must be q8_0, q4_0, q4_1 or q4_k, got '%s'",
                          quantize);
     if (quantize && strcmp(dtype, "f32") != 0)
         return cli_error(CLI_USAGE, "generate: --quantize goes with f32 weights, not --dtype %s",
                          dtype);
-    size_t mlen = model_dir ? strlen(model_dir) : 0;
-    const bool gguf = mlen > 5 && strcmp(model_dir + mlen - 5, ".gguf") == 0;
-
     oj_dtype wdt = strcmp(dtype, "bf16") == 0 ? OJ_BF16 : strcmp(dtype, "f16") == 0 ? OJ_F16 : OJ_F32;
     if (wdt == OJ_F32 && strcmp(dtype, "f32") != 0)
         return cli_error(CLI_USAGE, "generate: --dtype must be f32, bf16 or f16, got '%s'", dtype);
@@ -230,17 +230,28 @@ int cmd_generate(int argc, char **argv) {
             vocab = run_cfg.tokenizer_dir;
     }
     if (vocab == NULL && model_dir && !gguf) vocab = model_dir; /* its tokenizer files */
-    if (vocab == NULL)
-        return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a checkpoint "
-                                    "supplies it only when its run had a tokenizer_dir)");
-
     oj_error e = {0};
     oj_tokenizer *tok = NULL;
-    if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
-        return cli_error(CLI_FAIL, "generate: %s%s", e.message,
-                         vocab == run_cfg.tokenizer_dir ? " (the run's tokenizer_dir: give --vocab DIR)"
-                         : vocab == model_dir ? " (the model directory's tokenizer: give --vocab DIR)"
-                                              : "");
+    if (vocab == NULL && model_dir && gguf) { /* the file's tokenizer.ggml.* */
+        oj_gguf *file = NULL;
+        oj_status gs = oj_gguf_open(model_dir, &file, &e);
+        if (gs == OJ_OK) gs = oj_gguf_tokenizer(file, model_dir, &tok, &e);
+        oj_gguf_close(file);
+        if (gs != OJ_OK)
+            return cli_error(gs == OJ_ERR_OUT_OF_RANGE ? CLI_USAGE : CLI_FAIL, "generate: %s%s",
+                             e.message, gs == OJ_ERR_OUT_OF_RANGE ? ": give --vocab DIR" : "");
+    } else {
+        if (vocab == NULL)
+            return cli_error(CLI_USAGE, "generate: --vocab DIR is required (the tokenizer; a "
+                                        "checkpoint supplies it only when its run had a "
+                                        "tokenizer_dir)");
+        if (oj_tokenizer_load(vocab, &tok, &e) != OJ_OK)
+            return cli_error(CLI_FAIL, "generate: %s%s", e.message,
+                             vocab == run_cfg.tokenizer_dir
+                                 ? " (the run's tokenizer_dir: give --vocab DIR)"
+                             : vocab == model_dir ? " (the model directory's tokenizer: give --vocab DIR)"
+                                                  : "");
+    }
     oj_engine *eng = NULL;
     if (oj_engine_create(&ec, &eng, &e) != OJ_OK) {
         oj_tokenizer_free(tok);

@@ -18,7 +18,7 @@ static const char *k_help =
     "                             LlamaForCausalLM, MistralForCausalLM) or a GGUF file\n"
     "      --checkpoint DIR       a checkpoint written by 'ojas train' (gpt2 preset), or its\n"
     "                             run directory\n"
-    "      --to TYPE              q8_0 | q4_0 | q4_1 (ggml's block formats), or f32\n"
+    "      --to TYPE              q8_0 | q4_0 | q4_1 | q4_k (ggml's formats), or f32\n"
     "  -o, --out FILE.gguf        the file to write (replaced atomically)\n"
     "      --vocab DIR            a GPT-2 byte-level BPE tokenizer (encoder.json + vocab.bpe,\n"
     "                             or vocab.json + merges.txt) written into the file as\n"
@@ -100,7 +100,7 @@ int cmd_quantize(int argc, char **argv) {
         return cli_error(CLI_USAGE, "quantize: give exactly one of --model and --checkpoint");
     oj_qtype qt = OJ_QTYPE_COUNT;
     if (to == NULL || (strcmp(to, "f32") != 0 && !oj_qtype_parse(to, &qt)))
-        return cli_error(CLI_USAGE, "quantize: --to must be q8_0, q4_0, q4_1 or f32%s%s%s",
+        return cli_error(CLI_USAGE, "quantize: --to must be q8_0, q4_0, q4_1, q4_k or f32%s%s%s",
                          to ? ", got '" : "", to ? to : "", to ? "'" : "");
     if (out == NULL || !is_gguf(out))
         return cli_error(CLI_USAGE, "quantize: --out FILE.gguf is required (a name ending in .gguf)");
@@ -124,6 +124,14 @@ int cmd_quantize(int argc, char **argv) {
         cli_error(CLI_FAIL, "quantize: %s", e.status ? e.message : oj_last_error(eng));
         goto done;
     }
+    if (oj_gpt_get_config(m)->family == OJ_NANOLAB) { /* before the writer's refusal: the remedy */
+        cli_error(CLI_FAIL, "quantize: '%s' is a nanolab model, which has no GGUF layout (gpt2 "
+                            "and llama-family models quantize): train a gpt2 preset (--set "
+                            "model=gpt2-tiny, ...) or fine-tune a Hugging Face model directory "
+                            "(--init-from DIR)",
+                  ckpt ? ckpt : model);
+        goto done;
+    }
     if (qt != OJ_QTYPE_COUNT && oj_gpt_quantize(m, qt) != OJ_OK) {
         cli_error(CLI_FAIL, "quantize: %s", oj_last_error(eng));
         goto done;
@@ -140,6 +148,16 @@ int cmd_quantize(int argc, char **argv) {
     if (vocab && oj_gguf_add_gpt2_tokenizer(w, vocab, oj_gpt_get_config(m)->vocab_size, &e) != OJ_OK) {
         cli_error(CLI_FAIL, "quantize: tokenizer: %s", e.message);
         goto done;
+    }
+    if (vocab == NULL && model && is_gguf(model)) { /* the source file's tokenizer.ggml.* */
+        oj_gguf *src_file = NULL;
+        oj_status ts = oj_gguf_open(model, &src_file, &e);
+        if (ts == OJ_OK) ts = oj_gguf_copy_tokenizer(w, src_file, &e);
+        oj_gguf_close(src_file);
+        if (ts != OJ_OK) {
+            cli_error(CLI_FAIL, "quantize: tokenizer of %s: %s", model, e.message);
+            goto done;
+        }
     }
     if (oj_gpt_save_gguf(m, w, out, name, &e) != OJ_OK) {
         cli_error(CLI_FAIL, "quantize: %s", e.message);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -34,18 +35,26 @@ static const char *k_help =
     "(continuous batching over a paged KV cache). SIGTERM or SIGINT stops it gracefully.\n"
     "  -m, --model DIR|PRESET     a Hugging Face model directory (gpt2 or llama family),\n"
     "                             a checkpoint (run) directory of 'ojas train', or the\n"
-    "                             preset of --weights\n"
+    "                             preset of --weights (not a .gguf file: 'ojas generate'\n"
+    "                             runs those)\n"
     "      --weights FILE         a safetensors file of preset --model\n"
     "      --vocab DIR            the tokenizer (default: the model directory, or the\n"
     "                             checkpoint's run's tokenizer_dir)\n"
     "      --host ADDR            IPv4 address to listen on (default 127.0.0.1)\n"
     "      --port N               TCP port (default 8080; 0: any free port, printed)\n"
-    "  -d, --device D             cpu (cuda is refused until it has run on a GPU)\n"
+    "  -d, --device D             cpu | cuda | cuda:N (default cpu); on cuda the decode\n"
+    "                             steps run as one CUDA graph per batch-size bucket\n"
+    "      --numerics N           exact | fast (default exact: a greedy request's tokens\n"
+    "                             are those of 'ojas generate --numerics exact' for it\n"
+    "                             alone, bit for bit on the cpu; fast lets CUDA use TF32\n"
+    "                             GEMMs for f32 weights, whose rounding depends on the batch)\n"
     "  -j, --threads N            CPU threads of the engine (default 0: all usable)\n"
     "      --max-batch N          requests decoded together at most (default 8)\n"
     "      --budget-bytes N       the engine's memory budget (suffix K, M, G, T)\n"
     "      --kv-bytes N           bytes of the paged KV pool (default 64M)\n"
     "      --block-size N         positions per KV block (default 16)\n"
+    "      --prefill-chunk N      prompt tokens of one request per step (default 128)\n"
+    "      --max-step-tokens N    tokens packed into one step (default 256; >= --max-batch)\n"
     "      --max-queue N          requests waiting at most; beyond: HTTP 429 (default 256)\n"
     "      --max-body N           request body bytes at most; beyond: HTTP 400 (default 1M)\n"
     "      --max-connections N    open connections at most (default 256)\n"
@@ -65,10 +74,24 @@ static void *sched_thread(void *arg) {
         if (oj_sched_step(sv->s) != OJ_OK)
             fprintf(stderr, "ojas: serve: %s\n", oj_sched_error(sv->s));
         pthread_cond_broadcast(&sv->progress);
-        /* let waiting handlers take the mutex between steps */
-        pthread_mutex_unlock(&sv->mu);
-        sched_yield();
-        pthread_mutex_lock(&sv->mu);
+        /* Let the handlers with new tokens take the mutex before the next
+         * step (a mutex is not fair: the thread that unlocks and locks
+         * again at once keeps winning, and a streamed request would see
+         * its tokens only at its end), for 1 ms at most (a handler
+         * blocked writing to a slow client does not hold the batch). */
+        if (sv->pending > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            while (sv->pending > 0 &&
+                   pthread_cond_timedwait(&sv->drained, &sv->mu, &ts) != ETIMEDOUT) {
+            }
+        } else {
+            pthread_mutex_unlock(&sv->mu);
+            sched_yield();
+            pthread_mutex_lock(&sv->mu);
+        }
     }
     pthread_mutex_unlock(&sv->mu);
     return NULL;
@@ -95,7 +118,8 @@ static void load_chat_template(server *sv, const char *dir) {
 }
 
 enum { OPT_WEIGHTS = 256, OPT_VOCAB, OPT_HOST, OPT_PORT, OPT_MAX_BATCH, OPT_BUDGET, OPT_KV_BYTES, OPT_BLOCK,
-       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME };
+       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME, OPT_NUMERICS,
+       OPT_CHUNK, OPT_STEP_TOKENS };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -116,6 +140,9 @@ static const struct option k_long[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
     {"model-name", required_argument, NULL, OPT_NAME},
+    {"numerics", required_argument, NULL, OPT_NUMERICS},
+    {"prefill-chunk", required_argument, NULL, OPT_CHUNK},
+    {"max-step-tokens", required_argument, NULL, OPT_STEP_TOKENS},
     {NULL, 0, NULL, 0},
 };
 
@@ -135,6 +162,12 @@ static int load_model(server *sv, const char *model, const char *weights, const 
                              oj_gpt_preset_list(names, sizeof names));
         }
     } else {
+        size_t n = strlen(model);
+        if (n > 5 && strcmp(model + n - 5, ".gguf") == 0)
+            return cli_error(CLI_FAIL, "serve: '%s' is a GGUF file, which serve does not take (it "
+                                       "serves a model directory, a checkpoint or --weights); "
+                                       "serve the model it was made from, or run it with 'ojas "
+                                       "generate -m %s'", model, model);
         if (access(model, F_OK) != 0)
             return cli_error(CLI_FAIL, "serve: model '%s' does not exist", model);
         snprintf(dir, sizeof dir, "%s/config.json", model);
@@ -184,7 +217,8 @@ static int load_model(server *sv, const char *model, const char *weights, const 
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *weights = NULL, *vocab = NULL, *host = "127.0.0.1", *device = "cpu";
-    const char *name = NULL;
+    const char *name = NULL, *numerics = "exact";
+    bool step_tokens_set = false;
     int64_t port = 8080, threads = 0, budget = 0, conns = 256;
     double grace = 10.0;
     oj_sched_config sc = oj_sched_config_default();
@@ -203,6 +237,7 @@ int cmd_serve(int argc, char **argv) {
         case OPT_VOCAB: vocab = v; break;
         case OPT_HOST: host = v; break;
         case OPT_NAME: name = v; break;
+        case OPT_NUMERICS: numerics = v; break;
         case 'd': device = v; break;
         case OPT_PORT: ok = cli_parse_i64("serve: --port", v, 0, 65535, &port); break;
         case 'j': ok = cli_parse_i64("serve: --threads", v, 0, 4096, &threads); break;
@@ -210,6 +245,11 @@ int cmd_serve(int argc, char **argv) {
         case OPT_BUDGET: ok = cli_parse_bytes("serve: --budget-bytes", v, &budget); break;
         case OPT_KV_BYTES: ok = cli_parse_bytes("serve: --kv-bytes", v, &sc.kv_bytes); break;
         case OPT_BLOCK: ok = cli_parse_i64("serve: --block-size", v, 1, 1 << 16, &sc.block_size); break;
+        case OPT_CHUNK: ok = cli_parse_i64("serve: --prefill-chunk", v, 1, 1 << 20, &sc.prefill_chunk); break;
+        case OPT_STEP_TOKENS:
+            ok = cli_parse_i64("serve: --max-step-tokens", v, 1, 1 << 24, &sc.max_step_tokens);
+            step_tokens_set = true;
+            break;
         case OPT_QUEUE: ok = cli_parse_i64("serve: --max-queue", v, 0, 1 << 20, &sc.max_queue); break;
         case OPT_BODY: ok = cli_parse_bytes("serve: --max-body", v, &sv.max_body); break;
         case OPT_CONNS: ok = cli_parse_i64("serve: --max-connections", v, 1, 65536, &conns); break;
@@ -232,14 +272,18 @@ int cmd_serve(int argc, char **argv) {
     oj_engine_config ec = oj_engine_config_default();
     if (!oj_device_parse(device, &ec.device))
         return cli_error(CLI_USAGE, "serve: --device must be cpu, cuda or cuda:N, got '%s'", device);
-    if (ec.device.type != OJ_DEVICE_CPU)
-        return cli_error(CLI_FAIL, "serve: --device %s: serving on cuda is not enabled yet (its "
-                                   "paged KV attention kernel is compile-checked only, not run on "
-                                   "a GPU); serve on the cpu", device);
-    /* EXACT: a request's tokens do not depend on what else is in the batch */
-    ec.numerics = OJ_NUMERICS_EXACT;
+    if (strcmp(numerics, "fast") != 0 && strcmp(numerics, "exact") != 0)
+        return cli_error(CLI_USAGE, "serve: --numerics must be exact or fast, got '%s'", numerics);
+    /* EXACT: on the CPU a request's tokens are the bits of 'ojas generate
+     * --numerics exact' whatever else is in the batch; on CUDA they are its
+     * tokens (f32 GEMMs without TF32, sums in fixed orders) */
+    ec.numerics = strcmp(numerics, "exact") == 0 ? OJ_NUMERICS_EXACT : OJ_NUMERICS_FAST;
     ec.threads = (int)threads;
     if (budget > 0) ec.budget_bytes = budget;
+    if (step_tokens_set && sc.max_step_tokens < sc.max_batch)
+        return cli_error(CLI_USAGE, "serve: --max-step-tokens %lld must be >= --max-batch %lld (a "
+                                    "seat for every running request)",
+                         (long long)sc.max_step_tokens, (long long)sc.max_batch);
     if (sc.max_step_tokens < sc.max_batch) sc.max_step_tokens = sc.max_batch;
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -260,6 +304,7 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_init(&sv.mu, NULL);
     pthread_cond_init(&sv.work, NULL);
     pthread_cond_init(&sv.progress, NULL);
+    pthread_cond_init(&sv.drained, NULL);
 
     /* signals: every thread made from here on blocks them; main waits */
     sigset_t sigs;
@@ -322,6 +367,7 @@ int cmd_serve(int argc, char **argv) {
     oj_engine_free(sv.eng);
     oj_tokenizer_free(sv.tok);
     pthread_cond_destroy(&sv.progress);
+    pthread_cond_destroy(&sv.drained);
     pthread_cond_destroy(&sv.work);
     pthread_mutex_destroy(&sv.mu);
     return rc;

@@ -28,7 +28,8 @@ static const char k_usage[] =
     "      --min-frequency N  stop when the best pair occurs fewer times (default 2)\n"
     "  -h, --help             this help\n"
     "\n"
-    "DIR holds encoder.json + vocab.bpe (GPT-2) or one *.tiktoken rank file.\n"
+    "DIR holds encoder.json + vocab.bpe or vocab.json + merges.txt (GPT-2), one *.tiktoken\n"
+    "rank file, or a Hugging Face tokenizer.json (encode and decode; train writes the first).\n"
     "Options take their value as '--vocab DIR' or '--vocab=DIR' ('-j 4', '-j4').\n";
 
 enum { OPT_VOCAB = 256, OPT_ALLOW_SPECIAL, OPT_SPECIAL_AS_TEXT, OPT_PCRE2, OPT_STRICT, OPT_BYTES,

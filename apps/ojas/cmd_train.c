@@ -45,7 +45,8 @@ static const char k_usage[] =
     "      --overwrite        first remove the previous run's files from DIR\n"
     "                         (checkpoints, latest, metrics.jsonl, loss.*, abandoned-*);\n"
     "                         refused, removing nothing, if DIR holds anything else\n"
-    "      --no-progress      plain log lines even on a terminal\n"
+    "      --no-progress      plain log lines even on a terminal (always under a\n"
+    "                         launcher such as mpirun)\n"
     "      --no-plot          do not run gnuplot\n"
     "  -h, --help             this help\n"
     "\n"
@@ -92,7 +93,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "values: model %s; optimizer muon | adamw; schedule cosine | wsd | constant;\n"
             "        dtype f32 | bf16 | f16 (bf16/f16 autocast, for the GPU); numerics fast | "
-            "exact;\n        device cpu | cuda | cuda:N; cuda_graph needs device cuda and grad_accum 1\n",
+            "exact;\n        device cpu | cuda | cuda:N; cuda_graph needs device cuda and one\n"
+            "        micro-batch per rank (grad_accum = the world size; 1 without a launcher)\n",
             oj_gpt_preset_list(names, sizeof names));
 }
 
@@ -180,7 +182,9 @@ static oj_status set_lora(oj_train_config *cfg, const char *spec, oj_error *err)
 
 int cmd_train(int argc, char **argv) {
     const char *config = NULL, *out = NULL, *resume = NULL;
-    bool progress = isatty(fileno(stdout)), plot = true, overwrite = false;
+    /* a launcher (mpirun) gives its ranks a pseudo-terminal for stdout even
+     * when the job's output goes to a file: plain lines there */
+    bool progress = isatty(fileno(stdout)) && !oj_dist_launched(), plot = true, overwrite = false;
     override *ov = calloc((size_t)argc, sizeof *ov);
     int nov = 0, c;
     if (!ov)

@@ -14,7 +14,7 @@ static const struct {
     {"tokenizer", cmd_tokenizer, "encode, decode or train a GPT-2 byte-level BPE tokenizer"},
     {"data", cmd_data, "prepare token shards from text files"},
     {"train", cmd_train, "train a GPT on token shards, with checkpoints and resume"},
-    {"generate", cmd_generate, "sample text from a checkpoint or a safetensors file"},
+    {"generate", cmd_generate, "sample text from a checkpoint, a model directory or a GGUF file"},
     {"serve", cmd_serve, "serve a model over HTTP (OpenAI API, continuous batching)"},
     {"info", cmd_info, "show the CPU, its ISA, threads, memory and CUDA devices"},
     {"bench", cmd_bench, "time training steps of a GPT preset on this machine"},

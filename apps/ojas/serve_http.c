@@ -139,6 +139,8 @@ typedef struct choice {
     int64_t id;      /* the scheduler's, 0 once ended */
     int32_t *toks;
     double *lps;
+    int32_t *top_ids; /* [cap, req.top_logprobs]: each token's alternatives */
+    double *top_lps;
     int64_t len, cap;
     sbuf text;       /* decoded bytes, cut at a stop string */
     size_t sent;     /* bytes streamed */
@@ -157,6 +159,7 @@ typedef struct gen {
     choice ch[16];
     double t0;
     bool first_seen;
+    bool pending;      /* events since its handler last looked (sv->pending counts these) */
     int fd;            /* the client's socket, polled for hang-up */
     char id[48];
     long created;
@@ -174,10 +177,28 @@ static size_t max_stop_len(const oj_serve_request *r) {
     return m;
 }
 
+/* g has events its handler has not seen (the mutex held). */
+static void gen_touch(gen *g) {
+    if (!g->pending) {
+        g->pending = true;
+        g->sv->pending++;
+    }
+}
+
+/* g's handler has looked at its events (the mutex held): when no handler
+ * has events left to see, the scheduler thread goes on at once. */
+static void gen_seen(gen *g) {
+    if (g->pending) {
+        g->pending = false;
+        if (--g->sv->pending == 0) pthread_cond_signal(&g->sv->drained);
+    }
+}
+
 /* The scheduler's events (its thread, the mutex held). */
 static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
     gen *g = ctx;
     server *sv = g->sv;
+    gen_touch(g);
     choice *c = NULL;
     for (int i = 0; i < g->n; i++)
         if (g->ch[i].id == id) c = &g->ch[i];
@@ -204,11 +225,27 @@ static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish 
         if (nt) c->toks = nt;
         double *nl = realloc(c->lps, (size_t)nc * sizeof *nl);
         if (nl) c->lps = nl;
+        const int64_t K = g->req.top_logprobs;
+        if (K > 0 && nt && nl) {
+            int32_t *ti = realloc(c->top_ids, (size_t)(nc * K) * sizeof *ti);
+            if (ti) c->top_ids = ti;
+            double *tl = ti ? realloc(c->top_lps, (size_t)(nc * K) * sizeof *tl) : NULL;
+            if (tl) c->top_lps = tl;
+            if (tl == NULL) nl = NULL;
+        }
         if (nt == NULL || nl == NULL) return false;
         c->cap = nc;
     }
     c->toks[c->len] = token;
     c->lps[c->len] = lp;
+    if (g->req.top_logprobs > 0) {
+        const int64_t K = g->req.top_logprobs;
+        int64_t got = oj_sched_top_logprobs(sv->s, c->top_ids + c->len * K, c->top_lps + c->len * K, K);
+        for (int64_t k = got; k < K; k++) { /* never: the scheduler gives K */
+            c->top_ids[c->len * K + k] = token;
+            c->top_lps[c->len * K + k] = lp;
+        }
+    }
     c->len++;
     char *piece = NULL;
     size_t plen = 0;
@@ -264,6 +301,8 @@ static void gen_free(gen *g) {
     for (int i = 0; i < g->n; i++) {
         free(g->ch[i].toks);
         free(g->ch[i].lps);
+        free(g->ch[i].top_ids);
+        free(g->ch[i].top_lps);
         free(g->ch[i].text.p);
     }
     free(g->out.p);
@@ -322,30 +361,64 @@ static const char *finish_name(const choice *c) {
     return c->fin == OJ_FINISH_LENGTH ? "length" : "stop";
 }
 
-/* The logprobs of tokens [from, to) of a choice in the endpoint's format. */
+/* Token tok's text (its bytes, decoded leniently) and, for chat, its
+ * bytes as an array in *bytes. */
+static json_t *token_text(const gen *g, int32_t tok, json_t **bytes) {
+    char *p = NULL;
+    size_t n = 0;
+    oj_error e = {0};
+    oj_tokenizer_decode(g->sv->tok, &tok, 1, OJ_DECODE_BYTES, &p, &n, &e);
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t k = 0; k < n; k++) json_array_append_new(*bytes, json_integer((unsigned char)p[k]));
+    }
+    json_t *t = json_text(p ? p : "", n);
+    free(p);
+    return t;
+}
+
+/* The logprobs of tokens [from, to) of a choice in the endpoint's format:
+ * chat's content [{token, logprob, bytes, top_logprobs: [{token, logprob,
+ * bytes}]}], completions' {tokens, token_logprobs, top_logprobs: [{text:
+ * logprob}] or null}, the alternatives most likely first. */
 static json_t *logprobs_json(const gen *g, const choice *c, int64_t from, int64_t to) {
-    json_t *toks = json_array(), *lps = json_array();
+    const int64_t K = g->req.top_logprobs;
+    json_t *toks = json_array(), *lps = json_array(), *tops = K > 0 ? json_array() : json_null();
     for (int64_t i = from; i < to; i++) {
-        char *p = NULL;
-        size_t n = 0;
-        oj_error e = {0};
-        oj_tokenizer_decode(g->sv->tok, &c->toks[i], 1, OJ_DECODE_BYTES, &p, &n, &e);
+        json_t *b = NULL;
+        json_t *text = token_text(g, c->toks[i], g->req.chat ? &b : NULL);
         if (g->req.chat) {
-            json_t *b = json_array();
-            for (size_t k = 0; k < n; k++) json_array_append_new(b, json_integer((unsigned char)p[k]));
-            json_array_append_new(toks, json_pack("{s:o,s:f,s:o,s:[]}", "token", json_text(p ? p : "", n),
-                                                  "logprob", c->lps[i], "bytes", b, "top_logprobs"));
+            json_t *alt = json_array();
+            for (int64_t k = 0; k < K; k++) {
+                json_t *ab = NULL;
+                json_t *at = token_text(g, c->top_ids[i * K + k], &ab);
+                json_array_append_new(alt, json_pack("{s:o,s:f,s:o}", "token", at, "logprob",
+                                                     c->top_lps[i * K + k], "bytes", ab));
+            }
+            json_array_append_new(toks, json_pack("{s:o,s:f,s:o,s:o}", "token", text, "logprob",
+                                                  c->lps[i], "bytes", b, "top_logprobs", alt));
         } else {
-            json_array_append_new(toks, json_text(p ? p : "", n));
+            json_array_append_new(toks, text);
             json_array_append_new(lps, json_real(c->lps[i]));
+            if (K > 0) {
+                json_t *d = json_object();
+                for (int64_t k = 0; k < K; k++) {
+                    json_t *at = token_text(g, c->top_ids[i * K + k], NULL);
+                    /* tokens of one text keep the likelier's logprob */
+                    if (json_object_get(d, json_string_value(at)) == NULL)
+                        json_object_set_new(d, json_string_value(at), json_real(c->top_lps[i * K + k]));
+                    json_decref(at);
+                }
+                json_array_append_new(tops, d);
+            }
         }
-        free(p);
     }
     if (g->req.chat) {
         json_decref(lps);
+        json_decref(tops);
         return json_pack("{s:o}", "content", toks);
     }
-    return json_pack("{s:o,s:o,s:n}", "tokens", toks, "token_logprobs", lps, "top_logprobs");
+    return json_pack("{s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops);
 }
 
 static json_t *usage_json(const gen *g) {
@@ -411,7 +484,10 @@ static void stream_events(gen *g) {
         choice *c = &g->ch[i];
         size_t upto = c->done ? c->text.n : (c->text.n > hold ? c->text.n - hold : 0);
         if (!c->done) upto = utf8_whole(c->text.p ? c->text.p : "", upto);
-        if (upto > c->sent || (g->req.logprobs >= 0 && c->len > c->toks_sent && !c->done)) {
+        /* logprobs of tokens with no text yet go out too, also at the end
+         * (a token cut by a stop string, or tokens the handler had not
+         * streamed before the request finished) */
+        if (upto > c->sent || (g->req.logprobs >= 0 && c->len > c->toks_sent)) {
             json_t *lp = g->req.logprobs >= 0 ? logprobs_json(g, c, c->toks_sent, c->len) : NULL;
             c->toks_sent = c->len;
             emit(g, chunk(g, i, json_text(c->text.p + c->sent, upto - c->sent), lp, NULL));
@@ -448,6 +524,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         stream_events(g);
+        gen_seen(g);
         if (g->out.n > 0) break;
         if (client_gone(g->fd) || sv->stopping) {
             if (client_gone(g->fd)) sv->disconnects++;
@@ -478,6 +555,7 @@ static void stream_free(void *cls) {
     server *sv = g->sv;
     pthread_mutex_lock(&sv->mu);
     cancel_all(g);
+    gen_seen(g);
     observe(&sv->duration, serve_now() - g->t0);
     pthread_mutex_unlock(&sv->mu);
     gen_free(g);
@@ -566,6 +644,10 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     for (int i = 0; i < g->n && st == OJ_OK; i++) {
         st = oj_sched_submit(sv->s, ids.ids, g->n_prompt, &sc, i, sv->timeout_s, on_event, g,
                              &g->ch[i].id);
+        /* no logprobs asked for: none computed (-1) */
+        if (st == OJ_OK)
+            st = oj_sched_set_top_logprobs(sv->s, g->ch[i].id,
+                                           g->req.logprobs < 0 ? -1 : g->req.top_logprobs);
         if (st != OJ_OK) snprintf(err, sizeof err, "%s", oj_sched_error(sv->s));
     }
     oj_tokens_free(&ids);
@@ -597,6 +679,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     }
     bool gone = false;
     while (!all_done(g)) {
+        gen_seen(g); /* nothing to send before the end */
         if (client_gone(g->fd)) {
             gone = true;
             break;
@@ -611,6 +694,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     bool stopped = !all_done(g);
     if (gone) sv->disconnects++;
     cancel_all(g);
+    gen_seen(g);
     observe(&sv->duration, serve_now() - g->t0);
     bool timeout = false, failed = false;
     for (int i = 0; i < g->n; i++) {
@@ -648,6 +732,7 @@ static enum MHD_Result handle_metrics(server *sv, struct MHD_Connection *mc, con
         {"ojas_prompt_tokens_total", "counter", "Prompt tokens admitted.", st.prompt_tokens},
         {"ojas_generated_tokens_total", "counter", "Tokens generated.", st.generated_tokens},
         {"ojas_scheduler_steps_total", "counter", "Batched forwards run.", st.steps},
+        {"ojas_preemptions_total", "counter", "Running requests preempted (KV pool full) and recomputed.", st.preempted},
         {"ojas_queue_depth", "gauge", "Requests waiting for a seat in the batch.", st.queued},
         {"ojas_running_requests", "gauge", "Requests in the running batch.", st.running},
         {"ojas_batch_size", "gauge", "Sequences in the last step.", st.last_batch},

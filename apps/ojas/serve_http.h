@@ -34,6 +34,8 @@ typedef struct server {
     pthread_mutex_t mu;
     pthread_cond_t work;     /* the scheduler thread waits for requests */
     pthread_cond_t progress; /* handlers wait for tokens */
+    pthread_cond_t drained;  /* the scheduler waits (briefly) for handlers to read */
+    int64_t pending;         /* generations with events their handler has not seen */
     bool stop_sched, stopping;
     char model_id[256];
     oj_chat_template chat;

@@ -1,4 +1,4 @@
-/* Batch-1 greedy decode on the CPU with f32, q8_0, q4_0 and q4_1 weights
+/* Batch-1 greedy decode on the CPU with f32, q8_0, q4_0, q4_1 and q4_k weights
  * (oj_gpt_quantize): GPT-2 124M from random init (seed 1), a 16-token
  * prompt, then `new` tokens through oj_gpt_decoder (static KV cache, one
  * forward per token). tok/s = new tokens / wall time of the steps (the
@@ -10,8 +10,12 @@
  * layout; tokenizer metadata from --vocab DIR when given).
  *
  * usage: bench_quant_decode [--preset P] [--threads N] [--new N] [--repeats N]
- *                           [--vocab DIR] [--out DIR] [--smoke]
- * --smoke: gpt2-tiny, 8 new tokens, one repeat (a few hundred ms).
+ *                           [--vocab DIR] [--out DIR] [--smoke] [--cuda [--graph]]
+ * --cuda: the model on cuda:0 (f32 weights, the quantized copies in device
+ * memory; --out is refused there: the files are written from the CPU);
+ * --graph: the decoder replays a CUDA graph per step.
+ * --smoke: gpt2-tiny, 8 new tokens, one repeat (a few hundred ms); q4_k is
+ * left out where C or the MLP width is not a multiple of 256 (gpt2-tiny).
  * --preset llama-small: a Llama-family model (GPT-2's vocabulary, C 256,
  * 4 layers, 8 heads, 4 KV heads, MLP 768, untied head, rope theta 10000),
  * for checking llama.cpp's reading of ojas's llama files. */
@@ -38,6 +42,7 @@ enum { PROMPT = 16 };
 int main(int argc, char **argv) {
     const char *preset = "gpt2-124m", *vocab = NULL, *out = NULL;
     int threads = 2, nnew = 64, repeats = 3;
+    bool cuda = false, graph = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--smoke") == 0) preset = "gpt2-tiny", nnew = 8, repeats = 1;
@@ -47,6 +52,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--repeats") == 0 && v) repeats = atoi(v), i++;
         else if (strcmp(a, "--vocab") == 0 && v) vocab = v, i++;
         else if (strcmp(a, "--out") == 0 && v) out = v, i++;
+        else if (strcmp(a, "--cuda") == 0) cuda = true;
+        else if (strcmp(a, "--graph") == 0) graph = true;
         else {
             fprintf(stderr, "bench_quant_decode: unknown argument '%s'\n", a);
             return 2;
@@ -56,8 +63,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_quant_decode: --new and --repeats must be >= 1\n");
         return 2;
     }
+    if (cuda && out) {
+        fprintf(stderr, "bench_quant_decode: --out goes with the CPU, not --cuda\n");
+        return 2;
+    }
     oj_engine_config ec = oj_engine_config_default();
     ec.threads = threads;
+    if (cuda) ec.device = (oj_device){OJ_DEVICE_CUDA, 0};
     oj_engine *eng = NULL;
     oj_error err = {0};
     if (oj_engine_create(&ec, &eng, &err) != OJ_OK) {
@@ -81,12 +93,18 @@ int main(int argc, char **argv) {
     }
     int32_t prompt[PROMPT];
     for (int i = 0; i < PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % cfg.vocab_size);
-    const char *names[] = {"f32", "q8_0", "q4_0", "q4_1"};
+    const char *names[] = {"f32", "q8_0", "q4_0", "q4_1", "q4_k"};
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(nnew + 1));
     double *t = malloc(sizeof(double) * (size_t)repeats);
     double f32_tok_s = 0, f32_bytes = 0;
     int rc = 0;
-    for (int v = 0; v < 4 && rc == 0; v++) {
+    for (int v = 0; v < 5 && rc == 0; v++) {
+        if (v == 1 + OJ_Q4_K && (cfg.n_embd % OJ_QK_K || cfg.mlp_hidden % OJ_QK_K)) {
+            fprintf(stderr, "bench_quant_decode: q4_k left out: C %lld or MLP %lld is not a "
+                            "multiple of %d\n", (long long)cfg.n_embd, (long long)cfg.mlp_hidden,
+                    OJ_QK_K);
+            continue;
+        }
         if (v > 0 && oj_gpt_quantize(m, (oj_qtype)(v - 1)) != OJ_OK) {
             fprintf(stderr, "bench_quant_decode: %s\n", oj_last_error(eng));
             rc = 1;
@@ -106,7 +124,7 @@ int main(int argc, char **argv) {
             }
         }
         oj_gpt_decoder *d = NULL;
-        if (oj_gpt_decoder_create(m, PROMPT + nnew + 1, false, &d) != OJ_OK) {
+        if (oj_gpt_decoder_create(m, PROMPT + nnew + 1, graph, &d) != OJ_OK) {
             fprintf(stderr, "bench_quant_decode: %s\n", oj_last_error(eng));
             rc = 1;
             break;
@@ -128,11 +146,11 @@ int main(int argc, char **argv) {
         double med = t[repeats / 2], tok_s = nnew > 1 ? (nnew - 1) / med : 0;
         double bytes = (double)oj_gpt_decode_bytes(m);
         if (v == 0) f32_tok_s = tok_s, f32_bytes = bytes;
-        printf("{\"bench\": \"quant_decode\", \"preset\": \"%s\", \"variant\": \"%s\", \"threads\": %d, "
+        printf("{\"bench\": \"quant_decode\", \"device\": \"%s\", \"preset\": \"%s\", \"variant\": \"%s\", \"threads\": %d, "
                "\"kernel_isa\": \"%s\", \"new_tokens\": %d, \"tok_s\": %.2f, \"ms_per_token\": %.3f, "
                "\"bytes_per_token\": %.0f, \"speedup_vs_f32\": %.3f, \"bytes_ratio_vs_f32\": %.3f, "
                "\"prompt\": [",
-               preset, names[v], oj_engine_threads(eng), getenv("OJAS_CPU_ISA") ? getenv("OJAS_CPU_ISA") : "best",
+               cuda ? (graph ? "cuda (graph)" : "cuda") : "cpu", preset, names[v], oj_engine_threads(eng), getenv("OJAS_CPU_ISA") ? getenv("OJAS_CPU_ISA") : "best",
                nnew, tok_s, tok_s > 0 ? 1000.0 / tok_s : 0.0, bytes, tok_s / f32_tok_s,
                f32_bytes / bytes);
         for (int i = 0; i < PROMPT; i++) printf("%s%d", i ? ", " : "", prompt[i]);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Batch-1 CPU decode, f32 vs q8_0 vs q4_0 vs q4_1, ojas beside llama.cpp on
+# Batch-1 CPU decode, f32 vs q8_0 vs q4_0 vs q4_1 vs q4_k, ojas beside llama.cpp on
 # the same GGUF files: bench_quant_decode writes the files (GPT-2 124M,
 # random init, GPT-2's tokenizer) and times ojas; bench/quant/llama_peer.mjs
 # times llama.cpp (npm node-llama-cpp@3.21.1, prebuilt CPU binaries) on each

@@ -65,6 +65,16 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err);
  * vocab.bpe, OJ_ERR_CORRUPT naming the entry and vocab.bpe's last line. */
 oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe,
                                  oj_tokenizer **out, oj_error *err);
+/* The same from lists in memory (how GGUF's tokenizer.ggml.tokens and
+ * .merges carry them): tokens[id] the byte-level string of id (NULL: no
+ * token has that id), n_tokens < 2^31; merges[i] "A B", priority order.
+ * `what` names the source in messages (may be NULL). Errors as
+ * oj_tokenizer_load_gpt2's (a repeated token, a merge of unknown parts,
+ * ids out of merge order, ...), OJ_ERR_INVALID_ARGUMENT for bad
+ * arguments. *out owns the new tokenizer. */
+oj_status oj_tokenizer_from_gpt2_lists(int64_t n_tokens, const char *const *tokens,
+                                       int64_t n_merges, const char *const *merges,
+                                       const char *what, oj_tokenizer **out, oj_error *err);
 /* A tiktoken rank file: lines "<base64 bytes> <rank>". Rank = id. The
  * file does not say which pre-tokenisation pattern and special tokens its
  * ranks belong to, so the ranks are identified (their XXH3-64 hash) as one

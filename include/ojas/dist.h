@@ -39,16 +39,30 @@ typedef struct oj_dist oj_dist;
 /* True when this ojas was built with MPI (OJAS_MPI). */
 bool oj_dist_have_mpi(void);
 
-/* True when the environment says a launcher started this process
- * (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE set). */
+/* True when the environment says a launcher started this process: an
+ * MPI launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE set), or one
+ * that sets RANK and WORLD_SIZE (torchrun's names, a group without MPI). */
 bool oj_dist_launched(void);
+/* True when the group runs on MPI (host records, ZeRO-1's messages, the
+ * CPU engines' collectives); false for a group of one and for a group
+ * from RANK/WORLD_SIZE, whose records go through NCCL once bound. */
+bool oj_dist_mpi(const oj_dist *d);
 
 /* Join the launcher's process group, or make a group of one when no
- * launcher started this process. timeout_s (> 0) bounds every wait for
+ * launcher started this process. Without an MPI launcher, RANK and
+ * WORLD_SIZE (with LOCAL_RANK, and MASTER_ADDR / MASTER_PORT when
+ * WORLD_SIZE > 1: rank 0's host and a free TCP port on it) make a group
+ * without MPI: only CUDA engines can bind it; at oj_dist_bind rank 0's
+ * ncclUniqueId reaches the others over a TCP rendezvous on that address
+ * (128 bytes, with the timeout), and its host records (oj_dist_exchange,
+ * oj_dist_barrier) then go through NCCL; oj_dist_send / oj_dist_recv
+ * (ZeRO-1's checkpoints) need MPI. timeout_s (> 0) bounds every wait for
  * other ranks. On success *out owns the group (oj_dist_free). Errors:
  * OJ_ERR_UNSUPPORTED when launched by MPI but built without it;
  * OJ_ERR_DEVICE when MPI_Init fails; OJ_ERR_INVALID_ARGUMENT for a
- * timeout <= 0. At most one group per process: MPI is initialised once. */
+ * timeout <= 0 or RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT that do
+ * not make a group (named). At most one group per process: MPI is
+ * initialised once. */
 oj_status oj_dist_init(double timeout_s, oj_dist **out, oj_error *err);
 /* Leave the group: the NCCL communicator is destroyed and MPI finalized
  * (MPI_Finalize waits for the other ranks to finalize too). NULL is a
@@ -72,8 +86,10 @@ const char *oj_dist_transport(const oj_dist *d);
 /* Bind the group's tensor collectives to eng: MPI for a CPU engine, NCCL
  * for a CUDA engine (the communicator is created now, collectively: every
  * rank must call this). OJ_ERR_UNSUPPORTED when the CUDA module was built
- * without NCCL, OJ_ERR_DEVICE when NCCL fails, OJ_ERR_STATE when already
- * bound. A group that is not active binds without doing anything. */
+ * without NCCL, or for a CPU engine in a group without MPI (named);
+ * OJ_ERR_DEVICE when NCCL fails, OJ_ERR_IO when the rendezvous of a group
+ * without MPI fails (named), OJ_ERR_STATE when already bound. A group
+ * that is not active binds without doing anything. */
 oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err);
 
 /* ---- host records (MPI; every rank calls each, in the same order) */
@@ -103,6 +119,31 @@ oj_status oj_dist_allgather(oj_dist *d, oj_tensor *mine, oj_tensor *all, oj_erro
  * offsets: W + 1 non-decreasing values, offsets[W] = N) is taken from rank
  * q's all (MPI_Allgatherv in place; one ncclBroadcast per rank). */
 oj_status oj_dist_allgatherv(oj_dist *d, oj_tensor *all, const int64_t *offsets, oj_error *err);
+
+/* all [N] in place: the elementwise sum of every rank's `all` (f32 or
+ * f64 through MPI, also bf16 and f16 through NCCL; the order of the
+ * additions is the library's, so the bits may depend on the world size:
+ * the trainer uses it where that is allowed, docs/distributed.md). MPI:
+ * MPI_Iallreduce, complete on return (a wait past the timeout ends the
+ * job). NCCL: ncclAllReduce enqueued on the communicator's own stream,
+ * after the work the engine's stream holds now (so the engine's stream
+ * runs on: the trainer's backward overlaps it), and not waited for:
+ * oj_dist_join before the engine reads the sums, and arm the watchdog
+ * with oj_dist_watch after the last one. Errors as the other
+ * collectives, OJ_ERR_DTYPE for another dtype. A group of one through
+ * MPI, or not active, returns at once. */
+oj_status oj_dist_allreduce_sum(oj_dist *d, oj_tensor *all, oj_error *err);
+/* NCCL: the engine's stream waits, on the device, for every
+ * oj_dist_allreduce_sum queued so far (no host wait). A no-op for MPI. */
+oj_status oj_dist_join(oj_dist *d, oj_error *err);
+/* NCCL: what the bound engine's stream holds now (the collectives just
+ * enqueued) must finish within the group's timeout; past it, or on an
+ * asynchronous NCCL error, a watchdog thread prints a message naming
+ * `what` and this rank, aborts the communicator and ends the job
+ * (MPI_Abort, or _exit(3) without MPI). Costs one event record, no host
+ * wait. A no-op for MPI (its waits are bounded in place) and unbound or
+ * inactive groups. */
+oj_status oj_dist_watch(oj_dist *d, const char *what, oj_error *err);
 
 #ifdef __cplusplus
 }

@@ -70,6 +70,7 @@ enum {
     OJ_GGML_Q4_0 = 2,
     OJ_GGML_Q4_1 = 3,
     OJ_GGML_Q8_0 = 8,
+    OJ_GGML_Q4_K = 12,
     OJ_GGML_BF16 = 30,
 };
 /* ggml's name of a tensor type ("F32", "Q8_0", "Q4_K", ...) or NULL for a

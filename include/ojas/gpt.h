@@ -33,6 +33,7 @@
 #define OJAS_GPT_H
 
 #include "ojas/core.h"
+#include "ojas/data.h"
 #include "ojas/io.h"
 #include "ojas/quant.h"
 
@@ -180,9 +181,27 @@ oj_status oj_gpt_save_gguf(oj_gpt *m, oj_gguf_writer *extra, const char *path, c
  * (more tokens than vocab), the writer's errors. */
 oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t vocab,
                                      oj_error *err);
+/* The tokenizer a GGUF file carries, as oj_gguf_add_gpt2_tokenizer (and
+ * llama.cpp's converter for GPT-2-style byte-level BPE) writes it:
+ * tokenizer.ggml.model "gpt2", .tokens (byte-level strings by id), .merges
+ * ("A B" in priority order), .token_type when present (entries of type 5,
+ * unused, are left out). The tokenizer is built as
+ * oj_tokenizer_from_gpt2_lists builds it (special tokens such as
+ * <|endoftext|> from the tokens no merge makes). *out owns it. Errors
+ * naming the file and key: OJ_ERR_OUT_OF_RANGE (no tokenizer.ggml.model,
+ * or "no_vocab"), OJ_ERR_UNSUPPORTED (another model: "llama"'s
+ * SentencePiece scores, ...), OJ_ERR_CORRUPT (a key of the wrong type or
+ * length, the list loader's errors). */
+oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **out,
+                            oj_error *err);
+/* Copy every tokenizer.ggml.* key of g (whatever the tokenizer model) to
+ * w, values as the file holds them: how a GGUF file rewritten by ojas
+ * quantize keeps its tokenizer. Errors: the writer's (OJ_ERR_CAPACITY,
+ * OJ_ERR_INVALID_ARGUMENT for a key already set on w). */
+oj_status oj_gguf_copy_tokenizer(oj_gguf_writer *w, const oj_gguf *g, oj_error *err);
 /* Read a GGUF file of architecture gpt2 or llama in the layout
  * oj_gpt_save_gguf writes (llama.cpp's), F32 / F16 / BF16 / Q8_0 / Q4_0 /
- * Q4_1 tensors: the config from the metadata (vocab_size from
+ * Q4_1 / Q4_K tensors: the config from the metadata (vocab_size from
  * token_embd.weight, an untied head when output.weight is present for
  * llama), every tensor checked against it. Quantized tensors of linear
  * weights become the model's quantized copies with the file's blocks (as
@@ -204,8 +223,8 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err);
 /* Read a Hugging Face model directory: config.json (architectures
  * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
  * Qwen3ForCausalLM; oj_gpt_config_from_hf) and its weights,
- * model.safetensors or the shards that model.safetensors.index.json's
- * weight_map names (each file memory-mapped, F32 / BF16 / F16 converted to
+ * model.safetensors or, without it (transformers' order), the shards that
+ * model.safetensors.index.json's weight_map names (each file memory-mapped, F32 / BF16 / F16 converted to
  * the f32 parameters). Every tensor is checked (present, float, the shape
  * config.json gives) before the model is returned; tensors the model does
  * not use (GPT-2's attention-mask buffers, a tied lm_head.weight equal to
@@ -446,6 +465,31 @@ int64_t oj_kv_pool_block_bytes(const oj_gpt *m, int64_t block_size);
 oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int64_t n_seq,
                                 const int64_t *start, const int64_t *past,
                                 const int32_t *const *blocks);
+
+/* One decode step of n_seq sequences, one new token each: tokens[i] at
+ * position past[i] of sequence i (blocks[i] as oj_gpt_forward_paged's, for
+ * positions 0..past[i]). The batch is padded to a bucket of B = 2^j >=
+ * n_seq rows whose extra rows write no key and attend to nothing; the
+ * step's inputs (tokens, positions, slots, block tables) are uploaded into
+ * the pool's device tensors for that bucket, one upload. With use_graph on
+ * a CUDA engine the bucket's step is captured as a CUDA graph on its first
+ * use and replayed after (one graph per bucket, freed with the pool);
+ * otherwise it runs eagerly, the same kernels. Outputs (host, row i for
+ * sequence i; each may be NULL, and only those asked for are read back):
+ * logits f32 [n_seq, V]; argmax [n_seq], each row's first largest logit
+ * (a NaN counts as largest), and argmax_logprob f32 [n_seq], its
+ * log-probability (largest logit - logsumexp, computed on the device; NaN
+ * when the row holds one), so a greedy step reads back 8 bytes a row. On
+ * the CPU with OJ_NUMERICS_EXACT the logits are the bits
+ * oj_gpt_forward_paged gives. Errors: OJ_ERR_INVALID_ARGUMENT (another
+ * model's pool, n_seq outside 1..2^20, a token outside the vocabulary,
+ * bad block ids), OJ_ERR_OUT_OF_RANGE (past block_size), the model's, the
+ * graph's. Grad mode off. */
+oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
+                              const int64_t *past, const int32_t *const *blocks, bool use_graph,
+                              float *logits, int32_t *argmax, float *argmax_logprob);
+/* Whether the bucket of n_seq rows holds a captured graph. */
+bool oj_gpt_decode_paged_graphed(const oj_kv_pool *pool, int64_t n_seq);
 
 #ifdef __cplusplus
 }

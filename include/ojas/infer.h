@@ -51,7 +51,15 @@ typedef bool (*oj_token_fn)(int64_t seq, int32_t token, void *ctx);
  * CUDA graph), greedy or sampled, with the tokens of the eager loop for
  * the same seed wherever the two steps' logits agree (they differ by
  * rounding only); greedy there without a repetition penalty takes the
- * device's argmax and does not see NaN logits. OJAS_GENERATE_STATIC=0
+ * device's argmax and does not see NaN logits. Sampled sequences (and
+ * greedy ones with a penalty) are drawn on the device with this
+ * sampler's arithmetic and draws (tokens read back 8 steps at a time;
+ * a nanolab ring reads each) when top_k
+ * (or V, for top_k 0) is at most 1024, else on the host from the logits
+ * row; they run gpt2's fast step only where its logits are the generic
+ * step's bits (gpt2-124m's shapes), else the generic step (the fast one's
+ * logits would differ from the eager loop's by rounding, enough to change
+ * sampled tokens; OJAS_DECODE_FAST=1 takes it anyway). OJAS_GENERATE_STATIC=0
  * selects the eager loop (oj_gpt_forward_cached, the logits read back
  * each token), =1 the static decoder on any engine. Errors of the model or
  * OJ_ERR_INVALID_ARGUMENT (empty prompt, token id out of the vocabulary). */

@@ -8,9 +8,14 @@
  * prompt is prefilled in chunks of at most prefill_chunk tokens, packed
  * beside the other requests' decode tokens. Keys and values live in
  * fixed-size blocks of one pool (oj_kv_pool, gpt.h; PagedAttention, Kwon
- * et al. 2023) charged to the engine's budget; a request is admitted only
- * when the pool has the blocks for its prompt and max_tokens, so a full
- * pool makes requests wait in the queue, never fail half-way.
+ * et al. 2023) charged to the engine's budget; a request is admitted when
+ * the pool has the blocks of its prompt (and one to spare per running
+ * request) and takes more blocks as it grows. When the pool cannot grow a
+ * running request, the youngest running request is preempted: its blocks
+ * are freed and it waits at the head of the queue, to be prefilled again
+ * (prompt and generated tokens; the same tokens follow, none is delivered
+ * twice). A full pool makes requests wait, never fail half-way; a request
+ * larger than the whole pool is refused at submission.
  *
  * Threads: a scheduler is not thread-safe; callers that submit from
  * several threads serialise the calls (the HTTP server holds a mutex). */
@@ -31,10 +36,15 @@ typedef struct oj_sched_config {
     int64_t prefill_chunk;   /* prompt tokens of one request per step (> 0) */
     int64_t max_step_tokens; /* tokens packed into one step (>= max_batch) */
     int64_t max_queue;       /* waiting requests at most; submit refuses beyond */
+    bool decode_graphs;      /* on a CUDA engine, the one-token rows of a step run as
+                              * oj_gpt_decode_paged's CUDA graph of their batch-size bucket
+                              * and the prompt chunks as a packed forward beside it (false:
+                              * one oj_gpt_forward_paged for all); on the CPU only with
+                              * OJAS_SCHED_DECODE_PAGED=1 in the environment (eagerly) */
 } oj_sched_config;
 
 /* max_batch 8, block_size 16, n_blocks 0, kv_bytes 64 MiB, prefill_chunk
- * 128, max_step_tokens 256, max_queue 256. */
+ * 128, max_step_tokens 256, max_queue 256, decode_graphs true. */
 oj_sched_config oj_sched_config_default(void);
 
 /* Why a request ended. Appended at the end only. */
@@ -48,7 +58,8 @@ typedef enum oj_finish {
 
 /* A request's events, called from oj_sched_step: once per new token
  * (token >= 0, logprob its log-probability under the model's softmax at
- * temperature 1, reason OJ_FINISH_NONE; return false to end the request
+ * temperature 1 (NAN after oj_sched_set_top_logprobs(.., -1)), reason
+ * OJ_FINISH_NONE; return false to end the request
  * after this token), then exactly once at the end (token -1, the reason;
  * the return value is ignored). After the end event the request is gone
  * and its blocks are free. Not called for oj_sched_cancel. */
@@ -92,6 +103,23 @@ oj_status oj_sched_step(oj_sched *s);
 /* Whether any request is queued or running. */
 bool oj_sched_busy(const oj_sched *s);
 
+#define OJ_SCHED_MAX_TOP 20 /* top alternatives per token at most (OpenAI's top_logprobs) */
+/* Ask for the k (0..OJ_SCHED_MAX_TOP) most likely tokens' log-probabilities
+ * at each of request id's token events (OpenAI's top_logprobs), read with
+ * oj_sched_top_logprobs inside the event; k = -1: no log-probability at
+ * all (the events' logprob is NAN and none is computed: the host then
+ * skips a pass over the vocabulary per token). Errors:
+ * OJ_ERR_INVALID_ARGUMENT (k out of range, no such request), the reason in
+ * oj_sched_error. */
+oj_status oj_sched_set_top_logprobs(oj_sched *s, int64_t id, int64_t k);
+/* Inside a token event (oj_sched_fn with token >= 0) of a request that
+ * asked for k alternatives: the k most likely tokens at that position
+ * into ids, their log-probabilities (log softmax of the logits at
+ * temperature 1, in double, as the event's logprob) into lps, most likely
+ * first (ties: the lower id first); min(k, max) entries, returned. 0
+ * outside a token event or when none were asked for. */
+int64_t oj_sched_top_logprobs(const oj_sched *s, int32_t *ids, double *lps, int64_t max);
+
 typedef struct oj_sched_stats {
     int64_t queued, running;          /* now */
     int64_t blocks_total, blocks_used; /* the pool */
@@ -99,6 +127,7 @@ typedef struct oj_sched_stats {
     int64_t submitted, finished;       /* requests since creation */
     int64_t prompt_tokens, generated_tokens, steps;
     int64_t last_batch;                /* sequences in the last step */
+    int64_t preempted;                 /* preemptions since creation (recomputed requests) */
 } oj_sched_stats;
 oj_sched_stats oj_sched_get_stats(const oj_sched *s);
 /* The engine's message of the last failed call on s ("" when none). */
@@ -139,6 +168,8 @@ typedef struct oj_serve_request {
                            * chat: 0 for true */
     int n_stop;
     char *stop[4];
+    int top_logprobs;     /* alternatives per token: completions' logprobs N, chat's
+                           * top_logprobs (0..20, needs logprobs: true); 0: none */
 } oj_serve_request;
 
 /* Parse body[0..len) (JSON) into *r for a completions (chat false) or chat

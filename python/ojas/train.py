@@ -89,12 +89,15 @@ class Trainer:
         """Write a checkpoint of the current step; returns its directory."""
         return self._c.checkpoint()
 
-    def fit(self, callback=None):
+    def fit(self, callback=None, on_eval=None):
         """Train to max_steps from Python: train_step, then an eval every
         eval_every steps and a checkpoint every ckpt_every steps and at the
-        end, as `ojas train` does; callback(metrics) after every step and
-        eval (metrics["is_eval"] tells which); a callback returning False
-        stops after a checkpoint. Returns the last step's metrics."""
+        end, as `ojas train` does. callback(metrics) is called after every
+        step with that step's metrics (train_step's dict; once per step);
+        on_eval(metrics) after every eval with {"is_eval": True, "step",
+        "tokens", "elapsed_s", "val_loss", "val_bpb"} (no eval without a val
+        split). Either returning False stops after a checkpoint. Returns the
+        last step's metrics."""
         cfg = self.config
         max_steps, eval_every = cfg["max_steps"], cfg["eval_every"]
         ckpt_every = cfg["ckpt_every"]
@@ -109,8 +112,9 @@ class Trainer:
                 except _C.StateError:  # no val split
                     loss = None
                 if loss is not None:
-                    m = dict(last, is_eval=True, val_loss=loss, val_bpb=bpb)
-                    stop = callback is not None and callback(m) is False
+                    m = {"is_eval": True, "step": s, "tokens": last["tokens"],
+                         "elapsed_s": last["elapsed_s"], "val_loss": loss, "val_bpb": bpb}
+                    stop = on_eval is not None and on_eval(m) is False
             if stop or s == max_steps or (ckpt_every > 0 and s % ckpt_every == 0):
                 self.checkpoint()
             if stop:

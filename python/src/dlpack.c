@@ -3,7 +3,10 @@
  * tensor's memory without a copy, and from_dlpack imports any producer's
  * (torch, numpy, CuPy) capsule without a copy through oj_from_external.
  * CPU memory goes to CPU engines, kDLCUDA memory of device N to a
- * cuda:N engine; anything else is ojas.DeviceError (never a silent copy). */
+ * cuda:N engine; anything else is ojas.DeviceError (never a silent copy).
+ * Streams follow the Python array API's __dlpack__(stream=...): an export
+ * finishes the engine's queued work first; an import from a CUDA producer
+ * passes stream 1 (see py_from_dlpack). */
 #include <dlpack/dlpack.h>
 
 #include "ojas_py.h"
@@ -62,16 +65,66 @@ static int oj_dtype_of_dl(DLDataType d) {
     }
 }
 
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+ * as the Python array API's: stream is the consumer's, None on a CPU tensor
+ * (anything else: InvalidArgumentError); on CUDA None or 1 (the legacy
+ * default stream), 2 (per-thread default) or a cudaStream_t as an int:
+ * the engine finishes its queued work before the capsule is made, so the
+ * data is ready on any stream; -1 asks for no synchronisation; 0 is
+ * ambiguous and refused. max_version is accepted and a legacy "dltensor"
+ * capsule returned (allowed by the protocol); dl_device must be the
+ * tensor's own device (DeviceError) and copy must not be True (ojas does
+ * not copy here: UnsupportedError). */
 PyObject *ojpy_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kw) {
-    static char *names[] = {"stream", NULL};
-    PyObject *stream = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:__dlpack__", names, &stream)) return NULL;
+    static char *names[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", names, &stream, &max_version,
+                                     &dl_device, &copy))
+        return NULL;
     oj_tensor *t = ojpy_tensor_of(self, "self");
     if (t == NULL) return NULL;
     EngineObject *e = ((TensorObject *)self)->eng;
     oj_device dev = oj_tensor_device(t);
-    /* the consumer's stream may run before the engine's queued work: finish it */
-    if (dev.type == OJ_DEVICE_CUDA && oj_engine_synchronize(e->eng) != OJ_OK)
+    int dl_type = dev.type == OJ_DEVICE_CUDA ? kDLCUDA : kDLCPU;
+    if (copy != Py_None && PyObject_IsTrue(copy) > 0)
+        return ojpy_raise_status(OJ_ERR_UNSUPPORTED, "__dlpack__: copy=True is not supported "
+                                                     "(ojas exports without a copy; clone() first)");
+    if (dl_device != Py_None) {
+        int want_type, want_id;
+        if (!PyArg_ParseTuple(dl_device, "ii;__dlpack__: dl_device must be a (type, id) pair",
+                              &want_type, &want_id))
+            return NULL;
+        if (want_type != dl_type || want_id != dev.index) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "__dlpack__: dl_device (%d, %d) is not the tensor's device "
+                     "(%d, %d); ojas does not copy between devices implicitly", want_type, want_id,
+                     dl_type, dev.index);
+            return ojpy_raise_status(OJ_ERR_DEVICE, msg);
+        }
+    }
+    long long sv = 0;
+    if (stream != Py_None) {
+        if (!PyLong_Check(stream)) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__: stream must be None or an int, not %.80s",
+                         Py_TYPE(stream)->tp_name);
+            return NULL;
+        }
+        sv = PyLong_AsLongLong(stream);
+        if (sv == -1 && PyErr_Occurred()) return NULL;
+        if (dev.type != OJ_DEVICE_CUDA) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "__dlpack__: stream must be None for a CPU tensor, got %lld",
+                     sv);
+            return ojpy_raise_status(OJ_ERR_INVALID_ARGUMENT, msg);
+        }
+        if (sv == 0)
+            return ojpy_raise_status(OJ_ERR_INVALID_ARGUMENT,
+                                     "__dlpack__: stream 0 is ambiguous for CUDA (pass 1 for the "
+                                     "legacy default stream, 2 for the per-thread one)");
+    }
+    /* the consumer's stream may run before the engine's queued work: finish
+     * it (unless the consumer asked for no synchronisation, stream -1) */
+    if (dev.type == OJ_DEVICE_CUDA && sv != -1 && oj_engine_synchronize(e->eng) != OJ_OK)
         return ojpy_raise_engine(e->eng, "__dlpack__");
     export_ctx *c = PyMem_RawCalloc(1, sizeof *c);
     if (c == NULL) return PyErr_NoMemory();
@@ -82,7 +135,7 @@ PyObject *ojpy_tensor_dlpack(PyObject *self, PyObject *args, PyObject *kw) {
     }
     DLTensor *dl = &c->managed.dl_tensor;
     dl->data = oj_device_data_ptr(t);
-    dl->device.device_type = dev.type == OJ_DEVICE_CUDA ? kDLCUDA : kDLCPU;
+    dl->device.device_type = (DLDeviceType)dl_type;
     dl->device.device_id = dev.index;
     dl->ndim = r;
     dl_dtype(oj_tensor_dtype(t), &dl->dtype);
@@ -129,7 +182,30 @@ static PyObject *py_from_dlpack(PyObject *m, PyObject *args) {
         cap = obj;
         Py_INCREF(cap);
     } else {
-        cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+        /* a CUDA producer gets stream 1, the legacy default stream: the
+         * engine's stream is a blocking one, so its later work is ordered
+         * after whatever the producer makes that stream wait for */
+        PyObject *kw = PyDict_New();
+        if (kw == NULL) return NULL;
+        PyObject *devt = PyObject_HasAttrString(obj, "__dlpack_device__")
+                             ? PyObject_CallMethod(obj, "__dlpack_device__", NULL)
+                             : (Py_INCREF(Py_None), Py_None);
+        int dtype_ = 0, did = 0;
+        int ok = devt != NULL &&
+                 (devt == Py_None ||
+                  PyArg_ParseTuple(devt, "ii;__dlpack_device__ must give (type, id)", &dtype_, &did));
+        Py_XDECREF(devt);
+        if (ok && dtype_ == kDLCUDA) {
+            PyObject *one = PyLong_FromLong(1);
+            ok = one != NULL && PyDict_SetItemString(kw, "stream", one) == 0;
+            Py_XDECREF(one);
+        }
+        PyObject *noargs = ok ? PyTuple_New(0) : NULL;
+        PyObject *meth = noargs ? PyObject_GetAttrString(obj, "__dlpack__") : NULL;
+        cap = meth ? PyObject_Call(meth, noargs, kw) : NULL;
+        Py_XDECREF(meth);
+        Py_XDECREF(noargs);
+        Py_DECREF(kw);
         if (cap == NULL) return NULL;
     }
     if (!PyCapsule_IsValid(cap, "dltensor")) {

@@ -3,7 +3,10 @@
  * for the dims not named; all of these give views sharing storage. A 1-D
  * integer tensor or a list of ints on a dim gathers rows (index_select, a
  * copy, as torch's advanced indexing). t[key] = value writes through the
- * view (oj_copy_ or oj_fill_). */
+ * view (oj_copy_ or oj_fill_). A bool mask (a bool tensor or a list of
+ * bools) as the whole key selects the elements (rows) where it is true, as
+ * torch: t[mask] gathers them (a copy, with a gradient) and t[mask] = v
+ * writes them (oj_index_copy_). */
 #include "ojas_py.h"
 
 /* Integer index tensor from a tensor or a list of ints; new owner
@@ -14,8 +17,9 @@ static oj_tensor *index_tensor(EngineObject *e, PyObject *o) {
         if (t == NULL) return NULL;
         oj_dtype dt = oj_tensor_dtype(t);
         if (dt == OJ_BOOL) {
-            ojpy_raise_status(OJ_ERR_UNSUPPORTED, "indexing with a bool mask is not supported "
-                                                  "yet; use ojas.where or masked_fill");
+            ojpy_raise_status(OJ_ERR_UNSUPPORTED, "index: a bool mask must be the whole index "
+                                                  "(t[mask]); combined with other indices it is "
+                                                  "not supported");
             return NULL;
         }
         if (dt != OJ_I64 && dt != OJ_I32) {
@@ -51,6 +55,157 @@ static oj_tensor *index_tensor(EngineObject *e, PyObject *o) {
     PyMem_Free(v);
     if (t == NULL) ojpy_raise_engine(e->eng, "index");
     return t;
+}
+
+/* "[2, 3]" into buf. */
+static void shape_str(char *buf, size_t n, int rank, const int64_t *shape) {
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < rank && o < n; d++)
+        o += (size_t)snprintf(buf + o, n - o, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+/* The bool mask of key: a bool tensor, a 1-tuple holding one, or a
+ * non-empty list of Python bools. Returns 1 with *host (PyMem, one byte per
+ * element, row-major), *rank and shape filled; 0 when key is no mask; -1
+ * with an exception. */
+static int mask_of(PyObject *key, uint8_t **host, int *rank, int64_t *shape) {
+    if (PyTuple_Check(key) && PyTuple_GET_SIZE(key) == 1) key = PyTuple_GET_ITEM(key, 0);
+    if (PyList_Check(key)) {
+        Py_ssize_t n = PyList_GET_SIZE(key);
+        if (n == 0) return 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!PyBool_Check(PyList_GET_ITEM(key, i))) return 0;
+        *host = PyMem_Malloc((size_t)n);
+        if (*host == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) (*host)[i] = PyList_GET_ITEM(key, i) == Py_True;
+        *rank = 1;
+        shape[0] = n;
+        return 1;
+    }
+    if (!ojpy_is_tensor(key)) return 0;
+    oj_tensor *m = ojpy_tensor_of(key, "index");
+    if (m == NULL) return -1;
+    if (oj_tensor_dtype(m) != OJ_BOOL) return 0;
+    *rank = oj_rank(m);
+    int64_t numel = oj_numel(m);
+    for (int d = 0; d < *rank; d++) shape[d] = oj_shape(m)[d];
+    *host = PyMem_Malloc((size_t)(numel ? numel : 1));
+    if (*host == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (oj_to_host(m, *host, (size_t)numel) != OJ_OK) {
+        PyMem_Free(*host);
+        ojpy_raise_engine(((TensorObject *)key)->eng->eng, "index");
+        return -1;
+    }
+    return 1;
+}
+
+/* For t[mask]: *rows, t with the mask's dims merged into one (a view; t
+ * itself for a 1-D mask), and *idx, the i64 positions where the mask is
+ * true. 0, or -1 with an exception (ShapeError when the mask's shape is not
+ * t's leading dims). */
+static int mask_rows(EngineObject *e, oj_tensor *t, const uint8_t *host, int mrank,
+                     const int64_t *mshape, oj_tensor **rows, oj_tensor **idx) {
+    int rank = oj_rank(t);
+    const int64_t *shape = oj_shape(t);
+    bool fits = mrank <= rank;
+    for (int d = 0; fits && d < mrank; d++) fits = mshape[d] == shape[d];
+    if (!fits) {
+        char ms[160], ts[160], msg[480];
+        shape_str(ms, sizeof ms, mrank, mshape);
+        shape_str(ts, sizeof ts, rank, shape);
+        snprintf(msg, sizeof msg, "index: the bool mask's shape %s does not match the leading "
+                 "dims of the indexed tensor's shape %s", ms, ts);
+        ojpy_raise_status(OJ_ERR_SHAPE, msg);
+        return -1;
+    }
+    int64_t n = 1, count = 0;
+    for (int d = 0; d < mrank; d++) n *= mshape[d];
+    for (int64_t i = 0; i < n; i++) count += host[i] != 0;
+    int64_t *pos = PyMem_Malloc(sizeof(int64_t) * (size_t)(count ? count : 1));
+    if (pos == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int64_t i = 0, j = 0; i < n; i++)
+        if (host[i]) pos[j++] = i;
+    *idx = oj_from_host(e->eng, 1, &count, OJ_I64, pos, sizeof(int64_t) * (size_t)count);
+    PyMem_Free(pos);
+    if (*idx == NULL) {
+        ojpy_raise_engine(e->eng, "index");
+        return -1;
+    }
+    int64_t rshape[OJ_MAX_RANK];
+    rshape[0] = n;
+    for (int d = mrank; d < rank; d++) rshape[d - mrank + 1] = shape[d];
+    *rows = mrank == 1 ? oj_retain(t) : oj_reshape(t, rank - mrank + 1, rshape);
+    if (*rows == NULL) {
+        oj_release(*idx);
+        ojpy_raise_engine(e->eng, "index");
+        return -1;
+    }
+    return 0;
+}
+
+/* t[mask]: the selected rows, [count, *t.shape[mask.ndim:]], a copy with a
+ * gradient (index_select). */
+static PyObject *mask_get(PyObject *self, oj_tensor *t, const uint8_t *host, int mrank,
+                          const int64_t *mshape) {
+    EngineObject *e = ((TensorObject *)self)->eng;
+    oj_tensor *rows, *idx;
+    if (mask_rows(e, t, host, mrank, mshape, &rows, &idx) < 0) return NULL;
+    oj_tensor *out = oj_index_select(rows, 0, idx);
+    oj_release(rows);
+    oj_release(idx);
+    if (out == NULL) return ojpy_raise_engine(e->eng, "index");
+    return ojpy_wrap(out, e);
+}
+
+/* t[mask] = value (a number, or a tensor broadcastable to the selected
+ * rows' shape), in place through oj_index_copy_. */
+static int mask_set(EngineObject *e, oj_tensor *t, oj_tensor *src, double value,
+                    const uint8_t *host, int mrank, const int64_t *mshape) {
+    oj_tensor *rows, *idx, *vals = NULL;
+    if (mask_rows(e, t, host, mrank, mshape, &rows, &idx) < 0) return -1;
+    int rc = -1;
+    if (!oj_shares_storage(rows, t)) {
+        ojpy_raise_status(OJ_ERR_UNSUPPORTED, "t[mask] = value: the mask's dims of this tensor "
+                                              "cannot be merged into one as a view (its strides); "
+                                              "use a 1-D mask or a contiguous tensor");
+        goto out;
+    }
+    int64_t shape[OJ_MAX_RANK];
+    int r = oj_rank(rows);
+    for (int d = 0; d < r; d++) shape[d] = oj_shape(rows)[d];
+    shape[0] = oj_numel(idx);
+    oj_dtype dt = oj_tensor_dtype(t);
+    if (src == NULL) {
+        vals = oj_full(e->eng, r, shape, dt, value);
+    } else {
+        oj_tensor *c = oj_tensor_dtype(src) == dt ? oj_retain(src) : oj_cast(src, dt);
+        if (c == NULL) {
+            ojpy_raise_engine(e->eng, "t[mask] = value");
+            goto out;
+        }
+        vals = oj_expand(c, r, shape);
+        oj_release(c);
+    }
+    if (vals == NULL || oj_index_copy_(rows, 0, idx, vals) != OJ_OK) {
+        ojpy_raise_engine(e->eng, "t[mask] = value");
+        goto out;
+    }
+    rc = 0;
+out:
+    oj_release(vals);
+    oj_release(rows);
+    oj_release(idx);
+    return rc;
 }
 
 /* self[key] as a new owner reference; *advanced set when an index tensor
@@ -144,6 +299,17 @@ done:
 }
 
 PyObject *ojpy_getitem(PyObject *self, PyObject *key) {
+    uint8_t *host = NULL;
+    int mrank = 0;
+    int64_t mshape[OJ_MAX_RANK];
+    int is_mask = mask_of(key, &host, &mrank, mshape);
+    if (is_mask < 0) return NULL;
+    if (is_mask) {
+        oj_tensor *t = ojpy_tensor_of(self, "self");
+        PyObject *r = t ? mask_get(self, t, host, mrank, mshape) : NULL;
+        PyMem_Free(host);
+        return r;
+    }
     oj_tensor *v = index_view(self, key, NULL);
     if (v == NULL) return NULL;
     return ojpy_wrap(v, ((TensorObject *)self)->eng);
@@ -171,6 +337,17 @@ int ojpy_setitem(PyObject *self, PyObject *key, PyObject *value) {
         ojpy_raise_status(OJ_ERR_STATE, "t[...] = value: writes into tensors that require grad "
                                         "are not recorded by autograd; do it under ojas.no_grad()");
         return -1;
+    }
+    uint8_t *host = NULL;
+    int mrank = 0;
+    int64_t mshape[OJ_MAX_RANK];
+    int is_mask = mask_of(key, &host, &mrank, mshape);
+    if (is_mask < 0) return -1;
+    if (is_mask) {
+        double x = src ? 0.0 : PyFloat_AsDouble(value);
+        int r = PyErr_Occurred() ? -1 : mask_set(e, t, src, x, host, mrank, mshape);
+        PyMem_Free(host);
+        return r;
     }
     oj_tensor *v = index_view(self, key, &advanced);
     if (v == NULL) return -1;

@@ -288,15 +288,22 @@ FN(norm) {
     if (!parse(a, n, "norm", "TdDb", &x, &p, &d, &k)) return NULL;
     RET(oj_norm(x, p, DIMS(d), k));
 }
+/* max(x, dim, keepdim[, indices]): (values, indices), indices None when the
+ * optional fourth argument is false (oj_max with out_indices NULL). */
 static PyObject *max_min(PyObject *const *a, Py_ssize_t n, bool is_max) {
     oj_tensor *x, *idx = NULL;
     int d;
-    bool k;
-    if (!parse(a, n, is_max ? "max" : "min", "Tib", &x, &d, &k)) return NULL;
+    bool k, want = true;
+    const char *name = is_max ? "max" : "min";
+    if (n == 4 ? !parse(a, n, name, "Tibb", &x, &d, &k, &want)
+               : !parse(a, n, name, "Tib", &x, &d, &k))
+        return NULL;
     EngineObject *e = first_engine;
-    oj_tensor *v = is_max ? oj_max(x, d, k, &idx) : oj_min(x, d, k, &idx);
-    if (v == NULL) return ojpy_raise_engine(e->eng, is_max ? "max" : "min");
+    oj_tensor **pidx = want ? &idx : NULL;
+    oj_tensor *v = is_max ? oj_max(x, d, k, pidx) : oj_min(x, d, k, pidx);
+    if (v == NULL) return ojpy_raise_engine(e->eng, name);
     PyObject *pv = ojpy_wrap(v, e);
+    if (pv != NULL && !want) return Py_BuildValue("(NO)", pv, Py_None);
     PyObject *pi = pv ? ojpy_wrap(idx, e) : (oj_release(idx), NULL);
     if (pi == NULL) {
         Py_XDECREF(pv);

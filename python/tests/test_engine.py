@@ -109,7 +109,8 @@ def test_bad_input_raises():
         (ojas.InvalidArgumentError, lambda: x[::-1]),
         (ojas.InvalidArgumentError, lambda: ojas.nn.functional.cross_entropy(
             x, ojas.tensor([0, 1]), reduction="avg")),
-        (ojas.UnsupportedError, lambda: x[x > 0]),
+        (ojas.UnsupportedError, lambda: x[x > 0, 0]),  # a mask with other indices
+        (ojas.ShapeError, lambda: x[ojas.ones(5, dtype=ojas.bool)]),  # mask of another shape
         (TypeError, lambda: x + "a"),
         (TypeError, lambda: ojas.exp(np.ones(2))),
         (TypeError, lambda: x[1.5]),

@@ -100,6 +100,52 @@ def test_dlpack_from_torch_and_numpy_is_zero_copy():
         ojas.from_dlpack(cap)
 
 
+def test_dlpack_protocol_arguments_on_cpu():
+    """__dlpack__'s keyword arguments as the Python array API's: torch 2.x
+    passes max_version (a legacy capsule is the answer); a CPU tensor takes
+    no stream; dl_device must be the tensor's own; copy=True is refused."""
+    x = ojas.arange(4.0)
+    t = torch.utils.dlpack.from_dlpack(x.__dlpack__(max_version=(1, 0)))
+    assert t.data_ptr() == x.data_ptr()
+    assert torch.utils.dlpack.from_dlpack(x.__dlpack__(dl_device=(1, 0), copy=False)).tolist() \
+        == [0, 1, 2, 3]
+    with pytest.raises(ojas.InvalidArgumentError, match="stream must be None for a CPU tensor"):
+        x.__dlpack__(stream=1)
+    with pytest.raises(ojas.DeviceError, match=r"dl_device \(2, 0\) is not the tensor's device"):
+        x.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(ojas.UnsupportedError, match="copy=True"):
+        x.__dlpack__(copy=True)
+    with pytest.raises(TypeError, match="stream must be None or an int"):
+        x.__dlpack__(stream="default")
+
+
+class _Producer:
+    """A DLPack producer claiming a device, recording the stream it is asked
+    for and handing over a torch CPU tensor's capsule."""
+
+    def __init__(self, device):
+        self.device, self.t, self.streams = device, torch.arange(3.0), []
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        return torch.utils.dlpack.to_dlpack(self.t)
+
+
+def test_from_dlpack_passes_the_stream_a_cuda_producer_needs():
+    """A kDLCUDA producer is asked for stream 1 (the legacy default stream,
+    which the engine's blocking stream is ordered with), so that it makes
+    its pending work visible there; a CPU producer for none."""
+    cuda_like, cpu = _Producer((2, 0)), _Producer((1, 0))
+    for p in (cuda_like, cpu):
+        x = ojas.from_dlpack(p)  # the capsule holds CPU memory: a CPU engine takes it
+        assert x.data_ptr() == p.t.data_ptr()
+        del x
+    assert cuda_like.streams == [1] and cpu.streams == [None]
+
+
 def test_dlpack_unconsumed_capsule_frees_its_tensor():
     eng = ojas.default_engine()
     x = ojas.ones(4)

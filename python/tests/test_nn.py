@@ -117,3 +117,181 @@ def test_clip_grad_norm_matches_torch():
     np.testing.assert_allclose(n.item(), tn.item(), rtol=1e-5)
     for p, tp in zip(m.parameters(), t.parameters()):
         np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-4, atol=1e-7)
+
+
+# ------------------------------------------------ Conv2d, BatchNorm2d, MultiheadAttention
+
+def _to_torch(m, t):
+    """Copy the ojas module m's state into the torch module t (the names
+    must be torch's, in torch's order)."""
+    sd = m.state_dict()
+    assert list(sd) == list(t.state_dict()), (list(sd), list(t.state_dict()))
+    t.load_state_dict({k: torch.from_numpy(v.detach().numpy().copy()) for k, v in sd.items()})
+
+
+def _grads_match(m, t, rtol=1e-4, atol=1e-5):
+    tp = dict(t.named_parameters())
+    for n, p in m.named_parameters():
+        assert p.grad is not None, "no gradient for " + n
+        np.testing.assert_allclose(p.grad.numpy(), tp[n].grad.numpy(), rtol=rtol, atol=atol,
+                                   err_msg=n)
+
+
+@pytest.mark.parametrize("kw", [dict(stride=(2, 1), padding=1, dilation=(1, 2), groups=2),
+                                dict(padding="same", bias=False), dict(padding="valid")],
+                         ids=["strided-grouped", "same-nobias", "valid"])
+def test_conv2d_module_matches_torch(rng, kw):
+    m = nn.Conv2d(4, 6, (3, 3), **kw)
+    t = torch.nn.Conv2d(4, 6, (3, 3), **kw)
+    fan_in = 4 // kw.get("groups", 1) * 9
+    assert float(abs(m.weight).amax().item()) <= 1 / np.sqrt(fan_in)  # torch's init bound
+    _to_torch(m, t)
+    x = rng.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    ox, tx = ojas.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    out, tout = m(ox), t(tx)
+    assert tuple(out.shape) == tuple(tout.shape)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-4, atol=1e-5)
+    g = rng.standard_normal(tuple(tout.shape)).astype(np.float32)
+    out.backward(ojas.tensor(g))
+    tout.backward(torch.tensor(g))
+    _grads_match(m, t)
+    np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_conv2d_module_errors():
+    with pytest.raises(ojas.InvalidArgumentError, match="divisible by groups 4"):
+        nn.Conv2d(6, 8, 3, groups=4)
+    with pytest.raises(ojas.UnsupportedError, match="padding_mode 'reflect'"):
+        nn.Conv2d(2, 2, 3, padding_mode="reflect")
+    m = nn.Conv2d(3, 2, 3)
+    with pytest.raises(ojas.ShapeError):
+        m(ojas.randn(1, 4, 5, 5))  # 4 channels, the module takes 3
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batchnorm2d_train_eval_matches_torch(rng, momentum, affine):
+    m = nn.BatchNorm2d(3, momentum=momentum, affine=affine)
+    t = torch.nn.BatchNorm2d(3, momentum=momentum, affine=affine)
+    if affine:
+        with ojas.no_grad():
+            m.weight.copy_(ojas.tensor(rng.uniform(0.5, 1.5, 3).astype(np.float32)))
+            m.bias.copy_(ojas.tensor(rng.standard_normal(3).astype(np.float32)))
+    _to_torch(m, t)
+    for step in range(3):
+        x = (rng.standard_normal((4, 3, 5, 2)) * 2 + step).astype(np.float32)
+        ox, tx = ojas.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        out, tout = m(ox), t(tx)
+        np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-4,
+                                   atol=1e-5)
+        g = rng.standard_normal(x.shape).astype(np.float32)
+        out.backward(ojas.tensor(g))
+        tout.backward(torch.tensor(g))
+        np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+        if affine:
+            _grads_match(m, t)
+            m.zero_grad(), t.zero_grad()
+        for k, v in m.state_dict().items():
+            np.testing.assert_allclose(v.detach().numpy(), t.state_dict()[k].numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=k)
+    assert m.num_batches_tracked.item() == 3
+    m.eval(), t.eval()
+    x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    before = m.running_mean.numpy().copy()
+    np.testing.assert_allclose(m(ojas.tensor(x)).numpy(), t(torch.tensor(x)).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(m.running_mean.numpy(), before)  # eval leaves them
+    assert m.num_batches_tracked.item() == 3
+
+
+def test_batchnorm2d_without_running_stats_and_errors(rng):
+    m = nn.BatchNorm2d(2, track_running_stats=False)
+    t = torch.nn.BatchNorm2d(2, track_running_stats=False)
+    assert list(m.state_dict()) == list(t.state_dict()) == ["weight", "bias"]
+    m.eval(), t.eval()  # still the batch's statistics
+    x = rng.standard_normal((3, 2, 2, 2)).astype(np.float32)
+    np.testing.assert_allclose(m(ojas.tensor(x)).numpy(), t(torch.tensor(x)).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ojas.ShapeError, match="expected 4D input \\(got 3D input\\)"):
+        nn.BatchNorm2d(2)(ojas.randn(3, 2, 4))
+
+
+def _mha_pair(e, h, batch_first, bias=True):
+    m = nn.MultiheadAttention(e, h, batch_first=batch_first, bias=bias)
+    t = torch.nn.MultiheadAttention(e, h, batch_first=batch_first, bias=bias)
+    bound = np.sqrt(6 / (4 * e))
+    assert float(abs(m.in_proj_weight).amax().item()) <= bound  # xavier_uniform_
+    with ojas.no_grad():  # non-zero biases so that they are checked
+        for n, p in m.named_parameters():
+            if n.endswith("bias"):
+                p.copy_(ojas.randn(*p.shape) * 0.1)
+    _to_torch(m, t)
+    return m, t
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float", "padding"])
+def test_multihead_attention_matches_torch(rng, batch_first, mask):
+    e, h, n, L = 8, 2, 3, 5
+    m, t = _mha_pair(e, h, batch_first)
+    shape = (n, L, e) if batch_first else (L, n, e)
+    xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    ox = [ojas.tensor(x, requires_grad=True) for x in xs]
+    tx = [torch.tensor(x, requires_grad=True) for x in xs]
+    okw, tkw = {}, {}
+    causal = np.triu(np.ones((L, L), bool), 1)  # True: not allowed
+    if mask == "causal":  # torch 1.13 has no is_causal: its mask form
+        okw["is_causal"] = True
+        tkw["attn_mask"] = torch.tensor(causal)
+    elif mask == "bool":
+        am = rng.random((n * h, L, L)) < 0.3
+        am[..., 0] = False  # every query sees a key
+        okw["attn_mask"], tkw["attn_mask"] = ojas.tensor(am), torch.tensor(am)
+    elif mask == "float":
+        am = rng.standard_normal((L, L)).astype(np.float32)
+        okw["attn_mask"], tkw["attn_mask"] = ojas.tensor(am), torch.tensor(am)
+    elif mask == "padding":
+        kp = np.zeros((n, L), bool)
+        kp[0, -2:] = kp[2, 1] = True
+        okw["key_padding_mask"], tkw["key_padding_mask"] = ojas.tensor(kp), torch.tensor(kp)
+    out, w = m(*ox, **okw)
+    tout, tw = t(*tx, **tkw)
+    assert tuple(out.shape) == tuple(tout.shape) and tuple(w.shape) == tuple(tw.shape)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(w.detach().numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-6)
+    g = rng.standard_normal(tuple(tout.shape)).astype(np.float32)
+    out.backward(ojas.tensor(g))
+    tout.backward(torch.tensor(g))
+    _grads_match(m, t)
+    for a, b in zip(ox, tx):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5)
+    # per-head weights, and need_weights=False gives the same output
+    _, wh = m(*ox, average_attn_weights=False, **okw)
+    _, twh = t(*tx, average_attn_weights=False, **tkw)
+    np.testing.assert_allclose(wh.detach().numpy(), twh.detach().numpy(), rtol=1e-4, atol=1e-6)
+    o2, none = m(*ox, need_weights=False, **okw)
+    assert none is None
+    np.testing.assert_allclose(o2.detach().numpy(), out.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_multihead_attention_unbatched_cross_and_errors(rng):
+    m, t = _mha_pair(8, 4, False, bias=False)
+    assert list(m.state_dict()) == ["in_proj_weight", "out_proj.weight"]
+    q = rng.standard_normal((3, 8)).astype(np.float32)   # unbatched [L, E]
+    kv = rng.standard_normal((6, 8)).astype(np.float32)  # S = 6 != L
+    out, w = m(ojas.tensor(q), ojas.tensor(kv), ojas.tensor(kv))
+    tout, tw = t(torch.tensor(q), torch.tensor(kv), torch.tensor(kv))
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-6)
+    # is_causal with L != S: top-left aligned (query i sees keys j <= i), as torch 2.x
+    out, _ = m(ojas.tensor(q), ojas.tensor(kv), ojas.tensor(kv), is_causal=True)
+    tout, _ = t(torch.tensor(q), torch.tensor(kv), torch.tensor(kv),
+                attn_mask=torch.ones(3, 6, dtype=torch.bool).triu(1))
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ojas.InvalidArgumentError, match="divisible by num_heads 3"):
+        nn.MultiheadAttention(8, 3)
+    with pytest.raises(ojas.UnsupportedError, match="dropout > 0"):
+        nn.MultiheadAttention(8, 2, dropout=0.1)
+    with pytest.raises(ojas.ShapeError, match="key_padding_mask must be"):
+        m(ojas.randn(3, 2, 8), ojas.randn(4, 2, 8), ojas.randn(4, 2, 8),
+          key_padding_mask=ojas.zeros(2, 3, dtype=ojas.bool))

@@ -111,6 +111,72 @@ def test_setitem_writes_through():
     assert x[2, 0].item() == 9.0
 
 
+def test_bool_mask_indexing_matches_torch(rng):
+    """t[mask] gathers the rows where a bool mask over t's leading dims is
+    true (a copy, with a gradient); t[mask] = number or tensor writes them;
+    a list of bools is a mask too."""
+    x = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    for mshape in [(4,), (4, 3), (4, 3, 2)]:
+        m = rng.random(mshape) < 0.5
+        m.flat[0] = True
+        o = ojas.tensor(x, requires_grad=True)
+        t = torch.tensor(x, requires_grad=True)
+        got, want = o[ojas.tensor(m)], t[torch.tensor(m)]
+        assert tuple(got.shape) == tuple(want.shape)
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+        assert not got._shares_storage(o)  # a copy, as torch
+        g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+        got.backward(ojas.tensor(g))
+        want.backward(torch.tensor(g))
+        np.testing.assert_array_equal(o.grad.numpy(), t.grad.numpy())
+        for value in (7.5, rng.standard_normal(tuple(want.shape[1:])).astype(np.float32),
+                      rng.standard_normal(tuple(want.shape)).astype(np.float32)):
+            a, b = ojas.tensor(x), torch.tensor(x)
+            a[ojas.tensor(m)] = value if np.isscalar(value) else ojas.tensor(value)
+            b[torch.tensor(m)] = value if np.isscalar(value) else torch.tensor(value)
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    lst = [True, False, True, True]
+    np.testing.assert_array_equal(ojas.tensor(x)[lst].numpy(), x[np.array(lst)])
+    none = ojas.tensor(x)[ojas.zeros(4, dtype=ojas.bool)]
+    assert tuple(none.shape) == (0, 3, 2)
+    # through a strided view: reads a transposed tensor; writes through a row view
+    a = ojas.tensor(x)
+    m = rng.random((2, 3)) < 0.5
+    np.testing.assert_array_equal(a.transpose(0, 2)[ojas.tensor(m)].numpy(),
+                                  np.swapaxes(x, 0, 2)[m])
+    row = a[:, 1]
+    row[ojas.tensor(m[0].repeat(2)[:4])] = -1.0
+    want = x.copy()
+    want[:, 1][m[0].repeat(2)[:4]] = -1.0
+    np.testing.assert_array_equal(a.numpy(), want)
+    # an int tensor mask with a condition: mask from a comparison
+    a = ojas.tensor(x)
+    a[a > 0] = 0.0
+    np.testing.assert_array_equal(a.numpy(), np.where(x > 0, 0, x))
+
+
+def test_bool_mask_indexing_errors():
+    x = ojas.zeros(4, 3)
+    with pytest.raises(ojas.ShapeError, match=r"mask's shape \[3\] does not match the leading "
+                                              r"dims of the indexed tensor's shape \[4, 3\]"):
+        x[ojas.ones(3, dtype=ojas.bool)]
+    with pytest.raises(ojas.ShapeError, match=r"mask's shape \[4, 3, 1\]"):
+        x[ojas.ones(4, 3, 1, dtype=ojas.bool)] = 1.0
+    with pytest.raises(ojas.ShapeError):  # 2 selected rows, a value of 3 rows
+        x[ojas.tensor([True, False, True, False])] = ojas.ones(3, 3)
+    with pytest.raises(ojas.UnsupportedError, match="whole index"):
+        x[ojas.ones(4, dtype=ojas.bool), 0]
+    p = ojas.zeros(4, requires_grad=True)
+    with pytest.raises(ojas.StateError, match="no_grad"):
+        p[ojas.ones(4, dtype=ojas.bool)] = 1.0
+    with ojas.no_grad():
+        p[ojas.tensor([False, True, False, False])] = 2.0
+    assert p.tolist() == [0, 2, 0, 0]
+    a = ojas.zeros(4, 3).t()  # [3, 4], not mergeable as a view
+    with pytest.raises(ojas.UnsupportedError, match="cannot be merged"):
+        a[ojas.ones(3, 4, dtype=ojas.bool)] = 1.0
+
+
 def test_in_place():
     x = ojas.ones(3)
     v0 = x._version

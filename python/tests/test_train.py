@@ -64,13 +64,19 @@ def test_train_steps_match_cli(run_fixture, cli_run, tmp_path):
 
 
 def test_fit_and_resume_match_cli(run_fixture, cli_run, tmp_path):
-    events = []
+    # the per-step callback sees each step once, never an eval as a step
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "fit-steps-only") as tr:
+        seen = []
+        tr.fit(callback=lambda m: seen.append(m["step"]))
+    assert seen == [1, 2, 3, 4]
+    steps, evals = [], []
     with Trainer(exact_config(run_fixture), out_dir=tmp_path / "fit") as tr:
-        last = tr.fit(callback=events.append)
+        last = tr.fit(callback=steps.append, on_eval=evals.append)
     assert last["step"] == 4
-    assert [(e["step"], e["is_eval"]) for e in events] == [
-        (1, False), (2, False), (2, True), (3, False), (4, False), (4, True)]
-    assert all(e["val_loss"] > 0 for e in events if e["is_eval"])
+    assert [(e["step"], e["is_eval"]) for e in steps] == [(1, False), (2, False), (3, False),
+                                                          (4, False)]
+    assert [(e["step"], e["is_eval"]) for e in evals] == [(2, True), (4, True)]
+    assert all(e["val_loss"] > 0 and "loss" not in e for e in evals)
     same_checkpoint(cli_run, str(tmp_path / "fit" / "ckpt-000004"))
 
     # two steps, a checkpoint, a resume from it, two more steps

@@ -68,7 +68,9 @@ static oj_status accumulate(oj_engine *eng, oj_tensor **slot, oj_tensor *g) {
  * contiguous, owned by the leaf. *g: the gradient; when `owned` the caller
  * holds *g's only reference and would release it after this call, so a
  * first gradient that nothing else can see becomes leaf->grad as it is
- * (*g set to NULL: the reference moved) instead of being copied. */
+ * (*g set to NULL: the reference moved) instead of being copied. A
+ * leaf whose grad is a given buffer not yet written (grad_fresh) takes
+ * its first gradient by copy. */
 static oj_status accumulate_leaf(oj_engine *eng, oj_tensor *leaf, oj_tensor **g, bool owned) {
     oj_tensor *gr = *g;
     if (leaf->grad == NULL) {
@@ -85,7 +87,13 @@ static oj_status accumulate_leaf(oj_engine *eng, oj_tensor *leaf, oj_tensor **g,
         leaf->grad = c;
         return OJ_OK;
     }
-    oj_status st = oj_add_(leaf->grad, gr);
+    oj_status st;
+    if (leaf->grad_fresh) { /* a given buffer: the first gradient is copied in, bit for bit */
+        leaf->grad_fresh = false;
+        st = oj_copy_(leaf->grad, gr);
+    } else {
+        st = oj_add_(leaf->grad, gr);
+    }
     return st;
 }
 
@@ -143,6 +151,14 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
         return oj_set_error(eng, st, "backward: out of host memory ordering the graph");
     }
     qsort(all.items, (size_t)all.len, sizeof *all.items, by_seq_desc);
+    /* with a leaf hook: how many gradients each leaf will be sent (an
+     * upper bound: a node no gradient reaches sends none, and its leaves
+     * are then never reported) */
+    for (int64_t k = 0; eng->leaf_grad_ready && k < all.len; k++)
+        for (int i = 0; i < all.items[k]->n_in; i++)
+            if (!all.items[k]->in[i].fn && all.items[k]->in[i].leaf &&
+                oj__node_needs(all.items[k], i))
+                all.items[k]->in[i].leaf->grad_pending++;
     /* Keep every node alive while we walk (releasing grads may free them). */
     for (int64_t k = 0; k < all.len; k++) oj__node_retain(all.items[k]);
 
@@ -234,16 +250,21 @@ oj_status oj_backward_seeded(oj_tensor *out, oj_tensor *grad, bool retain_graph)
                                   i, n->op);
                 if ((st = oj_last_status(eng)) != OJ_OK) break;
             }
-            if (e->fn)
+            if (e->fn) {
                 st = accumulate(eng, &e->fn->grad_acc[e->out_index], gi[i]);
-            else
+            } else {
                 st = accumulate_leaf(eng, e->leaf, &gi[i], true);
+                if (st == OJ_OK && eng->leaf_grad_ready && --e->leaf->grad_pending == 0)
+                    eng->leaf_grad_ready(eng->leaf_grad_ready_ctx, e->leaf);
+            }
         }
         for (int i = 0; i < OJ_NODE_MAX_IN; i++) oj_release(gi[i]);
     }
     /* Drop leftover accumulators (error paths) and free saved tensors. */
     for (int64_t k = 0; k < all.len; k++) {
         oj_node *n = all.items[k];
+        for (int i = 0; i < n->n_in; i++) /* the counts of leaves not reported */
+            if (!n->in[i].fn && n->in[i].leaf) n->in[i].leaf->grad_pending = 0;
         for (int j = 0; j < OJ_NODE_MAX_OUT; j++) {
             oj_release(n->grad_acc[j]);
             n->grad_acc[j] = NULL;

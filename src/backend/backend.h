@@ -69,17 +69,23 @@ typedef struct oj_im2col_args {
 } oj_im2col_args;
 
 /* NCCL collectives behind oj_dist (include/ojas/dist.h) for a device
- * engine; `comm` is the backend's communicator. Every entry enqueues on
- * the engine's stream and waits for it (polling, at most timeout_s: past
- * that the communicator is aborted and OJ_ERR_DEVICE names the wait), so a
- * collective is complete on return. Errors OJ_ERR_DEVICE with the NCCL or
- * CUDA message in err. */
+ * engine; `comm` is the backend's communicator. alltoall, allgather and
+ * allgatherv enqueue on the engine's stream and wait for it (polling, at
+ * most timeout_s: past that the communicator is aborted and OJ_ERR_DEVICE
+ * names the wait), so they are complete on return. allreduce_sum only
+ * enqueues (no host wait); `watch` arms the communicator's watchdog
+ * thread, which ends the job through `fatal` when the stream's work so
+ * far has not finished within timeout_s. Errors OJ_ERR_DEVICE with the
+ * NCCL or CUDA message in err. */
 typedef struct oj_backend_comm {
     /* A new ncclUniqueId into id (128 bytes), on the rank that makes it. */
     oj_status (*unique_id)(void *id, oj_error *err);
-    /* ncclCommInitRank for (rank, world) on eng's device. */
+    /* ncclCommInitRank for (rank, world) on eng's device, and its
+     * watchdog thread; fatal(ctx, message) is what the watchdog calls on
+     * a timeout or an asynchronous NCCL error (it must not return). */
     oj_status (*init)(oj_engine *eng, const void *id, int rank, int world, double timeout_s,
-                      void **comm, oj_error *err);
+                      void (*fatal)(void *ctx, const char *msg), void *ctx, void **comm,
+                      oj_error *err);
     void (*destroy)(void *comm);
     /* send, recv: world * block bytes; block q of recv from rank q. */
     oj_status (*alltoall)(oj_engine *eng, void *comm, const void *send, void *recv,
@@ -90,7 +96,20 @@ typedef struct oj_backend_comm {
     /* buf in place: bytes offsets[q] .. offsets[q + 1] from rank q. */
     oj_status (*allgatherv)(oj_engine *eng, void *comm, void *buf, const size_t *offsets,
                             oj_error *err);
+    /* buf (count elements of dtype, f32 / f64 / bf16 / f16) in place: the
+     * elementwise sum over the ranks (ncclAllReduce, ncclSum), enqueued on
+     * the communicator's own stream after the work eng's stream holds
+     * now, not waited for. */
+    oj_status (*allreduce_sum)(oj_engine *eng, void *comm, void *buf, size_t count,
+                               oj_dtype dtype, oj_error *err);
+    /* eng's stream waits (on the device) for the all-reduces queued so far. */
+    oj_status (*join)(oj_engine *eng, void *comm, oj_error *err);
+    /* Arm the watchdog: what eng's stream holds now must finish within
+     * timeout_s, or fatal is called with a message naming `what`. */
+    oj_status (*watch)(oj_engine *eng, void *comm, const char *what, oj_error *err);
 } oj_backend_comm;
+
+struct oj__decode_sampler; /* ops/nn_decode.h */
 
 typedef struct oj_backend {
     const char *name;
@@ -610,6 +629,18 @@ typedef struct oj_backend {
     oj_status (*decode_embed_mask)(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                    const oj_tensor *wpe, const oj_tensor *tok,
                                    const oj_tensor *pos, oj_tensor *mask);
+    /* The end of a sampled decode step (ops/nn_decode.h,
+     * oj__decode_sample_, which validated everything): tok = the host
+     * sampler's choice over logits [V] (f32/bf16/f16, contiguous) with the
+     * repetition penalty on the ids i where seen[i] != 0 (u8 [V], NULL: no
+     * penalty) and the draw oj_sample_uniform(s->seed, s->seq, *step), -1
+     * on a NaN; then seen[tok] = 1, *step += 1, *pos += 1 (pos NULL: not)
+     * and hist[*pos] = tok where hist (i64, contiguous, needs pos) is not
+     * NULL and *pos < its numel. At most OJ__DECODE_SAMPLE_MAX_K
+     * candidates. */
+    oj_status (*decode_sample)(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                               oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                               const struct oj__decode_sampler *s);
     /* ---- the device-gated optimizer step (CUDA; NULL on the CPU, where
      * the optimizer reads the norms back instead). step_gate_open queues
      * the L2 norm of every grads[i] (contiguous f32/f64/bf16/f16, as
@@ -683,6 +714,46 @@ typedef struct oj_backend {
     oj_status (*attention_paged_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
                                          const oj_tensor *k_pool, const oj_tensor *v_pool,
                                          const int32_t *blocks, int64_t S, double scale);
+    /* Which implementation the last attention_forward (backward true: the
+     * last attention_backward) of eng ran: a static name ("cudnn",
+     * "tensor core", "f32 kernels", "split-key decode"; "none" before the
+     * first call), and in why[n] (n > 0) why cuDNN's fused attention did
+     * not run it ("" when it did): the refusing cuDNN call with
+     * cudnnGetLastErrorString's text, "cuDNN not built in", "EXACT
+     * numerics ...". OPTIONAL (NULL: one implementation). For tests and
+     * benchmarks. */
+    const char *(*attention_impl)(oj_engine *eng, bool backward, char *why, size_t n);
+    /* Causal attention of many sequences' rows packed in q [1, H, N, D]
+     * (any strides) over one paged KV pool, OPTIONAL (NULL or
+     * OJ_ERR_UNSUPPORTED: the op runs attention_paged_forward per row):
+     * every table is device memory, so a CUDA graph may record it. Row i
+     * reads the block table tables[seq[i]] (i32 [B, MB], contiguous; seq
+     * i32 [N]) and sees keys 0..pos[i] (i32 [N]; pos[i] < 0: no key, the
+     * row is zeros). out [1, H, N, D] as attention_paged_forward writes it. */
+    oj_status (*attention_paged_varlen_forward)(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                                const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                                const oj_tensor *tables, const oj_tensor *seq,
+                                                const oj_tensor *pos, double scale);
+    /* Store packed keys or values x [1, Hkv, N, D] (any strides, pool's
+     * dtype) into pool [NB, Hkv, BS, D] (contiguous): row t goes to row
+     * slot[t] % BS of block slot[t] / BS (slot i32 [N], device; < 0: row t
+     * is not written; ids checked by the caller), OPTIONAL (NULL or
+     * OJ_ERR_UNSUPPORTED: the op copies row by row). */
+    oj_status (*paged_kv_write)(oj_engine *eng, oj_tensor *pool, const oj_tensor *x,
+                                const oj_tensor *slot);
+    /* Block-quantized weights (include/ojas/quant.h; qtype an oj_qtype),
+     * OPTIONAL (NULL: quantized matrices are refused on the device; the
+     * CPU's live in src/quant). blocks: U8 [N, row bytes] contiguous, the
+     * ggml layout of qtype for rows of K elements.
+     * qgemv: out [M, N] f32 = x [M, K] f32 @ W^T, 1 <= M <= 8, x and out
+     * contiguous; every weight dequantized in f32 (the formulas of
+     * oj_dequantize_row) and multiplied by x in f32, each output summed
+     * in a fixed order (the same bits on every run). qdequant: out [N, K]
+     * f32 or bf16 contiguous = W (f32 values rounded once to out's
+     * dtype). */
+    oj_status (*qgemv)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                       const oj_tensor *blocks, int qtype, int64_t k);
+    oj_status (*qdequant)(oj_engine *eng, oj_tensor *out, const oj_tensor *blocks, int qtype);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

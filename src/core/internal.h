@@ -54,6 +54,12 @@ struct oj_tensor {
     bool requires_grad;
     bool retain_grad;
     oj_tensor *grad;         /* owned reference, outside every scope */
+    /* grad is a buffer given by its owner (a view of the trainer's
+     * gradient arena) that holds no gradient yet: the first gradient
+     * backward accumulates is copied into it, the next ones added */
+    bool grad_fresh;
+    /* during a backward with a leaf hook: the gradients still to come */
+    int32_t grad_pending;
     struct oj_node *grad_fn; /* owned reference; NULL for leaves */
     int output_index;        /* which output of grad_fn this is */
     /* ownership */
@@ -112,6 +118,11 @@ struct oj_engine {
     bool autocast;          /* oj_set_autocast */
     oj_dtype autocast_dtype; /* OJ_BF16 or OJ_F16 */
     bool detect_anomaly;     /* oj_set_detect_anomaly */
+    /* Called by backward when a leaf's gradient is final for this backward
+     * (the last of the gradients the recorded graph sends it is
+     * accumulated); NULL: none. The data-parallel trainer's overlap. */
+    void (*leaf_grad_ready)(void *ctx, oj_tensor *leaf);
+    void *leaf_grad_ready_ctx;
     const struct oj_backend *backend;
     oj_engine_ext ext[OJ_EXT_COUNT];
     /* errors */
@@ -378,5 +389,26 @@ oj_tensor *oj__add_rms_norm_to(oj_tensor *x, oj_tensor *r, oj_tensor *weight, do
  * OJ_ERR_DTYPE, OJ_ERR_OUT_OF_RANGE (a block id outside the pool). */
 oj_tensor *oj__paged_attention(oj_tensor *q, oj_tensor *k_pool, oj_tensor *v_pool,
                                const int32_t *blocks, int64_t S, double scale);
+
+/* Causal attention of many sequences' rows packed in q [1, H, N, D] over
+ * one pool k_pool, v_pool [NB, Hkv, BS, D] (contiguous, q's dtype), every
+ * table a device tensor (so a CUDA graph may record it on a backend with
+ * attention_paged_varlen_forward): row i reads block table tables[seq[i]]
+ * (i32 [B, MB] contiguous, ids < NB checked by the caller; seq i32 [N]) and
+ * sees that sequence's keys 0..pos[i] (i32 [N]); pos[i] < 0: an inactive
+ * row, zeros. scale NAN: 1 / sqrt(D). Without the backend entry each row
+ * runs oj__paged_attention (the tables read back to the host). [1, H, N,
+ * D], owned by the current scope; never recorded by autograd. Errors:
+ * OJ_ERR_SHAPE, OJ_ERR_DTYPE. */
+oj_tensor *oj__paged_attention_varlen(oj_tensor *q, oj_tensor *k_pool, oj_tensor *v_pool,
+                                      oj_tensor *tables, oj_tensor *seq, oj_tensor *pos,
+                                      double scale);
+/* Store x [1, Hkv, N, D] (pool's dtype, any strides) into pool [NB, Hkv,
+ * BS, D] (contiguous): row t at row slot[t] % BS of block slot[t] / BS
+ * (slot i32 [N] on x's device; < 0: row t is not written; ids < NB BS
+ * checked by the caller). The backend's paged_kv_write where it has one
+ * (graph-capturable), else row by row after reading slot back. Errors:
+ * OJ_ERR_SHAPE, OJ_ERR_DTYPE. */
+oj_status oj__paged_kv_write_(oj_tensor *pool, oj_tensor *x, oj_tensor *slot);
 
 #endif /* OJAS_CORE_INTERNAL_H */

@@ -346,5 +346,6 @@ void oj_zero_grad(oj_tensor *t) {
     if (!oj__live(t) || t->grad == NULL) return;
     oj_tensor *g = t->grad;
     t->grad = NULL;
+    t->grad_fresh = false;
     oj_release(g);
 }

@@ -54,24 +54,12 @@ static bool unmap_gpt2(const char *s, size_t n, uint8_t *out, size_t *outlen) {
     return true;
 }
 
-oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe,
-                                 oj_tokenizer **out, oj_error *err) {
-    if (!out || !encoder_json || !vocab_bpe)
-        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load_gpt2: NULL argument");
-    *out = NULL;
-    char *ejson = NULL;
-    size_t ejson_len = 0;
-    oj_status st = read_file(encoder_json, &ejson, &ejson_len, err);
-    if (st)
-        return st;
-    json_error_t je;
-    json_t *root = json_loadb(ejson, ejson_len, 0, &je);
-    free(ejson);
-    if (!root)
-        return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s:%d:%d: %s", encoder_json, je.line,
-                            je.column, je.text);
-    char *bpe = NULL;
-    size_t bpe_len = 0;
+/* The GPT-2 tokenizer of an encoder.json object (token -> id) and the
+ * text of a vocab.bpe; names for the messages. Takes root and bpe (freed
+ * here). */
+static oj_status gpt2_build(json_t *root, char *bpe, size_t bpe_len, const char *encoder_json,
+                           const char *vocab_bpe, oj_tokenizer **out, oj_error *err) {
+    oj_status st = OJ_OK;
     oj_tokenizer *tok = NULL;
     oj_strmap enc = {0}, made = {0};
     uint8_t *tmp = NULL;
@@ -79,8 +67,6 @@ oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe
         st = oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s is not a JSON object", encoder_json);
         goto done;
     }
-    if ((st = read_file(vocab_bpe, &bpe, &bpe_len, err)))
-        goto done;
     tok = oj_bpe_new();
     size_t nkeys = json_object_size(root);
     if (!tok || oj_strmap_init(&enc, nkeys) || oj_strmap_init(&made, nkeys) ||
@@ -252,6 +238,83 @@ done:
     }
     *out = tok;
     return OJ_OK;
+}
+
+oj_status oj_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe,
+                                 oj_tokenizer **out, oj_error *err) {
+    if (!out || !encoder_json || !vocab_bpe)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load_gpt2: NULL argument");
+    *out = NULL;
+    char *ejson = NULL, *bpe = NULL;
+    size_t ejson_len = 0, bpe_len = 0;
+    oj_status st = read_file(encoder_json, &ejson, &ejson_len, err);
+    if (st)
+        return st;
+    json_error_t je;
+    json_t *root = json_loadb(ejson, ejson_len, 0, &je);
+    free(ejson);
+    if (!root)
+        return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s:%d:%d: %s", encoder_json, je.line,
+                            je.column, je.text);
+    if (json_is_object(root) && (st = read_file(vocab_bpe, &bpe, &bpe_len, err))) {
+        json_decref(root);
+        return st;
+    }
+    return gpt2_build(root, bpe, bpe_len, encoder_json, vocab_bpe, out, err);
+}
+
+oj_status oj_tokenizer_from_gpt2_lists(int64_t n_tokens, const char *const *tokens,
+                                       int64_t n_merges, const char *const *merges,
+                                       const char *what, oj_tokenizer **out, oj_error *err) {
+    if (!out || (n_tokens && !tokens) || (n_merges && !merges) || n_tokens < 0 || n_merges < 0 ||
+        n_tokens >= INT32_MAX)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_from_gpt2_lists: bad argument");
+    *out = NULL;
+    if (!what)
+        what = "tokenizer lists";
+    char ename[256], bname[256];
+    snprintf(ename, sizeof ename, "%s (tokens)", what);
+    snprintf(bname, sizeof bname, "%s (merges)", what);
+    json_t *root = json_object();
+    size_t bl = 16;
+    for (int64_t i = 0; i < n_merges; i++)
+        bl += (merges[i] ? strlen(merges[i]) : 0) + 1;
+    char *bpe = malloc(bl);
+    if (!root || !bpe) {
+        json_decref(root);
+        free(bpe);
+        return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer: out of memory");
+    }
+    for (int64_t i = 0; i < n_tokens; i++) {
+        if (!tokens[i])
+            continue;
+        if (json_object_get(root, tokens[i])) {
+            json_decref(root);
+            free(bpe);
+            return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s: token \"%.40s\" (id %lld) "
+                                "appears twice", ename, tokens[i], (long long)i);
+        }
+        if (json_object_set_new(root, tokens[i], json_integer(i))) {
+            json_decref(root);
+            free(bpe);
+            return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s: token id %lld is not UTF-8",
+                                ename, (long long)i);
+        }
+    }
+    size_t o = 0;
+    for (int64_t i = 0; i < n_merges; i++) {
+        size_t l = merges[i] ? strlen(merges[i]) : 0;
+        if (l == 0 || memchr(merges[i], '\n', l)) {
+            json_decref(root);
+            free(bpe);
+            return oj_error_set(err, OJ_ERR_CORRUPT, "tokenizer: %s: merge %lld is empty or "
+                                "holds a newline", bname, (long long)i);
+        }
+        memcpy(bpe + o, merges[i], l);
+        o += l;
+        bpe[o++] = '\n';
+    }
+    return gpt2_build(root, bpe, o, ename, bname, out, err);
 }
 
 static int b64val(int c) {

@@ -1,6 +1,7 @@
 /* The process group (MPI or a group of one), its host record exchanges and
  * its tensor collectives (MPI on host memory, NCCL through the CUDA
  * module). See include/ojas/dist.h. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +13,19 @@
 #endif
 
 #include "ojas/dist.h"
+#include "ojas/ops.h"
 
 #include "backend/backend.h"
 #include "core/internal.h"
+#include "dist/dist_internal.h"
 
 struct oj_dist {
     int rank, world, local_rank;
     bool active;       /* launched: collectives run */
     bool mpi_inited;   /* this group called MPI_Init */
+    bool env;          /* from RANK / WORLD_SIZE without MPI: NCCL only */
+    char addr[256];    /* env: MASTER_ADDR, MASTER_PORT */
+    int port;
     double timeout_s;
     oj_engine *eng;    /* bound engine (NULL: unbound) */
     const oj_backend_comm *nccl; /* CUDA engine: the module's NCCL entries */
@@ -50,7 +56,66 @@ static const char *launcher_var(void) {
     return NULL;
 }
 
-bool oj_dist_launched(void) { return launcher_var() != NULL; }
+/* RANK and WORLD_SIZE (torchrun's names) without an MPI launcher. */
+static bool env_group(void) { return !launcher_var() && getenv("RANK") && getenv("WORLD_SIZE"); }
+
+bool oj_dist_launched(void) { return launcher_var() != NULL || env_group(); }
+
+bool oj_dist_mpi(const oj_dist *d) { return d && d->mpi_inited; }
+
+/* The integer value of environment variable `name` in [lo, hi] into *v;
+ * false when unset or not such a number. */
+static bool env_int(const char *name, long lo, long hi, long *v) {
+    const char *s = getenv(name);
+    char *end = NULL;
+    if (!s || !*s)
+        return false;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || *end || x < lo || x > hi)
+        return false;
+    *v = x;
+    return true;
+}
+
+/* A group from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. */
+static oj_status init_env(oj_dist *d, oj_error *err) {
+    long world = 0, rank = 0, local = 0, port = 0;
+    if (!env_int("WORLD_SIZE", 1, 1 << 20, &world))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "dist: WORLD_SIZE=%s is not a world size (a number >= 1)",
+                            getenv("WORLD_SIZE"));
+    if (!env_int("RANK", 0, world - 1, &rank))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "dist: RANK=%s is not a rank of WORLD_SIZE=%ld (0 .. %ld)",
+                            getenv("RANK"), world, world - 1);
+    if (getenv("LOCAL_RANK") && !env_int("LOCAL_RANK", 0, world - 1, &local))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "dist: LOCAL_RANK=%s is not a rank on this machine",
+                            getenv("LOCAL_RANK"));
+    if (!getenv("LOCAL_RANK"))
+        local = rank; /* one machine */
+    const char *addr = getenv("MASTER_ADDR");
+    if (world > 1 && (!addr || !*addr || !env_int("MASTER_PORT", 1, 65535, &port)))
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "dist: RANK=%ld of WORLD_SIZE=%ld needs MASTER_ADDR (rank 0's host) "
+                            "and MASTER_PORT (a free TCP port on it, 1 .. 65535): got %s and %s",
+                            rank, world, addr ? addr : "none",
+                            getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "none");
+    if (addr && strlen(addr) >= sizeof d->addr) /* a host name has at most 253 */
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "dist: a MASTER_ADDR of %zu bytes is no host name or address (at "
+                            "most %zu)",
+                            strlen(addr), sizeof d->addr - 1);
+    snprintf(d->addr, sizeof d->addr, "%s", addr ? addr : "127.0.0.1");
+    d->port = (int)port;
+    d->rank = (int)rank;
+    d->world = (int)world;
+    d->local_rank = (int)local;
+    d->env = true;
+    d->active = true;
+    return OJ_OK;
+}
 
 int oj_dist_rank(const oj_dist *d) { return d ? d->rank : 0; }
 int oj_dist_world_size(const oj_dist *d) { return d ? d->world : 1; }
@@ -110,6 +175,12 @@ oj_status oj_dist_init(double timeout_s, oj_dist **out, oj_error *err) {
                             "installed, or run without mpirun",
                             var, getenv(var));
 #endif
+    } else if (env_group()) {
+        oj_status st = init_env(d, err);
+        if (st) {
+            free(d);
+            return st;
+        }
     }
     *out = d;
     return OJ_OK;
@@ -251,6 +322,42 @@ static oj_status run_xfers(oj_dist *d, int n, xfer *x, int tag, const char *what
 }
 #endif
 
+static void *addr(oj_tensor *t);
+
+/* A group without MPI: the records through NCCL (an allgather of a device
+ * copy; this rank's bytes are in all already). */
+static oj_status nccl_exchange(oj_dist *d, size_t nbytes, void *all, const char *what,
+                               oj_error *err) {
+    if (!d->nccl || !d->comm)
+        return oj_error_set(err, OJ_ERR_STATE,
+                            "dist %s: a group from RANK/WORLD_SIZE (no MPI) exchanges its "
+                            "records through NCCL: bind a CUDA engine first",
+                            what);
+    int64_t words = (int64_t)((nbytes + 3) / 4), n = words * d->world;
+    size_t block = (size_t)words * 4;
+    char *host = calloc((size_t)n, 4);
+    if (!host)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "dist %s: out of memory", what);
+    memcpy(host + (size_t)d->rank * block, (char *)all + (size_t)d->rank * nbytes, nbytes);
+    oj_engine *eng = d->eng;
+    oj_scope_begin(eng);
+    oj_tensor *dev = oj_empty(eng, 1, &n, OJ_F32);
+    oj_tensor *mine = dev ? oj_narrow(dev, 0, d->rank * words, words) : NULL;
+    oj_status st = mine ? oj_copy_from_host(mine, host + (size_t)d->rank * block, block)
+                        : OJ_ERR_CAPACITY;
+    if (st)
+        st = oj_error_set(err, st, "dist %s: staging: %s", what, oj_last_error(eng));
+    if (!st)
+        st = d->nccl->allgather(eng, d->comm, addr(mine), addr(dev), block, err);
+    if (!st && oj_to_host(dev, host, (size_t)n * 4))
+        st = oj_error_set(err, OJ_ERR_DEVICE, "dist %s: %s", what, oj_last_error(eng));
+    oj_scope_end(eng);
+    for (int q = 0; !st && q < d->world; q++)
+        memcpy((char *)all + (size_t)q * nbytes, host + (size_t)q * block, nbytes);
+    free(host);
+    return st;
+}
+
 oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *all,
                            const char *what, oj_error *err) {
     if (!d || (!mine && nbytes) || (!all && nbytes))
@@ -259,6 +366,8 @@ oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *al
         memmove((char *)all + (size_t)d->rank * nbytes, mine, nbytes);
     if (!d->active || d->world == 1)
         return OJ_OK;
+    if (d->env)
+        return nccl_exchange(d, nbytes, all, what, err);
 #ifdef OJAS_HAVE_MPI
     if (nbytes > (size_t)1 << 30)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist exchange: %zu bytes > 1 GiB",
@@ -287,6 +396,10 @@ oj_status oj_dist_send(oj_dist *d, int to, const void *buf, size_t nbytes, oj_er
                             "dist send: no active group, rank %d out of range or %zu bytes "
                             "> 2 GiB",
                             to, nbytes);
+    if (d->env)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "dist send: a group from RANK/WORLD_SIZE has no MPI for host "
+                            "messages (start the ranks with mpirun)");
 #ifdef OJAS_HAVE_MPI
     MPI_Request r;
     bool done = false;
@@ -316,6 +429,10 @@ oj_status oj_dist_recv(oj_dist *d, int from, void **buf, size_t *nbytes, oj_erro
                             from);
     *buf = NULL;
     *nbytes = 0;
+    if (d->env)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "dist recv: a group from RANK/WORLD_SIZE has no MPI for host "
+                            "messages (start the ranks with mpirun)");
 #ifdef OJAS_HAVE_MPI
     /* the size first: probe until the message is there (with the deadline) */
     double t0 = now_s();
@@ -369,11 +486,30 @@ oj_status oj_dist_barrier(oj_dist *d, const char *what, oj_error *err) {
 
 /* ---------------------------------------------------------------- tensors */
 
+/* The NCCL watchdog's end of the job (it runs on the watchdog thread,
+ * while this rank's main thread may be blocked on the device). */
+static void comm_fatal(void *ctx, const char *msg) {
+    oj_dist *d = ctx;
+    fprintf(stderr, "ojas: dist: %s; ending every rank\n", msg);
+    fflush(stderr);
+#ifdef OJAS_HAVE_MPI
+    if (d->mpi_inited)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+#endif
+    (void)d;
+    _exit(3); /* not exit(): the main thread may hold the device */
+}
+
 oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err) {
     if (!d || !eng)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist bind: NULL group or engine");
     if (d->eng)
         return oj_error_set(err, OJ_ERR_STATE, "dist bind: the group is already bound");
+    if (d->env && eng->device.type == OJ_DEVICE_CPU)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "dist: a CPU engine's collectives need MPI, and this group comes "
+                            "from RANK/WORLD_SIZE without it: start the ranks with mpirun (or "
+                            "use CUDA engines, whose collectives are NCCL's)");
     d->eng = eng;
     if (!d->active || eng->device.type == OJ_DEVICE_CPU)
         return OJ_OK;
@@ -386,6 +522,17 @@ oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err) {
     oj_status st = OJ_OK;
     if (d->rank == 0)
         st = c->unique_id(id, err);
+    if (d->env) { /* rank 0's id over the TCP rendezvous */
+        if (d->rank == 0 && st) /* the others time out at the rendezvous, naming it */
+            return st;
+        st = oj__dist_rendezvous(d->addr, d->port, d->rank, d->world, d->timeout_s, id, err);
+        if (!st)
+            st = c->init(eng, id, d->rank, d->world, d->timeout_s, comm_fatal, d, &d->comm,
+                         err);
+        if (!st)
+            d->nccl = c;
+        return st;
+    }
     /* rank 0's id to every rank over MPI (its status too, so no rank waits
      * for an id that is never sent) */
     unsigned char rec[129], *all = malloc((size_t)d->world * sizeof rec);
@@ -397,7 +544,8 @@ oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err) {
     if (!xs && !st && all[0])
         xs = oj_error_set(err, OJ_ERR_DEVICE, "dist: rank 0 could not make an ncclUniqueId");
     if (!xs && !st)
-        st = c->init(eng, all + 1, d->rank, d->world, d->timeout_s, &d->comm, err);
+        st = c->init(eng, all + 1, d->rank, d->world, d->timeout_s, comm_fatal, d, &d->comm,
+                     err);
     free(all);
     if (xs)
         return xs;
@@ -598,4 +746,74 @@ oj_status oj_dist_allgatherv(oj_dist *d, oj_tensor *all, const int64_t *offsets,
     free(bo);
     return oj_error_set(err, OJ_ERR_UNSUPPORTED, "dist: built without MPI");
 #endif
+}
+
+oj_status oj_dist_allreduce_sum(oj_dist *d, oj_tensor *buf, oj_error *err) {
+    oj_status st = check_pair(d, "allreduce", buf, -1, NULL, -1, err);
+    if (st)
+        return st;
+    oj_dtype dt = oj_tensor_dtype(buf);
+    if (!d->active || (d->world == 1 && !d->nccl))
+        return OJ_OK;
+    if (d->nccl) {
+        oj_bump_version(buf);
+        return d->nccl->allreduce_sum(d->eng, d->comm, addr(buf), (size_t)oj_numel(buf), dt,
+                                      err);
+    }
+#ifdef OJAS_HAVE_MPI
+    if (dt != OJ_F32 && dt != OJ_F64)
+        return oj_error_set(err, OJ_ERR_DTYPE,
+                            "dist allreduce: MPI sums f32 and f64 tensors, not %s",
+                            oj_dtype_name(dt));
+    if (oj_numel(buf) > INT32_MAX)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "dist allreduce: %lld elements are over MPI's int count (use a "
+                            "smaller dist_bucket_bytes)",
+                            (long long)oj_numel(buf));
+    MPI_Request r;
+    bool done = false;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, addr(buf), (int)oj_numel(buf),
+                            dt == OJ_F32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r);
+    if (rc == MPI_SUCCESS)
+        rc = wait_all(d, 1, &r, &done);
+    if (rc < 0) { /* a collective cannot tell which peer failed: name each */
+        char who[256];
+        size_t len = (size_t)snprintf(who, sizeof who, "%s",
+                                      d->world > 2 ? "one or more of " : "");
+        bool first = true;
+        for (int q = 0; q < d->world && len + 40 < sizeof who; q++)
+            if (q != d->rank) {
+                len += (size_t)snprintf(who + len, sizeof who - len, "%srank %d",
+                                        first ? "" : ", ", q);
+                first = false;
+            }
+        if (d->world > 2)
+            snprintf(who + len, sizeof who - len, " (an all-reduce cannot tell which)");
+        timed_out(d, "allreduce (gradient sum)", who);
+    }
+    oj_bump_version(buf);
+    if (rc != MPI_SUCCESS) {
+        char b[MPI_MAX_ERROR_STRING];
+        return oj_error_set(err, OJ_ERR_IO, "dist allreduce: %s", mpi_msg(rc, b));
+    }
+    return OJ_OK;
+#else
+    return oj_error_set(err, OJ_ERR_UNSUPPORTED, "dist: built without MPI");
+#endif
+}
+
+oj_status oj_dist_join(oj_dist *d, oj_error *err) {
+    if (!d)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist join: NULL group");
+    if (!d->nccl || !d->comm)
+        return OJ_OK; /* MPI's all-reduce is complete on return */
+    return d->nccl->join(d->eng, d->comm, err);
+}
+
+oj_status oj_dist_watch(oj_dist *d, const char *what, oj_error *err) {
+    if (!d)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist watch: NULL group");
+    if (!d->nccl || !d->comm)
+        return OJ_OK; /* MPI waits are bounded where they happen */
+    return d->nccl->watch(d->eng, d->comm, what ? what : "a collective", err);
 }

@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "ojas/infer.h"
+#include "models/gpt_internal.h"
 #include "ojas/ops.h"
+#include "ops/nn_decode.h"
 
 double oj_sample_uniform(uint64_t seed, int64_t seq, int64_t step) {
     uint32_t ctr[4] = {(uint32_t)step, (uint32_t)((uint64_t)step >> 32), (uint32_t)seq,
@@ -60,32 +62,71 @@ static bool use_static(oj_engine *eng) {
     return oj_engine_device(eng).type == OJ_DEVICE_CUDA;
 }
 
+/* Decode steps a read-back takes in generate_static (the host waits once
+ * per batch instead of once per token). */
+#define GEN_BATCH 8
+
 /* generate_eager's tokens through the static decoder: the prefill and
  * every step on the device, a graph replay per token on a CUDA engine.
- * Greedy without a penalty takes the decoder's own argmax (one token read
- * back a step); otherwise the logits row is read back and sampled on the
- * host by oj_sample_logits with the same draws, and the chosen token is
- * written back as the pending one. */
+ * Greedy without a penalty takes the decoder's own argmax; a sampled
+ * sequence is drawn on the device (decode_sample: oj_sample_logits's
+ * token with the same draws) where the backend takes its top_k, GEN_BATCH
+ * steps queued per read-back of their tokens (gpt2, llama; a nanolab ring
+ * reads each); greedy reads one token a step. Otherwise (top_k 0 or above
+ * OJ__DECODE_SAMPLE_MAX_K over a larger vocabulary) the logits row is read
+ * back and sampled on the host by oj_sample_logits, and the chosen token
+ * is written back as the pending one. Sampled sequences run a step whose
+ * logits are the eager loop's (oj__gpt_decoder_set_sampler). */
 static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, int64_t n,
                                  int64_t max_new, int64_t kv_cap, const oj_sampler_config *cfg,
                                  int32_t *hist, float *lg, int32_t *gen, int64_t *out_len,
                                  oj_token_fn on_token, void *ctx) {
     oj_engine *eng = oj_gpt_engine(m);
     const int64_t V = oj_gpt_get_config(m)->vocab_size;
-    const bool fast = cfg->temperature <= 0.0 && cfg->repetition_penalty == 1.0;
+    const oj__decode_sampler smp = {cfg->temperature, cfg->top_k,   cfg->top_p,
+                                    cfg->repetition_penalty, cfg->seed, seq};
+    const bool greedy = cfg->temperature <= 0.0 && cfg->repetition_penalty == 1.0;
+    /* f64 logits (f64 weights) stay on the host path */
+    const bool on_dev =
+        !greedy && oj_tensor_dtype(m->wte) != OJ_F64 && oj__decode_sample_ok(eng, &smp, V);
+    const bool dev_token = greedy || on_dev; /* the token comes from the device */
     oj_gpt_decoder *d = NULL;
-    uint16_t *half = fast ? NULL : malloc((size_t)V * sizeof *half);
-    if (!fast && half == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
+    uint16_t *half = dev_token ? NULL : malloc((size_t)V * sizeof *half);
+    if (!dev_token && half == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
     oj_status st = oj_gpt_decoder_create(m, kv_cap, true, &d);
+    if (st == OJ_OK && !greedy) st = oj__gpt_decoder_set_sampler(d, &smp, on_dev);
+    /* device draws: GEN_BATCH steps queued a read-back (the token after a
+     * stop or a refusing on_token is computed and dropped), the draw
+     * kernel keeping each token; a ring cache (nanolab) reads each. Greedy
+     * reads each: the argmax kernel keeps no token, and a kernel more per
+     * step cost more on the H200 than the read-backs saved. */
+    const bool batch = on_dev && oj_gpt_get_config(m)->family != OJ_NANOLAB;
+    if (st == OJ_OK && batch) st = oj__gpt_decoder_keep_tokens(d);
+    int32_t toks[GEN_BATCH];
+    int64_t nt = 0, ti = 0; /* toks[ti..nt) are still to be taken */
     int64_t len = 0;
-    int32_t dev_tok = 0; /* the decoder's argmax (greedy: its pending token) */
+    int32_t dev_tok = 0; /* the pending token the device wrote (argmax or draw) */
     for (int64_t step = 0; st == OJ_OK && step < max_new; step++) {
-        /* sampling reads the logits, not the device's argmax */
-        st = step == 0 ? oj_gpt_decoder_prefill(d, prompt, n, &dev_tok)
-                       : oj_gpt_decoder_step(d, fast ? &dev_tok : NULL);
+        if (step == 0) {
+            st = oj_gpt_decoder_prefill(d, prompt, n, &dev_tok);
+        } else if (batch) {
+            if (ti == nt) {
+                nt = max_new - step < GEN_BATCH ? max_new - step : GEN_BATCH;
+                ti = 0;
+                st = oj__gpt_decoder_steps(d, nt, toks);
+            }
+            if (st == OJ_OK) dev_tok = toks[ti++];
+        } else { /* host sampling reads the logits, not the token */
+            st = oj_gpt_decoder_step(d, dev_token ? &dev_tok : NULL);
+        }
         if (st != OJ_OK) break;
         int32_t tok = dev_tok;
-        if (!fast) {
+        if (on_dev && tok < 0) {
+            st = oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold NaN at step %lld",
+                              (long long)step);
+            break;
+        }
+        if (!dev_token) {
             st = decoder_logits(d, lg, half, V);
             if (st != OJ_OK) break;
             tok = oj_sample_logits(lg, V, cfg, hist, n + len, oj_sample_uniform(cfg->seed, seq, step));
@@ -100,7 +141,7 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
         hist[n + len] = tok;
         len++;
         if (on_token && !on_token(seq, tok, ctx)) break;
-        if ((!fast || tok != dev_tok) && step + 1 < max_new) st = oj_gpt_decoder_set_token(d, tok);
+        if ((!dev_token || tok != dev_tok) && step + 1 < max_new) st = oj_gpt_decoder_set_token(d, tok);
     }
     oj_gpt_decoder_free(d);
     free(half);

@@ -10,10 +10,11 @@
  * kernel writes x = wte[idx] + wpe[pos] and the attention mask (the
  * generic step: two embeddings, an add and a comparison). The caller
  * (gpt_decoder.c) keeps idx and pos in range and passes dp->mask as a
- * bool [1, 1, 1, S] tensor to be written. The values are the generic
- * step's up to the order of the sums inside the norms and the products
- * (the same roundings to the weights' dtype at the same places), so the
- * step runs under OJ_NUMERICS_FAST only; EXACT keeps the generic one. */
+ * bool [1, 1, 1, S] tensor to be written. The values are rounded to the
+ * weights' dtype where the generic step rounds and summed in its CUDA
+ * kernels' order while the products are short (oj__gpt_fast_decode_exact:
+ * then the generic step's bits), else in another order; the step runs
+ * under OJ_NUMERICS_FAST only; EXACT keeps the generic one. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     bool forced = e && strcmp(e, "1") == 0;
     if (!forced && oj_engine_device(eng).type != OJ_DEVICE_CUDA) return false;
     if (oj_engine_numerics(eng) != OJ_NUMERICS_FAST || m->cfg.family != OJ_GPT2) return false;
+    if (m->quantized) return false; /* the generic step reads the quantized copies */
     if (!oj__decode_supported(eng)) return false;
     const oj_dtype dt = oj_tensor_dtype(m->wte);
     if (dt != OJ_BF16 && dt != OJ_F16) return false;
@@ -51,6 +53,20 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
             oj_tensor_dtype(b->c_fc_w) != dt || oj_tensor_dtype(b->mlp_proj_w) != dt)
             return false;
         if (!oj_is_contiguous(c->kv[l])) return false;
+    }
+    return true;
+}
+
+bool oj__gpt_fast_decode_exact(const oj_gpt *m) {
+    if (oj_engine_device(m->eng).type != OJ_DEVICE_CUDA) return false;
+    const char *e = getenv("OJAS_CUDA_GEMV"); /* off: the generic step takes cuBLAS */
+    if (e && strcmp(e, "0") == 0) return false;
+    if (m->qhead) return false; /* the generic step's head is the quantized one */
+    for (int l = 0; l < (int)m->cfg.n_layer; l++) {
+        const oj_gpt_block *b = &m->blocks[l];
+        if (!oj__decode_matches_unfused(b->c_attn_w) || !oj__decode_matches_unfused(b->attn_proj_w) ||
+            !oj__decode_matches_unfused(b->c_fc_w) || !oj__decode_matches_unfused(b->mlp_proj_w))
+            return false;
     }
     return true;
 }

@@ -142,8 +142,9 @@ static oj_status metadata(const oj_gpt *m, oj_gguf_writer *w, const char *name, 
     const char *arch = c->family == OJ_GPT2 ? "gpt2" : "llama";
     oj_status s = oj_gguf_writer_set_str(w, "general.architecture", arch, err);
     if (s == OJ_OK && name) s = oj_gguf_writer_set_str(w, "general.name", name, err);
-    /* llama_ftype: 0 all F32, 7 mostly Q8_0, 2 mostly Q4_0, 3 mostly Q4_1 */
-    static const uint32_t ftype[OJ_QTYPE_COUNT] = {7, 2, 3};
+    /* llama_ftype: 0 all F32, 7 mostly Q8_0, 2 mostly Q4_0, 3 mostly Q4_1,
+     * 14 Q4_K_S (every quantized matrix Q4_K) */
+    static const uint32_t ftype[OJ_QTYPE_COUNT] = {7, 2, 3, 14};
     uint32_t ft = m->quantized ? ftype[m->qtype] : 0, qv = 2;
     if (s == OJ_OK) s = oj_gguf_writer_set(w, "general.file_type", OJ_GGUF_UINT32, &ft, err);
     if (s == OJ_OK && m->quantized)
@@ -371,8 +372,8 @@ static oj_status load_entry(oj_gpt *m, const oj_gguf *g, int64_t i, const entry 
     bool quant = oj_qtype_from_ggml(gt, &qt);
     if (!quant && gt != OJ_GGML_F32 && gt != OJ_GGML_F16 && gt != OJ_GGML_BF16)
         return oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                            "gpt load gguf: %s: tensor %s is %s; F32, F16, BF16, Q8_0, Q4_0 or "
-                            "Q4_1 expected",
+                            "gpt load gguf: %s: tensor %s is %s; F32, F16, BF16, Q8_0, Q4_0, "
+                            "Q4_1 or Q4_K expected",
                             path, en->name, oj_ggml_type_name(gt));
     size_t nb;
     const uint8_t *data = oj_gguf_tensor_data(g, i, &nb);
@@ -571,3 +572,101 @@ oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t
     return s;
 }
 
+
+oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **out,
+                            oj_error *e) {
+    if (g == NULL || out == NULL)
+        return oj_error_set(e, OJ_ERR_INVALID_ARGUMENT, "gguf tokenizer: NULL argument");
+    *out = NULL;
+    if (path == NULL) path = "GGUF file";
+    int64_t mi = oj_gguf_find_key(g, "tokenizer.ggml.model");
+    const char *model = mi >= 0 ? oj_gguf_kv_str(g, mi, NULL) : NULL;
+    if (model == NULL || strcmp(model, "no_vocab") == 0)
+        return oj_error_set(e, OJ_ERR_OUT_OF_RANGE, "%s: no tokenizer (tokenizer.ggml.model %s)",
+                            path, model ? "is \"no_vocab\"" : "missing");
+    if (strcmp(model, "gpt2") != 0)
+        return oj_error_set(e, OJ_ERR_UNSUPPORTED,
+                            "%s: tokenizer.ggml.model \"%.40s\": only \"gpt2\" (byte-level BPE "
+                            "with merges) is read",
+                            path, model);
+    int64_t ti = oj_gguf_find_key(g, "tokenizer.ggml.tokens");
+    int64_t gi = oj_gguf_find_key(g, "tokenizer.ggml.merges");
+    int64_t yi = oj_gguf_find_key(g, "tokenizer.ggml.token_type");
+    if (ti < 0 || oj_gguf_kv_array_type(g, ti) != OJ_GGUF_STRING)
+        return oj_error_set(e, OJ_ERR_CORRUPT, "%s: tokenizer.ggml.tokens %s", path,
+                            ti < 0 ? "missing" : "is not an array of strings");
+    if (gi < 0 || oj_gguf_kv_array_type(g, gi) != OJ_GGUF_STRING)
+        return oj_error_set(e, OJ_ERR_CORRUPT, "%s: tokenizer.ggml.merges %s", path,
+                            gi < 0 ? "missing" : "is not an array of strings");
+    const int64_t nt = oj_gguf_kv_array_len(g, ti), nm = oj_gguf_kv_array_len(g, gi);
+    const uint8_t *types = NULL;
+    if (yi >= 0) {
+        oj_gguf_type yt = oj_gguf_kv_array_type(g, yi);
+        if ((yt != OJ_GGUF_INT32 && yt != OJ_GGUF_UINT32) || oj_gguf_kv_array_len(g, yi) != nt)
+            return oj_error_set(e, OJ_ERR_CORRUPT,
+                                "%s: tokenizer.ggml.token_type is not %lld 32-bit integers (one "
+                                "per token)",
+                                path, (long long)nt);
+        types = oj_gguf_kv_array_data(g, yi);
+    }
+    const char **tokens = calloc((size_t)nt + 1, sizeof *tokens);
+    const char **merges = calloc((size_t)nm + 1, sizeof *merges);
+    oj_status s = OJ_OK;
+    if (tokens == NULL || merges == NULL) s = oj_error_set(e, OJ_ERR_CAPACITY, "out of memory");
+    for (int64_t i = 0; s == OJ_OK && i < nt; i++) {
+        int32_t ty = 1;
+        if (types) memcpy(&ty, types + 4 * i, 4); /* little-endian host (x86-64, aarch64) */
+        tokens[i] = ty == 5 ? NULL : oj_gguf_kv_array_str(g, ti, i, NULL);
+    }
+    for (int64_t i = 0; s == OJ_OK && i < nm; i++) merges[i] = oj_gguf_kv_array_str(g, gi, i, NULL);
+    char what[4200];
+    snprintf(what, sizeof what, "%s tokenizer.ggml", path);
+    if (s == OJ_OK) s = oj_tokenizer_from_gpt2_lists(nt, tokens, nm, merges, what, out, e);
+    free(tokens);
+    free(merges);
+    return s;
+}
+
+oj_status oj_gguf_copy_tokenizer(oj_gguf_writer *w, const oj_gguf *g, oj_error *e) {
+    if (w == NULL || g == NULL)
+        return oj_error_set(e, OJ_ERR_INVALID_ARGUMENT, "gguf copy tokenizer: NULL argument");
+    static const char prefix[] = "tokenizer.ggml.";
+    oj_status s = OJ_OK;
+    for (int64_t i = 0; s == OJ_OK && i < oj_gguf_kv_count(g); i++) {
+        const char *key = oj_gguf_kv_key(g, i);
+        if (strncmp(key, prefix, sizeof prefix - 1) != 0) continue;
+        oj_gguf_type t = oj_gguf_kv_type(g, i);
+        if (t == OJ_GGUF_STRING) {
+            s = oj_gguf_writer_set_str(w, key, oj_gguf_kv_str(g, i, NULL), e);
+        } else if (t != OJ_GGUF_ARRAY) { /* a scalar: its bytes as the file has them */
+            uint64_t u = 0;
+            int64_t v = 0;
+            double f = 0;
+            uint8_t raw[8] = {0};
+            size_t sz = oj_gguf_type_size(t);
+            if (t == OJ_GGUF_FLOAT32 || t == OJ_GGUF_FLOAT64) {
+                oj_gguf_kv_float(g, i, &f);
+                float f32 = (float)f;
+                memcpy(raw, t == OJ_GGUF_FLOAT32 ? (const void *)&f32 : (const void *)&f, sz);
+            } else if (oj_gguf_kv_uint(g, i, &u)) {
+                memcpy(raw, &u, sz); /* little-endian host: the low bytes */
+            } else {
+                oj_gguf_kv_int(g, i, &v);
+                memcpy(raw, &v, sz);
+            }
+            s = oj_gguf_writer_set(w, key, t, raw, e);
+        } else if (oj_gguf_kv_array_type(g, i) == OJ_GGUF_STRING) {
+            const int64_t n = oj_gguf_kv_array_len(g, i);
+            const char **strs = calloc((size_t)n + 1, sizeof *strs);
+            if (strs == NULL) return oj_error_set(e, OJ_ERR_CAPACITY, "out of memory");
+            for (int64_t j = 0; j < n; j++) strs[j] = oj_gguf_kv_array_str(g, i, j, NULL);
+            s = oj_gguf_writer_set_str_array(w, key, n, strs, e);
+            free(strs);
+        } else { /* numeric elements, copied as the file has them */
+            s = oj_gguf_writer_set_array(w, key, oj_gguf_kv_array_type(g, i),
+                                         oj_gguf_kv_array_len(g, i), oj_gguf_kv_array_data(g, i),
+                                         e);
+        }
+    }
+    return s;
+}

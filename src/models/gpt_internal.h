@@ -6,6 +6,7 @@
 #include "ojas/io.h"
 #include "ojas/nn.h"
 #include "ojas/quant.h"
+#include "ops/nn_decode.h"
 
 /* One transformer block. gpt2 uses ln/attn/mlp with biases and HF Conv1D
  * layouts ([in, out]); nanolab uses the PyTorch Linear layout ([out, in]). */
@@ -77,6 +78,14 @@ static inline int64_t oj__gpt_head_dim(const oj_gpt_config *cfg) {
     return cfg->head_dim > 0 ? cfg->head_dim : cfg->n_embd / cfg->n_head;
 }
 
+/* The index of the first of tokens[0..n) outside the vocabulary [0, V), or
+ * -1 when every one is inside. */
+static inline int64_t oj__gpt_bad_token(const int32_t *tokens, int64_t n, int64_t V) {
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V) return i;
+    return -1;
+}
+
 typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONES, INIT_ZEROS } oj__gpt_init;
 /* A parameter in m's registry; its values depend only on (seed, name)
  * (oj_init_tensor): normal(0, init_std), init_std / sqrt(2 n_layer) for
@@ -132,12 +141,38 @@ typedef struct oj_gpt_paged {
     const int64_t *start;
     const int64_t *past;
     const int32_t *const *blocks;
+    /* Device form, or NULL (then the host arrays above): packed row t
+     * belongs to sequence seq[t] (i32 [N]), sits at position vpos[t] (i32
+     * [N], < 0: an inactive row) and its key and value go to slot[t]
+     * (block id * block_size + row, < 0: not written); tables i32 [n_seq,
+     * MB] holds the block tables. */
+    oj_tensor *tables, *seq, *vpos, *slot;
 } oj_gpt_paged;
+
+/* The inputs and output of one decode-step bucket of B rows
+ * (oj_gpt_decode_paged): device tensors overwritten before every step, so
+ * that a captured graph reads them at fixed addresses. */
+typedef struct oj_paged_bucket {
+    int64_t B;
+    oj_tensor *in;  /* i32 [B (4 + MB)]: the storage of the five views below */
+    oj_tensor *idx; /* i32 [1, B]: the tokens */
+    oj_tensor *seq, *vpos, *slot; /* i32 [B]: i; its position (-1: inactive); its slot */
+    oj_tensor *tables;            /* i32 [B, MB]: the block tables */
+    oj_tensor *pos;               /* i64 [B]: the positions (0 for inactive rows) */
+    oj_tensor *logits;            /* f32 [1, B, V]: the graph's static outputs */
+    oj_tensor *argmax;            /* i64 [1, B]: each row's first largest logit */
+    oj_tensor *argmax_lp;         /* f32 [1, B]: its log-probability (max - logsumexp) */
+    oj_graph *graph;              /* captured lazily; NULL: not (yet) */
+} oj_paged_bucket;
+
+#define OJ_PAGED_BUCKETS 21 /* B = 1, 2, 4, .. 2^20 */
 
 struct oj_kv_pool {
     oj_gpt *m;
     int64_t n_blocks, block_size, n_layer;
     oj_tensor **k, **v; /* per layer [n_blocks, Hkv, block_size, D] */
+    int64_t max_blocks; /* MB: a sequence's blocks at most, ceil(context / block_size) */
+    oj_paged_bucket buckets[OJ_PAGED_BUCKETS]; /* bucket j holds 2^j rows */
 };
 
 struct oj_kv_cache {
@@ -171,6 +206,36 @@ oj_tensor *oj__gpt_run(oj_gpt *m, oj_tensor *idx, oj_kv_cache *cache);
 oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                               const oj_gpt_dev_pos *dp);
 
+/* Make d's steps (and prefills) sampled by s (NULL: greedy, the
+ * default). A sampled decoder runs the generic step, whose logits are the
+ * eager loop's, unless the fast step's are its bits
+ * (oj__gpt_fast_decode_exact); elsewhere the fast step's differ by the
+ * order of sums, enough to change sampled tokens (OJAS_DECODE_FAST=1
+ * takes it anyway). on_device:
+ * the token is drawn on the device by oj__decode_sample_ (ops/nn_decode.h)
+ * in the prefill and inside the step (the token alone read back),
+ * penalising the prompt's and the drawn tokens; otherwise the step writes
+ * the argmax and the caller samples oj_gpt_decoder_logits on the host.
+ * Changing the sampler drops the captured graph and needs a new prefill.
+ * OJ_ERR_UNSUPPORTED when on_device and !oj__decode_sample_ok;
+ * OJ_ERR_CAPACITY. */
+oj_status oj__gpt_decoder_set_sampler(oj_gpt_decoder *d, const oj__decode_sampler *s,
+                                      bool on_device);
+
+/* Make d's step also keep its token on the device (at its position + 1 of
+ * a [capacity + 1] buffer: written by the device draw itself, by an
+ * index_copy_ after a greedy step; drops the captured graph), so that
+ * oj__gpt_decoder_steps can run several steps and read their tokens back
+ * at once. Not for a ring cache (nanolab): OJ_ERR_UNSUPPORTED;
+ * OJ_ERR_CAPACITY. */
+oj_status oj__gpt_decoder_keep_tokens(oj_gpt_decoder *d);
+/* k >= 1 steps of d (oj_gpt_decoder_step, each feeding the token the one
+ * before wrote on the device) with one read-back: toks[0..k) the tokens
+ * they wrote, as k oj_gpt_decoder_step calls would return. The caller
+ * keeps the positions within the context (each step's errors as
+ * oj_gpt_decoder_step's; OJ_ERR_STATE without oj__gpt_decoder_keep_tokens). */
+oj_status oj__gpt_decoder_steps(oj_gpt_decoder *d, int64_t k, int32_t *toks);
+
 /* The gpt2 decode step in six kernels a layer (gpt_decode_fast.c): whether
  * it serves m with cache c (gpt2, weights and cache of one dtype bf16/f16,
  * batch 1, FAST numerics, the backend's decode entries; on a CUDA engine,
@@ -180,6 +245,13 @@ oj_tensor *oj__gpt_run_static(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
  * except that dp->mask is a bool [1, 1, 1, S] tensor the step writes
  * (slot j attended once j <= pos). */
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
+/* Whether the fast step's logits are the generic step's bit for bit
+ * (given oj__gpt_fast_decode_ok): a CUDA engine, its one-row matmul on
+ * (OJAS_CUDA_GEMV unset or not "0") and every projection's product
+ * summed in its order (oj__decode_matches_unfused: gpt2-124m's shapes
+ * do, gpt2-medium's c_proj with K 4096 does not). Sampled sequences take
+ * the fast step only then. */
+bool oj__gpt_fast_decode_exact(const oj_gpt *m);
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                              const oj_gpt_dev_pos *dp);
 

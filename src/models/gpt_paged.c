@@ -12,12 +12,23 @@
  * one of them computes a row from that row alone, so a sequence's values
  * do not depend on what else is packed with it.
  *
+ * On a backend with device-table entries (CUDA: attention_paged_varlen_forward,
+ * paged_kv_write) the block tables, slots and positions of a step are
+ * uploaded once, as one i32 tensor, and every layer runs two writes and one
+ * attention kernel over the whole packed batch. oj_gpt_decode_paged runs a
+ * step of one token per sequence padded to a bucket of B = 2^j rows (the
+ * padding rows inactive: they write no key and attend to nothing), whose
+ * inputs live in the pool's device tensors: a CUDA engine captures it once
+ * per bucket as a graph and replays it.
+ *
  * Shapes: N packed new tokens, P a sequence's cached positions, n its new
  * tokens, NB blocks, BS block size, H heads, Hkv KV heads, D head dim. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "backend/backend.h"
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
@@ -30,6 +41,10 @@ oj_status oj_kv_pool_create(oj_gpt *m, int64_t n_blocks, int64_t block_size, oj_
     if (n_blocks <= 0 || block_size <= 0)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "kv_pool: n_blocks %lld and block_size %lld must be > 0",
+                            (long long)n_blocks, (long long)block_size);
+    if (n_blocks > INT32_MAX / block_size)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "kv_pool: %lld blocks of %lld positions exceed 2^31 positions",
                             (long long)n_blocks, (long long)block_size);
     if (m->cfg.family == OJ_NANOLAB)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
@@ -52,6 +67,7 @@ oj_status oj_kv_pool_create(oj_gpt *m, int64_t n_blocks, int64_t block_size, oj_
     p->n_layer = m->cfg.n_layer;
     p->n_blocks = n_blocks;
     p->block_size = block_size;
+    p->max_blocks = (m->cfg.block_size + block_size - 1) / block_size;
     int64_t shape[4] = {n_blocks, m->cfg.n_kv_head, block_size, oj__gpt_head_dim(&m->cfg)};
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
         p->k[l] = oj_zeros(eng, 4, shape, m->wte->dtype); /* the weights' dtype */
@@ -68,8 +84,17 @@ oj_status oj_kv_pool_create(oj_gpt *m, int64_t n_blocks, int64_t block_size, oj_
     return OJ_OK;
 }
 
+static void bucket_free(oj_paged_bucket *b) {
+    oj_graph_free(b->graph);
+    oj_tensor *ts[] = {b->logits, b->argmax, b->argmax_lp, b->pos, b->tables,
+                       b->slot,   b->vpos,   b->seq,       b->idx, b->in};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) oj_release(ts[i]);
+    memset(b, 0, sizeof *b);
+}
+
 void oj_kv_pool_free(oj_kv_pool *p) {
     if (p == NULL) return;
+    for (int j = 0; j < OJ_PAGED_BUCKETS; j++) bucket_free(&p->buckets[j]);
     for (int64_t l = 0; l < p->n_layer; l++) {
         oj_release(p->k[l]);
         oj_release(p->v[l]);
@@ -113,6 +138,13 @@ static bool write_rows(oj_tensor *t, int64_t BS, const int32_t *blocks, int64_t 
 oj_tensor *oj__gpt_attend_paged(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *k, oj_tensor *v) {
     const oj_gpt_paged *pg = c->paged;
     const oj_kv_pool *pool = pg->pool;
+    if (pg->slot) { /* device tables: two writes and one kernel for the batch */
+        if (oj__paged_kv_write_(pool->k[l], k, pg->slot) != OJ_OK ||
+            oj__paged_kv_write_(pool->v[l], v, pg->slot) != OJ_OK)
+            return NULL;
+        return oj__paged_attention_varlen(q, pool->k[l], pool->v[l], pg->tables, pg->seq, pg->vpos,
+                                          NAN);
+    }
     const int64_t BS = pool->block_size;
     oj_tensor **ys = calloc((size_t)pg->n_seq, sizeof *ys);
     if (ys == NULL) {
@@ -134,6 +166,32 @@ oj_tensor *oj__gpt_attend_paged(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor *
     for (int64_t i = 0; i < pg->n_seq; i++) oj_release(ys[i]);
     free(ys);
     return y;
+}
+
+/* Whether the engine's backend reads block tables from device memory. */
+static bool device_tables(oj_engine *eng) {
+    return eng->backend->attention_paged_varlen_forward != NULL && eng->backend->paged_kv_write != NULL;
+}
+
+/* The device form of a packed batch (oj_gpt_paged): for each of the N
+ * packed rows its sequence seq, position vpos and slot; the tables
+ * [n_seq, pool->max_blocks] (unused entries 0). */
+static void fill_tables(const oj_kv_pool *pool, int64_t n_seq, const int64_t *start,
+                        const int64_t *past, const int32_t *const *blocks, int64_t N, int32_t *seq,
+                        int32_t *vpos, int32_t *slot, int32_t *tables) {
+    const int64_t BS = pool->block_size, MB = pool->max_blocks;
+    (void)N;
+    memset(tables, 0, (size_t)(n_seq * MB) * sizeof *tables);
+    for (int64_t i = 0; i < n_seq; i++) {
+        const int64_t n = start[i + 1] - start[i], nb = (past[i] + n + BS - 1) / BS;
+        for (int64_t b = 0; b < nb; b++) tables[i * MB + b] = blocks[i][b];
+        for (int64_t t = start[i]; t < start[i + 1]; t++) {
+            const int64_t p = past[i] + t - start[i];
+            seq[t] = (int32_t)i;
+            vpos[t] = (int32_t)p;
+            slot[t] = (int32_t)(blocks[i][p / BS] * BS + p % BS);
+        }
+    }
 }
 
 /* Check the packed batch's offsets, positions and block ids. */
@@ -213,9 +271,33 @@ oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int
     int64_t sn[1] = {N}, sl[1] = {n_seq};
     oj_tensor *pt = oj_from_host(eng, 1, sn, OJ_I64, pos, (size_t)N * sizeof *pos);
     oj_tensor *lt = oj_from_host(eng, 1, sl, OJ_I64, last, (size_t)n_seq * sizeof *last);
-    if (pt && lt) {
+    /* device tables: seq, vpos, slot [N] and the tables [n_seq, MB] in one upload */
+    oj_tensor *dev_in = NULL;
+    oj_gpt_paged pg = {pool, n_seq, start, past, blocks, NULL, NULL, NULL, NULL};
+    if (pt && lt && device_tables(eng)) {
+        const int64_t MB = pool->max_blocks, n_in = 3 * N + n_seq * MB;
+        int32_t *h = malloc((size_t)n_in * sizeof *h);
+        if (h == NULL) {
+            oj_set_error(eng, OJ_ERR_CAPACITY, "gpt forward_paged: out of host memory");
+        } else {
+            fill_tables(pool, n_seq, start, past, blocks, N, h, h + N, h + 2 * N, h + 3 * N);
+            int64_t sin[1] = {n_in};
+            dev_in = oj_from_host(eng, 1, sin, OJ_I32, h, (size_t)n_in * sizeof *h);
+            free(h);
+        }
+        if (dev_in) {
+            int64_t st[2] = {n_seq, MB};
+            oj_tensor *tn = oj_narrow(dev_in, 0, 3 * N, n_seq * MB);
+            pg.seq = oj_narrow(dev_in, 0, 0, N);
+            pg.vpos = oj_narrow(dev_in, 0, N, N);
+            pg.slot = oj_narrow(dev_in, 0, 2 * N, N);
+            pg.tables = tn ? oj_reshape(tn, 2, st) : NULL;
+            oj_release(tn);
+        }
+    }
+    const bool tables_ok = dev_in == NULL ? !device_tables(eng) : pg.seq && pg.vpos && pg.slot && pg.tables;
+    if (pt && lt && tables_ok) {
         oj_gpt_dev_pos dp = {pt, NULL, NULL};
-        oj_gpt_paged pg = {pool, n_seq, start, past, blocks};
         /* a cache of batch 1 whose attention is the pool's */
         oj_kv_cache c = {.m = m, .batch = 1, .capacity = m->cfg.block_size, .n_layer = pool->n_layer,
                          .k = pool->k, .v = pool->v, .dev = &dp, .paged = &pg};
@@ -226,9 +308,200 @@ oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int
         oj_release(xf);
     }
     if (logits) oj_keep(logits);
+    oj_tensor *dt[5] = {pg.tables, pg.seq, pg.vpos, pg.slot, dev_in};
+    for (int i = 0; i < 5; i++) oj_release(dt[i]);
     oj_scope_end(eng);
     oj_set_grad_enabled(eng, prev);
     free(pos);
     free(last);
     return logits;
+}
+
+/* ------------------------------------------------ the bucketed decode step */
+
+/* A pool-owned tensor: out of every scope, released by oj_kv_pool_free. */
+static oj_tensor *own(oj_tensor *t) {
+    if (t) oj__scope_detach(t);
+    return t;
+}
+
+/* Bucket b's device inputs for B rows (allocated once). */
+static oj_status bucket_init(oj_kv_pool *pool, oj_paged_bucket *b, int64_t B) {
+    oj_engine *eng = pool->m->eng;
+    const int64_t MB = pool->max_blocks, n_in = B * (4 + MB);
+    int64_t sin[1] = {n_in}, sb[1] = {B}, s1b[2] = {1, B}, stab[2] = {B, MB};
+    b->B = B;
+    b->in = own(oj_zeros(eng, 1, sin, OJ_I32));
+    oj_tensor *i0 = b->in ? oj_narrow(b->in, 0, 0, B) : NULL;
+    b->idx = i0 ? own(oj_reshape(i0, 2, s1b)) : NULL;
+    oj_release(i0);
+    b->seq = b->in ? own(oj_narrow(b->in, 0, B, B)) : NULL;
+    b->vpos = b->in ? own(oj_narrow(b->in, 0, 2 * B, B)) : NULL;
+    b->slot = b->in ? own(oj_narrow(b->in, 0, 3 * B, B)) : NULL;
+    oj_tensor *tn = b->in ? oj_narrow(b->in, 0, 4 * B, B * MB) : NULL;
+    b->tables = tn ? own(oj_reshape(tn, 2, stab)) : NULL;
+    oj_release(tn);
+    b->pos = own(oj_zeros(eng, 1, sb, OJ_I64));
+    if (b->in && b->idx && b->seq && b->vpos && b->slot && b->tables && b->pos) return OJ_OK;
+    oj_status st = oj_last_status(eng);
+    bucket_free(b);
+    return st != OJ_OK ? st : OJ_ERR_INTERNAL;
+}
+
+/* The step's device work over bucket b: out[0] f32 logits [1, B, V],
+ * out[1] i64 argmax [1, B] (first largest), out[2] f32 [1, B] its
+ * log-probability (kept in the caller's scope); false with the error
+ * recorded. */
+static bool decode_body(oj_gpt *m, oj_kv_pool *pool, oj_paged_bucket *b, oj_tensor *out[3]) {
+    oj_engine *eng = m->eng;
+    oj_scope_begin(eng);
+    oj_gpt_dev_pos dp = {b->pos, NULL, NULL};
+    oj_gpt_paged pg = {pool, b->B, NULL, NULL, NULL, b->tables, b->seq, b->vpos, b->slot};
+    oj_kv_cache c = {.m = m, .batch = 1, .capacity = m->cfg.block_size, .n_layer = pool->n_layer,
+                     .k = pool->k, .v = pool->v, .dev = &dp, .paged = &pg};
+    oj_tensor *xf = oj__gpt_hidden(m, b->idx, &c);             /* [1, B, C] */
+    oj_tensor *lg = xf ? oj_linear(xf, m->head, NULL) : NULL;  /* [1, B, V] */
+    oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : oj_retain(lg);
+    oj_tensor *am = NULL, *mx = l32 ? oj_max(l32, 2, false, &am) : NULL; /* [1, B] */
+    const int d2[1] = {2};
+    oj_tensor *lse = mx ? oj_logsumexp(l32, 1, d2, false) : NULL;
+    oj_tensor *lp = lse ? oj_sub(mx, lse) : NULL;
+    const bool ok = lp && am;
+    out[0] = ok ? l32 : NULL;
+    out[1] = ok ? am : NULL;
+    out[2] = ok ? lp : NULL;
+    if (ok) {
+        for (int i = 0; i < 3; i++) oj_keep(out[i]);
+    } else {
+        oj_release(l32);
+        oj_release(am);
+        oj_release(lp);
+    }
+    oj_tensor *tmp[] = {lg, mx, lse};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+    oj_scope_end(eng);
+    return ok;
+}
+
+oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
+                              const int64_t *past, const int32_t *const *blocks, bool use_graph,
+                              float *logits, int32_t *argmax, float *argmax_logprob) {
+    if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = m->eng;
+    if (pool == NULL || pool->m != m)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "gpt decode_paged: %s",
+                            pool ? "the KV pool was created for another model" : "the KV pool is NULL");
+    if (tokens == NULL || n_seq <= 0 || n_seq > (1ll << (OJ_PAGED_BUCKETS - 1)))
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "gpt decode_paged: %lld sequences (need 1..2^%d) and their tokens",
+                            (long long)n_seq, OJ_PAGED_BUCKETS - 1);
+    const int64_t V = m->cfg.vocab_size, BS = pool->block_size, MB = pool->max_blocks;
+    const int64_t bad = oj__gpt_bad_token(tokens, n_seq, V);
+    if (bad >= 0)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "gpt decode_paged: sequence %lld's token is %d, outside the "
+                            "vocabulary [0, %lld)",
+                            (long long)bad, tokens[bad], (long long)V);
+    int64_t *start = malloc((size_t)(n_seq + 1) * sizeof *start);
+    if (start == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
+    for (int64_t i = 0; i <= n_seq; i++) start[i] = i;
+    bool ok = check_batch(m, pool, n_seq, n_seq, start, past, blocks);
+    free(start);
+    if (!ok) return oj_last_status(eng);
+    int j = 0;
+    while ((1ll << j) < n_seq) j++;
+    oj_paged_bucket *b = &pool->buckets[j];
+    const int64_t B = 1ll << j;
+    oj_status st = b->in ? OJ_OK : bucket_init(pool, b, B);
+    if (st != OJ_OK) return st;
+    /* the step's inputs: rows n_seq.. are inactive (position -1, no slot) */
+    const int64_t n_in = B * (4 + MB);
+    int32_t *h = calloc((size_t)n_in, sizeof *h);
+    int64_t *hp = calloc((size_t)B, sizeof *hp);
+    if (h == NULL || hp == NULL) {
+        free(h);
+        free(hp);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
+    }
+    int32_t *seq = h + B, *vpos = h + 2 * B, *slot = h + 3 * B, *tab = h + 4 * B;
+    for (int64_t i = 0; i < B; i++) {
+        seq[i] = (int32_t)i;
+        vpos[i] = -1;
+        slot[i] = -1;
+    }
+    for (int64_t i = 0; i < n_seq; i++) {
+        const int64_t p = past[i];
+        h[i] = tokens[i];
+        vpos[i] = (int32_t)p;
+        hp[i] = p;
+        slot[i] = (int32_t)(blocks[i][p / BS] * BS + p % BS);
+        for (int64_t k = 0; k <= p / BS; k++) tab[i * MB + k] = blocks[i][k];
+    }
+    st = oj_copy_from_host(b->in, h, (size_t)n_in * sizeof *h);
+    if (st == OJ_OK) st = oj_copy_from_host(b->pos, hp, (size_t)B * sizeof *hp);
+    free(h);
+    free(hp);
+    bool prev = oj_set_grad_enabled(eng, false);
+    const bool graph = use_graph && oj_engine_device(eng).type == OJ_DEVICE_CUDA;
+    oj_tensor *out[3] = {NULL, NULL, NULL}; /* the eager step's outputs */
+    if (st == OJ_OK && graph && b->graph == NULL) {
+        st = oj_graph_capture_begin(eng);
+        oj_tensor *o[3] = {NULL, NULL, NULL};
+        bool body = st == OJ_OK && decode_body(m, pool, b, o);
+        oj_graph *g = st == OJ_OK ? oj_graph_capture_end(eng) : NULL; /* abandons after an error */
+        if (g == NULL || !body) {
+            oj_graph_free(g);
+            for (int i = 0; i < 3; i++) oj_release(o[i]);
+            if (st == OJ_OK) st = oj_last_status(eng) != OJ_OK ? oj_last_status(eng) : OJ_ERR_DEVICE;
+        } else {
+            b->graph = g;
+            b->logits = own(o[0]);
+            b->argmax = own(o[1]);
+            b->argmax_lp = own(o[2]);
+        }
+    }
+    if (st == OJ_OK && graph) {
+        st = oj_graph_replay(b->graph);
+    } else if (st == OJ_OK) {
+        oj_scope_begin(eng);
+        if (decode_body(m, pool, b, out))
+            for (int i = 0; i < 3; i++) oj__scope_detach(out[i]);
+        else
+            st = oj_last_status(eng);
+        oj_scope_end(eng);
+    }
+    oj_set_grad_enabled(eng, prev);
+    /* the first n_seq rows of each output wanted (contiguous views) */
+    oj_tensor *all[3] = {graph ? b->logits : out[0], graph ? b->argmax : out[1],
+                         graph ? b->argmax_lp : out[2]};
+    if (st == OJ_OK && logits) {
+        oj_tensor *rows = oj_narrow(all[0], 1, 0, n_seq);
+        st = rows ? oj_to_host(rows, logits, (size_t)(n_seq * V) * sizeof *logits) : oj_last_status(eng);
+        oj_release(rows);
+    }
+    if (st == OJ_OK && argmax) {
+        int64_t *h64 = malloc((size_t)n_seq * sizeof *h64);
+        oj_tensor *rows = h64 ? oj_narrow(all[1], 1, 0, n_seq) : NULL;
+        st = rows ? oj_to_host(rows, h64, (size_t)n_seq * sizeof *h64)
+             : h64 ? oj_last_status(eng)
+                   : oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
+        for (int64_t i = 0; st == OJ_OK && i < n_seq; i++) argmax[i] = (int32_t)h64[i];
+        oj_release(rows);
+        free(h64);
+    }
+    if (st == OJ_OK && argmax_logprob) {
+        oj_tensor *rows = oj_narrow(all[2], 1, 0, n_seq);
+        st = rows ? oj_to_host(rows, argmax_logprob, (size_t)n_seq * sizeof *argmax_logprob)
+                  : oj_last_status(eng);
+        oj_release(rows);
+    }
+    for (int i = 0; i < 3; i++) oj_release(out[i]);
+    return st;
+}
+
+bool oj_gpt_decode_paged_graphed(const oj_kv_pool *pool, int64_t n_seq) {
+    if (pool == NULL || n_seq <= 0 || n_seq > (1ll << (OJ_PAGED_BUCKETS - 1))) return false;
+    int j = 0;
+    while ((1ll << j) < n_seq) j++;
+    return pool->buckets[j].graph != NULL;
 }

@@ -1,5 +1,5 @@
 /* Loading a Hugging Face model directory (gpt.h, oj_gpt_load_dir):
- * config.json, then model.safetensors or the shards named by
+ * config.json, then model.safetensors or, without it, the shards named by
  * model.safetensors.index.json ({"weight_map": {tensor: file}}). Every
  * parameter's tensor is found and checked (float dtype, the config's
  * shape) before any is copied. */
@@ -116,14 +116,15 @@ static oj_status open_weights(weights *w, const char *dir, oj_error *err) {
     memset(w, 0, sizeof *w);
     w->dir = dir;
     snprintf(w->index_path, sizeof w->index_path, "%s/model.safetensors.index.json", dir);
-    if (access(w->index_path, F_OK) != 0) {
-        char single[4200];
-        snprintf(single, sizeof single, "%s/model.safetensors", dir);
-        if (access(single, F_OK) != 0)
-            return oj_error_set(err, OJ_ERR_IO,
-                                "%s: neither model.safetensors nor model.safetensors.index.json", dir);
+    char single[4200];
+    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    /* model.safetensors first, as transformers' from_pretrained: an index
+     * beside it (left by an older sharded export) is not read */
+    if (access(single, F_OK) == 0)
         return open_file(w, "model.safetensors", err) < 0 ? err->status : OJ_OK;
-    }
+    if (access(w->index_path, F_OK) != 0)
+        return oj_error_set(err, OJ_ERR_IO,
+                            "%s: neither model.safetensors nor model.safetensors.index.json", dir);
     json_error_t je;
     json_t *root = json_load_file(w->index_path, JSON_REJECT_DUPLICATES, &je);
     if (root == NULL)

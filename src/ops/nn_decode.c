@@ -2,6 +2,8 @@
  * dispatch to the backend's decode entries. */
 #include "ops/nn_decode.h"
 
+#include <math.h>
+
 #include "ops/nn_common.h"
 
 bool oj__decode_weight_ok(const oj_tensor *w) {
@@ -10,6 +12,19 @@ bool oj__decode_weight_ok(const oj_tensor *w) {
     return K > 0 && K <= 8192 && N > 0 && N % 8 == 0 && (N == 1 || w->stride[1] == 1) &&
            w->stride[0] % 8 == 0 && w->stride[0] >= N && w->offset % 16 == 0 &&
            (w->dtype == OJ_BF16 || w->dtype == OJ_F16);
+}
+
+bool oj__decode_matches_unfused(const oj_tensor *w) {
+    if (!oj__decode_weight_ok(w)) return false;
+    const int64_t K = w->shape[0], N = w->shape[1];
+    if (K >= 4096) return false; /* cuda_gemv.cu's launch_kn: 8 column groups */
+    /* its kn_groups and split rule */
+    const int64_t groups = (N + 7) / 8;
+    const int64_t G = groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2, KS = 256 / G;
+    const int64_t blocks = (N + 8 * G - 1) / (8 * G), rows = (K + KS - 1) / KS;
+    int64_t S = blocks < 264 ? (264 + blocks - 1) / blocks : 1;
+    if (S > rows / 16) S = rows / 16;
+    return S <= 1;
 }
 
 bool oj__decode_supported(const oj_engine *eng) {
@@ -151,6 +166,95 @@ oj_status oj__decode_argmax_advance_(oj_tensor *tok, oj_tensor *logits, oj_tenso
         OJ_KERNEL(eng, decode_argmax_advance, op);
     if (fn == NULL) return oj_last_status(eng);
     return oj__kernel_ok(eng, fn(eng, tok, logits, pos), op) ? OJ_OK : oj_last_status(eng);
+}
+
+/* The candidates decode_sample sorts for s over V logits: 1 for greedy,
+ * else top_k, or V when top_k is 0 or >= V. */
+static int64_t sample_candidates(const oj__decode_sampler *s, int64_t V) {
+    if (s->temperature <= 0.0) return 1;
+    return s->top_k > 0 && s->top_k < V ? s->top_k : V;
+}
+
+bool oj__decode_sample_ok(const oj_engine *eng, const oj__decode_sampler *s, int64_t V) {
+    return eng && eng->backend && eng->backend->decode_sample && s && V >= 1 &&
+           sample_candidates(s, V) <= OJ__DECODE_SAMPLE_MAX_K;
+}
+
+/* t is i64 with one element, else the error naming op and arg. */
+static bool i64_scalar(oj_engine *eng, const char *op, const char *arg, const oj_tensor *t) {
+    if (t->dtype == OJ_I64 && oj_numel(t) == 1) return true;
+    oj_set_error(eng, OJ_ERR_DTYPE, "%s: %s must be i64 with one element, got %s [%lld]", op, arg,
+                 oj_dtype_name(t->dtype), (long long)oj_numel(t));
+    return false;
+}
+
+oj_status oj__decode_sample_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos, oj_tensor *seen,
+                             oj_tensor *step, const oj__decode_sampler *s) {
+    return oj__decode_sample_keep_(tok, logits, pos, seen, step, NULL, s);
+}
+
+oj_status oj__decode_sample_keep_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos,
+                                  oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                                  const oj__decode_sampler *s) {
+    static const char op[] = "decode_sample_";
+    oj_tensor *ins[6] = {tok, logits, step, pos, seen, hist};
+    int n = 3;
+    if (pos) ins[n++] = pos;
+    if (seen) ins[n++] = seen;
+    if (hist) ins[n++] = hist;
+    oj_engine *eng = oj__ops_engine(op, n, ins);
+    if (eng == NULL) return OJ_ERR_INVALID_ARGUMENT; /* a NULL or foreign input: recorded */
+    if (s == NULL) return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: the sampler is NULL", op);
+    if (!i64_scalar(eng, op, "tok", tok) || !i64_scalar(eng, op, "step", step) ||
+        (pos && !i64_scalar(eng, op, "pos", pos)))
+        return oj_last_status(eng);
+    if (logits->dtype != OJ_F32 && logits->dtype != OJ_BF16 && logits->dtype != OJ_F16)
+        return oj_set_error(eng, OJ_ERR_DTYPE, "%s: logits must be f32/bf16/f16, got %s", op,
+                            oj_dtype_name(logits->dtype));
+    const int64_t V = oj_numel(logits);
+    if (V < 1 || V > ((int64_t)1 << 30) || !oj_is_contiguous(logits)) {
+        char b[96];
+        return oj_set_error(eng, OJ_ERR_SHAPE,
+                            "%s: logits must be contiguous with 1 .. 2^30 elements, got %s", op,
+                            oj_shape_str(logits, b, sizeof b));
+    }
+    if (!(s->repetition_penalty > 0.0) || isinf(s->repetition_penalty) ||
+        isnan(s->temperature) || isinf(s->temperature) || isnan(s->top_p))
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "%s: temperature %g and repetition_penalty %g must be finite (penalty "
+                            "> 0), top_p %g a number",
+                            op, s->temperature, s->repetition_penalty, s->top_p);
+    if (s->repetition_penalty != 1.0 && seen == NULL)
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "%s: repetition_penalty %g needs the seen flags (seen is NULL)", op,
+                            s->repetition_penalty);
+    if (seen && (seen->dtype != OJ_U8 || oj_numel(seen) != V || !oj_is_contiguous(seen)))
+        return oj_set_error(eng, OJ_ERR_DTYPE,
+                            "%s: seen must be contiguous u8 with V = %lld elements, got %s [%lld]",
+                            op, (long long)V, oj_dtype_name(seen->dtype), (long long)oj_numel(seen));
+    if (hist && (pos == NULL || hist->dtype != OJ_I64 || !oj_is_contiguous(hist)))
+        return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                            "%s: hist must be contiguous i64 and comes with pos", op);
+    oj_tensor *sc[4] = {tok, step, pos, hist};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (sc[i] && sc[j] && sc[i]->storage == sc[j]->storage)
+                return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                                    "%s: tok, step, pos and hist must not share storage", op);
+    const int64_t k = sample_candidates(s, V);
+    if (k > OJ__DECODE_SAMPLE_MAX_K)
+        return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                            "%s: top_k %lld over V = %lld needs %lld candidates, the device "
+                            "sampler takes at most %d (sample on the host)",
+                            op, (long long)s->top_k, (long long)V, (long long)k,
+                            OJ__DECODE_SAMPLE_MAX_K);
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, oj_tensor *, oj_tensor *,
+                    oj_tensor *, oj_tensor *, const oj__decode_sampler *) =
+        OJ_KERNEL(eng, decode_sample, op);
+    if (fn == NULL) return oj_last_status(eng);
+    return oj__kernel_ok(eng, fn(eng, tok, logits, pos, seen, step, hist, s), op)
+               ? OJ_OK
+               : oj_last_status(eng);
 }
 
 oj_tensor *oj__decode_embed_mask(oj_tensor *wte, oj_tensor *wpe, oj_tensor *tok, oj_tensor *pos,

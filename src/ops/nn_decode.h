@@ -53,6 +53,62 @@ oj_status oj__decode_argmax_advance_(oj_tensor *tok, oj_tensor *logits, oj_tenso
 oj_tensor *oj__decode_embed_mask(oj_tensor *wte, oj_tensor *wpe, oj_tensor *tok, oj_tensor *pos,
                                  oj_tensor *mask);
 
+/* The sampler of a decode step (oj_sampler_config's fields that choose a
+ * token, plus the sequence whose draws are taken). */
+typedef struct oj__decode_sampler {
+    double temperature;        /* <= 0: the argmax of the penalised logits */
+    int64_t top_k;             /* 0 or >= V: every token */
+    double top_p;              /* nucleus; outside (0, 1): off */
+    double repetition_penalty; /* > 0; 1: off */
+    uint64_t seed;             /* the draw of step s is oj_sample_uniform(seed, seq, s) */
+    int64_t seq;
+} oj__decode_sampler;
+
+/* The largest top_k the device entries take (decode_sample); above it
+ * (and for top_k 0 at V > this) oj__decode_sample_ refuses and callers
+ * sample on the host. */
+#define OJ__DECODE_SAMPLE_MAX_K 1024
+
+/* Whether oj__decode_sample_ takes sampler s over V logits on eng: the
+ * backend has the entry and s needs at most OJ__DECODE_SAMPLE_MAX_K
+ * candidates (temperature <= 0 always fits). No error recorded. */
+bool oj__decode_sample_ok(const oj_engine *eng, const oj__decode_sampler *s, int64_t V);
+
+/* tok = oj_sample_logits(logits, V, s, history, n, oj_sample_uniform(s->seed,
+ * s->seq, step)) computed on the device, where history is the set of ids
+ * i with seen[i] != 0, then seen[tok] = 1, step += 1 and (pos != NULL)
+ * pos += 1: the end of a sampled decode step, in one kernel, the same
+ * token as the host sampler for the same logits (its ranking, its double
+ * arithmetic, its draw). tok = -1 when the logits hold a NaN (seen is then
+ * not written). tok, step, pos: i64 with one element, distinct storages;
+ * logits contiguous f32/bf16/f16 [.., V], 1 <= V <= 2^30; seen u8 [V]
+ * contiguous, or NULL when s->repetition_penalty == 1 (none then). OJ_OK,
+ * or OJ_ERR_DTYPE / OJ_ERR_SHAPE / OJ_ERR_INVALID_ARGUMENT / OJ_ERR_UNSUPPORTED
+ * (no entry, or more than OJ__DECODE_SAMPLE_MAX_K candidates) recorded.
+ * Method: the host sampler's (src/infer/sample.c), its top-k set found on
+ * the device by a threshold (the k-th largest of group maxima) and the
+ * ranks of the candidates above it. */
+oj_status oj__decode_sample_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos, oj_tensor *seen,
+                             oj_tensor *step, const oj__decode_sampler *s);
+/* oj__decode_sample_ that also writes the token to hist[pos] (pos after
+ * its advance; hist contiguous i64, pos required; nothing is written when
+ * pos is outside hist), in the same kernel: the decoder keeps each step's
+ * token on the device to read several back at once. hist NULL: as
+ * oj__decode_sample_. Errors as there, OJ_ERR_INVALID_ARGUMENT for hist
+ * without pos or sharing a storage. */
+oj_status oj__decode_sample_keep_(oj_tensor *tok, oj_tensor *logits, oj_tensor *pos,
+                                  oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                                  const oj__decode_sampler *s);
+
+/* Whether the decode entries' product with w [K, N] sums in the order of
+ * the CUDA one-row matmul (cuda_gemv.cu, "kn": the same column tile, no
+ * split of K), so that with the norm's order (which they always follow)
+ * their outputs are the unfused ops' bits on a CUDA engine: K < 4096 and
+ * K short enough that the matmul splits none (it splits when fewer than
+ * 264 blocks cover N and a thread would sum >= 32 rows). No error
+ * recorded; false for a weight oj__decode_weight_ok refuses. */
+bool oj__decode_matches_unfused(const oj_tensor *w);
+
 /* Whether eng's backend has every decode entry. */
 bool oj__decode_supported(const oj_engine *eng);
 

@@ -1,8 +1,9 @@
 /* Quantized matrices in and out of GGUF files: the qtypes are ggml's
- * Q8_0, Q4_0 and Q4_1, byte for byte (include/ojas/quant.h). */
+ * Q8_0, Q4_0, Q4_1 and Q4_K, byte for byte (include/ojas/quant.h). */
 #include "quant/quant_internal.h"
 
-static const uint32_t to_ggml[OJ_QTYPE_COUNT] = {OJ_GGML_Q8_0, OJ_GGML_Q4_0, OJ_GGML_Q4_1};
+static const uint32_t to_ggml[OJ_QTYPE_COUNT] = {OJ_GGML_Q8_0, OJ_GGML_Q4_0, OJ_GGML_Q4_1,
+                                                 OJ_GGML_Q4_K};
 
 uint32_t oj_qtype_to_ggml(oj_qtype t) {
     return (unsigned)t < OJ_QTYPE_COUNT ? to_ggml[t] : UINT32_MAX;
@@ -33,8 +34,8 @@ oj_qtensor *oj_gguf_qtensor(const oj_gguf *g, oj_engine *eng, const char *name) 
     int nd = oj_gguf_tensor_ndims(g, i);
     if (!oj_qtype_from_ggml(gt, &t) || nd > 2) {
         oj_set_error(eng, OJ_ERR_UNSUPPORTED,
-                     "gguf_qtensor: \"%s\" is %s with %d dims; Q8_0, Q4_0 or Q4_1 with 1 or 2 "
-                     "dims expected",
+                     "gguf_qtensor: \"%s\" is %s with %d dims; Q8_0, Q4_0, Q4_1 or Q4_K with 1 or "
+                     "2 dims expected",
                      name, oj_ggml_type_name(gt), nd);
         return NULL;
     }
@@ -49,6 +50,11 @@ oj_status oj_gguf_writer_add_qtensor(oj_gguf_writer *w, const char *name, const 
                                      oj_error *err) {
     if (q == NULL)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "gguf_writer: qtensor is NULL");
+    if (oj_qtensor_data(q) == NULL) /* device memory: the writer reads host bytes */
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "gguf_writer: %s tensor \"%s\" lives on a device; write a model "
+                            "quantized on a CPU engine",
+                            oj_qtype_name(q->type), name ? name : "(null)");
     uint64_t dims[2] = {(uint64_t)q->cols, (uint64_t)q->rows};
     return oj_gguf_writer_add_tensor(w, name, oj_qtype_to_ggml(q->type), 2, dims,
                                      oj_qtensor_data(q), oj_qtensor_nbytes(q), err);

@@ -13,9 +13,26 @@ struct oj_qtensor {
     oj_tensor *blocks; /* U8 [rows, row_bytes], contiguous, one reference ours */
 };
 
+/* A CPU engine, or a device whose backend has the quantized entries
+ * (qgemv, qdequant); else OJ_ERR_UNSUPPORTED naming op, the type and the
+ * backend. */
+bool oj__qdevice_ok(oj_engine *eng, const char *op, oj_qtype t);
+
 /* Little-endian f16 at p, widened. */
 static inline float oj__qf16(const uint8_t *p) {
     return oj_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* The 6-bit scale and min of sub-block j (0..7) of a q4_k super-block from
+ * its 12 packed bytes (ggml's get_scale_min_k4). */
+static inline void oj__q4_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
 }
 
 /* oj_quantize_row / oj_dequantize_row without the checks (t valid, k a
@@ -23,9 +40,11 @@ static inline float oj__qf16(const uint8_t *p) {
 void oj__quantize_row(oj_qtype t, const float *x, int64_t k, void *out);
 void oj__dequantize_row(oj_qtype t, const void *q, int64_t k, float *y);
 
-/* The int8 dot kernels oj_qmatmul uses on eng: "portable C", "AVX2" or
- * "AVX-VNNI" (OJAS_QUANT_DOT=avx2 caps VNNI at AVX2; OJAS_CPU_ISA=scalar
- * selects the portable ones). */
+/* The int8 dot kernels oj_qmatmul uses on eng: "portable C", "AVX2",
+ * "AVX-VNNI" or "AVX-512 VNNI" (AVX2 where the CPU has AVX2, FMA and F16C;
+ * OJAS_QUANT_DOT=avxvnni or avx512vnni asks for the VNNI ones, bit-identical
+ * and slower where measured; OJAS_CPU_ISA=scalar selects the portable
+ * ones). */
 const char *oj__qmatmul_kernel_name(oj_engine *eng);
 
 #endif /* OJAS_QUANT_INTERNAL_H */

@@ -1,17 +1,20 @@
 /* Quantized matrices (oj_qtensor): creation from a float tensor or from raw
- * blocks, accessors, dequantization. */
+ * blocks, accessors, dequantization. On a device engine the blocks live in
+ * device memory (quantized on the host, then copied) and dequantize runs
+ * the backend's qdequant. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "quant/quant_internal.h"
 
-/* A CPU engine, else OJ_ERR_UNSUPPORTED naming op and the type. */
-static bool cpu_only(oj_engine *eng, const char *op, oj_qtype t) {
+bool oj__qdevice_ok(oj_engine *eng, const char *op, oj_qtype t) {
     if (oj_engine_device(eng).type == OJ_DEVICE_CPU) return true;
+    if (eng->backend->qgemv && eng->backend->qdequant) return true;
     oj_set_error(eng, OJ_ERR_UNSUPPORTED,
-                 "%s: %s weights are CPU-only (the CUDA backend has no quantized kernels)", op,
-                 oj_qtype_name(t));
+                 "%s: %s weights have no kernels on the %s backend", op, oj_qtype_name(t),
+                 eng->backend->name);
     return false;
 }
 
@@ -22,12 +25,13 @@ static oj_qtensor *qtensor_new(oj_engine *eng, oj_qtype t, int64_t n, int64_t k,
         oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: invalid quantized type %d", op, (int)t);
         return NULL;
     }
-    if (!cpu_only(eng, op, t)) return NULL;
-    if (n <= 0 || k <= 0 || k % OJ_QBLOCK) {
+    if (!oj__qdevice_ok(eng, op, t)) return NULL;
+    const int64_t be = oj_qtype_block_elems(t);
+    if (n <= 0 || k <= 0 || k % be) {
         oj_set_error(eng, OJ_ERR_SHAPE,
-                     "%s: %s needs [N, K] with N > 0 and K a positive multiple of %d, got "
+                     "%s: %s needs [N, K] with N > 0 and K a positive multiple of %lld, got "
                      "[%lld, %lld]",
-                     op, oj_qtype_name(t), OJ_QBLOCK, (long long)n, (long long)k);
+                     op, oj_qtype_name(t), (long long)be, (long long)n, (long long)k);
         return NULL;
     }
     oj_qtensor *q = calloc(1, sizeof *q);
@@ -65,7 +69,8 @@ size_t oj_qtensor_nbytes(const oj_qtensor *q) {
     return q ? (size_t)q->rows * q->row_bytes : 0;
 }
 const void *oj_qtensor_data(const oj_qtensor *q) {
-    return q ? oj_data_ptr(q->blocks) : NULL;
+    if (q == NULL || oj_engine_device(q->eng).type != OJ_DEVICE_CPU) return NULL;
+    return oj_data_ptr(q->blocks);
 }
 oj_engine *oj_qtensor_engine(const oj_qtensor *q) { return q ? q->eng : NULL; }
 
@@ -100,7 +105,16 @@ oj_qtensor *oj_quantize(oj_tensor *w, oj_qtype t) {
     }
     const int64_t *st = oj_strides(w);
     const int64_t one = 1;
-    uint8_t *dst = oj_data_ptr(q->blocks);
+    const bool host = oj_engine_device(eng).type == OJ_DEVICE_CPU;
+    const size_t nbytes = (size_t)n * q->row_bytes;
+    uint8_t *dst = host ? oj_data_ptr(q->blocks) : malloc(nbytes);
+    if (dst == NULL) {
+        oj_set_error(eng, OJ_ERR_CAPACITY, "quantize: out of host memory");
+        free(row);
+        free(tmp);
+        oj_qtensor_free(q);
+        return NULL;
+    }
     for (int64_t i = 0; i < n; i++) {
         oj__host_copy(1, &k, row, &one, OJ_F32, src + i * st[0] * (int64_t)oj_dtype_size(dt),
                       &st[1], dt);
@@ -110,6 +124,7 @@ oj_qtensor *oj_quantize(oj_tensor *w, oj_qtype t) {
                              "quantize: w[%lld, %lld] is %s; %s needs finite values",
                              (long long)i, (long long)j, isnan(row[j]) ? "NaN" : "infinite",
                              oj_qtype_name(t));
+                if (!host) free(dst);
                 free(row);
                 free(tmp);
                 oj_qtensor_free(q);
@@ -119,6 +134,14 @@ oj_qtensor *oj_quantize(oj_tensor *w, oj_qtype t) {
     }
     free(row);
     free(tmp);
+    if (!host) { /* the blocks to the device */
+        oj_status s = oj_copy_from_host(q->blocks, dst, nbytes);
+        free(dst);
+        if (s != OJ_OK) {
+            oj_qtensor_free(q);
+            return NULL;
+        }
+    }
     return q;
 }
 
@@ -138,7 +161,12 @@ oj_qtensor *oj_qtensor_from_blocks(oj_engine *eng, oj_qtype t, int64_t n, int64_
         oj_qtensor_free(q);
         return NULL;
     }
-    memcpy(oj_data_ptr(q->blocks), blocks, nbytes);
+    if (oj_engine_device(eng).type == OJ_DEVICE_CPU) {
+        memcpy(oj_data_ptr(q->blocks), blocks, nbytes);
+    } else if (oj_copy_from_host(q->blocks, blocks, nbytes) != OJ_OK) {
+        oj_qtensor_free(q);
+        return NULL;
+    }
     return q;
 }
 
@@ -147,6 +175,13 @@ oj_tensor *oj_dequantize(const oj_qtensor *q) {
     int64_t shape[2] = {q->rows, q->cols};
     oj_tensor *y = oj_empty(q->eng, 2, shape, OJ_F32);
     if (y == NULL) return NULL;
+    if (oj_engine_device(q->eng).type != OJ_DEVICE_CPU) {
+        if (q->eng->backend->qdequant(q->eng, y, q->blocks, (int)q->type) != OJ_OK) {
+            oj_release(y);
+            return NULL;
+        }
+        return y;
+    }
     const uint8_t *src = oj_data_ptr(q->blocks);
     float *dst = oj_data_ptr(y);
     for (int64_t i = 0; i < q->rows; i++)

@@ -92,6 +92,7 @@ oj_status oj_batch_generate(oj_gpt *m, int64_t batch, const int32_t *const *prom
             continue;
         }
         st = oj_sched_submit(s, prompts[i], prompt_lens[i], &c, i, 0.0, on_event, &b, &b.ids[i]);
+        if (st == OJ_OK) st = oj_sched_set_top_logprobs(s, b.ids[i], -1); /* none used */
         if (st != OJ_OK)
             oj_set_error(eng, st, "batch_generate: prompt %lld: %s", (long long)i,
                          oj_sched_error(s));

@@ -205,14 +205,21 @@ oj_status oj_serve_request_parse(const char *body, size_t len, bool chat, oj_ser
     r->seed = (uint64_t)seed;
     if (st == OJ_OK) st = get_bool(o, "stream", &r->stream, err, errlen);
     if (st == OJ_OK) st = parse_stop(o, r, err, errlen);
-    if (st == OJ_OK && chat) { /* logprobs: bool */
+    if (st == OJ_OK && chat) { /* logprobs: bool; top_logprobs: 0..20 */
         bool lp = false;
+        int64_t top = 0;
         st = get_bool(o, "logprobs", &lp, err, errlen);
         r->logprobs = lp ? 0 : -1;
-    } else if (st == OJ_OK) { /* logprobs: 0..5 */
+        if (st == OJ_OK) st = get_int(o, "top_logprobs", 0, 20, &top, err, errlen);
+        if (st == OJ_OK && !lp && json_object_get(o, "top_logprobs") &&
+            !json_is_null(json_object_get(o, "top_logprobs")))
+            st = bad(err, errlen, "'top_logprobs' needs 'logprobs': true");
+        r->top_logprobs = (int)top;
+    } else if (st == OJ_OK) { /* logprobs: 0..5, the alternatives per token */
         int64_t lp = -1;
         st = get_int(o, "logprobs", 0, 5, &lp, err, errlen);
         r->logprobs = (int)lp;
+        r->top_logprobs = lp > 0 ? (int)lp : 0;
     }
 out:
     json_decref(o);

@@ -1,7 +1,18 @@
 /* The continuous-batching scheduler (serve.h): a FIFO queue, a running set
  * of at most max_batch requests, a free list of KV blocks, and a step that
  * packs one chunk of each request (prompt chunk or last token) into one
- * oj_gpt_forward_paged. */
+ * oj_gpt_forward_paged.
+ *
+ * Blocks are taken as a request grows: its prompt's at admission, then
+ * one more whenever its positions cross a block. When the pool cannot
+ * grow a running request, the youngest running request (the last
+ * admitted) is preempted: its blocks go back to the pool and it returns to
+ * the head of the queue, to be recomputed on readmission (its prompt and
+ * the tokens it already generated prefilled again; vLLM's "recompute"
+ * preemption, Kwon et al. 2023). Sampling depends only on a request's
+ * tokens, seed and count, so the tokens after recompute are those it would
+ * have generated anyway; the tokens already delivered are not delivered
+ * again. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,8 +32,12 @@ typedef struct req {
     int64_t len;      /* generated tokens */
     int32_t *hist;    /* prompt then generated tokens [n + max_new] */
     int32_t *blocks;  /* block table [nblocks] */
-    int64_t nblocks;
+    int64_t nblocks;  /* blocks it may need at most (prompt and max_new) */
+    int64_t held;     /* blocks it holds now: blocks[0..held) */
     double deadline;  /* monotonic seconds; 0: none */
+    int64_t top;      /* top alternatives' logprobs per token event (0..OJ_SCHED_MAX_TOP) */
+    bool no_lp;       /* events carry no logprob (NAN): none computed */
+    bool readmitted;  /* preempted once at least: its prompt was counted */
     oj_sched_fn fn;
     void *ctx;
     struct req *next; /* queue link */
@@ -43,6 +58,10 @@ struct oj_sched {
     int64_t next_id;
     oj_sched_stats st;
     float *lg; /* [V] */
+    /* during a token event: its top alternatives (oj_sched_top_logprobs) */
+    int64_t ev_n;
+    int32_t ev_ids[OJ_SCHED_MAX_TOP];
+    double ev_lps[OJ_SCHED_MAX_TOP];
     char err[512];
 };
 
@@ -61,7 +80,7 @@ static oj_status fail(oj_sched *s, oj_status st, const char *fmt, ...) {
 }
 
 oj_sched_config oj_sched_config_default(void) {
-    oj_sched_config c = {8, 16, 0, 64ll << 20, 128, 256, 256};
+    oj_sched_config c = {8, 16, 0, 64ll << 20, 128, 256, 256, true};
     return c;
 }
 
@@ -224,12 +243,17 @@ oj_status oj_sched_submit(oj_sched *s, const int32_t *prompt, int64_t n,
 
 static void release_blocks(oj_sched *s, req *r, int64_t held) {
     for (int64_t i = held - 1; i >= 0; i--) s->free_blocks[s->n_free++] = r->blocks[i];
+    r->held = 0;
+}
+
+static int64_t blocks_for(const oj_sched *s, int64_t positions) {
+    return (positions + s->cfg.block_size - 1) / s->cfg.block_size;
 }
 
 /* Remove running request i (its blocks back to the pool), keeping order. */
 static req *unrun(oj_sched *s, int64_t i) {
     req *r = s->run[i];
-    release_blocks(s, r, r->nblocks);
+    release_blocks(s, r, r->held);
     memmove(&s->run[i], &s->run[i + 1], (size_t)(s->n_run - i - 1) * sizeof *s->run);
     s->n_run--;
     return r;
@@ -279,29 +303,117 @@ oj_sched_stats oj_sched_get_stats(const oj_sched *s) {
 const char *oj_sched_error(const oj_sched *s) { return s ? s->err : ""; }
 
 /* Move queued requests into the batch, first come first served, while the
- * batch has a seat and the pool the blocks of the queue's head. A request
- * with nothing to generate ends at once. */
+ * batch has a seat and the pool the blocks of the queue head's known
+ * tokens (its prompt, and what it generated before a preemption) with a
+ * block to spare for every running request (room to grow, so that a new
+ * request does not preempt at once). A request with nothing to generate
+ * ends at once. */
 static void admit(oj_sched *s) {
-    while (s->qhead && s->n_run < s->cfg.max_batch && s->qhead->nblocks <= s->n_free) {
+    while (s->qhead && s->n_run < s->cfg.max_batch) {
         req *r = s->qhead;
+        const int64_t want = blocks_for(s, r->n + r->len);
+        if (want + s->n_run > s->n_free) break;
         s->qhead = r->next;
         if (s->qhead == NULL) s->qtail = NULL;
         r->next = NULL;
         s->n_queued--;
-        for (int64_t i = 0; i < r->nblocks; i++) r->blocks[i] = s->free_blocks[--s->n_free];
+        while (r->held < want) r->blocks[r->held++] = s->free_blocks[--s->n_free];
         s->run[s->n_run++] = r;
-        s->st.prompt_tokens += r->n;
+        if (!r->readmitted) s->st.prompt_tokens += r->n;
         if (r->max_new == 0) finish(s, s->n_run - 1, OJ_FINISH_LENGTH);
     }
 }
 
-/* log softmax(lg)[tok] at temperature 1, in double. */
-static double logprob(const float *lg, int64_t V, int32_t tok) {
+/* Running request i back to the head of the queue, its blocks freed: it
+ * is prefilled again (prompt and generated tokens) when readmitted. */
+static void preempt(oj_sched *s, int64_t i) {
+    req *r = unrun(s, i);
+    r->done = 0;
+    r->readmitted = true;
+    r->next = s->qhead;
+    s->qhead = r;
+    if (s->qtail == NULL) s->qtail = r;
+    s->n_queued++;
+    s->st.preempted++;
+}
+
+/* Blocks for every running request's next chunk (its last token, or up
+ * to prefill_chunk tokens still to prefill), oldest first; when the pool
+ * is empty the youngest running request is preempted (the one asking,
+ * when it is the youngest). */
+static void grow(oj_sched *s) {
+    for (int64_t i = 0; i < s->n_run; i++) {
+        req *r = s->run[i];
+        int64_t take = r->n + r->len - r->done;
+        if (take > s->cfg.prefill_chunk) take = s->cfg.prefill_chunk;
+        const int64_t want = blocks_for(s, r->done + take);
+        while (r->held < want) {
+            if (s->n_free > 0) {
+                r->blocks[r->held++] = s->free_blocks[--s->n_free];
+                continue;
+            }
+            preempt(s, s->n_run - 1);
+            if (i >= s->n_run) break; /* it was r itself */
+        }
+    }
+}
+
+/* log softmax(lg) at temperature 1, in double: lg[i] - *shift is token
+ * i's log-probability. */
+static void log_norm(const float *lg, int64_t V, double *shift) {
     double mx = lg[0], sum = 0.0;
     for (int64_t i = 1; i < V; i++)
         if (lg[i] > mx) mx = lg[i];
     for (int64_t i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
-    return (double)lg[tok] - mx - log(sum);
+    *shift = mx + log(sum);
+}
+
+/* The k largest logits' ids into ids[0..k), largest first (ties: the lower
+ * id first), and their log-probabilities (lg - shift) into lps. */
+static void top_k(const float *lg, int64_t V, int64_t k, double shift, int32_t *ids, double *lps) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < V; i++) {
+        if (n == k && !(lg[i] > lg[ids[n - 1]])) continue;
+        int64_t j = n < k ? n++ : k - 1; /* the slot freed at the end */
+        while (j > 0 && lg[i] > lg[ids[j - 1]]) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = (int32_t)i;
+    }
+    for (int64_t j = 0; j < n; j++) lps[j] = (double)lg[ids[j]] - shift;
+}
+
+oj_status oj_sched_set_top_logprobs(oj_sched *s, int64_t id, int64_t k) {
+    if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    if (k < -1 || k > OJ_SCHED_MAX_TOP)
+        return fail(s, OJ_ERR_INVALID_ARGUMENT, "serve: top logprobs %lld outside [-1, %d]",
+                    (long long)k, OJ_SCHED_MAX_TOP);
+    req *r = NULL;
+    for (int64_t i = 0; i < s->n_run && r == NULL; i++)
+        if (s->run[i]->id == id) r = s->run[i];
+    for (req *q = s->qhead; q && r == NULL; q = q->next)
+        if (q->id == id) r = q;
+    if (r) {
+        r->top = k > 0 ? k : 0;
+        r->no_lp = k < 0;
+        return OJ_OK;
+    }
+    return fail(s, OJ_ERR_INVALID_ARGUMENT, "serve: no request %lld", (long long)id);
+}
+
+int64_t oj_sched_top_logprobs(const oj_sched *s, int32_t *ids, double *lps, int64_t max) {
+    if (s == NULL || ids == NULL || lps == NULL || max <= 0) return 0;
+    const int64_t n = s->ev_n < max ? s->ev_n : max;
+    memcpy(ids, s->ev_ids, (size_t)n * sizeof *ids);
+    memcpy(lps, s->ev_lps, (size_t)n * sizeof *lps);
+    return n;
+}
+
+/* Whether request r's next token is the largest logit's, its event asking
+ * no alternatives: the device's argmax serves it. */
+static bool plain_greedy(const req *r) {
+    return r->cfg.temperature <= 0.0 && r->cfg.repetition_penalty == 1.0 && r->top == 0;
 }
 
 /* End every running request whose deadline has passed; the queue's too. */
@@ -325,10 +437,117 @@ static void expire(oj_sched *s) {
     }
 }
 
+/* Whether decode rows run through oj_gpt_decode_paged: on a CUDA engine
+ * with decode_graphs (captured graphs), or on any engine when the
+ * environment sets OJAS_SCHED_DECODE_PAGED=1 (eagerly; the tests' way to
+ * run this path on the CPU). */
+static bool decode_paged_here(const oj_sched *s) {
+    if (!s->cfg.decode_graphs) return false;
+    if (oj_engine_device(s->eng).type == OJ_DEVICE_CUDA) return true;
+    const char *e = getenv("OJAS_SCHED_DECODE_PAGED");
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
+/* One forward over the rows rows[0..n) of the packed step (their chunks of
+ * tok at start/past/tables): each one's last logits into host row
+ * rows[k]. */
+static oj_status forward_rows(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
+                              const int64_t *start, const int64_t *past,
+                              const int32_t *const *tables, float *host) {
+    oj_engine *eng = s->eng;
+    int64_t N = 0;
+    for (int64_t k = 0; k < n; k++) N += start[rows[k] + 1] - start[rows[k]];
+    int32_t *t = malloc((size_t)N * sizeof *t);
+    int64_t *st0 = malloc((size_t)(n + 1) * sizeof *st0), *ps = malloc((size_t)n * sizeof *ps);
+    const int32_t **tb = malloc((size_t)n * sizeof *tb);
+    float *out = malloc((size_t)(n * s->V) * sizeof *out);
+    oj_status st = OJ_OK;
+    if (t == NULL || st0 == NULL || ps == NULL || tb == NULL || out == NULL) {
+        st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
+    } else {
+        st0[0] = 0;
+        for (int64_t k = 0; k < n; k++) {
+            const int64_t i = rows[k], m = start[i + 1] - start[i];
+            memcpy(t + st0[k], tok + start[i], (size_t)m * sizeof *t);
+            st0[k + 1] = st0[k] + m;
+            ps[k] = past[i];
+            tb[k] = tables[i];
+        }
+        oj_scope_begin(eng);
+        int64_t shape[2] = {1, N};
+        oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, t, (size_t)N * sizeof *t);
+        oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, n, st0, ps, tb) : NULL;
+        oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
+        if (l32 == NULL || oj_to_host(l32, out, (size_t)(n * s->V) * sizeof *out) != OJ_OK) {
+            st = oj_last_status(eng);
+            if (st == OJ_OK) st = OJ_ERR_INTERNAL;
+            fail(s, st, "serve: the batch's forward failed: %s", oj_last_error(eng));
+            oj_clear_error(eng);
+        }
+        oj_release(l32);
+        oj_scope_end(eng);
+        for (int64_t k = 0; st == OJ_OK && k < n; k++)
+            memcpy(host + rows[k] * s->V, out + k * s->V, (size_t)s->V * sizeof *out);
+    }
+    free(t);
+    free(st0);
+    free(ps);
+    free(tb);
+    free(out);
+    return st;
+}
+
+/* One decode step (oj_gpt_decode_paged) of the one-token rows rows[0..n):
+ * with greedy_only, each row's argmax and its logprob into greedy /
+ * greedy_lp [rows[k]]; else its logits into host row rows[k]. */
+static oj_status decode_rows(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
+                             const int64_t *start, const int64_t *past,
+                             const int32_t *const *tables, bool greedy_only, float *host,
+                             int32_t *greedy, float *greedy_lp) {
+    oj_engine *eng = s->eng;
+    int32_t *t = malloc((size_t)n * sizeof *t), *am = malloc((size_t)n * sizeof *am);
+    int64_t *ps = malloc((size_t)n * sizeof *ps);
+    const int32_t **tb = malloc((size_t)n * sizeof *tb);
+    float *lp = malloc((size_t)n * sizeof *lp);
+    float *out = greedy_only ? NULL : malloc((size_t)(n * s->V) * sizeof *out);
+    oj_status st = OJ_OK;
+    if (t == NULL || am == NULL || ps == NULL || tb == NULL || lp == NULL || (!greedy_only && out == NULL)) {
+        st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's decode step failed: out of host memory");
+    } else {
+        for (int64_t k = 0; k < n; k++) {
+            t[k] = tok[start[rows[k]]];
+            ps[k] = past[rows[k]];
+            tb[k] = tables[rows[k]];
+        }
+        st = oj_gpt_decode_paged(s->m, s->pool, n, t, ps, tb, true, out, greedy_only ? am : NULL,
+                                 greedy_only ? lp : NULL);
+        if (st != OJ_OK) {
+            fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(eng));
+            oj_clear_error(eng);
+        }
+        for (int64_t k = 0; st == OJ_OK && k < n; k++) {
+            if (greedy_only) {
+                greedy[rows[k]] = am[k];
+                greedy_lp[rows[k]] = lp[k];
+            } else {
+                memcpy(host + rows[k] * s->V, out + k * s->V, (size_t)s->V * sizeof *out);
+            }
+        }
+    }
+    free(t);
+    free(am);
+    free(ps);
+    free(tb);
+    free(lp);
+    free(out);
+    return st;
+}
+
 oj_status oj_sched_step(oj_sched *s) {
     if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
     expire(s);
     admit(s);
+    grow(s);
     if (s->n_run == 0) return OJ_OK;
     const int64_t B = s->n_run;
     int64_t *start = malloc((size_t)(B + 1) * sizeof *start);
@@ -347,17 +566,17 @@ oj_status oj_sched_step(oj_sched *s) {
      * max_batch. Packed in batch order. */
     int64_t room = s->cfg.max_step_tokens;
     for (int64_t i = 0; i < B; i++)
-        if (s->run[i]->done >= s->run[i]->n) room--;
+        if (s->run[i]->n + s->run[i]->len - s->run[i]->done == 1) room--;
     int64_t N = 0;
     start[0] = 0;
     for (int64_t i = 0; i < B; i++) {
         req *r = s->run[i];
         int64_t take;
-        if (r->done >= r->n) {
-            take = 1; /* the last generated token, at position done */
+        if (r->n + r->len - r->done == 1) {
+            take = 1; /* the last known token, at position done */
             tok[N] = r->hist[r->done];
-        } else {
-            take = r->n - r->done;
+        } else { /* a prompt, or a preempted request's prompt and tokens */
+            take = r->n + r->len - r->done;
             if (take > s->cfg.prefill_chunk) take = s->cfg.prefill_chunk;
             if (take > room - (B - 1 - i)) take = room - (B - 1 - i); /* a seat for the rest */
             if (take < 1) take = 1;
@@ -370,22 +589,39 @@ oj_status oj_sched_step(oj_sched *s) {
         start[i + 1] = N;
     }
     oj_status st = OJ_OK;
-    oj_engine *eng = s->eng;
-    oj_scope_begin(eng);
-    int64_t shape[2] = {1, N};
-    oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, tok, (size_t)N * sizeof *tok);
-    oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, B, start, past, tables) : NULL;
-    oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
-    float *host = l32 ? malloc((size_t)(B * s->V) * sizeof *host) : NULL;
-    if (host == NULL || oj_to_host(l32, host, (size_t)(B * s->V) * sizeof *host) != OJ_OK) {
-        st = oj_last_status(eng);
-        if (st == OJ_OK) st = OJ_ERR_CAPACITY;
-        fail(s, st, "serve: the batch's forward failed: %s",
-             oj_last_error(eng)[0] ? oj_last_error(eng) : "out of host memory");
-        oj_clear_error(eng);
+    float *host = malloc((size_t)(B * s->V) * sizeof *host);
+    /* dev[i]: row i's token is the device's argmax greedy[i] (log-probability
+     * greedy_lp[i]); else its logits are host row i */
+    bool *dev = calloc((size_t)B, sizeof *dev);
+    int32_t *greedy = malloc((size_t)B * sizeof *greedy);
+    float *greedy_lp = malloc((size_t)B * sizeof *greedy_lp);
+    int64_t *rows = malloc((size_t)B * sizeof *rows); /* decode rows, then prefill rows */
+    int64_t nd = 0;
+    if (host == NULL || dev == NULL || greedy == NULL || greedy_lp == NULL || rows == NULL) {
+        st = OJ_ERR_CAPACITY;
+        fail(s, st, "serve: the batch's forward failed: out of host memory");
+    } else if (decode_paged_here(s)) {
+        /* Rows of one token through the decode bucket's graph (the device's
+         * argmax when all of them are plain greedy), the prompt chunks
+         * through one packed forward beside it. */
+        bool all = true;
+        for (int64_t i = 0; i < B; i++)
+            if (start[i + 1] - start[i] == 1) {
+                rows[nd++] = i;
+                all = all && plain_greedy(s->run[i]);
+            }
+        st = nd > 0 ? decode_rows(s, rows, nd, tok, start, past, tables, all, host, greedy, greedy_lp)
+                    : OJ_OK;
+        if (st == OJ_OK && all)
+            for (int64_t k = 0; k < nd; k++) dev[rows[k]] = true;
+        int64_t np = 0;
+        for (int64_t i = 0; i < B; i++)
+            if (start[i + 1] - start[i] > 1) rows[nd + np++] = i;
+        if (st == OJ_OK && np > 0) st = forward_rows(s, rows + nd, np, tok, start, past, tables, host);
+    } else {
+        for (int64_t i = 0; i < B; i++) rows[i] = i;
+        st = forward_rows(s, rows, B, tok, start, past, tables, host);
     }
-    oj_release(l32);
-    oj_scope_end(eng);
     s->st.steps++;
     s->st.last_batch = B;
     if (st != OJ_OK) {
@@ -397,8 +633,9 @@ oj_status oj_sched_step(oj_sched *s) {
             r->done += start[i + 1] - start[i];
             if (r->done < r->n + r->len) continue; /* a prompt chunk short of its end */
             const float *row = host + i * s->V;
-            int32_t t = oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
-                                         oj_sample_uniform(r->cfg.seed, r->stream, r->len));
+            int32_t t = dev[i] ? (isnan(greedy_lp[i]) ? -1 : greedy[i])
+                               : oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
+                                                  oj_sample_uniform(r->cfg.seed, r->stream, r->len));
             if (t < 0) {
                 fail(s, OJ_ERR_NUMERIC, "serve: request %lld's logits hold NaN", (long long)r->id);
                 finish(s, i, OJ_FINISH_ERROR);
@@ -411,7 +648,17 @@ oj_status oj_sched_step(oj_sched *s) {
             r->hist[r->n + r->len] = t;
             r->len++;
             s->st.generated_tokens++;
-            bool more = r->fn ? r->fn(r->ctx, r->id, t, logprob(row, s->V, t), OJ_FINISH_NONE) : true;
+            double shift = 0.0, lp = NAN;
+            if (dev[i]) {
+                lp = r->no_lp ? NAN : (double)greedy_lp[i];
+            } else if (!r->no_lp || r->top > 0) {
+                log_norm(row, s->V, &shift);
+                if (r->top > 0) top_k(row, s->V, r->top, shift, s->ev_ids, s->ev_lps);
+                lp = r->no_lp ? NAN : (double)row[t] - shift;
+            }
+            s->ev_n = dev[i] ? 0 : r->top;
+            bool more = r->fn ? r->fn(r->ctx, r->id, t, lp, OJ_FINISH_NONE) : true;
+            s->ev_n = 0;
             if (!more)
                 finish(s, i, OJ_FINISH_STOP);
             else if (r->len >= r->max_new)
@@ -419,6 +666,10 @@ oj_status oj_sched_step(oj_sched *s) {
         }
     }
     free(host);
+    free(dev);
+    free(greedy);
+    free(greedy_lp);
+    free(rows);
     free(start);
     free(past);
     free(tables);

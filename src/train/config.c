@@ -536,11 +536,8 @@ oj_status oj_train_config_check(const oj_train_config *c, oj_error *err) {
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "config: cuda_graph needs device cuda (CUDA graphs are a CUDA feature; "
                             "--set cuda_graph=false runs without)");
-    if (c->cuda_graph && c->grad_accum != 1)
-        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
-                            "config: cuda_graph needs grad_accum 1 (got %lld): the graph rewrites "
-                            "the gradients each step",
-                            (long long)c->grad_accum);
+    /* cuda_graph's one micro-batch per rank: checked with the world size
+     * (train/dist.c) */
     if (c->lora_r > 0) { /* what a LoRA run is refused with, each by its key */
         const char *key = !c->init_from[0]                   ? "init_from"
                           : c->lora_dropout != 0              ? "lora_dropout"

@@ -37,20 +37,41 @@ static oj_status eng_fail(oj_trainer *t, oj_error *err, const char *what) {
     return st;
 }
 
-oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
-    const oj_train_config *c = &t->cfg;
-    oj_dist *d = t->opts.dist;
-    if (c->grad_accum % t->world)
+oj_status oj__train_check_world(const oj_train_config *c, int world, bool distributed,
+                                oj_error *err) {
+    if (c->grad_accum % world)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
                             "config: grad_accum %lld is not a multiple of the world size %d: each "
                             "rank takes grad_accum / world_size micro-batches of every step",
-                            (long long)c->grad_accum, t->world);
-    t->accum = c->grad_accum / t->world;
-    t->distributed = oj_dist_active(d);
-    if (t->distributed && c->cuda_graph)
+                            (long long)c->grad_accum, world);
+    if (c->cuda_graph && c->grad_accum != world)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "config: cuda_graph needs one micro-batch per rank per step "
+                            "(grad_accum = world size %d; got grad_accum %lld): the graph "
+                            "rewrites the gradients each step",
+                            world, (long long)c->grad_accum);
+    /* the graph writes the gradient arena; the shard exchange (ZeRO-1, or
+     * EXACT over several ranks) packs autograd's own gradients instead */
+    if (distributed && c->cuda_graph &&
+        (c->zero || (world > 1 && c->numerics == OJ_NUMERICS_EXACT)))
         return oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                            "config: cuda_graph does not run data parallel yet (--set "
-                            "cuda_graph=false)");
+                            "config: cuda_graph runs data parallel only where the gradients are "
+                            "all-reduced: zero 0, and fast numerics with more than one rank "
+                            "(--set cuda_graph=false for %s)",
+                            c->zero ? "ZeRO-1" : "exact numerics");
+    return OJ_OK;
+}
+
+oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err) {
+    const oj_train_config *c = &t->cfg;
+    oj_dist *d = t->opts.dist;
+    t->accum = c->grad_accum / t->world; /* oj__train_check_world: a multiple */
+    t->distributed = oj_dist_active(d);
+    if (c->zero && t->distributed && !oj_dist_mpi(d))
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "config: zero 1 needs MPI (its checkpoints gather the optimizer "
+                            "state in host messages), and this group comes from RANK/WORLD_SIZE "
+                            "without it: start the ranks with mpirun, or zero=0");
     if (c->zero && !t->distributed)
         oj__train_say(t, "zero 1 without a process group (not started by mpirun): one process "
                          "keeps the whole optimizer state");
@@ -152,10 +173,29 @@ double oj__train_clip(oj_trainer *t) {
     return norm;
 }
 
+/* A view of flat elements off .. off + n shaped like p, detached from the
+ * scopes (a gradient the parameter will own). */
+static oj_tensor *flat_view(oj_tensor *flat, int64_t off, oj_tensor *p) {
+    oj_tensor *v = oj_view(oj_narrow(flat, 0, off, oj_numel(p)), oj_rank(p), oj_shape(p));
+    if (v)
+        oj__scope_detach(v); /* the scope's reference becomes the parameter's */
+    return v;
+}
+
 oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
     oj_dist *d = t->opts.dist;
     if (!oj_dist_active(d))
         return st;
+    /* a group without MPI exchanges its records through NCCL: bound
+     * first (a rank that could not make its engine leaves the others to
+     * time out in the rendezvous or NCCL's init, which name the wait) */
+    bool bound = false;
+    if (!oj_dist_mpi(d) && t->eng) {
+        oj_status bs = oj_dist_bind(d, t->eng, st ? NULL : err);
+        if (bs)
+            return st ? st : bs;
+        bound = true;
+    }
     /* [status, rank 0's resumed checkpoint in out_dir, message] */
     struct {
         int32_t status;
@@ -181,24 +221,77 @@ oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
     free(all);
     if (st)
         return st;
-    st = oj_dist_bind(d, t->eng, err);
+    st = bound ? OJ_OK : oj_dist_bind(d, t->eng, err);
     if (st)
         return st;
     oj_dtype dt = t->n_par ? oj_tensor_dtype(t->par[0]) : OJ_F32;
-    int64_t e = t->shard * t->world, n = e * t->n_buckets, a = t->shard * t->n_buckets;
-    t->flat = oj_zeros(t->eng, 1, &n, dt); /* the padding stays 0 */
-    t->recv = oj_empty(t->eng, 1, &e, dt);
-    t->acc = oj_empty(t->eng, 1, &a, dt);
-    if (!t->flat || !t->recv || !t->acc)
-        return eng_fail(t, err, "data parallel buffers");
+    /* the all-reduce path where its sum is allowed to depend on the world
+     * size (FAST), or cannot (one rank), and the transport sums the dtype */
+    t->allreduce = !t->cfg.zero &&
+                   (t->world == 1 || t->cfg.numerics != OJ_NUMERICS_EXACT) &&
+                   (!strcmp(oj_dist_transport(d), "nccl") || dt == OJ_F32 || dt == OJ_F64);
+    if (t->allreduce) {
+        int64_t P = t->par_off[t->n_par], n = P ? P : 1;
+        t->flat = oj_empty(t->eng, 1, &n, dt);
+        t->views = calloc((size_t)(t->n_par ? t->n_par : 1), sizeof *t->views);
+        if (!t->flat || !t->views)
+            return t->flat ? oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory")
+                           : eng_fail(t, err, "the gradient arena");
+        /* buckets of whole parameters, at most cap elements (or one) */
+        int64_t es = (int64_t)oj_dtype_size(dt);
+        int64_t cap = t->cfg.dist_bucket_bytes / es > 0 ? t->cfg.dist_bucket_bytes / es : 1;
+        t->bk_first = malloc(sizeof *t->bk_first * (size_t)(t->n_par + 1));
+        t->bk_of = malloc(sizeof *t->bk_of * (size_t)(t->n_par ? t->n_par : 1));
+        t->bk_pending = calloc((size_t)(t->n_par ? t->n_par : 1), sizeof *t->bk_pending);
+        if (!t->bk_first || !t->bk_of || !t->bk_pending)
+            return oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory");
+        t->n_bk = 0;
+        for (int64_t i = 0; i < t->n_par; i++) {
+            if (i == 0 || t->par_off[i + 1] - t->par_off[t->bk_first[t->n_bk - 1]] > cap)
+                t->bk_first[t->n_bk++] = i;
+            t->bk_of[i] = t->n_bk - 1;
+        }
+        t->bk_first[t->n_bk] = t->n_par;
+        /* (through MPI, whose all-reduce is complete on return, the same
+         * order of work, without the overlap) */
+        t->overlap = !t->cfg.cuda_graph;
+        oj_scope_begin(t->eng); /* the narrowed pieces; each view is detached */
+        for (int64_t i = 0; i < t->n_par; i++)
+            if (!(t->views[i] = flat_view(t->flat, t->par_off[i], t->par[i])))
+                break;
+        oj_scope_end(t->eng);
+        if (oj_last_status(t->eng))
+            return eng_fail(t, err, "the gradient arena");
+    } else {
+        int64_t e = t->shard * t->world, n = e * t->n_buckets, a = t->shard * t->n_buckets;
+        t->flat = oj_zeros(t->eng, 1, &n, dt); /* the padding stays 0 */
+        t->recv = oj_empty(t->eng, 1, &e, dt);
+        t->acc = oj_empty(t->eng, 1, &a, dt);
+        if (!t->flat || !t->recv || !t->acc)
+            return eng_fail(t, err, "data parallel buffers");
+    }
     oj__train_say(t, "data parallel: %d ranks (%s), %lld micro-batch(es) per rank per step, "
-                     "ZeRO-1 %s, timeout %g s",
+                     "ZeRO-1 %s, gradients %s, timeout %g s",
                   t->world, oj_dist_transport(d), (long long)t->accum,
-                  t->cfg.zero ? "on (optimizer state sharded)" : "off", t->cfg.dist_timeout);
+                  t->cfg.zero ? "on (optimizer state sharded)" : "off",
+                  t->allreduce ? "summed in place by all-reduce"
+                               : "summed in rank order (shards exchanged)",
+                  t->cfg.dist_timeout);
     return OJ_OK;
 }
 
 void oj__train_dist_free(oj_trainer *t) {
+    if (t->eng && t->eng->leaf_grad_ready_ctx == t) {
+        t->eng->leaf_grad_ready = NULL;
+        t->eng->leaf_grad_ready_ctx = NULL;
+    }
+    free(t->bk_first);
+    free(t->bk_of);
+    free(t->bk_pending);
+    if (t->views)
+        for (int64_t i = 0; i < t->n_par; i++)
+            oj_release(t->views[i]);
+    free(t->views);
     if (t->acc1)
         for (int64_t i = 0; i < t->n_par; i++)
             oj_release(t->acc1[i]);
@@ -213,17 +306,92 @@ void oj__train_dist_free(oj_trainer *t) {
     free(t->norm_order);
 }
 
-/* A view of flat elements off .. off + n shaped like p, detached from the
- * scopes (a gradient the parameter will own). */
-static oj_tensor *flat_view(oj_tensor *flat, int64_t off, oj_tensor *p) {
-    oj_tensor *v = oj_view(oj_narrow(flat, 0, off, oj_numel(p)), oj_rank(p), oj_shape(p));
-    if (v)
-        oj__scope_detach(v); /* the scope's reference becomes the parameter's */
-    return v;
+/* Queue the all-reduce of every bucket from next_bk down whose
+ * gradients are final; the first error is kept in bk_status. */
+static void launch_ready(oj_trainer *t) {
+    oj_scope_begin(t->eng);
+    while (t->next_bk >= 0 && t->bk_pending[t->next_bk] == 0 && !t->bk_status) {
+        int64_t b = t->next_bk--;
+        int64_t lo = t->par_off[t->bk_first[b]], hi = t->par_off[t->bk_first[b + 1]];
+        oj_tensor *v = hi > lo ? oj_narrow(t->flat, 0, lo, hi - lo) : NULL;
+        oj_error e = {0};
+        if (hi > lo && !v) {
+            t->bk_status = oj_last_status(t->eng);
+            snprintf(t->bk_msg, sizeof t->bk_msg, "gradient bucket: %.500s", oj_last_error(t->eng));
+        } else if (v && (t->bk_status = oj_dist_allreduce_sum(t->opts.dist, v, &e))) {
+            snprintf(t->bk_msg, sizeof t->bk_msg, "%.500s", e.message);
+        }
+    }
+    oj_scope_end(t->eng);
+}
+
+/* backward's leaf hook (the last micro-batch, overlap on): a parameter's
+ * gradient is final; its bucket may be ready. */
+static void on_grad_ready(void *ctx, oj_tensor *leaf) {
+    oj_trainer *t = ctx;
+    for (int64_t i = 0; i < t->n_par; i++)
+        if (t->par[i] == leaf) {
+            if (--t->bk_pending[t->bk_of[i]] == 0)
+                launch_ready(t);
+            return;
+        }
+}
+
+oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err) {
+    bool whole = k > 0 && t->cfg.numerics == OJ_NUMERICS_EXACT;
+    if (k == 0) { /* the step's buckets: none queued */
+        t->next_bk = t->n_bk - 1;
+        t->bk_status = OJ_OK;
+        for (int64_t b = 0; b < t->n_bk; b++)
+            t->bk_pending[b] = (int32_t)(t->bk_first[b + 1] - t->bk_first[b]);
+    }
+    if (t->graph.graph)
+        return OJ_OK; /* the captured backward rewrites the views */
+    /* the last micro-batch's backward queues each bucket when it is final
+     * (EXACT with several micro-batches adds the last one in after) */
+    if (t->overlap && k == t->accum - 1 && !whole) {
+        t->eng->leaf_grad_ready = on_grad_ready;
+        t->eng->leaf_grad_ready_ctx = t;
+    }
+    if (k > 0 && !whole)
+        return OJ_OK; /* FAST: backward keeps adding into the arena */
+    for (int64_t i = 0; i < t->n_par; i++) {
+        oj_tensor *p = t->par[i];
+        oj_zero_grad(p);
+        if (!whole) { /* the micro-batch's first gradient is copied in */
+            p->grad = oj_retain(t->views[i]);
+            p->grad_fresh = true;
+        }
+    }
+    return oj_last_status(t->eng) ? eng_fail(t, err, "gradient views") : OJ_OK;
+}
+
+/* The all-reduce path after micro-batch k's backward: EXACT, k > 0: the
+ * micro-batch's whole gradient added into the arena (the one-process
+ * order); every arena part no gradient reached is zeroed. */
+static oj_status allreduce_micro(oj_trainer *t, int64_t k, oj_error *err) {
+    bool whole = k > 0 && t->cfg.numerics == OJ_NUMERICS_EXACT;
+    t->eng->leaf_grad_ready = NULL;
+    t->eng->leaf_grad_ready_ctx = NULL;
+    for (int64_t i = 0; i < t->n_par; i++) {
+        oj_tensor *p = t->par[i], *v = t->views[i];
+        if (whole) {
+            if (p->grad)
+                oj_add_(v, p->grad);
+            oj_zero_grad(p);
+            p->grad = oj_retain(v);
+        } else if (p->grad_fresh) { /* unused by this micro-batch */
+            oj_fill_(v, 0);
+            p->grad_fresh = false;
+        }
+    }
+    return oj_last_status(t->eng) ? eng_fail(t, err, "accumulating gradients") : OJ_OK;
 }
 
 oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err) {
     oj_engine *eng = t->eng;
+    if (t->allreduce)
+        return allreduce_micro(t, k, err);
     if (!t->distributed) { /* one process: acc1[i] = g_0, then acc1[i] + g_k */
         if (!t->acc1 && !(t->acc1 = calloc((size_t)(t->n_par ? t->n_par : 1), sizeof *t->acc1)))
             return oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
@@ -294,6 +462,23 @@ oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err) {
 }
 
 oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
+    if (t->allreduce) {
+        /* the buckets backward did not queue (all without overlap), last
+         * first, summed in place without a host wait (NCCL: the engine's
+         * stream waits on the device, the watchdog bounds them) */
+        for (int64_t b = 0; b < t->n_bk; b++)
+            t->bk_pending[b] = 0;
+        launch_ready(t);
+        oj_status st = t->bk_status;
+        if (st)
+            return oj_error_set(err, st, "%s", t->bk_msg);
+        char what[96];
+        snprintf(what, sizeof what, "the step %lld gradient all-reduce", (long long)t->step + 1);
+        st = oj_dist_join(t->opts.dist, err);
+        if (!st)
+            st = oj_dist_watch(t->opts.dist, what, err);
+        return st;
+    }
     if (!t->distributed) {
         for (int64_t i = 0; i < t->n_par; i++) {
             oj_tensor *p = t->par[i];
@@ -320,8 +505,9 @@ oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
 
 oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *loss_sum,
                                 double flags[2], oj_error *err) {
-    /* mine: [stop signal, time-limit stop, sched total, losses of accum micro-batches] */
-    const int64_t n = 3 + t->accum;
+    /* mine: [stop signal, time-limit stop, sched total, step, losses of
+     * accum micro-batches (none when losses is NULL: oj__train_dist_losses)] */
+    const int64_t n = 4 + (losses ? t->accum : 0);
     double *mine = malloc(sizeof *mine * (size_t)n);
     double *all = malloc(sizeof *all * (size_t)(n * t->world));
     if (!mine || !all) {
@@ -331,17 +517,26 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
     }
     memcpy(mine, flags, 2 * sizeof *flags);
     mine[2] = (double)t->sched_mine;
-    memcpy(mine + 3, losses, sizeof *losses * (size_t)t->accum);
+    mine[3] = (double)(t->step + 1);
+    if (losses)
+        memcpy(mine + 4, losses, sizeof *losses * (size_t)t->accum);
     char what[96];
     snprintf(what, sizeof what, "the step %lld record exchange", (long long)t->step + 1);
     oj_status st = oj_dist_exchange(t->opts.dist, mine, sizeof *mine * (size_t)n, all, what, err);
+    for (int q = 0; !st && q < t->world; q++) /* the ranks at one step */
+        if (all[q * n + 3] != mine[3])
+            st = oj_error_set(err, OJ_ERR_STATE,
+                              "data parallel: rank %d is at step %.0f, rank %d at step %.0f: the "
+                              "ranks are out of step",
+                              q, all[q * n + 3], t->rank, mine[3]);
     if (!st) {
         double sum = 0;
         /* micro-batch j = k * world + q: the order one process sums them in */
-        for (int64_t k = 0; k < t->accum; k++)
+        for (int64_t k = 0; losses && k < t->accum; k++)
             for (int q = 0; q < t->world; q++)
-                sum += all[q * n + 3 + k];
-        *loss_sum = sum;
+                sum += all[q * n + 4 + k];
+        if (loss_sum)
+            *loss_sum = sum;
         flags[0] = 0;
         for (int q = 0; q < t->world; q++)
             flags[0] = flags[0] || all[q * n] != 0; /* a signal on any rank */
@@ -349,6 +544,26 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
         t->sched_mine = (int64_t)all[2];
     }
     free(mine);
+    free(all);
+    return st;
+}
+
+oj_status oj__train_dist_losses(oj_trainer *t, const double *losses, double *loss_sum,
+                                oj_error *err) {
+    double *all = malloc(sizeof *all * (size_t)(t->accum * t->world));
+    if (!all)
+        return oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
+    char what[96];
+    snprintf(what, sizeof what, "the step %lld loss exchange", (long long)t->step + 1);
+    oj_status st = oj_dist_exchange(t->opts.dist, losses, sizeof *losses * (size_t)t->accum,
+                                    all, what, err);
+    if (!st) {
+        double sum = 0;
+        for (int64_t k = 0; k < t->accum; k++) /* micro-batch order, as in the record */
+            for (int q = 0; q < t->world; q++)
+                sum += all[q * t->accum + k];
+        *loss_sum = sum;
+    }
     free(all);
     return st;
 }

@@ -174,6 +174,30 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
     prof_mark(t, pf, PH_FWD_BWD);
 }
 
+/* The group's record: the losses (mloss: the collected path's, read at
+ * once; NULL: read after the step), the stop flags, the schedule's end.
+ * Exchanged before the gradient's sum: its one message per peer names a
+ * rank that died or hangs, which a collective cannot. */
+static oj_status step_record(oj_trainer *t, const double *mloss, int64_t n_micro,
+                             double *loss_sum, bool *sched_set, oj_error *err) {
+    const oj_train_config *c = &t->cfg;
+    double flags[2] = {t->opts.stop && *t->opts.stop,
+                       c->time_limit_seconds > 0 && t->run_steps > 0 &&
+                           elapsed(t) + t->step_ema + reserve_s(t) > c->time_limit_seconds};
+    t->sched_mine = schedule_total(t);
+    *sched_set = true;
+    oj_status st = OJ_OK;
+    if (t->distributed) {
+        st = oj__train_dist_record(t, mloss, loss_sum, flags, err);
+        t->stop_agreed = flags[0] != 0;
+        t->time_agreed = flags[1] != 0;
+    } else {
+        for (int64_t k = 0; k < n_micro; k++)
+            *loss_sum += mloss[k];
+    }
+    return st;
+}
+
 /* One optimizer step over grad_accum micro-batches: the clip and the
  * optimizer step (oj__optim_clip_step: on a device one read-back, after
  * the update is queued), then the losses, read when the device has
@@ -198,11 +222,21 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     if (mloss == NULL)
         st = oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
     const int64_t n_micro = t->collect ? t->accum : c->grad_accum;
+    /* the all-reduce path's record comes first, before any collective of
+     * the step (through NCCL it then waits for nothing queued) */
+    bool sched_set = false;
+    if (!st && t->allreduce)
+        st = step_record(t, NULL, n_micro, &loss_sum, &sched_set, err);
+    /* the all-reduce path reads its losses after the step, as one process */
+    const bool read_now = t->collect && !t->allreduce;
     for (int64_t k = 0; !st && k < n_micro; k++) {
         oj_scope_begin(eng);
-        if (c->cuda_graph) {
+        if (t->allreduce)
+            st = oj__train_grads_attach(t, k, err);
+        if (st) {
+        } else if (c->cuda_graph) {
             graph_micro_step(t, pf);
-            if (t->collect && oj_last_status(eng) == OJ_OK) /* its gradient is summed below */
+            if (read_now && oj_last_status(eng) == OJ_OK) /* its gradient is summed below */
                 mloss[k] = oj_item(t->graph.loss);
         } else {
             oj_tensor *x = NULL, *y = NULL;
@@ -214,7 +248,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
                 oj_tensor *scaled =
                     c->grad_accum == 1 ? loss : oj_mul_scalar(loss, 1.0 / (double)c->grad_accum);
                 oj_tensor *keep = NULL;
-                if (scaled && oj_backward(scaled, false) == OJ_OK && t->collect) {
+                if (scaled && oj_backward(scaled, false) == OJ_OK && read_now) {
                     mloss[k] = oj_item(loss);
                 } else if (scaled && oj_last_status(eng) == OJ_OK && (keep = oj_detach(loss))) {
                     oj__scope_detach(keep); /* outlives this micro-step's scope */
@@ -223,35 +257,18 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
             }
             prof_mark(t, pf, PH_FWD_BWD);
         }
-        if (oj_last_status(eng))
+        if (!st && oj_last_status(eng))
             st = eng_error(t, err, "train step");
         if (!st && t->collect)
             st = oj__train_grads_micro(t, k, err);
         oj_scope_end(eng);
     }
+    if (!st && t->collect && !t->allreduce)
+        st = step_record(t, mloss, n_micro, &loss_sum, &sched_set, err);
     if (!st && t->collect)
         st = oj__train_grads_finish(t, err);
-    /* the group's record: losses, stop flags, the schedule's end */
-    bool sched_set = false;
-    if (!st && t->collect) {
-        double flags[2] = {t->opts.stop && *t->opts.stop,
-                           c->time_limit_seconds > 0 && t->run_steps > 0 &&
-                               elapsed(t) + t->step_ema + reserve_s(t) > c->time_limit_seconds};
-        t->sched_mine = schedule_total(t);
-        sched_set = true;
-        if (t->distributed) {
-            st = oj__train_dist_record(t, mloss, &loss_sum, flags, err);
-            t->stop_agreed = flags[0] != 0;
-            t->time_agreed = flags[1] != 0;
-        } else {
-            for (int64_t k = 0; k < n_micro; k++)
-                loss_sum += mloss[k];
-        }
-    }
-    if (mloss != mloss_kept)
-        free(mloss);
     double norm = NAN;
-    if (!st && t->collect) { /* the global norm's clip, in place (train/dist.c) */
+    if (!st && read_now) { /* the global norm's clip, in place (train/dist.c) */
         norm = oj__train_clip(t);
         if (oj_last_status(eng))
             st = eng_error(t, err, "grad clip");
@@ -266,7 +283,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         oj_optim_step_info info;
         /* collected gradients are clipped already; else clip and step in one
          * (on a device: gated, one read-back) */
-        oj_status os = t->collect ? oj_optim_step(t->optim, &info)
+        oj_status os = read_now ? oj_optim_step(t->optim, &info)
                                   : oj__optim_clip_step(t->optim, c->grad_clip, &norm, &info);
         if (os == OJ_ERR_NUMERIC) {
             t->skipped_in_row++;
@@ -280,7 +297,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         }
         if (!st) /* ZeRO-1: the ranks agree on the step, then gather the parameters */
             st = oj__train_zero_after_step(t, os == OJ_ERR_NUMERIC, err);
-        if (t->collect) /* every parameter's (ZeRO-1: not only this rank's run) */
+        if (t->collect && !c->cuda_graph) /* every parameter's (ZeRO-1: not only this rank's run) */
             for (int64_t i = 0; i < t->n_par; i++)
                 oj_zero_grad(t->par[i]);
         else if (!c->cuda_graph) /* the graph's replays rewrite its gradients */
@@ -292,11 +309,24 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     if (!st) {
         if (c->cuda_graph && !t->collect)
             loss_sum += oj_item(t->graph.loss);
-        for (int64_t k = 0; k < n_loss; k++)
-            loss_sum += oj_item(losses[k]);
-        if (oj_last_status(eng))
-            st = eng_error(t, err, "reading the loss");
+        if (t->allreduce) { /* every rank's, in micro-batch order */
+            if (c->cuda_graph) /* one micro-batch per rank */
+                mloss[0] = oj_item(t->graph.loss);
+            for (int64_t k = 0; k < n_loss; k++)
+                mloss[k] = oj_item(losses[k]);
+            if (oj_last_status(eng))
+                st = eng_error(t, err, "reading the loss");
+            else
+                st = oj__train_dist_losses(t, mloss, &loss_sum, err);
+        } else {
+            for (int64_t k = 0; k < n_loss; k++)
+                loss_sum += oj_item(losses[k]);
+            if (oj_last_status(eng))
+                st = eng_error(t, err, "reading the loss");
+        }
     }
+    if (mloss != mloss_kept)
+        free(mloss);
     if (!st && c->cuda_graph && oj__step_graph_check(&t->graph) != OJ_OK)
         st = eng_error(t, err, "train step");
     prof_mark(t, pf, PH_LOSS);

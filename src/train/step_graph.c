@@ -20,9 +20,12 @@ oj_status oj__step_graph_capture(oj_gpt *m, oj_tensor *x, oj_tensor *y, oj__step
     oj_engine *eng = oj_tensor_engine(x);
     *g = (oj__step_graph){0};
     /* the gradients must be created by the captured backward (in the
-     * graph's pool), so every replay writes them afresh */
+     * graph's pool), so every replay writes them afresh; a given buffer
+     * not yet written (grad_fresh: the data-parallel gradient arena) is
+     * kept, and the captured backward copies into it */
     oj_named_tensors sd = oj_gpt_state_dict(m);
-    for (int64_t i = 0; i < sd.n; i++) oj_zero_grad(sd.tensors[i]);
+    for (int64_t i = 0; i < sd.n; i++)
+        if (!sd.tensors[i]->grad_fresh) oj_zero_grad(sd.tensors[i]);
     /* the graph's tensors belong to g, whatever scope is open */
     g->x = oj__clone(x);
     g->y = g->x ? oj__clone(y) : NULL;

@@ -100,6 +100,22 @@ struct oj_trainer {
     oj_tensor *recv;      /* [world * S] one bucket's blocks received by the alltoall */
     oj_tensor *acc;       /* [nb * S] this rank's sub-shards of the step's gradient */
     oj_tensor **acc1;     /* one process: [n_par] the step's gradients so far */
+    /* the all-reduce path (ZeRO-1 off, and FAST numerics or a group of
+     * one): the gradients live in flat [P] (views[i]: parameter i's part,
+     * which backward accumulates into), summed over the ranks in place */
+    bool allreduce;
+    oj_tensor **views;
+    /* its buckets: runs of whole parameters [bk_first[b], bk_first[b + 1])
+     * of at most dist_bucket_bytes (or one parameter), all-reduced from
+     * the last to the first; with `overlap` (NCCL, eager) each is queued
+     * during the last micro-batch's backward as soon as its parameters'
+     * gradients are final (bk_pending[b] 0), on the communicator's stream */
+    int64_t n_bk, next_bk;
+    int64_t *bk_first, *bk_of;
+    int32_t *bk_pending;
+    bool overlap;
+    oj_status bk_status; /* the first error of a bucket queued from backward */
+    char bk_msg[600];
     int64_t sched_mine;   /* the schedule total the group uses this step */
     bool stop_agreed, time_agreed; /* from the last step record */
 };
@@ -117,6 +133,12 @@ struct oj_trainer {
  * a checkpoint into the shard; zero_gather builds on rank 0 the whole
  * optimizer state (*full; NULL on the other ranks, which send theirs). */
 oj_status oj__train_dist_setup(oj_trainer *t, oj_error *err);
+/* The config's checks that need the world size (world ranks; distributed:
+ * an active group, even of one): grad_accum a multiple of it, cuda_graph
+ * one micro-batch per rank and only where the gradients are all-reduced.
+ * OJ_ERR_INVALID_ARGUMENT / OJ_ERR_UNSUPPORTED naming the key. */
+oj_status oj__train_check_world(const oj_train_config *c, int world, bool distributed,
+                                oj_error *err);
 oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err);
 void oj__train_dist_free(oj_trainer *t);
 oj_status oj__train_grads_micro(oj_trainer *t, int64_t k, oj_error *err);
@@ -126,6 +148,17 @@ oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err);
 double oj__train_clip(oj_trainer *t);
 oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *loss_sum,
                                 double flags[2], oj_error *err);
+/* The all-reduce path: before micro-batch k's forward, the parameters'
+ * grads become their views of the arena (k 0: to be written by backward's
+ * first gradient; EXACT, k > 0: detached, so the micro-batch's gradient
+ * forms whole and grads_micro adds it in; nothing once a CUDA graph is
+ * captured), the step's buckets are reset (k 0) and, before the last
+ * micro-batch, backward's leaf hook queues them (overlap). losses: after the step, this
+ * rank's accum micro-batch losses -> loss_sum over every rank, in
+ * micro-batch order. */
+oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err);
+oj_status oj__train_dist_losses(oj_trainer *t, const double *losses, double *loss_sum,
+                                oj_error *err);
 oj_status oj__train_zero_after_step(oj_trainer *t, bool skipped, oj_error *err);
 oj_status oj__train_zero_resume(oj_trainer *t, oj_error *err);
 oj_status oj__train_zero_gather(oj_trainer *t, oj_optim **full, oj_error *err);

@@ -247,6 +247,20 @@ static oj_status make_groups(oj_trainer *t, oj_optim *o, const oj_named_tensors 
     return st;
 }
 
+/* A shard the loader refused: "what: message", and when a token lies
+ * outside a vocabulary the preset chose (no tokenizer_dir, no vocab_size),
+ * the keys that set it. */
+static oj_status data_error(const oj_trainer *t, oj_status st, const char *what,
+                            const char *msg, oj_error *err) {
+    const bool preset_vocab = !t->cfg.tokenizer_dir[0] && t->cfg.vocab_size <= 0;
+    if (preset_vocab && strstr(msg, "outside the vocabulary"))
+        return oj_error_set(err, st,
+                            "%s: %s (the model's vocab_size %lld is the preset's: give --set "
+                            "tokenizer_dir=DIR, the shards' tokenizer, or --set vocab_size=N)",
+                            what, msg, (long long)t->mcfg.vocab_size);
+    return oj_error_set(err, st, "%s: %s", what, msg);
+}
+
 /* The first eval_batches batches of the val split, kept on the host, and
  * the bytes their target tokens stand for. No val shards: no evals. */
 static oj_status load_val(oj_trainer *t, const oj_tokenizer *tok, oj_error *err) {
@@ -273,7 +287,7 @@ static oj_status load_val(oj_trainer *t, const oj_tokenizer *tok, oj_error *err)
         return OJ_OK;
     }
     if (st)
-        return oj_error_set(err, st, "val data: %s", e2.message);
+        return data_error(t, st, "val data", e2.message, err);
     int64_t nb = oj_loader_steps_per_epoch(L);
     if (nb > t->cfg.eval_batches)
         nb = t->cfg.eval_batches;
@@ -324,7 +338,7 @@ static oj_status open_train(oj_trainer *t, oj_error *err) {
     oj_error e2 = {0};
     st = oj_loader_open(&lc, &t->train, &e2);
     if (st)
-        return oj_error_set(err, st, "train data: %s", e2.message);
+        return data_error(t, st, "train data", e2.message, err);
     return OJ_OK;
 }
 
@@ -412,6 +426,14 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     t->last_loss = t->last_val_loss = t->last_val_bpb = NAN;
     t->rank = oj_dist_rank(opts->dist);
     t->world = oj_dist_world_size(opts->dist);
+    st = oj__train_check_world(cfg, t->world, oj_dist_active(opts->dist), err);
+    /* oj_dist_bind refuses this too, but only after out_dir is made */
+    if (!st && oj_dist_active(opts->dist) && !oj_dist_mpi(opts->dist) &&
+        cfg->device.type == OJ_DEVICE_CPU)
+        st = oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                          "dist: a CPU engine's collectives need MPI, and this group comes "
+                          "from RANK/WORLD_SIZE without it: start the ranks with mpirun (or "
+                          "use CUDA engines, whose collectives are NCCL's)");
     if (t->rank != 0) { /* rank 0 reports for the group */
         t->opts.log = NULL;
         t->opts.progress_bar = false;
@@ -420,7 +442,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
 
     oj_tokenizer *tok = NULL;
     int64_t tok_vocab = 0;
-    if (cfg->tokenizer_dir[0]) {
+    if (!st && cfg->tokenizer_dir[0]) {
         oj_error e2 = {0};
         char abs[PATH_MAX];
         if ((st = oj_tokenizer_load(cfg->tokenizer_dir, &tok, &e2)))

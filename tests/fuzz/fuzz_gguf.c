@@ -8,7 +8,9 @@
  *    same metadata (keys, types, values) and tensors (names, types, dims,
  *    bytes);
  *  - small F32/F16/BF16 tensors load into a CPU engine with their bytes,
- *    Q8_0/Q4_0/Q4_1 ones as quantized matrices with their blocks. */
+ *    Q8_0/Q4_0/Q4_1/Q4_K ones as quantized matrices with their blocks;
+ *  - tokenizer.ggml.* metadata builds a tokenizer or is refused with a
+ *    message (oj_gguf_tokenizer). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include "fuzz_common.h"
 #include "io/gguf_internal.h"
 #include "ojas/gguf.h"
+#include "ojas/gpt.h"
 #include "ojas/quant.h"
 
 static oj_engine *engine(void) {
@@ -166,6 +169,18 @@ static void load(const oj_gguf *g) {
     }
 }
 
+static void tokenizer(const oj_gguf *g) {
+    oj_tokenizer *tok = NULL;
+    oj_error err = {0};
+    oj_status rc = oj_gguf_tokenizer(g, "fuzz", &tok, &err);
+    if (rc == OJ_OK) {
+        FZ_CHECK(tok != NULL);
+        oj_tokenizer_free(tok);
+    } else {
+        FZ_CHECK(tok == NULL && err.status == rc && err.message[0]);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     oj__mapping *m;
     FZ_CHECK(oj__map_memory(data, size, false, &m, NULL) == OJ_OK);
@@ -202,6 +217,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)sum;
     if (size < (1 << 20)) roundtrip(g);
     load(g);
+    tokenizer(g);
     oj_gguf_close(g);
     return 0;
 }

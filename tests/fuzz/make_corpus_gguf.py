@@ -4,8 +4,8 @@
     python3 tests/fuzz/make_corpus_gguf.py
 
 tests/fuzz/corpus/fuzz_gguf/  valid GGUF files (every metadata type,
-    F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors, a Q4_K tensor that is listed but
-    not loaded, alignment 32 and 64, versions 2 and 3, no tensors) and one
+    F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K tensors, alignment 32 and 64, versions
+    2 and 3, no tensors, a GPT-2 byte-level BPE tokenizer) and one
     malformed file per rule the reader enforces (include/ojas/gguf.h).
 """
 import os
@@ -75,6 +75,20 @@ def f16(x):
     return struct.pack("<e", x)
 
 
+def gpt2_byte_tokens():
+    # GPT-2's bytes_to_unicode: printable bytes as themselves, the rest
+    # shifted to U+0100 upwards, in byte order
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + n)
+            n += 1
+    return [out[b] for b in range(256)]
+
+
 def valid_files():
     every = [("general.architecture", STR, "llama"), ("t.u8", U8, 7), ("t.i8", I8, -7),
              ("t.u16", U16, 700), ("t.i16", I16, -700), ("t.u32", U32, 70000),
@@ -97,6 +111,13 @@ def valid_files():
         "empty": gguf([], []),
         "last_unpadded": gguf(every[:1], [("a", 0, [3])], pad_last=False),
         "rank4": gguf([], [("r4", 0, [2, 1, 3, 1])]),
+        "tokenizer_gpt2": gguf([("tokenizer.ggml.model", STR, "gpt2"),
+                                ("tokenizer.ggml.tokens", ARR,
+                                 (STR, gpt2_byte_tokens() + ["ab", "\u0120a", "<|endoftext|>",
+                                                            "<|pad_259|>"])),
+                                ("tokenizer.ggml.token_type", ARR, (I32, [1] * 258 + [3, 5])),
+                                ("tokenizer.ggml.merges", ARR, (STR, ["a b", "\u0120 a"])),
+                                ("tokenizer.ggml.eos_token_id", U32, 258)], []),
     }
 
 

@@ -4086,6 +4086,10 @@ static void test_numerics_edge_rows(void **state) {
 
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
+    /* the attention cases check ojas's own kernels (tensor-core, f32,
+     * decode), which cuDNN's fused attention would otherwise take over for
+     * bf16/f16 at D 64 and 128: test_gpu_attention checks that path */
+    setenv("OJAS_CUDA_ATTN_CUDNN", "0", 1);
 #define T_(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
     const struct CMUnitTest tests[] = {
         T_(test_copy_fill),

@@ -4,11 +4,10 @@ RNG seeded from the test's name, so every run draws the same inputs.
 
 `engine` is an ojas.Engine of the Python package (python/), found as the
 package built into <build>/python: <build> is $OJAS_BUILD_DIR, else the
-directory of $OJAS_LIB, else ./build (`make python` builds it). `eng` is the
-ctypes wrapper ojas_ctypes.py, which the files not yet moved to the package
-still use."""
+directory of $OJAS_LIB, else ./build (`make python` builds it)."""
 
 import gc
+import json
 import os
 import sys
 import zlib
@@ -16,9 +15,17 @@ import zlib
 import numpy as np
 import pytest
 
-import ojas_ctypes
-
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rewrite_json(path, **fields):
+    """Replace `fields` of the JSON object in the file at `path`, in place
+    (a config.json the tests make wrong or unusual)."""
+    with open(path) as f:
+        c = json.load(f)
+    c.update(fields)
+    with open(path, "w") as f:
+        json.dump(c, f)
 
 
 def _build_dir():
@@ -41,21 +48,15 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _libojas():
-    """Load libojas once; stop the test run with the loader's reason if it
-    cannot be loaded (rather than failing every test the same way)."""
+def _package():
+    """Import the package once; stop the test run with the import's reason
+    if it fails (rather than failing every test the same way)."""
     try:
-        ojas_ctypes.lib()
-    except OSError as e:
-        pytest.exit("cannot load libojas (set OJAS_LIB, or `make build`): %s" % e, returncode=1)
-
-
-@pytest.fixture
-def eng():
-    e = ojas_ctypes.Engine(threads=1)
-    yield e
-    leaked = e.close()
-    assert leaked == 0, "%d tensor handle(s) still live after Python released its own" % leaked
+        import ojas  # noqa: F401
+    except ImportError as e:
+        pytest.exit("cannot import the ojas package from %s (`make python`, or set "
+                    "OJAS_BUILD_DIR): %s" % (os.path.join(_build_dir(), "python"), e),
+                    returncode=1)
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
-"""Compare an ojas op with its PyTorch reference: forward and gradients.
-See the docstring of ojas_ctypes.py for how tests use `check` and `rand`."""
+"""Tolerances, dtype names and random inputs shared by the PyTorch reference
+tests: `rand` draws inputs, `assert_close` judges a result against torch's.
+dtypes are named "f32", "f64", "bf16", "f16", "i64", "i32", "u8", "bool";
+pkgcheck.py compares the package's ops with torch over these."""
 
 import numpy as np
 import torch
 
-from ojas_ctypes import DTYPES, NP_OF, Tensor
 
 # Relative tolerance per dtype (the issue's ~1e-5 f32, ~1e-12 f64); the
 # absolute floor is the same fraction of the reference's largest magnitude
@@ -16,6 +17,8 @@ TORCH_DT = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16,
             "f16": torch.float16, "i64": torch.int64, "i32": torch.int32,
             "u8": torch.uint8, "bool": torch.bool}
 OJ_OF_TORCH = {v: k for k, v in TORCH_DT.items()}
+NP_OF = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i64": np.int64,
+         "i32": np.int32, "u8": np.uint8, "bool": np.bool_}
 
 
 def rand(rng, shape, dtype="f32", low=0.1, high=2.0, positive=False):
@@ -53,59 +56,4 @@ def assert_close(got, ref, dtype, what="", rtol=None):
                                err_msg="%s (dtype %s, rtol %g)" % (what, dtype, rt))
 
 
-def _as_oj(eng, a, grad, noncontig):
-    """(leaf Tensor, Tensor used as op input). noncontig: the leaf holds
-    the transposed data and the input is oj_transpose(leaf, -1, -2)."""
-    a = np.asarray(a)
-    is_float = a.dtype.kind == "f"
-    if noncontig and a.ndim >= 2:
-        leaf = eng.tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2)),
-                          requires_grad=grad and is_float)
-        x = eng.call("transpose", leaf, -1, -2)
-        assert not x.is_contiguous() or min(a.shape[-2:]) <= 1
-        return leaf, x
-    leaf = eng.tensor(a, requires_grad=grad and is_float)
-    return leaf, leaf
-
-
-def check(eng, name, inputs, *scalars, ref, grad=True, noncontig=False, rtol=None,
-          grad_rtol=None, out_dtype=None, grad_inputs=None, seed=1234):
-    """Run oj_<name>(*inputs, *scalars) and ref(*torch_inputs, *scalars);
-    compare output dtype, shape and values; then, if grad, seed both with
-    the same random upstream gradient and compare every float input's
-    gradient. inputs are numpy arrays; grad_inputs (indices) limits which
-    float inputs require grad (default all). Returns the ojas output Tensor."""
-    need = [grad and (grad_inputs is None or i in grad_inputs) for i in range(len(inputs))]
-    leaves, xs = zip(*[_as_oj(eng, a, g, noncontig) for a, g in zip(inputs, need)]) \
-        if inputs else ((), ())
-    out = eng.call(name, *xs, *scalars)
-    tin = [torch.tensor(np.asarray(a), requires_grad=g and np.asarray(a).dtype.kind == "f")
-           for a, g in zip(inputs, need)]
-    tout = ref(*tin, *scalars)
-    want_dt = out_dtype or OJ_OF_TORCH[tout.dtype]
-    assert out.dtype == want_dt, "%s: output dtype %s, torch %s" % (name, out.dtype, want_dt)
-    assert out.shape == tuple(tout.shape), "%s: output shape %s, torch %s" % (
-        name, out.shape, tuple(tout.shape))
-    assert_close(out.to_numpy(), tout.detach().numpy(), out.dtype, name + " forward", rtol)
-    if not grad or not tout.requires_grad:
-        return out
-    rng = np.random.default_rng(seed)
-    g = rand(rng, tout.shape, out.dtype)
-    out.backward(g)
-    tout.backward(torch.tensor(g))
-    for i, (leaf, t) in enumerate(zip(leaves, tin)):
-        if not t.requires_grad:
-            continue
-        tg = (t.grad.numpy() if t.grad is not None
-              else np.zeros(tuple(t.shape), NP_OF[OJ_OF_TORCH[t.dtype]]))
-        og = leaf.grad
-        assert og is not None, "%s: no gradient for input %d" % (name, i)
-        og = og.to_numpy()
-        if noncontig and og.ndim >= 2:
-            og = np.swapaxes(og, -1, -2)
-        assert_close(og, tg, leaf.dtype, "%s grad of input %d" % (name, i), grad_rtol or rtol)
-    return out
-
-
-__all__ = ["check", "rand", "assert_close", "RTOL", "TORCH_DT", "OJ_OF_TORCH", "Tensor",
-           "DTYPES"]
+__all__ = ["rand", "assert_close", "RTOL", "TORCH_DT", "OJ_OF_TORCH", "NP_OF"]

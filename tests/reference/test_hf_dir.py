@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 
+import conftest
 import gpt_reference as gref
 import hf_reference as ref
 from ojpkg import ojas
@@ -328,12 +329,7 @@ def _good_dir(tmp_path, name="llama", shards=1):
 
 
 def _rewrite_config(d, **kw):
-    p = os.path.join(d, "config.json")
-    with open(p) as f:
-        c = json.load(f)
-    c.update(kw)
-    with open(p, "w") as f:
-        json.dump(c, f)
+    conftest.rewrite_json(os.path.join(d, "config.json"), **kw)
 
 
 @pytest.mark.parametrize("field,value,needle", [

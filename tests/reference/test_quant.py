@@ -1,18 +1,20 @@
 """The quantized formats' bytes against llama.cpp's: an independent numpy port
 of ggml's reference quantizers (ggml-quants.c: quantize_row_q8_0_ref,
-quantize_row_q4_0_ref, quantize_row_q4_1_ref; block structs of
-ggml-common.h), every operation in float32 as in the C, compared byte for
-byte with oj_quantize_row, and the dequantized values with ggml's
-dequantize_row_* formulas."""
+quantize_row_q4_0_ref, quantize_row_q4_1_ref, quantize_row_q4_K_ref with
+make_qkx2_quants and nearest_int; block structs of ggml-common.h), every
+operation in float32 as in the C, compared byte for byte with
+oj_quantize_row, and the dequantized values with ggml's dequantize_row_*
+formulas."""
 
 import ctypes as C
+import os
 
 import numpy as np
 import pytest
 
-import ojas_ctypes
+from conftest import _build_dir
 
-QTYPES = {"q8_0": 0, "q4_0": 1, "q4_1": 2}
+QTYPES = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q4_k": 3}
 f32 = np.float32
 
 
@@ -86,8 +88,149 @@ def ref_q4_1(x):
     return bytes(out)
 
 
+def _nearest_int(v):
+    # ggml's nearest_int: add 1.5 * 2^23 in float32, read the mantissa bits
+    t = np.array([f32(v) + f32(12582912.0)], dtype=f32).view(np.int32)[0]
+    return int(t & 0x007FFFFF) - 0x00400000
+
+
+def _make_qkx2_quants(x, w, nmax=15, rmin=f32(-1), rdelta=f32(0.1), nstep=20):
+    """ggml's make_qkx2_quants(n=32, ..., use_mad=false): (scale, -min, L)."""
+    n = len(x)
+    mn, mx = x[0], x[0]
+    sum_w = w[0]
+    sum_x = f32(sum_w * x[0])
+    for i in range(1, n):
+        if x[i] < mn:
+            mn = x[i]
+        if x[i] > mx:
+            mx = x[i]
+        sum_w = f32(sum_w + w[i])
+        sum_x = f32(sum_x + f32(w[i] * x[i]))
+    if mn > 0:
+        mn = f32(0)
+    if mx == mn:
+        return f32(0), f32(-mn), [0] * n
+    iscale = f32(f32(nmax) / f32(mx - mn))
+    scale = f32(f32(1) / iscale)
+    L = []
+    best = f32(0)
+    for i in range(n):
+        l = max(0, min(nmax, _nearest_int(f32(iscale * f32(x[i] - mn)))))
+        L.append(l)
+        diff = f32(f32(f32(scale * f32(l)) + mn) - x[i])
+        best = f32(best + f32(w[i] * f32(diff * diff)))
+    for step in range(nstep + 1):
+        iscale = f32(f32(f32(rmin + f32(rdelta * f32(step))) + f32(nmax)) / f32(mx - mn))
+        sl = sl2 = sxl = f32(0)
+        aux = []
+        for i in range(n):
+            l = max(0, min(nmax, _nearest_int(f32(iscale * f32(x[i] - mn)))))
+            aux.append(l)
+            wl = f32(w[i] * f32(l))
+            sl = f32(sl + wl)
+            sl2 = f32(sl2 + f32(wl * f32(l)))
+            sxl = f32(sxl + f32(wl * x[i]))
+        D = f32(f32(sum_w * sl2) - f32(sl * sl))
+        if D > 0:
+            this_scale = f32(f32(f32(sum_w * sxl) - f32(sum_x * sl)) / D)
+            this_min = f32(f32(f32(sl2 * sum_x) - f32(sl * sxl)) / D)
+            if this_min > 0:
+                this_min = f32(0)
+                this_scale = f32(sxl / sl2)
+            cur = f32(0)
+            for i in range(n):
+                diff = f32(f32(f32(this_scale * f32(aux[i])) + this_min) - x[i])
+                cur = f32(cur + f32(w[i] * f32(diff * diff)))
+            if cur < best:
+                L, best, scale, mn = aux, cur, this_scale, this_min
+    return scale, f32(-mn), L
+
+
+def _f16(v):
+    return f32(np.array([v], dtype=f32).astype(np.float16)[0])
+
+
+def _scale_min_k4(j, sc):
+    if j < 4:
+        return sc[j] & 63, sc[j + 4] & 63
+    return ((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4),
+            (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4))
+
+
+def ref_q4_k(x):
+    out = bytearray()
+    for b in range(len(x) // 256):
+        blk = x[256 * b:256 * b + 256]
+        scales, mins, L = [], [], [0] * 256
+        max_scale = max_min = f32(0)
+        for j in range(8):
+            sub = blk[32 * j:32 * j + 32]
+            sum_x2 = f32(0)
+            for v in sub:
+                sum_x2 = f32(sum_x2 + f32(v * v))
+            av_x = f32(np.sqrt(f32(sum_x2 / f32(32))))
+            w = [f32(av_x + abs(v)) for v in sub]
+            sc, m, l = _make_qkx2_quants(sub, w)
+            scales.append(sc)
+            mins.append(m)
+            L[32 * j:32 * j + 32] = l
+            if sc > max_scale:
+                max_scale = sc
+            if m > max_min:
+                max_min = m
+        inv_scale = f32(f32(63) / max_scale) if max_scale > 0 else f32(0)
+        inv_min = f32(f32(63) / max_min) if max_min > 0 else f32(0)
+        s = [0] * 12
+        for j in range(8):
+            ls = min(63, _nearest_int(f32(inv_scale * scales[j])) & 255)
+            lm = min(63, _nearest_int(f32(inv_min * mins[j])) & 255)
+            if j < 4:
+                s[j], s[j + 4] = ls, lm
+            else:
+                s[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4)
+                s[j - 4] |= (ls >> 4) << 6
+                s[j] |= (lm >> 4) << 6
+        d_all = _f16(f32(max_scale / f32(63)))
+        dmin_all = _f16(f32(max_min / f32(63)))
+        for j in range(8):
+            sc, m = _scale_min_k4(j, s)
+            d = f32(d_all * f32(sc))
+            if d == 0:
+                continue
+            dm = f32(dmin_all * f32(m))
+            for i in range(32):
+                l = _nearest_int(f32(f32(blk[32 * j + i] + dm) / d))
+                L[32 * j + i] = max(0, min(15, l))
+        out += _f16_bytes(f32(max_scale / f32(63))) + _f16_bytes(f32(max_min / f32(63)))
+        out += bytes(s)
+        for j in range(0, 256, 64):
+            out += bytes(L[j + i] | (L[j + i + 32] << 4) for i in range(32))
+    return bytes(out)
+
+
+def ref_dequant_q4_k(q, k):
+    """ggml's dequantize_row_q4_K, in float32."""
+    y = np.zeros(k, dtype=f32)
+    for b in range(k // 256):
+        blk = q[144 * b:144 * b + 144]
+        d = f32(np.frombuffer(blk[0:2], dtype=np.float16)[0])
+        dmin = f32(np.frombuffer(blk[2:4], dtype=np.float16)[0])
+        s = list(blk[4:16])
+        qs = np.frombuffer(blk[16:], dtype=np.uint8)
+        for j in range(8):
+            sc, m = _scale_min_k4(j, s)
+            lv = qs[32 * (j // 2):32 * (j // 2) + 32]
+            lv = (lv & 15) if j % 2 == 0 else (lv >> 4)
+            y[256 * b + 32 * j:256 * b + 32 * j + 32] = (
+                f32(d * f32(sc)) * lv.astype(f32) - f32(dmin * f32(m)))
+    return y
+
+
 def ref_dequant(name, q, k):
-    """ggml's dequantize_row_q8_0 / _q4_0 / _q4_1, in float32."""
+    """ggml's dequantize_row_q8_0 / _q4_0 / _q4_1 / _q4_K, in float32."""
+    if name == "q4_k":
+        return ref_dequant_q4_k(q, k)
     bb = {"q8_0": 34, "q4_0": 18, "q4_1": 20}[name]
     y = np.zeros(k, dtype=f32)
     for b in range(k // 32):
@@ -110,11 +253,13 @@ def ref_dequant(name, q, k):
     return y
 
 
-REF = {"q8_0": ref_q8_0, "q4_0": ref_q4_0, "q4_1": ref_q4_1}
+REF = {"q8_0": ref_q8_0, "q4_0": ref_q4_0, "q4_1": ref_q4_1, "q4_k": ref_q4_k}
 
 
 def _lib():
-    L = ojas_ctypes.lib()
+    # the C functions on bytes have no binding in the package: ctypes on
+    # libojas.so ($OJAS_LIB, else the one of the package's build directory)
+    L = C.CDLL(os.environ.get("OJAS_LIB") or os.path.join(_build_dir(), "libojas.so"))
     L.oj_quantize_row.argtypes = [C.c_int, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p]
     L.oj_quantize_row.restype = C.c_int
     L.oj_dequantize_row.argtypes = [C.c_int, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p]
@@ -143,6 +288,13 @@ def _inputs(rng):
     r[64:96] *= f32(1e3)
     r[100] = f32(-40)           # negative extreme
     rows.append(r)
+    # q4_k's paths: an all-positive sub-block (min clamped to 0), one of
+    # tiny values beside large ones (6-bit scale 0), one all negative
+    p = rng.standard_normal(k).astype(f32)
+    p[:32] = np.abs(p[:32]) + f32(0.5)
+    p[32:64] *= f32(1e-4)
+    p[64:96] = -np.abs(p[64:96]) - f32(2)
+    rows.append(p)
     return rows
 
 
@@ -160,8 +312,28 @@ def test_bytes_equal_ggml_reference(name, rng):
         assert len(got) == len(want) == nbytes
         if got != want:
             i = next(i for i in range(nbytes) if got[i] != want[i])
+            be = 256 if name == "q4_k" else 32
             pytest.fail("%s: byte %d (block %d) is %d, ggml's reference gives %d"
-                        % (name, i, i // (nbytes // (k // 32)), got[i], want[i]))
+                        % (name, i, i // (nbytes // (k // be)), got[i], want[i]))
         y = np.zeros(k, dtype=f32)
         assert L.oj_dequantize_row(QTYPES[name], out, k, y.ctypes.data, None) == 0
         np.testing.assert_array_equal(y, ref_dequant(name, want, k))
+
+
+def test_q4_k_bytes_many_superblocks(rng):
+    """q4_k's fit picks among 21 candidate scales per sub-block: 24
+    super-blocks of three distributions (small normal weights, Laplace,
+    heavy-tailed cubes) reach the candidates whose choice differs in the
+    last bits (a port with rdelta 0.1001 instead of 0.1 differs here)."""
+    L = _lib()
+    rows = [rng.standard_normal(2048).astype(f32) * f32(0.02),
+            rng.laplace(size=2048).astype(f32),
+            (rng.standard_normal(2048) ** 3).astype(f32)]
+    for x in rows:
+        nbytes = L.oj_qtype_row_bytes(QTYPES["q4_k"], len(x))
+        out = (C.c_uint8 * nbytes)()
+        assert L.oj_quantize_row(QTYPES["q4_k"], x.ctypes.data, len(x), out, None) == 0
+        got, want = bytes(out), ref_q4_k(x)
+        bad = [i for i in range(nbytes) if got[i] != want[i]]
+        assert not bad, "q4_k: %d bytes differ, first %d (super-block %d)" % (
+            len(bad), bad[0], bad[0] // 144)

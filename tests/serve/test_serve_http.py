@@ -17,6 +17,7 @@ Usage: test_serve_http.py --ojas PATH/TO/ojas  (ctest serve_http)."""
 import argparse
 import http.client
 import json
+import math
 import os
 import random
 import shutil
@@ -200,8 +201,10 @@ def run(a, work):
     # refusals before serving: one line each, exit 2 for usage, 1 otherwise
     for args, rc_want, needle in [
             ([], 2, "--model"), (["--model", "hf", "--vocab", "tokd", "--port", "70000"], 2, "--port"),
-            (["--model", "hf", "--vocab", "tokd", "--device", "cuda"], 1, "not enabled yet"),
+            (["--model", "hf", "--vocab", "tokd", "--device", "cuda:99"], 1, "cuda"),
             (["--model", "hf", "--vocab", "tokd", "--kv-bytes", "1K"], 1, "holds no KV block"),
+            (["--model", "hf", "--vocab", "tokd", "--max-batch", "8", "--max-step-tokens", "4"], 2,
+             "--max-step-tokens"),
             (["--model", "nowhere"], 1, "does not exist")]:
         r = subprocess.run([ojas, "serve"] + args, cwd=work, capture_output=True, text=True)
         check(r.returncode == rc_want and needle in r.stderr and r.stderr.count("\n") == 1,
@@ -323,6 +326,39 @@ def drive(a, work, srv):
     check(done and streamed_text(ev, chat=True)[0] == r["choices"][0]["message"]["content"],
           "chat stream %s vs %s" % (ev, r))
 
+    # top alternatives: chat's top_logprobs, completions' logprobs N (OpenAI's
+    # shapes), most likely first; greedy: the chosen token is the first
+    code, r = request(srv, "POST", "/v1/chat/completions", dict(chat, top_logprobs=3))
+    check(code == 200, r)
+    for item in r["choices"][0]["logprobs"]["content"]:
+        alts = item["top_logprobs"]
+        check(len(alts) == 3 and all(set(a) == {"token", "logprob", "bytes"} for a in alts) and
+              [a["logprob"] for a in alts] == sorted((a["logprob"] for a in alts), reverse=True) and
+              alts[0]["logprob"] == item["logprob"] and alts[0]["token"] == item["token"] and
+              sum(math.exp(a["logprob"]) for a in alts) <= 1 + 1e-9, item)
+    code, r = request(srv, "POST", "/v1/completions", {"prompt": prompts[0], "max_tokens": 5,
+                                                      "temperature": 0, "logprobs": 4})
+    lp = r["choices"][0]["logprobs"]
+    check(code == 200 and len(lp["top_logprobs"]) == len(lp["tokens"]) > 0, r)
+    for tok, tlp, d in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        check(1 <= len(d) <= 4 and max(d.values()) == tlp and d.get(tok) == tlp, (tok, tlp, d))
+    ev, done = stream(srv, "/v1/completions", {"prompt": prompts[0], "max_tokens": 5,
+                                              "temperature": 0, "logprobs": 4, "stream": True})
+    streamed = [d for e in ev for c in e["choices"] if c.get("logprobs")
+                for d in c["logprobs"]["top_logprobs"]]
+    check(done and streamed == lp["top_logprobs"], "streamed top_logprobs %s vs %s" % (streamed, lp))
+    # a stop string: the logprobs of the tokens up to the one that holds it
+    # are streamed as the full response gives them (the last one has no text)
+    body = {"prompt": prompts[0], "max_tokens": 12, "temperature": 0, "stop": cut, "logprobs": 0}
+    code, r = request(srv, "POST", "/v1/completions", body)
+    ev, done = stream(srv, "/v1/completions", body)
+    streamed = [t for e in ev for c in e["choices"] if c.get("logprobs")
+                for t in c["logprobs"]["tokens"]]
+    check(code == 200 and r["choices"][0]["finish_reason"] == "stop" and
+          len(r["choices"][0]["logprobs"]["tokens"]) >= 1, r)
+    check(done and streamed == r["choices"][0]["logprobs"]["tokens"],
+          "stop: streamed logprob tokens %s vs %s" % (streamed, r))
+
     # refusals: one JSON error each
     def refused(code_want, path, body=None, raw=None, method="POST", needle=""):
         code, r = request(srv, method, path, body, raw)
@@ -337,6 +373,11 @@ def drive(a, work, srv):
     refused(400, "/v1/completions", {"max_tokens": 3}, needle="'prompt' is required")
     refused(400, "/v1/completions", {"prompt": [1, 999]}, needle="outside the vocabulary")
     refused(400, "/v1/chat/completions", {"messages": [{"role": "user"}]}, needle="content")
+    refused(400, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                          "top_logprobs": 2}, needle="'logprobs': true")
+    refused(400, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                          "logprobs": True, "top_logprobs": 21}, needle="'top_logprobs'")
+    refused(400, "/v1/completions", {"prompt": "x", "logprobs": 6}, needle="'logprobs'")
     refused(400, "/v1/completions", {"prompt": "x" * 70000}, needle="bytes")
     refused(400, "/v1/completions", {"prompt": "The king " * 200}, needle="context holds 256")
     # the message counts the prompt's tokens (it once read the count after freeing them: 0)

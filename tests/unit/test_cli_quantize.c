@@ -48,7 +48,8 @@ static int teardown(void **state) {
 }
 
 #define PROMPT "The king said"
-#define GEN " --vocab tok --prompt '" PROMPT "' --max-new-tokens 12 --temperature 0 --threads 1"
+#define GEN_ARGS " --prompt '" PROMPT "' --max-new-tokens 12 --temperature 0 --threads 1"
+#define GEN " --vocab tok" GEN_ARGS
 
 static void same_text(const char *a_args, const char *b_args) {
     char *a = NULL, *b = NULL;
@@ -77,7 +78,7 @@ static void test_quantize_and_generate(void **state) {
     assert_int_equal(ojas("train --config g.json --out run --no-progress --no-plot", NULL), 0);
 
     char *err = NULL;
-    assert_int_equal(ct_ojas(g_dir, "quantize --checkpoint run --to q8_0 -o q8.gguf --name tiny",
+    assert_int_equal(ct_ojas(g_dir, "quantize --checkpoint run --vocab tok --to q8_0 -o q8.gguf --name tiny",
                              NULL, &err), 0);
     ct_assert_one_line(err, "wrote q8.gguf (q8_0");
     free(err);
@@ -85,6 +86,8 @@ static void test_quantize_and_generate(void **state) {
     assert_int_equal(ojas("quantize --checkpoint run --to f32 -o f32.gguf", NULL), 0);
 
     same_text("generate -m q8.gguf" GEN, "generate --checkpoint run --quantize q8_0" GEN);
+    /* the file's own tokenizer (tokenizer.ggml.*, written from the run's) */
+    same_text("generate -m q8.gguf" GEN_ARGS, "generate --checkpoint run --quantize q8_0" GEN);
     same_text("generate -m q4.gguf" GEN, "generate --checkpoint run --quantize q4_0" GEN);
     same_text("generate -m f32.gguf" GEN, "generate --checkpoint run" GEN);
     /* a GGUF file requantized: from its dequantized weights */
@@ -93,18 +96,32 @@ static void test_quantize_and_generate(void **state) {
     assert_int_equal(ojas("generate -m q41.gguf" GEN, &out), 0);
     assert_true(out && strncmp(out, PROMPT, strlen(PROMPT)) == 0);
     free(out);
+    /* q8.gguf's tokenizer.ggml.* went along into q41.gguf */
+    same_text("generate -m q41.gguf" GEN_ARGS, "generate -m q41.gguf" GEN);
 
-    usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1 or f32, got 'q5_0'");
+    usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1, q4_k or f32, got 'q5_0'");
     usage_error("quantize --checkpoint run --to q8_0 -o x.bin", "--out FILE.gguf is required");
     usage_error("quantize --to q8_0 -o x.gguf", "give exactly one of --model and --checkpoint");
-    usage_error("generate -m q8.gguf --prompt x", "--vocab DIR is required");
+    usage_error("generate -m f32.gguf --prompt x",
+                "f32.gguf: no tokenizer (tokenizer.ggml.model is \"no_vocab\"): give --vocab DIR");
+    /* a nanolab run (c.json) has no GGUF layout: refused with what to train instead */
+    assert_int_equal(ojas("train --config c.json --out nrun --no-progress --no-plot", NULL), 0);
+    assert_int_equal(ct_ojas(g_dir, "quantize --checkpoint nrun --to q8_0 -o n.gguf", NULL, &err), 1);
+    ct_assert_one_line(err, "nanolab");
+    if (!strstr(err, "--set model=gpt2-tiny")) fail_msg("no remedy named: %s", err);
+    free(err);
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q3",
-                "--quantize must be q8_0, q4_0 or q4_1, got 'q3'");
+                "--quantize must be q8_0, q4_0, q4_1 or q4_k, got 'q3'");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q8_0 --dtype bf16",
                 "--quantize goes with f32 weights, not --dtype bf16");
     err = NULL;
     assert_int_equal(ct_ojas(g_dir, "quantize -m q8.gguf --to f32 -o y.gguf", NULL, &err), 1);
     ct_assert_one_line(err, "--to f32 from a quantized file is not supported");
+    free(err);
+    /* gpt2-tiny's C of 64 is not a whole q4_k super-block (256) */
+    err = NULL;
+    assert_int_equal(ct_ojas(g_dir, "quantize --checkpoint run --to q4_k -o k.gguf", NULL, &err), 1);
+    ct_assert_one_line(err, "q4_k needs [N, K] with N > 0 and K a positive multiple of 256");
     free(err);
 }
 

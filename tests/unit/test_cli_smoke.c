@@ -256,7 +256,8 @@ static void write_hf_dir(const char *rel) {
 // test: `ojas generate --model DIR` runs a Hugging Face model directory (no
 // preset): greedy text after the prompt, the same twice; a directory that
 // does not exist, a preset without --weights, a directory without a
-// tokenizer and a refused config.json field are one line each
+// tokenizer and a refused config.json field are one line each, as are a
+// missing .gguf (named a GGUF file) and a .gguf given to serve
 static void test_generate_model_dir(void **state) {
     (void)state;
     assert_int_equal(
@@ -281,21 +282,73 @@ static void test_generate_model_dir(void **state) {
     assert_int_equal(ct_ojas(g_dir, "generate --model nowhere --prompt x", NULL, &err), 1);
     ct_assert_one_line(err, "generate: model directory 'nowhere' does not exist");
     free(err);
+    /* a missing .gguf is named as the file it is; serve refuses a GGUF file
+     * by name (it serves f32/bf16 weights) */
+    assert_int_equal(ct_ojas(g_dir, "generate --model nowhere.gguf --vocab tokd --prompt x", NULL,
+                             &err), 1);
+    ct_assert_one_line(err, "generate: GGUF file 'nowhere.gguf' does not exist");
+    free(err);
+    char p[400];
+    snprintf(p, sizeof p, "%s/hf.gguf", g_dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("GGUF", f); /* refused by its name, before it is read */
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ct_ojas(g_dir, "serve --model hf.gguf --vocab tokd --port 0", NULL, &err), 1);
+    ct_assert_one_line(err, "serve: 'hf.gguf' is a GGUF file, which serve does not take");
+    free(err);
     assert_int_equal(ct_ojas(g_dir, "generate --model gpt2-tiny --prompt x", NULL, &err), 1);
     ct_assert_one_line(err, "(a preset goes with --weights FILE)");
     free(err);
     assert_int_equal(ct_ojas(g_dir, "generate --model hf --prompt x", NULL, &err), 1);
     ct_assert_one_line(err, "(the model directory's tokenizer: give --vocab DIR)");
     free(err);
-    char p[400];
     snprintf(p, sizeof p, "%s/hf/config.json", g_dir);
-    FILE *f = fopen(p, "w");
+    f = fopen(p, "w");
     assert_non_null(f);
     fputs(HF_CONFIG("{\"rope_type\": \"yarn\", \"factor\": 4.0}"), f);
     assert_int_equal(fclose(f), 0);
     assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokd --prompt x", NULL, &err), 1);
     ct_assert_one_line(err, "hf/config.json: rope_scaling.rope_type 'yarn' is not supported");
     free(err);
+}
+
+// test: shards of a tokenizer larger than the preset's vocabulary (512 for
+// nanolab-tiny), trained without tokenizer_dir, are refused in one line
+// that names the fix (tokenizer_dir or vocab_size), leaving no run behind;
+// with tokenizer_dir the model takes the tokenizer's vocabulary and trains
+static void test_train_tokenizer_larger_than_preset(void **state) {
+    (void)state;
+    /* 2,000 pseudo-random 5-letter words, each twice: merges enough for 600 ids */
+    char p[400];
+    snprintf(p, sizeof p, "%s/words.txt", g_dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    uint32_t r = 7;
+    for (int w = 0; w < 2000; w++) {
+        char word[6] = {0};
+        for (int i = 0; i < 5; i++) {
+            r = r * 1664525u + 1013904223u;
+            word[i] = (char)('a' + (r >> 16) % 26);
+        }
+        fprintf(f, "%s %s\n", word, word);
+    }
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ojas("tokenizer train --vocab-size 600 --threads 1 --out tokbig words.txt",
+                          NULL), 0);
+    assert_int_equal(ojas("data prepare --vocab tokbig --out databig --threads 1 words.txt", NULL), 0);
+    char *err = NULL;
+    assert_int_equal(ct_ojas(g_dir, "train --config c.json --set data_dir=databig --out bigrun "
+                                    "--no-progress --no-plot", NULL, &err), 1);
+    ct_assert_one_line(err, "outside the vocabulary of 512");
+    contains(err, "--set tokenizer_dir=DIR");
+    free(err);
+    assert_false(exists("bigrun"));
+    char *out = NULL;
+    assert_int_equal(ojas("train --config c.json --set data_dir=databig --set tokenizer_dir=tokbig "
+                          "--set max_steps=1 --out bigrun --no-progress --no-plot", &out), 0);
+    contains(out, "V 600");
+    free(out);
 }
 
 int main(void) {
@@ -306,6 +359,7 @@ int main(void) {
         cmocka_unit_test(test_generate_non_finite_sampling),
         cmocka_unit_test(test_generate_missing_checkpoint_empty_prompt),
         cmocka_unit_test(test_generate_model_dir),
+        cmocka_unit_test(test_train_tokenizer_larger_than_preset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,4 +1,5 @@
 // test: scopes release what they own; 10,000 scoped iterations leak nothing
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include "ojas/autograd.h"
 #include "ojas/core.h"
 #include "ojas/ops.h"
 
@@ -132,6 +134,68 @@ static void test_depth_limits(void **state) {
     oj_release(t);
 }
 
+/* Four f32 values in [0.5, 1.5), outside every scope. */
+static oj_tensor *four(bool requires_grad) {
+    oj_tensor *t = oj_full(eng, 1, (int64_t[]){4}, OJ_F32, 0.0);
+    float v[4] = {0.5f, 0.75f, 1.0f, 1.25f};
+    assert_int_equal(oj_copy_from_host(t, v, sizeof v), OJ_OK);
+    return requires_grad ? oj_set_requires_grad(t, true) : t;
+}
+
+// test: a scope releases the op outputs made inside it; a kept one survives with its values
+static void test_scope_releases_op_outputs(void **state) {
+    (void)state;
+    oj_tensor *t = four(false);
+    const int64_t base = oj_engine_live_tensors(eng);
+    assert_int_equal(oj_scope_begin(eng), OJ_OK);
+    oj_tensor *a = oj_exp(t);
+    oj_tensor *b = oj_keep(oj_add(a, t));
+    assert_int_equal(oj_engine_live_tensors(eng), base + 2);
+    assert_int_equal(oj_scope_end(eng), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(eng), base + 1);
+    float x[4], y[4];
+    assert_int_equal(oj_to_host(t, x, sizeof x), OJ_OK);
+    assert_int_equal(oj_to_host(b, y, sizeof y), OJ_OK);
+    for (int i = 0; i < 4; i++) assert_float_equal(y[i], expf(x[i]) + x[i], 1e-5f * (1 + y[i]));
+    oj_release(b);
+    oj_release(t);
+}
+
+// test: a training step inside a scope: the graph is built, backpropagated and freed; the grad stays
+static void test_scope_with_grad_graph(void **state) {
+    (void)state;
+    oj_tensor *t = four(true);
+    const int64_t base = oj_engine_live_tensors(eng);
+    assert_int_equal(oj_scope_begin(eng), OJ_OK);
+    assert_int_equal(oj_backward(oj_sum_all(oj_exp(t)), false), OJ_OK);
+    assert_int_equal(oj_scope_end(eng), OJ_OK);
+    float x[4], g[4];
+    assert_int_equal(oj_to_host(t, x, sizeof x), OJ_OK);
+    assert_int_equal(oj_to_host(oj_grad(t), g, sizeof g), OJ_OK);
+    for (int i = 0; i < 4; i++) assert_float_equal(g[i], expf(x[i]), 1e-5f * expf(x[i]));
+    oj_zero_grad(t);
+    assert_int_equal(oj_engine_live_tensors(eng), base);
+    oj_release(t);
+}
+
+// test: a scope ends over a graph never backpropagated (an eval step with grad mode on): the
+// nodes and the views they saved go without a use after free (the view a unary node saved
+// used to be freed by the scope before the node)
+static void test_scope_end_with_graph_not_backpropagated(void **state) {
+    (void)state;
+    for (int op = 0; op < 4; op++) {
+        oj_tensor *t = four(true);
+        const int64_t base = oj_engine_live_tensors(eng);
+        assert_int_equal(oj_scope_begin(eng), OJ_OK);
+        oj_tensor *y = op == 0 ? oj_neg(t) : op == 1 ? oj_exp(t) : op == 2 ? oj_mul(t, t)
+                                                                            : oj_sum_all(t);
+        assert_non_null(oj_reshape(y, 1, (int64_t[]){-1}));
+        assert_int_equal(oj_scope_end(eng), OJ_OK);
+        assert_int_equal(oj_engine_live_tensors(eng), base);
+        oj_release(t);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ten_thousand_iterations),
@@ -139,6 +203,9 @@ int main(void) {
         cmocka_unit_test(test_retain_outlives_scope),
         cmocka_unit_test(test_views_keep_storage_alive),
         cmocka_unit_test(test_depth_limits),
+        cmocka_unit_test(test_scope_releases_op_outputs),
+        cmocka_unit_test(test_scope_with_grad_graph),
+        cmocka_unit_test(test_scope_end_with_graph_not_backpropagated),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

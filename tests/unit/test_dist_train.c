@@ -133,8 +133,90 @@ static void test_two_ranks_equal_one_process(void **state) {
     if (rc)
         fail_msg("mpirun failed (%d): %s", rc, out);
     assert_non_null(strstr(out, "data parallel: 2 ranks (mpi)"));
+    assert_non_null(strstr(out, "summed in rank order")); /* EXACT: never the all-reduce */
     free(out);
     same_run("one", "two");
+}
+
+// test: under mpirun, whose ranks' stdout is a pseudo-terminal even when
+// the job's output goes to a file, the log is plain lines (no progress bar
+// drawn with carriage returns and escape codes)
+static void test_mpirun_log_is_plain(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o plain --numerics exact --no-plot --set grad_accum=2", &out);
+    if (rc)
+        fail_msg("mpirun failed (%d): %s", rc, out);
+    if (strchr(out, '\r') || strstr(out, "\x1b["))
+        fail_msg("the log under mpirun holds a progress bar: %s", out);
+    assert_non_null(strstr(out, "step 4/4"));
+    free(out);
+}
+
+// test: one rank with 2 micro-batches under EXACT takes the all-reduce
+// path (its rank-order sum is its own gradient): the first micro-batch's
+// gradient written into the arena by backward, the second formed whole
+// and added, as one process adds them; the bits equal one process's
+static void test_one_rank_allreduce_exact(void **state) {
+    (void)state;
+    one_process();
+    char cmd[8192], p[400];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && " OJAS_MPIEXEC " --allow-run-as-root -np 1 '%s' train -c c.json -o "
+             "onerank " EXACT ">mpi1.txt 2>&1",
+             g_dir, CT_OJAS);
+    int rc = system(cmd);
+    snprintf(p, sizeof p, "%s/mpi1.txt", g_dir);
+    char *out = ct_slurp(p);
+    if (rc || !out || !strstr(out, "data parallel: 1 ranks (mpi)") ||
+        !strstr(out, "gradients summed in place by all-reduce"))
+        fail_msg("mpirun -np 1 failed (%d) or not through the all-reduce path: %s", rc, out);
+    free(out);
+    same_run("one", "onerank");
+}
+
+// test: under FAST numerics the 2 ranks take the all-reduce path (the
+// gradients summed in place in one arena by MPI_Allreduce, in buckets of
+// 64 KiB queued from the backward as their gradients are final); with one
+// micro-batch per rank the sum is one addition, which MPI and one process
+// with grad_accum 2 make alike, so the bits still equal one process's
+static void test_two_ranks_allreduce_fast(void **state) {
+    (void)state;
+#define FAST "--numerics fast --no-progress --no-plot --set grad_accum=2 " \
+             "--set dist_bucket_bytes=65536 "
+    assert_int_equal(ojas("train -c c.json -o onefast " FAST, NULL, NULL), 0);
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o twofast " FAST, &out);
+    if (rc)
+        fail_msg("mpirun failed (%d): %s", rc, out);
+    if (!strstr(out, "gradients summed in place by all-reduce"))
+        fail_msg("not through the all-reduce path: %s", out);
+    free(out);
+    same_run("onefast", "twofast");
+#undef FAST
+}
+
+// test: a group from RANK / WORLD_SIZE (torchrun's variables, no MPI)
+// with CPU ranks is refused by name: CPU collectives need MPI; the refusal
+// leaves no run directory behind, as every refused start does
+static void test_env_group_cpu_refused(void **state) {
+    (void)state;
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    char *out = NULL, *err = NULL;
+    int rc = ojas("train -c c.json -o envcpu --no-progress --no-plot", &out, &err);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    assert_int_not_equal(rc, 0);
+    if (!err || !strstr(err, "a CPU engine's collectives need MPI"))
+        fail_msg("not refused by name: %s %s", out, err);
+    char p[400];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/envcpu", g_dir);
+    if (stat(p, &sb) == 0)
+        fail_msg("the refused start left the run directory 'envcpu' behind");
+    free(out);
+    free(err);
 }
 
 // test: ZeRO-1 (optimizer state sharded), with the gradient exchanged in
@@ -378,6 +460,10 @@ int main(void) {
 #ifdef OJAS_MPIEXEC
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
+        cmocka_unit_test(test_mpirun_log_is_plain),
+        cmocka_unit_test(test_two_ranks_allreduce_fast),
+        cmocka_unit_test(test_one_rank_allreduce_exact),
+        cmocka_unit_test(test_env_group_cpu_refused),
         cmocka_unit_test(test_zero1_same_bits),
         cmocka_unit_test(test_resume_across_world_sizes),
         cmocka_unit_test(test_grad_accum_not_multiple),

@@ -4,6 +4,7 @@
 // ring (capacity below the sequence), a second prefill, a fed token; it
 // matches oj_generate at temperature 0; limits and refusals; no leaks;
 // oj_generate through it (greedy and sampled) gives the eager loop's tokens;
+// several steps read back at once give the tokens of single steps;
 // the gpt2 fast step (FAST numerics, bf16) stays within rounding of it.
 #include <math.h>
 #include <setjmp.h>
@@ -456,6 +457,52 @@ static void test_fast_step_gpt2(void **state) {
     assert_int_equal(oj_engine_live_tensors(eng), 0);
 }
 
+/* oj__gpt_decoder_steps: k steps with one read-back give the tokens of k
+ * oj_gpt_decoder_step calls (gpt2-tiny, greedy and sampled on the device);
+ * without oj__gpt_decoder_keep_tokens it is refused, and a nanolab ring
+ * cannot keep its tokens by position. */
+static void test_steps_batched(void **state) {
+    (void)state;
+    oj_gpt *m = model("gpt2-tiny");
+    enum { N = 5, K = 19 };
+    int32_t prompt[N], a[K + 1], b[K + 1];
+    make_prompt(prompt, N, 512, 77u);
+    for (int sampled = 0; sampled < 2; sampled++) {
+        oj__decode_sampler smp = {0.9, 30, 0.95, 1.2, 99, 0};
+        oj_gpt_decoder *d1 = NULL, *d2 = NULL;
+        assert_int_equal(oj_gpt_decoder_create(m, 32, true, &d1), OJ_OK);
+        assert_int_equal(oj_gpt_decoder_create(m, 32, true, &d2), OJ_OK);
+        if (sampled) {
+            assert_int_equal(oj__gpt_decoder_set_sampler(d1, &smp, true), OJ_OK);
+            assert_int_equal(oj__gpt_decoder_set_sampler(d2, &smp, true), OJ_OK);
+        }
+        assert_int_equal(oj_gpt_decoder_prefill(d1, prompt, N, &a[0]), OJ_OK);
+        for (int i = 1; i <= K; i++) assert_int_equal(oj_gpt_decoder_step(d1, &a[i]), OJ_OK);
+        assert_int_equal(oj_gpt_decoder_prefill(d2, prompt, N, &b[0]), OJ_OK);
+        assert_int_equal(oj__gpt_decoder_steps(d2, 3, &b[1]), OJ_ERR_STATE);
+        oj_clear_error(eng);
+        assert_int_equal(oj__gpt_decoder_keep_tokens(d2), OJ_OK);
+        assert_int_equal(oj_gpt_decoder_prefill(d2, prompt, N, &b[0]), OJ_OK);
+        assert_int_equal(oj__gpt_decoder_steps(d2, 12, &b[1]), OJ_OK);
+        assert_int_equal(oj__gpt_decoder_steps(d2, K - 12, &b[13]), OJ_OK);
+        assert_int_equal(oj_gpt_decoder_len(d2), N + K);
+        for (int i = 0; i <= K; i++)
+            if (a[i] != b[i]) fail_msg("sampled %d token %d: stepped %d, batched %d", sampled, i, a[i], b[i]);
+        oj_gpt_decoder_free(d1);
+        oj_gpt_decoder_free(d2);
+    }
+    oj_gpt_free(m);
+    oj_gpt *nm = model("nanolab-tiny");
+    oj_gpt_decoder *d = NULL;
+    assert_int_equal(oj_gpt_decoder_create(nm, 16, true, &d), OJ_OK);
+    assert_int_equal(oj__gpt_decoder_keep_tokens(d), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oj_last_error(eng), "ring cache"));
+    oj_clear_error(eng);
+    oj_gpt_decoder_free(d);
+    oj_gpt_free(nm);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_same_as_eager),
@@ -467,6 +514,7 @@ int main(void) {
         cmocka_unit_test(test_limits_and_refusals),
         cmocka_unit_test(test_generate_static_same_as_eager),
         cmocka_unit_test(test_fast_step_gpt2),
+        cmocka_unit_test(test_steps_batched),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -70,6 +70,10 @@ static void round_trip(bool llama, int qt /* -1: f32 */) {
     oj_engine *eng = NULL;
     assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
     oj_gpt_config c = config(llama);
+    if (qt == OJ_Q4_K) { /* q4_k's rows are super-blocks of 256 */
+        c.n_embd = 256;
+        c.mlp_hidden = 512;
+    }
     oj_gpt *m = NULL;
     assert_int_equal(oj_gpt_create(eng, &c, 9, &m), OJ_OK);
     if (qt >= 0) assert_int_equal(oj_gpt_quantize(m, (oj_qtype)qt), OJ_OK);
@@ -100,7 +104,7 @@ static void round_trip(bool llama, int qt /* -1: f32 */) {
     assert_string_equal(oj_gguf_kv_str(g, ai, NULL), llama ? "llama" : "gpt2");
     int64_t v;
     assert_true(oj_gguf_kv_int(g, oj_gguf_find_key(g, "general.file_type"), &v));
-    assert_int_equal(v, qt < 0 ? 0 : qt == 0 ? 7 : qt == 1 ? 2 : 3);
+    assert_int_equal(v, qt < 0 ? 0 : qt == 0 ? 7 : qt == 1 ? 2 : qt == 2 ? 3 : 14);
     int64_t ti = oj_gguf_find_tensor(g, "blk.1.ffn_down.weight");
     assert_true(ti >= 0);
     assert_int_equal(oj_gguf_tensor_dims(g, ti)[0], c.mlp_hidden); /* {in, out} */
@@ -255,8 +259,83 @@ static void test_refusals_named(void **state) {
     oj_engine_free(eng);
 }
 
+/* The tokenizer round trip: a BPE tokenizer trained here, saved as GPT-2
+ * files, written into a GGUF file (oj_gguf_add_gpt2_tokenizer, padded to a
+ * larger vocab) and read back (oj_gguf_tokenizer) is the same tokenizer:
+ * every id's bytes, eot, and the ids of a text with a special token. */
+static void test_tokenizer_round_trip(void **state) {
+    (void)state;
+    static const char corpus[] = "In the beginning God created the heaven and the earth. And the "
+                                 "earth was without form, and void; and darkness was upon the face "
+                                 "of the deep. And God said, Let there be light: and there was light.";
+    const char *texts[] = {corpus, corpus, corpus};
+    const size_t lens[] = {sizeof corpus - 1, sizeof corpus - 1, sizeof corpus - 1};
+    oj_bpe_train_config bc = oj_bpe_train_config_default();
+    bc.vocab_size = 300;
+    bc.threads = 1;
+    oj_tokenizer *a = NULL, *b = NULL;
+    oj_error err = {0};
+    assert_int_equal(oj_bpe_train(&bc, 3, texts, lens, &a, &err), OJ_OK);
+    char dir[300], path[300];
+    snprintf(dir, sizeof dir, "%s/tok", tmpdir);
+    snprintf(path, sizeof path, "%s/tok.gguf", tmpdir);
+    if (oj_tokenizer_save(a, dir, &err) != OJ_OK) fail_msg("%s", err.message);
+    oj_gguf_writer *w = oj_gguf_writer_new();
+    if (oj_gguf_add_gpt2_tokenizer(w, dir, 320, &err) != OJ_OK) fail_msg("%s", err.message);
+    assert_int_equal(oj_gguf_writer_write(w, path, &err), OJ_OK);
+    oj_gguf_writer_free(w);
+    oj_gguf *g = NULL;
+    assert_int_equal(oj_gguf_open(path, &g, &err), OJ_OK);
+    if (oj_gguf_tokenizer(g, path, &b, &err) != OJ_OK) fail_msg("%s", err.message);
+    oj_gguf_close(g);
+    assert_int_equal(oj_tokenizer_vocab_size(b), oj_tokenizer_vocab_size(a));
+    assert_int_equal(oj_tokenizer_eot(b), oj_tokenizer_eot(a));
+    assert_true(oj_tokenizer_eot(a) >= 0);
+    for (int32_t id = 0; id < oj_tokenizer_vocab_size(a); id++) {
+        size_t la, lb;
+        const uint8_t *ta = oj_tokenizer_token_bytes(a, id, &la), *tb = oj_tokenizer_token_bytes(b, id, &lb);
+        assert_non_null(ta);
+        assert_non_null(tb);
+        assert_int_equal(la, lb);
+        assert_memory_equal(ta, tb, la);
+    }
+    static const char text[] = "And the earth was light.<|endoftext|>In the deep, void!";
+    oj_tokens ia = {0}, ib = {0};
+    assert_int_equal(oj_tokenizer_encode(a, text, sizeof text - 1, OJ_ENCODE_ALLOW_SPECIAL, &ia, &err), OJ_OK);
+    assert_int_equal(oj_tokenizer_encode(b, text, sizeof text - 1, OJ_ENCODE_ALLOW_SPECIAL, &ib, &err), OJ_OK);
+    assert_int_equal(ia.len, ib.len);
+    assert_memory_equal(ia.ids, ib.ids, ia.len * sizeof *ia.ids);
+    assert_true(ia.len < sizeof text - 10); /* merges applied */
+    oj_tokens_free(&ia);
+    oj_tokens_free(&ib);
+    oj_tokenizer_free(b);
+    oj_tokenizer_free(a);
+
+    /* a file without a tokenizer, and another tokenizer model, refused by name */
+    w = oj_gguf_writer_new();
+    assert_int_equal(oj_gguf_writer_set_str(w, "tokenizer.ggml.model", "no_vocab", &err), OJ_OK);
+    assert_int_equal(oj_gguf_writer_write(w, path, &err), OJ_OK);
+    oj_gguf_writer_free(w);
+    assert_int_equal(oj_gguf_open(path, &g, &err), OJ_OK);
+    err = (oj_error){0};
+    assert_int_equal(oj_gguf_tokenizer(g, path, &b, &err), OJ_ERR_OUT_OF_RANGE);
+    assert_non_null(strstr(err.message, "no tokenizer (tokenizer.ggml.model is \"no_vocab\")"));
+    assert_null(b);
+    oj_gguf_close(g);
+    w = oj_gguf_writer_new();
+    assert_int_equal(oj_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama", &err), OJ_OK);
+    assert_int_equal(oj_gguf_writer_write(w, path, &err), OJ_OK);
+    oj_gguf_writer_free(w);
+    assert_int_equal(oj_gguf_open(path, &g, &err), OJ_OK);
+    err = (oj_error){0};
+    assert_int_equal(oj_gguf_tokenizer(g, path, &b, &err), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "tokenizer.ggml.model \"llama\": only \"gpt2\""));
+    oj_gguf_close(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tokenizer_round_trip),
         cmocka_unit_test(test_gpt2_round_trips),
         cmocka_unit_test(test_llama_round_trips),
         cmocka_unit_test(test_refusals_named),

@@ -29,7 +29,9 @@ static oj_engine *engine(void) {
     return e;
 }
 
-static oj_gpt_config family_config(int which) {
+/* wide: C 256 and an MLP of 512, so every matrix's rows are whole q4_k
+ * super-blocks (K a multiple of 256). */
+static oj_gpt_config family_config(int which, bool wide) {
     oj_gpt_config c;
     if (which == 0) {
         assert_true(oj_gpt_preset("gpt2-tiny", &c));
@@ -43,6 +45,10 @@ static oj_gpt_config family_config(int which) {
     }
     c.vocab_size = 96;
     c.block_size = 64;
+    if (wide) {
+        c.n_embd = 256;
+        c.mlp_hidden = 512;
+    }
     return c;
 }
 
@@ -115,9 +121,11 @@ static void load_dequantized(oj_gpt *m, oj_gpt *m2, oj_qtype t) {
  * forward with grad on (training) still the f32 one. */
 static void test_families_close_to_f32(void **state) {
     (void)state;
-    for (int fam = 0; fam < 3; fam++) {
+    for (int run = 0; run < 6; run++) { /* each family, narrow then wide (q4_k) */
+        const int fam = run % 3;
+        const bool wide = run >= 3;
         oj_engine *eng = engine();
-        oj_gpt_config c = family_config(fam);
+        oj_gpt_config c = family_config(fam, wide);
         c.init_std = 0.1; /* logits far from uniform */
         oj_gpt *m = NULL;
         assert_int_equal(oj_gpt_create(eng, &c, 7, &m), OJ_OK);
@@ -130,7 +138,7 @@ static void test_families_close_to_f32(void **state) {
         const int64_t f32_bytes = oj_gpt_decode_bytes(m);
         oj_gpt *m2 = NULL;
         assert_int_equal(oj_gpt_create(eng, &c, 8, &m2), OJ_OK);
-        for (int t = 0; t < OJ_QTYPE_COUNT; t++) {
+        for (int t = wide ? OJ_Q4_K : 0; t < (wide ? OJ_QTYPE_COUNT : OJ_Q4_K); t++) {
             load_dequantized(m, m2, (oj_qtype)t);
             oj_tensor *ref2 = oj_gpt_forward(m2, idx);
             assert_int_equal(oj_gpt_quantize(m, (oj_qtype)t), OJ_OK);
@@ -189,7 +197,7 @@ static void test_families_close_to_f32(void **state) {
 static void test_decoder_matches_forward(void **state) {
     (void)state;
     oj_engine *eng = engine();
-    oj_gpt_config c = family_config(2);
+    oj_gpt_config c = family_config(2, false);
     c.init_std = 0.2;
     oj_gpt *m = NULL;
     assert_int_equal(oj_gpt_create(eng, &c, 5, &m), OJ_OK);
@@ -235,8 +243,10 @@ static double perplexity(oj_gpt *m, oj_tensor *idx, oj_tensor *tgt) {
 static void test_perplexity_trained_model(void **state) {
     (void)state;
     oj_engine *eng = engine();
-    for (int fam = 0; fam < 3; fam += 2) { /* gpt2 and llama */
-        oj_gpt_config c = family_config(fam);
+    for (int run = 0; run < 4; run++) { /* gpt2 and llama, narrow then wide (q4_k) */
+        const int fam = run % 2 * 2;
+        const bool wide = run >= 2;
+        oj_gpt_config c = family_config(fam, wide);
         oj_gpt *m = NULL;
         assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_OK);
         oj_optim *o = oj_optim_create(eng);
@@ -273,7 +283,7 @@ static void test_perplexity_trained_model(void **state) {
         double p32 = perplexity(m, xi, yi);
         /* trained: far below uniform (V = 96), above the noise floor */
         if (!(p32 < 20 && p32 > 1.5)) fail_msg("f32 perplexity %g: the model did not train", p32);
-        for (int t = 0; t < OJ_QTYPE_COUNT; t++) {
+        for (int t = wide ? OJ_Q4_K : 0; t < (wide ? OJ_QTYPE_COUNT : OJ_Q4_K); t++) {
             assert_int_equal(oj_gpt_quantize(m, (oj_qtype)t), OJ_OK);
             double pq = perplexity(m, xi, yi);
             double rel = fabs(pq / p32 - 1), bar = t == OJ_Q8_0 ? 0.005 : 0.05;
@@ -297,7 +307,7 @@ static void test_perplexity_trained_model(void **state) {
 static void test_quantize_errors(void **state) {
     (void)state;
     oj_engine *eng = engine();
-    oj_gpt_config c = family_config(2);
+    oj_gpt_config c = family_config(2, false);
     c.n_embd = 48; /* K = 48: not a multiple of 32 */
     c.n_head = 4;
     c.n_kv_head = 2;
@@ -307,6 +317,15 @@ static void test_quantize_errors(void **state) {
     assert_non_null(strstr(oj_last_error(eng), "K a positive multiple of 32"));
     assert_int_equal(oj_gpt_quantized_type(m), OJ_QTYPE_COUNT);
     oj_clear_error(eng);
+    c.n_embd = 64; /* K = 64: not a multiple of q4_k's 256 */
+    oj_gpt *m64 = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c, 1, &m64), OJ_OK);
+    assert_int_equal(oj_gpt_quantize(m64, OJ_Q4_K), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "q4_k needs [N, K] with N > 0 and K a positive "
+                                               "multiple of 256"));
+    assert_int_equal(oj_gpt_quantized_type(m64), OJ_QTYPE_COUNT);
+    oj_clear_error(eng);
+    oj_gpt_free(m64);
     assert_int_equal(oj_gpt_quantize(m, (oj_qtype)5), OJ_ERR_INVALID_ARGUMENT);
     oj_clear_error(eng);
     oj_gpt_free(m);

@@ -8,6 +8,7 @@
 // merges.txt) and a model directory, and `ojas generate -m OUT` then
 // prints what the source prints. (PyTorch reading the export:
 // tests/reference/test_hf_dir.py.)
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -214,6 +215,87 @@ static void test_cli_export(void **state) {
     assert_int_equal(ct_ojas(g_dir, "export --hf x -m nowhere", NULL, &err), 1);
     ct_assert_one_line(err, "model directory 'nowhere' does not exist");
     free(err);
+    /* a directory that holds files is not written into without --force
+     * (here the user's own file stays as it was); a file is not a directory */
+    snprintf(p, sizeof p, "%s/mine", g_dir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/mine/config.json", g_dir);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("{\"mine\": 1}\n", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ct_ojas(g_dir, "export --hf mine -m out", NULL, &err), 1);
+    ct_assert_one_line(err, "export: --hf directory 'mine' is not empty (it holds config.json); "
+                            "give --force to write into it");
+    free(err);
+    char *mine = ct_slurp(p);
+    assert_string_equal(mine, "{\"mine\": 1}\n");
+    free(mine);
+    assert_int_equal(ct_ojas(g_dir, "export --hf mine/config.json -m out", NULL, &err), 1);
+    ct_assert_one_line(err, "export: --hf 'mine/config.json' exists and is not a directory");
+    free(err);
+    assert_int_equal(ojas("export --hf mine -m out --force", NULL), 0);
+    assert_int_equal(ojas("generate -m mine -p '" PROMPT "' -n 12 -t 0", &b), 0);
+    assert_true(strlen(b) > strlen(PROMPT "\n"));
+    /* a stale model.safetensors.index.json that --force leaves beside the
+     * new model.safetensors: ojas reads model.safetensors, as transformers
+     * does (not the shards of an older export) */
+    snprintf(p, sizeof p, "%s/mine/model.safetensors.index.json", g_dir);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("{\"metadata\": {}, \"weight_map\": {\"wte.weight\": \"old-00001.safetensors\"}}\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    char *c2 = NULL;
+    assert_int_equal(ojas("generate -m mine -p '" PROMPT "' -n 12 -t 0", &c2), 0);
+    assert_string_equal(b, c2);
+    free(c2);
+    free(b);
+    /* --force never writes over what it reads: the model directory (by any
+     * spelling) stays byte for byte, and the checkpoint directory (given, or
+     * the one found in a run) is refused too */
+    snprintf(p, sizeof p, "%s/mine/model.safetensors", g_dir);
+    assert_int_equal(stat(p, &sb), 0);
+    const off_t size = sb.st_size;
+    char *before = ct_slurp(p);
+    assert_non_null(before);
+    assert_int_equal(ct_ojas(g_dir, "export --hf ./mine/ -m mine --force", NULL, &err), 1);
+    ct_assert_one_line(err, "export: --hf './mine/' is the model directory itself");
+    free(err);
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_size, size);
+    char *after = ct_slurp(p);
+    assert_non_null(after);
+    assert_memory_equal(before, after, (size_t)size);
+    free(after);
+    free(before);
+    snprintf(p, sizeof p, "%s/run", g_dir);
+    DIR *d = opendir(p);
+    assert_non_null(d);
+    char ck[300] = "";
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        if (strncmp(de->d_name, "ckpt-", 5) == 0) snprintf(ck, sizeof ck, "%s", de->d_name);
+    closedir(d);
+    assert_true(ck[0] != '\0');
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "export --hf run/%s --checkpoint run --force", ck);
+    assert_int_equal(ct_ojas(g_dir, cmd, NULL, &err), 1);
+    ct_assert_one_line(err, "is the checkpoint directory itself");
+    free(err);
+    snprintf(cmd, sizeof cmd, "export --hf run/%s/ --checkpoint run/%s --force", ck, ck);
+    assert_int_equal(ct_ojas(g_dir, cmd, NULL, &err), 1);
+    ct_assert_one_line(err, "is the checkpoint directory itself");
+    free(err);
+    /* a nanolab run (the README's first training example) is refused with
+     * what to train instead, and no directory is written */
+    assert_int_equal(ojas("train --config c.json --set model=nanolab-tiny --out nrun --no-progress "
+                          "--no-plot", NULL), 0);
+    assert_int_equal(ct_ojas(g_dir, "export --hf nout --checkpoint nrun", NULL, &err), 1);
+    ct_assert_one_line(err, "has no transformers architecture");
+    if (!strstr(err, "--set model=gpt2-tiny")) fail_msg("no remedy named: %s", err);
+    free(err);
+    snprintf(p, sizeof p, "%s/nout", g_dir);
+    assert_int_not_equal(stat(p, &sb), 0);
 }
 
 int main(void) {

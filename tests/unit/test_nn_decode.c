@@ -4,7 +4,9 @@
 // the dtype's rounding; the keys and values written to the cache slot are
 // the output's columns bit for bit and nothing else moves (a slot outside
 // the cache writes nothing); oj__decode_argmax_advance_ picks the lowest
-// index on ties and the first NaN, and advances pos; oj__decode_embed_mask
+// index on ties and the first NaN, and advances pos; oj__decode_sample_
+// gives the host sampler's token (oj_sample_logits) and advances its
+// step, seen flags and pos (and keeps the token at hist[pos]); oj__decode_embed_mask
 // gives embedding + add's bits and the mask; the refusals name what
 // was wrong; no leaks.
 #include <math.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "ojas/infer.h"
 #include "nn_testutil.h"
 #include "ops/nn_decode.h"
 
@@ -132,6 +135,12 @@ static void expect_err(oj_engine *eng, oj_status want, const char *needle) {
     oj_clear_error(eng);
 }
 
+/* A call returned want and recorded an error that mentions needle. */
+static void expect_rc(oj_engine *eng, oj_status got, oj_status want, const char *needle) {
+    assert_int_equal(got, want);
+    expect_err(eng, want, needle);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     oj_engine *eng = nt_engine();
@@ -178,6 +187,127 @@ static void test_refusals(void **state) {
     nt_engine_done(eng);
 }
 
+/* decode_sample on the CPU backend: the host sampler's token for the
+ * history {i : seen[i]} and the step's uniform, seen[tok] set, step and
+ * pos advanced, -1 on a NaN; the refusals */
+static void test_decode_sample(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    enum { V = 9 };
+    const double v[V] = {0.5, 2.0, -1.0, 2.0, 1.5, -INFINITY, 0.25, 2.0, -3.0};
+    float lf[V];
+    for (int i = 0; i < V; i++) lf[i] = (float)v[i];
+    int64_t s1[1] = {1}, sv[1] = {V}, p0 = 3, st0 = 5;
+    oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_from_host(eng, 1, s1, OJ_I64, &p0, 8);
+    oj_tensor *stp = oj_from_host(eng, 1, s1, OJ_I64, &st0, 8);
+    oj_tensor *l = nt_from(eng, 1, sv, OJ_F32, v);
+    uint8_t seen[V] = {0, 1, 0, 0, 0, 0, 1, 0, 0};
+    oj_tensor *sn = oj_from_host(eng, 1, sv, OJ_U8, seen, V);
+    const int32_t hist[2] = {1, 6};
+    for (int c = 0; c < 24; c++) {
+        oj__decode_sampler sm = {c % 4 == 0 ? 0.0 : 0.3 * (c % 4), c % 3 == 0 ? 0 : 2 + c % 3,
+                                 c % 5 == 0 ? 0.6 : 1.0, c % 2 ? 1.5 : 1.0, 11u + (uint64_t)c, c};
+        oj_sampler_config cfg = oj_sampler_config_default();
+        cfg.temperature = sm.temperature;
+        cfg.top_k = sm.top_k;
+        cfg.top_p = sm.top_p;
+        cfg.repetition_penalty = sm.repetition_penalty;
+        const int64_t step = 5 + c;
+        const int32_t want = oj_sample_logits(lf, V, &cfg, hist, 2, oj_sample_uniform(sm.seed, c, step));
+        assert_int_equal(oj_copy_from_host(sn, seen, V), OJ_OK);
+        assert_int_equal(oj__decode_sample_(tok, l, pos, sm.repetition_penalty != 1.0 ? sn : NULL, stp, &sm),
+                         OJ_OK);
+        int64_t t = -2, st = 0;
+        uint8_t after[V];
+        assert_int_equal(oj_to_host(tok, &t, sizeof t), OJ_OK);
+        assert_int_equal(oj_to_host(stp, &st, sizeof st), OJ_OK);
+        assert_int_equal(oj_to_host(sn, after, V), OJ_OK);
+        if (t != want) fail_msg("case %d: decode_sample %lld, host sampler %d", c, (long long)t, want);
+        assert_int_equal(st, step + 1);
+        if (sm.repetition_penalty != 1.0) assert_int_equal(after[t], 1);
+    }
+    int64_t p = 0;
+    assert_int_equal(oj_to_host(pos, &p, sizeof p), OJ_OK);
+    assert_int_equal(p, 3 + 24);
+    /* the token kept at hist[pos] (pos after its advance); hist needs pos */
+    int64_t sh[1] = {40}, kept[40];
+    oj_tensor *kh = oj_full(eng, 1, sh, OJ_I64, -7.0);
+    oj__decode_sampler sk = {0.7, 4, 1.0, 1.0, 5, 1};
+    assert_int_equal(oj__decode_sample_keep_(tok, l, pos, NULL, stp, kh, &sk), OJ_OK);
+    int64_t tk = -1;
+    assert_int_equal(oj_to_host(tok, &tk, sizeof tk), OJ_OK);
+    assert_int_equal(oj_to_host(kh, kept, sizeof kept), OJ_OK);
+    assert_int_equal(kept[3 + 25], tk);
+    assert_int_equal(kept[3 + 24], -7);
+    expect_rc(eng, oj__decode_sample_keep_(tok, l, NULL, NULL, stp, kh, &sk), OJ_ERR_INVALID_ARGUMENT,
+              "comes with pos");
+    /* a NaN: -1 */
+    double vn[V];
+    memcpy(vn, v, sizeof vn);
+    vn[4] = NAN;
+    oj_tensor *ln = nt_from(eng, 1, sv, OJ_BF16, vn);
+    oj__decode_sampler sm = {0.8, 3, 1.0, 1.0, 1, 0};
+    assert_int_equal(oj__decode_sample_(tok, ln, NULL, NULL, stp, &sm), OJ_OK);
+    int64_t t = 0;
+    assert_int_equal(oj_to_host(tok, &t, sizeof t), OJ_OK);
+    assert_int_equal(t, -1);
+    /* refusals */
+    sm.repetition_penalty = 1.3;
+    expect_rc(eng, oj__decode_sample_(tok, l, NULL, NULL, stp, &sm), OJ_ERR_INVALID_ARGUMENT,
+              "needs the seen flags");
+    expect_rc(eng, oj__decode_sample_(tok, l, NULL, l, stp, &sm), OJ_ERR_DTYPE,
+              "seen must be contiguous u8");
+    sm.repetition_penalty = 1.0;
+    expect_rc(eng, oj__decode_sample_(tok, l, tok, NULL, stp, &sm), OJ_ERR_INVALID_ARGUMENT,
+              "must not share storage");
+    expect_rc(eng, oj__decode_sample_(l, l, NULL, NULL, stp, &sm), OJ_ERR_DTYPE, "tok must be i64");
+    sm.temperature = NAN;
+    expect_rc(eng, oj__decode_sample_(tok, l, NULL, NULL, stp, &sm), OJ_ERR_INVALID_ARGUMENT, "");
+    int64_t sb[1] = {OJ__DECODE_SAMPLE_MAX_K + 1};
+    oj_tensor *big = oj_zeros(eng, 1, sb, OJ_F32);
+    oj__decode_sampler all = {1.0, 0, 1.0, 1.0, 1, 0};
+    assert_false(oj__decode_sample_ok(eng, &all, OJ__DECODE_SAMPLE_MAX_K + 1));
+    assert_true(oj__decode_sample_ok(eng, &all, OJ__DECODE_SAMPLE_MAX_K));
+    expect_rc(eng, oj__decode_sample_(tok, big, NULL, NULL, stp, &all), OJ_ERR_UNSUPPORTED,
+              "sample on the host");
+    all.top_k = 40; /* 40 candidates: taken */
+    assert_int_equal(oj__decode_sample_(tok, big, NULL, NULL, stp, &all), OJ_OK);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* oj__decode_matches_unfused follows cuda_gemv.cu's tile and split rule:
+ * gpt2-124m's four projections match, K 4096 (8 column groups there) and
+ * a split K do not */
+static void test_matches_unfused(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    const struct {
+        int64_t K, N;
+        bool want;
+    } cases[] = {
+        {768, 2304, true},  {768, 768, true},    {768, 3072, true}, {3072, 768, true},
+        {4096, 1024, false}, {2048, 8192, false}, /* 256 blocks of 4 groups, 32 rows: split */
+        {768, 8192, true},   {64, 192, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t s2[2] = {cases[i].K, cases[i].N};
+        oj_tensor *w = oj_empty(eng, 2, s2, OJ_BF16);
+        assert_non_null(w);
+        if (oj__decode_matches_unfused(w) != cases[i].want)
+            fail_msg("[%lld, %lld]: matches_unfused %d", (long long)cases[i].K,
+                     (long long)cases[i].N, !cases[i].want);
+        oj_release(w);
+    }
+    int64_t s2[2] = {768, 768};
+    oj_tensor *wf = oj_empty(eng, 2, s2, OJ_F32);
+    assert_false(oj__decode_matches_unfused(wf)); /* not a decode weight */
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 /* argmax + pos += 1: the lowest index on ties, the first NaN above all,
  * all -inf gives 0; each dtype; refusals */
 static void test_argmax_advance(void **state) {
@@ -215,15 +345,10 @@ static void test_argmax_advance(void **state) {
     /* refusals */
     int64_t s6[1] = {6};
     oj_tensor *l = oj_zeros(eng, 1, s6, OJ_F32), *li = oj_zeros(eng, 1, s6, OJ_I32);
-    assert_int_equal(oj__decode_argmax_advance_(pos, l, pos), OJ_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(oj_last_error(eng), "share storage"));
-    oj_clear_error(eng);
-    assert_int_equal(oj__decode_argmax_advance_(tok, li, pos), OJ_ERR_DTYPE);
-    assert_non_null(strstr(oj_last_error(eng), "f32/bf16/f16, got i32"));
-    oj_clear_error(eng);
-    assert_int_equal(oj__decode_argmax_advance_(l, l, pos), OJ_ERR_DTYPE);
-    assert_non_null(strstr(oj_last_error(eng), "must be i64"));
-    oj_clear_error(eng);
+    expect_rc(eng, oj__decode_argmax_advance_(pos, l, pos), OJ_ERR_INVALID_ARGUMENT,
+              "share storage");
+    expect_rc(eng, oj__decode_argmax_advance_(tok, li, pos), OJ_ERR_DTYPE, "f32/bf16/f16, got i32");
+    expect_rc(eng, oj__decode_argmax_advance_(l, l, pos), OJ_ERR_DTYPE, "must be i64");
     oj_scope_end(eng);
     nt_engine_done(eng);
 }
@@ -264,9 +389,7 @@ static void test_embed_mask(void **state) {
         assert_int_equal(oj_last_status(eng), OJ_ERR_DTYPE);
         oj_clear_error(eng);
         assert_null(oj__decode_embed_mask(wte, oj_transpose(wpe, 0, 1), tok, pos, mask));
-        assert_int_equal(oj_last_status(eng), OJ_ERR_SHAPE);
-        assert_non_null(strstr(oj_last_error(eng), "wte [V, C] and wpe [P, C]"));
-        oj_clear_error(eng);
+        expect_rc(eng, oj_last_status(eng), OJ_ERR_SHAPE, "wte [V, C] and wpe [P, C]");
         oj_scope_end(eng);
         nt_engine_done(eng);
     }
@@ -279,6 +402,8 @@ int main(void) {
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_argmax_advance),
+        cmocka_unit_test(test_decode_sample),
+        cmocka_unit_test(test_matches_unfused),
         cmocka_unit_test(test_embed_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

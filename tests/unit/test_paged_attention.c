@@ -3,7 +3,10 @@
 // the same keys laid out in order, bit for bit on the CPU (f32: the kernel
 // that reads the blocks in place; f64: the gathered fallback), for one to
 // many queries, block sizes that do and do not divide the keys, GQA and a
-// strided q; refusals name what was wrong.
+// strided q; refusals name what was wrong. The packed form
+// (oj__paged_attention_varlen: rows of many sequences, device tables) gives
+// each row the single-sequence result and an inactive row zeros;
+// oj__paged_kv_write_ stores rows at their slots and skips slot -1.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -145,11 +148,88 @@ static void test_refusals(void **state) {
     oj_scope_end(eng);
 }
 
+/* Packed rows of three sequences (tables [3, 4], GQA 4/2, blocks of 4):
+ * each row's output is oj__paged_attention's for its sequence's keys
+ * 0..pos, bit for bit; a row at pos -1 is zeros. kv_write puts rows at
+ * their slots and leaves the pool alone for slot -1. Refusals. */
+static void test_varlen_and_write(void **state) {
+    (void)state;
+    oj_scope_begin(eng);
+    enum { H = 4, Hkv = 2, D = 8, BS = 4, NB = 12, N = 5 };
+    int64_t ps[4] = {NB, Hkv, BS, D}, qs[4] = {1, H, N, D}, ts[2] = {3, 4}, ns[1] = {N};
+    uint32_t seed = 9;
+    double *h = malloc((size_t)(NB * Hkv * BS * D) * sizeof *h);
+    for (int64_t i = 0; i < NB * Hkv * BS * D; i++) h[i] = (double)(lcg(&seed) % 2001) / 1000.0 - 1.0;
+    oj_tensor *kp = oj_cast(oj_from_host(eng, 4, ps, OJ_F64, h, (size_t)(NB * Hkv * BS * D) * 8), OJ_F32);
+    for (int64_t i = 0; i < NB * Hkv * BS * D; i++) h[i] = (double)(lcg(&seed) % 2001) / 1000.0 - 1.0;
+    oj_tensor *vp = oj_cast(oj_from_host(eng, 4, ps, OJ_F64, h, (size_t)(NB * Hkv * BS * D) * 8), OJ_F32);
+    oj_tensor *q = oj_cast(oj_from_host(eng, 4, qs, OJ_F64, h, (size_t)(H * N * D) * 8), OJ_F32);
+    const int32_t tab[12] = {7, 2, 9, 0, /**/ 11, 4, 0, 0, /**/ 1, 3, 5, 6};
+    const int32_t seq[N] = {0, 2, 1, 2, 0}, pos[N] = {9, 14, 6, -1, 0};
+    oj_tensor *tt = oj_from_host(eng, 2, ts, OJ_I32, tab, sizeof tab);
+    oj_tensor *st = oj_from_host(eng, 1, ns, OJ_I32, seq, sizeof seq);
+    oj_tensor *pt = oj_from_host(eng, 1, ns, OJ_I32, pos, sizeof pos);
+    oj_tensor *y = oj__paged_attention_varlen(q, kp, vp, tt, st, pt, NAN);
+    if (y == NULL) fail_msg("varlen: %s", oj_last_error(eng));
+    for (int64_t i = 0; i < N; i++) {
+        float got[H * D], want[H * D];
+        oj_tensor *yi = oj_contiguous(oj_narrow(y, 2, i, 1));
+        assert_int_equal(oj_to_host(yi, got, sizeof got), OJ_OK);
+        if (pos[i] < 0) {
+            memset(want, 0, sizeof want);
+        } else {
+            oj_tensor *w = oj__paged_attention(oj_narrow(q, 2, i, 1), kp, vp, tab + seq[i] * 4,
+                                               pos[i] + 1, NAN);
+            assert_non_null(w);
+            assert_int_equal(oj_to_host(oj_contiguous(w), want, sizeof want), OJ_OK);
+        }
+        assert_memory_equal(got, want, sizeof want);
+    }
+    /* kv_write: rows 0..4 of x [1, Hkv, N, D] to slots 5, 46, -1, 0, 33 */
+    int64_t xs[4] = {1, Hkv, N, D};
+    oj_tensor *x = oj_cast(oj_from_host(eng, 4, xs, OJ_F64, h + 17, (size_t)(Hkv * N * D) * 8), OJ_F32);
+    const int32_t slot[N] = {5, 46, -1, 0, 33};
+    oj_tensor *sl = oj_from_host(eng, 1, ns, OJ_I32, slot, sizeof slot);
+    float *before = malloc((size_t)(NB * Hkv * BS * D) * sizeof *before);
+    float *after = malloc((size_t)(NB * Hkv * BS * D) * sizeof *after);
+    float xr[Hkv * N * D];
+    assert_int_equal(oj_to_host(kp, before, (size_t)(NB * Hkv * BS * D) * 4), OJ_OK);
+    assert_int_equal(oj_to_host(x, xr, sizeof xr), OJ_OK);
+    assert_int_equal(oj__paged_kv_write_(kp, x, sl), OJ_OK);
+    assert_int_equal(oj_to_host(kp, after, (size_t)(NB * Hkv * BS * D) * 4), OJ_OK);
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t hk = 0; hk < Hkv; hk++)
+            if (slot[t] >= 0) {
+                float *dst = after + ((slot[t] / BS * Hkv + hk) * BS + slot[t] % BS) * D;
+                assert_memory_equal(dst, xr + (hk * N + t) * D, D * sizeof(float));
+                memcpy(dst, before + (dst - after), D * sizeof(float)); /* for the check below */
+            }
+    assert_memory_equal(after, before, (size_t)(NB * Hkv * BS * D) * sizeof *after); /* nothing else */
+    /* refusals */
+    oj_tensor *t64 = oj_cast(tt, OJ_I64);
+    assert_null(oj__paged_attention_varlen(q, kp, vp, t64, st, pt, NAN));
+    assert_non_null(strstr(oj_last_error(eng), "must be i32"));
+    oj_clear_error(eng);
+    assert_null(oj__paged_attention_varlen(q, kp, vp, tt, oj_narrow(st, 0, 0, 4), pt, NAN));
+    assert_non_null(strstr(oj_last_error(eng), "seq and pos [N]"));
+    oj_clear_error(eng);
+    assert_int_equal(oj__paged_kv_write_(kp, oj_cast(x, OJ_F64), sl), OJ_ERR_DTYPE);
+    oj_clear_error(eng);
+    assert_int_equal(oj__paged_kv_write_(kp, x, oj_narrow(sl, 0, 0, 2)), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(eng), "slot i32 [N]"));
+    oj_clear_error(eng);
+    free(before);
+    free(after);
+    free(h);
+    oj_scope_end(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_contiguous_f32),
         cmocka_unit_test(test_matches_contiguous_f64),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_varlen_and_write),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

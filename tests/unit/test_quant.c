@@ -1,7 +1,9 @@
-// test: quantized types (q8_0, q4_0, q4_1): names and sizes, round-trip
-// error bounds per format, oj_qmatmul against a dequantize-then-matmul
-// reference within the bound stated in quant.h on every kernel level,
-// bit-identical results across thread counts, and each error named
+// test: quantized types (q8_0, q4_0, q4_1, q4_k): names and sizes,
+// round-trip error bounds per format, oj_qmatmul against a
+// dequantize-then-matmul reference within the bound stated in quant.h on
+// every kernel level, the AVX-512 VNNI, AVX-VNNI and AVX2 kernels
+// bit-identical, bit-identical results across thread counts, and each
+// error named
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,18 +19,10 @@
 #include "ojas/ops.h"
 #include "ojas/quant.h"
 #include "quant/quant_internal.h"
+#include "quant_testutil.h"
 
-static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1};
-
-/* Deterministic values in [-scale, scale] with an occasional outlier. */
-static void fill(float *x, int64_t n, uint32_t seed, float scale) {
-    uint32_t s = seed * 2654435761u + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        float u = (float)(s >> 8) / 16777216.0f * 2.0f - 1.0f;
-        x[i] = (i % 29 == 3 ? 6.0f : 1.0f) * scale * u;
-    }
-}
+static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K};
+#define NTYPES (sizeof all_types / sizeof all_types[0])
 
 static oj_engine *engine(int threads) {
     oj_engine_config cfg = oj_engine_config_default();
@@ -47,28 +41,49 @@ static void test_names_sizes(void **state) {
     assert_true(oj_qtype_parse("q4_0", &t));
     assert_int_equal(t, OJ_Q4_0);
     assert_false(oj_qtype_parse("Q4_0", &t));
-    assert_false(oj_qtype_parse("q4_k", &t));
+    assert_true(oj_qtype_parse("q4_k", &t));
+    assert_int_equal(t, OJ_Q4_K);
+    assert_false(oj_qtype_parse("Q4_K", &t));
+    assert_false(oj_qtype_parse("q4_k_m", &t));
     assert_int_equal(oj_qtype_block_bytes(OJ_Q8_0), 34);
     assert_int_equal(oj_qtype_block_bytes(OJ_Q4_0), 18);
     assert_int_equal(oj_qtype_block_bytes(OJ_Q4_1), 20);
+    assert_int_equal(oj_qtype_block_bytes(OJ_Q4_K), 144);
+    assert_int_equal(oj_qtype_block_elems(OJ_Q4_1), 32);
+    assert_int_equal(oj_qtype_block_elems(OJ_Q4_K), 256);
+    assert_int_equal(oj_qtype_block_elems(OJ_QTYPE_COUNT), 0);
     assert_int_equal(oj_qtype_row_bytes(OJ_Q8_0, 64), 68);
     assert_int_equal(oj_qtype_row_bytes(OJ_Q8_0, 48), 0);
     assert_int_equal(oj_qtype_row_bytes(OJ_Q8_0, 0), 0);
+    assert_int_equal(oj_qtype_row_bytes(OJ_Q4_K, 768), 3 * 144);
+    assert_int_equal(oj_qtype_row_bytes(OJ_Q4_K, 96), 0);
+    /* ggml's numbers (ggml.h) */
+    assert_int_equal(oj_qtype_to_ggml(OJ_Q4_K), 12);
+    assert_true(oj_qtype_from_ggml(12, &t));
+    assert_int_equal(t, OJ_Q4_K);
 }
 
 /* Every element of every block within the format's bound:
  *   q8_0: amax / 127 * (1/2 + 127 * 2^-11)  (rounding, plus the f16 scale)
  *   q4_0: |d| (1 + 8 * 2^-10)   d = max / -8 (the top code is clamped: 1 step)
- *   q4_1: d (1/2 + 15 * 2^-11) + |min| 2^-11, d = (max - min) / 15 */
+ *   q4_1: d (1/2 + 15 * 2^-11) + |min| 2^-11, d = (max - min) / 15
+ *   q4_k: per sub-block of 32, Q4K_BOUND (max - min) / 15 + 8 d + dmin/2,
+ *         min and max widened to include 0 (the fitted scale and min may
+ *         clip the extremes: no tight closed form), d and dmin the
+ *         super-block's f16 steps of the 6-bit scales and mins (their
+ *         rounding, 15 levels of the scale's and the min's) */
+#define Q4K_BOUND 1.0
 static void test_round_trip_bounds(void **state) {
     (void)state;
     enum { K = 32 * 40 };
     float x[K], y[K];
     uint8_t q[K * 2];
     for (uint32_t seed = 1; seed <= 20; seed++) {
-        fill(x, K, seed, seed % 2 ? 0.02f : 3.0f);
+        qt_fill(x, K, seed, seed % 2 ? 0.02f : 3.0f);
         if (seed == 3) memset(x, 0, 32 * sizeof(float)); /* an all-zero block */
-        for (size_t ti = 0; ti < 3; ti++) {
+        if (seed == 4) /* a super-block of small sub-blocks beside large ones */
+            for (int j = 256; j < 512; j++) x[j] *= j < 384 ? 1e-3f : 1.0f;
+        for (size_t ti = 0; ti < NTYPES; ti++) {
             oj_qtype t = all_types[ti];
             assert_int_equal(oj_quantize_row(t, x, K, q, NULL), OJ_OK);
             assert_int_equal(oj_dequantize_row(t, q, K, y, NULL), OJ_OK);
@@ -83,7 +98,14 @@ static void test_round_trip_bounds(void **state) {
                 double bound;
                 if (t == OJ_Q8_0) bound = amax / 127.0 * (0.5 + 127.0 / 2048);
                 else if (t == OJ_Q4_0) bound = fabs(mx / 8.0) * (1 + 8.0 / 1024);
-                else bound = (mxv - mn) / 15.0 * (0.5 + 15.0 / 2048) + fabs(mn) / 2048;
+                else if (t == OJ_Q4_1)
+                    bound = (mxv - mn) / 15.0 * (0.5 + 15.0 / 2048) + fabs(mn) / 2048;
+                else {
+                    const uint8_t *sb = q + (b / 8) * 144;
+                    bound = Q4K_BOUND * (fmax(mxv, 0) - fmin(mn, 0)) / 15.0 +
+                            8.0 * oj_f16_to_f32((uint16_t)(sb[0] | sb[1] << 8)) +
+                            0.5 * oj_f16_to_f32((uint16_t)(sb[2] | sb[3] << 8));
+                }
                 for (int j = 0; j < 32; j++) {
                     double e = fabs((double)x[b * 32 + j] - y[b * 32 + j]);
                     if (e > bound)
@@ -157,25 +179,33 @@ static void check_against_reference(const float *x, const float *wd, const float
     }
 }
 
+/* The kernel levels a test walks: portable C, AVX2, AVX-VNNI and AVX-512
+ * VNNI (OJAS_QUANT_DOT asks for the VNNI ones); each falls back to what the
+ * CPU has. */
+#define NLEVELS 4
+static void set_level(oj_engine *eng, int li) {
+    oj__cpu_set_isa(eng, li == 0 ? OJ_ISA_SCALAR : oj_cpu_isa_detect());
+    if (li == 2) setenv("OJAS_QUANT_DOT", "avxvnni", 1);
+    else if (li == 3) setenv("OJAS_QUANT_DOT", "avx512vnni", 1);
+    else unsetenv("OJAS_QUANT_DOT");
+}
+
 static void test_qmatmul_matches_dequant(void **state) {
     (void)state;
     oj_engine *eng = engine(2);
-    const int64_t shapes[][3] = {{1, 37, 96}, {5, 64, 256}, {3, 17, 32}};
-    /* portable C, AVX2 (VNNI capped), and the best this CPU has */
-    const oj_cpu_isa isas[] = {OJ_ISA_SCALAR, oj_cpu_isa_detect(), oj_cpu_isa_detect()};
-    for (size_t s = 0; s < 3; s++) {
+    const int64_t shapes[][3] = {{1, 37, 96}, {5, 64, 256}, {3, 17, 32}, {2, 21, 768}};
+    for (size_t s = 0; s < 4; s++) {
         int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
         float *x = malloc(sizeof(float) * (size_t)(m * k));
         float *w = malloc(sizeof(float) * (size_t)(n * k));
         float *wd = malloc(sizeof(float) * (size_t)(n * k));
         float *y = malloc(sizeof(float) * (size_t)(m * n));
-        fill(x, m * k, 100 + (uint32_t)s, 1.5f);
-        fill(w, n * k, 200 + (uint32_t)s, 0.05f);
-        for (size_t ti = 0; ti < 3; ti++) {
-            for (size_t li = 0; li < 3; li++) {
-                oj__cpu_set_isa(eng, isas[li]);
-                if (li == 1) setenv("OJAS_QUANT_DOT", "avx2", 1);
-                else unsetenv("OJAS_QUANT_DOT");
+        qt_fill(x, m * k, 100 + (uint32_t)s, 1.5f);
+        qt_fill(w, n * k, 200 + (uint32_t)s, 0.05f);
+        for (size_t ti = 0; ti < NTYPES; ti++) {
+            if (k % oj_qtype_block_elems(all_types[ti])) continue;
+            for (int li = 0; li < NLEVELS; li++) {
+                set_level(eng, li);
                 assert_int_equal(oj_scope_begin(eng), OJ_OK);
                 oj_tensor *wt = oj_from_host(eng, 2, (int64_t[]){n, k}, OJ_F32, w,
                                              sizeof(float) * (size_t)(n * k));
@@ -205,6 +235,59 @@ static void test_qmatmul_matches_dequant(void **state) {
         free(wd);
         free(y);
     }
+    unsetenv("OJAS_QUANT_DOT");
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+/* The AVX2, AVX-VNNI and AVX-512 VNNI kernels give the same bits (integer
+ * sums are exact, the f32 sums in one order): odd and even block counts,
+ * signed extremes (-128 weights from raw blocks, |x| large). */
+static void test_qmatmul_simd_levels_identical(void **state) {
+    (void)state;
+    oj_engine *eng = engine(1);
+    enum { M = 3, N = 9 };
+    const int64_t ks[] = {32, 96, 256, 288, 768};
+    for (size_t ki = 0; ki < 5; ki++) {
+        const int64_t k = ks[ki];
+        float *x = malloc(sizeof(float) * M * (size_t)k), *w = malloc(sizeof(float) * N * (size_t)k);
+        qt_fill(x, M * k, 31 + (uint32_t)ki, 40.0f);
+        qt_fill(w, N * k, 41 + (uint32_t)ki, 0.3f);
+        for (size_t ti = 0; ti < NTYPES; ti++) {
+            if (k % oj_qtype_block_elems(all_types[ti])) continue;
+            float y[NLEVELS][M * N];
+            const char *names[NLEVELS];
+            for (int li = 1; li < NLEVELS; li++) {
+                set_level(eng, li);
+                names[li] = oj__qmatmul_kernel_name(eng);
+                assert_int_equal(oj_scope_begin(eng), OJ_OK);
+                oj_tensor *wt = oj_from_host(eng, 2, (int64_t[]){N, k}, OJ_F32, w,
+                                             sizeof(float) * N * (size_t)k);
+                oj_tensor *xt = oj_from_host(eng, 2, (int64_t[]){M, k}, OJ_F32, x,
+                                             sizeof(float) * M * (size_t)k);
+                oj_qtensor *q = oj_quantize(wt, all_types[ti]);
+                assert_non_null(q);
+                if (all_types[ti] == OJ_Q8_0) { /* a -128 weight, as a file may hold */
+                    uint8_t *raw = (uint8_t *)oj_qtensor_data(q);
+                    raw[2 + 5] = 0x80;
+                    raw[oj_qtype_row_bytes(OJ_Q8_0, k) + 2 + 17] = 0x80;
+                }
+                oj_tensor *yt = oj_qmatmul(xt, q);
+                assert_non_null(yt);
+                assert_int_equal(oj_to_host(yt, y[li], sizeof y[li]), OJ_OK);
+                oj_qtensor_free(q);
+                assert_int_equal(oj_scope_end(eng), OJ_OK);
+            }
+            for (int li = 2; li < NLEVELS; li++)
+                for (int i = 0; i < M * N; i++)
+                    if (memcmp(&y[1][i], &y[li][i], sizeof(float)) != 0)
+                        fail_msg("%s K %lld y[%d]: %s %.9g, %s %.9g", oj_qtype_name(all_types[ti]),
+                                 (long long)k, i, names[1], y[1][i], names[li], y[li][i]);
+        }
+        free(x);
+        free(w);
+    }
+    unsetenv("OJAS_QUANT_DOT");
     assert_int_equal(oj_engine_live_tensors(eng), 0);
     oj_engine_free(eng);
 }
@@ -216,8 +299,8 @@ static void test_qmatmul_strided_batched(void **state) {
     oj_engine *eng = engine(1);
     assert_int_equal(oj_scope_begin(eng), OJ_OK);
     float w[8 * 64], x[2 * 3 * 64];
-    fill(w, 8 * 64, 7, 1.0f);
-    fill(x, 2 * 3 * 64, 8, 1.0f);
+    qt_fill(w, 8 * 64, 7, 1.0f);
+    qt_fill(x, 2 * 3 * 64, 8, 1.0f);
     oj_qtensor *q = oj_quantize(oj_from_host(eng, 2, (int64_t[]){8, 64}, OJ_F32, w, sizeof w),
                                 OJ_Q4_1);
     oj_tensor *xt = oj_from_host(eng, 3, (int64_t[]){2, 3, 64}, OJ_F32, x, sizeof x);
@@ -241,27 +324,32 @@ static void test_qmatmul_strided_batched(void **state) {
 /* The same bits for 1, 2 and 3 threads, with and without small chunks. */
 static void test_qmatmul_thread_invariant(void **state) {
     (void)state;
-    enum { M = 4, N = 131, K = 320 };
-    float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * N * K);
-    float y[3][2][M * N];
-    fill(x, M * K, 11, 2.0f);
-    fill(w, N * K, 12, 0.1f);
-    for (size_t ti = 0; ti < 3; ti++) {
+    enum { M = 4, N = 131, KMAX = 512 };
+    float *x = malloc(sizeof(float) * M * KMAX), *w = malloc(sizeof(float) * N * KMAX);
+    float y[3][3][M * N];
+    for (size_t ti = 0; ti < NTYPES; ti++) {
+        const int64_t K = all_types[ti] == OJ_Q4_K ? 512 : 320;
+        qt_fill(x, M * K, 11, 2.0f);
+        qt_fill(w, N * K, 12, 0.1f);
         for (int th = 1; th <= 3; th++) {
             oj_engine *eng = engine(th);
             oj_engine_set_numerics(eng, OJ_NUMERICS_EXACT);
             if (th == 3) oj__cpu_set_grain_shift(eng, 4);
             oj_tensor *wt = oj_from_host(eng, 2, (int64_t[]){N, K}, OJ_F32, w,
-                                         sizeof(float) * N * K);
+                                         sizeof(float) * N * (size_t)K);
             oj_tensor *xt = oj_from_host(eng, 2, (int64_t[]){M, K}, OJ_F32, x,
-                                         sizeof(float) * M * K);
+                                         sizeof(float) * M * (size_t)K);
             oj_qtensor *q = oj_quantize(wt, all_types[ti]);
             oj_tensor *yt = oj_qmatmul(xt, q);
             assert_non_null(yt);
             assert_int_equal(oj_to_host(yt, y[th - 1][0], sizeof y[0][0]), OJ_OK);
             oj_release(yt);
-            /* the portable kernels too */
-            oj__cpu_set_isa(eng, OJ_ISA_SCALAR);
+            /* the AVX-512 VNNI and the portable kernels too */
+            set_level(eng, 3);
+            yt = oj_qmatmul(xt, q);
+            assert_int_equal(oj_to_host(yt, y[th - 1][2], sizeof y[0][0]), OJ_OK);
+            oj_release(yt);
+            set_level(eng, 0);
             yt = oj_qmatmul(xt, q);
             assert_int_equal(oj_to_host(yt, y[th - 1][1], sizeof y[0][0]), OJ_OK);
             oj_release(yt);
@@ -274,8 +362,10 @@ static void test_qmatmul_thread_invariant(void **state) {
         for (int th = 1; th < 3; th++) {
             assert_memory_equal(y[0][0], y[th][0], sizeof y[0][0]);
             assert_memory_equal(y[0][1], y[th][1], sizeof y[0][1]);
+            assert_memory_equal(y[0][2], y[th][2], sizeof y[0][2]);
         }
     }
+    unsetenv("OJAS_QUANT_DOT");
     free(x);
     free(w);
 }
@@ -287,7 +377,7 @@ static void test_quantize_low_precision_input(void **state) {
     assert_int_equal(oj_scope_begin(eng), OJ_OK);
     enum { N = 3, K = 64 };
     float w[N * K];
-    fill(w, N * K, 5, 1.0f);
+    qt_fill(w, N * K, 5, 1.0f);
     uint16_t h[N * K];
     for (int dt = 0; dt < 2; dt++) {
         for (int i = 0; i < N * K; i++) {
@@ -296,7 +386,7 @@ static void test_quantize_low_precision_input(void **state) {
         }
         oj_tensor *a = oj_from_host(eng, 2, (int64_t[]){N, K}, dt ? OJ_F16 : OJ_BF16, h, sizeof h);
         oj_tensor *b = oj_from_host(eng, 2, (int64_t[]){N, K}, OJ_F32, w, sizeof w);
-        for (size_t ti = 0; ti < 3; ti++) {
+        for (size_t ti = 0; ti < 3; ti++) { /* K = 64: not q4_k */
             oj_qtensor *qa = oj_quantize(a, all_types[ti]), *qb = oj_quantize(b, all_types[ti]);
             assert_int_equal(oj_qtensor_nbytes(qa), N * oj_qtype_row_bytes(all_types[ti], K));
             assert_memory_equal(oj_qtensor_data(qa), oj_qtensor_data(qb), oj_qtensor_nbytes(qa));
@@ -325,6 +415,9 @@ static void test_errors_named(void **state) {
     oj_tensor *bad_k = oj_from_host(eng, 2, (int64_t[]){2, 48}, OJ_F32, w, sizeof w);
     assert_null(oj_quantize(bad_k, OJ_Q8_0));
     expect(eng, OJ_ERR_SHAPE, "K a positive multiple of 32, got [2, 48]");
+    oj_tensor *k96 = oj_zeros(eng, 2, (int64_t[]){2, 96}, OJ_F32);
+    assert_null(oj_quantize(k96, OJ_Q4_K));
+    expect(eng, OJ_ERR_SHAPE, "q4_k needs [N, K] with N > 0 and K a positive multiple of 256");
     oj_tensor *ints = oj_zeros(eng, 2, (int64_t[]){2, 32}, OJ_I32);
     assert_null(oj_quantize(ints, OJ_Q4_0));
     expect(eng, OJ_ERR_DTYPE, "w is i32");
@@ -379,6 +472,7 @@ int main(void) {
         cmocka_unit_test(test_q8_0_exact_block),
         cmocka_unit_test(test_row_errors),
         cmocka_unit_test(test_qmatmul_matches_dequant),
+        cmocka_unit_test(test_qmatmul_simd_levels_identical),
         cmocka_unit_test(test_qmatmul_strided_batched),
         cmocka_unit_test(test_qmatmul_thread_invariant),
         cmocka_unit_test(test_quantize_low_precision_input),

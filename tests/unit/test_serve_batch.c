@@ -4,7 +4,9 @@
 // whatever else is in the batch: gpt2 and llama (GQA; Qwen-style biases and
 // QK-norm; Llama 3.1 rope scaling and an untied head), chunked prefill, blocks smaller than a chunk, a pool too small
 // for every request at once (requests queue), sampling; cancel and
-// timeouts free blocks; refusals; no leaks.
+// timeouts free blocks; preemption of the youngest request when the pool
+// cannot grow a running one (recomputed, the same tokens); the decode step
+// padded to a bucket (oj_gpt_decode_paged); refusals; no leaks.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +21,7 @@
 #include "ojas/infer.h"
 #include "ojas/ops.h"
 #include "ojas/serve.h"
+#include "serve_testutil.h"
 
 static oj_engine *eng;
 
@@ -38,37 +41,7 @@ static int teardown(void **state) {
 }
 
 static oj_gpt *make(const char *kind) {
-    oj_gpt_config c;
-    if (strcmp(kind, "gpt2") == 0) {
-        assert_true(oj_gpt_preset("gpt2-tiny", &c));
-        c.vocab_size = 97;
-    } else {
-        memset(&c, 0, sizeof c);
-        c.family = OJ_LLAMA;
-        c.vocab_size = 97;
-        c.block_size = 64;
-        c.n_layer = 2;
-        c.n_head = 4;
-        c.n_kv_head = 2;
-        c.n_embd = 32;
-        c.mlp_hidden = 48;
-        c.norm_eps = 1e-6;
-        c.rope_theta = 10000.0;
-        c.init_std = 0.02;
-        c.qkv_bias = strcmp(kind, "qwen") == 0;
-        c.qk_norm = strcmp(kind, "qwen") == 0;
-        if (strcmp(kind, "llama31") == 0) { /* rope scaling: the cos/sin tables */
-            c.rope_factor = 8.0;
-            c.rope_low_freq_factor = 1.0;
-            c.rope_high_freq_factor = 4.0;
-            c.rope_original_context = 16;
-            c.untied_head = true;
-        }
-    }
-    c.init_std = 0.3; /* at 0.02 a tiny model repeats one token: tokens would say little */
-    oj_gpt *m = NULL;
-    if (oj_gpt_create(eng, &c, 11, &m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(eng));
-    return m;
+    return sv_model(eng, kind, 97, 64, 32);
 }
 
 #define NP 6
@@ -76,10 +49,7 @@ static const int64_t lens[NP] = {1, 5, 17, 40, 3, 23};
 
 /* Prompt i: lens[i] ids below 97. */
 static void prompts(int32_t *buf[NP]) {
-    for (int i = 0; i < NP; i++) {
-        buf[i] = malloc((size_t)lens[i] * sizeof(int32_t));
-        for (int64_t t = 0; t < lens[i]; t++) buf[i][t] = (int32_t)((t * 31 + i * 17 + 3) % 97);
-    }
+    sv_prompts(NP, lens, 97, buf);
 }
 static void free_prompts(int32_t *buf[NP]) {
     for (int i = 0; i < NP; i++) free(buf[i]);
@@ -100,59 +70,53 @@ static void alone_logits(oj_gpt *m, const int32_t *p, int64_t n, float *dst, int
     oj_kv_cache_free(c);
 }
 
+/* The NP prompts in a pool of nblocks blocks of 4 positions, handed out
+ * interleaved (sv_pack), and packed one after another. */
+typedef struct {
+    int32_t *p[NP], tables[NP][16], packed[128];
+    const int32_t *tp[NP];
+    int64_t start[NP + 1], N;
+    oj_kv_pool *pool;
+} batch;
+
+static void batch_init(batch *b, oj_gpt *m, int nblocks) {
+    prompts(b->p);
+    b->pool = NULL;
+    assert_int_equal(oj_kv_pool_create(m, nblocks, 4, &b->pool), OJ_OK);
+    b->N = sv_pack(NP, b->p, lens, nblocks, b->tables, b->tp, b->start, b->packed);
+}
+
+static void batch_free(batch *b) {
+    free_prompts(b->p);
+    oj_kv_pool_free(b->pool);
+}
+
 /* Every prompt packed into one paged forward (blocks of 4 positions,
  * handed out interleaved) gives each prompt's last logits of the prompt
  * alone, bit for bit; then a second forward of one more token each. */
 static void check_packed_logits(const char *kind) {
     oj_gpt *m = make(kind);
-    const int64_t V = oj_gpt_get_config(m)->vocab_size, BS = 4;
-    int32_t *p[NP];
-    prompts(p);
-    oj_kv_pool *pool = NULL;
-    assert_int_equal(oj_kv_pool_create(m, 64, BS, &pool), OJ_OK);
-    int32_t tables[NP][16];
-    int next = 63;
-    for (int b = 0; b < 16; b++)
-        for (int i = 0; i < NP; i++) tables[i][b] = next >= 0 ? next-- : 0;
-    const int32_t *tp[NP];
-    int64_t start[NP + 1] = {0}, past[NP] = {0}, N = 0;
-    int32_t packed[128];
-    for (int i = 0; i < NP; i++) {
-        tp[i] = tables[i];
-        memcpy(&packed[N], p[i], (size_t)lens[i] * sizeof(int32_t));
-        N += lens[i];
-        start[i + 1] = N;
-    }
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    batch b;
+    batch_init(&b, m, 64);
+    int64_t past[NP] = {0};
     float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)V * sizeof *want);
-    oj_scope_begin(eng);
-    int64_t s[2] = {1, N};
-    oj_tensor *idx = oj_from_host(eng, 2, s, OJ_I32, packed, (size_t)N * sizeof(int32_t));
-    oj_tensor *lg = oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp);
-    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-    assert_int_equal(oj_size(lg, 1), NP);
-    assert_int_equal(oj_to_host(lg, got, (size_t)(NP * V) * sizeof *got), OJ_OK);
-    oj_scope_end(eng);
+    sv_forward(m, b.pool, b.packed, b.N, NP, b.start, past, b.tp, got);
     for (int i = 0; i < NP; i++) {
-        alone_logits(m, p[i], lens[i], want, V);
+        alone_logits(m, b.p[i], lens[i], want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
     }
     /* one more token each: prompt + (i % 7), attending to the blocks */
     int32_t *q[NP];
     for (int i = 0; i < NP; i++) {
         q[i] = malloc((size_t)(lens[i] + 1) * sizeof(int32_t));
-        memcpy(q[i], p[i], (size_t)lens[i] * sizeof(int32_t));
+        memcpy(q[i], b.p[i], (size_t)lens[i] * sizeof(int32_t));
         q[i][lens[i]] = i % 7;
-        packed[i] = i % 7;
+        b.packed[i] = i % 7;
         past[i] = lens[i];
-        start[i + 1] = i + 1;
+        b.start[i + 1] = i + 1;
     }
-    oj_scope_begin(eng);
-    int64_t s1[2] = {1, NP};
-    idx = oj_from_host(eng, 2, s1, OJ_I32, packed, NP * sizeof(int32_t));
-    lg = oj_gpt_forward_paged(m, pool, idx, NP, start, past, tp);
-    if (lg == NULL) fail_msg("forward_paged: %s", oj_last_error(eng));
-    assert_int_equal(oj_to_host(lg, got, (size_t)(NP * V) * sizeof *got), OJ_OK);
-    oj_scope_end(eng);
+    sv_forward(m, b.pool, b.packed, NP, NP, b.start, past, b.tp, got);
     for (int i = 0; i < NP; i++) {
         alone_logits(m, q[i], lens[i] + 1, want, V);
         assert_memory_equal(got + i * V, want, (size_t)V * sizeof *want);
@@ -160,8 +124,7 @@ static void check_packed_logits(const char *kind) {
     }
     free(got);
     free(want);
-    free_prompts(p);
-    oj_kv_pool_free(pool);
+    batch_free(&b);
     oj_gpt_free(m);
 }
 
@@ -179,21 +142,99 @@ static void test_packed_logits_qwen(void **state) {
     check_packed_logits("llama31");
 }
 
+/* oj_gpt_decode_paged (a step padded to a bucket of 2^j rows, inactive
+ * rows writing nothing, tables read from device tensors) gives the bits
+ * oj_gpt_forward_paged gives for the same step, each row's argmax and its
+ * log_softmax beside them: all six sequences (bucket
+ * 8), then three of them (bucket 4), then all six again (the other three's
+ * blocks were left alone by the padding rows). */
+static void check_decode_buckets(const char *kind) {
+    oj_gpt *m = make(kind);
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    batch b;
+    batch_init(&b, m, 96);
+    int64_t past[NP] = {0};
+    sv_forward(m, b.pool, b.packed, b.N, NP, b.start, past, b.tp, NULL);
+    for (int i = 0; i < NP; i++) past[i] = lens[i];
+    float *got = malloc((size_t)(NP * V) * sizeof *got), *want = malloc((size_t)(NP * V) * sizeof *want);
+    const int64_t steps[3] = {NP, 3, NP};
+    for (int k = 0; k < 3; k++) {
+        const int64_t n = steps[k];
+        int32_t tok[NP];
+        int64_t st1[NP + 1];
+        for (int64_t i = 0; i <= n; i++) st1[i] = i;
+        for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 13 + k * 7 + 1) % V);
+        int32_t am[NP];
+        float alp[NP];
+        oj_status st = oj_gpt_decode_paged(m, b.pool, n, tok, past, b.tp, true, got, am, alp);
+        if (st != OJ_OK) fail_msg("decode_paged: %s", oj_last_error(eng));
+        for (int64_t i = 0; i < n; i++) { /* the argmax and its log_softmax, from the logits */
+            const float *row = got + i * V;
+            int64_t best = 0;
+            double sum = 0.0;
+            for (int64_t v = 1; v < V; v++)
+                if (row[v] > row[best]) best = v;
+            for (int64_t v = 0; v < V; v++) sum += exp((double)row[v] - row[best]);
+            assert_int_equal(am[i], best);
+            if (!(fabs((double)alp[i] + log(sum)) <= 1e-5))
+                fail_msg("row %lld: argmax logprob %.9g, log_softmax %.9g", (long long)i, alp[i], -log(sum));
+        }
+        assert_false(oj_gpt_decode_paged_graphed(b.pool, n)); /* no graphs on the CPU */
+        /* the same step again through forward_paged (rewrites the same keys) */
+        sv_forward(m, b.pool, tok, n, n, st1, past, b.tp, want);
+        assert_memory_equal(got, want, (size_t)(n * V) * sizeof *want);
+        for (int64_t i = 0; i < n; i++) past[i]++;
+    }
+    /* refusals: a token outside the vocabulary, no sequence, past the context */
+    int32_t bad = (int32_t)V;
+    assert_int_equal(oj_gpt_decode_paged(m, b.pool, 1, &bad, past, b.tp, false, got, NULL, NULL),
+                     OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    assert_int_equal(oj_gpt_decode_paged(m, b.pool, 0, &bad, past, b.tp, false, got, NULL, NULL),
+                     OJ_ERR_INVALID_ARGUMENT);
+    oj_clear_error(eng);
+    int64_t far = oj_gpt_get_config(m)->block_size;
+    int32_t ok_tok = 1;
+    oj_status fst = oj_gpt_decode_paged(m, b.pool, 1, &ok_tok, &far, b.tp, false, got, NULL, NULL);
+    if (fst != OJ_ERR_OUT_OF_RANGE) fail_msg("past the context: %d %s", fst, oj_last_error(eng));
+    oj_clear_error(eng);
+    free(got);
+    free(want);
+    batch_free(&b);
+    oj_gpt_free(m);
+}
+
+static void test_decode_buckets(void **state) {
+    (void)state;
+    check_decode_buckets("gpt2");
+    check_decode_buckets("qwen");
+}
+
+/* The generate tests' sampler at temperature t (0: greedy, else top-k 20;
+ * seed 42, 20 new tokens), and each prompt's tokens from oj_generate alone
+ * into want[i], wl[i] long (the caller frees each). */
+static oj_sampler_config generate_alone(oj_gpt *m, int32_t *p[NP], double t, int32_t *want[NP],
+                                        int64_t wl[NP]) {
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = t;
+    cfg.top_k = t > 0 ? 20 : 0;
+    cfg.seed = 42;
+    cfg.max_new_tokens = 20;
+    const int32_t *const *pp = (const int32_t *const *)p;
+    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
+    return cfg;
+}
+
 /* oj_batch_generate over a scheduler of `sc` gives oj_generate's tokens for
  * every prompt at temperature t (0: greedy). */
 static void check_generate(const char *kind, const oj_sched_config *sc, double t) {
     oj_gpt *m = make(kind);
     int32_t *p[NP];
     prompts(p);
-    oj_sampler_config cfg = oj_sampler_config_default();
-    cfg.temperature = t;
-    cfg.top_k = t > 0 ? 20 : 0;
-    cfg.seed = 42;
-    cfg.max_new_tokens = 20;
     int32_t *want[NP], *got[NP];
     int64_t wl[NP], gl[NP];
+    const oj_sampler_config cfg = generate_alone(m, p, t, want, wl);
     const int32_t *const *pp = (const int32_t *const *)p;
-    assert_int_equal(oj_generate(m, NP, pp, lens, &cfg, want, wl, NULL, NULL), OJ_OK);
     oj_status st = oj_batch_generate(m, NP, pp, lens, &cfg, sc, got, gl, NULL, NULL);
     if (st != OJ_OK) fail_msg("batch_generate: %s", oj_last_error(eng));
     for (int i = 0; i < NP; i++) {
@@ -203,6 +244,232 @@ static void check_generate(const char *kind, const oj_sched_config *sc, double t
         free(want[i]);
     }
     free_prompts(p);
+    oj_gpt_free(m);
+}
+
+typedef struct {
+    int32_t toks[NP][64];
+    int64_t len[NP];
+    int64_t ids[NP];
+    int ends;
+} collect;
+
+static bool collect_fn(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)lp;
+    (void)why;
+    collect *c = ctx;
+    for (int i = 0; i < NP; i++)
+        if (c->ids[i] == id) {
+            if (token < 0) c->ends++;
+            else c->toks[i][c->len[i]++] = token;
+        }
+    return true;
+}
+
+/* A pool far smaller than the requests' full lengths (18 blocks of 4
+ * positions; the six requests need 52 at their ends): requests are
+ * admitted on their prompts' blocks (more run at once than full
+ * reservations would let: 3, not 2), the youngest is preempted when a
+ * running one cannot grow and is recomputed later, and every request
+ * still gets oj_generate's tokens, greedy and sampled; the pool ends
+ * empty. */
+static void check_preemption(const char *kind, double t) {
+    oj_gpt *m = make(kind);
+    int32_t *p[NP];
+    prompts(p);
+    int32_t *want[NP];
+    int64_t wl[NP];
+    const oj_sampler_config cfg = generate_alone(m, p, t, want, wl);
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = NP;
+    sc.block_size = 4;
+    sc.n_blocks = 18;
+    sc.prefill_chunk = 8;
+    sc.max_step_tokens = 32;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    collect *c = calloc(1, sizeof *c);
+    for (int i = 0; i < NP; i++)
+        assert_int_equal(oj_sched_submit(s, p[i], lens[i], &cfg, i, 0.0, collect_fn, c, &c->ids[i]), OJ_OK);
+    int64_t most = 0;
+    while (oj_sched_busy(s)) {
+        if (oj_sched_step(s) != OJ_OK) fail_msg("step: %s", oj_sched_error(s));
+        oj_sched_stats st = oj_sched_get_stats(s);
+        if (st.running > most) most = st.running;
+        assert_true(st.blocks_used <= 18);
+    }
+    oj_sched_stats st = oj_sched_get_stats(s);
+    if (st.preempted == 0) fail_msg("%s: no request was preempted", kind);
+    if (most < 3) fail_msg("%s: at most %lld requests ran at once", kind, (long long)most);
+    assert_int_equal(st.blocks_used, 0);
+    assert_int_equal(c->ends, NP);
+    int64_t prompt_total = 0; /* each prompt counted once, recomputed or not */
+    for (int i = 0; i < NP; i++) prompt_total += lens[i];
+    assert_int_equal(st.prompt_tokens, prompt_total);
+    for (int i = 0; i < NP; i++) {
+        if (c->len[i] != wl[i] || memcmp(c->toks[i], want[i], (size_t)wl[i] * sizeof(int32_t)) != 0)
+            fail_msg("%s t %g: request %d got %lld tokens, alone %lld (or other tokens)", kind, t, i,
+                     (long long)c->len[i], (long long)wl[i]);
+        free(want[i]);
+    }
+    free(c);
+    oj_sched_free(s);
+    free_prompts(p);
+    oj_gpt_free(m);
+}
+
+static void test_preemption(void **state) {
+    (void)state;
+    check_preemption("gpt2", 0.0);
+    check_preemption("llama", 0.8);
+}
+
+/* A request preempted in the middle of its prefill (prompt chunks of one
+ * token; the older request grows into the last free block) is recomputed
+ * and still gives oj_generate's tokens; its prompt counts once in the
+ * prompt-token statistic. */
+static void test_preempt_in_prefill(void **state) {
+    (void)state;
+    oj_gpt *m = make("gpt2");
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = 2;
+    sc.block_size = 4;
+    sc.n_blocks = 12;
+    sc.prefill_chunk = 1;
+    sc.max_step_tokens = 8;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    int32_t pa[5] = {1, 2, 3, 4, 5}, pb[28];
+    for (int i = 0; i < 28; i++) pb[i] = (int32_t)((i * 11 + 7) % 97);
+    collect *c = calloc(1, sizeof *c);
+    cfg.max_new_tokens = 30;
+    assert_int_equal(oj_sched_submit(s, pa, 5, &cfg, 0, 0.0, collect_fn, c, &c->ids[0]), OJ_OK);
+    cfg.max_new_tokens = 2;
+    assert_int_equal(oj_sched_submit(s, pb, 28, &cfg, 0, 0.0, collect_fn, c, &c->ids[1]), OJ_OK);
+    while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+    oj_sched_stats st = oj_sched_get_stats(s);
+    assert_true(st.preempted >= 1);
+    assert_int_equal(st.prompt_tokens, 5 + 28);
+    assert_int_equal(st.blocks_used, 0);
+    const int32_t *ps[2] = {pa, pb};
+    const int64_t ls[2] = {5, 28}, mx[2] = {30, 2};
+    for (int i = 0; i < 2; i++) {
+        int32_t *want[1];
+        int64_t wl[1];
+        cfg.max_new_tokens = mx[i];
+        assert_int_equal(oj_generate(m, 1, &ps[i], &ls[i], &cfg, want, wl, NULL, NULL), OJ_OK);
+        assert_int_equal(c->len[i], wl[0]);
+        assert_memory_equal(c->toks[i], want[0], (size_t)wl[0] * sizeof(int32_t));
+        free(want[0]);
+    }
+    free(c);
+    oj_sched_free(s);
+    oj_gpt_free(m);
+}
+
+typedef struct {
+    int64_t tokens, ends;
+    oj_finish last;
+} counts;
+
+static bool nan_lp(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)id;
+    (void)why;
+    counts *c = ctx;
+    if (token >= 0) {
+        assert_true(isnan(lp));
+        c->tokens++;
+    }
+    return true;
+}
+
+typedef struct {
+    oj_sched *s;
+    int32_t toks[32];
+    double lps[32], top_lps[32][5];
+    int32_t top_ids[32][5];
+    int64_t n_top[32];
+    int64_t len;
+} tops;
+
+static bool tops_fn(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)id;
+    (void)why;
+    tops *c = ctx;
+    if (token < 0) return true;
+    c->toks[c->len] = token;
+    c->lps[c->len] = lp;
+    c->n_top[c->len] = oj_sched_top_logprobs(c->s, c->top_ids[c->len], c->top_lps[c->len], 5);
+    c->len++;
+    return true;
+}
+
+/* Top alternatives (OpenAI's top_logprobs): at each token event the five
+ * most likely tokens and their log-probabilities are log_softmax of the
+ * logits of the sequence so far decoded alone (computed here in double),
+ * most likely first, the event's logprob that of the chosen token; the
+ * greedy token is the first. Outside an event there are none; k = -1
+ * gives events without a logprob (NAN); k outside -1..20 and unknown ids
+ * are refused. */
+static void test_top_logprobs(void **state) {
+    (void)state;
+    oj_gpt *m = make("llama");
+    const int64_t V = oj_gpt_get_config(m)->vocab_size;
+    oj_sched_config sc = oj_sched_config_default();
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    cfg.max_new_tokens = 6;
+    int32_t hist[32] = {3, 14, 15, 92, 65};
+    const int64_t n = 5;
+    tops *c = calloc(1, sizeof *c);
+    c->s = s;
+    int64_t id = 0, other = 0;
+    assert_int_equal(oj_sched_submit(s, hist, n, &cfg, 0, 0.0, tops_fn, c, &id), OJ_OK);
+    counts nolp = {0, 0, OJ_FINISH_NONE};
+    assert_int_equal(oj_sched_submit(s, hist, 2, &cfg, 1, 0.0, nan_lp, &nolp, &other), OJ_OK);
+    assert_int_equal(oj_sched_set_top_logprobs(s, id, 21), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(oj_sched_error(s), "top logprobs 21"));
+    assert_int_equal(oj_sched_set_top_logprobs(s, id + 99, 5), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_sched_set_top_logprobs(s, id, -2), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(oj_sched_set_top_logprobs(s, other, -1), OJ_OK); /* no logprob: NAN */
+    assert_int_equal(oj_sched_set_top_logprobs(s, id, 5), OJ_OK);
+    while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+    int32_t ids[5];
+    double lps[5];
+    assert_int_equal(oj_sched_top_logprobs(s, ids, lps, 5), 0);
+    assert_int_equal(c->len, 6);
+    assert_int_equal(nolp.tokens, 6);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    double *ls = malloc((size_t)V * sizeof *ls);
+    for (int64_t k = 0; k < c->len; k++) {
+        alone_logits(m, hist, n + k, lg, V);
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t v = 0; v < V; v++) mx = fmax(mx, (double)lg[v]);
+        for (int64_t v = 0; v < V; v++) sum += exp((double)lg[v] - mx);
+        for (int64_t v = 0; v < V; v++) ls[v] = (double)lg[v] - mx - log(sum);
+        assert_int_equal(c->n_top[k], 5);
+        for (int j = 0; j < 5; j++) {
+            const int32_t t = c->top_ids[k][j];
+            if (fabs(c->top_lps[k][j] - ls[t]) > 1e-12)
+                fail_msg("token %lld alternative %d (id %d): %.17g, log_softmax %.17g", (long long)k,
+                         j, t, c->top_lps[k][j], ls[t]);
+            int64_t above = 0; /* ids ranked before t by (value desc, id asc) */
+            for (int64_t v = 0; v < V; v++)
+                if (lg[v] > lg[t] || (lg[v] == lg[t] && v < t)) above++;
+            if (above != j) fail_msg("token %lld: id %d is alternative %d, ranks %lld", (long long)k, t, j, (long long)above);
+        }
+        assert_int_equal(c->top_ids[k][0], c->toks[k]); /* greedy */
+        assert_true(fabs(c->lps[k] - ls[c->toks[k]]) <= 1e-12);
+        hist[n + k] = c->toks[k];
+    }
+    free(lg);
+    free(ls);
+    free(c);
+    oj_sched_free(s);
     oj_gpt_free(m);
 }
 
@@ -254,6 +521,20 @@ static void test_generate_gpt2(void **state) {
     check_generate("gpt2", NULL, 0.0); /* every prompt at once, whole prompts */
     check_generate("gpt2", &sc, 0.9);
 }
+/* The scheduler's CUDA path on the CPU (OJAS_SCHED_DECODE_PAGED=1): the
+ * one-token rows of a step through oj_gpt_decode_paged (the device's
+ * argmax when every such row is greedy), the prompt chunks through a
+ * forward of their own; still oj_generate's tokens, greedy, sampled and
+ * with preemption. */
+static void test_generate_decode_paged(void **state) {
+    (void)state;
+    assert_int_equal(setenv("OJAS_SCHED_DECODE_PAGED", "1", 1), 0);
+    oj_sched_config sc = small_sched();
+    check_generate("gpt2", &sc, 0.0);
+    check_generate("qwen", &sc, 0.9);
+    check_preemption("llama", 0.0);
+    unsetenv("OJAS_SCHED_DECODE_PAGED");
+}
 static void test_generate_llama(void **state) {
     (void)state;
     oj_sched_config sc = small_sched();
@@ -272,10 +553,6 @@ static void test_generate_full_pool(void **state) {
     check_generate("llama", &sc, 0.0);
 }
 
-typedef struct {
-    int64_t tokens, ends;
-    oj_finish last;
-} counts;
 
 static bool count(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
     (void)id;
@@ -314,7 +591,7 @@ static void test_cancel_timeout_refusals(void **state) {
     oj_sched_stats st = oj_sched_get_stats(s);
     assert_int_equal(st.running, 1);
     assert_int_equal(st.queued, 1);
-    assert_int_equal(st.blocks_used, 10); /* 10 + 29 positions in blocks of 4 */
+    assert_int_equal(st.blocks_used, 3); /* the 12 positions written, in blocks of 4 */
     assert_int_equal(oj_sched_cancel(s, b), OJ_OK); /* queued */
     assert_int_equal(oj_sched_cancel(s, a), OJ_OK); /* running */
     assert_int_equal(oj_sched_cancel(s, a), OJ_ERR_INVALID_ARGUMENT);
@@ -369,9 +646,14 @@ int main(void) {
         cmocka_unit_test(test_packed_logits_gpt2),
         cmocka_unit_test(test_packed_logits_llama),
         cmocka_unit_test(test_packed_logits_qwen),
+        cmocka_unit_test(test_decode_buckets),
         cmocka_unit_test(test_generate_gpt2),
         cmocka_unit_test(test_generate_llama),
+        cmocka_unit_test(test_generate_decode_paged),
         cmocka_unit_test(test_generate_full_pool),
+        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_preempt_in_prefill),
+        cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),
     };

@@ -15,6 +15,7 @@
 
 #include "ojas/io.h"
 #include "train_testutil.h"
+#include "train/train_internal.h"
 
 static void test_defaults_round_trip(void **state) {
     (void)state;
@@ -154,7 +155,8 @@ static void test_check_and_model(void **state) {
     c.vocab_size = 320;
     assert_int_equal(oj_train_model_config(&c, 300, &m, NULL), OJ_OK);
     assert_int_equal(m.vocab_size, 320);
-    /* cuda_graph: a CUDA device and grad_accum 1 */
+    /* cuda_graph: a CUDA device, and (with the world size) one
+     * micro-batch per rank, on the all-reduce path only */
     c = oj_train_config_default();
     assert_int_equal(oj_train_config_set(&c, "cuda_graph=true", NULL), OJ_OK);
     assert_true(c.cuda_graph);
@@ -163,11 +165,27 @@ static void test_check_and_model(void **state) {
     assert_non_null(strstr(err.message, "cuda_graph needs device cuda"));
     c.device = (oj_device){OJ_DEVICE_CUDA, 0};
     c.grad_accum = 2;
+    assert_int_equal(oj_train_config_check(&c, NULL), OJ_OK); /* 2 ranks may take it */
     memset(&err, 0, sizeof err);
-    assert_int_equal(oj_train_config_check(&c, &err), OJ_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(err.message, "grad_accum 1"));
-    c.grad_accum = 1;
-    assert_int_equal(oj_train_config_check(&c, NULL), OJ_OK);
+    assert_int_equal(oj__train_check_world(&c, 1, false, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "cuda_graph needs one micro-batch per rank"));
+    assert_int_equal(oj__train_check_world(&c, 2, true, NULL), OJ_OK);
+    c.numerics = OJ_NUMERICS_EXACT; /* the shard exchange: refused */
+    memset(&err, 0, sizeof err);
+    assert_int_equal(oj__train_check_world(&c, 2, true, &err), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "cuda_graph=false for exact numerics"));
+    c.grad_accum = 1; /* one rank: its rank-order sum is the all-reduce's */
+    assert_int_equal(oj__train_check_world(&c, 1, true, NULL), OJ_OK);
+    c.zero = 1;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(oj__train_check_world(&c, 1, true, &err), OJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "for ZeRO-1"));
+    c.zero = 0;
+    c.cuda_graph = false;
+    c.grad_accum = 3;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(oj__train_check_world(&c, 2, true, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "grad_accum 3 is not a multiple of the world size 2"));
 }
 
 static int count_lines(const char *path, const char *needle) {

@@ -1,7 +1,8 @@
 """ojas.nn modules: Module (parameters, state_dict, train/eval), Linear,
-Embedding, LayerNorm, RMSNorm, Dropout, activations, MLP and Sequential,
-initialised as torch.nn initialises them (values drawn from the engine's
-Philox RNG, so not torch's numbers)."""
+Embedding, LayerNorm, RMSNorm, Dropout, activations, MLP, Sequential,
+Conv2d, BatchNorm2d and MultiheadAttention, with torch.nn's argument and
+state_dict names, initialised as torch.nn initialises them (values drawn
+from the engine's Philox RNG, so not torch's numbers)."""
 import collections
 import math
 
@@ -90,9 +91,15 @@ class Module:
                 yield (mp + "." + n if mp else n), b
 
     def state_dict(self):
-        """Parameters and buffers by dotted name (the tensors themselves, as torch)."""
-        d = collections.OrderedDict(self.named_parameters())
-        d.update(self.named_buffers())
+        """Parameters and buffers by dotted name (the tensors themselves, as
+        torch), module by module, each module's parameters before its
+        buffers (torch's order)."""
+        d = collections.OrderedDict()
+        for mp, m in self.named_modules():
+            for src in (m._parameters, m._buffers):
+                for n, t in src.items():
+                    if t is not None:
+                        d[mp + "." + n if mp else n] = t
         return d
 
     def load_state_dict(self, state_dict, strict=True):
@@ -284,3 +291,244 @@ class MLP(Module):
             return F.gelu_linear(h, self.proj.weight, self.proj.bias)
         act = {"relu": F.relu, "silu": F.silu, "tanh": F.tanh}[self.activation]
         return self.proj(act(h))
+
+
+def _pair(v, what):
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(x) for x in v)
+    if len(v) != 2:
+        raise _C.InvalidArgumentError("%s: expected an int or 2 ints, got %r" % (what, v))
+    return v
+
+
+class Conv2d(Module):
+    """2-D convolution (torch.nn.Conv2d): weight [out, in / groups, kh, kw]
+    and bias [out] ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in /
+    groups * kh * kw (torch's kaiming_uniform_(a=sqrt(5)) bound); forward is
+    F.conv2d (oj_conv2d). padding: int, pair, "valid", or "same" (stride 1,
+    an even total padding dilation * (k - 1) per dim); padding_mode "zeros"
+    only."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode="zeros", dtype=None):
+        super().__init__()
+        if padding_mode != "zeros":
+            raise _C.UnsupportedError("Conv2d: padding_mode %r is not supported (only 'zeros')"
+                                      % (padding_mode,))
+        if groups <= 0 or in_channels % groups or out_channels % groups:
+            raise _C.InvalidArgumentError(
+                "Conv2d: in_channels %d and out_channels %d must be divisible by groups %d"
+                % (in_channels, out_channels, groups))
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _pair(kernel_size, "Conv2d kernel_size")
+        self.stride = _pair(stride, "Conv2d stride")
+        self.dilation = _pair(dilation, "Conv2d dilation")
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            if self.stride != (1, 1):
+                raise _C.InvalidArgumentError("Conv2d: padding='same' needs stride 1")
+            tot = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+            if any(t % 2 for t in tot):
+                raise _C.UnsupportedError(
+                    "Conv2d: padding='same' with an odd total padding %s is not supported" % tot)
+            padding = tuple(t // 2 for t in tot)
+        self.padding = _pair(padding, "Conv2d padding")
+        fan_in = in_channels // groups * self.kernel_size[0] * self.kernel_size[1]
+        bound = 1 / math.sqrt(fan_in) if fan_in else 0
+        self.weight = Parameter(_uniform((out_channels, in_channels // groups) + self.kernel_size,
+                                         bound, dtype))
+        self.bias = Parameter(_uniform((out_channels,), bound, dtype)) if bias else None
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+    def extra_repr(self):
+        return "%d, %d, kernel_size=%s, stride=%s, padding=%s" % (
+            self.in_channels, self.out_channels, self.kernel_size, self.stride, self.padding)
+
+
+class BatchNorm2d(Module):
+    """Batch normalisation over [N, C, H, W] (torch.nn.BatchNorm2d): weight
+    (ones) and bias (zeros) [C] when affine; buffers running_mean (zeros),
+    running_var (ones) [C] and num_batches_tracked (int64) when
+    track_running_stats. Training normalises with the batch statistics and
+    updates the running ones in place (unbiased variance; momentum None: the
+    cumulative average 1 / num_batches_tracked); eval uses the running ones
+    (the batch's when track_running_stats is False). Forward is
+    F.batch_norm (oj_batch_norm). Ioffe & Szegedy, 2015."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, dtype=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = Parameter(ojas.ones(num_features, dtype=dtype)) if affine else None
+        self.bias = Parameter(ojas.zeros(num_features, dtype=dtype)) if affine else None
+        if track_running_stats:
+            self.register_buffer("running_mean", ojas.zeros(num_features, dtype=dtype))
+            self.register_buffer("running_var", ojas.ones(num_features, dtype=dtype))
+            self.register_buffer("num_batches_tracked", ojas.tensor(0, dtype=ojas.int64))
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
+
+    def reset_running_stats(self):
+        if self.track_running_stats:
+            with ojas.no_grad():
+                self.running_mean.zero_()
+                self.running_var.fill_(1)
+                self.num_batches_tracked.zero_()
+
+    def forward(self, x):
+        if x.dim() != 4:
+            raise _C.ShapeError("BatchNorm2d: expected 4D input (got %dD input)" % x.dim())
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            with ojas.no_grad():
+                self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / self.num_batches_tracked.item()
+        use_batch = self.training or not self.track_running_stats
+        track = not self.training or self.track_running_stats
+        return F.batch_norm(x, self.running_mean if track else None,
+                            self.running_var if track else None, self.weight, self.bias,
+                            use_batch, factor, self.eps)
+
+    def extra_repr(self):
+        return "%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s" % (
+            self.num_features, self.eps, self.momentum, self.affine, self.track_running_stats)
+
+
+class MultiheadAttention(Module):
+    """Multi-head attention (torch.nn.MultiheadAttention, its argument and
+    state_dict names): in_proj_weight [3E, E] (Xavier uniform),
+    in_proj_bias [3E] (zeros), out_proj (Linear E -> E, bias zeros).
+    forward(query, key, value, key_padding_mask=None, need_weights=True,
+    attn_mask=None, average_attn_weights=True, is_causal=False) -> (output,
+    weights or None); inputs [L, N, E] (batch_first: [N, L, E]) or unbatched
+    [L, E]. Masks as torch's: a bool attn_mask ([L, S] or [N * H, L, S])
+    or key_padding_mask ([N, S]) is True where attention is NOT allowed; a
+    float one is added to the scores. is_causal: query i sees keys j <= i
+    (torch 2.x; with L == S the op's own causal path). The attention itself
+    is F.scaled_dot_product_attention (oj_scaled_dot_product_attention,
+    tiled); need_weights computes the softmax weights too (averaged over
+    heads when average_attn_weights), at the cost of the [L, S] scores.
+    dropout > 0, bias_k/bias_v, add_zero_attn and kdim/vdim other than
+    embed_dim are not supported (UnsupportedError)."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, dtype=None):
+        super().__init__()
+        if num_heads <= 0 or embed_dim % num_heads:
+            raise _C.InvalidArgumentError("MultiheadAttention: embed_dim %d must be divisible by "
+                                          "num_heads %d" % (embed_dim, num_heads))
+        for what, bad in (("dropout > 0", dropout), ("add_bias_kv", add_bias_kv),
+                          ("add_zero_attn", add_zero_attn),
+                          ("kdim != embed_dim", kdim not in (None, embed_dim)),
+                          ("vdim != embed_dim", vdim not in (None, embed_dim))):
+            if bad:
+                raise _C.UnsupportedError("MultiheadAttention: %s is not supported" % what)
+        self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
+        self.head_dim = embed_dim // num_heads
+        self.dropout = 0.0
+        bound = math.sqrt(6.0 / (embed_dim + 3 * embed_dim))
+        self.in_proj_weight = Parameter(_uniform((3 * embed_dim, embed_dim), bound, dtype))
+        self.in_proj_bias = Parameter(ojas.zeros(3 * embed_dim, dtype=dtype)) if bias else None
+        self.out_proj = Linear(embed_dim, embed_dim, bias, dtype)
+        if bias:
+            with ojas.no_grad():
+                self.out_proj.bias.zero_()
+
+    def _heads(self, x, n, length):
+        # x [N, L, E] -> [N, H, L, D]
+        return x.reshape(n, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _mask(self, attn_mask, key_padding_mask, n, length, s, dtype, engine):
+        """The op's mask (bool: True = keep, or float: added), broadcastable
+        to [N, H, L, S], or None."""
+        parts = []
+        if attn_mask is not None:
+            m = attn_mask
+            if m.dim() == 3:
+                m = m.reshape(n, self.num_heads, length, s)
+            elif m.dim() != 2:
+                raise _C.ShapeError("MultiheadAttention: attn_mask must be [L, S] or [N * H, L, S]"
+                                    ", got %s" % (tuple(attn_mask.shape),))
+            parts.append(m)
+        if key_padding_mask is not None:
+            if tuple(key_padding_mask.shape) != (n, s):
+                raise _C.ShapeError("MultiheadAttention: key_padding_mask must be [N, S] = %s, "
+                                    "got %s" % ((n, s), tuple(key_padding_mask.shape)))
+            parts.append(key_padding_mask.reshape(n, 1, 1, s))
+        if not parts:
+            return None
+        if all(p.dtype == ojas.bool for p in parts):
+            keep = ~parts[0]
+            for p in parts[1:]:
+                keep = keep & ~p
+            return keep
+        out = None
+        for p in parts:
+            if p.dtype == ojas.bool:
+                p = ojas.zeros(tuple(p.shape), dtype=dtype, engine=engine).masked_fill(
+                    p, float("-inf"))
+            elif p.dtype != dtype:
+                p = p.to(dtype)
+            out = p if out is None else out + p
+        return out
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        batched = query.dim() == 3
+        if not batched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
+            raise _C.ShapeError("MultiheadAttention: query, key and value must all be 2-D "
+                                "(unbatched) or 3-D")
+        if not self.batch_first:
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        n, length, e = query.shape
+        s = key.shape[1]
+        if e != self.embed_dim:
+            raise _C.ShapeError("MultiheadAttention: query has embed dim %d, the module %d"
+                                % (e, self.embed_dim))
+        w = self.in_proj_weight.chunk(3, 0)
+        b = self.in_proj_bias.chunk(3, 0) if self.in_proj_bias is not None else (None,) * 3
+        q = self._heads(F.linear(query, w[0], b[0]), n, length)
+        k = self._heads(F.linear(key, w[1], b[1]), n, s)
+        v = self._heads(F.linear(value, w[2], b[2]), n, s)
+        mask = self._mask(attn_mask, key_padding_mask, n, length, s, q.dtype, q.engine)
+        causal = bool(is_causal) and length == s
+        if is_causal and length != s:  # top-left aligned, as torch 2.x
+            tl = ojas.ones((length, s), dtype=ojas.bool, engine=q.engine).tril()
+            mask = tl if mask is None else (
+                mask & tl if mask.dtype == ojas.bool else mask.masked_fill(~tl, float("-inf")))
+        o = F.scaled_dot_product_attention(q, k, v, mask, is_causal=causal)
+        o = self.out_proj(o.transpose(1, 2).reshape(n, length, e))
+        if not self.batch_first:
+            o = o.transpose(0, 1)
+        if not batched:
+            o = o.squeeze(1)
+        if not need_weights:
+            return o, None
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
+        if causal:
+            tl = ojas.ones((length, s), dtype=ojas.bool, engine=q.engine).tril()
+            scores = scores.masked_fill(~tl, float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == ojas.bool \
+                else scores + mask
+        a = scores.softmax(-1)
+        if average_attn_weights:
+            a = a.mean(1)
+        if not batched:
+            a = a.squeeze(0)
+        return o, a
+
+    def extra_repr(self):
+        return "embed_dim=%d, num_heads=%d, batch_first=%s" % (self.embed_dim, self.num_heads,
+                                                              self.batch_first)

@@ -79,5 +79,6 @@ const oj_backend oj_cpu_backend = {
     .decode_norm_linear = oj_cpu_decode_norm_linear,
     .decode_linear_residual = oj_cpu_decode_linear_residual,
     .decode_argmax_advance = oj_cpu_decode_argmax_advance,
+    .decode_sample = oj_cpu_decode_sample,
     .decode_embed_mask = oj_cpu_decode_embed_mask,
 };

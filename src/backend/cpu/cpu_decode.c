@@ -6,10 +6,13 @@
  * linear, gelu and add run one after another up to the sums' order. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu_decode.h"
 #include "backend/cpu/cpu_nn_util.h"
 #include "backend/scalar_ops.h"
+#include "ojas/infer.h"
+#include "ops/nn_decode.h"
 
 /* v rounded to dt (bf16 / f16) and back. */
 static double round_to(oj_dtype dt, double v) {
@@ -141,5 +144,48 @@ oj_status oj_cpu_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor
     bool *m = (bool *)oj__nn_base(mask);
     for (int64_t j = 0; j < S; j++) m[j] = j <= p;
     free(a);
+    return OJ_OK;
+}
+
+/* The host sampler itself (src/infer/sample.c) on the logits and the
+ * history {i : seen[i] != 0}: the reference the device sampler equals. */
+oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                               oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *kept,
+                               const oj__decode_sampler *s) {
+    const int64_t V = oj_numel(logits);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    int32_t *hist = seen ? malloc((size_t)V * sizeof *hist) : NULL;
+    double *v = oj__nn_scratch(eng, V, "decode_sample");
+    if (lg == NULL || (seen && hist == NULL) || v == NULL) {
+        const bool scratch = v != NULL; /* else its error is recorded */
+        free(lg);
+        free(hist);
+        free(v);
+        return scratch ? oj_set_error(eng, OJ_ERR_CAPACITY, "decode_sample: out of host memory")
+                       : oj_last_status(eng);
+    }
+    oj__nn_load(oj__nn_base(logits), logits->dtype, V, 1, v);
+    for (int64_t i = 0; i < V; i++) lg[i] = (float)v[i]; /* exact: f32/bf16/f16 values */
+    free(v);
+    int64_t n = 0;
+    uint8_t *sp = seen ? (uint8_t *)oj__nn_base(seen) : NULL;
+    for (int64_t i = 0; sp && i < V; i++)
+        if (sp[i]) hist[n++] = (int32_t)i;
+    int64_t *st = (int64_t *)oj__nn_base(step);
+    oj_sampler_config c = oj_sampler_config_default();
+    c.temperature = s->temperature;
+    c.top_k = s->top_k;
+    c.top_p = s->top_p;
+    c.repetition_penalty = s->repetition_penalty;
+    const int32_t t = oj_sample_logits(lg, V, &c, hist, n, oj_sample_uniform(s->seed, s->seq, *st));
+    free(lg);
+    free(hist);
+    *(int64_t *)oj__nn_base(tok) = t;
+    if (sp && t >= 0) sp[t] = 1;
+    *st += 1;
+    if (pos) {
+        const int64_t p = *(int64_t *)oj__nn_base(pos) += 1;
+        if (kept && p >= 0 && p < oj_numel(kept)) ((int64_t *)oj__nn_base(kept))[p] = t;
+    }
     return OJ_OK;
 }

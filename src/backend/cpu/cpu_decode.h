@@ -19,4 +19,8 @@ oj_status oj_cpu_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor
                                    const oj_tensor *wpe, const oj_tensor *tok,
                                    const oj_tensor *pos, oj_tensor *mask);
 
+oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                               oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                               const struct oj__decode_sampler *s);
+
 #endif /* OJAS_CPU_DECODE_H */

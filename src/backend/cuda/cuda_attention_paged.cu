@@ -15,7 +15,14 @@
  * runs in an order fixed by the shapes (no atomics), so results are
  * deterministic; they are not bitwise those of the CPU (other order).
  * Refused during a graph capture (the table is host memory): the op then
- * gathers the blocks. */
+ * gathers the blocks.
+ *
+ * The packed form (attention_paged_varlen_forward) runs the same kernel
+ * over rows of many sequences: row i reads the block table of sequence
+ * seq[i] (a row of the device tables [B, MB]) and sees its keys 0..pos[i]
+ * (none when pos[i] < 0: the row is zeros). Everything it reads is device
+ * memory, so it may be captured in a CUDA graph. paged_kv_write stores
+ * packed keys or values at their slots (block * BS + row; < 0: skipped). */
 #include <math.h>
 #include <string.h>
 
@@ -28,6 +35,8 @@
 struct pa_args {
     const char *q, *k, *v;
     const int32_t *tbl;
+    const int32_t *seq, *pos; /* packed rows (device), or NULL: one sequence */
+    int64_t MB;               /* packed: block table row length */
     char *o;
     int dt, es, odt, oes;
     int64_t H, Hkv, group, T, S, D, BS;
@@ -45,7 +54,13 @@ __global__ void k_attn_paged(pa_args a) {
     __shared__ float sm[PA_WARPS], sl[PA_WARPS], sacc[PA_WARPS * PA_MAXD];
     const int64_t i = blockIdx.x, h = blockIdx.y, hk = h / a.group;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t n = i + a.S - a.T + 1; /* visible keys */
+    const int32_t *tbl = a.tbl;
+    int64_t n = i + a.S - a.T + 1; /* visible keys */
+    if (a.pos) {
+        tbl = a.tbl + (int64_t)a.seq[i] * a.MB;
+        n = (int64_t)a.pos[i] + 1;
+        if (n < 0) n = 0;
+    }
     float qr[PA_REG], acc[PA_REG];
 #pragma unroll
     for (int r = 0; r < PA_REG; r++) {
@@ -56,7 +71,7 @@ __global__ void k_attn_paged(pa_args a) {
     }
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = warp; j < n; j += PA_WARPS) {
-        const int64_t row = ((int64_t)a.tbl[j / a.BS] * a.Hkv + hk) * a.BS + j % a.BS;
+        const int64_t row = ((int64_t)tbl[j / a.BS] * a.Hkv + hk) * a.BS + j % a.BS;
         const char *kr = a.k + row * a.D * a.es, *vr = a.v + row * a.D * a.es;
         float part = 0.0f;
 #pragma unroll
@@ -100,14 +115,91 @@ __global__ void k_attn_paged(pa_args a) {
     }
 }
 
+/* The fields of a shared by both forms: q, pools, out, dtypes, shapes. */
+static void pa_fill(pa_args *a, oj_tensor *out, const oj_tensor *q, const oj_tensor *k_pool,
+                    const oj_tensor *v_pool, double scale) {
+    memset(a, 0, sizeof *a);
+    a->q = oj_cuda_ptr(q);
+    a->k = oj_cuda_ptr(k_pool);
+    a->v = oj_cuda_ptr(v_pool);
+    a->o = oj_cuda_ptr(out);
+    a->dt = (int)q->dtype;
+    a->es = (int)oj_dtype_size(q->dtype);
+    a->odt = (int)out->dtype;
+    a->oes = (int)oj_dtype_size(out->dtype);
+    a->H = q->shape[1];
+    a->Hkv = k_pool->shape[1];
+    a->group = a->H / a->Hkv;
+    a->T = q->shape[2];
+    a->D = q->shape[3];
+    a->BS = k_pool->shape[2];
+    for (int d = 0; d < 4; d++) {
+        a->qs[d] = q->stride[d];
+        a->os[d] = out->stride[d];
+    }
+    a->scale = (float)scale;
+}
+
+static bool pa_dtype_ok(const oj_tensor *q, const oj_tensor *k_pool, const oj_tensor *v_pool) {
+    const oj_dtype dt = q->dtype;
+    const bool fl = dt == OJ_F32 || dt == OJ_BF16 || dt == OJ_F16;
+    return fl && k_pool->dtype == dt && v_pool->dtype == dt && q->shape[3] <= PA_MAXD &&
+           q->shape[1] <= 65535 && q->shape[2] <= INT32_MAX;
+}
+
+oj_status oj_cuda_attention_paged_varlen_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                                 const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                                 const oj_tensor *tables, const oj_tensor *seq,
+                                                 const oj_tensor *pos, double scale) {
+    if (!pa_dtype_ok(q, k_pool, v_pool)) return OJ_ERR_UNSUPPORTED;
+    if (oj_cuda_begin(eng, "paged_attention_varlen") != OJ_OK) return oj_last_status(eng);
+    if (q->shape[2] == 0) return OJ_OK;
+    pa_args a;
+    pa_fill(&a, out, q, k_pool, v_pool, scale);
+    a.tbl = (const int32_t *)oj_cuda_ptr(tables);
+    a.MB = tables->shape[1];
+    a.seq = (const int32_t *)oj_cuda_ptr(seq);
+    a.pos = (const int32_t *)oj_cuda_ptr(pos);
+    dim3 grid((unsigned)a.T, (unsigned)a.H);
+    k_attn_paged<<<grid, PA_WARPS * 32, 0, OJ_STREAM>>>(a);
+    return oj_cuda_check(eng, "paged_attention_varlen");
+}
+
+// grid (N, Hkv), 128 threads: row t of x [1, Hkv, N, D] (any strides) to
+// row slot[t] % BS of block slot[t] / BS of pool [NB, Hkv, BS, D]
+__global__ void k_paged_kv_write(const char *x, int xdt, int xes, int64_t xs1, int64_t xs2,
+                                 int64_t xs3, char *pool, int pdt, int pes, const int32_t *slot,
+                                 int64_t Hkv, int64_t BS, int64_t D) {
+    const int64_t t = blockIdx.x, h = blockIdx.y;
+    const int32_t s = slot[t];
+    if (s < 0) return;
+    char *dst = pool + ((((int64_t)s / BS) * Hkv + h) * BS + (int64_t)s % BS) * D * pes;
+    const char *src = x + (h * xs1 + t * xs2) * xes;
+    for (int64_t c = threadIdx.x; c < D; c += blockDim.x)
+        oj_cu_stf(dst + c * pes, pdt, oj_cu_ldf(src + c * xs3 * xes, xdt));
+}
+
+oj_status oj_cuda_paged_kv_write(oj_engine *eng, oj_tensor *pool, const oj_tensor *x,
+                                 const oj_tensor *slot) {
+    const bool fl = x->dtype == OJ_F32 || x->dtype == OJ_BF16 || x->dtype == OJ_F16;
+    if (!fl || pool->dtype != x->dtype || x->shape[1] > 65535 || x->shape[2] > INT32_MAX)
+        return OJ_ERR_UNSUPPORTED;
+    if (oj_cuda_begin(eng, "paged_kv_write") != OJ_OK) return oj_last_status(eng);
+    if (x->shape[2] == 0) return OJ_OK;
+    dim3 grid((unsigned)x->shape[2], (unsigned)x->shape[1]);
+    const int es = (int)oj_dtype_size(x->dtype);
+    k_paged_kv_write<<<grid, 128, 0, OJ_STREAM>>>(
+        oj_cuda_ptr(x), (int)x->dtype, es, x->stride[1], x->stride[2], x->stride[3],
+        oj_cuda_ptr(pool), (int)pool->dtype, es, (const int32_t *)oj_cuda_ptr(slot), pool->shape[1],
+        pool->shape[2], pool->shape[3]);
+    return oj_cuda_check(eng, "paged_kv_write");
+}
+
 oj_status oj_cuda_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
                                           const oj_tensor *k_pool, const oj_tensor *v_pool,
                                           const int32_t *blocks, int64_t S, double scale) {
     const char *op = "paged_attention";
-    const oj_dtype dt = q->dtype;
-    const bool fl = dt == OJ_F32 || dt == OJ_BF16 || dt == OJ_F16;
-    if (!fl || k_pool->dtype != dt || v_pool->dtype != dt || q->shape[3] > PA_MAXD ||
-        q->shape[1] > 65535 || q->shape[2] > INT32_MAX || oj_cuda_capturing(eng))
+    if (!pa_dtype_ok(q, k_pool, v_pool) || oj_cuda_capturing(eng))
         return OJ_ERR_UNSUPPORTED; /* the op gathers the blocks instead */
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     const int64_t BS = k_pool->shape[2], nb = (S + BS - 1) / BS;
@@ -122,28 +214,9 @@ oj_status oj_cuda_attention_paged_forward(oj_engine *eng, oj_tensor *out, const 
         return oj_cuda_fail(eng, e, "paged_attention: uploading the block table");
     }
     pa_args a;
-    memset(&a, 0, sizeof a);
-    a.q = oj_cuda_ptr(q);
-    a.k = oj_cuda_ptr(k_pool);
-    a.v = oj_cuda_ptr(v_pool);
+    pa_fill(&a, out, q, k_pool, v_pool, scale);
     a.tbl = tbl;
-    a.o = oj_cuda_ptr(out);
-    a.dt = (int)dt;
-    a.es = (int)oj_dtype_size(dt);
-    a.odt = (int)out->dtype;
-    a.oes = (int)oj_dtype_size(out->dtype);
-    a.H = q->shape[1];
-    a.Hkv = k_pool->shape[1];
-    a.group = a.H / a.Hkv;
-    a.T = q->shape[2];
     a.S = S;
-    a.D = q->shape[3];
-    a.BS = BS;
-    for (int d = 0; d < 4; d++) {
-        a.qs[d] = q->stride[d];
-        a.os[d] = out->stride[d];
-    }
-    a.scale = (float)scale;
     dim3 grid((unsigned)a.T, (unsigned)a.H);
     k_attn_paged<<<grid, PA_WARPS * 32, 0, OJ_STREAM>>>(a);
     oj_status st = oj_cuda_check(eng, "paged_attention");

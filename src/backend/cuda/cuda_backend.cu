@@ -42,6 +42,11 @@ oj_status oj_cuda_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx
                                     const oj_tensor *mean, const oj_tensor *rstd,
                                     const oj_tensor *weight, bool rms);
 
+/* cuda_quant.cu: block-quantized weights (GEMV with dequantizing prologue, dequantize) */
+oj_status oj_cuda_qgemv(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                        const oj_tensor *blocks, int qtype, int64_t k);
+oj_status oj_cuda_qdequant(oj_engine *eng, oj_tensor *out, const oj_tensor *blocks, int qtype);
+
 /* cuda_comm.cu: NCCL collectives for oj_dist (NULL when built without NCCL) */
 const oj_backend_comm *oj_cuda_comm_table(void);
 
@@ -62,11 +67,24 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
 oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                     const oj_tensor *wpe, const oj_tensor *tok,
                                     const oj_tensor *pos, oj_tensor *mask);
+/* cuda_decode_sample.cu: the sampled decode step's token on the device */
+oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
+                                oj_tensor *hist, const struct oj__decode_sampler *s);
+
+/* cuda_attention_cudnn.cu: which attention implementation ran (backend.h) */
+const char *oj_cuda_attention_impl(oj_engine *eng, bool backward, char *why, size_t n);
 
 /* cuda_attention_paged.cu: attention over a paged KV cache (backend.h) */
 oj_status oj_cuda_attention_paged_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
                                           const oj_tensor *k_pool, const oj_tensor *v_pool,
                                           const int32_t *blocks, int64_t S, double scale);
+oj_status oj_cuda_attention_paged_varlen_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                                 const oj_tensor *k_pool, const oj_tensor *v_pool,
+                                                 const oj_tensor *tables, const oj_tensor *seq,
+                                                 const oj_tensor *pos, double scale);
+oj_status oj_cuda_paged_kv_write(oj_engine *eng, oj_tensor *pool, const oj_tensor *x,
+                                 const oj_tensor *slot);
 
 static oj_backend make_cuda_backend() {
     oj_backend b = {};
@@ -121,7 +139,10 @@ static oj_backend make_cuda_backend() {
     b.nll_loss_backward = oj_cuda_nll_loss_backward;
     b.attention_forward = oj_cuda_attention_forward;
     b.attention_paged_forward = oj_cuda_attention_paged_forward; /* cuda_attention_paged.cu */
+    b.attention_paged_varlen_forward = oj_cuda_attention_paged_varlen_forward;
+    b.paged_kv_write = oj_cuda_paged_kv_write;
     b.attention_backward = oj_cuda_attention_backward;
+    b.attention_impl = oj_cuda_attention_impl; /* cuda_attention_cudnn.cu */
     b.rotary_embedding = oj_cuda_rotary_embedding;
     b.rotary_embedding_at = oj_cuda_rotary_embedding_at;
     b.rms_norm_rotary_forward = oj_cuda_rms_norm_rotary_forward;
@@ -164,6 +185,10 @@ static oj_backend make_cuda_backend() {
     b.decode_linear_residual = oj_cuda_decode_linear_residual;
     b.decode_argmax_advance = oj_cuda_decode_argmax_advance;
     b.decode_embed_mask = oj_cuda_decode_embed_mask;
+    /* quantized weights (cuda_quant.cu) */
+    b.qgemv = oj_cuda_qgemv;
+    b.qdequant = oj_cuda_qdequant;
+    b.decode_sample = oj_cuda_decode_sample;
     return b;
 }
 

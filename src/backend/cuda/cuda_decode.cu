@@ -9,9 +9,11 @@
  * One kernel, k_dec_kn, templated on the prologue and the epilogue:
  *  - prologue: the block stages the row x [K] in shared memory as floats
  *    (K <= 8192: 32 KB); with the norm, each block computes the row's mean
- *    and variance itself (two block sums over K values, a few hundred
- *    nanoseconds for K = 768) and stores u = (x - mean) rstd w + b rounded
- *    to T, the value the layer_norm kernel writes;
+ *    and variance itself (two sums over K values, a few hundred
+ *    nanoseconds for K = 768) in the layer_norm kernel's order and
+ *    arithmetic (its warp mode for K <= 1024, its block mode above) and
+ *    stores u = (x - mean) rstd w + b rounded to T: the layer_norm
+ *    kernel's bits;
  *  - product: cuda_gemv.cu's "kn" scheme: a 256-thread block owns 8 G
  *    consecutive outputs (G 8, 4 or 2 chosen from N as kn_groups does),
  *    thread t = s G + g loads the 16-byte chunk of outputs 8 g .. 8 g + 7
@@ -27,9 +29,13 @@
  * launches): a kernel loads its first round of weights, lets the next
  * kernel launch, and only then waits for the previous kernel's output, so
  * launch gaps and the weights' DRAM latency overlap the kernel before.
- * Rounding happens where the unfused ops round, so values differ from
- * them only by the order of the sums (the norm's statistics, the product
- * split over the k-slices as cuda_gemv.cu splits it): FAST numerics. */
+ * Rounding happens where the unfused ops round and the sums run in their
+ * order (the norm's as above, the product's as cuda_gemv.cu's "kn" kernel
+ * splits it), so for K < 4096 (where cuda_gemv.cu keeps this tile and
+ * splits no K) the outputs are the unfused ops' bits: a gpt2 step up to
+ * n_embd 1023 gives the generic step's logits exactly. Longer products
+ * sum in another order (cuda_gemv.cu then takes 8 column groups or splits
+ * K): FAST numerics. */
 #include <cuda_fp16.h>
 #include <limits.h>
 
@@ -59,7 +65,7 @@ struct proj_args {
     unsigned short *out;       /* [N]; the residual x with EPI_RESID (read and written) */
     const unsigned short *in;  /* the row [K] */
     const unsigned short *nw, *nb; /* the norm's weight and bias [K] (NORM) */
-    float eps;
+    double eps;
     const unsigned short *w; /* [K, N], rows ldw elements apart */
     int64_t ldw;
     int N, K;
@@ -115,20 +121,42 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_arg
         s1 += v;
     }
     if (NORM) {
-        /* each thread reads back only the entries it wrote: no barrier
-         * before the sums (oj_cu_row_sumf synchronises the block) */
-        const float mean = oj_cu_row_sumf<DEC_THREADS>(s1, red) / (float)K;
-        float s2 = 0.0f;
-        for (int k = t; k < K; k += DEC_THREADS) {
-            const float d = xs[k] - mean;
-            s2 += d * d;
+        /* the layer_norm kernel's arithmetic (cuda_nn_norm.cu,
+         * k_norm_fwd_fast) in its order, so u has its bits: rows of up to
+         * 1024 take its warp mode (lane l sums x[l], x[l + 32], ... in
+         * order, then a xor butterfly; every warp here computes the same
+         * statistics), longer ones its 256-thread block mode (thread t sums
+         * x[t], x[t + 256], ..., then oj_cu_row_sumf, as below) */
+        float mean, var;
+        if (K <= 1024) {
+            __syncthreads(); /* every x staged */
+            const int lane = t & 31;
+            float s = 0.0f;
+            for (int k = lane; k < K; k += 32) s += xs[k];
+            mean = oj_cu_warp_sumf(s) / (float)K;
+            float d2 = 0.0f;
+            for (int k = lane; k < K; k += 32) {
+                const float d = xs[k] - mean;
+                d2 += d * d;
+            }
+            var = oj_cu_warp_sumf(d2) / (float)K;
+        } else {
+            /* each thread reads back only the entries it wrote: no barrier
+             * before the sums (oj_cu_row_sumf synchronises the block) */
+            mean = oj_cu_row_sumf<DEC_THREADS>(s1, red) / (float)K;
+            float d2 = 0.0f;
+            for (int k = t; k < K; k += DEC_THREADS) {
+                const float d = xs[k] - mean;
+                d2 += d * d;
+            }
+            var = oj_cu_row_sumf<DEC_THREADS>(d2, red) / (float)K;
         }
-        const float var = oj_cu_row_sumf<DEC_THREADS>(s2, red) / (float)K;
-        const float rstd = rsqrtf(var + a.eps);
-        for (int k = t; k < K; k += DEC_THREADS) {
-            const float u = (xs[k] - mean) * rstd * oj_cu_hw_tof(T{a.nw[k]}) +
-                            oj_cu_hw_tof(T{a.nb[k]});
-            xs[k] = dec_round<T>(u);
+        const float rstd = (float)(1.0 / sqrt((double)var + a.eps));
+        __syncthreads(); /* the warps' reads of xs before its rewrite */
+        for (int k = t; k < K; k += DEC_THREADS) { /* each step rounded, no fma */
+            float u = __fmul_rn(xs[k] - mean, rstd);
+            u = __fmul_rn(u, oj_cu_hw_tof(T{a.nw[k]}));
+            xs[k] = dec_round<T>(__fadd_rn(u, oj_cu_hw_tof(T{a.nb[k]})));
         }
     }
     __syncthreads();
@@ -229,7 +257,7 @@ oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_te
     a.in = (const unsigned short *)oj_cuda_ptr(x);
     a.nw = (const unsigned short *)oj_cuda_ptr(nw);
     a.nb = (const unsigned short *)oj_cuda_ptr(nb);
-    a.eps = (float)eps;
+    a.eps = eps;
     if (kv) {
         a.kv = (unsigned short *)oj_cuda_ptr(kv);
         a.slot = (const int64_t *)oj_cuda_ptr(slot);

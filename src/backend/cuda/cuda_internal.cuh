@@ -55,8 +55,12 @@ struct oj_cuda_state {
     /* While a step gate is open (step_gate_open): its device doubles,
      * which the optimizer kernels read (cuda_optim.cu); NULL otherwise. */
     double *gate;
+    /* cuDNN attention (cuda_attention_cudnn.cu): handle, plan cache, the
+     * implementation each attention call ran; NULL until first used. */
+    struct oj_cuda_cudnn *cudnn;
 };
 struct oj_cuda_graph;
+struct oj_cuda_cudnn;
 #define OJ_CUDA_FLAG_WORDS 32
 
 /* The stream of the engine whose entry runs on this thread (set by
@@ -103,6 +107,13 @@ oj_status oj_cuda_flags_defer(oj_engine *eng, int kind, const char *op, const oj
 oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes, const char *op);
 /* The cuBLAS handle, created on first use; NULL with OJ_ERR_DEVICE recorded. */
 cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op);
+
+/* cuDNN attention (cuda_attention_cudnn.cu): create the handle now (at
+ * graph_capture_begin, so a captured step can build plans; a failure only
+ * keeps attention on the tensor-core kernels); free the handle and plans
+ * (close). */
+oj_status oj_cuda_cudnn_prepare(oj_engine *eng);
+void oj_cuda_cudnn_close(oj_cuda_state *s);
 
 /* Is a capture in progress on eng? */
 static inline bool oj_cuda_capturing(oj_engine *eng) {

@@ -208,6 +208,7 @@ void oj_cuda_close(oj_engine *eng) {
         free(s->prof);
         s->prof = NULL;
     }
+    oj_cuda_cudnn_close(s);
     if (s->blas_ready) cublasDestroy(s->blas);
     s->blas_ready = false;
     if (s->lt_ready) cublasLtDestroy(s->lt);

@@ -633,6 +633,22 @@ oj_status oj_cuda_attention_tc_backward(oj_engine *eng, oj_tensor *dq, oj_tensor
                                         const oj_tensor *out, const oj_tensor *lse,
                                         bool is_causal, double scale);
 
+/* cuDNN's fused flash attention (cuda_attention_cudnn.cu; under EXACT
+ * its deterministic graphs), tried on the tensor-core path's calls: true
+ * when it ran; false when it did not take the call (off, a shape or
+ * layout it refuses: the tensor-core kernels run) or, with *st set and
+ * the error recorded, when the pool had no room for its workspace. The
+ * backward runs cuDNN only after a cuDNN forward of the same key (both
+ * implementations write and read the same natural-log lse). */
+bool oj_cuda_attention_cudnn_forward(oj_engine *eng, oj_status *st, oj_tensor *out, oj_tensor *lse,
+                                     const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                     bool is_causal, double scale);
+bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *st, oj_tensor *dq, oj_tensor *dk,
+                                      oj_tensor *dv, const oj_tensor *dout, const oj_tensor *q,
+                                      const oj_tensor *k, const oj_tensor *v, const oj_tensor *out,
+                                      const oj_tensor *lse, bool is_causal, double scale);
+void oj_cuda_attention_note(oj_engine *eng, bool backward, const char *impl, const char *why);
+
 /* One query row per head (T == 1, a decode step), split over the keys
  * (cuda_attention_decode.cu): f32/bf16/f16, D, Dv <= 256, any mask. */
 bool oj_cuda_attention_decode_ok(const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
@@ -795,11 +811,21 @@ oj_status oj_cuda_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *l
     a.sdt = lse ? (int)lse->dtype : 0;
     a.ses = lse ? (int)oj_dtype_size(lse->dtype) : 0;
     if (a.B * a.H * a.T == 0) return OJ_OK;
-    if (oj_cuda_attention_decode_ok(q, k, v, out))
+    const char *other = "not on the tensor-core path (dtype, head dim, mask or layout)";
+    if (oj_cuda_attention_decode_ok(q, k, v, out)) {
+        oj_cuda_attention_note(eng, false, "split-key decode", other);
         return oj_cuda_attention_decode(eng, out, lse, q, k, v, mask, scale);
+    }
     const oj_tensor *more[1] = {out};
-    if (oj_cuda_attention_tc_ok(q, k, v, mask, more, 1))
+    if (oj_cuda_attention_tc_ok(q, k, v, mask, more, 1)) {
+        oj_status st = OJ_OK;
+        if (oj_cuda_attention_cudnn_forward(eng, &st, out, lse, q, k, v, is_causal, scale) ||
+            st != OJ_OK)
+            return st;
+        oj_cuda_attention_note(eng, false, "tensor core", NULL);
         return oj_cuda_attention_tc_forward(eng, out, lse, q, k, v, is_causal, scale);
+    }
+    oj_cuda_attention_note(eng, false, "f32 kernels", other);
     return q->dtype == OJ_F64 ? forward_t<double>(eng, a) : forward_t<float>(eng, a);
 }
 
@@ -870,9 +896,18 @@ oj_status oj_cuda_attention_backward(oj_engine *eng, oj_tensor *dq, oj_tensor *d
     bool want_dq = dq != NULL, want_dkv = dk != NULL || dv != NULL;
     if (!want_dq && !want_dkv) return OJ_OK;
     const oj_tensor *more[4] = {dout, dq, dk, dv};
-    if (oj_cuda_attention_tc_ok(q, k, v, mask, more, 4))
+    if (oj_cuda_attention_tc_ok(q, k, v, mask, more, 4)) {
+        oj_status st = OJ_OK;
+        if (oj_cuda_attention_cudnn_backward(eng, &st, dq, dk, dv, dout, q, k, v, out, lse,
+                                             is_causal, scale) ||
+            st != OJ_OK)
+            return st;
+        oj_cuda_attention_note(eng, true, "tensor core", NULL);
         return oj_cuda_attention_tc_backward(eng, dq, dk, dv, dout, q, k, v, out, lse, is_causal,
                                              scale);
+    }
+    oj_cuda_attention_note(eng, true, "f32 kernels",
+                           "not on the tensor-core path (dtype, head dim, mask or layout)");
     return q->dtype == OJ_F64 ? backward_t<double>(eng, a, want_dq, want_dkv)
                               : backward_t<float>(eng, a, want_dq, want_dkv);
 }
