@@ -8,6 +8,7 @@ Where libojas comes from, first match wins:
 The extension gets an rpath to that directory, so no LD_LIBRARY_PATH is
 needed. Offline install: /usr/bin/python3 -m pip install --no-build-isolation ./python
 """
+import glob
 import os
 import subprocess
 
@@ -57,7 +58,11 @@ ext = Extension(
     runtime_library_dirs=[libdir],
     extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
                         "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
-    depends=[os.path.join("src", "ojas_py.h")],
+    # every header the sources read: a changed struct in include/ojas (a
+    # field added to oj_train_config, say) must rebuild the extension, or
+    # it writes the old layout into the library's new one
+    depends=sorted(glob.glob(os.path.join(HERE, "src", "*.h")) +
+                   glob.glob(os.path.join(incdir, "ojas", "*.h"))),
 )
 
 setup(
