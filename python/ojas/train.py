@@ -76,9 +76,9 @@ class Trainer:
     def train_step(self):
         """One step (grad_accum micro-batches, clipping, the schedule, the
         optimizer with its non-finite check, the metrics.jsonl record) ->
-        its metrics: step, tokens, loss, lr, muon_lr, grad_norm, step_s,
-        tokens_per_s, mfu, peak_bytes, elapsed_s. StateError once max_steps
-        steps are done."""
+        its metrics: is_eval (False), step, max_steps, tokens, loss, lr,
+        muon_lr, grad_norm, step_s, tokens_per_s, mfu, peak_bytes,
+        elapsed_s. StateError once max_steps steps are done."""
         return self._c.train_step()
 
     def eval(self):
@@ -121,12 +121,17 @@ class Trainer:
                 break
         return last
 
-    def run(self, callback=None):
+    def run(self, callback=None, on_eval=None):
         """The CLI's loop in C (oj_trainer_run: evals, checkpoints, time
-        limit), calling callback(metrics) after every step and eval;
-        returning False stops cleanly. Returns the result dict (stop, step,
-        tokens, train_loss, val_loss, val_bpb, tokens_per_s, checkpoint)."""
-        return self._c.run(callback)
+        limit) with fit's callbacks: callback(metrics) once after every
+        step (train_step's dict), on_eval(metrics) after every eval (fit's
+        eval dict: is_eval, step, tokens, elapsed_s, val_loss, val_bpb).
+        Either returning False stops cleanly after that step's eval (when
+        there is a val split) and a checkpoint; an exception from either stops the same way and
+        propagates. Returns the result dict (stop: "done", "time_limit" or
+        "signal", step, tokens, train_loss, val_loss, val_bpb,
+        tokens_per_s, elapsed_s, peak_bytes, checkpoint)."""
+        return self._c.run(callback, on_eval)
 
     def close(self):
         """Free the trainer (and unlock out_dir); its tensors raise

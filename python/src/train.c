@@ -17,7 +17,8 @@
 #include "ojas_py.h"
 
 typedef struct {
-    PyObject *fn;
+    PyObject *fn;      /* run's per-step callback (borrowed for the run), or NULL */
+    PyObject *on_eval; /* run's eval callback (borrowed for the run), or NULL */
     int failed;
     volatile sig_atomic_t stop;
 } run_ctx;
@@ -119,14 +120,25 @@ static void trainer_dealloc(TrainerObject *o) {
     Py_TYPE(o)->tp_free((PyObject *)o);
 }
 
-static PyObject *metrics_dict(const oj_train_metrics *m) {
-    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:d,s:d}",
-                         "is_eval", m->is_eval ? Py_True : Py_False, "step", (long long)m->step,
-                         "max_steps", (long long)m->max_steps, "tokens", (long long)m->tokens,
-                         "elapsed_s", m->elapsed_s, "loss", m->loss, "lr", m->lr, "muon_lr",
-                         m->muon_lr, "grad_norm", m->grad_norm, "step_s", m->step_s,
+/* A step's metrics as train_step and run's callback give them: is_eval
+ * (False), step, max_steps, tokens, elapsed_s, loss, lr, muon_lr,
+ * grad_norm, step_s, tokens_per_s, mfu, peak_bytes. */
+static PyObject *step_dict(const oj_train_metrics *m) {
+    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:L}", "is_eval", Py_False,
+                         "step", (long long)m->step, "max_steps", (long long)m->max_steps, "tokens",
+                         (long long)m->tokens, "elapsed_s", m->elapsed_s, "loss", m->loss, "lr", m->lr,
+                         "muon_lr", m->muon_lr, "grad_norm", m->grad_norm, "step_s", m->step_s,
                          "tokens_per_s", m->tokens_per_s, "mfu", m->mfu, "peak_bytes",
-                         (long long)m->peak_bytes, "val_loss", m->val_loss, "val_bpb", m->val_bpb);
+                         (long long)m->peak_bytes);
+}
+
+/* An eval's record as run's and fit's on_eval get it: is_eval (True),
+ * step, tokens, elapsed_s, val_loss, val_bpb (no step fields: the C record
+ * holds NaN there). */
+static PyObject *eval_dict(const oj_train_metrics *m) {
+    return Py_BuildValue("{s:O,s:L,s:L,s:d,s:d,s:d}", "is_eval", Py_True, "step", (long long)m->step,
+                         "tokens", (long long)m->tokens, "elapsed_s", m->elapsed_s, "val_loss",
+                         m->val_loss, "val_bpb", m->val_bpb);
 }
 
 static PyObject *trainer_train_step(TrainerObject *o, PyObject *u) {
@@ -136,7 +148,7 @@ static PyObject *trainer_train_step(TrainerObject *o, PyObject *u) {
     memset(&m, 0, sizeof m);
     oj_error err = {0};
     if (oj_trainer_train_step(t, &m, &err) != OJ_OK) return ojpy_raise_status(err.status, err.message);
-    return metrics_dict(&m);
+    return step_dict(&m);
 }
 
 static PyObject *trainer_checkpoint(TrainerObject *o, PyObject *u) {
@@ -179,11 +191,16 @@ static PyObject *trainer_engine(TrainerObject *o, PyObject *u) {
     return Py_NewRef((PyObject *)o->eng);
 }
 
+/* oj_train_options.on_metrics of a run: a step goes to run_ctx.fn as
+ * step_dict, an eval to run_ctx.on_eval as eval_dict. False from either
+ * sets the stop flag; an exception sets it and marks the run failed (no
+ * callback is called after that). */
 static void run_on_metrics(const oj_train_metrics *m, void *p) {
     run_ctx *c = p;
-    if (c->failed || c->fn == NULL) return;
-    PyObject *d = metrics_dict(m);
-    PyObject *r = d ? PyObject_CallOneArg(c->fn, d) : NULL;
+    PyObject *fn = m->is_eval ? c->on_eval : c->fn;
+    if (c->failed || fn == NULL) return;
+    PyObject *d = m->is_eval ? eval_dict(m) : step_dict(m);
+    PyObject *r = d ? PyObject_CallOneArg(fn, d) : NULL;
     Py_XDECREF(d);
     if (r == NULL) {
         c->failed = 1;
@@ -194,17 +211,28 @@ static void run_on_metrics(const oj_train_metrics *m, void *p) {
     Py_DECREF(r);
 }
 
-/* run(callback=None) -> result dict: oj_trainer_run (evals, checkpoints,
- * metrics.jsonl), calling callback(metrics) after every step and eval; a
- * callback that returns False stops the run cleanly (a checkpoint is
- * written, stop "signal"); one that raises stops it the same way and the
- * exception propagates. */
+/* run(callback=None, on_eval=None) -> result dict: oj_trainer_run (evals,
+ * checkpoints, metrics.jsonl, time limit), calling callback(step_dict)
+ * once after every step and on_eval(eval_dict) after every eval (either
+ * may be None; TypeError when not callable). Either returning False stops
+ * the run cleanly (an eval of that step, when there is a val split, and a
+ * checkpoint are written; stop "signal"); one that raises stops it the same way and the exception
+ * propagates. */
 static PyObject *trainer_run(TrainerObject *o, PyObject *args) {
-    PyObject *fn = Py_None;
-    if (!PyArg_ParseTuple(args, "|O:run", &fn)) return NULL;
+    PyObject *fn = Py_None, *on_eval = Py_None;
+    if (!PyArg_ParseTuple(args, "|OO:run", &fn, &on_eval)) return NULL;
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "run: callback must be callable or None");
+        return NULL;
+    }
+    if (on_eval != Py_None && !PyCallable_Check(on_eval)) {
+        PyErr_SetString(PyExc_TypeError, "run: on_eval must be callable or None");
+        return NULL;
+    }
     oj_trainer *t = trainer_open(o);
     if (t == NULL) return NULL;
     o->run.fn = fn == Py_None ? NULL : fn;
+    o->run.on_eval = on_eval == Py_None ? NULL : on_eval;
     o->run.failed = 0;
     o->run.stop = 0;
     oj_train_result r;
@@ -213,6 +241,7 @@ static PyObject *trainer_run(TrainerObject *o, PyObject *args) {
     oj_status st = oj_trainer_run(t, &r, &err);
     int failed = o->run.failed;
     o->run.fn = NULL;
+    o->run.on_eval = NULL;
     o->run.stop = 0;
     if (failed) return NULL;
     if (st != OJ_OK) return ojpy_raise_status(err.status, err.message);

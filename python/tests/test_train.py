@@ -95,11 +95,22 @@ def test_fit_and_resume_match_cli(run_fixture, cli_run, tmp_path):
 
 
 def test_run_in_c_with_callback(run_fixture, cli_run, tmp_path):
-    steps = []
+    # fit's callbacks: each step once to callback, never an eval as a step
+    seen = []
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "run-steps-only") as tr:
+        tr.run(lambda m: seen.append(m["step"]))
+    assert seen == [1, 2, 3, 4]
+    steps, evals = [], []
     with Trainer(exact_config(run_fixture), out_dir=tmp_path / "run") as tr:
-        res = tr.run(lambda m: steps.append(m["step"]))
+        res = tr.run(steps.append, on_eval=evals.append)
     assert res["stop"] == "done" and res["step"] == 4 and res["val_loss"] > 0
-    assert 4 in steps
+    assert [(e["step"], e["is_eval"]) for e in steps] == [(1, False), (2, False), (3, False),
+                                                          (4, False)]
+    assert all(e["loss"] > 0 and "val_loss" not in e for e in steps)
+    assert [(e["step"], e["is_eval"]) for e in evals] == [(2, True), (4, True)]
+    assert all(set(e) == {"is_eval", "step", "tokens", "elapsed_s", "val_loss", "val_bpb"}
+               for e in evals)
+    assert evals[-1]["val_loss"] == res["val_loss"] and evals[-1]["tokens"] == res["tokens"]
     same_checkpoint(cli_run, res["checkpoint"])
 
 
@@ -111,6 +122,15 @@ def test_callback_stops_and_raises(run_fixture, tmp_path):
     with Trainer(exact_config(run_fixture), out_dir=tmp_path / "stop-c") as tr:
         res = tr.run(lambda m: False)
         assert res["stop"] == "signal" and res["step"] == 1
+    # an eval's False stops before the next step (the first eval is at step 2)
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "stop-eval") as tr:
+        res = tr.run(on_eval=lambda m: False)
+        assert res["stop"] == "signal" and res["step"] == 2
+        assert os.path.basename(res["checkpoint"]) == "ckpt-000002"
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "not-callable") as tr:
+        with pytest.raises(TypeError, match="on_eval"):
+            tr.run(None, 3)
+        assert tr.step == 0
 
     def boom(m):
         raise KeyError("from the callback")
@@ -119,6 +139,10 @@ def test_callback_stops_and_raises(run_fixture, tmp_path):
         with pytest.raises(KeyError, match="from the callback"):
             tr.run(boom)
         assert tr.step == 1
+    with Trainer(exact_config(run_fixture), out_dir=tmp_path / "raise-eval") as tr:
+        with pytest.raises(KeyError, match="from the callback"):
+            tr.run(on_eval=boom)
+        assert tr.step == 2
 
 
 def test_trainer_errors(run_fixture, tmp_path):
