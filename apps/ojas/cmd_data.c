@@ -10,10 +10,12 @@ static const char k_usage[] =
     "\n"
     "  tokenise text files into llm.c token shards OUT/train_NNNNNN.bin and\n"
     "  OUT/val_NNNNNN.bin; each file is split into documents at \"<|endoftext|>\"\n"
-    "  and every document starts with the end-of-text token\n"
+    "  and at the separator's text, and every document starts with the separator:\n"
+    "  <|endoftext|>, else the EOS token the tokenizer directory names\n"
+    "  (tokenizer_config.json eos_token, generation_config.json or config.json\n"
+    "  eos_token_id; Llama 2: </s>)\n"
     "      --vocab DIR        the tokenizer (encoder.json + vocab.bpe, vocab.json +\n"
-    "                         merges.txt, a *.tiktoken or a tokenizer.json; it must\n"
-    "                         have an <|endoftext|> token)\n"
+    "                         merges.txt, a *.tiktoken or a tokenizer.json)\n"
     "  -o, --out DIR          the shard directory (created once the files are read)\n"
     "      --val-fraction F   the last fraction F of the tokens go to val (default 0.1)\n"
     "      --shard-tokens N   tokens per shard (default 100000000)\n"
@@ -83,11 +85,15 @@ static int prepare(int argc, char **argv) {
     if (oj_tokenizer_load(vocab, &tok, &err) ||
         oj_data_prepare(tok, &cfg, nf, (const char *const *)files, &s, &err))
         rc = cli_error(CLI_FAIL, "%s", err.message);
-    else
+    else {
+        size_t sl = 0;
+        const uint8_t *sep = oj_tokenizer_token_bytes(tok, s.separator, &sl);
         printf("%lld documents, %.2f MB -> train %lld tokens in %d shard(s), val %lld tokens in "
-               "%d shard(s) in %s\n",
+               "%d shard(s) in %s; each document after %.*s (id %d)\n",
                (long long)s.documents, (double)s.bytes / 1e6, (long long)s.train_tokens,
-               s.train_shards, (long long)s.val_tokens, s.val_shards, cfg.out_dir);
+               s.train_shards, (long long)s.val_tokens, s.val_shards, cfg.out_dir,
+               sep ? (int)sl : 0, sep ? (const char *)sep : "", (int)s.separator);
+    }
     oj_tokenizer_free(tok);
     return rc;
 }

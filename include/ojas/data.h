@@ -54,7 +54,8 @@ typedef struct oj_tokenizer oj_tokenizer;
  * although the pre-tokenizer would keep it whole: a truncated vocab.bpe),
  * OJ_ERR_UNSUPPORTED when vocab.bpe's merge order disagrees with
  * encoder.json's ids or a rank file is not GPT-2's, OJ_ERR_CAPACITY out of
- * memory.
+ * memory. Without "<|endoftext|>", eot is the EOS the directory names (see
+ * oj_tokenizer_eot).
  * On success *out owns a new tokenizer (free with oj_tokenizer_free). */
 oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err);
 /* GPT-2 files: encoder.json maps byte-to-unicode strings to ids; vocab.bpe
@@ -117,7 +118,7 @@ oj_status oj_tokenizer_load_tiktoken_as_gpt2(const char *path, oj_tokenizer **ou
  * TemplateProcessing post-processor, alone or in a Sequence after ByteLevel,
  * gives oj_tokenizer_template. Encoding needs valid UTF-8
  * (OJ_ERR_INVALID_ARGUMENT). eot is "<|endoftext|>" if the file has it, else
- * the eos_token named by a tokenizer_config.json beside the file. Whatever
+ * the EOS that the files beside it name (see oj_tokenizer_eot). Whatever
  * else the file asks for (another model, normalizer, pre-tokenizer, decoder,
  * post-processor, dropout, truncation, padding, lstrip/rstrip/single_word
  * tokens, a regex construct outside the translated subset, ...) is
@@ -145,8 +146,12 @@ void oj_tokenizer_free(oj_tokenizer *tok);
 
 /* Number of ids (max id + 1, specials included). */
 int32_t oj_tokenizer_vocab_size(const oj_tokenizer *tok);
-/* Id of "<|endoftext|>" (for tokenizer.json files without it, the
- * tokenizer_config.json eos_token), or -1 if the tokenizer has none. */
+/* Id of "<|endoftext|>", else (a tokenizer loaded from a directory or a
+ * tokenizer.json) of the first special token that the directory names as
+ * EOS: tokenizer_config.json "eos_token" (a string or {"content"}), else
+ * generation_config.json or config.json "eos_token_id" (an id or a list:
+ * the first); -1 if none does. Llama 2: "</s>", Llama 3 base:
+ * "<|end_of_text|>". */
 int32_t oj_tokenizer_eot(const oj_tokenizer *tok);
 /* Id of special token `text` (NUL-terminated), or -1. */
 int32_t oj_tokenizer_special_id(const oj_tokenizer *tok, const char *text);
@@ -287,16 +292,21 @@ typedef struct oj_prepare_config {
 typedef struct oj_prepare_stats {
     int64_t bytes, documents, train_tokens, val_tokens;
     int train_shards, val_shards;
+    int32_t separator; /* the id before every document: oj_tokenizer_eot */
 } oj_prepare_stats;
 
 oj_prepare_config oj_prepare_config_default(void);
 
 /* Tokenise files[0..n) into out_dir/train_NNNNNN.bin and val_NNNNNN.bin.
- * Each file is split into documents at the text "<|endoftext|>"; every
- * document is preceded by the end-of-text id in the token stream (other
- * special texts are encoded as text). The tokenizer needs "<|endoftext|>"
- * (OJ_ERR_INVALID_ARGUMENT otherwise). The whole stream is held in memory
- * (4 bytes per token). stats may be NULL. */
+ * The separator is oj_tokenizer_eot (<|endoftext|>, else the directory's
+ * EOS token such as Llama 2's "</s>"). Each file is split into documents at
+ * the text "<|endoftext|>" and at the separator's text; every non-empty
+ * document is preceded by the separator id in the token stream (other
+ * special texts are encoded as text). The shards do not record the
+ * separator (llm.c's header has no field for it): stats->separator gives
+ * it. A tokenizer without one is OJ_ERR_INVALID_ARGUMENT, naming the files
+ * its directory was searched in. The whole stream is held in memory (4
+ * bytes per token). stats may be NULL. */
 oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg, int n,
                           const char *const *files, oj_prepare_stats *stats, oj_error *err);
 

@@ -72,6 +72,8 @@ struct oj_tokenizer {
                                NULL: the pair table's value is that id */
     int32_t *tmpl_ids;      /* the post-processor's single-sequence template: */
     int n_prefix, n_suffix; /* n_prefix ids before the text, n_suffix after */
+    char *eos_note;         /* eot < 0 after oj__tokenizer_find_eos: the files
+                               it looked at and why each named no EOS, or NULL */
 };
 
 /* How a tokenizer.json tokenizer splits text into pieces. */
@@ -105,6 +107,13 @@ oj_status oj_bpe_put_id(oj_tokenizer *tok, const uint8_t *b, size_t len, int32_t
  * for the GPT-2 and tiktoken formats and for tokenizer.json byte-level BPE
  * without a normalizer. */
 bool oj_hf_text_round_trips(const oj_tokenizer *tok);
+/* When tok has no eot (no "<|endoftext|>"), take the first special token
+ * that dir names as EOS: tokenizer_config.json "eos_token" (a string or
+ * {"content"}), else generation_config.json, else config.json
+ * "eos_token_id" (an id or a list: the first). If none does, tok->eos_note
+ * lists each file and why (absent, no key, not a special token). Never
+ * fails (out of memory leaves eot -1 and the note shorter). */
+void oj__tokenizer_find_eos(oj_tokenizer *tok, const char *dir);
 /* Free the tokenizer.json extras (NULL is a no-op). */
 void oj_hf_free(struct oj_hf *x);
 /* Min-heap of uint64 (merge.c); the caller sizes h. */

@@ -598,6 +598,8 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
         st = oj_tokenizer_load_gpt2(a, b, out, err);
         free(a);
         free(b);
+        if (!st)
+            oj__tokenizer_find_eos(*out, dir);
         return st;
     }
     /* the same two files under transformers' names (a GPT-2 model directory) */
@@ -607,6 +609,8 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
         st = oj_tokenizer_load_gpt2(a, b, out, err);
         free(a);
         free(b);
+        if (!st)
+            oj__tokenizer_find_eos(*out, dir);
         return st;
     }
     snprintf(a, dl + 32, "%s/tokenizer.json", dir);
@@ -651,5 +655,7 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
     }
     st = oj_tokenizer_load_tiktoken(found, out, err);
     free(found);
+    if (!st)
+        oj__tokenizer_find_eos(*out, dir);
     return st;
 }

@@ -1,11 +1,14 @@
 /* Corpus preparation: text files -> documents -> token stream (each document
- * preceded by <|endoftext|>) -> train/val shards. */
+ * preceded by the separator: <|endoftext|> or the tokenizer's EOS) ->
+ * train/val shards. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/fs.h"
+#include "data/bpe.h"
 #include "ojas/data.h"
 
 oj_prepare_config oj_prepare_config_default(void) {
@@ -17,13 +20,13 @@ static oj_status slurp(const char *path, char **buf, size_t *len, oj_error *err)
     oj_error e2 = {0};
     FILE *f = oj__fopen_regular(path, "corpus file", &e2); /* a directory or FIFO: say so */
     if (!f)
-        return oj_error_set(err, OJ_ERR_IO, "data_prepare: %s", e2.message);
+        return oj_error_set(err, OJ_ERR_IO, "data prepare: %s", e2.message);
     oj_status st = oj__read_stream(f, path, buf, len, NULL);
     fclose(f);
     if (st == OJ_ERR_CAPACITY)
-        return oj_error_set(err, st, "data_prepare: out of memory reading %s", path);
+        return oj_error_set(err, st, "data prepare: out of memory reading %s", path);
     if (st)
-        return oj_error_set(err, st, "data_prepare: read error on %s", path);
+        return oj_error_set(err, st, "data prepare: read error on %s", path);
     return OJ_OK;
 }
 
@@ -32,7 +35,7 @@ static oj_status write_split(const char *dir, const char *split, const int32_t *
     size_t pl = strlen(dir) + strlen(split) + 32;
     char *path = malloc(pl);
     if (!path)
-        return oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+        return oj_error_set(err, OJ_ERR_CAPACITY, "data prepare: out of memory");
     oj_status st = OJ_OK;
     int k = 0;
     for (int64_t i = 0; i < n && !st; i += per, k++) {
@@ -44,18 +47,33 @@ static oj_status write_split(const char *dir, const char *split, const int32_t *
     return st;
 }
 
-/* Documents of one file (cut at "<|endoftext|>", empty ones dropped), each
- * appended to *all after an end-of-text id: small documents are encoded
- * as a batch over the threads, large ones split across them. */
+/* Documents of one file (cut at "<|endoftext|>" and at sep[0..seplen), empty
+ * ones dropped), each appended to *all after the separator id eot: small
+ * documents are encoded as a batch over the threads, large ones split
+ * across them. */
 static oj_status encode_file(const oj_tokenizer *tok, const char *buf, size_t len, int threads,
-                             int32_t eot, oj_tokens *all, int64_t *documents, oj_error *err) {
+                             int32_t eot, const char *sep, size_t seplen, oj_tokens *all,
+                             int64_t *documents, oj_error *err) {
     size_t cap = 16, nd = 0, pos = 0;
+    size_t at_e = 0, at_s = len; /* next "<|endoftext|>", next sep (len: none) */
+    bool seen_e = false, seen_s = !seplen;
     const char **docs = malloc(cap * sizeof *docs);
     size_t *lens = malloc(cap * sizeof *lens);
     oj_status st = OJ_OK;
     while (docs && lens && pos <= len) {
-        const char *sep = memmem(buf + pos, len - pos, "<|endoftext|>", 13);
-        size_t end = sep ? (size_t)(sep - buf) : len;
+        /* each text is searched for again only once pos has passed it */
+        if (!seen_e || at_e < pos) {
+            const char *p = memmem(buf + pos, len - pos, "<|endoftext|>", 13);
+            at_e = p ? (size_t)(p - buf) : len;
+            seen_e = true;
+        }
+        if (!seen_s || at_s < pos) {
+            const char *p = memmem(buf + pos, len - pos, sep, seplen);
+            at_s = p ? (size_t)(p - buf) : len;
+            seen_s = true;
+        }
+        size_t end = at_e < at_s ? at_e : at_s;
+        size_t cl = end == len ? 1 : at_e == end && (at_s != end || 13 >= seplen) ? 13 : seplen;
         if (end > pos) {
             if (nd == cap) {
                 cap *= 2;
@@ -71,13 +89,13 @@ static oj_status encode_file(const oj_tokenizer *tok, const char *buf, size_t le
             docs[nd] = buf + pos;
             lens[nd++] = end - pos;
         }
-        pos = end + 13;
+        pos = end + cl;
     }
     oj_tokens *outs = docs && lens && pos > len ? calloc(nd ? nd : 1, sizeof *outs) : NULL;
     if (!outs) {
         free(docs);
         free(lens);
-        return oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+        return oj_error_set(err, OJ_ERR_CAPACITY, "data prepare: out of memory");
     }
     /* large documents: one parallel encode each; the rest: one batch */
     const size_t large = (size_t)1 << 22;
@@ -93,7 +111,7 @@ static oj_status encode_file(const oj_tokenizer *tok, const char *buf, size_t le
         size_t *sl = malloc(nsmall * sizeof *sl);
         oj_tokens *so = calloc(nsmall, sizeof *so);
         if (!sd || !sl || !so)
-            st = oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+            st = oj_error_set(err, OJ_ERR_CAPACITY, "data prepare: out of memory");
         else {
             size_t k = 0;
             for (size_t i = 0; i < nd; i++)
@@ -115,10 +133,10 @@ static oj_status encode_file(const oj_tokenizer *tok, const char *buf, size_t le
     for (size_t i = 0; i < nd; i++) {
         if (!st) {
             if (oj_tokens_push(all, eot) != OJ_OK)
-                st = oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+                st = oj_error_set(err, OJ_ERR_CAPACITY, "data prepare: out of memory");
             for (size_t k = 0; k < outs[i].len && !st; k++)
                 if (oj_tokens_push(all, outs[i].ids[k]) != OJ_OK)
-                    st = oj_error_set(err, OJ_ERR_CAPACITY, "data_prepare: out of memory");
+                    st = oj_error_set(err, OJ_ERR_CAPACITY, "data prepare: out of memory");
         }
         oj_tokens_free(&outs[i]);
     }
@@ -132,24 +150,40 @@ static oj_status encode_file(const oj_tokenizer *tok, const char *buf, size_t le
 oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg, int n,
                           const char *const *files, oj_prepare_stats *stats, oj_error *err) {
     if (!tok || !cfg || !cfg->out_dir || n < 0 || (n && !files))
-        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "data_prepare: NULL argument");
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "data prepare: NULL argument");
     if (!(cfg->val_fraction >= 0.0 && cfg->val_fraction < 1.0) || cfg->shard_tokens < 1 ||
         cfg->shard_tokens > INT32_MAX || (cfg->version < 0 || cfg->version > 2))
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
-                            "data_prepare: val_fraction %g must be in [0, 1), shard_tokens %lld in "
+                            "data prepare: val_fraction %g must be in [0, 1), shard_tokens %lld in "
                             "[1, 2^31), version %d 0, 1 or 2",
                             cfg->val_fraction, (long long)cfg->shard_tokens, cfg->version);
     int32_t eot = oj_tokenizer_eot(tok);
+    if (eot < 0 && tok->eos_note)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                            "data prepare: the tokenizer has no <|endoftext|> and names no EOS "
+                            "token to separate documents with: %s",
+                            tok->eos_note);
     if (eot < 0)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
-                            "data_prepare: the tokenizer has no <|endoftext|> token");
+                            "data prepare: the tokenizer has neither <|endoftext|> nor an EOS "
+                            "token to separate documents with");
+    /* the separator's text where it is not <|endoftext|> (always a cut) */
+    const char *sep = NULL;
+    size_t seplen = 0;
+    for (int i = 0; i < tok->n_specials; i++) {
+        const oj_special *sp = &tok->specials[i];
+        if (sp->id == eot && !(sp->len == 13 && memcmp(sp->text, "<|endoftext|>", 13) == 0)) {
+            sep = sp->text;
+            seplen = sp->len;
+        }
+    }
     int version = cfg->version ? cfg->version : (oj_tokenizer_vocab_size(tok) <= 65536 ? 1 : 2);
     if (version == 1 && oj_tokenizer_vocab_size(tok) > 65536)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
-                            "data_prepare: vocabulary of %d ids does not fit uint16 shards",
+                            "data prepare: vocabulary of %d ids does not fit uint16 shards",
                             (int)oj_tokenizer_vocab_size(tok));
     oj_status st = OJ_OK;
-    oj_prepare_stats s = {0};
+    oj_prepare_stats s = {.separator = eot};
     oj_tokens all = {0};
     for (int f = 0; f < n && !st; f++) {
         char *buf = NULL;
@@ -157,11 +191,11 @@ oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg,
         if ((st = slurp(files[f], &buf, &len, err)))
             break;
         s.bytes += (int64_t)len;
-        st = encode_file(tok, buf, len, cfg->threads, eot, &all, &s.documents, err);
+        st = encode_file(tok, buf, len, cfg->threads, eot, sep, seplen, &all, &s.documents, err);
         free(buf);
     }
     if (!st && all.len > INT64_MAX / 2)
-        st = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "data_prepare: too many tokens");
+        st = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "data prepare: too many tokens");
     if (!st) /* once every file is read and encoded: a bad input leaves no out_dir behind */
         st = oj__mkdirs(cfg->out_dir, err);
     if (!st) {

@@ -764,10 +764,6 @@ static oj_status add_added(const ctx *c, oj_tokenizer *tok, json_t *added) {
     return OJ_OK;
 }
 
-static int32_t special_named(const oj_tokenizer *tok, const char *s) {
-    return oj_tokenizer_special_id(tok, s);
-}
-
 static oj_status parse_template(const ctx *c, oj_tokenizer *tok, json_t *p, const char *field);
 
 /* post_processor: ByteLevel (no change to ids), TemplateProcessing, or a
@@ -864,26 +860,75 @@ static oj_status parse_template(const ctx *c, oj_tokenizer *tok, json_t *p, cons
     return OJ_OK;
 }
 
-/* eot: "<|endoftext|>" where the file has it, else the eos_token that
- * tokenizer_config.json beside the file names (a string or {"content"}). */
-static void read_config_eos(oj_tokenizer *tok, const char *path) {
-    if (tok->eot >= 0)
+/* *note += ", " (unless empty) + path + " (" + why + ")"; out of memory
+ * leaves *note as it was. */
+static void note_add(char **note, const char *path, const char *why) {
+    size_t old = *note ? strlen(*note) : 0, n = old + strlen(path) + strlen(why) + 8;
+    char *q = realloc(*note, n);
+    if (!q)
         return;
-    const char *slash = strrchr(path, '/');
-    size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
-    char *cfg = malloc(dl + 32);
-    if (!cfg)
-        return;
-    memcpy(cfg, path, dl);
-    snprintf(cfg + dl, 32, "tokenizer_config.json");
-    json_t *root = json_load_file(cfg, 0, NULL);
-    free(cfg);
-    json_t *eos = root ? json_object_get(root, "eos_token") : NULL;
-    if (json_is_object(eos))
-        eos = json_object_get(eos, "content");
-    if (json_is_string(eos))
-        tok->eot = special_named(tok, json_string_value(eos));
+    snprintf(q + old, n - old, "%s%s (%s)", old ? ", " : "", path, why);
+    *note = q;
+}
+
+/* One configuration file's EOS: its string key (tokenizer_config.json
+ * "eos_token": a string or {"content"}) or integer key ("eos_token_id": an
+ * id or a list, whose first entry is taken) naming a special token. Returns
+ * the id, or -1 with why not appended to *note ("absent", "no eos_token",
+ * ...). */
+static int32_t config_eos(const oj_tokenizer *tok, const char *dir, const char *name,
+                          const char *key, char **note) {
+    size_t dl = strlen(dir);
+    char *path = malloc(dl + strlen(name) + 2);
+    if (!path)
+        return -1;
+    snprintf(path, dl + strlen(name) + 2, "%s%s%s", dir, dl ? "/" : "", name);
+    struct stat sb;
+    json_t *root = NULL;
+    char why[160];
+    int32_t id = -1;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        snprintf(why, sizeof why, "absent");
+    else if (!(root = json_load_file(path, 0, NULL)) || !json_is_object(root))
+        snprintf(why, sizeof why, "not a JSON object");
+    else {
+        json_t *v = json_object_get(root, key);
+        if (json_is_object(v))
+            v = json_object_get(v, "content");
+        if (json_is_array(v))
+            v = json_array_get(v, 0);
+        if (json_is_string(v)) {
+            id = oj_tokenizer_special_id(tok, json_string_value(v));
+            snprintf(why, sizeof why, "%s \"%.64s\" is not a special token", key,
+                     json_string_value(v));
+        } else if (json_is_integer(v)) {
+            json_int_t k = json_integer_value(v);
+            if (k >= 0 && k < tok->n_ids && tok->is_special[k])
+                id = (int32_t)k;
+            snprintf(why, sizeof why, "%s %lld is not a special token", key, (long long)k);
+        } else
+            snprintf(why, sizeof why, "no %s", key);
+    }
+    if (id < 0)
+        note_add(note, path, why);
     json_decref(root);
+    free(path);
+    return id;
+}
+
+void oj__tokenizer_find_eos(oj_tokenizer *tok, const char *dir) {
+    if (tok->eot >= 0 || tok->eos_note)
+        return;
+    static const char *const files[][2] = {{"tokenizer_config.json", "eos_token"},
+                                           {"generation_config.json", "eos_token_id"},
+                                           {"config.json", "eos_token_id"}};
+    char *note = NULL;
+    for (int i = 0; i < 3 && tok->eot < 0; i++)
+        tok->eot = config_eos(tok, dir, files[i][0], files[i][1], &note);
+    if (tok->eot < 0)
+        tok->eos_note = note;
+    else
+        free(note);
 }
 
 oj_status oj_tokenizer_load_hf(const char *path, oj_tokenizer **out, oj_error *err) {
@@ -953,7 +998,16 @@ oj_status oj_tokenizer_load_hf(const char *path, oj_tokenizer **out, oj_error *e
         }
         tok->pretok = OJ_PRETOK_PCRE2;
     }
-    read_config_eos(tok, path);
+    {
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+        if (!dir) {
+            st = oom(&c);
+            goto done;
+        }
+        oj__tokenizer_find_eos(tok, dir);
+        free(dir);
+    }
     tok->hfx = sp.hfx;
     sp.hfx = NULL;
 done:

@@ -211,6 +211,7 @@ void oj_tokenizer_free(oj_tokenizer *tok) {
     free(tok->merges);
     free(tok->merge_id);
     free(tok->tmpl_ids);
+    free(tok->eos_note);
     oj_hf_free(tok->hfx);
     oj_strmap_free(&tok->ranks);
     oj_pairmap_free(&tok->pairs);

@@ -116,6 +116,8 @@ static void test_train_and_prepare(void **state) {
     assert_int_equal(ojas("data prepare --vocab tok --out shards --val-fraction 0.5 "
                           "--shard-tokens 100 corpus.txt", &out, NULL), 0);
     assert_non_null(strstr(out, "1 documents"));
+    /* the separator id is reported: the shards do not hold it */
+    assert_non_null(strstr(out, "each document after <|endoftext|> (id "));
     free(out);
     char **paths;
     int n;
@@ -130,7 +132,7 @@ static void test_train_and_prepare(void **state) {
     free(err);
     /* a directory given as a corpus file is named as one */
     assert_int_equal(ojas("data prepare --vocab tok --out s3 shards", NULL, &err), 1);
-    ct_assert_one_line(err, "corpus file shards is a directory");
+    ct_assert_one_line(err, "data prepare: corpus file shards is a directory");
     free(err);
 }
 

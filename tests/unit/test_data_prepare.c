@@ -119,6 +119,8 @@ static void test_prepare_errors(void **state) {
     oj_error e1 = {0}, e2 = {0}, e3 = {0};
     assert_int_equal(oj_data_prepare(g_tok, &cfg, 1, missing, NULL, &e1), OJ_ERR_IO);
     assert_non_null(strstr(e1.message, "/nonexistent/file.txt"));
+    /* messages name the command, "data prepare" */
+    assert_int_equal(strncmp(e1.message, "data prepare: ", 14), 0);
     cfg.val_fraction = 1.0;
     assert_int_equal(oj_data_prepare(g_tok, &cfg, 0, NULL, NULL, &e2), OJ_ERR_INVALID_ARGUMENT);
     cfg.val_fraction = 0.1;
@@ -132,6 +134,7 @@ static void test_prepare_errors(void **state) {
     assert_int_equal(oj_bpe_train(&tc, 0, NULL, NULL, &tok, NULL), OJ_OK);
     assert_int_equal(oj_data_prepare(tok, &cfg, 0, NULL, NULL, &e3), OJ_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(e3.message, "endoftext"));
+    assert_int_equal(strncmp(e3.message, "data prepare: ", 14), 0);
     oj_tokenizer_free(tok);
     tu_rmdir(dir);
     free(dir);

@@ -1,7 +1,8 @@
 // test: tokenizer.json loading on small made-up files: merge ranks (not
 // ids) order merging and ignore_merges, both merge formats, added tokens
 // under each encode flag, the template, the regex translation,
-// SentencePiece-style BPE with byte fallback; refusals
+// SentencePiece-style BPE with byte fallback, the EOS a directory names and
+// data prepare with it; refusals
 // name the file and the field (truncated JSON, unsupported types and
 // options, a merge whose result is not in the vocabulary)
 #include <setjmp.h>
@@ -488,6 +489,121 @@ static void test_sentencepiece_refusals(void **state) {
     sp_refused(m_sp_regex_replace, OJ_ERR_UNSUPPORTED, "normalizer.normalizers[1].pattern", NULL);
 }
 
+/* Writes g_dir/name holding text (NULL: removes it). */
+static void put_file(const char *name, const char *text) {
+    char *p = tu_path(g_dir, name);
+    if (text)
+        assert_int_equal(tu_write(p, text, strlen(text)), 0);
+    else
+        unlink(p);
+    free(p);
+}
+
+static void put_configs(const char *tc, const char *gc, const char *c) {
+    put_file("tokenizer_config.json", tc);
+    put_file("generation_config.json", gc);
+    put_file("config.json", c);
+}
+
+// test: without <|endoftext|>, eot is the EOS the directory names:
+// tokenizer_config.json eos_token (string or {"content"}) first, then
+// generation_config.json, then config.json eos_token_id (an id or a list)
+static void test_eos_from_directory(void **state) {
+    (void)state;
+    static const char *const cases[][3] = {
+        {"{\"eos_token\": \"</s>\"}", "{\"eos_token_id\": 1}", NULL},
+        {"{\"eos_token\": {\"content\": \"</s>\", \"special\": true}}", NULL, NULL},
+        {"{\"bos_token\": \"<s>\"}", "{\"eos_token_id\": 2}", "{\"eos_token_id\": 1}"},
+        {NULL, NULL, "{\"eos_token_id\": [2, 1]}"},
+        {"{\"eos_token\": \"</x>\"}", "{\"eos_token_id\": 260}", "{\"eos_token_id\": 2}"},
+    };
+    for (int i = 0; i < 5; i++) {
+        put_configs(cases[i][0], cases[i][1], cases[i][2]);
+        oj_tokenizer *tok = NULL;
+        oj_error e = {0};
+        assert_int_equal(load(sp_base(), &tok, &e), OJ_OK);
+        assert_int_equal(oj_tokenizer_eot(tok), 2);
+        oj_tokenizer_free(tok);
+    }
+    put_configs(NULL, NULL, NULL);
+}
+
+// test: data prepare with a Llama 2 style tokenizer whose EOS is </s>:
+// documents are cut at "</s>" and "<|endoftext|>" text and each starts
+// with </s>'s id (2), which the stats report
+static void test_eos_prepare(void **state) {
+    (void)state;
+    put_configs(NULL, "{\"eos_token_id\": 2}", NULL);
+    oj_tokenizer *tok = NULL;
+    oj_error e = {0};
+    assert_int_equal(load(sp_base(), &tok, &e), OJ_OK);
+    char *in = tu_path(g_dir, "corpus.txt"), *out = tu_path(g_dir, "shards");
+    const char *text = "a b</s>ab<|endoftext|></s>b";
+    assert_int_equal(tu_write(in, text, strlen(text)), 0);
+    oj_tokens want = {0};
+    const char *docs[] = {"a b", "ab", "b"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(oj_tokens_push(&want, 2), OJ_OK);
+        assert_int_equal(oj_tokenizer_encode(tok, docs[i], strlen(docs[i]), 0, &want, &e), OJ_OK);
+    }
+    oj_prepare_config cfg = oj_prepare_config_default();
+    cfg.out_dir = out;
+    cfg.threads = 1;
+    oj_prepare_stats st;
+    const char *files[] = {in};
+    assert_int_equal(oj_data_prepare(tok, &cfg, 1, files, &st, &e), OJ_OK);
+    assert_int_equal(st.documents, 3);
+    assert_int_equal(st.separator, 2);
+    assert_int_equal(st.train_tokens, (int64_t)want.len);
+    char *shard = tu_path(out, "train_000000.bin");
+    oj_shard *sh;
+    assert_int_equal(oj_shard_open(shard, &sh, &e), OJ_OK);
+    assert_int_equal(oj_shard_len(sh), (int64_t)want.len);
+    int32_t got[32];
+    assert_true(want.len <= 32);
+    assert_int_equal(oj_shard_read(sh, 0, (int64_t)want.len, got, &e), OJ_OK);
+    assert_memory_equal(got, want.ids, want.len * sizeof *got);
+    oj_shard_close(sh);
+    free(shard);
+    oj_tokens_free(&want);
+    oj_tokenizer_free(tok);
+    unlink(in);
+    free(in);
+    tu_rmdir(out);
+    free(out);
+    put_configs(NULL, NULL, NULL);
+}
+
+// test: a directory that names no EOS: data prepare refuses and names each
+// file it looked at and why (absent, no key, not a special token)
+static void test_eos_missing(void **state) {
+    (void)state;
+    put_configs(NULL, "{\"bos_token_id\": 1}", "{\"eos_token_id\": 260}");
+    oj_tokenizer *tok = NULL;
+    oj_error e = {0};
+    assert_int_equal(load(sp_base(), &tok, &e), OJ_OK);
+    assert_int_equal(oj_tokenizer_eot(tok), -1);
+    char *out = tu_path(g_dir, "shards");
+    oj_prepare_config cfg = oj_prepare_config_default();
+    cfg.out_dir = out;
+    assert_int_equal(oj_data_prepare(tok, &cfg, 0, NULL, NULL, &e), OJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(strncmp(e.message, "data prepare: ", 14), 0);
+    char *want[3] = {tu_path(g_dir, "tokenizer_config.json (absent)"),
+                     tu_path(g_dir, "generation_config.json (no eos_token_id)"),
+                     tu_path(g_dir, "config.json (eos_token_id 260 is not a special token)")};
+    for (int i = 0; i < 3; i++) {
+        if (!strstr(e.message, want[i]))
+            fprintf(stderr, "missing \"%s\" in: %s\n", want[i], e.message);
+        assert_non_null(strstr(e.message, want[i]));
+        free(want[i]);
+    }
+    assert_null(strchr(e.message, '\n'));
+    assert_int_equal(access(out, F_OK), -1); /* nothing written */
+    oj_tokenizer_free(tok);
+    free(out);
+    put_configs(NULL, NULL, NULL);
+}
+
 static int setup(void **state) {
     (void)state;
     g_dir = tu_tmpdir();
@@ -511,6 +627,9 @@ int main(void) {
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_sentencepiece_byte_fallback),
         cmocka_unit_test(test_sentencepiece_refusals),
+        cmocka_unit_test(test_eos_from_directory),
+        cmocka_unit_test(test_eos_prepare),
+        cmocka_unit_test(test_eos_missing),
         cmocka_unit_test(test_metaspace),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
