@@ -280,11 +280,15 @@ oj_status oj__train_dist_start(oj_trainer *t, oj_status st, oj_error *err) {
     return OJ_OK;
 }
 
-void oj__train_dist_free(oj_trainer *t) {
+void oj__train_grads_unhook(oj_trainer *t) {
     if (t->eng && t->eng->leaf_grad_ready_ctx == t) {
         t->eng->leaf_grad_ready = NULL;
         t->eng->leaf_grad_ready_ctx = NULL;
     }
+}
+
+void oj__train_dist_free(oj_trainer *t) {
+    oj__train_grads_unhook(t);
     free(t->bk_first);
     free(t->bk_of);
     free(t->bk_pending);
@@ -339,6 +343,7 @@ static void on_grad_ready(void *ctx, oj_tensor *leaf) {
 
 oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err) {
     bool whole = k > 0 && t->cfg.numerics == OJ_NUMERICS_EXACT;
+    oj__train_grads_unhook(t); /* a hook left by a failed step fires on no other backward */
     if (k == 0) { /* the step's buckets: none queued */
         t->next_bk = t->n_bk - 1;
         t->bk_status = OJ_OK;
@@ -371,8 +376,7 @@ oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err) {
  * order); every arena part no gradient reached is zeroed. */
 static oj_status allreduce_micro(oj_trainer *t, int64_t k, oj_error *err) {
     bool whole = k > 0 && t->cfg.numerics == OJ_NUMERICS_EXACT;
-    t->eng->leaf_grad_ready = NULL;
-    t->eng->leaf_grad_ready_ctx = NULL;
+    oj__train_grads_unhook(t);
     for (int64_t i = 0; i < t->n_par; i++) {
         oj_tensor *p = t->par[i], *v = t->views[i];
         if (whole) {

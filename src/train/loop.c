@@ -263,6 +263,8 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
             st = oj__train_grads_micro(t, k, err);
         oj_scope_end(eng);
     }
+    if (st && t->allreduce)
+        oj__train_grads_unhook(t); /* a failed micro-batch leaves no hook behind */
     if (!st && t->collect && !t->allreduce)
         st = step_record(t, mloss, n_micro, &loss_sum, &sched_set, err);
     if (!st && t->collect)

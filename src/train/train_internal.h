@@ -157,6 +157,10 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
  * rank's accum micro-batch losses -> loss_sum over every rank, in
  * micro-batch order. */
 oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err);
+/* Remove the trainer's backward leaf hook from its engine (the last
+ * micro-batch's bucket launcher), if installed: after a failed step, so no
+ * later backward launches a collective with a partial gradient. */
+void oj__train_grads_unhook(oj_trainer *t);
 oj_status oj__train_dist_losses(oj_trainer *t, const double *losses, double *loss_sum,
                                 oj_error *err);
 oj_status oj__train_zero_after_step(oj_trainer *t, bool skipped, oj_error *err);
