@@ -739,8 +739,8 @@ static cd_plan *cd_ready(oj_engine *eng, const cd_key *key, const char **why) {
 
 /* Execute p with the given uids/pointers and a workspace of p->ws + p->extra
  * bytes (extra: the accumulators at the start, cuDNN's after, 256-aligned).
- * False with *why when cuDNN refused the call (nothing recorded on the
- * engine), or with *st = OJ_ERR_CAPACITY recorded when the pool has no
+ * False with *why when cuDNN refused the call (the plan is then marked
+ * refused with that reason; nothing recorded on the engine), or with *st = OJ_ERR_CAPACITY recorded when the pool has no
  * room for the workspace. */
 static bool cd_execute(oj_engine *eng, oj_status *st_out, cd_plan *p, int n, const int64_t *uids,
                        void **ptrs, const char **why, char *whybuf, size_t whyn) {
@@ -789,6 +789,11 @@ static bool cd_execute(oj_engine *eng, oj_status *st_out, cd_plan *p, int n, con
         snprintf(whybuf, whyn, "%s: %s%s%s", what, cudnnGetErrorString(st), msg[0] ? ": " : "",
                  msg);
         *why = whybuf;
+        /* remembered as refused: later calls of this key (and a forward's
+         * backward, which follows the forward's plan) take the tensor-core
+         * kernels instead of failing again or pairing with their output */
+        p->ok = false;
+        snprintf(p->why, sizeof p->why, "%s", whybuf);
         return false;
     }
     return true;
