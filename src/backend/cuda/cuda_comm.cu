@@ -264,11 +264,30 @@ oj_status comm_begin(oj_engine *eng, comm_t *c, const char *what, oj_error *err)
 
 /* ncclGroupEnd of a non-blocking communicator may return ncclInProgress:
  * the work is then enqueued once the async error leaves that state. */
-oj_status group_end(comm_t *c, const char *what, oj_error *err) {
-    ncclResult_t r = ncclGroupEnd();
-    while (r == ncclInProgress)
+/* Wait while a non-blocking call's result r is ncclInProgress (the
+ * communicator still connecting or enqueueing), at most c->timeout_s: a
+ * peer that died before the first collective connected would otherwise
+ * hold this rank here forever, before any watchdog is armed. */
+static oj_status in_progress_wait(comm_t *c, ncclResult_t r, const char *what, oj_error *err) {
+    double t0 = now_s();
+    for (int spins = 0; r == ncclInProgress; spins++) {
         ncclCommGetAsyncError(c->comm, &r);
+        if (r == ncclInProgress && now_s() - t0 > c->timeout_s) {
+            ncclCommAbort(c->comm);
+            c->comm = NULL;
+            return oj_error_set(err, OJ_ERR_DEVICE,
+                                "NCCL %s waited %.0f s (the timeout) to enqueue: a rank died or "
+                                "hangs; the communicator is aborted",
+                                what, c->timeout_s);
+        }
+        if (spins > 200)
+            usleep(50);
+    }
     return r == ncclSuccess ? OJ_OK : nccl_fail(err, r, c->comm, what);
+}
+
+oj_status group_end(comm_t *c, const char *what, oj_error *err) {
+    return in_progress_wait(c, ncclGroupEnd(), what, err);
 }
 
 oj_status comm_alltoall(oj_engine *eng, void *p, const void *send, void *recv, size_t block,
@@ -352,10 +371,8 @@ oj_status comm_allreduce_sum(oj_engine *eng, void *p, void *buf, size_t count, o
     if (e != cudaSuccess)
         return oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: ordering the streams: %s", what,
                             cudaGetErrorString(e));
-    ncclResult_t r = ncclAllReduce(buf, buf, count, t, ncclSum, c->comm, c->side);
-    while (r == ncclInProgress)
-        ncclCommGetAsyncError(c->comm, &r);
-    return r == ncclSuccess ? OJ_OK : nccl_fail(err, r, c->comm, what);
+    return in_progress_wait(c, ncclAllReduce(buf, buf, count, t, ncclSum, c->comm, c->side), what,
+                            err);
 }
 
 oj_status comm_join(oj_engine *eng, void *p, oj_error *err) {
