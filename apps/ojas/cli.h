@@ -90,4 +90,11 @@ oj_status cli_gpt_from_checkpoint(oj_engine *eng, const oj_train_config *run,
                                   const oj_tokenizer *tok, const char *dir, oj_gpt **m,
                                   oj_error *e);
 
+/* True after printing "CMD: 'SRC' is a nanolab model, which has no LACKS
+ * (gpt2 and llama-family models VERB): ..." with the remedy (train a gpt2
+ * preset or fine-tune with --init-from) when m is a nanolab model: export
+ * and quantize say so before the writers' own, remedy-less refusals. */
+bool cli_refuse_nanolab(const oj_gpt *m, const char *cmd, const char *src, const char *lacks,
+                        const char *verb);
+
 #endif

@@ -202,3 +202,15 @@ oj_status cli_gpt_from_checkpoint(oj_engine *eng, const oj_train_config *run,
     }
     return s;
 }
+
+bool cli_refuse_nanolab(const oj_gpt *m, const char *cmd, const char *src, const char *lacks,
+                        const char *verb) {
+    if (oj_gpt_get_config(m)->family != OJ_NANOLAB)
+        return false;
+    cli_error(CLI_FAIL,
+              "%s: '%s' is a nanolab model, which has no %s (gpt2 and llama-family models %s): "
+              "train a gpt2 preset (--set model=gpt2-tiny, ...) or fine-tune a Hugging Face "
+              "model directory (--init-from DIR)",
+              cmd, src, lacks, verb);
+    return true;
+}

@@ -165,14 +165,9 @@ int cmd_export(int argc, char **argv) {
         cli_error(CLI_FAIL, "export: %s", e.message);
         goto done;
     }
-    if (oj_gpt_get_config(m)->family == OJ_NANOLAB) { /* before the library's refusal: the remedy */
-        cli_error(CLI_FAIL, "export: '%s' is a nanolab model, which has no transformers "
-                            "architecture (gpt2 and llama-family models export): train a gpt2 "
-                            "preset (--set model=gpt2-tiny, ...) or fine-tune a Hugging Face "
-                            "model directory (--init-from DIR)",
-                  ckpt ? ckpt : model_dir);
+    if (cli_refuse_nanolab(m, "export", ckpt ? ckpt : model_dir, "transformers architecture",
+                           "export"))
         goto done;
-    }
     if (adapter && (oj_gpt_lora_load(m, adapter, &e) != OJ_OK || oj_gpt_lora_merge(m, &e) != OJ_OK)) {
         cli_error(CLI_FAIL, "export: --adapter: %s", e.message);
         goto done;

@@ -124,14 +124,8 @@ int cmd_quantize(int argc, char **argv) {
         cli_error(CLI_FAIL, "quantize: %s", e.status ? e.message : oj_last_error(eng));
         goto done;
     }
-    if (oj_gpt_get_config(m)->family == OJ_NANOLAB) { /* before the writer's refusal: the remedy */
-        cli_error(CLI_FAIL, "quantize: '%s' is a nanolab model, which has no GGUF layout (gpt2 "
-                            "and llama-family models quantize): train a gpt2 preset (--set "
-                            "model=gpt2-tiny, ...) or fine-tune a Hugging Face model directory "
-                            "(--init-from DIR)",
-                  ckpt ? ckpt : model);
+    if (cli_refuse_nanolab(m, "quantize", ckpt ? ckpt : model, "GGUF layout", "quantize"))
         goto done;
-    }
     if (qt != OJ_QTYPE_COUNT && oj_gpt_quantize(m, qt) != OJ_OK) {
         cli_error(CLI_FAIL, "quantize: %s", oj_last_error(eng));
         goto done;
