@@ -78,6 +78,7 @@ struct dec_args {
     int64_t qs[4], ks[4], vs[4], ms[4];
     float scale;
     float *pm, *pl, *pacc; /* per (row, chunk): max, sum, [Dv] accumulator */
+    unsigned int *count;   /* fast path: per row, chunks done (NULL: the combine kernel) */
     char *o, *lse;
     int64_t os[4]; /* out [B, H, 1, Dv] is written through its strides */
     int odt, oes, sdt, ses;
@@ -260,6 +261,46 @@ __device__ __forceinline__ void df_finish(const dec_args &a, int64_t row, float 
     }
 }
 
+/* Column c of row `row` from its chunks' states, merged in chunk order,
+ * DF_CB chunks' m, l and acc loaded at once (an online max over the
+ * batches), then written (df_finish). The loads go to L2 (__ldcg): the
+ * states may have been written by other blocks of the running kernel. */
+template <int D>
+__device__ __forceinline__ void df_combine_col(const dec_args &a, int64_t row, int c) {
+    const int ns = (int)a.nsplit;
+    const float *pm = a.pm + row * ns, *pl = a.pl + row * ns, *px = a.pacc + row * ns * D + c;
+    float M = -INFINITY, L = 0.0f, x = 0.0f;
+    for (int s0 = 0; s0 < ns; s0 += DF_CB) {
+        float mv[DF_CB], lv[DF_CB], xv[DF_CB];
+#pragma unroll
+        for (int i = 0; i < DF_CB; i++) {
+            const int s = s0 + i < ns ? s0 + i : ns - 1;
+            mv[i] = __ldcg(pm + s);
+            lv[i] = __ldcg(pl + s);
+            xv[i] = __ldcg(px + (int64_t)s * D);
+        }
+        float mn = M;
+#pragma unroll
+        for (int i = 0; i < DF_CB; i++) {
+            if (s0 + i >= ns) mv[i] = -INFINITY;
+            mn = dec_max_nan(mn, mv[i]);
+        }
+        if (mn == -INFINITY) continue; /* every key so far masked */
+        const float al = M == -INFINITY ? 0.0f : expf(M - mn);
+        L *= al;
+        x *= al;
+#pragma unroll
+        for (int i = 0; i < DF_CB; i++) {
+            const bool live = mv[i] != -INFINITY;
+            const float g = live ? expf(mv[i] - mn) : 0.0f;
+            L += live ? lv[i] * g : 0.0f;
+            x += live ? xv[i] * g : 0.0f;
+        }
+        M = mn;
+    }
+    df_finish(a, row, M, L, x, c, D);
+}
+
 // grid (nsplit, B*H), DF_THREADS threads; block `split` takes keys
 // [split * chunk, min(S, (split + 1) * chunk)) in `steps` steps
 template <typename T, int D, int MB>
@@ -361,71 +402,57 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
         wl[warp] = l;
     }
     __syncthreads();
-    if (threadIdx.x >= D) return;
-    /* the block's state, warps in order; thread c takes column c */
+    /* the block's state, warps in order; thread c < D takes column c */
     const int c = threadIdx.x;
+    const bool col = c < D;
     float M = -INFINITY, L = 0.0f, x = 0.0f;
+    if (col) {
 #pragma unroll
-    for (int w = 0; w < DF_WARPS; w++) M = dec_max_nan(M, wm[w]);
-    if (M != -INFINITY) {
+        for (int w = 0; w < DF_WARPS; w++) M = dec_max_nan(M, wm[w]);
+        if (M != -INFINITY) {
 #pragma unroll
-        for (int w = 0; w < DF_WARPS; w++) {
-            const bool live = wm[w] != -INFINITY;
-            const float g = live ? expf(wm[w] - M) : 0.0f;
-            L += live ? wl[w] * g : 0.0f;
-            x += live ? wacc[w][c] * g : 0.0f;
+            for (int w = 0; w < DF_WARPS; w++) {
+                const bool live = wm[w] != -INFINITY;
+                const float g = live ? expf(wm[w] - M) : 0.0f;
+                L += live ? wl[w] * g : 0.0f;
+                x += live ? wacc[w][c] * g : 0.0f;
+            }
         }
     }
     if (a.nsplit == 1) {
-        df_finish(a, row, M, L, x, c, D);
+        if (col) df_finish(a, row, M, L, x, c, D);
         return;
     }
     const int64_t slot = row * a.nsplit + split;
-    a.pacc[slot * D + c] = x;
-    if (c == 0) {
-        a.pm[slot] = M;
-        a.pl[slot] = L;
+    if (col) {
+        a.pacc[slot * D + c] = x;
+        if (c == 0) {
+            a.pm[slot] = M;
+            a.pl[slot] = L;
+        }
     }
+    if (a.count == NULL) return; /* the combine kernel merges the chunks */
+    /* the row's last block to finish merges its chunks (the arrival
+     * pattern of CUDA's threadFenceReduction sample): the states are made
+     * visible device-wide before the arrival is counted */
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(a.count + row, 1u) == (unsigned int)(a.nsplit - 1);
+        if (last) a.count[row] = 0; /* every chunk has arrived: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (col) df_combine_col<D>(a, row, c);
 }
 
-// grid B*H, D threads: thread c merges column c of the row's chunks in
-// order, DF_CB chunks' loads at a time (an online max over the batches)
+// grid B*H, D threads: thread c merges column c of the row's chunks
 template <int D> __global__ void __launch_bounds__(D) k_dec_fast_combine(dec_args a) {
     oj_pdl_wait(); /* a programmatic dependent of the partials: nothing read before */
     oj_pdl_allow_dependents();
-    const int64_t row = blockIdx.x;
-    const int c = threadIdx.x, ns = (int)a.nsplit;
-    const float *pm = a.pm + row * ns, *pl = a.pl + row * ns, *px = a.pacc + row * ns * D + c;
-    float M = -INFINITY, L = 0.0f, x = 0.0f;
-    for (int s0 = 0; s0 < ns; s0 += DF_CB) {
-        float mv[DF_CB], lv[DF_CB], xv[DF_CB];
-#pragma unroll
-        for (int i = 0; i < DF_CB; i++) {
-            const int s = s0 + i < ns ? s0 + i : ns - 1;
-            mv[i] = pm[s];
-            lv[i] = pl[s];
-            xv[i] = px[(int64_t)s * D];
-        }
-        float mn = M;
-#pragma unroll
-        for (int i = 0; i < DF_CB; i++) {
-            if (s0 + i >= ns) mv[i] = -INFINITY;
-            mn = dec_max_nan(mn, mv[i]);
-        }
-        if (mn == -INFINITY) continue; /* every key so far masked */
-        const float al = M == -INFINITY ? 0.0f : expf(M - mn);
-        L *= al;
-        x *= al;
-#pragma unroll
-        for (int i = 0; i < DF_CB; i++) {
-            const bool live = mv[i] != -INFINITY;
-            const float g = live ? expf(mv[i] - mn) : 0.0f;
-            L += live ? lv[i] * g : 0.0f;
-            x += live ? xv[i] * g : 0.0f;
-        }
-        M = mn;
-    }
-    df_finish(a, row, M, L, x, c, D);
+    df_combine_col<D>(a, blockIdx.x, threadIdx.x);
 }
 
 /* Mask element bytes of the fast path: 0 none, 1 bool, 2 bf16/f16, 4 f32;
@@ -472,6 +499,17 @@ template <typename T, int D> static void df_launch_d(const dec_args &a, int64_t 
     }
 }
 
+/* OJAS_CUDA_ATTN_COMBINE=1: the split rows are merged by the second
+ * kernel instead of the partials' last block (comparisons). */
+static bool df_combine_kernel(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("OJAS_CUDA_ATTN_COMBINE");
+        on = e != NULL && strcmp(e, "1") == 0;
+    }
+    return on != 0;
+}
+
 /* The fast path: chunks of `steps` block steps, so that B*H*nsplit stays
  * near DF_BLOCKS and nsplit <= DF_MAXSPLIT; the chunking depends on the
  * shapes only. */
@@ -494,13 +532,18 @@ static oj_status df_run(oj_engine *eng, dec_args *a, int64_t rows, int mb) {
         a->pm = scratch;
         a->pl = a->pm + rows * a->nsplit;
         a->pacc = a->pl + rows * a->nsplit;
+        /* the last block of a row merges it, without a second kernel,
+         * where the engine's counters cover the rows */
+        oj_cuda_state *cs = oj_cuda_state_of(eng);
+        if (rows <= OJ_CUDA_COUNT_ATTN_ROWS && cs->counts && !df_combine_kernel())
+            a->count = cs->counts;
     }
     OJ_CU_FLOAT_TYPE(a->dt, T, {
         if (a->D == 64) df_launch_d<T, 64>(*a, rows, mb);
         else df_launch_d<T, 128>(*a, rows, mb);
     });
     oj_status st = oj_cuda_check(eng, "attention_forward (decode)");
-    if (st == OJ_OK && a->nsplit > 1) {
+    if (st == OJ_OK && a->nsplit > 1 && a->count == NULL) {
         if (a->D == 64) oj_pdl_launch(k_dec_fast_combine<64>, dim3((unsigned)rows), dim3(64), 0, *a);
         else oj_pdl_launch(k_dec_fast_combine<128>, dim3((unsigned)rows), dim3(128), 0, *a);
         st = oj_cuda_check(eng, "attention_forward (decode combine)");

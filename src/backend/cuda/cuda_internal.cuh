@@ -39,6 +39,13 @@ struct oj_cuda_state {
      * at open (bookkeeping outside the budget, 256 bytes). */
     unsigned long long *flags;      /* the current status words (see oj_cuda_flags_reset) */
     unsigned long long *flags_base; /* the fixed buffer of them */
+    /* Arrival counters of kernels whose last block to finish merges the
+     * others' partial results (cuda_attention_decode.cu, cuda_decode.cu):
+     * OJ_CUDA_COUNT_WORDS u32 after the status words in the same
+     * allocation, zeroed at open; each kernel's last block sets its
+     * counters back to 0, so every launch finds them zero (kernels of one
+     * engine run in stream order). */
+    unsigned int *counts;
     /* OJAS_CUDA_PROFILE=1: per-kernel cumulative device time (cudaEvent
      * pairs around each launch, resolved in batches), printed to stderr
      * when the engine is freed; NULL when off. */
@@ -62,6 +69,12 @@ struct oj_cuda_state {
 struct oj_cuda_graph;
 struct oj_cuda_cudnn;
 #define OJ_CUDA_FLAG_WORDS 32
+/* The arrival counters (oj_cuda_state.counts): one per row of a split
+ * decode attention (rows < OJ_CUDA_COUNT_ATTN_ROWS), then the decode
+ * head's. */
+#define OJ_CUDA_COUNT_ATTN_ROWS 1024
+#define OJ_CUDA_COUNT_HEAD OJ_CUDA_COUNT_ATTN_ROWS
+#define OJ_CUDA_COUNT_WORDS (OJ_CUDA_COUNT_ATTN_ROWS + 32)
 
 /* The stream of the engine whose entry runs on this thread (set by
  * oj_cuda_begin; every entry calls it before launching). */

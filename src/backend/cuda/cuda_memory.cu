@@ -149,9 +149,13 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
                             count);
     e = cudaSetDevice(index);
     unsigned long long *flags = NULL;
-    if (e == cudaSuccess) e = cudaMalloc((void **)&flags, OJ_CUDA_FLAG_WORDS * sizeof *flags);
+    const size_t flag_bytes = OJ_CUDA_FLAG_WORDS * sizeof *flags;
+    const size_t count_bytes = OJ_CUDA_COUNT_WORDS * sizeof(unsigned int);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&flags, flag_bytes + count_bytes);
+    if (e == cudaSuccess) e = cudaMemset((char *)flags + flag_bytes, 0, count_bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
+        if (flags) cudaFree(flags);
         return oj_error_set(err, OJ_ERR_DEVICE,
                             "engine_create: cannot open cuda:%d: no usable NVIDIA GPU and driver "
                             "(the CUDA runtime says: %s, %s)",
@@ -165,6 +169,7 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
     s->ordinal = index;
     s->flags = flags;
     s->flags_base = flags;
+    s->counts = (unsigned int *)(flags + OJ_CUDA_FLAG_WORDS);
     /* A blocking stream: work that some library puts on the legacy
      * default stream stays ordered with the engine's. */
     e = cudaStreamCreate(&s->stream);
@@ -217,6 +222,7 @@ void oj_cuda_close(oj_engine *eng) {
     s->blas_ws = NULL;
     if (s->flags_base) cudaFree(s->flags_base);
     s->flags = s->flags_base = NULL;
+    s->counts = NULL;
     if (s->stream) cudaStreamDestroy(s->stream);
     s->stream = NULL;
 }
