@@ -226,6 +226,8 @@ static void dec_launch(const proj_args &a) {
 #define DEC_(G_, U_) oj_pdl_launch(k_dec_kn<T, G_, U_, NORM, EPI>, dim3(blocks), dim3(DEC_THREADS), smem, a)
     if (G == 2) {
         if (rows <= 8) DEC_(2, 8);
+        else if (rows <= 16) DEC_(2, 16);
+        else if (rows <= 24) DEC_(2, 24); /* gpt2's mlp c_proj (K 3072): every row before the wait */
         else DEC_(2, 16);
     } else if (G == 4) {
         if (rows <= 8) DEC_(4, 8);
