@@ -8,7 +8,10 @@
  * six kernels where the generic forward launches ten (the add + norm, the
  * GEMV, the cache write, the GELU each apart); before the layers one
  * kernel writes x = wte[idx] + wpe[pos] and the attention mask (the
- * generic step: two embeddings, an add and a comparison). The caller
+ * generic step: two embeddings, an add and a comparison), after them one
+ * kernel the final norm, the head's product and, for a greedy step, the
+ * argmax and pos + 1 (decode_norm_head; the generic step: a norm, the
+ * product, the argmax and an add). The caller
  * (gpt_decoder.c) keeps idx and pos in range and passes dp->mask as a
  * bool [1, 1, 1, S] tensor to be written. The values are rounded to the
  * weights' dtype where the generic step rounds and summed in its CUDA
@@ -89,8 +92,20 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
     return out;
 }
 
+/* Whether the step's head is one decode_norm_head kernel (the final norm
+ * and the tied head's product; with the argmax when the caller asks):
+ * the backend has the entry and the head suits it. Else layer_norm and
+ * linear, whose bits it gives on CUDA (the head's layout takes the "nk"
+ * matmul kernel exactly when it suits the entry). */
+static bool head_fused(const oj_gpt *m) {
+    return oj__decode_head_supported(m->eng) && oj__decode_head_weight_ok(m->head) &&
+           oj_tensor_dtype(m->head) == oj_tensor_dtype(m->wte) && m->ln_f_w && m->ln_f_b &&
+           oj_tensor_dtype(m->ln_f_w) == oj_tensor_dtype(m->wte) &&
+           oj_tensor_dtype(m->ln_f_b) == oj_tensor_dtype(m->wte);
+}
+
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
-                             const oj_gpt_dev_pos *dp) {
+                             const oj_gpt_dev_pos *dp, bool advance, bool *advanced) {
 
     oj_engine *eng = m->eng;
     const double eps = m->cfg.norm_eps;
@@ -116,8 +131,16 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
         oj_release(y);
         oj_release(h);
     }
-    oj_tensor *xf = ok ? oj_layer_norm(x, m->ln_f_w, m->ln_f_b, eps) : NULL;
-    oj_tensor *logits = xf ? oj_linear(xf, m->head, NULL) : NULL; /* [1, 1, V] */
+    oj_tensor *logits = NULL; /* [1, 1, V] */
+    *advanced = false;
+    if (ok && head_fused(m)) { /* one kernel; with the argmax and pos + 1 */
+        logits = oj__decode_norm_head(x, m->ln_f_w, m->ln_f_b, eps, m->head,
+                                      advance ? idx : NULL, advance ? dp->pos : NULL);
+        *advanced = logits && advance;
+    } else if (ok) {
+        oj_tensor *xf = oj_layer_norm(x, m->ln_f_w, m->ln_f_b, eps);
+        logits = xf ? oj_linear(xf, m->head, NULL) : NULL;
+    }
     if (logits) oj_keep(logits);
     oj_scope_end(eng);
     c->dev = NULL;

@@ -294,3 +294,70 @@ oj_tensor *oj__decode_embed_mask(oj_tensor *wte, oj_tensor *wpe, oj_tensor *tok,
     }
     return x;
 }
+
+bool oj__decode_head_supported(const oj_engine *eng) {
+    return eng && eng->backend && eng->backend->decode_norm_head;
+}
+
+bool oj__decode_head_weight_ok(const oj_tensor *w) {
+    if (w == NULL || w->rank != 2) return false;
+    const int64_t N = w->shape[0], K = w->shape[1];
+    return K > 0 && K <= 8192 && K % 8 == 0 && N > 0 && N <= INT32_MAX &&
+           (K == 1 || w->stride[1] == 1) && (N == 1 || (w->stride[0] % 8 == 0 && w->stride[0] >= K)) &&
+           w->offset % 16 == 0 && (w->dtype == OJ_BF16 || w->dtype == OJ_F16);
+}
+
+oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                oj_tensor *w, oj_tensor *tok, oj_tensor *pos) {
+    static const char op[] = "decode_norm_head";
+    oj_tensor *ins[6] = {x, nw, nb, w, tok, pos};
+    int n = 4;
+    if (tok) ins[n++] = tok;
+    if (pos) ins[n++] = pos;
+    oj_engine *eng = oj__ops_engine(op, n, ins);
+    if (eng == NULL) return NULL;
+    if (!oj__decode_head_weight_ok(w)) {
+        char b[96];
+        oj_set_error(eng, w->dtype == OJ_BF16 || w->dtype == OJ_F16 ? OJ_ERR_SHAPE : OJ_ERR_DTYPE,
+                     "%s: the weight must be bf16/f16 [N, K] with k-stride 1, 0 < K <= 8192, K "
+                     "and the row stride multiples of 8, 16-byte aligned; got %s %s",
+                     op, oj_dtype_name(w->dtype), oj_shape_str(w, b, sizeof b));
+        return NULL;
+    }
+    const int64_t N = w->shape[0], K = w->shape[1];
+    const oj_dtype dt = w->dtype;
+    if (!vec_ok(eng, op, "x", x, K, dt) || !vec_ok(eng, op, "the norm's weight", nw, K, dt) ||
+        !vec_ok(eng, op, "the norm's bias", nb, K, dt))
+        return NULL;
+    if (!(eps >= 0.0)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be >= 0, got %g", op, eps);
+        return NULL;
+    }
+    if ((tok == NULL) != (pos == NULL)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos go together (one is NULL)", op);
+        return NULL;
+    }
+    if (tok && (tok->dtype != OJ_I64 || pos->dtype != OJ_I64 || oj_numel(tok) != 1 ||
+                oj_numel(pos) != 1)) {
+        oj_set_error(eng, OJ_ERR_DTYPE,
+                     "%s: tok and pos must be i64 with one element, got %s [%lld] and %s [%lld]",
+                     op, oj_dtype_name(tok->dtype), (long long)oj_numel(tok),
+                     oj_dtype_name(pos->dtype), (long long)oj_numel(pos));
+        return NULL;
+    }
+    if (tok && tok->storage == pos->storage) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos share storage", op);
+        return NULL;
+    }
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
+                    const oj_tensor *, double, const oj_tensor *, oj_tensor *, oj_tensor *) =
+        OJ_KERNEL(eng, decode_norm_head, op);
+    if (fn == NULL) return NULL;
+    int64_t shape[3] = {1, 1, N};
+    oj_tensor *out = oj__tensor_alloc(eng, 3, shape, dt, op);
+    if (out && !oj__kernel_ok(eng, fn(eng, out, x, nw, nb, eps, w, tok, pos), op)) {
+        oj_release(out);
+        return NULL;
+    }
+    return out;
+}

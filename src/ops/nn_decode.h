@@ -109,6 +109,32 @@ oj_status oj__decode_sample_keep_(oj_tensor *tok, oj_tensor *logits, oj_tensor *
  * recorded; false for a weight oj__decode_weight_ok refuses. */
 bool oj__decode_matches_unfused(const oj_tensor *w);
 
+/* Whether w [N, K] suits oj__decode_norm_head: bf16/f16, k-stride 1
+ * (nn.Linear's layout, the tied lm head), K and the row stride multiples
+ * of 8, 0 < K <= 8192, 1 <= N <= 2^31 - 1, 16-byte aligned offset: the
+ * conditions under which the CUDA one-row matmul takes its "nk" kernel,
+ * whose sums the entry repeats. No error recorded. */
+bool oj__decode_head_weight_ok(const oj_tensor *w);
+
+/* linear(layer_norm(x, nw, nb, eps), w) for one row, the backend's
+ * decode_norm_head entry: x [..., K] with one row (numel K), contiguous;
+ * nw, nb [K]; w [N, K] as oj__decode_head_weight_ok takes it (the tied lm
+ * head); all of one dtype, bf16 or f16. With tok and pos (i64 with one
+ * element each, distinct storages; both or neither) the same kernel also
+ * writes tok = argmax (as oj__decode_argmax_advance_) and pos += 1: the
+ * end of a greedy decode step. Returns a new tensor [1, 1, N] in the
+ * current scope (the logits), or NULL with OJ_ERR_SHAPE / OJ_ERR_DTYPE /
+ * OJ_ERR_INVALID_ARGUMENT / OJ_ERR_UNSUPPORTED (no such entry on the
+ * backend) recorded. Values: layer_norm then linear up to the order of
+ * the sums; on CUDA their bits (the layer_norm kernel's and the "nk"
+ * matmul kernel's order). */
+oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
+
+/* Whether eng's backend has the decode_norm_head entry (optional: the fast
+ * step takes layer_norm and linear without it). */
+bool oj__decode_head_supported(const oj_engine *eng);
+
 /* Whether eng's backend has every decode entry. */
 bool oj__decode_supported(const oj_engine *eng);
 

@@ -7,8 +7,9 @@
 // index on ties and the first NaN, and advances pos; oj__decode_sample_
 // gives the host sampler's token (oj_sample_logits) and advances its
 // step, seen flags and pos (and keeps the token at hist[pos]); oj__decode_embed_mask
-// gives embedding + add's bits and the mask; the refusals name what
-// was wrong; no leaks.
+// gives embedding + add's bits and the mask; oj__decode_norm_head gives
+// layer_norm + linear with the head's layout (and their argmax, pos + 1);
+// the refusals name what was wrong; no leaks.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,6 +60,84 @@ static void test_norm_linear(void **state) {
     norm_linear_case(OJ_BF16, 64, 192, OJ__DECODE_ACT_NONE);
     norm_linear_case(OJ_BF16, 96, 384, OJ__DECODE_ACT_GELU);
     norm_linear_case(OJ_F16, 64, 64, OJ__DECODE_ACT_GELU);
+}
+
+/* oj__decode_norm_head: layer_norm then linear with the head [N, K]
+ * (nn.Linear's layout) within the dtype's rounding, and with tok and pos
+ * the argmax of its own logits and pos + 1. */
+static void expect_err(oj_engine *eng, oj_status want, const char *needle);
+
+static void norm_head_case(oj_dtype dt, int64_t K, int64_t N) {
+    oj_engine *eng = nt_engine();
+    oj_set_grad_enabled(eng, false);
+    oj_scope_begin(eng);
+    int64_t sx[3] = {1, 1, K}, sk[1] = {K}, sw[2] = {N, K}, s1[1] = {1}, p0 = 41;
+    oj_tensor *x = nt_rand(eng, 3, sx, dt, -2.0, 3.0), *nw = nt_rand(eng, 1, sk, dt, 0.5, 1.5);
+    oj_tensor *nb = nt_rand(eng, 1, sk, dt, -0.5, 0.5), *w = nt_rand(eng, 2, sw, dt, -0.2, 0.2);
+    oj_tensor *got = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL);
+    assert_non_null(got);
+    assert_int_equal(oj_tensor_dtype(got), dt);
+    assert_int_equal(oj_size(got, 2), N);
+    oj_tensor *want = oj_linear(oj_layer_norm(x, nw, nb, 1e-5), w, NULL);
+    assert_non_null(want);
+    double *g = nt_host(got), *r = nt_host(want);
+    char what[96];
+    snprintf(what, sizeof what, "norm_head %s K %lld N %lld", oj_dtype_name(dt), (long long)K,
+             (long long)N);
+    close_to(what, g, r, N, dt == OJ_BF16 ? 2e-2 : 4e-3);
+    /* with the argmax: the same logits, tok their argmax, pos + 1 */
+    oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_from_host(eng, 1, s1, OJ_I64, &p0, 8);
+    oj_tensor *got2 = oj__decode_norm_head(x, nw, nb, 1e-5, w, tok, pos);
+    assert_non_null(got2);
+    double *g2 = nt_host(got2);
+    int64_t best = 0, t = -1, p = 0;
+    for (int64_t i = 0; i < N; i++) {
+        assert_true(g2[i] == g[i]);
+        if (g2[i] > g2[best]) best = i;
+    }
+    assert_int_equal(oj_to_host(tok, &t, sizeof t), OJ_OK);
+    assert_int_equal(oj_to_host(pos, &p, sizeof p), OJ_OK);
+    assert_int_equal(t, best);
+    assert_int_equal(p, p0 + 1);
+    free(g);
+    free(r);
+    free(g2);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+static void test_norm_head(void **state) {
+    (void)state;
+    norm_head_case(OJ_BF16, 64, 203);
+    norm_head_case(OJ_F16, 96, 64);
+    /* the refusals name what was wrong */
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t sk[1] = {16}, sw[2] = {24, 16}, sodd[2] = {24, 12}, s1[1] = {1}, s2[1] = {2};
+    oj_tensor *x = nt_rand(eng, 1, sk, OJ_BF16, -1, 1), *w = nt_rand(eng, 2, sw, OJ_BF16, -1, 1);
+    oj_tensor *xf = nt_rand(eng, 1, sk, OJ_F32, -1, 1), *wf = nt_rand(eng, 2, sw, OJ_F32, -1, 1);
+    oj_tensor *wodd = nt_rand(eng, 2, sodd, OJ_BF16, -1, 1);
+    oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_zeros(eng, 1, s1, OJ_I64);
+    oj_tensor *pos2 = oj_zeros(eng, 1, s2, OJ_I64);
+    assert_null(oj__decode_norm_head(xf, xf, xf, 1e-5, wf, NULL, NULL));
+    expect_err(eng, OJ_ERR_DTYPE, "bf16/f16 [N, K]");
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, wodd, NULL, NULL));
+    expect_err(eng, OJ_ERR_SHAPE, "multiples of 8");
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, oj_transpose(w, 0, 1), NULL, NULL));
+    expect_err(eng, OJ_ERR_SHAPE, "k-stride 1");
+    assert_null(oj__decode_norm_head(xf, x, x, 1e-5, w, NULL, NULL));
+    expect_err(eng, OJ_ERR_DTYPE, "x is f32");
+    assert_null(oj__decode_norm_head(x, x, x, -1.0, w, NULL, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "eps must be >= 0");
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "tok and pos go together");
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, pos2));
+    expect_err(eng, OJ_ERR_DTYPE, "one element");
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, tok));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "share storage");
+    (void)pos;
+    oj_scope_end(eng);
+    nt_engine_done(eng);
 }
 
 static void test_linear_residual(void **state) {
@@ -398,6 +477,7 @@ static void test_embed_mask(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_norm_linear),
+        cmocka_unit_test(test_norm_head),
         cmocka_unit_test(test_linear_residual),
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_refusals),

@@ -41,15 +41,9 @@ static void row_times(oj_dtype dt, const double *u, const oj_tensor *w, const oj
         for (int64_t n = 0; n < N; n++) out[n] += ld16(dt, bp, n);
 }
 
-oj_status oj_cpu_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
-                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
-                                    const oj_tensor *w, const oj_tensor *b, int act, oj_tensor *kv,
-                                    const oj_tensor *slot) {
-    const oj_dtype dt = out->dtype;
-    const int64_t K = w->shape[0], N = w->shape[1];
-    double *u = oj__nn_scratch(eng, (size_t)(K + N), "decode_norm_linear");
-    if (u == NULL) return oj_last_status(eng);
-    double *o = u + K;
+/* u[k] = layer_norm(x [K]; nw, nb, eps)[k] rounded to dt. */
+static void norm_row(oj_dtype dt, const oj_tensor *x, const oj_tensor *nw, const oj_tensor *nb,
+                     double eps, int64_t K, double *u) {
     const uint16_t *xp = (const uint16_t *)oj__nn_base(x);
     const uint16_t *wp = (const uint16_t *)oj__nn_base(nw), *bp = (const uint16_t *)oj__nn_base(nb);
     double mean = 0.0, var = 0.0;
@@ -62,6 +56,18 @@ oj_status oj_cpu_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_ten
     const double rstd = 1.0 / sqrt(var / (double)K + eps);
     for (int64_t k = 0; k < K; k++)
         u[k] = round_to(dt, (ld16(dt, xp, k) - mean) * rstd * ld16(dt, wp, k) + ld16(dt, bp, k));
+}
+
+oj_status oj_cpu_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *w, const oj_tensor *b, int act, oj_tensor *kv,
+                                    const oj_tensor *slot) {
+    const oj_dtype dt = out->dtype;
+    const int64_t K = w->shape[0], N = w->shape[1];
+    double *u = oj__nn_scratch(eng, (size_t)(K + N), "decode_norm_linear");
+    if (u == NULL) return oj_last_status(eng);
+    double *o = u + K;
+    norm_row(dt, x, nw, nb, eps, K, u);
     row_times(dt, u, w, b, o);
     uint16_t *op = (uint16_t *)oj__nn_base(out);
     for (int64_t n = 0; n < N; n++) {
@@ -188,4 +194,23 @@ oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *
         if (kept && p >= 0 && p < oj_numel(kept)) ((int64_t *)oj__nn_base(kept))[p] = t;
     }
     return OJ_OK;
+}
+
+oj_status oj_cpu_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                  const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                  const oj_tensor *w, oj_tensor *tok, oj_tensor *pos) {
+    const oj_dtype dt = out->dtype;
+    const int64_t N = w->shape[0], K = w->shape[1], ldw = w->stride[0];
+    double *u = oj__nn_scratch(eng, (size_t)K, "decode_norm_head");
+    if (u == NULL) return oj_last_status(eng);
+    norm_row(dt, x, nw, nb, eps, K, u);
+    const uint16_t *wp = (const uint16_t *)oj__nn_base(w);
+    uint16_t *op = (uint16_t *)oj__nn_base(out);
+    for (int64_t n = 0; n < N; n++) {
+        double v = 0.0;
+        for (int64_t k = 0; k < K; k++) v += u[k] * ld16(dt, wp, n * ldw + k);
+        op[n] = st16(dt, v);
+    }
+    free(u);
+    return tok ? oj_cpu_decode_argmax_advance(eng, tok, out, pos) : OJ_OK;
 }

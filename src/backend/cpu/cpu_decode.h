@@ -1,5 +1,6 @@
 /* The CPU backend's batch-1 decode entries (cpu_decode.c; backend.h,
- * decode_norm_linear and decode_linear_residual). */
+ * decode_norm_linear, decode_linear_residual, decode_argmax_advance,
+ * decode_embed_mask, decode_norm_head, decode_sample). */
 #ifndef OJAS_CPU_DECODE_H
 #define OJAS_CPU_DECODE_H
 
@@ -18,6 +19,10 @@ oj_status oj_cpu_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj_
 oj_status oj_cpu_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                    const oj_tensor *wpe, const oj_tensor *tok,
                                    const oj_tensor *pos, oj_tensor *mask);
+
+oj_status oj_cpu_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                  const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                  const oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
 
 oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,

@@ -55,6 +55,9 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
 oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                     const oj_tensor *wpe, const oj_tensor *tok,
                                     const oj_tensor *pos, oj_tensor *mask);
+oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                   const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
 
 #define DEC_THREADS 256
 #define DEC_MIN_BLOCKS 2
@@ -96,27 +99,19 @@ __device__ __forceinline__ void load_round(uint4 *wv, const unsigned short *wc, 
     }
 }
 
-template <typename T, int G, int U, bool NORM, int EPI>
-__global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_args a) {
-    extern __shared__ float xs[]; /* [K] */
-    __shared__ float red[32];
-    __shared__ float part[DEC_THREADS / 32][8 * G];
-    const int t = threadIdx.x, K = a.K;
-    constexpr int KS = DEC_THREADS / G; /* k-slices */
-    const int g = t % G, s = t / G;
-    const int64_t n0 = ((int64_t)blockIdx.x * G + g) * 8;
-    const unsigned short *wc = a.w + (n0 < a.N ? n0 : 0); /* past N: group 0, nothing stored */
-    /* ---- the first round of weights: they depend on no earlier kernel,
-     * so they load before the wait for the previous kernel (launched as
-     * a programmatic dependent, this kernel starts while that one runs) */
-    uint4 wv[U];
-    load_round<U>(wv, wc, a.ldw, s, KS, K);
-    oj_pdl_allow_dependents();
-    oj_pdl_wait();
-    /* ---- prologue: the row (normalised) into xs */
+/* The row in [K] into xs as floats, with NORM normalised as the
+ * layer_norm kernel (cuda_nn_norm.cu, k_norm_fwd_fast) computes it, in its
+ * order and arithmetic, and rounded to T: its bits. A block of
+ * DEC_THREADS threads; red: 32 floats of shared memory. Ends with a
+ * barrier: xs is ready for every thread. */
+template <typename T, bool NORM>
+__device__ __forceinline__ void dec_stage_row(float *xs, float *red, const unsigned short *in,
+                                              const unsigned short *nw, const unsigned short *nb,
+                                              double eps, int K) {
+    const int t = threadIdx.x;
     float s1 = 0.0f;
     for (int k = t; k < K; k += DEC_THREADS) {
-        const float v = oj_cu_hw_tof(T{a.in[k]});
+        const float v = oj_cu_hw_tof(T{in[k]});
         xs[k] = v;
         s1 += v;
     }
@@ -151,15 +146,36 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_arg
             }
             var = oj_cu_row_sumf<DEC_THREADS>(d2, red) / (float)K;
         }
-        const float rstd = (float)(1.0 / sqrt((double)var + a.eps));
+        const float rstd = (float)(1.0 / sqrt((double)var + eps));
         __syncthreads(); /* the warps' reads of xs before its rewrite */
         for (int k = t; k < K; k += DEC_THREADS) { /* each step rounded, no fma */
             float u = __fmul_rn(xs[k] - mean, rstd);
-            u = __fmul_rn(u, oj_cu_hw_tof(T{a.nw[k]}));
-            xs[k] = dec_round<T>(__fadd_rn(u, oj_cu_hw_tof(T{a.nb[k]})));
+            u = __fmul_rn(u, oj_cu_hw_tof(T{nw[k]}));
+            xs[k] = dec_round<T>(__fadd_rn(u, oj_cu_hw_tof(T{nb[k]})));
         }
     }
     __syncthreads();
+}
+
+template <typename T, int G, int U, bool NORM, int EPI>
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_args a) {
+    extern __shared__ float xs[]; /* [K] */
+    __shared__ float red[32];
+    __shared__ float part[DEC_THREADS / 32][8 * G];
+    const int t = threadIdx.x, K = a.K;
+    constexpr int KS = DEC_THREADS / G; /* k-slices */
+    const int g = t % G, s = t / G;
+    const int64_t n0 = ((int64_t)blockIdx.x * G + g) * 8;
+    const unsigned short *wc = a.w + (n0 < a.N ? n0 : 0); /* past N: group 0, nothing stored */
+    /* ---- the first round of weights: they depend on no earlier kernel,
+     * so they load before the wait for the previous kernel (launched as
+     * a programmatic dependent, this kernel starts while that one runs) */
+    uint4 wv[U];
+    load_round<U>(wv, wc, a.ldw, s, KS, K);
+    oj_pdl_allow_dependents();
+    oj_pdl_wait();
+    /* ---- prologue: the row (normalised) into xs */
+    dec_stage_row<T, NORM>(xs, red, a.in, a.nw, a.nb, a.eps, K);
     /* ---- the product over this block's 8 G columns */
     float acc[8];
 #pragma unroll
@@ -394,6 +410,216 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
         break;
     }
     return oj_cuda_check(eng, "decode_argmax_advance");
+}
+
+/* ---------------------------------------------------------------- the head */
+/* logits = round_T(layer_norm(x) @ W^T), W [N, K] with k-stride 1 (the
+ * tied lm head), and with tok the argmax and pos + 1: the layer_norm
+ * kernel, cuda_gemv.cu's "nk" product and the argmax kernel in one.
+ *  - before the wait: each warp loads its first group of outputs' weights;
+ *  - prologue: the normalised row in shared memory (dec_stage_row: the
+ *    layer_norm kernel's bits);
+ *  - product: warp w of block b takes the groups of R consecutive outputs
+ *    g = b W + w, g + grid W, ... (W = 8 warps); each output is summed as
+ *    cuda_gemv.cu's k_gemv_nk sums it (lane l takes chunks l, l + 32, ...
+ *    of 8 elements in rounds of U chunks, zeros past K included, f32 FMAs
+ *    in chunk order, then the warp's xor butterfly): its bits. R U = 16
+ *    chunks of 16 bytes a lane in flight (U = 4 for K <= 1024, as there;
+ *    else 8);
+ *  - argmax (tok != NULL): each block's best (am_before: a NaN first, then
+ *    the larger value, then the lower index) to scratch; the block that
+ *    finishes last (the arrival counter OJ_CUDA_COUNT_HEAD) takes the best
+ *    of those, writes tok and advances pos. am_before is a total order, so
+ *    the token is the argmax kernel's whatever the grid.
+ * Grid: two blocks a multiprocessor at most, so the first groups of every
+ * warp load before the wait and the rest stream behind them. */
+#define HD_WARPS (DEC_THREADS / 32)
+
+struct head_args {
+    unsigned short *out;                 /* [N] */
+    const unsigned short *in, *nw, *nb; /* [K] */
+    double eps;
+    const unsigned short *w; /* [N, K], rows ldw elements apart */
+    int64_t ldw;
+    int N, K;
+    int64_t *tok, *pos;   /* NULL: the logits alone */
+    float *bv;            /* [grid]: each block's best value */
+    int *bi;              /* [grid]: its index */
+    unsigned int *count;  /* the arrival counter */
+};
+
+/* wv[i][u] = chunk r 32 U + 32 u + lane of row n0 + i (zeros past N or
+ * K8), every load issued before any use. */
+template <int R, int U>
+__device__ __forceinline__ void head_load(uint4 (&wv)[R][U], const unsigned short *w, int64_t ldw,
+                                          int64_t n0, int N, int r, int K8, int lane) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = r * 32 * U + u * 32 + lane;
+            const int64_t n = n0 + i;
+            wv[i][u] = n < N && c < K8 ? __ldcs((const uint4 *)(w + n * ldw) + c) : zero;
+        }
+}
+
+/* (bv, bi) = the better of it and (ov, oi) over the warp's lanes. */
+__device__ __forceinline__ void head_warp_best(float &bv, int &bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+}
+
+template <typename T, int U>
+__global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_args a) {
+    extern __shared__ float xs[]; /* [K] */
+    __shared__ float red[32];
+    __shared__ float wbv[HD_WARPS];
+    __shared__ int wbi[HD_WARPS];
+    __shared__ bool last;
+    constexpr int R = 16 / U; /* outputs a warp sums at once */
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int K8 = a.K / 8, rounds = (K8 + 32 * U - 1) / (32 * U);
+    const int64_t ngroups = ((int64_t)a.N + R - 1) / R, gstep = (int64_t)gridDim.x * HD_WARPS;
+    int64_t gi = (int64_t)blockIdx.x * HD_WARPS + warp;
+    /* ---- the first group's first round: weights only, before the wait */
+    uint4 wv[R][U];
+    head_load<R, U>(wv, a.w, a.ldw, gi * R, a.N, 0, K8, lane);
+    oj_pdl_allow_dependents();
+    oj_pdl_wait();
+    /* ---- prologue: the normalised row into xs */
+    dec_stage_row<T, true>(xs, red, a.in, a.nw, a.nb, a.eps, a.K);
+    /* ---- the product, group by group */
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (bool first = true; gi < ngroups; gi += gstep, first = false) {
+        float s[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) s[i] = 0.0f;
+        for (int r = 0; r < rounds; r++) {
+            if (!first || r > 0) head_load<R, U>(wv, a.w, a.ldw, gi * R, a.N, r, K8, lane);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = r * 32 * U + u * 32 + lane;
+                float xf[8];
+                if (c < K8) {
+                    const float4 lo = *(const float4 *)(xs + c * 8);
+                    const float4 hi = *(const float4 *)(xs + c * 8 + 4);
+                    xf[0] = lo.x, xf[1] = lo.y, xf[2] = lo.z, xf[3] = lo.w;
+                    xf[4] = hi.x, xf[5] = hi.y, xf[6] = hi.z, xf[7] = hi.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) xf[e] = 0.0f;
+                }
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    float wf[8];
+                    oj_cu_unpackv<T, 8>(wv[i][u], wf);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) s[i] = fmaf(wf[e], xf[e], s[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const float v = oj_cu_warp_sumf(s[i]); /* every lane: the same sum */
+            const int64_t n = gi * R + i;
+            if (n < a.N) {
+                const T o = oj_cu_fromf<T>(v);
+                if (lane == 0) a.out[n] = o.u;
+                const float f = oj_cu_hw_tof(o);
+                if (am_before(f, (int)n, bv, bi)) bv = f, bi = (int)n;
+            }
+        }
+    }
+    if (a.tok == NULL) return;
+    /* ---- the block's best, then the last block's best of the blocks' */
+    if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
+    __syncthreads();
+    if (t == 0) {
+        for (int w = 1; w < HD_WARPS; w++)
+            if (am_before(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
+        a.bv[blockIdx.x] = bv;
+        a.bi[blockIdx.x] = bi;
+        __threadfence(); /* the best visible device-wide before the arrival counts */
+        last = atomicAdd(a.count, 1u) == gridDim.x - 1;
+        if (last) *a.count = 0; /* every block has arrived: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    bv = -INFINITY;
+    bi = INT_MAX;
+    for (unsigned b = t; b < gridDim.x; b += DEC_THREADS) {
+        const float v = __ldcg(a.bv + b); /* written by other blocks of this kernel */
+        const int i = __ldcg(a.bi + b);
+        if (am_before(v, i, bv, bi)) bv = v, bi = i;
+    }
+    head_warp_best(bv, bi);
+    __syncthreads(); /* the warps' reads of wbv, wbi above are done */
+    if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
+    __syncthreads();
+    if (t == 0) {
+        for (int w = 1; w < HD_WARPS; w++)
+            if (am_before(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
+        *a.tok = bi;
+        *a.pos += 1;
+    }
+}
+
+/* Multiprocessors of the current device (0 when unknown). */
+static int dec_sms(void) {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                   const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos) {
+    if (oj_cuda_begin(eng, "decode_norm_head") != OJ_OK) return oj_last_status(eng);
+    head_args a = {};
+    a.out = (unsigned short *)oj_cuda_ptr(out);
+    a.in = (const unsigned short *)oj_cuda_ptr(x);
+    a.nw = (const unsigned short *)oj_cuda_ptr(nw);
+    a.nb = (const unsigned short *)oj_cuda_ptr(nb);
+    a.eps = eps;
+    a.w = (const unsigned short *)oj_cuda_ptr(w);
+    a.ldw = w->stride[0];
+    a.N = (int)w->shape[0];
+    a.K = (int)w->shape[1];
+    const int U = a.K <= 32 * 8 * 4 ? 4 : 8, R = 16 / U; /* k_gemv_nk's U */
+    const int64_t groups = (a.N + R - 1) / R, need = (groups + HD_WARPS - 1) / HD_WARPS;
+    const int sms = dec_sms();
+    const int64_t cap = sms > 0 ? 2 * (int64_t)sms : 264;
+    const unsigned blocks = (unsigned)(need < cap ? need : cap);
+    oj_storage *hold = NULL;
+    if (tok) {
+        void *sc = oj_cuda_scratch(eng, (size_t)blocks * (sizeof(float) + sizeof(int)),
+                                   "decode_norm_head", &hold);
+        if (sc == NULL) return oj_last_status(eng);
+        a.bv = (float *)sc;
+        a.bi = (int *)(a.bv + blocks);
+        a.tok = (int64_t *)oj_cuda_ptr(tok);
+        a.pos = (int64_t *)oj_cuda_ptr(pos);
+        a.count = oj_cuda_state_of(eng)->counts + OJ_CUDA_COUNT_HEAD;
+    }
+    const size_t smem = (size_t)a.K * sizeof(float);
+    const bool bf = out->dtype == OJ_BF16;
+    if (bf && U == 4) oj_pdl_launch(k_dec_head<oj_cu_bf16, 4>, dim3(blocks), dim3(DEC_THREADS), smem, a);
+    else if (bf) oj_pdl_launch(k_dec_head<oj_cu_bf16, 8>, dim3(blocks), dim3(DEC_THREADS), smem, a);
+    else if (U == 4) oj_pdl_launch(k_dec_head<oj_cu_f16, 4>, dim3(blocks), dim3(DEC_THREADS), smem, a);
+    else oj_pdl_launch(k_dec_head<oj_cu_f16, 8>, dim3(blocks), dim3(DEC_THREADS), smem, a);
+    oj__storage_release(hold); /* later users run after this kernel (one stream) */
+    return oj_cuda_check(eng, "decode_norm_head");
 }
 
 /* ---------------------------------------------------------------- embed + mask */
