@@ -319,6 +319,11 @@ static void test_attention_one_row(void **state) {
     attention_case(cpu, gpu, OJ_F32, 1, 2, 1, 40, 16, 16, MASK_NONE, false);
     attention_case(cpu, gpu, OJ_F32, 2, 2, 2, 70, 64, 24, MASK_PREFIX, true);
     attention_case(cpu, gpu, OJ_F32, 1, 4, 2, 65, 256, 256, MASK_RANDOM, false);
+    /* 1000 rows of two chunks each: the last block of every row merges it
+     * (the engine's arrival counters, one a row, up to row 999), and the
+     * calls before and after find the counters back at zero */
+    attention_case(cpu, gpu, OJ_BF16, 1, 1000, 1, 6400, 64, 64, MASK_PREFIX, false);
+    attention_case(cpu, gpu, OJ_BF16, 2, 4, 2, 77, 64, 64, MASK_RANDOM, false);
     assert_int_equal(oj_engine_live_tensors(gpu), 0);
     oj_engine_free(gpu);
     oj_engine_free(cpu);
