@@ -675,6 +675,80 @@ static void test_decode_ops(void **state) {
     oj_engine_free(cpu);
 }
 
+/* oj__decode_norm_head on the device: the bits of layer_norm then linear
+ * (the "nk" matmul kernel) on the same engine, the token their argmax (the
+ * lowest index on ties, the first NaN where a row of the weight is NaN)
+ * and pos + 1, near the CPU's entry; gpt2-124m's head (K 768, V 50257),
+ * K past one round of chunks (1536) and two rounds (2304), f16, a short
+ * head; repeated calls find the arrival counter back at zero. */
+static void norm_head_case(oj_engine *cpu, oj_engine *gpu, int64_t K, int64_t N, oj_dtype dt,
+                           int64_t nan_row) {
+    char what[128];
+    snprintf(what, sizeof what, "decode_norm_head %s K %lld N %lld nan row %lld", oj_dtype_name(dt),
+             (long long)K, (long long)N, (long long)nan_row);
+    oj_scope_begin(cpu);
+    oj_scope_begin(gpu);
+    int64_t sx[3] = {1, 1, K}, sk[1] = {K}, sw[2] = {N, K}, p0 = 17;
+    oj_tensor *x = oj_cast(oj_rand_normal(cpu, 3, sx, OJ_F32, 0.3, 1.5), dt);
+    oj_tensor *nw = oj_cast(oj_rand_uniform(cpu, 1, sk, OJ_F32, 0.5, 1.5), dt);
+    oj_tensor *nb = oj_cast(oj_rand_uniform(cpu, 1, sk, OJ_F32, -0.5, 0.5), dt);
+    oj_tensor *w32 = oj_rand_normal(cpu, 2, sw, OJ_F32, 0.0, 0.05);
+    if (nan_row >= 0) {
+        oj_tensor *row = oj_narrow(w32, 0, nan_row, 1);
+        assert_int_equal(oj_fill_(row, NAN), OJ_OK);
+        row = oj_narrow(w32, 0, nan_row + 3, 1); /* a later NaN: the first one wins */
+        assert_int_equal(oj_fill_(row, NAN), OJ_OK);
+    }
+    oj_tensor *w = oj_cast(w32, dt);
+    oj_tensor *xg = to_gpu(x, gpu), *nwg = to_gpu(nw, gpu), *nbg = to_gpu(nb, gpu);
+    oj_tensor *wg = to_gpu(w, gpu);
+    oj_tensor *tok = i64s(cpu, 1, &p0), *pos = i64s(cpu, 1, &p0);
+    oj_tensor *tokg = to_gpu(tok, gpu), *posg = to_gpu(pos, gpu);
+    oj_tensor *ref = oj_linear(oj_layer_norm(xg, nwg, nbg, 1e-5), wg, NULL);
+    oj_tensor *lc = oj__decode_norm_head(x, nw, nb, 1e-5, w, tok, pos);
+    if (ref == NULL || lc == NULL) fail_msg("%s: %s / %s", what, oj_last_error(gpu), oj_last_error(cpu));
+    for (int rep = 0; rep < 3; rep++) {
+        oj_tensor *lg = oj__decode_norm_head(xg, nwg, nbg, 1e-5, wg, tokg, posg);
+        if (lg == NULL) fail_msg("%s: %s", what, oj_last_error(gpu));
+        double *a = host_f64(lg), *b = host_f64(ref);
+        int64_t best = 0;
+        for (int64_t i = 0; i < N; i++) {
+            if (!on_cpu && memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(isnan(a[i]) && isnan(b[i])))
+                fail_msg("%s: logit %lld is %.9g, layer_norm + linear give %.9g", what, (long long)i,
+                         a[i], b[i]);
+            if (isnan(a[best])) continue;
+            if (isnan(a[i]) || a[i] > a[best]) best = i;
+        }
+        int64_t t = -1, p = 0;
+        assert_int_equal(oj_to_host(tokg, &t, sizeof t), OJ_OK);
+        assert_int_equal(oj_to_host(posg, &p, sizeof p), OJ_OK);
+        if (t != best) fail_msg("%s (call %d): token %lld, the argmax %lld", what, rep, (long long)t, (long long)best);
+        if (nan_row >= 0) assert_int_equal(t, nan_row);
+        assert_int_equal(p, p0 + 1 + rep);
+        assert_close(what, lg, lc, dt == OJ_BF16 ? 1e-2 : 2e-3);
+        free(a);
+        free(b);
+    }
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    oj_scope_end(gpu);
+    oj_scope_end(cpu);
+}
+
+static void test_decode_norm_head(void **state) {
+    (void)state;
+    oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_set_grad_enabled(cpu, false);
+    oj_set_grad_enabled(gpu, false);
+    norm_head_case(cpu, gpu, 768, 50257, OJ_BF16, -1); /* gpt2-124m's head */
+    norm_head_case(cpu, gpu, 768, 50257, OJ_BF16, 31000);
+    norm_head_case(cpu, gpu, 1536, 1001, OJ_BF16, -1); /* one round of 8 chunks a lane */
+    norm_head_case(cpu, gpu, 2304, 999, OJ_F16, -1);   /* two rounds */
+    norm_head_case(cpu, gpu, 64, 24, OJ_F16, 5);       /* fewer outputs than a block's warps */
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
 /* argmax + pos += 1 on the device against the CPU: V 50257 (gpt2's) and
  * short rows, values drawn from a few levels (ties everywhere), a NaN
  * late in the row, f32/bf16/f16 */
@@ -1180,6 +1254,7 @@ int main(void) {
         cmocka_unit_test(test_decoder_bf16_weights),
         cmocka_unit_test(test_decoder_gpt2_124m),
         cmocka_unit_test(test_decode_ops),
+        cmocka_unit_test(test_decode_norm_head),
         cmocka_unit_test(test_decode_argmax_advance),
         cmocka_unit_test(test_decode_sample),
         cmocka_unit_test(test_decode_embed_mask),
