@@ -645,10 +645,15 @@ typedef struct oj_backend {
      * rounded to T; out [N] = round_T(u @ w^T) with w [N, K] (k-stride 1,
      * K and the row stride multiples of 8, 16-byte aligned; the tied lm
      * head); with tok and pos (i64 device values, both or neither) also
-     * tok = the argmax of out (as decode_argmax_advance) and pos += 1. */
+     * tok = the argmax of out (as decode_argmax_advance) and pos += 1, or
+     * with s (not NULL; tok, pos and step given; s->repetition_penalty
+     * 1) the draw of decode_sample over out (seen NULL) instead of the
+     * argmax. */
     oj_status (*decode_norm_head)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                   const oj_tensor *nw, const oj_tensor *nb, double eps,
-                                  const oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
+                                  const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                                  oj_tensor *step, oj_tensor *hist,
+                                  const struct oj__decode_sampler *s);
     /* ---- the device-gated optimizer step (CUDA; NULL on the CPU, where
      * the optimizer reads the norms back instead). step_gate_open queues
      * the L2 norm of every grads[i] (contiguous f32/f64/bf16/f16, as

@@ -9,8 +9,8 @@
  * GEMV, the cache write, the GELU each apart); before the layers one
  * kernel writes x = wte[idx] + wpe[pos] and the attention mask (the
  * generic step: two embeddings, an add and a comparison), after them one
- * kernel the final norm, the head's product and, for a greedy step, the
- * argmax and pos + 1 (decode_norm_head; the generic step: a norm, the
+ * kernel the final norm, the head's product and the argmax or the device
+ * draw with pos + 1 (decode_norm_head; the generic step: a norm, the
  * product, the argmax and an add). The caller
  * (gpt_decoder.c) keeps idx and pos in range and passes dp->mask as a
  * bool [1, 1, 1, S] tensor to be written. The values are rounded to the
@@ -105,7 +105,7 @@ static bool head_fused(const oj_gpt *m) {
 }
 
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
-                             const oj_gpt_dev_pos *dp, bool advance, bool *advanced) {
+                             const oj_gpt_dev_pos *dp, const oj_gpt_fast_end *end, bool *ended) {
 
     oj_engine *eng = m->eng;
     const double eps = m->cfg.norm_eps;
@@ -132,11 +132,15 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
         oj_release(h);
     }
     oj_tensor *logits = NULL; /* [1, 1, V] */
-    *advanced = false;
-    if (ok && head_fused(m)) { /* one kernel; with the argmax and pos + 1 */
-        logits = oj__decode_norm_head(x, m->ln_f_w, m->ln_f_b, eps, m->head,
-                                      advance ? idx : NULL, advance ? dp->pos : NULL);
-        *advanced = logits && advance;
+    *ended = false;
+    if (ok && head_fused(m)) { /* one kernel; with the argmax or the draw, pos + 1 */
+        if (end && end->smp)
+            logits = oj__decode_norm_head_sample(x, m->ln_f_w, m->ln_f_b, eps, m->head, end->tok,
+                                                 end->pos, end->step, end->hist, end->smp);
+        else
+            logits = oj__decode_norm_head(x, m->ln_f_w, m->ln_f_b, eps, m->head,
+                                          end ? end->tok : NULL, end ? end->pos : NULL);
+        *ended = logits && end;
     } else if (ok) {
         oj_tensor *xf = oj_layer_norm(x, m->ln_f_w, m->ln_f_b, eps);
         logits = xf ? oj_linear(xf, m->head, NULL) : NULL;

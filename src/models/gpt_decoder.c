@@ -260,14 +260,20 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
         /* FAST: the embeddings and the mask in one kernel, six kernels a
          * layer, then the final norm, the head, the argmax and pos + 1 in
          * one (or the head, then the draw) */
-        bool advanced = false; /* the head's kernel took the argmax and pos + 1 */
-        logits = oj__gpt2_run_fast(d->m, d->cache, d->tok, &dp, !d->on_device, &advanced);
+        /* the head's kernel ends the step: the argmax, or the draw without
+         * a penalty (with one, the draw needs the seen flags: its own
+         * kernel after the head) */
+        const oj_gpt_fast_end end = {d->tok, d->pos, d->draw, d->hist,
+                                     d->on_device ? &d->smp : NULL};
+        bool ended = false;
+        logits = oj__gpt2_run_fast(d->m, d->cache, d->tok, &dp,
+                                   !d->on_device || d->seen == NULL ? &end : NULL, &ended);
         bool ok = false;
-        if (logits && d->on_device) /* the draw, pos + 1, the token kept: one kernel */
+        if (logits && ended) /* the draw keeps its token itself */
+            ok = d->on_device || keep_token(d);
+        else if (logits && d->on_device) /* the draw, pos + 1, the token kept: one kernel */
             ok = oj__decode_sample_keep_(d->tok, logits, d->pos, d->seen, d->draw, d->hist,
                                          &d->smp) == OJ_OK;
-        else if (logits && advanced)
-            ok = keep_token(d);
         else if (logits)
             ok = oj__decode_argmax_advance_(d->tok, logits, d->pos) == OJ_OK && keep_token(d);
         if (ok) oj_keep(logits);

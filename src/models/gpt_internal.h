@@ -243,9 +243,11 @@ oj_status oj__gpt_decoder_steps(oj_gpt_decoder *d, int64_t k, int32_t *toks);
  * step itself: oj__gpt_run_static's contract (logits [1, 1, V] of idx
  * [1, 1] at dp's position, its key and value written at dp's slot),
  * except that dp->mask is a bool [1, 1, 1, S] tensor the step writes
- * (slot j attended once j <= pos). With advance, the step may also end
- * a greedy step in its head's kernel: idx = the argmax of the logits and
- * dp->pos += 1, and *advanced says whether it did (else the caller does). */
+ * (slot j attended once j <= pos). With end (not NULL) the step may also
+ * end in its head's kernel (decode_norm_head): end->tok = the argmax of
+ * the logits (end->smp NULL) or the device draw of end->smp (no penalty;
+ * end->step and end->hist as oj__decode_sample_keep_ writes them), and
+ * end->pos += 1; *ended says whether it did (else the caller does). */
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
 /* Whether the fast step's logits are the generic step's bit for bit
  * (given oj__gpt_fast_decode_ok): a CUDA engine, its one-row matmul on
@@ -254,8 +256,12 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
  * do, gpt2-medium's c_proj with K 4096 does not). Sampled sequences take
  * the fast step only then. */
 bool oj__gpt_fast_decode_exact(const oj_gpt *m);
+typedef struct oj_gpt_fast_end {
+    oj_tensor *tok, *pos, *step, *hist;
+    const struct oj__decode_sampler *smp;
+} oj_gpt_fast_end;
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
-                             const oj_gpt_dev_pos *dp, bool advance, bool *advanced);
+                             const oj_gpt_dev_pos *dp, const oj_gpt_fast_end *end, bool *ended);
 
 /* s as a message may quote it: at most 64 bytes into buf (65 bytes), each
  * control character (< 0x20, 0x7f) as '?', so that a value read from a

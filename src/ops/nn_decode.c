@@ -307,13 +307,78 @@ bool oj__decode_head_weight_ok(const oj_tensor *w) {
            w->offset % 16 == 0 && (w->dtype == OJ_BF16 || w->dtype == OJ_F16);
 }
 
-oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
-                                oj_tensor *w, oj_tensor *tok, oj_tensor *pos) {
-    static const char op[] = "decode_norm_head";
-    oj_tensor *ins[6] = {x, nw, nb, w, tok, pos};
+/* The end of a step the head's kernel writes (tok, pos; step, hist and s
+ * for a draw) is valid, else the error naming op. */
+static bool head_end_ok(oj_engine *eng, const char *op, int64_t V, const oj_tensor *tok,
+                        const oj_tensor *pos, const oj_tensor *step, const oj_tensor *hist,
+                        const oj__decode_sampler *s) {
+    if (s == NULL) {
+        if ((tok == NULL) != (pos == NULL)) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos go together (one is NULL)", op);
+            return false;
+        }
+        if (tok && (!i64_scalar(eng, op, "tok", tok) || !i64_scalar(eng, op, "pos", pos)))
+            return false;
+        if (tok && tok->storage == pos->storage) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos share storage", op);
+            return false;
+        }
+        return true;
+    }
+    if (!i64_scalar(eng, op, "tok", tok) || !i64_scalar(eng, op, "pos", pos) ||
+        !i64_scalar(eng, op, "step", step))
+        return false;
+    if (V > ((int64_t)1 << 30)) {
+        oj_set_error(eng, OJ_ERR_SHAPE, "%s: the draw takes at most 2^30 logits, the head has %lld",
+                     op, (long long)V);
+        return false;
+    }
+    if (s->repetition_penalty != 1.0 || isnan(s->temperature) || isinf(s->temperature) ||
+        isnan(s->top_p)) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                     "%s: the sampler must have no repetition penalty (got %g: it needs the seen "
+                     "flags of oj__decode_sample_keep_), a finite temperature (got %g) and a "
+                     "top_p (got %g)",
+                     op, s->repetition_penalty, s->temperature, s->top_p);
+        return false;
+    }
+    if (hist && (hist->dtype != OJ_I64 || !oj_is_contiguous(hist))) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: hist must be contiguous i64", op);
+        return false;
+    }
+    const oj_tensor *sc[4] = {tok, step, pos, hist};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (sc[i] && sc[j] && sc[i]->storage == sc[j]->storage) {
+                oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                             "%s: tok, step, pos and hist must not share storage", op);
+                return false;
+            }
+    const int64_t k = sample_candidates(s, V);
+    if (k > OJ__DECODE_SAMPLE_MAX_K) {
+        oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                     "%s: top_k %lld over V = %lld needs %lld candidates, the device sampler "
+                     "takes at most %d (sample on the host)",
+                     op, (long long)s->top_k, (long long)V, (long long)k, OJ__DECODE_SAMPLE_MAX_K);
+        return false;
+    }
+    return true;
+}
+
+static oj_tensor *norm_head(const char *op, oj_tensor *x, oj_tensor *nw, oj_tensor *nb,
+                            double eps, oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                            oj_tensor *step, oj_tensor *hist, const oj__decode_sampler *s) {
+    oj_tensor *ins[8] = {x, nw, nb, w};
     int n = 4;
-    if (tok) ins[n++] = tok;
-    if (pos) ins[n++] = pos;
+    if (s) { /* the draw's tensors are required (NULL is reported) */
+        ins[n++] = tok;
+        ins[n++] = pos;
+        ins[n++] = step;
+        if (hist) ins[n++] = hist;
+    } else {
+        if (tok) ins[n++] = tok;
+        if (pos) ins[n++] = pos;
+    }
     oj_engine *eng = oj__ops_engine(op, n, ins);
     if (eng == NULL) return NULL;
     if (!oj__decode_head_weight_ok(w)) {
@@ -333,31 +398,36 @@ oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, doub
         oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be >= 0, got %g", op, eps);
         return NULL;
     }
-    if ((tok == NULL) != (pos == NULL)) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos go together (one is NULL)", op);
-        return NULL;
-    }
-    if (tok && (tok->dtype != OJ_I64 || pos->dtype != OJ_I64 || oj_numel(tok) != 1 ||
-                oj_numel(pos) != 1)) {
-        oj_set_error(eng, OJ_ERR_DTYPE,
-                     "%s: tok and pos must be i64 with one element, got %s [%lld] and %s [%lld]",
-                     op, oj_dtype_name(tok->dtype), (long long)oj_numel(tok),
-                     oj_dtype_name(pos->dtype), (long long)oj_numel(pos));
-        return NULL;
-    }
-    if (tok && tok->storage == pos->storage) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos share storage", op);
-        return NULL;
-    }
+    if (!head_end_ok(eng, op, N, tok, pos, step, hist, s)) return NULL;
     oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
-                    const oj_tensor *, double, const oj_tensor *, oj_tensor *, oj_tensor *) =
+                    const oj_tensor *, double, const oj_tensor *, oj_tensor *, oj_tensor *,
+                    oj_tensor *, oj_tensor *, const oj__decode_sampler *) =
         OJ_KERNEL(eng, decode_norm_head, op);
     if (fn == NULL) return NULL;
     int64_t shape[3] = {1, 1, N};
     oj_tensor *out = oj__tensor_alloc(eng, 3, shape, dt, op);
-    if (out && !oj__kernel_ok(eng, fn(eng, out, x, nw, nb, eps, w, tok, pos), op)) {
+    if (out && !oj__kernel_ok(eng, fn(eng, out, x, nw, nb, eps, w, tok, pos, step, hist, s), op)) {
         oj_release(out);
         return NULL;
     }
     return out;
+}
+
+oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                oj_tensor *w, oj_tensor *tok, oj_tensor *pos) {
+    return norm_head("decode_norm_head", x, nw, nb, eps, w, tok, pos, NULL, NULL, NULL);
+}
+
+oj_tensor *oj__decode_norm_head_sample(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                       oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                                       oj_tensor *step, oj_tensor *hist,
+                                       const oj__decode_sampler *s) {
+    static const char op[] = "decode_norm_head_sample";
+    oj_tensor *ins[1] = {x};
+    if (s == NULL) {
+        oj_engine *eng = oj__ops_engine(op, 1, ins);
+        if (eng) oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: the sampler is NULL", op);
+        return NULL;
+    }
+    return norm_head(op, x, nw, nb, eps, w, tok, pos, step, hist, s);
 }

@@ -131,6 +131,24 @@ bool oj__decode_head_weight_ok(const oj_tensor *w);
 oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
                                 oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
 
+/* oj__decode_norm_head whose kernel ends a sampled step instead: tok =
+ * the draw of oj__decode_sample_keep_(tok, logits, pos, NULL, step, hist,
+ * s) over its own logits (the host sampler's token; tok -1 on a NaN),
+ * step += 1, pos += 1, hist[pos] = tok. s without a repetition penalty
+ * (1: the draw has no seen flags) and within OJ__DECODE_SAMPLE_MAX_K
+ * candidates; tok, pos, step i64 with one element, hist contiguous i64 or
+ * NULL, none sharing a storage. The logits, or NULL with the errors of
+ * both ops recorded (OJ_ERR_INVALID_ARGUMENT for a NULL sampler or one
+ * with a penalty). On CUDA the draw runs in the head's last block where
+ * it fits (K <= 1024; the candidates' groups, a power of two >= 2 top_k
+ * and >= 32, at most 256, no more than the head's blocks: top_k 40 over
+ * gpt2's head fits), else in decode_sample's kernel after it: the same
+ * token either way. */
+oj_tensor *oj__decode_norm_head_sample(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                       oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                                       oj_tensor *step, oj_tensor *hist,
+                                       const oj__decode_sampler *s);
+
 /* Whether eng's backend has the decode_norm_head entry (optional: the fast
  * step takes layer_norm and linear without it). */
 bool oj__decode_head_supported(const oj_engine *eng);

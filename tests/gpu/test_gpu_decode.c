@@ -734,6 +734,79 @@ static void norm_head_case(oj_engine *cpu, oj_engine *gpu, int64_t K, int64_t N,
     oj_scope_end(cpu);
 }
 
+/* oj__decode_norm_head_sample on the device: the logits of
+ * oj__decode_norm_head and the token, step, pos and kept token of
+ * oj__decode_sample_keep_ run on them (its own kernel), for draws that run
+ * in the head's last block (top_k 40 and 100 over gpt2's head, greedy at
+ * temperature 0, top_p) and ones that fall back to the draw's kernel
+ * (top_k 300: more groups than fit; a short head); a NaN row gives -1. */
+static void head_sample_case(oj_engine *gpu, int64_t K, int64_t N, const oj__decode_sampler *sm,
+                             int64_t nan_row) {
+    char what[160];
+    snprintf(what, sizeof what, "decode_norm_head_sample K %lld N %lld T %g top_k %lld top_p %g nan %lld",
+             (long long)K, (long long)N, sm->temperature, (long long)sm->top_k, sm->top_p,
+             (long long)nan_row);
+    oj_scope_begin(gpu);
+    int64_t sx[3] = {1, 1, K}, sk[1] = {K}, sw[2] = {N, K}, zero = 0, p0 = 5, sh[1] = {16};
+    oj_tensor *x = oj_cast(oj_rand_normal(gpu, 3, sx, OJ_F32, 0.3, 1.5), OJ_BF16);
+    oj_tensor *nw = oj_cast(oj_rand_uniform(gpu, 1, sk, OJ_F32, 0.5, 1.5), OJ_BF16);
+    oj_tensor *nb = oj_cast(oj_rand_uniform(gpu, 1, sk, OJ_F32, -0.5, 0.5), OJ_BF16);
+    oj_tensor *w32 = oj_rand_normal(gpu, 2, sw, OJ_F32, 0.0, 0.1);
+    if (nan_row >= 0) assert_int_equal(oj_fill_(oj_narrow(w32, 0, nan_row, 1), NAN), OJ_OK);
+    oj_tensor *w = oj_cast(w32, OJ_BF16);
+    oj_tensor *ta = i64s(gpu, 1, &zero), *pa = i64s(gpu, 1, &p0), *sa = i64s(gpu, 1, &zero);
+    oj_tensor *tb = i64s(gpu, 1, &zero), *pb = i64s(gpu, 1, &p0), *sb = i64s(gpu, 1, &zero);
+    oj_tensor *ha = oj_zeros(gpu, 1, sh, OJ_I64), *hb = oj_zeros(gpu, 1, sh, OJ_I64);
+    for (int rep = 0; rep < 6; rep++) { /* steps 0..5: six draws */
+        oj_tensor *la = oj__decode_norm_head_sample(x, nw, nb, 1e-5, w, ta, pa, sa, ha, sm);
+        oj_tensor *lb = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL);
+        if (la == NULL || lb == NULL) fail_msg("%s: %s", what, oj_last_error(gpu));
+        assert_int_equal(oj__decode_sample_keep_(tb, lb, pb, NULL, sb, hb, sm), OJ_OK);
+        double *a = host_f64(la), *b = host_f64(lb);
+        for (int64_t i = 0; i < N; i++)
+            if (memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(isnan(a[i]) && isnan(b[i])))
+                fail_msg("%s: logit %lld %.9g vs %.9g", what, (long long)i, a[i], b[i]);
+        free(a);
+        free(b);
+        int64_t va[3], vb[3], hva[16], hvb[16];
+        oj_tensor *ga[3] = {ta, pa, sa}, *gb[3] = {tb, pb, sb};
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(oj_to_host(ga[i], &va[i], 8), OJ_OK);
+            assert_int_equal(oj_to_host(gb[i], &vb[i], 8), OJ_OK);
+        }
+        if (va[0] != vb[0]) fail_msg("%s (draw %d): token %lld, decode_sample's %lld", what, rep, (long long)va[0], (long long)vb[0]);
+        assert_int_equal(va[1], vb[1]);
+        assert_int_equal(va[1], p0 + 1 + rep);
+        assert_int_equal(va[2], rep + 1);
+        if (nan_row >= 0) assert_int_equal(va[0], -1);
+        else assert_true(va[0] >= 0 && va[0] < N);
+        assert_int_equal(oj_to_host(ha, hva, sizeof hva), OJ_OK);
+        assert_int_equal(oj_to_host(hb, hvb, sizeof hvb), OJ_OK);
+        assert_memory_equal(hva, hvb, sizeof hva);
+    }
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    oj_scope_end(gpu);
+}
+
+static void test_decode_norm_head_sample(void **state) {
+    (void)state;
+    oj_engine *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_set_grad_enabled(gpu, false);
+    const oj__decode_sampler cases[] = {
+        {0.8, 40, 1.0, 1.0, 1337, 0},   /* ojas generate's defaults */
+        {1.5, 100, 0.9, 1.0, 7, 3},     /* 256 groups, a nucleus */
+        {0.0, 40, 1.0, 1.0, 1, 0},      /* greedy through the draw */
+        {0.7, 300, 1.0, 1.0, 99, 1},    /* more groups than fit: decode_sample's kernel */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        head_sample_case(gpu, 768, 50257, &cases[i], -1);
+    head_sample_case(gpu, 768, 50257, &cases[0], 12345); /* a NaN logit: -1 */
+    head_sample_case(gpu, 64, 512, &cases[0], -1);       /* a short head: the draw's kernel */
+    head_sample_case(gpu, 1536, 4000, &cases[1], -1);    /* K > 1024: the draw's kernel */
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 static void test_decode_norm_head(void **state) {
     (void)state;
     oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
@@ -1255,6 +1328,7 @@ int main(void) {
         cmocka_unit_test(test_decoder_gpt2_124m),
         cmocka_unit_test(test_decode_ops),
         cmocka_unit_test(test_decode_norm_head),
+        cmocka_unit_test(test_decode_norm_head_sample),
         cmocka_unit_test(test_decode_argmax_advance),
         cmocka_unit_test(test_decode_sample),
         cmocka_unit_test(test_decode_embed_mask),

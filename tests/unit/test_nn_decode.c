@@ -8,7 +8,8 @@
 // gives the host sampler's token (oj_sample_logits) and advances its
 // step, seen flags and pos (and keeps the token at hist[pos]); oj__decode_embed_mask
 // gives embedding + add's bits and the mask; oj__decode_norm_head gives
-// layer_norm + linear with the head's layout (and their argmax, pos + 1);
+// layer_norm + linear with the head's layout (and their argmax, pos + 1,
+// or the host sampler's token over them: oj__decode_norm_head_sample);
 // the refusals name what was wrong; no leaks.
 #include <math.h>
 #include <stdio.h>
@@ -136,6 +137,67 @@ static void test_norm_head(void **state) {
     assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, tok));
     expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "share storage");
     (void)pos;
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
+/* oj__decode_norm_head_sample on the CPU: its logits are
+ * oj__decode_norm_head's, its token the host sampler's over them with the
+ * step's uniform, step, pos and hist advanced as oj__decode_sample_keep_
+ * does; the refusals (no sampler, a penalty, shared storage). */
+static void test_norm_head_sample(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_set_grad_enabled(eng, false);
+    oj_scope_begin(eng);
+    enum { K = 32, N = 200 };
+    int64_t sx[3] = {1, 1, K}, sk[1] = {K}, sw[2] = {N, K}, s1[1] = {1}, sh[1] = {8};
+    int64_t p0 = 2, st0 = 4;
+    oj_tensor *x = nt_rand(eng, 3, sx, OJ_BF16, -2.0, 3.0), *nw = nt_rand(eng, 1, sk, OJ_BF16, 0.5, 1.5);
+    oj_tensor *nb = nt_rand(eng, 1, sk, OJ_BF16, -0.5, 0.5), *w = nt_rand(eng, 2, sw, OJ_BF16, -0.5, 0.5);
+    oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_from_host(eng, 1, s1, OJ_I64, &p0, 8);
+    oj_tensor *stp = oj_from_host(eng, 1, s1, OJ_I64, &st0, 8), *hist = oj_zeros(eng, 1, sh, OJ_I64);
+    oj_tensor *plain = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL);
+    assert_non_null(plain);
+    double *lp = nt_host(plain);
+    float lf[N];
+    for (int i = 0; i < N; i++) lf[i] = (float)lp[i];
+    for (int c = 0; c < 3; c++) {
+        const oj__decode_sampler sm = {0.5 + 0.5 * c, c == 2 ? 0 : 10 + c, c == 1 ? 0.8 : 1.0, 1.0,
+                                       21u + (uint64_t)c, 3};
+        oj_sampler_config cfg = oj_sampler_config_default();
+        cfg.temperature = sm.temperature;
+        cfg.top_k = sm.top_k;
+        cfg.top_p = sm.top_p;
+        const int64_t step = st0 + c;
+        const int32_t want = oj_sample_logits(lf, N, &cfg, NULL, 0, oj_sample_uniform(sm.seed, sm.seq, step));
+        oj_tensor *got = oj__decode_norm_head_sample(x, nw, nb, 1e-5, w, tok, pos, stp, hist, &sm);
+        assert_non_null(got);
+        double *lg = nt_host(got);
+        assert_memory_equal(lg, lp, N * sizeof *lg);
+        free(lg);
+        int64_t t = -2, st = 0, p = 0, h[8];
+        assert_int_equal(oj_to_host(tok, &t, 8), OJ_OK);
+        assert_int_equal(oj_to_host(stp, &st, 8), OJ_OK);
+        assert_int_equal(oj_to_host(pos, &p, 8), OJ_OK);
+        assert_int_equal(oj_to_host(hist, h, sizeof h), OJ_OK);
+        if (t != want) fail_msg("case %d: token %lld, the host sampler's %d", c, (long long)t, want);
+        assert_int_equal(st, step + 1);
+        assert_int_equal(p, p0 + 1 + c);
+        assert_int_equal(h[p], t);
+    }
+    free(lp);
+    /* the refusals */
+    const oj__decode_sampler pen = {0.8, 40, 1.0, 1.3, 1, 0};
+    assert_null(oj__decode_norm_head_sample(x, nw, nb, 1e-5, w, tok, pos, stp, hist, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "the sampler is NULL");
+    assert_null(oj__decode_norm_head_sample(x, nw, nb, 1e-5, w, tok, pos, stp, hist, &pen));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "no repetition penalty");
+    const oj__decode_sampler ok = {0.8, 40, 1.0, 1.0, 1, 0};
+    assert_null(oj__decode_norm_head_sample(x, nw, nb, 1e-5, w, tok, pos, tok, hist, &ok));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "must not share storage");
+    /* the draw's step missing: NULL (a NULL input, as every op takes it) */
+    assert_null(oj__decode_norm_head_sample(x, nw, nb, 1e-5, w, tok, pos, NULL, hist, &ok));
     oj_scope_end(eng);
     nt_engine_done(eng);
 }
@@ -478,6 +540,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_norm_linear),
         cmocka_unit_test(test_norm_head),
+        cmocka_unit_test(test_norm_head_sample),
         cmocka_unit_test(test_linear_residual),
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_refusals),

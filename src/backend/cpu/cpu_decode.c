@@ -198,7 +198,9 @@ oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *
 
 oj_status oj_cpu_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                   const oj_tensor *nw, const oj_tensor *nb, double eps,
-                                  const oj_tensor *w, oj_tensor *tok, oj_tensor *pos) {
+                                  const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                                  oj_tensor *step, oj_tensor *hist,
+                                  const struct oj__decode_sampler *s) {
     const oj_dtype dt = out->dtype;
     const int64_t N = w->shape[0], K = w->shape[1], ldw = w->stride[0];
     double *u = oj__nn_scratch(eng, (size_t)K, "decode_norm_head");
@@ -212,5 +214,6 @@ oj_status oj_cpu_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tenso
         op[n] = st16(dt, v);
     }
     free(u);
+    if (s) return oj_cpu_decode_sample(eng, tok, out, pos, NULL, step, hist, s);
     return tok ? oj_cpu_decode_argmax_advance(eng, tok, out, pos) : OJ_OK;
 }

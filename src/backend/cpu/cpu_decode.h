@@ -22,7 +22,9 @@ oj_status oj_cpu_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor
 
 oj_status oj_cpu_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                   const oj_tensor *nw, const oj_tensor *nb, double eps,
-                                  const oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
+                                  const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                                  oj_tensor *step, oj_tensor *hist,
+                                  const struct oj__decode_sampler *s);
 
 oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,

@@ -69,7 +69,9 @@ oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tenso
                                     const oj_tensor *pos, oj_tensor *mask);
 oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
-                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
+                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                                   oj_tensor *step, oj_tensor *hist,
+                                   const struct oj__decode_sampler *s);
 /* cuda_decode_sample.cu: the sampled decode step's token on the device */
 oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                 oj_tensor *pos, oj_tensor *seen, oj_tensor *step,

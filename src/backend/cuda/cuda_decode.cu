@@ -39,6 +39,7 @@
 #include <cuda_fp16.h>
 #include <limits.h>
 
+#include "backend/cuda/cuda_decode_sample.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/scalar_ops.h"
@@ -57,7 +58,11 @@ oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tenso
                                     const oj_tensor *pos, oj_tensor *mask);
 oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
-                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
+                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                                   oj_tensor *step, oj_tensor *hist, const oj__decode_sampler *s);
+oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
+                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
+                                const oj__decode_sampler *s);
 
 #define DEC_THREADS 256
 #define DEC_MIN_BLOCKS 2
@@ -430,7 +435,12 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
  *    the larger value, then the lower index) to scratch; the block that
  *    finishes last (the arrival counter OJ_CUDA_COUNT_HEAD) takes the best
  *    of those, writes tok and advances pos. am_before is a total order, so
- *    the token is the argmax kernel's whatever the grid.
+ *    the token is the argmax kernel's whatever the grid;
+ *  - draw (DRAW, a sampler without a penalty): the last block runs
+ *    decode_sample's draw (cuda_decode_sample.cuh, sm_draw) over the
+ *    logits the blocks wrote, its first pass over them replaced by the
+ *    blocks' bests (the K best lie at or above the K-th largest of G
+ *    groups' maxima, groups of blocks here): the standalone kernel's token.
  * Grid: two blocks a multiprocessor at most, so the first groups of every
  * warp load before the wait and the rest stream behind them. */
 #define HD_WARPS (DEC_THREADS / 32)
@@ -446,6 +456,10 @@ struct head_args {
     float *bv;            /* [grid]: each block's best value */
     int *bi;              /* [grid]: its index */
     unsigned int *count;  /* the arrival counter */
+    int64_t *step, *hist; /* DRAW: the draw's step, the tokens kept by position (or NULL) */
+    long long nhist;
+    bool vec; /* DRAW: out 16-byte aligned */
+    sm_params sp;
 };
 
 /* wv[i][u] = chunk r 32 U + 32 u + lane of row n0 + i (zeros past N or
@@ -474,7 +488,7 @@ __device__ __forceinline__ void head_warp_best(float &bv, int &bi) {
     }
 }
 
-template <typename T, int U>
+template <typename T, int U, bool DRAW>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_args a) {
     extern __shared__ float xs[]; /* [K] */
     __shared__ float red[32];
@@ -539,6 +553,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_a
     if (a.tok == NULL) return;
     /* ---- the block's best, then the last block's best of the blocks' */
     if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
+    __threadfence(); /* this thread's logits visible device-wide before the arrival */
     __syncthreads();
     if (t == 0) {
         for (int w = 1; w < HD_WARPS; w++)
@@ -552,6 +567,11 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_a
     __syncthreads();
     if (!last) return;
     __threadfence();
+    if constexpr (DRAW) {
+        sm_draw<DEC_THREADS, true>(a.tok, (const T *)a.out, a.N, a.vec, a.pos, (uint8_t *)NULL,
+                                   a.step, a.hist, a.nhist, a.sp, a.bv, a.bi, (int)gridDim.x);
+        return;
+    }
     bv = -INFINITY;
     bi = INT_MAX;
     for (unsigned b = t; b < gridDim.x; b += DEC_THREADS) {
@@ -582,9 +602,20 @@ static int dec_sms(void) {
     return n;
 }
 
+template <typename T>
+static void head_launch(const head_args &a, unsigned blocks, bool draw) {
+    const size_t smem = (size_t)a.K * sizeof(float);
+    const dim3 g(blocks), b(DEC_THREADS);
+    const bool u4 = a.K <= 32 * 8 * 4; /* k_gemv_nk's U */
+    if (draw) oj_pdl_launch(k_dec_head<T, 4, true>, g, b, smem, a); /* K <= 1024 */
+    else if (u4) oj_pdl_launch(k_dec_head<T, 4, false>, g, b, smem, a);
+    else oj_pdl_launch(k_dec_head<T, 8, false>, g, b, smem, a);
+}
+
 oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
-                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos) {
+                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
+                                   oj_tensor *step, oj_tensor *hist, const oj__decode_sampler *s) {
     if (oj_cuda_begin(eng, "decode_norm_head") != OJ_OK) return oj_last_status(eng);
     head_args a = {};
     a.out = (unsigned short *)oj_cuda_ptr(out);
@@ -601,8 +632,17 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
     const int sms = dec_sms();
     const int64_t cap = sms > 0 ? 2 * (int64_t)sms : 264;
     const unsigned blocks = (unsigned)(need < cap ? need : cap);
+    /* the draw in the last block: no penalty, K <= 1024 (its shared memory
+     * beside the row's), the groups of blocks within the block's threads
+     * and the grid; otherwise the logits here and decode_sample's kernel */
+    bool draw = false;
+    if (s) {
+        a.sp = sm_params_of(s, a.N, DEC_THREADS);
+        draw = s->repetition_penalty == 1.0 && a.K <= 1024 && a.sp.k <= a.sp.groups &&
+               a.sp.groups <= (int)blocks;
+    }
     oj_storage *hold = NULL;
-    if (tok) {
+    if (tok && (s == NULL || draw)) {
         void *sc = oj_cuda_scratch(eng, (size_t)blocks * (sizeof(float) + sizeof(int)),
                                    "decode_norm_head", &hold);
         if (sc == NULL) return oj_last_status(eng);
@@ -611,15 +651,19 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
         a.tok = (int64_t *)oj_cuda_ptr(tok);
         a.pos = (int64_t *)oj_cuda_ptr(pos);
         a.count = oj_cuda_state_of(eng)->counts + OJ_CUDA_COUNT_HEAD;
+        if (draw) {
+            a.step = (int64_t *)oj_cuda_ptr(step);
+            a.hist = hist ? (int64_t *)oj_cuda_ptr(hist) : NULL;
+            a.nhist = hist ? (long long)oj_cuda_numel(hist) : 0;
+            a.vec = oj_cu_aligned16(a.out);
+        }
     }
-    const size_t smem = (size_t)a.K * sizeof(float);
-    const bool bf = out->dtype == OJ_BF16;
-    if (bf && U == 4) oj_pdl_launch(k_dec_head<oj_cu_bf16, 4>, dim3(blocks), dim3(DEC_THREADS), smem, a);
-    else if (bf) oj_pdl_launch(k_dec_head<oj_cu_bf16, 8>, dim3(blocks), dim3(DEC_THREADS), smem, a);
-    else if (U == 4) oj_pdl_launch(k_dec_head<oj_cu_f16, 4>, dim3(blocks), dim3(DEC_THREADS), smem, a);
-    else oj_pdl_launch(k_dec_head<oj_cu_f16, 8>, dim3(blocks), dim3(DEC_THREADS), smem, a);
+    if (out->dtype == OJ_BF16) head_launch<oj_cu_bf16>(a, blocks, draw);
+    else head_launch<oj_cu_f16>(a, blocks, draw);
     oj__storage_release(hold); /* later users run after this kernel (one stream) */
-    return oj_cuda_check(eng, "decode_norm_head");
+    oj_status st = oj_cuda_check(eng, "decode_norm_head");
+    if (st == OJ_OK && s && !draw) st = oj_cuda_decode_sample(eng, tok, out, pos, NULL, step, hist, s);
+    return st;
 }
 
 /* ---------------------------------------------------------------- embed + mask */
