@@ -645,7 +645,9 @@ typedef struct oj_backend {
      * rounded to T; out [N] = round_T(u @ w^T) with w [N, K] (k-stride 1,
      * K and the row stride multiples of 8, 16-byte aligned; the tied lm
      * head); with tok and pos (i64 device values, both or neither) also
-     * tok = the argmax of out (as decode_argmax_advance) and pos += 1, or
+     * tok = the argmax of out (as decode_argmax_advance), pos += 1 and,
+     * where hist (i64, contiguous) is not NULL and the new pos < its numel,
+     * hist[pos] = tok; or
      * with s (not NULL; tok, pos and step given; s->repetition_penalty
      * 1) the draw of decode_sample over out (seen NULL) instead of the
      * argmax. */

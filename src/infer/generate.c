@@ -72,7 +72,9 @@ static bool use_static(oj_engine *eng) {
  * sequence is drawn on the device (decode_sample: oj_sample_logits's
  * token with the same draws) where the backend takes its top_k, GEN_BATCH
  * steps queued per read-back of their tokens (gpt2, llama; a nanolab ring
- * reads each); greedy reads one token a step. Otherwise (top_k 0 or above
+ * reads each); greedy reads one token a step, or GEN_BATCH where its
+ * step keeps its tokens without a kernel more (oj__gpt_decoder_keeps_in_step:
+ * the fast gpt2 step). Otherwise (top_k 0 or above
  * OJ__DECODE_SAMPLE_MAX_K over a larger vocabulary) the logits row is read
  * back and sampled on the host by oj_sample_logits, and the chosen token
  * is written back as the pending one. Sampled sequences run a step whose
@@ -95,12 +97,14 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
     if (!dev_token && half == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
     oj_status st = oj_gpt_decoder_create(m, kv_cap, true, &d);
     if (st == OJ_OK && !greedy) st = oj__gpt_decoder_set_sampler(d, &smp, on_dev);
-    /* device draws: GEN_BATCH steps queued a read-back (the token after a
-     * stop or a refusing on_token is computed and dropped), the draw
-     * kernel keeping each token; a ring cache (nanolab) reads each. Greedy
-     * reads each: the argmax kernel keeps no token, and a kernel more per
-     * step cost more on the H200 than the read-backs saved. */
-    const bool batch = on_dev && oj_gpt_get_config(m)->family != OJ_NANOLAB;
+    /* device draws, and greedy steps whose head kernel keeps the token
+     * (the fast gpt2 step): GEN_BATCH steps queued a read-back (the token
+     * after a stop or a refusing on_token is computed and dropped); a ring
+     * cache (nanolab) reads each. Other greedy steps read each: their
+     * argmax kernel keeps no token, and a kernel more per step cost more
+     * on the H200 than the read-backs saved. */
+    const bool batch = oj_gpt_get_config(m)->family != OJ_NANOLAB &&
+                       (on_dev || (greedy && d && oj__gpt_decoder_keeps_in_step(d)));
     if (st == OJ_OK && batch) st = oj__gpt_decoder_keep_tokens(d);
     int32_t toks[GEN_BATCH];
     int64_t nt = 0, ti = 0; /* toks[ti..nt) are still to be taken */

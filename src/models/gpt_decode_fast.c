@@ -92,12 +92,10 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
     return out;
 }
 
-/* Whether the step's head is one decode_norm_head kernel (the final norm
- * and the tied head's product; with the argmax when the caller asks):
- * the backend has the entry and the head suits it. Else layer_norm and
- * linear, whose bits it gives on CUDA (the head's layout takes the "nk"
- * matmul kernel exactly when it suits the entry). */
-static bool head_fused(const oj_gpt *m) {
+/* Else layer_norm and linear, whose bits the fused head gives on CUDA (the
+ * head's layout takes the "nk" matmul kernel exactly when it suits the
+ * entry). */
+bool oj__gpt_fast_head_fused(const oj_gpt *m) {
     return oj__decode_head_supported(m->eng) && oj__decode_head_weight_ok(m->head) &&
            oj_tensor_dtype(m->head) == oj_tensor_dtype(m->wte) && m->ln_f_w && m->ln_f_b &&
            oj_tensor_dtype(m->ln_f_w) == oj_tensor_dtype(m->wte) &&
@@ -133,13 +131,14 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
     }
     oj_tensor *logits = NULL; /* [1, 1, V] */
     *ended = false;
-    if (ok && head_fused(m)) { /* one kernel; with the argmax or the draw, pos + 1 */
+    if (ok && oj__gpt_fast_head_fused(m)) { /* one kernel; with the argmax or the draw, pos + 1 */
         if (end && end->smp)
             logits = oj__decode_norm_head_sample(x, m->ln_f_w, m->ln_f_b, eps, m->head, end->tok,
                                                  end->pos, end->step, end->hist, end->smp);
         else
             logits = oj__decode_norm_head(x, m->ln_f_w, m->ln_f_b, eps, m->head,
-                                          end ? end->tok : NULL, end ? end->pos : NULL);
+                                          end ? end->tok : NULL, end ? end->pos : NULL,
+                                          end ? end->hist : NULL);
         *ended = logits && end;
     } else if (ok) {
         oj_tensor *xf = oj_layer_norm(x, m->ln_f_w, m->ln_f_b, eps);

@@ -239,6 +239,17 @@ static bool keep_token(oj_gpt_decoder *d) {
     return ok;
 }
 
+/* Whether the step runs the fast gpt2 step (gpt_decode_fast.c). */
+static bool step_fast(const oj_gpt_decoder *d) {
+    return !d->ring && (!d->sampled || fast_forced() || oj__gpt_fast_decode_exact(d->m)) &&
+           oj__gpt_fast_decode_ok(d->m, d->cache);
+}
+
+bool oj__gpt_decoder_keeps_in_step(const oj_gpt_decoder *d) {
+    if (d == NULL || d->ring) return false;
+    return d->on_device || (step_fast(d) && oj__gpt_fast_head_fused(d->m));
+}
+
 /* The step's device work: logits of tok at pos into a new tensor (kept in
  * the caller's scope), tok = argmax, pos and slot advanced. NULL with the
  * error recorded. */
@@ -247,9 +258,7 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
     oj_scope_begin(eng);
     /* slot j holds a key once j <= pos (every slot, once the ring wrapped) */
     int64_t ms[4] = {1, 1, 1, d->capacity};
-    const bool fast = !d->ring &&
-                      (!d->sampled || fast_forced() || oj__gpt_fast_decode_exact(d->m)) &&
-                      oj__gpt_fast_decode_ok(d->m, d->cache);
+    const bool fast = step_fast(d);
     oj_tensor *seen = fast ? NULL : oj_le(d->slots, d->pos);
     oj_tensor *mask = fast   ? oj_empty(eng, 4, ms, OJ_BOOL) /* written by the step's first kernel */
                       : seen ? oj_reshape(seen, 4, ms)
@@ -269,8 +278,8 @@ static oj_tensor *step_body(oj_gpt_decoder *d) {
         logits = oj__gpt2_run_fast(d->m, d->cache, d->tok, &dp,
                                    !d->on_device || d->seen == NULL ? &end : NULL, &ended);
         bool ok = false;
-        if (logits && ended) /* the draw keeps its token itself */
-            ok = d->on_device || keep_token(d);
+        if (logits && ended) /* the head's kernel kept the token too */
+            ok = true;
         else if (logits && d->on_device) /* the draw, pos + 1, the token kept: one kernel */
             ok = oj__decode_sample_keep_(d->tok, logits, d->pos, d->seen, d->draw, d->hist,
                                          &d->smp) == OJ_OK;

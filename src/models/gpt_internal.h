@@ -235,6 +235,11 @@ oj_status oj__gpt_decoder_keep_tokens(oj_gpt_decoder *d);
  * keeps the positions within the context (each step's errors as
  * oj_gpt_decoder_step's; OJ_ERR_STATE without oj__gpt_decoder_keep_tokens). */
 oj_status oj__gpt_decoder_steps(oj_gpt_decoder *d, int64_t k, int32_t *toks);
+/* Whether d's step keeps its token (oj__gpt_decoder_keep_tokens) in its
+ * last kernel, with no kernel added for it: the device draw, or the fast
+ * step's head ending a greedy step (oj__gpt_fast_head_fused); else an
+ * index_copy_ after the argmax keeps it. False for a ring cache. */
+bool oj__gpt_decoder_keeps_in_step(const oj_gpt_decoder *d);
 
 /* The gpt2 decode step in six kernels a layer (gpt_decode_fast.c): whether
  * it serves m with cache c (gpt2, weights and cache of one dtype bf16/f16,
@@ -246,8 +251,9 @@ oj_status oj__gpt_decoder_steps(oj_gpt_decoder *d, int64_t k, int32_t *toks);
  * (slot j attended once j <= pos). With end (not NULL) the step may also
  * end in its head's kernel (decode_norm_head): end->tok = the argmax of
  * the logits (end->smp NULL) or the device draw of end->smp (no penalty;
- * end->step and end->hist as oj__decode_sample_keep_ writes them), and
- * end->pos += 1; *ended says whether it did (else the caller does). */
+ * end->step as oj__decode_sample_keep_ writes it), end->pos += 1 and
+ * end->hist[pos] = tok (end->hist not NULL); *ended says whether it did
+ * (else the caller does). */
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
 /* Whether the fast step's logits are the generic step's bit for bit
  * (given oj__gpt_fast_decode_ok): a CUDA engine, its one-row matmul on
@@ -256,6 +262,11 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
  * do, gpt2-medium's c_proj with K 4096 does not). Sampled sequences take
  * the fast step only then. */
 bool oj__gpt_fast_decode_exact(const oj_gpt *m);
+/* Whether the fast step's head is one decode_norm_head kernel (the final
+ * norm, the tied head's product, and the argmax or the draw when the
+ * caller asks): the backend has the entry and m's head and final norm
+ * suit it (oj__decode_head_weight_ok, the weights' dtype). */
+bool oj__gpt_fast_head_fused(const oj_gpt *m);
 typedef struct oj_gpt_fast_end {
     oj_tensor *tok, *pos, *step, *hist;
     const struct oj__decode_sampler *smp;

@@ -313,8 +313,17 @@ static bool head_end_ok(oj_engine *eng, const char *op, int64_t V, const oj_tens
                         const oj_tensor *pos, const oj_tensor *step, const oj_tensor *hist,
                         const oj__decode_sampler *s) {
     if (s == NULL) {
-        if ((tok == NULL) != (pos == NULL)) {
-            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok and pos go together (one is NULL)", op);
+        if ((tok == NULL) != (pos == NULL) || (hist && tok == NULL)) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                         "%s: tok and pos go together (one is NULL), and hist needs them", op);
+            return false;
+        }
+        if (hist && (hist->dtype != OJ_I64 || !oj_is_contiguous(hist))) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: hist must be contiguous i64", op);
+            return false;
+        }
+        if (hist && (hist->storage == tok->storage || hist->storage == pos->storage)) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: hist shares storage with tok or pos", op);
             return false;
         }
         if (tok && (!i64_scalar(eng, op, "tok", tok) || !i64_scalar(eng, op, "pos", pos)))
@@ -378,6 +387,7 @@ static oj_tensor *norm_head(const char *op, oj_tensor *x, oj_tensor *nw, oj_tens
     } else {
         if (tok) ins[n++] = tok;
         if (pos) ins[n++] = pos;
+        if (hist) ins[n++] = hist;
     }
     oj_engine *eng = oj__ops_engine(op, n, ins);
     if (eng == NULL) return NULL;
@@ -414,8 +424,8 @@ static oj_tensor *norm_head(const char *op, oj_tensor *x, oj_tensor *nw, oj_tens
 }
 
 oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
-                                oj_tensor *w, oj_tensor *tok, oj_tensor *pos) {
-    return norm_head("decode_norm_head", x, nw, nb, eps, w, tok, pos, NULL, NULL, NULL);
+                                oj_tensor *w, oj_tensor *tok, oj_tensor *pos, oj_tensor *hist) {
+    return norm_head("decode_norm_head", x, nw, nb, eps, w, tok, pos, NULL, hist, NULL);
 }
 
 oj_tensor *oj__decode_norm_head_sample(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,

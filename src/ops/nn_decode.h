@@ -122,14 +122,16 @@ bool oj__decode_head_weight_ok(const oj_tensor *w);
  * head); all of one dtype, bf16 or f16. With tok and pos (i64 with one
  * element each, distinct storages; both or neither) the same kernel also
  * writes tok = argmax (as oj__decode_argmax_advance_) and pos += 1: the
- * end of a greedy decode step. Returns a new tensor [1, 1, N] in the
+ * end of a greedy decode step; with hist (contiguous i64, or NULL; needs
+ * tok) also hist[pos] = tok for the advanced pos when it is inside hist
+ * (the decoder keeps each step's token to read several back at once). Returns a new tensor [1, 1, N] in the
  * current scope (the logits), or NULL with OJ_ERR_SHAPE / OJ_ERR_DTYPE /
  * OJ_ERR_INVALID_ARGUMENT / OJ_ERR_UNSUPPORTED (no such entry on the
  * backend) recorded. Values: layer_norm then linear up to the order of
  * the sums; on CUDA their bits (the layer_norm kernel's and the "nk"
  * matmul kernel's order). */
 oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
-                                oj_tensor *w, oj_tensor *tok, oj_tensor *pos);
+                                oj_tensor *w, oj_tensor *tok, oj_tensor *pos, oj_tensor *hist);
 
 /* oj__decode_norm_head whose kernel ends a sampled step instead: tok =
  * the draw of oj__decode_sample_keep_(tok, logits, pos, NULL, step, hist,

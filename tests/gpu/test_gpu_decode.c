@@ -705,10 +705,12 @@ static void norm_head_case(oj_engine *cpu, oj_engine *gpu, int64_t K, int64_t N,
     oj_tensor *tok = i64s(cpu, 1, &p0), *pos = i64s(cpu, 1, &p0);
     oj_tensor *tokg = to_gpu(tok, gpu), *posg = to_gpu(pos, gpu);
     oj_tensor *ref = oj_linear(oj_layer_norm(xg, nwg, nbg, 1e-5), wg, NULL);
-    oj_tensor *lc = oj__decode_norm_head(x, nw, nb, 1e-5, w, tok, pos);
+    oj_tensor *lc = oj__decode_norm_head(x, nw, nb, 1e-5, w, tok, pos, NULL);
+    int64_t shist[1] = {p0 + 3}; /* the third call's token lands past it */
+    oj_tensor *hg = oj_zeros(gpu, 1, shist, OJ_I64);
     if (ref == NULL || lc == NULL) fail_msg("%s: %s / %s", what, oj_last_error(gpu), oj_last_error(cpu));
     for (int rep = 0; rep < 3; rep++) {
-        oj_tensor *lg = oj__decode_norm_head(xg, nwg, nbg, 1e-5, wg, tokg, posg);
+        oj_tensor *lg = oj__decode_norm_head(xg, nwg, nbg, 1e-5, wg, tokg, posg, hg);
         if (lg == NULL) fail_msg("%s: %s", what, oj_last_error(gpu));
         double *a = host_f64(lg), *b = host_f64(ref);
         int64_t best = 0;
@@ -725,6 +727,10 @@ static void norm_head_case(oj_engine *cpu, oj_engine *gpu, int64_t K, int64_t N,
         if (t != best) fail_msg("%s (call %d): token %lld, the argmax %lld", what, rep, (long long)t, (long long)best);
         if (nan_row >= 0) assert_int_equal(t, nan_row);
         assert_int_equal(p, p0 + 1 + rep);
+        int64_t hv[32];
+        assert_int_equal(oj_to_host(hg, hv, (size_t)shist[0] * sizeof *hv), OJ_OK);
+        if (p < shist[0]) assert_int_equal(hv[p], t); /* kept at its position */
+        assert_int_equal(hv[p0], 0);
         assert_close(what, lg, lc, dt == OJ_BF16 ? 1e-2 : 2e-3);
         free(a);
         free(b);
@@ -759,7 +765,7 @@ static void head_sample_case(oj_engine *gpu, int64_t K, int64_t N, const oj__dec
     oj_tensor *ha = oj_zeros(gpu, 1, sh, OJ_I64), *hb = oj_zeros(gpu, 1, sh, OJ_I64);
     for (int rep = 0; rep < 6; rep++) { /* steps 0..5: six draws */
         oj_tensor *la = oj__decode_norm_head_sample(x, nw, nb, 1e-5, w, ta, pa, sa, ha, sm);
-        oj_tensor *lb = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL);
+        oj_tensor *lb = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL, NULL);
         if (la == NULL || lb == NULL) fail_msg("%s: %s", what, oj_last_error(gpu));
         assert_int_equal(oj__decode_sample_keep_(tb, lb, pb, NULL, sb, hb, sm), OJ_OK);
         double *a = host_f64(la), *b = host_f64(lb);

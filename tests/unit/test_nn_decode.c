@@ -75,7 +75,7 @@ static void norm_head_case(oj_dtype dt, int64_t K, int64_t N) {
     int64_t sx[3] = {1, 1, K}, sk[1] = {K}, sw[2] = {N, K}, s1[1] = {1}, p0 = 41;
     oj_tensor *x = nt_rand(eng, 3, sx, dt, -2.0, 3.0), *nw = nt_rand(eng, 1, sk, dt, 0.5, 1.5);
     oj_tensor *nb = nt_rand(eng, 1, sk, dt, -0.5, 0.5), *w = nt_rand(eng, 2, sw, dt, -0.2, 0.2);
-    oj_tensor *got = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL);
+    oj_tensor *got = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL, NULL);
     assert_non_null(got);
     assert_int_equal(oj_tensor_dtype(got), dt);
     assert_int_equal(oj_size(got, 2), N);
@@ -87,11 +87,13 @@ static void norm_head_case(oj_dtype dt, int64_t K, int64_t N) {
              (long long)N);
     close_to(what, g, r, N, dt == OJ_BF16 ? 2e-2 : 4e-3);
     /* with the argmax: the same logits, tok their argmax, pos + 1 */
+    int64_t sh[1] = {p0 + 1}; /* the token lands past the end: nothing kept */
     oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_from_host(eng, 1, s1, OJ_I64, &p0, 8);
-    oj_tensor *got2 = oj__decode_norm_head(x, nw, nb, 1e-5, w, tok, pos);
+    oj_tensor *hist = oj_zeros(eng, 1, sh, OJ_I64);
+    oj_tensor *got2 = oj__decode_norm_head(x, nw, nb, 1e-5, w, tok, pos, hist);
     assert_non_null(got2);
     double *g2 = nt_host(got2);
-    int64_t best = 0, t = -1, p = 0;
+    int64_t best = 0, t = -1, p = 0, h[64];
     for (int64_t i = 0; i < N; i++) {
         assert_true(g2[i] == g[i]);
         if (g2[i] > g2[best]) best = i;
@@ -100,6 +102,15 @@ static void norm_head_case(oj_dtype dt, int64_t K, int64_t N) {
     assert_int_equal(oj_to_host(pos, &p, sizeof p), OJ_OK);
     assert_int_equal(t, best);
     assert_int_equal(p, p0 + 1);
+    assert_int_equal(oj_to_host(hist, h, (size_t)sh[0] * sizeof *h), OJ_OK);
+    for (int64_t i = 0; i < sh[0]; i++) assert_int_equal(h[i], 0);
+    /* again with room for it: hist[pos] = tok, pos + 2 after two steps */
+    int64_t sh2[1] = {p0 + 3};
+    oj_tensor *hist2 = oj_zeros(eng, 1, sh2, OJ_I64);
+    assert_non_null(oj__decode_norm_head(x, nw, nb, 1e-5, w, tok, pos, hist2));
+    assert_int_equal(oj_to_host(hist2, h, (size_t)sh2[0] * sizeof *h), OJ_OK);
+    assert_int_equal(h[p0 + 2], best);
+    assert_int_equal(h[p0 + 1], 0);
     free(g);
     free(r);
     free(g2);
@@ -120,23 +131,26 @@ static void test_norm_head(void **state) {
     oj_tensor *wodd = nt_rand(eng, 2, sodd, OJ_BF16, -1, 1);
     oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_zeros(eng, 1, s1, OJ_I64);
     oj_tensor *pos2 = oj_zeros(eng, 1, s2, OJ_I64);
-    assert_null(oj__decode_norm_head(xf, xf, xf, 1e-5, wf, NULL, NULL));
+    assert_null(oj__decode_norm_head(xf, xf, xf, 1e-5, wf, NULL, NULL, NULL));
     expect_err(eng, OJ_ERR_DTYPE, "bf16/f16 [N, K]");
-    assert_null(oj__decode_norm_head(x, x, x, 1e-5, wodd, NULL, NULL));
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, wodd, NULL, NULL, NULL));
     expect_err(eng, OJ_ERR_SHAPE, "multiples of 8");
-    assert_null(oj__decode_norm_head(x, x, x, 1e-5, oj_transpose(w, 0, 1), NULL, NULL));
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, oj_transpose(w, 0, 1), NULL, NULL, NULL));
     expect_err(eng, OJ_ERR_SHAPE, "k-stride 1");
-    assert_null(oj__decode_norm_head(xf, x, x, 1e-5, w, NULL, NULL));
+    assert_null(oj__decode_norm_head(xf, x, x, 1e-5, w, NULL, NULL, NULL));
     expect_err(eng, OJ_ERR_DTYPE, "x is f32");
-    assert_null(oj__decode_norm_head(x, x, x, -1.0, w, NULL, NULL));
+    assert_null(oj__decode_norm_head(x, x, x, -1.0, w, NULL, NULL, NULL));
     expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "eps must be >= 0");
-    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, NULL));
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, NULL, NULL));
     expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "tok and pos go together");
-    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, pos2));
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, pos2, NULL));
     expect_err(eng, OJ_ERR_DTYPE, "one element");
-    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, tok));
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, tok, NULL));
     expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "share storage");
-    (void)pos;
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, NULL, NULL, pos));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "hist needs them");
+    assert_null(oj__decode_norm_head(x, x, x, 1e-5, w, tok, pos, pos));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "hist shares storage");
     oj_scope_end(eng);
     nt_engine_done(eng);
 }
@@ -157,7 +171,7 @@ static void test_norm_head_sample(void **state) {
     oj_tensor *nb = nt_rand(eng, 1, sk, OJ_BF16, -0.5, 0.5), *w = nt_rand(eng, 2, sw, OJ_BF16, -0.5, 0.5);
     oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_from_host(eng, 1, s1, OJ_I64, &p0, 8);
     oj_tensor *stp = oj_from_host(eng, 1, s1, OJ_I64, &st0, 8), *hist = oj_zeros(eng, 1, sh, OJ_I64);
-    oj_tensor *plain = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL);
+    oj_tensor *plain = oj__decode_norm_head(x, nw, nb, 1e-5, w, NULL, NULL, NULL);
     assert_non_null(plain);
     double *lp = nt_host(plain);
     float lf[N];

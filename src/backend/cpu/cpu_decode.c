@@ -215,5 +215,10 @@ oj_status oj_cpu_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tenso
     }
     free(u);
     if (s) return oj_cpu_decode_sample(eng, tok, out, pos, NULL, step, hist, s);
-    return tok ? oj_cpu_decode_argmax_advance(eng, tok, out, pos) : OJ_OK;
+    if (tok == NULL) return OJ_OK;
+    oj_status st = oj_cpu_decode_argmax_advance(eng, tok, out, pos);
+    const int64_t q = *(const int64_t *)oj__nn_base(pos);
+    if (st == OJ_OK && hist && q >= 0 && q < oj_numel(hist))
+        ((int64_t *)oj__nn_base(hist))[q] = *(const int64_t *)oj__nn_base(tok);
+    return st;
 }

@@ -434,7 +434,8 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
  *  - argmax (tok != NULL): each block's best (am_before: a NaN first, then
  *    the larger value, then the lower index) to scratch; the block that
  *    finishes last (the arrival counter OJ_CUDA_COUNT_HEAD) takes the best
- *    of those, writes tok and advances pos. am_before is a total order, so
+ *    of those, writes tok, advances pos and keeps the token at hist[pos]
+ *    (hist not NULL). am_before is a total order, so
  *    the token is the argmax kernel's whatever the grid;
  *  - draw (DRAW, a sampler without a penalty): the last block runs
  *    decode_sample's draw (cuda_decode_sample.cuh, sm_draw) over the
@@ -456,7 +457,8 @@ struct head_args {
     float *bv;            /* [grid]: each block's best value */
     int *bi;              /* [grid]: its index */
     unsigned int *count;  /* the arrival counter */
-    int64_t *step, *hist; /* DRAW: the draw's step, the tokens kept by position (or NULL) */
+    int64_t *step;        /* DRAW: the draw's step */
+    int64_t *hist;        /* the tokens kept by position (hist[pos] = tok), or NULL */
     long long nhist;
     bool vec; /* DRAW: out 16-byte aligned */
     sm_params sp;
@@ -587,7 +589,9 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_a
         for (int w = 1; w < HD_WARPS; w++)
             if (am_before(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
         *a.tok = bi;
-        *a.pos += 1;
+        const int64_t q = *a.pos + 1;
+        *a.pos = q;
+        if (a.hist && q >= 0 && q < a.nhist) a.hist[q] = bi;
     }
 }
 
@@ -651,10 +655,10 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
         a.tok = (int64_t *)oj_cuda_ptr(tok);
         a.pos = (int64_t *)oj_cuda_ptr(pos);
         a.count = oj_cuda_state_of(eng)->counts + OJ_CUDA_COUNT_HEAD;
+        a.hist = hist ? (int64_t *)oj_cuda_ptr(hist) : NULL;
+        a.nhist = hist ? (long long)oj_cuda_numel(hist) : 0;
         if (draw) {
             a.step = (int64_t *)oj_cuda_ptr(step);
-            a.hist = hist ? (int64_t *)oj_cuda_ptr(hist) : NULL;
-            a.nhist = hist ? (long long)oj_cuda_numel(hist) : 0;
             a.vec = oj_cu_aligned16(a.out);
         }
     }
