@@ -656,6 +656,16 @@ typedef struct oj_backend {
                                   const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
                                   oj_tensor *step, oj_tensor *hist,
                                   const struct oj__decode_sampler *s);
+    /* The attention of a decode step: scaled_dot_product_attention's
+     * forward (no causal mask, no logsumexp) of q [1, H, 1, D] over k, v
+     * [1, H, S, D] under mask ([1, H, 1, S] bool view) into out [1, H, 1,
+     * D], its values and bits, where slot (i64 device value) is the one
+     * row of k and v the kernel before may still write: the others may be
+     * read before it finishes. OJ_ERR_UNSUPPORTED for shapes its kernels do
+     * not take. */
+    oj_status (*decode_attention)(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                  const oj_tensor *k, const oj_tensor *v, const oj_tensor *mask,
+                                  const oj_tensor *slot, double scale);
     /* ---- the device-gated optimizer step (CUDA; NULL on the CPU, where
      * the optimizer reads the norms back instead). step_gate_open queues
      * the L2 norm of every grads[i] (contiguous f32/f64/bf16/f16, as

@@ -79,6 +79,10 @@ bool oj__gpt_fast_decode_exact(const oj_gpt *m) {
  * (attention's output is stored [B, T, H, D], so merging is a view). */
 static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) {
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
+    /* the backend's decode attention: scaled_dot_product_attention's bits,
+     * the cache rows other than this step's read early */
+    if (oj__decode_attention_supported(m->eng))
+        return oj__decode_attention(qkv, c->kv[l], c->dev->mask, c->dev->slot);
     oj_tensor *q = oj_narrow(qkv, 2, 0, C);
     oj_tensor *qh = q ? oj__gpt_split_heads(q, H, D) : NULL;
     oj_tensor *y = qh ? oj_scaled_dot_product_attention(qh, c->k[l], c->v[l], c->dev->mask, false,

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "ops/nn_common.h"
+#include "ops/views_internal.h"
 
 bool oj__decode_weight_ok(const oj_tensor *w) {
     if (w == NULL || w->rank != 2) return false;
@@ -440,4 +441,73 @@ oj_tensor *oj__decode_norm_head_sample(oj_tensor *x, oj_tensor *nw, oj_tensor *n
         return NULL;
     }
     return norm_head(op, x, nw, nb, eps, w, tok, pos, step, hist, s);
+}
+
+/* A view of t's storage: shape, strides (elements), elem_off elements past
+ * t's start. */
+static oj_tensor *strided_view(oj_tensor *t, int rank, const int64_t *shape,
+                               const int64_t *stride, int64_t elem_off) {
+    oj_view_geom g;
+    oj__view_of(t, &g);
+    g.rank = rank;
+    for (int i = 0; i < rank; i++) g.shape[i] = shape[i], g.stride[i] = stride[i];
+    g.offset += elem_off * (int64_t)oj_dtype_size(t->dtype);
+    return oj__view_make(t, &g);
+}
+
+bool oj__decode_attention_supported(const oj_engine *eng) {
+    return eng && eng->backend && eng->backend->decode_attention;
+}
+
+oj_tensor *oj__decode_attention(oj_tensor *qkv, oj_tensor *kv, oj_tensor *mask, oj_tensor *slot) {
+    static const char op[] = "decode_attention";
+    oj_tensor *ins[4] = {qkv, kv, mask, slot};
+    oj_engine *eng = oj__ops_engine(op, 4, ins);
+    if (eng == NULL) return NULL;
+    char b1[96], b2[96];
+    if (kv->rank != 5 || kv->shape[0] != 2 || kv->shape[1] != 1 || !oj_is_contiguous(kv) ||
+        oj_numel(qkv) != 3 * kv->shape[2] * kv->shape[4] || !oj_is_contiguous(qkv) ||
+        oj_numel(mask) != kv->shape[3] || !oj_is_contiguous(mask)) {
+        oj_set_error(eng, OJ_ERR_SHAPE,
+                     "%s: kv must be a contiguous cache [2, 1, H, S, D], qkv contiguous with 3 H D "
+                     "elements and mask S contiguous; got kv %s, qkv %s, mask %lld",
+                     op, oj_shape_str(kv, b1, sizeof b1), oj_shape_str(qkv, b2, sizeof b2),
+                     (long long)oj_numel(mask));
+        return NULL;
+    }
+    if (qkv->dtype != kv->dtype || mask->dtype != OJ_BOOL || slot->dtype != OJ_I64 ||
+        oj_numel(slot) != 1) {
+        oj_set_error(eng, OJ_ERR_DTYPE,
+                     "%s: qkv and kv of one dtype (got %s, %s), mask bool (got %s), slot i64 [1] "
+                     "(got %s, %lld elements)",
+                     op, oj_dtype_name(qkv->dtype), oj_dtype_name(kv->dtype),
+                     oj_dtype_name(mask->dtype), oj_dtype_name(slot->dtype),
+                     (long long)oj_numel(slot));
+        return NULL;
+    }
+    oj_status (*fn)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *,
+                    const oj_tensor *, const oj_tensor *, const oj_tensor *, double) =
+        OJ_KERNEL(eng, decode_attention, op);
+    if (fn == NULL) return NULL;
+    const int64_t H = kv->shape[2], S = kv->shape[3], D = kv->shape[4], C = H * D;
+    /* views: q [1, H, 1, D] of qkv, k and v [1, H, S, D] of kv, the mask
+     * [1, H, 1, S] (stride 0 over the heads), out [1, H, 1, D] of a
+     * [1, 1, H, D] tensor (the layout scaled_dot_product_attention gives) */
+    int64_t s4[4] = {1, 1, H, D}, sq[4] = {1, H, 1, D}, qst[4] = {3 * C, D, 3 * C, 1};
+    int64_t skv[4] = {1, H, S, D}, kst[4] = {H * S * D, S * D, D, 1};
+    int64_t sm[4] = {1, H, 1, S}, mst[4] = {0, 0, 0, 1}, ost[4] = {C, D, C, 1};
+    oj_tensor *y = oj__tensor_alloc(eng, 4, s4, qkv->dtype, op);
+    oj_tensor *q = strided_view(qkv, 4, sq, qst, 0);
+    oj_tensor *k = strided_view(kv, 4, skv, kst, 0);
+    oj_tensor *v = strided_view(kv, 4, skv, kst, H * S * D);
+    oj_tensor *m = strided_view(mask, 4, sm, mst, 0);
+    oj_tensor *o = y ? strided_view(y, 4, sq, ost, 0) : NULL;
+    bool ok = y && q && k && v && m && o;
+    const double scale = 1.0 / sqrt((double)D); /* scaled_dot_product_attention's default */
+    if (ok) ok = oj__kernel_ok(eng, fn(eng, o, q, k, v, m, slot, scale), op);
+    int64_t s3[3] = {1, 1, C};
+    oj_tensor *out = ok ? oj_reshape(y, 3, s3) : NULL;
+    oj_tensor *tmp[6] = {y, q, k, v, m, o};
+    for (int i = 0; i < 6; i++) oj_release(tmp[i]);
+    return out;
 }

@@ -151,6 +151,22 @@ oj_tensor *oj__decode_norm_head_sample(oj_tensor *x, oj_tensor *nw, oj_tensor *n
                                        oj_tensor *step, oj_tensor *hist,
                                        const oj__decode_sampler *s);
 
+/* Attention of a gpt2 decode step's query over layer l's cache: q =
+ * columns 0 .. C of qkv [1, 1, 3 C] (contiguous) split into H heads of D,
+ * keys and values kv [2, 1, H, S, D] (contiguous, qkv's dtype), slot j
+ * attended where mask[j] (bool, S elements, contiguous), scale 1 / sqrt(D):
+ * a new [1, 1, C] tensor in the current scope, the values and bits of
+ * scaled_dot_product_attention (the same kernels), computed by the
+ * backend's decode_attention entry. slot (i64, one element): the cache row
+ * the kernel before writes (this step's key and value); the backend may
+ * read every other row before that kernel finishes. NULL with
+ * OJ_ERR_SHAPE / OJ_ERR_DTYPE / OJ_ERR_UNSUPPORTED (no entry, or shapes
+ * its kernels do not take) recorded. */
+oj_tensor *oj__decode_attention(oj_tensor *qkv, oj_tensor *kv, oj_tensor *mask, oj_tensor *slot);
+
+/* Whether eng's backend has the decode_attention entry (optional). */
+bool oj__decode_attention_supported(const oj_engine *eng);
+
 /* Whether eng's backend has the decode_norm_head entry (optional: the fast
  * step takes layer_norm and linear without it). */
 bool oj__decode_head_supported(const oj_engine *eng);

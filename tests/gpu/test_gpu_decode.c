@@ -813,6 +813,65 @@ static void test_decode_norm_head_sample(void **state) {
     oj_engine_free(gpu);
 }
 
+/* oj__decode_attention (the fast step's attention: the cache rows other
+ * than the slot's loaded before the wait on the kernel before) against
+ * scaled_dot_product_attention over the same cache views, bit for bit:
+ * gpt2-124m's shape at several positions (the slot's row rewritten just
+ * before each call, as the step's projection writes it), D 128, f16. On a
+ * CPU engine the entry is missing: OJ_ERR_UNSUPPORTED. */
+static void decode_attention_case(oj_engine *gpu, int64_t H, int64_t S, int64_t D, oj_dtype dt) {
+    oj_scope_begin(gpu);
+    const int64_t C = H * D;
+    int64_t skv[5] = {2, 1, H, S, D}, sq[3] = {1, 1, 3 * C}, sm[4] = {1, 1, 1, S};
+    int64_t srow[5] = {2, 1, H, 1, D};
+    oj_tensor *kv = oj_cast(oj_rand_normal(gpu, 5, skv, OJ_F32, 0.0, 1.0), dt);
+    oj_tensor *qkv = oj_cast(oj_rand_normal(gpu, 3, sq, OJ_F32, 0.0, 1.0), dt);
+    oj_tensor *slots = oj_arange(gpu, 0.0, (double)S, 1.0, OJ_I64);
+    const int64_t positions[] = {0, 63, 64, S / 2, S - 1};
+    for (size_t pi = 0; pi < sizeof positions / sizeof positions[0]; pi++) {
+        const int64_t p = positions[pi];
+        oj_tensor *slot = i64s(gpu, 1, &p);
+        oj_tensor *mask = oj_reshape(oj_le(slots, slot), 4, sm);
+        /* this step's key and value, written just before the attention */
+        oj_tensor *row = oj_narrow(kv, 3, p, 1);
+        assert_int_equal(oj_copy_(row, oj_cast(oj_rand_normal(gpu, 5, srow, OJ_F32, 0.0, 1.0), dt)), OJ_OK);
+        oj_tensor *y = oj__decode_attention(qkv, kv, mask, slot);
+        if (on_cpu) {
+            assert_null(y);
+            assert_int_equal(oj_last_status(gpu), OJ_ERR_UNSUPPORTED);
+            oj_clear_error(gpu);
+            break;
+        }
+        if (y == NULL) fail_msg("decode_attention: %s", oj_last_error(gpu));
+        oj_tensor *q = oj__gpt_split_heads(oj_narrow(qkv, 2, 0, C), H, D);
+        oj_tensor *k = oj_squeeze(oj_narrow(kv, 0, 0, 1), 0), *v = oj_squeeze(oj_narrow(kv, 0, 1, 1), 0);
+        oj_tensor *ref = oj__gpt_merge_heads(oj_scaled_dot_product_attention(q, k, v, mask, false, NAN));
+        assert_non_null(ref);
+        assert_int_equal(oj_numel(y), C);
+        double *a = host_f64(y), *b = host_f64(ref);
+        for (int64_t i = 0; i < C; i++)
+            if (memcmp(&a[i], &b[i], sizeof a[i]) != 0)
+                fail_msg("decode_attention %s H %lld S %lld D %lld pos %lld: y[%lld] %.9g, "
+                         "scaled_dot_product_attention %.9g", oj_dtype_name(dt), (long long)H,
+                         (long long)S, (long long)D, (long long)p, (long long)i, a[i], b[i]);
+        free(a);
+        free(b);
+    }
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    oj_scope_end(gpu);
+}
+
+static void test_decode_attention(void **state) {
+    (void)state;
+    oj_engine *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_set_grad_enabled(gpu, false);
+    decode_attention_case(gpu, 12, 576, 64, OJ_BF16); /* gpt2-124m at 64 + 512 positions */
+    decode_attention_case(gpu, 4, 200, 128, OJ_BF16);
+    decode_attention_case(gpu, 12, 1024, 64, OJ_F16);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 static void test_decode_norm_head(void **state) {
     (void)state;
     oj_engine *cpu = engine(false, OJ_NUMERICS_FAST), *gpu = engine(true, OJ_NUMERICS_FAST);
@@ -1333,6 +1392,7 @@ int main(void) {
         cmocka_unit_test(test_decoder_bf16_weights),
         cmocka_unit_test(test_decoder_gpt2_124m),
         cmocka_unit_test(test_decode_ops),
+        cmocka_unit_test(test_decode_attention),
         cmocka_unit_test(test_decode_norm_head),
         cmocka_unit_test(test_decode_norm_head_sample),
         cmocka_unit_test(test_decode_argmax_advance),

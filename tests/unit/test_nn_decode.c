@@ -216,6 +216,31 @@ static void test_norm_head_sample(void **state) {
     nt_engine_done(eng);
 }
 
+/* oj__decode_attention's refusals: a cache of another shape or dtype, and
+ * a backend without the entry (the CPU's: the fast step then takes
+ * scaled_dot_product_attention). */
+static void test_decode_attention_refusals(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_scope_begin(eng);
+    int64_t skv[5] = {2, 1, 2, 8, 8}, sq[3] = {1, 1, 48}, sbad[3] = {1, 1, 40}, sm[1] = {8};
+    int64_t s1[1] = {1};
+    oj_tensor *kv = oj_zeros(eng, 5, skv, OJ_BF16), *qkv = oj_zeros(eng, 3, sq, OJ_BF16);
+    oj_tensor *qbad = oj_zeros(eng, 3, sbad, OJ_BF16), *qf = oj_zeros(eng, 3, sq, OJ_F32);
+    oj_tensor *mask = oj_zeros(eng, 1, sm, OJ_BOOL), *slot = oj_zeros(eng, 1, s1, OJ_I64);
+    assert_null(oj__decode_attention(qbad, kv, mask, slot));
+    expect_err(eng, OJ_ERR_SHAPE, "3 H D");
+    assert_null(oj__decode_attention(qf, kv, mask, slot));
+    expect_err(eng, OJ_ERR_DTYPE, "one dtype");
+    assert_null(oj__decode_attention(qkv, kv, mask, mask));
+    expect_err(eng, OJ_ERR_DTYPE, "slot i64");
+    assert_false(oj__decode_attention_supported(eng));
+    assert_null(oj__decode_attention(qkv, kv, mask, slot));
+    expect_err(eng, OJ_ERR_UNSUPPORTED, "decode_attention");
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 static void test_linear_residual(void **state) {
     (void)state;
     const oj_dtype dts[2] = {OJ_BF16, OJ_F16};
@@ -555,6 +580,7 @@ int main(void) {
         cmocka_unit_test(test_norm_linear),
         cmocka_unit_test(test_norm_head),
         cmocka_unit_test(test_norm_head_sample),
+        cmocka_unit_test(test_decode_attention_refusals),
         cmocka_unit_test(test_linear_residual),
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_refusals),

@@ -79,6 +79,8 @@ struct dec_args {
     float scale;
     float *pm, *pl, *pacc; /* per (row, chunk): max, sum, [Dv] accumulator */
     unsigned int *count;   /* fast path: per row, chunks done (NULL: the combine kernel) */
+    const int64_t *fresh;  /* fast path: the one key/value row the kernel before may write
+                            * (the others load before the wait), or NULL (all after it) */
     char *o, *lse;
     int64_t os[4]; /* out [B, H, 1, Dv] is written through its strides */
     int odt, oes, sdt, ses;
@@ -311,8 +313,6 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
     constexpr int KW = DF_U * KPI;            /* keys per warp step */
     constexpr int KB = DF_WARPS * KW;         /* keys per block step */
     static_assert(LPK >= 1 && LPK <= 32 && 32 % LPK == 0 && D <= DF_THREADS, "head dim");
-    oj_pdl_wait(); /* launched as a programmatic dependent: nothing read or written before */
-    oj_pdl_allow_dependents();
     __shared__ float wm[DF_WARPS], wl[DF_WARPS];
     __shared__ float wacc[DF_WARPS][D];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -320,10 +320,26 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
     const int64_t split = blockIdx.x, row = blockIdx.y;
     const int64_t b = row / a.H, h = row % a.H, hk = h / a.group;
     const int64_t j0 = split * a.chunk, jend = j0 + a.chunk < a.S ? j0 + a.chunk : a.S;
-    const uint4 qraw = __ldg((const uint4 *)(a.q + (b * a.qs[0] + h * a.qs[1]) * a.es) + sub);
     const char *kb = a.k + (b * a.ks[0] + hk * a.ks[1]) * a.es + sub * 16;
     const char *vb = a.v + (b * a.vs[0] + hk * a.vs[1]) * a.es + sub * 16;
     const int64_t kst = a.ks[2] * a.es, vst = a.vs[2] * a.es;
+    /* with a.fresh, the first step's keys and values load before the wait
+     * (every row but *fresh was written before the kernels this one
+     * follows; that one is loaded again after it, past L1) */
+    const bool pre = a.fresh != NULL;
+    uint4 kr[DF_U], vr[DF_U];
+    if (pre) {
+        const int64_t jb = j0 + warp * KW;
+#pragma unroll
+        for (int u = 0; u < DF_U; u++) {
+            const int64_t j = jb + u * KPI + kg, jc = j < a.S ? j : a.S - 1;
+            kr[u] = __ldg((const uint4 *)(kb + jc * kst));
+            vr[u] = __ldg((const uint4 *)(vb + jc * vst));
+        }
+    }
+    oj_pdl_wait(); /* launched as a programmatic dependent: nothing else read or written before */
+    oj_pdl_allow_dependents();
+    const uint4 qraw = __ldg((const uint4 *)(a.q + (b * a.qs[0] + h * a.qs[1]) * a.es) + sub);
     const char *mrow = MB ? a.mask + (b * a.ms[0] + h * a.ms[1]) * MB : NULL;
     const int64_t mst = a.ms[3] * MB;
     float m = -INFINITY, l = 0.0f, acc[VEC];
@@ -332,14 +348,19 @@ __global__ void __launch_bounds__(DF_THREADS) k_dec_fast_partial(dec_args a) {
     for (int64_t st = 0; st < a.steps; st++) {
         const int64_t jb = j0 + st * KB + warp * KW; /* this warp's first key */
         if (jb >= jend) break;                       /* uniform over the warp */
-        uint4 kr[DF_U], vr[DF_U];
         float madd[DF_U];
         unsigned mkeep[DF_U];
+        const int64_t fj = pre && st == 0 ? __ldcg(a.fresh) : -1;
 #pragma unroll
         for (int u = 0; u < DF_U; u++) { /* every load of the step, then their use */
             int64_t j = jb + u * KPI + kg, jc = j < a.S ? j : a.S - 1;
-            kr[u] = __ldg((const uint4 *)(kb + jc * kst));
-            vr[u] = __ldg((const uint4 *)(vb + jc * vst));
+            if (!pre || st > 0) {
+                kr[u] = __ldg((const uint4 *)(kb + jc * kst));
+                vr[u] = __ldg((const uint4 *)(vb + jc * vst));
+            } else if (j == fj) { /* this step's key and value, just written */
+                kr[u] = __ldcg((const uint4 *)(kb + jc * kst));
+                vr[u] = __ldcg((const uint4 *)(vb + jc * vst));
+            }
             mkeep[u] = 1u;
             madd[u] = 0.0f;
             if (MB == 1) mkeep[u] = __ldg((const unsigned char *)(mrow + jc * mst));
@@ -569,11 +590,14 @@ bool oj_cuda_attention_decode_ok(const oj_tensor *q, const oj_tensor *k, const o
            H % Hkv == 0 && B * H >= 1 && B * H <= 65535 && (S + DEC_CHUNK - 1) / DEC_CHUNK <= INT32_MAX;
 }
 
-oj_status oj_cuda_attention_decode(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
-                                   const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
-                                   const oj_tensor *mask, double scale) {
+/* oj_cuda_attention_decode, with fresh (device i64, or NULL) passed to the
+ * fast path's partial kernel. */
+static oj_status attention_decode(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
+                                  const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                  const oj_tensor *mask, double scale, const int64_t *fresh) {
     dec_args a;
     memset(&a, 0, sizeof a);
+    a.fresh = fresh;
     a.q = oj_cuda_ptr(q);
     a.k = oj_cuda_ptr(k);
     a.v = oj_cuda_ptr(v);
@@ -604,6 +628,7 @@ oj_status oj_cuda_attention_decode(oj_engine *eng, oj_tensor *out, oj_tensor *ls
     a.ses = lse ? (int)oj_dtype_size(lse->dtype) : 0;
     int64_t rows = q->shape[0] * a.H;
     if (df_ok(q, k, v, mask)) return df_run(eng, &a, rows, df_mask_bytes(mask));
+    a.fresh = NULL;
     size_t nf = (size_t)(rows * a.nsplit) * (size_t)(2 + a.Dv);
     oj_storage *hold = NULL;
     float *scratch = (float *)oj_cuda_scratch(eng, nf * sizeof(float),
@@ -622,4 +647,23 @@ oj_status oj_cuda_attention_decode(oj_engine *eng, oj_tensor *out, oj_tensor *ls
     }
     oj__storage_release(hold);
     return st;
+}
+
+oj_status oj_cuda_attention_decode(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
+                                   const oj_tensor *q, const oj_tensor *k, const oj_tensor *v,
+                                   const oj_tensor *mask, double scale) {
+    return attention_decode(eng, out, lse, q, k, v, mask, scale, NULL);
+}
+
+oj_status oj_cuda_decode_attention(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                   const oj_tensor *k, const oj_tensor *v, const oj_tensor *mask,
+                                   const oj_tensor *slot, double scale) {
+    const char *op = "decode_attention";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (!oj_cuda_attention_decode_ok(q, k, v, out))
+        return oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                            "%s: these shapes and dtypes are not the decode kernels' (or "
+                            "OJAS_CUDA_ATTN_DECODE=0)", op);
+    return attention_decode(eng, out, NULL, q, k, v, mask, scale,
+                            (const int64_t *)oj_cuda_ptr(slot));
 }

@@ -67,6 +67,9 @@ oj_status oj_cuda_decode_argmax_advance(oj_engine *eng, oj_tensor *tok, const oj
 oj_status oj_cuda_decode_embed_mask(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
                                     const oj_tensor *wpe, const oj_tensor *tok,
                                     const oj_tensor *pos, oj_tensor *mask);
+oj_status oj_cuda_decode_attention(oj_engine *eng, oj_tensor *out, const oj_tensor *q,
+                                   const oj_tensor *k, const oj_tensor *v, const oj_tensor *mask,
+                                   const oj_tensor *slot, double scale);
 oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
                                    const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
@@ -191,6 +194,7 @@ static oj_backend make_cuda_backend() {
     b.decode_argmax_advance = oj_cuda_decode_argmax_advance;
     b.decode_embed_mask = oj_cuda_decode_embed_mask;
     b.decode_norm_head = oj_cuda_decode_norm_head;
+    b.decode_attention = oj_cuda_decode_attention; /* cuda_attention_decode.cu */
     /* quantized weights (cuda_quant.cu) */
     b.qgemv = oj_cuda_qgemv;
     b.qdequant = oj_cuda_qdequant;
