@@ -1,11 +1,12 @@
 /* The gpt2 decode step in few kernels (FAST numerics): per layer
  *   qkv = norm + c_attn (+ bias), keys/values written to the cache slot
  *         (decode_norm_linear: one kernel),
- *   y   = attention of q over the masked cache (the decode kernels: two),
+ *   y   = attention of q over the masked cache (decode_attention: one
+ *         kernel, the rows other than the slot's loaded before it waits),
  *   x  += c_proj(y) + bias (decode_linear_residual: one),
  *   h   = gelu(norm + c_fc (+ bias)) (decode_norm_linear: one),
  *   x  += mlp c_proj(h) + bias (decode_linear_residual: one),
- * six kernels where the generic forward launches ten (the add + norm, the
+ * five kernels where the generic forward launches nine (the add + norm, the
  * GEMV, the cache write, the GELU each apart); before the layers one
  * kernel writes x = wte[idx] + wpe[pos] and the attention mask (the
  * generic step: two embeddings, an add and a comparison), after them one

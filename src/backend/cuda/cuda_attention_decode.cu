@@ -2,8 +2,9 @@
  * over the keys (flash-decoding: Dao, Haziza, Massa, Sizov 2023): the keys
  * are cut into chunks, one block per (chunk, row) computes the chunk's
  * partial softmax state (max m, sum l, unnormalised accumulator acc), and
- * a second kernel merges the chunks: M = max m, L = sum l e^(m - M),
- * out = sum acc e^(m - M) / L, lse = M + log L.
+ * the chunks are merged: M = max m, L = sum l e^(m - M),
+ * out = sum acc e^(m - M) / L, lse = M + log L (on the fast path by each
+ * row's last block to finish, else by a second kernel).
  *
  * q (B,H,1,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv) any strides, mask (B,H,1,S)
  * view (stride 0 where broadcast) bool (true = keep) or float (added) or
@@ -33,20 +34,31 @@
  *   one step, or several when one-step chunks would make more than
  *   DF_BLOCKS blocks or DF_MAXSPLIT chunks a row (the chunking depends on
  *   the shapes only). With one chunk the partial kernel writes the output
- *   and the combine is skipped.
- * - combine: a block of D threads per row, thread c merges column c over
- *   the chunks, DF_CB chunks' m, l and acc loaded at once (an online max
- *   across batches), so a row of <= 16 chunks is one round of loads.
+ *   and there is nothing to merge.
+ * - merge: thread c of D merges column c over the chunks, DF_CB chunks'
+ *   m, l and acc loaded at once (an online max across batches), so a row
+ *   of <= 16 chunks is one round of loads. The block of a row that
+ *   finishes last does it (each block makes its state visible with a
+ *   fence, then counts its arrival on the engine's counter for the row,
+ *   threadFenceReduction's pattern; the last resets it to 0), for up to
+ *   OJ_CUDA_COUNT_ATTN_ROWS rows; more rows (or OJAS_CUDA_ATTN_COMBINE=1)
+ *   take a combine kernel, a block per row. The order is the same either
+ *   way: the same bits.
+ * - decode_attention (the gpt2 fast step's entry) also names the cache
+ *   row the kernel before writes (this step's key and value): the first
+ *   step's K and V loads are issued before the programmatic-dependent
+ *   wait, so their DRAM latency overlaps that kernel, and that one row is
+ *   loaded again after the wait through L2.
  *
  * GPT-2 124M decode (q [1,12,1,64] bf16, k and v [1,12,576,64] bf16, a
  * bool mask [1,1,1,576] broadcast): 9 chunks of 64 keys x 12 rows = 108
  * blocks of 128 threads (one step each, near one per SM of an H200's 132).
  * Bytes: K and V 2 x 884,736 = 1,769,472, q 1,536, mask 576 (read 12
  * times, from L2), partial states 108 x 66 x 4 = 28,512 written and read
- * back, out 1,536: about 1.83 MB, 0.46 us at ~4 TB/s. Each kernel is about
- * one DRAM/L2 round trip plus its launch ramp, so the estimate (not
- * measured) is ~2 us for the partial and ~1.5 us for the combine, ~3.5 us
- * a call against 28 + 7.6 us before.
+ * back, out 1,536: about 1.83 MB, 0.46 us at ~4 TB/s. The kernel is about
+ * one DRAM/L2 round trip plus its launch ramp and the last blocks' merge
+ * (an estimate, not measured: ~2.5 us a call; the two kernels before it,
+ * ~3.5 us).
  *
  * General fallback (other shapes, strides, dtypes): one block per chunk of
  * DEC_CHUNK keys and row; the scores of the chunk's keys (a warp per key,
