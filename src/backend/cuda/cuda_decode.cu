@@ -493,7 +493,7 @@ __device__ __forceinline__ void head_warp_best(float &bv, int &bi) {
 
 template <typename T, int U, bool DRAW>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_args a) {
-    extern __shared__ float xs[]; /* [K] */
+    extern __shared__ __align__(16) float hxs[]; /* [K]; read as float4 */
     __shared__ float red[32];
     __shared__ float wbv[HD_WARPS];
     __shared__ int wbi[HD_WARPS];
@@ -508,8 +508,8 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_a
     head_load<R, U>(wv, a.w, a.ldw, gi * R, a.N, 0, K8, lane);
     oj_pdl_allow_dependents();
     oj_pdl_wait();
-    /* ---- prologue: the normalised row into xs */
-    dec_stage_row<T, true>(xs, red, a.in, a.nw, a.nb, a.eps, a.K);
+    /* ---- prologue: the normalised row into hxs */
+    dec_stage_row<T, true>(hxs, red, a.in, a.nw, a.nb, a.eps, a.K);
     /* ---- the product, group by group */
     float bv = -INFINITY;
     int bi = INT_MAX;
@@ -524,8 +524,8 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_a
                 const int c = r * 32 * U + u * 32 + lane;
                 float xf[8];
                 if (c < K8) {
-                    const float4 lo = *(const float4 *)(xs + c * 8);
-                    const float4 hi = *(const float4 *)(xs + c * 8 + 4);
+                    const float4 lo = *(const float4 *)(hxs + c * 8);
+                    const float4 hi = *(const float4 *)(hxs + c * 8 + 4);
                     xf[0] = lo.x, xf[1] = lo.y, xf[2] = lo.z, xf[3] = lo.w;
                     xf[4] = hi.x, xf[5] = hi.y, xf[6] = hi.z, xf[7] = hi.w;
                 } else {
