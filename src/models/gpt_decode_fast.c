@@ -28,6 +28,13 @@
 #include "ojas/ops.h"
 #include "ops/nn_decode.h"
 
+/* The environment variable `name` is "0" (read once per name by the
+ * callers' statics). */
+static bool env_off(const char *name) {
+    const char *e = getenv(name);
+    return e != NULL && strcmp(e, "0") == 0;
+}
+
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     const char *e = getenv("OJAS_DECODE_FAST");
     if (e && strcmp(e, "0") == 0) return false;
@@ -82,7 +89,9 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
     /* the backend's decode attention: scaled_dot_product_attention's bits,
      * the cache rows other than this step's read early */
-    if (oj__decode_attention_supported(m->eng))
+    static int off = -1; /* OJAS_DECODE_ATTN_EARLY=0: scaled_dot_product_attention */
+    if (off < 0) off = env_off("OJAS_DECODE_ATTN_EARLY");
+    if (!off && oj__decode_attention_supported(m->eng))
         return oj__decode_attention(qkv, c->kv[l], c->dev->mask, c->dev->slot);
     oj_tensor *q = oj_narrow(qkv, 2, 0, C);
     oj_tensor *qh = q ? oj__gpt_split_heads(q, H, D) : NULL;
@@ -101,6 +110,9 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
  * head's layout takes the "nk" matmul kernel exactly when it suits the
  * entry). */
 bool oj__gpt_fast_head_fused(const oj_gpt *m) {
+    static int off = -1; /* OJAS_DECODE_HEAD=0: layer_norm, linear, then the argmax or draw */
+    if (off < 0) off = env_off("OJAS_DECODE_HEAD");
+    if (off) return false;
     return oj__decode_head_supported(m->eng) && oj__decode_head_weight_ok(m->head) &&
            oj_tensor_dtype(m->head) == oj_tensor_dtype(m->wte) && m->ln_f_w && m->ln_f_b &&
            oj_tensor_dtype(m->ln_f_w) == oj_tensor_dtype(m->wte) &&

@@ -39,6 +39,8 @@
  * K): FAST numerics. */
 #include <cuda_fp16.h>
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_decode_sample.cuh"
 #include "backend/cuda/cuda_internal.cuh"
@@ -239,8 +241,16 @@ static int dec_groups(int64_t N) {
     return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
 }
 
+/* The environment variable `name` is "0". */
+static bool dec_env_off(const char *name) {
+    const char *e = getenv(name);
+    return e != NULL && strcmp(e, "0") == 0;
+}
+
 template <typename T, bool NORM, int EPI>
 static void dec_launch(const proj_args &a) {
+    static int u24_off = -1; /* OJAS_DECODE_U24=0: 16 rows a round for K 3072 (comparisons) */
+    if (u24_off < 0) u24_off = dec_env_off("OJAS_DECODE_U24");
     const int G = dec_groups(a.N);
     const unsigned blocks = (unsigned)((a.N + 8 * G - 1) / (8 * G));
     const size_t smem = (size_t)a.K * sizeof(float);
@@ -249,7 +259,7 @@ static void dec_launch(const proj_args &a) {
     if (G == 2) {
         if (rows <= 8) DEC_(2, 8);
         else if (rows <= 16) DEC_(2, 16);
-        else if (rows <= 24) DEC_(2, 24); /* gpt2's mlp c_proj (K 3072): every row before the wait */
+        else if (rows <= 24 && !u24_off) DEC_(2, 24); /* gpt2's mlp c_proj (K 3072): every row before the wait */
         else DEC_(2, 16);
     } else if (G == 4) {
         if (rows <= 8) DEC_(4, 8);
@@ -640,11 +650,13 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
     /* the draw in the last block: no penalty, K <= 1024 (its shared memory
      * beside the row's), the groups of blocks within the block's threads
      * and the grid; otherwise the logits here and decode_sample's kernel */
+    static int draw_off = -1; /* OJAS_DECODE_HEAD_DRAW=0: decode_sample's kernel (comparisons) */
+    if (draw_off < 0) draw_off = dec_env_off("OJAS_DECODE_HEAD_DRAW");
     bool draw = false;
     if (s) {
         a.sp = sm_params_of(s, a.N, DEC_THREADS);
-        draw = s->repetition_penalty == 1.0 && a.K <= 1024 && a.sp.k <= a.sp.groups &&
-               a.sp.groups <= (int)blocks;
+        draw = !draw_off && s->repetition_penalty == 1.0 && a.K <= 1024 &&
+               a.sp.k <= a.sp.groups && a.sp.groups <= (int)blocks;
     }
     oj_storage *hold = NULL;
     if (tok && (s == NULL || draw)) {
