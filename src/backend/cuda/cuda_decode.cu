@@ -85,6 +85,7 @@ struct proj_args {
     const int64_t *slot;
     int C, D, H;
     int64_t S;
+    bool late; /* let the next kernel launch after the wait, not before (dec_late_trigger) */
 };
 
 __device__ __forceinline__ float dec_sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
@@ -180,8 +181,9 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_arg
      * a programmatic dependent, this kernel starts while that one runs) */
     uint4 wv[U];
     load_round<U>(wv, wc, a.ldw, s, KS, K);
-    oj_pdl_allow_dependents();
+    if (!a.late) oj_pdl_allow_dependents();
     oj_pdl_wait();
+    if (a.late) oj_pdl_allow_dependents();
     /* ---- prologue: the row (normalised) into xs */
     dec_stage_row<T, NORM>(xs, red, a.in, a.nw, a.nb, a.eps, K);
     /* ---- the product over this block's 8 G columns */
@@ -247,8 +249,19 @@ static bool dec_env_off(const char *name) {
     return e != NULL && strcmp(e, "0") == 0;
 }
 
+/* OJAS_DECODE_PDL_EARLY=0: the projections and the head let the next
+ * kernel launch only once they have waited for the one before (the chain
+ * then runs one kernel ahead, not as far as resources allow). */
+static bool dec_late_trigger(void) {
+    static int late = -1;
+    if (late < 0) late = dec_env_off("OJAS_DECODE_PDL_EARLY");
+    return late != 0;
+}
+
 template <typename T, bool NORM, int EPI>
-static void dec_launch(const proj_args &a) {
+static void dec_launch(const proj_args &a_in) {
+    proj_args a = a_in;
+    a.late = dec_late_trigger();
     static int u24_off = -1; /* OJAS_DECODE_U24=0: 16 rows a round for K 3072 (comparisons) */
     if (u24_off < 0) u24_off = dec_env_off("OJAS_DECODE_U24");
     const int G = dec_groups(a.N);
@@ -472,6 +485,7 @@ struct head_args {
     int64_t *hist;        /* the tokens kept by position (hist[pos] = tok), or NULL */
     long long nhist;
     bool vec; /* DRAW: out 16-byte aligned */
+    bool late; /* as proj_args.late */
     sm_params sp;
 };
 
@@ -516,8 +530,9 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_a
     /* ---- the first group's first round: weights only, before the wait */
     uint4 wv[R][U];
     head_load<R, U>(wv, a.w, a.ldw, gi * R, a.N, 0, K8, lane);
-    oj_pdl_allow_dependents();
+    if (!a.late) oj_pdl_allow_dependents();
     oj_pdl_wait();
+    if (a.late) oj_pdl_allow_dependents();
     /* ---- prologue: the normalised row into hxs */
     dec_stage_row<T, true>(hxs, red, a.in, a.nw, a.nb, a.eps, a.K);
     /* ---- the product, group by group */
@@ -675,6 +690,7 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
             a.vec = oj_cu_aligned16(a.out);
         }
     }
+    a.late = dec_late_trigger();
     if (out->dtype == OJ_BF16) head_launch<oj_cu_bf16>(a, blocks, draw);
     else head_launch<oj_cu_f16>(a, blocks, draw);
     oj__storage_release(hold); /* later users run after this kernel (one stream) */
