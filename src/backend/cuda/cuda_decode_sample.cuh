@@ -13,7 +13,7 @@
 #include "ops/nn_decode.h"
 
 #define SM_CAP 2048 /* candidates ranked in shared memory */
-#define SM_U 4       /* loads in flight a thread in a scan */
+#define SM_U 4       /* loads in flight a thread in a scan of 1,024 threads (8 with fewer) */
 
 struct sm_params {
     double temperature, top_p, penalty;
@@ -77,24 +77,25 @@ __device__ __forceinline__ double sm_value(const T *x, const uint8_t *seen, doub
 /* f(i, x[i] as float) for every i < V, each by one thread of the block in
  * no particular order: 16-bit logits at a 16-byte aligned address in
  * 8-element chunks (one 16-byte load), the rest one by one; SM_U loads of
- * a thread issued before any use (one round of L2 latency for gpt2's V
- * instead of one per chunk). */
+ * a thread (2 SM_U below 1,024 threads) issued before any use (one round
+ * of L2 latency for gpt2's V instead of one per chunk). */
 template <int NT, bool CG, typename T, typename F>
 __device__ __forceinline__ void sm_scan(const T *x, int V, bool vec, F f) {
+    constexpr int SU = NT >= 1024 ? SM_U : 2 * SM_U; /* fewer threads: more loads each */
     int tail = 0;
     if constexpr (sizeof(T) == 2) {
         if (vec) {
             const int nch = V / 8;
             const uint4 *xc = (const uint4 *)x;
-            for (int c0 = threadIdx.x; c0 < nch; c0 += NT * SM_U) {
-                uint4 r[SM_U];
+            for (int c0 = threadIdx.x; c0 < nch; c0 += NT * SU) {
+                uint4 r[SU];
 #pragma unroll
-                for (int u = 0; u < SM_U; u++) {
+                for (int u = 0; u < SU; u++) {
                     const int c = c0 + u * NT;
                     r[u] = c < nch ? (CG ? __ldcg(xc + c) : __ldg(xc + c)) : make_uint4(0, 0, 0, 0);
                 }
 #pragma unroll
-                for (int u = 0; u < SM_U; u++) {
+                for (int u = 0; u < SU; u++) {
                     const int c = c0 + u * NT;
                     if (c >= nch) break;
                     float v[8];
@@ -106,15 +107,15 @@ __device__ __forceinline__ void sm_scan(const T *x, int V, bool vec, F f) {
             tail = nch * 8;
         }
     }
-    for (int i0 = tail + (int)threadIdx.x; i0 < V; i0 += NT * SM_U) {
-        float v[SM_U];
+    for (int i0 = tail + (int)threadIdx.x; i0 < V; i0 += NT * SU) {
+        float v[SU];
 #pragma unroll
-        for (int u = 0; u < SM_U; u++) {
+        for (int u = 0; u < SU; u++) {
             const int i = i0 + u * NT;
             v[u] = i < V ? oj_cu_hw_tof(sm_ld<CG>(x + i)) : 0.0f;
         }
 #pragma unroll
-        for (int u = 0; u < SM_U; u++) {
+        for (int u = 0; u < SU; u++) {
             const int i = i0 + u * NT;
             if (i >= V) break;
             f(i, v[u]);
