@@ -28,12 +28,17 @@
 #include "ojas/ops.h"
 #include "ops/nn_decode.h"
 
-/* The environment variable `name` is "0" (read once per name by the
- * callers' statics). */
-static bool env_off(const char *name) {
+/* The switch `name`: "0" off, another value on, unset (or empty) dflt
+ * (read once per name by the callers' statics). */
+static bool env_flag(const char *name, bool dflt) {
     const char *e = getenv(name);
-    return e != NULL && strcmp(e, "0") == 0;
+    if (e == NULL || e[0] == '\0') return dflt;
+    return strcmp(e, "0") != 0;
 }
+
+/* The defaults of the fast step's switches (docs/architecture.md). */
+#define DECODE_ATTN_EARLY_DEFAULT true
+#define DECODE_HEAD_DEFAULT true
 
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     const char *e = getenv("OJAS_DECODE_FAST");
@@ -90,7 +95,7 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
     /* the backend's decode attention: scaled_dot_product_attention's bits,
      * the cache rows other than this step's read early */
     static int off = -1; /* OJAS_DECODE_ATTN_EARLY=0: scaled_dot_product_attention */
-    if (off < 0) off = env_off("OJAS_DECODE_ATTN_EARLY");
+    if (off < 0) off = !env_flag("OJAS_DECODE_ATTN_EARLY", DECODE_ATTN_EARLY_DEFAULT);
     if (!off && oj__decode_attention_supported(m->eng))
         return oj__decode_attention(qkv, c->kv[l], c->dev->mask, c->dev->slot);
     oj_tensor *q = oj_narrow(qkv, 2, 0, C);
@@ -111,7 +116,7 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
  * entry). */
 bool oj__gpt_fast_head_fused(const oj_gpt *m) {
     static int off = -1; /* OJAS_DECODE_HEAD=0: layer_norm, linear, then the argmax or draw */
-    if (off < 0) off = env_off("OJAS_DECODE_HEAD");
+    if (off < 0) off = !env_flag("OJAS_DECODE_HEAD", DECODE_HEAD_DEFAULT);
     if (off) return false;
     return oj__decode_head_supported(m->eng) && oj__decode_head_weight_ok(m->head) &&
            oj_tensor_dtype(m->head) == oj_tensor_dtype(m->wte) && m->ln_f_w && m->ln_f_b &&
