@@ -491,6 +491,24 @@ oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const 
 /* Whether the bucket of n_seq rows holds a captured graph. */
 bool oj_gpt_decode_paged_graphed(const oj_kv_pool *pool, int64_t n_seq);
 
+/* Host-side seconds oj_gpt_decode_paged has spent on a pool since its
+ * creation, by phase (CLOCK_MONOTONIC around each). */
+typedef struct oj_kv_pool_times {
+    int64_t steps;     /* decode steps run */
+    double prepare_s;  /* checks and the inputs staged on the host */
+    double upload_s;   /* the inputs' one host-to-device copy */
+    double launch_s;   /* the graph's launch (eager: the step's kernels queued, or run on the CPU) */
+    double wait_s;     /* waiting for the device after the launch (only with timing on) */
+    double readback_s; /* the outputs' copy to the host (without timing it includes the wait) */
+} oj_kv_pool_times;
+/* sync true: oj_gpt_decode_paged waits for the device after the launch,
+ * so that wait_s and readback_s separate the device's time from the copy
+ * (a profile; it costs nothing on the CPU and one synchronisation a step
+ * on CUDA, where the read-back would wait anyway). NULL: nothing. */
+void oj_kv_pool_set_timing(oj_kv_pool *p, bool sync);
+/* p's times (zeros for NULL). */
+oj_kv_pool_times oj_kv_pool_get_times(const oj_kv_pool *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -151,17 +151,23 @@ typedef struct oj_gpt_paged {
 
 /* The inputs and output of one decode-step bucket of B rows
  * (oj_gpt_decode_paged): device tensors overwritten before every step, so
- * that a captured graph reads them at fixed addresses. */
+ * that a captured graph reads them at fixed addresses, and the host
+ * staging of the inputs (allocated once). */
 typedef struct oj_paged_bucket {
     int64_t B;
-    oj_tensor *in;  /* i32 [B (4 + MB)]: the storage of the five views below */
+    oj_tensor *in;  /* i32 [B (5 + MB)]: the storage of the six views below */
     oj_tensor *idx; /* i32 [1, B]: the tokens */
     oj_tensor *seq, *vpos, *slot; /* i32 [B]: i; its position (-1: inactive); its slot */
+    oj_tensor *pos;               /* i32 [B]: the positions (0 for inactive rows) */
     oj_tensor *tables;            /* i32 [B, MB]: the block tables */
-    oj_tensor *pos;               /* i64 [B]: the positions (0 for inactive rows) */
     oj_tensor *logits;            /* f32 [1, B, V]: the graph's static outputs */
     oj_tensor *argmax;            /* i64 [1, B]: each row's first largest logit */
     oj_tensor *argmax_lp;         /* f32 [1, B]: its log-probability (max - logsumexp) */
+    oj_tensor *greedy;            /* f32 [2, B]: argmax (exact: V <= 2^24) and argmax_lp,
+                                   * one read-back; NULL when V > 2^24 */
+    int32_t *host_in;             /* [B (5 + MB)]: in's host staging */
+    float *host_out;              /* [2 B]: greedy's */
+    int64_t *host_am;             /* [B]: argmax's when greedy is NULL */
     oj_graph *graph;              /* captured lazily; NULL: not (yet) */
 } oj_paged_bucket;
 
@@ -173,6 +179,8 @@ struct oj_kv_pool {
     oj_tensor **k, **v; /* per layer [n_blocks, Hkv, block_size, D] */
     int64_t max_blocks; /* MB: a sequence's blocks at most, ceil(context / block_size) */
     oj_paged_bucket buckets[OJ_PAGED_BUCKETS]; /* bucket j holds 2^j rows */
+    bool timing_sync;     /* oj_kv_pool_set_timing: wait for the device after the launch */
+    oj_kv_pool_times times; /* oj_gpt_decode_paged's host-side phases */
 };
 
 struct oj_kv_cache {
