@@ -130,6 +130,27 @@ typedef struct oj_sched_stats {
     int64_t preempted;                 /* preemptions since creation (recomputed requests) */
 } oj_sched_stats;
 oj_sched_stats oj_sched_get_stats(const oj_sched *s);
+
+/* Host-side seconds oj_sched_step has spent since the scheduler's
+ * creation, by phase (CLOCK_MONOTONIC around each; the phases do not
+ * overlap, and their sum is the steps' time). */
+typedef struct oj_sched_profile {
+    int64_t steps;                         /* steps that ran a forward */
+    int64_t decode_steps, decode_rows;     /* oj_gpt_decode_paged calls and their rows */
+    int64_t prefill_steps, prefill_tokens; /* packed forwards (prompt chunks) and their tokens */
+    double schedule_s; /* deadlines, admission, block growth, packing the step */
+    double decode_s;   /* oj_gpt_decode_paged, whole (its phases in `decode`) */
+    double prefill_s;  /* the packed forwards, their logits' read-back included */
+    double sample_s;   /* sampling, log-probabilities and top alternatives on the host */
+    double events_s;   /* inside the requests' event callbacks (oj_sched_fn) */
+    oj_kv_pool_times decode; /* oj_gpt_decode_paged's phases on the scheduler's pool */
+} oj_sched_profile;
+/* s's profile (zeros for NULL). */
+oj_sched_profile oj_sched_get_profile(const oj_sched *s);
+/* sync true: the decode step waits for the device after its launch, so
+ * that the profile's decode.wait_s is the device's time and
+ * decode.readback_s the copy alone (oj_kv_pool_set_timing). */
+void oj_sched_set_profile_sync(oj_sched *s, bool sync);
 /* The engine's message of the last failed call on s ("" when none). */
 const char *oj_sched_error(const oj_sched *s);
 
