@@ -343,17 +343,38 @@ oj_sched_stats oj_sched_get_stats(const oj_sched *s) {
 
 const char *oj_sched_error(const oj_sched *s) { return s ? s->err : ""; }
 
+/* The one rule by which requests hold KV blocks, at admission and as they
+ * grow: a running request holds the blocks of its known tokens (prompt
+ * and generated: every chunk of its prefill) and of the position its next
+ * token will take (capped at the positions it can ever write), so the
+ * step after the current one needs no block it lacks. */
+static int64_t blocks_ahead(const oj_sched *s, const req *r) {
+    int64_t pos = r->n + r->len + 1;
+    const int64_t cap = r->n + (r->max_new > 0 ? r->max_new - 1 : 0);
+    if (pos > cap) pos = cap;
+    return blocks_for(s, pos);
+}
+
+/* Blocks running request r still lacks under the rule. */
+static int64_t blocks_owed(const oj_sched *s, const req *r) {
+    const int64_t d = blocks_ahead(s, r) - r->held;
+    return d > 0 ? d : 0;
+}
+
 /* Move queued requests into the batch, first come first served, while the
- * batch has a seat and the pool the blocks of the queue head's known
- * tokens (its prompt, and what it generated before a preemption) with a
- * block to spare for every running request (room to grow, so that a new
- * request does not preempt at once). A request with nothing to generate
- * ends at once. */
+ * batch has a seat and the pool has, besides what the running requests
+ * are owed under the rule (blocks_ahead), the queue head's blocks under
+ * the rule: its known tokens (its prompt, and what it generated before a
+ * preemption) and its next token's position. So admission never predicts
+ * room that the next step's growth then lacks. A request with nothing to
+ * generate ends at once. */
 static void admit(oj_sched *s) {
+    int64_t owed = 0;
+    for (int64_t i = 0; i < s->n_run; i++) owed += blocks_owed(s, s->run[i]);
     while (s->qhead && s->n_run < s->cfg.max_batch) {
         req *r = s->qhead;
-        const int64_t want = blocks_for(s, r->n + r->len);
-        if (want + s->n_run > s->n_free) break;
+        const int64_t want = blocks_ahead(s, r);
+        if (want + owed > s->n_free) break;
         s->qhead = r->next;
         if (s->qhead == NULL) s->qtail = NULL;
         r->next = NULL;
@@ -381,7 +402,8 @@ static void preempt(oj_sched *s, int64_t i) {
 /* Blocks for every running request's next chunk (its last token, or up
  * to prefill_chunk tokens still to prefill), oldest first; when the pool
  * is empty the youngest running request is preempted (the one asking,
- * when it is the youngest). */
+ * when it is the youngest). Then, oldest first, each takes what the rule
+ * still owes it while the pool has blocks (never preempting for those). */
 static void grow(oj_sched *s) {
     for (int64_t i = 0; i < s->n_run; i++) {
         req *r = s->run[i];
@@ -396,6 +418,11 @@ static void grow(oj_sched *s) {
             preempt(s, s->n_run - 1);
             if (i >= s->n_run) break; /* it was r itself */
         }
+    }
+    for (int64_t i = 0; i < s->n_run && s->n_free > 0; i++) {
+        req *r = s->run[i];
+        const int64_t want = blocks_ahead(s, r);
+        while (r->held < want && s->n_free > 0) r->blocks[r->held++] = s->free_blocks[--s->n_free];
     }
 }
 

@@ -369,6 +369,56 @@ static void test_preempt_in_prefill(void **state) {
     oj_gpt_free(m);
 }
 
+/* Admission and growth hold blocks by one rule (a request's known tokens
+ * and its next token's position): a pool of 4 blocks of 4 positions holds
+ * both prompts (4 and 8 tokens) but not both requests' next tokens
+ * (positions 4 and 8 start blocks 2 and 3), so the second waits until the
+ * first ends instead of being admitted, prefilled and preempted at its
+ * first token; no preemption happens and both get oj_generate's tokens. */
+static void test_admission_growth_one_rule(void **state) {
+    (void)state;
+    oj_gpt *m = make("gpt2");
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = 2;
+    sc.block_size = 4;
+    sc.n_blocks = 4;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    int32_t pa[4] = {1, 2, 3, 4}, pb[8] = {9, 8, 7, 6, 5, 4, 3, 2};
+    const int32_t *ps[2] = {pa, pb};
+    const int64_t ls[2] = {4, 8}, mx[2] = {6, 2};
+    collect *c = calloc(1, sizeof *c);
+    for (int i = 0; i < 2; i++) {
+        cfg.max_new_tokens = mx[i];
+        assert_int_equal(oj_sched_submit(s, ps[i], ls[i], &cfg, 0, 0.0, collect_fn, c, &c->ids[i]),
+                         OJ_OK);
+    }
+    while (oj_sched_busy(s)) {
+        assert_int_equal(oj_sched_step(s), OJ_OK);
+        oj_sched_stats st = oj_sched_get_stats(s);
+        if (st.preempted != 0)
+            fail_msg("step %lld: a request was preempted (%lld running, %lld queued)",
+                     (long long)st.steps, (long long)st.running, (long long)st.queued);
+    }
+    oj_sched_stats st = oj_sched_get_stats(s);
+    assert_int_equal(st.blocks_used, 0);
+    assert_int_equal(c->ends, 2);
+    for (int i = 0; i < 2; i++) {
+        int32_t *want[1];
+        int64_t wl[1];
+        cfg.max_new_tokens = mx[i];
+        assert_int_equal(oj_generate(m, 1, &ps[i], &ls[i], &cfg, want, wl, NULL, NULL), OJ_OK);
+        assert_int_equal(c->len[i], wl[0]);
+        assert_memory_equal(c->toks[i], want[0], (size_t)wl[0] * sizeof(int32_t));
+        free(want[0]);
+    }
+    free(c);
+    oj_sched_free(s);
+    oj_gpt_free(m);
+}
+
 typedef struct {
     int64_t tokens, ends;
     oj_finish last;
@@ -653,6 +703,7 @@ int main(void) {
         cmocka_unit_test(test_generate_full_pool),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_preempt_in_prefill),
+        cmocka_unit_test(test_admission_growth_one_rule),
         cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),
