@@ -89,9 +89,11 @@ static void *sched_thread(void *arg) {
             fprintf(stderr, "ojas: serve: %s\n", oj_sched_error(sv->s));
         busy = oj_sched_busy(sv->s);
         oj_sched_stats st = oj_sched_get_stats(sv->s);
+        oj_sched_profile pr = oj_sched_get_profile(sv->s);
         double t2 = sv->profile ? serve_now() : 0.0;
         pthread_mutex_lock(&sv->mu);
         sv->stats = st;
+        sv->sprof = pr;
         sv->ttft = sv->s_ttft;
         sv->itl = sv->s_itl;
         sv->timeouts = sv->s_timeouts;

@@ -363,8 +363,11 @@ static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish 
         }
     }
     g->events++;
-    if (g->req.stream) pthread_cond_signal(&g->cv); /* a whole response waits for the end */
     pthread_mutex_unlock(&g->mu);
+    /* after the unlock: the woken handler does not block on the mutex at
+     * once (it checks its events under it); a whole response waits for
+     * the end events alone */
+    if (g->req.stream) pthread_cond_signal(&g->cv);
     return more;
 }
 
@@ -973,6 +976,33 @@ static enum MHD_Result handle_metrics(server *sv, struct MHD_Connection *mc, con
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
         sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", g[i].name, g[i].help, g[i].name,
                   g[i].type, g[i].name, (long long)g[i].v);
+    /* where the steps' time went (host clock; decode_wait is 0 unless
+     * OJAS_SERVE_PROFILE=1, when the decode step waits for the device) */
+    const oj_sched_profile *p = &sv->sprof;
+    const struct {
+        const char *phase;
+        double s;
+    } ph[] = {{"schedule", p->schedule_s},
+              {"decode_prepare", p->decode.prepare_s},
+              {"decode_upload", p->decode.upload_s},
+              {"decode_launch", p->decode.launch_s},
+              {"decode_wait", p->decode.wait_s},
+              {"decode_readback", p->decode.readback_s},
+              {"decode_other", p->decode_s - (p->decode.prepare_s + p->decode.upload_s +
+                                              p->decode.launch_s + p->decode.wait_s +
+                                              p->decode.readback_s)},
+              {"prefill", p->prefill_s},
+              {"sample", p->sample_s},
+              {"events", p->events_s}};
+    sb_printf(&b, "# HELP ojas_step_seconds_total Host seconds of the scheduler's steps, by phase.\n"
+                  "# TYPE ojas_step_seconds_total counter\n");
+    for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++)
+        sb_printf(&b, "ojas_step_seconds_total{phase=\"%s\"} %.6f\n", ph[i].phase, ph[i].s);
+    sb_printf(&b, "# HELP ojas_decode_steps_total Decode steps (one-token rows, a graph replay on CUDA).\n"
+                  "# TYPE ojas_decode_steps_total counter\nojas_decode_steps_total %lld\n"
+                  "# HELP ojas_decode_rows_total Rows of the decode steps.\n"
+                  "# TYPE ojas_decode_rows_total counter\nojas_decode_rows_total %lld\n",
+              (long long)p->decode_steps, (long long)p->decode_rows);
     struct {
         const char *name, *help;
         const histogram *h;

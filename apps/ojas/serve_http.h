@@ -66,6 +66,7 @@ typedef struct server {
     bool stop_sched, stopping;
     bool busy;              /* published: requests queued or running, or jobs waiting */
     oj_sched_stats stats;   /* published after every step */
+    oj_sched_profile sprof; /* the steps' phases, published after every step */
     char model_id[256];
     oj_chat_template chat;
     char chat_err[320];
