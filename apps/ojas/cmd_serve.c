@@ -2,12 +2,14 @@
  * scheduler (serve.h), on libmicrohttpd. docs/serve.md describes it.
  *
  * Threads: libmicrohttpd runs one thread per connection (bounded by
- * --max-connections); a handler parses and tokenizes its request, submits
- * it to the scheduler under the server's mutex and waits on a condition
+ * --max-connections); a handler parses and tokenizes its request, posts
+ * it to the scheduler thread and waits on its generation's condition
  * variable for its tokens, polling its socket so that a client that goes
- * away cancels its request (its KV blocks are freed at once). One
- * scheduler thread runs oj_sched_step while any request is queued or
- * running; the token events it calls append to the requests' buffers. The
+ * away cancels its request (its KV blocks are freed at the next step). One
+ * scheduler thread, the only one that calls the scheduler, runs its jobs
+ * and oj_sched_step while any request is queued or running, without a
+ * lock during the step; the token events it calls append to the
+ * generations' buffers under their own mutexes. The
  * main thread waits for SIGTERM or SIGINT, then stops accepting, lets
  * in-flight requests finish for --shutdown-grace seconds, cancels the rest
  * and exits 0. */

@@ -2,7 +2,10 @@
  * tokens to OpenAI responses (whole, or streamed as server-sent events),
  * the other endpoints and the counters of /metrics. Threads: each handler
  * runs on its connection's thread (libmicrohttpd's thread per
- * connection); everything shared is under the server's mutex. */
+ * connection) and posts its submission and cancellation to the scheduler
+ * thread (serve_run_jobs); a generation's tokens pass from the scheduler
+ * thread's token events to its handler under the generation's own mutex;
+ * the inbox and the counters are under the server's mutex. */
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>

@@ -8,9 +8,11 @@
  * prompt is prefilled in chunks of at most prefill_chunk tokens, packed
  * beside the other requests' decode tokens. Keys and values live in
  * fixed-size blocks of one pool (oj_kv_pool, gpt.h; PagedAttention, Kwon
- * et al. 2023) charged to the engine's budget; a request is admitted when
- * the pool has the blocks of its prompt (and one to spare per running
- * request) and takes more blocks as it grows. When the pool cannot grow a
+ * et al. 2023) charged to the engine's budget. One rule says which blocks
+ * a request holds, at admission and as it grows: those of its known tokens
+ * (prompt and generated) and of its next token's position; a request is
+ * admitted when the pool has its blocks under the rule besides what the
+ * running requests are still owed under it. When the pool cannot grow a
  * running request, the youngest running request is preempted: its blocks
  * are freed and it waits at the head of the queue, to be prefilled again
  * (prompt and generated tokens; the same tokens follow, none is delivered
@@ -18,7 +20,8 @@
  * larger than the whole pool is refused at submission.
  *
  * Threads: a scheduler is not thread-safe; callers that submit from
- * several threads serialise the calls (the HTTP server holds a mutex). */
+ * several threads serialise the calls (the HTTP server makes one thread
+ * the scheduler's alone, and the others post it their requests). */
 #ifndef OJAS_SERVE_H
 #define OJAS_SERVE_H
 

@@ -3,8 +3,12 @@
  * packs one chunk of each request (prompt chunk or last token) into one
  * oj_gpt_forward_paged.
  *
- * Blocks are taken as a request grows: its prompt's at admission, then
- * one more whenever its positions cross a block. When the pool cannot
+ * Blocks are held by one rule, at admission and as a request grows: the
+ * blocks of its known tokens (prompt and generated) and of its next
+ * token's position (blocks_ahead). A request is admitted only when the
+ * pool has its blocks under the rule besides those the running requests
+ * are still owed under it, so the step after an admission never lacks a
+ * block that admission counted on. When the pool cannot
  * grow a running request, the youngest running request (the last
  * admitted) is preempted: its blocks go back to the pool and it returns to
  * the head of the queue, to be recomputed on readmission (its prompt and
