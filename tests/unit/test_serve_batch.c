@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -369,6 +370,78 @@ static void test_preempt_in_prefill(void **state) {
     oj_gpt_free(m);
 }
 
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The step profile (oj_sched_get_profile) on the decode path
+ * (OJAS_SCHED_DECODE_PAGED=1): every step counted, the decode steps and
+ * their rows as run (the pool's decode times count the same steps), the
+ * prompts' tokens as prefilled (a one-token prompt is a decode row), every phase >= 0 and their sum within the
+ * steps' wall time; with the sync on, the decode step still gives the
+ * same tokens. */
+static void test_profile(void **state) {
+    (void)state;
+    assert_int_equal(setenv("OJAS_SCHED_DECODE_PAGED", "1", 1), 0);
+    oj_gpt *m = make("gpt2");
+    int32_t *p[NP];
+    prompts(p);
+    int32_t *want[NP];
+    int64_t wl[NP];
+    const oj_sampler_config cfg = generate_alone(m, p, 0.0, want, wl);
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = NP;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    oj_sched_set_profile_sync(s, true);
+    collect *c = calloc(1, sizeof *c);
+    int64_t prompt_total = 0;
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(oj_sched_submit(s, p[i], lens[i], &cfg, i, 0.0, collect_fn, c, &c->ids[i]), OJ_OK);
+        prompt_total += lens[i];
+    }
+    double wall = 0.0;
+    int64_t steps = 0;
+    while (oj_sched_busy(s)) {
+        double t = mono();
+        assert_int_equal(oj_sched_step(s), OJ_OK);
+        wall += mono() - t;
+        steps++;
+    }
+    oj_sched_profile pr = oj_sched_get_profile(s);
+    assert_int_equal(pr.steps, steps);
+    assert_true(pr.decode_steps > 0 && pr.decode_steps <= steps);
+    assert_int_equal(pr.decode.steps, pr.decode_steps);
+    assert_true(pr.decode_rows >= pr.decode_steps && pr.decode_rows <= NP * pr.decode_steps);
+    assert_true(pr.prefill_steps > 0);
+    /* a prompt of one token (lens[0]) runs as a decode row */
+    assert_int_equal(pr.prefill_tokens, prompt_total - lens[0]);
+    const double ph[] = {pr.schedule_s, pr.decode_s, pr.prefill_s, pr.sample_s, pr.events_s,
+                         pr.decode.prepare_s, pr.decode.upload_s, pr.decode.launch_s,
+                         pr.decode.wait_s, pr.decode.readback_s};
+    for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++) assert_true(ph[i] >= 0.0);
+    const double sum = pr.schedule_s + pr.decode_s + pr.prefill_s + pr.sample_s + pr.events_s;
+    if (!(sum > 0.0 && sum <= wall * 1.001 + 1e-6))
+        fail_msg("the phases sum to %.6f s, the steps took %.6f s", sum, wall);
+    if (!(pr.decode.launch_s > 0.0 && pr.decode.prepare_s + pr.decode.upload_s + pr.decode.launch_s +
+                                          pr.decode.wait_s + pr.decode.readback_s <= pr.decode_s * 1.001 + 1e-6))
+        fail_msg("decode phases %.6f (launch %.6f) beyond the decode steps' %.6f s",
+                 pr.decode.prepare_s + pr.decode.upload_s + pr.decode.launch_s + pr.decode.wait_s +
+                     pr.decode.readback_s, pr.decode.launch_s, pr.decode_s);
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(c->len[i], wl[i]);
+        assert_memory_equal(c->toks[i], want[i], (size_t)wl[i] * sizeof(int32_t));
+        free(want[i]);
+    }
+    free(c);
+    oj_sched_free(s);
+    free_prompts(p);
+    oj_gpt_free(m);
+    unsetenv("OJAS_SCHED_DECODE_PAGED");
+}
+
 /* Admission and growth hold blocks by one rule (a request's known tokens
  * and its next token's position): a pool of 4 blocks of 4 positions holds
  * both prompts (4 and 8 tokens) but not both requests' next tokens
@@ -704,6 +777,7 @@ int main(void) {
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_preempt_in_prefill),
         cmocka_unit_test(test_admission_growth_one_rule),
+        cmocka_unit_test(test_profile),
         cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),
