@@ -379,6 +379,7 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    const oj_sched_stats st = oj_sched_get_stats(sv.s); /* before the scheduler thread has it */
     pthread_t th;
     pthread_create(&th, NULL, sched_thread, &sv);
     struct MHD_Daemon *d = MHD_start_daemon(
@@ -393,7 +394,6 @@ int cmd_serve(int argc, char **argv) {
                        strerror(errno));
     } else {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-        oj_sched_stats st = oj_sched_get_stats(sv.s);
         fprintf(stderr,
                 "ojas: serve: %s (%s, context %lld) on http://%s:%u (max batch %lld, %lld KV "
                 "blocks of %lld positions, chat template %s)\n",
