@@ -126,7 +126,8 @@ oj_tensor *oj__gpt_attend_cached(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor 
  * changes from one token to the next: it can be captured once into a CUDA
  * graph and replayed for every token. */
 typedef struct oj_gpt_dev_pos {
-    oj_tensor *pos;  /* i64 [1]: the new token's position (rotary angle, gpt2's wpe row) */
+    oj_tensor *pos;  /* i64 [1] (paged: i32 [N]): the new tokens' positions (rotary angle,
+                      * gpt2's wpe row) */
     oj_tensor *slot; /* i64 [1]: the cache slot its key and value go to (pos mod capacity) */
     oj_tensor *mask; /* bool [1, 1, 1, capacity]: the slots written so far, attended to */
 } oj_gpt_dev_pos;
@@ -179,6 +180,8 @@ struct oj_kv_pool {
     oj_tensor **k, **v; /* per layer [n_blocks, Hkv, block_size, D] */
     int64_t max_blocks; /* MB: a sequence's blocks at most, ceil(context / block_size) */
     oj_paged_bucket buckets[OJ_PAGED_BUCKETS]; /* bucket j holds 2^j rows */
+    int32_t *stage;       /* oj_gpt_forward_paged's host staging of its inputs [stage_cap] */
+    int64_t stage_cap;
     bool timing_sync;     /* oj_kv_pool_set_timing: wait for the device after the launch */
     oj_kv_pool_times times; /* oj_gpt_decode_paged's host-side phases */
 };

@@ -105,6 +105,7 @@ void oj_kv_pool_free(oj_kv_pool *p) {
     }
     free(p->k);
     free(p->v);
+    free(p->stage);
     free(p);
 }
 
@@ -273,48 +274,48 @@ oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int
     }
     const int64_t N = oj_size(idx, 1);
     if (!check_batch(m, pool, N, n_seq, start, past, blocks)) return NULL;
-    int64_t *pos = malloc((size_t)N * sizeof *pos), *last = malloc((size_t)n_seq * sizeof *last);
-    if (pos == NULL || last == NULL) {
-        free(pos);
-        free(last);
-        oj_set_error(eng, OJ_ERR_CAPACITY, "gpt forward_paged: out of host memory");
-        return NULL;
+    /* The step's inputs in one i32 upload from the pool's host staging:
+     * the positions [N] and each sequence's last row [n_seq], then, for a
+     * backend that reads block tables on the device, seq, vpos, slot [N]
+     * and the tables [n_seq, MB]. */
+    const bool dt = device_tables(eng);
+    const int64_t MB = pool->max_blocks, n_in = N + n_seq + (dt ? 3 * N + n_seq * MB : 0);
+    if (n_in > pool->stage_cap) {
+        int32_t *h = realloc(pool->stage, (size_t)n_in * sizeof *h);
+        if (h == NULL) {
+            oj_set_error(eng, OJ_ERR_CAPACITY, "gpt forward_paged: out of host memory");
+            return NULL;
+        }
+        pool->stage = h;
+        pool->stage_cap = n_in;
     }
+    int32_t *pos = pool->stage, *last = pos + N;
     for (int64_t i = 0; i < n_seq; i++) {
-        for (int64_t t = start[i]; t < start[i + 1]; t++) pos[t] = past[i] + t - start[i];
-        last[i] = start[i + 1] - 1;
+        for (int64_t t = start[i]; t < start[i + 1]; t++) pos[t] = (int32_t)(past[i] + t - start[i]);
+        last[i] = (int32_t)(start[i + 1] - 1);
+    }
+    if (dt) {
+        int32_t *h = last + n_seq;
+        fill_tables(pool, n_seq, start, past, blocks, N, h, h + N, h + 2 * N, h + 3 * N);
     }
     bool prev = oj_set_grad_enabled(eng, false);
     oj_tensor *logits = NULL;
     oj_scope_begin(eng);
-    int64_t sn[1] = {N}, sl[1] = {n_seq};
-    oj_tensor *pt = oj_from_host(eng, 1, sn, OJ_I64, pos, (size_t)N * sizeof *pos);
-    oj_tensor *lt = oj_from_host(eng, 1, sl, OJ_I64, last, (size_t)n_seq * sizeof *last);
-    /* device tables: seq, vpos, slot [N] and the tables [n_seq, MB] in one upload */
-    oj_tensor *dev_in = NULL;
+    int64_t sin[1] = {n_in}, st[2] = {n_seq, MB};
+    oj_tensor *in = oj_from_host(eng, 1, sin, OJ_I32, pool->stage, (size_t)n_in * sizeof *pool->stage);
+    oj_tensor *pt = in ? oj_narrow(in, 0, 0, N) : NULL;
+    oj_tensor *lt = in ? oj_narrow(in, 0, N, n_seq) : NULL;
     oj_gpt_paged pg = {pool, n_seq, start, past, blocks, NULL, NULL, NULL, NULL};
-    if (pt && lt && device_tables(eng)) {
-        const int64_t MB = pool->max_blocks, n_in = 3 * N + n_seq * MB;
-        int32_t *h = malloc((size_t)n_in * sizeof *h);
-        if (h == NULL) {
-            oj_set_error(eng, OJ_ERR_CAPACITY, "gpt forward_paged: out of host memory");
-        } else {
-            fill_tables(pool, n_seq, start, past, blocks, N, h, h + N, h + 2 * N, h + 3 * N);
-            int64_t sin[1] = {n_in};
-            dev_in = oj_from_host(eng, 1, sin, OJ_I32, h, (size_t)n_in * sizeof *h);
-            free(h);
-        }
-        if (dev_in) {
-            int64_t st[2] = {n_seq, MB};
-            oj_tensor *tn = oj_narrow(dev_in, 0, 3 * N, n_seq * MB);
-            pg.seq = oj_narrow(dev_in, 0, 0, N);
-            pg.vpos = oj_narrow(dev_in, 0, N, N);
-            pg.slot = oj_narrow(dev_in, 0, 2 * N, N);
-            pg.tables = tn ? oj_reshape(tn, 2, st) : NULL;
-            oj_release(tn);
-        }
+    if (in && dt) {
+        const int64_t o = N + n_seq;
+        oj_tensor *tn = oj_narrow(in, 0, o + 3 * N, n_seq * MB);
+        pg.seq = oj_narrow(in, 0, o, N);
+        pg.vpos = oj_narrow(in, 0, o + N, N);
+        pg.slot = oj_narrow(in, 0, o + 2 * N, N);
+        pg.tables = tn ? oj_reshape(tn, 2, st) : NULL;
+        oj_release(tn);
     }
-    const bool tables_ok = dev_in == NULL ? !device_tables(eng) : pg.seq && pg.vpos && pg.slot && pg.tables;
+    const bool tables_ok = !dt || (pg.seq && pg.vpos && pg.slot && pg.tables);
     if (pt && lt && tables_ok) {
         oj_gpt_dev_pos dp = {pt, NULL, NULL};
         /* a cache of batch 1 whose attention is the pool's */
@@ -327,12 +328,10 @@ oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int
         oj_release(xf);
     }
     if (logits) oj_keep(logits);
-    oj_tensor *dt[5] = {pg.tables, pg.seq, pg.vpos, pg.slot, dev_in};
-    for (int i = 0; i < 5; i++) oj_release(dt[i]);
+    oj_tensor *tmp[] = {pg.tables, pg.seq, pg.vpos, pg.slot, pt, lt, in};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     oj_scope_end(eng);
     oj_set_grad_enabled(eng, prev);
-    free(pos);
-    free(last);
     return logits;
 }
 
