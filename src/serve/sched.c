@@ -158,10 +158,11 @@ oj_status oj_sched_create(oj_gpt *m, const oj_sched_config *cfg, oj_sched **out)
     s->lrow = malloc(B * sizeof *s->lrow);
     s->pk_am = malloc(B * sizeof *s->pk_am);
     s->pk_lp = malloc(B * sizeof *s->pk_lp);
-    if (s->lrow == NULL || s->pk_am == NULL || s->pk_lp == NULL || s->free_blocks == NULL || s->run == NULL || s->start == NULL || s->pk_start == NULL ||
+    if (s->free_blocks == NULL || s->run == NULL || s->start == NULL || s->pk_start == NULL ||
         s->past == NULL || s->pk_past == NULL || s->rows == NULL || s->tables == NULL ||
         s->pk_tables == NULL || s->tok == NULL || s->pk_tok == NULL || s->greedy == NULL ||
-        s->greedy_lp == NULL || s->dev == NULL) {
+        s->greedy_lp == NULL || s->dev == NULL || s->lrow == NULL || s->pk_am == NULL ||
+        s->pk_lp == NULL) {
         oj_sched_free(s);
         return oj_set_error(eng, OJ_ERR_CAPACITY, "serve scheduler: out of host memory");
     }
