@@ -6,7 +6,7 @@ driven by curl and by a standard-library client in OpenAI's request format.
 Checks: greedy completions streamed == not streamed == `ojas generate
 --numerics exact` for the prompt alone, also with other requests in the
 batch; chat completions through the ChatML template; n, logprobs, stop;
-/v1/models, /health, /metrics; 400 for malformed JSON, wrong types,
+/v1/models, /health, /metrics (with the steps' time by phase); 400 for malformed JSON, wrong types,
 oversized bodies and prompts longer than the context, 404/405, 503 for a
 request larger than the KV pool, 429 for a full queue; a soak of a few
 hundred requests with disconnects and bad bodies after which /metrics
@@ -234,7 +234,7 @@ def generate(ojas, work, prompt, n):
 
 
 def drive(a, work, srv):
-    t0 = time.time()
+    t0 = t_start = time.time()
     code, h = request(srv, "GET", "/health")
     check(code == 200 and h == {"status": "ok"}, "health %s %s" % (code, h))
     code, m = request(srv, "GET", "/v1/models")
@@ -476,6 +476,14 @@ def drive(a, work, srv):
     check(mt.get('ojas_requests_total{endpoint="/v1/completions",code="400"}', 0) > 0, mt)
     check(mt["ojas_generated_tokens_total"] > 0 and mt["ojas_time_to_first_token_seconds_count"] > 0,
           mt)
+    # the steps' host time by phase: every phase reported, the forward's > 0 (the CPU runs
+    # every step as a packed forward), none beyond the server's life
+    phases = {k.split('"')[1]: v for k, v in mt.items() if k.startswith("ojas_step_seconds_total{")}
+    check(set(phases) == {"schedule", "decode_prepare", "decode_upload", "decode_launch",
+                          "decode_wait", "decode_readback", "decode_other", "prefill", "sample",
+                          "events"}, phases)
+    check(phases["prefill"] > 0 and all(0 <= v < time.time() - t_start for v in phases.values()),
+          phases)
 
     # SIGTERM: an in-flight stream still ends with [DONE], the process exits 0
     got = {}
