@@ -175,7 +175,7 @@ typedef struct gen {
     int submit_code;
     char submit_err[768];
     bool abandoned;     /* the handler has gone: a job not yet run is dropped */
-    int64_t events, events_seen; /* token and end events; the handler's count of them */
+    int64_t events;     /* token and end events so far (a stream waits for more) */
     double t0;
     int fd;            /* the client's socket, polled for hang-up */
     char id[48];
