@@ -174,6 +174,16 @@ typedef struct oj_paged_bucket {
 
 #define OJ_PAGED_BUCKETS 21 /* B = 1, 2, 4, .. 2^20 */
 
+/* A decode step begun (oj_gpt_decode_paged_begin) and not yet ended. */
+typedef struct oj_paged_pending {
+    bool active;
+    bool graph;         /* the bucket's graph ran (else out holds the eager step's outputs) */
+    bool launched;      /* its replay was queued: its index checks are read at the end */
+    int bucket;
+    int64_t n_seq;
+    oj_tensor *out[4];  /* the eager step's outputs (decode_body's), unscoped */
+} oj_paged_pending;
+
 struct oj_kv_pool {
     oj_gpt *m;
     int64_t n_blocks, block_size, n_layer;
@@ -182,6 +192,7 @@ struct oj_kv_pool {
     oj_paged_bucket buckets[OJ_PAGED_BUCKETS]; /* bucket j holds 2^j rows */
     int32_t *stage;       /* oj_gpt_forward_paged's host staging of its inputs [stage_cap] */
     int64_t stage_cap;
+    oj_paged_pending pending; /* a decode step between its begin and its end */
     bool timing_sync;     /* oj_kv_pool_set_timing: wait for the device after the launch */
     oj_kv_pool_times times; /* oj_gpt_decode_paged's host-side phases */
 };

@@ -98,6 +98,7 @@ static void bucket_free(oj_paged_bucket *b) {
 
 void oj_kv_pool_free(oj_kv_pool *p) {
     if (p == NULL) return;
+    for (int i = 0; i < 4; i++) oj_release(p->pending.out[i]); /* a step begun, never ended */
     for (int j = 0; j < OJ_PAGED_BUCKETS; j++) bucket_free(&p->buckets[j]);
     for (int64_t l = 0; l < p->n_layer; l++) {
         oj_release(p->k[l]);
@@ -420,14 +421,18 @@ static double mono_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
-                              const int64_t *past, const int32_t *const *blocks, bool use_graph,
-                              float *logits, int32_t *argmax, float *argmax_logprob) {
+oj_status oj_gpt_decode_paged_begin(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq,
+                                    const int32_t *tokens, const int64_t *past,
+                                    const int32_t *const *blocks, bool use_graph) {
     if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_engine *eng = m->eng;
     if (pool == NULL || pool->m != m)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "gpt decode_paged: %s",
                             pool ? "the KV pool was created for another model" : "the KV pool is NULL");
+    if (pool->pending.active)
+        return oj_set_error(eng, OJ_ERR_STATE,
+                            "gpt decode_paged: a step begun on this pool has not ended "
+                            "(oj_gpt_decode_paged_end)");
     if (tokens == NULL || past == NULL || blocks == NULL || n_seq <= 0 ||
         n_seq > (1ll << (OJ_PAGED_BUCKETS - 1)))
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
@@ -476,7 +481,8 @@ oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const 
     double t2 = mono_s();
     bool prev = oj_set_grad_enabled(eng, false);
     const bool graph = use_graph && oj_engine_device(eng).type == OJ_DEVICE_CUDA;
-    oj_tensor *out[4] = {NULL, NULL, NULL, NULL}; /* the eager step's outputs */
+    oj_paged_pending *pd = &pool->pending;
+    memset(pd, 0, sizeof *pd);
     if (st == OJ_OK && graph && b->graph == NULL) {
         st = oj_graph_capture_begin(eng);
         oj_tensor *o[4] = {NULL, NULL, NULL, NULL};
@@ -494,31 +500,63 @@ oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const 
             b->greedy = o[3] ? own(o[3]) : NULL;
         }
     }
-    /* the replay is queued; its deferred index checks are read after the
-     * outputs (one wait for the device, not two) */
-    bool launched = false;
+    /* the replay is only queued: the outputs are read by _end, then the
+     * replay's deferred index checks (one wait for the device, not two) */
     if (st == OJ_OK && graph) {
         st = oj__graph_launch(b->graph);
-        launched = st == OJ_OK;
+        pd->launched = st == OJ_OK;
     } else if (st == OJ_OK) {
         oj_scope_begin(eng);
-        if (decode_body(m, pool, b, out)) {
+        if (decode_body(m, pool, b, pd->out)) {
             for (int i = 0; i < 4; i++)
-                if (out[i]) oj__scope_detach(out[i]);
+                if (pd->out[i]) oj__scope_detach(pd->out[i]);
         } else {
             st = oj_last_status(eng);
         }
         oj_scope_end(eng);
     }
     oj_set_grad_enabled(eng, prev);
+    double t3 = mono_s();
+    oj_kv_pool_times *tm = &pool->times;
+    tm->prepare_s += t1 - t0;
+    tm->upload_s += t2 - t1;
+    tm->launch_s += t3 - t2;
+    if (st != OJ_OK) {
+        for (int i = 0; i < 4; i++) oj_release(pd->out[i]);
+        memset(pd, 0, sizeof *pd);
+        tm->steps++;
+        return st;
+    }
+    pd->active = true;
+    pd->graph = graph;
+    pd->bucket = j;
+    pd->n_seq = n_seq;
+    return OJ_OK;
+}
+
+oj_status oj_gpt_decode_paged_end(oj_gpt *m, oj_kv_pool *pool, float *logits, int32_t *argmax,
+                                  float *argmax_logprob) {
+    if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = m->eng;
+    if (pool == NULL || pool->m != m || !pool->pending.active)
+        return oj_set_error(eng, pool == NULL || pool->m != m ? OJ_ERR_INVALID_ARGUMENT : OJ_ERR_STATE,
+                            "gpt decode_paged_end: %s",
+                            pool == NULL      ? "the KV pool is NULL"
+                            : pool->m != m    ? "the KV pool was created for another model"
+                                              : "no step was begun on this pool");
+    oj_paged_pending *pd = &pool->pending;
+    oj_paged_bucket *b = &pool->buckets[pd->bucket];
+    const int64_t V = m->cfg.vocab_size, B = b->B, n_seq = pd->n_seq;
+    const bool graph = pd->graph;
     double t3 = mono_s(), t4 = t3;
-    if (st == OJ_OK && pool->timing_sync) {
+    oj_status st = OJ_OK;
+    if (pool->timing_sync) {
         st = oj_engine_synchronize(eng);
         t4 = mono_s();
     }
     /* the first n_seq rows of each output wanted (contiguous views) */
-    oj_tensor *all[4] = {graph ? b->logits : out[0], graph ? b->argmax : out[1],
-                         graph ? b->argmax_lp : out[2], graph ? b->greedy : out[3]};
+    oj_tensor *all[4] = {graph ? b->logits : pd->out[0], graph ? b->argmax : pd->out[1],
+                         graph ? b->argmax_lp : pd->out[2], graph ? b->greedy : pd->out[3]};
     if (st == OJ_OK && logits) {
         oj_tensor *rows = oj_narrow(all[0], 1, 0, n_seq);
         st = rows ? oj_to_host(rows, logits, (size_t)(n_seq * V) * sizeof *logits) : oj_last_status(eng);
@@ -541,20 +579,25 @@ oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const 
             oj_release(rows);
         }
     }
-    if (launched) { /* the replay's checks, after its outputs (or their error) */
+    if (pd->launched) { /* the replay's checks, after its outputs (or their error) */
         oj_status ck = oj__graph_checks(b->graph);
         if (st == OJ_OK) st = ck;
     }
-    for (int i = 0; i < 4; i++) oj_release(out[i]);
+    for (int i = 0; i < 4; i++) oj_release(pd->out[i]);
+    memset(pd, 0, sizeof *pd);
     double t5 = mono_s();
     oj_kv_pool_times *tm = &pool->times;
     tm->steps++;
-    tm->prepare_s += t1 - t0;
-    tm->upload_s += t2 - t1;
-    tm->launch_s += t3 - t2;
     tm->wait_s += t4 - t3;
     tm->readback_s += t5 - t4;
     return st;
+}
+
+oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
+                              const int64_t *past, const int32_t *const *blocks, bool use_graph,
+                              float *logits, int32_t *argmax, float *argmax_logprob) {
+    oj_status st = oj_gpt_decode_paged_begin(m, pool, n_seq, tokens, past, blocks, use_graph);
+    return st == OJ_OK ? oj_gpt_decode_paged_end(m, pool, logits, argmax, argmax_logprob) : st;
 }
 
 bool oj_gpt_decode_paged_graphed(const oj_kv_pool *pool, int64_t n_seq) {

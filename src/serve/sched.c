@@ -570,26 +570,36 @@ static oj_status forward_rows(oj_sched *s, const int64_t *rows, int64_t n, const
     return st;
 }
 
-/* One decode step (oj_gpt_decode_paged) of the one-token rows rows[0..n):
- * with greedy_only, each row's argmax and its logprob into s->greedy /
- * s->greedy_lp [rows[k]]; else its logits into host rows 0..n. */
-static oj_status decode_rows(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
-                             const int64_t *start, const int64_t *past,
-                             const int32_t *const *tables, bool greedy_only) {
-    oj_engine *eng = s->eng;
-    int32_t *t = s->pk_tok, *am = s->pk_am;
-    float *lp = s->pk_lp;
+/* The decode step (oj_gpt_decode_paged_begin) of the one-token rows
+ * rows[0..n): inputs uploaded, the step launched; decode_end reads it. */
+static oj_status decode_begin(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
+                              const int64_t *start, const int64_t *past,
+                              const int32_t *const *tables) {
+    int32_t *t = s->pk_tok;
     for (int64_t k = 0; k < n; k++) {
         t[k] = tok[start[rows[k]]];
         s->pk_past[k] = past[rows[k]];
         s->pk_tables[k] = tables[rows[k]];
     }
-    oj_status st = oj_gpt_decode_paged(s->m, s->pool, n, t, s->pk_past, s->pk_tables, true,
-                                       greedy_only ? NULL : s->host, greedy_only ? am : NULL,
-                                       greedy_only ? lp : NULL);
+    oj_status st = oj_gpt_decode_paged_begin(s->m, s->pool, n, t, s->pk_past, s->pk_tables, true);
     if (st != OJ_OK) {
-        fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(eng));
-        oj_clear_error(eng);
+        fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(s->eng));
+        oj_clear_error(s->eng);
+    }
+    return st;
+}
+
+/* The read-back of the decode step begun over rows[0..n): with
+ * greedy_only, each row's argmax and its logprob into s->greedy /
+ * s->greedy_lp [rows[k]]; else its logits into host rows 0..n. */
+static oj_status decode_end(oj_sched *s, const int64_t *rows, int64_t n, bool greedy_only) {
+    int32_t *am = s->pk_am;
+    float *lp = s->pk_lp;
+    oj_status st = oj_gpt_decode_paged_end(s->m, s->pool, greedy_only ? NULL : s->host,
+                                           greedy_only ? am : NULL, greedy_only ? lp : NULL);
+    if (st != OJ_OK) {
+        fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(s->eng));
+        oj_clear_error(s->eng);
         return st;
     }
     if (greedy_only)
@@ -670,15 +680,16 @@ oj_status oj_sched_step(oj_sched *s) {
             if (start[i + 1] - start[i] > 1) rows[nd + np++] = i;
         if (!host_rows(s, (all ? 0 : nd) + np))
             st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
+        /* the decode step is launched, the prompt chunks' forward queued
+         * behind it (its host-side launches overlap the step on the
+         * device), then the step is read back */
+        bool begun = false;
         if (st == OJ_OK && nd > 0) {
-            st = decode_rows(s, rows, nd, tok, start, past, tables, all);
+            st = decode_begin(s, rows, nd, tok, start, past, tables);
+            begun = st == OJ_OK;
             s->prof.decode_steps++;
             s->prof.decode_rows += nd;
             s->prof.decode_s += now_since(&t);
-        }
-        for (int64_t k = 0; st == OJ_OK && k < nd; k++) {
-            if (all) dev[rows[k]] = true;
-            else s->lrow[rows[k]] = s->host + k * s->V;
         }
         const int64_t first = all ? 0 : nd;
         if (st == OJ_OK && np > 0) {
@@ -686,6 +697,15 @@ oj_status oj_sched_step(oj_sched *s) {
             s->prof.prefill_steps++;
             s->prof.prefill_tokens += N - nd;
             s->prof.prefill_s += now_since(&t);
+        }
+        if (begun) { /* ended even after a failed forward: the pool holds the step */
+            const oj_status se = decode_end(s, rows, nd, all);
+            if (st == OJ_OK) st = se;
+            s->prof.decode_s += now_since(&t);
+        }
+        for (int64_t k = 0; st == OJ_OK && k < nd; k++) {
+            if (all) dev[rows[k]] = true;
+            else s->lrow[rows[k]] = s->host + k * s->V;
         }
         for (int64_t k = 0; st == OJ_OK && k < np; k++) s->lrow[rows[nd + k]] = s->host + (first + k) * s->V;
     } else {

@@ -148,7 +148,8 @@ static void test_packed_logits_qwen(void **state) {
  * oj_gpt_forward_paged gives for the same step, each row's argmax and its
  * log_softmax beside them: all six sequences (bucket
  * 8), then three of them (bucket 4), then all six again (the other three's
- * blocks were left alone by the padding rows). */
+ * blocks were left alone by the padding rows); a step in two halves
+ * (begin, another forward, end) gives the same bits. */
 static void check_decode_buckets(const char *kind) {
     oj_gpt *m = make(kind);
     const int64_t V = oj_gpt_get_config(m)->vocab_size;
@@ -185,6 +186,27 @@ static void check_decode_buckets(const char *kind) {
         sv_forward(m, b.pool, tok, n, n, st1, past, b.tp, want);
         assert_memory_equal(got, want, (size_t)(n * V) * sizeof *want);
         for (int64_t i = 0; i < n; i++) past[i]++;
+    }
+    /* in two halves with a forward between (the scheduler's way with prompt chunks):
+     * the same bits; an end without a begin and a second begin are refused */
+    {
+        int32_t tok[3] = {4, 5, 6};
+        int64_t ps[3] = {past[0], past[1], past[2]};
+        float *again = malloc((size_t)(3 * V) * sizeof *again);
+        assert_int_equal(oj_gpt_decode_paged_end(m, b.pool, got, NULL, NULL), OJ_ERR_STATE);
+        oj_clear_error(eng);
+        assert_int_equal(oj_gpt_decode_paged_begin(m, b.pool, 3, tok, ps, b.tp, true), OJ_OK);
+        assert_int_equal(oj_gpt_decode_paged_begin(m, b.pool, 3, tok, ps, b.tp, true), OJ_ERR_STATE);
+        oj_clear_error(eng);
+        int32_t other[3] = {7, 8, 9};
+        int64_t st3[4] = {0, 1, 2, 3};
+        sv_forward(m, b.pool, other, 3, 3, st3, past + 3, b.tp + 3, NULL);
+        assert_int_equal(oj_gpt_decode_paged_end(m, b.pool, got, NULL, NULL), OJ_OK);
+        assert_int_equal(oj_gpt_decode_paged(m, b.pool, 3, tok, ps, b.tp, true, again, NULL, NULL),
+                         OJ_OK);
+        assert_memory_equal(got, again, (size_t)(3 * V) * sizeof *again);
+        free(again);
+        for (int i = 0; i < NP; i++) past[i]++;
     }
     /* refusals: a token outside the vocabulary, no sequence, past the context */
     int32_t bad = (int32_t)V;
