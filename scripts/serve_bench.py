@@ -17,8 +17,8 @@ temperature 0. Reports, as JSON on stdout:
                              decode_prepare/upload/launch/wait/readback, prefill,
                              sample, events) beside the wall ms per step
 
-Models: a GPT-2 124M-shaped model (random weights written here, f32, or
-OJAS_BENCH_GPT2=DIR|CHECKPOINT) and a Qwen2.5-0.5B-shaped one (random
+Models: a GPT-2 124M-shaped model (random weights written here, f32 or
+with --gpt2-bf16 bf16, or OJAS_BENCH_GPT2=DIR|CHECKPOINT) and a Qwen2.5-0.5B-shaped one (random
 weights written here, bf16, or OJAS_BENCH_QWEN=DIR; --models picks). The
 random models use a small tokenizer trained here (OJAS_BENCH_VOCAB=DIR
 gives another); its vocabulary is smaller than the model's, so many
@@ -34,7 +34,7 @@ where its steps' time went (the whole run, warm-up included).
 
 Usage: scripts/serve_bench.py --ojas build/ojas [--device cuda] [--clients 32]
        [--requests 4] [--max-tokens 128] [--prompt-tokens 64] [--models gpt2,qwen]
-       [--profile]
+       [--profile] [--gpt2-bf16]
 """
 import argparse
 import http.client
@@ -97,7 +97,7 @@ def write_safetensors(path, tensors, dtype):
                 f.write(pat[:rest])
 
 
-def write_gpt2(d):
+def write_gpt2(d, dtype="F32"):
     C, L, H, V, P = 768, 12, 12, 50257, 1024
     os.makedirs(d)
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -114,7 +114,7 @@ def write_gpt2(d):
               (h + "attn.c_proj.weight", [C, C], "rand"), (h + "attn.c_proj.bias", [C], "zero"),
               (h + "mlp.c_fc.weight", [C, 4 * C], "rand"), (h + "mlp.c_fc.bias", [4 * C], "zero"),
               (h + "mlp.c_proj.weight", [4 * C, C], "rand"), (h + "mlp.c_proj.bias", [C], "zero")]
-    write_safetensors(os.path.join(d, "model.safetensors"), t, "F32")
+    write_safetensors(os.path.join(d, "model.safetensors"), t, dtype)
 
 
 def write_qwen(d):
@@ -339,7 +339,9 @@ def bench_model(a, name, model, vocab, extra, work):
         at = max((i for i, l in enumerate(lines) if "serve profile" in l), default=len(lines))
         sys.stderr.write("%s:\n%s\n" % (name, "\n".join(lines[at:])))
     single, agg = st / sw, ct / cw
-    return {"model": name, "device": a.device, "serve_args": extra, "clients": a.clients,
+    label = name + ("-bf16" if name == "gpt2" and a.gpt2_bf16 and not os.environ.get("OJAS_BENCH_GPT2")
+                    else "")
+    return {"model": label, "device": a.device, "serve_args": extra, "clients": a.clients,
             "requests_per_client": a.requests, "prompt_tokens": a.prompt_tokens,
             "max_tokens": a.max_tokens, "single_tokens": st, "single_s": round(sw, 3),
             "single_tok_s": round(single, 1), "aggregate_tokens": ct,
@@ -362,6 +364,9 @@ def main():
     ap.add_argument("--kv-bytes", default="4G")
     ap.add_argument("--serve-arg", action="append", default=[],
                     help="one more argument for ojas serve (repeat), e.g. --serve-arg=--prefill-chunk=32")
+    ap.add_argument("--gpt2-bf16", action="store_true",
+                    help="write the random GPT-2 model's weights in bf16 (default f32), as "
+                         "`ojas generate`'s batch-1 figures in docs/bench-gpu.md use")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--profile", action="store_true",
                     help="run the server with OJAS_SERVE_PROFILE=1 and print its per-phase "
@@ -386,7 +391,10 @@ def main():
             model = os.environ.get(env)
             if model is None:
                 model = os.path.join(work, name)
-                (write_gpt2 if name == "gpt2" else write_qwen)(model)
+                if name == "gpt2":
+                    write_gpt2(model, "BF16" if a.gpt2_bf16 else "F32")
+                else:
+                    write_qwen(model)
             out.append(bench_model(a, name, model, vocab, extra, work))
     except (BenchError, subprocess.CalledProcessError, OSError) as e:
         sys.stderr.write("serve_bench: FAILED: %s\n" % e)
