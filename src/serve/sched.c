@@ -68,6 +68,7 @@ struct oj_sched {
     int64_t *start, *past, *rows, *pk_start, *pk_past;
     const int32_t **tables, **pk_tables;
     int32_t *tok, *pk_tok, *greedy, *pk_am;
+    int64_t *pk_am64;
     float *greedy_lp, *pk_lp;
     bool *dev;
     float *host;        /* [host_cap * V]: logits rows read back */
@@ -158,11 +159,12 @@ oj_status oj_sched_create(oj_gpt *m, const oj_sched_config *cfg, oj_sched **out)
     s->lrow = malloc(B * sizeof *s->lrow);
     s->pk_am = malloc(B * sizeof *s->pk_am);
     s->pk_lp = malloc(B * sizeof *s->pk_lp);
+    s->pk_am64 = malloc(B * sizeof *s->pk_am64);
     if (s->free_blocks == NULL || s->run == NULL || s->start == NULL || s->pk_start == NULL ||
         s->past == NULL || s->pk_past == NULL || s->rows == NULL || s->tables == NULL ||
         s->pk_tables == NULL || s->tok == NULL || s->pk_tok == NULL || s->greedy == NULL ||
         s->greedy_lp == NULL || s->dev == NULL || s->lrow == NULL || s->pk_am == NULL ||
-        s->pk_lp == NULL) {
+        s->pk_lp == NULL || s->pk_am64 == NULL) {
         oj_sched_free(s);
         return oj_set_error(eng, OJ_ERR_CAPACITY, "serve scheduler: out of host memory");
     }
@@ -199,7 +201,7 @@ void oj_sched_free(oj_sched *s) {
     free(s->run);
     void *scratch[] = {s->start, s->pk_start, s->past, s->pk_past, s->rows, (void *)s->tables,
                        (void *)s->pk_tables, s->tok, s->pk_tok, s->greedy, s->greedy_lp, s->dev,
-                       s->host, (void *)s->lrow, s->pk_am, s->pk_lp};
+                       s->host, (void *)s->lrow, s->pk_am, s->pk_lp, s->pk_am64};
     for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) free(scratch[i]);
     free(s);
 }
@@ -535,10 +537,12 @@ static bool host_rows(oj_sched *s, int64_t n) {
 
 /* One forward over the rows rows[0..n) of the packed step (their chunks of
  * tok at start/past/tables): each one's last logits into host rows
- * first.. (in rows' order). */
+ * first.. (in rows' order), or with greedy_only each one's argmax and its
+ * log-probability, computed on the device as the decode step's are, into
+ * s->greedy / s->greedy_lp [rows[k]] (no logits read back). */
 static oj_status forward_rows(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
                               const int64_t *start, const int64_t *past,
-                              const int32_t *const *tables, int64_t first) {
+                              const int32_t *const *tables, int64_t first, bool greedy_only) {
     oj_engine *eng = s->eng;
     int64_t N = 0, *st0 = s->pk_start;
     int32_t *t = s->pk_tok;
@@ -558,8 +562,22 @@ static oj_status forward_rows(oj_sched *s, const int64_t *rows, int64_t n, const
     oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, n, st0, s->pk_past, s->pk_tables)
                         : NULL;
     oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
-    if (l32 == NULL ||
-        oj_to_host(l32, s->host + first * s->V, (size_t)(n * s->V) * sizeof *s->host) != OJ_OK) {
+    bool ok = l32 != NULL;
+    if (ok && greedy_only) { /* [1, n]: the first largest logit, max - logsumexp */
+        oj_tensor *am = NULL, *mx = oj_max(l32, 2, false, &am);
+        const int d2[1] = {2};
+        oj_tensor *lse = mx ? oj_logsumexp(l32, 1, d2, false) : NULL;
+        oj_tensor *lp = lse ? oj_sub(mx, lse) : NULL;
+        ok = lp && am && oj_to_host(am, s->pk_am64, (size_t)n * sizeof *s->pk_am64) == OJ_OK &&
+             oj_to_host(lp, s->pk_lp, (size_t)n * sizeof *s->pk_lp) == OJ_OK;
+        for (int64_t k = 0; ok && k < n; k++) {
+            s->greedy[rows[k]] = (int32_t)s->pk_am64[k];
+            s->greedy_lp[rows[k]] = s->pk_lp[k];
+        }
+    } else if (ok) {
+        ok = oj_to_host(l32, s->host + first * s->V, (size_t)(n * s->V) * sizeof *s->host) == OJ_OK;
+    }
+    if (!ok) {
         st = oj_last_status(eng);
         if (st == OJ_OK) st = OJ_ERR_INTERNAL;
         fail(s, st, "serve: the batch's forward failed: %s", oj_last_error(eng));
@@ -666,9 +684,10 @@ oj_status oj_sched_step(oj_sched *s) {
     oj_status st = OJ_OK;
     s->prof.schedule_s += now_since(&t) - (s->prof.events_s - ev0);
     if (decode_paged_here(s)) {
-        /* Rows of one token through the decode bucket's graph (the device's
-         * argmax when all of them are plain greedy), the prompt chunks
-         * through one packed forward beside it. */
+        /* Rows of one token through the decode bucket's graph, the prompt
+         * chunks through one packed forward beside it; each group reads
+         * back the device's argmax and its logprob when all its rows are
+         * plain greedy, else its logits. */
         bool all = true;
         for (int64_t i = 0; i < B; i++)
             if (start[i + 1] - start[i] == 1) {
@@ -676,9 +695,13 @@ oj_status oj_sched_step(oj_sched *s) {
                 all = all && plain_greedy(s->run[i]);
             }
         int64_t np = 0;
+        bool pall = true; /* the prompt chunks' rows all plain greedy */
         for (int64_t i = 0; i < B; i++)
-            if (start[i + 1] - start[i] > 1) rows[nd + np++] = i;
-        if (!host_rows(s, (all ? 0 : nd) + np))
+            if (start[i + 1] - start[i] > 1) {
+                rows[nd + np++] = i;
+                pall = pall && plain_greedy(s->run[i]);
+            }
+        if (!host_rows(s, (all ? 0 : nd) + (pall ? 0 : np)))
             st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
         /* the decode step is launched, the prompt chunks' forward queued
          * behind it (its host-side launches overlap the step on the
@@ -693,7 +716,7 @@ oj_status oj_sched_step(oj_sched *s) {
         }
         const int64_t first = all ? 0 : nd;
         if (st == OJ_OK && np > 0) {
-            st = forward_rows(s, rows + nd, np, tok, start, past, tables, first);
+            st = forward_rows(s, rows + nd, np, tok, start, past, tables, first, pall);
             s->prof.prefill_steps++;
             s->prof.prefill_tokens += N - nd;
             s->prof.prefill_s += now_since(&t);
@@ -707,10 +730,13 @@ oj_status oj_sched_step(oj_sched *s) {
             if (all) dev[rows[k]] = true;
             else s->lrow[rows[k]] = s->host + k * s->V;
         }
-        for (int64_t k = 0; st == OJ_OK && k < np; k++) s->lrow[rows[nd + k]] = s->host + (first + k) * s->V;
+        for (int64_t k = 0; st == OJ_OK && k < np; k++) {
+            if (pall) dev[rows[nd + k]] = true;
+            else s->lrow[rows[nd + k]] = s->host + (first + k) * s->V;
+        }
     } else {
         for (int64_t i = 0; i < B; i++) rows[i] = i;
-        st = host_rows(s, B) ? forward_rows(s, rows, B, tok, start, past, tables, 0)
+        st = host_rows(s, B) ? forward_rows(s, rows, B, tok, start, past, tables, 0, false)
                              : fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
         for (int64_t i = 0; st == OJ_OK && i < B; i++) s->lrow[i] = s->host + i * s->V;
         s->prof.prefill_steps++;

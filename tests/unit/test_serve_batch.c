@@ -398,12 +398,74 @@ static double mono(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+typedef struct {
+    int32_t toks[NP][64];
+    double lps[NP][64];
+    int64_t len[NP], ids[NP];
+} collect_lp;
+
+static bool collect_lp_fn(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)why;
+    collect_lp *c = ctx;
+    for (int i = 0; i < NP; i++)
+        if (c->ids[i] == id && token >= 0) {
+            c->toks[i][c->len[i]] = token;
+            c->lps[i][c->len[i]++] = lp;
+        }
+    return true;
+}
+
+/* Greedy requests' tokens and logprobs with every row's argmax and logprob
+ * read from the device (OJAS_SCHED_DECODE_PAGED=1: decode rows through the
+ * decode step, prompt chunks' last rows through the packed forward, both
+ * as max - logsumexp in f32) == the host's from the logits (in double):
+ * the same tokens, logprobs within 1e-5. */
+static void test_device_greedy_logprobs(void **state) {
+    (void)state;
+    oj_gpt *m = make("qwen");
+    int32_t *p[NP];
+    prompts(p);
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    cfg.max_new_tokens = 12;
+    collect_lp *c[2] = {calloc(1, sizeof(collect_lp)), calloc(1, sizeof(collect_lp))};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) assert_int_equal(setenv("OJAS_SCHED_DECODE_PAGED", "1", 1), 0);
+        oj_sched_config sc = oj_sched_config_default();
+        sc.max_batch = NP;
+        sc.prefill_chunk = 8; /* long prompts end their prefill beside other rows' decoding */
+        oj_sched *s = NULL;
+        assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+        for (int i = 0; i < NP; i++)
+            assert_int_equal(oj_sched_submit(s, p[i], lens[i], &cfg, i, 0.0, collect_lp_fn, c[k],
+                                             &c[k]->ids[i]), OJ_OK);
+        while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+        if (k == 1) assert_true(oj_sched_get_profile(s).prefill_steps > 0);
+        oj_sched_free(s);
+        unsetenv("OJAS_SCHED_DECODE_PAGED");
+    }
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(c[0]->len[i], c[1]->len[i]);
+        assert_memory_equal(c[0]->toks[i], c[1]->toks[i], (size_t)c[0]->len[i] * sizeof(int32_t));
+        for (int64_t t = 0; t < c[0]->len[i]; t++) {
+            const double a = c[0]->lps[i][t], b = c[1]->lps[i][t];
+            if (!(fabs(a - b) <= 1e-5 * fmax(1.0, fabs(a))))
+                fail_msg("request %d token %lld: logprob on the host %.9g, on the device %.9g", i,
+                         (long long)t, a, b);
+        }
+    }
+    free(c[0]);
+    free(c[1]);
+    free_prompts(p);
+    oj_gpt_free(m);
+}
+
 /* The step profile (oj_sched_get_profile) on the decode path
  * (OJAS_SCHED_DECODE_PAGED=1): every step counted, the decode steps and
  * their rows as run (the pool's decode times count the same steps), the
- * prompts' tokens as prefilled (a one-token prompt is a decode row), every phase >= 0 and their sum within the
- * steps' wall time; with the sync on, the decode step still gives the
- * same tokens. */
+ * prompts' tokens as prefilled (a one-token prompt is a decode row), every
+ * phase >= 0 and their sum within the steps' wall time; with the sync on,
+ * the decode step still gives the same tokens. */
 static void test_profile(void **state) {
     (void)state;
     assert_int_equal(setenv("OJAS_SCHED_DECODE_PAGED", "1", 1), 0);
@@ -800,6 +862,7 @@ int main(void) {
         cmocka_unit_test(test_preempt_in_prefill),
         cmocka_unit_test(test_admission_growth_one_rule),
         cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_device_greedy_logprobs),
         cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),
