@@ -289,6 +289,45 @@ static bool rows_view(const oj_tensor *t, int64_t *rows, int64_t *rs) {
     return ok;
 }
 
+/* dW = g^T x [out, in] and db = g's rows summed [out] from one backend
+ * call (matmul_bgrad: the GEMM's epilogue reduces g as it reads it), g2
+ * [N, out], x [..., in]. True when done: gi[1], gi[2] set, or left NULL
+ * with the error recorded when it failed; false with nothing set or
+ * recorded when the backend has no entry or does not take these operands
+ * (the caller then runs the GEMM and the reduction). */
+static bool wgrad_bgrad(oj_engine *eng, oj_tensor *g2, oj_tensor *x, int64_t in_f,
+                        int64_t out_f, oj_tensor **gi) {
+    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *, oj_tensor *) =
+        eng->backend->matmul_bgrad;
+    int64_t rows, gs, xrows, xs;
+    if (k == NULL || g2->dtype != x->dtype || in_f == 0 || out_f == 0 ||
+        !rows_view(g2, &rows, &gs) || !rows_view(x, &xrows, &xs) || rows != xrows || rows < 1 ||
+        g2->stride[1] != 1 || x->stride[x->rank - 1] != 1)
+        return false;
+    int64_t ws[2] = {out_f, in_f};
+    oj_tensor *dw = oj__tensor_alloc(eng, 2, ws, x->dtype, "linear");
+    oj_tensor *db = dw ? oj__tensor_alloc(eng, 1, &out_f, x->dtype, "linear") : NULL;
+    if (db == NULL) {
+        oj_release(dw);
+        return true;
+    }
+    oj_tensor va, vb, vo, vd = *db;
+    kview(&va, g2, 0, 1, out_f, rows, 0, 1, gs); /* g^T [out, N] */
+    kview(&vb, x, 0, 1, rows, in_f, 0, xs, 1);
+    kview(&vo, dw, 0, 1, out_f, in_f, 0, in_f, 1);
+    oj_status st = k(eng, &vo, &va, &vb, &vd);
+    if (st != OJ_OK) {
+        oj_release(dw);
+        oj_release(db);
+        if (st == OJ_ERR_UNSUPPORTED) return false;
+        oj__kernel_ok(eng, st, "linear");
+        return true;
+    }
+    gi[1] = dw;
+    gi[2] = db;
+    return true;
+}
+
 /* The gradients of y = x W^T + b given dy (go): gi[0] dx (x's shape, xe),
  * gi[1] dW, gi[2] db, each only where need[i]; x is read only for dW, w
  * (shape we) only for dx (either may be NULL otherwise). Shared by linear
@@ -308,6 +347,10 @@ static void linear_grads(oj_engine *eng, oj_tensor *g, oj_tensor *x, const oj_ed
         oj_tensor *dx = oj_matmul(g2, w);
         gi[0] = dx ? oj_reshape(dx, xe->rank, xe->shape) : NULL;
         oj_release(dx);
+    }
+    if (need[1] && need[2] && wgrad_bgrad(eng, g2, x, in_f, out_f, gi)) { /* dW and db */
+        oj_release(g2);
+        return;
     }
     if (need[1]) { /* dW = g^T x, [out, N] @ [N, in] */
         oj_tensor *x2 = oj_reshape(x, 2, x2s);

@@ -2521,6 +2521,82 @@ static void test_gelu_linear_fused(void **state) {
     one_gelu_linear_grad(OJ_BF16, false, true, 2e-2);
 }
 
+/* A linear's weight and bias gradients from one GEMM (the backend's
+ * matmul_bgrad; FAST numerics: cuBLASLt's BGRADB epilogue on the GPU):
+ * through the entry directly, dW = dy^T x [N, K] and db = dy's rows summed
+ * [N] for dy [R, N], x [R, K], against the CPU's matmul and sum (refused
+ * under EXACT, nothing recorded); then through oj_linear's backward (W
+ * [N, K], or stored [K, N] as GPT-2's Conv1D), dx, dW and db against the
+ * CPU's. */
+static void one_linear_bgrad(oj_dtype dt, int64_t R, int64_t K, int64_t N, bool conv1d,
+                             double rtol) {
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = cpuf, gpu = gpuf;
+    char what[160];
+    snprintf(what, sizeof what, "linear bias gradient %s rows %lld in %lld out %lld%s",
+             oj_dtype_name(dt), (long long)R, (long long)K, (long long)N,
+             conv1d ? " W [in, out]" : "");
+    pr dy = rnd(3, (int64_t[3]){1, R, N}, dt, -1, 1);
+    pr x = rnd(3, (int64_t[3]){1, R, K}, dt, -1, 1);
+    pr dyt = perm(dy, 3, (int[3]){0, 2, 1}); /* [1, N, R] */
+    if (!on_cpu) {
+        pr dw = empty(3, (int64_t[3]){1, N, K}, dt), db = empty(1, (int64_t[1]){N}, dt);
+        oj_status st = gpuf->backend->matmul_bgrad
+                           ? gpuf->backend->matmul_bgrad(gpuf, dw.t[1], dyt.t[1], x.t[1], db.t[1])
+                           : OJ_ERR_UNSUPPORTED;
+        if (st != OJ_OK)
+            fail_msg("%s: matmul_bgrad -> %s: %s", what, oj_status_name(st), oj_last_error(gpuf));
+        assert_int_equal(cpuf->backend->matmul(cpuf, dw.t[0], dyt.t[0], x.t[0], false), OJ_OK);
+        int d1 = 1;
+        oj_tensor *dbc = oj_sum(dy.t[0], 1, &d1, false); /* [1, N] */
+        int64_t n1 = N;
+        assert_non_null(dbc = oj_reshape(dbc, 1, &n1));
+        assert_int_equal(oj_copy_(db.t[0], dbc), OJ_OK);
+        cmp_tensors(dw.t[1], dw.t[0], rtol, true, what);
+        cmp_tensors(db.t[1], db.t[0], rtol, true, what);
+        /* EXACT keeps the unfused pair's bits: the entry refuses */
+        oj_tensor *dwe = oj_empty(save_g, 3, (int64_t[3]){1, N, K}, dt);
+        oj_tensor *dbe = oj_empty(save_g, 1, (int64_t[1]){N}, dt);
+        oj_tensor *dye = oj_to_device(dyt.t[1], save_g), *xe = oj_to_device(x.t[1], save_g);
+        assert_true(dwe && dbe && dye && xe);
+        assert_int_equal(save_g->backend->matmul_bgrad(save_g, dwe, dye, xe, dbe),
+                         OJ_ERR_UNSUPPORTED);
+        assert_int_equal(oj_last_status(save_g), OJ_OK);
+    }
+    pr x2 = rnd(3, (int64_t[3]){2, R, K}, dt, -1, 1);
+    pr w = conv1d ? perm(rnd(2, (int64_t[2]){K, N}, dt, -0.3, 0.3), 2, (int[2]){1, 0})
+                  : rnd(2, (int64_t[2]){N, K}, dt, -0.3, 0.3);
+    pr b = rnd(1, (int64_t[1]){N}, dt, -0.1, 0.1);
+    pr r = rnd(3, (int64_t[3]){2, R, N}, dt, -1, 1);
+    for (int sd = 0; sd < 2; sd++) {
+        assert_non_null(oj_set_requires_grad(x2.t[sd], true));
+        assert_non_null(oj_set_requires_grad(w.t[sd], true));
+        assert_non_null(oj_set_requires_grad(b.t[sd], true));
+    }
+    pr loss;
+    for (int sd = 0; sd < 2; sd++) {
+        oj_tensor *y = oj_linear(x2.t[sd], w.t[sd], b.t[sd]);
+        assert_non_null(loss.t[sd] = oj_sum_all(oj_mul(y, r.t[sd])));
+    }
+    backward_both(loss);
+    cmp_tensors(oj_grad(x2.t[1]), oj_grad(x2.t[0]), rtol, true, what);
+    cmp_tensors(oj_grad(w.t[1]), oj_grad(w.t[0]), rtol, true, what);
+    cmp_tensors(oj_grad(b.t[1]), oj_grad(b.t[0]), rtol, true, what);
+    cpu = save_c;
+    gpu = save_g;
+}
+
+// test: a linear's weight and bias gradients from one GEMM (cuBLASLt's
+// BGRADB epilogue under FAST) agree with the CPU's matmul and row sum, in
+// bf16, f16 and f32, both weight layouts, odd sizes; EXACT refuses it
+static void test_linear_bgrad(void **state) {
+    (void)state;
+    one_linear_bgrad(OJ_BF16, 512, 96, 40, false, 2e-2);
+    one_linear_bgrad(OJ_BF16, 300, 64, 256, true, 2e-2);
+    one_linear_bgrad(OJ_F16, 257, 96, 72, true, 5e-3);
+    one_linear_bgrad(OJ_F32, 129, 40, 24, false, 5e-3);
+}
+
 static void test_ops_attention_backward(void **state) {
     (void)state;
     pr q = leaf(4, (int64_t[4]){2, 4, 12, 16}, -1, 1);
@@ -4105,6 +4181,7 @@ int main(void) {
         T_(test_matmul),
         T_(test_linear_bias),
         T_(test_gelu_linear_fused),
+        T_(test_linear_bgrad),
         T_(test_gemv),
         T_(test_embedding),
         T_(test_norms),

@@ -604,6 +604,8 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
                               const oj_tensor *b, const oj_tensor *bias);
 oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                                       const oj_tensor *b, const oj_tensor *x, oj_unary_op op);
+oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                               const oj_tensor *b, oj_tensor *dbias);
 /* cuda_nn_embedding.cu */
 oj_status oj_cuda_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
                                     const oj_tensor *idx);

@@ -258,14 +258,19 @@ static uint32_t align_of(const void *p) {
  *  - CUBLASLT_EPILOGUE_DGELU: * gelu_tanh'(aux), aux [M, N] row-major
  *    (row stride aux_ld): the gradient of a GELU's input from the product
  *    giving its output's, without the product's own rounding and a 300 MB
- *    elementwise pass (110 us a layer of GPT-2 124M).
+ *    elementwise pass (110 us a layer of GPT-2 124M);
+ *  - CUBLASLT_EPILOGUE_BGRADB: vec[m] = sum over k of a[m, k] as well (a
+ *    linear's bias gradient read along with dW = dy^T x, instead of a
+ *    separate reduction of dy; cuBLASLt's B operand is a here).
+ * vec: the bias (read) or the bias gradient (written), [M] or [N] of
+ * out's dtype, contiguous and 16-byte aligned (the caller checks), or NULL.
  * The heuristic's first algorithm. OJ_ERR_UNSUPPORTED (nothing recorded)
  * when it does not apply or no algorithm fits: the caller takes the
  * unfused path. The algorithm may differ from the plain GEMM's (another
  * summation order over k), so OJ_NUMERICS_EXACT never comes here.
  * OJAS_CUDA_LT=0 turns it off (comparisons). */
 static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
-                             const oj_tensor *b, cublasLtEpilogue_t epi, const oj_tensor *bias,
+                             const oj_tensor *b, cublasLtEpilogue_t epi, const void *vec,
                              const void *aux, int64_t aux_ld) {
     static int off = -1;
     if (off < 0) {
@@ -281,9 +286,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
         out->stride[2] != 1 || ldc < N || M > INT_MAX || N > INT_MAX || K > INT_MAX ||
         ldc > INT_MAX)
         return OJ_ERR_UNSUPPORTED;
-    if (bias &&
-        (bias->dtype != dt || bias->stride[0] != 1 || !oj_cu_aligned16(oj_cuda_ptr(bias))))
-        return OJ_ERR_UNSUPPORTED;
+    if (vec && !oj_cu_aligned16(vec)) return OJ_ERR_UNSUPPORTED;
     if (aux && (aux_ld < N || aux_ld % 8 != 0 || !oj_cu_aligned16(aux))) return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_blas(eng, "matmul") == NULL) return oj_last_status(eng); /* the workspace */
     if (!s->lt_ready) {
@@ -309,7 +312,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     char *c = oj_cuda_ptr(out);
-    const void *bp = bias ? oj_cuda_ptr(bias) : NULL;
+    const void *bp = vec;
     int64_t ald = aux_ld;
     uint64_t wsb = s->blas_ws_bytes;
     uint32_t al[3] = {align_of(B.ptr), align_of(A.ptr), align_of(c)};
@@ -366,7 +369,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
     if (cs != CUBLAS_STATUS_SUCCESS) return blas_error(eng, cs, "cublasLtMatmul (epilogue)");
     if (s->prof) {
         const char lay[4] = {A.op == CUBLAS_OP_N ? 'N' : 'T', B.op == CUBLAS_OP_N ? 'N' : 'T',
-                             aux ? 'g' : 'b', 0};
+                             epi == CUBLASLT_EPILOGUE_BGRADB ? 'd' : aux ? 'g' : 'b', 0};
         return oj_cuda_check(eng, prof_name(dt, lay, 1, M, N, K, false));
     }
     return oj_cuda_check(eng, "matmul (cublasLtMatmul, epilogue)");
@@ -388,7 +391,9 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
             return oj_last_status(eng);
         return oj_cuda_check(eng, "matmul (gemv, bias)");
     }
-    oj_status lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BIAS, bias, NULL, 0);
+    oj_status lst = OJ_ERR_UNSUPPORTED;
+    if (bias->dtype == out->dtype && (N == 1 || bias->stride[0] == 1))
+        lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BIAS, oj_cuda_ptr(bias), NULL, 0);
     if (lst != OJ_ERR_UNSUPPORTED) return lst;
     oj_tensor bv = *out; /* bias seen as out's shape: stride 0 over batch and rows */
     bv.dtype = bias->dtype;
@@ -413,4 +418,25 @@ oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_t
     if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
     int64_t ld = x->shape[1] > 1 ? x->stride[1] : x->shape[2];
     return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DGELU, NULL, oj_cuda_ptr(x), ld);
+}
+
+/* out = a @ b and dbias[m] = sum over k of a[m, k] in one cuBLASLt call
+ * (the BGRADB epilogue, lt_epilogue): a linear's weight gradient dW = dy^T
+ * x with its bias gradient, dy read once. dbias [M] contiguous of out's
+ * dtype, summed in f32 and rounded once. OJ_ERR_UNSUPPORTED (nothing
+ * recorded) where it does not apply (EXACT numerics, OJAS_CUDA_LT=0 or
+ * OJAS_CUDA_BGRAD=0, operands cuBLASLt refuses): the caller then runs
+ * matmul and reduces dy itself. */
+oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                               const oj_tensor *b, oj_tensor *dbias) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("OJAS_CUDA_BGRAD");
+        off = e != NULL && strcmp(e, "0") == 0;
+    }
+    if (off || dbias->dtype != out->dtype || dbias->rank != 1 ||
+        dbias->shape[0] != out->shape[1] || dbias->stride[0] != 1)
+        return OJ_ERR_UNSUPPORTED;
+    if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
+    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BGRADB, oj_cuda_ptr(dbias), NULL, 0);
 }
