@@ -390,9 +390,10 @@ static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
     return oj_last_status(n->eng);
 }
 
-oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
-    oj_tensor *ac_in[3] = {x, weight, bias};
-    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_linear(ac[0], ac[1], ac[2]));
+/* y = x W^T + b with linear's node; with act (not NULL) also *act =
+ * gelu_tanh(y), a plain tensor (no node), from the backend's fused
+ * matmul_bias_act entry where it applies, else left NULL. */
+static oj_tensor *linear_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **act) {
     const char *op = "linear";
     oj_tensor *in[3] = {x, weight, bias};
     int nin = bias ? 3 : 2;
@@ -438,15 +439,40 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     const oj_tensor *xs = xc ? xc : x;
     bool ok = true;
+    if (act && bias && eng->backend->matmul_bias_act && bias->dtype == out->dtype && rows > 0 &&
+        out_f > 0) { /* out and gelu(out) from one GEMM: *act */
+        oj_tensor *g = oj__tensor_alloc(eng, x->rank, oshape, x->dtype, op);
+        oj_status st = g ? OJ_OK : oj_last_status(eng);
+        if (g) {
+            oj_tensor va, vb, vo, vp;
+            kview(&va, xs, 0, 1, rows, in_f, 0, rs, xs->stride[xs->rank - 1]);
+            kview(&vb, weight, 0, 1, in_f, out_f, 0, weight->stride[1], weight->stride[0]);
+            kview(&vo, g, 0, 1, rows, out_f, 0, out_f, 1);
+            kview(&vp, out, 0, 1, rows, out_f, 0, out_f, 1);
+            st = eng->backend->matmul_bias_act(eng, &vo, &va, &vb, bias, &vp, OJ_UN_GELU_TANH);
+        }
+        if (st == OJ_OK) {
+            *act = g;
+        } else {
+            oj_release(g);
+            if (st != OJ_ERR_UNSUPPORTED) {
+                if (g) oj__kernel_ok(eng, st, op);
+                oj_release(xc);
+                oj_release(out);
+                return NULL;
+            }
+        }
+    }
     /* the backend adds the bias itself when it can (matmul_bias), else
      * out starts as the broadcast bias and the GEMM accumulates onto it */
+    const bool done = act && *act; /* out written above */
     bool fused = bias && eng->backend->matmul_bias && bias->dtype == out->dtype && rows > 0 &&
                  out_f > 0;
-    if (bias && !fused) {
+    if (bias && !fused && !done) {
         oj_status (*cp)(oj_engine *, oj_tensor *, const oj_tensor *) = OJ_KERNEL(eng, copy, op);
         ok = cp && oj__kernel_ok(eng, cp(eng, out, bias), op);
     }
-    if (ok && rows > 0 && out_f > 0) {
+    if (ok && rows > 0 && out_f > 0 && !done) {
         oj_tensor va, vb, vo;
         kview(&va, xs, 0, 1, rows, in_f, 0, rs, xs->stride[xs->rank - 1]);
         kview(&vb, weight, 0, 1, in_f, out_f, 0, weight->stride[1], weight->stride[0]);
@@ -457,6 +483,10 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     oj_release(xc);
     if (!ok) {
+        if (act) {
+            oj_release(*act);
+            *act = NULL;
+        }
         oj_release(out);
         return NULL;
     }
@@ -467,6 +497,19 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
         oj__node_finish(nd, 1, &out);
     }
     return out;
+}
+
+oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_linear(ac[0], ac[1], ac[2]));
+    return linear_impl(x, weight, bias, NULL);
+}
+
+oj_tensor *oj__linear_gelu(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **act) {
+    *act = NULL;
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj__linear_gelu(ac[0], ac[1], ac[2], act));
+    return linear_impl(x, weight, bias, act);
 }
 
 /* ---------------------------------------------------------------- gelu_linear */
@@ -535,17 +578,20 @@ static oj_status gelu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tenso
     return oj_last_status(eng);
 }
 
-oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate) {
+/* gelu_linear's forward and node; act (or NULL): gelu(x) already made
+ * (oj__linear_gelu), taken when it has x's shape and dtype. */
+static oj_tensor *gelu_linear_impl(oj_tensor *x, oj_tensor *act, oj_tensor *weight,
+                                   oj_tensor *bias, bool approximate) {
     const char *op = "gelu_linear";
-    oj_tensor *ac_in[3] = {x, weight, bias};
-    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_gelu_linear(ac[0], ac[1], ac[2], approximate));
     oj_tensor *in[3] = {x, weight, bias};
     int nin = bias ? 3 : 2;
     oj_engine *eng = oj__ops_engine(op, nin, in);
     if (eng == NULL) return NULL;
     if (!float_pair(eng, op, x, weight)) return NULL;
     bool prev = oj_set_grad_enabled(eng, false);
-    oj_tensor *h = approximate ? oj_gelu_tanh(x) : oj_gelu(x);
+    bool take = act && act->dtype == x->dtype && act->rank == x->rank &&
+                memcmp(act->shape, x->shape, sizeof(int64_t) * (size_t)x->rank) == 0;
+    oj_tensor *h = take ? oj_retain(act) : approximate ? oj_gelu_tanh(x) : oj_gelu(x);
     oj_tensor *out = h ? oj_linear(h, weight, bias) : NULL; /* checks the shapes */
     oj_release(h);
     oj_set_grad_enabled(eng, prev);
@@ -558,6 +604,18 @@ oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool
         oj__node_finish(nd, 1, &out);
     }
     return out;
+}
+
+oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_gelu_linear(ac[0], ac[1], ac[2], approximate));
+    return gelu_linear_impl(x, NULL, weight, bias, approximate);
+}
+
+oj_tensor *oj__gelu_linear_act(oj_tensor *x, oj_tensor *act, oj_tensor *weight, oj_tensor *bias) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj__gelu_linear_act(ac[0], act, ac[1], ac[2]));
+    return gelu_linear_impl(x, act, weight, bias, true);
 }
 
 /* ---------------------------------------------------------------- swiglu_linear */

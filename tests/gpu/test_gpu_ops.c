@@ -2597,6 +2597,75 @@ static void test_linear_bgrad(void **state) {
     one_linear_bgrad(OJ_F32, 129, 40, 24, false, 5e-3);
 }
 
+/* A linear with the GELU after it from one GEMM (the backend's
+ * matmul_bias_act; FAST numerics: cuBLASLt's GELU_AUX_BIAS epilogue on the
+ * GPU), GPT-2's MLP as gpt_forward.c runs it: u = linear(x, W1, b1) with
+ * act = gelu_tanh(u) (oj__linear_gelu), y = gelu_linear(u, W2, b2) taking
+ * act (oj__gelu_linear_act); W1, W2 stored [in, out] (Conv1D) or [out,
+ * in]. The GPU must take the fused path under FAST (act made) and not
+ * under EXACT; u, act, y and every gradient against the CPU's unfused
+ * ops. */
+static void one_linear_gelu(oj_dtype dt, int64_t R, int64_t C, int64_t F, bool conv1d,
+                            bool fast, double rtol) {
+    oj_engine *save_c = cpu, *save_g = gpu;
+    if (fast) cpu = cpuf, gpu = gpuf;
+    char what[160];
+    snprintf(what, sizeof what, "linear + gelu %s rows %lld C %lld F %lld%s %s",
+             oj_dtype_name(dt), (long long)R, (long long)C, (long long)F,
+             conv1d ? " W [in, out]" : "", fast ? "FAST" : "EXACT");
+    pr x = rnd(3, (int64_t[3]){2, R, C}, dt, -1, 1);
+    pr w1 = conv1d ? perm(rnd(2, (int64_t[2]){C, F}, dt, -0.3, 0.3), 2, (int[2]){1, 0})
+                   : rnd(2, (int64_t[2]){F, C}, dt, -0.3, 0.3);
+    pr b1 = rnd(1, (int64_t[1]){F}, dt, -0.5, 0.5);
+    pr w2 = conv1d ? perm(rnd(2, (int64_t[2]){F, C}, dt, -0.3, 0.3), 2, (int[2]){1, 0})
+                   : rnd(2, (int64_t[2]){C, F}, dt, -0.3, 0.3);
+    pr b2 = rnd(1, (int64_t[1]){C}, dt, -0.1, 0.1);
+    pr r = rnd(3, (int64_t[3]){2, R, C}, dt, -1, 1);
+    pr *leaves[5] = {&x, &w1, &b1, &w2, &b2};
+    for (int i = 0; i < 5; i++)
+        for (int sd = 0; sd < 2; sd++) assert_non_null(oj_set_requires_grad(leaves[i]->t[sd], true));
+    pr u, act, y, loss;
+    for (int sd = 0; sd < 2; sd++) {
+        assert_non_null(u.t[sd] = oj__linear_gelu(x.t[sd], w1.t[sd], b1.t[sd], &act.t[sd]));
+        if (sd == 0) assert_null(act.t[0]); /* the CPU has no fused entry */
+        assert_non_null(y.t[sd] = oj__gelu_linear_act(u.t[sd], act.t[sd], w2.t[sd], b2.t[sd]));
+        assert_non_null(loss.t[sd] = oj_sum_all(oj_mul(y.t[sd], r.t[sd])));
+    }
+    if (!on_cpu && fast && act.t[1] == NULL)
+        fail_msg("%s: the GPU did not take the fused GEMM + GELU", what);
+    if (!fast) assert_null(act.t[1]);
+    cmp_tensors(u.t[1], u.t[0], rtol, true, what);
+    if (act.t[1]) { /* against the CPU's gelu of its own u */
+        oj_tensor *ga = oj_gelu_tanh(u.t[0]);
+        cmp_tensors(act.t[1], ga, rtol, true, what);
+    }
+    cmp_tensors(y.t[1], y.t[0], rtol, true, what);
+    backward_both(loss);
+    const char *names[5] = {"dx", "dW1", "db1", "dW2", "db2"};
+    for (int i = 0; i < 5; i++) {
+        char w2s[200];
+        snprintf(w2s, sizeof w2s, "%s %s", what, names[i]);
+        cmp_tensors(oj_grad(leaves[i]->t[1]), oj_grad(leaves[i]->t[0]), rtol, true, w2s);
+    }
+    oj_release(act.t[0]);
+    oj_release(act.t[1]);
+    cpu = save_c;
+    gpu = save_g;
+}
+
+// test: GPT-2's MLP with the GELU in the first GEMM's epilogue (cuBLASLt's
+// GELU_AUX_BIAS under FAST) agrees with the CPU's linear, gelu and
+// gelu_linear, forward and gradients, bf16, f16 and f32, both weight
+// layouts; EXACT keeps the unfused ops
+static void test_linear_gelu_fused(void **state) {
+    (void)state;
+    one_linear_gelu(OJ_BF16, 64, 96, 384, true, true, 2e-2);
+    one_linear_gelu(OJ_BF16, 33, 64, 256, false, true, 2e-2);
+    one_linear_gelu(OJ_F16, 40, 64, 128, true, true, 5e-3);
+    one_linear_gelu(OJ_F32, 17, 32, 128, false, true, 5e-3);
+    one_linear_gelu(OJ_BF16, 64, 96, 384, true, false, 2e-2);
+}
+
 static void test_ops_attention_backward(void **state) {
     (void)state;
     pr q = leaf(4, (int64_t[4]){2, 4, 12, 16}, -1, 1);
@@ -4182,6 +4251,7 @@ int main(void) {
         T_(test_linear_bias),
         T_(test_gelu_linear_fused),
         T_(test_linear_bgrad),
+        T_(test_linear_gelu_fused),
         T_(test_gemv),
         T_(test_embedding),
         T_(test_norms),

@@ -606,6 +606,9 @@ oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_t
                                       const oj_tensor *b, const oj_tensor *x, oj_unary_op op);
 oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                                const oj_tensor *b, oj_tensor *dbias);
+oj_status oj_cuda_matmul_bias_act(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                  const oj_tensor *b, const oj_tensor *bias, oj_tensor *pre,
+                                  oj_unary_op op);
 /* cuda_nn_embedding.cu */
 oj_status oj_cuda_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
                                     const oj_tensor *idx);

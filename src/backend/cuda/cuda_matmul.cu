@@ -259,6 +259,10 @@ static uint32_t align_of(const void *p) {
  *    (row stride aux_ld): the gradient of a GELU's input from the product
  *    giving its output's, without the product's own rounding and a 300 MB
  *    elementwise pass (110 us a layer of GPT-2 124M);
+ *  - CUBLASLT_EPILOGUE_GELU_AUX_BIAS: out = gelu_tanh(a @ b + vec), and
+ *    the sum a @ b + vec into aux (row stride aux_ld): a linear and the
+ *    GELU after it, without a 200 MB elementwise pass (65 us a layer of
+ *    GPT-2 124M); aux is written, not read;
  *  - CUBLASLT_EPILOGUE_BGRADB: vec[m] = sum over k of a[m, k] as well (a
  *    linear's bias gradient read along with dW = dy^T x, instead of a
  *    separate reduction of dy; cuBLASLt's B operand is a here).
@@ -369,7 +373,11 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
     if (cs != CUBLAS_STATUS_SUCCESS) return blas_error(eng, cs, "cublasLtMatmul (epilogue)");
     if (s->prof) {
         const char lay[4] = {A.op == CUBLAS_OP_N ? 'N' : 'T', B.op == CUBLAS_OP_N ? 'N' : 'T',
-                             epi == CUBLASLT_EPILOGUE_BGRADB ? 'd' : aux ? 'g' : 'b', 0};
+                             epi == CUBLASLT_EPILOGUE_BGRADB         ? 'd'
+                             : epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 'a'
+                             : aux                                   ? 'g'
+                                                                     : 'b',
+                             0};
         return oj_cuda_check(eng, prof_name(dt, lay, 1, M, N, K, false));
     }
     return oj_cuda_check(eng, "matmul (cublasLtMatmul, epilogue)");
@@ -439,4 +447,31 @@ oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *
         return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
     return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BGRADB, oj_cuda_ptr(dbias), NULL, 0);
+}
+
+/* pre = a @ b + bias, out = gelu_tanh(pre) in one cuBLASLt call (the
+ * GELU_AUX_BIAS epilogue, lt_epilogue): pre [1, M, N] row-major with a row
+ * stride that is a multiple of 8 elements, bias [N] contiguous, one dtype
+ * with out. The GELU reads the f32 sum before pre is rounded.
+ * OJ_ERR_UNSUPPORTED (nothing recorded) where it does not apply (another
+ * op, EXACT numerics, OJAS_CUDA_LT=0 or OJAS_CUDA_GELU_EPI=0, operands
+ * cuBLASLt refuses): the caller runs the linear and the GELU. */
+oj_status oj_cuda_matmul_bias_act(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                  const oj_tensor *b, const oj_tensor *bias, oj_tensor *pre,
+                                  oj_unary_op op) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("OJAS_CUDA_GELU_EPI");
+        off = e != NULL && strcmp(e, "0") == 0;
+    }
+    const int64_t M = out->shape[1], N = out->shape[2];
+    if (off || op != OJ_UN_GELU_TANH || bias->dtype != out->dtype || bias->rank != 1 ||
+        bias->shape[0] != N || (N > 1 && bias->stride[0] != 1) || pre->dtype != out->dtype ||
+        pre->rank != 3 || pre->shape[0] != 1 || pre->shape[1] != M || pre->shape[2] != N ||
+        pre->stride[2] != 1 || (M > 1 && pre->stride[1] < N))
+        return OJ_ERR_UNSUPPORTED;
+    if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
+    int64_t ld = M > 1 ? pre->stride[1] : N;
+    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, oj_cuda_ptr(bias),
+                       oj_cuda_ptr(pre), ld);
 }
