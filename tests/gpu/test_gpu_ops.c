@@ -1873,6 +1873,22 @@ static void test_adam_low_transposed(void **state) {
             same_bytes(args[i].low, oj_cast(tr, OJ_BF16), "adam tile low copy vs cast", i);
         }
     }
+    /* the check pass of a tensor with a transposed copy (it runs in the
+     * multi-tensor tables): a gradient of 1e30 makes exp_avg_sq overflow,
+     * so the check refuses and nothing is written, the copy included */
+    oj_tensor *keep_p = oj_clone(tp[1]), *keep_m = oj_clone(tm[1]), *keep_v = oj_clone(tv[1]);
+    oj_tensor *keep_l = oj_clone(args[1].low);
+    assert_true(keep_p && keep_m && keep_v && keep_l);
+    bool prev = oj_set_grad_enabled(gpu, false);
+    assert_int_equal(oj_fill_(oj_narrow(oj_narrow(tg[1], 0, 20, 1), 1, 50, 1), 1e30), OJ_OK);
+    oj_set_grad_enabled(gpu, prev);
+    assert_int_equal(gpu->backend->adam_step_multi(gpu, NT, tp, (const oj_tensor *const *)tg, tm,
+                                                   tv, args, true),
+                     OJ_ERR_NUMERIC);
+    same_bytes(tp[1], keep_p, "adam check_only (transposed copy) wrote the param", 1);
+    same_bytes(tm[1], keep_m, "adam check_only (transposed copy) wrote exp_avg", 1);
+    same_bytes(tv[1], keep_v, "adam check_only (transposed copy) wrote exp_avg_sq", 1);
+    same_bytes(args[1].low, keep_l, "adam check_only (transposed copy) wrote the copy", 1);
 }
 
 /* value_mix_forward / value_mix_backward (nanolab's value residual) on
