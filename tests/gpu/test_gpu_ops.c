@@ -724,6 +724,39 @@ static void test_linear_bias(void **state) {
     one_linear_bias(OJ_F32, 65, 130, 257, false, 0, false);
 }
 
+// test: plain products through cuBLASLt's heuristic (OJAS_CUDA_LT_PLAIN=1,
+// FAST numerics) agree with the CPU: the head's logits layout (b a
+// transposed [N, K] weight) and a row-major b, bf16 and f32, odd sizes
+static void test_matmul_lt_plain(void **state) {
+    (void)state;
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = cpuf, gpu = gpuf;
+    setenv("OJAS_CUDA_LT_PLAIN", "1", 1);
+    const struct {
+        oj_dtype dt;
+        int64_t M, K, N;
+        bool bt;
+    } cs[4] = {{OJ_BF16, 300, 96, 1000, true}, {OJ_BF16, 129, 64, 72, false},
+               {OJ_F32, 65, 40, 48, true}, {OJ_F16, 33, 80, 24, false}};
+    for (int i = 0; i < 4; i++) {
+        pr a = rnd(3, (int64_t[3]){1, cs[i].M, cs[i].K}, cs[i].dt, -1, 1);
+        pr b = cs[i].bt ? perm(rnd(3, (int64_t[3]){1, cs[i].N, cs[i].K}, cs[i].dt, -1, 1), 3,
+                               (int[3]){0, 2, 1})
+                        : rnd(3, (int64_t[3]){1, cs[i].K, cs[i].N}, cs[i].dt, -1, 1);
+        pr out = empty(3, (int64_t[3]){1, cs[i].M, cs[i].N}, cs[i].dt);
+        BOTH(E->backend->matmul(E, T(out), T(a), T(b), false));
+        char what[96];
+        snprintf(what, sizeof what, "cuBLASLt plain matmul %s %lldx%lldx%lld%s",
+                 oj_dtype_name(cs[i].dt), (long long)cs[i].M, (long long)cs[i].K,
+                 (long long)cs[i].N, cs[i].bt ? " b transposed" : "");
+        cmp_tensors(out.t[1], out.t[0], cs[i].dt == OJ_F32 ? 2e-3 : tol(cs[i].dt, 1e-5), true,
+                    what);
+    }
+    unsetenv("OJAS_CUDA_LT_PLAIN");
+    cpu = save_c;
+    gpu = save_g;
+}
+
 /* One row (M == 1, batch 1) times a weight, as a decode step's linear
  * layers call it: the CUDA one-row kernels (cuda_gemv.cu) where the views
  * suit them, cuBLAS otherwise. layout 0: W [N, K] seen transposed
@@ -4274,6 +4307,7 @@ int main(void) {
         T_(test_gelu_linear_fused),
         T_(test_linear_bgrad),
         T_(test_linear_gelu_fused),
+        T_(test_matmul_lt_plain),
         T_(test_gemv),
         T_(test_embedding),
         T_(test_norms),

@@ -130,6 +130,22 @@ static oj_status blas_error(oj_engine *eng, cublasStatus_t st, const char *what)
                         cublasGetStatusString(st));
 }
 
+static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                             const oj_tensor *b, cublasLtEpilogue_t epi, const void *vec,
+                             const void *aux, int64_t aux_ld);
+
+/* OJAS_CUDA_LT_PLAIN=1: plain products (one batch, not accumulating,
+ * FAST numerics) go through cuBLASLt's heuristic (lt_epilogue with no
+ * epilogue) before cublasGemmStridedBatchedEx: a comparison of the two
+ * libraries' kernel choices (the head's logits GEMM ran an sm80 kernel
+ * through the latter, the linears' bias-epilogue GEMMs of the same layout
+ * Hopper ones through the former). Off by default; read at each call
+ * (tests turn it on and off). */
+static bool lt_plain(void) {
+    const char *e = getenv("OJAS_CUDA_LT_PLAIN");
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
 oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                          bool accumulate) {
     const char *op = "matmul";
@@ -166,6 +182,10 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
             return oj_cuda_check(eng, prof_name(dt, gemv == 1 ? "gemv-nk" : "gemv-kn", bt, M, N,
                                                 K, accumulate));
         return oj_cuda_check(eng, "matmul (gemv)");
+    }
+    if (!accumulate && lt_plain()) {
+        oj_status lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
+        if (lst != OJ_ERR_UNSUPPORTED) return lst;
     }
     cublasHandle_t h = oj_cuda_blas(eng, op);
     if (h == NULL) return oj_last_status(eng);
@@ -376,7 +396,8 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                              epi == CUBLASLT_EPILOGUE_BGRADB         ? 'd'
                              : epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 'a'
                              : aux                                   ? 'g'
-                                                                     : 'b',
+                             : vec                                   ? 'b'
+                                                                     : 'p',
                              0};
         return oj_cuda_check(eng, prof_name(dt, lay, 1, M, N, K, false));
     }
