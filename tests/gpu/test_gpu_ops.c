@@ -724,6 +724,48 @@ static void test_linear_bias(void **state) {
     one_linear_bias(OJ_F32, 65, 130, 257, false, 0, false);
 }
 
+// test: a capture that holds an engine's first GEMMs (as the trainer's
+// graph step captures its first step) gets cuBLASLt's epilogues: GPT-2's
+// c_fc linear + GELU in one GEMM (act made) inside the capture, on a fresh
+// FAST engine, and the replay's u and gelu(u) agree with the CPU's (the
+// handle was made lazily at the first epilogue, refused during a capture)
+static void test_lt_epilogue_in_capture(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* only CUDA engines capture */
+    oj_engine *ge = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 11);
+    const int64_t R = 64, C = 96, F = 384;
+    pr x = rnd(2, (int64_t[2]){R, C}, OJ_BF16, -1, 1);
+    pr w = rnd(2, (int64_t[2]){F, C}, OJ_BF16, -0.3, 0.3);
+    pr b = rnd(1, (int64_t[1]){F}, OJ_BF16, -0.5, 0.5);
+    oj_tensor *xg = oj_to_device(x.t[0], ge), *wg = oj_to_device(w.t[0], ge);
+    oj_tensor *bg = oj_to_device(b.t[0], ge);
+    assert_true(xg && wg && bg);
+    bool prev = oj_set_grad_enabled(ge, false);
+    assert_int_equal(oj_graph_capture_begin(ge), OJ_OK);
+    oj_tensor *act = NULL, *u = oj__linear_gelu(xg, wg, bg, &act);
+    oj_graph *g = oj_graph_capture_end(ge);
+    if (g == NULL) fail_msg("capture: %s", oj_last_error(ge));
+    assert_non_null(u);
+    if (act == NULL) fail_msg("the captured linear + GELU did not take the GEMM epilogue");
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    oj_tensor *uc = oj_linear(x.t[0], w.t[0], b.t[0]);
+    assert_non_null(uc);
+    oj_tensor *gc = oj_gelu_tanh(uc);
+    oj_tensor *uh = oj_to_device(u, cpu), *ah = oj_to_device(act, cpu);
+    assert_true(uh && ah && gc);
+    cmp_tensors(uh, uc, 2e-2, true, "captured linear + GELU: u");
+    cmp_tensors(ah, gc, 2e-2, true, "captured linear + GELU: gelu(u)");
+    oj_set_grad_enabled(ge, prev);
+    oj_release(act);
+    oj_release(u);
+    oj_graph_free(g);
+    oj_release(xg);
+    oj_release(wg);
+    oj_release(bg);
+    assert_int_equal(oj_last_status(ge), OJ_OK);
+    oj_engine_free(ge);
+}
+
 // test: plain products through cuBLASLt's heuristic (OJAS_CUDA_LT_PLAIN=1,
 // FAST numerics) agree with the CPU: the head's logits layout (b a
 // transposed [N, K] weight) and a row-major b, bf16 and f32, odd sizes
@@ -4348,6 +4390,7 @@ int main(void) {
         T_(test_linear_bgrad),
         T_(test_linear_gelu_fused),
         T_(test_matmul_lt_plain),
+        T_(test_lt_epilogue_in_capture),
         T_(test_gemv),
         T_(test_embedding),
         T_(test_embedding_fast),

@@ -46,7 +46,7 @@ struct oj_cuda_state {
     cudaStream_t stream; /* the engine's stream (blocking, created at open) */
     void *blas_ws;       /* cuBLAS workspace (fixed, so cuBLAS can be captured) */
     size_t blas_ws_bytes;
-    bool lt_ready;       /* lt created (first GEMM with a bias epilogue) */
+    bool lt_ready;       /* lt created (with blas, before any capture: oj_cuda_blas) */
     cublasLtHandle_t lt; /* cuBLASLt (epilogues), sharing blas_ws */
     /* During a capture (oj_graph_capture_begin): the graph being built.
      * Status words then come from its own region (one per check, never
