@@ -16,12 +16,8 @@
  * scales in tensors.
  *
  * Chunk rows: as many as keep one chunk's logits under 256 MiB (at least
- * 1), rounded down to a multiple of 256 from 256 up (whole GEMM tiles:
- * at GPT-2's vocabulary the logits GEMM of 2,668 rows, 256 MiB, ran an
- * sm80 cuBLAS kernel at ~440 TFLOP/s on the H200, ncu at e46ca51, against
- * ~750 for the chunk's other two GEMMs), a function of the shapes only, so results are
- * reproducible. The environment variable OJAS_LCE_CHUNK_ROWS overrides it
- * (tests, tuning).
+ * 1), a function of the shapes only, so results are reproducible. The
+ * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning).
  *
  * Padded vocabulary: on a backend with ce_row_align (CUDA), W [V, C] is
  * copied once per call into Wp [Vp, C] with zero rows past V, Vp = V
@@ -52,7 +48,6 @@ static int64_t chunk_rows(int64_t N, int64_t V, size_t es) {
     const char *env = getenv("OJAS_LCE_CHUNK_ROWS");
     int64_t r = env && atoll(env) > 0 ? atoll(env) : (int64_t)((256u << 20) / ((size_t)V * es));
     if (r < 1) r = 1;
-    if (!(env && atoll(env) > 0) && r >= 256) r -= r % 256;
     return r < N ? r : N;
 }
 
