@@ -209,6 +209,29 @@ typedef struct oj_backend {
      * pair's; the backend uses it only under OJ_NUMERICS_FAST. */
     oj_status (*matmul_act_backward)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                                      const oj_tensor *b, const oj_tensor *x, oj_unary_op op);
+    /* Optional (NULL, or OJ_ERR_UNSUPPORTED returned with nothing
+     * recorded: the ops layer runs matmul and sums the rows of dy itself):
+     * out = a @ b and dbias[m] = the sum over k of a[m, k], i.e. a
+     * linear's weight gradient dW = dy^T x and its bias gradient db from
+     * one GEMM that reduces dy (a) as it reads it. a [1, M, K], b [1, K,
+     * N], out [1, M, N] as matmul's; dbias [M] contiguous; one dtype. db
+     * is summed in f32 and rounded once, in the GEMM's order, so neither
+     * result has the unfused pair's bits: the backend uses it only under
+     * OJ_NUMERICS_FAST. */
+    oj_status (*matmul_bgrad)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                              const oj_tensor *b, oj_tensor *dbias);
+    /* Optional (NULL, or OJ_ERR_UNSUPPORTED returned with nothing
+     * recorded: the ops layer runs the linear and then the activation):
+     * pre = a @ b + bias and out = f(pre) from one GEMM (f the unary op;
+     * OJ_UN_GELU_TANH is the one CUDA takes), i.e. a linear layer and the
+     * activation after it without a pass over pre. a [1, M, K], b [1, K,
+     * N] as matmul's, out and pre [1, M, N] row-major, bias [N]
+     * contiguous, one dtype. f reads the f32 sum before pre is rounded,
+     * so out is not f(pre)'s bits: the backend uses it only under
+     * OJ_NUMERICS_FAST. */
+    oj_status (*matmul_bias_act)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                 const oj_tensor *b, const oj_tensor *bias, oj_tensor *pre,
+                                 oj_unary_op op);
     /* Inclusive prefix sum along `dim`: out[.., i, ..] = sum of x[.., j, ..]
      * for j <= i (reverse: j >= i). out contiguous, shaped like x; dtype x's
      * for float x, i64 for integer/bool x. A rank-0 x has dim 0 (a copy).

@@ -307,8 +307,17 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
     }
     if (m->cfg.family == OJ_GPT2) {
         /* gelu(u) is recomputed in the backward instead of kept: [B, T, 4C]
-         * less per layer (oj_gelu_linear) */
-        oj_tensor *u = oj__gpt_lora(m, b, OJ__LORA_C_FC, h, conv1d_hf(h, b->c_fc_w, NULL, b->c_fc_b));
+         * less per layer (oj_gelu_linear); in the forward it comes from
+         * the c_fc GEMM's epilogue where the backend has one (act, else
+         * NULL: gelu_linear applies it) */
+        oj_tensor *u = NULL, *act = NULL;
+        if (b->lora_a[OJ__LORA_C_FC] == NULL && b->lora_a[OJ__LORA_MLP_C_PROJ] == NULL) {
+            oj_tensor *ft = oj_transpose(b->c_fc_w, 0, 1); /* [out, in] view */
+            u = ft ? oj__linear_gelu(h, ft, b->c_fc_b, &act) : NULL;
+            oj_release(ft);
+        } else {
+            u = oj__gpt_lora(m, b, OJ__LORA_C_FC, h, conv1d_hf(h, b->c_fc_w, NULL, b->c_fc_b));
+        }
         if (b->lora_a[OJ__LORA_MLP_C_PROJ]) { /* the adapter reads gelu(u): kept */
             oj_tensor *g = u ? oj_gelu_tanh(u) : NULL;
             oj_tensor *o = g ? conv1d_hf(g, b->mlp_proj_w, NULL, b->mlp_proj_b) : NULL;
@@ -318,8 +327,9 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
             return o;
         }
         oj_tensor *wt = oj_transpose(b->mlp_proj_w, 0, 1); /* [out, in] view */
-        oj_tensor *o = u && wt ? oj_gelu_linear(u, wt, b->mlp_proj_b, true) : NULL;
+        oj_tensor *o = u && wt ? oj__gelu_linear_act(u, act, wt, b->mlp_proj_b) : NULL;
         oj_release(wt);
+        oj_release(act);
         oj_release(u);
         return o;
     }

@@ -69,6 +69,22 @@ oj_tensor *oj__autocast_cast(oj_tensor *x, oj_dtype dt);
  * as they are. NULL with OJ_ERR_SHAPE / OJ_ERR_DTYPE /
  * OJ_ERR_DEVICE recorded. (linalg.c) */
 oj_tensor *oj__mul_linear(oj_tensor *a, oj_tensor *b, oj_tensor *weight);
+
+/* oj_linear(x, weight, bias) (the same node and gradients), and *act =
+ * gelu_tanh of the result, a plain new tensor (no node, owned by the
+ * current scope) from the same GEMM where the backend has matmul_bias_act
+ * and takes the operands (CUDA under FAST: cuBLASLt's GELU_AUX_BIAS
+ * epilogue; the GELU reads the f32 sum, before the result's rounding);
+ * else *act = NULL and the caller applies the GELU. x [..., in], weight
+ * [out, in], bias [out] (required for the fused path). NULL with linear's
+ * errors recorded (*act NULL). (linalg.c) */
+oj_tensor *oj__linear_gelu(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **act);
+/* oj_gelu_linear(x, weight, bias, true) whose forward takes act (or NULL)
+ * as gelu_tanh(x) when it has x's shape and dtype (oj__linear_gelu's
+ * *act): no GELU pass in the forward. The node and backward are
+ * gelu_linear's (x and weight saved, gelu recomputed from x), so its
+ * gradients are gelu_linear's. (linalg.c) */
+oj_tensor *oj__gelu_linear_act(oj_tensor *x, oj_tensor *act, oj_tensor *weight, oj_tensor *bias);
 bool oj__autocast(int cls, int n, oj_tensor *const *in, oj_tensor **out);
 void oj__autocast_release(int n, oj_tensor **out);
 /* First statement of an autocast op: when inputs in[0..n) need a cast,

@@ -120,6 +120,8 @@ static oj_backend make_cuda_backend() {
     b.matmul = oj_cuda_matmul;
     b.matmul_bias = oj_cuda_matmul_bias;
     b.matmul_act_backward = oj_cuda_matmul_act_backward;
+    b.matmul_bgrad = oj_cuda_matmul_bgrad;
+    b.matmul_bias_act = oj_cuda_matmul_bias_act;
     b.cumsum = oj_cuda_cumsum;
     /* nn (cuda_nn_*.cu) */
     b.embedding_forward = oj_cuda_embedding_forward;

@@ -46,7 +46,7 @@ struct oj_cuda_state {
     cudaStream_t stream; /* the engine's stream (blocking, created at open) */
     void *blas_ws;       /* cuBLAS workspace (fixed, so cuBLAS can be captured) */
     size_t blas_ws_bytes;
-    bool lt_ready;       /* lt created (first GEMM with a bias epilogue) */
+    bool lt_ready;       /* lt created (with blas, before any capture: oj_cuda_blas) */
     cublasLtHandle_t lt; /* cuBLASLt (epilogues), sharing blas_ws */
     /* During a capture (oj_graph_capture_begin): the graph being built.
      * Status words then come from its own region (one per check, never
@@ -604,6 +604,11 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
                               const oj_tensor *b, const oj_tensor *bias);
 oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                                       const oj_tensor *b, const oj_tensor *x, oj_unary_op op);
+oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                               const oj_tensor *b, oj_tensor *dbias);
+oj_status oj_cuda_matmul_bias_act(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                  const oj_tensor *b, const oj_tensor *bias, oj_tensor *pre,
+                                  oj_unary_op op);
 /* cuda_nn_embedding.cu */
 oj_status oj_cuda_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
                                     const oj_tensor *idx);

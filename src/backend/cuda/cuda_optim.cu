@@ -776,7 +776,9 @@ static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
     adam_batch<T> b;
     memset(&b, 0, sizeof b);
     for (int64_t i = 0; i < n; i++) {
-        if (params[i]->dtype != dt || (args[i].low && args[i].low_t)) continue; /* adam_tile's */
+        /* a transposed copy is adam_tile's to write; its check pass is here */
+        const bool tile = args[i].low && args[i].low_t;
+        if (params[i]->dtype != dt || (tile && !check_only)) continue;
         int64_t ne = oj_cuda_numel(params[i]);
         if (ne == 0) continue;
         int64_t chunks = (ne + MT_CHUNK - 1) / MT_CHUNK;
@@ -793,7 +795,8 @@ static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
         b.m[k] = PTR(T, exp_avgs[i]);
         b.v[k] = PTR(T, exp_avg_sqs[i]);
         if (sizeof(T) == sizeof(float))
-            b.lo[sizeof(T) == sizeof(float) ? k : 0] = args[i].low ? PTR(oj_cu_bf16, args[i].low) : NULL;
+            b.lo[sizeof(T) == sizeof(float) ? k : 0] =
+                args[i].low && !tile ? PTR(oj_cu_bf16, args[i].low) : NULL;
         b.numel[k] = ne;
         adam_consts(&b.c[k], &args[i]);
         b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
@@ -870,7 +873,9 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
     if (st == OJ_OK)
         st = adam_multi_dtype<double>(eng, OJ_F64, n, params, grads, exp_avgs, exp_avg_sqs, args,
                                       check_only, bad);
-    for (int64_t i = 0; i < n && st == OJ_OK; i++) { /* the transposed copies, one launch each */
+    /* the transposed copies, one launch each; their check pass (nothing
+     * written, no copy) ran with the others' above, in the tables */
+    for (int64_t i = 0; i < n && st == OJ_OK && !check_only; i++) {
         if (!args[i].low || !args[i].low_t || oj_cuda_numel(params[i]) == 0) continue;
         int64_t R = params[i]->shape[0], C = params[i]->shape[1];
         int64_t tiles = ((R + 31) / 32) * ((C + 31) / 32);
