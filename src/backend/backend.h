@@ -438,7 +438,9 @@ typedef struct oj_backend {
                                          const oj_tensor *x, const oj_tensor *weight, double eps,
                                          int64_t position_offset, double theta);
     /* Its input gradient, OPTIONAL (NULL: rotary_embedding inverse, then
-     * rms_norm_backward): dx [..., T, D] contiguous of x's dtype from dy
+     * rms_norm_backward): dx [..., T, D] of x's dtype, its last dim
+     * contiguous and its other strides any (nanolab's q/k gradients
+     * written where they lie in the fused projection's gradient), from dy
      * (x's shape, float, any strides), x (any strides), the forward's rstd
      * and weight (NULL: ones). What rotary_embedding(inverse) of dy
      * (rounded to dy's dtype) given with a contiguous copy of x to

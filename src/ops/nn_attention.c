@@ -183,7 +183,9 @@ static bool qk_norm_rotary(oj_engine *eng, const char *op, const oj_tensor *x, d
 /* saved: 0 q1, 1 k1, 2 v, 3 out, 4 lse; i[0] position offset; f[0]
  * scale, f[1] eps, f[2] theta. q and k are made again from q1 and k1
  * (their kernels: the same bits), then attention's backward entry and
- * rms_norm_rotary's, as the three ops' nodes run them. */
+ * rms_norm_rotary's, as the three ops' nodes run them (the gradients of
+ * q1, k1 written through their strides where oj__mirror_grads lays them
+ * out: the same values). */
 static oj_status qk_attention_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     oj_tensor *s[5] = {0};
@@ -196,9 +198,19 @@ static oj_status qk_attention_backward(oj_node *n, oj_tensor *const *go, oj_tens
     const bool nq = oj__node_needs(n, 0), nk = oj__node_needs(n, 1), nv = oj__node_needs(n, 2);
     bool ok = qk_norm_rotary(eng, n->op, s[0], eps, pos, theta, &q, &rq) &&
               qk_norm_rotary(eng, n->op, s[1], eps, pos, theta, &k, &rk);
+    /* q1, k1 (and v when it is a head view of the same projection) get
+     * their gradients where they lie in a buffer laid out like the
+     * projection (oj__mirror_grads): the views' and the split's backward
+     * then pass them on without copies */
+    oj_tensor *mg[3] = {NULL, NULL, NULL};
+    const bool rows = s[0]->shape[3] <= 1 || s[0]->stride[3] == 1; /* the kernels' dx */
+    int r = ok && rows && nq && nk && nv ? oj__mirror_grads(eng, n->op, 3, s, mg) : 0;
+    if (r == 0 && ok && rows && nq && nk) r = oj__mirror_grads(eng, n->op, 2, s, mg);
+    ok = ok && r >= 0;
+    dq1 = mg[0], dk1 = mg[1], d[2] = mg[2];
     for (int j = 0; j < 3 && ok; j++) {
         const oj_tensor *t = j == 0 ? q : j == 1 ? k : s[2];
-        if ((j == 0 && nq) || (j == 1 && nk) || (j == 2 && nv))
+        if ((j == 0 && nq) || (j == 1 && nk) || (j == 2 && nv && d[2] == NULL))
             ok = (d[j] = oj__tensor_alloc(eng, 4, t->shape, t->dtype, n->op)) != NULL;
     }
     if (ok)
@@ -206,18 +218,18 @@ static oj_status qk_attention_backward(oj_node *n, oj_tensor *const *go, oj_tens
                                                                  s[2], s[3], s[4], NULL, true,
                                                                  scale),
                            n->op);
-    if (ok && nq && (dq1 = oj__tensor_alloc(eng, 4, n->in[0].shape, n->in[0].dtype, n->op)))
+    if (ok && nq && dq1 == NULL)
+        ok = (dq1 = oj__tensor_alloc(eng, 4, n->in[0].shape, n->in[0].dtype, n->op)) != NULL;
+    if (ok && nq)
         ok = oj__kernel_ok(eng, eng->backend->rms_norm_rotary_backward(eng, dq1, d[0], s[0], rq, NULL,
                                                                        pos, theta),
                            n->op);
-    else if (ok && nq)
-        ok = false;
-    if (ok && nk && (dk1 = oj__tensor_alloc(eng, 4, n->in[1].shape, n->in[1].dtype, n->op)))
+    if (ok && nk && dk1 == NULL)
+        ok = (dk1 = oj__tensor_alloc(eng, 4, n->in[1].shape, n->in[1].dtype, n->op)) != NULL;
+    if (ok && nk)
         ok = oj__kernel_ok(eng, eng->backend->rms_norm_rotary_backward(eng, dk1, d[1], s[1], rk, NULL,
                                                                        pos, theta),
                            n->op);
-    else if (ok && nk)
-        ok = false;
     oj_tensor *tmp[] = {q, rq, k, rk, d[0], d[1]};
     for (size_t j = 0; j < sizeof tmp / sizeof tmp[0]; j++) oj_release(tmp[j]);
     if (!ok) {
