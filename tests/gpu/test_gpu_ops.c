@@ -1941,38 +1941,51 @@ static void test_value_mix(void **state) {
 /* oj__attention_qk_norm_rotary on the device: output and the
  * projection's gradient the bytes of rms_norm_rotary twice then causal
  * attention (bf16 under autocast as nanolab runs it, D 64 and 128), and
- * q and k not kept between forward and backward. */
+ * q and k not kept between forward and backward. The projection is
+ * nanolab's [B, T, 3 H D + G]: a gate piece of G columns beside q, k, v,
+ * and v either its head view (the first layer) or made from it by the
+ * value residual (the others): the joint node writes q's and k's
+ * gradients (and v's) where they lie in a buffer laid out like the
+ * projection (strided rms_norm_rotary_backward dx) and the split's
+ * backward copies the others beside them, the bytes of the three ops'
+ * contiguous gradients concatenated. */
 static void test_attention_joint(void **state) {
     (void)state;
     if (gpu->backend->rms_norm_rotary_forward == NULL) skip();
-    for (int c = 0; c < 2; c++) {
-        const int64_t B = 2, T = 67, H = 3, D = c ? 128 : 64;
-        int64_t xs[3] = {B, T, 3 * H * D}, ys[4] = {B, H, T, D}, hs[4] = {B, T, H, D};
+    for (int c = 0; c < 4; c++) {
+        const int64_t B = 2, T = 67, H = 3, D = c & 1 ? 128 : 64, G = 5, W = 3 * H * D + G;
+        const bool vmix = c >= 2;
+        int64_t xs[3] = {B, T, W}, ys[4] = {B, H, T, D}, hs[4] = {B, T, H, D}, gs[3] = {B, T, G};
         const int p4[4] = {0, 2, 1, 3};
         pr x0 = rnd(3, xs, OJ_BF16, -2, 2), g = rnd(4, ys, OJ_BF16, -1, 1);
+        pr wg = rnd(3, gs, OJ_BF16, -1, 1), v0 = rnd(4, ys, OJ_BF16, -2, 2);
+        oj_tensor *s = oj_full(gpu, 1, (int64_t[]){1}, OJ_F32, 0.375);
         oj_tensor *y[2], *dx[2];
         int64_t kept[2];
         for (int joint = 0; joint < 2; joint++) {
             oj_tensor *x = oj_clone(x0.t[1]);
             oj_set_requires_grad(x, true);
+            oj_tensor *pc[4];
+            const int64_t sizes[4] = {H * D, H * D, H * D, G};
+            assert_int_equal(oj_split_sizes(x, 4, sizes, 2, pc), 4);
             oj_tensor *hv[3];
-            for (int i = 0; i < 3; i++) {
-                oj_tensor *n = oj_narrow(x, 2, i * H * D, H * D);
-                hv[i] = oj_permute(oj_reshape(n, 4, hs), 4, p4);
-            }
+            for (int i = 0; i < 3; i++) hv[i] = oj_permute(oj_reshape(pc[i], 4, hs), 4, p4);
+            oj_tensor *v = vmix ? oj__value_mix(hv[2], v0.t[1], s) : hv[2];
             int64_t before = oj_engine_memory_allocated(gpu);
             if (joint) {
-                y[joint] = oj__attention_qk_norm_rotary(hv[0], hv[1], hv[2], 1e-6, 0, 10000.0);
+                y[joint] = oj__attention_qk_norm_rotary(hv[0], hv[1], v, 1e-6, 0, 10000.0);
             } else {
                 oj_tensor *q = oj_rms_norm_rotary(hv[0], NULL, 1e-6, 0, 10000.0);
                 oj_tensor *k = oj_rms_norm_rotary(hv[1], NULL, 1e-6, 0, 10000.0);
-                y[joint] = oj_scaled_dot_product_attention(q, k, hv[2], NULL, true, NAN);
+                y[joint] = oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN);
                 oj_release(q);
                 oj_release(k);
             }
             kept[joint] = oj_engine_memory_allocated(gpu) - before;
             assert_non_null(y[joint]);
-            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[joint], g.t[1])), false), OJ_OK);
+            oj_tensor *l = oj_add(oj_sum_all(oj_mul(y[joint], g.t[1])),
+                                  oj_sum_all(oj_mul(pc[3], wg.t[1])));
+            assert_int_equal(oj_backward(l, false), OJ_OK);
             dx[joint] = oj_grad(x);
         }
         same_bytes(y[1], y[0], "attention_qk_norm_rotary output", c);
