@@ -684,6 +684,16 @@ typedef struct oj_backend {
      * summation order is not the reduce entry's, so the last bits of a
      * norm may differ from it. */
     oj_status (*muon_norms)(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
+    /* One step of Muon's quintic Newton-Schulz iteration on a stack, as
+     * three batched GEMMs whose epilogues take the sums (NULL: muon.c runs
+     * bmm, mul_scalar and add): A = X X^T, B = c A A + b A, xn = B X + a
+     * X. x, xn [k, m, n] contiguous, m <= n, one dtype, bf16 or f32.
+     * Each product is summed in f32 and the scaled sum rounded once to the
+     * dtype (the ops round A A, c A A, b A, B X and a X on their own): the
+     * values of the chain within the dtype's rounding, not its bits, so
+     * muon.c takes it only under OJ_NUMERICS_FAST. */
+    oj_status (*muon_ns_step)(oj_engine *eng, oj_tensor *xn, const oj_tensor *x, double a,
+                              double b, double c);
     /* Multi-tensor forms of muon_momentum (one momentum and nesterov;
      * updates NULL: every buf written in place, else every updates[i]
      * written) and apply_update (alpha[i], scale[i], decay[i] per tensor;

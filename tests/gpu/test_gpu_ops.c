@@ -2307,6 +2307,97 @@ static void test_muon_norms(void **state) {
     }
 }
 
+/* One Newton-Schulz step X a X + (b A + c A A) X, A = X X^T, on the host
+ * in double: x [k, m, n] row-major, out the same. */
+static void ns_step_ref(const double *x, double *out, int64_t k, int64_t m, int64_t n) {
+    const double a = 3.4445, b = -4.7750, c = 2.0315;
+    double *A = malloc((size_t)(m * m) * sizeof *A), *B = malloc((size_t)(m * m) * sizeof *B);
+    assert_non_null(A);
+    assert_non_null(B);
+    for (int64_t t = 0; t < k; t++) {
+        const double *X = x + t * m * n;
+        double *O = out + t * m * n;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < n; l++) s += X[i * n + l] * X[j * n + l];
+                A[i * m + j] = s;
+            }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < m; l++) s += A[i * m + l] * A[l * m + j];
+                B[i * m + j] = b * A[i * m + j] + c * s;
+            }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < m; l++) s += B[i * m + l] * X[l * n + j];
+                O[i * n + j] = a * X[i * n + j] + s;
+            }
+    }
+    free(A);
+    free(B);
+}
+
+/* muon_ns_step: one step of Muon's iteration on a stack as three GEMMs
+ * (bf16 and f32, square and wide matrices, each scaled to Frobenius norm
+ * 1 as Muon's are) against the step in double on the host, normwise: at
+ * least as close as muon.c's chain of ops (bmm, mul_scalar, add) on the
+ * same device and dtype (within 1.5x), and within 2e-2 (bf16) / 1e-5
+ * (f32). */
+static void test_muon_ns_step(void **state) {
+    (void)state;
+    if (gpu->backend->muon_ns_step == NULL) skip(); /* the CPU self-check */
+    const int64_t shs[2][3] = {{3, 40, 72}, {2, 64, 64}};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int c = 0; c < 4; c++) {
+        const int64_t k = shs[c & 1][0], m = shs[c & 1][1], n = shs[c & 1][2], N = k * m * n;
+        const oj_dtype dt = dts[c >> 1];
+        double *x = malloc((size_t)N * sizeof *x), *want = malloc((size_t)N * sizeof *want);
+        assert_non_null(x);
+        assert_non_null(want);
+        for (int64_t t = 0; t < k; t++) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < m * n; i++) {
+                x[t * m * n + i] = nzrand(-1, 1);
+                ss += x[t * m * n + i] * x[t * m * n + i];
+            }
+            for (int64_t i = 0; i < m * n; i++) x[t * m * n + i] /= sqrt(ss);
+        }
+        pr xp = up(3, shs[c & 1], dt, x);
+        double *xr = to_doubles(xp.t[1]); /* the values as rounded to dt */
+        ns_step_ref(xr, want, k, m, n);
+        bool prev = oj_set_grad_enabled(gpu, false);
+        oj_tensor *got = oj_empty(gpu, 3, shs[c & 1], dt);
+        assert_non_null(got);
+        assert_int_equal(gpu->backend->muon_ns_step(gpu, got, xp.t[1], 3.4445, -4.7750, 2.0315),
+                         OJ_OK);
+        oj_tensor *X = xp.t[1], *xt = oj_transpose(X, 1, 2), *A = oj_bmm(X, xt);
+        oj_tensor *B = oj_add(oj_mul_scalar(A, -4.7750), oj_mul_scalar(oj_bmm(A, A), 2.0315));
+        oj_tensor *chain = oj_add(oj_mul_scalar(X, 3.4445), oj_bmm(B, X));
+        assert_non_null(chain);
+        oj_set_grad_enabled(gpu, prev);
+        double *g = to_doubles(got), *h = to_doubles(chain), eg = 0.0, ec = 0.0, nw = 0.0;
+        for (int64_t i = 0; i < N; i++) {
+            eg += (g[i] - want[i]) * (g[i] - want[i]);
+            ec += (h[i] - want[i]) * (h[i] - want[i]);
+            nw += want[i] * want[i];
+        }
+        eg = sqrt(eg / nw), ec = sqrt(ec / nw);
+        const double bound = dt == OJ_BF16 ? 2e-2 : 1e-5;
+        if (!(eg <= bound && eg <= 1.5 * ec + 1e-7))
+            fail_msg("muon_ns_step %s [%lld, %lld, %lld]: relative error %.3g (chain of ops %.3g, "
+                     "bound %.3g)",
+                     oj_dtype_name(dt), (long long)k, (long long)m, (long long)n, eg, ec, bound);
+        free(x);
+        free(want);
+        free(xr);
+        free(g);
+        free(h);
+    }
+}
+
 /* muon_momentum_multi and apply_update_multi: 90 tensors, f32 and f64
  * mixed (more than one table of each), sizes 1, around the 4096-element
  * chunk and several chunks, per-tensor alpha, scale and decay (scale and
@@ -4141,6 +4232,7 @@ int main(void) {
         T_(test_step_gate),
         T_(test_muon_normalize),
         T_(test_muon_norms),
+        T_(test_muon_ns_step),
         T_(test_adam_low_transposed),
         T_(test_value_mix),
         T_(test_attention_joint),

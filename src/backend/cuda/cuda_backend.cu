@@ -18,6 +18,8 @@ void oj_cuda_step_gate_close(oj_engine *eng);
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                  const oj_tensor *norms);
 oj_status oj_cuda_muon_norms(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
+oj_status oj_cuda_muon_ns_step(oj_engine *eng, oj_tensor *xn, const oj_tensor *x, double a,
+                               double b, double c);
 /* cuda_value_mix.cu */
 oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *v1,
                                     const oj_tensor *v0, const oj_tensor *s);
@@ -167,6 +169,7 @@ static oj_backend make_cuda_backend() {
     b.graph_checks = oj_cuda_graph_checks;
     b.muon_normalize = oj_cuda_muon_normalize;
     b.muon_norms = oj_cuda_muon_norms;
+    b.muon_ns_step = oj_cuda_muon_ns_step;
     b.muon_momentum_multi = oj_cuda_muon_momentum_multi;
     b.apply_update_multi = oj_cuda_apply_update_multi;
     b.low_copies = true; /* adam_step_multi and apply_update_multi write them */
