@@ -482,7 +482,9 @@ typedef struct oj_backend {
                                    const oj_tensor *v0, const oj_tensor *s);
     /* Its gradients from g (out's shape and dtype, last dim contiguous):
      * dv1 = (T)((float)g * s[0]) and dv0 = (T)((float)g - (float)dv1)
-     * (contiguous, T: the bits of the chain's rules, mul's then the sum of
+     * (T, v1's shape, the last dim contiguous and the other strides any:
+     * nanolab's dv1 written where v's head view lies in the fused
+     * projection's gradient; the bits of the chain's rules, mul's then the sum of
      * add's and sub's gradients), ds[0] = the sum over every element of
      * (double)g * (double)(T)(v1 - v0), rounded to f32 (s's shape), in a
      * fixed order: the same bits run to run. dv1, dv0 or ds may be NULL

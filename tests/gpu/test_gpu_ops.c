@@ -1948,7 +1948,11 @@ static void test_value_mix(void **state) {
  * gradients (and v's) where they lie in a buffer laid out like the
  * projection (strided rms_norm_rotary_backward dx) and the split's
  * backward copies the others beside them, the bytes of the three ops'
- * contiguous gradients concatenated. */
+ * contiguous gradients concatenated. With the value residual a third run
+ * takes it inside the joint node (oj__attention_qk_norm_rotary_mix: v
+ * made again in the backward, v1's gradient written in place by
+ * value_mix_backward's strided dv1): the same bytes for the output and
+ * the gradients of the projection, v0 and s, and v not kept. */
 static void test_attention_joint(void **state) {
     (void)state;
     if (gpu->backend->rms_norm_rotary_forward == NULL) skip();
@@ -1958,42 +1962,60 @@ static void test_attention_joint(void **state) {
         int64_t xs[3] = {B, T, W}, ys[4] = {B, H, T, D}, hs[4] = {B, T, H, D}, gs[3] = {B, T, G};
         const int p4[4] = {0, 2, 1, 3};
         pr x0 = rnd(3, xs, OJ_BF16, -2, 2), g = rnd(4, ys, OJ_BF16, -1, 1);
-        pr wg = rnd(3, gs, OJ_BF16, -1, 1), v0 = rnd(4, ys, OJ_BF16, -2, 2);
-        oj_tensor *s = oj_full(gpu, 1, (int64_t[]){1}, OJ_F32, 0.375);
-        oj_tensor *y[2], *dx[2];
-        int64_t kept[2];
-        for (int joint = 0; joint < 2; joint++) {
-            oj_tensor *x = oj_clone(x0.t[1]);
+        pr wg = rnd(3, gs, OJ_BF16, -1, 1), v00 = rnd(4, ys, OJ_BF16, -2, 2);
+        oj_tensor *y[3], *dx[3], *dv0[3], *ds[3];
+        int64_t kept[3];
+        const int runs = vmix ? 3 : 2;
+        for (int r = 0; r < runs; r++) {
+            oj_tensor *x = oj_clone(x0.t[1]), *v0 = oj_clone(v00.t[1]);
+            oj_tensor *s = oj_full(gpu, 1, (int64_t[]){1}, OJ_F32, 0.375);
             oj_set_requires_grad(x, true);
+            oj_set_requires_grad(v0, true);
+            oj_set_requires_grad(s, true);
             oj_tensor *pc[4];
             const int64_t sizes[4] = {H * D, H * D, H * D, G};
             assert_int_equal(oj_split_sizes(x, 4, sizes, 2, pc), 4);
             oj_tensor *hv[3];
             for (int i = 0; i < 3; i++) hv[i] = oj_permute(oj_reshape(pc[i], 4, hs), 4, p4);
-            oj_tensor *v = vmix ? oj__value_mix(hv[2], v0.t[1], s) : hv[2];
             int64_t before = oj_engine_memory_allocated(gpu);
-            if (joint) {
-                y[joint] = oj__attention_qk_norm_rotary(hv[0], hv[1], v, 1e-6, 0, 10000.0);
+            oj_tensor *v = vmix && r < 2 ? oj__value_mix(hv[2], v0, s) : hv[2];
+            if (r == 2) {
+                y[r] = oj__attention_qk_norm_rotary_mix(hv[0], hv[1], hv[2], v0, s, 1e-6, 0,
+                                                        10000.0);
+            } else if (r == 1) {
+                y[r] = oj__attention_qk_norm_rotary(hv[0], hv[1], v, 1e-6, 0, 10000.0);
             } else {
                 oj_tensor *q = oj_rms_norm_rotary(hv[0], NULL, 1e-6, 0, 10000.0);
                 oj_tensor *k = oj_rms_norm_rotary(hv[1], NULL, 1e-6, 0, 10000.0);
-                y[joint] = oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN);
+                y[r] = oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN);
                 oj_release(q);
                 oj_release(k);
             }
-            kept[joint] = oj_engine_memory_allocated(gpu) - before;
-            assert_non_null(y[joint]);
-            oj_tensor *l = oj_add(oj_sum_all(oj_mul(y[joint], g.t[1])),
+            if (v != hv[2]) oj_release(v);
+            kept[r] = oj_engine_memory_allocated(gpu) - before;
+            assert_non_null(y[r]);
+            oj_tensor *l = oj_add(oj_sum_all(oj_mul(y[r], g.t[1])),
                                   oj_sum_all(oj_mul(pc[3], wg.t[1])));
             assert_int_equal(oj_backward(l, false), OJ_OK);
-            dx[joint] = oj_grad(x);
+            dx[r] = oj_grad(x);
+            dv0[r] = oj_grad(v0);
+            ds[r] = oj_grad(s);
         }
-        same_bytes(y[1], y[0], "attention_qk_norm_rotary output", c);
-        same_bytes(dx[1], dx[0], "attention_qk_norm_rotary projection gradient", c);
-        int64_t qk = 2 * B * H * T * D * 2;
+        for (int r = 1; r < runs; r++) {
+            same_bytes(y[r], y[0], "attention_qk_norm_rotary output", c * 4 + r);
+            same_bytes(dx[r], dx[0], "attention_qk_norm_rotary projection gradient", c * 4 + r);
+            if (vmix) {
+                same_bytes(dv0[r], dv0[0], "attention_qk_norm_rotary v0 gradient", c * 4 + r);
+                same_bytes(ds[r], ds[0], "attention_qk_norm_rotary s gradient", c * 4 + r);
+            }
+        }
+        int64_t qk = 2 * B * H * T * D * 2, vb = B * H * T * D * 2;
         if (!(kept[1] <= kept[0] - qk))
             fail_msg("joint node keeps %lld bytes, the three ops %lld", (long long)kept[1],
                      (long long)kept[0]);
+        if (vmix && !(kept[2] <= kept[1] - vb))
+            fail_msg("joint node with the value residual keeps %lld bytes, without %lld",
+                     (long long)kept[2], (long long)kept[1]);
     }
 }
 

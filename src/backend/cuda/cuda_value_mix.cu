@@ -14,13 +14,13 @@
 #define VM_WARPS (VM_THREADS / 32)
 #define VM_MAX_BLOCKS 4096
 
-/* Rows of the last dim D: up to 3 outer dims, each input's outer strides
- * (elements; the last dim is contiguous). */
+/* Rows of the last dim D: up to 3 outer dims, each operand's outer
+ * strides (elements; the last dim is contiguous). */
 struct vm_geom {
     int64_t rows, D;
     int nd;
     int64_t shape[3];
-    int64_t st[3][3]; /* [input][dim]: v1, v0, g */
+    int64_t st[5][3]; /* [operand][dim]: v1, v0, g, then dv1, dv0 (backward) */
     const char *p[3];
 };
 
@@ -61,15 +61,15 @@ __global__ void __launch_bounds__(VM_THREADS)
     double acc = 0.0;
     for (int64_t r = (int64_t)blockIdx.x * VM_WARPS + (threadIdx.x >> 5); r < g.rows;
          r += (int64_t)gridDim.x * VM_WARPS) {
-        int64_t off[3];
-        vm_offsets(g, r, 3, off);
+        int64_t off[5];
+        vm_offsets(g, r, 5, off);
         const T *a = (const T *)g.p[0] + off[0], *b = (const T *)g.p[1] + off[1];
         const T *gp = (const T *)g.p[2] + off[2];
         for (int64_t d = lane; d < g.D; d += 32) {
             float gf = oj_cu_tof(gp[d]);
             T d1 = oj_cu_fromf<T>(__fmul_rn(gf, sv));
-            if (dv1) dv1[r * g.D + d] = d1;
-            if (dv0) dv0[r * g.D + d] = oj_cu_fromf<T>(__fadd_rn(gf, -oj_cu_tof(d1)));
+            if (dv1) dv1[off[3] + d] = d1;
+            if (dv0) dv0[off[4] + d] = oj_cu_fromf<T>(__fadd_rn(gf, -oj_cu_tof(d1)));
             if (partial) {
                 float diff = oj_cu_tof(oj_cu_fromf<T>(__fsub_rn(oj_cu_tof(a[d]), oj_cu_tof(b[d]))));
                 acc = __dadd_rn(acc, __dmul_rn((double)gf, (double)diff));
@@ -89,13 +89,15 @@ __global__ void k_vmix_ds(const double *partial, int nb, float *ds) {
     *ds = (float)t;
 }
 
-/* The geometry of v1, v0 (and g): one shape of rank 1..4, one 16-bit
- * float dtype, the last dim contiguous; false when the entry does not
- * take them. */
+/* The geometry of v1, v0 (and g, dv1, dv0: the backward's; NULL outputs
+ * take v1's strides, unused): one shape of rank 1..4, one 16-bit float
+ * dtype, the last dim contiguous; false when the entry does not take
+ * them. */
 static bool vm_plan(const oj_tensor *v1, const oj_tensor *v0, const oj_tensor *g,
-                    const oj_tensor *s, vm_geom *out) {
-    const oj_tensor *ts[3] = {v1, v0, g};
-    int n = g ? 3 : 2, rank = v1->rank;
+                    const oj_tensor *dv1, const oj_tensor *dv0, const oj_tensor *s,
+                    vm_geom *out) {
+    const oj_tensor *ts[5] = {v1, v0, g, dv1 ? dv1 : v1, dv0 ? dv0 : v1};
+    int n = g ? 5 : 2, rank = v1->rank;
     if (rank < 1 || rank > 4 || !oj_cu_is_f16ish(v1->dtype) || v1->dtype == OJ_F32 ||
         s->dtype != OJ_F32 || oj_cuda_numel(s) != 1)
         return false;
@@ -131,7 +133,8 @@ oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_ten
                                     const oj_tensor *v0, const oj_tensor *s) {
     const char *op = "value_mix_forward";
     vm_geom g;
-    if (!vm_plan(v1, v0, NULL, s, &g) || out->dtype != v1->dtype || !oj_cuda_contig(out) ||
+    if (!vm_plan(v1, v0, NULL, NULL, NULL, s, &g) || out->dtype != v1->dtype ||
+        !oj_cuda_contig(out) ||
         oj_cuda_numel(out) != oj_cuda_numel(v1) || !oj_cuda_contig(s))
         return oj_set_error(eng, OJ_ERR_INTERNAL,
                             "%s: v1, v0 of one bf16/f16 dtype and shape (rank 1..4, last dim "
@@ -156,16 +159,12 @@ oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *
                                      const oj_tensor *v0, const oj_tensor *s) {
     const char *op = "value_mix_backward";
     vm_geom geo;
-    bool ok = vm_plan(v1, v0, g, s, &geo) && oj_cuda_contig(s);
-    const oj_tensor *outs[2] = {dv1, dv0};
-    for (int k = 0; k < 2 && ok; k++)
-        ok = outs[k] == NULL || (outs[k]->dtype == v1->dtype && oj_cuda_contig(outs[k]) &&
-                                 oj_cuda_numel(outs[k]) == oj_cuda_numel(v1));
+    bool ok = vm_plan(v1, v0, g, dv1, dv0, s, &geo) && oj_cuda_contig(s);
     if (ok && ds) ok = ds->dtype == OJ_F32 && oj_cuda_numel(ds) == 1 && oj_cuda_contig(ds);
     if (!ok)
         return oj_set_error(eng, OJ_ERR_INTERNAL,
-                            "%s: g, v1, v0 of one bf16/f16 dtype and shape (rank 1..4, last dim "
-                            "contiguous), s and ds one f32 element, dv1/dv0 contiguous expected",
+                            "%s: g, v1, v0, dv1, dv0 of one bf16/f16 dtype and shape (rank 1..4, "
+                            "last dim contiguous), s and ds one f32 element expected",
                             op);
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     const unsigned nb = vm_blocks(geo.rows);
