@@ -492,6 +492,19 @@ typedef struct oj_backend {
     oj_status (*value_mix_backward)(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
                                     oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
                                     const oj_tensor *v0, const oj_tensor *s);
+    /* The gradients of p = a * b with b one value per row of a (b [..., 1]
+     * against a [..., D]: nanolab's per-head output gate inside
+     * oj__mul_linear), OPTIONAL (NULL: binary(MUL) twice, then the reduce
+     * entry for db): from dp (a's shape), da = dp * b with the bits of
+     * binary(MUL), and db [..., 1] = the row's sum of dp * a, each product
+     * rounded to the dtype as binary(MUL) stores it, summed in f32 in a
+     * fixed order and rounded once: within rounding of the reduce entry's
+     * sum, the same bits run to run. One pass instead of three (the two
+     * products and the sum's read of the second). dp, a, da [..., D], b,
+     * db [..., 1]: contiguous, one dtype (f32, bf16, f16); da or db may be
+     * NULL (not wanted). */
+    oj_status (*mul_row_backward)(oj_engine *eng, oj_tensor *da, oj_tensor *db,
+                                  const oj_tensor *dp, const oj_tensor *a, const oj_tensor *b);
     /* Dropout: element i (row-major) is kept when Philox4x32-10 word i % 4
      * of counter block offset + i / 4 (key seed, stream 0), read as u =
      * word / 2^32, has u >= p; kept elements are scaled by 1 / (1 - p),

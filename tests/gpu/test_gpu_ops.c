@@ -2019,6 +2019,45 @@ static void test_attention_joint(void **state) {
     }
 }
 
+/* oj__mul_linear's backward with the gate one value per row (nanolab's
+ * output gate: a [B, T, H, D], b [B, T, H, 1]) through the backend's
+ * mul_row_backward against the same device without it (binary(MUL)
+ * twice and the reduce): a's and W's gradients the same bytes, b's
+ * within the rounding of its sum's order (bf16 1e-2, f32 1e-5 normwise),
+ * and the entry's b gradient the same bytes run to run. */
+static void test_mul_row_backward(void **state) {
+    (void)state;
+    if (gpu->backend->mul_row_backward == NULL) skip();
+    const oj_backend *real = gpu->backend;
+    oj_backend bare = *real;
+    bare.mul_row_backward = NULL;
+    const int64_t shs[2][4] = {{2, 5, 3, 64}, {3, 7, 2, 40}};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int c = 0; c < 2; c++) {
+        const int64_t *as = shs[c], bs[4] = {as[0], as[1], as[2], 1}, K = as[2] * as[3];
+        const int64_t ws[2] = {24, K}, os[3] = {as[0], as[1], 24};
+        pr a0 = rnd(4, as, dts[c], -2, 2), b0 = rnd(4, bs, dts[c], 0, 1);
+        pr w0 = rnd(2, ws, dts[c], -0.5, 0.5), g = rnd(3, os, dts[c], -1, 1);
+        oj_tensor *da[3], *db[3], *dw[3];
+        for (int r = 0; r < 3; r++) { /* without the entry, with it, with it again */
+            oj_tensor *a = oj_clone(a0.t[1]), *b = oj_clone(b0.t[1]), *w = oj_clone(w0.t[1]);
+            oj_set_requires_grad(a, true);
+            oj_set_requires_grad(b, true);
+            oj_set_requires_grad(w, true);
+            if (r == 0) gpu->backend = &bare;
+            oj_tensor *out = oj__mul_linear(a, b, w);
+            assert_non_null(out);
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(out, g.t[1])), false), OJ_OK);
+            gpu->backend = real;
+            da[r] = oj_grad(a), db[r] = oj_grad(b), dw[r] = oj_grad(w);
+        }
+        same_bytes(da[1], da[0], "mul_row_backward da", c);
+        same_bytes(dw[1], dw[0], "mul_row_backward dW", c);
+        same_bytes(db[2], db[1], "mul_row_backward db run to run", c);
+        cmp_tensors(db[1], db[0], dts[c] == OJ_BF16 ? 1e-2 : 1e-5, true, "mul_row_backward db");
+    }
+}
+
 /* ---------------------------------------------------------------- the step gate */
 
 /* The GPU tensors of pairs xs[0..n) (or of their reference copies). */
@@ -4258,6 +4297,7 @@ int main(void) {
         T_(test_adam_low_transposed),
         T_(test_value_mix),
         T_(test_attention_joint),
+        T_(test_mul_row_backward),
         T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),

@@ -26,6 +26,9 @@ oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_ten
 oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
                                      oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
                                      const oj_tensor *v0, const oj_tensor *s);
+/* cuda_gate.cu */
+oj_status oj_cuda_mul_row_backward(oj_engine *eng, oj_tensor *da, oj_tensor *db,
+                                   const oj_tensor *dp, const oj_tensor *a, const oj_tensor *b);
 oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
                                       const oj_tensor *const *grads, oj_tensor *const *updates,
                                       double momentum, bool nesterov);
@@ -153,6 +156,7 @@ static oj_backend make_cuda_backend() {
     b.swiglu_backward = oj_cuda_swiglu_backward;
     b.value_mix_forward = oj_cuda_value_mix_forward;
     b.value_mix_backward = oj_cuda_value_mix_backward;
+    b.mul_row_backward = oj_cuda_mul_row_backward;
     b.dropout = oj_cuda_dropout;
     /* optimizer updates (cuda_optim.cu) */
     b.adam_step = oj_cuda_adam_step;
