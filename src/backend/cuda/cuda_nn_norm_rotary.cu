@@ -373,14 +373,16 @@ __global__ void __launch_bounds__(RNR_THREADS) k_rnr_bwd_any(oj_cu_view dy, oj_c
 
 /* ---------------------------------------------------------------- host */
 
-/* The leading dims (all but T and D) of ts[0..nt) (one shape) as two
- * strided dims [R1, R2] (element strides s1[i], s2[i] of tensor i): size-1
- * dims dropped, adjacent dims merged where every tensor steps through them
- * as one run. false when more than two remain. */
+/* The leading dims (all but T and D) of ts[0..nt) (one shape; nt <=
+ * RNR_MAX_T) as two strided dims [R1, R2] (element strides s1[i], s2[i]
+ * of tensor i): size-1 dims dropped, adjacent dims merged where every
+ * tensor steps through them as one run. false when more than two remain. */
+#define RNR_MAX_T 3 /* x, dy, dx */
 static bool rnr_outer(const oj_tensor *const *ts, int nt, int64_t *R2, int64_t *s1,
                       int64_t *s2) {
     const oj_tensor *x = ts[0];
-    int64_t sh[OJ_MAX_RANK], st[2][OJ_MAX_RANK];
+    int64_t sh[OJ_MAX_RANK], st[RNR_MAX_T][OJ_MAX_RANK];
+    if (nt < 1 || nt > RNR_MAX_T) return false;
     int m = 0;
     for (int d = 0; d < x->rank - 2; d++) {
         if (x->shape[d] == 1) continue;
