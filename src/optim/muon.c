@@ -2,6 +2,7 @@
  * quintic Newton-Schulz iteration (Keller Jordan, "Muon: An optimizer for
  * hidden layers in neural networks", 2024,
  * https://kellerjordan.github.io/posts/muon/). */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -77,9 +78,11 @@ static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps, bool fused) {
     oj_tensor *x = tall ? (xv ? oj__contiguous(xv) : NULL) : oj_retain(x0);
     oj_release(xv);
     oj_engine *eng = x0->eng;
+    /* the entry's ranges: a batch and a row within cuBLAS's */
+    const bool fits = (x0->dtype == OJ_BF16 || x0->dtype == OJ_F32) && x0->shape[0] <= 65535 &&
+                      x0->shape[1] <= INT_MAX && x0->shape[2] <= INT_MAX;
     oj_status (*step)(oj_engine *, oj_tensor *, const oj_tensor *, double, double, double) =
-        fused && (x0->dtype == OJ_BF16 || x0->dtype == OJ_F32) ? eng->backend->muon_ns_step
-                                                               : NULL;
+        fused && fits ? eng->backend->muon_ns_step : NULL;
     if (x != NULL && step != NULL && !oj_is_contiguous(x)) { /* the entry's layout */
         oj_tensor *xc = oj__contiguous(x);
         oj_release(x);
