@@ -81,12 +81,18 @@ __global__ void __launch_bounds__(VM_THREADS)
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-/* ds[0] = the partials summed in block order, rounded to f32. */
-__global__ void k_vmix_ds(const double *partial, int nb, float *ds) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+/* ds[0] = the nb partials summed in a fixed order, rounded to f32: thread
+ * t of one block of VM_DS_THREADS adds partials t, t + VM_DS_THREADS, ...
+ * in turn, then the block's tree (oj_cu_block_sum), instead of one
+ * thread adding nanolab's 4,096 partials one after another (a chain of
+ * 4,096 dependent double adds and their loads, per layer and step). */
+#define VM_DS_THREADS 256
+__global__ void __launch_bounds__(VM_DS_THREADS) k_vmix_ds(const double *partial, int nb, float *ds) {
+    __shared__ double sh[32];
     double t = 0.0;
-    for (int i = 0; i < nb; i++) t = __dadd_rn(t, partial[i]);
-    *ds = (float)t;
+    for (int i = (int)threadIdx.x; i < nb; i += VM_DS_THREADS) t = __dadd_rn(t, partial[i]);
+    t = oj_cu_block_sum(t, sh);
+    if (threadIdx.x == 0) *ds = (float)t;
 }
 
 /* The geometry of v1, v0 (and g, dv1, dv0: the backward's; NULL outputs
@@ -188,7 +194,7 @@ oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *
         st = oj_cuda_check(eng, op);
     }
     if (st == OJ_OK && ds) {
-        k_vmix_ds<<<1, 32, 0, OJ_STREAM>>>(partial, (int)nb, (float *)oj_cuda_ptr(ds));
+        k_vmix_ds<<<1, VM_DS_THREADS, 0, OJ_STREAM>>>(partial, (int)nb, (float *)oj_cuda_ptr(ds));
         st = oj_cuda_check(eng, "value_mix_backward (ds)");
     }
     oj__storage_release(hold);
