@@ -9,28 +9,56 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 /* one warp per row (lanes over the last dim: nanolab's D = 64 is two
- * elements a lane), 4 rows a block at a time */
+ * elements a lane); each warp walks a run of consecutive rows */
 #define VM_THREADS 128
 #define VM_WARPS (VM_THREADS / 32)
 #define VM_MAX_BLOCKS 4096
 
-/* Rows of the last dim D: up to 3 outer dims, each operand's outer
- * strides (elements; the last dim is contiguous). */
+/* Rows of the last dim D: 3 outer dims (leading ones of size 1 where
+ * the rank is lower), each operand's outer strides (elements; the last
+ * dim is contiguous), the inputs' addresses. */
 struct vm_geom {
     int64_t rows, D;
-    int nd;
     int64_t shape[3];
     int64_t st[5][3]; /* [operand][dim]: v1, v0, g, then dv1, dv0 (backward) */
     const char *p[3];
 };
 
-static __device__ __forceinline__ void vm_offsets(const vm_geom &g, int64_t r, int n,
-                                                  int64_t *off) {
+/* Warp w's run of rows [*r0, *r1): the rows cut into one run per warp of
+ * the grid, so a warp finds its first row's index once (divisions) and
+ * steps to the next by carries (vm_next): a 64-bit division per dim and
+ * row cost more than the row's loads (nanolab: 196,608 rows of 64). */
+static __device__ __forceinline__ void vm_run(const vm_geom &g, int64_t *r0, int64_t *r1) {
+    const int64_t nw = (int64_t)gridDim.x * VM_WARPS;
+    const int64_t w = (int64_t)blockIdx.x * VM_WARPS + (threadIdx.x >> 5);
+    const int64_t per = (g.rows + nw - 1) / nw;
+    *r0 = w * per < g.rows ? w * per : g.rows;
+    *r1 = *r0 + per < g.rows ? *r0 + per : g.rows;
+}
+
+/* Row r's index over the outer dims (idx) and the n operands' offsets. */
+static __device__ __forceinline__ void vm_start(const vm_geom &g, int64_t r, int n, int64_t *idx,
+                                                int64_t *off) {
     for (int k = 0; k < n; k++) off[k] = 0;
-    for (int d = g.nd - 1; d >= 0; d--) {
+#pragma unroll
+    for (int d = 2; d >= 0; d--) {
         int64_t q = r / g.shape[d], i = r - q * g.shape[d];
         r = q;
+        idx[d] = i;
         for (int k = 0; k < n; k++) off[k] += i * g.st[k][d];
+    }
+}
+
+/* idx and off one row on (the last outer dim fastest, carries up). */
+static __device__ __forceinline__ void vm_next(const vm_geom &g, int n, int64_t *idx,
+                                               int64_t *off) {
+#pragma unroll
+    for (int d = 2; d >= 0; d--) {
+        idx[d]++;
+        for (int k = 0; k < n; k++) off[k] += g.st[k][d];
+        if (idx[d] < g.shape[d]) return;
+        idx[d] = 0;
+        for (int k = 0; k < n; k++) off[k] -= g.shape[d] * g.st[k][d];
     }
 }
 
@@ -38,10 +66,10 @@ template <typename T>
 __global__ void __launch_bounds__(VM_THREADS) k_vmix_fwd(const vm_geom g, T *out, const float *s) {
     const float sv = *s;
     const int lane = threadIdx.x & 31;
-    for (int64_t r = (int64_t)blockIdx.x * VM_WARPS + (threadIdx.x >> 5); r < g.rows;
-         r += (int64_t)gridDim.x * VM_WARPS) {
-        int64_t off[3];
-        vm_offsets(g, r, 2, off);
+    int64_t r0, r1, idx[3], off[2];
+    vm_run(g, &r0, &r1);
+    if (r0 < r1) vm_start(g, r0, 2, idx, off);
+    for (int64_t r = r0; r < r1; r++, vm_next(g, 2, idx, off)) {
         const T *a = (const T *)g.p[0] + off[0], *b = (const T *)g.p[1] + off[1];
         T *o = out + r * g.D;
         for (int64_t d = lane; d < g.D; d += 32) {
@@ -59,10 +87,10 @@ __global__ void __launch_bounds__(VM_THREADS)
     const float sv = *s;
     const int lane = threadIdx.x & 31;
     double acc = 0.0;
-    for (int64_t r = (int64_t)blockIdx.x * VM_WARPS + (threadIdx.x >> 5); r < g.rows;
-         r += (int64_t)gridDim.x * VM_WARPS) {
-        int64_t off[5];
-        vm_offsets(g, r, 5, off);
+    int64_t r0, r1, idx[3], off[5];
+    vm_run(g, &r0, &r1);
+    if (r0 < r1) vm_start(g, r0, 5, idx, off);
+    for (int64_t r = r0; r < r1; r++, vm_next(g, 5, idx, off)) {
         const T *a = (const T *)g.p[0] + off[0], *b = (const T *)g.p[1] + off[1];
         const T *gp = (const T *)g.p[2] + off[2];
         for (int64_t d = lane; d < g.D; d += 32) {
@@ -116,14 +144,15 @@ static bool vm_plan(const oj_tensor *v1, const oj_tensor *v0, const oj_tensor *g
     vm_geom g2;
     memset(&g2, 0, sizeof g2);
     g2.D = v1->shape[rank - 1];
-    g2.nd = rank - 1;
     g2.rows = 1;
+    for (int d = 0; d < 3; d++) g2.shape[d] = 1; /* the outer dims right-aligned to 3 */
     for (int d = 0; d < rank - 1; d++) {
-        g2.shape[d] = v1->shape[d];
+        const int e = d + 4 - rank;
+        g2.shape[e] = v1->shape[d];
         g2.rows *= v1->shape[d];
-        for (int k = 0; k < n; k++) g2.st[k][d] = ts[k]->stride[d];
+        for (int k = 0; k < n; k++) g2.st[k][e] = ts[k]->stride[d];
     }
-    for (int k = 0; k < n; k++) g2.p[k] = oj_cuda_ptr(ts[k]);
+    for (int k = 0; k < 3 && k < n; k++) g2.p[k] = oj_cuda_ptr(ts[k]); /* the inputs */
     *out = g2;
     return true;
 }
