@@ -735,9 +735,28 @@ static void mul_linear_edge(const oj_tensor *a, oj_dtype dt, oj_edge *xe) {
     xe->dtype = dt;
 }
 
+/* Does the backend's mul_row_backward take dp, a and b (b one value per
+ * row of a: [..., 1] against [..., D], D > 1; one float dtype; all
+ * contiguous)? */
+static bool mul_row_fits(const oj_engine *eng, const oj_tensor *dp, const oj_tensor *a,
+                         const oj_tensor *b) {
+    const int r = a->rank;
+    if (eng->backend->mul_row_backward == NULL || r < 1 || b->rank != r || dp->rank != r ||
+        a->shape[r - 1] < 2 || b->shape[r - 1] != 1 || b->dtype != a->dtype ||
+        dp->dtype != a->dtype ||
+        (a->dtype != OJ_F32 && a->dtype != OJ_BF16 && a->dtype != OJ_F16) ||
+        !oj_is_contiguous(a) || !oj_is_contiguous(b) || !oj_is_contiguous(dp))
+        return false;
+    for (int d = 0; d < r - 1; d++)
+        if (b->shape[d] != a->shape[d]) return false;
+    return true;
+}
+
 /* saved: a, b, W. The backward recomputes p = a * b (mul's bits), runs
  * linear's rule on p viewed as [..., K], then mul's rule (dp b, dp a, each
- * summed to its input's shape), as the three ops' nodes would. */
+ * summed to its input's shape), as the three ops' nodes would; with b one
+ * value per row of a, in one pass where the backend has it
+ * (mul_row_backward: b's gradient summed in another order). */
 static oj_status mul_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     oj_tensor *a = oj__node_saved(n, 0), *b = oj__node_saved(n, 1), *w = oj__node_saved(n, 2);
@@ -757,11 +776,24 @@ static oj_status mul_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor
     gi[2] = lg[1];
     if (lg[0]) {
         oj_tensor *dp = oj_reshape(lg[0], a->rank, a->shape);
-        oj_tensor *ga = dp && na ? oj_mul(dp, b) : NULL, *gb = dp && nb ? oj_mul(dp, a) : NULL;
-        if (ga) gi[0] = oj__sum_to_input(n, 0, ga);
-        if (gb) gi[1] = oj__sum_to_input(n, 1, gb);
-        oj_release(ga);
-        oj_release(gb);
+        if (dp && mul_row_fits(eng, dp, a, b)) { /* the backend's one pass */
+            oj_tensor *da = na ? oj__tensor_alloc(eng, a->rank, a->shape, a->dtype, n->op) : NULL;
+            oj_tensor *db = nb ? oj__tensor_alloc(eng, b->rank, b->shape, b->dtype, n->op) : NULL;
+            if ((!na || da) && (!nb || db) &&
+                oj__kernel_ok(eng, eng->backend->mul_row_backward(eng, da, db, dp, a, b), n->op)) {
+                gi[0] = da;
+                gi[1] = db;
+            } else {
+                oj_release(da);
+                oj_release(db);
+            }
+        } else {
+            oj_tensor *ga = dp && na ? oj_mul(dp, b) : NULL, *gb = dp && nb ? oj_mul(dp, a) : NULL;
+            if (ga) gi[0] = oj__sum_to_input(n, 0, ga);
+            if (gb) gi[1] = oj__sum_to_input(n, 1, gb);
+            oj_release(ga);
+            oj_release(gb);
+        }
         oj_release(dp);
         oj_release(lg[0]);
     }

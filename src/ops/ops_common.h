@@ -131,4 +131,18 @@ oj_tensor *oj__zeros_like_output(oj_node *n, int j);
  * (recorded, naming op). */
 int oj__tiled_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d);
 
+/* Gradients for n (2 to 4) inputs x that are views of one storage laid out
+ * alike (same shape, strides and dtype, equally spaced offsets, no element
+ * shared) covering at least half of its bytes, but not a dense block of it
+ * (oj__tiled_grads): nanolab's q and k heads (and v in its first layer)
+ * of its fused [B, T, C + 2 Hkv D + H] projection, beside the gate's
+ * columns. d[j] are views of one fresh buffer the size of x's storage at
+ * x[j]'s offset and strides, so the views' backward stays a view and the
+ * split's backward writes the other pieces' gradients into the rest of
+ * the buffer instead of concatenating all of them (shape_ops.c). The rest
+ * is uninitialised and no view of it is handed out. Returns 1 when made,
+ * 0 when x are not so laid out (nothing made or recorded), -1 on an error
+ * (recorded, naming op). */
+int oj__mirror_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d);
+
 #endif /* OJAS_OPS_COMMON_H */

@@ -2072,46 +2072,120 @@ static void test_value_mix(void **state) {
 /* oj__attention_qk_norm_rotary on the device: output and the
  * projection's gradient the bytes of rms_norm_rotary twice then causal
  * attention (bf16 under autocast as nanolab runs it, D 64 and 128), and
- * q and k not kept between forward and backward. */
+ * q and k not kept between forward and backward. The projection is
+ * nanolab's [B, T, 3 H D + G]: a gate piece of G columns beside q, k, v,
+ * and v either its head view (the first layer) or made from it by the
+ * value residual (the others): the joint node writes q's and k's
+ * gradients (and v's) where they lie in a buffer laid out like the
+ * projection (strided rms_norm_rotary_backward dx) and the split's
+ * backward copies the others beside them, the bytes of the three ops'
+ * contiguous gradients concatenated. With the value residual a third run
+ * takes it inside the joint node (oj__attention_qk_norm_rotary_mix: v
+ * made again in the backward, v1's gradient written in place by
+ * value_mix_backward's strided dv1): the same bytes for the output and
+ * the gradients of the projection, v0 and s, and v not kept. */
 static void test_attention_joint(void **state) {
     (void)state;
     if (gpu->backend->rms_norm_rotary_forward == NULL) skip();
-    for (int c = 0; c < 2; c++) {
-        const int64_t B = 2, T = 67, H = 3, D = c ? 128 : 64;
-        int64_t xs[3] = {B, T, 3 * H * D}, ys[4] = {B, H, T, D}, hs[4] = {B, T, H, D};
+    for (int c = 0; c < 4; c++) {
+        const int64_t B = 2, T = 67, H = 3, D = c & 1 ? 128 : 64, G = 5, W = 3 * H * D + G;
+        const bool vmix = c >= 2;
+        int64_t xs[3] = {B, T, W}, ys[4] = {B, H, T, D}, hs[4] = {B, T, H, D}, gs[3] = {B, T, G};
         const int p4[4] = {0, 2, 1, 3};
         pr x0 = rnd(3, xs, OJ_BF16, -2, 2), g = rnd(4, ys, OJ_BF16, -1, 1);
-        oj_tensor *y[2], *dx[2];
-        int64_t kept[2];
-        for (int joint = 0; joint < 2; joint++) {
-            oj_tensor *x = oj_clone(x0.t[1]);
+        pr wg = rnd(3, gs, OJ_BF16, -1, 1), v00 = rnd(4, ys, OJ_BF16, -2, 2);
+        oj_tensor *y[3], *dx[3], *dv0[3], *ds[3];
+        int64_t kept[3];
+        const int runs = vmix ? 3 : 2;
+        for (int r = 0; r < runs; r++) {
+            oj_tensor *x = oj_clone(x0.t[1]), *v0 = oj_clone(v00.t[1]);
+            oj_tensor *s = oj_full(gpu, 1, (int64_t[]){1}, OJ_F32, 0.375);
             oj_set_requires_grad(x, true);
+            oj_set_requires_grad(v0, true);
+            oj_set_requires_grad(s, true);
+            oj_tensor *pc[4];
+            const int64_t sizes[4] = {H * D, H * D, H * D, G};
+            assert_int_equal(oj_split_sizes(x, 4, sizes, 2, pc), 4);
             oj_tensor *hv[3];
-            for (int i = 0; i < 3; i++) {
-                oj_tensor *n = oj_narrow(x, 2, i * H * D, H * D);
-                hv[i] = oj_permute(oj_reshape(n, 4, hs), 4, p4);
-            }
+            for (int i = 0; i < 3; i++) hv[i] = oj_permute(oj_reshape(pc[i], 4, hs), 4, p4);
             int64_t before = oj_engine_memory_allocated(gpu);
-            if (joint) {
-                y[joint] = oj__attention_qk_norm_rotary(hv[0], hv[1], hv[2], 1e-6, 0, 10000.0);
+            oj_tensor *v = vmix && r < 2 ? oj__value_mix(hv[2], v0, s) : hv[2];
+            if (r == 2) {
+                y[r] = oj__attention_qk_norm_rotary_mix(hv[0], hv[1], hv[2], v0, s, 1e-6, 0,
+                                                        10000.0);
+            } else if (r == 1) {
+                y[r] = oj__attention_qk_norm_rotary(hv[0], hv[1], v, 1e-6, 0, 10000.0);
             } else {
                 oj_tensor *q = oj_rms_norm_rotary(hv[0], NULL, 1e-6, 0, 10000.0);
                 oj_tensor *k = oj_rms_norm_rotary(hv[1], NULL, 1e-6, 0, 10000.0);
-                y[joint] = oj_scaled_dot_product_attention(q, k, hv[2], NULL, true, NAN);
+                y[r] = oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN);
                 oj_release(q);
                 oj_release(k);
             }
-            kept[joint] = oj_engine_memory_allocated(gpu) - before;
-            assert_non_null(y[joint]);
-            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[joint], g.t[1])), false), OJ_OK);
-            dx[joint] = oj_grad(x);
+            if (v != hv[2]) oj_release(v);
+            kept[r] = oj_engine_memory_allocated(gpu) - before;
+            assert_non_null(y[r]);
+            oj_tensor *l = oj_add(oj_sum_all(oj_mul(y[r], g.t[1])),
+                                  oj_sum_all(oj_mul(pc[3], wg.t[1])));
+            assert_int_equal(oj_backward(l, false), OJ_OK);
+            dx[r] = oj_grad(x);
+            dv0[r] = oj_grad(v0);
+            ds[r] = oj_grad(s);
         }
-        same_bytes(y[1], y[0], "attention_qk_norm_rotary output", c);
-        same_bytes(dx[1], dx[0], "attention_qk_norm_rotary projection gradient", c);
-        int64_t qk = 2 * B * H * T * D * 2;
+        for (int r = 1; r < runs; r++) {
+            same_bytes(y[r], y[0], "attention_qk_norm_rotary output", c * 4 + r);
+            same_bytes(dx[r], dx[0], "attention_qk_norm_rotary projection gradient", c * 4 + r);
+            if (vmix) {
+                same_bytes(dv0[r], dv0[0], "attention_qk_norm_rotary v0 gradient", c * 4 + r);
+                same_bytes(ds[r], ds[0], "attention_qk_norm_rotary s gradient", c * 4 + r);
+            }
+        }
+        int64_t qk = 2 * B * H * T * D * 2, vb = B * H * T * D * 2;
         if (!(kept[1] <= kept[0] - qk))
             fail_msg("joint node keeps %lld bytes, the three ops %lld", (long long)kept[1],
                      (long long)kept[0]);
+        if (vmix && !(kept[2] <= kept[1] - vb))
+            fail_msg("joint node with the value residual keeps %lld bytes, without %lld",
+                     (long long)kept[2], (long long)kept[1]);
+    }
+}
+
+/* oj__mul_linear's backward with the gate one value per row (nanolab's
+ * output gate: a [B, T, H, D], b [B, T, H, 1]) through the backend's
+ * mul_row_backward against the same device without it (binary(MUL)
+ * twice and the reduce): a's and W's gradients the same bytes, b's
+ * within the rounding of its sum's order (bf16 1e-2, f32 1e-5 normwise),
+ * and the entry's b gradient the same bytes run to run. */
+static void test_mul_row_backward(void **state) {
+    (void)state;
+    if (gpu->backend->mul_row_backward == NULL) skip();
+    const oj_backend *real = gpu->backend;
+    oj_backend bare = *real;
+    bare.mul_row_backward = NULL;
+    const int64_t shs[2][4] = {{2, 5, 3, 64}, {3, 7, 2, 40}};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int c = 0; c < 2; c++) {
+        const int64_t *as = shs[c], bs[4] = {as[0], as[1], as[2], 1}, K = as[2] * as[3];
+        const int64_t ws[2] = {24, K}, os[3] = {as[0], as[1], 24};
+        pr a0 = rnd(4, as, dts[c], -2, 2), b0 = rnd(4, bs, dts[c], 0, 1);
+        pr w0 = rnd(2, ws, dts[c], -0.5, 0.5), g = rnd(3, os, dts[c], -1, 1);
+        oj_tensor *da[3], *db[3], *dw[3];
+        for (int r = 0; r < 3; r++) { /* without the entry, with it, with it again */
+            oj_tensor *a = oj_clone(a0.t[1]), *b = oj_clone(b0.t[1]), *w = oj_clone(w0.t[1]);
+            oj_set_requires_grad(a, true);
+            oj_set_requires_grad(b, true);
+            oj_set_requires_grad(w, true);
+            if (r == 0) gpu->backend = &bare;
+            oj_tensor *out = oj__mul_linear(a, b, w);
+            assert_non_null(out);
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(out, g.t[1])), false), OJ_OK);
+            gpu->backend = real;
+            da[r] = oj_grad(a), db[r] = oj_grad(b), dw[r] = oj_grad(w);
+        }
+        same_bytes(da[1], da[0], "mul_row_backward da", c);
+        same_bytes(dw[1], dw[0], "mul_row_backward dW", c);
+        same_bytes(db[2], db[1], "mul_row_backward db run to run", c);
+        cmp_tensors(db[1], db[0], dts[c] == OJ_BF16 ? 1e-2 : 1e-5, true, "mul_row_backward db");
     }
 }
 
@@ -2422,6 +2496,97 @@ static void test_muon_norms(void **state) {
         oj_release(want);
         oj_release(got);
         oj_release(again);
+    }
+}
+
+/* One Newton-Schulz step X a X + (b A + c A A) X, A = X X^T, on the host
+ * in double: x [k, m, n] row-major, out the same. */
+static void ns_step_ref(const double *x, double *out, int64_t k, int64_t m, int64_t n) {
+    const double a = 3.4445, b = -4.7750, c = 2.0315;
+    double *A = malloc((size_t)(m * m) * sizeof *A), *B = malloc((size_t)(m * m) * sizeof *B);
+    assert_non_null(A);
+    assert_non_null(B);
+    for (int64_t t = 0; t < k; t++) {
+        const double *X = x + t * m * n;
+        double *O = out + t * m * n;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < n; l++) s += X[i * n + l] * X[j * n + l];
+                A[i * m + j] = s;
+            }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < m; l++) s += A[i * m + l] * A[l * m + j];
+                B[i * m + j] = b * A[i * m + j] + c * s;
+            }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < m; l++) s += B[i * m + l] * X[l * n + j];
+                O[i * n + j] = a * X[i * n + j] + s;
+            }
+    }
+    free(A);
+    free(B);
+}
+
+/* muon_ns_step: one step of Muon's iteration on a stack as three GEMMs
+ * (bf16 and f32, square and wide matrices, each scaled to Frobenius norm
+ * 1 as Muon's are) against the step in double on the host, normwise: at
+ * least as close as muon.c's chain of ops (bmm, mul_scalar, add) on the
+ * same device and dtype (within 1.5x), and within 2e-2 (bf16) / 1e-5
+ * (f32). */
+static void test_muon_ns_step(void **state) {
+    (void)state;
+    if (gpu->backend->muon_ns_step == NULL) skip(); /* the CPU self-check */
+    const int64_t shs[2][3] = {{3, 40, 72}, {2, 64, 64}};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int c = 0; c < 4; c++) {
+        const int64_t k = shs[c & 1][0], m = shs[c & 1][1], n = shs[c & 1][2], N = k * m * n;
+        const oj_dtype dt = dts[c >> 1];
+        double *x = malloc((size_t)N * sizeof *x), *want = malloc((size_t)N * sizeof *want);
+        assert_non_null(x);
+        assert_non_null(want);
+        for (int64_t t = 0; t < k; t++) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < m * n; i++) {
+                x[t * m * n + i] = nzrand(-1, 1);
+                ss += x[t * m * n + i] * x[t * m * n + i];
+            }
+            for (int64_t i = 0; i < m * n; i++) x[t * m * n + i] /= sqrt(ss);
+        }
+        pr xp = up(3, shs[c & 1], dt, x);
+        double *xr = to_doubles(xp.t[1]); /* the values as rounded to dt */
+        ns_step_ref(xr, want, k, m, n);
+        bool prev = oj_set_grad_enabled(gpu, false);
+        oj_tensor *got = oj_empty(gpu, 3, shs[c & 1], dt);
+        assert_non_null(got);
+        assert_int_equal(gpu->backend->muon_ns_step(gpu, got, xp.t[1], 3.4445, -4.7750, 2.0315),
+                         OJ_OK);
+        oj_tensor *X = xp.t[1], *xt = oj_transpose(X, 1, 2), *A = oj_bmm(X, xt);
+        oj_tensor *B = oj_add(oj_mul_scalar(A, -4.7750), oj_mul_scalar(oj_bmm(A, A), 2.0315));
+        oj_tensor *chain = oj_add(oj_mul_scalar(X, 3.4445), oj_bmm(B, X));
+        assert_non_null(chain);
+        oj_set_grad_enabled(gpu, prev);
+        double *g = to_doubles(got), *h = to_doubles(chain), eg = 0.0, ec = 0.0, nw = 0.0;
+        for (int64_t i = 0; i < N; i++) {
+            eg += (g[i] - want[i]) * (g[i] - want[i]);
+            ec += (h[i] - want[i]) * (h[i] - want[i]);
+            nw += want[i] * want[i];
+        }
+        eg = sqrt(eg / nw), ec = sqrt(ec / nw);
+        const double bound = dt == OJ_BF16 ? 2e-2 : 1e-5;
+        if (!(eg <= bound && eg <= 1.5 * ec + 1e-7))
+            fail_msg("muon_ns_step %s [%lld, %lld, %lld]: relative error %.3g (chain of ops %.3g, "
+                     "bound %.3g)",
+                     oj_dtype_name(dt), (long long)k, (long long)m, (long long)n, eg, ec, bound);
+        free(x);
+        free(want);
+        free(xr);
+        free(g);
+        free(h);
     }
 }
 
@@ -4423,9 +4588,11 @@ int main(void) {
         T_(test_step_gate),
         T_(test_muon_normalize),
         T_(test_muon_norms),
+        T_(test_muon_ns_step),
         T_(test_adam_low_transposed),
         T_(test_value_mix),
         T_(test_attention_joint),
+        T_(test_mul_row_backward),
         T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),

@@ -18,12 +18,17 @@ void oj_cuda_step_gate_close(oj_engine *eng);
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                  const oj_tensor *norms);
 oj_status oj_cuda_muon_norms(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
+oj_status oj_cuda_muon_ns_step(oj_engine *eng, oj_tensor *xn, const oj_tensor *x, double a,
+                               double b, double c);
 /* cuda_value_mix.cu */
 oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *v1,
                                     const oj_tensor *v0, const oj_tensor *s);
 oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
                                      oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
                                      const oj_tensor *v0, const oj_tensor *s);
+/* cuda_gate.cu */
+oj_status oj_cuda_mul_row_backward(oj_engine *eng, oj_tensor *da, oj_tensor *db,
+                                   const oj_tensor *dp, const oj_tensor *a, const oj_tensor *b);
 oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
                                       const oj_tensor *const *grads, oj_tensor *const *updates,
                                       double momentum, bool nesterov);
@@ -153,6 +158,7 @@ static oj_backend make_cuda_backend() {
     b.swiglu_backward = oj_cuda_swiglu_backward;
     b.value_mix_forward = oj_cuda_value_mix_forward;
     b.value_mix_backward = oj_cuda_value_mix_backward;
+    b.mul_row_backward = oj_cuda_mul_row_backward;
     b.dropout = oj_cuda_dropout;
     /* optimizer updates (cuda_optim.cu) */
     b.adam_step = oj_cuda_adam_step;
@@ -169,6 +175,7 @@ static oj_backend make_cuda_backend() {
     b.graph_checks = oj_cuda_graph_checks;
     b.muon_normalize = oj_cuda_muon_normalize;
     b.muon_norms = oj_cuda_muon_norms;
+    b.muon_ns_step = oj_cuda_muon_ns_step;
     b.muon_momentum_multi = oj_cuda_muon_momentum_multi;
     b.apply_update_multi = oj_cuda_apply_update_multi;
     b.low_copies = true; /* adam_step_multi and apply_update_multi write them */
