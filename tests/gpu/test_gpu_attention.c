@@ -10,7 +10,8 @@
 // run gives the same bits, forward and backward. A forward and backward
 // captured into a CUDA graph for a shape seen first inside the capture (the
 // plan is built there) replays the eager results. A forward without lse
-// (inference) runs the tensor-core kernels and builds no plan; the
+// (inference) runs the tensor-core kernels and builds no plan; a capture
+// that records no gradients (a decode step) creates no cuDNN handle; the
 // plan cache keeps at most 16 keys and never evicts a plan a live graph
 // replays. Skips (77) without a CUDA device.
 #include <math.h>
@@ -342,6 +343,39 @@ static void test_cudnn_inference_forward(void **state) {
     free(vv);
 }
 
+// test: a capture without gradients (a decode step) makes no cuDNN handle; a training capture does
+static void test_cudnn_handle_lazy(void **state) {
+    (void)state;
+    oj_engine *e = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 7);
+    int64_t n16[1] = {16}, plans, pinned;
+    bool handle;
+    oj_scope_begin(e);
+    oj_tensor *x = oj_full(e, 1, n16, OJ_F32, 1.0);
+    assert_non_null(x);
+    bool prev = oj_set_grad_enabled(e, false);
+    for (int r = 0; r < 2; r++) { /* two decode-like captures */
+        assert_int_equal(oj_graph_capture_begin(e), OJ_OK);
+        assert_non_null(oj_add(x, x));
+        oj_graph *g = oj_graph_capture_end(e);
+        assert_non_null(g);
+        assert_int_equal(oj_graph_replay(g), OJ_OK);
+        oj_graph_free(g);
+    }
+    cache_state(e, &plans, &pinned, &handle);
+    assert_false(handle);
+    oj_set_grad_enabled(e, prev);
+    assert_int_equal(oj_graph_capture_begin(e), OJ_OK); /* a training step's capture */
+    assert_non_null(oj_add(x, x));
+    oj_graph *g = oj_graph_capture_end(e);
+    assert_non_null(g);
+    oj_graph_free(g);
+    cache_state(e, &plans, &pinned, &handle);
+    assert_true(handle);
+    assert_int_equal(plans, 0);
+    oj_scope_end(e);
+    oj_engine_free(e);
+}
+
 // test: the plan cache keeps at most 16 keys (least recently used evicted) and never a pinned plan
 static void test_cudnn_plan_cache(void **state) {
     (void)state;
@@ -415,6 +449,7 @@ int main(void) {
         cmocka_unit_test(test_cudnn_attention),
         cmocka_unit_test(test_cudnn_attention_capture),
         cmocka_unit_test(test_cudnn_inference_forward),
+        cmocka_unit_test(test_cudnn_handle_lazy),
         cmocka_unit_test(test_cudnn_plan_cache),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

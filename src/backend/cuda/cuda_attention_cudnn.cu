@@ -45,7 +45,9 @@
  * runtime fusion, belong to the plan) until the graph is freed, and an
  * evicted plan is destroyed only after the engine's stream has drained
  * (no eager kernel of it still runs) and never during a capture. The
- * handle is created at the first call or at graph_capture_begin. Workspace
+ * handle is created at the first call, or at graph_capture_begin when
+ * the capture records gradients (grad mode on: a training step, the only
+ * capture that runs cuDNN); a failed cudnnCreate is not retried. Workspace
  * (cuDNN's own plus the accumulators) is scratch from the engine's pool
  * per call, like the tensor-core backward's (during a capture the
  * graph's pool keeps it for the replays).
@@ -133,6 +135,7 @@ struct oj_cuda_cudnn {
 #if OJAS_HAVE_CUDNN
     cudnnHandle_t handle;
     bool handle_ready;
+    bool create_failed; /* cudnnCreate failed once: not tried again */
 #endif
     cd_plan *plans; /* most recently used first */
     int64_t nplans;
@@ -761,10 +764,12 @@ oj_status oj_cuda_cudnn_prepare(oj_engine *eng) {
     if (cudnn_mode() == 0) return OJ_OK;
     oj_cuda_cudnn *c = cd_state(eng);
     if (c == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "cuDNN attention: out of host memory");
-    if (c->handle_ready) return OJ_OK;
+    if (c->handle_ready || c->create_failed) return OJ_OK;
     cudnnStatus_t st = cudnnCreate(&c->handle);
     if (st != CUDNN_STATUS_SUCCESS) {
-        /* not an error of the engine: attention stays on the tensor-core kernels */
+        /* not an error of the engine: attention stays on the tensor-core
+         * kernels, and later calls do not try again */
+        c->create_failed = true;
         snprintf(c->why[0], sizeof c->why[0], "cudnnCreate: %s", cudnnGetErrorString(st));
         return OJ_OK;
     }

@@ -141,7 +141,10 @@ oj_status oj_cuda_graph_begin(oj_engine *eng) {
     /* everything issued so far is done, so no capture races a pending
      * kernel, and the cuBLAS handle exists before the capture */
     if (oj_cuda_blas(eng, "graph_capture_begin") == NULL) return oj_last_status(eng);
-    if (oj_cuda_cudnn_prepare(eng) != OJ_OK) return oj_last_status(eng);
+    /* the cuDNN handle only for a capture that records gradients (a
+     * training step: cuDNN runs forwards that keep lse); a decode or
+     * prefill capture never runs cuDNN */
+    if (eng->grad_enabled && oj_cuda_cudnn_prepare(eng) != OJ_OK) return oj_last_status(eng);
     cudaError_t e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, "graph_capture_begin (synchronize)");
     oj_cuda_graph *g = (oj_cuda_graph *)calloc(1, sizeof *g);

@@ -109,8 +109,9 @@ oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes,
 cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op);
 
 /* cuDNN attention (cuda_attention_cudnn.cu): create the handle now (at
- * graph_capture_begin, so a captured step can build plans; a failure only
- * keeps attention on the tensor-core kernels); free the handle and plans
+ * graph_capture_begin of a capture that records gradients, so a captured
+ * training step can build plans; a failure only keeps attention on the
+ * tensor-core kernels, and is not retried); free the handle and plans
  * (close, after the engine's graphs are freed). */
 oj_status oj_cuda_cudnn_prepare(oj_engine *eng);
 void oj_cuda_cudnn_close(oj_cuda_state *s);
