@@ -83,6 +83,13 @@ bool oj_dist_active(const oj_dist *d);
  * collectives after oj_dist_bind. */
 const char *oj_dist_transport(const oj_dist *d);
 
+/* OJ_OK when d can bind an engine on `device` (oj_dist_bind refuses the
+ * rest with this error); OJ_ERR_UNSUPPORTED with the reason in err for a
+ * CPU device in a group from RANK/WORLD_SIZE, which has no MPI for the
+ * CPU collectives. A NULL group (one process) takes any device. For
+ * refusing a run before it makes anything (the trainer's out_dir). */
+oj_status oj_dist_check_device(const oj_dist *d, oj_device device, oj_error *err);
+
 /* Bind the group's tensor collectives to eng: MPI for a CPU engine, NCCL
  * for a CUDA engine (the communicator is created now, collectively: every
  * rank must call this). OJ_ERR_UNSUPPORTED when the CUDA module was built

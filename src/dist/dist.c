@@ -500,16 +500,23 @@ static void comm_fatal(void *ctx, const char *msg) {
     _exit(3); /* not exit(): the main thread may hold the device */
 }
 
+oj_status oj_dist_check_device(const oj_dist *d, oj_device device, oj_error *err) {
+    if (d && d->env && device.type == OJ_DEVICE_CPU)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "dist: a CPU engine's collectives need MPI, and this group comes "
+                            "from RANK/WORLD_SIZE without it: start the ranks with mpirun (or "
+                            "use CUDA engines, whose collectives are NCCL's)");
+    return OJ_OK;
+}
+
 oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err) {
     if (!d || !eng)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist bind: NULL group or engine");
     if (d->eng)
         return oj_error_set(err, OJ_ERR_STATE, "dist bind: the group is already bound");
-    if (d->env && eng->device.type == OJ_DEVICE_CPU)
-        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                            "dist: a CPU engine's collectives need MPI, and this group comes "
-                            "from RANK/WORLD_SIZE without it: start the ranks with mpirun (or "
-                            "use CUDA engines, whose collectives are NCCL's)");
+    oj_status dev = oj_dist_check_device(d, eng->device, err);
+    if (dev)
+        return dev;
     d->eng = eng;
     if (!d->active || eng->device.type == OJ_DEVICE_CPU)
         return OJ_OK;

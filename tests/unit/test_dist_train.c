@@ -445,6 +445,41 @@ static void test_group_of_one(void **state) {
     oj_dist_free(d);
 }
 
+// test: a group from RANK/WORLD_SIZE refuses CPU engines with one
+// message, whether asked before anything is made (oj_dist_check_device,
+// what the trainer asks) or at oj_dist_bind; CUDA devices and the group of
+// one pass the check
+static void test_env_group_check_device(void **state) {
+    (void)state;
+    if (oj_dist_launched())
+        skip();
+    oj_error err = {0}, err2 = {0};
+    const oj_device cpu = {OJ_DEVICE_CPU, 0}, cuda = {OJ_DEVICE_CUDA, 0};
+    assert_int_equal(oj_dist_check_device(NULL, cpu, &err), OJ_OK);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    oj_dist *d = NULL;
+    oj_status st = oj_dist_init(10, &d, &err);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    assert_int_equal(st, OJ_OK);
+    assert_true(oj_dist_active(d));
+    assert_false(oj_dist_mpi(d));
+    assert_int_equal(oj_dist_check_device(d, cuda, &err), OJ_OK);
+    assert_int_equal(oj_dist_check_device(d, cpu, &err), OJ_ERR_UNSUPPORTED);
+    if (!strstr(err.message, "a CPU engine's collectives need MPI") ||
+        !strstr(err.message, "start the ranks with mpirun"))
+        fail_msg("the refusal does not say why and what to do: %s", err.message);
+    oj_engine *eng = NULL;
+    oj_engine_config ec = oj_engine_config_default();
+    ec.threads = 1;
+    assert_int_equal(oj_engine_create(&ec, &eng, &err2), OJ_OK);
+    assert_int_equal(oj_dist_bind(d, eng, &err2), OJ_ERR_UNSUPPORTED);
+    assert_string_equal(err2.message, err.message);
+    oj_engine_free(eng);
+    oj_dist_free(d);
+}
+
 int main(void) {
     /* containers often forbid the cross-process reads OpenMPI's shared
      * memory transport tries first: copy through the shared segment */
@@ -455,7 +490,8 @@ int main(void) {
     setenv("LSAN_OPTIONS",
            "suppressions=" OJAS_SOURCE_DIR "/tests/unit/lsan_openmpi.supp:fast_unwind_on_malloc=0",
            0);
-    const struct CMUnitTest group[] = {cmocka_unit_test(test_group_of_one)};
+    const struct CMUnitTest group[] = {cmocka_unit_test(test_group_of_one),
+                                       cmocka_unit_test(test_env_group_check_device)};
     int failed = cmocka_run_group_tests_name("dist_group", group, NULL, NULL);
 #ifdef OJAS_MPIEXEC
     const struct CMUnitTest tests[] = {
