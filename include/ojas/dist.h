@@ -47,6 +47,12 @@ bool oj_dist_launched(void);
  * CPU engines' collectives); false for a group of one and for a group
  * from RANK/WORLD_SIZE, whose records go through NCCL once bound. */
 bool oj_dist_mpi(const oj_dist *d);
+/* True when the group's MPI was initialised with MPI_THREAD_MULTIPLE
+ * (oj_dist_init asks for it), so that the NCCL watchdog thread may end
+ * the job with MPI_Abort; false without MPI or when the MPI library gave
+ * less (the watchdog then ends its own process, and the launcher the
+ * job). */
+bool oj_dist_mpi_threads(const oj_dist *d);
 
 /* Join the launcher's process group, or make a group of one when no
  * launcher started this process. Without an MPI launcher, RANK and
@@ -59,7 +65,7 @@ bool oj_dist_mpi(const oj_dist *d);
  * (ZeRO-1's checkpoints) need MPI. timeout_s (> 0) bounds every wait for
  * other ranks. On success *out owns the group (oj_dist_free). Errors:
  * OJ_ERR_UNSUPPORTED when launched by MPI but built without it;
- * OJ_ERR_DEVICE when MPI_Init fails; OJ_ERR_INVALID_ARGUMENT for a
+ * OJ_ERR_DEVICE when MPI_Init_thread fails; OJ_ERR_INVALID_ARGUMENT for a
  * timeout <= 0 or RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT that do
  * not make a group (named). At most one group per process: MPI is
  * initialised once. */

@@ -124,6 +124,25 @@ static void one_process(void) {
     done = true;
 }
 
+static char g_self[4096]; /* this test's executable (argv[0], absolute) */
+
+// test: under mpirun the group's MPI gives MPI_THREAD_MULTIPLE, so the NCCL
+// watchdog thread may call MPI_Abort while the main thread is inside MPI
+// (each rank of `mpirun -np 2 test_dist_train --mpi-threads` prints it)
+static void test_mpi_thread_multiple(void **state) {
+    (void)state;
+    char cmd[8192], p[400];
+    snprintf(cmd, sizeof cmd, "cd '%s' && " MPIRUN "'%s' --mpi-threads >threads.txt 2>&1", g_dir,
+             g_self);
+    int rc = system(cmd);
+    snprintf(p, sizeof p, "%s/threads.txt", g_dir);
+    char *out = ct_slurp(p);
+    if (rc != 0 || !out || !strstr(out, "rank 0: MPI_THREAD_MULTIPLE 1") ||
+        !strstr(out, "rank 1: MPI_THREAD_MULTIPLE 1"))
+        fail_msg("mpirun %d: %s", rc, out ? out : "(no output)");
+    free(out);
+}
+
 // test: 2 ranks (one micro-batch each) = 1 process with grad_accum 2, bit for bit
 static void test_two_ranks_equal_one_process(void **state) {
     (void)state;
@@ -480,7 +499,23 @@ static void test_env_group_check_device(void **state) {
     oj_dist_free(d);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--mpi-threads") == 0) { /* a rank of test_mpi_thread_multiple */
+        oj_dist *d = NULL;
+        oj_error err = {0};
+        if (oj_dist_init(30, &d, &err) != OJ_OK) {
+            fprintf(stderr, "oj_dist_init: %s\n", err.message);
+            return 1;
+        }
+        printf("rank %d: MPI_THREAD_MULTIPLE %d\n", oj_dist_rank(d), oj_dist_mpi_threads(d));
+        fflush(stdout);
+        oj_dist_free(d);
+        return 0;
+    }
+#ifdef OJAS_MPIEXEC
+    if (!realpath(argv[0], g_self))
+        snprintf(g_self, sizeof g_self, "%s", argv[0]);
+#endif
     /* containers often forbid the cross-process reads OpenMPI's shared
      * memory transport tries first: copy through the shared segment */
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
@@ -496,6 +531,7 @@ int main(void) {
 #ifdef OJAS_MPIEXEC
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
+        cmocka_unit_test(test_mpi_thread_multiple),
         cmocka_unit_test(test_mpirun_log_is_plain),
         cmocka_unit_test(test_two_ranks_allreduce_fast),
         cmocka_unit_test(test_one_rank_allreduce_exact),
