@@ -109,7 +109,8 @@ oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err);
 
 /* Every rank's `nbytes` bytes at `mine` into all[rank * nbytes ...]
  * (all: world_size * nbytes bytes, host). `what` names the exchange in a
- * timeout message, which names each rank not heard from. */
+ * timeout message, which names each rank not heard from, and with
+ * OJAS_DIST_TRACE=1 on stderr as it starts (a group of more than one). */
 oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *all,
                            const char *what, oj_error *err);
 /* Send `nbytes` host bytes to rank `to` / receive them from `from` (one

@@ -373,6 +373,11 @@ oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *al
         memmove((char *)all + (size_t)d->rank * nbytes, mine, nbytes);
     if (!d->active || d->world == 1)
         return OJ_OK;
+    static int trace = -1; /* OJAS_DIST_TRACE=1: name every exchange on stderr */
+    if (trace < 0)
+        trace = getenv("OJAS_DIST_TRACE") && !strcmp(getenv("OJAS_DIST_TRACE"), "1");
+    if (trace)
+        fprintf(stderr, "ojas: dist: rank %d exchange (%zu bytes): %s\n", d->rank, nbytes, what);
     if (d->env)
         return nccl_exchange(d, nbytes, all, what, err);
 #ifdef OJAS_HAVE_MPI

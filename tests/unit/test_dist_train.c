@@ -215,6 +215,43 @@ static void test_two_ranks_allreduce_fast(void **state) {
 #undef FAST
 }
 
+// test: the all-reduce path makes one host exchange per step (its record,
+// after the step: losses, stop flags, the next step's schedule), counted
+// by the exchanges OJAS_DIST_TRACE=1 names on stderr
+static void test_allreduce_one_exchange_per_step(void **state) {
+    (void)state;
+    setenv("OJAS_DIST_TRACE", "1", 1);
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o trace --numerics fast --no-progress --no-plot "
+                      "--set grad_accum=2 --set max_steps=4 --set eval_every=0 --set ckpt_every=0",
+                      &out);
+    unsetenv("OJAS_DIST_TRACE");
+    if (rc || !out || !strstr(out, "gradients summed in place by all-reduce"))
+        fail_msg("mpirun failed (%d) or not through the all-reduce path: %s", rc, out);
+    for (int r = 0; r < 2; r++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "ojas: dist: rank %d exchange (", r);
+        int any = 0, per_step[5] = {0};
+        for (const char *l = out; (l = strstr(l, tag)) != NULL; l++) {
+            any++;
+            const char *eol = strchr(l, '\n'), *s = strstr(l, "step ");
+            if (s && (!eol || s < eol)) {
+                int step = atoi(s + 5);
+                if (step < 1 || step > 4)
+                    fail_msg("an exchange of step %d in a run of 4: %s", step, out);
+                per_step[step]++;
+            }
+        }
+        if (!any)
+            fail_msg("rank %d traced no exchange: %s", r, out);
+        for (int s = 1; s <= 4; s++)
+            if (per_step[s] != 1)
+                fail_msg("rank %d made %d host exchanges in step %d (want 1): %s", r, per_step[s],
+                         s, out);
+    }
+    free(out);
+}
+
 // test: a group from RANK / WORLD_SIZE (torchrun's variables, no MPI)
 // with CPU ranks is refused by name: CPU collectives need MPI; the refusal
 // leaves no run directory behind, as every refused start does
@@ -534,6 +571,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_mpi_thread_multiple),
         cmocka_unit_test(test_mpirun_log_is_plain),
         cmocka_unit_test(test_two_ranks_allreduce_fast),
+        cmocka_unit_test(test_allreduce_one_exchange_per_step),
         cmocka_unit_test(test_one_rank_allreduce_exact),
         cmocka_unit_test(test_env_group_cpu_refused),
         cmocka_unit_test(test_zero1_same_bits),
