@@ -705,16 +705,17 @@ static cd_plan *cd_lookup(oj_cuda_cudnn *c, const cd_key *key) {
     return NULL;
 }
 
-/* Destroy least recently used entries no graph pins until at most
- * CD_MAX_PLANS remain. Not during a capture (a synchronize there would
- * break it): the cache may then exceed the cap until the next build. */
-static void cd_evict(oj_engine *eng, oj_cuda_cudnn *c) {
+/* Destroy least recently used entries no graph pins, other than keep
+ * (the entry being returned), until at most CD_MAX_PLANS remain. Not
+ * during a capture (a synchronize there would break it): the cache may
+ * then exceed the cap until the next build. */
+static void cd_evict(oj_engine *eng, oj_cuda_cudnn *c, const cd_plan *keep) {
     if (oj_cuda_capturing(eng)) return;
     bool drained = false;
     while (c->nplans > CD_MAX_PLANS) {
         cd_plan **victim = NULL; /* the link to the last unpinned entry */
         for (cd_plan **l = &c->plans; *l; l = &(*l)->next)
-            if ((*l)->pins == 0) victim = l;
+            if ((*l)->pins == 0 && *l != keep) victim = l;
         if (victim == NULL) return; /* every entry pinned by a live graph */
         cd_plan *p = *victim;
 #if OJAS_HAVE_CUDNN
@@ -745,7 +746,7 @@ static cd_plan *cd_plan_for(oj_engine *eng, oj_cuda_cudnn *c, const cd_key *key)
     p->next = c->plans;
     c->plans = p;
     c->nplans++;
-    cd_evict(eng, c);
+    cd_evict(eng, c, p);
     if (cudnn_mode() >= 2) {
         char tag[160];
         if (p->ok)
