@@ -426,6 +426,71 @@ static void test_cudnn_plan_cache(void **state) {
     free(wv);
 }
 
+// test: a graph that pins more than 16 plans keeps them all; a new shape's
+// plan is built and run beside them, and the cache shrinks to 16 once the
+// graph is freed
+static void test_cudnn_plan_cache_all_pinned(void **state) {
+    (void)state;
+    oj_engine *e = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 7);
+    int64_t n = 4 * 320 * 64, plans, pinned;
+    bool handle;
+    double *qv = rvals(n, OJ_BF16), *kv = rvals(n, OJ_BF16), *vv = rvals(n, OJ_BF16),
+           *wv = rvals(n, OJ_BF16);
+    oj_scope_begin(e);
+    oj_tensor *in[10][4]; /* q, k, v, w of 10 shapes, uploaded before the capture */
+    for (int i = 0; i < 10; i++) {
+        int64_t s[4] = {1, 4, 64 + 16 * i, 64};
+        const double *vals[4] = {qv, kv, vv, wv};
+        for (int j = 0; j < 4; j++) {
+            assert_non_null(in[i][j] = heads(e, s, OJ_BF16, vals[j], false));
+            if (j < 3) assert_non_null(oj_set_requires_grad(in[i][j], true));
+        }
+    }
+    assert_int_equal(oj_graph_capture_begin(e), OJ_OK);
+    for (int i = 0; i < 10; i++) { /* 10 shapes, 20 plans, in one capture */
+        oj_tensor *o = oj_scaled_dot_product_attention(in[i][0], in[i][1], in[i][2], NULL, true,
+                                                       NAN);
+        oj_tensor *loss = oj_sum_all(oj_mul(o, in[i][3]));
+        if (loss == NULL || oj_backward(loss, false) != OJ_OK)
+            fail_msg("captured step %d: %s", i, oj_last_error(e));
+        require_impl(e, true, "cudnn", "captured attention");
+    }
+    oj_graph *g = oj_graph_capture_end(e);
+    assert_non_null(g);
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(plans, 20);
+    assert_int_equal(pinned, 20);
+    /* a new shape: every other entry is pinned; its forward plan is kept
+     * and runs, then its backward's build evicts the forward (the only
+     * unpinned entry but the one returned) and runs */
+    int64_t s[4] = {1, 4, 300, 64};
+    oj_tensor *res[4], *again[4];
+    sdpa_step(e, s, qv, kv, vv, wv, res, NULL);
+    require_impl(e, false, "cudnn", "eager attention beside a graph's pinned plans");
+    require_impl(e, true, "cudnn", "eager attention beside a graph's pinned plans");
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(plans, 21);
+    assert_int_equal(pinned, 20);
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    oj_graph_free(g);
+    /* the next build evicts down to 16, never the plans it returns */
+    sdpa_step(e, s, qv, kv, vv, wv, again, NULL);
+    for (int i = 0; i < 4; i++) cmp_norm(again[i], res[i], 1e-2, "the same step again");
+    int64_t s2[4] = {1, 4, 310, 64};
+    sdpa_step(e, s2, qv, kv, vv, wv, again, NULL);
+    require_impl(e, true, "cudnn", "eager attention after the graph is freed");
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(pinned, 0);
+    assert_int_equal(plans, 16);
+    oj_scope_end(e);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    oj_engine_free(e);
+    free(qv);
+    free(kv);
+    free(vv);
+    free(wv);
+}
+
 static int group_setup(void **state) {
     (void)state;
     cpu = gpu_test_engine(false, false, OJ_NUMERICS_EXACT, 7);
@@ -451,6 +516,7 @@ int main(void) {
         cmocka_unit_test(test_cudnn_inference_forward),
         cmocka_unit_test(test_cudnn_handle_lazy),
         cmocka_unit_test(test_cudnn_plan_cache),
+        cmocka_unit_test(test_cudnn_plan_cache_all_pinned),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
