@@ -773,6 +773,12 @@ typedef struct oj_backend {
      * numerics ...". OPTIONAL (NULL: one implementation). For tests and
      * benchmarks. */
     const char *(*attention_impl)(oj_engine *eng, bool backward, char *why, size_t n);
+    /* The state of eng's cuDNN attention cache: *plans the keys cached
+     * (built plans and refusals, at most 16 outside a capture, more only
+     * while live CUDA graphs pin them), *pinned those a live graph pins,
+     * *handle whether the cuDNN handle was created. OPTIONAL (NULL: no
+     * cuDNN). For tests. */
+    void (*attention_cudnn_cache)(oj_engine *eng, int64_t *plans, int64_t *pinned, bool *handle);
     /* Causal attention of many sequences' rows packed in q [1, H, N, D]
      * (any strides) over one paged KV pool, OPTIONAL (NULL or
      * OJ_ERR_UNSUPPORTED: the op runs attention_paged_forward per row):

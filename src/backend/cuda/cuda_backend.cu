@@ -150,6 +150,7 @@ static oj_backend make_cuda_backend() {
     b.paged_kv_write = oj_cuda_paged_kv_write;
     b.attention_backward = oj_cuda_attention_backward;
     b.attention_impl = oj_cuda_attention_impl; /* cuda_attention_cudnn.cu */
+    b.attention_cudnn_cache = oj_cuda_attention_cudnn_cache;
     b.rotary_embedding = oj_cuda_rotary_embedding;
     b.rotary_embedding_at = oj_cuda_rotary_embedding_at;
     b.rms_norm_rotary_forward = oj_cuda_rms_norm_rotary_forward;
