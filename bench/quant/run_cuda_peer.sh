@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# llama.cpp beside ojas on a machine without Node.js (the H200): builds
+# bench/quant/llama_peer.c with gcc and runs it on node-llama-cpp 3.21.1's
+# prebuilt libraries in LIB_DIR (the CUDA package's, unpacked below, or the
+# CPU package's bins/linux-x64), all layers on the GPU when LIB_DIR has
+# libggml-cuda.so.
+#   bench/quant/run_cuda_peer.sh LIB_DIR FILE.gguf [NEW (64)] [THREADS (2)]
+#     one JSON line, llama_peer.mjs's (peer, file, threads, tok_s, tokens)
+#     plus device, gpu_layers, repeats; the prompt is bench_quant_decode's
+#     16 ids unless PROMPT="id,id,...".
+#   bench/quant/run_cuda_peer.sh LIB_DIR OJAS.jsonl [NEW] [THREADS]
+#     for each line of bench_quant_decode's output saved in OJAS.jsonl, the
+#     file <variant>.gguf beside it (written by bench_quant_decode --out) with
+#     that line's prompt and new_tokens (unless NEW is given), and one line
+#     as bench/quant/run.sh prints:
+#     ojas_tok_s, llama_cpp_tok_s, their ratio, tokens_equal, first_diff.
+#   bench/quant/run_cuda_peer.sh --unpack DIR PART...
+#     checks and keeps in DIR the chunks of the parts that
+#     scripts/pack_llama_cuda.sh made (one part a call is enough); once DIR
+#     has them all, joins and decompresses them into DIR and checks every
+#     library's sha256: DIR is then the LIB_DIR.
+# Environment: GPU_LAYERS (-1: all, the default with libggml-cuda.so; else 0),
+# REPEATS (5; tok_s is the median), WARMUP (1: one untimed run of 8 tokens
+# first on the GPU, which also fills the CUDA JIT cache: the package's
+# libggml-cuda.so holds sm_90 code only as compute_90 PTX),
+# LLAMA_PEER_BIN (.llcuda/bin/llama_peer), CC (gcc).
+# The libraries' own folder is found through their RUNPATH ($ORIGIN); the
+# CUDA runtime (libcudart.so.13, libcublas.so.13, libcublasLt.so.13) and
+# the driver (libcuda.so.1) are looked up through ldconfig, then in
+# /usr/local/cuda*/lib64, /usr/local/nvidia/lib64 and Python's
+# nvidia/*/lib wheels, and put on LD_LIBRARY_PATH.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+die() { echo "run_cuda_peer.sh: $*" >&2; exit 1; }
+
+# zstd -d from stdin to stdout; Python over libzstd.so.1 where the zstd
+# program is missing.
+unzstd() {
+  if command -v zstd >/dev/null; then zstd -d -q -c; return; fi
+  python3 -c '
+import ctypes, ctypes.util, sys
+name = ctypes.util.find_library("zstd") or "libzstd.so.1"
+z = ctypes.CDLL(name)
+class Buf(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p), ("size", ctypes.c_size_t), ("pos", ctypes.c_size_t)]
+z.ZSTD_createDStream.restype = ctypes.c_void_p
+z.ZSTD_decompressStream.restype = ctypes.c_size_t
+z.ZSTD_decompressStream.argtypes = [ctypes.c_void_p, ctypes.POINTER(Buf), ctypes.POINTER(Buf)]
+z.ZSTD_isError.argtypes = [ctypes.c_size_t]
+z.ZSTD_getErrorName.restype = ctypes.c_char_p
+z.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
+z.ZSTD_freeDStream.argtypes = [ctypes.c_void_p]
+ds = z.ZSTD_createDStream()
+out = ctypes.create_string_buffer(1 << 20)
+last = 0
+while True:
+    data = sys.stdin.buffer.read(1 << 20)
+    if not data:
+        break
+    src = ctypes.create_string_buffer(data, len(data))
+    ib = Buf(ctypes.cast(src, ctypes.c_void_p), len(data), 0)
+    while ib.pos < ib.size:
+        ob = Buf(ctypes.cast(out, ctypes.c_void_p), len(out), 0)
+        last = z.ZSTD_decompressStream(ds, ctypes.byref(ob), ctypes.byref(ib))
+        if z.ZSTD_isError(last):
+            sys.exit("run_cuda_peer.sh: zstd: " + z.ZSTD_getErrorName(last).decode())
+        sys.stdout.buffer.write(out.raw[:ob.pos])
+z.ZSTD_freeDStream(ds)
+if last != 0:
+    sys.exit("run_cuda_peer.sh: zstd: the stream ends inside a frame")
+'
+}
+
+if [ "${1:-}" = --unpack ]; then
+  [ $# -ge 3 ] || die "usage: --unpack DIR PART..."
+  dir=$2; shift 2
+  mkdir -p "$dir/.chunks"
+  for part in "$@"; do
+    [ -f "$part/chunks.sha256" ] || die "$part has no chunks.sha256 (not a part of scripts/pack_llama_cuda.sh)"
+    for c in "$part"/llcuda.tar.zst.*of*; do
+      [ -f "$c" ] || die "$part has no chunk"
+      want=$(grep " $(basename "$c")\$" "$part/chunks.sha256" | cut -d' ' -f1)
+      [ "$(sha256sum "$c" | cut -d' ' -f1)" = "$want" ] || die "$c does not match its sha256 in chunks.sha256"
+      cp "$c" "$dir/.chunks/"
+      echo "run_cuda_peer.sh: kept $(basename "$c") in $dir/.chunks"
+    done
+    if [ -f "$dir/.chunks/chunks.sha256" ] && ! cmp -s "$part/chunks.sha256" "$dir/.chunks/chunks.sha256"; then
+      die "$part is from another packing than the chunks already in $dir/.chunks"
+    fi
+    cp "$part/chunks.sha256" "$part/libs.sha256" "$dir/.chunks/"
+  done
+  n=$(wc -l < "$dir/.chunks/chunks.sha256")
+  missing=""
+  have=0
+  for k in $(seq 1 "$n"); do
+    if [ -f "$dir/.chunks/llcuda.tar.zst.${k}of$n" ]; then have=$((have + 1)); else missing="$missing part$k"; fi
+  done
+  if [ -n "$missing" ]; then
+    echo "run_cuda_peer.sh: $dir/.chunks has $have of $n chunks; still to come:$missing"
+    exit 0
+  fi
+  for k in $(seq 1 "$n"); do cat "$dir/.chunks/llcuda.tar.zst.${k}of$n"; done | unzstd | tar -C "$dir" -xf -
+  (cd "$dir" && sha256sum --quiet -c .chunks/libs.sha256) || die "the libraries unpacked in $dir do not match libs.sha256"
+  echo "run_cuda_peer.sh: unpacked $(wc -l < "$dir/.chunks/libs.sha256") files into $dir, each matching its sha256"
+  rm -rf "$dir/.chunks"
+  exit 0
+fi
+
+[ $# -ge 2 ] || die "usage: LIB_DIR FILE.gguf|OJAS.jsonl [NEW] [THREADS], or --unpack DIR PART..."
+LIB_DIR=$(cd "$1" && pwd); TARGET=$2; NEW_ARG=${3:-}; NEW=${3:-64}; THREADS=${4:-2}
+libs=("$LIB_DIR"/libllama.v*.so "$LIB_DIR"/libllama.cuda.v*.so)
+lib=""; for l in "${libs[@]}"; do [ -f "$l" ] && lib=$l; done
+[ -n "$lib" ] || die "$LIB_DIR has no libllama.v*.so or libllama.cuda.v*.so"
+if [ -f "$LIB_DIR/libggml-cuda.so" ]; then GPU_LAYERS=${GPU_LAYERS:--1}; else GPU_LAYERS=${GPU_LAYERS:-0}; fi
+REPEATS=${REPEATS:-5}; WARMUP=${WARMUP:-1}
+BIN=${LLAMA_PEER_BIN:-.llcuda/bin/llama_peer}
+if [ ! -x "$BIN" ] || [ bench/quant/llama_peer.c -nt "$BIN" ]; then
+  mkdir -p "$(dirname "$BIN")"
+  ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -o "$BIN" bench/quant/llama_peer.c -ldl
+fi
+
+if [ "$GPU_LAYERS" != 0 ]; then
+  lookup() { # NAME: a folder holding it, unless ldconfig knows it
+    ldconfig -p 2>/dev/null | grep -q "^\s*$1 " && return 0
+    local py d
+    py=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
+             /usr/local/cuda-13*/targets/x86_64-linux/lib /usr/local/nvidia/lib64 /usr/local/nvidia/lib \
+             ${py:+$py/nvidia/*/lib} ${py:+$py/nvidia/*/*/lib}; do
+      [ -e "$d/$1" ] && { echo "$d"; return 0; }
+    done
+    echo "run_cuda_peer.sh: $1 not found (ldconfig, /usr/local/cuda*, /usr/local/nvidia, Python's nvidia wheels)" >&2
+  }
+  for so in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcuda.so.1; do
+    d=$(lookup "$so")
+    case ":${LD_LIBRARY_PATH:-}:" in *":$d:"*) ;; *) [ -n "$d" ] && LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;; esac
+  done
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+  export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+  echo "run_cuda_peer.sh: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
+fi
+
+DEFAULT_PROMPT=$(python3 -c 'print(",".join(str((i * 7919 + 13) % 50257) for i in range(16)))')
+peer() { # FILE PROMPT: llama_peer's JSON line, after a warm-up on the GPU
+  if [ "$GPU_LAYERS" != 0 ] && [ "$WARMUP" = 1 ]; then
+    local t0=$SECONDS
+    "$BIN" --lib "$lib" --gpu-layers "$GPU_LAYERS" "$1" "$2" 8 "$THREADS" > /dev/null
+    echo "run_cuda_peer.sh: warm-up on $(basename "$1"): $((SECONDS - t0)) s" >&2
+  fi
+  "$BIN" --lib "$lib" --gpu-layers "$GPU_LAYERS" --repeats "$REPEATS" "$1" "$2" "$NEW" "$THREADS"
+}
+
+case $TARGET in
+  *.gguf) peer "$TARGET" "${PROMPT:-$DEFAULT_PROMPT}" ;;
+  *.jsonl)
+    [ -f "$TARGET" ] || die "no $TARGET"
+    dir=$(dirname "$TARGET")
+    while read -r line; do
+      v=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["variant"])' "$line")
+      p=$(python3 -c 'import json,sys; print(",".join(map(str, json.loads(sys.argv[1])["prompt"])))' "$line")
+      NEW=${NEW_ARG:-$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["new_tokens"])' "$line")}
+      if [ ! -f "$dir/$v.gguf" ]; then echo "run_cuda_peer.sh: no $dir/$v.gguf, $v left out" >&2; continue; fi
+      out=$(peer "$dir/$v.gguf" "$p")
+      python3 - "$line" "$out" <<'PY'
+import json, sys
+o, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+same = sum(1 for a, b in zip(o["tokens"], p["tokens"]) if a == b)
+first = next((i for i, (a, b) in enumerate(zip(o["tokens"], p["tokens"])) if a != b), -1)
+print(json.dumps({"variant": o["variant"], "ojas_device": o.get("device"), "llama_cpp_device": p["device"],
+                  "ojas_tok_s": o["tok_s"], "llama_cpp_tok_s": round(p["tok_s"], 2),
+                  "ojas_vs_llama_cpp": round(o["tok_s"] / p["tok_s"], 3),
+                  "tokens_equal": same, "of": min(len(o["tokens"]), len(p["tokens"])), "first_diff": first}))
+PY
+    done < "$TARGET"
+    ;;
+  *) die "$TARGET is neither a .gguf file nor a .jsonl of bench_quant_decode's lines" ;;
+esac
