@@ -286,6 +286,39 @@ static int bind_library(void *lib, const char *path) {
     return 0;
 }
 
+/* Warns when the GPU will need node-llama-cpp 3.21.1's PTX that its driver
+ * cannot compile. That package's libggml-cuda.so was built by CUDA 13.1 and
+ * holds machine code for sm_86, sm_89, sm_120a and sm_121a only; any other
+ * GPU (Hopper's sm_90 among them) runs its compute_75/80/90 PTX, ISA 9.1,
+ * which the driver compiles at load time only if it is of CUDA 13.1 or later
+ * (R590); an older one fails the first kernel ("the provided PTX was
+ * compiled with an unsupported toolchain"). Reads the driver's version and
+ * device 0's compute capability through libcuda.so.1's driver API. */
+static void check_cuda_driver(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return;
+    int (*init)(unsigned), (*version)(int *), (*get)(int *, int), (*attr)(int *, int, int);
+    void *p[4] = {dlsym(h, "cuInit"), dlsym(h, "cuDriverGetVersion"), dlsym(h, "cuDeviceGet"),
+                  dlsym(h, "cuDeviceGetAttribute")};
+    memcpy(&init, &p[0], sizeof p[0]);
+    memcpy(&version, &p[1], sizeof p[1]);
+    memcpy(&get, &p[2], sizeof p[2]);
+    memcpy(&attr, &p[3], sizeof p[3]);
+    int v = 0, dev = 0, major = 0, minor = 0;
+    if (p[0] && p[1] && p[2] && p[3] && init(0) == 0 && version(&v) == 0 && get(&dev, 0) == 0 &&
+        attr(&major, 75, dev) == 0 && attr(&minor, 76, dev) == 0) { // compute capability
+        int cc = major * 10 + minor;
+        bool sass = cc == 86 || cc == 89 || cc == 120 || cc == 121;
+        if (!sass && v < 13010)
+            fprintf(stderr, "llama_peer: warning: GPU 0 is sm_%d and its driver runs CUDA %d.%d: "
+                            "node-llama-cpp 3.21.1's libggml-cuda.so has no sm_%d code, only PTX of "
+                            "CUDA 13.1, which a driver below 13.1 (R590) cannot compile: expect \"the "
+                            "provided PTX was compiled with an unsupported toolchain\"\n",
+                    cc, v / 1000, v % 1000 / 10, cc);
+    }
+    dlclose(h);
+}
+
 /* One run: prompt, then nnew greedy tokens into toks; *tok_s as
  * llama_peer.mjs counts it. Returns 0, or 1 with a message. */
 static int run_once(struct llama_context *ctx, int32_t n_vocab, llama_token *prompt, int n_prompt,
@@ -401,6 +434,7 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    if (gpu_layers != 0) check_cuda_driver();
     struct llama_model_params mp = L.llama_model_default_params();
     mp.n_gpu_layers = gpu_layers;
     mp.load_mode = LLAMA_LOAD_MODE_MMAP;
