@@ -9,9 +9,15 @@
 # (every library's). Carry one part a call; bench/quant/run_cuda_peer.sh
 # --unpack DIR .llcuda/partk gathers the chunks in DIR and, once it has them
 # all, joins, decompresses and checks them there.
+# part1 also holds llama-src.tar.zst (3.4 MB): the llama.cpp source of the
+# same release (node-llama-cpp/llama/gitRelease.bundle, commit 80fb11ac: its
+# CMake files, ggml/, src/, include/, vendor/), for run_cuda_peer.sh
+# --build-cuda, which compiles libggml-cuda.so for a GPU that the package has
+# no machine code for (its sm_90 code is CUDA 13.1 PTX only).
 #   scripts/pack_llama_cuda.sh [BINS_DIR] [MAX_MB (55)]
 # BINS_DIR: default OJAS_NPM_DIR (third_party/npm)/node_modules/@node-llama-cpp/
-# linux-x64-cuda/bins/linux-x64-cuda (bench/quant/run.sh installs the package).
+# linux-x64-cuda/bins/linux-x64-cuda (bench/quant/run.sh installs the package);
+# the bundle is looked up in the node-llama-cpp package beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NPM=${OJAS_NPM_DIR:-third_party/npm}
@@ -52,5 +58,14 @@ for k in $(seq 1 "$n"); do
   cp .llcuda/chunks.sha256 .llcuda/libs.sha256 ".llcuda/part$k/"
 done
 rm .llcuda/chunks.sha256 .llcuda/libs.sha256
+bundle=$(cd "$BINS/../../../.." && pwd)/node-llama-cpp/llama/gitRelease.bundle
+[ -f "$bundle" ] || die "no $bundle (the llama.cpp source of node-llama-cpp 3.21.1)"
+src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
+git clone -q "$bundle" "$src/llama.cpp" 2>/dev/null || die "git cannot clone $bundle"
+[ "$(git -C "$src/llama.cpp" rev-parse HEAD)" = 80fb11ac73e66d89eae2c6a91d8a77428fa733ed ] ||
+  die "$bundle is not llama.cpp commit 80fb11ac (node-llama-cpp 3.21.1's)"
+git -C "$src/llama.cpp" archive --prefix=llama.cpp/ HEAD CMakeLists.txt cmake ggml src include vendor LICENSE |
+  zstd -19 -T2 -q -c > .llcuda/part1/llama-src.tar.zst
+(cd .llcuda/part1 && sha256sum llama-src.tar.zst > src.sha256)
 echo "pack_llama_cuda.sh: ${#files[@]} files of $BINS ($(du -cb "${files[@]/#/$BINS/}" | tail -1 | cut -f1) bytes) -> $size bytes of zstd in $n parts:"
 for k in $(seq 1 "$n"); do echo "  .llcuda/part$k $(du -sb ".llcuda/part$k" | cut -f1) bytes"; done
