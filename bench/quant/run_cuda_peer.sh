@@ -181,6 +181,8 @@ if [ "$GPU_LAYERS" != 0 ]; then
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
   export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
   echo "run_cuda_peer.sh: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
+  command -v nvidia-smi >/dev/null &&
+    echo "run_cuda_peer.sh: GPU, driver: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)" >&2
 fi
 
 DEFAULT_PROMPT=$(python3 -c 'print(",".join(str((i * 7919 + 13) % 50257) for i in range(16)))')
