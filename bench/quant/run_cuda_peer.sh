@@ -19,13 +19,15 @@
 #     scripts/pack_llama_cuda.sh made (one part a call is enough); once DIR
 #     has them all, joins and decompresses them into DIR and checks every
 #     library's sha256: DIR is then the LIB_DIR.
-#   bench/quant/run_cuda_peer.sh --build-cuda SRC LIB_DIR OUT_DIR [ARCH (90)]
-#     OUT_DIR: LIB_DIR's libraries with libggml-cuda.so compiled here for
-#     sm_ARCH from SRC (part1/llama-src.tar.zst: the same release's source),
-#     with the package's options (GGML_BACKEND_DL, CUDA graphs and flash
-#     attention on, NCCL off, Release) and this machine's nvcc: for a GPU
-#     whose driver cannot compile the package's CUDA 13.1 PTX (llama_peer
-#     warns). A few minutes on 16 cores.
+#   bench/quant/run_cuda_peer.sh --build-cuda SRC OUT_DIR [ARCH (90)]
+#     OUT_DIR/libggml-cuda.so compiled here for sm_ARCH from SRC
+#     (llama-src.tar.zst of part1, which --unpack keeps in DIR/src: the
+#     same release's source) with the package's options (dynamic backends,
+#     CUDA graphs and flash attention on, NCCL off, Release) and this
+#     machine's nvcc, for a GPU whose driver cannot compile the package's
+#     CUDA 13.1 PTX (llama_peer warns). Copy it over the package's in a copy
+#     of LIB_DIR. The build stays in OUT_DIR/build until it succeeds, so a
+#     call that ran out of time resumes it.
 # Environment: GPU_LAYERS (-1: all, the default with libggml-cuda.so; else 0),
 # REPEATS (5; tok_s is the median), WARMUP (1: one untimed run of 8 tokens
 # first on the GPU, which also fills the CUDA JIT cache: the package's
@@ -118,38 +120,37 @@ if [ "${1:-}" = --unpack ]; then
 fi
 
 if [ "${1:-}" = --build-cuda ]; then
-  [ $# -ge 4 ] || die "usage: --build-cuda SRC LIB_DIR OUT_DIR [ARCH]"
-  src=$2; lib_dir=$3; out=$4; arch=${5:-90}
-  [ -f "$lib_dir/libggml-cuda.so" ] || die "$lib_dir has no libggml-cuda.so (not the CUDA package)"
+  [ $# -ge 3 ] || die "usage: --build-cuda SRC OUT_DIR [ARCH]"
+  src=$2; out=$3; arch=${4:-90}
   if [ -f "$(dirname "$src")/src.sha256" ]; then
     (cd "$(dirname "$src")" && sha256sum --quiet -c src.sha256) || die "$src does not match src.sha256"
   fi
   nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   [ -x "$nvcc" ] || die "no nvcc"
-  work=$(mktemp -d)
-  unzstd < "$src" | tar -C "$work" -xf -
+  work=$out/build
+  mkdir -p "$work"
+  [ -d "$work/llama.cpp" ] || unzstd < "$src" | tar -C "$work" -xf -
   gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-  cmake -S "$work/llama.cpp" -B "$work/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch-real" -DGGML_CUDA=ON \
-    -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF \
-    -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH='$ORIGIN' -DLLAMA_BUILD_COMMON=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_MTMD=OFF > "$work/configure.log" 2>&1 ||
-    { tail -20 "$work/configure.log" >&2; die "cmake could not configure $src (log above)"; }
+  [ -f "$work/build/CMakeCache.txt" ] ||
+    cmake -S "$work/llama.cpp" -B "$work/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch-real" -DGGML_CUDA=ON \
+      -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF \
+      -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH='$ORIGIN' -DLLAMA_BUILD_COMMON=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_MTMD=OFF > "$work/configure.log" 2>&1 ||
+    { tail -20 "$work/configure.log" >&2; rm -rf "$work/build"; die "cmake could not configure $src (log above)"; }
   t0=$SECONDS
   cmake --build "$work/build" --target ggml-cuda -j "$(nproc)" > "$work/build.log" 2>&1 ||
-    { tail -30 "$work/build.log" >&2; die "libggml-cuda.so did not build (log above)"; }
+    { tail -30 "$work/build.log" >&2; die "libggml-cuda.so did not build (log above; run again to resume)"; }
   built=$(find "$work/build" -name libggml-cuda.so -type f | head -1)
   [ -n "$built" ] || die "the build made no libggml-cuda.so"
-  mkdir -p "$out"
-  cp -a "$lib_dir"/. "$out"/
   cp "$built" "$out/libggml-cuda.so"
   rm -rf "$work"
-  echo "run_cuda_peer.sh: $out: $lib_dir with libggml-cuda.so built for sm_$arch by $("$nvcc" --version | tail -1) in $((SECONDS - t0)) s"
+  echo "run_cuda_peer.sh: $out/libggml-cuda.so: sm_$arch, $("$nvcc" --version | tail -1), built in $((SECONDS - t0)) s"
   exit 0
 fi
 
-[ $# -ge 2 ] || die "usage: LIB_DIR FILE.gguf|OJAS.jsonl [NEW] [THREADS], --unpack DIR PART..., or --build-cuda SRC LIB_DIR OUT_DIR [ARCH]"
+[ $# -ge 2 ] || die "usage: LIB_DIR FILE.gguf|OJAS.jsonl [NEW] [THREADS], --unpack DIR PART..., or --build-cuda SRC OUT_DIR [ARCH]"
 LIB_DIR=$(cd "$1" && pwd); TARGET=$2; NEW_ARG=${3:-}; NEW=${3:-64}; THREADS=${4:-2}
 libs=("$LIB_DIR"/libllama.v*.so "$LIB_DIR"/libllama.cuda.v*.so)
 lib=""; for l in "${libs[@]}"; do [ -f "$l" ] && lib=$l; done
