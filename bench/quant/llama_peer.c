@@ -27,7 +27,8 @@
  * that node-llama-cpp 3.21.1 bundles: node-llama-cpp/llama/gitRelease.bundle,
  * commit 80fb11ac73e66d89eae2c6a91d8a77428fa733ed (release "v0.4.0" in
  * llama.cpp.info.json; llama_version() "0.4.0-dev", ggml_version() "0.23.0",
- * ggml_commit() "5b4ebc5"; llama.h sha256 3d1b18ed...0cb4160). Only what this
+ * ggml_commit() "5b4ebc5"; llama.h sha256
+ * 3d1b18eda626c1b9ecf5bda0798e65b974a8f70f30d56726610633a980cb4160). Only what this
  * program calls is copied. The two parameter structs are passed and returned
  * by value, so their layout must be the library's: the program refuses a
  * library whose version strings differ, or that lacks a symbol it calls, or
