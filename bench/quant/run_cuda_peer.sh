@@ -190,10 +190,10 @@ DEFAULT_PROMPT=$(python3 -c 'print(",".join(str((i * 7919 + 13) % 50257) for i i
 peer() { # FILE PROMPT: llama_peer's JSON line, after a warm-up on the GPU
   if [ "$GPU_LAYERS" != 0 ] && [ "$WARMUP" = 1 ]; then
     local t0=$SECONDS
-    "$BIN" --lib "$lib" --gpu-layers "$GPU_LAYERS" "$1" "$2" 8 "$THREADS" > /dev/null
+    "$BIN" --lib "$lib" --gpu-layers "$GPU_LAYERS" "$1" "$2" 8 "$THREADS" < /dev/null > /dev/null
     echo "run_cuda_peer.sh: warm-up on $(basename "$1"): $((SECONDS - t0)) s" >&2
   fi
-  "$BIN" --lib "$lib" --gpu-layers "$GPU_LAYERS" --repeats "$REPEATS" "$1" "$2" "$NEW" "$THREADS"
+  "$BIN" --lib "$lib" --gpu-layers "$GPU_LAYERS" --repeats "$REPEATS" "$1" "$2" "$NEW" "$THREADS" < /dev/null
 }
 
 case $TARGET in
