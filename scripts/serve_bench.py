@@ -11,9 +11,14 @@ temperature 0. Reports, as JSON on stdout:
   ratio             aggregate_tok_s / single_tok_s (the bar: >= 8 at 32 clients)
   ttft_p50_ms, ttft_p99_ms   request sent -> first token (concurrent phase)
   itl_p50_ms, itl_p99_ms     gap between consecutive tokens (concurrent phase)
+  single_steps, aggregate_steps   the server's steps in each phase (from /metrics'
+                             ojas_step_seconds_total): their count, the decode steps'
+                             mean rows, and host ms per step by phase (schedule,
+                             decode_prepare/upload/launch/wait/readback, prefill,
+                             sample, events) beside the wall ms per step
 
-Models: a GPT-2 124M-shaped model (random weights written here, f32, or
-OJAS_BENCH_GPT2=DIR|CHECKPOINT) and a Qwen2.5-0.5B-shaped one (random
+Models: a GPT-2 124M-shaped model (random weights written here, f32 or
+with --gpt2-bf16 bf16, or OJAS_BENCH_GPT2=DIR|CHECKPOINT) and a Qwen2.5-0.5B-shaped one (random
 weights written here, bf16, or OJAS_BENCH_QWEN=DIR; --models picks). The
 random models use a small tokenizer trained here (OJAS_BENCH_VOCAB=DIR
 gives another); its vocabulary is smaller than the model's, so many
@@ -24,8 +29,12 @@ Any failure (the server exiting, an HTTP error, a request with no tokens, a
 count other than max_tokens without a stop) ends the run with exit 1 and
 no figures.
 
+--profile runs the server with OJAS_SERVE_PROFILE=1 and prints, on stderr,
+where its steps' time went (the whole run, warm-up included).
+
 Usage: scripts/serve_bench.py --ojas build/ojas [--device cuda] [--clients 32]
        [--requests 4] [--max-tokens 128] [--prompt-tokens 64] [--models gpt2,qwen]
+       [--profile] [--gpt2-bf16]
 """
 import argparse
 import http.client
@@ -88,7 +97,7 @@ def write_safetensors(path, tensors, dtype):
                 f.write(pat[:rest])
 
 
-def write_gpt2(d):
+def write_gpt2(d, dtype="F32"):
     C, L, H, V, P = 768, 12, 12, 50257, 1024
     os.makedirs(d)
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -105,7 +114,7 @@ def write_gpt2(d):
               (h + "attn.c_proj.weight", [C, C], "rand"), (h + "attn.c_proj.bias", [C], "zero"),
               (h + "mlp.c_fc.weight", [C, 4 * C], "rand"), (h + "mlp.c_fc.bias", [4 * C], "zero"),
               (h + "mlp.c_proj.weight", [4 * C, C], "rand"), (h + "mlp.c_proj.bias", [C], "zero")]
-    write_safetensors(os.path.join(d, "model.safetensors"), t, "F32")
+    write_safetensors(os.path.join(d, "model.safetensors"), t, dtype)
 
 
 def write_qwen(d):
@@ -145,10 +154,10 @@ def write_corpus(path):
 
 
 class Server:
-    def __init__(self, ojas, args, log_path):
+    def __init__(self, ojas, args, log_path, env=None):
         self.log = open(log_path, "w+")
         self.p = subprocess.Popen([ojas, "serve"] + args, stderr=subprocess.PIPE,
-                                  stdout=subprocess.DEVNULL, text=True)
+                                  stdout=subprocess.DEVNULL, text=True, env=env)
         line = self.p.stderr.readline()
         self.log.write(line)
         if "http://" not in line:
@@ -249,6 +258,42 @@ def phase(srv, clients, requests, prompts, max_tokens):
     return tokens, wall, ttft, itl
 
 
+def step_counters(srv):
+    """The server's step counters from /metrics: {phase: seconds}, steps,
+    decode steps and rows."""
+    conn = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+    conn.request("GET", "/metrics")
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    if r.status != 200:
+        raise BenchError("GET /metrics: HTTP %d" % r.status)
+    out = {"phases": {}}
+    for line in text.splitlines():
+        if line.startswith("ojas_step_seconds_total{phase=\""):
+            name = line.split('"')[1]
+            out["phases"][name] = float(line.split()[-1])
+        for key in ("ojas_scheduler_steps_total", "ojas_decode_steps_total", "ojas_decode_rows_total"):
+            if line.startswith(key + " "):
+                out[key] = int(line.split()[-1])
+    return out
+
+
+def step_profile(before, after, wall):
+    """Per step of one phase of the bench: host ms by scheduler phase, the
+    wall ms per step, the decode steps' mean rows."""
+    steps = after["ojas_scheduler_steps_total"] - before["ojas_scheduler_steps_total"]
+    dsteps = after["ojas_decode_steps_total"] - before["ojas_decode_steps_total"]
+    drows = after["ojas_decode_rows_total"] - before["ojas_decode_rows_total"]
+    if steps <= 0:
+        raise BenchError("the phase ran no scheduler step")
+    prof = {k: round(1e3 * (after["phases"][k] - before["phases"].get(k, 0.0)) / steps, 4)
+            for k in after["phases"]}
+    prof["wall"] = round(1e3 * wall / steps, 4)
+    return {"steps": steps, "decode_rows_mean": round(drows / dsteps, 2) if dsteps else 0.0,
+            "ms_per_step": prof}
+
+
 def pct(xs, p):
     xs = sorted(xs)
     if not xs:
@@ -261,7 +306,8 @@ def bench_model(a, name, model, vocab, extra, work):
     args = ["--model", model, "--vocab", vocab, "--port", "0", "--device", a.device,
             "--max-batch", str(a.clients), "--max-queue", str(4 * a.clients),
             "--max-connections", str(4 * a.clients + 8), "--model-name", "bench"] + extra
-    srv = Server(a.ojas, args, log)
+    env = dict(os.environ, OJAS_SERVE_PROFILE="1") if a.profile else None
+    srv = Server(a.ojas, args, log, env)
     try:
         rng = random.Random(5)
         prompts = [[rng.randrange(3, 250) for _ in range(a.prompt_tokens)]
@@ -272,8 +318,12 @@ def bench_model(a, name, model, vocab, extra, work):
             if c >= a.clients:
                 break
             c = min(2 * c, a.clients)
+        c0 = step_counters(srv)
         st, sw, _, _ = phase(srv, 1, a.requests, prompts, a.max_tokens)
+        c1 = step_counters(srv)
         ct, cw, ttft, itl = phase(srv, a.clients, a.requests, prompts, a.max_tokens)
+        c2 = step_counters(srv)
+        single_prof, agg_prof = step_profile(c0, c1, sw), step_profile(c1, c2, cw)
     except BaseException:
         srv.stop()
         sys.stderr.write("server log (%s):\n" % log)
@@ -283,15 +333,23 @@ def bench_model(a, name, model, vocab, extra, work):
     srv.stop()
     if srv.p.returncode != 0:
         raise BenchError("ojas serve exited %d after SIGTERM" % srv.p.returncode)
+    if a.profile:  # the server's profile (its last lines), for the whole run
+        srv.log.seek(0)
+        lines = srv.log.read().splitlines()
+        at = max((i for i, l in enumerate(lines) if "serve profile" in l), default=len(lines))
+        sys.stderr.write("%s:\n%s\n" % (name, "\n".join(lines[at:])))
     single, agg = st / sw, ct / cw
-    return {"model": name, "device": a.device, "serve_args": extra, "clients": a.clients,
+    label = name + ("-bf16" if name == "gpt2" and a.gpt2_bf16 and not os.environ.get("OJAS_BENCH_GPT2")
+                    else "")
+    return {"model": label, "device": a.device, "serve_args": extra, "clients": a.clients,
             "requests_per_client": a.requests, "prompt_tokens": a.prompt_tokens,
             "max_tokens": a.max_tokens, "single_tokens": st, "single_s": round(sw, 3),
             "single_tok_s": round(single, 1), "aggregate_tokens": ct,
             "aggregate_s": round(cw, 3), "aggregate_tok_s": round(agg, 1),
             "ratio": round(agg / single, 2),
             "ttft_p50_ms": round(1e3 * pct(ttft, 50), 2), "ttft_p99_ms": round(1e3 * pct(ttft, 99), 2),
-            "itl_p50_ms": round(1e3 * pct(itl, 50), 3), "itl_p99_ms": round(1e3 * pct(itl, 99), 3)}
+            "itl_p50_ms": round(1e3 * pct(itl, 50), 3), "itl_p99_ms": round(1e3 * pct(itl, 99), 3),
+            "single_steps": single_prof, "aggregate_steps": agg_prof}
 
 
 def main():
@@ -306,7 +364,13 @@ def main():
     ap.add_argument("--kv-bytes", default="4G")
     ap.add_argument("--serve-arg", action="append", default=[],
                     help="one more argument for ojas serve (repeat), e.g. --serve-arg=--prefill-chunk=32")
+    ap.add_argument("--gpt2-bf16", action="store_true",
+                    help="write the random GPT-2 model's weights in bf16 (default f32), as "
+                         "`ojas generate`'s batch-1 figures in docs/bench-gpu.md use")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--profile", action="store_true",
+                    help="run the server with OJAS_SERVE_PROFILE=1 and print its per-phase "
+                         "profile (warm-up, single and concurrent phases together) on stderr")
     a = ap.parse_args()
     a.ojas = os.path.abspath(a.ojas)
     work = tempfile.mkdtemp(prefix="ojas-serve-bench-")
@@ -327,7 +391,10 @@ def main():
             model = os.environ.get(env)
             if model is None:
                 model = os.path.join(work, name)
-                (write_gpt2 if name == "gpt2" else write_qwen)(model)
+                if name == "gpt2":
+                    write_gpt2(model, "BF16" if a.gpt2_bf16 else "F32")
+                else:
+                    write_qwen(model)
             out.append(bench_model(a, name, model, vocab, extra, work))
     except (BenchError, subprocess.CalledProcessError, OSError) as e:
         sys.stderr.write("serve_bench: FAILED: %s\n" % e)

@@ -2,12 +2,14 @@
  * scheduler (serve.h), on libmicrohttpd. docs/serve.md describes it.
  *
  * Threads: libmicrohttpd runs one thread per connection (bounded by
- * --max-connections); a handler parses and tokenizes its request, submits
- * it to the scheduler under the server's mutex and waits on a condition
+ * --max-connections); a handler parses and tokenizes its request, posts
+ * it to the scheduler thread and waits on its generation's condition
  * variable for its tokens, polling its socket so that a client that goes
- * away cancels its request (its KV blocks are freed at once). One
- * scheduler thread runs oj_sched_step while any request is queued or
- * running; the token events it calls append to the requests' buffers. The
+ * away cancels its request (its KV blocks are freed at the next step). One
+ * scheduler thread, the only one that calls the scheduler, runs its jobs
+ * and oj_sched_step while any request is queued or running, without a
+ * lock during the step; the token events it calls append to the
+ * generations' buffers under their own mutexes. The
  * main thread waits for SIGTERM or SIGINT, then stops accepting, lets
  * in-flight requests finish for --shutdown-grace seconds, cancels the rest
  * and exits 0. */
@@ -15,7 +17,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,38 +64,97 @@ static const char *k_help =
     "      --model-name NAME      the id /v1/models reports (default: the --model argument)\n"
     "  -h, --help                 this help\n";
 
+/* The scheduler thread: the only one that calls the scheduler. It takes
+ * the handlers' jobs (submissions, cancellations) and publishes the
+ * statistics and event counters under the server's mutex, once a step,
+ * and runs the step itself without any lock held: handlers never wait for
+ * a forward, and the step never waits for a handler or a client. */
 static void *sched_thread(void *arg) {
     server *sv = arg;
+    bool busy = false; /* requests queued or running (the scheduler's, seen here) */
     pthread_mutex_lock(&sv->mu);
     while (!sv->stop_sched) {
-        if (!oj_sched_busy(sv->s)) {
+        serve_job *jobs = sv->inbox;
+        sv->inbox = sv->inbox_tail = NULL;
+        if (jobs == NULL && !busy) {
+            double t = sv->profile ? serve_now() : 0.0;
+            sv->busy = false;
             pthread_cond_wait(&sv->work, &sv->mu);
+            if (sv->profile) sv->prof.idle_s += serve_now() - t;
             continue;
         }
-        if (oj_sched_step(sv->s) != OJ_OK)
+        pthread_mutex_unlock(&sv->mu);
+        double t0 = sv->profile ? serve_now() : 0.0;
+        serve_run_jobs(sv, jobs);
+        double t1 = sv->profile ? serve_now() : 0.0;
+        if (oj_sched_busy(sv->s) && oj_sched_step(sv->s) != OJ_OK)
             fprintf(stderr, "ojas: serve: %s\n", oj_sched_error(sv->s));
-        pthread_cond_broadcast(&sv->progress);
-        /* Let the handlers with new tokens take the mutex before the next
-         * step (a mutex is not fair: the thread that unlocks and locks
-         * again at once keeps winning, and a streamed request would see
-         * its tokens only at its end), for 1 ms at most (a handler
-         * blocked writing to a slow client does not hold the batch). */
-        if (sv->pending > 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-            while (sv->pending > 0 &&
-                   pthread_cond_timedwait(&sv->drained, &sv->mu, &ts) != ETIMEDOUT) {
-            }
-        } else {
-            pthread_mutex_unlock(&sv->mu);
-            sched_yield();
-            pthread_mutex_lock(&sv->mu);
+        busy = oj_sched_busy(sv->s);
+        oj_sched_stats st = oj_sched_get_stats(sv->s);
+        oj_sched_profile pr = oj_sched_get_profile(sv->s);
+        double t2 = sv->profile ? serve_now() : 0.0;
+        pthread_mutex_lock(&sv->mu);
+        sv->stats = st;
+        sv->sprof = pr;
+        sv->ttft = sv->s_ttft;
+        sv->itl = sv->s_itl;
+        sv->timeouts = sv->s_timeouts;
+        sv->busy = busy || sv->inbox != NULL;
+        if (sv->profile) {
+            sv->prof.jobs_s += t1 - t0;
+            sv->prof.publish_s += serve_now() - t2;
         }
     }
+    /* the handlers are gone: their last cancellations free what still runs */
+    serve_job *jobs = sv->inbox;
+    sv->inbox = sv->inbox_tail = NULL;
     pthread_mutex_unlock(&sv->mu);
+    serve_run_jobs(sv, jobs);
     return NULL;
+}
+
+/* OJAS_SERVE_PROFILE=1: where the steps' time went, on stderr. */
+static void print_profile(server *sv) {
+    const oj_sched_profile p = oj_sched_get_profile(sv->s);
+    const serve_profile *q = &sv->prof;
+    const double steps_s = p.schedule_s + p.decode_s + p.prefill_s + p.sample_s + p.events_s;
+    const double n = p.steps > 0 ? (double)p.steps : 1.0;
+    fprintf(stderr,
+            "ojas: serve profile: %lld steps (%lld decode steps of %.1f rows on average, %lld "
+            "with prompt chunks of %lld tokens in all), %.3f s in steps, %.3f s on jobs, %.3f s "
+            "publishing, %.3f s idle\n",
+            (long long)p.steps, (long long)p.decode_steps,
+            p.decode_steps ? (double)p.decode_rows / (double)p.decode_steps : 0.0,
+            (long long)p.prefill_steps, (long long)p.prefill_tokens, steps_s, q->jobs_s,
+            q->publish_s, q->idle_s);
+    struct {
+        const char *name;
+        double s;
+    } rows[] = {
+        {"schedule (deadlines, admission, blocks, packing)", p.schedule_s},
+        {"decode: inputs staged on the host", p.decode.prepare_s},
+        {"decode: upload", p.decode.upload_s},
+        {"decode: graph launch", p.decode.launch_s},
+        {"decode: device (waited for)", p.decode.wait_s},
+        {"decode: read-back (ids, logprobs)", p.decode.readback_s},
+        {"decode: other", p.decode_s - (p.decode.prepare_s + p.decode.upload_s + p.decode.launch_s +
+                                        p.decode.wait_s + p.decode.readback_s)},
+        {"prefill (packed forward, eager)", p.prefill_s},
+        {"sample (host)", p.sample_s},
+        {"token events (detokenise, stop strings)", p.events_s},
+        {"  of which waiting for a generation's mutex", q->event_lock_s},
+        {"jobs (submit, cancel)", q->jobs_s},
+        {"publish (server mutex, statistics)", q->publish_s},
+    };
+    fprintf(stderr, "  %-48s %10s %10s %6s\n", "phase", "total s", "ms/step", "share");
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        fprintf(stderr, "  %-48s %10.4f %10.4f %5.1f%%\n", rows[i].name, rows[i].s,
+                1e3 * rows[i].s / n, steps_s > 0 ? 100.0 * rows[i].s / steps_s : 0.0);
+    fprintf(stderr,
+            "  handlers: %lld server-sent event writes (%lld bytes) built in %.4f s (%.1f us "
+            "each), on their own threads\n",
+            (long long)q->sse_chunks, (long long)q->sse_bytes, q->sse_s,
+            q->sse_chunks ? 1e6 * q->sse_s / (double)q->sse_chunks : 0.0);
 }
 
 /* ------------------------------------------------------------ setup */
@@ -294,17 +354,23 @@ int cmd_serve(int argc, char **argv) {
     int rc = load_model(&sv, model, weights, vocab, &ec);
     if (rc == CLI_OK && oj_sched_create(sv.m, &sc, &sv.s) != OJ_OK)
         rc = cli_error(CLI_FAIL, "serve: the KV pool: %s", oj_last_error(sv.eng));
+    if (rc == CLI_OK && !serve_pieces_init(&sv))
+        rc = cli_error(CLI_FAIL, "serve: out of memory for the tokens' text");
     if (rc != CLI_OK) {
+        oj_sched_free(sv.s);
         oj_gpt_free(sv.m);
         oj_engine_free(sv.eng);
         oj_tokenizer_free(sv.tok);
+        free(sv.piece_blob);
+        free(sv.piece_off);
         return rc;
     }
+    const char *pe = getenv("OJAS_SERVE_PROFILE");
+    sv.profile = pe != NULL && strcmp(pe, "1") == 0;
+    if (sv.profile) oj_sched_set_profile_sync(sv.s, true);
     snprintf(sv.model_id, sizeof sv.model_id, "%s", name ? name : model);
     pthread_mutex_init(&sv.mu, NULL);
     pthread_cond_init(&sv.work, NULL);
-    pthread_cond_init(&sv.progress, NULL);
-    pthread_cond_init(&sv.drained, NULL);
 
     /* signals: every thread made from here on blocks them; main waits */
     sigset_t sigs;
@@ -313,6 +379,7 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    const oj_sched_stats st = oj_sched_get_stats(sv.s); /* before the scheduler thread has it */
     pthread_t th;
     pthread_create(&th, NULL, sched_thread, &sv);
     struct MHD_Daemon *d = MHD_start_daemon(
@@ -327,7 +394,6 @@ int cmd_serve(int argc, char **argv) {
                        strerror(errno));
     } else {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-        oj_sched_stats st = oj_sched_get_stats(sv.s);
         fprintf(stderr,
                 "ojas: serve: %s (%s, context %lld) on http://%s:%u (max batch %lld, %lld KV "
                 "blocks of %lld positions, chat template %s)\n",
@@ -346,13 +412,13 @@ int cmd_serve(int argc, char **argv) {
         pthread_mutex_lock(&sv.mu);
         /* until every request is answered in full (stopping the daemon
          * closes the connections) */
-        while ((oj_sched_busy(sv.s) || sv.active > 0) && serve_now() < until) {
+        while ((sv.busy || sv.active > 0) && serve_now() < until) {
             pthread_mutex_unlock(&sv.mu);
             usleep(20 * 1000);
             pthread_mutex_lock(&sv.mu);
         }
-        sv.stopping = true; /* handlers still waiting cancel and answer 503 */
-        pthread_cond_broadcast(&sv.progress);
+        /* handlers still waiting see it within 50 ms, cancel and answer 503 */
+        __atomic_store_n(&sv.stopping, true, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&sv.mu);
         MHD_stop_daemon(d);
         fprintf(stderr, "ojas: serve: stopped\n");
@@ -362,12 +428,13 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_signal(&sv.work);
     pthread_mutex_unlock(&sv.mu);
     pthread_join(th, NULL);
+    if (sv.profile) print_profile(&sv);
     oj_sched_free(sv.s);
+    free(sv.piece_blob);
+    free(sv.piece_off);
     oj_gpt_free(sv.m);
     oj_engine_free(sv.eng);
     oj_tokenizer_free(sv.tok);
-    pthread_cond_destroy(&sv.progress);
-    pthread_cond_destroy(&sv.drained);
     pthread_cond_destroy(&sv.work);
     pthread_mutex_destroy(&sv.mu);
     return rc;

@@ -2,7 +2,10 @@
  * tokens to OpenAI responses (whole, or streamed as server-sent events),
  * the other endpoints and the counters of /metrics. Threads: each handler
  * runs on its connection's thread (libmicrohttpd's thread per
- * connection); everything shared is under the server's mutex. */
+ * connection) and posts its submission and cancellation to the scheduler
+ * thread (serve_run_jobs); a generation's tokens pass from the scheduler
+ * thread's token events to its handler under the generation's own mutex;
+ * the inbox and the counters are under the server's mutex. */
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -136,38 +139,59 @@ static json_t *json_text(const char *s, size_t n) {
 /* ------------------------------------------------------------ a generation */
 
 typedef struct choice {
-    int64_t id;      /* the scheduler's, 0 once ended */
+    int64_t id;      /* the scheduler's (the scheduler thread's) */
+    bool live;       /* in the scheduler (the scheduler thread's) */
+    double t_last;   /* its last token's time (the scheduler thread's) */
+    /* under the generation's mutex: written by the token events, read by the handler */
     int32_t *toks;
     double *lps;
     int32_t *top_ids; /* [cap, req.top_logprobs]: each token's alternatives */
     double *top_lps;
     int64_t len, cap;
     sbuf text;       /* decoded bytes, cut at a stop string */
-    size_t sent;     /* bytes streamed */
-    int64_t toks_sent;
     oj_finish fin;
     bool done, stop_hit;
-    double t_last;
+    /* the handler's: what it has streamed */
+    size_t sent;
+    int64_t toks_sent;
 } choice;
 
 typedef struct gen {
     server *sv;
+    pthread_mutex_t mu; /* the choices' tokens, the submission's outcome, abandoned */
+    pthread_cond_t cv;  /* signalled on the submission's outcome, tokens (streams) and ends */
+    int refs;           /* the handler's, one per job posted, one while choices are live
+                         * (atomic: taken and dropped by both threads) */
     oj_serve_request req;
     int ep;
+    int32_t *prompt;    /* the prompt's ids, submitted by the scheduler thread */
     int64_t n_prompt;
+    oj_sampler_config sc;
     int n;
     choice ch[16];
+    int live;           /* choices in the scheduler (the scheduler thread's) */
+    bool first_seen;    /* the scheduler thread's */
+    int submitted;      /* 0: waiting, 1: running, -1: refused (submit_code, submit_err) */
+    int submit_code;
+    char submit_err[768];
+    bool abandoned;     /* the handler has gone: a job not yet run is dropped */
+    int64_t events;     /* token and end events so far (a stream waits for more) */
     double t0;
-    bool first_seen;
-    bool pending;      /* events since its handler last looked (sv->pending counts these) */
     int fd;            /* the client's socket, polled for hang-up */
     char id[48];
     long created;
-    /* streaming */
+    serve_job jobs[2]; /* its submission and its cancellation */
+    bool cancel_posted;
+    /* streaming (the handler's) */
     sbuf out;
     size_t out_pos;
     int phase; /* 0 tokens, 1 [DONE] queued, 2 finished */
     double last_write;
+    choice snap;         /* the new tokens of one choice, copied out of the mutex */
+    sbuf snap_text;
+    int64_t snap_cap;
+    double sse_s;
+    int64_t sse_chunks, sse_bytes;
 } gen;
 
 static size_t max_stop_len(const oj_serve_request *r) {
@@ -175,125 +199,6 @@ static size_t max_stop_len(const oj_serve_request *r) {
     for (int i = 0; i < r->n_stop; i++)
         if (strlen(r->stop[i]) > m) m = strlen(r->stop[i]);
     return m;
-}
-
-/* g has events its handler has not seen (the mutex held). */
-static void gen_touch(gen *g) {
-    if (!g->pending) {
-        g->pending = true;
-        g->sv->pending++;
-    }
-}
-
-/* g's handler has looked at its events (the mutex held): when no handler
- * has events left to see, the scheduler thread goes on at once. */
-static void gen_seen(gen *g) {
-    if (g->pending) {
-        g->pending = false;
-        if (--g->sv->pending == 0) pthread_cond_signal(&g->sv->drained);
-    }
-}
-
-/* The scheduler's events (its thread, the mutex held). */
-static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
-    gen *g = ctx;
-    server *sv = g->sv;
-    gen_touch(g);
-    choice *c = NULL;
-    for (int i = 0; i < g->n; i++)
-        if (g->ch[i].id == id) c = &g->ch[i];
-    if (c == NULL) return false;
-    double t = serve_now();
-    if (token < 0) {
-        c->fin = why;
-        c->done = true;
-        c->id = 0;
-        if (why == OJ_FINISH_TIMEOUT) sv->timeouts++;
-        pthread_cond_broadcast(&sv->progress);
-        return false;
-    }
-    if (!g->first_seen) {
-        g->first_seen = true;
-        observe(&sv->ttft, t - g->t0);
-    } else if (c->t_last > 0) {
-        observe(&sv->itl, t - c->t_last);
-    }
-    c->t_last = t;
-    if (c->len == c->cap) {
-        int64_t nc = c->cap ? c->cap * 2 : 64;
-        int32_t *nt = realloc(c->toks, (size_t)nc * sizeof *nt);
-        if (nt) c->toks = nt;
-        double *nl = realloc(c->lps, (size_t)nc * sizeof *nl);
-        if (nl) c->lps = nl;
-        const int64_t K = g->req.top_logprobs;
-        if (K > 0 && nt && nl) {
-            int32_t *ti = realloc(c->top_ids, (size_t)(nc * K) * sizeof *ti);
-            if (ti) c->top_ids = ti;
-            double *tl = ti ? realloc(c->top_lps, (size_t)(nc * K) * sizeof *tl) : NULL;
-            if (tl) c->top_lps = tl;
-            if (tl == NULL) nl = NULL;
-        }
-        if (nt == NULL || nl == NULL) return false;
-        c->cap = nc;
-    }
-    c->toks[c->len] = token;
-    c->lps[c->len] = lp;
-    if (g->req.top_logprobs > 0) {
-        const int64_t K = g->req.top_logprobs;
-        int64_t got = oj_sched_top_logprobs(sv->s, c->top_ids + c->len * K, c->top_lps + c->len * K, K);
-        for (int64_t k = got; k < K; k++) { /* never: the scheduler gives K */
-            c->top_ids[c->len * K + k] = token;
-            c->top_lps[c->len * K + k] = lp;
-        }
-    }
-    c->len++;
-    char *piece = NULL;
-    size_t plen = 0;
-    oj_error e = {0};
-    if (oj_tokenizer_decode(sv->tok, &token, 1, OJ_DECODE_BYTES, &piece, &plen, &e) == OJ_OK)
-        sb_add(&c->text, piece, plen);
-    free(piece);
-    bool more = true;
-    size_t ms = max_stop_len(&g->req);
-    if (ms > 0 && c->text.p) {
-        size_t from = c->text.n > plen + ms ? c->text.n - plen - ms : 0;
-        for (int i = 0; i < g->req.n_stop; i++) {
-            char *hit = strstr(c->text.p + from, g->req.stop[i]);
-            if (hit) {
-                c->text.n = (size_t)(hit - c->text.p);
-                c->text.p[c->text.n] = '\0';
-                c->stop_hit = true;
-                more = false;
-                break;
-            }
-        }
-    }
-    pthread_cond_broadcast(&sv->progress);
-    return more;
-}
-
-static bool all_done(const gen *g) {
-    for (int i = 0; i < g->n; i++)
-        if (!g->ch[i].done) return false;
-    return true;
-}
-
-/* Whether the client has closed its side. */
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
-    struct pollfd p = {fd, POLLRDHUP, 0};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
-/* Cancel every unfinished choice (the mutex held). */
-static void cancel_all(gen *g) {
-    for (int i = 0; i < g->n; i++)
-        if (!g->ch[i].done && g->ch[i].id > 0) {
-            oj_sched_cancel(g->sv->s, g->ch[i].id);
-            g->ch[i].id = 0;
-            g->ch[i].done = true;
-            g->ch[i].fin = OJ_FINISH_STOP;
-        }
 }
 
 static void gen_free(gen *g) {
@@ -305,9 +210,266 @@ static void gen_free(gen *g) {
         free(g->ch[i].top_lps);
         free(g->ch[i].text.p);
     }
+    free(g->snap.toks);
+    free(g->snap.lps);
+    free(g->snap.top_ids);
+    free(g->snap.top_lps);
+    free(g->snap_text.p);
     free(g->out.p);
+    free(g->prompt);
     oj_serve_request_free(&g->req);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
     free(g);
+}
+
+static void gen_ref(gen *g) { __atomic_add_fetch(&g->refs, 1, __ATOMIC_ACQ_REL); }
+
+/* Drop a reference; the last one frees g. */
+static void gen_unref(gen *g) {
+    if (__atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) == 0) gen_free(g);
+}
+
+/* Queue job j of g for the scheduler thread (sv->mu held). */
+static void post_job(server *sv, gen *g, int kind) {
+    serve_job *j = &g->jobs[kind];
+    j->kind = kind;
+    j->g = g;
+    j->next = NULL;
+    gen_ref(g);
+    if (sv->inbox_tail)
+        sv->inbox_tail->next = j;
+    else
+        sv->inbox = j;
+    sv->inbox_tail = j;
+    sv->busy = true;
+    pthread_cond_signal(&sv->work);
+}
+
+static bool all_done(const gen *g) {
+    for (int i = 0; i < g->n; i++)
+        if (!g->ch[i].done) return false;
+    return true;
+}
+
+/* The handler is done with g: the choices still running are cancelled
+ * (by the scheduler thread) and the handler's reference dropped. */
+static void gen_release(gen *g) {
+    server *sv = g->sv;
+    pthread_mutex_lock(&g->mu);
+    g->abandoned = true;
+    const bool cancel = g->submitted == 1 && !all_done(g) && !g->cancel_posted;
+    g->cancel_posted |= cancel;
+    pthread_mutex_unlock(&g->mu);
+    if (cancel) {
+        pthread_mutex_lock(&sv->mu);
+        post_job(sv, g, SERVE_JOB_CANCEL);
+        pthread_mutex_unlock(&sv->mu);
+    }
+    gen_unref(g);
+}
+
+/* A live choice has ended (the scheduler thread): the last one drops the
+ * scheduler's reference. */
+static void choice_ended(gen *g, choice *c) {
+    c->live = false;
+    if (--g->live == 0) gen_unref(g);
+}
+
+/* The scheduler's events (its thread; sv->mu not held). */
+static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    gen *g = ctx;
+    server *sv = g->sv;
+    choice *c = NULL;
+    for (int i = 0; i < g->n; i++)
+        if (g->ch[i].id == id && g->ch[i].live) c = &g->ch[i];
+    if (c == NULL) return false;
+    double t = serve_now(), tl = 0.0;
+    if (token < 0) {
+        if (sv->profile) tl = serve_now();
+        pthread_mutex_lock(&g->mu);
+        if (sv->profile) sv->prof.event_lock_s += serve_now() - tl;
+        c->fin = why;
+        c->done = true;
+        g->events++;
+        pthread_cond_signal(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        if (why == OJ_FINISH_TIMEOUT) sv->s_timeouts++;
+        choice_ended(g, c);
+        return false;
+    }
+    if (!g->first_seen) {
+        g->first_seen = true;
+        observe(&sv->s_ttft, t - g->t0);
+    } else if (c->t_last > 0) {
+        observe(&sv->s_itl, t - c->t_last);
+    }
+    c->t_last = t;
+    const int64_t K = g->req.top_logprobs;
+    int32_t tid[OJ_SCHED_MAX_TOP];
+    double tlp[OJ_SCHED_MAX_TOP];
+    if (K > 0) {
+        int64_t got = oj_sched_top_logprobs(sv->s, tid, tlp, K);
+        for (int64_t k = got; k < K; k++) { /* never: the scheduler gives K */
+            tid[k] = token;
+            tlp[k] = lp;
+        }
+    }
+    const char *piece = "";
+    size_t plen = 0;
+    if (token < sv->n_pieces) {
+        piece = sv->piece_blob + sv->piece_off[token];
+        plen = (size_t)(sv->piece_off[token + 1] - sv->piece_off[token]);
+    }
+    if (sv->profile) tl = serve_now();
+    pthread_mutex_lock(&g->mu);
+    if (sv->profile) sv->prof.event_lock_s += serve_now() - tl;
+    bool more = true;
+    if (c->len == c->cap) { /* grown geometrically: amortised, not per token */
+        int64_t nc = c->cap ? c->cap * 2 : 64;
+        int32_t *nt = realloc(c->toks, (size_t)nc * sizeof *nt);
+        if (nt) c->toks = nt;
+        double *nl = nt ? realloc(c->lps, (size_t)nc * sizeof *nl) : NULL;
+        if (nl) c->lps = nl;
+        if (K > 0 && nl) {
+            int32_t *ti = realloc(c->top_ids, (size_t)(nc * K) * sizeof *ti);
+            if (ti) c->top_ids = ti;
+            double *tk = ti ? realloc(c->top_lps, (size_t)(nc * K) * sizeof *tk) : NULL;
+            if (tk) c->top_lps = tk;
+            if (tk == NULL) nl = NULL;
+        }
+        if (nl == NULL) more = false; /* out of memory: the choice ends here */
+        else c->cap = nc;
+    }
+    if (more) {
+        c->toks[c->len] = token;
+        c->lps[c->len] = lp;
+        if (K > 0) {
+            memcpy(c->top_ids + c->len * K, tid, (size_t)K * sizeof *tid);
+            memcpy(c->top_lps + c->len * K, tlp, (size_t)K * sizeof *tlp);
+        }
+        c->len++;
+        sb_add(&c->text, piece, plen);
+        size_t ms = max_stop_len(&g->req);
+        if (ms > 0 && c->text.p) {
+            size_t from = c->text.n > plen + ms ? c->text.n - plen - ms : 0;
+            for (int i = 0; i < g->req.n_stop; i++) {
+                char *hit = strstr(c->text.p + from, g->req.stop[i]);
+                if (hit) {
+                    c->text.n = (size_t)(hit - c->text.p);
+                    c->text.p[c->text.n] = '\0';
+                    c->stop_hit = true;
+                    more = false;
+                    break;
+                }
+            }
+        }
+    }
+    g->events++;
+    pthread_mutex_unlock(&g->mu);
+    /* after the unlock: the woken handler does not block on the mutex at
+     * once (it checks its events under it); a whole response waits for
+     * the end events alone */
+    if (g->req.stream) pthread_cond_signal(&g->cv);
+    return more;
+}
+
+/* The scheduler thread: g's choices submitted (all or none), under g's
+ * mutex, so that a handler that leaves sees either no submission (and it
+ * is refused here) or a running one (and cancels it). */
+static void run_submit(server *sv, gen *g) {
+    pthread_mutex_lock(&g->mu);
+    oj_status st = g->abandoned ? OJ_ERR_STATE : OJ_OK;
+    char err[768] = "";
+    for (int i = 0; i < g->n && st == OJ_OK; i++) {
+        st = oj_sched_submit(sv->s, g->prompt, g->n_prompt, &g->sc, i, sv->timeout_s, on_event, g,
+                             &g->ch[i].id);
+        /* no logprobs asked for: none computed (-1) */
+        if (st == OJ_OK) {
+            g->ch[i].live = true;
+            st = oj_sched_set_top_logprobs(sv->s, g->ch[i].id,
+                                           g->req.logprobs < 0 ? -1 : g->req.top_logprobs);
+        }
+        if (st != OJ_OK) snprintf(err, sizeof err, "%s", oj_sched_error(sv->s));
+    }
+    if (st != OJ_OK)
+        for (int k = 0; k < g->n; k++)
+            if (g->ch[k].live) {
+                oj_sched_cancel(sv->s, g->ch[k].id);
+                g->ch[k].live = false;
+            }
+    if (st == OJ_OK) {
+        g->submitted = 1;
+        g->live = g->n;
+        gen_ref(g); /* the live choices' reference */
+    } else {
+        g->submitted = -1;
+        g->submit_code = st == OJ_ERR_STATE      ? 503
+                         : st == OJ_ERR_CAPACITY ? (strstr(err, "queue is full") ? 429 : 503)
+                                                 : 400;
+        snprintf(g->submit_err, sizeof g->submit_err, "%s", err);
+    }
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* The scheduler thread: g's running choices cancelled, their blocks freed. */
+static void run_cancel(server *sv, gen *g) {
+    for (int i = 0; i < g->n; i++) {
+        choice *c = &g->ch[i];
+        if (!c->live) continue;
+        oj_sched_cancel(sv->s, c->id);
+        pthread_mutex_lock(&g->mu);
+        c->done = true;
+        c->fin = OJ_FINISH_STOP;
+        g->events++;
+        pthread_cond_signal(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        choice_ended(g, c);
+    }
+}
+
+void serve_run_jobs(server *sv, serve_job *jobs) {
+    for (serve_job *j = jobs, *nx; j; j = nx) {
+        nx = j->next; /* j belongs to its generation, which the unref may free */
+        if (j->kind == SERVE_JOB_SUBMIT)
+            run_submit(sv, j->g);
+        else
+            run_cancel(sv, j->g);
+        gen_unref(j->g);
+    }
+}
+
+bool serve_pieces_init(server *sv) {
+    const int64_t V = oj_tokenizer_vocab_size(sv->tok);
+    sbuf blob = {0};
+    sv->piece_off = malloc((size_t)(V + 1) * sizeof *sv->piece_off);
+    if (sv->piece_off == NULL) return false;
+    for (int64_t t = 0; t < V; t++) {
+        sv->piece_off[t] = (int64_t)blob.n;
+        int32_t id = (int32_t)t;
+        char *p = NULL;
+        size_t n = 0;
+        oj_error e = {0};
+        if (oj_tokenizer_decode(sv->tok, &id, 1, OJ_DECODE_BYTES, &p, &n, &e) == OJ_OK && n > 0 &&
+            !sb_add(&blob, p, n)) {
+            free(p);
+            free(blob.p);
+            return false;
+        }
+        free(p);
+    }
+    sv->piece_off[V] = (int64_t)blob.n;
+    sv->piece_blob = blob.p ? blob.p : calloc(1, 1);
+    sv->n_pieces = V;
+    return sv->piece_blob != NULL;
+}
+
+/* Whether the client has closed its side. */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 /* ------------------------------------------------------------ responses */
@@ -364,17 +526,18 @@ static const char *finish_name(const choice *c) {
 /* Token tok's text (its bytes, decoded leniently) and, for chat, its
  * bytes as an array in *bytes. */
 static json_t *token_text(const gen *g, int32_t tok, json_t **bytes) {
-    char *p = NULL;
+    const server *sv = g->sv;
+    const char *p = "";
     size_t n = 0;
-    oj_error e = {0};
-    oj_tokenizer_decode(g->sv->tok, &tok, 1, OJ_DECODE_BYTES, &p, &n, &e);
+    if (tok >= 0 && tok < sv->n_pieces) {
+        p = sv->piece_blob + sv->piece_off[tok];
+        n = (size_t)(sv->piece_off[tok + 1] - sv->piece_off[tok]);
+    }
     if (bytes) {
         *bytes = json_array();
         for (size_t k = 0; k < n; k++) json_array_append_new(*bytes, json_integer((unsigned char)p[k]));
     }
-    json_t *t = json_text(p ? p : "", n);
-    free(p);
-    return t;
+    return json_text(p, n);
 }
 
 /* The logprobs of tokens [from, to) of a choice in the endpoint's format:
@@ -474,34 +637,79 @@ static json_t *chunk(const gen *g, int i, json_t *text, json_t *lp, const char *
                      (int)g->created, "model", g->sv->model_id, "choices", c);
 }
 
+static bool stopping(server *sv) { return __atomic_load_n(&sv->stopping, __ATOMIC_ACQUIRE); }
+
+/* Room for n tokens in g's snapshot (the handler's). */
+static bool snap_room(gen *g, int64_t n) {
+    if (n <= g->snap_cap) return true;
+    const int64_t K = g->req.top_logprobs > 0 ? g->req.top_logprobs : 1;
+    int64_t c = g->snap_cap ? g->snap_cap : 64;
+    while (c < n) c *= 2;
+    int32_t *t = realloc(g->snap.toks, (size_t)c * sizeof *t);
+    if (t) g->snap.toks = t;
+    double *l = realloc(g->snap.lps, (size_t)c * sizeof *l);
+    if (l) g->snap.lps = l;
+    int32_t *ti = realloc(g->snap.top_ids, (size_t)(c * K) * sizeof *ti);
+    if (ti) g->snap.top_ids = ti;
+    double *tl = realloc(g->snap.top_lps, (size_t)(c * K) * sizeof *tl);
+    if (tl) g->snap.top_lps = tl;
+    if (!t || !l || !ti || !tl) return false;
+    g->snap_cap = c;
+    return true;
+}
+
 /* New events for what the choices have produced since the last call (the
- * mutex held): text that can no longer become a stop string, then each
- * choice's end, then [DONE]. */
+ * handler's thread): text that can no longer become a stop string, then
+ * each choice's end, then [DONE]. Each choice's news are copied out under
+ * g's mutex and turned into JSON after it, so the token events never wait
+ * for the JSON. */
 static void stream_events(gen *g) {
     size_t hold = max_stop_len(&g->req);
     hold = hold > 0 ? hold - 1 : 0;
+    const int64_t K = g->req.top_logprobs;
+    bool ended = true;
+    oj_finish fins[16];
     for (int i = 0; i < g->n; i++) {
         choice *c = &g->ch[i];
+        pthread_mutex_lock(&g->mu);
         size_t upto = c->done ? c->text.n : (c->text.n > hold ? c->text.n - hold : 0);
         if (!c->done) upto = utf8_whole(c->text.p ? c->text.p : "", upto);
         /* logprobs of tokens with no text yet go out too, also at the end
          * (a token cut by a stop string, or tokens the handler had not
          * streamed before the request finished) */
-        if (upto > c->sent || (g->req.logprobs >= 0 && c->len > c->toks_sent)) {
-            json_t *lp = g->req.logprobs >= 0 ? logprobs_json(g, c, c->toks_sent, c->len) : NULL;
+        int64_t nt = g->req.logprobs >= 0 ? c->len - c->toks_sent : 0;
+        const bool news = (upto > c->sent || nt > 0) && snap_room(g, nt);
+        g->snap_text.n = 0;
+        if (news) {
+            const int64_t f = c->toks_sent;
+            if (nt > 0) {
+                memcpy(g->snap.toks, c->toks + f, (size_t)nt * sizeof *c->toks);
+                memcpy(g->snap.lps, c->lps + f, (size_t)nt * sizeof *c->lps);
+            }
+            if (nt > 0 && K > 0) {
+                memcpy(g->snap.top_ids, c->top_ids + f * K, (size_t)(nt * K) * sizeof *c->top_ids);
+                memcpy(g->snap.top_lps, c->top_lps + f * K, (size_t)(nt * K) * sizeof *c->top_lps);
+            }
+            if (upto > c->sent) sb_add(&g->snap_text, c->text.p + c->sent, upto - c->sent);
             c->toks_sent = c->len;
-            emit(g, chunk(g, i, json_text(c->text.p + c->sent, upto - c->sent), lp, NULL));
             c->sent = upto;
         }
+        ended = ended && c->done;
+        fins[i] = c->fin;
+        pthread_mutex_unlock(&g->mu);
+        if (news) {
+            json_t *lp = g->req.logprobs >= 0 ? logprobs_json(g, &g->snap, 0, nt) : NULL;
+            emit(g, chunk(g, i, json_text(g->snap_text.p ? g->snap_text.p : "", g->snap_text.n),
+                          lp, NULL));
+        }
     }
-    if (all_done(g) && g->phase == 0) {
+    if (ended && g->phase == 0) {
         bool timeout = false, err = false;
         for (int i = 0; i < g->n; i++) {
-            choice *c = &g->ch[i];
-            timeout |= c->fin == OJ_FINISH_TIMEOUT;
-            err |= c->fin == OJ_FINISH_ERROR;
-            if (c->fin != OJ_FINISH_TIMEOUT && c->fin != OJ_FINISH_ERROR)
-                emit(g, chunk(g, i, NULL, NULL, finish_name(c)));
+            timeout |= fins[i] == OJ_FINISH_TIMEOUT;
+            err |= fins[i] == OJ_FINISH_ERROR;
+            if (fins[i] != OJ_FINISH_TIMEOUT && fins[i] != OJ_FINISH_ERROR)
+                emit(g, chunk(g, i, NULL, NULL, fins[i] == OJ_FINISH_LENGTH ? "length" : "stop"));
         }
         if (timeout || err)
             emit(g, json_pack("{s:{s:s,s:s}}", "error", "message",
@@ -512,25 +720,36 @@ static void stream_events(gen *g) {
     }
 }
 
+/* libmicrohttpd's content reader of a stream (the connection's thread):
+ * the events queued since the last call, waiting on g's condition
+ * variable for new ones. Only this thread writes to the client, so a slow
+ * client slows its own stream and nothing else. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     gen *g = cls;
     server *sv = g->sv;
-    pthread_mutex_lock(&sv->mu);
     while (g->out_pos == g->out.n) {
         g->out.n = g->out_pos = 0;
-        if (g->phase >= 1) {
-            pthread_mutex_unlock(&sv->mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
+        if (g->phase >= 1) return MHD_CONTENT_READER_END_OF_STREAM;
+        pthread_mutex_lock(&g->mu);
+        const int64_t ev = g->events;
+        pthread_mutex_unlock(&g->mu);
+        const double t0 = sv->profile ? serve_now() : 0.0;
         stream_events(g);
-        gen_seen(g);
+        if (sv->profile) {
+            g->sse_s += serve_now() - t0;
+            g->sse_chunks += g->out.n > 0;
+            g->sse_bytes += (int64_t)g->out.n;
+        }
         if (g->out.n > 0) break;
-        if (client_gone(g->fd) || sv->stopping) {
-            if (client_gone(g->fd)) sv->disconnects++;
-            cancel_all(g);
-            pthread_mutex_unlock(&sv->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+        const bool gone = client_gone(g->fd);
+        if (gone || stopping(sv)) {
+            if (gone) {
+                pthread_mutex_lock(&sv->mu);
+                sv->disconnects++;
+                pthread_mutex_unlock(&sv->mu);
+            }
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free cancels */
         }
         if (serve_now() - g->last_write > 1.0) { /* a comment: finds a closed socket */
             sb_add(&g->out, ": keep-alive\n\n", 14);
@@ -540,13 +759,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        pthread_cond_timedwait(&sv->progress, &sv->mu, &ts);
+        pthread_mutex_lock(&g->mu);
+        if (g->events == ev) pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        pthread_mutex_unlock(&g->mu);
     }
     size_t k = g->out.n - g->out_pos < max ? g->out.n - g->out_pos : max;
     memcpy(buf, g->out.p + g->out_pos, k);
     g->out_pos += k;
     g->last_write = serve_now();
-    pthread_mutex_unlock(&sv->mu);
     return (ssize_t)k;
 }
 
@@ -554,11 +774,12 @@ static void stream_free(void *cls) {
     gen *g = cls;
     server *sv = g->sv;
     pthread_mutex_lock(&sv->mu);
-    cancel_all(g);
-    gen_seen(g);
     observe(&sv->duration, serve_now() - g->t0);
+    sv->prof.sse_s += g->sse_s;
+    sv->prof.sse_chunks += g->sse_chunks;
+    sv->prof.sse_bytes += g->sse_bytes;
     pthread_mutex_unlock(&sv->mu);
-    gen_free(g);
+    gen_release(g);
 }
 
 /* ------------------------------------------------------------ generation requests */
@@ -595,34 +816,49 @@ static int prompt_ids(server *sv, const oj_serve_request *r, oj_tokens *ids, cha
     return 0;
 }
 
-static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, conn *cn) {
+static gen *gen_new(server *sv, int ep) {
     gen *g = calloc(1, sizeof *g);
-    if (g == NULL) return send_error(mc, cn, 500, "out of memory");
+    if (g == NULL) return NULL;
+    if (pthread_mutex_init(&g->mu, NULL) != 0) {
+        free(g);
+        return NULL;
+    }
+    if (pthread_cond_init(&g->cv, NULL) != 0) {
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+        return NULL;
+    }
+    g->refs = 1; /* the handler's */
     g->sv = sv;
-    g->ep = cn->ep;
+    g->ep = ep;
     g->t0 = serve_now();
     g->created = (long)time(NULL);
     g->fd = -1;
+    return g;
+}
+
+static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, conn *cn) {
+    gen *g = gen_new(sv, cn->ep);
+    if (g == NULL) return send_error(mc, cn, 500, "out of memory");
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) g->fd = ci->connect_fd;
     char err[768] = "";
     if (oj_serve_request_parse(cn->body.p, cn->body.n, cn->ep == EP_CHAT, &g->req, err,
                                sizeof err) != OJ_OK) {
-        gen_free(g);
+        gen_unref(g);
         return send_error(mc, cn, 400, "%s", err);
     }
     oj_tokens ids = {0};
     int code = prompt_ids(sv, &g->req, &ids, err, sizeof err);
+    g->prompt = ids.ids; /* g owns the ids from here */
+    g->n_prompt = (int64_t)ids.len;
     if (code) {
-        oj_tokens_free(&ids);
-        gen_free(g);
+        gen_unref(g);
         return send_error(mc, cn, code, "%s", code == 500 ? "out of memory" : err);
     }
-    g->n_prompt = (int64_t)ids.len;
-    if (g->n_prompt >= sv->ctx) { /* the count read before the tokens are freed */
+    if (g->n_prompt >= sv->ctx) {
         const long long n = (long long)g->n_prompt;
-        oj_tokens_free(&ids);
-        gen_free(g);
+        gen_unref(g);
         return send_error(mc, cn, 400,
                           "the prompt has %lld tokens; the model's context holds %lld (the prompt "
                           "and at least one new token)",
@@ -634,35 +870,32 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     sc.top_k = g->req.top_k;
     sc.max_new_tokens = g->req.max_tokens < 0 ? sv->ctx - g->n_prompt : g->req.max_tokens;
     sc.stop_token = g->req.chat && sv->chat_stop >= 0 ? sv->chat_stop : oj_tokenizer_eot(sv->tok);
+    g->n = (int)g->req.n;
     pthread_mutex_lock(&sv->mu);
     sc.seed = g->req.has_seed ? g->req.seed : 0x5eed0000ull + sv->seed_counter++;
     snprintf(g->id, sizeof g->id, "%s-%llu", g->req.chat ? "chatcmpl" : "cmpl",
              (unsigned long long)(sv->seed_counter++ * 2654435761u));
-    oj_status st = OJ_OK;
-    g->n = (int)g->req.n;
-    if (sv->stopping) st = OJ_ERR_STATE;
-    for (int i = 0; i < g->n && st == OJ_OK; i++) {
-        st = oj_sched_submit(sv->s, ids.ids, g->n_prompt, &sc, i, sv->timeout_s, on_event, g,
-                             &g->ch[i].id);
-        /* no logprobs asked for: none computed (-1) */
-        if (st == OJ_OK)
-            st = oj_sched_set_top_logprobs(sv->s, g->ch[i].id,
-                                           g->req.logprobs < 0 ? -1 : g->req.top_logprobs);
-        if (st != OJ_OK) snprintf(err, sizeof err, "%s", oj_sched_error(sv->s));
+    g->sc = sc;
+    const bool down = sv->stopping;
+    if (!down) post_job(sv, g, SERVE_JOB_SUBMIT);
+    pthread_mutex_unlock(&sv->mu);
+    if (down) {
+        gen_unref(g);
+        return send_error(mc, cn, 503, "the server is shutting down");
     }
-    oj_tokens_free(&ids);
-    if (st != OJ_OK) {
-        cancel_all(g);
-        pthread_mutex_unlock(&sv->mu);
-        gen_free(g);
-        if (st == OJ_ERR_STATE) return send_error(mc, cn, 503, "the server is shutting down");
-        if (st == OJ_ERR_CAPACITY)
-            return send_error(mc, cn, strstr(err, "queue is full") ? 429 : 503, "%s", err);
-        return send_error(mc, cn, 400, "%s", err);
+    /* the scheduler thread submits it at its next step */
+    pthread_mutex_lock(&g->mu);
+    while (g->submitted == 0) pthread_cond_wait(&g->cv, &g->mu);
+    const int refused = g->submitted < 0 ? g->submit_code : 0;
+    snprintf(err, sizeof err, "%s", refused ? g->submit_err : "");
+    pthread_mutex_unlock(&g->mu);
+    if (refused) {
+        gen_release(g);
+        if (refused == 503 && err[0] == '\0')
+            return send_error(mc, cn, 503, "the server is shutting down");
+        return send_error(mc, cn, refused, "%s", err);
     }
-    pthread_cond_signal(&sv->work);
     if (g->req.stream) {
-        pthread_mutex_unlock(&sv->mu);
         g->last_write = serve_now();
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, g, stream_free);
@@ -678,33 +911,33 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
         return ok;
     }
     bool gone = false;
-    while (!all_done(g)) {
-        gen_seen(g); /* nothing to send before the end */
+    pthread_mutex_lock(&g->mu);
+    while (!all_done(g)) { /* the events signal the ends (nothing to send before) */
         if (client_gone(g->fd)) {
             gone = true;
             break;
         }
-        if (sv->stopping) break;
+        if (stopping(sv)) break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        pthread_cond_timedwait(&sv->progress, &sv->mu, &ts);
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
-    bool stopped = !all_done(g);
-    if (gone) sv->disconnects++;
-    cancel_all(g);
-    gen_seen(g);
-    observe(&sv->duration, serve_now() - g->t0);
+    const bool stopped = !all_done(g);
+    pthread_mutex_unlock(&g->mu);
     bool timeout = false, failed = false;
-    for (int i = 0; i < g->n; i++) {
+    for (int i = 0; !stopped && i < g->n; i++) { /* all done: no event writes them any more */
         timeout |= g->ch[i].fin == OJ_FINISH_TIMEOUT;
         failed |= g->ch[i].fin == OJ_FINISH_ERROR;
     }
     json_t *resp = gone || stopped || timeout || failed ? NULL : full_response(g);
+    pthread_mutex_lock(&sv->mu);
+    if (gone) sv->disconnects++;
+    observe(&sv->duration, serve_now() - g->t0);
     pthread_mutex_unlock(&sv->mu);
     double limit = sv->timeout_s;
-    gen_free(g);
+    gen_release(g); /* cancels what still runs */
     if (gone) return MHD_NO; /* nobody to answer */
     if (stopped) return send_error(mc, cn, 503, "the server is shutting down");
     if (timeout) return send_error(mc, cn, 504, "the request took longer than %g s", limit);
@@ -717,7 +950,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
 static enum MHD_Result handle_metrics(server *sv, struct MHD_Connection *mc, conn *cn) {
     sbuf b = {0};
     pthread_mutex_lock(&sv->mu);
-    oj_sched_stats st = oj_sched_get_stats(sv->s);
+    oj_sched_stats st = sv->stats; /* published by the scheduler thread after each step */
     sb_printf(&b, "# HELP ojas_requests_total HTTP requests answered, by endpoint and status.\n"
                   "# TYPE ojas_requests_total counter\n");
     for (int e = 0; e < EP_N; e++)
@@ -746,6 +979,33 @@ static enum MHD_Result handle_metrics(server *sv, struct MHD_Connection *mc, con
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
         sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", g[i].name, g[i].help, g[i].name,
                   g[i].type, g[i].name, (long long)g[i].v);
+    /* where the steps' time went (host clock; decode_wait is 0 unless
+     * OJAS_SERVE_PROFILE=1, when the decode step waits for the device) */
+    const oj_sched_profile *p = &sv->sprof;
+    const struct {
+        const char *phase;
+        double s;
+    } ph[] = {{"schedule", p->schedule_s},
+              {"decode_prepare", p->decode.prepare_s},
+              {"decode_upload", p->decode.upload_s},
+              {"decode_launch", p->decode.launch_s},
+              {"decode_wait", p->decode.wait_s},
+              {"decode_readback", p->decode.readback_s},
+              {"decode_other", p->decode_s - (p->decode.prepare_s + p->decode.upload_s +
+                                              p->decode.launch_s + p->decode.wait_s +
+                                              p->decode.readback_s)},
+              {"prefill", p->prefill_s},
+              {"sample", p->sample_s},
+              {"events", p->events_s}};
+    sb_printf(&b, "# HELP ojas_step_seconds_total Host seconds of the scheduler's steps, by phase.\n"
+                  "# TYPE ojas_step_seconds_total counter\n");
+    for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++)
+        sb_printf(&b, "ojas_step_seconds_total{phase=\"%s\"} %.6f\n", ph[i].phase, ph[i].s);
+    sb_printf(&b, "# HELP ojas_decode_steps_total Decode steps (one-token rows, a graph replay on CUDA).\n"
+                  "# TYPE ojas_decode_steps_total counter\nojas_decode_steps_total %lld\n"
+                  "# HELP ojas_decode_rows_total Rows of the decode steps.\n"
+                  "# TYPE ojas_decode_rows_total counter\nojas_decode_rows_total %lld\n",
+              (long long)p->decode_steps, (long long)p->decode_rows);
     struct {
         const char *name, *help;
         const histogram *h;
@@ -821,7 +1081,7 @@ enum MHD_Result serve_on_request(void *cls, struct MHD_Connection *mc, const cha
                                    "owned_by", "ojas", "max_model_len", (json_int_t)sv->ctx));
     case EP_HEALTH:
         if (!get) return send_error(mc, cn, 405, "%s takes GET, not %s", url, method);
-        return sv->stopping ? send_error(mc, cn, 503, "the server is shutting down")
+        return stopping(sv) ? send_error(mc, cn, 503, "the server is shutting down")
                             : send_json(mc, cn, 200, json_pack("{s:s}", "status", "ok"));
     case EP_METRICS:
         if (!get) return send_error(mc, cn, 405, "%s takes GET, not %s", url, method);

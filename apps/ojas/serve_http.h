@@ -24,19 +24,49 @@ typedef struct {
     int64_t n;
 } serve_histogram;
 
-/* One server: the model, its tokenizer and scheduler, the mutex that
- * serialises the scheduler's calls, and the counters of /metrics. */
+struct gen;
+
+/* A handler's message to the scheduler thread, the only thread that calls
+ * the scheduler (oj_sched_*): submit a generation's choices, or cancel
+ * those still running. Each job holds a reference on its generation. */
+typedef struct serve_job {
+    int kind; /* SERVE_JOB_SUBMIT, SERVE_JOB_CANCEL */
+    struct gen *g;
+    struct serve_job *next;
+} serve_job;
+enum { SERVE_JOB_SUBMIT, SERVE_JOB_CANCEL };
+
+/* Host-side seconds of the server's own phases (OJAS_SERVE_PROFILE=1):
+ * the scheduler thread's (jobs, publishing, idle) and the handlers'
+ * (server-sent events built). */
+typedef struct serve_profile {
+    double jobs_s;        /* submissions and cancellations run on the scheduler */
+    double publish_s;     /* the server's mutex taken and the statistics published */
+    double idle_s;        /* waiting for work */
+    double event_lock_s;  /* the token events waiting for a generation's mutex */
+    double sse_s;         /* handlers building server-sent events (JSON) */
+    int64_t sse_chunks, sse_bytes;
+} serve_profile;
+
+/* One server: the model, its tokenizer and scheduler, the handlers' inbox
+ * to the scheduler thread, and the counters of /metrics.
+ * Threads: the scheduler thread alone calls the scheduler and runs the
+ * model; it never holds `mu` during a step. `mu` guards the inbox, the
+ * published statistics and the counters (held briefly); a generation's
+ * own mutex guards its tokens between the token events and its handler,
+ * so no handler waits for a step and no step waits for a client. */
 typedef struct server {
     oj_engine *eng;
     oj_gpt *m;
     oj_tokenizer *tok;
-    oj_sched *s;
+    oj_sched *s;            /* the scheduler thread's alone */
     pthread_mutex_t mu;
-    pthread_cond_t work;     /* the scheduler thread waits for requests */
-    pthread_cond_t progress; /* handlers wait for tokens */
-    pthread_cond_t drained;  /* the scheduler waits (briefly) for handlers to read */
-    int64_t pending;         /* generations with events their handler has not seen */
+    pthread_cond_t work;    /* the scheduler thread waits for jobs */
+    serve_job *inbox, *inbox_tail;
     bool stop_sched, stopping;
+    bool busy;              /* published: requests queued or running, or jobs waiting */
+    oj_sched_stats stats;   /* published after every step */
+    oj_sched_profile sprof; /* the steps' phases, published after every step */
     char model_id[256];
     oj_chat_template chat;
     char chat_err[320];
@@ -44,11 +74,28 @@ typedef struct server {
     int64_t ctx, max_body;
     double timeout_s;
     uint64_t seed_counter;
+    /* each token id's bytes (oj_tokenizer_decode of that id alone):
+     * piece_blob[piece_off[t]..piece_off[t + 1]), for t < n_pieces */
+    char *piece_blob;
+    int64_t *piece_off, n_pieces;
     int64_t requests[EP_N][SERVE_N_CODES];
     serve_histogram ttft, duration, itl;
     int64_t disconnects, timeouts;
     int64_t active; /* generation requests not yet answered in full */
+    /* the scheduler thread's own: the events' counters, published to the
+     * above after each step */
+    serve_histogram s_ttft, s_itl;
+    int64_t s_timeouts;
+    bool profile; /* OJAS_SERVE_PROFILE=1 */
+    serve_profile prof; /* the scheduler thread's fields are its own; the handlers' under mu */
 } server;
+
+/* The scheduler thread's jobs (handlers post them with mu held): run
+ * every job of the list (submissions, cancellations). */
+void serve_run_jobs(server *sv, serve_job *jobs);
+/* Each token id's bytes into sv's table (once, before serving). False:
+ * out of memory. */
+bool serve_pieces_init(server *sv);
 
 /* Monotonic seconds. */
 double serve_now(void);

@@ -47,6 +47,12 @@ bool oj_dist_launched(void);
  * CPU engines' collectives); false for a group of one and for a group
  * from RANK/WORLD_SIZE, whose records go through NCCL once bound. */
 bool oj_dist_mpi(const oj_dist *d);
+/* True when the group's MPI was initialised with MPI_THREAD_MULTIPLE
+ * (oj_dist_init asks for it), so that the NCCL watchdog thread may end
+ * the job with MPI_Abort; false without MPI or when the MPI library gave
+ * less (the watchdog then ends its own process, and the launcher the
+ * job). */
+bool oj_dist_mpi_threads(const oj_dist *d);
 
 /* Join the launcher's process group, or make a group of one when no
  * launcher started this process. Without an MPI launcher, RANK and
@@ -59,7 +65,7 @@ bool oj_dist_mpi(const oj_dist *d);
  * (ZeRO-1's checkpoints) need MPI. timeout_s (> 0) bounds every wait for
  * other ranks. On success *out owns the group (oj_dist_free). Errors:
  * OJ_ERR_UNSUPPORTED when launched by MPI but built without it;
- * OJ_ERR_DEVICE when MPI_Init fails; OJ_ERR_INVALID_ARGUMENT for a
+ * OJ_ERR_DEVICE when MPI_Init_thread fails; OJ_ERR_INVALID_ARGUMENT for a
  * timeout <= 0 or RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT that do
  * not make a group (named). At most one group per process: MPI is
  * initialised once. */
@@ -83,6 +89,13 @@ bool oj_dist_active(const oj_dist *d);
  * collectives after oj_dist_bind. */
 const char *oj_dist_transport(const oj_dist *d);
 
+/* OJ_OK when d can bind an engine on `device` (oj_dist_bind refuses the
+ * rest with this error); OJ_ERR_UNSUPPORTED with the reason in err for a
+ * CPU device in a group from RANK/WORLD_SIZE, which has no MPI for the
+ * CPU collectives. A NULL group (one process) takes any device. For
+ * refusing a run before it makes anything (the trainer's out_dir). */
+oj_status oj_dist_check_device(const oj_dist *d, oj_device device, oj_error *err);
+
 /* Bind the group's tensor collectives to eng: MPI for a CPU engine, NCCL
  * for a CUDA engine (the communicator is created now, collectively: every
  * rank must call this). OJ_ERR_UNSUPPORTED when the CUDA module was built
@@ -96,7 +109,8 @@ oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err);
 
 /* Every rank's `nbytes` bytes at `mine` into all[rank * nbytes ...]
  * (all: world_size * nbytes bytes, host). `what` names the exchange in a
- * timeout message, which names each rank not heard from. */
+ * timeout message, which names each rank not heard from, and with
+ * OJAS_DIST_TRACE=1 on stderr as it starts (a group of more than one). */
 oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *all,
                            const char *what, oj_error *err);
 /* Send `nbytes` host bytes to rank `to` / receive them from `from` (one

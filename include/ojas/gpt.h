@@ -488,8 +488,44 @@ oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int
 oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
                               const int64_t *past, const int32_t *const *blocks, bool use_graph,
                               float *logits, int32_t *argmax, float *argmax_logprob);
+/* oj_gpt_decode_paged in two halves, so that a caller can queue other
+ * work on the engine (a packed prefill forward of the same pool, whose
+ * host-side launches then overlap the step on the device) between the
+ * step's launch and its read-back. _begin checks the arguments (as
+ * oj_gpt_decode_paged's), uploads the inputs and launches the step (the
+ * eager step runs to completion on the CPU); _end reads back the outputs
+ * asked for (as oj_gpt_decode_paged's; each may be NULL) and returns the
+ * step's status, its graph's index checks included. Every successful
+ * _begin needs its _end before the next _begin on the pool (or the
+ * pool's free); work queued in between must not write the step's
+ * sequences' blocks. Errors: _begin: oj_gpt_decode_paged's, and
+ * OJ_ERR_STATE when a step begun has not ended; _end: OJ_ERR_STATE without
+ * a step begun, and the step's (read-back, device, index checks). */
+oj_status oj_gpt_decode_paged_begin(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq,
+                                    const int32_t *tokens, const int64_t *past,
+                                    const int32_t *const *blocks, bool use_graph);
+oj_status oj_gpt_decode_paged_end(oj_gpt *m, oj_kv_pool *pool, float *logits, int32_t *argmax,
+                                  float *argmax_logprob);
 /* Whether the bucket of n_seq rows holds a captured graph. */
 bool oj_gpt_decode_paged_graphed(const oj_kv_pool *pool, int64_t n_seq);
+
+/* Host-side seconds oj_gpt_decode_paged has spent on a pool since its
+ * creation, by phase (CLOCK_MONOTONIC around each). */
+typedef struct oj_kv_pool_times {
+    int64_t steps;     /* decode steps run */
+    double prepare_s;  /* checks and the inputs staged on the host */
+    double upload_s;   /* the inputs' one host-to-device copy */
+    double launch_s;   /* the graph's launch (eager: the step's kernels queued, or run on the CPU) */
+    double wait_s;     /* waiting for the device at the end (only with timing on) */
+    double readback_s; /* the outputs' copy to the host (without timing it includes the wait) */
+} oj_kv_pool_times;
+/* sync true: oj_gpt_decode_paged waits for the device after the launch,
+ * so that wait_s and readback_s separate the device's time from the copy
+ * (a profile; it costs nothing on the CPU and one synchronisation a step
+ * on CUDA, where the read-back would wait anyway). NULL: nothing. */
+void oj_kv_pool_set_timing(oj_kv_pool *p, bool sync);
+/* p's times (zeros for NULL). */
+oj_kv_pool_times oj_kv_pool_get_times(const oj_kv_pool *p);
 
 #ifdef __cplusplus
 }

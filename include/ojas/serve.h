@@ -8,9 +8,11 @@
  * prompt is prefilled in chunks of at most prefill_chunk tokens, packed
  * beside the other requests' decode tokens. Keys and values live in
  * fixed-size blocks of one pool (oj_kv_pool, gpt.h; PagedAttention, Kwon
- * et al. 2023) charged to the engine's budget; a request is admitted when
- * the pool has the blocks of its prompt (and one to spare per running
- * request) and takes more blocks as it grows. When the pool cannot grow a
+ * et al. 2023) charged to the engine's budget. One rule says which blocks
+ * a request holds, at admission and as it grows: those of its known tokens
+ * (prompt and generated) and of its next token's position; a request is
+ * admitted when the pool has its blocks under the rule besides what the
+ * running requests are still owed under it. When the pool cannot grow a
  * running request, the youngest running request is preempted: its blocks
  * are freed and it waits at the head of the queue, to be prefilled again
  * (prompt and generated tokens; the same tokens follow, none is delivered
@@ -18,7 +20,8 @@
  * larger than the whole pool is refused at submission.
  *
  * Threads: a scheduler is not thread-safe; callers that submit from
- * several threads serialise the calls (the HTTP server holds a mutex). */
+ * several threads serialise the calls (the HTTP server makes one thread
+ * the scheduler's alone, and the others post it their requests). */
 #ifndef OJAS_SERVE_H
 #define OJAS_SERVE_H
 
@@ -130,6 +133,27 @@ typedef struct oj_sched_stats {
     int64_t preempted;                 /* preemptions since creation (recomputed requests) */
 } oj_sched_stats;
 oj_sched_stats oj_sched_get_stats(const oj_sched *s);
+
+/* Host-side seconds oj_sched_step has spent since the scheduler's
+ * creation, by phase (CLOCK_MONOTONIC around each; the phases do not
+ * overlap, and their sum is the steps' time). */
+typedef struct oj_sched_profile {
+    int64_t steps;                         /* steps that ran a forward */
+    int64_t decode_steps, decode_rows;     /* oj_gpt_decode_paged calls and their rows */
+    int64_t prefill_steps, prefill_tokens; /* packed forwards (prompt chunks) and their tokens */
+    double schedule_s; /* deadlines, admission, block growth, packing the step */
+    double decode_s;   /* oj_gpt_decode_paged, whole (its phases in `decode`) */
+    double prefill_s;  /* the packed forwards, their logits' read-back included */
+    double sample_s;   /* sampling, log-probabilities and top alternatives on the host */
+    double events_s;   /* inside the requests' event callbacks (oj_sched_fn) */
+    oj_kv_pool_times decode; /* oj_gpt_decode_paged's phases on the scheduler's pool */
+} oj_sched_profile;
+/* s's profile (zeros for NULL). */
+oj_sched_profile oj_sched_get_profile(const oj_sched *s);
+/* sync true: the decode step waits for the device after its launch, so
+ * that the profile's decode.wait_s is the device's time and
+ * decode.readback_s the copy alone (oj_kv_pool_set_timing). */
+void oj_sched_set_profile_sync(oj_sched *s, bool sync);
 /* The engine's message of the last failed call on s ("" when none). */
 const char *oj_sched_error(const oj_sched *s);
 

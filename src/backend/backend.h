@@ -209,6 +209,29 @@ typedef struct oj_backend {
      * pair's; the backend uses it only under OJ_NUMERICS_FAST. */
     oj_status (*matmul_act_backward)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                                      const oj_tensor *b, const oj_tensor *x, oj_unary_op op);
+    /* Optional (NULL, or OJ_ERR_UNSUPPORTED returned with nothing
+     * recorded: the ops layer runs matmul and sums the rows of dy itself):
+     * out = a @ b and dbias[m] = the sum over k of a[m, k], i.e. a
+     * linear's weight gradient dW = dy^T x and its bias gradient db from
+     * one GEMM that reduces dy (a) as it reads it. a [1, M, K], b [1, K,
+     * N], out [1, M, N] as matmul's; dbias [M] contiguous; one dtype. db
+     * is summed in f32 and rounded once, in the GEMM's order, so neither
+     * result has the unfused pair's bits: the backend uses it only under
+     * OJ_NUMERICS_FAST. */
+    oj_status (*matmul_bgrad)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                              const oj_tensor *b, oj_tensor *dbias);
+    /* Optional (NULL, or OJ_ERR_UNSUPPORTED returned with nothing
+     * recorded: the ops layer runs the linear and then the activation):
+     * pre = a @ b + bias and out = f(pre) from one GEMM (f the unary op;
+     * OJ_UN_GELU_TANH is the one CUDA takes), i.e. a linear layer and the
+     * activation after it without a pass over pre. a [1, M, K], b [1, K,
+     * N] as matmul's, out and pre [1, M, N] row-major, bias [N]
+     * contiguous, one dtype. f reads the f32 sum before pre is rounded,
+     * so out is not f(pre)'s bits: the backend uses it only under
+     * OJ_NUMERICS_FAST. */
+    oj_status (*matmul_bias_act)(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                 const oj_tensor *b, const oj_tensor *bias, oj_tensor *pre,
+                                 oj_unary_op op);
     /* Inclusive prefix sum along `dim`: out[.., i, ..] = sum of x[.., j, ..]
      * for j <= i (reverse: j >= i). out contiguous, shaped like x; dtype x's
      * for float x, i64 for integer/bool x. A rank-0 x has dim 0 (a copy).
@@ -438,7 +461,9 @@ typedef struct oj_backend {
                                          const oj_tensor *x, const oj_tensor *weight, double eps,
                                          int64_t position_offset, double theta);
     /* Its input gradient, OPTIONAL (NULL: rotary_embedding inverse, then
-     * rms_norm_backward): dx [..., T, D] contiguous of x's dtype from dy
+     * rms_norm_backward): dx [..., T, D] of x's dtype, its last dim
+     * contiguous and its other strides any (nanolab's q/k gradients
+     * written where they lie in the fused projection's gradient), from dy
      * (x's shape, float, any strides), x (any strides), the forward's rstd
      * and weight (NULL: ones). What rotary_embedding(inverse) of dy
      * (rounded to dy's dtype) given with a contiguous copy of x to
@@ -480,7 +505,9 @@ typedef struct oj_backend {
                                    const oj_tensor *v0, const oj_tensor *s);
     /* Its gradients from g (out's shape and dtype, last dim contiguous):
      * dv1 = (T)((float)g * s[0]) and dv0 = (T)((float)g - (float)dv1)
-     * (contiguous, T: the bits of the chain's rules, mul's then the sum of
+     * (T, v1's shape, the last dim contiguous and the other strides any:
+     * nanolab's dv1 written where v's head view lies in the fused
+     * projection's gradient; the bits of the chain's rules, mul's then the sum of
      * add's and sub's gradients), ds[0] = the sum over every element of
      * (double)g * (double)(T)(v1 - v0), rounded to f32 (s's shape), in a
      * fixed order: the same bits run to run. dv1, dv0 or ds may be NULL
@@ -488,6 +515,19 @@ typedef struct oj_backend {
     oj_status (*value_mix_backward)(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
                                     oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
                                     const oj_tensor *v0, const oj_tensor *s);
+    /* The gradients of p = a * b with b one value per row of a (b [..., 1]
+     * against a [..., D]: nanolab's per-head output gate inside
+     * oj__mul_linear), OPTIONAL (NULL: binary(MUL) twice, then the reduce
+     * entry for db): from dp (a's shape), da = dp * b with the bits of
+     * binary(MUL), and db [..., 1] = the row's sum of dp * a, each product
+     * rounded to the dtype as binary(MUL) stores it, summed in f32 in a
+     * fixed order and rounded once: within rounding of the reduce entry's
+     * sum, the same bits run to run. One pass instead of three (the two
+     * products and the sum's read of the second). dp, a, da [..., D], b,
+     * db [..., 1]: contiguous, one dtype (f32, bf16, f16); da or db may be
+     * NULL (not wanted). */
+    oj_status (*mul_row_backward)(oj_engine *eng, oj_tensor *da, oj_tensor *db,
+                                  const oj_tensor *dp, const oj_tensor *a, const oj_tensor *b);
     /* Dropout: element i (row-major) is kept when Philox4x32-10 word i % 4
      * of counter block offset + i / 4 (key seed, stream 0), read as u =
      * word / 2^32, has u >= p; kept elements are scaled by 1 / (1 - p),
@@ -707,6 +747,16 @@ typedef struct oj_backend {
      * summation order is not the reduce entry's, so the last bits of a
      * norm may differ from it. */
     oj_status (*muon_norms)(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
+    /* One step of Muon's quintic Newton-Schulz iteration on a stack, as
+     * three batched GEMMs whose epilogues take the sums (NULL: muon.c runs
+     * bmm, mul_scalar and add): A = X X^T, B = c A A + b A, xn = B X + a
+     * X. x, xn [k, m, n] contiguous, m <= n, one dtype, bf16 or f32.
+     * Each product is summed in f32 and the scaled sum rounded once to the
+     * dtype (the ops round A A, c A A, b A, B X and a X on their own): the
+     * values of the chain within the dtype's rounding, not its bits, so
+     * muon.c takes it only under OJ_NUMERICS_FAST. */
+    oj_status (*muon_ns_step)(oj_engine *eng, oj_tensor *xn, const oj_tensor *x, double a,
+                              double b, double c);
     /* Multi-tensor forms of muon_momentum (one momentum and nesterov;
      * updates NULL: every buf written in place, else every updates[i]
      * written) and apply_update (alpha[i], scale[i], decay[i] per tensor;
@@ -748,6 +798,12 @@ typedef struct oj_backend {
      * numerics ...". OPTIONAL (NULL: one implementation). For tests and
      * benchmarks. */
     const char *(*attention_impl)(oj_engine *eng, bool backward, char *why, size_t n);
+    /* The state of eng's cuDNN attention cache: *plans the keys cached
+     * (built plans and refusals, at most 16 outside a capture, more only
+     * while live CUDA graphs pin them), *pinned those a live graph pins,
+     * *handle whether the cuDNN handle was created. OPTIONAL (NULL: no
+     * cuDNN). For tests. */
+    void (*attention_cudnn_cache)(oj_engine *eng, int64_t *plans, int64_t *pinned, bool *handle);
     /* Causal attention of many sequences' rows packed in q [1, H, N, D]
      * (any strides) over one paged KV pool, OPTIONAL (NULL or
      * OJ_ERR_UNSUPPORTED: the op runs attention_paged_forward per row):

@@ -37,6 +37,7 @@ typedef struct oj_storage {
     void *release_ctx;
     struct oj_graph_pool *gpool; /* allocated during a graph capture: returns there */
     bool keep_copies; /* a parameter whose autocast casts are kept (weight_copy.c) */
+    struct oj_wcopy *wcopies; /* its kept copies (weight_copy.c; a few views and dtypes) */
 } oj_storage;
 
 struct oj_tensor {
@@ -152,6 +153,7 @@ struct oj_engine {
     uint64_t node_seq;    /* creation counter for autograd nodes (grad_node.c) */
     int64_t backward_seq; /* backward passes run (visit marks) */
     struct oj_wcopy *wcopies; /* kept low-precision parameter copies (weight_copy.c) */
+    int64_t wcopy_probes;     /* entries compared by their lookups (tests) */
 };
 
 /* oj_error_set with a va_list (src/core/status.c). */
@@ -202,8 +204,9 @@ oj_tensor *oj__wcopy_target(oj_tensor *param, oj_dtype dt, bool transposed);
 void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt, bool transposed);
 /* Make every stale copy again (before a graph replay). */
 oj_status oj__wcopies_sync(oj_engine *eng);
-/* Entries alive (tests). */
+/* Entries alive, and entries compared by lookups so far (tests). */
 int64_t oj__wcopies_count(const oj_engine *eng);
+int64_t oj__wcopy_probes(const oj_engine *eng);
 /* Drop the copies of storage s (its last release); all at engine free. */
 void oj__wcopy_forget(oj_storage *s);
 void oj__wcopies_free(oj_engine *eng);

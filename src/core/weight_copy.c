@@ -13,7 +13,11 @@
  * The optimizer may write a copy in its own update pass and then declare
  * it fresh (oj__wcopy_fresh). The copy's memory never moves while the
  * entry lives (graphs hold its address); entries die with the parameter's
- * storage (oj__storage_release) or when copies are turned off. */
+ * storage (oj__storage_release) or when copies are turned off.
+ * Each entry is on two lists: its storage's (a parameter has a few: its
+ * views times dtypes, at most OJ__WCOPY_VIEWS_MAX), which a cast searches,
+ * so finding a copy costs the same for a model of any size; and the
+ * engine's (doubly linked), which the sync before a replay walks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,8 +33,31 @@ struct oj_wcopy {
     oj_storage *copy;  /* contiguous, owned */
     uint64_t version;  /* src->version the copy holds */
     bool filled;       /* written at least once */
-    struct oj_wcopy *next;
+    struct oj_wcopy *next, *prev; /* the engine's list */
+    struct oj_wcopy *snext;       /* the storage's list */
 };
+
+static bool same_view(const oj_wcopy *e, const oj_tensor *x, oj_dtype dt);
+
+/* s's entry for view x and dtype dt, or NULL; *n_src: s's entries. */
+static oj_wcopy *find(oj_engine *eng, oj_storage *s, const oj_tensor *x, oj_dtype dt,
+                      int *n_src) {
+    int n = 0;
+    oj_wcopy *e = s->wcopies;
+    for (; e; e = e->snext, n++) {
+        eng->wcopy_probes++;
+        if (same_view(e, x, dt)) break;
+    }
+    if (n_src) *n_src = n;
+    return e;
+}
+
+/* Unlink e from the engine's list (the storage's list is the caller's). */
+static void unlink_entry(oj_engine *eng, oj_wcopy *e) {
+    if (e->prev) e->prev->next = e->next;
+    else eng->wcopies = e->next;
+    if (e->next) e->next->prev = e->prev;
+}
 
 static bool same_view(const oj_wcopy *e, const oj_tensor *x, oj_dtype dt) {
     if (e->src != x->storage || e->dt != dt || e->view.dtype != x->dtype ||
@@ -95,7 +122,10 @@ static oj_wcopy *entry_new(oj_engine *eng, const oj_tensor *x, oj_dtype dt) {
     e->view.live_prev = e->view.live_next = NULL;
     e->dt = dt;
     e->next = eng->wcopies;
+    if (e->next) e->next->prev = e;
     eng->wcopies = e;
+    e->snext = x->storage->wcopies;
+    x->storage->wcopies = e;
     return e;
 }
 
@@ -111,9 +141,8 @@ bool oj__wcopy_get(oj_tensor *x, oj_dtype dt, oj_tensor **out) {
         (dt != OJ_BF16 && dt != OJ_F16) || x->dtype != OJ_F32)
         return false;
     oj_engine *eng = x->eng;
-    oj_wcopy *e = eng->wcopies;
     int same_src = 0;
-    for (; e && !same_view(e, x, dt); e = e->next) same_src += e->src == x->storage;
+    oj_wcopy *e = find(eng, x->storage, x, dt, &same_src);
     /* a few views per parameter (itself, its transpose): a parameter cast
      * through ever new views (narrowed by an input's length) is cast as
      * usual rather than kept once per view */
@@ -142,24 +171,22 @@ oj_tensor *oj__wcopy_target(oj_tensor *param, oj_dtype dt, bool transposed) {
     oj_tensor v;
     if (!oj__live(param) || !param->storage->keep_copies || !param_view(param, transposed, &v))
         return NULL;
-    for (oj_wcopy *e = param->eng->wcopies; e; e = e->next)
-        if (same_view(e, &v, dt)) {
-            oj_tensor *t = oj__tensor_new(param->eng, e->copy, 0, v.rank, v.shape, NULL, dt);
-            if (t) oj__scope_detach(t);
-            return t;
-        }
-    return NULL;
+    oj_wcopy *e = find(param->eng, param->storage, &v, dt, NULL);
+    if (e == NULL) return NULL;
+    oj_tensor *t = oj__tensor_new(param->eng, e->copy, 0, v.rank, v.shape, NULL, dt);
+    if (t) oj__scope_detach(t);
+    return t;
 }
 
 void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt, bool transposed) {
     oj_tensor v;
     if (!oj__live(param) || !param_view(param, transposed, &v)) return;
-    for (oj_wcopy *e = param->eng->wcopies; e; e = e->next)
-        if (same_view(e, &v, dt)) {
-            e->version = param->storage->version;
-            e->filled = true;
-            e->copy->version++;
-        }
+    oj_wcopy *e = find(param->eng, param->storage, &v, dt, NULL);
+    if (e) {
+        e->version = param->storage->version;
+        e->filled = true;
+        e->copy->version++;
+    }
 }
 
 oj_status oj__wcopies_sync(oj_engine *eng) {
@@ -177,18 +204,15 @@ int64_t oj__wcopies_count(const oj_engine *eng) {
     return n;
 }
 
+int64_t oj__wcopy_probes(const oj_engine *eng) { return eng ? eng->wcopy_probes : 0; }
+
 void oj__wcopy_forget(oj_storage *s) {
-    oj_engine *eng = s->eng;
-    oj_wcopy **pp = &eng->wcopies;
-    while (*pp) {
-        oj_wcopy *e = *pp;
-        if (e->src == s) {
-            *pp = e->next;
-            oj__storage_release(e->copy);
-            free(e);
-        } else {
-            pp = &e->next;
-        }
+    while (s->wcopies) {
+        oj_wcopy *e = s->wcopies;
+        s->wcopies = e->snext;
+        unlink_entry(s->eng, e);
+        oj__storage_release(e->copy);
+        free(e);
     }
 }
 
@@ -196,6 +220,7 @@ void oj__wcopies_free(oj_engine *eng) {
     while (eng->wcopies) {
         oj_wcopy *e = eng->wcopies;
         eng->wcopies = e->next;
+        e->src->wcopies = NULL; /* every entry goes */
         oj__storage_release(e->copy);
         free(e);
     }

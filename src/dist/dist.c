@@ -22,7 +22,8 @@
 struct oj_dist {
     int rank, world, local_rank;
     bool active;       /* launched: collectives run */
-    bool mpi_inited;   /* this group called MPI_Init */
+    bool mpi_inited;   /* this group called MPI_Init_thread */
+    bool mpi_threads;  /* MPI gave MPI_THREAD_MULTIPLE: any thread may call it */
     bool env;          /* from RANK / WORLD_SIZE without MPI: NCCL only */
     char addr[256];    /* env: MASTER_ADDR, MASTER_PORT */
     int port;
@@ -62,6 +63,8 @@ static bool env_group(void) { return !launcher_var() && getenv("RANK") && getenv
 bool oj_dist_launched(void) { return launcher_var() != NULL || env_group(); }
 
 bool oj_dist_mpi(const oj_dist *d) { return d && d->mpi_inited; }
+
+bool oj_dist_mpi_threads(const oj_dist *d) { return d && d->mpi_threads; }
 
 /* The integer value of environment variable `name` in [lo, hi] into *v;
  * false when unset or not such a number. */
@@ -150,12 +153,16 @@ oj_status oj_dist_init(double timeout_s, oj_dist **out, oj_error *err) {
                                 "dist: MPI is already initialised in this process (one process "
                                 "group per process)");
         }
-        if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
+        /* MPI_THREAD_MULTIPLE: the NCCL watchdog thread ends the job with
+         * MPI_Abort while the main thread may be inside MPI */
+        int provided = MPI_THREAD_SINGLE;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
             free(d);
-            return oj_error_set(err, OJ_ERR_DEVICE, "dist: MPI_Init failed (launched: %s is set)",
-                                var);
+            return oj_error_set(err, OJ_ERR_DEVICE,
+                                "dist: MPI_Init_thread failed (launched: %s is set)", var);
         }
         d->mpi_inited = true;
+        d->mpi_threads = provided >= MPI_THREAD_MULTIPLE;
         /* errors come back as codes: each call names what failed */
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
@@ -366,6 +373,11 @@ oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *al
         memmove((char *)all + (size_t)d->rank * nbytes, mine, nbytes);
     if (!d->active || d->world == 1)
         return OJ_OK;
+    static int trace = -1; /* OJAS_DIST_TRACE=1: name every exchange on stderr */
+    if (trace < 0)
+        trace = getenv("OJAS_DIST_TRACE") && !strcmp(getenv("OJAS_DIST_TRACE"), "1");
+    if (trace)
+        fprintf(stderr, "ojas: dist: rank %d exchange (%zu bytes): %s\n", d->rank, nbytes, what);
     if (d->env)
         return nccl_exchange(d, nbytes, all, what, err);
 #ifdef OJAS_HAVE_MPI
@@ -487,17 +499,30 @@ oj_status oj_dist_barrier(oj_dist *d, const char *what, oj_error *err) {
 /* ---------------------------------------------------------------- tensors */
 
 /* The NCCL watchdog's end of the job (it runs on the watchdog thread,
- * while this rank's main thread may be blocked on the device). */
+ * while this rank's main thread may be blocked on the device or inside
+ * MPI). MPI_Abort only where MPI gave MPI_THREAD_MULTIPLE (another thread
+ * may call MPI then); otherwise _exit, and the launcher ends the job when
+ * a rank exits without MPI_Finalize (mpirun does; the other ranks' own
+ * watchdogs and timeouts end theirs in any case). */
 static void comm_fatal(void *ctx, const char *msg) {
     oj_dist *d = ctx;
     fprintf(stderr, "ojas: dist: %s; ending every rank\n", msg);
     fflush(stderr);
 #ifdef OJAS_HAVE_MPI
-    if (d->mpi_inited)
+    if (d->mpi_inited && d->mpi_threads)
         MPI_Abort(MPI_COMM_WORLD, 3);
 #endif
     (void)d;
     _exit(3); /* not exit(): the main thread may hold the device */
+}
+
+oj_status oj_dist_check_device(const oj_dist *d, oj_device device, oj_error *err) {
+    if (d && d->env && device.type == OJ_DEVICE_CPU)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "dist: a CPU engine's collectives need MPI, and this group comes "
+                            "from RANK/WORLD_SIZE without it: start the ranks with mpirun (or "
+                            "use CUDA engines, whose collectives are NCCL's)");
+    return OJ_OK;
 }
 
 oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err) {
@@ -505,11 +530,9 @@ oj_status oj_dist_bind(oj_dist *d, oj_engine *eng, oj_error *err) {
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "dist bind: NULL group or engine");
     if (d->eng)
         return oj_error_set(err, OJ_ERR_STATE, "dist bind: the group is already bound");
-    if (d->env && eng->device.type == OJ_DEVICE_CPU)
-        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                            "dist: a CPU engine's collectives need MPI, and this group comes "
-                            "from RANK/WORLD_SIZE without it: start the ranks with mpirun (or "
-                            "use CUDA engines, whose collectives are NCCL's)");
+    oj_status dev = oj_dist_check_device(d, eng->device, err);
+    if (dev)
+        return dev;
     d->eng = eng;
     if (!d->active || eng->device.type == OJ_DEVICE_CPU)
         return OJ_OK;

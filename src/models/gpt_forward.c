@@ -232,22 +232,28 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
      * fused op where the backend has it (its bits: the chain's, cast to
      * the autocast dtype as attention would cast it) */
     oj_tensor *v = NULL, *s = NULL, *a = NULL, *c = NULL, *diff = NULL;
+    const bool train = cache == NULL && oj_grad_enabled(eng) && q1 && k1 && v1 && (!ac || low);
+    bool mix_joint = false; /* the value residual inside the joint node below */
     if (l == 0) {
         v = oj_retain(v1);
         *v_first = oj_retain(v1);
     } else {
         s = oj_sigmoid(b->lambda);
-        v = s && v1 ? oj__value_mix(v1, *v_first, s) : NULL;
+        mix_joint = train && s && oj__value_mix_fits(eng, v1, *v_first, s);
+        v = s && v1 && !mix_joint ? oj__value_mix(v1, *v_first, s) : NULL;
     }
     /* training: norm, rotation and attention as one node that makes q
      * and k again in the backward rather than keeping them (the same
      * values; v in the projections' dtype, as the fused value residual
-     * gives it) */
-    const bool joint = cache == NULL && oj_grad_enabled(eng) && v && q1 && k1 &&
-                       oj_tensor_dtype(v) == oj_tensor_dtype(q1) && (!ac || low);
+     * gives it), with the fused value residual also v, and v1's gradient
+     * beside q1's and k1's in the projection's */
+    const bool joint =
+        train && (mix_joint || (v && oj_tensor_dtype(v) == oj_tensor_dtype(q1)));
     if (low) oj_set_autocast(eng, false, adt);
     oj_tensor *q2 = NULL, *k2 = NULL, *q = NULL, *k = NULL, *y = NULL;
-    if (joint) {
+    if (mix_joint) {
+        y = oj__attention_qk_norm_rotary_mix(q1, k1, v1, *v_first, s, eps, pos, theta);
+    } else if (joint) {
         y = oj__attention_qk_norm_rotary(q1, k1, v, eps, pos, theta);
     } else if (cache && cache->dev) { /* the position is read on the device */
         q2 = oj_rms_norm(q1, NULL, eps), k2 = oj_rms_norm(k1, NULL, eps);
@@ -307,8 +313,17 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
     }
     if (m->cfg.family == OJ_GPT2) {
         /* gelu(u) is recomputed in the backward instead of kept: [B, T, 4C]
-         * less per layer (oj_gelu_linear) */
-        oj_tensor *u = oj__gpt_lora(m, b, OJ__LORA_C_FC, h, conv1d_hf(h, b->c_fc_w, NULL, b->c_fc_b));
+         * less per layer (oj_gelu_linear); in the forward it comes from
+         * the c_fc GEMM's epilogue where the backend has one (act, else
+         * NULL: gelu_linear applies it) */
+        oj_tensor *u = NULL, *act = NULL;
+        if (b->lora_a[OJ__LORA_C_FC] == NULL && b->lora_a[OJ__LORA_MLP_C_PROJ] == NULL) {
+            oj_tensor *ft = oj_transpose(b->c_fc_w, 0, 1); /* [out, in] view */
+            u = ft ? oj__linear_gelu(h, ft, b->c_fc_b, &act) : NULL;
+            oj_release(ft);
+        } else {
+            u = oj__gpt_lora(m, b, OJ__LORA_C_FC, h, conv1d_hf(h, b->c_fc_w, NULL, b->c_fc_b));
+        }
         if (b->lora_a[OJ__LORA_MLP_C_PROJ]) { /* the adapter reads gelu(u): kept */
             oj_tensor *g = u ? oj_gelu_tanh(u) : NULL;
             oj_tensor *o = g ? conv1d_hf(g, b->mlp_proj_w, NULL, b->mlp_proj_b) : NULL;
@@ -318,8 +333,9 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
             return o;
         }
         oj_tensor *wt = oj_transpose(b->mlp_proj_w, 0, 1); /* [out, in] view */
-        oj_tensor *o = u && wt ? oj_gelu_linear(u, wt, b->mlp_proj_b, true) : NULL;
+        oj_tensor *o = u && wt ? oj__gelu_linear_act(u, act, wt, b->mlp_proj_b) : NULL;
         oj_release(wt);
+        oj_release(act);
         oj_release(u);
         return o;
     }

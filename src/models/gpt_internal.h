@@ -126,7 +126,8 @@ oj_tensor *oj__gpt_attend_cached(oj_kv_cache *c, int l, oj_tensor *q, oj_tensor 
  * changes from one token to the next: it can be captured once into a CUDA
  * graph and replayed for every token. */
 typedef struct oj_gpt_dev_pos {
-    oj_tensor *pos;  /* i64 [1]: the new token's position (rotary angle, gpt2's wpe row) */
+    oj_tensor *pos;  /* i64 [1] (paged: i32 [N]): the new tokens' positions (rotary angle,
+                      * gpt2's wpe row) */
     oj_tensor *slot; /* i64 [1]: the cache slot its key and value go to (pos mod capacity) */
     oj_tensor *mask; /* bool [1, 1, 1, capacity]: the slots written so far, attended to */
 } oj_gpt_dev_pos;
@@ -151,21 +152,37 @@ typedef struct oj_gpt_paged {
 
 /* The inputs and output of one decode-step bucket of B rows
  * (oj_gpt_decode_paged): device tensors overwritten before every step, so
- * that a captured graph reads them at fixed addresses. */
+ * that a captured graph reads them at fixed addresses, and the host
+ * staging of the inputs (allocated once). */
 typedef struct oj_paged_bucket {
     int64_t B;
-    oj_tensor *in;  /* i32 [B (4 + MB)]: the storage of the five views below */
+    oj_tensor *in;  /* i32 [B (5 + MB)]: the storage of the six views below */
     oj_tensor *idx; /* i32 [1, B]: the tokens */
     oj_tensor *seq, *vpos, *slot; /* i32 [B]: i; its position (-1: inactive); its slot */
+    oj_tensor *pos;               /* i32 [B]: the positions (0 for inactive rows) */
     oj_tensor *tables;            /* i32 [B, MB]: the block tables */
-    oj_tensor *pos;               /* i64 [B]: the positions (0 for inactive rows) */
     oj_tensor *logits;            /* f32 [1, B, V]: the graph's static outputs */
     oj_tensor *argmax;            /* i64 [1, B]: each row's first largest logit */
     oj_tensor *argmax_lp;         /* f32 [1, B]: its log-probability (max - logsumexp) */
+    oj_tensor *greedy;            /* f32 [2, B]: argmax (exact: V <= 2^24) and argmax_lp,
+                                   * one read-back; NULL when V > 2^24 */
+    int32_t *host_in;             /* [B (5 + MB)]: in's host staging */
+    float *host_out;              /* [2 B]: greedy's */
+    int64_t *host_am;             /* [B]: argmax's when greedy is NULL */
     oj_graph *graph;              /* captured lazily; NULL: not (yet) */
 } oj_paged_bucket;
 
 #define OJ_PAGED_BUCKETS 21 /* B = 1, 2, 4, .. 2^20 */
+
+/* A decode step begun (oj_gpt_decode_paged_begin) and not yet ended. */
+typedef struct oj_paged_pending {
+    bool active;
+    bool graph;         /* the bucket's graph ran (else out holds the eager step's outputs) */
+    bool launched;      /* its replay was queued: its index checks are read at the end */
+    int bucket;
+    int64_t n_seq;
+    oj_tensor *out[4];  /* the eager step's outputs (decode_body's), unscoped */
+} oj_paged_pending;
 
 struct oj_kv_pool {
     oj_gpt *m;
@@ -173,6 +190,11 @@ struct oj_kv_pool {
     oj_tensor **k, **v; /* per layer [n_blocks, Hkv, block_size, D] */
     int64_t max_blocks; /* MB: a sequence's blocks at most, ceil(context / block_size) */
     oj_paged_bucket buckets[OJ_PAGED_BUCKETS]; /* bucket j holds 2^j rows */
+    int32_t *stage;       /* oj_gpt_forward_paged's host staging of its inputs [stage_cap] */
+    int64_t stage_cap;
+    oj_paged_pending pending; /* a decode step between its begin and its end */
+    bool timing_sync;     /* oj_kv_pool_set_timing: wait for the device after the launch */
+    oj_kv_pool_times times; /* oj_gpt_decode_paged's host-side phases */
 };
 
 struct oj_kv_cache {

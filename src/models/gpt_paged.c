@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "core/internal.h"
@@ -86,14 +87,18 @@ oj_status oj_kv_pool_create(oj_gpt *m, int64_t n_blocks, int64_t block_size, oj_
 
 static void bucket_free(oj_paged_bucket *b) {
     oj_graph_free(b->graph);
-    oj_tensor *ts[] = {b->logits, b->argmax, b->argmax_lp, b->pos, b->tables,
-                       b->slot,   b->vpos,   b->seq,       b->idx, b->in};
+    oj_tensor *ts[] = {b->logits, b->argmax, b->argmax_lp, b->greedy, b->pos, b->tables,
+                       b->slot,   b->vpos,   b->seq,       b->idx,    b->in};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) oj_release(ts[i]);
+    free(b->host_in);
+    free(b->host_out);
+    free(b->host_am);
     memset(b, 0, sizeof *b);
 }
 
 void oj_kv_pool_free(oj_kv_pool *p) {
     if (p == NULL) return;
+    for (int i = 0; i < 4; i++) oj_release(p->pending.out[i]); /* a step begun, never ended */
     for (int j = 0; j < OJ_PAGED_BUCKETS; j++) bucket_free(&p->buckets[j]);
     for (int64_t l = 0; l < p->n_layer; l++) {
         oj_release(p->k[l]);
@@ -101,10 +106,20 @@ void oj_kv_pool_free(oj_kv_pool *p) {
     }
     free(p->k);
     free(p->v);
+    free(p->stage);
     free(p);
 }
 
 int64_t oj_kv_pool_blocks(const oj_kv_pool *p) { return p ? p->n_blocks : 0; }
+
+void oj_kv_pool_set_timing(oj_kv_pool *p, bool sync) {
+    if (p) p->timing_sync = sync;
+}
+
+oj_kv_pool_times oj_kv_pool_get_times(const oj_kv_pool *p) {
+    oj_kv_pool_times t = {0};
+    return p ? p->times : t;
+}
 int64_t oj_kv_pool_block_size(const oj_kv_pool *p) { return p ? p->block_size : 0; }
 
 int64_t oj_kv_pool_block_bytes(const oj_gpt *m, int64_t block_size) {
@@ -194,6 +209,37 @@ static void fill_tables(const oj_kv_pool *pool, int64_t n_seq, const int64_t *st
     }
 }
 
+/* Check sequence i's n new tokens at positions past.. and its block ids. */
+static bool check_seq(oj_gpt *m, const oj_kv_pool *pool, int64_t i, int64_t n, int64_t past,
+                      const int32_t *blocks) {
+    oj_engine *eng = m->eng;
+    if (n <= 0 || past < 0 || blocks == NULL) {
+        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                     "gpt forward_paged: sequence %lld has %lld new tokens and %lld past "
+                     "positions (need >= 1 and >= 0, and a block table)",
+                     (long long)i, (long long)n, (long long)past);
+        return false;
+    }
+    if (past + n > m->cfg.block_size) {
+        oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
+                     "gpt forward_paged: sequence %lld's positions %lld..%lld exceed the "
+                     "context (block_size %lld)",
+                     (long long)i, (long long)past, (long long)(past + n - 1),
+                     (long long)m->cfg.block_size);
+        return false;
+    }
+    const int64_t nb = (past + n + pool->block_size - 1) / pool->block_size;
+    for (int64_t b = 0; b < nb; b++)
+        if (blocks[b] < 0 || blocks[b] >= pool->n_blocks) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                         "gpt forward_paged: sequence %lld's block %lld is %d, outside the "
+                         "pool's [0, %lld)",
+                         (long long)i, (long long)b, blocks[b], (long long)pool->n_blocks);
+            return false;
+        }
+    return true;
+}
+
 /* Check the packed batch's offsets, positions and block ids. */
 static bool check_batch(oj_gpt *m, const oj_kv_pool *pool, int64_t N, int64_t n_seq,
                         const int64_t *start, const int64_t *past, const int32_t *const *blocks) {
@@ -206,33 +252,8 @@ static bool check_batch(oj_gpt *m, const oj_kv_pool *pool, int64_t N, int64_t n_
                      (long long)n_seq, (long long)N);
         return false;
     }
-    for (int64_t i = 0; i < n_seq; i++) {
-        const int64_t n = start[i + 1] - start[i];
-        if (n <= 0 || past[i] < 0 || blocks[i] == NULL) {
-            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                         "gpt forward_paged: sequence %lld has %lld new tokens and %lld past "
-                         "positions (need >= 1 and >= 0, and a block table)",
-                         (long long)i, (long long)n, (long long)past[i]);
-            return false;
-        }
-        if (past[i] + n > m->cfg.block_size) {
-            oj_set_error(eng, OJ_ERR_OUT_OF_RANGE,
-                         "gpt forward_paged: sequence %lld's positions %lld..%lld exceed the "
-                         "context (block_size %lld)",
-                         (long long)i, (long long)past[i], (long long)(past[i] + n - 1),
-                         (long long)m->cfg.block_size);
-            return false;
-        }
-        const int64_t nb = (past[i] + n + pool->block_size - 1) / pool->block_size;
-        for (int64_t b = 0; b < nb; b++)
-            if (blocks[i][b] < 0 || blocks[i][b] >= pool->n_blocks) {
-                oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                             "gpt forward_paged: sequence %lld's block %lld is %d, outside the "
-                             "pool's [0, %lld)",
-                             (long long)i, (long long)b, blocks[i][b], (long long)pool->n_blocks);
-                return false;
-            }
-    }
+    for (int64_t i = 0; i < n_seq; i++)
+        if (!check_seq(m, pool, i, start[i + 1] - start[i], past[i], blocks[i])) return false;
     return true;
 }
 
@@ -254,48 +275,48 @@ oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int
     }
     const int64_t N = oj_size(idx, 1);
     if (!check_batch(m, pool, N, n_seq, start, past, blocks)) return NULL;
-    int64_t *pos = malloc((size_t)N * sizeof *pos), *last = malloc((size_t)n_seq * sizeof *last);
-    if (pos == NULL || last == NULL) {
-        free(pos);
-        free(last);
-        oj_set_error(eng, OJ_ERR_CAPACITY, "gpt forward_paged: out of host memory");
-        return NULL;
+    /* The step's inputs in one i32 upload from the pool's host staging:
+     * the positions [N] and each sequence's last row [n_seq], then, for a
+     * backend that reads block tables on the device, seq, vpos, slot [N]
+     * and the tables [n_seq, MB]. */
+    const bool dt = device_tables(eng);
+    const int64_t MB = pool->max_blocks, n_in = N + n_seq + (dt ? 3 * N + n_seq * MB : 0);
+    if (n_in > pool->stage_cap) {
+        int32_t *h = realloc(pool->stage, (size_t)n_in * sizeof *h);
+        if (h == NULL) {
+            oj_set_error(eng, OJ_ERR_CAPACITY, "gpt forward_paged: out of host memory");
+            return NULL;
+        }
+        pool->stage = h;
+        pool->stage_cap = n_in;
     }
+    int32_t *pos = pool->stage, *last = pos + N;
     for (int64_t i = 0; i < n_seq; i++) {
-        for (int64_t t = start[i]; t < start[i + 1]; t++) pos[t] = past[i] + t - start[i];
-        last[i] = start[i + 1] - 1;
+        for (int64_t t = start[i]; t < start[i + 1]; t++) pos[t] = (int32_t)(past[i] + t - start[i]);
+        last[i] = (int32_t)(start[i + 1] - 1);
+    }
+    if (dt) {
+        int32_t *h = last + n_seq;
+        fill_tables(pool, n_seq, start, past, blocks, N, h, h + N, h + 2 * N, h + 3 * N);
     }
     bool prev = oj_set_grad_enabled(eng, false);
     oj_tensor *logits = NULL;
     oj_scope_begin(eng);
-    int64_t sn[1] = {N}, sl[1] = {n_seq};
-    oj_tensor *pt = oj_from_host(eng, 1, sn, OJ_I64, pos, (size_t)N * sizeof *pos);
-    oj_tensor *lt = oj_from_host(eng, 1, sl, OJ_I64, last, (size_t)n_seq * sizeof *last);
-    /* device tables: seq, vpos, slot [N] and the tables [n_seq, MB] in one upload */
-    oj_tensor *dev_in = NULL;
+    int64_t sin[1] = {n_in}, st[2] = {n_seq, MB};
+    oj_tensor *in = oj_from_host(eng, 1, sin, OJ_I32, pool->stage, (size_t)n_in * sizeof *pool->stage);
+    oj_tensor *pt = in ? oj_narrow(in, 0, 0, N) : NULL;
+    oj_tensor *lt = in ? oj_narrow(in, 0, N, n_seq) : NULL;
     oj_gpt_paged pg = {pool, n_seq, start, past, blocks, NULL, NULL, NULL, NULL};
-    if (pt && lt && device_tables(eng)) {
-        const int64_t MB = pool->max_blocks, n_in = 3 * N + n_seq * MB;
-        int32_t *h = malloc((size_t)n_in * sizeof *h);
-        if (h == NULL) {
-            oj_set_error(eng, OJ_ERR_CAPACITY, "gpt forward_paged: out of host memory");
-        } else {
-            fill_tables(pool, n_seq, start, past, blocks, N, h, h + N, h + 2 * N, h + 3 * N);
-            int64_t sin[1] = {n_in};
-            dev_in = oj_from_host(eng, 1, sin, OJ_I32, h, (size_t)n_in * sizeof *h);
-            free(h);
-        }
-        if (dev_in) {
-            int64_t st[2] = {n_seq, MB};
-            oj_tensor *tn = oj_narrow(dev_in, 0, 3 * N, n_seq * MB);
-            pg.seq = oj_narrow(dev_in, 0, 0, N);
-            pg.vpos = oj_narrow(dev_in, 0, N, N);
-            pg.slot = oj_narrow(dev_in, 0, 2 * N, N);
-            pg.tables = tn ? oj_reshape(tn, 2, st) : NULL;
-            oj_release(tn);
-        }
+    if (in && dt) {
+        const int64_t o = N + n_seq;
+        oj_tensor *tn = oj_narrow(in, 0, o + 3 * N, n_seq * MB);
+        pg.seq = oj_narrow(in, 0, o, N);
+        pg.vpos = oj_narrow(in, 0, o + N, N);
+        pg.slot = oj_narrow(in, 0, o + 2 * N, N);
+        pg.tables = tn ? oj_reshape(tn, 2, st) : NULL;
+        oj_release(tn);
     }
-    const bool tables_ok = dev_in == NULL ? !device_tables(eng) : pg.seq && pg.vpos && pg.slot && pg.tables;
+    const bool tables_ok = !dt || (pg.seq && pg.vpos && pg.slot && pg.tables);
     if (pt && lt && tables_ok) {
         oj_gpt_dev_pos dp = {pt, NULL, NULL};
         /* a cache of batch 1 whose attention is the pool's */
@@ -308,12 +329,10 @@ oj_tensor *oj_gpt_forward_paged(oj_gpt *m, oj_kv_pool *pool, oj_tensor *idx, int
         oj_release(xf);
     }
     if (logits) oj_keep(logits);
-    oj_tensor *dt[5] = {pg.tables, pg.seq, pg.vpos, pg.slot, dev_in};
-    for (int i = 0; i < 5; i++) oj_release(dt[i]);
+    oj_tensor *tmp[] = {pg.tables, pg.seq, pg.vpos, pg.slot, pt, lt, in};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     oj_scope_end(eng);
     oj_set_grad_enabled(eng, prev);
-    free(pos);
-    free(last);
     return logits;
 }
 
@@ -325,12 +344,19 @@ static oj_tensor *own(oj_tensor *t) {
     return t;
 }
 
-/* Bucket b's device inputs for B rows (allocated once). */
+/* Bucket b's device inputs and host staging for B rows (allocated once). */
 static oj_status bucket_init(oj_kv_pool *pool, oj_paged_bucket *b, int64_t B) {
     oj_engine *eng = pool->m->eng;
-    const int64_t MB = pool->max_blocks, n_in = B * (4 + MB);
-    int64_t sin[1] = {n_in}, sb[1] = {B}, s1b[2] = {1, B}, stab[2] = {B, MB};
+    const int64_t MB = pool->max_blocks, n_in = B * (5 + MB);
+    int64_t sin[1] = {n_in}, s1b[2] = {1, B}, stab[2] = {B, MB};
     b->B = B;
+    b->host_in = malloc((size_t)n_in * sizeof *b->host_in);
+    b->host_out = malloc((size_t)(2 * B) * sizeof *b->host_out);
+    b->host_am = malloc((size_t)B * sizeof *b->host_am);
+    if (b->host_in == NULL || b->host_out == NULL || b->host_am == NULL) {
+        bucket_free(b);
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
+    }
     b->in = own(oj_zeros(eng, 1, sin, OJ_I32));
     oj_tensor *i0 = b->in ? oj_narrow(b->in, 0, 0, B) : NULL;
     b->idx = i0 ? own(oj_reshape(i0, 2, s1b)) : NULL;
@@ -338,10 +364,10 @@ static oj_status bucket_init(oj_kv_pool *pool, oj_paged_bucket *b, int64_t B) {
     b->seq = b->in ? own(oj_narrow(b->in, 0, B, B)) : NULL;
     b->vpos = b->in ? own(oj_narrow(b->in, 0, 2 * B, B)) : NULL;
     b->slot = b->in ? own(oj_narrow(b->in, 0, 3 * B, B)) : NULL;
-    oj_tensor *tn = b->in ? oj_narrow(b->in, 0, 4 * B, B * MB) : NULL;
+    b->pos = b->in ? own(oj_narrow(b->in, 0, 4 * B, B)) : NULL;
+    oj_tensor *tn = b->in ? oj_narrow(b->in, 0, 5 * B, B * MB) : NULL;
     b->tables = tn ? own(oj_reshape(tn, 2, stab)) : NULL;
     oj_release(tn);
-    b->pos = own(oj_zeros(eng, 1, sb, OJ_I64));
     if (b->in && b->idx && b->seq && b->vpos && b->slot && b->tables && b->pos) return OJ_OK;
     oj_status st = oj_last_status(eng);
     bucket_free(b);
@@ -350,9 +376,10 @@ static oj_status bucket_init(oj_kv_pool *pool, oj_paged_bucket *b, int64_t B) {
 
 /* The step's device work over bucket b: out[0] f32 logits [1, B, V],
  * out[1] i64 argmax [1, B] (first largest), out[2] f32 [1, B] its
- * log-probability (kept in the caller's scope); false with the error
- * recorded. */
-static bool decode_body(oj_gpt *m, oj_kv_pool *pool, oj_paged_bucket *b, oj_tensor *out[3]) {
+ * log-probability, out[3] f32 [2, B] the argmax as f32 (exact for V <=
+ * 2^24; NULL beyond) over the log-probability, for one read-back (kept in
+ * the caller's scope); false with the error recorded. */
+static bool decode_body(oj_gpt *m, oj_kv_pool *pool, oj_paged_bucket *b, oj_tensor *out[4]) {
     oj_engine *eng = m->eng;
     oj_scope_begin(eng);
     oj_gpt_dev_pos dp = {b->pos, NULL, NULL};
@@ -366,35 +393,53 @@ static bool decode_body(oj_gpt *m, oj_kv_pool *pool, oj_paged_bucket *b, oj_tens
     const int d2[1] = {2};
     oj_tensor *lse = mx ? oj_logsumexp(l32, 1, d2, false) : NULL;
     oj_tensor *lp = lse ? oj_sub(mx, lse) : NULL;
-    const bool ok = lp && am;
+    const bool exact_ids = m->cfg.vocab_size <= (1ll << 24);
+    oj_tensor *amf = lp && am && exact_ids ? oj_cast(am, OJ_F32) : NULL;
+    oj_tensor *pair[2] = {amf, lp};
+    oj_tensor *gr = amf ? oj_cat(2, pair, 0) : NULL; /* [2, B] */
+    const bool ok = lp && am && (gr || !exact_ids);
     out[0] = ok ? l32 : NULL;
     out[1] = ok ? am : NULL;
     out[2] = ok ? lp : NULL;
+    out[3] = ok ? gr : NULL;
     if (ok) {
-        for (int i = 0; i < 3; i++) oj_keep(out[i]);
+        for (int i = 0; i < 4; i++)
+            if (out[i]) oj_keep(out[i]);
     } else {
-        oj_release(l32);
-        oj_release(am);
-        oj_release(lp);
+        oj_tensor *o[] = {l32, am, lp, gr};
+        for (size_t i = 0; i < sizeof o / sizeof o[0]; i++) oj_release(o[i]);
     }
-    oj_tensor *tmp[] = {lg, mx, lse};
+    oj_tensor *tmp[] = {lg, mx, lse, amf};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
     oj_scope_end(eng);
     return ok;
 }
 
-oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
-                              const int64_t *past, const int32_t *const *blocks, bool use_graph,
-                              float *logits, int32_t *argmax, float *argmax_logprob) {
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+oj_status oj_gpt_decode_paged_begin(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq,
+                                    const int32_t *tokens, const int64_t *past,
+                                    const int32_t *const *blocks, bool use_graph) {
     if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_engine *eng = m->eng;
     if (pool == NULL || pool->m != m)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "gpt decode_paged: %s",
                             pool ? "the KV pool was created for another model" : "the KV pool is NULL");
-    if (tokens == NULL || n_seq <= 0 || n_seq > (1ll << (OJ_PAGED_BUCKETS - 1)))
+    if (pool->pending.active)
+        return oj_set_error(eng, OJ_ERR_STATE,
+                            "gpt decode_paged: a step begun on this pool has not ended "
+                            "(oj_gpt_decode_paged_end)");
+    if (tokens == NULL || past == NULL || blocks == NULL || n_seq <= 0 ||
+        n_seq > (1ll << (OJ_PAGED_BUCKETS - 1)))
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
-                            "gpt decode_paged: %lld sequences (need 1..2^%d) and their tokens",
+                            "gpt decode_paged: %lld sequences (need 1..2^%d) and their tokens, "
+                            "positions and block tables",
                             (long long)n_seq, OJ_PAGED_BUCKETS - 1);
+    double t0 = mono_s();
     const int64_t V = m->cfg.vocab_size, BS = pool->block_size, MB = pool->max_blocks;
     const int64_t bad = oj__gpt_bad_token(tokens, n_seq, V);
     if (bad >= 0)
@@ -402,101 +447,157 @@ oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const 
                             "gpt decode_paged: sequence %lld's token is %d, outside the "
                             "vocabulary [0, %lld)",
                             (long long)bad, tokens[bad], (long long)V);
-    int64_t *start = malloc((size_t)(n_seq + 1) * sizeof *start);
-    if (start == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
-    for (int64_t i = 0; i <= n_seq; i++) start[i] = i;
-    bool ok = check_batch(m, pool, n_seq, n_seq, start, past, blocks);
-    free(start);
-    if (!ok) return oj_last_status(eng);
+    for (int64_t i = 0; i < n_seq; i++)
+        if (!check_seq(m, pool, i, 1, past[i], blocks[i])) return oj_last_status(eng);
     int j = 0;
     while ((1ll << j) < n_seq) j++;
     oj_paged_bucket *b = &pool->buckets[j];
     const int64_t B = 1ll << j;
     oj_status st = b->in ? OJ_OK : bucket_init(pool, b, B);
     if (st != OJ_OK) return st;
-    /* the step's inputs: rows n_seq.. are inactive (position -1, no slot) */
-    const int64_t n_in = B * (4 + MB);
-    int32_t *h = calloc((size_t)n_in, sizeof *h);
-    int64_t *hp = calloc((size_t)B, sizeof *hp);
-    if (h == NULL || hp == NULL) {
-        free(h);
-        free(hp);
-        return oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
-    }
-    int32_t *seq = h + B, *vpos = h + 2 * B, *slot = h + 3 * B, *tab = h + 4 * B;
+    /* the step's inputs, one upload: rows n_seq.. are inactive (position
+     * -1, no slot, embedding row 0) */
+    const int64_t n_in = B * (5 + MB);
+    int32_t *h = b->host_in;
+    int32_t *seq = h + B, *vpos = h + 2 * B, *slot = h + 3 * B, *pos = h + 4 * B, *tab = h + 5 * B;
+    memset(tab, 0, (size_t)(B * MB) * sizeof *tab);
     for (int64_t i = 0; i < B; i++) {
+        h[i] = 0;
         seq[i] = (int32_t)i;
         vpos[i] = -1;
         slot[i] = -1;
+        pos[i] = 0;
     }
     for (int64_t i = 0; i < n_seq; i++) {
         const int64_t p = past[i];
         h[i] = tokens[i];
         vpos[i] = (int32_t)p;
-        hp[i] = p;
+        pos[i] = (int32_t)p;
         slot[i] = (int32_t)(blocks[i][p / BS] * BS + p % BS);
-        for (int64_t k = 0; k <= p / BS; k++) tab[i * MB + k] = blocks[i][k];
+        memcpy(tab + i * MB, blocks[i], (size_t)(p / BS + 1) * sizeof *tab);
     }
+    double t1 = mono_s();
     st = oj_copy_from_host(b->in, h, (size_t)n_in * sizeof *h);
-    if (st == OJ_OK) st = oj_copy_from_host(b->pos, hp, (size_t)B * sizeof *hp);
-    free(h);
-    free(hp);
+    double t2 = mono_s();
     bool prev = oj_set_grad_enabled(eng, false);
     const bool graph = use_graph && oj_engine_device(eng).type == OJ_DEVICE_CUDA;
-    oj_tensor *out[3] = {NULL, NULL, NULL}; /* the eager step's outputs */
+    oj_paged_pending *pd = &pool->pending;
+    memset(pd, 0, sizeof *pd);
     if (st == OJ_OK && graph && b->graph == NULL) {
         st = oj_graph_capture_begin(eng);
-        oj_tensor *o[3] = {NULL, NULL, NULL};
+        oj_tensor *o[4] = {NULL, NULL, NULL, NULL};
         bool body = st == OJ_OK && decode_body(m, pool, b, o);
         oj_graph *g = st == OJ_OK ? oj_graph_capture_end(eng) : NULL; /* abandons after an error */
         if (g == NULL || !body) {
             oj_graph_free(g);
-            for (int i = 0; i < 3; i++) oj_release(o[i]);
+            for (int i = 0; i < 4; i++) oj_release(o[i]);
             if (st == OJ_OK) st = oj_last_status(eng) != OJ_OK ? oj_last_status(eng) : OJ_ERR_DEVICE;
         } else {
             b->graph = g;
             b->logits = own(o[0]);
             b->argmax = own(o[1]);
             b->argmax_lp = own(o[2]);
+            b->greedy = o[3] ? own(o[3]) : NULL;
         }
     }
+    /* the replay is only queued: the outputs are read by _end, then the
+     * replay's deferred index checks (one wait for the device, not two) */
     if (st == OJ_OK && graph) {
-        st = oj_graph_replay(b->graph);
+        st = oj__graph_launch(b->graph);
+        pd->launched = st == OJ_OK;
     } else if (st == OJ_OK) {
         oj_scope_begin(eng);
-        if (decode_body(m, pool, b, out))
-            for (int i = 0; i < 3; i++) oj__scope_detach(out[i]);
-        else
+        if (decode_body(m, pool, b, pd->out)) {
+            for (int i = 0; i < 4; i++)
+                if (pd->out[i]) oj__scope_detach(pd->out[i]);
+        } else {
             st = oj_last_status(eng);
+        }
         oj_scope_end(eng);
     }
     oj_set_grad_enabled(eng, prev);
+    double t3 = mono_s();
+    oj_kv_pool_times *tm = &pool->times;
+    tm->prepare_s += t1 - t0;
+    tm->upload_s += t2 - t1;
+    tm->launch_s += t3 - t2;
+    if (st != OJ_OK) {
+        for (int i = 0; i < 4; i++) oj_release(pd->out[i]);
+        memset(pd, 0, sizeof *pd);
+        tm->steps++;
+        return st;
+    }
+    pd->active = true;
+    pd->graph = graph;
+    pd->bucket = j;
+    pd->n_seq = n_seq;
+    return OJ_OK;
+}
+
+oj_status oj_gpt_decode_paged_end(oj_gpt *m, oj_kv_pool *pool, float *logits, int32_t *argmax,
+                                  float *argmax_logprob) {
+    if (m == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    oj_engine *eng = m->eng;
+    if (pool == NULL || pool->m != m || !pool->pending.active)
+        return oj_set_error(eng, pool == NULL || pool->m != m ? OJ_ERR_INVALID_ARGUMENT : OJ_ERR_STATE,
+                            "gpt decode_paged_end: %s",
+                            pool == NULL      ? "the KV pool is NULL"
+                            : pool->m != m    ? "the KV pool was created for another model"
+                                              : "no step was begun on this pool");
+    oj_paged_pending *pd = &pool->pending;
+    oj_paged_bucket *b = &pool->buckets[pd->bucket];
+    const int64_t V = m->cfg.vocab_size, B = b->B, n_seq = pd->n_seq;
+    const bool graph = pd->graph;
+    double t3 = mono_s(), t4 = t3;
+    oj_status st = OJ_OK;
+    if (pool->timing_sync) {
+        st = oj_engine_synchronize(eng);
+        t4 = mono_s();
+    }
     /* the first n_seq rows of each output wanted (contiguous views) */
-    oj_tensor *all[3] = {graph ? b->logits : out[0], graph ? b->argmax : out[1],
-                         graph ? b->argmax_lp : out[2]};
+    oj_tensor *all[4] = {graph ? b->logits : pd->out[0], graph ? b->argmax : pd->out[1],
+                         graph ? b->argmax_lp : pd->out[2], graph ? b->greedy : pd->out[3]};
     if (st == OJ_OK && logits) {
         oj_tensor *rows = oj_narrow(all[0], 1, 0, n_seq);
         st = rows ? oj_to_host(rows, logits, (size_t)(n_seq * V) * sizeof *logits) : oj_last_status(eng);
         oj_release(rows);
     }
-    if (st == OJ_OK && argmax) {
-        int64_t *h64 = malloc((size_t)n_seq * sizeof *h64);
-        oj_tensor *rows = h64 ? oj_narrow(all[1], 1, 0, n_seq) : NULL;
-        st = rows ? oj_to_host(rows, h64, (size_t)n_seq * sizeof *h64)
-             : h64 ? oj_last_status(eng)
-                   : oj_set_error(eng, OJ_ERR_CAPACITY, "gpt decode_paged: out of host memory");
-        for (int64_t i = 0; st == OJ_OK && i < n_seq; i++) argmax[i] = (int32_t)h64[i];
-        oj_release(rows);
-        free(h64);
+    if (st == OJ_OK && (argmax || argmax_logprob) && all[3]) {
+        /* both in one copy: [2, B] f32 */
+        st = oj_to_host(all[3], b->host_out, (size_t)(2 * B) * sizeof *b->host_out);
+        for (int64_t i = 0; st == OJ_OK && i < n_seq; i++) {
+            if (argmax) argmax[i] = (int32_t)b->host_out[i];
+            if (argmax_logprob) argmax_logprob[i] = b->host_out[B + i];
+        }
+    } else if (st == OJ_OK && (argmax || argmax_logprob)) { /* V > 2^24: two copies */
+        if (argmax) st = oj_to_host(all[1], b->host_am, (size_t)B * sizeof *b->host_am);
+        for (int64_t i = 0; st == OJ_OK && argmax && i < n_seq; i++) argmax[i] = (int32_t)b->host_am[i];
+        if (st == OJ_OK && argmax_logprob) {
+            oj_tensor *rows = oj_narrow(all[2], 1, 0, n_seq);
+            st = rows ? oj_to_host(rows, argmax_logprob, (size_t)n_seq * sizeof *argmax_logprob)
+                      : oj_last_status(eng);
+            oj_release(rows);
+        }
     }
-    if (st == OJ_OK && argmax_logprob) {
-        oj_tensor *rows = oj_narrow(all[2], 1, 0, n_seq);
-        st = rows ? oj_to_host(rows, argmax_logprob, (size_t)n_seq * sizeof *argmax_logprob)
-                  : oj_last_status(eng);
-        oj_release(rows);
+    if (pd->launched) { /* the replay's checks, after its outputs (or their error) */
+        oj_status ck = oj__graph_checks(b->graph);
+        if (st == OJ_OK) st = ck;
     }
-    for (int i = 0; i < 3; i++) oj_release(out[i]);
+    for (int i = 0; i < 4; i++) oj_release(pd->out[i]);
+    memset(pd, 0, sizeof *pd);
+    double t5 = mono_s();
+    oj_kv_pool_times *tm = &pool->times;
+    tm->steps++;
+    tm->wait_s += t4 - t3;
+    tm->readback_s += t5 - t4;
     return st;
+}
+
+oj_status oj_gpt_decode_paged(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq, const int32_t *tokens,
+                              const int64_t *past, const int32_t *const *blocks, bool use_graph,
+                              float *logits, int32_t *argmax, float *argmax_logprob) {
+    oj_status st = oj_gpt_decode_paged_begin(m, pool, n_seq, tokens, past, blocks, use_graph);
+    return st == OJ_OK ? oj_gpt_decode_paged_end(m, pool, logits, argmax, argmax_logprob) : st;
 }
 
 bool oj_gpt_decode_paged_graphed(const oj_kv_pool *pool, int64_t n_seq) {

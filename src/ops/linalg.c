@@ -289,6 +289,45 @@ static bool rows_view(const oj_tensor *t, int64_t *rows, int64_t *rs) {
     return ok;
 }
 
+/* dW = g^T x [out, in] and db = g's rows summed [out] from one backend
+ * call (matmul_bgrad: the GEMM's epilogue reduces g as it reads it), g2
+ * [N, out], x [..., in]. True when done: gi[1], gi[2] set, or left NULL
+ * with the error recorded when it failed; false with nothing set or
+ * recorded when the backend has no entry or does not take these operands
+ * (the caller then runs the GEMM and the reduction). */
+static bool wgrad_bgrad(oj_engine *eng, oj_tensor *g2, oj_tensor *x, int64_t in_f,
+                        int64_t out_f, oj_tensor **gi) {
+    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *, const oj_tensor *, oj_tensor *) =
+        eng->backend->matmul_bgrad;
+    int64_t rows, gs, xrows, xs;
+    if (k == NULL || g2->dtype != x->dtype || in_f == 0 || out_f == 0 ||
+        !rows_view(g2, &rows, &gs) || !rows_view(x, &xrows, &xs) || rows != xrows || rows < 1 ||
+        g2->stride[1] != 1 || x->stride[x->rank - 1] != 1)
+        return false;
+    int64_t ws[2] = {out_f, in_f};
+    oj_tensor *dw = oj__tensor_alloc(eng, 2, ws, x->dtype, "linear");
+    oj_tensor *db = dw ? oj__tensor_alloc(eng, 1, &out_f, x->dtype, "linear") : NULL;
+    if (db == NULL) {
+        oj_release(dw);
+        return true;
+    }
+    oj_tensor va, vb, vo, vd = *db;
+    kview(&va, g2, 0, 1, out_f, rows, 0, 1, gs); /* g^T [out, N] */
+    kview(&vb, x, 0, 1, rows, in_f, 0, xs, 1);
+    kview(&vo, dw, 0, 1, out_f, in_f, 0, in_f, 1);
+    oj_status st = k(eng, &vo, &va, &vb, &vd);
+    if (st != OJ_OK) {
+        oj_release(dw);
+        oj_release(db);
+        if (st == OJ_ERR_UNSUPPORTED) return false;
+        oj__kernel_ok(eng, st, "linear");
+        return true;
+    }
+    gi[1] = dw;
+    gi[2] = db;
+    return true;
+}
+
 /* The gradients of y = x W^T + b given dy (go): gi[0] dx (x's shape, xe),
  * gi[1] dW, gi[2] db, each only where need[i]; x is read only for dW, w
  * (shape we) only for dx (either may be NULL otherwise). Shared by linear
@@ -308,6 +347,10 @@ static void linear_grads(oj_engine *eng, oj_tensor *g, oj_tensor *x, const oj_ed
         oj_tensor *dx = oj_matmul(g2, w);
         gi[0] = dx ? oj_reshape(dx, xe->rank, xe->shape) : NULL;
         oj_release(dx);
+    }
+    if (need[1] && need[2] && wgrad_bgrad(eng, g2, x, in_f, out_f, gi)) { /* dW and db */
+        oj_release(g2);
+        return;
     }
     if (need[1]) { /* dW = g^T x, [out, N] @ [N, in] */
         oj_tensor *x2 = oj_reshape(x, 2, x2s);
@@ -347,9 +390,10 @@ static oj_status linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **g
     return oj_last_status(n->eng);
 }
 
-oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
-    oj_tensor *ac_in[3] = {x, weight, bias};
-    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_linear(ac[0], ac[1], ac[2]));
+/* y = x W^T + b with linear's node; with act (not NULL) also *act =
+ * gelu_tanh(y), a plain tensor (no node), from the backend's fused
+ * matmul_bias_act entry where it applies, else left NULL. */
+static oj_tensor *linear_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **act) {
     const char *op = "linear";
     oj_tensor *in[3] = {x, weight, bias};
     int nin = bias ? 3 : 2;
@@ -395,15 +439,40 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     const oj_tensor *xs = xc ? xc : x;
     bool ok = true;
+    if (act && bias && eng->backend->matmul_bias_act && bias->dtype == out->dtype && rows > 0 &&
+        out_f > 0) { /* out and gelu(out) from one GEMM: *act */
+        oj_tensor *g = oj__tensor_alloc(eng, x->rank, oshape, x->dtype, op);
+        oj_status st = g ? OJ_OK : oj_last_status(eng);
+        if (g) {
+            oj_tensor va, vb, vo, vp;
+            kview(&va, xs, 0, 1, rows, in_f, 0, rs, xs->stride[xs->rank - 1]);
+            kview(&vb, weight, 0, 1, in_f, out_f, 0, weight->stride[1], weight->stride[0]);
+            kview(&vo, g, 0, 1, rows, out_f, 0, out_f, 1);
+            kview(&vp, out, 0, 1, rows, out_f, 0, out_f, 1);
+            st = eng->backend->matmul_bias_act(eng, &vo, &va, &vb, bias, &vp, OJ_UN_GELU_TANH);
+        }
+        if (st == OJ_OK) {
+            *act = g;
+        } else {
+            oj_release(g);
+            if (st != OJ_ERR_UNSUPPORTED) {
+                if (g) oj__kernel_ok(eng, st, op);
+                oj_release(xc);
+                oj_release(out);
+                return NULL;
+            }
+        }
+    }
     /* the backend adds the bias itself when it can (matmul_bias), else
      * out starts as the broadcast bias and the GEMM accumulates onto it */
+    const bool done = act && *act; /* out written above */
     bool fused = bias && eng->backend->matmul_bias && bias->dtype == out->dtype && rows > 0 &&
                  out_f > 0;
-    if (bias && !fused) {
+    if (bias && !fused && !done) {
         oj_status (*cp)(oj_engine *, oj_tensor *, const oj_tensor *) = OJ_KERNEL(eng, copy, op);
         ok = cp && oj__kernel_ok(eng, cp(eng, out, bias), op);
     }
-    if (ok && rows > 0 && out_f > 0) {
+    if (ok && rows > 0 && out_f > 0 && !done) {
         oj_tensor va, vb, vo;
         kview(&va, xs, 0, 1, rows, in_f, 0, rs, xs->stride[xs->rank - 1]);
         kview(&vb, weight, 0, 1, in_f, out_f, 0, weight->stride[1], weight->stride[0]);
@@ -414,6 +483,10 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
     }
     oj_release(xc);
     if (!ok) {
+        if (act) {
+            oj_release(*act);
+            *act = NULL;
+        }
         oj_release(out);
         return NULL;
     }
@@ -424,6 +497,19 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
         oj__node_finish(nd, 1, &out);
     }
     return out;
+}
+
+oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_linear(ac[0], ac[1], ac[2]));
+    return linear_impl(x, weight, bias, NULL);
+}
+
+oj_tensor *oj__linear_gelu(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **act) {
+    *act = NULL;
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj__linear_gelu(ac[0], ac[1], ac[2], act));
+    return linear_impl(x, weight, bias, act);
 }
 
 /* ---------------------------------------------------------------- gelu_linear */
@@ -492,17 +578,20 @@ static oj_status gelu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tenso
     return oj_last_status(eng);
 }
 
-oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate) {
+/* gelu_linear's forward and node; act (or NULL): gelu(x) already made
+ * (oj__linear_gelu), taken when it has x's shape and dtype. */
+static oj_tensor *gelu_linear_impl(oj_tensor *x, oj_tensor *act, oj_tensor *weight,
+                                   oj_tensor *bias, bool approximate) {
     const char *op = "gelu_linear";
-    oj_tensor *ac_in[3] = {x, weight, bias};
-    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_gelu_linear(ac[0], ac[1], ac[2], approximate));
     oj_tensor *in[3] = {x, weight, bias};
     int nin = bias ? 3 : 2;
     oj_engine *eng = oj__ops_engine(op, nin, in);
     if (eng == NULL) return NULL;
     if (!float_pair(eng, op, x, weight)) return NULL;
     bool prev = oj_set_grad_enabled(eng, false);
-    oj_tensor *h = approximate ? oj_gelu_tanh(x) : oj_gelu(x);
+    bool take = act && act->dtype == x->dtype && act->rank == x->rank &&
+                memcmp(act->shape, x->shape, sizeof(int64_t) * (size_t)x->rank) == 0;
+    oj_tensor *h = take ? oj_retain(act) : approximate ? oj_gelu_tanh(x) : oj_gelu(x);
     oj_tensor *out = h ? oj_linear(h, weight, bias) : NULL; /* checks the shapes */
     oj_release(h);
     oj_set_grad_enabled(eng, prev);
@@ -515,6 +604,18 @@ oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool
         oj__node_finish(nd, 1, &out);
     }
     return out;
+}
+
+oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_gelu_linear(ac[0], ac[1], ac[2], approximate));
+    return gelu_linear_impl(x, NULL, weight, bias, approximate);
+}
+
+oj_tensor *oj__gelu_linear_act(oj_tensor *x, oj_tensor *act, oj_tensor *weight, oj_tensor *bias) {
+    oj_tensor *ac_in[3] = {x, weight, bias};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj__gelu_linear_act(ac[0], act, ac[1], ac[2]));
+    return gelu_linear_impl(x, act, weight, bias, true);
 }
 
 /* ---------------------------------------------------------------- swiglu_linear */
@@ -634,9 +735,28 @@ static void mul_linear_edge(const oj_tensor *a, oj_dtype dt, oj_edge *xe) {
     xe->dtype = dt;
 }
 
+/* Does the backend's mul_row_backward take dp, a and b (b one value per
+ * row of a: [..., 1] against [..., D], D > 1; one float dtype; all
+ * contiguous)? */
+static bool mul_row_fits(const oj_engine *eng, const oj_tensor *dp, const oj_tensor *a,
+                         const oj_tensor *b) {
+    const int r = a->rank;
+    if (eng->backend->mul_row_backward == NULL || r < 1 || b->rank != r || dp->rank != r ||
+        a->shape[r - 1] < 2 || b->shape[r - 1] != 1 || b->dtype != a->dtype ||
+        dp->dtype != a->dtype ||
+        (a->dtype != OJ_F32 && a->dtype != OJ_BF16 && a->dtype != OJ_F16) ||
+        !oj_is_contiguous(a) || !oj_is_contiguous(b) || !oj_is_contiguous(dp))
+        return false;
+    for (int d = 0; d < r - 1; d++)
+        if (b->shape[d] != a->shape[d]) return false;
+    return true;
+}
+
 /* saved: a, b, W. The backward recomputes p = a * b (mul's bits), runs
  * linear's rule on p viewed as [..., K], then mul's rule (dp b, dp a, each
- * summed to its input's shape), as the three ops' nodes would. */
+ * summed to its input's shape), as the three ops' nodes would; with b one
+ * value per row of a, in one pass where the backend has it
+ * (mul_row_backward: b's gradient summed in another order). */
 static oj_status mul_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     oj_tensor *a = oj__node_saved(n, 0), *b = oj__node_saved(n, 1), *w = oj__node_saved(n, 2);
@@ -656,11 +776,24 @@ static oj_status mul_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor
     gi[2] = lg[1];
     if (lg[0]) {
         oj_tensor *dp = oj_reshape(lg[0], a->rank, a->shape);
-        oj_tensor *ga = dp && na ? oj_mul(dp, b) : NULL, *gb = dp && nb ? oj_mul(dp, a) : NULL;
-        if (ga) gi[0] = oj__sum_to_input(n, 0, ga);
-        if (gb) gi[1] = oj__sum_to_input(n, 1, gb);
-        oj_release(ga);
-        oj_release(gb);
+        if (dp && mul_row_fits(eng, dp, a, b)) { /* the backend's one pass */
+            oj_tensor *da = na ? oj__tensor_alloc(eng, a->rank, a->shape, a->dtype, n->op) : NULL;
+            oj_tensor *db = nb ? oj__tensor_alloc(eng, b->rank, b->shape, b->dtype, n->op) : NULL;
+            if ((!na || da) && (!nb || db) &&
+                oj__kernel_ok(eng, eng->backend->mul_row_backward(eng, da, db, dp, a, b), n->op)) {
+                gi[0] = da;
+                gi[1] = db;
+            } else {
+                oj_release(da);
+                oj_release(db);
+            }
+        } else {
+            oj_tensor *ga = dp && na ? oj_mul(dp, b) : NULL, *gb = dp && nb ? oj_mul(dp, a) : NULL;
+            if (ga) gi[0] = oj__sum_to_input(n, 0, ga);
+            if (gb) gi[1] = oj__sum_to_input(n, 1, gb);
+            oj_release(ga);
+            oj_release(gb);
+        }
         oj_release(dp);
         oj_release(lg[0]);
     }

@@ -180,102 +180,174 @@ static bool qk_norm_rotary(oj_engine *eng, const char *op, const oj_tensor *x, d
     return false;
 }
 
-/* saved: 0 q1, 1 k1, 2 v, 3 out, 4 lse; i[0] position offset; f[0]
- * scale, f[1] eps, f[2] theta. q and k are made again from q1 and k1
- * (their kernels: the same bits), then attention's backward entry and
- * rms_norm_rotary's, as the three ops' nodes run them. */
+/* v = value_mix(v1, v0, s) by the backend's entry into a new contiguous
+ * tensor, unrecorded; NULL with the error recorded. */
+static oj_tensor *mixed_v(oj_engine *eng, const char *op, const oj_tensor *v1, const oj_tensor *v0,
+                          const oj_tensor *s) {
+    oj_tensor *v = oj__tensor_alloc(eng, v1->rank, v1->shape, v1->dtype, op);
+    if (v && !oj__kernel_ok(eng, eng->backend->value_mix_forward(eng, v, v1, v0, s), op)) {
+        oj_release(v);
+        v = NULL;
+    }
+    return v;
+}
+
+/* saved: 0 q1, 1 k1, 2 v (with the value residual: v1), 3 out, 4 lse,
+ * and with it 5 v0, 6 s; i[0] position offset, i[1] the value residual
+ * (inputs q1, k1, v1, v0, s); f[0] scale, f[1] eps, f[2] theta. q and k
+ * (and v) are made again from q1 and k1 (v1, v0, s) by their kernels
+ * (the same bits), then attention's backward entry, rms_norm_rotary's
+ * and value_mix's, as the ops' nodes run them (the gradients of q1, k1
+ * and v1 written through their strides where oj__mirror_grads lays them
+ * out: the same values). */
 static oj_status qk_attention_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
-    oj_tensor *s[5] = {0};
-    for (int j = 0; j < 5; j++)
+    const bool mix = n->i[1] != 0;
+    oj_tensor *s[7] = {0};
+    for (int j = 0; j < (mix ? 7 : 5); j++)
         if ((s[j] = oj__node_saved(n, j)) == NULL) return oj_last_status(eng);
     const int64_t pos = n->i[0];
     const double scale = n->f[0], eps = n->f[1], theta = n->f[2];
-    oj_tensor *q = NULL, *rq = NULL, *k = NULL, *rk = NULL, *d[3] = {NULL, NULL, NULL};
-    oj_tensor *dq1 = NULL, *dk1 = NULL;
+    oj_tensor *q = NULL, *rq = NULL, *k = NULL, *rk = NULL, *v = NULL, *d[3] = {NULL, NULL, NULL};
+    oj_tensor *dq1 = NULL, *dk1 = NULL, *dv1 = NULL, *dv0 = NULL, *ds = NULL;
     const bool nq = oj__node_needs(n, 0), nk = oj__node_needs(n, 1), nv = oj__node_needs(n, 2);
+    const bool nv0 = mix && oj__node_needs(n, 3), ns = mix && oj__node_needs(n, 4);
     bool ok = qk_norm_rotary(eng, n->op, s[0], eps, pos, theta, &q, &rq) &&
               qk_norm_rotary(eng, n->op, s[1], eps, pos, theta, &k, &rk);
+    if (ok && mix) ok = (v = mixed_v(eng, n->op, s[2], s[5], s[6])) != NULL;
+    /* q1, k1 and v1 (or v when it is a head view of the same projection)
+     * get their gradients where they lie in a buffer laid out like the
+     * projection (oj__mirror_grads): the views' and the split's backward
+     * then pass them on without copies */
+    oj_tensor *mg[3] = {NULL, NULL, NULL};
+    const bool rows = s[0]->shape[3] <= 1 || s[0]->stride[3] == 1; /* the kernels' dx */
+    int r = ok && rows && nq && nk && nv ? oj__mirror_grads(eng, n->op, 3, s, mg) : 0;
+    if (r == 0 && ok && rows && nq && nk) r = oj__mirror_grads(eng, n->op, 2, s, mg);
+    ok = ok && r >= 0;
+    dq1 = mg[0], dk1 = mg[1];
+    if (mix)
+        dv1 = mg[2];
+    else
+        d[2] = mg[2];
+    const bool ndv = mix ? nv || nv0 || ns : nv; /* attention's dv wanted */
     for (int j = 0; j < 3 && ok; j++) {
-        const oj_tensor *t = j == 0 ? q : j == 1 ? k : s[2];
-        if ((j == 0 && nq) || (j == 1 && nk) || (j == 2 && nv))
+        const oj_tensor *t = j == 0 ? q : j == 1 ? k : mix ? v : s[2];
+        if ((j == 0 && nq) || (j == 1 && nk) || (j == 2 && ndv && d[2] == NULL))
             ok = (d[j] = oj__tensor_alloc(eng, 4, t->shape, t->dtype, n->op)) != NULL;
     }
     if (ok)
         ok = oj__kernel_ok(eng, eng->backend->attention_backward(eng, d[0], d[1], d[2], go[0], q, k,
-                                                                 s[2], s[3], s[4], NULL, true,
-                                                                 scale),
+                                                                 mix ? v : s[2], s[3], s[4], NULL,
+                                                                 true, scale),
                            n->op);
-    if (ok && nq && (dq1 = oj__tensor_alloc(eng, 4, n->in[0].shape, n->in[0].dtype, n->op)))
+    if (ok && nq && dq1 == NULL)
+        ok = (dq1 = oj__tensor_alloc(eng, 4, n->in[0].shape, n->in[0].dtype, n->op)) != NULL;
+    if (ok && nq)
         ok = oj__kernel_ok(eng, eng->backend->rms_norm_rotary_backward(eng, dq1, d[0], s[0], rq, NULL,
                                                                        pos, theta),
                            n->op);
-    else if (ok && nq)
-        ok = false;
-    if (ok && nk && (dk1 = oj__tensor_alloc(eng, 4, n->in[1].shape, n->in[1].dtype, n->op)))
+    if (ok && nk && dk1 == NULL)
+        ok = (dk1 = oj__tensor_alloc(eng, 4, n->in[1].shape, n->in[1].dtype, n->op)) != NULL;
+    if (ok && nk)
         ok = oj__kernel_ok(eng, eng->backend->rms_norm_rotary_backward(eng, dk1, d[1], s[1], rk, NULL,
                                                                        pos, theta),
                            n->op);
-    else if (ok && nk)
-        ok = false;
-    oj_tensor *tmp[] = {q, rq, k, rk, d[0], d[1]};
+    if (mix && ok && (nv || nv0 || ns)) { /* value_mix's rule on attention's dv */
+        const oj_edge *e1 = &n->in[2], *e0 = &n->in[3], *es = &n->in[4];
+        if (nv && dv1 == NULL)
+            ok = (dv1 = oj__tensor_alloc(eng, e1->rank, e1->shape, e1->dtype, n->op)) != NULL;
+        if (ok && nv0)
+            ok = (dv0 = oj__tensor_alloc(eng, e0->rank, e0->shape, e0->dtype, n->op)) != NULL;
+        if (ok && ns) ok = (ds = oj__tensor_alloc(eng, es->rank, es->shape, OJ_F32, n->op)) != NULL;
+        if (ok)
+            ok = oj__kernel_ok(eng, eng->backend->value_mix_backward(eng, nv ? dv1 : NULL, dv0, ds,
+                                                                     d[2], s[2], s[5], s[6]),
+                               n->op);
+    }
+    oj_tensor *tmp[] = {q, rq, k, rk, v, d[0], d[1], mix ? d[2] : NULL};
     for (size_t j = 0; j < sizeof tmp / sizeof tmp[0]; j++) oj_release(tmp[j]);
+    if (mix && !nv) { /* a mirror view made for v1 without its gradient wanted */
+        oj_release(dv1);
+        dv1 = NULL;
+    }
     if (!ok) {
-        oj_release(dq1);
-        oj_release(dk1);
-        oj_release(d[2]);
+        oj_tensor *outs[] = {dq1, dk1, dv1, dv0, ds, mix ? NULL : d[2]};
+        for (size_t j = 0; j < sizeof outs / sizeof outs[0]; j++) oj_release(outs[j]);
         return oj_last_status(eng) ? oj_last_status(eng) : OJ_ERR_INTERNAL;
     }
-    gi[0] = dq1, gi[1] = dk1, gi[2] = d[2];
+    gi[0] = dq1, gi[1] = dk1, gi[2] = mix ? dv1 : d[2];
+    if (mix) gi[3] = dv0, gi[4] = ds;
     return OJ_OK;
 }
 
 oj_tensor *oj__attention_qk_norm_rotary(oj_tensor *q1, oj_tensor *k1, oj_tensor *v, double eps,
                                         int64_t pos, double theta) {
+    return oj__attention_qk_norm_rotary_mix(q1, k1, v, NULL, NULL, eps, pos, theta);
+}
+
+oj_tensor *oj__attention_qk_norm_rotary_mix(oj_tensor *q1, oj_tensor *k1, oj_tensor *v1,
+                                            oj_tensor *v0, oj_tensor *s, double eps, int64_t pos,
+                                            double theta) {
     const char *op = "attention_qk_norm_rotary";
-    oj_tensor *ins[3] = {q1, k1, v};
-    oj_engine *eng = q1 && k1 && v ? oj__ops_engine(op, 3, ins) : NULL;
+    const bool mix = v0 != NULL || s != NULL;
+    oj_tensor *ins[5] = {q1, k1, v1, v0, s};
+    oj_engine *eng = q1 && k1 && v1 && (!mix || (v0 && s)) ? oj__ops_engine(op, mix ? 5 : 3, ins)
+                                                            : NULL;
     if (eng == NULL) return NULL;
     const oj_backend *be = eng->backend;
     bool fused = be->rms_norm_rotary_forward && be->rms_norm_rotary_backward &&
                  be->attention_forward && be->attention_backward && q1->rank == 4 &&
-                 k1->rank == 4 && k1->dtype == q1->dtype && v->dtype == q1->dtype &&
+                 k1->rank == 4 && k1->dtype == q1->dtype && v1->dtype == q1->dtype &&
                  (!oj_autocast_enabled(eng) || q1->dtype == oj_autocast_dtype(eng)) &&
-                 q1->shape[3] % 2 == 0 && eps >= 0.0 && !isinf(eps);
-    if (!fused) { /* the three ops, each with its node */
-        oj_tensor *q = oj_rms_norm_rotary(q1, NULL, eps, pos, theta);
-        oj_tensor *k = q ? oj_rms_norm_rotary(k1, NULL, eps, pos, theta) : NULL;
-        oj_tensor *y = k ? oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN) : NULL;
-        oj_release(q);
-        oj_release(k);
+                 q1->shape[3] % 2 == 0 && eps >= 0.0 && !isinf(eps) &&
+                 (!mix || oj__value_mix_fits(eng, v1, v0, s));
+    if (!fused) { /* the value residual as its op, then the joint node or the three ops */
+        oj_tensor *v = mix ? oj__value_mix(v1, v0, s) : oj_retain(v1), *y = NULL;
+        if (v && mix) {
+            y = oj__attention_qk_norm_rotary(q1, k1, v, eps, pos, theta);
+        } else if (v) {
+            oj_tensor *q = oj_rms_norm_rotary(q1, NULL, eps, pos, theta);
+            oj_tensor *k = q ? oj_rms_norm_rotary(k1, NULL, eps, pos, theta) : NULL;
+            y = k ? oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN) : NULL;
+            oj_release(q);
+            oj_release(k);
+        }
+        oj_release(v);
         return y;
     }
     oj_tensor *q = NULL, *rq = NULL, *k = NULL, *rk = NULL, *out = NULL, *lse = NULL;
-    bool ok = qk_norm_rotary(eng, op, q1, eps, pos, theta, &q, &rq) &&
+    oj_tensor *v = mix ? mixed_v(eng, op, v1, v0, s) : oj_retain(v1);
+    bool ok = v && qk_norm_rotary(eng, op, q1, eps, pos, theta, &q, &rq) &&
               qk_norm_rotary(eng, op, k1, eps, pos, theta, &k, &rk) &&
               attention_check(eng, op, q, k, v, NULL);
     oj_release(rq);
     oj_release(rk);
     int64_t B = q1->shape[0], H = q1->shape[1], T = q1->shape[2], D = q1->shape[3];
-    int64_t full[4] = {B, H, T, ok ? k->shape[2] : 0}, oshape[4] = {B, H, T, v->shape[3]};
+    int64_t full[4] = {B, H, T, ok ? k->shape[2] : 0}, oshape[4] = {B, H, T, v1->shape[3]};
     const double scale = D > 0 ? 1.0 / sqrt((double)D) : 1.0;
     if (ok) ok = (out = alloc_heads_last(eng, oshape, q->dtype, op)) != NULL;
-    oj_node *nd = ok ? oj__node_begin(eng, op, qk_attention_backward, 3, q1, k1, v) : NULL;
+    oj_node *nd = ok ? oj__node_begin_v(eng, op, qk_attention_backward, mix ? 5 : 3, ins) : NULL;
     if (nd) ok = (lse = oj__tensor_alloc(eng, 3, full, oj__nn_stat_dtype(q->dtype), op)) != NULL;
     if (ok)
         ok = oj__kernel_ok(eng, be->attention_forward(eng, out, lse, q, k, v, NULL, true, scale),
                            op);
     oj_release(q);
     oj_release(k);
+    oj_release(v); /* with the value residual: made again in the backward, not kept */
     if (ok && nd) {
         nd->i[0] = pos;
+        nd->i[1] = mix;
         nd->f[0] = scale, nd->f[1] = eps, nd->f[2] = theta;
         oj__node_save(nd, q1);
         oj__node_save(nd, k1);
-        oj__node_save(nd, v);
+        oj__node_save(nd, v1);
         oj__nn_save_temp(nd, oj__nn_alias(out));
         oj__nn_save_temp(nd, lse);
         lse = NULL;
+        if (mix) {
+            oj__node_save(nd, v0);
+            oj__node_save(nd, s);
+        }
         oj__node_finish(nd, 1, &out);
     } else {
         oj__node_abort(nd);

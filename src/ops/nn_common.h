@@ -63,6 +63,24 @@ oj_tensor *oj__value_mix(oj_tensor *v1, oj_tensor *v0, oj_tensor *s);
  * the ops' errors recorded. */
 oj_tensor *oj__attention_qk_norm_rotary(oj_tensor *q1, oj_tensor *k1, oj_tensor *v, double eps,
                                         int64_t pos, double theta);
+/* The same over v = oj__value_mix(v1, v0, s) (nanolab's value residual:
+ * v1, v0 [B, Hkv, T, Dv] of q1's dtype, s f32 with one element) with v0
+ * and s given (both NULL: oj__attention_qk_norm_rotary). Where the
+ * backend also has the fused value_mix entries and they take v1, v0, s
+ * (oj__value_mix_fits): one node that makes v again in the backward
+ * rather than keeping it ([B, Hkv, T, Dv] less between forward and
+ * backward) and writes v1's gradient beside q1's and k1's when they are
+ * head views of one projection; the values and gradients of
+ * oj__value_mix then oj__attention_qk_norm_rotary bit for bit. Elsewhere
+ * those two ops. NULL with the ops' errors recorded. */
+oj_tensor *oj__attention_qk_norm_rotary_mix(oj_tensor *q1, oj_tensor *k1, oj_tensor *v1,
+                                            oj_tensor *v0, oj_tensor *s, double eps, int64_t pos,
+                                            double theta);
+/* Whether the backend's fused value_mix entries take v1, v0, s
+ * (nn_value_mix.c: bf16/f16 v1, v0 of one shape of rank 1..4 with the
+ * last dim contiguous, s f32 with one element, one engine). */
+bool oj__value_mix_fits(const oj_engine *eng, const oj_tensor *v1, const oj_tensor *v0,
+                        const oj_tensor *s);
 /* 1 / count (count from oj__nn_count_rows) computed in f64 and rounded
  * once to dt, a rank-0 tensor. For the loss (grad false) a count of 0
  * gives inf: the loss sum, 0 then, times inf is NaN, as torch's 0/0. For

@@ -4,6 +4,7 @@
 
 #include <math.h>
 
+#include "backend/gemv_tiles.h"
 #include "ops/nn_common.h"
 #include "ops/views_internal.h"
 
@@ -16,16 +17,8 @@ bool oj__decode_weight_ok(const oj_tensor *w) {
 }
 
 bool oj__decode_matches_unfused(const oj_tensor *w) {
-    if (!oj__decode_weight_ok(w)) return false;
-    const int64_t K = w->shape[0], N = w->shape[1];
-    if (K >= 4096) return false; /* cuda_gemv.cu's launch_kn: 8 column groups */
-    /* its kn_groups and split rule */
-    const int64_t groups = (N + 7) / 8;
-    const int64_t G = groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2, KS = 256 / G;
-    const int64_t blocks = (N + 8 * G - 1) / (8 * G), rows = (K + KS - 1) / KS;
-    int64_t S = blocks < 264 ? (264 + blocks - 1) / blocks : 1;
-    if (S > rows / 16) S = rows / 16;
-    return S <= 1;
+    /* the tiles cuda_gemv.cu launches (backend/gemv_tiles.h) */
+    return oj__decode_weight_ok(w) && oj_gemv_kn_unsplit(w->shape[1], w->shape[0]);
 }
 
 bool oj__decode_supported(const oj_engine *eng) {

@@ -103,10 +103,11 @@ oj_status oj__decode_sample_keep_(oj_tensor *tok, oj_tensor *logits, oj_tensor *
 /* Whether the decode entries' product with w [K, N] sums in the order of
  * the CUDA one-row matmul (cuda_gemv.cu, "kn": the same column tile, no
  * split of K), so that with the norm's order (which they always follow)
- * their outputs are the unfused ops' bits on a CUDA engine: K < 4096 and
- * K short enough that the matmul splits none (it splits when fewer than
- * 264 blocks cover N and a thread would sum >= 32 rows). No error
- * recorded; false for a weight oj__decode_weight_ok refuses. */
+ * their outputs are the unfused ops' bits on a CUDA engine: the matmul's
+ * own tile rule says so (backend/gemv_tiles.h oj_gemv_kn_unsplit: K <
+ * 4096 and no split of K, which happens when fewer than 264 blocks cover
+ * N and a thread would sum >= 32 rows). No error recorded; false for a
+ * weight oj__decode_weight_ok refuses. */
 bool oj__decode_matches_unfused(const oj_tensor *w);
 
 /* Whether w [N, K] suits oj__decode_norm_head: bf16/f16, k-stride 1

@@ -43,9 +43,8 @@ static oj_status value_mix_backward(oj_node *n, oj_tensor *const *go, oj_tensor 
     return OJ_OK;
 }
 
-/* Does the backend's fused pair take v1, v0, s? (backend.h value_mix_*) */
-static bool fused_fits(const oj_engine *eng, const oj_tensor *v1, const oj_tensor *v0,
-                       const oj_tensor *s) {
+bool oj__value_mix_fits(const oj_engine *eng, const oj_tensor *v1, const oj_tensor *v0,
+                        const oj_tensor *s) {
     const oj_backend *be = eng->backend;
     const int r = v1->rank;
     if (be->value_mix_forward == NULL || be->value_mix_backward == NULL || r < 1 || r > 4 ||
@@ -66,7 +65,7 @@ oj_tensor *oj__value_mix(oj_tensor *v1, oj_tensor *v0, oj_tensor *s) {
     oj_tensor *ins[3] = {v1, v0, s};
     oj_engine *eng = oj__ops_engine(op, 3, ins);
     if (eng == NULL) return NULL;
-    if (!fused_fits(eng, v1, v0, s)) { /* the chain, each op with its node */
+    if (!oj__value_mix_fits(eng, v1, v0, s)) { /* the chain, each op with its node */
         oj_tensor *diff = oj_sub(v1, v0);
         oj_tensor *a = diff ? oj_mul(diff, s) : NULL;
         oj_tensor *v = a ? oj_add(v0, a) : NULL;

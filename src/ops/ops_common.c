@@ -226,6 +226,77 @@ static bool tiles_one_block(int n, oj_tensor *const *x, int64_t *first) {
     return true;
 }
 
+/* x[0..n) one layout (shape, strides, dtype) at n distinct offsets of one
+ * storage whose elements no two of them share, together at least half of
+ * the storage's bytes, inside it (see oj__mirror_grads). */
+static bool mirror_fits(int n, oj_tensor *const *x) {
+    const oj_tensor *q = x[0];
+    const int64_t es = (int64_t)oj_dtype_size(q->dtype);
+    int64_t off[4], numel = oj_numel(q);
+    for (int j = 0; j < n; j++) {
+        const oj_tensor *t = x[j];
+        if (t->storage != q->storage || t->dtype != q->dtype || t->rank != q->rank ||
+            t->offset % es != 0)
+            return false;
+        for (int d = 0; d < q->rank; d++)
+            if (t->shape[d] != q->shape[d] || t->stride[d] != q->stride[d]) return false;
+        off[j] = t->offset / es;
+    }
+    for (int a = 1; a < n; a++) /* insertion sort of the offsets */
+        for (int b = a; b > 0 && off[b] < off[b - 1]; b--) {
+            int64_t t = off[b];
+            off[b] = off[b - 1], off[b - 1] = t;
+        }
+    int64_t delta = off[1] - off[0];
+    if (numel == 0 || delta <= 0) return false;
+    for (int j = 2; j < n; j++)
+        if (off[j] - off[j - 1] != delta) return false;
+    /* [n, ...shape] with strides [delta, ...strides]: every stride (sorted)
+     * above the reach of the smaller ones, so no element is met twice */
+    int64_t sz[OJ_MAX_RANK + 1], sd[OJ_MAX_RANK + 1];
+    int m = 0;
+    sz[m] = n;
+    sd[m++] = delta;
+    for (int d = 0; d < q->rank; d++) {
+        if (q->shape[d] == 1) continue;
+        if (q->stride[d] <= 0) return false;
+        sz[m] = q->shape[d];
+        sd[m++] = q->stride[d];
+    }
+    for (int a = 1; a < m; a++) /* insertion sort by stride */
+        for (int b = a; b > 0 && sd[b] < sd[b - 1]; b--) {
+            int64_t ts = sd[b], tz = sz[b];
+            sd[b] = sd[b - 1], sz[b] = sz[b - 1];
+            sd[b - 1] = ts, sz[b - 1] = tz;
+        }
+    int64_t reach = 0; /* the largest offset the smaller strides give */
+    for (int a = 0; a < m; a++) {
+        if (sd[a] <= reach) return false;
+        reach += (sz[a] - 1) * sd[a];
+    }
+    const int64_t total = (int64_t)(q->storage->nbytes / (size_t)es);
+    return off[0] >= 0 && off[0] + reach < total && 2 * n * numel >= total;
+}
+
+int oj__mirror_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d) {
+    if (n < 2 || n > 4 || !mirror_fits(n, x)) return 0;
+    const int64_t es = (int64_t)oj_dtype_size(x[0]->dtype);
+    int64_t flat[1] = {(int64_t)(x[0]->storage->nbytes / (size_t)es)};
+    oj_tensor *buf = oj__tensor_alloc(eng, 1, flat, x[0]->dtype, op);
+    if (buf == NULL) return -1;
+    bool ok = true;
+    for (int j = 0; j < n && ok; j++)
+        ok = (d[j] = oj__tensor_view(buf, x[j]->rank, x[j]->shape, x[j]->stride,
+                                     buf->offset + x[j]->offset)) != NULL;
+    oj_release(buf);
+    if (!ok)
+        for (int j = 0; j < n; j++) {
+            oj_release(d[j]);
+            d[j] = NULL;
+        }
+    return ok ? 1 : -1;
+}
+
 int oj__tiled_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d) {
     int64_t first = 0;
     if (n < 2 || n > 4 || !tiles_one_block(n, x, &first)) return 0;

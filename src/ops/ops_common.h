@@ -69,6 +69,22 @@ oj_tensor *oj__autocast_cast(oj_tensor *x, oj_dtype dt);
  * as they are. NULL with OJ_ERR_SHAPE / OJ_ERR_DTYPE /
  * OJ_ERR_DEVICE recorded. (linalg.c) */
 oj_tensor *oj__mul_linear(oj_tensor *a, oj_tensor *b, oj_tensor *weight);
+
+/* oj_linear(x, weight, bias) (the same node and gradients), and *act =
+ * gelu_tanh of the result, a plain new tensor (no node, owned by the
+ * current scope) from the same GEMM where the backend has matmul_bias_act
+ * and takes the operands (CUDA under FAST: cuBLASLt's GELU_AUX_BIAS
+ * epilogue; the GELU reads the f32 sum, before the result's rounding);
+ * else *act = NULL and the caller applies the GELU. x [..., in], weight
+ * [out, in], bias [out] (required for the fused path). NULL with linear's
+ * errors recorded (*act NULL). (linalg.c) */
+oj_tensor *oj__linear_gelu(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **act);
+/* oj_gelu_linear(x, weight, bias, true) whose forward takes act (or NULL)
+ * as gelu_tanh(x) when it has x's shape and dtype (oj__linear_gelu's
+ * *act): no GELU pass in the forward. The node and backward are
+ * gelu_linear's (x and weight saved, gelu recomputed from x), so its
+ * gradients are gelu_linear's. (linalg.c) */
+oj_tensor *oj__gelu_linear_act(oj_tensor *x, oj_tensor *act, oj_tensor *weight, oj_tensor *bias);
 bool oj__autocast(int cls, int n, oj_tensor *const *in, oj_tensor **out);
 void oj__autocast_release(int n, oj_tensor **out);
 /* First statement of an autocast op: when inputs in[0..n) need a cast,
@@ -114,5 +130,19 @@ oj_tensor *oj__zeros_like_output(oj_node *n, int j);
  * when x are not so laid out (nothing made or recorded), -1 on an error
  * (recorded, naming op). */
 int oj__tiled_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d);
+
+/* Gradients for n (2 to 4) inputs x that are views of one storage laid out
+ * alike (same shape, strides and dtype, equally spaced offsets, no element
+ * shared) covering at least half of its bytes, but not a dense block of it
+ * (oj__tiled_grads): nanolab's q and k heads (and v in its first layer)
+ * of its fused [B, T, C + 2 Hkv D + H] projection, beside the gate's
+ * columns. d[j] are views of one fresh buffer the size of x's storage at
+ * x[j]'s offset and strides, so the views' backward stays a view and the
+ * split's backward writes the other pieces' gradients into the rest of
+ * the buffer instead of concatenating all of them (shape_ops.c). The rest
+ * is uninitialised and no view of it is handed out. Returns 1 when made,
+ * 0 when x are not so laid out (nothing made or recorded), -1 on an error
+ * (recorded, naming op). */
+int oj__mirror_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d);
 
 #endif /* OJAS_OPS_COMMON_H */

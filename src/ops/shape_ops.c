@@ -288,12 +288,84 @@ static oj_tensor *pieces_adjacent(oj_node *n, oj_tensor *const *go) {
     return oj__tensor_new(n->eng, g0->storage, g0->offset, e->rank, e->shape, NULL, g0->dtype);
 }
 
+/* Piece j's place in a contiguous tensor shaped like the input starting
+ * at byte `base` of g's storage: g shaped like piece j, strided like that
+ * tensor, at its offset. st: the input's contiguous strides, start: the
+ * piece's first index along dim. */
+static bool piece_in_place(const oj_edge *e, int dim, const int64_t *st, int64_t start,
+                           int64_t base, const oj_tensor *g) {
+    if (g->rank != e->rank) return false;
+    for (int d = 0; d < e->rank; d++) {
+        if (d != dim && g->shape[d] != e->shape[d]) return false;
+        if (g->shape[d] > 1 && g->stride[d] != st[d]) return false;
+    }
+    return g->offset == base + start * st[dim] * (int64_t)oj_dtype_size(g->dtype);
+}
+
+/* The pieces' gradients when some of them lie in place in a buffer laid
+ * out like the input that nothing else holds (oj__mirror_grads: nanolab's
+ * q and k gradients beside the room for v's and the gate's): the others
+ * copied into their places there, and a view of the whole. NULL (nothing
+ * written) when the pieces are not so. The buffer's storage is held only
+ * by the pieces in place (its refcount), so the rest of it is no one's. */
+static oj_tensor *pieces_fill(oj_node *n, oj_tensor *const *go) {
+    oj_engine *eng = n->eng;
+    const oj_edge *e = &n->in[0];
+    const int dim = (int)n->i[0];
+    if (eng->grad_enabled) return NULL; /* its copies are not recorded */
+    int64_t st[OJ_MAX_RANK], starts[OJ_NODE_MAX_OUT], start = 0;
+    oj__contiguous_strides(e->rank, e->shape, st);
+    int lead = -1;
+    for (int j = 0; j < n->n_out; j++) {
+        starts[j] = start;
+        if (go[j] == NULL || go[j]->rank != e->rank) return NULL;
+        start += go[j]->shape[dim];
+        const int64_t b = go[j]->offset - starts[j] * st[dim] * (int64_t)oj_dtype_size(go[j]->dtype);
+        if (lead < 0 && piece_in_place(e, dim, st, starts[j], b, go[j])) lead = j;
+    }
+    if (lead < 0) return NULL;
+    const oj_tensor *gl = go[lead];
+    oj_storage *buf = gl->storage;
+    const int64_t es = (int64_t)oj_dtype_size(gl->dtype);
+    const int64_t base = gl->offset - starts[lead] * st[dim] * es;
+    int64_t numel = 1, held = 0;
+    for (int d = 0; d < e->rank; d++) numel *= e->shape[d];
+    bool in[OJ_NODE_MAX_OUT];
+    for (int j = 0; j < n->n_out; j++) {
+        in[j] = go[j]->storage == buf;
+        if (in[j]) {
+            held++;
+            if (go[j]->dtype != gl->dtype || !piece_in_place(e, dim, st, starts[j], base, go[j]))
+                return NULL;
+        }
+    }
+    if (held == n->n_out || base < 0 || numel == 0 || buf->refcount != held ||
+        (size_t)(base + numel * es) > buf->nbytes)
+        return NULL;
+    oj_tensor *whole = oj__tensor_new(eng, buf, base, e->rank, e->shape, NULL, gl->dtype);
+    bool ok = whole != NULL;
+    for (int j = 0; j < n->n_out && ok; j++) {
+        if (in[j]) continue;
+        oj_tensor *dst = narrow_raw(whole, dim, starts[j], go[j]->shape[dim]);
+        ok = dst && (oj_numel(dst) == 0 || copy_into(eng, n->op, dst, go[j]));
+        oj_release(dst);
+    }
+    if (!ok) {
+        oj_release(whole);
+        return NULL;
+    }
+    return whole;
+}
+
 /* The pieces' gradients (zeros for a piece that got none, filled in by
  * the engine) side by side: a view when they already are
- * (pieces_adjacent), else one cat, each written once, instead of a
- * zero-padded full-size gradient per piece and their sum. */
+ * (pieces_adjacent); the others copied beside those in place in a buffer
+ * made for them (pieces_fill); else one cat, each written once, instead
+ * of a zero-padded full-size gradient per piece and their sum. */
 static oj_status split_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     gi[0] = pieces_adjacent(n, go);
+    if (gi[0] == NULL) gi[0] = pieces_fill(n, go);
+    if (gi[0] == NULL && oj_last_status(n->eng) != OJ_OK) return oj_last_status(n->eng);
     if (gi[0] == NULL) gi[0] = oj_cat(n->n_out, go, (int)n->i[0]);
     return gi[0] ? OJ_OK : oj_last_status(n->eng);
 }

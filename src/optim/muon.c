@@ -2,6 +2,7 @@
  * quintic Newton-Schulz iteration (Keller Jordan, "Muon: An optimizer for
  * hidden layers in neural networks", 2024,
  * https://kellerjordan.github.io/posts/muon/). */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -11,14 +12,14 @@
 #define NS_B (-4.7750)
 #define NS_C 2.0315
 
-static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps);
+static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps, bool fused);
 
 /* The quintic iteration on a normalised X (2-D, f32/f64): the batched
  * iteration on a stack of one. A new contiguous tensor. Grad mode must be
  * off. */
 static oj_tensor *ns_iterate(oj_tensor *x0, int steps) {
     oj_tensor *x3 = oj_unsqueeze(x0, 0);
-    oj_tensor *r3 = x3 ? ns_iterate_batch(x3, steps) : NULL;
+    oj_tensor *r3 = x3 ? ns_iterate_batch(x3, steps, false) : NULL;
     oj_tensor *out = r3 ? oj_squeeze(r3, 0) : NULL; /* a contiguous view */
     oj_release(x3);
     oj_release(r3);
@@ -61,10 +62,13 @@ double oj__muon_scale(const oj_tensor *param) {
 }
 
 /* The quintic iteration on a stack of normalised matrices x0 [k, m, n]
- * (f32/f64), batched, each step in oj_addmm's order (the product, times
- * alpha, plus beta times the input). Returns [k, m, n], contiguous. Grad
+ * (f32/f64, bf16 on a device under FAST), batched, each step in
+ * oj_addmm's order (the product, times alpha, plus beta times the input):
+ * with fused and the backend's muon_ns_step, each step as its three
+ * GEMMs with the sums in their epilogues (values within rounding of the
+ * ops', FAST only), else as ops. Returns [k, m, n], contiguous. Grad
  * mode must be off. */
-static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps) {
+static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps, bool fused) {
     bool tall = x0->shape[1] > x0->shape[2];
     /* work on the wide orientation: A = X X^T is the small one. A tall
      * stack is transposed into a contiguous copy first: the first step's
@@ -73,7 +77,31 @@ static oj_tensor *ns_iterate_batch(oj_tensor *x0, int steps) {
     oj_tensor *xv = tall ? oj_transpose(x0, 1, 2) : NULL;
     oj_tensor *x = tall ? (xv ? oj__contiguous(xv) : NULL) : oj_retain(x0);
     oj_release(xv);
-    for (int k = 0; x != NULL && k < steps; k++) {
+    oj_engine *eng = x0->eng;
+    /* the entry's ranges: a batch and a row within cuBLAS's */
+    const bool fits = (x0->dtype == OJ_BF16 || x0->dtype == OJ_F32) && x0->shape[0] <= 65535 &&
+                      x0->shape[1] <= INT_MAX && x0->shape[2] <= INT_MAX;
+    oj_status (*step)(oj_engine *, oj_tensor *, const oj_tensor *, double, double, double) =
+        fused && fits ? eng->backend->muon_ns_step : NULL;
+    if (x != NULL && step != NULL && !oj_is_contiguous(x)) { /* the entry's layout */
+        oj_tensor *xc = oj__contiguous(x);
+        oj_release(x);
+        x = xc;
+    }
+    for (int k = 0; x != NULL && step != NULL && k < steps; k++) {
+        oj_tensor *xn = oj__tensor_alloc(eng, 3, x->shape, x->dtype, "muon");
+        oj_status st = xn ? step(eng, xn, x, NS_A, NS_B, NS_C) : OJ_OK;
+        if (st != OJ_OK) {
+            if (oj_last_status(eng) == OJ_OK)
+                oj_set_error(eng, st, "muon: Newton-Schulz step failed on the %s backend",
+                             eng->backend->name);
+            oj_release(xn);
+            xn = NULL;
+        }
+        oj_release(x);
+        x = xn;
+    }
+    for (int k = 0; x != NULL && step == NULL && k < steps; k++) {
         oj_tensor *xt = oj_transpose(x, 1, 2);
         oj_tensor *a = oj_bmm(x, xt); /* A = X X^T */
         oj_tensor *aa = oj_bmm(a, a);
@@ -195,8 +223,11 @@ oj_status oj__muon_update_batch(int64_t k, oj_optim_slot *const *ps, oj_tensor *
             x0 = rc ? oj_mul(u, rc) : NULL;
             xb = low && x0 ? oj_cast(x0, OJ_BF16) : NULL;
         }
-        oj_tensor *xi = low ? (xb ? ns_iterate_batch(xb, hp->ns_steps) : NULL)
-                            : (x0 ? ns_iterate_batch(x0, hp->ns_steps) : NULL);
+        /* the steps as fused GEMMs where the backend has them: FAST only
+         * (another rounding than the ops', so EXACT keeps the ops) */
+        const bool fused = eng->numerics == OJ_NUMERICS_FAST;
+        oj_tensor *xi = low ? (xb ? ns_iterate_batch(xb, hp->ns_steps, fused) : NULL)
+                            : (x0 ? ns_iterate_batch(x0, hp->ns_steps, fused) : NULL);
         x = low && xi ? oj_cast(xi, OJ_F32) : (low ? NULL : xi);
         if (low) oj_release(xi);
         oj_release(xb);

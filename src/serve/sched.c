@@ -3,8 +3,12 @@
  * packs one chunk of each request (prompt chunk or last token) into one
  * oj_gpt_forward_paged.
  *
- * Blocks are taken as a request grows: its prompt's at admission, then
- * one more whenever its positions cross a block. When the pool cannot
+ * Blocks are held by one rule, at admission and as a request grows: the
+ * blocks of its known tokens (prompt and generated) and of its next
+ * token's position (blocks_ahead). A request is admitted only when the
+ * pool has its blocks under the rule besides those the running requests
+ * are still owed under it, so the step after an admission never lacks a
+ * block that admission counted on. When the pool cannot
  * grow a running request, the youngest running request (the last
  * admitted) is preempted: its blocks go back to the pool and it returns to
  * the head of the queue, to be recomputed on readmission (its prompt and
@@ -57,7 +61,19 @@ struct oj_sched {
     int64_t n_run;
     int64_t next_id;
     oj_sched_stats st;
-    float *lg; /* [V] */
+    oj_sched_profile prof;
+    /* a step's scratch, allocated once (max_batch rows, max_step_tokens +
+     * max_batch tokens), and the logits rows it reads back (grown on
+     * demand: a greedy-only decode step reads none) */
+    int64_t *start, *past, *rows, *pk_start, *pk_past;
+    const int32_t **tables, **pk_tables;
+    int32_t *tok, *pk_tok, *greedy, *pk_am;
+    int64_t *pk_am64;
+    float *greedy_lp, *pk_lp;
+    bool *dev;
+    float *host;        /* [host_cap * V]: logits rows read back */
+    const float **lrow; /* [max_batch]: running request i's logits row in host */
+    int64_t host_cap;
     /* during a token event: its top alternatives (oj_sched_top_logprobs) */
     int64_t ev_n;
     int32_t ev_ids[OJ_SCHED_MAX_TOP];
@@ -127,8 +143,28 @@ oj_status oj_sched_create(oj_gpt *m, const oj_sched_config *cfg, oj_sched **out)
     s->next_id = 1;
     s->free_blocks = malloc((size_t)c.n_blocks * sizeof *s->free_blocks);
     s->run = calloc((size_t)c.max_batch, sizeof *s->run);
-    s->lg = malloc((size_t)s->V * sizeof *s->lg);
-    if (s->free_blocks == NULL || s->run == NULL || s->lg == NULL) {
+    const size_t B = (size_t)c.max_batch, T = (size_t)(c.max_step_tokens + c.max_batch);
+    s->start = malloc((B + 1) * sizeof *s->start);
+    s->pk_start = malloc((B + 1) * sizeof *s->pk_start);
+    s->past = malloc(B * sizeof *s->past);
+    s->pk_past = malloc(B * sizeof *s->pk_past);
+    s->rows = malloc(B * sizeof *s->rows);
+    s->tables = malloc(B * sizeof *s->tables);
+    s->pk_tables = malloc(B * sizeof *s->pk_tables);
+    s->tok = malloc(T * sizeof *s->tok);
+    s->pk_tok = malloc(T * sizeof *s->pk_tok);
+    s->greedy = malloc(B * sizeof *s->greedy);
+    s->greedy_lp = malloc(B * sizeof *s->greedy_lp);
+    s->dev = malloc(B * sizeof *s->dev);
+    s->lrow = malloc(B * sizeof *s->lrow);
+    s->pk_am = malloc(B * sizeof *s->pk_am);
+    s->pk_lp = malloc(B * sizeof *s->pk_lp);
+    s->pk_am64 = malloc(B * sizeof *s->pk_am64);
+    if (s->free_blocks == NULL || s->run == NULL || s->start == NULL || s->pk_start == NULL ||
+        s->past == NULL || s->pk_past == NULL || s->rows == NULL || s->tables == NULL ||
+        s->pk_tables == NULL || s->tok == NULL || s->pk_tok == NULL || s->greedy == NULL ||
+        s->greedy_lp == NULL || s->dev == NULL || s->lrow == NULL || s->pk_am == NULL ||
+        s->pk_lp == NULL || s->pk_am64 == NULL) {
         oj_sched_free(s);
         return oj_set_error(eng, OJ_ERR_CAPACITY, "serve scheduler: out of host memory");
     }
@@ -163,7 +199,10 @@ void oj_sched_free(oj_sched *s) {
     oj_kv_pool_free(s->pool);
     free(s->free_blocks);
     free(s->run);
-    free(s->lg);
+    void *scratch[] = {s->start, s->pk_start, s->past, s->pk_past, s->rows, (void *)s->tables,
+                       (void *)s->pk_tables, s->tok, s->pk_tok, s->greedy, s->greedy_lp, s->dev,
+                       s->host, (void *)s->lrow, s->pk_am, s->pk_lp, s->pk_am64};
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) free(scratch[i]);
     free(s);
 }
 
@@ -259,11 +298,20 @@ static req *unrun(oj_sched *s, int64_t i) {
     return r;
 }
 
+/* Request r's event (timed into the profile's events). */
+static bool call_event(oj_sched *s, req *r, int32_t token, double lp, oj_finish why) {
+    if (r->fn == NULL) return true;
+    double t = now_s();
+    bool more = r->fn(r->ctx, r->id, token, lp, why);
+    s->prof.events_s += now_s() - t;
+    return more;
+}
+
 /* End running request i with `why`: its end event, then it is gone. */
 static void finish(oj_sched *s, int64_t i, oj_finish why) {
     req *r = unrun(s, i);
     s->st.finished++;
-    if (r->fn) r->fn(r->ctx, r->id, -1, 0.0, why);
+    call_event(s, r, -1, 0.0, why);
     req_free(r);
 }
 
@@ -302,17 +350,38 @@ oj_sched_stats oj_sched_get_stats(const oj_sched *s) {
 
 const char *oj_sched_error(const oj_sched *s) { return s ? s->err : ""; }
 
+/* The one rule by which requests hold KV blocks, at admission and as they
+ * grow: a running request holds the blocks of its known tokens (prompt
+ * and generated: every chunk of its prefill) and of the position its next
+ * token will take (capped at the positions it can ever write), so the
+ * step after the current one needs no block it lacks. */
+static int64_t blocks_ahead(const oj_sched *s, const req *r) {
+    int64_t pos = r->n + r->len + 1;
+    const int64_t cap = r->n + (r->max_new > 0 ? r->max_new - 1 : 0);
+    if (pos > cap) pos = cap;
+    return blocks_for(s, pos);
+}
+
+/* Blocks running request r still lacks under the rule. */
+static int64_t blocks_owed(const oj_sched *s, const req *r) {
+    const int64_t d = blocks_ahead(s, r) - r->held;
+    return d > 0 ? d : 0;
+}
+
 /* Move queued requests into the batch, first come first served, while the
- * batch has a seat and the pool the blocks of the queue head's known
- * tokens (its prompt, and what it generated before a preemption) with a
- * block to spare for every running request (room to grow, so that a new
- * request does not preempt at once). A request with nothing to generate
- * ends at once. */
+ * batch has a seat and the pool has, besides what the running requests
+ * are owed under the rule (blocks_ahead), the queue head's blocks under
+ * the rule: its known tokens (its prompt, and what it generated before a
+ * preemption) and its next token's position. So admission never predicts
+ * room that the next step's growth then lacks. A request with nothing to
+ * generate ends at once. */
 static void admit(oj_sched *s) {
+    int64_t owed = 0;
+    for (int64_t i = 0; i < s->n_run; i++) owed += blocks_owed(s, s->run[i]);
     while (s->qhead && s->n_run < s->cfg.max_batch) {
         req *r = s->qhead;
-        const int64_t want = blocks_for(s, r->n + r->len);
-        if (want + s->n_run > s->n_free) break;
+        const int64_t want = blocks_ahead(s, r);
+        if (want + owed > s->n_free) break;
         s->qhead = r->next;
         if (s->qhead == NULL) s->qtail = NULL;
         r->next = NULL;
@@ -340,7 +409,8 @@ static void preempt(oj_sched *s, int64_t i) {
 /* Blocks for every running request's next chunk (its last token, or up
  * to prefill_chunk tokens still to prefill), oldest first; when the pool
  * is empty the youngest running request is preempted (the one asking,
- * when it is the youngest). */
+ * when it is the youngest). Then, oldest first, each takes what the rule
+ * still owes it while the pool has blocks (never preempting for those). */
 static void grow(oj_sched *s) {
     for (int64_t i = 0; i < s->n_run; i++) {
         req *r = s->run[i];
@@ -355,6 +425,11 @@ static void grow(oj_sched *s) {
             preempt(s, s->n_run - 1);
             if (i >= s->n_run) break; /* it was r itself */
         }
+    }
+    for (int64_t i = 0; i < s->n_run && s->n_free > 0; i++) {
+        req *r = s->run[i];
+        const int64_t want = blocks_ahead(s, r);
+        while (r->held < want && s->n_free > 0) r->blocks[r->held++] = s->free_blocks[--s->n_free];
     }
 }
 
@@ -428,7 +503,7 @@ static void expire(oj_sched *s) {
             if (s->qtail == r) s->qtail = prev;
             s->n_queued--;
             s->st.finished++;
-            if (r->fn) r->fn(r->ctx, r->id, -1, 0.0, OJ_FINISH_TIMEOUT);
+            call_event(s, r, -1, 0.0, OJ_FINISH_TIMEOUT);
             req_free(r);
         } else {
             prev = r;
@@ -448,119 +523,132 @@ static bool decode_paged_here(const oj_sched *s) {
     return e != NULL && strcmp(e, "1") == 0;
 }
 
+/* Room for n logits rows in s->host (grown, never shrunk: a step
+ * allocates only when it reads back more rows than any step before). */
+static bool host_rows(oj_sched *s, int64_t n) {
+    if (n <= s->host_cap) return true;
+    float *h = malloc((size_t)(n * s->V) * sizeof *h);
+    if (h == NULL) return false;
+    free(s->host);
+    s->host = h;
+    s->host_cap = n;
+    return true;
+}
+
 /* One forward over the rows rows[0..n) of the packed step (their chunks of
- * tok at start/past/tables): each one's last logits into host row
- * rows[k]. */
+ * tok at start/past/tables): each one's last logits into host rows
+ * first.. (in rows' order), or with greedy_only each one's argmax and its
+ * log-probability, computed on the device as the decode step's are, into
+ * s->greedy / s->greedy_lp [rows[k]] (no logits read back). */
 static oj_status forward_rows(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
                               const int64_t *start, const int64_t *past,
-                              const int32_t *const *tables, float *host) {
+                              const int32_t *const *tables, int64_t first, bool greedy_only) {
     oj_engine *eng = s->eng;
-    int64_t N = 0;
-    for (int64_t k = 0; k < n; k++) N += start[rows[k] + 1] - start[rows[k]];
-    int32_t *t = malloc((size_t)N * sizeof *t);
-    int64_t *st0 = malloc((size_t)(n + 1) * sizeof *st0), *ps = malloc((size_t)n * sizeof *ps);
-    const int32_t **tb = malloc((size_t)n * sizeof *tb);
-    float *out = malloc((size_t)(n * s->V) * sizeof *out);
-    oj_status st = OJ_OK;
-    if (t == NULL || st0 == NULL || ps == NULL || tb == NULL || out == NULL) {
-        st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
-    } else {
-        st0[0] = 0;
-        for (int64_t k = 0; k < n; k++) {
-            const int64_t i = rows[k], m = start[i + 1] - start[i];
-            memcpy(t + st0[k], tok + start[i], (size_t)m * sizeof *t);
-            st0[k + 1] = st0[k] + m;
-            ps[k] = past[i];
-            tb[k] = tables[i];
-        }
-        oj_scope_begin(eng);
-        int64_t shape[2] = {1, N};
-        oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, t, (size_t)N * sizeof *t);
-        oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, n, st0, ps, tb) : NULL;
-        oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
-        if (l32 == NULL || oj_to_host(l32, out, (size_t)(n * s->V) * sizeof *out) != OJ_OK) {
-            st = oj_last_status(eng);
-            if (st == OJ_OK) st = OJ_ERR_INTERNAL;
-            fail(s, st, "serve: the batch's forward failed: %s", oj_last_error(eng));
-            oj_clear_error(eng);
-        }
-        oj_release(l32);
-        oj_scope_end(eng);
-        for (int64_t k = 0; st == OJ_OK && k < n; k++)
-            memcpy(host + rows[k] * s->V, out + k * s->V, (size_t)s->V * sizeof *out);
+    int64_t N = 0, *st0 = s->pk_start;
+    int32_t *t = s->pk_tok;
+    st0[0] = 0;
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t i = rows[k], m = start[i + 1] - start[i];
+        memcpy(t + st0[k], tok + start[i], (size_t)m * sizeof *t);
+        st0[k + 1] = st0[k] + m;
+        s->pk_past[k] = past[i];
+        s->pk_tables[k] = tables[i];
     }
-    free(t);
-    free(st0);
-    free(ps);
-    free(tb);
-    free(out);
+    N = st0[n];
+    oj_status st = OJ_OK;
+    oj_scope_begin(eng);
+    int64_t shape[2] = {1, N};
+    oj_tensor *idx = oj_from_host(eng, 2, shape, OJ_I32, t, (size_t)N * sizeof *t);
+    oj_tensor *lg = idx ? oj_gpt_forward_paged(s->m, s->pool, idx, n, st0, s->pk_past, s->pk_tables)
+                        : NULL;
+    oj_tensor *l32 = lg && oj_tensor_dtype(lg) != OJ_F32 ? oj_cast(lg, OJ_F32) : (lg ? oj_retain(lg) : NULL);
+    bool ok = l32 != NULL;
+    if (ok && greedy_only) { /* [1, n]: the first largest logit, max - logsumexp */
+        oj_tensor *am = NULL, *mx = oj_max(l32, 2, false, &am);
+        const int d2[1] = {2};
+        oj_tensor *lse = mx ? oj_logsumexp(l32, 1, d2, false) : NULL;
+        oj_tensor *lp = lse ? oj_sub(mx, lse) : NULL;
+        ok = lp && am && oj_to_host(am, s->pk_am64, (size_t)n * sizeof *s->pk_am64) == OJ_OK &&
+             oj_to_host(lp, s->pk_lp, (size_t)n * sizeof *s->pk_lp) == OJ_OK;
+        for (int64_t k = 0; ok && k < n; k++) {
+            s->greedy[rows[k]] = (int32_t)s->pk_am64[k];
+            s->greedy_lp[rows[k]] = s->pk_lp[k];
+        }
+    } else if (ok) {
+        ok = oj_to_host(l32, s->host + first * s->V, (size_t)(n * s->V) * sizeof *s->host) == OJ_OK;
+    }
+    if (!ok) {
+        st = oj_last_status(eng);
+        if (st == OJ_OK) st = OJ_ERR_INTERNAL;
+        fail(s, st, "serve: the batch's forward failed: %s", oj_last_error(eng));
+        oj_clear_error(eng);
+    }
+    oj_release(l32);
+    oj_scope_end(eng);
     return st;
 }
 
-/* One decode step (oj_gpt_decode_paged) of the one-token rows rows[0..n):
- * with greedy_only, each row's argmax and its logprob into greedy /
- * greedy_lp [rows[k]]; else its logits into host row rows[k]. */
-static oj_status decode_rows(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
-                             const int64_t *start, const int64_t *past,
-                             const int32_t *const *tables, bool greedy_only, float *host,
-                             int32_t *greedy, float *greedy_lp) {
-    oj_engine *eng = s->eng;
-    int32_t *t = malloc((size_t)n * sizeof *t), *am = malloc((size_t)n * sizeof *am);
-    int64_t *ps = malloc((size_t)n * sizeof *ps);
-    const int32_t **tb = malloc((size_t)n * sizeof *tb);
-    float *lp = malloc((size_t)n * sizeof *lp);
-    float *out = greedy_only ? NULL : malloc((size_t)(n * s->V) * sizeof *out);
-    oj_status st = OJ_OK;
-    if (t == NULL || am == NULL || ps == NULL || tb == NULL || lp == NULL || (!greedy_only && out == NULL)) {
-        st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's decode step failed: out of host memory");
-    } else {
-        for (int64_t k = 0; k < n; k++) {
-            t[k] = tok[start[rows[k]]];
-            ps[k] = past[rows[k]];
-            tb[k] = tables[rows[k]];
-        }
-        st = oj_gpt_decode_paged(s->m, s->pool, n, t, ps, tb, true, out, greedy_only ? am : NULL,
-                                 greedy_only ? lp : NULL);
-        if (st != OJ_OK) {
-            fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(eng));
-            oj_clear_error(eng);
-        }
-        for (int64_t k = 0; st == OJ_OK && k < n; k++) {
-            if (greedy_only) {
-                greedy[rows[k]] = am[k];
-                greedy_lp[rows[k]] = lp[k];
-            } else {
-                memcpy(host + rows[k] * s->V, out + k * s->V, (size_t)s->V * sizeof *out);
-            }
-        }
+/* The decode step (oj_gpt_decode_paged_begin) of the one-token rows
+ * rows[0..n): inputs uploaded, the step launched; decode_end reads it. */
+static oj_status decode_begin(oj_sched *s, const int64_t *rows, int64_t n, const int32_t *tok,
+                              const int64_t *start, const int64_t *past,
+                              const int32_t *const *tables) {
+    int32_t *t = s->pk_tok;
+    for (int64_t k = 0; k < n; k++) {
+        t[k] = tok[start[rows[k]]];
+        s->pk_past[k] = past[rows[k]];
+        s->pk_tables[k] = tables[rows[k]];
     }
-    free(t);
-    free(am);
-    free(ps);
-    free(tb);
-    free(lp);
-    free(out);
+    oj_status st = oj_gpt_decode_paged_begin(s->m, s->pool, n, t, s->pk_past, s->pk_tables, true);
+    if (st != OJ_OK) {
+        fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(s->eng));
+        oj_clear_error(s->eng);
+    }
     return st;
+}
+
+/* The read-back of the decode step begun over rows[0..n): with
+ * greedy_only, each row's argmax and its logprob into s->greedy /
+ * s->greedy_lp [rows[k]]; else its logits into host rows 0..n. */
+static oj_status decode_end(oj_sched *s, const int64_t *rows, int64_t n, bool greedy_only) {
+    int32_t *am = s->pk_am;
+    float *lp = s->pk_lp;
+    oj_status st = oj_gpt_decode_paged_end(s->m, s->pool, greedy_only ? NULL : s->host,
+                                           greedy_only ? am : NULL, greedy_only ? lp : NULL);
+    if (st != OJ_OK) {
+        fail(s, st, "serve: the batch's decode step failed: %s", oj_last_error(s->eng));
+        oj_clear_error(s->eng);
+        return st;
+    }
+    if (greedy_only)
+        for (int64_t k = 0; k < n; k++) {
+            s->greedy[rows[k]] = am[k];
+            s->greedy_lp[rows[k]] = lp[k];
+        }
+    return st;
+}
+
+static double now_since(double *t) {
+    const double n = now_s(), d = n - *t;
+    *t = n;
+    return d;
 }
 
 oj_status oj_sched_step(oj_sched *s) {
     if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    double t = now_s();
+    const double ev0 = s->prof.events_s;
     expire(s);
     admit(s);
     grow(s);
-    if (s->n_run == 0) return OJ_OK;
-    const int64_t B = s->n_run;
-    int64_t *start = malloc((size_t)(B + 1) * sizeof *start);
-    int64_t *past = malloc((size_t)B * sizeof *past);
-    const int32_t **tables = malloc((size_t)B * sizeof *tables);
-    int32_t *tok = malloc((size_t)(s->cfg.max_step_tokens + B) * sizeof *tok);
-    if (start == NULL || past == NULL || tables == NULL || tok == NULL) {
-        free(start);
-        free(past);
-        free(tables);
-        free(tok);
-        return fail(s, OJ_ERR_CAPACITY, "serve: out of host memory");
+    if (s->n_run == 0) {
+        s->prof.schedule_s += now_since(&t) - (s->prof.events_s - ev0);
+        return OJ_OK;
     }
+    const int64_t B = s->n_run;
+    int64_t *start = s->start, *past = s->past, *rows = s->rows;
+    const int32_t **tables = s->tables;
+    int32_t *tok = s->tok;
     /* Decoding requests first (one token each), then prompt chunks in the
      * room left; every running request has a seat, as max_step_tokens >=
      * max_batch. Packed in batch order. */
@@ -588,42 +676,77 @@ oj_status oj_sched_step(oj_sched *s) {
         N += take;
         start[i + 1] = N;
     }
-    oj_status st = OJ_OK;
-    float *host = malloc((size_t)(B * s->V) * sizeof *host);
     /* dev[i]: row i's token is the device's argmax greedy[i] (log-probability
-     * greedy_lp[i]); else its logits are host row i */
-    bool *dev = calloc((size_t)B, sizeof *dev);
-    int32_t *greedy = malloc((size_t)B * sizeof *greedy);
-    float *greedy_lp = malloc((size_t)B * sizeof *greedy_lp);
-    int64_t *rows = malloc((size_t)B * sizeof *rows); /* decode rows, then prefill rows */
+     * greedy_lp[i]); else its logits are lrow[i] */
+    bool *dev = s->dev;
+    memset(dev, 0, (size_t)B * sizeof *dev);
     int64_t nd = 0;
-    if (host == NULL || dev == NULL || greedy == NULL || greedy_lp == NULL || rows == NULL) {
-        st = OJ_ERR_CAPACITY;
-        fail(s, st, "serve: the batch's forward failed: out of host memory");
-    } else if (decode_paged_here(s)) {
-        /* Rows of one token through the decode bucket's graph (the device's
-         * argmax when all of them are plain greedy), the prompt chunks
-         * through one packed forward beside it. */
+    oj_status st = OJ_OK;
+    s->prof.schedule_s += now_since(&t) - (s->prof.events_s - ev0);
+    if (decode_paged_here(s)) {
+        /* Rows of one token through the decode bucket's graph, the prompt
+         * chunks through one packed forward beside it; each group reads
+         * back the device's argmax and its logprob when all its rows are
+         * plain greedy, else its logits. */
         bool all = true;
         for (int64_t i = 0; i < B; i++)
             if (start[i + 1] - start[i] == 1) {
                 rows[nd++] = i;
                 all = all && plain_greedy(s->run[i]);
             }
-        st = nd > 0 ? decode_rows(s, rows, nd, tok, start, past, tables, all, host, greedy, greedy_lp)
-                    : OJ_OK;
-        if (st == OJ_OK && all)
-            for (int64_t k = 0; k < nd; k++) dev[rows[k]] = true;
         int64_t np = 0;
+        bool pall = true; /* the prompt chunks' rows all plain greedy */
         for (int64_t i = 0; i < B; i++)
-            if (start[i + 1] - start[i] > 1) rows[nd + np++] = i;
-        if (st == OJ_OK && np > 0) st = forward_rows(s, rows + nd, np, tok, start, past, tables, host);
+            if (start[i + 1] - start[i] > 1) {
+                rows[nd + np++] = i;
+                pall = pall && plain_greedy(s->run[i]);
+            }
+        if (!host_rows(s, (all ? 0 : nd) + (pall ? 0 : np)))
+            st = fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
+        /* the decode step is launched, the prompt chunks' forward queued
+         * behind it (its host-side launches overlap the step on the
+         * device), then the step is read back */
+        bool begun = false;
+        if (st == OJ_OK && nd > 0) {
+            st = decode_begin(s, rows, nd, tok, start, past, tables);
+            begun = st == OJ_OK;
+            s->prof.decode_steps++;
+            s->prof.decode_rows += nd;
+            s->prof.decode_s += now_since(&t);
+        }
+        const int64_t first = all ? 0 : nd;
+        if (st == OJ_OK && np > 0) {
+            st = forward_rows(s, rows + nd, np, tok, start, past, tables, first, pall);
+            s->prof.prefill_steps++;
+            s->prof.prefill_tokens += N - nd;
+            s->prof.prefill_s += now_since(&t);
+        }
+        if (begun) { /* ended even after a failed forward: the pool holds the step */
+            const oj_status se = decode_end(s, rows, nd, all);
+            if (st == OJ_OK) st = se;
+            s->prof.decode_s += now_since(&t);
+        }
+        for (int64_t k = 0; st == OJ_OK && k < nd; k++) {
+            if (all) dev[rows[k]] = true;
+            else s->lrow[rows[k]] = s->host + k * s->V;
+        }
+        for (int64_t k = 0; st == OJ_OK && k < np; k++) {
+            if (pall) dev[rows[nd + k]] = true;
+            else s->lrow[rows[nd + k]] = s->host + (first + k) * s->V;
+        }
     } else {
         for (int64_t i = 0; i < B; i++) rows[i] = i;
-        st = forward_rows(s, rows, B, tok, start, past, tables, host);
+        st = host_rows(s, B) ? forward_rows(s, rows, B, tok, start, past, tables, 0, false)
+                             : fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
+        for (int64_t i = 0; st == OJ_OK && i < B; i++) s->lrow[i] = s->host + i * s->V;
+        s->prof.prefill_steps++;
+        s->prof.prefill_tokens += N;
+        s->prof.prefill_s += now_since(&t);
     }
     s->st.steps++;
+    s->prof.steps++;
     s->st.last_batch = B;
+    const double ev1 = s->prof.events_s;
     if (st != OJ_OK) {
         for (int64_t i = s->n_run - 1; i >= 0; i--) finish(s, i, OJ_FINISH_ERROR);
     } else {
@@ -632,32 +755,32 @@ oj_status oj_sched_step(oj_sched *s) {
             req *r = s->run[i];
             r->done += start[i + 1] - start[i];
             if (r->done < r->n + r->len) continue; /* a prompt chunk short of its end */
-            const float *row = host + i * s->V;
-            int32_t t = dev[i] ? (isnan(greedy_lp[i]) ? -1 : greedy[i])
-                               : oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
-                                                  oj_sample_uniform(r->cfg.seed, r->stream, r->len));
-            if (t < 0) {
+            const float *row = dev[i] ? NULL : s->lrow[i];
+            int32_t tk = dev[i] ? (isnan(s->greedy_lp[i]) ? -1 : s->greedy[i])
+                                : oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
+                                                   oj_sample_uniform(r->cfg.seed, r->stream, r->len));
+            if (tk < 0) {
                 fail(s, OJ_ERR_NUMERIC, "serve: request %lld's logits hold NaN", (long long)r->id);
                 finish(s, i, OJ_FINISH_ERROR);
                 continue;
             }
-            if (t == r->cfg.stop_token) {
+            if (tk == r->cfg.stop_token) {
                 finish(s, i, OJ_FINISH_STOP);
                 continue;
             }
-            r->hist[r->n + r->len] = t;
+            r->hist[r->n + r->len] = tk;
             r->len++;
             s->st.generated_tokens++;
             double shift = 0.0, lp = NAN;
             if (dev[i]) {
-                lp = r->no_lp ? NAN : (double)greedy_lp[i];
+                lp = r->no_lp ? NAN : (double)s->greedy_lp[i];
             } else if (!r->no_lp || r->top > 0) {
                 log_norm(row, s->V, &shift);
                 if (r->top > 0) top_k(row, s->V, r->top, shift, s->ev_ids, s->ev_lps);
-                lp = r->no_lp ? NAN : (double)row[t] - shift;
+                lp = r->no_lp ? NAN : (double)row[tk] - shift;
             }
             s->ev_n = dev[i] ? 0 : r->top;
-            bool more = r->fn ? r->fn(r->ctx, r->id, t, lp, OJ_FINISH_NONE) : true;
+            bool more = call_event(s, r, tk, lp, OJ_FINISH_NONE);
             s->ev_n = 0;
             if (!more)
                 finish(s, i, OJ_FINISH_STOP);
@@ -665,14 +788,18 @@ oj_status oj_sched_step(oj_sched *s) {
                 finish(s, i, OJ_FINISH_LENGTH);
         }
     }
-    free(host);
-    free(dev);
-    free(greedy);
-    free(greedy_lp);
-    free(rows);
-    free(start);
-    free(past);
-    free(tables);
-    free(tok);
+    s->prof.sample_s += now_since(&t) - (s->prof.events_s - ev1);
     return st;
+}
+
+oj_sched_profile oj_sched_get_profile(const oj_sched *s) {
+    oj_sched_profile p = {0};
+    if (s == NULL) return p;
+    p = s->prof;
+    p.decode = oj_kv_pool_get_times(s->pool);
+    return p;
+}
+
+void oj_sched_set_profile_sync(oj_sched *s, bool sync) {
+    if (s) oj_kv_pool_set_timing(s->pool, sync);
 }

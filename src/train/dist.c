@@ -510,7 +510,7 @@ oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err) {
 oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *loss_sum,
                                 double flags[2], oj_error *err) {
     /* mine: [stop signal, time-limit stop, sched total, step, losses of
-     * accum micro-batches (none when losses is NULL: oj__train_dist_losses)] */
+     * accum micro-batches (none when losses is NULL)] */
     const int64_t n = 4 + (losses ? t->accum : 0);
     double *mine = malloc(sizeof *mine * (size_t)n);
     double *all = malloc(sizeof *all * (size_t)(n * t->world));
@@ -548,26 +548,6 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
         t->sched_mine = (int64_t)all[2];
     }
     free(mine);
-    free(all);
-    return st;
-}
-
-oj_status oj__train_dist_losses(oj_trainer *t, const double *losses, double *loss_sum,
-                                oj_error *err) {
-    double *all = malloc(sizeof *all * (size_t)(t->accum * t->world));
-    if (!all)
-        return oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
-    char what[96];
-    snprintf(what, sizeof what, "the step %lld loss exchange", (long long)t->step + 1);
-    oj_status st = oj_dist_exchange(t->opts.dist, losses, sizeof *losses * (size_t)t->accum,
-                                    all, what, err);
-    if (!st) {
-        double sum = 0;
-        for (int64_t k = 0; k < t->accum; k++) /* micro-batch order, as in the record */
-            for (int q = 0; q < t->world; q++)
-                sum += all[q * t->accum + k];
-        *loss_sum = sum;
-    }
     free(all);
     return st;
 }

@@ -34,15 +34,20 @@ static double reserve_s(const oj_trainer *t) {
  * the step the remaining time is predicted to reach (re-estimated every
  * step from the mean step time), so the decay completes within the
  * budget. */
-static int64_t schedule_total(const oj_trainer *t) {
+static int64_t schedule_total_at(const oj_trainer *t, int64_t step, int64_t run_steps,
+                                 double step_ema) {
     int64_t total = t->cfg.max_steps;
-    if (t->cfg.time_limit_seconds > 0 && t->run_steps >= 2 && t->step_ema > 0) {
+    if (t->cfg.time_limit_seconds > 0 && run_steps >= 2 && step_ema > 0) {
         double left = t->cfg.time_limit_seconds - elapsed(t) - reserve_s(t);
-        double est = (double)t->step + (left > 0 ? left / t->step_ema : 0);
+        double est = (double)step + (left > 0 ? left / step_ema : 0);
         if (est < (double)total)
             total = (int64_t)est;
     }
     return total;
+}
+
+static int64_t schedule_total(const oj_trainer *t) {
+    return schedule_total_at(t, t->step, t->run_steps, t->step_ema);
 }
 
 /* The schedule for a run ending at `total` steps. */
@@ -174,10 +179,10 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
     prof_mark(t, pf, PH_FWD_BWD);
 }
 
-/* The group's record: the losses (mloss: the collected path's, read at
- * once; NULL: read after the step), the stop flags, the schedule's end.
- * Exchanged before the gradient's sum: its one message per peer names a
- * rank that died or hangs, which a collective cannot. */
+/* The collected path's record: the losses (read at once), the stop
+ * flags, the schedule's end. Exchanged before the gradient's sum: its one
+ * message per peer names a rank that died or hangs, which a collective
+ * cannot. */
 static oj_status step_record(oj_trainer *t, const double *mloss, int64_t n_micro,
                              double *loss_sum, bool *sched_set, oj_error *err) {
     const oj_train_config *c = &t->cfg;
@@ -195,6 +200,27 @@ static oj_status step_record(oj_trainer *t, const double *mloss, int64_t n_micro
         for (int64_t k = 0; k < n_micro; k++)
             *loss_sum += mloss[k];
     }
+    return st;
+}
+
+/* The all-reduce path's record, its one host exchange of the step, made
+ * after the step once its losses are read (the device has nothing
+ * queued): the losses, and for the next step the stop flags and the
+ * schedule's end, as the loop's next check and the next step's start
+ * would see them (this step counted in the step time's average; dt its
+ * time so far). The first step of a run needs no record before it: its
+ * schedule's end is max_steps on every rank. */
+static oj_status step_record_after(oj_trainer *t, const double *mloss, double dt,
+                                   double *loss_sum, oj_error *err) {
+    const oj_train_config *c = &t->cfg;
+    const double ema = t->run_steps == 0 ? dt : 0.9 * t->step_ema + 0.1 * dt;
+    double flags[2] = {t->opts.stop && *t->opts.stop,
+                       c->time_limit_seconds > 0 &&
+                           elapsed(t) + ema + reserve_s(t) > c->time_limit_seconds};
+    t->sched_mine = schedule_total_at(t, t->step + 1, t->run_steps + 1, ema);
+    oj_status st = oj__train_dist_record(t, mloss, loss_sum, flags, err); /* rank 0's schedule */
+    t->stop_agreed = flags[0] != 0;
+    t->time_agreed = flags[1] != 0;
     return st;
 }
 
@@ -222,11 +248,14 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     if (mloss == NULL)
         st = oj_error_set(err, OJ_ERR_CAPACITY, "step: out of host memory");
     const int64_t n_micro = t->collect ? t->accum : c->grad_accum;
-    /* the all-reduce path's record comes first, before any collective of
-     * the step (through NCCL it then waits for nothing queued) */
+    /* the all-reduce path: the schedule's end the ranks agreed at the last
+     * step's record (step_record_after), max_steps on a run's first step */
     bool sched_set = false;
-    if (!st && t->allreduce)
-        st = step_record(t, NULL, n_micro, &loss_sum, &sched_set, err);
+    if (t->allreduce) {
+        if (t->run_steps == 0)
+            t->sched_mine = schedule_total(t);
+        sched_set = true;
+    }
     /* the all-reduce path reads its losses after the step, as one process */
     const bool read_now = t->collect && !t->allreduce;
     for (int64_t k = 0; !st && k < n_micro; k++) {
@@ -319,7 +348,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
             if (oj_last_status(eng))
                 st = eng_error(t, err, "reading the loss");
             else
-                st = oj__train_dist_losses(t, mloss, &loss_sum, err);
+                st = step_record_after(t, mloss, oj__train_now() - t0, &loss_sum, err);
         } else {
             for (int64_t k = 0; k < n_loss; k++)
                 loss_sum += oj_item(losses[k]);

@@ -146,6 +146,13 @@ oj_status oj__train_grads_finish(oj_trainer *t, oj_error *err);
 /* The step's gradient clipped to grad_clip (or only measured): the norm
  * before, over every trainable tensor in the whole optimizer's order. */
 double oj__train_clip(oj_trainer *t);
+/* The step's one host exchange of the group (the collected path's before
+ * the gradient's sum, the all-reduce path's after the step): flags[0] the
+ * stop signal, flags[1] the time-limit stop, t->sched_mine the schedule's
+ * end, this rank's accum micro-batch losses (or NULL) -> the flags any
+ * rank raised (the time limit: rank 0's), rank 0's schedule end in
+ * t->sched_mine, *loss_sum over every rank in micro-batch order;
+ * OJ_ERR_STATE when the ranks are at different steps. */
 oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *loss_sum,
                                 double flags[2], oj_error *err);
 /* The all-reduce path: before micro-batch k's forward, the parameters'
@@ -153,16 +160,12 @@ oj_status oj__train_dist_record(oj_trainer *t, const double *losses, double *los
  * first gradient; EXACT, k > 0: detached, so the micro-batch's gradient
  * forms whole and grads_micro adds it in; nothing once a CUDA graph is
  * captured), the step's buckets are reset (k 0) and, before the last
- * micro-batch, backward's leaf hook queues them (overlap). losses: after the step, this
- * rank's accum micro-batch losses -> loss_sum over every rank, in
- * micro-batch order. */
+ * micro-batch, backward's leaf hook queues them (overlap). */
 oj_status oj__train_grads_attach(oj_trainer *t, int64_t k, oj_error *err);
 /* Remove the trainer's backward leaf hook from its engine (the last
  * micro-batch's bucket launcher), if installed: after a failed step, so no
  * later backward launches a collective with a partial gradient. */
 void oj__train_grads_unhook(oj_trainer *t);
-oj_status oj__train_dist_losses(oj_trainer *t, const double *losses, double *loss_sum,
-                                oj_error *err);
 oj_status oj__train_zero_after_step(oj_trainer *t, bool skipped, oj_error *err);
 oj_status oj__train_zero_resume(oj_trainer *t, oj_error *err);
 oj_status oj__train_zero_gather(oj_trainer *t, oj_optim **full, oj_error *err);

@@ -428,12 +428,8 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     t->world = oj_dist_world_size(opts->dist);
     st = oj__train_check_world(cfg, t->world, oj_dist_active(opts->dist), err);
     /* oj_dist_bind refuses this too, but only after out_dir is made */
-    if (!st && oj_dist_active(opts->dist) && !oj_dist_mpi(opts->dist) &&
-        cfg->device.type == OJ_DEVICE_CPU)
-        st = oj_error_set(err, OJ_ERR_UNSUPPORTED,
-                          "dist: a CPU engine's collectives need MPI, and this group comes "
-                          "from RANK/WORLD_SIZE without it: start the ranks with mpirun (or "
-                          "use CUDA engines, whose collectives are NCCL's)");
+    if (!st)
+        st = oj_dist_check_device(opts->dist, cfg->device, err);
     if (t->rank != 0) { /* rank 0 reports for the group */
         t->opts.log = NULL;
         t->opts.progress_bar = false;

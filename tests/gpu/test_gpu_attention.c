@@ -9,8 +9,11 @@
 // error string. Under EXACT it runs cuDNN's deterministic graphs: a second
 // run gives the same bits, forward and backward. A forward and backward
 // captured into a CUDA graph for a shape seen first inside the capture (the
-// plan is built there) replays the eager results. Skips (77) without a CUDA
-// device.
+// plan is built there) replays the eager results. A forward without lse
+// (inference) runs the tensor-core kernels and builds no plan; a capture
+// that records no gradients (a decode step) creates no cuDNN handle; the
+// plan cache keeps at most 16 keys and never evicts a plan a live graph
+// replays. Skips (77) without a CUDA device.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -307,6 +310,187 @@ static void test_cudnn_attention_capture(void **state) {
     free(wv);
 }
 
+/* e's cuDNN cache: keys cached, keys pinned by live graphs, handle made. */
+static void cache_state(oj_engine *e, int64_t *plans, int64_t *pinned, bool *handle) {
+    assert_non_null(e->backend->attention_cudnn_cache);
+    e->backend->attention_cudnn_cache(e, plans, pinned, handle);
+}
+
+// test: an inference forward (no lse) runs the tensor-core kernels and builds no cuDNN plan
+static void test_cudnn_inference_forward(void **state) {
+    (void)state;
+    oj_engine *e = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 7);
+    int64_t s[4] = {1, 4, 200, 64}, n = 4 * 200 * 64, plans, pinned;
+    bool handle;
+    double *qv = rvals(n, OJ_BF16), *kv = rvals(n, OJ_BF16), *vv = rvals(n, OJ_BF16);
+    oj_scope_begin(e);
+    oj_tensor *q = heads(e, s, OJ_BF16, qv, true), *k = heads(e, s, OJ_BF16, kv, true),
+              *v = heads(e, s, OJ_BF16, vv, true), *out = heads(e, s, OJ_BF16, NULL, true);
+    if (e->backend->attention_forward(e, out, NULL, q, k, v, NULL, true, 0.125) != OJ_OK)
+        fail_msg("forward: %s", oj_last_error(e));
+    require_impl(e, false, "tensor core", "inference forward (backend)");
+    bool prev = oj_set_grad_enabled(e, false);
+    assert_non_null(oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN));
+    oj_set_grad_enabled(e, prev);
+    require_impl(e, false, "tensor core", "inference forward (op, no grad)");
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(plans, 0);
+    assert_false(handle);
+    oj_scope_end(e);
+    oj_engine_free(e);
+    free(qv);
+    free(kv);
+    free(vv);
+}
+
+// test: a capture without gradients (a decode step) makes no cuDNN handle; a training capture does
+static void test_cudnn_handle_lazy(void **state) {
+    (void)state;
+    oj_engine *e = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 7);
+    int64_t n16[1] = {16}, plans, pinned;
+    bool handle;
+    oj_scope_begin(e);
+    oj_tensor *x = oj_full(e, 1, n16, OJ_F32, 1.0);
+    assert_non_null(x);
+    bool prev = oj_set_grad_enabled(e, false);
+    for (int r = 0; r < 2; r++) { /* two decode-like captures */
+        assert_int_equal(oj_graph_capture_begin(e), OJ_OK);
+        assert_non_null(oj_add(x, x));
+        oj_graph *g = oj_graph_capture_end(e);
+        assert_non_null(g);
+        assert_int_equal(oj_graph_replay(g), OJ_OK);
+        oj_graph_free(g);
+    }
+    cache_state(e, &plans, &pinned, &handle);
+    assert_false(handle);
+    oj_set_grad_enabled(e, prev);
+    assert_int_equal(oj_graph_capture_begin(e), OJ_OK); /* a training step's capture */
+    assert_non_null(oj_add(x, x));
+    oj_graph *g = oj_graph_capture_end(e);
+    assert_non_null(g);
+    oj_graph_free(g);
+    cache_state(e, &plans, &pinned, &handle);
+    assert_true(handle);
+    assert_int_equal(plans, 0);
+    oj_scope_end(e);
+    oj_engine_free(e);
+}
+
+// test: the plan cache keeps at most 16 keys (least recently used evicted) and never a pinned plan
+static void test_cudnn_plan_cache(void **state) {
+    (void)state;
+    oj_engine *e = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 7);
+    int64_t sa[4] = {1, 4, 320, 64}, n = 4 * 320 * 64, plans, pinned;
+    bool handle;
+    double *qv = rvals(n, OJ_BF16), *kv = rvals(n, OJ_BF16), *vv = rvals(n, OJ_BF16),
+           *wv = rvals(n, OJ_BF16);
+    oj_scope_begin(e);
+    /* a captured training step of shape A pins its forward and backward plans */
+    oj_tensor *cap[4], *eag[4];
+    oj_graph *g = NULL;
+    sdpa_step(e, sa, qv, kv, vv, wv, cap, &g);
+    require_impl(e, true, "cudnn", "captured attention");
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(plans, 2);
+    assert_int_equal(pinned, 2);
+    /* 20 other shapes eagerly: 40 keys through a cache of 16 */
+    for (int i = 0; i < 20; i++) {
+        int64_t s[4] = {1, 4, 72 + 8 * i, 64};
+        oj_scope_begin(e);
+        oj_tensor *res[4];
+        sdpa_step(e, s, qv, kv, vv, wv, res, NULL);
+        require_impl(e, false, "cudnn", "eager attention of a new shape");
+        require_impl(e, true, "cudnn", "eager attention of a new shape");
+        oj_scope_end(e);
+        cache_state(e, &plans, &pinned, &handle);
+        if (plans > 16) fail_msg("after %d new shapes: %lld keys cached", i + 1, (long long)plans);
+        assert_int_equal(pinned, 2);
+    }
+    assert_int_equal(plans, 16);
+    /* the graph still runs its plans */
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    sdpa_step(e, sa, qv, kv, vv, wv, eag, NULL);
+    require_impl(e, true, "cudnn", "eager attention of the captured shape");
+    const char *names[4] = {"replayed out", "replayed dq", "replayed dk", "replayed dv"};
+    for (int i = 0; i < 4; i++) cmp_norm(cap[i], eag[i], 1e-2, names[i]);
+    oj_graph_free(g);
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(pinned, 0);
+    assert_int_equal(plans, 16);
+    oj_scope_end(e);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    oj_engine_free(e);
+    free(qv);
+    free(kv);
+    free(vv);
+    free(wv);
+}
+
+// test: a graph that pins more than 16 plans keeps them all; a new shape's
+// plan is built and run beside them, and the cache shrinks to 16 once the
+// graph is freed
+static void test_cudnn_plan_cache_all_pinned(void **state) {
+    (void)state;
+    oj_engine *e = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 7);
+    int64_t n = 4 * 320 * 64, plans, pinned;
+    bool handle;
+    double *qv = rvals(n, OJ_BF16), *kv = rvals(n, OJ_BF16), *vv = rvals(n, OJ_BF16),
+           *wv = rvals(n, OJ_BF16);
+    oj_scope_begin(e);
+    oj_tensor *in[10][4]; /* q, k, v, w of 10 shapes, uploaded before the capture */
+    for (int i = 0; i < 10; i++) {
+        int64_t s[4] = {1, 4, 64 + 16 * i, 64};
+        const double *vals[4] = {qv, kv, vv, wv};
+        for (int j = 0; j < 4; j++) {
+            assert_non_null(in[i][j] = heads(e, s, OJ_BF16, vals[j], false));
+            if (j < 3) assert_non_null(oj_set_requires_grad(in[i][j], true));
+        }
+    }
+    assert_int_equal(oj_graph_capture_begin(e), OJ_OK);
+    for (int i = 0; i < 10; i++) { /* 10 shapes, 20 plans, in one capture */
+        oj_tensor *o = oj_scaled_dot_product_attention(in[i][0], in[i][1], in[i][2], NULL, true,
+                                                       NAN);
+        oj_tensor *loss = oj_sum_all(oj_mul(o, in[i][3]));
+        if (loss == NULL || oj_backward(loss, false) != OJ_OK)
+            fail_msg("captured step %d: %s", i, oj_last_error(e));
+        require_impl(e, true, "cudnn", "captured attention");
+    }
+    oj_graph *g = oj_graph_capture_end(e);
+    assert_non_null(g);
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(plans, 20);
+    assert_int_equal(pinned, 20);
+    /* a new shape: every other entry is pinned; its forward plan is kept
+     * and runs, then its backward's build evicts the forward (the only
+     * unpinned entry but the one returned) and runs */
+    int64_t s[4] = {1, 4, 300, 64};
+    oj_tensor *res[4], *again[4];
+    sdpa_step(e, s, qv, kv, vv, wv, res, NULL);
+    require_impl(e, false, "cudnn", "eager attention beside a graph's pinned plans");
+    require_impl(e, true, "cudnn", "eager attention beside a graph's pinned plans");
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(plans, 21);
+    assert_int_equal(pinned, 20);
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    oj_graph_free(g);
+    /* the next build evicts down to 16, never the plans it returns */
+    sdpa_step(e, s, qv, kv, vv, wv, again, NULL);
+    for (int i = 0; i < 4; i++) cmp_norm(again[i], res[i], 1e-2, "the same step again");
+    int64_t s2[4] = {1, 4, 310, 64};
+    sdpa_step(e, s2, qv, kv, vv, wv, again, NULL);
+    require_impl(e, true, "cudnn", "eager attention after the graph is freed");
+    cache_state(e, &plans, &pinned, &handle);
+    assert_int_equal(pinned, 0);
+    assert_int_equal(plans, 16);
+    oj_scope_end(e);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    oj_engine_free(e);
+    free(qv);
+    free(kv);
+    free(vv);
+    free(wv);
+}
+
 static int group_setup(void **state) {
     (void)state;
     cpu = gpu_test_engine(false, false, OJ_NUMERICS_EXACT, 7);
@@ -329,6 +513,10 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cudnn_attention),
         cmocka_unit_test(test_cudnn_attention_capture),
+        cmocka_unit_test(test_cudnn_inference_forward),
+        cmocka_unit_test(test_cudnn_handle_lazy),
+        cmocka_unit_test(test_cudnn_plan_cache),
+        cmocka_unit_test(test_cudnn_plan_cache_all_pinned),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

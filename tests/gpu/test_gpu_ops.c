@@ -724,6 +724,81 @@ static void test_linear_bias(void **state) {
     one_linear_bias(OJ_F32, 65, 130, 257, false, 0, false);
 }
 
+// test: a capture that holds an engine's first GEMMs (as the trainer's
+// graph step captures its first step) gets cuBLASLt's epilogues: GPT-2's
+// c_fc linear + GELU in one GEMM (act made) inside the capture, on a fresh
+// FAST engine, and the replay's u and gelu(u) agree with the CPU's (the
+// handle was made lazily at the first epilogue, refused during a capture)
+static void test_lt_epilogue_in_capture(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* only CUDA engines capture */
+    oj_engine *ge = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 11);
+    const int64_t R = 64, C = 96, F = 384;
+    pr x = rnd(2, (int64_t[2]){R, C}, OJ_BF16, -1, 1);
+    pr w = rnd(2, (int64_t[2]){F, C}, OJ_BF16, -0.3, 0.3);
+    pr b = rnd(1, (int64_t[1]){F}, OJ_BF16, -0.5, 0.5);
+    oj_tensor *xg = oj_to_device(x.t[0], ge), *wg = oj_to_device(w.t[0], ge);
+    oj_tensor *bg = oj_to_device(b.t[0], ge);
+    assert_true(xg && wg && bg);
+    bool prev = oj_set_grad_enabled(ge, false);
+    assert_int_equal(oj_graph_capture_begin(ge), OJ_OK);
+    oj_tensor *act = NULL, *u = oj__linear_gelu(xg, wg, bg, &act);
+    oj_graph *g = oj_graph_capture_end(ge);
+    if (g == NULL) fail_msg("capture: %s", oj_last_error(ge));
+    assert_non_null(u);
+    if (act == NULL) fail_msg("the captured linear + GELU did not take the GEMM epilogue");
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    oj_tensor *uc = oj_linear(x.t[0], w.t[0], b.t[0]);
+    assert_non_null(uc);
+    oj_tensor *gc = oj_gelu_tanh(uc);
+    oj_tensor *uh = oj_to_device(u, cpu), *ah = oj_to_device(act, cpu);
+    assert_true(uh && ah && gc);
+    cmp_tensors(uh, uc, 2e-2, true, "captured linear + GELU: u");
+    cmp_tensors(ah, gc, 2e-2, true, "captured linear + GELU: gelu(u)");
+    oj_set_grad_enabled(ge, prev);
+    oj_release(act);
+    oj_release(u);
+    oj_graph_free(g);
+    oj_release(xg);
+    oj_release(wg);
+    oj_release(bg);
+    assert_int_equal(oj_last_status(ge), OJ_OK);
+    oj_engine_free(ge);
+}
+
+// test: plain products through cuBLASLt's heuristic (OJAS_CUDA_LT_PLAIN=1,
+// FAST numerics) agree with the CPU: the head's logits layout (b a
+// transposed [N, K] weight) and a row-major b, bf16 and f32, odd sizes
+static void test_matmul_lt_plain(void **state) {
+    (void)state;
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = cpuf, gpu = gpuf;
+    setenv("OJAS_CUDA_LT_PLAIN", "1", 1);
+    const struct {
+        oj_dtype dt;
+        int64_t M, K, N;
+        bool bt;
+    } cs[4] = {{OJ_BF16, 300, 96, 1000, true}, {OJ_BF16, 129, 64, 72, false},
+               {OJ_F32, 65, 40, 48, true}, {OJ_F16, 33, 80, 24, false}};
+    for (int i = 0; i < 4; i++) {
+        pr a = rnd(3, (int64_t[3]){1, cs[i].M, cs[i].K}, cs[i].dt, -1, 1);
+        pr b = cs[i].bt ? perm(rnd(3, (int64_t[3]){1, cs[i].N, cs[i].K}, cs[i].dt, -1, 1), 3,
+                               (int[3]){0, 2, 1})
+                        : rnd(3, (int64_t[3]){1, cs[i].K, cs[i].N}, cs[i].dt, -1, 1);
+        pr out = empty(3, (int64_t[3]){1, cs[i].M, cs[i].N}, cs[i].dt);
+        BOTH(E->backend->matmul(E, T(out), T(a), T(b), false));
+        char what[96];
+        snprintf(what, sizeof what, "cuBLASLt plain matmul %s %lldx%lldx%lld%s",
+                 oj_dtype_name(cs[i].dt), (long long)cs[i].M, (long long)cs[i].K,
+                 (long long)cs[i].N, cs[i].bt ? " b transposed" : "");
+        cmp_tensors(out.t[1], out.t[0], cs[i].dt == OJ_F32 ? 2e-3 : tol(cs[i].dt, 1e-5), true,
+                    what);
+    }
+    unsetenv("OJAS_CUDA_LT_PLAIN");
+    cpu = save_c;
+    gpu = save_g;
+}
+
 /* One row (M == 1, batch 1) times a weight, as a decode step's linear
  * layers call it: the CUDA one-row kernels (cuda_gemv.cu) where the views
  * suit them, cuBLAS otherwise. layout 0: W [N, K] seen transposed
@@ -815,6 +890,46 @@ static void test_gemv(void **state) {
 }
 
 /* ================================================================ nn */
+
+// test: the FAST embedding backward of an f32 table (segments of the
+// sorted positions, each run's pieces added with atomics) agrees with the
+// CPU's ordered sums: one token 45% of 5,003 positions and another 20%
+// (runs across many segments), short runs sharing a segment, widths of 1,
+// 3 and 2 channel passes per thread, an f32 and a bf16 gradient
+static void test_embedding_fast(void **state) {
+    (void)state;
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = cpuf, gpu = gpuf;
+    int64_t V = 300, N = 5003, Cs[3] = {5, 768, 1100};
+    double *iv = malloc((size_t)N * sizeof *iv);
+    assert_non_null(iv);
+    for (int64_t n = 0; n < N; n++) {
+        double u = urand();
+        iv[n] = u < 0.45 ? 7 : u < 0.65 ? 3 : (double)(int64_t)(urand() * (double)V);
+    }
+    pr idx = up(1, &N, OJ_I64, iv);
+    free(iv);
+    for (int ci = 0; ci < 3; ci++)
+        for (int k = 0; k < 2; k++) {
+            oj_dtype gdt = k ? OJ_BF16 : OJ_F32;
+            pr g = rnd(2, (int64_t[2]){N, Cs[ci]}, gdt, -1, 1);
+            pr gf = g;
+            if (k) /* the CPU sums the same values in f32 */
+                for (int sd = 0; sd < 2; sd++) assert_non_null(gf.t[sd] = oj_cast(g.t[sd], OJ_F32));
+            pr dw = empty(2, (int64_t[2]){V, Cs[ci]}, OJ_F32);
+            SIDE = 0;
+            assert_int_equal(E->backend->embedding_backward(E, T(dw), T(gf), T(idx)), OJ_OK);
+            SIDE = 1;
+            assert_int_equal(E->backend->embedding_backward(E, T(dw), T(g), T(idx)), OJ_OK);
+            SIDE = 0;
+            char what[96];
+            snprintf(what, sizeof what, "embedding backward FAST, C %lld, dout %s",
+                     (long long)Cs[ci], oj_dtype_name(gdt));
+            cmp_tensors(dw.t[1], dw.t[0], 1e-5, true, what);
+        }
+    cpu = save_c;
+    gpu = save_g;
+}
 
 static void test_embedding(void **state) {
     (void)state;
@@ -1873,6 +1988,22 @@ static void test_adam_low_transposed(void **state) {
             same_bytes(args[i].low, oj_cast(tr, OJ_BF16), "adam tile low copy vs cast", i);
         }
     }
+    /* the check pass of a tensor with a transposed copy (it runs in the
+     * multi-tensor tables): a gradient of 1e30 makes exp_avg_sq overflow,
+     * so the check refuses and nothing is written, the copy included */
+    oj_tensor *keep_p = oj_clone(tp[1]), *keep_m = oj_clone(tm[1]), *keep_v = oj_clone(tv[1]);
+    oj_tensor *keep_l = oj_clone(args[1].low);
+    assert_true(keep_p && keep_m && keep_v && keep_l);
+    bool prev = oj_set_grad_enabled(gpu, false);
+    assert_int_equal(oj_fill_(oj_narrow(oj_narrow(tg[1], 0, 20, 1), 1, 50, 1), 1e30), OJ_OK);
+    oj_set_grad_enabled(gpu, prev);
+    assert_int_equal(gpu->backend->adam_step_multi(gpu, NT, tp, (const oj_tensor *const *)tg, tm,
+                                                   tv, args, true),
+                     OJ_ERR_NUMERIC);
+    same_bytes(tp[1], keep_p, "adam check_only (transposed copy) wrote the param", 1);
+    same_bytes(tm[1], keep_m, "adam check_only (transposed copy) wrote exp_avg", 1);
+    same_bytes(tv[1], keep_v, "adam check_only (transposed copy) wrote exp_avg_sq", 1);
+    same_bytes(args[1].low, keep_l, "adam check_only (transposed copy) wrote the copy", 1);
 }
 
 /* value_mix_forward / value_mix_backward (nanolab's value residual) on
@@ -1941,46 +2072,120 @@ static void test_value_mix(void **state) {
 /* oj__attention_qk_norm_rotary on the device: output and the
  * projection's gradient the bytes of rms_norm_rotary twice then causal
  * attention (bf16 under autocast as nanolab runs it, D 64 and 128), and
- * q and k not kept between forward and backward. */
+ * q and k not kept between forward and backward. The projection is
+ * nanolab's [B, T, 3 H D + G]: a gate piece of G columns beside q, k, v,
+ * and v either its head view (the first layer) or made from it by the
+ * value residual (the others): the joint node writes q's and k's
+ * gradients (and v's) where they lie in a buffer laid out like the
+ * projection (strided rms_norm_rotary_backward dx) and the split's
+ * backward copies the others beside them, the bytes of the three ops'
+ * contiguous gradients concatenated. With the value residual a third run
+ * takes it inside the joint node (oj__attention_qk_norm_rotary_mix: v
+ * made again in the backward, v1's gradient written in place by
+ * value_mix_backward's strided dv1): the same bytes for the output and
+ * the gradients of the projection, v0 and s, and v not kept. */
 static void test_attention_joint(void **state) {
     (void)state;
     if (gpu->backend->rms_norm_rotary_forward == NULL) skip();
-    for (int c = 0; c < 2; c++) {
-        const int64_t B = 2, T = 67, H = 3, D = c ? 128 : 64;
-        int64_t xs[3] = {B, T, 3 * H * D}, ys[4] = {B, H, T, D}, hs[4] = {B, T, H, D};
+    for (int c = 0; c < 4; c++) {
+        const int64_t B = 2, T = 67, H = 3, D = c & 1 ? 128 : 64, G = 5, W = 3 * H * D + G;
+        const bool vmix = c >= 2;
+        int64_t xs[3] = {B, T, W}, ys[4] = {B, H, T, D}, hs[4] = {B, T, H, D}, gs[3] = {B, T, G};
         const int p4[4] = {0, 2, 1, 3};
         pr x0 = rnd(3, xs, OJ_BF16, -2, 2), g = rnd(4, ys, OJ_BF16, -1, 1);
-        oj_tensor *y[2], *dx[2];
-        int64_t kept[2];
-        for (int joint = 0; joint < 2; joint++) {
-            oj_tensor *x = oj_clone(x0.t[1]);
+        pr wg = rnd(3, gs, OJ_BF16, -1, 1), v00 = rnd(4, ys, OJ_BF16, -2, 2);
+        oj_tensor *y[3], *dx[3], *dv0[3], *ds[3];
+        int64_t kept[3];
+        const int runs = vmix ? 3 : 2;
+        for (int r = 0; r < runs; r++) {
+            oj_tensor *x = oj_clone(x0.t[1]), *v0 = oj_clone(v00.t[1]);
+            oj_tensor *s = oj_full(gpu, 1, (int64_t[]){1}, OJ_F32, 0.375);
             oj_set_requires_grad(x, true);
+            oj_set_requires_grad(v0, true);
+            oj_set_requires_grad(s, true);
+            oj_tensor *pc[4];
+            const int64_t sizes[4] = {H * D, H * D, H * D, G};
+            assert_int_equal(oj_split_sizes(x, 4, sizes, 2, pc), 4);
             oj_tensor *hv[3];
-            for (int i = 0; i < 3; i++) {
-                oj_tensor *n = oj_narrow(x, 2, i * H * D, H * D);
-                hv[i] = oj_permute(oj_reshape(n, 4, hs), 4, p4);
-            }
+            for (int i = 0; i < 3; i++) hv[i] = oj_permute(oj_reshape(pc[i], 4, hs), 4, p4);
             int64_t before = oj_engine_memory_allocated(gpu);
-            if (joint) {
-                y[joint] = oj__attention_qk_norm_rotary(hv[0], hv[1], hv[2], 1e-6, 0, 10000.0);
+            oj_tensor *v = vmix && r < 2 ? oj__value_mix(hv[2], v0, s) : hv[2];
+            if (r == 2) {
+                y[r] = oj__attention_qk_norm_rotary_mix(hv[0], hv[1], hv[2], v0, s, 1e-6, 0,
+                                                        10000.0);
+            } else if (r == 1) {
+                y[r] = oj__attention_qk_norm_rotary(hv[0], hv[1], v, 1e-6, 0, 10000.0);
             } else {
                 oj_tensor *q = oj_rms_norm_rotary(hv[0], NULL, 1e-6, 0, 10000.0);
                 oj_tensor *k = oj_rms_norm_rotary(hv[1], NULL, 1e-6, 0, 10000.0);
-                y[joint] = oj_scaled_dot_product_attention(q, k, hv[2], NULL, true, NAN);
+                y[r] = oj_scaled_dot_product_attention(q, k, v, NULL, true, NAN);
                 oj_release(q);
                 oj_release(k);
             }
-            kept[joint] = oj_engine_memory_allocated(gpu) - before;
-            assert_non_null(y[joint]);
-            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[joint], g.t[1])), false), OJ_OK);
-            dx[joint] = oj_grad(x);
+            if (v != hv[2]) oj_release(v);
+            kept[r] = oj_engine_memory_allocated(gpu) - before;
+            assert_non_null(y[r]);
+            oj_tensor *l = oj_add(oj_sum_all(oj_mul(y[r], g.t[1])),
+                                  oj_sum_all(oj_mul(pc[3], wg.t[1])));
+            assert_int_equal(oj_backward(l, false), OJ_OK);
+            dx[r] = oj_grad(x);
+            dv0[r] = oj_grad(v0);
+            ds[r] = oj_grad(s);
         }
-        same_bytes(y[1], y[0], "attention_qk_norm_rotary output", c);
-        same_bytes(dx[1], dx[0], "attention_qk_norm_rotary projection gradient", c);
-        int64_t qk = 2 * B * H * T * D * 2;
+        for (int r = 1; r < runs; r++) {
+            same_bytes(y[r], y[0], "attention_qk_norm_rotary output", c * 4 + r);
+            same_bytes(dx[r], dx[0], "attention_qk_norm_rotary projection gradient", c * 4 + r);
+            if (vmix) {
+                same_bytes(dv0[r], dv0[0], "attention_qk_norm_rotary v0 gradient", c * 4 + r);
+                same_bytes(ds[r], ds[0], "attention_qk_norm_rotary s gradient", c * 4 + r);
+            }
+        }
+        int64_t qk = 2 * B * H * T * D * 2, vb = B * H * T * D * 2;
         if (!(kept[1] <= kept[0] - qk))
             fail_msg("joint node keeps %lld bytes, the three ops %lld", (long long)kept[1],
                      (long long)kept[0]);
+        if (vmix && !(kept[2] <= kept[1] - vb))
+            fail_msg("joint node with the value residual keeps %lld bytes, without %lld",
+                     (long long)kept[2], (long long)kept[1]);
+    }
+}
+
+/* oj__mul_linear's backward with the gate one value per row (nanolab's
+ * output gate: a [B, T, H, D], b [B, T, H, 1]) through the backend's
+ * mul_row_backward against the same device without it (binary(MUL)
+ * twice and the reduce): a's and W's gradients the same bytes, b's
+ * within the rounding of its sum's order (bf16 1e-2, f32 1e-5 normwise),
+ * and the entry's b gradient the same bytes run to run. */
+static void test_mul_row_backward(void **state) {
+    (void)state;
+    if (gpu->backend->mul_row_backward == NULL) skip();
+    const oj_backend *real = gpu->backend;
+    oj_backend bare = *real;
+    bare.mul_row_backward = NULL;
+    const int64_t shs[2][4] = {{2, 5, 3, 64}, {3, 7, 2, 40}};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int c = 0; c < 2; c++) {
+        const int64_t *as = shs[c], bs[4] = {as[0], as[1], as[2], 1}, K = as[2] * as[3];
+        const int64_t ws[2] = {24, K}, os[3] = {as[0], as[1], 24};
+        pr a0 = rnd(4, as, dts[c], -2, 2), b0 = rnd(4, bs, dts[c], 0, 1);
+        pr w0 = rnd(2, ws, dts[c], -0.5, 0.5), g = rnd(3, os, dts[c], -1, 1);
+        oj_tensor *da[3], *db[3], *dw[3];
+        for (int r = 0; r < 3; r++) { /* without the entry, with it, with it again */
+            oj_tensor *a = oj_clone(a0.t[1]), *b = oj_clone(b0.t[1]), *w = oj_clone(w0.t[1]);
+            oj_set_requires_grad(a, true);
+            oj_set_requires_grad(b, true);
+            oj_set_requires_grad(w, true);
+            if (r == 0) gpu->backend = &bare;
+            oj_tensor *out = oj__mul_linear(a, b, w);
+            assert_non_null(out);
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(out, g.t[1])), false), OJ_OK);
+            gpu->backend = real;
+            da[r] = oj_grad(a), db[r] = oj_grad(b), dw[r] = oj_grad(w);
+        }
+        same_bytes(da[1], da[0], "mul_row_backward da", c);
+        same_bytes(dw[1], dw[0], "mul_row_backward dW", c);
+        same_bytes(db[2], db[1], "mul_row_backward db run to run", c);
+        cmp_tensors(db[1], db[0], dts[c] == OJ_BF16 ? 1e-2 : 1e-5, true, "mul_row_backward db");
     }
 }
 
@@ -2294,6 +2499,97 @@ static void test_muon_norms(void **state) {
     }
 }
 
+/* One Newton-Schulz step X a X + (b A + c A A) X, A = X X^T, on the host
+ * in double: x [k, m, n] row-major, out the same. */
+static void ns_step_ref(const double *x, double *out, int64_t k, int64_t m, int64_t n) {
+    const double a = 3.4445, b = -4.7750, c = 2.0315;
+    double *A = malloc((size_t)(m * m) * sizeof *A), *B = malloc((size_t)(m * m) * sizeof *B);
+    assert_non_null(A);
+    assert_non_null(B);
+    for (int64_t t = 0; t < k; t++) {
+        const double *X = x + t * m * n;
+        double *O = out + t * m * n;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < n; l++) s += X[i * n + l] * X[j * n + l];
+                A[i * m + j] = s;
+            }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < m; l++) s += A[i * m + l] * A[l * m + j];
+                B[i * m + j] = b * A[i * m + j] + c * s;
+            }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0.0;
+                for (int64_t l = 0; l < m; l++) s += B[i * m + l] * X[l * n + j];
+                O[i * n + j] = a * X[i * n + j] + s;
+            }
+    }
+    free(A);
+    free(B);
+}
+
+/* muon_ns_step: one step of Muon's iteration on a stack as three GEMMs
+ * (bf16 and f32, square and wide matrices, each scaled to Frobenius norm
+ * 1 as Muon's are) against the step in double on the host, normwise: at
+ * least as close as muon.c's chain of ops (bmm, mul_scalar, add) on the
+ * same device and dtype (within 1.5x), and within 2e-2 (bf16) / 1e-5
+ * (f32). */
+static void test_muon_ns_step(void **state) {
+    (void)state;
+    if (gpu->backend->muon_ns_step == NULL) skip(); /* the CPU self-check */
+    const int64_t shs[2][3] = {{3, 40, 72}, {2, 64, 64}};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int c = 0; c < 4; c++) {
+        const int64_t k = shs[c & 1][0], m = shs[c & 1][1], n = shs[c & 1][2], N = k * m * n;
+        const oj_dtype dt = dts[c >> 1];
+        double *x = malloc((size_t)N * sizeof *x), *want = malloc((size_t)N * sizeof *want);
+        assert_non_null(x);
+        assert_non_null(want);
+        for (int64_t t = 0; t < k; t++) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < m * n; i++) {
+                x[t * m * n + i] = nzrand(-1, 1);
+                ss += x[t * m * n + i] * x[t * m * n + i];
+            }
+            for (int64_t i = 0; i < m * n; i++) x[t * m * n + i] /= sqrt(ss);
+        }
+        pr xp = up(3, shs[c & 1], dt, x);
+        double *xr = to_doubles(xp.t[1]); /* the values as rounded to dt */
+        ns_step_ref(xr, want, k, m, n);
+        bool prev = oj_set_grad_enabled(gpu, false);
+        oj_tensor *got = oj_empty(gpu, 3, shs[c & 1], dt);
+        assert_non_null(got);
+        assert_int_equal(gpu->backend->muon_ns_step(gpu, got, xp.t[1], 3.4445, -4.7750, 2.0315),
+                         OJ_OK);
+        oj_tensor *X = xp.t[1], *xt = oj_transpose(X, 1, 2), *A = oj_bmm(X, xt);
+        oj_tensor *B = oj_add(oj_mul_scalar(A, -4.7750), oj_mul_scalar(oj_bmm(A, A), 2.0315));
+        oj_tensor *chain = oj_add(oj_mul_scalar(X, 3.4445), oj_bmm(B, X));
+        assert_non_null(chain);
+        oj_set_grad_enabled(gpu, prev);
+        double *g = to_doubles(got), *h = to_doubles(chain), eg = 0.0, ec = 0.0, nw = 0.0;
+        for (int64_t i = 0; i < N; i++) {
+            eg += (g[i] - want[i]) * (g[i] - want[i]);
+            ec += (h[i] - want[i]) * (h[i] - want[i]);
+            nw += want[i] * want[i];
+        }
+        eg = sqrt(eg / nw), ec = sqrt(ec / nw);
+        const double bound = dt == OJ_BF16 ? 2e-2 : 1e-5;
+        if (!(eg <= bound && eg <= 1.5 * ec + 1e-7))
+            fail_msg("muon_ns_step %s [%lld, %lld, %lld]: relative error %.3g (chain of ops %.3g, "
+                     "bound %.3g)",
+                     oj_dtype_name(dt), (long long)k, (long long)m, (long long)n, eg, ec, bound);
+        free(x);
+        free(want);
+        free(xr);
+        free(g);
+        free(h);
+    }
+}
+
 /* muon_momentum_multi and apply_update_multi: 90 tensors, f32 and f64
  * mixed (more than one table of each), sizes 1, around the 4096-element
  * chunk and several chunks, per-tensor alpha, scale and decay (scale and
@@ -2519,6 +2815,165 @@ static void test_gelu_linear_fused(void **state) {
     one_gelu_linear_grad(OJ_F16, true, true, 5e-3);
     one_gelu_linear_grad(OJ_F32, true, false, 5e-3);
     one_gelu_linear_grad(OJ_BF16, false, true, 2e-2);
+}
+
+/* A linear's weight and bias gradients from one GEMM (the backend's
+ * matmul_bgrad; FAST numerics: cuBLASLt's BGRADB epilogue on the GPU):
+ * through the entry directly, dW = dy^T x [N, K] and db = dy's rows summed
+ * [N] for dy [R, N], x [R, K], against the CPU's matmul and sum (refused
+ * under EXACT, nothing recorded); then through oj_linear's backward (W
+ * [N, K], or stored [K, N] as GPT-2's Conv1D), dx, dW and db against the
+ * CPU's. */
+static void one_linear_bgrad(oj_dtype dt, int64_t R, int64_t K, int64_t N, bool conv1d,
+                             double rtol) {
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = cpuf, gpu = gpuf;
+    char what[160];
+    snprintf(what, sizeof what, "linear bias gradient %s rows %lld in %lld out %lld%s",
+             oj_dtype_name(dt), (long long)R, (long long)K, (long long)N,
+             conv1d ? " W [in, out]" : "");
+    pr dy = rnd(3, (int64_t[3]){1, R, N}, dt, -1, 1);
+    pr x = rnd(3, (int64_t[3]){1, R, K}, dt, -1, 1);
+    pr dyt = perm(dy, 3, (int[3]){0, 2, 1}); /* [1, N, R] */
+    if (!on_cpu) {
+        pr dw = empty(3, (int64_t[3]){1, N, K}, dt), db = empty(1, (int64_t[1]){N}, dt);
+        /* off by default (measured slower than the GEMVs in gpt2's step) */
+        unsetenv("OJAS_CUDA_BGRAD");
+        assert_int_equal(gpuf->backend->matmul_bgrad(gpuf, dw.t[1], dyt.t[1], x.t[1], db.t[1]),
+                         OJ_ERR_UNSUPPORTED);
+        assert_int_equal(oj_last_status(gpuf), OJ_OK);
+        setenv("OJAS_CUDA_BGRAD", "1", 1);
+        oj_status st = gpuf->backend->matmul_bgrad
+                           ? gpuf->backend->matmul_bgrad(gpuf, dw.t[1], dyt.t[1], x.t[1], db.t[1])
+                           : OJ_ERR_UNSUPPORTED;
+        /* 16-bit operands must take it (GPT-2's case); f32 (TF32) may be refused */
+        if (st != OJ_OK && !(dt == OJ_F32 && st == OJ_ERR_UNSUPPORTED))
+            fail_msg("%s: matmul_bgrad -> %s: %s", what, oj_status_name(st), oj_last_error(gpuf));
+        assert_int_equal(oj_last_status(gpuf), OJ_OK); /* refused: nothing recorded */
+        if (st == OJ_OK) {
+            assert_int_equal(cpuf->backend->matmul(cpuf, dw.t[0], dyt.t[0], x.t[0], false),
+                             OJ_OK);
+            int d1 = 1;
+            oj_tensor *dbc = oj_sum(dy.t[0], 1, &d1, false); /* [1, N] */
+            int64_t n1 = N;
+            assert_non_null(dbc = oj_reshape(dbc, 1, &n1));
+            assert_int_equal(oj_copy_(db.t[0], dbc), OJ_OK);
+            cmp_tensors(dw.t[1], dw.t[0], rtol, true, what);
+            cmp_tensors(db.t[1], db.t[0], rtol, true, what);
+        }
+        /* EXACT keeps the unfused pair's bits: the entry refuses */
+        oj_tensor *dwe = oj_empty(save_g, 3, (int64_t[3]){1, N, K}, dt);
+        oj_tensor *dbe = oj_empty(save_g, 1, (int64_t[1]){N}, dt);
+        oj_tensor *dye = oj_to_device(dyt.t[1], save_g), *xe = oj_to_device(x.t[1], save_g);
+        assert_true(dwe && dbe && dye && xe);
+        assert_int_equal(save_g->backend->matmul_bgrad(save_g, dwe, dye, xe, dbe),
+                         OJ_ERR_UNSUPPORTED);
+        assert_int_equal(oj_last_status(save_g), OJ_OK);
+    }
+    pr x2 = rnd(3, (int64_t[3]){2, R, K}, dt, -1, 1);
+    pr w = conv1d ? perm(rnd(2, (int64_t[2]){K, N}, dt, -0.3, 0.3), 2, (int[2]){1, 0})
+                  : rnd(2, (int64_t[2]){N, K}, dt, -0.3, 0.3);
+    pr b = rnd(1, (int64_t[1]){N}, dt, -0.1, 0.1);
+    pr r = rnd(3, (int64_t[3]){2, R, N}, dt, -1, 1);
+    for (int sd = 0; sd < 2; sd++) {
+        assert_non_null(oj_set_requires_grad(x2.t[sd], true));
+        assert_non_null(oj_set_requires_grad(w.t[sd], true));
+        assert_non_null(oj_set_requires_grad(b.t[sd], true));
+    }
+    pr loss;
+    for (int sd = 0; sd < 2; sd++) {
+        oj_tensor *y = oj_linear(x2.t[sd], w.t[sd], b.t[sd]);
+        assert_non_null(loss.t[sd] = oj_sum_all(oj_mul(y, r.t[sd])));
+    }
+    backward_both(loss);
+    cmp_tensors(oj_grad(x2.t[1]), oj_grad(x2.t[0]), rtol, true, what);
+    cmp_tensors(oj_grad(w.t[1]), oj_grad(w.t[0]), rtol, true, what);
+    cmp_tensors(oj_grad(b.t[1]), oj_grad(b.t[0]), rtol, true, what);
+    cpu = save_c;
+    gpu = save_g;
+}
+
+// test: a linear's weight and bias gradients from one GEMM (cuBLASLt's
+// BGRADB epilogue under FAST with OJAS_CUDA_BGRAD=1; refused by default)
+// agree with the CPU's matmul and row sum, in bf16, f16 and f32, both
+// weight layouts, odd sizes; EXACT refuses it
+static void test_linear_bgrad(void **state) {
+    (void)state;
+    one_linear_bgrad(OJ_BF16, 512, 96, 40, false, 2e-2);
+    one_linear_bgrad(OJ_BF16, 300, 64, 256, true, 2e-2);
+    one_linear_bgrad(OJ_F16, 257, 96, 72, true, 5e-3);
+    one_linear_bgrad(OJ_F32, 129, 40, 24, false, 5e-3);
+    unsetenv("OJAS_CUDA_BGRAD");
+}
+
+/* A linear with the GELU after it from one GEMM (the backend's
+ * matmul_bias_act; FAST numerics: cuBLASLt's GELU_AUX_BIAS epilogue on the
+ * GPU), GPT-2's MLP as gpt_forward.c runs it: u = linear(x, W1, b1) with
+ * act = gelu_tanh(u) (oj__linear_gelu), y = gelu_linear(u, W2, b2) taking
+ * act (oj__gelu_linear_act); W1, W2 stored [in, out] (Conv1D) or [out,
+ * in]. The GPU must take the fused path under FAST (act made) and not
+ * under EXACT; u, act, y and every gradient against the CPU's unfused
+ * ops. */
+static void one_linear_gelu(oj_dtype dt, int64_t R, int64_t C, int64_t F, bool conv1d,
+                            bool fast, double rtol) {
+    oj_engine *save_c = cpu, *save_g = gpu;
+    if (fast) cpu = cpuf, gpu = gpuf;
+    char what[160];
+    snprintf(what, sizeof what, "linear + gelu %s rows %lld C %lld F %lld%s %s",
+             oj_dtype_name(dt), (long long)R, (long long)C, (long long)F,
+             conv1d ? " W [in, out]" : "", fast ? "FAST" : "EXACT");
+    pr x = rnd(3, (int64_t[3]){2, R, C}, dt, -1, 1);
+    pr w1 = conv1d ? perm(rnd(2, (int64_t[2]){C, F}, dt, -0.3, 0.3), 2, (int[2]){1, 0})
+                   : rnd(2, (int64_t[2]){F, C}, dt, -0.3, 0.3);
+    pr b1 = rnd(1, (int64_t[1]){F}, dt, -0.5, 0.5);
+    pr w2 = conv1d ? perm(rnd(2, (int64_t[2]){F, C}, dt, -0.3, 0.3), 2, (int[2]){1, 0})
+                   : rnd(2, (int64_t[2]){C, F}, dt, -0.3, 0.3);
+    pr b2 = rnd(1, (int64_t[1]){C}, dt, -0.1, 0.1);
+    pr r = rnd(3, (int64_t[3]){2, R, C}, dt, -1, 1);
+    pr *leaves[5] = {&x, &w1, &b1, &w2, &b2};
+    for (int i = 0; i < 5; i++)
+        for (int sd = 0; sd < 2; sd++) assert_non_null(oj_set_requires_grad(leaves[i]->t[sd], true));
+    pr u, act, y, loss;
+    for (int sd = 0; sd < 2; sd++) {
+        assert_non_null(u.t[sd] = oj__linear_gelu(x.t[sd], w1.t[sd], b1.t[sd], &act.t[sd]));
+        if (sd == 0) assert_null(act.t[0]); /* the CPU has no fused entry */
+        assert_non_null(y.t[sd] = oj__gelu_linear_act(u.t[sd], act.t[sd], w2.t[sd], b2.t[sd]));
+        assert_non_null(loss.t[sd] = oj_sum_all(oj_mul(y.t[sd], r.t[sd])));
+    }
+    /* 16-bit operands must take it (GPT-2's case); f32 (TF32) may be refused */
+    if (!on_cpu && fast && dt != OJ_F32 && act.t[1] == NULL)
+        fail_msg("%s: the GPU did not take the fused GEMM + GELU", what);
+    if (!fast) assert_null(act.t[1]);
+    cmp_tensors(u.t[1], u.t[0], rtol, true, what);
+    if (act.t[1]) { /* against the CPU's gelu of its own u */
+        oj_tensor *ga = oj_gelu_tanh(u.t[0]);
+        cmp_tensors(act.t[1], ga, rtol, true, what);
+    }
+    cmp_tensors(y.t[1], y.t[0], rtol, true, what);
+    backward_both(loss);
+    const char *names[5] = {"dx", "dW1", "db1", "dW2", "db2"};
+    for (int i = 0; i < 5; i++) {
+        char w2s[200];
+        snprintf(w2s, sizeof w2s, "%s %s", what, names[i]);
+        cmp_tensors(oj_grad(leaves[i]->t[1]), oj_grad(leaves[i]->t[0]), rtol, true, w2s);
+    }
+    oj_release(act.t[0]);
+    oj_release(act.t[1]);
+    cpu = save_c;
+    gpu = save_g;
+}
+
+// test: GPT-2's MLP with the GELU in the first GEMM's epilogue (cuBLASLt's
+// GELU_AUX_BIAS under FAST) agrees with the CPU's linear, gelu and
+// gelu_linear, forward and gradients, bf16, f16 and f32, both weight
+// layouts; EXACT keeps the unfused ops
+static void test_linear_gelu_fused(void **state) {
+    (void)state;
+    one_linear_gelu(OJ_BF16, 64, 96, 384, true, true, 2e-2);
+    one_linear_gelu(OJ_BF16, 33, 64, 256, false, true, 2e-2);
+    one_linear_gelu(OJ_F16, 40, 64, 128, true, true, 5e-3);
+    one_linear_gelu(OJ_F32, 17, 32, 128, false, true, 5e-3);
+    one_linear_gelu(OJ_BF16, 64, 96, 384, true, false, 2e-2);
 }
 
 static void test_ops_attention_backward(void **state) {
@@ -4105,8 +4560,13 @@ int main(void) {
         T_(test_matmul),
         T_(test_linear_bias),
         T_(test_gelu_linear_fused),
+        T_(test_linear_bgrad),
+        T_(test_linear_gelu_fused),
+        T_(test_matmul_lt_plain),
+        T_(test_lt_epilogue_in_capture),
         T_(test_gemv),
         T_(test_embedding),
+        T_(test_embedding_fast),
         T_(test_norms),
         T_(test_add_norm),
         T_(test_softmax),
@@ -4128,9 +4588,11 @@ int main(void) {
         T_(test_step_gate),
         T_(test_muon_normalize),
         T_(test_muon_norms),
+        T_(test_muon_ns_step),
         T_(test_adam_low_transposed),
         T_(test_value_mix),
         T_(test_attention_joint),
+        T_(test_mul_row_backward),
         T_(test_muon_multi),
         T_(test_ops_mlp_backward),
         T_(test_ops_attention_backward),

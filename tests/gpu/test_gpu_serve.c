@@ -114,7 +114,10 @@ static void test_batched_greedy_llama(void **state) {
 /* Prefill NP prompts into two pools (one per path), then decode steps of
  * n = 6, 3, 11, 6 sequences: the graph path's logits equal the eager
  * path's (1e-5 relative, the same argmax), every step (the first use of a bucket captures, the
- * later ones replay). The graph path ends with buckets 4, 8, 16 captured. */
+ * later ones replay; the last two wait for the device after the launch, as a profile does;
+ * a step of fewer than all sequences is begun, the others' next token forwarded while it runs,
+ * then ended, as the scheduler does with prompt chunks).
+ * The graph path ends with buckets 4, 8, 16 captured; its pool's times count the four steps. */
 static void test_graph_equals_eager(void **state) {
     (void)state;
     oj_engine *e = gpu_test_engine(true, on_cpu, OJ_NUMERICS_FAST, 7);
@@ -141,9 +144,23 @@ static void test_graph_equals_eager(void **state) {
         for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 13 + t * 7 + 1) % V);
         int32_t am[2][NP];
         float alp[2][NP];
+        oj_kv_pool_set_timing(pools[1], t >= 2); /* the last two steps wait for the device */
         for (int k = 0; k < 2; k++) {
-            if (oj_gpt_decode_paged(m, pools[k], n, tok, past[k], tp, k == 1, lg[k], am[k], alp[k]) != OJ_OK)
+            if (n < NP) { /* begun, the other sequences' token forwarded, ended */
+                if (oj_gpt_decode_paged_begin(m, pools[k], n, tok, past[k], tp, k == 1) != OJ_OK)
+                    fail_msg("decode_paged_begin (%s): %s", k ? "graph" : "eager", oj_last_error(e));
+                int32_t more[NP];
+                int64_t st1[NP + 1];
+                for (int64_t i = 0; i <= NP - n; i++) st1[i] = i;
+                for (int64_t i = 0; i < NP - n; i++) more[i] = (int32_t)((i * 5 + 2) % V);
+                sv_forward(m, pools[k], more, NP - n, NP - n, st1, past[k] + n, tp + n, NULL);
+                for (int64_t i = n; i < NP; i++) past[k][i]++;
+                if (oj_gpt_decode_paged_end(m, pools[k], lg[k], am[k], alp[k]) != OJ_OK)
+                    fail_msg("decode_paged_end (%s): %s", k ? "graph" : "eager", oj_last_error(e));
+            } else if (oj_gpt_decode_paged(m, pools[k], n, tok, past[k], tp, k == 1, lg[k], am[k],
+                                           alp[k]) != OJ_OK) {
                 fail_msg("decode_paged (%s): %s", k ? "graph" : "eager", oj_last_error(e));
+            }
             for (int64_t i = 0; i < n; i++) past[k][i]++;
         }
         for (int64_t r = 0; r < n; r++) {
@@ -169,7 +186,11 @@ static void test_graph_equals_eager(void **state) {
             }
         }
     }
+    const oj_kv_pool_times tm = oj_kv_pool_get_times(pools[1]);
+    assert_int_equal(tm.steps, 4);
+    assert_true(tm.launch_s > 0.0 && tm.upload_s >= 0.0 && tm.readback_s > 0.0 && tm.wait_s >= 0.0);
     if (!on_cpu) {
+        assert_true(tm.wait_s > 0.0); /* the synchronised steps waited for their replay */
         assert_true(oj_gpt_decode_paged_graphed(pools[1], 3));
         assert_true(oj_gpt_decode_paged_graphed(pools[1], 6));
         assert_true(oj_gpt_decode_paged_graphed(pools[1], NP));

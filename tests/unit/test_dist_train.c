@@ -124,6 +124,25 @@ static void one_process(void) {
     done = true;
 }
 
+static char g_self[4096]; /* this test's executable (argv[0], absolute) */
+
+// test: under mpirun the group's MPI gives MPI_THREAD_MULTIPLE, so the NCCL
+// watchdog thread may call MPI_Abort while the main thread is inside MPI
+// (each rank of `mpirun -np 2 test_dist_train --mpi-threads` prints it)
+static void test_mpi_thread_multiple(void **state) {
+    (void)state;
+    char cmd[8192], p[400];
+    snprintf(cmd, sizeof cmd, "cd '%s' && " MPIRUN "'%s' --mpi-threads >threads.txt 2>&1", g_dir,
+             g_self);
+    int rc = system(cmd);
+    snprintf(p, sizeof p, "%s/threads.txt", g_dir);
+    char *out = ct_slurp(p);
+    if (rc != 0 || !out || !strstr(out, "rank 0: MPI_THREAD_MULTIPLE 1") ||
+        !strstr(out, "rank 1: MPI_THREAD_MULTIPLE 1"))
+        fail_msg("mpirun %d: %s", rc, out ? out : "(no output)");
+    free(out);
+}
+
 // test: 2 ranks (one micro-batch each) = 1 process with grad_accum 2, bit for bit
 static void test_two_ranks_equal_one_process(void **state) {
     (void)state;
@@ -194,6 +213,43 @@ static void test_two_ranks_allreduce_fast(void **state) {
     free(out);
     same_run("onefast", "twofast");
 #undef FAST
+}
+
+// test: the all-reduce path makes one host exchange per step (its record,
+// after the step: losses, stop flags, the next step's schedule), counted
+// by the exchanges OJAS_DIST_TRACE=1 names on stderr
+static void test_allreduce_one_exchange_per_step(void **state) {
+    (void)state;
+    setenv("OJAS_DIST_TRACE", "1", 1);
+    char *out = NULL;
+    int rc = mpi_ojas("train -c c.json -o trace --numerics fast --no-progress --no-plot "
+                      "--set grad_accum=2 --set max_steps=4 --set eval_every=0 --set ckpt_every=0",
+                      &out);
+    unsetenv("OJAS_DIST_TRACE");
+    if (rc || !out || !strstr(out, "gradients summed in place by all-reduce"))
+        fail_msg("mpirun failed (%d) or not through the all-reduce path: %s", rc, out);
+    for (int r = 0; r < 2; r++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "ojas: dist: rank %d exchange (", r);
+        int any = 0, per_step[5] = {0};
+        for (const char *l = out; (l = strstr(l, tag)) != NULL; l++) {
+            any++;
+            const char *eol = strchr(l, '\n'), *s = strstr(l, "step ");
+            if (s && (!eol || s < eol)) {
+                int step = atoi(s + 5);
+                if (step < 1 || step > 4)
+                    fail_msg("an exchange of step %d in a run of 4: %s", step, out);
+                per_step[step]++;
+            }
+        }
+        if (!any)
+            fail_msg("rank %d traced no exchange: %s", r, out);
+        for (int s = 1; s <= 4; s++)
+            if (per_step[s] != 1)
+                fail_msg("rank %d made %d host exchanges in step %d (want 1): %s", r, per_step[s],
+                         s, out);
+    }
+    free(out);
 }
 
 // test: a group from RANK / WORLD_SIZE (torchrun's variables, no MPI)
@@ -445,7 +501,58 @@ static void test_group_of_one(void **state) {
     oj_dist_free(d);
 }
 
-int main(void) {
+// test: a group from RANK/WORLD_SIZE refuses CPU engines with one
+// message, whether asked before anything is made (oj_dist_check_device,
+// what the trainer asks) or at oj_dist_bind; CUDA devices and the group of
+// one pass the check
+static void test_env_group_check_device(void **state) {
+    (void)state;
+    if (oj_dist_launched())
+        skip();
+    oj_error err = {0}, err2 = {0};
+    const oj_device cpu = {OJ_DEVICE_CPU, 0}, cuda = {OJ_DEVICE_CUDA, 0};
+    assert_int_equal(oj_dist_check_device(NULL, cpu, &err), OJ_OK);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    oj_dist *d = NULL;
+    oj_status st = oj_dist_init(10, &d, &err);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    assert_int_equal(st, OJ_OK);
+    assert_true(oj_dist_active(d));
+    assert_false(oj_dist_mpi(d));
+    assert_int_equal(oj_dist_check_device(d, cuda, &err), OJ_OK);
+    assert_int_equal(oj_dist_check_device(d, cpu, &err), OJ_ERR_UNSUPPORTED);
+    if (!strstr(err.message, "a CPU engine's collectives need MPI") ||
+        !strstr(err.message, "start the ranks with mpirun"))
+        fail_msg("the refusal does not say why and what to do: %s", err.message);
+    oj_engine *eng = NULL;
+    oj_engine_config ec = oj_engine_config_default();
+    ec.threads = 1;
+    assert_int_equal(oj_engine_create(&ec, &eng, &err2), OJ_OK);
+    assert_int_equal(oj_dist_bind(d, eng, &err2), OJ_ERR_UNSUPPORTED);
+    assert_string_equal(err2.message, err.message);
+    oj_engine_free(eng);
+    oj_dist_free(d);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--mpi-threads") == 0) { /* a rank of test_mpi_thread_multiple */
+        oj_dist *d = NULL;
+        oj_error err = {0};
+        if (oj_dist_init(30, &d, &err) != OJ_OK) {
+            fprintf(stderr, "oj_dist_init: %s\n", err.message);
+            return 1;
+        }
+        printf("rank %d: MPI_THREAD_MULTIPLE %d\n", oj_dist_rank(d), oj_dist_mpi_threads(d));
+        fflush(stdout);
+        oj_dist_free(d);
+        return 0;
+    }
+#ifdef OJAS_MPIEXEC
+    if (!realpath(argv[0], g_self))
+        snprintf(g_self, sizeof g_self, "%s", argv[0]);
+#endif
     /* containers often forbid the cross-process reads OpenMPI's shared
      * memory transport tries first: copy through the shared segment */
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
@@ -455,13 +562,16 @@ int main(void) {
     setenv("LSAN_OPTIONS",
            "suppressions=" OJAS_SOURCE_DIR "/tests/unit/lsan_openmpi.supp:fast_unwind_on_malloc=0",
            0);
-    const struct CMUnitTest group[] = {cmocka_unit_test(test_group_of_one)};
+    const struct CMUnitTest group[] = {cmocka_unit_test(test_group_of_one),
+                                       cmocka_unit_test(test_env_group_check_device)};
     int failed = cmocka_run_group_tests_name("dist_group", group, NULL, NULL);
 #ifdef OJAS_MPIEXEC
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
+        cmocka_unit_test(test_mpi_thread_multiple),
         cmocka_unit_test(test_mpirun_log_is_plain),
         cmocka_unit_test(test_two_ranks_allreduce_fast),
+        cmocka_unit_test(test_allreduce_one_exchange_per_step),
         cmocka_unit_test(test_one_rank_allreduce_exact),
         cmocka_unit_test(test_env_group_cpu_refused),
         cmocka_unit_test(test_zero1_same_bits),

@@ -551,11 +551,13 @@ static oj_tensor *param(oj_gpt *m, const char *name) {
 /* nanolab's fused training projections: the analytic gradients (the fused
  * GEMM's backward, grad mode on) of every fused weight equal f64 central
  * differences of the loss, which gradcheck evaluates with grad mode off:
- * the separate linears. GQA (2 KV heads of 4) and one KV head. */
+ * the separate linears. GQA (2 KV heads of 4), one KV head, and 4 of 4
+ * (q, k, v heads alike: their gradients written where they lie in the
+ * projection's, the split filling in the gate's). */
 static void test_fused_projections_gradcheck(void **state) {
     (void)state;
-    const int64_t kvs[2] = {2, 1};
-    for (int k = 0; k < 2; k++) {
+    const int64_t kvs[3] = {2, 1, 4};
+    for (int k = 0; k < 3; k++) {
         oj_gpt_config c;
         assert_true(oj_gpt_preset("nanolab-tiny", &c));
         c.vocab_size = 11;

@@ -18,6 +18,7 @@
 #include "core/internal.h"
 #include "ojas/infer.h"
 #include "nn_testutil.h"
+#include "backend/gemv_tiles.h"
 #include "ops/nn_decode.h"
 
 /* max |a - b| <= tol * max(1, max |b|) over n values. */
@@ -457,6 +458,38 @@ static void test_decode_sample(void **state) {
     nt_engine_done(eng);
 }
 
+/* the one-row matmul's tiles (backend/gemv_tiles.h, which cuda_gemv.cu
+ * launches): GPT-2 124M's projections as cuda_gemv.cu's table gives them,
+ * a bias gradient's long K split, long K on 8 groups */
+static void test_gemv_kn_tiles(void **state) {
+    (void)state;
+    const struct {
+        int64_t N, K;
+        int G;
+        int64_t blocks, S;
+    } cases[] = {
+        {2304, 768, 2, 144, 1},  /* c_attn */
+        {768, 768, 2, 48, 1},    /* attn c_proj: 48 blocks, 24 rows a thread: no split */
+        {3072, 768, 2, 192, 1},  /* c_fc */
+        {768, 3072, 2, 48, 1},   /* mlp c_proj: 24 rows a thread, too few to split */
+        {768, 16384, 8, 12, 22}, /* bias gradient: 12 blocks, S 22 (512 rows / 16 = 32 cap) */
+        {1024, 4096, 8, 16, 8},  /* long K: 8 groups, S 17 capped at 128 rows / 16 */
+        {16384, 768, 8, 256, 1}, /* 2048 groups: 8 a block */
+        {8192, 768, 4, 256, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        oj_gemv_kn_tiles t = oj_gemv_kn_plan(cases[i].N, cases[i].K);
+        if (t.G != cases[i].G || t.blocks != cases[i].blocks ||
+            (cases[i].S == 1) != (t.S == 1) || (cases[i].S > 1 && t.S != cases[i].S))
+            fail_msg("N %lld K %lld: G %d blocks %lld S %lld, expected G %d blocks %lld S %lld",
+                     (long long)cases[i].N, (long long)cases[i].K, t.G, (long long)t.blocks,
+                     (long long)t.S, cases[i].G, (long long)cases[i].blocks,
+                     (long long)cases[i].S);
+        assert_int_equal(oj_gemv_kn_unsplit(cases[i].N, cases[i].K),
+                         cases[i].S == 1 && cases[i].K < OJ_GEMV_KN_LONG_K);
+    }
+}
+
 /* oj__decode_matches_unfused follows cuda_gemv.cu's tile and split rule:
  * gpt2-124m's four projections match, K 4096 (8 column groups there) and
  * a split K do not */
@@ -587,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_argmax_advance),
         cmocka_unit_test(test_decode_sample),
         cmocka_unit_test(test_matches_unfused),
+        cmocka_unit_test(test_gemv_kn_tiles),
         cmocka_unit_test(test_embed_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -230,6 +230,83 @@ static void test_attention_joint(void **state) {
     nt_engine_done(eng);
 }
 
+/* nanolab's fused projection x [B, T, 3 H D + G]: q, k, v heads and a
+ * gate piece of G columns, one split. The joint node writes the gradients
+ * of q1 and k1 (and of v when v is the projection's own head view) where
+ * they lie in a buffer laid out like x, and the split's backward copies
+ * the other pieces' gradients into the rest of it instead of
+ * concatenating all four: the projection's gradient bit for bit that of
+ * the three ops (whose contiguous gradients the split concatenates), with
+ * one backend copy a piece not in place (the gate's; v's too when v is
+ * made from its head view, as nanolab's value residual makes it) and none
+ * for the heads' reshapes. */
+static int copies_seen;
+static oj_status (*copy_real)(oj_engine *, oj_tensor *, const oj_tensor *);
+static oj_status copy_counted(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
+    copies_seen++;
+    return copy_real(eng, out, x);
+}
+
+static void test_attention_joint_in_place(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    const oj_backend *real = eng->backend;
+    oj_backend counted = *real;
+    copy_real = real->copy;
+    counted.copy = copy_counted;
+    oj_scope_begin(eng);
+    const oj_dtype dts[2] = {OJ_F32, OJ_F64};
+    for (int k = 0; k < 2; k++) {
+        for (int vmix = 0; vmix < 2; vmix++) {
+            const int64_t B = 2, T = 7, H = 2, D = 16, G = 5, W = 3 * H * D + G;
+            int64_t xs[3] = {B, T, W}, ys[4] = {B, H, T, D}, gs[3] = {B, T, G};
+            oj_tensor *x0 = nt_rand(eng, 3, xs, dts[k], -2, 2);
+            oj_tensor *g = nt_rand(eng, 4, ys, dts[k], -1, 1), *wg = nt_rand(eng, 3, gs, dts[k], -1, 1);
+            oj_tensor *dx[2];
+            int copies[2];
+            for (int joint = 0; joint < 2; joint++) {
+                oj_tensor *x = oj_clone(x0);
+                oj_set_requires_grad(x, true);
+                oj_tensor *p[4] = {NULL, NULL, NULL, NULL};
+                const int64_t sizes[4] = {H * D, H * D, H * D, G};
+                assert_int_equal(oj_split_sizes(x, 4, sizes, 2, p), 4);
+                oj_tensor *q1 = nt_heads(p[0], H, D), *k1 = nt_heads(p[1], H, D);
+                oj_tensor *v1 = nt_heads(p[2], H, D);
+                oj_tensor *v = vmix ? oj_mul_scalar(v1, 0.5) : oj_retain(v1);
+                oj_tensor *y;
+                if (joint) {
+                    y = oj__attention_qk_norm_rotary(q1, k1, v, EPS, 3, THETA);
+                } else {
+                    oj_tensor *q = oj_rms_norm_rotary(q1, NULL, EPS, 3, THETA);
+                    oj_tensor *kk = oj_rms_norm_rotary(k1, NULL, EPS, 3, THETA);
+                    y = oj_scaled_dot_product_attention(q, kk, v, NULL, true, NAN);
+                    oj_release(q);
+                    oj_release(kk);
+                }
+                assert_non_null(y);
+                oj_tensor *l = oj_add(oj_sum_all(oj_mul(y, g)), oj_sum_all(oj_mul(p[3], wg)));
+                copies_seen = 0;
+                eng->backend = &counted;
+                assert_int_equal(oj_backward(l, false), OJ_OK);
+                eng->backend = real;
+                copies[joint] = copies_seen;
+                dx[joint] = oj_grad(x);
+                oj_tensor *tmp[] = {p[0], p[1], p[2], p[3], q1, k1, v1, v, y};
+                for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
+            }
+            char what[80];
+            snprintf(what, sizeof what, "%s, v %s: projection gradient", oj_dtype_name(dts[k]),
+                     vmix ? "made from its head view" : "the head view");
+            same_bits(what, dx[1], dx[0]);
+            if (copies[1] != 1 + vmix)
+                fail_msg("%s: %d copies in the joint node's backward (want %d; the three ops: %d)",
+                         what, copies[1], 1 + vmix, copies[0]);
+        }
+    }
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 /* ctx: bit 0 weight. in: x [B, T, H*D] f64, weight [D]. */
 static oj_tensor *nr_fn(oj_tensor *const *in, int n, void *ctx) {
     (void)n;
@@ -596,6 +673,7 @@ int main(void) {
         cmocka_unit_test(test_nr_ranks_threads),
         cmocka_unit_test(test_nr_weight_aliases_x),
         cmocka_unit_test(test_attention_joint),
+        cmocka_unit_test(test_attention_joint_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

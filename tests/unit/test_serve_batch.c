@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -147,7 +148,8 @@ static void test_packed_logits_qwen(void **state) {
  * oj_gpt_forward_paged gives for the same step, each row's argmax and its
  * log_softmax beside them: all six sequences (bucket
  * 8), then three of them (bucket 4), then all six again (the other three's
- * blocks were left alone by the padding rows). */
+ * blocks were left alone by the padding rows); a step in two halves
+ * (begin, another forward, end) gives the same bits. */
 static void check_decode_buckets(const char *kind) {
     oj_gpt *m = make(kind);
     const int64_t V = oj_gpt_get_config(m)->vocab_size;
@@ -184,6 +186,27 @@ static void check_decode_buckets(const char *kind) {
         sv_forward(m, b.pool, tok, n, n, st1, past, b.tp, want);
         assert_memory_equal(got, want, (size_t)(n * V) * sizeof *want);
         for (int64_t i = 0; i < n; i++) past[i]++;
+    }
+    /* in two halves with a forward between (the scheduler's way with prompt chunks):
+     * the same bits; an end without a begin and a second begin are refused */
+    {
+        int32_t tok[3] = {4, 5, 6};
+        int64_t ps[3] = {past[0], past[1], past[2]};
+        float *again = malloc((size_t)(3 * V) * sizeof *again);
+        assert_int_equal(oj_gpt_decode_paged_end(m, b.pool, got, NULL, NULL), OJ_ERR_STATE);
+        oj_clear_error(eng);
+        assert_int_equal(oj_gpt_decode_paged_begin(m, b.pool, 3, tok, ps, b.tp, true), OJ_OK);
+        assert_int_equal(oj_gpt_decode_paged_begin(m, b.pool, 3, tok, ps, b.tp, true), OJ_ERR_STATE);
+        oj_clear_error(eng);
+        int32_t other[3] = {7, 8, 9};
+        int64_t st3[4] = {0, 1, 2, 3};
+        sv_forward(m, b.pool, other, 3, 3, st3, past + 3, b.tp + 3, NULL);
+        assert_int_equal(oj_gpt_decode_paged_end(m, b.pool, got, NULL, NULL), OJ_OK);
+        assert_int_equal(oj_gpt_decode_paged(m, b.pool, 3, tok, ps, b.tp, true, again, NULL, NULL),
+                         OJ_OK);
+        assert_memory_equal(got, again, (size_t)(3 * V) * sizeof *again);
+        free(again);
+        for (int i = 0; i < NP; i++) past[i]++;
     }
     /* refusals: a token outside the vocabulary, no sequence, past the context */
     int32_t bad = (int32_t)V;
@@ -355,6 +378,190 @@ static void test_preempt_in_prefill(void **state) {
     assert_int_equal(st.blocks_used, 0);
     const int32_t *ps[2] = {pa, pb};
     const int64_t ls[2] = {5, 28}, mx[2] = {30, 2};
+    for (int i = 0; i < 2; i++) {
+        int32_t *want[1];
+        int64_t wl[1];
+        cfg.max_new_tokens = mx[i];
+        assert_int_equal(oj_generate(m, 1, &ps[i], &ls[i], &cfg, want, wl, NULL, NULL), OJ_OK);
+        assert_int_equal(c->len[i], wl[0]);
+        assert_memory_equal(c->toks[i], want[0], (size_t)wl[0] * sizeof(int32_t));
+        free(want[0]);
+    }
+    free(c);
+    oj_sched_free(s);
+    oj_gpt_free(m);
+}
+
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    int32_t toks[NP][64];
+    double lps[NP][64];
+    int64_t len[NP], ids[NP];
+} collect_lp;
+
+static bool collect_lp_fn(void *ctx, int64_t id, int32_t token, double lp, oj_finish why) {
+    (void)why;
+    collect_lp *c = ctx;
+    for (int i = 0; i < NP; i++)
+        if (c->ids[i] == id && token >= 0) {
+            c->toks[i][c->len[i]] = token;
+            c->lps[i][c->len[i]++] = lp;
+        }
+    return true;
+}
+
+/* Greedy requests' tokens and logprobs with every row's argmax and logprob
+ * read from the device (OJAS_SCHED_DECODE_PAGED=1: decode rows through the
+ * decode step, prompt chunks' last rows through the packed forward, both
+ * as max - logsumexp in f32) == the host's from the logits (in double):
+ * the same tokens, logprobs within 1e-5. */
+static void test_device_greedy_logprobs(void **state) {
+    (void)state;
+    oj_gpt *m = make("qwen");
+    int32_t *p[NP];
+    prompts(p);
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    cfg.max_new_tokens = 12;
+    collect_lp *c[2] = {calloc(1, sizeof(collect_lp)), calloc(1, sizeof(collect_lp))};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) assert_int_equal(setenv("OJAS_SCHED_DECODE_PAGED", "1", 1), 0);
+        oj_sched_config sc = oj_sched_config_default();
+        sc.max_batch = NP;
+        sc.prefill_chunk = 8; /* long prompts end their prefill beside other rows' decoding */
+        oj_sched *s = NULL;
+        assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+        for (int i = 0; i < NP; i++)
+            assert_int_equal(oj_sched_submit(s, p[i], lens[i], &cfg, i, 0.0, collect_lp_fn, c[k],
+                                             &c[k]->ids[i]), OJ_OK);
+        while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+        if (k == 1) assert_true(oj_sched_get_profile(s).prefill_steps > 0);
+        oj_sched_free(s);
+        unsetenv("OJAS_SCHED_DECODE_PAGED");
+    }
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(c[0]->len[i], c[1]->len[i]);
+        assert_memory_equal(c[0]->toks[i], c[1]->toks[i], (size_t)c[0]->len[i] * sizeof(int32_t));
+        for (int64_t t = 0; t < c[0]->len[i]; t++) {
+            const double a = c[0]->lps[i][t], b = c[1]->lps[i][t];
+            if (!(fabs(a - b) <= 1e-5 * fmax(1.0, fabs(a))))
+                fail_msg("request %d token %lld: logprob on the host %.9g, on the device %.9g", i,
+                         (long long)t, a, b);
+        }
+    }
+    free(c[0]);
+    free(c[1]);
+    free_prompts(p);
+    oj_gpt_free(m);
+}
+
+/* The step profile (oj_sched_get_profile) on the decode path
+ * (OJAS_SCHED_DECODE_PAGED=1): every step counted, the decode steps and
+ * their rows as run (the pool's decode times count the same steps), the
+ * prompts' tokens as prefilled (a one-token prompt is a decode row), every
+ * phase >= 0 and their sum within the steps' wall time; with the sync on,
+ * the decode step still gives the same tokens. */
+static void test_profile(void **state) {
+    (void)state;
+    assert_int_equal(setenv("OJAS_SCHED_DECODE_PAGED", "1", 1), 0);
+    oj_gpt *m = make("gpt2");
+    int32_t *p[NP];
+    prompts(p);
+    int32_t *want[NP];
+    int64_t wl[NP];
+    const oj_sampler_config cfg = generate_alone(m, p, 0.0, want, wl);
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = NP;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    oj_sched_set_profile_sync(s, true);
+    collect *c = calloc(1, sizeof *c);
+    int64_t prompt_total = 0;
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(oj_sched_submit(s, p[i], lens[i], &cfg, i, 0.0, collect_fn, c, &c->ids[i]), OJ_OK);
+        prompt_total += lens[i];
+    }
+    double wall = 0.0;
+    int64_t steps = 0;
+    while (oj_sched_busy(s)) {
+        double t = mono();
+        assert_int_equal(oj_sched_step(s), OJ_OK);
+        wall += mono() - t;
+        steps++;
+    }
+    oj_sched_profile pr = oj_sched_get_profile(s);
+    assert_int_equal(pr.steps, steps);
+    assert_true(pr.decode_steps > 0 && pr.decode_steps <= steps);
+    assert_int_equal(pr.decode.steps, pr.decode_steps);
+    assert_true(pr.decode_rows >= pr.decode_steps && pr.decode_rows <= NP * pr.decode_steps);
+    assert_true(pr.prefill_steps > 0);
+    /* a prompt of one token (lens[0]) runs as a decode row */
+    assert_int_equal(pr.prefill_tokens, prompt_total - lens[0]);
+    const double ph[] = {pr.schedule_s, pr.decode_s, pr.prefill_s, pr.sample_s, pr.events_s,
+                         pr.decode.prepare_s, pr.decode.upload_s, pr.decode.launch_s,
+                         pr.decode.wait_s, pr.decode.readback_s};
+    for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++) assert_true(ph[i] >= 0.0);
+    const double sum = pr.schedule_s + pr.decode_s + pr.prefill_s + pr.sample_s + pr.events_s;
+    if (!(sum > 0.0 && sum <= wall * 1.001 + 1e-6))
+        fail_msg("the phases sum to %.6f s, the steps took %.6f s", sum, wall);
+    if (!(pr.decode.launch_s > 0.0 && pr.decode.prepare_s + pr.decode.upload_s + pr.decode.launch_s +
+                                          pr.decode.wait_s + pr.decode.readback_s <= pr.decode_s * 1.001 + 1e-6))
+        fail_msg("decode phases %.6f (launch %.6f) beyond the decode steps' %.6f s",
+                 pr.decode.prepare_s + pr.decode.upload_s + pr.decode.launch_s + pr.decode.wait_s +
+                     pr.decode.readback_s, pr.decode.launch_s, pr.decode_s);
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(c->len[i], wl[i]);
+        assert_memory_equal(c->toks[i], want[i], (size_t)wl[i] * sizeof(int32_t));
+        free(want[i]);
+    }
+    free(c);
+    oj_sched_free(s);
+    free_prompts(p);
+    oj_gpt_free(m);
+    unsetenv("OJAS_SCHED_DECODE_PAGED");
+}
+
+/* Admission and growth hold blocks by one rule (a request's known tokens
+ * and its next token's position): a pool of 4 blocks of 4 positions holds
+ * both prompts (4 and 8 tokens) but not both requests' next tokens
+ * (positions 4 and 8 start blocks 2 and 3), so the second waits until the
+ * first ends instead of being admitted, prefilled and preempted at its
+ * first token; no preemption happens and both get oj_generate's tokens. */
+static void test_admission_growth_one_rule(void **state) {
+    (void)state;
+    oj_gpt *m = make("gpt2");
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = 2;
+    sc.block_size = 4;
+    sc.n_blocks = 4;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    int32_t pa[4] = {1, 2, 3, 4}, pb[8] = {9, 8, 7, 6, 5, 4, 3, 2};
+    const int32_t *ps[2] = {pa, pb};
+    const int64_t ls[2] = {4, 8}, mx[2] = {6, 2};
+    collect *c = calloc(1, sizeof *c);
+    for (int i = 0; i < 2; i++) {
+        cfg.max_new_tokens = mx[i];
+        assert_int_equal(oj_sched_submit(s, ps[i], ls[i], &cfg, 0, 0.0, collect_fn, c, &c->ids[i]),
+                         OJ_OK);
+    }
+    while (oj_sched_busy(s)) {
+        assert_int_equal(oj_sched_step(s), OJ_OK);
+        oj_sched_stats st = oj_sched_get_stats(s);
+        if (st.preempted != 0)
+            fail_msg("step %lld: a request was preempted (%lld running, %lld queued)",
+                     (long long)st.steps, (long long)st.running, (long long)st.queued);
+    }
+    oj_sched_stats st = oj_sched_get_stats(s);
+    assert_int_equal(st.blocks_used, 0);
+    assert_int_equal(c->ends, 2);
     for (int i = 0; i < 2; i++) {
         int32_t *want[1];
         int64_t wl[1];
@@ -653,6 +860,9 @@ int main(void) {
         cmocka_unit_test(test_generate_full_pool),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_preempt_in_prefill),
+        cmocka_unit_test(test_admission_growth_one_rule),
+        cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_device_greedy_logprobs),
         cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_generate_full_context),
         cmocka_unit_test(test_cancel_timeout_refusals),

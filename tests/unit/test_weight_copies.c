@@ -227,8 +227,60 @@ static void test_views_capped(void **state) {
     oj_engine_free(e);
 }
 
+/* 2000 parameters keeping copies: each cast finds its parameter's own
+ * copy (the cast's bytes) by comparing only that parameter's entries, not
+ * every entry of the engine; releasing a parameter drops its copy. */
+static void test_many_params(void **state) {
+    (void)state;
+    enum { NP = 2000 };
+    oj_engine *e = new_engine();
+    oj_scope_begin(e);
+    int64_t s2[2] = {4, 8};
+    oj_tensor **p = calloc(NP, sizeof *p);
+    assert_non_null(p);
+    for (int i = 0; i < NP; i++) {
+        assert_non_null(p[i] = oj_rand_normal(e, 2, s2, OJ_F32, 0.0, 1.0));
+        oj__scope_detach(p[i]);
+        oj__wcopy_keep(p[i], true);
+    }
+    for (int round = 0; round < 2; round++) {
+        int64_t probes0 = oj__wcopy_probes(e);
+        for (int i = 0; i < NP; i++) {
+            oj_tensor *c = NULL, *want = oj_cast(p[i], OJ_BF16);
+            assert_true(oj__wcopy_get(p[i], OJ_BF16, &c));
+            assert_non_null(c);
+            assert_true(same_bytes(c, want));
+            oj_release(c);
+            oj_release(want);
+        }
+        /* round 0 makes the copies (no entry to compare yet), round 1
+         * finds each as its parameter's only entry */
+        int64_t probes = oj__wcopy_probes(e) - probes0;
+        if (probes > (round ? NP : 0))
+            fail_msg("round %d: %lld entries compared for %d casts", round, (long long)probes, NP);
+    }
+    assert_int_equal(oj__wcopies_count(e), NP);
+    for (int i = 0; i < NP; i += 2) oj_release(p[i]);
+    assert_int_equal(oj__wcopies_count(e), NP / 2);
+    for (int i = 1; i < NP; i += 2) {
+        oj_tensor *c = NULL, *want = oj_cast(p[i], OJ_BF16);
+        assert_true(oj__wcopy_get(p[i], OJ_BF16, &c));
+        assert_true(same_bytes(c, want));
+        oj_release(c);
+        oj_release(want);
+        oj_release(p[i]);
+    }
+    assert_int_equal(oj__wcopies_count(e), 0);
+    free(p);
+    oj_scope_end(e);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(e), 0);
+    oj_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_many_params),
         cmocka_unit_test(test_gpt2_adamw_same_bits),
         cmocka_unit_test(test_nanolab_muon_same_bits),
         cmocka_unit_test(test_copy_follows_writes),

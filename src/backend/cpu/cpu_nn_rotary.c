@@ -188,7 +188,7 @@ static void rnr_bwd_rows(void *vc, int64_t begin, int64_t end, int tid) {
     for (int64_t ln = begin; ln < end; ln++) {
         const char *xr = oj__nn_base(c->x) + row_offset(c->x, ln) * (int64_t)es;
         const char *gr = oj__nn_base(c->dy) + row_offset(c->dy, ln) * (int64_t)ges;
-        char *dr = oj__nn_base(c->dx) + (size_t)(ln * D) * des;
+        char *dr = oj__nn_base(c->dx) + row_offset(c->dx, ln) * (int64_t)des;
         /* the inverse rotation of dy's row, stored in dy's dtype */
         rotate_row(c, gr, c->dy->dtype, gD, g, c->dy->dtype, ln % c->T, -1.0, buf);
         const double rsd = oj__nn_get(oj__nn_base(c->rstd_in), c->rstd_in->dtype, ln);
@@ -268,6 +268,7 @@ oj_status oj_cpu_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_tens
 }
 
 // dy (..., T, D) any strides, x (..., T, D) any strides, rstd (N), weight (D) -> dx
+// (..., T, D), its last dim contiguous
 oj_status oj_cpu_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const oj_tensor *dy,
                                           const oj_tensor *x, const oj_tensor *rstd,
                                           const oj_tensor *weight, int64_t position_offset,

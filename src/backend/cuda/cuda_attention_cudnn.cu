@@ -30,17 +30,32 @@
  *   64] / [16, 6, 1024, 128] causal bf16 (FAST's accumulator graph: 0.285
  *   / 0.239). tests/gpu/test_gpu_attention.c checks the reruns' bits.
  *
+ * Which calls: forwards that keep lse (a recorded training forward) and
+ * the backwards that follow them. A forward without lse (inference: a
+ * prefill, whose prompt length is a new shape each time) runs the
+ * tensor-core kernels: building a plan for a new shape costs more than
+ * the kernels' whole prefill, and a training run repeats a few shapes.
  * Plans: per engine, a plan per key (fwd/bwd, B, H, Hkv, T, S, D, dtype,
  * causal, scale, every stride) is built once (heuristics mode A, the
  * first engine config that finalizes) and cached; later calls only
  * execute it (cudnnBackendExecute on the engine's stream, capturable into
- * a CUDA graph). The handle is created at the first call or at
- * graph_capture_begin. Workspace (cuDNN's own plus the accumulators) is
- * scratch from the engine's pool per call, like the tensor-core backward's.
+ * a CUDA graph). The cache holds at most CD_MAX_PLANS keys, least
+ * recently used evicted first; a plan executed during a CUDA graph
+ * capture is pinned by that graph (its kernels, compiled by cuDNN's
+ * runtime fusion, belong to the plan) until the graph is freed, and an
+ * evicted plan is destroyed only after the engine's stream has drained
+ * (no eager kernel of it still runs) and never during a capture. The
+ * handle is created at the first call, or at graph_capture_begin when
+ * the capture records gradients (grad mode on: a training step, the only
+ * capture that runs cuDNN); a failed cudnnCreate is not retried. Workspace
+ * (cuDNN's own plus the accumulators) is scratch from the engine's pool
+ * per call, like the tensor-core backward's (during a capture the
+ * graph's pool keeps it for the replays).
  * A key cuDNN refuses is remembered as refused, with the failing call and
  * cudnnGetLastErrorString, and runs on the tensor-core kernels; nothing is
  * printed on the hot path (OJAS_CUDA_ATTN_CUDNN=verbose prints each build
  * and refusal once; OJAS_CUDA_ATTN_CUDNN=0 turns the path off). */
+#include <assert.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,8 +111,13 @@ typedef struct cd_key {
     int64_t st[9][3]; /* strides of q k v o (do dq dk dv) and lse-less tensors, dims 0..2 */
 } cd_key;
 
-typedef struct cd_plan {
+/* Keys cached per engine (built plans and refusals): a training model
+ * uses one forward and one backward key per attention shape. */
+#define CD_MAX_PLANS 16
+
+typedef struct oj_cuda_cudnn_plan {
     cd_key key;
+    int pins; /* live CUDA graphs that executed it (oj_cuda_graph_pin) */
     bool ok; /* built; else refused (why) */
     char why[320];
 #if OJAS_HAVE_CUDNN
@@ -108,15 +128,17 @@ typedef struct cd_plan {
     int64_t ws;    /* cuDNN's workspace bytes */
     int64_t extra; /* the graph's own workspace tensors (bwd accumulators) */
     float scale_f, neg_inf, one;
-    struct cd_plan *next;
+    struct oj_cuda_cudnn_plan *next; /* most recently used first */
 } cd_plan;
 
 struct oj_cuda_cudnn {
 #if OJAS_HAVE_CUDNN
     cudnnHandle_t handle;
     bool handle_ready;
+    bool create_failed; /* cudnnCreate failed once: not tried again */
 #endif
-    cd_plan *plans;
+    cd_plan *plans; /* most recently used first */
+    int64_t nplans;
     const char *impl[2]; /* last forward / backward implementation */
     char why[2][320];    /* why the last forward / backward did not run cuDNN */
 };
@@ -142,16 +164,42 @@ const char *oj_cuda_attention_impl(oj_engine *eng, bool backward, char *why, siz
     return c && c->impl[backward] ? c->impl[backward] : "none";
 }
 
+static void cd_plan_free(cd_plan *p) {
+#if OJAS_HAVE_CUDNN
+    if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
+    for (int i = p->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->keep[i]);
+#endif
+    free(p);
+}
+
+void oj_cuda_cudnn_pin(struct oj_cuda_cudnn_plan *p) { p->pins++; }
+
+void oj_cuda_cudnn_unpin(struct oj_cuda_cudnn_plan *p) {
+    assert(p->pins > 0);
+    p->pins--;
+}
+
+void oj_cuda_attention_cudnn_cache(oj_engine *eng, int64_t *plans, int64_t *pinned,
+                                   bool *handle) {
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    oj_cuda_cudnn *c = s ? s->cudnn : NULL;
+    *plans = c ? c->nplans : 0;
+    *pinned = 0;
+    for (cd_plan *p = c ? c->plans : NULL; p; p = p->next) *pinned += p->pins > 0;
+#if OJAS_HAVE_CUDNN
+    *handle = c != NULL && c->handle_ready;
+#else
+    *handle = false;
+#endif
+}
+
 void oj_cuda_cudnn_close(oj_cuda_state *s) {
     oj_cuda_cudnn *c = s->cudnn;
     if (c == NULL) return;
+    /* the engine's graphs are freed before its backend state */
     for (cd_plan *p = c->plans, *nx; p; p = nx) {
         nx = p->next;
-#if OJAS_HAVE_CUDNN
-        if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
-        for (int i = p->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->keep[i]);
-#endif
-        free(p);
+        cd_plan_free(p);
     }
 #if OJAS_HAVE_CUDNN
     if (c->handle_ready) cudnnDestroy(c->handle);
@@ -642,11 +690,53 @@ static void cd_build_plan(oj_cuda_cudnn *c, cd_plan *p) {
                  skipped ? " (nondeterministic engine configs skipped)" : "");
 }
 
-/* The cached plan for key (built now if new), or NULL (out of host memory). */
-static cd_plan *cd_plan_for(oj_cuda_cudnn *c, const cd_key *key) {
-    for (cd_plan *p = c->plans; p; p = p->next)
-        if (memcmp(&p->key, key, sizeof *key) == 0) return p;
-    cd_plan *p = (cd_plan *)calloc(1, sizeof *p);
+/* The cached entry for key, moved to the front (most recently used), or
+ * NULL when there is none. */
+static cd_plan *cd_lookup(oj_cuda_cudnn *c, const cd_key *key) {
+    for (cd_plan *p = c->plans, *prev = NULL; p; prev = p, p = p->next) {
+        if (memcmp(&p->key, key, sizeof *key) != 0) continue;
+        if (prev) {
+            prev->next = p->next;
+            p->next = c->plans;
+            c->plans = p;
+        }
+        return p;
+    }
+    return NULL;
+}
+
+/* Destroy least recently used entries no graph pins, other than keep
+ * (the entry being returned), until at most CD_MAX_PLANS remain. Not
+ * during a capture (a synchronize there would break it): the cache may
+ * then exceed the cap until the next build. */
+static void cd_evict(oj_engine *eng, oj_cuda_cudnn *c, const cd_plan *keep) {
+    if (oj_cuda_capturing(eng)) return;
+    bool drained = false;
+    while (c->nplans > CD_MAX_PLANS) {
+        cd_plan **victim = NULL; /* the link to the last unpinned entry */
+        for (cd_plan **l = &c->plans; *l; l = &(*l)->next)
+            if ((*l)->pins == 0 && *l != keep) victim = l;
+        if (victim == NULL) return; /* every entry pinned by a live graph */
+        cd_plan *p = *victim;
+#if OJAS_HAVE_CUDNN
+        if (p->plan && !drained) {
+            /* an eager call of the plan may still run on the stream */
+            cudaStreamSynchronize(oj_cuda_state_of(eng)->stream);
+            drained = true;
+        }
+#endif
+        *victim = p->next;
+        c->nplans--;
+        cd_plan_free(p);
+    }
+}
+
+/* The cached plan for key (built now if new; the least recently used
+ * entries evicted beyond CD_MAX_PLANS), or NULL (out of host memory). */
+static cd_plan *cd_plan_for(oj_engine *eng, oj_cuda_cudnn *c, const cd_key *key) {
+    cd_plan *p = cd_lookup(c, key);
+    if (p) return p;
+    p = (cd_plan *)calloc(1, sizeof *p);
     if (p == NULL) return NULL;
     p->key = *key;
     p->scale_f = (float)key->scale;
@@ -655,6 +745,8 @@ static cd_plan *cd_plan_for(oj_cuda_cudnn *c, const cd_key *key) {
     cd_build_plan(c, p);
     p->next = c->plans;
     c->plans = p;
+    c->nplans++;
+    cd_evict(eng, c, p);
     if (cudnn_mode() >= 2) {
         char tag[160];
         if (p->ok)
@@ -673,10 +765,12 @@ oj_status oj_cuda_cudnn_prepare(oj_engine *eng) {
     if (cudnn_mode() == 0) return OJ_OK;
     oj_cuda_cudnn *c = cd_state(eng);
     if (c == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "cuDNN attention: out of host memory");
-    if (c->handle_ready) return OJ_OK;
+    if (c->handle_ready || c->create_failed) return OJ_OK;
     cudnnStatus_t st = cudnnCreate(&c->handle);
     if (st != CUDNN_STATUS_SUCCESS) {
-        /* not an error of the engine: attention stays on the tensor-core kernels */
+        /* not an error of the engine: attention stays on the tensor-core
+         * kernels, and later calls do not try again */
+        c->create_failed = true;
         snprintf(c->why[0], sizeof c->why[0], "cudnnCreate: %s", cudnnGetErrorString(st));
         return OJ_OK;
     }
@@ -728,7 +822,7 @@ static cd_plan *cd_ready(oj_engine *eng, const cd_key *key, const char **why) {
         oj_cuda_cudnn_prepare(eng);
         if (!c->handle_ready) return (*why = "cudnnCreate failed"), (cd_plan *)NULL;
     }
-    cd_plan *p = cd_plan_for(c, key);
+    cd_plan *p = cd_plan_for(eng, c, key);
     if (p == NULL) return (*why = "out of host memory"), (cd_plan *)NULL;
     if (!p->ok) {
         *why = p->why;
@@ -744,6 +838,12 @@ static cd_plan *cd_ready(oj_engine *eng, const cd_key *key, const char **why) {
  * room for the workspace. */
 static bool cd_execute(oj_engine *eng, oj_status *st_out, cd_plan *p, int n, const int64_t *uids,
                        void **ptrs, const char **why, char *whybuf, size_t whyn) {
+    /* a captured execution keeps the plan (its kernels) for the graph's life */
+    if (oj_cuda_capturing(eng) && oj_cuda_graph_pin(eng, p) != OJ_OK) {
+        *st_out = oj_last_status(eng);
+        *why = "out of host memory";
+        return false;
+    }
     oj_storage *hold = NULL;
     size_t extra = ((size_t)p->extra + 255) & ~(size_t)255;
     char *ws =
@@ -807,29 +907,20 @@ bool oj_cuda_attention_cudnn_forward(oj_engine *eng, oj_status *status, oj_tenso
     char buf[320];
     cd_key key;
     cd_plan *p = NULL;
-    if (cd_key_of(eng, &key, false, q, k, v, lse, is_causal, scale, &why)) {
+    if (lse == NULL) {
+        /* inference (a prefill): a new prompt length would build a plan */
+        why = "no lse (an inference forward: cuDNN runs training forwards, whose shapes repeat)";
+    } else if (cd_key_of(eng, &key, false, q, k, v, lse, is_causal, scale, &why)) {
         key_strides(&key, 3, out);
         p = cd_ready(eng, &key, &why);
-    }
-    oj_storage *hold = NULL;
-    void *stats = lse ? (void *)oj_cuda_ptr(lse) : NULL;
-    if (p && stats == NULL) {
-        stats = oj_cuda_scratch(eng, (size_t)(key.B * key.H * key.T) * 4,
-                                "scaled_dot_product_attention", &hold);
-        if (stats == NULL) {
-            *status = oj_last_status(eng);
-            oj_cuda_attention_note(eng, false, NULL, "no device memory for the stats");
-            return false;
-        }
     }
     bool ran = false;
     if (p) {
         int64_t uids[8] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
         void *ptrs[8] = {oj_cuda_ptr(q), oj_cuda_ptr(k), oj_cuda_ptr(v), oj_cuda_ptr(out),
-                         stats,          &p->scale_f,    &p->neg_inf};
+                         oj_cuda_ptr(lse), &p->scale_f,  &p->neg_inf};
         ran = cd_execute(eng, status, p, key.causal ? 7 : 6, uids, ptrs, &why, buf, sizeof buf);
     }
-    oj__storage_release(hold);
     oj_cuda_attention_note(eng, false, ran ? "cudnn" : NULL, ran ? "" : why);
     return ran;
 }
@@ -852,11 +943,9 @@ bool oj_cuda_attention_cudnn_backward(oj_engine *eng, oj_status *status, oj_tens
         /* the backward follows the forward: cuDNN only when this key's
          * forward ran cuDNN (its plan exists and was built) */
         key_strides(&key, 3, out);
-        cd_plan *f = NULL;
-        for (cd_plan *x = cd_state(eng)->plans; x; x = x->next)
-            if (memcmp(&x->key, &key, sizeof key) == 0) f = x;
+        cd_plan *f = cd_lookup(cd_state(eng), &key);
         if (f == NULL || !f->ok) {
-            why = "the forward of these shapes did not run cuDNN";
+            why = "the forward of these shapes did not run cuDNN (or its plan was evicted)";
         } else {
             key.bwd = 1;
             key_strides(&key, 4, dout);

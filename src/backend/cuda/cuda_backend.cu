@@ -18,12 +18,17 @@ void oj_cuda_step_gate_close(oj_engine *eng);
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                  const oj_tensor *norms);
 oj_status oj_cuda_muon_norms(oj_engine *eng, oj_tensor *norms, const oj_tensor *u);
+oj_status oj_cuda_muon_ns_step(oj_engine *eng, oj_tensor *xn, const oj_tensor *x, double a,
+                               double b, double c);
 /* cuda_value_mix.cu */
 oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *v1,
                                     const oj_tensor *v0, const oj_tensor *s);
 oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *dv0,
                                      oj_tensor *ds, const oj_tensor *g, const oj_tensor *v1,
                                      const oj_tensor *v0, const oj_tensor *s);
+/* cuda_gate.cu */
+oj_status oj_cuda_mul_row_backward(oj_engine *eng, oj_tensor *da, oj_tensor *db,
+                                   const oj_tensor *dp, const oj_tensor *a, const oj_tensor *b);
 oj_status oj_cuda_muon_momentum_multi(oj_engine *eng, int64_t n, oj_tensor *const *bufs,
                                       const oj_tensor *const *grads, oj_tensor *const *updates,
                                       double momentum, bool nesterov);
@@ -128,6 +133,8 @@ static oj_backend make_cuda_backend() {
     b.matmul = oj_cuda_matmul;
     b.matmul_bias = oj_cuda_matmul_bias;
     b.matmul_act_backward = oj_cuda_matmul_act_backward;
+    b.matmul_bgrad = oj_cuda_matmul_bgrad;
+    b.matmul_bias_act = oj_cuda_matmul_bias_act;
     b.cumsum = oj_cuda_cumsum;
     /* nn (cuda_nn_*.cu) */
     b.embedding_forward = oj_cuda_embedding_forward;
@@ -151,6 +158,7 @@ static oj_backend make_cuda_backend() {
     b.paged_kv_write = oj_cuda_paged_kv_write;
     b.attention_backward = oj_cuda_attention_backward;
     b.attention_impl = oj_cuda_attention_impl; /* cuda_attention_cudnn.cu */
+    b.attention_cudnn_cache = oj_cuda_attention_cudnn_cache;
     b.rotary_embedding = oj_cuda_rotary_embedding;
     b.rotary_embedding_at = oj_cuda_rotary_embedding_at;
     b.rms_norm_rotary_forward = oj_cuda_rms_norm_rotary_forward;
@@ -159,6 +167,7 @@ static oj_backend make_cuda_backend() {
     b.swiglu_backward = oj_cuda_swiglu_backward;
     b.value_mix_forward = oj_cuda_value_mix_forward;
     b.value_mix_backward = oj_cuda_value_mix_backward;
+    b.mul_row_backward = oj_cuda_mul_row_backward;
     b.dropout = oj_cuda_dropout;
     /* optimizer updates (cuda_optim.cu) */
     b.adam_step = oj_cuda_adam_step;
@@ -175,6 +184,7 @@ static oj_backend make_cuda_backend() {
     b.graph_checks = oj_cuda_graph_checks;
     b.muon_normalize = oj_cuda_muon_normalize;
     b.muon_norms = oj_cuda_muon_norms;
+    b.muon_ns_step = oj_cuda_muon_ns_step;
     b.muon_momentum_multi = oj_cuda_muon_momentum_multi;
     b.apply_update_multi = oj_cuda_apply_update_multi;
     b.low_copies = true; /* adam_step_multi and apply_update_multi write them */

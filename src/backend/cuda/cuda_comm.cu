@@ -9,7 +9,11 @@
  * collectives are queued, polls an event recorded behind them and the
  * communicator's asynchronous error, and ends the job (the group's fatal
  * hook) when they have not finished within the timeout, so a dead or hung
- * peer never hangs this rank and the step needs no host wait. Built when
+ * peer never hangs this rank and the step needs no host wait. The
+ * communicator's lock (comm_mu) is held by the main thread around its
+ * NCCL calls and by the watchdog around its error poll; the communicator
+ * is taken for an abort (c->comm set to NULL) only under it, so neither
+ * thread aborts one the other is using, nor aborts it twice. Built when
  * CMake finds nccl.h and libnccl (cmake/dist.cmake: OJAS_HAVE_NCCL);
  * otherwise the table is NULL and oj_dist refuses CUDA engines. */
 #include "backend/cuda/cuda_internal.cuh"
@@ -24,7 +28,8 @@
 namespace {
 
 struct comm_t {
-    ncclComm_t comm;
+    ncclComm_t comm; /* under comm_mu once the watchdog runs; NULL: aborted */
+    pthread_mutex_t comm_mu;
     double timeout_s;
     int rank, world, device;
     void (*fatal)(void *ctx, const char *msg);
@@ -52,6 +57,13 @@ double now_s() {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Under comm_mu: take the communicator for an abort (NULL: taken already). */
+ncclComm_t comm_take(comm_t *c) {
+    ncclComm_t x = c->comm;
+    c->comm = NULL;
+    return x;
+}
+
 oj_status nccl_fail(oj_error *err, ncclResult_t r, ncclComm_t c, const char *what) {
     const char *last = c ? ncclGetLastError(c) : "";
     return oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: %s%s%s", what, ncclGetErrorString(r),
@@ -77,6 +89,7 @@ void *watchdog(void *p) {
         pthread_mutex_unlock(&c->mu);
         cudaError_t e = cudaEventQuery(c->ev);
         ncclResult_t ar = ncclSuccess;
+        pthread_mutex_lock(&c->comm_mu);
         ncclComm_t comm = c->comm; /* NULL once a host wait aborted it */
         if (e == cudaErrorNotReady && comm)
             ncclCommGetAsyncError(comm, &ar);
@@ -93,9 +106,11 @@ void *watchdog(void *p) {
                      "rank %d of %d: %s waited %.0f s (the timeout) for the other ranks: one "
                      "died or hangs",
                      c->rank, c->world, what, c->timeout_s);
+        ncclComm_t doomed = msg[0] ? comm_take(c) : NULL;
+        pthread_mutex_unlock(&c->comm_mu);
         if (msg[0]) {
-            if (comm)
-                ncclCommAbort(comm); /* the kernels stop waiting for the lost peer */
+            if (doomed) /* taken: the main thread's next call finds it aborted */
+                ncclCommAbort(doomed); /* the kernels stop waiting for the lost peer */
             c->fatal(c->fatal_ctx, msg);
         }
         if (e == cudaErrorNotReady)
@@ -119,21 +134,26 @@ oj_status wait_stream(oj_engine *eng, comm_t *c, const char *what, oj_error *err
             return OJ_OK;
         if (e != cudaErrorNotReady)
             return oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: %s", what, cudaGetErrorString(e));
+        pthread_mutex_lock(&c->comm_mu);
         ncclResult_t ar = ncclSuccess;
-        ncclCommGetAsyncError(c->comm, &ar);
-        if (ar != ncclSuccess && ar != ncclInProgress) {
-            ncclCommAbort(c->comm);
-            c->comm = NULL;
-            return nccl_fail(err, ar, NULL, what);
+        if (c->comm)
+            ncclCommGetAsyncError(c->comm, &ar);
+        oj_status st = OJ_OK;
+        if (!c->comm) /* the watchdog took it, and ends the job */
+            st = oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: the communicator was aborted", what);
+        else if (ar != ncclSuccess && ar != ncclInProgress) {
+            ncclCommAbort(comm_take(c));
+            st = nccl_fail(err, ar, NULL, what);
+        } else if (now_s() - t0 > c->timeout_s) {
+            ncclCommAbort(comm_take(c));
+            st = oj_error_set(err, OJ_ERR_DEVICE,
+                              "NCCL %s waited %.0f s (the timeout) for the other ranks: one "
+                              "died or hangs; the communicator is aborted",
+                              what, c->timeout_s);
         }
-        if (now_s() - t0 > c->timeout_s) {
-            ncclCommAbort(c->comm);
-            c->comm = NULL;
-            return oj_error_set(err, OJ_ERR_DEVICE,
-                                "NCCL %s waited %.0f s (the timeout) for the other ranks: one "
-                                "died or hangs; the communicator is aborted",
-                                what, c->timeout_s);
-        }
+        pthread_mutex_unlock(&c->comm_mu);
+        if (st)
+            return st;
         if (spins > 200)
             usleep(50);
     }
@@ -167,6 +187,7 @@ oj_status comm_init(oj_engine *eng, const void *id, int rank, int world, double 
     c->fatal = fatal;
     c->fatal_ctx = fatal_ctx;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->comm_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     if (cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&c->ev_in, cudaEventDisableTiming) != cudaSuccess ||
@@ -238,6 +259,7 @@ void comm_destroy(void *p) {
     if (c->side)
         cudaStreamDestroy(c->side);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->comm_mu);
     pthread_cond_destroy(&c->cv);
     if (c->comm) { /* non-blocking: finalize completes asynchronously */
         ncclResult_t r = ncclCommFinalize(c->comm);
@@ -252,14 +274,26 @@ void comm_destroy(void *p) {
     free(c);
 }
 
-/* Begin: the engine's device current, the communicator alive. */
+/* Begin: the engine's device current, the communicator alive, and on
+ * success comm_mu held (the caller's NCCL calls run under it; comm_end
+ * releases it). */
 oj_status comm_begin(oj_engine *eng, comm_t *c, const char *what, oj_error *err) {
-    if (!c || !c->comm)
-        return oj_error_set(err, OJ_ERR_STATE, "NCCL %s: the communicator was aborted", what);
+    if (!c)
+        return oj_error_set(err, OJ_ERR_STATE, "NCCL %s: no communicator", what);
     if (oj_cuda_begin(eng, what))
         return oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: cannot select the engine's device",
                             what);
+    pthread_mutex_lock(&c->comm_mu);
+    if (!c->comm) {
+        pthread_mutex_unlock(&c->comm_mu);
+        return oj_error_set(err, OJ_ERR_STATE, "NCCL %s: the communicator was aborted", what);
+    }
     return OJ_OK;
+}
+
+oj_status comm_end(comm_t *c, oj_status st) {
+    pthread_mutex_unlock(&c->comm_mu);
+    return st;
 }
 
 /* ncclGroupEnd of a non-blocking communicator may return ncclInProgress:
@@ -267,14 +301,14 @@ oj_status comm_begin(oj_engine *eng, comm_t *c, const char *what, oj_error *err)
 /* Wait while a non-blocking call's result r is ncclInProgress (the
  * communicator still connecting or enqueueing), at most c->timeout_s: a
  * peer that died before the first collective connected would otherwise
- * hold this rank here forever, before any watchdog is armed. */
+ * hold this rank here forever, before any watchdog is armed. With
+ * comm_mu held (comm_begin). */
 static oj_status in_progress_wait(comm_t *c, ncclResult_t r, const char *what, oj_error *err) {
     double t0 = now_s();
     for (int spins = 0; r == ncclInProgress; spins++) {
         ncclCommGetAsyncError(c->comm, &r);
         if (r == ncclInProgress && now_s() - t0 > c->timeout_s) {
-            ncclCommAbort(c->comm);
-            c->comm = NULL;
+            ncclCommAbort(comm_take(c));
             return oj_error_set(err, OJ_ERR_DEVICE,
                                 "NCCL %s waited %.0f s (the timeout) to enqueue: a rank died or "
                                 "hangs; the communicator is aborted",
@@ -305,7 +339,7 @@ oj_status comm_alltoall(oj_engine *eng, void *p, const void *send, void *recv, s
         ncclSend((const char *)send + (size_t)q * block, block, ncclUint8, q, c->comm, s);
         ncclRecv((char *)recv + (size_t)q * block, block, ncclUint8, q, c->comm, s);
     }
-    st = group_end(c, what, err);
+    st = comm_end(c, group_end(c, what, err));
     return st ? st : wait_stream(eng, c, what, err);
 }
 
@@ -318,11 +352,8 @@ oj_status comm_allgather(oj_engine *eng, void *p, const void *mine, void *all, s
         return st;
     ncclResult_t r = ncclAllGather(mine, all, block, ncclUint8, c->comm,
                                    oj_cuda_state_of(eng)->stream);
-    while (r == ncclInProgress)
-        ncclCommGetAsyncError(c->comm, &r);
-    if (r != ncclSuccess)
-        return nccl_fail(err, r, c->comm, what);
-    return wait_stream(eng, c, what, err);
+    st = comm_end(c, in_progress_wait(c, r, what, err)); /* bounded by the timeout */
+    return st ? st : wait_stream(eng, c, what, err);
 }
 
 oj_status comm_allgatherv(oj_engine *eng, void *p, void *buf, const size_t *offsets,
@@ -342,7 +373,7 @@ oj_status comm_allgatherv(oj_engine *eng, void *p, void *buf, const size_t *offs
         if (len) /* every rank knows every length: all skip alike */
             ncclBroadcast(seg, seg, len, ncclUint8, q, c->comm, s);
     }
-    st = group_end(c, what, err);
+    st = comm_end(c, group_end(c, what, err));
     return st ? st : wait_stream(eng, c, what, err);
 }
 
@@ -350,9 +381,6 @@ oj_status comm_allreduce_sum(oj_engine *eng, void *p, void *buf, size_t count, o
                              oj_error *err) {
     comm_t *c = (comm_t *)p;
     const char *what = "allreduce (gradient sum)";
-    oj_status st = comm_begin(eng, c, what, err);
-    if (st)
-        return st;
     ncclDataType_t t;
     switch (dtype) {
     case OJ_F32: t = ncclFloat32; break;
@@ -363,16 +391,20 @@ oj_status comm_allreduce_sum(oj_engine *eng, void *p, void *buf, size_t count, o
         return oj_error_set(err, OJ_ERR_DTYPE, "NCCL %s: dtype %s has no sum", what,
                             oj_dtype_name(dtype));
     }
+    oj_status st = comm_begin(eng, c, what, err);
+    if (st)
+        return st;
     /* on the side stream, after what the engine's stream holds now (the
      * backward that wrote buf), so the rest of the backward runs on */
     cudaError_t e = cudaEventRecord(c->ev_in, oj_cuda_state_of(eng)->stream);
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(c->side, c->ev_in, 0);
     if (e != cudaSuccess)
-        return oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: ordering the streams: %s", what,
-                            cudaGetErrorString(e));
-    return in_progress_wait(c, ncclAllReduce(buf, buf, count, t, ncclSum, c->comm, c->side), what,
-                            err);
+        return comm_end(c, oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: ordering the streams: %s",
+                                        what, cudaGetErrorString(e)));
+    return comm_end(c, in_progress_wait(c, ncclAllReduce(buf, buf, count, t, ncclSum, c->comm,
+                                                         c->side),
+                                        what, err));
 }
 
 oj_status comm_join(oj_engine *eng, void *p, oj_error *err) {
@@ -381,6 +413,7 @@ oj_status comm_join(oj_engine *eng, void *p, oj_error *err) {
     oj_status st = comm_begin(eng, c, what, err);
     if (st)
         return st;
+    comm_end(c, OJ_OK); /* no NCCL call below */
     cudaError_t e = cudaEventRecord(c->ev_out, c->side);
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(oj_cuda_state_of(eng)->stream, c->ev_out, 0);
@@ -394,6 +427,7 @@ oj_status comm_watch(oj_engine *eng, void *p, const char *what, oj_error *err) {
     oj_status st = comm_begin(eng, c, what, err);
     if (st)
         return st;
+    comm_end(c, OJ_OK); /* no NCCL call below */
     cudaError_t e = cudaEventRecord(c->ev, oj_cuda_state_of(eng)->stream);
     if (e != cudaSuccess)
         return oj_error_set(err, OJ_ERR_DEVICE, "NCCL %s: watchdog event: %s", what,

@@ -514,9 +514,20 @@ __global__ void __launch_bounds__(256) k_copy_tile(tile_geom g) {
     __shared__ S tile[TILE][TILE + 1];
     const int64_t per = g.t0 * g.t1;
     const bool small = g.batch <= 0xffffffffll;
+    /* the tile's coordinates by 32-bit division when the tile count fits
+     * (a 64-bit division is a long emulated sequence per thread) */
+    const bool small_t = g.batch * per <= 0xffffffffll;
     for (int64_t t = blockIdx.x; t < g.batch * per; t += gridDim.x) {
-        int64_t b = t / per, rem = t - b * per;
-        int64_t ti = rem / g.t1, tj = rem - ti * g.t1;
+        int64_t b, ti, tj;
+        if (small_t) {
+            const uint32_t t32 = (uint32_t)t, p32 = (uint32_t)per, c32 = (uint32_t)g.t1;
+            const uint32_t b32 = t32 / p32, rem = t32 - b32 * p32, i32 = rem / c32;
+            b = b32, ti = i32, tj = rem - i32 * c32;
+        } else {
+            b = t / per;
+            int64_t rem = t - b * per;
+            ti = rem / g.t1, tj = rem - ti * g.t1;
+        }
         int64_t oo, oi;
         outer_offsets(g.nd, g.shape, g.so, g.si, b, small, &oo, &oi);
         int64_t i0 = ti * TILE, j0 = tj * TILE;

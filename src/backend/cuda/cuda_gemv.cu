@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/gemv_tiles.h"
 
 /* The entries (declared in cuda_matmul.cu, their one caller). */
 #define OJ_CUDA_GEMV_NK 1
@@ -52,7 +53,7 @@ oj_status oj_cuda_gemv(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const
                        const void *addend, int path);
 
 #define NK_THREADS 128 /* 4 warps, one output row each */
-#define KN_THREADS 256 /* 8 warps splitting K */
+#define KN_THREADS OJ_GEMV_KN_THREADS /* 8 warps splitting K */
 /* Blocks a multiprocessor should hold: caps the registers at 128 a thread,
  * and keeps ptxas from interleaving the loads with their uses (without a
  * minimum it aims at full occupancy, 32 registers, and a load chain). */
@@ -202,22 +203,16 @@ int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor 
     return OJ_CUDA_GEMV_KN;
 }
 
-/* Column groups of 8 per "kn" block: the widest tile (8, 4 groups) that
- * still leaves >= 256 blocks, else 2; from N alone (it fixes the order of
- * the sums). */
-static int kn_groups(int64_t N) {
-    int64_t groups = (N + 7) / 8;
-    return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
-}
-
-/* Split K for long, narrow products (a bias gradient: ones [1, rows] @
- * dy [rows, N]): fewer than KN_SPLIT_BLOCKS blocks over N alone leave most
- * multiprocessors idle, so the rows are cut into S slices of whole k-slice
- * rounds (at least 16 rows a thread each), partial sums go to f32 scratch
- * [S, N] and a second kernel adds them in slice order. S depends on (N, K)
- * only: the same bits on every GPU. */
-#define KN_SPLIT_BLOCKS 264
-#define KN_LONG_K 4096
+/* The tiles (backend/gemv_tiles.h, shared with ops/nn_decode.c, which
+ * decides from them whether the fused decode entries give these bits):
+ * column groups of 8 per block, the widest (8, 4 groups) that still
+ * leaves >= 256 blocks, else 2, from N alone; 8 for long K.
+ * Split K for long, narrow products (a bias gradient: ones [1, rows] @
+ * dy [rows, N]): fewer than OJ_GEMV_KN_SPLIT_BLOCKS blocks over N alone
+ * leave most multiprocessors idle, so the rows are cut into S slices of
+ * whole k-slice rounds (at least 16 rows a thread each), partial sums go
+ * to f32 scratch [S, N] and a second kernel adds them in slice order. S
+ * depends on (N, K) only: the same bits on every GPU. */
 
 template <typename T>
 static oj_status launch_kn(oj_engine *eng, unsigned short *o, const unsigned short *x,
@@ -225,12 +220,11 @@ static oj_status launch_kn(oj_engine *eng, unsigned short *o, const unsigned sho
                            const unsigned short *add) {
     /* long K: 8 column groups (128 bytes of a row per warp load: with 2,
      * 32-byte pieces of rows 1.5 KB apart kept DRAM at ~2 TB/s) */
-    const int G = K >= KN_LONG_K ? 8 : kn_groups(N), KS = KN_THREADS / G;
-    const unsigned blocks = (unsigned)((N + 8 * G - 1) / (8 * G));
-    int64_t rows = (K + KS - 1) / KS; /* per thread */
-    int64_t S = blocks < KN_SPLIT_BLOCKS ? (KN_SPLIT_BLOCKS + blocks - 1) / blocks : 1;
-    if (S > rows / 16) S = rows / 16;
-    if (S < 1) S = 1;
+    const oj_gemv_kn_tiles tl = oj_gemv_kn_plan(N, K);
+    const int G = tl.G, KS = KN_THREADS / G;
+    const unsigned blocks = (unsigned)tl.blocks;
+    int64_t rows = tl.rows; /* per thread */
+    int64_t S = tl.S;
     int64_t kb = K; /* rows per slice, a multiple of KS */
     float *part = NULL;
     oj_storage *hold = NULL;

@@ -37,6 +37,9 @@ struct oj_cuda_graph {
     int64_t nwords;
     graph_check *checks;
     int nchecks, cap_checks;
+    /* cuDNN plans the graph's nodes execute: kept until the graph is freed */
+    struct oj_cuda_cudnn_plan **pins;
+    int npins, cap_pins;
 };
 
 static void graph_free(oj_cuda_graph *g) {
@@ -44,8 +47,29 @@ static void graph_free(oj_cuda_graph *g) {
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->graph) cudaGraphDestroy(g->graph);
     if (g->words) cudaFree(g->words);
+    for (int i = 0; i < g->npins; i++) oj_cuda_cudnn_unpin(g->pins[i]);
+    free(g->pins);
     free(g->checks);
     free(g);
+}
+
+oj_status oj_cuda_graph_pin(oj_engine *eng, struct oj_cuda_cudnn_plan *plan) {
+    oj_cuda_graph *g = oj_cuda_state_of(eng)->capture;
+    for (int i = 0; i < g->npins; i++)
+        if (g->pins[i] == plan) return OJ_OK;
+    if (g->npins == g->cap_pins) {
+        int cap = g->cap_pins ? 2 * g->cap_pins : 8;
+        struct oj_cuda_cudnn_plan **p = (struct oj_cuda_cudnn_plan **)realloc(
+            g->pins, (size_t)cap * sizeof *p);
+        if (p == NULL)
+            return oj_set_error(eng, OJ_ERR_CAPACITY,
+                                "scaled_dot_product_attention: out of host memory (graph capture)");
+        g->pins = p;
+        g->cap_pins = cap;
+    }
+    g->pins[g->npins++] = plan;
+    oj_cuda_cudnn_pin(plan);
+    return OJ_OK;
 }
 
 unsigned long long *oj_cuda_graph_flags(oj_engine *eng, int nwords, const char *op) {
@@ -117,7 +141,10 @@ oj_status oj_cuda_graph_begin(oj_engine *eng) {
     /* everything issued so far is done, so no capture races a pending
      * kernel, and the cuBLAS handle exists before the capture */
     if (oj_cuda_blas(eng, "graph_capture_begin") == NULL) return oj_last_status(eng);
-    if (oj_cuda_cudnn_prepare(eng) != OJ_OK) return oj_last_status(eng);
+    /* the cuDNN handle only for a capture that records gradients (a
+     * training step: cuDNN runs forwards that keep lse); a decode or
+     * prefill capture never runs cuDNN */
+    if (eng->grad_enabled && oj_cuda_cudnn_prepare(eng) != OJ_OK) return oj_last_status(eng);
     cudaError_t e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, "graph_capture_begin (synchronize)");
     oj_cuda_graph *g = (oj_cuda_graph *)calloc(1, sizeof *g);

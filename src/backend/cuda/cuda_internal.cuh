@@ -53,7 +53,7 @@ struct oj_cuda_state {
     cudaStream_t stream; /* the engine's stream (blocking, created at open) */
     void *blas_ws;       /* cuBLAS workspace (fixed, so cuBLAS can be captured) */
     size_t blas_ws_bytes;
-    bool lt_ready;       /* lt created (first GEMM with a bias epilogue) */
+    bool lt_ready;       /* lt created (with blas, before any capture: oj_cuda_blas) */
     cublasLtHandle_t lt; /* cuBLASLt (epilogues), sharing blas_ws */
     /* During a capture (oj_graph_capture_begin): the graph being built.
      * Status words then come from its own region (one per check, never
@@ -122,11 +122,26 @@ oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes,
 cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op);
 
 /* cuDNN attention (cuda_attention_cudnn.cu): create the handle now (at
- * graph_capture_begin, so a captured step can build plans; a failure only
- * keeps attention on the tensor-core kernels); free the handle and plans
- * (close). */
+ * graph_capture_begin of a capture that records gradients, so a captured
+ * training step can build plans; a failure only keeps attention on the
+ * tensor-core kernels, and is not retried); free the handle and plans
+ * (close, after the engine's graphs are freed). */
 oj_status oj_cuda_cudnn_prepare(oj_engine *eng);
 void oj_cuda_cudnn_close(oj_cuda_state *s);
+/* A cached cuDNN execution plan (cuda_attention_cudnn.cu). During a
+ * capture, oj_cuda_graph_pin keeps plan from eviction until the graph
+ * being captured is freed (its kernel nodes run the plan's kernels);
+ * (oj_cuda_cudnn_pin counts it); graph free calls oj_cuda_cudnn_unpin
+ * once per plan it pinned.
+ * oj_cuda_graph_pin: OJ_ERR_CAPACITY recorded when out of host memory. */
+struct oj_cuda_cudnn_plan;
+oj_status oj_cuda_graph_pin(oj_engine *eng, struct oj_cuda_cudnn_plan *plan);
+void oj_cuda_cudnn_pin(struct oj_cuda_cudnn_plan *plan);
+void oj_cuda_cudnn_unpin(struct oj_cuda_cudnn_plan *plan);
+/* backend.h attention_cudnn_cache: entries cached, entries pinned by
+ * live graphs, whether the cuDNN handle exists. */
+void oj_cuda_attention_cudnn_cache(oj_engine *eng, int64_t *plans, int64_t *pinned,
+                                   bool *handle);
 
 /* Is a capture in progress on eng? */
 static inline bool oj_cuda_capturing(oj_engine *eng) {
@@ -617,6 +632,11 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
                               const oj_tensor *b, const oj_tensor *bias);
 oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                                       const oj_tensor *b, const oj_tensor *x, oj_unary_op op);
+oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                               const oj_tensor *b, oj_tensor *dbias);
+oj_status oj_cuda_matmul_bias_act(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                  const oj_tensor *b, const oj_tensor *bias, oj_tensor *pre,
+                                  oj_unary_op op);
 /* cuda_nn_embedding.cu */
 oj_status oj_cuda_embedding_forward(oj_engine *eng, oj_tensor *out, const oj_tensor *weight,
                                     const oj_tensor *idx);

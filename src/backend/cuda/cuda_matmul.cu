@@ -130,6 +130,22 @@ static oj_status blas_error(oj_engine *eng, cublasStatus_t st, const char *what)
                         cublasGetStatusString(st));
 }
 
+static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                             const oj_tensor *b, cublasLtEpilogue_t epi, const void *vec,
+                             const void *aux, int64_t aux_ld);
+
+/* OJAS_CUDA_LT_PLAIN=1: plain products (one batch, not accumulating,
+ * FAST numerics) go through cuBLASLt's heuristic (lt_epilogue with no
+ * epilogue) before cublasGemmStridedBatchedEx: a comparison of the two
+ * libraries' kernel choices (the head's logits GEMM ran an sm80 kernel
+ * through the latter, the linears' bias-epilogue GEMMs of the same layout
+ * Hopper ones through the former). Off by default; read at each call
+ * (tests turn it on and off). */
+static bool lt_plain(void) {
+    const char *e = getenv("OJAS_CUDA_LT_PLAIN");
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
 oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                          bool accumulate) {
     const char *op = "matmul";
@@ -166,6 +182,10 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
             return oj_cuda_check(eng, prof_name(dt, gemv == 1 ? "gemv-nk" : "gemv-kn", bt, M, N,
                                                 K, accumulate));
         return oj_cuda_check(eng, "matmul (gemv)");
+    }
+    if (!accumulate && lt_plain()) {
+        oj_status lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
+        if (lst != OJ_ERR_UNSUPPORTED) return lst;
     }
     cublasHandle_t h = oj_cuda_blas(eng, op);
     if (h == NULL) return oj_last_status(eng);
@@ -258,14 +278,23 @@ static uint32_t align_of(const void *p) {
  *  - CUBLASLT_EPILOGUE_DGELU: * gelu_tanh'(aux), aux [M, N] row-major
  *    (row stride aux_ld): the gradient of a GELU's input from the product
  *    giving its output's, without the product's own rounding and a 300 MB
- *    elementwise pass (110 us a layer of GPT-2 124M).
+ *    elementwise pass (110 us a layer of GPT-2 124M);
+ *  - CUBLASLT_EPILOGUE_GELU_AUX_BIAS: out = gelu_tanh(a @ b + vec), and
+ *    the sum a @ b + vec into aux (row stride aux_ld): a linear and the
+ *    GELU after it, without a 200 MB elementwise pass (65 us a layer of
+ *    GPT-2 124M); aux is written, not read;
+ *  - CUBLASLT_EPILOGUE_BGRADB: vec[m] = sum over k of a[m, k] as well (a
+ *    linear's bias gradient read along with dW = dy^T x, instead of a
+ *    separate reduction of dy; cuBLASLt's B operand is a here).
+ * vec: the bias (read) or the bias gradient (written), [M] or [N] of
+ * out's dtype, contiguous and 16-byte aligned (the caller checks), or NULL.
  * The heuristic's first algorithm. OJ_ERR_UNSUPPORTED (nothing recorded)
  * when it does not apply or no algorithm fits: the caller takes the
  * unfused path. The algorithm may differ from the plain GEMM's (another
  * summation order over k), so OJ_NUMERICS_EXACT never comes here.
  * OJAS_CUDA_LT=0 turns it off (comparisons). */
 static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
-                             const oj_tensor *b, cublasLtEpilogue_t epi, const oj_tensor *bias,
+                             const oj_tensor *b, cublasLtEpilogue_t epi, const void *vec,
                              const void *aux, int64_t aux_ld) {
     static int off = -1;
     if (off < 0) {
@@ -281,9 +310,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
         out->stride[2] != 1 || ldc < N || M > INT_MAX || N > INT_MAX || K > INT_MAX ||
         ldc > INT_MAX)
         return OJ_ERR_UNSUPPORTED;
-    if (bias &&
-        (bias->dtype != dt || bias->stride[0] != 1 || !oj_cu_aligned16(oj_cuda_ptr(bias))))
-        return OJ_ERR_UNSUPPORTED;
+    if (vec && !oj_cu_aligned16(vec)) return OJ_ERR_UNSUPPORTED;
     if (aux && (aux_ld < N || aux_ld % 8 != 0 || !oj_cu_aligned16(aux))) return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_blas(eng, "matmul") == NULL) return oj_last_status(eng); /* the workspace */
     if (!s->lt_ready) {
@@ -309,7 +336,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     char *c = oj_cuda_ptr(out);
-    const void *bp = bias ? oj_cuda_ptr(bias) : NULL;
+    const void *bp = vec;
     int64_t ald = aux_ld;
     uint64_t wsb = s->blas_ws_bytes;
     uint32_t al[3] = {align_of(B.ptr), align_of(A.ptr), align_of(c)};
@@ -366,7 +393,12 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
     if (cs != CUBLAS_STATUS_SUCCESS) return blas_error(eng, cs, "cublasLtMatmul (epilogue)");
     if (s->prof) {
         const char lay[4] = {A.op == CUBLAS_OP_N ? 'N' : 'T', B.op == CUBLAS_OP_N ? 'N' : 'T',
-                             aux ? 'g' : 'b', 0};
+                             epi == CUBLASLT_EPILOGUE_BGRADB         ? 'd'
+                             : epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 'a'
+                             : aux                                   ? 'g'
+                             : vec                                   ? 'b'
+                                                                     : 'p',
+                             0};
         return oj_cuda_check(eng, prof_name(dt, lay, 1, M, N, K, false));
     }
     return oj_cuda_check(eng, "matmul (cublasLtMatmul, epilogue)");
@@ -388,7 +420,9 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
             return oj_last_status(eng);
         return oj_cuda_check(eng, "matmul (gemv, bias)");
     }
-    oj_status lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BIAS, bias, NULL, 0);
+    oj_status lst = OJ_ERR_UNSUPPORTED;
+    if (bias->dtype == out->dtype && (N == 1 || bias->stride[0] == 1))
+        lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BIAS, oj_cuda_ptr(bias), NULL, 0);
     if (lst != OJ_ERR_UNSUPPORTED) return lst;
     oj_tensor bv = *out; /* bias seen as out's shape: stride 0 over batch and rows */
     bv.dtype = bias->dtype;
@@ -413,4 +447,51 @@ oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_t
     if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
     int64_t ld = x->shape[1] > 1 ? x->stride[1] : x->shape[2];
     return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DGELU, NULL, oj_cuda_ptr(x), ld);
+}
+
+/* out = a @ b and dbias[m] = sum over k of a[m, k] in one cuBLASLt call
+ * (the BGRADB epilogue, lt_epilogue): a linear's weight gradient dW = dy^T
+ * x with its bias gradient, dy read once. dbias [M] contiguous of out's
+ * dtype, summed in f32 and rounded once. Off unless OJAS_CUDA_BGRAD=1
+ * (read at each call): on the H200 the gpt2-124m graph step measured 0.15
+ * ms slower with it than with the separate ones @ dy GEMVs (36.00 against
+ * 35.84 ms, an integration build at a485c55), the epilogue's dW GEMMs
+ * costing what the GEMVs did. OJ_ERR_UNSUPPORTED (nothing recorded) where
+ * it does not apply (off, EXACT numerics, OJAS_CUDA_LT=0, operands
+ * cuBLASLt refuses): the caller then runs matmul and reduces dy itself. */
+oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                               const oj_tensor *b, oj_tensor *dbias) {
+    const char *on = getenv("OJAS_CUDA_BGRAD");
+    if (on == NULL || strcmp(on, "1") != 0 || dbias->dtype != out->dtype || dbias->rank != 1 ||
+        dbias->shape[0] != out->shape[1] || dbias->stride[0] != 1)
+        return OJ_ERR_UNSUPPORTED;
+    if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
+    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BGRADB, oj_cuda_ptr(dbias), NULL, 0);
+}
+
+/* pre = a @ b + bias, out = gelu_tanh(pre) in one cuBLASLt call (the
+ * GELU_AUX_BIAS epilogue, lt_epilogue): pre [1, M, N] row-major with a row
+ * stride that is a multiple of 8 elements, bias [N] contiguous, one dtype
+ * with out. The GELU reads the f32 sum before pre is rounded.
+ * OJ_ERR_UNSUPPORTED (nothing recorded) where it does not apply (another
+ * op, EXACT numerics, OJAS_CUDA_LT=0 or OJAS_CUDA_GELU_EPI=0, operands
+ * cuBLASLt refuses): the caller runs the linear and the GELU. */
+oj_status oj_cuda_matmul_bias_act(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
+                                  const oj_tensor *b, const oj_tensor *bias, oj_tensor *pre,
+                                  oj_unary_op op) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("OJAS_CUDA_GELU_EPI");
+        off = e != NULL && strcmp(e, "0") == 0;
+    }
+    const int64_t M = out->shape[1], N = out->shape[2];
+    if (off || op != OJ_UN_GELU_TANH || bias->dtype != out->dtype || bias->rank != 1 ||
+        bias->shape[0] != N || (N > 1 && bias->stride[0] != 1) || pre->dtype != out->dtype ||
+        pre->rank != 3 || pre->shape[0] != 1 || pre->shape[1] != M || pre->shape[2] != N ||
+        pre->stride[2] != 1 || (M > 1 && pre->stride[1] < N))
+        return OJ_ERR_UNSUPPORTED;
+    if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
+    int64_t ld = M > 1 ? pre->stride[1] : N;
+    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, oj_cuda_ptr(bias),
+                       oj_cuda_ptr(pre), ld);
 }

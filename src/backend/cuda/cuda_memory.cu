@@ -438,6 +438,12 @@ cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op) {
     s->blas_ws_bytes = ws;
     cublasSetPointerMode(s->blas, CUBLAS_POINTER_MODE_HOST);
     s->blas_ready = true;
+    /* cuBLASLt's handle (the GEMM epilogues) now as well: it cannot be
+     * made during a capture, and graph_capture_begin makes this handle
+     * first, so a training step captured before any eager GEMM still gets
+     * the epilogues (made lazily, it was refused there and every captured
+     * linear ran unfused). Failing, the epilogues are refused (unfused). */
+    if (!s->lt_ready && cublasLtCreate(&s->lt) == CUBLAS_STATUS_SUCCESS) s->lt_ready = true;
     return s->blas;
 }
 

@@ -65,6 +65,7 @@ struct rnr_args {
     int64_t R, R2, T;
     int64_t sx1, sx2, sxT; /* x: element strides of R1, R2 and T */
     int64_t sg1, sg2, sgT; /* dy (backward) */
+    int64_t sd1, sd2, sdT; /* dx (backward; its last dim contiguous) */
     int64_t chunk, nchunk;
     int64_t pos;
     double theta, eps;
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(RNR_THREADS, 3) k_rnr_fwd(rnr_args a) {
     }
 }
 
-// dy, x (R1, R2, T, D) strided, rstd (R T), weight (D) -> dx (R, T, D) contiguous
+// dy, x (R1, R2, T, D) strided, rstd (R T), weight (D) -> dx (R1, R2, T, D) strided
 template <typename T, int NPT>
 __global__ void __launch_bounds__(RNR_THREADS, 2) k_rnr_bwd(rnr_args a) {
     constexpr int P = NPT / 2, RR = rnr_rr<NPT, true>::v, D = 32 * NPT;
@@ -206,14 +207,15 @@ __global__ void __launch_bounds__(RNR_THREADS, 2) k_rnr_bwd(rnr_args a) {
         sn[p] = (float)sd;
     }
     int64_t q1 = rb / a.R2, q2 = rb - q1 * a.R2;
-    const int64_t tx = t * a.sxT, tg = t * a.sgT;
+    const int64_t tx = t * a.sxT, tg = t * a.sgT, td = t * a.sdT;
     for (int64_t r = rb; r < re; r += RR) {
         float xv[RR][NPT], gv[RR][NPT], rsv[RR];
-        int64_t ox = q1 * a.sx1 + q2 * a.sx2 + tx, og = q1 * a.sg1 + q2 * a.sg2 + tg;
+        int64_t ox = q1 * a.sx1 + q2 * a.sx2 + tx, og = q1 * a.sg1 + q2 * a.sg2 + tg, od[RR];
 #pragma unroll
         for (int u = 0; u < RR; u++) {
             const int64_t ru = r + u < re ? r + u : re - 1;
             rsv[u] = rstd[ru * a.T + t];
+            od[u] = q1 * a.sd1 + q2 * a.sd2 + td;
 #pragma unroll
             for (int k = 0; k < NPT; k++) {
                 xv[u][k] = oj_cu_tof(x[ox + lane + 32 * k]);
@@ -231,7 +233,6 @@ __global__ void __launch_bounds__(RNR_THREADS, 2) k_rnr_bwd(rnr_args a) {
 #pragma unroll
         for (int u = 0; u < RR; u++) {
             if (r + u >= re) break;
-            const int64_t n = (r + u) * a.T + t;
             const float rs = rsv[u];
             /* the inverse rotation of dy (sign -1, in float), stored in T */
             float g[NPT];
@@ -252,7 +253,7 @@ __global__ void __launch_bounds__(RNR_THREADS, 2) k_rnr_bwd(rnr_args a) {
                 sgx += gw[k] * xh[k];
             }
             sgx = oj_cu_warp_sumf(sgx) / (float)D;
-            T *dr = dx + n * D;
+            T *dr = dx + od[u];
 #pragma unroll
             for (int k = 0; k < NPT; k++)
                 dr[lane + 32 * k] = oj_cu_fromf<T>(rs * (gw[k] - xh[k] * sgx));
@@ -324,26 +325,26 @@ __global__ void __launch_bounds__(RNR_THREADS) k_rnr_fwd_any(oj_cu_view x, const
     }
 }
 
-// dy, x (.., T, D) any strides, rstd (N), weight (D) -> dx (N, D) contiguous;
-// a warp per row in double (the CPU entry's double path); the rotated dy
-// is recomputed in the second pass
+// dy, x (.., T, D) any strides, rstd (N), weight (D) -> dx (.., T, D), its
+// last dim contiguous; a warp per row in double (the CPU entry's double
+// path); the rotated dy is recomputed in the second pass
 __global__ void __launch_bounds__(RNR_THREADS) k_rnr_bwd_any(oj_cu_view dy, oj_cu_view x,
                                                              const char *rstd, int sdt,
-                                                             const char *w, int wdt, char *dx,
-                                                             int dxdt, int64_t N, int64_t T,
+                                                             const char *w, int wdt,
+                                                             oj_cu_view dx, int64_t N, int64_t T,
                                                              int64_t D, int64_t pos,
                                                              double theta) {
     const int lane = (int)(threadIdx.x & 31);
     const int64_t half = D / 2, sD = x.stride[x.rank - 1], gD = dy.stride[dy.rank - 1];
     const int xes = rnr_esz(x.dt), ges = rnr_esz(dy.dt), wes = rnr_esz(wdt);
-    const int ses = rnr_esz(sdt), des = rnr_esz(dxdt);
+    const int ses = rnr_esz(sdt), des = rnr_esz(dx.dt), dxdt = dx.dt;
     for (int64_t n = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5); n < N;
          n += (int64_t)gridDim.x * RNR_WARPS) {
         const char *xr = x.p + rnr_row_offset(x, n) * xes;
         const char *gr = dy.p + rnr_row_offset(dy, n) * ges;
         const int64_t t = n % T;
         const double rs = oj_cu_ld(rstd + n * ses, sdt);
-        char *dr = dx + n * D * des;
+        char *dr = dx.p + rnr_row_offset(dx, n) * des;
         double sgx = 0.0;
         for (int pass = 0; pass < 2; pass++) {
             for (int64_t i = lane; i < half; i += 32) {
@@ -372,14 +373,16 @@ __global__ void __launch_bounds__(RNR_THREADS) k_rnr_bwd_any(oj_cu_view dy, oj_c
 
 /* ---------------------------------------------------------------- host */
 
-/* The leading dims (all but T and D) of ts[0..nt) (one shape) as two
- * strided dims [R1, R2] (element strides s1[i], s2[i] of tensor i): size-1
- * dims dropped, adjacent dims merged where every tensor steps through them
- * as one run. false when more than two remain. */
+/* The leading dims (all but T and D) of ts[0..nt) (one shape; nt <=
+ * RNR_MAX_T) as two strided dims [R1, R2] (element strides s1[i], s2[i]
+ * of tensor i): size-1 dims dropped, adjacent dims merged where every
+ * tensor steps through them as one run. false when more than two remain. */
+#define RNR_MAX_T 3 /* x, dy, dx */
 static bool rnr_outer(const oj_tensor *const *ts, int nt, int64_t *R2, int64_t *s1,
                       int64_t *s2) {
     const oj_tensor *x = ts[0];
-    int64_t sh[OJ_MAX_RANK], st[2][OJ_MAX_RANK];
+    int64_t sh[OJ_MAX_RANK], st[RNR_MAX_T][OJ_MAX_RANK];
+    if (nt < 1 || nt > RNR_MAX_T) return false;
     int m = 0;
     for (int d = 0; d < x->rank - 2; d++) {
         if (x->shape[d] == 1) continue;
@@ -501,20 +504,22 @@ oj_status oj_cuda_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const 
                                            double theta) {
     const char *op = "rms_norm_rotary";
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
-    if (oj_cuda_need_contig(eng, dx, op, "dx") != OJ_OK ||
-        oj_cuda_need_contig(eng, rstd, op, "rstd") != OJ_OK ||
+    if (oj_cuda_need_contig(eng, rstd, op, "rstd") != OJ_OK ||
         oj_cuda_need_contig(eng, weight, op, "weight") != OJ_OK)
         return oj_last_status(eng);
+    if (dx->rank != x->rank || (dx->shape[dx->rank - 1] > 1 && dx->stride[dx->rank - 1] != 1))
+        return oj_set_error(eng, OJ_ERR_INTERNAL,
+                            "%s: dx must have x's rank and a contiguous last dim", op);
     rnr_args a = {};
     const int64_t N = rnr_init(&a, x, position_offset, theta), T = a.T, D = x->shape[x->rank - 1];
     if (N == 0) return OJ_OK;
     const int npt = rnr_npt(D);
-    const oj_tensor *ts[2] = {x, dy};
-    int64_t s1[2], s2[2];
+    const oj_tensor *ts[3] = {x, dy, dx};
+    int64_t s1[3], s2[3];
     if (npt && oj_cu_is_f16ish(x->dtype) && dy->dtype == x->dtype && dx->dtype == x->dtype &&
         (!weight || weight->dtype == x->dtype) && rstd->dtype == OJ_F32 &&
         x->stride[x->rank - 1] == 1 && dy->stride[dy->rank - 1] == 1 &&
-        rnr_outer(ts, 2, &a.R2, s1, s2)) {
+        rnr_outer(ts, 3, &a.R2, s1, s2)) {
         a.x = oj_cuda_ptr(x);
         a.dy = oj_cuda_ptr(dy);
         a.w = weight ? oj_cuda_ptr(weight) : NULL;
@@ -526,13 +531,16 @@ oj_status oj_cuda_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const 
         a.sg1 = s1[1];
         a.sg2 = s2[1];
         a.sgT = dy->stride[dy->rank - 2];
+        a.sd1 = s1[2];
+        a.sd2 = s2[2];
+        a.sdT = dx->stride[dx->rank - 2];
         rnr_chunks(a);
         OJ_CU_FLOAT_TYPE(x->dtype, T_, rnr_bwd_launch<T_>(a, npt));
         return oj_cuda_check(eng, op);
     }
     k_rnr_bwd_any<<<rnr_blocks(N), RNR_THREADS, 0, OJ_STREAM>>>(
         oj_cu_view_of(dy), oj_cu_view_of(x), oj_cuda_ptr(rstd), (int)rstd->dtype,
-        weight ? oj_cuda_ptr(weight) : NULL, weight ? (int)weight->dtype : 0, oj_cuda_ptr(dx),
-        (int)dx->dtype, N, T, D, position_offset, theta);
+        weight ? oj_cuda_ptr(weight) : NULL, weight ? (int)weight->dtype : 0, oj_cu_view_of(dx),
+        N, T, D, position_offset, theta);
     return oj_cuda_check(eng, op);
 }

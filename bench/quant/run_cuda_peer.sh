@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# llama.cpp beside ojas on a machine without Node.js (the H200): builds
+# bench/quant/llama_peer.c with gcc and runs it on node-llama-cpp 3.21.1's
+# prebuilt libraries in LIB_DIR (the CUDA package's, unpacked below, or the
+# CPU package's bins/linux-x64), all layers on the GPU when LIB_DIR has
+# libggml-cuda.so.
+#   bench/quant/run_cuda_peer.sh LIB_DIR FILE.gguf [NEW (64)] [THREADS (2)]
+#     one JSON line, llama_peer.mjs's (peer, file, threads, tok_s, tokens)
+#     plus device, gpu_layers, repeats; the prompt is bench_quant_decode's
+#     16 ids unless PROMPT="id,id,...".
+#   bench/quant/run_cuda_peer.sh LIB_DIR OJAS.jsonl [NEW] [THREADS]
+#     for each line of bench_quant_decode's output saved in OJAS.jsonl, the
+#     file <variant>.gguf beside it (written by bench_quant_decode --out) with
+#     that line's prompt and new_tokens (unless NEW is given), and one line
+#     as bench/quant/run.sh prints:
+#     ojas_tok_s, llama_cpp_tok_s, their ratio, tokens_equal, first_diff.
+#   bench/quant/run_cuda_peer.sh --unpack DIR PART...
+#     checks and keeps in DIR the chunks of the parts that
+#     scripts/pack_llama_cuda.sh made (one part a call is enough); once DIR
+#     has them all, joins and decompresses them into DIR and checks every
+#     library's sha256: DIR is then the LIB_DIR.
+#   bench/quant/run_cuda_peer.sh --build-cuda SRC OUT_DIR [ARCH (90)]
+#     OUT_DIR/libggml-cuda.so compiled here for sm_ARCH from SRC
+#     (llama-src.tar.zst of part1, which --unpack keeps in DIR/src: the
+#     same release's source) with the package's options (dynamic backends,
+#     CUDA graphs and flash attention on, NCCL off, Release) and this
+#     machine's nvcc, for a GPU whose driver cannot compile the package's
+#     CUDA 13.1 PTX (llama_peer warns). Copy it over the package's in a copy
+#     of LIB_DIR. The build stays in OUT_DIR/build until it succeeds, so a
+#     call that ran out of time resumes it.
+# Environment: GPU_LAYERS (-1: all, the default with libggml-cuda.so; else 0),
+# REPEATS (5; tok_s is the median), WARMUP (1: one untimed run of 8 tokens
+# first on the GPU, which also fills the CUDA JIT cache: the package's
+# libggml-cuda.so holds sm_90 code only as compute_90 PTX),
+# LLAMA_PEER_BIN (.llcuda/bin/llama_peer), CC (gcc).
+# The libraries' own folder is found through their RUNPATH ($ORIGIN); the
+# CUDA runtime (libcudart.so.13, libcublas.so.13, libcublasLt.so.13) and
+# the driver (libcuda.so.1) are looked up through ldconfig, then in
+# /usr/local/cuda*/lib64, /usr/local/nvidia/lib64 and Python's
+# nvidia/*/lib wheels, and put on LD_LIBRARY_PATH.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+die() { echo "run_cuda_peer.sh: $*" >&2; exit 1; }
+
+# zstd -d from stdin to stdout; Python over libzstd.so.1 where the zstd
+# program is missing.
+unzstd() {
+  if command -v zstd >/dev/null; then zstd -d -q -c; return; fi
+  python3 -c '
+import ctypes, ctypes.util, sys
+name = ctypes.util.find_library("zstd") or "libzstd.so.1"
+z = ctypes.CDLL(name)
+class Buf(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p), ("size", ctypes.c_size_t), ("pos", ctypes.c_size_t)]
+z.ZSTD_createDStream.restype = ctypes.c_void_p
+z.ZSTD_decompressStream.restype = ctypes.c_size_t
+z.ZSTD_decompressStream.argtypes = [ctypes.c_void_p, ctypes.POINTER(Buf), ctypes.POINTER(Buf)]
+z.ZSTD_isError.argtypes = [ctypes.c_size_t]
+z.ZSTD_getErrorName.restype = ctypes.c_char_p
+z.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
+z.ZSTD_freeDStream.argtypes = [ctypes.c_void_p]
+ds = z.ZSTD_createDStream()
+out = ctypes.create_string_buffer(1 << 20)
+last = 0
+while True:
+    data = sys.stdin.buffer.read(1 << 20)
+    if not data:
+        break
+    src = ctypes.create_string_buffer(data, len(data))
+    ib = Buf(ctypes.cast(src, ctypes.c_void_p), len(data), 0)
+    while ib.pos < ib.size:
+        ob = Buf(ctypes.cast(out, ctypes.c_void_p), len(out), 0)
+        last = z.ZSTD_decompressStream(ds, ctypes.byref(ob), ctypes.byref(ib))
+        if z.ZSTD_isError(last):
+            sys.exit("run_cuda_peer.sh: zstd: " + z.ZSTD_getErrorName(last).decode())
+        sys.stdout.buffer.write(out.raw[:ob.pos])
+z.ZSTD_freeDStream(ds)
+if last != 0:
+    sys.exit("run_cuda_peer.sh: zstd: the stream ends inside a frame")
+'
+}
+
+if [ "${1:-}" = --unpack ]; then
+  [ $# -ge 3 ] || die "usage: --unpack DIR PART..."
+  dir=$2; shift 2
+  mkdir -p "$dir/.chunks"
+  for part in "$@"; do
+    [ -f "$part/chunks.sha256" ] || die "$part has no chunks.sha256 (not a part of scripts/pack_llama_cuda.sh)"
+    for c in "$part"/llcuda.tar.zst.*of*; do
+      [ -f "$c" ] || die "$part has no chunk"
+      want=$(grep " $(basename "$c")\$" "$part/chunks.sha256" | cut -d' ' -f1)
+      [ "$(sha256sum "$c" | cut -d' ' -f1)" = "$want" ] || die "$c does not match its sha256 in chunks.sha256"
+      cp "$c" "$dir/.chunks/"
+      echo "run_cuda_peer.sh: kept $(basename "$c") in $dir/.chunks"
+    done
+    if [ -f "$dir/.chunks/chunks.sha256" ] && ! cmp -s "$part/chunks.sha256" "$dir/.chunks/chunks.sha256"; then
+      die "$part is from another packing than the chunks already in $dir/.chunks"
+    fi
+    cp "$part/chunks.sha256" "$part/libs.sha256" "$dir/.chunks/"
+    if [ -f "$part/llama-src.tar.zst" ]; then
+      mkdir -p "$dir/src" && cp "$part/llama-src.tar.zst" "$part/src.sha256" "$dir/src/"
+      echo "run_cuda_peer.sh: kept the llama.cpp source in $dir/src (for --build-cuda)"
+    fi
+  done
+  n=$(wc -l < "$dir/.chunks/chunks.sha256")
+  missing=""
+  have=0
+  for k in $(seq 1 "$n"); do
+    if [ -f "$dir/.chunks/llcuda.tar.zst.${k}of$n" ]; then have=$((have + 1)); else missing="$missing part$k"; fi
+  done
+  if [ -n "$missing" ]; then
+    echo "run_cuda_peer.sh: $dir/.chunks has $have of $n chunks; still to come:$missing"
+    exit 0
+  fi
+  for k in $(seq 1 "$n"); do cat "$dir/.chunks/llcuda.tar.zst.${k}of$n"; done | unzstd | tar -C "$dir" -xf -
+  (cd "$dir" && sha256sum --quiet -c .chunks/libs.sha256) || die "the libraries unpacked in $dir do not match libs.sha256"
+  echo "run_cuda_peer.sh: unpacked $(wc -l < "$dir/.chunks/libs.sha256") files into $dir, each matching its sha256"
+  rm -rf "$dir/.chunks"
+  exit 0
+fi
+
+if [ "${1:-}" = --build-cuda ]; then
+  [ $# -ge 3 ] || die "usage: --build-cuda SRC OUT_DIR [ARCH]"
+  src=$2; out=$3; arch=${4:-90}
+  if [ -f "$(dirname "$src")/src.sha256" ]; then
+    (cd "$(dirname "$src")" && sha256sum --quiet -c src.sha256) || die "$src does not match src.sha256"
+  fi
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  [ -x "$nvcc" ] || die "no nvcc"
+  work=$out/build
+  mkdir -p "$work"
+  [ -d "$work/llama.cpp" ] || unzstd < "$src" | tar -C "$work" -xf -
+  gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+  [ -f "$work/build/CMakeCache.txt" ] ||
+    cmake -S "$work/llama.cpp" -B "$work/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch-real" -DGGML_CUDA=ON \
+      -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF \
+      -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH='$ORIGIN' -DLLAMA_BUILD_COMMON=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_MTMD=OFF > "$work/configure.log" 2>&1 ||
+    { tail -20 "$work/configure.log" >&2; rm -rf "$work/build"; die "cmake could not configure $src (log above)"; }
+  t0=$SECONDS
+  cmake --build "$work/build" --target ggml-cuda -j "$(nproc)" > "$work/build.log" 2>&1 ||
+    { tail -30 "$work/build.log" >&2; die "libggml-cuda.so did not build (log above; run again to resume)"; }
+  built=$(find "$work/build" -name libggml-cuda.so -type f | head -1)
+  [ -n "$built" ] || die "the build made no libggml-cuda.so"
+  cp "$built" "$out/libggml-cuda.so"
+  rm -rf "$work"
+  echo "run_cuda_peer.sh: $out/libggml-cuda.so: sm_$arch, $("$nvcc" --version | tail -1), built in $((SECONDS - t0)) s"
+  exit 0
+fi
+
+[ $# -ge 2 ] || die "usage: LIB_DIR FILE.gguf|OJAS.jsonl [NEW] [THREADS], --unpack DIR PART..., or --build-cuda SRC OUT_DIR [ARCH]"
+LIB_DIR=$(cd "$1" && pwd); TARGET=$2; NEW_ARG=${3:-}; NEW=${3:-64}; THREADS=${4:-2}
+libs=("$LIB_DIR"/libllama.v*.so "$LIB_DIR"/libllama.cuda.v*.so)
+lib=""; for l in "${libs[@]}"; do [ -f "$l" ] && lib=$l; done
+[ -n "$lib" ] || die "$LIB_DIR has no libllama.v*.so or libllama.cuda.v*.so"
+if [ -f "$LIB_DIR/libggml-cuda.so" ]; then GPU_LAYERS=${GPU_LAYERS:--1}; else GPU_LAYERS=${GPU_LAYERS:-0}; fi
+REPEATS=${REPEATS:-5}; WARMUP=${WARMUP:-1}
+BIN=${LLAMA_PEER_BIN:-.llcuda/bin/llama_peer}
+if [ ! -x "$BIN" ] || [ bench/quant/llama_peer.c -nt "$BIN" ]; then
+  mkdir -p "$(dirname "$BIN")"
+  ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -o "$BIN" bench/quant/llama_peer.c -ldl
+fi
+
+if [ "$GPU_LAYERS" != 0 ]; then
+  lookup() { # NAME: a folder holding it, unless ldconfig knows it
+    ldconfig -p 2>/dev/null | grep -q "^\s*$1 " && return 0
+    local py d
+    py=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
+             /usr/local/cuda-13*/targets/x86_64-linux/lib /usr/local/nvidia/lib64 /usr/local/nvidia/lib \
+             ${py:+$py/nvidia/*/lib} ${py:+$py/nvidia/*/*/lib}; do
+      [ -e "$d/$1" ] && { echo "$d"; return 0; }
+    done
+    echo "run_cuda_peer.sh: $1 not found (ldconfig, /usr/local/cuda*, /usr/local/nvidia, Python's nvidia wheels)" >&2
+  }
+  for so in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcuda.so.1; do
+    d=$(lookup "$so")
+    case ":${LD_LIBRARY_PATH:-}:" in *":$d:"*) ;; *) [ -n "$d" ] && LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;; esac
+  done
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+  export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+  echo "run_cuda_peer.sh: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
+  command -v nvidia-smi >/dev/null &&
+    echo "run_cuda_peer.sh: GPU, driver: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)" >&2
+fi
+
+DEFAULT_PROMPT=$(python3 -c 'print(",".join(str((i * 7919 + 13) % 50257) for i in range(16)))')
+peer() { # FILE PROMPT: llama_peer's JSON line, after a warm-up on the GPU
+  if [ "$GPU_LAYERS" != 0 ] && [ "$WARMUP" = 1 ]; then
+    local t0=$SECONDS
+    "$BIN" --lib "$lib" --gpu-layers "$GPU_LAYERS" "$1" "$2" 8 "$THREADS" < /dev/null > /dev/null
+    echo "run_cuda_peer.sh: warm-up on $(basename "$1"): $((SECONDS - t0)) s" >&2
+  fi
+  "$BIN" --lib "$lib" --gpu-layers "$GPU_LAYERS" --repeats "$REPEATS" "$1" "$2" "$NEW" "$THREADS" < /dev/null
+}
+
+case $TARGET in
+  *.gguf) peer "$TARGET" "${PROMPT:-$DEFAULT_PROMPT}" ;;
+  *.jsonl)
+    [ -f "$TARGET" ] || die "no $TARGET"
+    dir=$(dirname "$TARGET")
+    while read -r line; do
+      v=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["variant"])' "$line")
+      p=$(python3 -c 'import json,sys; print(",".join(map(str, json.loads(sys.argv[1])["prompt"])))' "$line")
+      NEW=${NEW_ARG:-$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["new_tokens"])' "$line")}
+      if [ ! -f "$dir/$v.gguf" ]; then echo "run_cuda_peer.sh: no $dir/$v.gguf, $v left out" >&2; continue; fi
+      out=$(peer "$dir/$v.gguf" "$p")
+      python3 - "$line" "$out" <<'PY'
+import json, sys
+o, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+same = sum(1 for a, b in zip(o["tokens"], p["tokens"]) if a == b)
+first = next((i for i, (a, b) in enumerate(zip(o["tokens"], p["tokens"])) if a != b), -1)
+print(json.dumps({"variant": o["variant"], "ojas_device": o.get("device"), "llama_cpp_device": p["device"],
+                  "ojas_tok_s": o["tok_s"], "llama_cpp_tok_s": round(p["tok_s"], 2),
+                  "ojas_vs_llama_cpp": round(o["tok_s"] / p["tok_s"], 3),
+                  "tokens_equal": same, "of": min(len(o["tokens"]), len(p["tokens"])), "first_diff": first}))
+PY
+    done < "$TARGET"
+    ;;
+  *) die "$TARGET is neither a .gguf file nor a .jsonl of bench_quant_decode's lines" ;;
+esac

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Packs node-llama-cpp 3.21.1's prebuilt CUDA 13 llama.cpp libraries
+# (@node-llama-cpp/linux-x64-cuda: libllama.cuda.v0.4.0.so, libggml.cuda.v0.4.0.so,
+# libggml-base.so, libggml-cuda.so, the libggml-cpu-*.so variants; 181 MB,
+# libggml-cuda.so alone 159 MB) for a machine that has no Node.js and no
+# network, and takes at most 64 MiB of files a call: one tar stream, zstd -9,
+# cut into N equal chunks of at most MAX_MB (55) MB, chunk k in .llcuda/partk/
+# (git-ignored) beside chunks.sha256 (every chunk's hash) and libs.sha256
+# (every library's). Carry one part a call; bench/quant/run_cuda_peer.sh
+# --unpack DIR .llcuda/partk gathers the chunks in DIR and, once it has them
+# all, joins, decompresses and checks them there.
+# part1 also holds llama-src.tar.zst (3.4 MB): the llama.cpp source of the
+# same release (node-llama-cpp/llama/gitRelease.bundle, commit 80fb11ac: its
+# CMake files, ggml/, src/, include/, vendor/), for run_cuda_peer.sh
+# --build-cuda, which compiles libggml-cuda.so for a GPU that the package has
+# no machine code for (its sm_90 code is CUDA 13.1 PTX only).
+#   scripts/pack_llama_cuda.sh [BINS_DIR] [MAX_MB (55)]
+# BINS_DIR: default OJAS_NPM_DIR (third_party/npm)/node_modules/@node-llama-cpp/
+# linux-x64-cuda/bins/linux-x64-cuda (bench/quant/run.sh installs the package);
+# the bundle is looked up in the node-llama-cpp package beside it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NPM=${OJAS_NPM_DIR:-third_party/npm}
+BINS=${1:-$NPM/node_modules/@node-llama-cpp/linux-x64-cuda/bins/linux-x64-cuda}
+MAX_MB=${2:-55}
+die() { echo "pack_llama_cuda.sh: $*" >&2; exit 1; }
+command -v zstd >/dev/null || die "needs zstd (apt-get install zstd)"
+[ -d "$BINS" ] || die "no $BINS: install node-llama-cpp@3.21.1 (cd $NPM && npm install node-llama-cpp@3.21.1), or name the folder"
+meta=$(cat "$BINS/_nlcBuildMetadata.json" 2>/dev/null) || die "$BINS has no _nlcBuildMetadata.json"
+case $meta in
+  *'"gpu":"cuda"'*'"release":"v0.4.0"'*) ;;
+  *) die "$BINS is not node-llama-cpp 3.21.1's CUDA build (llama.cpp release v0.4.0): $meta" ;;
+esac
+files=(libllama.cuda.v0.4.0.so libggml.cuda.v0.4.0.so libggml-base.so libggml-cuda.so _nlcBuildMetadata.json)
+for f in "${files[@]}"; do [ -f "$BINS/$f" ] || die "$BINS has no $f"; done
+mapfile -t cpus < <(cd "$BINS" && ls libggml-cpu-*.so 2>/dev/null)
+[ ${#cpus[@]} -gt 0 ] || die "$BINS has no libggml-cpu-*.so"
+files+=("${cpus[@]}")
+
+rm -rf .llcuda
+mkdir -p .llcuda
+(cd "$BINS" && sha256sum "${files[@]}") > .llcuda/libs.sha256
+stream=.llcuda/llcuda.tar.zst
+tar -C "$BINS" -cf - --sort=name --owner=0 --group=0 --mtime=@0 "${files[@]}" |
+  zstd -9 -T2 -q -c > "$stream"
+size=$(stat -c %s "$stream")
+max=$((MAX_MB * 1000 * 1000))
+n=$(((size + max - 1) / max))
+(cd .llcuda && split -n "$n" -d -a 2 llcuda.tar.zst chunk.)
+rm "$stream"
+for k in $(seq 1 "$n"); do
+  mv ".llcuda/chunk.$(printf %02d $((k - 1)))" ".llcuda/llcuda.tar.zst.${k}of$n"
+done
+(cd .llcuda && sha256sum llcuda.tar.zst.*of"$n") > .llcuda/chunks.sha256
+for k in $(seq 1 "$n"); do
+  mkdir ".llcuda/part$k"
+  mv ".llcuda/llcuda.tar.zst.${k}of$n" ".llcuda/part$k/"
+  cp .llcuda/chunks.sha256 .llcuda/libs.sha256 ".llcuda/part$k/"
+done
+rm .llcuda/chunks.sha256 .llcuda/libs.sha256
+bundle=$(cd "$BINS/../../../.." && pwd)/node-llama-cpp/llama/gitRelease.bundle
+[ -f "$bundle" ] || die "no $bundle (the llama.cpp source of node-llama-cpp 3.21.1)"
+src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
+git clone -q "$bundle" "$src/llama.cpp" 2>/dev/null || die "git cannot clone $bundle"
+[ "$(git -C "$src/llama.cpp" rev-parse HEAD)" = 80fb11ac73e66d89eae2c6a91d8a77428fa733ed ] ||
+  die "$bundle is not llama.cpp commit 80fb11ac (node-llama-cpp 3.21.1's)"
+git -C "$src/llama.cpp" archive --prefix=llama.cpp/ HEAD CMakeLists.txt cmake ggml src include vendor LICENSE |
+  zstd -19 -T2 -q -c > .llcuda/part1/llama-src.tar.zst
+(cd .llcuda/part1 && sha256sum llama-src.tar.zst > src.sha256)
+echo "pack_llama_cuda.sh: ${#files[@]} files of $BINS ($(du -cb "${files[@]/#/$BINS/}" | tail -1 | cut -f1) bytes) -> $size bytes of zstd in $n parts:"
+for k in $(seq 1 "$n"); do echo "  .llcuda/part$k $(du -sb ".llcuda/part$k" | cut -f1) bytes"; done
