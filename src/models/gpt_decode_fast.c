@@ -29,7 +29,8 @@
 #include "ops/nn_decode.h"
 
 /* The switch `name`: "0" off, another value on, unset (or empty) dflt
- * (read once per name by the callers' statics). */
+ * (read at each call: tests flip them; a captured step keeps what it
+ * read). */
 static bool env_flag(const char *name, bool dflt) {
     const char *e = getenv(name);
     if (e == NULL || e[0] == '\0') return dflt;
@@ -94,9 +95,9 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
     const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
     /* the backend's decode attention: scaled_dot_product_attention's bits,
      * the cache rows other than this step's read early */
-    static int off = -1; /* OJAS_DECODE_ATTN_EARLY=0: scaled_dot_product_attention */
-    if (off < 0) off = !env_flag("OJAS_DECODE_ATTN_EARLY", DECODE_ATTN_EARLY_DEFAULT);
-    if (!off && oj__decode_attention_supported(m->eng))
+    /* OJAS_DECODE_ATTN_EARLY=0: scaled_dot_product_attention */
+    if (env_flag("OJAS_DECODE_ATTN_EARLY", DECODE_ATTN_EARLY_DEFAULT) &&
+        oj__decode_attention_supported(m->eng))
         return oj__decode_attention(qkv, c->kv[l], c->dev->mask, c->dev->slot);
     oj_tensor *q = oj_narrow(qkv, 2, 0, C);
     oj_tensor *qh = q ? oj__gpt_split_heads(q, H, D) : NULL;
@@ -115,9 +116,8 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
  * head's layout takes the "nk" matmul kernel exactly when it suits the
  * entry). */
 bool oj__gpt_fast_head_fused(const oj_gpt *m) {
-    static int off = -1; /* OJAS_DECODE_HEAD=0: layer_norm, linear, then the argmax or draw */
-    if (off < 0) off = !env_flag("OJAS_DECODE_HEAD", DECODE_HEAD_DEFAULT);
-    if (off) return false;
+    /* OJAS_DECODE_HEAD=0: layer_norm, linear, then the argmax or draw */
+    if (!env_flag("OJAS_DECODE_HEAD", DECODE_HEAD_DEFAULT)) return false;
     return oj__decode_head_supported(m->eng) && oj__decode_head_weight_ok(m->head) &&
            oj_tensor_dtype(m->head) == oj_tensor_dtype(m->wte) && m->ln_f_w && m->ln_f_b &&
            oj_tensor_dtype(m->ln_f_w) == oj_tensor_dtype(m->wte) &&

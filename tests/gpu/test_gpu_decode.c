@@ -86,6 +86,19 @@ static void assert_close(const char *what, oj_tensor *a, oj_tensor *b, double to
     free(y);
 }
 
+/* The fast step's optional pieces (docs/architecture.md, the switches):
+ * all on (on true), all off, or back to their defaults (unset). */
+static void decode_pieces(int on) {
+    static const char *names[] = {"OJAS_DECODE_U24", "OJAS_DECODE_HEAD", "OJAS_DECODE_HEAD_DRAW",
+                                  "OJAS_DECODE_ATTN_EARLY"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (on < 0) unsetenv(names[i]);
+        else setenv(names[i], on ? "1" : "0", 1);
+    }
+    if (on < 0) unsetenv("OJAS_CUDA_ATTN_COMBINE");
+    else setenv("OJAS_CUDA_ATTN_COMBINE", on ? "0" : "1", 1); /* on: merged by the last block */
+}
+
 static oj_tensor *to_gpu(oj_tensor *t, oj_engine *gpu) {
     oj_tensor *g = oj_to_device(t, gpu);
     if (g == NULL) fail_msg("to_device: %s", oj_last_error(gpu));
@@ -319,11 +332,16 @@ static void test_attention_one_row(void **state) {
     attention_case(cpu, gpu, OJ_F32, 1, 2, 1, 40, 16, 16, MASK_NONE, false);
     attention_case(cpu, gpu, OJ_F32, 2, 2, 2, 70, 64, 24, MASK_PREFIX, true);
     attention_case(cpu, gpu, OJ_F32, 1, 4, 2, 65, 256, 256, MASK_RANDOM, false);
-    /* 1000 rows of two chunks each: the last block of every row merges it
-     * (the engine's arrival counters, one a row, up to row 999), and the
-     * calls before and after find the counters back at zero */
-    attention_case(cpu, gpu, OJ_BF16, 1, 1000, 1, 6400, 64, 64, MASK_PREFIX, false);
-    attention_case(cpu, gpu, OJ_BF16, 2, 4, 2, 77, 64, 64, MASK_RANDOM, false);
+    /* 1000 rows of two chunks each, merged by the combine kernel and by
+     * the last block of every row (the engine's arrival counters, one a
+     * row, up to row 999: the calls after find them back at zero) */
+    for (int on = 0; on <= 1; on++) {
+        decode_pieces(on);
+        attention_case(cpu, gpu, OJ_BF16, 1, 1000, 1, 6400, 64, 64, MASK_PREFIX, false);
+        attention_case(cpu, gpu, OJ_BF16, 2, 4, 2, 77, 64, 64, MASK_RANDOM, false);
+        attention_case(cpu, gpu, OJ_BF16, 1, 12, 12, 576, 64, 64, MASK_PREFIX, false);
+    }
+    decode_pieces(-1);
     assert_int_equal(oj_engine_live_tensors(gpu), 0);
     oj_engine_free(gpu);
     oj_engine_free(cpu);
@@ -670,6 +688,10 @@ static void test_decode_ops(void **state) {
         {8192, 64, 3, OJ_BF16},  /* the longest row */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) decode_op_case(cpu, gpu, cases[i]);
+    /* the MLP's c_proj with all 24 rows a thread loaded before the wait */
+    decode_pieces(1);
+    decode_op_case(cpu, gpu, cases[3]);
+    decode_pieces(-1);
     assert_int_equal(oj_engine_live_tensors(gpu), 0);
     oj_engine_free(gpu);
     oj_engine_free(cpu);
@@ -1187,14 +1209,22 @@ static void fast_case(const char *preset, int64_t cap, int64_t n, int steps) {
 
 static void test_fast_decoder_gpt2(void **state) {
     (void)state;
-    fast_case("gpt2-tiny", 48, 7, 40);
-    fast_case("gpt2-tiny", 64, 1, 63); /* the whole context */
+    for (int on = 0; on <= 1; on++) { /* the optional pieces off, then on */
+        decode_pieces(on);
+        fast_case("gpt2-tiny", 48, 7, 40);
+        fast_case("gpt2-tiny", 64, 1, 63); /* the whole context */
+    }
+    decode_pieces(-1);
 }
 
 static void test_fast_decoder_gpt2_124m(void **state) {
     (void)state;
     if (on_cpu) skip(); /* minutes on a CPU */
-    fast_case("gpt2-124m", 96, 64, 32);
+    for (int on = 0; on <= 1; on++) {
+        decode_pieces(on);
+        fast_case("gpt2-124m", 96, 64, 32);
+    }
+    decode_pieces(-1);
 }
 
 /* ------------------------------------------------- oj_generate on the device */
@@ -1376,7 +1406,21 @@ static void test_generate_sampled_gpt2_124m(void **state) {
     const char *const label[2] = {"gpt2-124m bf16 FAST generate sampled mode 0",
                                   "gpt2-124m bf16 FAST generate sampled mode 1"};
     const bool exact[2] = {true, true};
-    check_graph_vs_eager_124m(OJ_NUMERICS_FAST, 256, sc, label, exact);
+    for (int on = 0; on <= 1; on++) { /* the fast step's optional pieces off, then on */
+        decode_pieces(on);
+        check_graph_vs_eager_124m(OJ_NUMERICS_FAST, 256, sc, label, exact);
+    }
+    decode_pieces(-1);
+    /* greedy generate with the pieces on: the head kernel keeps the tokens
+     * and 8 steps go per read-back */
+    decode_pieces(1);
+    oj_sampler_config g[2] = {oj_sampler_config_default(), oj_sampler_config_default()};
+    g[0].temperature = g[1].temperature = 0.0;
+    g[1].top_k = 40, g[1].temperature = 0.5, g[1].seed = 3;
+    const char *const glabel[2] = {"gpt2-124m bf16 FAST generate greedy (pieces on)",
+                                   "gpt2-124m bf16 FAST generate T 0.5 (pieces on)"};
+    check_graph_vs_eager_124m(OJ_NUMERICS_FAST, 256, g, glabel, exact);
+    decode_pieces(-1);
 }
 
 int main(void) {

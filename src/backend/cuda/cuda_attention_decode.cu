@@ -534,15 +534,11 @@ template <typename T, int D> static void df_launch_d(const dec_args &a, int64_t 
 
 /* OJAS_CUDA_ATTN_COMBINE=1: the split rows are merged by the second
  * kernel instead of the partials' last block, =0 by the last block; unset:
- * DF_COMBINE_KERNEL_DEFAULT. */
+ * DF_COMBINE_KERNEL_DEFAULT. Read at each call (tests flip it). */
 #define DF_COMBINE_KERNEL_DEFAULT false
 static bool df_combine_kernel(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("OJAS_CUDA_ATTN_COMBINE");
-        on = e == NULL || e[0] == '\0' ? DF_COMBINE_KERNEL_DEFAULT : strcmp(e, "0") != 0;
-    }
-    return on != 0;
+    const char *e = getenv("OJAS_CUDA_ATTN_COMBINE");
+    return e == NULL || e[0] == '\0' ? DF_COMBINE_KERNEL_DEFAULT : strcmp(e, "0") != 0;
 }
 
 /* The fast path: chunks of `steps` block steps, so that B*H*nsplit stays

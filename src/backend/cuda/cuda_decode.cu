@@ -243,7 +243,9 @@ static int dec_groups(int64_t N) {
     return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
 }
 
-/* The switch `name`: "0" off, another value on, unset (or empty) dflt. */
+/* The switch `name`: "0" off, another value on, unset (or empty) dflt;
+ * read at each launch (tests flip them; a captured graph keeps what its
+ * capture read). */
 static bool dec_env_flag(const char *name, bool dflt) {
     const char *e = getenv(name);
     if (e == NULL || e[0] == '\0') return dflt;
@@ -259,17 +261,15 @@ static bool dec_env_flag(const char *name, bool dflt) {
  * kernel launch only once they have waited for the one before (the chain
  * then runs one kernel ahead, not as far as resources allow). */
 static bool dec_late_trigger(void) {
-    static int late = -1;
-    if (late < 0) late = !dec_env_flag("OJAS_DECODE_PDL_EARLY", DEC_PDL_EARLY_DEFAULT);
-    return late != 0;
+    return !dec_env_flag("OJAS_DECODE_PDL_EARLY", DEC_PDL_EARLY_DEFAULT);
 }
 
 template <typename T, bool NORM, int EPI>
 static void dec_launch(const proj_args &a_in) {
     proj_args a = a_in;
     a.late = dec_late_trigger();
-    static int u24_off = -1; /* OJAS_DECODE_U24=0: 16 rows a round for K 3072 (comparisons) */
-    if (u24_off < 0) u24_off = !dec_env_flag("OJAS_DECODE_U24", DEC_U24_DEFAULT);
+    /* OJAS_DECODE_U24=0: 16 rows a round for K 3072 */
+    const bool u24_off = !dec_env_flag("OJAS_DECODE_U24", DEC_U24_DEFAULT);
     const int G = dec_groups(a.N);
     const unsigned blocks = (unsigned)((a.N + 8 * G - 1) / (8 * G));
     const size_t smem = (size_t)a.K * sizeof(float);
@@ -671,8 +671,8 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
     /* the draw in the last block: no penalty, K <= 1024 (its shared memory
      * beside the row's), the groups of blocks within the block's threads
      * and the grid; otherwise the logits here and decode_sample's kernel */
-    static int draw_off = -1; /* OJAS_DECODE_HEAD_DRAW=0: decode_sample's kernel (comparisons) */
-    if (draw_off < 0) draw_off = !dec_env_flag("OJAS_DECODE_HEAD_DRAW", DEC_HEAD_DRAW_DEFAULT);
+    /* OJAS_DECODE_HEAD_DRAW=0: decode_sample's kernel */
+    const bool draw_off = !dec_env_flag("OJAS_DECODE_HEAD_DRAW", DEC_HEAD_DRAW_DEFAULT);
     bool draw = false;
     if (s) {
         a.sp = sm_params_of(s, a.N, DEC_THREADS);
