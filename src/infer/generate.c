@@ -74,7 +74,7 @@ static bool use_static(oj_engine *eng) {
  * steps queued per read-back of their tokens (gpt2, llama; a nanolab ring
  * reads each); greedy reads one token a step, or GEN_BATCH where its
  * step keeps its tokens without a kernel more (oj__gpt_decoder_keeps_in_step:
- * the fast gpt2 step). Otherwise (top_k 0 or above
+ * the fast gpt2 step with its fused head, OJAS_DECODE_HEAD=1). Otherwise (top_k 0 or above
  * OJ__DECODE_SAMPLE_MAX_K over a larger vocabulary) the logits row is read
  * back and sampled on the host by oj_sample_logits, and the chosen token
  * is written back as the pending one. Sampled sequences run a step whose
@@ -98,7 +98,7 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
     oj_status st = oj_gpt_decoder_create(m, kv_cap, true, &d);
     if (st == OJ_OK && !greedy) st = oj__gpt_decoder_set_sampler(d, &smp, on_dev);
     /* device draws, and greedy steps whose head kernel keeps the token
-     * (the fast gpt2 step): GEN_BATCH steps queued a read-back (the token
+     * (the fast gpt2 step with its fused head): GEN_BATCH steps queued a read-back (the token
      * after a stop or a refusing on_token is computed and dropped); a ring
      * cache (nanolab) reads each. Other greedy steps read each: their
      * argmax kernel keeps no token, and a kernel more per step cost more

@@ -1,18 +1,19 @@
 /* The gpt2 decode step in few kernels (FAST numerics): per layer
  *   qkv = norm + c_attn (+ bias), keys/values written to the cache slot
  *         (decode_norm_linear: one kernel),
- *   y   = attention of q over the masked cache (decode_attention: one
- *         kernel, the rows other than the slot's loaded before it waits),
+ *   y   = attention of q over the masked cache (two kernels, or one with
+ *         OJAS_CUDA_ATTN_COMBINE=0; OJAS_DECODE_ATTN_EARLY=1: through
+ *         decode_attention, the rows other than the slot's loaded before
+ *         it waits),
  *   x  += c_proj(y) + bias (decode_linear_residual: one),
  *   h   = gelu(norm + c_fc (+ bias)) (decode_norm_linear: one),
  *   x  += mlp c_proj(h) + bias (decode_linear_residual: one),
- * five kernels where the generic forward launches nine (the add + norm, the
+ * six kernels where the generic forward launches ten (the add + norm, the
  * GEMV, the cache write, the GELU each apart); before the layers one
  * kernel writes x = wte[idx] + wpe[pos] and the attention mask (the
- * generic step: two embeddings, an add and a comparison), after them one
- * kernel the final norm, the head's product and the argmax or the device
- * draw with pos + 1 (decode_norm_head; the generic step: a norm, the
- * product, the argmax and an add). The caller
+ * generic step: two embeddings, an add and a comparison), after them the
+ * final norm, the head's product, and the argmax or the draw with pos + 1
+ * (with OJAS_DECODE_HEAD=1 one kernel, decode_norm_head). The caller
  * (gpt_decoder.c) keeps idx and pos in range and passes dp->mask as a
  * bool [1, 1, 1, S] tensor to be written. The values are rounded to the
  * weights' dtype where the generic step rounds and summed in its CUDA
@@ -38,8 +39,8 @@ static bool env_flag(const char *name, bool dflt) {
 }
 
 /* The defaults of the fast step's switches (docs/architecture.md). */
-#define DECODE_ATTN_EARLY_DEFAULT true
-#define DECODE_HEAD_DEFAULT true
+#define DECODE_ATTN_EARLY_DEFAULT false
+#define DECODE_HEAD_DEFAULT false
 
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     const char *e = getenv("OJAS_DECODE_FAST");

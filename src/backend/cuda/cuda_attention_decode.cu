@@ -3,8 +3,9 @@
  * are cut into chunks, one block per (chunk, row) computes the chunk's
  * partial softmax state (max m, sum l, unnormalised accumulator acc), and
  * the chunks are merged: M = max m, L = sum l e^(m - M),
- * out = sum acc e^(m - M) / L, lse = M + log L (on the fast path by each
- * row's last block to finish, else by a second kernel).
+ * out = sum acc e^(m - M) / L, lse = M + log L (by a second kernel, or on
+ * the fast path with OJAS_CUDA_ATTN_COMBINE=0 by each row's last block to
+ * finish).
  *
  * q (B,H,1,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv) any strides, mask (B,H,1,S)
  * view (stride 0 where broadcast) bool (true = keep) or float (added) or
@@ -37,13 +38,13 @@
  *   and there is nothing to merge.
  * - merge: thread c of D merges column c over the chunks, DF_CB chunks'
  *   m, l and acc loaded at once (an online max across batches), so a row
- *   of <= 16 chunks is one round of loads. The block of a row that
- *   finishes last does it (each block makes its state visible with a
- *   fence, then counts its arrival on the engine's counter for the row,
+ *   of <= 16 chunks is one round of loads: a combine kernel, a block per
+ *   row, or with OJAS_CUDA_ATTN_COMBINE=0 the block of a row that
+ *   finishes last (each block makes its state visible with a fence, then
+ *   counts its arrival on the engine's counter for the row,
  *   threadFenceReduction's pattern; the last resets it to 0), for up to
- *   OJ_CUDA_COUNT_ATTN_ROWS rows; more rows (or OJAS_CUDA_ATTN_COMBINE=1)
- *   take a combine kernel, a block per row. The order is the same either
- *   way: the same bits.
+ *   OJ_CUDA_COUNT_ATTN_ROWS rows. The order is the same either way: the
+ *   same bits.
  * - decode_attention (the gpt2 fast step's entry) also names the cache
  *   row the kernel before writes (this step's key and value): the first
  *   step's K and V loads are issued before the programmatic-dependent
@@ -535,7 +536,7 @@ template <typename T, int D> static void df_launch_d(const dec_args &a, int64_t 
 /* OJAS_CUDA_ATTN_COMBINE=1: the split rows are merged by the second
  * kernel instead of the partials' last block, =0 by the last block; unset:
  * DF_COMBINE_KERNEL_DEFAULT. Read at each call (tests flip it). */
-#define DF_COMBINE_KERNEL_DEFAULT false
+#define DF_COMBINE_KERNEL_DEFAULT true
 static bool df_combine_kernel(void) {
     const char *e = getenv("OJAS_CUDA_ATTN_COMBINE");
     return e == NULL || e[0] == '\0' ? DF_COMBINE_KERNEL_DEFAULT : strcmp(e, "0") != 0;

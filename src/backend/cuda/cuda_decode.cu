@@ -3,9 +3,9 @@
  * with n-stride 1 (HF Conv1D, gpt2's c_attn, c_proj, c_fc), with the
  * layer norm before the product and the bias, GELU, KV-cache write or
  * residual add after it in the same kernel, so a gpt2 layer's decode step
- * is five launches (models/gpt_decode_fast.c) where the generic forward
- * takes nine; and decode_norm_head, the step's final norm, head and token
- * in one kernel (below).
+ * is six launches (models/gpt_decode_fast.c) where the generic forward
+ * takes ten; and decode_norm_head, the step's final norm, head and token
+ * in one kernel (below; the fast step's optional head).
  *
  * One kernel, k_dec_kn, templated on the prologue and the epilogue:
  *  - prologue: the block stages the row x [K] in shared memory as floats
@@ -254,7 +254,7 @@ static bool dec_env_flag(const char *name, bool dflt) {
 
 /* The defaults of the switches (docs/architecture.md). */
 #define DEC_PDL_EARLY_DEFAULT true
-#define DEC_U24_DEFAULT true
+#define DEC_U24_DEFAULT false
 #define DEC_HEAD_DRAW_DEFAULT true
 
 /* OJAS_DECODE_PDL_EARLY=0: the projections and the head let the next
