@@ -244,7 +244,7 @@ static int dec_groups(int64_t N) {
 }
 
 /* The switch `name`: "0" off, another value on, unset (or empty) dflt;
- * read at each launch (tests flip them; a captured graph keeps what its
+ * read at the launch (tests flip them; a captured graph keeps what its
  * capture read). */
 static bool dec_env_flag(const char *name, bool dflt) {
     const char *e = getenv(name);
@@ -261,15 +261,15 @@ static bool dec_env_flag(const char *name, bool dflt) {
  * kernel launch only once they have waited for the one before (the chain
  * then runs one kernel ahead, not as far as resources allow). */
 static bool dec_late_trigger(void) {
-    return !dec_env_flag("OJAS_DECODE_PDL_EARLY", DEC_PDL_EARLY_DEFAULT);
+    static int late = -1; /* read once: a launch-time choice no test flips */
+    if (late < 0) late = !dec_env_flag("OJAS_DECODE_PDL_EARLY", DEC_PDL_EARLY_DEFAULT);
+    return late != 0;
 }
 
 template <typename T, bool NORM, int EPI>
 static void dec_launch(const proj_args &a_in) {
     proj_args a = a_in;
     a.late = dec_late_trigger();
-    /* OJAS_DECODE_U24=0: 16 rows a round for K 3072 */
-    const bool u24_off = !dec_env_flag("OJAS_DECODE_U24", DEC_U24_DEFAULT);
     const int G = dec_groups(a.N);
     const unsigned blocks = (unsigned)((a.N + 8 * G - 1) / (8 * G));
     const size_t smem = (size_t)a.K * sizeof(float);
@@ -278,7 +278,9 @@ static void dec_launch(const proj_args &a_in) {
     if (G == 2) {
         if (rows <= 8) DEC_(2, 8);
         else if (rows <= 16) DEC_(2, 16);
-        else if (rows <= 24 && !u24_off) DEC_(2, 24); /* gpt2's mlp c_proj (K 3072): every row before the wait */
+        else if (rows <= 24 && dec_env_flag("OJAS_DECODE_U24", DEC_U24_DEFAULT))
+            DEC_(2, 24); /* gpt2's mlp c_proj (K 3072), OJAS_DECODE_U24=1: every row
+                          * before the wait (the switch read for these launches alone) */
         else DEC_(2, 16);
     } else if (G == 4) {
         if (rows <= 8) DEC_(4, 8);
