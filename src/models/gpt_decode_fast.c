@@ -39,8 +39,8 @@ static bool env_flag(const char *name, bool dflt) {
 }
 
 /* The defaults of the fast step's switches (docs/architecture.md). */
-#define DECODE_ATTN_EARLY_DEFAULT false
-#define DECODE_HEAD_DEFAULT false
+#define DECODE_ATTN_EARLY_DEFAULT true
+#define DECODE_HEAD_DEFAULT true
 
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     const char *e = getenv("OJAS_DECODE_FAST");

@@ -536,7 +536,7 @@ template <typename T, int D> static void df_launch_d(const dec_args &a, int64_t 
 /* OJAS_CUDA_ATTN_COMBINE=1: the split rows are merged by the second
  * kernel instead of the partials' last block, =0 by the last block; unset:
  * DF_COMBINE_KERNEL_DEFAULT. Read at each call (tests flip it). */
-#define DF_COMBINE_KERNEL_DEFAULT true
+#define DF_COMBINE_KERNEL_DEFAULT false
 static bool df_combine_kernel(void) {
     const char *e = getenv("OJAS_CUDA_ATTN_COMBINE");
     return e == NULL || e[0] == '\0' ? DF_COMBINE_KERNEL_DEFAULT : strcmp(e, "0") != 0;

@@ -253,8 +253,8 @@ static bool dec_env_flag(const char *name, bool dflt) {
 }
 
 /* The defaults of the switches (docs/architecture.md). */
-#define DEC_PDL_EARLY_DEFAULT true
-#define DEC_U24_DEFAULT false
+#define DEC_PDL_EARLY_DEFAULT false
+#define DEC_U24_DEFAULT true
 #define DEC_HEAD_DRAW_DEFAULT true
 
 /* OJAS_DECODE_PDL_EARLY=0: the projections and the head let the next
