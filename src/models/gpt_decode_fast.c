@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "models/gpt_decode_quant.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
 #include "ops/nn_decode.h"
@@ -31,7 +32,7 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     bool forced = e && strcmp(e, "1") == 0;
     if (!forced && oj_engine_device(eng).type != OJ_DEVICE_CUDA) return false;
     if (oj_engine_numerics(eng) != OJ_NUMERICS_FAST || m->cfg.family != OJ_GPT2) return false;
-    if (m->quantized) return false; /* the generic step reads the quantized copies */
+    if (m->quantized) return oj__gpt_qfast_decode_ok(m, c); /* gpt_decode_quant.c */
     if (!oj__decode_supported(eng)) return false;
     const oj_dtype dt = oj_tensor_dtype(m->wte);
     if (dt != OJ_BF16 && dt != OJ_F16) return false;
@@ -91,7 +92,7 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
 
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                              const oj_gpt_dev_pos *dp) {
-
+    if (m->quantized) return oj__gpt2_run_qfast(m, c, idx, dp); /* gpt_decode_quant.c */
     oj_engine *eng = m->eng;
     const double eps = m->cfg.norm_eps;
     bool prev = oj_set_grad_enabled(eng, false);

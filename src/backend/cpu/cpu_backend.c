@@ -81,4 +81,5 @@ const oj_backend oj_cpu_backend = {
     .decode_argmax_advance = oj_cpu_decode_argmax_advance,
     .decode_sample = oj_cpu_decode_sample,
     .decode_embed_mask = oj_cpu_decode_embed_mask,
+    .decode_qlinear = oj_cpu_decode_qlinear,
 };
