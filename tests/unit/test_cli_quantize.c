@@ -101,6 +101,7 @@ static void test_quantize_and_generate(void **state) {
 
     usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1, q4_k or f32, got 'q5_0'");
     usage_error("quantize --checkpoint run --to q8_0 -o x.bin", "--out FILE.gguf is required");
+    usage_error("quantize --checkpoint run --to fp8 -o x.gguf", "--to fp8 has no GGUF (ggml) type");
     usage_error("quantize --to q8_0 -o x.gguf", "give exactly one of --model and --checkpoint");
     usage_error("generate -m f32.gguf --prompt x",
                 "f32.gguf: no tokenizer (tokenizer.ggml.model is \"no_vocab\"): give --vocab DIR");
@@ -111,7 +112,7 @@ static void test_quantize_and_generate(void **state) {
     if (!strstr(err, "--set model=gpt2-tiny")) fail_msg("no remedy named: %s", err);
     free(err);
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q3",
-                "--quantize must be q8_0, q4_0, q4_1 or q4_k, got 'q3'");
+                "--quantize must be q8_0, q4_0, q4_1, q4_k or fp8, got 'q3'");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q8_0 --dtype bf16",
                 "--quantize goes with f32 weights, not --dtype bf16");
     err = NULL;

@@ -422,7 +422,7 @@ static void test_fast_step_quantized(void **state) {
     (void)state;
     oj_engine *eng = engine();
     enum { P = 6, STEPS = 24 };
-    const oj_qtype types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K};
+    const oj_qtype types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K, OJ_FP8_E4M3};
     int32_t prompt[P], ta[STEPS + 1], tb[STEPS + 1];
     make_tokens(prompt, P, 96, 11);
     static float la[(STEPS + 1) * 96], lb[(STEPS + 1) * 96];
@@ -432,7 +432,7 @@ static void test_fast_step_quantized(void **state) {
         const int64_t V = c.vocab_size;
         assert_true(V == 96);
         for (int di = 0; di < 2; di++)
-            for (int ti = 0; ti < 4; ti++) {
+            for (int ti = 0; ti < 5; ti++) {
                 if (!wide && (ti != 0 || di != 0)) continue;
                 const char *what = di ? "bf16" : "f32";
                 oj_gpt *m = NULL;
