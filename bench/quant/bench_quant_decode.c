@@ -1,5 +1,5 @@
 /* Batch-1 greedy decode on the CPU with f32, q8_0, q4_0, q4_1 and q4_k weights
- * (oj_gpt_quantize): GPT-2 124M from random init (seed 1), a 16-token
+ * (oj_gpt_quantize; with --cuda also fp8 E4M3): GPT-2 124M from random init (seed 1), a 16-token
  * prompt, then `new` tokens through oj_gpt_decoder (static KV cache, one
  * forward per token). tok/s = new tokens / wall time of the steps (the
  * prefill and one warm-up step excluded), the median of `repeats` runs;
@@ -151,7 +151,8 @@ int main(int argc, char **argv) {
     }
     int32_t prompt[PROMPT];
     for (int i = 0; i < PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % cfg.vocab_size);
-    const char *names[] = {"f32", "q8_0", "q4_0", "q4_1", "q4_k"};
+    const char *names[] = {"f32", "q8_0", "q4_0", "q4_1", "q4_k", "fp8"};
+    const int nvar = cuda ? 6 : 5; /* fp8 (no GGUF type, no CPU kernel) on CUDA only */
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(nnew + 1));
     double *t = malloc(sizeof(double) * (size_t)repeats);
     double f32_tok_s = 0, f32_bytes = 0, bf16_tok_s = 0;
@@ -172,7 +173,7 @@ int main(int argc, char **argv) {
         }
         oj_gpt_free(mb);
     }
-    for (int v = 0; v < 5 && rc == 0; v++) {
+    for (int v = 0; v < nvar && rc == 0; v++) {
         if (v == 1 + OJ_Q4_K && (cfg.n_embd % OJ_QK_K || cfg.mlp_hidden % OJ_QK_K)) {
             fprintf(stderr, "bench_quant_decode: q4_k left out: C %lld or MLP %lld is not a "
                             "multiple of %d\n", (long long)cfg.n_embd, (long long)cfg.mlp_hidden,

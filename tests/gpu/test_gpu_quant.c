@@ -1,9 +1,9 @@
-// test: quantized weights on CUDA (q8_0, q4_0, q4_1, q4_k) against the CPU:
+// test: quantized weights on CUDA (q8_0, q4_0, q4_1, q4_k, fp8) against the CPU:
 // the same matrix quantized on either engine dequantizes to the same bits;
 // oj_qmatmul's dequantizing GEMV (1..8 rows) within f32 summation error of
 // x @ dequantize(W)^T (f64 reference from the CPU's dequantized matrix), its
 // prefill path (more rows: bf16 GEMM over the dequantized matrix) within
-// bf16 rounding; a quantized GPT (gpt2 and llama, loaded from a GGUF file
+// bf16 rounding; a quantized GPT (gpt2 and llama, ggml's types, loaded from a GGUF file
 // written on the CPU) decodes on CUDA to the greedy tokens of the CPU's
 // f32 forward over the same dequantized weights, with and without a CUDA
 // graph, up to a near tie of the CPU's logits; the quantized decode entry
@@ -32,8 +32,9 @@
 
 static bool on_cpu;
 
-static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K};
-#define NTYPES 4
+static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K, OJ_FP8_E4M3};
+#define NTYPES 5
+#define NGGML 4 /* the first NTYPES with a GGUF (ggml) type; fp8 has none */
 
 static void test_qmatmul_matches_cpu(void **state) {
     (void)state;
@@ -165,7 +166,7 @@ static void test_quantized_gpt_decode(void **state) {
     char dir[] = "/tmp/ojas_gpu_quant_XXXXXX";
     assert_non_null(mkdtemp(dir));
     for (int fam = 0; fam < 2; fam++) {
-        for (int ti = 0; ti < NTYPES; ti++) {
+        for (int ti = 0; ti < NGGML; ti++) {
             oj_gpt_config c;
             if (fam == 0) {
                 assert_true(oj_gpt_preset("gpt2-tiny", &c));
@@ -472,7 +473,7 @@ static void decode_run(oj_gpt *m, const int32_t *prompt, int n, int steps, int32
  * 50257, 12 heads; 4 layers), f32 around the matrices, CUDA graphs: the
  * same 128 greedy tokens, logits within 1e-3 of the largest magnitude of
  * the step's (f32 sums in another order: the scale applied once a block,
- * the norm fused), for q8_0, q4_0, q4_1 and q4_k. */
+ * the norm fused), for q8_0, q4_0, q4_1, q4_k and fp8. */
 static void test_quantized_fast_step(void **state) {
     (void)state;
     oj_engine *gpu = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 0);

@@ -8,7 +8,8 @@
  *
  * One kernel, k_dec_q, templated on the storage type T of the row, norm,
  * bias, output and cache (f32, bf16, f16), the block format Q and the
- * epilogue; 128 threads a block, R consecutive output rows a block (R a
+ * epilogue (fp8: E4M3 with one f32 scale a row, two values a hardware
+ * cvt); 128 threads a block, R consecutive output rows a block (R a
  * power of two <= 32, the largest that still leaves >= 264 blocks, two
  * an H200 SM, and a tile of <= 16 KB):
  *  - weights: the block's R rows are one contiguous, 16-byte aligned span
@@ -44,6 +45,7 @@
  * summation error. Bytes a gpt2 124M step reads: about 1.06 (q8_0) and
  * 0.56 to 0.63 (q4) bytes a weight against bf16's 2. */
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -57,7 +59,7 @@ oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor
                                  const oj_tensor *slot);
 
 /* oj_qtype's numbers (ojas/quant.h is C; the values are its ABI). */
-enum { DQ_Q8_0 = 0, DQ_Q4_0 = 1, DQ_Q4_1 = 2, DQ_Q4_K = 3 };
+enum { DQ_Q8_0 = 0, DQ_Q4_0 = 1, DQ_Q4_1 = 2, DQ_Q4_K = 3, DQ_FP8 = 4 };
 enum { DQ_PLAIN = 0, DQ_GELU = 1, DQ_RESID = 2 };
 
 #define DQ_THREADS 128
@@ -158,6 +160,22 @@ __device__ __forceinline__ float dq_dot(const uint8_t *row, int b, const float *
             }
         }
         return fmaf(m, sx0 + sx1, d * (s0 + s1));
+    } else if (Q == DQ_FP8) { /* the row's f32 scale; block b's 32 E4M3 bytes 16-byte aligned */
+        const uint4 *q4 = (const uint4 *)(row + 16 + (int64_t)b * 32);
+        const uint4 qa = q4[0], qb = q4[1];
+        const unsigned qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) { /* bytes 4 j .. 4 j + 3: two pairs, exact in f16 */
+            const float2 lo = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)(qw[j] & 0xffff), __NV_E4M3)));
+            const float2 hi = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)(qw[j] >> 16), __NV_E4M3)));
+            s0 = fmaf(lo.x, xf[4 * j], s0);
+            s1 = fmaf(lo.y, xf[4 * j + 1], s1);
+            s0 = fmaf(hi.x, xf[4 * j + 2], s0);
+            s1 = fmaf(hi.y, xf[4 * j + 3], s1);
+        }
+        return *(const float *)row * (s0 + s1);
     } else { /* q4_k: sub-block s of super-block b / 8 (144 bytes, 16-byte aligned) */
         const uint8_t *p = row + (int64_t)(b >> 3) * 144;
         const int s = b & 7;
@@ -300,6 +318,7 @@ template <typename T, bool NORM, int EPI> static void dq_launch_q(int qtype, con
     case DQ_Q8_0: dq_launch<T, DQ_Q8_0, NORM, EPI>(a); break;
     case DQ_Q4_0: dq_launch<T, DQ_Q4_0, NORM, EPI>(a); break;
     case DQ_Q4_1: dq_launch<T, DQ_Q4_1, NORM, EPI>(a); break;
+    case DQ_FP8: dq_launch<T, DQ_FP8, NORM, EPI>(a); break;
     default: dq_launch<T, DQ_Q4_K, NORM, EPI>(a); break;
     }
 }
@@ -330,7 +349,7 @@ oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor
     a.N = (int)blocks->shape[0];
     a.K = (int)K;
     a.bias = b ? oj_cuda_ptr(b) : NULL;
-    if (qtype < DQ_Q8_0 || qtype > DQ_Q4_K || a.row_bytes % 16 || !oj_cu_aligned16(a.w) ||
+    if (qtype < DQ_Q8_0 || qtype > DQ_FP8 || a.row_bytes % 16 || !oj_cu_aligned16(a.w) ||
         K % 32 || K > 4096 || (nw == NULL) != (nb == NULL) || (nw && epi == DQ_RESID))
         return oj_set_error(eng, OJ_ERR_INTERNAL,
                             "%s: quantized type %d, K %lld, row bytes %lld: the ops layer "
