@@ -243,7 +243,8 @@ oj_status oj__gpt_decoder_steps(oj_gpt_decoder *d, int64_t k, int32_t *toks);
  * step itself: oj__gpt_run_static's contract (logits [1, 1, V] of idx
  * [1, 1] at dp's position, its key and value written at dp's slot),
  * except that dp->mask is a bool [1, 1, 1, S] tensor the step writes
- * (slot j attended once j <= pos). */
+ * (slot j attended once j <= pos). A quantized model (m->quantized) is
+ * handed to the quantized step of gpt_decode_quant.h by both. */
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
 /* Whether the fast step's logits are the generic step's bit for bit
  * (given oj__gpt_fast_decode_ok): a CUDA engine, its one-row matmul on
