@@ -19,7 +19,9 @@
  * twice: on the generic step (OJAS_DECODE_FAST=0, "step": "generic") and
  * on the default step ("step": "fast": the quantized fast step of
  * gpt_decode_quant.c where it serves the model, gpt2 with rows of whole
- * 16-byte chunks); "vs_bf16" is its tok/s over the bf16 fast step's.
+ * 16-byte chunks); "vs_bf16" is its tok/s over the bf16 fast step's,
+ * "tokens_equal" whether its tokens are the generic step's (where not,
+ * stderr names the first that differs).
  * --smoke: gpt2-tiny, 8 new tokens, one repeat (a few hundred ms); q4_k is
  * left out where C or the MLP width is not a multiple of 256 (gpt2-tiny).
  * --preset llama-small: a Llama-family model (GPT-2's vocabulary, C 256,
@@ -76,11 +78,12 @@ static bool time_decode(oj_gpt *m, const int32_t *prompt, int np, int nnew, int 
 enum { PROMPT = 16 };
 
 /* One JSON line: a variant's speed beside f32's (and bf16's fast step's
- * when bf16_tok_s > 0), its prompt and tokens. */
+ * when bf16_tok_s > 0), its prompt and tokens; same >= 0: how many of the
+ * tokens lead as the generic step's (tokens_equal when all). */
 static void print_line(const char *device, const char *preset, const char *variant,
                        const char *step, int threads, int nnew, double tok_s, double bytes,
                        double f32_tok_s, double f32_bytes, double bf16_tok_s,
-                       const int32_t *prompt, const int32_t *toks) {
+                       const int32_t *prompt, const int32_t *toks, int same) {
     printf("{\"bench\": \"quant_decode\", \"device\": \"%s\", \"preset\": \"%s\", "
            "\"variant\": \"%s\", \"step\": \"%s\", \"threads\": %d, \"kernel_isa\": \"%s\", "
            "\"new_tokens\": %d, \"tok_s\": %.2f, \"ms_per_token\": %.3f, "
@@ -89,6 +92,9 @@ static void print_line(const char *device, const char *preset, const char *varia
            getenv("OJAS_CPU_ISA") ? getenv("OJAS_CPU_ISA") : "best", nnew, tok_s,
            tok_s > 0 ? 1000.0 / tok_s : 0.0, bytes, tok_s / f32_tok_s, f32_bytes / bytes);
     if (bf16_tok_s > 0) printf("\"vs_bf16\": %.3f, ", tok_s / bf16_tok_s);
+    if (same >= 0)
+        printf("\"tokens_equal\": %s, \"tokens_same_prefix\": %d, ", same == nnew ? "true" : "false",
+               same);
     printf("\"prompt\": [");
     for (int i = 0; i < PROMPT; i++) printf("%s%d", i ? ", " : "", prompt[i]);
     printf("], \"tokens\": [");
@@ -154,6 +160,7 @@ int main(int argc, char **argv) {
     const char *names[] = {"f32", "q8_0", "q4_0", "q4_1", "q4_k", "fp8"};
     const int nvar = cuda ? 6 : 5; /* fp8 (no GGUF type, no CPU kernel) on CUDA only */
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(nnew + 1));
+    int32_t *gtoks = malloc(sizeof(int32_t) * (size_t)(nnew + 1)); /* the generic step's */
     double *t = malloc(sizeof(double) * (size_t)repeats);
     double f32_tok_s = 0, f32_bytes = 0, bf16_tok_s = 0;
     int rc = 0;
@@ -212,12 +219,22 @@ int main(int argc, char **argv) {
             double bytes = (double)oj_gpt_decode_bytes(m);
             if (v == 0) f32_tok_s = tok_s, f32_bytes = bytes;
             const char *step = cuda && v > 0 && pass == 1 ? "fast" : "generic";
+            int same = -1; /* the fast step's tokens against the generic step's */
+            if (cuda && v > 0 && pass == 0) memcpy(gtoks, toks, sizeof(int32_t) * (size_t)nnew);
+            if (cuda && v > 0 && pass == 1) {
+                for (same = 0; same < nnew && toks[same] == gtoks[same];) same++;
+                if (same < nnew)
+                    fprintf(stderr, "bench_quant_decode: %s: the fast step's token %d is %d, the "
+                                    "generic step's %d (a near tie, or a bug)\n",
+                            names[v], same, toks[same], gtoks[same]);
+            }
             print_line(cuda ? (graph ? "cuda (graph)" : "cuda") : "cpu", preset, names[v], step,
                        oj_engine_threads(eng), nnew, tok_s, bytes, f32_tok_s, f32_bytes,
-                       cuda ? bf16_tok_s : 0, prompt, toks);
+                       cuda ? bf16_tok_s : 0, prompt, toks, same);
         }
     }
     free(t);
+    free(gtoks);
     free(toks);
     oj_gpt_free(m);
     oj_engine_free(eng);
