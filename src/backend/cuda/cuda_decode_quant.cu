@@ -15,12 +15,18 @@
  *  - weights: the block's R rows are one contiguous, 16-byte aligned span
  *    of R * row bytes (row bytes a multiple of 16: K a multiple of 256
  *    makes it one for every format), loaded by all 128 threads as 16-byte
- *    chunks, at most 8 a thread, every load issued before the wait for
- *    the previous kernel (a programmatic dependent, cuda_pdl.cuh), then
- *    stored to shared memory: one round of coalesced 128-bit loads covers
- *    the whole matrix, whatever the block size of the format (34, 18 and
- *    20-byte blocks are not 16-byte aligned one by one; 8 of them, 256
- *    elements, are);
+ *    chunks, at most 8 a thread, and stored to shared memory before the
+ *    wait for the previous kernel (a programmatic dependent,
+ *    cuda_pdl.cuh): one round of coalesced 128-bit loads covers the whole
+ *    matrix, whatever the block size of the format (34, 18 and 20-byte
+ *    blocks are not 16-byte aligned one by one; 8 of them, 256 elements,
+ *    are);
+ *  - where every lane has at most two blocks of 32 to multiply (PRE: gpt2
+ *    124M's four matrices a layer), the lanes also dequantize them into
+ *    registers before the wait and fold the norm's weight and bias in
+ *    (see k_dec_q), so that after the wait only the row's staging, its
+ *    statistics (each warp its own) and the fused multiply-adds remain;
+ *    otherwise (the head) as follows:
  *  - prologue: the row x [K] staged in shared memory as floats, 36 floats
  *    a block of 32 (the padding makes lane l's float4 reads of block l
  *    conflict-free); with the norm, the block computes the row's mean and
@@ -40,7 +46,8 @@
  *    residual: x[n] = round_T(x[n] + v); KV: columns C .. 3C also stored
  *    at the cache slot read from the device, as cuda_decode.cu.
  * The values are x @ dequantize(W)^T up to the f32 order of the sums (the
- * scale applied once a block instead of to each weight): FAST numerics,
+ * scale applied once a block instead of to each weight; with PRE the
+ * norm's output not rounded to T and folded into the sums): FAST numerics,
  * the generic step's (oj_qmatmul's dequantizing GEMV) within f32
  * summation error. Bytes a gpt2 124M step reads: about 1.06 (q8_0) and
  * 0.56 to 0.63 (q4) bytes a weight against bf16's 2. */
@@ -209,7 +216,127 @@ __device__ __forceinline__ float dq_dot(const uint8_t *row, int b, const float *
     }
 }
 
-template <typename T, int Q, bool NORM, int EPI>
+/* The 32 values block b of a row in shared memory encodes, by the
+ * formulas of oj_dequantize_row with the products and sums rounded apart
+ * (the CPU's bits, as cuda_quant.cu's deq_block). */
+template <int Q> __device__ __forceinline__ void dq_deq(const uint8_t *row, int b, float *w) {
+    if (Q == DQ_Q8_0) {
+        const unsigned short *h = (const unsigned short *)(row + (int64_t)b * 34);
+        const float d = dq_f16(h[0]);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const unsigned short q = h[1 + j];
+            w[2 * j] = __fmul_rn((float)(int8_t)(q & 0xff), d);
+            w[2 * j + 1] = __fmul_rn((float)(int8_t)(q >> 8), d);
+        }
+    } else if (Q == DQ_Q4_0) {
+        const unsigned short *h = (const unsigned short *)(row + (int64_t)b * 18);
+        const float d = dq_f16(h[0]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const unsigned q = h[1 + j];
+            w[2 * j] = __fmul_rn((float)((int)(q & 15) - 8), d);
+            w[2 * j + 1] = __fmul_rn((float)((int)(q >> 8 & 15) - 8), d);
+            w[2 * j + 16] = __fmul_rn((float)((int)(q >> 4 & 15) - 8), d);
+            w[2 * j + 17] = __fmul_rn((float)((int)(q >> 12) - 8), d);
+        }
+    } else if (Q == DQ_Q4_1) {
+        const unsigned *u = (const unsigned *)(row + (int64_t)b * 20);
+        const unsigned dm = u[0];
+        const float d = dq_f16((unsigned short)(dm & 0xffff)), m = dq_f16((unsigned short)(dm >> 16));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const unsigned q = u[1 + j];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                w[4 * j + e] = __fadd_rn(__fmul_rn((float)(q >> (8 * e) & 15), d), m);
+                w[4 * j + e + 16] = __fadd_rn(__fmul_rn((float)(q >> (8 * e + 4) & 15), d), m);
+            }
+        }
+    } else if (Q == DQ_FP8) {
+        const float sc = *(const float *)row;
+        const uint4 *q4 = (const uint4 *)(row + 16 + (int64_t)b * 32);
+        const uint4 qa = q4[0], qb = q4[1];
+        const unsigned qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float2 lo = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)(qw[j] & 0xffff), __NV_E4M3)));
+            const float2 hi = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)(qw[j] >> 16), __NV_E4M3)));
+            w[4 * j] = __fmul_rn(sc, lo.x);
+            w[4 * j + 1] = __fmul_rn(sc, lo.y);
+            w[4 * j + 2] = __fmul_rn(sc, hi.x);
+            w[4 * j + 3] = __fmul_rn(sc, hi.y);
+        }
+    } else { /* q4_k */
+        const uint8_t *p = row + (int64_t)(b >> 3) * 144;
+        const int s = b & 7;
+        const unsigned short *h = (const unsigned short *)p;
+        const uint8_t *sc = p + 4;
+        int ls, lm;
+        if (s < 4) {
+            ls = sc[s] & 63;
+            lm = sc[s + 4] & 63;
+        } else {
+            ls = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
+            lm = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+        }
+        const float d = __fmul_rn(dq_f16(h[0]), (float)ls), m = __fmul_rn(dq_f16(h[1]), (float)lm);
+        const uint4 *q4 = (const uint4 *)(p + 16 + 32 * (s >> 1));
+        const int sh = 4 * (s & 1);
+        const uint4 qa = q4[0], qb = q4[1];
+        const unsigned qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const unsigned q = qw[j] >> sh;
+#pragma unroll
+            for (int e = 0; e < 4; e++) w[4 * j + e] = __fsub_rn(__fmul_rn(d, (float)(q >> (8 * e) & 15)), m);
+        }
+    }
+}
+
+/* The 32 elements of a T vector from element e0 (16-byte loads where the
+ * address allows), as floats. */
+template <typename T> __device__ __forceinline__ void dq_ld32(const void *p, int64_t e0, float *f) {
+    const T *q = (const T *)p + e0;
+    if (oj_cu_aligned16(q)) {
+        constexpr int V = 16 / (int)sizeof(T);
+#pragma unroll
+        for (int j = 0; j < 32; j += V) oj_cu_unpackv<T, V>(*(const uint4 *)(q + j), f + j);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 32; j++) f[j] = oj_cu_hw_tof(q[j]);
+    }
+}
+
+/* sum_j w[j] x[j] over a block of 32 (x padded), four chains of fused
+ * multiply-adds. */
+__device__ __forceinline__ float dq_dot32(const float *w, const float *xb) {
+    const float4 *x4 = (const float4 *)xb;
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float4 v = x4[j];
+        s[0] = fmaf(w[4 * j], v.x, s[0]);
+        s[1] = fmaf(w[4 * j + 1], v.y, s[1]);
+        s[2] = fmaf(w[4 * j + 2], v.z, s[2]);
+        s[3] = fmaf(w[4 * j + 3], v.w, s[3]);
+    }
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* PRE (the layer's four matrices of gpt2 124M: every lane has at most two
+ * blocks of 32 to multiply): before the wait each lane dequantizes its
+ * blocks into registers and, with the norm, folds its weight and bias in:
+ * w'_j = w_j g_j, S1 = sum_j w'_j, S2 = sum_j w_j b_j, so that after the
+ * wait sum_j w_j u_j = rstd (sum_j w'_j x_j - mean S1) + S2 needs only the
+ * raw row and its statistics (u = (x - mean) rstd g + b, not rounded to T:
+ * FAST numerics); the statistics come from each warp itself (two passes
+ * over the staged row, fixed order), the row's only barrier its staging.
+ * Otherwise (the head: many rows a warp) the loop below dequantizes in the
+ * product's inner loop after the norm has rewritten the row. */
+template <typename T, int Q, bool NORM, int EPI, bool PRE>
 __global__ void __launch_bounds__(DQ_THREADS) k_dec_q(qproj_args a) {
     extern __shared__ __align__(16) uint8_t dq_sm[]; /* tile [R row_bytes], then xs */
     __shared__ float red[32];
@@ -228,7 +355,7 @@ __global__ void __launch_bounds__(DQ_THREADS) k_dec_q(qproj_args a) {
         wv[u] = c < nchunks ? __ldcs(src + c) : make_uint4(0, 0, 0, 0);
     }
     oj_pdl_allow_dependents();
-    oj_pdl_wait();
+    /* into shared memory before the wait too (the block's own memory) */
     uint4 *tile = (uint4 *)dq_sm;
 #pragma unroll
     for (int u = 0; u < DQ_U; u++) {
@@ -236,45 +363,110 @@ __global__ void __launch_bounds__(DQ_THREADS) k_dec_q(qproj_args a) {
         if (c < nchunks) tile[c] = wv[u];
     }
     float *xs = (float *)(dq_sm + (int64_t)R * a.row_bytes);
-    /* ---- prologue: the row (normalised) into xs, padded */
-    float s1 = 0.0f;
-    for (int k = t; k < K; k += DQ_THREADS) {
-        const float v = dq_ld<T>(a.in, k);
-        xs[(k >> 5) * DQ_XPAD + (k & 31)] = v;
-        s1 += v;
-    }
-    if (NORM) {
-        /* each thread reads back only the entries it wrote: no barrier
-         * before the sums (oj_cu_row_sumf synchronises the block) */
-        const float mean = oj_cu_row_sumf<DQ_THREADS>(s1, red) / (float)K;
-        float d2 = 0.0f;
-        for (int k = t; k < K; k += DQ_THREADS) {
-            const float d = xs[(k >> 5) * DQ_XPAD + (k & 31)] - mean;
-            d2 += d * d;
-        }
-        const float var = oj_cu_row_sumf<DQ_THREADS>(d2, red) / (float)K;
-        const float rstd = (float)(1.0 / sqrt((double)var + a.eps));
-        for (int k = t; k < K; k += DQ_THREADS) {
-            const int i = (k >> 5) * DQ_XPAD + (k & 31);
-            float u = __fmul_rn(xs[i] - mean, rstd);
-            u = __fmul_rn(u, dq_ld<T>(a.nw, k));
-            xs[i] = dq_round<T>(__fadd_rn(u, dq_ld<T>(a.nb, k)));
-        }
-    }
-    __syncthreads();
-    /* ---- the product: pair p = (row p / WPR, part p % WPR) */
     const int WPR = R >= DQ_WARPS ? 1 : DQ_WARPS / R, pairs = R * WPR, nb = K >> 5;
     const int lane = t & 31, wp = t >> 5;
-    for (int p = wp; p < pairs; p += DQ_WARPS) {
-        const int r = p / WPR, sub = p - r * WPR;
-        float acc = 0.0f;
-        if (r < rows) {
-            const uint8_t *row = dq_sm + (int64_t)r * a.row_bytes;
-            for (int b = sub * 32 + lane; b < nb; b += 32 * WPR)
-                acc += dq_dot<Q>(row, b, xs + b * DQ_XPAD);
+    if (PRE) {
+        /* items i = 0, 1 of this lane: two pairs (p = wp, wp + 4) of one
+         * block each, or one pair of up to two blocks */
+        const bool two = pairs > DQ_WARPS;
+        float wq[2][32], g1[2] = {0.0f, 0.0f}, g2[2] = {0.0f, 0.0f};
+        int ib[2];
+        bool iv[2];
+        __syncthreads(); /* the tile */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int p = wp + (two ? i * DQ_WARPS : 0);
+            const int r = p / WPR, sub = p - r * WPR;
+            const int b = sub * 32 + lane + (two ? 0 : i * 32 * WPR);
+            iv[i] = p < pairs && r < rows && b < nb;
+            ib[i] = b;
+            if (iv[i]) {
+                dq_deq<Q>(dq_sm + (int64_t)r * a.row_bytes, b, wq[i]);
+                if (NORM) {
+                    float gb[32];
+                    dq_ld32<T>(a.nb, (int64_t)b * 32, gb);
+#pragma unroll
+                    for (int j = 0; j < 32; j++) g2[i] = fmaf(wq[i][j], gb[j], g2[i]);
+                    dq_ld32<T>(a.nw, (int64_t)b * 32, gb);
+#pragma unroll
+                    for (int j = 0; j < 32; j++) {
+                        wq[i][j] *= gb[j];
+                        g1[i] += wq[i][j];
+                    }
+                }
+            }
         }
-        acc = oj_cu_warp_sumf(acc);
-        if (lane == 0) part[p] = acc;
+        oj_pdl_wait();
+        for (int k = t; k < K; k += DQ_THREADS) xs[(k >> 5) * DQ_XPAD + (k & 31)] = dq_ld<T>(a.in, k);
+        __syncthreads();
+        float mean = 0.0f, rstd = 1.0f;
+        if (NORM) { /* every warp the same statistics, in the same order */
+            float s = 0.0f;
+            for (int k = lane; k < K; k += 32) s += xs[(k >> 5) * DQ_XPAD + (k & 31)];
+            mean = oj_cu_warp_sumf(s) / (float)K;
+            float d2 = 0.0f;
+            for (int k = lane; k < K; k += 32) {
+                const float d = xs[(k >> 5) * DQ_XPAD + (k & 31)] - mean;
+                d2 += d * d;
+            }
+            const float var = oj_cu_warp_sumf(d2) / (float)K;
+            rstd = (float)(1.0 / sqrt((double)var + a.eps));
+        }
+        float acc0 = 0.0f, acc1 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            if (!iv[i]) continue;
+            float d = dq_dot32(wq[i], xs + ib[i] * DQ_XPAD);
+            if (NORM) d = fmaf(d - mean * g1[i], rstd, g2[i]);
+            if (two && i == 1) acc1 += d;
+            else acc0 += d;
+        }
+        acc0 = oj_cu_warp_sumf(acc0);
+        if (lane == 0) part[wp] = acc0;
+        if (two) {
+            acc1 = oj_cu_warp_sumf(acc1);
+            if (lane == 0) part[wp + DQ_WARPS] = acc1;
+        }
+    } else {
+        oj_pdl_wait();
+        /* ---- prologue: the row (normalised) into xs, padded */
+        float s1 = 0.0f;
+        for (int k = t; k < K; k += DQ_THREADS) {
+            const float v = dq_ld<T>(a.in, k);
+            xs[(k >> 5) * DQ_XPAD + (k & 31)] = v;
+            s1 += v;
+        }
+        if (NORM) {
+            /* each thread reads back only the entries it wrote: no barrier
+             * before the sums (oj_cu_row_sumf synchronises the block) */
+            const float mean = oj_cu_row_sumf<DQ_THREADS>(s1, red) / (float)K;
+            float d2 = 0.0f;
+            for (int k = t; k < K; k += DQ_THREADS) {
+                const float d = xs[(k >> 5) * DQ_XPAD + (k & 31)] - mean;
+                d2 += d * d;
+            }
+            const float var = oj_cu_row_sumf<DQ_THREADS>(d2, red) / (float)K;
+            const float rstd = (float)(1.0 / sqrt((double)var + a.eps));
+            for (int k = t; k < K; k += DQ_THREADS) {
+                const int i = (k >> 5) * DQ_XPAD + (k & 31);
+                float u = __fmul_rn(xs[i] - mean, rstd);
+                u = __fmul_rn(u, dq_ld<T>(a.nw, k));
+                xs[i] = dq_round<T>(__fadd_rn(u, dq_ld<T>(a.nb, k)));
+            }
+        }
+        __syncthreads();
+        /* ---- the product: pair p = (row p / WPR, part p % WPR) */
+        for (int p = wp; p < pairs; p += DQ_WARPS) {
+            const int r = p / WPR, sub = p - r * WPR;
+            float acc = 0.0f;
+            if (r < rows) {
+                const uint8_t *row = dq_sm + (int64_t)r * a.row_bytes;
+                for (int b = sub * 32 + lane; b < nb; b += 32 * WPR)
+                    acc += dq_dot<Q>(row, b, xs + b * DQ_XPAD);
+            }
+            acc = oj_cu_warp_sumf(acc);
+            if (lane == 0) part[p] = acc;
+        }
     }
     __syncthreads();
     /* ---- epilogue: one thread per output row */
@@ -307,10 +499,22 @@ static int dq_rows(int64_t N, int64_t row_bytes) {
     return R;
 }
 
+/* Whether every lane of a block has at most two blocks of 32 (k_dec_q's
+ * PRE): one pair a warp of up to two blocks, or two pairs of one; with the
+ * norm also K <= 1024 (each warp computes the statistics over all of K). */
+static bool dq_pre(const qproj_args &a, bool norm) {
+    const int WPR = a.R >= DQ_WARPS ? 1 : DQ_WARPS / a.R, pairs = a.R * WPR, nb = a.K / 32;
+    if (norm && a.K > 1024) return false;
+    return (pairs == DQ_WARPS && nb <= 64 * WPR) || (pairs == 2 * DQ_WARPS && nb <= 32);
+}
+
 template <typename T, int Q, bool NORM, int EPI> static void dq_launch(const qproj_args &a) {
     const unsigned blocks = (unsigned)((a.N + a.R - 1) / a.R);
     const size_t smem = (size_t)a.R * (size_t)a.row_bytes + (size_t)(a.K / 32) * DQ_XPAD * sizeof(float);
-    oj_pdl_launch(k_dec_q<T, Q, NORM, EPI>, dim3(blocks), dim3(DQ_THREADS), smem, a);
+    if (dq_pre(a, NORM))
+        oj_pdl_launch(k_dec_q<T, Q, NORM, EPI, true>, dim3(blocks), dim3(DQ_THREADS), smem, a);
+    else
+        oj_pdl_launch(k_dec_q<T, Q, NORM, EPI, false>, dim3(blocks), dim3(DQ_THREADS), smem, a);
 }
 
 template <typename T, bool NORM, int EPI> static void dq_launch_q(int qtype, const qproj_args &a) {
