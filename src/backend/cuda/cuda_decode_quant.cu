@@ -15,18 +15,20 @@
  *  - weights: the block's R rows are one contiguous, 16-byte aligned span
  *    of R * row bytes (row bytes a multiple of 16: K a multiple of 256
  *    makes it one for every format), loaded by all 128 threads as 16-byte
- *    chunks, at most 8 a thread, and stored to shared memory before the
- *    wait for the previous kernel (a programmatic dependent,
- *    cuda_pdl.cuh): one round of coalesced 128-bit loads covers the whole
- *    matrix, whatever the block size of the format (34, 18 and 20-byte
- *    blocks are not 16-byte aligned one by one; 8 of them, 256 elements,
- *    are);
- *  - where every lane has at most two blocks of 32 to multiply (PRE: gpt2
- *    124M's four matrices a layer), the lanes also dequantize them into
- *    registers before the wait and fold the norm's weight and bias in
- *    (see k_dec_q), so that after the wait only the row's staging, its
- *    statistics (each warp its own) and the fused multiply-adds remain;
- *    otherwise (the head) as follows:
+ *    chunks, at most 8 a thread, every load issued before the wait for
+ *    the previous kernel (a programmatic dependent, cuda_pdl.cuh), then
+ *    stored to shared memory: one round of coalesced 128-bit loads covers
+ *    the whole matrix, whatever the block size of the format (34, 18 and
+ *    20-byte blocks are not 16-byte aligned one by one; 8 of them, 256
+ *    elements, are); the next kernel is released after the wait
+ *    (OJAS_DECODE_PDL_EARLY=1: before it, dq_late);
+ *  - with OJAS_DECODE_QPRE=1, where every lane has at most two blocks of
+ *    32 to multiply (PRE: gpt2 124M's four matrices a layer), the lanes
+ *    instead dequantize them into registers before the wait and fold the
+ *    norm's weight and bias in (see k_dec_q), so that after the wait only
+ *    the row's staging, its statistics (each warp its own) and the fused
+ *    multiply-adds remain (slower on the H200 as measured, dq_pre);
+ *    otherwise as follows:
  *  - prologue: the row x [K] staged in shared memory as floats, 36 floats
  *    a block of 32 (the padding makes lane l's float4 reads of block l
  *    conflict-free); with the norm, the block computes the row's mean and
@@ -53,6 +55,8 @@
  * 0.56 to 0.63 (q4) bytes a weight against bf16's 2. */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -90,6 +94,7 @@ struct qproj_args {
     const int64_t *slot;
     int C, D, H;
     int64_t S;
+    bool late; /* release the next kernel after the wait (dq_late) */
 };
 
 template <typename T> __device__ __forceinline__ float dq_ld(const void *p, int64_t i) {
@@ -354,18 +359,18 @@ __global__ void __launch_bounds__(DQ_THREADS) k_dec_q(qproj_args a) {
         const int c = t + u * DQ_THREADS;
         wv[u] = c < nchunks ? __ldcs(src + c) : make_uint4(0, 0, 0, 0);
     }
-    oj_pdl_allow_dependents();
-    /* into shared memory before the wait too (the block's own memory) */
+    if (!a.late) oj_pdl_allow_dependents();
     uint4 *tile = (uint4 *)dq_sm;
-#pragma unroll
-    for (int u = 0; u < DQ_U; u++) {
-        const int c = t + u * DQ_THREADS;
-        if (c < nchunks) tile[c] = wv[u];
-    }
     float *xs = (float *)(dq_sm + (int64_t)R * a.row_bytes);
     const int WPR = R >= DQ_WARPS ? 1 : DQ_WARPS / R, pairs = R * WPR, nb = K >> 5;
     const int lane = t & 31, wp = t >> 5;
     if (PRE) {
+        /* into shared memory before the wait (the block's own memory) */
+#pragma unroll
+        for (int u = 0; u < DQ_U; u++) {
+            const int c = t + u * DQ_THREADS;
+            if (c < nchunks) tile[c] = wv[u];
+        }
         /* items i = 0, 1 of this lane: two pairs (p = wp, wp + 4) of one
          * block each, or one pair of up to two blocks */
         const bool two = pairs > DQ_WARPS;
@@ -397,6 +402,7 @@ __global__ void __launch_bounds__(DQ_THREADS) k_dec_q(qproj_args a) {
             }
         }
         oj_pdl_wait();
+        if (a.late) oj_pdl_allow_dependents();
         for (int k = t; k < K; k += DQ_THREADS) xs[(k >> 5) * DQ_XPAD + (k & 31)] = dq_ld<T>(a.in, k);
         __syncthreads();
         float mean = 0.0f, rstd = 1.0f;
@@ -429,6 +435,12 @@ __global__ void __launch_bounds__(DQ_THREADS) k_dec_q(qproj_args a) {
         }
     } else {
         oj_pdl_wait();
+        if (a.late) oj_pdl_allow_dependents();
+#pragma unroll
+        for (int u = 0; u < DQ_U; u++) {
+            const int c = t + u * DQ_THREADS;
+            if (c < nchunks) tile[c] = wv[u];
+        }
         /* ---- prologue: the row (normalised) into xs, padded */
         float s1 = 0.0f;
         for (int k = t; k < K; k += DQ_THREADS) {
@@ -499,16 +511,42 @@ static int dq_rows(int64_t N, int64_t row_bytes) {
     return R;
 }
 
-/* Whether every lane of a block has at most two blocks of 32 (k_dec_q's
- * PRE): one pair a warp of up to two blocks, or two pairs of one; with the
- * norm also K <= 1024 (each warp computes the statistics over all of K). */
+/* The switch `name`: "0" off, another value on, unset (or empty) dflt. */
+static bool dq_env_flag(const char *name, bool dflt) {
+    const char *e = getenv(name);
+    if (e == NULL || e[0] == '\0') return dflt;
+    return strcmp(e, "0") != 0;
+}
+
+/* The next kernel is let launch once this one has waited for the one
+ * before (default: measured faster on the H200 than releasing it first,
+ * for the bf16 step's projections and for these), or, with
+ * OJAS_DECODE_PDL_EARLY=1 (the bf16 projections' switch), before the wait
+ * (the chain then runs as far ahead as resources allow). */
+static bool dq_late(void) {
+    static int late = -1;
+    if (late < 0) late = !dq_env_flag("OJAS_DECODE_PDL_EARLY", false);
+    return late != 0;
+}
+
+/* Whether k_dec_q runs PRE: OJAS_DECODE_QPRE=1 (default off: on the H200
+ * at cfed885 it made gpt2 124M's step 16-20% slower than the loop, which
+ * dequantizes after the wait), and every lane of a block has at most two
+ * blocks of 32: one pair a warp of up to two blocks, or two pairs of one;
+ * with the norm also K <= 1024 (each warp computes the statistics over
+ * all of K). */
 static bool dq_pre(const qproj_args &a, bool norm) {
+    static int on = -1;
+    if (on < 0) on = dq_env_flag("OJAS_DECODE_QPRE", false);
+    if (!on) return false;
     const int WPR = a.R >= DQ_WARPS ? 1 : DQ_WARPS / a.R, pairs = a.R * WPR, nb = a.K / 32;
     if (norm && a.K > 1024) return false;
     return (pairs == DQ_WARPS && nb <= 64 * WPR) || (pairs == 2 * DQ_WARPS && nb <= 32);
 }
 
-template <typename T, int Q, bool NORM, int EPI> static void dq_launch(const qproj_args &a) {
+template <typename T, int Q, bool NORM, int EPI> static void dq_launch(const qproj_args &a_in) {
+    qproj_args a = a_in;
+    a.late = dq_late();
     const unsigned blocks = (unsigned)((a.N + a.R - 1) / a.R);
     const size_t smem = (size_t)a.R * (size_t)a.row_bytes + (size_t)(a.K / 32) * DQ_XPAD * sizeof(float);
     if (dq_pre(a, NORM))
