@@ -519,10 +519,11 @@ static bool dq_env_flag(const char *name, bool dflt) {
 }
 
 /* The next kernel is let launch once this one has waited for the one
- * before (default: measured faster on the H200 than releasing it first,
- * for the bf16 step's projections and for these), or, with
- * OJAS_DECODE_PDL_EARLY=1 (the bf16 projections' switch), before the wait
- * (the chain then runs as far ahead as resources allow). */
+ * before (default: the chain runs one kernel ahead; releasing after the
+ * wait measured faster for the bf16 step's projections on the H200, not
+ * yet measured for these), or, with OJAS_DECODE_PDL_EARLY=1 (the bf16
+ * projections' switch), before the wait (the chain then runs as far ahead
+ * as resources allow). */
 static bool dq_late(void) {
     static int late = -1;
     if (late < 0) late = !dq_env_flag("OJAS_DECODE_PDL_EARLY", false);
