@@ -125,3 +125,7 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
     oj_set_grad_enabled(eng, prev);
     return logits;
 }
+
+oj_tensor *oj__gpt_attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) {
+    return attend_fast(m, c, l, qkv);
+}

@@ -3,8 +3,6 @@
  * each projection reading its quantized copy (ops/nn_decode_quant.h). */
 #include "models/gpt_decode_quant.h"
 
-#include <math.h>
-
 #include "core/internal.h"
 #include "ojas/ops.h"
 #include "ops/nn_decode.h"
@@ -46,24 +44,6 @@ bool oj__gpt_qfast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     return true;
 }
 
-/* Attention of the new token's q (columns 0 .. C of qkv [1, 1, 3C]) over
- * every slot of layer l's cache under the step's mask: [1, 1, C] (as
- * gpt_decode_fast.c's). */
-static oj_tensor *attend(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) {
-    const int64_t C = m->cfg.n_embd, H = m->cfg.n_head, D = C / H;
-    oj_tensor *q = oj_narrow(qkv, 2, 0, C);
-    oj_tensor *qh = q ? oj__gpt_split_heads(q, H, D) : NULL;
-    oj_tensor *y = qh ? oj_scaled_dot_product_attention(qh, c->k[l], c->v[l], c->dev->mask, false,
-                                                        NAN)
-                      : NULL;
-    oj_tensor *ym = y ? oj__gpt_merge_heads(y) : NULL;
-    oj_tensor *yc = ym && !oj_is_contiguous(ym) ? oj__contiguous(ym) : NULL;
-    oj_tensor *out = yc ? yc : ym ? oj_retain(ym) : NULL;
-    oj_tensor *tmp[] = {q, qh, y, ym};
-    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
-    return out;
-}
-
 oj_tensor *oj__gpt2_run_qfast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                               const oj_gpt_dev_pos *dp) {
     oj_engine *eng = m->eng;
@@ -80,7 +60,7 @@ oj_tensor *oj__gpt2_run_qfast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
         oj_tensor *qkv = oj__decode_qnorm_linear(x, b->ln_1_w, b->ln_1_b, eps, b->qc_attn,
                                                  b->c_attn_b, OJ__DECODE_ACT_NONE, c->kv[l],
                                                  dp->slot);
-        oj_tensor *y = qkv ? attend(m, c, l, qkv) : NULL;
+        oj_tensor *y = qkv ? oj__gpt_attend_fast(m, c, l, qkv) : NULL;
         ok = y && oj__decode_qlinear_residual_(x, y, b->qattn_proj, b->attn_proj_b) == OJ_OK;
         oj_tensor *h = ok ? oj__decode_qnorm_linear(x, b->ln_2_w, b->ln_2_b, eps, b->qc_fc,
                                                     b->c_fc_b, OJ__DECODE_ACT_GELU, NULL, NULL)

@@ -21,7 +21,7 @@ bool oj__gpt_qfast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
  * weights' dtype, keys and values written at dp's slot, dp->mask
  * written), per layer
  *   qkv = c_attn(norm(x)) + b, K and V into the cache (one kernel),
- *   y   = attention (the decode kernels: two),
+ *   y   = attention (the fast step's, oj__gpt_attend_fast),
  *   x  += attn c_proj(y) + b (one),
  *   h   = gelu(c_fc(norm(x)) + b) (one),
  *   x  += mlp c_proj(h) + b (one),
@@ -34,5 +34,11 @@ bool oj__gpt_qfast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
  * not do. NULL with the error recorded. */
 oj_tensor *oj__gpt2_run_qfast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                               const oj_gpt_dev_pos *dp);
+
+/* The fast step's attention of layer l (gpt_decode_fast.c, attend_fast):
+ * the new token's q (columns 0 .. C of qkv [1, 1, 3C]) over every slot of
+ * the cache under c->dev's mask, [1, 1, C] in the current scope; NULL with
+ * the error recorded. The quantized step shares it. */
+oj_tensor *oj__gpt_attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv);
 
 #endif /* OJAS_MODELS_GPT_DECODE_QUANT_H */
