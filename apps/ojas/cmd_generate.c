@@ -48,8 +48,9 @@ static const char *k_help =
     "      --dtype D              f32 | bf16 | f16 (default f32); bf16 converts the weights\n"
     "                             after loading (half the bytes read per token on a GPU,\n"
     "                             the KV cache too; on the CPU bf16 is slower than f32)\n"
-    "      --quantize TYPE        q8_0 | q4_0 | q4_1 | q4_k: quantize the linear weights\n"
-    "                             after loading (CPU; ggml's formats, int8 dot products)\n"
+    "      --quantize TYPE        q8_0 | q4_0 | q4_1 | q4_k | fp8: quantize the linear weights\n"
+    "                             after loading (ggml's formats, int8 dot products on the\n"
+    "                             CPU; fp8: E4M3 with a scale a row, for sm_90 GPUs)\n"
     "  -j, --threads N            CPU threads (default 0: all usable CPUs)\n"
     "      --numerics N           fast | exact (default fast); exact sums in a fixed order,\n"
     "                             the bits 'ojas serve' gives for the same request\n"
@@ -188,7 +189,7 @@ int cmd_generate(int argc, char **argv) {
 
     oj_qtype qt = OJ_QTYPE_COUNT;
     if (quantize && !oj_qtype_parse(quantize, &qt))
-        return cli_error(CLI_USAGE, "generate: --quantize must be q8_0, q4_0, q4_1 or q4_k, got '%s'",
+        return cli_error(CLI_USAGE, "generate: --quantize must be q8_0, q4_0, q4_1, q4_k or fp8, got '%s'",
                          quantize);
     if (quantize && strcmp(dtype, "f32") != 0)
         return cli_error(CLI_USAGE, "generate: --quantize goes with f32 weights, not --dtype %s",

@@ -18,7 +18,8 @@ static const char *k_help =
     "                             LlamaForCausalLM, MistralForCausalLM) or a GGUF file\n"
     "      --checkpoint DIR       a checkpoint written by 'ojas train' (gpt2 preset), or its\n"
     "                             run directory\n"
-    "      --to TYPE              q8_0 | q4_0 | q4_1 | q4_k (ggml's formats), or f32\n"
+    "      --to TYPE              q8_0 | q4_0 | q4_1 | q4_k (ggml's formats), or f32 (fp8\n"
+    "                             has no GGUF type: 'ojas generate --quantize fp8')\n"
     "  -o, --out FILE.gguf        the file to write (replaced atomically)\n"
     "      --vocab DIR            a GPT-2 byte-level BPE tokenizer (encoder.json + vocab.bpe,\n"
     "                             or vocab.json + merges.txt) written into the file as\n"
@@ -102,6 +103,9 @@ int cmd_quantize(int argc, char **argv) {
     if (to == NULL || (strcmp(to, "f32") != 0 && !oj_qtype_parse(to, &qt)))
         return cli_error(CLI_USAGE, "quantize: --to must be q8_0, q4_0, q4_1, q4_k or f32%s%s%s",
                          to ? ", got '" : "", to ? to : "", to ? "'" : "");
+    if (qt == OJ_FP8_E4M3)
+        return cli_error(CLI_USAGE, "quantize: --to fp8 has no GGUF (ggml) type to write; quantize "
+                                    "at load instead: ojas generate --quantize fp8");
     if (out == NULL || !is_gguf(out))
         return cli_error(CLI_USAGE, "quantize: --out FILE.gguf is required (a name ending in .gguf)");
     const char *src = model ? model : ckpt;

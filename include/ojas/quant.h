@@ -18,6 +18,18 @@
  * _q4_0_ref, _q4_1_ref, _q4_K_ref in ggml-quants.c), so ojas and llama.cpp
  * write the same bytes for the same f32 row (tests/reference/test_quant.py
  * checks this against an independent numpy port).
+ *   fp8   (OJ_FP8_E4M3, not a ggml type: GGUF refuses it) one scale a row:
+ *         16 + K bytes, s (f32, little-endian), 12 zero bytes, then K bytes
+ *         of OCP FP8 E4M3 (sign, 4 exponent bits biased by 7, 3 mantissa
+ *         bits; subnormals m 2^-9; no infinities, S.1111.111 is NaN; the
+ *         largest value 448): x[j] = s * e4m3(q[j]). Quantization: s =
+ *         amax / 448 (f32; 0 for a zero row, every q 0 then), q[j] = x[j] /
+ *         s (f32) rounded to the nearest E4M3 value, ties to the even
+ *         mantissa, saturated at +-448 (tests/reference/test_quant.py
+ *         checks the bytes against a numpy rounding). Its "blocks" are 32
+ *         bytes of 32 elements after the row's 16-byte header (K a multiple
+ *         of 32). Hopper (sm_90) converts E4M3 in hardware; the CPU
+ *         multiplies by dequantized rows (oj_qmatmul).
  *
  * A quantized matrix (oj_qtensor) is [N, K]: N rows of K elements, a weight
  * in the layout of oj_linear's (out features, in features). Its blocks live
@@ -45,6 +57,7 @@ typedef enum oj_qtype {
     OJ_Q4_0 = 1,
     OJ_Q4_1 = 2,
     OJ_Q4_K = 3,
+    OJ_FP8_E4M3 = 4,
     OJ_QTYPE_COUNT
 } oj_qtype;
 
@@ -53,18 +66,20 @@ typedef enum oj_qtype {
 /* Elements per super-block of q4_k (ggml's QK_K). */
 #define OJ_QK_K 256
 
-/* "q8_0", "q4_0", "q4_1", "q4_k"; "invalid" for anything else. */
+/* "q8_0", "q4_0", "q4_1", "q4_k", "fp8"; "invalid" for anything else. */
 const char *oj_qtype_name(oj_qtype t);
 /* The inverse of oj_qtype_name (lower case, exact); false (t unchanged)
  * for anything else. */
 bool oj_qtype_parse(const char *s, oj_qtype *t);
 /* Bytes of one block: 34, 18, 20 (blocks of 32), 144 (q4_k, a super-block
- * of 256); 0 for an invalid type. */
+ * of 256), 32 (fp8, after its row's 16-byte header); 0 for an invalid
+ * type. */
 size_t oj_qtype_block_bytes(oj_qtype t);
 /* Elements of one block: 32, or 256 for q4_k; 0 for an invalid type. */
 int64_t oj_qtype_block_elems(oj_qtype t);
-/* Bytes of a row of k elements; 0 when k is not a positive multiple of the
- * type's block (oj_qtype_block_elems) or t is invalid. */
+/* Bytes of a row of k elements (k / elems blocks; fp8: 16 + k); 0 when k
+ * is not a positive multiple of the type's block (oj_qtype_block_elems) or
+ * t is invalid. */
 size_t oj_qtype_row_bytes(oj_qtype t, int64_t k);
 
 /* Quantize one row of k f32 values (k a positive multiple of the block) into
@@ -137,6 +152,8 @@ oj_tensor *oj_dequantize(const oj_qtensor *q);
  * EXACT numerics alike; AVX2, AVX-VNNI and AVX-512 VNNI give identical
  * results (same float operations in the same order), the portable kernels
  * differ from them in the last bits.
+ * fp8 on the CPU: each row of W dequantized to f32 and multiplied by x in
+ * f32 (element order; x not rounded to int8).
  * On CUDA (no int8 rounding of x): up to 8 rows of x by the dequantizing
  * GEMV in f32 (x @ dequantize(W)^T up to the f32 summation order, the same
  * bits on every run), more rows as cast(x, bf16) @ dequantize(W, bf16)^T

@@ -835,6 +835,20 @@ typedef struct oj_backend {
     oj_status (*qgemv)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                        const oj_tensor *blocks, int qtype, int64_t k);
     oj_status (*qdequant)(oj_engine *eng, oj_tensor *out, const oj_tensor *blocks, int qtype);
+    /* Batch-1 decode with a block-quantized weight (ops/nn_decode_quant.h,
+     * which validated everything), OPTIONAL: one row, blocks U8 [N, row
+     * bytes] contiguous and 16-byte aligned (the ggml layout of qtype for
+     * rows of K elements, row bytes a multiple of 16, K <= 4096); x, out,
+     * nw, nb, b and kv of one dtype T (f32, bf16, f16), contiguous. With
+     * nw (and nb): u = layer_norm(x [K], eps) rounded to T, else u = x.
+     * v = round_T(u @ W^T + b) (b [N] or NULL); epi 0: out [N] = v,
+     * 1: out = round_T(gelu_tanh(v)), 2 (no norm): out [N] (the residual)
+     * = round_T(out + v) in place. kv and slot as decode_norm_linear's.
+     * Sums in f32 (CUDA) or double (CPU). */
+    oj_status (*decode_qlinear)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                const oj_tensor *blocks, int qtype, int64_t k, const oj_tensor *b,
+                                int epi, oj_tensor *kv, const oj_tensor *slot);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

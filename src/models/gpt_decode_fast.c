@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "models/gpt_decode_quant.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
 #include "ops/nn_decode.h"
@@ -49,7 +50,7 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     bool forced = e && strcmp(e, "1") == 0;
     if (!forced && oj_engine_device(eng).type != OJ_DEVICE_CUDA) return false;
     if (oj_engine_numerics(eng) != OJ_NUMERICS_FAST || m->cfg.family != OJ_GPT2) return false;
-    if (m->quantized) return false; /* the generic step reads the quantized copies */
+    if (m->quantized) return oj__gpt_qfast_decode_ok(m, c); /* gpt_decode_quant.c */
     if (!oj__decode_supported(eng)) return false;
     const oj_dtype dt = oj_tensor_dtype(m->wte);
     if (dt != OJ_BF16 && dt != OJ_F16) return false;
@@ -119,6 +120,7 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
 bool oj__gpt_fast_head_fused(const oj_gpt *m) {
     /* OJAS_DECODE_HEAD=0: layer_norm, linear, then the argmax or draw */
     if (!env_flag("OJAS_DECODE_HEAD", DECODE_HEAD_DEFAULT)) return false;
+    if (m->quantized) return false; /* the quantized step ends with its logits */
     return oj__decode_head_supported(m->eng) && oj__decode_head_weight_ok(m->head) &&
            oj_tensor_dtype(m->head) == oj_tensor_dtype(m->wte) && m->ln_f_w && m->ln_f_b &&
            oj_tensor_dtype(m->ln_f_w) == oj_tensor_dtype(m->wte) &&
@@ -127,7 +129,10 @@ bool oj__gpt_fast_head_fused(const oj_gpt *m) {
 
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                              const oj_gpt_dev_pos *dp, const oj_gpt_fast_end *end, bool *ended) {
-
+    if (m->quantized) { /* gpt_decode_quant.c: logits only, the caller ends the step */
+        *ended = false;
+        return oj__gpt2_run_qfast(m, c, idx, dp);
+    }
     oj_engine *eng = m->eng;
     const double eps = m->cfg.norm_eps;
     bool prev = oj_set_grad_enabled(eng, false);
@@ -172,4 +177,8 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
     c->dev = NULL;
     oj_set_grad_enabled(eng, prev);
     return logits;
+}
+
+oj_tensor *oj__gpt_attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) {
+    return attend_fast(m, c, l, qkv);
 }

@@ -144,7 +144,7 @@ static oj_status metadata(const oj_gpt *m, oj_gguf_writer *w, const char *name, 
     if (s == OJ_OK && name) s = oj_gguf_writer_set_str(w, "general.name", name, err);
     /* llama_ftype: 0 all F32, 7 mostly Q8_0, 2 mostly Q4_0, 3 mostly Q4_1,
      * 14 Q4_K_S (every quantized matrix Q4_K) */
-    static const uint32_t ftype[OJ_QTYPE_COUNT] = {7, 2, 3, 14};
+    static const uint32_t ftype[OJ_QTYPE_COUNT] = {7, 2, 3, 14, 0 /* fp8: refused before */};
     uint32_t ft = m->quantized ? ftype[m->qtype] : 0, qv = 2;
     if (s == OJ_OK) s = oj_gguf_writer_set(w, "general.file_type", OJ_GGUF_UINT32, &ft, err);
     if (s == OJ_OK && m->quantized)
@@ -182,6 +182,11 @@ oj_status oj_gpt_save_gguf(oj_gpt *m, oj_gguf_writer *extra, const char *path, c
                             "gpt save gguf: %s: only gpt2 and plain llama models have a GGUF "
                             "layout here (no nanolab, qkv_bias, qk_norm or rope scaling)",
                             path);
+    if (m->quantized && oj_qtype_to_ggml(m->qtype) == UINT32_MAX)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "gpt save gguf: %s: %s weights have no GGUF (ggml) type; quantize "
+                            "at load instead (ojas generate --quantize %s)",
+                            path, oj_qtype_name(m->qtype), oj_qtype_name(m->qtype));
     int n = entries(m, NULL, 0);
     entry *e = calloc((size_t)n, sizeof *e);
     void **bufs = calloc((size_t)n, sizeof *bufs);

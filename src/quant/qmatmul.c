@@ -459,6 +459,33 @@ static void qm_rows(void *vctx, int64_t n0, int64_t n1, int tid) {
     }
 }
 
+/* fp8 on the CPU (no int8 kernel): each row of W dequantized
+ * (oj__dequantize_row, into the thread's row of wd) and multiplied by
+ * every x row in f32, summed in element order: x @ dequantize(W)^T with
+ * f32 sums, x not rounded to int8. */
+typedef struct {
+    const float *x; /* contiguous [M, K] */
+    int64_t m, n, k;
+    const uint8_t *w;
+    size_t wrow;
+    float *wd; /* [threads, K] */
+    float *y;  /* [M, N] */
+} qm_fp8_ctx;
+
+static void qm_rows_fp8(void *vctx, int64_t n0, int64_t n1, int tid) {
+    qm_fp8_ctx *c = vctx;
+    float *wd = c->wd + (int64_t)tid * c->k;
+    for (int64_t i = n0; i < n1; i++) {
+        oj__dequantize_row(OJ_FP8_E4M3, c->w + (size_t)i * c->wrow, c->k, wd);
+        for (int64_t r = 0; r < c->m; r++) {
+            const float *x = c->x + r * c->k;
+            float s = 0.0f;
+            for (int64_t j = 0; j < c->k; j++) s += x[j] * wd[j];
+            c->y[r * c->n + i] = s;
+        }
+    }
+}
+
 /* A device engine (backend entries qgemv, qdequant): up to QM_GEMV_ROWS
  * rows of x through the dequantizing GEMV in f32; more (prefill) as
  * cast(x, bf16) @ dequantize(W, bf16)^T by the backend's GEMM, back to
@@ -540,6 +567,32 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
     memcpy(shape, oj_shape(x), sizeof(int64_t) * (size_t)rank);
     shape[rank - 1] = q->rows;
     oj_tensor *y = oj_empty(eng, rank, shape, OJ_F32);
+    const float *xp = oj_data_ptr(xc);
+    for (int64_t i = 0; y && i < oj_numel(x); i++)
+        if (!isfinite(xp[i])) {
+            oj_set_error(eng, OJ_ERR_NUMERIC, "qmatmul: x element %lld is %s", (long long)i,
+                         isnan(xp[i]) ? "NaN" : "infinite");
+            if (xc != x) oj_release(xc);
+            oj_release(y);
+            return NULL;
+        }
+    if (q->type == OJ_FP8_E4M3) {
+        qm_fp8_ctx f = {.x = oj_data_ptr(xc), .m = oj_numel(x) / q->cols, .n = q->rows,
+                        .k = q->cols, .w = oj_data_ptr(q->blocks), .wrow = q->row_bytes};
+        f.wd = malloc(sizeof(float) * (size_t)(oj_cpu_threads(eng) * f.k));
+        if (y == NULL || f.wd == NULL) {
+            if (y != NULL) oj_set_error(eng, OJ_ERR_CAPACITY, "qmatmul: out of host memory");
+            free(f.wd);
+            if (xc != x) oj_release(xc);
+            oj_release(y);
+            return NULL;
+        }
+        f.y = oj_data_ptr(y);
+        if (f.m > 0) oj_cpu_parallel_for(eng, f.n, QM_GRAIN, qm_rows_fp8, &f);
+        free(f.wd);
+        if (xc != x) oj_release(xc);
+        return y;
+    }
     qm_ctx c = {.x = oj_data_ptr(xc), .m = oj_numel(x) / q->cols, .n = q->rows,
                 .k = q->cols, .nb = q->cols / OJ_QBLOCK, .w = oj_data_ptr(q->blocks),
                 .wrow = q->row_bytes, .dot = qm_dot(q->type, qm_level_of(eng))};
@@ -550,12 +603,6 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
         if (y != NULL) oj_set_error(eng, OJ_ERR_CAPACITY, "qmatmul: out of host memory");
         goto fail;
     }
-    for (int64_t i = 0; i < c.m * c.k; i++)
-        if (!isfinite(c.x[i])) {
-            oj_set_error(eng, OJ_ERR_NUMERIC, "qmatmul: x element %lld is %s", (long long)i,
-                         isnan(c.x[i]) ? "NaN" : "infinite");
-            goto fail;
-        }
     c.y = oj_data_ptr(y);
     if (c.m > 0) {
         oj_cpu_parallel_for(eng, c.m, 8, qm_quantize_x, &c);

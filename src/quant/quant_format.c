@@ -9,9 +9,10 @@
 
 #include "quant/quant_internal.h"
 
-static const char *const qtype_names[OJ_QTYPE_COUNT] = {"q8_0", "q4_0", "q4_1", "q4_k"};
-static const size_t qtype_block[OJ_QTYPE_COUNT] = {34, 18, 20, 144};
-static const int64_t qtype_elems[OJ_QTYPE_COUNT] = {32, 32, 32, OJ_QK_K};
+static const char *const qtype_names[OJ_QTYPE_COUNT] = {"q8_0", "q4_0", "q4_1", "q4_k", "fp8"};
+static const size_t qtype_block[OJ_QTYPE_COUNT] = {34, 18, 20, 144, 32};
+static const int64_t qtype_elems[OJ_QTYPE_COUNT] = {32, 32, 32, OJ_QK_K, 32};
+#define FP8_HEADER 16 /* an fp8 row's scale and padding */
 
 const char *oj_qtype_name(oj_qtype t) {
     return (unsigned)t < OJ_QTYPE_COUNT ? qtype_names[t] : "invalid";
@@ -37,7 +38,7 @@ int64_t oj_qtype_block_elems(oj_qtype t) {
 
 size_t oj_qtype_row_bytes(oj_qtype t, int64_t k) {
     if ((unsigned)t >= OJ_QTYPE_COUNT || k <= 0 || k % qtype_elems[t]) return 0;
-    return (size_t)(k / qtype_elems[t]) * qtype_block[t];
+    return (size_t)(k / qtype_elems[t]) * qtype_block[t] + (t == OJ_FP8_E4M3 ? FP8_HEADER : 0);
 }
 
 static inline void put_f16(uint8_t *p, float v) {
@@ -248,8 +249,46 @@ oj_status oj_quantize_row(oj_qtype t, const float *x, int64_t k, void *out, oj_e
     return OJ_OK;
 }
 
+uint8_t oj__f32_to_e4m3(float v) {
+    const uint8_t sign = signbit(v) ? 0x80 : 0;
+    const float a = fabsf(v);
+    if (isnan(v)) return sign | 0x7F;
+    if (a >= 448.0f) return sign | 0x7E; /* saturate */
+    if (a < 0.015625f) /* below the smallest normal 2^-6: m 2^-9, m = 8 the normal 2^-6 */
+        return sign | (uint8_t)nearbyintf(a * 512.0f);
+    int e;
+    (void)frexpf(a, &e); /* a = f 2^e, f in [0.5, 1): the exponent E = e - 1 */
+    int E = e - 1;
+    int q = (int)nearbyintf(ldexpf(a, 3 - E)); /* 8 .. 16, ties to even (a's 4th bit) */
+    if (q == 16) q = 8, E++;
+    return sign | (uint8_t)((E + 7) << 3 | (q - 8)); /* a < 448: at most 0x7E */
+}
+
+float oj__e4m3_to_f32(uint8_t c) {
+    const int e = c >> 3 & 15, m = c & 7;
+    float v;
+    if (e == 15 && m == 7) v = NAN;
+    else if (e == 0) v = ldexpf((float)m, -9);
+    else v = ldexpf((float)(8 + m), e - 10);
+    return c & 0x80 ? -v : v;
+}
+
+/* An fp8 row: s = amax / 448, q[j] = e4m3(x[j] / s). */
+static void fp8_row(const float *x, int64_t k, uint8_t *y) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float s = amax / 448.0f;
+    memset(y, 0, FP8_HEADER);
+    memcpy(y, &s, sizeof s); /* little-endian hosts (the project's) */
+    for (int64_t j = 0; j < k; j++) y[FP8_HEADER + j] = s != 0.0f ? oj__f32_to_e4m3(x[j] / s) : 0;
+}
+
 void oj__quantize_row(oj_qtype t, const float *x, int64_t k, void *out) {
     uint8_t *y = out;
+    if (t == OJ_FP8_E4M3) {
+        fp8_row(x, k, y);
+        return;
+    }
     const size_t bb = qtype_block[t];
     const int64_t be = qtype_elems[t];
     for (int64_t b = 0; b < k / be; b++, x += be, y += bb) {
@@ -268,6 +307,12 @@ oj_status oj_dequantize_row(oj_qtype t, const void *q, int64_t k, float *out, oj
 
 void oj__dequantize_row(oj_qtype t, const void *q, int64_t k, float *y) {
     const uint8_t *p = q;
+    if (t == OJ_FP8_E4M3) {
+        float s;
+        memcpy(&s, p, sizeof s);
+        for (int64_t j = 0; j < k; j++) y[j] = s * oj__e4m3_to_f32(p[FP8_HEADER + j]);
+        return;
+    }
     const size_t bb = qtype_block[t];
     const int64_t be = qtype_elems[t];
     for (int64_t b = 0; b < k / be; b++, p += bb, y += be) {

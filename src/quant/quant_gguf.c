@@ -3,7 +3,7 @@
 #include "quant/quant_internal.h"
 
 static const uint32_t to_ggml[OJ_QTYPE_COUNT] = {OJ_GGML_Q8_0, OJ_GGML_Q4_0, OJ_GGML_Q4_1,
-                                                 OJ_GGML_Q4_K};
+                                                 OJ_GGML_Q4_K, UINT32_MAX /* fp8: none */};
 
 uint32_t oj_qtype_to_ggml(oj_qtype t) {
     return (unsigned)t < OJ_QTYPE_COUNT ? to_ggml[t] : UINT32_MAX;
@@ -11,7 +11,7 @@ uint32_t oj_qtype_to_ggml(oj_qtype t) {
 
 bool oj_qtype_from_ggml(uint32_t ggml_type, oj_qtype *t) {
     for (int i = 0; i < OJ_QTYPE_COUNT; i++)
-        if (to_ggml[i] == ggml_type) {
+        if (to_ggml[i] == ggml_type && ggml_type != UINT32_MAX) {
             if (t) *t = (oj_qtype)i;
             return true;
         }
@@ -55,6 +55,10 @@ oj_status oj_gguf_writer_add_qtensor(oj_gguf_writer *w, const char *name, const 
                             "gguf_writer: %s tensor \"%s\" lives on a device; write a model "
                             "quantized on a CPU engine",
                             oj_qtype_name(q->type), name ? name : "(null)");
+    if (oj_qtype_to_ggml(q->type) == UINT32_MAX)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "gguf_writer: tensor \"%s\" is %s, which has no GGUF (ggml) type",
+                            name ? name : "(null)", oj_qtype_name(q->type));
     uint64_t dims[2] = {(uint64_t)q->cols, (uint64_t)q->rows};
     return oj_gguf_writer_add_tensor(w, name, oj_qtype_to_ggml(q->type), 2, dims,
                                      oj_qtensor_data(q), oj_qtensor_nbytes(q), err);

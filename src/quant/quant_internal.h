@@ -35,6 +35,12 @@ static inline void oj__q4_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint
     }
 }
 
+/* OCP FP8 E4M3 (include/ojas/quant.h, fp8): v rounded to the nearest
+ * value, ties to the even mantissa, saturated at +-448 (NaN to S.1111.111);
+ * and a code's value (NaN for S.1111.111). */
+uint8_t oj__f32_to_e4m3(float v);
+float oj__e4m3_to_f32(uint8_t c);
+
 /* oj_quantize_row / oj_dequantize_row without the checks (t valid, k a
  * positive multiple of 32, x finite). */
 void oj__quantize_row(oj_qtype t, const float *x, int64_t k, void *out);

@@ -1,25 +1,40 @@
-// test: quantized weights on CUDA (q8_0, q4_0, q4_1, q4_k) against the CPU:
+// test: quantized weights on CUDA (q8_0, q4_0, q4_1, q4_k, fp8) against the CPU:
 // the same matrix quantized on either engine dequantizes to the same bits;
 // oj_qmatmul's dequantizing GEMV (1..8 rows) within f32 summation error of
 // x @ dequantize(W)^T (f64 reference from the CPU's dequantized matrix), its
 // prefill path (more rows: bf16 GEMM over the dequantized matrix) within
-// bf16 rounding; a quantized GPT (gpt2 and llama, loaded from a GGUF file
+// bf16 rounding; a quantized GPT (gpt2 and llama, ggml's types, loaded from a GGUF file
 // written on the CPU) decodes on CUDA to the greedy tokens of the CPU's
 // f32 forward over the same dequantized weights, with and without a CUDA
-// graph, up to a near tie of the CPU's logits (exit 77 without a device)
+// graph, up to a near tie of the CPU's logits; the quantized decode entry
+// (decode_qlinear: norm, product over the blocks, bias, GELU, residual,
+// KV write) within f32 (bf16) rounding of a double reference over the
+// dequantized matrix, the keys and values in the cache the output's bits;
+// the quantized fast decode step (gpt_decode_quant.c) of a gpt2 with
+// 124M's widths gives the generic quantized step's greedy tokens for 128
+// steps and its logits within 1e-3 of their largest magnitude (exit 77
+// without a device; OJAS_GPU_TEST_ON_CPU=1 runs the entry's test on a CPU
+// engine, a self-check of the test)
 #include "gpu_testutil.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "models/gpt_decode_quant.h"
 #include "ojas/gpt.h"
 #include "ojas/ops.h"
 #include "ojas/quant.h"
+#include "ops/nn_decode.h"
+#include "ops/nn_decode_quant.h"
 #include "../unit/quant_testutil.h"
 
-static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K};
-#define NTYPES 4
+static bool on_cpu;
+
+static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K, OJ_FP8_E4M3};
+#define NTYPES 5
+#define NGGML 4 /* the first NTYPES with a GGUF (ggml) type; fp8 has none */
 
 static void test_qmatmul_matches_cpu(void **state) {
     (void)state;
@@ -151,7 +166,7 @@ static void test_quantized_gpt_decode(void **state) {
     char dir[] = "/tmp/ojas_gpu_quant_XXXXXX";
     assert_non_null(mkdtemp(dir));
     for (int fam = 0; fam < 2; fam++) {
-        for (int ti = 0; ti < NTYPES; ti++) {
+        for (int ti = 0; ti < NGGML; ti++) {
             oj_gpt_config c;
             if (fam == 0) {
                 assert_true(oj_gpt_preset("gpt2-tiny", &c));
@@ -244,9 +259,290 @@ static void test_quantized_gpt_decode(void **state) {
     rmdir(dir);
 }
 
+/* A device tensor of dtype dt from host floats (cast on the device); the
+ * values it holds back in v (rounded to dt). */
+static oj_tensor *dev_vec(oj_engine *e, int rank, const int64_t *shape, oj_dtype dt, float *v,
+                          int64_t n) {
+    oj_tensor *f = oj_from_host(e, rank, shape, OJ_F32, v, sizeof(float) * (size_t)n);
+    oj_tensor *t = f && dt != OJ_F32 ? oj_cast(f, dt) : f;
+    if (t == NULL) fail_msg("dev_vec: %s", oj_last_error(e));
+    oj_tensor *back = dt != OJ_F32 ? oj_cast(t, OJ_F32) : t;
+    assert_int_equal(oj_to_host(back, v, sizeof(float) * (size_t)n), OJ_OK);
+    return t;
+}
+
+/* t (any float dtype) as host floats (malloc'd). */
+static float *host_f32(oj_tensor *t) {
+    oj_engine *e = oj_tensor_engine(t);
+    oj_tensor *f = oj_tensor_dtype(t) == OJ_F32 ? t : oj_cast(t, OJ_F32);
+    if (f == NULL) fail_msg("host_f32: %s", oj_last_error(e));
+    const int64_t n = oj_numel(f);
+    float *h = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    assert_int_equal(oj_to_host(f, h, sizeof(float) * (size_t)n), OJ_OK);
+    return h;
+}
+
+enum { EPI_PLAIN, EPI_GELU, EPI_RESID };
+
+/* One call of the quantized decode entry against a double reference over
+ * the CPU's dequantized matrix: W [N, K] of type t, the row x in dtype
+ * dt, with the layer norm (epi plain / GELU) or the residual add, a bias
+ * or none, and (kv) the keys and values of a gpt2 attention projection
+ * (N = 3 K, 12 heads) written at slot 3 of an 8-slot cache. */
+static void qlinear_case(oj_engine *gpu, oj_engine *cpu, oj_qtype t, oj_dtype dt, int64_t K,
+                         int64_t N, int epi, bool bias, bool kv) {
+    oj_scope_begin(gpu);
+    oj_scope_begin(cpu);
+    float *w = malloc(sizeof(float) * (size_t)(N * K)), *wd = malloc(sizeof(float) * (size_t)(N * K));
+    float *x = malloc(sizeof(float) * (size_t)K), *nw = malloc(sizeof(float) * (size_t)K);
+    float *nb = malloc(sizeof(float) * (size_t)K), *b = malloc(sizeof(float) * (size_t)N);
+    float *x0 = malloc(sizeof(float) * (size_t)N);
+    qt_fill(w, N * K, 5, 0.05f);
+    qt_fill(x, K, 6, 2.0f);
+    qt_fill(nw, K, 7, 0.5f);
+    for (int64_t k = 0; k < K; k++) nw[k] += 1.0f;
+    qt_fill(nb, K, 8, 0.3f);
+    qt_fill(b, N, 9, 0.5f);
+    qt_fill(x0, N, 10, 1.0f);
+    oj_qtensor *qc = oj_quantize(oj_from_host(cpu, 2, (int64_t[]){N, K}, OJ_F32, w, sizeof(float) * (size_t)(N * K)), t);
+    assert_non_null(qc);
+    assert_int_equal(oj_to_host(oj_dequantize(qc), wd, sizeof(float) * (size_t)(N * K)), OJ_OK);
+    oj_qtensor *qg = oj_qtensor_from_blocks(gpu, t, N, K, oj_qtensor_data(qc), oj_qtensor_nbytes(qc));
+    assert_non_null(qg);
+    assert_true(oj__decode_qweight_ok(qg));
+    const bool resid = epi == EPI_RESID;
+    oj_tensor *xt = dev_vec(gpu, 3, (int64_t[]){1, 1, K}, dt, x, K);
+    oj_tensor *nwt = resid ? NULL : dev_vec(gpu, 1, (int64_t[]){K}, dt, nw, K);
+    oj_tensor *nbt = resid ? NULL : dev_vec(gpu, 1, (int64_t[]){K}, dt, nb, K);
+    oj_tensor *bt = bias ? dev_vec(gpu, 1, (int64_t[]){N}, dt, b, N) : NULL;
+    const int64_t H = 12, S = 8, D = K / H, slot = 3;
+    oj_tensor *kvt = NULL, *st = NULL;
+    if (kv) {
+        kvt = oj_zeros(gpu, 5, (int64_t[]){2, 1, H, S, D}, dt);
+        st = oj_from_host(gpu, 1, (int64_t[]){1}, OJ_I64, &(int64_t){slot}, sizeof(int64_t));
+    }
+    oj_tensor *out;
+    if (resid) {
+        out = dev_vec(gpu, 3, (int64_t[]){1, 1, N}, dt, x0, N);
+        if (oj__decode_qlinear_residual_(out, xt, qg, bt) != OJ_OK)
+            fail_msg("%s %s residual: %s", oj_qtype_name(t), oj_dtype_name(dt), oj_last_error(gpu));
+    } else {
+        out = oj__decode_qnorm_linear(xt, nwt, nbt, 1e-5, qg, bt,
+                                      epi == EPI_GELU ? OJ__DECODE_ACT_GELU : OJ__DECODE_ACT_NONE,
+                                      kvt, st);
+        if (out == NULL)
+            fail_msg("%s %s norm_linear: %s", oj_qtype_name(t), oj_dtype_name(dt), oj_last_error(gpu));
+        assert_int_equal(oj_tensor_dtype(out), dt);
+    }
+    float *got = host_f32(out);
+    /* the reference in double: u = layer_norm(x) (unrounded), v = u W^T + b */
+    double *u = malloc(sizeof(double) * (size_t)K);
+    double mean = 0, var = 0;
+    for (int64_t k = 0; k < K; k++) mean += x[k];
+    mean /= (double)K;
+    for (int64_t k = 0; k < K; k++) var += (x[k] - mean) * (x[k] - mean);
+    const double rstd = 1.0 / sqrt(var / (double)K + 1e-5);
+    for (int64_t k = 0; k < K; k++) u[k] = resid ? x[k] : (x[k] - mean) * rstd * nw[k] + nb[k];
+    /* f32: sums in another order (and the norm's statistics in f32);
+     * bf16: u, v, the GELU and the sum rounded to 8 bits each */
+    const double rel = dt == OJ_F32 ? 1e-4 : ldexp(1, -7);
+    for (int64_t n = 0; n < N; n++) {
+        double v = bias ? b[n] : 0.0, mag = 0.0;
+        for (int64_t k = 0; k < K; k++) {
+            v += u[k] * wd[n * K + k];
+            mag += fabs(u[k] * wd[n * K + k]);
+        }
+        double ref = v, tol = rel * (mag + fabs(v) + (bias ? fabs(b[n]) : 0.0)) + 1e-6;
+        if (epi == EPI_GELU) ref = 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        if (resid) {
+            ref = x0[n] + v;
+            tol += rel * fabs(x0[n]);
+        }
+        if (!(fabs(got[n] - ref) <= tol))
+            fail_msg("%s %s K %lld N %lld epi %d: out[%lld] = %.9g, reference %.9g (tolerance %g)",
+                     oj_qtype_name(t), oj_dtype_name(dt), (long long)K, (long long)N, epi,
+                     (long long)n, got[n], ref, tol);
+    }
+    if (kv) { /* columns C .. 3C at the slot, bit for bit; every other slot still 0 */
+        float *kh = host_f32(kvt);
+        for (int64_t which = 0; which < 2; which++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t s = 0; s < S; s++)
+                    for (int64_t d = 0; d < D; d++) {
+                        const float e = s == slot ? got[K + which * K + h * D + d] : 0.0f;
+                        const float g = kh[((which * H + h) * S + s) * D + d];
+                        if (memcmp(&e, &g, sizeof e) != 0)
+                            fail_msg("%s %s kv[%lld, 0, %lld, %lld, %lld] = %g, expected %g",
+                                     oj_qtype_name(t), oj_dtype_name(dt), (long long)which,
+                                     (long long)h, (long long)s, (long long)d, g, e);
+                    }
+        free(kh);
+    }
+    free(got);
+    free(u);
+    oj_qtensor_free(qg);
+    oj_qtensor_free(qc);
+    free(w);
+    free(wd);
+    free(x);
+    free(nw);
+    free(nb);
+    free(b);
+    free(x0);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    oj_scope_end(cpu);
+    oj_scope_end(gpu);
+}
+
+/* The quantized decode entry (decode_qlinear) for every type, f32 and
+ * bf16 rows, gpt2 124M's four shapes and a head-like one (many rows a
+ * block, a partial last block, no bias), against the double reference. */
+static void test_decode_qlinear_entry(void **state) {
+    (void)state;
+    oj_engine *cpu = gpu_test_engine(false, false, OJ_NUMERICS_FAST, 0);
+    oj_engine *gpu = gpu_test_engine(true, on_cpu, OJ_NUMERICS_FAST, 0);
+    oj_set_grad_enabled(gpu, false);
+    const oj_dtype dts[] = {OJ_F32, OJ_BF16};
+    for (int ti = 0; ti < NTYPES; ti++)
+        for (int di = 0; di < 2; di++) {
+            const oj_qtype t = all_types[ti];
+            const oj_dtype dt = dts[di];
+            qlinear_case(gpu, cpu, t, dt, 768, 2304, EPI_PLAIN, true, true); /* c_attn + KV */
+            qlinear_case(gpu, cpu, t, dt, 768, 768, EPI_RESID, true, false);  /* attn c_proj */
+            qlinear_case(gpu, cpu, t, dt, 768, 3072, EPI_GELU, true, false);  /* c_fc */
+            qlinear_case(gpu, cpu, t, dt, 3072, 768, EPI_RESID, true, false); /* mlp c_proj */
+            qlinear_case(gpu, cpu, t, dt, 256, 5003, EPI_PLAIN, false, false); /* a head */
+        }
+    /* refusals name what was wrong: a row that is not whole 16-byte
+     * chunks (q8_0 with K 32: 34 bytes), an x of another dtype */
+    oj_scope_begin(gpu);
+    float w[4 * 32];
+    qt_fill(w, 4 * 32, 1, 1.0f);
+    oj_qtensor *q = oj_quantize(oj_from_host(gpu, 2, (int64_t[]){4, 32}, OJ_F32, w, sizeof w), OJ_Q8_0);
+    assert_non_null(q);
+    assert_false(oj__decode_qweight_ok(q));
+    oj_tensor *x = oj_zeros(gpu, 3, (int64_t[]){1, 1, 32}, OJ_F32);
+    assert_null(oj__decode_qnorm_linear(x, NULL, NULL, 1e-5, q, NULL, 0, NULL, NULL));
+    assert_int_equal(oj_last_status(gpu), OJ_ERR_SHAPE);
+    assert_non_null(strstr(oj_last_error(gpu), "rows of a multiple of 16 bytes"));
+    oj_clear_error(gpu);
+    oj_qtensor_free(q);
+    float w2[2 * 256];
+    qt_fill(w2, 2 * 256, 2, 1.0f);
+    q = oj_quantize(oj_from_host(gpu, 2, (int64_t[]){2, 256}, OJ_F32, w2, sizeof w2), OJ_Q8_0);
+    assert_non_null(q);
+    assert_true(oj__decode_qweight_ok(q));
+    x = oj_zeros(gpu, 3, (int64_t[]){1, 1, 256}, OJ_F32);
+    oj_tensor *b16 = oj_zeros(gpu, 1, (int64_t[]){2}, OJ_BF16);
+    assert_null(oj__decode_qnorm_linear(x, NULL, NULL, 1e-5, q, b16, 0, NULL, NULL));
+    assert_int_equal(oj_last_status(gpu), OJ_ERR_DTYPE);
+    assert_non_null(strstr(oj_last_error(gpu), "b is bf16, the row f32"));
+    oj_clear_error(gpu);
+    oj_qtensor_free(q);
+    oj_scope_end(gpu);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    assert_int_equal(oj_engine_live_tensors(cpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+/* Greedy decode of m with a graph: toks[0..steps] (toks[0] the prefill's)
+ * and each step's logits [V] into lg (steps + 1 rows). */
+static void decode_run(oj_gpt *m, const int32_t *prompt, int n, int steps, int32_t *toks,
+                       float *lg, int64_t V) {
+    oj_engine *e = oj_gpt_engine(m);
+    oj_gpt_decoder *d = NULL;
+    if (oj_gpt_decoder_create(m, n + steps + 1, true, &d) != OJ_OK)
+        fail_msg("decoder: %s", oj_last_error(e));
+    if (oj_gpt_decoder_prefill(d, prompt, n, &toks[0]) != OJ_OK)
+        fail_msg("prefill: %s", oj_last_error(e));
+    for (int s = 0; s <= steps; s++) {
+        if (s > 0 && oj_gpt_decoder_step(d, &toks[s]) != OJ_OK)
+            fail_msg("step %d: %s", s, oj_last_error(e));
+        oj_tensor *l = oj_gpt_decoder_logits(d);
+        oj_scope_begin(e);
+        oj_tensor *f = oj_tensor_dtype(l) == OJ_F32 ? l : oj_cast(l, OJ_F32);
+        assert_int_equal(oj_to_host(f, lg + (int64_t)s * V, sizeof(float) * (size_t)V), OJ_OK);
+        oj_scope_end(e);
+    }
+    oj_gpt_decoder_free(d);
+}
+
+/* The quantized fast step against the generic quantized step
+ * (OJAS_DECODE_FAST=0) on a gpt2 with 124M's widths (C 768, MLP 3072, V
+ * 50257, 12 heads; 4 layers), f32 around the matrices, CUDA graphs: the
+ * same 128 greedy tokens, logits within 1e-3 of the largest magnitude of
+ * the step's (f32 sums in another order: the scale applied once a block,
+ * the norm fused), for q8_0, q4_0, q4_1, q4_k and fp8. */
+static void test_quantized_fast_step(void **state) {
+    (void)state;
+    oj_engine *gpu = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 0);
+    oj_gpt_config c;
+    assert_true(oj_gpt_preset("gpt2-124m", &c));
+    c.n_layer = 4;
+    c.block_size = 160;
+    c.init_std = 0.2;
+    oj_gpt *m = NULL;
+    if (oj_gpt_create(gpu, &c, 7, &m) != OJ_OK) fail_msg("create: %s", oj_last_error(gpu));
+    enum { P = 8, STEPS = 128 };
+    const int64_t V = c.vocab_size;
+    int32_t prompt[P], ta[STEPS + 1], tb[STEPS + 1];
+    for (int i = 0; i < P; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+    float *la = malloc(sizeof(float) * (size_t)((STEPS + 1) * V));
+    float *lb = malloc(sizeof(float) * (size_t)((STEPS + 1) * V));
+    assert_non_null(la);
+    assert_non_null(lb);
+    for (int ti = 0; ti < NTYPES; ti++) {
+        const oj_qtype t = all_types[ti];
+        if (oj_gpt_quantize(m, t) != OJ_OK) fail_msg("quantize: %s", oj_last_error(gpu));
+        oj_kv_cache *kc = NULL;
+        assert_int_equal(oj_kv_cache_create(m, 1, 8, &kc), OJ_OK);
+        assert_true(oj__gpt_qfast_decode_ok(m, kc));
+        setenv("OJAS_DECODE_FAST", "0", 1);
+        assert_false(oj__gpt_fast_decode_ok(m, kc));
+        decode_run(m, prompt, P, STEPS, ta, la, V); /* the generic step */
+        unsetenv("OJAS_DECODE_FAST");
+        assert_true(oj__gpt_fast_decode_ok(m, kc)); /* by default on CUDA */
+        oj_kv_cache_free(kc);
+        decode_run(m, prompt, P, STEPS, tb, lb, V); /* the fast step */
+        bool differs = false;
+        for (int s = 0; s <= STEPS; s++) {
+            const float *x = lb + (int64_t)s * V, *y = la + (int64_t)s * V;
+            double scale = 1.0, worst = 0.0;
+            int64_t wi = 0;
+            for (int64_t i = 0; i < V; i++) scale = fmax(scale, fabs(y[i]));
+            for (int64_t i = 0; i < V; i++) {
+                const double e = fabs((double)x[i] - y[i]);
+                if (!(e <= worst)) worst = e, wi = i;
+                differs = differs || x[i] != y[i];
+            }
+            if (!(worst <= 1e-3 * scale))
+                fail_msg("%s step %d: logit %lld fast %g, generic %g (largest |logit| %g)",
+                         oj_qtype_name(t), s, (long long)wi, x[wi], y[wi], scale);
+            if (ta[s] != tb[s])
+                fail_msg("%s step %d: token %d on the fast step, %d on the generic (logits %g "
+                         "and %g there)", oj_qtype_name(t), s, tb[s], ta[s], y[tb[s]], y[ta[s]]);
+        }
+        assert_true(differs); /* the fast step ran: its sums round differently somewhere */
+        print_message("%s: fast step's %d greedy tokens equal the generic step's\n",
+                      oj_qtype_name(t), STEPS);
+    }
+    free(la);
+    free(lb);
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 int main(void) {
-    if (gpu_test_probe(false, NULL) != 0) return 77;
+    if (gpu_test_probe(true, &on_cpu) != 0) return 77;
+    if (on_cpu) {
+        const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_qlinear_entry)};
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_qmatmul_matches_cpu),
-                                       cmocka_unit_test(test_quantized_gpt_decode)};
+                                       cmocka_unit_test(test_quantized_gpt_decode),
+                                       cmocka_unit_test(test_decode_qlinear_entry),
+                                       cmocka_unit_test(test_quantized_fast_step)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

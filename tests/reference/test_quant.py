@@ -14,7 +14,7 @@ import pytest
 
 from conftest import _build_dir
 
-QTYPES = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q4_k": 3}
+QTYPES = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q4_k": 3, "fp8": 4}
 f32 = np.float32
 
 
@@ -227,10 +227,65 @@ def ref_dequant_q4_k(q, k):
     return y
 
 
+def _e4m3_values():
+    """The values of the positive finite OCP FP8 E4M3 codes 0x00 .. 0x7E
+    (exponent bias 7, 3 mantissa bits, subnormals m 2^-9; 0x7F is NaN),
+    increasing with the code."""
+    v = []
+    for c in range(0x7F):
+        e, m = c >> 3, c & 7
+        v.append(m * 2.0 ** -9 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+    return np.array(v)
+
+
+E4M3 = _e4m3_values()
+
+
+def _e4m3_code(t):
+    """t (a float32 value) to E4M3 from the value table: the nearest value,
+    ties to the even code (the even mantissa), saturated at 448."""
+    a = abs(float(t))
+    if a >= 448:
+        c = 0x7E
+    else:
+        i = int(np.searchsorted(E4M3, a))  # E4M3[i - 1] < a <= E4M3[i]
+        if E4M3[i] == a:
+            c = i
+        else:
+            dl, dh = a - E4M3[i - 1], E4M3[i] - a
+            c = i - 1 if dl < dh else i if dh < dl else (i - 1 if (i - 1) % 2 == 0 else i)
+    return c | (0x80 if np.signbit(t) else 0)
+
+
+def ref_fp8(x):
+    """fp8 (include/ojas/quant.h): s = amax / 448 in float32, written as
+    16 bytes (s, then zeros), then each x / s (float32) as E4M3."""
+    amax = f32(0)
+    for v in x:
+        amax = max(amax, abs(v))
+    s = f32(amax / f32(448))
+    out = bytearray(np.array([s], dtype=f32).tobytes()) + bytearray(12)
+    for v in x:
+        out.append(_e4m3_code(f32(v / s)) if s != 0 else 0)
+    return bytes(out)
+
+
+def ref_dequant_fp8(q, k):
+    s = np.frombuffer(q[0:4], dtype=f32)[0]
+    y = np.zeros(k, dtype=f32)
+    for j in range(k):
+        c = q[16 + j]
+        y[j] = f32(s * f32((-1 if c & 0x80 else 1) * E4M3[c & 0x7F]))
+    return y
+
+
 def ref_dequant(name, q, k):
-    """ggml's dequantize_row_q8_0 / _q4_0 / _q4_1 / _q4_K, in float32."""
+    """ggml's dequantize_row_q8_0 / _q4_0 / _q4_1 / _q4_K, in float32 (and
+    fp8's s * e4m3(q))."""
     if name == "q4_k":
         return ref_dequant_q4_k(q, k)
+    if name == "fp8":
+        return ref_dequant_fp8(q, k)
     bb = {"q8_0": 34, "q4_0": 18, "q4_1": 20}[name]
     y = np.zeros(k, dtype=f32)
     for b in range(k // 32):
@@ -253,7 +308,7 @@ def ref_dequant(name, q, k):
     return y
 
 
-REF = {"q8_0": ref_q8_0, "q4_0": ref_q4_0, "q4_1": ref_q4_1, "q4_k": ref_q4_k}
+REF = {"q8_0": ref_q8_0, "q4_0": ref_q4_0, "q4_1": ref_q4_1, "q4_k": ref_q4_k, "fp8": ref_fp8}
 
 
 def _lib():
@@ -313,11 +368,35 @@ def test_bytes_equal_ggml_reference(name, rng):
         if got != want:
             i = next(i for i in range(nbytes) if got[i] != want[i])
             be = 256 if name == "q4_k" else 32
-            pytest.fail("%s: byte %d (block %d) is %d, ggml's reference gives %d"
+            pytest.fail("%s: byte %d (block %d) is %d, the reference gives %d"
                         % (name, i, i // (nbytes // (k // be)), got[i], want[i]))
         y = np.zeros(k, dtype=f32)
         assert L.oj_dequantize_row(QTYPES[name], out, k, y.ctypes.data, None) == 0
         np.testing.assert_array_equal(y, ref_dequant(name, want, k))
+
+
+def test_fp8_ties_and_saturation():
+    """fp8 rounding where it is decided: with amax 448 (s = 1, x / s = x)
+    every midpoint of two neighbouring E4M3 values goes to the even code,
+    a value just off it to the nearer one, values past 448 (only the
+    row's extreme reaches 448 with its own scale; 1e-3 above it after the
+    division) saturate, signs kept."""
+    L = _lib()
+    mids = (E4M3[:-1] + E4M3[1:]) / 2
+    x = np.concatenate([[448.0], mids, -mids, np.nextafter(mids.astype(f32), f32(0)),
+                        [447.99, 1e-5, -1e-5, 0.0]]).astype(f32)
+    x = np.concatenate([x, np.zeros((-len(x)) % 32, dtype=f32)])
+    k = len(x)
+    out = (C.c_uint8 * L.oj_qtype_row_bytes(QTYPES["fp8"], k))()
+    assert L.oj_quantize_row(QTYPES["fp8"], x.ctypes.data, k, out, None) == 0
+    got, want = bytes(out), ref_fp8(x)
+    assert np.frombuffer(got[:4], dtype=f32)[0] == f32(1)
+    bad = [i for i in range(len(got)) if got[i] != want[i]]
+    assert not bad, "fp8: byte %d is %#x, the reference %#x (x = %r)" % (
+        bad[0], got[bad[0]], want[bad[0]], x[bad[0] - 16])
+    # the ties themselves: even codes only
+    codes = np.frombuffer(got[17:17 + len(mids)], dtype=np.uint8)
+    assert np.all(codes % 2 == 0)
 
 
 def test_q4_k_bytes_many_superblocks(rng):

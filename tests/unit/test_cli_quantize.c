@@ -2,7 +2,9 @@
 // CLI: a gpt2-tiny run trained a few steps here, quantized to q8_0 and
 // q4_0 GGUF files; greedy text from a file equal to that of the checkpoint
 // quantized at load (`generate --quantize`), f32 files equal to the
-// checkpoint's own; requantizing a GGUF file; each usage error one line
+// checkpoint's own; requantizing a GGUF file; fp8 quantized at load
+// generates (and --to fp8, which has no GGUF type, is a usage error); each
+// usage error one line
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -98,9 +100,15 @@ static void test_quantize_and_generate(void **state) {
     free(out);
     /* q8.gguf's tokenizer.ggml.* went along into q41.gguf */
     same_text("generate -m q41.gguf" GEN_ARGS, "generate -m q41.gguf" GEN);
+    /* fp8 at load (no GGUF type): generates from the prompt */
+    out = NULL;
+    assert_int_equal(ojas("generate --checkpoint run --quantize fp8" GEN, &out), 0);
+    assert_true(out && strncmp(out, PROMPT, strlen(PROMPT)) == 0 && strlen(out) > strlen(PROMPT "\n"));
+    free(out);
 
     usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1, q4_k or f32, got 'q5_0'");
     usage_error("quantize --checkpoint run --to q8_0 -o x.bin", "--out FILE.gguf is required");
+    usage_error("quantize --checkpoint run --to fp8 -o x.gguf", "--to fp8 has no GGUF (ggml) type");
     usage_error("quantize --to q8_0 -o x.gguf", "give exactly one of --model and --checkpoint");
     usage_error("generate -m f32.gguf --prompt x",
                 "f32.gguf: no tokenizer (tokenizer.ggml.model is \"no_vocab\"): give --vocab DIR");
@@ -111,7 +119,7 @@ static void test_quantize_and_generate(void **state) {
     if (!strstr(err, "--set model=gpt2-tiny")) fail_msg("no remedy named: %s", err);
     free(err);
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q3",
-                "--quantize must be q8_0, q4_0, q4_1 or q4_k, got 'q3'");
+                "--quantize must be q8_0, q4_0, q4_1, q4_k or fp8, got 'q3'");
     usage_error("generate --checkpoint run --vocab tok --prompt x --quantize q8_0 --dtype bf16",
                 "--quantize goes with f32 weights, not --dtype bf16");
     err = NULL;

@@ -2,7 +2,9 @@
 // gpt2, llama (untied head) and nanolab families: logits close to the f32
 // model's, the static decoder agreeing with the full forward, training
 // (grad on) unaffected, and perplexity of a small model trained here (100 AdamW steps) on a
-// noisy next-token rule within 0.5% of f32 for q8_0 and 5% for q4_0/q4_1
+// noisy next-token rule within 0.5% of f32 for q8_0 and 5% for q4_0/q4_1;
+// the quantized fast decode step (forced on the CPU) against the
+// unquantized step over the same values, and where it is not taken
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -333,12 +335,163 @@ static void test_quantize_errors(void **state) {
     oj_engine_free(eng);
 }
 
+/* A gpt2's quantized copies set aside (the forward then reads the f32 /
+ * bf16 weights), and put back. */
+typedef struct {
+    oj_qtensor *q[64][4], *head;
+} gpt2_copies;
+
+static void copies_hide(oj_gpt *m, gpt2_copies *h) {
+    assert_true(m->cfg.n_layer <= 64);
+    for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+        oj_gpt_block *b = &m->blocks[l];
+        oj_qtensor **q[4] = {&b->qc_attn, &b->qattn_proj, &b->qc_fc, &b->qmlp_proj};
+        for (int i = 0; i < 4; i++) h->q[l][i] = *q[i], *q[i] = NULL;
+    }
+    h->head = m->qhead;
+    m->qhead = NULL;
+    m->quantized = false;
+}
+
+static void copies_restore(oj_gpt *m, const gpt2_copies *h) {
+    for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+        oj_gpt_block *b = &m->blocks[l];
+        oj_qtensor **q[4] = {&b->qc_attn, &b->qattn_proj, &b->qc_fc, &b->qmlp_proj};
+        for (int i = 0; i < 4; i++) *q[i] = h->q[l][i];
+    }
+    m->qhead = h->head;
+    m->quantized = true;
+}
+
+/* Greedy decode (no graph) of m: toks[0..steps] and each step's logits
+ * [V] into lg. prefill_unquantized: the prompt runs over the f32 / bf16
+ * weights (the quantized copies set aside), the steps over the copies. */
+static void decode_greedy(oj_gpt *m, const int32_t *prompt, int n, int steps, int32_t *toks,
+                          float *lg, int64_t V, bool prefill_unquantized) {
+    oj_engine *eng = oj_gpt_engine(m);
+    oj_gpt_decoder *d = NULL;
+    assert_int_equal(oj_gpt_decoder_create(m, n + steps + 1, false, &d), OJ_OK);
+    static gpt2_copies h;
+    if (prefill_unquantized) copies_hide(m, &h);
+    oj_status st = oj_gpt_decoder_prefill(d, prompt, n, &toks[0]);
+    if (prefill_unquantized) copies_restore(m, &h);
+    if (st != OJ_OK) fail_msg("prefill: %s", oj_last_error(eng));
+    for (int s = 0; s <= steps; s++) {
+        if (s > 0 && oj_gpt_decoder_step(d, &toks[s]) != OJ_OK)
+            fail_msg("step %d: %s", s, oj_last_error(eng));
+        oj_scope_begin(eng);
+        oj_tensor *l = oj_gpt_decoder_logits(d);
+        oj_tensor *f = oj_tensor_dtype(l) == OJ_F32 ? l : oj_cast(l, OJ_F32);
+        assert_int_equal(oj_to_host(f, lg + (int64_t)s * V, sizeof(float) * (size_t)V), OJ_OK);
+        oj_scope_end(eng);
+    }
+    oj_gpt_decoder_free(d);
+}
+
+/* m's f32/bf16 weights := the values its quantized copies encode (the
+ * blocks' matrices dequantized, gpt2's Conv1D ones transposed back; the
+ * tied wte := the head's), so the unquantized forward computes what the
+ * quantized one should. */
+static void weights_from_copies(oj_gpt *m) {
+    oj_engine *eng = oj_gpt_engine(m);
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_scope_begin(eng);
+    for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+        oj_gpt_block *b = &m->blocks[l];
+        oj_tensor *w[4] = {b->c_attn_w, b->attn_proj_w, b->c_fc_w, b->mlp_proj_w};
+        const oj_qtensor *q[4] = {b->qc_attn, b->qattn_proj, b->qc_fc, b->qmlp_proj};
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(oj_copy_(w[i], oj_transpose(oj_dequantize(q[i]), 0, 1)), OJ_OK);
+    }
+    assert_true(m->head == m->wte);
+    assert_int_equal(oj_copy_(m->wte, oj_dequantize(m->qhead)), OJ_OK);
+    oj_scope_end(eng);
+    oj_set_grad_enabled(eng, prev);
+}
+
+/* The quantized fast decode step (gpt_decode_quant.c, forced on the CPU
+ * with OJAS_DECODE_FAST=1): it serves a quantized gpt2 whose matrices'
+ * rows are whole 16-byte chunks (C 256, MLP 512), f32 (every type) or
+ * bf16 (q8_0, q4_k) around them, and not one with C 64 (q8_0 rows of 68 bytes), nor any without
+ * OJAS_DECODE_FAST=1 on the CPU. Against the unquantized generic step
+ * over the weights its copies encode (weights_from_copies; the prompt
+ * runs unquantized in both, so the caches agree): with f32
+ * its logits are within 1e-4 of their largest magnitude (double sums on
+ * the CPU, one rounding to f32 a product) and its greedy tokens equal;
+ * with bf16 within 6e-2 (the bf16 roundings of the generic step's ops)
+ * and the tokens equal up to a near tie. */
+static void test_fast_step_quantized(void **state) {
+    (void)state;
+    oj_engine *eng = engine();
+    enum { P = 6, STEPS = 16 };
+    const oj_qtype types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K, OJ_FP8_E4M3};
+    int32_t prompt[P], ta[STEPS + 1], tb[STEPS + 1];
+    make_tokens(prompt, P, 96, 11);
+    static float la[(STEPS + 1) * 96], lb[(STEPS + 1) * 96];
+    for (int wide = 0; wide < 2; wide++) { /* C 64, then C 256 */
+        oj_gpt_config c = family_config(0, wide == 1);
+        c.init_std = 0.2;
+        const int64_t V = c.vocab_size;
+        assert_true(V == 96);
+        for (int di = 0; di < 2; di++)
+            for (int ti = 0; ti < 5; ti++) {
+                if (!wide && (ti != 0 || di != 0)) continue;
+                if (di == 1 && types[ti] != OJ_Q8_0 && types[ti] != OJ_Q4_K) continue; /* time */
+                const char *what = di ? "bf16" : "f32";
+                oj_gpt *m = NULL;
+                assert_int_equal(oj_gpt_create(eng, &c, 3, &m), OJ_OK);
+                if (di == 1) assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+                assert_int_equal(oj_gpt_quantize(m, types[ti]), OJ_OK);
+                oj_kv_cache *kc = NULL;
+                assert_int_equal(oj_kv_cache_create(m, 1, 8, &kc), OJ_OK);
+                assert_false(oj__gpt_fast_decode_ok(m, kc)); /* the CPU: only when forced */
+                setenv("OJAS_DECODE_FAST", "1", 1);
+                const bool served = oj__gpt_fast_decode_ok(m, kc);
+                oj_kv_cache_free(kc);
+                if (!wide) { /* q8_0 rows of 2 blocks, 68 bytes */
+                    unsetenv("OJAS_DECODE_FAST");
+                    assert_false(served);
+                    oj_gpt_free(m);
+                    continue;
+                }
+                assert_true(served);
+                weights_from_copies(m);
+                decode_greedy(m, prompt, P, STEPS, tb, lb, V, true); /* the quantized fast step */
+                unsetenv("OJAS_DECODE_FAST");
+                oj__gpt_free_quantized(m);
+                decode_greedy(m, prompt, P, STEPS, ta, la, V, false); /* unquantized, generic */
+                const double tol = di ? 6e-2 : 1e-4;
+                for (int s = 0; s <= STEPS; s++) {
+                    const float *x = lb + s * V, *y = la + s * V;
+                    double scale = 1.0;
+                    for (int64_t i = 0; i < V; i++) scale = fmax(scale, fabs(y[i]));
+                    for (int64_t i = 0; i < V; i++)
+                        if (!(fabs((double)x[i] - y[i]) <= tol * scale))
+                            fail_msg("%s %s step %d logit %lld: fast %g, generic %g (scale %g)",
+                                     oj_qtype_name(types[ti]), what, s, (long long)i, x[i], y[i],
+                                     scale);
+                    if (ta[s] != tb[s]) {
+                        const double gap = fabs((double)y[ta[s]] - y[tb[s]]);
+                        if (!di || gap > 2 * tol * scale)
+                            fail_msg("%s %s step %d: token fast %d, generic %d (gap %g)",
+                                     oj_qtype_name(types[ti]), what, s, tb[s], ta[s], gap);
+                        break; /* a near tie: the sequences may part here */
+                    }
+                }
+                oj_gpt_free(m);
+            }
+    }
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_families_close_to_f32),
         cmocka_unit_test(test_decoder_matches_forward),
         cmocka_unit_test(test_perplexity_trained_model),
         cmocka_unit_test(test_quantize_errors),
+        cmocka_unit_test(test_fast_step_quantized),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

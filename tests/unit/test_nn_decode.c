@@ -10,7 +10,9 @@
 // gives embedding + add's bits and the mask; oj__decode_norm_head gives
 // layer_norm + linear with the head's layout (and their argmax, pos + 1,
 // or the host sampler's token over them: oj__decode_norm_head_sample);
-// the refusals name what was wrong; no leaks.
+// the quantized ops (oj__decode_qnorm_linear, oj__decode_qlinear_residual_)
+// the double sum over the dequantized matrix; the refusals name what was
+// wrong; no leaks.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 #include "nn_testutil.h"
 #include "backend/gemv_tiles.h"
 #include "ops/nn_decode.h"
+#include "ops/nn_decode_quant.h"
 
 /* max |a - b| <= tol * max(1, max |b|) over n values. */
 static void close_to(const char *what, const double *a, const double *b, int64_t n, double tol) {
@@ -368,6 +371,63 @@ static void test_refusals(void **state) {
     nt_engine_done(eng);
 }
 
+/* The quantized decode ops (oj__decode_qnorm_linear,
+ * oj__decode_qlinear_residual_) on the CPU backend: a q8_0 product equals
+ * the double sum over the dequantized matrix (one f32 rounding), the
+ * residual adds it in place; the refusals name what was wrong. */
+static void test_qlinear(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_set_grad_enabled(eng, false);
+    oj_scope_begin(eng);
+    enum { K = 256, N = 8 };
+    int64_t sw[2] = {N, K}, sk[1] = {K}, sn[1] = {N};
+    oj_tensor *wt = nt_rand(eng, 2, sw, OJ_F32, -0.5, 0.5);
+    oj_qtensor *q = oj_quantize(wt, OJ_Q8_0);
+    assert_non_null(q);
+    assert_true(oj__decode_qweight_ok(q));
+    float wd[N * K], xh[K], bh[N], yh[N], x0[N];
+    assert_int_equal(oj_to_host(oj_dequantize(q), wd, sizeof wd), OJ_OK);
+    oj_tensor *x = nt_rand(eng, 1, sk, OJ_F32, -2, 2), *b = nt_rand(eng, 1, sn, OJ_F32, -1, 1);
+    assert_int_equal(oj_to_host(x, xh, sizeof xh), OJ_OK);
+    assert_int_equal(oj_to_host(b, bh, sizeof bh), OJ_OK);
+    oj_tensor *y = oj__decode_qnorm_linear(x, NULL, NULL, 0.0, q, b, OJ__DECODE_ACT_NONE, NULL, NULL);
+    assert_non_null(y);
+    assert_int_equal(oj_to_host(y, yh, sizeof yh), OJ_OK);
+    for (int n = 0; n < N; n++) {
+        double v = bh[n];
+        for (int k = 0; k < K; k++) v += (double)xh[k] * wd[n * K + k];
+        assert_true(yh[n] == (float)v);
+    }
+    oj_tensor *r = nt_rand(eng, 1, sn, OJ_F32, -1, 1);
+    assert_int_equal(oj_to_host(r, x0, sizeof x0), OJ_OK);
+    assert_int_equal(oj__decode_qlinear_residual_(r, x, q, b), OJ_OK);
+    float rh[N];
+    assert_int_equal(oj_to_host(r, rh, sizeof rh), OJ_OK);
+    for (int n = 0; n < N; n++) assert_true(rh[n] == x0[n] + yh[n]);
+    /* refusals */
+    oj_tensor *xb = nt_rand(eng, 1, sk, OJ_BF16, -1, 1);
+    assert_null(oj__decode_qnorm_linear(xb, NULL, NULL, 0.0, q, b, 0, NULL, NULL));
+    expect_err(eng, OJ_ERR_DTYPE, "b is f32, the row bf16");
+    assert_null(oj__decode_qnorm_linear(x, x, NULL, 1e-5, q, NULL, 0, NULL, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "the norm's weight and bias go together");
+    assert_null(oj__decode_qnorm_linear(b, NULL, NULL, 0.0, q, NULL, 0, NULL, NULL));
+    expect_err(eng, OJ_ERR_SHAPE, "x must be contiguous with 256 elements");
+    assert_int_equal(oj__decode_qlinear_residual_(x, x, q, NULL), OJ_ERR_SHAPE);
+    expect_err(eng, OJ_ERR_SHAPE, "x must be contiguous with 8 elements");
+    int64_t s32[2] = {4, 32}, sx32[1] = {32};
+    oj_qtensor *q34 = oj_quantize(nt_rand(eng, 2, s32, OJ_F32, -1, 1), OJ_Q8_0); /* 34-byte rows */
+    assert_non_null(q34);
+    assert_false(oj__decode_qweight_ok(q34));
+    assert_null(oj__decode_qnorm_linear(nt_rand(eng, 1, sx32, OJ_F32, -1, 1), NULL, NULL, 0.0, q34,
+                                        NULL, 0, NULL, NULL));
+    expect_err(eng, OJ_ERR_SHAPE, "rows of a multiple of 16 bytes; got q8_0 [4, 32] (34 bytes a row)");
+    oj_qtensor_free(q34);
+    oj_qtensor_free(q);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 /* decode_sample on the CPU backend: the host sampler's token for the
  * history {i : seen[i]} and the step's uniform, seen[tok] set, step and
  * pos advanced, -1 on a NaN; the refusals */
@@ -617,6 +677,7 @@ int main(void) {
         cmocka_unit_test(test_linear_residual),
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_qlinear),
         cmocka_unit_test(test_argmax_advance),
         cmocka_unit_test(test_decode_sample),
         cmocka_unit_test(test_matches_unfused),

@@ -1,4 +1,4 @@
-// test: quantized types (q8_0, q4_0, q4_1, q4_k): names and sizes,
+// test: quantized types (q8_0, q4_0, q4_1, q4_k, fp8): names and sizes,
 // round-trip error bounds per format, oj_qmatmul against a
 // dequantize-then-matmul reference within the bound stated in quant.h on
 // every kernel level, the AVX-512 VNNI, AVX-VNNI and AVX2 kernels
@@ -465,6 +465,78 @@ static void test_errors_named(void **state) {
     oj_engine_free(eng);
 }
 
+/* fp8 (OCP E4M3, one f32 scale a row): every code decodes to its value
+ * (sign, 4 exponent bits biased by 7, 3 mantissa bits, subnormals m 2^-9,
+ * S.1111.111 NaN); encoding each finite value gives its code back; a
+ * value halfway between two neighbours goes to the even mantissa; above
+ * 448 it saturates; a row's bytes: the scale amax / 448 in its 16-byte
+ * header, zeros after it, each element x / s rounded; a zero row all
+ * zeros; the round trip within half a step (2^-4 relative, or 2^-10 s
+ * among the subnormals); GGUF has no type for it. */
+static void test_fp8_e4m3(void **state) {
+    (void)state;
+    oj_qtype t;
+    assert_true(oj_qtype_parse("fp8", &t));
+    assert_int_equal(t, OJ_FP8_E4M3);
+    assert_string_equal(oj_qtype_name(OJ_FP8_E4M3), "fp8");
+    assert_int_equal(oj_qtype_row_bytes(OJ_FP8_E4M3, 64), 16 + 64);
+    assert_int_equal(oj_qtype_row_bytes(OJ_FP8_E4M3, 48), 0);
+    assert_int_equal(oj_qtype_to_ggml(OJ_FP8_E4M3), UINT32_MAX);
+    /* a few codes by hand: 1, 448, -2^-9, 2^-6, 1.125 */
+    assert_true(oj__e4m3_to_f32(0x38) == 1.0f);
+    assert_true(oj__e4m3_to_f32(0x7E) == 448.0f);
+    assert_true(oj__e4m3_to_f32(0x81) == -ldexpf(1, -9));
+    assert_true(oj__e4m3_to_f32(0x08) == ldexpf(1, -6));
+    assert_true(oj__e4m3_to_f32(0x39) == 1.125f);
+    assert_true(isnan(oj__e4m3_to_f32(0x7F)) && isnan(oj__e4m3_to_f32(0xFF)));
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7F) == 0x7F) continue;
+        const float v = oj__e4m3_to_f32((uint8_t)c);
+        const uint8_t back = oj__f32_to_e4m3(v);
+        if (back != c && !(v == 0.0f && (back & 0x7F) == 0 && back == (c & 0x80)))
+            fail_msg("code 0x%02x = %g encodes to 0x%02x", c, v, back);
+        if ((c & 0x7F) < 0x7E) { /* the midpoint to the next code up goes to the even one */
+            const float w = oj__e4m3_to_f32((uint8_t)(c + 1));
+            const float mid = (v + w) / 2.0f; /* exact: the values have 4 significant bits */
+            const uint8_t even = (c & 1) ? (uint8_t)(c + 1) : (uint8_t)c;
+            if (oj__f32_to_e4m3(mid) != even)
+                fail_msg("midpoint %g of 0x%02x and 0x%02x encodes to 0x%02x, expected 0x%02x",
+                         mid, c, c + 1, oj__f32_to_e4m3(mid), even);
+            /* just off the midpoint: the nearer code */
+            if (oj__f32_to_e4m3(nextafterf(mid, 0.0f)) != c && v >= 0)
+                fail_msg("below the midpoint of 0x%02x: 0x%02x", c, oj__f32_to_e4m3(nextafterf(mid, 0.0f)));
+        }
+    }
+    assert_int_equal(oj__f32_to_e4m3(460.0f), 0x7E);
+    assert_int_equal(oj__f32_to_e4m3(1e30f), 0x7E);
+    assert_int_equal(oj__f32_to_e4m3(-1e30f), 0xFE);
+    assert_int_equal(oj__f32_to_e4m3(ldexpf(1, -11)), 0x00); /* a quarter of the smallest: 0 */
+    enum { K = 96 };
+    float x[K], y[K];
+    uint8_t q[16 + K];
+    qt_fill(x, K, 17, 3.0f);
+    x[5] = -40.0f; /* amax */
+    x[6] = 1e-6f;  /* a subnormal after scaling */
+    assert_int_equal(oj_quantize_row(OJ_FP8_E4M3, x, K, q, NULL), OJ_OK);
+    float s;
+    memcpy(&s, q, sizeof s);
+    assert_true(s == 40.0f / 448.0f);
+    for (int i = 4; i < 16; i++) assert_int_equal(q[i], 0);
+    assert_int_equal(q[16 + 5], 0xFE); /* -448 */
+    for (int j = 0; j < K; j++) assert_int_equal(q[16 + j], oj__f32_to_e4m3(x[j] / s));
+    assert_int_equal(oj_dequantize_row(OJ_FP8_E4M3, q, K, y, NULL), OJ_OK);
+    for (int j = 0; j < K; j++) {
+        const double bound = fmax(ldexp(fabs(x[j]), -4), ldexp(s, -10)) * (1 + 1e-6);
+        if (!(fabs((double)y[j] - x[j]) <= bound))
+            fail_msg("fp8 element %d: %g back as %g (bound %g)", j, x[j], y[j], bound);
+    }
+    float z[32] = {0};
+    uint8_t qz[16 + 32];
+    memset(qz, 0xAA, sizeof qz);
+    assert_int_equal(oj_quantize_row(OJ_FP8_E4M3, z, 32, qz, NULL), OJ_OK);
+    for (size_t i = 0; i < sizeof qz; i++) assert_int_equal(qz[i], 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_sizes),
@@ -477,6 +549,7 @@ int main(void) {
         cmocka_unit_test(test_qmatmul_thread_invariant),
         cmocka_unit_test(test_quantize_low_precision_input),
         cmocka_unit_test(test_errors_named),
+        cmocka_unit_test(test_fp8_e4m3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

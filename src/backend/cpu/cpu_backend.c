@@ -82,4 +82,5 @@ const oj_backend oj_cpu_backend = {
     .decode_sample = oj_cpu_decode_sample,
     .decode_embed_mask = oj_cpu_decode_embed_mask,
     .decode_norm_head = oj_cpu_decode_norm_head,
+    .decode_qlinear = oj_cpu_decode_qlinear,
 };

@@ -51,6 +51,12 @@ oj_status oj_cuda_norm_backward_add(oj_engine *eng, oj_tensor *dx, oj_tensor *dx
 oj_status oj_cuda_qgemv(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                         const oj_tensor *blocks, int qtype, int64_t k);
 oj_status oj_cuda_qdequant(oj_engine *eng, oj_tensor *out, const oj_tensor *blocks, int qtype);
+/* cuda_decode_quant.cu: the batch-1 decode step's fused quantized projections */
+oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                 const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                 const oj_tensor *blocks, int qtype, int64_t K,
+                                 const oj_tensor *b, int epi, oj_tensor *kv,
+                                 const oj_tensor *slot);
 
 /* cuda_comm.cu: NCCL collectives for oj_dist (NULL when built without NCCL) */
 const oj_backend_comm *oj_cuda_comm_table(void);
@@ -208,6 +214,7 @@ static oj_backend make_cuda_backend() {
     /* quantized weights (cuda_quant.cu) */
     b.qgemv = oj_cuda_qgemv;
     b.qdequant = oj_cuda_qdequant;
+    b.decode_qlinear = oj_cuda_decode_qlinear;
     b.decode_sample = oj_cuda_decode_sample;
     return b;
 }

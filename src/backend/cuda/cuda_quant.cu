@@ -1,6 +1,7 @@
 /* Block-quantized weights on the GPU (backend.h: qgemv, qdequant): the
  * ggml layouts of include/ojas/quant.h (q8_0, q4_0, q4_1 in blocks of 32,
- * q4_k in super-blocks of 256 with eight sub-blocks of 32).
+ * q4_k in super-blocks of 256 with eight sub-blocks of 32) and fp8 (E4M3
+ * with one f32 scale a row, converted by the hardware: sm_89 and later).
  *
  * qgemv, batch-1 (to 8 rows) decode: the dequantization is the GEMV's
  * prologue. One warp per output row n, four per 128-thread block, grid
@@ -21,11 +22,12 @@
  * values, rounded once to f32 or bf16 (prefill: oj_qmatmul multiplies by
  * the bf16 matrix with the GEMM). */
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 
 /* oj_qtype's numbers (ojas/quant.h is C; the values are its ABI). */
-enum { QK_Q8_0 = 0, QK_Q4_0 = 1, QK_Q4_1 = 2, QK_Q4_K = 3 };
+enum { QK_Q8_0 = 0, QK_Q4_0 = 1, QK_Q4_1 = 2, QK_Q4_K = 3, QK_FP8 = 4 };
 
 #define QG_THREADS 128 /* 4 warps, one output row each */
 #define QG_MAX_M 8
@@ -58,6 +60,12 @@ static __device__ __forceinline__ void deq_block(const uint8_t *row, int64_t b, 
             v[j] = __fadd_rn(__fmul_rn((float)(p[4 + j] & 15), d), m);
             v[j + 16] = __fadd_rn(__fmul_rn((float)(p[4 + j] >> 4), d), m);
         }
+    } else if (T == QK_FP8) { /* the row's f32 scale, then E4M3 bytes (hardware cvt, exact) */
+        const float sc = *(const float *)row;
+        const uint8_t *q = row + 16 + b * 32;
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            v[j] = __fmul_rn(sc, __half2float(__half(__nv_cvt_fp8_to_halfraw(q[j], __NV_E4M3))));
     } else { /* q4_k: sub-block s of super-block sb */
         const uint8_t *p = row + (b / 8) * 144;
         const int s = (int)(b % 8);
@@ -131,7 +139,7 @@ static void launch_qgemv(int64_t M, float *out, const float *x, const uint8_t *w
 }
 
 static bool qtype_ok(oj_engine *eng, int qtype, const char *op) {
-    if (qtype >= QK_Q8_0 && qtype <= QK_Q4_K) return true;
+    if (qtype >= QK_Q8_0 && qtype <= QK_FP8) return true;
     oj_set_error(eng, OJ_ERR_INTERNAL, "%s: quantized type %d has no CUDA kernel", op, qtype);
     return false;
 }
@@ -159,6 +167,7 @@ oj_status oj_cuda_qgemv(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
     case QK_Q8_0: launch_qgemv<QK_Q8_0>(M, o, xp, w, N, K, rb); break;
     case QK_Q4_0: launch_qgemv<QK_Q4_0>(M, o, xp, w, N, K, rb); break;
     case QK_Q4_1: launch_qgemv<QK_Q4_1>(M, o, xp, w, N, K, rb); break;
+    case QK_FP8: launch_qgemv<QK_FP8>(M, o, xp, w, N, K, rb); break;
     default: launch_qgemv<QK_Q4_K>(M, o, xp, w, N, K, rb); break;
     }
     return oj_cuda_check(eng, "qgemv");
@@ -190,6 +199,7 @@ static void launch_qdequant(int qtype, O *out, const uint8_t *w, int64_t N, int6
     case QK_Q8_0: k_qdequant<QK_Q8_0, O><<<grid, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(out, w, N, K, rb); break;
     case QK_Q4_0: k_qdequant<QK_Q4_0, O><<<grid, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(out, w, N, K, rb); break;
     case QK_Q4_1: k_qdequant<QK_Q4_1, O><<<grid, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(out, w, N, K, rb); break;
+    case QK_FP8: k_qdequant<QK_FP8, O><<<grid, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(out, w, N, K, rb); break;
     default: k_qdequant<QK_Q4_K, O><<<grid, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(out, w, N, K, rb); break;
     }
 }
