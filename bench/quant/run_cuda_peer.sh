@@ -14,6 +14,9 @@
 #     that line's prompt and new_tokens (unless NEW is given), and one line
 #     as bench/quant/run.sh prints:
 #     ojas_tok_s, llama_cpp_tok_s, their ratio, tokens_equal, first_diff.
+#     Lines without prompt and tokens (bf16's reference line) are left out
+#     with a note; a variant on which llama_peer fails is reported and the
+#     others still run (exit 1 at the end).
 #   bench/quant/run_cuda_peer.sh --unpack DIR PART...
 #     checks and keeps in DIR the chunks of the parts that
 #     scripts/pack_llama_cuda.sh made (one part a call is enough); once DIR
@@ -201,12 +204,30 @@ case $TARGET in
   *.jsonl)
     [ -f "$TARGET" ] || die "no $TARGET"
     dir=$(dirname "$TARGET")
+    failed=0
     while read -r line; do
-      v=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["variant"])' "$line")
-      p=$(python3 -c 'import json,sys; print(",".join(map(str, json.loads(sys.argv[1])["prompt"])))' "$line")
-      NEW=${NEW_ARG:-$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["new_tokens"])' "$line")}
+      [ -n "$line" ] || continue
+      # variant, prompt ids and new_tokens, or a note why the line is left
+      # out (bf16's reference line of bench_quant_decode --cuda has no
+      # prompt and no tokens).
+      fields=$(python3 -c '
+import json, sys
+try:
+    o = json.loads(sys.argv[1])
+except ValueError:
+    sys.exit("not JSON")
+miss = [k for k in ("variant", "prompt", "tokens", "new_tokens", "tok_s") if k not in o]
+if miss:
+    sys.exit("%s has no %s" % (o.get("variant", "the line"), ", ".join(miss)))
+print(o["variant"], ",".join(map(str, o["prompt"])), o["new_tokens"])
+' "$line" 2>&1) || { echo "run_cuda_peer.sh: line left out: $fields" >&2; continue; }
+      read -r v p n <<< "$fields"
+      NEW=${NEW_ARG:-$n}
       if [ ! -f "$dir/$v.gguf" ]; then echo "run_cuda_peer.sh: no $dir/$v.gguf, $v left out" >&2; continue; fi
-      out=$(peer "$dir/$v.gguf" "$p")
+      if ! out=$(peer "$dir/$v.gguf" "$p"); then
+        echo "run_cuda_peer.sh: llama_peer failed on $dir/$v.gguf (above), $v left out" >&2
+        failed=$((failed + 1)); continue
+      fi
       python3 - "$line" "$out" <<'PY'
 import json, sys
 o, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -218,6 +239,7 @@ print(json.dumps({"variant": o["variant"], "ojas_device": o.get("device"), "llam
                   "tokens_equal": same, "of": min(len(o["tokens"]), len(p["tokens"])), "first_diff": first}))
 PY
     done < "$TARGET"
+    [ "$failed" = 0 ] || die "llama_peer failed on $failed variant(s)"
     ;;
   *) die "$TARGET is neither a .gguf file nor a .jsonl of bench_quant_decode's lines" ;;
 esac
