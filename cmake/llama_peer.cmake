@@ -9,7 +9,7 @@ if(OJAS_BENCH OR OJAS_TESTS)
   target_link_libraries(llama_peer PRIVATE ${CMAKE_DL_LIBS})
 endif()
 if(OJAS_TESTS)
-  foreach(kind PARTIAL OLD SHIFTED)
+  foreach(kind PARTIAL OLD SHIFTED CTX)
     string(TOLOWER ${kind} k)
     add_library(llama_peer_fake_${k} SHARED ${CMAKE_SOURCE_DIR}/tests/unit/llama_peer_fake.c)
     target_compile_definitions(llama_peer_fake_${k} PRIVATE FAKE_${kind})
@@ -29,4 +29,31 @@ if(OJAS_TESTS)
            COMMAND llama_peer --lib $<TARGET_FILE:llama_peer_fake_shifted> ${args})
   set_tests_properties(llama_peer_refuses_moved_layout PROPERTIES
     PASS_REGULAR_EXPRESSION "the default model n_gpu_layers/split_mode do not read back as llama.cpp 0.4.0-dev's")
+endif()
+if(OJAS_TESTS)
+  # Numeric arguments are checked whole and by name before the library is
+  # loaded (the stand-in would abort if called).
+  set(lib --lib $<TARGET_FILE:llama_peer_fake_partial> none.gguf)
+  foreach(case "new_suffix|1,2;8x;1|NEW is '8x', not an integer"
+                "new_huge|1,2;2147483647;1|NEW must be in \\[3, 1048576\\] \\(it is 2147483647\\)"
+                "threads_negative|1,2;8;-1|THREADS must be >= 1 \\(it is -1\\)"
+                "gpu_layers_word|1,2;8;1;--gpu-layers;abc|--gpu-layers is 'abc', not an integer"
+                "repeats_hex|1,2;8;1;--repeats;0x10|--repeats is '0x10', not an integer"
+                "prompt_trailing_comma|1,2,;8;1|PROMPT_IDS ends with a comma")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts -1 want)
+    list(REMOVE_AT parts 0 -1)
+    add_test(NAME llama_peer_checks_${name} COMMAND llama_peer ${lib} ${parts})
+    set_tests_properties(llama_peer_checks_${name} PROPERTIES PASS_REGULAR_EXPRESSION "${want}")
+  endforeach()
+endif()
+if(OJAS_TESTS)
+  # prompt + NEW beyond the model's training context (the stand-in's 256) is
+  # refused before a context is made; 2 + 254 is the largest accepted, which
+  # the stand-in's llama_init_from_model then aborts on.
+  add_test(NAME llama_peer_refuses_past_train_context
+           COMMAND llama_peer --lib $<TARGET_FILE:llama_peer_fake_ctx> none.gguf 1,2 255 1)
+  set_tests_properties(llama_peer_refuses_past_train_context PROPERTIES
+    PASS_REGULAR_EXPRESSION "2 prompt ids \\+ NEW 255 = 257 tokens exceed none.gguf's training context of 256")
 endif()

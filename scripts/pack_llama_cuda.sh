@@ -8,7 +8,8 @@
 # (git-ignored) beside chunks.sha256 (every chunk's hash) and libs.sha256
 # (every library's). Carry one part a call; bench/quant/run_cuda_peer.sh
 # --unpack DIR .llcuda/partk gathers the chunks in DIR and, once it has them
-# all, joins, decompresses and checks them there.
+# all, joins, decompresses and checks them there. Earlier parts in .llcuda are
+# replaced; the rest of .llcuda (bin/llama_peer of run_cuda_peer.sh) stays.
 # part1 also holds llama-src.tar.zst (3.4 MB): the llama.cpp source of the
 # same release (node-llama-cpp/llama/gitRelease.bundle, commit 80fb11ac: its
 # CMake files, ggml/, src/, include/, vendor/), for run_cuda_peer.sh
@@ -24,6 +25,7 @@ NPM=${OJAS_NPM_DIR:-third_party/npm}
 BINS=${1:-$NPM/node_modules/@node-llama-cpp/linux-x64-cuda/bins/linux-x64-cuda}
 MAX_MB=${2:-55}
 die() { echo "pack_llama_cuda.sh: $*" >&2; exit 1; }
+[[ $MAX_MB =~ ^[1-9][0-9]{0,5}$ ]] || die "MAX_MB must be a whole number of MB >= 1, not '$MAX_MB'"
 command -v zstd >/dev/null || die "needs zstd (apt-get install zstd)"
 [ -d "$BINS" ] || die "no $BINS: install node-llama-cpp@3.21.1 (cd $NPM && npm install node-llama-cpp@3.21.1), or name the folder"
 meta=$(cat "$BINS/_nlcBuildMetadata.json" 2>/dev/null) || die "$BINS has no _nlcBuildMetadata.json"
@@ -37,7 +39,10 @@ mapfile -t cpus < <(cd "$BINS" && ls libggml-cpu-*.so 2>/dev/null)
 [ ${#cpus[@]} -gt 0 ] || die "$BINS has no libggml-cpu-*.so"
 files+=("${cpus[@]}")
 
-rm -rf .llcuda
+# only what this script writes: .llcuda/bin (run_cuda_peer.sh's llama_peer)
+# and anything unpacked there stay
+rm -rf .llcuda/part[0-9]* .llcuda/libs.sha256 .llcuda/chunks.sha256 .llcuda/llcuda.tar.zst .llcuda/chunk.[0-9]* \
+  .llcuda/llcuda.tar.zst.*of*
 mkdir -p .llcuda
 (cd "$BINS" && sha256sum "${files[@]}") > .llcuda/libs.sha256
 stream=.llcuda/llcuda.tar.zst

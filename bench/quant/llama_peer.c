@@ -19,8 +19,10 @@
  *
  *   llama_peer --lib LIBLLAMA [--gpu-layers N] [--repeats R] [-v]
  *              FILE.gguf PROMPT_IDS(comma-separated) NEW THREADS
- * Exit 0 on success, 1 when the library or the model refuses, 2 on bad
- * arguments. bench/quant/run_cuda_peer.sh builds and runs it.
+ * NEW is 3 to 2^20 and prompt + NEW must fit the model's training context
+ * (llama_model_n_ctx_train). Exit 0 on success, 1 when the library or the
+ * model refuses, 2 on bad arguments (each number checked whole, by name) or
+ * a prompt + NEW beyond the training context. bench/quant/run_cuda_peer.sh builds and runs it.
  *
  * What is llama.cpp's: the declarations below are copied from llama.h and
  * ggml.h / ggml-backend.h (MIT, the ggml authors) of the llama.cpp release
@@ -40,6 +42,7 @@
  * layout assertions hold for both. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -160,6 +163,7 @@ struct llama_model *llama_model_load_from_file(const char *path_model, struct ll
 void llama_model_free(struct llama_model *model);
 const struct llama_vocab *llama_model_get_vocab(const struct llama_model *model);
 int32_t llama_vocab_n_tokens(const struct llama_vocab *vocab);
+int32_t llama_model_n_ctx_train(const struct llama_model *model);
 struct llama_context *llama_init_from_model(struct llama_model *model, struct llama_context_params params);
 void llama_free(struct llama_context *ctx);
 llama_memory_t llama_get_memory(const struct llama_context *ctx);
@@ -199,6 +203,7 @@ static struct {
     FN(llama_model_load_from_file); FN(llama_model_free); FN(llama_model_get_vocab);
     FN(llama_vocab_n_tokens); FN(llama_init_from_model); FN(llama_free); FN(llama_get_memory);
     FN(llama_memory_clear); FN(llama_batch_get_one); FN(llama_decode); FN(llama_get_logits_ith);
+    FN(llama_model_n_ctx_train);
 } L;
 #undef FN
 #define SYM(name) {#name, &L.name, sizeof L.name}
@@ -210,6 +215,7 @@ static const struct { const char *name; void *slot; size_t size; } SYMS[] = {
     SYM(llama_model_load_from_file), SYM(llama_model_free), SYM(llama_model_get_vocab),
     SYM(llama_vocab_n_tokens), SYM(llama_init_from_model), SYM(llama_free), SYM(llama_get_memory),
     SYM(llama_memory_clear), SYM(llama_batch_get_one), SYM(llama_decode), SYM(llama_get_logits_ith),
+    SYM(llama_model_n_ctx_train),
 };
 #undef SYM
 
@@ -360,6 +366,29 @@ static void put_json_str(const char *s) {
     putchar('"');
 }
 
+/* The largest NEW: bounds the context arithmetic and the token buffers
+ * before the model's own context (llama_model_n_ctx_train) is known. */
+#define MAX_NEW (1 << 20)
+
+/* s as a base-10 integer in [lo, hi] into *out: the whole string must be
+ * the number. Returns 0, or 2 after a message naming what (the argument). */
+static int parse_int(const char *what, const char *s, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno == ERANGE) {
+        fprintf(stderr, "llama_peer: %s is '%s', not an integer\n", what, s);
+        return 2;
+    }
+    if (v < lo || v > hi) {
+        if (hi == INT32_MAX) fprintf(stderr, "llama_peer: %s must be >= %ld (it is %ld)\n", what, lo, v);
+        else fprintf(stderr, "llama_peer: %s must be in [%ld, %ld] (it is %ld)\n", what, lo, hi, v);
+        return 2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 static int usage(const char *msg) {
     fprintf(stderr, "llama_peer: %s\nusage: llama_peer --lib LIBLLAMA [--gpu-layers N] [--repeats R] [-v] "
                     "FILE.gguf PROMPT_IDS NEW THREADS\n", msg);
@@ -372,17 +401,22 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--lib") == 0 && v) libpath = v, i++;
-        else if (strcmp(a, "--gpu-layers") == 0 && v) gpu_layers = atoi(v), i++;
-        else if (strcmp(a, "--repeats") == 0 && v) repeats = atoi(v), i++;
-        else if (strcmp(a, "-v") == 0) verbose = 1;
-        else if (a[0] != '-' && npos < 4) pos[npos++] = a;
+        else if (strcmp(a, "--gpu-layers") == 0 && v) {
+            if (parse_int("--gpu-layers", v, -1, INT32_MAX, &gpu_layers)) return 2;
+            i++;
+        } else if (strcmp(a, "--repeats") == 0 && v) {
+            if (parse_int("--repeats", v, 1, INT32_MAX, &repeats)) return 2;
+            i++;
+        } else if (strcmp(a, "-v") == 0) verbose = 1;
+        /* a negative number is a positional argument (refused below by name) */
+        else if ((a[0] != '-' || (a[1] >= '0' && a[1] <= '9')) && npos < 4) pos[npos++] = a;
         else return usage("unknown or incomplete argument");
     }
     if (!libpath || npos != 4) return usage("--lib and four positional arguments are needed");
     const char *file = pos[0];
-    int nnew = atoi(pos[2]), threads = atoi(pos[3]);
-    if (nnew < 3 || threads < 1 || repeats < 1 || gpu_layers < -1)
-        return usage("NEW must be >= 3, THREADS and --repeats >= 1, --gpu-layers >= -1");
+    int nnew = 0, threads = 0;
+    if (parse_int("NEW", pos[2], 3, MAX_NEW, &nnew) || parse_int("THREADS", pos[3], 1, INT32_MAX, &threads))
+        return 2;
     llama_token prompt[4096];
     int n_prompt = 0;
     for (const char *s = pos[1]; *s;) {
@@ -392,6 +426,7 @@ int main(int argc, char **argv) {
             return usage("PROMPT_IDS must be 1 to 4096 non-negative ids separated by commas");
         prompt[n_prompt++] = (llama_token)id;
         s = *end ? end + 1 : end;
+        if (*end && !*s) return usage("PROMPT_IDS ends with a comma");
     }
     if (n_prompt == 0) return usage("PROMPT_IDS is empty");
 
@@ -455,6 +490,14 @@ int main(int argc, char **argv) {
             L.llama_backend_free();
             return 1;
         }
+    }
+    int32_t n_ctx_train = L.llama_model_n_ctx_train(model);
+    if (n_ctx_train > 0 && n_prompt + nnew > n_ctx_train) {
+        fprintf(stderr, "llama_peer: %d prompt ids + NEW %d = %d tokens exceed %s's training context of %d\n",
+                n_prompt, nnew, n_prompt + nnew, file, (int)n_ctx_train);
+        L.llama_model_free(model);
+        L.llama_backend_free();
+        return 2;
     }
     struct llama_context_params cp = L.llama_context_default_params();
     cp.n_ctx = (uint32_t)(n_prompt + nnew + 8 + 255) & ~255u;

@@ -14,11 +14,18 @@
 #     that line's prompt and new_tokens (unless NEW is given), and one line
 #     as bench/quant/run.sh prints:
 #     ojas_tok_s, llama_cpp_tok_s, their ratio, tokens_equal, first_diff.
+#     Lines without prompt and tokens (bf16's reference line) are left out
+#     with a note; a variant on which llama_peer fails is reported and the
+#     others still run (exit 1 at the end).
 #   bench/quant/run_cuda_peer.sh --unpack DIR PART...
 #     checks and keeps in DIR the chunks of the parts that
-#     scripts/pack_llama_cuda.sh made (one part a call is enough); once DIR
-#     has them all, joins and decompresses them into DIR and checks every
-#     library's sha256: DIR is then the LIB_DIR.
+#     scripts/pack_llama_cuda.sh made (one part a call is enough; a part of
+#     another packing is refused before anything is copied; each chunk is
+#     copied under a temporary name, then renamed); once DIR has them all,
+#     checks every chunk's sha256 again (a bad one is named and deleted, to
+#     be brought again), joins and decompresses them into a temporary folder
+#     in DIR and moves the libraries into DIR only once every one matches
+#     libs.sha256: DIR is then the LIB_DIR.
 #   bench/quant/run_cuda_peer.sh --build-cuda SRC OUT_DIR [ARCH (90)]
 #     OUT_DIR/libggml-cuda.so compiled here for sm_ARCH from SRC
 #     (llama-src.tar.zst of part1, which --unpack keeps in DIR/src: the
@@ -33,12 +40,16 @@
 # first on the GPU, which also fills the CUDA JIT cache: the package's
 # libggml-cuda.so holds sm_90 code only as compute_90 PTX),
 # LLAMA_PEER_BIN (.llcuda/bin/llama_peer), CC (gcc).
+# Relative paths (arguments and LLAMA_PEER_BIN) are taken against the
+# caller's folder; the default LLAMA_PEER_BIN is in the repository root.
 # The libraries' own folder is found through their RUNPATH ($ORIGIN); the
 # CUDA runtime (libcudart.so.13, libcublas.so.13, libcublasLt.so.13) and
 # the driver (libcuda.so.1) are looked up through ldconfig, then in
 # /usr/local/cuda*/lib64, /usr/local/nvidia/lib64 and Python's
 # nvidia/*/lib wheels, and put on LD_LIBRARY_PATH.
 set -euo pipefail
+here=$PWD
+abs() { case $1 in /*) echo "$1" ;; *) echo "$here/$1" ;; esac; } # against the caller's folder
 cd "$(dirname "$0")/../.."
 die() { echo "run_cuda_peer.sh: $*" >&2; exit 1; }
 
@@ -82,46 +93,74 @@ if last != 0:
 
 if [ "${1:-}" = --unpack ]; then
   [ $# -ge 3 ] || die "usage: --unpack DIR PART..."
-  dir=$2; shift 2
-  mkdir -p "$dir/.chunks"
+  dir=$(abs "$2"); shift 2
+  ck=$dir/.chunks
+  mkdir -p "$ck"
+  keep() { # SRC NAME: copies SRC to $ck/NAME through a temporary name
+    cp "$1" "$ck/.$2.tmp" && mv "$ck/.$2.tmp" "$ck/$2"
+  }
   for part in "$@"; do
+    part=$(abs "$part")
     [ -f "$part/chunks.sha256" ] || die "$part has no chunks.sha256 (not a part of scripts/pack_llama_cuda.sh)"
+    [ -f "$part/libs.sha256" ] || die "$part has no libs.sha256 (not a part of scripts/pack_llama_cuda.sh)"
+    if [ -f "$ck/chunks.sha256" ]; then
+      cmp -s "$part/chunks.sha256" "$ck/chunks.sha256" ||
+        die "$part is from another packing than the chunks already in $ck (remove $ck to start over)"
+    else
+      keep "$part/libs.sha256" libs.sha256
+      keep "$part/chunks.sha256" chunks.sha256
+    fi
     for c in "$part"/llcuda.tar.zst.*of*; do
       [ -f "$c" ] || die "$part has no chunk"
-      want=$(grep " $(basename "$c")\$" "$part/chunks.sha256" | cut -d' ' -f1)
+      name=$(basename "$c")
+      want=$(grep " $name\$" "$part/chunks.sha256" | cut -d' ' -f1)
+      [ -n "$want" ] || die "$c is not listed in $part/chunks.sha256"
       [ "$(sha256sum "$c" | cut -d' ' -f1)" = "$want" ] || die "$c does not match its sha256 in chunks.sha256"
-      cp "$c" "$dir/.chunks/"
-      echo "run_cuda_peer.sh: kept $(basename "$c") in $dir/.chunks"
+      keep "$c" "$name"
+      echo "run_cuda_peer.sh: kept $name in $ck"
     done
-    if [ -f "$dir/.chunks/chunks.sha256" ] && ! cmp -s "$part/chunks.sha256" "$dir/.chunks/chunks.sha256"; then
-      die "$part is from another packing than the chunks already in $dir/.chunks"
-    fi
-    cp "$part/chunks.sha256" "$part/libs.sha256" "$dir/.chunks/"
     if [ -f "$part/llama-src.tar.zst" ]; then
-      mkdir -p "$dir/src" && cp "$part/llama-src.tar.zst" "$part/src.sha256" "$dir/src/"
+      [ -f "$part/src.sha256" ] || die "$part has llama-src.tar.zst but no src.sha256"
+      mkdir -p "$dir/src"
+      for f in llama-src.tar.zst src.sha256; do cp "$part/$f" "$dir/src/.$f.tmp" && mv "$dir/src/.$f.tmp" "$dir/src/$f"; done
       echo "run_cuda_peer.sh: kept the llama.cpp source in $dir/src (for --build-cuda)"
     fi
   done
-  n=$(wc -l < "$dir/.chunks/chunks.sha256")
+  n=$(wc -l < "$ck/chunks.sha256")
   missing=""
   have=0
   for k in $(seq 1 "$n"); do
-    if [ -f "$dir/.chunks/llcuda.tar.zst.${k}of$n" ]; then have=$((have + 1)); else missing="$missing part$k"; fi
+    if [ -f "$ck/llcuda.tar.zst.${k}of$n" ]; then have=$((have + 1)); else missing="$missing part$k"; fi
   done
   if [ -n "$missing" ]; then
-    echo "run_cuda_peer.sh: $dir/.chunks has $have of $n chunks; still to come:$missing"
+    echo "run_cuda_peer.sh: $ck has $have of $n chunks; still to come:$missing"
     exit 0
   fi
-  for k in $(seq 1 "$n"); do cat "$dir/.chunks/llcuda.tar.zst.${k}of$n"; done | unzstd | tar -C "$dir" -xf -
-  (cd "$dir" && sha256sum --quiet -c .chunks/libs.sha256) || die "the libraries unpacked in $dir do not match libs.sha256"
-  echo "run_cuda_peer.sh: unpacked $(wc -l < "$dir/.chunks/libs.sha256") files into $dir, each matching its sha256"
-  rm -rf "$dir/.chunks"
+  # every chunk again (one kept by an earlier call may have been cut short)
+  bad=""
+  for k in $(seq 1 "$n"); do
+    name=llcuda.tar.zst.${k}of$n
+    want=$(grep " $name\$" "$ck/chunks.sha256" | cut -d' ' -f1)
+    if [ "$(sha256sum "$ck/$name" | cut -d' ' -f1)" != "$want" ]; then rm -f "$ck/$name"; bad="$bad $name (part$k)"; fi
+  done
+  [ -z "$bad" ] || die "$ck:$bad did not match chunks.sha256 and was deleted: --unpack its part again"
+  tmp=$(mktemp -d "$dir/.unpack.XXXXXX")
+  if ! for k in $(seq 1 "$n"); do cat "$ck/llcuda.tar.zst.${k}of$n"; done | unzstd | tar -C "$tmp" -xf -; then
+    rm -rf "$tmp"; die "the chunks in $ck match chunks.sha256 but do not decompress and unpack (messages above)"
+  fi
+  if ! (cd "$tmp" && sha256sum --quiet -c "$ck/libs.sha256"); then
+    rm -rf "$tmp"; die "the libraries unpacked from $ck do not match libs.sha256; nothing was put in $dir"
+  fi
+  while read -r _ f; do mv -f "$tmp/$f" "$dir/$f"; done < "$ck/libs.sha256"
+  rm -rf "$tmp"
+  echo "run_cuda_peer.sh: unpacked $(wc -l < "$ck/libs.sha256") files into $dir, each matching its sha256"
+  rm -rf "$ck"
   exit 0
 fi
 
 if [ "${1:-}" = --build-cuda ]; then
   [ $# -ge 3 ] || die "usage: --build-cuda SRC OUT_DIR [ARCH]"
-  src=$2; out=$3; arch=${4:-90}
+  src=$(abs "$2"); out=$(abs "$3"); arch=${4:-90}
   if [ -f "$(dirname "$src")/src.sha256" ]; then
     (cd "$(dirname "$src")" && sha256sum --quiet -c src.sha256) || die "$src does not match src.sha256"
   fi
@@ -151,13 +190,13 @@ if [ "${1:-}" = --build-cuda ]; then
 fi
 
 [ $# -ge 2 ] || die "usage: LIB_DIR FILE.gguf|OJAS.jsonl [NEW] [THREADS], --unpack DIR PART..., or --build-cuda SRC OUT_DIR [ARCH]"
-LIB_DIR=$(cd "$1" && pwd); TARGET=$2; NEW_ARG=${3:-}; NEW=${3:-64}; THREADS=${4:-2}
+LIB_DIR=$(cd "$(abs "$1")" && pwd); TARGET=$(abs "$2"); NEW_ARG=${3:-}; NEW=${3:-64}; THREADS=${4:-2}
 libs=("$LIB_DIR"/libllama.v*.so "$LIB_DIR"/libllama.cuda.v*.so)
 lib=""; for l in "${libs[@]}"; do [ -f "$l" ] && lib=$l; done
 [ -n "$lib" ] || die "$LIB_DIR has no libllama.v*.so or libllama.cuda.v*.so"
 if [ -f "$LIB_DIR/libggml-cuda.so" ]; then GPU_LAYERS=${GPU_LAYERS:--1}; else GPU_LAYERS=${GPU_LAYERS:-0}; fi
 REPEATS=${REPEATS:-5}; WARMUP=${WARMUP:-1}
-BIN=${LLAMA_PEER_BIN:-.llcuda/bin/llama_peer}
+BIN=${LLAMA_PEER_BIN:+$(abs "$LLAMA_PEER_BIN")}; BIN=${BIN:-.llcuda/bin/llama_peer}
 if [ ! -x "$BIN" ] || [ bench/quant/llama_peer.c -nt "$BIN" ]; then
   mkdir -p "$(dirname "$BIN")"
   ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -o "$BIN" bench/quant/llama_peer.c -ldl
@@ -201,12 +240,30 @@ case $TARGET in
   *.jsonl)
     [ -f "$TARGET" ] || die "no $TARGET"
     dir=$(dirname "$TARGET")
+    failed=0
     while read -r line; do
-      v=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["variant"])' "$line")
-      p=$(python3 -c 'import json,sys; print(",".join(map(str, json.loads(sys.argv[1])["prompt"])))' "$line")
-      NEW=${NEW_ARG:-$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["new_tokens"])' "$line")}
+      [ -n "$line" ] || continue
+      # variant, prompt ids and new_tokens, or a note why the line is left
+      # out (bf16's reference line of bench_quant_decode --cuda has no
+      # prompt and no tokens).
+      fields=$(python3 -c '
+import json, sys
+try:
+    o = json.loads(sys.argv[1])
+except ValueError:
+    sys.exit("not JSON")
+miss = [k for k in ("variant", "prompt", "tokens", "new_tokens", "tok_s") if k not in o]
+if miss:
+    sys.exit("%s has no %s" % (o.get("variant", "the line"), ", ".join(miss)))
+print(o["variant"], ",".join(map(str, o["prompt"])), o["new_tokens"])
+' "$line" 2>&1) || { echo "run_cuda_peer.sh: line left out: $fields" >&2; continue; }
+      read -r v p n <<< "$fields"
+      NEW=${NEW_ARG:-$n}
       if [ ! -f "$dir/$v.gguf" ]; then echo "run_cuda_peer.sh: no $dir/$v.gguf, $v left out" >&2; continue; fi
-      out=$(peer "$dir/$v.gguf" "$p")
+      if ! out=$(peer "$dir/$v.gguf" "$p"); then
+        echo "run_cuda_peer.sh: llama_peer failed on $dir/$v.gguf (above), $v left out" >&2
+        failed=$((failed + 1)); continue
+      fi
       python3 - "$line" "$out" <<'PY'
 import json, sys
 o, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -218,6 +275,7 @@ print(json.dumps({"variant": o["variant"], "ojas_device": o.get("device"), "llam
                   "tokens_equal": same, "of": min(len(o["tokens"]), len(p["tokens"])), "first_diff": first}))
 PY
     done < "$TARGET"
+    [ "$failed" = 0 ] || die "llama_peer failed on $failed variant(s)"
     ;;
   *) die "$TARGET is neither a .gguf file nor a .jsonl of bench_quant_decode's lines" ;;
 esac
