@@ -29,6 +29,7 @@
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
 #include "ops/nn_decode.h"
+#include "ops/nn_decode_quant.h"
 
 /* The switch `name`: "0" off, another value on, unset (or empty) dflt
  * (read at each call: tests flip them; a captured step keeps what it
@@ -127,12 +128,25 @@ bool oj__gpt_fast_head_fused(const oj_gpt *m) {
            oj_tensor_dtype(m->ln_f_b) == oj_tensor_dtype(m->wte);
 }
 
+/* A layer's fused products over its weights, or over their quantized
+ * copies (m->quantized: the dequantization inside the product,
+ * ops/nn_decode_quant.h); the same launches either way. */
+static oj_tensor *norm_linear(const oj_gpt *m, oj_tensor *x, oj_tensor *nw, oj_tensor *nb,
+                              oj_tensor *w, const oj_qtensor *qw, oj_tensor *b, int act,
+                              oj_tensor *kv, oj_tensor *slot) {
+    const double eps = m->cfg.norm_eps;
+    return m->quantized ? oj__decode_qnorm_linear(x, nw, nb, eps, qw, b, act, kv, slot)
+                        : oj__decode_norm_linear(x, nw, nb, eps, w, b, act, kv, slot);
+}
+
+static bool linear_residual(const oj_gpt *m, oj_tensor *x, oj_tensor *y, oj_tensor *w,
+                            const oj_qtensor *qw, oj_tensor *b) {
+    return (m->quantized ? oj__decode_qlinear_residual_(x, y, qw, b)
+                         : oj__decode_linear_residual_(x, y, w, b)) == OJ_OK;
+}
+
 oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
                              const oj_gpt_dev_pos *dp, const oj_gpt_fast_end *end, bool *ended) {
-    if (m->quantized) { /* gpt_decode_quant.c: logits only, the caller ends the step */
-        *ended = false;
-        return oj__gpt2_run_qfast(m, c, idx, dp);
-    }
     oj_engine *eng = m->eng;
     const double eps = m->cfg.norm_eps;
     bool prev = oj_set_grad_enabled(eng, false);
@@ -144,22 +158,24 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
     bool ok = x != NULL;
     for (int l = 0; ok && l < (int)m->cfg.n_layer; l++) {
         oj_gpt_block *b = &m->blocks[l];
-        oj_tensor *qkv = oj__decode_norm_linear(x, b->ln_1_w, b->ln_1_b, eps, b->c_attn_w,
-                                                b->c_attn_b, OJ__DECODE_ACT_NONE, c->kv[l],
-                                                dp->slot);
+        oj_tensor *qkv = norm_linear(m, x, b->ln_1_w, b->ln_1_b, b->c_attn_w, b->qc_attn,
+                                     b->c_attn_b, OJ__DECODE_ACT_NONE, c->kv[l], dp->slot);
         oj_tensor *y = qkv ? attend_fast(m, c, l, qkv) : NULL;
-        ok = y && oj__decode_linear_residual_(x, y, b->attn_proj_w, b->attn_proj_b) == OJ_OK;
-        oj_tensor *h = ok ? oj__decode_norm_linear(x, b->ln_2_w, b->ln_2_b, eps, b->c_fc_w,
-                                                   b->c_fc_b, OJ__DECODE_ACT_GELU, NULL, NULL)
+        ok = y && linear_residual(m, x, y, b->attn_proj_w, b->qattn_proj, b->attn_proj_b);
+        oj_tensor *h = ok ? norm_linear(m, x, b->ln_2_w, b->ln_2_b, b->c_fc_w, b->qc_fc,
+                                        b->c_fc_b, OJ__DECODE_ACT_GELU, NULL, NULL)
                           : NULL;
-        ok = h && oj__decode_linear_residual_(x, h, b->mlp_proj_w, b->mlp_proj_b) == OJ_OK;
+        ok = h && linear_residual(m, x, h, b->mlp_proj_w, b->qmlp_proj, b->mlp_proj_b);
         oj_release(qkv);
         oj_release(y);
         oj_release(h);
     }
     oj_tensor *logits = NULL; /* [1, 1, V] */
     *ended = false;
-    if (ok && oj__gpt_fast_head_fused(m)) { /* one kernel; with the argmax or the draw, pos + 1 */
+    if (ok && m->quantized) { /* the final norm and the quantized head in one kernel */
+        logits = oj__decode_qnorm_linear(x, m->ln_f_w, m->ln_f_b, eps, m->qhead, NULL,
+                                         OJ__DECODE_ACT_NONE, NULL, NULL);
+    } else if (ok && oj__gpt_fast_head_fused(m)) { /* one kernel; with the argmax or the draw, pos + 1 */
         if (end && end->smp)
             logits = oj__decode_norm_head_sample(x, m->ln_f_w, m->ln_f_b, eps, m->head, end->tok,
                                                  end->pos, end->step, end->hist, end->smp);
@@ -177,8 +193,4 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
     c->dev = NULL;
     oj_set_grad_enabled(eng, prev);
     return logits;
-}
-
-oj_tensor *oj__gpt_attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) {
-    return attend_fast(m, c, l, qkv);
 }

@@ -1,6 +1,6 @@
-/* The gpt2 decode step with block-quantized weights in the fast step's
- * launches (gpt_decode_quant.h): the bf16 step of gpt_decode_fast.c with
- * each projection reading its quantized copy (ops/nn_decode_quant.h). */
+/* Whether the gpt2 fast decode step can run over block-quantized weights
+ * (gpt_decode_quant.h); the step itself is gpt_decode_fast.c's, each
+ * projection reading its quantized copy (ops/nn_decode_quant.h). */
 #include "models/gpt_decode_quant.h"
 
 #include "core/internal.h"
@@ -42,41 +42,4 @@ bool oj__gpt_qfast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
         if (oj_tensor_dtype(c->kv[l]) != dt || !oj_is_contiguous(c->kv[l])) return false;
     }
     return true;
-}
-
-oj_tensor *oj__gpt2_run_qfast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
-                              const oj_gpt_dev_pos *dp) {
-    oj_engine *eng = m->eng;
-    const double eps = m->cfg.norm_eps;
-    bool prev = oj_set_grad_enabled(eng, false);
-    c->dev = dp;
-    oj_scope_begin(eng);
-    /* the residual stream x = wte[idx] + wpe[pos] [1, 1, C], updated in
-     * place; dp->mask written in the same kernel */
-    oj_tensor *x = oj__decode_embed_mask(m->wte, m->wpe, idx, dp->pos, dp->mask);
-    bool ok = x != NULL;
-    for (int l = 0; ok && l < (int)m->cfg.n_layer; l++) {
-        oj_gpt_block *b = &m->blocks[l];
-        oj_tensor *qkv = oj__decode_qnorm_linear(x, b->ln_1_w, b->ln_1_b, eps, b->qc_attn,
-                                                 b->c_attn_b, OJ__DECODE_ACT_NONE, c->kv[l],
-                                                 dp->slot);
-        oj_tensor *y = qkv ? oj__gpt_attend_fast(m, c, l, qkv) : NULL;
-        ok = y && oj__decode_qlinear_residual_(x, y, b->qattn_proj, b->attn_proj_b) == OJ_OK;
-        oj_tensor *h = ok ? oj__decode_qnorm_linear(x, b->ln_2_w, b->ln_2_b, eps, b->qc_fc,
-                                                    b->c_fc_b, OJ__DECODE_ACT_GELU, NULL, NULL)
-                          : NULL;
-        ok = h && oj__decode_qlinear_residual_(x, h, b->qmlp_proj, b->mlp_proj_b) == OJ_OK;
-        oj_release(qkv);
-        oj_release(y);
-        oj_release(h);
-    }
-    /* the final norm and the quantized head in one kernel: [1, 1, V] */
-    oj_tensor *logits = ok ? oj__decode_qnorm_linear(x, m->ln_f_w, m->ln_f_b, eps, m->qhead, NULL,
-                                                     OJ__DECODE_ACT_NONE, NULL, NULL)
-                           : NULL;
-    if (logits) oj_keep(logits);
-    oj_scope_end(eng);
-    c->dev = NULL;
-    oj_set_grad_enabled(eng, prev);
-    return logits;
 }

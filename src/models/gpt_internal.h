@@ -275,9 +275,9 @@ bool oj__gpt_decoder_keeps_in_step(const oj_gpt_decoder *d);
  * the logits (end->smp NULL) or the device draw of end->smp (no penalty;
  * end->step as oj__decode_sample_keep_ writes it), end->pos += 1 and
  * end->hist[pos] = tok (end->hist not NULL); *ended says whether it did
- * (else the caller does). A quantized model (m->quantized) is
- * handed to the quantized step of gpt_decode_quant.h by both (its
- * logits only: *ended false). */
+ * (else the caller does). A quantized model (m->quantized) runs the same
+ * launches over its quantized copies and ends with its logits (*ended
+ * false). */
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
 /* Whether the fast step's logits are the generic step's bit for bit
  * (given oj__gpt_fast_decode_ok): a CUDA engine, its one-row matmul on

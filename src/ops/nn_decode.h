@@ -36,6 +36,17 @@ oj_status oj__decode_linear_residual_(oj_tensor *x, oj_tensor *y, oj_tensor *w, 
  * 8192. No error recorded. */
 bool oj__decode_weight_ok(const oj_tensor *w);
 
+/* Shared checks of the fused decode ops (nn_decode.c, nn_decode_quant.c),
+ * each recording the error naming op: t has n elements, is contiguous and
+ * has dtype dt (else "... is X, <of> Y", of naming what dt is from); act
+ * is an OJ__DECODE_ACT_*, eps >= 0, kv and slot given together, kv a
+ * contiguous cache [2, 1, H, S, D] of dtype dt with 3 H D == N and slot
+ * i64 [1]. */
+bool oj__decode_vec_ok(oj_engine *eng, const char *op, const char *arg, const oj_tensor *t,
+                       int64_t n, oj_dtype dt, const char *of);
+bool oj__decode_proj_args_ok(oj_engine *eng, const char *op, int act, double eps,
+                             const oj_tensor *kv, const oj_tensor *slot, int64_t N, oj_dtype dt);
+
 /* tok = argmax(logits) (the lowest index on ties; a NaN above every
  * number, the first one), pos += 1, in one kernel: the end of a greedy
  * decode step. tok, pos: i64 with one element each; logits contiguous

@@ -17,22 +17,9 @@ bool oj__decode_qweight_ok(const oj_qtensor *w) {
            w->rows > 0 && w->rows <= INT32_MAX && w->blocks->offset % 16 == 0;
 }
 
-/* t: numel n, contiguous, dtype dt; else the error naming op and arg. */
 static bool vec_ok(oj_engine *eng, const char *op, const char *arg, const oj_tensor *t, int64_t n,
                    oj_dtype dt) {
-    if (oj_numel(t) != n || !oj_is_contiguous(t)) {
-        char b[96];
-        oj_set_error(eng, OJ_ERR_SHAPE, "%s: %s must be contiguous with %lld elements, got %s%s",
-                     op, arg, (long long)n, oj_shape_str(t, b, sizeof b),
-                     oj_is_contiguous(t) ? "" : " (strided)");
-        return false;
-    }
-    if (t->dtype != dt) {
-        oj_set_error(eng, OJ_ERR_DTYPE, "%s: %s is %s, the row %s", op, arg,
-                     oj_dtype_name(t->dtype), oj_dtype_name(dt));
-        return false;
-    }
-    return true;
+    return oj__decode_vec_ok(eng, op, arg, t, n, dt, "the row");
 }
 
 /* w suits the entry on eng (x's engine), else the error naming op. */
@@ -90,36 +77,7 @@ oj_tensor *oj__decode_qnorm_linear(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, d
     if (!vec_ok(eng, op, "x", x, K, dt) || (nw && !vec_ok(eng, op, "the norm's weight", nw, K, dt)) ||
         (nb && !vec_ok(eng, op, "the norm's bias", nb, K, dt)) || (b && !vec_ok(eng, op, "b", b, N, dt)))
         return NULL;
-    if (act != OJ__DECODE_ACT_NONE && act != OJ__DECODE_ACT_GELU) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: unknown activation %d", op, act);
-        return NULL;
-    }
-    if (!(eps >= 0.0)) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: eps must be >= 0, got %g", op, eps);
-        return NULL;
-    }
-    if ((kv == NULL) != (slot == NULL)) {
-        oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: kv and slot go together (one is NULL)", op);
-        return NULL;
-    }
-    if (kv) {
-        char bs[96];
-        bool shape = kv->rank == 5 && kv->shape[0] == 2 && kv->shape[1] == 1 &&
-                     3 * kv->shape[2] * kv->shape[4] == N && oj_is_contiguous(kv);
-        if (!shape) {
-            oj_set_error(eng, OJ_ERR_SHAPE,
-                         "%s: kv must be a contiguous cache [2, 1, H, S, D] with 3 H D = %lld, got %s",
-                         op, (long long)N, oj_shape_str(kv, bs, sizeof bs));
-            return NULL;
-        }
-        if (kv->dtype != dt || slot->dtype != OJ_I64 || oj_numel(slot) != 1) {
-            oj_set_error(eng, OJ_ERR_DTYPE,
-                         "%s: kv must be %s (got %s) and slot i64 [1] (got %s, %lld elements)", op,
-                         oj_dtype_name(dt), oj_dtype_name(kv->dtype), oj_dtype_name(slot->dtype),
-                         (long long)oj_numel(slot));
-            return NULL;
-        }
-    }
+    if (!oj__decode_proj_args_ok(eng, op, act, eps, kv, slot, N, dt)) return NULL;
     int64_t shape[3] = {1, 1, N};
     oj_tensor *out = oj__tensor_alloc(eng, 3, shape, dt, op);
     if (out && !oj__kernel_ok(eng,
