@@ -690,9 +690,11 @@ static void stream_events(gen *g) {
                 memcpy(g->snap.top_ids, c->top_ids + f * K, (size_t)(nt * K) * sizeof *c->top_ids);
                 memcpy(g->snap.top_lps, c->top_lps + f * K, (size_t)(nt * K) * sizeof *c->top_lps);
             }
-            if (upto > c->sent) sb_add(&g->snap_text, c->text.p + c->sent, upto - c->sent);
+            if (upto > c->sent) {
+                sb_add(&g->snap_text, c->text.p + c->sent, upto - c->sent);
+                c->sent = upto;
+            }
             c->toks_sent = c->len;
-            c->sent = upto;
         }
         ended = ended && c->done;
         fins[i] = c->fin;

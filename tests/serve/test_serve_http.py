@@ -523,6 +523,7 @@ def drive(a, work, srv):
         fast.p.send_signal(signal.SIGTERM)
         check(fast.p.wait(60) == 0, "the second server did not exit 0")
     slow_client(a, work)
+    stream_stop_logprobs(a, work)
     print("serve_http: ok (%d soak requests, %.1f s)" % (a.soak, time.time() - t0))
     return 0
 
@@ -583,6 +584,60 @@ def slow_client(a, work):
     finally:
         srv.p.send_signal(signal.SIGTERM)
         check(srv.p.wait(60) == 0, "the slow-client server did not exit 0")
+
+
+def stream_stop_logprobs(a, work):
+    """Streamed text with logprobs equals the non-streamed text for stop strings that span
+    tokens, on a busy server. A stop string cuts the text back when its last token arrives,
+    before the finish event; a handler that woke in between must not send bytes twice."""
+    srv = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                "2", "--max-batch", "8", "--kv-bytes", "4M", "--max-queue", "256"])
+    stop_load = threading.Event()
+    errs = []
+
+    def load():
+        rnd = random.Random(2)
+        while not stop_load.is_set():
+            body = {"prompt": "the king " * rnd.randint(1, 4), "max_tokens": rnd.randint(1, 40),
+                    "temperature": 0, "n": rnd.randint(1, 3), "stop": ["T", "ead", "zz"]}
+            if rnd.random() < 0.5:
+                body["logprobs"] = rnd.randint(0, 3)
+            try:
+                if rnd.random() < 0.5:
+                    stream(srv, "/v1/completions", body)
+                else:
+                    request(srv, "POST", "/v1/completions", body)
+            except Exception as e:  # reported below
+                errs.append(repr(e))
+
+    try:
+        base = {"prompt": "the king", "max_tokens": 60, "temperature": 0}
+        code, r = request(srv, "POST", "/v1/completions", base)
+        check(code == 200, "stop probe %s %s" % (code, r))
+        text = r["choices"][0]["text"]
+        stops = sorted({text[k:k + w] for k in range(4, len(text) - 3, 5) for w in (2, 3)})
+        ts = [threading.Thread(target=load) for _ in range(3)]
+        [t.start() for t in ts]
+        bad = []
+        for rep in range(4):
+            for st in stops:
+                body = dict(base, stop=[st], logprobs=1)
+                code, r = request(srv, "POST", "/v1/completions", body)
+                check(code == 200, "stop %r: %s %s" % (st, code, r))
+                want = r["choices"][0]["text"]
+                ev, done = stream(srv, "/v1/completions", body)
+                got = streamed_text(ev)[0]
+                if not done or got != want:
+                    bad.append((st, got[-12:], want[-12:]))
+        stop_load.set()
+        [t.join() for t in ts]
+        check(not errs, errs)
+        check(not bad, "streamed with logprobs != non-streamed for %d of %d: %r" %
+              (len(bad), 4 * len(stops), bad[:3]))
+    finally:
+        stop_load.set()
+        srv.p.send_signal(signal.SIGTERM)
+        check(srv.p.wait(60) == 0, "the stop-string server did not exit 0")
 
 
 if __name__ == "__main__":
