@@ -310,12 +310,16 @@ int cmd_serve(int argc, char **argv) {
             ok = cli_parse_i64("serve: --max-step-tokens", v, 1, 1 << 24, &sc.max_step_tokens);
             step_tokens_set = true;
             break;
-        case OPT_QUEUE: ok = cli_parse_i64("serve: --max-queue", v, 0, 1 << 20, &sc.max_queue); break;
+        case OPT_QUEUE: ok = cli_parse_i64("serve: --max-queue", v, 1, 1 << 20, &sc.max_queue); break;
         case OPT_BODY: ok = cli_parse_bytes("serve: --max-body", v, &sv.max_body); break;
         case OPT_CONNS: ok = cli_parse_i64("serve: --max-connections", v, 1, 65536, &conns); break;
         case OPT_TIMEOUT:
-            ok = cli_parse_double("serve: --timeout", v, &sv.timeout_s) && sv.timeout_s > 0;
-            if (!ok) cli_error(CLI_USAGE, "serve: --timeout must be > 0 seconds");
+            /* bounded: it is also the connection timeout's base, an unsigned */
+            ok = cli_parse_double("serve: --timeout", v, &sv.timeout_s);
+            if (ok && !(sv.timeout_s > 0 && sv.timeout_s <= 1e6)) {
+                ok = false;
+                cli_error(CLI_USAGE, "serve: --timeout must be in (0, 1e6] seconds, got '%s'", v);
+            }
             break;
         case OPT_GRACE:
             ok = cli_parse_double("serve: --shutdown-grace", v, &grace) && grace >= 0;
@@ -329,6 +333,9 @@ int cmd_serve(int argc, char **argv) {
     if (model == NULL)
         return cli_error(CLI_USAGE, "serve: --model DIR|CHECKPOINT (or --weights FILE --model "
                                     "PRESET) is required");
+    if (name != NULL && name[0] == '\0')
+        return cli_error(CLI_USAGE, "serve: --model-name must not be empty");
+    sv.max_queue = sc.max_queue;
     oj_engine_config ec = oj_engine_config_default();
     if (!oj_device_parse(device, &ec.device))
         return cli_error(CLI_USAGE, "serve: --device must be cpu, cuda or cuda:N, got '%s'", device);

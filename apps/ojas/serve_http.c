@@ -850,6 +850,15 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
         gen_unref(g);
         return send_error(mc, cn, 400, "%s", err);
     }
+    /* the scheduler queues a request choice by choice: more choices than
+     * the queue holds could never be admitted (429 is for a queue full of
+     * other requests, worth a retry) */
+    if (g->req.n > sv->max_queue) {
+        const long long n = (long long)g->req.n;
+        gen_unref(g);
+        return send_error(mc, cn, 400, "'n' is %lld; this server queues at most %lld choices "
+                          "(--max-queue)", n, (long long)sv->max_queue);
+    }
     oj_tokens ids = {0};
     int code = prompt_ids(sv, &g->req, &ids, err, sizeof err);
     g->prompt = ids.ids; /* g owns the ids from here */

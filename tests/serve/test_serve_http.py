@@ -209,6 +209,10 @@ def run(a, work):
             (["--model", "hf", "--vocab", "tokd", "--kv-bytes", "1K"], 1, "holds no KV block"),
             (["--model", "hf", "--vocab", "tokd", "--max-batch", "8", "--max-step-tokens", "4"], 2,
              "--max-step-tokens"),
+            (["--model", "hf", "--vocab", "tokd", "--max-queue", "0"], 2, "--max-queue"),
+            (["--model", "hf", "--vocab", "tokd", "--timeout", "inf"], 2, "--timeout"),
+            (["--model", "hf", "--vocab", "tokd", "--timeout", "1e12"], 2, "--timeout"),
+            (["--model", "hf", "--vocab", "tokd", "--model-name", ""], 2, "--model-name"),
             (["--model", "nowhere"], 1, "does not exist")]:
         r = subprocess.run([ojas, "serve"] + args, cwd=work, capture_output=True, text=True)
         check(r.returncode == rc_want and needle in r.stderr and r.stderr.count("\n") == 1,
@@ -524,6 +528,7 @@ def drive(a, work, srv):
         check(fast.p.wait(60) == 0, "the second server did not exit 0")
     slow_client(a, work)
     stream_stop_logprobs(a, work)
+    queue_limit(a, work)
     print("serve_http: ok (%d soak requests, %.1f s)" % (a.soak, time.time() - t0))
     return 0
 
@@ -638,6 +643,23 @@ def stream_stop_logprobs(a, work):
         stop_load.set()
         srv.p.send_signal(signal.SIGTERM)
         check(srv.p.wait(60) == 0, "the stop-string server did not exit 0")
+
+
+def queue_limit(a, work):
+    """More choices (n) than --max-queue could never be queued: 400 naming both numbers at
+    once on an idle server, not a 429 a client would retry forever."""
+    srv = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                "1", "--max-batch", "2", "--max-queue", "4"])
+    try:
+        body = {"prompt": "a", "max_tokens": 2, "n": 5}
+        code, r = request(srv, "POST", "/v1/completions", body)
+        check(code == 400 and "'n' is 5" in r["error"]["message"] and
+              "at most 4" in r["error"]["message"], "n > --max-queue: %s %s" % (code, r))
+        code, r = request(srv, "POST", "/v1/completions", dict(body, n=4))
+        check(code == 200 and len(r["choices"]) == 4, "n == --max-queue: %s %s" % (code, r))
+    finally:
+        srv.p.send_signal(signal.SIGTERM)
+        check(srv.p.wait(60) == 0, "the queue-limit server did not exit 0")
 
 
 if __name__ == "__main__":
