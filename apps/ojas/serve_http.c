@@ -465,11 +465,17 @@ bool serve_pieces_init(server *sv) {
     return sv->piece_blob != NULL;
 }
 
-/* Whether the client has closed its side. */
-static bool client_gone(int fd) {
+/* Whether the client is gone: its connection reset or closed both ways
+ * (POLLHUP, POLLERR), or, with rdhup, its sending side closed (POLLRDHUP).
+ * A stream passes rdhup false: a client may half-close once its request is
+ * sent and still read the answer, and a stream's writes (a keep-alive
+ * comment every second at least) find a closed socket. A non-streamed
+ * request, with nothing to write until its end, takes the FIN as the
+ * client leaving (so an abandoned request stops using the batch). */
+static bool client_gone(int fd, bool rdhup) {
     if (fd < 0) return false;
-    struct pollfd p = {fd, POLLRDHUP, 0};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    struct pollfd p = {fd, rdhup ? POLLRDHUP : 0, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & ((rdhup ? POLLRDHUP : 0) | POLLHUP | POLLERR));
 }
 
 /* ------------------------------------------------------------ responses */
@@ -744,7 +750,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             g->sse_bytes += (int64_t)g->out.n;
         }
         if (g->out.n > 0) break;
-        const bool gone = client_gone(g->fd);
+        const bool gone = client_gone(g->fd, false);
         if (gone || stopping(sv)) {
             if (gone) {
                 pthread_mutex_lock(&sv->mu);
@@ -924,7 +930,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     bool gone = false;
     pthread_mutex_lock(&g->mu);
     while (!all_done(g)) { /* the events signal the ends (nothing to send before) */
-        if (client_gone(g->fd)) {
+        if (client_gone(g->fd, true)) {
             gone = true;
             break;
         }

@@ -529,6 +529,7 @@ def drive(a, work, srv):
     slow_client(a, work)
     stream_stop_logprobs(a, work)
     queue_limit(a, work)
+    half_close(a, work)
     print("serve_http: ok (%d soak requests, %.1f s)" % (a.soak, time.time() - t0))
     return 0
 
@@ -660,6 +661,33 @@ def queue_limit(a, work):
     finally:
         srv.p.send_signal(signal.SIGTERM)
         check(srv.p.wait(60) == 0, "the queue-limit server did not exit 0")
+
+
+def half_close(a, work):
+    """A streaming client that half-closes its socket once its request is sent (nc -N, some
+    HTTP/1.0 clients) still gets the whole stream, up to [DONE]."""
+    srv = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                "1", "--max-batch", "2"])
+    try:
+        body = json.dumps({"prompt": "the king", "max_tokens": 200, "temperature": 0,
+                           "n": 2, "stream": True}).encode()
+        s = socket.create_connection((srv.host, int(srv.port)), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                  + body)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+        s.close()
+        check(got.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in got,
+              "half-closed stream: %r" % got[-200:])
+    finally:
+        srv.p.send_signal(signal.SIGTERM)
+        check(srv.p.wait(60) == 0, "the half-close server did not exit 0")
 
 
 if __name__ == "__main__":
