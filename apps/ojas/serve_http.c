@@ -846,6 +846,9 @@ static gen *gen_new(server *sv, int ep) {
 }
 
 static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, conn *cn) {
+    /* the whole request is read: the connection may now wait on the
+     * generation (serve_on_completed sets the idle timeout back) */
+    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, sv->busy_timeout);
     gen *g = gen_new(sv, cn->ep);
     if (g == NULL) return send_error(mc, cn, 500, "out of memory");
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -1111,11 +1114,12 @@ enum MHD_Result serve_on_request(void *cls, struct MHD_Connection *mc, const cha
 
 void serve_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)mc;
     (void)toe;
     server *sv = cls;
     conn *cn = *con_cls;
     if (cn == NULL) return;
+    if (cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT)
+        MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, sv->idle_timeout);
     int c = 0;
     while (c < N_CODES && k_codes[c] != cn->code) c++;
     pthread_mutex_lock(&sv->mu);

@@ -530,6 +530,7 @@ def drive(a, work, srv):
     stream_stop_logprobs(a, work)
     queue_limit(a, work)
     half_close(a, work)
+    idle_timeout(a, work)
     print("serve_http: ok (%d soak requests, %.1f s)" % (a.soak, time.time() - t0))
     return 0
 
@@ -657,7 +658,7 @@ def queue_limit(a, work):
         check(code == 400 and "'n' is 5" in r["error"]["message"] and
               "at most 4" in r["error"]["message"], "n > --max-queue: %s %s" % (code, r))
         code, r = request(srv, "POST", "/v1/completions", dict(body, n=4))
-        check(code == 200 and len(r["choices"]) == 4, "n == --max-queue: %s %s" % (code, r))
+        check(code == 200 and len(r["choices"]) == 16, "n == --max-queue: %s %s" % (code, r))
     finally:
         srv.p.send_signal(signal.SIGTERM)
         check(srv.p.wait(60) == 0, "the queue-limit server did not exit 0")
@@ -688,6 +689,44 @@ def half_close(a, work):
     finally:
         srv.p.send_signal(signal.SIGTERM)
         check(srv.p.wait(60) == 0, "the half-close server did not exit 0")
+
+
+def idle_timeout(a, work):
+    """Connections that send half a request and then idle (slowloris) are closed after
+    --idle-timeout, so they cannot hold every connection slot for --timeout: with all
+    --max-connections slots taken by them, a new request is answered once they time out.
+    A generation that takes longer than --idle-timeout still gets its answer, streamed or
+    not (its connection waits under the --timeout)."""
+    hf2k = os.path.join(work, "hf2k")
+    if not os.path.isdir(hf2k):
+        write_gpt2_dir(hf2k, positions=2048)
+    srv = Server(a.ojas, work, ["--model", "hf2k", "--vocab", "tokd", "--port", "0", "--threads",
+                                "1", "--max-batch", "4", "--kv-bytes", "64M", "--max-connections",
+                                "4", "--idle-timeout", "1", "--shutdown-grace", "0"])
+    try:
+        idle = []
+        for _ in range(4):
+            s = socket.create_connection((srv.host, int(srv.port)), timeout=30)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            idle.append(s)
+        time.sleep(0.2)
+        t = time.time()
+        code, h = request(srv, "GET", "/health", timeout=20)
+        check(code == 200 and time.time() - t < 15, "health beside idle sockets: %s after %.1f s"
+              % (code, time.time() - t))
+        [s.close() for s in idle]
+        body = {"prompt": [5, 6, 7], "max_tokens": 2000, "n": 16, "temperature": 0, "logprobs": 5}
+        t = time.time()
+        code, r = request(srv, "POST", "/v1/completions", body)
+        dt = time.time() - t
+        check(code == 200 and len(r["choices"]) == 16, "long request: %s %s" % (code, r))
+        ev, done = stream(srv, "/v1/completions", body)
+        check(done and len(streamed_text(ev)) == 16, "long stream ended early")
+        print("idle timeout: a %.1f s request (%d tokens) answered beside a 1 s idle timeout" %
+              (dt, r["usage"]["completion_tokens"]))
+    finally:
+        srv.p.send_signal(signal.SIGTERM)
+        check(srv.p.wait(60) == 0, "the idle-timeout server did not exit 0")
 
 
 if __name__ == "__main__":
