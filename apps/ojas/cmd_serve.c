@@ -123,11 +123,12 @@ static void print_profile(server *sv) {
     const double n = p.steps > 0 ? (double)p.steps : 1.0;
     fprintf(stderr,
             "ojas: serve profile: %lld steps (%lld decode steps of %.1f rows on average, %lld "
-            "with prompt chunks of %lld tokens in all), %.3f s in steps, %.3f s on jobs, %.3f s "
-            "publishing, %.3f s idle\n",
+            "with packed forwards of %lld prompt tokens and %lld one-token decode rows in all), "
+            "%.3f s in steps, %.3f s on jobs, %.3f s publishing, %.3f s idle\n",
             (long long)p.steps, (long long)p.decode_steps,
             p.decode_steps ? (double)p.decode_rows / (double)p.decode_steps : 0.0,
-            (long long)p.prefill_steps, (long long)p.prefill_tokens, steps_s, q->jobs_s,
+            (long long)p.prefill_steps, (long long)p.prefill_tokens,
+            (long long)p.eager_decode_rows, steps_s, q->jobs_s,
             q->publish_s, q->idle_s);
     struct {
         const char *name;
@@ -141,7 +142,7 @@ static void print_profile(server *sv) {
         {"decode: read-back (ids, logprobs)", p.decode.readback_s},
         {"decode: other", p.decode_s - (p.decode.prepare_s + p.decode.upload_s + p.decode.launch_s +
                                         p.decode.wait_s + p.decode.readback_s)},
-        {"prefill (packed forward, eager)", p.prefill_s},
+        {"packed forward (prompt chunks; eager: decode rows too)", p.prefill_s},
         {"sample (host)", p.sample_s},
         {"token events (detokenise, stop strings)", p.events_s},
         {"  of which waiting for a generation's mutex", q->event_lock_s},
