@@ -60,6 +60,8 @@ static const char *k_help =
     "      --max-body N           request body bytes at most; beyond: HTTP 400 (default 1M)\n"
     "      --max-connections N    open connections at most (default 256)\n"
     "      --timeout S            seconds a request may take; then HTTP 504 (default 600)\n"
+    "      --idle-timeout S       seconds a connection may idle while sending its request or\n"
+    "                             between requests; then closed (default 30)\n"
     "      --shutdown-grace S     seconds in-flight requests get after SIGTERM (default 10)\n"
     "      --model-name NAME      the id /v1/models reports (default: the --model argument)\n"
     "  -h, --help                 this help\n";
@@ -121,11 +123,12 @@ static void print_profile(server *sv) {
     const double n = p.steps > 0 ? (double)p.steps : 1.0;
     fprintf(stderr,
             "ojas: serve profile: %lld steps (%lld decode steps of %.1f rows on average, %lld "
-            "with prompt chunks of %lld tokens in all), %.3f s in steps, %.3f s on jobs, %.3f s "
-            "publishing, %.3f s idle\n",
+            "with packed forwards of %lld prompt tokens and %lld one-token decode rows in all), "
+            "%.3f s in steps, %.3f s on jobs, %.3f s publishing, %.3f s idle\n",
             (long long)p.steps, (long long)p.decode_steps,
             p.decode_steps ? (double)p.decode_rows / (double)p.decode_steps : 0.0,
-            (long long)p.prefill_steps, (long long)p.prefill_tokens, steps_s, q->jobs_s,
+            (long long)p.prefill_steps, (long long)p.prefill_tokens,
+            (long long)p.eager_decode_rows, steps_s, q->jobs_s,
             q->publish_s, q->idle_s);
     struct {
         const char *name;
@@ -139,7 +142,7 @@ static void print_profile(server *sv) {
         {"decode: read-back (ids, logprobs)", p.decode.readback_s},
         {"decode: other", p.decode_s - (p.decode.prepare_s + p.decode.upload_s + p.decode.launch_s +
                                         p.decode.wait_s + p.decode.readback_s)},
-        {"prefill (packed forward, eager)", p.prefill_s},
+        {"packed forward (prompt chunks; eager: decode rows too)", p.prefill_s},
         {"sample (host)", p.sample_s},
         {"token events (detokenise, stop strings)", p.events_s},
         {"  of which waiting for a generation's mutex", q->event_lock_s},
@@ -178,7 +181,7 @@ static void load_chat_template(server *sv, const char *dir) {
 }
 
 enum { OPT_WEIGHTS = 256, OPT_VOCAB, OPT_HOST, OPT_PORT, OPT_MAX_BATCH, OPT_BUDGET, OPT_KV_BYTES, OPT_BLOCK,
-       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_GRACE, OPT_NAME, OPT_NUMERICS,
+       OPT_QUEUE, OPT_BODY, OPT_CONNS, OPT_TIMEOUT, OPT_IDLE, OPT_GRACE, OPT_NAME, OPT_NUMERICS,
        OPT_CHUNK, OPT_STEP_TOKENS };
 
 static const struct option k_long[] = {
@@ -198,6 +201,7 @@ static const struct option k_long[] = {
     {"max-body", required_argument, NULL, OPT_BODY},
     {"max-connections", required_argument, NULL, OPT_CONNS},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"idle-timeout", required_argument, NULL, OPT_IDLE},
     {"shutdown-grace", required_argument, NULL, OPT_GRACE},
     {"model-name", required_argument, NULL, OPT_NAME},
     {"numerics", required_argument, NULL, OPT_NUMERICS},
@@ -280,7 +284,7 @@ int cmd_serve(int argc, char **argv) {
     const char *name = NULL, *numerics = "exact";
     bool step_tokens_set = false;
     int64_t port = 8080, threads = 0, budget = 0, conns = 256;
-    double grace = 10.0;
+    double grace = 10.0, idle = 30.0;
     oj_sched_config sc = oj_sched_config_default();
     server sv = {0};
     sv.max_body = 1 << 20;
@@ -310,12 +314,24 @@ int cmd_serve(int argc, char **argv) {
             ok = cli_parse_i64("serve: --max-step-tokens", v, 1, 1 << 24, &sc.max_step_tokens);
             step_tokens_set = true;
             break;
-        case OPT_QUEUE: ok = cli_parse_i64("serve: --max-queue", v, 0, 1 << 20, &sc.max_queue); break;
+        case OPT_QUEUE: ok = cli_parse_i64("serve: --max-queue", v, 1, 1 << 20, &sc.max_queue); break;
         case OPT_BODY: ok = cli_parse_bytes("serve: --max-body", v, &sv.max_body); break;
         case OPT_CONNS: ok = cli_parse_i64("serve: --max-connections", v, 1, 65536, &conns); break;
+        case OPT_IDLE:
+            ok = cli_parse_double("serve: --idle-timeout", v, &idle);
+            if (ok && !(idle >= 1 && idle <= 1e6)) {
+                ok = false;
+                cli_error(CLI_USAGE, "serve: --idle-timeout must be in [1, 1e6] seconds, got '%s'",
+                          v);
+            }
+            break;
         case OPT_TIMEOUT:
-            ok = cli_parse_double("serve: --timeout", v, &sv.timeout_s) && sv.timeout_s > 0;
-            if (!ok) cli_error(CLI_USAGE, "serve: --timeout must be > 0 seconds");
+            /* bounded: it is also the connection timeout's base, an unsigned */
+            ok = cli_parse_double("serve: --timeout", v, &sv.timeout_s);
+            if (ok && !(sv.timeout_s > 0 && sv.timeout_s <= 1e6)) {
+                ok = false;
+                cli_error(CLI_USAGE, "serve: --timeout must be in (0, 1e6] seconds, got '%s'", v);
+            }
             break;
         case OPT_GRACE:
             ok = cli_parse_double("serve: --shutdown-grace", v, &grace) && grace >= 0;
@@ -329,6 +345,14 @@ int cmd_serve(int argc, char **argv) {
     if (model == NULL)
         return cli_error(CLI_USAGE, "serve: --model DIR|CHECKPOINT (or --weights FILE --model "
                                     "PRESET) is required");
+    if (name != NULL && name[0] == '\0')
+        return cli_error(CLI_USAGE, "serve: --model-name must not be empty");
+    sv.max_queue = sc.max_queue;
+    /* a request being read, or an idle keep-alive connection, has the
+     * short timeout; a generation's connection the long one (its handler
+     * raises it: the writes come only at the end or as tokens arrive) */
+    sv.idle_timeout = (unsigned)idle;
+    sv.busy_timeout = (unsigned)(sv.timeout_s + 60);
     oj_engine_config ec = oj_engine_config_default();
     if (!oj_device_parse(device, &ec.device))
         return cli_error(CLI_USAGE, "serve: --device must be cpu, cuda or cuda:N, got '%s'", device);
@@ -387,7 +411,7 @@ int cmd_serve(int argc, char **argv) {
             MHD_USE_ERROR_LOG,
         0, NULL, NULL, serve_on_request, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)conns, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(sv.timeout_s + 60), MHD_OPTION_NOTIFY_COMPLETED, serve_on_completed, &sv,
+        sv.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED, serve_on_completed, &sv,
         MHD_OPTION_END);
     if (d == NULL) {
         rc = cli_error(CLI_FAIL, "serve: cannot listen on %s:%lld (%s)", host, (long long)port,

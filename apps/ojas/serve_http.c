@@ -465,11 +465,17 @@ bool serve_pieces_init(server *sv) {
     return sv->piece_blob != NULL;
 }
 
-/* Whether the client has closed its side. */
-static bool client_gone(int fd) {
+/* Whether the client is gone: its connection reset or closed both ways
+ * (POLLHUP, POLLERR), or, with rdhup, its sending side closed (POLLRDHUP).
+ * A stream passes rdhup false: a client may half-close once its request is
+ * sent and still read the answer, and a stream's writes (a keep-alive
+ * comment every second at least) find a closed socket. A non-streamed
+ * request, with nothing to write until its end, takes the FIN as the
+ * client leaving (so an abandoned request stops using the batch). */
+static bool client_gone(int fd, bool rdhup) {
     if (fd < 0) return false;
-    struct pollfd p = {fd, POLLRDHUP, 0};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    struct pollfd p = {fd, rdhup ? POLLRDHUP : 0, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & ((rdhup ? POLLRDHUP : 0) | POLLHUP | POLLERR));
 }
 
 /* ------------------------------------------------------------ responses */
@@ -690,9 +696,11 @@ static void stream_events(gen *g) {
                 memcpy(g->snap.top_ids, c->top_ids + f * K, (size_t)(nt * K) * sizeof *c->top_ids);
                 memcpy(g->snap.top_lps, c->top_lps + f * K, (size_t)(nt * K) * sizeof *c->top_lps);
             }
-            if (upto > c->sent) sb_add(&g->snap_text, c->text.p + c->sent, upto - c->sent);
+            if (upto > c->sent) {
+                sb_add(&g->snap_text, c->text.p + c->sent, upto - c->sent);
+                c->sent = upto;
+            }
             c->toks_sent = c->len;
-            c->sent = upto;
         }
         ended = ended && c->done;
         fins[i] = c->fin;
@@ -742,7 +750,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             g->sse_bytes += (int64_t)g->out.n;
         }
         if (g->out.n > 0) break;
-        const bool gone = client_gone(g->fd);
+        const bool gone = client_gone(g->fd, false);
         if (gone || stopping(sv)) {
             if (gone) {
                 pthread_mutex_lock(&sv->mu);
@@ -838,6 +846,9 @@ static gen *gen_new(server *sv, int ep) {
 }
 
 static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, conn *cn) {
+    /* the whole request is read: the connection may now wait on the
+     * generation (serve_on_completed sets the idle timeout back) */
+    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, sv->busy_timeout);
     gen *g = gen_new(sv, cn->ep);
     if (g == NULL) return send_error(mc, cn, 500, "out of memory");
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -847,6 +858,15 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
                                sizeof err) != OJ_OK) {
         gen_unref(g);
         return send_error(mc, cn, 400, "%s", err);
+    }
+    /* the scheduler queues a request choice by choice: more choices than
+     * the queue holds could never be admitted (429 is for a queue full of
+     * other requests, worth a retry) */
+    if (g->req.n > sv->max_queue) {
+        const long long n = (long long)g->req.n;
+        gen_unref(g);
+        return send_error(mc, cn, 400, "'n' is %lld; this server queues at most %lld choices "
+                          "(--max-queue)", n, (long long)sv->max_queue);
     }
     oj_tokens ids = {0};
     int code = prompt_ids(sv, &g->req, &ids, err, sizeof err);
@@ -913,7 +933,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     bool gone = false;
     pthread_mutex_lock(&g->mu);
     while (!all_done(g)) { /* the events signal the ends (nothing to send before) */
-        if (client_gone(g->fd)) {
+        if (client_gone(g->fd, true)) {
             gone = true;
             break;
         }
@@ -1094,11 +1114,12 @@ enum MHD_Result serve_on_request(void *cls, struct MHD_Connection *mc, const cha
 
 void serve_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)mc;
     (void)toe;
     server *sv = cls;
     conn *cn = *con_cls;
     if (cn == NULL) return;
+    if (cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT)
+        MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, sv->idle_timeout);
     int c = 0;
     while (c < N_CODES && k_codes[c] != cn->code) c++;
     pthread_mutex_lock(&sv->mu);

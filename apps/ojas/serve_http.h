@@ -72,6 +72,8 @@ typedef struct server {
     char chat_err[320];
     int32_t chat_stop; /* the template's end-of-turn token id, or -1 */
     int64_t ctx, max_body;
+    unsigned idle_timeout, busy_timeout; /* connection timeouts, seconds (--idle-timeout; --timeout + 60) */
+    int64_t max_queue; /* the scheduler's max_queue: choices of one request at most */
     double timeout_s;
     uint64_t seed_counter;
     /* each token id's bytes (oj_tokenizer_decode of that id alone):

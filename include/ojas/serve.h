@@ -141,6 +141,9 @@ typedef struct oj_sched_profile {
     int64_t steps;                         /* steps that ran a forward */
     int64_t decode_steps, decode_rows;     /* oj_gpt_decode_paged calls and their rows */
     int64_t prefill_steps, prefill_tokens; /* packed forwards (prompt chunks) and their tokens */
+    int64_t eager_decode_rows; /* one-token rows of the packed forwards when no decode step runs
+                                  (the eager path, the CPU's): counted here, not in prefill_tokens;
+                                  their time is in prefill_s */
     double schedule_s; /* deadlines, admission, block growth, packing the step */
     double decode_s;   /* oj_gpt_decode_paged, whole (its phases in `decode`) */
     double prefill_s;  /* the packed forwards, their logits' read-back included */

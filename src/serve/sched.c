@@ -739,8 +739,11 @@ oj_status oj_sched_step(oj_sched *s) {
         st = host_rows(s, B) ? forward_rows(s, rows, B, tok, start, past, tables, 0, false)
                              : fail(s, OJ_ERR_CAPACITY, "serve: the batch's forward failed: out of host memory");
         for (int64_t i = 0; st == OJ_OK && i < B; i++) s->lrow[i] = s->host + i * s->V;
+        int64_t n1 = 0; /* rows of one token: decode rows in one forward with the prompts */
+        for (int64_t i = 0; i < B; i++) n1 += start[i + 1] - start[i] == 1;
         s->prof.prefill_steps++;
-        s->prof.prefill_tokens += N;
+        s->prof.prefill_tokens += N - n1;
+        s->prof.eager_decode_rows += n1;
         s->prof.prefill_s += now_since(&t);
     }
     s->st.steps++;

@@ -209,6 +209,10 @@ def run(a, work):
             (["--model", "hf", "--vocab", "tokd", "--kv-bytes", "1K"], 1, "holds no KV block"),
             (["--model", "hf", "--vocab", "tokd", "--max-batch", "8", "--max-step-tokens", "4"], 2,
              "--max-step-tokens"),
+            (["--model", "hf", "--vocab", "tokd", "--max-queue", "0"], 2, "--max-queue"),
+            (["--model", "hf", "--vocab", "tokd", "--timeout", "inf"], 2, "--timeout"),
+            (["--model", "hf", "--vocab", "tokd", "--timeout", "1e12"], 2, "--timeout"),
+            (["--model", "hf", "--vocab", "tokd", "--model-name", ""], 2, "--model-name"),
             (["--model", "nowhere"], 1, "does not exist")]:
         r = subprocess.run([ojas, "serve"] + args, cwd=work, capture_output=True, text=True)
         check(r.returncode == rc_want and needle in r.stderr and r.stderr.count("\n") == 1,
@@ -391,10 +395,9 @@ def drive(a, work, srv):
     refused(404, "/v2/nothing", {"prompt": "x"}, needle="no endpoint")
     refused(405, "/v1/completions", method="GET", needle="takes POST")
 
-    # a full queue, on any machine: the 16 choices of one request are queued together, before
-    # any step admits one, and the queue holds 12
-    refused(429, "/v1/completions", {"prompt": "The", "max_tokens": 2, "n": 16},
-            needle="queue is full")
+    # more choices than the queue holds (12) could never be queued: 400, not a 429 to retry
+    refused(400, "/v1/completions", {"prompt": "The", "max_tokens": 2, "n": 16},
+            needle="'n' is 16; this server queues at most 12")
     # 40 requests at once (4 running and 12 waiting at most): each answered 200 or 429 (how
     # many wait, or are refused, depends on the machine's speed)
     codes = []
@@ -523,6 +526,10 @@ def drive(a, work, srv):
         fast.p.send_signal(signal.SIGTERM)
         check(fast.p.wait(60) == 0, "the second server did not exit 0")
     slow_client(a, work)
+    stream_stop_logprobs(a, work)
+    queue_limit(a, work)
+    half_close(a, work)
+    idle_timeout(a, work)
     print("serve_http: ok (%d soak requests, %.1f s)" % (a.soak, time.time() - t0))
     return 0
 
@@ -583,6 +590,142 @@ def slow_client(a, work):
     finally:
         srv.p.send_signal(signal.SIGTERM)
         check(srv.p.wait(60) == 0, "the slow-client server did not exit 0")
+
+
+def stream_stop_logprobs(a, work):
+    """Streamed text with logprobs equals the non-streamed text for stop strings that span
+    tokens, on a busy server. A stop string cuts the text back when its last token arrives,
+    before the finish event; a handler that woke in between must not send bytes twice."""
+    srv = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                "2", "--max-batch", "8", "--kv-bytes", "4M", "--max-queue", "256"])
+    stop_load = threading.Event()
+    errs = []
+
+    def load():
+        rnd = random.Random(2)
+        while not stop_load.is_set():
+            body = {"prompt": "the king " * rnd.randint(1, 4), "max_tokens": rnd.randint(1, 40),
+                    "temperature": 0, "n": rnd.randint(1, 3), "stop": ["T", "ead", "zz"]}
+            if rnd.random() < 0.5:
+                body["logprobs"] = rnd.randint(0, 3)
+            try:
+                if rnd.random() < 0.5:
+                    stream(srv, "/v1/completions", body)
+                else:
+                    request(srv, "POST", "/v1/completions", body)
+            except Exception as e:  # reported below
+                errs.append(repr(e))
+
+    try:
+        base = {"prompt": "the king", "max_tokens": 60, "temperature": 0}
+        code, r = request(srv, "POST", "/v1/completions", base)
+        check(code == 200, "stop probe %s %s" % (code, r))
+        text = r["choices"][0]["text"]
+        stops = sorted({text[k:k + w] for k in range(4, len(text) - 3, 5) for w in (2, 3)})
+        ts = [threading.Thread(target=load) for _ in range(3)]
+        [t.start() for t in ts]
+        bad = []
+        for rep in range(4):
+            for st in stops:
+                body = dict(base, stop=[st], logprobs=1)
+                code, r = request(srv, "POST", "/v1/completions", body)
+                check(code == 200, "stop %r: %s %s" % (st, code, r))
+                want = r["choices"][0]["text"]
+                ev, done = stream(srv, "/v1/completions", body)
+                got = streamed_text(ev)[0]
+                if not done or got != want:
+                    bad.append((st, got[-12:], want[-12:]))
+        stop_load.set()
+        [t.join() for t in ts]
+        check(not errs, errs)
+        check(not bad, "streamed with logprobs != non-streamed for %d of %d: %r" %
+              (len(bad), 4 * len(stops), bad[:3]))
+    finally:
+        stop_load.set()
+        srv.p.send_signal(signal.SIGTERM)
+        check(srv.p.wait(60) == 0, "the stop-string server did not exit 0")
+
+
+def queue_limit(a, work):
+    """More choices (n) than --max-queue could never be queued: 400 naming both numbers at
+    once on an idle server, not a 429 a client would retry forever."""
+    srv = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                "1", "--max-batch", "2", "--max-queue", "4"])
+    try:
+        body = {"prompt": "a", "max_tokens": 2, "n": 5}
+        code, r = request(srv, "POST", "/v1/completions", body)
+        check(code == 400 and "'n' is 5" in r["error"]["message"] and
+              "at most 4" in r["error"]["message"], "n > --max-queue: %s %s" % (code, r))
+        code, r = request(srv, "POST", "/v1/completions", dict(body, n=4))
+        check(code == 200 and len(r["choices"]) == 4, "n == --max-queue: %s %s" % (code, r))
+    finally:
+        srv.p.send_signal(signal.SIGTERM)
+        check(srv.p.wait(60) == 0, "the queue-limit server did not exit 0")
+
+
+def half_close(a, work):
+    """A streaming client that half-closes its socket once its request is sent (nc -N, some
+    HTTP/1.0 clients) still gets the whole stream, up to [DONE]."""
+    srv = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                "1", "--max-batch", "2"])
+    try:
+        body = json.dumps({"prompt": "the king", "max_tokens": 200, "temperature": 0,
+                           "n": 2, "stream": True}).encode()
+        s = socket.create_connection((srv.host, int(srv.port)), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                  + body)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+        s.close()
+        check(got.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in got,
+              "half-closed stream: %r" % got[-200:])
+    finally:
+        srv.p.send_signal(signal.SIGTERM)
+        check(srv.p.wait(60) == 0, "the half-close server did not exit 0")
+
+
+def idle_timeout(a, work):
+    """Connections that send half a request and then idle (slowloris) are closed after
+    --idle-timeout, so they cannot hold every connection slot for --timeout: with all
+    --max-connections slots taken by them, a new request is answered once they time out.
+    A generation that takes longer than --idle-timeout still gets its answer, streamed or
+    not (its connection waits under the --timeout)."""
+    hf2k = os.path.join(work, "hf2k")
+    if not os.path.isdir(hf2k):
+        write_gpt2_dir(hf2k, positions=2048)
+    srv = Server(a.ojas, work, ["--model", "hf2k", "--vocab", "tokd", "--port", "0", "--threads",
+                                "1", "--max-batch", "4", "--kv-bytes", "64M", "--max-connections",
+                                "4", "--idle-timeout", "1", "--shutdown-grace", "0"])
+    try:
+        idle = []
+        for _ in range(4):
+            s = socket.create_connection((srv.host, int(srv.port)), timeout=30)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            idle.append(s)
+        time.sleep(0.2)
+        t = time.time()
+        code, h = request(srv, "GET", "/health", timeout=20)
+        check(code == 200 and time.time() - t < 15, "health beside idle sockets: %s after %.1f s"
+              % (code, time.time() - t))
+        [s.close() for s in idle]
+        body = {"prompt": [5, 6, 7], "max_tokens": 2000, "n": 16, "temperature": 0, "logprobs": 5}
+        t = time.time()
+        code, r = request(srv, "POST", "/v1/completions", body)
+        dt = time.time() - t
+        check(code == 200 and len(r["choices"]) == 16, "long request: %s %s" % (code, r))
+        ev, done = stream(srv, "/v1/completions", body)
+        check(done and len(streamed_text(ev)) == 16, "long stream ended early")
+        print("idle timeout: a %.1f s request (%d tokens) answered beside a 1 s idle timeout" %
+              (dt, r["usage"]["completion_tokens"]))
+    finally:
+        srv.p.send_signal(signal.SIGTERM)
+        check(srv.p.wait(60) == 0, "the idle-timeout server did not exit 0")
 
 
 if __name__ == "__main__":

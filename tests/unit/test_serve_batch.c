@@ -526,6 +526,45 @@ static void test_profile(void **state) {
     unsetenv("OJAS_SCHED_DECODE_PAGED");
 }
 
+/* The step profile on the eager path (no OJAS_SCHED_DECODE_PAGED: one
+ * packed forward per step, the CPU's): rows of one token (decode rows, and
+ * a one-token prompt) count as eager decode rows, not as prompt tokens, so
+ * prefill_tokens is the prompts' tokens and the decode rows are the
+ * generated tokens fed back (all but each request's last). */
+static void test_profile_eager(void **state) {
+    (void)state;
+    unsetenv("OJAS_SCHED_DECODE_PAGED");
+    oj_gpt *m = make("gpt2");
+    int32_t *p[NP];
+    prompts(p);
+    oj_sampler_config cfg = oj_sampler_config_default();
+    cfg.temperature = 0;
+    cfg.max_new_tokens = 6;
+    oj_sched_config sc = oj_sched_config_default();
+    sc.max_batch = NP;
+    oj_sched *s = NULL;
+    assert_int_equal(oj_sched_create(m, &sc, &s), OJ_OK);
+    collect *c = calloc(1, sizeof *c);
+    int64_t prompt_total = 0;
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(oj_sched_submit(s, p[i], lens[i], &cfg, i, 0.0, collect_fn, c, &c->ids[i]), OJ_OK);
+        prompt_total += lens[i];
+    }
+    while (oj_sched_busy(s)) assert_int_equal(oj_sched_step(s), OJ_OK);
+    const oj_sched_profile pr = oj_sched_get_profile(s);
+    int64_t fed_back = 0; /* each request's tokens but its last go through a forward */
+    for (int i = 0; i < NP; i++) fed_back += c->len[i] - 1;
+    assert_int_equal(pr.decode_steps, 0);
+    assert_int_equal(pr.prefill_steps, pr.steps);
+    /* a prompt of one token (lens[0]) runs as a one-token row */
+    assert_int_equal(pr.prefill_tokens, prompt_total - lens[0]);
+    assert_int_equal(pr.eager_decode_rows, fed_back + lens[0]);
+    free(c);
+    oj_sched_free(s);
+    free_prompts(p);
+    oj_gpt_free(m);
+}
+
 /* Admission and growth hold blocks by one rule (a request's known tokens
  * and its next token's position): a pool of 4 blocks of 4 positions holds
  * both prompts (4 and 8 tokens) but not both requests' next tokens
@@ -862,6 +901,7 @@ int main(void) {
         cmocka_unit_test(test_preempt_in_prefill),
         cmocka_unit_test(test_admission_growth_one_rule),
         cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_profile_eager),
         cmocka_unit_test(test_device_greedy_logprobs),
         cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_generate_full_context),
