@@ -186,6 +186,7 @@ typedef struct gen {
     sbuf out;
     size_t out_pos;
     int phase; /* 0 tokens, 1 [DONE] queued, 2 finished */
+    bool role_sent; /* chat: the choices' role chunks queued */
     double last_write;
     choice snap;         /* the new tokens of one choice, copied out of the mutex */
     sbuf snap_text;
@@ -670,6 +671,16 @@ static bool snap_room(gen *g, int64_t n) {
  * g's mutex and turned into JSON after it, so the token events never wait
  * for the JSON. */
 static void stream_events(gen *g) {
+    if (g->req.chat && !g->role_sent) { /* OpenAI's first chunk of each choice: the role */
+        for (int i = 0; i < g->n; i++) {
+            json_t *j = chunk(g, i, NULL, NULL, NULL);
+            json_t *d = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+            json_object_set_new(d, "role", json_string("assistant"));
+            json_object_set_new(d, "content", json_string(""));
+            emit(g, j);
+        }
+        g->role_sent = true;
+    }
     size_t hold = max_stop_len(&g->req);
     hold = hold > 0 ? hold - 1 : 0;
     const int64_t K = g->req.top_logprobs;
@@ -723,6 +734,11 @@ static void stream_events(gen *g) {
             emit(g, json_pack("{s:{s:s,s:s}}", "error", "message",
                               timeout ? "the request timed out" : "the model's forward failed",
                               "type", timeout ? "timeout_error" : "server_error"));
+        if (g->req.include_usage) /* OpenAI: a last chunk with no choices and the usage */
+            emit(g, json_pack("{s:s,s:s,s:i,s:s,s:[],s:o}", "id", g->id, "object",
+                              g->req.chat ? "chat.completion.chunk" : "text_completion", "created",
+                              (int)g->created, "model", g->sv->model_id, "choices", "usage",
+                              usage_json(g)));
         sb_add(&g->out, "data: [DONE]\n\n", 14);
         g->phase = 1;
     }

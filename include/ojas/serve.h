@@ -191,6 +191,7 @@ typedef struct oj_serve_request {
     bool has_seed;
     uint64_t seed;
     bool stream;
+    bool include_usage;   /* stream_options.include_usage: a last event with usage */
     int logprobs;         /* -1: none; completions 0..5 (the chosen token's only);
                            * chat: 0 for true */
     int n_stop;

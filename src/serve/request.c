@@ -204,6 +204,15 @@ oj_status oj_serve_request_parse(const char *body, size_t len, bool chat, oj_ser
     if (st == OJ_OK) st = get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, err, errlen);
     r->seed = (uint64_t)seed;
     if (st == OJ_OK) st = get_bool(o, "stream", &r->stream, err, errlen);
+    json_t *so = json_object_get(o, "stream_options"); /* OpenAI: {"include_usage": bool} */
+    if (st == OJ_OK && so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            st = bad(err, errlen, "'stream_options' must be an object");
+        else if (!r->stream)
+            st = bad(err, errlen, "'stream_options' needs 'stream': true");
+        else
+            st = get_bool(so, "include_usage", &r->include_usage, err, errlen);
+    }
     if (st == OJ_OK) st = parse_stop(o, r, err, errlen);
     if (st == OJ_OK && chat) { /* logprobs: bool; top_logprobs: 0..20 */
         bool lp = false;

@@ -333,6 +333,16 @@ def drive(a, work, srv):
     ev, done = stream(srv, "/v1/chat/completions", chat)
     check(done and streamed_text(ev, chat=True)[0] == r["choices"][0]["message"]["content"],
           "chat stream %s vs %s" % (ev, r))
+    # OpenAI's stream shape: a choice's first chunk carries the role; with
+    # stream_options.include_usage the last event has no choices and the usage
+    check(ev[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""},
+          "chat stream's first chunk %s" % ev[0])
+    ev, done = stream(srv, "/v1/chat/completions", dict(chat, stream_options={"include_usage": True}))
+    check(done and ev[-1]["choices"] == [] and ev[-1]["usage"] == r["usage"] and
+          all("usage" not in e for e in ev[:-1]), "include_usage %s" % ev[-1])
+    code, e = request(srv, "POST", "/v1/chat/completions",
+                      dict(chat, stream_options={"include_usage": True}))
+    check(code == 400 and "stream_options" in json.dumps(e), "stream_options without stream %s" % e)
 
     # top alternatives: chat's top_logprobs, completions' logprobs N (OpenAI's
     # shapes), most likely first; greedy: the chosen token is the first
