@@ -46,6 +46,16 @@ void oj_serve_request_free(oj_serve_request *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* d in the fewest significant digits that read back as d (2.0000001, not
+ * %g's 2). */
+static const char *shortest(double d, char *buf, size_t n) {
+    for (int p = 6; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    return buf;
+}
+
 /* Field `key` of o as a number in [lo, hi] into *out (absent: unchanged). */
 static oj_status get_num(json_t *o, const char *key, double lo, double hi, double *out, char *err,
                          size_t n) {
@@ -53,7 +63,9 @@ static oj_status get_num(json_t *o, const char *key, double lo, double hi, doubl
     if (v == NULL || json_is_null(v)) return OJ_OK;
     if (!json_is_number(v)) return bad(err, n, "'%s' must be a number", key);
     double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return bad(err, n, "'%s' is %g, outside [%g, %g]", key, d, lo, hi);
+    char ds[32];
+    if (!(d >= lo && d <= hi))
+        return bad(err, n, "'%s' is %s, outside [%g, %g]", key, shortest(d, ds, sizeof ds), lo, hi);
     *out = d;
     return OJ_OK;
 }

@@ -88,6 +88,13 @@ static void test_refusals(void **state) {
     refused("{\"prompt\": \"x\", \"max_tokens\": \"5\"}", false, "'max_tokens' must be an integer");
     refused("{\"prompt\": \"x\", \"max_tokens\": -1}", false, "'max_tokens' is -1");
     refused("{\"prompt\": \"x\", \"temperature\": 3}", false, "'temperature' is 3");
+    /* a value just past a bound is named as given, not rounded onto it */
+    refused("{\"prompt\": \"x\", \"temperature\": 2.0000001}", false,
+            "'temperature' is 2.0000001");
+    refused("{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", false,
+            "'stream_options' needs 'stream': true");
+    refused("{\"prompt\": \"x\", \"stream\": true, \"stream_options\": 1}", false,
+            "'stream_options' must be an object");
     refused("{\"prompt\": \"x\", \"top_p\": \"a\"}", false, "'top_p' must be a number");
     refused("{\"prompt\": \"x\", \"top_k\": 1.5}", false, "'top_k' must be an integer");
     refused("{\"prompt\": \"x\", \"n\": 0}", false, "'n' is 0");
