@@ -174,72 +174,24 @@ bool oj__inplace_ok(oj_engine *eng, const oj_tensor *a, const char *op) {
     return true;
 }
 
-/* x[0..n) equally spaced copies of one layout tiling a dense block (see
- * oj__tiled_grads); *first gets the smallest offset (bytes). */
-static bool tiles_one_block(int n, oj_tensor *const *x, int64_t *first) {
-    const oj_tensor *q = x[0];
-    for (int j = 1; j < n; j++) {
-        const oj_tensor *t = x[j];
-        if (t->storage != q->storage || t->dtype != q->dtype || t->rank != q->rank) return false;
-        for (int d = 0; d < q->rank; d++)
-            if (t->shape[d] != q->shape[d] || t->stride[d] != q->stride[d]) return false;
-    }
-    int64_t es = (int64_t)oj_dtype_size(q->dtype), off[4];
-    for (int j = 0; j < n; j++) {
-        if (x[j]->offset % es != 0) return false;
-        off[j] = x[j]->offset / es;
-    }
-    for (int a = 1; a < n; a++) /* insertion sort of the offsets */
-        for (int b = a; b > 0 && off[b] < off[b - 1]; b--) {
-            int64_t t = off[b];
-            off[b] = off[b - 1], off[b - 1] = t;
-        }
-    int64_t delta = off[1] - off[0];
-    if (delta <= 0) return false;
-    for (int j = 2; j < n; j++)
-        if (off[j] - off[j - 1] != delta) return false;
-    /* the dims of size > 1 (and the copies' dim), sorted by stride, must be
-     * contiguous: stride 1, then each the product of the sizes below */
-    int64_t sz[OJ_MAX_RANK + 1], sd[OJ_MAX_RANK + 1];
-    int m = 0;
-    sz[m] = n;
-    sd[m++] = delta;
-    for (int d = 0; d < q->rank; d++) {
-        if (q->shape[d] == 0) return false;
-        if (q->shape[d] == 1) continue;
-        if (q->stride[d] <= 0) return false;
-        sz[m] = q->shape[d];
-        sd[m++] = q->stride[d];
-    }
-    for (int a = 1; a < m; a++) /* insertion sort by stride */
-        for (int b = a; b > 0 && sd[b] < sd[b - 1]; b--) {
-            int64_t ts = sd[b], tz = sz[b];
-            sd[b] = sd[b - 1], sz[b] = sz[b - 1];
-            sd[b - 1] = ts, sz[b - 1] = tz;
-        }
-    int64_t want = 1;
-    for (int a = 0; a < m; a++) {
-        if (sd[a] != want) return false;
-        want *= sz[a];
-    }
-    *first = off[0] * es;
-    return true;
-}
-
-/* x[0..n) one layout (shape, strides, dtype) at n distinct offsets of one
- * storage whose elements no two of them share, together at least half of
- * the storage's bytes, inside it (see oj__mirror_grads). */
-static bool mirror_fits(int n, oj_tensor *const *x) {
+/* x[0..n) (2 <= n <= 4): one layout (shape, strides, dtype) at n distinct,
+ * equally spaced element offsets of one storage, no dim of size 0 and the
+ * dims of size > 1 with positive strides. Then *first = the smallest
+ * offset (elements) and sz/sd [OJ_MAX_RANK + 1] the sizes and strides of
+ * [n, ...shape] (delta for the copies' dim), dims of size 1 left out,
+ * sorted by stride; returns their count, 0 when x is not such copies. */
+static int spaced_copies(int n, oj_tensor *const *x, int64_t *first, int64_t *sz, int64_t *sd) {
+    if (n < 2 || n > 4) return 0;
     const oj_tensor *q = x[0];
     const int64_t es = (int64_t)oj_dtype_size(q->dtype);
-    int64_t off[4], numel = oj_numel(q);
+    int64_t off[4] = {0};
     for (int j = 0; j < n; j++) {
         const oj_tensor *t = x[j];
         if (t->storage != q->storage || t->dtype != q->dtype || t->rank != q->rank ||
             t->offset % es != 0)
-            return false;
+            return 0;
         for (int d = 0; d < q->rank; d++)
-            if (t->shape[d] != q->shape[d] || t->stride[d] != q->stride[d]) return false;
+            if (t->shape[d] != q->shape[d] || t->stride[d] != q->stride[d]) return 0;
         off[j] = t->offset / es;
     }
     for (int a = 1; a < n; a++) /* insertion sort of the offsets */
@@ -248,18 +200,16 @@ static bool mirror_fits(int n, oj_tensor *const *x) {
             off[b] = off[b - 1], off[b - 1] = t;
         }
     int64_t delta = off[1] - off[0];
-    if (numel == 0 || delta <= 0) return false;
+    if (delta <= 0) return 0;
     for (int j = 2; j < n; j++)
-        if (off[j] - off[j - 1] != delta) return false;
-    /* [n, ...shape] with strides [delta, ...strides]: every stride (sorted)
-     * above the reach of the smaller ones, so no element is met twice */
-    int64_t sz[OJ_MAX_RANK + 1], sd[OJ_MAX_RANK + 1];
+        if (off[j] - off[j - 1] != delta) return 0;
     int m = 0;
     sz[m] = n;
     sd[m++] = delta;
     for (int d = 0; d < q->rank; d++) {
+        if (q->shape[d] == 0) return 0;
         if (q->shape[d] == 1) continue;
-        if (q->stride[d] <= 0) return false;
+        if (q->stride[d] <= 0) return 0;
         sz[m] = q->shape[d];
         sd[m++] = q->stride[d];
     }
@@ -269,13 +219,44 @@ static bool mirror_fits(int n, oj_tensor *const *x) {
             sd[b] = sd[b - 1], sz[b] = sz[b - 1];
             sd[b - 1] = ts, sz[b - 1] = tz;
         }
+    *first = off[0];
+    return m;
+}
+
+/* x[0..n) equally spaced copies of one layout tiling a dense block (see
+ * oj__tiled_grads); *first gets the smallest offset (bytes). */
+static bool tiles_one_block(int n, oj_tensor *const *x, int64_t *first) {
+    int64_t sz[OJ_MAX_RANK + 1], sd[OJ_MAX_RANK + 1], off0;
+    const int m = spaced_copies(n, x, &off0, sz, sd);
+    if (m == 0) return false;
+    /* sorted by stride, the dims must be contiguous: stride 1, then each
+     * the product of the sizes below */
+    int64_t want = 1;
+    for (int a = 0; a < m; a++) {
+        if (sd[a] != want) return false;
+        want *= sz[a];
+    }
+    *first = off0 * (int64_t)oj_dtype_size(x[0]->dtype);
+    return true;
+}
+
+/* x[0..n) one layout (shape, strides, dtype) at n distinct offsets of one
+ * storage whose elements no two of them share, together at least half of
+ * the storage's bytes, inside it (see oj__mirror_grads). */
+static bool mirror_fits(int n, oj_tensor *const *x) {
+    int64_t sz[OJ_MAX_RANK + 1], sd[OJ_MAX_RANK + 1], off0;
+    const int m = spaced_copies(n, x, &off0, sz, sd);
+    if (m == 0) return false;
+    /* every stride (sorted) above the reach of the smaller ones, so no
+     * element is met twice */
     int64_t reach = 0; /* the largest offset the smaller strides give */
     for (int a = 0; a < m; a++) {
         if (sd[a] <= reach) return false;
         reach += (sz[a] - 1) * sd[a];
     }
-    const int64_t total = (int64_t)(q->storage->nbytes / (size_t)es);
-    return off[0] >= 0 && off[0] + reach < total && 2 * n * numel >= total;
+    const int64_t es = (int64_t)oj_dtype_size(x[0]->dtype);
+    const int64_t total = (int64_t)(x[0]->storage->nbytes / (size_t)es);
+    return off0 >= 0 && off0 + reach < total && 2 * n * oj_numel(x[0]) >= total;
 }
 
 int oj__mirror_grads(oj_engine *eng, const char *op, int n, oj_tensor *const *x, oj_tensor **d) {
