@@ -60,6 +60,7 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_q4k.cuh"
 #include "backend/scalar_ops.h"
 
 /* The entry (declared in cuda_backend.cu, its one user). */
@@ -194,13 +195,7 @@ __device__ __forceinline__ float dq_dot(const uint8_t *row, int b, const float *
         const unsigned short *h = (const unsigned short *)p;
         const uint8_t *sc = p + 4;
         int ls, lm;
-        if (s < 4) {
-            ls = sc[s] & 63;
-            lm = sc[s + 4] & 63;
-        } else {
-            ls = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
-            lm = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-        }
+        q4k_scale_min(sc, s, &ls, &lm);
         const float d = dq_f16(h[0]) * (float)ls, m = dq_f16(h[1]) * (float)lm;
         const uint4 *q4 = (const uint4 *)(p + 16 + 32 * (s >> 1));
         const int sh = 4 * (s & 1);
@@ -280,13 +275,7 @@ template <int Q> __device__ __forceinline__ void dq_deq(const uint8_t *row, int 
         const unsigned short *h = (const unsigned short *)p;
         const uint8_t *sc = p + 4;
         int ls, lm;
-        if (s < 4) {
-            ls = sc[s] & 63;
-            lm = sc[s + 4] & 63;
-        } else {
-            ls = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
-            lm = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-        }
+        q4k_scale_min(sc, s, &ls, &lm);
         const float d = __fmul_rn(dq_f16(h[0]), (float)ls), m = __fmul_rn(dq_f16(h[1]), (float)lm);
         const uint4 *q4 = (const uint4 *)(p + 16 + 32 * (s >> 1));
         const int sh = 4 * (s & 1);

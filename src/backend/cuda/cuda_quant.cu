@@ -25,6 +25,7 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_q4k.cuh"
 
 /* oj_qtype's numbers (ojas/quant.h is C; the values are its ABI). */
 enum { QK_Q8_0 = 0, QK_Q4_0 = 1, QK_Q4_1 = 2, QK_Q4_K = 3, QK_FP8 = 4 };
@@ -71,13 +72,7 @@ static __device__ __forceinline__ void deq_block(const uint8_t *row, int64_t b, 
         const int s = (int)(b % 8);
         const uint8_t *sc = p + 4;
         int ls, lm;
-        if (s < 4) {
-            ls = sc[s] & 63;
-            lm = sc[s + 4] & 63;
-        } else {
-            ls = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
-            lm = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-        }
+        q4k_scale_min(sc, s, &ls, &lm);
         const float d = qf16(p) * (float)ls, m = qf16(p + 2) * (float)lm;
         const uint8_t *q = p + 16 + 32 * (s / 2);
         const int sh = 4 * (s & 1);
