@@ -464,8 +464,8 @@ static oj_status load_tiktoken(const char *path, bool identify, oj_tokenizer **o
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load_tiktoken: NULL argument");
     *out = NULL;
     int64_t n_ranks = 0;
-    char *buf;
-    size_t len;
+    char *buf = NULL;
+    size_t len = 0;
     oj_status st = read_file(path, &buf, &len, err);
     if (st)
         return st;
