@@ -97,4 +97,10 @@ oj_status cli_gpt_from_checkpoint(oj_engine *eng, const oj_train_config *run,
 bool cli_refuse_nanolab(const oj_gpt *m, const char *cmd, const char *src, const char *lacks,
                         const char *verb);
 
+/* True after printing "CMD: 'SRC' is already QTYPE: ..." when m was loaded
+ * quantized (a GGUF file's quantized tensors): quantizing it again to t
+ * would round its weights twice, a model neither file holds. llama.cpp's
+ * llama-quantize refuses the same without --allow-requantize. */
+bool cli_refuse_requantize(const oj_gpt *m, const char *cmd, const char *src, oj_qtype t);
+
 #endif

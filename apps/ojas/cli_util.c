@@ -214,3 +214,16 @@ bool cli_refuse_nanolab(const oj_gpt *m, const char *cmd, const char *src, const
               cmd, src, lacks, verb);
     return true;
 }
+
+bool cli_refuse_requantize(const oj_gpt *m, const char *cmd, const char *src, oj_qtype t) {
+    oj_qtype have = oj_gpt_quantized_type(m);
+    if (have == OJ_QTYPE_COUNT)
+        return false;
+    cli_error(CLI_FAIL,
+              "%s: '%s' is already %s: quantizing it to %s would round its weights twice; quantize "
+              "the f32/bf16 model instead%s",
+              cmd, src ? src : "the model", oj_qtype_name(have), oj_qtype_name(t),
+              strcmp(cmd, "quantize") == 0 ? " (or pass --allow-requantize)"
+                                            : " (or run the file as it is, without --quantize)");
+    return true;
+}

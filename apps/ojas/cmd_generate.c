@@ -294,6 +294,8 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CLI_FAIL, "generate: --adapter: %s", e.message);
         goto done;
     }
+    if (qt != OJ_QTYPE_COUNT && cli_refuse_requantize(m, "generate", model_dir, qt))
+        goto done;
     if (qt != OJ_QTYPE_COUNT && oj_gpt_quantize(m, qt) != OJ_OK) {
         cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
         goto done;

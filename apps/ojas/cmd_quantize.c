@@ -27,10 +27,12 @@ static const char *k_help =
     "                             tokenizer_dir, or the model directory's files; without\n"
     "                             one the file says no_vocab)\n"
     "      --name NAME            general.name in the file\n"
+    "      --allow-requantize     quantize a file that is already quantized (its weights are\n"
+    "                             rounded twice: refused without this, as llama.cpp does)\n"
     "  -j, --threads N            CPU threads (default 0: all usable CPUs)\n"
     "  -h, --help                 this help\n";
 
-enum { OPT_CHECKPOINT = 256, OPT_TO, OPT_NAME, OPT_VOCAB };
+enum { OPT_CHECKPOINT = 256, OPT_TO, OPT_NAME, OPT_VOCAB, OPT_REQUANT };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -41,6 +43,7 @@ static const struct option k_long[] = {
     {"name", required_argument, NULL, OPT_NAME},
     {"vocab", required_argument, NULL, OPT_VOCAB},
     {"threads", required_argument, NULL, 'j'},
+    {"allow-requantize", no_argument, NULL, OPT_REQUANT},
     {NULL, 0, NULL, 0},
 };
 
@@ -79,6 +82,7 @@ static oj_status load_checkpoint(oj_engine *eng, const char *ckpt, oj_gpt **m, c
 int cmd_quantize(int argc, char **argv) {
     const char *model = NULL, *ckpt = NULL, *to = NULL, *out = NULL, *name = NULL, *vocab = NULL;
     int64_t threads = 0;
+    bool requant = false;
     int c;
     cli_getopt_state g = {.cmd = "quantize", .shortopts = "hm:o:j:", .longopts = k_long};
     while ((c = cli_getopt(&g, argc, argv)) != -1) {
@@ -91,6 +95,7 @@ int cmd_quantize(int argc, char **argv) {
         case 'o': out = optarg; break;
         case OPT_NAME: name = optarg; break;
         case OPT_VOCAB: vocab = optarg; break;
+        case OPT_REQUANT: requant = true; break;
         case 'j': ok = cli_parse_i64("quantize: --threads", optarg, 0, 4096, &threads); break;
         default: return CLI_USAGE;
         }
@@ -129,6 +134,8 @@ int cmd_quantize(int argc, char **argv) {
         goto done;
     }
     if (cli_refuse_nanolab(m, "quantize", ckpt ? ckpt : model, "GGUF layout", "quantize"))
+        goto done;
+    if (qt != OJ_QTYPE_COUNT && !requant && cli_refuse_requantize(m, "quantize", model, qt))
         goto done;
     if (qt != OJ_QTYPE_COUNT && oj_gpt_quantize(m, qt) != OJ_OK) {
         cli_error(CLI_FAIL, "quantize: %s", oj_last_error(eng));

@@ -884,6 +884,15 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
         return send_error(mc, cn, 400, "'n' is %lld; this server queues at most %lld choices "
                           "(--max-queue)", n, (long long)sv->max_queue);
     }
+    /* as OpenAI and vLLM answer: a request naming another model is not
+     * served by this one */
+    if (g->req.model[0] && strcmp(g->req.model, sv->model_id) != 0) {
+        char asked[sizeof g->req.model];
+        snprintf(asked, sizeof asked, "%s", g->req.model);
+        gen_unref(g);
+        return send_error(mc, cn, 404, "the model '%s' does not exist: this server serves '%s' "
+                          "(GET /v1/models)", asked, sv->model_id);
+    }
     oj_tokens ids = {0};
     int code = prompt_ids(sv, &g->req, &ids, err, sizeof err);
     g->prompt = ids.ids; /* g owns the ids from here */

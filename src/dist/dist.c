@@ -645,7 +645,7 @@ oj_status oj_dist_alltoall(oj_dist *d, oj_tensor *send, oj_tensor *recv, oj_erro
     }
 #ifdef OJAS_HAVE_MPI
     MPI_Datatype type;
-    int count;
+    int count = 0;
     if ((st = mpi_block_type(block, &type, &count, err)))
         return st;
     /* block q to rank q, block q from rank q; this rank's own block copied */
@@ -688,7 +688,7 @@ oj_status oj_dist_allgather(oj_dist *d, oj_tensor *mine, oj_tensor *all, oj_erro
     }
 #ifdef OJAS_HAVE_MPI
     MPI_Datatype type;
-    int count;
+    int count = 0;
     if ((st = mpi_block_type(block, &type, &count, err)))
         return st;
     int W = d->world, n = 0;

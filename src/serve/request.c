@@ -197,6 +197,10 @@ oj_status oj_serve_request_parse(const char *body, size_t len, bool chat, oj_ser
         st = bad(err, errlen, "'model' must be a string");
         goto out;
     }
+    if (json_is_string(model) && json_string_length(model) >= sizeof r->model) {
+        st = bad(err, errlen, "'model' is longer than %zu bytes", sizeof r->model - 1);
+        goto out;
+    }
     if (json_is_string(model))
         snprintf(r->model, sizeof r->model, "%s", json_string_value(model));
     st = chat ? parse_messages(o, r, err, errlen) : parse_prompt(o, r, err, errlen);

@@ -3772,7 +3772,7 @@ static void test_fast_norm_backward(void **state) {
  * chain of entries it stands for, on one engine). */
 static void same_side_bits(pr a, pr b, const char *what) {
     for (int sd = 0; sd < 2; sd++) {
-        char w[192];
+        char w[256];
         snprintf(w, sizeof w, "%s (%s: fused vs unfused)", what, sd ? "cuda" : "cpu");
         SIDE = sd;
         cmp_tensors(T(a), T(b), 0, false, w);

@@ -248,6 +248,15 @@ def drive(a, work, srv):
     code, m = request(srv, "GET", "/v1/models")
     check(code == 200 and m["data"][0]["id"] == "tiny", "models %s" % m)
 
+    # a request naming another model is refused, as OpenAI and vLLM do
+    code, r = request(srv, "POST", "/v1/completions", {"model": "gpt-4o", "prompt": "The",
+                                                        "max_tokens": 2})
+    check(code == 404 and "'gpt-4o' does not exist" in r["error"]["message"]
+          and "'tiny'" in r["error"]["message"], "other model %s %s" % (code, r))
+    code, r = request(srv, "POST", "/v1/chat/completions", {"model": "x" * 200, "messages": [
+        {"role": "user", "content": "hi"}]})
+    check(code == 400 and "'model' is longer" in r["error"]["message"], "long model %s %s" % (code, r))
+
     # greedy: ojas generate == non-streamed == streamed == curl
     prompts = ["The king said", "And the river", "Upon the stone of the city they", "Light"]
     want = {p: generate(a.ojas, work, p, 12) for p in prompts}

@@ -2,7 +2,7 @@
 // CLI: a gpt2-tiny run trained a few steps here, quantized to q8_0 and
 // q4_0 GGUF files; greedy text from a file equal to that of the checkpoint
 // quantized at load (`generate --quantize`), f32 files equal to the
-// checkpoint's own; requantizing a GGUF file; fp8 quantized at load
+// checkpoint's own; requantizing a GGUF file only with --allow-requantize; fp8 quantized at load
 // generates (and --to fp8, which has no GGUF type, is a usage error); each
 // usage error one line
 #include <setjmp.h>
@@ -92,8 +92,23 @@ static void test_quantize_and_generate(void **state) {
     same_text("generate -m q8.gguf" GEN_ARGS, "generate --checkpoint run --quantize q8_0" GEN);
     same_text("generate -m q4.gguf" GEN, "generate --checkpoint run --quantize q4_0" GEN);
     same_text("generate -m f32.gguf" GEN, "generate --checkpoint run" GEN);
-    /* a GGUF file requantized: from its dequantized weights */
-    assert_int_equal(ojas("quantize -m q8.gguf --to q4_1 -o q41.gguf", NULL), 0);
+    /* a quantized GGUF file is not quantized again unless asked (llama.cpp's
+     * --allow-requantize): its weights would be rounded twice */
+    char *err2 = NULL;
+    assert_int_equal(ct_ojas(g_dir, "quantize -m q8.gguf --to q4_1 -o q41.gguf", NULL, &err2), 1);
+    ct_assert_one_line(err2, "'q8.gguf' is already q8_0: quantizing it to q4_1 would round its weights twice");
+    if (!strstr(err2, "--allow-requantize")) fail_msg("no remedy named: %s", err2);
+    free(err2);
+    char q41[400];
+    struct stat st;
+    snprintf(q41, sizeof q41, "%s/q41.gguf", g_dir);
+    assert_int_equal(stat(q41, &st), -1); /* nothing written */
+    err2 = NULL;
+    assert_int_equal(ct_ojas(g_dir, "generate -m q8.gguf --quantize q4_0" GEN, NULL, &err2), 1);
+    ct_assert_one_line(err2, "'q8.gguf' is already q8_0: quantizing it to q4_0 would round");
+    free(err2);
+    /* asked for: from its dequantized weights */
+    assert_int_equal(ojas("quantize -m q8.gguf --to q4_1 --allow-requantize -o q41.gguf", NULL), 0);
     char *out = NULL;
     assert_int_equal(ojas("generate -m q41.gguf" GEN, &out), 0);
     assert_true(out && strncmp(out, PROMPT, strlen(PROMPT)) == 0);

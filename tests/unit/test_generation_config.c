@@ -23,7 +23,7 @@
 static char g_dir[256];
 
 static void write_gc(const char *dir, const char *json) {
-    char p[512];
+    char p[1024];
     snprintf(p, sizeof p, "%s/generation_config.json", dir);
     if (json == NULL) {
         unlink(p);
