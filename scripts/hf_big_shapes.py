@@ -28,7 +28,7 @@ tokens greedily (min_new_tokens so that no EOS stops it): decode tok/s the
 same way. Prints one line per run and a JSON summary (--json FILE too).
 
 usage: hf_big_shapes.py [--ojas BIN] [--models qwen2.5-0.5b,llama3.2-1b]
-                        [--devices cpu] [--dtypes f32] [-n 32] [--threads 0]
+                        [--devices cpu] [--dtypes f32[,bf16,q4_0,fp8,...]] [-n 32] [--threads 0]
                         [--dir WORKDIR] [--keep] [--npm DIR] [--json FILE]
 """
 import argparse
@@ -192,9 +192,14 @@ def run_child(cmd):
     return wall, ru.ru_maxrss / 1024.0, p.returncode, err.decode("utf-8", "replace").strip()
 
 
+QTYPES = ("q8_0", "q4_0", "q4_1", "q4_k", "fp8")
+
+
 def ojas_run(a, d, vocab, device, dtype):
-    base = [a.ojas, "generate", "--model", d, "-p", PROMPT, "-t", "0", "-d", device,
-            "--dtype", dtype, "-j", str(a.threads)]
+    """dtype: a --dtype value, or a quantized type (--quantize Q over f32 weights)."""
+    wd = ["--dtype", "f32", "--quantize", dtype] if dtype in QTYPES else ["--dtype", dtype]
+    base = [a.ojas, "generate", "--model", d, "-p", PROMPT, "-t", "0", "-d", device] + wd + \
+        ["-j", str(a.threads)]
     if vocab:
         base += ["--vocab", vocab]
     r = {"runner": "ojas generate", "device": device, "dtype": dtype, "tokens": a.n}
@@ -289,7 +294,9 @@ def main(argv=None):
     ap.add_argument("--build", default=build, help="for --python-load: BUILD/python")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--devices", default="cpu")
-    ap.add_argument("--dtypes", default="f32", help="ojas --dtype values, comma-separated")
+    ap.add_argument("--dtypes", default="f32",
+                    help="ojas --dtype values or quantized types (%s: --quantize over f32 "
+                         "weights, ojas only), comma-separated" % ", ".join(QTYPES))
     ap.add_argument("-n", type=int, default=32, help="decoded tokens per timed run")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: all)")
     ap.add_argument("--dir", help="where the model directories go (default: a temporary one)")
@@ -343,7 +350,7 @@ def main(argv=None):
             for dev in a.devices.split(","):
                 for dt in a.dtypes.split(","):
                     rs = [ojas_run(a, d, None if vocab == d else vocab, dev, dt)]
-                    if have_tf:
+                    if have_tf and dt not in QTYPES:
                         rs.append(transformers_run(a, d, dev, dt))
                     for r in rs:
                         bad += "error" in r
