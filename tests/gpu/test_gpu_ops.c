@@ -808,6 +808,7 @@ static void test_matmul_tuned(void **state) {
     (void)state;
     oj_engine *save_c = cpu, *save_g = gpu;
     cpu = cpuf, gpu = gpuf;
+    const char *prev = getenv("OJAS_CUDA_GEMM_TUNE"); /* kept: a run may set it for all */
     setenv("OJAS_CUDA_GEMM_TUNE", "1", 1);
     const struct {
         oj_dtype dt, odt;
@@ -843,7 +844,7 @@ static void test_matmul_tuned(void **state) {
         one_linear_bias(OJ_BF16, 37, 776, 1001, false, 0, true);
         one_linear_bias(OJ_BF16, 256, 768, 2304, true, 0, true);
     }
-    unsetenv("OJAS_CUDA_GEMM_TUNE");
+    if (prev == NULL) unsetenv("OJAS_CUDA_GEMM_TUNE");
 }
 
 // test: the tuner times a shape first met inside a graph capture on its
@@ -853,6 +854,7 @@ static void test_matmul_tuned(void **state) {
 static void test_matmul_tuned_in_capture(void **state) {
     (void)state;
     if (on_cpu) skip(); /* only CUDA engines capture */
+    const char *prev = getenv("OJAS_CUDA_GEMM_TUNE");
     setenv("OJAS_CUDA_GEMM_TUNE", "1", 1);
     oj_engine *ge = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 12);
     const int64_t M = 520, K = 192, N = 1000;
@@ -883,7 +885,7 @@ static void test_matmul_tuned_in_capture(void **state) {
     oj_release(wg);
     assert_int_equal(oj_last_status(ge), OJ_OK);
     oj_engine_free(ge);
-    unsetenv("OJAS_CUDA_GEMM_TUNE");
+    if (prev == NULL) unsetenv("OJAS_CUDA_GEMM_TUNE");
 }
 
 /* One row (M == 1, batch 1) times a weight, as a decode step's linear
