@@ -22,8 +22,7 @@
  * timings do not overlap queued work. The buffers (up to the largest
  * tuned GEMM's operands, ~350 MB for the head's logits, allocated outside
  * the engine's budget) are freed after each tuning outside a capture;
- * during one they are kept (and outgrown ones set aside) until the next
- * tuning outside it, or close.
+ * during one they are kept (and outgrown ones set aside) until it ends.
  *
  * FAST only: the algorithm (its summation order over k) then depends on
  * timings, so bits may differ between runs. EXACT never reaches
@@ -56,7 +55,7 @@ struct oj_cuda_tune {
     void *buf; /* A, B, C/D, vector, aux, workspace; NULL between tunings */
     size_t buf_bytes;
     /* buffers outgrown during a capture (cudaFree is not risked there),
-     * freed at the next tuning outside one, or at close */
+     * freed with buf when it ends (oj_cuda_gemm_tune_trim) */
     void *old[16];
     int nold;
     int n;
@@ -78,6 +77,18 @@ void oj_cuda_gemm_tune_close(oj_cuda_state *s) {
     if (t->stream) cudaStreamDestroy(t->stream);
     free(t);
     s->tune = NULL;
+}
+
+void oj_cuda_gemm_tune_trim(oj_cuda_state *s) {
+    struct oj_cuda_tune *t = s->tune;
+    if (t == NULL || s->capture || (t->buf == NULL && t->nold == 0)) return;
+    cudaStreamSynchronize(t->stream);
+    if (t->buf) cudaFree(t->buf);
+    for (int i = 0; i < t->nold; i++) cudaFree(t->old[i]);
+    t->buf = NULL;
+    t->buf_bytes = 0;
+    t->nold = 0;
+    cudaGetLastError();
 }
 
 int oj_cuda_gemm_tune_count(oj_engine *eng) {
@@ -141,10 +152,6 @@ static bool tune(oj_cuda_state *s, struct oj_cuda_tune *t, cublasLtMatmulDesc_t 
     size_t oa = 0, ob = oa + round256(na * ea), oc = ob + round256(nb * ea),
            ov = oc + round256(nc * ec), ox = ov + round256(nv * ec), ow = ox + round256(nx * ec),
            total = ow + round256(s->blas_ws_bytes);
-    if (!s->capture) {
-        for (int i = 0; i < t->nold; i++) cudaFree(t->old[i]);
-        t->nold = 0;
-    }
     if (t->buf && t->buf_bytes < total) {
         if (s->capture && t->nold == (int)(sizeof t->old / sizeof t->old[0])) return false;
         if (s->capture) t->old[t->nold++] = t->buf;
@@ -166,7 +173,10 @@ static bool tune(oj_cuda_state *s, struct oj_cuda_tune *t, cublasLtMatmulDesc_t 
                                                                                (int)k->tab);
     k_tune_fill<<<oj_cuda_blocks((int64_t)nc), OJ_CUDA_THREADS, 0, t->stream>>>(b + oc, (int64_t)nc,
                                                                                (int)k->tc);
-    if (cudaGetLastError() != cudaSuccess) return false;
+    if (cudaGetLastError() != cudaSuccess) {
+        oj_cuda_gemm_tune_trim(s);
+        return false;
+    }
     /* the epilogue's pointers: the tuner's for the timing, the caller's
      * put back after */
     void *vec0 = NULL, *aux0 = NULL, *vec = b + ov, *aux = b + ox;
@@ -214,12 +224,7 @@ static bool tune(oj_cuda_state *s, struct oj_cuda_tune *t, cublasLtMatmulDesc_t 
     if (k->aux_ld > 0)
         cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux0,
                                        sizeof aux0);
-    if (!s->capture) { /* the buffers go back now; kept through a capture */
-        cudaStreamSynchronize(t->stream);
-        cudaFree(t->buf);
-        t->buf = NULL;
-        t->buf_bytes = 0;
-    }
+    oj_cuda_gemm_tune_trim(s); /* the buffers go back now; kept through a capture */
     return any;
 }
 

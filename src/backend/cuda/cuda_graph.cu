@@ -171,6 +171,7 @@ oj_status oj_cuda_graph_end(oj_engine *eng, void **out) {
     s->flags = s->flags_base;
     cudaSetDevice(s->ordinal);
     cudaError_t e = cudaStreamEndCapture(s->stream, &g->graph);
+    oj_cuda_gemm_tune_trim(s); /* the tuner's buffers kept through the capture */
     if (e == cudaSuccess && g->graph == NULL) e = cudaErrorStreamCaptureInvalidated;
     if (e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, g->graph, 0);
     if (e != cudaSuccess) {
@@ -193,6 +194,7 @@ void oj_cuda_graph_abort(oj_engine *eng) {
     s->flags = s->flags_base;
     cudaGraph_t gr = NULL;
     cudaStreamEndCapture(s->stream, &gr);
+    oj_cuda_gemm_tune_trim(s);
     if (gr) cudaGraphDestroy(gr);
     cudaGetLastError();
     graph_free(g);

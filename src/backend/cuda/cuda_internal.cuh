@@ -154,6 +154,9 @@ bool oj_cuda_gemm_algo(oj_engine *eng, cublasLtMatmulDesc_t md, cublasLtMatrixLa
 /* Make the tuner's stream and events now (outside any capture, with the
  * cuBLAS handle) when tuning is on; a failure leaves tuning off. */
 void oj_cuda_gemm_tune_prepare(oj_cuda_state *s);
+/* Free the tuner's timing buffers unless a capture is in progress (after
+ * each tuning, and at the end of a capture, which keeps them). */
+void oj_cuda_gemm_tune_trim(oj_cuda_state *s);
 /* Free the tuner (close). */
 void oj_cuda_gemm_tune_close(oj_cuda_state *s);
 /* Shapes in the tuner's cache (tests). */
