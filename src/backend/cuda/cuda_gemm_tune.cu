@@ -40,7 +40,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 #define OJ_TUNE_ALGOS 8
-#define OJ_TUNE_REPS 3
+#define OJ_TUNE_REPS 5
 #define OJ_TUNE_CACHE 256
 
 struct tune_entry {
