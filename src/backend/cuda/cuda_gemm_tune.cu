@@ -91,11 +91,6 @@ void oj_cuda_gemm_tune_trim(oj_cuda_state *s) {
     cudaGetLastError();
 }
 
-int oj_cuda_gemm_tune_count(oj_engine *eng) {
-    oj_cuda_state *s = oj_cuda_state_of(eng);
-    return s && s->tune ? s->tune->n : 0;
-}
-
 /* The tuner's stream and events, made once, outside any capture. */
 static struct oj_cuda_tune *tune_state(oj_cuda_state *s) {
     if (s->tune) return s->tune;

@@ -159,8 +159,6 @@ void oj_cuda_gemm_tune_prepare(oj_cuda_state *s);
 void oj_cuda_gemm_tune_trim(oj_cuda_state *s);
 /* Free the tuner (close). */
 void oj_cuda_gemm_tune_close(oj_cuda_state *s);
-/* Shapes in the tuner's cache (tests). */
-int oj_cuda_gemm_tune_count(oj_engine *eng);
 
 /* cuDNN attention (cuda_attention_cudnn.cu): create the handle now (at
  * graph_capture_begin of a capture that records gradients, so a captured
