@@ -141,6 +141,7 @@ oj_status oj_cuda_graph_begin(oj_engine *eng) {
     /* everything issued so far is done, so no capture races a pending
      * kernel, and the cuBLAS handle exists before the capture */
     if (oj_cuda_blas(eng, "graph_capture_begin") == NULL) return oj_last_status(eng);
+    oj_cuda_gemm_tune_prepare(s); /* its stream, should the handle predate OJAS_CUDA_GEMM_TUNE */
     /* the cuDNN handle only for a capture that records gradients (a
      * training step: cuDNN runs forwards that keep lse); a decode or
      * prefill capture never runs cuDNN */
