@@ -4,8 +4,9 @@
  * uses: forward x W^T, backward dX = g W and dW = g^T x. Prints one JSON
  * line per case with the mean ms of `reps` products issued back to back
  * and TFLOP/s (2 M N K / time); bench/gpu/gemm_torch.py
- * times torch.matmul on the same shapes for the ratio. OJAS_CUDA_GEMM_TUNE=1
- * times ojas's tuned cuBLASLt path (cuda_gemm_tune.cu) instead of cuBLAS.
+ * times torch.matmul on the same shapes for the ratio. The products take
+ * ojas's default path: cuBLASLt with the algorithm the GEMM tuner timed
+ * (cuda_gemm_tune.cu); OJAS_CUDA_GEMM_TUNE=0 times cublasGemmStridedBatchedEx.
  *
  * `head` and `lt` (builds with the CUDA backend) call cuBLAS and cuBLASLt
  * directly, outside ojas, on bf16 operands of small random values:

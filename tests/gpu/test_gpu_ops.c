@@ -799,7 +799,7 @@ static void test_matmul_lt_plain(void **state) {
     gpu = save_g;
 }
 
-// test: with the GEMM tuner on (OJAS_CUDA_GEMM_TUNE=1, FAST numerics)
+// test: with the GEMM tuner on for every shape (OJAS_CUDA_GEMM_TUNE=2, FAST)
 // products agree with the CPU on first use (tuned) and on the second
 // (cached): the head's logits layout, a row-major b, bf16/f16/f32, odd
 // sizes, an accumulating product into an f32 out over bf16 operands
@@ -809,7 +809,9 @@ static void test_matmul_tuned(void **state) {
     oj_engine *save_c = cpu, *save_g = gpu;
     cpu = cpuf, gpu = gpuf;
     const char *prev = getenv("OJAS_CUDA_GEMM_TUNE"); /* kept: a run may set it for all */
-    setenv("OJAS_CUDA_GEMM_TUNE", "1", 1);
+    char prev_v[16] = "";
+    if (prev) snprintf(prev_v, sizeof prev_v, "%s", prev);
+    setenv("OJAS_CUDA_GEMM_TUNE", "2", 1); /* every shape, small ones too */
     const struct {
         oj_dtype dt, odt;
         int64_t M, K, N;
@@ -845,6 +847,7 @@ static void test_matmul_tuned(void **state) {
         one_linear_bias(OJ_BF16, 256, 768, 2304, true, 0, true);
     }
     if (prev == NULL) unsetenv("OJAS_CUDA_GEMM_TUNE");
+    else setenv("OJAS_CUDA_GEMM_TUNE", prev_v, 1);
 }
 
 // test: the tuner times a shape first met inside a graph capture on its
@@ -855,7 +858,9 @@ static void test_matmul_tuned_in_capture(void **state) {
     (void)state;
     if (on_cpu) skip(); /* only CUDA engines capture */
     const char *prev = getenv("OJAS_CUDA_GEMM_TUNE");
-    setenv("OJAS_CUDA_GEMM_TUNE", "1", 1);
+    char prev_v[16] = "";
+    if (prev) snprintf(prev_v, sizeof prev_v, "%s", prev);
+    setenv("OJAS_CUDA_GEMM_TUNE", "2", 1); /* every shape, small ones too */
     oj_engine *ge = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 12);
     const int64_t M = 520, K = 192, N = 1000;
     pr a = rnd(2, (int64_t[2]){M, K}, OJ_BF16, -1, 1);
@@ -886,6 +891,7 @@ static void test_matmul_tuned_in_capture(void **state) {
     assert_int_equal(oj_last_status(ge), OJ_OK);
     oj_engine_free(ge);
     if (prev == NULL) unsetenv("OJAS_CUDA_GEMM_TUNE");
+    else setenv("OJAS_CUDA_GEMM_TUNE", prev_v, 1);
 }
 
 /* One row (M == 1, batch 1) times a weight, as a decode step's linear

@@ -1,9 +1,10 @@
 /* cuBLASLt algorithm choice for FAST numerics, timed per GEMM shape.
  *
  * cuBLASLt's heuristic ranks algorithms by a model, not by the clock: on
- * the H200 its first pick for the gpt2 head's logits GEMM ([2668, 768] @
- * [768, 50304], bf16) was an sm80 CUTLASS kernel at ~440 TFLOP/s where
- * other GEMMs of the same step ran Hopper kernels at ~750. On a shape's
+ * the H200 its first pick for a 2560-row chunk of gpt2-124m's head logits
+ * GEMM ([2560, 768] @ [768, 50304], bf16) ran at 725 TFLOP/s, its sixth
+ * at 806 (bench_gpu_gemm head), and the tuner kept another than the first
+ * for 16 of the 19 GEMMs it timed in the training step (its log). On a shape's
  * first use the tuner asks the heuristic for up to OJ_TUNE_ALGOS
  * algorithms, times each (one warm-up, OJ_TUNE_REPS timed runs between
  * two events) and keeps the fastest in a per-engine cache keyed by
@@ -26,10 +27,15 @@
  *
  * FAST only: the algorithm (its summation order over k) then depends on
  * timings, so bits may differ between runs. EXACT never reaches
- * cuBLASLt (cuda_matmul.cu). OJAS_CUDA_GEMM_TUNE=1 turns it on (read at
- * each call); off, the heuristic's first algorithm runs, as before. Any
- * failure of the tuning (no memory, a refused algorithm) falls back to
- * the heuristic's first; only a heuristic that offers nothing is a miss. */
+ * cuBLASLt (cuda_matmul.cu). OJAS_CUDA_GEMM_TUNE (read at each call):
+ * unset or 1, products of at least OJ_TUNE_MIN_FLOP (2 m n k) are tuned,
+ * smaller ones (decode, short prefills: timing them would cost more than
+ * it saves) keep the heuristic's first; 2 tunes every shape (tests); 0
+ * turns the tuner off (the heuristic's first everywhere). gpt2-124m's
+ * graph step (B 16, T 1024, H200): 33.727 ms tuned against 33.991 off.
+ * Any failure of the tuning (no memory, a refused algorithm) falls back
+ * to the heuristic's first; only a heuristic that offers nothing is a
+ * miss. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +48,10 @@
 #define OJ_TUNE_ALGOS 8
 #define OJ_TUNE_REPS 5
 #define OJ_TUNE_CACHE 256
+/* 2^32 FLOP (~6 us at 700 TFLOP/s): the smallest of gpt2-124m's training
+ * GEMMs at B 16, T 1024 is 19 GFLOP, a 124M model's prefill of 1024
+ * tokens 3.6 GFLOP a GEMM */
+#define OJ_TUNE_MIN_FLOP 4294967296.0
 
 struct tune_entry {
     oj_cuda_gemm_key key;
@@ -62,9 +72,17 @@ struct oj_cuda_tune {
     struct tune_entry cache[OJ_TUNE_CACHE];
 };
 
-bool oj_cuda_gemm_tune_on(void) {
+/* OJAS_CUDA_GEMM_TUNE: 0 off, 1 (unset, or any other value) products of
+ * OJ_TUNE_MIN_FLOP on, 2 every product. */
+static int tune_level(void) {
     const char *e = getenv("OJAS_CUDA_GEMM_TUNE");
-    return e != NULL && strcmp(e, "1") == 0;
+    if (e != NULL && strcmp(e, "0") == 0) return 0;
+    return e != NULL && strcmp(e, "2") == 0 ? 2 : 1;
+}
+
+bool oj_cuda_gemm_tune_wants(int64_t m, int64_t n, int64_t k) {
+    int lv = tune_level();
+    return lv == 2 || (lv == 1 && 2.0 * (double)m * (double)n * (double)k >= OJ_TUNE_MIN_FLOP);
 }
 
 void oj_cuda_gemm_tune_close(oj_cuda_state *s) {
@@ -109,7 +127,7 @@ static struct oj_cuda_tune *tune_state(oj_cuda_state *s) {
 }
 
 void oj_cuda_gemm_tune_prepare(oj_cuda_state *s) {
-    if (oj_cuda_gemm_tune_on()) tune_state(s);
+    if (tune_level() > 0) tune_state(s);
 }
 
 static size_t type_size(cudaDataType_t t) {
@@ -230,7 +248,8 @@ bool oj_cuda_gemm_algo(oj_engine *eng, cublasLtMatmulDesc_t md, cublasLtMatrixLa
     oj_cuda_state *s = oj_cuda_state_of(eng);
     cublasLtMatmulHeuristicResult_t res[OJ_TUNE_ALGOS];
     int nres = 0;
-    struct oj_cuda_tune *t = oj_cuda_gemm_tune_on() ? tune_state(s) : NULL;
+    struct oj_cuda_tune *t =
+        oj_cuda_gemm_tune_wants(key->m, key->n, key->k) ? tune_state(s) : NULL;
     if (t) {
         for (int i = 0; i < t->n; i++)
             if (memcmp(&t->cache[i].key, key, sizeof *key) == 0) {

@@ -138,10 +138,12 @@ struct oj_cuda_gemm_key {
     int ordinal;
     bool has_vec, beta1;                    /* a bias/bias-gradient vector; beta 1 */
 };
-/* Is OJAS_CUDA_GEMM_TUNE=1 (read at each call)? */
-bool oj_cuda_gemm_tune_on(void);
+/* Does the tuner time the algorithms of an [m, k] @ [k, n] product
+ * (OJAS_CUDA_GEMM_TUNE, read at each call: unset or 1, products of at
+ * least 2^32 FLOP; 2 all; 0 none)? */
+bool oj_cuda_gemm_tune_wants(int64_t m, int64_t n, int64_t k);
 /* The algorithm for md/la/lb/lc (C and D share lc) under pref into *algo:
- * with tuning on, the cached one for key, else the fastest of the
+ * when the tuner wants the shape, the cached one for key, else the fastest of the
  * heuristic's first 8 timed on the tuner's own stream and buffers (also
  * during a capture), then cached; with tuning off, or when the timing
  * fails, the heuristic's first. md's bias and aux pointers are swapped
@@ -152,7 +154,8 @@ bool oj_cuda_gemm_algo(oj_engine *eng, cublasLtMatmulDesc_t md, cublasLtMatrixLa
                        cublasLtMatmulPreference_t pref, const oj_cuda_gemm_key *key,
                        cublasLtMatmulAlgo_t *algo);
 /* Make the tuner's stream and events now (outside any capture, with the
- * cuBLAS handle) when tuning is on; a failure leaves tuning off. */
+ * cuBLAS handle) unless OJAS_CUDA_GEMM_TUNE=0; a failure leaves tuning
+ * off. */
 void oj_cuda_gemm_tune_prepare(oj_cuda_state *s);
 /* Free the tuner's timing buffers unless a capture is in progress (after
  * each tuning, and at the end of a capture, which keeps them). */

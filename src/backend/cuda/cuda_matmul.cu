@@ -137,12 +137,13 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
 /* OJAS_CUDA_LT_PLAIN=1: plain products (one batch, not accumulating,
  * FAST numerics) go through cuBLASLt's heuristic (lt_epilogue with no
  * epilogue) before cublasGemmStridedBatchedEx: a comparison of the two
- * libraries' kernel choices. OJAS_CUDA_GEMM_TUNE=1 sends every one-batch
- * FAST product there, accumulating ones included, so that the tuner
- * (cuda_gemm_tune.cu) picks its algorithm: cuBLAS's heuristic gave the
- * head's logits GEMM an sm80 kernel at ~440 TFLOP/s, cuBLASLt's first
- * pick did no better (the step measured the same). Off by default; read
- * at each call (tests turn it on and off). */
+ * libraries' kernel choices (off by default). One-batch FAST products the
+ * GEMM tuner wants (cuda_gemm_tune.cu: by default those of at least 2^32
+ * FLOP; OJAS_CUDA_GEMM_TUNE) go there too, accumulating and f32-out ones
+ * included, so that it picks their algorithm: cuBLAS and cuBLASLt's
+ * heuristics pick the same kernels (bench_gpu_gemm head), and the timed
+ * choice was another for 16 of the 19 GEMMs of gpt2-124m's step. Read
+ * at each call (tests turn them on and off). */
 static bool lt_plain(void) {
     const char *e = getenv("OJAS_CUDA_LT_PLAIN");
     return e != NULL && strcmp(e, "1") == 0;
@@ -185,7 +186,7 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
                                                 K, accumulate));
         return oj_cuda_check(eng, "matmul (gemv)");
     }
-    if ((!accumulate && lt_plain()) || oj_cuda_gemm_tune_on()) {
+    if ((!accumulate && lt_plain()) || oj_cuda_gemm_tune_wants(M, N, K)) {
         oj_status lst =
             lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, accumulate);
         if (lst != OJ_ERR_UNSUPPORTED) return lst;
@@ -294,9 +295,9 @@ static uint32_t align_of(const void *p) {
  * CUBLASLT_EPILOGUE_DEFAULT with no vectors is a plain product; it alone
  * may accumulate (out += a @ b) and take an f32 out over bf16/f16 a and b
  * (summed in f32, added unrounded), as oj_cuda_matmul's contract.
- * The algorithm is oj_cuda_gemm_algo's (cuda_gemm_tune.cu): the
- * heuristic's first, or with OJAS_CUDA_GEMM_TUNE=1 the fastest of its
- * first 8 timed on the shape's first use. OJ_ERR_UNSUPPORTED (nothing recorded)
+ * The algorithm is oj_cuda_gemm_algo's (cuda_gemm_tune.cu): the fastest
+ * of the heuristic's first 8, timed on the shape's first use, or for
+ * shapes the tuner leaves (small ones, OJAS_CUDA_GEMM_TUNE=0) its first. OJ_ERR_UNSUPPORTED (nothing recorded)
  * when it does not apply or no algorithm fits: the caller takes the
  * unfused path. The algorithm may differ from the plain GEMM's (another
  * summation order over k), so OJ_NUMERICS_EXACT never comes here.
