@@ -91,4 +91,9 @@ oj_tensor *oj__nn_inv_count(oj_tensor *count, oj_dtype dt, bool grad);
  * l retained). Recorded by autograd like oj_mean_all/oj_sum_all. */
 oj_tensor *oj__nn_reduce(oj_tensor *l, oj_reduction reduction);
 
+/* linear_cross_entropy's rows per chunk for N rows of V logits of es
+ * bytes (nn_linear_cross_entropy.c; OJAS_LCE_CHUNK_ROWS and
+ * OJAS_LCE_ROW_ALIGN read here): in [1, N], N >= 1. */
+int64_t oj__lce_chunk_rows(int64_t N, int64_t V, size_t es);
+
 #endif /* OJAS_NN_COMMON_H */

@@ -17,7 +17,9 @@
  *
  * Chunk rows: as many as keep one chunk's logits under 256 MiB (at least
  * 1), a function of the shapes only, so results are reproducible. The
- * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning).
+ * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning);
+ * OJAS_LCE_ROW_ALIGN rounds it to a multiple of the GEMMs' tiles (see
+ * oj__lce_chunk_rows).
  *
  * Padded vocabulary: on a backend with ce_row_align (CUDA), W [V, C] is
  * copied once per call into Wp [Vp, C] with zero rows past V, Vp = V
@@ -44,11 +46,27 @@ static int64_t logits_ld(const oj_backend *be, int64_t V) {
     return (V + a - 1) / a * a;
 }
 
-static int64_t chunk_rows(int64_t N, int64_t V, size_t es) {
+/* Rows per chunk: the most whose logits fit 256 MiB (r), or with
+ * OJAS_LCE_ROW_ALIGN=a (a > 1) as many chunks as r allows, their rows
+ * evened out and rounded up to a multiple of a, but not past r (then r
+ * rounded down to one): GEMM kernels tile rows by 64-256, so a chunk of
+ * 2668 rows (V 50304, bf16) leaves a partial tile. At N 16384 and a 128:
+ * 7 chunks of 2432 rows (the last 1792) instead of 6 of 2668 and one of
+ * 376. Unset (1), the budget's rows as they come. Declared in
+ * nn_common.h (tests). */
+int64_t oj__lce_chunk_rows(int64_t N, int64_t V, size_t es) {
     const char *env = getenv("OJAS_LCE_CHUNK_ROWS");
     int64_t r = env && atoll(env) > 0 ? atoll(env) : (int64_t)((256u << 20) / ((size_t)V * es));
     if (r < 1) r = 1;
-    return r < N ? r : N;
+    if (r >= N) return N;
+    const char *ae = getenv("OJAS_LCE_ROW_ALIGN");
+    int64_t a = ae ? atoll(ae) : 1;
+    if (a > 1 && r >= a && !(env && atoll(env) > 0)) {
+        int64_t k = (N + r - 1) / r, even = (N + k - 1) / k;
+        int64_t up = (even + a - 1) / a * a;
+        r = up <= r ? up : r / a * a;
+    }
+    return r;
 }
 
 /* saved: dx [N, C] (if i[0]), dW [V, C] in the accumulation dtype (if
@@ -97,7 +115,7 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
                        oj_tensor *dx, oj_tensor *dw) {
     const oj_backend *be = eng->backend;
     int64_t N = x2->shape[0], V = w->shape[0], C = w->shape[1], ld = logits_ld(be, V);
-    int64_t R = chunk_rows(N, ld, oj_dtype_size(x2->dtype));
+    int64_t R = oj__lce_chunk_rows(N, ld, oj_dtype_size(x2->dtype));
     oj_dtype sdt = loss->dtype;
     oj_tensor *one = dx || dw ? oj_full(eng, 0, NULL, sdt, 1.0) : NULL;
     /* wp: W, or W with ld - V zero rows appended (the padded GEMMs' operand) */

@@ -799,6 +799,101 @@ static void test_matmul_lt_plain(void **state) {
     gpu = save_g;
 }
 
+// test: with the GEMM tuner on for every shape (OJAS_CUDA_GEMM_TUNE=2, FAST)
+// products agree with the CPU on first use (tuned) and on the second
+// (cached): the head's logits layout, a row-major b, bf16/f16/f32, odd
+// sizes, an accumulating product into an f32 out over bf16 operands
+// (linear_cross_entropy's dW), and the bias epilogue's linears
+static void test_matmul_tuned(void **state) {
+    (void)state;
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = cpuf, gpu = gpuf;
+    const char *prev = getenv("OJAS_CUDA_GEMM_TUNE"); /* kept: a run may set it for all */
+    char prev_v[16] = "";
+    if (prev) snprintf(prev_v, sizeof prev_v, "%s", prev);
+    setenv("OJAS_CUDA_GEMM_TUNE", "2", 1); /* every shape, small ones too */
+    const struct {
+        oj_dtype dt, odt;
+        int64_t M, K, N;
+        bool bt, acc;
+    } cs[6] = {{OJ_BF16, OJ_BF16, 300, 96, 1000, true, false},
+               {OJ_BF16, OJ_BF16, 129, 64, 72, false, false},
+               {OJ_F32, OJ_F32, 65, 40, 48, true, false},
+               {OJ_F16, OJ_F16, 33, 80, 24, false, false},
+               {OJ_BF16, OJ_F32, 200, 37, 96, false, true},
+               {OJ_F32, OJ_F32, 70, 50, 40, false, true}};
+    for (int i = 0; i < 6; i++)
+        for (int use = 0; use < 2; use++) {
+            pr a = rnd(3, (int64_t[3]){1, cs[i].M, cs[i].K}, cs[i].dt, -1, 1);
+            pr b = cs[i].bt ? perm(rnd(3, (int64_t[3]){1, cs[i].N, cs[i].K}, cs[i].dt, -1, 1), 3,
+                                   (int[3]){0, 2, 1})
+                            : rnd(3, (int64_t[3]){1, cs[i].K, cs[i].N}, cs[i].dt, -1, 1);
+            pr out = cs[i].acc ? rnd(3, (int64_t[3]){1, cs[i].M, cs[i].N}, cs[i].odt, -1, 1)
+                               : empty(3, (int64_t[3]){1, cs[i].M, cs[i].N}, cs[i].odt);
+            BOTH(E->backend->matmul(E, T(out), T(a), T(b), cs[i].acc));
+            char what[128];
+            snprintf(what, sizeof what, "tuned matmul %s -> %s %lldx%lldx%lld%s%s (use %d)",
+                     oj_dtype_name(cs[i].dt), oj_dtype_name(cs[i].odt), (long long)cs[i].M,
+                     (long long)cs[i].K, (long long)cs[i].N, cs[i].bt ? " b transposed" : "",
+                     cs[i].acc ? " +=" : "", use + 1);
+            cmp_tensors(out.t[1], out.t[0],
+                        cs[i].dt == OJ_F32 ? 2e-3 : tol(cs[i].odt == OJ_F32 ? cs[i].dt : cs[i].odt, 1e-5),
+                        true, what);
+        }
+    cpu = save_c;
+    gpu = save_g;
+    for (int use = 0; use < 2; use++) {
+        one_linear_bias(OJ_BF16, 37, 776, 1001, false, 0, true);
+        one_linear_bias(OJ_BF16, 256, 768, 2304, true, 0, true);
+    }
+    if (prev == NULL) unsetenv("OJAS_CUDA_GEMM_TUNE");
+    else setenv("OJAS_CUDA_GEMM_TUNE", prev_v, 1);
+}
+
+// test: the tuner times a shape first met inside a graph capture on its
+// own stream and buffers: the capture completes, and the replay agrees
+// with the CPU (a fresh FAST engine, tuning on before its first GEMM); a
+// second capture of the shape runs the cached algorithm
+static void test_matmul_tuned_in_capture(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* only CUDA engines capture */
+    const char *prev = getenv("OJAS_CUDA_GEMM_TUNE");
+    char prev_v[16] = "";
+    if (prev) snprintf(prev_v, sizeof prev_v, "%s", prev);
+    setenv("OJAS_CUDA_GEMM_TUNE", "2", 1); /* every shape, small ones too */
+    oj_engine *ge = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 12);
+    const int64_t M = 520, K = 192, N = 1000;
+    pr a = rnd(2, (int64_t[2]){M, K}, OJ_BF16, -1, 1);
+    pr w = rnd(2, (int64_t[2]){N, K}, OJ_BF16, -1, 1);
+    oj_tensor *ag = oj_to_device(a.t[0], ge), *wg = oj_to_device(w.t[0], ge);
+    assert_true(ag && wg);
+    oj_tensor *wt = oj_transpose(wg, 0, 1);
+    oj_tensor *want = oj_matmul(a.t[0], oj_transpose(w.t[0], 0, 1));
+    assert_non_null(want);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(oj_graph_capture_begin(ge), OJ_OK);
+        oj_tensor *c = oj_matmul(ag, wt);
+        oj_graph *g = oj_graph_capture_end(ge);
+        if (g == NULL) fail_msg("capture with the tuner on: %s", oj_last_error(ge));
+        assert_non_null(c);
+        assert_int_equal(oj_graph_replay(g), OJ_OK);
+        oj_tensor *ch = oj_to_device(c, cpu);
+        assert_non_null(ch);
+        cmp_tensors(ch, want, tol(OJ_BF16, 1e-5), true,
+                    round ? "tuned matmul, cached, in a capture" : "tuned matmul in a capture");
+        oj_release(ch);
+        oj_release(c);
+        oj_graph_free(g);
+    }
+    oj_release(wt);
+    oj_release(ag);
+    oj_release(wg);
+    assert_int_equal(oj_last_status(ge), OJ_OK);
+    oj_engine_free(ge);
+    if (prev == NULL) unsetenv("OJAS_CUDA_GEMM_TUNE");
+    else setenv("OJAS_CUDA_GEMM_TUNE", prev_v, 1);
+}
+
 /* One row (M == 1, batch 1) times a weight, as a decode step's linear
  * layers call it: the CUDA one-row kernels (cuda_gemv.cu) where the views
  * suit them, cuBLAS otherwise. layout 0: W [N, K] seen transposed
@@ -4563,6 +4658,8 @@ int main(void) {
         T_(test_linear_bgrad),
         T_(test_linear_gelu_fused),
         T_(test_matmul_lt_plain),
+        T_(test_matmul_tuned),
+        T_(test_matmul_tuned_in_capture),
         T_(test_lt_epilogue_in_capture),
         T_(test_gemv),
         T_(test_embedding),

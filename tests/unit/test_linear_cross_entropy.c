@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
+#include "ops/nn_common.h"
 #include "nn_testutil.h"
 
 /* This file's cases name their own engines `eng`; the shared ones use case_eng. */
@@ -102,6 +103,30 @@ static void test_matches_unfused(void **state) {
     }
     unsetenv("OJAS_LCE_CHUNK_ROWS");
     compare(OJ_F32, OJ_REDUCTION_MEAN, 0.0, 2e-6); // the default chunking
+}
+
+// test: chunk rows fill 256 MiB of logits; OJAS_LCE_ROW_ALIGN evens the
+// chunks out in multiples of its value without passing that budget
+static void test_chunk_rows_align(void **state) {
+    (void)state;
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+    unsetenv("OJAS_LCE_ROW_ALIGN");
+    assert_int_equal(oj__lce_chunk_rows(16384, 50304, 2), 2668);
+    assert_int_equal(oj__lce_chunk_rows(1000, 50304, 2), 1000);
+    setenv("OJAS_LCE_ROW_ALIGN", "128", 1);
+    assert_int_equal(oj__lce_chunk_rows(16384, 50304, 2), 2432); // 7 chunks, the last 1792
+    assert_int_equal(oj__lce_chunk_rows(3000, 50304, 2), 1536);  // 2 chunks
+    assert_int_equal(oj__lce_chunk_rows(1000, 50304, 2), 1000);  // one chunk: N
+    assert_int_equal(oj__lce_chunk_rows(16384, 1 << 20, 4), 64); // budget 64 rows: 64
+    assert_int_equal(oj__lce_chunk_rows(5000, 50304, 4), 1280);  // even 1250 -> 1280
+    // rounding up past the budget (r 1334 at f32, N 2668: even 1334) rounds r down
+    assert_int_equal(oj__lce_chunk_rows(2668, 50304, 4), 1280);
+    assert_int_equal(oj__lce_chunk_rows(2669, 50304, 4), 896); // 3 chunks
+    assert_int_equal(oj__lce_chunk_rows(16384, 1 << 22, 4), 16); // r below the alignment
+    setenv("OJAS_LCE_CHUNK_ROWS", "100", 1); // an explicit count stays as given
+    assert_int_equal(oj__lce_chunk_rows(16384, 50304, 2), 100);
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+    unsetenv("OJAS_LCE_ROW_ALIGN");
 }
 
 static void test_no_grad_and_autocast(void **state) {
@@ -944,6 +969,7 @@ static void test_lce_capacity(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_unfused),
+        cmocka_unit_test(test_chunk_rows_align),
         cmocka_unit_test(test_no_grad_and_autocast),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_far_ignore_index),

@@ -141,6 +141,7 @@ oj_status oj_cuda_graph_begin(oj_engine *eng) {
     /* everything issued so far is done, so no capture races a pending
      * kernel, and the cuBLAS handle exists before the capture */
     if (oj_cuda_blas(eng, "graph_capture_begin") == NULL) return oj_last_status(eng);
+    oj_cuda_gemm_tune_prepare(s); /* its stream, should the handle predate OJAS_CUDA_GEMM_TUNE */
     /* the cuDNN handle only for a capture that records gradients (a
      * training step: cuDNN runs forwards that keep lse); a decode or
      * prefill capture never runs cuDNN */
@@ -171,6 +172,7 @@ oj_status oj_cuda_graph_end(oj_engine *eng, void **out) {
     s->flags = s->flags_base;
     cudaSetDevice(s->ordinal);
     cudaError_t e = cudaStreamEndCapture(s->stream, &g->graph);
+    oj_cuda_gemm_tune_trim(s); /* the tuner's buffers kept through the capture */
     if (e == cudaSuccess && g->graph == NULL) e = cudaErrorStreamCaptureInvalidated;
     if (e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, g->graph, 0);
     if (e != cudaSuccess) {
@@ -193,6 +195,7 @@ void oj_cuda_graph_abort(oj_engine *eng) {
     s->flags = s->flags_base;
     cudaGraph_t gr = NULL;
     cudaStreamEndCapture(s->stream, &gr);
+    oj_cuda_gemm_tune_trim(s);
     if (gr) cudaGraphDestroy(gr);
     cudaGetLastError();
     graph_free(g);

@@ -55,6 +55,9 @@ struct oj_cuda_state {
     size_t blas_ws_bytes;
     bool lt_ready;       /* lt created (with blas, before any capture: oj_cuda_blas) */
     cublasLtHandle_t lt; /* cuBLASLt (epilogues), sharing blas_ws */
+    /* The GEMM tuner's stream, buffers and per-shape algorithm cache
+     * (cuda_gemm_tune.cu); NULL until OJAS_CUDA_GEMM_TUNE=1 first asks. */
+    struct oj_cuda_tune *tune;
     /* During a capture (oj_graph_capture_begin): the graph being built.
      * Status words then come from its own region (one per check, never
      * reset by a later op) and are checked after each replay. */
@@ -120,6 +123,45 @@ oj_status oj_cuda_flags_defer(oj_engine *eng, int kind, const char *op, const oj
 oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes, const char *op);
 /* The cuBLAS handle, created on first use; NULL with OJ_ERR_DEVICE recorded. */
 cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op);
+
+/* cuda_gemm_tune.cu: cuBLASLt's algorithm for one GEMM under FAST
+ * numerics. The key names everything the choice depends on, in
+ * cuBLASLt's column-major terms (D [m, n] = op(A) [m, k] op(B) [k, n]);
+ * zero it (memset) before filling, it is compared bytewise. */
+struct oj_cuda_gemm_key {
+    int64_t m, n, k, lda, ldb, ldc, aux_ld; /* aux_ld 0: no aux */
+    cublasOperation_t ta, tb;
+    cudaDataType_t tab, tc;                 /* A and B's type; C and D's */
+    cublasComputeType_t ct;
+    cublasLtEpilogue_t epi;
+    uint32_t align[4];                      /* A, B, C, D byte alignment */
+    int ordinal;
+    bool has_vec, beta1;                    /* a bias/bias-gradient vector; beta 1 */
+};
+/* Does the tuner time the algorithms of an [m, k] @ [k, n] product
+ * (OJAS_CUDA_GEMM_TUNE, read at each call: unset or 1, products of at
+ * least 2^32 FLOP; 2 all; 0 none)? */
+bool oj_cuda_gemm_tune_wants(int64_t m, int64_t n, int64_t k);
+/* The algorithm for md/la/lb/lc (C and D share lc) under pref into *algo:
+ * when the tuner wants the shape, the cached one for key, else the fastest of the
+ * heuristic's first 8 timed on the tuner's own stream and buffers (also
+ * during a capture), then cached; with tuning off, or when the timing
+ * fails, the heuristic's first. md's bias and aux pointers are swapped
+ * for the tuner's during the timing and put back. false when the
+ * heuristic offers no algorithm (nothing recorded). */
+bool oj_cuda_gemm_algo(oj_engine *eng, cublasLtMatmulDesc_t md, cublasLtMatrixLayout_t la,
+                       cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                       cublasLtMatmulPreference_t pref, const oj_cuda_gemm_key *key,
+                       cublasLtMatmulAlgo_t *algo);
+/* Make the tuner's stream and events now (outside any capture, with the
+ * cuBLAS handle) unless OJAS_CUDA_GEMM_TUNE=0; a failure leaves tuning
+ * off. */
+void oj_cuda_gemm_tune_prepare(oj_cuda_state *s);
+/* Free the tuner's timing buffers unless a capture is in progress (after
+ * each tuning, and at the end of a capture, which keeps them). */
+void oj_cuda_gemm_tune_trim(oj_cuda_state *s);
+/* Free the tuner (close). */
+void oj_cuda_gemm_tune_close(oj_cuda_state *s);
 
 /* cuDNN attention (cuda_attention_cudnn.cu): create the handle now (at
  * graph_capture_begin of a capture that records gradients, so a captured

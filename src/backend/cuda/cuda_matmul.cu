@@ -132,15 +132,18 @@ static oj_status blas_error(oj_engine *eng, cublasStatus_t st, const char *what)
 
 static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                              const oj_tensor *b, cublasLtEpilogue_t epi, const void *vec,
-                             const void *aux, int64_t aux_ld);
+                             const void *aux, int64_t aux_ld, bool accumulate);
 
 /* OJAS_CUDA_LT_PLAIN=1: plain products (one batch, not accumulating,
  * FAST numerics) go through cuBLASLt's heuristic (lt_epilogue with no
  * epilogue) before cublasGemmStridedBatchedEx: a comparison of the two
- * libraries' kernel choices (the head's logits GEMM ran an sm80 kernel
- * through the latter, the linears' bias-epilogue GEMMs of the same layout
- * Hopper ones through the former). Off by default; read at each call
- * (tests turn it on and off). */
+ * libraries' kernel choices (off by default). One-batch FAST products the
+ * GEMM tuner wants (cuda_gemm_tune.cu: by default those of at least 2^32
+ * FLOP; OJAS_CUDA_GEMM_TUNE) go there too, accumulating and f32-out ones
+ * included, so that it picks their algorithm: cuBLAS and cuBLASLt's
+ * heuristics pick the same kernels (bench_gpu_gemm head), and the timed
+ * choice was another for 16 of the 19 GEMMs of gpt2-124m's step. Read
+ * at each call (tests turn them on and off). */
 static bool lt_plain(void) {
     const char *e = getenv("OJAS_CUDA_LT_PLAIN");
     return e != NULL && strcmp(e, "1") == 0;
@@ -183,8 +186,9 @@ oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, con
                                                 K, accumulate));
         return oj_cuda_check(eng, "matmul (gemv)");
     }
-    if (!accumulate && lt_plain()) {
-        oj_status lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
+    if ((!accumulate && lt_plain()) || oj_cuda_gemm_tune_wants(M, N, K)) {
+        oj_status lst =
+            lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, accumulate);
         if (lst != OJ_ERR_UNSUPPORTED) return lst;
     }
     cublasHandle_t h = oj_cuda_blas(eng, op);
@@ -288,27 +292,35 @@ static uint32_t align_of(const void *p) {
  *    separate reduction of dy; cuBLASLt's B operand is a here).
  * vec: the bias (read) or the bias gradient (written), [M] or [N] of
  * out's dtype, contiguous and 16-byte aligned (the caller checks), or NULL.
- * The heuristic's first algorithm. OJ_ERR_UNSUPPORTED (nothing recorded)
+ * CUBLASLT_EPILOGUE_DEFAULT with no vectors is a plain product; it alone
+ * may accumulate (out += a @ b) and take an f32 out over bf16/f16 a and b
+ * (summed in f32, added unrounded), as oj_cuda_matmul's contract.
+ * The algorithm is oj_cuda_gemm_algo's (cuda_gemm_tune.cu): the fastest
+ * of the heuristic's first 8, timed on the shape's first use, or for
+ * shapes the tuner leaves (small ones, OJAS_CUDA_GEMM_TUNE=0) its first. OJ_ERR_UNSUPPORTED (nothing recorded)
  * when it does not apply or no algorithm fits: the caller takes the
  * unfused path. The algorithm may differ from the plain GEMM's (another
  * summation order over k), so OJ_NUMERICS_EXACT never comes here.
  * OJAS_CUDA_LT=0 turns it off (comparisons). */
 static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                              const oj_tensor *b, cublasLtEpilogue_t epi, const void *vec,
-                             const void *aux, int64_t aux_ld) {
+                             const void *aux, int64_t aux_ld, bool accumulate) {
     static int off = -1;
     if (off < 0) {
         const char *e = getenv("OJAS_CUDA_LT");
         off = e != NULL && strcmp(e, "0") == 0;
     }
     oj_cuda_state *s = oj_cuda_state_of(eng);
-    oj_dtype dt = out->dtype;
+    oj_dtype dt = out->dtype, at = a->dtype;
     int64_t bt = out->shape[0], M = out->shape[1], N = out->shape[2], K = a->shape[2];
     int64_t ldc = M > 1 ? out->stride[1] : N;
+    /* out's dtype is a's, or f32 over bf16/f16 operands in a plain product */
+    bool mixed = dt == OJ_F32 && (at == OJ_BF16 || at == OJ_F16) &&
+                 epi == CUBLASLT_EPILOGUE_DEFAULT && !vec && !aux;
     if (off || eng->numerics == OJ_NUMERICS_EXACT || bt != 1 || M < 2 || N < 2 || K < 1 ||
-        (dt != OJ_BF16 && dt != OJ_F16 && dt != OJ_F32) || a->dtype != dt || b->dtype != dt ||
-        out->stride[2] != 1 || ldc < N || M > INT_MAX || N > INT_MAX || K > INT_MAX ||
-        ldc > INT_MAX)
+        (at != OJ_BF16 && at != OJ_F16 && at != OJ_F32) || b->dtype != at ||
+        (dt != at && !mixed) || out->stride[2] != 1 || ldc < N || M > INT_MAX || N > INT_MAX ||
+        K > INT_MAX || ldc > INT_MAX || (accumulate && epi != CUBLASLT_EPILOGUE_DEFAULT))
         return OJ_ERR_UNSUPPORTED;
     if (vec && !oj_cu_aligned16(vec)) return OJ_ERR_UNSUPPORTED;
     if (aux && (aux_ld < N || aux_ld % 8 != 0 || !oj_cu_aligned16(aux))) return OJ_ERR_UNSUPPORTED;
@@ -328,18 +340,26 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
         if (B.packed) oj__storage_release(B.packed);
         return st;
     }
-    cudaDataType_t ty = dt == OJ_BF16 ? CUDA_R_16BF : dt == OJ_F16 ? CUDA_R_16F : CUDA_R_32F;
-    cublasComputeType_t ct = dt == OJ_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cudaDataType_t ty = at == OJ_BF16 ? CUDA_R_16BF : at == OJ_F16 ? CUDA_R_16F : CUDA_R_32F;
+    cudaDataType_t tc = dt == at ? ty : CUDA_R_32F;
+    cublasComputeType_t ct = at == OJ_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t md = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
-    int nres = 0;
+    cublasLtMatmulAlgo_t algo;
     char *c = oj_cuda_ptr(out);
     const void *bp = vec;
     int64_t ald = aux_ld;
     uint64_t wsb = s->blas_ws_bytes;
     uint32_t al[3] = {align_of(B.ptr), align_of(A.ptr), align_of(c)};
+    /* what the algorithm's choice depends on (the tuner's cache key) */
+    oj_cuda_gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.m = N, key.n = M, key.k = K, key.lda = B.ld, key.ldb = A.ld, key.ldc = ldc;
+    key.aux_ld = aux ? aux_ld : 0;
+    key.ta = B.op, key.tb = A.op, key.tab = ty, key.tc = tc, key.ct = ct, key.epi = epi;
+    key.align[0] = al[0], key.align[1] = al[1], key.align[2] = key.align[3] = al[2];
+    key.ordinal = s->ordinal, key.has_vec = vec != NULL, key.beta1 = accumulate;
 #define LT_OK(x) ((x) == CUBLAS_STATUS_SUCCESS)
     /* column-major: C^T (N x M) = op(B) (N x K) * op(A) (K x M); the bias
      * runs along C^T's rows (out's columns), aux is laid out as C^T */
@@ -360,7 +380,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                                                B.op == CUBLAS_OP_N ? K : N, B.ld)) &&
               LT_OK(cublasLtMatrixLayoutCreate(&lb, ty, A.op == CUBLAS_OP_N ? K : M,
                                                A.op == CUBLAS_OP_N ? M : K, A.ld)) &&
-              LT_OK(cublasLtMatrixLayoutCreate(&lc, ty, N, M, ldc)) &&
+              LT_OK(cublasLtMatrixLayoutCreate(&lc, tc, N, M, ldc)) &&
               LT_OK(cublasLtMatmulPreferenceCreate(&pref)) &&
               LT_OK(cublasLtMatmulPreferenceSetAttribute(
                   pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb)) &&
@@ -372,15 +392,13 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2])) &&
               LT_OK(cublasLtMatmulPreferenceSetAttribute(
                   pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2])) &&
-              LT_OK(cublasLtMatmulAlgoGetHeuristic(s->lt, md, la, lb, lc, lc, pref, 1, &res,
-                                                   &nres)) &&
-              nres > 0;
+              oj_cuda_gemm_algo(eng, md, la, lb, lc, pref, &key, &algo);
 #undef LT_OK
     cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
     if (ok) {
         const float one = 1.0f, zero = 0.0f;
-        cs = cublasLtMatmul(s->lt, md, &one, B.ptr, la, A.ptr, lb, &zero, c, lc, c, lc, &res.algo,
-                            s->blas_ws, wsb, OJ_STREAM);
+        cs = cublasLtMatmul(s->lt, md, &one, B.ptr, la, A.ptr, lb, accumulate ? &one : &zero, c,
+                            lc, c, lc, &algo, s->blas_ws, wsb, OJ_STREAM);
     }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (lc) cublasLtMatrixLayoutDestroy(lc);
@@ -399,7 +417,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                              : vec                                   ? 'b'
                                                                      : 'p',
                              0};
-        return oj_cuda_check(eng, prof_name(dt, lay, 1, M, N, K, false));
+        return oj_cuda_check(eng, prof_name(dt, lay, 1, M, N, K, accumulate));
     }
     return oj_cuda_check(eng, "matmul (cublasLtMatmul, epilogue)");
 }
@@ -422,7 +440,7 @@ oj_status oj_cuda_matmul_bias(oj_engine *eng, oj_tensor *out, const oj_tensor *a
     }
     oj_status lst = OJ_ERR_UNSUPPORTED;
     if (bias->dtype == out->dtype && (N == 1 || bias->stride[0] == 1))
-        lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BIAS, oj_cuda_ptr(bias), NULL, 0);
+        lst = lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BIAS, oj_cuda_ptr(bias), NULL, 0, false);
     if (lst != OJ_ERR_UNSUPPORTED) return lst;
     oj_tensor bv = *out; /* bias seen as out's shape: stride 0 over batch and rows */
     bv.dtype = bias->dtype;
@@ -446,7 +464,7 @@ oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_t
         return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
     int64_t ld = x->shape[1] > 1 ? x->stride[1] : x->shape[2];
-    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DGELU, NULL, oj_cuda_ptr(x), ld);
+    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_DGELU, NULL, oj_cuda_ptr(x), ld, false);
 }
 
 /* out = a @ b and dbias[m] = sum over k of a[m, k] in one cuBLASLt call
@@ -466,7 +484,7 @@ oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *
         dbias->shape[0] != out->shape[1] || dbias->stride[0] != 1)
         return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
-    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BGRADB, oj_cuda_ptr(dbias), NULL, 0);
+    return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_BGRADB, oj_cuda_ptr(dbias), NULL, 0, false);
 }
 
 /* pre = a @ b + bias, out = gelu_tanh(pre) in one cuBLASLt call (the
@@ -493,5 +511,5 @@ oj_status oj_cuda_matmul_bias_act(oj_engine *eng, oj_tensor *out, const oj_tenso
     if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
     int64_t ld = M > 1 ? pre->stride[1] : N;
     return lt_epilogue(eng, out, a, b, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, oj_cuda_ptr(bias),
-                       oj_cuda_ptr(pre), ld);
+                       oj_cuda_ptr(pre), ld, false);
 }

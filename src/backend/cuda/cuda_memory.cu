@@ -214,6 +214,7 @@ void oj_cuda_close(oj_engine *eng) {
         s->prof = NULL;
     }
     oj_cuda_cudnn_close(s);
+    oj_cuda_gemm_tune_close(s);
     if (s->blas_ready) cublasDestroy(s->blas);
     s->blas_ready = false;
     if (s->lt_ready) cublasLtDestroy(s->lt);
@@ -444,6 +445,7 @@ cublasHandle_t oj_cuda_blas(oj_engine *eng, const char *op) {
      * the epilogues (made lazily, it was refused there and every captured
      * linear ran unfused). Failing, the epilogues are refused (unfused). */
     if (!s->lt_ready && cublasLtCreate(&s->lt) == CUBLAS_STATUS_SUCCESS) s->lt_ready = true;
+    oj_cuda_gemm_tune_prepare(s);
     return s->blas;
 }
 
