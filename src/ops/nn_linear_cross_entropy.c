@@ -31,6 +31,7 @@
  * and the loss, dx and dW keep V. OJAS_LCE_PAD=0 turns it off
  * (comparisons). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/internal.h"
 #include "ops/nn_common.h"
@@ -175,14 +176,12 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
     return ok;
 }
 
-oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *targets,
-                                   int64_t ignore_index, double label_smoothing,
-                                   oj_reduction reduction) {
+/* The op over x and weight of one dtype; its node's weight edge is wnode:
+ * weight itself, or the f32 weight weight was cast from (lce_master). */
+static oj_tensor *lce_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *wnode, oj_tensor *targets,
+                           int64_t ignore_index, double label_smoothing, oj_reduction reduction) {
     const char *op = "linear_cross_entropy";
     oj_tensor *ac_in[3] = {x, weight, targets};
-    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in,
-                 oj_linear_cross_entropy(ac[0], ac[1], ac[2], ignore_index, label_smoothing,
-                                         reduction));
     oj_engine *eng = oj__ops_engine(op, 3, ac_in);
     if (eng == NULL) return NULL;
     if (!oj__nn_check_float(eng, op, "x", x) ||
@@ -220,7 +219,7 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
         return NULL;
     int64_t N = oj_numel(targets), C = weight->shape[1], V = weight->shape[0];
     bool want_dx = eng->grad_enabled && x->requires_grad;
-    bool want_dw = eng->grad_enabled && weight->requires_grad;
+    bool want_dw = eng->grad_enabled && wnode->requires_grad;
     oj_dtype sdt = oj__nn_stat_dtype(x->dtype); /* loss and dW accumulate in f32 (f64) */
     bool prev = oj_set_grad_enabled(eng, false);
     int64_t xs[2] = {N, C}, ws[2] = {V, C};
@@ -252,7 +251,7 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
     ok = out != NULL;
     oj_set_grad_enabled(eng, prev);
     if (ok && (want_dx || want_dw)) {
-        oj_node *nd = oj__node_begin(eng, op, lce_backward, 2, x, weight);
+        oj_node *nd = oj__node_begin(eng, op, lce_backward, 2, x, wnode);
         if (nd) {
             nd->i[0] = dx != NULL;
             nd->i[1] = dw != NULL;
@@ -270,4 +269,50 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
         return NULL;
     }
     return out;
+}
+
+/* Under FAST autocast to bf16/f16 with an f32 weight that needs a
+ * gradient (the optimizer's master copy, gpt2's tied wte), the node takes
+ * the f32 weight itself: dW, accumulated in f32 by the GEMMs, reaches it
+ * as it is instead of through a cast to 16 bits and the cast node's cast
+ * back ([V, C] twice; dW no longer rounded to 16 bits on the way: FAST's
+ * contract). The logits GEMM reads the weight's 16-bit cast (the kept
+ * weight copy where there is one), as before. EXACT keeps the casts'
+ * nodes. OJAS_LCE_MASTER=0 turns it off (comparisons); read at each call.
+ * *xl, *wl: the 16-bit x (cast with its node) and weight (no node). */
+static bool lce_master(oj_tensor *x, oj_tensor *weight, oj_tensor **xl, oj_tensor **wl) {
+    *xl = *wl = NULL;
+    if (!oj__live(x) || !oj__live(weight)) return false;
+    oj_engine *eng = x->eng;
+    const char *e = getenv("OJAS_LCE_MASTER");
+    oj_dtype dt = eng->autocast_dtype;
+    if ((e && strcmp(e, "0") == 0) || !eng->autocast || !eng->grad_enabled ||
+        eng->numerics != OJ_NUMERICS_FAST || (dt != OJ_BF16 && dt != OJ_F16) ||
+        weight->eng != eng || weight->dtype != OJ_F32 || !weight->requires_grad ||
+        (x->dtype != OJ_F32 && x->dtype != dt))
+        return false;
+    *xl = x->dtype == dt ? oj_retain(x) : oj__autocast_cast(x, dt);
+    bool prev = oj_set_grad_enabled(eng, false);
+    *wl = *xl ? oj__autocast_cast(weight, dt) : NULL;
+    oj_set_grad_enabled(eng, prev);
+    return true;
+}
+
+oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *targets,
+                                   int64_t ignore_index, double label_smoothing,
+                                   oj_reduction reduction) {
+    oj_tensor *xl, *wl;
+    if (lce_master(x, weight, &xl, &wl)) {
+        oj_tensor *out = xl && wl ? lce_impl(xl, wl, weight, targets, ignore_index,
+                                             label_smoothing, reduction)
+                                  : NULL;
+        oj_release(xl);
+        oj_release(wl);
+        return out;
+    }
+    oj_tensor *ac_in[3] = {x, weight, targets};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in,
+                 oj_linear_cross_entropy(ac[0], ac[1], ac[2], ignore_index, label_smoothing,
+                                         reduction));
+    return lce_impl(x, weight, weight, targets, ignore_index, label_smoothing, reduction);
 }
