@@ -92,10 +92,11 @@ static void mm_view(oj_tensor *v, const oj_tensor *t, int64_t rows, int64_t cols
  * the matmul kernel itself (accumulate, out f32 over bf16/f16 dlogits and
  * x: the backend contract's mixed form), so each chunk's product is never
  * rounded to 16 bits (more accurate than a 16-bit product added after, and
- * one [V, C] pass less per chunk). */
+ * one [V, C] pass less per chunk); with dw_set the first chunk's GEMM
+ * writes dW rather than adding into it. */
 static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor *w,
                        oj_tensor *t1, int64_t ignore_index, double eps, oj_tensor *loss,
-                       oj_tensor *dx, oj_tensor *dw) {
+                       oj_tensor *dx, oj_tensor *dw, bool dw_set) {
     const oj_backend *be = eng->backend;
     int64_t N = x2->shape[0], V = w->shape[0], C = w->shape[1], ld = logits_ld(be, V);
     int64_t R = chunk_rows(N, ld, oj_dtype_size(x2->dtype));
@@ -166,7 +167,7 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
             mm_view(&va, dl, V, n, 1, dld);
             mm_view(&vb, xc, n, C, xc->stride[0], xc->stride[1]);
             mm_view(&vo, dw, V, C, C, 1);
-            ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, true), op);
+            ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, r0 > 0 || !dw_set), op);
         }
         oj_tensor *tmp[] = {xc, tc, lc, logits, lse, dl, ones};
         for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
@@ -229,10 +230,18 @@ static oj_tensor *lce_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *wnode, oj
     oj_tensor *t1 = tc ? oj__tensor_view(tc, 1, &N, NULL, tc->offset) : NULL;
     oj_tensor *loss = t1 ? oj__tensor_alloc(eng, 1, &N, sdt, op) : NULL;
     oj_tensor *dx = loss && want_dx ? oj__tensor_alloc(eng, 2, xs, x->dtype, op) : NULL;
-    oj_tensor *dw = loss && want_dw ? oj_zeros(eng, 2, ws, sdt) : NULL;
+    /* dW: zeros the chunks' GEMMs add into; under FAST (N > 0) the first
+     * chunk's GEMM writes it instead (a [V, C] fill less; EXACT keeps the
+     * zeros' bits: a -0 sum stays +0). OJAS_LCE_DW_SET=0 turns that off. */
+    const char *ds = getenv("OJAS_LCE_DW_SET");
+    bool dw_set = eng->numerics == OJ_NUMERICS_FAST && N > 0 && !(ds && strcmp(ds, "0") == 0);
+    oj_tensor *dw = !(loss && want_dw) ? NULL
+                    : dw_set           ? oj__tensor_alloc(eng, 2, ws, sdt, op)
+                                       : oj_zeros(eng, 2, ws, sdt);
     bool mean = reduction == OJ_REDUCTION_MEAN;
     bool ok = loss && (!want_dx || dx) && (!want_dw || dw) &&
-              lce_chunks(eng, op, x2, weight, t1, ignore_index, label_smoothing, loss, dx, dw);
+              lce_chunks(eng, op, x2, weight, t1, ignore_index, label_smoothing, loss, dx, dw,
+                         dw_set);
     /* MEAN: sum * (1 / count) (NaN over no counted row, as torch); the
      * gradient scale is 0 there instead: nothing was counted, so the
      * gradients are 0 (as cross_entropy's and torch's), not dx * NaN */

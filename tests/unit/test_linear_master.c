@@ -184,11 +184,55 @@ static void test_fast_lce_wgrad_f32(void **state) {
     oj_engine_free(e);
 }
 
+/* dW (f64 copy) of a FAST f32 linear_cross_entropy over chunks of `rows`
+ * rows; dw_set false: OJAS_LCE_DW_SET=0 (dW starts as zeros). */
+static oj_tensor *lce_dw_chunked(oj_engine *e, oj_tensor *x, oj_tensor *w, oj_tensor *t,
+                                 const char *rows, bool dw_set) {
+    oj_zero_grad(w);
+    setenv("OJAS_LCE_CHUNK_ROWS", rows, 1);
+    if (!dw_set) setenv("OJAS_LCE_DW_SET", "0", 1);
+    oj_tensor *loss = oj_linear_cross_entropy(x, w, t, -1, 0.0, OJ_REDUCTION_MEAN);
+    unsetenv("OJAS_LCE_CHUNK_ROWS");
+    unsetenv("OJAS_LCE_DW_SET");
+    assert_non_null(loss);
+    assert_int_equal(oj_backward(loss, false), OJ_OK);
+    return oj_cast(oj_grad(w), OJ_F64);
+}
+
+// test: under FAST the first chunk's GEMM writes dW (no zero fill): the
+// same values as with the zeros (OJAS_LCE_DW_SET=0), and as one chunk
+static void test_fast_lce_first_chunk_writes_dw(void **state) {
+    (void)state;
+    oj_engine *e = new_engine(OJ_NUMERICS_FAST);
+    oj_scope_begin(e);
+    const int64_t N = 40, C = 16, V = 24;
+    oj_tensor *x = randn(e, 2, (int64_t[]){N, C}), *w = randn(e, 2, (int64_t[]){V, C});
+    int64_t tv[40];
+    for (int64_t i = 0; i < N; i++) tv[i] = (i * 5 + 1) % V;
+    oj_tensor *t = oj_from_host(e, 1, (int64_t[]){N}, OJ_I64, tv, sizeof tv);
+    oj_set_requires_grad(w, true);
+    oj_tensor *a = lce_dw_chunked(e, x, w, t, "7", true);
+    oj_tensor *b = lce_dw_chunked(e, x, w, t, "7", false);
+    oj_tensor *one = lce_dw_chunked(e, x, w, t, "40", true);
+    double m = 0.0, ref = 0.0;
+    for (int64_t i = 0; i < V * C; i++) {
+        double va = oj_item_at(a, i), vb = oj_item_at(b, i), vo = oj_item_at(one, i);
+        assert_true(va == vb);
+        m = fmax(m, fabs(va - vo));
+        ref = fmax(ref, fabs(vo));
+    }
+    assert_true(ref > 0.0 && m / ref < 1e-5);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    oj_scope_end(e);
+    oj_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_linear_wgrad_f32),
         cmocka_unit_test(test_exact_and_switch_keep_bf16_wgrad),
         cmocka_unit_test(test_fast_lce_wgrad_f32),
+        cmocka_unit_test(test_fast_lce_first_chunk_writes_dw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
