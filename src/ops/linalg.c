@@ -780,7 +780,8 @@ static oj_tensor *gelu_linear_impl(oj_tensor *x, oj_tensor *act, oj_tensor *weig
         oj_tensor *out = gelu_linear_impl(xl, act, wl, bl, approximate);
         oj_set_grad_enabled(eng, prev);
         oj_tensor *in[3] = {xl, weight, bias};
-        oj_node *nd = out ? oj__node_begin_v(eng, op, gelu_linear_backward, bias ? 3 : 2, in) : NULL;
+        oj_node *nd =
+            out ? oj__node_begin_v(eng, op, gelu_linear_backward, bias ? 3 : 2, in) : NULL;
         if (nd) {
             nd->i[0] = approximate ? OJ_UN_GELU_TANH : OJ_UN_GELU_ERF;
             nd->i[1] = master_transposed(weight);
@@ -816,7 +817,8 @@ static oj_tensor *gelu_linear_impl(oj_tensor *x, oj_tensor *act, oj_tensor *weig
 }
 
 oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate) {
-    if (master_applies(x, weight, bias)) return gelu_linear_impl(x, NULL, weight, bias, approximate);
+    if (master_applies(x, weight, bias))
+        return gelu_linear_impl(x, NULL, weight, bias, approximate);
     oj_tensor *ac_in[3] = {x, weight, bias};
     OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_gelu_linear(ac[0], ac[1], ac[2], approximate));
     return gelu_linear_impl(x, NULL, weight, bias, approximate);
@@ -912,8 +914,8 @@ oj_tensor *oj_swiglu_linear(oj_tensor *gate, oj_tensor *up, oj_tensor *weight, o
         oj_engine *eng = gate->eng;
         oj_tensor *gl, *wl, *bl;
         if (!master_operands(gate, weight, bias, &gl, &wl, &bl)) return NULL;
-        oj_tensor *ul = up->dtype == eng->autocast_dtype ? oj_retain(up)
-                                                         : oj__autocast_cast(up, eng->autocast_dtype);
+        const oj_dtype adt = eng->autocast_dtype;
+        oj_tensor *ul = up->dtype == adt ? oj_retain(up) : oj__autocast_cast(up, adt);
         bool prev = oj_set_grad_enabled(eng, false);
         oj_tensor *out = ul ? oj_swiglu_linear(gl, ul, wl, bl) : NULL;
         oj_set_grad_enabled(eng, prev);
@@ -1080,7 +1082,8 @@ oj_tensor *oj__mul_linear(oj_tensor *a, oj_tensor *b, oj_tensor *weight) {
         oj_set_autocast(eng, prev, adt);
         if (master) {
             oj_set_grad_enabled(eng, pg);
-            oj_node *nd = out ? oj__node_begin(eng, op, mul_linear_backward, 3, a, b, weight) : NULL;
+            oj_node *nd =
+                out ? oj__node_begin(eng, op, mul_linear_backward, 3, a, b, weight) : NULL;
             if (nd) {
                 nd->i[0] = 1;
                 nd->i[1] = master_transposed(weight);

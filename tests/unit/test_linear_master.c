@@ -55,7 +55,8 @@ static double wgrad_err(oj_tensor *got, oj_tensor *g, oj_tensor *h, bool transpo
     for (int64_t o = 0; o < O; o++)
         for (int64_t i = 0; i < I; i++) {
             double s = 0.0;
-            for (int64_t n = 0; n < N; n++) s += oj_item_at(g, n * O + o) * oj_item_at(h, n * I + i);
+            for (int64_t n = 0; n < N; n++)
+                s += oj_item_at(g, n * O + o) * oj_item_at(h, n * I + i);
             double v = oj_item_at(got, transposed ? i * O + o : o * I + i);
             m = fmax(m, fabs(v - s));
             ref = fmax(ref, fabs(s));

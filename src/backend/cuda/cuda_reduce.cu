@@ -991,9 +991,9 @@ oj_status oj_cuda_col_sum(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
     if (x->rank != 2 || out->dtype != OJ_F32 || (x->dtype != OJ_BF16 && x->dtype != OJ_F16))
         return OJ_ERR_UNSUPPORTED;
     const int64_t R = x->shape[0], C = x->shape[1], ld = R > 1 ? x->stride[0] : C;
-    if (off || R < 1 || C < 1 || C % 8 != 0 || ld % 8 != 0 || ld < C || (C > 1 && x->stride[1] != 1) ||
-        !oj_cu_aligned16(oj_cuda_ptr(x)) || out->rank != 1 || out->shape[0] != C ||
-        (C > 1 && out->stride[0] != 1))
+    if (off || R < 1 || C < 1 || C % 8 != 0 || ld % 8 != 0 || ld < C ||
+        (C > 1 && x->stride[1] != 1) || !oj_cu_aligned16(oj_cuda_ptr(x)) || out->rank != 1 ||
+        out->shape[0] != C || (C > 1 && out->stride[0] != 1))
         return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     const int64_t tiles = (C + COLSUM_TILE - 1) / COLSUM_TILE;
