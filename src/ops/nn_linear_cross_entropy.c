@@ -16,8 +16,7 @@
  * scales in tensors.
  *
  * Chunk rows: as many as keep one chunk's logits under 256 MiB (at least
- * 1; from 128 on, rounded down to a multiple of 64), a function of the
- * shapes only, so results are reproducible. The
+ * 1), a function of the shapes only, so results are reproducible. The
  * environment variable OJAS_LCE_CHUNK_ROWS overrides it (tests, tuning).
  *
  * Padded vocabulary: on a backend with ce_row_align (CUDA), W [V, C] is
@@ -47,13 +46,8 @@ static int64_t logits_ld(const oj_backend *be, int64_t V) {
 }
 
 static int64_t chunk_rows(int64_t N, int64_t V, size_t es) {
-    const char *env = getenv("OJAS_LCE_CHUNK_ROWS"), *al = getenv("OJAS_LCE_CHUNK_ALIGN");
+    const char *env = getenv("OJAS_LCE_CHUNK_ROWS");
     int64_t r = env && atoll(env) > 0 ? atoll(env) : (int64_t)((256u << 20) / ((size_t)V * es));
-    /* a multiple of 64 rows (gpt2: 2624, not 2668): whole waves of the
-     * loss kernel's row blocks on a GPU (2 a multiprocessor: 264 on the
-     * H200) and 16-row aligned GEMM operands; OJAS_LCE_CHUNK_ALIGN=0 keeps
-     * the plain quotient (comparisons) */
-    if (!(env && atoll(env) > 0) && r >= 128 && !(al && strcmp(al, "0") == 0)) r = r / 64 * 64;
     if (r < 1) r = 1;
     return r < N ? r : N;
 }
