@@ -52,6 +52,24 @@ static int64_t chunk_rows(int64_t N, int64_t V, size_t es) {
     return r < N ? r : N;
 }
 
+/* Rows of dW's storage: under FAST on a backend with cross_entropy_fused
+ * (dlogits written over the logits, row stride ld) and a padded vocabulary
+ * (ld > V), ld: the dW GEMMs then run over all ld rows of dlogits^T (the
+ * padding columns are the logits GEMM's exact zeros, so rows V.. of the
+ * buffer only ever hold zeros) and dW is the buffer's first V rows. With
+ * N = V = 50257 cuBLASLt ran gpt2's dW GEMM on an sm80 kernel, 411-439 us
+ * a chunk, against ~258 us for the chunk's two other GEMMs at 50304 (H200,
+ * the GEMM tuner's log); an aligned N admits every kernel the odd one does.
+ * EXACT keeps V rows (its GEMM as it was). OJAS_LCE_DW_PAD=0 turns it off. */
+static int64_t dw_rows(const oj_engine *eng, int64_t V) {
+    const char *e = getenv("OJAS_LCE_DW_PAD");
+    int64_t ld = logits_ld(eng->backend, V);
+    if ((e && strcmp(e, "0") == 0) || eng->numerics != OJ_NUMERICS_FAST ||
+        eng->backend->cross_entropy_fused == NULL)
+        return V;
+    return ld;
+}
+
 /* saved: dx [N, C] (if i[0]), dW [V, C] in the accumulation dtype (if
  * i[1]), then for MEAN (i[2]) the rank-0 gradient scale (count > 0 ?
  * 1 / count : 0, in the loss dtype). */
@@ -93,10 +111,12 @@ static void mm_view(oj_tensor *v, const oj_tensor *t, int64_t rows, int64_t cols
  * x: the backend contract's mixed form), so each chunk's product is never
  * rounded to 16 bits (more accurate than a 16-bit product added after, and
  * one [V, C] pass less per chunk); with dw_set the first chunk's GEMM
- * writes dW rather than adding into it. */
+ * writes dW rather than adding into it. wrows: the rows of dW's storage
+ * (V, or ld: see dw_rows), the dW GEMM's rows when dlogits are the padded
+ * logits. */
 static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor *w,
                        oj_tensor *t1, int64_t ignore_index, double eps, oj_tensor *loss,
-                       oj_tensor *dx, oj_tensor *dw, bool dw_set) {
+                       oj_tensor *dx, oj_tensor *dw, bool dw_set, int64_t wrows) {
     const oj_backend *be = eng->backend;
     int64_t N = x2->shape[0], V = w->shape[0], C = w->shape[1], ld = logits_ld(be, V);
     int64_t R = chunk_rows(N, ld, oj_dtype_size(x2->dtype));
@@ -164,9 +184,10 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
         }
         if (ok && dw) { /* dW += dlogits^T x: [V, n] @ [n, C], summed into the f32 (f64) dW */
             oj_tensor va, vb, vo;
-            mm_view(&va, dl, V, n, 1, dld);
+            const int64_t vr = dld == ld && wrows == ld ? ld : V; /* see dw_rows */
+            mm_view(&va, dl, vr, n, 1, dld);
             mm_view(&vb, xc, n, C, xc->stride[0], xc->stride[1]);
-            mm_view(&vo, dw, V, C, C, 1);
+            mm_view(&vo, dw, vr, C, C, 1);
             ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, r0 > 0 || !dw_set), op);
         }
         oj_tensor *tmp[] = {xc, tc, lc, logits, lse, dl, ones};
@@ -235,13 +256,16 @@ static oj_tensor *lce_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *wnode, oj
      * zeros' bits: a -0 sum stays +0). OJAS_LCE_DW_SET=0 turns that off. */
     const char *ds = getenv("OJAS_LCE_DW_SET");
     bool dw_set = eng->numerics == OJ_NUMERICS_FAST && N > 0 && !(ds && strcmp(ds, "0") == 0);
-    oj_tensor *dw = !(loss && want_dw) ? NULL
-                    : dw_set           ? oj__tensor_alloc(eng, 2, ws, sdt, op)
-                                       : oj_zeros(eng, 2, ws, sdt);
+    const int64_t wrows = dw_rows(eng, V), wps[2] = {wrows, C};
+    oj_tensor *dwp = !(loss && want_dw) ? NULL
+                     : dw_set           ? oj__tensor_alloc(eng, 2, wps, sdt, op)
+                                        : oj_zeros(eng, 2, wps, sdt);
+    oj_tensor *dw = dwp && wrows > V ? oj__tensor_view(dwp, 2, ws, NULL, dwp->offset) : dwp;
+    if (dw != dwp) oj_release(dwp); /* the view holds the storage */
     bool mean = reduction == OJ_REDUCTION_MEAN;
     bool ok = loss && (!want_dx || dx) && (!want_dw || dw) &&
               lce_chunks(eng, op, x2, weight, t1, ignore_index, label_smoothing, loss, dx, dw,
-                         dw_set);
+                         dw_set, wrows);
     /* MEAN: sum * (1 / count) (NaN over no counted row, as torch); the
      * gradient scale is 0 there instead: nothing was counted, so the
      * gradients are 0 (as cross_entropy's and torch's), not dx * NaN */
