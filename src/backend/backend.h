@@ -849,6 +849,14 @@ typedef struct oj_backend {
                                 const oj_tensor *nw, const oj_tensor *nb, double eps,
                                 const oj_tensor *blocks, int qtype, int64_t k, const oj_tensor *b,
                                 int epi, oj_tensor *kv, const oj_tensor *slot);
+    /* Optional (NULL, or OJ_ERR_UNSUPPORTED returned with nothing
+     * recorded: the ops layer sums the rows another way): out [C] f32
+     * contiguous = the sum over the rows of x [R, C] (bf16 or f16, unit
+     * column stride, row stride >= C), a linear's bias gradient. Summed in
+     * f32 in an order fixed by R and C (the same bits on every run), not
+     * the CPU's index order: the ops layer uses it only under
+     * OJ_NUMERICS_FAST. */
+    oj_status (*col_sum)(oj_engine *eng, oj_tensor *out, const oj_tensor *x);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

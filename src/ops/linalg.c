@@ -2,6 +2,7 @@
  * and their backward rules. All of them end in the backend's batched
  * `matmul` entry on rank-3 strided views; transposes and broadcast batches
  * are expressed by strides and never copied. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops_common.h"
@@ -499,7 +500,187 @@ static oj_tensor *linear_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, 
     return out;
 }
 
+/* ---------------------------------------------------------------- linear over f32 weights */
+
+/* Under FAST autocast a linear whose weight (and bias) is f32 (the master
+ * copy an optimizer updates) records its node over the f32 weight and bias
+ * themselves, not over their 16-bit casts: the forward GEMM reads the
+ * casts (or the kept weight copies) as before, and the backward writes dW
+ * in f32 straight from the GEMM's f32 sums (cuBLAS C f32, compute 32F), in
+ * the memory layout of the weight (a transposed view, gpt2's Conv1D [in,
+ * out] seen as [out, in], gets a gradient whose transpose is contiguous:
+ * the transpose's backward hands the leaf a dense tensor). It replaces a
+ * 16-bit dW, its cast to f32 and the leaf's transposed copy (16 bytes a
+ * parameter) by 4 bytes a parameter, and dW is not rounded to 16 bits on
+ * the way (FAST's contract: not the unfused bits). db is summed in f32 by
+ * the backend's col_sum (one pass over dy; OJAS_CUDA_COLSUM=0 turns the
+ * CUDA one off), else it is the 16-bit column sum of dy as before, cast to
+ * f32.
+ * EXACT keeps the casts' nodes (the 16-bit dW's bits). OJAS_LINEAR_MASTER=0
+ * turns it off (comparisons); read at each call. */
+static bool master_applies(const oj_tensor *x, const oj_tensor *weight, const oj_tensor *bias) {
+    if (!oj__live(x) || !oj__live(weight) || (bias && !oj__live(bias))) return false;
+    oj_engine *eng = x->eng;
+    const char *e = getenv("OJAS_LINEAR_MASTER");
+    if (e != NULL && strcmp(e, "0") == 0) return false;
+    oj_dtype dt = eng->autocast_dtype;
+    return eng->autocast && eng->grad_enabled && eng->numerics == OJ_NUMERICS_FAST &&
+           (dt == OJ_BF16 || dt == OJ_F16) && weight->eng == eng && weight->dtype == OJ_F32 &&
+           weight->requires_grad && weight->rank == 2 &&
+           (x->dtype == OJ_F32 || x->dtype == dt) &&
+           (bias == NULL || (bias->eng == eng && bias->dtype == OJ_F32));
+}
+
+/* The 16-bit operands of a linear over f32 weights: x as autocast casts it
+ * (with its cast node: x's gradient flows through it), W and b cast with no
+ * node (the kept weight copy where there is one). False with the error
+ * recorded. */
+static bool master_operands(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **xl,
+                            oj_tensor **wl, oj_tensor **bl) {
+    oj_engine *eng = x->eng;
+    oj_dtype dt = eng->autocast_dtype;
+    *xl = x->dtype == dt ? oj_retain(x) : oj__autocast_cast(x, dt);
+    bool prev = oj_set_grad_enabled(eng, false);
+    *wl = *xl ? oj__autocast_cast(weight, dt) : NULL;
+    *bl = bias && *wl ? oj__autocast_cast(bias, dt) : NULL;
+    oj_set_grad_enabled(eng, prev);
+    if (*xl && *wl && (bias == NULL || *bl)) return true;
+    oj_release(*xl), oj_release(*wl), oj_release(*bl);
+    *xl = *wl = *bl = NULL;
+    return false;
+}
+
+/* Is w [out, in] laid out as a dense [in, out] (its transpose contiguous)? */
+static bool master_transposed(const oj_tensor *w) {
+    return w->shape[0] > 1 && w->shape[1] > 1 && w->stride[0] == 1 && w->stride[1] == w->shape[0];
+}
+
+/* dW = g^T x in f32, [out, in] (transposed: stored as a dense [in, out] =
+ * x^T g, the returned tensor its transpose view), g [..., out] and x [...,
+ * in] 16-bit; NULL with the error recorded. */
+static oj_tensor *master_wgrad(oj_engine *eng, oj_tensor *g, oj_tensor *x, int64_t in_f,
+                               int64_t out_f, bool transposed) {
+    const char *op = "linear";
+    int64_t rows, gs, xrows, xs;
+    oj_tensor *gc = NULL, *xc = NULL; /* contiguous copies where the rows are not evenly spaced */
+    if (!rows_view(g, &rows, &gs) || g->stride[g->rank - 1] != 1) {
+        if ((gc = oj__contiguous(g)) == NULL) return NULL;
+        rows_view(gc, &rows, &gs);
+    }
+    if (!rows_view(x, &xrows, &xs) || x->stride[x->rank - 1] != 1) {
+        if ((xc = oj__contiguous(x)) == NULL) {
+            oj_release(gc);
+            return NULL;
+        }
+        rows_view(xc, &xrows, &xs);
+    }
+    const oj_tensor *gv = gc ? gc : g, *xv = xc ? xc : x;
+    int64_t ws[2] = {transposed ? in_f : out_f, transposed ? out_f : in_f};
+    oj_tensor *dw = oj__tensor_alloc(eng, 2, ws, OJ_F32, op), *out = NULL;
+    if (dw) {
+        oj_tensor va, vb, vo;
+        if (transposed) { /* dW^T [in, out] = x^T [in, N] @ g [N, out] */
+            kview(&va, xv, 0, 1, in_f, rows, 0, 1, xs);
+            kview(&vb, gv, 0, 1, rows, out_f, 0, gs, 1);
+        } else { /* dW [out, in] = g^T [out, N] @ x [N, in] */
+            kview(&va, gv, 0, 1, out_f, rows, 0, 1, gs);
+            kview(&vb, xv, 0, 1, rows, in_f, 0, xs, 1);
+        }
+        kview(&vo, dw, 0, 1, ws[0], ws[1], 0, ws[1], 1);
+        if (oj__kernel_ok(eng, eng->backend->matmul(eng, &vo, &va, &vb, false), op))
+            out = transposed ? oj_transpose(dw, 0, 1) : oj_retain(dw);
+    }
+    oj_release(dw);
+    oj_release(gc);
+    oj_release(xc);
+    return out;
+}
+
+/* db [out] f32 = g's rows summed by the backend's col_sum (one pass over
+ * g, f32 out), g [..., out] 16-bit; NULL with nothing recorded when the
+ * backend has no col_sum or does not take g, NULL with the error recorded
+ * when it failed. */
+static oj_tensor *master_bgrad(oj_engine *eng, oj_tensor *g, int64_t out_f) {
+    oj_status (*k)(oj_engine *, oj_tensor *, const oj_tensor *) = eng->backend->col_sum;
+    int64_t rows, gs;
+    if (k == NULL || out_f < 1 || !rows_view(g, &rows, &gs) || rows < 1 ||
+        g->stride[g->rank - 1] != 1)
+        return NULL;
+    oj_tensor v = *g;
+    v.rank = 2;
+    v.shape[0] = rows, v.shape[1] = out_f;
+    v.stride[0] = gs, v.stride[1] = 1;
+    oj_tensor *db = oj__tensor_alloc(eng, 1, &out_f, OJ_F32, "linear");
+    if (db == NULL) return NULL;
+    oj_status st = k(eng, db, &v);
+    if (st == OJ_OK) return db;
+    oj_release(db);
+    if (st != OJ_ERR_UNSUPPORTED) oj__kernel_ok(eng, st, "linear");
+    return NULL;
+}
+
+/* The gradients of y = x W^T + b over f32 W and b (see above): gi[0] dx
+ * (16-bit, xe's shape), gi[1] dW f32 (transposed: see master_wgrad), gi[2]
+ * db f32 (the backend's col_sum where it has one, else the 16-bit sum
+ * cast), each where need[i]; x (16-bit) read for dW, wl (W's 16-bit cast)
+ * for dx. */
+static void master_grads(oj_engine *eng, oj_tensor *g, oj_tensor *x, const oj_edge *xe,
+                         oj_tensor *wl, const oj_edge *we, bool transposed, const bool need[3],
+                         oj_tensor **gi) {
+    if (need[2]) {
+        gi[2] = master_bgrad(eng, g, we->shape[0]);
+        if (oj_last_status(eng) != OJ_OK) return;
+    }
+    const bool low[3] = {need[0], false, need[2] && gi[2] == NULL};
+    oj_tensor *lg[3] = {NULL, NULL, NULL};
+    if (low[0] || low[2]) linear_grads(eng, g, x, xe, wl, we, low, lg);
+    gi[0] = lg[0];
+    if (low[2] && lg[2]) gi[2] = lg[2]->dtype == OJ_F32 ? oj_retain(lg[2]) : oj_cast(lg[2], OJ_F32);
+    oj_release(lg[2]);
+    if (need[1] && oj_last_status(eng) == OJ_OK)
+        gi[1] = master_wgrad(eng, g, x, we->shape[1], we->shape[0], transposed);
+}
+
+/* saved (slots 0, 1): x (16-bit) when W needs a gradient, W's 16-bit cast
+ * when x does; i[0]: W laid out transposed. */
+static oj_status master_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    bool need[3] = {oj__node_needs(n, 0), oj__node_needs(n, 1),
+                    n->n_in > 2 && oj__node_needs(n, 2)};
+    oj_tensor *x = need[1] ? oj__node_saved(n, 0) : NULL;
+    oj_tensor *w = need[0] ? oj__node_saved(n, 1) : NULL;
+    if ((need[1] && x == NULL) || (need[0] && w == NULL)) return oj_last_status(n->eng);
+    master_grads(n->eng, go[0], x, &n->in[0], w, &n->in[1], n->i[0] != 0, need, gi);
+    return oj_last_status(n->eng);
+}
+
+/* linear (act NULL) or oj__linear_gelu over f32 W and b; *done false when
+ * it does not apply (nothing made or recorded). */
+static oj_tensor *linear_master(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **act,
+                                bool *done) {
+    *done = master_applies(x, weight, bias);
+    if (!*done) return NULL;
+    oj_engine *eng = x->eng;
+    oj_tensor *xl, *wl, *bl;
+    if (!master_operands(x, weight, bias, &xl, &wl, &bl)) return NULL;
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *out = linear_impl(xl, wl, bl, act); /* checks the shapes; no node */
+    oj_set_grad_enabled(eng, prev);
+    oj_tensor *in[3] = {xl, weight, bias};
+    oj_node *nd = out ? oj__node_begin_v(eng, "linear", master_backward, bias ? 3 : 2, in) : NULL;
+    if (nd) {
+        nd->i[0] = master_transposed(weight);
+        oj__node_save(nd, oj__node_needs(nd, 1) ? xl : NULL);
+        oj__node_save(nd, oj__node_needs(nd, 0) ? wl : NULL);
+        oj__node_finish(nd, 1, &out);
+    }
+    oj_release(xl), oj_release(wl), oj_release(bl);
+    return out;
+}
+
 oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
+    bool master;
+    oj_tensor *y = linear_master(x, weight, bias, NULL, &master);
+    if (master) return y;
     oj_tensor *ac_in[3] = {x, weight, bias};
     OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_linear(ac[0], ac[1], ac[2]));
     return linear_impl(x, weight, bias, NULL);
@@ -507,6 +688,9 @@ oj_tensor *oj_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias) {
 
 oj_tensor *oj__linear_gelu(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, oj_tensor **act) {
     *act = NULL;
+    bool master;
+    oj_tensor *y = linear_master(x, weight, bias, act, &master);
+    if (master) return y;
     oj_tensor *ac_in[3] = {x, weight, bias};
     OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj__linear_gelu(ac[0], ac[1], ac[2], act));
     return linear_impl(x, weight, bias, act);
@@ -547,7 +731,9 @@ static oj_tensor *act_input_grad(oj_engine *eng, const char *op, oj_tensor *g, o
     return dx;
 }
 
-/* saved: x, W. i[0]: the unary op (GELU erf or tanh). The backward
+/* saved: x, W (over f32 W and b: W's 16-bit cast). i[0]: the unary op
+ * (GELU erf or tanh); i[2]: the node is over f32 W and b (linear_master),
+ * i[1]: W laid out transposed. The backward
  * recomputes h = gelu(x), then runs linear's and gelu's rules on it; dx
  * in one GEMM with the activation's gradient as its epilogue where the
  * backend has one (act_input_grad). */
@@ -569,7 +755,10 @@ static oj_status gelu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tenso
     oj_tensor *h = act == OJ_UN_GELU_TANH ? oj_gelu_tanh(x) : oj_gelu(x); /* grad mode is off */
     if (h == NULL) return oj_last_status(eng);
     oj_tensor *lg[3] = {NULL, NULL, NULL};
-    linear_grads(eng, go[0], h, &n->in[0], w, &n->in[1], need, lg);
+    if (n->i[2]) /* over f32 W and b (linear_master): w is W's 16-bit cast */
+        master_grads(eng, go[0], h, &n->in[0], w, &n->in[1], n->i[1] != 0, need, lg);
+    else
+        linear_grads(eng, go[0], h, &n->in[0], w, &n->in[1], need, lg);
     gi[1] = lg[1];
     gi[2] = lg[2];
     if (!fused && need[0] && lg[0]) gi[0] = oj__unary_grad(eng, n->op, act, x, h, lg[0], 0.0, 0.0);
@@ -583,6 +772,27 @@ static oj_status gelu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tenso
 static oj_tensor *gelu_linear_impl(oj_tensor *x, oj_tensor *act, oj_tensor *weight,
                                    oj_tensor *bias, bool approximate) {
     const char *op = "gelu_linear";
+    if (master_applies(x, weight, bias)) { /* over f32 W and b: see linear_master */
+        oj_tensor *xl, *wl, *bl;
+        if (!master_operands(x, weight, bias, &xl, &wl, &bl)) return NULL;
+        oj_engine *eng = x->eng;
+        bool prev = oj_set_grad_enabled(eng, false);
+        oj_tensor *out = gelu_linear_impl(xl, act, wl, bl, approximate);
+        oj_set_grad_enabled(eng, prev);
+        oj_tensor *in[3] = {xl, weight, bias};
+        oj_node *nd =
+            out ? oj__node_begin_v(eng, op, gelu_linear_backward, bias ? 3 : 2, in) : NULL;
+        if (nd) {
+            nd->i[0] = approximate ? OJ_UN_GELU_TANH : OJ_UN_GELU_ERF;
+            nd->i[1] = master_transposed(weight);
+            nd->i[2] = 1;
+            oj__node_save(nd, xl);
+            oj__node_save(nd, wl);
+            oj__node_finish(nd, 1, &out);
+        }
+        oj_release(xl), oj_release(wl), oj_release(bl);
+        return out;
+    }
     oj_tensor *in[3] = {x, weight, bias};
     int nin = bias ? 3 : 2;
     oj_engine *eng = oj__ops_engine(op, nin, in);
@@ -607,12 +817,15 @@ static oj_tensor *gelu_linear_impl(oj_tensor *x, oj_tensor *act, oj_tensor *weig
 }
 
 oj_tensor *oj_gelu_linear(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, bool approximate) {
+    if (master_applies(x, weight, bias))
+        return gelu_linear_impl(x, NULL, weight, bias, approximate);
     oj_tensor *ac_in[3] = {x, weight, bias};
     OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj_gelu_linear(ac[0], ac[1], ac[2], approximate));
     return gelu_linear_impl(x, NULL, weight, bias, approximate);
 }
 
 oj_tensor *oj__gelu_linear_act(oj_tensor *x, oj_tensor *act, oj_tensor *weight, oj_tensor *bias) {
+    if (master_applies(x, weight, bias)) return gelu_linear_impl(x, act, weight, bias, true);
     oj_tensor *ac_in[3] = {x, weight, bias};
     OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in, oj__gelu_linear_act(ac[0], act, ac[1], ac[2]));
     return gelu_linear_impl(x, act, weight, bias, true);
@@ -638,7 +851,8 @@ static oj_tensor *swiglu_product(oj_engine *eng, const char *op, oj_tensor *gate
     return p;
 }
 
-/* saved: gate, up, W. The backward recomputes p = silu(gate) * up, then
+/* saved: gate, up, W (over f32 W and b, i[0] set: W's 16-bit cast; i[1]:
+ * W laid out transposed). The backward recomputes p = silu(gate) * up, then
  * runs linear's rule on it, and mul's and silu's for gate and up: in one
  * pass (swiglu_backward) where the backend has it and dp has gate's
  * dtype, else s = silu(gate), dup = dp s, dgate = silu'(gate) (dp up). */
@@ -651,7 +865,10 @@ static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_ten
     if (p == NULL) return oj_last_status(eng);
     bool need[3] = {ng || nu, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
     oj_tensor *lg[3] = {NULL, NULL, NULL};
-    linear_grads(eng, go[0], p, &n->in[0], w, &n->in[2], need, lg); /* p: gate's shape */
+    if (n->i[0]) /* over f32 W and b (see linear_master): w is W's 16-bit cast */
+        master_grads(eng, go[0], p, &n->in[0], w, &n->in[2], n->i[1] != 0, need, lg);
+    else
+        linear_grads(eng, go[0], p, &n->in[0], w, &n->in[2], need, lg); /* p: gate's shape */
     oj_release(p);
     gi[2] = lg[1];
     gi[3] = lg[2];
@@ -691,6 +908,31 @@ static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_ten
 
 oj_tensor *oj_swiglu_linear(oj_tensor *gate, oj_tensor *up, oj_tensor *weight, oj_tensor *bias) {
     const char *op = "swiglu_linear";
+    if (master_applies(gate, weight, bias) && oj__live(up) && up->eng == gate->eng &&
+        (up->dtype == OJ_F32 || up->dtype == gate->eng->autocast_dtype)) {
+        /* over f32 W and b (see linear_master) */
+        oj_engine *eng = gate->eng;
+        oj_tensor *gl, *wl, *bl;
+        if (!master_operands(gate, weight, bias, &gl, &wl, &bl)) return NULL;
+        const oj_dtype adt = eng->autocast_dtype;
+        oj_tensor *ul = up->dtype == adt ? oj_retain(up) : oj__autocast_cast(up, adt);
+        bool prev = oj_set_grad_enabled(eng, false);
+        oj_tensor *out = ul ? oj_swiglu_linear(gl, ul, wl, bl) : NULL;
+        oj_set_grad_enabled(eng, prev);
+        oj_tensor *in[4] = {gl, ul, weight, bias};
+        oj_node *nd = out ? oj__node_begin_v(eng, op, swiglu_linear_backward, bias ? 4 : 3, in)
+                          : NULL;
+        if (nd) {
+            nd->i[0] = 1;
+            nd->i[1] = master_transposed(weight);
+            oj__node_save(nd, gl);
+            oj__node_save(nd, ul);
+            oj__node_save(nd, wl);
+            oj__node_finish(nd, 1, &out);
+        }
+        oj_release(gl), oj_release(ul), oj_release(wl), oj_release(bl);
+        return out;
+    }
     oj_tensor *ac_in[4] = {gate, up, weight, bias};
     OJ__AUTOCAST(OJ__AUTOCAST_LOW, 4, ac_in, oj_swiglu_linear(ac[0], ac[1], ac[2], ac[3]));
     oj_tensor *in[4] = {gate, up, weight, bias};
@@ -752,7 +994,8 @@ static bool mul_row_fits(const oj_engine *eng, const oj_tensor *dp, const oj_ten
     return true;
 }
 
-/* saved: a, b, W. The backward recomputes p = a * b (mul's bits), runs
+/* saved: a, b, W (over f32 W, i[0] set: W's 16-bit cast; i[1]: W laid
+ * out transposed). The backward recomputes p = a * b (mul's bits), runs
  * linear's rule on p viewed as [..., K], then mul's rule (dp b, dp a, each
  * summed to its input's shape), as the three ops' nodes would; with b one
  * value per row of a, in one pass where the backend has it
@@ -771,7 +1014,10 @@ static oj_status mul_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor
     oj_release(p);
     if (need[1] && p2 == NULL) return oj_last_status(eng);
     oj_tensor *lg[3] = {NULL, NULL, NULL};
-    linear_grads(eng, go[0], p2, &xe, w, &n->in[2], need, lg);
+    if (n->i[0]) /* over f32 W (see linear_master): w is W's 16-bit cast */
+        master_grads(eng, go[0], p2, &xe, w, &n->in[2], n->i[1] != 0, need, lg);
+    else
+        linear_grads(eng, go[0], p2, &xe, w, &n->in[2], need, lg);
     oj_release(p2);
     gi[2] = lg[1];
     if (lg[0]) {
@@ -824,11 +1070,29 @@ oj_tensor *oj__mul_linear(oj_tensor *a, oj_tensor *b, oj_tensor *weight) {
             oj_release(p2);
             return out;
         }
+        const bool master = master_applies(a, weight, NULL); /* see linear_master */
+        bool pg = master ? oj_set_grad_enabled(eng, false) : false;
         oj_tensor *wc = weight->dtype == adt ? oj_retain(weight) : oj__autocast_cast(weight, adt);
-        if (wc == NULL) return NULL;
+        if (wc == NULL) {
+            if (master) oj_set_grad_enabled(eng, pg);
+            return NULL;
+        }
         bool prev = oj_set_autocast(eng, false, adt);
         oj_tensor *out = oj__mul_linear(a, b, wc);
         oj_set_autocast(eng, prev, adt);
+        if (master) {
+            oj_set_grad_enabled(eng, pg);
+            oj_node *nd =
+                out ? oj__node_begin(eng, op, mul_linear_backward, 3, a, b, weight) : NULL;
+            if (nd) {
+                nd->i[0] = 1;
+                nd->i[1] = master_transposed(weight);
+                oj__node_save(nd, a);
+                oj__node_save(nd, b);
+                oj__node_save(nd, wc);
+                oj__node_finish(nd, 1, &out);
+            }
+        }
         oj_release(wc);
         return out;
     }

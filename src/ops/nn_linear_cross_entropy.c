@@ -33,6 +33,7 @@
  * and the loss, dx and dW keep V. OJAS_LCE_PAD=0 turns it off
  * (comparisons). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/internal.h"
 #include "ops/nn_common.h"
@@ -67,6 +68,24 @@ int64_t oj__lce_chunk_rows(int64_t N, int64_t V, size_t es) {
         r = up <= r ? up : r / a * a;
     }
     return r;
+}
+
+/* Rows of dW's storage: under FAST on a backend with cross_entropy_fused
+ * (dlogits written over the logits, row stride ld) and a padded vocabulary
+ * (ld > V), ld: the dW GEMMs then run over all ld rows of dlogits^T (the
+ * padding columns are the logits GEMM's exact zeros, so rows V.. of the
+ * buffer only ever hold zeros) and dW is the buffer's first V rows. With
+ * N = V = 50257 cuBLASLt ran gpt2's dW GEMM on an sm80 kernel, 411-439 us
+ * a chunk, against ~258 us for the chunk's two other GEMMs at 50304 (H200,
+ * the GEMM tuner's log); an aligned N admits every kernel the odd one does.
+ * EXACT keeps V rows (its GEMM as it was). OJAS_LCE_DW_PAD=0 turns it off. */
+static int64_t dw_rows(const oj_engine *eng, int64_t V) {
+    const char *e = getenv("OJAS_LCE_DW_PAD");
+    int64_t ld = logits_ld(eng->backend, V);
+    if ((e && strcmp(e, "0") == 0) || eng->numerics != OJ_NUMERICS_FAST ||
+        eng->backend->cross_entropy_fused == NULL)
+        return V;
+    return ld;
 }
 
 /* saved: dx [N, C] (if i[0]), dW [V, C] in the accumulation dtype (if
@@ -109,10 +128,13 @@ static void mm_view(oj_tensor *v, const oj_tensor *t, int64_t rows, int64_t cols
  * the matmul kernel itself (accumulate, out f32 over bf16/f16 dlogits and
  * x: the backend contract's mixed form), so each chunk's product is never
  * rounded to 16 bits (more accurate than a 16-bit product added after, and
- * one [V, C] pass less per chunk). */
+ * one [V, C] pass less per chunk); with dw_set the first chunk's GEMM
+ * writes dW rather than adding into it. wrows: the rows of dW's storage
+ * (V, or ld: see dw_rows), the dW GEMM's rows when dlogits are the padded
+ * logits. */
 static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor *w,
                        oj_tensor *t1, int64_t ignore_index, double eps, oj_tensor *loss,
-                       oj_tensor *dx, oj_tensor *dw) {
+                       oj_tensor *dx, oj_tensor *dw, bool dw_set, int64_t wrows) {
     const oj_backend *be = eng->backend;
     int64_t N = x2->shape[0], V = w->shape[0], C = w->shape[1], ld = logits_ld(be, V);
     int64_t R = oj__lce_chunk_rows(N, ld, oj_dtype_size(x2->dtype));
@@ -180,10 +202,11 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
         }
         if (ok && dw) { /* dW += dlogits^T x: [V, n] @ [n, C], summed into the f32 (f64) dW */
             oj_tensor va, vb, vo;
-            mm_view(&va, dl, V, n, 1, dld);
+            const int64_t vr = dld == ld && wrows == ld ? ld : V; /* see dw_rows */
+            mm_view(&va, dl, vr, n, 1, dld);
             mm_view(&vb, xc, n, C, xc->stride[0], xc->stride[1]);
-            mm_view(&vo, dw, V, C, C, 1);
-            ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, true), op);
+            mm_view(&vo, dw, vr, C, C, 1);
+            ok = oj__kernel_ok(eng, be->matmul(eng, &vo, &va, &vb, r0 > 0 || !dw_set), op);
         }
         oj_tensor *tmp[] = {xc, tc, lc, logits, lse, dl, ones};
         for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) oj_release(tmp[i]);
@@ -193,14 +216,12 @@ static bool lce_chunks(oj_engine *eng, const char *op, oj_tensor *x2, oj_tensor 
     return ok;
 }
 
-oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *targets,
-                                   int64_t ignore_index, double label_smoothing,
-                                   oj_reduction reduction) {
+/* The op over x and weight of one dtype; its node's weight edge is wnode:
+ * weight itself, or the f32 weight weight was cast from (lce_master). */
+static oj_tensor *lce_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *wnode, oj_tensor *targets,
+                           int64_t ignore_index, double label_smoothing, oj_reduction reduction) {
     const char *op = "linear_cross_entropy";
     oj_tensor *ac_in[3] = {x, weight, targets};
-    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in,
-                 oj_linear_cross_entropy(ac[0], ac[1], ac[2], ignore_index, label_smoothing,
-                                         reduction));
     oj_engine *eng = oj__ops_engine(op, 3, ac_in);
     if (eng == NULL) return NULL;
     if (!oj__nn_check_float(eng, op, "x", x) ||
@@ -238,7 +259,7 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
         return NULL;
     int64_t N = oj_numel(targets), C = weight->shape[1], V = weight->shape[0];
     bool want_dx = eng->grad_enabled && x->requires_grad;
-    bool want_dw = eng->grad_enabled && weight->requires_grad;
+    bool want_dw = eng->grad_enabled && wnode->requires_grad;
     oj_dtype sdt = oj__nn_stat_dtype(x->dtype); /* loss and dW accumulate in f32 (f64) */
     bool prev = oj_set_grad_enabled(eng, false);
     int64_t xs[2] = {N, C}, ws[2] = {V, C};
@@ -248,10 +269,21 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
     oj_tensor *t1 = tc ? oj__tensor_view(tc, 1, &N, NULL, tc->offset) : NULL;
     oj_tensor *loss = t1 ? oj__tensor_alloc(eng, 1, &N, sdt, op) : NULL;
     oj_tensor *dx = loss && want_dx ? oj__tensor_alloc(eng, 2, xs, x->dtype, op) : NULL;
-    oj_tensor *dw = loss && want_dw ? oj_zeros(eng, 2, ws, sdt) : NULL;
+    /* dW: zeros the chunks' GEMMs add into; under FAST (N > 0) the first
+     * chunk's GEMM writes it instead (a [V, C] fill less; EXACT keeps the
+     * zeros' bits: a -0 sum stays +0). OJAS_LCE_DW_SET=0 turns that off. */
+    const char *ds = getenv("OJAS_LCE_DW_SET");
+    bool dw_set = eng->numerics == OJ_NUMERICS_FAST && N > 0 && !(ds && strcmp(ds, "0") == 0);
+    const int64_t wrows = dw_rows(eng, V), wps[2] = {wrows, C};
+    oj_tensor *dwp = !(loss && want_dw) ? NULL
+                     : dw_set           ? oj__tensor_alloc(eng, 2, wps, sdt, op)
+                                        : oj_zeros(eng, 2, wps, sdt);
+    oj_tensor *dw = dwp && wrows > V ? oj__tensor_view(dwp, 2, ws, NULL, dwp->offset) : dwp;
+    if (dw != dwp) oj_release(dwp); /* the view holds the storage */
     bool mean = reduction == OJ_REDUCTION_MEAN;
     bool ok = loss && (!want_dx || dx) && (!want_dw || dw) &&
-              lce_chunks(eng, op, x2, weight, t1, ignore_index, label_smoothing, loss, dx, dw);
+              lce_chunks(eng, op, x2, weight, t1, ignore_index, label_smoothing, loss, dx, dw,
+                         dw_set, wrows);
     /* MEAN: sum * (1 / count) (NaN over no counted row, as torch); the
      * gradient scale is 0 there instead: nothing was counted, so the
      * gradients are 0 (as cross_entropy's and torch's), not dx * NaN */
@@ -270,7 +302,7 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
     ok = out != NULL;
     oj_set_grad_enabled(eng, prev);
     if (ok && (want_dx || want_dw)) {
-        oj_node *nd = oj__node_begin(eng, op, lce_backward, 2, x, weight);
+        oj_node *nd = oj__node_begin(eng, op, lce_backward, 2, x, wnode);
         if (nd) {
             nd->i[0] = dx != NULL;
             nd->i[1] = dw != NULL;
@@ -288,4 +320,50 @@ oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *t
         return NULL;
     }
     return out;
+}
+
+/* Under FAST autocast to bf16/f16 with an f32 weight that needs a
+ * gradient (the optimizer's master copy, gpt2's tied wte), the node takes
+ * the f32 weight itself: dW, accumulated in f32 by the GEMMs, reaches it
+ * as it is instead of through a cast to 16 bits and the cast node's cast
+ * back ([V, C] twice; dW no longer rounded to 16 bits on the way: FAST's
+ * contract). The logits GEMM reads the weight's 16-bit cast (the kept
+ * weight copy where there is one), as before. EXACT keeps the casts'
+ * nodes. OJAS_LCE_MASTER=0 turns it off (comparisons); read at each call.
+ * *xl, *wl: the 16-bit x (cast with its node) and weight (no node). */
+static bool lce_master(oj_tensor *x, oj_tensor *weight, oj_tensor **xl, oj_tensor **wl) {
+    *xl = *wl = NULL;
+    if (!oj__live(x) || !oj__live(weight)) return false;
+    oj_engine *eng = x->eng;
+    const char *e = getenv("OJAS_LCE_MASTER");
+    oj_dtype dt = eng->autocast_dtype;
+    if ((e && strcmp(e, "0") == 0) || !eng->autocast || !eng->grad_enabled ||
+        eng->numerics != OJ_NUMERICS_FAST || (dt != OJ_BF16 && dt != OJ_F16) ||
+        weight->eng != eng || weight->dtype != OJ_F32 || !weight->requires_grad ||
+        (x->dtype != OJ_F32 && x->dtype != dt))
+        return false;
+    *xl = x->dtype == dt ? oj_retain(x) : oj__autocast_cast(x, dt);
+    bool prev = oj_set_grad_enabled(eng, false);
+    *wl = *xl ? oj__autocast_cast(weight, dt) : NULL;
+    oj_set_grad_enabled(eng, prev);
+    return true;
+}
+
+oj_tensor *oj_linear_cross_entropy(oj_tensor *x, oj_tensor *weight, oj_tensor *targets,
+                                   int64_t ignore_index, double label_smoothing,
+                                   oj_reduction reduction) {
+    oj_tensor *xl, *wl;
+    if (lce_master(x, weight, &xl, &wl)) {
+        oj_tensor *out = xl && wl ? lce_impl(xl, wl, weight, targets, ignore_index,
+                                             label_smoothing, reduction)
+                                  : NULL;
+        oj_release(xl);
+        oj_release(wl);
+        return out;
+    }
+    oj_tensor *ac_in[3] = {x, weight, targets};
+    OJ__AUTOCAST(OJ__AUTOCAST_LOW, 3, ac_in,
+                 oj_linear_cross_entropy(ac[0], ac[1], ac[2], ignore_index, label_smoothing,
+                                         reduction));
+    return lce_impl(x, weight, weight, targets, ignore_index, label_smoothing, reduction);
 }

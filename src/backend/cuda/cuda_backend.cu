@@ -142,6 +142,7 @@ static oj_backend make_cuda_backend() {
     b.matmul_bgrad = oj_cuda_matmul_bgrad;
     b.matmul_bias_act = oj_cuda_matmul_bias_act;
     b.cumsum = oj_cuda_cumsum;
+    b.col_sum = oj_cuda_col_sum;
     /* nn (cuda_nn_*.cu) */
     b.embedding_forward = oj_cuda_embedding_forward;
     b.embedding_backward = oj_cuda_embedding_backward;

@@ -667,6 +667,7 @@ oj_status oj_cuda_reduce(oj_engine *eng, oj_reduce_op op, oj_tensor *out, oj_ten
                          const oj_tensor *x, uint32_t dim_mask, double p);
 oj_status oj_cuda_cumsum(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int dim,
                          bool reverse);
+oj_status oj_cuda_col_sum(oj_engine *eng, oj_tensor *out, const oj_tensor *x);
 /* cuda_matmul.cu */
 oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
                          bool accumulate);

@@ -37,6 +37,7 @@
  * numerics mode. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -884,4 +885,139 @@ oj_status oj_cuda_cumsum(oj_engine *eng, oj_tensor *out, const oj_tensor *x, int
     g.reverse = reverse;
     k_cumsum<<<oj_cuda_blocks(g.n_lines), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(g);
     return oj_cuda_check(eng, "cumsum");
+}
+
+/* ---------------------------------------------------------------- col_sum */
+
+/* backend.h col_sum: out [C] f32 = the column sums of x [R, C] (bf16/f16,
+ * row stride ld, C, ld and x 16-byte multiples), a linear's bias gradient
+ * (dy's rows summed) in one pass at memory speed. Block (tile, split):
+ * 256 threads over a tile of 256 columns and one split's rows; thread (ty,
+ * tx) = (t / 32, t % 32) loads 8 columns (16 bytes) of rows r0 + ty, r0 +
+ * ty + 8, ... in order into f32 sums; the 8 row lanes' sums are then added
+ * in lane order into the split's partial (or out, with one split); a
+ * second kernel adds the splits' partials (k_colsum_combine). The splits are
+ * a function of R and C alone, so the bits are the same on every run; the
+ * order is not the CPU's, so the ops layer uses it only under FAST. */
+#define COLSUM_TILE 256
+#define COLSUM_LANES 8
+#define COLSUM_BLOCKS 512 /* blocks aimed at: ~4 a multiprocessor on an H100/H200 */
+
+template <bool BF16>
+__device__ __forceinline__ void colsum_add8(float *acc, uint4 v) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo = (uint16_t)(w[i] & 0xffffu), hi = (uint16_t)(w[i] >> 16);
+        /* bf16: the high half of an f32 (a NaN stays a NaN in the sum) */
+        acc[2 * i] += BF16 ? __uint_as_float((uint32_t)lo << 16) : oj_cu_f16_to_f32(lo);
+        acc[2 * i + 1] += BF16 ? __uint_as_float((uint32_t)hi << 16) : oj_cu_f16_to_f32(hi);
+    }
+}
+
+template <bool BF16>
+__global__ void __launch_bounds__(COLSUM_TILE)
+    k_colsum16(float *part, const unsigned short *x, int64_t ld, int64_t R, int64_t C,
+               int64_t rows_per) {
+    __shared__ float sm[COLSUM_LANES][COLSUM_TILE];
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const int64_t c = (int64_t)blockIdx.x * COLSUM_TILE + tx * 8;
+    const int64_t r0 = (int64_t)blockIdx.y * rows_per;
+    const int64_t r1 = r0 + rows_per < R ? r0 + rows_per : R;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (c < C) {
+        const unsigned short *p = x + c;
+        int64_t r = r0 + ty;
+        for (; r + 3 * COLSUM_LANES < r1; r += 4 * COLSUM_LANES) { /* four loads in flight */
+            uint4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) v[u] = *(const uint4 *)(p + (r + u * COLSUM_LANES) * ld);
+#pragma unroll
+            for (int u = 0; u < 4; u++) colsum_add8<BF16>(acc, v[u]);
+        }
+        for (; r < r1; r += COLSUM_LANES) colsum_add8<BF16>(acc, *(const uint4 *)(p + r * ld));
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) sm[ty][tx * 8 + i] = acc[i];
+    __syncthreads();
+    const int64_t col = (int64_t)blockIdx.x * COLSUM_TILE + threadIdx.x;
+    if (col < C) {
+        float s = sm[0][threadIdx.x];
+#pragma unroll
+        for (int l = 1; l < COLSUM_LANES; l++) s += sm[l][threadIdx.x];
+        part[(int64_t)blockIdx.y * C + col] = s;
+    }
+}
+
+/* out[c] = the sum of part[s, c] over s < S: block (32 columns, 8 lanes);
+ * lane l adds splits l, l + 8, l + 16, ... in order (four loads in flight),
+ * then lane 0 adds the 8 lanes' sums in lane order (a fixed order: the
+ * same bits every run). One chain of S dependent L2 loads a column took
+ * ~S x 0.2 us. */
+__global__ void __launch_bounds__(256) k_colsum_combine(float *out, const float *part, int64_t S,
+                                                        int64_t C) {
+    __shared__ float sm[COLSUM_LANES][32];
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const int64_t c = (int64_t)blockIdx.x * 32 + tx;
+    float s = 0.0f;
+    if (c < C) {
+        int64_t i = ty;
+        for (; i + 3 * COLSUM_LANES < S; i += 4 * COLSUM_LANES) {
+            float v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) v[u] = part[(i + u * COLSUM_LANES) * C + c];
+#pragma unroll
+            for (int u = 0; u < 4; u++) s += v[u];
+        }
+        for (; i < S; i += COLSUM_LANES) s += part[i * C + c];
+    }
+    sm[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t = sm[0][tx];
+#pragma unroll
+        for (int l = 1; l < COLSUM_LANES; l++) t += sm[l][tx];
+        out[c] = t;
+    }
+}
+
+oj_status oj_cuda_col_sum(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
+    const char *op = "col_sum";
+    static int off = -1; /* OJAS_CUDA_COLSUM=0: the ops layer's GEMV instead (comparisons) */
+    if (off < 0) {
+        const char *e = getenv("OJAS_CUDA_COLSUM");
+        off = e != NULL && strcmp(e, "0") == 0;
+    }
+    if (x->rank != 2 || out->dtype != OJ_F32 || (x->dtype != OJ_BF16 && x->dtype != OJ_F16))
+        return OJ_ERR_UNSUPPORTED;
+    const int64_t R = x->shape[0], C = x->shape[1], ld = R > 1 ? x->stride[0] : C;
+    if (off || R < 1 || C < 1 || C % 8 != 0 || ld % 8 != 0 || ld < C ||
+        (C > 1 && x->stride[1] != 1) || !oj_cu_aligned16(oj_cuda_ptr(x)) || out->rank != 1 ||
+        out->shape[0] != C || (C > 1 && out->stride[0] != 1))
+        return OJ_ERR_UNSUPPORTED;
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    const int64_t tiles = (C + COLSUM_TILE - 1) / COLSUM_TILE;
+    /* splits: ~COLSUM_BLOCKS blocks, at least 64 rows each, at most 65535 */
+    int64_t S = (COLSUM_BLOCKS + tiles - 1) / tiles, smax = (R + 63) / 64;
+    if (S > smax) S = smax;
+    if (S > 65535) S = 65535;
+    if (S < 1) S = 1;
+    const int64_t rows_per = (R + S - 1) / S;
+    S = (R + rows_per - 1) / rows_per;
+    oj_storage *hold = NULL;
+    float *part = (float *)oj_cuda_ptr(out);
+    if (S > 1 && (part = (float *)oj_cuda_scratch(eng, (size_t)(S * C) * sizeof(float), op,
+                                                  &hold)) == NULL)
+        return oj_last_status(eng);
+    dim3 grid((unsigned)tiles, (unsigned)S);
+    const unsigned short *xp = (const unsigned short *)oj_cuda_ptr(x);
+    if (x->dtype == OJ_BF16)
+        k_colsum16<true><<<grid, COLSUM_TILE, 0, OJ_STREAM>>>(part, xp, ld, R, C, rows_per);
+    else
+        k_colsum16<false><<<grid, COLSUM_TILE, 0, OJ_STREAM>>>(part, xp, ld, R, C, rows_per);
+    if (S > 1)
+        k_colsum_combine<<<(unsigned)((C + 31) / 32), 256, 0, OJ_STREAM>>>(
+            (float *)oj_cuda_ptr(out), part, S, C);
+    if (hold) oj__storage_release(hold);
+    return oj_cuda_check(eng, op);
 }
