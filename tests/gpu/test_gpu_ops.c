@@ -4314,6 +4314,33 @@ static pr head_view(pr st, int64_t col0, int64_t H, int64_t D) {
     return q;
 }
 
+/* CUDA's D 64 path (cos/sin table, 16-byte rows) against the warp-per-row
+ * kernels (OJAS_CUDA_RNR_TABLE=0) on x, dy (views as in rnr_entry_case),
+ * w (t NULL: none): out, rstd and dx the same bits. */
+static void rnr_paths_case(pr x, pr dy, pr w, oj_dtype dt, int64_t pos, const char *what) {
+    const int rank = oj_rank(x.t[0]);
+    const int64_t *s = oj_shape(x.t[0]);
+    const int64_t N = oj_numel(x.t[0]) / s[rank - 1];
+    const oj_dtype sdt = dt == OJ_F64 ? OJ_F64 : OJ_F32;
+    pr o[2], r[2], d[2];
+    SIDE = 1;
+    for (int p = 0; p < 2; p++) { /* p 0: the default (the table), 1: the warp kernels */
+        o[p] = empty(rank, s, dt), r[p] = empty(1, &N, sdt), d[p] = empty(rank, s, dt);
+        if (p) setenv("OJAS_CUDA_RNR_TABLE", "0", 1);
+        oj_status f = E->backend->rms_norm_rotary_forward(E, T(o[p]), T(r[p]), T(x), T(w),
+                                                          RNR_EPS, pos, RNR_THETA);
+        oj_status b = f ? f
+                        : E->backend->rms_norm_rotary_backward(E, T(d[p]), T(dy), T(x), T(r[p]),
+                                                               T(w), pos, RNR_THETA);
+        unsetenv("OJAS_CUDA_RNR_TABLE");
+        if (f || b) fail_msg("%s: path %d: %s", what, p, oj_last_error(E));
+    }
+    SIDE = 0;
+    same_bits(o[0].t[1], o[1].t[1], what);
+    same_bits(r[0].t[1], r[1].t[1], what);
+    same_bits(d[0].t[1], d[1].t[1], what);
+}
+
 /* The fused entries on x (any view, [.., T, D]) against the CPU: out and
  * rstd (also rstd NULL), dx from dy (any view) on the CPU's rstd; on the
  * GPU also a second run (same bits) and the unfused CUDA ops (rms_norm
@@ -4358,6 +4385,7 @@ static void rnr_entry_case(const char *geo, pr x, pr dy, oj_dtype dt, bool weigh
     BOTH(E->backend->rms_norm_rotary_backward(E, T(dx2), T(dy), T(x), T(rs),
                                               weight ? T(w) : NULL, pos, RNR_THETA));
     same_bits(dx.t[1], dx2.t[1], what);
+    if (D == 64) rnr_paths_case(x, dy, weight ? w : (pr){{NULL, NULL}}, dt, pos, what);
 }
 
 /* Head views of [B, T, H D + pad] at column pad (the model's q/k inside
@@ -4371,7 +4399,7 @@ static void rnr_heads_case(int64_t B, int64_t H, int64_t Tn, int64_t D, int64_t 
                    pos);
 }
 
-// test: rms_norm_rotary entries (RMS norm then rotary in one pass over strided head views) agree with the CPU, run to run and with the unfused CUDA ops: f32/bf16/f16 (f64 and odd D on the generic kernels), D 64/128/192 (warp per row) and 6/32/96 (generic), with and without weight, offsets 0 and 37, odd T, one row, leading dims that do not merge, a strided last dim, dy a view or broadcast
+// test: rms_norm_rotary entries (RMS norm then rotary in one pass over strided head views) agree with the CPU, run to run and with the unfused CUDA ops: f32/bf16/f16 (f64 and odd D on the generic kernels), D 64/128/192 (warp per row) and 6/32/96 (generic), with and without weight, offsets 0 and 37, odd T, one row, leading dims that do not merge, a strided last dim, dy a view or broadcast; D 64 on CUDA (the cos/sin table path) the same bits as the warp-per-row kernels, also with partial row groups, a second table and an overflowing sum of squares
 static void test_rms_norm_rotary(void **state) {
     (void)state;
     oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
@@ -4394,6 +4422,15 @@ static void test_rms_norm_rotary(void **state) {
     rnr_heads_case(1, 1, 1, 64, 0, OJ_BF16, false, 999); /* one decode row */
     rnr_heads_case(4, 6, 1, 128, 8, OJ_F32, true, 100000); /* decode, large angles */
     rnr_heads_case(16, 12, 64, 64, 16, OJ_BF16, false, 0); /* the model's layout, fewer T */
+    rnr_heads_case(3, 5, 300, 64, 8, OJ_F16, false, 900);  /* R 15: partial row groups;
+                                                            * a second table (pos + T > 1024) */
+    for (int k = 0; k < 2; k++) { /* |x| ~1e19: the float sum of squares overflows (double) */
+        int64_t st[3] = {2, 9, 2 * 64 + 8}, s4[4] = {2, 2, 9, 64};
+        pr xb = head_view(rnd(3, st, dts[k], -3e19, 3e19), 8, 2, 64);
+        pr wb = k ? rnd(1, &s4[3], dts[k], 0.5, 1.5) : (pr){{NULL, NULL}};
+        rnr_paths_case(xb, rnd(4, s4, dts[k], -1, 1), wb, dts[k], 4,
+                       "rms_norm_rotary: the sum of squares overflows");
+    }
     /* rank 5 whose leading dims do not merge (the generic kernels) and
      * rank 5 whose leading dims merge to two (the warp kernels) */
     {

@@ -65,6 +65,9 @@ struct oj_cuda_state {
     /* cuDNN attention (cuda_attention_cudnn.cu): handle, plan cache, the
      * implementation each attention call ran; NULL until first used. */
     struct oj_cuda_cudnn *cudnn;
+    /* rms_norm_rotary's cos/sin tables (cuda_nn_norm_rotary.cu); NULL
+     * until first used, freed by oj_cuda_rnr_close. */
+    struct oj_cuda_rnr_tabs *rnr_tabs;
 };
 struct oj_cuda_graph;
 struct oj_cuda_cudnn;
@@ -711,7 +714,8 @@ oj_status oj_cuda_rotary_embedding_at(oj_engine *eng, oj_tensor *out, const oj_t
                                       const oj_tensor *positions, double theta, bool inverse);
 oj_status oj_cuda_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
                           uint64_t seed, uint64_t offset);
-/* cuda_nn_norm_rotary.cu */
+/* cuda_nn_norm_rotary.cu; oj_cuda_rnr_close frees the engine's tables (close) */
+void oj_cuda_rnr_close(oj_cuda_state *s);
 oj_status oj_cuda_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
                                           const oj_tensor *x, const oj_tensor *weight, double eps,
                                           int64_t position_offset, double theta);
