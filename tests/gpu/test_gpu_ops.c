@@ -2008,20 +2008,24 @@ static void test_adam_low_transposed(void **state) {
 
 /* value_mix_forward / value_mix_backward (nanolab's value residual) on
  * head views [B, H, T, D] of a [B, T, 2 H D] projection (strided, as the
- * model passes them), D 40 and 128, bf16 and f16: the forward is the bytes
+ * model passes them), D 40, 128 and 64, bf16 and f16: the forward is the bytes
  * of the chain of ops on the same device (sub, mul by the f32 s, add,
  * cast); dv1 and dv0 the bytes of the chain's rules (g * s rounded, then
  * g - dv1 rounded); ds the double sum of g * (v1 - v0) within 1e-6; a
- * rerun gives the same ds bits; a strided g is taken. */
+ * rerun gives the same ds bits; a strided g is taken. D 64 (the 16-byte
+ * kernels) also gives the row kernels' bytes, ds included. */
 static void test_value_mix(void **state) {
     (void)state;
     if (gpu->backend->value_mix_forward == NULL) skip(); /* the CPU self-check */
-    const int64_t B = 2, T = 5, H = 3, Ds[2] = {40, 128};
+    const int64_t Ds[3] = {40, 128, 64};
     const oj_dtype dts[2] = {OJ_BF16, OJ_F16};
     bool prev = oj_set_grad_enabled(gpu, false);
-    for (int c = 0; c < 4; c++) {
-        const int64_t D = Ds[c % 2];
-        const oj_dtype dt = dts[c / 2];
+    for (int c = 0; c < 6; c++) {
+        const int64_t D = Ds[c % 3];
+        const oj_dtype dt = dts[c / 3];
+        /* D 64 (the vector kernels): rows > 4 x 4096, so runs of 2 rows and a
+         * short last one */
+        const int64_t B = D == 64 ? 4 : 2, T = D == 64 ? 1100 : 5, H = D == 64 ? 4 : 3;
         int64_t ps[3] = {B, T, 2 * H * D}, hs[4] = {B, T, H, D};
         const int p4[4] = {0, 2, 1, 3};
         pr proj = rnd(3, ps, dt, -2, 2);
@@ -2065,6 +2069,21 @@ static void test_value_mix(void **state) {
             fail_msg("value_mix_backward ds case %d: %.9g, want %.9g", c, got_ds, ref);
         free(gh);
         free(dh);
+        if (D == 64) { /* the vector kernels against k_vmix_* (OJAS_CUDA_VMIX_VEC=0) */
+            oj_tensor *o2 = oj_empty(gpu, 4, oj_shape(v1), dt), *e1 = oj_empty(gpu, 4, gs, dt);
+            oj_tensor *e0 = oj_empty(gpu, 4, gs, dt);
+            oj_tensor *eds = oj_empty(gpu, 1, (int64_t[1]){1}, OJ_F32);
+            setenv("OJAS_CUDA_VMIX_VEC", "0", 1);
+            oj_status f = gpu->backend->value_mix_forward(gpu, o2, v1, v0, sf);
+            oj_status b = gpu->backend->value_mix_backward(gpu, e1, e0, eds, g, v1, v0, sf);
+            unsetenv("OJAS_CUDA_VMIX_VEC");
+            assert_int_equal(f, OJ_OK);
+            assert_int_equal(b, OJ_OK);
+            same_bytes(got, o2, "value_mix_forward: vector vs row kernels", c);
+            same_bytes(dv1, e1, "value_mix_backward dv1: vector vs row kernels", c);
+            same_bytes(dv0, e0, "value_mix_backward dv0: vector vs row kernels", c);
+            same_bytes(ds, eds, "value_mix_backward ds: vector vs row kernels", c);
+        }
     }
     oj_set_grad_enabled(gpu, prev);
 }
