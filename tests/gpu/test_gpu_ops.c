@@ -2173,38 +2173,45 @@ static void test_attention_joint(void **state) {
  * output gate: a [B, T, H, D], b [B, T, H, 1]) through the backend's
  * mul_row_backward against the same device without it (binary(MUL)
  * twice and the reduce): a's and W's gradients the same bytes, b's
- * within the rounding of its sum's order (bf16 1e-2, f32 1e-5 normwise),
- * and the entry's b gradient the same bytes run to run. */
+ * within the rounding of its sum's order (bf16/f16 1e-2, f32 1e-5
+ * normwise), and the entry's b gradient the same bytes run to run; at D
+ * 64 the 16-byte kernel gives the warp kernel's bytes. */
 static void test_mul_row_backward(void **state) {
     (void)state;
     if (gpu->backend->mul_row_backward == NULL) skip();
     const oj_backend *real = gpu->backend;
     oj_backend bare = *real;
     bare.mul_row_backward = NULL;
-    const int64_t shs[2][4] = {{2, 5, 3, 64}, {3, 7, 2, 40}};
-    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
-    for (int c = 0; c < 2; c++) {
+    /* D 64 takes the 16-byte kernel (777 rows: a partial group of 8) */
+    const int64_t shs[4][4] = {{2, 5, 3, 64}, {3, 7, 2, 40}, {4, 9, 5, 64}, {3, 37, 7, 64}};
+    const oj_dtype dts[4] = {OJ_BF16, OJ_F32, OJ_F32, OJ_F16};
+    for (int c = 0; c < 4; c++) {
         const int64_t *as = shs[c], bs[4] = {as[0], as[1], as[2], 1}, K = as[2] * as[3];
         const int64_t ws[2] = {24, K}, os[3] = {as[0], as[1], 24};
         pr a0 = rnd(4, as, dts[c], -2, 2), b0 = rnd(4, bs, dts[c], 0, 1);
         pr w0 = rnd(2, ws, dts[c], -0.5, 0.5), g = rnd(3, os, dts[c], -1, 1);
-        oj_tensor *da[3], *db[3], *dw[3];
-        for (int r = 0; r < 3; r++) { /* without the entry, with it, with it again */
+        oj_tensor *da[4], *db[4], *dw[4];
+        for (int r = 0; r < 4; r++) { /* without the entry, with it, with it again, and
+                                        * (r 3) with OJAS_CUDA_MULROW_VEC=0 */
             oj_tensor *a = oj_clone(a0.t[1]), *b = oj_clone(b0.t[1]), *w = oj_clone(w0.t[1]);
             oj_set_requires_grad(a, true);
             oj_set_requires_grad(b, true);
             oj_set_requires_grad(w, true);
             if (r == 0) gpu->backend = &bare;
+            if (r == 3) setenv("OJAS_CUDA_MULROW_VEC", "0", 1);
             oj_tensor *out = oj__mul_linear(a, b, w);
             assert_non_null(out);
             assert_int_equal(oj_backward(oj_sum_all(oj_mul(out, g.t[1])), false), OJ_OK);
             gpu->backend = real;
+            unsetenv("OJAS_CUDA_MULROW_VEC");
             da[r] = oj_grad(a), db[r] = oj_grad(b), dw[r] = oj_grad(w);
         }
         same_bytes(da[1], da[0], "mul_row_backward da", c);
         same_bytes(dw[1], dw[0], "mul_row_backward dW", c);
         same_bytes(db[2], db[1], "mul_row_backward db run to run", c);
-        cmp_tensors(db[1], db[0], dts[c] == OJ_BF16 ? 1e-2 : 1e-5, true, "mul_row_backward db");
+        same_bytes(da[3], da[1], "mul_row_backward da: the D 64 kernel vs the warp kernel", c);
+        same_bytes(db[3], db[1], "mul_row_backward db: the D 64 kernel vs the warp kernel", c);
+        cmp_tensors(db[1], db[0], dts[c] == OJ_F32 ? 1e-5 : 1e-2, true, "mul_row_backward db");
     }
 }
 

@@ -303,21 +303,6 @@ __global__ void k_rnr_table(float *tab, int64_t npos, int64_t D, double theta) {
     }
 }
 
-/* Sum over the 32 element-lanes l = j E + c (j the lane in its row's
- * group, c < E in v) in oj_cu_warp_sumf's order; every lane of the group
- * gets the bits k_rnr_fwd's warp gets. */
-template <int E, typename F> __device__ static __forceinline__ F rnv_sum(F *v) {
-#pragma unroll
-    for (int o = 16; o >= E; o >>= 1)
-#pragma unroll
-        for (int c = 0; c < E; c++) v[c] += __shfl_xor_sync(0xffffffffu, v[c], o / E);
-#pragma unroll
-    for (int o = E / 2; o >= 1; o >>= 1)
-#pragma unroll
-        for (int c = 0; c < o; c++) v[c] = v[c] + v[c + o];
-    return v[0];
-}
-
 /* k_rnr_fwd's rstd when the float sum of squares overflowed: the sum in
  * double in the same order, 1 / sqrt(mean + eps) rounded once. Out of
  * line: the main path keeps its registers. Every lane of the warp calls it. */
@@ -331,7 +316,7 @@ __device__ static __noinline__ float rnv_rs_double(const float *v1, const float 
         sd += (double)v2[c] * (double)v2[c];
         pd[c] = sd;
     }
-    return (float)(1.0 / sqrt(rnv_sum<E>(pd) / (double)RNV_D + eps));
+    return (float)(1.0 / sqrt(oj_cu_lanes_sum<E>(pd) / (double)RNV_D + eps));
 }
 
 /* The row index r = q1 R2 + q2 advanced by G (R2 may be below G). */
@@ -401,7 +386,7 @@ __global__ void __launch_bounds__(RNR_THREADS) k_rnv_fwd(rnr_args a, const float
                 s = __fmaf_rn(v1[c], v1[c], s);
                 p[c] = __fmaf_rn(v2[c], v2[c], s);
             }
-            const float s = rnv_sum<E>(p);
+            const float s = oj_cu_lanes_sum<E>(p);
             float rs = __frsqrt_rn(__fadd_rn(__fdiv_rn(s, (float)RNV_D), epsf));
             if (__any_sync(0xffffffffu, !isfinite(s))) { /* overflow: the sum in double */
                 const float d = rnv_rs_double<E>(v1, v2, a.eps);
@@ -509,7 +494,7 @@ __global__ void __launch_bounds__(RNR_THREADS) k_rnv_bwd(rnr_args a, const float
                 sgx += gw2[c] * xh2[c];
                 p[c] = sgx;
             }
-            const float sgx = rnv_sum<E>(p) / (float)RNV_D;
+            const float sgx = oj_cu_lanes_sum<E>(p) / (float)RNV_D;
             float o1[E], o2[E];
 #pragma unroll
             for (int c = 0; c < E; c++) {

@@ -127,20 +127,6 @@ __global__ void __launch_bounds__(VM_THREADS)
 #define VMV_RR 2
 #define VMV_RR_BWD 1
 
-/* Sum over the element-lanes l = j 8 + c (v[c], j the lane in its group of
- * 4) in oj_cu_warp_sum's order; every lane of the group gets the bits. */
-static __device__ __forceinline__ double vmv_sum(double *v) {
-#pragma unroll
-    for (int o = 16; o >= VMV_E; o >>= 1)
-#pragma unroll
-        for (int c = 0; c < VMV_E; c++) v[c] += __shfl_xor_sync(0xffffffffu, v[c], o / VMV_E);
-#pragma unroll
-    for (int o = VMV_E / 2; o >= 1; o >>= 1)
-#pragma unroll
-        for (int c = 0; c < o; c++) v[c] = v[c] + v[c + o];
-    return v[0];
-}
-
 /* Virtual warp vw's run of rows (vm_run's, nw virtual warps). */
 static __device__ __forceinline__ void vmv_run(const vm_geom &g, int64_t vw, int64_t nw,
                                                int64_t *r0, int64_t *r1) {
@@ -254,7 +240,7 @@ __global__ void __launch_bounds__(256) k_vmv_bwd(const vm_geom g, T *dv1, T *dv0
         }
     }
     if (partial == NULL) return; /* uniform over the grid */
-    const double w = vmv_sum(acc); /* the virtual warp's oj_cu_warp_sum */
+    const double w = oj_cu_lanes_sum<VMV_E>(acc); /* the virtual warp's oj_cu_warp_sum */
     /* oj_cu_block_sum's second stage over the virtual block's 4 warps
      * (groups 4 k .. 4 k + 3 of this warp): lanes 4..31 add zeros first */
     const int base = (grp & ~3) * 4;
