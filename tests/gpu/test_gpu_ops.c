@@ -2448,13 +2448,17 @@ static void gate_refusals(void) {
  * of ops on the same device (the per-matrix f64 norms, add_scalar 1e-7,
  * reciprocal, the cast to u's dtype, the broadcast multiply, and for the
  * bf16 output the cast), for f32 -> f32, f32 -> bf16 and f64 -> f64, with
- * a zero matrix and one holding an infinity in the stack. */
+ * a zero matrix and one holding an infinity in the stack; matrices of 960
+ * elements (the f32 16-byte kernel) and of 35. */
 static void test_muon_normalize(void **state) {
     (void)state;
     if (gpu->backend->muon_normalize == NULL) skip(); /* the CPU self-check */
-    int64_t sh[3] = {4, 40, 24}, ks[3] = {4, 1, 1};
+    /* c 0..2: 960 elements a matrix (f32: the 16-byte kernel); 3..5: 35 */
     const oj_dtype ud[3] = {OJ_F32, OJ_F32, OJ_F64}, od[3] = {OJ_F32, OJ_BF16, OJ_F64};
-    for (int c = 0; c < 3; c++) {
+    for (int cc = 0; cc < 6; cc++) {
+        const int c = cc % 3;
+        int64_t sh[3] = {4, 40, 24}, ks[3] = {4, 1, 1};
+        if (cc >= 3) sh[1] = 5, sh[2] = 7;
         pr u = rnd(3, sh, ud[c], -2, 2);
         bool prev = oj_set_grad_enabled(gpu, false);
         assert_int_equal(oj_fill_(oj_select(u.t[1], 0, 1), 0.0), OJ_OK);
@@ -2472,7 +2476,7 @@ static void test_muon_normalize(void **state) {
         assert_non_null(got);
         assert_int_equal(gpu->backend->muon_normalize(gpu, got, u.t[1], n), OJ_OK);
         oj_set_grad_enabled(gpu, prev);
-        same_bytes(got, want, "muon_normalize vs the chain of ops", c);
+        same_bytes(got, want, "muon_normalize vs the chain of ops", cc);
     }
 }
 
