@@ -303,22 +303,6 @@ __global__ void k_rnr_table(float *tab, int64_t npos, int64_t D, double theta) {
     }
 }
 
-/* k_rnr_fwd's rstd when the float sum of squares overflowed: the sum in
- * double in the same order, 1 / sqrt(mean + eps) rounded once. Out of
- * line: the main path keeps its registers. Every lane of the warp calls it. */
-template <int E>
-__device__ static __noinline__ float rnv_rs_double(const float *v1, const float *v2, double eps) {
-    double pd[E];
-#pragma unroll
-    for (int c = 0; c < E; c++) {
-        double sd = 0.0;
-        sd += (double)v1[c] * (double)v1[c];
-        sd += (double)v2[c] * (double)v2[c];
-        pd[c] = sd;
-    }
-    return (float)(1.0 / sqrt(oj_cu_lanes_sum<E>(pd) / (double)RNV_D + eps));
-}
-
 /* The row index r = q1 R2 + q2 advanced by G (R2 may be below G). */
 __device__ static __forceinline__ void rnv_advance(int64_t &q1, int64_t &q2, int64_t R2, int G) {
     q2 += G;
@@ -389,8 +373,16 @@ __global__ void __launch_bounds__(RNR_THREADS) k_rnv_fwd(rnr_args a, const float
             const float s = oj_cu_lanes_sum<E>(p);
             float rs = __frsqrt_rn(__fadd_rn(__fdiv_rn(s, (float)RNV_D), epsf));
             if (__any_sync(0xffffffffu, !isfinite(s))) { /* overflow: the sum in double */
-                const float d = rnv_rs_double<E>(v1, v2, a.eps);
-                if (!isfinite(s)) rs = d;
+                double pd[E];
+#pragma unroll
+                for (int c = 0; c < E; c++) {
+                    double sd = 0.0;
+                    sd += (double)v1[c] * (double)v1[c];
+                    sd += (double)v2[c] * (double)v2[c];
+                    pd[c] = sd;
+                }
+                const double sd = oj_cu_lanes_sum<E>(pd);
+                if (!isfinite(s)) rs = (float)(1.0 / sqrt(sd / (double)RNV_D + a.eps));
             }
             float o1[E], o2[E];
 #pragma unroll
@@ -843,7 +835,7 @@ oj_status oj_cuda_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_ten
         a.sx2 = s2;
         a.sxT = x->stride[x->rank - 2];
         const int64_t es = oj_dtype_size(x->dtype), xs[3] = {s1, s2, a.sxT};
-        const float *tab = D == RNV_D && rnv_on() && rnv_aligned(a.x, xs, 3, es) &&
+        const float *tab = D == RNV_D && position_offset >= 0 && rnv_on() && rnv_aligned(a.x, xs, 3, es) &&
                                    rnv_aligned(a.w, NULL, 0, es) && rnv_aligned(a.out, NULL, 0, es)
                                ? rnv_table(eng, D, theta, position_offset + T)
                                : NULL;
@@ -902,7 +894,7 @@ oj_status oj_cuda_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const 
         const int64_t es = oj_dtype_size(x->dtype);
         const int64_t xs[3] = {s1[0], s2[0], a.sxT}, gs[3] = {s1[1], s2[1], a.sgT},
                       ds[3] = {s1[2], s2[2], a.sdT};
-        const float *tab = D == RNV_D && rnv_on() && rnv_aligned(a.x, xs, 3, es) &&
+        const float *tab = D == RNV_D && position_offset >= 0 && rnv_on() && rnv_aligned(a.x, xs, 3, es) &&
                                    rnv_aligned(a.dy, gs, 3, es) && rnv_aligned(a.dx, ds, 3, es) &&
                                    rnv_aligned(a.w, NULL, 0, es)
                                ? rnv_table(eng, D, theta, position_offset + T)
