@@ -2,6 +2,7 @@
  * and their backward rules. All of them end in the backend's batched
  * `matmul` entry on rank-3 strided views; transposes and broadcast batches
  * are expressed by strides and never copied. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops_common.h"
@@ -642,11 +643,70 @@ static oj_tensor *swiglu_product(oj_engine *eng, const char *op, oj_tensor *gate
  * runs linear's rule on it, and mul's and silu's for gate and up: in one
  * pass (swiglu_backward) where the backend has it and dp has gate's
  * dtype, else s = silu(gate), dup = dp s, dgate = silu'(gate) (dp up). */
+/* gate's and up's gradients (where the node needs them) from dp: the two
+ * halves of one buffer where gate and up are the halves of one [..., 2F]
+ * (the fused projection split in two; the split's backward passes them on
+ * as a view), else two tensors; false with the error recorded. */
+static bool swiglu_grad_bufs(oj_engine *eng, oj_node *n, oj_tensor *gate, oj_tensor *up, bool ng,
+                             bool nu, oj_tensor **dg, oj_tensor **du) {
+    oj_tensor *pair[2] = {gate, up}, *dgu[2] = {NULL, NULL};
+    int r = ng && nu ? oj__tiled_grads(eng, n->op, 2, pair, dgu) : 0;
+    *dg = dgu[0], *du = dgu[1];
+    if (r == 0) {
+        *dg = ng ? oj__tensor_alloc(eng, gate->rank, gate->shape, gate->dtype, n->op) : NULL;
+        *du = nu ? oj__tensor_alloc(eng, up->rank, up->shape, up->dtype, n->op) : NULL;
+    }
+    if ((!ng || *dg) && (!nu || *du)) return true;
+    oj_release(*dg);
+    oj_release(*du);
+    *dg = *du = NULL;
+    return false;
+}
+
+/* The backward with the backend's swiglu_backward_p: dp = go W first,
+ * then gate's and up's gradients with the product written over dp, then
+ * W's (and the bias's) gradient from that product: gate and up read once
+ * (no separate recompute of the product) and no buffer beyond the
+ * gradients'. OJAS_SWIGLU_BWD_P=0 keeps the recompute. false when it does
+ * not apply (nothing done). */
+static bool swiglu_linear_backward_p(oj_node *n, oj_tensor *const *go, oj_tensor **gi,
+                                     oj_tensor *gate, oj_tensor *up, oj_tensor *w, bool ng,
+                                     bool nu) {
+    oj_engine *eng = n->eng;
+    const char *e = getenv("OJAS_SWIGLU_BWD_P");
+    if (eng->backend->swiglu_backward_p == NULL || (e && e[0] == '0') || !(ng || nu)) return false;
+    bool need[3] = {true, false, false};
+    oj_tensor *lg[3] = {NULL, NULL, NULL};
+    linear_grads(eng, go[0], NULL, &n->in[0], w, &n->in[2], need, lg); /* dp = go W */
+    oj_tensor *dp = lg[0], *dg = NULL, *du = NULL;
+    if (dp && (dp->dtype != gate->dtype || !oj_is_contiguous(dp))) { /* not the entry's */
+        oj_release(dp);
+        return false;
+    }
+    if (dp && swiglu_grad_bufs(eng, n, gate, up, ng, nu, &dg, &du) &&
+        oj__kernel_ok(eng, eng->backend->swiglu_backward_p(eng, dg, du, dp, gate, up), n->op)) {
+        gi[0] = dg;
+        gi[1] = du;
+        bool nw[3] = {false, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
+        oj_tensor *wg[3] = {NULL, NULL, NULL};
+        if (nw[1] || nw[2]) /* dW = go^T p, db from go */
+            linear_grads(eng, go[0], dp, &n->in[0], w, &n->in[2], nw, wg);
+        gi[2] = wg[1];
+        gi[3] = wg[2];
+    } else {
+        oj_release(dg);
+        oj_release(du);
+    }
+    oj_release(dp);
+    return true;
+}
+
 static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     oj_tensor *gate = oj__node_saved(n, 0), *up = oj__node_saved(n, 1), *w = oj__node_saved(n, 2);
     if (gate == NULL || up == NULL || w == NULL) return oj_last_status(eng);
     bool ng = oj__node_needs(n, 0), nu = oj__node_needs(n, 1);
+    if (swiglu_linear_backward_p(n, go, gi, gate, up, w, ng, nu)) return oj_last_status(eng);
     oj_tensor *p = swiglu_product(eng, n->op, gate, up); /* grad mode is off */
     if (p == NULL) return oj_last_status(eng);
     bool need[3] = {ng || nu, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
@@ -656,17 +716,8 @@ static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_ten
     gi[2] = lg[1];
     gi[3] = lg[2];
     if (lg[0] && eng->backend->swiglu_backward && lg[0]->dtype == gate->dtype) {
-        /* gate and up the halves of one [..., 2F] (the fused projection
-         * split in two): their gradients the halves of one buffer, which
-         * the split's backward passes on as a view */
-        oj_tensor *pair[2] = {gate, up}, *dgu[2] = {NULL, NULL};
-        int r = ng && nu ? oj__tiled_grads(eng, n->op, 2, pair, dgu) : 0;
-        oj_tensor *dg = dgu[0], *du = dgu[1];
-        if (r == 0) {
-            dg = ng ? oj__tensor_alloc(eng, gate->rank, gate->shape, gate->dtype, n->op) : NULL;
-            du = nu ? oj__tensor_alloc(eng, up->rank, up->shape, up->dtype, n->op) : NULL;
-        }
-        if ((!ng || dg) && (!nu || du) &&
+        oj_tensor *dg = NULL, *du = NULL;
+        if (swiglu_grad_bufs(eng, n, gate, up, ng, nu, &dg, &du) &&
             oj__kernel_ok(eng, eng->backend->swiglu_backward(eng, dg, du, gate, up, lg[0]),
                           n->op)) {
             gi[0] = dg;

@@ -4308,7 +4308,52 @@ static void swiglu_case(int64_t N, int64_t F, oj_dtype dt) {
     same_bits(T(dg1), T(rg), "swiglu dgate alone (cuda)");
     same_bits(T(dgh), T(rg), "swiglu dgate as a half of [N, 2F] (cuda)");
     same_bits(T(duh), T(ru), "swiglu dup as a half of [N, 2F] (cuda)");
+    if (E->backend->swiglu_backward_p) { /* the gradients, then the product over dp */
+        pr dpp = dup(dp), dg2 = empty(2, s1, dt), du2 = empty(2, s1, dt);
+        assert_int_equal(E->backend->swiglu_backward_p(E, T(dg2), T(du2), T(dpp), T(g), T(u)),
+                         OJ_OK);
+        same_bits(T(dg2), T(rg), "swiglu_backward_p dgate (cuda)");
+        same_bits(T(du2), T(ru), "swiglu_backward_p dup (cuda)");
+        same_bits(T(dpp), T(p), "swiglu_backward_p's product vs silu then mul (cuda)");
+    }
     SIDE = 0;
+}
+
+/* oj_swiglu_linear's backward through swiglu_backward_p (dp = go W, then
+ * gate's and up's gradients with the product over dp, then W's from it)
+ * against the recompute (OJAS_SWIGLU_BWD_P=0) on the GPU: gate and up the
+ * halves of one [N, 2F] leaf (their gradients the halves of one buffer),
+ * every gradient the same bytes; bf16 (F a multiple of 8: the fused
+ * kernel) and f32 with F 77 (its scalar form). */
+static void test_swiglu_linear_backward_p(void **state) {
+    (void)state;
+    if (gpu->backend->swiglu_backward_p == NULL) skip();
+    const int64_t Fs[2] = {64, 77};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int c = 0; c < 2; c++) {
+        const int64_t N = 300, F = Fs[c], O = 40;
+        int64_t s2[2] = {N, 2 * F}, ws[2] = {O, F}, os[2] = {N, O};
+        pr gu0 = rnd(2, s2, dts[c], -3, 3), w0 = rnd(2, ws, dts[c], -0.5, 0.5);
+        pr g = rnd(2, os, dts[c], -1, 1);
+        oj_tensor *dgu[2], *dw[2];
+        for (int r = 0; r < 2; r++) { /* r 0: swiglu_backward_p, 1: the recompute */
+            oj_tensor *gu = oj_clone(gu0.t[1]), *w = oj_clone(w0.t[1]);
+            oj_set_requires_grad(gu, true);
+            oj_set_requires_grad(w, true);
+            oj_tensor *gt = oj_narrow(gu, 1, 0, F), *up = oj_narrow(gu, 1, F, F);
+            if (r) setenv("OJAS_SWIGLU_BWD_P", "0", 1);
+            oj_tensor *out = oj_swiglu_linear(gt, up, w, NULL);
+            assert_non_null(out);
+            oj_status st = oj_backward(oj_sum_all(oj_mul(out, g.t[1])), false);
+            unsetenv("OJAS_SWIGLU_BWD_P");
+            assert_int_equal(st, OJ_OK);
+            dgu[r] = oj_grad(gu), dw[r] = oj_grad(w);
+            assert_non_null(dgu[r]);
+            assert_non_null(dw[r]);
+        }
+        same_bytes(dgu[0], dgu[1], "swiglu_linear gate/up gradient: backward_p vs recompute", c);
+        same_bytes(dw[0], dw[1], "swiglu_linear W gradient: backward_p vs recompute", c);
+    }
 }
 
 // test: swiglu (silu(gate) * up and its gradients in one pass) agrees with the CPU and, on the GPU, with the unfused calls bit for bit: f32/bf16/f16, strided column slices, F a multiple of 8 (vector path) or not, one row, F = 1 (the unfused calls)
@@ -4616,6 +4661,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T_(test_copy_fill),
         T_(test_swiglu),
+        T_(test_swiglu_linear_backward_p),
         T_(test_rms_norm_rotary),
         T_(test_ops_rms_norm_rotary),
         T_(test_fill_keeps_outside),

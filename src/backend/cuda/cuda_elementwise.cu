@@ -996,7 +996,7 @@ static bool sw_rows(const oj_tensor *t, int64_t *rs) {
 // NULL); outputs (N,F) of row strides o0s, o1s
 template <typename T, int V, bool BWD>
 __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const T *up, int64_t us,
-                         const T *dp, int64_t ps, T *o0, int64_t o0s, T *o1, int64_t o1s) {
+                         const T *dp, int64_t ps, T *o0, int64_t o0s, T *o1, int64_t o1s, T *o2) {
     constexpr bool LOW = sizeof(T) == 2;
     const int64_t nv = F / V, total = N * nv;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total;
@@ -1025,6 +1025,11 @@ __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const 
             }
             if (o0) oj_cu_stv<T, V>(o0 + r * o0s + c, a);
             if (o1) oj_cu_stv<T, V>(o1 + r * o1s + c, b);
+            if (o2) { /* the product over dp (same elements, read above) */
+#pragma unroll
+                for (int k = 0; k < V; k++) a[k] = bin_fn<OJ_BIN_MUL>()(s[k], u[k], 0.0f);
+                oj_cu_stv<T, V>(o2 + r * ps + c, a);
+            }
         }
     }
 }
@@ -1032,7 +1037,7 @@ __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const 
 template <typename T, bool BWD>
 static void swiglu_launch(int64_t N, int64_t F, const char *gate, int64_t gs, const char *up,
                           int64_t us, const char *dp, int64_t ps, char *o0, int64_t o0s, char *o1,
-                          int64_t o1s) {
+                          int64_t o1s, char *o2 = NULL) {
     constexpr int V = 16 / (int)sizeof(T);
     bool vec = F % V == 0 && gs % V == 0 && us % V == 0 && (!BWD || ps % V == 0) &&
                o0s % V == 0 && o1s % V == 0;
@@ -1043,11 +1048,11 @@ static void swiglu_launch(int64_t N, int64_t F, const char *gate, int64_t gs, co
     if (vec)
         k_swiglu<T, V, BWD><<<blocks, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             N, F, (const T *)gate, gs, (const T *)up, us, (const T *)dp, ps, (T *)o0, o0s,
-            (T *)o1, o1s);
+            (T *)o1, o1s, (T *)o2);
     else
         k_swiglu<T, 1, BWD><<<blocks, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             N, F, (const T *)gate, gs, (const T *)up, us, (const T *)dp, ps, (T *)o0, o0s,
-            (T *)o1, o1s);
+            (T *)o1, o1s, (T *)o2);
 }
 
 /* The fused path's operands: one f16ish dtype, [N, F] rows (last dim of
@@ -1080,6 +1085,34 @@ oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor
     OJ_CU_FLOAT_TYPE(gate->dtype, T,
                      (swiglu_launch<T, false>(N, F, oj_cuda_ptr(gate), rs[0], oj_cuda_ptr(up),
                                               rs[1], NULL, 0, oj_cuda_ptr(out), rs[2], NULL, 0)));
+    return oj_cuda_check(eng, op);
+}
+
+oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                  const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+
+/* dgate, dup from dp_p, then the product written over dp_p (backend.h
+ * swiglu_backward_p): one pass of k_swiglu where the fused path takes the
+ * operands (each thread writes the product over the dp it read), else the
+ * backward entry then the forward one into dp_p. */
+oj_status oj_cuda_swiglu_backward_p(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                    oj_tensor *dp_p, const oj_tensor *gate, const oj_tensor *up) {
+    const char *op = "swiglu_backward_p";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, dp_p, op, "dp_p") != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts[5] = {gate, up, dp_p, dgate, dup};
+    int64_t rs[5], N, F;
+    if (!sw_fast(ts, 5, rs, &N, &F)) {
+        oj_status st = oj_cuda_swiglu_backward(eng, dgate, dup, gate, up, dp_p);
+        return st == OJ_OK ? oj_cuda_swiglu_forward(eng, dp_p, gate, up) : st;
+    }
+    if (N == 0) return OJ_OK;
+    OJ_CU_FLOAT_TYPE(gate->dtype, T,
+                     (swiglu_launch<T, true>(N, F, oj_cuda_ptr(gate), rs[0], oj_cuda_ptr(up), rs[1],
+                                             oj_cuda_ptr(dp_p), rs[2],
+                                             dgate ? oj_cuda_ptr(dgate) : NULL, rs[3],
+                                             dup ? oj_cuda_ptr(dup) : NULL, rs[4],
+                                             oj_cuda_ptr(dp_p))));
     return oj_cuda_check(eng, op);
 }
 
