@@ -619,6 +619,99 @@ oj_tensor *oj__gelu_linear_act(oj_tensor *x, oj_tensor *act, oj_tensor *weight, 
     return gelu_linear_impl(x, act, weight, bias, true);
 }
 
+/* ---------------------------------------------------------------- cast_rows */
+
+bool oj__cast_rows_fits(int n, oj_tensor *const *w) {
+    const char *e = getenv("OJAS_CAST_ROWS");
+    if (n < 1 || n > 4 || w[0] == NULL || (e && e[0] == '0')) return false;
+    oj_engine *eng = w[0]->eng;
+    if (eng->backend->cast_multi == NULL) return false;
+    for (int i = 0; i < n; i++)
+        if (w[i] == NULL || w[i]->eng != eng || w[i]->rank != 2 || !oj_is_contiguous(w[i]) ||
+            w[i]->shape[1] != w[0]->shape[1] || !oj_dtype_is_float(w[i]->dtype))
+            return false;
+    return true;
+}
+
+/* i: none; each input's rows from its edge. gi[k] = rows of go[0] cast
+ * back to input k's dtype, every needed one in one cast_multi launch
+ * (go[0] contiguous, else oj_cast per piece). */
+static oj_status cast_rows_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    oj_tensor *outs[4] = {NULL, NULL, NULL, NULL}, *views[4] = {NULL, NULL, NULL, NULL};
+    int idx[4], m = 0;
+    int64_t row = 0;
+    bool ok = true;
+    const bool multi = oj_is_contiguous(go[0]);
+    for (int k = 0; k < n->n_in && ok; k++) {
+        const oj_edge *e = &n->in[k];
+        if (oj__node_needs(n, k)) {
+            oj_tensor *v = oj_narrow(go[0], 0, row, e->shape[0]);
+            if (!multi) { /* one cast each */
+                gi[k] = v ? oj_cast(v, e->dtype) : NULL;
+                ok = gi[k] != NULL;
+                oj_release(v);
+            } else {
+                views[m] = v;
+                outs[m] = oj__tensor_alloc(eng, e->rank, e->shape, e->dtype, n->op);
+                idx[m] = k;
+                ok = v && outs[m];
+                m++;
+            }
+        }
+        row += e->shape[0];
+    }
+    if (ok && m > 0)
+        ok = oj__kernel_ok(eng, eng->backend->cast_multi(eng, m, outs, (const oj_tensor *const *)views),
+                           n->op);
+    for (int j = 0; j < m; j++) {
+        oj_release(views[j]);
+        if (ok) gi[idx[j]] = outs[j];
+        else oj_release(outs[j]);
+    }
+    return oj_last_status(eng);
+}
+
+oj_tensor *oj__cast_rows(int n, oj_tensor *const *w, oj_dtype dt, int64_t pad) {
+    const char *op = "cast_rows";
+    oj_engine *eng = n >= 1 && n <= 4 ? oj__ops_engine(op, n, w) : NULL;
+    if (eng == NULL) return NULL;
+    if (!oj__cast_rows_fits(n, w) || !oj_dtype_is_float(dt) || pad < 0) {
+        oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                     "%s: 1..4 contiguous 2-D float tensors of one column count, a float "
+                     "dtype, pad >= 0 and the backend's cast_multi expected",
+                     op);
+        return NULL;
+    }
+    int64_t rows = 0, C = w[0]->shape[1];
+    for (int i = 0; i < n; i++) rows += w[i]->shape[0];
+    int64_t shape[2] = {rows + pad, C};
+    oj_tensor *out = oj__tensor_alloc(eng, 2, shape, dt, op);
+    if (out == NULL) return NULL;
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *views[4] = {NULL, NULL, NULL, NULL};
+    bool ok = true;
+    for (int i = 0, r = 0; i < n && ok; r += (int)w[i]->shape[0], i++)
+        ok = (views[i] = oj_narrow(out, 0, r, w[i]->shape[0])) != NULL;
+    if (ok)
+        ok = oj__kernel_ok(eng, eng->backend->cast_multi(eng, n, views, (const oj_tensor *const *)w),
+                           op);
+    for (int i = 0; i < n; i++) oj_release(views[i]);
+    if (ok && pad > 0) {
+        oj_tensor *z = oj_narrow(out, 0, rows, pad);
+        ok = z && oj_fill_(z, 0.0) == OJ_OK;
+        oj_release(z);
+    }
+    oj_set_grad_enabled(eng, prev);
+    if (!ok) {
+        oj_release(out);
+        return NULL;
+    }
+    oj_node *nd = oj__node_begin_v(eng, op, cast_rows_backward, n, w);
+    if (nd) oj__node_finish(nd, 1, &out);
+    return out;
+}
+
 /* ---------------------------------------------------------------- swiglu_linear */
 
 /* p = silu(gate) * up (gate, up: one float dtype and shape, checked), a

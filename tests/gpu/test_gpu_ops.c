@@ -4319,6 +4319,63 @@ static void swiglu_case(int64_t N, int64_t F, oj_dtype dt) {
     SIDE = 0;
 }
 
+/* oj__cast_rows (the fused projections' weights under autocast: casts,
+ * cat and zero padding in one cast_multi launch, the gradients cast back
+ * in one) against oj_cat over oj_cast and oj_zeros on the GPU: the output
+ * and every weight's gradient the same bytes; f32 weights to bf16 with 3
+ * zero rows, and to f16 without padding; a piece whose gradient is not
+ * wanted; the backend's cast_multi directly, bf16 -> f32 included. */
+static void test_cast_rows(void **state) {
+    (void)state;
+    if (gpu->backend->cast_multi == NULL) skip();
+    const oj_dtype to[2] = {OJ_BF16, OJ_F16};
+    const int64_t pads[2] = {3, 0};
+    for (int c = 0; c < 2; c++) {
+        const int64_t rows[3] = {40, 9000, 13}, C = 24, pad = pads[c];
+        pr w0[3];
+        for (int i = 0; i < 3; i++) w0[i] = rnd(2, (int64_t[2]){rows[i], C}, OJ_F32, -3, 3);
+        int64_t R = rows[0] + rows[1] + rows[2] + pad;
+        pr g = rnd(2, (int64_t[2]){R, C}, to[c], -1, 1);
+        oj_tensor *y[2], *gw[2][3];
+        for (int r = 0; r < 2; r++) { /* r 0: oj__cast_rows, 1: cast, zeros, cat */
+            oj_tensor *w[3];
+            for (int i = 0; i < 3; i++) {
+                w[i] = oj_clone(w0[i].t[1]);
+                oj_set_requires_grad(w[i], i != 1 || c == 0); /* c 1: piece 1 frozen */
+            }
+            if (r == 0) {
+                y[r] = oj__cast_rows(3, w, to[c], pad);
+            } else {
+                oj_tensor *ws[4] = {oj_cast(w[0], to[c]), oj_cast(w[1], to[c]),
+                                    oj_cast(w[2], to[c]), NULL};
+                if (pad) ws[3] = oj_zeros(gpu, 2, (int64_t[2]){pad, C}, to[c]);
+                y[r] = oj_cat(pad ? 4 : 3, ws, 0);
+            }
+            assert_non_null(y[r]);
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[r], g.t[1])), false), OJ_OK);
+            for (int i = 0; i < 3; i++) gw[r][i] = oj_grad(w[i]);
+        }
+        same_bytes(y[0], y[1], "cast_rows vs cast + cat", c);
+        for (int i = 0; i < 3; i++) {
+            if (i == 1 && c == 1) {
+                assert_null(gw[0][i]);
+                continue;
+            }
+            assert_non_null(gw[0][i]);
+            same_bytes(gw[0][i], gw[1][i], "cast_rows weight gradient vs cast + cat", 10 * c + i);
+        }
+    }
+    /* the entry: bf16 -> f32 and f32 -> f16 pairs in one launch */
+    int64_t n1 = 70001, n2 = 5;
+    pr a = rnd(1, &n1, OJ_BF16, -2, 2), b = rnd(1, &n2, OJ_F32, -2, 2);
+    oj_tensor *oa = oj_empty(gpu, 1, &n1, OJ_F32), *ob = oj_empty(gpu, 1, &n2, OJ_F16);
+    oj_tensor *outs[2] = {oa, ob};
+    const oj_tensor *ins[2] = {a.t[1], b.t[1]};
+    assert_int_equal(gpu->backend->cast_multi(gpu, 2, outs, ins), OJ_OK);
+    same_bytes(oa, oj_cast(a.t[1], OJ_F32), "cast_multi bf16 -> f32 vs cast", 0);
+    same_bytes(ob, oj_cast(b.t[1], OJ_F16), "cast_multi f32 -> f16 vs cast", 1);
+}
+
 /* oj_swiglu_linear's backward through swiglu_backward_p (dp = go W, then
  * gate's and up's gradients with the product over dp, then W's from it)
  * against the recompute (OJAS_SWIGLU_BWD_P=0) on the GPU: gate and up the
@@ -4662,6 +4719,7 @@ int main(void) {
         T_(test_copy_fill),
         T_(test_swiglu),
         T_(test_swiglu_linear_backward_p),
+        T_(test_cast_rows),
         T_(test_rms_norm_rotary),
         T_(test_ops_rms_norm_rotary),
         T_(test_fill_keeps_outside),

@@ -702,6 +702,84 @@ oj_status oj_cuda_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
     return oj_cuda_check(eng, "copy");
 }
 
+/* ---------------------------------------------------------------- cast_multi
+ * Up to CM_MAX contiguous (in, out) pairs converted in one launch: one
+ * block per CM_CHUNK elements of a pair (the pair found by a scan of the
+ * chunk table), each element by the bit routines the copy entry's cast
+ * gives (oj_cu_ldv / oj_cu_stv: the hardware conversion, the routines'
+ * NaNs), so the same bits. A fused projection's four weight casts (and,
+ * backward, its four gradient casts) are one launch instead of four. */
+#define CM_MAX 8
+#define CM_CHUNK 8192
+struct cm_table {
+    const void *in[CM_MAX];
+    void *out[CM_MAX];
+    int64_t numel[CM_MAX];
+    int64_t chunk0[CM_MAX + 1];
+    unsigned char idt[CM_MAX], odt[CM_MAX];
+    int n;
+};
+
+__device__ static __forceinline__ float cm_ld(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case OJ_F32: return ((const float *)p)[i];
+    case OJ_BF16: return oj_cu_tof(((const oj_cu_bf16 *)p)[i]);
+    default: return oj_cu_tof(((const oj_cu_f16 *)p)[i]);
+    }
+}
+__device__ static __forceinline__ void cm_st(void *p, int dt, int64_t i, float v) {
+    switch (dt) {
+    case OJ_F32: ((float *)p)[i] = v; break;
+    case OJ_BF16: ((oj_cu_bf16 *)p)[i] = oj_cu_fromf<oj_cu_bf16>(v); break;
+    default: ((oj_cu_f16 *)p)[i] = oj_cu_fromf<oj_cu_f16>(v); break;
+    }
+}
+
+__global__ void __launch_bounds__(OJ_CUDA_THREADS) k_cast_multi(const cm_table t) {
+    const int64_t c = blockIdx.x;
+    int k = 0;
+    while (k + 1 < t.n && t.chunk0[k + 1] <= c) k++;
+    const int64_t first = (c - t.chunk0[k]) * CM_CHUNK;
+    const int64_t last = first + CM_CHUNK < t.numel[k] ? first + CM_CHUNK : t.numel[k];
+    const int idt = t.idt[k], odt = t.odt[k];
+    for (int64_t i = first + threadIdx.x; i < last; i += blockDim.x)
+        cm_st(t.out[k], odt, i, cm_ld(t.in[k], idt, i));
+}
+
+oj_status oj_cuda_cast_multi(oj_engine *eng, int n, oj_tensor *const *outs,
+                             const oj_tensor *const *ins) {
+    const char *op = "cast_multi";
+    if (n < 0 || n > CM_MAX)
+        return oj_set_error(eng, OJ_ERR_INTERNAL, "%s: %d pairs (at most %d)", op, n, CM_MAX);
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    cm_table t;
+    memset(&t, 0, sizeof t);
+    for (int i = 0; i < n; i++) {
+        const oj_tensor *a = ins[i], *o = outs[i];
+        if (!oj_cu_is_f16ish(a->dtype) || !oj_cu_is_f16ish(o->dtype) ||
+            oj_cuda_numel(a) != oj_cuda_numel(o) || !oj_cuda_contig(a) || !oj_cuda_contig(o))
+            return oj_set_error(eng, OJ_ERR_INTERNAL,
+                                "%s: pair %d: contiguous f32/bf16/f16 tensors of one element "
+                                "count expected",
+                                op, i);
+        const int64_t ne = oj_cuda_numel(a);
+        if (ne == 0) continue;
+        const int k = t.n++;
+        t.in[k] = oj_cuda_ptr(a);
+        t.out[k] = oj_cuda_ptr(o);
+        t.numel[k] = ne;
+        t.idt[k] = (unsigned char)a->dtype;
+        t.odt[k] = (unsigned char)o->dtype;
+        t.chunk0[k + 1] = t.chunk0[k] + (ne + CM_CHUNK - 1) / CM_CHUNK;
+    }
+    if (t.n == 0) return OJ_OK;
+    if (t.chunk0[t.n] > 0x7fffffff)
+        return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: %lld chunks", op,
+                            (long long)t.chunk0[t.n]);
+    k_cast_multi<<<(unsigned)t.chunk0[t.n], OJ_CUDA_THREADS, 0, OJ_STREAM>>>(t);
+    return oj_cuda_check(eng, op);
+}
+
 /* ---------------------------------------------------------------- fill */
 
 struct fill_bytes {
