@@ -691,7 +691,8 @@ oj_tensor *oj__cast_rows(int n, oj_tensor *const *w, oj_dtype dt, int64_t pad) {
     bool prev = oj_set_grad_enabled(eng, false);
     oj_tensor *views[4] = {NULL, NULL, NULL, NULL};
     bool ok = true;
-    for (int i = 0, r = 0; i < n && ok; r += (int)w[i]->shape[0], i++)
+    int64_t r = 0;
+    for (int i = 0; i < n && ok; r += w[i]->shape[0], i++)
         ok = (views[i] = oj_narrow(out, 0, r, w[i]->shape[0])) != NULL;
     if (ok)
         ok = oj__kernel_ok(eng, eng->backend->cast_multi(eng, n, views, (const oj_tensor *const *)w),
