@@ -493,6 +493,19 @@ typedef struct oj_backend {
      * unary_backward calls on the same backend. */
     oj_status (*swiglu_backward)(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
                                  const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+    /* swiglu_backward that also gives the product, OPTIONAL (NULL: none):
+     * dp_p holds dp on entry (contiguous, gate's shape and dtype) and the
+     * product silu(gate) * up on return (swiglu_forward's bits), so a
+     * backward that needs both (swiglu_linear's weight gradient) reads
+     * gate and up once and allocates nothing; dgate, dup as there. */
+    oj_status (*swiglu_backward_p)(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                   oj_tensor *dp_p, const oj_tensor *gate, const oj_tensor *up);
+    /* outs[i] = ins[i] converted to outs[i]'s dtype for i < n (n <= 8) in
+     * one launch, OPTIONAL (NULL: copy one pair at a time): each pair one
+     * element count, both contiguous, f32/bf16/f16: the bits of copy. The
+     * fused projections' weight casts and their gradients' (oj__cast_rows). */
+    oj_status (*cast_multi)(oj_engine *eng, int n, oj_tensor *const *outs,
+                            const oj_tensor *const *ins);
     /* nanolab's value residual under autocast (oj__value_mix), OPTIONAL
      * (NULL: the ops sub, mul, add and a cast): out = (T)((float)v0 +
      * (float)(T)((float)v1 - (float)v0) * s[0]), each operation rounded

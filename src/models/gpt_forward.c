@@ -114,20 +114,27 @@ static bool project_fused(oj_tensor *x, int n, oj_tensor *const *w, const int64_
     const oj_dtype adt = oj_autocast_dtype(eng);
     const bool low = oj_autocast_enabled(eng) && oj_tensor_dtype(w[0]) == OJ_F32;
     bool ok = true;
-    for (int i = 0; i < n; i++) {
-        ws[i] = low ? oj_cast(w[i], adt) : oj_retain(w[i]);
-        ok = ok && ws[i] != NULL;
-        sizes[i] = n_out[i], total += n_out[i];
-    }
+    for (int i = 0; i < n; i++) sizes[i] = n_out[i], total += n_out[i];
     const int64_t pad = (8 - total % 8) % 8;
-    if (pad && ok) {
-        int64_t zs[2] = {pad, oj_size(w[0], 1)};
-        ws[n] = oj_zeros(eng, 2, zs, low ? adt : oj_tensor_dtype(w[0]));
-        ok = ws[n] != NULL;
-        sizes[n - 1] += pad; /* the last piece carries the padding: still one split node */
+    if (pad) sizes[n - 1] += pad; /* the last piece carries the padding: still one split node */
+    oj_tensor *wc = NULL;
+    if (low && oj__cast_rows_fits(n, w)) { /* the casts, the cat and the padding in one
+                                            * launch (and the casts' backward in one) */
+        wc = oj__cast_rows(n, w, adt, pad);
+        ok = wc != NULL;
+    } else {
+        for (int i = 0; i < n; i++) {
+            ws[i] = low ? oj_cast(w[i], adt) : oj_retain(w[i]);
+            ok = ok && ws[i] != NULL;
+        }
+        if (pad && ok) {
+            int64_t zs[2] = {pad, oj_size(w[0], 1)};
+            ws[n] = oj_zeros(eng, 2, zs, low ? adt : oj_tensor_dtype(w[0]));
+            ok = ws[n] != NULL;
+        }
+        wc = ok ? oj_cat(pad ? n + 1 : n, ws, 0) : NULL;
+        for (int i = 0; i <= n; i++) oj_release(ws[i]);
     }
-    oj_tensor *wc = ok ? oj_cat(pad ? n + 1 : n, ws, 0) : NULL;
-    for (int i = 0; i <= n; i++) oj_release(ws[i]);
     oj_tensor *y = wc ? oj_linear(x, wc, NULL) : NULL;
     int got = y ? oj_split_sizes(y, n, sizes, oj_rank(y) - 1, parts) : -1;
     for (int i = 0; i < n; i++) outs[i] = parts[i];

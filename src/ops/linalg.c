@@ -831,6 +831,100 @@ oj_tensor *oj__gelu_linear_act(oj_tensor *x, oj_tensor *act, oj_tensor *weight, 
     return gelu_linear_impl(x, act, weight, bias, true);
 }
 
+/* ---------------------------------------------------------------- cast_rows */
+
+bool oj__cast_rows_fits(int n, oj_tensor *const *w) {
+    const char *e = getenv("OJAS_CAST_ROWS");
+    if (n < 1 || n > 4 || w[0] == NULL || (e && e[0] == '0')) return false;
+    oj_engine *eng = w[0]->eng;
+    if (eng->backend->cast_multi == NULL) return false;
+    for (int i = 0; i < n; i++)
+        if (w[i] == NULL || w[i]->eng != eng || w[i]->rank != 2 || !oj_is_contiguous(w[i]) ||
+            w[i]->shape[1] != w[0]->shape[1] || !oj_dtype_is_float(w[i]->dtype))
+            return false;
+    return true;
+}
+
+/* i: none; each input's rows from its edge. gi[k] = rows of go[0] cast
+ * back to input k's dtype, every needed one in one cast_multi launch
+ * (go[0] contiguous, else oj_cast per piece). */
+static oj_status cast_rows_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
+    oj_engine *eng = n->eng;
+    oj_tensor *outs[4] = {NULL, NULL, NULL, NULL}, *views[4] = {NULL, NULL, NULL, NULL};
+    int idx[4], m = 0;
+    int64_t row = 0;
+    bool ok = true;
+    const bool multi = oj_is_contiguous(go[0]);
+    for (int k = 0; k < n->n_in && ok; k++) {
+        const oj_edge *e = &n->in[k];
+        if (oj__node_needs(n, k)) {
+            oj_tensor *v = oj_narrow(go[0], 0, row, e->shape[0]);
+            if (!multi) { /* one cast each */
+                gi[k] = v ? oj_cast(v, e->dtype) : NULL;
+                ok = gi[k] != NULL;
+                oj_release(v);
+            } else {
+                views[m] = v;
+                outs[m] = oj__tensor_alloc(eng, e->rank, e->shape, e->dtype, n->op);
+                idx[m] = k;
+                ok = v && outs[m];
+                m++;
+            }
+        }
+        row += e->shape[0];
+    }
+    if (ok && m > 0)
+        ok = oj__kernel_ok(eng, eng->backend->cast_multi(eng, m, outs, (const oj_tensor *const *)views),
+                           n->op);
+    for (int j = 0; j < m; j++) {
+        oj_release(views[j]);
+        if (ok) gi[idx[j]] = outs[j];
+        else oj_release(outs[j]);
+    }
+    return oj_last_status(eng);
+}
+
+oj_tensor *oj__cast_rows(int n, oj_tensor *const *w, oj_dtype dt, int64_t pad) {
+    const char *op = "cast_rows";
+    oj_engine *eng = n >= 1 && n <= 4 ? oj__ops_engine(op, n, w) : NULL;
+    if (eng == NULL) return NULL;
+    if (!oj__cast_rows_fits(n, w) || !oj_dtype_is_float(dt) || pad < 0) {
+        oj_set_error(eng, OJ_ERR_UNSUPPORTED,
+                     "%s: 1..4 contiguous 2-D float tensors of one column count, a float "
+                     "dtype, pad >= 0 and the backend's cast_multi expected",
+                     op);
+        return NULL;
+    }
+    int64_t rows = 0, C = w[0]->shape[1];
+    for (int i = 0; i < n; i++) rows += w[i]->shape[0];
+    int64_t shape[2] = {rows + pad, C};
+    oj_tensor *out = oj__tensor_alloc(eng, 2, shape, dt, op);
+    if (out == NULL) return NULL;
+    bool prev = oj_set_grad_enabled(eng, false);
+    oj_tensor *views[4] = {NULL, NULL, NULL, NULL};
+    bool ok = true;
+    int64_t r = 0;
+    for (int i = 0; i < n && ok; r += w[i]->shape[0], i++)
+        ok = (views[i] = oj_narrow(out, 0, r, w[i]->shape[0])) != NULL;
+    if (ok)
+        ok = oj__kernel_ok(eng, eng->backend->cast_multi(eng, n, views, (const oj_tensor *const *)w),
+                           op);
+    for (int i = 0; i < n; i++) oj_release(views[i]);
+    if (ok && pad > 0) {
+        oj_tensor *z = oj_narrow(out, 0, rows, pad);
+        ok = z && oj_fill_(z, 0.0) == OJ_OK;
+        oj_release(z);
+    }
+    oj_set_grad_enabled(eng, prev);
+    if (!ok) {
+        oj_release(out);
+        return NULL;
+    }
+    oj_node *nd = oj__node_begin_v(eng, op, cast_rows_backward, n, w);
+    if (nd) oj__node_finish(nd, 1, &out);
+    return out;
+}
+
 /* ---------------------------------------------------------------- swiglu_linear */
 
 /* p = silu(gate) * up (gate, up: one float dtype and shape, checked), a
@@ -856,11 +950,70 @@ static oj_tensor *swiglu_product(oj_engine *eng, const char *op, oj_tensor *gate
  * runs linear's rule on it, and mul's and silu's for gate and up: in one
  * pass (swiglu_backward) where the backend has it and dp has gate's
  * dtype, else s = silu(gate), dup = dp s, dgate = silu'(gate) (dp up). */
+/* gate's and up's gradients (where the node needs them) from dp: the two
+ * halves of one buffer where gate and up are the halves of one [..., 2F]
+ * (the fused projection split in two; the split's backward passes them on
+ * as a view), else two tensors; false with the error recorded. */
+static bool swiglu_grad_bufs(oj_engine *eng, oj_node *n, oj_tensor *gate, oj_tensor *up, bool ng,
+                             bool nu, oj_tensor **dg, oj_tensor **du) {
+    oj_tensor *pair[2] = {gate, up}, *dgu[2] = {NULL, NULL};
+    int r = ng && nu ? oj__tiled_grads(eng, n->op, 2, pair, dgu) : 0;
+    *dg = dgu[0], *du = dgu[1];
+    if (r == 0) {
+        *dg = ng ? oj__tensor_alloc(eng, gate->rank, gate->shape, gate->dtype, n->op) : NULL;
+        *du = nu ? oj__tensor_alloc(eng, up->rank, up->shape, up->dtype, n->op) : NULL;
+    }
+    if ((!ng || *dg) && (!nu || *du)) return true;
+    oj_release(*dg);
+    oj_release(*du);
+    *dg = *du = NULL;
+    return false;
+}
+
+/* The backward with the backend's swiglu_backward_p: dp = go W first,
+ * then gate's and up's gradients with the product written over dp, then
+ * W's (and the bias's) gradient from that product: gate and up read once
+ * (no separate recompute of the product) and no buffer beyond the
+ * gradients'. OJAS_SWIGLU_BWD_P=0 keeps the recompute. false when it does
+ * not apply (nothing done). */
+static bool swiglu_linear_backward_p(oj_node *n, oj_tensor *const *go, oj_tensor **gi,
+                                     oj_tensor *gate, oj_tensor *up, oj_tensor *w, bool ng,
+                                     bool nu) {
+    oj_engine *eng = n->eng;
+    const char *e = getenv("OJAS_SWIGLU_BWD_P");
+    if (eng->backend->swiglu_backward_p == NULL || (e && e[0] == '0') || !(ng || nu)) return false;
+    bool need[3] = {true, false, false};
+    oj_tensor *lg[3] = {NULL, NULL, NULL};
+    linear_grads(eng, go[0], NULL, &n->in[0], w, &n->in[2], need, lg); /* dp = go W */
+    oj_tensor *dp = lg[0], *dg = NULL, *du = NULL;
+    if (dp && (dp->dtype != gate->dtype || !oj_is_contiguous(dp))) { /* not the entry's */
+        oj_release(dp);
+        return false;
+    }
+    if (dp && swiglu_grad_bufs(eng, n, gate, up, ng, nu, &dg, &du) &&
+        oj__kernel_ok(eng, eng->backend->swiglu_backward_p(eng, dg, du, dp, gate, up), n->op)) {
+        gi[0] = dg;
+        gi[1] = du;
+        bool nw[3] = {false, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
+        oj_tensor *wg[3] = {NULL, NULL, NULL};
+        if (nw[1] || nw[2]) /* dW = go^T p, db from go */
+            linear_grads(eng, go[0], dp, &n->in[0], w, &n->in[2], nw, wg);
+        gi[2] = wg[1];
+        gi[3] = wg[2];
+    } else {
+        oj_release(dg);
+        oj_release(du);
+    }
+    oj_release(dp);
+    return true;
+}
+
 static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_tensor **gi) {
     oj_engine *eng = n->eng;
     oj_tensor *gate = oj__node_saved(n, 0), *up = oj__node_saved(n, 1), *w = oj__node_saved(n, 2);
     if (gate == NULL || up == NULL || w == NULL) return oj_last_status(eng);
     bool ng = oj__node_needs(n, 0), nu = oj__node_needs(n, 1);
+    if (swiglu_linear_backward_p(n, go, gi, gate, up, w, ng, nu)) return oj_last_status(eng);
     oj_tensor *p = swiglu_product(eng, n->op, gate, up); /* grad mode is off */
     if (p == NULL) return oj_last_status(eng);
     bool need[3] = {ng || nu, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
@@ -873,17 +1026,8 @@ static oj_status swiglu_linear_backward(oj_node *n, oj_tensor *const *go, oj_ten
     gi[2] = lg[1];
     gi[3] = lg[2];
     if (lg[0] && eng->backend->swiglu_backward && lg[0]->dtype == gate->dtype) {
-        /* gate and up the halves of one [..., 2F] (the fused projection
-         * split in two): their gradients the halves of one buffer, which
-         * the split's backward passes on as a view */
-        oj_tensor *pair[2] = {gate, up}, *dgu[2] = {NULL, NULL};
-        int r = ng && nu ? oj__tiled_grads(eng, n->op, 2, pair, dgu) : 0;
-        oj_tensor *dg = dgu[0], *du = dgu[1];
-        if (r == 0) {
-            dg = ng ? oj__tensor_alloc(eng, gate->rank, gate->shape, gate->dtype, n->op) : NULL;
-            du = nu ? oj__tensor_alloc(eng, up->rank, up->shape, up->dtype, n->op) : NULL;
-        }
-        if ((!ng || dg) && (!nu || du) &&
+        oj_tensor *dg = NULL, *du = NULL;
+        if (swiglu_grad_bufs(eng, n, gate, up, ng, nu, &dg, &du) &&
             oj__kernel_ok(eng, eng->backend->swiglu_backward(eng, dg, du, gate, up, lg[0]),
                           n->op)) {
             gi[0] = dg;

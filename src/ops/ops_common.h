@@ -70,6 +70,16 @@ oj_tensor *oj__autocast_cast(oj_tensor *x, oj_dtype dt);
  * OJ_ERR_DEVICE recorded. (linalg.c) */
 oj_tensor *oj__mul_linear(oj_tensor *a, oj_tensor *b, oj_tensor *weight);
 
+/* The rows of w[0..n) (2-D, contiguous, one column count, float dtypes;
+ * 1 <= n <= 4) cast to dt and stacked, then pad zero rows: [sum of rows
+ * + pad, C], a new tensor; the values of oj_cat over oj_cast of each (and
+ * zeros). Forward one cast_multi launch, backward one (each w's gradient
+ * its rows of the output's, cast back). Needs the backend's cast_multi
+ * (oj__cast_rows_fits says whether it applies). NULL with OJ_ERR_SHAPE /
+ * OJ_ERR_DTYPE / OJ_ERR_UNSUPPORTED recorded. (linalg.c) */
+oj_tensor *oj__cast_rows(int n, oj_tensor *const *w, oj_dtype dt, int64_t pad);
+bool oj__cast_rows_fits(int n, oj_tensor *const *w);
+
 /* oj_linear(x, weight, bias) (the same node and gradients), and *act =
  * gelu_tanh of the result, a plain new tensor (no node, owned by the
  * current scope) from the same GEMM where the backend has matmul_bias_act

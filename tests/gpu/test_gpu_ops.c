@@ -2115,20 +2115,24 @@ static void test_adam_low_transposed(void **state) {
 
 /* value_mix_forward / value_mix_backward (nanolab's value residual) on
  * head views [B, H, T, D] of a [B, T, 2 H D] projection (strided, as the
- * model passes them), D 40 and 128, bf16 and f16: the forward is the bytes
+ * model passes them), D 40, 128 and 64, bf16 and f16: the forward is the bytes
  * of the chain of ops on the same device (sub, mul by the f32 s, add,
  * cast); dv1 and dv0 the bytes of the chain's rules (g * s rounded, then
  * g - dv1 rounded); ds the double sum of g * (v1 - v0) within 1e-6; a
- * rerun gives the same ds bits; a strided g is taken. */
+ * rerun gives the same ds bits; a strided g is taken. D 64 (the 16-byte
+ * kernels) also gives the row kernels' bytes, ds included. */
 static void test_value_mix(void **state) {
     (void)state;
     if (gpu->backend->value_mix_forward == NULL) skip(); /* the CPU self-check */
-    const int64_t B = 2, T = 5, H = 3, Ds[2] = {40, 128};
+    const int64_t Ds[3] = {40, 128, 64};
     const oj_dtype dts[2] = {OJ_BF16, OJ_F16};
     bool prev = oj_set_grad_enabled(gpu, false);
-    for (int c = 0; c < 4; c++) {
-        const int64_t D = Ds[c % 2];
-        const oj_dtype dt = dts[c / 2];
+    for (int c = 0; c < 6; c++) {
+        const int64_t D = Ds[c % 3];
+        const oj_dtype dt = dts[c / 3];
+        /* D 64 (the vector kernels): rows > 4 x 4096, so runs of 2 rows and a
+         * short last one */
+        const int64_t B = D == 64 ? 4 : 2, T = D == 64 ? 1100 : 5, H = D == 64 ? 4 : 3;
         int64_t ps[3] = {B, T, 2 * H * D}, hs[4] = {B, T, H, D};
         const int p4[4] = {0, 2, 1, 3};
         pr proj = rnd(3, ps, dt, -2, 2);
@@ -2172,6 +2176,21 @@ static void test_value_mix(void **state) {
             fail_msg("value_mix_backward ds case %d: %.9g, want %.9g", c, got_ds, ref);
         free(gh);
         free(dh);
+        if (D == 64) { /* the vector kernels against k_vmix_* (OJAS_CUDA_VMIX_VEC=0) */
+            oj_tensor *o2 = oj_empty(gpu, 4, oj_shape(v1), dt), *e1 = oj_empty(gpu, 4, gs, dt);
+            oj_tensor *e0 = oj_empty(gpu, 4, gs, dt);
+            oj_tensor *eds = oj_empty(gpu, 1, (int64_t[1]){1}, OJ_F32);
+            setenv("OJAS_CUDA_VMIX_VEC", "0", 1);
+            oj_status f = gpu->backend->value_mix_forward(gpu, o2, v1, v0, sf);
+            oj_status b = gpu->backend->value_mix_backward(gpu, e1, e0, eds, g, v1, v0, sf);
+            unsetenv("OJAS_CUDA_VMIX_VEC");
+            assert_int_equal(f, OJ_OK);
+            assert_int_equal(b, OJ_OK);
+            same_bytes(got, o2, "value_mix_forward: vector vs row kernels", c);
+            same_bytes(dv1, e1, "value_mix_backward dv1: vector vs row kernels", c);
+            same_bytes(dv0, e0, "value_mix_backward dv0: vector vs row kernels", c);
+            same_bytes(ds, eds, "value_mix_backward ds: vector vs row kernels", c);
+        }
     }
     oj_set_grad_enabled(gpu, prev);
 }
@@ -2261,38 +2280,45 @@ static void test_attention_joint(void **state) {
  * output gate: a [B, T, H, D], b [B, T, H, 1]) through the backend's
  * mul_row_backward against the same device without it (binary(MUL)
  * twice and the reduce): a's and W's gradients the same bytes, b's
- * within the rounding of its sum's order (bf16 1e-2, f32 1e-5 normwise),
- * and the entry's b gradient the same bytes run to run. */
+ * within the rounding of its sum's order (bf16/f16 1e-2, f32 1e-5
+ * normwise), and the entry's b gradient the same bytes run to run; at D
+ * 64 the 16-byte kernel gives the warp kernel's bytes. */
 static void test_mul_row_backward(void **state) {
     (void)state;
     if (gpu->backend->mul_row_backward == NULL) skip();
     const oj_backend *real = gpu->backend;
     oj_backend bare = *real;
     bare.mul_row_backward = NULL;
-    const int64_t shs[2][4] = {{2, 5, 3, 64}, {3, 7, 2, 40}};
-    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
-    for (int c = 0; c < 2; c++) {
+    /* D 64 takes the 16-byte kernel (777 rows: a partial group of 8) */
+    const int64_t shs[4][4] = {{2, 5, 3, 64}, {3, 7, 2, 40}, {4, 9, 5, 64}, {3, 37, 7, 64}};
+    const oj_dtype dts[4] = {OJ_BF16, OJ_F32, OJ_F32, OJ_F16};
+    for (int c = 0; c < 4; c++) {
         const int64_t *as = shs[c], bs[4] = {as[0], as[1], as[2], 1}, K = as[2] * as[3];
         const int64_t ws[2] = {24, K}, os[3] = {as[0], as[1], 24};
         pr a0 = rnd(4, as, dts[c], -2, 2), b0 = rnd(4, bs, dts[c], 0, 1);
         pr w0 = rnd(2, ws, dts[c], -0.5, 0.5), g = rnd(3, os, dts[c], -1, 1);
-        oj_tensor *da[3], *db[3], *dw[3];
-        for (int r = 0; r < 3; r++) { /* without the entry, with it, with it again */
+        oj_tensor *da[4], *db[4], *dw[4];
+        for (int r = 0; r < 4; r++) { /* without the entry, with it, with it again, and
+                                        * (r 3) with OJAS_CUDA_MULROW_VEC=0 */
             oj_tensor *a = oj_clone(a0.t[1]), *b = oj_clone(b0.t[1]), *w = oj_clone(w0.t[1]);
             oj_set_requires_grad(a, true);
             oj_set_requires_grad(b, true);
             oj_set_requires_grad(w, true);
             if (r == 0) gpu->backend = &bare;
+            if (r == 3) setenv("OJAS_CUDA_MULROW_VEC", "0", 1);
             oj_tensor *out = oj__mul_linear(a, b, w);
             assert_non_null(out);
             assert_int_equal(oj_backward(oj_sum_all(oj_mul(out, g.t[1])), false), OJ_OK);
             gpu->backend = real;
+            unsetenv("OJAS_CUDA_MULROW_VEC");
             da[r] = oj_grad(a), db[r] = oj_grad(b), dw[r] = oj_grad(w);
         }
         same_bytes(da[1], da[0], "mul_row_backward da", c);
         same_bytes(dw[1], dw[0], "mul_row_backward dW", c);
         same_bytes(db[2], db[1], "mul_row_backward db run to run", c);
-        cmp_tensors(db[1], db[0], dts[c] == OJ_BF16 ? 1e-2 : 1e-5, true, "mul_row_backward db");
+        same_bytes(da[3], da[1], "mul_row_backward da: the D 64 kernel vs the warp kernel", c);
+        same_bytes(db[3], db[1], "mul_row_backward db: the D 64 kernel vs the warp kernel", c);
+        cmp_tensors(db[1], db[0], dts[c] == OJ_F32 ? 1e-5 : 1e-2, true, "mul_row_backward db");
     }
 }
 
@@ -2529,13 +2555,17 @@ static void gate_refusals(void) {
  * of ops on the same device (the per-matrix f64 norms, add_scalar 1e-7,
  * reciprocal, the cast to u's dtype, the broadcast multiply, and for the
  * bf16 output the cast), for f32 -> f32, f32 -> bf16 and f64 -> f64, with
- * a zero matrix and one holding an infinity in the stack. */
+ * a zero matrix and one holding an infinity in the stack; matrices of 960
+ * elements (the f32 16-byte kernel) and of 35. */
 static void test_muon_normalize(void **state) {
     (void)state;
     if (gpu->backend->muon_normalize == NULL) skip(); /* the CPU self-check */
-    int64_t sh[3] = {4, 40, 24}, ks[3] = {4, 1, 1};
+    /* c 0..2: 960 elements a matrix (f32: the 16-byte kernel); 3..5: 35 */
     const oj_dtype ud[3] = {OJ_F32, OJ_F32, OJ_F64}, od[3] = {OJ_F32, OJ_BF16, OJ_F64};
-    for (int c = 0; c < 3; c++) {
+    for (int cc = 0; cc < 6; cc++) {
+        const int c = cc % 3;
+        int64_t sh[3] = {4, 40, 24}, ks[3] = {4, 1, 1};
+        if (cc >= 3) sh[1] = 5, sh[2] = 7;
         pr u = rnd(3, sh, ud[c], -2, 2);
         bool prev = oj_set_grad_enabled(gpu, false);
         assert_int_equal(oj_fill_(oj_select(u.t[1], 0, 1), 0.0), OJ_OK);
@@ -2553,7 +2583,7 @@ static void test_muon_normalize(void **state) {
         assert_non_null(got);
         assert_int_equal(gpu->backend->muon_normalize(gpu, got, u.t[1], n), OJ_OK);
         oj_set_grad_enabled(gpu, prev);
-        same_bytes(got, want, "muon_normalize vs the chain of ops", c);
+        same_bytes(got, want, "muon_normalize vs the chain of ops", cc);
     }
 }
 
@@ -4493,7 +4523,109 @@ static void swiglu_case(int64_t N, int64_t F, oj_dtype dt) {
     same_bits(T(dg1), T(rg), "swiglu dgate alone (cuda)");
     same_bits(T(dgh), T(rg), "swiglu dgate as a half of [N, 2F] (cuda)");
     same_bits(T(duh), T(ru), "swiglu dup as a half of [N, 2F] (cuda)");
+    if (E->backend->swiglu_backward_p) { /* the gradients, then the product over dp */
+        pr dpp = dup(dp), dg2 = empty(2, s1, dt), du2 = empty(2, s1, dt);
+        assert_int_equal(E->backend->swiglu_backward_p(E, T(dg2), T(du2), T(dpp), T(g), T(u)),
+                         OJ_OK);
+        same_bits(T(dg2), T(rg), "swiglu_backward_p dgate (cuda)");
+        same_bits(T(du2), T(ru), "swiglu_backward_p dup (cuda)");
+        same_bits(T(dpp), T(p), "swiglu_backward_p's product vs silu then mul (cuda)");
+    }
     SIDE = 0;
+}
+
+/* oj__cast_rows (the fused projections' weights under autocast: casts,
+ * cat and zero padding in one cast_multi launch, the gradients cast back
+ * in one) against oj_cat over oj_cast and oj_zeros on the GPU: the output
+ * and every weight's gradient the same bytes; f32 weights to bf16 with 3
+ * zero rows, and to f16 without padding; a piece whose gradient is not
+ * wanted; the backend's cast_multi directly, bf16 -> f32 included. */
+static void test_cast_rows(void **state) {
+    (void)state;
+    if (gpu->backend->cast_multi == NULL) skip();
+    const oj_dtype to[2] = {OJ_BF16, OJ_F16};
+    const int64_t pads[2] = {3, 0};
+    for (int c = 0; c < 2; c++) {
+        const int64_t rows[3] = {40, 9000, 13}, C = 24, pad = pads[c];
+        pr w0[3];
+        for (int i = 0; i < 3; i++) w0[i] = rnd(2, (int64_t[2]){rows[i], C}, OJ_F32, -3, 3);
+        int64_t R = rows[0] + rows[1] + rows[2] + pad;
+        pr g = rnd(2, (int64_t[2]){R, C}, to[c], -1, 1);
+        oj_tensor *y[2], *gw[2][3];
+        for (int r = 0; r < 2; r++) { /* r 0: oj__cast_rows, 1: cast, zeros, cat */
+            oj_tensor *w[3];
+            for (int i = 0; i < 3; i++) {
+                w[i] = oj_clone(w0[i].t[1]);
+                oj_set_requires_grad(w[i], i != 1 || c == 0); /* c 1: piece 1 frozen */
+            }
+            if (r == 0) {
+                y[r] = oj__cast_rows(3, w, to[c], pad);
+            } else {
+                oj_tensor *ws[4] = {oj_cast(w[0], to[c]), oj_cast(w[1], to[c]),
+                                    oj_cast(w[2], to[c]), NULL};
+                if (pad) ws[3] = oj_zeros(gpu, 2, (int64_t[2]){pad, C}, to[c]);
+                y[r] = oj_cat(pad ? 4 : 3, ws, 0);
+            }
+            assert_non_null(y[r]);
+            assert_int_equal(oj_backward(oj_sum_all(oj_mul(y[r], g.t[1])), false), OJ_OK);
+            for (int i = 0; i < 3; i++) gw[r][i] = oj_grad(w[i]);
+        }
+        same_bytes(y[0], y[1], "cast_rows vs cast + cat", c);
+        for (int i = 0; i < 3; i++) {
+            if (i == 1 && c == 1) {
+                assert_null(gw[0][i]);
+                continue;
+            }
+            assert_non_null(gw[0][i]);
+            same_bytes(gw[0][i], gw[1][i], "cast_rows weight gradient vs cast + cat", 10 * c + i);
+        }
+    }
+    /* the entry: bf16 -> f32 and f32 -> f16 pairs in one launch */
+    int64_t n1 = 70001, n2 = 5;
+    pr a = rnd(1, &n1, OJ_BF16, -2, 2), b = rnd(1, &n2, OJ_F32, -2, 2);
+    oj_tensor *oa = oj_empty(gpu, 1, &n1, OJ_F32), *ob = oj_empty(gpu, 1, &n2, OJ_F16);
+    oj_tensor *outs[2] = {oa, ob};
+    const oj_tensor *ins[2] = {a.t[1], b.t[1]};
+    assert_int_equal(gpu->backend->cast_multi(gpu, 2, outs, ins), OJ_OK);
+    same_bytes(oa, oj_cast(a.t[1], OJ_F32), "cast_multi bf16 -> f32 vs cast", 0);
+    same_bytes(ob, oj_cast(b.t[1], OJ_F16), "cast_multi f32 -> f16 vs cast", 1);
+}
+
+/* oj_swiglu_linear's backward through swiglu_backward_p (dp = go W, then
+ * gate's and up's gradients with the product over dp, then W's from it)
+ * against the recompute (OJAS_SWIGLU_BWD_P=0) on the GPU: gate and up the
+ * halves of one [N, 2F] leaf (their gradients the halves of one buffer),
+ * every gradient the same bytes; bf16 (F a multiple of 8: the fused
+ * kernel) and f32 with F 77 (its scalar form). */
+static void test_swiglu_linear_backward_p(void **state) {
+    (void)state;
+    if (gpu->backend->swiglu_backward_p == NULL) skip();
+    const int64_t Fs[2] = {64, 77};
+    const oj_dtype dts[2] = {OJ_BF16, OJ_F32};
+    for (int c = 0; c < 2; c++) {
+        const int64_t N = 300, F = Fs[c], O = 40;
+        int64_t s2[2] = {N, 2 * F}, ws[2] = {O, F}, os[2] = {N, O};
+        pr gu0 = rnd(2, s2, dts[c], -3, 3), w0 = rnd(2, ws, dts[c], -0.5, 0.5);
+        pr g = rnd(2, os, dts[c], -1, 1);
+        oj_tensor *dgu[2], *dw[2];
+        for (int r = 0; r < 2; r++) { /* r 0: swiglu_backward_p, 1: the recompute */
+            oj_tensor *gu = oj_clone(gu0.t[1]), *w = oj_clone(w0.t[1]);
+            oj_set_requires_grad(gu, true);
+            oj_set_requires_grad(w, true);
+            oj_tensor *gt = oj_narrow(gu, 1, 0, F), *up = oj_narrow(gu, 1, F, F);
+            if (r) setenv("OJAS_SWIGLU_BWD_P", "0", 1);
+            oj_tensor *out = oj_swiglu_linear(gt, up, w, NULL);
+            assert_non_null(out);
+            oj_status st = oj_backward(oj_sum_all(oj_mul(out, g.t[1])), false);
+            unsetenv("OJAS_SWIGLU_BWD_P");
+            assert_int_equal(st, OJ_OK);
+            dgu[r] = oj_grad(gu), dw[r] = oj_grad(w);
+            assert_non_null(dgu[r]);
+            assert_non_null(dw[r]);
+        }
+        same_bytes(dgu[0], dgu[1], "swiglu_linear gate/up gradient: backward_p vs recompute", c);
+        same_bytes(dw[0], dw[1], "swiglu_linear W gradient: backward_p vs recompute", c);
+    }
 }
 
 // test: swiglu (silu(gate) * up and its gradients in one pass) agrees with the CPU and, on the GPU, with the unfused calls bit for bit: f32/bf16/f16, strided column slices, F a multiple of 8 (vector path) or not, one row, F = 1 (the unfused calls)
@@ -4527,6 +4659,33 @@ static pr head_view(pr st, int64_t col0, int64_t H, int64_t D) {
         assert_non_null(q.t[s] = oj_transpose(v, 1, 2));
     }
     return q;
+}
+
+/* CUDA's D 64 path (cos/sin table, 16-byte rows) against the warp-per-row
+ * kernels (OJAS_CUDA_RNR_TABLE=0) on x, dy (views as in rnr_entry_case),
+ * w (t NULL: none): out, rstd and dx the same bits. */
+static void rnr_paths_case(pr x, pr dy, pr w, oj_dtype dt, int64_t pos, const char *what) {
+    const int rank = oj_rank(x.t[0]);
+    const int64_t *s = oj_shape(x.t[0]);
+    const int64_t N = oj_numel(x.t[0]) / s[rank - 1];
+    const oj_dtype sdt = dt == OJ_F64 ? OJ_F64 : OJ_F32;
+    pr o[2], r[2], d[2];
+    SIDE = 1;
+    for (int p = 0; p < 2; p++) { /* p 0: the default (the table), 1: the warp kernels */
+        o[p] = empty(rank, s, dt), r[p] = empty(1, &N, sdt), d[p] = empty(rank, s, dt);
+        if (p) setenv("OJAS_CUDA_RNR_TABLE", "0", 1);
+        oj_status f = E->backend->rms_norm_rotary_forward(E, T(o[p]), T(r[p]), T(x), T(w),
+                                                          RNR_EPS, pos, RNR_THETA);
+        oj_status b = f ? f
+                        : E->backend->rms_norm_rotary_backward(E, T(d[p]), T(dy), T(x), T(r[p]),
+                                                               T(w), pos, RNR_THETA);
+        unsetenv("OJAS_CUDA_RNR_TABLE");
+        if (f || b) fail_msg("%s: path %d: %s", what, p, oj_last_error(E));
+    }
+    SIDE = 0;
+    same_bits(o[0].t[1], o[1].t[1], what);
+    same_bits(r[0].t[1], r[1].t[1], what);
+    same_bits(d[0].t[1], d[1].t[1], what);
 }
 
 /* The fused entries on x (any view, [.., T, D]) against the CPU: out and
@@ -4573,6 +4732,7 @@ static void rnr_entry_case(const char *geo, pr x, pr dy, oj_dtype dt, bool weigh
     BOTH(E->backend->rms_norm_rotary_backward(E, T(dx2), T(dy), T(x), T(rs),
                                               weight ? T(w) : NULL, pos, RNR_THETA));
     same_bits(dx.t[1], dx2.t[1], what);
+    if (D == 64) rnr_paths_case(x, dy, weight ? w : (pr){{NULL, NULL}}, dt, pos, what);
 }
 
 /* Head views of [B, T, H D + pad] at column pad (the model's q/k inside
@@ -4586,7 +4746,7 @@ static void rnr_heads_case(int64_t B, int64_t H, int64_t Tn, int64_t D, int64_t 
                    pos);
 }
 
-// test: rms_norm_rotary entries (RMS norm then rotary in one pass over strided head views) agree with the CPU, run to run and with the unfused CUDA ops: f32/bf16/f16 (f64 and odd D on the generic kernels), D 64/128/192 (warp per row) and 6/32/96 (generic), with and without weight, offsets 0 and 37, odd T, one row, leading dims that do not merge, a strided last dim, dy a view or broadcast
+// test: rms_norm_rotary entries (RMS norm then rotary in one pass over strided head views) agree with the CPU, run to run and with the unfused CUDA ops: f32/bf16/f16 (f64 and odd D on the generic kernels), D 64/128/192 (warp per row) and 6/32/96 (generic), with and without weight, offsets 0 and 37, odd T, one row, leading dims that do not merge, a strided last dim, dy a view or broadcast; D 64 on CUDA (the cos/sin table path) the same bits as the warp-per-row kernels, also with partial row groups, a second table and an overflowing sum of squares
 static void test_rms_norm_rotary(void **state) {
     (void)state;
     oj_dtype dts[3] = {OJ_F32, OJ_BF16, OJ_F16};
@@ -4609,6 +4769,15 @@ static void test_rms_norm_rotary(void **state) {
     rnr_heads_case(1, 1, 1, 64, 0, OJ_BF16, false, 999); /* one decode row */
     rnr_heads_case(4, 6, 1, 128, 8, OJ_F32, true, 100000); /* decode, large angles */
     rnr_heads_case(16, 12, 64, 64, 16, OJ_BF16, false, 0); /* the model's layout, fewer T */
+    rnr_heads_case(3, 5, 300, 64, 8, OJ_F16, false, 900);  /* R 15: partial row groups;
+                                                            * a second table (pos + T > 1024) */
+    for (int k = 0; k < 2; k++) { /* |x| ~1e19: the float sum of squares overflows (double) */
+        int64_t st[3] = {2, 9, 2 * 64 + 8}, s4[4] = {2, 2, 9, 64};
+        pr xb = head_view(rnd(3, st, dts[k], -3e19, 3e19), 8, 2, 64);
+        pr wb = k ? rnd(1, &s4[3], dts[k], 0.5, 1.5) : (pr){{NULL, NULL}};
+        rnr_paths_case(xb, rnd(4, s4, dts[k], -1, 1), wb, dts[k], 4,
+                       "rms_norm_rotary: the sum of squares overflows");
+    }
     /* rank 5 whose leading dims do not merge (the generic kernels) and
      * rank 5 whose leading dims merge to two (the warp kernels) */
     {
@@ -4767,6 +4936,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T_(test_copy_fill),
         T_(test_swiglu),
+        T_(test_swiglu_linear_backward_p),
+        T_(test_cast_rows),
         T_(test_rms_norm_rotary),
         T_(test_ops_rms_norm_rotary),
         T_(test_fill_keeps_outside),

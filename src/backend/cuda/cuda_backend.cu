@@ -66,6 +66,10 @@ oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor
                                  const oj_tensor *up);
 oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
                                   const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+oj_status oj_cuda_swiglu_backward_p(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                    oj_tensor *dp_p, const oj_tensor *gate, const oj_tensor *up);
+oj_status oj_cuda_cast_multi(oj_engine *eng, int n, oj_tensor *const *outs,
+                             const oj_tensor *const *ins);
 /* cuda_decode.cu: the batch-1 decode step's fused projections */
 oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                      const oj_tensor *nw, const oj_tensor *nb, double eps,
@@ -172,6 +176,8 @@ static oj_backend make_cuda_backend() {
     b.rms_norm_rotary_backward = oj_cuda_rms_norm_rotary_backward;
     b.swiglu_forward = oj_cuda_swiglu_forward;
     b.swiglu_backward = oj_cuda_swiglu_backward;
+    b.swiglu_backward_p = oj_cuda_swiglu_backward_p;
+    b.cast_multi = oj_cuda_cast_multi;
     b.value_mix_forward = oj_cuda_value_mix_forward;
     b.value_mix_backward = oj_cuda_value_mix_backward;
     b.mul_row_backward = oj_cuda_mul_row_backward;

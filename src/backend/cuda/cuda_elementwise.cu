@@ -702,6 +702,84 @@ oj_status oj_cuda_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
     return oj_cuda_check(eng, "copy");
 }
 
+/* ---------------------------------------------------------------- cast_multi
+ * Up to CM_MAX contiguous (in, out) pairs converted in one launch: one
+ * block per CM_CHUNK elements of a pair (the pair found by a scan of the
+ * chunk table), each element by the bit routines the copy entry's cast
+ * gives (oj_cu_ldv / oj_cu_stv: the hardware conversion, the routines'
+ * NaNs), so the same bits. A fused projection's four weight casts (and,
+ * backward, its four gradient casts) are one launch instead of four. */
+#define CM_MAX 8
+#define CM_CHUNK 8192
+struct cm_table {
+    const void *in[CM_MAX];
+    void *out[CM_MAX];
+    int64_t numel[CM_MAX];
+    int64_t chunk0[CM_MAX + 1];
+    unsigned char idt[CM_MAX], odt[CM_MAX];
+    int n;
+};
+
+__device__ static __forceinline__ float cm_ld(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case OJ_F32: return ((const float *)p)[i];
+    case OJ_BF16: return oj_cu_tof(((const oj_cu_bf16 *)p)[i]);
+    default: return oj_cu_tof(((const oj_cu_f16 *)p)[i]);
+    }
+}
+__device__ static __forceinline__ void cm_st(void *p, int dt, int64_t i, float v) {
+    switch (dt) {
+    case OJ_F32: ((float *)p)[i] = v; break;
+    case OJ_BF16: ((oj_cu_bf16 *)p)[i] = oj_cu_fromf<oj_cu_bf16>(v); break;
+    default: ((oj_cu_f16 *)p)[i] = oj_cu_fromf<oj_cu_f16>(v); break;
+    }
+}
+
+__global__ void __launch_bounds__(OJ_CUDA_THREADS) k_cast_multi(const cm_table t) {
+    const int64_t c = blockIdx.x;
+    int k = 0;
+    while (k + 1 < t.n && t.chunk0[k + 1] <= c) k++;
+    const int64_t first = (c - t.chunk0[k]) * CM_CHUNK;
+    const int64_t last = first + CM_CHUNK < t.numel[k] ? first + CM_CHUNK : t.numel[k];
+    const int idt = t.idt[k], odt = t.odt[k];
+    for (int64_t i = first + threadIdx.x; i < last; i += blockDim.x)
+        cm_st(t.out[k], odt, i, cm_ld(t.in[k], idt, i));
+}
+
+oj_status oj_cuda_cast_multi(oj_engine *eng, int n, oj_tensor *const *outs,
+                             const oj_tensor *const *ins) {
+    const char *op = "cast_multi";
+    if (n < 0 || n > CM_MAX)
+        return oj_set_error(eng, OJ_ERR_INTERNAL, "%s: %d pairs (at most %d)", op, n, CM_MAX);
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    cm_table t;
+    memset(&t, 0, sizeof t);
+    for (int i = 0; i < n; i++) {
+        const oj_tensor *a = ins[i], *o = outs[i];
+        if (!oj_cu_is_f16ish(a->dtype) || !oj_cu_is_f16ish(o->dtype) ||
+            oj_cuda_numel(a) != oj_cuda_numel(o) || !oj_cuda_contig(a) || !oj_cuda_contig(o))
+            return oj_set_error(eng, OJ_ERR_INTERNAL,
+                                "%s: pair %d: contiguous f32/bf16/f16 tensors of one element "
+                                "count expected",
+                                op, i);
+        const int64_t ne = oj_cuda_numel(a);
+        if (ne == 0) continue;
+        const int k = t.n++;
+        t.in[k] = oj_cuda_ptr(a);
+        t.out[k] = oj_cuda_ptr(o);
+        t.numel[k] = ne;
+        t.idt[k] = (unsigned char)a->dtype;
+        t.odt[k] = (unsigned char)o->dtype;
+        t.chunk0[k + 1] = t.chunk0[k] + (ne + CM_CHUNK - 1) / CM_CHUNK;
+    }
+    if (t.n == 0) return OJ_OK;
+    if (t.chunk0[t.n] > 0x7fffffff)
+        return oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "%s: %lld chunks", op,
+                            (long long)t.chunk0[t.n]);
+    k_cast_multi<<<(unsigned)t.chunk0[t.n], OJ_CUDA_THREADS, 0, OJ_STREAM>>>(t);
+    return oj_cuda_check(eng, op);
+}
+
 /* ---------------------------------------------------------------- fill */
 
 struct fill_bytes {
@@ -996,7 +1074,7 @@ static bool sw_rows(const oj_tensor *t, int64_t *rs) {
 // NULL); outputs (N,F) of row strides o0s, o1s
 template <typename T, int V, bool BWD>
 __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const T *up, int64_t us,
-                         const T *dp, int64_t ps, T *o0, int64_t o0s, T *o1, int64_t o1s) {
+                         const T *dp, int64_t ps, T *o0, int64_t o0s, T *o1, int64_t o1s, T *o2) {
     constexpr bool LOW = sizeof(T) == 2;
     const int64_t nv = F / V, total = N * nv;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total;
@@ -1025,6 +1103,11 @@ __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const 
             }
             if (o0) oj_cu_stv<T, V>(o0 + r * o0s + c, a);
             if (o1) oj_cu_stv<T, V>(o1 + r * o1s + c, b);
+            if (o2) { /* the product over dp (same elements, read above) */
+#pragma unroll
+                for (int k = 0; k < V; k++) a[k] = bin_fn<OJ_BIN_MUL>()(s[k], u[k], 0.0f);
+                oj_cu_stv<T, V>(o2 + r * ps + c, a);
+            }
         }
     }
 }
@@ -1032,7 +1115,7 @@ __global__ void k_swiglu(int64_t N, int64_t F, const T *gate, int64_t gs, const 
 template <typename T, bool BWD>
 static void swiglu_launch(int64_t N, int64_t F, const char *gate, int64_t gs, const char *up,
                           int64_t us, const char *dp, int64_t ps, char *o0, int64_t o0s, char *o1,
-                          int64_t o1s) {
+                          int64_t o1s, char *o2 = NULL) {
     constexpr int V = 16 / (int)sizeof(T);
     bool vec = F % V == 0 && gs % V == 0 && us % V == 0 && (!BWD || ps % V == 0) &&
                o0s % V == 0 && o1s % V == 0;
@@ -1043,11 +1126,11 @@ static void swiglu_launch(int64_t N, int64_t F, const char *gate, int64_t gs, co
     if (vec)
         k_swiglu<T, V, BWD><<<blocks, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             N, F, (const T *)gate, gs, (const T *)up, us, (const T *)dp, ps, (T *)o0, o0s,
-            (T *)o1, o1s);
+            (T *)o1, o1s, (T *)o2);
     else
         k_swiglu<T, 1, BWD><<<blocks, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             N, F, (const T *)gate, gs, (const T *)up, us, (const T *)dp, ps, (T *)o0, o0s,
-            (T *)o1, o1s);
+            (T *)o1, o1s, (T *)o2);
 }
 
 /* The fused path's operands: one f16ish dtype, [N, F] rows (last dim of
@@ -1080,6 +1163,34 @@ oj_status oj_cuda_swiglu_forward(oj_engine *eng, oj_tensor *out, const oj_tensor
     OJ_CU_FLOAT_TYPE(gate->dtype, T,
                      (swiglu_launch<T, false>(N, F, oj_cuda_ptr(gate), rs[0], oj_cuda_ptr(up),
                                               rs[1], NULL, 0, oj_cuda_ptr(out), rs[2], NULL, 0)));
+    return oj_cuda_check(eng, op);
+}
+
+oj_status oj_cuda_swiglu_backward(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                  const oj_tensor *gate, const oj_tensor *up, const oj_tensor *dp);
+
+/* dgate, dup from dp_p, then the product written over dp_p (backend.h
+ * swiglu_backward_p): one pass of k_swiglu where the fused path takes the
+ * operands (each thread writes the product over the dp it read), else the
+ * backward entry then the forward one into dp_p. */
+oj_status oj_cuda_swiglu_backward_p(oj_engine *eng, oj_tensor *dgate, oj_tensor *dup,
+                                    oj_tensor *dp_p, const oj_tensor *gate, const oj_tensor *up) {
+    const char *op = "swiglu_backward_p";
+    if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
+    if (oj_cuda_need_contig(eng, dp_p, op, "dp_p") != OJ_OK) return oj_last_status(eng);
+    const oj_tensor *ts[5] = {gate, up, dp_p, dgate, dup};
+    int64_t rs[5], N, F;
+    if (!sw_fast(ts, 5, rs, &N, &F)) {
+        oj_status st = oj_cuda_swiglu_backward(eng, dgate, dup, gate, up, dp_p);
+        return st == OJ_OK ? oj_cuda_swiglu_forward(eng, dp_p, gate, up) : st;
+    }
+    if (N == 0) return OJ_OK;
+    OJ_CU_FLOAT_TYPE(gate->dtype, T,
+                     (swiglu_launch<T, true>(N, F, oj_cuda_ptr(gate), rs[0], oj_cuda_ptr(up), rs[1],
+                                             oj_cuda_ptr(dp_p), rs[2],
+                                             dgate ? oj_cuda_ptr(dgate) : NULL, rs[3],
+                                             dup ? oj_cuda_ptr(dup) : NULL, rs[4],
+                                             oj_cuda_ptr(dp_p))));
     return oj_cuda_check(eng, op);
 }
 

@@ -68,6 +68,9 @@ struct oj_cuda_state {
     /* cuDNN attention (cuda_attention_cudnn.cu): handle, plan cache, the
      * implementation each attention call ran; NULL until first used. */
     struct oj_cuda_cudnn *cudnn;
+    /* rms_norm_rotary's cos/sin tables (cuda_nn_norm_rotary.cu); NULL
+     * until first used, freed by oj_cuda_rnr_close. */
+    struct oj_cuda_rnr_tabs *rnr_tabs;
 };
 struct oj_cuda_graph;
 struct oj_cuda_cudnn;
@@ -647,6 +650,25 @@ template <int TPR> __device__ static __forceinline__ float oj_cu_row_sumf(float 
     return oj_cu_warp_sumf(t);
 }
 
+/* oj_cu_warp_sum(f)'s result for a row held by a group of 32 / E lanes,
+ * each lane holding the values of E "element-lanes" (l = j E + c: lane j
+ * of the group, v[c]): the same xor butterfly over l (offsets 16 .. E
+ * across the group's lanes, E/2 .. 1 inside a lane), so the same bits as a
+ * warp whose lane l holds v. Groups are aligned runs of 32 / E lanes; every
+ * lane of the warp must call it. v is clobbered; every lane of the group
+ * gets the sum. For kernels that load a row of E-element vectors. */
+template <int E, typename F> __device__ static __forceinline__ F oj_cu_lanes_sum(F *v) {
+#pragma unroll
+    for (int o = 16; o >= E; o >>= 1)
+#pragma unroll
+        for (int c = 0; c < E; c++) v[c] += __shfl_xor_sync(0xffffffffu, v[c], o / E);
+#pragma unroll
+    for (int o = E / 2; o >= 1; o >>= 1)
+#pragma unroll
+        for (int c = 0; c < o; c++) v[c] = v[c] + v[c + o];
+    return v[0];
+}
+
 /* ---------------------------------------------------------------- entries (one file each family) */
 /* cuda_elementwise.cu */
 oj_status oj_cuda_copy(oj_engine *eng, oj_tensor *out, const oj_tensor *x);
@@ -754,7 +776,8 @@ oj_status oj_cuda_rotary_embedding_at(oj_engine *eng, oj_tensor *out, const oj_t
                                       const oj_tensor *positions, double theta, bool inverse);
 oj_status oj_cuda_dropout(oj_engine *eng, oj_tensor *out, const oj_tensor *x, double p,
                           uint64_t seed, uint64_t offset);
-/* cuda_nn_norm_rotary.cu */
+/* cuda_nn_norm_rotary.cu; oj_cuda_rnr_close frees the engine's tables (close) */
+void oj_cuda_rnr_close(oj_cuda_state *s);
 oj_status oj_cuda_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_tensor *rstd,
                                           const oj_tensor *x, const oj_tensor *weight, double eps,
                                           int64_t position_offset, double theta);

@@ -215,6 +215,7 @@ void oj_cuda_close(oj_engine *eng) {
     }
     oj_cuda_cudnn_close(s);
     oj_cuda_gemm_tune_close(s);
+    oj_cuda_rnr_close(s);
     if (s->blas_ready) cublasDestroy(s->blas);
     s->blas_ready = false;
     if (s->lt_ready) cublasLtDestroy(s->lt);

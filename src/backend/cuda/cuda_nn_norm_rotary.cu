@@ -261,6 +261,314 @@ __global__ void __launch_bounds__(RNR_THREADS, 2) k_rnr_bwd(rnr_args a) {
     }
 }
 
+/* ---------------------------------------------------------------- vector path (D 64)
+ * The fast path's values for D = 64 with 16-byte loads and no double
+ * arithmetic in the kernel: the angles' (float) cos and sin come from a
+ * table (k_rnr_table, the same double formulas rounded once, so the same
+ * bits) cached per engine for (D, theta) and positions [0, npos); a row
+ * is E = 16 / sizeof(T) consecutive elements of each half in each of 32 / E
+ * lanes (bf16: 4 lanes a row, 8 rows a warp instruction), so element l of
+ * the first half and its partner l + 32 sit in one lane as in k_rnr_fwd.
+ * The sums keep k_rnr_fwd's order: the per-element-lane chain l, l + 32,
+ * then its xor butterfly over l (offsets 16 .. E across lanes, E/2 .. 1
+ * inside a lane); every value is k_rnr_fwd's / k_rnr_bwd's bit for bit
+ * (test_gpu_ops compares the two paths). OJAS_CUDA_RNR_TABLE=0 turns it
+ * off (the warp-per-row kernels above). */
+
+#define RNV_D 64
+#define RNV_MAX_POS 16384 /* table rows at most (4 MiB at D 64) */
+#define RNV_TABS 8        /* tables per engine at most; then the kernels above */
+#define RNV_TARGET_WARPS 4096
+
+struct oj_cuda_rnr_tabs {
+    int n;
+    struct {
+        int64_t D, npos;
+        double theta;
+        float *p; /* npos x D: cos of pairs 0 .. D/2-1, then their sin */
+    } e[RNV_TABS];
+    cudaStream_t side; /* fills a table during a capture (outside the graph) */
+};
+
+// tab (npos, D): row p = cos(p f_i) for i < D/2, then sin(p f_i), rounded once to float
+__global__ void k_rnr_table(float *tab, int64_t npos, int64_t D, double theta) {
+    const int64_t half = D / 2;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < npos * half;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t p = k / half, i = k - p * half;
+        double c, s;
+        rnr_cs(p, rnr_freq(i, D, theta), 1.0, &c, &s);
+        tab[p * D + i] = (float)c;
+        tab[p * D + half + i] = (float)s;
+    }
+}
+
+/* The row index r = q1 R2 + q2 advanced by G (R2 may be below G). */
+__device__ static __forceinline__ void rnv_advance(int64_t &q1, int64_t &q2, int64_t R2, int G) {
+    q2 += G;
+    while (q2 >= R2) {
+        q2 -= R2;
+        q1++;
+    }
+}
+
+// x (R1, R2, T, 64) strided (16-byte aligned rows), weight (64), tab -> out (R, T, 64), rstd (R T)
+template <typename T, int RR>
+__global__ void __launch_bounds__(RNR_THREADS) k_rnv_fwd(rnr_args a, const float *tab) {
+    constexpr int E = 16 / (int)sizeof(T), LPR = 32 / E, G = E, H = RNV_D / 2;
+    typedef uint4 V;
+    const int lane = (int)(threadIdx.x & 31), g = lane / LPR, j = lane % LPR;
+    const int64_t wid = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5);
+    if (wid >= a.T * a.nchunk) return; /* the whole warp */
+    const int64_t ch = wid / a.T, t = wid - ch * a.T;
+    const int64_t rb = ch * a.chunk, re = rb + a.chunk < a.R ? rb + a.chunk : a.R;
+    const T *x = (const T *)a.x, *w = (const T *)a.w;
+    T *out = (T *)a.out;
+    float cs[E], sn[E], w1[E], w2[E];
+    const float *tp = tab + (a.pos + t) * RNV_D + j * E;
+#pragma unroll
+    for (int c = 0; c < E; c += 4) {
+        const float4 cv = *(const float4 *)(tp + c), sv = *(const float4 *)(tp + H + c);
+        cs[c] = cv.x, cs[c + 1] = cv.y, cs[c + 2] = cv.z, cs[c + 3] = cv.w;
+        sn[c] = sv.x, sn[c + 1] = sv.y, sn[c + 2] = sv.z, sn[c + 3] = sv.w;
+    }
+    if (w) {
+        oj_cu_ldv<T, E>(w + j * E, w1);
+        oj_cu_ldv<T, E>(w + H + j * E, w2);
+    }
+    const float epsf = (float)a.eps;
+    int64_t q1 = (rb + g) / a.R2, q2 = (rb + g) - q1 * a.R2;
+    const int64_t toff = t * a.sxT + j * E;
+    for (int64_t r0 = rb; r0 < re; r0 += (int64_t)G * RR) {
+        V l1[RR], l2[RR];
+#pragma unroll
+        for (int u = 0; u < RR; u++) { /* the RR rows' loads first */
+            const int64_t r = r0 + u * G + g;
+            const T *xr = x + q1 * a.sx1 + q2 * a.sx2 + toff;
+            l1[u] = r < re ? *(const V *)xr : make_uint4(0, 0, 0, 0);
+            l2[u] = r < re ? *(const V *)(xr + H) : make_uint4(0, 0, 0, 0);
+            rnv_advance(q1, q2, a.R2, G);
+        }
+#pragma unroll
+        for (int u = 0; u < RR; u++) {
+            const int64_t r = r0 + u * G + g;
+            float v1[E], v2[E], p[E];
+            oj_cu_unpackv<T, E>(l1[u], v1);
+            oj_cu_unpackv<T, E>(l2[u], v2);
+            if (sizeof(T) == 2) { /* a NaN's bits as the bit routines give them */
+                bool nan = false;
+#pragma unroll
+                for (int c = 0; c < E; c++) nan |= v1[c] != v1[c] || v2[c] != v2[c];
+                if (nan) {
+                    oj_cu_ldv<T, E>((const T *)&l1[u], v1);
+                    oj_cu_ldv<T, E>((const T *)&l2[u], v2);
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < E; c++) { /* element-lane j E + c: elements l, l + 32 */
+                float s = 0.0f;
+                s = __fmaf_rn(v1[c], v1[c], s);
+                p[c] = __fmaf_rn(v2[c], v2[c], s);
+            }
+            const float s = oj_cu_lanes_sum<E>(p);
+            float rs = __frsqrt_rn(__fadd_rn(__fdiv_rn(s, (float)RNV_D), epsf));
+            if (__any_sync(0xffffffffu, !isfinite(s))) { /* overflow: the sum in double */
+                double pd[E];
+#pragma unroll
+                for (int c = 0; c < E; c++) {
+                    double sd = 0.0;
+                    sd += (double)v1[c] * (double)v1[c];
+                    sd += (double)v2[c] * (double)v2[c];
+                    pd[c] = sd;
+                }
+                const double sd = oj_cu_lanes_sum<E>(pd);
+                if (!isfinite(s)) rs = (float)(1.0 / sqrt(sd / (double)RNV_D + a.eps));
+            }
+            float o1[E], o2[E];
+#pragma unroll
+            for (int c = 0; c < E; c++) {
+                float z1 = __fmul_rn(v1[c], rs), z2 = __fmul_rn(v2[c], rs);
+                if (w) {
+                    z1 = __fmul_rn(z1, w1[c]);
+                    z2 = __fmul_rn(z2, w2[c]);
+                }
+                /* the norm's output as stored (T): NaN bits do not matter,
+                 * the rotation's arithmetic makes any NaN the canonical one */
+                const float y1 = oj_cu_hw_tof(oj_cu_hw_fromf<T>(z1));
+                const float y2 = oj_cu_hw_tof(oj_cu_hw_fromf<T>(z2));
+                o1[c] = __fsub_rn(__fmul_rn(y1, cs[c]), __fmul_rn(y2, sn[c]));
+                o2[c] = __fadd_rn(__fmul_rn(y2, cs[c]), __fmul_rn(y1, sn[c]));
+            }
+            if (r < re) {
+                const int64_t n = r * a.T + t;
+                T *orow = out + n * RNV_D + j * E;
+                oj_cu_stv<T, E>(orow, o1);
+                oj_cu_stv<T, E>(orow + H, o2);
+                if (j == 0 && a.rstd_out) ((float *)a.rstd_out)[n] = rs;
+            }
+        }
+    }
+}
+
+// dy, x (R1, R2, T, 64) strided, rstd (R T), weight (64), tab -> dx (R1, R2, T, 64) strided
+template <typename T, int RR>
+__global__ void __launch_bounds__(RNR_THREADS) k_rnv_bwd(rnr_args a, const float *tab) {
+    constexpr int E = 16 / (int)sizeof(T), LPR = 32 / E, G = E, H = RNV_D / 2;
+    typedef uint4 V;
+    const int lane = (int)(threadIdx.x & 31), g = lane / LPR, j = lane % LPR;
+    const int64_t wid = (int64_t)blockIdx.x * RNR_WARPS + (threadIdx.x >> 5);
+    if (wid >= a.T * a.nchunk) return;
+    const int64_t ch = wid / a.T, t = wid - ch * a.T;
+    const int64_t rb = ch * a.chunk, re = rb + a.chunk < a.R ? rb + a.chunk : a.R;
+    const T *x = (const T *)a.x, *dy = (const T *)a.dy, *w = (const T *)a.w;
+    const float *rstd = (const float *)a.rstd_in;
+    T *dx = (T *)a.dx;
+    float cs[E], sn[E], w1[E], w2[E]; /* cos and -sin: k_rnr_bwd's sign -1 */
+    const float *tp = tab + (a.pos + t) * RNV_D + j * E;
+#pragma unroll
+    for (int c = 0; c < E; c += 4) {
+        const float4 cv = *(const float4 *)(tp + c), sv = *(const float4 *)(tp + H + c);
+        cs[c] = cv.x, cs[c + 1] = cv.y, cs[c + 2] = cv.z, cs[c + 3] = cv.w;
+        sn[c] = -sv.x, sn[c + 1] = -sv.y, sn[c + 2] = -sv.z, sn[c + 3] = -sv.w;
+    }
+    if (w) {
+        oj_cu_ldv<T, E>(w + j * E, w1);
+        oj_cu_ldv<T, E>(w + H + j * E, w2);
+    } else {
+#pragma unroll
+        for (int c = 0; c < E; c++) w1[c] = w2[c] = 1.0f;
+    }
+    int64_t q1 = (rb + g) / a.R2, q2 = (rb + g) - q1 * a.R2;
+    const int64_t tx = t * a.sxT + j * E, tg = t * a.sgT + j * E, td = t * a.sdT + j * E;
+    for (int64_t r0 = rb; r0 < re; r0 += (int64_t)G * RR) {
+        V lx1[RR], lx2[RR], lg1[RR], lg2[RR];
+        float rsv[RR];
+        int64_t od[RR];
+#pragma unroll
+        for (int u = 0; u < RR; u++) {
+            const int64_t r = r0 + u * G + g;
+            const bool in = r < re;
+            const T *xr = x + q1 * a.sx1 + q2 * a.sx2 + tx;
+            const T *gr = dy + q1 * a.sg1 + q2 * a.sg2 + tg;
+            od[u] = q1 * a.sd1 + q2 * a.sd2 + td;
+            const V z = make_uint4(0, 0, 0, 0);
+            lx1[u] = in ? *(const V *)xr : z;
+            lx2[u] = in ? *(const V *)(xr + H) : z;
+            lg1[u] = in ? *(const V *)gr : z;
+            lg2[u] = in ? *(const V *)(gr + H) : z;
+            rsv[u] = in ? rstd[r * a.T + t] : 0.0f;
+            rnv_advance(q1, q2, a.R2, G);
+        }
+#pragma unroll
+        for (int u = 0; u < RR; u++) {
+            const int64_t r = r0 + u * G + g;
+            const float rs = rsv[u];
+            float x1[E], x2[E], d1[E], d2[E];
+            oj_cu_ldv<T, E>((const T *)&lx1[u], x1);
+            oj_cu_ldv<T, E>((const T *)&lx2[u], x2);
+            oj_cu_ldv<T, E>((const T *)&lg1[u], d1);
+            oj_cu_ldv<T, E>((const T *)&lg2[u], d2);
+            float xh1[E], xh2[E], gw1[E], gw2[E], p[E];
+#pragma unroll
+            for (int c = 0; c < E; c++) {
+                /* the inverse rotation of dy (sign -1, in float), stored in T */
+                const float g1 = oj_cu_hw_tof(oj_cu_hw_fromf<T>(
+                    __fsub_rn(__fmul_rn(d1[c], cs[c]), __fmul_rn(d2[c], sn[c]))));
+                const float g2 = oj_cu_hw_tof(oj_cu_hw_fromf<T>(
+                    __fadd_rn(__fmul_rn(d2[c], cs[c]), __fmul_rn(d1[c], sn[c]))));
+                /* k_rnr_bwd's expressions, term for term */
+                xh1[c] = x1[c] * rs;
+                gw1[c] = g1 * w1[c];
+                xh2[c] = x2[c] * rs;
+                gw2[c] = g2 * w2[c];
+                float sgx = 0.0f;
+                sgx += gw1[c] * xh1[c];
+                sgx += gw2[c] * xh2[c];
+                p[c] = sgx;
+            }
+            const float sgx = oj_cu_lanes_sum<E>(p) / (float)RNV_D;
+            float o1[E], o2[E];
+#pragma unroll
+            for (int c = 0; c < E; c++) {
+                o1[c] = rs * (gw1[c] - xh1[c] * sgx);
+                o2[c] = rs * (gw2[c] - xh2[c] * sgx);
+            }
+            if (r < re) {
+                oj_cu_stv<T, E>(dx + od[u], o1);
+                oj_cu_stv<T, E>(dx + od[u] + H, o2);
+            }
+        }
+    }
+}
+
+/* The engine's table for (D, theta) covering positions [0, need), made on
+ * first use (its rows rounded up to a power of two, at least 1024); NULL
+ * when it would exceed RNV_MAX_POS rows or RNV_TABS tables, or a CUDA call
+ * failed (the caller takes the kernels above). During a capture the table
+ * is filled on a side stream and waited for, so the graph only reads it;
+ * tables live until the engine closes (graphs may hold their addresses). */
+static const float *rnv_table(oj_engine *eng, int64_t D, double theta, int64_t need) {
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (s == NULL || need > RNV_MAX_POS) return NULL;
+    if (s->rnr_tabs == NULL &&
+        (s->rnr_tabs = (oj_cuda_rnr_tabs *)calloc(1, sizeof *s->rnr_tabs)) == NULL)
+        return NULL;
+    oj_cuda_rnr_tabs *c = s->rnr_tabs;
+    for (int i = 0; i < c->n; i++)
+        if (c->e[i].D == D && c->e[i].theta == theta && c->e[i].npos >= need) return c->e[i].p;
+    if (c->n == RNV_TABS) return NULL;
+    int64_t npos = 1024;
+    while (npos < need) npos *= 2;
+    if (npos > RNV_MAX_POS) npos = RNV_MAX_POS;
+    float *p = NULL;
+    const bool cap = oj_cuda_capturing(eng);
+    cudaError_t e = cudaMalloc((void **)&p, (size_t)(npos * D) * sizeof(float));
+    if (e == cudaSuccess && cap && c->side == NULL)
+        e = cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking);
+    if (e == cudaSuccess) {
+        const int64_t blocks = (npos * (D / 2) + 255) / 256;
+        k_rnr_table<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0,
+                      cap ? c->side : OJ_STREAM>>>(p, npos, D, theta);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess && cap) e = cudaStreamSynchronize(c->side);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (p) cudaFree(p);
+        return NULL;
+    }
+    c->e[c->n].D = D;
+    c->e[c->n].npos = npos;
+    c->e[c->n].theta = theta;
+    c->e[c->n].p = p;
+    c->n++;
+    return p;
+}
+
+void oj_cuda_rnr_close(oj_cuda_state *s) {
+    oj_cuda_rnr_tabs *c = s->rnr_tabs;
+    if (c == NULL) return;
+    for (int i = 0; i < c->n; i++) cudaFree(c->e[i].p);
+    if (c->side) cudaStreamDestroy(c->side);
+    free(c);
+    s->rnr_tabs = NULL;
+}
+
+/* Is the vector path on (OJAS_CUDA_RNR_TABLE, default 1; read per call,
+ * so tests can compare both paths in one process)? */
+static bool rnv_on(void) {
+    const char *e = getenv("OJAS_CUDA_RNR_TABLE");
+    return !(e && e[0] == '0');
+}
+
+/* Are p's address and the element strides s[0..n) multiples of 16 bytes? */
+static bool rnv_aligned(const void *p, const int64_t *s, int n, int64_t esz) {
+    if ((uintptr_t)p % 16) return false;
+    for (int i = 0; i < n; i++)
+        if ((s[i] * esz) % 16) return false;
+    return true;
+}
+
 /* ---------------------------------------------------------------- generic path */
 
 /* Size of float dtype dt (f64, f32, bf16, f16). */
@@ -447,6 +755,46 @@ template <typename T> static void rnr_bwd_launch(const rnr_args &a, int npt) {
 #undef X
 }
 
+/* The vector path's geometry: chunks of a multiple of G rows (G rows a
+ * warp instruction), about OJAS_CUDA_RNR_WARPS (default RNV_TARGET_WARPS)
+ * warps in all. */
+static void rnv_chunks(rnr_args &a, int G) {
+    const char *e = getenv("OJAS_CUDA_RNR_WARPS");
+    const int64_t target = e && atoll(e) > 0 ? atoll(e) : RNV_TARGET_WARPS;
+    const int64_t groups = (a.R + G - 1) / G;
+    int64_t nchunk = (target + a.T - 1) / a.T;
+    if (nchunk > groups) nchunk = groups;
+    if (nchunk < 1) nchunk = 1;
+    a.chunk = (groups + nchunk - 1) / nchunk * G;
+    a.nchunk = (a.R + a.chunk - 1) / a.chunk;
+}
+
+/* Rows a lane loads before using them (OJAS_CUDA_RNR_RR: 1, 2 (default)
+ * or 4; tuning runs). */
+static int rnv_rr(void) {
+    const char *e = getenv("OJAS_CUDA_RNR_RR");
+    const int v = e ? atoi(e) : 2;
+    return v == 1 || v == 4 ? v : 2;
+}
+
+template <typename T> static void rnv_fwd_launch(rnr_args &a, const float *tab) {
+    rnv_chunks(a, 16 / (int)sizeof(T));
+    const unsigned b = rnr_blocks(a.T * a.nchunk);
+    const int rr = rnv_rr();
+    if (rr == 1) k_rnv_fwd<T, 1><<<b, RNR_THREADS, 0, OJ_STREAM>>>(a, tab);
+    if (rr == 2) k_rnv_fwd<T, 2><<<b, RNR_THREADS, 0, OJ_STREAM>>>(a, tab);
+    if (rr == 4) k_rnv_fwd<T, 4><<<b, RNR_THREADS, 0, OJ_STREAM>>>(a, tab);
+}
+
+template <typename T> static void rnv_bwd_launch(rnr_args &a, const float *tab) {
+    rnv_chunks(a, 16 / (int)sizeof(T));
+    const unsigned b = rnr_blocks(a.T * a.nchunk);
+    const int rr = rnv_rr();
+    if (rr == 1) k_rnv_bwd<T, 1><<<b, RNR_THREADS, 0, OJ_STREAM>>>(a, tab);
+    if (rr == 2) k_rnv_bwd<T, 2><<<b, RNR_THREADS, 0, OJ_STREAM>>>(a, tab);
+    if (rr == 4) k_rnv_bwd<T, 4><<<b, RNR_THREADS, 0, OJ_STREAM>>>(a, tab);
+}
+
 /* The rows of x [..., T, D] into a (R = rows / T, T, the position offset
  * and theta); returns the row count N, 0 when x is empty (nothing to do). */
 static int64_t rnr_init(rnr_args *a, const oj_tensor *x, int64_t pos, double theta) {
@@ -486,6 +834,15 @@ oj_status oj_cuda_rms_norm_rotary_forward(oj_engine *eng, oj_tensor *out, oj_ten
         a.sx1 = s1;
         a.sx2 = s2;
         a.sxT = x->stride[x->rank - 2];
+        const int64_t es = oj_dtype_size(x->dtype), xs[3] = {s1, s2, a.sxT};
+        const float *tab = D == RNV_D && position_offset >= 0 && rnv_on() && rnv_aligned(a.x, xs, 3, es) &&
+                                   rnv_aligned(a.w, NULL, 0, es) && rnv_aligned(a.out, NULL, 0, es)
+                               ? rnv_table(eng, D, theta, position_offset + T)
+                               : NULL;
+        if (tab) {
+            OJ_CU_FLOAT_TYPE(x->dtype, T_, rnv_fwd_launch<T_>(a, tab));
+            return oj_cuda_check(eng, "k_rnv_fwd");
+        }
         rnr_chunks(a);
         OJ_CU_FLOAT_TYPE(x->dtype, T_, rnr_fwd_launch<T_>(a, npt));
         return oj_cuda_check(eng, op);
@@ -534,6 +891,18 @@ oj_status oj_cuda_rms_norm_rotary_backward(oj_engine *eng, oj_tensor *dx, const 
         a.sd1 = s1[2];
         a.sd2 = s2[2];
         a.sdT = dx->stride[dx->rank - 2];
+        const int64_t es = oj_dtype_size(x->dtype);
+        const int64_t xs[3] = {s1[0], s2[0], a.sxT}, gs[3] = {s1[1], s2[1], a.sgT},
+                      ds[3] = {s1[2], s2[2], a.sdT};
+        const float *tab = D == RNV_D && position_offset >= 0 && rnv_on() && rnv_aligned(a.x, xs, 3, es) &&
+                                   rnv_aligned(a.dy, gs, 3, es) && rnv_aligned(a.dx, ds, 3, es) &&
+                                   rnv_aligned(a.w, NULL, 0, es)
+                               ? rnv_table(eng, D, theta, position_offset + T)
+                               : NULL;
+        if (tab) {
+            OJ_CU_FLOAT_TYPE(x->dtype, T_, rnv_bwd_launch<T_>(a, tab));
+            return oj_cuda_check(eng, "k_rnv_bwd");
+        }
         rnr_chunks(a);
         OJ_CU_FLOAT_TYPE(x->dtype, T_, rnr_bwd_launch<T_>(a, npt));
         return oj_cuda_check(eng, op);

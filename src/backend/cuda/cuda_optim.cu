@@ -8,6 +8,7 @@
  * nothing and reports a non-finite new value through a status word. */
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -338,6 +339,33 @@ __global__ void k_muon_normalize(const T *u, const double *norms, O *out, int64_
     }
 }
 
+/* The same values with the factor computed once per matrix (blockIdx.y)
+ * and 16-byte loads (4 f32 a thread; per % 4 == 0, aligned): the per
+ * element 64-bit division and double reciprocal made the kernel above
+ * ~1 TB/s. */
+template <typename O>
+__global__ void k_muon_normalize_v(const float *u, const double *norms, O *out, int64_t per) {
+    const int64_t m = blockIdx.y;
+    const float s = (float)oj_unary_d(OJ_UN_RECIPROCAL,
+                                      oj_unary_d(OJ_UN_AFFINE, norms[m], 1.0, 1e-7), 0.0, 0.0);
+    const float4 *um = (const float4 *)(u + m * per);
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < per / 4;
+         q += (int64_t)gridDim.x * blockDim.x) {
+        const float4 v = um[q];
+        float x[4] = {MUL(v.x, s), MUL(v.y, s), MUL(v.z, s), MUL(v.w, s)};
+        if constexpr (std::is_same<O, oj_cu_bf16>::value)
+            oj_cu_stv<oj_cu_bf16, 4>(out + m * per + 4 * q, x);
+        else
+            ((float4 *)(out + m * per))[q] = make_float4(x[0], x[1], x[2], x[3]);
+    }
+}
+
+/* Muon's 16-byte kernels on (OJAS_CUDA_MUON_VEC, default 1; read per call)? */
+static bool muon_vec_on(void) {
+    const char *e = getenv("OJAS_CUDA_MUON_VEC");
+    return !(e && e[0] == '0');
+}
+
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                  const oj_tensor *norms); /* registered in cuda_backend.cu */
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
@@ -358,6 +386,18 @@ oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor
     int64_t n = oj_cuda_numel(u), per = u->shape[1] * u->shape[2];
     if (n == 0) return OJ_OK;
     const double *nm = PTR(const double, norms);
+    if (u->dtype == OJ_F32 && per % 4 == 0 && u->shape[0] <= 65535 && muon_vec_on() &&
+        oj_cu_aligned16(oj_cuda_ptr(u)) && (uintptr_t)oj_cuda_ptr(out) % 16 == 0) {
+        const int64_t bx = (per / 4 + OJ_CUDA_THREADS - 1) / OJ_CUDA_THREADS;
+        const dim3 grid((unsigned)(bx < 1024 ? bx : 1024), (unsigned)u->shape[0]);
+        if (out->dtype == OJ_F32)
+            k_muon_normalize_v<float><<<grid, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
+                PTR(const float, u), nm, PTR(float, out), per);
+        else
+            k_muon_normalize_v<oj_cu_bf16><<<grid, OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
+                PTR(const float, u), nm, PTR(oj_cu_bf16, out), per);
+        return oj_cuda_check(eng, "k_muon_normalize_v");
+    }
     if (u->dtype == OJ_F64)
         k_muon_normalize<double, double><<<oj_cuda_blocks(n), OJ_CUDA_THREADS, 0, OJ_STREAM>>>(
             PTR(const double, u), nm, PTR(double, out), per, n);
@@ -458,11 +498,22 @@ static __device__ __forceinline__ double sqm_load(const oj_cu_f16 *x, int64_t i)
     return (double)oj_cu_tof(x[i]);
 }
 
+/* SQM_LOADS elements a thread loads before folding them (the same chain:
+ * the fold waited on one load at a time, ~1.6 TB/s) */
+#define SQM_LOADS 8
 template <typename T>
 static __device__ __forceinline__ double sqm_fold(const void *p, int64_t lo, int64_t hi) {
     const T *x = (const T *)p;
     double s = 0.0;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += SQM_THREADS) {
+    int64_t i = lo + threadIdx.x;
+    for (; i + (SQM_LOADS - 1) * SQM_THREADS < hi; i += SQM_LOADS * SQM_THREADS) {
+        double v[SQM_LOADS];
+#pragma unroll
+        for (int k = 0; k < SQM_LOADS; k++) v[k] = sqm_load(x, i + k * SQM_THREADS);
+#pragma unroll
+        for (int k = 0; k < SQM_LOADS; k++) s = __dadd_rn(s, __dmul_rn(v[k], v[k]));
+    }
+    for (; i < hi; i += SQM_THREADS) {
         double v = sqm_load(x, i);
         s = __dadd_rn(s, __dmul_rn(v, v));
     }
@@ -976,6 +1027,7 @@ template <typename T> struct mom_batch {
     int count;
     T mu;
     bool nesterov, to_buf; /* to_buf: every u is NULL (buf is written) */
+    bool vec; /* every pointer 16-byte aligned: 4 elements a thread (f32) */
 };
 static_assert(sizeof(mom_batch<double>) + sizeof(void *) <= 4096, "mom_batch too large");
 
@@ -992,7 +1044,25 @@ __global__ void __launch_bounds__(MT_THREADS) k_muon_momentum_multi(const mom_ba
     int64_t last = first + MT_CHUNK < n ? first + MT_CHUNK : n;
     T *buf = b.buf[k], *u = b.u[k];
     const T *g = b.g[k];
-    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
+    int64_t i = first + threadIdx.x;
+    if constexpr (sizeof(T) == 4) if (b.vec) { /* 4 elements a thread: the same code per element */
+        const int64_t lv = first + (last - first) / 4 * 4;
+        for (int64_t q = first + 4 * threadIdx.x; q < lv; q += 4 * MT_THREADS) {
+            const float4 bv = *(const float4 *)(buf + q);
+            float4 gv = *(const float4 *)(g + q);
+            float bi[4] = {bv.x, bv.y, bv.z, bv.w}, gi[4] = {gv.x, gv.y, gv.z, gv.w}, o[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const T ge = coef != 1.0 ? gate_scale((T)gi[e], coef, false) : (T)gi[e];
+                const T bb = ADD(MUL((T)bi[e], b.mu), ge);
+                o[e] = (float)(b.to_buf || !b.nesterov ? bb : FMA(bb, b.mu, ge));
+            }
+            *(float4 *)(b.to_buf ? (float *)buf + q : (float *)u + q) =
+                make_float4(o[0], o[1], o[2], o[3]);
+        }
+        i = lv + threadIdx.x;
+    }
+    for (; i < last; i += MT_THREADS) {
         T gi = gate_grad(g, i, coef, n == 1);
         T bb = ADD(MUL(buf[i], b.mu), gi);
         if (b.to_buf)
@@ -1012,6 +1082,7 @@ template <typename T> struct apl_batch {
     bool has_scale[CAP], has_decay[CAP];
     int chunk0[CAP + 1];
     int count;
+    bool vec; /* p, u 16-byte and lo 8-byte aligned everywhere: 4 elements a thread (f32) */
 };
 static_assert(sizeof(apl_batch<double>) + 3 * sizeof(void *) <= 4096, "apl_batch too large");
 
@@ -1028,7 +1099,27 @@ __global__ void __launch_bounds__(MT_THREADS)
     oj_cu_bf16 *lo = sizeof(T) == sizeof(float) && !check_only ? b.lo[sizeof(T) == sizeof(float) ? k : 0] : NULL;
     T al = b.al[k], sc = b.sc[k], de = b.de[k];
     bool hs = b.has_scale[k], hd = b.has_decay[k], ok = true;
-    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
+    int64_t i = first + threadIdx.x;
+    if constexpr (sizeof(T) == 4) if (b.vec) { /* 4 elements a thread: the same code per element */
+        const int64_t lv = first + (last - first) / 4 * 4;
+        for (int64_t q = first + 4 * threadIdx.x; q < lv; q += 4 * MT_THREADS) {
+            const float4 pv = *(const float4 *)(p + q), uv = *(const float4 *)(u + q);
+            float pe[4] = {pv.x, pv.y, pv.z, pv.w}, ue[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                T pi = (T)pe[e], ui = (T)ue[e];
+                if (hs) ui = MUL(ui, sc);
+                if (hd) pi = MUL(pi, de);
+                pi = FMA(ui, al, pi);
+                if (check_only) ok &= (bool)isfinite(pi);
+                pe[e] = (float)pi;
+            }
+            if (!check_only) *(float4 *)((float *)p + q) = make_float4(pe[0], pe[1], pe[2], pe[3]);
+            if (lo) oj_cu_stv<oj_cu_bf16, 4>(lo + q, pe); /* copy's rounding */
+        }
+        i = lv + threadIdx.x;
+    }
+    for (; i < last; i += MT_THREADS) {
         T pi = p[i], ui = u[i];
         if (hs) ui = MUL(ui, sc);
         if (hd) pi = MUL(pi, de);
@@ -1064,6 +1155,7 @@ static oj_status mom_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tens
         b.mu = (T)momentum;
         b.nesterov = nesterov;
         b.to_buf = updates == NULL;
+        b.vec = muon_vec_on();
     };
     auto launch = [&]() {
         k_muon_momentum_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
@@ -1084,6 +1176,8 @@ static oj_status mom_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tens
         b.buf[k] = PTR(T, bufs[i]);
         b.g[k] = PTR(const T, grads[i]);
         b.u[k] = updates ? PTR(T, updates[i]) : NULL;
+        b.vec = b.vec && oj_cu_aligned16(b.buf[k]) && oj_cu_aligned16(b.g[k]) &&
+                (b.u[k] == NULL || oj_cu_aligned16(b.u[k]));
         b.numel[k] = ne;
         b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
     }
@@ -1120,6 +1214,7 @@ static oj_status apl_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tens
     const char *op = "apply_update_multi";
     apl_batch<T> b;
     memset(&b, 0, sizeof b);
+    b.vec = muon_vec_on();
     auto launch = [&]() {
         k_apply_update_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
             b, check_only, bad, oj_cuda_state_of(eng)->gate);
@@ -1133,12 +1228,15 @@ static oj_status apl_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n, oj_tens
         if (b.count == apl_batch<T>::CAP || b.chunk0[b.count] + chunks > INT_MAX) {
             if (launch() != OJ_OK) return oj_last_status(eng);
             memset(&b, 0, sizeof b);
+            b.vec = muon_vec_on();
         }
         int k = b.count++;
         b.p[k] = PTR(T, params[i]);
         b.u[k] = PTR(const T, updates[i]);
         if (sizeof(T) == sizeof(float))
             b.lo[sizeof(T) == sizeof(float) ? k : 0] = lows && lows[i] ? PTR(oj_cu_bf16, lows[i]) : NULL;
+        b.vec = b.vec && oj_cu_aligned16(b.p[k]) && oj_cu_aligned16(b.u[k]) &&
+                (sizeof(T) != sizeof(float) || (uintptr_t)b.lo[sizeof(T) == sizeof(float) ? k : 0] % 8 == 0);
         b.numel[k] = ne;
         /* as oj_cuda_apply_update rounds them */
         b.al[k] = (T)alpha[i];

@@ -109,6 +109,165 @@ __global__ void __launch_bounds__(VM_THREADS)
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
+/* ---------------------------------------------------------------- vector path (D 64)
+ * The kernels above with 16-byte accesses: a row of 64 16-bit elements is
+ * 4 lanes, each holding E = 8 consecutive elements of each half (element
+ * l and l + 32, the two a lane of k_vmix_* reads, sit in one lane), so a
+ * warp holds 8 of the warps above ("virtual warps", each the same run of
+ * rows, walked in the same order). ds keeps its bits: each element-lane's
+ * double chain is the same, the run's sum takes oj_cu_warp_sum's order
+ * over the 32 element-lanes, and a virtual block's four sums
+ * oj_cu_block_sum's second stage (lanes 4..31 zeros). Taken for D 64 and
+ * every address and outer stride a multiple of 16 bytes;
+ * OJAS_CUDA_VMIX_VEC=0 keeps the kernels above. */
+#define VMV_E 8 /* elements of each half a lane */
+#define VMV_G 4 /* virtual warps' rows at once: 8 groups of 4 lanes */
+/* rows a lane loads before using them: forward 2, backward 1 (6 loads a
+ * row; 2 would take 150 registers) */
+#define VMV_RR 2
+#define VMV_RR_BWD 1
+
+/* Virtual warp vw's run of rows (vm_run's, nw virtual warps). */
+static __device__ __forceinline__ void vmv_run(const vm_geom &g, int64_t vw, int64_t nw,
+                                               int64_t *r0, int64_t *r1) {
+    const int64_t per = (g.rows + nw - 1) / nw;
+    *r0 = vw * per < g.rows ? vw * per : g.rows;
+    *r1 = *r0 + per < g.rows ? *r0 + per : g.rows;
+}
+
+// v1, v0 (.., 64) strided -> out (rows, 64) contiguous; nvw virtual warps
+template <typename T>
+__global__ void __launch_bounds__(256) k_vmv_fwd(const vm_geom g, T *out, const float *s,
+                                                 int64_t nvw) {
+    typedef uint4 V;
+    const float sv = *s;
+    const int lane = threadIdx.x & 31, j = lane & 3;
+    const int64_t vw = ((int64_t)blockIdx.x * 8 + (threadIdx.x >> 5)) * 8 + (lane >> 2);
+    int64_t r0, r1, idx[3], off[2];
+    vmv_run(g, vw, nvw, &r0, &r1);
+    if (r0 < r1) vm_start(g, r0, 2, idx, off);
+    for (int64_t r = r0; r < r1; r += VMV_RR) {
+        V la[VMV_RR][2], lb[VMV_RR][2];
+        int64_t orow[VMV_RR];
+#pragma unroll
+        for (int u = 0; u < VMV_RR; u++) {
+            orow[u] = r + u;
+            if (r + u < r1) {
+                const T *a = (const T *)g.p[0] + off[0] + j * VMV_E;
+                const T *b = (const T *)g.p[1] + off[1] + j * VMV_E;
+                la[u][0] = *(const V *)a, la[u][1] = *(const V *)(a + 32);
+                lb[u][0] = *(const V *)b, lb[u][1] = *(const V *)(b + 32);
+                vm_next(g, 2, idx, off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < VMV_RR; u++) {
+            if (orow[u] >= r1) break;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float a[VMV_E], b[VMV_E], o[VMV_E];
+                oj_cu_ldv<T, VMV_E>((const T *)&la[u][h], a);
+                oj_cu_ldv<T, VMV_E>((const T *)&lb[u][h], b);
+#pragma unroll
+                for (int c = 0; c < VMV_E; c++) {
+                    const float diff = oj_cu_hw_tof(oj_cu_hw_fromf<T>(__fsub_rn(a[c], b[c])));
+                    o[c] = __fadd_rn(b[c], __fmul_rn(diff, sv));
+                }
+                oj_cu_stv<T, VMV_E>(out + orow[u] * 64 + h * 32 + j * VMV_E, o);
+            }
+        }
+    }
+}
+
+// g, v1, v0 (.., 64) strided -> dv1, dv0 (.., 64) strided, partial[nvb] (ds)
+template <typename T>
+__global__ void __launch_bounds__(256) k_vmv_bwd(const vm_geom g, T *dv1, T *dv0, const float *s,
+                                                 double *partial, int64_t nvb) {
+    typedef uint4 V;
+    const float sv = *s;
+    const int lane = threadIdx.x & 31, j = lane & 3, grp = lane >> 2;
+    const int64_t vw = ((int64_t)blockIdx.x * 8 + (threadIdx.x >> 5)) * 8 + grp;
+    double acc[VMV_E];
+#pragma unroll
+    for (int c = 0; c < VMV_E; c++) acc[c] = 0.0;
+    int64_t r0, r1, idx[3], off[5];
+    vmv_run(g, vw, nvb * VM_WARPS, &r0, &r1);
+    if (r0 < r1) vm_start(g, r0, 5, idx, off);
+    for (int64_t r = r0; r < r1; r += VMV_RR_BWD) {
+        V la[VMV_RR_BWD][2], lb[VMV_RR_BWD][2], lg[VMV_RR_BWD][2];
+        int64_t o1[VMV_RR_BWD], o0[VMV_RR_BWD];
+#pragma unroll
+        for (int u = 0; u < VMV_RR_BWD; u++) {
+            if (r + u < r1) {
+                const int64_t e = j * VMV_E;
+                const T *gp = (const T *)g.p[2] + off[2] + e;
+                lg[u][0] = *(const V *)gp, lg[u][1] = *(const V *)(gp + 32);
+                if (partial) {
+                    const T *a = (const T *)g.p[0] + off[0] + e, *b = (const T *)g.p[1] + off[1] + e;
+                    la[u][0] = *(const V *)a, la[u][1] = *(const V *)(a + 32);
+                    lb[u][0] = *(const V *)b, lb[u][1] = *(const V *)(b + 32);
+                }
+                o1[u] = off[3] + e, o0[u] = off[4] + e;
+                vm_next(g, 5, idx, off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < VMV_RR_BWD; u++) {
+            if (r + u >= r1) break;
+#pragma unroll
+            for (int h = 0; h < 2; h++) { /* h 0: element l, 1: l + 32 (k_vmix_bwd's order) */
+                float gf[VMV_E], d1[VMV_E], d0[VMV_E];
+                oj_cu_ldv<T, VMV_E>((const T *)&lg[u][h], gf);
+#pragma unroll
+                for (int c = 0; c < VMV_E; c++) { /* dv1 = g s rounded; dv0 = g - dv1 */
+                    d1[c] = __fmul_rn(gf[c], sv);
+                    d0[c] = __fadd_rn(gf[c], -oj_cu_hw_tof(oj_cu_hw_fromf<T>(d1[c])));
+                }
+                if (dv1) oj_cu_stv<T, VMV_E>(dv1 + o1[u] + h * 32, d1);
+                if (dv0) oj_cu_stv<T, VMV_E>(dv0 + o0[u] + h * 32, d0);
+                if (partial) {
+                    float a[VMV_E], b[VMV_E];
+                    oj_cu_ldv<T, VMV_E>((const T *)&la[u][h], a);
+                    oj_cu_ldv<T, VMV_E>((const T *)&lb[u][h], b);
+#pragma unroll
+                    for (int c = 0; c < VMV_E; c++) {
+                        const float diff =
+                            oj_cu_hw_tof(oj_cu_hw_fromf<T>(__fsub_rn(a[c], b[c])));
+                        acc[c] = __dadd_rn(acc[c], __dmul_rn((double)gf[c], (double)diff));
+                    }
+                }
+            }
+        }
+    }
+    if (partial == NULL) return; /* uniform over the grid */
+    const double w = oj_cu_lanes_sum<VMV_E>(acc); /* the virtual warp's oj_cu_warp_sum */
+    /* oj_cu_block_sum's second stage over the virtual block's 4 warps
+     * (groups 4 k .. 4 k + 3 of this warp): lanes 4..31 add zeros first */
+    const int base = (grp & ~3) * 4;
+    double u[VM_WARPS];
+#pragma unroll
+    for (int k = 0; k < VM_WARPS; k++)
+        u[k] = __dadd_rn(__dadd_rn(__dadd_rn(__shfl_sync(0xffffffffu, w, base + 4 * k), 0.0), 0.0),
+                         0.0);
+    const int64_t vb = vw / VM_WARPS;
+    if ((lane & 15) == 0 && vb < nvb)
+        partial[vb] = __dadd_rn(__dadd_rn(u[0], u[2]), __dadd_rn(u[1], u[3]));
+}
+
+/* Is the vector path on (OJAS_CUDA_VMIX_VEC, default 1; read per call) and
+ * does it fit: D 64, the n pointers and their outer strides multiples of 16
+ * bytes (8 elements)? */
+static bool vmv_fits(const vm_geom &g, const void *const *ptrs, int np, int nst) {
+    const char *e = getenv("OJAS_CUDA_VMIX_VEC");
+    if ((e && e[0] == '0') || g.D != 64) return false;
+    for (int i = 0; i < np; i++)
+        if (ptrs[i] && (uintptr_t)ptrs[i] % 16) return false;
+    for (int k = 0; k < nst; k++)
+        for (int d = 0; d < 3; d++)
+            if (g.st[k][d] % 8) return false;
+    return true;
+}
+
 /* ds[0] = the nb partials summed in a fixed order, rounded to f32: thread
  * t of one block of VM_DS_THREADS adds partials t, t + VM_DS_THREADS, ...
  * in turn, then the block's tree (oj_cu_block_sum), instead of one
@@ -177,6 +336,18 @@ oj_status oj_cuda_value_mix_forward(oj_engine *eng, oj_tensor *out, const oj_ten
                             op);
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     if (g.rows * g.D == 0) return OJ_OK;
+    const void *fp[3] = {g.p[0], g.p[1], oj_cuda_ptr(out)};
+    if (vmv_fits(g, fp, 3, 2)) {
+        const int64_t nvw = (int64_t)vm_blocks(g.rows) * VM_WARPS;
+        const unsigned b = (unsigned)((nvw + 63) / 64); /* 8 warps of 8 virtual warps */
+        if (v1->dtype == OJ_BF16)
+            k_vmv_fwd<oj_cu_bf16><<<b, 256, 0, OJ_STREAM>>>(
+                g, (oj_cu_bf16 *)oj_cuda_ptr(out), (const float *)oj_cuda_ptr(s), nvw);
+        else
+            k_vmv_fwd<oj_cu_f16><<<b, 256, 0, OJ_STREAM>>>(
+                g, (oj_cu_f16 *)oj_cuda_ptr(out), (const float *)oj_cuda_ptr(s), nvw);
+        return oj_cuda_check(eng, "k_vmv_fwd");
+    }
     if (v1->dtype == OJ_BF16)
         k_vmix_fwd<oj_cu_bf16><<<vm_blocks(g.rows), VM_THREADS, 0, OJ_STREAM>>>(
             g, (oj_cu_bf16 *)oj_cuda_ptr(out), (const float *)oj_cuda_ptr(s));
@@ -211,7 +382,20 @@ oj_status oj_cuda_value_mix_backward(oj_engine *eng, oj_tensor *dv1, oj_tensor *
     }
     const float *sp = (const float *)oj_cuda_ptr(s);
     oj_status st = OJ_OK;
-    if (geo.rows * geo.D > 0 || ds) {
+    const void *bp[5] = {geo.p[0], geo.p[1], geo.p[2], dv1 ? oj_cuda_ptr(dv1) : NULL,
+                         dv0 ? oj_cuda_ptr(dv0) : NULL};
+    if ((geo.rows * geo.D > 0 || ds) && vmv_fits(geo, bp, 5, 5)) {
+        const unsigned b = (unsigned)(((int64_t)nb * VM_WARPS + 63) / 64);
+        if (v1->dtype == OJ_BF16)
+            k_vmv_bwd<oj_cu_bf16><<<b, 256, 0, OJ_STREAM>>>(
+                geo, dv1 ? (oj_cu_bf16 *)oj_cuda_ptr(dv1) : NULL,
+                dv0 ? (oj_cu_bf16 *)oj_cuda_ptr(dv0) : NULL, sp, partial, (int64_t)nb);
+        else
+            k_vmv_bwd<oj_cu_f16><<<b, 256, 0, OJ_STREAM>>>(
+                geo, dv1 ? (oj_cu_f16 *)oj_cuda_ptr(dv1) : NULL,
+                dv0 ? (oj_cu_f16 *)oj_cuda_ptr(dv0) : NULL, sp, partial, (int64_t)nb);
+        st = oj_cuda_check(eng, "k_vmv_bwd");
+    } else if (geo.rows * geo.D > 0 || ds) {
         if (v1->dtype == OJ_BF16)
             k_vmix_bwd<oj_cu_bf16><<<nb, VM_THREADS, 0, OJ_STREAM>>>(
                 geo, dv1 ? (oj_cu_bf16 *)oj_cuda_ptr(dv1) : NULL,
