@@ -752,12 +752,9 @@ static bool dq_late(void) {
 /* Whether the product takes its form before the row loop (dq_dot: the
  * quants widened by I2F, x's block read again for each row):
  * OJAS_DECODE_QLOOP=0 (default off: the row loop, dq_dotx, same bits).
- * Kept while the two are compared on the GPU. */
-static bool dq_legacy(void) {
-    static int legacy = -1;
-    if (legacy < 0) legacy = !dq_env_flag("OJAS_DECODE_QLOOP", true);
-    return legacy != 0;
-}
+ * Read at each launch (a test compares the two); kept while the two are
+ * compared on the GPU. */
+static bool dq_legacy(void) { return !dq_env_flag("OJAS_DECODE_QLOOP", true); }
 
 /* Whether k_dec_q runs PRE: OJAS_DECODE_QPRE=1 (default off: on the H200
  * at cfed885 it made gpt2 124M's step 16-20% slower than the loop, which
