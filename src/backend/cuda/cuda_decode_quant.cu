@@ -36,13 +36,19 @@
  *    w + b rounded to T (the layer_norm's value up to the order of its
  *    sums);
  *  - product: the pairs (row, part of K) go to the 4 warps (one row takes
- *    4 / R warps when R < 4); lane l of a pair's warp takes the blocks of
- *    32 l, l + 32 WPR, ... of its part: it reads the block's scale (and
- *    min) and quants from shared memory, sums q_j x_j (and x_j where the
- *    format has a min) in f32 with fused multiply-adds in element order,
- *    and adds d * sum (- m * sum x); the lanes are combined by a xor
- *    butterfly and a row's warps in warp order (the same bits on every
- *    run, no atomics);
+ *    4 / R warps when R < 4; warp w has pairs w, w + 4, ..., at most 8);
+ *    lane l of a warp takes the blocks of 32 l, l + 32 WPR, ... of its
+ *    part: it reads the block of x (and its sum, for a format with a min)
+ *    once, then for each of the warp's rows the block's scale (and min)
+ *    and quants from shared memory, sums q_j x_j in f32 with fused
+ *    multiply-adds in element order (the quants made floats by dq_i2f's
+ *    exact bit trick, not I2F), and adds d * sum (- m * sum x); the lanes
+ *    are combined by a xor butterfly and a row's warps in warp order (the
+ *    same bits on every run, no atomics; OJAS_DECODE_QLOOP=0: the loop
+ *    before, pair by pair with I2F, the same bits);
+ *  - the head (decode_qnorm_head): the epilogue also ends a greedy step,
+ *    each block's best logit to scratch and the last block to arrive
+ *    writing the argmax, pos + 1 and the kept token (dq_head_end);
  *  - epilogue (thread r for row r): v = round_T(sum + b[n]); GELU:
  *    round_T(v sigmoid(2 u(v))) (the elementwise kernels' fast formula);
  *    residual: x[n] = round_T(x[n] + v); KV: columns C .. 3C also stored
