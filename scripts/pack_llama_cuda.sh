@@ -27,6 +27,10 @@
 # libggml-cuda.so, that .build.txt too, no llama-src.tar.zst; written to
 # .llcuda/bundle/partK instead (the parts of .llcuda stay). Unpacked it is a
 # LIB_DIR; run_cuda_peer.sh also takes the part folder itself as LIB_DIR.
+# --cuda-lib none: the package's other libraries and llama-src.tar.zst, no
+# libggml-cuda.so, in .llcuda/bundle-src/part1 (about 8 MB), for building it on
+# the GPU's machine (run_cuda_peer.sh --unpack, --build-cuda, then copy it
+# into the unpacked folder).
 set -euo pipefail
 here=$PWD
 cd "$(dirname "$0")/.."
@@ -34,9 +38,9 @@ die() { echo "pack_llama_cuda.sh: $*" >&2; exit 1; }
 CUDA_LIB=""
 if [ "${1:-}" = --cuda-lib ]; then
   [ $# -ge 2 ] || die "usage: --cuda-lib LIB [BINS_DIR] [MAX_MB]"
-  case $2 in /*) CUDA_LIB=$2 ;; *) CUDA_LIB=$here/$2 ;; esac
+  case $2 in none | /*) CUDA_LIB=$2 ;; *) CUDA_LIB=$here/$2 ;; esac
   shift 2
-  [ -f "$CUDA_LIB" ] || die "no $CUDA_LIB"
+  [ "$CUDA_LIB" = none ] || [ -f "$CUDA_LIB" ] || die "no $CUDA_LIB"
 fi
 NPM=${OJAS_NPM_DIR:-third_party/npm}
 BINS=${1:-$NPM/node_modules/@node-llama-cpp/linux-x64-cuda/bins/linux-x64-cuda}
@@ -60,7 +64,11 @@ files+=("${cpus[@]}")
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 for f in "${files[@]}"; do ln -s "$(cd "$BINS" && pwd)/$f" "$stage/$f"; done
 D=.llcuda
-if [ -n "$CUDA_LIB" ]; then
+if [ "$CUDA_LIB" = none ]; then # the other libraries and the source, to build it there
+  D=.llcuda/bundle-src
+  rm "$stage/libggml-cuda.so"
+  mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -vx libggml-cuda.so)
+elif [ -n "$CUDA_LIB" ]; then
   D=.llcuda/bundle
   info=${CUDA_LIB%.so}.build.txt
   arch=90
@@ -102,7 +110,7 @@ report() {
   echo "pack_llama_cuda.sh: ${#files[@]} files ($(cd "$stage" && du -cbL "${files[@]}" | tail -1 | cut -f1) bytes) -> $size bytes of zstd in $n parts:"
   for k in $(seq 1 "$n"); do echo "  $D/part$k $(du -sb "$D/part$k" | cut -f1) bytes"; done
 }
-if [ -n "$CUDA_LIB" ]; then report; exit 0; fi
+if [ -n "$CUDA_LIB" ] && [ "$CUDA_LIB" != none ]; then report; exit 0; fi
 bundle=$(cd "$BINS/../../../.." && pwd)/node-llama-cpp/llama/gitRelease.bundle
 [ -f "$bundle" ] || die "no $bundle (the llama.cpp source of node-llama-cpp 3.21.1)"
 src=$(mktemp -d); trap 'rm -rf "$src" "$stage"' EXIT
@@ -110,6 +118,6 @@ git clone -q "$bundle" "$src/llama.cpp" 2>/dev/null || die "git cannot clone $bu
 [ "$(git -C "$src/llama.cpp" rev-parse HEAD)" = 80fb11ac73e66d89eae2c6a91d8a77428fa733ed ] ||
   die "$bundle is not llama.cpp commit 80fb11ac (node-llama-cpp 3.21.1's)"
 git -C "$src/llama.cpp" archive --prefix=llama.cpp/ HEAD CMakeLists.txt cmake ggml src include vendor LICENSE |
-  zstd -19 -T2 -q -c > .llcuda/part1/llama-src.tar.zst
-(cd .llcuda/part1 && sha256sum llama-src.tar.zst > src.sha256)
+  zstd -19 -T2 -q -c > "$D"/part1/llama-src.tar.zst
+(cd "$D"/part1 && sha256sum llama-src.tar.zst > src.sha256)
 report
