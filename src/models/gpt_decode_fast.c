@@ -14,7 +14,7 @@
  * generic step: two embeddings, an add and a comparison), after them the
  * final norm, the head's product, and the argmax or the draw with pos + 1
  * (with OJAS_DECODE_HEAD=1 one kernel, decode_norm_head; quantized,
- * decode_qnorm_head, unless OJAS_DECODE_QHEAD=0). The caller
+ * decode_qnorm_head with OJAS_DECODE_QHEAD=1). The caller
  * (gpt_decoder.c) keeps idx and pos in range and passes dp->mask as a
  * bool [1, 1, 1, S] tensor to be written. The values are rounded to the
  * weights' dtype where the generic step rounds and summed in its CUDA
@@ -44,7 +44,7 @@ static bool env_flag(const char *name, bool dflt) {
 /* The defaults of the fast step's switches (docs/architecture.md). */
 #define DECODE_ATTN_EARLY_DEFAULT true
 #define DECODE_HEAD_DEFAULT true
-#define DECODE_QHEAD_DEFAULT true
+#define DECODE_QHEAD_DEFAULT false /* measured only with OJAS_DECODE_QLOOP=1 (slower) */
 
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     const char *e = getenv("OJAS_DECODE_FAST");
@@ -123,8 +123,8 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
 bool oj__gpt_fast_head_fused(const oj_gpt *m) {
     /* OJAS_DECODE_HEAD=0: layer_norm, linear, then the argmax or draw */
     if (!env_flag("OJAS_DECODE_HEAD", DECODE_HEAD_DEFAULT)) return false;
-    /* OJAS_DECODE_QHEAD=0: the quantized head's logits, then the argmax's
-     * kernel */
+    /* OJAS_DECODE_QHEAD=1: the quantized head ends the step too
+     * (decode_qnorm_head); else its logits, then the argmax's kernel */
     if (m->quantized)
         return env_flag("OJAS_DECODE_QHEAD", DECODE_QHEAD_DEFAULT) &&
                oj__decode_qhead_supported(m->eng);

@@ -291,7 +291,7 @@ bool oj__gpt_fast_decode_exact(const oj_gpt *m);
  * caller asks): the backend has the entry and m's head and final norm
  * suit it (oj__decode_head_weight_ok, the weights' dtype); for a
  * quantized m, one decode_qnorm_head kernel ending greedy steps (the
- * backend has it; OJAS_DECODE_QHEAD=0: no). */
+ * backend has it and OJAS_DECODE_QHEAD=1; default no). */
 bool oj__gpt_fast_head_fused(const oj_gpt *m);
 typedef struct oj_gpt_fast_end {
     oj_tensor *tok, *pos, *step, *hist;

@@ -10,7 +10,7 @@
 // (decode_qlinear: norm, product over the blocks, bias, GELU, residual,
 // KV write) within f32 (bf16) rounding of a double reference over the
 // dequantized matrix, the keys and values in the cache the output's bits,
-// its row loop the bits of the loop before it (OJAS_DECODE_QLOOP=0) and
+// its row loop (OJAS_DECODE_QLOOP=1) the bits of the default loop and
 // the quantized head (decode_qnorm_head) its logits with their argmax;
 // the quantized fast decode step (gpt_decode_quant.c) of a gpt2 with
 // 124M's widths gives the generic quantized step's greedy tokens for 128
@@ -448,8 +448,8 @@ static void test_decode_qlinear_entry(void **state) {
     oj_engine_free(cpu);
 }
 
-/* The row loop (default) against the loop before it (OJAS_DECODE_QLOOP=0)
- * and decode_qnorm_head against decode_qlinear, every type, f32 and bf16,
+/* The row loop (OJAS_DECODE_QLOOP=1) against the default pair loop and
+ * decode_qnorm_head against decode_qlinear, every type, f32 and bf16,
  * shapes that give R 32 (a head of 8461 rows: 265 blocks, a partial
  * last one), 8, 2 (two warps a row) and 1 (four): the same bits; the
  * head's token is the argmax of its logits (lowest id on ties), pos + 1,
@@ -482,12 +482,12 @@ static void test_decode_qloop_and_head(void **state) {
                 oj_tensor *x = oj_cast(oj_from_host(gpu, 3, (int64_t[]){1, 1, K}, OJ_F32, hx, sizeof(float) * (size_t)K), dt);
                 oj_tensor *nw = oj_cast(oj_from_host(gpu, 1, (int64_t[]){K}, OJ_F32, hg, sizeof(float) * (size_t)K), dt);
                 oj_tensor *nb = oj_cast(oj_from_host(gpu, 1, (int64_t[]){K}, OJ_F32, hb, sizeof(float) * (size_t)K), dt);
-                setenv("OJAS_DECODE_QLOOP", "0", 1);
                 oj_tensor *y0 = oj__decode_qnorm_linear(x, nw, nb, 1e-5, q, NULL, 0, NULL, NULL);
                 oj_tensor *r0 = oj__decode_qnorm_linear(x, NULL, NULL, 0.0, q, NULL, OJ__DECODE_ACT_GELU, NULL, NULL);
-                unsetenv("OJAS_DECODE_QLOOP");
+                setenv("OJAS_DECODE_QLOOP", "1", 1);
                 oj_tensor *y1 = oj__decode_qnorm_linear(x, nw, nb, 1e-5, q, NULL, 0, NULL, NULL);
                 oj_tensor *r1 = oj__decode_qnorm_linear(x, NULL, NULL, 0.0, q, NULL, OJ__DECODE_ACT_GELU, NULL, NULL);
+                unsetenv("OJAS_DECODE_QLOOP");
                 int64_t p0 = 3;
                 oj_tensor *tok = oj_zeros(gpu, 1, (int64_t[]){1}, OJ_I64);
                 oj_tensor *pos = oj_from_host(gpu, 1, (int64_t[]){1}, OJ_I64, &p0, sizeof p0);
@@ -502,8 +502,8 @@ static void test_decode_qloop_and_head(void **state) {
                 int64_t best = 0;
                 for (int64_t n = 0; n < N; n++) {
                     if (a[n] != a[N + n] || a[N + n] != a[2 * N + n] || a[3 * N + n] != a[4 * N + n])
-                        fail_msg("%s %s K %lld N %lld row %lld: legacy %g, loop %g, head %g; "
-                                 "no norm + GELU: legacy %g, loop %g",
+                        fail_msg("%s %s K %lld N %lld row %lld: pair loop %g, row loop %g, head %g; "
+                                 "no norm + GELU: pair loop %g, row loop %g",
                                  oj_qtype_name(t), oj_dtype_name(dt), (long long)K, (long long)N,
                                  (long long)n, a[n], a[N + n], a[2 * N + n], a[3 * N + n], a[4 * N + n]);
                     if (a[N + n] > a[N + best]) best = n;

@@ -44,8 +44,10 @@
  *    multiply-adds in element order (the quants made floats by dq_i2f's
  *    exact bit trick, not I2F), and adds d * sum (- m * sum x); the lanes
  *    are combined by a xor butterfly and a row's warps in warp order (the
- *    same bits on every run, no atomics; OJAS_DECODE_QLOOP=0: the loop
- *    before, pair by pair with I2F, the same bits);
+ *    same bits on every run, no atomics). That is the row loop of
+ *    OJAS_DECODE_QLOOP=1 (measured slower, see dq_legacy); by default
+ *    the pairs go one by one, each lane reading x's block again for each
+ *    row and widening the quants by I2F (dq_dot), the same bits;
  *  - the head (decode_qnorm_head): the epilogue also ends a greedy step,
  *    each block's best logit to scratch and the last block to arrive
  *    writing the argmax, pos + 1 and the kept token (dq_head_end);
@@ -263,8 +265,8 @@ __device__ __forceinline__ float dq_dotx(const uint8_t *row, int b, const float 
 /* sum_j W[row, 32 b + j] x[32 b + j] for block b of a row in shared
  * memory (row: the row's first byte, 16-byte aligned), x the block's 32
  * values (padded layout). Two chains of fused multiply-adds (even and odd
- * elements), added at the end. The product's form before dq_dotx (with
- * OJAS_DECODE_QLOOP=0, dq_legacy), kept while the two are compared. */
+ * elements), added at the end. The default product's (dq_legacy; the
+ * row loop's dq_dotx gives the same bits). */
 template <int Q>
 __device__ __forceinline__ float dq_dot(const uint8_t *row, int b, const float *xb) {
     float xf[32];
@@ -755,12 +757,15 @@ static bool dq_late(void) {
     return late != 0;
 }
 
-/* Whether the product takes its form before the row loop (dq_dot: the
- * quants widened by I2F, x's block read again for each row):
- * OJAS_DECODE_QLOOP=0 (default off: the row loop, dq_dotx, same bits).
- * Read at each launch (a test compares the two); kept while the two are
- * compared on the GPU. */
-static bool dq_legacy(void) { return !dq_env_flag("OJAS_DECODE_QLOOP", true); }
+/* Whether the product takes the pair-by-pair loop (dq_dot: the quants
+ * widened by I2F, x's block read again for each row; the default) or,
+ * with OJAS_DECODE_QLOOP=1, the row loop (dq_dotx, the same bits). The
+ * row loop measured slower on the H200 (2026-12-02, d748308, gpt2 124M's
+ * step with the fused head: q4_k 0.798x bf16 against 0.881x, fp8 0.872x
+ * against 0.969x; its 8-row unrolled body is several times the code of
+ * the pair loop in kernels of a few microseconds). Read at each launch
+ * (a test compares the two). */
+static bool dq_legacy(void) { return !dq_env_flag("OJAS_DECODE_QLOOP", false); }
 
 /* Whether k_dec_q runs PRE: OJAS_DECODE_QPRE=1 (default off: on the H200
  * at cfed885 it made gpt2 124M's step 16-20% slower than the loop, which
