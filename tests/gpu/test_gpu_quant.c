@@ -10,7 +10,7 @@
 // (decode_qlinear: norm, product over the blocks, bias, GELU, residual,
 // KV write) within f32 (bf16) rounding of a double reference over the
 // dequantized matrix, the keys and values in the cache the output's bits,
-// its row loop (OJAS_DECODE_QLOOP=1) the bits of the default loop and
+// its other loops (OJAS_DECODE_QLOOP=1, 2) the bits of the default one and
 // the quantized head (decode_qnorm_head) its logits with their argmax;
 // the quantized fast decode step (gpt_decode_quant.c) of a gpt2 with
 // 124M's widths gives the generic quantized step's greedy tokens for 128
@@ -448,8 +448,9 @@ static void test_decode_qlinear_entry(void **state) {
     oj_engine_free(cpu);
 }
 
-/* The row loop (OJAS_DECODE_QLOOP=1) against the default pair loop and
- * decode_qnorm_head against decode_qlinear, every type, f32 and bf16,
+/* The row loop (OJAS_DECODE_QLOOP=1) and the pair loop with dq_dotx (2)
+ * against the default pair loop, and decode_qnorm_head against
+ * decode_qlinear, every type, f32 and bf16,
  * shapes that give R 32 (a head of 8461 rows: 265 blocks, a partial
  * last one), 8, 2 (two warps a row) and 1 (four): the same bits; the
  * head's token is the argmax of its logits (lowest id on ties), pos + 1,
@@ -487,25 +488,31 @@ static void test_decode_qloop_and_head(void **state) {
                 setenv("OJAS_DECODE_QLOOP", "1", 1);
                 oj_tensor *y1 = oj__decode_qnorm_linear(x, nw, nb, 1e-5, q, NULL, 0, NULL, NULL);
                 oj_tensor *r1 = oj__decode_qnorm_linear(x, NULL, NULL, 0.0, q, NULL, OJ__DECODE_ACT_GELU, NULL, NULL);
+                setenv("OJAS_DECODE_QLOOP", "2", 1);
+                oj_tensor *y3 = oj__decode_qnorm_linear(x, nw, nb, 1e-5, q, NULL, 0, NULL, NULL);
+                oj_tensor *r3 = oj__decode_qnorm_linear(x, NULL, NULL, 0.0, q, NULL, OJ__DECODE_ACT_GELU, NULL, NULL);
                 unsetenv("OJAS_DECODE_QLOOP");
                 int64_t p0 = 3;
                 oj_tensor *tok = oj_zeros(gpu, 1, (int64_t[]){1}, OJ_I64);
                 oj_tensor *pos = oj_from_host(gpu, 1, (int64_t[]){1}, OJ_I64, &p0, sizeof p0);
                 oj_tensor *hist = oj_zeros(gpu, 1, (int64_t[]){8}, OJ_I64);
                 oj_tensor *y2 = oj__decode_qnorm_head(x, nw, nb, 1e-5, q, tok, pos, hist);
-                if (!y0 || !r0 || !y1 || !r1 || !y2) fail_msg("%s", oj_last_error(gpu));
-                float *a = malloc(sizeof(float) * (size_t)N * 5);
+                if (!y0 || !r0 || !y1 || !r1 || !y2 || !y3 || !r3) fail_msg("%s", oj_last_error(gpu));
+                float *a = malloc(sizeof(float) * (size_t)N * 7);
                 assert_non_null(a);
-                oj_tensor *ys[5] = {y0, y1, y2, r0, r1};
-                for (int i = 0; i < 5; i++)
+                oj_tensor *ys[7] = {y0, y1, y2, r0, r1, y3, r3};
+                for (int i = 0; i < 7; i++)
                     assert_int_equal(oj_to_host(oj_cast(ys[i], OJ_F32), a + (int64_t)i * N, sizeof(float) * (size_t)N), OJ_OK);
                 int64_t best = 0;
                 for (int64_t n = 0; n < N; n++) {
-                    if (a[n] != a[N + n] || a[N + n] != a[2 * N + n] || a[3 * N + n] != a[4 * N + n])
-                        fail_msg("%s %s K %lld N %lld row %lld: pair loop %g, row loop %g, head %g; "
-                                 "no norm + GELU: pair loop %g, row loop %g",
+                    if (a[n] != a[N + n] || a[N + n] != a[2 * N + n] || a[n] != a[5 * N + n] ||
+                        a[3 * N + n] != a[4 * N + n] || a[3 * N + n] != a[6 * N + n])
+                        fail_msg("%s %s K %lld N %lld row %lld: pair loop %g, row loop %g, head %g, "
+                                 "pairs + dq_dotx %g; no norm + GELU: pair loop %g, row loop %g, "
+                                 "pairs + dq_dotx %g",
                                  oj_qtype_name(t), oj_dtype_name(dt), (long long)K, (long long)N,
-                                 (long long)n, a[n], a[N + n], a[2 * N + n], a[3 * N + n], a[4 * N + n]);
+                                 (long long)n, a[n], a[N + n], a[2 * N + n], a[5 * N + n],
+                                 a[3 * N + n], a[4 * N + n], a[6 * N + n]);
                     if (a[N + n] > a[N + best]) best = n;
                 }
                 int64_t tk = -1, ps = 0, h[8];

@@ -45,9 +45,10 @@
  *    exact bit trick, not I2F), and adds d * sum (- m * sum x); the lanes
  *    are combined by a xor butterfly and a row's warps in warp order (the
  *    same bits on every run, no atomics). That is the row loop of
- *    OJAS_DECODE_QLOOP=1 (measured slower, see dq_legacy); by default
+ *    OJAS_DECODE_QLOOP=1 (measured slower, see dq_loop); by default
  *    the pairs go one by one, each lane reading x's block again for each
- *    row and widening the quants by I2F (dq_dot), the same bits;
+ *    row and widening the quants by I2F (dq_dot; OJAS_DECODE_QLOOP=2:
+ *    by dq_i2f, dq_dotx), the same bits;
  *  - the head (decode_qnorm_head): the epilogue also ends a greedy step,
  *    each block's best logit to scratch and the last block to arrive
  *    writing the argmax, pos + 1 and the kept token (dq_head_end);
@@ -109,7 +110,7 @@ struct qproj_args {
     int C, D, H;
     int64_t S;
     bool late; /* release the next kernel after the wait (dq_late) */
-    bool legacy; /* the product as before the row loop (dq_legacy) */
+    int loop; /* the product's loop (dq_loop): 0 pairs + dq_dot, 1 rows, 2 pairs + dq_dotx */
     /* the head's end (decode_qnorm_head; NULL: none): tok = the argmax of
      * out, *pos += 1, hist[*pos] = tok where hist is not NULL and *pos <
      * nhist; bv, bi [grid] each block's best, count the arrival counter */
@@ -265,8 +266,8 @@ __device__ __forceinline__ float dq_dotx(const uint8_t *row, int b, const float 
 /* sum_j W[row, 32 b + j] x[32 b + j] for block b of a row in shared
  * memory (row: the row's first byte, 16-byte aligned), x the block's 32
  * values (padded layout). Two chains of fused multiply-adds (even and odd
- * elements), added at the end. The default product's (dq_legacy; the
- * row loop's dq_dotx gives the same bits). */
+ * elements), added at the end. The default product's (dq_loop;
+ * dq_dotx gives the same bits). */
 template <int Q>
 __device__ __forceinline__ float dq_dot(const uint8_t *row, int b, const float *xb) {
     float xf[32];
@@ -661,15 +662,22 @@ __global__ void __launch_bounds__(DQ_THREADS) k_dec_q(qproj_args a) {
             }
         }
         __syncthreads();
-        if (a.legacy) {
+        if (a.loop != 1) {
             /* ---- the product: pair p = (row p / WPR, part p % WPR) */
             for (int p = wp; p < pairs; p += DQ_WARPS) {
                 const int r = p / WPR, sub = p - r * WPR;
                 float acc = 0.0f;
                 if (r < rows) {
                     const uint8_t *row = dq_sm + (int64_t)r * a.row_bytes;
-                    for (int b = sub * 32 + lane; b < nb; b += 32 * WPR)
-                        acc += dq_dot<Q>(row, b, xs + b * DQ_XPAD);
+                    for (int b = sub * 32 + lane; b < nb; b += 32 * WPR) {
+                        if (a.loop == 2) { /* dq_dotx's widening, the same bits */
+                            float xf[32];
+                            dq_xblock(xs + b * DQ_XPAD, xf);
+                            acc += dq_dotx<Q>(row, b, xf, dq_xsum<Q>(xf));
+                        } else {
+                            acc += dq_dot<Q>(row, b, xs + b * DQ_XPAD);
+                        }
+                    }
                 }
                 acc = oj_cu_warp_sumf(acc);
                 if (lane == 0) part[p] = acc;
@@ -757,15 +765,22 @@ static bool dq_late(void) {
     return late != 0;
 }
 
-/* Whether the product takes the pair-by-pair loop (dq_dot: the quants
- * widened by I2F, x's block read again for each row; the default) or,
- * with OJAS_DECODE_QLOOP=1, the row loop (dq_dotx, the same bits). The
- * row loop measured slower on the H200 (2026-12-02, d748308, gpt2 124M's
- * step with the fused head: q4_k 0.798x bf16 against 0.881x, fp8 0.872x
- * against 0.969x; its 8-row unrolled body is several times the code of
- * the pair loop in kernels of a few microseconds). Read at each launch
- * (a test compares the two). */
-static bool dq_legacy(void) { return !dq_env_flag("OJAS_DECODE_QLOOP", false); }
+/* The product's loop, OJAS_DECODE_QLOOP: unset or 0, pair by pair with
+ * dq_dot (the quants widened by I2F, x's block read again for each row;
+ * the default); 1, the row loop (dq_dotx, x's block read once for a
+ * warp's rows); 2, pair by pair with dq_dotx (the quants widened by
+ * dq_i2f, q4_k's head in one load; unmeasured). The same bits every way.
+ * The row loop measured slower on the H200 (2026-12-02, d748308, gpt2
+ * 124M's step with the fused head: q4_k 0.798x bf16 against 0.881x, fp8
+ * 0.872x against 0.969x; its 8-row unrolled body is several times the
+ * code of the pair loop in kernels of a few microseconds). Read at each
+ * launch (a test compares them). */
+static int dq_loop(void) {
+    const char *e = getenv("OJAS_DECODE_QLOOP");
+    if (e && strcmp(e, "1") == 0) return 1;
+    if (e && strcmp(e, "2") == 0) return 2;
+    return 0;
+}
 
 /* Whether k_dec_q runs PRE: OJAS_DECODE_QPRE=1 (default off: on the H200
  * at cfed885 it made gpt2 124M's step 16-20% slower than the loop, which
@@ -785,7 +800,7 @@ static bool dq_pre(const qproj_args &a, bool norm) {
 template <typename T, int Q, bool NORM, int EPI> static void dq_launch(const qproj_args &a_in) {
     qproj_args a = a_in;
     a.late = dq_late();
-    a.legacy = dq_legacy();
+    a.loop = dq_loop();
     const unsigned blocks = (unsigned)((a.N + a.R - 1) / a.R);
     const size_t smem = (size_t)a.R * (size_t)a.row_bytes + (size_t)(a.K / 32) * DQ_XPAD * sizeof(float);
     if (dq_pre(a, NORM))
