@@ -57,3 +57,23 @@ if(OJAS_TESTS)
   set_tests_properties(llama_peer_refuses_past_train_context PROPERTIES
     PASS_REGULAR_EXPRESSION "2 prompt ids \\+ NEW 255 = 257 tokens exceed none.gguf's training context of 256")
 endif()
+if(OJAS_TESTS)
+  # scripts/fatbin_archs.py (the CUDA code a library carries, where no
+  # cuobjdump is installed; pack_llama_cuda.sh --cuda-lib checks with it):
+  # a library without CUDA code lacks sm_90; the CUDA module has it.
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME fatbin_archs_no_cuda_code
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/fatbin_archs.py
+                     $<TARGET_FILE:llama_peer_fake_partial> --need sm_90)
+    set_tests_properties(fatbin_archs_no_cuda_code PROPERTIES
+      PASS_REGULAR_EXPRESSION "has no sm_90 machine code")
+    if(TARGET ojas_cuda)
+      add_test(NAME fatbin_archs_cuda_module
+               COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/fatbin_archs.py
+                       $<TARGET_FILE:ojas_cuda> --need sm_90)
+      set_tests_properties(fatbin_archs_cuda_module PROPERTIES
+        PASS_REGULAR_EXPRESSION "sm_90: [0-9]+ ELF \\(SASS\\)")
+    endif()
+  endif()
+endif()

@@ -7,7 +7,8 @@
  * per variant, with its tokens, so a peer running the same GGUF file
  * (bench/quant/llama_peer.mjs) can be compared token for token. With --out
  * DIR each variant is also written to DIR/<variant>.gguf (llama.cpp's
- * layout; tokenizer metadata from --vocab DIR when given).
+ * layout; tokenizer metadata from --vocab DIR when given), and the same
+ * weights in f16 to DIR/f16.gguf (not timed on the CPU).
  *
  * usage: bench_quant_decode [--preset P] [--threads N] [--new N] [--repeats N]
  *                           [--vocab DIR] [--out DIR] [--smoke] [--cuda [--graph]]
@@ -21,7 +22,8 @@
  * gpt_decode_quant.c where it serves the model, gpt2 with rows of whole
  * 16-byte chunks); "vs_bf16" is its tok/s over the bf16 fast step's,
  * "tokens_equal" whether its tokens are the generic step's (where not,
- * stderr names the first that differs).
+ * stderr names the first that differs); last, the same weights in f16 on
+ * the fast step ("variant": "f16", with its tokens: the peer of f16.gguf).
  * --smoke: gpt2-tiny, 8 new tokens, one repeat (a few hundred ms); q4_k is
  * left out where C or the MLP width is not a multiple of 256 (gpt2-tiny).
  * --preset llama-small: a Llama-family model (GPT-2's vocabulary, C 256,
@@ -232,6 +234,34 @@ int main(int argc, char **argv) {
                        oj_engine_threads(eng), nnew, tok_s, bytes, f32_tok_s, f32_bytes,
                        cuda ? bf16_tok_s : 0, prompt, toks, same);
         }
+    }
+    /* f16: the same weights in f16 (oj_gpt_to_dtype), llama.cpp's
+     * unquantized type; on CUDA on the fast step, with --out its file */
+    if (rc == 0 && (cuda || out)) {
+        oj_gpt *mf = NULL;
+        double tok_s = 0;
+        if (oj_gpt_create(eng, &cfg, 1, &mf) != OJ_OK || oj_gpt_to_dtype(mf, OJ_F16) != OJ_OK) {
+            fprintf(stderr, "bench_quant_decode: f16: %s\n", oj_last_error(eng));
+            rc = 1;
+        } else if (out) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/f16.gguf", out);
+            oj_gguf_writer *w = oj_gguf_writer_new();
+            oj_status s = vocab ? oj_gguf_add_gpt2_tokenizer(w, vocab, cfg.vocab_size, &err) : OJ_OK;
+            if (s == OJ_OK) s = oj_gpt_save_gguf(mf, w, path, "f16", &err);
+            oj_gguf_writer_free(w);
+            if (s != OJ_OK) {
+                fprintf(stderr, "bench_quant_decode: %s\n", err.message);
+                rc = 1;
+            }
+        } else if (!time_decode(mf, prompt, PROMPT, nnew, repeats, graph, toks, t, &tok_s)) {
+            rc = 1;
+        } else {
+            print_line(graph ? "cuda (graph)" : "cuda", preset, "f16", "fast", oj_engine_threads(eng),
+                       nnew, tok_s, (double)oj_gpt_decode_bytes(mf), f32_tok_s, f32_bytes,
+                       bf16_tok_s, prompt, toks, -1);
+        }
+        oj_gpt_free(mf);
     }
     free(t);
     free(gtoks);

@@ -5,6 +5,11 @@
 # CPU package's bins/linux-x64), all layers on the GPU when LIB_DIR has
 # libggml-cuda.so.
 #   bench/quant/run_cuda_peer.sh LIB_DIR FILE.gguf [NEW (64)] [THREADS (2)]
+#     LIB_DIR may also be a part folder of scripts/pack_llama_cuda.sh (e.g.
+#     .llcuda/bundle/part1 of --cuda-lib, the sm_90 bundle: one part): it
+#     is unpacked (--unpack) into LLCUDA_LIB_DIR, default lib/ beside the
+#     part, unless that already holds its libraries, each matching its
+#     sha256; that folder is then the LIB_DIR.
 #     one JSON line, llama_peer.mjs's (peer, file, threads, tok_s, tokens)
 #     plus device, gpu_layers, repeats; the prompt is bench_quant_decode's
 #     16 ids unless PROMPT="id,id,...".
@@ -32,9 +37,12 @@
 #     same release's source) with the package's options (dynamic backends,
 #     CUDA graphs and flash attention on, NCCL off, Release) and this
 #     machine's nvcc, for a GPU whose driver cannot compile the package's
-#     CUDA 13.1 PTX (llama_peer warns). Copy it over the package's in a copy
-#     of LIB_DIR. The build stays in OUT_DIR/build until it succeeds, so a
-#     call that ran out of time resumes it.
+#     CUDA 13.1 PTX (llama_peer warns), and OUT_DIR/libggml-cuda.build.txt
+#     (arch, source hash, nvcc, the CMake options, the library's hash).
+#     Copy it over the package's in a copy of LIB_DIR, or pack it with the
+#     package's other libraries (scripts/pack_llama_cuda.sh --cuda-lib).
+#     The build stays in OUT_DIR/build until it succeeds, so a call that
+#     ran out of time resumes it.
 # Environment: GPU_LAYERS (-1: all, the default with libggml-cuda.so; else 0),
 # REPEATS (5; tok_s is the median), WARMUP (1: one untimed run of 8 tokens
 # first on the GPU, which also fills the CUDA JIT cache: the package's
@@ -184,6 +192,12 @@ if [ "${1:-}" = --build-cuda ]; then
   built=$(find "$work/build" -name libggml-cuda.so -type f | head -1)
   [ -n "$built" ] || die "the build made no libggml-cuda.so"
   cp "$built" "$out/libggml-cuda.so"
+  # what was built, from what, how (scripts/pack_llama_cuda.sh --cuda-lib packs it)
+  { echo "arch: sm_$arch"
+    echo "source: llama.cpp 80fb11ac (node-llama-cpp 3.21.1), $(basename "$src") sha256 $(sha256sum "$src" | cut -d' ' -f1)"
+    echo "nvcc: $("$nvcc" --version | tail -1)"
+    echo "options: $(sed -n 's/^\(GGML_[A-Z_]*\|CMAKE_BUILD_TYPE\|CMAKE_CUDA_ARCHITECTURES\|BUILD_SHARED_LIBS\):[A-Z]*=\(.*\)$/\1=\2/p' "$work/build/CMakeCache.txt" | sort | tr '\n' ' ')"
+    echo "sha256: $(sha256sum "$out/libggml-cuda.so" | cut -d' ' -f1)"; } > "$out/libggml-cuda.build.txt"
   rm -rf "$work"
   echo "run_cuda_peer.sh: $out/libggml-cuda.so: sm_$arch, $("$nvcc" --version | tail -1), built in $((SECONDS - t0)) s"
   exit 0
@@ -191,6 +205,20 @@ fi
 
 [ $# -ge 2 ] || die "usage: LIB_DIR FILE.gguf|OJAS.jsonl [NEW] [THREADS], --unpack DIR PART..., or --build-cuda SRC OUT_DIR [ARCH]"
 LIB_DIR=$(cd "$(abs "$1")" && pwd); TARGET=$(abs "$2"); NEW_ARG=${3:-}; NEW=${3:-64}; THREADS=${4:-2}
+if [ -f "$LIB_DIR/chunks.sha256" ]; then
+  # a part of scripts/pack_llama_cuda.sh (one part: the whole bundle):
+  # unpacked into LLCUDA_LIB_DIR (default: lib beside the part) unless
+  # that already holds its libraries, each matching libs.sha256
+  part=$LIB_DIR
+  dest=${LLCUDA_LIB_DIR:+$(abs "$LLCUDA_LIB_DIR")}; dest=${dest:-$(dirname "$part")/lib}
+  if ! (cd "$dest" 2>/dev/null && sha256sum --quiet -c "$part/libs.sha256" > /dev/null 2>&1); then
+    bash bench/quant/run_cuda_peer.sh --unpack "$dest" "$part" >&2
+    (cd "$dest" && sha256sum --quiet -c "$part/libs.sha256" > /dev/null 2>&1) ||
+      die "$dest does not hold the bundle yet: --unpack $dest with the other parts of $(dirname "$part") first"
+  fi
+  LIB_DIR=$(cd "$dest" && pwd)
+  echo "run_cuda_peer.sh: the libraries of $part, in $LIB_DIR" >&2
+fi
 libs=("$LIB_DIR"/libllama.v*.so "$LIB_DIR"/libllama.cuda.v*.so)
 lib=""; for l in "${libs[@]}"; do [ -f "$l" ] && lib=$l; done
 [ -n "$lib" ] || die "$LIB_DIR has no libllama.v*.so or libllama.cuda.v*.so"

@@ -158,8 +158,10 @@ int64_t oj_gpt_decode_bytes(const oj_gpt *m);
  * rows permuted to llama.cpp's interleaved rotary order, gpt2's tied head
  * written again as output.weight as llama.cpp's converter does). Weights
  * with a quantized copy (oj_gpt_quantize) are written as their blocks
- * (Q8_0, Q4_0, Q4_1; general.file_type 7, 2, 3), the rest in their dtype
- * (F32, F16, BF16). name (may be NULL) becomes general.name. extra (may
+ * (Q8_0, Q4_0, Q4_1, Q4_K; general.file_type 7, 2, 3, 14), the other
+ * matrices in their dtype (F32, F16, BF16; file_type 0, 1, 32), 1-D
+ * tensors (norms, biases) in F32 as llama.cpp's converter writes them
+ * (exact: f16 and bf16 widen to f32). name (may be NULL) becomes general.name. extra (may
  * be NULL) is a writer holding metadata to write first, e.g. the
  * tokenizer's (tokenizer.ggml.*); the model's metadata and tensors are
  * added to it (the caller still frees it; after a failure it holds part

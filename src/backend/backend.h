@@ -870,6 +870,16 @@ typedef struct oj_backend {
      * the CPU's index order: the ops layer uses it only under
      * OJ_NUMERICS_FAST. */
     oj_status (*col_sum)(oj_engine *eng, oj_tensor *out, const oj_tensor *x);
+    /* The head of a quantized decode step, OPTIONAL (NULL: decode_qlinear,
+     * then decode_argmax_advance): out [N] = decode_qlinear's with nw, nb
+     * (both given), no b, epi 0, no kv; and tok = the argmax of out (as
+     * decode_argmax_advance), pos += 1 and, where hist (i64, contiguous)
+     * is not NULL and the new pos < its numel, hist[pos] = tok (tok, pos
+     * i64 device values with one element, as decode_norm_head's). */
+    oj_status (*decode_qnorm_head)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                   const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                   const oj_tensor *blocks, int qtype, int64_t k, oj_tensor *tok,
+                                   oj_tensor *pos, oj_tensor *hist);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

@@ -13,7 +13,8 @@
  * kernel writes x = wte[idx] + wpe[pos] and the attention mask (the
  * generic step: two embeddings, an add and a comparison), after them the
  * final norm, the head's product, and the argmax or the draw with pos + 1
- * (with OJAS_DECODE_HEAD=1 one kernel, decode_norm_head). The caller
+ * (with OJAS_DECODE_HEAD=1 one kernel, decode_norm_head; quantized,
+ * decode_qnorm_head with OJAS_DECODE_QHEAD=1). The caller
  * (gpt_decoder.c) keeps idx and pos in range and passes dp->mask as a
  * bool [1, 1, 1, S] tensor to be written. The values are rounded to the
  * weights' dtype where the generic step rounds and summed in its CUDA
@@ -43,6 +44,7 @@ static bool env_flag(const char *name, bool dflt) {
 /* The defaults of the fast step's switches (docs/architecture.md). */
 #define DECODE_ATTN_EARLY_DEFAULT true
 #define DECODE_HEAD_DEFAULT true
+#define DECODE_QHEAD_DEFAULT false /* measured only with OJAS_DECODE_QLOOP=1 (slower) */
 
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     const char *e = getenv("OJAS_DECODE_FAST");
@@ -121,7 +123,11 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
 bool oj__gpt_fast_head_fused(const oj_gpt *m) {
     /* OJAS_DECODE_HEAD=0: layer_norm, linear, then the argmax or draw */
     if (!env_flag("OJAS_DECODE_HEAD", DECODE_HEAD_DEFAULT)) return false;
-    if (m->quantized) return false; /* the quantized step ends with its logits */
+    /* OJAS_DECODE_QHEAD=1: the quantized head ends the step too
+     * (decode_qnorm_head); else its logits, then the argmax's kernel */
+    if (m->quantized)
+        return env_flag("OJAS_DECODE_QHEAD", DECODE_QHEAD_DEFAULT) &&
+               oj__decode_qhead_supported(m->eng);
     return oj__decode_head_supported(m->eng) && oj__decode_head_weight_ok(m->head) &&
            oj_tensor_dtype(m->head) == oj_tensor_dtype(m->wte) && m->ln_f_w && m->ln_f_b &&
            oj_tensor_dtype(m->ln_f_w) == oj_tensor_dtype(m->wte) &&
@@ -173,8 +179,14 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
     oj_tensor *logits = NULL; /* [1, 1, V] */
     *ended = false;
     if (ok && m->quantized) { /* the final norm and the quantized head in one kernel */
-        logits = oj__decode_qnorm_linear(x, m->ln_f_w, m->ln_f_b, eps, m->qhead, NULL,
-                                         OJ__DECODE_ACT_NONE, NULL, NULL);
+        if (end && end->smp == NULL && oj__gpt_fast_head_fused(m)) { /* with the argmax, pos + 1 */
+            logits = oj__decode_qnorm_head(x, m->ln_f_w, m->ln_f_b, eps, m->qhead, end->tok,
+                                           end->pos, end->hist);
+            *ended = logits != NULL;
+        } else {
+            logits = oj__decode_qnorm_linear(x, m->ln_f_w, m->ln_f_b, eps, m->qhead, NULL,
+                                             OJ__DECODE_ACT_NONE, NULL, NULL);
+        }
     } else if (ok && oj__gpt_fast_head_fused(m)) { /* one kernel; with the argmax or the draw, pos + 1 */
         if (end && end->smp)
             logits = oj__decode_norm_head_sample(x, m->ln_f_w, m->ln_f_b, eps, m->head, end->tok,

@@ -145,7 +145,10 @@ static oj_status metadata(const oj_gpt *m, oj_gguf_writer *w, const char *name, 
     /* llama_ftype: 0 all F32, 7 mostly Q8_0, 2 mostly Q4_0, 3 mostly Q4_1,
      * 14 Q4_K_S (every quantized matrix Q4_K) */
     static const uint32_t ftype[OJ_QTYPE_COUNT] = {7, 2, 3, 14, 0 /* fp8: refused before */};
-    uint32_t ft = m->quantized ? ftype[m->qtype] : 0, qv = 2;
+    /* unquantized: 0 all F32, 1 mostly F16, 32 mostly BF16 (the matrices'
+     * dtype; the 1-D tensors are F32, see oj_gpt_save_gguf) */
+    const oj_dtype dt = oj_tensor_dtype(m->wte);
+    uint32_t ft = m->quantized ? ftype[m->qtype] : dt == OJ_F16 ? 1 : dt == OJ_BF16 ? 32 : 0, qv = 2;
     if (s == OJ_OK) s = oj_gguf_writer_set(w, "general.file_type", OJ_GGUF_UINT32, &ft, err);
     if (s == OJ_OK && m->quantized)
         s = oj_gguf_writer_set(w, "general.quantization_version", OJ_GGUF_UINT32, &qv, err);
@@ -216,9 +219,13 @@ oj_status oj_gpt_save_gguf(oj_gpt *m, oj_gguf_writer *extra, const char *path, c
                                           dims, src, oj_qtensor_nbytes(q), err);
             continue;
         }
-        /* a float tensor in its dtype, [out, in] */
+        /* a float tensor in its dtype, [out, in]; a 1-D one (norms, biases)
+         * in F32, as llama.cpp's converter writes them (ggml's CUDA backend
+         * cannot add or multiply f32 activations by an f16 vector) */
         oj_scope_begin(eng);
-        oj_tensor *v = e[i].lay == TRANSPOSED ? oj_transpose(p, 0, 1) : oj_retain(p);
+        oj_tensor *v = e[i].lay == TRANSPOSED     ? oj_transpose(p, 0, 1)
+                       : oj_rank(p) == 1 && oj_tensor_dtype(p) != OJ_F32 ? oj_cast(p, OJ_F32)
+                                                                        : oj_retain(p);
         int r = oj_rank(v);
         size_t es = oj_dtype_size(oj_tensor_dtype(v)), nb = (size_t)oj_numel(v) * es;
         void *host = malloc(nb ? nb : 1);

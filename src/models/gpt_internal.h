@@ -289,7 +289,9 @@ bool oj__gpt_fast_decode_exact(const oj_gpt *m);
 /* Whether the fast step's head is one decode_norm_head kernel (the final
  * norm, the tied head's product, and the argmax or the draw when the
  * caller asks): the backend has the entry and m's head and final norm
- * suit it (oj__decode_head_weight_ok, the weights' dtype). */
+ * suit it (oj__decode_head_weight_ok, the weights' dtype); for a
+ * quantized m, one decode_qnorm_head kernel ending greedy steps (the
+ * backend has it and OJAS_DECODE_QHEAD=1; default no). */
 bool oj__gpt_fast_head_fused(const oj_gpt *m);
 typedef struct oj_gpt_fast_end {
     oj_tensor *tok, *pos, *step, *hist;

@@ -427,6 +427,11 @@ static oj_tensor *norm_head(const char *op, oj_tensor *x, oj_tensor *nw, oj_tens
     return out;
 }
 
+bool oj__decode_head_end_ok(oj_engine *eng, const char *op, int64_t V, const oj_tensor *tok,
+                            const oj_tensor *pos, const oj_tensor *hist) {
+    return head_end_ok(eng, op, V, tok, pos, NULL, hist, NULL);
+}
+
 oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
                                 oj_tensor *w, oj_tensor *tok, oj_tensor *pos, oj_tensor *hist) {
     return norm_head("decode_norm_head", x, nw, nb, eps, w, tok, pos, NULL, hist, NULL);

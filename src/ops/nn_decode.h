@@ -145,6 +145,14 @@ bool oj__decode_head_weight_ok(const oj_tensor *w);
 oj_tensor *oj__decode_norm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
                                 oj_tensor *w, oj_tensor *tok, oj_tensor *pos, oj_tensor *hist);
 
+/* Whether tok, pos and hist suit the end of a greedy head over V logits
+ * (oj__decode_norm_head's conditions: tok and pos i64 with one element,
+ * distinct storages, both or neither; hist contiguous i64 or NULL, needing
+ * tok, sharing neither's storage); else false with OJ_ERR_INVALID_ARGUMENT
+ * / OJ_ERR_DTYPE naming op recorded on eng. */
+bool oj__decode_head_end_ok(oj_engine *eng, const char *op, int64_t V, const oj_tensor *tok,
+                            const oj_tensor *pos, const oj_tensor *hist);
+
 /* oj__decode_norm_head whose kernel ends a sampled step instead: tok =
  * the draw of oj__decode_sample_keep_(tok, logits, pos, NULL, step, hist,
  * s) over its own logits (the host sampler's token; tok -1 on a NaN),

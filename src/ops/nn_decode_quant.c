@@ -1,6 +1,6 @@
 /* The quantized fused ops of the batch-1 decode step
  * (nn_decode_quant.h): validation and dispatch to the backend's
- * decode_qlinear entry. */
+ * decode_qlinear and decode_qnorm_head entries. */
 #include "ops/nn_decode_quant.h"
 
 #include "ops/nn_common.h"
@@ -48,17 +48,21 @@ static bool qweight_ok(oj_engine *eng, const char *op, const oj_qtensor *w) {
 
 static bool float_dt(oj_dtype dt) { return dt == OJ_F32 || dt == OJ_BF16 || dt == OJ_F16; }
 
-oj_tensor *oj__decode_qnorm_linear(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
-                                   const oj_qtensor *w, oj_tensor *b, int act, oj_tensor *kv,
-                                   oj_tensor *slot) {
-    static const char op[] = "decode_qnorm_linear";
-    oj_tensor *ins[6] = {x};
+/* oj__decode_qnorm_linear, and with tok (oj__decode_qnorm_head: nw, nb
+ * given, b, kv, slot NULL, act none) the head's end. */
+static oj_tensor *qnorm(const char *op, oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                        const oj_qtensor *w, oj_tensor *b, int act, oj_tensor *kv, oj_tensor *slot,
+                        oj_tensor *tok, oj_tensor *pos, oj_tensor *hist) {
+    oj_tensor *ins[9] = {x};
     int n = 1;
     if (nw) ins[n++] = nw;
     if (nb) ins[n++] = nb;
     if (b) ins[n++] = b;
     if (kv) ins[n++] = kv;
     if (slot) ins[n++] = slot;
+    if (tok) ins[n++] = tok;
+    if (pos) ins[n++] = pos;
+    if (hist) ins[n++] = hist;
     oj_engine *eng = oj__ops_engine(op, n, ins);
     if (eng == NULL) return NULL;
     if (!qweight_ok(eng, op, w)) return NULL;
@@ -78,16 +82,57 @@ oj_tensor *oj__decode_qnorm_linear(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, d
         (nb && !vec_ok(eng, op, "the norm's bias", nb, K, dt)) || (b && !vec_ok(eng, op, "b", b, N, dt)))
         return NULL;
     if (!oj__decode_proj_args_ok(eng, op, act, eps, kv, slot, N, dt)) return NULL;
+    if (tok) {
+        if (nw == NULL) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: the head's norm weight and bias are NULL", op);
+            return NULL;
+        }
+        if (pos == NULL) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: pos is NULL", op);
+            return NULL;
+        }
+        if (!oj__decode_head_end_ok(eng, op, N, tok, pos, hist)) return NULL;
+        if (eng->backend->decode_qnorm_head == NULL) {
+            oj_set_error(eng, OJ_ERR_UNSUPPORTED, "%s: not implemented on the %s backend", op,
+                         eng->backend->name);
+            return NULL;
+        }
+    }
     int64_t shape[3] = {1, 1, N};
     oj_tensor *out = oj__tensor_alloc(eng, 3, shape, dt, op);
-    if (out && !oj__kernel_ok(eng,
-                              eng->backend->decode_qlinear(eng, out, x, nw, nb, eps, w->blocks,
-                                                           (int)w->type, K, b, act, kv, slot),
-                              op)) {
+    if (out == NULL) return NULL;
+    oj_status st = tok ? eng->backend->decode_qnorm_head(eng, out, x, nw, nb, eps, w->blocks,
+                                                         (int)w->type, K, tok, pos, hist)
+                       : eng->backend->decode_qlinear(eng, out, x, nw, nb, eps, w->blocks,
+                                                      (int)w->type, K, b, act, kv, slot);
+    if (!oj__kernel_ok(eng, st, op)) {
         oj_release(out);
         return NULL;
     }
     return out;
+}
+
+oj_tensor *oj__decode_qnorm_linear(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                   const oj_qtensor *w, oj_tensor *b, int act, oj_tensor *kv,
+                                   oj_tensor *slot) {
+    return qnorm("decode_qnorm_linear", x, nw, nb, eps, w, b, act, kv, slot, NULL, NULL, NULL);
+}
+
+bool oj__decode_qhead_supported(const oj_engine *eng) {
+    return eng && eng->backend && eng->backend->decode_qnorm_head;
+}
+
+oj_tensor *oj__decode_qnorm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                 const oj_qtensor *w, oj_tensor *tok, oj_tensor *pos,
+                                 oj_tensor *hist) {
+    static const char op[] = "decode_qnorm_head";
+    if (tok == NULL) {
+        oj_tensor *ins[1] = {x};
+        oj_engine *eng = oj__ops_engine(op, 1, ins);
+        if (eng) oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT, "%s: tok is NULL", op);
+        return NULL;
+    }
+    return qnorm(op, x, nw, nb, eps, w, NULL, OJ__DECODE_ACT_NONE, NULL, NULL, tok, pos, hist);
 }
 
 oj_status oj__decode_qlinear_residual_(oj_tensor *x, oj_tensor *y, const oj_qtensor *w,

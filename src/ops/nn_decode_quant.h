@@ -33,6 +33,24 @@ oj_tensor *oj__decode_qnorm_linear(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, d
                                    const oj_qtensor *w, oj_tensor *b, int act, oj_tensor *kv,
                                    oj_tensor *slot);
 
+/* oj__decode_qnorm_linear(x, nw, nb, eps, w, NULL, OJ__DECODE_ACT_NONE,
+ * NULL, NULL) (the step's final norm and quantized head: nw, nb not
+ * NULL) whose kernel also ends a greedy step, as oj__decode_norm_head's
+ * does: tok = the argmax of the logits (as oj__decode_argmax_advance_:
+ * lowest id on ties, a NaN first), pos += 1, and hist[pos] = tok for the
+ * advanced pos inside hist. tok, pos i64 with one element, distinct
+ * storages; hist contiguous i64 or NULL. Returns the logits [1, 1, N] in
+ * the current scope, or NULL with the errors of oj__decode_qnorm_linear,
+ * OJ_ERR_INVALID_ARGUMENT (tok, pos or the norm NULL) or
+ * OJ_ERR_UNSUPPORTED (the backend lacks decode_qnorm_head:
+ * oj__decode_qhead_supported) recorded. */
+oj_tensor *oj__decode_qnorm_head(oj_tensor *x, oj_tensor *nw, oj_tensor *nb, double eps,
+                                 const oj_qtensor *w, oj_tensor *tok, oj_tensor *pos,
+                                 oj_tensor *hist);
+
+/* Whether eng's backend has the decode_qnorm_head entry (optional). */
+bool oj__decode_qhead_supported(const oj_engine *eng);
+
 /* x = x + (y @ W^T + b) in place for one row (x numel N, y numel K, both
  * contiguous, distinct storages; b [N] or NULL; one dtype f32/bf16/f16),
  * the product rounded to the dtype before the add. OJ_OK or the status

@@ -9,12 +9,14 @@
 // graph, up to a near tie of the CPU's logits; the quantized decode entry
 // (decode_qlinear: norm, product over the blocks, bias, GELU, residual,
 // KV write) within f32 (bf16) rounding of a double reference over the
-// dequantized matrix, the keys and values in the cache the output's bits;
+// dequantized matrix, the keys and values in the cache the output's bits,
+// its other loops (OJAS_DECODE_QLOOP=1, 2) the bits of the default one and
+// the quantized head (decode_qnorm_head) its logits with their argmax;
 // the quantized fast decode step (gpt_decode_quant.c) of a gpt2 with
 // 124M's widths gives the generic quantized step's greedy tokens for 128
 // steps and its logits within 1e-3 of their largest magnitude (exit 77
-// without a device; OJAS_GPU_TEST_ON_CPU=1 runs the entry's test on a CPU
-// engine, a self-check of the test)
+// without a device; OJAS_GPU_TEST_ON_CPU=1 runs the entry's tests on a CPU
+// engine, a self-check of the tests)
 #include "gpu_testutil.h"
 
 #include <math.h>
@@ -446,6 +448,88 @@ static void test_decode_qlinear_entry(void **state) {
     oj_engine_free(cpu);
 }
 
+/* The row loop (OJAS_DECODE_QLOOP=1) and the pair loop with dq_dotx (2)
+ * against the default pair loop, and decode_qnorm_head against
+ * decode_qlinear, every type, f32 and bf16,
+ * shapes that give R 32 (a head of 8461 rows: 265 blocks, a partial
+ * last one), 8, 2 (two warps a row) and 1 (four): the same bits; the
+ * head's token is the argmax of its logits (lowest id on ties), pos + 1,
+ * hist[pos] = tok. */
+static void test_decode_qloop_and_head(void **state) {
+    (void)state;
+    oj_engine *gpu = gpu_test_engine(true, on_cpu, OJ_NUMERICS_FAST, 0);
+    oj_set_grad_enabled(gpu, false);
+    const oj_dtype dts[] = {OJ_F32, OJ_BF16};
+    const int64_t shapes[][2] = {{768, 8461}, {768, 2304}, {3072, 768}, {768, 300}}; /* K, N */
+    for (int ti = 0; ti < NTYPES; ti++)
+        for (int di = 0; di < 2; di++)
+            for (int si = 0; si < 4; si++) {
+                const oj_qtype t = all_types[ti];
+                const oj_dtype dt = dts[di];
+                const int64_t K = shapes[si][0], N = shapes[si][1];
+                oj_scope_begin(gpu);
+                float *w = malloc(sizeof(float) * (size_t)(N * K));
+                float hx[3072], hg[3072], hb[3072];
+                assert_non_null(w);
+                qt_fill(w, N * K, 11 + ti, 0.5f);
+                qt_fill(hx, K, 12, 2.0f);
+                qt_fill(hg, K, 13, 0.5f);
+                qt_fill(hb, K, 14, 0.5f);
+                for (int64_t k = 0; k < K; k++) hg[k] += 1.0f;
+                oj_tensor *wt = oj_from_host(gpu, 2, (int64_t[]){N, K}, OJ_F32, w, sizeof(float) * (size_t)(N * K));
+                free(w);
+                oj_qtensor *q = oj_quantize(wt, t);
+                assert_non_null(q);
+                oj_tensor *x = oj_cast(oj_from_host(gpu, 3, (int64_t[]){1, 1, K}, OJ_F32, hx, sizeof(float) * (size_t)K), dt);
+                oj_tensor *nw = oj_cast(oj_from_host(gpu, 1, (int64_t[]){K}, OJ_F32, hg, sizeof(float) * (size_t)K), dt);
+                oj_tensor *nb = oj_cast(oj_from_host(gpu, 1, (int64_t[]){K}, OJ_F32, hb, sizeof(float) * (size_t)K), dt);
+                oj_tensor *y0 = oj__decode_qnorm_linear(x, nw, nb, 1e-5, q, NULL, 0, NULL, NULL);
+                oj_tensor *r0 = oj__decode_qnorm_linear(x, NULL, NULL, 0.0, q, NULL, OJ__DECODE_ACT_GELU, NULL, NULL);
+                setenv("OJAS_DECODE_QLOOP", "1", 1);
+                oj_tensor *y1 = oj__decode_qnorm_linear(x, nw, nb, 1e-5, q, NULL, 0, NULL, NULL);
+                oj_tensor *r1 = oj__decode_qnorm_linear(x, NULL, NULL, 0.0, q, NULL, OJ__DECODE_ACT_GELU, NULL, NULL);
+                setenv("OJAS_DECODE_QLOOP", "2", 1);
+                oj_tensor *y3 = oj__decode_qnorm_linear(x, nw, nb, 1e-5, q, NULL, 0, NULL, NULL);
+                oj_tensor *r3 = oj__decode_qnorm_linear(x, NULL, NULL, 0.0, q, NULL, OJ__DECODE_ACT_GELU, NULL, NULL);
+                unsetenv("OJAS_DECODE_QLOOP");
+                int64_t p0 = 3;
+                oj_tensor *tok = oj_zeros(gpu, 1, (int64_t[]){1}, OJ_I64);
+                oj_tensor *pos = oj_from_host(gpu, 1, (int64_t[]){1}, OJ_I64, &p0, sizeof p0);
+                oj_tensor *hist = oj_zeros(gpu, 1, (int64_t[]){8}, OJ_I64);
+                oj_tensor *y2 = oj__decode_qnorm_head(x, nw, nb, 1e-5, q, tok, pos, hist);
+                if (!y0 || !r0 || !y1 || !r1 || !y2 || !y3 || !r3) fail_msg("%s", oj_last_error(gpu));
+                float *a = malloc(sizeof(float) * (size_t)N * 7);
+                assert_non_null(a);
+                oj_tensor *ys[7] = {y0, y1, y2, r0, r1, y3, r3};
+                for (int i = 0; i < 7; i++)
+                    assert_int_equal(oj_to_host(oj_cast(ys[i], OJ_F32), a + (int64_t)i * N, sizeof(float) * (size_t)N), OJ_OK);
+                int64_t best = 0;
+                for (int64_t n = 0; n < N; n++) {
+                    if (a[n] != a[N + n] || a[N + n] != a[2 * N + n] || a[n] != a[5 * N + n] ||
+                        a[3 * N + n] != a[4 * N + n] || a[3 * N + n] != a[6 * N + n])
+                        fail_msg("%s %s K %lld N %lld row %lld: pair loop %g, row loop %g, head %g, "
+                                 "pairs + dq_dotx %g; no norm + GELU: pair loop %g, row loop %g, "
+                                 "pairs + dq_dotx %g",
+                                 oj_qtype_name(t), oj_dtype_name(dt), (long long)K, (long long)N,
+                                 (long long)n, a[n], a[N + n], a[2 * N + n], a[5 * N + n],
+                                 a[3 * N + n], a[4 * N + n], a[6 * N + n]);
+                    if (a[N + n] > a[N + best]) best = n;
+                }
+                int64_t tk = -1, ps = 0, h[8];
+                assert_int_equal(oj_to_host(tok, &tk, sizeof tk), OJ_OK);
+                assert_int_equal(oj_to_host(pos, &ps, sizeof ps), OJ_OK);
+                assert_int_equal(oj_to_host(hist, h, sizeof h), OJ_OK);
+                assert_int_equal(tk, best);
+                assert_int_equal(ps, p0 + 1);
+                for (int i = 0; i < 8; i++) assert_int_equal(h[i], i == p0 + 1 ? best : 0);
+                free(a);
+                oj_qtensor_free(q);
+                oj_scope_end(gpu);
+            }
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 /* Greedy decode of m with a graph: toks[0..steps] (toks[0] the prefill's)
  * and each step's logits [V] into lg (steps + 1 rows). */
 static void decode_run(oj_gpt *m, const int32_t *prompt, int n, int steps, int32_t *toks,
@@ -537,12 +621,14 @@ static void test_quantized_fast_step(void **state) {
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     if (on_cpu) {
-        const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_qlinear_entry)};
+        const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_qlinear_entry),
+                                           cmocka_unit_test(test_decode_qloop_and_head)};
         return cmocka_run_group_tests(tests, NULL, NULL);
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_qmatmul_matches_cpu),
                                        cmocka_unit_test(test_quantized_gpt_decode),
                                        cmocka_unit_test(test_decode_qlinear_entry),
+                                       cmocka_unit_test(test_decode_qloop_and_head),
                                        cmocka_unit_test(test_quantized_fast_step)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 // test: GPT models through GGUF files in llama.cpp's layout: gpt2 and
 // llama (GQA, untied head) saved f32 and quantized (q8_0, q4_0, q4_1) load
 // back with bit-identical logits (fp8, which has no ggml type, is refused
-// by name); the file holds llama.cpp's names, dims
+// by name); f16 and bf16 models keep their matrices' dtype with 1-D
+// tensors in F32; the file holds llama.cpp's names, dims
 // {in, out}, Conv1D weights transposed and llama's q/k rows in the
 // interleaved rotary order (checked against the converter's reshape
 // formula); bad files are refused naming the key or tensor
@@ -188,6 +189,74 @@ static void test_fp8_refused(void **state) {
     oj_engine_free(eng);
 }
 
+/* f16 and bf16 models: the matrices in their dtype, the 1-D tensors
+ * (norms, biases) in F32 holding the same values (llama.cpp's converter's
+ * layout: ggml's CUDA backend reads 1-D F16 operands of f32 activations
+ * as f32), general.file_type 1 / 32; the file loads back to the same
+ * logits as the model's weights widened to f32. */
+static void half_file(oj_dtype dt) {
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    oj_gpt_config c = config(false);
+    oj_gpt *m = NULL, *m32 = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c, 9, &m), OJ_OK);
+    assert_int_equal(oj_gpt_to_dtype(m, dt), OJ_OK);
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s.gguf", tmpdir, oj_dtype_name(dt));
+    oj_error err = {0};
+    if (oj_gpt_save_gguf(m, NULL, path, "tiny", &err) != OJ_OK) fail_msg("%s", err.message);
+    oj_gguf *g = NULL;
+    assert_int_equal(oj_gguf_open(path, &g, &err), OJ_OK);
+    int64_t v;
+    assert_true(oj_gguf_kv_int(g, oj_gguf_find_key(g, "general.file_type"), &v));
+    assert_int_equal(v, dt == OJ_F16 ? 1 : 32);
+    const uint32_t gt = dt == OJ_F16 ? OJ_GGML_F16 : OJ_GGML_BF16;
+    assert_int_equal(oj_gguf_tensor_type(g, oj_gguf_find_tensor(g, "blk.1.ffn_down.weight")), gt);
+    assert_int_equal(oj_gguf_tensor_type(g, oj_gguf_find_tensor(g, "token_embd.weight")), gt);
+    const char *one_d[] = {"blk.0.attn_norm.weight", "blk.0.attn_qkv.bias", "output_norm.bias"};
+    for (int i = 0; i < 3; i++) {
+        int64_t ti = oj_gguf_find_tensor(g, one_d[i]);
+        assert_true(ti >= 0);
+        assert_int_equal(oj_gguf_tensor_type(g, ti), OJ_GGML_F32);
+    }
+    /* ln_1's weight: the model's values widened */
+    oj_named_tensors sd = oj_gpt_state_dict(m);
+    int64_t pi = -1;
+    for (int64_t i = 0; i < sd.n; i++)
+        if (strcmp(sd.names[i], "transformer.h.0.ln_1.weight") == 0) pi = i;
+    assert_true(pi >= 0);
+    float want[64];
+    oj_tensor *w32 = oj_cast(sd.tensors[pi], OJ_F32);
+    assert_int_equal(oj_to_host(w32, want, sizeof want), OJ_OK);
+    oj_release(w32);
+    const float *file = oj_gguf_tensor_data(g, oj_gguf_find_tensor(g, "blk.0.attn_norm.weight"), NULL);
+    assert_memory_equal(file, want, sizeof want);
+    oj_gguf_close(g);
+    /* loads back: the logits of the same weights in f32 */
+    oj_gpt *b = NULL;
+    if (oj_gpt_load_gguf(eng, path, &b, &err) != OJ_OK) fail_msg("%s", err.message);
+    assert_int_equal(oj_gpt_create(eng, &c, 9, &m32), OJ_OK);
+    assert_int_equal(oj_gpt_to_dtype(m32, dt), OJ_OK);
+    assert_int_equal(oj_gpt_to_dtype(m32, OJ_F32), OJ_OK);
+    size_t na, nb;
+    float *la = logits_of(m32, &na), *lb = logits_of(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(la, lb, sizeof(float) * na);
+    free(la);
+    free(lb);
+    oj_gpt_free(b);
+    oj_gpt_free(m32);
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+static void test_half_files(void **state) {
+    (void)state;
+    half_file(OJ_F16);
+    half_file(OJ_BF16);
+}
+
 /* A copy of src with tensor `drop` left out and key `key` set to u32 value
  * (when key is not NULL). */
 static void rewrite(const char *src, const char *dst, const char *drop, const char *key,
@@ -362,6 +431,7 @@ int main(void) {
         cmocka_unit_test(test_tokenizer_round_trip),
         cmocka_unit_test(test_gpt2_round_trips),
         cmocka_unit_test(test_fp8_refused),
+        cmocka_unit_test(test_half_files),
         cmocka_unit_test(test_llama_round_trips),
         cmocka_unit_test(test_refusals_named),
     };

@@ -419,7 +419,8 @@ static void weights_from_copies(oj_gpt *m) {
  * its logits are within 1e-4 of their largest magnitude (double sums on
  * the CPU, one rounding to f32 a product) and its greedy tokens equal;
  * with bf16 within 6e-2 (the bf16 roundings of the generic step's ops)
- * and the tokens equal up to a near tie. */
+ * and the tokens equal up to a near tie; q4_0 and q4_k with the head
+ * kernel ending the step (OJAS_DECODE_QHEAD=1), the others without. */
 static void test_fast_step_quantized(void **state) {
     (void)state;
     oj_engine *eng = engine();
@@ -456,7 +457,10 @@ static void test_fast_step_quantized(void **state) {
                 }
                 assert_true(served);
                 weights_from_copies(m);
+                /* q4_0 and q4_k with the head ending the step (decode_qnorm_head) */
+                setenv("OJAS_DECODE_QHEAD", ti % 2 ? "1" : "0", 1);
                 decode_greedy(m, prompt, P, STEPS, tb, lb, V, true); /* the quantized fast step */
+                unsetenv("OJAS_DECODE_QHEAD");
                 unsetenv("OJAS_DECODE_FAST");
                 oj__gpt_free_quantized(m);
                 decode_greedy(m, prompt, P, STEPS, ta, la, V, false); /* unquantized, generic */

@@ -11,8 +11,9 @@
 // layer_norm + linear with the head's layout (and their argmax, pos + 1,
 // or the host sampler's token over them: oj__decode_norm_head_sample);
 // the quantized ops (oj__decode_qnorm_linear, oj__decode_qlinear_residual_)
-// the double sum over the dequantized matrix; the refusals name what was
-// wrong; no leaks.
+// the double sum over the dequantized matrix, and oj__decode_qnorm_head
+// those logits with their argmax, pos + 1 and the kept token; the
+// refusals name what was wrong; no leaks.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -428,6 +429,62 @@ static void test_qlinear(void **state) {
     nt_engine_done(eng);
 }
 
+/* oj__decode_qnorm_head on the CPU backend: the logits of
+ * oj__decode_qnorm_linear with the norm, tok their argmax, pos + 1,
+ * hist[pos] = tok once pos is inside hist; refusals (tok without pos, no
+ * norm, hist sharing tok's storage). */
+static void test_qnorm_head(void **state) {
+    (void)state;
+    oj_engine *eng = nt_engine();
+    oj_set_grad_enabled(eng, false);
+    oj_scope_begin(eng);
+    enum { K = 256, N = 40 };
+    int64_t sw[2] = {N, K}, sk[1] = {K}, s1[1] = {1}, p0 = 5, sh[1] = {p0 + 3};
+    oj_qtensor *q = oj_quantize(nt_rand(eng, 2, sw, OJ_F32, -0.5, 0.5), OJ_Q4_K);
+    assert_non_null(q);
+    oj_tensor *x = nt_rand(eng, 1, sk, OJ_F32, -2, 2), *nw = nt_rand(eng, 1, sk, OJ_F32, 0.5, 1.5);
+    oj_tensor *nb = nt_rand(eng, 1, sk, OJ_F32, -0.5, 0.5);
+    assert_true(oj__decode_qhead_supported(eng));
+    oj_tensor *want = oj__decode_qnorm_linear(x, nw, nb, 1e-5, q, NULL, 0, NULL, NULL);
+    assert_non_null(want);
+    oj_tensor *tok = oj_zeros(eng, 1, s1, OJ_I64), *pos = oj_from_host(eng, 1, s1, OJ_I64, &p0, 8);
+    oj_tensor *hist = oj_zeros(eng, 1, sh, OJ_I64);
+    for (int step = 1; step <= 3; step++) { /* pos 6, 7 land in hist; 8 is past its end */
+        oj_tensor *got = oj__decode_qnorm_head(x, nw, nb, 1e-5, q, tok, pos, hist);
+        assert_non_null(got);
+        float g[N], w[N];
+        assert_int_equal(oj_to_host(got, g, sizeof g), OJ_OK);
+        assert_int_equal(oj_to_host(want, w, sizeof w), OJ_OK);
+        int64_t best = 0, t = -1, p = 0;
+        for (int i = 0; i < N; i++) {
+            assert_true(g[i] == w[i]);
+            if (g[i] > g[best]) best = i;
+        }
+        assert_int_equal(oj_to_host(tok, &t, sizeof t), OJ_OK);
+        assert_int_equal(oj_to_host(pos, &p, sizeof p), OJ_OK);
+        assert_int_equal(t, best);
+        assert_int_equal(p, p0 + step);
+        int64_t h[8]; /* p0 + 3 */
+        assert_int_equal(oj_to_host(hist, h, sizeof h), OJ_OK);
+        for (int64_t i = 0; i < sh[0]; i++)
+            assert_int_equal(h[i], i > p0 && i <= p0 + step ? best : 0);
+    }
+    /* refusals */
+    assert_null(oj__decode_qnorm_head(x, nw, nb, 1e-5, q, NULL, pos, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "tok is NULL");
+    assert_null(oj__decode_qnorm_head(x, nw, nb, 1e-5, q, tok, NULL, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "pos is NULL");
+    assert_null(oj__decode_qnorm_head(x, NULL, NULL, 1e-5, q, tok, pos, NULL));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "norm weight and bias are NULL");
+    assert_null(oj__decode_qnorm_head(x, nw, nb, 1e-5, q, tok, pos, tok));
+    expect_err(eng, OJ_ERR_INVALID_ARGUMENT, "hist shares storage");
+    assert_null(oj__decode_qnorm_head(x, nw, nb, 1e-5, q, tok, nb, NULL));
+    expect_err(eng, OJ_ERR_DTYPE, "pos must be i64 with one element");
+    oj_qtensor_free(q);
+    oj_scope_end(eng);
+    nt_engine_done(eng);
+}
+
 /* decode_sample on the CPU backend: the host sampler's token for the
  * history {i : seen[i]} and the step's uniform, seen[tok] set, step and
  * pos advanced, -1 on a NaN; the refusals */
@@ -680,6 +737,7 @@ int main(void) {
         cmocka_unit_test(test_qlinear),
         cmocka_unit_test(test_argmax_advance),
         cmocka_unit_test(test_decode_sample),
+        cmocka_unit_test(test_qnorm_head),
         cmocka_unit_test(test_matches_unfused),
         cmocka_unit_test(test_gemv_kn_tiles),
         cmocka_unit_test(test_embed_mask),

@@ -83,4 +83,5 @@ const oj_backend oj_cpu_backend = {
     .decode_embed_mask = oj_cpu_decode_embed_mask,
     .decode_norm_head = oj_cpu_decode_norm_head,
     .decode_qlinear = oj_cpu_decode_qlinear,
+    .decode_qnorm_head = oj_cpu_decode_qnorm_head,
 };

@@ -30,10 +30,14 @@ oj_status oj_cpu_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *
                                oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
                                const struct oj__decode_sampler *s);
 
-/* cpu_decode_quant.c: decode_qlinear (a block-quantized weight) */
+/* cpu_decode_quant.c: decode_qlinear, decode_qnorm_head (a block-quantized weight) */
 oj_status oj_cpu_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                 const oj_tensor *nw, const oj_tensor *nb, double eps,
                                 const oj_tensor *blocks, int qtype, int64_t K, const oj_tensor *b,
                                 int epi, oj_tensor *kv, const oj_tensor *slot);
+oj_status oj_cpu_decode_qnorm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                   const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                   const oj_tensor *blocks, int qtype, int64_t K, oj_tensor *tok,
+                                   oj_tensor *pos, oj_tensor *hist);
 
 #endif /* OJAS_CPU_DECODE_H */

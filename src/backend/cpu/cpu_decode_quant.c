@@ -1,5 +1,5 @@
 /* Batch-1 decode with a block-quantized weight (backend.h:
- * decode_qlinear) on the CPU: the reference the CUDA kernels
+ * decode_qlinear, decode_qnorm_head) on the CPU: the reference the CUDA kernels
  * (cuda_decode_quant.cu) are tested against. Each row of W dequantized by
  * oj_dequantize_row's formulas, straight loops in double, each value
  * rounded to the storage dtype where the unfused ops round (the norm's
@@ -79,4 +79,17 @@ oj_status oj_cpu_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor 
     free(wr);
     free(u);
     return OJ_OK;
+}
+
+oj_status oj_cpu_decode_qnorm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                   const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                   const oj_tensor *blocks, int qtype, int64_t K, oj_tensor *tok,
+                                   oj_tensor *pos, oj_tensor *hist) {
+    oj_status st = oj_cpu_decode_qlinear(eng, out, x, nw, nb, eps, blocks, qtype, K, NULL, 0, NULL,
+                                         NULL);
+    if (st == OJ_OK) st = oj_cpu_decode_argmax_advance(eng, tok, out, pos);
+    const int64_t q = *(const int64_t *)oj__nn_base(pos);
+    if (st == OJ_OK && hist && q >= 0 && q < oj_numel(hist))
+        ((int64_t *)oj__nn_base(hist))[q] = *(const int64_t *)oj__nn_base(tok);
+    return st;
 }

@@ -57,6 +57,10 @@ oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor
                                  const oj_tensor *blocks, int qtype, int64_t K,
                                  const oj_tensor *b, int epi, oj_tensor *kv,
                                  const oj_tensor *slot);
+oj_status oj_cuda_decode_qnorm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *blocks, int qtype, int64_t K,
+                                    oj_tensor *tok, oj_tensor *pos, oj_tensor *hist);
 
 /* cuda_comm.cu: NCCL collectives for oj_dist (NULL when built without NCCL) */
 const oj_backend_comm *oj_cuda_comm_table(void);
@@ -222,6 +226,7 @@ static oj_backend make_cuda_backend() {
     b.qgemv = oj_cuda_qgemv;
     b.qdequant = oj_cuda_qdequant;
     b.decode_qlinear = oj_cuda_decode_qlinear;
+    b.decode_qnorm_head = oj_cuda_decode_qnorm_head;
     b.decode_sample = oj_cuda_decode_sample;
     return b;
 }

@@ -36,13 +36,22 @@
  *    w + b rounded to T (the layer_norm's value up to the order of its
  *    sums);
  *  - product: the pairs (row, part of K) go to the 4 warps (one row takes
- *    4 / R warps when R < 4); lane l of a pair's warp takes the blocks of
- *    32 l, l + 32 WPR, ... of its part: it reads the block's scale (and
- *    min) and quants from shared memory, sums q_j x_j (and x_j where the
- *    format has a min) in f32 with fused multiply-adds in element order,
- *    and adds d * sum (- m * sum x); the lanes are combined by a xor
- *    butterfly and a row's warps in warp order (the same bits on every
- *    run, no atomics);
+ *    4 / R warps when R < 4; warp w has pairs w, w + 4, ..., at most 8);
+ *    lane l of a warp takes the blocks of 32 l, l + 32 WPR, ... of its
+ *    part: it reads the block of x (and its sum, for a format with a min)
+ *    once, then for each of the warp's rows the block's scale (and min)
+ *    and quants from shared memory, sums q_j x_j in f32 with fused
+ *    multiply-adds in element order (the quants made floats by dq_i2f's
+ *    exact bit trick, not I2F), and adds d * sum (- m * sum x); the lanes
+ *    are combined by a xor butterfly and a row's warps in warp order (the
+ *    same bits on every run, no atomics). That is the row loop of
+ *    OJAS_DECODE_QLOOP=1 (measured slower, see dq_loop); by default
+ *    the pairs go one by one, each lane reading x's block again for each
+ *    row and widening the quants by I2F (dq_dot; OJAS_DECODE_QLOOP=2:
+ *    by dq_i2f, dq_dotx), the same bits;
+ *  - the head (decode_qnorm_head): the epilogue also ends a greedy step,
+ *    each block's best logit to scratch and the last block to arrive
+ *    writing the argmax, pos + 1 and the kept token (dq_head_end);
  *  - epilogue (thread r for row r): v = round_T(sum + b[n]); GELU:
  *    round_T(v sigmoid(2 u(v))) (the elementwise kernels' fast formula);
  *    residual: x[n] = round_T(x[n] + v); KV: columns C .. 3C also stored
@@ -55,6 +64,7 @@
  * 0.56 to 0.63 (q4) bytes a weight against bf16's 2. */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,12 +73,16 @@
 #include "backend/cuda/cuda_q4k.cuh"
 #include "backend/scalar_ops.h"
 
-/* The entry (declared in cuda_backend.cu, its one user). */
+/* The entries (declared in cuda_backend.cu, their one user). */
 oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
                                  const oj_tensor *nw, const oj_tensor *nb, double eps,
                                  const oj_tensor *blocks, int qtype, int64_t K,
                                  const oj_tensor *b, int epi, oj_tensor *kv,
                                  const oj_tensor *slot);
+oj_status oj_cuda_decode_qnorm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *blocks, int qtype, int64_t K,
+                                    oj_tensor *tok, oj_tensor *pos, oj_tensor *hist);
 
 /* oj_qtype's numbers (ojas/quant.h is C; the values are its ABI). */
 enum { DQ_Q8_0 = 0, DQ_Q4_0 = 1, DQ_Q4_1 = 2, DQ_Q4_K = 3, DQ_FP8 = 4 };
@@ -96,6 +110,15 @@ struct qproj_args {
     int C, D, H;
     int64_t S;
     bool late; /* release the next kernel after the wait (dq_late) */
+    int loop; /* the product's loop (dq_loop): 0 pairs + dq_dot, 1 rows, 2 pairs + dq_dotx */
+    /* the head's end (decode_qnorm_head; NULL: none): tok = the argmax of
+     * out, *pos += 1, hist[*pos] = tok where hist is not NULL and *pos <
+     * nhist; bv, bi [grid] each block's best, count the arrival counter */
+    int64_t *tok, *pos, *hist;
+    long long nhist;
+    float *bv;
+    int *bi;
+    unsigned int *count;
 };
 
 template <typename T> __device__ __forceinline__ float dq_ld(const void *p, int64_t i) {
@@ -124,10 +147,127 @@ __device__ __forceinline__ void dq_xblock(const float *xb, float *xf) {
     }
 }
 
+/* An integer 0 <= v < 2^23 minus o - 2^23, as a float, without an
+ * integer-to-float conversion (I2F issues at 1/8 of the FMA rate on
+ * sm_90, and the product did one a weight): the bits 0x4B000000 | v are
+ * the float 2^23 + v, and subtracting o (2^23 plus a small integer) is
+ * exact, both being integers below 2^24. The value (float)((int)v - (o -
+ * 2^23)) has. */
+#define DQ_2P23 8388608.0f
+__device__ __forceinline__ float dq_i2f(unsigned v, float o) {
+    return __int_as_float(0x4B000000u | v) - o;
+}
+
+/* The sums of x over a block of 32 that dq_dotx's formats with a min
+ * take (q4_1, q4_k), in the order dq_dot adds them; 0 for the others
+ * (each row of a warp reuses it). */
+template <int Q> __device__ __forceinline__ float dq_xsum(const float *xf) {
+    float sx0 = 0.0f, sx1 = 0.0f;
+    if (Q == DQ_Q4_1) {
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            sx0 += xf[i];
+            sx1 += xf[i + 16];
+        }
+    } else if (Q == DQ_Q4_K) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            sx0 += xf[4 * j] + xf[4 * j + 2];
+            sx1 += xf[4 * j + 1] + xf[4 * j + 3];
+        }
+    }
+    return sx0 + sx1;
+}
+
+/* dq_dot with x's 32 values in registers (xf) and their sum sx
+ * (dq_xsum<Q>): the same fused multiply-adds on the same values, so the
+ * same bits, with the quants widened by dq_i2f and q4_k's head (d, dmin
+ * and the 12 scale bytes) in one 16-byte load. */
+template <int Q>
+__device__ __forceinline__ float dq_dotx(const uint8_t *row, int b, const float *xf, float sx) {
+    float s0 = 0.0f, s1 = 0.0f;
+    if (Q == DQ_Q8_0) {
+        const unsigned short *h = (const unsigned short *)(row + (int64_t)b * 34);
+        const float d = dq_f16(h[0]);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const unsigned q = h[1 + j] ^ 0x8080u; /* int8 + 128 in each byte */
+            s0 = fmaf(dq_i2f(q & 0xff, DQ_2P23 + 128.0f), xf[2 * j], s0);
+            s1 = fmaf(dq_i2f(q >> 8, DQ_2P23 + 128.0f), xf[2 * j + 1], s1);
+        }
+        return d * (s0 + s1);
+    } else if (Q == DQ_Q4_0) {
+        const unsigned short *h = (const unsigned short *)(row + (int64_t)b * 18);
+        const float d = dq_f16(h[0]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const unsigned q = h[1 + j];
+            s0 = fmaf(dq_i2f(q & 15, DQ_2P23 + 8.0f), xf[2 * j], s0);
+            s1 = fmaf(dq_i2f(q >> 8 & 15, DQ_2P23 + 8.0f), xf[2 * j + 1], s1);
+            s0 = fmaf(dq_i2f(q >> 4 & 15, DQ_2P23 + 8.0f), xf[2 * j + 16], s0);
+            s1 = fmaf(dq_i2f(q >> 12, DQ_2P23 + 8.0f), xf[2 * j + 17], s1);
+        }
+        return d * (s0 + s1);
+    } else if (Q == DQ_Q4_1) {
+        const unsigned *u = (const unsigned *)(row + (int64_t)b * 20);
+        const unsigned dm = u[0];
+        const float d = dq_f16((unsigned short)(dm & 0xffff)), m = dq_f16((unsigned short)(dm >> 16));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const unsigned q = u[1 + j];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = 4 * j + e;
+                s0 = fmaf(dq_i2f(q >> (8 * e) & 15, DQ_2P23), xf[i], s0);
+                s1 = fmaf(dq_i2f(q >> (8 * e + 4) & 15, DQ_2P23), xf[i + 16], s1);
+            }
+        }
+        return fmaf(m, sx, d * (s0 + s1));
+    } else if (Q == DQ_FP8) {
+        const uint4 *q4 = (const uint4 *)(row + 16 + (int64_t)b * 32);
+        const uint4 qa = q4[0], qb = q4[1];
+        const unsigned qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float2 lo = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)(qw[j] & 0xffff), __NV_E4M3)));
+            const float2 hi = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)(qw[j] >> 16), __NV_E4M3)));
+            s0 = fmaf(lo.x, xf[4 * j], s0);
+            s1 = fmaf(lo.y, xf[4 * j + 1], s1);
+            s0 = fmaf(hi.x, xf[4 * j + 2], s0);
+            s1 = fmaf(hi.y, xf[4 * j + 3], s1);
+        }
+        return *(const float *)row * (s0 + s1);
+    } else { /* q4_k */
+        const uint8_t *p = row + (int64_t)(b >> 3) * 144;
+        const int s = b & 7;
+        const uint4 hd = *(const uint4 *)p; /* d, dmin; scale bytes 0..3, 4..7, 8..11 */
+        int ls, lm;
+        q4k_scale_min_w(hd.y, hd.z, hd.w, s, &ls, &lm);
+        const float d = dq_f16((unsigned short)(hd.x & 0xffff)) * dq_i2f((unsigned)ls, DQ_2P23);
+        const float m = dq_f16((unsigned short)(hd.x >> 16)) * dq_i2f((unsigned)lm, DQ_2P23);
+        const uint4 *q4 = (const uint4 *)(p + 16 + 32 * (s >> 1));
+        const int sh = 4 * (s & 1);
+        const uint4 qa = q4[0], qb = q4[1];
+        const unsigned qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const unsigned q = qw[j] >> sh;
+            s0 = fmaf(dq_i2f(q & 15, DQ_2P23), xf[4 * j], s0);
+            s1 = fmaf(dq_i2f(q >> 8 & 15, DQ_2P23), xf[4 * j + 1], s1);
+            s0 = fmaf(dq_i2f(q >> 16 & 15, DQ_2P23), xf[4 * j + 2], s0);
+            s1 = fmaf(dq_i2f(q >> 24 & 15, DQ_2P23), xf[4 * j + 3], s1);
+        }
+        return fmaf(-m, sx, d * (s0 + s1));
+    }
+}
+
 /* sum_j W[row, 32 b + j] x[32 b + j] for block b of a row in shared
  * memory (row: the row's first byte, 16-byte aligned), x the block's 32
  * values (padded layout). Two chains of fused multiply-adds (even and odd
- * elements), added at the end. */
+ * elements), added at the end. The default product's (dq_loop;
+ * dq_dotx gives the same bits). */
 template <int Q>
 __device__ __forceinline__ float dq_dot(const uint8_t *row, int b, const float *xb) {
     float xf[32];
@@ -320,6 +460,72 @@ __device__ __forceinline__ float dq_dot32(const float *w, const float *xb) {
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+/* (v, i) ranks before (bv, bi): a NaN above every number, then the larger
+ * value, then the lower index (cuda_decode.cu's am_before: the order of
+ * decode_argmax_advance). */
+__device__ __forceinline__ bool dq_before(float v, int i, float bv, int bi) {
+    const bool n = v != v, bn = bv != bv;
+    if (n != bn) return n;
+    if (!n && v != bv) return v > bv;
+    return i < bi;
+}
+
+/* (bv, bi) = the best of the warp's lanes' (dq_before: a total order, so
+ * the butterfly's order does not matter). */
+__device__ __forceinline__ void dq_warp_best(float &bv, int &bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (dq_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+}
+
+/* The head's end, every thread of the block: (v, i) thread t's output
+ * (rows are threads 0 .. R - 1 <= 31, one warp; others -inf, INT_MAX).
+ * The block's best goes to a.bv, a.bi [blockIdx.x]; the block that
+ * arrives last on a.count (reset there for the next launch) takes the
+ * best of the blocks', writes *tok, advances *pos and keeps the token in
+ * hist: decode_argmax_advance's token (the logits are T values read back
+ * as floats in both). red: >= DQ_WARPS floats of shared memory. */
+template <typename A>
+__device__ __forceinline__ void dq_head_end(const A &a, float v, int i, float *red) {
+    __shared__ int hbi[DQ_WARPS];
+    __shared__ bool last;
+    const int t = threadIdx.x, lane = t & 31, wp = t >> 5;
+    float bv = v;
+    int bi = i;
+    if (wp == 0) dq_warp_best(bv, bi);
+    if (t == 0) {
+        a.bv[blockIdx.x] = bv;
+        a.bi[blockIdx.x] = bi;
+        __threadfence(); /* the best visible device-wide before the arrival counts */
+        last = atomicAdd(a.count, 1u) == gridDim.x - 1;
+        if (last) *a.count = 0; /* every block has arrived */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    bv = -INFINITY;
+    bi = INT_MAX;
+    for (unsigned b = t; b < gridDim.x; b += DQ_THREADS) {
+        const float ov = __ldcg(a.bv + b); /* written by other blocks of this kernel */
+        const int oi = __ldcg(a.bi + b);
+        if (dq_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    dq_warp_best(bv, bi);
+    if (lane == 0) red[wp] = bv, hbi[wp] = bi;
+    __syncthreads();
+    if (t == 0) {
+        for (int w = 1; w < DQ_WARPS; w++)
+            if (dq_before(red[w], hbi[w], bv, bi)) bv = red[w], bi = hbi[w];
+        *a.tok = bi;
+        const int64_t q = *a.pos + 1;
+        *a.pos = q;
+        if (a.hist && q >= 0 && q < a.nhist) a.hist[q] = bi;
+    }
+}
+
 /* PRE (the layer's four matrices of gpt2 124M: every lane has at most two
  * blocks of 32 to multiply): before the wait each lane dequantizes its
  * blocks into registers and, with the norm, folds its weight and bias in:
@@ -456,40 +662,80 @@ __global__ void __launch_bounds__(DQ_THREADS) k_dec_q(qproj_args a) {
             }
         }
         __syncthreads();
-        /* ---- the product: pair p = (row p / WPR, part p % WPR) */
-        for (int p = wp; p < pairs; p += DQ_WARPS) {
-            const int r = p / WPR, sub = p - r * WPR;
-            float acc = 0.0f;
-            if (r < rows) {
-                const uint8_t *row = dq_sm + (int64_t)r * a.row_bytes;
-                for (int b = sub * 32 + lane; b < nb; b += 32 * WPR)
-                    acc += dq_dot<Q>(row, b, xs + b * DQ_XPAD);
+        if (a.loop != 1) {
+            /* ---- the product: pair p = (row p / WPR, part p % WPR) */
+            for (int p = wp; p < pairs; p += DQ_WARPS) {
+                const int r = p / WPR, sub = p - r * WPR;
+                float acc = 0.0f;
+                if (r < rows) {
+                    const uint8_t *row = dq_sm + (int64_t)r * a.row_bytes;
+                    for (int b = sub * 32 + lane; b < nb; b += 32 * WPR) {
+                        if (a.loop == 2) { /* dq_dotx's widening, the same bits */
+                            float xf[32];
+                            dq_xblock(xs + b * DQ_XPAD, xf);
+                            acc += dq_dotx<Q>(row, b, xf, dq_xsum<Q>(xf));
+                        } else {
+                            acc += dq_dot<Q>(row, b, xs + b * DQ_XPAD);
+                        }
+                    }
+                }
+                acc = oj_cu_warp_sumf(acc);
+                if (lane == 0) part[p] = acc;
             }
-            acc = oj_cu_warp_sumf(acc);
-            if (lane == 0) part[p] = acc;
+        } else {
+            /* ---- the product: warp wp has the pairs p = wp + 4 i (at most
+             * 8: R <= 32), all of part wp % WPR (WPR divides 4); lane l
+             * takes the blocks b = 32 part + l, b + 32 WPR, ..., reads x's
+             * block once and multiplies it by each pair's row, each row's
+             * sum over b in the order of the loop above */
+            constexpr int NP = DQ_MAX_R / DQ_WARPS;
+            const int np = (pairs - wp + DQ_WARPS - 1) / DQ_WARPS, sub = wp % WPR;
+            float acc[NP];
+#pragma unroll
+            for (int i = 0; i < NP; i++) acc[i] = 0.0f;
+            for (int b = sub * 32 + lane; b < nb; b += 32 * WPR) {
+                float xf[32];
+                dq_xblock(xs + b * DQ_XPAD, xf);
+                const float sx = dq_xsum<Q>(xf);
+#pragma unroll
+                for (int i = 0; i < NP; i++) {
+                    const int r = (wp + i * DQ_WARPS) / WPR;
+                    if (i < np && r < rows)
+                        acc[i] += dq_dotx<Q>(dq_sm + (int64_t)r * a.row_bytes, b, xf, sx);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < NP; i++) {
+                if (i >= np) break;
+                const float v = oj_cu_warp_sumf(acc[i]);
+                if (lane == 0) part[wp + i * DQ_WARPS] = v;
+            }
         }
     }
     __syncthreads();
     /* ---- epilogue: one thread per output row */
-    if (t >= rows) return;
     const int64_t n = row0 + t;
     float v = 0.0f;
-    for (int i = 0; i < WPR; i++) v += part[t * WPR + i];
-    if (a.bias) v += dq_ld<T>(a.bias, n);
-    v = dq_round<T>(v); /* the linear's output */
-    if (EPI == DQ_GELU)
-        v = dq_round<T>(v * dq_sigmoid(2.0f * OJ_GELU_TANH_KF * (v + 0.044715f * v * v * v)));
-    if (EPI == DQ_RESID) v = dq_round<T>(dq_ld<T>(a.out, n) + v);
-    const T o = oj_cu_fromf<T>(v); /* exact: v is a T value */
-    ((T *)a.out)[n] = o;
-    if (a.kv && n >= a.C && n < 3 * (int64_t)a.C) {
-        const int64_t slot = *a.slot;
-        if (slot >= 0 && slot < a.S) {
-            const int64_t j = n - a.C, which = j / a.C, hd = j % a.C;
-            const int64_t h = hd / a.D, d = hd % a.D;
-            ((T *)a.kv)[((which * a.H + h) * a.S + slot) * a.D + d] = o;
+    if (t < rows) {
+        for (int i = 0; i < WPR; i++) v += part[t * WPR + i];
+        if (a.bias) v += dq_ld<T>(a.bias, n);
+        v = dq_round<T>(v); /* the linear's output */
+        if (EPI == DQ_GELU)
+            v = dq_round<T>(v * dq_sigmoid(2.0f * OJ_GELU_TANH_KF * (v + 0.044715f * v * v * v)));
+        if (EPI == DQ_RESID) v = dq_round<T>(dq_ld<T>(a.out, n) + v);
+        const T o = oj_cu_fromf<T>(v); /* exact: v is a T value */
+        ((T *)a.out)[n] = o;
+        if (a.kv && n >= a.C && n < 3 * (int64_t)a.C) {
+            const int64_t slot = *a.slot;
+            if (slot >= 0 && slot < a.S) {
+                const int64_t j = n - a.C, which = j / a.C, hd = j % a.C;
+                const int64_t h = hd / a.D, d = hd % a.D;
+                ((T *)a.kv)[((which * a.H + h) * a.S + slot) * a.D + d] = o;
+            }
         }
     }
+    if constexpr (NORM && EPI == DQ_PLAIN) /* the head's instance */
+        if (a.tok) dq_head_end(a, t < rows ? v : -INFINITY, t < rows ? (int)n : INT_MAX, red);
 }
 
 /* Rows a block: the largest power of two <= DQ_MAX_R whose tile fits
@@ -519,6 +765,23 @@ static bool dq_late(void) {
     return late != 0;
 }
 
+/* The product's loop, OJAS_DECODE_QLOOP: unset or 0, pair by pair with
+ * dq_dot (the quants widened by I2F, x's block read again for each row;
+ * the default); 1, the row loop (dq_dotx, x's block read once for a
+ * warp's rows); 2, pair by pair with dq_dotx (the quants widened by
+ * dq_i2f, q4_k's head in one load; unmeasured). The same bits every way.
+ * The row loop measured slower on the H200 (2026-12-02, d748308, gpt2
+ * 124M's step with the fused head: q4_k 0.798x bf16 against 0.881x, fp8
+ * 0.872x against 0.969x; its 8-row unrolled body is several times the
+ * code of the pair loop in kernels of a few microseconds). Read at each
+ * launch (a test compares them). */
+static int dq_loop(void) {
+    const char *e = getenv("OJAS_DECODE_QLOOP");
+    if (e && strcmp(e, "1") == 0) return 1;
+    if (e && strcmp(e, "2") == 0) return 2;
+    return 0;
+}
+
 /* Whether k_dec_q runs PRE: OJAS_DECODE_QPRE=1 (default off: on the H200
  * at cfed885 it made gpt2 124M's step 16-20% slower than the loop, which
  * dequantizes after the wait), and every lane of a block has at most two
@@ -537,6 +800,7 @@ static bool dq_pre(const qproj_args &a, bool norm) {
 template <typename T, int Q, bool NORM, int EPI> static void dq_launch(const qproj_args &a_in) {
     qproj_args a = a_in;
     a.late = dq_late();
+    a.loop = dq_loop();
     const unsigned blocks = (unsigned)((a.N + a.R - 1) / a.R);
     const size_t smem = (size_t)a.R * (size_t)a.row_bytes + (size_t)(a.K / 32) * DQ_XPAD * sizeof(float);
     if (dq_pre(a, NORM))
@@ -563,12 +827,13 @@ template <typename T> static void dq_launch_t(int qtype, bool norm, int epi, con
     else dq_launch_q<T, false, DQ_PLAIN>(qtype, a);
 }
 
-oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
-                                 const oj_tensor *nw, const oj_tensor *nb, double eps,
-                                 const oj_tensor *blocks, int qtype, int64_t K,
-                                 const oj_tensor *b, int epi, oj_tensor *kv,
-                                 const oj_tensor *slot) {
-    static const char op[] = "decode_qlinear";
+/* decode_qlinear's work, and with tok (decode_qnorm_head) the head's end:
+ * op names the entry in errors. */
+static oj_status dq_run(oj_engine *eng, const char *op, oj_tensor *out, const oj_tensor *x,
+                        const oj_tensor *nw, const oj_tensor *nb, double eps,
+                        const oj_tensor *blocks, int qtype, int64_t K, const oj_tensor *b,
+                        int epi, oj_tensor *kv, const oj_tensor *slot, oj_tensor *tok,
+                        oj_tensor *pos, oj_tensor *hist) {
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     qproj_args a = {};
     a.out = oj_cuda_ptr(out);
@@ -582,7 +847,8 @@ oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor
     a.K = (int)K;
     a.bias = b ? oj_cuda_ptr(b) : NULL;
     if (qtype < DQ_Q8_0 || qtype > DQ_FP8 || a.row_bytes % 16 || !oj_cu_aligned16(a.w) ||
-        K % 32 || K > 4096 || (nw == NULL) != (nb == NULL) || (nw && epi == DQ_RESID))
+        K % 32 || K > 4096 || (nw == NULL) != (nb == NULL) || (nw && epi == DQ_RESID) ||
+        (tok && (nw == NULL || epi != DQ_PLAIN || b || kv)))
         return oj_set_error(eng, OJ_ERR_INTERNAL,
                             "%s: quantized type %d, K %lld, row bytes %lld: the ops layer "
                             "promised a supported case", op, qtype, (long long)K,
@@ -597,11 +863,42 @@ oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor
         a.D = (int)kv->shape[4];
         a.C = a.H * a.D;
     }
+    oj_storage *hold = NULL;
+    if (tok) {
+        const size_t blocks_n = (size_t)((a.N + a.R - 1) / a.R);
+        void *sc = oj_cuda_scratch(eng, blocks_n * (sizeof(float) + sizeof(int)), op, &hold);
+        if (sc == NULL) return oj_last_status(eng);
+        a.bv = (float *)sc;
+        a.bi = (int *)(a.bv + blocks_n);
+        a.tok = (int64_t *)oj_cuda_ptr(tok);
+        a.pos = (int64_t *)oj_cuda_ptr(pos);
+        a.hist = hist ? (int64_t *)oj_cuda_ptr(hist) : NULL;
+        a.nhist = hist ? (long long)oj_cuda_numel(hist) : 0;
+        a.count = oj_cuda_state_of(eng)->counts + OJ_CUDA_COUNT_QHEAD;
+    }
     const bool norm = nw != NULL;
     switch (out->dtype) {
     case OJ_F32: dq_launch_t<float>(qtype, norm, epi, a); break;
     case OJ_BF16: dq_launch_t<oj_cu_bf16>(qtype, norm, epi, a); break;
     default: dq_launch_t<oj_cu_f16>(qtype, norm, epi, a); break;
     }
+    oj__storage_release(hold); /* later users run after this kernel (one stream) */
     return oj_cuda_check(eng, op);
+}
+
+oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                 const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                 const oj_tensor *blocks, int qtype, int64_t K,
+                                 const oj_tensor *b, int epi, oj_tensor *kv,
+                                 const oj_tensor *slot) {
+    return dq_run(eng, "decode_qlinear", out, x, nw, nb, eps, blocks, qtype, K, b, epi, kv, slot,
+                  NULL, NULL, NULL);
+}
+
+oj_status oj_cuda_decode_qnorm_head(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
+                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
+                                    const oj_tensor *blocks, int qtype, int64_t K,
+                                    oj_tensor *tok, oj_tensor *pos, oj_tensor *hist) {
+    return dq_run(eng, "decode_qnorm_head", out, x, nw, nb, eps, blocks, qtype, K, NULL,
+                  DQ_PLAIN, NULL, NULL, tok, pos, hist);
 }
