@@ -1106,6 +1106,64 @@ static void test_add_norm(void **state) {
                 }
 }
 
+static void same_bytes(oj_tensor *a, oj_tensor *b, const char *what, int i);
+
+// test: the add + norm forward's FULL kernel (warp per row, C = 32 NPT: 768, 512) writes sum, out, mean and rstd bit for bit as the general kernel (OJAS_CUDA_NORM4=0) does, overflowing, infinite and NaN rows included
+static void test_add_norm_full(void **state) {
+    (void)state;
+    const oj_dtype dts[4][3] = {/* x, r, out */
+                                {OJ_F32, OJ_BF16, OJ_BF16},
+                                {OJ_F32, OJ_F32, OJ_F32},
+                                {OJ_BF16, OJ_BF16, OJ_BF16},
+                                {OJ_F16, OJ_F16, OJ_F16}};
+    const int64_t Cs[2] = {768, 512}, N = 1031;
+    for (int k = 0; k < 4; k++)
+        for (int ci = 0; ci < 2; ci++)
+            for (int m = 0; m < 4; m++) { /* bit 0 rms, bit 1 weight (and bias) */
+                bool rms = m & 1, affine = m & 2;
+                int64_t C = Cs[ci], s[2] = {N, C};
+                oj_dtype xdt = dts[k][0], rdt = dts[k][1], odt = dts[k][2];
+                double *xv = malloc((size_t)(N * C) * sizeof *xv);
+                assert_non_null(xv);
+                for (int64_t i = 0; i < N * C; i++) xv[i] = nzrand(-2, 3);
+                for (int64_t c = 0; c < C; c++) {
+                    xv[5 * C + c] = c % 2 ? 1e20 : -3e20;   /* var overflows a float */
+                    xv[6 * C + c] = 3e38;                   /* the sum overflows */
+                    xv[7 * C + c] = c % 3 ? 3e38 : -3e38;   /* x - m overflows */
+                }
+                xv[9 * C + 17] = INFINITY;
+                xv[11 * C + 3] = NAN;
+                pr x = up(2, s, xdt, xv);
+                free(xv);
+                pr r = rnd(2, s, rdt, -3, 2);
+                pr w = rnd(1, &C, xdt, 0.5, 1.5), b = rnd(1, &C, xdt, -1, 1);
+                pr out[2], sum[2], mean[2], rstd[2];
+                for (int v = 0; v < 2; v++) {
+                    out[v] = empty(2, s, odt);
+                    sum[v] = empty(2, s, xdt);
+                    mean[v] = empty(1, &N, OJ_F32);
+                    rstd[v] = empty(1, &N, OJ_F32);
+                    if (v == 0) setenv("OJAS_CUDA_NORM4", "0", 1);
+                    else unsetenv("OJAS_CUDA_NORM4");
+                    SIDE = 1;
+                    oj_status st = E->backend->add_norm_forward(
+                        E, T(out[v]), T(sum[v]), rms ? NULL : T(mean[v]), T(rstd[v]), T(x), T(r),
+                        affine ? T(w) : NULL, affine && !rms ? T(b) : NULL, 1e-5, rms);
+                    SIDE = 0;
+                    unsetenv("OJAS_CUDA_NORM4");
+                    if (st != OJ_OK) fail_msg("add_norm_forward: %s", oj_last_error(gpu));
+                }
+                char what[128];
+                snprintf(what, sizeof what, "add_%s_norm full %s + %s -> %s, C %lld%s",
+                         rms ? "rms" : "layer", oj_dtype_name(xdt), oj_dtype_name(rdt),
+                         oj_dtype_name(odt), (long long)C, affine ? ", affine" : "");
+                same_bytes(sum[1].t[1], sum[0].t[1], what, 0);
+                same_bytes(out[1].t[1], out[0].t[1], what, 0);
+                if (!rms) same_bytes(mean[1].t[1], mean[0].t[1], what, 0);
+                same_bytes(rstd[1].t[1], rstd[0].t[1], what, 0);
+            }
+}
+
 static void test_softmax(void **state) {
     (void)state;
     int64_t s[3] = {4, 37, 5};
@@ -4569,6 +4627,7 @@ int main(void) {
         T_(test_embedding_fast),
         T_(test_norms),
         T_(test_add_norm),
+        T_(test_add_norm_full),
         T_(test_softmax),
         T_(test_numerics_edge_rows),
         T_(test_class_losses),
