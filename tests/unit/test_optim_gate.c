@@ -214,6 +214,7 @@ static void test_gated_step_matches_checked(void **state) {
      * none, step 3 is skipped for its infinite gradient, step 4's
      * scale.x was refilled and step 5 follows that skipped step) */
     assert_int_equal(safe_skips, 2);
+    assert_int_equal(og_last_proven, 2);
     assert_true(multi_calls > 0);    /* and the Muon multi-tensor entries */
     assert_null(gate_words);         /* and closed it */
     ea->backend = cpu_table;
