@@ -602,11 +602,16 @@ static bool adam_finite_for(const oj_adam_args *a, const float *b, double G) {
 }
 
 /* The largest power of 2 G in [2^-20, 2^100] for which adam_finite_for
- * holds (it is monotone in G), or -1. */
-static double adam_safe_grad(const oj_adam_args *a, const float *b) {
-    for (int e = 100; e >= -20; e--)
-        if (adam_finite_for(a, b, ldexp(1.0, e))) return ldexp(1.0, e);
-    return -1.0;
+ * holds (it is monotone in G: bisection over the exponent), or -1. */
+double oj__optim_adam_safe_grad(const oj_adam_args *a, const float *b) {
+    int lo = -20, hi = 100;
+    if (!adam_finite_for(a, b, ldexp(1.0, lo))) return -1.0;
+    while (lo < hi) { /* holds at lo */
+        int mid = lo + (hi - lo + 1) / 2;
+        if (adam_finite_for(a, b, ldexp(1.0, mid))) lo = mid;
+        else hi = mid - 1;
+    }
+    return ldexp(1.0, lo);
 }
 
 /* The safe norm to pass to step_gate_open: half the smallest safe
@@ -620,7 +625,7 @@ static double adam_safe_norm(const oj_optim *o, const work_item *items, int64_t 
         const oj_optim_slot *p = items[i].p;
         if (!bounds_valid(p)) return -1.0;
         oj_adam_args a = adam_args(o, &items[i]);
-        double g = adam_safe_grad(&a, p->bnd);
+        double g = oj__optim_adam_safe_grad(&a, p->bnd);
         if (g < 0) return -1.0;
         if (g < G) G = g;
         any = true;

@@ -255,8 +255,65 @@ static void test_sgd_keeps_checked_path(void **state) {
     oj_engine_free(eng);
 }
 
+// test: the proven check's bound is sound: for random hyperparameters (Adam and AdamW, eps down to 1e-30, lr up to 10, weight decay up to 100, early steps) and state bounds up to 1e36, the CPU's Adam kernel (the CUDA kernels' bits) finds every update at the corners p = +-P, m = +-M, v = V, g = +-G, +-G / 3 finite with G = oj__optim_adam_safe_grad, and at 4096 G some case overflows (the bound is not vacuous)
+static void test_safe_grad_sound(void **state) {
+    (void)state;
+    oj_engine *eng = ot_engine(OJ_NUMERICS_EXACT, 1);
+    uint64_t rs = 0x1234567887654321ull;
+    int proven = 0, caught = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        double u[10];
+        for (int k = 0; k < 10; k++) u[k] = (ot_rnd(&rs) + 1) / 2; /* [0, 1) */
+        double b1 = 0.5 + 0.499 * u[0], b2 = 0.9 + 0.0999 * u[1], step = 1 + (int)(u[2] * 5);
+        oj_adam_args a = {.lr = pow(10, -5 + 6 * u[3]), .beta1 = b1, .beta2 = b2,
+                          .eps = pow(10, -30 + 24 * u[4]), .weight_decay = u[5] < 0.3 ? 0 : pow(10, -3 + 5 * u[5]),
+                          .bias_correction1 = 1 - pow(b1, step), .bias_correction2 = 1 - pow(b2, step),
+                          .decoupled = u[6] < 0.5};
+        float bnd[3] = {(float)pow(10, -3 + 39 * u[7]), (float)pow(10, -3 + 39 * u[8]),
+                        (float)pow(10, -3 + 39 * u[9])};
+        double G = oj__optim_adam_safe_grad(&a, bnd);
+        if (G < 0) continue;
+        proven++;
+        /* the 4 x 2 x 2 x 1 corners, as one tensor of 16 elements */
+        float pv[16], mv[16], vv[16], gv[16];
+        for (int i = 0; i < 16; i++) {
+            pv[i] = i & 1 ? -bnd[0] : bnd[0];
+            mv[i] = i & 2 ? -bnd[1] : bnd[1];
+            vv[i] = bnd[2];
+            double g = (i & 4 ? -G : G) / (i & 8 ? 3.0 : 1.0);
+            gv[i] = (float)g;
+            if (fabsf(gv[i]) > (float)G) gv[i] = nextafterf(gv[i], 0.0f);
+        }
+        for (int scale = 0; scale < 2; scale++) {
+            float gs[16];
+            for (int i = 0; i < 16; i++) gs[i] = scale ? gv[i] * 4096.0f : gv[i];
+            int64_t n = 16;
+            oj_tensor *p = oj_from_host(eng, 1, &n, OJ_F32, pv, sizeof pv);
+            oj_tensor *m = oj_from_host(eng, 1, &n, OJ_F32, mv, sizeof mv);
+            oj_tensor *v = oj_from_host(eng, 1, &n, OJ_F32, vv, sizeof vv);
+            oj_tensor *g = oj_from_host(eng, 1, &n, OJ_F32, gs, sizeof gs);
+            assert_true(p && m && v && g);
+            oj_status st = eng->backend->adam_step(eng, p, g, m, v, &a, true);
+            if (scale == 1 && st == OJ_ERR_NUMERIC) caught++;
+            if (scale == 0 && st != OJ_OK)
+                fail_msg("trial %d: G %g proven for P %g M %g V %g lr %g eps %g wd %g %s, but an "
+                         "update is not finite", trial, G, bnd[0], bnd[1], bnd[2], a.lr, a.eps,
+                         a.weight_decay, a.decoupled ? "AdamW" : "Adam");
+            oj_release(p);
+            oj_release(m);
+            oj_release(v);
+            oj_release(g);
+        }
+    }
+    printf("  %d of 400 random cases proven, %d of them not finite at 4096 G\n", proven, caught);
+    assert_true(proven > 100);
+    assert_true(caught > 0); /* the bound is not far from the edge everywhere */
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_safe_grad_sound),
         cmocka_unit_test(test_gated_step_matches_checked),
         cmocka_unit_test(test_sgd_keeps_checked_path),
     };
