@@ -76,17 +76,26 @@ template <typename T> struct adam_c {
  * false when one would be non-finite. k_adam and k_adam_multi both run
  * it, so they give the same bits. The gradient is read times coef (the
  * step gate's clip factor; one: the tensor has one element). */
+/* The new p, m, v of one element from its stored p, g, m, v, in place
+ * (adam_elem's arithmetic; k_adam_multi loads a batch of elements first). */
+template <typename T>
+static __device__ __forceinline__ void adam_new(T &pi, T g, T &mi, T &vi, const adam_c<T> &c,
+                                                double coef, bool one) {
+    T gi = coef != 1.0 ? gate_scale(g, coef, one) : g;
+    if (c.dec) pi = MUL(pi, c.decay);
+    if (c.l2) gi = FMA(pi, c.wd, gi);
+    mi = FMA(gi, c.omb1, MUL(mi, c.b1));
+    vi = FMA(MUL(c.omb2, gi), gi, MUL(vi, c.b2));
+    T denom = ADD(DIV(SQRT(vi), c.bc2_sqrt), c.eps);
+    pi = ADD(DIV(MUL(c.neg_step, mi), denom), pi);
+}
+
 template <typename T>
 static __device__ __forceinline__ bool adam_elem(T *p, const T *g, T *m, T *v, int64_t i,
                                                  const adam_c<T> &c, bool check_only,
                                                  double coef, bool one, T *nv = NULL) {
-    T pi = p[i], gi = gate_grad(g, i, coef, one);
-    if (c.dec) pi = MUL(pi, c.decay);
-    if (c.l2) gi = FMA(pi, c.wd, gi);
-    T mi = FMA(gi, c.omb1, MUL(m[i], c.b1));
-    T vi = FMA(MUL(c.omb2, gi), gi, MUL(v[i], c.b2));
-    T denom = ADD(DIV(SQRT(vi), c.bc2_sqrt), c.eps);
-    pi = ADD(DIV(MUL(c.neg_step, mi), denom), pi);
+    T pi = p[i], mi = m[i], vi = v[i];
+    adam_new(pi, g[i], mi, vi, c, coef, one);
     if (check_only) return isfinite(pi) && isfinite(mi) && isfinite(vi);
     p[i] = pi;
     m[i] = mi;
@@ -850,7 +859,7 @@ template <typename T> struct adam_batch {
 static_assert(sizeof(adam_batch<float>) + 4 * sizeof(void *) <= 4096, "adam_batch<float> too large");
 static_assert(sizeof(adam_batch<double>) + 4 * sizeof(void *) <= 4096, "adam_batch<double> too large");
 
-template <typename T>
+template <typename T, int U>
 __global__ void __launch_bounds__(MT_THREADS)
     k_adam_multi(const adam_batch<T> b, bool check_only, unsigned long long *bad, double *gate,
                  const double *safe) {
@@ -873,11 +882,34 @@ __global__ void __launch_bounds__(MT_THREADS)
                                                                  : NULL;
     bool ok = true;
     adam_bounds bb;
-    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
-        T nv[3];
-        ok &= adam_elem(p, g, m, v, i, cc, check_only, coef, b.numel[k] == 1, nv);
-        if (lo) lo[i] = oj_cu_fromf<oj_cu_bf16>((float)nv[0]); /* copy's rounding */
-        if (bnd) bb.add(nv);
+    const bool one = b.numel[k] == 1;
+    /* U elements a thread, their 4 U loads issued before any store (the
+     * compiler cannot move a load above a store that may alias it) */
+    for (int64_t i0 = first + threadIdx.x; i0 < last; i0 += U * MT_THREADS) {
+        T pv[U], gv[U], mv[U], vv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = i0 + u * MT_THREADS;
+            if (i < last) pv[u] = p[i], gv[u] = g[i], mv[u] = m[i], vv[u] = v[i];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = i0 + u * MT_THREADS;
+            if (i >= last) break;
+            adam_new(pv[u], gv[u], mv[u], vv[u], cc, coef, one);
+            if (check_only) {
+                ok &= isfinite(pv[u]) && isfinite(mv[u]) && isfinite(vv[u]);
+                continue;
+            }
+            p[i] = pv[u];
+            m[i] = mv[u];
+            v[i] = vv[u];
+            if (lo) lo[i] = oj_cu_fromf<oj_cu_bf16>((float)pv[u]); /* copy's rounding */
+            if (bnd) {
+                const T nv[3] = {pv[u], mv[u], vv[u]};
+                bb.add(nv);
+            }
+        }
     }
     if (bnd) adam_bounds_flush(bb, bnd);
     if (!ok) {
@@ -889,8 +921,14 @@ __global__ void __launch_bounds__(MT_THREADS)
 template <typename T>
 static oj_status adam_multi_launch(oj_engine *eng, const adam_batch<T> &b, bool check_only,
                                    unsigned long long *bad) {
-    k_adam_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
-        b, check_only, bad, oj_cuda_state_of(eng)->gate, oj_cuda_state_of(eng)->gate_safe);
+    /* OJAS_CUDA_ADAMW_U=1: one element at a time (comparisons) */
+    const char *e = getenv("OJAS_CUDA_ADAMW_U");
+    if (e != NULL && strcmp(e, "1") == 0)
+        k_adam_multi<T, 1><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+            b, check_only, bad, oj_cuda_state_of(eng)->gate, oj_cuda_state_of(eng)->gate_safe);
+    else
+        k_adam_multi<T, 4><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+            b, check_only, bad, oj_cuda_state_of(eng)->gate, oj_cuda_state_of(eng)->gate_safe);
     return oj_cuda_check(eng, "adam_step_multi");
 }
 
@@ -940,7 +978,12 @@ static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
  * (oj_adam_args.low_t): one block of 32 x 8 threads per 32 x 32 tile runs
  * adam_elem on the tile's elements (rows coalesced, the multi kernel's
  * bits) and stages their bf16 roundings in shared memory, written out
- * along the copy's rows (coalesced too). */
+ * along the copy's rows (coalesced too). BATCH: a thread's 4 elements'
+ * 16 loads issued before any store (one element at a time, p, g, m, v
+ * may alias as far as the compiler knows: 4 loads in flight a thread);
+ * OJAS_CUDA_ADAMW_U=1 takes the element-at-a-time form, here and in
+ * k_adam_multi (comparisons). */
+template <bool BATCH>
 __global__ void __launch_bounds__(256)
     k_adam_tile(float *p, const float *g, float *m, float *v, oj_cu_bf16 *lo, int64_t R,
                 int64_t C, adam_c<float> c, bool check_only, unsigned long long *bad,
@@ -958,14 +1001,43 @@ __global__ void __launch_bounds__(256)
     const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
     bool ok = true;
     adam_bounds bb;
-    for (int k = ty; k < 32; k += 8) {
-        int64_t r = r0 + k, cc = c0 + tx;
-        if (r < R && cc < C) {
-            float nv[3];
-            ok &= adam_elem(p, g, m, v, r * C + cc, c, check_only, coef, R * C == 1, nv);
-            if (!check_only) {
-                tile[k][tx] = oj_cu_fromf<oj_cu_bf16>(nv[0]);
-                if (bnd) bb.add(nv);
+    const int64_t cc = c0 + tx;
+    if (BATCH) { /* the thread's 4 rows loaded before any store (as k_adam_multi) */
+        float pv[4], gv[4], mv[4], vv[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int64_t r = r0 + ty + 8 * u, i = r * C + cc;
+            if (r < R && cc < C) pv[u] = p[i], gv[u] = g[i], mv[u] = m[i], vv[u] = v[i];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int k = ty + 8 * u;
+            const int64_t r = r0 + k, i = r * C + cc;
+            if (!(r < R && cc < C)) continue;
+            adam_new(pv[u], gv[u], mv[u], vv[u], c, coef, R * C == 1);
+            if (check_only) {
+                ok &= isfinite(pv[u]) && isfinite(mv[u]) && isfinite(vv[u]);
+                continue;
+            }
+            p[i] = pv[u];
+            m[i] = mv[u];
+            v[i] = vv[u];
+            tile[k][tx] = oj_cu_fromf<oj_cu_bf16>(pv[u]);
+            if (bnd) {
+                const float nv[3] = {pv[u], mv[u], vv[u]};
+                bb.add(nv);
+            }
+        }
+    } else {
+        for (int k = ty; k < 32; k += 8) {
+            int64_t r = r0 + k;
+            if (r < R && cc < C) {
+                float nv[3];
+                ok &= adam_elem(p, g, m, v, r * C + cc, c, check_only, coef, R * C == 1, nv);
+                if (!check_only) {
+                    tile[k][tx] = oj_cu_fromf<oj_cu_bf16>(nv[0]);
+                    if (bnd) bb.add(nv);
+                }
             }
         }
     }
@@ -1022,7 +1094,9 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
                                 (long long)R, (long long)C);
         adam_c<float> cc;
         adam_consts(&cc, &args[i]);
-        k_adam_tile<<<(unsigned)tiles, dim3(32, 8), 0, OJ_STREAM>>>(
+        const char *e = getenv("OJAS_CUDA_ADAMW_U"); /* 1: a row at a time (comparisons) */
+        auto kern = e != NULL && strcmp(e, "1") == 0 ? k_adam_tile<false> : k_adam_tile<true>;
+        kern<<<(unsigned)tiles, dim3(32, 8), 0, OJ_STREAM>>>(
             PTR(float, params[i]), PTR(const float, grads[i]), PTR(float, exp_avgs[i]),
             PTR(float, exp_avg_sqs[i]), PTR(oj_cu_bf16, args[i].low), R, C, cc, check_only, bad,
             oj_cuda_state_of(eng)->gate, args[i].bound_at);
