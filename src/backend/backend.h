@@ -51,6 +51,12 @@ typedef struct oj_adam_args {
      * filled with the transpose (gpt2's Conv1D weights, read transposed) */
     oj_tensor *low;
     bool low_t;
+    /* 0, or (under an open step gate, adam_step_multi's writing pass)
+     * the index into the gate of 2 f64 words whose first 3 u32 receive,
+     * by atomic max, the f32 bits of max |p|, max |m| and max v over the
+     * new values (f64 values rounded up; +inf for a negative v):
+     * step_gate_open zeroes them. A bound_at of 0 or >= 2^31: none. */
+    int64_t bound_at;
 } oj_adam_args;
 
 /* Hyperparameters of one fused SGD update (sgd_step entry), as
@@ -723,11 +729,15 @@ typedef struct oj_backend {
      * the optimizer reads the norms back instead). step_gate_open queues
      * the L2 norm of every grads[i] (contiguous f32/f64/bf16/f16, as
      * sum_squares_multi) and writes into gate (a contiguous f64 device
-     * tensor of >= 4 + n elements, the caller's, alive until it has read
+     * tensor of >= 5 + 3 n elements, the caller's, alive until it has read
      * gate back): [0] the sum of the squared norms, [1] the clip factor
      * (max_norm / (norm + 1e-6) when max_norm > 0 and that is < 1, else
      * 1: oj_clip_grad_norm's), [2] 0, or 1 when a gradient's norm is not
-     * finite, [3] the global norm, [4 + i] the norm of grads[i]. Until
+     * finite, [3] the global norm, [4 + i] the norm of grads[i], [4 + n]
+     * 1 when the global norm is finite and <= safe_norm (the caller's
+     * proof that no update can become non-finite: adam_step_multi's check
+     * pass then does nothing), else 0; [5 + n, 5 + 3 n) zeroed (the
+     * bounds oj_adam_args.bound_at points at). Until
      * step_gate_close, adam_step, adam_step_multi, muon_momentum and
      * apply_update read every gradient element times [1] (the bits of
      * mul_scalar_multi followed by the plain entry), write nothing when
@@ -736,7 +746,7 @@ typedef struct oj_backend {
      * between the norm and the update. OJ_ERR_STATE when a gate is
      * already open. */
     oj_status (*step_gate_open)(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
-                                double max_norm, oj_tensor *gate);
+                                double max_norm, double safe_norm, oj_tensor *gate);
     void (*step_gate_close)(oj_engine *eng);
     /* graph_replay in two halves (NULL where graph_replay is one): launch
      * queues the replay and returns; checks reads the deferred index and

@@ -31,6 +31,7 @@ static void param_free(oj_optim_slot *p) {
     oj_release(p->momentum_buffer);
     oj_release(p->step_tensor);
     oj_release(p->clip_grad);
+    oj__optim_bounds_drop(p);
 }
 
 void oj__optim_truncate_groups(oj_optim *o, int ngroups) {

@@ -27,6 +27,16 @@ typedef struct oj_optim_slot {
      * (oj_optim_set_weight_copies; 2: its transpose's): mark_written
      * declares it current */
     int low_queued;
+    /* The bounds of the values the last gated step wrote (adam_step_multi's
+     * bound_at words: max |p|, max |m|, max v), valid while bnd_st[0] is
+     * not NULL and param, exp_avg and exp_avg_sq still have the storages
+     * bnd_st (retained, so no other tensor can take their addresses),
+     * offsets bnd_off and versions bnd_ver: the next step's check pass may
+     * then be proven unnecessary (step.c, oj__optim_adam_safe_grad). */
+    float bnd[3];
+    oj_storage *bnd_st[3];
+    int64_t bnd_off[3];
+    uint64_t bnd_ver[3];
 } oj_optim_slot;
 
 typedef struct oj_optim_group {
@@ -45,6 +55,7 @@ struct oj_optim {
     bool check_update;
     bool weight_copies; /* oj_optim_set_weight_copies */
     int64_t steps, skipped;
+    int64_t checks_proven; /* gated steps whose check pass the bounds made unnecessary */
     char message[512];
     oj_tensor *counters; /* i64 [2]: steps, skipped (state_dict mirror) */
     /* state_dict view, rebuilt by oj_optim_state */
@@ -113,6 +124,14 @@ oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
 void oj__optim_clip_cache_clear(oj_optim *o);
 /* Drop the groups from index `ngroups` on, freeing their state. */
 void oj__optim_truncate_groups(oj_optim *o, int ngroups);
+/* The largest power of 2 G in [2^-20, 2^100] such that the Adam/AdamW
+ * update with hyperparameters a (f32 kernels' rounding, f64's within the
+ * margin) keeps every value it computes finite for any |g| <= G, |p| <=
+ * b[0], |m| <= b[1], 0 <= v <= b[2]; -1 when none is (or the bounds or
+ * hyperparameters do not allow a proof). step.c, the proven check. */
+double oj__optim_adam_safe_grad(const oj_adam_args *a, const float *b);
+/* Forget p's bounds (oj_optim_slot.bnd), releasing their storages. */
+void oj__optim_bounds_drop(oj_optim_slot *p);
 /* sqrt(max(1, rows / cols)) for a [rows, cols] parameter. */
 double oj__muon_scale(const oj_tensor *param);
 

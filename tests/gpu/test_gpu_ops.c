@@ -1201,6 +1201,64 @@ static void test_add_norm(void **state) {
                 }
 }
 
+static void same_bytes(oj_tensor *a, oj_tensor *b, const char *what, int i);
+
+// test: the add + norm forward's FULL kernel (warp per row, C = 32 NPT: 768, 512) writes sum, out, mean and rstd bit for bit as the general kernel (OJAS_CUDA_NORM4=0) does, overflowing, infinite and NaN rows included
+static void test_add_norm_full(void **state) {
+    (void)state;
+    const oj_dtype dts[4][3] = {/* x, r, out */
+                                {OJ_F32, OJ_BF16, OJ_BF16},
+                                {OJ_F32, OJ_F32, OJ_F32},
+                                {OJ_BF16, OJ_BF16, OJ_BF16},
+                                {OJ_F16, OJ_F16, OJ_F16}};
+    const int64_t Cs[2] = {768, 512}, N = 1031;
+    for (int k = 0; k < 4; k++)
+        for (int ci = 0; ci < 2; ci++)
+            for (int m = 0; m < 4; m++) { /* bit 0 rms, bit 1 weight (and bias) */
+                bool rms = m & 1, affine = m & 2;
+                int64_t C = Cs[ci], s[2] = {N, C};
+                oj_dtype xdt = dts[k][0], rdt = dts[k][1], odt = dts[k][2];
+                double *xv = malloc((size_t)(N * C) * sizeof *xv);
+                assert_non_null(xv);
+                for (int64_t i = 0; i < N * C; i++) xv[i] = nzrand(-2, 3);
+                for (int64_t c = 0; c < C; c++) {
+                    xv[5 * C + c] = c % 2 ? 1e20 : -3e20;   /* var overflows a float */
+                    xv[6 * C + c] = 3e38;                   /* the sum overflows */
+                    xv[7 * C + c] = c % 3 ? 3e38 : -3e38;   /* x - m overflows */
+                }
+                xv[9 * C + 17] = INFINITY;
+                xv[11 * C + 3] = NAN;
+                pr x = up(2, s, xdt, xv);
+                free(xv);
+                pr r = rnd(2, s, rdt, -3, 2);
+                pr w = rnd(1, &C, xdt, 0.5, 1.5), b = rnd(1, &C, xdt, -1, 1);
+                pr out[2], sum[2], mean[2], rstd[2];
+                for (int v = 0; v < 2; v++) {
+                    out[v] = empty(2, s, odt);
+                    sum[v] = empty(2, s, xdt);
+                    mean[v] = empty(1, &N, OJ_F32);
+                    rstd[v] = empty(1, &N, OJ_F32);
+                    if (v == 0) setenv("OJAS_CUDA_NORM4", "0", 1);
+                    else unsetenv("OJAS_CUDA_NORM4");
+                    SIDE = 1;
+                    oj_status st = E->backend->add_norm_forward(
+                        E, T(out[v]), T(sum[v]), rms ? NULL : T(mean[v]), T(rstd[v]), T(x), T(r),
+                        affine ? T(w) : NULL, affine && !rms ? T(b) : NULL, 1e-5, rms);
+                    SIDE = 0;
+                    unsetenv("OJAS_CUDA_NORM4");
+                    if (st != OJ_OK) fail_msg("add_norm_forward: %s", oj_last_error(gpu));
+                }
+                char what[128];
+                snprintf(what, sizeof what, "add_%s_norm full %s + %s -> %s, C %lld%s",
+                         rms ? "rms" : "layer", oj_dtype_name(xdt), oj_dtype_name(rdt),
+                         oj_dtype_name(odt), (long long)C, affine ? ", affine" : "");
+                same_bytes(sum[1].t[1], sum[0].t[1], what, 0);
+                same_bytes(out[1].t[1], out[0].t[1], what, 0);
+                if (!rms) same_bytes(mean[1].t[1], mean[0].t[1], what, 0);
+                same_bytes(rstd[1].t[1], rstd[0].t[1], what, 0);
+            }
+}
+
 static void test_softmax(void **state) {
     (void)state;
     int64_t s[3] = {4, 37, 5};
@@ -2329,7 +2387,7 @@ static void gpu_side(int n, pr *xs, oj_tensor **out) {
     for (int i = 0; i < n; i++) out[i] = xs[i].t[1];
 }
 
-/* The gate [4 + n] f64 read back after step_gate_open. */
+/* The gate [5 + 3 n] f64 read back after step_gate_open. */
 static double *gate_read(oj_tensor *gate) { return to_doubles(gate); }
 
 /* The norm and clip factor oj_clip_grad_norm computes from the sums of
@@ -2394,15 +2452,15 @@ static void gate_case(double max_norm) {
     oj_tensor *all[NT + 1];
     for (int i = 0; i < NT; i++) all[i] = tg[i];
     all[NT] = mg.t[1];
-    int64_t gn = 4 + NT + 1;
+    int64_t gn = 5 + 3 * (NT + 1);
     oj_tensor *gate = oj_empty(gpu, 1, &gn, OJ_F64);
     assert_non_null(gate);
     assert_int_equal(gpu->backend->step_gate_open(gpu, NT + 1, (const oj_tensor *const *)all,
-                                                  max_norm, gate),
+                                                  max_norm, -1.0, gate),
                      OJ_OK);
     /* a second gate while one is open is refused */
     assert_int_equal(gpu->backend->step_gate_open(gpu, NT + 1, (const oj_tensor *const *)all,
-                                                  max_norm, gate),
+                                                  max_norm, -1.0, gate),
                      OJ_ERR_STATE);
     oj_clear_error(gpu);
     assert_int_equal(gpu->backend->adam_step_multi(gpu, NT - 1, tp, (const oj_tensor *const *)tg,
@@ -2513,10 +2571,10 @@ static void gate_refusals(void) {
                           .weight_decay = 10.0, .bias_correction1 = 0.1,
                           .bias_correction2 = 0.05, .decoupled = false};
         const oj_tensor *gs[2] = {g.t[1], mg.t[1]};
-        int64_t gn = 6;
+        int64_t gn = 5 + 3 * 2;
         oj_tensor *gate = oj_empty(gpu, 1, &gn, OJ_F64);
         assert_non_null(gate);
-        assert_int_equal(gpu->backend->step_gate_open(gpu, 2, gs, 1.0, gate), OJ_OK);
+        assert_int_equal(gpu->backend->step_gate_open(gpu, 2, gs, 1.0, -1.0, gate), OJ_OK);
         oj_tensor *tp = p.t[1], *tm = m.t[1], *tv = v.t[1];
         const oj_tensor *tg = g.t[1];
         assert_int_equal(gpu->backend->adam_step_multi(gpu, 1, &tp, &tg, &tm, &tv, &a, true), OJ_OK);
@@ -2813,6 +2871,82 @@ static void test_step_gate(void **state) {
     gate_case(0.5);
     gate_case(1e9);
     gate_refusals();
+}
+
+/* The float at least |x| (x itself for an f32 value). */
+static float float_up(double x) {
+    float f = (float)fabs(x);
+    return (double)f < fabs(x) ? nextafterf(f, INFINITY) : f;
+}
+
+// test: the gate's safe word and bounds (backend.h step_gate_open, oj_adam_args.bound_at): the writing pass of adam_step_multi leaves max |p|, |m| and v of what it wrote (f32 and f64, one and several chunks, a negative v as +inf); with the global norm <= safe_norm the check pass does nothing (an overflowing update is then written: the caller's proof is trusted), with safe_norm -1 it refuses as before
+static void test_step_gate_bounds(void **state) {
+    (void)state;
+    if (gpu->backend->step_gate_open == NULL) skip(); /* the CPU self-check: no gate */
+    enum { K = 4 };
+    const int64_t ns[K] = {5000, 3000, 70001, 1};
+    const oj_dtype dts[K] = {OJ_F32, OJ_F64, OJ_F32, OJ_F32};
+    for (int refuse = 0; refuse < 3; refuse++) { /* 0: finite; 1: overflow, safe; 2: overflow, -1 */
+        pr p[K], g[K], m[K], v[K];
+        oj_tensor *tp[K], *tm[K], *tv[K];
+        const oj_tensor *tg[K];
+        oj_adam_args a[K];
+        for (int i = 0; i < K; i++) {
+            int64_t n = ns[i];
+            p[i] = rnd(1, &n, dts[i], -1, 1);
+            g[i] = rnd(1, &n, dts[i], -1, 1);
+            m[i] = rnd(1, &n, dts[i], -0.1, 0.1);
+            v[i] = rnd(1, &n, dts[i], 0.001, 0.1);
+            tp[i] = p[i].t[1], tg[i] = g[i].t[1], tm[i] = m[i].t[1], tv[i] = v[i].t[1];
+            a[i] = (oj_adam_args){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                  .weight_decay = refuse ? 10.0 : 0.1, .bias_correction1 = 0.1,
+                                  .bias_correction2 = 0.05, .decoupled = !refuse,
+                                  .bound_at = 5 + K + 2 * i};
+        }
+        if (refuse) { /* Adam's L2 term on a parameter near FLT_MAX overflows */
+            bool prev = oj_set_grad_enabled(gpu, false);
+            assert_int_equal(oj_fill_(oj_narrow(tp[2], 0, 65537, 1), 3e38), OJ_OK);
+            oj_set_grad_enabled(gpu, prev);
+        }
+        int64_t gn = 5 + 3 * K;
+        oj_tensor *gate = oj_empty(gpu, 1, &gn, OJ_F64);
+        assert_non_null(gate);
+        assert_int_equal(gpu->backend->step_gate_open(gpu, K, tg, 1e9, refuse == 2 ? -1.0 : 1e6, gate),
+                         OJ_OK);
+        assert_int_equal(gpu->backend->adam_step_multi(gpu, K, tp, tg, tm, tv, a, true), OJ_OK);
+        assert_int_equal(gpu->backend->adam_step_multi(gpu, K, tp, tg, tm, tv, a, false), OJ_OK);
+        gpu->backend->step_gate_close(gpu);
+        double *gh = gate_read(gate);
+        oj_release(gate);
+        printf("  refuse %d: safe word %g, skip word %g\n", refuse, gh[4 + K], gh[2]);
+        assert_true(gh[4 + K] == (refuse == 2 ? 0.0 : 1.0));
+        assert_true(gh[2] == (refuse == 2 ? 2.0 : 0.0));
+        for (int i = 0; i < K && refuse != 2; i++) {
+            const oj_tensor *t[3] = {tp[i], tm[i], tv[i]};
+            uint32_t got[3];
+            memcpy(got, gh + a[i].bound_at, sizeof got);
+            for (int k = 0; k < 3; k++) {
+                double *x = to_doubles((oj_tensor *)t[k]);
+                uint32_t want = 0; /* the largest bits: NaN above +inf */
+                for (int64_t j = 0; j < ns[i]; j++) {
+                    float b = k == 2 && x[j] < 0 ? INFINITY : float_up(x[j]);
+                    uint32_t u;
+                    memcpy(&u, &b, 4);
+                    if (u > want) want = u;
+                }
+                free(x);
+                if (got[k] != want)
+                    fail_msg("refuse %d tensor %d bound %d: %08x, host %08x", refuse, i, k,
+                             (unsigned)got[k], (unsigned)want);
+            }
+        }
+        if (refuse == 1) { /* written: the new value of the overflowing element is infinite */
+            double *x = to_doubles(tp[2]);
+            assert_false(isfinite(x[65537]));
+            free(x);
+        }
+        free(gh);
+    }
 }
 
 /* mul_scalar_multi (the clip's scaling): 200 tensors of f32, bf16, f64
@@ -4962,6 +5096,7 @@ int main(void) {
         T_(test_embedding_fast),
         T_(test_norms),
         T_(test_add_norm),
+        T_(test_add_norm_full),
         T_(test_softmax),
         T_(test_numerics_edge_rows),
         T_(test_class_losses),
@@ -4979,6 +5114,7 @@ int main(void) {
         T_(test_adam_step_multi),
         T_(test_mul_scalar_multi),
         T_(test_step_gate),
+        T_(test_step_gate_bounds),
         T_(test_muon_normalize),
         T_(test_muon_norms),
         T_(test_muon_ns_step),

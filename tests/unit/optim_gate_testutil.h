@@ -140,9 +140,12 @@ static inline void og_same_tensor(oj_tensor *a, oj_tensor *b, const char *what, 
  * gradient named), a finite gradient whose Adam update overflows
  * (scale.x = 3e38 with an L2 term: skipped, the update named), then a
  * clipped step again. Muon, AdamW, Adam, f32, f64 and a one-element
- * tensor take part. gated: ea's backend has the gate, which leaves the
+ * tensor take part. og_last_proven: the gated side's steps whose check
+ * pass its bounds made unnecessary (steps 1 and 2 when gated). gated: ea's backend has the gate, which leaves the
  * gradients unscaled (the clip of the checked step scales them in place),
  * checked at the clipped first step. */
+static int64_t og_last_proven; /* og_compare's gated side: checks_proven at its end */
+
 static inline void og_compare(oj_engine *ea, oj_engine *eb, bool gated) {
     og_side a, b;
     og_side_make(ea, &a);
@@ -209,6 +212,8 @@ static inline void og_compare(oj_engine *ea, oj_engine *eb, bool gated) {
             og_fill(b.w[4], 0.5);
         }
     }
+    og_last_proven = a.o->checks_proven;
+    assert_int_equal(b.o->checks_proven, 0); /* the checked step proves nothing */
     oj_optim_free(a.o);
     oj_optim_free(b.o);
     for (int i = 0; i < OG_NP; i++) {

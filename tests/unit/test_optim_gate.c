@@ -29,8 +29,11 @@ static const oj_backend *cpu_table; /* the CPU's own */
 static double *gate_words;          /* the open gate (host memory), or NULL */
 static int gate_opens;
 
+static int64_t gate_n;    /* the open gate's tensors */
+static int safe_skips;    /* check passes the safe word skipped */
+
 static oj_status emu_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
-                          double max_norm, oj_tensor *gate) {
+                          double max_norm, double safe_norm, oj_tensor *gate) {
     if (gate_words != NULL) return oj_set_error(eng, OJ_ERR_STATE, "emulated gate: already open");
     double *w = (double *)((char *)gate->storage->data + gate->offset);
     double *ss = calloc((size_t)(n ? n : 1), sizeof *ss);
@@ -48,8 +51,35 @@ static oj_status emu_open(oj_engine *eng, int64_t n, const oj_tensor *const *gra
     if (max_norm > 0 && isfinite(norm) && max_norm / (norm + 1e-6) < 1.0)
         coef = max_norm / (norm + 1e-6);
     w[0] = sum, w[1] = coef, w[2] = skip, w[3] = norm;
-    if (st == OJ_OK) gate_words = w, gate_opens++;
+    w[4 + n] = isfinite(norm) && norm <= safe_norm ? 1.0 : 0.0;
+    for (int64_t i = 0; i < 2 * n; i++) w[5 + n + i] = 0.0;
+    if (st == OJ_OK) gate_words = w, gate_n = n, gate_opens++;
     return st;
+}
+
+/* The float at least |x| (x itself when an f32 value). */
+static float up_float(double x) {
+    float f = (float)fabs(x);
+    return (double)f < fabs(x) ? nextafterf(f, INFINITY) : f;
+}
+
+/* The writing pass's bounds of a tensor's new values (backend.h,
+ * oj_adam_args.bound_at): max |p|, |m| and v (+inf for a negative v) as
+ * the f32 bits atomicMax would leave. */
+static void emu_bounds(const oj_tensor *p, const oj_tensor *m, const oj_tensor *v, int64_t at) {
+    const oj_tensor *t[3] = {p, m, v};
+    uint32_t *out = (uint32_t *)(gate_words + at);
+    for (int k = 0; k < 3; k++) {
+        const char *base = (const char *)t[k]->storage->data + t[k]->offset;
+        bool f64 = oj_tensor_dtype(t[k]) == OJ_F64;
+        for (int64_t i = 0; i < oj_numel(t[k]); i++) {
+            double x = f64 ? ((const double *)base)[i] : ((const float *)base)[i];
+            float a = k == 2 && x < 0 ? INFINITY : up_float(x);
+            uint32_t b;
+            memcpy(&b, &a, 4);
+            if (b > out[k]) out[k] = b;
+        }
+    }
 }
 
 static void emu_close(oj_engine *eng) {
@@ -94,11 +124,17 @@ static oj_status emu_adam_multi(oj_engine *eng, int64_t n, oj_tensor *const *p,
                                 oj_tensor *const *v, const oj_adam_args *a, bool check) {
     if (gate_words == NULL) return cpu_table->adam_step_multi(eng, n, p, g, m, v, a, check);
     if (gate_words[2] != 0.0) return OJ_OK;
+    if (check && gate_words[4 + gate_n] != 0.0) { /* proven finite by the host */
+        safe_skips++;
+        return OJ_OK;
+    }
     oj_tensor **hold = calloc((size_t)(n ? n : 1), sizeof *hold);
     const oj_tensor **gs = calloc((size_t)(n ? n : 1), sizeof *gs);
     assert_true(hold && gs);
     for (int64_t i = 0; i < n; i++) gs[i] = scaled(eng, g[i], &hold[i]);
     oj_status st = cpu_table->adam_step_multi(eng, n, p, gs, m, v, a, check);
+    for (int64_t i = 0; i < n && st == OJ_OK && !check; i++)
+        if (a[i].bound_at > 0) emu_bounds(p[i], m[i], v[i], a[i].bound_at);
     for (int64_t i = 0; i < n; i++) oj_release(hold[i]);
     free(hold);
     free(gs);
@@ -171,9 +207,14 @@ static oj_engine *emulated_engine(void) {
 static void test_gated_step_matches_checked(void **state) {
     (void)state;
     oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
-    gate_opens = multi_calls = 0;
+    gate_opens = multi_calls = safe_skips = 0;
     og_compare(ea, eb, true);
     assert_int_equal(gate_opens, 6); /* every step took the gate */
+    /* steps 1 and 2 on the bounds of the writes before them (step 0 has
+     * none, step 3 is skipped for its infinite gradient, step 4's
+     * scale.x was refilled and step 5 follows that skipped step) */
+    assert_int_equal(safe_skips, 2);
+    assert_int_equal(og_last_proven, 2);
     assert_true(multi_calls > 0);    /* and the Muon multi-tensor entries */
     assert_null(gate_words);         /* and closed it */
     ea->backend = cpu_table;
@@ -214,8 +255,65 @@ static void test_sgd_keeps_checked_path(void **state) {
     oj_engine_free(eng);
 }
 
+// test: the proven check's bound is sound: for random hyperparameters (Adam and AdamW, eps down to 1e-30, lr up to 10, weight decay up to 100, early steps) and state bounds up to 1e36, the CPU's Adam kernel (the CUDA kernels' bits) finds every update at the corners p = +-P, m = +-M, v = V, g = +-G, +-G / 3 finite with G = oj__optim_adam_safe_grad, and at 4096 G some case overflows (the bound is not vacuous)
+static void test_safe_grad_sound(void **state) {
+    (void)state;
+    oj_engine *eng = ot_engine(OJ_NUMERICS_EXACT, 1);
+    uint64_t rs = 0x1234567887654321ull;
+    int proven = 0, caught = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        double u[10];
+        for (int k = 0; k < 10; k++) u[k] = (ot_rnd(&rs) + 1) / 2; /* [0, 1) */
+        double b1 = 0.5 + 0.499 * u[0], b2 = 0.9 + 0.0999 * u[1], step = 1 + (int)(u[2] * 5);
+        oj_adam_args a = {.lr = pow(10, -5 + 6 * u[3]), .beta1 = b1, .beta2 = b2,
+                          .eps = pow(10, -30 + 24 * u[4]), .weight_decay = u[5] < 0.3 ? 0 : pow(10, -3 + 5 * u[5]),
+                          .bias_correction1 = 1 - pow(b1, step), .bias_correction2 = 1 - pow(b2, step),
+                          .decoupled = u[6] < 0.5};
+        float bnd[3] = {(float)pow(10, -3 + 39 * u[7]), (float)pow(10, -3 + 39 * u[8]),
+                        (float)pow(10, -3 + 39 * u[9])};
+        double G = oj__optim_adam_safe_grad(&a, bnd);
+        if (G < 0) continue;
+        proven++;
+        /* the 4 x 2 x 2 x 1 corners, as one tensor of 16 elements */
+        float pv[16], mv[16], vv[16], gv[16];
+        for (int i = 0; i < 16; i++) {
+            pv[i] = i & 1 ? -bnd[0] : bnd[0];
+            mv[i] = i & 2 ? -bnd[1] : bnd[1];
+            vv[i] = bnd[2];
+            double g = (i & 4 ? -G : G) / (i & 8 ? 3.0 : 1.0);
+            gv[i] = (float)g;
+            if (fabsf(gv[i]) > (float)G) gv[i] = nextafterf(gv[i], 0.0f);
+        }
+        for (int scale = 0; scale < 2; scale++) {
+            float gs[16];
+            for (int i = 0; i < 16; i++) gs[i] = scale ? gv[i] * 4096.0f : gv[i];
+            int64_t n = 16;
+            oj_tensor *p = oj_from_host(eng, 1, &n, OJ_F32, pv, sizeof pv);
+            oj_tensor *m = oj_from_host(eng, 1, &n, OJ_F32, mv, sizeof mv);
+            oj_tensor *v = oj_from_host(eng, 1, &n, OJ_F32, vv, sizeof vv);
+            oj_tensor *g = oj_from_host(eng, 1, &n, OJ_F32, gs, sizeof gs);
+            assert_true(p && m && v && g);
+            oj_status st = eng->backend->adam_step(eng, p, g, m, v, &a, true);
+            if (scale == 1 && st == OJ_ERR_NUMERIC) caught++;
+            if (scale == 0 && st != OJ_OK)
+                fail_msg("trial %d: G %g proven for P %g M %g V %g lr %g eps %g wd %g %s, but an "
+                         "update is not finite", trial, G, bnd[0], bnd[1], bnd[2], a.lr, a.eps,
+                         a.weight_decay, a.decoupled ? "AdamW" : "Adam");
+            oj_release(p);
+            oj_release(m);
+            oj_release(v);
+            oj_release(g);
+        }
+    }
+    printf("  %d of 400 random cases proven, %d of them not finite at 4096 G\n", proven, caught);
+    assert_true(proven > 100);
+    assert_true(caught > 0); /* the bound is not far from the edge everywhere */
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_safe_grad_sound),
         cmocka_unit_test(test_gated_step_matches_checked),
         cmocka_unit_test(test_sgd_keeps_checked_path),
     };

@@ -13,7 +13,7 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
 oj_status oj_cuda_mul_scalar_multi(oj_engine *eng, int64_t n, oj_tensor *const *ts,
                                    double alpha);
 oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
-                                 double max_norm, oj_tensor *gate);
+                                 double max_norm, double safe_norm, oj_tensor *gate);
 void oj_cuda_step_gate_close(oj_engine *eng);
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
                                  const oj_tensor *norms);

@@ -65,6 +65,8 @@ struct oj_cuda_state {
     /* While a step gate is open (step_gate_open): its device doubles,
      * which the optimizer kernels read (cuda_optim.cu); NULL otherwise. */
     double *gate;
+    /* and its safe word (gate[4 + n]: the check pass may be skipped) */
+    const double *gate_safe;
     /* cuDNN attention (cuda_attention_cudnn.cu): handle, plan cache, the
      * implementation each attention call ran; NULL until first used. */
     struct oj_cuda_cudnn *cudnn;

@@ -204,6 +204,14 @@ static unsigned row_blocks(int64_t N) { return (unsigned)(N < (1 << 20) ? N : (1
 // ADD (add_norm): r (N,C) of TR loaded with x, sum (N,C) = x + r written
 // in T, and the row normalised is sum's values as stored (rounded to T):
 // the bits of the binary add kernel then this kernel on sum.
+// FULL (ADD, warp mode, C = 32 NPT for NPT 16 and 24: gpt2's and nanolab's
+// residual stream, C 768): the same arithmetic in the same order (same
+// bits), with row offsets and column bounds known at compile time (the
+// loads take immediate offsets, no clamps), weight and bias staged in
+// shared memory, and a row whose float sums overflow redone from sum by
+// norm_row_wide, so ptxas fits 64 registers (8 blocks of 128 per SM, 50%
+// occupancy; the general instantiation takes 128, 25%: ncu 70 us for
+// gpt2's 16384 x 768 f32 + bf16 at 151 MB). OJAS_CUDA_NORM4=0 turns it off.
 // RR: rows per warp at once in warp mode (their loads in flight together):
 // short rows (NPT <= 8) keep a warp's bytes in flight high enough; one row
 // of 64 bf16 per warp left the QK-norm latency-bound (78 us for 196,608
@@ -211,6 +219,10 @@ static unsigned row_blocks(int64_t N) { return (unsigned)(N < (1 << 20) ? N : (1
 template <int NPT, int TPR> struct norm_rr {
     static constexpr int v = TPR != 32 ? 1 : NPT <= 4 ? 4 : NPT <= 8 ? 2 : 1;
 };
+
+/* FULL's blocks per SM (launch bounds): 8 of 128 threads caps ptxas at 64
+ * registers, 50% occupancy (the general kernel's 128 registers: 25%). */
+#define NORM_FULL_BLOCKS 8
 
 /* Double sum of v over the TPR threads of a row (oj_cu_row_sumf's
  * pattern; every thread of the row must call it). */
@@ -233,16 +245,68 @@ __device__ static __forceinline__ float norm_xh(float x, float m, float rs) {
     return (float)(((double)x - (double)m) * (double)rs);
 }
 
-template <typename T, int NPT, int TPR, bool PRE, typename TR = T, bool ADD = false>
-__global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_args a) {
+/* A row of k_norm_fwd_fast's FULL add + norm (warp per row, C = 32 NPT)
+ * whose float sums overflowed: the general kernel's double sums and its
+ * outputs, the values re-read from sum as stored (the caller's registers
+ * hold none across the call, so FULL keeps to 64). Every lane calls it. */
+template <typename T, int NPT>
+__device__ __noinline__ void norm_row_wide(const char *sum, char *out, const char *wp,
+                                           const char *bp, char *mean_out, char *rstd_out,
+                                           int64_t n, int tid, double eps, bool rms, int olow,
+                                           double *shd) {
+    constexpr int TPR = 32;
+    constexpr int64_t C = (int64_t)NPT * TPR;
+    const T *sr = (const T *)sum + n * C, *w = (const T *)wp, *b = (const T *)bp;
+    double md = 0.0, d2 = 0.0;
+    if (!rms) {
+        for (int k = 0; k < NPT; k++) md += (double)oj_cu_tof(sr[tid + TPR * k]);
+        md = row_sumd<TPR>(md, shd) / (double)C;
+    }
+    for (int k = 0; k < NPT; k++) {
+        double d = (double)oj_cu_tof(sr[tid + TPR * k]) - md;
+        d2 += d * d;
+    }
+    const float m = (float)md;
+    const float rs = (float)(1.0 / sqrt(row_sumd<TPR>(d2, shd) / (double)C + eps));
+    for (int k = 0; k < NPT; k++) {
+        const int64_t c = tid + TPR * k;
+        float y = norm_xh(oj_cu_tof(sr[c]), m, rs);
+        if (w) y = __fmul_rn(y, oj_cu_tof(w[c]));
+        if (b) y = __fadd_rn(y, oj_cu_tof(b[c]));
+        if (std::is_same<T, float>::value && olow)
+            ((uint16_t *)out)[n * C + c] = olow == 1 ? oj_cu_f32_to_bf16(y) : oj_cu_f32_to_f16(y);
+        else
+            ((T *)out)[n * C + c] = oj_cu_fromf<T>(y);
+    }
+    if (tid == 0) {
+        if (mean_out) ((float *)mean_out)[n] = m;
+        if (rstd_out) ((float *)rstd_out)[n] = rs;
+    }
+}
+
+template <typename T, int NPT, int TPR, bool PRE, typename TR = T, bool ADD = false,
+          bool FULL = false>
+__global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, FULL ? NORM_FULL_BLOCKS : 0)
+    k_norm_fwd_fast(norm_args a) {
     constexpr int RR = norm_rr<NPT, TPR>::v;
     __shared__ float sh[32];
     __shared__ double shd[32];
     const int tid = TPR == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
     const int64_t rpb = TPR == 32 ? blockDim.x / 32 : 1;
     const int64_t r0 = (int64_t)blockIdx.x * rpb + (TPR == 32 ? threadIdx.x / 32 : 0);
-    const int64_t C = a.C;
+    const int64_t C = FULL ? (int64_t)NPT * TPR : a.C; /* FULL: a.C is NPT TPR */
     const T *w = (const T *)a.w, *b = (const T *)a.b;
+    /* FULL: the weight and bias staged in shared memory (loaded per
+     * output from global memory, ptxas hoisted all 2 NPT loads above the
+     * row's sums: 128-164 registers) */
+    __shared__ float wsh[FULL ? NPT * TPR : 1], bsh[FULL ? NPT * TPR : 1];
+    if constexpr (FULL) {
+        for (int i = (int)threadIdx.x; i < NPT * TPR; i += (int)blockDim.x) {
+            wsh[i] = w ? oj_cu_tof(w[i]) : 1.0f;
+            bsh[i] = b ? oj_cu_tof(b[i]) : 0.0f;
+        }
+        __syncthreads();
+    }
     float wv[NPT], bv[NPT];
     if (PRE) {
 #pragma unroll
@@ -304,6 +368,33 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_norm_fwd_fast(norm_ar
                 var = oj_cu_row_sumf<TPR>(d2, sh) / (float)C;
             }
             float rs = (float)(1.0 / sqrt((double)var + a.eps));
+            if constexpr (FULL) {
+                if (!(isfinite(m) && isfinite(var))) { /* uniform over the warp */
+                    norm_row_wide<T, NPT>(a.sum, a.out, a.w, a.b, a.mean_out, a.rstd_out, n,
+                                          tid, a.eps, a.rms, a.olow, shd);
+                    continue;
+                }
+                /* var finite: every x - m was (its square was summed), so
+                 * norm_xh's double branch cannot be taken */
+                T *orow = (T *)a.out + n * C;
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    const int c = tid + TPR * k;
+                    float y = __fmul_rn(v[i][k] - m, rs);
+                    if (w) y = __fmul_rn(y, wsh[c]);
+                    if (b) y = __fadd_rn(y, bsh[c]);
+                    if (std::is_same<T, float>::value && a.olow)
+                        ((uint16_t *)a.out)[n * C + c] = a.olow == 1 ? oj_cu_f32_to_bf16(y)
+                                                                     : oj_cu_f32_to_f16(y);
+                    else
+                        orow[c] = oj_cu_fromf<T>(y);
+                }
+                if (tid == 0) {
+                    if (a.mean_out) ((float *)a.mean_out)[n] = m;
+                    if (a.rstd_out) ((float *)a.rstd_out)[n] = rs;
+                }
+                continue;
+            }
             if (!(isfinite(m) && isfinite(var))) {
                 /* uniform over the row: a float sum overflowed (finite |x|
                  * from ~1.8e19; the CPU redoes such rows in double too):
@@ -535,6 +626,13 @@ static int norm_cfg(int64_t C, int *npt) {
     return tpr;
 }
 
+/* OJAS_CUDA_NORM4 (read at each call): 0 keeps full rows of the add + norm
+ * forward on the general kernel (comparisons); unset or 1 takes FULL. */
+static bool oj_cuda_norm4(void) {
+    const char *e = getenv("OJAS_CUDA_NORM4");
+    return e == NULL || strcmp(e, "0") != 0;
+}
+
 template <typename T, typename TR = T, bool ADD = false>
 static void norm_fwd_fast_launch(const norm_args &a, int npt, int tpr) {
     unsigned threads = tpr == 32 ? 128u : (unsigned)tpr;
@@ -543,8 +641,12 @@ static void norm_fwd_fast_launch(const norm_args &a, int npt, int tpr) {
         const int64_t per = (t == 32 ? 4 : 1) * norm_rr<n, t>::v; /* rows per block */       \
         const int64_t nb = (a.N + per - 1) / per;                                            \
         const unsigned blocks = (unsigned)(nb < (1 << 20) ? nb : (1 << 20));                 \
+        constexpr bool full = ADD && t == 32 && n >= 16 && n <= 24; /* FULL exists */      \
         if (a.N <= 64)                                                                       \
             k_norm_fwd_fast<T, n, t, true, TR, ADD><<<blocks, threads, 0, OJ_STREAM>>>(a);    \
+        else if (full && a.C == (int64_t)(n) * (t) && oj_cuda_norm4())                      \
+            k_norm_fwd_fast<T, n, t, false, TR, ADD, full>                                   \
+                <<<blocks, threads, 0, OJ_STREAM>>>(a);                                      \
         else                                                                                 \
             k_norm_fwd_fast<T, n, t, false, TR, ADD><<<blocks, threads, 0, OJ_STREAM>>>(a);   \
     }

@@ -34,6 +34,13 @@ static __device__ __forceinline__ double FMA(double a, double b, double c) { ret
  * nothing when GATE_SKIP is set; check passes set it instead of a status
  * word, so no value travels to the host between the norm and the update. */
 enum { GATE_SUMSQ = 0, GATE_COEF = 1, GATE_SKIP = 2, GATE_NORM = 3, GATE_EACH = 4 };
+/* After the n norms: [GATE_EACH + n] the safe word (oj_cuda_state.gate_safe:
+ * 1 when the host's bound proves every new value finite, so the check
+ * pass of adam_step_multi returns at once), then 2 n words of bounds (per
+ * tensor 4 u32, 3 used: the bits of max |p|, max |m|, max v its writing
+ * pass produced, by atomicMax; non-negative floats order as their bits,
+ * NaN above +inf), which the host reads back with the gate and derives
+ * the next step's safe norm from (step.c). */
 
 /* g * coef with mul_scalar_multi's bits for a tensor of that dtype (one:
  * the tensor has one element, which that entry computes in double). */
@@ -70,22 +77,65 @@ template <typename T> struct adam_c {
  * false when one would be non-finite. k_adam and k_adam_multi both run
  * it, so they give the same bits. The gradient is read times coef (the
  * step gate's clip factor; one: the tensor has one element). */
+/* The new p, m, v of one element from its stored p, g, m, v, in place
+ * (adam_elem's arithmetic; k_adam_multi loads a batch of elements first). */
+template <typename T>
+static __device__ __forceinline__ void adam_new(T &pi, T g, T &mi, T &vi, const adam_c<T> &c,
+                                                double coef, bool one) {
+    T gi = coef != 1.0 ? gate_scale(g, coef, one) : g;
+    if (c.dec) pi = MUL(pi, c.decay);
+    if (c.l2) gi = FMA(pi, c.wd, gi);
+    mi = FMA(gi, c.omb1, MUL(mi, c.b1));
+    vi = FMA(MUL(c.omb2, gi), gi, MUL(vi, c.b2));
+    T denom = ADD(DIV(SQRT(vi), c.bc2_sqrt), c.eps);
+    pi = ADD(DIV(MUL(c.neg_step, mi), denom), pi);
+}
+
 template <typename T>
 static __device__ __forceinline__ bool adam_elem(T *p, const T *g, T *m, T *v, int64_t i,
                                                  const adam_c<T> &c, bool check_only,
-                                                 double coef, bool one) {
-    T pi = p[i], gi = gate_grad(g, i, coef, one);
-    if (c.dec) pi = MUL(pi, c.decay);
-    if (c.l2) gi = FMA(pi, c.wd, gi);
-    T mi = FMA(gi, c.omb1, MUL(m[i], c.b1));
-    T vi = FMA(MUL(c.omb2, gi), gi, MUL(v[i], c.b2));
-    T denom = ADD(DIV(SQRT(vi), c.bc2_sqrt), c.eps);
-    pi = ADD(DIV(MUL(c.neg_step, mi), denom), pi);
+                                                 double coef, bool one, T *nv = NULL) {
+    T pi = p[i], mi = m[i], vi = v[i];
+    adam_new(pi, g[i], mi, vi, c, coef, one);
     if (check_only) return isfinite(pi) && isfinite(mi) && isfinite(vi);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
+    if (nv) nv[0] = pi, nv[1] = mi, nv[2] = vi;
     return true;
+}
+
+/* A thread's running bounds of the new values (bits of |p|, |m|, v; a
+ * negative v counts as +inf), then the block's, added by atomicMax into
+ * bnd[0..3) (every thread of the block calls adam_bounds_flush). */
+struct adam_bounds {
+    unsigned p = 0, m = 0, v = 0;
+    /* f64 values as the float rounded up (never below them; +inf past
+     * FLT_MAX), so the bounds hold for them too */
+    static __device__ __forceinline__ unsigned bits(float x) { return __float_as_uint(fabsf(x)); }
+    static __device__ __forceinline__ unsigned bits(double x) {
+        return __float_as_uint(__double2float_ru(fabs(x)));
+    }
+    template <typename T> __device__ __forceinline__ void add(const T *nv) {
+        p = max(p, bits(nv[0]));
+        m = max(m, bits(nv[1]));
+        v = max(v, nv[2] < 0 ? 0x7f800000u : bits(nv[2]));
+    }
+};
+static __device__ void adam_bounds_flush(adam_bounds b, unsigned *bnd) {
+    __shared__ unsigned sh[3][32];
+    const int t = (int)(threadIdx.y * blockDim.x + threadIdx.x), nw = (int)(blockDim.x * blockDim.y + 31) / 32;
+    unsigned q[3] = {b.p, b.m, b.v};
+    for (int j = 0; j < 3; j++) {
+        q[j] = __reduce_max_sync(0xffffffffu, q[j]);
+        if ((t & 31) == 0) sh[j][t >> 5] = q[j];
+    }
+    __syncthreads();
+    if (t < 3) {
+        unsigned mx = 0;
+        for (int w = 0; w < nw; w++) mx = max(mx, sh[t][w]);
+        if (mx) atomicMax(bnd + t, mx);
+    }
 }
 
 template <typename T>
@@ -742,7 +792,8 @@ oj_status oj_cuda_muon_norms(oj_engine *eng, oj_tensor *norms, const oj_tensor *
  * squares summed in order, the square root), the clip factor max_norm /
  * (norm + 1e-6) when that is < 1 (else 1; 1 as well when max_norm is 0 or
  * the norm is not finite), and skip 1 when a tensor's norm is not finite. */
-__global__ void k_gate_finish(const double *ss, int64_t n, double max_norm, double *gate) {
+__global__ void k_gate_finish(const double *ss, int64_t n, double max_norm, double safe_norm,
+                              double *gate) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     double sum = 0.0, skip = 0.0;
     for (int64_t i = 0; i < n; i++) {
@@ -760,18 +811,22 @@ __global__ void k_gate_finish(const double *ss, int64_t n, double max_norm, doub
     gate[GATE_COEF] = coef;
     gate[GATE_SKIP] = skip;
     gate[GATE_NORM] = norm;
+    gate[GATE_EACH + n] = isfinite(norm) && norm <= safe_norm ? 1.0 : 0.0;
+    for (int64_t i = 0; i < 2 * n; i++) gate[GATE_EACH + n + 1 + i] = 0.0; /* the bounds */
 }
 
 oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
-                                 double max_norm, oj_tensor *gate); /* registered in cuda_backend.cu */
+                                 double max_norm, double safe_norm,
+                                 oj_tensor *gate); /* registered in cuda_backend.cu */
 oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *const *grads,
-                                 double max_norm, oj_tensor *gate) {
+                                 double max_norm, double safe_norm, oj_tensor *gate) {
     const char *op = "step_gate_open";
     oj_cuda_state *s = oj_cuda_state_of(eng);
-    if (gate->dtype != OJ_F64 || !oj_cuda_contig(gate) || oj_cuda_numel(gate) < GATE_EACH + n)
+    if (gate->dtype != OJ_F64 || !oj_cuda_contig(gate) ||
+        oj_cuda_numel(gate) < GATE_EACH + 1 + 3 * n)
         return oj_set_error(eng, OJ_ERR_INTERNAL,
                             "%s: the gate must be a contiguous f64 tensor of >= %lld elements", op,
-                            (long long)(GATE_EACH + n));
+                            (long long)(GATE_EACH + 1 + 3 * n));
     if (s->gate != NULL)
         return oj_set_error(eng, OJ_ERR_STATE, "%s: a step gate is already open", op);
     oj_storage *hold = NULL;
@@ -780,18 +835,24 @@ oj_status oj_cuda_step_gate_open(oj_engine *eng, int64_t n, const oj_tensor *con
     double *g = (double *)oj_cuda_ptr(gate);
     if (st == OJ_OK) {
         /* n == 0: no sums; the finish writes norm 0, factor 1, no skip */
-        k_gate_finish<<<1, 32, 0, OJ_STREAM>>>(res, n, max_norm, g);
+        k_gate_finish<<<1, 32, 0, OJ_STREAM>>>(res, n, max_norm, safe_norm, g);
         st = oj_cuda_check(eng, "step_gate_finish");
     }
     oj__storage_release(hold);
-    if (st == OJ_OK) s->gate = g;
+    if (st == OJ_OK) {
+        s->gate = g;
+        s->gate_safe = g + GATE_EACH + n;
+    }
     return st;
 }
 
 void oj_cuda_step_gate_close(oj_engine *eng); /* registered in cuda_backend.cu */
 void oj_cuda_step_gate_close(oj_engine *eng) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
-    if (s != NULL) s->gate = NULL;
+    if (s != NULL) {
+        s->gate = NULL;
+        s->gate_safe = NULL;
+    }
 }
 
 /* A low copy the multi-tensor updates may write: bf16, as many elements
@@ -829,11 +890,11 @@ static __device__ __forceinline__ int mt_entry(const B &b, int c) {
     return lo;
 }
 
-/* Up to CAP Adam/AdamW tensors of one dtype: 40 f32 or 32 f64 (the
+/* Up to CAP Adam/AdamW tensors of one dtype: 40 f32 or 30 f64 (the
  * per-tensor constants are most of the table); f32 tensors may have a
  * bf16 copy written in the same pass (lo, NULL: none). */
 template <typename T> struct adam_batch {
-    enum { CAP = sizeof(T) == sizeof(float) ? 40 : 32, LO = sizeof(T) == sizeof(float) ? CAP : 1 };
+    enum { CAP = sizeof(T) == sizeof(float) ? 40 : 30, LO = sizeof(T) == sizeof(float) ? CAP : 1 };
     T *p[CAP];
     const T *g[CAP];
     T *m[CAP];
@@ -842,18 +903,21 @@ template <typename T> struct adam_batch {
     int64_t numel[CAP];
     adam_c<T> c[CAP];
     int chunk0[CAP + 1]; /* first chunk of entry k; [count] = the launch's blocks */
+    int bound_at[CAP];   /* oj_adam_args.bound_at (0: none) */
     int count;
 };
-/* kernel parameters: the table, check_only and the status word pointer */
-static_assert(sizeof(adam_batch<float>) + 2 * sizeof(void *) <= 4096, "adam_batch<float> too large");
-static_assert(sizeof(adam_batch<double>) + 2 * sizeof(void *) <= 4096, "adam_batch<double> too large");
+/* kernel parameters: the table, check_only, the status word, gate and safe pointers */
+static_assert(sizeof(adam_batch<float>) + 4 * sizeof(void *) <= 4096, "adam_batch<float> too large");
+static_assert(sizeof(adam_batch<double>) + 4 * sizeof(void *) <= 4096, "adam_batch<double> too large");
 
-template <typename T>
+template <typename T, int U>
 __global__ void __launch_bounds__(MT_THREADS)
-    k_adam_multi(const adam_batch<T> b, bool check_only, unsigned long long *bad, double *gate) {
+    k_adam_multi(const adam_batch<T> b, bool check_only, unsigned long long *bad, double *gate,
+                 const double *safe) {
     double coef = 1.0;
     if (gate != NULL) {
         if (gate[GATE_SKIP] != 0.0) return;
+        if (check_only && safe != NULL && *safe != 0.0) return; /* proven finite (step.c) */
         coef = gate[GATE_COEF];
     }
     int c = (int)blockIdx.x, k = mt_entry(b, c);
@@ -862,12 +926,43 @@ __global__ void __launch_bounds__(MT_THREADS)
     T *p = b.p[k], *m = b.m[k], *v = b.v[k];
     const T *g = b.g[k];
     const adam_c<T> cc = b.c[k];
-    oj_cu_bf16 *lo = sizeof(T) == sizeof(float) && !check_only ? b.lo[sizeof(T) == sizeof(float) ? k : 0] : NULL;
+    constexpr bool F32 = sizeof(T) == sizeof(float);
+    oj_cu_bf16 *lo = F32 && !check_only ? b.lo[F32 ? k : 0] : NULL;
+    /* uniform over the block */
+    unsigned *bnd = !check_only && gate != NULL && b.bound_at[k] ? (unsigned *)(gate + b.bound_at[k])
+                                                                 : NULL;
     bool ok = true;
-    for (int64_t i = first + threadIdx.x; i < last; i += MT_THREADS) {
-        ok &= adam_elem(p, g, m, v, i, cc, check_only, coef, b.numel[k] == 1);
-        if (lo) lo[i] = oj_cu_fromf<oj_cu_bf16>((float)p[i]); /* copy's rounding */
+    adam_bounds bb;
+    const bool one = b.numel[k] == 1;
+    /* U elements a thread, their 4 U loads issued before any store (the
+     * compiler cannot move a load above a store that may alias it) */
+    for (int64_t i0 = first + threadIdx.x; i0 < last; i0 += U * MT_THREADS) {
+        T pv[U], gv[U], mv[U], vv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = i0 + u * MT_THREADS;
+            if (i < last) pv[u] = p[i], gv[u] = g[i], mv[u] = m[i], vv[u] = v[i];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = i0 + u * MT_THREADS;
+            if (i >= last) break;
+            adam_new(pv[u], gv[u], mv[u], vv[u], cc, coef, one);
+            if (check_only) {
+                ok &= isfinite(pv[u]) && isfinite(mv[u]) && isfinite(vv[u]);
+                continue;
+            }
+            p[i] = pv[u];
+            m[i] = mv[u];
+            v[i] = vv[u];
+            if (lo) lo[i] = oj_cu_fromf<oj_cu_bf16>((float)pv[u]); /* copy's rounding */
+            if (bnd) {
+                const T nv[3] = {pv[u], mv[u], vv[u]};
+                bb.add(nv);
+            }
+        }
     }
+    if (bnd) adam_bounds_flush(bb, bnd);
     if (!ok) {
         if (gate != NULL) gate_refuse(gate);
         else *bad = 1ull;
@@ -877,8 +972,14 @@ __global__ void __launch_bounds__(MT_THREADS)
 template <typename T>
 static oj_status adam_multi_launch(oj_engine *eng, const adam_batch<T> &b, bool check_only,
                                    unsigned long long *bad) {
-    k_adam_multi<T><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
-        b, check_only, bad, oj_cuda_state_of(eng)->gate);
+    /* OJAS_CUDA_ADAMW_U=1: one element at a time (comparisons) */
+    const char *e = getenv("OJAS_CUDA_ADAMW_U");
+    if (e != NULL && strcmp(e, "1") == 0)
+        k_adam_multi<T, 1><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+            b, check_only, bad, oj_cuda_state_of(eng)->gate, oj_cuda_state_of(eng)->gate_safe);
+    else
+        k_adam_multi<T, 4><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
+            b, check_only, bad, oj_cuda_state_of(eng)->gate, oj_cuda_state_of(eng)->gate_safe);
     return oj_cuda_check(eng, "adam_step_multi");
 }
 
@@ -914,6 +1015,7 @@ static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
         if (sizeof(T) == sizeof(float))
             b.lo[sizeof(T) == sizeof(float) ? k : 0] =
                 args[i].low && !tile ? PTR(oj_cu_bf16, args[i].low) : NULL;
+        b.bound_at[k] = args[i].bound_at > 0 && args[i].bound_at < INT_MAX ? (int)args[i].bound_at : 0;
         b.numel[k] = ne;
         adam_consts(&b.c[k], &args[i]);
         b.chunk0[k + 1] = b.chunk0[k] + (int)chunks;
@@ -927,28 +1029,70 @@ static oj_status adam_multi_dtype(oj_engine *eng, oj_dtype dt, int64_t n,
  * (oj_adam_args.low_t): one block of 32 x 8 threads per 32 x 32 tile runs
  * adam_elem on the tile's elements (rows coalesced, the multi kernel's
  * bits) and stages their bf16 roundings in shared memory, written out
- * along the copy's rows (coalesced too). */
+ * along the copy's rows (coalesced too). BATCH: a thread's 4 elements'
+ * 16 loads issued before any store (one element at a time, p, g, m, v
+ * may alias as far as the compiler knows: 4 loads in flight a thread);
+ * OJAS_CUDA_ADAMW_U=1 takes the element-at-a-time form, here and in
+ * k_adam_multi (comparisons). */
+template <bool BATCH>
 __global__ void __launch_bounds__(256)
     k_adam_tile(float *p, const float *g, float *m, float *v, oj_cu_bf16 *lo, int64_t R,
                 int64_t C, adam_c<float> c, bool check_only, unsigned long long *bad,
-                double *gate) {
+                double *gate, int64_t bound_at) {
     __shared__ oj_cu_bf16 tile[32][33];
     double coef = 1.0;
     if (gate != NULL) {
         if (gate[GATE_SKIP] != 0.0) return; /* uniform over the block */
         coef = gate[GATE_COEF];
     }
+    unsigned *bnd = !check_only && gate != NULL && bound_at > 0 ? (unsigned *)(gate + bound_at)
+                                                                : NULL;
     const int64_t tc = (C + 31) / 32, r0 = (int64_t)(blockIdx.x / tc) * 32,
                   c0 = (int64_t)(blockIdx.x % tc) * 32;
     const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
     bool ok = true;
-    for (int k = ty; k < 32; k += 8) {
-        int64_t r = r0 + k, cc = c0 + tx;
-        if (r < R && cc < C) {
-            ok &= adam_elem(p, g, m, v, r * C + cc, c, check_only, coef, R * C == 1);
-            if (!check_only) tile[k][tx] = oj_cu_fromf<oj_cu_bf16>(p[r * C + cc]);
+    adam_bounds bb;
+    const int64_t cc = c0 + tx;
+    if (BATCH) { /* the thread's 4 rows loaded before any store (as k_adam_multi) */
+        float pv[4], gv[4], mv[4], vv[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int64_t r = r0 + ty + 8 * u, i = r * C + cc;
+            if (r < R && cc < C) pv[u] = p[i], gv[u] = g[i], mv[u] = m[i], vv[u] = v[i];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int k = ty + 8 * u;
+            const int64_t r = r0 + k, i = r * C + cc;
+            if (!(r < R && cc < C)) continue;
+            adam_new(pv[u], gv[u], mv[u], vv[u], c, coef, R * C == 1);
+            if (check_only) {
+                ok &= isfinite(pv[u]) && isfinite(mv[u]) && isfinite(vv[u]);
+                continue;
+            }
+            p[i] = pv[u];
+            m[i] = mv[u];
+            v[i] = vv[u];
+            tile[k][tx] = oj_cu_fromf<oj_cu_bf16>(pv[u]);
+            if (bnd) {
+                const float nv[3] = {pv[u], mv[u], vv[u]};
+                bb.add(nv);
+            }
+        }
+    } else {
+        for (int k = ty; k < 32; k += 8) {
+            int64_t r = r0 + k;
+            if (r < R && cc < C) {
+                float nv[3];
+                ok &= adam_elem(p, g, m, v, r * C + cc, c, check_only, coef, R * C == 1, nv);
+                if (!check_only) {
+                    tile[k][tx] = oj_cu_fromf<oj_cu_bf16>(nv[0]);
+                    if (bnd) bb.add(nv);
+                }
+            }
         }
     }
+    if (bnd) adam_bounds_flush(bb, bnd); /* its barrier before the tile's is harmless */
     if (!ok) {
         if (gate != NULL) gate_refuse(gate);
         else *bad = 1ull;
@@ -1001,10 +1145,12 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
                                 (long long)R, (long long)C);
         adam_c<float> cc;
         adam_consts(&cc, &args[i]);
-        k_adam_tile<<<(unsigned)tiles, dim3(32, 8), 0, OJ_STREAM>>>(
+        const char *e = getenv("OJAS_CUDA_ADAMW_U"); /* 1: a row at a time (comparisons) */
+        auto kern = e != NULL && strcmp(e, "1") == 0 ? k_adam_tile<false> : k_adam_tile<true>;
+        kern<<<(unsigned)tiles, dim3(32, 8), 0, OJ_STREAM>>>(
             PTR(float, params[i]), PTR(const float, grads[i]), PTR(float, exp_avgs[i]),
             PTR(float, exp_avg_sqs[i]), PTR(oj_cu_bf16, args[i].low), R, C, cc, check_only, bad,
-            oj_cuda_state_of(eng)->gate);
+            oj_cuda_state_of(eng)->gate, args[i].bound_at);
         st = oj_cuda_check(eng, "adam_step_multi (tile)");
     }
     if (st != OJ_OK || !read) return st;
