@@ -62,6 +62,10 @@ oj_status oj_cuda_decode_mega(oj_engine *eng, oj_tensor *x, const oj_tensor *wte
 #define MEGA_U1 8  /* rows of weights in flight a thread, products over C */
 #define MEGA_U2 24 /* over 4 C (the mlp's c_proj) */
 #define MEGA_TIMEOUT_NS 2000000000ull
+/* The switches' defaults (read at each launch; a captured step keeps what
+ * its capture read): unmeasured, so the plain forms. */
+#define MEGA_BAR_DEFAULT 0
+#define MEGA_PREFETCH_DEFAULT 0
 
 /* One layer's tensors (device pointers; weights [K, N] rows ld apart). */
 struct mega_layer {
@@ -89,6 +93,8 @@ struct mega_args {
     double eps;
     float scale;
     int dtype;
+    bool relbar;   /* OJAS_DECODE_MEGA_BAR=1: acq_rel arrivals (mega_barrier) */
+    bool prefetch; /* OJAS_DECODE_MEGA_PREFETCH=1: idle blocks warm L2 (mega_prefetch) */
 };
 
 __device__ __forceinline__ unsigned mega_ld_acquire(const unsigned *p) {
@@ -104,24 +110,45 @@ __device__ __forceinline__ unsigned long long mega_now_ns() {
 }
 
 /* Every block's writes before it visible to every block after it: the
- * target-th arrival (target = barriers so far x blocks). */
-__device__ __forceinline__ void mega_barrier(unsigned *bar, unsigned target) {
+ * target-th arrival (target = barriers so far x blocks). rel: the arrival
+ * is one atom.add.acq_rel (no separate fences; OJAS_DECODE_MEGA_BAR=1),
+ * else a __threadfence, atomicAdd, and a fence after the wait (cooperative
+ * groups' grid sync). */
+__device__ __forceinline__ void mega_barrier(unsigned *bar, unsigned target, bool rel) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned seen = atomicAdd(bar, 1u) + 1u;
-        if (seen < target) {
+        unsigned seen;
+        if (rel) {
+            asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;"
+                         : "=r"(seen)
+                         : "l"(bar)
+                         : "memory");
+        } else {
+            __threadfence();
+            seen = atomicAdd(bar, 1u);
+        }
+        if (seen + 1u < target) {
             const unsigned long long t0 = mega_now_ns();
             unsigned n = 0;
             while (mega_ld_acquire(bar) < target) {
-                if ((++n & 255u) == 0 && mega_now_ns() - t0 > MEGA_TIMEOUT_NS) {
-__trap();
-                }
+                if ((++n & 255u) == 0 && mega_now_ns() - t0 > MEGA_TIMEOUT_NS) __trap();
             }
         }
-        __threadfence();
+        if (!rel) __threadfence();
     }
     __syncthreads();
+}
+
+/* Part `part` of `parts` of the weight w [K, ld] into L2 (prefetch, no
+ * registers): idle blocks warm a later stage's weights for the blocks that
+ * load them into registers (OJAS_DECODE_MEGA_PREFETCH=1). */
+__device__ __forceinline__ void mega_prefetch(const unsigned short *w, int64_t ld, int K,
+                                              int64_t part, int64_t parts) {
+    const int64_t lines = ((int64_t)K * ld * 2 + 127) / 128;
+    const int64_t lo = lines * part / parts, hi = lines * (part + 1) / parts;
+    const char *p = (const char *)w;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += OJ_DEC_THREADS)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + i * 128));
 }
 
 /* The row of a projection stage: SRC_IN p.in read through L2; SRC_EMBED
@@ -142,7 +169,7 @@ __device__ __forceinline__ void mega_proj(const proj_args p, int64_t ntiles, uns
     uint4 wv[U], wv2[P2 ? U : 1];
     if (tile < ntiles) dec_kn_first<2, U>(wv, p, tile);
     if (P2 && tile + gridDim.x < ntiles) dec_kn_first<2, U>(*(uint4(*)[U])wv2, p, tile + gridDim.x);
-    if (target) mega_barrier(bar, target);
+    if (target) mega_barrier(bar, target, a->relbar);
     if (tile >= ntiles) return; /* uniform over the block */
     if (SRC == SRC_EMBED) {
         const int C = a->C;
@@ -244,7 +271,11 @@ __device__ __forceinline__ void mega_attention(const mega_args *ap, const mega_l
     uint4 kr[DF_U], vr[DF_U];
     const int64_t i0 = blockIdx.x + grid * half;
     if (i0 < items) df_partial_preload<T, D, true>(d, i0 % a.nsplit, i0 / a.nsplit, tid, kr, vr);
-    mega_barrier(a.bar, target);
+    /* blocks without a tile of the projection after (c_proj) warm its weights */
+    const int64_t nt1 = (C + 15) / 16;
+    if (a.prefetch && blockIdx.x >= nt1 && grid > nt1)
+        mega_prefetch(ly->wo, ly->ldo, C, blockIdx.x - nt1, grid - nt1);
+    mega_barrier(a.bar, target, a.relbar);
     for (int64_t i = i0; i < items; i += 2 * grid)
         df_partial<T, D, 1, true>(d, i % a.nsplit, i / a.nsplit, tid, i == i0, kr, vr, wm[half],
                                   wl[half], wacc[half], &last[half], 1 + half);
@@ -286,7 +317,10 @@ __global__ void __launch_bounds__(OJ_DEC_THREADS, MEGA_MIN_BLOCKS)
         p = mega_proj_args(a, a.x, a.y, NULL, NULL, ly->wo, ly->ldo, C, C, ly->bo);
         mega_proj<T, MEGA_U1, false, EPI_RESID, SRC_IN>(p, nt1, a.bar, ++nbar * grid, &a, xs, red,
                                                         part);
-        /* ---- h = gelu(norm_2(x) @ W_fc + b) */
+        /* ---- h = gelu(norm_2(x) @ W_fc + b); blocks without a tile of
+         * the MLP's c_proj warm its weights */
+        if (a.prefetch && blockIdx.x >= nt1 && grid > nt1)
+            mega_prefetch(ly->wpr, ly->ldpr, 4 * C, blockIdx.x - nt1, grid - nt1);
         p = mega_proj_args(a, a.h, a.x, ly->ln2w, ly->ln2b, ly->wfc, ly->ldfc, 4 * C, C, ly->bfc);
         mega_proj<T, MEGA_U1, true, EPI_GELU, SRC_IN>(p, nt4, a.bar, ++nbar * grid, &a, xs, red,
                                                       part);
@@ -429,6 +463,8 @@ oj_status oj_cuda_decode_mega(oj_engine *eng, oj_tensor *x, const oj_tensor *wte
         return oj_set_error(eng, OJ_ERR_DEVICE, "%s: no resident grid for the kernel", op);
     }
     const bool coop = mega_env_int("OJAS_DECODE_MEGA_COOP", 1, 0, 1) != 0;
+    a.relbar = mega_env_int("OJAS_DECODE_MEGA_BAR", MEGA_BAR_DEFAULT, 0, 1) != 0;
+    a.prefetch = mega_env_int("OJAS_DECODE_MEGA_PREFETCH", MEGA_PREFETCH_DEFAULT, 0, 1) != 0;
     oj_status st = OJ_OK;
     for (int64_t l0 = 0; l0 < n_layer && st == OJ_OK; l0 += MEGA_MAX_LAYERS) {
         const int64_t nl = n_layer - l0 < MEGA_MAX_LAYERS ? n_layer - l0 : MEGA_MAX_LAYERS;
