@@ -381,17 +381,28 @@ template <typename T, int D> static void mega_launch(const mega_args &a, int blo
     (void)cudaLaunchKernelEx(&cfg, k_dec_mega<T, D>, a);
 }
 
-/* Blocks of the grid: resident ones (the occupancy of k at smem bytes)
- * times the multiprocessors, at most MEGA_MIN_BLOCKS a multiprocessor;
- * 0 when unknown. */
+/* Blocks of the grid: resident ones (the occupancy of the kernel at smem
+ * bytes, asked once per kernel: the first call may come inside a graph
+ * capture) times the multiprocessors, at most MEGA_MIN_BLOCKS a
+ * multiprocessor; 0 when unknown. A grid too large for residency fails
+ * the cooperative launch rather than hanging. */
 template <typename T, int D> static int mega_blocks(size_t smem) {
-    int dev = 0, sms = 0, occ = 0;
+    static int occ = -1;
+    static size_t occ_smem = 0;
+    int dev = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_dec_mega<T, D>, OJ_DEC_THREADS,
-                                                      smem) != cudaSuccess) {
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
+    }
+    if (occ < 0 || occ_smem != smem) {
+        int o = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, k_dec_mega<T, D>, OJ_DEC_THREADS,
+                                                          smem) != cudaSuccess) {
+            (void)cudaGetLastError();
+            o = 1; /* 255 registers a thread: one block a multiprocessor */
+        }
+        occ = o, occ_smem = smem;
     }
     return (occ < MEGA_MIN_BLOCKS ? occ : MEGA_MIN_BLOCKS) * sms;
 }
