@@ -1446,8 +1446,16 @@ static void mega_case(oj_gpt *m, const char *what, int64_t cap, int64_t n, int s
     oj_engine *gpu = oj_gpt_engine(m);
     const oj_gpt_config *cfg = oj_gpt_get_config(m);
     const int64_t V = cfg->vocab_size;
-    if (!on_cpu)
-        assert_true(oj__decode_mega_ok(gpu, cfg->n_embd, cfg->n_head, cap, OJ_BF16));
+    if (!on_cpu) { /* the step takes the persistent kernel, not a fallback */
+        oj_kv_cache *c = NULL;
+        assert_int_equal(oj_kv_cache_create(m, 1, cap, &c), OJ_OK);
+        setenv("OJAS_DECODE_MEGA", "1", 1);
+        assert_true(oj__gpt_fast_decode_ok(m, c));
+        assert_true(oj__gpt_mega_decode_ok(m, c));
+        unsetenv("OJAS_DECODE_MEGA");
+        assert_false(oj__gpt_mega_decode_ok(m, c)); /* off by default */
+        oj_kv_cache_free(c);
+    }
     int32_t *prompt = malloc((size_t)n * sizeof *prompt);
     prompt_of(prompt, n, V, (uint32_t)(cap * 5 + n));
     run fast = run_new(steps, V), mega = run_new(steps, V);
