@@ -35,13 +35,20 @@
  * with acquire loads until every block of the k-th barrier has arrived
  * (k blocks counts); the last block to leave sets the counters back to
  * 0 for the next launch. A barrier that waits more than MEGA_TIMEOUT_NS
- * prints which block waited and traps: the launch fails with an error
- * instead of hanging the device. The launch is cooperative (all blocks
- * resident, or the launch fails; OJAS_DECODE_MEGA_COOP=0: a plain launch
- * of the same resident-sized grid) and can be captured in a CUDA graph.
+ * traps: the launch fails with an error instead of hanging the device
+ * (no printf: its call spills the registers of every stage around it).
+ * The launch is cooperative (all blocks resident, or the launch fails;
+ * OJAS_DECODE_MEGA_COOP=0: a plain launch of the same resident-sized
+ * grid) and can be captured in a CUDA graph.
+ *
+ * One block a multiprocessor: the stages inlined in one kernel need up to
+ * 255 registers a thread (the attention's 113 standalone, plus the
+ * stage's arguments it can no longer read from the constant bank); at
+ * 128 (two blocks) they spilled kilobytes. gpt2-124m: 144 c_attn and 192
+ * c_fc tiles over 132 blocks, so a block loads up to two tiles' weights
+ * before a barrier.
  */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
