@@ -890,6 +890,23 @@ typedef struct oj_backend {
                                    const oj_tensor *nw, const oj_tensor *nb, double eps,
                                    const oj_tensor *blocks, int qtype, int64_t k, oj_tensor *tok,
                                    oj_tensor *pos, oj_tensor *hist);
+    /* The layers of a gpt2 batch-1 decode step in one persistent kernel
+     * (ops/nn_decode.h oj__decode_mega, which validated everything),
+     * OPTIONAL (NULL: the fast step's kernels run them). decode_mega_ok:
+     * whether it takes width C, H heads, S cache slots and dtype (an
+     * oj_dtype). decode_mega: x [C] = wte[tok] + wpe[pos] and mask (bool
+     * [S]) [j] = j <= pos as decode_embed_mask, then for each of n_layer
+     * layers (lw[13 l ..]: ln_1 w, b [C], c_attn w [C, 3C], b, attn c_proj
+     * w [C, C], b, ln_2 w, b, c_fc w [C, 4C], b, mlp c_proj w [4C, C], b,
+     * the cache [2, 1, H, S, D] written at slot pos) what the fast step's
+     * decode_norm_linear, decode_attention and decode_linear_residual
+     * compute, with their bits; x is left the residual after the last
+     * layer. */
+    bool (*decode_mega_ok)(int64_t C, int64_t H, int64_t S, int dtype);
+    oj_status (*decode_mega)(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                             const oj_tensor *wpe, const oj_tensor *tok, const oj_tensor *pos,
+                             oj_tensor *mask, int64_t n_layer, const oj_tensor *const *lw,
+                             double eps);
 } oj_backend;
 
 extern const oj_backend oj_cpu_backend;

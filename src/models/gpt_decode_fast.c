@@ -45,6 +45,7 @@ static bool env_flag(const char *name, bool dflt) {
 #define DECODE_ATTN_EARLY_DEFAULT true
 #define DECODE_HEAD_DEFAULT true
 #define DECODE_QHEAD_DEFAULT false /* measured only with OJAS_DECODE_QLOOP=1 (slower) */
+#define DECODE_MEGA_DEFAULT false
 
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     const char *e = getenv("OJAS_DECODE_FAST");
@@ -91,6 +92,39 @@ bool oj__gpt_fast_decode_exact(const oj_gpt *m) {
             return false;
     }
     return true;
+}
+
+bool oj__gpt_mega_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
+    /* OJAS_DECODE_MEGA=1: the layers in the persistent kernel where the
+     * backend takes the shapes (else, silently, the six kernels a layer) */
+    if (!env_flag("OJAS_DECODE_MEGA", DECODE_MEGA_DEFAULT)) return false;
+    if (m->quantized || c->kv[0] == NULL || c->kv[0]->rank != 5) return false;
+    const oj_tensor *kv = c->kv[0];
+    return oj__decode_mega_ok(m->eng, m->cfg.n_embd, m->cfg.n_head, kv->shape[3],
+                              oj_tensor_dtype(m->wte)) &&
+           kv->shape[2] == m->cfg.n_head && kv->shape[2] * kv->shape[4] == m->cfg.n_embd;
+}
+
+/* The residual after the layers, by oj__decode_mega (x [1, 1, C] in the
+ * current scope; dp->mask written), or NULL with the error recorded. */
+static oj_tensor *layers_mega(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx, const oj_gpt_dev_pos *dp) {
+    const int64_t L = m->cfg.n_layer;
+    oj_tensor **lw = malloc((size_t)(L * OJ__DECODE_MEGA_PER_LAYER) * sizeof *lw);
+    if (lw == NULL) {
+        oj_set_error(m->eng, OJ_ERR_CAPACITY, "gpt decode: out of host memory");
+        return NULL;
+    }
+    for (int64_t l = 0; l < L; l++) {
+        oj_gpt_block *b = &m->blocks[l];
+        oj_tensor *ts[OJ__DECODE_MEGA_PER_LAYER] = {
+            b->ln_1_w,   b->ln_1_b, b->c_attn_w, b->c_attn_b,   b->attn_proj_w,
+            b->attn_proj_b, b->ln_2_w, b->ln_2_b, b->c_fc_w, b->c_fc_b,
+            b->mlp_proj_w, b->mlp_proj_b, c->kv[l]};
+        memcpy(lw + l * OJ__DECODE_MEGA_PER_LAYER, ts, sizeof ts);
+    }
+    oj_tensor *x = oj__decode_mega(m->wte, m->wpe, idx, dp->pos, dp->mask, L, lw, m->cfg.norm_eps);
+    free(lw);
+    return x;
 }
 
 /* Attention of the new token's q (columns 0 .. C of qkv [1, 1, 3C]) over
@@ -159,10 +193,13 @@ oj_tensor *oj__gpt2_run_fast(oj_gpt *m, oj_kv_cache *c, oj_tensor *idx,
     c->dev = dp;
     oj_scope_begin(eng);
     /* the residual stream x = wte[idx] + wpe[pos] [1, 1, C], updated in
-     * place; dp->mask written in the same kernel */
-    oj_tensor *x = oj__decode_embed_mask(m->wte, m->wpe, idx, dp->pos, dp->mask);
+     * place; dp->mask written in the same kernel (with OJAS_DECODE_MEGA=1:
+     * every layer too, in the persistent kernel) */
+    const bool mega = oj__gpt_mega_decode_ok(m, c);
+    oj_tensor *x = mega ? layers_mega(m, c, idx, dp)
+                        : oj__decode_embed_mask(m->wte, m->wpe, idx, dp->pos, dp->mask);
     bool ok = x != NULL;
-    for (int l = 0; ok && l < (int)m->cfg.n_layer; l++) {
+    for (int l = 0; ok && !mega && l < (int)m->cfg.n_layer; l++) {
         oj_gpt_block *b = &m->blocks[l];
         oj_tensor *qkv = norm_linear(m, x, b->ln_1_w, b->ln_1_b, b->c_attn_w, b->qc_attn,
                                      b->c_attn_b, OJ__DECODE_ACT_NONE, c->kv[l], dp->slot);

@@ -286,6 +286,12 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
  * do, gpt2-medium's c_proj with K 4096 does not). Sampled sequences take
  * the fast step only then. */
 bool oj__gpt_fast_decode_exact(const oj_gpt *m);
+/* Whether the fast step runs its layers in the persistent kernel
+ * (oj__decode_mega): OJAS_DECODE_MEGA=1 (default off) and the backend
+ * takes the shapes (gpt2 bf16/f16, head dim 64 or 128, n_embd < 2048, not
+ * quantized); otherwise the six kernels a layer. The same bits either way.
+ * Read at each call (a captured step keeps what it read). */
+bool oj__gpt_mega_decode_ok(const oj_gpt *m, const oj_kv_cache *c);
 /* Whether the fast step's head is one decode_norm_head kernel (the final
  * norm, the tied head's product, and the argmax or the draw when the
  * caller asks): the backend has the entry and m's head and final norm

@@ -191,6 +191,38 @@ bool oj__decode_attention_supported(const oj_engine *eng);
  * step takes layer_norm and linear without it). */
 bool oj__decode_head_supported(const oj_engine *eng);
 
+/* The tensors of one gpt2 layer that oj__decode_mega takes, in its
+ * order (OJ__DECODE_MEGA_PER_LAYER of them): ln_1 weight, bias [C],
+ * c_attn weight [C, 3C], bias [3C], attention c_proj weight [C, C], bias
+ * [C], ln_2 weight, bias [C], c_fc weight [C, 4C], bias [4C], mlp c_proj
+ * weight [4C, C], bias [C] (weights as oj__decode_weight_ok takes them),
+ * the layer's KV cache [2, 1, H, S, D] (contiguous, C = H D). */
+#define OJ__DECODE_MEGA_PER_LAYER 13
+
+/* Whether eng's backend runs oj__decode_mega for gpt2 layers of width C
+ * with H heads over a cache of S slots in dtype dt (the backend's
+ * decode_mega_ok: on CUDA bf16/f16, head dim 64 or 128, C < 2048). No
+ * error recorded. */
+bool oj__decode_mega_ok(const oj_engine *eng, int64_t C, int64_t H, int64_t S, oj_dtype dt);
+
+/* The layers of a gpt2 decode step (FAST numerics) in one persistent
+ * kernel per MEGA_MAX_LAYERS (12) layers, the backend's decode_mega
+ * entry: x = wte[tok] + wpe[pos] (wte [V, C], wpe [P, C] contiguous; tok,
+ * pos i64 [1] device values, pos also the cache slot), mask (bool [S],
+ * contiguous) [j] = j <= pos, then n_layer layers whose tensors are
+ * lw[OJ__DECODE_MEGA_PER_LAYER l ..] (above), all of one dtype: each the
+ * fast step's layer (oj__decode_norm_linear, oj__decode_attention,
+ * oj__decode_linear_residual, oj__decode_norm_linear with GELU,
+ * oj__decode_linear_residual) with its bits. Returns the residual after
+ * the last layer, a new tensor [1, 1, C] in the current scope, or NULL
+ * with OJ_ERR_SHAPE / OJ_ERR_DTYPE / OJ_ERR_UNSUPPORTED (no entry, or
+ * shapes oj__decode_mega_ok refuses) recorded. The caller keeps tok and
+ * pos in range (x is NaN where they are not). Method: one cooperative
+ * launch, a grid-wide barrier between dependent stages (the "no bubbles"
+ * megakernel idea, Hazy Research 2025); src/backend/cuda/cuda_decode_mega.cu. */
+oj_tensor *oj__decode_mega(oj_tensor *wte, oj_tensor *wpe, oj_tensor *tok, oj_tensor *pos,
+                           oj_tensor *mask, int64_t n_layer, oj_tensor *const *lw, double eps);
+
 /* Whether eng's backend has every decode entry. */
 bool oj__decode_supported(const oj_engine *eng);
 

@@ -1423,6 +1423,135 @@ static void test_generate_sampled_gpt2_124m(void **state) {
     decode_pieces(-1);
 }
 
+/* ------------------------------------------------- the persistent step */
+
+/* The decoder's run (graph replays) with OJAS_DECODE_MEGA set to `mega`
+ * (and the fast step forced on the CPU stand-in). */
+static void decode_mega_env(oj_engine *e, oj_gpt_decoder *d, const int32_t *prompt, int64_t n,
+                            run *r, const char *mega) {
+    setenv("OJAS_DECODE_MEGA", mega, 1);
+    if (on_cpu) setenv("OJAS_DECODE_FAST", "1", 1);
+    decode(e, d, prompt, n, r);
+    unsetenv("OJAS_DECODE_FAST");
+    unsetenv("OJAS_DECODE_MEGA");
+}
+
+/* m (gpt2 in bf16 weights, FAST numerics) decoding `steps` greedy tokens
+ * after an n-token prompt into a cache of cap slots: the persistent step
+ * (OJAS_DECODE_MEGA=1) replayed from a graph gives the fast step's logits
+ * bit for bit at every step, so its tokens; and the device takes the
+ * shapes (the persistent kernel ran, not the fallback), except on the
+ * CPU stand-in. */
+static void mega_case(oj_gpt *m, const char *what, int64_t cap, int64_t n, int steps) {
+    oj_engine *gpu = oj_gpt_engine(m);
+    const oj_gpt_config *cfg = oj_gpt_get_config(m);
+    const int64_t V = cfg->vocab_size;
+    if (!on_cpu) { /* the step takes the persistent kernel, not a fallback */
+        oj_kv_cache *c = NULL;
+        assert_int_equal(oj_kv_cache_create(m, 1, cap, &c), OJ_OK);
+        setenv("OJAS_DECODE_MEGA", "1", 1);
+        assert_true(oj__gpt_fast_decode_ok(m, c));
+        assert_true(oj__gpt_mega_decode_ok(m, c));
+        unsetenv("OJAS_DECODE_MEGA");
+        assert_false(oj__gpt_mega_decode_ok(m, c)); /* off by default */
+        oj_kv_cache_free(c);
+    }
+    int32_t *prompt = malloc((size_t)n * sizeof *prompt);
+    prompt_of(prompt, n, V, (uint32_t)(cap * 5 + n));
+    run fast = run_new(steps, V), mega = run_new(steps, V);
+    oj_gpt_decoder *df = NULL, *dm = NULL;
+    assert_int_equal(oj_gpt_decoder_create(m, cap, true, &df), OJ_OK);
+    assert_int_equal(oj_gpt_decoder_create(m, cap, true, &dm), OJ_OK);
+    int64_t live0 = oj_engine_live_tensors(gpu);
+    double t0 = now_s();
+    decode_mega_env(gpu, df, prompt, n, &fast, "0");
+    double t1 = now_s();
+    decode_mega_env(gpu, dm, prompt, n, &mega, "1");
+    double t2 = now_s();
+    printf("%s: fast graph %.3f s, persistent graph %.3f s for %d steps with logits read back\n",
+           what, t1 - t0, t2 - t1, steps);
+    assert_int_equal(oj_gpt_decoder_graphed(dm), !on_cpu);
+    for (int st = 0; st <= steps; st++) {
+        if (memcmp(mega.lg + (int64_t)st * V, fast.lg + (int64_t)st * V, (size_t)V * sizeof(float)))
+            fail_msg("%s: step %d: the persistent step's logits are not the fast step's bits", what,
+                     st);
+        if (mega.tok[st] != fast.tok[st])
+            fail_msg("%s: step %d: token %d, the fast step's %d", what, st, mega.tok[st],
+                     fast.tok[st]);
+    }
+    oj_gpt_decoder_free(df);
+    oj_gpt_decoder_free(dm);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    assert_true(oj_engine_live_tensors(gpu) <= live0);
+    run_free(&fast);
+    run_free(&mega);
+    free(prompt);
+}
+
+/* gen_run with OJAS_DECODE_MEGA set to `mega`. */
+static int64_t gen_run_mega(oj_gpt *m, const int32_t *prompt, int64_t n,
+                            const oj_sampler_config *sc, const char *mega, int32_t *out) {
+    setenv("OJAS_DECODE_MEGA", mega, 1);
+    if (on_cpu) setenv("OJAS_DECODE_FAST", "1", 1);
+    int64_t len = gen_run(m, prompt, n, sc, false, out);
+    unsetenv("OJAS_DECODE_FAST");
+    unsetenv("OJAS_DECODE_MEGA");
+    return len;
+}
+
+/* The persistent step (OJAS_DECODE_MEGA=1) against the fast step, bf16
+ * weights, FAST numerics: a 14-layer gpt2 of width 128 (two launches a
+ * step, one key chunk: the attention's direct path) and gpt2-124m (one
+ * launch, split keys merged by the last chunk) give the fast step's
+ * logits bit for bit over 300 greedy steps (graph replays); oj_generate
+ * on gpt2-124m (`ojas generate --device cuda`'s path) gives the fast
+ * step's 256 tokens sampled (temperature 0.8, top-k 40: the draw in the
+ * head kernel; and with a repetition penalty: the draw after it) and
+ * greedy. */
+static void test_mega_decoder(void **state) {
+    (void)state;
+    oj_engine *gpu = engine(true, OJ_NUMERICS_FAST);
+    oj_gpt_config cfg;
+    assert_true(oj_gpt_preset("gpt2-tiny", &cfg));
+    cfg.n_layer = 14, cfg.n_head = cfg.n_kv_head = 2, cfg.n_embd = 128, cfg.mlp_hidden = 512;
+    cfg.init_std = 0.3; /* else a tiny model repeats one token */
+    oj_gpt *m = NULL;
+    if (oj_gpt_create(gpu, &cfg, 5, &m) != OJ_OK) fail_msg("gpt_create: %s", oj_last_error(gpu));
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    mega_case(m, "gpt2 14x128 bf16 persistent", 64, 5, 58);
+    oj_gpt_free(m);
+    if (on_cpu) { /* minutes on a CPU */
+        oj_engine_free(gpu);
+        return;
+    }
+    m = model(gpu, "gpt2-124m");
+    assert_int_equal(oj_gpt_to_dtype(m, OJ_BF16), OJ_OK);
+    mega_case(m, "gpt2-124m bf16 persistent", 400, 64, 300);
+    enum { NEW = 256 };
+    int32_t prompt[64], a[NEW], b[NEW];
+    prompt_of(prompt, 64, 50257, 11);
+    for (int mode = 0; mode < 3; mode++) {
+        oj_sampler_config sc = oj_sampler_config_default();
+        sc.max_new_tokens = NEW;
+        sc.seed = 1337;
+        sc.temperature = mode == 2 ? 0.0 : 0.8;
+        sc.top_k = mode == 2 ? 0 : 40;
+        if (mode == 1) sc.repetition_penalty = 1.2;
+        int64_t la = gen_run_mega(m, prompt, 64, &sc, "0", a);
+        int64_t lb = gen_run_mega(m, prompt, 64, &sc, "1", b);
+        int64_t same = common_prefix(a, la, b, lb);
+        printf("generate gpt2-124m bf16 FAST mode %d: %lld persistent-step tokens, %lld equal to "
+               "the fast step's\n",
+               mode, (long long)lb, (long long)same);
+        assert_int_equal(la, NEW);
+        assert_int_equal(lb, NEW);
+        if (same < NEW) fail_msg("persistent generate mode %d: tokens part at %lld", mode, (long long)same);
+    }
+    oj_gpt_free(m);
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     const struct CMUnitTest tests[] = {
@@ -1447,6 +1576,11 @@ int main(void) {
         cmocka_unit_test(test_generate_graph_same_as_eager),
         cmocka_unit_test(test_generate_gpt2_124m),
         cmocka_unit_test(test_generate_sampled_gpt2_124m),
+        cmocka_unit_test(test_mega_decoder),
     };
+    /* OJAS_TEST_FILTER: run only the tests whose names match (cmocka's
+     * pattern: * and ?), e.g. test_mega_* */
+    const char *filter = getenv("OJAS_TEST_FILTER");
+    if (filter && filter[0]) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,6 +94,12 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
                                    const oj_tensor *w, oj_tensor *tok, oj_tensor *pos,
                                    oj_tensor *step, oj_tensor *hist,
                                    const struct oj__decode_sampler *s);
+/* cuda_decode_mega.cu: the layers of a gpt2 decode step in one persistent kernel */
+bool oj_cuda_decode_mega_ok(int64_t C, int64_t H, int64_t S, int dtype);
+oj_status oj_cuda_decode_mega(oj_engine *eng, oj_tensor *x, const oj_tensor *wte,
+                              const oj_tensor *wpe, const oj_tensor *tok, const oj_tensor *pos,
+                              oj_tensor *mask, int64_t n_layer, const oj_tensor *const *lw,
+                              double eps);
 /* cuda_decode_sample.cu: the sampled decode step's token on the device */
 oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor *logits,
                                 oj_tensor *pos, oj_tensor *seen, oj_tensor *step,
@@ -228,6 +234,8 @@ static oj_backend make_cuda_backend() {
     b.decode_qlinear = oj_cuda_decode_qlinear;
     b.decode_qnorm_head = oj_cuda_decode_qnorm_head;
     b.decode_sample = oj_cuda_decode_sample;
+    b.decode_mega_ok = oj_cuda_decode_mega_ok;
+    b.decode_mega = oj_cuda_decode_mega;
     return b;
 }
 

@@ -7,7 +7,9 @@
  * takes ten; and decode_norm_head, the step's final norm, head and token
  * in one kernel (below; the fast step's optional head).
  *
- * One kernel, k_dec_kn, templated on the prologue and the epilogue:
+ * One kernel, k_dec_kn, templated on the prologue and the epilogue (its
+ * per-row arithmetic in cuda_decode_rows.cuh, shared with the persistent
+ * step, cuda_decode_mega.cu):
  *  - prologue: the block stages the row x [K] in shared memory as floats
  *    (K <= 8192: 32 KB); with the norm, each block computes the row's mean
  *    and variance itself (two sums over K values, a few hundred
@@ -42,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_decode_rows.cuh"
 #include "backend/cuda/cuda_decode_sample.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -67,173 +70,29 @@ oj_status oj_cuda_decode_sample(oj_engine *eng, oj_tensor *tok, const oj_tensor 
                                 oj_tensor *pos, oj_tensor *seen, oj_tensor *step, oj_tensor *hist,
                                 const oj__decode_sampler *s);
 
-#define DEC_THREADS 256
+#define DEC_THREADS OJ_DEC_THREADS
 #define DEC_MIN_BLOCKS 2
 
-enum { EPI_PLAIN = 0, EPI_GELU = 1, EPI_RESID = 2 };
-
-struct proj_args {
-    unsigned short *out;       /* [N]; the residual x with EPI_RESID (read and written) */
-    const unsigned short *in;  /* the row [K] */
-    const unsigned short *nw, *nb; /* the norm's weight and bias [K] (NORM) */
-    double eps;
-    const unsigned short *w; /* [K, N], rows ldw elements apart */
-    int64_t ldw;
-    int N, K;
-    const unsigned short *bias; /* [N] or NULL */
-    unsigned short *kv;         /* [2, H, S, D] or NULL */
-    const int64_t *slot;
-    int C, D, H;
-    int64_t S;
-    bool late; /* let the next kernel launch after the wait, not before (dec_late_trigger) */
-};
-
-__device__ __forceinline__ float dec_sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
-
-/* v rounded to T and back (the value a store then a load gives). */
-template <typename T> __device__ __forceinline__ float dec_round(float v) {
-    return oj_cu_hw_tof(oj_cu_fromf<T>(v));
-}
-
-/* wv[u] = the 16-byte chunk of row k0 + u KS (zeros past K), every load
- * issued before any use. */
-template <int U>
-__device__ __forceinline__ void load_round(uint4 *wv, const unsigned short *wc, int64_t ldw,
-                                           int k0, int KS, int K) {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int k = k0 + u * KS;
-        wv[u] = k < K ? __ldcs((const uint4 *)(wc + (int64_t)k * ldw)) : zero;
-    }
-}
-
-/* The row in [K] into xs as floats, with NORM normalised as the
- * layer_norm kernel (cuda_nn_norm.cu, k_norm_fwd_fast) computes it, in its
- * order and arithmetic, and rounded to T: its bits. A block of
- * DEC_THREADS threads; red: 32 floats of shared memory. Ends with a
- * barrier: xs is ready for every thread. */
-template <typename T, bool NORM>
-__device__ __forceinline__ void dec_stage_row(float *xs, float *red, const unsigned short *in,
-                                              const unsigned short *nw, const unsigned short *nb,
-                                              double eps, int K) {
-    const int t = threadIdx.x;
-    float s1 = 0.0f;
-    for (int k = t; k < K; k += DEC_THREADS) {
-        const float v = oj_cu_hw_tof(T{in[k]});
-        xs[k] = v;
-        s1 += v;
-    }
-    if (NORM) {
-        /* the layer_norm kernel's arithmetic (cuda_nn_norm.cu,
-         * k_norm_fwd_fast) in its order, so u has its bits: rows of up to
-         * 1024 take its warp mode (lane l sums x[l], x[l + 32], ... in
-         * order, then a xor butterfly; every warp here computes the same
-         * statistics), longer ones its 256-thread block mode (thread t sums
-         * x[t], x[t + 256], ..., then oj_cu_row_sumf, as below) */
-        float mean, var;
-        if (K <= 1024) {
-            __syncthreads(); /* every x staged */
-            const int lane = t & 31;
-            float s = 0.0f;
-            for (int k = lane; k < K; k += 32) s += xs[k];
-            mean = oj_cu_warp_sumf(s) / (float)K;
-            float d2 = 0.0f;
-            for (int k = lane; k < K; k += 32) {
-                const float d = xs[k] - mean;
-                d2 += d * d;
-            }
-            var = oj_cu_warp_sumf(d2) / (float)K;
-        } else {
-            /* each thread reads back only the entries it wrote: no barrier
-             * before the sums (oj_cu_row_sumf synchronises the block) */
-            mean = oj_cu_row_sumf<DEC_THREADS>(s1, red) / (float)K;
-            float d2 = 0.0f;
-            for (int k = t; k < K; k += DEC_THREADS) {
-                const float d = xs[k] - mean;
-                d2 += d * d;
-            }
-            var = oj_cu_row_sumf<DEC_THREADS>(d2, red) / (float)K;
-        }
-        const float rstd = (float)(1.0 / sqrt((double)var + eps));
-        __syncthreads(); /* the warps' reads of xs before its rewrite */
-        for (int k = t; k < K; k += DEC_THREADS) { /* each step rounded, no fma */
-            float u = __fmul_rn(xs[k] - mean, rstd);
-            u = __fmul_rn(u, oj_cu_hw_tof(T{nw[k]}));
-            xs[k] = dec_round<T>(__fadd_rn(u, oj_cu_hw_tof(T{nb[k]})));
-        }
-    }
-    __syncthreads();
-}
-
+/* One projection a launch: block b owns tile b (cuda_decode_rows.cuh). */
 template <typename T, int G, int U, bool NORM, int EPI>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_kn(proj_args a) {
     extern __shared__ float xs[]; /* [K] */
     __shared__ float red[32];
     __shared__ float part[DEC_THREADS / 32][8 * G];
-    const int t = threadIdx.x, K = a.K;
-    constexpr int KS = DEC_THREADS / G; /* k-slices */
-    const int g = t % G, s = t / G;
-    const int64_t n0 = ((int64_t)blockIdx.x * G + g) * 8;
-    const unsigned short *wc = a.w + (n0 < a.N ? n0 : 0); /* past N: group 0, nothing stored */
     /* ---- the first round of weights: they depend on no earlier kernel,
      * so they load before the wait for the previous kernel (launched as
      * a programmatic dependent, this kernel starts while that one runs) */
     uint4 wv[U];
-    load_round<U>(wv, wc, a.ldw, s, KS, K);
+    dec_kn_first<G, U>(wv, a, blockIdx.x);
     if (!a.late) oj_pdl_allow_dependents();
     oj_pdl_wait();
     if (a.late) oj_pdl_allow_dependents();
     /* ---- prologue: the row (normalised) into xs */
-    dec_stage_row<T, NORM>(xs, red, a.in, a.nw, a.nb, a.eps, K);
-    /* ---- the product over this block's 8 G columns */
-    float acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
-    for (int k0 = s; k0 < K; k0 += KS * U) {
-        if (k0 != s) load_round<U>(wv, wc, a.ldw, k0, KS, K);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = k0 + u * KS;
-            if (k >= K) break;
-            float wf[8];
-            oj_cu_unpackv<T, 8>(wv[u], wf);
-            const float xf = xs[k];
-#pragma unroll
-            for (int e = 0; e < 8; e++) acc[e] = fmaf(wf[e], xf, acc[e]);
-        }
-    }
-    /* lanes l and l ^ o (o >= G) share a column group */
-#pragma unroll
-    for (int o = G; o < 32; o <<= 1)
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
-    const int lane = t & 31, wp = t >> 5;
-    if (lane < G)
-#pragma unroll
-        for (int e = 0; e < 8; e++) part[wp][lane * 8 + e] = acc[e];
-    __syncthreads();
-    /* ---- epilogue: one thread per output */
-    if (t >= 8 * G) return;
-    const int64_t n = (int64_t)blockIdx.x * 8 * G + t;
-    if (n >= a.N) return;
-    float v = 0.0f;
-#pragma unroll
-    for (int i = 0; i < DEC_THREADS / 32; i++) v += part[i][t];
-    if (a.bias) v += oj_cu_hw_tof(T{a.bias[n]});
-    v = dec_round<T>(v); /* the linear's output */
-    if (EPI == EPI_GELU) v = dec_round<T>(v * dec_sigmoid(2.0f * OJ_GELU_TANH_KF * (v + 0.044715f * v * v * v)));
-    if (EPI == EPI_RESID) v = dec_round<T>(oj_cu_hw_tof(T{a.out[n]}) + v);
-    const unsigned short bits = oj_cu_fromf<T>(v).u; /* exact: v is a T value */
-    a.out[n] = bits;
-    if (a.kv && n >= a.C && n < 3 * (int64_t)a.C) {
-        const int64_t slot = *a.slot;
-        if (slot >= 0 && slot < a.S) {
-            const int64_t j = n - a.C, which = j / a.C, hd = j % a.C;
-            const int64_t h = hd / a.D, d = hd % a.D;
-            a.kv[((which * a.H + h) * a.S + slot) * a.D + d] = bits;
-        }
-    }
+    const unsigned short *in = a.in;
+    dec_stage_row<T, NORM>(xs, red, [in](int k) { return oj_cu_hw_tof(T{in[k]}); }, a.nw, a.nb,
+                           a.eps, a.K);
+    /* ---- the product over this block's 8 G columns, the epilogue */
+    dec_kn_product<T, G, U, EPI, false>(a, wv, xs, part, blockIdx.x);
 }
 
 /* Column groups of 8 per block: the widest tile (8, 4) that still leaves
@@ -542,7 +401,9 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_a
     oj_pdl_wait();
     if (a.late) oj_pdl_allow_dependents();
     /* ---- prologue: the normalised row into hxs */
-    dec_stage_row<T, true>(hxs, red, a.in, a.nw, a.nb, a.eps, a.K);
+    const unsigned short *in = a.in;
+    dec_stage_row<T, true>(hxs, red, [in](int k) { return oj_cu_hw_tof(T{in[k]}); }, a.nw, a.nb,
+                           a.eps, a.K);
     /* ---- the product, group by group */
     float bv = -INFINITY;
     int bi = INT_MAX;

@@ -79,10 +79,12 @@ struct oj_cuda_cudnn;
 #define OJ_CUDA_FLAG_WORDS 32
 /* The arrival counters (oj_cuda_state.counts): one per row of a split
  * decode attention (rows < OJ_CUDA_COUNT_ATTN_ROWS), then the decode
- * head's, then the quantized decode head's (cuda_decode_quant.cu). */
+ * head's, then the quantized decode head's (cuda_decode_quant.cu), then two of
+ * the persistent decode step's grid barrier (cuda_decode_mega.cu). */
 #define OJ_CUDA_COUNT_ATTN_ROWS 1024
 #define OJ_CUDA_COUNT_HEAD OJ_CUDA_COUNT_ATTN_ROWS
 #define OJ_CUDA_COUNT_QHEAD (OJ_CUDA_COUNT_ATTN_ROWS + 1)
+#define OJ_CUDA_COUNT_MEGA (OJ_CUDA_COUNT_QHEAD + 1)
 #define OJ_CUDA_COUNT_WORDS (OJ_CUDA_COUNT_ATTN_ROWS + 32)
 
 /* The stream of the engine whose entry runs on this thread (set by
