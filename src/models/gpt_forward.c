@@ -5,6 +5,8 @@
  * F MLP width, V vocabulary, N the cache capacity. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/internal.h"
 #include "models/gpt_internal.h"
@@ -118,8 +120,12 @@ static bool project_fused(oj_tensor *x, int n, oj_tensor *const *w, const int64_
     const int64_t pad = (8 - total % 8) % 8;
     if (pad) sizes[n - 1] += pad; /* the last piece carries the padding: still one split node */
     oj_tensor *wc = NULL;
-    if (low && oj__cast_rows_fits(n, w)) { /* the casts, the cat and the padding in one
-                                            * launch (and the casts' backward in one) */
+    /* OJAS_CAST_ROWS=1: the casts, the cat and the padding in one launch
+     * (and the casts' backward in one). Off by default: nanolab-124m's
+     * graph step measured 40.38 ms without it, 40.76-40.88 with it (H200,
+     * 2026-12-02, docs/bench-gpu.md) */
+    const char *cr = getenv("OJAS_CAST_ROWS");
+    if (low && cr && strcmp(cr, "1") == 0 && oj__cast_rows_fits(n, w)) {
         wc = oj__cast_rows(n, w, adt, pad);
         ok = wc != NULL;
     } else {

@@ -834,8 +834,7 @@ oj_tensor *oj__gelu_linear_act(oj_tensor *x, oj_tensor *act, oj_tensor *weight, 
 /* ---------------------------------------------------------------- cast_rows */
 
 bool oj__cast_rows_fits(int n, oj_tensor *const *w) {
-    const char *e = getenv("OJAS_CAST_ROWS");
-    if (n < 1 || n > 4 || w[0] == NULL || (e && e[0] == '0')) return false;
+    if (n < 1 || n > 4 || w[0] == NULL) return false;
     oj_engine *eng = w[0]->eng;
     if (eng->backend->cast_multi == NULL) return false;
     for (int i = 0; i < n; i++)
