@@ -156,16 +156,24 @@ static bool lce_wgrad(oj_engine *e, oj_tensor *x, oj_tensor *w, oj_tensor *t, oj
     return all_bf16(oj_grad(w));
 }
 
+/* x [40, 16], w [24, 16] (requires grad) random, targets (i * mul + add) % 24. */
+static void lce_inputs(oj_engine *e, int64_t mul, int64_t add, oj_tensor **x, oj_tensor **w,
+                       oj_tensor **t) {
+    const int64_t N = 40, C = 16, V = 24;
+    *x = randn(e, 2, (int64_t[]){N, C});
+    *w = randn(e, 2, (int64_t[]){V, C});
+    int64_t tv[40];
+    for (int64_t i = 0; i < N; i++) tv[i] = (i * mul + add) % V;
+    *t = oj_from_host(e, 1, (int64_t[]){N}, OJ_I64, tv, sizeof tv);
+    oj_set_requires_grad(*w, true);
+}
+
 static void test_fast_lce_wgrad_f32(void **state) {
     (void)state;
     oj_engine *e = new_engine(OJ_NUMERICS_FAST);
     oj_scope_begin(e);
-    const int64_t N = 40, C = 16, V = 24;
-    oj_tensor *x = randn(e, 2, (int64_t[]){N, C}), *w = randn(e, 2, (int64_t[]){V, C});
-    int64_t tv[40];
-    for (int64_t i = 0; i < N; i++) tv[i] = (i * 7 + 3) % V;
-    oj_tensor *t = oj_from_host(e, 1, (int64_t[]){N}, OJ_I64, tv, sizeof tv);
-    oj_set_requires_grad(w, true);
+    oj_tensor *x, *w, *t;
+    lce_inputs(e, 7, 3, &x, &w, &t);
     oj_set_requires_grad(x, true);
     oj_tensor *g_master, *g_cast;
     assert_false(lce_wgrad(e, x, w, t, &g_master));
@@ -206,17 +214,13 @@ static void test_fast_lce_first_chunk_writes_dw(void **state) {
     (void)state;
     oj_engine *e = new_engine(OJ_NUMERICS_FAST);
     oj_scope_begin(e);
-    const int64_t N = 40, C = 16, V = 24;
-    oj_tensor *x = randn(e, 2, (int64_t[]){N, C}), *w = randn(e, 2, (int64_t[]){V, C});
-    int64_t tv[40];
-    for (int64_t i = 0; i < N; i++) tv[i] = (i * 5 + 1) % V;
-    oj_tensor *t = oj_from_host(e, 1, (int64_t[]){N}, OJ_I64, tv, sizeof tv);
-    oj_set_requires_grad(w, true);
+    oj_tensor *x, *w, *t;
+    lce_inputs(e, 5, 1, &x, &w, &t);
     oj_tensor *a = lce_dw_chunked(e, x, w, t, "7", true);
     oj_tensor *b = lce_dw_chunked(e, x, w, t, "7", false);
     oj_tensor *one = lce_dw_chunked(e, x, w, t, "40", true);
     double m = 0.0, ref = 0.0;
-    for (int64_t i = 0; i < V * C; i++) {
+    for (int64_t i = 0; i < oj_numel(a); i++) {
         double va = oj_item_at(a, i), vb = oj_item_at(b, i), vo = oj_item_at(one, i);
         assert_true(va == vb);
         m = fmax(m, fabs(va - vo));
