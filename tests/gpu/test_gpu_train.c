@@ -226,12 +226,17 @@ static void test_bench_graph_step(void **state) {
  * skip decision on the device, one read-back) against
  * oj_optim_clip_grad_norm + oj_optim_step on the same device, bit for bit
  * (og_compare: clipped, not clipped, no clip, an infinite gradient, an
- * overflowing update; Muon, AdamW, Adam, f32, f64, one element), the
- * check pass proven unnecessary where the last write's bounds allow. */
+ * overflowing update; Muon, AdamW, Adam, f32, f64, one element), and with
+ * OJAS_CUDA_ADAMW1=1 the check pass proven unnecessary where the last
+ * write's bounds allow. */
 static void test_gated_step_matches_checked(void **state) {
     (void)state;
     oj_engine *eng = gpu_test_engine(true, on_cpu, OJ_NUMERICS_EXACT, 1);
+    og_compare(eng, eng, !on_cpu); /* the default: the check pass every step */
+    assert_int_equal(og_last_proven, 0);
+    setenv("OJAS_CUDA_ADAMW1", "1", 1); /* the proven check, opt-in */
     og_compare(eng, eng, !on_cpu);
+    unsetenv("OJAS_CUDA_ADAMW1");
     /* steps 1 and 2 skipped the check pass on the bounds of the write before */
     assert_int_equal(og_last_proven, on_cpu ? 0 : 2);
     oj_engine_free(eng);

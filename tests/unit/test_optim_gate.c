@@ -208,7 +208,13 @@ static void test_gated_step_matches_checked(void **state) {
     (void)state;
     oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
     gate_opens = multi_calls = safe_skips = 0;
+    og_compare(ea, eb, true); /* the default: the check pass every step */
+    assert_int_equal(safe_skips, 0);
+    assert_int_equal(og_last_proven, 0);
+    gate_opens = multi_calls = safe_skips = 0;
+    setenv("OJAS_CUDA_ADAMW1", "1", 1); /* the proven check, opt-in */
     og_compare(ea, eb, true);
+    unsetenv("OJAS_CUDA_ADAMW1");
     assert_int_equal(gate_opens, 6); /* every step took the gate */
     /* steps 1 and 2 on the bounds of the writes before them (step 0 has
      * none, step 3 is skipped for its infinite gradient, step 4's
