@@ -25,21 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/internal.h"
 #include "models/gpt_decode_quant.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
 #include "ops/nn_decode.h"
 #include "ops/nn_decode_quant.h"
-
-/* The switch `name`: "0" off, another value on, unset (or empty) dflt
- * (read at each call: tests flip them; a captured step keeps what it
- * read). */
-static bool env_flag(const char *name, bool dflt) {
-    const char *e = getenv(name);
-    if (e == NULL || e[0] == '\0') return dflt;
-    return strcmp(e, "0") != 0;
-}
 
 /* The defaults of the fast step's switches (docs/architecture.md). */
 #define DECODE_ATTN_EARLY_DEFAULT true
@@ -97,7 +89,7 @@ bool oj__gpt_fast_decode_exact(const oj_gpt *m) {
 bool oj__gpt_mega_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
     /* OJAS_DECODE_MEGA=1: the layers in the persistent kernel where the
      * backend takes the shapes (else, silently, the six kernels a layer) */
-    if (!env_flag("OJAS_DECODE_MEGA", DECODE_MEGA_DEFAULT)) return false;
+    if (!oj__env_flag("OJAS_DECODE_MEGA", DECODE_MEGA_DEFAULT)) return false;
     if (m->quantized || c->kv[0] == NULL || c->kv[0]->rank != 5) return false;
     const oj_tensor *kv = c->kv[0];
     return oj__decode_mega_ok(m->eng, m->cfg.n_embd, m->cfg.n_head, kv->shape[3],
@@ -135,7 +127,7 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
     /* the backend's decode attention: scaled_dot_product_attention's bits,
      * the cache rows other than this step's read early */
     /* OJAS_DECODE_ATTN_EARLY=0: scaled_dot_product_attention */
-    if (env_flag("OJAS_DECODE_ATTN_EARLY", DECODE_ATTN_EARLY_DEFAULT) &&
+    if (oj__env_flag("OJAS_DECODE_ATTN_EARLY", DECODE_ATTN_EARLY_DEFAULT) &&
         oj__decode_attention_supported(m->eng))
         return oj__decode_attention(qkv, c->kv[l], c->dev->mask, c->dev->slot);
     oj_tensor *q = oj_narrow(qkv, 2, 0, C);
@@ -156,11 +148,11 @@ static oj_tensor *attend_fast(oj_gpt *m, oj_kv_cache *c, int l, oj_tensor *qkv) 
  * entry). */
 bool oj__gpt_fast_head_fused(const oj_gpt *m) {
     /* OJAS_DECODE_HEAD=0: layer_norm, linear, then the argmax or draw */
-    if (!env_flag("OJAS_DECODE_HEAD", DECODE_HEAD_DEFAULT)) return false;
+    if (!oj__env_flag("OJAS_DECODE_HEAD", DECODE_HEAD_DEFAULT)) return false;
     /* OJAS_DECODE_QHEAD=1: the quantized head ends the step too
      * (decode_qnorm_head); else its logits, then the argmax's kernel */
     if (m->quantized)
-        return env_flag("OJAS_DECODE_QHEAD", DECODE_QHEAD_DEFAULT) &&
+        return oj__env_flag("OJAS_DECODE_QHEAD", DECODE_QHEAD_DEFAULT) &&
                oj__decode_qhead_supported(m->eng);
     return oj__decode_head_supported(m->eng) && oj__decode_head_weight_ok(m->head) &&
            oj_tensor_dtype(m->head) == oj_tensor_dtype(m->wte) && m->ln_f_w && m->ln_f_b &&

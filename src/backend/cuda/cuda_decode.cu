@@ -49,6 +49,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/scalar_ops.h"
+#include "core/env.h"
 
 /* The entries (declared in cuda_backend.cu, their one user). */
 oj_status oj_cuda_decode_norm_linear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
@@ -102,33 +103,26 @@ static int dec_groups(int64_t N) {
     return groups >= 8 * 256 ? 8 : groups >= 4 * 256 ? 4 : 2;
 }
 
-/* The switch `name`: "0" off, another value on, unset (or empty) dflt;
- * read at the launch (tests flip them; a captured graph keeps what its
- * capture read). */
-static bool dec_env_flag(const char *name, bool dflt) {
-    const char *e = getenv(name);
-    if (e == NULL || e[0] == '\0') return dflt;
-    return strcmp(e, "0") != 0;
-}
-
 /* The defaults of the switches (docs/architecture.md). */
 #define DEC_PDL_EARLY_DEFAULT false
 #define DEC_U24_DEFAULT true
 #define DEC_HEAD_DRAW_DEFAULT true
 
-/* OJAS_DECODE_PDL_EARLY=0: the projections and the head let the next
- * kernel launch only once they have waited for the one before (the chain
- * then runs one kernel ahead, not as far as resources allow). */
-static bool dec_late_trigger(void) {
+/* Declared in cuda_internal.cuh (cuda_decode_quant.cu's projections take
+ * it too). OJAS_DECODE_PDL_EARLY unset or 0: the projections and the head
+ * let the next kernel launch only once they have waited for the one
+ * before (the chain then runs one kernel ahead, not as far as resources
+ * allow); 1: before the wait. */
+bool oj_cuda_decode_late_trigger(void) {
     static int late = -1; /* read once: a launch-time choice no test flips */
-    if (late < 0) late = !dec_env_flag("OJAS_DECODE_PDL_EARLY", DEC_PDL_EARLY_DEFAULT);
+    if (late < 0) late = !oj__env_flag("OJAS_DECODE_PDL_EARLY", DEC_PDL_EARLY_DEFAULT);
     return late != 0;
 }
 
 template <typename T, bool NORM, int EPI>
 static void dec_launch(const proj_args &a_in) {
     proj_args a = a_in;
-    a.late = dec_late_trigger();
+    a.late = oj_cuda_decode_late_trigger();
     const int G = dec_groups(a.N);
     const unsigned blocks = (unsigned)((a.N + 8 * G - 1) / (8 * G));
     const size_t smem = (size_t)a.K * sizeof(float);
@@ -137,7 +131,7 @@ static void dec_launch(const proj_args &a_in) {
     if (G == 2) {
         if (rows <= 8) DEC_(2, 8);
         else if (rows <= 16) DEC_(2, 16);
-        else if (rows <= 24 && dec_env_flag("OJAS_DECODE_U24", DEC_U24_DEFAULT))
+        else if (rows <= 24 && oj__env_flag("OJAS_DECODE_U24", DEC_U24_DEFAULT))
             DEC_(2, 24); /* gpt2's mlp c_proj (K 3072), OJAS_DECODE_U24=1: every row
                           * before the wait (the switch read for these launches alone) */
         else DEC_(2, 16);
@@ -535,7 +529,7 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
      * beside the row's), the groups of blocks within the block's threads
      * and the grid; otherwise the logits here and decode_sample's kernel */
     /* OJAS_DECODE_HEAD_DRAW=0: decode_sample's kernel */
-    const bool draw_off = !dec_env_flag("OJAS_DECODE_HEAD_DRAW", DEC_HEAD_DRAW_DEFAULT);
+    const bool draw_off = !oj__env_flag("OJAS_DECODE_HEAD_DRAW", DEC_HEAD_DRAW_DEFAULT);
     bool draw = false;
     if (s) {
         a.sp = sm_params_of(s, a.N, DEC_THREADS);
@@ -559,7 +553,7 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
             a.vec = oj_cu_aligned16(a.out);
         }
     }
-    a.late = dec_late_trigger();
+    a.late = oj_cuda_decode_late_trigger();
     if (out->dtype == OJ_BF16) head_launch<oj_cu_bf16>(a, blocks, draw);
     else head_launch<oj_cu_f16>(a, blocks, draw);
     oj__storage_release(hold); /* later users run after this kernel (one stream) */

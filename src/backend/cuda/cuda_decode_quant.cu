@@ -21,7 +21,7 @@
  *    the whole matrix, whatever the block size of the format (34, 18 and
  *    20-byte blocks are not 16-byte aligned one by one; 8 of them, 256
  *    elements, are); the next kernel is released after the wait
- *    (OJAS_DECODE_PDL_EARLY=1: before it, dq_late);
+ *    (OJAS_DECODE_PDL_EARLY=1: before it, oj_cuda_decode_late_trigger);
  *  - with OJAS_DECODE_QPRE=1, where every lane has at most two blocks of
  *    32 to multiply (PRE: gpt2 124M's four matrices a layer), the lanes
  *    instead dequantize them into registers before the wait and fold the
@@ -72,6 +72,7 @@
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_q4k.cuh"
 #include "backend/scalar_ops.h"
+#include "core/env.h"
 
 /* The entries (declared in cuda_backend.cu, their one user). */
 oj_status oj_cuda_decode_qlinear(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
@@ -109,7 +110,7 @@ struct qproj_args {
     const int64_t *slot;
     int C, D, H;
     int64_t S;
-    bool late; /* release the next kernel after the wait (dq_late) */
+    bool late; /* release the next kernel after the wait (oj_cuda_decode_late_trigger) */
     int loop; /* the product's loop (dq_loop): 0 pairs + dq_dot, 1 rows, 2 pairs + dq_dotx */
     /* the head's end (decode_qnorm_head; NULL: none): tok = the argmax of
      * out, *pos += 1, hist[*pos] = tok where hist is not NULL and *pos <
@@ -746,25 +747,6 @@ static int dq_rows(int64_t N, int64_t row_bytes) {
     return R;
 }
 
-/* The switch `name`: "0" off, another value on, unset (or empty) dflt. */
-static bool dq_env_flag(const char *name, bool dflt) {
-    const char *e = getenv(name);
-    if (e == NULL || e[0] == '\0') return dflt;
-    return strcmp(e, "0") != 0;
-}
-
-/* The next kernel is let launch once this one has waited for the one
- * before (default: the chain runs one kernel ahead; releasing after the
- * wait measured faster for the bf16 step's projections on the H200, not
- * yet measured for these), or, with OJAS_DECODE_PDL_EARLY=1 (the bf16
- * projections' switch), before the wait (the chain then runs as far ahead
- * as resources allow). */
-static bool dq_late(void) {
-    static int late = -1;
-    if (late < 0) late = !dq_env_flag("OJAS_DECODE_PDL_EARLY", false);
-    return late != 0;
-}
-
 /* The product's loop, OJAS_DECODE_QLOOP: unset or 0, pair by pair with
  * dq_dot (the quants widened by I2F, x's block read again for each row;
  * the default); 1, the row loop (dq_dotx, x's block read once for a
@@ -790,7 +772,7 @@ static int dq_loop(void) {
  * all of K). */
 static bool dq_pre(const qproj_args &a, bool norm) {
     static int on = -1;
-    if (on < 0) on = dq_env_flag("OJAS_DECODE_QPRE", false);
+    if (on < 0) on = oj__env_flag("OJAS_DECODE_QPRE", false);
     if (!on) return false;
     const int WPR = a.R >= DQ_WARPS ? 1 : DQ_WARPS / a.R, pairs = a.R * WPR, nb = a.K / 32;
     if (norm && a.K > 1024) return false;
@@ -799,7 +781,7 @@ static bool dq_pre(const qproj_args &a, bool norm) {
 
 template <typename T, int Q, bool NORM, int EPI> static void dq_launch(const qproj_args &a_in) {
     qproj_args a = a_in;
-    a.late = dq_late();
+    a.late = oj_cuda_decode_late_trigger();
     a.loop = dq_loop();
     const unsigned blocks = (unsigned)((a.N + a.R - 1) / a.R);
     const size_t smem = (size_t)a.R * (size_t)a.row_bytes + (size_t)(a.K / 32) * DQ_XPAD * sizeof(float);

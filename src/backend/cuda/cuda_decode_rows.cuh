@@ -37,7 +37,7 @@ struct proj_args {
     const int64_t *slot;
     int C, D, H;
     int64_t S;
-    bool late; /* let the next kernel launch after the wait, not before (dec_late_trigger) */
+    bool late; /* let the next kernel launch after the wait, not before (oj_cuda_decode_late_trigger) */
 };
 
 __device__ __forceinline__ float dec_sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }

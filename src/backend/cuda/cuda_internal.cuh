@@ -87,6 +87,11 @@ struct oj_cuda_cudnn;
 #define OJ_CUDA_COUNT_MEGA (OJ_CUDA_COUNT_QHEAD + 1)
 #define OJ_CUDA_COUNT_WORDS (OJ_CUDA_COUNT_ATTN_ROWS + 32)
 
+/* Whether the batch-1 decode step's kernels let the next launch only after
+ * their wait for the one before (OJAS_DECODE_PDL_EARLY, read once;
+ * cuda_decode.cu). */
+bool oj_cuda_decode_late_trigger(void);
+
 /* The stream of the engine whose entry runs on this thread (set by
  * oj_cuda_begin; every entry calls it before launching). */
 extern thread_local cudaStream_t oj_cuda_tls_stream;
