@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "ops/ops_common.h"
 
 /* A rank-3 view of t's storage for a kernel call: a stack copy of the
@@ -973,8 +974,10 @@ static bool swiglu_grad_bufs(oj_engine *eng, oj_node *n, oj_tensor *gate, oj_ten
  * then gate's and up's gradients with the product written over dp, then
  * W's (and the bias's) gradient from that product: gate and up read once
  * (no separate recompute of the product) and no buffer beyond the
- * gradients'. OJAS_SWIGLU_BWD_P=0 keeps the recompute. false when it does
- * not apply (nothing done). */
+ * gradients'. Over f32 W and b (i[0]) dW and db come from master_grads, as
+ * in the recompute: f32 in W's layout (OJAS_SWIGLU_MASTER_DW=0: the 16-bit
+ * dW and db, cast by the tape, for comparisons). OJAS_SWIGLU_BWD_P=0 keeps
+ * the recompute. false when it does not apply (nothing done). */
 static bool swiglu_linear_backward_p(oj_node *n, oj_tensor *const *go, oj_tensor **gi,
                                      oj_tensor *gate, oj_tensor *up, oj_tensor *w, bool ng,
                                      bool nu) {
@@ -995,7 +998,10 @@ static bool swiglu_linear_backward_p(oj_node *n, oj_tensor *const *go, oj_tensor
         gi[1] = du;
         bool nw[3] = {false, oj__node_needs(n, 2), n->n_in > 3 && oj__node_needs(n, 3)};
         oj_tensor *wg[3] = {NULL, NULL, NULL};
-        if (nw[1] || nw[2]) /* dW = go^T p, db from go */
+        const bool master = n->i[0] && oj__env_flag("OJAS_SWIGLU_MASTER_DW", true);
+        if ((nw[1] || nw[2]) && master) /* dW = go^T p in f32, db from go */
+            master_grads(eng, go[0], dp, &n->in[0], w, &n->in[2], n->i[1] != 0, nw, wg);
+        else if (nw[1] || nw[2]) /* dW = go^T p, db from go */
             linear_grads(eng, go[0], dp, &n->in[0], w, &n->in[2], nw, wg);
         gi[2] = wg[1];
         gi[3] = wg[2];

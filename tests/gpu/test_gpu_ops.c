@@ -3274,15 +3274,119 @@ static void one_linear_master(int64_t R, int64_t K, int64_t N, bool conv1d, bool
     gpu = save_g;
 }
 
-// test: FAST bf16 autocast over f32 weights (gpt2's master weights): the
-// GPU's weight, bias and input gradients match the CPU's, both weight
-// layouts, linear and gelu_linear
+/* Under FAST bf16 autocast swiglu_linear over f32 W (nanolab's down
+ * projection: [out, in], or an [in, out] leaf seen transposed) and f32 b,
+ * gate and up the bf16 halves of one [R, 2F] leaf (the fused projection's
+ * output). Runs: the CPU (the recompute), the GPU's default (its
+ * swiglu_backward_p), the GPU's recompute (OJAS_SWIGLU_BWD_P=0), and where
+ * the GPU has swiglu_backward_p, that with OJAS_SWIGLU_MASTER_DW=0. dW is
+ * f32 in the weight's layout, not rounded to bf16 (but with the switch
+ * off: the 16-bit dW cast); the GPU's first two runs give the same bytes
+ * for every gradient; the GPU's dW is within 1e-5 normwise of a double
+ * reference over its own bf16 operands (r and the backend's swiglu_forward
+ * product: a bf16 dW would be ~1e-3 off), and near the CPU's (the
+ * tolerances of one_linear_master's gelu_linear). */
+static bool all_bf16_values(oj_tensor *t) {
+    double *d = to_doubles(t);
+    bool all = true;
+    for (int64_t i = 0; i < oj_numel(t) && all; i++) {
+        float f = (float)d[i];
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        all = (u & 0xffffu) == 0;
+    }
+    free(d);
+    return all;
+}
+
+static void one_swiglu_master(int64_t R, int64_t F, int64_t O, bool conv1d, bool bias) {
+    oj_engine *save_c = cpu, *save_g = gpu;
+    cpu = cpuf, gpu = gpuf;
+    char what[128];
+    snprintf(what, sizeof what, "swiglu_linear over f32 W%s%s rows %lld F %lld out %lld",
+             conv1d ? " [in, out]" : "", bias ? " + b" : "", (long long)R, (long long)F,
+             (long long)O);
+    pr gu0 = rnd(2, (int64_t[2]){R, 2 * F}, OJ_BF16, -3, 3);
+    pr w0 = conv1d ? rnd(2, (int64_t[2]){F, O}, OJ_F32, -0.3, 0.3)
+                   : rnd(2, (int64_t[2]){O, F}, OJ_F32, -0.3, 0.3);
+    pr b0 = rnd(1, (int64_t[1]){O}, OJ_F32, -0.1, 0.1);
+    pr r = rnd(2, (int64_t[2]){R, O}, OJ_BF16, -1, 1);
+    oj_tensor *dgu[4], *dw[4], *db[4] = {NULL, NULL, NULL, NULL};
+    const int runs = gpu->backend->swiglu_backward_p ? 4 : 3;
+    for (int k = 0; k < runs; k++) { /* 0: the CPU, 1: the GPU, 2: its recompute, 3: bf16 dW */
+        const int sd = k > 0;
+        oj_engine *e = sd ? gpu : cpu;
+        oj_tensor *gu = oj_clone(gu0.t[sd]), *wl = oj_clone(w0.t[sd]);
+        oj_tensor *b = bias ? oj_clone(b0.t[sd]) : NULL;
+        assert_non_null(oj_set_requires_grad(gu, true));
+        assert_non_null(oj_set_requires_grad(wl, true));
+        if (bias) assert_non_null(oj_set_requires_grad(b, true));
+        oj_tensor *w = conv1d ? oj_transpose(wl, 0, 1) : wl;
+        oj_tensor *gt = oj_narrow(gu, 1, 0, F), *up = oj_narrow(gu, 1, F, F);
+        if (k == 2) setenv("OJAS_SWIGLU_BWD_P", "0", 1);
+        if (k == 3) setenv("OJAS_SWIGLU_MASTER_DW", "0", 1);
+        assert_false(oj_set_autocast(e, true, OJ_BF16));
+        oj_tensor *y = oj_swiglu_linear(gt, up, w, b);
+        oj_tensor *loss = y ? oj_sum_all(oj_mul(y, r.t[sd])) : NULL;
+        assert_true(oj_set_autocast(e, false, OJ_BF16));
+        oj_status st = loss ? oj_backward(loss, false) : oj_last_status(e);
+        unsetenv("OJAS_SWIGLU_BWD_P");
+        unsetenv("OJAS_SWIGLU_MASTER_DW");
+        if (st != OJ_OK) fail_msg("%s: run %d: %s", what, k, oj_last_error(e));
+        dgu[k] = oj_grad(gu), dw[k] = oj_grad(wl), db[k] = bias ? oj_grad(b) : NULL;
+        assert_non_null(dgu[k]);
+        assert_non_null(dw[k]);
+        if (bias) assert_non_null(db[k]);
+        assert_int_equal(oj_tensor_dtype(dw[k]), OJ_F32);
+        assert_true(oj_is_contiguous(dw[k]));
+    }
+    same_bytes(dw[1], dw[2], "swiglu_linear f32 dW: backward_p vs recompute", (int)F);
+    same_bytes(dgu[1], dgu[2], "swiglu_linear gate/up gradient: backward_p vs recompute", (int)F);
+    if (bias) same_bytes(db[1], db[2], "swiglu_linear f32 db: backward_p vs recompute", (int)F);
+    /* the reference: dW[o, i] = sum_n r[n, o] p[n, i] in double (stored
+     * [i, o] for the transposed leaf), p the GPU's bf16 product */
+    pr gt = narrow(gu0, 1, 0, F), ut = narrow(gu0, 1, F, F);
+    oj_tensor *p = oj_empty(gpu, 2, (int64_t[2]){R, F}, OJ_BF16);
+    assert_non_null(p);
+    assert_int_equal(gpu->backend->swiglu_forward(gpu, p, gt.t[1], ut.t[1]), OJ_OK);
+    double *hp = to_doubles(p), *hr = to_doubles(r.t[1]);
+    double *ref = calloc((size_t)(O * F), sizeof *ref);
+    assert_non_null(ref);
+    if (all_bf16_values(dw[1]))
+        fail_msg("%s: every dW element is a bf16 value (a 16-bit dW cast)", what);
+    if (runs == 4 && !all_bf16_values(dw[3]))
+        fail_msg("%s: OJAS_SWIGLU_MASTER_DW=0 did not give the 16-bit dW", what);
+    for (int64_t n = 0; n < R; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t i = 0; i < F; i++)
+                ref[conv1d ? i * O + o : o * F + i] += hr[n * O + o] * hp[n * F + i];
+    oj_tensor *rt = oj_from_host(gpu, 2, oj_shape(dw[1]), OJ_F64, ref,
+                                 (size_t)(O * F) * sizeof *ref);
+    free(hp), free(hr), free(ref);
+    assert_non_null(rt);
+    cmp_norm(dw[1], rt, 1e-5, what);
+    cmp_tensors(dw[1], dw[0], 3e-3, true, what);
+    cmp_tensors(dgu[1], dgu[0], 2e-2, true, what);
+    if (bias) cmp_tensors(db[1], db[0], 1e-2, true, what);
+    if (runs == 4) cmp_tensors(dw[3], dw[1], 1e-2, true, what);
+    cpu = save_c;
+    gpu = save_g;
+}
+
+// test: FAST bf16 autocast over f32 weights (gpt2's and nanolab's master
+// weights): the GPU's weight, bias and input gradients match the CPU's,
+// both weight layouts, linear, gelu_linear and swiglu_linear (its f32 dW
+// through swiglu_backward_p the recompute's bytes and near a double
+// reference)
 static void test_linear_master(void **state) {
     (void)state;
     one_linear_master(512, 96, 40, false, false);
     one_linear_master(300, 64, 256, true, false);
     one_linear_master(1024, 128, 512, true, true);
     one_linear_master(257, 72, 96, false, true);
+    one_swiglu_master(300, 64, 40, false, false);
+    one_swiglu_master(512, 256, 96, false, true);
+    one_swiglu_master(257, 77, 128, true, true);
 }
 
 /* A linear with the GELU after it from one GEMM (the backend's

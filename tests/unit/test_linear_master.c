@@ -1,4 +1,4 @@
-// test: under FAST bf16 autocast, linear, gelu_linear and
+// test: under FAST bf16 autocast, linear, gelu_linear, swiglu_linear and
 // linear_cross_entropy over f32 weights give the f32 weight (and bias) its
 // gradient from the GEMM's f32 sums (not rounded to bf16), in the weight's
 // layout (a transposed view's leaf gets a contiguous gradient), matching a
@@ -64,15 +64,20 @@ static double wgrad_err(oj_tensor *got, oj_tensor *g, oj_tensor *h, bool transpo
     return m / ref;
 }
 
-/* y = linear(x, W) (W [O, I], or the transpose of a [I, O] leaf) + b, loss
- * sum(y * r); the leaf's gradient against the double reference. act: the
- * MLP's second linear, gelu_linear (h = gelu_tanh(x) in bf16). */
-static void run_linear(oj_numerics numerics, bool transposed, bool act, bool *bf16_grad,
+/* The linear whose f32 weight gradient run_linear checks. */
+typedef enum { LIN, GELU_LIN, SWIGLU_LIN } lin_kind;
+
+/* y = linear(h, W) (W [O, I], or the transpose of a [I, O] leaf) + b, loss
+ * sum(y * r); the leaf's gradient against the double reference. h: x
+ * (LIN), gelu_tanh(x) in bf16 (GELU_LIN: gelu_linear, gpt2's second MLP
+ * linear), or silu(gate) * up in bf16 with gate and up the halves of x [N,
+ * 2I] (SWIGLU_LIN: swiglu_linear, nanolab's down projection). */
+static void run_linear(oj_numerics numerics, bool transposed, lin_kind kind, bool *bf16_grad,
                        double *err, double *berr) {
     oj_engine *e = new_engine(numerics);
     oj_scope_begin(e);
     const int64_t N = 64, I = 48, O = 24;
-    oj_tensor *x = randn(e, 2, (int64_t[]){N, I});
+    oj_tensor *x = randn(e, 2, (int64_t[]){N, kind == SWIGLU_LIN ? 2 * I : I});
     oj_tensor *leaf = transposed ? randn(e, 2, (int64_t[]){I, O}) : randn(e, 2, (int64_t[]){O, I});
     oj_tensor *b = randn(e, 1, (int64_t[]){O});
     oj_tensor *r = oj_cast(randn(e, 2, (int64_t[]){N, O}), OJ_BF16);
@@ -81,7 +86,11 @@ static void run_linear(oj_numerics numerics, bool transposed, bool act, bool *bf
     oj_set_requires_grad(x, true);
     assert_false(oj_set_autocast(e, true, OJ_BF16));
     oj_tensor *w = transposed ? oj_transpose(leaf, 0, 1) : leaf;
-    oj_tensor *y = act ? oj_gelu_linear(x, w, b, true) : oj_linear(x, w, b);
+    oj_tensor *gate = NULL, *up = NULL;
+    if (kind == SWIGLU_LIN) gate = oj_narrow(x, 1, 0, I), up = oj_narrow(x, 1, I, I);
+    oj_tensor *y = kind == GELU_LIN     ? oj_gelu_linear(x, w, b, true)
+                   : kind == SWIGLU_LIN ? oj_swiglu_linear(gate, up, w, b)
+                                        : oj_linear(x, w, b);
     assert_non_null(y);
     assert_int_equal(oj_tensor_dtype(y), OJ_BF16);
     oj_tensor *s = oj_sum(oj_mul(y, r), 0, NULL, false);
@@ -94,7 +103,9 @@ static void run_linear(oj_numerics numerics, bool transposed, bool act, bool *bf
     assert_int_equal(oj_tensor_dtype(oj_grad(x)), OJ_F32);
     assert_true(oj_is_contiguous(gw));
     oj_tensor *xb = oj_cast(x, OJ_BF16);
-    oj_tensor *h = act ? oj_gelu_tanh(xb) : xb; // the bf16 input of the GEMM
+    oj_tensor *h = kind == GELU_LIN ? oj_gelu_tanh(xb) : xb; // the bf16 input of the GEMM
+    if (kind == SWIGLU_LIN)
+        h = oj_mul(oj_silu(oj_cast(gate, OJ_BF16)), oj_cast(up, OJ_BF16));
     *err = wgrad_err(gw, r, h, transposed);
     *bf16_grad = all_bf16(gw);
     double m = 0.0; // db = column sums of r
@@ -113,10 +124,10 @@ static void run_linear(oj_numerics numerics, bool transposed, bool act, bool *bf
 static void test_fast_linear_wgrad_f32(void **state) {
     (void)state;
     for (int t = 0; t < 2; t++)
-        for (int a = 0; a < 2; a++) {
+        for (int k = LIN; k <= SWIGLU_LIN; k++) {
             bool bf = true;
             double err = 1.0, berr = 1.0;
-            run_linear(OJ_NUMERICS_FAST, t, a, &bf, &err, &berr);
+            run_linear(OJ_NUMERICS_FAST, t, (lin_kind)k, &bf, &err, &berr);
             assert_false(bf);           // f32 sums, not rounded to bf16
             assert_true(err < 2e-6);    // bf16 rounding would be ~2e-3
             assert_true(berr < 0.25);   // the bf16 column sum, as before
@@ -125,19 +136,20 @@ static void test_fast_linear_wgrad_f32(void **state) {
 
 static void test_exact_and_switch_keep_bf16_wgrad(void **state) {
     (void)state;
-    for (int t = 0; t < 2; t++) {
-        bool bf = false;
-        double err = 1.0, berr = 1.0;
-        run_linear(OJ_NUMERICS_EXACT, t, t, &bf, &err, &berr);
-        assert_true(bf);
-        assert_true(err < 1e-2);
-        setenv("OJAS_LINEAR_MASTER", "0", 1);
-        bf = false;
-        run_linear(OJ_NUMERICS_FAST, t, !t, &bf, &err, &berr);
-        unsetenv("OJAS_LINEAR_MASTER");
-        assert_true(bf);
-        assert_true(err < 1e-2);
-    }
+    for (int t = 0; t < 2; t++)
+        for (int k = LIN; k <= SWIGLU_LIN; k++) {
+            bool bf = false;
+            double err = 1.0, berr = 1.0;
+            run_linear(OJ_NUMERICS_EXACT, t, (lin_kind)k, &bf, &err, &berr);
+            assert_true(bf);
+            assert_true(err < 1e-2);
+            setenv("OJAS_LINEAR_MASTER", "0", 1);
+            bf = false;
+            run_linear(OJ_NUMERICS_FAST, t, (lin_kind)k, &bf, &err, &berr);
+            unsetenv("OJAS_LINEAR_MASTER");
+            assert_true(bf);
+            assert_true(err < 1e-2);
+        }
 }
 
 /* linear_cross_entropy's dW for the f32 weight w (x [N, C], targets t):
