@@ -144,7 +144,8 @@ static void time_case(const xcase *c, const char *name, int K, int reps) {
         qsort(v[p], (size_t)reps, sizeof(double), cmp_d);
         us[p] = v[p][reps / 2];
         double gbs = bytes / (us[p] * 1e-6) / 1e9;
-        printf("TIME %s %-22s %8.1f us/call  %7.0f GB/s  %5.1f%% of %.0f GB/s  (min %.1f max %.1f)\n",
+        printf("TIME %s %-22s %8.1f us/call  %7.0f GB/s  %5.1f%% of %.0f GB/s"
+               "  (min %.1f max %.1f)\n",
                name, p ? "pipe (CE_PIPE=1)" : "one row/block (=0)", us[p], gbs,
                100.0 * gbs / BW_LIMIT, BW_LIMIT, v[p][0], v[p][reps - 1]);
         free(v[p]);
