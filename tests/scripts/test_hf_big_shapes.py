@@ -4,6 +4,7 @@ but without --keep it removes only what it wrote there (a model directory
 that was already there, the reuse path, stays). No model is written or
 run here: /bin/false stands in for the CLI."""
 
+import json
 import os
 import sys
 
@@ -36,3 +37,62 @@ def test_dir_keeps_what_was_there(tmp_path):
     assert rc == 1  # /bin/false: the run fails, and says so
     assert (model / "config.json").read_text() == "{}\n"
     assert (work / "corpus.txt").read_text() == "mine\n"
+
+
+def test_bpe_files_from_tokenizer_json(tmp_path):
+    """--gguf's GPT-2 BPE files: tokenizer.json's vocabulary with its added
+    tokens by id, merges as "a b" lines whether stored as strings or pairs."""
+    src = tmp_path / "m"
+    src.mkdir()
+    tj = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2},
+                    "merges": ["a b", ["ab", "b"]]},
+          "added_tokens": [{"id": 3, "content": "<|end|>"}]}
+    (src / "tokenizer.json").write_text(json.dumps(tj))
+    out = hf_big_shapes.bpe_files(str(src), str(tmp_path / "bpe"))
+    with open(os.path.join(out, "vocab.json")) as f:
+        assert json.load(f) == {"a": 0, "b": 1, "ab": 2, "<|end|>": 3}
+    with open(os.path.join(out, "merges.txt")) as f:
+        assert f.read().splitlines() == ["#version: 0.2", "a b", "ab b"]
+    tj["model"]["type"] = "Unigram"
+    (src / "tokenizer.json").write_text(json.dumps(tj))
+    with pytest.raises(SystemExit) as e:
+        hf_big_shapes.bpe_files(str(src), str(tmp_path / "bpe2"))
+    assert "Unigram" in str(e.value)
+
+
+def test_no_rope_scaling_config(tmp_path, monkeypatch):
+    """write_model without rope scaling: the config less rope_scaling, the
+    rest (here a tiny llama, no tokenizer package) as it was."""
+    cfg = dict(hf_big_shapes.MODELS["llama-tiny"][0], vocab_size=64, hidden_size=16,
+               intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    monkeypatch.setitem(hf_big_shapes.MODELS, "t", (cfg, 1, "none"))
+    for scaled in (True, False):
+        d = tmp_path / ("m%d" % scaled)
+        hf_big_shapes.write_model(str(d), "t", str(tmp_path / "npm"), rope_scaling=scaled)
+        with open(d / "config.json") as f:
+            got = json.load(f)
+        assert ("rope_scaling" in got) == scaled
+        assert {k: v for k, v in got.items() if k != "rope_scaling"} == \
+            {k: v for k, v in cfg.items() if k != "rope_scaling"}
+
+
+def test_gguf_dir_keeps_what_was_there(tmp_path):
+    """With --gguf and --dir but no --keep, a GGUF file that was there stays;
+    the failing quantize (/bin/false) is reported as the run's error."""
+    work = tmp_path / "work"
+    model = work / "qwen2.5-0.5b"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}\n")
+    (model / "tokenizer.json").write_text(json.dumps(
+        {"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}))
+    (work / "qwen2.5-0.5b-q4_0.gguf").write_text("mine\n")
+    rc = hf_big_shapes.main(["--ojas", "/bin/false", "--dir", str(work), "--models",
+                             "qwen2.5-0.5b", "--no-transformers", "--gguf", "--dtypes",
+                             "q8_0,q4_0", "--json", str(tmp_path / "s.json")])
+    assert rc == 1
+    with open(tmp_path / "s.json") as f:
+        runs = json.load(f)["models"][0]["runs"]
+    assert runs[0]["error"].startswith("ojas quantize")
+    assert (work / "qwen2.5-0.5b-q4_0.gguf").read_text() == "mine\n"
+    assert not (work / "qwen2.5-0.5b-q8_0.gguf").exists()
+    assert not (work / "qwen2.5-0.5b-bpe").exists()  # written here, so removed
