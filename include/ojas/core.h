@@ -260,7 +260,10 @@ int64_t oj_engine_live_tensors(const oj_engine *eng);
  * graph's static outputs: every replay rewrites them in place. Inputs are
  * static too: to change them, write new values into the same tensors
  * (oj_copy_from_host, oj_copy_) before a replay. Tensors the graph reads
- * must stay alive while it is replayed.
+ * must stay alive while it is replayed. A tensor created before the
+ * capture that the graph writes in place (oj_copy_, oj_fill_, ...) has
+ * its version moved by every replay, as by the eager write; the graph
+ * keeps its storage alive until oj_graph_free.
  * During a capture, anything that reads a value back to the host (oj_item,
  * oj_to_host, gradient norms, oj_engine_synchronize), uploads host memory
  * or draws random numbers fails with OJ_ERR_UNSUPPORTED naming it; index
@@ -370,11 +373,15 @@ oj_device oj_tensor_device(const oj_tensor *t);
 int64_t oj_offset_bytes(const oj_tensor *t);
 bool oj_is_contiguous(const oj_tensor *t);
 /* Host pointer to element 0 (CPU tensors only; NULL otherwise). Writing
- * through it bumps no version counter: call oj_bump_version after. */
+ * through it bumps no version counter (call oj_bump_version after for
+ * autograd's in-place check), so it marks t's storage exported for good:
+ * kept weight copies of it are made again before each use and the
+ * optimizer's proven check (OJAS_CUDA_ADAMW1) is off for it. */
 void *oj_data_ptr(oj_tensor *t);
 /* Address of element 0 in the memory of t's device (a host pointer on the
  * CPU, a device pointer on CUDA), for zero-copy exchange (DLPack); NULL
- * for a NULL or released t. */
+ * for a NULL or released t. Marks t's storage exported as oj_data_ptr
+ * does. */
 void *oj_device_data_ptr(oj_tensor *t);
 /* Storage version counter (incremented by in-place writes). */
 uint64_t oj_version(const oj_tensor *t);
@@ -440,7 +447,8 @@ oj_tensor *oj_from_host(oj_engine *eng, int rank, const int64_t *shape, oj_dtype
  * `shape`, `strides` in elements (>= 0; NULL: contiguous), dtype dt. The
  * memory is neither copied, charged to a budget nor pooled; it must stay
  * valid until release(ctx) (may be NULL) is called, once, when the last
- * handle viewing it is released. Owned by the current scope. NULL with
+ * handle viewing it is released; its storage is exported (see
+ * oj_data_ptr: its owner writes it unseen). Owned by the current scope. NULL with
  * OJ_ERR_SHAPE (bad rank or dim), OJ_ERR_INVALID_ARGUMENT (NULL data for
  * a non-empty shape, a negative stride), OJ_ERR_DTYPE or OJ_ERR_CAPACITY
  * recorded; on failure release is not called (the caller keeps the

@@ -109,7 +109,8 @@ class Tensor(_C.TensorBase):
 
     # ------------------------------------------------------------ conversion
     def numpy(self):
-        """A numpy array sharing the tensor's memory (CPU; not bf16)."""
+        """A numpy array sharing the tensor's memory (CPU; not bf16). Marks
+        the storage exported, as data_ptr() does (docs/python.md)."""
         if self.dtype is D.bfloat16:
             raise _C.DtypeError("numpy: numpy has no bfloat16; use t.float().numpy()")
         if not self.device == "cpu":

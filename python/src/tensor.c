@@ -284,7 +284,9 @@ static PyMethodDef tensor_methods[] = {
     {"dim", (PyCFunction)t_dim, METH_NOARGS, "Rank."},
     {"is_contiguous", (PyCFunction)t_is_contiguous, METH_NOARGS, "Row-major contiguous?"},
     {"data_ptr", (PyCFunction)t_data_ptr, METH_NOARGS,
-     "Address of element 0 (host on the CPU, device memory on CUDA)."},
+     "Address of element 0 (host on the CPU, device memory on CUDA); marks the storage "
+     "exported (writes through it are unseen: kept weight copies are remade before each use, "
+     "the optimizer checks every step over it)."},
     {"item", (PyCFunction)t_item, METH_NOARGS, "The value of a one-element tensor."},
     {"backward", (PyCFunction)(void (*)(void))t_backward, METH_VARARGS | METH_KEYWORDS,
      "backward(gradient=None, retain_graph=False): accumulate gradients into leaves' .grad."},

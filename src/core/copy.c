@@ -340,7 +340,7 @@ oj_status oj_copy_(oj_tensor *dst, oj_tensor *src) {
     } else {
         st = tensor_copy(dst, src, sstride, "copy_");
     }
-    if (st == OJ_OK) dst->storage->version++;
+    if (st == OJ_OK) oj__storage_written(dst->storage);
     return st;
 }
 
@@ -350,7 +350,7 @@ oj_status oj_fill_(oj_tensor *t, double value) {
         return eng ? oj_last_status(eng) : OJ_ERR_INVALID_ARGUMENT;
     if (!on_host(t) && eng->backend->fill) { /* the device's fill kernel */
         oj_status fst = eng->backend->fill(eng, t, value);
-        if (fst == OJ_OK) t->storage->version++;
+        if (fst == OJ_OK) oj__storage_written(t->storage);
         else if (oj_last_status(eng) == OJ_OK) oj_set_error(eng, fst, "fill_: device fill kernel failed");
         return fst;
     }
@@ -359,7 +359,7 @@ oj_status oj_fill_(oj_tensor *t, double value) {
         /* A large float fill: the CPU backend's threaded kernel (which
          * stores the value as oj__store does). */
         oj_status fst = eng->backend->fill(eng, t, value);
-        if (fst == OJ_OK) t->storage->version++;
+        if (fst == OJ_OK) oj__storage_written(t->storage);
         else if (oj_last_status(eng) == OJ_OK) oj_set_error(eng, fst, "fill_: fill kernel failed");
         return fst;
     }
@@ -371,7 +371,7 @@ oj_status oj_fill_(oj_tensor *t, double value) {
     if (dp == NULL) return oj_last_status(eng);
     oj__host_copy(t->rank, t->shape, dp, t->stride, t->dtype, v, zero, t->dtype);
     oj_status st = write_end(t, tmp, "fill_");
-    if (st == OJ_OK) t->storage->version++;
+    if (st == OJ_OK) oj__storage_written(t->storage);
     return st;
 }
 

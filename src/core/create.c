@@ -203,6 +203,7 @@ oj_tensor *oj_from_external(oj_engine *eng, void *data, int rank, const int64_t 
     }
     oj_storage *s = oj__storage_wrap(eng, data, nbytes, NULL, NULL);
     if (s == NULL) return NULL;
+    s->exported = true; /* its producer writes it without bumping the version */
     oj_tensor *t = oj__tensor_new(eng, s, 0, rank, shape, strides, dt);
     if (t != NULL) { /* from here on the storage calls release when freed */
         s->release = release;

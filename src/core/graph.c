@@ -1,7 +1,19 @@
-/* CUDA graphs, the device-independent half: the public API and each
- * graph's private memory pool (see oj_graph_pool in internal.h). The
- * backend records and replays (src/backend/cuda/cuda_graph.cu); storage.c
- * takes blocks from the pool being captured into. */
+/* CUDA graphs, the device-independent half: the public API, each graph's
+ * private memory pool (see oj_graph_pool in internal.h) and its written
+ * set. The backend records and replays (src/backend/cuda/cuda_graph.cu);
+ * storage.c takes blocks from the pool being captured into.
+ *
+ * Versions: a capture runs each op's host side once, so an in-place write
+ * recorded in the graph bumps its storage's version once, at the capture;
+ * every replay writes again. So the capture collects the storages it
+ * writes that outlive it (oj__storage_written -> oj__graph_note_written:
+ * not the graph's own pool, which only the graph reads) and each replay
+ * bumps them once more, after it is queued and after the weight copies'
+ * sync: a kept copy of a storage the graph writes is then stale, made
+ * again before its next use, never taken as fresh. The trainer's graph
+ * writes gradients (its pool's, or the data-parallel arena's), not
+ * parameters or moments, so its replays leave the optimizer's bounds
+ * valid. */
 #include <stdlib.h>
 
 #include "backend/backend.h"
@@ -19,10 +31,40 @@ void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p) {
     if (--p->refs == 0) free(p);
 }
 
+void oj__graph_note_written(oj_engine *eng, oj_storage *s) {
+    oj_graph_pool *p = eng->capture_pool;
+    if (p == NULL || s->gpool == p || s->written_in == eng->capture_serial) return;
+    if (p->n_written == p->cap_written) {
+        int64_t cap = p->cap_written ? 2 * p->cap_written : 16;
+        oj_storage **w = realloc(p->written, (size_t)cap * sizeof *w);
+        if (w == NULL) { /* the graph could not bump it at replay: no graph */
+            p->failed = true;
+            oj_set_error(eng, OJ_ERR_CAPACITY,
+                         "graph capture: out of host memory recording a written tensor");
+            return;
+        }
+        p->written = w;
+        p->cap_written = cap;
+    }
+    oj__storage_retain(s);
+    p->written[p->n_written++] = s;
+    s->written_in = eng->capture_serial;
+}
+
+/* A replay was queued (or failed part way): each storage the graph
+ * writes outside its pool is written again. */
+static void bump_written(const oj_graph_pool *p) {
+    for (int64_t i = 0; i < p->n_written; i++) oj__storage_written(p->written[i]);
+}
+
 /* The graph is gone (or its capture failed): free blocks go back to the
  * driver now, held ones when their storage is released. */
 static void pool_drop(oj_engine *eng, oj_graph_pool *p) {
     p->graph_alive = false;
+    for (int64_t i = 0; i < p->n_written; i++) oj__storage_release(p->written[i]);
+    free(p->written);
+    p->written = NULL;
+    p->n_written = p->cap_written = 0;
     for (int c = 0; c < OJ_POOL_CLASSES; c++)
         while (p->free_list[c]) {
             oj_dev_block *blk = p->free_list[c];
@@ -67,6 +109,7 @@ oj_status oj_graph_capture_begin(oj_engine *eng) {
         free(p);
         return st;
     }
+    eng->capture_serial++;
     eng->capture_pool = p;
     return OJ_OK;
 }
@@ -108,7 +151,10 @@ oj_status oj_graph_replay(oj_graph *g) {
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "graph_replay: cannot replay a graph during a capture");
     oj_status st = oj__wcopies_sync(eng); /* the graph reads kept copies as they are */
-    return st == OJ_OK ? eng->backend->graph_replay(eng, g->handle) : st;
+    if (st != OJ_OK) return st;
+    st = eng->backend->graph_replay(eng, g->handle);
+    bump_written(g->pool); /* after the sync: see the top of the file */
+    return st;
 }
 
 oj_status oj__graph_launch(oj_graph *g) {
@@ -120,7 +166,10 @@ oj_status oj__graph_launch(oj_graph *g) {
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "graph_replay: cannot replay a graph during a capture");
     oj_status st = oj__wcopies_sync(eng);
-    return st == OJ_OK ? eng->backend->graph_launch(eng, g->handle) : st;
+    if (st != OJ_OK) return st;
+    st = eng->backend->graph_launch(eng, g->handle);
+    bump_written(g->pool);
+    return st;
 }
 
 oj_status oj__graph_checks(oj_graph *g) {

@@ -29,7 +29,7 @@ typedef struct oj_storage {
     size_t nbytes;     /* usable bytes */
     size_t capacity;   /* bytes actually allocated (pool class), charged */
     oj_budget *budget; /* charged budget (NULL for external memory) */
-    uint64_t version;  /* in-place write counter (autograd checks it) */
+    uint64_t version;  /* in-place write counter: bump only through oj__storage_written */
     int pool_class;    /* host pool size class; -1 when not pooled */
     /* External memory (e.g. an mmap'd file): not pooled, not charged; on
      * last release `release(release_ctx)` is called if set. */
@@ -38,6 +38,13 @@ typedef struct oj_storage {
     struct oj_graph_pool *gpool; /* allocated during a graph capture: returns there */
     bool keep_copies; /* a parameter whose autocast casts are kept (weight_copy.c) */
     struct oj_wcopy *wcopies; /* its kept copies (weight_copy.c; a few views and dtypes) */
+    /* Its memory is shared outside the library (oj_data_ptr,
+     * oj_device_data_ptr, DLPack and buffer exports, oj_from_external):
+     * writes there bump no version, so nothing that trusts the version
+     * (kept weight copies, the optimizer's bounds) trusts it. Never
+     * cleared. */
+    bool exported;
+    uint64_t written_in; /* the last capture (engine capture_serial) whose written set holds it */
 } oj_storage;
 
 struct oj_tensor {
@@ -105,6 +112,11 @@ typedef struct oj_graph_pool {
     bool graph_alive;  /* false once the graph is freed: blocks go back to the driver */
     bool failed;       /* an error was recorded during its capture (even if cleared since) */
     oj_dev_block *free_list[OJ_POOL_CLASSES];
+    /* the written set: every storage outside this pool that the capture
+     * wrote in place (retained until the graph is freed); each replay
+     * bumps their versions */
+    oj_storage **written;
+    int64_t n_written, cap_written;
 } oj_graph_pool;
 
 struct oj_engine {
@@ -140,6 +152,7 @@ struct oj_engine {
     struct oj_dev_block *dev_pool[OJ_POOL_CLASSES];
     int64_t pooled_bytes;
     oj_graph_pool *capture_pool; /* set during oj_graph_capture_begin..end */
+    uint64_t capture_serial;     /* captures begun (oj_storage.written_in) */
     struct oj_graph *graphs;     /* live graphs (freed by oj_engine_free if still alive) */
     int64_t live_bytes, live_peak; /* budget-charged storage in use (capacity), and its peak */
     /* released tensor handles kept so use-after-release is detected */
@@ -182,6 +195,9 @@ void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p);
 void oj__graph_capture_abandon(oj_engine *eng);
 /* Free every graph still alive (engine teardown). */
 void oj__graph_free_all(oj_engine *eng);
+/* During a capture: s (not of the capture's pool) joins the written set
+ * (storage.c's oj__storage_written calls it). */
+void oj__graph_note_written(oj_engine *eng, oj_storage *s);
 
 /* ---- kept low-precision copies of parameters (weight_copy.c) */
 typedef struct oj_wcopy oj_wcopy;
@@ -220,6 +236,17 @@ oj_storage *oj__storage_wrap(oj_engine *eng, void *data, size_t nbytes,
                              void (*release)(void *), void *ctx);
 void oj__storage_retain(oj_storage *s);
 void oj__storage_release(oj_storage *s);
+/* The one way to record an in-place write to s (every write path calls
+ * it after queueing the write): s's version moves on, so autograd's saved
+ * tensors, kept weight copies and the optimizer's bounds see the write.
+ * During a graph capture s also joins the capturing graph's written set
+ * (unless it is the graph's own pool memory), and each replay records
+ * the write again (oj_graph_replay). */
+void oj__storage_written(oj_storage *s);
+/* Host pointer to t's element 0 for the library's own reads and writes
+ * (CPU storage only, else NULL): unlike oj_data_ptr it does not mark the
+ * storage exported; a writer calls oj__storage_written after. */
+void *oj__data_ptr(const oj_tensor *t);
 
 /* ---- tensor handles */
 /* New handle over storage s (retained), registered in the current scope.

@@ -161,6 +161,13 @@ void oj__storage_retain(oj_storage *s) {
     if (s) s->refcount++;
 }
 
+void oj__storage_written(oj_storage *s) {
+    if (s == NULL) return;
+    s->version++;
+    oj_engine *eng = s->eng;
+    if (eng->capture_pool != NULL && s->gpool != eng->capture_pool) oj__graph_note_written(eng, s);
+}
+
 /* Released device storage s onto lists[its class] (a small host node
  * holds the link; the charge moves to the root), or, with lists NULL or no
  * node, back to the driver (the charge released). True when kept. */

@@ -244,19 +244,26 @@ bool oj_is_contiguous(const oj_tensor *t) {
     return true;
 }
 
-void *oj_data_ptr(oj_tensor *t) {
+void *oj__data_ptr(const oj_tensor *t) {
     if (!oj__live(t) || t->storage->device.type != OJ_DEVICE_CPU) return NULL;
     return (char *)t->storage->data + t->offset;
 }
 
+void *oj_data_ptr(oj_tensor *t) {
+    void *p = oj__data_ptr(t);
+    if (p) t->storage->exported = true; /* writes through p bump no version */
+    return p;
+}
+
 void *oj_device_data_ptr(oj_tensor *t) {
     if (!oj__live(t)) return NULL;
+    t->storage->exported = true;
     return (char *)t->storage->data + t->offset;
 }
 
 uint64_t oj_version(const oj_tensor *t) { return oj__live(t) ? t->storage->version : 0; }
 void oj_bump_version(oj_tensor *t) {
-    if (oj__live(t)) t->storage->version++;
+    if (oj__live(t)) oj__storage_written(t->storage);
 }
 
 bool oj_shares_storage(const oj_tensor *a, const oj_tensor *b) {

@@ -7,9 +7,13 @@
  * backend's copy kernel, the kernel oj_cast runs: the same bits as a cast.
  * It is fresh while the storage's version is the one it was made at;
  * every write through the library bumps that version (copy_, fill_,
- * loads, init, the optimizer's mark_written), so a stale copy is made
+ * loads, init, the optimizer's mark_written, each replay of a graph that
+ * writes the storage: oj__storage_written), so a stale copy is made
  * again by the next oj__wcopy_get, or, for CUDA graphs (which read the
  * copy's memory without asking), by oj__wcopies_sync before each replay.
+ * A storage whose memory was exported (oj_data_ptr, DLPack...) may be
+ * written unseen: its copies are never fresh, made again before each use
+ * and each replay.
  * The optimizer may write a copy in its own update pass and then declare
  * it fresh (oj__wcopy_fresh). The copy's memory never moves while the
  * entry lives (graphs hold its address); entries die with the parameter's
@@ -38,6 +42,11 @@ struct oj_wcopy {
 };
 
 static bool same_view(const oj_wcopy *e, const oj_tensor *x, oj_dtype dt);
+
+/* Must e be made again before it is read? */
+static bool stale(const oj_wcopy *e) {
+    return !e->filled || e->version != e->src->version || e->src->exported;
+}
 
 /* s's entry for view x and dtype dt, or NULL; *n_src: s's entries. */
 static oj_wcopy *find(oj_engine *eng, oj_storage *s, const oj_tensor *x, oj_dtype dt,
@@ -91,7 +100,7 @@ static oj_status refresh(oj_engine *eng, oj_wcopy *e) {
     }
     e->version = e->src->version;
     e->filled = true;
-    e->copy->version++; /* saved aliases of the old values see the write */
+    oj__storage_written(e->copy); /* saved aliases of the old values see the write */
     return OJ_OK;
 }
 
@@ -150,7 +159,7 @@ bool oj__wcopy_get(oj_tensor *x, oj_dtype dt, oj_tensor **out) {
     if (e == NULL && (e = entry_new(eng, x, dt)) == NULL) return true;
     /* during a capture nothing runs: the replay's oj__wcopies_sync fills
      * a stale copy first */
-    if ((!e->filled || e->version != e->src->version) && !oj_graph_capturing(eng) &&
+    if (stale(e) && !oj_graph_capturing(eng) &&
         refresh(eng, e) != OJ_OK)
         return true;
     *out = oj__tensor_new(eng, e->copy, 0, x->rank, x->shape, NULL, dt);
@@ -185,13 +194,13 @@ void oj__wcopy_fresh(oj_tensor *param, oj_dtype dt, bool transposed) {
     if (e) {
         e->version = param->storage->version;
         e->filled = true;
-        e->copy->version++;
+        oj__storage_written(e->copy);
     }
 }
 
 oj_status oj__wcopies_sync(oj_engine *eng) {
     for (oj_wcopy *e = eng->wcopies; e; e = e->next)
-        if (!e->filled || e->version != e->src->version) {
+        if (stale(e)) {
             oj_status st = refresh(eng, e);
             if (st != OJ_OK) return st;
         }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/internal.h"
 #include "io/io_internal.h"
 
 /* Expectations built from live tensors. */
@@ -110,7 +111,7 @@ static oj_status apply(const oj_named_tensors *nt, const oj_safetensors *st, oj_
         }
         size_t nbytes;
         const void *src = oj_safetensors_data(st, oj_safetensors_find(st, nt->names[i]), &nbytes);
-        if (nbytes) memcpy(oj_data_ptr(t), src, nbytes);
+        if (nbytes) memcpy(oj__data_ptr(t), src, nbytes);
         oj_bump_version(t);
     }
     for (int64_t i = 0; i < n; i++) oj_release(staged[i]);

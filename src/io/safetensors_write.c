@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/internal.h"
 #include "io/io_internal.h"
 
 typedef struct item {
@@ -270,7 +271,7 @@ oj_status oj__st_write_fd(int fd, const char *path, int64_t n, const oj_safetens
         } else {
             oj_tensor *t = tensors[it->index];
             if (oj_tensor_device(t).type == OJ_DEVICE_CPU && oj_is_contiguous(t)) {
-                src = oj_data_ptr(t);
+                src = oj__data_ptr(t);
             } else {
                 if (scratch_len < it->nbytes) {
                     free(scratch);

@@ -520,7 +520,7 @@ static bool inplace_begin(oj_engine *eng, oj_tensor *a, oj_tensor *b, const char
 
 /* Finish (st OK: a was written) or drop the node inplace_begin began. */
 static oj_status inplace_end(oj_node *nd, oj_tensor *a, oj_status st) {
-    if (st == OJ_OK) a->storage->version++;
+    if (st == OJ_OK) oj__storage_written(a->storage);
     if (nd == NULL) return st;
     if (st == OJ_OK) oj__node_finish(nd, 1, &a);
     else oj__node_abort(nd);

@@ -322,7 +322,7 @@ oj_status oj_index_copy_(oj_tensor *x, int dim, oj_tensor *index, oj_tensor *src
         OJ_KERNEL(eng, index_copy, op);
     if (k == NULL || !oj__kernel_ok(eng, k(eng, x, dim, index, src), op))
         return oj_last_status(eng);
-    x->storage->version++;
+    oj__storage_written(x->storage);
     return OJ_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "optim/optim_internal.h"
 
 /* Per parameter, what the step computed before writing. */
@@ -554,17 +555,22 @@ static oj_status queue_gated(oj_optim *o, work_item *items, int64_t n, const ada
  * word when the global norm (>= every |g|, and the clip only shrinks g) is
  * <= half the smallest G: adam_step_multi's check pass then returns at
  * once, since it could not have refused. Otherwise it runs as before. The
- * bits written are the same either way. Only with OJAS_CUDA_ADAMW1=1 (off
- * by default: see prove below). gpt2-124m: the pass reads 16 of the step's
- * 50 bytes a parameter (~2 GB, ~0.5 ms at the H200's 4 TB/s). */
+ * bits written are the same either way. Every write to those tensors
+ * moves their versions: writes through the library and each replay of a
+ * graph that writes them (oj__storage_written); writes through exported
+ * memory cannot be seen, so an exported storage never has valid bounds.
+ * On by default; OJAS_CUDA_ADAMW1=0 runs the check pass every step.
+ * gpt2-124m: the pass reads 16 of the step's 50 bytes a parameter (~2 GB,
+ * ~0.5 ms at the H200's 4 TB/s). */
 
-/* Are p's bounds those of its tensors as they are now? */
+/* Are p's bounds those of its tensors as they are now? Never for an
+ * exported storage (written unseen). */
 static bool bounds_valid(const oj_optim_slot *p) {
     const oj_tensor *t[3] = {p->param, p->exp_avg, p->exp_avg_sq};
     if (p->bnd_st[0] == NULL) return false;
     for (int k = 0; k < 3; k++)
         if (t[k] == NULL || t[k]->storage != p->bnd_st[k] || t[k]->offset != p->bnd_off[k] ||
-            oj_version(t[k]) != p->bnd_ver[k])
+            oj_version(t[k]) != p->bnd_ver[k] || t[k]->storage->exported)
             return false;
     return true;
 }
@@ -689,13 +695,9 @@ static oj_status step_gated(oj_optim *o, work_item *items, int64_t n, double max
     else if (host == NULL || gs == NULL)
         st = oj_set_error(eng, OJ_ERR_CAPACITY, "optim: out of host memory");
     for (int64_t i = 0; i < n && st == OJ_OK; i++) gs[i] = items[i].grad;
-    /* OJAS_CUDA_ADAMW1=1: skip the check pass where the bounds prove it
-     * cannot refuse. Off by default: the proof trusts storage versions,
-     * which a replayed user graph writing a parameter in place or a write
-     * through an exported pointer (DLPack, data_ptr) does not bump, so a
-     * step over such a parameter could skip a check that would refuse */
-    const char *e = getenv("OJAS_CUDA_ADAMW1");
-    const bool prove = o->check_update && e != NULL && strcmp(e, "1") == 0;
+    /* skip the check pass where the bounds prove it cannot refuse (the
+     * proven check above; OJAS_CUDA_ADAMW1=0: never) */
+    const bool prove = o->check_update && oj__env_flag("OJAS_CUDA_ADAMW1", true);
     const double safe = prove ? adam_safe_norm(o, items, n) : -1.0;
     if (st == OJ_OK) st = eng->backend->step_gate_open(eng, n, gs, max_norm, safe, gate);
     adam_batch ab = {0};
@@ -705,6 +707,10 @@ static oj_status step_gated(oj_optim *o, work_item *items, int64_t n, double max
         if (st == OJ_OK) st = adam_batch_init(o, items, n, &ab);
         for (int64_t j = 0; j < ab.n; j++) /* the items' bounds, into their gate words */
             ab.args[j].bound_at = 5 + n + 2 * ab.idx[j];
+        /* the writing pass may be queued from here on: a step that fails
+         * after it leaves no bounds of the old values (a success records
+         * new ones) */
+        for (int64_t i = 0; i < n && st == OJ_OK; i++) oj__optim_bounds_drop(items[i].p);
         if (st == OJ_OK) st = queue_gated(o, items, n, &ab);
         eng->backend->step_gate_close(eng);
     }

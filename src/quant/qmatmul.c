@@ -567,7 +567,7 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
     memcpy(shape, oj_shape(x), sizeof(int64_t) * (size_t)rank);
     shape[rank - 1] = q->rows;
     oj_tensor *y = oj_empty(eng, rank, shape, OJ_F32);
-    const float *xp = oj_data_ptr(xc);
+    const float *xp = oj__data_ptr(xc);
     for (int64_t i = 0; y && i < oj_numel(x); i++)
         if (!isfinite(xp[i])) {
             oj_set_error(eng, OJ_ERR_NUMERIC, "qmatmul: x element %lld is %s", (long long)i,
@@ -577,8 +577,8 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
             return NULL;
         }
     if (q->type == OJ_FP8_E4M3) {
-        qm_fp8_ctx f = {.x = oj_data_ptr(xc), .m = oj_numel(x) / q->cols, .n = q->rows,
-                        .k = q->cols, .w = oj_data_ptr(q->blocks), .wrow = q->row_bytes};
+        qm_fp8_ctx f = {.x = oj__data_ptr(xc), .m = oj_numel(x) / q->cols, .n = q->rows,
+                        .k = q->cols, .w = oj__data_ptr(q->blocks), .wrow = q->row_bytes};
         f.wd = malloc(sizeof(float) * (size_t)(oj_cpu_threads(eng) * f.k));
         if (y == NULL || f.wd == NULL) {
             if (y != NULL) oj_set_error(eng, OJ_ERR_CAPACITY, "qmatmul: out of host memory");
@@ -587,14 +587,14 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
             oj_release(y);
             return NULL;
         }
-        f.y = oj_data_ptr(y);
+        f.y = oj__data_ptr(y);
         if (f.m > 0) oj_cpu_parallel_for(eng, f.n, QM_GRAIN, qm_rows_fp8, &f);
         free(f.wd);
         if (xc != x) oj_release(xc);
         return y;
     }
-    qm_ctx c = {.x = oj_data_ptr(xc), .m = oj_numel(x) / q->cols, .n = q->rows,
-                .k = q->cols, .nb = q->cols / OJ_QBLOCK, .w = oj_data_ptr(q->blocks),
+    qm_ctx c = {.x = oj__data_ptr(xc), .m = oj_numel(x) / q->cols, .n = q->rows,
+                .k = q->cols, .nb = q->cols / OJ_QBLOCK, .w = oj__data_ptr(q->blocks),
                 .wrow = q->row_bytes, .dot = qm_dot(q->type, qm_level_of(eng))};
     c.xq = malloc((size_t)(c.m * c.k) + 1);
     c.xd = malloc(sizeof(float) * (size_t)(c.m * c.nb) + 1);
@@ -603,7 +603,7 @@ oj_tensor *oj_qmatmul(oj_tensor *x, const oj_qtensor *q) {
         if (y != NULL) oj_set_error(eng, OJ_ERR_CAPACITY, "qmatmul: out of host memory");
         goto fail;
     }
-    c.y = oj_data_ptr(y);
+    c.y = oj__data_ptr(y);
     if (c.m > 0) {
         oj_cpu_parallel_for(eng, c.m, 8, qm_quantize_x, &c);
         oj_cpu_parallel_for(eng, c.n, QM_GRAIN, qm_rows, &c);

@@ -70,7 +70,7 @@ size_t oj_qtensor_nbytes(const oj_qtensor *q) {
 }
 const void *oj_qtensor_data(const oj_qtensor *q) {
     if (q == NULL || oj_engine_device(q->eng).type != OJ_DEVICE_CPU) return NULL;
-    return oj_data_ptr(q->blocks);
+    return oj__data_ptr(q->blocks);
 }
 oj_engine *oj_qtensor_engine(const oj_qtensor *q) { return q ? q->eng : NULL; }
 
@@ -107,7 +107,7 @@ oj_qtensor *oj_quantize(oj_tensor *w, oj_qtype t) {
     const int64_t one = 1;
     const bool host = oj_engine_device(eng).type == OJ_DEVICE_CPU;
     const size_t nbytes = (size_t)n * q->row_bytes;
-    uint8_t *dst = host ? oj_data_ptr(q->blocks) : malloc(nbytes);
+    uint8_t *dst = host ? oj__data_ptr(q->blocks) : malloc(nbytes);
     if (dst == NULL) {
         oj_set_error(eng, OJ_ERR_CAPACITY, "quantize: out of host memory");
         free(row);
@@ -162,7 +162,7 @@ oj_qtensor *oj_qtensor_from_blocks(oj_engine *eng, oj_qtype t, int64_t n, int64_
         return NULL;
     }
     if (oj_engine_device(eng).type == OJ_DEVICE_CPU) {
-        memcpy(oj_data_ptr(q->blocks), blocks, nbytes);
+        memcpy(oj__data_ptr(q->blocks), blocks, nbytes);
     } else if (oj_copy_from_host(q->blocks, blocks, nbytes) != OJ_OK) {
         oj_qtensor_free(q);
         return NULL;
@@ -182,8 +182,8 @@ oj_tensor *oj_dequantize(const oj_qtensor *q) {
         }
         return y;
     }
-    const uint8_t *src = oj_data_ptr(q->blocks);
-    float *dst = oj_data_ptr(y);
+    const uint8_t *src = oj__data_ptr(q->blocks);
+    float *dst = oj__data_ptr(y);
     for (int64_t i = 0; i < q->rows; i++)
         oj__dequantize_row(q->type, src + (size_t)i * q->row_bytes, q->cols,
                            dst + i * q->cols);

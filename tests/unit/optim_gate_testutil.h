@@ -131,6 +131,43 @@ static inline void og_same_tensor(oj_tensor *a, oj_tensor *b, const char *what, 
     if (!same) fail_msg("step %d: %s differs between the gated and the checked step", step, what);
 }
 
+/* One step of both sides from the same fresh gradients (og_side_grads of
+ * step, amplitude 4, max_norm 1): a through oj__optim_clip_step, b through
+ * oj_optim_clip_grad_norm + oj_optim_step. The same status, message, step
+ * info, parameters and optimizer state, bit for bit; the status. */
+static inline oj_status og_step_both(og_side *a, og_side *b, int step) {
+    oj_engine *ea = oj_tensor_engine(a->w[0]), *eb = oj_tensor_engine(b->w[0]);
+    og_side_grads(a, step, 4.0, false);
+    og_side_grads(b, step, 4.0, false);
+    double na = NAN;
+    oj_optim_step_info ia, ib;
+    oj_status sa = oj__optim_clip_step(a->o, 1.0, &na, &ia);
+    double nb = oj_optim_clip_grad_norm(b->o, 1.0);
+    oj_status sb = oj_optim_step(b->o, &ib);
+    printf("  step %d: gated %s (%s), checked %s, proven so far %lld\n", step, oj_status_name(sa),
+           oj_optim_message(a->o), oj_status_name(sb), (long long)a->o->checks_proven);
+    if (oj_last_status(ea) != OJ_OK || oj_last_status(eb) != OJ_OK)
+        fail_msg("step %d: an error was recorded: '%s' / '%s'", step, oj_last_error(ea),
+                 oj_last_error(eb));
+    assert_int_equal(sa, sb);
+    assert_string_equal(oj_optim_message(a->o), oj_optim_message(b->o));
+    assert_memory_equal(&na, &nb, sizeof na);
+    assert_int_equal(ia.skipped, ib.skipped);
+    assert_int_equal(ia.params_updated, ib.params_updated);
+    for (int i = 0; i < OG_NP; i++) og_same_tensor(a->w[i], b->w[i], og_k_name[i], step);
+    oj_named_tensors sa_ = {0}, sb_ = {0};
+    assert_int_equal(oj_optim_state(a->o, &sa_), OJ_OK);
+    assert_int_equal(oj_optim_state(b->o, &sb_), OJ_OK);
+    assert_int_equal(sa_.n, sb_.n);
+    for (int64_t i = 0; i < sa_.n; i++) og_same_tensor(sa_.tensors[i], sb_.tensors[i], sa_.names[i], step);
+    return sa;
+}
+
+static inline void og_side_free(og_side *s) {
+    oj_optim_free(s->o);
+    for (int i = 0; i < OG_NP; i++) oj_release(s->w[i]);
+}
+
 /* oj__optim_clip_step on engine ea against oj_optim_clip_grad_norm +
  * oj_optim_step on engine eb (the same engine, or one of the same device
  * and numerics), from the same parameters and gradients, bit for bit: the norm before the clip, the step info, the

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "core/internal.h"
+#include "graph_emu_testutil.h"
 #include "optim_gate_testutil.h"
 #include "optim_testutil.h"
 
@@ -198,6 +199,7 @@ static oj_engine *emulated_engine(void) {
     emu.apply_update = emu_apply;
     emu.muon_momentum_multi = emu_momentum_multi;
     emu.apply_update_multi = emu_apply_multi;
+    ge_install(&emu); /* and graphs, for test_replayed_write_refuses */
     eng->backend = &emu;
     return eng;
 }
@@ -208,13 +210,13 @@ static void test_gated_step_matches_checked(void **state) {
     (void)state;
     oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
     gate_opens = multi_calls = safe_skips = 0;
-    og_compare(ea, eb, true); /* the default: the check pass every step */
+    setenv("OJAS_CUDA_ADAMW1", "0", 1); /* off: the check pass every step */
+    og_compare(ea, eb, true);
+    unsetenv("OJAS_CUDA_ADAMW1");
     assert_int_equal(safe_skips, 0);
     assert_int_equal(og_last_proven, 0);
     gate_opens = multi_calls = safe_skips = 0;
-    setenv("OJAS_CUDA_ADAMW1", "1", 1); /* the proven check, opt-in */
-    og_compare(ea, eb, true);
-    unsetenv("OJAS_CUDA_ADAMW1");
+    og_compare(ea, eb, true); /* the default: the proven check */
     assert_int_equal(gate_opens, 6); /* every step took the gate */
     /* steps 1 and 2 on the bounds of the writes before them (step 0 has
      * none, step 3 is skipped for its infinite gradient, step 4's
@@ -223,6 +225,83 @@ static void test_gated_step_matches_checked(void **state) {
     assert_int_equal(og_last_proven, 2);
     assert_true(multi_calls > 0);    /* and the Muon multi-tensor entries */
     assert_null(gate_words);         /* and closed it */
+    ea->backend = cpu_table;
+    oj_engine_free(ea);
+    oj_engine_free(eb);
+}
+
+/* A parameter written through an exported pointer (oj_data_ptr: no
+ * version bump) to a value whose update overflows: the gated step refuses
+ * it as the checked step does, though its bounds of the last write were
+ * valid a step before (the write is unseen: an exported storage never has
+ * valid bounds, then or later). */
+static void test_exported_write_refuses(void **state) {
+    (void)state;
+    oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
+    og_side a, b;
+    og_side_make(ea, &a);
+    og_side_make(eb, &b);
+    assert_int_equal(og_step_both(&a, &b, 0), OJ_OK);
+    assert_int_equal(og_step_both(&a, &b, 1), OJ_OK);
+    assert_int_equal(a.o->checks_proven, 1); /* step 1 ran on step 0's bounds */
+    float *pa = oj_data_ptr(a.w[4]), *pb = oj_data_ptr(b.w[4]); /* scale.x, Adam with L2 */
+    assert_non_null(pa);
+    assert_non_null(pb);
+    *pa = *pb = 3e38f;
+    assert_int_equal(og_step_both(&a, &b, 2), OJ_ERR_NUMERIC);
+    assert_non_null(strstr(oj_optim_message(a.o), "update of 'scale.x'"));
+    *pa = *pb = 0.5f;
+    for (int step = 3; step < 5; step++) assert_int_equal(og_step_both(&a, &b, step), OJ_OK);
+    assert_int_equal(a.o->checks_proven, 1); /* never again over the exported storage */
+    og_side_free(&a);
+    og_side_free(&b);
+    ea->backend = cpu_table;
+    oj_engine_free(ea);
+    oj_engine_free(eb);
+}
+
+/* A graph that writes a parameter in place (oj_copy_ from a static
+ * input), replayed after the input was given a value whose update
+ * overflows: the next gated step refuses it as the checked step does,
+ * though the bounds of the parameter's last write were valid a step
+ * before (each replay moves the version the capture moved once). The
+ * graph's entries are emulated on the host (graph_emu_testutil.h);
+ * tests/gpu/test_gpu_train.c runs the same on a CUDA graph. */
+static void test_replayed_write_refuses(void **state) {
+    (void)state;
+    oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
+    og_side a, b;
+    og_side_make(ea, &a);
+    og_side_make(eb, &b);
+    assert_int_equal(og_step_both(&a, &b, 0), OJ_OK);
+    bool prev = oj_set_grad_enabled(ea, false);
+    oj_tensor *in = oj_clone(a.w[4]); /* scale.x's value: Adam with an L2 term */
+    assert_non_null(in);
+    assert_int_equal(oj_graph_capture_begin(ea), OJ_OK);
+    assert_int_equal(oj_copy_(a.w[4], in), OJ_OK);
+    oj_graph *g = oj_graph_capture_end(ea);
+    oj_set_grad_enabled(ea, prev);
+    assert_non_null(g);
+    ge_replay_copies(1, &a.w[4], &in);
+    ge_replays = 0;
+    assert_int_equal(og_step_both(&a, &b, 1), OJ_OK); /* the capture moved the version */
+    assert_int_equal(og_step_both(&a, &b, 2), OJ_OK);
+    assert_int_equal(a.o->checks_proven, 1); /* step 2 ran on step 1's bounds */
+    og_fill(in, 3e38);
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    assert_int_equal(ge_replays, 1);
+    og_fill(b.w[4], 3e38);
+    assert_int_equal(og_step_both(&a, &b, 3), OJ_ERR_NUMERIC);
+    assert_non_null(strstr(oj_optim_message(a.o), "update of 'scale.x'"));
+    og_fill(a.w[4], 0.5);
+    og_fill(b.w[4], 0.5);
+    for (int step = 4; step < 6; step++) assert_int_equal(og_step_both(&a, &b, step), OJ_OK);
+    /* step 5 on step 4's bounds: the graph, not replayed since, takes nothing away */
+    assert_int_equal(a.o->checks_proven, 2);
+    oj_graph_free(g);
+    oj_release(in);
+    og_side_free(&a);
+    og_side_free(&b);
     ea->backend = cpu_table;
     oj_engine_free(ea);
     oj_engine_free(eb);
@@ -321,6 +400,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_safe_grad_sound),
         cmocka_unit_test(test_gated_step_matches_checked),
+        cmocka_unit_test(test_exported_write_refuses),
+        cmocka_unit_test(test_replayed_write_refuses),
         cmocka_unit_test(test_sgd_keeps_checked_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

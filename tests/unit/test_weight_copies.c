@@ -3,7 +3,8 @@
 // head) and nanolab (fused projections, Muon) trained under bf16 autocast
 // with copies on and off have the same losses and parameters, a write to
 // a parameter outside the optimizer included; a write makes the copy
-// stale and the next cast reads the new values; gradients flow through a
+// stale and the next cast reads the new values, a write through an
+// exported pointer or by a replayed graph too; gradients flow through a
 // copy as through a cast; turning copies off or freeing the parameter
 // drops them.
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <cmocka.h>
 
 #include "core/internal.h"
+#include "graph_emu_testutil.h"
 #include "ojas/autograd.h"
 #include "ojas/gpt.h"
 #include "ojas/ops.h"
@@ -191,6 +193,86 @@ static void test_copy_follows_writes(void **state) {
     oj_engine_free(e);
 }
 
+/* A parameter whose memory was exported (oj_data_ptr) and then written
+ * through the pointer, with no version bump: its kept copy is made again
+ * before each use, the bytes of a fresh cast. */
+static void test_exported_write_seen(void **state) {
+    (void)state;
+    oj_engine *e = new_engine();
+    oj_scope_begin(e);
+    int64_t ws[2] = {4, 8};
+    oj_tensor *w = oj_rand_normal(e, 2, ws, OJ_F32, 0.0, 1.0);
+    float *p = oj_data_ptr(w); /* exported, as a numpy view or DLPack would */
+    assert_non_null(p);
+    oj__wcopy_keep(w, true);
+    for (int round = 0; round < 3; round++) {
+        if (round > 0)
+            for (int i = 0; i < 32; i++) p[i] = 1.5f * (float)round + 0.25f * (float)i;
+        oj_tensor *c = NULL;
+        assert_true(oj__wcopy_get(w, OJ_BF16, &c));
+        assert_non_null(c);
+        oj_tensor *want = oj_cast(w, OJ_BF16);
+        assert_true(same_bytes(c, want));
+        oj_release(c);
+        oj_release(want);
+    }
+    assert_int_equal(oj__wcopies_count(e), 1);
+    oj__wcopy_keep(w, false);
+    oj_scope_end(e);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(e), 0);
+    oj_engine_free(e);
+}
+
+/* A graph that writes a parameter in place (oj_copy_ from a static input
+ * given new values before each replay): after each replay the kept copy
+ * is the bytes of a fresh cast (the replay's sync makes a stale copy
+ * before the graph writes, the replay's version bump after it makes the
+ * copy stale). The graph's entries are emulated on the host
+ * (graph_emu_testutil.h); tests/gpu/test_gpu_train.c runs the same on a
+ * CUDA graph. */
+static void test_replayed_write_seen(void **state) {
+    (void)state;
+    oj_engine *e = new_engine();
+    static oj_backend table;
+    const oj_backend *cpu = e->backend;
+    table = *cpu;
+    ge_install(&table);
+    e->backend = &table;
+    oj_scope_begin(e);
+    int64_t ws[2] = {4, 8};
+    oj_tensor *w = oj_rand_normal(e, 2, ws, OJ_F32, 0.0, 1.0);
+    oj_tensor *in = oj_rand_normal(e, 2, ws, OJ_F32, 0.0, 1.0);
+    oj__wcopy_keep(w, true);
+    oj_tensor *c = NULL;
+    assert_true(oj__wcopy_get(w, OJ_BF16, &c)); /* made now */
+    oj_release(c);
+    assert_int_equal(oj_graph_capture_begin(e), OJ_OK);
+    assert_int_equal(oj_copy_(w, in), OJ_OK);
+    oj_graph *g = oj_graph_capture_end(e);
+    assert_non_null(g);
+    ge_replay_copies(1, &w, &in);
+    for (int round = 0; round < 3; round++) {
+        float v[32];
+        for (int i = 0; i < 32; i++) v[i] = 1.5f * (float)round - 0.125f * (float)i;
+        assert_int_equal(oj_copy_from_host(in, v, sizeof v), OJ_OK);
+        assert_int_equal(oj_graph_replay(g), OJ_OK);
+        assert_true(oj__wcopy_get(w, OJ_BF16, &c));
+        assert_non_null(c);
+        oj_tensor *want = oj_cast(w, OJ_BF16);
+        if (!same_bytes(c, want)) fail_msg("round %d: the kept copy is not the fresh cast", round);
+        oj_release(c);
+        oj_release(want);
+    }
+    oj_graph_free(g);
+    oj__wcopy_keep(w, false);
+    oj_scope_end(e);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(e), 0);
+    e->backend = cpu;
+    oj_engine_free(e);
+}
+
 /* A parameter cast through ever new views (a narrow per length) keeps
  * copies of at most 4 of them and casts the others as usual: every
  * output is the bytes of the plain cast's. */
@@ -284,6 +366,8 @@ int main(void) {
         cmocka_unit_test(test_gpt2_adamw_same_bits),
         cmocka_unit_test(test_nanolab_muon_same_bits),
         cmocka_unit_test(test_copy_follows_writes),
+        cmocka_unit_test(test_exported_write_seen),
+        cmocka_unit_test(test_replayed_write_seen),
         cmocka_unit_test(test_views_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
