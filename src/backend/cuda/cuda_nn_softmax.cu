@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
-#include "core/env.h"
 
 static int line_threads(int64_t n) {
     int t = 32;
@@ -475,15 +474,12 @@ template <typename T, bool VEC> struct ce_unroll {
 };
 
 /* This thread's running (max m, sum s of exp(x - m)) over its packs of
- * row (np packs), and (ax not NULL) the plain sum of its values; the
- * elements past the last whole pack are read from erow (the row's elements
- * in global memory: row itself, or the row that a shared memory copy of
- * the packs came from). stage (not NULL): each pack read is also stored at
- * stage[pack] (the fused kernel reads it back from there: the row comes
- * from DRAM once). */
+ * row (np packs), and (ax not NULL) the plain sum of its values. stage
+ * (not NULL): each pack read is also stored at stage[pack] (the fused
+ * kernel reads it back from there: the row comes from DRAM once). */
 template <typename T, int TPR, bool VEC>
 __device__ static __forceinline__ void ce_row_stats(const typename ce_pack<T, VEC>::P *row,
-                                                    const T *erow, int64_t np, int64_t V, int tid,
+                                                    int64_t np, int64_t V, int tid,
                                                     typename ce_pack<T, VEC>::P *stage, float *pm,
                                                     float *ps, float *ax) {
     typedef typename ce_pack<T, VEC>::P P;
@@ -529,7 +525,7 @@ __device__ static __forceinline__ void ce_row_stats(const typename ce_pack<T, VE
         }
     }
     if (tid == 0 && np * W < V) { /* the tail past the last whole pack (< W elements) */
-        const T *e = erow;
+        const T *e = (const T *)row;
         float mc = -INFINITY;
         for (int64_t k = np * W; k < V; k++) {
             float v = oj_cu_hw_tof(e[k]);
@@ -580,7 +576,7 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_ce_fwd_fast(ce_args a
     for (int64_t n = r0; n < a.N; n += rstep) {
         const T *row = (const T *)a.x + n * a.ld;
         float m, s, sx = 0.0f;
-        ce_row_stats<T, TPR, VEC>((const P *)row, row, np, a.V, tid, NULL, &m, &s,
+        ce_row_stats<T, TPR, VEC>((const P *)row, np, a.V, tid, NULL, &m, &s,
                                   a.eps != 0.0 ? &sx : NULL);
         row_ms_reduce<TPR>(m, s, shm, shs);
         if (a.eps != 0.0) sx = oj_cu_row_sumf<TPR>(sx, shm);
@@ -640,85 +636,6 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR) k_ce_bwd_fast(ce_args a
     }
 }
 
-/* Row n of the fused kernels once this thread's (m, s, sx) over its packs
- * are known (ce_row_stats): the row's merge, loss and lse, then dlogits
- * from the packs at st (shared memory) or, st NULL, from row again. */
-template <typename T, int TPR, bool VEC>
-__device__ static __forceinline__ void ce_fused_row(const ce_args &a, int64_t n, const T *row,
-                                                    const typename ce_pack<T, VEC>::P *st,
-                                                    int tid, float m, float s, float sx,
-                                                    float *shm, float *shs) {
-    typedef typename ce_pack<T, VEC>::P P;
-    constexpr int W = ce_pack<T, VEC>::W, U = ce_unroll<T, VEC>::U;
-    const int64_t np = a.V / W;
-    bool counted, bad;
-    long long t = target_of(a, n, &counted, &bad);
-    /* the target's logit, read before any thread of the row writes */
-    float xt = tid == 0 && counted && !bad ? oj_cu_tof(row[t]) : 0.0f;
-    row_ms_reduce<TPR>(m, s, shm, shs);
-    if (a.eps != 0.0) sx = oj_cu_row_sumf<TPR>(sx, shm);
-    if (TPR == 32)
-        __syncwarp();
-    else
-        __syncthreads();
-    const double l = ce_lse_of(m, s);
-    if (tid == 0) {
-        double li = 0.0;
-        if (bad) {
-            atomicMin(&a.flags[0], (unsigned long long)n);
-        } else if (counted) {
-            li = (1.0 - a.eps) * (l - (double)xt);
-            if (a.eps != 0.0) li += a.eps * (l - (double)sx / (double)a.V);
-        }
-        if (counted) atomicAdd(&a.flags[1], 1ull);
-        ((float *)a.lse)[n] = (float)l;
-        ((float *)a.loss)[n] = (float)li;
-    }
-    T *drow = (T *)a.dx + n * a.dld;
-    if (!counted || bad) {
-        float z[W];
-#pragma unroll
-        for (int k = 0; k < W; k++) z[k] = 0.0f;
-        for (int64_t p = tid; p < np; p += TPR) {
-            if constexpr (VEC)
-                oj_cu_stv<T, W>(drow + p * W, z);
-            else
-                drow[p] = oj_cu_fromf<T>(0.0f);
-        }
-        if (tid == 0)
-            for (int64_t k = np * W; k < a.V; k++) drow[k] = oj_cu_fromf<T>(0.0f);
-        return;
-    }
-    const float lf = (float)l;
-    const double gd = a.scale * oj_cu_ld(a.dloss + n * a.gstride * a.ges, a.gdt);
-    const float g = (float)gd, gt = (float)(gd * (1.0 - a.eps));
-    const float off = (float)(a.eps / (double)a.V);
-    for (int64_t p0 = tid; p0 < np; p0 += (int64_t)TPR * U) {
-        P r[U];
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            int64_t p = p0 + (int64_t)TPR * j;
-            if (p < np) r[j] = st ? st[p] : ((const P *)row)[p];
-        }
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            int64_t p = p0 + (int64_t)TPR * j;
-            if (p >= np) break;
-            float v[W];
-            ce_unpack<T, VEC>(r[j], v);
-#pragma unroll
-            for (int k = 0; k < W; k++) v[k] = ce_grad<T>(v[k], lf, g, off, gt, p * W + k == t);
-            if constexpr (VEC)
-                oj_cu_stv<T, W>(drow + p * W, v);
-            else
-                drow[p] = oj_cu_fromf<T>(v[0]);
-        }
-    }
-    if (tid == 0) /* the tail past the last whole pack, read by this thread in the stats */
-        for (int64_t k = np * W; k < a.V; k++)
-            drow[k] = oj_cu_fromf<T>(ce_grad<T>(oj_cu_hw_tof(row[k]), lf, g, off, gt, k == t));
-}
-
 /* Forward and backward in one pass (the cross_entropy_fused entry): the
  * row's (max, sum) as k_ce_fwd_fast (ce_row_stats; the packs staged in
  * dynamic shared memory when `stage`, else read again from global memory,
@@ -735,7 +652,7 @@ template <typename T, int TPR, bool VEC> /* two blocks of 512 per SM: <= 64 regi
 __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, TPR == 32 ? 8 : 2)
     k_ce_fused(ce_args a, bool stage) {
     typedef typename ce_pack<T, VEC>::P P;
-    constexpr int W = ce_pack<T, VEC>::W;
+    constexpr int W = ce_pack<T, VEC>::W, U = ce_unroll<T, VEC>::U;
     extern __shared__ __align__(16) unsigned char ce_smem[];
     __shared__ float shm[32], shs[32];
     SM_GEOM();
@@ -744,76 +661,74 @@ __global__ void __launch_bounds__(TPR == 32 ? 128 : TPR, TPR == 32 ? 8 : 2)
     for (int64_t n = r0; n < a.N; n += rstep) {
         const T *row = (const T *)a.x + n * a.ld;
         float m, s, sx = 0.0f;
-        ce_row_stats<T, TPR, VEC>((const P *)row, row, np, a.V, tid, st, &m, &s,
+        ce_row_stats<T, TPR, VEC>((const P *)row, np, a.V, tid, st, &m, &s,
                                   a.eps != 0.0 ? &sx : NULL);
-        ce_fused_row<T, TPR, VEC>(a, n, row, st, tid, m, s, sx, shm, shs);
-    }
-}
-
-/* 16 bytes global -> shared by cp.async (sm_80+), in this thread's
- * current group; commit closes the group, wait1 waits for all of this
- * thread's groups but the newest. */
-__device__ static __forceinline__ void ce_cp16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                     (uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
-}
-__device__ static __forceinline__ void ce_cp_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ static __forceinline__ void ce_cp_wait1() {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
-/* k_ce_fused pipelined over rows (vector rows of > 1024 classes, the
- * cross_entropy_fused entry unless OJAS_CUDA_CE_PIPE=0): blocks of 512
- * stay on their SM (grid = the resident blocks) and take rows n =
- * blockIdx.x + k gridDim.x, with two row buffers in dynamic shared memory:
- * while the block reduces row n and writes its dlogits from one buffer,
- * row n + gridDim.x arrives in the other by cp.async. (k_ce_fused keeps
- * two blocks of one row each per SM, each reading then writing; it ran at
- * 209 us, 56% of the H200's 4.0 TB/s, on gpt2's [2341, 50257 ld 50304]
- * bf16 chunks.) Each thread copies exactly the packs it then reads (packs
- * tid + TPR j, those of ce_row_stats and of the gradient loop), so its own
- * cp.async.wait_group orders them and the buffers need no barrier; the
- * row's barrier (row_ms_reduce) keeps a buffer from being refilled while a
- * thread past np still reads its last pack (ce_row_stats: loaded, not
- * used). The tail past the last whole pack and the target's logit come
- * from global memory, before the row's barrier. The arithmetic is
- * k_ce_fused's on the same values in the same order (ce_row_stats,
- * ce_fused_row): the same bits. Shared memory: 2 np packs of 16 bytes
- * (2 x 98 KiB for a 50304-class bf16 row: one block per SM). Same bytes
- * as k_ce_fused: V s read, V s written per row. */
-template <typename T>
-__global__ void __launch_bounds__(512, 1) k_ce_fused_pipe(ce_args a) {
-    typedef uint4 P;
-    constexpr int TPR = 512, W = ce_pack<T, true>::W;
-    extern __shared__ __align__(16) unsigned char ce_smem[];
-    __shared__ float shm[32], shs[32];
-    const int tid = (int)threadIdx.x;
-    const int64_t np = a.V / W;
-    P *const buf0 = (P *)ce_smem; /* buffer b: buf0 + b np */
-    int64_t n = blockIdx.x;
-    if (n < a.N) {
-        const P *src = (const P *)((const T *)a.x + n * a.ld);
-        for (int64_t p = tid; p < np; p += TPR) ce_cp16(buf0 + p, src + p);
-    }
-    ce_cp_commit();
-    for (int64_t b = 0; n < a.N; n += gridDim.x, b ^= 1) {
-        const int64_t nn = n + gridDim.x;
-        if (nn < a.N) { /* the next row, into the other buffer */
-            const P *src = (const P *)((const T *)a.x + nn * a.ld);
-            for (int64_t p = tid; p < np; p += TPR) ce_cp16(buf0 + (b ^ 1) * np + p, src + p);
+        bool counted, bad;
+        long long t = target_of(a, n, &counted, &bad);
+        /* the target's logit, read before any thread of the row writes */
+        float xt = tid == 0 && counted && !bad ? oj_cu_tof(row[t]) : 0.0f;
+        row_ms_reduce<TPR>(m, s, shm, shs);
+        if (a.eps != 0.0) sx = oj_cu_row_sumf<TPR>(sx, shm);
+        if (TPR == 32)
+            __syncwarp();
+        else
+            __syncthreads();
+        const double l = ce_lse_of(m, s);
+        if (tid == 0) {
+            double li = 0.0;
+            if (bad) {
+                atomicMin(&a.flags[0], (unsigned long long)n);
+            } else if (counted) {
+                li = (1.0 - a.eps) * (l - (double)xt);
+                if (a.eps != 0.0) li += a.eps * (l - (double)sx / (double)a.V);
+            }
+            if (counted) atomicAdd(&a.flags[1], 1ull);
+            ((float *)a.lse)[n] = (float)l;
+            ((float *)a.loss)[n] = (float)li;
         }
-        ce_cp_commit(); /* (empty past the last row: wait1 then waits for this row) */
-        ce_cp_wait1();
-        const T *row = (const T *)a.x + n * a.ld;
-        float m, s, sx = 0.0f;
-        const P *st = buf0 + b * np;
-        ce_row_stats<T, TPR, true>(st, row, np, a.V, tid, NULL, &m, &s,
-                                   a.eps != 0.0 ? &sx : NULL);
-        ce_fused_row<T, TPR, true>(a, n, row, st, tid, m, s, sx, shm, shs);
+        T *drow = (T *)a.dx + n * a.dld;
+        if (!counted || bad) {
+            float z[W];
+#pragma unroll
+            for (int k = 0; k < W; k++) z[k] = 0.0f;
+            for (int64_t p = tid; p < np; p += TPR) {
+                if constexpr (VEC)
+                    oj_cu_stv<T, W>(drow + p * W, z);
+                else
+                    drow[p] = oj_cu_fromf<T>(0.0f);
+            }
+            if (tid == 0)
+                for (int64_t k = np * W; k < a.V; k++) drow[k] = oj_cu_fromf<T>(0.0f);
+            continue;
+        }
+        const float lf = (float)l;
+        const double gd = a.scale * oj_cu_ld(a.dloss + n * a.gstride * a.ges, a.gdt);
+        const float g = (float)gd, gt = (float)(gd * (1.0 - a.eps));
+        const float off = (float)(a.eps / (double)a.V);
+        for (int64_t p0 = tid; p0 < np; p0 += (int64_t)TPR * U) {
+            P r[U];
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                int64_t p = p0 + (int64_t)TPR * j;
+                if (p < np) r[j] = st ? st[p] : ((const P *)row)[p];
+            }
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                int64_t p = p0 + (int64_t)TPR * j;
+                if (p >= np) break;
+                float v[W];
+                ce_unpack<T, VEC>(r[j], v);
+#pragma unroll
+                for (int k = 0; k < W; k++) v[k] = ce_grad<T>(v[k], lf, g, off, gt, p * W + k == t);
+                if constexpr (VEC)
+                    oj_cu_stv<T, W>(drow + p * W, v);
+                else
+                    drow[p] = oj_cu_fromf<T>(v[0]);
+            }
+        }
+        if (tid == 0) /* the tail past the last whole pack, read by this thread in the stats */
+            for (int64_t k = np * W; k < a.V; k++)
+                drow[k] = oj_cu_fromf<T>(ce_grad<T>(oj_cu_hw_tof(row[k]), lf, g, off, gt, k == t));
     }
 }
 
@@ -845,10 +760,8 @@ template <typename T> static void ce_bwd_fast_launch(const ce_args &a) {
 
 /* The fused kernel for rows of T (the same TPR and packs as
  * ce_fwd_fast_launch, so the same loss bits); rows of > 1024 classes are
- * staged in shared memory when they fit the opt-in limit: vector rows
- * whose two buffers fit it by the pipelined kernel when `pipe`
- * (k_ce_fused_pipe, the same bits), else one row per block. */
-template <typename T, bool VEC> static cudaError_t ce_fused_launch_v(const ce_args &a, bool pipe) {
+ * staged in shared memory when they fit the opt-in limit. */
+template <typename T, bool VEC> static cudaError_t ce_fused_launch_v(const ce_args &a) {
     constexpr int W = ce_pack<T, VEC>::W;
     if (a.V <= 1024) {
         k_ce_fused<T, 32, VEC><<<line_blocks((a.N + 3) / 4), 128, 0, OJ_STREAM>>>(a, false);
@@ -861,20 +774,6 @@ template <typename T, bool VEC> static cudaError_t ce_fused_launch_v(const ce_ar
         e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (e != cudaSuccess) return e;
     /* the block's static shared memory (shm, shs) comes out of the same limit */
-    if (VEC && pipe && 2 * smem + 2 * 32 * sizeof(float) <= (size_t)optin) {
-        int sms = 0, per_sm = 0;
-        e = cudaFuncSetAttribute(k_ce_fused_pipe<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)(2 * smem));
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_ce_fused_pipe<T>, 512,
-                                                              2 * smem);
-        if (e != cudaSuccess) return e;
-        int64_t resident = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
-        unsigned nb = line_blocks(a.N < resident ? a.N : resident);
-        k_ce_fused_pipe<T><<<nb, 512, 2 * smem, OJ_STREAM>>>(a);
-        return cudaSuccess;
-    }
     bool stage = smem + 2 * 32 * sizeof(float) <= (size_t)optin;
     if (stage) {
         e = cudaFuncSetAttribute(k_ce_fused<T, 512, VEC>,
@@ -884,9 +783,8 @@ template <typename T, bool VEC> static cudaError_t ce_fused_launch_v(const ce_ar
     k_ce_fused<T, 512, VEC><<<line_blocks(a.N), 512, stage ? smem : 0, OJ_STREAM>>>(a, stage);
     return cudaSuccess;
 }
-template <typename T> static cudaError_t ce_fused_launch(const ce_args &a, bool pipe) {
-    return ce_vec_ok<T>(a) ? ce_fused_launch_v<T, true>(a, pipe)
-                           : ce_fused_launch_v<T, false>(a, pipe);
+template <typename T> static cudaError_t ce_fused_launch(const ce_args &a) {
+    return ce_vec_ok<T>(a) ? ce_fused_launch_v<T, true>(a) : ce_fused_launch_v<T, false>(a);
 }
 
 static oj_status reset_flags(oj_engine *eng, const char *op) {
@@ -1032,11 +930,6 @@ oj_status oj_cuda_cross_entropy_backward(oj_engine *eng, oj_tensor *dlogits,
     return oj_cuda_check(eng, "cross_entropy_backward");
 }
 
-/* The pipelined fused kernel (k_ce_fused_pipe) by default; OJAS_CUDA_CE_PIPE=0
- * takes k_ce_fused (one row per block) for A/B runs. Not yet measured on a
- * GPU: bench_gpu_xent times the two. */
-#define CE_PIPE_DEFAULT true
-
 /* Forward + backward in one pass (k_ce_fused) when the logits take the
  * fast path; otherwise (f64, a non-f32 loss or lse, dlogits of another
  * dtype, or vector-aligned logits with a dlogits that is not) the two
@@ -1074,11 +967,11 @@ oj_status oj_cuda_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor
                 lse->dtype == OJ_F32 && dlogits->dtype == logits->dtype && a.V > 0;
     if (fast) {
         cudaError_t e = cudaSuccess;
-        bool fused = true, pipe = oj__env_flag("OJAS_CUDA_CE_PIPE", CE_PIPE_DEFAULT);
+        bool fused = true;
         OJ_CU_FLOAT_TYPE(logits->dtype, T,
                          fused = !ce_vec_ok<T>(a) ||
                                  (oj_cu_aligned16(a.dx) && ((size_t)a.dld * sizeof(T)) % 16 == 0);
-                         if (fused) e = ce_fused_launch<T>(a, pipe);
+                         if (fused) e = ce_fused_launch<T>(a);
                          else {
                              ce_fwd_fast_launch<T>(a);
                              ce_bwd_fast_launch<T>(a);
