@@ -737,6 +737,8 @@ int main(void) {
                                            cmocka_unit_test(test_decode_qloop_and_head)};
         return cmocka_run_group_tests(tests, NULL, NULL);
     }
+    /* OJAS_GPU_TEST_FILTER: a cmocka name pattern (say *qgemv*) */
+    if (getenv("OJAS_GPU_TEST_FILTER")) cmocka_set_test_filter(getenv("OJAS_GPU_TEST_FILTER"));
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_qmatmul_matches_cpu),
                                        cmocka_unit_test(test_qgemv_fast),
                                        cmocka_unit_test(test_quantized_gpt_decode),
