@@ -25,8 +25,8 @@
  * permute makes 2^23 + q a float, one add removes 2^23 and the offset),
  * each float4 of x read once for both rows of the pair and all M rows.
  * q8_0, q4_0: the value d q is exact in f32 (11 by 8 or 4 bits), so each
- * block's sum over (q_j) x_j is scaled by d once (a fused multiply-add
- * into the row's sum); q4_1, q4_k: each weight fma(d, q, m) (d q exact,
+ * block's sum of q_j x_j (q4_0: q_j - 8) is scaled by d once (a fused
+ * multiply-add into the row's sum); q4_1, q4_k: each weight fma(d, q, m) (d q exact,
  * so the CPU's d q + m rounded once); fp8: s e4m3(q) rounded per weight
  * as the CPU. The lanes are combined by a xor butterfly, a pair's parts
  * in part order. It needs row bytes a multiple of 16 (q8_0 / q4_0: K a
