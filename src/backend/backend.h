@@ -850,9 +850,10 @@ typedef struct oj_backend {
      * CPU's live in src/quant). blocks: U8 [N, row bytes] contiguous, the
      * ggml layout of qtype for rows of K elements.
      * qgemv: out [M, N] f32 = x [M, K] f32 @ W^T, 1 <= M <= 8, x and out
-     * contiguous; every weight dequantized in f32 (the formulas of
-     * oj_dequantize_row) and multiplied by x in f32, each output summed
-     * in a fixed order (the same bits on every run). qdequant: out [N, K]
+     * contiguous; x multiplied in f32 by every weight's value of
+     * oj_dequantize_row, exactly (a block's scale may be applied to its
+     * sum where d q is exact in f32: q8_0, q4_0), each output summed in an
+     * order fixed by K (the same bits on every run). qdequant: out [N, K]
      * f32 or bf16 contiguous = W (f32 values rounded once to out's
      * dtype). */
     oj_status (*qgemv)(oj_engine *eng, oj_tensor *out, const oj_tensor *x,

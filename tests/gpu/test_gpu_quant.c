@@ -1,7 +1,9 @@
 // test: quantized weights on CUDA (q8_0, q4_0, q4_1, q4_k, fp8) against the CPU:
 // the same matrix quantized on either engine dequantizes to the same bits;
 // oj_qmatmul's dequantizing GEMV (1..8 rows) within f32 summation error of
-// x @ dequantize(W)^T (f64 reference from the CPU's dequantized matrix), its
+// x @ dequantize(W)^T (f64 reference from the CPU's dequantized matrix; the
+// bandwidth kernel and its fallback on every type, M 1..8, odd N, K 32 to
+// 16384, the same bits on every run and whatever the grid), its
 // prefill path (more rows: bf16 GEMM over the dequantized matrix) within
 // bf16 rounding; a quantized GPT (gpt2 and llama, ggml's types, loaded from a GGUF file
 // written on the CPU) decodes on CUDA to the greedy tokens of the CPU's
@@ -118,6 +120,116 @@ static void test_qmatmul_matches_cpu(void **state) {
     oj_scope_end(gpu);
     assert_int_equal(oj_engine_live_tensors(gpu), 0);
     assert_int_equal(oj_engine_live_tensors(cpu), 0);
+    oj_engine_free(gpu);
+    oj_engine_free(cpu);
+}
+
+/* x [m, K] @ dequantize(W)^T on a FAST engine (the bandwidth GEMV,
+ * k_qgemv_fast, where the rows are whole 16-byte chunks; else k_qgemv)
+ * into y; NULL-safe: fails the test with the engine's error. */
+static void qgemv_run(oj_engine *gpu, oj_qtensor *q, const float *x, int64_t m, int64_t K,
+                      float *y, int64_t N) {
+    oj_scope_begin(gpu);
+    oj_tensor *xt = oj_from_host(gpu, 2, (int64_t[]){m, K}, OJ_F32, x, sizeof(float) * (size_t)(m * K));
+    oj_tensor *yt = xt ? oj_qmatmul(xt, q) : NULL;
+    if (yt == NULL) fail_msg("%s K %lld M %lld: %s", oj_qtype_name(oj_qtensor_type(q)), (long long)K,
+                             (long long)m, oj_last_error(gpu));
+    assert_int_equal(oj_to_host(yt, y, sizeof(float) * (size_t)(m * N)), OJ_OK);
+    oj_scope_end(gpu);
+}
+
+/* The dequantizing GEMV on every type, M 1..8, odd N, K the smallest of
+ * the type (32, fp8 and k_qgemv's q8_0 / q4_0 / q4_1; 256 for q4_k),
+ * 256, 2048 and 16384 (x staged in shared memory at M 1, read through L1
+ * at M 8), against the f64 product over the CPU's dequantized matrix:
+ * |y - ref| <= (K / 32 + 48) 2^-24 sum |x w| (a block's 32 fused
+ * multiply-adds, the lane's blocks, the scale's fma, 5 butterfly steps and
+ * up to 8 parts: K / 32 + 47 roundings deep at most). The fast kernel's
+ * bits are the same on every run and with 3 blocks walking all the tiles
+ * (OJAS_CUDA_QGEMV_GRID=3: the order is fixed by K, not the grid); they
+ * differ from k_qgemv's (OJAS_CUDA_QGEMV_FAST=0) somewhere for each type
+ * (the new kernel ran), and EXACT numerics gives k_qgemv's bits. */
+static void test_qgemv_fast(void **state) {
+    (void)state;
+    oj_engine *cpu = gpu_test_engine(false, false, OJ_NUMERICS_FAST, 0);
+    oj_engine *gpu = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 0);
+    oj_engine *gex = gpu_test_engine(true, false, OJ_NUMERICS_EXACT, 0);
+    const int64_t Ks[] = {32, 256, 2048, 16384}, Ns[] = {67, 1001, 333, 37};
+    for (int ti = 0; ti < NTYPES; ti++) {
+        const oj_qtype t = all_types[ti];
+        bool differs = false;
+        for (int ki = 0; ki < 4; ki++) {
+            const int64_t K = Ks[ki], N = Ns[ki];
+            if (K % oj_qtype_block_elems(t)) continue;
+            float *w = malloc(sizeof(float) * (size_t)(N * K)), *wd = malloc(sizeof(float) * (size_t)(N * K));
+            float *x = malloc(sizeof(float) * (size_t)(8 * K));
+            float *y = malloc(sizeof(float) * (size_t)(8 * N)), *y2 = malloc(sizeof(float) * (size_t)(8 * N));
+            assert_true(w && wd && x && y && y2);
+            qt_fill(w, N * K, 21 + (uint32_t)ki, 0.05f);
+            qt_fill(x, 8 * K, 31 + (uint32_t)ki, 1.5f);
+            oj_scope_begin(cpu);
+            oj_qtensor *qc = oj_quantize(oj_from_host(cpu, 2, (int64_t[]){N, K}, OJ_F32, w, sizeof(float) * (size_t)(N * K)), t);
+            assert_non_null(qc);
+            assert_int_equal(oj_to_host(oj_dequantize(qc), wd, sizeof(float) * (size_t)(N * K)), OJ_OK);
+            oj_qtensor *qg = oj_qtensor_from_blocks(gpu, t, N, K, oj_qtensor_data(qc), oj_qtensor_nbytes(qc));
+            oj_qtensor *qe = oj_qtensor_from_blocks(gex, t, N, K, oj_qtensor_data(qc), oj_qtensor_nbytes(qc));
+            assert_non_null(qg);
+            assert_non_null(qe);
+            for (int64_t m = 1; m <= 8; m++) {
+                qgemv_run(gpu, qg, x, m, K, y, N);
+                for (int64_t r = 0; r < m; r++)
+                    for (int64_t i = 0; i < N; i++) {
+                        double ref = 0, absxw = 0;
+                        for (int64_t j = 0; j < K; j++) {
+                            ref += (double)x[r * K + j] * wd[i * K + j];
+                            absxw += fabs((double)x[r * K + j] * wd[i * K + j]);
+                        }
+                        const double bound = (double)(K / 32 + 48) * ldexp(1, -24) * absxw;
+                        const double e = fabs(y[r * N + i] - ref);
+                        if (!(e <= bound))
+                            fail_msg("%s K %lld N %lld M %lld: y[%lld, %lld] = %.9g, reference %.9g, "
+                                     "error %g > %g", oj_qtype_name(t), (long long)K, (long long)N,
+                                     (long long)m, (long long)r, (long long)i, y[r * N + i], ref, e, bound);
+                    }
+                const size_t nb = sizeof(float) * (size_t)(m * N);
+                qgemv_run(gpu, qg, x, m, K, y2, N);
+                if (memcmp(y, y2, nb) != 0)
+                    fail_msg("%s K %lld M %lld: two runs differ", oj_qtype_name(t), (long long)K, (long long)m);
+                setenv("OJAS_CUDA_QGEMV_GRID", "3", 1);
+                qgemv_run(gpu, qg, x, m, K, y2, N);
+                unsetenv("OJAS_CUDA_QGEMV_GRID");
+                if (memcmp(y, y2, nb) != 0)
+                    fail_msg("%s K %lld M %lld: 3 blocks give other bits", oj_qtype_name(t), (long long)K,
+                             (long long)m);
+                setenv("OJAS_CUDA_QGEMV_FAST", "0", 1);
+                qgemv_run(gpu, qg, x, m, K, y2, N);
+                unsetenv("OJAS_CUDA_QGEMV_FAST");
+                differs = differs || memcmp(y, y2, nb) != 0;
+                float *y3 = malloc(nb);
+                assert_non_null(y3);
+                qgemv_run(gex, qe, x, m, K, y3, N);
+                if (memcmp(y3, y2, nb) != 0)
+                    fail_msg("%s K %lld M %lld: EXACT's bits are not k_qgemv's", oj_qtype_name(t),
+                             (long long)K, (long long)m);
+                free(y3);
+            }
+            oj_qtensor_free(qe);
+            oj_qtensor_free(qg);
+            oj_qtensor_free(qc);
+            oj_scope_end(cpu);
+            free(w);
+            free(wd);
+            free(x);
+            free(y);
+            free(y2);
+        }
+        if (!differs) fail_msg("%s: k_qgemv_fast gave k_qgemv's bits everywhere (did it run?)", oj_qtype_name(t));
+        print_message("%s: qgemv within (K / 32 + 48) 2^-24 sum |x w| of f64 at K 32..16384, M 1..8\n",
+                      oj_qtype_name(t));
+    }
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    assert_int_equal(oj_engine_live_tensors(gex), 0);
+    oj_engine_free(gex);
     oj_engine_free(gpu);
     oj_engine_free(cpu);
 }
@@ -625,7 +737,10 @@ int main(void) {
                                            cmocka_unit_test(test_decode_qloop_and_head)};
         return cmocka_run_group_tests(tests, NULL, NULL);
     }
+    /* OJAS_GPU_TEST_FILTER: a cmocka name pattern (say *qgemv*) */
+    if (getenv("OJAS_GPU_TEST_FILTER")) cmocka_set_test_filter(getenv("OJAS_GPU_TEST_FILTER"));
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_qmatmul_matches_cpu),
+                                       cmocka_unit_test(test_qgemv_fast),
                                        cmocka_unit_test(test_quantized_gpt_decode),
                                        cmocka_unit_test(test_decode_qlinear_entry),
                                        cmocka_unit_test(test_decode_qloop_and_head),

@@ -4,19 +4,46 @@
  * with one f32 scale a row, converted by the hardware: sm_89 and later).
  *
  * qgemv, batch-1 (to 8 rows) decode: the dequantization is the GEMV's
- * prologue. One warp per output row n, four per 128-thread block, grid
- * ceil(N / 4); lane l takes the blocks of 32 l, l + 32, ... of W's row n,
- * dequantizes each block's 32 weights in registers (f32, the formulas of
- * oj_dequantize_row) and adds w * x for each of the M rows of x in f32 in
- * element order; the 32 lanes' sums are combined by a xor butterfly. The
- * weight is read once for all M rows; x (M K f32, at most 8 rows) is
- * served by L1/L2. The order of every sum is fixed by (K): the same bits
- * on every run, no atomics. Unlike the CPU's kernels x is not rounded to
- * int8, so the result is the dequantize-then-matmul product up to f32
- * summation order.
+ * prologue. Two kernels; each sums in an order fixed by (K) (and the
+ * kernel), the same bits on every run, no atomics, and multiplies x by
+ * the CPU's dequantized values exactly (oj_dequantize_row's). Unlike the
+ * CPU's kernels x is not rounded to int8: the result is the
+ * dequantize-then-matmul product up to f32 summation.
  *
- * The dequantized values are the CPU's bit for bit (products and sums
- * rounded apart, no fused multiply-add).
+ * k_qgemv_fast (FAST numerics, on unless OJAS_CUDA_QGEMV_FAST=0), built
+ * for HBM bandwidth: 256 threads a block, persistent blocks (as many as
+ * fit an SM, times the SMs) walking tiles of TR rows (TR a power of two,
+ * 2..32, TR row bytes <= 16 KB). A tile is one contiguous 16-byte aligned
+ * span, copied to shared memory by cp.async in 16-byte chunks, coalesced,
+ * three tiles in flight (a ring of three stages); x (M rows) is staged
+ * once a block in shared memory as 36 floats a block of 32 (lane-
+ * consecutive blocks then read without bank conflicts), or read through
+ * L1 when M K is too large (> 96 KB staged). In a tile, rows go by pairs
+ * to the 8 warps (a pair to 8 / pairs warps, or two pairs to a warp at TR
+ * 32); lane l of a pair's part p takes the blocks of 32 p 32 + l, + 32
+ * parts, ...; each block's quants are unpacked from 32-bit words (a byte
+ * permute makes 2^23 + q a float, one add removes 2^23 and the offset),
+ * each float4 of x read once for both rows of the pair and all M rows.
+ * q8_0, q4_0: the value d q is exact in f32 (11 by 8 or 4 bits), so each
+ * block's sum of q_j x_j (q4_0: q_j - 8) is scaled by d once (a fused
+ * multiply-add into the row's sum); q4_1, q4_k: each weight fma(d, q, m) (d q exact,
+ * so the CPU's d q + m rounded once); fp8: s e4m3(q) rounded per weight
+ * as the CPU. The lanes are combined by a xor butterfly, a pair's parts
+ * in part order. It needs row bytes a multiple of 16 (q8_0 / q4_0: K a
+ * multiple of 256, q4_1: of 128; q4_k and fp8 always) and 16-byte aligned
+ * pointers; other shapes, EXACT numerics and OJAS_CUDA_QGEMV_FAST=0 take
+ * k_qgemv below.
+ *
+ * k_qgemv (the fallback): one warp per output row n, four per 128-thread
+ * block, grid ceil(N / 4); lane l takes the blocks of 32 l, l + 32, ...
+ * of W's row n, dequantizes each block's 32 weights in registers (f32,
+ * the formulas of oj_dequantize_row) and adds w * x for each of the M
+ * rows of x in f32 in element order; the 32 lanes' sums are combined by a
+ * xor butterfly. The weight is read once for all M rows; x (M K f32, at
+ * most 8 rows) is served by L1/L2.
+ *
+ * deq_block's values (k_qgemv, qdequant) are the CPU's bit for bit
+ * (products and sums rounded apart, no fused multiply-add).
  *
  * qdequant: one thread per block of 32 (row n, block b) writes its 32
  * values, rounded once to f32 or bf16 (prefill: oj_qmatmul multiplies by
@@ -26,6 +53,7 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_q4k.cuh"
+#include "core/env.h"
 
 /* oj_qtype's numbers (ojas/quant.h is C; the values are its ABI). */
 enum { QK_Q8_0 = 0, QK_Q4_0 = 1, QK_Q4_1 = 2, QK_Q4_K = 3, QK_FP8 = 4 };
@@ -133,6 +161,306 @@ static void launch_qgemv(int64_t M, float *out, const float *x, const uint8_t *w
 #undef QG_CASE
 }
 
+/* ------------------------------------------------ k_qgemv_fast (FAST numerics) */
+#define QF_THREADS 256
+#define QF_WARPS (QF_THREADS / 32)
+#define QF_STAGES 3                  /* tiles in flight a block */
+#define QF_TILE (16 * 1024)          /* bytes of a tile, at most (but 2 rows at least) */
+#define QF_MAX_TR 32                 /* rows of a tile, at most */
+#define QF_XPAD 36                   /* floats of shared memory a block of 32 of x */
+#define QF_XS_MAX (96 * 1024)        /* x staged in shared memory up to these bytes */
+#define QF_SMEM_MAX (200 * 1024)     /* a block's shared memory, at most */
+#define QF_RED (QF_MAX_TR * QG_MAX_M) /* floats of the pairs' partial sums */
+
+static __device__ __forceinline__ void qf_cp16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void qf_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int NP> static __device__ __forceinline__ void qf_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(NP) : "memory");
+}
+
+/* NW 32-bit words of shared memory from p, which is 2-byte aligned (the
+ * word-aligned words around it, funnel-shifted; the one past the end read
+ * only when p is not 4-byte aligned). */
+template <int NW> static __device__ __forceinline__ void qf_words(const uint8_t *p, unsigned *o) {
+    const unsigned sh = ((unsigned)(uintptr_t)p & 2u) * 8u;
+    const unsigned *a = (const unsigned *)((uintptr_t)p & ~(uintptr_t)3);
+    unsigned v[NW + 1];
+#pragma unroll
+    for (int i = 0; i < NW; i++) v[i] = a[i];
+    v[NW] = sh ? a[NW] : 0u;
+#pragma unroll
+    for (int i = 0; i < NW; i++) o[i] = __funnelshift_r(v[i], v[i + 1], sh);
+}
+
+/* Byte k of u (0..255) as a float (2^23 + u, less bias): exact. */
+template <int BIAS> static __device__ __forceinline__ float qf_b2f(unsigned u, int k) {
+    return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u + (unsigned)k)) - (8388608.0f + BIAS);
+}
+
+/* One row's block b (of 32) in a tile, unpacked: words of quants (4 for
+ * the q4 types, 8 for q8_0 and fp8 bytes), the scale d and the min m. */
+template <int T> struct qf_blk {
+    unsigned q[(T == QK_Q8_0 || T == QK_FP8 || T == QK_Q4_K) ? 8 : 4];
+    float d, m;
+    int sh;
+};
+
+template <int T>
+static __device__ __forceinline__ void qf_load(const uint8_t *row, int b, qf_blk<T> &k) {
+    if (T == QK_Q8_0) {
+        const uint8_t *p = row + 34 * b;
+        k.d = __half2float(__ushort_as_half(*(const unsigned short *)p));
+        qf_words<8>(p + 2, k.q);
+    } else if (T == QK_Q4_0) {
+        const uint8_t *p = row + 18 * b;
+        k.d = __half2float(__ushort_as_half(*(const unsigned short *)p));
+        qf_words<4>(p + 2, k.q);
+    } else if (T == QK_Q4_1) {
+        const unsigned *p = (const unsigned *)(row + 20 * b);
+        const unsigned h = p[0];
+        k.d = __half2float(__ushort_as_half((unsigned short)(h & 0xffffu)));
+        k.m = __half2float(__ushort_as_half((unsigned short)(h >> 16)));
+#pragma unroll
+        for (int i = 0; i < 4; i++) k.q[i] = p[1 + i];
+    } else if (T == QK_Q4_K) { /* sub-block s of super-block b / 8 */
+        const uint8_t *p = row + 144 * (b >> 3);
+        const int s = b & 7;
+        const uint4 h = *(const uint4 *)p;
+        int ls, lm;
+        q4k_scale_min_w(h.y, h.z, h.w, s, &ls, &lm);
+        k.d = __half2float(__ushort_as_half((unsigned short)(h.x & 0xffffu))) * (float)ls;
+        k.m = __half2float(__ushort_as_half((unsigned short)(h.x >> 16))) * (float)lm;
+        const uint4 *q = (const uint4 *)(p + 16 + 32 * (s >> 1));
+        const uint4 q0 = q[0], q1 = q[1];
+        k.q[0] = q0.x, k.q[1] = q0.y, k.q[2] = q0.z, k.q[3] = q0.w;
+        k.q[4] = q1.x, k.q[5] = q1.y, k.q[6] = q1.z, k.q[7] = q1.w;
+        k.sh = 4 * (s & 1);
+    } else { /* fp8: the row's scale, then 32 bytes */
+        k.d = *(const float *)row;
+        const uint4 *q = (const uint4 *)(row + 16 + 32 * b);
+        const uint4 q0 = q[0], q1 = q[1];
+        k.q[0] = q0.x, k.q[1] = q0.y, k.q[2] = q0.z, k.q[3] = q0.w;
+        k.q[4] = q1.x, k.q[5] = q1.y, k.q[6] = q1.z, k.q[7] = q1.w;
+    }
+}
+
+/* Elements 4 i .. 4 i + 3 of block k: q8_0 / q4_0 the quants (q, q - 8:
+ * the values over d), q4_1 / q4_k / fp8 the values themselves (the CPU's
+ * bits). */
+template <int T>
+static __device__ __forceinline__ void qf_four(const qf_blk<T> &k, int i, float *w) {
+    if (T == QK_FP8) {
+        const unsigned u = k.q[i];
+        const __half2 lo = __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u & 0xffffu), __NV_E4M3));
+        const __half2 hi = __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u >> 16), __NV_E4M3));
+        w[0] = __fmul_rn(k.d, __low2float(lo));
+        w[1] = __fmul_rn(k.d, __high2float(lo));
+        w[2] = __fmul_rn(k.d, __low2float(hi));
+        w[3] = __fmul_rn(k.d, __high2float(hi));
+        return;
+    }
+    unsigned u;
+    if (T == QK_Q8_0) u = k.q[i] ^ 0x80808080u;
+    else if (T == QK_Q4_K) u = (k.q[i] >> k.sh) & 0x0F0F0F0Fu;
+    else u = (i < 4 ? k.q[i] : k.q[i - 4] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (T == QK_Q8_0) w[j] = qf_b2f<128>(u, j);
+        else if (T == QK_Q4_0) w[j] = qf_b2f<8>(u, j);
+        else if (T == QK_Q4_1) w[j] = fmaf(k.d, qf_b2f<0>(u, j), k.m);
+        else w[j] = fmaf(k.d, qf_b2f<0>(u, j), -k.m);
+    }
+}
+
+/* x's float4 i of block b, row m: staged (XS, [M][K / 32][QF_XPAD]) or
+ * from global memory ([M][K]). */
+template <bool XS>
+static __device__ __forceinline__ float4 qf_x4(const float *xs, const float *x, int nb, int K,
+                                               int m, int b, int i) {
+    if (XS) return ((const float4 *)(xs + ((size_t)m * nb + b) * QF_XPAD))[i];
+    return __ldg((const float4 *)(x + (size_t)m * K + (size_t)b * 32) + i);
+}
+
+// W blocks (N, rb) f32 x (M, K) -> out (M, N); tr rows a tile (see the file's head)
+template <int T, int M, bool XS>
+__global__ void __launch_bounds__(QF_THREADS)
+    k_qgemv_fast(float *out, const float *__restrict__ x, const uint8_t *__restrict__ w,
+                 int64_t N, int K, int rb, int tr) {
+    extern __shared__ __align__(16) uint8_t qf_sm[];
+    constexpr bool FACT = T == QK_Q8_0 || T == QK_Q4_0; /* d applied once a block */
+    const int nb = K / 32, tile = tr * rb;
+    float *xs = (float *)(qf_sm + (size_t)QF_STAGES * tile);
+    float *red = XS ? xs + (size_t)M * nb * QF_XPAD : xs;
+    const int P = tr / 2, WP = P < QF_WARPS ? QF_WARPS / P : 1, PPW = P > QF_WARPS ? P / QF_WARPS : 1;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t ntiles = (N + tr - 1) / tr;
+
+    if (XS) { /* x in the first group of copies: 16-byte chunk c of row m to its padded place */
+        const int per = K / 4;
+        for (int c = threadIdx.x; c < M * per; c += QF_THREADS) {
+            const int m = c / per, e = c - m * per;
+            qf_cp16(xs + ((size_t)m * nb + e / 8) * QF_XPAD + 4 * (e % 8), x + (size_t)m * K + 4 * e);
+        }
+    }
+    auto issue = [&](int64_t t, int stage) {
+        if (t < ntiles) {
+            const int64_t row0 = t * tr;
+            const int rows = (int)(N - row0 < tr ? N - row0 : tr);
+            const uint8_t *src = w + row0 * rb;
+            uint8_t *dst = qf_sm + (size_t)stage * tile;
+            for (int c = threadIdx.x; c < rows * rb / 16; c += QF_THREADS)
+                qf_cp16(dst + 16 * c, src + 16 * c);
+        }
+        qf_commit(); /* empty past the last tile: the wait below counts groups */
+    };
+#pragma unroll
+    for (int s = 0; s < QF_STAGES - 1; s++) issue(blockIdx.x + (int64_t)s * gridDim.x, s);
+
+    int stage = 0;
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        qf_wait<QF_STAGES - 2>(); /* this thread's copies of tile t (and x) landed */
+        __syncthreads();          /* everyone's; and the stage refilled below is free */
+        issue(t + (int64_t)(QF_STAGES - 1) * gridDim.x, (stage + QF_STAGES - 1) % QF_STAGES);
+        const uint8_t *tb = qf_sm + (size_t)stage * tile;
+        const int64_t row0 = t * tr;
+        const int rows = (int)(N - row0 < tr ? N - row0 : tr);
+        for (int pp = 0; pp < PPW; pp++) {
+            const int pair = P <= QF_WARPS ? warp / WP : warp + QF_WARPS * pp;
+            const int part = P <= QF_WARPS ? warp % WP : 0;
+            float acc[2][M];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
+            if (2 * pair < rows) { /* the same for the whole warp */
+                const uint8_t *r0 = tb + (size_t)(2 * pair) * rb;
+                const uint8_t *r1 = 2 * pair + 1 < rows ? r0 + rb : r0;
+                for (int b = part * 32 + lane; b < nb; b += WP * 32) {
+                    qf_blk<T> k0, k1;
+                    qf_load<T>(r0, b, k0);
+                    qf_load<T>(r1, b, k1);
+                    float s[2][M];
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int m = 0; m < M; m++) s[r][m] = FACT ? 0.0f : acc[r][m];
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        float w0[4], w1[4];
+                        qf_four<T>(k0, i, w0);
+                        qf_four<T>(k1, i, w1);
+#pragma unroll
+                        for (int m = 0; m < M; m++) {
+                            const float4 xv = qf_x4<XS>(xs, x, nb, K, m, b, i);
+                            s[0][m] = fmaf(w0[0], xv.x, s[0][m]);
+                            s[0][m] = fmaf(w0[1], xv.y, s[0][m]);
+                            s[0][m] = fmaf(w0[2], xv.z, s[0][m]);
+                            s[0][m] = fmaf(w0[3], xv.w, s[0][m]);
+                            s[1][m] = fmaf(w1[0], xv.x, s[1][m]);
+                            s[1][m] = fmaf(w1[1], xv.y, s[1][m]);
+                            s[1][m] = fmaf(w1[2], xv.z, s[1][m]);
+                            s[1][m] = fmaf(w1[3], xv.w, s[1][m]);
+                        }
+                    }
+#pragma unroll
+                    for (int m = 0; m < M; m++) {
+                        acc[0][m] = FACT ? fmaf(k0.d, s[0][m], acc[0][m]) : s[0][m];
+                        acc[1][m] = FACT ? fmaf(k1.d, s[1][m], acc[1][m]) : s[1][m];
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int m = 0; m < M; m++) {
+                    float a = acc[r][m];
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+                    if (lane == 0) red[((pair * WP + part) * 2 + r) * M + m] = a;
+                }
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < rows * M) { /* row r of the tile, x's row m: the parts in order */
+            const int r = (int)threadIdx.x / M, m = (int)threadIdx.x % M;
+            const float *p = red + ((r / 2) * WP * 2 + (r & 1)) * M + m;
+            float a = p[0];
+            for (int q = 1; q < WP; q++) a += p[q * 2 * M];
+            out[(int64_t)m * N + row0 + r] = a;
+        }
+        stage = stage + 1 == QF_STAGES ? 0 : stage + 1;
+    }
+    qf_wait<0>(); /* no copy outlives the block */
+}
+
+/* The tile and shared memory of k_qgemv_fast for (M, K, row bytes rb);
+ * false where it does not apply (rb not whole 16-byte chunks, too large). */
+struct qf_plan {
+    int tr;
+    bool xs;
+    size_t smem;
+};
+static bool qf_make_plan(int64_t M, int64_t K, size_t rb, qf_plan *p) {
+    if (rb % 16 != 0 || K > (1 << 24)) return false;
+    int tr = QF_MAX_TR;
+    while (tr > 2 && (size_t)tr * rb > QF_TILE) tr /= 2;
+    const size_t tiles = (size_t)QF_STAGES * tr * rb, red = QF_RED * sizeof(float);
+    const size_t xb = (size_t)M * (size_t)(K / 32) * QF_XPAD * sizeof(float);
+    p->tr = tr;
+    p->xs = xb <= QF_XS_MAX && tiles + xb + red <= QF_SMEM_MAX;
+    p->smem = tiles + (p->xs ? xb : 0) + red;
+    return p->smem <= QF_SMEM_MAX;
+}
+
+/* Launch k_qgemv_fast<T, M, XS>: as many blocks as are resident at once
+ * (occupancy at this shared memory, times the SMs), at most one a tile;
+ * the sums' order does not depend on the grid. */
+template <int T, int M, bool XS>
+static cudaError_t qf_launch(float *out, const float *x, const uint8_t *w, int64_t N, int64_t K,
+                             size_t rb, const qf_plan &p) {
+    static int occ = -1;
+    static size_t occ_smem = 0;
+    int dev = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess && p.smem > 48 * 1024)
+        e = cudaFuncSetAttribute(k_qgemv_fast<T, M, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)p.smem);
+    if (e == cudaSuccess && (occ < 0 || occ_smem != p.smem)) {
+        int o = 0;
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, k_qgemv_fast<T, M, XS>, QF_THREADS,
+                                                          p.smem);
+        occ = o > 0 ? o : 1, occ_smem = p.smem;
+    }
+    if (e != cudaSuccess) return e;
+    const int64_t tiles = (N + p.tr - 1) / p.tr;
+    int64_t resident = (int64_t)occ * sms;
+    /* OJAS_CUDA_QGEMV_GRID=n caps the blocks (tests: many tiles a block) */
+    const char *cap = getenv("OJAS_CUDA_QGEMV_GRID");
+    if (cap && atoi(cap) > 0 && atoi(cap) < resident) resident = atoi(cap);
+    const unsigned grid = (unsigned)(tiles < resident ? tiles : resident);
+    k_qgemv_fast<T, M, XS><<<grid, QF_THREADS, p.smem, OJ_STREAM>>>(out, x, w, N, (int)K, (int)rb, p.tr);
+    return cudaSuccess;
+}
+
+template <int T>
+static cudaError_t qf_launch_m(int64_t M, float *out, const float *x, const uint8_t *w, int64_t N,
+                               int64_t K, size_t rb, const qf_plan &p) {
+#define QF_CASE(MM)                                                                  \
+    case MM:                                                                         \
+        return p.xs ? qf_launch<T, MM, true>(out, x, w, N, K, rb, p)                 \
+                    : qf_launch<T, MM, false>(out, x, w, N, K, rb, p)
+    switch (M) {
+        QF_CASE(1); QF_CASE(2); QF_CASE(3); QF_CASE(4);
+        QF_CASE(5); QF_CASE(6); QF_CASE(7); default: QF_CASE(8);
+    }
+#undef QF_CASE
+}
+
 static bool qtype_ok(oj_engine *eng, int qtype, const char *op) {
     if (qtype >= QK_Q8_0 && qtype <= QK_FP8) return true;
     oj_set_error(eng, OJ_ERR_INTERNAL, "%s: quantized type %d has no CUDA kernel", op, qtype);
@@ -158,6 +486,20 @@ oj_status oj_cuda_qgemv(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
     float *o = (float *)oj_cuda_ptr(out);
     const float *xp = (const float *)oj_cuda_ptr(x);
     const uint8_t *w = (const uint8_t *)oj_cuda_ptr(blocks);
+    qf_plan plan;
+    if (eng->numerics == OJ_NUMERICS_FAST && oj__env_flag("OJAS_CUDA_QGEMV_FAST", true) &&
+        oj_cu_aligned16(w) && qf_make_plan(M, K, rb, &plan)) {
+        cudaError_t e;
+        switch (qtype) {
+        case QK_Q8_0: e = qf_launch_m<QK_Q8_0>(M, o, xp, w, N, K, rb, plan); break;
+        case QK_Q4_0: e = qf_launch_m<QK_Q4_0>(M, o, xp, w, N, K, rb, plan); break;
+        case QK_Q4_1: e = qf_launch_m<QK_Q4_1>(M, o, xp, w, N, K, rb, plan); break;
+        case QK_FP8: e = qf_launch_m<QK_FP8>(M, o, xp, w, N, K, rb, plan); break;
+        default: e = qf_launch_m<QK_Q4_K>(M, o, xp, w, N, K, rb, plan); break;
+        }
+        if (e != cudaSuccess) return oj_cuda_fail(eng, e, "qgemv_fast (launch set-up)");
+        return oj_cuda_check(eng, "qgemv_fast");
+    }
     switch (qtype) {
     case QK_Q8_0: launch_qgemv<QK_Q8_0>(M, o, xp, w, N, K, rb); break;
     case QK_Q4_0: launch_qgemv<QK_Q4_0>(M, o, xp, w, N, K, rb); break;
