@@ -3231,6 +3231,17 @@ static void test_col_sum(void **state) {
     gpu = save_g;
 }
 
+/* The operands after the input of a layer over f32 master weights, drawn
+ * in this order: W f32 in [-0.3, 0.3], [N, K] ([out, in]), or [K, N] with
+ * conv1d (a Conv1D's [in, out] leaf, seen transposed); b [N] f32 in
+ * [-0.1, 0.1]; r [R, N] bf16 in [-1, 1], the loss's weights (sum(y * r)). */
+static void master_operands(int64_t R, int64_t K, int64_t N, bool conv1d, pr *w, pr *b, pr *r) {
+    *w = conv1d ? rnd(2, (int64_t[2]){K, N}, OJ_F32, -0.3, 0.3)
+                : rnd(2, (int64_t[2]){N, K}, OJ_F32, -0.3, 0.3);
+    *b = rnd(1, (int64_t[1]){N}, OJ_F32, -0.1, 0.1);
+    *r = rnd(2, (int64_t[2]){R, N}, OJ_BF16, -1, 1);
+}
+
 /* Under FAST bf16 autocast a linear (or gelu_linear) over f32 W [out, in]
  * or a Conv1D's [in, out] seen transposed, and f32 b: the GPU's dW from the
  * GEMM's f32 sums in the weight's layout and db from col_sum, against the
@@ -3242,11 +3253,8 @@ static void one_linear_master(int64_t R, int64_t K, int64_t N, bool conv1d, bool
     snprintf(what, sizeof what, "linear over f32 W%s%s rows %lld in %lld out %lld",
              conv1d ? " [in, out]" : "", act ? " (gelu_linear)" : "", (long long)R, (long long)K,
              (long long)N);
-    pr x = rnd(2, (int64_t[2]){R, K}, OJ_F32, -1, 1);
-    pr wl = conv1d ? rnd(2, (int64_t[2]){K, N}, OJ_F32, -0.3, 0.3)
-                   : rnd(2, (int64_t[2]){N, K}, OJ_F32, -0.3, 0.3);
-    pr b = rnd(1, (int64_t[1]){N}, OJ_F32, -0.1, 0.1);
-    pr r = rnd(2, (int64_t[2]){R, N}, OJ_BF16, -1, 1);
+    pr x = rnd(2, (int64_t[2]){R, K}, OJ_F32, -1, 1), wl, b, r;
+    master_operands(R, K, N, conv1d, &wl, &b, &r);
     pr loss;
     for (int sd = 0; sd < 2; sd++) {
         oj_engine *e = sd ? gpu : cpu;
@@ -3306,11 +3314,8 @@ static void one_swiglu_master(int64_t R, int64_t F, int64_t O, bool conv1d, bool
     snprintf(what, sizeof what, "swiglu_linear over f32 W%s%s rows %lld F %lld out %lld",
              conv1d ? " [in, out]" : "", bias ? " + b" : "", (long long)R, (long long)F,
              (long long)O);
-    pr gu0 = rnd(2, (int64_t[2]){R, 2 * F}, OJ_BF16, -3, 3);
-    pr w0 = conv1d ? rnd(2, (int64_t[2]){F, O}, OJ_F32, -0.3, 0.3)
-                   : rnd(2, (int64_t[2]){O, F}, OJ_F32, -0.3, 0.3);
-    pr b0 = rnd(1, (int64_t[1]){O}, OJ_F32, -0.1, 0.1);
-    pr r = rnd(2, (int64_t[2]){R, O}, OJ_BF16, -1, 1);
+    pr gu0 = rnd(2, (int64_t[2]){R, 2 * F}, OJ_BF16, -3, 3), w0, b0, r;
+    master_operands(R, F, O, conv1d, &w0, &b0, &r);
     oj_tensor *dgu[4], *dw[4], *db[4] = {NULL, NULL, NULL, NULL};
     const int runs = gpu->backend->swiglu_backward_p ? 4 : 3;
     for (int k = 0; k < runs; k++) { /* 0: the CPU, 1: the GPU, 2: its recompute, 3: bf16 dW */

@@ -24,6 +24,7 @@
 #include "ojas/ojas.h"
 #include "train/train_internal.h"
 #include "../unit/optim_gate_testutil.h"
+#include "../unit/wcopy_testutil.h"
 
 #define N_STEPS 6
 
@@ -55,10 +56,10 @@ static oj_train_config gpu_config(const char *dir, const char *model, bool bf16,
 }
 
 /* Train 6 steps; the log and every parameter's values (f32) into *params;
- * *proven (if not NULL): the optimizer's steps whose check pass its bounds
- * made unnecessary. */
-static void train_proven(const oj_train_config *c, const char *out, step_log *r, float **params,
-                         int64_t *n, int64_t *proven) {
+ * *proven: the optimizer's steps whose check pass its bounds made
+ * unnecessary. */
+static void train(const oj_train_config *c, const char *out, step_log *r, float **params,
+                  int64_t *n, int64_t *proven) {
     oj_train_options o = {.out_dir = out, .on_metrics = on_metrics, .ctx = r};
     oj_trainer *t = NULL;
     oj_error err = {0};
@@ -78,44 +79,77 @@ static void train_proven(const oj_train_config *c, const char *out, step_log *r,
         assert_int_equal(oj_to_host(sd.tensors[i], p + at, (size_t)k * sizeof *p), OJ_OK);
         at += k;
     }
-    if (proven) *proven = t->optim->checks_proven;
+    *proven = t->optim->checks_proven;
     oj_trainer_free(t);
     *params = p;
     *n = total;
 }
 
-static void train(const oj_train_config *c, const char *out, step_log *r, float **params,
-                  int64_t *n) {
-    train_proven(c, out, r, params, n, NULL);
+/* Two training runs over one data directory: each run's log, parameters
+ * (f32, malloc'd, freed by pair_free), their count and proven check
+ * passes (train). */
+typedef struct {
+    char dir[256];
+    step_log log[2];
+    float *p[2];
+    int64_t n[2], proven[2];
+} run_pair;
+
+/* A fresh temporary directory holding tt_write_shards' data (3000
+ * training tokens, 200 validation), for configs made from r->dir. */
+static void pair_data(run_pair *r) {
+    memset(r, 0, sizeof *r);
+    assert_int_equal(tt_tmpdir(r->dir, sizeof r->dir), 0);
+    assert_int_equal(tt_write_shards(r->dir, 3000, 200), 0);
+}
+
+/* Trains c0 into dir/name0, then c1 into dir/name1; removes the directory. */
+static void pair_train(run_pair *r, const oj_train_config *c0, const char *name0,
+                       const oj_train_config *c1, const char *name1) {
+    const oj_train_config *c[2] = {c0, c1};
+    const char *name[2] = {name0, name1};
+    for (int k = 0; k < 2; k++) {
+        char out[300];
+        snprintf(out, sizeof out, "%s/%s", r->dir, name[k]);
+        train(c[k], out, &r->log[k], &r->p[k], &r->n[k], &r->proven[k]);
+    }
+    tt_rmdir(r->dir);
+}
+
+/* The two runs' losses, gradient norms and validation losses: the same bits. */
+static void assert_same_logs(const run_pair *r) {
+    assert_memory_equal(r->log[0].loss, r->log[1].loss, sizeof r->log[0].loss);
+    assert_memory_equal(r->log[0].norm, r->log[1].norm, sizeof r->log[0].norm);
+    assert_memory_equal(r->log[0].val, r->log[1].val, sizeof r->log[0].val);
+}
+
+/* The two runs' parameters: as many, the same bits. */
+static void assert_same_params(const run_pair *r) {
+    assert_int_equal(r->n[0], r->n[1]);
+    assert_memory_equal(r->p[0], r->p[1], (size_t)r->n[0] * sizeof *r->p[0]);
+}
+
+static void pair_free(run_pair *r) {
+    free(r->p[0]);
+    free(r->p[1]);
 }
 
 /* kv > 0: that many KV heads (nanolab with kv = n_head: the fused
  * projection's q, k, v heads alike, their gradients written in place) */
 static void graph_case_kv(const char *model, bool bf16, int64_t kv) {
-    char dir[256], a[300], b[300];
-    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
-    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
-    snprintf(a, sizeof a, "%s/eager", dir);
-    snprintf(b, sizeof b, "%s/graph", dir);
-    step_log le = {0}, lg = {0};
-    float *pe = NULL, *pg = NULL;
-    int64_t ne = 0, ng = 0;
-    oj_train_config ce = gpu_config(dir, model, bf16, false), cg = gpu_config(dir, model, bf16, true);
+    run_pair r;
+    pair_data(&r);
+    oj_train_config ce = gpu_config(r.dir, model, bf16, false);
+    oj_train_config cg = gpu_config(r.dir, model, bf16, true);
     ce.n_kv_head = cg.n_kv_head = kv;
-    train(&ce, a, &le, &pe, &ne);
-    train(&cg, b, &lg, &pg, &ng);
-    tt_rmdir(dir);
+    pair_train(&r, &ce, "eager", &cg, "graph");
     for (int s = 1; s <= N_STEPS; s++)
         printf("  %s%s step %d: eager %.9g graph %.9g\n", model, bf16 ? " bf16" : "", s,
-               le.loss[s], lg.loss[s]);
-    assert_memory_equal(le.loss, lg.loss, sizeof le.loss);
-    assert_memory_equal(le.norm, lg.norm, sizeof le.norm);
-    assert_memory_equal(le.val, lg.val, sizeof le.val);
-    assert_true(isfinite(le.val[3]) && isfinite(le.val[6]));
-    assert_int_equal(ne, ng);
-    assert_memory_equal(pe, pg, (size_t)ne * sizeof *pe);
-    free(pe);
-    free(pg);
+               r.log[0].loss[s], r.log[1].loss[s]);
+    assert_same_logs(&r);
+    assert_true(isfinite(r.log[0].val[3]) && isfinite(r.log[0].val[6]));
+    assert_same_params(&r);
+    pair_free(&r);
 }
 
 static void graph_case(const char *model, bool bf16) { graph_case_kv(model, bf16, 0); }
@@ -127,30 +161,18 @@ static bool on_cpu;
  * bit for bit the casts they replace: the same losses, norms and
  * parameters with the key on and off (bf16, graph and eager). */
 static void copies_case(const char *model, bool graph) {
-    char dir[256], a[300], b[300];
-    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
-    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
-    snprintf(a, sizeof a, "%s/off", dir);
-    snprintf(b, sizeof b, "%s/on", dir);
-    step_log l0 = {0}, l1 = {0};
-    float *p0 = NULL, *p1 = NULL;
-    int64_t n0 = 0, n1 = 0;
-    oj_train_config c0 = gpu_config(dir, model, true, graph), c1 = c0;
+    run_pair r;
+    pair_data(&r);
+    oj_train_config c0 = gpu_config(r.dir, model, true, graph), c1 = c0;
     c0.weight_copies = false;
     c1.weight_copies = true;
-    train(&c0, a, &l0, &p0, &n0);
-    train(&c1, b, &l1, &p1, &n1);
-    tt_rmdir(dir);
+    pair_train(&r, &c0, "off", &c1, "on");
     for (int s = 1; s <= N_STEPS; s++)
         printf("  %s%s step %d: copies off %.9g on %.9g\n", model, graph ? " graph" : "", s,
-               l0.loss[s], l1.loss[s]);
-    assert_memory_equal(l0.loss, l1.loss, sizeof l0.loss);
-    assert_memory_equal(l0.norm, l1.norm, sizeof l0.norm);
-    assert_memory_equal(l0.val, l1.val, sizeof l0.val);
-    assert_int_equal(n0, n1);
-    assert_memory_equal(p0, p1, (size_t)n0 * sizeof *p0);
-    free(p0);
-    free(p1);
+               r.log[0].loss[s], r.log[1].loss[s]);
+    assert_same_logs(&r);
+    assert_same_params(&r);
+    pair_free(&r);
 }
 
 static void test_weight_copies_same_bits(void **state) {
@@ -180,24 +202,19 @@ static void test_graph_step_matches_eager(void **state) {
 static void test_nanolab_fast_graph(void **state) {
     (void)state;
     if (on_cpu) skip();
-    char dir[256], a[300], b[300];
-    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
-    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
-    snprintf(a, sizeof a, "%s/exact", dir);
-    snprintf(b, sizeof b, "%s/fast", dir);
-    step_log le = {0}, lf = {0};
-    float *pe = NULL, *pf = NULL;
-    int64_t ne = 0, nf = 0;
-    oj_train_config ce = gpu_config(dir, "nanolab-tiny", true, true), cf = ce;
+    run_pair r;
+    pair_data(&r);
+    oj_train_config ce = gpu_config(r.dir, "nanolab-tiny", true, true), cf = ce;
     ce.n_kv_head = cf.n_kv_head = 4;
     cf.numerics = OJ_NUMERICS_FAST;
-    train(&ce, a, &le, &pe, &ne);
-    train(&cf, b, &lf, &pf, &nf);
-    tt_rmdir(dir);
+    pair_train(&r, &ce, "exact", &cf, "fast");
+    const step_log *le = &r.log[0], *lf = &r.log[1];
+    const float *pe = r.p[0], *pf = r.p[1];
+    const int64_t ne = r.n[0], nf = r.n[1];
     for (int s = 1; s <= N_STEPS; s++) {
-        printf("  nanolab fast graph step %d: exact %.9g fast %.9g\n", s, le.loss[s], lf.loss[s]);
-        if (!(isfinite(lf.loss[s]) && fabs(lf.loss[s] - le.loss[s]) <= 0.02 * fabs(le.loss[s])))
-            fail_msg("step %d: FAST loss %.9g, EXACT %.9g", s, lf.loss[s], le.loss[s]);
+        printf("  nanolab fast graph step %d: exact %.9g fast %.9g\n", s, le->loss[s], lf->loss[s]);
+        if (!(isfinite(lf->loss[s]) && fabs(lf->loss[s] - le->loss[s]) <= 0.02 * fabs(le->loss[s])))
+            fail_msg("step %d: FAST loss %.9g, EXACT %.9g", s, lf->loss[s], le->loss[s]);
     }
     assert_int_equal(ne, nf);
     double dd = 0.0, ww = 0.0;
@@ -207,8 +224,7 @@ static void test_nanolab_fast_graph(void **state) {
     }
     if (!(sqrt(dd) <= 0.05 * sqrt(ww)))
         fail_msg("FAST parameters %.3g (normwise) from EXACT's", sqrt(dd / ww));
-    free(pe);
-    free(pf);
+    pair_free(&r);
 }
 
 /* oj_bench_trainer on the graph step: its last loss is oj_train's at the
@@ -309,35 +325,10 @@ static void test_replayed_write_wcopy(void **state) {
     oj_engine *eng = gpu_test_engine(true, on_cpu, OJ_NUMERICS_EXACT, 1);
     oj_scope_begin(eng);
     int64_t ws[2] = {16, 24};
-    float v[16 * 24];
     oj_tensor *w = oj_rand_normal(eng, 2, ws, OJ_F32, 0.0, 1.0);
     oj_tensor *src = oj_rand_normal(eng, 2, ws, OJ_F32, 0.0, 1.0);
-    assert_non_null(w);
-    assert_non_null(src);
-    oj__wcopy_keep(w, true);
-    oj_tensor *c = NULL;
-    assert_true(oj__wcopy_get(w, OJ_BF16, &c)); /* made now */
-    oj_release(c);
-    assert_int_equal(oj_graph_capture_begin(eng), OJ_OK);
-    assert_int_equal(oj_copy_(w, src), OJ_OK);
-    oj_graph *g = oj_graph_capture_end(eng);
-    assert_non_null(g);
-    for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < 16 * 24; i++) v[i] = 0.5f * (float)round - 0.01f * (float)i;
-        assert_int_equal(oj_copy_from_host(src, v, sizeof v), OJ_OK);
-        assert_int_equal(oj_graph_replay(g), OJ_OK);
-        assert_true(oj__wcopy_get(w, OJ_BF16, &c));
-        assert_non_null(c);
-        oj_tensor *want = oj_cast(w, OJ_BF16);
-        assert_non_null(want);
-        uint16_t x[16 * 24], y[16 * 24];
-        assert_int_equal(oj_to_host(c, x, sizeof x), OJ_OK);
-        assert_int_equal(oj_to_host(want, y, sizeof y), OJ_OK);
-        if (memcmp(x, y, sizeof x) != 0)
-            fail_msg("round %d: the kept copy after the replay is not the fresh cast", round);
-        oj_release(c);
-        oj_release(want);
-    }
+    oj_graph *g = wc_capture_write(eng, w, src);
+    wc_replay_rounds(g, w, src, 3, 0.5f, 0.01f);
     oj_graph_free(g);
     oj__wcopy_keep(w, false);
     oj_scope_end(eng);
@@ -352,26 +343,17 @@ static void test_replayed_write_wcopy(void **state) {
 static void test_trainer_graph_keeps_bounds(void **state) {
     (void)state;
     if (on_cpu) skip();
-    char dir[256], a[300], b[300];
-    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
-    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
-    snprintf(a, sizeof a, "%s/eager", dir);
-    snprintf(b, sizeof b, "%s/graph", dir);
-    step_log l0 = {0}, l1 = {0};
-    float *p0 = NULL, *p1 = NULL;
-    int64_t n0 = 0, n1 = 0, k0 = -1, k1 = -1;
-    oj_train_config c0 = gpu_config(dir, "gpt2-tiny", true, false);
-    oj_train_config c1 = gpu_config(dir, "gpt2-tiny", true, true);
-    train_proven(&c0, a, &l0, &p0, &n0, &k0);
-    train_proven(&c1, b, &l1, &p1, &n1, &k1);
-    tt_rmdir(dir);
+    run_pair r;
+    pair_data(&r);
+    oj_train_config c0 = gpu_config(r.dir, "gpt2-tiny", true, false);
+    oj_train_config c1 = gpu_config(r.dir, "gpt2-tiny", true, true);
+    pair_train(&r, &c0, "eager", &c1, "graph");
+    const int64_t k0 = r.proven[0], k1 = r.proven[1];
     printf("  gpt2-tiny: check passes proven unnecessary in %d steps: eager %lld, graph %lld\n",
            N_STEPS, (long long)k0, (long long)k1);
-    assert_memory_equal(l0.loss, l1.loss, sizeof l0.loss);
-    assert_int_equal(n0, n1);
-    assert_memory_equal(p0, p1, (size_t)n0 * sizeof *p0);
-    free(p0);
-    free(p1);
+    assert_memory_equal(r.log[0].loss, r.log[1].loss, sizeof r.log[0].loss);
+    assert_same_params(&r);
+    pair_free(&r);
     assert_int_equal(k1, k0);
     assert_true(k0 >= N_STEPS - 2);
 }

@@ -204,6 +204,35 @@ static oj_engine *emulated_engine(void) {
     return eng;
 }
 
+/* Frees ea (an emulated_engine, its CPU table put back first) and eb. */
+static void engines_free(oj_engine *ea, oj_engine *eb) {
+    ea->backend = cpu_table;
+    oj_engine_free(ea);
+    oj_engine_free(eb);
+}
+
+/* The gated side a on an emulated_engine ea beside the checked side b on
+ * a plain CPU engine eb, from the same parameters (og_side_make). */
+typedef struct {
+    oj_engine *ea, *eb;
+    og_side a, b;
+} gate_pair;
+
+/* Both engines and sides made, and step 0 taken by both (og_step_both). */
+static void pair_make(gate_pair *p) {
+    p->ea = emulated_engine();
+    p->eb = ot_engine(OJ_NUMERICS_EXACT, 1);
+    og_side_make(p->ea, &p->a);
+    og_side_make(p->eb, &p->b);
+    assert_int_equal(og_step_both(&p->a, &p->b, 0), OJ_OK);
+}
+
+static void pair_free(gate_pair *p) {
+    og_side_free(&p->a);
+    og_side_free(&p->b);
+    engines_free(p->ea, p->eb);
+}
+
 /* The gated step (its host side: one gate read-back, the verdict, the
  * skip messages, the bookkeeping) trains as clip-then-step does. */
 static void test_gated_step_matches_checked(void **state) {
@@ -225,9 +254,7 @@ static void test_gated_step_matches_checked(void **state) {
     assert_int_equal(og_last_proven, 2);
     assert_true(multi_calls > 0);    /* and the Muon multi-tensor entries */
     assert_null(gate_words);         /* and closed it */
-    ea->backend = cpu_table;
-    oj_engine_free(ea);
-    oj_engine_free(eb);
+    engines_free(ea, eb);
 }
 
 /* A parameter written through an exported pointer (oj_data_ptr: no
@@ -237,27 +264,21 @@ static void test_gated_step_matches_checked(void **state) {
  * valid bounds, then or later). */
 static void test_exported_write_refuses(void **state) {
     (void)state;
-    oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
-    og_side a, b;
-    og_side_make(ea, &a);
-    og_side_make(eb, &b);
-    assert_int_equal(og_step_both(&a, &b, 0), OJ_OK);
-    assert_int_equal(og_step_both(&a, &b, 1), OJ_OK);
-    assert_int_equal(a.o->checks_proven, 1); /* step 1 ran on step 0's bounds */
-    float *pa = oj_data_ptr(a.w[4]), *pb = oj_data_ptr(b.w[4]); /* scale.x, Adam with L2 */
+    gate_pair p;
+    pair_make(&p);
+    og_side *a = &p.a, *b = &p.b;
+    assert_int_equal(og_step_both(a, b, 1), OJ_OK);
+    assert_int_equal(a->o->checks_proven, 1); /* step 1 ran on step 0's bounds */
+    float *pa = oj_data_ptr(a->w[4]), *pb = oj_data_ptr(b->w[4]); /* scale.x, Adam with L2 */
     assert_non_null(pa);
     assert_non_null(pb);
     *pa = *pb = 3e38f;
-    assert_int_equal(og_step_both(&a, &b, 2), OJ_ERR_NUMERIC);
-    assert_non_null(strstr(oj_optim_message(a.o), "update of 'scale.x'"));
+    assert_int_equal(og_step_both(a, b, 2), OJ_ERR_NUMERIC);
+    assert_non_null(strstr(oj_optim_message(a->o), "update of 'scale.x'"));
     *pa = *pb = 0.5f;
-    for (int step = 3; step < 5; step++) assert_int_equal(og_step_both(&a, &b, step), OJ_OK);
-    assert_int_equal(a.o->checks_proven, 1); /* never again over the exported storage */
-    og_side_free(&a);
-    og_side_free(&b);
-    ea->backend = cpu_table;
-    oj_engine_free(ea);
-    oj_engine_free(eb);
+    for (int step = 3; step < 5; step++) assert_int_equal(og_step_both(a, b, step), OJ_OK);
+    assert_int_equal(a->o->checks_proven, 1); /* never again over the exported storage */
+    pair_free(&p);
 }
 
 /* A graph that writes a parameter in place (oj_copy_ from a static
@@ -269,42 +290,37 @@ static void test_exported_write_refuses(void **state) {
  * tests/gpu/test_gpu_train.c runs the same on a CUDA graph. */
 static void test_replayed_write_refuses(void **state) {
     (void)state;
-    oj_engine *ea = emulated_engine(), *eb = ot_engine(OJ_NUMERICS_EXACT, 1);
-    og_side a, b;
-    og_side_make(ea, &a);
-    og_side_make(eb, &b);
-    assert_int_equal(og_step_both(&a, &b, 0), OJ_OK);
+    gate_pair p;
+    pair_make(&p);
+    oj_engine *ea = p.ea;
+    og_side *a = &p.a, *b = &p.b;
     bool prev = oj_set_grad_enabled(ea, false);
-    oj_tensor *in = oj_clone(a.w[4]); /* scale.x's value: Adam with an L2 term */
+    oj_tensor *in = oj_clone(a->w[4]); /* scale.x's value: Adam with an L2 term */
     assert_non_null(in);
     assert_int_equal(oj_graph_capture_begin(ea), OJ_OK);
-    assert_int_equal(oj_copy_(a.w[4], in), OJ_OK);
+    assert_int_equal(oj_copy_(a->w[4], in), OJ_OK);
     oj_graph *g = oj_graph_capture_end(ea);
     oj_set_grad_enabled(ea, prev);
     assert_non_null(g);
-    ge_replay_copies(1, &a.w[4], &in);
+    ge_replay_copies(1, &a->w[4], &in);
     ge_replays = 0;
-    assert_int_equal(og_step_both(&a, &b, 1), OJ_OK); /* the capture moved the version */
-    assert_int_equal(og_step_both(&a, &b, 2), OJ_OK);
-    assert_int_equal(a.o->checks_proven, 1); /* step 2 ran on step 1's bounds */
+    assert_int_equal(og_step_both(a, b, 1), OJ_OK); /* the capture moved the version */
+    assert_int_equal(og_step_both(a, b, 2), OJ_OK);
+    assert_int_equal(a->o->checks_proven, 1); /* step 2 ran on step 1's bounds */
     og_fill(in, 3e38);
     assert_int_equal(oj_graph_replay(g), OJ_OK);
     assert_int_equal(ge_replays, 1);
-    og_fill(b.w[4], 3e38);
-    assert_int_equal(og_step_both(&a, &b, 3), OJ_ERR_NUMERIC);
-    assert_non_null(strstr(oj_optim_message(a.o), "update of 'scale.x'"));
-    og_fill(a.w[4], 0.5);
-    og_fill(b.w[4], 0.5);
-    for (int step = 4; step < 6; step++) assert_int_equal(og_step_both(&a, &b, step), OJ_OK);
+    og_fill(b->w[4], 3e38);
+    assert_int_equal(og_step_both(a, b, 3), OJ_ERR_NUMERIC);
+    assert_non_null(strstr(oj_optim_message(a->o), "update of 'scale.x'"));
+    og_fill(a->w[4], 0.5);
+    og_fill(b->w[4], 0.5);
+    for (int step = 4; step < 6; step++) assert_int_equal(og_step_both(a, b, step), OJ_OK);
     /* step 5 on step 4's bounds: the graph, not replayed since, takes nothing away */
-    assert_int_equal(a.o->checks_proven, 2);
+    assert_int_equal(a->o->checks_proven, 2);
     oj_graph_free(g);
     oj_release(in);
-    og_side_free(&a);
-    og_side_free(&b);
-    ea->backend = cpu_table;
-    oj_engine_free(ea);
-    oj_engine_free(eb);
+    pair_free(&p);
 }
 
 /* An SGD group keeps the checked path (the gate has no SGD kernel). */

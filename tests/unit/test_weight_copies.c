@@ -22,6 +22,7 @@
 #include "ojas/gpt.h"
 #include "ojas/ops.h"
 #include "ojas/optim.h"
+#include "wcopy_testutil.h"
 
 static oj_engine *new_engine(void) {
     oj_engine *e = NULL;
@@ -31,6 +32,15 @@ static oj_engine *new_engine(void) {
     cfg.numerics = OJ_NUMERICS_EXACT;
     assert_int_equal(oj_engine_create(&cfg, &e, NULL), OJ_OK);
     return e;
+}
+
+/* Ends the scope a test opened on e and frees e: nothing recorded on e,
+ * no tensor of it left alive. */
+static void end_engine(oj_engine *e) {
+    oj_scope_end(e);
+    assert_int_equal(oj_last_status(e), OJ_OK);
+    assert_int_equal(oj_engine_live_tensors(e), 0);
+    oj_engine_free(e);
 }
 
 static bool same_bytes(oj_tensor *a, oj_tensor *b) {
@@ -187,10 +197,7 @@ static void test_copy_follows_writes(void **state) {
     assert_int_equal(oj__wcopies_count(e), 0);
     assert_int_equal(oj_optim_set_weight_copies(NULL, true), OJ_ERR_INVALID_ARGUMENT);
     oj_optim_free(opt);
-    oj_scope_end(e);
-    assert_int_equal(oj_last_status(e), OJ_OK);
-    assert_int_equal(oj_engine_live_tensors(e), 0);
-    oj_engine_free(e);
+    end_engine(e);
 }
 
 /* A parameter whose memory was exported (oj_data_ptr) and then written
@@ -218,10 +225,7 @@ static void test_exported_write_seen(void **state) {
     }
     assert_int_equal(oj__wcopies_count(e), 1);
     oj__wcopy_keep(w, false);
-    oj_scope_end(e);
-    assert_int_equal(oj_last_status(e), OJ_OK);
-    assert_int_equal(oj_engine_live_tensors(e), 0);
-    oj_engine_free(e);
+    end_engine(e);
 }
 
 /* A graph that writes a parameter in place (oj_copy_ from a static input
@@ -243,34 +247,13 @@ static void test_replayed_write_seen(void **state) {
     int64_t ws[2] = {4, 8};
     oj_tensor *w = oj_rand_normal(e, 2, ws, OJ_F32, 0.0, 1.0);
     oj_tensor *in = oj_rand_normal(e, 2, ws, OJ_F32, 0.0, 1.0);
-    oj__wcopy_keep(w, true);
-    oj_tensor *c = NULL;
-    assert_true(oj__wcopy_get(w, OJ_BF16, &c)); /* made now */
-    oj_release(c);
-    assert_int_equal(oj_graph_capture_begin(e), OJ_OK);
-    assert_int_equal(oj_copy_(w, in), OJ_OK);
-    oj_graph *g = oj_graph_capture_end(e);
-    assert_non_null(g);
-    ge_replay_copies(1, &w, &in);
-    for (int round = 0; round < 3; round++) {
-        float v[32];
-        for (int i = 0; i < 32; i++) v[i] = 1.5f * (float)round - 0.125f * (float)i;
-        assert_int_equal(oj_copy_from_host(in, v, sizeof v), OJ_OK);
-        assert_int_equal(oj_graph_replay(g), OJ_OK);
-        assert_true(oj__wcopy_get(w, OJ_BF16, &c));
-        assert_non_null(c);
-        oj_tensor *want = oj_cast(w, OJ_BF16);
-        if (!same_bytes(c, want)) fail_msg("round %d: the kept copy is not the fresh cast", round);
-        oj_release(c);
-        oj_release(want);
-    }
+    oj_graph *g = wc_capture_write(e, w, in);
+    ge_replay_copies(1, &w, &in); /* what the emulated replay does */
+    wc_replay_rounds(g, w, in, 3, 1.5f, 0.125f);
     oj_graph_free(g);
     oj__wcopy_keep(w, false);
-    oj_scope_end(e);
-    assert_int_equal(oj_last_status(e), OJ_OK);
-    assert_int_equal(oj_engine_live_tensors(e), 0);
-    e->backend = cpu;
-    oj_engine_free(e);
+    e->backend = cpu; /* the graph is freed: the CPU's own table again */
+    end_engine(e);
 }
 
 /* A parameter cast through ever new views (a narrow per length) keeps
@@ -303,10 +286,7 @@ static void test_views_capped(void **state) {
     }
     assert_int_equal(oj__wcopies_count(e), 4);
     oj_optim_free(opt);
-    oj_scope_end(e);
-    assert_int_equal(oj_last_status(e), OJ_OK);
-    assert_int_equal(oj_engine_live_tensors(e), 0);
-    oj_engine_free(e);
+    end_engine(e);
 }
 
 /* 2000 parameters keeping copies: each cast finds its parameter's own
@@ -354,10 +334,7 @@ static void test_many_params(void **state) {
     }
     assert_int_equal(oj__wcopies_count(e), 0);
     free(p);
-    oj_scope_end(e);
-    assert_int_equal(oj_last_status(e), OJ_OK);
-    assert_int_equal(oj_engine_live_tensors(e), 0);
-    oj_engine_free(e);
+    end_engine(e);
 }
 
 int main(void) {
