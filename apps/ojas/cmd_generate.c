@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -57,13 +58,25 @@ static const char *k_help =
     "      --budget-bytes N       the engine's root memory budget in bytes (suffix K, M,\n"
     "                             G, T: powers of 1024); beyond it allocations are refused\n"
     "                             (default: the library's, oj_engine_config_default)\n"
+    "      --timing               one line on stderr at the end: the setup's seconds (model\n"
+    "                             load, conversion, quantization), the prompt's and first\n"
+    "                             token's, and the decode speed after the first token:\n"
+    "                             (n - 1) tokens / their seconds\n"
     "  -h, --help                 this help\n"
     "Options take their value as '--top-k 5' or '--top-k=5' ('-k 5', '-k5').\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 typedef struct {
     const oj_tokenizer *tok;
     const int32_t *stops; /* more end-of-sequence ids (generation_config.json) */
     int n_stops;
+    int64_t shown;         /* tokens printed */
+    double first_s, last_s; /* now_s() when the first and the last were printed */
 } stream_ctx;
 
 static bool print_token(int64_t seq, int32_t token, void *vctx) {
@@ -72,6 +85,8 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
     for (int i = 0; i < c->n_stops; i++)
         if (token == c->stops[i])
             return false; /* an end of sequence: stop, not shown */
+    c->last_s = now_s();
+    if (c->shown++ == 0) c->first_s = c->last_s;
     char *text = NULL;
     size_t len = 0;
     oj_error e = {0};
@@ -86,7 +101,8 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
 enum { OPT_CHECKPOINT = 256, OPT_WEIGHTS, OPT_VOCAB, OPT_DTYPE, OPT_TOP_P, OPT_REP, OPT_BUDGET,
        OPT_NUMERICS,
        OPT_ADAPTER,
-       OPT_QUANTIZE };
+       OPT_QUANTIZE,
+       OPT_TIMING };
 
 static const struct option k_long[] = {
     {"help", no_argument, NULL, 'h'},
@@ -108,10 +124,12 @@ static const struct option k_long[] = {
     {"numerics", required_argument, NULL, OPT_NUMERICS},
     {"adapter", required_argument, NULL, OPT_ADAPTER},
     {"quantize", required_argument, NULL, OPT_QUANTIZE},
+    {"timing", no_argument, NULL, OPT_TIMING},
     {NULL, 0, NULL, 0},
 };
 
 int cmd_generate(int argc, char **argv) {
+    const double t_start = now_s();
     const char *ckpt = NULL, *weights = NULL, *preset = NULL, *vocab = NULL, *prompt = NULL;
     const char *device = "cpu", *dtype = "f32", *numerics = "fast", *adapter = NULL, *quantize = NULL;
     int64_t threads = 0;
@@ -121,6 +139,7 @@ int cmd_generate(int argc, char **argv) {
     sc.top_k = 40;
     int64_t budget = 0; /* 0: not given */
     bool given_n = false, given_t = false, given_k = false, given_p = false, given_r = false;
+    bool timing = false;
     int c;
     cli_getopt_state g = {.cmd = "generate", .shortopts = "hm:p:n:t:k:s:d:j:", .longopts = k_long};
     while ((c = cli_getopt(&g, argc, argv)) != -1) {
@@ -153,6 +172,7 @@ int cmd_generate(int argc, char **argv) {
         case OPT_BUDGET: ok = cli_parse_bytes("generate: --budget-bytes", v, &budget); break;
         case OPT_ADAPTER: adapter = v; break;
         case OPT_QUANTIZE: quantize = v; break;
+        case OPT_TIMING: timing = true; break;
         default: return CLI_USAGE;
         }
         if (!ok)
@@ -322,7 +342,8 @@ int cmd_generate(int argc, char **argv) {
         if (sc.stop_token < 0 && gc.n_eos > 0) sc.stop_token = gc.eos_token_ids[0];
     }
     fputs(prompt, stdout);
-    stream_ctx sctx = {tok, gc.eos_token_ids, gc.n_eos};
+    stream_ctx sctx = {tok, gc.eos_token_ids, gc.n_eos, 0, 0, 0};
+    const double t_gen = now_s();
     const int32_t *pp = ids.ids;
     int64_t plen = (int64_t)ids.len;
     int32_t *gen = NULL;
@@ -339,6 +360,18 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "ojas: generate: stopped after %lld of %lld new tokens: the model's context "
                         "of %lld positions is full\n",
                 (long long)glen, (long long)sc.max_new_tokens, (long long)cfg.block_size);
+    if (timing) { /* the decode speed: the tokens after the first, timed from it */
+        const double dt = sctx.last_s - sctx.first_s;
+        fprintf(stderr, "ojas: generate: timing: setup %.3f s, prompt of %lld tokens and first token "
+                        "%.3f s",
+                t_gen - t_start, (long long)plen, sctx.shown ? sctx.first_s - t_gen : 0.0);
+        if (sctx.shown > 1 && dt > 0)
+            fprintf(stderr, ", %lld more tokens in %.4f s: decode %.3f tok/s\n",
+                    (long long)(sctx.shown - 1), dt, (double)(sctx.shown - 1) / dt);
+        else
+            fprintf(stderr, ", no decode to time (%lld token%s)\n", (long long)sctx.shown,
+                    sctx.shown == 1 ? "" : "s");
+    }
     rc = CLI_OK;
 done:
     oj_gpt_free(m);

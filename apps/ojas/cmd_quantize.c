@@ -18,8 +18,9 @@ static const char *k_help =
     "                             LlamaForCausalLM, MistralForCausalLM) or a GGUF file\n"
     "      --checkpoint DIR       a checkpoint written by 'ojas train' (gpt2 preset), or its\n"
     "                             run directory\n"
-    "      --to TYPE              q8_0 | q4_0 | q4_1 | q4_k (ggml's formats), or f32 (fp8\n"
-    "                             has no GGUF type: 'ojas generate --quantize fp8')\n"
+    "      --to TYPE              q8_0 | q4_0 | q4_1 | q4_k (ggml's formats), or f32, bf16,\n"
+    "                             f16: the matrices in that type, unquantized (fp8 has no\n"
+    "                             GGUF type: 'ojas generate --quantize fp8')\n"
     "  -o, --out FILE.gguf        the file to write (replaced atomically)\n"
     "      --vocab DIR            a GPT-2 byte-level BPE tokenizer (encoder.json + vocab.bpe,\n"
     "                             or vocab.json + merges.txt) written into the file as\n"
@@ -105,8 +106,10 @@ int cmd_quantize(int argc, char **argv) {
     if ((model != NULL) + (ckpt != NULL) != 1)
         return cli_error(CLI_USAGE, "quantize: give exactly one of --model and --checkpoint");
     oj_qtype qt = OJ_QTYPE_COUNT;
-    if (to == NULL || (strcmp(to, "f32") != 0 && !oj_qtype_parse(to, &qt)))
-        return cli_error(CLI_USAGE, "quantize: --to must be q8_0, q4_0, q4_1, q4_k or f32%s%s%s",
+    /* unquantized: the matrices' dtype (f32 as loaded, or converted) */
+    const oj_dtype half = to && strcmp(to, "bf16") == 0 ? OJ_BF16 : to && strcmp(to, "f16") == 0 ? OJ_F16 : OJ_F32;
+    if (to == NULL || (strcmp(to, "f32") != 0 && half == OJ_F32 && !oj_qtype_parse(to, &qt)))
+        return cli_error(CLI_USAGE, "quantize: --to must be q8_0, q4_0, q4_1, q4_k, f32, bf16 or f16%s%s%s",
                          to ? ", got '" : "", to ? to : "", to ? "'" : "");
     if (qt == OJ_FP8_E4M3)
         return cli_error(CLI_USAGE, "quantize: --to fp8 has no GGUF (ggml) type to write; quantize "
@@ -142,8 +145,12 @@ int cmd_quantize(int argc, char **argv) {
         goto done;
     }
     if (qt == OJ_QTYPE_COUNT && oj_gpt_quantized_type(m) != OJ_QTYPE_COUNT) {
-        cli_error(CLI_FAIL, "quantize: --to f32 from a quantized file is not supported (its "
-                            "weights would stay quantized values)");
+        cli_error(CLI_FAIL, "quantize: --to %s from a quantized file is not supported (its "
+                            "weights would stay quantized values)", to);
+        goto done;
+    }
+    if (half != OJ_F32 && oj_gpt_to_dtype(m, half) != OJ_OK) {
+        cli_error(CLI_FAIL, "quantize: %s", oj_last_error(eng));
         goto done;
     }
     if (vocab == NULL && run_tok[0]) vocab = run_tok;

@@ -51,7 +51,11 @@
 # LLAMA_PEER_BIN (.llcuda/bin/llama_peer), CC (gcc).
 # Relative paths (arguments and LLAMA_PEER_BIN) are taken against the
 # caller's folder; the default LLAMA_PEER_BIN is in the repository root.
-# The libraries' own folder is found through their RUNPATH ($ORIGIN); the
+# The libraries' own folder is found through their RUNPATH ($ORIGIN), where
+# --unpack and every run link a DT_NEEDED versioned name that the folder
+# lacks to its unversioned file (libggml-base.so.0 -> libggml-base.so:
+# --build-cuda's libggml-cuda.so needs the release's SONAME, the package
+# ships the file without the version); the
 # CUDA runtime (libcudart.so.13, libcublas.so.13, libcublasLt.so.13) and
 # the driver (libcuda.so.1) are looked up through ldconfig, then in
 # /usr/local/cuda*/lib64, /usr/local/nvidia/lib64 and Python's
@@ -98,6 +102,52 @@ z.ZSTD_freeDStream(ds)
 if last != 0:
     sys.exit("run_cuda_peer.sh: zstd: the stream ends inside a frame")
 '
+}
+
+# DIR: for each library's DT_NEEDED name NAME.so.N that DIR lacks while it
+# has NAME.so, the link NAME.so.N -> NAME.so. --build-cuda's libggml-cuda.so
+# needs libggml-base.so.0 (the release's own SONAME); the package, built
+# from the same source, ships it as libggml-base.so.
+soname_links() {
+  python3 - "$1" <<'PY'
+import os, re, struct, sys
+d = sys.argv[1]
+def needed(path):
+    """DT_NEEDED names of an ELF64 little-endian file ([] for anything else)."""
+    with open(path, "rb") as f:
+        b = f.read()
+    if b[:6] != b"\x7fELF\x02\x01":
+        return []
+    phoff, = struct.unpack_from("<Q", b, 32)
+    phentsize, phnum = struct.unpack_from("<HH", b, 54)
+    ph = [struct.unpack_from("<IIQQQQQQ", b, phoff + i * phentsize) for i in range(phnum)]
+    def off(va):  # a virtual address's file offset, through the PT_LOAD segments
+        for t, _, o, v, _, fsz, _, _ in ph:
+            if t == 1 and v <= va < v + fsz:
+                return va - v + o
+        raise ValueError("address %#x outside the loaded segments" % va)
+    dyn = [p for p in ph if p[0] == 2]
+    if not dyn:
+        return []
+    ents, o = [], dyn[0][2]
+    while True:
+        tag, val = struct.unpack_from("<qQ", b, o)
+        o += 16
+        if tag == 0:
+            break
+        ents.append((tag, val))
+    strtab = off(next(v for t, v in ents if t == 5))
+    return [b[strtab + v:b.index(b"\0", strtab + v)].decode() for t, v in ents if t == 1]
+for f in sorted(os.listdir(d)):
+    p = os.path.join(d, f)
+    if not f.endswith(".so") or os.path.islink(p) or not os.path.isfile(p):
+        continue
+    for n in needed(p):
+        base = re.sub(r"(\.so)(\.[0-9]+)+$", r"\1", n)
+        if base != n and not os.path.lexists(os.path.join(d, n)) and os.path.isfile(os.path.join(d, base)):
+            os.symlink(base, os.path.join(d, n))
+            print("run_cuda_peer.sh: %s needs %s: linked to %s in %s" % (f, n, base, d), file=sys.stderr)
+PY
 }
 
 if [ "${1:-}" = --unpack ]; then
@@ -162,6 +212,7 @@ if [ "${1:-}" = --unpack ]; then
   fi
   while read -r _ f; do mv -f "$tmp/$f" "$dir/$f"; done < "$ck/libs.sha256"
   rm -rf "$tmp"
+  soname_links "$dir" || die "could not read the libraries' DT_NEEDED in $dir"
   echo "run_cuda_peer.sh: unpacked $(wc -l < "$ck/libs.sha256") files into $dir, each matching its sha256"
   rm -rf "$ck"
   exit 0
@@ -223,6 +274,7 @@ if [ -f "$LIB_DIR/chunks.sha256" ]; then
   LIB_DIR=$(cd "$dest" && pwd)
   echo "run_cuda_peer.sh: the libraries of $part, in $LIB_DIR" >&2
 fi
+soname_links "$LIB_DIR" || die "could not read the libraries' DT_NEEDED in $LIB_DIR"
 libs=("$LIB_DIR"/libllama.v*.so "$LIB_DIR"/libllama.cuda.v*.so)
 lib=""; for l in "${libs[@]}"; do [ -f "$l" ] && lib=$l; done
 [ -n "$lib" ] || die "$LIB_DIR has no libllama.v*.so or libllama.cuda.v*.so"
@@ -253,6 +305,10 @@ if [ "$GPU_LAYERS" != 0 ]; then
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
   export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
   echo "run_cuda_peer.sh: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
+  if [ -f "$LIB_DIR/libggml-cuda.so" ]; then # named here rather than as llama_peer's first dlerror
+    miss=$(ldd "$LIB_DIR/libggml-cuda.so" 2>/dev/null | sed -n 's/^[[:space:]]*\([^ ]*\) => not found$/\1/p' | tr '\n' ' ')
+    [ -z "$miss" ] || echo "run_cuda_peer.sh: warning: $LIB_DIR/libggml-cuda.so: not found: $miss" >&2
+  fi
   command -v nvidia-smi >/dev/null &&
     echo "run_cuda_peer.sh: GPU, driver: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)" >&2
 fi

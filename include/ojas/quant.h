@@ -97,15 +97,17 @@ oj_status oj_dequantize_row(oj_qtype t, const void *q, int64_t k, float *out, oj
 /* A quantized [N, K] matrix (opaque). */
 typedef struct oj_qtensor oj_qtensor;
 
-/* Quantize w: [N, K] f32, bf16 or f16, any strides, on a CPU engine, K a
- * multiple of the type's block, 32 or 256 (OJ_ERR_SHAPE otherwise), values finite (OJ_ERR_NUMERIC
- * naming the row). Each row is quantized by oj_quantize_row (bf16/f16 are
- * widened to f32 first). Returns a new oj_qtensor owned by the caller (free
- * with oj_qtensor_free, before the engine), or NULL with the error recorded
- * on w's engine (OJ_ERR_DTYPE, OJ_ERR_SHAPE, OJ_ERR_UNSUPPORTED on a
- * backend without quantized entries, OJ_ERR_CAPACITY when the budget is
- * exceeded). On a CUDA engine w is read back and quantized on the host,
- * the blocks copied to the device. */
+/* Quantize w: [N, K] f32, bf16 or f16, any strides, K a multiple of the
+ * type's block, 32 or 256 (OJ_ERR_SHAPE otherwise), values finite
+ * (OJ_ERR_NUMERIC naming the first bad element in row order). Each row is
+ * quantized by oj_quantize_row (bf16/f16 widened to f32 first); a matrix of
+ * 2^20 elements or more has its rows split over oj_engine_threads host
+ * threads (the same bytes for any thread count). Returns a new oj_qtensor
+ * owned by the caller (free with oj_qtensor_free, before the engine), or
+ * NULL with the error recorded on w's engine (OJ_ERR_DTYPE, OJ_ERR_SHAPE,
+ * OJ_ERR_UNSUPPORTED on a backend without quantized entries,
+ * OJ_ERR_CAPACITY when the budget is exceeded). On a CUDA engine w is read
+ * back and quantized on the host, the blocks copied to the device. */
 oj_qtensor *oj_quantize(oj_tensor *w, oj_qtype t);
 /* A quantized [n, k] matrix from its raw blocks (`nbytes` must equal
  * n * oj_qtype_row_bytes(t, k), else OJ_ERR_SHAPE), copied: how a reader

@@ -2,7 +2,9 @@
  * blocks, accessors, dequantization. On a device engine the blocks live in
  * device memory (quantized on the host, then copied) and dequantize runs
  * the backend's qdequant. */
+#include <fenv.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +76,45 @@ const void *oj_qtensor_data(const oj_qtensor *q) {
 }
 oj_engine *oj_qtensor_engine(const oj_qtensor *q) { return q ? q->eng : NULL; }
 
+/* Rows [r0, r1) of oj_quantize's w, each widened to f32, checked finite and
+ * quantized into dst. The range stops at its first non-finite element
+ * (bad_row, bad_col, bad_nan; bad_row -1: none). */
+typedef struct {
+    const uint8_t *src;
+    int64_t st0, st1; /* w's strides, elements */
+    oj_dtype dt;
+    oj_qtype t;
+    int64_t k, r0, r1;
+    size_t row_bytes;
+    uint8_t *dst;
+    const fenv_t *env; /* set in a worker: the caller's floating-point environment */
+    int64_t bad_row, bad_col;
+    bool bad_nan, oom;
+} quant_rows_job;
+
+static void *quant_rows(void *arg) {
+    quant_rows_job *j = arg;
+    if (j->env) fesetenv(j->env); /* a worker rounds as the caller does */
+    float *row = malloc((size_t)j->k * sizeof *row);
+    if (row == NULL) {
+        j->oom = true;
+        return NULL;
+    }
+    const int64_t one = 1, es = (int64_t)oj_dtype_size(j->dt);
+    for (int64_t i = j->r0; i < j->r1 && j->bad_row < 0; i++) {
+        oj__host_copy(1, &j->k, row, &one, OJ_F32, j->src + i * j->st0 * es, &j->st1, j->dt);
+        for (int64_t c = 0; c < j->k && j->bad_row < 0; c++)
+            if (!isfinite(row[c])) j->bad_row = i, j->bad_col = c, j->bad_nan = isnan(row[c]);
+        if (j->bad_row < 0) oj__quantize_row(j->t, row, j->k, j->dst + (size_t)i * j->row_bytes);
+    }
+    free(row);
+    return NULL;
+}
+
+/* Below this many elements oj_quantize runs on the calling thread alone. */
+#define QUANT_PARALLEL_MIN (1 << 20)
+#define QUANT_MAX_THREADS 64
+
 oj_qtensor *oj_quantize(oj_tensor *w, oj_qtype t) {
     if (w == NULL) return NULL;
     oj_engine *eng = oj__engine_of(w);
@@ -95,45 +136,58 @@ oj_qtensor *oj_quantize(oj_tensor *w, oj_qtype t) {
     if (q == NULL) return NULL;
     void *tmp = NULL;
     const uint8_t *src = oj__host_read_begin(w, &tmp, "quantize");
-    float *row = malloc((size_t)k * sizeof *row);
-    if (src == NULL || row == NULL) {
-        if (row == NULL) oj_set_error(eng, OJ_ERR_CAPACITY, "quantize: out of host memory");
-        free(row);
-        free(tmp);
-        oj_qtensor_free(q);
-        return NULL;
-    }
-    const int64_t *st = oj_strides(w);
-    const int64_t one = 1;
     const bool host = oj_engine_device(eng).type == OJ_DEVICE_CPU;
     const size_t nbytes = (size_t)n * q->row_bytes;
-    uint8_t *dst = host ? oj__data_ptr(q->blocks) : malloc(nbytes);
+    uint8_t *dst = src == NULL ? NULL : host ? oj__data_ptr(q->blocks) : malloc(nbytes);
     if (dst == NULL) {
-        oj_set_error(eng, OJ_ERR_CAPACITY, "quantize: out of host memory");
-        free(row);
+        if (src != NULL) oj_set_error(eng, OJ_ERR_CAPACITY, "quantize: out of host memory");
         free(tmp);
         oj_qtensor_free(q);
         return NULL;
     }
-    for (int64_t i = 0; i < n; i++) {
-        oj__host_copy(1, &k, row, &one, OJ_F32, src + i * st[0] * (int64_t)oj_dtype_size(dt),
-                      &st[1], dt);
-        for (int64_t j = 0; j < k; j++)
-            if (!isfinite(row[j])) {
-                oj_set_error(eng, OJ_ERR_NUMERIC,
-                             "quantize: w[%lld, %lld] is %s; %s needs finite values",
-                             (long long)i, (long long)j, isnan(row[j]) ? "NaN" : "infinite",
-                             oj_qtype_name(t));
-                if (!host) free(dst);
-                free(row);
-                free(tmp);
-                oj_qtensor_free(q);
-                return NULL;
-            }
-        oj__quantize_row(t, row, k, dst + (size_t)i * q->row_bytes);
+    /* The rows in contiguous ranges, one a thread (the engine's thread
+     * count). Rows are independent, so the blocks are the same bits for any
+     * split. The workers are plain threads in the caller's floating-point
+     * environment, not the CPU pool, whose FAST mode flushes subnormals. */
+    int nt = oj_engine_threads(eng);
+    if (nt > QUANT_MAX_THREADS) nt = QUANT_MAX_THREADS;
+    if (nt < 1 || n * k < QUANT_PARALLEL_MIN) nt = 1;
+    if (nt > n) nt = (int)n;
+    fenv_t env;
+    const bool have_env = fegetenv(&env) == 0;
+    quant_rows_job jobs[QUANT_MAX_THREADS];
+    pthread_t th[QUANT_MAX_THREADS];
+    bool started[QUANT_MAX_THREADS] = {false};
+    for (int i = 0; i < nt; i++)
+        jobs[i] = (quant_rows_job){.src = src, .st0 = oj_strides(w)[0], .st1 = oj_strides(w)[1],
+                                   .dt = dt, .t = t, .k = k, .r0 = n * i / nt,
+                                   .r1 = n * (i + 1) / nt, .row_bytes = q->row_bytes, .dst = dst,
+                                   .env = i > 0 && have_env ? &env : NULL, .bad_row = -1};
+    for (int i = 1; i < nt; i++) started[i] = pthread_create(&th[i], NULL, quant_rows, &jobs[i]) == 0;
+    quant_rows(&jobs[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else quant_rows(&jobs[i]); /* no thread for it: here */
     }
-    free(row);
     free(tmp);
+    /* the first failure in row order, as one thread would meet it */
+    const quant_rows_job *bad = NULL;
+    bool oom = false;
+    for (int i = 0; i < nt && !bad && !oom; i++) {
+        oom = jobs[i].oom;
+        if (jobs[i].bad_row >= 0) bad = &jobs[i];
+    }
+    if (bad || oom) {
+        if (bad)
+            oj_set_error(eng, OJ_ERR_NUMERIC, "quantize: w[%lld, %lld] is %s; %s needs finite values",
+                         (long long)bad->bad_row, (long long)bad->bad_col,
+                         bad->bad_nan ? "NaN" : "infinite", oj_qtype_name(t));
+        else
+            oj_set_error(eng, OJ_ERR_CAPACITY, "quantize: out of host memory");
+        if (!host) free(dst);
+        oj_qtensor_free(q);
+        return NULL;
+    }
     if (!host) { /* the blocks to the device */
         oj_status s = oj_copy_from_host(q->blocks, dst, nbytes);
         free(dst);

@@ -96,3 +96,44 @@ def test_gguf_dir_keeps_what_was_there(tmp_path):
     assert (work / "qwen2.5-0.5b-q4_0.gguf").read_text() == "mine\n"
     assert not (work / "qwen2.5-0.5b-q8_0.gguf").exists()
     assert not (work / "qwen2.5-0.5b-bpe").exists()  # written here, so removed
+
+
+def fake_ojas(tmp_path, timing):
+    """An executable that stands in for `ojas generate`: prints the text
+    and, with --timing, `timing` on stderr."""
+    p = tmp_path / "ojas"
+    p.write_text("#!/bin/sh\necho text\ncase \"$*\" in *--timing*) echo %r >&2 ;; esac\n" % timing)
+    p.chmod(0o755)
+    return str(p)
+
+
+def test_decode_from_timing_line(tmp_path):
+    """ojas_run takes the decode speed, the setup and the first token from
+    the --timing line of its one timed run (not from two runs' wall times,
+    which an fp8 setup's spread swamps); a run without the line is an
+    error; fewer tokens than asked are recorded."""
+    import argparse
+    a = argparse.Namespace(n=512, threads=2, gguf=False, python_load=False, save_text=None)
+    a.ojas = fake_ojas(tmp_path, "ojas: generate: timing: setup 29.100 s, prompt of 12 tokens and "
+                                 "first token 0.050 s, 511 more tokens in 0.7000 s: decode 730.000 tok/s")
+    r = hf_big_shapes.ojas_run(a, str(tmp_path), None, "cuda", "fp8")
+    assert "error" not in r
+    assert r["decode_tok_s"] == 730.0 and r["setup_s"] == 29.1 and r["first_token_s"] == 29.15
+    assert r["tokens"] == 512
+    a.save_text = str(tmp_path / "text")  # the timed run's stdout kept
+    r = hf_big_shapes.ojas_run(a, str(tmp_path), None, "cuda", "fp8")
+    with open(r["text"]) as f:
+        assert f.read() == "text\n"
+    assert os.path.basename(r["text"]) == "%s-cuda-fp8.txt" % tmp_path.name
+    a.save_text = None
+    a.ojas = fake_ojas(tmp_path, "ojas: generate: timing: setup 1.000 s, prompt of 12 tokens and "
+                                 "first token 0.050 s, 99 more tokens in 0.5000 s: decode 198.000 tok/s")
+    r = hf_big_shapes.ojas_run(a, str(tmp_path), None, "cpu", "bf16")
+    assert r["tokens"] == 100 and r["decode_tok_s"] == 198.0
+    a.ojas = fake_ojas(tmp_path, "ojas: generate: timing: setup 1.000 s, prompt of 12 tokens and "
+                                 "first token 0.050 s, no decode to time (1 token)")
+    r = hf_big_shapes.ojas_run(a, str(tmp_path), None, "cpu", "bf16")
+    assert r["decode_tok_s"] is None and r["tokens"] == 1
+    a.ojas = fake_ojas(tmp_path, "something else")
+    r = hf_big_shapes.ojas_run(a, str(tmp_path), None, "cpu", "bf16")
+    assert r["error"].startswith("no timing line")

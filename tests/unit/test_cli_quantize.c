@@ -3,8 +3,9 @@
 // q4_0 GGUF files; greedy text from a file equal to that of the checkpoint
 // quantized at load (`generate --quantize`), f32 files equal to the
 // checkpoint's own; requantizing a GGUF file only with --allow-requantize; fp8 quantized at load
-// generates (and --to fp8, which has no GGUF type, is a usage error); each
-// usage error one line
+// generates (and --to fp8, which has no GGUF type, is a usage error);
+// --timing adds one line on stderr and changes no text; each usage error
+// one line
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,6 +93,11 @@ static void test_quantize_and_generate(void **state) {
     same_text("generate -m q8.gguf" GEN_ARGS, "generate --checkpoint run --quantize q8_0" GEN);
     same_text("generate -m q4.gguf" GEN, "generate --checkpoint run --quantize q4_0" GEN);
     same_text("generate -m f32.gguf" GEN, "generate --checkpoint run" GEN);
+    /* unquantized bf16 / f16 matrices: the text of the checkpoint converted at load */
+    assert_int_equal(ojas("quantize --checkpoint run --to bf16 -o bf16.gguf", NULL), 0);
+    assert_int_equal(ojas("quantize --checkpoint run --to f16 -o f16.gguf", NULL), 0);
+    same_text("generate -m bf16.gguf" GEN, "generate --checkpoint run --dtype bf16" GEN);
+    same_text("generate -m f16.gguf" GEN, "generate --checkpoint run --dtype f16" GEN);
     /* a quantized GGUF file is not quantized again unless asked (llama.cpp's
      * --allow-requantize): its weights would be rounded twice */
     char *err2 = NULL;
@@ -119,9 +125,26 @@ static void test_quantize_and_generate(void **state) {
     out = NULL;
     assert_int_equal(ojas("generate --checkpoint run --quantize fp8" GEN, &out), 0);
     assert_true(out && strncmp(out, PROMPT, strlen(PROMPT)) == 0 && strlen(out) > strlen(PROMPT "\n"));
+    /* --timing: the same text, and one line on stderr with the setup, the
+     * first token and the decode speed (hf_big_shapes.py parses it) */
+    char *tout = NULL;
+    err = NULL;
+    assert_int_equal(ct_ojas(g_dir, "generate --checkpoint run --quantize fp8 --timing" GEN, &tout, &err), 0);
+    assert_string_equal(out, tout);
+    ct_assert_one_line(err, "ojas: generate: timing: setup ");
+    if (!strstr(err, " s, prompt of ") || !strstr(err, " tokens and first token ") ||
+        !strstr(err, " more tokens in ") || !strstr(err, " s: decode ") || !strstr(err, " tok/s\n"))
+        fail_msg("--timing printed: %s", err);
+    free(err);
+    free(tout);
+    err = NULL;
+    assert_int_equal(ct_ojas(g_dir, "generate --checkpoint run --timing --vocab tok --prompt 'The king said' "
+                             "--max-new-tokens 1 --temperature 0 --threads 1", NULL, &err), 0);
+    ct_assert_one_line(err, ", no decode to time (1 token)");
+    free(err);
     free(out);
 
-    usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1, q4_k or f32, got 'q5_0'");
+    usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1, q4_k, f32, bf16 or f16, got 'q5_0'");
     usage_error("quantize --checkpoint run --to q8_0 -o x.bin", "--out FILE.gguf is required");
     usage_error("quantize --checkpoint run --to fp8 -o x.gguf", "--to fp8 has no GGUF (ggml) type");
     usage_error("quantize --to q8_0 -o x.gguf", "give exactly one of --model and --checkpoint");

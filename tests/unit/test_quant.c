@@ -465,6 +465,67 @@ static void test_errors_named(void **state) {
     oj_engine_free(eng);
 }
 
+/* A matrix big enough to be split over threads: for 1, 3 and 5 threads,
+ * FAST numerics, every type, f32 rows and a transposed bf16 view, the
+ * blocks are oj_quantize_row's of each row, byte for byte (a row of
+ * subnormals too: a flushing worker would zero it). A NaN and an infinity
+ * in two threads' ranges: the error names the first in row order. */
+static void test_quantize_split_rows(void **state) {
+    (void)state;
+    enum { N = 301, K = 4096 }; /* 1.2 M elements: over the 2^20 of the split */
+    static const oj_qtype types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K, OJ_FP8_E4M3};
+    float *w = malloc(sizeof(float) * N * K), *row = malloc(sizeof(float) * K);
+    uint16_t *wtb = malloc(sizeof(uint16_t) * N * K); /* w^T [K, N] in bf16 */
+    uint8_t *want = malloc(N * oj_qtype_row_bytes(OJ_Q8_0, K) + 16 * N);
+    assert_non_null(w && row && wtb && want);
+    qt_fill(w, (int64_t)N * K, 21, 0.05f);
+    for (int j = 0; j < K; j++) w[257 * K + j] = (float)(j % 13 - 6) * 1e-39f; /* subnormal, in a worker's rows */
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < K; j++) wtb[(size_t)j * N + i] = oj_f32_to_bf16(w[(size_t)i * K + j]);
+    for (int th = 1; th <= 5; th += 2) {
+        oj_engine *eng = engine(th);
+        oj_engine_set_numerics(eng, OJ_NUMERICS_FAST);
+        assert_int_equal(oj_scope_begin(eng), OJ_OK);
+        oj_tensor *wt = oj_from_host(eng, 2, (int64_t[]){N, K}, OJ_F32, w, sizeof(float) * N * K);
+        oj_tensor *tb = oj_from_host(eng, 2, (int64_t[]){K, N}, OJ_BF16, wtb, sizeof(uint16_t) * N * K);
+        oj_tensor *bv = oj_transpose(tb, 0, 1); /* [N, K], strides (1, N) */
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const size_t rb = oj_qtype_row_bytes(types[ti], K);
+            for (int src = 0; src < 2; src++) {
+                for (int i = 0; i < N; i++) {
+                    for (int j = 0; j < K; j++)
+                        row[j] = src ? oj_bf16_to_f32(wtb[(size_t)j * N + i]) : w[(size_t)i * K + j];
+                    assert_int_equal(oj_quantize_row(types[ti], row, K, want + (size_t)i * rb, NULL), OJ_OK);
+                }
+                oj_qtensor *q = oj_quantize(src ? bv : wt, types[ti]);
+                assert_non_null(q);
+                assert_int_equal(oj_qtensor_nbytes(q), N * rb);
+                if (memcmp(oj_qtensor_data(q), want, N * rb) != 0)
+                    fail_msg("%d threads, %s, %s: blocks differ from oj_quantize_row's", th,
+                             oj_qtype_name(types[ti]), src ? "bf16 view" : "f32");
+                oj_qtensor_free(q);
+            }
+        }
+        w[250 * K + 3] = INFINITY;
+        w[120 * K + 9] = NAN;
+        oj_tensor *bad = oj_from_host(eng, 2, (int64_t[]){N, K}, OJ_F32, w, sizeof(float) * N * K);
+        assert_null(oj_quantize(bad, OJ_Q4_0));
+        expect(eng, OJ_ERR_NUMERIC, "w[120, 9] is NaN; q4_0 needs finite values");
+        w[120 * K + 9] = 0;
+        bad = oj_from_host(eng, 2, (int64_t[]){N, K}, OJ_F32, w, sizeof(float) * N * K);
+        assert_null(oj_quantize(bad, OJ_FP8_E4M3));
+        expect(eng, OJ_ERR_NUMERIC, "w[250, 3] is infinite; fp8 needs finite values");
+        w[250 * K + 3] = 0;
+        oj_scope_end(eng);
+        assert_int_equal(oj_engine_live_tensors(eng), 0);
+        oj_engine_free(eng);
+    }
+    free(w);
+    free(row);
+    free(wtb);
+    free(want);
+}
+
 /* fp8 (OCP E4M3, one f32 scale a row): every code decodes to its value
  * (sign, 4 exponent bits biased by 7, 3 mantissa bits, subnormals m 2^-9,
  * S.1111.111 NaN); encoding each finite value gives its code back; a
@@ -549,6 +610,7 @@ int main(void) {
         cmocka_unit_test(test_qmatmul_thread_invariant),
         cmocka_unit_test(test_quantize_low_precision_input),
         cmocka_unit_test(test_errors_named),
+        cmocka_unit_test(test_quantize_split_rows),
         cmocka_unit_test(test_fp8_e4m3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
