@@ -140,7 +140,10 @@ oj_status oj_gpt_to_dtype(oj_gpt *m, oj_dtype dt);
  * not seen by them until quantized again. Errors: oj_quantize's
  * (OJ_ERR_SHAPE for a width not a multiple of 32, OJ_ERR_UNSUPPORTED on
  * CUDA, OJ_ERR_CAPACITY), OJ_ERR_INVALID_ARGUMENT for a bad t; on failure
- * the model is left unquantized. */
+ * the model is left unquantized. A llama model's q, k, v copies are
+ * stored as one matrix, and its gate, up copies as another (rows stacked:
+ * one product each in the forward, the same bits on the CPU; no extra
+ * memory); OJAS_QFUSE=0 keeps them apart. */
 oj_status oj_gpt_quantize(oj_gpt *m, oj_qtype t);
 /* The type of the quantized copies, or OJ_QTYPE_COUNT when there are none. */
 oj_qtype oj_gpt_quantized_type(const oj_gpt *m);
@@ -207,7 +210,8 @@ oj_status oj_gguf_copy_tokenizer(oj_gguf_writer *w, const oj_gguf *g, oj_error *
  * token_embd.weight, an untied head when output.weight is present for
  * llama), every tensor checked against it. Quantized tensors of linear
  * weights become the model's quantized copies with the file's blocks (as
- * oj_gpt_quantize would make them) and, dequantized, its f32 parameters;
+ * oj_gpt_quantize would make them, q, k, v and gate, up stacked where
+ * each group shares one type) and, dequantized, its f32 parameters;
  * a quantized embedding is dequantized. *out owns the new model.
  * Errors, each naming the file and key or tensor: OJ_ERR_CORRUPT (the
  * file, a missing key or tensor), OJ_ERR_UNSUPPORTED (another

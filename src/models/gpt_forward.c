@@ -315,8 +315,17 @@ static oj_tensor *mlp(oj_gpt *m, oj_gpt_block *b, oj_tensor *h) {
             oj_release(wt);
             return o;
         }
-        oj_tensor *gt = oj__gpt_linear(h, b->w_gate, b->qw_gate, NULL);
-        oj_tensor *up = oj__gpt_linear(h, b->w_up, b->qw_up, NULL);
+        oj_tensor *gt, *up; /* [B, T, F] */
+        if (oj__gpt_qfused(m, b->qgate_up)) { /* one product, [B, T, 2F] */
+            const int64_t F = m->cfg.mlp_hidden;
+            oj_tensor *y = oj__gpt_linear(h, NULL, b->qgate_up, NULL);
+            gt = oj__gpt_qcols(y, 0, F, NULL);
+            up = oj__gpt_qcols(y, F, F, NULL);
+            oj_release(y);
+        } else {
+            gt = oj__gpt_linear(h, b->w_gate, b->qw_gate, NULL);
+            up = oj__gpt_linear(h, b->w_up, b->qw_up, NULL);
+        }
         oj_tensor *sg = gt ? oj_silu(gt) : NULL;
         oj_tensor *hu = sg && up ? oj_mul(sg, up) : NULL;
         o = hu ? oj__gpt_linear(hu, b->w_down, b->qw_down, NULL) : NULL;

@@ -481,6 +481,9 @@ oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_er
     }
     free(e);
     oj_gguf_close(g);
+    if (s == OJ_OK && m->quantized && !oj__gpt_qfuse(m))
+        s = oj_error_set(err, oj_last_status(eng), "gpt load gguf: %s: %s", path,
+                         oj_last_error(eng));
     if (s != OJ_OK) {
         oj_gpt_free(m);
         return s;

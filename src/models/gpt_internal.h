@@ -34,6 +34,11 @@ typedef struct oj_gpt_block {
      * f32 ones when no gradient is wanted; NULL otherwise */
     oj_qtensor *qc_attn, *qattn_proj, *qc_fc, *qmlp_proj;
     oj_qtensor *qq, *qk, *qv, *qo, *qgate, *qw_gate, *qw_up, *qw_down;
+    /* llama: q, k, v ([H D + 2 Hkv D, C]) and gate, up ([2 F, C]) as one
+     * matrix each, rows stacked, when their copies share type and K
+     * (oj__gpt_qfuse); qq, qk, qv and qw_gate, qw_up are then views of
+     * their rows. NULL otherwise */
+    oj_qtensor *qqkv, *qgate_up;
 } oj_gpt_block;
 
 /* The linears LoRA adapts: gpt2's Conv1D modules, then the llama family's. */
@@ -72,6 +77,26 @@ oj_tensor *oj__gpt_lora(oj_gpt *m, oj_gpt_block *b, oj__lora_module mod, oj_tens
 oj_tensor *oj__gpt_linear(oj_tensor *x, oj_tensor *w, const oj_qtensor *q, oj_tensor *b);
 /* Free the quantized copies (gpt_quant.c). */
 void oj__gpt_free_quantized(oj_gpt *m);
+/* A llama model's quantized q, k, v and gate, up copies stacked by rows
+ * into one matrix per block (b->qqkv, b->qgate_up), the separate copies
+ * replaced by views of its rows, so one qgemv serves each group (one
+ * launch instead of three and two on a device); memory as before. Where
+ * quantized weights become the model's: oj_gpt_quantize and the GGUF
+ * load. A block whose copies differ in type (a mixed GGUF file) keeps
+ * them apart. Skipped (true) for other families, unquantized models and
+ * OJAS_QFUSE=0 (oj__env_flag, read here). false with the error recorded
+ * on the engine (the blocks fused so far stay so, every copy valid). */
+bool oj__gpt_qfuse(oj_gpt *m);
+/* Whether the forward multiplies by the stacked matrix fused (b->qqkv or
+ * b->qgate_up) rather than by its views: it is set, grad mode is off and
+ * the engine is a CPU (the bits of the separate products: each output row
+ * is an independent dot product) or FAST (a device's products may then
+ * differ in summation order from the separate ones). */
+bool oj__gpt_qfused(const oj_gpt *m, const oj_qtensor *fused);
+/* Columns [c0, c0 + n) of y [B, T, N] (a view) plus bias b [n] when not
+ * NULL: what oj__gpt_linear gives for rows [c0, c0 + n) of the stacked
+ * matrix. NULL (y NULL or the engine's error) on failure. */
+oj_tensor *oj__gpt_qcols(oj_tensor *y, int64_t c0, int64_t n, oj_tensor *b);
 
 /* The head dim D: cfg->head_dim, or n_embd / n_head when 0. */
 static inline int64_t oj__gpt_head_dim(const oj_gpt_config *cfg) {

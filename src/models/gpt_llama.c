@@ -166,9 +166,18 @@ oj_tensor *oj__gpt_llama_attention(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor 
                                    oj_kv_cache *cache) {
     const oj_gpt_config *c = &m->cfg;
     const int64_t H = c->n_head, Hkv = c->n_kv_head, D = oj__gpt_head_dim(c);
-    oj_tensor *q0 = oj__gpt_linear(h, b->q_w, b->qq, b->q_b); /* [B, T, H D] */
-    oj_tensor *k0 = oj__gpt_linear(h, b->k_w, b->qk, b->k_b); /* [B, T, Hkv D] */
-    oj_tensor *v0 = oj__gpt_linear(h, b->v_w, b->qv, b->v_b);
+    oj_tensor *q0, *k0, *v0; /* [B, T, H D], [B, T, Hkv D] x2 */
+    if (oj__gpt_qfused(m, b->qqkv)) { /* one product, [B, T, (H + 2 Hkv) D] */
+        oj_tensor *y = oj__gpt_linear(h, NULL, b->qqkv, NULL);
+        q0 = oj__gpt_qcols(y, 0, H * D, b->q_b);
+        k0 = oj__gpt_qcols(y, H * D, Hkv * D, b->k_b);
+        v0 = oj__gpt_qcols(y, (H + Hkv) * D, Hkv * D, b->v_b);
+        oj_release(y);
+    } else {
+        q0 = oj__gpt_linear(h, b->q_w, b->qq, b->q_b);
+        k0 = oj__gpt_linear(h, b->k_w, b->qk, b->k_b);
+        v0 = oj__gpt_linear(h, b->v_w, b->qv, b->v_b);
+    }
     q0 = oj__gpt_lora(m, b, OJ__LORA_Q, h, q0);
     k0 = oj__gpt_lora(m, b, OJ__LORA_K, h, k0);
     v0 = oj__gpt_lora(m, b, OJ__LORA_V, h, v0);

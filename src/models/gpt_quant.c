@@ -4,9 +4,11 @@
  * gradient is wanted. Embedding lookups, positions, norms and biases stay
  * in their dtype (llama.cpp's Q8_0 / Q4_0 files keep norms and biases in
  * f32 too, and quantize the output matrix). */
+#include "core/env.h"
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
+#include "quant/quant_internal.h"
 
 oj_tensor *oj__gpt_linear(oj_tensor *x, oj_tensor *w, const oj_qtensor *q, oj_tensor *b) {
     if (q == NULL || x == NULL || oj_grad_enabled(oj_tensor_engine(x))) return oj_linear(x, w, b);
@@ -59,6 +61,9 @@ void oj__gpt_free_quantized(oj_gpt *m) {
             oj_qtensor_free(*s[i].q);
             *s[i].q = NULL;
         }
+        oj_qtensor_free(m->blocks[l].qqkv);
+        oj_qtensor_free(m->blocks[l].qgate_up);
+        m->blocks[l].qqkv = m->blocks[l].qgate_up = NULL;
     }
     oj_qtensor_free(m->qhead);
     m->qhead = NULL;
@@ -89,6 +94,7 @@ oj_status oj_gpt_quantize(oj_gpt *m, oj_qtype t) {
     /* the head's matmul, also when it is tied to the embedding (whose
      * lookups keep reading the f32 rows) */
     if (ok) ok = (m->qhead = oj_quantize(m->head, t)) != NULL;
+    if (ok) ok = oj__gpt_qfuse(m);
     if (!ok) {
         oj_status st = oj_last_status(eng);
         oj__gpt_free_quantized(m);
@@ -97,6 +103,56 @@ oj_status oj_gpt_quantize(oj_gpt *m, oj_qtype t) {
     m->quantized = true;
     m->qtype = t;
     return OJ_OK;
+}
+
+/* *fused := the copies *parts[0..n) stacked by rows, each *parts[i]
+ * replaced by a view of its rows; nothing changes when a copy is missing
+ * or they differ in type or K (true), or on failure (false). */
+static bool fuse(oj_qtensor **fused, oj_qtensor **parts[], int n) {
+    oj_qtensor *p[3], *view[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < n; i++) {
+        p[i] = *parts[i];
+        if (p[i] == NULL || oj_qtensor_type(p[i]) != oj_qtensor_type(p[0]) ||
+            oj_qtensor_cols(p[i]) != oj_qtensor_cols(p[0]))
+            return true;
+    }
+    oj_qtensor *all = oj__qtensor_cat_rows(p, n);
+    bool ok = all != NULL;
+    for (int64_t i = 0, r0 = 0; ok && i < n; r0 += oj_qtensor_rows(p[i]), i++)
+        ok = (view[i] = oj__qtensor_rows(all, r0, oj_qtensor_rows(p[i]))) != NULL;
+    for (int i = 0; i < n; i++) {
+        oj_qtensor_free(ok ? p[i] : view[i]);
+        if (ok) *parts[i] = view[i];
+    }
+    if (!ok) oj_qtensor_free(all);
+    else *fused = all;
+    return ok;
+}
+
+bool oj__gpt_qfuse(oj_gpt *m) {
+    if (m->cfg.family != OJ_LLAMA || !oj__env_flag("OJAS_QFUSE", true)) return true;
+    bool ok = true;
+    for (int64_t l = 0; ok && l < m->cfg.n_layer; l++) {
+        oj_gpt_block *b = &m->blocks[l];
+        oj_qtensor **qkv[3] = {&b->qq, &b->qk, &b->qv}, **gu[2] = {&b->qw_gate, &b->qw_up};
+        if (b->qqkv == NULL) ok = fuse(&b->qqkv, qkv, 3);
+        if (ok && b->qgate_up == NULL) ok = fuse(&b->qgate_up, gu, 2);
+    }
+    return ok;
+}
+
+bool oj__gpt_qfused(const oj_gpt *m, const oj_qtensor *fused) {
+    return fused != NULL && !oj_grad_enabled(m->eng) &&
+           (oj_engine_device(m->eng).type == OJ_DEVICE_CPU ||
+            oj_engine_numerics(m->eng) == OJ_NUMERICS_FAST);
+}
+
+oj_tensor *oj__gpt_qcols(oj_tensor *y, int64_t c0, int64_t n, oj_tensor *b) {
+    oj_tensor *v = y ? oj_narrow(y, 2, c0, n) : NULL;
+    if (v == NULL || b == NULL) return v;
+    oj_tensor *vb = oj_add(v, b);
+    oj_release(v);
+    return vb;
 }
 
 oj_qtype oj_gpt_quantized_type(const oj_gpt *m) {

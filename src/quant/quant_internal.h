@@ -18,6 +18,19 @@ struct oj_qtensor {
  * backend. */
 bool oj__qdevice_ok(oj_engine *eng, const char *op, oj_qtype t);
 
+/* Rows [r0, r0 + n) of q as an [n, K] matrix of q's type whose blocks are
+ * a view of q's (no copy: the storage lives while either matrix does; row
+ * bytes per row, so the view is contiguous). Owned by the caller
+ * (oj_qtensor_free, in any order with q). NULL with OJ_ERR_OUT_OF_RANGE
+ * (rows outside q) or OJ_ERR_CAPACITY recorded on q's engine. */
+oj_qtensor *oj__qtensor_rows(const oj_qtensor *q, int64_t r0, int64_t n);
+/* parts[0..n) (n >= 1, one engine, one type, one K) stacked by rows into
+ * one new [sum of rows, K] matrix: every part's blocks copied, in order, on
+ * their device. Exact: a row's blocks depend on that row alone. Owned by
+ * the caller. NULL with OJ_ERR_INVALID_ARGUMENT (mismatched parts) or the
+ * copy's error recorded on the engine. */
+oj_qtensor *oj__qtensor_cat_rows(oj_qtensor *const *parts, int n);
+
 /* Little-endian f16 at p, widened. */
 static inline float oj__qf16(const uint8_t *p) {
     return oj_f16_to_f32((uint16_t)(p[0] | p[1] << 8));

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "ojas/ops.h"
 #include "quant/quant_internal.h"
 
 bool oj__qdevice_ok(oj_engine *eng, const char *op, oj_qtype t) {
@@ -242,4 +243,59 @@ oj_tensor *oj_dequantize(const oj_qtensor *q) {
         oj__dequantize_row(q->type, src + (size_t)i * q->row_bytes, q->cols,
                            dst + i * q->cols);
     return y;
+}
+
+oj_qtensor *oj__qtensor_rows(const oj_qtensor *q, int64_t r0, int64_t n) {
+    if (q == NULL) return NULL;
+    if (r0 < 0 || n <= 0 || r0 + n > q->rows) {
+        oj_set_error(q->eng, OJ_ERR_OUT_OF_RANGE,
+                     "qtensor rows: rows [%lld, %lld) are outside the matrix's %lld",
+                     (long long)r0, (long long)(r0 + n), (long long)q->rows);
+        return NULL;
+    }
+    oj_qtensor *v = calloc(1, sizeof *v);
+    if (v == NULL) {
+        oj_set_error(q->eng, OJ_ERR_CAPACITY, "qtensor rows: out of host memory");
+        return NULL;
+    }
+    *v = *q;
+    v->rows = n;
+    v->blocks = oj_narrow(q->blocks, 0, r0, n);
+    if (v->blocks == NULL) {
+        free(v);
+        return NULL;
+    }
+    if (oj_scope_depth(q->eng) > 0) oj_retain(v->blocks); /* ours, as qtensor_new's */
+    return v;
+}
+
+oj_qtensor *oj__qtensor_cat_rows(oj_qtensor *const *parts, int n) {
+    if (parts == NULL || n < 1 || parts[0] == NULL) return NULL;
+    oj_engine *eng = parts[0]->eng;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        const oj_qtensor *p = parts[i];
+        if (p == NULL || p->eng != eng || p->type != parts[0]->type || p->cols != parts[0]->cols) {
+            oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
+                         "qtensor cat rows: part %d is not a %s matrix of K %lld on the same "
+                         "engine as part 0",
+                         i, oj_qtype_name(parts[0]->type), (long long)parts[0]->cols);
+            return NULL;
+        }
+        rows += p->rows;
+    }
+    oj_qtensor *q = qtensor_new(eng, parts[0]->type, rows, parts[0]->cols, "qtensor cat rows");
+    if (q == NULL) return NULL;
+    oj_status s = oj_scope_begin(eng);
+    bool scoped = s == OJ_OK;
+    for (int64_t i = 0, r0 = 0; s == OJ_OK && i < n; r0 += parts[i]->rows, i++) {
+        oj_tensor *dst = oj_narrow(q->blocks, 0, r0, parts[i]->rows);
+        s = dst ? oj_copy_(dst, parts[i]->blocks) : oj_last_status(eng);
+    }
+    if (scoped) oj_scope_end(eng);
+    if (s != OJ_OK) {
+        oj_qtensor_free(q);
+        return NULL;
+    }
+    return q;
 }
