@@ -90,8 +90,10 @@ bool oj__gpt_qfuse(oj_gpt *m);
 /* Whether the forward multiplies by the stacked matrix fused (b->qqkv or
  * b->qgate_up) rather than by its views: it is set, grad mode is off and
  * the engine is a CPU (the bits of the separate products: each output row
- * is an independent dot product) or FAST (a device's products may then
- * differ in summation order from the separate ones). */
+ * is an independent dot product), or a device under FAST with
+ * OJAS_QFUSE_GPU=1 (its products may then differ in summation order from
+ * the separate ones; off by default until measured on a GPU: a device
+ * multiplies by the views, the separate matrices' bytes). */
 bool oj__gpt_qfused(const oj_gpt *m, const oj_qtensor *fused);
 /* Columns [c0, c0 + n) of y [B, T, N] (a view) plus bias b [n] when not
  * NULL: what oj__gpt_linear gives for rows [c0, c0 + n) of the stacked

@@ -142,9 +142,10 @@ bool oj__gpt_qfuse(oj_gpt *m) {
 }
 
 bool oj__gpt_qfused(const oj_gpt *m, const oj_qtensor *fused) {
-    return fused != NULL && !oj_grad_enabled(m->eng) &&
-           (oj_engine_device(m->eng).type == OJ_DEVICE_CPU ||
-            oj_engine_numerics(m->eng) == OJ_NUMERICS_FAST);
+    if (fused == NULL || oj_grad_enabled(m->eng)) return false;
+    if (oj_engine_device(m->eng).type == OJ_DEVICE_CPU) return true;
+    /* a device: not yet run on a GPU, so only on request */
+    return oj_engine_numerics(m->eng) == OJ_NUMERICS_FAST && oj__env_flag("OJAS_QFUSE_GPU", false);
 }
 
 oj_tensor *oj__gpt_qcols(oj_tensor *y, int64_t c0, int64_t n, oj_tensor *b) {
