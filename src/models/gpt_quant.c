@@ -131,6 +131,9 @@ static bool fuse(oj_qtensor **fused, oj_qtensor **parts[], int n) {
 
 bool oj__gpt_qfuse(oj_gpt *m) {
     if (m->cfg.family != OJ_LLAMA || !oj__env_flag("OJAS_QFUSE", true)) return true;
+    /* a device: not yet run on a GPU, so only on request */
+    if (oj_engine_device(m->eng).type != OJ_DEVICE_CPU && !oj__env_flag("OJAS_QFUSE_GPU", false))
+        return true;
     bool ok = true;
     for (int64_t l = 0; ok && l < m->cfg.n_layer; l++) {
         oj_gpt_block *b = &m->blocks[l];
@@ -144,7 +147,6 @@ bool oj__gpt_qfuse(oj_gpt *m) {
 bool oj__gpt_qfused(const oj_gpt *m, const oj_qtensor *fused) {
     if (fused == NULL || oj_grad_enabled(m->eng)) return false;
     if (oj_engine_device(m->eng).type == OJ_DEVICE_CPU) return true;
-    /* a device: not yet run on a GPU, so only on request */
     return oj_engine_numerics(m->eng) == OJ_NUMERICS_FAST && oj__env_flag("OJAS_QFUSE_GPU", false);
 }
 
