@@ -21,19 +21,11 @@
 
 #include "backend/backend.h"
 #include "core/internal.h"
+#include "bench_gpu_common.h"
 #include "ojas/ojas.h"
 
 static int REPS = 5;
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* [B, n, T, D] view of random [B, T, n, D] bf16 storage on e. */
 static oj_tensor *view(oj_engine *e, int64_t B, int64_t n, int64_t T, int64_t D) {

@@ -22,23 +22,15 @@
 
 #include "backend/backend.h"
 #include "core/internal.h"
+#include "bench_gpu_common.h"
 #include "ojas/ojas.h"
 
 static oj_engine *E;
 static int REPS = 5;
 static double TF_LIMIT = 495.0, BW_LIMIT = 4100.0;
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 static void sync_dev(void) {
     if (E->backend->synchronize) E->backend->synchronize(E);
-}
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* ---------------------------------------------------------------- results */
@@ -462,15 +454,7 @@ int main(int argc, char **argv) {
     if (REPS < 1) REPS = 1;
     if (getenv("TF32_TFLOPS")) TF_LIMIT = atof(getenv("TF32_TFLOPS"));
     if (getenv("HBM_GBS")) BW_LIMIT = atof(getenv("HBM_GBS"));
-    oj_engine_config ec = oj_engine_config_default();
-    ec.device.type = OJ_DEVICE_CUDA;
-    ec.numerics = OJ_NUMERICS_FAST;
-    ec.seed = 1;
-    oj_error err = {0};
-    if (oj_engine_create(&ec, &E, &err) != OJ_OK) {
-        fprintf(stderr, "skipped: %s\n", err.message);
-        return 77;
-    }
+    if (bench_cuda_engine(OJ_NUMERICS_FAST, &E)) return 77;
     printf("bench_gpu_ops: B=%lld T=%lld reps=%d, f32 params, TF32 GEMMs (FAST); limits %.0f "
            "TFLOP/s (GEMM-like ops), %.0f GB/s (the rest)\n",
            (long long)B, (long long)T, REPS, TF_LIMIT, BW_LIMIT);

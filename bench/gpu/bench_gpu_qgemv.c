@@ -31,6 +31,7 @@
 
 #include "backend/backend.h"
 #include "core/internal.h"
+#include "bench_gpu_common.h"
 #include "ojas/ojas.h"
 #include "quant/quant_internal.h"
 
@@ -41,15 +42,6 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t next_u64(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return rng;
-}
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 static void die(const char *what) {
     fprintf(stderr, "bench_gpu_qgemv: %s: %s\n", what, oj_last_error(E));
@@ -210,15 +202,7 @@ int main(int argc, char **argv) {
         }
     }
     if (getenv("HBM_GBS")) BW_LIMIT = atof(getenv("HBM_GBS"));
-    oj_engine_config ec = oj_engine_config_default();
-    ec.device.type = OJ_DEVICE_CUDA;
-    ec.numerics = OJ_NUMERICS_FAST;
-    ec.seed = 1;
-    oj_error err = {0};
-    if (oj_engine_create(&ec, &E, &err) != OJ_OK) {
-        fprintf(stderr, "skipped: %s\n", err.message);
-        return 77;
-    }
+    if (bench_cuda_engine(OJ_NUMERICS_FAST, &E)) return 77;
     oj_set_grad_enabled(E, false);
     printf("bench_gpu_qgemv: qgemv old (k_qgemv) vs new (k_qgemv_fast), reps %d, %% of %.0f GB/s\n",
            reps, BW_LIMIT);
