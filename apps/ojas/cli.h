@@ -103,4 +103,7 @@ bool cli_refuse_nanolab(const oj_gpt *m, const char *cmd, const char *src, const
  * llama-quantize refuses the same without --allow-requantize. */
 bool cli_refuse_requantize(const oj_gpt *m, const char *cmd, const char *src, oj_qtype t);
 
+/* Monotonic seconds (CLOCK_MONOTONIC), for the commands' timings. */
+double cli_now(void);
+
 #endif

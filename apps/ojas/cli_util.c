@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "cli.h"
 #include "core/fs.h"
@@ -226,4 +227,10 @@ bool cli_refuse_requantize(const oj_gpt *m, const char *cmd, const char *src, oj
               strcmp(cmd, "quantize") == 0 ? " (or pass --allow-requantize)"
                                             : " (or run the file as it is, without --quantize)");
     return true;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

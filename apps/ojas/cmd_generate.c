@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -65,18 +64,12 @@ static const char *k_help =
     "  -h, --help                 this help\n"
     "Options take their value as '--top-k 5' or '--top-k=5' ('-k 5', '-k5').\n";
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 typedef struct {
     const oj_tokenizer *tok;
     const int32_t *stops; /* more end-of-sequence ids (generation_config.json) */
     int n_stops;
     int64_t shown;         /* tokens printed */
-    double first_s, last_s; /* now_s() when the first and the last were printed */
+    double first_s, last_s; /* cli_now() when the first and the last were printed */
 } stream_ctx;
 
 static bool print_token(int64_t seq, int32_t token, void *vctx) {
@@ -85,7 +78,7 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
     for (int i = 0; i < c->n_stops; i++)
         if (token == c->stops[i])
             return false; /* an end of sequence: stop, not shown */
-    c->last_s = now_s();
+    c->last_s = cli_now();
     if (c->shown++ == 0) c->first_s = c->last_s;
     char *text = NULL;
     size_t len = 0;
@@ -129,7 +122,7 @@ static const struct option k_long[] = {
 };
 
 int cmd_generate(int argc, char **argv) {
-    const double t_start = now_s();
+    const double t_start = cli_now();
     const char *ckpt = NULL, *weights = NULL, *preset = NULL, *vocab = NULL, *prompt = NULL;
     const char *device = "cpu", *dtype = "f32", *numerics = "fast", *adapter = NULL, *quantize = NULL;
     int64_t threads = 0;
@@ -343,7 +336,7 @@ int cmd_generate(int argc, char **argv) {
     }
     fputs(prompt, stdout);
     stream_ctx sctx = {tok, gc.eos_token_ids, gc.n_eos, 0, 0, 0};
-    const double t_gen = now_s();
+    const double t_gen = cli_now();
     const int32_t *pp = ids.ids;
     int64_t plen = (int64_t)ids.len;
     int32_t *gen = NULL;

@@ -79,22 +79,22 @@ static void *sched_thread(void *arg) {
         serve_job *jobs = sv->inbox;
         sv->inbox = sv->inbox_tail = NULL;
         if (jobs == NULL && !busy) {
-            double t = sv->profile ? serve_now() : 0.0;
+            double t = sv->profile ? cli_now() : 0.0;
             sv->busy = false;
             pthread_cond_wait(&sv->work, &sv->mu);
-            if (sv->profile) sv->prof.idle_s += serve_now() - t;
+            if (sv->profile) sv->prof.idle_s += cli_now() - t;
             continue;
         }
         pthread_mutex_unlock(&sv->mu);
-        double t0 = sv->profile ? serve_now() : 0.0;
+        double t0 = sv->profile ? cli_now() : 0.0;
         serve_run_jobs(sv, jobs);
-        double t1 = sv->profile ? serve_now() : 0.0;
+        double t1 = sv->profile ? cli_now() : 0.0;
         if (oj_sched_busy(sv->s) && oj_sched_step(sv->s) != OJ_OK)
             fprintf(stderr, "ojas: serve: %s\n", oj_sched_error(sv->s));
         busy = oj_sched_busy(sv->s);
         oj_sched_stats st = oj_sched_get_stats(sv->s);
         oj_sched_profile pr = oj_sched_get_profile(sv->s);
-        double t2 = sv->profile ? serve_now() : 0.0;
+        double t2 = sv->profile ? cli_now() : 0.0;
         pthread_mutex_lock(&sv->mu);
         sv->stats = st;
         sv->sprof = pr;
@@ -104,7 +104,7 @@ static void *sched_thread(void *arg) {
         sv->busy = busy || sv->inbox != NULL;
         if (sv->profile) {
             sv->prof.jobs_s += t1 - t0;
-            sv->prof.publish_s += serve_now() - t2;
+            sv->prof.publish_s += cli_now() - t2;
         }
     }
     /* the handlers are gone: their last cancellations free what still runs */
@@ -432,11 +432,11 @@ int cmd_serve(int argc, char **argv) {
                 sig == SIGTERM ? "SIGTERM" : "SIGINT", grace);
         MHD_socket ls = MHD_quiesce_daemon(d);
         if (ls != MHD_INVALID_SOCKET) close(ls);
-        double until = serve_now() + grace;
+        double until = cli_now() + grace;
         pthread_mutex_lock(&sv.mu);
         /* until every request is answered in full (stopping the daemon
          * closes the connections) */
-        while ((sv.busy || sv.active > 0) && serve_now() < until) {
+        while ((sv.busy || sv.active > 0) && cli_now() < until) {
             pthread_mutex_unlock(&sv.mu);
             usleep(20 * 1000);
             pthread_mutex_lock(&sv.mu);

@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "ojas/data.h"
@@ -34,12 +33,6 @@ static const char k_usage[] =
 
 enum { OPT_VOCAB = 256, OPT_ALLOW_SPECIAL, OPT_SPECIAL_AS_TEXT, OPT_PCRE2, OPT_STRICT, OPT_BYTES,
        OPT_VOCAB_SIZE, OPT_MIN_FREQUENCY };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int load(const char *vocab, oj_tokenizer **tok) {
     if (!vocab)
@@ -272,13 +265,13 @@ static int train(int argc, char **argv) {
         cfg.min_frequency = minf;
         oj_tokenizer *tok = NULL;
         oj_error err = {0};
-        double t0 = now_s();
+        double t0 = cli_now();
         if (oj_bpe_train(&cfg, (size_t)nf, (const char *const *)texts, lens, &tok, &err) ||
             oj_tokenizer_save(tok, out, &err))
             rc = cli_error(CLI_FAIL, "%s", err.message);
         else
             fprintf(stderr, "ojas: trained %d ids (%d requested) on %.2f MB in %.2f s -> %s\n",
-                    (int)oj_tokenizer_vocab_size(tok), (int)vs, (double)total / 1e6, now_s() - t0,
+                    (int)oj_tokenizer_vocab_size(tok), (int)vs, (double)total / 1e6, cli_now() - t0,
                     out);
         oj_tokenizer_free(tok);
     }

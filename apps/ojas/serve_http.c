@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "cli.h"
 #include "core/utf8.h"
 #include "serve_http.h"
 
@@ -41,12 +42,6 @@ static void observe(histogram *h, double v) {
 }
 
 /* ------------------------------------------------------------ text */
-
-double serve_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     char *p;
@@ -285,11 +280,11 @@ static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish 
     for (int i = 0; i < g->n; i++)
         if (g->ch[i].id == id && g->ch[i].live) c = &g->ch[i];
     if (c == NULL) return false;
-    double t = serve_now(), tl = 0.0;
+    double t = cli_now(), tl = 0.0;
     if (token < 0) {
-        if (sv->profile) tl = serve_now();
+        if (sv->profile) tl = cli_now();
         pthread_mutex_lock(&g->mu);
-        if (sv->profile) sv->prof.event_lock_s += serve_now() - tl;
+        if (sv->profile) sv->prof.event_lock_s += cli_now() - tl;
         c->fin = why;
         c->done = true;
         g->events++;
@@ -322,9 +317,9 @@ static bool on_event(void *ctx, int64_t id, int32_t token, double lp, oj_finish 
         piece = sv->piece_blob + sv->piece_off[token];
         plen = (size_t)(sv->piece_off[token + 1] - sv->piece_off[token]);
     }
-    if (sv->profile) tl = serve_now();
+    if (sv->profile) tl = cli_now();
     pthread_mutex_lock(&g->mu);
-    if (sv->profile) sv->prof.event_lock_s += serve_now() - tl;
+    if (sv->profile) sv->prof.event_lock_s += cli_now() - tl;
     bool more = true;
     if (c->len == c->cap) { /* grown geometrically: amortised, not per token */
         int64_t nc = c->cap ? c->cap * 2 : 64;
@@ -758,10 +753,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         pthread_mutex_lock(&g->mu);
         const int64_t ev = g->events;
         pthread_mutex_unlock(&g->mu);
-        const double t0 = sv->profile ? serve_now() : 0.0;
+        const double t0 = sv->profile ? cli_now() : 0.0;
         stream_events(g);
         if (sv->profile) {
-            g->sse_s += serve_now() - t0;
+            g->sse_s += cli_now() - t0;
             g->sse_chunks += g->out.n > 0;
             g->sse_bytes += (int64_t)g->out.n;
         }
@@ -775,7 +770,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             }
             return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free cancels */
         }
-        if (serve_now() - g->last_write > 1.0) { /* a comment: finds a closed socket */
+        if (cli_now() - g->last_write > 1.0) { /* a comment: finds a closed socket */
             sb_add(&g->out, ": keep-alive\n\n", 14);
             break;
         }
@@ -790,7 +785,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     size_t k = g->out.n - g->out_pos < max ? g->out.n - g->out_pos : max;
     memcpy(buf, g->out.p + g->out_pos, k);
     g->out_pos += k;
-    g->last_write = serve_now();
+    g->last_write = cli_now();
     return (ssize_t)k;
 }
 
@@ -798,7 +793,7 @@ static void stream_free(void *cls) {
     gen *g = cls;
     server *sv = g->sv;
     pthread_mutex_lock(&sv->mu);
-    observe(&sv->duration, serve_now() - g->t0);
+    observe(&sv->duration, cli_now() - g->t0);
     sv->prof.sse_s += g->sse_s;
     sv->prof.sse_chunks += g->sse_chunks;
     sv->prof.sse_bytes += g->sse_bytes;
@@ -855,7 +850,7 @@ static gen *gen_new(server *sv, int ep) {
     g->refs = 1; /* the handler's */
     g->sv = sv;
     g->ep = ep;
-    g->t0 = serve_now();
+    g->t0 = cli_now();
     g->created = (long)time(NULL);
     g->fd = -1;
     return g;
@@ -941,7 +936,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
         return send_error(mc, cn, refused, "%s", err);
     }
     if (g->req.stream) {
-        g->last_write = serve_now();
+        g->last_write = cli_now();
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, g, stream_free);
         if (r == NULL) {
@@ -979,7 +974,7 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     json_t *resp = gone || stopped || timeout || failed ? NULL : full_response(g);
     pthread_mutex_lock(&sv->mu);
     if (gone) sv->disconnects++;
-    observe(&sv->duration, serve_now() - g->t0);
+    observe(&sv->duration, cli_now() - g->t0);
     pthread_mutex_unlock(&sv->mu);
     double limit = sv->timeout_s;
     gen_release(g); /* cancels what still runs */

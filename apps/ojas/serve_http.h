@@ -99,8 +99,6 @@ void serve_run_jobs(server *sv, serve_job *jobs);
  * out of memory. */
 bool serve_pieces_init(server *sv);
 
-/* Monotonic seconds. */
-double serve_now(void);
 
 /* libmicrohttpd's access handler (cls: the server): routes a request to
  * its endpoint, accumulating a body first (at most max_body bytes). */

@@ -195,8 +195,9 @@ void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p);
 void oj__graph_capture_abandon(oj_engine *eng);
 /* Free every graph still alive (engine teardown). */
 void oj__graph_free_all(oj_engine *eng);
-/* During a capture: s (not of the capture's pool) joins the written set
- * (storage.c's oj__storage_written calls it). */
+/* During a capture: s joins the capturing graph's written set unless it is
+ * the graph's own pool memory or already there (oj__storage_written calls
+ * it). */
 void oj__graph_note_written(oj_engine *eng, oj_storage *s);
 
 /* ---- kept low-precision copies of parameters (weight_copy.c) */

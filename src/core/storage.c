@@ -164,8 +164,7 @@ void oj__storage_retain(oj_storage *s) {
 void oj__storage_written(oj_storage *s) {
     if (s == NULL) return;
     s->version++;
-    oj_engine *eng = s->eng;
-    if (eng->capture_pool != NULL && s->gpool != eng->capture_pool) oj__graph_note_written(eng, s);
+    if (s->eng->capture_pool != NULL) oj__graph_note_written(s->eng, s);
 }
 
 /* Released device storage s onto lists[its class] (a small host node

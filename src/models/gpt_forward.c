@@ -5,9 +5,8 @@
  * F MLP width, V vocabulary, N the cache capacity. */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
+#include "core/env.h"
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
@@ -124,8 +123,7 @@ static bool project_fused(oj_tensor *x, int n, oj_tensor *const *w, const int64_
      * (and the casts' backward in one). Off by default: nanolab-124m's
      * graph step measured 40.38 ms without it, 40.76-40.88 with it (H200,
      * 2026-12-02, docs/bench-gpu.md) */
-    const char *cr = getenv("OJAS_CAST_ROWS");
-    if (low && cr && strcmp(cr, "1") == 0 && oj__cast_rows_fits(n, w)) {
+    if (low && oj__env_flag("OJAS_CAST_ROWS", false) && oj__cast_rows_fits(n, w)) {
         wc = oj__cast_rows(n, w, adt, pad);
         ok = wc != NULL;
     } else {
