@@ -12,9 +12,13 @@
  * generations' buffers under their own mutexes. The
  * main thread waits for SIGTERM or SIGINT, then stops accepting, lets
  * in-flight requests finish for --shutdown-grace seconds, cancels the rest
- * and exits 0. */
+ * and exits 0. The signals reach main through a pipe written by their
+ * handler: threads made before main could block them (OpenBLAS's, made
+ * when the library loads) may be the ones the kernel delivers them to, so
+ * a sigwait in main alone would leave a signal to their default action. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -71,6 +75,17 @@ static const char *k_help =
  * statistics and event counters under the server's mutex, once a step,
  * and runs the step itself without any lock held: handlers never wait for
  * a forward, and the step never waits for a handler or a client. */
+/* SIGTERM/SIGINT's handler: the signal's number into the pipe main reads
+ * (write is async-signal-safe; errno is kept for the interrupted thread) */
+static int g_sig_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig) {
+    int saved = errno;
+    ssize_t r = write(g_sig_pipe[1], &sig, sizeof sig);
+    (void)r;
+    errno = saved;
+}
+
 static void *sched_thread(void *arg) {
     server *sv = arg;
     bool busy = false; /* requests queued or running (the scheduler's, seen here) */
@@ -396,13 +411,27 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_init(&sv.mu, NULL);
     pthread_cond_init(&sv.work, NULL);
 
-    /* signals: every thread made from here on blocks them; main waits */
-    sigset_t sigs;
+    /* signals: a handler in whichever thread gets one writes it to a pipe
+     * main reads; the threads made here block them (no EINTR in their
+     * calls) */
+    if (pipe2(g_sig_pipe, O_CLOEXEC) != 0 || fcntl(g_sig_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
+        rc = cli_error(CLI_FAIL, "serve: the signals' pipe: %s", strerror(errno));
+    }
+    struct sigaction sa, old_int, old_term, old_pipe;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, &old_pipe);
+    sigset_t sigs, main_mask;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    pthread_sigmask(SIG_BLOCK, &sigs, &main_mask);
     const oj_sched_stats st = oj_sched_get_stats(sv.s); /* before the scheduler thread has it */
     pthread_t th;
     pthread_create(&th, NULL, sched_thread, &sv);
@@ -413,7 +442,10 @@ int cmd_serve(int argc, char **argv) {
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)conns, MHD_OPTION_CONNECTION_TIMEOUT,
         sv.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED, serve_on_completed, &sv,
         MHD_OPTION_END);
-    if (d == NULL) {
+    pthread_sigmask(SIG_SETMASK, &main_mask, NULL);
+    if (rc != CLI_OK) {
+        if (d != NULL) MHD_stop_daemon(d);
+    } else if (d == NULL) {
         rc = cli_error(CLI_FAIL, "serve: cannot listen on %s:%lld (%s)", host, (long long)port,
                        strerror(errno));
     } else {
@@ -426,8 +458,10 @@ int cmd_serve(int argc, char **argv) {
                 (long long)st.blocks_total, (long long)st.block_size,
                 oj_chat_template_name(sv.chat));
         int sig = 0;
-        do sigwait(&sigs, &sig);
-        while (sig == SIGPIPE);
+        ssize_t got;
+        do got = read(g_sig_pipe[0], &sig, sizeof sig);
+        while (got < 0 && errno == EINTR);
+        if (got != (ssize_t)sizeof sig) sig = SIGTERM; /* cannot happen: the write end is ours */
         fprintf(stderr, "ojas: serve: %s: finishing in-flight requests (up to %g s)\n",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT", grace);
         MHD_socket ls = MHD_quiesce_daemon(d);
@@ -452,6 +486,11 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_signal(&sv.work);
     pthread_mutex_unlock(&sv.mu);
     pthread_join(th, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    for (int i = 0; i < 2; i++)
+        if (g_sig_pipe[i] >= 0) close(g_sig_pipe[i]);
     if (sv.profile) print_profile(&sv);
     oj_sched_free(sv.s);
     free(sv.piece_blob);
