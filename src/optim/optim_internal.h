@@ -120,6 +120,14 @@ double oj__optim_clip_grad_norm_then(oj_optim *o, double max_norm, void (*after_
  * place first. Either way the parameters and state get the same bits. */
 oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
                               oj_optim_step_info *info);
+/* oj__optim_clip_step, calling while_queued(ctx) (when not NULL) once the
+ * update is queued and before the host waits for it: on a device with the
+ * gate before its one read-back, elsewhere after the step returned. It is
+ * not called when the step fails before its update is queued. The trainer
+ * loads and uploads the next batch there (loop.c). */
+oj_status oj__optim_clip_step_then(oj_optim *o, double max_norm, double *norm_out,
+                                   oj_optim_step_info *info, void (*while_queued)(void *),
+                                   void *ctx);
 /* Release every slot's clip cache (clip_grad). */
 void oj__optim_clip_cache_clear(oj_optim *o);
 /* Drop the groups from index `ngroups` on, freeing their state. */

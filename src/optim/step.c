@@ -681,7 +681,8 @@ static oj_status name_refused(oj_optim *o, work_item *items, int64_t n, double c
 /* The gated step over the n collected items; *norm_out = the global
  * gradient norm before clipping. */
 static oj_status step_gated(oj_optim *o, work_item *items, int64_t n, double max_norm,
-                            double *norm_out, oj_optim_step_info *info) {
+                            double *norm_out, oj_optim_step_info *info,
+                            void (*while_queued)(void *), void *ctx) {
     oj_engine *eng = o->eng;
     /* [0, 4 + n) the norms and verdict, [4 + n] the safe word, then 2
      * words of bounds per item (backend.h step_gate_open) */
@@ -714,6 +715,7 @@ static oj_status step_gated(oj_optim *o, work_item *items, int64_t n, double max
         if (st == OJ_OK) st = queue_gated(o, items, n, &ab);
         eng->backend->step_gate_close(eng);
     }
+    if (st == OJ_OK && while_queued) while_queued(ctx);
     /* the one read-back: it waits for the queued update */
     if (st == OJ_OK)
         st = eng->backend->copy_d2h(eng, host, (const char *)gate->storage->data + gate->offset,
@@ -887,6 +889,12 @@ oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
  * followed by oj_optim_step. */
 oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
                               oj_optim_step_info *info) {
+    return oj__optim_clip_step_then(o, max_norm, norm_out, info, NULL, NULL);
+}
+
+oj_status oj__optim_clip_step_then(oj_optim *o, double max_norm, double *norm_out,
+                                   oj_optim_step_info *info, void (*while_queued)(void *),
+                                   void *ctx) {
     if (o == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_engine *eng = o->eng;
     if (norm_out) *norm_out = NAN;
@@ -910,7 +918,9 @@ oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
         }
         if (norm_out) *norm_out = norm;
         if (isnan(norm) && oj_last_status(eng) != OJ_OK) return oj_last_status(eng);
-        return oj_optim_step(o, info);
+        oj_status so = oj_optim_step(o, info);
+        if ((so == OJ_OK || so == OJ_ERR_NUMERIC) && while_queued) while_queued(ctx);
+        return so;
     }
     o->message[0] = '\0';
     oj__optim_clip_cache_clear(o);
@@ -926,7 +936,7 @@ oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
         bool prev_ac = oj_set_autocast(eng, false, OJ_BF16);
         int64_t n = 0;
         st = collect(o, items, &n);
-        if (st == OJ_OK) st = step_gated(o, items, n, max_norm, norm_out, info);
+        if (st == OJ_OK) st = step_gated(o, items, n, max_norm, norm_out, info, while_queued, ctx);
         if (prev_ac) oj_set_autocast(eng, true, oj_autocast_dtype(eng));
         oj_set_grad_enabled(eng, prev);
         oj_scope_end(eng);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/internal.h"
 #include "optim/optim_internal.h"
 #include "ojas/autograd.h"
@@ -139,6 +140,77 @@ static void prof_print(const oj_trainer *t, const step_prof *p) {
     fprintf(stderr, "%s | total %.3f ms\n", line, total);
 }
 
+/* The graph path's host batch (t->batch_in, t->batch_tg), made once;
+ * false when out of memory. */
+static bool host_batch(oj_trainer *t) {
+    size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
+    if (t->batch_in == NULL)
+        t->batch_in = malloc(nbytes);
+    if (t->batch_tg == NULL)
+        t->batch_tg = malloc(nbytes);
+    return t->batch_in != NULL && t->batch_tg != NULL;
+}
+
+/* The next step's batch, taken while the device finishes this step's
+ * update (oj__optim_clip_step_then's callback, before its read-back): the
+ * loader's host work and the upload are then off the time between steps.
+ * One process and one micro-batch; the loader's position before it is
+ * kept for checkpoints. A failure leaves nothing taken: the next step
+ * takes the batch again and reports the error. OJAS_TRAIN_PREFETCH=0: off. */
+static void prefetch_next(void *ctx) {
+    oj_trainer *t = ctx;
+    oj_engine *eng = t->eng;
+    if (t->prefetched)
+        return;
+    oj_loader_get_state(t->train, &t->prefetch_from);
+    oj_status st = OJ_OK;
+    if (t->cfg.cuda_graph) {
+        oj__step_graph *g = &t->graph;
+        size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
+        oj_error e2 = {0};
+        st = g->graph && host_batch(t)
+                 ? oj_loader_next_host(t->train, t->batch_in, t->batch_tg, &e2)
+                 : OJ_ERR_STATE;
+        if (!st)
+            st = oj_copy_from_host(g->x, t->batch_in, nbytes);
+        if (!st)
+            st = oj_copy_from_host(g->y, t->batch_tg, nbytes);
+    } else {
+        /* new tensors outside the step's scopes (the callback runs inside them) */
+        oj_tensor *x = NULL, *y = NULL;
+        st = oj_loader_next(t->train, eng, &x, &y);
+        if (!st) {
+            oj__scope_detach(x);
+            oj__scope_detach(y);
+            t->next_x = x;
+            t->next_y = y;
+        }
+    }
+    t->prefetched = true; /* for the drop below */
+    if (st) {
+        oj__train_drop_prefetch(t);
+        oj_clear_error(eng);
+    }
+}
+
+void oj__train_drop_prefetch(oj_trainer *t) {
+    if (!t->prefetched)
+        return;
+    t->prefetched = false;
+    oj_release(t->next_x);
+    oj_release(t->next_y);
+    t->next_x = t->next_y = NULL;
+    oj_error e2 = {0};
+    oj_loader_set_state(t->train, &t->prefetch_from, &e2); /* its own state: cannot fail */
+}
+
+/* Whether this step takes the next one's batch ahead: one process, one
+ * micro-batch, a next step within max_steps, no stop asked. */
+static bool prefetch_wanted(const oj_trainer *t) {
+    return !t->collect && t->cfg.grad_accum == 1 && t->step + 1 < t->cfg.max_steps &&
+           !(t->opts.stop && *t->opts.stop) && oj__env_flag("OJAS_TRAIN_PREFETCH", true);
+}
+
 /* The graph path's micro-step: the next batch is uploaded straight into
  * the graph's static inputs (no per-step device tensors or copies), then
  * the graph replays. The first step captures from a loaded batch. */
@@ -156,14 +228,17 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
         prof_mark(t, pf, PH_FWD_BWD);
         return;
     }
+    if (t->prefetched) { /* uploaded during the last step */
+        t->prefetched = false;
+        prof_mark(t, pf, PH_LOADER);
+        oj__step_graph_run(g, NULL, NULL);
+        prof_mark(t, pf, PH_FWD_BWD);
+        return;
+    }
     size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
-    if (t->batch_in == NULL) {
-        t->batch_in = malloc(nbytes);
-        t->batch_tg = malloc(nbytes);
-        if (t->batch_in == NULL || t->batch_tg == NULL) {
-            oj_set_error(eng, OJ_ERR_CAPACITY, "train step: out of host memory for a batch");
-            return;
-        }
+    if (!host_batch(t)) {
+        oj_set_error(eng, OJ_ERR_CAPACITY, "train step: out of host memory for a batch");
+        return;
     }
     oj_error e2 = {0};
     oj_status st = oj_loader_next_host(t->train, t->batch_in, t->batch_tg, &e2);
@@ -268,8 +343,17 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
             if (read_now && oj_last_status(eng) == OJ_OK) /* its gradient is summed below */
                 mloss[k] = oj_item(t->graph.loss);
         } else {
-            oj_tensor *x = NULL, *y = NULL;
-            bool got = oj_loader_next(t->train, eng, &x, &y) == OJ_OK; /* else reported below */
+            oj_tensor *x = NULL, *y = NULL, *own_x = NULL, *own_y = NULL;
+            bool got;
+            if (t->prefetched) { /* taken during the last step; released below */
+                x = own_x = t->next_x;
+                y = own_y = t->next_y;
+                t->next_x = t->next_y = NULL;
+                t->prefetched = false;
+                got = true;
+            } else {
+                got = oj_loader_next(t->train, eng, &x, &y) == OJ_OK; /* else reported below */
+            }
             prof_mark(t, pf, PH_LOADER);
             if (got) {
                 // x, y [B, T] token ids; loss rank-0 mean over B*T
@@ -284,6 +368,8 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
                     losses[n_loss++] = keep;
                 }
             }
+            oj_release(own_x);
+            oj_release(own_y);
             prof_mark(t, pf, PH_FWD_BWD);
         }
         if (!st && oj_last_status(eng))
@@ -315,7 +401,10 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         /* collected gradients are clipped already; else clip and step in one
          * (on a device: gated, one read-back) */
         oj_status os = read_now ? oj_optim_step(t->optim, &info)
-                                  : oj__optim_clip_step(t->optim, c->grad_clip, &norm, &info);
+                                  : oj__optim_clip_step_then(t->optim, c->grad_clip, &norm, &info,
+                                                             prefetch_wanted(t) ? prefetch_next
+                                                                                : NULL,
+                                                             t);
         if (os == OJ_ERR_NUMERIC) {
             t->skipped_in_row++;
             snprintf(t->skip_msg, sizeof t->skip_msg, "%s", oj_optim_message(t->optim));
@@ -457,6 +546,7 @@ static oj_status eval_report(oj_trainer *t, oj_error *err) {
 static oj_status diagnose_non_finite(oj_trainer *t, oj_error *err) {
     oj_engine *eng = t->eng;
     char found[512] = "";
+    oj__train_drop_prefetch(t); /* the batch after the skipped steps */
     bool prev = oj_set_detect_anomaly(eng, true);
     oj_scope_begin(eng);
     oj_tensor *x = NULL, *y = NULL;

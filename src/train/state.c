@@ -77,7 +77,10 @@ static const char *get_id(const json_t *obj, const char *key) {
 
 char *oj__train_state_json(const oj_trainer *t, const char *id) {
     oj_loader_state ls;
-    oj_loader_get_state(t->train, &ls);
+    if (t->prefetched) /* the batch taken ahead is the next step's */
+        ls = t->prefetch_from;
+    else
+        oj_loader_get_state(t->train, &ls);
     /* data parallel: stored as the one process that takes every rank's
      * batches would be (rank 0 of 1, world_size times the batches), so
      * that any world size can resume it */
@@ -145,6 +148,7 @@ oj_status oj__train_restore_state(oj_trainer *t, const json_t *state, oj_error *
         ls.world_size = t->world;
     }
     oj_error e2 = {0};
+    oj__train_drop_prefetch(t);
     if (oj_loader_set_state(t->train, &ls, &e2))
         return oj_error_set(err, OJ_ERR_STATE,
                             "resume %s: the data does not match the checkpoint's loader "

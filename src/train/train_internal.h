@@ -56,6 +56,13 @@ struct oj_trainer {
     oj_optim *optim;
     oj__step_graph graph; /* cfg.cuda_graph: captured at the first step */
     int64_t *batch_in, *batch_tg; /* cuda_graph: [B, T] host batch, uploaded into graph.x/y */
+    /* the next step's batch, taken while the device finished the last step
+     * (loop.c, one process and one micro-batch): uploaded into graph.x/y
+     * (cuda_graph) or held in next_x/next_y (detached [B, T]); the loader
+     * was at prefetch_from before it, which checkpoints record */
+    bool prefetched;
+    oj_tensor *next_x, *next_y;
+    oj_loader_state prefetch_from;
     int profile;            /* OJAS_TRAIN_PROFILE at the run's start (loop.c) */
     oj_loader *train;
     char **train_paths;
@@ -182,6 +189,9 @@ oj_status oj__train_make_optim(oj_trainer *t, bool all, oj_optim **out, oj_error
  * after max_skipped_steps non-finite steps in a row, the diagnosis that
  * stops the run with OJ_ERR_NUMERIC. No eval or checkpoint. */
 void oj__trainer_begin(oj_trainer *t);
+/* loop.c: forget the batch taken ahead (t->prefetched), putting the loader
+ * back where it was before it, so the next batch is taken again. */
+void oj__train_drop_prefetch(oj_trainer *t);
 /* m (may be NULL) receives the step's metrics. */
 oj_status oj__trainer_step(oj_trainer *t, oj_train_metrics *m, oj_error *err);
 

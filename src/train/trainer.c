@@ -556,6 +556,8 @@ void oj_trainer_free(oj_trainer *t) {
         close(t->lock_fd); /* releases the lock */
     oj_loader_free(t->train);
     oj_paths_free(t->train_paths, t->n_train_paths);
+    oj_release(t->next_x);
+    oj_release(t->next_y);
     oj__step_graph_free(&t->graph);
     oj_optim_free(t->optim);
     oj__train_dist_free(t);

@@ -183,6 +183,40 @@ static void test_weight_copies_same_bits(void **state) {
     copies_case("nanolab-tiny", false);
 }
 
+/* The next batch taken during the step before (loop.c prefetch_next: the
+ * graph's inputs uploaded, or the eager step's tensors made, while the
+ * device finishes the update) against OJAS_TRAIN_PREFETCH=0: the same
+ * losses, norms and parameters. */
+static void prefetch_case(const char *model, bool graph) {
+    run_pair r;
+    pair_data(&r);
+    oj_train_config c = gpu_config(r.dir, model, true, graph);
+    if (on_cpu) c.device = (oj_device){OJ_DEVICE_CPU, 0};
+    char out[300];
+    snprintf(out, sizeof out, "%s/on", r.dir);
+    train(&c, out, &r.log[0], &r.p[0], &r.n[0], &r.proven[0]);
+    setenv("OJAS_TRAIN_PREFETCH", "0", 1);
+    snprintf(out, sizeof out, "%s/off", r.dir);
+    train(&c, out, &r.log[1], &r.p[1], &r.n[1], &r.proven[1]);
+    unsetenv("OJAS_TRAIN_PREFETCH");
+    tt_rmdir(r.dir);
+    for (int s = 1; s <= N_STEPS; s++)
+        printf("  %s%s step %d: prefetched %.9g not %.9g\n", model, graph ? " graph" : "", s,
+               r.log[0].loss[s], r.log[1].loss[s]);
+    assert_same_logs(&r);
+    assert_same_params(&r);
+    pair_free(&r);
+}
+
+static void test_prefetch_same_bits(void **state) {
+    (void)state;
+    prefetch_case("gpt2-tiny", false);
+    prefetch_case("nanolab-tiny", false);
+    if (on_cpu) return; /* a CUDA graph needs a CUDA device */
+    prefetch_case("gpt2-tiny", true);
+    prefetch_case("nanolab-tiny", true);
+}
+
 static void test_graph_step_matches_eager(void **state) {
     (void)state;
     if (on_cpu) skip(); /* a CUDA graph needs a CUDA device */
@@ -362,6 +396,7 @@ int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graph_step_matches_eager),
+        cmocka_unit_test(test_prefetch_same_bits),
         cmocka_unit_test(test_nanolab_fast_graph),
         cmocka_unit_test(test_weight_copies_same_bits),
         cmocka_unit_test(test_bench_graph_step),

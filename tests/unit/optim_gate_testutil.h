@@ -183,6 +183,16 @@ static inline void og_side_free(og_side *s) {
  * checked at the clipped first step. */
 static int64_t og_last_proven; /* og_compare's gated side: checks_proven at its end */
 
+/* oj__optim_clip_step_then's callback in og_compare: its calls, and the
+ * optimizer's step count it saw (before the step's read-back on the gate,
+ * after the step elsewhere). */
+static int og_cb_calls;
+static int64_t og_cb_steps_seen;
+static inline void og_while_queued(void *ctx) {
+    og_cb_calls++;
+    og_cb_steps_seen = oj_optim_steps((const oj_optim *)ctx);
+}
+
 static inline void og_compare(oj_engine *ea, oj_engine *eb, bool gated) {
     og_side a, b;
     og_side_make(ea, &a);
@@ -198,7 +208,13 @@ static inline void og_compare(oj_engine *ea, oj_engine *eb, bool gated) {
         og_side_grads(&b, step, 4.0, inf);
         double na = NAN, nb = NAN;
         oj_optim_step_info ia, ib;
-        oj_status sa = oj__optim_clip_step(a.o, max_norm[step], &na, &ia);
+        og_cb_calls = 0;
+        const int64_t steps0 = oj_optim_steps(a.o);
+        oj_status sa =
+            oj__optim_clip_step_then(a.o, max_norm[step], &na, &ia, og_while_queued, a.o);
+        /* called once, skipped steps too; on the gate before the read-back */
+        assert_int_equal(og_cb_calls, 1);
+        assert_int_equal(og_cb_steps_seen, gated ? steps0 : oj_optim_steps(a.o));
         if (max_norm[step] > 0) {
             nb = oj_optim_clip_grad_norm(b.o, max_norm[step]);
         } else {

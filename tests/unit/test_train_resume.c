@@ -23,6 +23,7 @@
 typedef struct {
     double loss[N_STEPS + 1], val[N_STEPS + 1];
     int64_t stop_at;
+    int64_t accum; /* the run's grad_accum; 0: tt_config's 2 */
     volatile sig_atomic_t stop;
 } run_log;
 
@@ -34,7 +35,7 @@ static void on_metrics(const oj_train_metrics *m, void *ctx) {
         return;
     }
     r->loss[m->step] = m->loss;
-    assert_true(m->tokens == m->step * 2 * 16 * 2);
+    assert_true(m->tokens == m->step * 2 * 16 * (r->accum ? r->accum : 2));
     assert_true(m->grad_norm > 0 && m->lr > 0 && m->tokens_per_s > 0 && m->peak_bytes > 0);
     if (m->step == r->stop_at)
         r->stop = 1; /* what the SIGINT handler does */
@@ -142,6 +143,56 @@ static void test_resume_bf16_gpt2(void **state) {
     resume_case("gpt2-tiny", true);
 }
 
+/* One micro-batch a step: the trainer takes each next batch during the
+ * step before (loop.c prefetch_next). A run stopped by a signal and
+ * resumed, and one with OJAS_TRAIN_PREFETCH=0, give the bits of the run
+ * that never stopped (losses, val losses, the checkpoint's files): the
+ * checkpoint records the loader's position before the batch taken ahead. */
+static void test_resume_prefetched_batch(void **state) {
+    (void)state;
+    char dir[256], a[300], b[300], o[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(o, sizeof o, "%s/o", dir);
+    oj_train_config c = tt_config(dir);
+    c.grad_accum = 1;
+    c.shuffle = true;
+    oj_train_result res;
+    run_log full = {.stop_at = -1, .accum = 1}, half = {.stop_at = N_STEPS / 2, .accum = 1},
+            off = {.stop_at = -1, .accum = 1};
+    run(&c, a, NULL, &full, &res);
+    assert_int_equal(res.step, N_STEPS);
+    run(&c, b, NULL, &half, &res);
+    assert_int_equal(res.stop, OJ_TRAIN_SIGNAL);
+    assert_int_equal(res.step, N_STEPS / 2);
+    half.stop = 0;
+    half.stop_at = -1;
+    run(&c, b, b, &half, &res);
+    assert_int_equal(res.step, N_STEPS);
+    setenv("OJAS_TRAIN_PREFETCH", "0", 1);
+    run(&c, o, NULL, &off, &res);
+    unsetenv("OJAS_TRAIN_PREFETCH");
+    for (int s = 1; s <= N_STEPS; s++) {
+        if (memcmp(&full.loss[s], &half.loss[s], sizeof(double)))
+            fail_msg("step %d: loss %.17g vs resumed %.17g", s, full.loss[s], half.loss[s]);
+        if (memcmp(&full.loss[s], &off.loss[s], sizeof(double)))
+            fail_msg("step %d: loss %.17g vs not prefetched %.17g", s, full.loss[s], off.loss[s]);
+        assert_memory_equal(&full.val[s], &half.val[s], sizeof(double));
+    }
+    char pa[400], pb[400];
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(pa, sizeof pa, "%s/ckpt-%06d/%s", a, N_STEPS, files[i]);
+        snprintf(pb, sizeof pb, "%s/ckpt-%06d/%s", b, N_STEPS, files[i]);
+        assert_same_file(pa, pb);
+        snprintf(pb, sizeof pb, "%s/ckpt-%06d/%s", o, N_STEPS, files[i]);
+        assert_same_file(pa, pb);
+    }
+    tt_rmdir(dir);
+}
+
 /* ---- the dtype kept in the checkpoint */
 
 /* A bf16 run (dtype=bf16) stopped and resumed: the checkpoint keeps the
@@ -243,6 +294,7 @@ int main(void) {
         cmocka_unit_test(test_resume_bit_identical),
         cmocka_unit_test(test_resume_bf16_nanolab),
         cmocka_unit_test(test_resume_bf16_gpt2),
+        cmocka_unit_test(test_resume_prefetched_batch),
         cmocka_unit_test(test_train_bf16_resume),
         cmocka_unit_test(test_steps_by_hand),
     };
