@@ -74,19 +74,35 @@ static void run(const oj_train_config *c, const char *out, const char *resume, r
         fail_msg("train: %s", err.message);
 }
 
-/* model NULL: tt_config's; bf16: bf16 autocast training */
-static void resume_case(const char *model, bool bf16) {
-    char dir[256], a[300], b[300];
+/* The model and optimizer files of checkpoint `step` in run directories
+ * a and b: the same bytes. */
+static void assert_same_ckpt(const char *a, const char *b, int step) {
+    char pa[400], pb[400];
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(pa, sizeof pa, "%s/ckpt-%06d/%s", a, step, files[i]);
+        snprintf(pb, sizeof pb, "%s/ckpt-%06d/%s", b, step, files[i]);
+        assert_same_file(pa, pb);
+    }
+}
+
+/* model NULL: tt_config's; bf16: bf16 autocast training; accum: grad_accum
+ * (1: the trainer takes each next batch during the step before, and a run
+ * with OJAS_TRAIN_PREFETCH=0 gives the same bits too) */
+static void resume_case(const char *model, bool bf16, int64_t accum) {
+    char dir[256], a[300], b[300], o[300];
     assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
     assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(o, sizeof o, "%s/o", dir);
     oj_train_config c = tt_config(dir);
     if (model) snprintf(c.model, sizeof c.model, "%s", model);
     if (bf16) c.dtype = OJ_TRAIN_BF16;
+    c.grad_accum = accum;
     oj_train_result res;
 
-    run_log full = {.stop_at = -1};
+    run_log full = {.stop_at = -1, .accum = accum};
     run(&c, a, NULL, &full, &res);
     assert_int_equal(res.stop, OJ_TRAIN_DONE);
     assert_int_equal(res.step, N_STEPS);
@@ -94,7 +110,7 @@ static void resume_case(const char *model, bool bf16) {
     if (!(full.loss[N_STEPS] < full.loss[1]))
         fail_msg("%s: loss %g -> %g", c.model, full.loss[1], full.loss[N_STEPS]);
 
-    run_log half = {.stop_at = N_STEPS / 2};
+    run_log half = {.stop_at = N_STEPS / 2, .accum = accum};
     run(&c, b, NULL, &half, &res);
     assert_int_equal(res.stop, OJ_TRAIN_SIGNAL);
     assert_int_equal(res.step, N_STEPS / 2);
@@ -109,13 +125,19 @@ static void resume_case(const char *model, bool bf16) {
         assert_memory_equal(&full.val[s], &half.val[s], sizeof(double));
     }
     assert_true(full.val[3] > 0 && full.val[6] > 0);
-    char pa[400], pb[400];
-    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(pa, sizeof pa, "%s/ckpt-000006/%s", a, files[i]);
-        snprintf(pb, sizeof pb, "%s/ckpt-000006/%s", b, files[i]);
-        assert_same_file(pa, pb);
+    assert_same_ckpt(a, b, N_STEPS);
+    if (accum == 1) { /* the batch taken at the step's start instead */
+        run_log off = {.stop_at = -1, .accum = accum};
+        setenv("OJAS_TRAIN_PREFETCH", "0", 1);
+        run(&c, o, NULL, &off, &res);
+        unsetenv("OJAS_TRAIN_PREFETCH");
+        for (int s = 1; s <= N_STEPS; s++)
+            if (memcmp(&full.loss[s], &off.loss[s], sizeof(double)))
+                fail_msg("step %d: loss %.17g vs not prefetched %.17g", s, full.loss[s],
+                         off.loss[s]);
+        assert_same_ckpt(a, o, N_STEPS);
     }
+    char pb[400];
     /* a resumed run continues metrics.jsonl: 6 steps + 2 evals, no duplicates */
     snprintf(pb, sizeof pb, "%s/metrics.jsonl", b);
     size_t n;
@@ -130,17 +152,17 @@ static void resume_case(const char *model, bool bf16) {
 
 static void test_resume_bit_identical(void **state) {
     (void)state;
-    resume_case(NULL, false);
+    resume_case(NULL, false, 2);
 }
 
 static void test_resume_bf16_nanolab(void **state) {
     (void)state;
-    resume_case("nanolab-tiny", true);
+    resume_case("nanolab-tiny", true, 2);
 }
 
 static void test_resume_bf16_gpt2(void **state) {
     (void)state;
-    resume_case("gpt2-tiny", true);
+    resume_case("gpt2-tiny", true, 2);
 }
 
 /* One micro-batch a step: the trainer takes each next batch during the
@@ -150,47 +172,7 @@ static void test_resume_bf16_gpt2(void **state) {
  * checkpoint records the loader's position before the batch taken ahead. */
 static void test_resume_prefetched_batch(void **state) {
     (void)state;
-    char dir[256], a[300], b[300], o[300];
-    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
-    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
-    snprintf(a, sizeof a, "%s/a", dir);
-    snprintf(b, sizeof b, "%s/b", dir);
-    snprintf(o, sizeof o, "%s/o", dir);
-    oj_train_config c = tt_config(dir);
-    c.grad_accum = 1;
-    c.shuffle = true;
-    oj_train_result res;
-    run_log full = {.stop_at = -1, .accum = 1}, half = {.stop_at = N_STEPS / 2, .accum = 1},
-            off = {.stop_at = -1, .accum = 1};
-    run(&c, a, NULL, &full, &res);
-    assert_int_equal(res.step, N_STEPS);
-    run(&c, b, NULL, &half, &res);
-    assert_int_equal(res.stop, OJ_TRAIN_SIGNAL);
-    assert_int_equal(res.step, N_STEPS / 2);
-    half.stop = 0;
-    half.stop_at = -1;
-    run(&c, b, b, &half, &res);
-    assert_int_equal(res.step, N_STEPS);
-    setenv("OJAS_TRAIN_PREFETCH", "0", 1);
-    run(&c, o, NULL, &off, &res);
-    unsetenv("OJAS_TRAIN_PREFETCH");
-    for (int s = 1; s <= N_STEPS; s++) {
-        if (memcmp(&full.loss[s], &half.loss[s], sizeof(double)))
-            fail_msg("step %d: loss %.17g vs resumed %.17g", s, full.loss[s], half.loss[s]);
-        if (memcmp(&full.loss[s], &off.loss[s], sizeof(double)))
-            fail_msg("step %d: loss %.17g vs not prefetched %.17g", s, full.loss[s], off.loss[s]);
-        assert_memory_equal(&full.val[s], &half.val[s], sizeof(double));
-    }
-    char pa[400], pb[400];
-    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(pa, sizeof pa, "%s/ckpt-%06d/%s", a, N_STEPS, files[i]);
-        snprintf(pb, sizeof pb, "%s/ckpt-%06d/%s", b, N_STEPS, files[i]);
-        assert_same_file(pa, pb);
-        snprintf(pb, sizeof pb, "%s/ckpt-%06d/%s", o, N_STEPS, files[i]);
-        assert_same_file(pa, pb);
-    }
-    tt_rmdir(dir);
+    resume_case(NULL, false, 1);
 }
 
 /* ---- the dtype kept in the checkpoint */
@@ -231,13 +213,7 @@ static void test_train_bf16_resume(void **state) {
             fail_msg("step %d: loss %.17g vs resumed %.17g", s, full.loss[s], half.loss[s]);
         if (s % 2 == 0) assert_memory_equal(&full.val[s], &half.val[s], sizeof(double));
     }
-    char pa[400], pb[400];
-    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(pa, sizeof pa, "%s/ckpt-%06d/%s", a, N_STEPS, files[i]);
-        snprintf(pb, sizeof pb, "%s/ckpt-%06d/%s", b, N_STEPS, files[i]);
-        assert_same_file(pa, pb);
-    }
+    assert_same_ckpt(a, b, N_STEPS);
     c.dtype = OJ_TRAIN_F32;
     run(&c, f, NULL, &f32, &res);
     assert_true(f32.loss[N_STEPS] != full.loss[N_STEPS]); /* bf16 really ran */
@@ -279,13 +255,7 @@ static void test_steps_by_hand(void **state) {
     if (oj_trainer_checkpoint(t, path, sizeof path, &err)) fail_msg("ckpt: %s", err.message);
     assert_non_null(strstr(path, "ckpt-000006"));
     oj_trainer_free(t);
-    char pa[400], pb[400];
-    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(pa, sizeof pa, "%s/ckpt-000006/%s", a, files[i]);
-        snprintf(pb, sizeof pb, "%s/ckpt-000006/%s", b, files[i]);
-        assert_same_file(pa, pb);
-    }
+    assert_same_ckpt(a, b, 6);
     tt_rmdir(dir);
 }
 
