@@ -163,6 +163,10 @@ struct oj_engine {
     /* Set by autograd: drops a tensor's reference to its grad_fn node. */
     void (*node_release)(oj_engine *eng, struct oj_node *node);
     int64_t h2d_copies, d2h_copies; /* explicit transfers, counted */
+    /* host seconds in oj__graph_launch, summed: the kept copies' sync, the
+     * backend's launch call, the written set's bumps (the trainer's
+     * OJAS_TRAIN_PROFILE prints them) */
+    double graph_sync_s, graph_launch_s, graph_bump_s;
     uint64_t node_seq;    /* creation counter for autograd nodes (grad_node.c) */
     int64_t backward_seq; /* backward passes run (visit marks) */
     struct oj_wcopy *wcopies; /* kept low-precision parameter copies (weight_copy.c) */

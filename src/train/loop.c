@@ -116,6 +116,7 @@ typedef struct {
     int mode; /* 0 off, 1 host time, 2 with a device wait per phase */
     double last;
     double ms[PH_N];
+    double graph0[3]; /* the engine's graph_{sync,launch,bump}_s at the step's start */
 } step_prof;
 
 /* The time since the last mark goes to `phase`. */
@@ -137,7 +138,14 @@ static void prof_print(const oj_trainer *t, const step_prof *p) {
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %.3f", k_phase[i], p->ms[i]);
         total += p->ms[i];
     }
-    fprintf(stderr, "%s | total %.3f ms\n", line, total);
+    const oj_engine *eng = t->eng;
+    if (t->cfg.cuda_graph) /* fwd_bwd's part in oj__graph_launch */
+        fprintf(stderr, "%s | total %.3f ms | graph launch: copies %.3f call %.3f bumps %.3f\n",
+                line, total, (eng->graph_sync_s - p->graph0[0]) * 1e3,
+                (eng->graph_launch_s - p->graph0[1]) * 1e3,
+                (eng->graph_bump_s - p->graph0[2]) * 1e3);
+    else
+        fprintf(stderr, "%s | total %.3f ms\n", line, total);
 }
 
 /* The graph path's host batch (t->batch_in, t->batch_tg), made once;
@@ -604,7 +612,9 @@ void oj__trainer_begin(oj_trainer *t) {
 }
 
 oj_status oj__trainer_step(oj_trainer *t, oj_train_metrics *out, oj_error *err) {
-    step_prof pf = {.mode = t->profile, .last = oj__train_now()};
+    step_prof pf = {.mode = t->profile,
+                    .last = oj__train_now(),
+                    .graph0 = {t->eng->graph_sync_s, t->eng->graph_launch_s, t->eng->graph_bump_s}};
     oj_train_metrics m;
     oj_status st = train_step(t, &m, &pf, err);
     if (!st && out)
