@@ -18,7 +18,10 @@
  * three tiles in flight (a ring of three stages); x (M rows) is staged
  * once a block in shared memory as 36 floats a block of 32 (lane-
  * consecutive blocks then read without bank conflicts), or read through
- * L1 when M K is too large (> 96 KB staged). In a tile, rows go by pairs
+ * L1 when M K is too large (> 96 KB staged) or OJAS_CUDA_QGEMV_XS is "0"
+ * (read at each call, chosen with the plan; unset, "auto" or "1": staged
+ * when it fits, the default; the same bits either way, only where x is
+ * read from changes). In a tile, rows go by pairs
  * to the 8 warps (a pair to 8 / pairs warps, or two pairs to a warp at TR
  * 32); lane l of a pair's part p takes the blocks of 32 p 32 + l, + 32
  * parts, ...; each block's quants are unpacked from 32-bit words (a byte
@@ -398,20 +401,21 @@ __global__ void __launch_bounds__(QF_THREADS)
 }
 
 /* The tile and shared memory of k_qgemv_fast for (M, K, row bytes rb);
- * false where it does not apply (rb not whole 16-byte chunks, too large). */
+ * x staged when it fits and stage_x (OJAS_CUDA_QGEMV_XS not "0"); false
+ * where the kernel does not apply (rb not whole 16-byte chunks, too large). */
 struct qf_plan {
     int tr;
     bool xs;
     size_t smem;
 };
-static bool qf_make_plan(int64_t M, int64_t K, size_t rb, qf_plan *p) {
+static bool qf_make_plan(int64_t M, int64_t K, size_t rb, bool stage_x, qf_plan *p) {
     if (rb % 16 != 0 || K > (1 << 24)) return false;
     int tr = QF_MAX_TR;
     while (tr > 2 && (size_t)tr * rb > QF_TILE) tr /= 2;
     const size_t tiles = (size_t)QF_STAGES * tr * rb, red = QF_RED * sizeof(float);
     const size_t xb = (size_t)M * (size_t)(K / 32) * QF_XPAD * sizeof(float);
     p->tr = tr;
-    p->xs = xb <= QF_XS_MAX && tiles + xb + red <= QF_SMEM_MAX;
+    p->xs = stage_x && xb <= QF_XS_MAX && tiles + xb + red <= QF_SMEM_MAX;
     p->smem = tiles + (p->xs ? xb : 0) + red;
     return p->smem <= QF_SMEM_MAX;
 }
@@ -486,7 +490,8 @@ oj_status oj_cuda_qgemv(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
     const uint8_t *w = (const uint8_t *)oj_cuda_ptr(blocks);
     qf_plan plan;
     if (eng->numerics == OJ_NUMERICS_FAST && oj__env_flag("OJAS_CUDA_QGEMV_FAST", true) &&
-        oj_cu_aligned16(w) && qf_make_plan(M, K, rb, &plan)) {
+        oj_cu_aligned16(w) &&
+        qf_make_plan(M, K, rb, oj__env_flag("OJAS_CUDA_QGEMV_XS", true), &plan)) {
         const oj_cuda_state *s = oj_cuda_state_of(eng);
         cudaError_t e;
         switch (qtype) {
