@@ -146,9 +146,11 @@ static void qgemv_run(oj_engine *gpu, oj_qtensor *q, const float *x, int64_t m, 
  * multiply-adds, the lane's blocks, the scale's fma, 5 butterfly steps and
  * up to 8 parts: K / 32 + 47 roundings deep at most). The fast kernel's
  * bits are the same on every run and with 3 blocks walking all the tiles
- * (OJAS_CUDA_QGEMV_GRID=3: the order is fixed by K, not the grid); they
- * differ from k_qgemv's (OJAS_CUDA_QGEMV_FAST=0) somewhere for each type
- * (the new kernel ran), and EXACT numerics gives k_qgemv's bits. */
+ * (OJAS_CUDA_QGEMV_GRID=3: the order is fixed by K, not the grid) and
+ * with x never staged (OJAS_CUDA_QGEMV_XS=0: read through L1 at every K
+ * and M, the XS=false kernel) or staged when it fits (=1); they differ
+ * from k_qgemv's (OJAS_CUDA_QGEMV_FAST=0) somewhere for each type (the
+ * new kernel ran), and EXACT numerics gives k_qgemv's bits. */
 static void test_qgemv_fast(void **state) {
     (void)state;
     oj_engine *cpu = gpu_test_engine(false, false, OJ_NUMERICS_FAST, 0);
@@ -201,6 +203,14 @@ static void test_qgemv_fast(void **state) {
                 if (memcmp(y, y2, nb) != 0)
                     fail_msg("%s K %lld M %lld: 3 blocks give other bits", oj_qtype_name(t), (long long)K,
                              (long long)m);
+                for (int xs = 0; xs < 2; xs++) {
+                    setenv("OJAS_CUDA_QGEMV_XS", xs ? "1" : "0", 1);
+                    qgemv_run(gpu, qg, x, m, K, y2, N);
+                    unsetenv("OJAS_CUDA_QGEMV_XS");
+                    if (memcmp(y, y2, nb) != 0)
+                        fail_msg("%s K %lld M %lld: OJAS_CUDA_QGEMV_XS=%d gives other bits",
+                                 oj_qtype_name(t), (long long)K, (long long)m, xs);
+                }
                 setenv("OJAS_CUDA_QGEMV_FAST", "0", 1);
                 qgemv_run(gpu, qg, x, m, K, y2, N);
                 unsetenv("OJAS_CUDA_QGEMV_FAST");

@@ -484,17 +484,6 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS) k_dec_head(head_a
     }
 }
 
-/* Multiprocessors of the current device (0 when unknown). */
-static int dec_sms(void) {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
-}
-
 template <typename T>
 static void head_launch(const head_args &a, unsigned blocks, bool draw) {
     const size_t smem = (size_t)a.K * sizeof(float);
@@ -522,8 +511,7 @@ oj_status oj_cuda_decode_norm_head(oj_engine *eng, oj_tensor *out, const oj_tens
     a.K = (int)w->shape[1];
     const int U = a.K <= 32 * 8 * 4 ? 4 : 8, R = 16 / U; /* k_gemv_nk's U */
     const int64_t groups = (a.N + R - 1) / R, need = (groups + HD_WARPS - 1) / HD_WARPS;
-    const int sms = dec_sms();
-    const int64_t cap = sms > 0 ? 2 * (int64_t)sms : 264;
+    const int64_t cap = 2 * (int64_t)oj_cuda_sms(eng);
     const unsigned blocks = (unsigned)(need < cap ? need : cap);
     /* the draw in the last block: no penalty, K <= 1024 (its shared memory
      * beside the row's), the groups of blocks within the block's threads

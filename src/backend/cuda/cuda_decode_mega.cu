@@ -389,29 +389,20 @@ template <typename T, int D> static void mega_launch(const mega_args &a, int blo
 }
 
 /* Blocks of the grid: resident ones (the occupancy of the kernel at smem
- * bytes, asked once per kernel: the first call may come inside a graph
- * capture) times the multiprocessors, at most MEGA_MIN_BLOCKS a
- * multiprocessor; 0 when unknown. A grid too large for residency fails
- * the cooperative launch rather than hanging. */
-template <typename T, int D> static int mega_blocks(size_t smem) {
-    static int occ = -1;
-    static size_t occ_smem = 0;
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+ * bytes, asked once per device and size: the first call may come inside a
+ * graph capture) times the multiprocessors, at most MEGA_MIN_BLOCKS a
+ * multiprocessor; 0 when none can be resident. A grid too large for
+ * residency fails the cooperative launch rather than hanging. */
+template <typename T, int D> static int mega_blocks(oj_engine *eng, size_t smem) {
+    static oj_cuda_kfacts facts;
+    int occ = 0;
+    if (oj_cuda_kernel_occupancy(&facts, (const void *)k_dec_mega<T, D>,
+                                 oj_cuda_state_of(eng)->ordinal, OJ_DEC_THREADS, smem,
+                                 &occ) != cudaSuccess) {
         (void)cudaGetLastError();
-        return 0;
+        occ = 1; /* 255 registers a thread: one block a multiprocessor */
     }
-    if (occ < 0 || occ_smem != smem) {
-        int o = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, k_dec_mega<T, D>, OJ_DEC_THREADS,
-                                                          smem) != cudaSuccess) {
-            (void)cudaGetLastError();
-            o = 1; /* 255 registers a thread: one block a multiprocessor */
-        }
-        occ = o, occ_smem = smem;
-    }
-    return (occ < MEGA_MIN_BLOCKS ? occ : MEGA_MIN_BLOCKS) * sms;
+    return (occ < MEGA_MIN_BLOCKS ? occ : MEGA_MIN_BLOCKS) * oj_cuda_sms(eng);
 }
 
 static const unsigned short *mega_p(const oj_tensor *t) {
@@ -474,8 +465,10 @@ oj_status oj_cuda_decode_mega(oj_engine *eng, oj_tensor *x, const oj_tensor *wte
     a.bar = cs->counts + OJ_CUDA_COUNT_MEGA;
     const bool bf = x->dtype == OJ_BF16;
     const size_t smem = (size_t)16 * C;
-    const int blocks = bf ? (D == 64 ? mega_blocks<oj_cu_bf16, 64>(smem) : mega_blocks<oj_cu_bf16, 128>(smem))
-                          : (D == 64 ? mega_blocks<oj_cu_f16, 64>(smem) : mega_blocks<oj_cu_f16, 128>(smem));
+    const int blocks = bf ? (D == 64 ? mega_blocks<oj_cu_bf16, 64>(eng, smem)
+                                     : mega_blocks<oj_cu_bf16, 128>(eng, smem))
+                          : (D == 64 ? mega_blocks<oj_cu_f16, 64>(eng, smem)
+                                     : mega_blocks<oj_cu_f16, 128>(eng, smem));
     if (blocks <= 0) {
         oj__storage_release(hold);
         return oj_set_error(eng, OJ_ERR_DEVICE, "%s: no resident grid for the kernel", op);

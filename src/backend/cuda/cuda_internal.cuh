@@ -19,6 +19,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
+#include <mutex>
 #include <type_traits>
 
 extern "C" {
@@ -31,6 +33,7 @@ extern "C" {
  * hook, which core runs after close). */
 struct oj_cuda_state {
     int ordinal;
+    int sms;             /* the device's multiprocessors (asked at open; > 0): oj_cuda_sms */
     bool sync_check;     /* OJAS_CUDA_SYNC=1: synchronise after every kernel */
     bool blas_ready;     /* blas created (first matmul) */
     cublasHandle_t blas;
@@ -100,6 +103,43 @@ extern thread_local cudaStream_t oj_cuda_tls_stream;
 static inline oj_cuda_state *oj_cuda_state_of(oj_engine *eng) {
     return (oj_cuda_state *)eng->ext[OJ_EXT_BACKEND].ptr;
 }
+
+/* The multiprocessors of the engine's device (cudaDevAttrMultiProcessorCount,
+ * asked once at open; > 0). */
+static inline int oj_cuda_sms(oj_engine *eng) {
+    return oj_cuda_state_of(eng)->sms;
+}
+
+/* What a launch asks the runtime about its kernel on a device (the
+ * dynamic shared memory the kernel is opted into, its occupancy), asked
+ * once per device and kept instead of at every launch: one static
+ * oj_cuda_kfacts per kernel (per template instance; static storage zeroes
+ * it), shared by the threads of every engine. Devices of ordinal >=
+ * OJ_CUDA_KF_DEVICES are asked at every call. */
+#define OJ_CUDA_KF_DEVICES 16
+#define OJ_CUDA_KF_SLOTS 4 /* occupancies kept a device (the latest sizes) */
+struct oj_cuda_kfacts {
+    std::atomic<int> smem[OJ_CUDA_KF_DEVICES]; /* bytes opted into (0: the 48 KiB default) */
+    /* (smem << 32 | threads << 16 | blocks + 1); 0: empty */
+    std::atomic<unsigned long long> occ[OJ_CUDA_KF_DEVICES][OJ_CUDA_KF_SLOTS];
+    std::atomic<unsigned> next[OJ_CUDA_KF_DEVICES]; /* the slot the next miss fills */
+    std::mutex mu;                                  /* serialises the opt-ins */
+};
+/* Let kernel func (of facts f) take smem bytes of dynamic shared memory
+ * on device `ordinal`, the current one: cudaFuncSetAttribute(
+ * MaxDynamicSharedMemorySize, smem) unless smem <= 48 KiB or the kernel
+ * was already opted into as many bytes on that device (the opt-in only
+ * grows, so a launch of any size opted into before stays allowed). The
+ * runtime's error (nothing kept on failure). */
+cudaError_t oj_cuda_kernel_smem(oj_cuda_kfacts *f, const void *func, int ordinal, size_t smem);
+/* *blocks: blocks of `threads` threads of kernel func resident at once on
+ * one multiprocessor of device `ordinal` (the current one) with smem bytes
+ * of dynamic shared memory (cudaOccupancyMaxActiveBlocksPerMultiprocessor;
+ * kept for the latest OJ_CUDA_KF_SLOTS (smem, threads) pairs a device).
+ * Opt in (oj_cuda_kernel_smem) first: above 48 KiB the answer depends on
+ * it. The runtime's error (nothing kept on failure, *blocks untouched). */
+cudaError_t oj_cuda_kernel_occupancy(oj_cuda_kfacts *f, const void *func, int ordinal,
+                                     int threads, size_t smem, int *blocks);
 
 /* Make the engine's device current (and, when profiling, mark the start
  * of the entry's first kernel). OJ_ERR_DEVICE naming op on failure. */

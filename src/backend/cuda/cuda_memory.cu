@@ -148,6 +148,9 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
                             "engine_create: cannot open cuda:%d: %d CUDA device(s) visible", index,
                             count);
     e = cudaSetDevice(index);
+    int sms = 0;
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index);
+    if (e == cudaSuccess && sms < 1) e = cudaErrorInvalidDevice;
     unsigned long long *flags = NULL;
     const size_t flag_bytes = OJ_CUDA_FLAG_WORDS * sizeof *flags;
     const size_t count_bytes = OJ_CUDA_COUNT_WORDS * sizeof(unsigned int);
@@ -167,6 +170,7 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
         return oj_error_set(err, OJ_ERR_CAPACITY, "engine_create: out of host memory");
     }
     s->ordinal = index;
+    s->sms = sms;
     s->flags = flags;
     s->flags_base = flags;
     s->counts = (unsigned int *)(flags + OJ_CUDA_FLAG_WORDS);
@@ -360,6 +364,46 @@ oj_status oj_cuda_check(oj_engine *eng, const char *kernel) {
                             kernel, cuda_ordinal(eng), cudaGetErrorString(e),
                             cudaGetErrorName(e));
     return OJ_OK;
+}
+
+cudaError_t oj_cuda_kernel_smem(oj_cuda_kfacts *f, const void *func, int ordinal, size_t smem) {
+    if (smem <= 48 * 1024) return cudaSuccess;
+    if (ordinal < 0 || ordinal >= OJ_CUDA_KF_DEVICES)
+        return cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    std::atomic<int> &have = f->smem[ordinal];
+    if ((size_t)have.load(std::memory_order_acquire) >= smem) return cudaSuccess;
+    /* under the lock the attribute and `have` change together, never down */
+    std::lock_guard<std::mutex> lock(f->mu);
+    if ((size_t)have.load(std::memory_order_relaxed) >= smem) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem);
+    if (e == cudaSuccess) have.store((int)smem, std::memory_order_release);
+    return e;
+}
+
+cudaError_t oj_cuda_kernel_occupancy(oj_cuda_kfacts *f, const void *func, int ordinal,
+                                     int threads, size_t smem, int *blocks) {
+    const bool keep = ordinal >= 0 && ordinal < OJ_CUDA_KF_DEVICES && smem < (1ull << 32) &&
+                      threads > 0 && threads < (1 << 16);
+    const unsigned long long key = (unsigned long long)smem << 16 | (unsigned)threads;
+    if (keep)
+        for (int i = 0; i < OJ_CUDA_KF_SLOTS; i++) {
+            const unsigned long long v = f->occ[ordinal][i].load(std::memory_order_relaxed);
+            if (v != 0 && v >> 16 == key) {
+                *blocks = (int)(v & 0xffffu) - 1;
+                return cudaSuccess;
+            }
+        }
+    int o = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, func, threads, smem);
+    if (e != cudaSuccess) return e;
+    *blocks = o;
+    if (keep && o >= 0 && o < 0xffff) {
+        const unsigned i = f->next[ordinal].fetch_add(1, std::memory_order_relaxed);
+        f->occ[ordinal][i % OJ_CUDA_KF_SLOTS].store(key << 16 | (unsigned)(o + 1),
+                                                   std::memory_order_relaxed);
+    }
+    return cudaSuccess;
 }
 
 oj_status oj_cuda_flags_reset(oj_engine *eng, int nwords, int first_byte, int rest_byte,

@@ -18,7 +18,10 @@
  * three tiles in flight (a ring of three stages); x (M rows) is staged
  * once a block in shared memory as 36 floats a block of 32 (lane-
  * consecutive blocks then read without bank conflicts), or read through
- * L1 when M K is too large (> 96 KB staged). In a tile, rows go by pairs
+ * L1 when M K is too large (> 96 KB staged) or OJAS_CUDA_QGEMV_XS is "0"
+ * (read at each call, chosen with the plan; unset, "auto" or "1": staged
+ * when it fits, the default; the same bits either way, only where x is
+ * read from changes). In a tile, rows go by pairs
  * to the 8 warps (a pair to 8 / pairs warps, or two pairs to a warp at TR
  * 32); lane l of a pair's part p takes the blocks of 32 p 32 + l, + 32
  * parts, ...; each block's quants are unpacked from 32-bit words (a byte
@@ -398,62 +401,61 @@ __global__ void __launch_bounds__(QF_THREADS)
 }
 
 /* The tile and shared memory of k_qgemv_fast for (M, K, row bytes rb);
- * false where it does not apply (rb not whole 16-byte chunks, too large). */
+ * x staged when it fits and stage_x (OJAS_CUDA_QGEMV_XS not "0"); false
+ * where the kernel does not apply (rb not whole 16-byte chunks, too large). */
 struct qf_plan {
     int tr;
     bool xs;
     size_t smem;
 };
-static bool qf_make_plan(int64_t M, int64_t K, size_t rb, qf_plan *p) {
+static bool qf_make_plan(int64_t M, int64_t K, size_t rb, bool stage_x, qf_plan *p) {
     if (rb % 16 != 0 || K > (1 << 24)) return false;
     int tr = QF_MAX_TR;
     while (tr > 2 && (size_t)tr * rb > QF_TILE) tr /= 2;
     const size_t tiles = (size_t)QF_STAGES * tr * rb, red = QF_RED * sizeof(float);
     const size_t xb = (size_t)M * (size_t)(K / 32) * QF_XPAD * sizeof(float);
     p->tr = tr;
-    p->xs = xb <= QF_XS_MAX && tiles + xb + red <= QF_SMEM_MAX;
+    p->xs = stage_x && xb <= QF_XS_MAX && tiles + xb + red <= QF_SMEM_MAX;
     p->smem = tiles + (p->xs ? xb : 0) + red;
     return p->smem <= QF_SMEM_MAX;
 }
 
-/* Launch k_qgemv_fast<T, M, XS>: as many blocks as are resident at once
- * (occupancy at this shared memory, times the SMs), at most one a tile;
- * the sums' order does not depend on the grid. */
+/* Launch k_qgemv_fast<T, M, XS> on engine s's device (current): as many
+ * blocks as are resident at once (occupancy at this shared memory, times
+ * the SMs), at most one a tile; the sums' order does not depend on the
+ * grid. The opt-in to the shared memory and the occupancy are asked once
+ * per device and size (oj_cuda_kfacts). */
 template <int T, int M, bool XS>
-static cudaError_t qf_launch(float *out, const float *x, const uint8_t *w, int64_t N, int64_t K,
-                             size_t rb, const qf_plan &p) {
-    static int occ = -1;
-    static size_t occ_smem = 0;
-    int dev = 0, sms = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess && p.smem > 48 * 1024)
-        e = cudaFuncSetAttribute(k_qgemv_fast<T, M, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)p.smem);
-    if (e == cudaSuccess && (occ < 0 || occ_smem != p.smem)) {
-        int o = 0;
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, k_qgemv_fast<T, M, XS>, QF_THREADS,
-                                                          p.smem);
-        occ = o > 0 ? o : 1, occ_smem = p.smem;
-    }
+static cudaError_t qf_launch(const oj_cuda_state *s, float *out, const float *x, const uint8_t *w,
+                             int64_t N, int64_t K, size_t rb, const qf_plan &p) {
+    static oj_cuda_kfacts facts;
+    const void *k = (const void *)k_qgemv_fast<T, M, XS>;
+    int occ = 0;
+    cudaError_t e = oj_cuda_kernel_smem(&facts, k, s->ordinal, p.smem);
+    if (e == cudaSuccess)
+        e = oj_cuda_kernel_occupancy(&facts, k, s->ordinal, QF_THREADS, p.smem, &occ);
     if (e != cudaSuccess) return e;
+    if (occ < 1) occ = 1;
     const int64_t tiles = (N + p.tr - 1) / p.tr;
-    int64_t resident = (int64_t)occ * sms;
-    /* OJAS_CUDA_QGEMV_GRID=n caps the blocks (tests: many tiles a block) */
+    int64_t resident = (int64_t)occ * s->sms;
+    /* OJAS_CUDA_QGEMV_GRID=n caps the blocks (tests: many tiles a block;
+     * read at each call: tests/gpu/test_gpu_quant.c sets and unsets it) */
     const char *cap = getenv("OJAS_CUDA_QGEMV_GRID");
-    if (cap && atoi(cap) > 0 && atoi(cap) < resident) resident = atoi(cap);
+    const int capn = cap ? atoi(cap) : 0;
+    if (capn > 0 && capn < resident) resident = capn;
     const unsigned grid = (unsigned)(tiles < resident ? tiles : resident);
     k_qgemv_fast<T, M, XS><<<grid, QF_THREADS, p.smem, OJ_STREAM>>>(out, x, w, N, (int)K, (int)rb, p.tr);
     return cudaSuccess;
 }
 
 template <int T>
-static cudaError_t qf_launch_m(int64_t M, float *out, const float *x, const uint8_t *w, int64_t N,
-                               int64_t K, size_t rb, const qf_plan &p) {
+static cudaError_t qf_launch_m(const oj_cuda_state *s, int64_t M, float *out, const float *x,
+                               const uint8_t *w, int64_t N, int64_t K, size_t rb,
+                               const qf_plan &p) {
 #define QF_CASE(MM)                                                                  \
     case MM:                                                                         \
-        return p.xs ? qf_launch<T, MM, true>(out, x, w, N, K, rb, p)                 \
-                    : qf_launch<T, MM, false>(out, x, w, N, K, rb, p)
+        return p.xs ? qf_launch<T, MM, true>(s, out, x, w, N, K, rb, p)              \
+                    : qf_launch<T, MM, false>(s, out, x, w, N, K, rb, p)
     switch (M) {
         QF_CASE(1); QF_CASE(2); QF_CASE(3); QF_CASE(4);
         QF_CASE(5); QF_CASE(6); QF_CASE(7); default: QF_CASE(8);
@@ -488,14 +490,16 @@ oj_status oj_cuda_qgemv(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
     const uint8_t *w = (const uint8_t *)oj_cuda_ptr(blocks);
     qf_plan plan;
     if (eng->numerics == OJ_NUMERICS_FAST && oj__env_flag("OJAS_CUDA_QGEMV_FAST", true) &&
-        oj_cu_aligned16(w) && qf_make_plan(M, K, rb, &plan)) {
+        oj_cu_aligned16(w) &&
+        qf_make_plan(M, K, rb, oj__env_flag("OJAS_CUDA_QGEMV_XS", true), &plan)) {
+        const oj_cuda_state *s = oj_cuda_state_of(eng);
         cudaError_t e;
         switch (qtype) {
-        case QK_Q8_0: e = qf_launch_m<QK_Q8_0>(M, o, xp, w, N, K, rb, plan); break;
-        case QK_Q4_0: e = qf_launch_m<QK_Q4_0>(M, o, xp, w, N, K, rb, plan); break;
-        case QK_Q4_1: e = qf_launch_m<QK_Q4_1>(M, o, xp, w, N, K, rb, plan); break;
-        case QK_FP8: e = qf_launch_m<QK_FP8>(M, o, xp, w, N, K, rb, plan); break;
-        default: e = qf_launch_m<QK_Q4_K>(M, o, xp, w, N, K, rb, plan); break;
+        case QK_Q8_0: e = qf_launch_m<QK_Q8_0>(s, M, o, xp, w, N, K, rb, plan); break;
+        case QK_Q4_0: e = qf_launch_m<QK_Q4_0>(s, M, o, xp, w, N, K, rb, plan); break;
+        case QK_Q4_1: e = qf_launch_m<QK_Q4_1>(s, M, o, xp, w, N, K, rb, plan); break;
+        case QK_FP8: e = qf_launch_m<QK_FP8>(s, M, o, xp, w, N, K, rb, plan); break;
+        default: e = qf_launch_m<QK_Q4_K>(s, M, o, xp, w, N, K, rb, plan); break;
         }
         if (e != cudaSuccess) return oj_cuda_fail(eng, e, "qgemv_fast (launch set-up)");
         return oj_cuda_check(eng, "qgemv_fast");
