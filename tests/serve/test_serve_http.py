@@ -595,15 +595,26 @@ def slow_client(a, work):
         t = time.time()
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                   b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-        got = 0
-        while time.time() - t < 0.05 or busy():
+        # the reading client until its stream's [DONE] (or the server closes); the stalled
+        # one until the server has taken the request (or 5 s) and no longer runs it
+        got, tail, done, seen = 0, b"", False, False
+        while True:
             if read:
                 try:
-                    got += len(s.recv(1 << 20))
+                    chunk = s.recv(1 << 20)
+                    got += len(chunk)
+                    tail = (tail + chunk)[-64:]
+                    done = not chunk or b"[DONE]" in tail
                 except socket.timeout:
                     pass
+                if done:
+                    break
             else:
                 time.sleep(0.01)
+                b = busy()
+                seen = seen or b
+                if (seen or time.time() - t > 5) and not b:
+                    break
             check(time.time() - t < 120, "the slow-client request did not finish")
         dt = time.time() - t
         s.close()
