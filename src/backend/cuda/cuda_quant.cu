@@ -440,8 +440,8 @@ static cudaError_t qf_launch(float *out, const float *x, const uint8_t *w, int64
     const int64_t tiles = (N + p.tr - 1) / p.tr;
     int64_t resident = (int64_t)occ * sms;
     /* OJAS_CUDA_QGEMV_GRID=n caps the blocks (tests: many tiles a block) */
-    const char *cap = getenv("OJAS_CUDA_QGEMV_GRID");
-    if (cap && atoi(cap) > 0 && atoi(cap) < resident) resident = atoi(cap);
+    const int64_t cap = oj__env_int("OJAS_CUDA_QGEMV_GRID", 0);
+    if (cap > 0 && cap < resident) resident = cap;
     const unsigned grid = (unsigned)(tiles < resident ? tiles : resident);
     k_qgemv_fast<T, M, XS><<<grid, QF_THREADS, p.smem, OJ_STREAM>>>(out, x, w, N, (int)K, (int)rb, p.tr);
     return cudaSuccess;
