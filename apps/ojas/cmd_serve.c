@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/env.h"
 #include "ojas/train.h"
 #include "serve_http.h"
 
@@ -404,8 +405,7 @@ int cmd_serve(int argc, char **argv) {
         free(sv.piece_off);
         return rc;
     }
-    const char *pe = getenv("OJAS_SERVE_PROFILE");
-    sv.profile = pe != NULL && strcmp(pe, "1") == 0;
+    sv.profile = oj__env_flag("OJAS_SERVE_PROFILE", false);
     if (sv.profile) oj_sched_set_profile_sync(sv.s, true);
     snprintf(sv.model_id, sizeof sv.model_id, "%s", name ? name : model);
     pthread_mutex_init(&sv.mu, NULL);

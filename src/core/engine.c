@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "core/env.h"
 #include "core/internal.h"
 
 bool oj_device_parse(const char *s, oj_device *d) {
@@ -102,8 +103,7 @@ oj_status oj_engine_create(const oj_engine_config *cfg, oj_engine **out, oj_erro
     eng->seed = c.seed;
     eng->grad_enabled = true;
     eng->autocast_dtype = OJ_BF16;
-    const char *da = getenv("OJAS_DETECT_ANOMALY");
-    eng->detect_anomaly = da != NULL && da[0] == '1';
+    eng->detect_anomaly = oj__env_flag("OJAS_DETECT_ANOMALY", false);
     eng->backend = be;
     eng->root_budget = oj_budget_create(NULL, "root", c.budget_bytes ? c.budget_bytes : OJ_UNLIMITED);
     if (eng->root_budget == NULL) {

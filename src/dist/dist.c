@@ -16,6 +16,7 @@
 #include "ojas/ops.h"
 
 #include "backend/backend.h"
+#include "core/env.h"
 #include "core/internal.h"
 #include "dist/dist_internal.h"
 
@@ -375,7 +376,7 @@ oj_status oj_dist_exchange(oj_dist *d, const void *mine, size_t nbytes, void *al
         return OJ_OK;
     static int trace = -1; /* OJAS_DIST_TRACE=1: name every exchange on stderr */
     if (trace < 0)
-        trace = getenv("OJAS_DIST_TRACE") && !strcmp(getenv("OJAS_DIST_TRACE"), "1");
+        trace = oj__env_flag("OJAS_DIST_TRACE", false);
     if (trace)
         fprintf(stderr, "ojas: dist: rank %d exchange (%zu bytes): %s\n", d->rank, nbytes, what);
     if (d->env)

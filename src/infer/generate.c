@@ -7,6 +7,7 @@
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
 #include "ops/nn_decode.h"
+#include "core/env.h"
 
 double oj_sample_uniform(uint64_t seed, int64_t seq, int64_t step) {
     uint32_t ctr[4] = {(uint32_t)step, (uint32_t)((uint64_t)step >> 32), (uint32_t)seq,
@@ -56,10 +57,7 @@ static oj_status decoder_logits(oj_gpt_decoder *d, float *dst, uint16_t *half, i
  * OJAS_GENERATE_STATIC=0 turns it off, =1 on for every engine (the CPU
  * runs the same step eagerly: the tests compare the two loops there). */
 static bool use_static(oj_engine *eng) {
-    const char *e = getenv("OJAS_GENERATE_STATIC");
-    if (e && strcmp(e, "0") == 0) return false;
-    if (e && strcmp(e, "1") == 0) return true;
-    return oj_engine_device(eng).type == OJ_DEVICE_CUDA;
+    return oj__env_flag("OJAS_GENERATE_STATIC", oj_engine_device(eng).type == OJ_DEVICE_CUDA);
 }
 
 /* Decode steps a read-back takes in generate_static (the host waits once

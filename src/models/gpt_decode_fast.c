@@ -40,10 +40,9 @@
 #define DECODE_MEGA_DEFAULT false
 
 bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
-    const char *e = getenv("OJAS_DECODE_FAST");
-    if (e && strcmp(e, "0") == 0) return false;
+    if (!oj__env_flag("OJAS_DECODE_FAST", true)) return false;
     oj_engine *eng = m->eng;
-    bool forced = e && strcmp(e, "1") == 0;
+    bool forced = oj__env_flag("OJAS_DECODE_FAST", false); /* set: on any device */
     if (!forced && oj_engine_device(eng).type != OJ_DEVICE_CUDA) return false;
     if (oj_engine_numerics(eng) != OJ_NUMERICS_FAST || m->cfg.family != OJ_GPT2) return false;
     if (m->quantized) return oj__gpt_qfast_decode_ok(m, c); /* gpt_decode_quant.c */
@@ -74,8 +73,7 @@ bool oj__gpt_fast_decode_ok(const oj_gpt *m, const oj_kv_cache *c) {
 
 bool oj__gpt_fast_decode_exact(const oj_gpt *m) {
     if (oj_engine_device(m->eng).type != OJ_DEVICE_CUDA) return false;
-    const char *e = getenv("OJAS_CUDA_GEMV"); /* off: the generic step takes cuBLAS */
-    if (e && strcmp(e, "0") == 0) return false;
+    if (!oj__env_flag("OJAS_CUDA_GEMV", true)) return false; /* the generic step takes cuBLAS */
     if (m->qhead) return false; /* the generic step's head is the quantized one */
     for (int l = 0; l < (int)m->cfg.n_layer; l++) {
         const oj_gpt_block *b = &m->blocks[l];

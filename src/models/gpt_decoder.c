@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/ops.h"
@@ -223,8 +224,7 @@ oj_status oj_gpt_decoder_prefill(oj_gpt_decoder *d, const int32_t *prompt, int64
 /* OJAS_DECODE_FAST=1: the fast step for sampled sequences even where its
  * logits are not the generic step's bits (oj__gpt_fast_decode_exact). */
 static bool fast_forced(void) {
-    const char *e = getenv("OJAS_DECODE_FAST");
-    return e && strcmp(e, "1") == 0;
+    return oj__env_flag("OJAS_DECODE_FAST", false);
 }
 
 /* hist[pos] = tok (pos already advanced): the step's token kept for

@@ -239,9 +239,10 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     const bool ac = oj_autocast_enabled(eng);
     const oj_dtype adt = oj_autocast_dtype(eng);
     const bool low = ac && q1 && oj_tensor_dtype(q1) == adt;
-    /* Value residual: v = s v + (1 - s) v0, s = sigmoid(lambda): one
-     * fused op where the backend has it (its bits: the chain's, cast to
-     * the autocast dtype as attention would cast it) */
+    /* Value residual: v = s v + (1 - s) v0, s = sigmoid(lambda): under
+     * autocast in the projections' dtype on every backend (the chain's
+     * bits cast to it, as attention would cast it), one fused op where
+     * the backend has it */
     oj_tensor *v = NULL, *s = NULL, *a = NULL, *c = NULL, *diff = NULL;
     const bool train = cache == NULL && oj_grad_enabled(eng) && q1 && k1 && v1 && (!ac || low);
     bool mix_joint = false; /* the value residual inside the joint node below */
@@ -255,8 +256,8 @@ static oj_tensor *attention_nanolab(oj_gpt *m, oj_gpt_block *b, int l, oj_tensor
     }
     /* training: norm, rotation and attention as one node that makes q
      * and k again in the backward rather than keeping them (the same
-     * values; v in the projections' dtype, as the fused value residual
-     * gives it), with the fused value residual also v, and v1's gradient
+     * values; v in the projections' dtype, as the value residual gives
+     * it), with the fused value residual also v, and v1's gradient
      * beside q1's and k1's in the projection's */
     const bool joint =
         train && (mix_joint || (v && oj_tensor_dtype(v) == oj_tensor_dtype(q1)));

@@ -522,8 +522,7 @@ static oj_tensor *linear_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *bias, 
 static bool master_applies(const oj_tensor *x, const oj_tensor *weight, const oj_tensor *bias) {
     if (!oj__live(x) || !oj__live(weight) || (bias && !oj__live(bias))) return false;
     oj_engine *eng = x->eng;
-    const char *e = getenv("OJAS_LINEAR_MASTER");
-    if (e != NULL && strcmp(e, "0") == 0) return false;
+    if (!oj__env_flag("OJAS_LINEAR_MASTER", true)) return false;
     oj_dtype dt = eng->autocast_dtype;
     return eng->autocast && eng->grad_enabled && eng->numerics == OJ_NUMERICS_FAST &&
            (dt == OJ_BF16 || dt == OJ_F16) && weight->eng == eng && weight->dtype == OJ_F32 &&
@@ -982,8 +981,9 @@ static bool swiglu_linear_backward_p(oj_node *n, oj_tensor *const *go, oj_tensor
                                      oj_tensor *gate, oj_tensor *up, oj_tensor *w, bool ng,
                                      bool nu) {
     oj_engine *eng = n->eng;
-    const char *e = getenv("OJAS_SWIGLU_BWD_P");
-    if (eng->backend->swiglu_backward_p == NULL || (e && e[0] == '0') || !(ng || nu)) return false;
+    if (eng->backend->swiglu_backward_p == NULL || !oj__env_flag("OJAS_SWIGLU_BWD_P", true) ||
+        !(ng || nu))
+        return false;
     bool need[3] = {true, false, false};
     oj_tensor *lg[3] = {NULL, NULL, NULL};
     linear_grads(eng, go[0], NULL, &n->in[0], w, &n->in[2], need, lg); /* dp = go W */

@@ -40,14 +40,15 @@ void oj__nn_save_temp(oj_node *nd, oj_tensor *t);
 oj_tensor *oj__nn_count_rows(oj_tensor *t, int64_t ignore_index);
 
 /* nanolab's value residual v = v0 + s * (v1 - v0) (nn_value_mix.c): v1, v0
- * of one shape, s one element broadcast. Where the backend has
- * value_mix_forward/backward and v1, v0 are bf16/f16 (one dtype, last dim
- * contiguous, rank <= 4) with an f32 s, one fused op with its node whose
- * result is v1's dtype: the bits of the chain below cast to that dtype;
- * otherwise the chain oj_sub, oj_mul, oj_add (each its node; the
- * result's dtype promoted, f32 for 16-bit v with an f32 s). A new tensor
- * owned by the current scope, or NULL with the error recorded (the ops'
- * errors: OJ_ERR_SHAPE, OJ_ERR_DTYPE, OJ_ERR_DEVICE). */
+ * of one shape, s one element broadcast. v1, v0 bf16/f16 of one dtype with
+ * an f32 s (autocast's case): the result is v1's dtype, the bits of the
+ * chain oj_sub, oj_mul, oj_add (f32) cast to it, on every backend: one
+ * fused op with its node where the backend has value_mix_forward/backward
+ * and the layout fits (oj__value_mix_fits), otherwise the chain and
+ * oj_cast, each its node. Other dtypes: the chain, its result's dtype
+ * promoted. A new tensor owned by the current scope, or NULL with the
+ * error recorded (the ops' errors: OJ_ERR_SHAPE, OJ_ERR_DTYPE,
+ * OJ_ERR_DEVICE). */
 oj_tensor *oj__value_mix(oj_tensor *v1, oj_tensor *v0, oj_tensor *s);
 
 /* Causal attention (default scale) of q = rms_norm_rotary(q1), k =

@@ -35,15 +35,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/internal.h"
 #include "ops/nn_common.h"
 
 /* Row stride of a chunk's logits: V, or V rounded up to the backend's
  * ce_row_align (see above). */
 static int64_t logits_ld(const oj_backend *be, int64_t V) {
-    const char *env = getenv("OJAS_LCE_PAD");
     int64_t a = be->ce_row_align;
-    if (a <= 1 || (env && env[0] == '0' && env[1] == '\0')) return V;
+    if (a <= 1 || !oj__env_flag("OJAS_LCE_PAD", true)) return V;
     return (V + a - 1) / a * a;
 }
 
@@ -56,13 +56,12 @@ static int64_t logits_ld(const oj_backend *be, int64_t V) {
  * 376. Unset (1), the budget's rows as they come. Declared in
  * nn_common.h (tests). */
 int64_t oj__lce_chunk_rows(int64_t N, int64_t V, size_t es) {
-    const char *env = getenv("OJAS_LCE_CHUNK_ROWS");
-    int64_t r = env && atoll(env) > 0 ? atoll(env) : (int64_t)((256u << 20) / ((size_t)V * es));
+    const int64_t set = oj__env_int("OJAS_LCE_CHUNK_ROWS", 0);
+    int64_t r = set > 0 ? set : (int64_t)((256u << 20) / ((size_t)V * es));
     if (r < 1) r = 1;
     if (r >= N) return N;
-    const char *ae = getenv("OJAS_LCE_ROW_ALIGN");
-    int64_t a = ae ? atoll(ae) : 1;
-    if (a > 1 && r >= a && !(env && atoll(env) > 0)) {
+    const int64_t a = oj__env_int("OJAS_LCE_ROW_ALIGN", 1);
+    if (a > 1 && r >= a && set <= 0) {
         int64_t k = (N + r - 1) / r, even = (N + k - 1) / k;
         int64_t up = (even + a - 1) / a * a;
         r = up <= r ? up : r / a * a;
@@ -80,9 +79,8 @@ int64_t oj__lce_chunk_rows(int64_t N, int64_t V, size_t es) {
  * the GEMM tuner's log); an aligned N admits every kernel the odd one does.
  * EXACT keeps V rows (its GEMM as it was). OJAS_LCE_DW_PAD=0 turns it off. */
 static int64_t dw_rows(const oj_engine *eng, int64_t V) {
-    const char *e = getenv("OJAS_LCE_DW_PAD");
     int64_t ld = logits_ld(eng->backend, V);
-    if ((e && strcmp(e, "0") == 0) || eng->numerics != OJ_NUMERICS_FAST ||
+    if (!oj__env_flag("OJAS_LCE_DW_PAD", true) || eng->numerics != OJ_NUMERICS_FAST ||
         eng->backend->cross_entropy_fused == NULL)
         return V;
     return ld;
@@ -272,8 +270,8 @@ static oj_tensor *lce_impl(oj_tensor *x, oj_tensor *weight, oj_tensor *wnode, oj
     /* dW: zeros the chunks' GEMMs add into; under FAST (N > 0) the first
      * chunk's GEMM writes it instead (a [V, C] fill less; EXACT keeps the
      * zeros' bits: a -0 sum stays +0). OJAS_LCE_DW_SET=0 turns that off. */
-    const char *ds = getenv("OJAS_LCE_DW_SET");
-    bool dw_set = eng->numerics == OJ_NUMERICS_FAST && N > 0 && !(ds && strcmp(ds, "0") == 0);
+    bool dw_set =
+        eng->numerics == OJ_NUMERICS_FAST && N > 0 && oj__env_flag("OJAS_LCE_DW_SET", true);
     const int64_t wrows = dw_rows(eng, V), wps[2] = {wrows, C};
     oj_tensor *dwp = !(loss && want_dw) ? NULL
                      : dw_set           ? oj__tensor_alloc(eng, 2, wps, sdt, op)
@@ -335,9 +333,8 @@ static bool lce_master(oj_tensor *x, oj_tensor *weight, oj_tensor **xl, oj_tenso
     *xl = *wl = NULL;
     if (!oj__live(x) || !oj__live(weight)) return false;
     oj_engine *eng = x->eng;
-    const char *e = getenv("OJAS_LCE_MASTER");
     oj_dtype dt = eng->autocast_dtype;
-    if ((e && strcmp(e, "0") == 0) || !eng->autocast || !eng->grad_enabled ||
+    if (!oj__env_flag("OJAS_LCE_MASTER", true) || !eng->autocast || !eng->grad_enabled ||
         eng->numerics != OJ_NUMERICS_FAST || (dt != OJ_BF16 && dt != OJ_F16) ||
         weight->eng != eng || weight->dtype != OJ_F32 || !weight->requires_grad ||
         (x->dtype != OJ_F32 && x->dtype != dt))

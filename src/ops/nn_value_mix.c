@@ -2,10 +2,14 @@
  * al. 2024, "Value Residual Learning For Alleviating Attention
  * Concentration In Transformers"; s = sigmoid(lambda) per layer, as
  * modded-nanogpt). Under autocast v1 and v0 are bf16/f16 and s is f32, so
- * the ops' chain runs sub in bf16, then the multiply and add in f32, and
- * attention casts the f32 sum back: where the backend has the fused
- * entries, one pass each way gives those bits directly in bf16 (and saves
- * v1 and v0, views of buffers kept anyway, instead of the difference). */
+ * the ops' chain runs sub in bf16, then the multiply and add in f32
+ * (PyTorch's promotion of a bf16 tensor and an f32 one of one element), and
+ * attention, where autocast casts its inputs to bf16, takes the sum back
+ * in bf16: the op's result is that bf16 tensor, v1's dtype, whichever path
+ * makes it. Where the backend has the fused entries, one pass each way
+ * gives those bits directly (and saves v1 and v0, views of buffers kept
+ * anyway, instead of the difference); elsewhere the chain ends with the
+ * cast. */
 #include "ops/nn_common.h"
 
 /* saved: 0 v1, 1 v0, 2 s. */
@@ -43,14 +47,19 @@ static oj_status value_mix_backward(oj_node *n, oj_tensor *const *go, oj_tensor 
     return OJ_OK;
 }
 
+/* v1, v0 bf16/f16 of one dtype and s f32 with one element: the autocast
+ * case, whose result is v1's dtype on either path. */
+static bool low_mix(const oj_tensor *v1, const oj_tensor *v0, const oj_tensor *s) {
+    return (v1->dtype == OJ_BF16 || v1->dtype == OJ_F16) && v0->dtype == v1->dtype &&
+           s->dtype == OJ_F32 && oj_numel(s) == 1;
+}
+
 bool oj__value_mix_fits(const oj_engine *eng, const oj_tensor *v1, const oj_tensor *v0,
                         const oj_tensor *s) {
     const oj_backend *be = eng->backend;
     const int r = v1->rank;
     if (be->value_mix_forward == NULL || be->value_mix_backward == NULL || r < 1 || r > 4 ||
-        (v1->dtype != OJ_BF16 && v1->dtype != OJ_F16) || v0->dtype != v1->dtype ||
-        v0->rank != r || s->dtype != OJ_F32 || oj_numel(s) != 1 ||
-        v0->eng != eng || s->eng != eng)
+        !low_mix(v1, v0, s) || v0->rank != r || v0->eng != eng || s->eng != eng)
         return false;
     for (int d = 0; d < r; d++)
         if (v0->shape[d] != v1->shape[d]) return false;
@@ -71,6 +80,11 @@ oj_tensor *oj__value_mix(oj_tensor *v1, oj_tensor *v0, oj_tensor *s) {
         oj_tensor *v = a ? oj_add(v0, a) : NULL;
         oj_release(diff);
         oj_release(a);
+        if (v && low_mix(v1, v0, s) && v->dtype != v1->dtype) { /* the fused entry's dtype */
+            oj_tensor *c = oj_cast(v, v1->dtype);
+            oj_release(v);
+            v = c;
+        }
         return v;
     }
     oj_tensor *out = oj__tensor_alloc(eng, v1->rank, v1->shape, v1->dtype, op);

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/env.h"
 #include "ojas/ops.h"
 #include "ojas/serve.h"
 
@@ -519,8 +520,7 @@ static void expire(oj_sched *s) {
 static bool decode_paged_here(const oj_sched *s) {
     if (!s->cfg.decode_graphs) return false;
     if (oj_engine_device(s->eng).type == OJ_DEVICE_CUDA) return true;
-    const char *e = getenv("OJAS_SCHED_DECODE_PAGED");
-    return e != NULL && strcmp(e, "1") == 0;
+    return oj__env_flag("OJAS_SCHED_DECODE_PAGED", false);
 }
 
 /* Room for n logits rows in s->host (grown, never shrunk: a step

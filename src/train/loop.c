@@ -11,6 +11,7 @@
 #include "ojas/autograd.h"
 #include "ojas/ops.h"
 #include "train/train_internal.h"
+#include "core/env.h"
 
 static oj_status eng_error(oj_trainer *t, oj_error *err, const char *what) {
     oj_status st = oj_last_status(t->eng) ? oj_last_status(t->eng) : OJ_ERR_INTERNAL;
@@ -600,8 +601,7 @@ static oj_status checkpoint(oj_trainer *t, bool final, oj_error *err) {
 }
 
 void oj__trainer_begin(oj_trainer *t) {
-    const char *p = getenv("OJAS_TRAIN_PROFILE");
-    t->profile = p && p[0] ? atoi(p) : 0;
+    t->profile = (int)oj__env_int("OJAS_TRAIN_PROFILE", 0);
     t->t0 = oj__train_now();
     t->run_steps = 0;
     t->run_step_s = 0;

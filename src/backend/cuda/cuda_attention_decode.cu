@@ -76,6 +76,7 @@
 #include "backend/cuda/cuda_attention_decode_fast.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "core/env.h"
 
 #define DEC_WARPS 4
 #define DEC_THREADS (DEC_WARPS * 32)
@@ -297,8 +298,7 @@ template <typename T, int D> static void df_launch_d(const dec_args &a, int64_t 
  * DF_COMBINE_KERNEL_DEFAULT. Read at each call (tests flip it). */
 #define DF_COMBINE_KERNEL_DEFAULT false
 static bool df_combine_kernel(void) {
-    const char *e = getenv("OJAS_CUDA_ATTN_COMBINE");
-    return e == NULL || e[0] == '\0' ? DF_COMBINE_KERNEL_DEFAULT : strcmp(e, "0") != 0;
+    return oj__env_flag("OJAS_CUDA_ATTN_COMBINE", DF_COMBINE_KERNEL_DEFAULT);
 }
 
 /* The fast path: chunks of `steps` block steps, so that B*H*nsplit stays
@@ -349,8 +349,7 @@ bool oj_cuda_attention_decode_ok(const oj_tensor *q, const oj_tensor *k, const o
                                  const oj_tensor *out) {
     static int off = -1; /* OJAS_CUDA_ATTN_DECODE=0 turns the path off (comparisons) */
     if (off < 0) {
-        const char *e = getenv("OJAS_CUDA_ATTN_DECODE");
-        off = e != NULL && strcmp(e, "0") == 0;
+        off = !oj__env_flag("OJAS_CUDA_ATTN_DECODE", true);
     }
     if (off || q->rank != 4 || k->rank != 4 || v->rank != 4 || q->shape[2] != 1) return false;
     if (!float_dt(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype || !float_dt(out->dtype))

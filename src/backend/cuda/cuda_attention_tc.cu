@@ -56,6 +56,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 /* ---------------------------------------------------------------- args */
 
@@ -664,8 +665,7 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_dkv(tc_args a) {
 static int tc_mt(void) {
     static int mt = 0;
     if (mt == 0) {
-        const char *e = getenv("OJAS_CUDA_ATTN_MT");
-        mt = e != NULL && strcmp(e, "1") == 0 ? 1 : 2;
+        mt = oj__env_int("OJAS_CUDA_ATTN_MT", 2) == 1 ? 1 : 2;
     }
     return mt;
 }
@@ -690,8 +690,7 @@ bool oj_cuda_attention_tc_ok(const oj_tensor *q, const oj_tensor *k, const oj_te
                              const oj_tensor *mask, const oj_tensor *const *more, int nmore) {
     static int off = -1; /* OJAS_CUDA_ATTN_TC=0 turns the path off (comparisons) */
     if (off < 0) {
-        const char *e = getenv("OJAS_CUDA_ATTN_TC");
-        off = e != NULL && strcmp(e, "0") == 0;
+        off = !oj__env_flag("OJAS_CUDA_ATTN_TC", true);
     }
     if (off || mask != NULL || q->rank != 4 || k->rank != 4 || v->rank != 4) return false;
     oj_dtype dt = q->dtype;

@@ -56,6 +56,7 @@
 #include "backend/cuda/cuda_decode_rows.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "core/env.h"
 
 /* The entries (declared in cuda_backend.cu, their one user). */
 bool oj_cuda_decode_mega_ok(int64_t C, int64_t H, int64_t S, int dtype);
@@ -351,15 +352,6 @@ __global__ void __launch_bounds__(OJ_DEC_THREADS, MEGA_MIN_BLOCKS)
     }
 }
 
-/* The switch `name` as a number in [lo, hi], else dflt. */
-static int mega_env_int(const char *name, int dflt, int lo, int hi) {
-    const char *e = getenv(name);
-    if (e == NULL || e[0] == '\0') return dflt;
-    char *end = NULL;
-    long v = strtol(e, &end, 10);
-    return end != e && *end == '\0' && v >= lo && v <= hi ? (int)v : dflt;
-}
-
 #define MEGA_STATIC_SMEM (16 * 1024) /* the kernel's static shared memory, rounded up */
 
 bool oj_cuda_decode_mega_ok(int64_t C, int64_t H, int64_t S, int dtype) {
@@ -473,9 +465,9 @@ oj_status oj_cuda_decode_mega(oj_engine *eng, oj_tensor *x, const oj_tensor *wte
         oj__storage_release(hold);
         return oj_set_error(eng, OJ_ERR_DEVICE, "%s: no resident grid for the kernel", op);
     }
-    const bool coop = mega_env_int("OJAS_DECODE_MEGA_COOP", 1, 0, 1) != 0;
-    a.relbar = mega_env_int("OJAS_DECODE_MEGA_BAR", MEGA_BAR_DEFAULT, 0, 1) != 0;
-    a.prefetch = mega_env_int("OJAS_DECODE_MEGA_PREFETCH", MEGA_PREFETCH_DEFAULT, 0, 1) != 0;
+    const bool coop = oj__env_flag("OJAS_DECODE_MEGA_COOP", true);
+    a.relbar = oj__env_flag("OJAS_DECODE_MEGA_BAR", MEGA_BAR_DEFAULT);
+    a.prefetch = oj__env_flag("OJAS_DECODE_MEGA_PREFETCH", MEGA_PREFETCH_DEFAULT);
     oj_status st = OJ_OK;
     for (int64_t l0 = 0; l0 < n_layer && st == OJ_OK; l0 += MEGA_MAX_LAYERS) {
         const int64_t nl = n_layer - l0 < MEGA_MAX_LAYERS ? n_layer - l0 : MEGA_MAX_LAYERS;

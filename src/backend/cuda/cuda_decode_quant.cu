@@ -758,10 +758,8 @@ static int dq_rows(int64_t N, int64_t row_bytes) {
  * code of the pair loop in kernels of a few microseconds). Read at each
  * launch (a test compares them). */
 static int dq_loop(void) {
-    const char *e = getenv("OJAS_DECODE_QLOOP");
-    if (e && strcmp(e, "1") == 0) return 1;
-    if (e && strcmp(e, "2") == 0) return 2;
-    return 0;
+    const int64_t v = oj__env_int("OJAS_DECODE_QLOOP", 0);
+    return v == 1 || v == 2 ? (int)v : 0;
 }
 
 /* Whether k_dec_q runs PRE: OJAS_DECODE_QPRE=1 (default off: on the H200

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 #define MR_THREADS 256
 #define MR_WARPS (MR_THREADS / 32)
@@ -113,9 +114,10 @@ oj_status oj_cuda_mul_row_backward(oj_engine *eng, oj_tensor *da, oj_tensor *db,
     if (oj_cuda_begin(eng, op) != OJ_OK) return oj_last_status(eng);
     const int64_t D = a->shape[r - 1], rows = D > 0 ? oj_cuda_numel(a) / D : 0;
     if (rows == 0 || (da == NULL && db == NULL)) return OJ_OK;
-    const char *e = getenv("OJAS_CUDA_MULROW_VEC"); /* read per call (tests compare) */
-    if (D == MR_D && !(e && e[0] == '0') && oj_cu_aligned16(oj_cuda_ptr(dp)) &&
-        oj_cu_aligned16(oj_cuda_ptr(a)) && (!da || oj_cu_aligned16(oj_cuda_ptr(da)))) {
+    /* OJAS_CUDA_MULROW_VEC read per call (tests compare) */
+    if (D == MR_D && oj__env_flag("OJAS_CUDA_MULROW_VEC", true) &&
+        oj_cu_aligned16(oj_cuda_ptr(dp)) && oj_cu_aligned16(oj_cuda_ptr(a)) &&
+        (!da || oj_cu_aligned16(oj_cuda_ptr(da)))) {
         const int64_t G = 16 / (int64_t)oj_dtype_size(a->dtype); /* rows a warp instruction */
         const int64_t nbv = (rows + MR_WARPS * G - 1) / (MR_WARPS * G);
         const unsigned bv = (unsigned)(nbv < MR_MAX_BLOCKS ? nbv : MR_MAX_BLOCKS);

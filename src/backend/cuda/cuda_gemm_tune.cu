@@ -44,6 +44,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 #define OJ_TUNE_ALGOS 8
 #define OJ_TUNE_REPS 5
@@ -75,9 +76,8 @@ struct oj_cuda_tune {
 /* OJAS_CUDA_GEMM_TUNE: 0 off, 1 (unset, or any other value) products of
  * OJ_TUNE_MIN_FLOP on, 2 every product. */
 static int tune_level(void) {
-    const char *e = getenv("OJAS_CUDA_GEMM_TUNE");
-    if (e != NULL && strcmp(e, "0") == 0) return 0;
-    return e != NULL && strcmp(e, "2") == 0 ? 2 : 1;
+    const int64_t v = oj__env_int("OJAS_CUDA_GEMM_TUNE", 1);
+    return v == 0 || v == 2 ? (int)v : 1;
 }
 
 bool oj_cuda_gemm_tune_wants(int64_t m, int64_t n, int64_t k) {
@@ -280,7 +280,7 @@ bool oj_cuda_gemm_algo(oj_engine *eng, cublasLtMatmulDesc_t md, cublasLtMatrixLa
     e->key = *key;
     e->algo = *algo;
     e->us = us;
-    if (getenv("OJAS_CUDA_GEMM_TUNE_LOG")) {
+    if (oj__env_flag("OJAS_CUDA_GEMM_TUNE_LOG", false)) {
         int id = 0, tile = 0, stages = 0, splitk = 0;
         size_t got = 0;
         cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &got);

@@ -44,6 +44,7 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/gemv_tiles.h"
+#include "core/env.h"
 
 /* The entries (declared in cuda_matmul.cu, their one caller). */
 #define OJ_CUDA_GEMV_NK 1
@@ -181,8 +182,7 @@ __global__ void k_gemv_kn_combine(unsigned short *out, const float *part, int S,
 int oj_cuda_gemv_path(const oj_tensor *out, const oj_tensor *a, const oj_tensor *b) {
     static int off = -1; /* OJAS_CUDA_GEMV=0 turns the path off (comparisons) */
     if (off < 0) {
-        const char *e = getenv("OJAS_CUDA_GEMV");
-        off = e != NULL && strcmp(e, "0") == 0;
+        off = !oj__env_flag("OJAS_CUDA_GEMV", true);
     }
     oj_dtype dt = out->dtype;
     if (off || (dt != OJ_BF16 && dt != OJ_F16) || a->dtype != dt || b->dtype != dt) return 0;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 /* cuda_gemv.cu: the one-row path. oj_cuda_gemv_path says which kernel
  * takes out[1, 1, N] = a[1, 1, K] @ b[1, K, N] (+ addend[N], out's dtype,
@@ -145,8 +146,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
  * choice was another for 16 of the 19 GEMMs of gpt2-124m's step. Read
  * at each call (tests turn them on and off). */
 static bool lt_plain(void) {
-    const char *e = getenv("OJAS_CUDA_LT_PLAIN");
-    return e != NULL && strcmp(e, "1") == 0;
+    return oj__env_flag("OJAS_CUDA_LT_PLAIN", false);
 }
 
 oj_status oj_cuda_matmul(oj_engine *eng, oj_tensor *out, const oj_tensor *a, const oj_tensor *b,
@@ -307,8 +307,7 @@ static oj_status lt_epilogue(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                              const void *aux, int64_t aux_ld, bool accumulate) {
     static int off = -1;
     if (off < 0) {
-        const char *e = getenv("OJAS_CUDA_LT");
-        off = e != NULL && strcmp(e, "0") == 0;
+        off = !oj__env_flag("OJAS_CUDA_LT", true);
     }
     oj_cuda_state *s = oj_cuda_state_of(eng);
     oj_dtype dt = out->dtype, at = a->dtype;
@@ -479,8 +478,7 @@ oj_status oj_cuda_matmul_act_backward(oj_engine *eng, oj_tensor *out, const oj_t
  * cuBLASLt refuses): the caller then runs matmul and reduces dy itself. */
 oj_status oj_cuda_matmul_bgrad(oj_engine *eng, oj_tensor *out, const oj_tensor *a,
                                const oj_tensor *b, oj_tensor *dbias) {
-    const char *on = getenv("OJAS_CUDA_BGRAD");
-    if (on == NULL || strcmp(on, "1") != 0 || dbias->dtype != out->dtype || dbias->rank != 1 ||
+    if (!oj__env_flag("OJAS_CUDA_BGRAD", false) || dbias->dtype != out->dtype || dbias->rank != 1 ||
         dbias->shape[0] != out->shape[1] || dbias->stride[0] != 1)
         return OJ_ERR_UNSUPPORTED;
     if (oj_cuda_begin(eng, "matmul") != OJ_OK) return oj_last_status(eng);
@@ -499,8 +497,7 @@ oj_status oj_cuda_matmul_bias_act(oj_engine *eng, oj_tensor *out, const oj_tenso
                                   oj_unary_op op) {
     static int off = -1;
     if (off < 0) {
-        const char *e = getenv("OJAS_CUDA_GELU_EPI");
-        off = e != NULL && strcmp(e, "0") == 0;
+        off = !oj__env_flag("OJAS_CUDA_GELU_EPI", true);
     }
     const int64_t M = out->shape[1], N = out->shape[2];
     if (off || op != OJ_UN_GELU_TANH || bias->dtype != out->dtype || bias->rank != 1 ||

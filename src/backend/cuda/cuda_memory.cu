@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 thread_local cudaStream_t oj_cuda_tls_stream = 0;
 
@@ -184,10 +185,8 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
         return oj_error_set(err, OJ_ERR_DEVICE, "engine_create: cannot create a stream on cuda:%d: %s",
                             index, cudaGetErrorString(e));
     }
-    const char *sync = getenv("OJAS_CUDA_SYNC");
-    s->sync_check = sync != NULL && sync[0] != '\0' && strcmp(sync, "0") != 0;
-    const char *prof = getenv("OJAS_CUDA_PROFILE");
-    if (prof != NULL && prof[0] != '\0' && strcmp(prof, "0") != 0)
+    s->sync_check = oj__env_flag("OJAS_CUDA_SYNC", false);
+    if (oj__env_flag("OJAS_CUDA_PROFILE", false))
         s->prof = (oj_cuda_prof *)calloc(1, sizeof *s->prof); /* NULL: no profile */
     eng->ext[OJ_EXT_BACKEND].ptr = s;
     eng->ext[OJ_EXT_BACKEND].destroy = state_destroy;
@@ -451,8 +450,7 @@ oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes,
  * variable OJAS_CUBLAS_WORKSPACE_MIB sets another size; 0 leaves cuBLAS
  * its own (then graph capture of a matmul may fail). */
 static size_t blas_workspace_bytes(void) {
-    const char *e = getenv("OJAS_CUBLAS_WORKSPACE_MIB");
-    long mib = e && e[0] ? strtol(e, NULL, 10) : 32;
+    const int64_t mib = oj__env_int("OJAS_CUBLAS_WORKSPACE_MIB", 32);
     return mib > 0 && mib <= 4096 ? (size_t)mib << 20 : 0;
 }
 

@@ -17,6 +17,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 // weight (V,C), idx (N), out (N,C)
 __global__ void k_embedding_forward(char *out, const char *w, const char *idx, int idt, int64_t N,
@@ -251,8 +252,7 @@ __global__ void k_embedding_seg(float *dw, const char *dout, int gdt, const int 
 static bool emb_seg_off(void) {
     static int off = -1;
     if (off < 0) {
-        const char *e = getenv("OJAS_CUDA_EMB_SEG");
-        off = e != NULL && strcmp(e, "0") == 0;
+        off = !oj__env_flag("OJAS_CUDA_EMB_SEG", true);
     }
     return off == 1;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 struct norm_args {
     const char *x, *w, *b, *dy, *mean, *rstd;
@@ -629,8 +630,7 @@ static int norm_cfg(int64_t C, int *npt) {
 /* OJAS_CUDA_NORM4 (read at each call): 0 keeps full rows of the add + norm
  * forward on the general kernel (comparisons); unset or 1 takes FULL. */
 static bool oj_cuda_norm4(void) {
-    const char *e = getenv("OJAS_CUDA_NORM4");
-    return e == NULL || strcmp(e, "0") != 0;
+    return oj__env_flag("OJAS_CUDA_NORM4", true);
 }
 
 template <typename T, typename TR = T, bool ADD = false>

@@ -54,6 +54,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 #define RNR_THREADS 256
 #define RNR_WARPS (RNR_THREADS / 32)
@@ -557,8 +558,7 @@ void oj_cuda_rnr_close(oj_cuda_state *s) {
 /* Is the vector path on (OJAS_CUDA_RNR_TABLE, default 1; read per call,
  * so tests can compare both paths in one process)? */
 static bool rnv_on(void) {
-    const char *e = getenv("OJAS_CUDA_RNR_TABLE");
-    return !(e && e[0] == '0');
+    return oj__env_flag("OJAS_CUDA_RNR_TABLE", true);
 }
 
 /* Are p's address and the element strides s[0..n) multiples of 16 bytes? */
@@ -722,8 +722,8 @@ static int rnr_npt(int64_t D) {
 static void rnr_chunks(rnr_args &a) {
     static int64_t target = -1; /* OJAS_CUDA_RNR_WARPS overrides (tuning runs) */
     if (target < 0) {
-        const char *e = getenv("OJAS_CUDA_RNR_WARPS");
-        target = e && atoll(e) > 0 ? atoll(e) : RNR_TARGET_WARPS;
+        const int64_t e = oj__env_int("OJAS_CUDA_RNR_WARPS", 0);
+        target = e > 0 ? e : RNR_TARGET_WARPS;
     }
     int64_t nchunk = (target + a.T - 1) / a.T;
     if (nchunk > a.R) nchunk = a.R;
@@ -759,8 +759,8 @@ template <typename T> static void rnr_bwd_launch(const rnr_args &a, int npt) {
  * warp instruction), about OJAS_CUDA_RNR_WARPS (default RNV_TARGET_WARPS)
  * warps in all. */
 static void rnv_chunks(rnr_args &a, int G) {
-    const char *e = getenv("OJAS_CUDA_RNR_WARPS");
-    const int64_t target = e && atoll(e) > 0 ? atoll(e) : RNV_TARGET_WARPS;
+    const int64_t e = oj__env_int("OJAS_CUDA_RNR_WARPS", 0);
+    const int64_t target = e > 0 ? e : RNV_TARGET_WARPS;
     const int64_t groups = (a.R + G - 1) / G;
     int64_t nchunk = (target + a.T - 1) / a.T;
     if (nchunk > groups) nchunk = groups;
@@ -772,9 +772,8 @@ static void rnv_chunks(rnr_args &a, int G) {
 /* Rows a lane loads before using them (OJAS_CUDA_RNR_RR: 1, 2 (default)
  * or 4; tuning runs). */
 static int rnv_rr(void) {
-    const char *e = getenv("OJAS_CUDA_RNR_RR");
-    const int v = e ? atoi(e) : 2;
-    return v == 1 || v == 4 ? v : 2;
+    const int64_t v = oj__env_int("OJAS_CUDA_RNR_RR", 2);
+    return v == 1 || v == 4 ? (int)v : 2;
 }
 
 template <typename T> static void rnv_fwd_launch(rnr_args &a, const float *tab) {

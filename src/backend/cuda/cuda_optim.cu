@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/scalar_ops.h"
+#include "core/env.h"
 
 static __device__ __forceinline__ float MUL(float a, float b) { return __fmul_rn(a, b); }
 static __device__ __forceinline__ double MUL(double a, double b) { return __dmul_rn(a, b); }
@@ -412,8 +413,7 @@ __global__ void k_muon_normalize_v(const float *u, const double *norms, O *out, 
 
 /* Muon's 16-byte kernels on (OJAS_CUDA_MUON_VEC, default 1; read per call)? */
 static bool muon_vec_on(void) {
-    const char *e = getenv("OJAS_CUDA_MUON_VEC");
-    return !(e && e[0] == '0');
+    return oj__env_flag("OJAS_CUDA_MUON_VEC", true);
 }
 
 oj_status oj_cuda_muon_normalize(oj_engine *eng, oj_tensor *out, const oj_tensor *u,
@@ -973,8 +973,7 @@ template <typename T>
 static oj_status adam_multi_launch(oj_engine *eng, const adam_batch<T> &b, bool check_only,
                                    unsigned long long *bad) {
     /* OJAS_CUDA_ADAMW_U=1: one element at a time (comparisons) */
-    const char *e = getenv("OJAS_CUDA_ADAMW_U");
-    if (e != NULL && strcmp(e, "1") == 0)
+    if (oj__env_int("OJAS_CUDA_ADAMW_U", 4) == 1)
         k_adam_multi<T, 1><<<(unsigned)b.chunk0[b.count], MT_THREADS, 0, OJ_STREAM>>>(
             b, check_only, bad, oj_cuda_state_of(eng)->gate, oj_cuda_state_of(eng)->gate_safe);
     else
@@ -1145,8 +1144,9 @@ oj_status oj_cuda_adam_step_multi(oj_engine *eng, int64_t n, oj_tensor *const *p
                                 (long long)R, (long long)C);
         adam_c<float> cc;
         adam_consts(&cc, &args[i]);
-        const char *e = getenv("OJAS_CUDA_ADAMW_U"); /* 1: a row at a time (comparisons) */
-        auto kern = e != NULL && strcmp(e, "1") == 0 ? k_adam_tile<false> : k_adam_tile<true>;
+        /* OJAS_CUDA_ADAMW_U=1: a row at a time (comparisons) */
+        auto kern =
+            oj__env_int("OJAS_CUDA_ADAMW_U", 4) == 1 ? k_adam_tile<false> : k_adam_tile<true>;
         kern<<<(unsigned)tiles, dim3(32, 8), 0, OJ_STREAM>>>(
             PTR(float, params[i]), PTR(const float, grads[i]), PTR(float, exp_avgs[i]),
             PTR(float, exp_avg_sqs[i]), PTR(oj_cu_bf16, args[i].low), R, C, cc, check_only, bad,

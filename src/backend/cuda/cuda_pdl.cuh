@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 __device__ __forceinline__ void oj_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -47,9 +48,8 @@ static __global__ void oj_pdl_probe(int unused) {
 static inline bool oj_pdl_on(void) {
     static int on = -1;
     if (on >= 0) return on != 0;
-    const char *e = getenv("OJAS_CUDA_PDL");
     int dev = 0, major = 0;
-    bool ok = !(e && strcmp(e, "0") == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+    bool ok = oj__env_flag("OJAS_CUDA_PDL", true) && cudaGetDevice(&dev) == cudaSuccess &&
               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
                   cudaSuccess &&
               major >= 9;

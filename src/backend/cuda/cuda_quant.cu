@@ -440,9 +440,8 @@ static cudaError_t qf_launch(const oj_cuda_state *s, float *out, const float *x,
     int64_t resident = (int64_t)occ * s->sms;
     /* OJAS_CUDA_QGEMV_GRID=n caps the blocks (tests: many tiles a block;
      * read at each call: tests/gpu/test_gpu_quant.c sets and unsets it) */
-    const char *cap = getenv("OJAS_CUDA_QGEMV_GRID");
-    const int capn = cap ? atoi(cap) : 0;
-    if (capn > 0 && capn < resident) resident = capn;
+    const int64_t cap = oj__env_int("OJAS_CUDA_QGEMV_GRID", 0);
+    if (cap > 0 && cap < resident) resident = cap;
     const unsigned grid = (unsigned)(tiles < resident ? tiles : resident);
     k_qgemv_fast<T, M, XS><<<grid, QF_THREADS, p.smem, OJ_STREAM>>>(out, x, w, N, (int)K, (int)rb, p.tr);
     return cudaSuccess;

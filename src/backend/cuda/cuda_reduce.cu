@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 #define SERIAL_MAX 32
 #define RED_THREADS 256
@@ -985,8 +986,7 @@ oj_status oj_cuda_col_sum(oj_engine *eng, oj_tensor *out, const oj_tensor *x) {
     const char *op = "col_sum";
     static int off = -1; /* OJAS_CUDA_COLSUM=0: the ops layer's GEMV instead (comparisons) */
     if (off < 0) {
-        const char *e = getenv("OJAS_CUDA_COLSUM");
-        off = e != NULL && strcmp(e, "0") == 0;
+        off = !oj__env_flag("OJAS_CUDA_COLSUM", true);
     }
     if (x->rank != 2 || out->dtype != OJ_F32 || (x->dtype != OJ_BF16 && x->dtype != OJ_F16))
         return OJ_ERR_UNSUPPORTED;

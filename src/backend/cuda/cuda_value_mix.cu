@@ -7,6 +7,7 @@
  * the chain's bits; ds sums in double over a partition fixed by the
  * shape. */
 #include "backend/cuda/cuda_internal.cuh"
+#include "core/env.h"
 
 /* one warp per row (lanes over the last dim: nanolab's D = 64 is two
  * elements a lane); each warp walks a run of consecutive rows */
@@ -258,8 +259,7 @@ __global__ void __launch_bounds__(256) k_vmv_bwd(const vm_geom g, T *dv1, T *dv0
  * does it fit: D 64, the n pointers and their outer strides multiples of 16
  * bytes (8 elements)? */
 static bool vmv_fits(const vm_geom &g, const void *const *ptrs, int np, int nst) {
-    const char *e = getenv("OJAS_CUDA_VMIX_VEC");
-    if ((e && e[0] == '0') || g.D != 64) return false;
+    if (!oj__env_flag("OJAS_CUDA_VMIX_VEC", true) || g.D != 64) return false;
     for (int i = 0; i < np; i++)
         if (ptrs[i] && (uintptr_t)ptrs[i] % 16) return false;
     for (int k = 0; k < nst; k++)
