@@ -475,8 +475,17 @@ int cmd_serve(int argc, char **argv) {
             usleep(20 * 1000);
             pthread_mutex_lock(&sv.mu);
         }
-        /* handlers still waiting see it within 50 ms, cancel and answer 503 */
+        /* handlers still waiting see it within 50 ms, cancel and answer 503
+         * (a stream: closed); they get up to a second to send it, since
+         * stopping the daemon shuts every connection's socket down,
+         * answered or not (a client that does not read is cut then) */
         __atomic_store_n(&sv.stopping, true, __ATOMIC_RELEASE);
+        const double answer_by = cli_now() + 1.0;
+        while (sv.active > 0 && cli_now() < answer_by) {
+            pthread_mutex_unlock(&sv.mu);
+            usleep(10 * 1000);
+            pthread_mutex_lock(&sv.mu);
+        }
         pthread_mutex_unlock(&sv.mu);
         MHD_stop_daemon(d);
         fprintf(stderr, "ojas: serve: stopped\n");
@@ -486,11 +495,6 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_signal(&sv.work);
     pthread_mutex_unlock(&sv.mu);
     pthread_join(th, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGPIPE, &old_pipe, NULL);
-    for (int i = 0; i < 2; i++)
-        if (g_sig_pipe[i] >= 0) close(g_sig_pipe[i]);
     if (sv.profile) print_profile(&sv);
     oj_sched_free(sv.s);
     free(sv.piece_blob);
@@ -500,5 +504,12 @@ int cmd_serve(int argc, char **argv) {
     oj_tokenizer_free(sv.tok);
     pthread_cond_destroy(&sv.work);
     pthread_mutex_destroy(&sv.mu);
+    /* the handlers stay to the end: a second signal during the stop is
+     * written to the pipe nobody reads any more */
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    for (int i = 0; i < 2; i++)
+        if (g_sig_pipe[i] >= 0) close(g_sig_pipe[i]);
     return rc;
 }
