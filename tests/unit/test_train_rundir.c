@@ -1,6 +1,7 @@
 // test: run directories and checkpoints through `ojas train` and `ojas
 // generate`: a new run refuses a non-empty --out unless --overwrite (which
-// removes only a run's files); resuming an earlier checkpoint moves the
+// removes only a run's files), naming --resume only when it holds a
+// checkpoint; resuming an earlier checkpoint moves the
 // abandoned branch's later checkpoints aside and keeps the lineage in
 // state.json; the config and the weights come from one checkpoint; a second
 // trainer on a run directory is refused naming the holder's PID; generate
@@ -145,6 +146,34 @@ static void test_new_run_refuses_a_used_out_dir(void **state) {
     assert_int_equal(ojas(TRAIN "--resume r8 --out r8 --overwrite", NULL, &err), 2);
     ct_assert_one_line(err, "--overwrite");
     free(err);
+}
+
+/* Was: a run killed before its first checkpoint (kill -9, out of memory)
+ * leaves metrics.jsonl; a new run into it was refused with "continue its
+ * run with --resume", which then failed with "no checkpoint". The refusal
+ * now says there is no checkpoint and names --overwrite only, which
+ * works. */
+static void test_out_dir_without_checkpoint(void **state) {
+    (void)state;
+    char *err = NULL, p[600];
+    snprintf(p, sizeof p, "%s/r20", g_dir);
+    assert_int_equal(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/r20/metrics.jsonl", g_dir);
+    FILE *f = fopen(p, "w");
+    fputs("{\"type\":\"train\",\"step\":1,\"loss\":6.2}\n", f);
+    fclose(f);
+    assert_int_equal(ojas(TRAIN "--config c.json --out r20 --set max_steps=2", NULL, &err), 1);
+    ct_assert_one_line(err, "no checkpoint");
+    contains(err, "--overwrite");
+    assert_null(strstr(err, "--resume"));
+    free(err);
+    assert_int_equal(ojas(TRAIN "--resume r20 --out r20", NULL, &err), 1);
+    ct_assert_one_line(err, "no checkpoint");
+    free(err);
+    assert_int_equal(ojas(TRAIN "--config c.json --out r20 --overwrite --set max_steps=2",
+                          NULL, NULL),
+                     0);
+    assert_true(exists("r20/ckpt-000002"));
 }
 
 /* Was: --resume R/ckpt-000002 --out R mixed the new branch with the old
@@ -458,6 +487,7 @@ static void test_fifo_in_run_dir_not_waited_on(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_run_refuses_a_used_out_dir),
+        cmocka_unit_test(test_out_dir_without_checkpoint),
         cmocka_unit_test(test_branch_moves_abandoned_checkpoints_aside),
         cmocka_unit_test(test_config_and_weights_from_one_checkpoint),
         cmocka_unit_test(test_second_writer_refused),
