@@ -343,6 +343,7 @@ int cmd_generate(int argc, char **argv) {
     int64_t glen = 0;
     oj_status gs = oj_generate(m, 1, &pp, &plen, &sc, &gen, &glen, print_token, &sctx);
     fputc('\n', stdout);
+    fflush(stdout); /* the text's last line before any line on stderr */
     free(gen);
     oj_tokens_free(&ids);
     if (gs != OJ_OK) {

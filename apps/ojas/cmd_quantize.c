@@ -72,6 +72,11 @@ static oj_status load_checkpoint(oj_engine *eng, const char *ckpt, oj_gpt **m, c
     oj_status s = oj_checkpoint_find(ckpt, dir, sizeof dir, &skipped, &why, e);
     if (s == OJ_OK) s = oj_train_config_from_checkpoint(dir, &tc, e);
     if (s != OJ_OK) return s;
+    if (skipped)
+        fprintf(stderr,
+                "ojas: warning: quantize: skipped %d newer checkpoint(s) under %s that failed "
+                "verification (the newest: %s); using %s\n",
+                skipped, ckpt, why.message, dir);
     snprintf(tok_dir, tok_len, "%s", tc.tokenizer_dir);
     oj_tokenizer *tok = NULL;
     if (tc.tokenizer_dir[0] && (s = oj_tokenizer_load(tc.tokenizer_dir, &tok, e)) != OJ_OK) return s;

@@ -259,6 +259,11 @@ static int load_model(server *sv, const char *model, const char *weights, const 
                 oj_train_config_from_checkpoint(ckpt, &run, &e) != OJ_OK)
                 return cli_error(CLI_FAIL, "serve: '%s' is neither a model directory (no "
                                            "config.json) nor a checkpoint: %s", model, e.message);
+            if (skipped)
+                fprintf(stderr,
+                        "ojas: warning: serve: skipped %d newer checkpoint(s) under %s that failed "
+                        "verification (the newest: %s); using %s\n",
+                        skipped, model, why.message, ckpt);
             if (vocab == NULL && run.tokenizer_dir[0]) vocab = run.tokenizer_dir;
         } else if (vocab == NULL) {
             vocab = model;
@@ -475,8 +480,17 @@ int cmd_serve(int argc, char **argv) {
             usleep(20 * 1000);
             pthread_mutex_lock(&sv.mu);
         }
-        /* handlers still waiting see it within 50 ms, cancel and answer 503 */
+        /* handlers still waiting see it within 50 ms, cancel and answer 503
+         * (a stream: closed); they get up to a second to send it, since
+         * stopping the daemon shuts every connection's socket down,
+         * answered or not (a client that does not read is cut then) */
         __atomic_store_n(&sv.stopping, true, __ATOMIC_RELEASE);
+        const double answer_by = cli_now() + 1.0;
+        while (sv.active > 0 && cli_now() < answer_by) {
+            pthread_mutex_unlock(&sv.mu);
+            usleep(10 * 1000);
+            pthread_mutex_lock(&sv.mu);
+        }
         pthread_mutex_unlock(&sv.mu);
         MHD_stop_daemon(d);
         fprintf(stderr, "ojas: serve: stopped\n");
@@ -486,11 +500,6 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_signal(&sv.work);
     pthread_mutex_unlock(&sv.mu);
     pthread_join(th, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGPIPE, &old_pipe, NULL);
-    for (int i = 0; i < 2; i++)
-        if (g_sig_pipe[i] >= 0) close(g_sig_pipe[i]);
     if (sv.profile) print_profile(&sv);
     oj_sched_free(sv.s);
     free(sv.piece_blob);
@@ -500,5 +509,12 @@ int cmd_serve(int argc, char **argv) {
     oj_tokenizer_free(sv.tok);
     pthread_cond_destroy(&sv.work);
     pthread_mutex_destroy(&sv.mu);
+    /* the handlers stay to the end: a second signal during the stop is
+     * written to the pipe nobody reads any more */
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    for (int i = 0; i < 2; i++)
+        if (g_sig_pipe[i] >= 0) close(g_sig_pipe[i]);
     return rc;
 }

@@ -270,7 +270,8 @@ void oj_shard_close(oj_shard *s);
 int64_t oj_shard_len(const oj_shard *s);
 int oj_shard_version(const oj_shard *s);
 /* Copy tokens [start, start + n) as int32 into dst; OJ_ERR_OUT_OF_RANGE
- * outside the shard. */
+ * outside the shard; OJ_ERR_IO when the file was truncated since
+ * oj_shard_open (the same inode, now shorter than its mapping). */
 oj_status oj_shard_read(const oj_shard *s, int64_t start, int64_t n, int32_t *dst, oj_error *err);
 
 /* Sorted paths of dir/<split>_*.bin (e.g. split "train"). *paths is a

@@ -20,6 +20,8 @@ struct oj_shard {
     const uint8_t *tokens;
     int64_t len;
     int version;
+    dev_t dev; /* the mapped file's identity, to tell it truncated from replaced */
+    ino_t ino;
 };
 
 oj_status oj_shard_write(const char *path, const int32_t *tokens, int64_t n, int version,
@@ -74,6 +76,12 @@ oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
     oj_status st = oj__open_regular(path, "shard", &fd, &size, err);
     if (st)
         return st;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = oj_error_set(err, OJ_ERR_IO, "shard %s: stat: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
     if (size < OJ_SHARD_HEADER_BYTES) {
         close(fd);
         return oj_error_set(err, OJ_ERR_CORRUPT,
@@ -125,6 +133,8 @@ oj_status oj_shard_open(const char *path, oj_shard **out, oj_error *err) {
     s->tokens = (const uint8_t *)map + OJ_SHARD_HEADER_BYTES;
     s->len = h[2];
     s->version = h[1];
+    s->dev = sb.st_dev;
+    s->ino = sb.st_ino;
     *out = s;
     return OJ_OK;
 }
@@ -196,6 +206,18 @@ oj_status oj_shard_read(const oj_shard *s, int64_t start, int64_t n, int32_t *ds
         return oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
                             "shard_read: %lld tokens from %lld are outside the shard's %lld",
                             (long long)n, (long long)start, (long long)s->len);
+    /* The mapped file truncated since it was opened (data rewritten in
+     * place during a run): its pages past the new end would raise SIGBUS,
+     * those before it in its last page read as zeros. A file replaced by
+     * a rename is another inode; the mapping keeps the old one's tokens.
+     * A truncation between this check and the copy still faults. */
+    struct stat sb;
+    if (stat(s->path, &sb) == 0 && sb.st_dev == s->dev && sb.st_ino == s->ino &&
+        (uint64_t)sb.st_size < (uint64_t)s->map_len)
+        return oj_error_set(err, OJ_ERR_IO,
+                            "shard %s: the file is now %lld bytes, shorter than the %zu it had when "
+                            "it was opened (truncated while in use)",
+                            s->path, (long long)sb.st_size, s->map_len);
     if (s->version == 1) {
         const uint8_t *p = s->tokens + (size_t)start * 2;
         for (int64_t i = 0; i < n; i++) {

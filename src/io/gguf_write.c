@@ -1,6 +1,7 @@
 /* The GGUF writer (include/ojas/gguf.h): metadata values are encoded when
  * added, tensors borrowed, and the file streamed out through an atomic
  * replacement. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -320,8 +321,10 @@ oj_status oj_gguf_writer_write(const oj_gguf_writer *w, const char *path, oj_err
     for (int64_t i = 0; ok && i < w->n_t; i++)
         ok = wr(f, w->t[i].data, (size_t)w->t[i].nbytes) && pad(f, w->t[i].nbytes, a);
     if (!ok) {
+        const int e = ferror(f) && errno ? errno : EIO; /* the failed fwrite's reason */
         oj__atomic_abort(&af);
-        return oj_error_set(err, OJ_ERR_IO, "gguf_writer_write: writing %s failed", path);
+        return oj_error_set(err, OJ_ERR_IO, "gguf_writer_write: writing %s: %s", path,
+                            strerror(e));
     }
     return oj__atomic_commit(&af, err);
 }

@@ -83,6 +83,7 @@ static oj_status claim_out_dir(oj_trainer *t, oj_error *err) {
         return oj_error_set(err, OJ_ERR_IO, "cannot open %s: %s", t->out_dir, strerror(errno));
     char seen[256] = "", foreign[256] = "", p[4400];
     int n = 0;
+    bool ckpt = false; /* a checkpoint directory: a run to resume */
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         const char *nm = de->d_name;
@@ -98,12 +99,18 @@ static oj_status claim_out_dir(oj_trainer *t, oj_error *err) {
                 strcat(seen, ", ");
             strcat(seen, nm);
         }
+        ckpt |= dir && !strncmp(nm, "ckpt-", 5) && is_run_entry(nm, dir);
         if (!foreign[0] && !((dir || reg) && is_run_entry(nm, dir)))
             snprintf(foreign, sizeof foreign, "%.200s", nm);
     }
     closedir(d);
     if (n == 0)
         return OJ_OK;
+    if (!t->opts.overwrite && !ckpt) /* a run stopped before its first checkpoint */
+        return oj_error_set(err, OJ_ERR_STATE,
+                            "out dir %s is not empty (%s%s) and holds no checkpoint to resume: "
+                            "replace it with --overwrite, or choose another --out",
+                            t->out_dir, seen, n > 3 ? ", ..." : "");
     if (!t->opts.overwrite)
         return oj_error_set(err, OJ_ERR_STATE,
                             "out dir %s is not empty (%s%s): continue its run with --resume %s, "

@@ -12,7 +12,8 @@ context, 404/405, 503 for a
 request larger than the KV pool, 429 for a full queue; a soak of a few
 hundred requests with disconnects and bad bodies after which /metrics
 shows no KV block in use; SIGTERM lets an in-flight stream finish and the
-process exit 0; a streaming client that stops reading does not slow the
+process exit 0, and with --shutdown-grace 0 answers every queued request (200 or
+503, none cut off); a streaming client that stops reading does not slow the
 server's steps.
 
 Usage: test_serve_http.py --ojas PATH/TO/ojas  (ctest serve_http)."""
@@ -563,6 +564,7 @@ def drive(a, work, srv):
     slow_client(a, work)
     stream_stop_logprobs(a, work)
     queue_limit(a, work)
+    shutdown_answers(a, work)
     half_close(a, work)
     idle_timeout(a, work)
     print("serve_http: ok (%d soak requests, %.1f s)" % (a.soak, time.time() - t0))
@@ -707,6 +709,39 @@ def queue_limit(a, work):
     finally:
         srv.p.send_signal(signal.SIGTERM)
         check(srv.p.wait(60) == 0, "the queue-limit server did not exit 0")
+
+
+def shutdown_answers(a, work):
+    """SIGTERM with --shutdown-grace 0 while requests (not streamed) are queued or running:
+    each still gets an answer, 200 if it finished or 503 'shutting down', not a connection
+    closed without a response (stopping the daemon shuts every connection's socket down,
+    so the server lets its handlers send their 503 first); exit 0 within seconds."""
+    srv = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                "1", "--max-batch", "1", "--kv-bytes", "4M",
+                                "--shutdown-grace", "0"])
+    got = {}
+
+    def one(i):
+        try:
+            got[i] = request(srv, "POST", "/v1/completions",
+                             {"prompt": "The", "max_tokens": 230, "n": 4}, timeout=60)
+        except (OSError, http.client.HTTPException) as e:
+            got[i] = (None, repr(e))
+
+    ths = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in ths:
+        t.start()
+    time.sleep(0.3)
+    t0 = time.time()
+    srv.p.send_signal(signal.SIGTERM)
+    rc = srv.p.wait(60)
+    for t in ths:
+        t.join(60)
+    check(rc == 0 and time.time() - t0 < 5, "serve exited %d after %.1f s" % (rc, time.time() - t0))
+    codes = [c for c, _ in got.values()]
+    check(len(got) == 12 and all(c == 200 or (c == 503 and "shutting down" in
+                                              r["error"]["message"]) for c, r in got.values())
+          and 503 in codes, "answers at shutdown: %s" % [c or r for c, r in got.values()])
 
 
 def half_close(a, work):

@@ -4,7 +4,8 @@
 // quantized at load (`generate --quantize`), f32 files equal to the
 // checkpoint's own; requantizing a GGUF file only with --allow-requantize; fp8 quantized at load
 // generates (and --to fp8, which has no GGUF type, is a usage error);
-// --timing adds one line on stderr and changes no text; each usage error
+// --timing adds one line on stderr (after the text's last line when both
+// share a stream) and changes no text; each usage error
 // one line
 #include <setjmp.h>
 #include <stdarg.h>
@@ -137,6 +138,17 @@ static void test_quantize_and_generate(void **state) {
         fail_msg("--timing printed: %s", err);
     free(err);
     free(tout);
+    /* ... after the text's last line on a stream shared with stdout (2>&1) */
+    char cmd[1400], both[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' generate --checkpoint run --quantize fp8 --timing" GEN
+             " 2>&1", g_dir, CT_OJAS);
+    FILE *pf = popen(cmd, "r");
+    assert_non_null(pf);
+    size_t nb = fread(both, 1, sizeof both - 1, pf);
+    both[nb] = '\0';
+    assert_int_equal(pclose(pf), 0);
+    if (strncmp(both, out, strlen(out)) != 0 || strncmp(both + strlen(out), "ojas: generate: timing: ", 24) != 0)
+        fail_msg("2>&1 printed: %s", both);
     err = NULL;
     assert_int_equal(ct_ojas(g_dir, "generate --checkpoint run --timing --vocab tok --prompt 'The king said' "
                              "--max-new-tokens 1 --temperature 0 --threads 1", NULL, &err), 0);

@@ -233,6 +233,51 @@ static void test_shard_read_huge_range(void **state) {
     free(dir);
 }
 
+/* ---- a shard truncated while open */
+
+/* A shard file truncated after oj_shard_open (a user rewriting the data
+ * directory in place during a run): every later read, of tokens past the
+ * new end (the mapping would raise SIGBUS there) or before it (zeros
+ * within its last page), is OJ_ERR_IO naming the shard, not a crash or
+ * made-up tokens. A shard replaced by a new file (rename) keeps reading
+ * the mapped one. */
+static void test_shard_truncated_while_open(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir();
+    assert_non_null(dir);
+    char *p = tu_path(dir, "s.bin");
+    enum { N = 20000 }; /* 80 KB of tokens: pages past the cut */
+    int32_t *toks = malloc(N * sizeof *toks);
+    for (int i = 0; i < N; i++)
+        toks[i] = i % 1000;
+    assert_int_equal(oj_shard_write(p, toks, N, 2, NULL), OJ_OK);
+    oj_shard *s = NULL;
+    assert_int_equal(oj_shard_open(p, &s, NULL), OJ_OK);
+    int32_t buf[8];
+    assert_int_equal(oj_shard_read(s, N - 8, 8, buf, NULL), OJ_OK);
+    assert_int_equal(buf[7], (N - 1) % 1000);
+    /* replaced by rename: the mapped file is still read */
+    toks[N - 1] = 7;
+    assert_int_equal(oj_shard_write(p, toks, N, 2, NULL), OJ_OK);
+    assert_int_equal(oj_shard_read(s, N - 8, 8, buf, NULL), OJ_OK);
+    assert_int_equal(buf[7], (N - 1) % 1000);
+    oj_shard_close(s);
+    /* truncated in place: refused, far past the cut and just before it */
+    assert_int_equal(oj_shard_open(p, &s, NULL), OJ_OK);
+    assert_int_equal(truncate(p, 1024 + 100 * 4), 0);
+    oj_error e = {0};
+    assert_int_equal(oj_shard_read(s, N - 8, 8, buf, &e), OJ_ERR_IO);
+    assert_non_null(strstr(e.message, "s.bin"));
+    assert_non_null(strstr(e.message, "truncated"));
+    oj_error e2 = {0};
+    assert_int_equal(oj_shard_read(s, 96, 8, buf, &e2), OJ_ERR_IO);
+    oj_shard_close(s);
+    free(toks);
+    tu_rmdir(dir);
+    free(p);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_v1),      cmocka_unit_test(test_roundtrip_v2),
@@ -240,6 +285,7 @@ int main(void) {
         cmocka_unit_test(test_open_missing_is_io), cmocka_unit_test(test_list),
         cmocka_unit_test(test_check_vocab),
         cmocka_unit_test(test_shard_read_huge_range),
+        cmocka_unit_test(test_shard_truncated_while_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,8 @@
 // test: GGUF round trips (metadata of every type, F32/F16/BF16/Q8_0/Q4_0/
 // Q4_1 tensors, default and custom alignment), tensors and quantized
 // matrices loaded from a file, every prefix of a valid file refused, each
-// corruption class refused with OJ_ERR_CORRUPT naming the field, and the
-// writer's argument checks
+// corruption class refused with OJ_ERR_CORRUPT naming the field, the
+// writer's argument checks, and a failed write named with its reason
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -434,6 +438,44 @@ static void test_writer_checks(void **state) {
     oj_gguf_close(g);
 }
 
+/* A write that fails (here past RLIMIT_FSIZE, as a full disk would) is
+ * OJ_ERR_IO naming the file and the system's reason, and leaves neither
+ * the file nor its temporary behind. */
+static void test_write_failure_named(void **state) {
+    (void)state;
+    enum { N = 16384 }; /* 64 KB of F32, past the 8 KB limit in one fwrite */
+    float *f = calloc(N, sizeof *f);
+    oj_gguf_writer *w = oj_gguf_writer_new();
+    oj_error err = {0};
+    assert_int_equal(oj_gguf_writer_add_tensor(w, "t", OJ_GGML_F32, 1, (uint64_t[]){N}, f,
+                                               N * sizeof *f, &err),
+                     OJ_OK);
+    char path[300];
+    snprintf(path, sizeof path, "%s/big.gguf", tmpdir);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 8192;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    oj_status st = oj_gguf_writer_write(w, path, &err);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(st, OJ_ERR_IO);
+    if (!strstr(err.message, "big.gguf") || !strstr(err.message, strerror(EFBIG)))
+        fail_msg("message \"%s\" does not name the file and \"%s\"", err.message,
+                 strerror(EFBIG));
+    assert_int_equal(access(path, F_OK), -1);
+    DIR *d = opendir(tmpdir);
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        if (strstr(de->d_name, "big.gguf"))
+            fail_msg("%s left behind", de->d_name);
+    closedir(d);
+    oj_gguf_writer_free(w);
+    free(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
@@ -441,6 +483,7 @@ int main(void) {
         cmocka_unit_test(test_corruption_named),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_writer_checks),
+        cmocka_unit_test(test_write_failure_named),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

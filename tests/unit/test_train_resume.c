@@ -4,7 +4,8 @@
 // under EXACT numerics with Muon + AdamW, grad accumulation and shuffled
 // data; and the same under bf16 autocast for gpt2-tiny and nanolab-tiny
 // (the low-dtype norm outputs and norm_backward_add, the fused norm +
-// rotary, attention's shared q/k/v gradients on the training path)
+// rotary, attention's shared q/k/v gradients on the training path); a
+// shard truncated mid-run stops the run with a clear error, no crash
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -175,6 +177,54 @@ static void test_resume_prefetched_batch(void **state) {
     resume_case(NULL, false, 1);
 }
 
+/* The train shard truncated in place after step 2 of a run with one
+ * micro-batch (the next batch taken ahead, the loader's thread one more):
+ * the run stops with the shard named as truncated at the first step whose
+ * batch is read after the cut, without a crash (SIGBUS past the file's
+ * end) or steps on made-up tokens (zeros within its last page), and the
+ * last checkpoint is that of the last step that ran. */
+typedef struct {
+    char shard[400];
+    int64_t last_step;
+} trunc_log;
+
+static void truncate_at_step2(const oj_train_metrics *m, void *ctx) {
+    trunc_log *r = ctx;
+    if (m->is_eval)
+        return;
+    r->last_step = m->step;
+    if (m->step == 2)
+        assert_int_equal(truncate(r->shard, 1024 + 20 * 2), 0);
+}
+
+static void test_shard_truncated_mid_run(void **state) {
+    (void)state;
+    char dir[256], b[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(b, sizeof b, "%s/b", dir);
+    oj_train_config c = tt_config(dir);
+    c.grad_accum = 1;
+    c.max_steps = 20;
+    c.ckpt_every = 1;
+    c.eval_every = 0;
+    trunc_log r = {.last_step = 0};
+    snprintf(r.shard, sizeof r.shard, "%s/data/train_000000.bin", dir);
+    oj_train_options o = {.out_dir = b, .on_metrics = truncate_at_step2, .ctx = &r};
+    oj_train_result res;
+    oj_error err = {0};
+    assert_int_equal(oj_train(&c, &o, &res, &err), OJ_ERR_IO);
+    if (!strstr(err.message, "train_000000.bin") || !strstr(err.message, "truncated"))
+        fail_msg("the error: %s", err.message);
+    /* the batches read before the cut (at most the two taken ahead) ran */
+    assert_true(r.last_step >= 2 && r.last_step <= 4);
+    int64_t step = -1;
+    oj_error e2 = {0};
+    assert_int_equal(oj_checkpoint_latest(b, &step, &e2), OJ_OK);
+    assert_int_equal(step, r.last_step);
+    tt_rmdir(dir);
+}
+
 /* ---- the dtype kept in the checkpoint */
 
 /* A bf16 run (dtype=bf16) stopped and resumed: the checkpoint keeps the
@@ -265,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_resume_bf16_nanolab),
         cmocka_unit_test(test_resume_bf16_gpt2),
         cmocka_unit_test(test_resume_prefetched_batch),
+        cmocka_unit_test(test_shard_truncated_mid_run),
         cmocka_unit_test(test_train_bf16_resume),
         cmocka_unit_test(test_steps_by_hand),
     };

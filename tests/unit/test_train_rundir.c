@@ -1,10 +1,12 @@
 // test: run directories and checkpoints through `ojas train` and `ojas
 // generate`: a new run refuses a non-empty --out unless --overwrite (which
-// removes only a run's files); resuming an earlier checkpoint moves the
+// removes only a run's files), naming --resume only when it holds a
+// checkpoint; resuming an earlier checkpoint moves the
 // abandoned branch's later checkpoints aside and keeps the lineage in
 // state.json; the config and the weights come from one checkpoint; a second
 // trainer on a run directory is refused naming the holder's PID; generate
-// warns when it falls back from a refused checkpoint and names a corrupt
+// (and quantize and serve) warn when they fall back from a refused
+// checkpoint, and generate names a corrupt
 // one's real cause; a finished run resumed adds no second eval record; a
 // failed metrics.jsonl write stops the run; a schedule change on resume is
 // logged; tokenizer_dir is stored absolute; steps skipped as non-finite
@@ -145,6 +147,34 @@ static void test_new_run_refuses_a_used_out_dir(void **state) {
     assert_int_equal(ojas(TRAIN "--resume r8 --out r8 --overwrite", NULL, &err), 2);
     ct_assert_one_line(err, "--overwrite");
     free(err);
+}
+
+/* Was: a run killed before its first checkpoint (kill -9, out of memory)
+ * leaves metrics.jsonl; a new run into it was refused with "continue its
+ * run with --resume", which then failed with "no checkpoint". The refusal
+ * now says there is no checkpoint and names --overwrite only, which
+ * works. */
+static void test_out_dir_without_checkpoint(void **state) {
+    (void)state;
+    char *err = NULL, p[600];
+    snprintf(p, sizeof p, "%s/r20", g_dir);
+    assert_int_equal(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/r20/metrics.jsonl", g_dir);
+    FILE *f = fopen(p, "w");
+    fputs("{\"type\":\"train\",\"step\":1,\"loss\":6.2}\n", f);
+    fclose(f);
+    assert_int_equal(ojas(TRAIN "--config c.json --out r20 --set max_steps=2", NULL, &err), 1);
+    ct_assert_one_line(err, "no checkpoint");
+    contains(err, "--overwrite");
+    assert_null(strstr(err, "--resume"));
+    free(err);
+    assert_int_equal(ojas(TRAIN "--resume r20 --out r20", NULL, &err), 1);
+    ct_assert_one_line(err, "no checkpoint");
+    free(err);
+    assert_int_equal(ojas(TRAIN "--config c.json --out r20 --overwrite --set max_steps=2",
+                          NULL, NULL),
+                     0);
+    assert_true(exists("r20/ckpt-000002"));
 }
 
 /* Was: --resume R/ckpt-000002 --out R mixed the new branch with the old
@@ -455,13 +485,52 @@ static void test_fifo_in_run_dir_not_waited_on(void **state) {
     free(err);
 }
 
+/* Was: quantize and serve, given a run directory whose newest checkpoint
+ * fails verification, silently used an older one (generate, export and
+ * train --resume warn). Now each warns in one line naming the skipped
+ * checkpoint and the one used. */
+static void test_quantize_and_serve_name_refused_checkpoints(void **state) {
+    (void)state;
+    assert_int_equal(ojas(TRAIN "--config c.json --out r21 --set model=gpt2-tiny --set max_steps=2 "
+                                "--set ckpt_every=1 --set keep_last=0 --set eval_every=0",
+                          NULL, NULL),
+                     0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/r21/ckpt-000002/model.safetensors", g_dir);
+    assert_int_equal(truncate(p, 1000), 0);
+    char *err = NULL;
+    assert_int_equal(ojas("quantize --checkpoint r21 --to q8_0 -o r21.gguf --vocab tok", NULL, &err),
+                     0);
+    if (!strstr(err, "ojas: warning: quantize: skipped 1 newer checkpoint") ||
+        !strstr(err, "ckpt-000002") || !strstr(err, "using r21/ckpt-000001"))
+        fail_msg("quantize printed: %s", err);
+    free(err);
+    /* serve: the warning before the line that names the address */
+    char cmd[1400], both[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && timeout -s TERM 3 '%s' serve --model r21 --vocab tok --port 0 "
+             "--threads 1 2>&1",
+             g_dir, CT_OJAS);
+    FILE *pf = popen(cmd, "r");
+    assert_non_null(pf);
+    size_t nb = fread(both, 1, sizeof both - 1, pf);
+    both[nb] = '\0';
+    pclose(pf);
+    const char *w = strstr(both, "ojas: warning: serve: skipped 1 newer checkpoint");
+    const char *h = strstr(both, "http://");
+    if (!w || !h || w > h || !strstr(both, "using r21/ckpt-000001"))
+        fail_msg("serve printed: %s", both);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_run_refuses_a_used_out_dir),
+        cmocka_unit_test(test_out_dir_without_checkpoint),
         cmocka_unit_test(test_branch_moves_abandoned_checkpoints_aside),
         cmocka_unit_test(test_config_and_weights_from_one_checkpoint),
         cmocka_unit_test(test_second_writer_refused),
         cmocka_unit_test(test_generate_names_refused_checkpoints),
+        cmocka_unit_test(test_quantize_and_serve_name_refused_checkpoints),
         cmocka_unit_test(test_resume_finished_run_adds_no_record),
         cmocka_unit_test(test_metrics_write_failure_stops_the_run),
         cmocka_unit_test(test_schedule_change_logged),
