@@ -354,7 +354,10 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "ojas: generate: stopped after %lld of %lld new tokens: the model's context "
                         "of %lld positions is full\n",
                 (long long)glen, (long long)sc.max_new_tokens, (long long)cfg.block_size);
-    if (timing) { /* the decode speed: the tokens after the first, timed from it */
+    if (timing && sctx.shown == 0) {
+        fprintf(stderr, "ojas: generate: timing: setup %.3f s, prompt of %lld tokens, no new token\n",
+                t_gen - t_start, (long long)plen);
+    } else if (timing) { /* the decode speed: the tokens after the first, timed from it */
         const double dt = sctx.last_s - sctx.first_s;
         fprintf(stderr, "ojas: generate: timing: setup %.3f s, prompt of %lld tokens and first token "
                         "%.3f s",

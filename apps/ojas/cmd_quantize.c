@@ -146,7 +146,8 @@ int cmd_quantize(int argc, char **argv) {
     if (qt != OJ_QTYPE_COUNT && !requant && cli_refuse_requantize(m, "quantize", model, qt))
         goto done;
     if (qt != OJ_QTYPE_COUNT && oj_gpt_quantize(m, qt) != OJ_OK) {
-        cli_error(CLI_FAIL, "quantize: %s", oj_last_error(eng));
+        const char *why = oj_last_error(eng); /* the library's, which names its op already */
+        cli_error(CLI_FAIL, "%s%s", strncmp(why, "quantize: ", 10) == 0 ? "" : "quantize: ", why);
         goto done;
     }
     if (qt == OJ_QTYPE_COUNT && oj_gpt_quantized_type(m) != OJ_QTYPE_COUNT) {

@@ -154,6 +154,13 @@ static void test_quantize_and_generate(void **state) {
                              "--max-new-tokens 1 --temperature 0 --threads 1", NULL, &err), 0);
     ct_assert_one_line(err, ", no decode to time (1 token)");
     free(err);
+    err = NULL; /* no new token: no first token to time */
+    assert_int_equal(ct_ojas(g_dir, "generate --checkpoint run --timing --vocab tok --prompt 'The king said' "
+                             "--max-new-tokens 0 --temperature 0 --threads 1", NULL, &err), 0);
+    ct_assert_one_line(err, "prompt of ");
+    if (!strstr(err, " tokens, no new token") || strstr(err, "first token"))
+        fail_msg("timing with no new token: %s", err);
+    free(err);
     free(out);
 
     usage_error("quantize --checkpoint run --to q5_0 -o x.gguf", "--to must be q8_0, q4_0, q4_1, q4_k, f32, bf16 or f16, got 'q5_0'");
@@ -180,6 +187,7 @@ static void test_quantize_and_generate(void **state) {
     err = NULL;
     assert_int_equal(ct_ojas(g_dir, "quantize --checkpoint run --to q4_k -o k.gguf", NULL, &err), 1);
     ct_assert_one_line(err, "q4_k needs [N, K] with N > 0 and K a positive multiple of 256");
+    if (strstr(err, "quantize: quantize:")) fail_msg("the op named twice: %s", err);
     free(err);
 }
 
