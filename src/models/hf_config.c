@@ -144,6 +144,17 @@ static bool sub_pos(reader *r, json_t *o, const char *what, const char *key, dou
 static bool rope(reader *r, oj_gpt_config *c) {
     double *theta = &c->rope_theta;
     if (!get_pos(r, "rope_theta", 10000.0, theta)) return false;
+    /* transformers' rope init rotates only partial_rotary_factor of each
+     * head (config.partial_rotary_factor, or rope_parameters' in
+     * transformers 5): ojas rotates all of it */
+    double prf = 1.0;
+    if (!get_pos(r, "partial_rotary_factor", 1.0, &prf)) return false;
+    if (prf != 1.0) {
+        oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
+                     "%s: partial_rotary_factor %g is not supported (only 1: rotary over the whole head)",
+                     r->file, prf);
+        return false;
+    }
     const char *keys[2] = {"rope_scaling", "rope_parameters"};
     for (int i = 0; i < 2; i++) {
         json_t *v = get(r, keys[i]);
@@ -173,6 +184,13 @@ static bool rope(reader *r, oj_gpt_config *c) {
                          "%s: %s.rope_type '%s' is not supported (null, \"default\" or "
                          "\"llama3\")",
                          r->file, keys[i], ts ? oj__hf_quote(q, ts) : "(missing)");
+            return false;
+        }
+        json_t *pf = json_object_get(v, "partial_rotary_factor");
+        if (pf && !json_is_null(pf) && !(json_is_number(pf) && json_number_value(pf) == 1.0)) {
+            oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
+                         "%s: %s.partial_rotary_factor is not supported unless 1 (rotary over the "
+                         "whole head)", r->file, keys[i]);
             return false;
         }
         json_t *th = json_object_get(v, "rope_theta");
@@ -239,8 +257,12 @@ static oj_status llama_config(reader *r, llama_kind kind, oj_gpt_config *c) {
      * longer than the window, attention is plain causal attention. Qwen's
      * applies to some layers only: refused when switched on. */
     if (kind == MISTRAL) {
+        /* MistralConfig's sliding_window defaults to 4096 when the key is
+         * absent; null is no window */
         int64_t w = 0;
-        if (!get_int(r, "sliding_window", 0, 1, big, &w)) return r->err->status;
+        if (!get_int(r, "sliding_window", json_object_get(r->root, "sliding_window") ? 0 : 4096, 1,
+                     big, &w))
+            return r->err->status;
         if (w > 0 && w < c->block_size) c->block_size = w;
     } else if (kind == QWEN2 || kind == QWEN3) {
         if (!require_bool(r, "use_sliding_window", false, false)) return r->err->status;

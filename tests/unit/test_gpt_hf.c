@@ -207,10 +207,51 @@ static void test_bad_directories(void **state) {
     oj_engine_free(eng);
 }
 
+/* config.json `json` parsed: its status, *c, and the message in e. */
+static oj_status parse_config(const char *json, oj_gpt_config *c, oj_error *e) {
+    gt_write_text(g_dir, "config.json", json);
+    char p[512];
+    snprintf(p, sizeof p, "%s/config.json", g_dir);
+    return oj_gpt_config_from_hf(p, c, e);
+}
+
+#define MISTRAL_CONFIG(extra)                                                                   \
+    "{\"architectures\": [\"MistralForCausalLM\"], \"vocab_size\": 40, \"hidden_size\": 24,\n"  \
+    " \"intermediate_size\": 40, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n"      \
+    " \"num_key_value_heads\": 2, \"max_position_embeddings\": 32768" extra "}\n"
+
+/* Fields whose default or value changes the maths: MistralConfig's window
+ * is 4096 when the key is absent (null: none), and a partial rotary factor
+ * (transformers' rope init reads it) is refused, not ignored. */
+static void test_config_window_default_and_partial_rotary(void **state) {
+    (void)state;
+    oj_gpt_config c;
+    oj_error e = {0};
+    assert_int_equal(parse_config(MISTRAL_CONFIG(""), &c, &e), OJ_OK);
+    assert_int_equal(c.block_size, 4096);
+    assert_int_equal(parse_config(MISTRAL_CONFIG(", \"sliding_window\": null"), &c, &e), OJ_OK);
+    assert_int_equal(c.block_size, 32768);
+    assert_int_equal(parse_config(MISTRAL_CONFIG(", \"sliding_window\": 100"), &c, &e), OJ_OK);
+    assert_int_equal(c.block_size, 100);
+
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"partial_rotary_factor\": 1.0"), &c, &e), OJ_OK);
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"partial_rotary_factor\": 0.5"), &c, &e),
+                     OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "config.json: partial_rotary_factor 0.5 is not supported"));
+    e = (oj_error){0};
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"rope_parameters\": {\"rope_type\": \"default\","
+                                               " \"rope_theta\": 10000.0,"
+                                               " \"partial_rotary_factor\": 0.25}"),
+                                  &c, &e),
+                     OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "rope_parameters.partial_rotary_factor is not supported"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_dir_loads_decodes_trains),
         cmocka_unit_test(test_bad_directories),
+        cmocka_unit_test(test_config_window_default_and_partial_rotary),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
