@@ -62,6 +62,14 @@ def test_from_numpy_shares_memory():
         ojas.from_numpy(np.zeros(3, dtype=np.complex64))
 
 
+def test_empty_arrays_are_shared():
+    # an empty dim before a non-empty one (strides (12, 4) / (3, 1)) is no
+    # stride overflow, from numpy and through DLPack from torch
+    assert ojas.from_numpy(np.zeros((0, 3), np.float32)).shape == (0, 3)
+    assert ojas.from_dlpack(torch.zeros(0, 3)).shape == (0, 3)
+    assert ojas.from_dlpack(torch.zeros(2, 0, 5)).shape == (2, 0, 5)
+
+
 def test_dlpack_to_torch_is_zero_copy():
     x = ojas.randn(3, 4)
     t = torch.utils.dlpack.from_dlpack(x)

@@ -188,7 +188,8 @@ oj_tensor *oj_from_external(oj_engine *eng, void *data, int rank, const int64_t 
                          "from_external: stride %" PRId64 " of dim %d is negative", strides[d], d);
             return NULL;
         }
-        if (shape[d] > 0 && strides[d] > (INT64_MAX - last) / shape[d]) {
+        if (n == 0) continue; /* no element, no extent (a dim of 0 would make it negative) */
+        if (strides[d] > (INT64_MAX - last) / shape[d]) {
             oj_set_error(eng, OJ_ERR_OUT_OF_RANGE, "from_external: strides overflow int64");
             return NULL;
         }

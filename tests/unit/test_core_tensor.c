@@ -395,6 +395,13 @@ static void test_from_external(void **state) {
     oj_tensor *z = oj_from_external(eng, NULL, 1, e, NULL, OJ_F32, NULL, NULL);
     assert_non_null(z);
     oj_release(z);
+    /* an empty [0, 3] with the strides numpy and torch give it (3, 1): a dim
+     * of 0 is no overflow of the strides */
+    int64_t e03[2] = {0, 3}, s03[2] = {3, 1};
+    z = oj_from_external(eng, buf, 2, e03, s03, OJ_F32, NULL, NULL);
+    assert_non_null(z);
+    assert_int_equal(oj_numel(z), 0);
+    oj_release(z);
     /* bad input: no release call, the error names what was wrong */
     int64_t neg[2] = {3, -1};
     assert_null(oj_from_external(eng, buf, 2, shape, neg, OJ_F32, count_release, &one));
