@@ -417,9 +417,16 @@ typedef struct {
     int failed;   /* the callback raised: stop every sequence */
 } gen_ctx;
 
+/* Also runs a pending signal's Python handler: generate holds the GIL, so
+ * Ctrl-C is only flagged until then; its KeyboardInterrupt stops every
+ * sequence and propagates. */
 static bool gen_on_token(int64_t seq, int32_t token, void *p) {
     gen_ctx *c = p;
     if (c->failed) return false;
+    if (PyErr_CheckSignals() < 0) {
+        c->failed = 1;
+        return false;
+    }
     if (c->fn == NULL) return true;
     PyObject *r = PyObject_CallFunction(c->fn, "Li", (long long)seq, (int)token);
     if (r == NULL) {

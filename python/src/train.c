@@ -19,6 +19,7 @@
 typedef struct {
     PyObject *fn;      /* run's per-step callback (borrowed for the run), or NULL */
     PyObject *on_eval; /* run's eval callback (borrowed for the run), or NULL */
+    int running;       /* inside run(): a pending signal (Ctrl-C) stops it */
     int failed;
     volatile sig_atomic_t stop;
 } run_ctx;
@@ -194,9 +195,16 @@ static PyObject *trainer_engine(TrainerObject *o, PyObject *u) {
 /* oj_train_options.on_metrics of a run: a step goes to run_ctx.fn as
  * step_dict, an eval to run_ctx.on_eval as eval_dict. False from either
  * sets the stop flag; an exception sets it and marks the run failed (no
- * callback is called after that). */
+ * callback is called after that), and so does a signal whose Python
+ * handler raises (Ctrl-C's KeyboardInterrupt: the run holds the GIL, so
+ * Python's handler has only flagged it; PyErr_CheckSignals runs it). */
 static void run_on_metrics(const oj_train_metrics *m, void *p) {
     run_ctx *c = p;
+    if (c->running && !c->failed && PyErr_CheckSignals() < 0) {
+        c->failed = 1;
+        c->stop = 1;
+        return;
+    }
     PyObject *fn = m->is_eval ? c->on_eval : c->fn;
     if (c->failed || fn == NULL) return;
     PyObject *d = m->is_eval ? eval_dict(m) : step_dict(m);
@@ -217,7 +225,7 @@ static void run_on_metrics(const oj_train_metrics *m, void *p) {
  * may be None; TypeError when not callable). Either returning False stops
  * the run cleanly (an eval of that step, when there is a val split, and a
  * checkpoint are written; stop "signal"); one that raises stops it the same way and the exception
- * propagates. */
+ * propagates, as does Ctrl-C's KeyboardInterrupt (looked for after every step). */
 static PyObject *trainer_run(TrainerObject *o, PyObject *args) {
     PyObject *fn = Py_None, *on_eval = Py_None;
     if (!PyArg_ParseTuple(args, "|OO:run", &fn, &on_eval)) return NULL;
@@ -235,11 +243,13 @@ static PyObject *trainer_run(TrainerObject *o, PyObject *args) {
     o->run.on_eval = on_eval == Py_None ? NULL : on_eval;
     o->run.failed = 0;
     o->run.stop = 0;
+    o->run.running = 1;
     oj_train_result r;
     memset(&r, 0, sizeof r);
     oj_error err = {0};
     oj_status st = oj_trainer_run(t, &r, &err);
     int failed = o->run.failed;
+    o->run.running = 0;
     o->run.fn = NULL;
     o->run.on_eval = NULL;
     o->run.stop = 0;

@@ -5,7 +5,9 @@ Hugging Face directories and ojas checkpoints, and training the model with
 ojas.optim."""
 import json
 import os
+import signal
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -121,6 +123,29 @@ def test_generate_sampled_batch_and_callback():
         m.generate([1], on_token=boom)
     with pytest.raises(ojas.InvalidArgumentError):
         m.generate([1, 200])  # id outside the vocabulary
+
+
+def test_generate_stops_at_ctrl_c():
+    # SIGINT (Ctrl-C) during a long generate with no on_token: it stops
+    # within a token and KeyboardInterrupt propagates (Python's handler only
+    # flags the signal while generate holds the GIL: the C loop must look)
+    m = GPT.create("nanolab-tiny", seed=1, block_size=8192)
+    prompts = [[1, 2]] * 8
+    t = time.monotonic()
+    m.generate(prompts, max_new_tokens=200, temperature=0)
+    t200 = time.monotonic() - t  # the 8000 below take > 40 times as long
+    old = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        t = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            m.generate(prompts, max_new_tokens=8000, temperature=0)
+        took = time.monotonic() - t
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert took < 0.2 + 5 * t200, (took, t200)
+    assert len(m.generate([1, 2], max_new_tokens=3, temperature=0)) == 3  # usable after
 
 
 def test_sample_logits():

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 
 import pytest
 
@@ -143,6 +144,24 @@ def test_callback_stops_and_raises(run_fixture, tmp_path):
         with pytest.raises(KeyError, match="from the callback"):
             tr.run(on_eval=boom)
         assert tr.step == 2
+
+
+def test_run_stops_at_ctrl_c(run_fixture, tmp_path):
+    # SIGINT (Ctrl-C) during run() with no callback: the run stops after the
+    # step it is in, with a checkpoint, and KeyboardInterrupt propagates
+    # (Python's handler only flags the signal: the C loop must look)
+    old = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    try:
+        with Trainer(exact_config(run_fixture, max_steps=100000, eval_every=0, ckpt_every=0),
+                     out_dir=tmp_path / "sigint") as tr:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(KeyboardInterrupt):
+                tr.run()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            assert 0 < tr.step < 100000
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def test_trainer_errors(run_fixture, tmp_path):
