@@ -103,6 +103,13 @@ bool cli_refuse_nanolab(const oj_gpt *m, const char *cmd, const char *src, const
  * llama-quantize refuses the same without --allow-requantize. */
 bool cli_refuse_requantize(const oj_gpt *m, const char *cmd, const char *src, oj_qtype t);
 
+/* Put the ids that tok's post-processor places before one text
+ * (tokenizer.json's TemplateProcessing: Llama's BOS; oj_tokenizer_template)
+ * before the encoded prompt ids, as transformers' tokenizer(text) does,
+ * unless ids already start with them (the prompt spelled them out). Other
+ * tokenizers have none: ids unchanged. false only when out of memory. */
+bool cli_add_template_prefix(const oj_tokenizer *tok, oj_tokens *ids);
+
 /* Monotonic seconds (CLOCK_MONOTONIC), for the commands' timings. */
 double cli_now(void);
 

@@ -234,3 +234,19 @@ double cli_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+bool cli_add_template_prefix(const oj_tokenizer *tok, oj_tokens *ids) {
+    const int32_t *pre = NULL;
+    size_t n = 0;
+    oj_tokenizer_template(tok, &pre, &n, NULL, NULL);
+    if (n == 0 || (ids->len >= n && memcmp(ids->ids, pre, n * sizeof *pre) == 0)) return true;
+    int32_t *v = malloc((ids->len + n) * sizeof *v);
+    if (v == NULL) return false;
+    memcpy(v, pre, n * sizeof *v);
+    if (ids->len) memcpy(v + n, ids->ids, ids->len * sizeof *v);
+    free(ids->ids);
+    ids->ids = v;
+    ids->len += n;
+    ids->cap = ids->len;
+    return true;
+}

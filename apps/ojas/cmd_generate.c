@@ -322,6 +322,11 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CLI_FAIL, "generate: %s", e.message);
         goto done;
     }
+    if (!cli_add_template_prefix(tok, &ids)) { /* Llama's BOS, as transformers' tokenizer adds it */
+        oj_tokens_free(&ids);
+        cli_error(CLI_FAIL, "generate: out of host memory");
+        goto done;
+    }
     sc.stop_token = oj_tokenizer_eot(tok);
     if (gc.found) { /* the model directory's defaults; options given win */
         if (!given_t) sc.temperature = gc.sampler.temperature;

@@ -828,6 +828,9 @@ static int prompt_ids(server *sv, const oj_serve_request *r, oj_tokens *ids, cha
         snprintf(err, errlen, "the prompt cannot be tokenized: %s", e.message);
         return 400;
     }
+    /* a text prompt gets the tokenizer's template prefix (Llama's BOS), as
+     * transformers' tokenizer(text) gives it; a rendered chat holds its own */
+    if (!r->chat && !cli_add_template_prefix(sv->tok, ids)) return 500;
     if (ids->len == 0) {
         snprintf(err, errlen, "the prompt encodes to no tokens");
         return 400;

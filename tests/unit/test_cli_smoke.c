@@ -253,6 +253,44 @@ static void write_hf_dir(const char *rel) {
     oj_engine_free(eng);
 }
 
+/* g_dir/rel/tokenizer.json: Llama 2 style (byte fallback, "\u2581"
+ * prepended) whose TemplateProcessing puts <s> (id 1) before a text; "ab"
+ * is one token (264). */
+static void write_llama2_tokenizer(const char *rel) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", g_dir, rel);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/%s/tokenizer.json", g_dir, rel);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+#define MS "\xE2\x96\x81"
+    fputs("{\"truncation\": null, \"padding\": null, \"added_tokens\": ["
+          "{\"id\": 0, \"content\": \"<unk>\", \"special\": true},"
+          "{\"id\": 1, \"content\": \"<s>\", \"special\": true},"
+          "{\"id\": 2, \"content\": \"</s>\", \"special\": true}],"
+          "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": ["
+          "{\"type\": \"Prepend\", \"prepend\": \"" MS "\"},"
+          "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"" MS "\"}]},"
+          "\"pre_tokenizer\": null,"
+          "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": ["
+          "{\"SpecialToken\": {\"id\": \"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}],"
+          "\"special_tokens\": {\"<s>\": {\"ids\": [1]}}},"
+          "\"decoder\": {\"type\": \"Sequence\", \"decoders\": ["
+          "{\"type\": \"Replace\", \"pattern\": {\"String\": \"" MS "\"}, \"content\": \" \"},"
+          "{\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"},"
+          "{\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]},"
+          "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\","
+          " \"fuse_unk\": true, \"merges\": [\"" MS " a\", \"a b\", \"" MS "a b\"],"
+          " \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2",
+          f);
+    for (int b = 0; b < 256; b++) fprintf(f, ", \"<0x%02X>\": %d", b, 3 + b);
+    fputs(", \"" MS "\": 259, \"a\": 260, \"b\": 261, \"" MS "a\": 262, \"ab\": 263,"
+          " \"" MS "ab\": 264}}}\n",
+          f);
+#undef MS
+    assert_int_equal(fclose(f), 0);
+}
+
 // test: `ojas generate --model DIR` runs a Hugging Face model directory (no
 // preset): greedy text after the prompt, the same twice; a directory that
 // does not exist, a preset without --weights, a directory without a
@@ -274,6 +312,17 @@ static void test_generate_model_dir(void **state) {
     assert_string_equal(a, b);
     free(a);
     free(b);
+    /* a tokenizer.json whose template puts <s> before a text: the prompt
+     * gets it, as transformers' tokenizer(text) gives it, once */
+    write_llama2_tokenizer("tokt");
+    assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokt --prompt ab -n 1 -t 0 --timing",
+                             NULL, &err), 0);
+    if (strstr(err, "prompt of 2 tokens") == NULL) fail_msg("no <s> before 'ab': %s", err);
+    free(err);
+    assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokt --prompt '<s>ab' -n 1 -t 0 "
+                                    "--timing", NULL, &err), 0);
+    if (strstr(err, "prompt of 2 tokens") == NULL) fail_msg("<s> twice before 'ab': %s", err);
+    free(err);
     /* a llama model stops at its context (64 positions) and says so */
     assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokd --prompt '" PROMPT
                                     "' --max-new-tokens 100 --temperature 0", NULL, &err), 0);
