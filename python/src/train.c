@@ -43,6 +43,19 @@ static oj_trainer *trainer_open(TrainerObject *o) {
     return o->t;
 }
 
+/* The trainer for a method that steps, evaluates or writes: open and not
+ * inside run() (its callbacks may read step, model and engine only). */
+static oj_trainer *trainer_idle(TrainerObject *o, const char *what) {
+    if (o->t != NULL && o->run.running) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "Trainer.%s: the trainer is inside run() (a callback); return "
+                 "False from the callback to stop the run", what);
+        ojpy_raise_status(OJ_ERR_STATE, msg);
+        return NULL;
+    }
+    return trainer_open(o);
+}
+
 /* A config from JSON text (applied to the defaults) and checked. */
 static int config_from_json(const char *json, oj_train_config *c) {
     oj_error err = {0};
@@ -105,6 +118,7 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 static PyObject *trainer_close(TrainerObject *o, PyObject *u) {
     if (o->t == NULL) Py_RETURN_NONE;
     o->t = NULL;
+    o->run.stop = 1; /* inside run() (a callback): it stops, then the close happens */
     ojpy_engine_close_when_free(o->eng);
     Py_RETURN_NONE;
 }
@@ -143,7 +157,7 @@ static PyObject *eval_dict(const oj_train_metrics *m) {
 }
 
 static PyObject *trainer_train_step(TrainerObject *o, PyObject *u) {
-    oj_trainer *t = trainer_open(o);
+    oj_trainer *t = trainer_idle(o, "train_step");
     if (t == NULL) return NULL;
     oj_train_metrics m;
     memset(&m, 0, sizeof m);
@@ -153,7 +167,7 @@ static PyObject *trainer_train_step(TrainerObject *o, PyObject *u) {
 }
 
 static PyObject *trainer_checkpoint(TrainerObject *o, PyObject *u) {
-    oj_trainer *t = trainer_open(o);
+    oj_trainer *t = trainer_idle(o, "checkpoint");
     if (t == NULL) return NULL;
     char path[4096];
     oj_error err = {0};
@@ -163,7 +177,7 @@ static PyObject *trainer_checkpoint(TrainerObject *o, PyObject *u) {
 }
 
 static PyObject *trainer_eval(TrainerObject *o, PyObject *u) {
-    oj_trainer *t = trainer_open(o);
+    oj_trainer *t = trainer_idle(o, "eval");
     if (t == NULL) return NULL;
     double loss = 0, bpb = 0;
     oj_error err = {0};
@@ -237,13 +251,17 @@ static PyObject *trainer_run(TrainerObject *o, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "run: on_eval must be callable or None");
         return NULL;
     }
-    oj_trainer *t = trainer_open(o);
+    oj_trainer *t = trainer_idle(o, "run");
     if (t == NULL) return NULL;
     o->run.fn = fn == Py_None ? NULL : fn;
     o->run.on_eval = on_eval == Py_None ? NULL : on_eval;
     o->run.failed = 0;
     o->run.stop = 0;
     o->run.running = 1;
+    /* the run holds the engine like a view: a close() from a callback
+     * waits for the run's end (the trainer must outlive oj_trainer_run) */
+    EngineObject *eng = (EngineObject *)Py_NewRef((PyObject *)o->eng);
+    ojpy_engine_exports(eng, +1);
     oj_train_result r;
     memset(&r, 0, sizeof r);
     oj_error err = {0};
@@ -253,15 +271,19 @@ static PyObject *trainer_run(TrainerObject *o, PyObject *args) {
     o->run.fn = NULL;
     o->run.on_eval = NULL;
     o->run.stop = 0;
-    if (failed) return NULL;
-    if (st != OJ_OK) return ojpy_raise_status(err.status, err.message);
+    PyObject *res = NULL;
     static const char *stops[] = {"done", "time_limit", "signal"};
-    return Py_BuildValue("{s:s,s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:L,s:s}", "stop",
+    if (failed) res = NULL;
+    else if (st != OJ_OK) res = ojpy_raise_status(err.status, err.message);
+    else res = Py_BuildValue("{s:s,s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:L,s:s}", "stop",
                          stops[(int)r.stop < 3 ? (int)r.stop : 0], "step", (long long)r.step,
                          "tokens", (long long)r.tokens, "train_loss", r.train_loss, "val_loss",
                          r.val_loss, "val_bpb", r.val_bpb, "tokens_per_s", r.tokens_per_s,
                          "elapsed_s", r.elapsed_s, "peak_bytes", (long long)r.peak_bytes,
                          "checkpoint", r.checkpoint);
+    ojpy_engine_exports(eng, -1); /* a close() asked for in the run happens here */
+    Py_DECREF(eng);
+    return res;
 }
 
 static PyMethodDef trainer_methods[] = {

@@ -164,6 +164,24 @@ def test_run_stops_at_ctrl_c(run_fixture, tmp_path):
         signal.signal(signal.SIGALRM, old)
 
 
+def test_close_and_steps_inside_run(run_fixture, tmp_path):
+    # close() from run()'s callback stops the run (a checkpoint of that
+    # step) and frees the trainer once run returns, not under it (a crash
+    # before); stepping, evaluating or checkpointing from a callback is a
+    # StateError that propagates
+    tr = Trainer(exact_config(run_fixture), out_dir=tmp_path / "close")
+    res = tr.run(lambda m: tr.close())
+    assert res["stop"] == "signal" and res["step"] == 1
+    assert os.path.basename(res["checkpoint"]) == "ckpt-000001"
+    with pytest.raises(ojas.StateError, match="closed"):
+        tr.step
+    for method in ("train_step", "eval", "checkpoint", "run"):
+        with Trainer(exact_config(run_fixture), out_dir=tmp_path / method) as tr:
+            with pytest.raises(ojas.StateError, match="inside run"):
+                tr.run(lambda m: getattr(tr, method)())
+            assert tr.step == 1
+
+
 def test_trainer_errors(run_fixture, tmp_path):
     with pytest.raises(ojas.InvalidArgumentError, match="no_such_key"):
         Trainer(exact_config(run_fixture, no_such_key=1), out_dir=tmp_path / "a")
