@@ -479,16 +479,17 @@ static PyObject *gpt_generate(GPTObject *g, PyObject *args) {
         if ((ps[i] = tokens_arg(PySequence_Fast_GET_ITEM(seq, i), &lens[i], "generate: prompt")) == NULL)
             goto out;
     gen_ctx ctx = {.fn = fn == Py_None ? NULL : fn};
+    /* the call holds the engine like a view: on_token closing it (or the
+     * Trainer that owns the model) waits for generate's end */
+    EngineObject *eng = (EngineObject *)Py_NewRef((PyObject *)g->eng);
+    ojpy_engine_exports(eng, +1);
     oj_status st = oj_generate(m, B, (const int32_t *const *)ps, lens, &sc, outs, olens,
                                gen_on_token, &ctx);
-    if (ctx.failed) {
-        oj_clear_error(g->eng->eng);
-        goto out;
-    }
-    if (st != OJ_OK) {
-        ojpy_raise_engine(g->eng->eng, "generate");
-        goto out;
-    }
+    if (ctx.failed) oj_clear_error(eng->eng);
+    else if (st != OJ_OK) ojpy_raise_engine(eng->eng, "generate");
+    ojpy_engine_exports(eng, -1); /* a close asked for in on_token happens here */
+    Py_DECREF(eng);
+    if (ctx.failed || st != OJ_OK) goto out;
     res = PyList_New(B);
     for (Py_ssize_t i = 0; res && i < B; i++) {
         PyObject *l = ids_to_list(outs[i], olens[i]);

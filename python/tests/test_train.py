@@ -182,6 +182,17 @@ def test_close_and_steps_inside_run(run_fixture, tmp_path):
             assert tr.step == 1
 
 
+def test_close_inside_generate_of_its_model(run_fixture, tmp_path):
+    # the trainer closed from on_token of its model's generate: freed when
+    # generate returns, not under it (a crash before)
+    tr = Trainer(exact_config(run_fixture), out_dir=tmp_path / "gen")
+    m = tr.model
+    out = m.generate([1, 2, 3], max_new_tokens=4, temperature=0, on_token=lambda s, t: tr.close())
+    assert len(out) == 4
+    with pytest.raises(ojas.StateError):
+        m.generate([1, 2, 3], max_new_tokens=1)
+
+
 def test_trainer_errors(run_fixture, tmp_path):
     with pytest.raises(ojas.InvalidArgumentError, match="no_such_key"):
         Trainer(exact_config(run_fixture, no_such_key=1), out_dir=tmp_path / "a")
