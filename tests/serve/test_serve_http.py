@@ -797,9 +797,12 @@ def idle_timeout(a, work):
         [s.close() for s in idle]
         body = {"prompt": [5, 6, 7], "max_tokens": 2000, "n": 16, "temperature": 0, "logprobs": 5}
         t = time.time()
-        code, r = request(srv, "POST", "/v1/completions", body)
+        # no byte comes until the whole answer: the client's timeout holds all of it (minutes
+        # under ASan on a loaded machine)
+        code, r = request(srv, "POST", "/v1/completions", body, timeout=600)
         dt = time.time() - t
         check(code == 200 and len(r["choices"]) == 16, "long request: %s %s" % (code, r))
+        check(dt > 1, "the long request took %.2f s, not longer than the idle timeout" % dt)
         ev, done = stream(srv, "/v1/completions", body)
         check(done and len(streamed_text(ev)) == 16, "long stream ended early")
         print("idle timeout: a %.1f s request (%d tokens) answered beside a 1 s idle timeout" %
