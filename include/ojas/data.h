@@ -136,6 +136,14 @@ oj_status oj_tokenizer_load_hf(const char *tokenizer_json, oj_tokenizer **out, o
  * be NULL. */
 void oj_tokenizer_template(const oj_tokenizer *tok, const int32_t **prefix, size_t *n_prefix,
                            const int32_t **suffix, size_t *n_suffix);
+/* Replace tok's template (oj_tokenizer_template): prefix [n_prefix] ids
+ * before an encoded text, suffix [n_suffix] after (copied; both empty:
+ * none), e.g. a GGUF file's BOS under tokenizer.ggml.add_bos_token.
+ * OJ_ERR_OUT_OF_RANGE naming an id outside [0, vocab size);
+ * OJ_ERR_INVALID_ARGUMENT for NULL lists with a count, OJ_ERR_CAPACITY when
+ * out of memory; tok is unchanged on error. */
+oj_status oj_tokenizer_set_template(oj_tokenizer *tok, const int32_t *prefix, size_t n_prefix,
+                                    const int32_t *suffix, size_t n_suffix, oj_error *err);
 /* Write `encoder.json`, `vocab.bpe` and `ranks.tiktoken` into dir (created
  * if missing), each written to a temporary name and renamed. Merges are the
  * ones loaded or trained, or else recovered from the ranks (OJ_ERR_UNSUPPORTED

@@ -192,11 +192,15 @@ oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t
  * ("A B" in priority order), .token_type when present (entries of type 5,
  * unused, are left out). The tokenizer is built as
  * oj_tokenizer_from_gpt2_lists builds it (special tokens such as
- * <|endoftext|> from the tokens no merge makes). *out owns it. Errors
+ * <|endoftext|> from the tokens no merge makes), with the template
+ * (oj_tokenizer_template) llama.cpp puts around a prompt: BOS / EOS under
+ * tokenizer.ggml.add_bos_token / add_eos_token when present, else BOS for
+ * the Llama 3 pre-tokenizers ("llama-bpe", "llama3", "llama-v3") only;
+ * the ids from tokenizer.ggml.bos_token_id / eos_token_id. *out owns it. Errors
  * naming the file and key: OJ_ERR_OUT_OF_RANGE (no tokenizer.ggml.model,
  * or "no_vocab"), OJ_ERR_UNSUPPORTED (another model: "llama"'s
  * SentencePiece scores, ...), OJ_ERR_CORRUPT (a key of the wrong type or
- * length, the list loader's errors). */
+ * length, a BOS / EOS asked for without its id, the list loader's errors). */
 oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **out,
                             oj_error *err);
 /* Copy every tokenizer.ggml.* key of g (whatever the tokenizer model) to

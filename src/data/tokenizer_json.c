@@ -1022,6 +1022,32 @@ done:
     return OJ_OK;
 }
 
+oj_status oj_tokenizer_set_template(oj_tokenizer *tok, const int32_t *prefix, size_t n_prefix,
+                                    const int32_t *suffix, size_t n_suffix, oj_error *err) {
+    if (!tok || (n_prefix && !prefix) || (n_suffix && !suffix) || n_prefix > 64 || n_suffix > 64)
+        return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_set_template: bad argument");
+    const int32_t V = oj_tokenizer_vocab_size(tok);
+    for (size_t i = 0; i < n_prefix + n_suffix; i++) {
+        int32_t id = i < n_prefix ? prefix[i] : suffix[i - n_prefix];
+        if (id < 0 || id >= V)
+            return oj_error_set(err, OJ_ERR_OUT_OF_RANGE,
+                                "tokenizer_set_template: id %d is outside the vocabulary of %d",
+                                (int)id, (int)V);
+    }
+    int32_t *ids = NULL;
+    if (n_prefix + n_suffix) {
+        ids = malloc((n_prefix + n_suffix) * sizeof *ids);
+        if (ids == NULL) return oj_error_set(err, OJ_ERR_CAPACITY, "tokenizer: out of memory");
+        if (n_prefix) memcpy(ids, prefix, n_prefix * sizeof *ids);
+        if (n_suffix) memcpy(ids + n_prefix, suffix, n_suffix * sizeof *ids);
+    }
+    free(tok->tmpl_ids);
+    tok->tmpl_ids = ids;
+    tok->n_prefix = (int)n_prefix;
+    tok->n_suffix = (int)n_suffix;
+    return OJ_OK;
+}
+
 void oj_tokenizer_template(const oj_tokenizer *tok, const int32_t **prefix, size_t *n_prefix,
                            const int32_t **suffix, size_t *n_suffix) {
     bool any = tok && tok->tmpl_ids;

@@ -588,6 +588,40 @@ oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t
 }
 
 
+/* The BOS / EOS llama.cpp puts around a prompt from this file:
+ * tokenizer.ggml.add_bos_token / add_eos_token (bool) when present, else
+ * its defaults for byte-level BPE: BOS for the Llama 3 pre-tokenizers
+ * ("llama-bpe", "llama3", "llama-v3"), no EOS. Set as tok's template. */
+static oj_status gguf_template(const oj_gguf *g, const char *path, oj_tokenizer *tok,
+                               oj_error *e) {
+    int64_t pi = oj_gguf_find_key(g, "tokenizer.ggml.pre");
+    const char *pre = pi >= 0 ? oj_gguf_kv_str(g, pi, NULL) : NULL;
+    bool add[2] = {pre && (strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0 ||
+                           strcmp(pre, "llama-v3") == 0),
+                   false};
+    static const char *const flag_key[2] = {"tokenizer.ggml.add_bos_token",
+                                            "tokenizer.ggml.add_eos_token"};
+    static const char *const id_key[2] = {"tokenizer.ggml.bos_token_id",
+                                          "tokenizer.ggml.eos_token_id"};
+    int32_t id[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        int64_t fi = oj_gguf_find_key(g, flag_key[k]);
+        int64_t v = 0;
+        if (fi >= 0 && (oj_gguf_kv_type(g, fi) != OJ_GGUF_BOOL || !oj_gguf_kv_int(g, fi, &v)))
+            return oj_error_set(e, OJ_ERR_CORRUPT, "%s: %s is not a bool", path, flag_key[k]);
+        if (fi >= 0) add[k] = v != 0;
+        if (!add[k]) continue;
+        int64_t ii = oj_gguf_find_key(g, id_key[k]);
+        uint64_t u = 0;
+        if (ii < 0 || !oj_gguf_kv_uint(g, ii, &u) || u >= (uint64_t)oj_tokenizer_vocab_size(tok))
+            return oj_error_set(e, OJ_ERR_CORRUPT, "%s: %s %s (%s asks for the token)", path,
+                                id_key[k], ii < 0 ? "is missing" : "is not a token id",
+                                fi >= 0 ? flag_key[k] : "the pre-tokenizer's default");
+        id[k] = (int32_t)u;
+    }
+    return oj_tokenizer_set_template(tok, &id[0], add[0] ? 1 : 0, &id[1], add[1] ? 1 : 0, e);
+}
+
 oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **out,
                             oj_error *e) {
     if (g == NULL || out == NULL)
@@ -639,6 +673,11 @@ oj_status oj_gguf_tokenizer(const oj_gguf *g, const char *path, oj_tokenizer **o
     if (s == OJ_OK) s = oj_tokenizer_from_gpt2_lists(nt, tokens, nm, merges, what, out, e);
     free(tokens);
     free(merges);
+    if (s == OJ_OK) s = gguf_template(g, path, *out, e);
+    if (s != OJ_OK) {
+        oj_tokenizer_free(*out);
+        *out = NULL;
+    }
     return s;
 }
 

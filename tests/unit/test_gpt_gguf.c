@@ -426,9 +426,118 @@ static void test_tokenizer_round_trip(void **state) {
     oj_gguf_close(g);
 }
 
+/* A GGUF file at path with base's tokens and merges (byte-level BPE), the
+ * pre-tokenizer `pre` (NULL: none) and, each when >= 0: add_bos_token,
+ * add_eos_token (bools; 2: add_bos_token as a uint32, a wrong type), the
+ * BOS id 5 and EOS id 7. */
+static void write_tok_variant(const char *path, const oj_gguf *base, const char *pre, int add_bos,
+                              int add_eos, bool ids) {
+    oj_error err = {0};
+    oj_gguf_writer *w = oj_gguf_writer_new();
+    int64_t ti = oj_gguf_find_key(base, "tokenizer.ggml.tokens");
+    int64_t mi = oj_gguf_find_key(base, "tokenizer.ggml.merges");
+    const int64_t nt = oj_gguf_kv_array_len(base, ti), nm = oj_gguf_kv_array_len(base, mi);
+    const char **t = calloc((size_t)nt, sizeof *t), **m = calloc((size_t)nm, sizeof *m);
+    for (int64_t i = 0; i < nt; i++) t[i] = oj_gguf_kv_array_str(base, ti, i, NULL);
+    for (int64_t i = 0; i < nm; i++) m[i] = oj_gguf_kv_array_str(base, mi, i, NULL);
+    assert_int_equal(oj_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", &err), OJ_OK);
+    assert_int_equal(oj_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", nt, t, &err), OJ_OK);
+    assert_int_equal(oj_gguf_writer_set_str_array(w, "tokenizer.ggml.merges", nm, m, &err), OJ_OK);
+    free(t);
+    free(m);
+    if (pre) assert_int_equal(oj_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre, &err), OJ_OK);
+    const uint8_t yes = 1, no = 0;
+    const uint32_t two = 1, bos = 5, eos = 7;
+    if (add_bos == 2)
+        assert_int_equal(oj_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", OJ_GGUF_UINT32, &two, &err), OJ_OK);
+    else if (add_bos >= 0)
+        assert_int_equal(oj_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", OJ_GGUF_BOOL,
+                                            add_bos ? &yes : &no, &err), OJ_OK);
+    if (add_eos >= 0)
+        assert_int_equal(oj_gguf_writer_set(w, "tokenizer.ggml.add_eos_token", OJ_GGUF_BOOL,
+                                            add_eos ? &yes : &no, &err), OJ_OK);
+    if (ids) {
+        assert_int_equal(oj_gguf_writer_set(w, "tokenizer.ggml.bos_token_id", OJ_GGUF_UINT32, &bos, &err), OJ_OK);
+        assert_int_equal(oj_gguf_writer_set(w, "tokenizer.ggml.eos_token_id", OJ_GGUF_UINT32, &eos, &err), OJ_OK);
+    }
+    assert_int_equal(oj_gguf_writer_write(w, path, &err), OJ_OK);
+    oj_gguf_writer_free(w);
+}
+
+/* The BOS / EOS a prompt gets from a GGUF file (oj_tokenizer_template, which
+ * `ojas generate -m` and serve put around it), as llama.cpp decides them:
+ * add_bos_token / add_eos_token when present, else BOS for the Llama 3
+ * pre-tokenizers only; a missing id or a flag of another type refused by
+ * name. */
+static void test_tokenizer_gguf_bos(void **state) {
+    (void)state;
+    static const char corpus[] = "In the beginning God created the heaven and the earth.";
+    const char *texts[] = {corpus};
+    const size_t lens[] = {sizeof corpus - 1};
+    oj_bpe_train_config bc = oj_bpe_train_config_default();
+    bc.vocab_size = 280;
+    bc.threads = 1;
+    oj_tokenizer *a = NULL, *b = NULL;
+    oj_error err = {0};
+    assert_int_equal(oj_bpe_train(&bc, 1, texts, lens, &a, &err), OJ_OK);
+    char dir[300], base_path[300], path[300];
+    snprintf(dir, sizeof dir, "%s/tokb", tmpdir);
+    snprintf(base_path, sizeof base_path, "%s/tokb.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/tokv.gguf", tmpdir);
+    if (oj_tokenizer_save(a, dir, &err) != OJ_OK) fail_msg("%s", err.message);
+    oj_tokenizer_free(a);
+    oj_gguf_writer *w = oj_gguf_writer_new();
+    if (oj_gguf_add_gpt2_tokenizer(w, dir, 280, &err) != OJ_OK) fail_msg("%s", err.message);
+    assert_int_equal(oj_gguf_writer_write(w, base_path, &err), OJ_OK);
+    oj_gguf_writer_free(w);
+    oj_gguf *base = NULL, *g = NULL;
+    assert_int_equal(oj_gguf_open(base_path, &base, &err), OJ_OK);
+    const struct {
+        const char *pre;
+        int add_bos, add_eos;
+        bool ids;
+        int32_t want_pre, want_suf; /* -1: none */
+        oj_status st;
+    } cases[] = {
+        {"gpt-2", -1, -1, true, -1, -1, OJ_OK},     /* GPT-2: nothing added */
+        {NULL, -1, -1, false, -1, -1, OJ_OK},       /* no pre, no flags */
+        {"gpt-2", 1, -1, true, 5, -1, OJ_OK},       /* the flag asks for BOS */
+        {"llama-bpe", -1, -1, true, 5, -1, OJ_OK},  /* Llama 3's default */
+        {"llama-bpe", 0, -1, true, -1, -1, OJ_OK},  /* the flag wins */
+        {"gpt-2", 1, 1, true, 5, 7, OJ_OK},         /* BOS and EOS */
+        {"llama-bpe", -1, -1, false, -1, -1, OJ_ERR_CORRUPT}, /* no bos_token_id */
+        {"gpt-2", 2, -1, true, -1, -1, OJ_ERR_CORRUPT},       /* not a bool */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        write_tok_variant(path, base, cases[c].pre, cases[c].add_bos, cases[c].add_eos, cases[c].ids);
+        assert_int_equal(oj_gguf_open(path, &g, &err), OJ_OK);
+        err = (oj_error){0};
+        oj_status st = oj_gguf_tokenizer(g, path, &b, &err);
+        oj_gguf_close(g);
+        if (st != cases[c].st) fail_msg("case %zu: status %d (%s)", c, (int)st, err.message);
+        if (st != OJ_OK) {
+            assert_null(b);
+            assert_non_null(strstr(err.message, cases[c].add_bos == 2 ? "add_bos_token is not a bool"
+                                                                      : "bos_token_id is missing"));
+            continue;
+        }
+        const int32_t *p = NULL, *q = NULL;
+        size_t np = 0, nq = 0;
+        oj_tokenizer_template(b, &p, &np, &q, &nq);
+        assert_int_equal(np, cases[c].want_pre >= 0 ? 1 : 0);
+        assert_int_equal(nq, cases[c].want_suf >= 0 ? 1 : 0);
+        if (np) assert_int_equal(p[0], cases[c].want_pre);
+        if (nq) assert_int_equal(q[0], cases[c].want_suf);
+        oj_tokenizer_free(b);
+        b = NULL;
+    }
+    oj_gguf_close(base);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_round_trip),
+        cmocka_unit_test(test_tokenizer_gguf_bos),
         cmocka_unit_test(test_gpt2_round_trips),
         cmocka_unit_test(test_fp8_refused),
         cmocka_unit_test(test_half_files),
