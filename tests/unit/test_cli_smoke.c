@@ -70,6 +70,7 @@ static void test_tokenizer_data_train_resume_generate(void **state) {
     assert_true(exists("tok/encoder.json") && exists("tok/vocab.bpe"));
 
     assert_int_equal(ojas("data prepare --vocab tok --out data --threads 1 corpus.txt", &out), 0);
+    contains(out, "1 document, "); /* one file with no separator: one document */
     contains(out, "train");
     free(out);
     assert_true(exists("data/train_000000.bin") && exists("data/val_000000.bin"));
