@@ -88,11 +88,11 @@ static int prepare(int argc, char **argv) {
     else {
         size_t sl = 0;
         const uint8_t *sep = oj_tokenizer_token_bytes(tok, s.separator, &sl);
-        printf("%lld documents, %.2f MB -> train %lld tokens in %d shard(s), val %lld tokens in "
+        printf("%lld document%s, %.2f MB -> train %lld tokens in %d shard(s), val %lld tokens in "
                "%d shard(s) in %s; each document after %.*s (id %d)\n",
-               (long long)s.documents, (double)s.bytes / 1e6, (long long)s.train_tokens,
-               s.train_shards, (long long)s.val_tokens, s.val_shards, cfg.out_dir,
-               sep ? (int)sl : 0, sep ? (const char *)sep : "", (int)s.separator);
+               (long long)s.documents, s.documents == 1 ? "" : "s", (double)s.bytes / 1e6,
+               (long long)s.train_tokens, s.train_shards, (long long)s.val_tokens, s.val_shards,
+               cfg.out_dir, sep ? (int)sl : 0, sep ? (const char *)sep : "", (int)s.separator);
     }
     oj_tokenizer_free(tok);
     return rc;

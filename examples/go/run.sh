@@ -3,8 +3,14 @@
 # a tokenizer and shards made with the ojas binary, 6 steps of nanolab-tiny
 # with a resume halfway, and a sample. The ctest entry go_example runs it
 # (cmake/go.cmake sets the Go environment). Usage: run.sh OJAS_BINARY
+# (a path, relative or absolute, or a name on PATH).
 set -euo pipefail
-ojas=$1
+ojas=${1:?usage: run.sh OJAS_BINARY}
+case $ojas in
+  */*) ojas=$(cd "$(dirname "$ojas")" 2>/dev/null && pwd)/$(basename "$ojas") || ojas=$1 ;;
+  *) ojas=$(command -v "$ojas") || ojas=$1 ;;
+esac
+[ -x "$ojas" ] || { echo "run.sh: $1 is not an executable ojas binary" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ojas-go-example-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

@@ -262,8 +262,9 @@ static oj_status data_error(const oj_trainer *t, oj_status st, const char *what,
     const bool preset_vocab = !t->cfg.tokenizer_dir[0] && t->cfg.vocab_size <= 0;
     if (preset_vocab && strstr(msg, "outside the vocabulary"))
         return oj_error_set(err, st,
-                            "%s: %s (the model's vocab_size %lld is the preset's: give --set "
-                            "tokenizer_dir=DIR, the shards' tokenizer, or --set vocab_size=N)",
+                            "%s: %s (the model's vocab_size %lld is the preset's: give the "
+                            "config key tokenizer_dir, the shards' tokenizer (--set "
+                            "tokenizer_dir=DIR), or vocab_size (--set vocab_size=N))",
                             what, msg, (long long)t->mcfg.vocab_size);
     return oj_error_set(err, st, "%s: %s", what, msg);
 }

@@ -70,6 +70,7 @@ static void test_tokenizer_data_train_resume_generate(void **state) {
     assert_true(exists("tok/encoder.json") && exists("tok/vocab.bpe"));
 
     assert_int_equal(ojas("data prepare --vocab tok --out data --threads 1 corpus.txt", &out), 0);
+    contains(out, "1 document, "); /* one file with no separator: one document */
     contains(out, "train");
     free(out);
     assert_true(exists("data/train_000000.bin") && exists("data/val_000000.bin"));
@@ -390,6 +391,7 @@ static void test_train_tokenizer_larger_than_preset(void **state) {
     assert_int_equal(ct_ojas(g_dir, "train --config c.json --set data_dir=databig --out bigrun "
                                     "--no-progress --no-plot", NULL, &err), 1);
     ct_assert_one_line(err, "outside the vocabulary of 512");
+    contains(err, "config key tokenizer_dir"); /* the key's name, for Python and Go too */
     contains(err, "--set tokenizer_dir=DIR");
     free(err);
     assert_false(exists("bigrun"));
