@@ -156,6 +156,28 @@ static bool rope(reader *r, oj_gpt_config *c) {
         return false;
     }
     const char *keys[2] = {"rope_scaling", "rope_parameters"};
+    /* both given (a file converted between transformers versions): a key
+     * they share, or their rope types, must agree; which one transformers
+     * takes then does not matter */
+    json_t *both[2] = {get(r, keys[0]), get(r, keys[1])};
+    if (json_is_object(both[0]) && json_is_object(both[1])) {
+        const char *k;
+        json_t *v0;
+        json_object_foreach(both[0], k, v0) {
+            json_t *v1 = json_object_get(both[1], k);
+            bool type_alias = strcmp(k, "type") == 0 && v1 == NULL;
+            if (type_alias) v1 = json_object_get(both[1], "rope_type");
+            bool same = v1 && (json_is_number(v0) && json_is_number(v1)
+                                   ? json_number_value(v0) == json_number_value(v1) /* 32 = 32.0 */
+                                   : json_equal(v0, v1));
+            if (v1 && !same) {
+                oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
+                             "%s: rope_scaling.%s and rope_parameters.%s differ (give one of them)",
+                             r->file, k, type_alias ? "rope_type" : k);
+                return false;
+            }
+        }
+    }
     for (int i = 0; i < 2; i++) {
         json_t *v = get(r, keys[i]);
         if (v == NULL) continue;
@@ -309,6 +331,17 @@ static oj_status parse(reader *r, oj_gpt_config *c) {
     c->rope_theta = 10000.0;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         if (strcmp(name, a ? archs[i].arch : archs[i].model_type) != 0) continue;
+        /* transformers' Auto classes go by model_type: one that names
+         * another family than architectures[0] would load another model */
+        json_t *mt = a ? get(r, "model_type") : NULL;
+        if (mt && (!json_is_string(mt) || strcmp(json_string_value(mt), archs[i].model_type) != 0)) {
+            char q[65];
+            return oj_error_set(r->err, OJ_ERR_INVALID_ARGUMENT,
+                                "%s: model_type '%s' does not match architectures[0] '%s' (whose "
+                                "model_type is '%s')",
+                                r->file, json_is_string(mt) ? oj__hf_quote(q, json_string_value(mt)) : "(not a string)",
+                                name, archs[i].model_type);
+        }
         oj_status st = archs[i].kind < 0 ? gpt2_config(r, c) : llama_config(r, archs[i].kind, c);
         if (st != OJ_OK) return st;
         oj_error e = {0};

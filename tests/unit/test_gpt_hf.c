@@ -247,11 +247,56 @@ static void test_config_window_default_and_partial_rotary(void **state) {
     assert_non_null(strstr(e.message, "rope_parameters.partial_rotary_factor is not supported"));
 }
 
+/* Keys that would make transformers load another model than ojas: a
+ * model_type naming another family than architectures[0], rope_scaling and
+ * rope_parameters that disagree; the same values in both load. */
+static void test_config_disagreements_refused(void **state) {
+    (void)state;
+    oj_gpt_config c;
+    oj_error e = {0};
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"model_type\": \"qwen3\""), &c, &e), OJ_OK);
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"model_type\": \"qwen2\""), &c, &e),
+                     OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "model_type 'qwen2' does not match architectures[0] "
+                                      "'Qwen3ForCausalLM' (whose model_type is 'qwen3')"));
+#define LLAMA3_ROPE(theta)                                                                       \
+    "{\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0,"                  \
+    " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192" theta "}"
+    e = (oj_error){0};
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"rope_scaling\": " LLAMA3_ROPE("")
+                                               ", \"rope_parameters\": " LLAMA3_ROPE(
+                                                   ", \"rope_theta\": 500000.0")),
+                                  &c, &e), OJ_OK);
+    assert_true(c.rope_theta == 500000.0 && c.rope_factor == 32.0);
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"rope_scaling\": {\"type\": \"llama3\", "
+                                               "\"factor\": 32, \"low_freq_factor\": 1, "
+                                               "\"high_freq_factor\": 4, "
+                                               "\"original_max_position_embeddings\": 8192}"
+                                               ", \"rope_parameters\": " LLAMA3_ROPE("")),
+                                  &c, &e), OJ_OK); /* 32 and 32.0 agree */
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"rope_scaling\": {\"type\": \"llama3\", "
+                                               "\"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                                               "\"high_freq_factor\": 4.0, "
+                                               "\"original_max_position_embeddings\": 8192}"
+                                               ", \"rope_parameters\": " LLAMA3_ROPE("")),
+                                  &c, &e),
+                     OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "rope_scaling.factor and rope_parameters.factor differ"));
+    e = (oj_error){0};
+    assert_int_equal(parse_config(QWEN3_CONFIG(", \"rope_scaling\": {\"type\": \"default\"}"
+                                               ", \"rope_parameters\": " LLAMA3_ROPE("")),
+                                  &c, &e),
+                     OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "rope_scaling.type and rope_parameters.rope_type differ"));
+#undef LLAMA3_ROPE
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_dir_loads_decodes_trains),
         cmocka_unit_test(test_bad_directories),
         cmocka_unit_test(test_config_window_default_and_partial_rotary),
+        cmocka_unit_test(test_config_disagreements_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
