@@ -80,6 +80,15 @@ char *cli_read_all(const char *path, size_t *len);
 
 #include "ojas/ojas.h"
 
+/* The checkpoint `ckpt` names (a checkpoint directory, or a run directory:
+ * its newest that verifies; oj_checkpoint_find) into dir [len] and its
+ * state.json's config into *run; when newer checkpoints under it failed
+ * verification, a one-line warning on stderr naming `cmd`, how many, the
+ * newest's reason and the one used. Errors those of oj_checkpoint_find and
+ * oj_train_config_from_checkpoint, in e. */
+oj_status cli_find_checkpoint(const char *cmd, const char *ckpt, char *dir, size_t len,
+                              oj_train_config *run, oj_error *e);
+
 /* The model of a training checkpoint as the trainer built it: run's model
  * config with the vocabulary of tok when the run named a tokenizer_dir
  * (tok may be NULL: then the config's own), created on eng and loaded from

@@ -250,3 +250,17 @@ bool cli_add_template_prefix(const oj_tokenizer *tok, oj_tokens *ids) {
     ids->cap = ids->len;
     return true;
 }
+
+oj_status cli_find_checkpoint(const char *cmd, const char *ckpt, char *dir, size_t len,
+                              oj_train_config *run, oj_error *e) {
+    int skipped = 0;
+    oj_error why = {0};
+    oj_status s = oj_checkpoint_find(ckpt, dir, len, &skipped, &why, e);
+    if (s == OJ_OK) s = oj_train_config_from_checkpoint(dir, run, e);
+    if (s == OJ_OK && skipped)
+        fprintf(stderr,
+                "ojas: warning: %s: skipped %d newer checkpoint(s) under %s that failed "
+                "verification (the newest: %s); using %s\n",
+                cmd, skipped, ckpt, why.message, dir);
+    return s;
+}

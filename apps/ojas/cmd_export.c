@@ -121,17 +121,11 @@ int cmd_export(int argc, char **argv) {
     oj_train_config run_cfg = oj_train_config_default();
     char ckpt_dir[4096] = "";
     if (ckpt) {
-        oj_error ce = {0}, why = {0};
-        int skipped = 0;
+        oj_error ce = {0};
         if (access(ckpt, F_OK) != 0)
             return cli_error(CLI_FAIL, "export: checkpoint '%s' does not exist", ckpt);
-        if (oj_checkpoint_find(ckpt, ckpt_dir, sizeof ckpt_dir, &skipped, &why, &ce) != OJ_OK ||
-            oj_train_config_from_checkpoint(ckpt_dir, &run_cfg, &ce) != OJ_OK)
+        if (cli_find_checkpoint("export", ckpt, ckpt_dir, sizeof ckpt_dir, &run_cfg, &ce) != OJ_OK)
             return cli_error(CLI_FAIL, "export: %s", ce.message);
-        if (skipped)
-            fprintf(stderr, "ojas: warning: export: skipped %d newer checkpoint(s) under %s that "
-                            "failed verification (the newest: %s); using %s\n",
-                    skipped, ckpt, why.message, ckpt_dir);
         if (vocab == NULL && run_cfg.tokenizer_dir[0]) vocab = run_cfg.tokenizer_dir;
         orc = check_not_source(out, ckpt_dir, "checkpoint");
     } else if (access(model_dir, F_OK) != 0) {

@@ -230,16 +230,9 @@ int cmd_generate(int argc, char **argv) {
     if (ckpt) {
         if (access(ckpt, F_OK) != 0)
             return cli_error(CLI_FAIL, "generate: checkpoint '%s' does not exist", ckpt);
-        oj_error ce = {0}, why = {0};
-        int skipped = 0;
-        if (oj_checkpoint_find(ckpt, ckpt_dir, sizeof ckpt_dir, &skipped, &why, &ce) != OJ_OK ||
-            oj_train_config_from_checkpoint(ckpt_dir, &run_cfg, &ce) != OJ_OK)
+        oj_error ce = {0};
+        if (cli_find_checkpoint("generate", ckpt, ckpt_dir, sizeof ckpt_dir, &run_cfg, &ce) != OJ_OK)
             return cli_error(CLI_FAIL, "generate: %s", ce.message);
-        if (skipped)
-            fprintf(stderr,
-                    "ojas: warning: generate: skipped %d newer checkpoint(s) under %s that failed "
-                    "verification (the newest: %s); using %s\n",
-                    skipped, ckpt, why.message, ckpt_dir);
         if (vocab == NULL && run_cfg.tokenizer_dir[0]) /* the tokenizer the run was trained with */
             vocab = run_cfg.tokenizer_dir;
     }

@@ -66,17 +66,9 @@ static bool find_file(char *buf, size_t n, const char *dir, const char *a, const
 static oj_status load_checkpoint(oj_engine *eng, const char *ckpt, oj_gpt **m, char *tok_dir,
                                  size_t tok_len, oj_error *e) {
     char dir[4096];
-    int skipped = 0;
-    oj_error why = {0};
     oj_train_config tc = oj_train_config_default();
-    oj_status s = oj_checkpoint_find(ckpt, dir, sizeof dir, &skipped, &why, e);
-    if (s == OJ_OK) s = oj_train_config_from_checkpoint(dir, &tc, e);
+    oj_status s = cli_find_checkpoint("quantize", ckpt, dir, sizeof dir, &tc, e);
     if (s != OJ_OK) return s;
-    if (skipped)
-        fprintf(stderr,
-                "ojas: warning: quantize: skipped %d newer checkpoint(s) under %s that failed "
-                "verification (the newest: %s); using %s\n",
-                skipped, ckpt, why.message, dir);
     snprintf(tok_dir, tok_len, "%s", tc.tokenizer_dir);
     oj_tokenizer *tok = NULL;
     if (tc.tokenizer_dir[0] && (s = oj_tokenizer_load(tc.tokenizer_dir, &tok, e)) != OJ_OK) return s;

@@ -253,17 +253,9 @@ static int load_model(server *sv, const char *model, const char *weights, const 
         snprintf(dir, sizeof dir, "%s/config.json", model);
         hf = access(dir, F_OK) == 0;
         if (!hf) {
-            int skipped = 0;
-            oj_error why = {0};
-            if (oj_checkpoint_find(model, ckpt, sizeof ckpt, &skipped, &why, &e) != OJ_OK ||
-                oj_train_config_from_checkpoint(ckpt, &run, &e) != OJ_OK)
+            if (cli_find_checkpoint("serve", model, ckpt, sizeof ckpt, &run, &e) != OJ_OK)
                 return cli_error(CLI_FAIL, "serve: '%s' is neither a model directory (no "
                                            "config.json) nor a checkpoint: %s", model, e.message);
-            if (skipped)
-                fprintf(stderr,
-                        "ojas: warning: serve: skipped %d newer checkpoint(s) under %s that failed "
-                        "verification (the newest: %s); using %s\n",
-                        skipped, model, why.message, ckpt);
             if (vocab == NULL && run.tokenizer_dir[0]) vocab = run.tokenizer_dir;
         } else if (vocab == NULL) {
             vocab = model;
