@@ -87,6 +87,16 @@ static void on_stop_signal(int sig) {
     errno = saved;
 }
 
+/* With sv->mu held: poll every 10 ms until no handler is active (and with
+ * `sched`, the scheduler has no work) or the clock passes `until`. */
+static void wait_handlers(server *sv, bool sched, double until) {
+    while ((sv->active > 0 || (sched && sv->busy)) && cli_now() < until) {
+        pthread_mutex_unlock(&sv->mu);
+        usleep(10 * 1000);
+        pthread_mutex_lock(&sv->mu);
+    }
+}
+
 static void *sched_thread(void *arg) {
     server *sv = arg;
     bool busy = false; /* requests queued or running (the scheduler's, seen here) */
@@ -467,22 +477,13 @@ int cmd_serve(int argc, char **argv) {
         pthread_mutex_lock(&sv.mu);
         /* until every request is answered in full (stopping the daemon
          * closes the connections) */
-        while ((sv.busy || sv.active > 0) && cli_now() < until) {
-            pthread_mutex_unlock(&sv.mu);
-            usleep(20 * 1000);
-            pthread_mutex_lock(&sv.mu);
-        }
+        wait_handlers(&sv, true, until);
         /* handlers still waiting see it within 50 ms, cancel and answer 503
          * (a stream: closed); they get up to a second to send it, since
          * stopping the daemon shuts every connection's socket down,
          * answered or not (a client that does not read is cut then) */
         __atomic_store_n(&sv.stopping, true, __ATOMIC_RELEASE);
-        const double answer_by = cli_now() + 1.0;
-        while (sv.active > 0 && cli_now() < answer_by) {
-            pthread_mutex_unlock(&sv.mu);
-            usleep(10 * 1000);
-            pthread_mutex_lock(&sv.mu);
-        }
+        wait_handlers(&sv, false, cli_now() + 1.0);
         pthread_mutex_unlock(&sv.mu);
         MHD_stop_daemon(d);
         fprintf(stderr, "ojas: serve: stopped\n");
