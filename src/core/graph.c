@@ -15,16 +15,10 @@
  * parameters or moments, so its replays leave the optimizer's bounds
  * valid. */
 #include <stdlib.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "backend/backend.h"
 #include "core/internal.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 struct oj_graph {
     oj_engine *eng;
@@ -172,16 +166,16 @@ oj_status oj__graph_launch(oj_graph *g) {
     if (eng->capture_pool)
         return oj_set_error(eng, OJ_ERR_INVALID_ARGUMENT,
                             "graph_replay: cannot replay a graph during a capture");
-    const double t0 = now_s();
+    const double t0 = oj__now_s();
     oj_status st = oj__wcopies_sync(eng);
-    const double t1 = now_s();
+    const double t1 = oj__now_s();
     eng->graph_sync_s += t1 - t0;
     if (st != OJ_OK) return st;
     st = eng->backend->graph_launch(eng, g->handle);
-    const double t2 = now_s();
+    const double t2 = oj__now_s();
     bump_written(g->pool);
     eng->graph_launch_s += t2 - t1;
-    eng->graph_bump_s += now_s() - t2;
+    eng->graph_bump_s += oj__now_s() - t2;
     return st;
 }
 

@@ -5,13 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifdef OJAS_HAVE_MPI
 #include <mpi.h>
 #endif
 
+#include "core/clock.h"
 #include "ojas/dist.h"
 #include "ojas/ops.h"
 
@@ -33,14 +33,6 @@ struct oj_dist {
     const oj_backend_comm *nccl; /* CUDA engine: the module's NCCL entries */
     void *comm;        /* the NCCL communicator */
 };
-
-#ifdef OJAS_HAVE_MPI
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-#endif
 
 bool oj_dist_have_mpi(void) {
 #ifdef OJAS_HAVE_MPI
@@ -231,7 +223,7 @@ static const char *mpi_msg(int rc, char *buf) {
  * On a timeout `missing` (when given) lists the indices not complete.
  * Returns 0, a negative value on timeout, or the MPI error code. */
 static int wait_all(oj_dist *d, int n, MPI_Request *reqs, bool *done) {
-    double t0 = now_s();
+    double t0 = oj__now_s();
     int spins = 0;
     for (;;) {
         bool all = true;
@@ -249,7 +241,7 @@ static int wait_all(oj_dist *d, int n, MPI_Request *reqs, bool *done) {
         }
         if (all)
             return 0;
-        if (now_s() - t0 > d->timeout_s)
+        if (oj__now_s() - t0 > d->timeout_s)
             return -1;
         if (++spins > 200) /* the other ranks may be far behind: yield the CPU */
             usleep(spins > 5000 ? 2000 : 50);
@@ -448,11 +440,11 @@ oj_status oj_dist_recv(oj_dist *d, int from, void **buf, size_t *nbytes, oj_erro
                             "messages (start the ranks with mpirun)");
 #ifdef OJAS_HAVE_MPI
     /* the size first: probe until the message is there (with the deadline) */
-    double t0 = now_s();
+    double t0 = oj__now_s();
     int flag = 0, rc, spins = 0;
     MPI_Status s;
     while ((rc = MPI_Iprobe(from, 8, MPI_COMM_WORLD, &flag, &s)) == MPI_SUCCESS && !flag) {
-        if (now_s() - t0 > d->timeout_s) {
+        if (oj__now_s() - t0 > d->timeout_s) {
             char who[32];
             snprintf(who, sizeof who, "rank %d", from);
             timed_out(d, "a receive", who);

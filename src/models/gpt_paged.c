@@ -27,8 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "backend/backend.h"
 #include "core/internal.h"
 #include "models/gpt_internal.h"
@@ -415,12 +415,6 @@ static bool decode_body(oj_gpt *m, oj_kv_pool *pool, oj_paged_bucket *b, oj_tens
     return ok;
 }
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 oj_status oj_gpt_decode_paged_begin(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq,
                                     const int32_t *tokens, const int64_t *past,
                                     const int32_t *const *blocks, bool use_graph) {
@@ -439,7 +433,7 @@ oj_status oj_gpt_decode_paged_begin(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq,
                             "gpt decode_paged: %lld sequences (need 1..2^%d) and their tokens, "
                             "positions and block tables",
                             (long long)n_seq, OJ_PAGED_BUCKETS - 1);
-    double t0 = mono_s();
+    double t0 = oj__now_s();
     const int64_t V = m->cfg.vocab_size, BS = pool->block_size, MB = pool->max_blocks;
     const int64_t bad = oj__gpt_bad_token(tokens, n_seq, V);
     if (bad >= 0)
@@ -476,9 +470,9 @@ oj_status oj_gpt_decode_paged_begin(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq,
         slot[i] = (int32_t)(blocks[i][p / BS] * BS + p % BS);
         memcpy(tab + i * MB, blocks[i], (size_t)(p / BS + 1) * sizeof *tab);
     }
-    double t1 = mono_s();
+    double t1 = oj__now_s();
     st = oj_copy_from_host(b->in, h, (size_t)n_in * sizeof *h);
-    double t2 = mono_s();
+    double t2 = oj__now_s();
     bool prev = oj_set_grad_enabled(eng, false);
     const bool graph = use_graph && oj_engine_device(eng).type == OJ_DEVICE_CUDA;
     oj_paged_pending *pd = &pool->pending;
@@ -516,7 +510,7 @@ oj_status oj_gpt_decode_paged_begin(oj_gpt *m, oj_kv_pool *pool, int64_t n_seq,
         oj_scope_end(eng);
     }
     oj_set_grad_enabled(eng, prev);
-    double t3 = mono_s();
+    double t3 = oj__now_s();
     oj_kv_pool_times *tm = &pool->times;
     tm->prepare_s += t1 - t0;
     tm->upload_s += t2 - t1;
@@ -548,11 +542,11 @@ oj_status oj_gpt_decode_paged_end(oj_gpt *m, oj_kv_pool *pool, float *logits, in
     oj_paged_bucket *b = &pool->buckets[pd->bucket];
     const int64_t V = m->cfg.vocab_size, B = b->B, n_seq = pd->n_seq;
     const bool graph = pd->graph;
-    double t3 = mono_s(), t4 = t3;
+    double t3 = oj__now_s(), t4 = t3;
     oj_status st = OJ_OK;
     if (pool->timing_sync) {
         st = oj_engine_synchronize(eng);
-        t4 = mono_s();
+        t4 = oj__now_s();
     }
     /* the first n_seq rows of each output wanted (contiguous views) */
     oj_tensor *all[4] = {graph ? b->logits : pd->out[0], graph ? b->argmax : pd->out[1],
@@ -585,7 +579,7 @@ oj_status oj_gpt_decode_paged_end(oj_gpt *m, oj_kv_pool *pool, float *logits, in
     }
     for (int i = 0; i < 4; i++) oj_release(pd->out[i]);
     memset(pd, 0, sizeof *pd);
-    double t5 = mono_s();
+    double t5 = oj__now_s();
     oj_kv_pool_times *tm = &pool->times;
     tm->steps++;
     tm->wait_s += t4 - t3;

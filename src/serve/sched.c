@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/env.h"
 #include "ojas/ops.h"
 #include "ojas/serve.h"
@@ -81,12 +81,6 @@ struct oj_sched {
     double ev_lps[OJ_SCHED_MAX_TOP];
     char err[512];
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static oj_status fail(oj_sched *s, oj_status st, const char *fmt, ...) {
     va_list ap;
@@ -267,7 +261,7 @@ oj_status oj_sched_submit(oj_sched *s, const int32_t *prompt, int64_t n,
     r->n = n;
     r->max_new = max_new;
     r->nblocks = nb;
-    r->deadline = timeout_s > 0 ? now_s() + timeout_s : 0.0;
+    r->deadline = timeout_s > 0 ? oj__now_s() + timeout_s : 0.0;
     r->fn = on_event;
     r->ctx = ctx;
     if (s->qtail)
@@ -302,9 +296,9 @@ static req *unrun(oj_sched *s, int64_t i) {
 /* Request r's event (timed into the profile's events). */
 static bool call_event(oj_sched *s, req *r, int32_t token, double lp, oj_finish why) {
     if (r->fn == NULL) return true;
-    double t = now_s();
+    double t = oj__now_s();
     bool more = r->fn(r->ctx, r->id, token, lp, why);
-    s->prof.events_s += now_s() - t;
+    s->prof.events_s += oj__now_s() - t;
     return more;
 }
 
@@ -494,7 +488,7 @@ static bool plain_greedy(const req *r) {
 
 /* End every running request whose deadline has passed; the queue's too. */
 static void expire(oj_sched *s) {
-    double t = now_s();
+    double t = oj__now_s();
     for (int64_t i = s->n_run - 1; i >= 0; i--)
         if (s->run[i]->deadline > 0 && t > s->run[i]->deadline) finish(s, i, OJ_FINISH_TIMEOUT);
     for (req **p = &s->qhead, *prev = NULL; *p;) {
@@ -629,14 +623,14 @@ static oj_status decode_end(oj_sched *s, const int64_t *rows, int64_t n, bool gr
 }
 
 static double now_since(double *t) {
-    const double n = now_s(), d = n - *t;
+    const double n = oj__now_s(), d = n - *t;
     *t = n;
     return d;
 }
 
 oj_status oj_sched_step(oj_sched *s) {
     if (s == NULL) return OJ_ERR_INVALID_ARGUMENT;
-    double t = now_s();
+    double t = oj__now_s();
     const double ev0 = s->prof.events_s;
     expire(s);
     admit(s);

@@ -20,7 +20,7 @@ static oj_status eng_error(oj_trainer *t, oj_error *err, const char *what) {
     return st;
 }
 
-static double elapsed(const oj_trainer *t) { return oj__train_now() - t->t0; }
+static double elapsed(const oj_trainer *t) { return oj__now_s() - t->t0; }
 
 /* Seconds to keep free at the end of a time-limited run: the final eval
  * and checkpoint, as long as they last took, or before they ran once, a
@@ -126,7 +126,7 @@ static void prof_mark(oj_trainer *t, step_prof *p, int phase) {
         return;
     if (p->mode == 2)
         oj_engine_synchronize(t->eng);
-    double now = oj__train_now();
+    double now = oj__now_s();
     p->ms[phase] += (now - p->last) * 1e3;
     p->last = now;
 }
@@ -149,15 +149,26 @@ static void prof_print(const oj_trainer *t, const step_prof *p) {
         fprintf(stderr, "%s | total %.3f ms\n", line, total);
 }
 
-/* The graph path's host batch (t->batch_in, t->batch_tg), made once;
- * false when out of memory. */
-static bool host_batch(oj_trainer *t) {
+/* The graph path's next batch: the loader's host batch (t->batch_in,
+ * t->batch_tg, made once) uploaded into the graph's static inputs. The
+ * loader's error is recorded on the engine (its position does not move);
+ * OJ_ERR_CAPACITY when out of host memory. */
+static oj_status upload_next(oj_trainer *t) {
+    oj_engine *eng = t->eng;
+    oj__step_graph *g = &t->graph;
     size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
     if (t->batch_in == NULL)
         t->batch_in = malloc(nbytes);
     if (t->batch_tg == NULL)
         t->batch_tg = malloc(nbytes);
-    return t->batch_in != NULL && t->batch_tg != NULL;
+    if (t->batch_in == NULL || t->batch_tg == NULL)
+        return oj_set_error(eng, OJ_ERR_CAPACITY, "train step: out of host memory for a batch");
+    oj_error e2 = {0};
+    oj_status st = oj_loader_next_host(t->train, t->batch_in, t->batch_tg, &e2);
+    if (st)
+        return oj_set_error(eng, st, "%s", e2.message);
+    st = oj_copy_from_host(g->x, t->batch_in, nbytes);
+    return st ? st : oj_copy_from_host(g->y, t->batch_tg, nbytes);
 }
 
 /* The next step's batch, taken while the device finishes this step's
@@ -174,16 +185,7 @@ static void prefetch_next(void *ctx) {
     oj_loader_get_state(t->train, &t->prefetch_from);
     oj_status st = OJ_OK;
     if (t->cfg.cuda_graph) {
-        oj__step_graph *g = &t->graph;
-        size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
-        oj_error e2 = {0};
-        st = g->graph && host_batch(t)
-                 ? oj_loader_next_host(t->train, t->batch_in, t->batch_tg, &e2)
-                 : OJ_ERR_STATE;
-        if (!st)
-            st = oj_copy_from_host(g->x, t->batch_in, nbytes);
-        if (!st)
-            st = oj_copy_from_host(g->y, t->batch_tg, nbytes);
+        st = t->graph.graph ? upload_next(t) : OJ_ERR_STATE; /* captured at the first step */
     } else {
         /* new tensors outside the step's scopes (the callback runs inside them) */
         oj_tensor *x = NULL, *y = NULL;
@@ -237,26 +239,11 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
         prof_mark(t, pf, PH_FWD_BWD);
         return;
     }
-    if (t->prefetched) { /* uploaded during the last step */
+    oj_status st = OJ_OK;
+    if (t->prefetched) /* uploaded during the last step */
         t->prefetched = false;
-        prof_mark(t, pf, PH_LOADER);
-        oj__step_graph_run(g, NULL, NULL);
-        prof_mark(t, pf, PH_FWD_BWD);
-        return;
-    }
-    size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
-    if (!host_batch(t)) {
-        oj_set_error(eng, OJ_ERR_CAPACITY, "train step: out of host memory for a batch");
-        return;
-    }
-    oj_error e2 = {0};
-    oj_status st = oj_loader_next_host(t->train, t->batch_in, t->batch_tg, &e2);
-    if (st)
-        oj_set_error(eng, st, "%s", e2.message);
-    if (!st)
-        st = oj_copy_from_host(g->x, t->batch_in, nbytes);
-    if (!st)
-        st = oj_copy_from_host(g->y, t->batch_tg, nbytes);
+    else
+        st = upload_next(t);
     prof_mark(t, pf, PH_LOADER);
     if (!st)
         oj__step_graph_run(g, NULL, NULL);
@@ -314,7 +301,7 @@ static oj_status step_record_after(oj_trainer *t, const double *mloss, double dt
  * nothing queued. */
 static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, oj_error *err) {
     const oj_train_config *c = &t->cfg;
-    double t0 = oj__train_now(), loss_sum = 0;
+    double t0 = oj__now_s(), loss_sum = 0;
     oj_engine *eng = t->eng;
     if (oj_scope_begin(eng))
         return eng_error(t, err, "step");
@@ -446,7 +433,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
             if (oj_last_status(eng))
                 st = eng_error(t, err, "reading the loss");
             else
-                st = step_record_after(t, mloss, oj__train_now() - t0, &loss_sum, err);
+                st = step_record_after(t, mloss, oj__now_s() - t0, &loss_sum, err);
         } else {
             for (int64_t k = 0; k < n_loss; k++)
                 loss_sum += oj_item(losses[k]);
@@ -466,7 +453,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     oj_scope_end(eng);
     if (st)
         return st;
-    double dt = oj__train_now() - t0;
+    double dt = oj__now_s() - t0;
     int64_t tokens = c->batch_size * t->T * c->grad_accum;
     t->step++;
     t->tokens += tokens;
@@ -496,7 +483,7 @@ oj_status oj_trainer_eval(oj_trainer *t, double *val_loss, double *val_bpb, oj_e
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "eval: NULL trainer");
     if (!t->val_batches)
         return oj_error_set(err, OJ_ERR_STATE, "eval: no val data in %s", t->cfg.data_dir);
-    double t0 = oj__train_now(), sum = 0;
+    double t0 = oj__now_s(), sum = 0;
     oj_engine *eng = t->eng;
     const int64_t B = t->cfg.batch_size, T = t->T, shape[2] = {B, T};
     const size_t per = (size_t)(B * T);
@@ -524,7 +511,7 @@ oj_status oj_trainer_eval(oj_trainer *t, double *val_loss, double *val_bpb, oj_e
                              : NAN;
     t->last_val_loss = loss;
     t->last_val_bpb = bpb;
-    t->eval_s = oj__train_now() - t0;
+    t->eval_s = oj__now_s() - t0;
     if (val_loss)
         *val_loss = loss;
     if (val_bpb)
@@ -602,7 +589,7 @@ static oj_status checkpoint(oj_trainer *t, bool final, oj_error *err) {
 
 void oj__trainer_begin(oj_trainer *t) {
     t->profile = (int)oj__env_int("OJAS_TRAIN_PROFILE", 0);
-    t->t0 = oj__train_now();
+    t->t0 = oj__now_s();
     t->run_steps = 0;
     t->run_step_s = 0;
     if (t->profile)
@@ -613,7 +600,7 @@ void oj__trainer_begin(oj_trainer *t) {
 
 oj_status oj__trainer_step(oj_trainer *t, oj_train_metrics *out, oj_error *err) {
     step_prof pf = {.mode = t->profile,
-                    .last = oj__train_now(),
+                    .last = oj__now_s(),
                     .graph0 = {t->eng->graph_sync_s, t->eng->graph_launch_s, t->eng->graph_bump_s}};
     oj_train_metrics m;
     oj_status st = train_step(t, &m, &pf, err);

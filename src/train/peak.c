@@ -13,12 +13,12 @@ double oj__train_measure_peak(oj_engine *eng) {
         oj_tensor *a = oj_full(eng, 2, shape, OJ_F32, 0.5); /* no RNG: */
         oj_tensor *b = oj_full(eng, 2, shape, OJ_F32, 0.25); /* its offset is state */
         for (int rep = 0; rep < 4 && a && b; rep++) {
-            double t0 = oj__train_now();
+            double t0 = oj__now_s();
             oj_tensor *c = oj_matmul(a, b);
             if (!c)
                 break;
             (void)oj_item_at(c, 0); /* waits for the device */
-            double dt = oj__train_now() - t0;
+            double dt = oj__now_s() - t0;
             oj_release(c);
             if (rep > 0 && dt > 0 && 2.0 * (double)n * (double)n * (double)n / dt > best)
                 best = 2.0 * (double)n * (double)n * (double)n / dt;

@@ -6,17 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/fs.h"
 #include "train/train_internal.h"
-
-double oj__train_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* A finite number, or null (JSON has no NaN). */
 static json_t *num(double d) { return isfinite(d) ? json_real(d) : json_null(); }

@@ -213,7 +213,7 @@ oj_status oj__train_read_state(const char *path, json_t **state, char *dir, size
 }
 
 oj_status oj__train_checkpoint(oj_trainer *t, oj_error *err) {
-    double t0 = oj__train_now();
+    double t0 = oj__now_s();
     oj_named_tensors sd = oj_gpt_state_dict(t->model), os;
     if (oj_optim_state(t->optim, &os))
         return oj_error_set(err, oj_last_status(t->eng), "checkpoint: optimizer state: %s",
@@ -243,7 +243,7 @@ oj_status oj__train_checkpoint(oj_trainer *t, oj_error *err) {
         if ((st = oj_gpt_lora_save(t->model, adir, t->cfg.init_from, err)))
             return st;
     }
-    t->ckpt_s = oj__train_now() - t0;
+    t->ckpt_s = oj__now_s() - t0;
     return OJ_OK;
 }
 

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "core/clock.h"
 #include "ojas/data.h"
 #include "ojas/optim.h"
 #include "ojas/train.h"
@@ -195,8 +196,6 @@ void oj__train_drop_prefetch(oj_trainer *t);
 /* m (may be NULL) receives the step's metrics. */
 oj_status oj__trainer_step(oj_trainer *t, oj_train_metrics *m, oj_error *err);
 
-/* Seconds on a monotonic clock. */
-double oj__train_now(void);
 
 /* config.c */
 json_t *oj__train_config_json(const oj_train_config *c);
