@@ -84,16 +84,17 @@ void oj__gpt_free_quantized(oj_gpt *m);
  * quantized weights become the model's: oj_gpt_quantize and the GGUF
  * load. A block whose copies differ in type (a mixed GGUF file) keeps
  * them apart. Skipped (true) for other families, unquantized models,
- * OJAS_QFUSE=0 (oj__env_flag, read here) and, unless OJAS_QFUSE_GPU=1, a
- * device engine (not yet run on a GPU). false with the error recorded
- * on the engine (the blocks fused so far stay so, every copy valid). */
+ * OJAS_QFUSE=0 (oj__env_flag, read here) and, on a device engine,
+ * OJAS_QFUSE_GPU=0. false with the error recorded on the engine (the
+ * blocks fused so far stay so, every copy valid). */
 bool oj__gpt_qfuse(oj_gpt *m);
 /* Whether the forward multiplies by the stacked matrix fused (b->qqkv or
  * b->qgate_up) rather than by its views: it is set, grad mode is off and
  * the engine is a CPU (the bits of the separate products: each output row
- * is an independent dot product), or a device under FAST with
- * OJAS_QFUSE_GPU=1 (its products may then differ in summation order from
- * the separate ones; off by default until measured on a GPU). */
+ * is an independent dot product), or a device under FAST unless
+ * OJAS_QFUSE_GPU=0 (decode's GEMVs: the separate products' bits, each
+ * row's sum order fixed by K; prefill's GEMM over the dequantized stack
+ * may sum in another order than the separate GEMMs). */
 bool oj__gpt_qfused(const oj_gpt *m, const oj_qtensor *fused);
 /* Columns [c0, c0 + n) of y [B, T, N] (a view) plus bias b [n] when not
  * NULL: what oj__gpt_linear gives for rows [c0, c0 + n) of the stacked

@@ -131,8 +131,7 @@ static bool fuse(oj_qtensor **fused, oj_qtensor **parts[], int n) {
 
 bool oj__gpt_qfuse(oj_gpt *m) {
     if (m->cfg.family != OJ_LLAMA || !oj__env_flag("OJAS_QFUSE", true)) return true;
-    /* a device: not yet run on a GPU, so only on request */
-    if (oj_engine_device(m->eng).type != OJ_DEVICE_CPU && !oj__env_flag("OJAS_QFUSE_GPU", false))
+    if (oj_engine_device(m->eng).type != OJ_DEVICE_CPU && !oj__env_flag("OJAS_QFUSE_GPU", true))
         return true;
     bool ok = true;
     for (int64_t l = 0; ok && l < m->cfg.n_layer; l++) {
@@ -147,7 +146,7 @@ bool oj__gpt_qfuse(oj_gpt *m) {
 bool oj__gpt_qfused(const oj_gpt *m, const oj_qtensor *fused) {
     if (fused == NULL || oj_grad_enabled(m->eng)) return false;
     if (oj_engine_device(m->eng).type == OJ_DEVICE_CPU) return true;
-    return oj_engine_numerics(m->eng) == OJ_NUMERICS_FAST && oj__env_flag("OJAS_QFUSE_GPU", false);
+    return oj_engine_numerics(m->eng) == OJ_NUMERICS_FAST && oj__env_flag("OJAS_QFUSE_GPU", true);
 }
 
 oj_tensor *oj__gpt_qcols(oj_tensor *y, int64_t c0, int64_t n, oj_tensor *b) {

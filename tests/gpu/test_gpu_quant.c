@@ -16,7 +16,10 @@
 // the quantized head (decode_qnorm_head) its logits with their argmax;
 // the quantized fast decode step (gpt_decode_quant.c) of a gpt2 with
 // 124M's widths gives the generic quantized step's greedy tokens for 128
-// steps and its logits within 1e-3 of their largest magnitude (exit 77
+// steps and its logits within 1e-3 of their largest magnitude; a
+// quantized llama's stacked q/k/v and gate/up (oj__gpt_qfuse, on by
+// default under FAST) decode to the separate matrices' (OJAS_QFUSE=0)
+// tokens and logits bit for bit, its full forward within 1e-3 (exit 77
 // without a device; OJAS_GPU_TEST_ON_CPU=1 runs the entry's tests on a CPU
 // engine, a self-check of the tests)
 #include "gpu_testutil.h"
@@ -27,6 +30,7 @@
 #include <unistd.h>
 
 #include "models/gpt_decode_quant.h"
+#include "models/gpt_internal.h"
 #include "ojas/gpt.h"
 #include "ojas/ops.h"
 #include "ojas/quant.h"
@@ -740,6 +744,71 @@ static void test_quantized_fast_step(void **state) {
     oj_engine_free(gpu);
 }
 
+/* A quantized llama (GQA, C 256, MLP 512) under FAST on the device, each
+ * type: the blocks' stacked q/k/v and gate/up (the default) against the
+ * separate matrices (OJAS_QFUSE=0): the decoder's greedy tokens and step
+ * logits (GEMVs, prompt of 8 rows then 1) the same bits, the full
+ * forward's logits (prefill's GEMM over the dequantized stack) within
+ * 1e-3 of their largest magnitude. */
+static void test_llama_qfuse(void **state) {
+    (void)state;
+    oj_engine *gpu = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 0);
+    const oj_gpt_config c = {.family = OJ_LLAMA, .vocab_size = 96, .block_size = 64,
+                             .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 256,
+                             .mlp_hidden = 512, .norm_eps = 1e-6, .rope_theta = 10000.0,
+                             .init_std = 0.2, .untied_head = true};
+    enum { P = 8, STEPS = 24, V = 96, BT = 2 * 12 };
+    const int32_t prompt[P] = {3, 17, 42, 8, 90, 1, 64, 5};
+    int32_t ids[BT];
+    for (int i = 0; i < BT; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+    static float lg[2][(STEPS + 1) * V], fw[2][BT * V];
+    int32_t toks[2][STEPS + 1];
+    for (int ti = 0; ti < NTYPES; ti++) {
+        for (int apart = 0; apart < 2; apart++) {
+            if (apart) setenv("OJAS_QFUSE", "0", 1);
+            oj_gpt *m = NULL;
+            assert_int_equal(oj_gpt_create(gpu, &c, 5, &m), OJ_OK);
+            if (oj_gpt_quantize(m, all_types[ti]) != OJ_OK)
+                fail_msg("quantize: %s", oj_last_error(gpu));
+            unsetenv("OJAS_QFUSE");
+            for (int64_t l = 0; l < c.n_layer; l++)
+                assert_true((m->blocks[l].qqkv != NULL) == !apart &&
+                            (m->blocks[l].qgate_up != NULL) == !apart);
+            assert_true(oj__gpt_qfused(m, m->blocks[0].qqkv) == !apart);
+            decode_run(m, prompt, P, STEPS, toks[apart], lg[apart], V);
+            oj_scope_begin(gpu);
+            const bool prev = oj_set_grad_enabled(gpu, false);
+            oj_tensor *idx = oj_from_host(gpu, 2, (int64_t[]){2, 12}, OJ_I32, ids, sizeof ids);
+            oj_tensor *l = oj_gpt_forward(m, idx);
+            if (l == NULL) fail_msg("forward: %s", oj_last_error(gpu));
+            if (oj_tensor_dtype(l) != OJ_F32) l = oj_cast(l, OJ_F32);
+            assert_int_equal(oj_to_host(l, fw[apart], sizeof fw[apart]), OJ_OK);
+            oj_set_grad_enabled(gpu, prev);
+            oj_scope_end(gpu);
+            oj_gpt_free(m);
+        }
+        for (int s = 0; s <= STEPS; s++) {
+            if (toks[0][s] != toks[1][s])
+                fail_msg("%s step %d: token %d stacked, %d apart", oj_qtype_name(all_types[ti]), s,
+                         toks[0][s], toks[1][s]);
+            for (int i = 0; i < V; i++)
+                if (memcmp(&lg[0][s * V + i], &lg[1][s * V + i], sizeof(float)) != 0)
+                    fail_msg("%s step %d logit %d: %.9g stacked, %.9g apart",
+                             oj_qtype_name(all_types[ti]), s, i, lg[0][s * V + i], lg[1][s * V + i]);
+        }
+        double scale = 1.0, worst = 0.0;
+        for (int i = 0; i < BT * V; i++) scale = fmax(scale, fabs(fw[1][i]));
+        for (int i = 0; i < BT * V; i++) worst = fmax(worst, fabs((double)fw[0][i] - fw[1][i]));
+        if (!(worst <= 1e-3 * scale))
+            fail_msg("%s forward: stacked and apart differ by %g (largest |logit| %g)",
+                     oj_qtype_name(all_types[ti]), worst, scale);
+        print_message("%s: stacked = apart: %d decode steps' bits; forward within %.3g\n",
+                      oj_qtype_name(all_types[ti]), STEPS, worst);
+    }
+    assert_int_equal(oj_engine_live_tensors(gpu), 0);
+    oj_engine_free(gpu);
+}
+
 int main(void) {
     if (gpu_test_probe(true, &on_cpu) != 0) return 77;
     if (on_cpu) {
@@ -754,6 +823,7 @@ int main(void) {
                                        cmocka_unit_test(test_quantized_gpt_decode),
                                        cmocka_unit_test(test_decode_qlinear_entry),
                                        cmocka_unit_test(test_decode_qloop_and_head),
-                                       cmocka_unit_test(test_quantized_fast_step)};
+                                       cmocka_unit_test(test_quantized_fast_step),
+                                       cmocka_unit_test(test_llama_qfuse)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
