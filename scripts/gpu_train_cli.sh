@@ -6,10 +6,14 @@
 # switch AB at each of AB_VALUES (default OJAS_TRAIN_PREFETCH at 1 and 0:
 # the next batch taken during the step or at its start), the runs
 # interleaved REPEAT times, so the settings are compared in one lease.
+# 90 steps by default: the H200 holds its 1980 MHz clock until its power
+# cap (clocks_event_reasons 0x4) slows windows of ~5 steps about every 30
+# steps, so a shorter run's median depends on where the windows fall;
+# compare with a PyTorch run of the same length.
 #
 # usage (repository root, on the GPU machine; shards made here with
 #   ojas data prepare --vocab third_party/gpt2 --out DIR kjv.txt):
-#   SHARDS=DIR TOK=third_party/gpt2 [BUILD=build-gpu] [STEPS=60] [AB=NAME]
+#   SHARDS=DIR TOK=third_party/gpt2 [BUILD=build-gpu] [STEPS=90] [AB=NAME]
 #     [AB_VALUES="1 0"] [REPEAT=1] bash scripts/gpu_train_cli.sh [models...]
 # Writes each run's log under ${OUT:-/tmp}/train_cli_*.log and prints one
 # line per run: model, setting, the median tokens/s of the steps after 20
@@ -17,7 +21,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
-STEPS=${STEPS:-60}
+STEPS=${STEPS:-90}
 AB=${AB:-OJAS_TRAIN_PREFETCH}
 AB_VALUES=${AB_VALUES:-1 0}
 REPEAT=${REPEAT:-1}

@@ -774,7 +774,9 @@ static void test_llama_qfuse(void **state) {
             for (int64_t l = 0; l < c.n_layer; l++)
                 assert_true((m->blocks[l].qqkv != NULL) == !apart &&
                             (m->blocks[l].qgate_up != NULL) == !apart);
+            const bool grad = oj_set_grad_enabled(gpu, false); /* products fused: grad off */
             assert_true(oj__gpt_qfused(m, m->blocks[0].qqkv) == !apart);
+            oj_set_grad_enabled(gpu, grad);
             decode_run(m, prompt, P, STEPS, toks[apart], lg[apart], V);
             oj_scope_begin(gpu);
             const bool prev = oj_set_grad_enabled(gpu, false);
