@@ -154,9 +154,10 @@ static void bench_one(oj_qtype t, const shape *s, int64_t M, int reps, double *u
     for (int c = 0; c < copies; c++)
         if ((q[c] = oj_qtensor_from_blocks(E, t, s->N, s->K, hb, bytes)) == NULL) die("blocks");
     oj_tensor *x = oj_from_host(E, 2, (int64_t[]){M, s->K}, OJ_F32, hx, sizeof(float) * (size_t)(M * s->K));
-    oj_tensor *out[2] = {oj_empty(E, 2, (int64_t[]){M, s->N}, OJ_F32),
+    oj_tensor *out[3] = {oj_empty(E, 2, (int64_t[]){M, s->N}, OJ_F32),
+                         oj_empty(E, 2, (int64_t[]){M, s->N}, OJ_F32),
                          oj_empty(E, 2, (int64_t[]){M, s->N}, OJ_F32)};
-    if (!x || !out[0] || !out[1]) die("buffers");
+    if (!x || !out[0] || !out[1] || !out[2]) die("buffers");
     oj_graph *gr[3];
     const char *ways[3] = {"old", "new", "row"};
     const int W = t == OJ_FP8_E4M3 ? 3 : 2;
