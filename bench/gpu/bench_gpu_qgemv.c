@@ -2,7 +2,10 @@
  * out [M, N] f32 = x [M, K] f32 @ W^T, W quantized): the bandwidth kernel
  * (k_qgemv_fast, OJAS_CUDA_QGEMV_FAST=1, the default under FAST numerics)
  * against the one-warp-a-row kernel (=0, k_qgemv) for q8_0, q4_0, q4_1,
- * q4_k and fp8 on llama3.2-1b's shapes (K 2048: N 2048 q/o, 512 k/v, 8192
+ * q4_k and fp8, and for fp8 the row kernel (k_qgemv_fp8row, the default
+ * under FAST: "row" lines; "new" is k_qgemv_fast, OJAS_CUDA_QGEMV_FP8ROW=0;
+ * the row way runs with the caller's OJAS_CUDA_QGEMV_FP8ROW when it is set
+ * and not "0", e.g. 2: two rows a warp), on llama3.2-1b's shapes (K 2048: N 2048 q/o, 512 k/v, 8192
  * gate/up, 128256 head; K 8192 N 2048 down) and GPT-2 124M's (K 768: N
  * 2304, 768, 3072, 50257; K 3072 N 768), M 1 and 4.
  *
@@ -18,7 +21,9 @@
  * dequantized rows (oj_dequantize_row) at 64 rows spread over N and the
  * last: |y - ref| <= (K / 32 + 48) 2^-24 sum |x w| (test_gpu_quant's
  * bound). ESTIMATE: llama3.2-1b's 16 layers (q, k, v, o, gate, up, down)
- * and the head, summed from the rows above, per token.
+ * and the head, summed from the rows above, per token (fp8: also "row").
+ * ROW lines (fp8): the row kernel's time, GB/s and fraction, and its
+ * speed-up over "new".
  *
  * usage: bench_gpu_qgemv [reps (5)] [--quick: q4_0 and fp8, M 4 on llama's
  *                                    shapes only]
@@ -127,9 +132,12 @@ static void run_qgemv(oj_qtensor *q, oj_tensor *x, oj_tensor *out) {
     if (E->backend->qgemv(E, out, x, q->blocks, (int)q->type, q->cols) != OJ_OK) die("qgemv");
 }
 
+/* The caller's OJAS_CUDA_QGEMV_FP8ROW (main: before the bench sets it). */
+static char fp8row_env[32];
+
 /* Times and checks one (type, shape, M); returns the median us per call
- * of each way in us[0] (old) and us[1] (new); *ok cleared on a failed
- * check. */
+ * of each way in us[0] (old), us[1] (new) and, fp8, us[2] (row); *ok
+ * cleared on a failed check. */
 static void bench_one(oj_qtype t, const shape *s, int64_t M, int reps, double *us, bool *ok) {
     const size_t rb = oj_qtype_row_bytes(t, s->K), bytes = rb * (size_t)s->N;
     uint8_t *hb = malloc(bytes);
@@ -146,13 +154,17 @@ static void bench_one(oj_qtype t, const shape *s, int64_t M, int reps, double *u
     for (int c = 0; c < copies; c++)
         if ((q[c] = oj_qtensor_from_blocks(E, t, s->N, s->K, hb, bytes)) == NULL) die("blocks");
     oj_tensor *x = oj_from_host(E, 2, (int64_t[]){M, s->K}, OJ_F32, hx, sizeof(float) * (size_t)(M * s->K));
-    oj_tensor *out[2] = {oj_empty(E, 2, (int64_t[]){M, s->N}, OJ_F32),
+    oj_tensor *out[3] = {oj_empty(E, 2, (int64_t[]){M, s->N}, OJ_F32),
+                         oj_empty(E, 2, (int64_t[]){M, s->N}, OJ_F32),
                          oj_empty(E, 2, (int64_t[]){M, s->N}, OJ_F32)};
-    if (!x || !out[0] || !out[1]) die("buffers");
-    oj_graph *gr[2];
-    const char *ways[2] = {"old", "new"};
-    for (int p = 0; p < 2; p++) {
+    if (!x || !out[0] || !out[1] || !out[2]) die("buffers");
+    oj_graph *gr[3];
+    const char *ways[3] = {"old", "new", "row"};
+    const int W = t == OJ_FP8_E4M3 ? 3 : 2;
+    const char *row = fp8row_env[0] && strcmp(fp8row_env, "0") != 0 ? fp8row_env : "1";
+    for (int p = 0; p < W; p++) {
         setenv("OJAS_CUDA_QGEMV_FAST", p ? "1" : "0", 1);
+        setenv("OJAS_CUDA_QGEMV_FP8ROW", p == 2 ? row : "0", 1);
         run_qgemv(q[0], x, out[p]); /* warm-up (attributes, occupancy) and the check's output */
         if (oj_engine_synchronize(E) != OJ_OK) die("synchronize");
         *ok = check(t, s, M, hb, rb, hx, out[p], ways[p]) && *ok;
@@ -162,20 +174,24 @@ static void bench_one(oj_qtype t, const shape *s, int64_t M, int reps, double *u
         if (oj_graph_replay(gr[p]) != OJ_OK) die("replay");
     }
     unsetenv("OJAS_CUDA_QGEMV_FAST");
-    double *v[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};
+    unsetenv("OJAS_CUDA_QGEMV_FP8ROW");
+    double *v[3] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps),
+                    malloc(sizeof(double) * (size_t)reps)};
     for (int r = 0; r < reps; r++)
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < W; p++) {
             if (oj_engine_synchronize(E) != OJ_OK) die("synchronize");
             const double t0 = now_ms();
             if (oj_graph_replay(gr[p]) != OJ_OK) die("replay");
             if (oj_engine_synchronize(E) != OJ_OK) die("synchronize");
             v[p][r] = (now_ms() - t0) * 1e3 / R;
         }
-    for (int p = 0; p < 2; p++) {
-        qsort(v[p], (size_t)reps, sizeof(double), cmp_d);
-        us[p] = v[p][reps / 2];
+    for (int p = 0; p < 3; p++) {
+        if (p < W) {
+            qsort(v[p], (size_t)reps, sizeof(double), cmp_d);
+            us[p] = v[p][reps / 2];
+            oj_graph_free(gr[p]);
+        }
         free(v[p]);
-        oj_graph_free(gr[p]);
     }
     const double g0 = (double)bytes / (us[0] * 1e-6) / 1e9, g1 = (double)bytes / (us[1] * 1e-6) / 1e9;
     printf("TIME %-5s %-17s K %5lld N %6lld M %lld  %6.2f MB | old %8.1f us %6.0f GB/s %5.1f%% | "
@@ -183,6 +199,13 @@ static void bench_one(oj_qtype t, const shape *s, int64_t M, int reps, double *u
            oj_qtype_name(t), s->name, (long long)s->K, (long long)s->N, (long long)M,
            (double)bytes / 1e6, us[0], g0, 100.0 * g0 / BW_LIMIT, us[1], g1,
            100.0 * g1 / BW_LIMIT, us[0] / us[1], copies);
+    if (W == 3) {
+        const double g2 = (double)bytes / (us[2] * 1e-6) / 1e9;
+        printf("ROW  %-5s %-17s K %5lld N %6lld M %lld  %6.2f MB | row %8.1f us %6.0f GB/s %5.1f%% | "
+               "%.2fx new (OJAS_CUDA_QGEMV_FP8ROW=%s)\n",
+               oj_qtype_name(t), s->name, (long long)s->K, (long long)s->N, (long long)M,
+               (double)bytes / 1e6, us[2], g2, 100.0 * g2 / BW_LIMIT, us[1] / us[2], row);
+    }
     fflush(stdout);
     for (int c = 0; c < copies; c++) oj_qtensor_free(q[c]);
     free(q);
@@ -202,25 +225,28 @@ int main(int argc, char **argv) {
         }
     }
     if (getenv("HBM_GBS")) BW_LIMIT = atof(getenv("HBM_GBS"));
+    if (getenv("OJAS_CUDA_QGEMV_FP8ROW"))
+        snprintf(fp8row_env, sizeof fp8row_env, "%s", getenv("OJAS_CUDA_QGEMV_FP8ROW"));
     if (bench_cuda_engine(OJ_NUMERICS_FAST, &E)) return 77;
     oj_set_grad_enabled(E, false);
-    printf("bench_gpu_qgemv: qgemv old (k_qgemv) vs new (k_qgemv_fast), reps %d, %% of %.0f GB/s\n",
-           reps, BW_LIMIT);
+    printf("bench_gpu_qgemv: qgemv old (k_qgemv) vs new (k_qgemv_fast), fp8 also row "
+           "(k_qgemv_fp8row), reps %d, %% of %.0f GB/s\n", reps, BW_LIMIT);
     bool ok = true;
     const oj_qtype types[] = {OJ_Q4_0, OJ_FP8_E4M3, OJ_Q8_0, OJ_Q4_1, OJ_Q4_K};
     const int ntypes = quick ? 2 : 5, nm = 2;
     for (int ti = 0; ti < ntypes; ti++)
         for (int mi = 0; mi < nm; mi++) {
             const int64_t M = mi ? 4 : 1;
-            double us[NSHAPES][2];
+            double us[NSHAPES][3];
             const int ns = quick && M > 1 ? 5 : NSHAPES; /* --quick: M 4 on llama's shapes only */
             for (int si = 0; si < ns; si++) bench_one(types[ti], &SHAPES[si], M, reps, us[si], &ok);
             /* 16 layers of q, k, v, o, gate, up, down and the head */
-            for (int p = 0; p < 2; p++) {
+            for (int p = 0; p < (types[ti] == OJ_FP8_E4M3 ? 3 : 2); p++) {
                 const double layer = 2 * us[0][p] + 2 * us[1][p] + 2 * us[2][p] + us[3][p];
                 const double tok = 16 * layer + us[4][p];
                 printf("ESTIMATE %-5s M %lld llama3.2-1b GEMVs a token, %s: %.3f ms (%.0f GEMV-only tok/s)\n",
-                       oj_qtype_name(types[ti]), (long long)M, p ? "new" : "old", tok / 1e3, 1e6 / tok);
+                       oj_qtype_name(types[ti]), (long long)M, p == 2 ? "row" : p ? "new" : "old",
+                       tok / 1e3, 1e6 / tok);
             }
         }
     oj_engine_free(E);

@@ -158,7 +158,8 @@ oj_tensor *oj_dequantize(const oj_qtensor *q);
  * f32 (element order; x not rounded to int8).
  * On CUDA (no int8 rounding of x): up to 8 rows of x by the dequantizing
  * GEMV in f32 (x @ dequantize(W)^T up to the f32 summation order, the same
- * bits on every run), more rows as cast(x, bf16) @ dequantize(W, bf16)^T
+ * bits on every run; fp8 under FAST numerics: s times the sum of q x, the
+ * scale applied once a row), more rows as cast(x, bf16) @ dequantize(W, bf16)^T
  * by the GEMM, cast back to f32; x is not checked for NaN there.
  * Errors: OJ_ERR_DTYPE (x not f32), OJ_ERR_SHAPE (last dim of x != K),
  * OJ_ERR_UNSUPPORTED (a backend without quantized entries),

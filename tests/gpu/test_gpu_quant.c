@@ -2,8 +2,8 @@
 // the same matrix quantized on either engine dequantizes to the same bits;
 // oj_qmatmul's dequantizing GEMV (1..8 rows) within f32 summation error of
 // x @ dequantize(W)^T (f64 reference from the CPU's dequantized matrix; the
-// bandwidth kernel and its fallback on every type, M 1..8, odd N, K 32 to
-// 16384, the same bits on every run and whatever the grid), its
+// bandwidth kernel and its fallback on every type, fp8's row kernel too,
+// M 1..8, odd N, K 32 to 16384, the same bits on every run and whatever the grid), its
 // prefill path (more rows: bf16 GEMM over the dequantized matrix) within
 // bf16 rounding; a quantized GPT (gpt2 and llama, ggml's types, loaded from a GGUF file
 // written on the CPU) decodes on CUDA to the greedy tokens of the CPU's
@@ -144,7 +144,7 @@ static void qgemv_run(oj_engine *gpu, oj_qtensor *q, const float *x, int64_t m, 
 
 /* The dequantizing GEMV on every type, M 1..8, odd N, K the smallest of
  * the type (32, fp8 and k_qgemv's q8_0 / q4_0 / q4_1; 256 for q4_k),
- * 256, 2048 and 16384 (x staged in shared memory at M 1, read through L1
+ * 256, 2048, 8192 and 16384 (x staged in shared memory at M 1, read through L1
  * at M 8), against the f64 product over the CPU's dequantized matrix:
  * |y - ref| <= (K / 32 + 48) 2^-24 sum |x w| (a block's 32 fused
  * multiply-adds, the lane's blocks, the scale's fma, 5 butterfly steps and
@@ -154,23 +154,32 @@ static void qgemv_run(oj_engine *gpu, oj_qtensor *q, const float *x, int64_t m, 
  * with x never staged (OJAS_CUDA_QGEMV_XS=0: read through L1 at every K
  * and M, the XS=false kernel) or staged when it fits (=1); they differ
  * from k_qgemv's (OJAS_CUDA_QGEMV_FAST=0) somewhere for each type (the
- * new kernel ran), and EXACT numerics gives k_qgemv's bits. */
+ * new kernel ran), and EXACT numerics gives k_qgemv's bits. fp8 runs twice:
+ * through k_qgemv_fp8row (OJAS_CUDA_QGEMV_FP8ROW unset: a lane's K / 32
+ * fused multiply-adds of e4m3(q) x, 5 butterfly steps, the row's scale
+ * once, and the reference's own rounding of s e4m3(q): K / 32 + 7 deep,
+ * inside the bound; its bits the same with two rows a warp (=2) and on
+ * every run, and not k_qgemv_fast's everywhere) and through k_qgemv_fast
+ * (=0), each checked as above. A wrong scale fails: at K 16384 the bound
+ * is 3.3e-5 sum |x w| while |y| is about sum |x w| / sqrt(K), 7.8e-3 of
+ * it, so a scale off by 1% (or a power of two) is caught. */
 static void test_qgemv_fast(void **state) {
     (void)state;
     oj_engine *cpu = gpu_test_engine(false, false, OJ_NUMERICS_FAST, 0);
     oj_engine *gpu = gpu_test_engine(true, false, OJ_NUMERICS_FAST, 0);
     oj_engine *gex = gpu_test_engine(true, false, OJ_NUMERICS_EXACT, 0);
-    const int64_t Ks[] = {32, 256, 2048, 16384}, Ns[] = {67, 1001, 333, 37};
+    const int64_t Ks[] = {32, 256, 2048, 8192, 16384}, Ns[] = {67, 1001, 333, 45, 37};
     for (int ti = 0; ti < NTYPES; ti++) {
         const oj_qtype t = all_types[ti];
-        bool differs = false;
-        for (int ki = 0; ki < 4; ki++) {
+        bool differs = false, row_differs = false;
+        for (int ki = 0; ki < 5; ki++) {
             const int64_t K = Ks[ki], N = Ns[ki];
             if (K % oj_qtype_block_elems(t)) continue;
             float *w = malloc(sizeof(float) * (size_t)(N * K)), *wd = malloc(sizeof(float) * (size_t)(N * K));
             float *x = malloc(sizeof(float) * (size_t)(8 * K));
             float *y = malloc(sizeof(float) * (size_t)(8 * N)), *y2 = malloc(sizeof(float) * (size_t)(8 * N));
-            assert_true(w && wd && x && y && y2);
+            float *yr = malloc(sizeof(float) * (size_t)(8 * N));
+            assert_true(w && wd && x && y && y2 && yr);
             qt_fill(w, N * K, 21 + (uint32_t)ki, 0.05f);
             qt_fill(x, 8 * K, 31 + (uint32_t)ki, 1.5f);
             oj_scope_begin(cpu);
@@ -181,52 +190,69 @@ static void test_qgemv_fast(void **state) {
             oj_qtensor *qe = oj_qtensor_from_blocks(gex, t, N, K, oj_qtensor_data(qc), oj_qtensor_nbytes(qc));
             assert_non_null(qg);
             assert_non_null(qe);
-            for (int64_t m = 1; m <= 8; m++) {
-                qgemv_run(gpu, qg, x, m, K, y, N);
-                for (int64_t r = 0; r < m; r++)
-                    for (int64_t i = 0; i < N; i++) {
-                        double ref = 0, absxw = 0;
-                        for (int64_t j = 0; j < K; j++) {
-                            ref += (double)x[r * K + j] * wd[i * K + j];
-                            absxw += fabs((double)x[r * K + j] * wd[i * K + j]);
+            /* fp8: the row kernel (OJAS_CUDA_QGEMV_FP8ROW unset), then k_qgemv_fast (=0) */
+            for (int64_t m = 1; m <= 8; m++)
+                for (int fr = 0; fr < (t == OJ_FP8_E4M3 ? 2 : 1); fr++) {
+                    if (fr) setenv("OJAS_CUDA_QGEMV_FP8ROW", "0", 1);
+                    else unsetenv("OJAS_CUDA_QGEMV_FP8ROW");
+                    qgemv_run(gpu, qg, x, m, K, y, N);
+                    for (int64_t r = 0; r < m; r++)
+                        for (int64_t i = 0; i < N; i++) {
+                            double ref = 0, absxw = 0;
+                            for (int64_t j = 0; j < K; j++) {
+                                ref += (double)x[r * K + j] * wd[i * K + j];
+                                absxw += fabs((double)x[r * K + j] * wd[i * K + j]);
+                            }
+                            const double bound = (double)(K / 32 + 48) * ldexp(1, -24) * absxw;
+                            const double e = fabs(y[r * N + i] - ref);
+                            if (!(e <= bound))
+                                fail_msg("%s%s K %lld N %lld M %lld: y[%lld, %lld] = %.9g, reference %.9g, "
+                                         "error %g > %g", oj_qtype_name(t), fr ? " (FP8ROW=0)" : "",
+                                         (long long)K, (long long)N,
+                                         (long long)m, (long long)r, (long long)i, y[r * N + i], ref, e, bound);
                         }
-                        const double bound = (double)(K / 32 + 48) * ldexp(1, -24) * absxw;
-                        const double e = fabs(y[r * N + i] - ref);
-                        if (!(e <= bound))
-                            fail_msg("%s K %lld N %lld M %lld: y[%lld, %lld] = %.9g, reference %.9g, "
-                                     "error %g > %g", oj_qtype_name(t), (long long)K, (long long)N,
-                                     (long long)m, (long long)r, (long long)i, y[r * N + i], ref, e, bound);
-                    }
-                const size_t nb = sizeof(float) * (size_t)(m * N);
-                qgemv_run(gpu, qg, x, m, K, y2, N);
-                if (memcmp(y, y2, nb) != 0)
-                    fail_msg("%s K %lld M %lld: two runs differ", oj_qtype_name(t), (long long)K, (long long)m);
-                setenv("OJAS_CUDA_QGEMV_GRID", "3", 1);
-                qgemv_run(gpu, qg, x, m, K, y2, N);
-                unsetenv("OJAS_CUDA_QGEMV_GRID");
-                if (memcmp(y, y2, nb) != 0)
-                    fail_msg("%s K %lld M %lld: 3 blocks give other bits", oj_qtype_name(t), (long long)K,
-                             (long long)m);
-                for (int xs = 0; xs < 2; xs++) {
-                    setenv("OJAS_CUDA_QGEMV_XS", xs ? "1" : "0", 1);
+                    const size_t nb = sizeof(float) * (size_t)(m * N);
                     qgemv_run(gpu, qg, x, m, K, y2, N);
-                    unsetenv("OJAS_CUDA_QGEMV_XS");
                     if (memcmp(y, y2, nb) != 0)
-                        fail_msg("%s K %lld M %lld: OJAS_CUDA_QGEMV_XS=%d gives other bits",
-                                 oj_qtype_name(t), (long long)K, (long long)m, xs);
+                        fail_msg("%s K %lld M %lld FP8ROW %s: two runs differ", oj_qtype_name(t), (long long)K,
+                                 (long long)m, fr ? "0" : "unset");
+                    if (t == OJ_FP8_E4M3 && !fr) { /* two rows a warp: each row's sum in the same order */
+                        memcpy(yr, y, nb);
+                        setenv("OJAS_CUDA_QGEMV_FP8ROW", "2", 1);
+                        qgemv_run(gpu, qg, x, m, K, y2, N);
+                        unsetenv("OJAS_CUDA_QGEMV_FP8ROW");
+                        if (memcmp(y, y2, nb) != 0)
+                            fail_msg("fp8 K %lld M %lld: OJAS_CUDA_QGEMV_FP8ROW=2 gives other bits", (long long)K,
+                                     (long long)m);
+                    }
+                    if (fr) row_differs = row_differs || memcmp(yr, y, nb) != 0;
+                    setenv("OJAS_CUDA_QGEMV_GRID", "3", 1);
+                    qgemv_run(gpu, qg, x, m, K, y2, N);
+                    unsetenv("OJAS_CUDA_QGEMV_GRID");
+                    if (memcmp(y, y2, nb) != 0)
+                        fail_msg("%s K %lld M %lld: 3 blocks give other bits", oj_qtype_name(t), (long long)K,
+                                 (long long)m);
+                    for (int xs = 0; xs < 2; xs++) {
+                        setenv("OJAS_CUDA_QGEMV_XS", xs ? "1" : "0", 1);
+                        qgemv_run(gpu, qg, x, m, K, y2, N);
+                        unsetenv("OJAS_CUDA_QGEMV_XS");
+                        if (memcmp(y, y2, nb) != 0)
+                            fail_msg("%s K %lld M %lld: OJAS_CUDA_QGEMV_XS=%d gives other bits",
+                                     oj_qtype_name(t), (long long)K, (long long)m, xs);
+                    }
+                    setenv("OJAS_CUDA_QGEMV_FAST", "0", 1);
+                    qgemv_run(gpu, qg, x, m, K, y2, N);
+                    unsetenv("OJAS_CUDA_QGEMV_FAST");
+                    differs = differs || memcmp(y, y2, nb) != 0;
+                    float *y3 = malloc(nb);
+                    assert_non_null(y3);
+                    qgemv_run(gex, qe, x, m, K, y3, N);
+                    if (memcmp(y3, y2, nb) != 0)
+                        fail_msg("%s K %lld M %lld: EXACT's bits are not k_qgemv's", oj_qtype_name(t),
+                                 (long long)K, (long long)m);
+                    free(y3);
+                    unsetenv("OJAS_CUDA_QGEMV_FP8ROW");
                 }
-                setenv("OJAS_CUDA_QGEMV_FAST", "0", 1);
-                qgemv_run(gpu, qg, x, m, K, y2, N);
-                unsetenv("OJAS_CUDA_QGEMV_FAST");
-                differs = differs || memcmp(y, y2, nb) != 0;
-                float *y3 = malloc(nb);
-                assert_non_null(y3);
-                qgemv_run(gex, qe, x, m, K, y3, N);
-                if (memcmp(y3, y2, nb) != 0)
-                    fail_msg("%s K %lld M %lld: EXACT's bits are not k_qgemv's", oj_qtype_name(t),
-                             (long long)K, (long long)m);
-                free(y3);
-            }
             oj_qtensor_free(qe);
             oj_qtensor_free(qg);
             oj_qtensor_free(qc);
@@ -236,10 +262,13 @@ static void test_qgemv_fast(void **state) {
             free(x);
             free(y);
             free(y2);
+            free(yr);
         }
         if (!differs) fail_msg("%s: k_qgemv_fast gave k_qgemv's bits everywhere (did it run?)", oj_qtype_name(t));
-        print_message("%s: qgemv within (K / 32 + 48) 2^-24 sum |x w| of f64 at K 32..16384, M 1..8\n",
-                      oj_qtype_name(t));
+        if (t == OJ_FP8_E4M3 && !row_differs)
+            fail_msg("fp8: k_qgemv_fp8row gave k_qgemv_fast's bits everywhere (did it run?)");
+        print_message("%s: qgemv within (K / 32 + 48) 2^-24 sum |x w| of f64 at K 32..16384, M 1..8%s\n",
+                      oj_qtype_name(t), t == OJ_FP8_E4M3 ? " (k_qgemv_fp8row and k_qgemv_fast)" : "");
     }
     assert_int_equal(oj_engine_live_tensors(gpu), 0);
     assert_int_equal(oj_engine_live_tensors(gex), 0);

@@ -4,13 +4,33 @@
  * with one f32 scale a row, converted by the hardware: sm_89 and later).
  *
  * qgemv, batch-1 (to 8 rows) decode: the dequantization is the GEMV's
- * prologue. Two kernels; each sums in an order fixed by (K) (and the
- * kernel), the same bits on every run, no atomics, and multiplies x by
- * the CPU's dequantized values exactly (oj_dequantize_row's). Unlike the
- * CPU's kernels x is not rounded to int8: the result is the
+ * prologue. Three kernels; each sums in an order fixed by (K) (and the
+ * kernel), the same bits on every run, no atomics; k_qgemv and
+ * k_qgemv_fast multiply x by the CPU's dequantized values exactly
+ * (oj_dequantize_row's), k_qgemv_fp8row applies fp8's row scale once.
+ * Unlike the CPU's kernels x is not rounded to int8: the result is the
  * dequantize-then-matmul product up to f32 summation.
  *
- * k_qgemv_fast (FAST numerics, on unless OJAS_CUDA_QGEMV_FAST=0), built
+ * k_qgemv_fp8row (fp8 under FAST numerics, on unless
+ * OJAS_CUDA_QGEMV_FP8ROW=0 or OJAS_CUDA_QGEMV_FAST=0; read at each call;
+ * "2": two rows a warp): a streaming GEMV in the manner of k_gemv_nk
+ * (cuda_gemv.cu). One warp per output row, four a 128-thread block, grid
+ * ceil(N / 4), no shared memory, no barrier; lane l reads the 32-bit
+ * words l, l + 32, ... of the row's K E4M3 bytes (__ldcs, 128 coalesced
+ * bytes a warp load), U words in flight (8 / 16 / 32 from K and M) issued
+ * before any use, converts each word by two hardware e4m3x2 -> f16x2 cvts
+ * (exact) to four f32 and takes four fused multiply-adds with x's float4
+ * of the same word (__ldg, coalesced, read once for all R rows of the
+ * warp) for each of the M rows; a xor butterfly; then out = d * sum,
+ * the row's scale d applied ONCE a row. This rounds differently from the
+ * CPU (which multiplies x by d q rounded per weight): the product of d and
+ * the f32 sum of q x, not the sum of x (d q); within the same f32
+ * summation bound. Each row's order is fixed by K alone (a lane's words
+ * in order, words past K added as +0), whatever N, M, R, U or the grid.
+ * It needs K % 16 == 0, rows of 16 + K bytes and 16-byte aligned W.
+ *
+ * k_qgemv_fast (FAST numerics, on unless OJAS_CUDA_QGEMV_FAST=0; fp8 only
+ * with OJAS_CUDA_QGEMV_FP8ROW=0 or where the row kernel does not apply), built
  * for HBM bandwidth: 256 threads a block, persistent blocks (as many as
  * fit an SM, times the SMs) walking tiles of TR rows (TR a power of two,
  * 2..32, TR row bytes <= 16 KB). A tile is one contiguous 16-byte aligned
@@ -462,6 +482,116 @@ static cudaError_t qf_launch_m(const oj_cuda_state *s, int64_t M, float *out, co
 #undef QF_CASE
 }
 
+/* ------------------------------------- k_qgemv_fp8row (fp8, FAST numerics) */
+#define FR_THREADS 128   /* 4 warps, R output rows each */
+#define FR_MIN_BLOCKS 4  /* registers capped at 128: the U loads stay in flight */
+
+/* fp8 rows (16 + K bytes: the f32 scale d, 12 pad bytes, K E4M3 bytes),
+ * W [N] rows rb bytes apart, 16-byte aligned; x (M, K) f32; out (M, N) f32
+ * = d sum_k q[k] x[k]. K4 = K / 4 words of a row's quants. Warp g owns
+ * rows g R .. g R + R - 1 (past N: the last row again, not stored); lane l
+ * takes the words l, l + 32, ... (4 quants each, coalesced 128-byte warp
+ * loads; x's float4 of the same word, coalesced too), U words in flight a
+ * row before any use. */
+template <int M, int U, int R>
+__global__ void __launch_bounds__(FR_THREADS, FR_MIN_BLOCKS)
+    k_qgemv_fp8row(float *out, const float *__restrict__ x, const uint8_t *__restrict__ w,
+                   int64_t N, int K4, size_t rb) {
+    const int lane = threadIdx.x & 31;
+    const int64_t n0 = ((int64_t)blockIdx.x * (FR_THREADS / 32) + (threadIdx.x >> 5)) * R;
+    if (n0 >= N) return; /* the whole warp; no block barrier */
+    const unsigned *qr[R];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t n = n0 + r < N ? n0 + r : n0;
+        const uint8_t *row = w + (size_t)n * rb;
+        d[r] = __ldg((const float *)row);
+        qr[r] = (const unsigned *)(row + 16);
+    }
+    const float4 *x4 = (const float4 *)x;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float s[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++) s[r][m] = 0.0f;
+    for (int c0 = 0; c0 < K4; c0 += 32 * U) {
+        unsigned q[R][U];
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* every weight load first (0 past K: adds +0) */
+            const int c = c0 + u * 32 + lane;
+#pragma unroll
+            for (int r = 0; r < R; r++) q[r][u] = c < K4 ? __ldcs(qr[r] + c) : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * 32 + lane;
+            const bool ok = c < K4;
+            float v[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++) { /* E4M3 pairs to f16 pairs (hardware cvt, exact), f32 */
+                const float2 lo = __half22float2(__half2(
+                    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(q[r][u] & 0xffffu), __NV_E4M3)));
+                const float2 hi = __half22float2(__half2(
+                    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(q[r][u] >> 16), __NV_E4M3)));
+                v[r][0] = lo.x, v[r][1] = lo.y, v[r][2] = hi.x, v[r][3] = hi.y;
+            }
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                const float4 xv = ok ? __ldg(x4 + (size_t)m * K4 + c) : zero4;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    s[r][m] = fmaf(v[r][0], xv.x, s[r][m]);
+                    s[r][m] = fmaf(v[r][1], xv.y, s[r][m]);
+                    s[r][m] = fmaf(v[r][2], xv.z, s[r][m]);
+                    s[r][m] = fmaf(v[r][3], xv.w, s[r][m]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const float a = oj_cu_warp_sumf(s[r][m]);
+            if (lane == r * M + m && n0 + r < N) out[(int64_t)m * N + n0 + r] = __fmul_rn(d[r], a);
+        }
+}
+
+/* Launch k_qgemv_fp8row for M rows of x, R rows a warp; U from K (a
+ * lane's words of a row in one round up to K 2048, as k_gemv_nk) and M
+ * (fewer words in flight for more rows of x: no spills under the 128
+ * registers a thread). */
+template <int M, int R>
+static void fr_launch_u(float *out, const float *x, const uint8_t *w, int64_t N, int64_t K,
+                        size_t rb) {
+    constexpr int U1 = 8 / R, U2 = (M <= 4 ? 16 : 8) / R, U3 = (M <= 2 ? 32 : M <= 4 ? 16 : 8) / R;
+    const unsigned grid = (unsigned)((N + (FR_THREADS / 32) * R - 1) / ((FR_THREADS / 32) * R));
+    const int K4 = (int)(K / 4);
+    if (K < 2048)
+        k_qgemv_fp8row<M, U1, R><<<grid, FR_THREADS, 0, OJ_STREAM>>>(out, x, w, N, K4, rb);
+    else if (K < 8192)
+        k_qgemv_fp8row<M, U2, R><<<grid, FR_THREADS, 0, OJ_STREAM>>>(out, x, w, N, K4, rb);
+    else
+        k_qgemv_fp8row<M, U3, R><<<grid, FR_THREADS, 0, OJ_STREAM>>>(out, x, w, N, K4, rb);
+}
+
+template <int R>
+static void fr_launch(int64_t M, float *out, const float *x, const uint8_t *w, int64_t N,
+                      int64_t K, size_t rb) {
+    switch (M) {
+    case 1: fr_launch_u<1, R>(out, x, w, N, K, rb); break;
+    case 2: fr_launch_u<2, R>(out, x, w, N, K, rb); break;
+    case 3: fr_launch_u<3, R>(out, x, w, N, K, rb); break;
+    case 4: fr_launch_u<4, R>(out, x, w, N, K, rb); break;
+    case 5: fr_launch_u<5, R>(out, x, w, N, K, rb); break;
+    case 6: fr_launch_u<6, R>(out, x, w, N, K, rb); break;
+    case 7: fr_launch_u<7, R>(out, x, w, N, K, rb); break;
+    default: fr_launch_u<8, R>(out, x, w, N, K, rb); break;
+    }
+}
+
 static bool qtype_ok(oj_engine *eng, int qtype, const char *op) {
     if (qtype >= QK_Q8_0 && qtype <= QK_FP8) return true;
     oj_set_error(eng, OJ_ERR_INTERNAL, "%s: quantized type %d has no CUDA kernel", op, qtype);
@@ -487,9 +617,16 @@ oj_status oj_cuda_qgemv(oj_engine *eng, oj_tensor *out, const oj_tensor *x,
     float *o = (float *)oj_cuda_ptr(out);
     const float *xp = (const float *)oj_cuda_ptr(x);
     const uint8_t *w = (const uint8_t *)oj_cuda_ptr(blocks);
+    const bool fast = eng->numerics == OJ_NUMERICS_FAST && oj__env_flag("OJAS_CUDA_QGEMV_FAST", true);
+    /* fp8 rows: one (OJAS_CUDA_QGEMV_FP8ROW unset or not "0"; "2": two) a warp */
+    if (fast && qtype == QK_FP8 && oj__env_flag("OJAS_CUDA_QGEMV_FP8ROW", true) &&
+        oj_cu_aligned16(w) && K % 16 == 0 && rb == (size_t)(16 + K) && K <= ((int64_t)1 << 30)) {
+        if (oj__env_int("OJAS_CUDA_QGEMV_FP8ROW", 1) == 2) fr_launch<2>(M, o, xp, w, N, K, rb);
+        else fr_launch<1>(M, o, xp, w, N, K, rb);
+        return oj_cuda_check(eng, "qgemv_fp8row");
+    }
     qf_plan plan;
-    if (eng->numerics == OJ_NUMERICS_FAST && oj__env_flag("OJAS_CUDA_QGEMV_FAST", true) &&
-        oj_cu_aligned16(w) &&
+    if (fast && oj_cu_aligned16(w) &&
         qf_make_plan(M, K, rb, oj__env_flag("OJAS_CUDA_QGEMV_XS", true), &plan)) {
         const oj_cuda_state *s = oj_cuda_state_of(eng);
         cudaError_t e;
