@@ -44,6 +44,17 @@ static const oj_qtype all_types[] = {OJ_Q8_0, OJ_Q4_0, OJ_Q4_1, OJ_Q4_K, OJ_FP8_
 #define NTYPES 5
 #define NGGML 4 /* the first NTYPES with a GGUF (ggml) type; fp8 has none */
 
+/* sum_j x[j] w[j] in f64 over K; *absxw the sum of |x[j] w[j]|. */
+static double ref_dot(const float *x, const float *w, int64_t K, double *absxw) {
+    double ref = 0, a = 0;
+    for (int64_t j = 0; j < K; j++) {
+        ref += (double)x[j] * w[j];
+        a += fabs((double)x[j] * w[j]);
+    }
+    *absxw = a;
+    return ref;
+}
+
 static void test_qmatmul_matches_cpu(void **state) {
     (void)state;
     oj_engine *cpu = gpu_test_engine(false, false, OJ_NUMERICS_FAST, 0);
@@ -82,11 +93,8 @@ static void test_qmatmul_matches_cpu(void **state) {
             const bool gemv = m <= 8;
             for (int64_t r = 0; r < m; r++)
                 for (int64_t i = 0; i < N; i++) {
-                    double ref = 0, absxw = 0;
-                    for (int64_t j = 0; j < K; j++) {
-                        ref += (double)x[r * K + j] * wd[i * K + j];
-                        absxw += fabs((double)x[r * K + j] * wd[i * K + j]);
-                    }
+                    double absxw;
+                    const double ref = ref_dot(x + r * K, wd + i * K, K, &absxw);
                     /* GEMV: f32 products and sums (K / 32 + 32 roundings
                      * deep); GEMM: x, W and y each rounded to bf16 */
                     double bound = gemv ? (K / 32 + 40) * ldexp(1, -24) * absxw
@@ -198,11 +206,8 @@ static void test_qgemv_fast(void **state) {
                     qgemv_run(gpu, qg, x, m, K, y, N);
                     for (int64_t r = 0; r < m; r++)
                         for (int64_t i = 0; i < N; i++) {
-                            double ref = 0, absxw = 0;
-                            for (int64_t j = 0; j < K; j++) {
-                                ref += (double)x[r * K + j] * wd[i * K + j];
-                                absxw += fabs((double)x[r * K + j] * wd[i * K + j]);
-                            }
+                            double absxw;
+                            const double ref = ref_dot(x + r * K, wd + i * K, K, &absxw);
                             const double bound = (double)(K / 32 + 48) * ldexp(1, -24) * absxw;
                             const double e = fabs(y[r * N + i] - ref);
                             if (!(e <= bound))
