@@ -56,7 +56,8 @@ static const char k_usage[] =
     "  order after the config file. SIGINT/SIGTERM finish the\n"
     "  current step, write a checkpoint and exit 0 (a second Ctrl-C aborts).\n"
     "  MFU = (6 N + 12 L T C) * tokens/s / peak_flops, where peak_flops is the\n"
-    "  config value or, when 0, the measured f32 matmul throughput of the engine.\n"
+    "  config value or, when 0, the measured f32 matmul throughput of a CUDA\n"
+    "  engine; on the CPU, 0 means no MFU.\n"
     "\n"
     "config keys and their defaults:\n";
 

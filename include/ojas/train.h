@@ -17,10 +17,11 @@
  * MFU = flops_per_token * tokens/s / peak_flops with flops_per_token =
  * oj_gpt_flops_per_token = 6 N + 12 L T C (N parameters without the
  * position table, forward + backward, causal masking ignored; Kaplan et al.
- * 2020, PaLM appendix B). peak_flops is the configured value, or else
- * measured at start-up as the f32 GEMM throughput of the engine's own
- * oj_matmul on square 512 (CPU) / 4096 (CUDA) matrices, so on the CPU MFU
- * says how close a step comes to the engine's best matmul speed.
+ * 2020, PaLM appendix B). peak_flops is the configured value, or else, on
+ * a CUDA engine, measured at start-up as the f32 GEMM throughput of the
+ * engine's own oj_matmul on square 4096 matrices; a CPU engine without
+ * peak_flops has no MFU (NaN: left out of the log, null in metrics.jsonl),
+ * since a measurement on a machine shared with other work varies by 2x.
  *
  * Output under out_dir: ckpt-NNNNNN/ checkpoints (oj_checkpoint_save: model
  * state_dict, optimizer state, state.json holding the lineage ids run_id,
@@ -111,7 +112,8 @@ typedef struct oj_train_config {
     oj_train_dtype dtype;    /* compute dtype: "f32" | "bf16" | "f16" */
     bool cuda_graph;         /* replay forward + backward as a CUDA graph, false
                               * (device cuda, grad_accum 1; oj_graph_capture_begin) */
-    double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up */
+    double peak_flops;       /* FLOP/s for MFU; 0 = measure at start-up on CUDA,
+                              * no MFU on the CPU */
     int64_t budget_bytes;    /* engine root budget; 0 = what the machine can give, less a
                               * margin (oj_engine_create); 9e18 = no limit */
     int64_t max_skipped_steps; /* stop with OJ_ERR_NUMERIC after this many steps in a row

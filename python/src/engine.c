@@ -119,6 +119,17 @@ void ojpy_engine_exports(EngineObject *e, int delta) {
     }
 }
 
+EngineObject *ojpy_engine_call_begin(EngineObject *e) {
+    Py_INCREF(e);
+    ojpy_engine_exports(e, +1);
+    return e;
+}
+
+void ojpy_engine_call_end(EngineObject *e) {
+    ojpy_engine_exports(e, -1);
+    Py_DECREF(e);
+}
+
 static PyObject *engine_close(EngineObject *self, PyObject *unused) {
     if (self->on_close)
         return ojpy_raise_status(OJ_ERR_STATE,

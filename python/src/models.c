@@ -481,14 +481,12 @@ static PyObject *gpt_generate(GPTObject *g, PyObject *args) {
     gen_ctx ctx = {.fn = fn == Py_None ? NULL : fn};
     /* the call holds the engine like a view: on_token closing it (or the
      * Trainer that owns the model) waits for generate's end */
-    EngineObject *eng = (EngineObject *)Py_NewRef((PyObject *)g->eng);
-    ojpy_engine_exports(eng, +1);
+    EngineObject *eng = ojpy_engine_call_begin(g->eng);
     oj_status st = oj_generate(m, B, (const int32_t *const *)ps, lens, &sc, outs, olens,
                                gen_on_token, &ctx);
     if (ctx.failed) oj_clear_error(eng->eng);
     else if (st != OJ_OK) ojpy_raise_engine(eng->eng, "generate");
-    ojpy_engine_exports(eng, -1); /* a close asked for in on_token happens here */
-    Py_DECREF(eng);
+    ojpy_engine_call_end(eng); /* a close asked for in on_token happens here */
     if (ctx.failed || st != OJ_OK) goto out;
     res = PyList_New(B);
     for (Py_ssize_t i = 0; res && i < B; i++) {

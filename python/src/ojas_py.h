@@ -68,6 +68,13 @@ EngineObject *ojpy_engine_arg(PyObject *o);
  * an engine with views out refuses close() (their memory would go), and a
  * `with` block's end closes it when the last view is given back. */
 void ojpy_engine_exports(EngineObject *e, int delta);
+/* Hold e like a view for the length of a call that runs Python code
+ * (callbacks): a close() asked for meanwhile waits for the call's end.
+ * Returns e with one more reference and one more view; give it back with
+ * ojpy_engine_call_end, which runs a close asked for in the call and drops
+ * the reference (e may go with it). */
+EngineObject *ojpy_engine_call_begin(EngineObject *e);
+void ojpy_engine_call_end(EngineObject *e);
 
 /* tensor.c */
 int ojpy_tensor_init(PyObject *m);

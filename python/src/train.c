@@ -260,8 +260,7 @@ static PyObject *trainer_run(TrainerObject *o, PyObject *args) {
     o->run.running = 1;
     /* the run holds the engine like a view: a close() from a callback
      * waits for the run's end (the trainer must outlive oj_trainer_run) */
-    EngineObject *eng = (EngineObject *)Py_NewRef((PyObject *)o->eng);
-    ojpy_engine_exports(eng, +1);
+    EngineObject *eng = ojpy_engine_call_begin(o->eng);
     oj_train_result r;
     memset(&r, 0, sizeof r);
     oj_error err = {0};
@@ -281,8 +280,7 @@ static PyObject *trainer_run(TrainerObject *o, PyObject *args) {
                          r.val_loss, "val_bpb", r.val_bpb, "tokens_per_s", r.tokens_per_s,
                          "elapsed_s", r.elapsed_s, "peak_bytes", (long long)r.peak_bytes,
                          "checkpoint", r.checkpoint);
-    ojpy_engine_exports(eng, -1); /* a close() asked for in the run happens here */
-    Py_DECREF(eng);
+    ojpy_engine_call_end(eng); /* a close() asked for in the run happens here */
     return res;
 }
 

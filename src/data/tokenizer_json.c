@@ -626,13 +626,24 @@ static bool merge_parts(json_t *m, const char **a, size_t *al, const char **b, s
     return false;
 }
 
+/* Is the n bytes at s a key of model.vocab? tmp (n + 1 bytes) gets the key
+ * NUL-terminated for the lookup. */
+static bool in_vocab(json_t *vocab, const char *s, size_t n, char *tmp) {
+    memmove(tmp, s, n);
+    tmp[n] = 0;
+    return json_object_get(vocab, tmp) != NULL;
+}
+
 /* merges, in priority order: pair table (left id, right id) -> rank and
- * merge_id[rank] = the merged token. A merge whose parts are not both in
- * the vocabulary can never apply (every symbol BPE makes is a vocabulary
- * token: the bytes are, and so is every merge result, which is checked);
- * a later duplicate of a pair replaces the earlier rank (as a Map built
- * from the list does in tokenizers.js). */
-static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges, bool sp) {
+ * merge_id[rank] = the merged token. Each part and the merged result (the
+ * two keys joined) must be keys of model.vocab, else the file is refused
+ * naming the merge and the token, as the Rust tokenizers' BPE builder
+ * refuses it (MergeTokenOutOfVocabulary). A merge whose part is a key but an
+ * added token (kept out of the mergeable tokens) can never apply and is
+ * skipped on ByteLevel files; a later duplicate of a pair replaces the
+ * earlier rank (as a Map built from the list does in tokenizers.js). */
+static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *vocab, json_t *merges,
+                             bool sp) {
     if (!json_is_array(merges))
         return bad(c, OJ_ERR_CORRUPT, "model.merges", "expected an array");
     size_t n = json_array_size(merges);
@@ -653,7 +664,7 @@ static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges, bo
             free(buf);
             return bad(c, OJ_ERR_CORRUPT, f, "expected \"A B\" (one space) or [\"A\", \"B\"]");
         }
-        if (al + bl > cap) {
+        if (al + bl + 1 > cap) {
             cap = (al + bl) * 2 + 64;
             uint8_t *nb = realloc(buf, cap);
             if (!nb) {
@@ -661,6 +672,30 @@ static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges, bo
                 return oom(c);
             }
             buf = nb;
+        }
+        char *key = (char *)buf; /* the keys, before buf takes the bytes */
+        const char *miss = NULL;
+        size_t ml = 0;
+        if (!in_vocab(vocab, a, al, key)) {
+            miss = a;
+            ml = al;
+        } else if (!in_vocab(vocab, b, bl, key)) {
+            miss = b;
+            ml = bl;
+        } else {
+            memcpy(key, a, al);
+            memcpy(key + al, b, bl);
+            if (!in_vocab(vocab, key, al + bl, key)) {
+                miss = key;
+                ml = al + bl;
+            }
+        }
+        if (miss) {
+            oj_status st = bad(c, OJ_ERR_CORRUPT, f, "\"%.*s %.*s\": \"%.*s\" is not in model.vocab",
+                               (int)(al > 64 ? 64 : al), a, (int)(bl > 64 ? 64 : bl), b,
+                               (int)(ml > 128 ? 128 : ml), miss);
+            free(buf);
+            return st;
         }
         if (sp) { /* text keys, and every part must be a token */
             memcpy(buf, a, al);
@@ -671,20 +706,24 @@ static oj_status load_merges(const ctx *c, oj_tokenizer *tok, json_t *merges, bo
             free(buf);
             return bad(c, OJ_ERR_CORRUPT, f, "a part is not a ByteLevel string");
         }
+        /* all three are keys of model.vocab: one missing from the ranks is an
+         * added token */
         int32_t ia = oj_bpe_rank(tok, buf, ua), ib = oj_bpe_rank(tok, buf + ua, ub);
         tok->merge_id[i] = -1;
         if (sp && (ia < 0 || ib < 0)) {
             free(buf);
-            return bad(c, OJ_ERR_CORRUPT, f, "\"%.*s\" is not in model.vocab",
-                       (int)(ia < 0 ? (al > 64 ? 64 : al) : (bl > 64 ? 64 : bl)), ia < 0 ? a : b);
+            return bad(c, OJ_ERR_UNSUPPORTED, f, "\"%.*s\" is an added token; a merge of one "
+                       "is not supported", (int)(ia < 0 ? (al > 64 ? 64 : al) : (bl > 64 ? 64 : bl)),
+                       ia < 0 ? a : b);
         }
         if (ia < 0 || ib < 0)
             continue;
         int32_t ic = oj_bpe_rank(tok, buf, ua + ub);
         if (ic < 0) {
             free(buf);
-            return bad(c, OJ_ERR_CORRUPT, f, "\"%.*s\" + \"%.*s\" is not in model.vocab",
-                       (int)(al > 64 ? 64 : al), a, (int)(bl > 64 ? 64 : bl), b);
+            return bad(c, OJ_ERR_UNSUPPORTED, f, "\"%.*s%.*s\" is an added token; a merge "
+                       "making one is not supported", (int)(al > 64 ? 64 : al), a,
+                       (int)(bl > 64 ? 64 : bl), b);
         }
         tok->merge_id[i] = ic;
         if (oj_pairmap_set(&tok->pairs, ia, ib, (int32_t)i) != 0) {
@@ -740,7 +779,8 @@ static oj_status parse_model(const ctx *c, oj_tokenizer *tok, json_t *m, json_t 
             if (tok->byte_id[b] < 0)
                 return bad(c, OJ_ERR_CORRUPT, "model.vocab", "byte 0x%02x has no token", b);
     }
-    return load_merges(c, tok, json_object_get(m, "merges"), byte_fallback);
+    return load_merges(c, tok, json_object_get(m, "vocab"), json_object_get(m, "merges"),
+                       byte_fallback);
 }
 
 static oj_status add_added(const ctx *c, oj_tokenizer *tok, json_t *added) {

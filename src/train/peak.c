@@ -1,11 +1,12 @@
-/* The FLOP/s that MFU divides by, when the config gives none: the f32 GEMM
- * throughput of the engine's own oj_matmul (its device, numerics and
- * threads), best of a few square multiplications. */
+/* The FLOP/s that MFU divides by on a CUDA engine when the config gives
+ * none: the f32 GEMM throughput of the engine's own oj_matmul (its device
+ * and numerics), best of a few square 4096 multiplications. (The CPU is
+ * not measured: trainer.c.) */
 #include "ojas/ops.h"
 #include "train/train_internal.h"
 
 double oj__train_measure_peak(oj_engine *eng) {
-    const int64_t n = oj_engine_device(eng).type == OJ_DEVICE_CUDA ? 4096 : 512;
+    const int64_t n = 4096;
     const int64_t shape[2] = {n, n};
     bool grad = oj_set_grad_enabled(eng, false);
     double best = 0;

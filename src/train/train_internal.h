@@ -241,7 +241,7 @@ void oj__train_say(oj_trainer *t, const char *fmt, ...)
 #endif
     ;
 
-/* peak.c: measured f32 GEMM FLOP/s of the engine. */
+/* peak.c: measured f32 GEMM FLOP/s of a CUDA engine. */
 double oj__train_measure_peak(oj_engine *eng);
 
 #endif

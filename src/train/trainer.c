@@ -390,16 +390,22 @@ static void say_setup(oj_trainer *t) {
         oj__train_say(t, "optimizer adamw lr %g, %s schedule, warmup %lld, min lr %g", c->lr,
                       oj__train_enum_name("schedule", (int)c->schedule),
                       (long long)c->warmup_steps, c->min_lr);
-    oj__train_say(t, "engine %s, %d threads, %s numerics, %s%s%s; MFU against %.1f GFLOP/s (%s)",
+    char mfu[96];
+    if (t->peak_flops > 0)
+        snprintf(mfu, sizeof mfu, "MFU against %.1f GFLOP/s (%s)", t->peak_flops / 1e9,
+                 t->peak_measured ? "measured f32 matmul" : "config peak_flops");
+    else if (t->peak_measured)
+        snprintf(mfu, sizeof mfu, "no MFU (the f32 matmul measurement failed)");
+    else
+        snprintf(mfu, sizeof mfu, "no MFU (set peak_flops, FLOP/s, to see it)");
+    oj__train_say(t, "engine %s, %d threads, %s numerics, %s%s%s; %s",
                   dev, oj_engine_threads(t->eng),
                   c->numerics == OJ_NUMERICS_EXACT ? "exact" : "fast",
                   c->dtype == OJ_TRAIN_BF16  ? "bf16 autocast"
                   : c->dtype == OJ_TRAIN_F16 ? "f16 autocast"
                                              : "f32",
                   c->cuda_graph ? ", forward + backward as a CUDA graph" : "",
-                  oj_detect_anomaly_enabled(t->eng) ? ", detect_anomaly on (slow)" : "",
-                  t->peak_flops / 1e9,
-                  t->peak_measured ? "measured f32 matmul" : "config peak_flops");
+                  oj_detect_anomaly_enabled(t->eng) ? ", detect_anomaly on (slow)" : "", mfu);
     if (t->val_batches)
         oj__train_say(t, "eval every %lld steps on %lld val batches%s", (long long)c->eval_every,
                       (long long)t->val_batches, t->have_bpb ? "" : " (no tokenizer_dir: no bpb)");
@@ -518,8 +524,12 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
     oj_tokenizer_free(tok);
     if (!st) {
         t->flops_per_token = oj_gpt_flops_per_token(t->model, t->T);
+        /* no peak_flops: a CUDA engine's f32 matmul is measured (4096^3,
+         * steady); the CPU's is not (on a 2-core machine shared with other
+         * work, 512^3 measured 13.7 to 31 GFLOP/s from one start to the
+         * next: MFU 57% to 128% for the same step), so it has no MFU */
         t->peak_flops = cfg->peak_flops;
-        if (!(t->peak_flops > 0)) {
+        if (!(t->peak_flops > 0) && oj_engine_device(t->eng).type == OJ_DEVICE_CUDA) {
             t->peak_flops = oj__train_measure_peak(t->eng);
             t->peak_measured = true;
         }

@@ -4,7 +4,7 @@
 // SentencePiece-style BPE with byte fallback, the EOS a directory names and
 // data prepare with it; refusals
 // name the file and the field (truncated JSON, unsupported types and
-// options, a merge whose result is not in the vocabulary)
+// options, a merge whose part or result is not in the vocabulary)
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -240,6 +240,16 @@ static void test_added_tokens_and_template(void **state) {
     assert_int_equal(np, 1);
     assert_int_equal(pre[0], 260);
     oj_tokenizer_free(tok);
+    /* a merge whose part is an added token that model.vocab also holds is
+     * valid but never applies: the added token is split out first */
+    root = base(false, false);
+    json_t *m = json_object_get(root, "model");
+    json_object_set_new(json_object_get(m, "vocab"), "<x>", json_integer(261));
+    json_object_set_new(json_object_get(m, "vocab"), "<x>a", json_integer(262));
+    json_array_append_new(json_object_get(m, "merges"), json_string("<x> a"));
+    assert_int_equal(load(root, &tok, &e), OJ_OK);
+    expect(tok, "<x>a", OJ_ENCODE_ALLOW_SPECIAL, (int32_t[]){261, 'a'}, 2);
+    oj_tokenizer_free(tok);
 }
 
 /* Load the file changed by f, expect status st and a message holding the
@@ -249,7 +259,10 @@ static void refused(void (*f)(json_t *), oj_status st, const char *n1, const cha
     f(root);
     oj_tokenizer *tok = NULL;
     oj_error e = {0};
-    assert_int_equal(load(root, &tok, &e), st);
+    oj_status got = load(root, &tok, &e);
+    if (got != st)
+        fprintf(stderr, "message: %s\n", e.message);
+    assert_int_equal(got, st);
     assert_null(tok);
     if (!strstr(e.message, "tokenizer.json") || !strstr(e.message, n1) ||
         (n2 && !strstr(e.message, n2)) || strchr(e.message, '\n')) {
@@ -287,6 +300,14 @@ static void m_merge_result(json_t *r) {
     json_array_append_new(json_object_get(json_object_get(r, "model"), "merges"),
                           json_string("c a"));
 }
+static void m_merge_left(json_t *r) {
+    json_array_append_new(json_object_get(json_object_get(r, "model"), "merges"),
+                          json_string("xy z"));
+}
+static void m_merge_right(json_t *r) {
+    json_array_append_new(json_object_get(json_object_get(r, "model"), "merges"),
+                          json_pack("[ss]", "a", "qq"));
+}
 static void m_merge_form(json_t *r) {
     json_array_append_new(json_object_get(json_object_get(r, "model"), "merges"),
                           json_string("a b c"));
@@ -320,6 +341,8 @@ static void test_refusals(void **state) {
     refused(m_regex, OJ_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].pattern.Regex", "\\w");
     refused(m_behavior, OJ_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].behavior", "Removed");
     refused(m_merge_result, OJ_ERR_CORRUPT, "model.merges[4]", "not in model.vocab");
+    refused(m_merge_left, OJ_ERR_CORRUPT, "model.merges[4]", "\"xy\" is not in model.vocab");
+    refused(m_merge_right, OJ_ERR_CORRUPT, "model.merges[4]", "\"qq\" is not in model.vocab");
     refused(m_merge_form, OJ_ERR_CORRUPT, "model.merges[4]", "one space");
     refused(m_no_byte, OJ_ERR_CORRUPT, "model.vocab", "0x7a");
     refused(m_truncation, OJ_ERR_UNSUPPORTED, "truncation", NULL);

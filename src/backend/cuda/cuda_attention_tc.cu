@@ -738,15 +738,18 @@ static void tc_args_init(tc_args *a, const oj_tensor *q, const oj_tensor *k, con
     a->sl2 = (float)(scale * 1.4426950408889634);
 }
 
-/* Launch `kernel` on `blocks` CTAs of TC_THREADS with `smem` dynamic bytes. */
-template <typename K>
-static oj_status tc_launch(oj_engine *eng, K kernel, int64_t blocks, size_t smem, const tc_args &a,
+/* Launch Kern on `blocks` CTAs of TC_THREADS with `smem` dynamic bytes
+ * (opted into once per device: oj_cuda_kernel_smem, one oj_cuda_kfacts per
+ * kernel instance). */
+template <auto Kern>
+static oj_status tc_launch(oj_engine *eng, int64_t blocks, size_t smem, const tc_args &a,
                            const char *name) {
+    static oj_cuda_kfacts facts;
     if (blocks <= 0) return OJ_OK;
-    cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t e = oj_cuda_kernel_smem(&facts, (const void *)Kern,
+                                        oj_cuda_state_of(eng)->ordinal, smem);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
-    kernel<<<(unsigned)blocks, TC_THREADS, smem, OJ_STREAM>>>(a);
+    Kern<<<(unsigned)blocks, TC_THREADS, smem, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, name);
 }
 
@@ -754,20 +757,20 @@ template <int D, bool BF> static oj_status tc_forward_d(oj_engine *eng, const tc
     const char *name = "attention_forward (tensor core)";
     int mt = tc_mt();
     int64_t blocks = (int64_t)(a.T + TC_BM * mt - 1) / (TC_BM * mt) * a.B * a.H;
-    if (mt == 2) return tc_launch(eng, k_tc_forward<D, 2, BF>, blocks, tc_smem_fwd(D, 2), a, name);
-    return tc_launch(eng, k_tc_forward<D, 1, BF>, blocks, tc_smem_fwd(D, 1), a, name);
+    if (mt == 2) return tc_launch<k_tc_forward<D, 2, BF>>(eng, blocks, tc_smem_fwd(D, 2), a, name);
+    return tc_launch<k_tc_forward<D, 1, BF>>(eng, blocks, tc_smem_fwd(D, 1), a, name);
 }
 
 template <int D, bool BF>
 static oj_status tc_backward_d(oj_engine *eng, const tc_args &a, bool want_dq, bool want_dkv) {
     oj_status st = OJ_OK;
     if (want_dq)
-        st = tc_launch(eng, k_tc_dq<D, BF>, (int64_t)(a.T + TC_BM - 1) / TC_BM * a.B * a.H,
-                       tc_smem_dq(D), a, "attention_backward (tensor core dq)");
+        st = tc_launch<k_tc_dq<D, BF>>(eng, (int64_t)(a.T + TC_BM - 1) / TC_BM * a.B * a.H,
+                                       tc_smem_dq(D), a, "attention_backward (tensor core dq)");
     if (st == OJ_OK && want_dkv)
-        st = tc_launch(eng, k_tc_dkv<D, TC_BQ(D), BF>,
-                       (int64_t)(a.S + TC_BN - 1) / TC_BN * a.B * a.Hkv, tc_smem_dkv(D), a,
-                       "attention_backward (tensor core dk, dv)");
+        st = tc_launch<k_tc_dkv<D, TC_BQ(D), BF>>(
+            eng, (int64_t)(a.S + TC_BN - 1) / TC_BN * a.B * a.Hkv, tc_smem_dkv(D), a,
+            "attention_backward (tensor core dk, dv)");
     return st;
 }
 

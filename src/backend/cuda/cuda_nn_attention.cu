@@ -700,35 +700,34 @@ static oj_status check_dims(oj_engine *eng, const attn_args *a) {
 
 static unsigned grid_of(int64_t total) { return (unsigned)(total < (1 << 30) ? total : (1 << 30)); }
 
-/* Launch kernel k with `smem` bytes of dynamic shared memory (opting in
- * above the 48 KiB default). */
-template <typename K>
-static oj_status launch(oj_engine *eng, K kernel, int64_t total, size_t smem, const attn_args &a,
+/* Launch kernel Kern with `smem` bytes of dynamic shared memory (opting in
+ * above the 48 KiB default once per device: oj_cuda_kernel_smem, one
+ * oj_cuda_kfacts per kernel instance). */
+template <auto Kern>
+static oj_status launch(oj_engine *eng, int64_t total, size_t smem, const attn_args &a,
                         const char *name) {
+    static oj_cuda_kfacts facts;
     if (total <= 0) return OJ_OK;
-    if (smem > 48 * 1024) {
-        cudaError_t e =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
-    }
-    kernel<<<grid_of(total), ATT_WARPS * 32, smem, OJ_STREAM>>>(a);
+    cudaError_t e = oj_cuda_kernel_smem(&facts, (const void *)Kern,
+                                        oj_cuda_state_of(eng)->ordinal, smem);
+    if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
+    Kern<<<grid_of(total), ATT_WARPS * 32, smem, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, name);
 }
 
 /* As launch, for the tiled kernels (FA_THREADS threads, one block per tile). */
-template <typename K>
-static oj_status launch_fa(oj_engine *eng, K kernel, int64_t total, size_t smem,
-                           const attn_args &a, const char *name) {
+template <auto Kern>
+static oj_status launch_fa(oj_engine *eng, int64_t total, size_t smem, const attn_args &a,
+                           const char *name) {
+    static oj_cuda_kfacts facts;
     if (total <= 0) return OJ_OK;
     if (total > INT32_MAX)
         return oj_set_error(eng, OJ_ERR_UNSUPPORTED, "%s: %lld tiles exceed the grid", name,
                             (long long)total);
-    if (smem > 48 * 1024) {
-        cudaError_t e =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
-    }
-    kernel<<<(unsigned)total, FA_THREADS, smem, OJ_STREAM>>>(a);
+    cudaError_t e = oj_cuda_kernel_smem(&facts, (const void *)Kern,
+                                        oj_cuda_state_of(eng)->ordinal, smem);
+    if (e != cudaSuccess) return oj_cuda_fail(eng, e, name);
+    Kern<<<(unsigned)total, FA_THREADS, smem, OJ_STREAM>>>(a);
     return oj_cuda_check(eng, name);
 }
 
@@ -755,17 +754,18 @@ static bool fa_ok(const attn_args &a) {
 
 template <int D> static oj_status fa_forward_d(oj_engine *eng, const attn_args &a) {
     int64_t total = (a.T + FA_B - 1) / FA_B * a.H * a.B;
-    return launch_fa(eng, k_fa_forward<D>, total, fa_smem(D, 3, 1), a, "attention_forward (tiled)");
+    return launch_fa<k_fa_forward<D>>(eng, total, fa_smem(D, 3, 1), a,
+                                      "attention_forward (tiled)");
 }
 template <int D>
 static oj_status fa_backward_d(oj_engine *eng, const attn_args &a, bool want_dq, bool want_dkv) {
     oj_status st = OJ_OK;
     if (want_dq)
-        st = launch_fa(eng, k_fa_dq<D>, (a.T + FA_B - 1) / FA_B * a.H * a.B, fa_smem(D, 4, 1), a,
-                       "attention_backward (tiled dq)");
+        st = launch_fa<k_fa_dq<D>>(eng, (a.T + FA_B - 1) / FA_B * a.H * a.B, fa_smem(D, 4, 1), a,
+                                   "attention_backward (tiled dq)");
     if (st == OJ_OK && want_dkv)
-        st = launch_fa(eng, k_fa_dkv<D>, (a.S + FA_B - 1) / FA_B * a.Hkv * a.B, fa_smem(D, 4, 2),
-                       a, "attention_backward (tiled dk, dv)");
+        st = launch_fa<k_fa_dkv<D>>(eng, (a.S + FA_B - 1) / FA_B * a.Hkv * a.B, fa_smem(D, 4, 2),
+                                    a, "attention_backward (tiled dk, dv)");
     return st;
 }
 
@@ -791,7 +791,7 @@ static oj_status forward_t(oj_engine *eng, const attn_args &a) {
     if (fa_ok(a)) return fa_forward(eng, a);
     int64_t total = (a.T + ATT_WARPS - 1) / ATT_WARPS * a.H * a.B;
     size_t smem = (size_t)ATT_TILE * (size_t)(a.D + a.Dv) * sizeof(T);
-    return launch(eng, k_attn_forward<T>, total, smem, a, "attention_forward");
+    return launch<k_attn_forward<T>>(eng, total, smem, a, "attention_forward");
 }
 
 oj_status oj_cuda_attention_forward(oj_engine *eng, oj_tensor *out, oj_tensor *lse,
@@ -836,8 +836,8 @@ static oj_status backward_t(oj_engine *eng, attn_args &a, bool want_dq, bool wan
                               "scaled_dot_product_attention", &hold);
     if (a.delta == NULL) return oj_last_status(eng);
     int64_t rows = a.B * a.H * a.T;
-    oj_status st = launch(eng, k_attn_delta<T>, (rows + ATT_WARPS - 1) / ATT_WARPS, 0, a,
-                          "attention_backward (delta)");
+    oj_status st = launch<k_attn_delta<T>>(eng, (rows + ATT_WARPS - 1) / ATT_WARPS, 0, a,
+                                           "attention_backward (delta)");
     if (st == OJ_OK && fa_ok(a)) {
         st = fa_backward(eng, a, want_dq, want_dkv);
         oj__storage_release(hold);
@@ -846,12 +846,12 @@ static oj_status backward_t(oj_engine *eng, attn_args &a, bool want_dq, bool wan
     if (st == OJ_OK && want_dq) {
         int64_t total = (a.T + ATT_WARPS - 1) / ATT_WARPS * a.H * a.B;
         size_t smem = (size_t)ATT_TILE * (size_t)(a.D + a.Dv) * sizeof(T);
-        st = launch(eng, k_attn_dq<T>, total, smem, a, "attention_backward (dq)");
+        st = launch<k_attn_dq<T>>(eng, total, smem, a, "attention_backward (dq)");
     }
     if (st == OJ_OK && want_dkv) {
         int64_t total = (a.S + ATT_WARPS - 1) / ATT_WARPS * a.Hkv * a.B;
         size_t smem = (size_t)ATT_TILE * (size_t)(a.D + a.Dv + 2) * sizeof(T);
-        st = launch(eng, k_attn_dkv<T>, total, smem, a, "attention_backward (dk, dv)");
+        st = launch<k_attn_dkv<T>>(eng, total, smem, a, "attention_backward (dk, dv)");
     }
     oj__storage_release(hold);
     return st;

@@ -760,31 +760,33 @@ template <typename T> static void ce_bwd_fast_launch(const ce_args &a) {
 
 /* The fused kernel for rows of T (the same TPR and packs as
  * ce_fwd_fast_launch, so the same loss bits); rows of > 1024 classes are
- * staged in shared memory when they fit the opt-in limit. */
-template <typename T, bool VEC> static cudaError_t ce_fused_launch_v(const ce_args &a) {
+ * staged in shared memory when they fit the opt-in limit (opted into once
+ * per device: oj_cuda_kernel_smem). ordinal: the engine's device, current. */
+template <typename T, bool VEC>
+static cudaError_t ce_fused_launch_v(const ce_args &a, int ordinal) {
     constexpr int W = ce_pack<T, VEC>::W;
+    static oj_cuda_kfacts facts; /* of k_ce_fused<T, 512, VEC> */
     if (a.V <= 1024) {
         k_ce_fused<T, 32, VEC><<<line_blocks((a.N + 3) / 4), 128, 0, OJ_STREAM>>>(a, false);
         return cudaSuccess;
     }
     size_t smem = (size_t)(a.V / W) * sizeof(typename ce_pack<T, VEC>::P);
-    int dev = 0, optin = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    int optin = 0;
+    cudaError_t e =
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal);
     if (e != cudaSuccess) return e;
     /* the block's static shared memory (shm, shs) comes out of the same limit */
     bool stage = smem + 2 * 32 * sizeof(float) <= (size_t)optin;
     if (stage) {
-        e = cudaFuncSetAttribute(k_ce_fused<T, 512, VEC>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        e = oj_cuda_kernel_smem(&facts, (const void *)k_ce_fused<T, 512, VEC>, ordinal, smem);
         if (e != cudaSuccess) return e;
     }
     k_ce_fused<T, 512, VEC><<<line_blocks(a.N), 512, stage ? smem : 0, OJ_STREAM>>>(a, stage);
     return cudaSuccess;
 }
-template <typename T> static cudaError_t ce_fused_launch(const ce_args &a) {
-    return ce_vec_ok<T>(a) ? ce_fused_launch_v<T, true>(a) : ce_fused_launch_v<T, false>(a);
+template <typename T> static cudaError_t ce_fused_launch(const ce_args &a, int ordinal) {
+    return ce_vec_ok<T>(a) ? ce_fused_launch_v<T, true>(a, ordinal)
+                           : ce_fused_launch_v<T, false>(a, ordinal);
 }
 
 static oj_status reset_flags(oj_engine *eng, const char *op) {
@@ -971,7 +973,7 @@ oj_status oj_cuda_cross_entropy_fused(oj_engine *eng, oj_tensor *loss, oj_tensor
         OJ_CU_FLOAT_TYPE(logits->dtype, T,
                          fused = !ce_vec_ok<T>(a) ||
                                  (oj_cu_aligned16(a.dx) && ((size_t)a.dld * sizeof(T)) % 16 == 0);
-                         if (fused) e = ce_fused_launch<T>(a);
+                         if (fused) e = ce_fused_launch<T>(a, oj_cuda_state_of(eng)->ordinal);
                          else {
                              ce_fwd_fast_launch<T>(a);
                              ce_bwd_fast_launch<T>(a);
