@@ -754,6 +754,18 @@ typedef struct oj_backend {
      * the first failure as graph_replay would. */
     oj_status (*graph_launch)(oj_engine *eng, void *graph);
     oj_status (*graph_checks)(oj_engine *eng, void *graph);
+    /* Read-backs that do not wait (NULL: core copies at once with
+     * copy_d2h). read_defer queues a copy of nbytes at device src into host
+     * dst, which must stay valid until read_wait; read_wait waits for every
+     * queued copy and fills their dst. Work queued after a read_defer runs
+     * while the host waits for nothing. graph_checks_defer queues the read
+     * of the last replay's check words (after its launch, before the next);
+     * after read_wait, graph_checks_clean says whether every check passed
+     * (a failure is named by replaying and calling graph_checks). */
+    oj_status (*read_defer)(oj_engine *eng, void *dst, const void *src, size_t nbytes);
+    oj_status (*read_wait)(oj_engine *eng);
+    oj_status (*graph_checks_defer)(oj_engine *eng, void *graph);
+    bool (*graph_checks_clean)(oj_engine *eng, void *graph);
     /* Muon's normalisation of a stack (NULL: muon.c runs it as ops):
      * out[m] = u[m] * (1 / (norms[m] + 1e-7)), the factor computed in
      * double and rounded to u's dtype, the product in u's dtype, then

@@ -187,6 +187,39 @@ oj_status oj__graph_checks(oj_graph *g) {
     return eng->backend->graph_checks(eng, g->handle);
 }
 
+oj_status oj__read_defer(oj_engine *eng, void *dst, const void *src, size_t nbytes) {
+    if (eng->backend->read_defer == NULL || eng->backend->read_wait == NULL)
+        return eng->backend->copy_d2h(eng, dst, src, nbytes);
+    return eng->backend->read_defer(eng, dst, src, nbytes);
+}
+
+bool oj__read_deferrable(const oj_engine *eng) {
+    const oj_backend *b = eng->backend;
+    return b->read_defer && b->read_wait && b->graph_launch && b->graph_checks &&
+           b->graph_checks_defer && b->graph_checks_clean;
+}
+
+oj_status oj__read_wait(oj_engine *eng) {
+    if (eng->backend->read_defer == NULL || eng->backend->read_wait == NULL) return OJ_OK;
+    return eng->backend->read_wait(eng);
+}
+
+oj_status oj__graph_checks_defer(oj_graph *g) {
+    if (g == NULL) return OJ_ERR_INVALID_ARGUMENT;
+    const oj_backend *b = g->eng->backend;
+    if (b->graph_launch == NULL || b->graph_checks == NULL) return OJ_OK; /* checked at replay */
+    if (b->graph_checks_defer == NULL) return OJ_OK; /* clean: graph_checks below */
+    return b->graph_checks_defer(g->eng, g->handle);
+}
+
+bool oj__graph_checks_clean(oj_graph *g) {
+    if (g == NULL) return false;
+    const oj_backend *b = g->eng->backend;
+    if (b->graph_launch == NULL || b->graph_checks == NULL) return true;
+    if (b->graph_checks_defer == NULL) return b->graph_checks(g->eng, g->handle) == OJ_OK;
+    return b->graph_checks_clean(g->eng, g->handle);
+}
+
 void oj_graph_free(oj_graph *g) {
     if (g == NULL) return;
     oj_engine *eng = g->eng;

@@ -290,6 +290,21 @@ void oj__scope_detach(oj_tensor *t);
  * launch replays with the checks and the checks return OJ_OK. */
 oj_status oj__graph_launch(struct oj_graph *g);
 oj_status oj__graph_checks(struct oj_graph *g);
+/* Read-backs that do not wait, for a caller that queues more work before
+ * it needs the values (the trainer's next step): oj__read_defer queues a
+ * copy of nbytes of device memory at src into host dst (valid until
+ * oj__read_wait, which waits for all queued ones and fills them); on a
+ * backend without them the copy is made at once. oj__graph_checks_defer
+ * queues the read of g's check words of its last replay; after
+ * oj__read_wait, oj__graph_checks_clean is true when all passed (false:
+ * replay the same inputs and call oj__graph_checks for the error). */
+oj_status oj__read_defer(oj_engine *eng, void *dst, const void *src, size_t nbytes);
+/* Whether eng's backend defers read-backs and graph checks (else the
+ * functions here copy and check at once). */
+bool oj__read_deferrable(const oj_engine *eng);
+oj_status oj__read_wait(oj_engine *eng);
+oj_status oj__graph_checks_defer(struct oj_graph *g);
+bool oj__graph_checks_clean(struct oj_graph *g);
 /* Register t in the current scope (or leave unscoped when depth is 0).
  * False with OJ_ERR_CAPACITY recorded when the list cannot grow. */
 bool oj__scope_attach(oj_engine *eng, oj_tensor *t);

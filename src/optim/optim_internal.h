@@ -120,14 +120,28 @@ double oj__optim_clip_grad_norm_then(oj_optim *o, double max_norm, void (*after_
  * place first. Either way the parameters and state get the same bits. */
 oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
                               oj_optim_step_info *info);
-/* oj__optim_clip_step, calling while_queued(ctx) (when not NULL) once the
- * update is queued and before the host waits for it: on a device with the
- * gate before its one read-back, elsewhere after the step returned. It is
- * not called when the step fails before its update is queued. The trainer
- * loads and uploads the next batch there (loop.c). */
+/* What the trainer does while a step's update is queued (see
+ * oj__optim_clip_step_then). while_queued(ctx) (may be NULL) runs once the
+ * update is queued and before the host waits for it. ahead: while_queued
+ * may queue work that rewrites the gradients (the next step's forward and
+ * backward), so on a device with the gate the step's read-back is queued
+ * before it (oj__read_defer) and waited for after (oj__read_wait, which
+ * also fills what while_queued deferred), the parameters are marked
+ * written before it (their kept low-precision copies then stay right:
+ * a refused update writes neither), and rewind(ctx) (not NULL) puts this
+ * step's gradients back before a refused update is named. */
+typedef struct oj__step_hooks {
+    void (*while_queued)(void *ctx);
+    bool ahead;
+    void (*rewind)(void *ctx);
+    void *ctx;
+} oj__step_hooks;
+/* oj__optim_clip_step with hooks (NULL: none): while_queued is called on
+ * a device with the gate before its one read-back, elsewhere after the
+ * step returned (then a deferred read is waited for after it); it is not
+ * called when the step fails before its update is queued. */
 oj_status oj__optim_clip_step_then(oj_optim *o, double max_norm, double *norm_out,
-                                   oj_optim_step_info *info, void (*while_queued)(void *),
-                                   void *ctx);
+                                   oj_optim_step_info *info, const oj__step_hooks *hooks);
 /* Release every slot's clip cache (clip_grad). */
 void oj__optim_clip_cache_clear(oj_optim *o);
 /* Drop the groups from index `ngroups` on, freeing their state. */

@@ -217,6 +217,18 @@ static void mark_written(oj_optim_slot *p) {
     if (p->momentum_buffer) oj_bump_version(p->momentum_buffer);
 }
 
+/* Before a step's outcome is known, for work queued after its update
+ * that reads the parameters (oj__step_hooks.ahead): their versions move
+ * (a kept copy not written beside them is made again before it is read:
+ * from the updated values, or from the same ones when the update is
+ * refused) and a copy the update writes beside them is theirs. A refused
+ * update writes neither, so both stay consistent. mark_written follows
+ * for an update that was taken. */
+static void written_ahead(oj_optim_slot *p) {
+    oj_bump_version(p->param);
+    if (p->low_queued) oj__wcopy_fresh(p->param, OJ_BF16, p->low_queued == 2);
+}
+
 static bool kernels_present(oj_optim *o) {
     const oj_backend *b = o->eng->backend;
     for (int g = 0; g < o->ngroups; g++) {
@@ -682,7 +694,7 @@ static oj_status name_refused(oj_optim *o, work_item *items, int64_t n, double c
  * gradient norm before clipping. */
 static oj_status step_gated(oj_optim *o, work_item *items, int64_t n, double max_norm,
                             double *norm_out, oj_optim_step_info *info,
-                            void (*while_queued)(void *), void *ctx) {
+                            const oj__step_hooks *hooks) {
     oj_engine *eng = o->eng;
     /* [0, 4 + n) the norms and verdict, [4 + n] the safe word, then 2
      * words of bounds per item (backend.h step_gate_open) */
@@ -715,11 +727,17 @@ static oj_status step_gated(oj_optim *o, work_item *items, int64_t n, double max
         if (st == OJ_OK) st = queue_gated(o, items, n, &ab);
         eng->backend->step_gate_close(eng);
     }
-    if (st == OJ_OK && while_queued) while_queued(ctx);
+    const bool ahead = hooks && hooks->ahead && hooks->while_queued;
+    const char *gate_at = gate ? (const char *)gate->storage->data + gate->offset : NULL;
+    if (st == OJ_OK && ahead) { /* queued before what while_queued queues */
+        st = oj__read_defer(eng, host, gate_at, (size_t)words * sizeof *host);
+        for (int64_t i = 0; i < n && st == OJ_OK; i++) written_ahead(items[i].p);
+    }
+    if (st == OJ_OK && hooks && hooks->while_queued) hooks->while_queued(hooks->ctx);
     /* the one read-back: it waits for the queued update */
     if (st == OJ_OK)
-        st = eng->backend->copy_d2h(eng, host, (const char *)gate->storage->data + gate->offset,
-                                    (size_t)words * sizeof *host);
+        st = ahead ? oj__read_wait(eng)
+                   : eng->backend->copy_d2h(eng, host, gate_at, (size_t)words * sizeof *host);
     free(gs);
     oj_release(gate);
     if (st != OJ_OK) {
@@ -752,6 +770,7 @@ static oj_status step_gated(oj_optim *o, work_item *items, int64_t n, double max
     if (verdict != 0.0) {
         adam_batch_free(&ab);
         free(host);
+        if (ahead && hooks->rewind) hooks->rewind(hooks->ctx); /* this step's gradients again */
         return name_refused(o, items, n, coef, info);
     }
     for (int64_t i = 0; i < n; i++) mark_written(items[i].p);
@@ -889,12 +908,11 @@ oj_status oj_optim_step(oj_optim *o, oj_optim_step_info *info) {
  * followed by oj_optim_step. */
 oj_status oj__optim_clip_step(oj_optim *o, double max_norm, double *norm_out,
                               oj_optim_step_info *info) {
-    return oj__optim_clip_step_then(o, max_norm, norm_out, info, NULL, NULL);
+    return oj__optim_clip_step_then(o, max_norm, norm_out, info, NULL);
 }
 
 oj_status oj__optim_clip_step_then(oj_optim *o, double max_norm, double *norm_out,
-                                   oj_optim_step_info *info, void (*while_queued)(void *),
-                                   void *ctx) {
+                                   oj_optim_step_info *info, const oj__step_hooks *hooks) {
     if (o == NULL) return OJ_ERR_INVALID_ARGUMENT;
     oj_engine *eng = o->eng;
     if (norm_out) *norm_out = NAN;
@@ -919,7 +937,11 @@ oj_status oj__optim_clip_step_then(oj_optim *o, double max_norm, double *norm_ou
         if (norm_out) *norm_out = norm;
         if (isnan(norm) && oj_last_status(eng) != OJ_OK) return oj_last_status(eng);
         oj_status so = oj_optim_step(o, info);
-        if ((so == OJ_OK || so == OJ_ERR_NUMERIC) && while_queued) while_queued(ctx);
+        if ((so == OJ_OK || so == OJ_ERR_NUMERIC) && hooks && hooks->while_queued) {
+            hooks->while_queued(hooks->ctx);
+            oj_status sw = hooks->ahead ? oj__read_wait(eng) : OJ_OK;
+            if (sw != OJ_OK) return sw;
+        }
         return so;
     }
     o->message[0] = '\0';
@@ -936,7 +958,7 @@ oj_status oj__optim_clip_step_then(oj_optim *o, double max_norm, double *norm_ou
         bool prev_ac = oj_set_autocast(eng, false, OJ_BF16);
         int64_t n = 0;
         st = collect(o, items, &n);
-        if (st == OJ_OK) st = step_gated(o, items, n, max_norm, norm_out, info, while_queued, ctx);
+        if (st == OJ_OK) st = step_gated(o, items, n, max_norm, norm_out, info, hooks);
         if (prev_ac) oj_set_autocast(eng, true, oj_autocast_dtype(eng));
         oj_set_grad_enabled(eng, prev);
         oj_scope_end(eng);

@@ -149,26 +149,105 @@ static void prof_print(const oj_trainer *t, const step_prof *p) {
         fprintf(stderr, "%s | total %.3f ms\n", line, total);
 }
 
+/* Upload the host batch batch_in/batch_tg into the graph's static inputs. */
+static oj_status upload_host(oj_trainer *t) {
+    oj__step_graph *g = &t->graph;
+    size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
+    oj_status st = oj_copy_from_host(g->x, t->batch_in, nbytes);
+    return st ? st : oj_copy_from_host(g->y, t->batch_tg, nbytes);
+}
+
+static void swap_batches(oj_trainer *t) {
+    int64_t *i = t->prev_in, *g = t->prev_tg;
+    bool v = t->prev_valid;
+    t->prev_in = t->batch_in, t->prev_tg = t->batch_tg, t->prev_valid = t->cur_valid;
+    t->batch_in = i, t->batch_tg = g, t->cur_valid = v;
+}
+
 /* The graph path's next batch: the loader's host batch (t->batch_in,
- * t->batch_tg, made once) uploaded into the graph's static inputs. The
- * loader's error is recorded on the engine (its position does not move);
+ * t->batch_tg, made once; the one they held moves to prev_in/prev_tg)
+ * uploaded into the graph's static inputs. The loader's error is
+ * recorded on the engine (its position and the batches do not move);
  * OJ_ERR_CAPACITY when out of host memory. */
 static oj_status upload_next(oj_trainer *t) {
     oj_engine *eng = t->eng;
-    oj__step_graph *g = &t->graph;
     size_t nbytes = (size_t)(t->cfg.batch_size * t->T) * sizeof(int64_t);
+    swap_batches(t);
     if (t->batch_in == NULL)
         t->batch_in = malloc(nbytes);
     if (t->batch_tg == NULL)
         t->batch_tg = malloc(nbytes);
-    if (t->batch_in == NULL || t->batch_tg == NULL)
-        return oj_set_error(eng, OJ_ERR_CAPACITY, "train step: out of host memory for a batch");
+    oj_status st = t->batch_in && t->batch_tg
+                       ? OJ_OK
+                       : oj_set_error(eng, OJ_ERR_CAPACITY, "train step: out of host memory for a batch");
     oj_error e2 = {0};
-    oj_status st = oj_loader_next_host(t->train, t->batch_in, t->batch_tg, &e2);
+    if (!st && (st = oj_loader_next_host(t->train, t->batch_in, t->batch_tg, &e2)))
+        oj_set_error(eng, st, "%s", e2.message);
+    if (st) {
+        swap_batches(t);
+        return st;
+    }
+    t->cur_valid = true;
+    return upload_host(t);
+}
+
+/* The graph path, when its inputs hold the next step's batch: run this
+ * step's forward and backward again on its own batch (prev_in/prev_tg),
+ * for a diagnosis that reads its gradients or its check words; the next
+ * step then uploads batch_in/batch_tg again (reupload). The parameters
+ * must be the ones the step ran with (its update refused) for the
+ * gradients to be its own; the check words depend on the batch alone. */
+static oj_status replay_this_step(oj_trainer *t) {
+    if (!t->prev_valid)
+        return oj_set_error(t->eng, OJ_ERR_STATE, "train step: the step's batch is not kept");
+    swap_batches(t);
+    oj_status st = upload_host(t);
+    if (!st)
+        st = oj__step_graph_run(&t->graph, NULL, NULL);
+    swap_batches(t);
+    t->ahead = false;
+    t->reupload = true;
+    return st;
+}
+
+/* oj__step_hooks.rewind: a refused update is about to be named from the
+ * gradients, which the next step's graph launched ahead has rewritten. */
+static void rewind_step(void *ctx) {
+    oj_trainer *t = ctx;
+    if (t->ahead && !t->rewind_st)
+        t->rewind_st = replay_this_step(t);
+}
+
+/* Launch the next step's forward and backward ahead (its batch just
+ * uploaded): in oj_trainer_run only (a caller driving the steps may
+ * change the parameters between them), with the batch this step ran on
+ * kept for a rewind, on a backend that defers read-backs. */
+static bool ahead_wanted(const oj_trainer *t) {
+    return t->in_run && t->opts.on_metrics == NULL && t->prev_valid && !t->reupload &&
+           oj__read_deferrable(t->eng) && oj__env_flag("OJAS_TRAIN_AHEAD", true);
+}
+
+/* This step's loss and check words, read deferred (filled by the step's
+ * read-back), then the next step's graph: OJ_OK when it is launched. */
+static oj_status launch_ahead(oj_trainer *t) {
+    oj_engine *eng = t->eng;
+    oj__step_graph *g = &t->graph;
+    oj_tensor *loss = g->loss;
+    size_t es = oj_dtype_size(loss->dtype);
+    oj_status st = es <= sizeof t->loss_raw ? OJ_OK : OJ_ERR_INTERNAL;
+    if (!st)
+        st = oj__read_defer(eng, t->loss_raw, (const char *)loss->storage->data + loss->offset, es);
+    if (!st)
+        st = oj__graph_checks_defer(g->graph);
     if (st)
-        return oj_set_error(eng, st, "%s", e2.message);
-    st = oj_copy_from_host(g->x, t->batch_in, nbytes);
-    return st ? st : oj_copy_from_host(g->y, t->batch_tg, nbytes);
+        return st;
+    t->ahead_read = true; /* read by the step's read-back from here on */
+    st = oj__step_graph_run(g, NULL, NULL);
+    if (!st) {
+        t->ahead = true;
+        t->ahead_launches++;
+    }
+    return st;
 }
 
 /* The next step's batch, taken while the device finishes this step's
@@ -186,6 +265,8 @@ static void prefetch_next(void *ctx) {
     oj_status st = OJ_OK;
     if (t->cfg.cuda_graph) {
         st = t->graph.graph ? upload_next(t) : OJ_ERR_STATE; /* captured at the first step */
+        if (!st && ahead_wanted(t))
+            st = launch_ahead(t);
     } else {
         /* new tensors outside the step's scopes (the callback runs inside them) */
         oj_tensor *x = NULL, *y = NULL;
@@ -208,6 +289,7 @@ void oj__train_drop_prefetch(oj_trainer *t) {
     if (!t->prefetched)
         return;
     t->prefetched = false;
+    t->ahead = t->reupload = false; /* the next step takes its batch again */
     oj_release(t->next_x);
     oj_release(t->next_y);
     t->next_x = t->next_y = NULL;
@@ -240,14 +322,39 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
         return;
     }
     oj_status st = OJ_OK;
-    if (t->prefetched) /* uploaded during the last step */
-        t->prefetched = false;
-    else
+    const bool launched = t->ahead; /* during the last step */
+    t->ahead = false;
+    if (t->reupload) /* the last step's batch was replayed after this one's upload */
+        st = upload_host(t);
+    else if (!t->prefetched) /* else uploaded during the last step */
         st = upload_next(t);
+    t->prefetched = t->reupload = false;
     prof_mark(t, pf, PH_LOADER);
-    if (!st)
+    if (!st && !launched)
         oj__step_graph_run(g, NULL, NULL);
     prof_mark(t, pf, PH_FWD_BWD);
+}
+
+/* The graph replay's deferred index and target checks of this step:
+ * read with the step's read-back when the next step was launched ahead.
+ * A failure is named on this step's own batch (replayed when the inputs
+ * hold the next one) and recorded on the engine. */
+static bool step_checks_clean(oj_trainer *t) {
+    oj__step_graph *g = &t->graph;
+    if (t->ahead_read) {
+        if (oj__graph_checks_clean(g->graph))
+            return true;
+    } else {
+        if (oj__step_graph_check(g) == OJ_OK)
+            return true;
+        if (!t->prefetched || !t->prev_valid) /* named on the batch it ran on */
+            return false;
+        oj_clear_error(t->eng);
+    }
+    /* the inputs hold the next step's batch: this step's again */
+    if (replay_this_step(t) != OJ_OK)
+        return false;
+    return oj__step_graph_check(g) == OJ_OK;
 }
 
 /* The collected path's record: the losses (read at once), the stop
@@ -396,11 +503,20 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         oj_optim_step_info info;
         /* collected gradients are clipped already; else clip and step in one
          * (on a device: gated, one read-back) */
+        const oj__step_hooks hooks = {.while_queued = prefetch_wanted(t) ? prefetch_next : NULL,
+                                      .ahead = c->cuda_graph,
+                                      .rewind = rewind_step,
+                                      .ctx = t};
+        t->ahead_read = false;
+        t->rewind_st = OJ_OK;
         oj_status os = read_now ? oj_optim_step(t->optim, &info)
-                                  : oj__optim_clip_step_then(t->optim, c->grad_clip, &norm, &info,
-                                                             prefetch_wanted(t) ? prefetch_next
-                                                                                : NULL,
-                                                             t);
+                                : oj__optim_clip_step_then(t->optim, c->grad_clip, &norm, &info,
+                                                           &hooks);
+        if (t->rewind_st && !st) /* the refusal was named from other gradients */
+            st = oj_error_set(err, t->rewind_st,
+                              "optimizer step: replaying the step to name its refused update "
+                              "failed: %s",
+                              oj_last_error(eng));
         if (os == OJ_ERR_NUMERIC) {
             t->skipped_in_row++;
             snprintf(t->skip_msg, sizeof t->skip_msg, "%s", oj_optim_message(t->optim));
@@ -423,8 +539,9 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     /* the losses, in micro-step order (the device is idle after the
      * step), and the graph replay's deferred checks */
     if (!st) {
-        if (c->cuda_graph && !t->collect)
-            loss_sum += oj_item(t->graph.loss);
+        if (c->cuda_graph && !t->collect) /* read with the step's read-back when ahead */
+            loss_sum += t->ahead_read ? oj__load(t->loss_raw, t->graph.loss->dtype)
+                                      : oj_item(t->graph.loss);
         if (t->allreduce) { /* every rank's, in micro-batch order */
             if (c->cuda_graph) /* one micro-batch per rank */
                 mloss[0] = oj_item(t->graph.loss);
@@ -443,7 +560,7 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
     }
     if (mloss != mloss_kept)
         free(mloss);
-    if (!st && c->cuda_graph && oj__step_graph_check(&t->graph) != OJ_OK)
+    if (!st && c->cuda_graph && !step_checks_clean(t))
         st = eng_error(t, err, "train step");
     prof_mark(t, pf, PH_LOSS);
     for (int64_t k = 0; k < n_loss; k++)
@@ -625,6 +742,7 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
     /* a resumed checkpoint already in out_dir is not written again */
     int64_t last_eval = -1, last_ckpt = t->ckpt_in_out;
     oj__trainer_begin(t);
+    t->in_run = true; /* the steps may launch the next one ahead */
     while (!st && t->step < c->max_steps) {
         /* data parallel: what the ranks agreed at the last step's record */
         if (t->distributed ? t->stop_agreed : t->opts.stop && *t->opts.stop) {
@@ -660,6 +778,9 @@ oj_status oj_trainer_run(oj_trainer *t, oj_train_result *res, oj_error *err) {
         st = eval_report(t, err);
     if (!st && last_ckpt != t->step)
         st = checkpoint(t, true, err);
+    /* a step launched ahead runs again when the caller takes it: the
+     * parameters may change before */
+    t->in_run = t->ahead = false;
     if (res) {
         memset(res, 0, sizeof *res);
         res->stop = why;

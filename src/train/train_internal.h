@@ -64,6 +64,23 @@ struct oj_trainer {
     bool prefetched;
     oj_tensor *next_x, *next_y;
     oj_loader_state prefetch_from;
+    /* cuda_graph: the batch uploaded before batch_in/batch_tg (the one the
+     * graph's last step ran on, once the next one is uploaded);
+     * cur_valid / prev_valid: batch_in / prev_in hold such a batch (not
+     * so for the batch the graph was captured with) */
+    int64_t *prev_in, *prev_tg;
+    bool cur_valid, prev_valid;
+    /* The next step's forward and backward launched ahead, before this
+     * step's read-back (loop.c: oj_trainer_run with cuda_graph, one process
+     * and one micro-batch, no on_metrics callback; OJAS_TRAIN_AHEAD=0: off).
+     * in_run: inside oj_trainer_run; ahead: the graph is queued for the next
+     * step; ahead_read: this step's loss (loss_raw) and the graph's check
+     * words were read deferred; reupload: batch_in/batch_tg must be uploaded
+     * again (a rewind replayed prev_in/prev_tg); rewind_st: a failed rewind. */
+    bool in_run, ahead, ahead_read, reupload;
+    int64_t ahead_launches; /* steps launched ahead (tests) */
+    unsigned char loss_raw[8];
+    oj_status rewind_st;
     int profile;            /* OJAS_TRAIN_PROFILE at the run's start (loop.c) */
     oj_loader *train;
     char **train_paths;

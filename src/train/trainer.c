@@ -583,6 +583,8 @@ void oj_trainer_free(oj_trainer *t) {
     oj_engine_free(t->eng);
     free(t->batch_in);
     free(t->batch_tg);
+    free(t->prev_in);
+    free(t->prev_tg);
     free(t->val_in);
     free(t->val_tg);
     free(t);

@@ -58,9 +58,43 @@ static oj_train_config gpu_config(const char *dir, const char *model, bool bf16,
 /* Train 6 steps; the log and every parameter's values (f32) into *params;
  * *proven: the optimizer's steps whose check pass its bounds made
  * unnecessary. */
+/* train() without on_metrics (the trainer may then launch a step ahead):
+ * the log read from metrics.jsonl (9 significant digits); g_ahead: the
+ * steps launched ahead in the last run. */
+static bool g_no_callback;
+static int64_t g_ahead;
+
+/* The value after "key": in line, or NaN. */
+static double json_num(const char *line, const char *key) {
+    char k[32];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *at = strstr(line, k);
+    return at ? strtod(at + strlen(k), NULL) : NAN;
+}
+
+static void log_from_metrics(const char *out, step_log *r) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    char line[2048];
+    while (fgets(line, sizeof line, f)) {
+        int64_t s = (int64_t)json_num(line, "step");
+        if (s < 1 || s > N_STEPS) continue;
+        if (strstr(line, "\"type\":\"eval\"")) {
+            r->val[s] = json_num(line, "val_loss");
+        } else {
+            r->loss[s] = json_num(line, "loss");
+            r->norm[s] = json_num(line, "grad_norm");
+        }
+    }
+    fclose(f);
+}
+
 static void train(const oj_train_config *c, const char *out, step_log *r, float **params,
                   int64_t *n, int64_t *proven) {
     oj_train_options o = {.out_dir = out, .on_metrics = on_metrics, .ctx = r};
+    if (g_no_callback) o.on_metrics = NULL, o.ctx = NULL;
     oj_trainer *t = NULL;
     oj_error err = {0};
     if (oj_trainer_create(c, &o, &t, &err) != OJ_OK) fail_msg("create: %s", err.message);
@@ -80,7 +114,9 @@ static void train(const oj_train_config *c, const char *out, step_log *r, float 
         at += k;
     }
     *proven = t->optim->checks_proven;
+    g_ahead = t->ahead_launches;
     oj_trainer_free(t);
+    if (g_no_callback) log_from_metrics(out, r);
     *params = p;
     *n = total;
 }
@@ -208,6 +244,46 @@ static void prefetch_case(const char *model, bool graph) {
     pair_free(&r);
 }
 
+/* The next step's graph launched before this step's read-back (loop.c
+ * launch_ahead: oj_trainer_run without on_metrics) against
+ * OJAS_TRAIN_AHEAD=0: the same losses, norms, validation losses and
+ * parameters, evals between steps included; steps 3 to N launched ahead
+ * (the first step captures, its batch is not kept). */
+static void ahead_case(const char *model) {
+    run_pair r;
+    pair_data(&r);
+    oj_train_config c = gpu_config(r.dir, model, true, true);
+    g_no_callback = true;
+    char out[300];
+    snprintf(out, sizeof out, "%s/ahead", r.dir);
+    train(&c, out, &r.log[0], &r.p[0], &r.n[0], &r.proven[0]);
+    const int64_t launched = g_ahead;
+    setenv("OJAS_TRAIN_AHEAD", "0", 1);
+    snprintf(out, sizeof out, "%s/not", r.dir);
+    train(&c, out, &r.log[1], &r.p[1], &r.n[1], &r.proven[1]);
+    unsetenv("OJAS_TRAIN_AHEAD");
+    g_no_callback = false;
+    tt_rmdir(r.dir);
+    for (int s = 1; s <= N_STEPS; s++)
+        printf("  %s step %d: ahead %.9g norm %.9g, not %.9g norm %.9g\n", model, s,
+               r.log[0].loss[s], r.log[0].norm[s], r.log[1].loss[s], r.log[1].norm[s]);
+    printf("  %s: %lld steps launched ahead, %lld with OJAS_TRAIN_AHEAD=0\n", model,
+           (long long)launched, (long long)g_ahead);
+    assert_same_logs(&r);
+    assert_true(isfinite(r.log[0].loss[N_STEPS]) && isfinite(r.log[0].val[3]));
+    assert_same_params(&r);
+    assert_int_equal(launched, N_STEPS - 2);
+    assert_int_equal(g_ahead, 0);
+    pair_free(&r);
+}
+
+static void test_ahead_same_bits(void **state) {
+    (void)state;
+    if (on_cpu) skip(); /* a graph needs the device */
+    ahead_case("gpt2-tiny");
+    ahead_case("nanolab-tiny");
+}
+
 static void test_prefetch_same_bits(void **state) {
     (void)state;
     prefetch_case("gpt2-tiny", false);
@@ -296,11 +372,14 @@ static void test_gated_step_matches_checked(void **state) {
     (void)state;
     oj_engine *eng = gpu_test_engine(true, on_cpu, OJ_NUMERICS_EXACT, 1);
     setenv("OJAS_CUDA_ADAMW1", "0", 1); /* off: the check pass every step */
-    og_compare(eng, eng, !on_cpu);
+    og_compare(eng, eng, !on_cpu, false);
     unsetenv("OJAS_CUDA_ADAMW1");
     assert_int_equal(og_last_proven, 0);
-    og_compare(eng, eng, !on_cpu); /* the default: the proven check */
+    og_compare(eng, eng, !on_cpu, false); /* the default: the proven check */
     /* steps 1 and 2 skipped the check pass on the bounds of the write before */
+    assert_int_equal(og_last_proven, on_cpu ? 0 : 2);
+    /* the read-back deferred ahead of queued work (the trainer's next step) */
+    og_compare(eng, eng, !on_cpu, true);
     assert_int_equal(og_last_proven, on_cpu ? 0 : 2);
     oj_engine_free(eng);
 }
@@ -397,6 +476,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graph_step_matches_eager),
         cmocka_unit_test(test_prefetch_same_bits),
+        cmocka_unit_test(test_ahead_same_bits),
         cmocka_unit_test(test_nanolab_fast_graph),
         cmocka_unit_test(test_weight_copies_same_bits),
         cmocka_unit_test(test_bench_graph_step),

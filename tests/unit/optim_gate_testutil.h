@@ -192,8 +192,14 @@ static inline void og_while_queued(void *ctx) {
     og_cb_calls++;
     og_cb_steps_seen = oj_optim_steps((const oj_optim *)ctx);
 }
+/* its rewind (ahead): calls */
+static int og_rewind_calls;
+static inline void og_rewind(void *ctx) {
+    (void)ctx;
+    og_rewind_calls++;
+}
 
-static inline void og_compare(oj_engine *ea, oj_engine *eb, bool gated) {
+static inline void og_compare(oj_engine *ea, oj_engine *eb, bool gated, bool ahead) {
     og_side a, b;
     og_side_make(ea, &a);
     og_side_make(eb, &b);
@@ -208,12 +214,16 @@ static inline void og_compare(oj_engine *ea, oj_engine *eb, bool gated) {
         og_side_grads(&b, step, 4.0, inf);
         double na = NAN, nb = NAN;
         oj_optim_step_info ia, ib;
-        og_cb_calls = 0;
+        og_cb_calls = og_rewind_calls = 0;
         const int64_t steps0 = oj_optim_steps(a.o);
-        oj_status sa =
-            oj__optim_clip_step_then(a.o, max_norm[step], &na, &ia, og_while_queued, a.o);
+        const oj__step_hooks hooks = {
+            .while_queued = og_while_queued, .ahead = ahead, .rewind = og_rewind, .ctx = a.o};
+        oj_status sa = oj__optim_clip_step_then(a.o, max_norm[step], &na, &ia, &hooks);
         /* called once, skipped steps too; on the gate before the read-back */
         assert_int_equal(og_cb_calls, 1);
+        /* ahead: the gradients put back before a refused update is named
+         * (on the gate: the overflowing step) */
+        assert_int_equal(og_rewind_calls, ahead && gated && overflow ? 1 : 0);
         assert_int_equal(og_cb_steps_seen, gated ? steps0 : oj_optim_steps(a.o));
         if (max_norm[step] > 0) {
             nb = oj_optim_clip_grad_norm(b.o, max_norm[step]);

@@ -205,6 +205,10 @@ static oj_backend make_cuda_backend() {
     b.step_gate_close = oj_cuda_step_gate_close;
     b.graph_launch = oj_cuda_graph_launch;
     b.graph_checks = oj_cuda_graph_checks;
+    b.graph_checks_defer = oj_cuda_graph_checks_defer;
+    b.graph_checks_clean = oj_cuda_graph_checks_clean;
+    b.read_defer = oj_cuda_read_defer;
+    b.read_wait = oj_cuda_read_wait;
     b.muon_normalize = oj_cuda_muon_normalize;
     b.muon_norms = oj_cuda_muon_norms;
     b.muon_ns_step = oj_cuda_muon_ns_step;

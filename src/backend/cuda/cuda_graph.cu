@@ -35,6 +35,7 @@ struct oj_cuda_graph {
     cudaGraphExec_t exec;
     unsigned long long *words; /* device, GRAPH_WORDS */
     int64_t nwords;
+    unsigned long long *host_words; /* graph_checks_defer's copy (nwords), made at first use */
     graph_check *checks;
     int nchecks, cap_checks;
     /* cuDNN plans the graph's nodes execute: kept until the graph is freed */
@@ -47,6 +48,7 @@ static void graph_free(oj_cuda_graph *g) {
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->graph) cudaGraphDestroy(g->graph);
     if (g->words) cudaFree(g->words);
+    free(g->host_words);
     for (int i = 0; i < g->npins; i++) oj_cuda_cudnn_unpin(g->pins[i]);
     free(g->pins);
     free(g->checks);
@@ -233,6 +235,26 @@ oj_status oj_cuda_graph_checks(oj_engine *eng, void *handle) {
     }
     free(w);
     return st;
+}
+
+oj_status oj_cuda_graph_checks_defer(oj_engine *eng, void *handle) {
+    oj_cuda_graph *g = (oj_cuda_graph *)handle;
+    if (g->nchecks == 0) return OJ_OK;
+    if (g->host_words == NULL) {
+        g->host_words = (unsigned long long *)malloc((size_t)g->nwords * sizeof *g->host_words);
+        if (g->host_words == NULL)
+            return oj_set_error(eng, OJ_ERR_CAPACITY, "graph_replay: out of host memory");
+    }
+    for (int i = 0; i < g->nchecks; i++) g->host_words[g->checks[i].word] = 0; /* until read */
+    return oj_cuda_read_defer(eng, g->host_words, g->words, (size_t)g->nwords * sizeof *g->words);
+}
+
+bool oj_cuda_graph_checks_clean(oj_engine *eng, void *handle) {
+    (void)eng;
+    oj_cuda_graph *g = (oj_cuda_graph *)handle;
+    for (int i = 0; i < g->nchecks; i++)
+        if (g->host_words == NULL || g->host_words[g->checks[i].word] != ~0ull) return false;
+    return true;
 }
 
 void oj_cuda_graph_destroy(oj_engine *eng, void *handle) {

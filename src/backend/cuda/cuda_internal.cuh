@@ -76,6 +76,9 @@ struct oj_cuda_state {
     /* rms_norm_rotary's cos/sin tables (cuda_nn_norm_rotary.cu); NULL
      * until first used, freed by oj_cuda_rnr_close. */
     struct oj_cuda_rnr_tabs *rnr_tabs;
+    /* Deferred read-backs (cuda_memory.cu): pinned staging, the copies
+     * queued into it, the event recorded after the last; NULL until used. */
+    struct oj_cuda_readback *rb;
 };
 struct oj_cuda_graph;
 struct oj_cuda_cudnn;
@@ -810,7 +813,13 @@ void oj_cuda_graph_abort(oj_engine *eng);
 oj_status oj_cuda_graph_replay(oj_engine *eng, void *graph);
 oj_status oj_cuda_graph_launch(oj_engine *eng, void *graph);
 oj_status oj_cuda_graph_checks(oj_engine *eng, void *graph);
+oj_status oj_cuda_graph_checks_defer(oj_engine *eng, void *graph);
+bool oj_cuda_graph_checks_clean(oj_engine *eng, void *graph);
 void oj_cuda_graph_destroy(oj_engine *eng, void *graph);
+/* cuda_memory.cu: read-backs that do not wait (backend.h read_defer) */
+oj_status oj_cuda_read_defer(oj_engine *eng, void *dst, const void *src, size_t nbytes);
+oj_status oj_cuda_read_wait(oj_engine *eng);
+void oj_cuda_read_close(oj_cuda_state *s);
 /* nwords fresh status words of the graph being captured (NULL with
  * OJ_ERR_CAPACITY recorded when its region is full). */
 unsigned long long *oj_cuda_graph_flags(oj_engine *eng, int nwords, const char *op);

@@ -219,6 +219,7 @@ void oj_cuda_close(oj_engine *eng) {
     oj_cuda_cudnn_close(s);
     oj_cuda_gemm_tune_close(s);
     oj_cuda_rnr_close(s);
+    oj_cuda_read_close(s);
     if (s->blas_ready) cublasDestroy(s->blas);
     s->blas_ready = false;
     if (s->lt_ready) cublasLtDestroy(s->lt);
@@ -443,6 +444,95 @@ oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes,
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
     return OJ_OK;
+}
+
+/* Deferred read-backs: each queued copy lands in pinned staging (16-byte
+ * aligned slices; a copy into pageable memory would make the host wait),
+ * one event is recorded after the last, and read_wait copies the slices
+ * out once that event has passed. The staging grows only when nothing is
+ * queued; a copy that does not fit while others are queued waits for them
+ * first. */
+struct rb_copy {
+    void *dst;
+    size_t off, n;
+};
+struct oj_cuda_readback {
+    unsigned char *host; /* pinned (cudaHostAlloc) */
+    size_t cap, used;
+    rb_copy *q;
+    int nq, capq;
+    cudaEvent_t done;
+};
+
+oj_status oj_cuda_read_defer(oj_engine *eng, void *dst, const void *src, size_t nbytes) {
+    if (nbytes == 0) return OJ_OK;
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    if (s->capture) return refuse_in_capture(eng, "a deferred read-back to the host");
+    cudaError_t e = cudaSetDevice(s->ordinal);
+    if (e != cudaSuccess) return oj_cuda_fail(eng, e, "read_defer");
+    if (s->rb == NULL) {
+        s->rb = (struct oj_cuda_readback *)calloc(1, sizeof *s->rb);
+        if (s->rb == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "read_defer: out of host memory");
+        e = cudaEventCreateWithFlags(&s->rb->done, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            free(s->rb);
+            s->rb = NULL;
+            return oj_cuda_fail(eng, e, "read_defer (cudaEventCreate)");
+        }
+    }
+    struct oj_cuda_readback *r = s->rb;
+    const size_t need = (nbytes + 15) & ~(size_t)15;
+    if (r->used + need > r->cap && r->nq > 0) {
+        oj_status st = oj_cuda_read_wait(eng);
+        if (st != OJ_OK) return st;
+    }
+    if (need > r->cap) {
+        size_t cap = need > 65536 ? need : 65536;
+        unsigned char *h = NULL;
+        e = cudaHostAlloc((void **)&h, cap, cudaHostAllocDefault);
+        if (e != cudaSuccess) return oj_cuda_fail(eng, e, "read_defer (cudaHostAlloc)");
+        if (r->host) cudaFreeHost(r->host);
+        r->host = h;
+        r->cap = cap;
+    }
+    if (r->nq == r->capq) {
+        int capq = r->capq ? 2 * r->capq : 8;
+        rb_copy *q = (rb_copy *)realloc(r->q, (size_t)capq * sizeof *q);
+        if (q == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "read_defer: out of host memory");
+        r->q = q;
+        r->capq = capq;
+    }
+    count_d2h(eng, nbytes);
+    e = cudaMemcpyAsync(r->host + r->used, src, nbytes, cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(r->done, s->stream);
+    if (e != cudaSuccess) return oj_cuda_fail(eng, e, "read_defer");
+    r->q[r->nq++] = rb_copy{dst, r->used, nbytes};
+    r->used += need;
+    return OJ_OK;
+}
+
+oj_status oj_cuda_read_wait(oj_engine *eng) {
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    struct oj_cuda_readback *r = s->rb;
+    if (r == NULL || r->nq == 0) return OJ_OK;
+    const int nq = r->nq;
+    r->nq = 0;
+    r->used = 0;
+    cudaError_t e = cudaSetDevice(s->ordinal);
+    if (e == cudaSuccess) e = cudaEventSynchronize(r->done);
+    if (e != cudaSuccess) return oj_cuda_fail(eng, e, "read_wait");
+    for (int i = 0; i < nq; i++) memcpy(r->q[i].dst, r->host + r->q[i].off, r->q[i].n);
+    return OJ_OK;
+}
+
+void oj_cuda_read_close(oj_cuda_state *s) {
+    struct oj_cuda_readback *r = s->rb;
+    if (r == NULL) return;
+    if (r->host) cudaFreeHost(r->host);
+    cudaEventDestroy(r->done);
+    free(r->q);
+    free(r);
+    s->rb = NULL;
 }
 
 /* cuBLAS's workspace: fixed, so the handle never allocates inside a graph
