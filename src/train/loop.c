@@ -222,8 +222,9 @@ static void rewind_step(void *ctx) {
  * uploaded): in oj_trainer_run only (a caller driving the steps may
  * change the parameters between them), with the batch this step ran on
  * kept for a rewind, on a backend that defers read-backs. */
-static bool ahead_wanted(const oj_trainer *t) {
-    return t->in_run && t->opts.on_metrics == NULL && t->prev_valid && !t->reupload &&
+static bool ahead_wanted(const oj_trainer *t, bool uploaded) {
+    return t->cfg.cuda_graph && t->graph.graph && t->in_run && t->opts.on_metrics == NULL &&
+           (uploaded ? t->prev_valid : t->cur_valid) && !t->reupload &&
            oj__read_deferrable(t->eng) && oj__env_flag("OJAS_TRAIN_AHEAD", true);
 }
 
@@ -265,7 +266,7 @@ static void prefetch_next(void *ctx) {
     oj_status st = OJ_OK;
     if (t->cfg.cuda_graph) {
         st = t->graph.graph ? upload_next(t) : OJ_ERR_STATE; /* captured at the first step */
-        if (!st && ahead_wanted(t))
+        if (!st && ahead_wanted(t, true))
             st = launch_ahead(t);
     } else {
         /* new tensors outside the step's scopes (the callback runs inside them) */
@@ -503,8 +504,9 @@ static oj_status train_step(oj_trainer *t, oj_train_metrics *m, step_prof *pf, o
         oj_optim_step_info info;
         /* collected gradients are clipped already; else clip and step in one
          * (on a device: gated, one read-back) */
-        const oj__step_hooks hooks = {.while_queued = prefetch_wanted(t) ? prefetch_next : NULL,
-                                      .ahead = c->cuda_graph,
+        const bool pre = prefetch_wanted(t);
+        const oj__step_hooks hooks = {.while_queued = pre ? prefetch_next : NULL,
+                                      .ahead = pre && ahead_wanted(t, false),
                                       .rewind = rewind_step,
                                       .ctx = t};
         t->ahead_read = false;
