@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build ojas with the CUDA backend in build-gpu/ and run the GPU tests
 # (tests/gpu: test_core_cuda, test_gpu_ops, test_gpu_gpt, test_gpu_decode, test_gpu_train,
-# test_gpu_dist (when MPI is built in), test_gpu_paged_attention, test_gpu_quant) on a machine with
+# test_gpu_dist (when MPI is built in), test_gpu_paged_attention, test_gpu_quant,
+# test_gpu_attention, test_gpu_serve) on a machine with
 # an NVIDIA GPU, then check test_gpu_ops under compute-sanitizer memcheck
 # when the sanitizer is there. Logs go to $OUT when it is set (else
 # build-gpu/logs): gpu_check.log (everything), ctest.log, sync.log (a
@@ -67,7 +68,8 @@ fi
 grep -q "CUDA backend ON" "$LOGS/configure.log" || { fail "configure did not enable the CUDA backend"; }
 t0=$(date +%s)
 if ! cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt test_gpu_decode test_gpu_train \
-     test_gpu_paged_attention test_gpu_quant $(grep -q 'MPI ON' "$LOGS/configure.log" && echo test_gpu_dist) \
+     test_gpu_paged_attention test_gpu_quant test_gpu_attention test_gpu_serve ojas \
+     $(grep -q 'MPI ON' "$LOGS/configure.log" && echo test_gpu_dist) \
      > "$LOGS/build.log" 2>&1; then
   grep -E "error|Error" "$LOGS/build.log" | head -40
   tail -20 "$LOGS/build.log"
@@ -77,7 +79,7 @@ fi
 note "build: ok in $(( $(date +%s) - t0 )) s"
 
 # ---------------------------------------------------------------- tests
-tests='^test_(core_cuda|gpu_ops|gpu_gpt|gpu_decode|gpu_train|gpu_dist|gpu_paged_attention|gpu_quant)$'
+tests='^test_(core_cuda|gpu_ops|gpu_gpt|gpu_decode|gpu_train|gpu_dist|gpu_paged_attention|gpu_quant|gpu_attention|gpu_serve)$'
 (cd build-gpu && ctest -R "$tests" --output-on-failure --timeout "$TEST_TIMEOUT") 2>&1 |
   tee "$LOGS/ctest.log"
 ctest_rc=${PIPESTATUS[0]}
