@@ -206,7 +206,7 @@ static oj_status replay_this_step(oj_trainer *t) {
         st = oj__step_graph_run(&t->graph, NULL, NULL);
     swap_batches(t);
     t->ahead = false;
-    t->reupload = true;
+    t->reupload = t->prefetched; /* else the loader gives the next batch again */
     return st;
 }
 
@@ -329,7 +329,8 @@ static void graph_micro_step(oj_trainer *t, step_prof *pf) {
         st = upload_host(t);
     else if (!t->prefetched) /* else uploaded during the last step */
         st = upload_next(t);
-    t->prefetched = t->reupload = false;
+    if (!st) /* a failed upload is tried again by the next step: no batch skipped */
+        t->prefetched = t->reupload = false;
     prof_mark(t, pf, PH_LOADER);
     if (!st && !launched)
         oj__step_graph_run(g, NULL, NULL);

@@ -450,8 +450,11 @@ oj_status oj_cuda_d2h(oj_engine *eng, void *dst, const void *src, size_t nbytes,
  * aligned slices; a copy into pageable memory would make the host wait),
  * one event is recorded after the last, and read_wait copies the slices
  * out once that event has passed. The staging grows only when nothing is
- * queued; a copy that does not fit while others are queued waits for them
- * first. */
+ * queued, to the most bytes ever queued at once; a copy that does not fit
+ * while others are queued waits for them first. A failed wait drops the
+ * queued copies unfilled, and the next read_wait that finds nothing
+ * queued reports it, so no caller reads a destination that was not
+ * filled. */
 struct rb_copy {
     void *dst;
     size_t off, n;
@@ -459,6 +462,8 @@ struct rb_copy {
 struct oj_cuda_readback {
     unsigned char *host; /* pinned (cudaHostAlloc) */
     size_t cap, used;
+    size_t most;  /* the most bytes queued at once (the staging grows to it) */
+    bool lost;    /* a wait failed: copies were dropped unfilled (read_wait reports it) */
     rb_copy *q;
     int nq, capq;
     cudaEvent_t done;
@@ -482,12 +487,13 @@ oj_status oj_cuda_read_defer(oj_engine *eng, void *dst, const void *src, size_t 
     }
     struct oj_cuda_readback *r = s->rb;
     const size_t need = (nbytes + 15) & ~(size_t)15;
+    if (r->used + need > r->most) r->most = r->used + need; /* the next round fits at once */
     if (r->used + need > r->cap && r->nq > 0) {
         oj_status st = oj_cuda_read_wait(eng);
         if (st != OJ_OK) return st;
     }
-    if (need > r->cap) {
-        size_t cap = need > 65536 ? need : 65536;
+    if (r->nq == 0 && r->most > r->cap) { /* grown only while nothing is queued into it */
+        size_t cap = r->most > 65536 ? r->most : 65536;
         unsigned char *h = NULL;
         e = cudaHostAlloc((void **)&h, cap, cudaHostAllocDefault);
         if (e != cudaSuccess) return oj_cuda_fail(eng, e, "read_defer (cudaHostAlloc)");
@@ -514,13 +520,23 @@ oj_status oj_cuda_read_defer(oj_engine *eng, void *dst, const void *src, size_t 
 oj_status oj_cuda_read_wait(oj_engine *eng) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
     struct oj_cuda_readback *r = s->rb;
-    if (r == NULL || r->nq == 0) return OJ_OK;
+    if (r == NULL) return OJ_OK;
+    if (r->lost && r->nq == 0) { /* an earlier wait dropped copies a caller still waits for */
+        r->lost = false;
+        return oj_set_error(eng, OJ_ERR_DEVICE,
+                            "read_wait: a deferred read-back was lost to an earlier device error");
+    }
+    if (r->nq == 0) return OJ_OK;
     const int nq = r->nq;
     r->nq = 0;
     r->used = 0;
     cudaError_t e = cudaSetDevice(s->ordinal);
     if (e == cudaSuccess) e = cudaEventSynchronize(r->done);
-    if (e != cudaSuccess) return oj_cuda_fail(eng, e, "read_wait");
+    if (e != cudaSuccess) {
+        r->lost = true; /* the callers of the copies queued before learn it at their wait */
+        return oj_cuda_fail(eng, e, "read_wait");
+    }
+    r->lost = false;
     for (int i = 0; i < nq; i++) memcpy(r->q[i].dst, r->host + r->q[i].off, r->q[i].n);
     return OJ_OK;
 }
