@@ -757,7 +757,9 @@ typedef struct oj_backend {
     /* Read-backs that do not wait (NULL: core copies at once with
      * copy_d2h). read_defer queues a copy of nbytes at device src into host
      * dst, which must stay valid until read_wait; read_wait waits for every
-     * queued copy and fills their dst. Work queued after a read_defer runs
+     * queued copy and fills their dst (a failed wait, also one read_defer
+     * makes to free staging, fills none: that wait and the next one that
+     * finds nothing queued return the error). Work queued after a read_defer runs
      * while the host waits for nothing. graph_checks_defer queues the read
      * of the last replay's check words (after its launch, before the next);
      * after read_wait, graph_checks_clean says whether every check passed
