@@ -208,16 +208,19 @@ oj_status oj__graph_checks_defer(oj_graph *g) {
     if (g == NULL) return OJ_ERR_INVALID_ARGUMENT;
     const oj_backend *b = g->eng->backend;
     if (b->graph_launch == NULL || b->graph_checks == NULL) return OJ_OK; /* checked at replay */
-    if (b->graph_checks_defer == NULL) return OJ_OK; /* clean: graph_checks below */
+    if (b->graph_checks_defer == NULL || b->graph_checks_clean == NULL)
+        return oj_set_error(g->eng, OJ_ERR_UNSUPPORTED,
+                            "graph checks: the %s backend cannot read them deferred",
+                            b->name);
     return b->graph_checks_defer(g->eng, g->handle);
 }
 
 bool oj__graph_checks_clean(oj_graph *g) {
     if (g == NULL) return false;
     const oj_backend *b = g->eng->backend;
-    if (b->graph_launch == NULL || b->graph_checks == NULL) return true;
-    if (b->graph_checks_defer == NULL) return b->graph_checks(g->eng, g->handle) == OJ_OK;
-    return b->graph_checks_clean(g->eng, g->handle);
+    if (b->graph_launch == NULL || b->graph_checks == NULL) return true; /* checked at replay */
+    /* without deferred reads the words may be a later replay's: not clean */
+    return b->graph_checks_clean != NULL && b->graph_checks_clean(g->eng, g->handle);
 }
 
 void oj_graph_free(oj_graph *g) {

@@ -295,7 +295,8 @@ oj_status oj__graph_checks(struct oj_graph *g);
  * copy of nbytes of device memory at src into host dst (valid until
  * oj__read_wait, which waits for all queued ones and fills them); on a
  * backend without them the copy is made at once. oj__graph_checks_defer
- * queues the read of g's check words of its last replay; after
+ * queues the read of g's check words of its last replay (OJ_ERR_UNSUPPORTED
+ * on a backend that launches graphs but cannot defer the read); after
  * oj__read_wait, oj__graph_checks_clean is true when all passed (false:
  * replay the same inputs and call oj__graph_checks for the error). */
 oj_status oj__read_defer(oj_engine *eng, void *dst, const void *src, size_t nbytes);
