@@ -133,6 +133,20 @@ typedef struct oj_backend {
      * accounting is done by core before alloc is called. */
     void *(*alloc)(oj_engine *eng, size_t nbytes);
     void (*free)(oj_engine *eng, void *ptr, size_t nbytes);
+    /* Virtual memory for graph pools (src/core/graph_pool.c), NULL when
+     * the backend has none. vm_granularity: the unit of vm_map, 0 when
+     * this device cannot map (the pool then keeps size-classed alloc
+     * blocks). vm_reserve: `bytes` of address space with nothing behind
+     * it; NULL on failure. vm_map: memory behind [base + off, + bytes)
+     * (multiples of the unit), read-write for the device; false when the
+     * device is out of memory. vm_unmap: waits for the device, then frees
+     * one vm_map's memory. vm_release: gives the address range back (all
+     * of it unmapped). */
+    size_t (*vm_granularity)(oj_engine *eng);
+    void *(*vm_reserve)(oj_engine *eng, size_t bytes);
+    bool (*vm_map)(oj_engine *eng, void *base, size_t off, size_t bytes);
+    void (*vm_unmap)(oj_engine *eng, void *base, size_t off, size_t bytes);
+    void (*vm_release)(oj_engine *eng, void *base, size_t bytes);
     /* Byte copies; dst/src device pointers as named. */
     oj_status (*copy_h2d)(oj_engine *eng, void *dst, const void *src, size_t nbytes);
     oj_status (*copy_d2h)(oj_engine *eng, void *dst, const void *src, size_t nbytes);

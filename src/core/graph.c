@@ -28,8 +28,9 @@ struct oj_graph {
 };
 
 void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p) {
-    (void)eng;
-    if (--p->refs == 0) free(p);
+    if (--p->refs > 0) return;
+    oj__gpool_destroy(eng, p);
+    free(p);
 }
 
 void oj__graph_note_written(oj_engine *eng, oj_storage *s) {
@@ -66,6 +67,7 @@ static void pool_drop(oj_engine *eng, oj_graph_pool *p) {
     free(p->written);
     p->written = NULL;
     p->n_written = p->cap_written = 0;
+    oj__gpool_drop(eng, p);
     for (int c = 0; c < OJ_POOL_CLASSES; c++)
         while (p->free_list[c]) {
             oj_dev_block *blk = p->free_list[c];

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 
 #include "ojas/core.h"
+#include "core/range_heap.h"
 
 #define OJ_TENSOR_MAGIC 0x6f6a7473u /* "ojts" live */
 #define OJ_TENSOR_DEAD 0xdeadbeefu  /* released (kept in quarantine) */
@@ -16,6 +17,7 @@
 /* Host pool size classes: 64 B, then 4 classes per power of two
  * (2^k, 1.25, 1.5, 1.75 x 2^k) up to 1.75 x 2^62. */
 #define OJ_POOL_CLASSES 232
+#define OJ_POOL_RANGE (-2)
 
 struct oj_backend; /* src/backend/backend.h */
 struct oj_node;    /* src/autograd: a tape node */
@@ -30,7 +32,7 @@ typedef struct oj_storage {
     size_t capacity;   /* bytes actually allocated (pool class), charged */
     oj_budget *budget; /* charged budget (NULL for external memory) */
     uint64_t version;  /* in-place write counter: bump only through oj__storage_written */
-    int pool_class;    /* host pool size class; -1 when not pooled */
+    int pool_class;    /* pool size class; -1 when not pooled; OJ_POOL_RANGE: a graph pool's range */
     /* External memory (e.g. an mmap'd file): not pooled, not charged; on
      * last release `release(release_ctx)` is called if set. */
     void (*release)(void *ctx);
@@ -107,10 +109,27 @@ typedef struct oj_pool_block {
  * capture, never by other work, because replays write them. Blocks stay
  * reserved on the root budget while free, like the engine's pool. Kept
  * alive by the graph and by each storage that holds one of its blocks. */
+/* One piece of a graph pool's address range with memory behind it. */
+typedef struct oj_vm_map {
+    size_t off, len;
+    bool mapped;
+} oj_vm_map;
+
 typedef struct oj_graph_pool {
     int64_t refs;      /* the graph (until freed) + storages holding blocks */
     bool graph_alive;  /* false once the graph is freed: blocks go back to the driver */
     bool failed;       /* an error was recorded during its capture (even if cleared since) */
+    /* With the backend's virtual memory (graph_pool.c): one reserved
+     * address range [va_base, + va_bytes), backed by maps as it grows;
+     * storages are ranges of it (pool_class OJ_POOL_RANGE). Else
+     * free_list holds released blocks by size class. */
+    size_t gran; /* vm_granularity; 0: size classes */
+    bool vm_tried;
+    void *va_base;
+    size_t va_bytes;
+    oj__range_heap heap;
+    oj_vm_map *maps; /* by offset */
+    int64_t n_maps, cap_maps;
     oj_dev_block *free_list[OJ_POOL_CLASSES];
     /* the written set: every storage outside this pool that the capture
      * wrote in place (retained until the graph is freed); each replay
@@ -195,6 +214,25 @@ static inline bool oj__live(const oj_tensor *t) {
 
 /* ---- graphs: drop one reference to a graph pool (graph.c) */
 void oj__graph_pool_unref(oj_engine *eng, oj_graph_pool *p);
+
+/* A graph pool's ranges (graph_pool.c). oj__gpool_take: nbytes (> 0) of
+ * device memory from the capture's pool p charged to b, *cap set to what
+ * is charged; NULL with *handled false when p has no virtual memory (the
+ * caller takes a size-classed block), NULL with *handled true and the
+ * engine's error set (OJ_ERR_CAPACITY naming op) when it cannot. */
+void *oj__gpool_take(oj_engine *eng, oj_graph_pool *p, size_t nbytes, oj_budget *b, size_t *cap,
+                     const char *op, bool *handled);
+/* A storage holding a range goes back to its pool (its charge to the root
+ * budget; memory no live range needs is unmapped once the graph is gone). */
+void oj__gpool_give(oj_engine *eng, oj_storage *s);
+/* The graph is gone: unmap what no live range needs. */
+void oj__gpool_drop(oj_engine *eng, oj_graph_pool *p);
+/* The last reference is gone: unmap everything, give the range back. */
+void oj__gpool_destroy(oj_engine *eng, oj_graph_pool *p);
+/* Reserve bytes on b; on failure trim the engine's pool and retry once;
+ * OJ_ERR_CAPACITY naming op and nbytes when it still fails. */
+bool oj__storage_reserve(oj_engine *eng, oj_budget *b, size_t bytes, const char *op, size_t nbytes);
+void oj__storage_capacity_error(oj_engine *eng, const char *op, size_t nbytes, oj_budget *over);
 /* End a capture in progress without a graph (engine teardown). */
 void oj__graph_capture_abandon(oj_engine *eng);
 /* Free every graph still alive (engine teardown). */

@@ -12,7 +12,8 @@
  * with one stream per engine, reuse in stream order is safe. New device
  * blocks are reserved on the budget before the driver is asked. During a
  * graph capture device blocks come from, and go back to, the graph's
- * private pool instead (src/core/graph.c). */
+ * private pool instead (src/core/graph.c): ranges of one address range
+ * where the backend has virtual memory (src/core/graph_pool.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +39,7 @@ static int size_class(size_t n, size_t *cap) {
     return (k - 6) * 4 + (int)j; /* 64 B is class 0 */
 }
 
-static void capacity_error(oj_engine *eng, const char *op, size_t nbytes, oj_budget *over) {
+void oj__storage_capacity_error(oj_engine *eng, const char *op, size_t nbytes, oj_budget *over) {
     if (over)
         oj_set_error(eng, OJ_ERR_CAPACITY,
                      "%s: cannot allocate %zu bytes: budget '%s' would exceed its limit "
@@ -49,11 +50,10 @@ static void capacity_error(oj_engine *eng, const char *op, size_t nbytes, oj_bud
         oj_set_error(eng, OJ_ERR_CAPACITY, "%s: cannot allocate %zu bytes", op, nbytes);
 }
 
-/* Reserve on b; on failure trim the pool and retry once. */
-static bool reserve(oj_engine *eng, oj_budget *b, size_t bytes, const char *op, size_t nbytes) {
+bool oj__storage_reserve(oj_engine *eng, oj_budget *b, size_t bytes, const char *op, size_t nbytes) {
     oj_budget *over = NULL;
     if (bytes > (size_t)INT64_MAX) {
-        capacity_error(eng, op, nbytes, NULL);
+        oj__storage_capacity_error(eng, op, nbytes, NULL);
         return false;
     }
     if (oj__budget_reserve_ex(b, (int64_t)bytes, &over) == OJ_OK) return true;
@@ -61,12 +61,49 @@ static bool reserve(oj_engine *eng, oj_budget *b, size_t bytes, const char *op, 
         oj_engine_trim_pool(eng);
         if (oj__budget_reserve_ex(b, (int64_t)bytes, &over) == OJ_OK) return true;
     }
-    capacity_error(eng, op, nbytes, over);
+    oj__storage_capacity_error(eng, op, nbytes, over);
     return false;
 }
 
 static void *host_alloc(oj_engine *eng, size_t cap) {
     return oj_cpu_backend.alloc(eng, cap);
+}
+
+/* s->data <- a block of size class cls (capacity cap): a free one of
+ * the class (the graph pool gp's during a capture, else the engine's),
+ * else a new one reserved on s's budget first. NULL with the error set
+ * when it cannot. */
+static void *class_take(oj_engine *eng, oj_storage *s, oj_graph_pool *gp, int cls, size_t cap,
+                        const char *op) {
+    const bool host = eng->device.type == OJ_DEVICE_CPU;
+    oj_dev_block **dev_list = gp ? &gp->free_list[cls] : &eng->dev_pool[cls];
+    void *pooled = host ? (void *)eng->pool[cls] : (void *)*dev_list;
+    if (pooled) {
+        oj_budget *over = NULL;
+        if (oj__budget_move(eng->root_budget, s->budget, (int64_t)cap, &over) != OJ_OK) {
+            oj__storage_capacity_error(eng, op, s->nbytes, over);
+            return NULL;
+        }
+        if (host) {
+            eng->pooled_bytes -= (int64_t)cap;
+            eng->pool[cls] = eng->pool[cls]->next;
+            return pooled;
+        }
+        if (!gp) eng->pooled_bytes -= (int64_t)cap;
+        oj_dev_block *blk = pooled;
+        *dev_list = blk->next;
+        void *p = blk->ptr;
+        free(blk);
+        return p;
+    }
+    if (!oj__storage_reserve(eng, s->budget, cap, op, s->nbytes)) return NULL;
+    void *p = host ? host_alloc(eng, cap) : eng->backend->alloc(eng, cap);
+    if (p == NULL) {
+        oj_budget_release(s->budget, (int64_t)cap);
+        oj_set_error(eng, OJ_ERR_CAPACITY, "%s: %s out of memory allocating %zu bytes", op,
+                     host ? "host" : eng->backend->name, cap);
+    }
+    return p;
 }
 
 oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
@@ -81,51 +118,25 @@ oj_storage *oj__storage_new(oj_engine *eng, size_t nbytes, const char *op) {
     s->nbytes = nbytes;
     s->budget = eng->budget;
     s->pool_class = -1;
-    /* A pooled block of the size class, else budget first, then the
-     * allocator (host memory, or the device's driver). */
     const bool host = eng->device.type == OJ_DEVICE_CPU;
     size_t cap;
     int cls = size_class(host || nbytes >= 256 ? nbytes : 256, &cap);
     if (cls < 0) {
-        capacity_error(eng, op, nbytes, NULL);
+        oj__storage_capacity_error(eng, op, nbytes, NULL);
         free(s);
         return NULL;
     }
-    /* during a graph capture device blocks come from the graph's pool */
+    /* During a graph capture device blocks come from the graph's pool: a
+     * range of its address space where the backend maps memory
+     * (graph_pool.c), else a block of the size class. */
     oj_graph_pool *gp = host ? NULL : eng->capture_pool;
-    oj_dev_block **dev_list = gp ? &gp->free_list[cls] : &eng->dev_pool[cls];
-    void *pooled = host ? (void *)eng->pool[cls] : (void *)*dev_list;
-    if (pooled) {
-        oj_budget *over = NULL;
-        if (oj__budget_move(eng->root_budget, s->budget, (int64_t)cap, &over) != OJ_OK) {
-            capacity_error(eng, op, nbytes, over);
-            free(s);
-            return NULL;
-        }
-        if (host) {
-            eng->pooled_bytes -= (int64_t)cap;
-            eng->pool[cls] = eng->pool[cls]->next;
-            s->data = pooled;
-        } else {
-            if (!gp) eng->pooled_bytes -= (int64_t)cap;
-            oj_dev_block *blk = pooled;
-            *dev_list = blk->next;
-            s->data = blk->ptr;
-            free(blk);
-        }
-    } else {
-        if (!reserve(eng, s->budget, cap, op, nbytes)) {
-            free(s);
-            return NULL;
-        }
-        s->data = host ? host_alloc(eng, cap) : eng->backend->alloc(eng, cap);
-        if (s->data == NULL) {
-            oj_budget_release(s->budget, (int64_t)cap);
-            oj_set_error(eng, OJ_ERR_CAPACITY, "%s: %s out of memory allocating %zu bytes", op,
-                         host ? "host" : eng->backend->name, cap);
-            free(s);
-            return NULL;
-        }
+    bool ranged = false;
+    if (gp) s->data = oj__gpool_take(eng, gp, nbytes, s->budget, &cap, op, &ranged);
+    if (ranged) cls = OJ_POOL_RANGE;
+    else s->data = class_take(eng, s, gp, cls, cap, op);
+    if (s->data == NULL) {
+        free(s);
+        return NULL;
     }
     if (gp) {
         s->gpool = gp;
@@ -193,6 +204,9 @@ void oj__storage_release(oj_storage *s) {
     if (s->budget != NULL) eng->live_bytes -= (int64_t)s->capacity;
     if (s->budget == NULL) { /* external memory */
         if (s->release) s->release(s->release_ctx);
+    } else if (s->pool_class == OJ_POOL_RANGE) {
+        oj__gpool_give(eng, s);
+        oj__graph_pool_unref(eng, s->gpool);
     } else if (s->pool_class >= 0 && s->device.type != OJ_DEVICE_CPU) {
         /* back to its graph's pool while the graph lives, else the engine's */
         oj_graph_pool *gp = s->gpool;

@@ -294,6 +294,67 @@ static void test_graph_freed_with_engine(void **state) {
     oj_engine_free(e); /* x, y and g still alive */
 }
 
+/* The graph's pool with virtual memory (default; OJAS_CUDA_VMM=0: size
+ * classes): a block released during the capture serves two smaller ones
+ * (the pool peaks at the largest live set, not the sum of the classes),
+ * the ranges live at once never overlap and replay to the right values,
+ * and after the graph is freed a range still held keeps its memory (and
+ * values) until it is released. */
+static void pool_case(bool vmm) {
+    setenv("OJAS_CUDA_VMM", vmm ? "1" : "0", 1);
+    const int64_t n = 2 << 20, half = n / 2; /* 8 MiB of f32 */
+    oj_tensor *x = oj_rand_normal(gpu, 1, &n, OJ_F32, 0.0, 1.0);
+    float *xv = malloc((size_t)n * sizeof *xv), *got = malloc((size_t)half * sizeof *got);
+    assert_non_null(xv);
+    assert_non_null(got);
+    to_floats(x, xv, (size_t)n);
+    oj_budget *root = oj_engine_budget(gpu);
+    oj_engine_trim_pool(gpu);
+    const int64_t base = oj_budget_current(root);
+    oj_budget_reset_peak(root);
+    assert_int_equal(oj_graph_capture_begin(gpu), OJ_OK);
+    oj_tensor *a = oj_mul_scalar(x, 2.0);
+    assert_non_null(a);
+    oj_release(a);
+    oj_tensor *b = oj_mul_scalar(oj_narrow(x, 0, 0, half), 3.0);
+    oj_tensor *c = oj_mul_scalar(oj_narrow(x, 0, half, half), 4.0);
+    assert_non_null(b);
+    assert_non_null(c);
+    oj_graph *g = oj_graph_capture_end(gpu);
+    assert_non_null(g);
+    const bool ranged = b->storage->pool_class == OJ_POOL_RANGE;
+    assert_true(ranged == vmm); /* the H200s here map memory */
+    const char *pb = (const char *)b->storage->data, *pc = (const char *)c->storage->data;
+    assert_true(pb + b->storage->capacity <= pc || pc + c->storage->capacity <= pb);
+    if (vmm) /* a's 8 MiB hold b and c; at most one granule above */
+        assert_true(oj_budget_peak(root) - base <= (int64_t)(10u << 20));
+    assert_int_equal(oj_graph_replay(g), OJ_OK);
+    to_floats(b, got, (size_t)half);
+    for (int64_t i = 0; i < half; i++) assert_true(got[i] == 3.0f * xv[i]);
+    to_floats(c, got, (size_t)half);
+    for (int64_t i = 0; i < half; i++) assert_true(got[i] == 4.0f * xv[half + i]);
+    oj_release(c);
+    oj_graph_free(g);
+    assert_int_equal(oj_last_status(gpu), OJ_OK);
+    oj_engine_trim_pool(gpu);
+    assert_true(oj_budget_current(root) > base); /* b's memory is still there */
+    to_floats(b, got, (size_t)half);
+    for (int64_t i = 0; i < half; i++) assert_true(got[i] == 3.0f * xv[i]);
+    oj_release(b);
+    oj_engine_trim_pool(gpu);
+    assert_int_equal(oj_budget_current(root), base);
+    oj_release(x);
+    free(xv);
+    free(got);
+    unsetenv("OJAS_CUDA_VMM");
+}
+
+static void test_graph_pool_ranges(void **state) {
+    (void)state;
+    pool_case(true);
+    pool_case(false);
+}
+
 int main(void) {
     if (gpu_test_probe(false, NULL) != 0) return 77;
     const struct CMUnitTest tests[] = {
@@ -306,6 +367,7 @@ int main(void) {
         cmocka_unit_test(test_graph_refusals),
         cmocka_unit_test(test_graph_deferred_index_check),
         cmocka_unit_test(test_graph_freed_with_engine),
+        cmocka_unit_test(test_graph_pool_ranges),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

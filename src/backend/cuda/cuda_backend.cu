@@ -129,6 +129,11 @@ static oj_backend make_cuda_backend() {
     b.memory_info = oj_cuda_memory_info;
     b.alloc = oj_cuda_alloc;
     b.free = oj_cuda_free;
+    b.vm_granularity = oj_cuda_vm_granularity; /* cuda_vmm.cu */
+    b.vm_reserve = oj_cuda_vm_reserve;
+    b.vm_map = oj_cuda_vm_map;
+    b.vm_unmap = oj_cuda_vm_unmap;
+    b.vm_release = oj_cuda_vm_release;
     b.copy_h2d = oj_cuda_copy_h2d;
     b.copy_d2h = oj_cuda_copy_d2h;
     b.copy_d2d = oj_cuda_copy_d2d;

@@ -884,4 +884,11 @@ oj_status oj_cuda_copy_d2d(oj_engine *eng, void *dst, const void *src, size_t nb
 oj_status oj_cuda_memset0(oj_engine *eng, void *dst, size_t nbytes);
 oj_status oj_cuda_synchronize(oj_engine *eng);
 
+/* Virtual memory entries for graph pools (cuda_vmm.cu; backend.h). */
+size_t oj_cuda_vm_granularity(oj_engine *eng);
+void *oj_cuda_vm_reserve(oj_engine *eng, size_t bytes);
+bool oj_cuda_vm_map(oj_engine *eng, void *base, size_t off, size_t bytes);
+void oj_cuda_vm_unmap(oj_engine *eng, void *base, size_t off, size_t bytes);
+void oj_cuda_vm_release(oj_engine *eng, void *base, size_t bytes);
+
 #endif /* OJAS_CUDA_INTERNAL_CUH */
