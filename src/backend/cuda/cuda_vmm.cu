@@ -6,11 +6,11 @@
  * same driver calls for the same reason (CUDA driver API, "Virtual Memory
  * Management"). The driver entries are looked up through the runtime
  * (cudaGetDriverEntryPointByVersion), so nothing links libcuda and a
- * machine without a driver still loads the library; when an entry or the
- * device's support is missing, or OJAS_CUDA_VMM=0, vm_granularity is 0 and
- * the pool keeps cudaMalloc'd size-classed blocks. */
+ * machine without a driver still loads the library. Opt-in for now
+ * (OJAS_CUDA_VMM=1): not yet run on a GPU. Off, or when an entry or the
+ * device's support is missing, vm_granularity is 0 and the pool keeps
+ * cudaMalloc'd size-classed blocks. */
 #include <cuda.h>
-#include <mutex>
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "core/env.h"
@@ -32,7 +32,6 @@ struct vmm_api {
 };
 
 vmm_api api;
-std::once_flag api_once;
 
 template <typename F> bool entry(const char *name, F *fn) {
     void *p = nullptr;
@@ -46,12 +45,13 @@ template <typename F> bool entry(const char *name, F *fn) {
     return true;
 }
 
-void load_api() {
+bool load_api() {
     api.ok = entry("cuMemGetAllocationGranularity", &api.granularity) &&
              entry("cuMemAddressReserve", &api.reserve) && entry("cuMemAddressFree", &api.addr_free) &&
              entry("cuMemCreate", &api.create) && entry("cuMemMap", &api.map) &&
              entry("cuMemSetAccess", &api.set_access) && entry("cuMemUnmap", &api.unmap) &&
              entry("cuMemRelease", &api.release) && entry("cuDeviceGetAttribute", &api.attribute);
+    return api.ok;
 }
 
 CUmemAllocationProp prop_of(int ordinal) {
@@ -70,9 +70,9 @@ int ordinal_of(oj_engine *eng) {
 } // namespace
 
 size_t oj_cuda_vm_granularity(oj_engine *eng) {
-    if (!oj__env_flag("OJAS_CUDA_VMM", true)) return 0;
-    std::call_once(api_once, load_api);
-    if (!api.ok) return 0;
+    if (!oj__env_flag("OJAS_CUDA_VMM", false)) return 0;
+    static const bool loaded = load_api(); /* once, thread-safe (C++11 statics) */
+    if (!loaded) return 0;
     const int ord = ordinal_of(eng);
     int supported = 0;
     if (api.attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, ord) !=
