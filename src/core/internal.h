@@ -104,17 +104,17 @@ typedef struct oj_pool_block {
     size_t capacity;
 } oj_pool_block;
 
-/* A graph's private device pool (src/core/graph.c): every block allocated
- * while the graph was captured. Its free blocks are reused only by that
- * capture, never by other work, because replays write them. Blocks stay
- * reserved on the root budget while free, like the engine's pool. Kept
- * alive by the graph and by each storage that holds one of its blocks. */
 /* One piece of a graph pool's address range with memory behind it. */
 typedef struct oj_vm_map {
     size_t off, len;
     bool mapped;
 } oj_vm_map;
 
+/* A graph's private device pool (src/core/graph.c): every block allocated
+ * while the graph was captured. Its free blocks are reused only by that
+ * capture, never by other work, because replays write them. Blocks stay
+ * reserved on the root budget while free, like the engine's pool. Kept
+ * alive by the graph and by each storage that holds one of its blocks. */
 typedef struct oj_graph_pool {
     int64_t refs;      /* the graph (until freed) + storages holding blocks */
     bool graph_alive;  /* false once the graph is freed: blocks go back to the driver */

@@ -107,6 +107,12 @@ static inline oj_cuda_state *oj_cuda_state_of(oj_engine *eng) {
     return (oj_cuda_state *)eng->ext[OJ_EXT_BACKEND].ptr;
 }
 
+/* The engine's device ordinal (its state's once open, else the config's). */
+static inline int oj_cuda_ordinal(oj_engine *eng) {
+    oj_cuda_state *s = oj_cuda_state_of(eng);
+    return s ? s->ordinal : eng->device.index;
+}
+
 /* The multiprocessors of the engine's device (cudaDevAttrMultiProcessorCount,
  * asked once at open; > 0). */
 static inline int oj_cuda_sms(oj_engine *eng) {

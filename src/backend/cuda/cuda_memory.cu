@@ -124,11 +124,6 @@ static void prof_report(oj_cuda_prof *p, int ordinal) {
     p->created = 0;
 }
 
-static int cuda_ordinal(oj_engine *eng) {
-    oj_cuda_state *s = oj_cuda_state_of(eng);
-    return s ? s->ordinal : eng->device.index;
-}
-
 static void state_destroy(oj_engine *eng, void *ptr) {
     (void)eng;
     free(ptr);
@@ -195,7 +190,7 @@ oj_status oj_cuda_open(oj_engine *eng, int index, oj_error *err) {
 
 oj_status oj_cuda_memory_info(oj_engine *eng, int64_t *free_bytes, int64_t *total_bytes) {
     size_t f = 0, t = 0;
-    cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
+    cudaError_t e = cudaSetDevice(oj_cuda_ordinal(eng));
     if (e == cudaSuccess) e = cudaMemGetInfo(&f, &t);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -208,7 +203,7 @@ oj_status oj_cuda_memory_info(oj_engine *eng, int64_t *free_bytes, int64_t *tota
 
 void oj_cuda_close(oj_engine *eng) {
     oj_cuda_state *s = oj_cuda_state_of(eng);
-    cudaSetDevice(cuda_ordinal(eng));
+    cudaSetDevice(oj_cuda_ordinal(eng));
     cudaDeviceSynchronize();
     if (s == NULL) return;
     if (s->prof) {
@@ -235,7 +230,7 @@ void oj_cuda_close(oj_engine *eng) {
 
 void *oj_cuda_alloc(oj_engine *eng, size_t nbytes) {
     void *p = NULL;
-    if (cudaSetDevice(cuda_ordinal(eng)) != cudaSuccess) return NULL;
+    if (cudaSetDevice(oj_cuda_ordinal(eng)) != cudaSuccess) return NULL;
     oj_cuda_state *s = oj_cuda_state_of(eng);
     double t0 = s && s->prof ? host_ms() : 0.0;
     cudaError_t e = cudaMalloc(&p, nbytes);
@@ -253,7 +248,7 @@ void *oj_cuda_alloc(oj_engine *eng, size_t nbytes) {
 
 void oj_cuda_free(oj_engine *eng, void *ptr, size_t nbytes) {
     (void)nbytes;
-    cudaSetDevice(cuda_ordinal(eng));
+    cudaSetDevice(oj_cuda_ordinal(eng));
     oj_cuda_state *s = oj_cuda_state_of(eng);
     double t0 = s && s->prof ? host_ms() : 0.0;
     cudaFree(ptr);
@@ -340,11 +335,11 @@ oj_status oj_cuda_synchronize(oj_engine *eng) {
 
 oj_status oj_cuda_fail(oj_engine *eng, cudaError_t e, const char *what) {
     return oj_set_error(eng, OJ_ERR_DEVICE, "cuda: %s failed on cuda:%d: %s (%s)", what,
-                        cuda_ordinal(eng), cudaGetErrorString(e), cudaGetErrorName(e));
+                        oj_cuda_ordinal(eng), cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 oj_status oj_cuda_begin(oj_engine *eng, const char *op) {
-    cudaError_t e = cudaSetDevice(cuda_ordinal(eng));
+    cudaError_t e = cudaSetDevice(oj_cuda_ordinal(eng));
     if (e != cudaSuccess) return oj_cuda_fail(eng, e, op);
     oj_cuda_state *s = oj_cuda_state_of(eng);
     oj_cuda_tls_stream = s->stream;
@@ -361,7 +356,7 @@ oj_status oj_cuda_check(oj_engine *eng, const char *kernel) {
     }
     if (e != cudaSuccess)
         return oj_set_error(eng, OJ_ERR_DEVICE, "cuda kernel %s failed on cuda:%d: %s (%s)",
-                            kernel, cuda_ordinal(eng), cudaGetErrorString(e),
+                            kernel, oj_cuda_ordinal(eng), cudaGetErrorString(e),
                             cudaGetErrorName(e));
     return OJ_OK;
 }

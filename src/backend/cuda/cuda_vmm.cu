@@ -62,18 +62,13 @@ CUmemAllocationProp prop_of(int ordinal) {
     return p;
 }
 
-int ordinal_of(oj_engine *eng) {
-    oj_cuda_state *s = oj_cuda_state_of(eng);
-    return s ? s->ordinal : eng->device.index;
-}
-
 } // namespace
 
 size_t oj_cuda_vm_granularity(oj_engine *eng) {
     if (!oj__env_flag("OJAS_CUDA_VMM", false)) return 0;
     static const bool loaded = load_api(); /* once, thread-safe (C++11 statics) */
     if (!loaded) return 0;
-    const int ord = ordinal_of(eng);
+    const int ord = oj_cuda_ordinal(eng);
     int supported = 0;
     if (api.attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, ord) !=
             CUDA_SUCCESS ||
@@ -86,14 +81,14 @@ size_t oj_cuda_vm_granularity(oj_engine *eng) {
 }
 
 void *oj_cuda_vm_reserve(oj_engine *eng, size_t bytes) {
-    if (!api.ok || cudaSetDevice(ordinal_of(eng)) != cudaSuccess) return nullptr;
+    if (!api.ok || cudaSetDevice(oj_cuda_ordinal(eng)) != cudaSuccess) return nullptr;
     CUdeviceptr base = 0;
     if (api.reserve(&base, bytes, 0, 0, 0) != CUDA_SUCCESS) return nullptr;
     return reinterpret_cast<void *>(base);
 }
 
 bool oj_cuda_vm_map(oj_engine *eng, void *base, size_t off, size_t bytes) {
-    const int ord = ordinal_of(eng);
+    const int ord = oj_cuda_ordinal(eng);
     if (!api.ok || cudaSetDevice(ord) != cudaSuccess) return false;
     CUmemAllocationProp p = prop_of(ord);
     CUmemGenericAllocationHandle h;
@@ -116,7 +111,7 @@ bool oj_cuda_vm_map(oj_engine *eng, void *base, size_t off, size_t bytes) {
 }
 
 void oj_cuda_vm_unmap(oj_engine *eng, void *base, size_t off, size_t bytes) {
-    if (!api.ok || cudaSetDevice(ordinal_of(eng)) != cudaSuccess) return;
+    if (!api.ok || cudaSetDevice(oj_cuda_ordinal(eng)) != cudaSuccess) return;
     /* unlike cudaFree, unmapping does not wait for work that may still
      * touch the memory */
     cudaDeviceSynchronize();
@@ -124,6 +119,6 @@ void oj_cuda_vm_unmap(oj_engine *eng, void *base, size_t off, size_t bytes) {
 }
 
 void oj_cuda_vm_release(oj_engine *eng, void *base, size_t bytes) {
-    if (!api.ok || cudaSetDevice(ordinal_of(eng)) != cudaSuccess) return;
+    if (!api.ok || cudaSetDevice(oj_cuda_ordinal(eng)) != cudaSuccess) return;
     api.addr_free(reinterpret_cast<CUdeviceptr>(base), bytes);
 }
