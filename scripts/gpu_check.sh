@@ -68,7 +68,7 @@ fi
 grep -q "CUDA backend ON" "$LOGS/configure.log" || { fail "configure did not enable the CUDA backend"; }
 t0=$(date +%s)
 if ! cmake --build build-gpu -j "$JOBS" --target test_core_cuda test_gpu_ops test_gpu_gpt test_gpu_decode test_gpu_train \
-     test_gpu_paged_attention test_gpu_quant test_gpu_attention test_gpu_serve ojas \
+     test_gpu_paged_attention test_gpu_quant test_gpu_attention test_gpu_serve ojas_cli \
      $(grep -q 'MPI ON' "$LOGS/configure.log" && echo test_gpu_dist) \
      > "$LOGS/build.log" 2>&1; then
   grep -E "error|Error" "$LOGS/build.log" | head -40

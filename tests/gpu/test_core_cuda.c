@@ -294,7 +294,7 @@ static void test_graph_freed_with_engine(void **state) {
     oj_engine_free(e); /* x, y and g still alive */
 }
 
-/* The graph's pool with virtual memory (OJAS_CUDA_VMM=1; 0, the default:
+/* The graph's pool with virtual memory (OJAS_CUDA_VMM=1, the default; 0:
  * size classes): a block released during the capture serves two smaller ones
  * (the pool peaks at the largest live set, not the sum of the classes),
  * the ranges live at once never overlap and replay to the right values,

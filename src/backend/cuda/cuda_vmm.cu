@@ -6,10 +6,10 @@
  * same driver calls for the same reason (CUDA driver API, "Virtual Memory
  * Management"). The driver entries are looked up through the runtime
  * (cudaGetDriverEntryPointByVersion), so nothing links libcuda and a
- * machine without a driver still loads the library. Opt-in for now
- * (OJAS_CUDA_VMM=1): not yet run on a GPU. Off, or when an entry or the
- * device's support is missing, vm_granularity is 0 and the pool keeps
- * cudaMalloc'd size-classed blocks. */
+ * machine without a driver still loads the library. On by default;
+ * OJAS_CUDA_VMM=0, a missing entry or a device without virtual memory
+ * make vm_granularity 0 and the pool keeps cudaMalloc'd size-classed
+ * blocks. */
 #include <cuda.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -65,7 +65,7 @@ CUmemAllocationProp prop_of(int ordinal) {
 } // namespace
 
 size_t oj_cuda_vm_granularity(oj_engine *eng) {
-    if (!oj__env_flag("OJAS_CUDA_VMM", false)) return 0;
+    if (!oj__env_flag("OJAS_CUDA_VMM", true)) return 0;
     static const bool loaded = load_api(); /* once, thread-safe (C++11 statics) */
     if (!loaded) return 0;
     const int ord = oj_cuda_ordinal(eng);
