@@ -26,10 +26,15 @@ oj_sampler_config oj_sampler_config_default(void);
  * in [0, 1) used for the draw. Deterministic; never returns an id >= V.
  * Candidates are ranked by logit, then lower id; with top_k the k best are
  * selected in O(V log k), the first k of the full ranking.
- * Works on a scratch copy (logits are not modified). Returns -1 if V <= 0
- * or the logits hold a NaN. */
+ * Works on a scratch copy (logits are not modified). A -inf logit is a
+ * masked token (probability 0, never drawn). Returns -1 if V <= 0 or the
+ * logits hold a NaN or +inf, or only -inf (oj_logits_fault). */
 int32_t oj_sample_logits(const float *logits, int64_t V, const oj_sampler_config *cfg,
                          const int32_t *history, int64_t n, double u);
+
+/* Why logits[0..V) cannot be sampled: "NaN", "+inf" or "only -inf" (a
+ * static string), or NULL when they can (-inf entries are masked tokens). */
+const char *oj_logits_fault(const float *logits, int64_t V);
 
 /* The uniform number in [0, 1) that oj_generate draws for sequence `seq`
  * at step `step` (0 for the first new token) under `seed`: one

@@ -60,6 +60,14 @@ static bool use_static(oj_engine *eng) {
     return oj__env_flag("OJAS_GENERATE_STATIC", oj_engine_device(eng).type == OJ_DEVICE_CUDA);
 }
 
+/* The error for oj_sample_logits's -1 on the host row lg[0..V). */
+static oj_status sample_failed(oj_engine *eng, const float *lg, int64_t V, int64_t step) {
+    const char *fault = oj_logits_fault(lg, V);
+    if (fault == NULL) return oj_set_error(eng, OJ_ERR_CAPACITY, "generate: out of host memory");
+    return oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold %s at step %lld", fault,
+                        (long long)step);
+}
+
 /* Decode steps a read-back takes in generate_static (the host waits once
  * per batch instead of once per token). */
 #define GEN_BATCH 8
@@ -124,7 +132,8 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
         if (st != OJ_OK) break;
         int32_t tok = dev_tok;
         if (on_dev && tok < 0) {
-            st = oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold NaN at step %lld",
+            st = oj_set_error(eng, OJ_ERR_NUMERIC,
+                              "generate: the logits hold NaN or +inf, or only -inf, at step %lld",
                               (long long)step);
             break;
         }
@@ -133,8 +142,7 @@ static oj_status generate_static(oj_gpt *m, int64_t seq, const int32_t *prompt, 
             if (st != OJ_OK) break;
             tok = oj_sample_logits(lg, V, cfg, hist, n + len, oj_sample_uniform(cfg->seed, seq, step));
             if (tok < 0) {
-                st = oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold NaN at step %lld",
-                                  (long long)step);
+                st = sample_failed(eng, lg, V, step);
                 break;
             }
         }
@@ -207,7 +215,7 @@ static oj_status generate_one(oj_gpt *m, int64_t seq, const int32_t *prompt, int
         if (st != OJ_OK) break;
         int32_t tok = oj_sample_logits(lg, V, cfg, hist, n + len, oj_sample_uniform(cfg->seed, seq, step));
         if (tok < 0) {
-            st = oj_set_error(eng, OJ_ERR_NUMERIC, "generate: the logits hold NaN at step %lld", (long long)step);
+            st = sample_failed(eng, lg, V, step);
             break;
         }
         if (tok == cfg->stop_token) break;

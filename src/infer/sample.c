@@ -10,6 +10,19 @@ oj_sampler_config oj_sampler_config_default(void) {
     return c;
 }
 
+const char *oj_logits_fault(const float *logits, int64_t V) {
+    bool finite = false;
+    for (int64_t i = 0; i < V; i++) {
+        if (isnan(logits[i])) return "NaN";
+        if (isinf(logits[i])) {
+            if (logits[i] > 0) return "+inf";
+        } else {
+            finite = true;
+        }
+    }
+    return finite || V <= 0 ? NULL : "only -inf";
+}
+
 typedef struct {
     double logit;
     int32_t id;
@@ -124,7 +137,11 @@ static int32_t draw_from(cand *c, int64_t keep, const oj_sampler_config *cfg, do
         for (int64_t i = 0; i < keep; i++) total += c[i].logit;
     }
     double r = u * total, acc = 0.0;
-    int32_t out = c[keep - 1].id;
+    /* a draw rounding past the total takes the last token of nonzero
+     * probability, never a -inf (masked) one */
+    int64_t last = keep - 1;
+    while (last > 0 && c[last].logit <= 0.0) last--;
+    int32_t out = c[last].id;
     for (int64_t i = 0; i < keep; i++) {
         acc += c[i].logit;
         if (r < acc) {
@@ -139,6 +156,8 @@ static int32_t draw_from(cand *c, int64_t keep, const oj_sampler_config *cfg, do
 int32_t oj_sample_logits(const float *logits, int64_t V, const oj_sampler_config *cfg,
                          const int32_t *history, int64_t n, double u) {
     if (logits == NULL || V <= 0 || cfg == NULL) return -1;
+    /* +inf would make the softmax NaN, only -inf leaves nothing to draw */
+    if (oj_logits_fault(logits, V) != NULL) return -1;
     if (cfg->temperature <= 0.0 && (cfg->repetition_penalty == 1.0 || history == NULL)) {
         /* greedy without a penalty: one pass, no candidate array */
         int64_t best = 0;

@@ -757,7 +757,14 @@ oj_status oj_sched_step(oj_sched *s) {
                                 : oj_sample_logits(row, s->V, &r->cfg, r->hist, r->n + r->len,
                                                    oj_sample_uniform(r->cfg.seed, r->stream, r->len));
             if (tk < 0) {
-                fail(s, OJ_ERR_NUMERIC, "serve: request %lld's logits hold NaN", (long long)r->id);
+                const char *fault =
+                    row ? oj_logits_fault(row, s->V) : "NaN or +inf, or only -inf";
+                if (fault)
+                    fail(s, OJ_ERR_NUMERIC, "serve: request %lld's logits hold %s", (long long)r->id,
+                         fault);
+                else
+                    fail(s, OJ_ERR_CAPACITY, "serve: request %lld's sampling: out of host memory",
+                         (long long)r->id);
                 finish(s, i, OJ_FINISH_ERROR);
                 continue;
             }

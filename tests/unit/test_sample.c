@@ -1,5 +1,6 @@
 // test: oj_sample_logits — greedy (ties to the lowest id, the fast path and
-// the penalised path agree), NaN and empty inputs refused, repetition
+// the penalised path agree), NaN, +inf, all -inf and empty inputs refused
+// (a -inf logit is never drawn), repetition
 // penalty (CTRL), top-k, top-p and the draw from u; top-k by selection
 // gives the tokens of a full sort.
 #include <math.h>
@@ -24,8 +25,6 @@ static void test_greedy(void **state) {
     oj_sampler_config c = greedy();
     float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.5f, -INFINITY};
     assert_int_equal(oj_sample_logits(l, 6, &c, NULL, 0, 0.3), 1); // tie 1 vs 3: lowest id
-    float neg[3] = {-INFINITY, -INFINITY, -INFINITY};
-    assert_int_equal(oj_sample_logits(neg, 3, &c, NULL, 0, 0.3), 0);
     float one[1] = {7.0f};
     assert_int_equal(oj_sample_logits(one, 1, &c, NULL, 0, 0.9), 0);
     /* a penalty of 1 with a history takes the same fast path result */
@@ -48,6 +47,48 @@ static void test_refused(void **state) {
     assert_int_equal(oj_sample_logits(l, 0, &c, NULL, 0, 0.5), -1);
     assert_int_equal(oj_sample_logits(NULL, 3, &c, NULL, 0, 0.5), -1);
     assert_int_equal(oj_sample_logits(l, 3, NULL, NULL, 0, 0.5), -1);
+}
+
+/* +inf (a NaN softmax) and only -inf (nothing to draw) are refused on every
+ * path; a -inf logit is a masked token and never drawn. */
+static void test_inf_logits(void **state) {
+    (void)state;
+    float pos[4] = {0.0f, INFINITY, 1.0f, -INFINITY};
+    float late[4] = {3.0f, 2.0f, 1.0f, INFINITY};
+    float neg[3] = {-INFINITY, -INFINITY, -INFINITY};
+    assert_string_equal(oj_logits_fault(pos, 4), "+inf");
+    assert_string_equal(oj_logits_fault(neg, 3), "only -inf");
+    float nan[2] = {-INFINITY, NAN};
+    assert_string_equal(oj_logits_fault(nan, 2), "NaN");
+    int32_t hist[1] = {2};
+    for (int path = 0; path < 4; path++) {
+        oj_sampler_config c = oj_sampler_config_default();
+        c.temperature = path == 0 ? 0.0 : 1.0; /* greedy, full sort, top-k, penalised */
+        c.top_k = path == 2 ? 2 : 0;
+        c.repetition_penalty = path == 3 ? 1.5 : 1.0;
+        const int64_t nh = path == 3 ? 1 : 0;
+        for (double u = 0.0; u < 1.0; u += 0.25) {
+            assert_int_equal(oj_sample_logits(pos, 4, &c, hist, nh, u), -1);
+            assert_int_equal(oj_sample_logits(late, 4, &c, hist, nh, u), -1);
+            assert_int_equal(oj_sample_logits(neg, 3, &c, hist, nh, u), -1);
+        }
+    }
+    /* masked tokens 1, 3, 4: never drawn, whatever the draw; u = 1 (a draw
+     * rounding to the total) falls back to the last token of nonzero
+     * probability, not to a masked one */
+    float m[5] = {0.0f, -INFINITY, 1.0f, -INFINITY, -INFINITY};
+    const double us[] = {0.0, 0.3, 0.7, 0.999999, 1.0 - 0x1p-53, 1.0};
+    for (int path = 0; path < 6; path++) {
+        oj_sampler_config c = oj_sampler_config_default();
+        c.temperature = path == 0 ? 0.0 : path == 5 ? 1e-3 : 1.0;
+        c.top_k = path == 2 ? 4 : 0;                 /* k above the unmasked count */
+        c.top_p = path == 3 ? 0.9999999999 : 1.0;    /* a nucleus rounding short of 1 */
+        c.repetition_penalty = path == 4 ? 1.5 : 1.0; /* -inf times a penalty */
+        for (size_t j = 0; j < sizeof us / sizeof us[0]; j++) {
+            int32_t t = oj_sample_logits(m, 5, &c, hist, path == 4 ? 1 : 0, us[j]);
+            assert_true(t == 0 || t == 2);
+        }
+    }
 }
 
 static void test_repetition_penalty(void **state) {
@@ -172,6 +213,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_inf_logits),
         cmocka_unit_test(test_repetition_penalty),
         cmocka_unit_test(test_top_k_top_p_and_draw),
         cmocka_unit_test(test_top_k_selection_matches_sort),
