@@ -70,6 +70,8 @@ typedef struct {
     int n_stops;
     int64_t shown;         /* tokens printed */
     double first_s, last_s; /* cli_now() when the first and the last were printed */
+    int64_t n_undecodable;  /* tokens the tokenizer cannot decode (not printed) */
+    int32_t first_undecodable;
 } stream_ctx;
 
 static bool print_token(int64_t seq, int32_t token, void *vctx) {
@@ -83,10 +85,14 @@ static bool print_token(int64_t seq, int32_t token, void *vctx) {
     char *text = NULL;
     size_t len = 0;
     oj_error e = {0};
-    if (oj_tokenizer_decode(c->tok, &token, 1, OJ_DECODE_BYTES, &text, &len, &e) == OJ_OK) {
-        fwrite(text, 1, len, stdout);
-        fflush(stdout);
+    /* an id past the tokenizer (a padded vocab_size) has no text: skipped
+     * as transformers' decode skips it, and counted for a warning */
+    if (oj_tokenizer_decode(c->tok, &token, 1, OJ_DECODE_BYTES, &text, &len, &e) != OJ_OK) {
+        if (c->n_undecodable++ == 0) c->first_undecodable = token;
+        return true;
     }
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
     free(text);
     return true;
 }
@@ -333,7 +339,7 @@ int cmd_generate(int argc, char **argv) {
         if (sc.stop_token < 0 && gc.n_eos > 0) sc.stop_token = gc.eos_token_ids[0];
     }
     fputs(prompt, stdout);
-    stream_ctx sctx = {tok, gc.eos_token_ids, gc.n_eos, 0, 0, 0};
+    stream_ctx sctx = {tok, gc.eos_token_ids, gc.n_eos, 0, 0, 0, 0, -1};
     const double t_gen = cli_now();
     const int32_t *pp = ids.ids;
     int64_t plen = (int64_t)ids.len;
@@ -348,6 +354,13 @@ int cmd_generate(int argc, char **argv) {
         cli_error(CLI_FAIL, "generate: %s", oj_last_error(eng));
         goto done;
     }
+    if (sctx.n_undecodable > 0)
+        fprintf(stderr,
+                "ojas: generate: warning: %lld new token%s not shown: the tokenizer (%lld ids) "
+                "cannot decode them (the first: id %d; the model's vocab_size is %lld)\n",
+                (long long)sctx.n_undecodable, sctx.n_undecodable == 1 ? "" : "s",
+                (long long)oj_tokenizer_vocab_size(tok), (int)sctx.first_undecodable,
+                (long long)cfg.vocab_size);
     if (cfg.family != OJ_NANOLAB && glen < sc.max_new_tokens && plen + glen >= cfg.block_size)
         fprintf(stderr, "ojas: generate: stopped after %lld of %lld new tokens: the model's context "
                         "of %lld positions is full\n",

@@ -324,6 +324,14 @@ static void test_generate_model_dir(void **state) {
                                     "--timing", NULL, &err), 0);
     if (strstr(err, "prompt of 2 tokens") == NULL) fail_msg("<s> twice before 'ab': %s", err);
     free(err);
+    /* ids past the tokenizer (265 ids; the model's vocabulary is 320)
+     * are not shown, with a warning naming the first (transformers' decode
+     * skips them); seed 1 draws some in 40 tokens */
+    assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokt --prompt ab -n 40 -t 1 -s 1",
+                             NULL, &err), 0);
+    ct_assert_one_line(err, "new tokens not shown: the tokenizer (265 ids) cannot decode them "
+                            "(the first: id ");
+    free(err);
     /* a llama model stops at its context (64 positions) and says so */
     assert_int_equal(ct_ojas(g_dir, "generate --model hf --vocab tokd --prompt '" PROMPT
                                     "' --max-new-tokens 100 --temperature 0", NULL, &err), 0);
