@@ -6,9 +6,26 @@ Llama family) and their decoding (include/ojas/infer.h).
     logits = model(idx)                       # idx [B, T] int64 -> [B, T, V]
     out = model.generate([[1, 2, 3]], max_new_tokens=20, temperature=0)
 """
+import math
 import os
 
 from ojas import _C
+
+
+def _check_sampling(fn, temperature, top_k, top_p, repetition_penalty):
+    """The sampler's arguments as `ojas generate` takes them, else
+    InvalidArgumentError naming the one that is not."""
+    t, k, p, r = float(temperature), int(top_k), float(top_p), float(repetition_penalty)
+    if not (t >= 0 and math.isfinite(t)):
+        raise _C.InvalidArgumentError("%s: temperature must be finite and >= 0, got %r" % (fn, t))
+    if k < 0:
+        raise _C.InvalidArgumentError("%s: top_k must be >= 0 (0: off), got %d" % (fn, k))
+    if not (0 < p <= 1):
+        raise _C.InvalidArgumentError("%s: top_p must be in (0, 1] (1: off), got %r" % (fn, p))
+    if not (r > 0 and math.isfinite(r)):
+        raise _C.InvalidArgumentError("%s: repetition_penalty must be finite and > 0, got %r"
+                                      % (fn, r))
+    return t, k, p, r
 
 
 class GPT:
@@ -167,10 +184,15 @@ class GPT:
         stop_token (not emitted) or max_new_tokens. on_token(seq, token) is
         called for each token; returning False stops that sequence. Returns
         the generated ids (a list, or a list of lists for several prompts)."""
+        t, k, p, r = _check_sampling("generate", temperature, top_k, top_p, repetition_penalty)
+        if not 0 <= int(seed) < 2**64:
+            raise _C.InvalidArgumentError("generate: seed must be in [0, 2**64), got %d" % seed)
+        if int(max_new_tokens) < 0:
+            raise _C.InvalidArgumentError("generate: max_new_tokens must be >= 0, got %d"
+                                          % max_new_tokens)
         single = len(prompts) > 0 and not isinstance(prompts[0], (list, tuple))
         batch = [list(prompts)] if single else [list(p) for p in prompts]
-        out = self._c.generate(batch, float(temperature), int(top_k), float(top_p),
-                               float(repetition_penalty), int(seed), int(max_new_tokens),
+        out = self._c.generate(batch, t, k, p, r, int(seed), int(max_new_tokens),
                                -1 if stop_token is None else int(stop_token), on_token)
         return out[0] if single else out
 
@@ -196,9 +218,17 @@ def _is_checkpoint(path):
 def sample_logits(logits, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0,
                   history=(), u=0.5):
     """The token oj_sample_logits draws from logits (a 1-D float32 Tensor or
-    numpy array of V) with uniform number u in [0, 1); -1 for NaN logits."""
+    numpy array of V) with uniform number u in [0, 1); -1 for logits that
+    hold NaN or +inf, or only -inf (a -inf logit is a masked token, never
+    drawn). Arguments out of range raise InvalidArgumentError, logits of
+    another rank ShapeError."""
     import numpy as np
+    t, k, p, r = _check_sampling("sample_logits", temperature, top_k, top_p, repetition_penalty)
+    if not 0 <= float(u) < 1:
+        raise _C.InvalidArgumentError("sample_logits: u must be in [0, 1), got %r" % float(u))
     arr = logits.numpy() if hasattr(logits, "engine") else np.asarray(logits)
+    if arr.ndim != 1:
+        raise _C.ShapeError("sample_logits: logits must be 1-D [V], got shape %s"
+                            % (tuple(arr.shape),))
     buf = np.ascontiguousarray(arr, dtype=np.float32).tobytes()
-    return _C.sample_logits(buf, float(temperature), int(top_k), float(top_p),
-                            float(repetition_penalty), list(history), float(u))
+    return _C.sample_logits(buf, t, k, p, r, list(history), float(u))

@@ -155,6 +155,41 @@ def test_sample_logits():
     assert ojas.models.sample_logits(np.array([np.nan, 1], np.float32)) == -1
 
 
+def test_sample_logits_inf_and_arguments():
+    sl = ojas.models.sample_logits
+    # +inf (a NaN softmax) and only -inf are refused; -inf is never drawn
+    pos = np.array([0, np.inf, 1, -np.inf], np.float32)
+    for kw in ({"temperature": 0}, {}, {"top_k": 2}, {"repetition_penalty": 1.5, "history": [2]}):
+        assert sl(pos, **kw) == -1
+        assert sl(np.full(3, -np.inf, np.float32), **kw) == -1
+    m = np.array([0, -np.inf, 1, -np.inf], np.float32)
+    for u in (0.0, 0.5, 0.999999, 1 - 2**-53):
+        for kw in ({}, {"top_k": 3}, {"top_p": 0.9999999999}, {"temperature": 1e-3}):
+            assert sl(m, u=u, **kw) in (0, 2)
+    lg = np.array([0, 1, 2], np.float32)
+    for kw, name in (({"temperature": float("nan")}, "temperature"),
+                     ({"temperature": -1}, "temperature"),
+                     ({"top_k": -1}, "top_k"), ({"top_p": 0}, "top_p"), ({"top_p": 2}, "top_p"),
+                     ({"repetition_penalty": 0, "history": [2]}, "repetition_penalty"),
+                     ({"u": 1.0}, "u"), ({"u": -0.1}, "u")):
+        with pytest.raises(ojas.InvalidArgumentError, match=name):
+            sl(lg, **kw)
+    with pytest.raises(ojas.ShapeError, match="1-D"):
+        sl(np.array([[0, 0, 0], [0, 9, 0]], np.float32), temperature=0)
+
+
+def test_generate_refuses_what_the_cli_refuses():
+    m = small()
+    for kw, name in (({"top_p": 0.0}, "top_p"), ({"top_p": 2.0}, "top_p"),
+                     ({"top_k": -1}, "top_k"), ({"temperature": float("nan")}, "temperature"),
+                     ({"repetition_penalty": 0}, "repetition_penalty"),
+                     ({"max_new_tokens": -1}, "max_new_tokens"),
+                     ({"seed": 2**64}, "seed"), ({"seed": -1}, "seed")):
+        with pytest.raises(ojas.InvalidArgumentError, match=name):
+            m.generate([1, 2, 3], **kw)
+    assert len(m.generate([1, 2, 3], max_new_tokens=2, seed=2**64 - 1)) == 2
+
+
 def test_from_pretrained_hf_dir(tmp_path):
     m = small("gpt2-tiny")
     c = m.get_config()
