@@ -295,3 +295,29 @@ def test_multihead_attention_unbatched_cross_and_errors(rng):
     with pytest.raises(ojas.ShapeError, match="key_padding_mask must be"):
         m(ojas.randn(3, 2, 8), ojas.randn(4, 2, 8), ojas.randn(4, 2, 8),
           key_padding_mask=ojas.zeros(2, 3, dtype=ojas.bool))
+
+
+def test_norm_over_several_trailing_dims():
+    # normalized_shape (3, 4) normalises over both dims (torch's rule), the
+    # weight and bias of that shape; a shape not trailing the input is refused
+    x = np.random.default_rng(0).random((2, 3, 4), dtype=np.float32) + 0.5
+    w = np.random.default_rng(1).random((3, 4), dtype=np.float32)
+    X = ojas.tensor(x, requires_grad=True)
+    W = ojas.tensor(w, requires_grad=True)
+    got = ojas.nn.functional.rms_norm(X, (3, 4), W, eps=1e-6)
+    ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(axis=(-2, -1), keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(got.detach().numpy(), ref, rtol=1e-5, atol=1e-6)
+    got.sum().backward()
+    assert tuple(W.grad.shape) == (3, 4) and tuple(X.grad.shape) == (2, 3, 4)
+    mu = x.mean(axis=(-2, -1), keepdims=True)
+    ln = (x - mu) / np.sqrt(x.var(axis=(-2, -1), keepdims=True) + 1e-5)
+    got = ojas.nn.functional.layer_norm(ojas.tensor(x), (3, 4))
+    np.testing.assert_allclose(got.numpy(), ln, rtol=1e-4, atol=1e-5)
+    for cls in (ojas.nn.LayerNorm, ojas.nn.RMSNorm):
+        m = cls((3, 4))
+        assert tuple(m.weight.shape) == (3, 4) and m.normalized_shape == (3, 4)
+        assert tuple(m(ojas.tensor(x)).shape) == (2, 3, 4)
+    for f in (ojas.nn.functional.rms_norm, ojas.nn.functional.layer_norm):
+        for ns in ((7,), (2, 4), (5, 2, 3, 4)):
+            with pytest.raises(ojas.ShapeError, match="normalized_shape"):
+                f(ojas.tensor(x), ns)

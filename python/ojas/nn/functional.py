@@ -83,20 +83,43 @@ def embedding(input, weight):
     return _C.embedding(weight, input)
 
 
+def _over_trailing(fn, op, input, normalized_shape, params):
+    """op(input, *params) normalising over the trailing dims normalized_shape
+    names (torch's rule): several dims go through the op as one flattened
+    last dim, the affine params reshaped to match."""
+    shape = tuple(input.shape)
+    if normalized_shape is None:
+        normalized_shape = shape[-1:]
+    ns = ((int(normalized_shape),) if isinstance(normalized_shape, int)
+          else tuple(int(d) for d in normalized_shape))
+    if not ns or len(ns) > len(shape) or shape[len(shape) - len(ns):] != ns:
+        raise _C.ShapeError("%s: normalized_shape %s is not the trailing dims of input %s"
+                            % (fn, ns, shape))
+    for p in params:
+        if p is not None and tuple(p.shape) != ns:
+            raise _C.ShapeError("%s: weight/bias of shape %s, normalized_shape %s"
+                                % (fn, tuple(p.shape), ns))
+    if len(ns) == 1:
+        return op(input, *params)
+    n = math.prod(ns)
+    flat = [None if p is None else p.reshape(n) for p in params]
+    return op(input.reshape(*shape[:len(shape) - len(ns)], n), *flat).reshape(*shape)
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if len(ns) != 1 or ns[0] != input.shape[-1]:
-        raise _C.ShapeError("layer_norm: only the last dim is normalised; normalized_shape %s "
-                            "does not name it (input %s)" % (ns, tuple(input.shape)))
-    return _C.layer_norm(input, weight, bias, float(eps))
+    """Normalise over the trailing dims normalized_shape (oj_layer_norm)."""
+    return _over_trailing("layer_norm", lambda x, w, b: _C.layer_norm(x, w, b, float(eps)),
+                          input, normalized_shape, (weight, bias))
 
 
 def rms_norm(input, normalized_shape=None, weight=None, eps=None):
-    """x / sqrt(mean(x^2) + eps) * weight over the last dim (oj_rms_norm);
-    eps None: float32's machine epsilon, as torch 2.4's rms_norm."""
+    """x / sqrt(mean(x^2) + eps) * weight over the trailing dims
+    normalized_shape (None: the last dim; oj_rms_norm); eps None: float32's
+    machine epsilon, as torch 2.4's rms_norm."""
     if eps is None:
         eps = 1.1920928955078125e-07
-    return _C.rms_norm(input, weight, float(eps))
+    return _over_trailing("rms_norm", lambda x, w: _C.rms_norm(x, w, float(eps)),
+                          input, normalized_shape, (weight,))
 
 
 def add_layer_norm(input, residual, weight=None, bias=None, eps=1e-5):

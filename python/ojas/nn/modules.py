@@ -198,8 +198,9 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
                  dtype=None):
         super().__init__()
-        c = normalized_shape if isinstance(normalized_shape, int) else normalized_shape[-1]
-        self.normalized_shape, self.eps = (c,), eps
+        c = ((int(normalized_shape),) if isinstance(normalized_shape, int)
+             else tuple(int(d) for d in normalized_shape))
+        self.normalized_shape, self.eps = c, eps
         self.weight = Parameter(ojas.ones(c, dtype=dtype)) if elementwise_affine else None
         self.bias = Parameter(ojas.zeros(c, dtype=dtype)) if elementwise_affine and bias else None
 
@@ -213,8 +214,9 @@ class LayerNorm(Module):
 class RMSNorm(Module):
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, dtype=None):
         super().__init__()
-        c = normalized_shape if isinstance(normalized_shape, int) else normalized_shape[-1]
-        self.normalized_shape, self.eps = (c,), eps
+        c = ((int(normalized_shape),) if isinstance(normalized_shape, int)
+             else tuple(int(d) for d in normalized_shape))
+        self.normalized_shape, self.eps = c, eps
         self.weight = Parameter(ojas.ones(c, dtype=dtype)) if elementwise_affine else None
 
     def forward(self, x):
