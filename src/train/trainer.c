@@ -350,6 +350,23 @@ static oj_status open_train(oj_trainer *t, oj_error *err) {
     return OJ_OK;
 }
 
+/* init_from: the model is the directory's config.json, not the preset that
+ * the 'model' key defaults to, so the run's model (log, state.json) is
+ * "hf:<directory name>"; every reader of the config takes the model from
+ * init_from, so a resume is unaffected. */
+static void name_init_from(oj_train_config *c) {
+    if (!c->init_from[0])
+        return;
+    char abs[PATH_MAX];
+    const char *p = realpath(c->init_from, abs) ? abs : c->init_from;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && p[b - 1] != '/') b--;
+    int len = (int)(n - b) < (int)sizeof c->model - 4 ? (int)(n - b) : (int)sizeof c->model - 4;
+    snprintf(c->model, sizeof c->model, "hf:%.*s", len, p + b);
+}
+
 static void say_setup(oj_trainer *t) {
     const oj_train_config *c = &t->cfg;
     const oj_gpt_config *m = &t->mcfg;
@@ -428,6 +445,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         return oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory");
     t->cfg = *cfg;
     t->opts = *opts;
+    name_init_from(&t->cfg);
     t->lock_fd = -1;
     t->ckpt_in_out = t->eval_logged = t->sched_total = -1;
     oj__train_new_id(t->run_id); /* a resume takes its checkpoint's */
