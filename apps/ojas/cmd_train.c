@@ -349,7 +349,8 @@ int cmd_train(int argc, char **argv) {
     install_handlers();
     oj_train_options opts = {.out_dir = out, .resume = resume, .log = rank ? NULL : stdout,
                              .progress_bar = progress, .plot = plot, .stop = &g_stop,
-                             .overwrite = overwrite, .dist = dist};
+                             .overwrite = overwrite, .dist = dist, .resume_hint = "--resume {}",
+                             .overwrite_hint = "--overwrite", .out_hint = "--out"};
     oj_train_result res;
     oj_status st = oj_train(&cfg, &opts, &res, &err);
     signal(SIGINT, SIG_DFL);

@@ -224,6 +224,12 @@ typedef struct oj_train_options {
      * metrics.jsonl, loss.gp/svg, abandoned-* branches), and still refuses,
      * removing nothing, when out_dir holds anything else. */
     bool overwrite;
+    /* The caller's own spelling of resume, overwrite and out_dir in the
+     * advice of a refused out_dir, e.g. the CLI's "--resume {}" ({} stands
+     * for out_dir), "--overwrite" and "--out"; NULL (each): neutral words
+     * ("a resume from DIR", "overwrite", "out dir"). Read by
+     * oj_trainer_create alone (not kept). */
+    const char *resume_hint, *overwrite_hint, *out_hint;
     /* Data parallel: the process group (include/ojas/dist.h, borrowed;
      * NULL: this process trains alone). Each of its world_size ranks runs
      * a trainer with the same config, taking grad_accum / world_size of
