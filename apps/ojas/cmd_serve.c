@@ -420,6 +420,7 @@ int cmd_serve(int argc, char **argv) {
     sv.profile = oj__env_flag("OJAS_SERVE_PROFILE", false);
     if (sv.profile) oj_sched_set_profile_sync(sv.s, true);
     snprintf(sv.model_id, sizeof sv.model_id, "%s", name ? name : model);
+    serve_ids_init(&sv);
     pthread_mutex_init(&sv.mu, NULL);
     pthread_cond_init(&sv.work, NULL);
 
