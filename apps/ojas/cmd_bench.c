@@ -144,7 +144,8 @@ int cmd_bench(int argc, char **argv) {
     if (peak > 0) printf(" | MFU %.1f%% of %.0f GFLOP/s", 100.0 * r.achieved_flops / peak, peak / 1e9);
     printf(" | peak memory %.1f MB (%.1f MB in live tensors)\n", (double)r.peak_bytes / 1e6,
            (double)r.peak_allocated_bytes / 1e6);
-    printf("device work back to back %.1f ms | trainer overhead %.2f ms per step\n", r.kernel_ms,
-           r.overhead_ms);
+    char ov[160];
+    printf("device work back to back %.1f ms | trainer overhead %s per step\n", r.kernel_ms,
+           oj_bench_overhead_text(&r, ov, sizeof ov));
     return CLI_OK;
 }

@@ -201,10 +201,16 @@ int cmd_generate(int argc, char **argv) {
     }
     if (prompt == NULL || prompt[0] == '\0')
         return cli_error(CLI_USAGE, "generate: --prompt TEXT is required (and must not be empty)");
-    if (!(sc.temperature >= 0) || isinf(sc.temperature) || !(sc.top_p > 0 && sc.top_p <= 1) ||
-        !(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
-        return cli_error(CLI_USAGE, "generate: need a finite temperature >= 0, 0 < top-p <= 1 "
-                                    "and a finite repetition-penalty > 0");
+    /* each bad value by its option */
+    if (!(sc.temperature >= 0) || isinf(sc.temperature))
+        return cli_error(CLI_USAGE, "generate: --temperature: expected a finite value >= 0, got %g",
+                         sc.temperature);
+    if (!(sc.top_p > 0 && sc.top_p <= 1))
+        return cli_error(CLI_USAGE, "generate: --top-p: expected a value in (0, 1], got %g", sc.top_p);
+    if (!(sc.repetition_penalty > 0) || isinf(sc.repetition_penalty))
+        return cli_error(CLI_USAGE,
+                         "generate: --repetition-penalty: expected a finite value > 0, got %g",
+                         sc.repetition_penalty);
 
     oj_qtype qt = OJ_QTYPE_COUNT;
     if (quantize && !oj_qtype_parse(quantize, &qt))

@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -357,8 +358,12 @@ int cmd_serve(int argc, char **argv) {
             }
             break;
         case OPT_GRACE:
-            ok = cli_parse_double("serve: --shutdown-grace", v, &grace) && grace >= 0;
-            if (!ok) cli_error(CLI_USAGE, "serve: --shutdown-grace must be >= 0 seconds");
+            ok = cli_parse_double("serve: --shutdown-grace", v, &grace);
+            if (ok && !(grace >= 0 && isfinite(grace))) { /* one line: not after parse's */
+                ok = false;
+                cli_error(CLI_USAGE, "serve: --shutdown-grace must be a finite number of seconds "
+                                     ">= 0, got '%s'", v);
+            }
             break;
         default: return CLI_USAGE;
         }
@@ -415,6 +420,7 @@ int cmd_serve(int argc, char **argv) {
     sv.profile = oj__env_flag("OJAS_SERVE_PROFILE", false);
     if (sv.profile) oj_sched_set_profile_sync(sv.s, true);
     snprintf(sv.model_id, sizeof sv.model_id, "%s", name ? name : model);
+    serve_ids_init(&sv);
     pthread_mutex_init(&sv.mu, NULL);
     pthread_cond_init(&sv.work, NULL);
 

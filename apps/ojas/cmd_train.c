@@ -13,7 +13,7 @@
 
 static const char k_usage[] =
     "usage: ojas train -c FILE -o DIR [options]\n"
-    "       ojas train -r DIR -o DIR [options]\n"
+    "       ojas train -r DIR [-o DIR] [options]\n"
     "       ojas train --set model=PRESET --set data_dir=DIR [--set KEY=VALUE...] -o DIR\n"
     "\n"
     "  train a GPT on token shards (data_dir/train_*.bin, val_*.bin from 'ojas data\n"
@@ -26,7 +26,9 @@ static const char k_usage[] =
     "  -r, --resume DIR       continue from a checkpoint directory or the newest good\n"
     "                         one under a run directory (config and weights from that\n"
     "                         one checkpoint); without --config its stored config is\n"
-    "                         used. Bit-identical under exact numerics. Checkpoints of\n"
+    "                         used. Without --out the run goes on in DIR (in RUN for\n"
+    "                         RUN/ckpt-N or RUN/abandoned-stepS).\n"
+    "                         Bit-identical under exact numerics. Checkpoints of\n"
     "                         --out that do not lead to it (the later steps of an\n"
     "                         abandoned branch) move to --out/abandoned-stepN/\n"
     "  -d, --device D         cpu | cuda | cuda:N (never falls back to another device)\n"
@@ -181,6 +183,44 @@ static oj_status set_lora(oj_train_config *cfg, const char *spec, oj_error *err)
     return st;
 }
 
+/* Whether PATH's last component is PREFIX<digits>; *dir_len gets the
+ * length of the directory above it (0: none, the current directory). */
+static bool last_is(const char *path, const char *prefix, size_t *dir_len) {
+    size_t n = strlen(path), k = strlen(prefix);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    *dir_len = b > 1 ? b - 1 : b; /* "/" stays for /NAME */
+    return n - b > k && !strncmp(path + b, prefix, k) &&
+           strspn(path + b + k, "0123456789") >= n - b - k;
+}
+
+/* The run directory that `--resume DIR` without --out goes on in: DIR, or
+ * for a run's checkpoint RUN/ckpt-N or abandoned branch RUN/abandoned-stepS
+ * (or a checkpoint in one) RUN. A checkpoint directory named otherwise is
+ * refused: its parent need not be a run. */
+static int resume_run_dir(const char *resume, char out[4096]) {
+    char p[4200];
+    size_t len;
+    snprintf(out, 4096, "%s", resume);
+    snprintf(p, sizeof p, "%s/manifest.json", resume);
+    if (access(p, F_OK) == 0) { /* a checkpoint directory */
+        if (!last_is(out, "ckpt-", &len))
+            return cli_error(CLI_USAGE, "train: --resume %s is a checkpoint outside a run "
+                                        "directory (not RUN/ckpt-N): give --out DIR for the run",
+                             resume);
+        snprintf(out, 4096, "%.*s", (int)len, resume);
+        if (!out[0])
+            snprintf(out, 4096, ".");
+    }
+    if (last_is(out, "abandoned-step", &len)) {
+        out[len] = '\0';
+        if (!out[0])
+            snprintf(out, 4096, ".");
+    }
+    return CLI_OK;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *config = NULL, *out = NULL, *resume = NULL;
     /* a launcher (mpirun) gives its ranks a pseudo-terminal for stdout even
@@ -215,11 +255,21 @@ int cmd_train(int argc, char **argv) {
             return CLI_USAGE;
         }
     }
-    int rc = CLI_USAGE;
+    int rc = CLI_OK;
+    char resume_out[4096];
     if (optind < argc)
         rc = cli_unexpected("train", argv[optind]);
-    else if (!out || !out[0])
-        rc = cli_error(CLI_USAGE, "train: --out DIR is required");
+    else if (!out && resume && resume[0]) { /* -r DIR alone: the run goes on where it was */
+        rc = resume_run_dir(resume, resume_out);
+        out = resume_out;
+    }
+    if (rc) {
+        free(ov);
+        return rc;
+    }
+    if (!out || !out[0])
+        rc = cli_error(CLI_USAGE, "train: --out DIR is required (or --resume DIR to go on with "
+                                  "that run)");
     else if (config && !config[0])
         rc = cli_error(CLI_USAGE, "train: --config needs a file name");
     else if (resume && !resume[0])
@@ -227,8 +277,6 @@ int cmd_train(int argc, char **argv) {
     else if (resume && overwrite)
         rc = cli_error(CLI_USAGE, "train: --resume continues a run and --overwrite replaces one: "
                                   "give one of them");
-    else
-        rc = CLI_OK;
     if (!rc && !config && !resume) { /* a config from --set alone */
         char missing[64] = "", hint[128] = "";
         for (size_t k = 0; k < sizeof k_required / sizeof k_required[0]; k++) {
@@ -301,7 +349,8 @@ int cmd_train(int argc, char **argv) {
     install_handlers();
     oj_train_options opts = {.out_dir = out, .resume = resume, .log = rank ? NULL : stdout,
                              .progress_bar = progress, .plot = plot, .stop = &g_stop,
-                             .overwrite = overwrite, .dist = dist};
+                             .overwrite = overwrite, .dist = dist, .resume_hint = "--resume {}",
+                             .overwrite_hint = "--overwrite", .out_hint = "--out"};
     oj_train_result res;
     oj_status st = oj_train(&cfg, &opts, &res, &err);
     signal(SIGINT, SIG_DFL);

@@ -13,13 +13,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "cli.h"
 #include "core/utf8.h"
 #include "serve_http.h"
+
+/* splitmix64's finalizer: a bijection on 64-bit values. */
+static uint64_t mix64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void serve_ids_init(server *sv) {
+    if (getrandom(sv->id_key, sizeof sv->id_key, 0) != (ssize_t)sizeof sv->id_key) {
+        struct timespec ts; /* no entropy source: time and PID */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sv->id_key[0] = mix64((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+        sv->id_key[1] = mix64(sv->id_key[0] ^ ((uint64_t)getpid() << 32));
+    }
+    sv->id_counter = 0;
+}
 
 /* ------------------------------------------------------------ metrics */
 
@@ -916,8 +935,12 @@ static enum MHD_Result handle_generate(server *sv, struct MHD_Connection *mc, co
     g->n = (int)g->req.n;
     pthread_mutex_lock(&sv->mu);
     sc.seed = g->req.has_seed ? g->req.seed : 0x5eed0000ull + sv->seed_counter++;
-    snprintf(g->id, sizeof g->id, "%s-%llu", g->req.chat ? "chatcmpl" : "cmpl",
-             (unsigned long long)(sv->seed_counter++ * 2654435761u));
+    /* 96 bits: mix64 is a bijection, so a run's ids are distinct; the
+     * random key makes them differ across runs (as OpenAI's chatcmpl-...) */
+    const uint64_t c = sv->id_counter++;
+    snprintf(g->id, sizeof g->id, "%s-%016llx%08llx", g->req.chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)mix64(sv->id_key[0] + c),
+             (unsigned long long)(mix64(sv->id_key[1] + c) >> 32));
     g->sc = sc;
     const bool down = sv->stopping;
     if (!down) post_job(sv, g, SERVE_JOB_SUBMIT);

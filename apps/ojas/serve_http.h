@@ -76,6 +76,8 @@ typedef struct server {
     int64_t max_queue; /* the scheduler's max_queue: choices of one request at most */
     double timeout_s;
     uint64_t seed_counter;
+    /* response ids: a per-run random key (serve_ids_init) and a counter */
+    uint64_t id_key[2], id_counter;
     /* each token id's bytes (oj_tokenizer_decode of that id alone):
      * piece_blob[piece_off[t]..piece_off[t + 1]), for t < n_pieces */
     char *piece_blob;
@@ -95,6 +97,9 @@ typedef struct server {
 /* The scheduler thread's jobs (handlers post them with mu held): run
  * every job of the list (submissions, cancellations). */
 void serve_run_jobs(server *sv, serve_job *jobs);
+/* sv's response-id key from getrandom (time and PID without it), so that
+ * ids differ from one run of the server to the next. */
+void serve_ids_init(server *sv);
 /* Each token id's bytes into sv's table (once, before serving). False:
  * out of memory. */
 bool serve_pieces_init(server *sv);

@@ -96,14 +96,15 @@ int main(int argc, char **argv) {
     double mm_tflops = mm ? atof(mm) : 798.0;
     printf("{\"system\": \"ojas\", \"preset\": \"%s\", \"device\": \"%s\", \"B\": %lld, \"T\": %lld, "
            "\"dtype\": \"%s\", \"step_ms\": %.3f, \"min_ms\": %.3f, \"tok_s\": %.0f, "
-           "\"kernel_ms\": %.3f, \"overhead_ms\": %.3f, \"step\": \"trainer\", \"data\": \"%s\", "
+           "\"kernel_ms\": %.3f, \"overhead_ms\": %.3f, \"overhead_measurable\": %s, \"step\": \"trainer\", \"data\": \"%s\", "
            "\"vocab\": %lld, "
            "\"flops_per_token\": %.4g, \"mfu_989\": %.4f, \"mfu_mm\": %.4f, \"peak_gib\": %.3f, "
            "\"peak_alloc_gib\": %.3f, \"cuda_graph\": %s, \"weight_copies\": %s, "
            "\"loss\": %.4f, \"params\": %lld}\n",
            preset, on_cpu ? "cpu" : "cuda", (long long)B, (long long)T,
            bf16 ? "bf16 autocast, f32 master" : "f32 (TF32 GEMMs)", r.step_ms, r.min_ms,
-           r.tokens_per_s, r.kernel_ms, r.overhead_ms, data ? data : "random",
+           r.tokens_per_s, r.kernel_ms, r.overhead_ms, r.overhead_measurable ? "true" : "false",
+           data ? data : "random",
            (long long)used.vocab_size, r.flops_per_token, r.achieved_flops / 989e12,
            r.achieved_flops / (mm_tflops * 1e12), (double)r.peak_bytes / (1024.0 * 1024 * 1024),
            (double)r.peak_allocated_bytes / (1024.0 * 1024 * 1024), graph ? "true" : "false",

@@ -224,6 +224,12 @@ typedef struct oj_train_options {
      * metrics.jsonl, loss.gp/svg, abandoned-* branches), and still refuses,
      * removing nothing, when out_dir holds anything else. */
     bool overwrite;
+    /* The caller's own spelling of resume, overwrite and out_dir in the
+     * advice of a refused out_dir, e.g. the CLI's "--resume {}" ({} stands
+     * for out_dir), "--overwrite" and "--out"; NULL (each): neutral words
+     * ("a resume from DIR", "overwrite", "out dir"). Read by
+     * oj_trainer_create alone (not kept). */
+    const char *resume_hint, *overwrite_hint, *out_hint;
     /* Data parallel: the process group (include/ojas/dist.h, borrowed;
      * NULL: this process trains alone). Each of its world_size ranks runs
      * a trainer with the same config, taking grad_accum / world_size of
@@ -325,7 +331,9 @@ typedef struct oj_bench_result {
     int64_t peak_allocated_bytes; /* oj_engine_max_memory_allocated (live storage only) */
     int64_t params;
     double kernel_ms;       /* median of the same device work back to back (NaN: not measured) */
-    double overhead_ms;     /* step_ms - kernel_ms: the trainer's cost beyond its device work */
+    double overhead_ms;     /* step_ms - kernel_ms: the trainer's cost beyond its device work
+                             * (raw: negative when the two timings' noise exceeds it) */
+    bool overhead_measurable; /* overhead_ms measured and >= 0 */
 } oj_bench_result;
 
 /* Time the trainer's own step: an oj_trainer built from *cfg runs `warmup`
@@ -349,6 +357,12 @@ typedef struct oj_bench_result {
  * made. */
 oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bool kernel,
                            oj_bench_result *out, oj_error *err);
+/* r's overhead as text into buf (n bytes), returned: "1.25 ms" when
+ * measurable; a negative one is no overhead but noise: "none measurable
+ * (-0.30 ms, within noise)" within max(2% of step_ms, max_ms - min_ms),
+ * else "not measurable (-1955.74 ms: the two timings disagree beyond
+ * noise; a loaded machine?)"; "not measured" for NaN. */
+const char *oj_bench_overhead_text(const oj_bench_result *r, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

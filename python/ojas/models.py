@@ -48,11 +48,25 @@ class GPT:
         return _C.gpt_config(preset, overrides)
 
     @staticmethod
-    def config_from_hf(config_json):
-        """The model config of a Hugging Face config.json (the fields
-        oj_gpt_config_from_hf reads; unsupported ones raise
-        InvalidArgumentError naming the file and field)."""
-        return _C.gpt_config_from_hf(os.fspath(config_json))
+    def config_from_hf(path=None, *, config_json=None):
+        """The model config of the Hugging Face config.json FILE at `path`
+        (a path, not JSON text; `config_json=` is the keyword's former
+        name): the fields oj_gpt_config_from_hf reads; unsupported ones
+        raise InvalidArgumentError naming the file and field. A value that
+        is not a path to a file raises InvalidArgumentError (JSON text, a
+        directory) or IOError (nothing there), naming it cut short."""
+        if (path is None) == (config_json is None):
+            raise TypeError("GPT.config_from_hf() takes one path (path= or config_json=)")
+        p = os.fspath(path if path is not None else config_json)
+        shown = repr(p if len(p) <= 80 else p[:77] + "...")
+        if p.lstrip().startswith("{"):
+            raise _C.InvalidArgumentError(
+                "GPT.config_from_hf: takes the path of a config.json file, not JSON text "
+                "(got %s; write it to a file, or use json.loads for a dict)" % shown)
+        if os.path.isdir(p):
+            raise _C.InvalidArgumentError(
+                "GPT.config_from_hf: %s is a directory: give the path of its config.json" % shown)
+        return _C.gpt_config_from_hf(p)
 
     @staticmethod
     def presets():

@@ -89,7 +89,10 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     if (o == NULL) return NULL;
     oj_train_options opts = {.out_dir = out_dir, .resume = resume, .log = log ? stderr : NULL,
                              .overwrite = overwrite != 0, .stop = &o->run.stop,
-                             .on_metrics = run_on_metrics, .ctx = &o->run};
+                             .on_metrics = run_on_metrics, .ctx = &o->run,
+                             /* a refused out_dir's advice in this API's words */
+                             .resume_hint = "Trainer.resume('{}')",
+                             .overwrite_hint = "overwrite=True", .out_hint = "out_dir"};
     EngineObject *e = (EngineObject *)OjpyEngine_Type.tp_alloc(&OjpyEngine_Type, 0);
     if (e == NULL) {
         Py_DECREF(o);

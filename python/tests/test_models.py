@@ -246,3 +246,23 @@ def test_state_dict_shared_and_training_with_optim():
         opt.zero_grad()
         losses.append(loss.item())
     assert losses[-1] < 0.7 * losses[0]
+
+
+def test_config_from_hf_takes_a_path(tmp_path):
+    cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 320,
+           "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 4}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert GPT.config_from_hf(p)["n_layer"] == 2
+    assert GPT.config_from_hf(path=str(p))["n_embd"] == 32
+    assert GPT.config_from_hf(config_json=p)["vocab_size"] == 320  # the former keyword
+    # was: IOError "{whole JSON}: cannot open: File name too long"
+    text = json.dumps(dict(cfg, padding="x" * 500))
+    with pytest.raises(ojas.InvalidArgumentError, match="not JSON text") as e:
+        GPT.config_from_hf(text)
+    assert len(str(e.value)) < 300
+    with pytest.raises(ojas.InvalidArgumentError, match="is a directory"):
+        GPT.config_from_hf(tmp_path)
+    with pytest.raises(ojas.IOError, match=r"\.\.\.: cannot open") as e:
+        GPT.config_from_hf(str(tmp_path / ("n" * 400)))
+    assert len(str(e.value)) < 200

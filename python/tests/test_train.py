@@ -209,6 +209,21 @@ def test_trainer_errors(run_fixture, tmp_path):
     assert cfg["max_steps"] == 7 and "lr" in cfg
 
 
+def test_used_out_dir_advice_names_python_arguments(run_fixture, tmp_path):
+    # was: the advice named the CLI's --resume, --overwrite and --out
+    d = tmp_path / "used"
+    with Trainer(exact_config(run_fixture), out_dir=d) as tr:
+        tr.train_step()
+        tr.checkpoint()
+    with pytest.raises(ojas.StateError) as e:
+        Trainer(exact_config(run_fixture), out_dir=d)
+    msg = str(e.value)
+    assert f"Trainer.resume('{d}')" in msg and "overwrite=True" in msg, msg
+    assert "another out_dir" in msg and "--" not in msg, msg
+    with Trainer.resume(d) as tr:  # what the advice says works
+        assert tr.step == 1
+
+
 def test_trainer_model_and_lifetime(run_fixture, tmp_path):
     tr = Trainer(exact_config(run_fixture), out_dir=tmp_path / "m")
     model = tr.model

@@ -382,7 +382,9 @@ oj_status oj_gpt_config_from_hf(const char *path, oj_gpt_config *cfg, oj_error *
     if (path == NULL || cfg == NULL)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "hf config: NULL argument");
     FILE *f = fopen(path, "rb");
-    if (f == NULL) return oj_error_set(err, OJ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (f == NULL) /* a long name (JSON text given as a path) cut short */
+        return oj_error_set(err, OJ_ERR_IO, "%.80s%s: cannot open: %s", path,
+                            strlen(path) > 80 ? "..." : "", strerror(errno));
     char *buf = NULL;
     size_t len = 0, cap = 0;
     oj_status st = OJ_OK;

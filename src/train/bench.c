@@ -175,8 +175,11 @@ oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bo
         out->peak_allocated_bytes = oj_engine_max_memory_allocated(t->eng);
         out->params = oj_gpt_num_params(t->model);
         out->kernel_ms = out->overhead_ms = NAN;
-        if (kernel && (st = kernel_steps(t, steps, &out->kernel_ms, err)) == OJ_OK)
+        out->overhead_measurable = false;
+        if (kernel && (st = kernel_steps(t, steps, &out->kernel_ms, err)) == OJ_OK) {
             out->overhead_ms = out->step_ms - out->kernel_ms;
+            out->overhead_measurable = out->overhead_ms >= 0;
+        }
     }
     free(ms);
     oj_trainer_free(t);
@@ -184,4 +187,19 @@ oj_status oj_bench_trainer(const oj_train_config *cfg, int warmup, int steps, bo
     remove_tree(out_dir);
     remove_tree(data_dir);
     return st;
+}
+
+const char *oj_bench_overhead_text(const oj_bench_result *r, char *buf, size_t n) {
+    const double o = r->overhead_ms;
+    const double noise = fmax(0.02 * r->step_ms, r->max_ms - r->min_ms);
+    if (isnan(o))
+        snprintf(buf, n, "not measured");
+    else if (o >= 0)
+        snprintf(buf, n, "%.2f ms", o);
+    else if (-o <= noise)
+        snprintf(buf, n, "none measurable (%.2f ms, within noise)", o);
+    else
+        snprintf(buf, n, "not measurable (%.2f ms: the two timings disagree beyond noise; a "
+                         "loaded machine?)", o);
+    return buf;
 }

@@ -73,6 +73,19 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
     return remove(path);
 }
 
+/* HINT with each "{}" replaced by DIR, cut to fit N. */
+static void fill_hint(char *buf, size_t n, const char *hint, const char *dir) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const char *h = hint; *h && used + 1 < n;) {
+        bool hole = h[0] == '{' && h[1] == '}';
+        int w = hole ? snprintf(buf + used, n - used, "%s", dir)
+                     : snprintf(buf + used, n - used, "%c", *h);
+        used += (size_t)w < n - used ? (size_t)w : n - used - 1;
+        h += hole ? 2 : 1;
+    }
+}
+
 /* A new run (no resume) needs an empty out_dir (.lock aside). With
  * overwrite, a directory holding only what a run writes (checkpoints,
  * latest, metrics.jsonl, loss.gp/svg, abandoned-* branches, temporaries)
@@ -106,21 +119,27 @@ static oj_status claim_out_dir(oj_trainer *t, oj_error *err) {
     closedir(d);
     if (n == 0)
         return OJ_OK;
+    /* the advice in the caller's words (oj_train_options' *_hint) */
+    const char *ow = t->opts.overwrite_hint ? t->opts.overwrite_hint : "overwrite";
+    const char *od = t->opts.out_hint ? t->opts.out_hint : "out dir";
+    char rs[1200];
+    fill_hint(rs, sizeof rs, t->opts.resume_hint ? t->opts.resume_hint : "a resume from {}",
+              t->out_dir);
     if (!t->opts.overwrite && !ckpt) /* a run stopped before its first checkpoint */
         return oj_error_set(err, OJ_ERR_STATE,
                             "out dir %s is not empty (%s%s) and holds no checkpoint to resume: "
-                            "replace it with --overwrite, or choose another --out",
-                            t->out_dir, seen, n > 3 ? ", ..." : "");
+                            "replace it with %s, or choose another %s",
+                            t->out_dir, seen, n > 3 ? ", ..." : "", ow, od);
     if (!t->opts.overwrite)
         return oj_error_set(err, OJ_ERR_STATE,
-                            "out dir %s is not empty (%s%s): continue its run with --resume %s, "
-                            "replace it with --overwrite, or choose another --out",
-                            t->out_dir, seen, n > 3 ? ", ..." : "", t->out_dir);
+                            "out dir %s is not empty (%s%s): continue its run with %s, "
+                            "replace it with %s, or choose another %s",
+                            t->out_dir, seen, n > 3 ? ", ..." : "", rs, ow, od);
     if (foreign[0])
         return oj_error_set(err, OJ_ERR_STATE,
-                            "--overwrite: out dir %s holds '%s', which is not a file of a training "
-                            "run: nothing removed (remove it yourself or choose another --out)",
-                            t->out_dir, foreign);
+                            "%s: out dir %s holds '%s', which is not a file of a training "
+                            "run: nothing removed (remove it yourself or choose another %s)",
+                            ow, t->out_dir, foreign, od);
     d = opendir(t->out_dir);
     if (!d)
         return oj_error_set(err, OJ_ERR_IO, "cannot open %s: %s", t->out_dir, strerror(errno));
@@ -131,7 +150,7 @@ static oj_status claim_out_dir(oj_trainer *t, oj_error *err) {
             continue;
         snprintf(p, sizeof p, "%s/%s", t->out_dir, nm);
         if (nftw(p, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-            st = oj_error_set(err, OJ_ERR_IO, "--overwrite: cannot remove %s: %s", p,
+            st = oj_error_set(err, OJ_ERR_IO, "%s: cannot remove %s: %s", ow, p,
                               strerror(errno));
     }
     closedir(d);
@@ -350,6 +369,23 @@ static oj_status open_train(oj_trainer *t, oj_error *err) {
     return OJ_OK;
 }
 
+/* init_from: the model is the directory's config.json, not the preset that
+ * the 'model' key defaults to, so the run's model (log, state.json) is
+ * "hf:<directory name>"; every reader of the config takes the model from
+ * init_from, so a resume is unaffected. */
+static void name_init_from(oj_train_config *c) {
+    if (!c->init_from[0])
+        return;
+    char abs[PATH_MAX];
+    const char *p = realpath(c->init_from, abs) ? abs : c->init_from;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && p[b - 1] != '/') b--;
+    int len = (int)(n - b) < (int)sizeof c->model - 4 ? (int)(n - b) : (int)sizeof c->model - 4;
+    snprintf(c->model, sizeof c->model, "hf:%.*s", len, p + b);
+}
+
 static void say_setup(oj_trainer *t) {
     const oj_train_config *c = &t->cfg;
     const oj_gpt_config *m = &t->mcfg;
@@ -428,6 +464,7 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         return oj_error_set(err, OJ_ERR_CAPACITY, "trainer: out of memory");
     t->cfg = *cfg;
     t->opts = *opts;
+    name_init_from(&t->cfg);
     t->lock_fd = -1;
     t->ckpt_in_out = t->eval_logged = t->sched_total = -1;
     oj__train_new_id(t->run_id); /* a resume takes its checkpoint's */
@@ -554,6 +591,8 @@ oj_status oj_trainer_create(const oj_train_config *cfg, const oj_train_options *
         oj_trainer_free(t);
         return st;
     }
+    /* the hints were for the out_dir checks above: not kept (the caller's strings) */
+    t->opts.resume_hint = t->opts.overwrite_hint = t->opts.out_hint = NULL;
     say_setup(t);
     *out = t;
     return OJ_OK;

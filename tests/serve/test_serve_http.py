@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -263,6 +264,22 @@ def drive(a, work, srv):
     check(code == 200 and h == {"status": "ok"}, "health %s %s" % (code, h))
     code, m = request(srv, "GET", "/v1/models")
     check(code == 200 and m["data"][0]["id"] == "tiny", "models %s" % m)
+
+    # response ids: distinct within a run and across runs (were cmpl-2654435761,
+    # cmpl-7963307283, ... on every start)
+    one = {"prompt": "The", "max_tokens": 1}
+    ids = [request(srv, "POST", "/v1/completions", one)[1]["id"] for _ in range(2)]
+    chat = request(srv, "POST", "/v1/chat/completions",
+                   {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})[1]["id"]
+    srv2 = Server(a.ojas, work, ["--model", "hf", "--vocab", "tokd", "--port", "0", "--threads",
+                                 "1"])
+    try:
+        ids.append(request(srv2, "POST", "/v1/completions", one)[1]["id"])
+    finally:
+        srv2.p.terminate()
+        srv2.p.wait()
+    check(all(re.fullmatch(r"cmpl-[0-9a-f]{24}", i) for i in ids) and len(set(ids)) == 3
+          and re.fullmatch(r"chatcmpl-[0-9a-f]{24}", chat), "ids %s %s" % (ids, chat))
 
     # a request naming another model is refused, as OpenAI and vLLM do
     code, r = request(srv, "POST", "/v1/completions", {"model": "gpt-4o", "prompt": "The",

@@ -115,11 +115,15 @@ static void test_equals_and_short_forms(void **state) {
         char args[256];
         snprintf(args, sizeof args, "generate --checkpoint=nowhere --vocab=nowhere -p x %s",
                  temps[i]);
-        usage_error(args, "generate: need a finite temperature");
+        usage_error(args, "generate: --temperature: expected a finite value >= 0, got nan");
     }
     usage_error("generate --checkpoint=nowhere --vocab nowhere --prompt= -n 5",
                 "generate: --prompt TEXT is required");
     usage_error("generate --checkpoint nowhere --vocab nowhere -p x -k -1", "--top-k");
+    /* was: a value that is no number printed two lines; neither showed the value */
+    usage_error("serve --shutdown-grace x", "serve: --shutdown-grace: expected a number, got 'x'");
+    usage_error("serve --shutdown-grace -1",
+                "serve: --shutdown-grace must be a finite number of seconds >= 0, got '-1'");
     usage_error("generate --checkpoint nowhere --vocab nowhere -p x --max-new-tokens=-2",
                 "--max-new-tokens");
     usage_error("generate --checkpoint nowhere --vocab nowhere -p x -s=1", "--seed");

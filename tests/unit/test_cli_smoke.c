@@ -184,18 +184,26 @@ static void test_info_rejects_arguments(void **state) {
     free(err);
 }
 
-/* generate refuses a NaN or infinite temperature, repetition penalty or
- * top-p (exit 2, one line) instead of sampling. */
+/* generate refuses a NaN, infinite or out-of-range temperature, repetition
+ * penalty or top-p (exit 2, one line naming the option and the value)
+ * instead of sampling. */
 static void test_generate_non_finite_sampling(void **state) {
     (void)state;
-    const char *opts[] = {"--temperature nan", "--temperature inf", "--repetition-penalty nan",
-                          "--repetition-penalty inf", "--top-p nan"};
+    const char *opts[][2] = {
+        {"--temperature nan", "generate: --temperature: expected a finite value >= 0, got nan"},
+        {"--temperature inf", "generate: --temperature: expected a finite value >= 0, got inf"},
+        {"-t -1", "generate: --temperature: expected a finite value >= 0, got -1"},
+        {"--repetition-penalty nan", "generate: --repetition-penalty: expected a finite value > 0, got nan"},
+        {"--repetition-penalty inf", "generate: --repetition-penalty: expected a finite value > 0, got inf"},
+        {"--repetition-penalty 0", "generate: --repetition-penalty: expected a finite value > 0, got 0"},
+        {"--top-p nan", "generate: --top-p: expected a value in (0, 1], got nan"},
+        {"--top-p 1.5", "generate: --top-p: expected a value in (0, 1], got 1.5"}};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         char args[256], *err;
         snprintf(args, sizeof args,
-                 "generate --checkpoint nowhere --vocab nowhere --prompt x %s", opts[i]);
+                 "generate --checkpoint nowhere --vocab nowhere --prompt x %s", opts[i][0]);
         assert_int_equal(ct_ojas(g_dir, args, NULL, &err), 2);
-        ct_assert_one_line(err, "generate: need a finite temperature");
+        ct_assert_one_line(err, opts[i][1]);
         free(err);
     }
 }

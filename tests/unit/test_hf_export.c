@@ -192,14 +192,23 @@ static void test_cli_export(void **state) {
                           "--set weight_decay=0 --set batch_size=2 --set seq_len=16 "
                           "--set eval_every=0 --set eval_batches=1 --set threads=1 "
                           "--set peak_flops=1e10 --out ft --no-progress --no-plot",
-                          NULL),
+                          &out),
                      0);
+    /* the run's model is the directory's, not the 'model' key's default preset */
+    if (!strstr(out, "model hf:out (gpt2): 2 layers")) fail_msg("train printed '%s'", out);
+    free(out);
+    read_text(g_dir, "ft/ckpt-000001/state.json", &out);
+    if (!strstr(out, "\"model\": \"hf:out\"") || strstr(out, "nanolab"))
+        fail_msg("state.json: %s", out);
+    free(out);
     assert_int_equal(ojas("generate --checkpoint ft -p '" PROMPT "' -n 12 -t 0", &b), 0);
     assert_string_equal(a, b);
     free(b);
     assert_int_equal(ojas("train --resume ft --out ft --set max_steps=2 --no-progress --no-plot",
-                          NULL),
+                          &out),
                      0);
+    if (!strstr(out, "model hf:out (gpt2)")) fail_msg("resume printed '%s'", out);
+    free(out);
     assert_int_equal(ct_ojas(g_dir, "train --init-from out --set data_dir=data --set n_layer=3 "
                                     "--out ft2 --no-progress --no-plot", NULL, &err), 2);
     ct_assert_one_line(err, "init_from takes the model's shape");

@@ -2,7 +2,7 @@
 // the right exit codes (missing options, unknown key, bad value, a CUDA
 // device that cannot be opened), a run with --set overrides, SIGINT in the
 // middle of a run (the step finishes, a checkpoint is written, exit 0) and
-// --resume from the run directory
+// --resume from the run directory (with --out, or alone: it goes on there)
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -112,6 +112,25 @@ static void test_run_and_resume(void **state) {
     assert_int_equal(oj_train_config_from_checkpoint(p, &c, NULL), OJ_OK);
     assert_int_equal(c.max_steps, 5);
     assert_int_equal(c.seed, 9);
+    /* --resume DIR alone goes on in DIR; a run's checkpoint, in its run */
+    int64_t step = -1;
+    assert_int_equal(ojas("train --resume run --set max_steps=6", &out, NULL), 0);
+    assert_non_null(strstr(out, "done: step 6"));
+    free(out);
+    assert_int_equal(oj_checkpoint_latest(p, &step, NULL), OJ_OK);
+    assert_int_equal(step, 6);
+    assert_int_equal(ojas("train -r run/ckpt-000006/ --set max_steps=7", &out, NULL), 0);
+    assert_non_null(strstr(out, "done: step 7"));
+    free(out);
+    assert_int_equal(oj_checkpoint_latest(p, &step, NULL), OJ_OK);
+    assert_int_equal(step, 7);
+    /* a checkpoint outside a run: its parent need not be one */
+    char cmd[1200], *err = NULL;
+    snprintf(cmd, sizeof cmd, "cp -r '%s/run/ckpt-000007' '%s/solo'", g_dir, g_dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ojas("train --resume solo", NULL, &err), 2);
+    ct_assert_one_line(err, "train: --resume solo is a checkpoint outside a run directory");
+    free(err);
 }
 
 static int lines_of(const char *path) {

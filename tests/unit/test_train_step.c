@@ -213,6 +213,20 @@ static void test_bench_runs_the_trainer_step(void **state) {
     assert_true(r.step_ms > 0 && r.min_ms <= r.step_ms && r.step_ms <= r.max_ms);
     assert_true(r.kernel_ms > 0);
     assert_memory_equal(&(double){r.step_ms - r.kernel_ms}, &r.overhead_ms, sizeof(double));
+    assert_true(r.overhead_measurable == (r.overhead_ms >= 0));
+    /* a negative overhead is noise, never printed as a cost */
+    char buf[160];
+    oj_bench_result q = {.step_ms = 3600, .min_ms = 3500, .max_ms = 3700, .overhead_ms = 1.25};
+    assert_string_equal(oj_bench_overhead_text(&q, buf, sizeof buf), "1.25 ms");
+    q.overhead_ms = -1955.74;
+    assert_string_equal(oj_bench_overhead_text(&q, buf, sizeof buf),
+                        "not measurable (-1955.74 ms: the two timings disagree beyond noise; a "
+                        "loaded machine?)");
+    q = (oj_bench_result){.step_ms = 42.63, .min_ms = 42.5, .max_ms = 42.7, .overhead_ms = -0.32};
+    assert_string_equal(oj_bench_overhead_text(&q, buf, sizeof buf),
+                        "none measurable (-0.32 ms, within noise)");
+    q.overhead_ms = NAN;
+    assert_string_equal(oj_bench_overhead_text(&q, buf, sizeof buf), "not measured");
     assert_true(r.tokens_per_s > 0 && r.params > 0 && r.peak_bytes > 0);
     /* without the kernel loop: not measured */
     if (oj_bench_trainer(&c, 0, 1, false, &r, &err) != OJ_OK) fail_msg("bench: %s", err.message);
