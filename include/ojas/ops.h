@@ -157,7 +157,9 @@ oj_status oj_mul_scalar_(oj_tensor *a, double v);
 /* ================================================================ reductions
  * dims: `ndims` dims to reduce (ndims 0 and dims NULL: all dims). Duplicate
  * dims are OJ_ERR_INVALID_ARGUMENT. keepdim keeps reduced dims as size 1.
- * Float results accumulate in double in index order (deterministic). */
+ * Float results accumulate in double in index order (deterministic);
+ * integer/bool x sums exactly in int64 to an i64 result, wrapping modulo
+ * 2^64 as torch (CPU backend; CUDA still sums integers in double). */
 oj_tensor *oj_sum(oj_tensor *x, int ndims, const int *dims, bool keepdim);
 oj_tensor *oj_mean(oj_tensor *x, int ndims, const int *dims, bool keepdim);
 /* Sum of all elements (rank-0). */
@@ -166,7 +168,10 @@ oj_tensor *oj_mean_all(oj_tensor *x);
 /* More reductions (src/ops/reduce.c). dims/ndims/keepdim as above; a
  * single `dim` may be negative; a rank-0 x accepts dim 0 or -1. Errors:
  * OJ_ERR_OUT_OF_RANGE for a bad dim, OJ_ERR_INVALID_ARGUMENT for a
- * repeated dim. Accumulation is in double, in index order. */
+ * repeated dim. Accumulation is in double, in index order, except for
+ * integer x on the CPU backend: prod, max/min, amax/amin and argmax/argmin
+ * compute exactly in int64 (prod wraps modulo 2^64, as torch); the CUDA
+ * backend still rounds them through double. */
 
 /* Product. Integer/bool x gives i64. The gradient is the product of the
  * other elements (exact when x has zeros: one zero gets the product of the

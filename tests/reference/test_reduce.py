@@ -194,6 +194,35 @@ def test_argmax_argmin(engine, dtype, rng, name, dim, keepdim):
     check(engine, name, [x], dim, keepdim, ref=getattr(torch, name), noncontig=True)
 
 
+# int64 beyond 2^53 (not exact in double), with ties and values whose sums
+# and products wrap modulo 2^64 as torch's do.
+P53, P62 = 2 ** 53, 2 ** 62
+BIG_I64 = np.array([[P53 + 1, 1, -P53, 3], [P62, 4, P62, P62], [-P53 - 1, -P53, P53, P53 + 1]],
+                   np.int64)
+I64_REF = {"sum": _ref(torch.sum), "amax": _dims_kw(torch.amax), "amin": _dims_kw(torch.amin),
+           "prod": _multi(lambda t, d, k: torch.prod(t, d, k))}
+
+
+@pytest.mark.parametrize("name", sorted(I64_REF))
+@pytest.mark.parametrize("dims", [None, [0], [1], [-1, 0]], ids=str)
+@pytest.mark.parametrize("noncontig", [False, True])
+def test_reduce_i64_beyond_2p53(engine, name, dims, noncontig):
+    check(engine, name, [BIG_I64], dims, False, ref=I64_REF[name], noncontig=noncontig)
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin", "max", "min"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_index_reduce_i64_beyond_2p53(engine, name, dim):
+    if name in ("argmax", "argmin"):
+        check(engine, name, [BIG_I64], dim, False, ref=getattr(torch, name), noncontig=True)
+        return
+    vals, idx = getattr(ojas._C, name)(ojas.tensor(BIG_I64, engine=engine), dim, False, True)
+    tv, ti = getattr(torch, name)(torch.tensor(BIG_I64), dim)
+    assert dt(vals) == "i64" and dt(idx) == "i64"
+    np.testing.assert_array_equal(vals.numpy(), tv.numpy())
+    np.testing.assert_array_equal(idx.numpy(), ti.numpy())
+
+
 @pytest.mark.parametrize("name", ["var", "std"])
 @pytest.mark.parametrize("dims", MORE_DIMS, ids=str)
 @pytest.mark.parametrize("correction", [0.0, 1.0, 2.0])

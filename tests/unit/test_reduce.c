@@ -1,7 +1,8 @@
 // test: reductions — prod, max/min with indices, amax/amin, argmax/argmin,
 // var/std, logsumexp, norm, cumsum, any/all: forward values against hand
 // computation, NaN/tie/empty edge cases, gradcheck on plain, transposed and
-// expanded inputs and zero-size dims, gradients at zeros and ties, bad input.
+// expanded inputs and zero-size dims, gradients at zeros and ties, bad input;
+// integer sum/prod/max/min/argmax exact above 2^53 and wrapping as torch.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -473,6 +474,79 @@ static void test_logsumexp_minf_backward(void **state) {
     oj_engine_free(eng);
 }
 
+// The int64 values of t (contiguous result), checked against want.
+static void expect_i64(oj_tensor *t, oj_dtype dt, const int64_t *want, int n) {
+    assert_non_null(t);
+    assert_int_equal(oj_tensor_dtype(t), dt);
+    assert_int_equal(oj_numel(t), n);
+    int64_t got[8] = {0};
+    assert_int_equal(oj_to_host(t, got, (size_t)n * sizeof got[0]), OJ_OK);
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("element %d: got %lld, want %lld", i, (long long)got[i], (long long)want[i]);
+}
+
+static oj_tensor *i64v(oj_engine *eng, int rank, const int64_t *shape, const int64_t *v, int n) {
+    return oj_from_host(eng, rank, shape, OJ_I64, v, (size_t)n * sizeof v[0]);
+}
+
+// Integer reductions are exact in int64 (not rounded through double) and
+// wrap modulo 2^64 as torch's int64 sum/prod do.
+static void test_integer_exact(void **state) {
+    (void)state;
+    oj_engine *eng = eng_new();
+    oj_scope_begin(eng);
+    const int64_t P53 = INT64_C(1) << 53, P62 = INT64_C(1) << 62, s2[1] = {2};
+    int d0 = 0;
+    oj_tensor *a = i64v(eng, 1, s2, (int64_t[]){P62, 4}, 2);
+    oj_tensor *b = i64v(eng, 1, s2, (int64_t[]){P53 + 1, 1}, 2);
+    oj_tensor *c = i64v(eng, 1, s2, (int64_t[]){P53, P53 + 1}, 2);
+    oj_tensor *m = i64v(eng, 1, s2, (int64_t[]){INT64_MAX, 1}, 2);
+    expect_i64(oj_sum(a, 1, &d0, false), OJ_I64, (int64_t[]){P62 + 4}, 1);
+    expect_i64(oj_sum(b, 0, NULL, false), OJ_I64, (int64_t[]){P53 + 2}, 1);
+    expect_i64(oj_sum(m, 0, NULL, false), OJ_I64, (int64_t[]){INT64_MIN}, 1); // wraps
+    expect_i64(oj_prod(b, 1, &d0, false), OJ_I64, (int64_t[]){P53 + 1}, 1);
+    expect_i64(oj_prod(a, 1, &d0, false), OJ_I64, (int64_t[]){0}, 1); // 2^64 wraps to 0
+    expect_i64(oj_amax(c, 0, NULL, false), OJ_I64, (int64_t[]){P53 + 1}, 1);
+    expect_i64(oj_amin(b, 0, NULL, false), OJ_I64, (int64_t[]){1}, 1);
+    expect_i64(oj_argmax(c, 0, false), OJ_I64, (int64_t[]){1}, 1);
+    expect_i64(oj_argmin(c, 0, false), OJ_I64, (int64_t[]){0}, 1);
+    oj_tensor *idx = NULL;
+    expect_i64(oj_max(c, 0, false, &idx), OJ_I64, (int64_t[]){P53 + 1}, 1);
+    expect_i64(idx, OJ_I64, (int64_t[]){1}, 1);
+    oj_tensor *nc = i64v(eng, 1, s2, (int64_t[]){-P53 - 1, -P53}, 2);
+    expect_i64(oj_min(nc, 0, false, &idx), OJ_I64, (int64_t[]){-P53 - 1}, 1);
+    expect_i64(idx, OJ_I64, (int64_t[]){0}, 1);
+    expect_i64(oj_argmax(nc, 0, false), OJ_I64, (int64_t[]){1}, 1);
+    // Strided: columns of the transpose of [[2^53+1, 1], [1, 2^53]].
+    oj_tensor *sq = i64v(eng, 2, (int64_t[]){2, 2}, (int64_t[]){P53 + 1, 1, 1, P53}, 4);
+    oj_tensor *t = oj_transpose(sq, 0, 1);
+    expect_i64(oj_sum(t, 1, &d0, false), OJ_I64, (int64_t[]){P53 + 2, P53 + 1}, 2);
+    expect_i64(oj_amax(t, 1, &d0, false), OJ_I64, (int64_t[]){P53 + 1, P53}, 2);
+    expect_i64(oj_argmin(t, 0, false), OJ_I64, (int64_t[]){1, 0}, 2);
+    // Narrower integers: sum and prod are int64 (no wrap at 32 bits), max
+    // keeps the dtype.
+    int32_t iv[3] = {INT32_MAX, INT32_MAX, 65536};
+    oj_tensor *i32 = oj_from_host(eng, 1, (int64_t[]){3}, OJ_I32, iv, sizeof iv);
+    expect_i64(oj_sum(i32, 0, NULL, false), OJ_I64,
+               (int64_t[]){2 * (int64_t)INT32_MAX + 65536}, 1);
+    expect_i64(oj_prod(i32, 0, NULL, false), OJ_I64,
+               (int64_t[]){(int64_t)((uint64_t)INT32_MAX * INT32_MAX * 65536u)}, 1); // wraps
+    int32_t mx32 = 0;
+    oj_tensor *a32 = oj_amax(i32, 0, NULL, false);
+    assert_non_null(a32);
+    assert_int_equal(oj_tensor_dtype(a32), OJ_I32);
+    assert_int_equal(oj_to_host(a32, &mx32, sizeof mx32), OJ_OK);
+    assert_int_equal(mx32, INT32_MAX);
+    uint8_t uv[2] = {255, 255};
+    oj_tensor *u8 = oj_from_host(eng, 1, s2, OJ_U8, uv, sizeof uv);
+    expect_i64(oj_sum(u8, 0, NULL, false), OJ_I64, (int64_t[]){510}, 1);
+    expect_i64(oj_prod(u8, 0, NULL, false), OJ_I64, (int64_t[]){65025}, 1);
+    oj_scope_end(eng);
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_values),
@@ -481,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_special_gradients),
         cmocka_unit_test(test_logsumexp_minf_backward),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_integer_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

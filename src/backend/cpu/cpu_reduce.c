@@ -1,6 +1,9 @@
 /* CPU reductions: every output element is accumulated in double over its
  * reduced elements in index-increasing order, by one task, so results do
  * not depend on threads (EXACT) and are accurate for the reference.
+ * Integer inputs to sum, prod, max/min and argmax/argmin are accumulated
+ * and compared in int64 instead (exact; sum and prod wrap modulo 2^64, as
+ * torch's int64 arithmetic).
  *
  * Fast path (sum, mean, L1/L2 norms of a contiguous f32/f64 tensor whose
  * reduced dims form one block, x viewed as [K1, R, K2]): outputs are split
@@ -18,6 +21,7 @@
 typedef struct {
     double acc, acc2, m; /* running values (acc2: Welford M2; m: max for lse) */
     int64_t n, arg;
+    int64_t iacc; /* integer inputs (red_is_int): running sum, product or extremum */
 } red_state;
 
 static void red_init(oj_reduce_op op, red_state *s) {
@@ -87,6 +91,35 @@ static double red_final(oj_reduce_op op, const red_state *s, double p) {
     case OJ_RED_NORM_L2: return sqrt(s->acc);
     case OJ_RED_ARGMAX: case OJ_RED_ARGMIN: return (double)(s->arg < 0 ? 0 : s->arg);
     default: return s->acc;
+    }
+}
+
+/* Integer sum/prod/max/min/argmax/argmin: exact in int64. */
+static bool red_is_int(oj_reduce_op op, oj_dtype xdt) {
+    if (oj_dtype_is_float(xdt)) return false;
+    switch (op) {
+    case OJ_RED_SUM: case OJ_RED_PROD: case OJ_RED_MAX: case OJ_RED_MIN: case OJ_RED_ARGMAX:
+    case OJ_RED_ARGMIN: return true;
+    default: return false;
+    }
+}
+
+static void ired_init(oj_reduce_op op, red_state *s) {
+    memset(s, 0, sizeof *s);
+    s->iacc = op == OJ_RED_PROD ? 1 : 0;
+    s->arg = -1;
+}
+
+static void ired_step(oj_reduce_op op, red_state *s, int64_t v, int64_t k) {
+    switch (op) {
+    case OJ_RED_SUM: s->iacc = (int64_t)((uint64_t)s->iacc + (uint64_t)v); break; /* wraps */
+    case OJ_RED_PROD: s->iacc = (int64_t)((uint64_t)s->iacc * (uint64_t)v); break;
+    case OJ_RED_MAX: case OJ_RED_ARGMAX: /* first index among ties, as the float path */
+        if (s->arg < 0 || v > s->iacc) { s->iacc = v; s->arg = k; }
+        break;
+    default: /* MIN, ARGMIN */
+        if (s->arg < 0 || v < s->iacc) { s->iacc = v; s->arg = k; }
+        break;
     }
 }
 
@@ -231,6 +264,7 @@ static void gen_outputs(void *vc, int64_t begin, int64_t end, int tid) {
     const char *xb = (const char *)x->storage->data + x->offset;
     char *ob = (char *)c->out->storage->data + c->out->offset;
     char *ib = c->idx ? (char *)c->idx->storage->data + c->idx->offset : NULL;
+    bool integer = red_is_int(c->op, x->dtype);
     int64_t ko[OJ_MAX_RANK] = {0};
     int64_t rem = begin;
     for (int i = c->nk - 1; i >= 0; i--) {
@@ -241,19 +275,26 @@ static void gen_outputs(void *vc, int64_t begin, int64_t end, int tid) {
         int64_t base = 0; /* offset of this output's first input element */
         for (int i = 0; i < c->nk; i++) base += ko[i] * x->stride[c->kept[i]];
         red_state s;
-        red_init(c->op, &s);
+        if (integer) ired_init(c->op, &s);
+        else red_init(c->op, &s);
         int64_t ri[OJ_MAX_RANK] = {0};
         for (int64_t k = 0; k < c->n_red; k++) {
             int64_t off = base;
             for (int i = 0; i < c->nr; i++) off += ri[i] * x->stride[c->red[i]];
-            red_step(c->op, &s, oj__load(xb + off * (int64_t)es, x->dtype), k);
+            const char *src = xb + off * (int64_t)es;
+            if (integer) ired_step(c->op, &s, oj__load_i64(src, x->dtype), k);
+            else red_step(c->op, &s, oj__load(src, x->dtype), k);
             for (int i = c->nr - 1; i >= 0; i--) {
                 if (++ri[i] < x->shape[c->red[i]]) break;
                 ri[i] = 0;
             }
         }
-        oj__store(ob + o * (int64_t)oes, c->out->dtype, red_final(c->op, &s, c->p));
-        if (ib) oj__store(ib + o * 8, OJ_I64, (double)(s.arg < 0 ? 0 : s.arg));
+        char *dst = ob + o * (int64_t)oes;
+        if (!integer) oj__store(dst, c->out->dtype, red_final(c->op, &s, c->p));
+        else if (c->op == OJ_RED_ARGMAX || c->op == OJ_RED_ARGMIN)
+            oj__store_i64(dst, c->out->dtype, s.arg < 0 ? 0 : s.arg);
+        else oj__store_i64(dst, c->out->dtype, s.iacc);
+        if (ib) oj__store_i64(ib + o * 8, OJ_I64, s.arg < 0 ? 0 : s.arg);
         for (int i = c->nk - 1; i >= 0; i--) {
             if (++ko[i] < x->shape[c->kept[i]]) break;
             ko[i] = 0;
