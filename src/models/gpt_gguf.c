@@ -516,8 +516,13 @@ oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t
         !find_file(mer, sizeof mer, dir, "vocab.bpe", "merges.txt"))
         return oj_error_set(e, OJ_ERR_IO, "%s holds no encoder.json + vocab.bpe (or vocab.json + "
                                           "merges.txt)", dir);
+    uint8_t *etext = NULL;
+    size_t elen = 0;
+    oj_status rs = oj__read_file(enc, (size_t)1 << 28, &etext, &elen, e);
+    if (rs) return rs;
     json_error_t je;
-    json_t *root = json_load_file(enc, 0, &je);
+    json_t *root = json_loadb((const char *)etext, elen, 0, &je);
+    free(etext);
     if (!json_is_object(root)) {
         json_decref(root);
         return oj_error_set(e, OJ_ERR_CORRUPT, "%s: not a JSON object (%s)", enc, je.text);

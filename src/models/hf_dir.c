@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/autograd.h"
@@ -125,8 +126,14 @@ static oj_status open_weights(weights *w, const char *dir, oj_error *err) {
     if (access(w->index_path, F_OK) != 0)
         return oj_error_set(err, OJ_ERR_IO,
                             "%s: neither model.safetensors nor model.safetensors.index.json", dir);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    /* through the regular-file check: a FIFO index would block */
+    oj_status st = oj__read_file(w->index_path, (size_t)1 << 28, &text, &len, err);
+    if (st) return st;
     json_error_t je;
-    json_t *root = json_load_file(w->index_path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb((const char *)text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (root == NULL)
         return oj_error_set(err, OJ_ERR_CORRUPT, "%s: bad JSON at line %d column %d: %s",
                             w->index_path, je.line, je.column, je.text);

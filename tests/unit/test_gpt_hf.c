@@ -203,7 +203,7 @@ static void test_bad_directories(void **state) {
                                  NULL});
     /* no config.json at all */
     snprintf(p, sizeof p, "%s/none", g_dir);
-    expect_fail(eng, p, OJ_ERR_IO, (const char *[]){"none/config.json: cannot open", NULL});
+    expect_fail(eng, p, OJ_ERR_IO, (const char *[]){"cannot open", "none/config.json", NULL});
     oj_engine_free(eng);
 }
 
