@@ -463,6 +463,29 @@ oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_er
     entry *e = m ? calloc((size_t)n, sizeof *e) : NULL;
     if (s == OJ_OK && e == NULL) s = oj_error_set(err, OJ_ERR_CAPACITY, "gpt load gguf: out of memory");
     if (s == OJ_OK) entries(m, e, n);
+    /* file tensors the model takes; any other is refused before loading (a smaller
+     * block_count would otherwise drop blk.N.* silently) */
+    int64_t nt = g ? oj_gguf_tensor_count(g) : 0;
+    bool *used = s == OJ_OK ? calloc(nt > 0 ? (size_t)nt : 1, sizeof *used) : NULL;
+    if (s == OJ_OK && used == NULL)
+        s = oj_error_set(err, OJ_ERR_CAPACITY, "gpt load gguf: out of memory");
+    for (int k = 0; s == OJ_OK && k < n; k++) {
+        int64_t i = oj_gguf_find_tensor(g, e[k].name);
+        if (i >= 0) used[i] = true;
+    }
+    int64_t n_used = 0;
+    for (int64_t i = 0; s == OJ_OK && i < nt; i++) n_used += used[i];
+    for (int64_t i = 0; s == OJ_OK && i < nt; i++)
+        if (!used[i]) {
+            char q[65];
+            s = oj_error_set(err, OJ_ERR_CORRUPT,
+                             "gpt load gguf: %s: tensor \"%s\" is not used by the %s model the "
+                             "metadata describes (block_count %lld; %lld tensors in the file, "
+                             "%lld used)",
+                             path, oj__hf_quote(q, oj_gguf_tensor_name(g, i)),
+                             c.family == OJ_GPT2 ? "gpt2" : "llama", (long long)c.n_layer,
+                             (long long)nt, (long long)n_used);
+        }
     for (int k = 0; s == OJ_OK && k < n; k++) {
         int64_t i = oj_gguf_find_tensor(g, e[k].name);
         if (i < 0) {
@@ -479,6 +502,7 @@ oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_er
         }
         s = load_entry(m, g, i, &e[k], path, err);
     }
+    free(used);
     free(e);
     oj_gguf_close(g);
     if (s == OJ_OK && m->quantized && !oj__gpt_qfuse(m))

@@ -352,6 +352,35 @@ static void test_refusals_named(void **state) {
     oj_engine_free(eng);
 }
 
+/* A model of config(llama) (seed 1) saved as GGUF to path. */
+static void save_model(oj_engine *eng, bool llama, const char *path) {
+    oj_gpt_config c = config(llama);
+    oj_gpt *m = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_OK);
+    oj_error err = {0};
+    assert_int_equal(oj_gpt_save_gguf(m, NULL, path, NULL, &err), OJ_OK);
+    oj_gpt_free(m);
+}
+
+/* A block_count below the file's blocks: refused naming the first tensor
+ * the model would leave unread, not loaded as a shallower model. */
+static void test_unused_tensors_refused(void **state) {
+    (void)state;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/unused.gguf", tmpdir);
+    snprintf(bad, sizeof bad, "%s/unused-bad.gguf", tmpdir);
+    for (int llama = 0; llama < 2; llama++) {
+        save_model(eng, llama, good);
+        rewrite(good, bad, NULL, llama ? "llama.block_count" : "gpt2.block_count", 1, 0);
+        expect_refused(eng, bad, OJ_ERR_CORRUPT,
+                       "tensor \"blk.1.attn_norm.weight\" is not used by the");
+    }
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 /* The tokenizer round trip: a BPE tokenizer trained here, saved as GPT-2
  * files, written into a GGUF file (oj_gguf_add_gpt2_tokenizer, padded to a
  * larger vocab) and read back (oj_gguf_tokenizer) is the same tokenizer:
@@ -543,6 +572,7 @@ int main(void) {
         cmocka_unit_test(test_half_files),
         cmocka_unit_test(test_llama_round_trips),
         cmocka_unit_test(test_refusals_named),
+        cmocka_unit_test(test_unused_tensors_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
