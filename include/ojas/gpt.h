@@ -220,7 +220,9 @@ oj_status oj_gguf_copy_tokenizer(oj_gguf_writer *w, const oj_gguf *g, oj_error *
  * a quantized embedding is dequantized. *out owns the new model.
  * Errors, each naming the file and key or tensor: OJ_ERR_CORRUPT (the
  * file, a missing key or tensor), OJ_ERR_UNSUPPORTED (another
- * architecture or tensor type, rope scaling), OJ_ERR_SHAPE, OJ_ERR_IO,
+ * architecture or tensor type, rope scaling, a rope.dimension_count other
+ * than the head dim, expert_count > 0; a vocab_size key other than the
+ * embedding's rows is OJ_ERR_CORRUPT), OJ_ERR_SHAPE, OJ_ERR_IO,
  * OJ_ERR_CAPACITY. */
 oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_error *err);
 

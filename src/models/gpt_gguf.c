@@ -283,6 +283,19 @@ static bool meta_int(const oj_gguf *g, const char *arch, const char *key, int64_
     return true;
 }
 
+/* Optional <arch>.key: *v -1 when absent, else its value (>= 0). */
+static oj_status meta_key_int(const oj_gguf *g, const char *arch, const char *key, int64_t *v,
+                              const char *path, oj_error *err) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    int64_t i = oj_gguf_find_key(g, k);
+    *v = -1;
+    if (i >= 0 && (!oj_gguf_kv_int(g, i, v) || *v < 0))
+        return oj_error_set(err, OJ_ERR_CORRUPT,
+                            "gpt load gguf: %s: metadata %s is not an integer >= 0", path, k);
+    return OJ_OK;
+}
+
 static bool meta_float(const oj_gguf *g, const char *arch, const char *key, double *v, bool need,
                        const char *path, oj_error *err) {
     char k[128];
@@ -350,7 +363,34 @@ static oj_status config_of(const oj_gguf *g, const char *path, oj_gpt_config *c,
                                     path);
         }
         c->untied_head = oj_gguf_find_tensor(g, "output.weight") >= 0;
+        /* rotary over the whole head only (no partial rotary) */
+        int64_t D = c->head_dim ? c->head_dim : c->n_embd / c->n_head, rd = 0;
+        oj_status ks = meta_key_int(g, arch, "rope.dimension_count", &rd, path, err);
+        if (ks) return ks;
+        if (rd >= 0 && rd != D)
+            return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                                "gpt load gguf: %s: metadata llama.rope.dimension_count is %lld, "
+                                "not the head dim %lld (partial rotary is not supported)",
+                                path, (long long)rd, (long long)D);
+        /* a window over every layer (Mistral's), as config.json's
+         * sliding_window: no longer context than the window */
+        int64_t w = 0;
+        if ((ks = meta_key_int(g, arch, "attention.sliding_window", &w, path, err))) return ks;
+        if (w > 0 && w < c->block_size) c->block_size = w;
     }
+    int64_t v = 0, ex = 0;
+    oj_status ks = meta_key_int(g, arch, "vocab_size", &v, path, err);
+    if (ks || (ks = meta_key_int(g, arch, "expert_count", &ex, path, err))) return ks;
+    if (v >= 0 && v != c->vocab_size)
+        return oj_error_set(err, OJ_ERR_CORRUPT,
+                            "gpt load gguf: %s: metadata %s.vocab_size is %lld, but "
+                            "token_embd.weight has %lld rows",
+                            path, arch, (long long)v, (long long)c->vocab_size);
+    if (ex > 0)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "gpt load gguf: %s: metadata %s.expert_count is %lld (mixture of "
+                            "experts is not supported)",
+                            path, arch, (long long)ex);
     oj_error ce = {0};
     if (oj_gpt_config_check(c, &ce) != OJ_OK)
         return oj_error_set(err, OJ_ERR_CORRUPT, "gpt load gguf: %s: %s", path, ce.message);
