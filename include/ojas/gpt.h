@@ -212,14 +212,17 @@ oj_status oj_gguf_copy_tokenizer(oj_gguf_writer *w, const oj_gguf *g, oj_error *
  * oj_gpt_save_gguf writes (llama.cpp's), F32 / F16 / BF16 / Q8_0 / Q4_0 /
  * Q4_1 / Q4_K tensors: the config from the metadata (vocab_size from
  * token_embd.weight, an untied head when output.weight is present for
- * llama), every tensor checked against it. Quantized tensors of linear
+ * llama), every tensor checked against it; a tensor the model does not
+ * use (blk.N.* past block_count) is refused by name. Quantized tensors of linear
  * weights become the model's quantized copies with the file's blocks (as
  * oj_gpt_quantize would make them, q, k, v and gate, up stacked where
  * each group shares one type) and, dequantized, its f32 parameters;
  * a quantized embedding is dequantized. *out owns the new model.
  * Errors, each naming the file and key or tensor: OJ_ERR_CORRUPT (the
  * file, a missing key or tensor), OJ_ERR_UNSUPPORTED (another
- * architecture or tensor type, rope scaling), OJ_ERR_SHAPE, OJ_ERR_IO,
+ * architecture or tensor type, rope scaling, a rope.dimension_count other
+ * than the head dim, expert_count > 0; a vocab_size key other than the
+ * embedding's rows is OJ_ERR_CORRUPT), OJ_ERR_SHAPE, OJ_ERR_IO,
  * OJ_ERR_CAPACITY. */
 oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_error *err);
 
@@ -236,9 +239,11 @@ oj_status oj_gpt_load_safetensors(oj_gpt *m, const char *path, oj_error *err);
  * model.safetensors or, without it (transformers' order), the shards that
  * model.safetensors.index.json's weight_map names (each file memory-mapped, F32 / BF16 / F16 converted to
  * the f32 parameters). Every tensor is checked (present, float, the shape
- * config.json gives) before the model is returned; tensors the model does
- * not use (GPT-2's attention-mask buffers, a tied lm_head.weight equal to
- * the embedding) are ignored. *out: a new model owned by the caller
+ * config.json gives) before the model is returned; of the tensors the
+ * model does not use, buffers (GPT-2's attention masks, rotary_emb.inv_freq)
+ * and a tied lm_head.weight equal to the embedding are ignored, any other
+ * (a layer past num_hidden_layers, a bias the architecture has no flag
+ * for) is refused by name (OJ_ERR_SHAPE). *out: a new model owned by the caller
  * (oj_gpt_free), NULL on failure. Errors, each one line naming the file
  * and the field or tensor: OJ_ERR_IO (missing file or shard),
  * OJ_ERR_CORRUPT (bad JSON or safetensors), OJ_ERR_INVALID_ARGUMENT (an

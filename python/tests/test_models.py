@@ -263,6 +263,6 @@ def test_config_from_hf_takes_a_path(tmp_path):
     assert len(str(e.value)) < 300
     with pytest.raises(ojas.InvalidArgumentError, match="is a directory"):
         GPT.config_from_hf(tmp_path)
-    with pytest.raises(ojas.IOError, match=r"\.\.\.: cannot open") as e:
+    with pytest.raises(ojas.IOError, match=r"cannot open .*\.\.\.: ") as e:
         GPT.config_from_hf(str(tmp_path / ("n" * 400)))
-    assert len(str(e.value)) < 200
+    assert len(str(e.value)) < 300

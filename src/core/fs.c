@@ -193,9 +193,9 @@ oj_status oj__open_regular(const char *path, const char *what, int *fd, size_t *
     const char *w = what ? what : "", *sp = what ? " " : "";
     /* O_NONBLOCK: opening a FIFO for reading would wait for a writer */
     *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (*fd < 0)
-        return oj_error_set(err, OJ_ERR_IO, "cannot open %s%s%s: %s", w, sp, path,
-                            strerror(errno));
+    if (*fd < 0) /* a very long name (text given as a path) cut short */
+        return oj_error_set(err, OJ_ERR_IO, "cannot open %s%s%.160s%s: %s", w, sp, path,
+                            strlen(path) > 160 ? "..." : "", strerror(errno));
     struct stat sb;
     oj_status st = OJ_OK;
     int fl;

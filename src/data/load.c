@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/fs.h"
@@ -574,10 +575,16 @@ static bool is_file(const char *path) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-static bool is_file_in(const char *dir, const char *name) {
+/* present at all: a tokenizer.json that is a FIFO is refused by its reader */
+static bool is_present(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static bool is_present_in(const char *dir, const char *name) {
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    return is_file(p);
+    return is_present(p);
 }
 
 oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) {
@@ -605,7 +612,7 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
     /* the same two files under transformers' names (a GPT-2 model directory) */
     snprintf(a, dl + 32, "%s/vocab.json", dir);
     snprintf(b, dl + 32, "%s/merges.txt", dir);
-    if (is_file(a) && is_file(b) && !is_file_in(dir, "tokenizer.json")) {
+    if (is_file(a) && is_file(b) && !is_present_in(dir, "tokenizer.json")) {
         st = oj_tokenizer_load_gpt2(a, b, out, err);
         free(a);
         free(b);
@@ -614,7 +621,7 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
         return st;
     }
     snprintf(a, dl + 32, "%s/tokenizer.json", dir);
-    if (is_file(a)) {
+    if (is_present(a)) {
         st = oj_tokenizer_load_hf(a, out, err);
         free(a);
         free(b);
@@ -643,6 +650,20 @@ oj_status oj_tokenizer_load(const char *dir, oj_tokenizer **out, oj_error *err) 
     closedir(d);
     if (count == 0) {
         free(found);
+        /* one of the names present but not a regular file (a FIFO, a
+         * directory): refused by name and kind, not called absent */
+        static const char *const names[] = {"encoder.json", "vocab.bpe",
+                                            "vocab.json", "merges.txt"};
+        char p[4200];
+        struct stat sb;
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+            snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+            int fd;
+            if (stat(p, &sb) != 0 || S_ISREG(sb.st_mode)) continue;
+            oj_status rs = oj__open_regular(p, "tokenizer file", &fd, NULL, err);
+            if (rs) return rs;
+            close(fd); /* (it became a regular file meanwhile) */
+        }
         return oj_error_set(err, OJ_ERR_IO,
                             "tokenizer: %s holds neither encoder.json + vocab.bpe, tokenizer.json "
                             "nor a *.tiktoken rank file",

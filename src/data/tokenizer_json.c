@@ -18,6 +18,7 @@
 #include <unicode/ustring.h>
 #endif
 
+#include "core/fs.h"
 #include "data/bpe.h"
 #include "data/hf_regex.h"
 #include "data/pretok.h"
@@ -927,9 +928,14 @@ static int32_t config_eos(const oj_tokenizer *tok, const char *dir, const char *
     json_t *root = NULL;
     char why[160];
     int32_t id = -1;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+    uint8_t *text = NULL;
+    size_t len = 0;
+    if (stat(path, &sb) != 0)
         snprintf(why, sizeof why, "absent");
-    else if (!(root = json_load_file(path, 0, NULL)) || !json_is_object(root))
+    else if (!S_ISREG(sb.st_mode)) /* a FIFO would block */
+        snprintf(why, sizeof why, "not a regular file");
+    else if (oj__read_file(path, (size_t)1 << 24, &text, &len, NULL) != OJ_OK ||
+             !(root = json_loadb((const char *)text, len, 0, NULL)) || !json_is_object(root))
         snprintf(why, sizeof why, "not a JSON object");
     else {
         json_t *v = json_object_get(root, key);
@@ -951,6 +957,7 @@ static int32_t config_eos(const oj_tokenizer *tok, const char *dir, const char *
     }
     if (id < 0)
         note_add(note, path, why);
+    free(text);
     json_decref(root);
     free(path);
     return id;
@@ -976,13 +983,14 @@ oj_status oj_tokenizer_load_hf(const char *path, oj_tokenizer **out, oj_error *e
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "tokenizer_load_hf: NULL argument");
     *out = NULL;
     ctx c = {path, err};
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: cannot open %s: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return oj_error_set(err, OJ_ERR_IO, "tokenizer: %s is not a regular file", path);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    oj_error re = {0}; /* a FIFO or directory is refused here, by kind */
+    if (oj__read_file(path, (size_t)1 << 30, &text, &len, &re) != OJ_OK)
+        return oj_error_set(err, re.status, "tokenizer: %s", re.message);
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb((const char *)text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!root) {
         for (char *q = je.text; *q; q++) /* (it may quote the file) */
             if ((unsigned char)*q < 0x20 || *q == 0x7F)

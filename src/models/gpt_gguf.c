@@ -283,6 +283,19 @@ static bool meta_int(const oj_gguf *g, const char *arch, const char *key, int64_
     return true;
 }
 
+/* Optional <arch>.key: *v -1 when absent, else its value (>= 0). */
+static oj_status meta_key_int(const oj_gguf *g, const char *arch, const char *key, int64_t *v,
+                              const char *path, oj_error *err) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    int64_t i = oj_gguf_find_key(g, k);
+    *v = -1;
+    if (i >= 0 && (!oj_gguf_kv_int(g, i, v) || *v < 0))
+        return oj_error_set(err, OJ_ERR_CORRUPT,
+                            "gpt load gguf: %s: metadata %s is not an integer >= 0", path, k);
+    return OJ_OK;
+}
+
 static bool meta_float(const oj_gguf *g, const char *arch, const char *key, double *v, bool need,
                        const char *path, oj_error *err) {
     char k[128];
@@ -350,7 +363,34 @@ static oj_status config_of(const oj_gguf *g, const char *path, oj_gpt_config *c,
                                     path);
         }
         c->untied_head = oj_gguf_find_tensor(g, "output.weight") >= 0;
+        /* rotary over the whole head only (no partial rotary) */
+        int64_t D = c->head_dim ? c->head_dim : c->n_embd / c->n_head, rd = 0;
+        oj_status ks = meta_key_int(g, arch, "rope.dimension_count", &rd, path, err);
+        if (ks) return ks;
+        if (rd >= 0 && rd != D)
+            return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                                "gpt load gguf: %s: metadata llama.rope.dimension_count is %lld, "
+                                "not the head dim %lld (partial rotary is not supported)",
+                                path, (long long)rd, (long long)D);
+        /* a window over every layer (Mistral's), as config.json's
+         * sliding_window: no longer context than the window */
+        int64_t w = 0;
+        if ((ks = meta_key_int(g, arch, "attention.sliding_window", &w, path, err))) return ks;
+        if (w > 0 && w < c->block_size) c->block_size = w;
     }
+    int64_t v = 0, ex = 0;
+    oj_status ks = meta_key_int(g, arch, "vocab_size", &v, path, err);
+    if (ks || (ks = meta_key_int(g, arch, "expert_count", &ex, path, err))) return ks;
+    if (v >= 0 && v != c->vocab_size)
+        return oj_error_set(err, OJ_ERR_CORRUPT,
+                            "gpt load gguf: %s: metadata %s.vocab_size is %lld, but "
+                            "token_embd.weight has %lld rows",
+                            path, arch, (long long)v, (long long)c->vocab_size);
+    if (ex > 0)
+        return oj_error_set(err, OJ_ERR_UNSUPPORTED,
+                            "gpt load gguf: %s: metadata %s.expert_count is %lld (mixture of "
+                            "experts is not supported)",
+                            path, arch, (long long)ex);
     oj_error ce = {0};
     if (oj_gpt_config_check(c, &ce) != OJ_OK)
         return oj_error_set(err, OJ_ERR_CORRUPT, "gpt load gguf: %s: %s", path, ce.message);
@@ -463,6 +503,29 @@ oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_er
     entry *e = m ? calloc((size_t)n, sizeof *e) : NULL;
     if (s == OJ_OK && e == NULL) s = oj_error_set(err, OJ_ERR_CAPACITY, "gpt load gguf: out of memory");
     if (s == OJ_OK) entries(m, e, n);
+    /* file tensors the model takes; any other is refused before loading (a smaller
+     * block_count would otherwise drop blk.N.* silently) */
+    int64_t nt = g ? oj_gguf_tensor_count(g) : 0;
+    bool *used = s == OJ_OK ? calloc(nt > 0 ? (size_t)nt : 1, sizeof *used) : NULL;
+    if (s == OJ_OK && used == NULL)
+        s = oj_error_set(err, OJ_ERR_CAPACITY, "gpt load gguf: out of memory");
+    for (int k = 0; s == OJ_OK && k < n; k++) {
+        int64_t i = oj_gguf_find_tensor(g, e[k].name);
+        if (i >= 0) used[i] = true;
+    }
+    int64_t n_used = 0;
+    for (int64_t i = 0; s == OJ_OK && i < nt; i++) n_used += used[i];
+    for (int64_t i = 0; s == OJ_OK && i < nt; i++)
+        if (!used[i]) {
+            char q[65];
+            s = oj_error_set(err, OJ_ERR_CORRUPT,
+                             "gpt load gguf: %s: tensor \"%s\" is not used by the %s model the "
+                             "metadata describes (block_count %lld; %lld tensors in the file, "
+                             "%lld used)",
+                             path, oj__hf_quote(q, oj_gguf_tensor_name(g, i)),
+                             c.family == OJ_GPT2 ? "gpt2" : "llama", (long long)c.n_layer,
+                             (long long)nt, (long long)n_used);
+        }
     for (int k = 0; s == OJ_OK && k < n; k++) {
         int64_t i = oj_gguf_find_tensor(g, e[k].name);
         if (i < 0) {
@@ -479,6 +542,7 @@ oj_status oj_gpt_load_gguf(oj_engine *eng, const char *path, oj_gpt **out, oj_er
         }
         s = load_entry(m, g, i, &e[k], path, err);
     }
+    free(used);
     free(e);
     oj_gguf_close(g);
     if (s == OJ_OK && m->quantized && !oj__gpt_qfuse(m))
@@ -516,8 +580,13 @@ oj_status oj_gguf_add_gpt2_tokenizer(oj_gguf_writer *w, const char *dir, int64_t
         !find_file(mer, sizeof mer, dir, "vocab.bpe", "merges.txt"))
         return oj_error_set(e, OJ_ERR_IO, "%s holds no encoder.json + vocab.bpe (or vocab.json + "
                                           "merges.txt)", dir);
+    uint8_t *etext = NULL;
+    size_t elen = 0;
+    oj_status rs = oj__read_file(enc, (size_t)1 << 28, &etext, &elen, e);
+    if (rs) return rs;
     json_error_t je;
-    json_t *root = json_load_file(enc, 0, &je);
+    json_t *root = json_loadb((const char *)etext, elen, 0, &je);
+    free(etext);
     if (!json_is_object(root)) {
         json_decref(root);
         return oj_error_set(e, OJ_ERR_CORRUPT, "%s: not a JSON object (%s)", enc, je.text);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
 #include "models/gpt_internal.h"
 
 const char *oj__hf_quote(char buf[65], const char *s) {
@@ -381,32 +382,11 @@ oj_status oj__gpt_config_from_hf_json(const char *json, size_t len, const char *
 oj_status oj_gpt_config_from_hf(const char *path, oj_gpt_config *cfg, oj_error *err) {
     if (path == NULL || cfg == NULL)
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "hf config: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) /* a long name (JSON text given as a path) cut short */
-        return oj_error_set(err, OJ_ERR_IO, "%.80s%s: cannot open: %s", path,
-                            strlen(path) > 80 ? "..." : "", strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    oj_status st = OJ_OK;
-    for (;;) {
-        if (len == cap) {
-            char *nb = cap < (1u << 24) ? realloc(buf, cap ? 2 * cap : 4096) : NULL;
-            if (nb == NULL) {
-                st = oj_error_set(err, OJ_ERR_CORRUPT, "%s: larger than 16 MiB, not a config", path);
-                break;
-            }
-            buf = nb;
-            cap = cap ? 2 * cap : 4096;
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) {
-            if (ferror(f)) st = oj_error_set(err, OJ_ERR_IO, "%s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (st == OJ_OK) st = oj__gpt_config_from_hf_json(buf, len, path, cfg, err);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    /* through the regular-file check: a FIFO config.json would block */
+    oj_status st = oj__read_file(path, (size_t)1 << 24, &buf, &len, err);
+    if (st == OJ_OK) st = oj__gpt_config_from_hf_json((const char *)buf, len, path, cfg, err);
     free(buf);
     return st;
 }

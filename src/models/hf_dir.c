@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/internal.h"
 #include "models/gpt_internal.h"
 #include "ojas/autograd.h"
@@ -125,8 +126,14 @@ static oj_status open_weights(weights *w, const char *dir, oj_error *err) {
     if (access(w->index_path, F_OK) != 0)
         return oj_error_set(err, OJ_ERR_IO,
                             "%s: neither model.safetensors nor model.safetensors.index.json", dir);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    /* through the regular-file check: a FIFO index would block */
+    oj_status st = oj__read_file(w->index_path, (size_t)1 << 28, &text, &len, err);
+    if (st) return st;
     json_error_t je;
-    json_t *root = json_load_file(w->index_path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb((const char *)text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (root == NULL)
         return oj_error_set(err, OJ_ERR_CORRUPT, "%s: bad JSON at line %d column %d: %s",
                             w->index_path, je.line, je.column, je.text);
@@ -164,6 +171,64 @@ static oj_status check_tie(oj_gpt *m, weights *w, oj_error *err) {
     return OJ_OK;
 }
 
+/* Whether `name` ends with `suffix`. */
+static bool ends_with(const char *name, const char *suffix) {
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
+/* The layer index of a per-layer tensor ("model.layers.N.", "h.N.",
+ * "transformer.h.N."), else -1. */
+static long layer_of(const char *name) {
+    static const char *const pre[] = {"model.layers.", "transformer.h.", "h."};
+    for (int i = 0; i < 3; i++) {
+        size_t k = strlen(pre[i]);
+        if (strncmp(name, pre[i], k) != 0 || name[k] < '0' || name[k] > '9') continue;
+        char *end;
+        long l = strtol(name + k, &end, 10);
+        return *end == '.' ? l : -1;
+    }
+    return -1;
+}
+
+/* Refuse a file tensor the model does not take (it would be dropped
+ * silently): a layer past the config's count, or a weight or bias the
+ * architecture has no flag for (a Llama q_proj.bias). Buffers checkpoints
+ * carry are accepted: rotary_emb.inv_freq, GPT-2's attn.bias and
+ * attn.masked_bias masks, and a tied lm_head.weight (check_tie). */
+static oj_status check_unused(const oj_gpt *m, weights *w, const oj_named_tensors *sd,
+                              oj_error *err) {
+    void *it = w->weight_map ? json_object_iter(w->weight_map) : NULL;
+    int64_t n = w->weight_map ? 0 : oj_safetensors_count(w->st[0]);
+    for (int64_t k = 0; w->weight_map ? it != NULL : k < n; k++) {
+        const char *name = w->weight_map ? json_object_iter_key(it) : oj_safetensors_name(w->st[0], k);
+        if (w->weight_map) it = json_object_iter_next(w->weight_map, it);
+        bool used = strcmp(name, "lm_head.weight") == 0 || ends_with(name, ".rotary_emb.inv_freq") ||
+                    (m->cfg.family == OJ_GPT2 &&
+                     (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")));
+        for (int64_t i = 0; i < sd->n && !used; i++) {
+            const char *alt = alt_name(sd->names[i]);
+            used = strcmp(name, sd->names[i]) == 0 || (alt && strcmp(name, alt) == 0);
+        }
+        if (used) continue;
+        const char *where = w->weight_map ? w->index_path : w->dir;
+        const char *in = w->weight_map ? "" : "/model.safetensors";
+        char q[65];
+        long l = layer_of(name);
+        if (l >= m->cfg.n_layer)
+            return oj_error_set(err, OJ_ERR_SHAPE,
+                                "%s%s: tensor %s is of layer %ld, but %s/config.json gives %lld "
+                                "layers",
+                                where, in, oj__hf_quote(q, name), l, w->dir,
+                                (long long)m->cfg.n_layer);
+        return oj_error_set(err, OJ_ERR_SHAPE,
+                            "%s%s: tensor %s is not part of the model %s/config.json describes "
+                            "(a weight or bias its architecture and flags do not have)",
+                            where, in, oj__hf_quote(q, name), w->dir);
+    }
+    return OJ_OK;
+}
+
 /* Check every parameter against the files, then copy them in. */
 static oj_status load_params(oj_gpt *m, weights *w, oj_error *err) {
     oj_named_tensors sd = oj_gpt_state_dict(m);
@@ -197,6 +262,7 @@ static oj_status load_params(oj_gpt *m, weights *w, oj_error *err) {
         }
     }
     if (s == OJ_OK) s = check_tie(m, w, err);
+    if (s == OJ_OK) s = check_unused(m, w, &sd, err);
     for (int64_t i = 0; i < sd.n && s == OJ_OK; i++)
         s = oj__gpt_st_copy(sd.tensors[i], w->st[file[i]], idx[i], "hf load", sd.names[i], err);
     free(file);

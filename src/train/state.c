@@ -149,7 +149,18 @@ oj_status oj__train_restore_state(oj_trainer *t, const json_t *state, oj_error *
     }
     oj_error e2 = {0};
     oj__train_drop_prefetch(t);
-    if (oj_loader_set_state(t->train, &ls, &e2))
+    /* a block_size change moves an unset seq_len with it: name block_size */
+    int64_t cbs;
+    oj_status lst = oj_loader_set_state(t->train, &ls, &e2);
+    if (lst && ls.T != t->T &&
+        get_i64(json_object_get(state, "model"), "block_size", &cbs) && cbs != t->mcfg.block_size)
+        return oj_error_set(err, OJ_ERR_STATE,
+                            "resume %s: block_size changed (the checkpoint's %lld, now %lld), and "
+                            "with it the sequence length (%lld, now %lld); resume with block_size "
+                            "%lld",
+                            t->resume, (long long)cbs, (long long)t->mcfg.block_size,
+                            (long long)ls.T, (long long)t->T, (long long)cbs);
+    if (lst)
         return oj_error_set(err, OJ_ERR_STATE,
                             "resume %s: the data does not match the checkpoint's loader "
                             "(batch_size, seq_len, shuffle or the train shards changed): %s",

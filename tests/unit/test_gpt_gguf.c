@@ -352,6 +352,73 @@ static void test_refusals_named(void **state) {
     oj_engine_free(eng);
 }
 
+/* A model of config(llama) (seed 1) saved as GGUF to path. */
+static void save_model(oj_engine *eng, bool llama, const char *path) {
+    oj_gpt_config c = config(llama);
+    oj_gpt *m = NULL;
+    assert_int_equal(oj_gpt_create(eng, &c, 1, &m), OJ_OK);
+    oj_error err = {0};
+    assert_int_equal(oj_gpt_save_gguf(m, NULL, path, NULL, &err), OJ_OK);
+    oj_gpt_free(m);
+}
+
+/* A block_count below the file's blocks: refused naming the first tensor
+ * the model would leave unread, not loaded as a shallower model. */
+static void test_unused_tensors_refused(void **state) {
+    (void)state;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/unused.gguf", tmpdir);
+    snprintf(bad, sizeof bad, "%s/unused-bad.gguf", tmpdir);
+    for (int llama = 0; llama < 2; llama++) {
+        save_model(eng, llama, good);
+        rewrite(good, bad, NULL, llama ? "llama.block_count" : "gpt2.block_count", 1, 0);
+        expect_refused(eng, bad, OJ_ERR_CORRUPT,
+                       "tensor \"blk.1.attn_norm.weight\" is not used by the");
+    }
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
+/* Metadata the loader cannot honour is refused naming the key:
+ * rope.dimension_count other than the head dim (partial rotary), a
+ * vocab_size other than token_embd.weight's rows, expert_count > 0;
+ * expert_count 0 loads, and a sliding_window caps the context. */
+static void test_metadata_checked(void **state) {
+    (void)state;
+    oj_engine *eng = NULL;
+    assert_int_equal(oj_engine_create(NULL, &eng, NULL), OJ_OK);
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/meta.gguf", tmpdir);
+    snprintf(bad, sizeof bad, "%s/meta-bad.gguf", tmpdir);
+    save_model(eng, true, good); /* head dim 64 / 4 = 16 */
+    rewrite(good, bad, NULL, "llama.rope.dimension_count", 8, 0);
+    expect_refused(eng, bad, OJ_ERR_UNSUPPORTED,
+                   "llama.rope.dimension_count is 8, not the head dim 16");
+    rewrite(good, bad, NULL, "llama.rope.dimension_count", 0, 0);
+    expect_refused(eng, bad, OJ_ERR_UNSUPPORTED, "llama.rope.dimension_count is 0");
+    rewrite(good, bad, NULL, "llama.vocab_size", 81, 0);
+    expect_refused(eng, bad, OJ_ERR_CORRUPT,
+                   "llama.vocab_size is 81, but token_embd.weight has 80 rows");
+    rewrite(good, bad, NULL, "llama.expert_count", 4, 0);
+    expect_refused(eng, bad, OJ_ERR_UNSUPPORTED, "llama.expert_count is 4");
+    oj_gpt *m = NULL;
+    oj_error err = {0};
+    rewrite(good, bad, NULL, "llama.expert_count", 0, 0);
+    assert_int_equal(oj_gpt_load_gguf(eng, bad, &m, &err), OJ_OK);
+    oj_gpt_free(m);
+    rewrite(good, bad, NULL, "llama.attention.sliding_window", 16, 0);
+    assert_int_equal(oj_gpt_load_gguf(eng, bad, &m, &err), OJ_OK);
+    assert_int_equal(oj_gpt_get_config(m)->block_size, 16);
+    oj_gpt_free(m);
+    save_model(eng, false, good);
+    rewrite(good, bad, NULL, "gpt2.vocab_size", 79, 0);
+    expect_refused(eng, bad, OJ_ERR_CORRUPT, "gpt2.vocab_size is 79");
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 /* The tokenizer round trip: a BPE tokenizer trained here, saved as GPT-2
  * files, written into a GGUF file (oj_gguf_add_gpt2_tokenizer, padded to a
  * larger vocab) and read back (oj_gguf_tokenizer) is the same tokenizer:
@@ -543,6 +610,8 @@ int main(void) {
         cmocka_unit_test(test_half_files),
         cmocka_unit_test(test_llama_round_trips),
         cmocka_unit_test(test_refusals_named),
+        cmocka_unit_test(test_unused_tensors_refused),
+        cmocka_unit_test(test_metadata_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -203,7 +203,7 @@ static void test_bad_directories(void **state) {
                                  NULL});
     /* no config.json at all */
     snprintf(p, sizeof p, "%s/none", g_dir);
-    expect_fail(eng, p, OJ_ERR_IO, (const char *[]){"none/config.json: cannot open", NULL});
+    expect_fail(eng, p, OJ_ERR_IO, (const char *[]){"cannot open", "none/config.json", NULL});
     oj_engine_free(eng);
 }
 
@@ -223,6 +223,67 @@ static oj_status parse_config(const char *json, oj_gpt_config *c, oj_error *e) {
 /* Fields whose default or value changes the maths: MistralConfig's window
  * is 4096 when the key is absent (null: none), and a partial rotary factor
  * (transformers' rope init reads it) is refused, not ignored. */
+/* dir/model.safetensors: src's parameters plus a tensor `extra` of 4
+ * floats. */
+static void write_single(oj_engine *eng, const char *dir, oj_gpt *src, const char *extra) {
+    oj_named_tensors sd = oj_gpt_state_dict(src);
+    const char *names[64];
+    oj_tensor *ts[64];
+    assert_true(sd.n < 64);
+    for (int64_t i = 0; i < sd.n; i++) names[i] = sd.names[i], ts[i] = sd.tensors[i];
+    int64_t four = 4;
+    oj_tensor *x = oj_zeros(eng, 1, &four, OJ_F32);
+    names[sd.n] = extra, ts[sd.n] = x;
+    char p[512];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    unlink(p);
+    oj_error e = {0};
+    assert_int_equal(oj_safetensors_save(p, sd.n + 1, names, ts, NULL, &e), OJ_OK);
+    oj_release(x);
+}
+
+/* Tensors the config's model does not take are refused by name, not
+ * dropped: layers past num_hidden_layers, a bias Llama has no flag for;
+ * a rotary_emb.inv_freq buffer is accepted. */
+static void test_unused_tensors_refused(void **state) {
+    (void)state;
+    oj_engine *eng = gt_engine();
+    char dir[400];
+    oj_gpt *src = write_dir(eng, "layers", QWEN3_CONFIG(""), dir, sizeof dir);
+    gt_write_text(dir, "config.json",
+               "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 40, \"hidden_size\": 24,"
+               " \"intermediate_size\": 40, \"num_hidden_layers\": 1, \"num_attention_heads\": 4,"
+               " \"num_key_value_heads\": 2, \"head_dim\": 8, \"max_position_embeddings\": 48}");
+    expect_fail(eng, dir, OJ_ERR_SHAPE,
+                (const char *[]){"model.safetensors.index.json: tensor model.layers.1.",
+                                 "is of layer 1", "gives 1 layers", NULL});
+    gt_write_text(dir, "config.json", QWEN3_CONFIG(""));
+    write_single(eng, dir, src, "model.layers.0.self_attn.rotary_emb.inv_freq");
+    oj_gpt *m = NULL;
+    oj_error e = {0};
+    if (oj_gpt_load_dir(eng, dir, &m, &e) != OJ_OK) fail_msg("%s", e.message);
+    oj_gpt_free(m);
+    write_single(eng, dir, src, "model.layers.0.self_attn.o_proj.bias");
+    expect_fail(eng, dir, OJ_ERR_SHAPE,
+                (const char *[]){"model.safetensors: tensor model.layers.0.self_attn.o_proj.bias "
+                                 "is not part of the model", NULL});
+    oj_gpt_free(src);
+    /* Qwen2's q/k/v biases under a Llama config.json */
+    src = write_dir(eng, "bias",
+                    "{\"architectures\": [\"Qwen2ForCausalLM\"], \"vocab_size\": 40, "
+                    "\"hidden_size\": 24, \"intermediate_size\": 40, \"num_hidden_layers\": 2, "
+                    "\"num_attention_heads\": 4, \"max_position_embeddings\": 48}",
+                    dir, sizeof dir);
+    oj_gpt_free(src);
+    gt_write_text(dir, "config.json",
+                  "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 40, "
+                  "\"hidden_size\": 24, \"intermediate_size\": 40, \"num_hidden_layers\": 2, "
+                  "\"num_attention_heads\": 4, \"max_position_embeddings\": 48}");
+    expect_fail(eng, dir, OJ_ERR_SHAPE, (const char *[]){"_proj.bias is not part of the model", NULL});
+    assert_int_equal(oj_engine_live_tensors(eng), 0);
+    oj_engine_free(eng);
+}
+
 static void test_config_window_default_and_partial_rotary(void **state) {
     (void)state;
     oj_gpt_config c;
@@ -295,6 +356,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_dir_loads_decodes_trains),
         cmocka_unit_test(test_bad_directories),
+        cmocka_unit_test(test_unused_tensors_refused),
         cmocka_unit_test(test_config_window_default_and_partial_rotary),
         cmocka_unit_test(test_config_disagreements_refused),
     };

@@ -1,7 +1,9 @@
 // test: every library file reader refuses what is not a regular file, by
 // name and at once: a FIFO (which used to block the reader forever waiting
 // for a writer) or a directory, for safetensors, checkpoints' `latest`,
-// both tokenizer formats, token shards, training configs and corpus files
+// both tokenizer formats, token shards, training configs, corpus files and
+// a Hugging Face model directory's config.json, weight index and
+// tokenizer.json
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 
 #include "io/io_internal.h"
 #include "ojas/data.h"
+#include "ojas/gpt.h"
 #include "ojas/io.h"
 #include "ojas/train.h"
 
@@ -134,11 +137,57 @@ static void test_shards_config_corpus(void **state) {
     oj_tokenizer_free(tok);
 }
 
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* a model directory's config.json, model.safetensors.index.json (no
+ * model.safetensors beside it) and tokenizer.json as FIFOs */
+static void test_hf_model_dir(void **state) {
+    (void)state;
+    char dir[400], p[512];
+    snprintf(dir, sizeof dir, "%s/hf", g_dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    oj_engine *eng = NULL;
+    oj_engine_config ec = oj_engine_config_default();
+    ec.threads = 1;
+    assert_int_equal(oj_engine_create(&ec, &eng, NULL), OJ_OK);
+    fifo(p, sizeof p, "hf/config.json");
+    oj_gpt_config c;
+    oj_error e = {0};
+    expect_refused(oj_gpt_config_from_hf(p, &c, &e), &e, p, "FIFO");
+    oj_gpt *m = NULL;
+    oj_error e2 = {0};
+    expect_refused(oj_gpt_load_dir(eng, dir, &m, &e2), &e2, p, "FIFO");
+    assert_null(m);
+    unlink(p);
+    write_text(p, "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 16, "
+                  "\"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
+                  "\"num_attention_heads\": 2, \"max_position_embeddings\": 8}");
+    fifo(p, sizeof p, "hf/model.safetensors.index.json");
+    oj_error e3 = {0};
+    expect_refused(oj_gpt_load_dir(eng, dir, &m, &e3), &e3, p, "FIFO");
+    assert_null(m);
+    oj_engine_free(eng);
+    /* tokenizer.json: named as a FIFO, directly and through its directory */
+    fifo(p, sizeof p, "hf/tokenizer.json");
+    oj_tokenizer *tok = NULL;
+    oj_error e4 = {0};
+    expect_refused(oj_tokenizer_load_hf(p, &tok, &e4), &e4, p, "FIFO");
+    oj_error e5 = {0};
+    expect_refused(oj_tokenizer_load(dir, &tok, &e5), &e5, p, "FIFO");
+    assert_null(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_safetensors_and_checkpoint),
         cmocka_unit_test(test_tokenizer_files),
         cmocka_unit_test(test_shards_config_corpus),
+        cmocka_unit_test(test_hf_model_dir),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -152,6 +152,31 @@ static void resume_case(const char *model, bool bf16, int64_t accum) {
     tt_rmdir(dir);
 }
 
+/* A resume with another block_size (seq_len unset, so the sequence
+ * length follows it) is refused naming block_size, not the loader. */
+static void test_resume_block_size_changed(void **state) {
+    (void)state;
+    char dir[256], b[300];
+    assert_int_equal(tt_tmpdir(dir, sizeof dir), 0);
+    assert_int_equal(tt_write_shards(dir, 3000, 200), 0);
+    snprintf(b, sizeof b, "%s/b", dir);
+    oj_train_config c = tt_config(dir);
+    c.seq_len = 0;
+    c.block_size = 16;
+    c.max_steps = 3;
+    oj_train_result res;
+    run_log r = {.stop_at = -1};
+    run(&c, b, NULL, &r, &res);
+    c.block_size = 32;
+    c.max_steps = 6;
+    oj_train_options o = {.out_dir = b, .resume = b, .stop = &r.stop};
+    oj_error err = {0};
+    assert_int_equal(oj_train(&c, &o, &res, &err), OJ_ERR_STATE);
+    if (!strstr(err.message, "block_size changed (the checkpoint's 16, now 32)"))
+        fail_msg("'%s' does not name block_size", err.message);
+    tt_rmdir(dir);
+}
+
 static void test_resume_bit_identical(void **state) {
     (void)state;
     resume_case(NULL, false, 2);
@@ -312,6 +337,7 @@ static void test_steps_by_hand(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_resume_block_size_changed),
         cmocka_unit_test(test_resume_bf16_nanolab),
         cmocka_unit_test(test_resume_bf16_gpt2),
         cmocka_unit_test(test_resume_prefetched_batch),
