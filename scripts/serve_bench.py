@@ -159,6 +159,9 @@ class Server:
         self.p = subprocess.Popen([ojas, "serve"] + args, stderr=subprocess.PIPE,
                                   stdout=subprocess.DEVNULL, text=True, env=env)
         line = self.p.stderr.readline()
+        while line.startswith("ojas: serve: warning:"):  # before the start line
+            self.log.write(line)
+            line = self.p.stderr.readline()
         self.log.write(line)
         if "http://" not in line:
             rest = self.p.stderr.read()

@@ -408,6 +408,12 @@ int cmd_serve(int argc, char **argv) {
         rc = cli_error(CLI_FAIL, "serve: the KV pool: %s", oj_last_error(sv.eng));
     if (rc == CLI_OK && !serve_pieces_init(&sv))
         rc = cli_error(CLI_FAIL, "serve: out of memory for the tokens' text");
+    if (rc == CLI_OK && oj_gpt_get_config(sv.m)->vocab_size > sv.n_pieces)
+        /* a padded vocab_size: ids past the tokenizer have no text */
+        fprintf(stderr,
+                "ojas: serve: warning: the model's vocab_size is %lld, the tokenizer's %lld ids: "
+                "a generated id past them has no text (an empty piece)\n",
+                (long long)oj_gpt_get_config(sv.m)->vocab_size, (long long)sv.n_pieces);
     if (rc != CLI_OK) {
         oj_sched_free(sv.s);
         oj_gpt_free(sv.m);

@@ -106,6 +106,10 @@ class Server:
         self.p = subprocess.Popen([ojas, "serve"] + args, cwd=cwd, stderr=subprocess.PIPE,
                                   stdout=subprocess.DEVNULL, text=True)
         line = self.p.stderr.readline()
+        self.warnings = []  # printed before the start line
+        while line.startswith("ojas: serve: warning:"):
+            self.warnings.append(line)
+            line = self.p.stderr.readline()
         if "http://" not in line:
             raise SystemExit("serve did not start: %r %s" % (line, self.p.stderr.read()))
         self.base = line.split("http://")[1].split()[0]
@@ -240,6 +244,9 @@ def run(a, work):
                               "--max-batch", "4", "--kv-bytes", "64K", "--max-queue", "12",
                               "--max-body", "64K", "--model-name", "tiny"])
     try:
+        # V 320 against the tokenizer's 300 ids: ids past them have no text, said at start
+        check(any("vocab_size is %d, the tokenizer's 300 ids" % V in w for w in srv.warnings),
+              "the padded-vocabulary warning: %r" % srv.warnings)
         rc = drive(a, work, srv)
     except BaseException:
         srv.p.kill()
