@@ -277,6 +277,14 @@ int cmd_train(int argc, char **argv) {
     else if (resume && overwrite)
         rc = cli_error(CLI_USAGE, "train: --resume continues a run and --overwrite replaces one: "
                                   "give one of them");
+    bool set_model = false, set_init = false;
+    for (int i = 0; i < nov; i++) {
+        set_model = set_model || sets_key(&ov[i], "model");
+        set_init = set_init || sets_key(&ov[i], "init_from");
+    }
+    if (!rc && set_model && set_init) /* the preset would be ignored */
+        rc = cli_error(CLI_USAGE, "train: --init-from DIR takes the model from DIR/config.json; "
+                                  "leave --set model unset");
     if (!rc && !config && !resume) { /* a config from --set alone */
         char missing[64] = "", hint[128] = "";
         for (size_t k = 0; k < sizeof k_required / sizeof k_required[0]; k++) {

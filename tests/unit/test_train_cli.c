@@ -72,6 +72,11 @@ static void test_usage_and_errors(void **state) {
     assert_int_equal(ojas("train --config c.json --out r --frob", NULL, &err), 2);
     ct_assert_one_line(err, "--frob");
     free(err);
+    /* a preset beside --init-from would be ignored: refused */
+    assert_int_equal(ojas("train --init-from hf --out r --set model=gpt2-tiny --set data_dir=d", NULL,
+                          &err), 2);
+    ct_assert_one_line(err, "leave --set model unset");
+    free(err);
     /* a data_dir that does not exist is named as the data_dir */
     assert_int_equal(ojas("train --config c.json --out r_nodata --set data_dir=nope", NULL, &err), 1);
     ct_assert_one_line(err, "data_dir: shard_list: cannot open the data directory nope");
