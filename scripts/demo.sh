@@ -20,7 +20,8 @@ if [ ! -f "$DATA/tok/vocab.bpe" ]; then
   $OJAS tokenizer train --vocab-size 4096 --out "$DATA/tok" "$DATA/kjv.txt"
 fi
 
-if ! ls "$DATA"/shards/train_*.bin >/dev/null 2>&1; then
+# a prepare killed midway leaves its marker: the set is made again
+if ! ls "$DATA"/shards/train_*.bin >/dev/null 2>&1 || [ -e "$DATA/shards/.prepare-incomplete" ]; then
   echo "== shards: train/val split (last 2% is val)"
   $OJAS data prepare --vocab "$DATA/tok" --out "$DATA/shards" --val-fraction 0.02 "$DATA/kjv.txt"
 fi

@@ -315,7 +315,15 @@ oj_prepare_config oj_prepare_config_default(void);
  * separator (llm.c's header has no field for it): stats->separator gives
  * it. A tokenizer without one is OJ_ERR_INVALID_ARGUMENT, naming the files
  * its directory was searched in. The whole stream is held in memory (4
- * bytes per token). stats may be NULL. */
+ * bytes per token). stats may be NULL.
+ * A set written whole or not at all, as train sees it: out_dir already
+ * holding train_/val_ shards is OJ_ERR_INVALID_ARGUMENT naming one (a new
+ * set would mix with them); the file OJ_PREPARE_INCOMPLETE is made in
+ * out_dir before the first shard and removed after the last, and
+ * oj_shard_list refuses a directory holding it (a prepare killed or failed
+ * midway); a later prepare into that directory first removes the
+ * unfinished set's shards. */
+#define OJ_PREPARE_INCOMPLETE ".prepare-incomplete"
 oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg, int n,
                           const char *const *files, oj_prepare_stats *stats, oj_error *err);
 

@@ -1,11 +1,14 @@
 /* Corpus preparation: text files -> documents -> token stream (each document
  * preceded by the separator: <|endoftext|> or the tokenizer's EOS) ->
  * train/val shards. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "data/bpe.h"
@@ -45,6 +48,51 @@ static oj_status write_split(const char *dir, const char *split, const int32_t *
     free(path);
     *shards = k;
     return st;
+}
+
+/* A shard of either split, or a shard's temporary sibling
+ * (".train_000001.bin.tmp-PID-K"). */
+static bool shard_name(const char *nm) {
+    if (nm[0] == '.') nm++;
+    return (strncmp(nm, "train_", 6) == 0 || strncmp(nm, "val_", 4) == 0) && strstr(nm, ".bin");
+}
+
+/* out_dir before the first shard: an unfinished set (its marker there) is
+ * removed, a finished one refuses; then the marker is made. */
+static oj_status begin_set(const char *dir, oj_error *err) {
+    char mark[4096], p[4096];
+    oj_status st = oj__path_join(mark, sizeof mark, dir, OJ_PREPARE_INCOMPLETE, err);
+    if (st) return st;
+    struct stat sb;
+    const bool unfinished = stat(mark, &sb) == 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return oj_error_set(err, OJ_ERR_IO, "data prepare: cannot open %s: %s", dir, strerror(errno));
+    struct dirent *de;
+    while (!st && (de = readdir(d))) {
+        if (!shard_name(de->d_name)) continue;
+        if (!unfinished)
+            st = oj_error_set(err, OJ_ERR_INVALID_ARGUMENT,
+                              "data prepare: %s already holds shards (%s): a new set would mix with "
+                              "them; remove them or choose another --out",
+                              dir, de->d_name);
+        else if (!(st = oj__path_join(p, sizeof p, dir, de->d_name, err)) && unlink(p) != 0)
+            st = oj_error_set(err, OJ_ERR_IO, "data prepare: cannot remove %s of an unfinished "
+                              "prepare: %s", p, strerror(errno));
+    }
+    closedir(d);
+    static const char note[] = "an ojas data prepare is writing here; removed when it ends\n";
+    if (!st) st = oj__atomic_write(mark, note, sizeof note - 1, err);
+    return st;
+}
+
+/* after the last shard: the set is whole */
+static oj_status end_set(const char *dir, oj_error *err) {
+    char mark[4096];
+    oj_status st = oj__path_join(mark, sizeof mark, dir, OJ_PREPARE_INCOMPLETE, err);
+    if (!st && unlink(mark) != 0)
+        st = oj_error_set(err, OJ_ERR_IO, "data prepare: cannot remove %s: %s", mark, strerror(errno));
+    return st ? st : oj__fsync_dir(dir, err);
 }
 
 /* Documents of one file (cut at "<|endoftext|>" and at sep[0..seplen), empty
@@ -198,6 +246,8 @@ oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg,
         st = oj_error_set(err, OJ_ERR_OUT_OF_RANGE, "data prepare: too many tokens");
     if (!st) /* once every file is read and encoded: a bad input leaves no out_dir behind */
         st = oj__mkdirs(cfg->out_dir, err);
+    if (!st)
+        st = begin_set(cfg->out_dir, err);
     if (!st) {
         int64_t total = (int64_t)all.len;
         int64_t nval = (int64_t)(cfg->val_fraction * (double)total + 0.5);
@@ -210,6 +260,8 @@ oj_status oj_data_prepare(const oj_tokenizer *tok, const oj_prepare_config *cfg,
         if (!st)
             st = write_split(cfg->out_dir, "val", all.ids + s.train_tokens, nval, cfg->shard_tokens,
                              version, &s.val_shards, err);
+        if (!st)
+            st = end_set(cfg->out_dir, err);
     }
     oj_tokens_free(&all);
     if (stats)

@@ -253,6 +253,18 @@ oj_status oj_shard_list(const char *dir, const char *split, char ***paths, int *
         return oj_error_set(err, OJ_ERR_INVALID_ARGUMENT, "shard_list: NULL argument");
     *paths = NULL;
     *n = 0;
+    size_t ml = strlen(dir) + sizeof OJ_PREPARE_INCOMPLETE + 1;
+    char *mark = malloc(ml);
+    if (!mark) return oj_error_set(err, OJ_ERR_CAPACITY, "shard_list: out of memory");
+    snprintf(mark, ml, "%s/%s", dir, OJ_PREPARE_INCOMPLETE);
+    struct stat sb;
+    const bool unfinished = stat(mark, &sb) == 0;
+    free(mark);
+    if (unfinished)
+        return oj_error_set(err, OJ_ERR_CORRUPT,
+                            "shard_list: %s holds %s: an ojas data prepare into it did not finish "
+                            "(killed or failed); prepare it again",
+                            dir, OJ_PREPARE_INCOMPLETE);
     DIR *d = opendir(dir);
     if (!d)
         return oj_error_set(err, OJ_ERR_IO, "shard_list: cannot open the data directory %s: %s", dir,

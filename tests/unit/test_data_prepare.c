@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -140,10 +141,54 @@ static void test_prepare_errors(void **state) {
     free(dir);
 }
 
+/* A set is whole or refused: a second prepare into a directory of shards
+ * is refused (the sets would mix); a prepare that did not finish (its
+ * marker left) makes the loader refuse, and the next prepare replaces its
+ * shards. */
+static void test_prepare_whole_sets(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "s"), *fa = tu_path(dir, "a.txt");
+    char *mark = tu_path(out, OJ_PREPARE_INCOMPLETE), *extra = tu_path(out, "train_000007.bin");
+    const char *a = "In the beginning God created the heaven and the earth.\n";
+    assert_int_equal(tu_write(fa, a, strlen(a)), 0);
+    oj_prepare_config cfg = oj_prepare_config_default();
+    cfg.out_dir = out;
+    cfg.shard_tokens = 4;
+    const char *files[] = {fa};
+    oj_prepare_stats st;
+    oj_error err = {0};
+    assert_int_equal(oj_data_prepare(g_tok, &cfg, 1, files, &st, &err), OJ_OK);
+    assert_true(st.train_shards > 2);
+    assert_int_equal(access(mark, F_OK), -1); /* removed at the end */
+    cfg.shard_tokens = 1000;
+    assert_int_equal(oj_data_prepare(g_tok, &cfg, 1, files, NULL, &err), OJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "already holds shards"));
+    /* an unfinished prepare: its marker and a shard of its set */
+    assert_int_equal(tu_write(mark, "x", 1), 0);
+    assert_int_equal(tu_write(extra, "x", 1), 0);
+    char **paths = NULL;
+    int n = 0;
+    oj_error e2 = {0}, e3 = {0};
+    assert_int_equal(oj_shard_list(out, "train", &paths, &n, &e2), OJ_ERR_CORRUPT);
+    assert_non_null(strstr(e2.message, "did not finish"));
+    assert_int_equal(oj_data_prepare(g_tok, &cfg, 1, files, &st, &e3), OJ_OK);
+    assert_int_equal(st.train_shards, 1);
+    assert_int_equal(oj_shard_list(out, "train", &paths, &n, &e3), OJ_OK);
+    assert_int_equal(n, 1); /* the unfinished set's shards are gone */
+    oj_paths_free(paths, n);
+    free(mark);
+    free(extra);
+    free(fa);
+    free(out);
+    tu_rmdir(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_and_load),
         cmocka_unit_test(test_prepare_errors),
+        cmocka_unit_test(test_prepare_whole_sets),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
