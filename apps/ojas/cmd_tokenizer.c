@@ -115,18 +115,23 @@ static int encode(int argc, char **argv) {
     oj_status st = oj_tokenizer_encode_parallel(tok, text, len, flags, (int)threads, &ids, &err);
     free(text);
     if (!st) {
+        /* Every write is checked: a failed one stops the output (a full
+         * disk or closed pipe past stdio's buffer is otherwise lost). */
         char buf[1 << 16];
         size_t o = 0;
-        for (size_t i = 0; i < ids.len; i++) {
+        bool wrote = true;
+        for (size_t i = 0; i < ids.len && wrote; i++) {
             if (o > sizeof buf - 16) {
-                fwrite(buf, 1, o, stdout);
+                wrote = fwrite(buf, 1, o, stdout) == o;
                 o = 0;
             }
             o += (size_t)snprintf(buf + o, 16, i + 1 < ids.len ? "%d " : "%d", (int)ids.ids[i]);
         }
-        buf[o++] = '\n';
-        fwrite(buf, 1, o, stdout);
-        if (fflush(stdout) != 0)
+        if (wrote) {
+            buf[o++] = '\n';
+            wrote = fwrite(buf, 1, o, stdout) == o;
+        }
+        if (!wrote || fflush(stdout) != 0 || ferror(stdout))
             st = oj_error_set(&err, OJ_ERR_IO, "tokenizer encode: cannot write the output");
     }
     oj_tokens_free(&ids);
