@@ -180,15 +180,23 @@ static int decode(int argc, char **argv) {
         return CLI_FAIL;
     }
     oj_tokens ids = {0};
-    char *p = text;
+    char *p = text, *lim = text + len;
     rc = CLI_OK;
     for (;;) {
         while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r' || *p == ',')
             p++;
-        if (!*p)
+        if (p == lim)
             break;
-        char *end;
-        long v = strtol(p, &end, 10);
+        char *end = p;
+        long v = *p ? strtol(p, &end, 10) : 0;
+        /* The text has its length: a NUL before its end is in the input,
+         * not the end of it (byte offsets from 0, as below). */
+        char *nul = !*p ? p : end != p && end < lim && !*end ? end : NULL;
+        if (nul) {
+            rc = cli_error(CLI_FAIL, "tokenizer decode: a NUL byte at byte %zu is not a token id",
+                           (size_t)(nul - text));
+            break;
+        }
         if (end == p || v < 0 || v > INT32_MAX ||
             (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r' && *end != ',')) {
             rc = cli_error(CLI_FAIL, "tokenizer decode: '%.20s' at byte %zu is not a token id", p,

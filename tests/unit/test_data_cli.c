@@ -95,6 +95,36 @@ static void test_encode_decode(void **state) {
     free(out);
 }
 
+/* The ids text has a length: a NUL byte in it is refused, not taken for its
+ * end (only the ids before it were decoded, and the exit was 0). */
+static void test_decode_refuses_nul(void **state) {
+    (void)state;
+    char *p = tu_path(g_dir, "nul.txt");
+    tu_write(p, "65\0 66 67", 9);
+    free(p);
+    char *out, *err;
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " nul.txt", &out, &err), 1);
+    ct_assert_one_line(err, "tokenizer decode: a NUL byte at byte 2 is not a token id");
+    assert_string_equal(out, "");
+    free(out);
+    free(err);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " < nul.txt", NULL, &err), 1);
+    ct_assert_one_line(err, "tokenizer decode: a NUL byte at byte 2 is not a token id");
+    free(err);
+    p = tu_path(g_dir, "nul2.txt");
+    tu_write(p, "65 \0", 4); /* after the separator, and as the last byte */
+    free(p);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " nul2.txt", NULL, &err), 1);
+    ct_assert_one_line(err, "tokenizer decode: a NUL byte at byte 3 is not a token id");
+    free(err);
+    p = tu_path(g_dir, "ok.txt");
+    tu_write(p, "65 66 67", 8);
+    free(p);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " ok.txt", &out, NULL), 0);
+    assert_string_equal(out, "bcd");
+    free(out);
+}
+
 /* `ojas ARGS >/dev/full` in g_dir, stderr in err.txt (ct_ojas puts stdout
  * in a file); the exit code, -1 when it did not exit. */
 static int ojas_to_full(const char *args, char **errs) {
@@ -231,6 +261,7 @@ int main(void) {
         cmocka_unit_test(test_dispatch_and_help),
         cmocka_unit_test(test_encode_decode),
         cmocka_unit_test(test_encode_write_error),
+        cmocka_unit_test(test_decode_refuses_nul),
         cmocka_unit_test(test_train_and_prepare),
         cmocka_unit_test(test_generate_says_context_full),
     };
