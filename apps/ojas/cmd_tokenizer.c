@@ -115,18 +115,23 @@ static int encode(int argc, char **argv) {
     oj_status st = oj_tokenizer_encode_parallel(tok, text, len, flags, (int)threads, &ids, &err);
     free(text);
     if (!st) {
+        /* Every write is checked: a failed one stops the output (a full
+         * disk or closed pipe past stdio's buffer is otherwise lost). */
         char buf[1 << 16];
         size_t o = 0;
-        for (size_t i = 0; i < ids.len; i++) {
+        bool wrote = true;
+        for (size_t i = 0; i < ids.len && wrote; i++) {
             if (o > sizeof buf - 16) {
-                fwrite(buf, 1, o, stdout);
+                wrote = fwrite(buf, 1, o, stdout) == o;
                 o = 0;
             }
             o += (size_t)snprintf(buf + o, 16, i + 1 < ids.len ? "%d " : "%d", (int)ids.ids[i]);
         }
-        buf[o++] = '\n';
-        fwrite(buf, 1, o, stdout);
-        if (fflush(stdout) != 0)
+        if (wrote) {
+            buf[o++] = '\n';
+            wrote = fwrite(buf, 1, o, stdout) == o;
+        }
+        if (!wrote || fflush(stdout) != 0 || ferror(stdout))
             st = oj_error_set(&err, OJ_ERR_IO, "tokenizer encode: cannot write the output");
     }
     oj_tokens_free(&ids);
@@ -175,15 +180,23 @@ static int decode(int argc, char **argv) {
         return CLI_FAIL;
     }
     oj_tokens ids = {0};
-    char *p = text;
+    char *p = text, *lim = text + len;
     rc = CLI_OK;
     for (;;) {
         while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r' || *p == ',')
             p++;
-        if (!*p)
+        if (p == lim)
             break;
-        char *end;
-        long v = strtol(p, &end, 10);
+        char *end = p;
+        long v = *p ? strtol(p, &end, 10) : 0;
+        /* The text has its length: a NUL before its end is in the input,
+         * not the end of it (byte offsets from 0, as below). */
+        char *nul = !*p ? p : end != p && end < lim && !*end ? end : NULL;
+        if (nul) {
+            rc = cli_error(CLI_FAIL, "tokenizer decode: a NUL byte at byte %zu is not a token id",
+                           (size_t)(nul - text));
+            break;
+        }
         if (end == p || v < 0 || v > INT32_MAX ||
             (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r' && *end != ',')) {
             rc = cli_error(CLI_FAIL, "tokenizer decode: '%.20s' at byte %zu is not a token id", p,

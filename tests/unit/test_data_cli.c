@@ -95,6 +95,77 @@ static void test_encode_decode(void **state) {
     free(out);
 }
 
+/* The ids text has a length: a NUL byte in it is refused, not taken for its
+ * end (only the ids before it were decoded, and the exit was 0). */
+static void test_decode_refuses_nul(void **state) {
+    (void)state;
+    char *p = tu_path(g_dir, "nul.txt");
+    tu_write(p, "65\0 66 67", 9);
+    free(p);
+    char *out, *err;
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " nul.txt", &out, &err), 1);
+    ct_assert_one_line(err, "tokenizer decode: a NUL byte at byte 2 is not a token id");
+    assert_string_equal(out, "");
+    free(out);
+    free(err);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " < nul.txt", NULL, &err), 1);
+    ct_assert_one_line(err, "tokenizer decode: a NUL byte at byte 2 is not a token id");
+    free(err);
+    p = tu_path(g_dir, "nul2.txt");
+    tu_write(p, "65 \0", 4); /* after the separator, and as the last byte */
+    free(p);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " nul2.txt", NULL, &err), 1);
+    ct_assert_one_line(err, "tokenizer decode: a NUL byte at byte 3 is not a token id");
+    free(err);
+    p = tu_path(g_dir, "ok.txt");
+    tu_write(p, "65 66 67", 8);
+    free(p);
+    assert_int_equal(ojas("tokenizer decode --vocab " VOCAB " ok.txt", &out, NULL), 0);
+    assert_string_equal(out, "bcd");
+    free(out);
+}
+
+/* `ojas ARGS >/dev/full` in g_dir, stderr in err.txt (ct_ojas puts stdout
+ * in a file); the exit code, -1 when it did not exit. */
+static int ojas_to_full(const char *args, char **errs) {
+    char cmd[8192], p[4200];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >/dev/full 2>err.txt", g_dir, CT_OJAS, args);
+    int rc = system(cmd);
+    snprintf(p, sizeof p, "%s/err.txt", g_dir);
+    *errs = ct_slurp(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* A failed write is an error, also when the ids are more than stdio's
+ * buffer (those writes were not checked; only the last flush was). */
+static void test_encode_write_error(void **state) {
+    (void)state;
+    if (access("/dev/full", W_OK) != 0) {
+        printf("SKIP: no /dev/full\n");
+        return;
+    }
+    enum { N = 200000 };
+    char *text = malloc(N);
+    assert_non_null(text);
+    for (size_t i = 0; i < N; i++)
+        text[i] = "Hello world, said the king\n"[i % 27];
+    char *p = tu_path(g_dir, "big.txt");
+    tu_write(p, text, N);
+    free(p);
+    free(text);
+    p = tu_path(g_dir, "small.txt");
+    tu_write(p, "Hello world", 11);
+    free(p);
+    const char *files[] = {"big.txt", "small.txt"};
+    for (int k = 0; k < 2; k++) {
+        char args[1024], *err;
+        snprintf(args, sizeof args, "tokenizer encode --vocab " VOCAB " %s", files[k]);
+        assert_int_equal(ojas_to_full(args, &err), 1);
+        ct_assert_one_line(err, "tokenizer encode: cannot write the output");
+        free(err);
+    }
+}
+
 static void test_train_and_prepare(void **state) {
     (void)state;
     char *p = tu_path(g_dir, "corpus.txt");
@@ -189,6 +260,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dispatch_and_help),
         cmocka_unit_test(test_encode_decode),
+        cmocka_unit_test(test_encode_write_error),
+        cmocka_unit_test(test_decode_refuses_nul),
         cmocka_unit_test(test_train_and_prepare),
         cmocka_unit_test(test_generate_says_context_full),
     };
