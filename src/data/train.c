@@ -334,7 +334,7 @@ oj_status oj_bpe_train(const oj_bpe_train_config *cfg_in, size_t n, const char *
     uint8_t *buf = NULL;
     if (!tok || make_segments(specials, nsp, n, texts, lens, &segs, &nsegs) != 0 ||
         !(maps = calloc((size_t)threads, sizeof *maps)) || oj_strmap_init(&words, 1 << 16) ||
-        oj_strmap_init(&toks, (size_t)cfg.vocab_size)) {
+        oj_strmap_init(&toks, cfg.vocab_size < (1 << 16) ? (size_t)cfg.vocab_size : 1 << 16)) {
         st = oj_error_set(err, OJ_ERR_CAPACITY, "bpe_train: out of memory");
         goto done;
     }

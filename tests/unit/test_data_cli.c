@@ -178,6 +178,11 @@ static void test_train_and_prepare(void **state) {
     assert_int_equal(ojas("tokenizer train --vocab-size 300 --out tok corpus.txt", NULL, &err), 0);
     assert_non_null(strstr(err, "(300 requested)")); /* a tiny corpus may stop early */
     free(err);
+    /* the largest vocab_size --help allows: memory follows the ids made, not the request */
+    assert_int_equal(ojas("tokenizer train --vocab-size 2147483646 --out tokmax corpus.txt", NULL, &err),
+                     0);
+    assert_non_null(strstr(err, "(2147483646 requested)"));
+    free(err);
     assert_int_equal(ojas("tokenizer encode --vocab tok corpus.txt", &out, NULL), 0);
     size_t words = 0;
     for (char *q = out; *q; q++)
